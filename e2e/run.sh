@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Start the whole stack the way `make run` does (scripts/run.sh: embedded Postgres, backend, console,
+# an agent on this machine's kernel) in a throw-away data folder on test ports, wait until this host's
+# agent is online, run the Playwright tests in Debian's Chromium, and stop the stack.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+data=$(mktemp -d /tmp/hotpath-e2e.XXXXXX)
+export HOTPATH_DATA_DIR=$data HOTPATH_HTTP_PORT=${HOTPATH_E2E_HTTP_PORT:-18080} HOTPATH_GRPC_PORT=${HOTPATH_E2E_GRPC_PORT:-15051}
+export HOTPATH_QUIET=1
+url=http://127.0.0.1:$HOTPATH_HTTP_PORT
+
+./scripts/run.sh >"$data/run.out" 2>&1 &
+stack=$!
+stop() {
+	kill -TERM "$stack" 2>/dev/null || true
+	wait "$stack" 2>/dev/null || true
+}
+trap stop EXIT
+
+# Wait for the backend, then for the admin password the backend writes on first start.
+for _ in $(seq 240); do
+	curl -fsS -o /dev/null "$url/api/v1/health" 2>/dev/null && [ -s "$data/admin-password" ] && break
+	kill -0 "$stack" 2>/dev/null || { cat "$data/run.out"; tail -50 "$data"/log/*.log; exit 1; }
+	sleep 0.5
+done
+
+export HOTPATH_E2E_URL=$url HOTPATH_E2E_DATA_DIR=$data
+export HOTPATH_E2E_ADMIN_PASSWORD=$(cat "$data/admin-password")
+export HOTPATH_E2E_HOSTNAME=$(hostname)
+set +e
+(cd e2e && npx playwright test "$@")
+rc=$?
+set -e
+if [ $rc != 0 ]; then
+	echo "--- stack output ---"; cat "$data/run.out"
+	for f in "$data"/log/*.log; do echo "--- $f (tail) ---"; tail -40 "$f"; done
+fi
+exit $rc

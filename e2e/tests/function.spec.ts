@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// The code-resource tree and the function view against the live kernel: searching finds
+// vfs_read, its CFG draws one node per basic block the agent found, and a block's instructions
+// come from the agent.
+import { test, expect } from "@playwright/test";
+import { api, openHost, thisHostId, waitForCatalog } from "./helpers";
+
+test("searching vfs_read finds it in the tree and its CFG draws", async ({ page }) => {
+  const ctx = await api();
+  const hostId = await thisHostId(ctx);
+  await waitForCatalog(ctx, hostId);
+  const found = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=vfs_read&limit=50`)).json();
+  const fn = found.items.find((f: { name: string }) => f.name === "vfs_read");
+  expect(fn, "vfs_read is in the catalog").toBeTruthy();
+
+  await openHost(page);
+  await page.getByRole("tab", { name: "Code" }).click();
+  await page.getByRole("searchbox", { name: "Search functions" }).fill("vfs_read");
+  const item = page.getByRole("treeitem", { name: /\bvfs_read\b/ }).first();
+  await expect(item).toBeVisible();
+  await item.getByRole("link", { name: "vfs_read", exact: true }).click();
+
+  await expect(page.getByRole("heading", { name: "vfs_read" })).toBeVisible();
+  const cfg = page.getByRole("img", { name: "Control-flow graph" }).or(page.locator('svg[aria-label="Control-flow graph"]'));
+  await expect(cfg.first()).toBeVisible();
+  await expect(page.getByTestId("cfg-block")).toHaveCount(fn.block_count);
+
+  // The entry block's label carries the function's address.
+  const entry = page.getByTestId("cfg-block").filter({ has: page.locator(`text=${fn.address.toString(16)}`) });
+  await expect(entry.first()).toBeAttached();
+
+  // Clicking a block shows its instructions, decoded by the agent.
+  await page.getByTestId("cfg-block").first().click();
+  const panel = page.getByRole("region", { name: "Instructions" });
+  await expect(panel).toBeVisible();
+  await expect(panel).toContainText(fn.address.toString(16));
+});
+
+test("an unknown function shows a not-found page", async ({ page }) => {
+  const ctx = await api();
+  const hostId = await thisHostId(ctx);
+  await page.goto(`/hosts/${hostId}/functions/999999999`);
+  await expect(page.getByText("Function not found")).toBeVisible();
+});

