@@ -51,7 +51,7 @@ enum hp_function_flags {
 };
 
 struct hp_function {
-	const char *name;      /* owned by the module's string pool */
+	const char *name;      /* owned by the model's string pool */
 	uint64_t addr;         /* absolute address on this host / in this file */
 	uint32_t size;         /* bytes; blocks tile [addr, addr+size) exactly */
 	uint32_t block_start;  /* index into hp_module.blocks */
@@ -80,6 +80,7 @@ struct hp_module {
 	size_t nicall_sites;
 	char digest[65];       /* hex SHA-256 of the canonical piece, see hp_module_digest */
 	void *priv;            /* target-private (string pool, ELF handle, ...) */
+	size_t cap_funcs;      /* allocated length of funcs while building */
 };
 
 enum hp_target_kind { HP_TARGET_KERNEL, HP_TARGET_ELF, HP_TARGET_PID };
@@ -101,6 +102,13 @@ struct hp_model {
 	struct { uint64_t addr; uint32_t mod, fn; } *index;
 	size_t nindex;
 	double parse_seconds;     /* wall time of hp_model_open_* */
+	/* Name index: every function name and alias, sorted by name. */
+	struct hp_name_ent *names;
+	size_t nnames;
+	struct hp_pool *pool;     /* strings of every module (names, paths) */
+	void (*free_priv)(struct hp_model *m);
+	struct hp_name_ent *aliases; /* names dropped by hp_module_normalize */
+	size_t naliases, cap_aliases;
 };
 
 /* Options for opening a model. */
@@ -143,5 +151,44 @@ struct hp_insn {
  * Returns the count (>= 0) and a malloc'd array in *out, or a negative errno. */
 int hp_function_disassemble(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
 			    struct hp_insn **out, char *err, size_t errlen);
+
+/* Every function named name (or "module:name"): fills up to max hits and
+ * returns how many exist in total. */
+struct hp_find_hit {
+	const struct hp_module *mod;
+	const struct hp_function *fn;
+};
+size_t hp_model_find_all(const struct hp_model *m, const char *name, struct hp_find_hit *hits, size_t max);
+
+/* Totals over every module, for `parse` and progress lines. */
+struct hp_model_stats {
+	size_t functions, blocks, succs, calls, icalls, undecodable, unreadable;
+};
+void hp_model_stats(const struct hp_model *m, struct hp_model_stats *st);
+
+/*
+ * For target implementations (target_*.c): building a model.
+ */
+struct hp_name_ent {
+	const char *name;
+	uint32_t mod, fn;
+};
+/* Private flag while building: the symbol is global (preferred among aliases). */
+#define HP_FN_BUILD_GLOBAL (1u << 31)
+
+struct hp_model *hp_model_new(enum hp_target_kind kind);
+const char *hp_model_strdup(struct hp_model *m, const char *s);
+/* Append a module; returns it (stable until the next call) or NULL. */
+struct hp_module *hp_model_add_module(struct hp_model *m, const char *name, uint64_t base);
+/* Append a function to mod (unsorted); name must come from hp_model_strdup.
+ * Returns 0 or -ENOMEM. */
+int hp_module_add_function(struct hp_module *mod, const char *name, uint64_t addr, uint64_t size,
+			   uint32_t flags);
+/* Sort mod's functions, keep one per address (the global one; the other names
+ * become aliases in the name index), clip overlaps. */
+int hp_module_normalize(struct hp_model *m, struct hp_module *mod);
+/* Build the address and name indexes once every module is final. */
+int hp_model_build_index(struct hp_model *m);
+double hp_now(void);
 
 #endif

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The hotpathd subcommands. main.c parses the first word of the command line
+ * and hands the remaining arguments (argv[0] is the subcommand's name) to one
+ * of these. Each returns the process exit code: 0 success, 1 runtime error,
+ * 2 usage error, 3 the named function or resource was not found.
+ */
+#ifndef HOTPATH_COMMANDS_H
+#define HOTPATH_COMMANDS_H
+
+enum { HP_EXIT_OK = 0, HP_EXIT_ERROR = 1, HP_EXIT_USAGE = 2, HP_EXIT_NOT_FOUND = 3 };
+
+int cmd_inspect(int argc, char **argv); /* inspect.c: one function of a target */
+int cmd_parse(int argc, char **argv);   /* inspect.c: parse a whole target, print totals */
+int cmd_run(int argc, char **argv);     /* daemon.c: connect to the backend and serve it */
+int cmd_sample(int argc, char **argv);  /* sample.c: whole-system PC sampling, locally */
+
+#endif

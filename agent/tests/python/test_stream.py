@@ -1,0 +1,320 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The agent's side of the AgentService.Connect contract, against the real
+hotpathd attached to this machine's live kernel.
+
+The server in this file is a scripted backend stand-in: a real gRPC server on
+a free local port whose replies (Welcome, commands, cancelling the stream) are
+driven by each test step, so every message the agent sends can be checked.
+The tests run in file order against one agent process, because the agent
+parses the whole kernel once at start-up, exactly as in production."""
+import collections
+import os
+import pathlib
+import platform
+import queue
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+from hotpath.v1 import agent_pb2 as pb
+
+GOOD_TOKEN = "agent-token-for-stream-test"
+
+
+def _kernel_build_id() -> str:
+    data = pathlib.Path("/sys/kernel/notes").read_bytes()
+    off = 0
+    while off + 12 <= len(data):
+        namesz, descsz, ntype = (int.from_bytes(data[off + i:off + i + 4], "little") for i in (0, 4, 8))
+        off += 12
+        name = data[off:off + namesz]
+        off += (namesz + 3) & ~3
+        desc = data[off:off + descsz]
+        off += (descsz + 3) & ~3
+        if ntype == 3 and name.rstrip(b"\0") == b"GNU":
+            return desc.hex()
+    return ""
+
+
+class Session:
+    """One accepted Connect stream, as seen by the stand-in server."""
+
+    def __init__(self, context):
+        self.context = context
+        self.outbox: "queue.Queue" = queue.Queue()
+        self.hello: "queue.Queue" = queue.Queue()
+        self.metrics: "queue.Queue" = queue.Queue()
+        self.chunks: "queue.Queue" = queue.Queue()
+        self.results: "queue.Queue" = queue.Queue()
+        self.other: "queue.Queue" = queue.Queue()
+        self.ended = threading.Event()
+
+    def route(self, msg: pb.AgentMessage) -> None:
+        kind = msg.WhichOneof("kind")
+        target = {"hello": self.hello, "metrics": self.metrics, "catalog_chunk": self.chunks,
+                  "result": self.results}.get(kind, self.other)
+        target.put((time.monotonic(), getattr(msg, kind) if kind else msg))
+
+    def send(self, msg: pb.ServerMessage) -> None:
+        self.outbox.put(msg)
+
+    def cancel(self) -> None:
+        self.outbox.put("cancel")
+
+
+class ScriptedBackend:
+    """Scripted backend stand-in implementing AgentService.Connect."""
+
+    def __init__(self):
+        self.accepted_token = "not-the-agent-token"
+        self.rejections: "queue.Queue" = queue.Queue()
+        self.sessions: "queue.Queue" = queue.Queue()
+
+    def connect(self, request_iterator, context):
+        md = dict(context.invocation_metadata())
+        if md.get("authorization") != f"Bearer {self.accepted_token}":
+            self.rejections.put(time.monotonic())
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown agent token")
+        sess = Session(context)
+
+        def reader():
+            try:
+                for msg in request_iterator:
+                    sess.route(msg)
+            except grpc.RpcError:
+                pass
+            sess.ended.set()
+
+        threading.Thread(target=reader, daemon=True).start()
+        self.sessions.put(sess)
+        while context.is_active():
+            try:
+                item = sess.outbox.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if item == "cancel":
+                context.abort(grpc.StatusCode.UNAVAILABLE, "backend going away")
+            yield item
+
+
+def _get(q: "queue.Queue", timeout: float, what: str):
+    try:
+        return q.get(timeout=timeout)
+    except queue.Empty:
+        pytest.fail(f"no {what} within {timeout} s")
+
+
+class AgentRun:
+    def __init__(self, proc, log_path, backend):
+        self.proc = proc
+        self.log_path = log_path
+        self.backend = backend
+        self.session = None
+        self.catalog = {}  # function index -> pb.Function (vmlinux)
+        self.vmlinux = None
+
+    def log(self) -> str:
+        return pathlib.Path(self.log_path).read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def agent(hotpathd, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stream")
+    backend = ScriptedBackend()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
+                         options=[("grpc.max_receive_message_length", 8 << 20)])
+    handler = grpc.method_handlers_generic_handler("hotpath.v1.AgentService", {
+        "Connect": grpc.stream_stream_rpc_method_handler(
+            backend.connect,
+            request_deserializer=pb.AgentMessage.FromString,
+            response_serializer=pb.ServerMessage.SerializeToString),
+    })
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    token_file = tmp / "token"
+    token_file.write_text(GOOD_TOKEN + "\n")
+    log_path = tmp / "agent.log"
+    env = dict(os.environ)
+    env.pop("HOTPATH_AGENT_TOKEN", None)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [str(hotpathd), "run", "--server", f"127.0.0.1:{port}", "--token-file", str(token_file),
+             "--interval-ms", "1000"],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+    run = AgentRun(proc, log_path, backend)
+    yield run
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    server.stop(grace=None)
+
+
+def test_wrong_token_is_rejected_and_agent_retries(agent):
+    first = _get(agent.backend.rejections, 60, "connection attempt")
+    second = _get(agent.backend.rejections, 10, "retry after the rejection")
+    assert second - first >= 0.8, "the agent retried without backing off"
+    assert "rejected the agent token" in agent.log()
+    assert agent.proc.poll() is None, "the agent exited after a rejection instead of retrying"
+    agent.backend.accepted_token = GOOD_TOKEN
+
+
+def test_hello_describes_this_host(agent):
+    agent.session = _get(agent.backend.sessions, 40, "accepted stream")
+    _, hello = _get(agent.session.hello, 10, "Hello")
+    uname = platform.uname()
+    assert hello.kernel_release == uname.release
+    assert hello.hostname == socket.gethostname()
+    assert hello.cpu_count == os.cpu_count()
+    assert hello.l1i.line_bytes == 64
+    assert hello.l1i.size_bytes > 0
+    assert hello.kernel_build_id == _kernel_build_id()
+    assert hello.host_id == pathlib.Path("/etc/machine-id").read_text().strip()
+    assert hello.agent_version == "0.1.0"
+    assert hello.metric_interval_ms == 1000
+    assert hello.sample_frequency_hz == 997
+    assert hello.sample_event == "cpu-clock"
+    assert hello.parse_seconds > 0
+    caps = {c.name: c for c in hello.capabilities}
+    assert not caps["hardware_pmu"].available
+    assert "perf_event_open(cycles)" in caps["hardware_pmu"].detail
+    assert caps["perf_sampling"].available and "cpu-clock" in caps["perf_sampling"].detail
+    assert caps["bpf_text_read"].available
+    assert not caps["kprobes"].available and caps["kprobes"].detail
+    assert not caps["kernel_code_replacement"].available and "ENOSYS" in caps["kernel_code_replacement"].detail
+    assert caps["tracepoints"].available
+    assert hello.modules[0].name == "vmlinux"
+    agent.vmlinux = hello.modules[0]
+    assert re.fullmatch(r"[0-9a-f]{64}", agent.vmlinux.digest)
+    assert agent.vmlinux.function_count > 10000
+    assert agent.vmlinux.base_address >= 0xffffffff80000000
+    # Only after the Welcome does the agent send anything but Hello.
+    assert agent.session.chunks.empty() and agent.session.metrics.empty()
+
+
+def test_welcome_with_missing_digest_yields_the_catalog(agent):
+    sess = agent.session
+    sess.send(pb.ServerMessage(welcome=pb.Welcome(session_id="s-1", missing_digests=[agent.vmlinux.digest])))
+    seq, total = 0, 0
+    while True:
+        _, chunk = _get(sess.chunks, 60, f"catalog chunk {seq}")
+        assert chunk.digest == agent.vmlinux.digest and chunk.module == "vmlinux"
+        assert chunk.seq == seq
+        assert chunk.ByteSize() < 4 << 20
+        for fn in chunk.functions:
+            assert fn.index == len(agent.catalog), "function indexes must be consecutive"
+            agent.catalog[fn.index] = fn
+        total += len(chunk.functions)
+        seq += 1
+        if chunk.last:
+            break
+    assert total == agent.vmlinux.function_count
+    assert sum(len(f.blocks) for f in agent.catalog.values()) == agent.vmlinux.block_count
+    vfs_read = [f for f in agent.catalog.values() if f.name == "vfs_read"]
+    assert len(vfs_read) == 1
+    fn = vfs_read[0]
+    assert fn.size > 0 and len(fn.blocks) > 1
+    pos = 0
+    for b in fn.blocks:
+        assert b.offset == pos, "blocks must tile the function without gaps"
+        assert b.size > 0 and b.instruction_count > 0
+        pos += b.size
+    assert pos == fn.size
+    kinds = {s.kind for b in fn.blocks for s in b.successors}
+    assert pb.SUCCESSOR_KIND_TAKEN in kinds and pb.SUCCESSOR_KIND_FALLTHROUGH in kinds
+    assert any(c.target_name for c in fn.calls)
+    assert all(c.target_module == "vmlinux" for c in fn.calls if c.target_name)
+
+
+def test_metric_batches_arrive_every_interval(agent):
+    sess = agent.session
+    while not sess.metrics.empty():  # batches that queued up behind the catalog
+        sess.metrics.get()
+    batches = [_get(sess.metrics, 5, "metric batch") for _ in range(4)]
+    gaps = [b[0] - a[0] for a, b in zip(batches, batches[1:])]
+    assert all(0.6 <= g <= 1.5 for g in gaps), gaps
+    now_ns = time.time_ns()
+    mapped = 0
+    for _, b in batches:
+        assert b.total_samples > 0
+        assert 900 <= b.interval_ms <= 1200
+        assert abs(now_ns - b.interval_start_unix_ns) < 30e9
+        assert b.user_samples + b.unmapped_samples <= b.total_samples
+        assert sum(s.count for s in b.blocks) + b.user_samples + b.unmapped_samples == b.total_samples
+        for s in b.blocks:
+            assert s.count > 0
+            assert s.module == "vmlinux"
+            fn = agent.catalog[s.function_index]
+            assert s.block_offset in {blk.offset for blk in fn.blocks}
+            mapped += s.count
+    assert mapped > 0
+
+
+def _command(sess, cid, **kind):
+    sess.send(pb.ServerMessage(command=pb.Command(id=cid, **kind)))
+    _, res = _get(sess.results, 10, f"result of {cid}")
+    assert res.command_id == cid
+    return res
+
+
+def test_inspect_function_returns_vfs_read_instructions(agent):
+    fn = next(f for f in agent.catalog.values() if f.name == "vfs_read")
+    res = _command(agent.session, "c-1",
+                   inspect_function=pb.InspectFunction(module="vmlinux", function_index=fn.index))
+    assert res.ok, res.error
+    d = res.disassembly
+    assert d.module == "vmlinux" and d.function_index == fn.index
+    assert d.address == agent.vmlinux.base_address + fn.offset
+    assert d.instructions[0].offset == 0
+    last = d.instructions[-1]
+    assert last.offset + last.length == fn.size
+    pos = 0
+    for insn in d.instructions:
+        assert insn.offset == pos and len(insn.bytes) == insn.length and insn.text
+        pos += insn.length
+    starts = {i.offset for i in d.instructions}
+    assert {b.offset for b in fn.blocks} <= starts
+
+
+def test_bad_commands_fail_with_a_clear_error(agent):
+    sess = agent.session
+    res = _command(sess, "c-2", inspect_function=pb.InspectFunction(module="vmlinux", function_index=1 << 30))
+    assert not res.ok and "out of range" in res.error
+    res = _command(sess, "c-3", inspect_function=pb.InspectFunction(module="no_such_module", function_index=0))
+    assert not res.ok and "unknown module" in res.error
+    res = _command(sess, "c-4")
+    assert not res.ok and res.error == "unsupported command"
+    time.sleep(0.5)
+    assert sess.results.empty(), "exactly one result per command"
+
+
+def test_agent_reconnects_after_the_server_cancels(agent):
+    agent.session.cancel()
+    cancelled_at = time.monotonic()
+    sess = _get(agent.backend.sessions, 10, "reconnection")
+    t, hello = _get(sess.hello, 5, "Hello on the new stream")
+    assert t - cancelled_at < 5, "reconnect should use the 1 s backoff after a welcomed session"
+    assert hello.modules[0].digest == agent.vmlinux.digest, "same kernel, same digest"
+    sess.send(pb.ServerMessage(welcome=pb.Welcome(session_id="s-2", missing_digests=[])))
+    _get(sess.metrics, 5, "metric batch on the new stream")
+    _get(sess.metrics, 5, "second metric batch on the new stream")
+    assert sess.chunks.empty(), "no catalog chunks when nothing is missing"
+    assert "UNAVAILABLE" in agent.log()
+    agent.session = sess
+
+
+def test_sigterm_exits_promptly(agent):
+    agent.proc.send_signal(signal.SIGTERM)
+    try:
+        code = agent.proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pytest.fail("hotpathd did not exit within 5 s of SIGTERM")
+    assert code == 0
+    assert agent.session.ended.wait(5), "the stream was not closed"
