@@ -28,7 +28,7 @@ agent:
 	$(MAKE) -C agent
 
 backend:
-	$(MAKE) -C backend setup proto
+	$(MAKE) -C backend setup proto openapi
 
 frontend: backend
 	cd frontend && npm run gen:api && npm run build
