@@ -20,12 +20,38 @@ static const char inspect_usage[] =
 	"usage: hotpathd inspect kernel FUNCTION [--json]\n"
 	"       hotpathd inspect elf PATH FUNCTION [--json]\n"
 	"       hotpathd inspect pid PID FUNCTION [--json]\n"
+	"\n"
 	"Show one function's basic blocks, instructions, successors and callees.\n"
-	"FUNCTION is a name, module:name, or an address (0x...).\n";
+	"\n"
+	"targets:\n"
+	"  kernel      the running kernel: symbols from /proc/kallsyms, bytes read with a\n"
+	"              BPF program (needs root, or CAP_BPF + CAP_PERFMON)\n"
+	"  elf PATH    an ELF file on disk: .symtab, else .dynsym, else .eh_frame ranges\n"
+	"  pid PID     a running process: its ELF files through /proc/PID/maps, bytes\n"
+	"              from /proc/PID/mem (needs ptrace access to the process)\n"
+	"\n"
+	"FUNCTION is a name, module:name (when a name is in several modules), or an\n"
+	"address (0x...) inside the function.\n"
+	"\n"
+	"  --json      one JSON object: {\"function\": {name, module, address, size,\n"
+	"              undecodable}, \"blocks\": [{start, size, instructions, successors:\n"
+	"              [{kind, target, target_name}]}], \"callees\": [{site, target, name}],\n"
+	"              \"indirect_call_sites\": [...]}; addresses are integers\n"
+	"\n"
+	"successor kinds: fallthrough, taken, tail_call, indirect, return\n"
+	"exit status: 0 ok, 1 error (e.g. missing permission, bad file), 2 usage,\n"
+	"             3 no such function (or an ambiguous name: candidates are listed)\n";
 
 static const char parse_usage[] =
 	"usage: hotpathd parse kernel|elf PATH|pid PID [--json] [--threads N] [--quiet]\n"
-	"Parse every function of a target and print totals, wall time and peak memory.\n";
+	"\n"
+	"Parse every function of a target into basic blocks and print totals: functions,\n"
+	"blocks, undecodable and unreadable functions, wall seconds and peak memory.\n"
+	"bench/kernel_parse runs this on the live kernel.\n"
+	"\n"
+	"  --json       print one JSON object instead of text\n"
+	"  --threads N  decode with N threads (default: one per online CPU)\n"
+	"  --quiet      no progress on stderr\n";
 
 struct target_args {
 	enum hp_target_kind kind;
