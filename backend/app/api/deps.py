@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Dependencies shared by the routes: a database session, the signed-in user, and role gates.
+
+Roles are ordered viewer < operator < approver < admin; a gate admits its role and every higher one.
+"""
+import uuid
+from typing import Annotated, AsyncIterator
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import crud
+from app.core.security import decode_access_token
+from app.models import ROLES, User
+from app.runtime import Runtime
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+def get_runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+async def get_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
+    async with runtime.sessionmaker() as session:
+        yield session
+
+
+SessionDep = Annotated[AsyncSession, Depends(get_session)]
+
+_UNAUTHENTICATED = HTTPException(status.HTTP_401_UNAUTHORIZED, "Not authenticated",
+                                 headers={"WWW-Authenticate": "Bearer"})
+
+
+async def user_from_token(runtime: Runtime, session: AsyncSession, token: str | None) -> User | None:
+    if not token:
+        return None
+    subject = decode_access_token(runtime.secret_key, token)
+    if subject is None:
+        return None
+    try:
+        user_id = uuid.UUID(subject)
+    except ValueError:
+        return None
+    return await crud.get_user(session, user_id)
+
+
+async def get_current_user(runtime: RuntimeDep, session: SessionDep,
+                           credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> User:
+    user = await user_from_token(runtime, session, credentials.credentials if credentials else None)
+    if user is None:
+        raise _UNAUTHENTICATED
+    return user
+
+
+CurrentUser = Annotated[User, Depends(get_current_user)]
+
+
+def require_role(minimum: str):
+    rank = ROLES.index(minimum)
+
+    async def gate(user: CurrentUser) -> User:
+        if ROLES.index(user.role) < rank:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, f"This needs the {minimum} role")
+        return user
+
+    return gate
+
+
+AdminUser = Annotated[User, Depends(require_role("admin"))]

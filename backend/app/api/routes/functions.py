@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A host's functions: search and paging over the whole catalog, one function's blocks and calls, its
+samples per block, and its instructions (decoded by the host's agent once per build, then cached)."""
+from typing import Literal
+
+from fastapi import APIRouter, HTTPException, Query, Response
+from app.api.responses import FastJSON
+
+from app import crud
+from app.api.deps import CurrentUser, RuntimeDep, SessionDep
+from app.api.routes.hosts import WindowS, require_host
+from app.grpc.agent_service import CommandFailed, CommandTimeout, HostOffline
+from app.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message, hex64
+
+router = APIRouter(prefix="/hosts/{host_id}/functions", tags=["functions"])
+NOT_FOUND = {404: {"model": Message}}
+
+
+@router.get("", response_model=FunctionsPage, responses=NOT_FOUND)
+async def list_functions(host_id: str, session: SessionDep, _: CurrentUser,
+                         q: str | None = Query(None, max_length=256, description="Case-insensitive substring of the name"),
+                         module: str | None = Query(None, max_length=4096),
+                         sort: Literal["name", "address", "hotness"] = "name",
+                         window_s: int = WindowS,
+                         offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=100000)):
+    """Search and page through a host's functions; exact name matches come first."""
+    await require_host(session, host_id)
+    body = await crud.functions_page(session, host_id, q or None, module, sort, window_s, offset, limit)
+    return Response(body, media_type="application/json")
+
+
+@router.get("/{function_id}", response_model=FunctionDetail, responses=NOT_FOUND)
+async def get_function(host_id: str, function_id: int, session: SessionDep, _: CurrentUser, window_s: int = WindowS):
+    """A function with its basic blocks, successors and callees."""
+    await require_host(session, host_id)
+    detail = await crud.function_detail(session, host_id, function_id, window_s)
+    if detail is None:
+        raise HTTPException(404, "Function not found")
+    return FastJSON(detail)
+
+
+@router.get("/{function_id}/samples", response_model=FunctionSamples, responses=NOT_FOUND)
+async def function_samples(host_id: str, function_id: int, session: SessionDep, _: CurrentUser,
+                           window_s: int = WindowS):
+    """Samples per basic block of a function in the window."""
+    await require_host(session, host_id)
+    if await crud.get_host_function(session, host_id, function_id) is None:
+        raise HTTPException(404, "Function not found")
+    return FastJSON(await crud.function_samples(session, host_id, function_id, window_s))
+
+
+@router.get("/{function_id}/instructions", response_model=InstructionsPublic,
+            responses={404: {"model": Message}, 502: {"model": Message}, 503: {"model": Message},
+                       504: {"model": Message}})
+async def function_instructions(host_id: str, function_id: int, session: SessionDep, runtime: RuntimeDep,
+                                user: CurrentUser):
+    """The instructions of a function, from the cache or decoded by the host's agent."""
+    await require_host(session, host_id)
+    fn = await crud.get_host_function(session, host_id, function_id)
+    if fn is None:
+        raise HTTPException(404, "Function not found")
+    start = crud.summary_from_row(fn, 0.0)["address"]
+    instructions = await crud.cached_instructions(session, fn.digest, fn.index)
+    cached = instructions is not None
+    if not cached:
+        actor = user.username
+        await session.rollback()  # do not hold a transaction open while the agent works
+        try:
+            instructions = await runtime.agents.inspect_function(host_id, fn.module, fn.digest, fn.index, actor)
+        except HostOffline:
+            raise HTTPException(503, "Host is offline")
+        except CommandTimeout:
+            raise HTTPException(504, "The agent did not answer in time")
+        except CommandFailed as exc:
+            raise HTTPException(502, f"The agent could not decode the function: {exc}")
+    out = []
+    for off, length, hexbytes, text in instructions:
+        addr = start + off
+        out.append({"offset": off, "address": addr, "address_hex": hex64(addr), "length": length,
+                    "bytes": hexbytes, "text": text})
+    return FastJSON({"function_id": function_id, "address": start, "address_hex": hex64(start),
+                           "cached": cached, "instructions": out})

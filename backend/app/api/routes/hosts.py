@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Hosts known to the backend, their loaded modules, and their sample windows (top functions and
+per-function hotness)."""
+from fastapi import APIRouter, HTTPException, Query
+from app.api.responses import FastJSON
+
+from app import crud
+from app.api.deps import CurrentUser, SessionDep
+from app.schemas import HostPublic, Hotness, Message, ModulePublic, TopFunctions
+
+router = APIRouter(prefix="/hosts", tags=["hosts"])
+NOT_FOUND = {404: {"model": Message}}
+WindowS = Query(10, ge=1, le=86400, description="Length of the window in seconds, ending at the newest interval")
+
+
+async def require_host(session, host_id: str) -> None:
+    if not await crud.host_exists(session, host_id):
+        raise HTTPException(404, "Host not found")
+
+
+@router.get("", response_model=list[HostPublic])
+async def list_hosts(session: SessionDep, _: CurrentUser):
+    """Every host that has ever connected, online or not."""
+    return FastJSON(await crud.list_hosts(session))
+
+
+@router.get("/{host_id}", response_model=HostPublic, responses=NOT_FOUND)
+async def get_host(host_id: str, session: SessionDep, _: CurrentUser):
+    """One host."""
+    host = await crud.get_host_public(session, host_id)
+    if host is None:
+        raise HTTPException(404, "Host not found")
+    return FastJSON(host)
+
+
+@router.get("/{host_id}/modules", response_model=list[ModulePublic], responses=NOT_FOUND)
+async def list_modules(host_id: str, session: SessionDep, _: CurrentUser):
+    """The code modules loaded on a host, with whether their catalog is stored."""
+    await require_host(session, host_id)
+    return FastJSON(await crud.list_modules(session, host_id))
+
+
+@router.get("/{host_id}/top-functions", response_model=TopFunctions, responses=NOT_FOUND)
+async def top_functions(host_id: str, session: SessionDep, _: CurrentUser, window_s: int = WindowS,
+                        limit: int = Query(50, ge=1, le=10000)):
+    """The functions with the most samples in the window, most first."""
+    await require_host(session, host_id)
+    return FastJSON(await crud.top_functions(session, host_id, window_s, limit))
+
+
+@router.get("/{host_id}/hotness", response_model=Hotness, responses=NOT_FOUND)
+async def hotness(host_id: str, session: SessionDep, _: CurrentUser, window_s: int = WindowS):
+    """Samples per second of every function that had samples in the window."""
+    await require_host(session, host_id)
+    return FastJSON(await crud.hotness(session, host_id, window_s))

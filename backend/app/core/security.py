@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Passwords, bearer tokens and the agent token.
+
+Passwords are hashed with scrypt (memory-hard, in the standard library). Access tokens are
+`payload.signature` with an HMAC-SHA256 over a small JSON payload carrying the user id and an expiry,
+so no session table is needed; the user is still loaded on every request so a deleted user or a role
+change takes effect at once. Every secret comparison is constant-time.
+"""
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+
+_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
+
+
+def hash_password(password: str) -> str:
+    salt = os.urandom(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32)
+    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${salt.hex()}${digest.hex()}"
+
+
+def verify_password(password: str, stored: str) -> bool:
+    try:
+        scheme, n, r, p, salt_hex, digest_hex = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        digest = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt_hex), n=int(n), r=int(r), p=int(p),
+                                dklen=len(digest_hex) // 2)
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(digest.hex(), digest_hex)
+
+
+# A hash of a random password: checking against it when the user does not exist keeps the time of a
+# failed login independent of whether the username exists.
+DUMMY_PASSWORD_HASH = hash_password(secrets.token_urlsafe(16))
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def create_access_token(key: bytes, subject: str, minutes: int, now: float | None = None) -> str:
+    issued = int(now if now is not None else time.time())
+    payload = _b64(json.dumps({"sub": subject, "iat": issued, "exp": issued + minutes * 60},
+                              separators=(",", ":")).encode())
+    sig = _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
+    return f"{payload}.{sig}"
+
+
+def decode_access_token(key: bytes, token: str, now: float | None = None) -> str | None:
+    """Return the token's subject if its signature is valid and it has not expired, else None."""
+    try:
+        payload, sig = token.split(".")
+        expected = _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
+        if not hmac.compare_digest(sig, expected):
+            return None
+        claims = json.loads(_unb64(payload))
+        if int(claims["exp"]) < (now if now is not None else time.time()):
+            return None
+        sub = claims["sub"]
+        return sub if isinstance(sub, str) else None
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+        return None
+
+
+def agent_token_matches(presented: str | None, expected: str) -> bool:
+    if not presented:
+        return False
+    return hmac.compare_digest(presented.encode(), expected.encode())
+
+
+def read_or_create_secret(path: Path, make) -> str:
+    """Read a secret file, creating it with mode 0600 on first use (O_EXCL so two starts cannot race)."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    value = make()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value

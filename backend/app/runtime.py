@@ -1,0 +1,21 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The live objects one backend process shares between its HTTP and gRPC sides: settings, database
+session factory, signing key, agent token, the WebSocket hub and the registry of connected agents.
+Routes reach it through `request.app.state.runtime`; tests build their own."""
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.core.config import Settings
+from app.live import LiveHub
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    secret_key: bytes
+    agent_token: str
+    hub: LiveHub = field(default_factory=LiveHub)
+    agents: "object" = None  # app.grpc.agent_service.AgentRegistry, set by create_runtime

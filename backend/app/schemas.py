@@ -1,0 +1,239 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Request and response shapes of the REST and WebSocket API.
+
+Their names are part of the contract: the console's TypeScript client is generated from the OpenAPI
+document and uses them. Every 64-bit address is an integer (the contract) with a `*_hex` twin — lower
+case hex without "0x" — because JavaScript loses the low bits of integers above 2^53.
+"""
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["viewer", "operator", "approver", "admin"]
+SuccessorKindName = Literal["fallthrough", "taken", "tail_call", "indirect", "return"]
+
+
+class Message(BaseModel):
+    detail: str
+
+
+class LoginRequest(BaseModel):
+    username: str = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=1, max_length=256)
+
+
+class UserPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: uuid.UUID
+    username: str
+    role: Role
+
+
+class UserDetail(UserPublic):
+    created_at: datetime
+
+
+class UserCreate(BaseModel):
+    username: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    password: str = Field(min_length=8, max_length=256)
+    role: Role = "viewer"
+
+
+class Token(BaseModel):
+    access_token: str
+    token_type: Literal["bearer"] = "bearer"
+    user: UserPublic
+
+
+class HealthStatus(BaseModel):
+    status: Literal["ok"]
+
+
+class CacheGeometry(BaseModel):
+    size_bytes: int
+    line_bytes: int
+    ways: int
+
+
+class Capability(BaseModel):
+    name: str
+    available: bool
+    detail: str
+
+
+class HostPublic(BaseModel):
+    id: str
+    hostname: str
+    kernel_release: str
+    kernel_build_id: str
+    cpu_model: str
+    cpu_count: int
+    l1i: CacheGeometry | None
+    capabilities: list[Capability]
+    agent_version: str
+    online: bool
+    last_seen: datetime | None
+    connected_at: datetime | None
+    catalog_complete: bool
+    function_count: int
+    block_count: int
+    sample_frequency_hz: int
+    sample_event: str
+
+
+class ModulePublic(BaseModel):
+    name: str
+    digest: str
+    base_address: int
+    base_address_hex: str
+    function_count: int
+    block_count: int
+    complete: bool
+
+
+class FunctionSummary(BaseModel):
+    id: int
+    name: str
+    module: str
+    address: int
+    address_hex: str
+    size: int
+    block_count: int
+    samples_per_sec: float
+    undecodable: bool
+
+
+class FunctionsPage(BaseModel):
+    total: int
+    items: list[FunctionSummary]
+
+
+class SuccessorPublic(BaseModel):
+    kind: SuccessorKindName
+    target_offset: int | None
+    target_address: int | None
+    target_address_hex: str | None
+    target_name: str | None
+    target_function_id: int | None
+
+
+class BlockPublic(BaseModel):
+    offset: int
+    address: int
+    address_hex: str
+    size: int
+    instruction_count: int
+    successors: list[SuccessorPublic]
+
+
+class CalleePublic(BaseModel):
+    site_offset: int
+    target_address: int
+    target_address_hex: str
+    name: str | None
+    module: str | None
+    function_id: int | None
+
+
+class FunctionDetail(BaseModel):
+    function: FunctionSummary
+    undecodable_offset: int | None
+    blocks: list[BlockPublic]
+    callees: list[CalleePublic]
+    indirect_call_sites: list[int]
+
+
+class InstructionPublic(BaseModel):
+    offset: int
+    address: int
+    address_hex: str
+    length: int
+    bytes: str
+    text: str
+
+
+class InstructionsPublic(BaseModel):
+    function_id: int
+    address: int
+    address_hex: str
+    cached: bool
+    instructions: list[InstructionPublic]
+
+
+class BlockSamplesPublic(BaseModel):
+    offset: int
+    samples: int
+    samples_per_sec: float
+
+
+class FunctionSamples(BaseModel):
+    function_id: int
+    window_s: int
+    total: int
+    blocks: list[BlockSamplesPublic]
+
+
+class TopFunctionItem(BaseModel):
+    function_id: int
+    name: str
+    module: str
+    samples: int
+    samples_per_sec: float
+    share: float
+
+
+class TopFunctions(BaseModel):
+    window_s: int
+    total_samples: int
+    items: list[TopFunctionItem]
+
+
+class HotnessItem(BaseModel):
+    function_id: int
+    samples_per_sec: float
+
+
+class Hotness(BaseModel):
+    window_s: int
+    items: list[HotnessItem]
+
+
+class AuditEntry(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str | None
+    detail: dict
+
+
+# WebSocket messages (documented in OpenAPI through the /ws/schema route so the client has types).
+class SamplesTopItem(BaseModel):
+    function_id: int
+    name: str
+    samples: int
+
+
+class HostEvent(BaseModel):
+    type: Literal["host"]
+    host: HostPublic
+
+
+class SamplesEvent(BaseModel):
+    type: Literal["samples"]
+    host_id: str
+    interval_start: datetime
+    total_samples: int
+    top: list[SamplesTopItem]
+
+
+class PingEvent(BaseModel):
+    type: Literal["ping"]
+    at: datetime
+
+
+def hex64(value: int) -> str:
+    return format(value, "x")

@@ -1,0 +1,124 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Test fixtures: ONE real Postgres per test session (embedded pgserver in a temporary folder, or the
+server at DATABASE_URL), a database migrated with Alembic, and the real backend — HTTP and gRPC servers
+on free loopback ports in the session's event loop — exactly as `python -m app` assembles it."""
+import os
+import secrets
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from app.core.config import Settings, normalise_database_url
+from app.core.db import start_embedded_postgres, stop_embedded_postgres, upgrade_database
+from app.server import Prepared, build_runtime, ensure_admin, start_servers, stop_servers
+
+
+def _recreate_database(server_url: str, name: str) -> str:
+    url = make_url(server_url)
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """URL of a Postgres server (not a database in it): embedded, started once, stopped at the end."""
+    if os.environ.get("DATABASE_URL"):
+        yield normalise_database_url(os.environ["DATABASE_URL"])
+        return
+    folder = Path(tempfile.mkdtemp(prefix="hotpath-test-pg-"))
+    server, url = start_embedded_postgres(folder / "pgdata")
+    try:
+        yield url
+    finally:
+        stop_embedded_postgres(server)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def database_url(postgres_url):
+    url = _recreate_database(postgres_url, "hotpath_test")
+    upgrade_database(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    folder = Path(tempfile.mkdtemp(prefix="hotpath-test-data-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def backend(database_url, data_dir):
+    """The running backend: its runtime, HTTP base URL and gRPC target."""
+    settings = Settings(data_dir=data_dir, http_host="127.0.0.1", http_port=0, grpc_host="127.0.0.1", grpc_port=0,
+                        command_timeout_s=3.0, ws_ping_interval_s=20.0, database_url=database_url)
+    ensure_admin(database_url, data_dir / "admin-password")
+    prepared = Prepared(database_url=database_url, secret_key=secrets.token_bytes(32),
+                        agent_token=secrets.token_urlsafe(32))
+    runtime = build_runtime(settings, prepared)
+    grpc_server, http, http_task, grpc_port, http_port = await start_servers(runtime)
+
+    class Backend:
+        pass
+
+    b = Backend()
+    b.runtime = runtime
+    b.base_url = f"http://127.0.0.1:{http_port}"
+    b.grpc_target = f"127.0.0.1:{grpc_port}"
+    b.agent_token = prepared.agent_token
+    b.admin_password = (data_dir / "admin-password").read_text().strip()
+    yield b
+    await stop_servers(runtime, grpc_server, http, http_task)
+
+
+@pytest.fixture(scope="session")
+async def admin_token(backend) -> str:
+    async with httpx.AsyncClient(base_url=backend.base_url) as c:
+        r = await c.post("/api/v1/auth/login", json={"username": "admin", "password": backend.admin_password})
+        assert r.status_code == 200, r.text
+        return r.json()["access_token"]
+
+
+@pytest.fixture
+async def client(backend, admin_token):
+    """An HTTP client signed in as admin."""
+    async with httpx.AsyncClient(base_url=backend.base_url, timeout=30,
+                                 headers={"Authorization": f"Bearer {admin_token}"}) as c:
+        yield c
+
+
+@pytest.fixture
+async def anon(backend):
+    async with httpx.AsyncClient(base_url=backend.base_url, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix, so tests sharing the session's database never see each other's hosts."""
+    return uuid.uuid4().hex[:10]
+
+
+async def make_user(client: httpx.AsyncClient, role: str, unique: str) -> tuple[str, str]:
+    username, password = f"{role}-{unique}", secrets.token_urlsafe(12)
+    r = await client.post("/api/v1/users", json={"username": username, "password": password, "role": role})
+    assert r.status_code == 201, r.text
+    return username, password
+
+
+async def token_for(base_url: str, username: str, password: str) -> str:
+    async with httpx.AsyncClient(base_url=base_url) as c:
+        r = await c.post("/api/v1/auth/login", json={"username": username, "password": password})
+        assert r.status_code == 200, r.text
+        return r.json()["access_token"]

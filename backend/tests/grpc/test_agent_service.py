@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: Apache-2.0
+"""AgentService.Connect over a real gRPC channel to the in-process server, driven by the scripted
+agent: authentication, registration, content-addressed catalog storage, disconnect and reconnect,
+replacement of a stream by a newer one, and samples for pieces not yet stored."""
+import time
+
+import grpc
+import pytest
+from sqlalchemy import text
+
+from app.proto import pb
+from tests.scripted_agent import ScriptedAgent, kernel_functions, wait_until
+
+
+async def _scalar(backend, sql, **params):
+    async with backend.runtime.engine.connect() as conn:
+        return (await conn.execute(text(sql), params)).scalar_one()
+
+
+async def test_wrong_agent_token_is_unauthenticated_and_audited(backend, unique):
+    agent = ScriptedAgent(backend.grpc_target, "wrong-token", f"bad-{unique}")
+    call = agent.open()
+    await call.write(pb.AgentMessage(hello=agent.hello()))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call.read()
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert err.value.details() == "invalid agent token"
+    await agent.channel.close()
+    n = await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'agent_auth_failed'")
+    assert n >= 1
+    assert await _scalar(backend, "SELECT count(*) FROM hosts WHERE id = :h", h=f"bad-{unique}") == 0
+
+
+async def test_first_message_must_be_hello(backend, unique):
+    agent = ScriptedAgent(backend.grpc_target, backend.agent_token, f"nohello-{unique}")
+    call = agent.open()
+    await call.write(pb.AgentMessage(metrics=pb.MetricBatch(interval_start_unix_ns=1)))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call.read()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    await agent.channel.close()
+
+
+async def test_hello_with_bad_digest_is_invalid_argument(backend, unique):
+    agent = ScriptedAgent(backend.grpc_target, backend.agent_token, f"baddigest-{unique}")
+    hello = agent.hello()
+    hello.modules[0].digest = "NOT-HEX"
+    call = agent.open()
+    await call.write(pb.AgentMessage(hello=hello))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call.read()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "digest" in err.value.details()
+    await agent.channel.close()
+
+
+async def test_hello_registers_host_online_and_catalog_is_stored_once(backend, client, unique):
+    a = ScriptedAgent(backend.grpc_target, backend.agent_token, f"a-{unique}", kernel_tag=f"k-{unique}")
+    welcome = await a.connect()
+    assert welcome.session_id
+    assert sorted(welcome.missing_digests) == sorted(d for _n, _b, _f, d in a.modules)
+
+    async def complete():
+        r = await client.get(f"/api/v1/hosts/a-{unique}")
+        return r.json() if r.status_code == 200 and r.json()["catalog_complete"] else None
+
+    host = await wait_until(complete)
+    assert host["online"] is True
+    assert host["hostname"] == f"host-a-{unique}"
+    assert host["kernel_release"] == "6.18.0-test"
+    assert host["l1i"] == {"size_bytes": 32768, "line_bytes": 64, "ways": 8}
+    assert host["function_count"] == 54 and host["block_count"] == 50 * 3 + 4
+    assert host["sample_frequency_hz"] == 99 and host["sample_event"] == "cpu-clock"
+    pmu = next(c for c in host["capabilities"] if c["name"] == "hardware_pmu")
+    assert pmu["available"] is False and "ENOENT" in pmu["detail"]
+
+    mods = (await client.get(f"/api/v1/hosts/a-{unique}/modules")).json()
+    assert [m["name"] for m in mods] == ["vmlinux", "hotmod"]
+    assert mods[0]["base_address"] == 0xFFFFFFFF81000000 and mods[0]["base_address_hex"] == "ffffffff81000000"
+    assert all(m["complete"] for m in mods)
+
+    # A second host on the same build is told nothing is missing, and nothing is stored twice.
+    b = ScriptedAgent(backend.grpc_target, backend.agent_token, f"b-{unique}", kernel_tag=f"k-{unique}")
+    welcome_b = await b.connect()
+    assert list(welcome_b.missing_digests) == []
+    digest = a.modules[0][3]
+    assert await _scalar(backend, "SELECT count(*) FROM functions WHERE digest = :d", d=digest) == 50
+    assert await _scalar(backend, "SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 1
+    host_b = (await client.get(f"/api/v1/hosts/b-{unique}")).json()
+    assert host_b["catalog_complete"] is True and host_b["online"] is True
+    assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'agent_connected' AND target = :h",
+                         h=f"b-{unique}") == 1
+    await a.close()
+    await b.close()
+
+
+async def test_stream_end_marks_offline_keeps_data_and_reconnect_is_online(backend, client, unique):
+    host_id = f"r-{unique}"
+    a = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"k-{unique}")
+    await a.connect()
+    await wait_until(lambda: _host_field(client, host_id, "catalog_complete"))
+    await a.close()
+
+    async def offline():
+        h = (await client.get(f"/api/v1/hosts/{host_id}")).json()
+        return h if h["online"] is False else None
+
+    host = await wait_until(offline)
+    assert host["last_seen"] is not None and host["catalog_complete"] is True
+    found = (await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": "vfs_read"})).json()
+    assert found["total"] == 2  # vfs_read and vfs_read_iter are kept while offline
+    assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' "
+                                  "AND target = :h", h=host_id) == 1
+
+    again = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"k-{unique}")
+    welcome = await again.connect()
+    assert list(welcome.missing_digests) == []
+    assert await wait_until(lambda: _host_field(client, host_id, "online"))
+    await again.close()
+
+
+async def test_second_stream_with_same_host_id_replaces_the_first(backend, client, unique):
+    host_id = f"dup-{unique}"
+    first = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"k-{unique}")
+    await first.connect()
+    second = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"k-{unique}")
+    await second.connect(send_catalog=False)
+    # The first stream is ended by the server; the host stays online on the second.
+    with pytest.raises(grpc.aio.AioRpcError):
+        await first._reader
+    h = (await client.get(f"/api/v1/hosts/{host_id}")).json()
+    assert h["online"] is True
+    assert backend.runtime.agents.sessions[host_id].session_id == second.welcome.session_id
+    await first.channel.close()
+    await second.close()
+
+
+async def test_samples_for_a_piece_not_yet_stored_are_dropped_and_counted(backend, client, unique):
+    host_id = f"early-{unique}"
+    a = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"k-{unique}")
+    await a.connect(send_catalog=False)
+    ts = time.time_ns()
+    await a.send_metrics(ts, [("vmlinux", 0, 0, 7)])
+
+    async def recorded():
+        return await _scalar(backend, "SELECT coalesce(sum(dropped_samples), 0) FROM interval_totals WHERE host_id = :h",
+                             h=host_id)
+
+    assert await wait_until(recorded) == 7
+    assert await _scalar(backend, "SELECT count(*) FROM block_samples WHERE host_id = :h", h=host_id) == 0
+    await a.close()
+
+
+async def test_whole_kernel_catalog_stores_fast(backend, client, unique):
+    """A kernel-sized piece (120k functions, 360k blocks) arrives in chunks and is stored."""
+    fns = kernel_functions(120_000)
+    a = ScriptedAgent(backend.grpc_target, backend.agent_token, f"big-{unique}", kernel_tag=f"big-{unique}",
+                      modules=[("vmlinux", 0xFFFFFFFF81000000, fns)], chunk_size=5000)
+    t0 = time.perf_counter()
+    await a.connect()
+    await wait_until(lambda: _host_field(client, f"big-{unique}", "catalog_complete"), timeout=120)
+    elapsed = time.perf_counter() - t0
+    print(f"\nstored 120000 functions / 360000 blocks in {elapsed:.1f} s")
+    assert elapsed < 60
+    t0 = time.perf_counter()
+    r = await client.get(f"/api/v1/hosts/big-{unique}/functions", params={"q": "fn_1199", "limit": 100})
+    search_ms = (time.perf_counter() - t0) * 1000
+    assert r.status_code == 200 and r.json()["total"] == 10 + 100  # fn_11990..fn_11999 and fn_119900..fn_119999
+    t0 = time.perf_counter()
+    r = await client.get(f"/api/v1/hosts/big-{unique}/functions", params={"limit": 100000})
+    whole_ms = (time.perf_counter() - t0) * 1000
+    assert r.status_code == 200 and len(r.json()["items"]) == 100000 and r.json()["total"] == 120000
+    print(f"search over 120k: {search_ms:.0f} ms; 100k-row page: {whole_ms:.0f} ms ({len(r.content)} bytes)")
+    assert search_ms < 200
+    assert whole_ms < 1500
+    await a.close()
+
+
+async def _host_field(client, host_id, field):
+    r = await client.get(f"/api/v1/hosts/{host_id}")
+    return r.status_code == 200 and r.json()[field]
