@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { QueryClient } from "@tanstack/react-query";
+import { applyLiveMessage, liveUrl, parseLiveMessage } from "./live";
+import { keys } from "./queries";
+import { keyedThrottle } from "../lib/throttle";
+import { host } from "../test/fixtures";
+import type { Host } from "./types";
+
+describe("live updates", () => {
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
+  it("builds the WebSocket URL on the page's origin with the token", () => {
+    expect(liveUrl("a b", { protocol: "https:", host: "console.example:8443" })).toBe("wss://console.example:8443/api/v1/ws?token=a%20b");
+    expect(liveUrl("t", { protocol: "http:", host: "127.0.0.1:8080" })).toBe("ws://127.0.0.1:8080/api/v1/ws?token=t");
+  });
+
+  it("accepts only known message types", () => {
+    expect(parseLiveMessage('{"type":"ping"}')).toEqual({ type: "ping" });
+    expect(parseLiveMessage("{not json")).toBeNull();
+    expect(parseLiveMessage('{"type":"other"}')).toBeNull();
+    expect(parseLiveMessage(new ArrayBuffer(2))).toBeNull();
+  });
+
+  it("replaces a pushed host in the host list and the host's own entry", () => {
+    const qc = new QueryClient();
+    qc.setQueryData<Host[]>(keys.hosts, [host(), host({ id: "host-2", hostname: "box2" })]);
+    const offline = host({ online: false });
+    applyLiveMessage(qc, { type: "host", host: offline }, keyedThrottle(1000));
+    expect(qc.getQueryData<Host[]>(keys.hosts)?.map((h) => [h.id, h.online])).toEqual([["host-1", false], ["host-2", true]]);
+    expect(qc.getQueryData<Host>(keys.host("host-1"))?.online).toBe(false);
+    applyLiveMessage(qc, { type: "host", host: host({ id: "host-3" }) }, keyedThrottle(1000));
+    expect(qc.getQueryData<Host[]>(keys.hosts)).toHaveLength(3);
+  });
+
+  it("marks a host's hotness views stale at most once per second", () => {
+    const qc = new QueryClient();
+    const spy = vi.spyOn(qc, "invalidateQueries");
+    const throttle = keyedThrottle(1000);
+    const msg = { type: "samples" as const, host_id: "host-1", interval_start: "", total_samples: 5, top: [] };
+    for (let i = 0; i < 5; i++) applyLiveMessage(qc, msg, throttle);
+    expect(spy.mock.calls.map((c) => c[0]?.queryKey)).toEqual([["host", "host-1", "top"], ["host", "host-1", "hotness"], ["host", "host-1", "samples"]]);
+    vi.advanceTimersByTime(1000);
+    expect(spy).toHaveBeenCalledTimes(6);
+  });
+});

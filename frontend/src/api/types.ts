@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// Short names for the API's schemas, taken from the types generated from the backend's OpenAPI
+// document, so the rest of the console never restates the contract by hand.
+import type { components } from "./schema";
+
+type S = components["schemas"];
+
+export type User = S["UserPublic"];
+export type Token = S["Token"];
+export type Host = S["HostPublic"];
+export type Capability = Host["capabilities"][number];
+export type Module = S["ModulePublic"];
+export type FunctionSummary = S["FunctionSummary"];
+export type FunctionsPage = S["FunctionsPage"];
+export type FunctionDetail = S["FunctionDetail"];
+export type Block = FunctionDetail["blocks"][number];
+export type Successor = Block["successors"][number];
+export type SuccessorKind = Successor["kind"];
+export type Callee = FunctionDetail["callees"][number];
+export type Instructions = S["InstructionsPublic"];
+export type Instruction = Instructions["instructions"][number];
+export type FunctionSamples = S["FunctionSamples"];
+export type BlockSamples = FunctionSamples["blocks"][number];
+export type TopFunctions = S["TopFunctions"];
+export type TopFunction = TopFunctions["items"][number];
+export type Hotness = S["Hotness"];
+
+/** What the backend pushes over the live-update WebSocket (its schema types `type` as a plain string). */
+export type LiveMessage =
+  | (Omit<S["HostEvent"], "type"> & { type: "host" })
+  | (Omit<S["SamplesEvent"], "type"> & { type: "samples" })
+  | { type: "ping" };

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { fireEvent, screen, within } from "@testing-library/react";
+import { renderApp } from "../../test/render";
+import { json, routeFetch, sampleDetail } from "../../test/fixtures";
+import { setSession } from "../../api/session";
+
+function stub(instructions: () => Response) {
+  setSession({ token: "t", user: null });
+  vi.stubGlobal("fetch", routeFetch({
+    "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+    "/api/v1/hosts/h/functions/7": () => json(sampleDetail()),
+    "/api/v1/hosts/h/functions/7/samples": () => json({ function_id: 7, window_s: 10, total: 20, blocks: [{ offset: 0, samples: 20, samples_per_sec: 2 }] }),
+    "/api/v1/hosts/h/functions/7/instructions": instructions,
+  }).fetch);
+  vi.stubGlobal("WebSocket", undefined);
+}
+
+describe("function page", () => {
+  afterEach(() => vi.unstubAllGlobals());
+
+  it("draws one CFG node per block, coloured by samples, and shows a clicked block's instructions", async () => {
+    stub(() => json({ function_id: 7, address: 0, instructions: [
+      { offset: 0, address: 0, address_hex: "ffffffff81234560", length: 1, bytes: "55", text: "push rbp" },
+      { offset: 16, address: 0, address_hex: "ffffffff81234570", length: 1, bytes: "c3", text: "ret" },
+    ] }));
+    renderApp("/hosts/h/functions/7");
+    expect(await screen.findByRole("heading", { name: "vfs_read" })).toBeInTheDocument();
+    const cfg = screen.getByRole("img", { name: "Control-flow graph" });
+    const blocks = within(cfg).getAllByTestId("cfg-block");
+    expect(blocks).toHaveLength(4);
+    expect(blocks[0]).toHaveTextContent("0xffffffff81234560");
+    expect(blocks[0]).toHaveTextContent("size 16");
+    // Exit nodes are drawn, but are not blocks.
+    expect(cfg).toHaveTextContent("return");
+    expect(cfg).toHaveTextContent("rw_verify_area");
+    await vi.waitFor(() => expect(blocks[0].querySelector("rect")?.getAttribute("fill")).toMatch(/^rgb/));
+    expect(blocks[1].querySelector("rect")?.getAttribute("fill")).toBe("#eef0f3");
+    expect(cfg.querySelector('path[data-kind="taken"]')).toHaveAttribute("stroke-dasharray", "6 4");
+
+    fireEvent.click(blocks[0]);
+    const panel = screen.getByRole("region", { name: "Instructions" });
+    await within(panel).findByText("push rbp");
+    expect(panel).toHaveTextContent("0xffffffff81234560");
+    expect(within(panel).queryByText("ret")).toBeNull();
+
+    // Keyboard selection works too.
+    fireEvent.keyDown(blocks[1], { key: "Enter" });
+    await within(panel).findByText("ret");
+
+    const callees = screen.getByRole("region", { name: "Callees" });
+    expect(within(callees).getByRole("link", { name: "__fsnotify_parent" })).toHaveAttribute("href", "/hosts/h/functions/11");
+    expect(callees).toHaveTextContent("0xffffffffc0001000");
+  });
+
+  it("shows why instructions are unavailable", async () => {
+    stub(() => json({ detail: "Host is offline" }, 503));
+    renderApp("/hosts/h/functions/7");
+    await screen.findByRole("heading", { name: "vfs_read" });
+    fireEvent.click(screen.getAllByTestId("cfg-block")[0]);
+    expect(await screen.findByRole("alert")).toHaveTextContent("Host is offline");
+  });
+
+  it("shows a not-found page for an unknown function", async () => {
+    setSession({ token: "t", user: null });
+    vi.stubGlobal("fetch", routeFetch({
+      "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+      "/api/v1/hosts/h/functions/999": () => json({ detail: "Function not found" }, 404),
+    }).fetch);
+    vi.stubGlobal("WebSocket", undefined);
+    renderApp("/hosts/h/functions/999");
+    expect(await screen.findByText("Function not found")).toBeInTheDocument();
+    expect(screen.getByRole("link", { name: "Back to the host" })).toHaveAttribute("href", "/hosts/h");
+  });
+});

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+import { describe, expect, it } from "vitest";
+import { render, screen, within } from "@testing-library/react";
+import { InstructionsPanel, spacedBytes } from "./InstructionsPanel";
+import { block } from "../../test/fixtures";
+
+const ins = [
+  { offset: 0, address: 0, address_hex: "ffffffff81234560", length: 1, bytes: "55", text: "push rbp" },
+  { offset: 1, address: 0, address_hex: "ffffffff81234561", length: 3, bytes: "4889e5", text: "mov rbp, rsp" },
+  { offset: 4, address: 0, address_hex: "ffffffff81234564", length: 1, bytes: "c3", text: "ret" },
+];
+
+describe("instructions panel", () => {
+  it("asks for a block until one is selected", () => {
+    render(<InstructionsPanel block={null} blockHex={null} instructions={undefined} loading={false} error={null} />);
+    expect(screen.getByRole("region", { name: "Instructions" })).toHaveTextContent("Select a block");
+  });
+
+  it("lists only the selected block's instructions with exact addresses and spaced bytes", () => {
+    render(<InstructionsPanel block={block(0, 4, [], "ffffffff81234560")} blockHex="ffffffff81234560" instructions={ins} loading={false} error={null} />);
+    const panel = screen.getByRole("region", { name: "Instructions" });
+    expect(panel).toHaveTextContent("Block 0xffffffff81234560 · size 4");
+    const rows = within(panel).getAllByRole("row").slice(1);
+    expect(rows.map((r) => r.textContent)).toEqual([
+      "0xffffffff81234560 55 push rbp",
+      "0xffffffff81234561 48 89 e5 mov rbp, rsp",
+    ]);
+  });
+
+  it("shows loading, then the server's reason when the host cannot be read", () => {
+    const b = block(0, 4, []);
+    const { rerender } = render(<InstructionsPanel block={b} blockHex={b.address_hex} instructions={undefined} loading error={null} />);
+    expect(screen.getByText("Loading instructions…")).toBeInTheDocument();
+    rerender(<InstructionsPanel block={b} blockHex={b.address_hex} instructions={undefined} loading={false} error="Host is offline" />);
+    expect(screen.getByRole("alert")).toHaveTextContent("Instructions unavailable: Host is offline");
+  });
+
+  it("spaces packed byte strings only", () => {
+    expect(spacedBytes("4889e5")).toBe("48 89 e5");
+    expect(spacedBytes("48 89 e5")).toBe("48 89 e5");
+  });
+});

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0
+// Vite builds the console into dist/ (served by the backend at / with an SPA fallback); in
+// development it proxies the REST API and the live-update WebSocket to a local backend. The same
+// file configures vitest, which runs the unit tests in jsdom.
+import { defineConfig } from "vitest/config";
+import react from "@vitejs/plugin-react";
+
+const backend = process.env.HOTPATH_BACKEND ?? "http://127.0.0.1:8080";
+
+export default defineConfig({
+  plugins: [react()],
+  server: {
+    proxy: {
+      "/api": { target: backend, changeOrigin: true, ws: true },
+    },
+  },
+  build: {
+    outDir: "dist",
+    sourcemap: false,
+    chunkSizeWarningLimit: 700,
+  },
+  test: {
+    environment: "jsdom",
+    setupFiles: ["src/test/setup.ts"],
+    include: ["src/**/*.test.{ts,tsx}"],
+    css: false,
+  },
+});
