@@ -3,7 +3,7 @@
 FROM node:20-bookworm AS build
 WORKDIR /src/frontend
 COPY frontend/package.json frontend/package-lock.json ./
-RUN npm ci --no-audit --no-fund
+RUN npm install --no-save --no-audit --no-fund
 COPY frontend ./
 RUN npx vite build
 

@@ -54,10 +54,13 @@ fi
 make -s -C backend setup
 if [ ! -d frontend/node_modules ] || [ frontend/package-lock.json -nt frontend/node_modules/.package-lock.json ]; then
 	log "installing console packages"
-	(cd frontend && npm ci --no-audit --no-fund --loglevel=error)
+	# `npm install --no-save` rather than `npm ci`: it installs exactly the locked versions too, but
+	# tolerates a lockfile without the optional per-platform packages (rollup's, esbuild's) that a
+	# registry mirror may not carry, where `npm ci` refuses the lockfile as out of sync.
+	(cd frontend && npm install --no-save --no-audit --no-fund --loglevel=error)
 fi
 if [ "$mode" = test ] && { [ ! -d e2e/node_modules ] || [ e2e/package-lock.json -nt e2e/node_modules/.package-lock.json ]; }; then
 	log "installing browser-test packages"
-	(cd e2e && npm ci --no-audit --no-fund --loglevel=error)
+	(cd e2e && npm install --no-save --no-audit --no-fund --loglevel=error)
 fi
 log "ok ($mode)"
