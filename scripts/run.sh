@@ -69,8 +69,9 @@ supervise_agent() {
 		agent/build/hotpathd run --server "127.0.0.1:$HOTPATH_GRPC_PORT" \
 			--token-file "$HOTPATH_DATA_DIR/agent-token" &
 		echo $! >"$rundir/agent.pid"
-		wait $!
-		say "the agent exited (status $?); restarting it in 3 s"
+		local rc=0
+		wait $! || rc=$?  # under `set -e` a bare failing wait would end the supervisor too
+		say "the agent exited (status $rc); restarting it in 3 s"
 		sleep 3
 	done
 }

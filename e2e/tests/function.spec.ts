@@ -3,7 +3,7 @@
 // vfs_read, its CFG draws one node per basic block the agent found, and a block's instructions
 // come from the agent.
 import { test, expect } from "@playwright/test";
-import { api, openHost, thisHostId, waitForCatalog } from "./helpers";
+import { api, openHost, startReadLoop, thisHostId, waitForCatalog } from "./helpers";
 
 test("searching vfs_read finds it in the tree and its CFG draws", async ({ page }) => {
   const ctx = await api();
@@ -35,6 +35,33 @@ test("searching vfs_read finds it in the tree and its CFG draws", async ({ page 
   const panel = page.getByRole("region", { name: "Instructions" });
   await expect(panel).toBeVisible();
   await expect(panel).toContainText(fn.address_hex);
+});
+
+test("vfs_read's CFG is coloured by live samples while a read loop runs", async ({ page }) => {
+  const ctx = await api();
+  const hostId = await thisHostId(ctx);
+  await waitForCatalog(ctx, hostId);
+  const found = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=vfs_read&limit=50`)).json();
+  const fn = found.items.find((f: { name: string }) => f.name === "vfs_read");
+
+  const loop = startReadLoop();
+  try {
+    await page.goto(`/hosts/${hostId}/functions/${fn.id}`);
+    await expect(page.getByRole("heading", { name: "vfs_read" })).toBeVisible();
+    // A block with samples says so in its tooltip and is filled differently from a block without.
+    const hot = page.getByTestId("cfg-block").filter({ has: page.locator("title", { hasText: /^[1-9]\d* samples$/ }) });
+    await expect(hot.first()).toBeAttached({ timeout: 30_000 });
+    const cold = page.getByTestId("cfg-block").filter({ has: page.locator("title", { hasText: /^0 samples$/ }) });
+    if (await cold.count()) {
+      const fill = (l: typeof hot) => l.first().locator("rect").getAttribute("fill");
+      expect(await fill(hot)).not.toBe(await fill(cold));
+    }
+    // The colours come from the same samples the API reports for this function.
+    const samples = await (await ctx.get(`/api/v1/hosts/${hostId}/functions/${fn.id}/samples?window_s=60`)).json();
+    expect(samples.total).toBeGreaterThan(0);
+  } finally {
+    loop.kill();
+  }
 });
 
 test("an unknown function shows a not-found page", async ({ page }) => {

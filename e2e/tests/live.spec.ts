@@ -17,7 +17,8 @@ test("a read loop makes the kernel's read path climb the top functions", async (
   const ctx = await api();
   const hostId = await thisHostId(ctx);
   await waitForCatalog(ctx, hostId);
-  const before = await bestReadPathRank(ctx, hostId);
+  // Start from a quiet read path (an earlier test's read loop may still be inside the window).
+  await expect.poll(() => bestReadPathRank(ctx, hostId), { timeout: 30_000 }).toBeGreaterThan(10);
 
   await openHost(page);
   await page.getByRole("tab", { name: "Top functions" }).click();
@@ -29,8 +30,6 @@ test("a read loop makes the kernel's read path climb the top functions", async (
     const readRow = table.getByRole("row").filter({ hasText: new RegExp(`\\b(${READ_PATH.join("|")})\\b`) });
     await expect(readRow.first()).toBeVisible({ timeout: 30_000 });
     await expect.poll(() => bestReadPathRank(ctx, hostId), { timeout: 30_000 }).toBeLessThanOrEqual(10);
-    const after = await bestReadPathRank(ctx, hostId);
-    expect(after).toBeLessThan(before);
   } finally {
     loop.kill();
   }

@@ -70,6 +70,7 @@ class AgentRegistry:
         self.piece_owner: dict[str, str] = {}  # digest -> session id of the stream sending it
         self.piece_started: dict[str, float] = {}
         self.complete: set[str] = set()
+        self.cleanups: set[asyncio.Task] = set()  # disconnects being recorded
 
     def online(self, host_id: str) -> bool:
         return host_id in self.sessions
@@ -77,6 +78,8 @@ class AgentRegistry:
     async def close_all(self) -> None:
         for session in list(self.sessions.values()):
             await end_session(session, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+        if self.cleanups:
+            await asyncio.wait(set(self.cleanups), timeout=5)
 
     async def inspect_function(self, host_id: str, module: str, digest: str, index: int, actor: str) -> list:
         """Ask the host's agent to decode a function; cache and return [[offset, length, hex, text], ...]."""
@@ -209,7 +212,13 @@ class AgentService(pb_grpc.AgentServiceServicer):
             await self._publish_host(hello.host_id)
             await self._serve(session, context)
         finally:
-            await self._disconnect(session)
+            # When the peer vanishes (agent killed, network cut) grpc.aio cancels this handler, and can
+            # cancel it again while it cleans up: record the disconnect in a task of its own, so the
+            # host is always marked offline.
+            cleanup = asyncio.create_task(self._disconnect(session))
+            self.registry.cleanups.add(cleanup)
+            cleanup.add_done_callback(self.registry.cleanups.discard)
+            await asyncio.shield(cleanup)
 
     async def _register(self, hello: "pb.Hello", session: AgentSession) -> list[str]:
         now = datetime.now(timezone.utc)

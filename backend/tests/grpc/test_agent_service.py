@@ -2,7 +2,12 @@
 """AgentService.Connect over a real gRPC channel to the in-process server, driven by the scripted
 agent: authentication, registration, content-addressed catalog storage, disconnect and reconnect,
 replacement of a stream by a newer one, and samples for pieces not yet stored."""
+import asyncio
+import os
+import signal
+import sys
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -117,6 +122,46 @@ async def test_stream_end_marks_offline_keeps_data_and_reconnect_is_online(backe
     assert list(welcome.missing_digests) == []
     assert await wait_until(lambda: _host_field(client, host_id, "online"))
     await again.close()
+
+
+KILLED_AGENT = """
+import asyncio, sys
+from tests.scripted_agent import ScriptedAgent
+async def main():
+    agent = ScriptedAgent(sys.argv[1], sys.argv[2], sys.argv[3], kernel_tag=sys.argv[4])
+    await agent.connect()
+    print("connected", flush=True)
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+async def test_agent_process_killed_mid_stream_shows_offline_and_data_is_kept(backend, client, unique):
+    """An agent killed with SIGKILL never ends its stream: the server sees the call cancelled, not EOF,
+    and must still record the host offline."""
+    host_id = f"kill-{unique}"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", KILLED_AGENT, backend.grpc_target, backend.agent_token, host_id, f"k-{unique}",
+        cwd=Path(__file__).resolve().parents[2], stdout=asyncio.subprocess.PIPE, env=dict(os.environ))
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line.strip() == b"connected"
+        await wait_until(lambda: _host_field(client, host_id, "catalog_complete"))
+        assert await _host_field(client, host_id, "online") is True
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+
+    async def offline():
+        h = (await client.get(f"/api/v1/hosts/{host_id}")).json()
+        return h if h["online"] is False else None
+
+    host = await wait_until(offline)
+    assert host["catalog_complete"] is True
+    found = (await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": "vfs_read"})).json()
+    assert found["total"] == 2
+    assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' "
+                                  "AND target = :h", h=host_id) == 1
 
 
 async def test_second_stream_with_same_host_id_replaces_the_first(backend, client, unique):

@@ -11,7 +11,7 @@ export function renderApp(url: string) {
   return render(
     <QueryClientProvider client={qc}>
       <AuthProvider>
-        <MemoryRouter initialEntries={[url]}>
+        <MemoryRouter initialEntries={[url]} future={{ v7_startTransition: true, v7_relativeSplatPath: true }}>
           <App />
         </MemoryRouter>
       </AuthProvider>
