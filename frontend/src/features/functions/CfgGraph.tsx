@@ -80,7 +80,7 @@ export const CfgGraph = memo(function CfgGraph({ layout, hostId, colour, maxSamp
                 <g
                   key={n.id}
                   data-testid="cfg-block"
-                  className={`cfg-node block${selected === n.id ? " selected" : ""}`}
+                  className={`cfg-node block${selected === n.id ? " selected" : ""}${n.samples && n.samples > maxSamples * 0.55 ? " dark" : ""}`}
                   transform={`translate(${n.x - n.width / 2},${n.y - n.height / 2})`}
                   tabIndex={0}
                   onClick={() => onSelect(n)}

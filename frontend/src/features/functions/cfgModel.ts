@@ -174,12 +174,29 @@ export function layoutCfg(model: CfgModel): CfgLayout {
     const p = g.node(n.id) as { x: number; y: number };
     return { ...n, x: p.x, y: p.y };
   });
+  const byId = new Map(nodes.map((n) => [n.id, n]));
   const edges = model.edges.map((e) => {
+    const self = e.source === e.target ? byId.get(e.source) : undefined;
+    if (self) return { ...e, points: selfLoop(self) };
     const label = g.edge({ v: e.source, w: e.target, name: e.id }) as { points?: { x: number; y: number }[] };
     return { ...e, points: label?.points ?? [] };
   });
   const graph = g.graph() as { width?: number; height?: number };
   return { width: graph.width ?? 0, height: graph.height ?? 0, nodes, edges };
+}
+
+/** A block that branches to its own start (a spin loop): a loop out of and back into its right side.
+ *  (dagre routes self-edges through dummy points that can land away from the node.) */
+function selfLoop(n: PositionedNode): { x: number; y: number }[] {
+  const right = n.x + n.width / 2;
+  const dy = n.height / 4;
+  return [
+    { x: right, y: n.y - dy },
+    { x: right + 18, y: n.y - dy - 6 },
+    { x: right + 26, y: n.y },
+    { x: right + 18, y: n.y + dy + 6 },
+    { x: right, y: n.y + dy },
+  ];
 }
 
 /** Per-offset sample counts from the samples response. */

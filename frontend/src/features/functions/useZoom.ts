@@ -5,6 +5,9 @@ import { useCallback, useEffect, useRef, type RefObject } from "react";
 import { select } from "d3-selection";
 import { zoom, zoomIdentity, type ZoomBehavior } from "d3-zoom";
 
+/** Block labels are drawn at 10-11 px; below this scale they cannot be read. */
+const MIN_READABLE_SCALE = 0.85;
+
 export interface ZoomControls {
   fit(): void;
   zoomBy(factor: number): void;
@@ -17,7 +20,9 @@ export function useZoom(
 ): ZoomControls {
   const behavior = useRef<ZoomBehavior<SVGSVGElement, unknown> | null>(null);
 
-  const fit = useCallback(() => {
+  // readable: the initial view, never so small that block labels become unreadable (a tall graph
+  // starts at its entry and is explored by panning); otherwise the whole graph (the Fit button).
+  const place = useCallback((readable: boolean) => {
     const svg = svgRef.current;
     const z = behavior.current;
     if (!svg || !z) return;
@@ -25,13 +30,13 @@ export function useZoom(
     const vh = svg.clientHeight || 560;
     const w = Math.max(1, content.width);
     const h = Math.max(1, content.height);
-    // Fit the whole graph, but never so small that labels become unreadable: tall graphs
-    // start at the entry and are scrolled by panning.
-    const k = Math.max(0.35, Math.min(1.25, vw / w, vh / h));
+    const whole = Math.min(1.25, vw / w, vh / h);
+    const k = readable ? Math.max(MIN_READABLE_SCALE, Math.min(1.25, vw / w)) : Math.max(0.05, whole);
     const x = (vw - w * k) / 2;
     const y = h * k <= vh ? (vh - h * k) / 2 : 0;
     select(svg).call(z.transform, zoomIdentity.translate(x, y).scale(k));
   }, [svgRef, content.width, content.height]);
+  const fit = useCallback(() => place(false), [place]);
 
   useEffect(() => {
     const svg = svgRef.current;
@@ -45,12 +50,12 @@ export function useZoom(
       });
     behavior.current = z;
     select(svg).call(z).on("dblclick.zoom", null);
-    fit();
+    place(true);
     return () => {
       select(svg).on(".zoom", null);
       behavior.current = null;
     };
-  }, [svgRef, groupRef, fit]);
+  }, [svgRef, groupRef, place]);
 
   const zoomBy = useCallback((factor: number) => {
     const svg = svgRef.current;

@@ -72,18 +72,14 @@ describe("code tree model", () => {
     expect(names(loading)).toEqual(["[vmlinux]", "ksys_read", "(loading blocks…)"]);
   });
 
-  it("flattens a whole kernel's catalog quickly", () => {
+  it("flattens and searches a whole kernel's catalog (speed: bench/console_tree)", () => {
     const big = Array.from({ length: 120_000 }, (_, i) =>
       fnSummary({ id: i + 1, name: `fn_${(i * 7919) % 120_000}`, address_hex: (0xffffffff81000000n + BigInt(i * 64)).toString(16) }));
-    const t0 = performance.now();
     const idx = indexCatalog(big);
     const all = flattenTree(idx, base);
     const some = flattenTree(idx, { ...base, query: "fn_1199" });
-    const elapsed = performance.now() - t0;
     expect(all.length).toBe(120_001);
     expect(some.map((r) => (r.kind === "function" ? r.fn.name : "")).filter(Boolean).every((n) => n.includes("fn_1199"))).toBe(true);
     expect(some.length).toBeGreaterThan(1);
-    // Generous bound: a slow CI machine still passes, a quadratic regression does not.
-    expect(elapsed).toBeLessThan(5000);
   });
 });

@@ -13,8 +13,10 @@ export interface CatalogIndex {
   /** Per module, its functions sorted by name and by address (computed once). */
   byName: Map<string, FunctionSummary[]>;
   byAddress: Map<string, FunctionSummary[]>;
-  /** Lower-cased names, for case-insensitive search without re-lowering on every keystroke. */
-  lower: Map<number, string>;
+  /** Lower-cased names aligned with byName and byAddress, for case-insensitive search without
+   *  re-lowering or a lookup per function on every keystroke. */
+  lowerByName: Map<string, string[]>;
+  lowerByAddress: Map<string, string[]>;
 }
 
 export type BlockState =
@@ -45,20 +47,24 @@ function moduleOrder(a: string, b: string): number {
 
 export function indexCatalog(functions: readonly FunctionSummary[]): CatalogIndex {
   const groups = new Map<string, FunctionSummary[]>();
-  const lower = new Map<number, string>();
   for (const fn of functions) {
     let g = groups.get(fn.module);
     if (!g) groups.set(fn.module, (g = []));
     g.push(fn);
-    lower.set(fn.id, fn.name.toLowerCase());
   }
   const byName = new Map<string, FunctionSummary[]>();
   const byAddress = new Map<string, FunctionSummary[]>();
+  const lowerByName = new Map<string, string[]>();
+  const lowerByAddress = new Map<string, string[]>();
   for (const [mod, list] of groups) {
-    byName.set(mod, list.slice().sort(byNameCmp));
-    byAddress.set(mod, list.slice().sort(byAddressCmp));
+    const named = list.slice().sort(byNameCmp);
+    const placed = list.slice().sort(byAddressCmp);
+    byName.set(mod, named);
+    byAddress.set(mod, placed);
+    lowerByName.set(mod, named.map((fn) => fn.name.toLowerCase()));
+    lowerByAddress.set(mod, placed.map((fn) => fn.name.toLowerCase()));
   }
-  return { modules: [...groups.keys()].sort(moduleOrder), byName, byAddress, lower };
+  return { modules: [...groups.keys()].sort(moduleOrder), byName, byAddress, lowerByName, lowerByAddress };
 }
 
 /** Samples per second of a function: live hotness when known, else the catalog's figure. */
@@ -75,9 +81,15 @@ export function moduleFunctions(
   sort: SortKey,
   hotness: ReadonlyMap<number, number> | null,
 ): FunctionSummary[] {
-  const base = (sort === "address" ? index.byAddress : index.byName).get(module) ?? [];
+  const byAddress = sort === "address";
+  const base = (byAddress ? index.byAddress : index.byName).get(module) ?? [];
   const q = query.trim().toLowerCase();
-  const matched = q ? base.filter((fn) => (index.lower.get(fn.id) ?? "").includes(q)) : base;
+  let matched = base;
+  if (q) {
+    const lower = (byAddress ? index.lowerByAddress : index.lowerByName).get(module) ?? [];
+    matched = [];
+    for (let i = 0; i < base.length; i++) if (lower[i].includes(q)) matched.push(base[i]);
+  }
   if (sort !== "hotness") return matched;
   // Stable over the name order, so equally hot (mostly idle) functions stay alphabetical.
   const rate = (fn: FunctionSummary) => rateOf(fn, hotness) ?? -1;
