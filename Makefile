@@ -35,9 +35,10 @@ frontend: backend
 
 build: agent backend frontend
 
-bench: agent
+bench: agent frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
+	./bench/console_tree
 
 clean:
 	$(MAKE) -C agent clean

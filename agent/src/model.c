@@ -214,7 +214,8 @@ int hp_model_build_index(struct hp_model *m)
 		}
 	m->nindex = total;
 	qsort(m->index, total, sizeof(*m->index), cmp_index);
-	memcpy(m->names + total, m->aliases, m->naliases * sizeof(*m->aliases));
+	if (m->naliases)
+		memcpy(m->names + total, m->aliases, m->naliases * sizeof(*m->aliases));
 	m->nnames = total + m->naliases;
 	qsort(m->names, m->nnames, sizeof(*m->names), cmp_name);
 	return 0;
@@ -405,6 +406,16 @@ int hp_function_disassemble(struct hp_model *m, const struct hp_module *mod, con
 	if (!m || !f || !m->read) {
 		snprintf(err, errlen, "no function to disassemble");
 		return -EINVAL;
+	}
+	if (f->flags & HP_FN_UNREADABLE) {
+		int e = f->read_errno ? f->read_errno : EFAULT;
+		snprintf(err, errlen, "the bytes of %s could not be read: %s", f->name, strerror(e));
+		return -e;
+	}
+	if (f->size > HP_MAX_DISASSEMBLY_BYTES) {
+		snprintf(err, errlen, "%s is %u bytes, more than the %u this command disassembles", f->name,
+			 f->size, HP_MAX_DISASSEMBLY_BYTES);
+		return -EFBIG;
 	}
 	code = malloc(f->size ? f->size : 1);
 	/* An instruction is at least one byte, so size bounds the count. */

@@ -147,6 +147,9 @@ struct hp_insn {
 	uint8_t bytes[15];
 	char text[96];             /* Intel syntax, targets symbolized */
 };
+/* No real function is anywhere near this; a symbol claiming more comes from a damaged file. */
+#define HP_MAX_DISASSEMBLY_BYTES (16u << 20)
+
 /* Decode every instruction of f (re-reading its bytes from the target).
  * Returns the count (>= 0) and a malloc'd array in *out, or a negative errno. */
 int hp_function_disassemble(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,

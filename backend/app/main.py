@@ -6,9 +6,12 @@ from pathlib import Path
 from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi.responses import FileResponse
 from fastapi.routing import APIRoute
+from pydantic import TypeAdapter
 
+from app.api.responses import ADMIN_ONLY, SIGNED_IN
 from app.api.routes import auth, functions, health, hosts, live, users
 from app.runtime import Runtime
+from app.schemas import LiveEvent
 
 API_PREFIX = "/api/v1"
 
@@ -24,10 +27,14 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None) -
                               "live sample hotness, and agent commands.")
     app.state.runtime = runtime
     api = APIRouter(prefix=API_PREFIX)
-    for module in (health, auth, users, hosts, functions, live):
-        api.include_router(module.router)
-    api.include_router(users.audit_router)
+    api.include_router(health.router)
+    api.include_router(auth.router)
+    api.include_router(users.router, responses=ADMIN_ONLY)
+    api.include_router(users.audit_router, responses=ADMIN_ONLY)
+    for module in (hosts, functions, live):
+        api.include_router(module.router, responses=SIGNED_IN)
     app.include_router(api)
+    _document_live_events(app)
     if static_dir is not None and (static_dir / "index.html").is_file():
         _mount_console(app, static_dir.resolve())
     return app
@@ -44,3 +51,23 @@ def _mount_console(app: FastAPI, root: Path) -> None:
         if path and candidate.is_relative_to(root) and candidate.is_file():
             return FileResponse(candidate)
         return FileResponse(index, headers={"Cache-Control": "no-cache"})
+
+
+def _document_live_events(app: FastAPI) -> None:
+    """Put the WebSocket's message types into the OpenAPI document's schemas (OpenAPI cannot describe
+    a WebSocket route), so the console's generated client has them as types."""
+    plain = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = plain()
+            adapter = TypeAdapter(LiveEvent)
+            events = adapter.json_schema(mode="serialization", ref_template="#/components/schemas/{model}")
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for name, definition in events.pop("$defs", {}).items():
+                components.setdefault(name, definition)
+            components["LiveEvent"] = {**events, "description": "A message of the WebSocket at /api/v1/ws"}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi

@@ -7,7 +7,7 @@ case hex without "0x" — because JavaScript loses the low bits of integers abov
 """
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -210,7 +210,7 @@ class AuditEntry(BaseModel):
     detail: dict
 
 
-# WebSocket messages (documented in OpenAPI through the /ws/schema route so the client has types).
+# WebSocket messages (added to the OpenAPI document's schemas by app.main, so the client has types).
 class SamplesTopItem(BaseModel):
     function_id: int
     name: str
@@ -233,6 +233,9 @@ class SamplesEvent(BaseModel):
 class PingEvent(BaseModel):
     type: Literal["ping"]
     at: datetime
+
+
+LiveEvent = Annotated[HostEvent | SamplesEvent | PingEvent, Field(discriminator="type")]
 
 
 def hex64(value: int) -> str:

@@ -10,6 +10,14 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from app.schemas import Message
+
+
+# Error responses every route of a kind can give, for the OpenAPI document (each carries {"detail": ...}).
+SIGNED_IN = {401: {"model": Message, "description": "Not signed in, or the token expired"}}
+ADMIN_ONLY = {**SIGNED_IN, 403: {"model": Message, "description": "The signed-in user's role does not allow this"}}
+BAD_BODY = {400: {"model": Message, "description": "The request body is not valid JSON"}}
+
 
 class FastJSON(Response):
     media_type = "application/json"

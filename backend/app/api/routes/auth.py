@@ -6,13 +6,14 @@ from fastapi import APIRouter, HTTPException, Request, status
 
 from app import crud
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
+from app.api.responses import BAD_BODY, SIGNED_IN
 from app.core.security import DUMMY_PASSWORD_HASH, create_access_token, verify_password
 from app.schemas import LoginRequest, Message, Token, UserPublic
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 
 
-@router.post("/login", response_model=Token, responses={401: {"model": Message}})
+@router.post("/login", response_model=Token, responses={401: {"model": Message}, **BAD_BODY})
 async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, session: SessionDep) -> Token:
     """Exchange a username and password for a bearer token."""
     user = await crud.get_user_by_username(session, body.username)
@@ -30,7 +31,7 @@ async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, sessi
     return Token(access_token=token, user=UserPublic.model_validate(user))
 
 
-@router.get("/me", response_model=UserPublic)
+@router.get("/me", response_model=UserPublic, responses=SIGNED_IN)
 async def me(user: CurrentUser) -> UserPublic:
     """The signed-in user."""
     return UserPublic.model_validate(user)

@@ -1,28 +1,29 @@
 # SPDX-License-Identifier: Apache-2.0
 """A host's functions: search and paging over the whole catalog, one function's blocks and calls, its
 samples per block, and its instructions (decoded by the host's agent once per build, then cached)."""
-from typing import Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Response
-from app.api.responses import FastJSON
+from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from app import crud
+from app.api.responses import FastJSON
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
-from app.api.routes.hosts import WindowS, require_host
+from app.api.routes.hosts import HostId, WindowS, require_host
 from app.grpc.agent_service import CommandFailed, CommandTimeout, HostOffline
 from app.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message, hex64
 
 router = APIRouter(prefix="/hosts/{host_id}/functions", tags=["functions"])
 NOT_FOUND = {404: {"model": Message}}
+FunctionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="A function's id in this backend")]
 
 
 @router.get("", response_model=FunctionsPage, responses=NOT_FOUND)
-async def list_functions(host_id: str, session: SessionDep, _: CurrentUser,
+async def list_functions(host_id: HostId, session: SessionDep, _: CurrentUser,
                          q: str | None = Query(None, max_length=256, description="Case-insensitive substring of the name"),
                          module: str | None = Query(None, max_length=4096),
                          sort: Literal["name", "address", "hotness"] = "name",
                          window_s: int = WindowS,
-                         offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=100000)):
+                         offset: int = Query(0, ge=0, le=2**31 - 1), limit: int = Query(100, ge=1, le=100000)):
     """Search and page through a host's functions; exact name matches come first."""
     await require_host(session, host_id)
     body = await crud.functions_page(session, host_id, q or None, module, sort, window_s, offset, limit)
@@ -30,7 +31,7 @@ async def list_functions(host_id: str, session: SessionDep, _: CurrentUser,
 
 
 @router.get("/{function_id}", response_model=FunctionDetail, responses=NOT_FOUND)
-async def get_function(host_id: str, function_id: int, session: SessionDep, _: CurrentUser, window_s: int = WindowS):
+async def get_function(host_id: HostId, function_id: FunctionId, session: SessionDep, _: CurrentUser, window_s: int = WindowS):
     """A function with its basic blocks, successors and callees."""
     await require_host(session, host_id)
     detail = await crud.function_detail(session, host_id, function_id, window_s)
@@ -40,7 +41,7 @@ async def get_function(host_id: str, function_id: int, session: SessionDep, _: C
 
 
 @router.get("/{function_id}/samples", response_model=FunctionSamples, responses=NOT_FOUND)
-async def function_samples(host_id: str, function_id: int, session: SessionDep, _: CurrentUser,
+async def function_samples(host_id: HostId, function_id: FunctionId, session: SessionDep, _: CurrentUser,
                            window_s: int = WindowS):
     """Samples per basic block of a function in the window."""
     await require_host(session, host_id)
@@ -52,7 +53,7 @@ async def function_samples(host_id: str, function_id: int, session: SessionDep, 
 @router.get("/{function_id}/instructions", response_model=InstructionsPublic,
             responses={404: {"model": Message}, 502: {"model": Message}, 503: {"model": Message},
                        504: {"model": Message}})
-async def function_instructions(host_id: str, function_id: int, session: SessionDep, runtime: RuntimeDep,
+async def function_instructions(host_id: HostId, function_id: FunctionId, session: SessionDep, runtime: RuntimeDep,
                                 user: CurrentUser):
     """The instructions of a function, from the cache or decoded by the host's agent."""
     await require_host(session, host_id)

@@ -1,15 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """Hosts known to the backend, their loaded modules, and their sample windows (top functions and
 per-function hotness)."""
-from fastapi import APIRouter, HTTPException, Query
-from app.api.responses import FastJSON
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Query
 
 from app import crud
+from app.api.responses import FastJSON
 from app.api.deps import CurrentUser, SessionDep
 from app.schemas import HostPublic, Hotness, Message, ModulePublic, TopFunctions
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 NOT_FOUND = {404: {"model": Message}}
+HostId = Annotated[str, Path(min_length=1, max_length=256, description="The host id its agent reports")]
 WindowS = Query(10, ge=1, le=86400, description="Length of the window in seconds, ending at the newest interval")
 
 
@@ -25,7 +28,7 @@ async def list_hosts(session: SessionDep, _: CurrentUser):
 
 
 @router.get("/{host_id}", response_model=HostPublic, responses=NOT_FOUND)
-async def get_host(host_id: str, session: SessionDep, _: CurrentUser):
+async def get_host(host_id: HostId, session: SessionDep, _: CurrentUser):
     """One host."""
     host = await crud.get_host_public(session, host_id)
     if host is None:
@@ -34,14 +37,14 @@ async def get_host(host_id: str, session: SessionDep, _: CurrentUser):
 
 
 @router.get("/{host_id}/modules", response_model=list[ModulePublic], responses=NOT_FOUND)
-async def list_modules(host_id: str, session: SessionDep, _: CurrentUser):
+async def list_modules(host_id: HostId, session: SessionDep, _: CurrentUser):
     """The code modules loaded on a host, with whether their catalog is stored."""
     await require_host(session, host_id)
     return FastJSON(await crud.list_modules(session, host_id))
 
 
 @router.get("/{host_id}/top-functions", response_model=TopFunctions, responses=NOT_FOUND)
-async def top_functions(host_id: str, session: SessionDep, _: CurrentUser, window_s: int = WindowS,
+async def top_functions(host_id: HostId, session: SessionDep, _: CurrentUser, window_s: int = WindowS,
                         limit: int = Query(50, ge=1, le=10000)):
     """The functions with the most samples in the window, most first."""
     await require_host(session, host_id)
@@ -49,7 +52,7 @@ async def top_functions(host_id: str, session: SessionDep, _: CurrentUser, windo
 
 
 @router.get("/{host_id}/hotness", response_model=Hotness, responses=NOT_FOUND)
-async def hotness(host_id: str, session: SessionDep, _: CurrentUser, window_s: int = WindowS):
+async def hotness(host_id: HostId, session: SessionDep, _: CurrentUser, window_s: int = WindowS):
     """Samples per second of every function that had samples in the window."""
     await require_host(session, host_id)
     return FastJSON(await crud.hotness(session, host_id, window_s))

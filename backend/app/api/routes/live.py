@@ -13,7 +13,6 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from app import crud
 from app.api.deps import user_from_token
-from app.schemas import HostEvent, PingEvent, SamplesEvent
 
 router = APIRouter(tags=["live"])
 log = logging.getLogger("hotpath.live")
@@ -53,9 +52,3 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
     finally:
         runtime.hub.unsubscribe(queue)
         reader.cancel()
-
-
-@router.get("/ws/schema", response_model=HostEvent | SamplesEvent | PingEvent, include_in_schema=True)
-async def live_message_schema() -> None:
-    """Documents the messages of the WebSocket at /api/v1/ws (this route itself returns nothing)."""
-    return None

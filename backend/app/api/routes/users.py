@@ -4,6 +4,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from app import crud
 from app.api.deps import AdminUser, SessionDep
+from app.api.responses import BAD_BODY
 from app.schemas import AuditEntry, Message, UserCreate, UserDetail
 
 router = APIRouter(prefix="/users", tags=["users"])
@@ -17,7 +18,7 @@ async def list_users(session: SessionDep, _: AdminUser) -> list[UserDetail]:
 
 
 @router.post("", response_model=UserDetail, status_code=status.HTTP_201_CREATED,
-             responses={409: {"model": Message}})
+             responses={409: {"model": Message}, **BAD_BODY})
 async def create_user(body: UserCreate, session: SessionDep, admin: AdminUser) -> UserDetail:
     """Create a user with a role."""
     if await crud.get_user_by_username(session, body.username) is not None:

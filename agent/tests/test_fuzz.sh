@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Runs the libFuzzer targets in fuzz/ for a fixed number of inputs each, from seed corpora made
+# here: slices of hotpathd's own machine code for the decoder and CFG builder, and small programs
+# gcc compiles (optimized, with debug info, stripped, a relocatable object) for the ELF reader.
+# Fixed seeds keep a run repeatable. A crash, leak, sanitizer report or broken invariant fails the
+# case and leaves the input that caused it in build/fuzz/artifacts/. Run from the agent directory.
+# FUZZ_RUNS raises the number of inputs for a longer session (default 60000 per target).
+set -u
+runs=${FUZZ_RUNS:-60000}
+TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$TMP/cfg" "$TMP/elf" build/fuzz/artifacts
+
+# Decoder seeds: 4 KiB slices of real x86-64 code.
+objcopy -O binary --only-section=.text build/hotpathd "$TMP/text.bin"
+split -b 4096 -a 3 "$TMP/text.bin" "$TMP/cfg/text-"
+ls "$TMP"/cfg/text-* | tail -n +41 | xargs -r rm -f  # the first 40 slices are plenty
+
+# ELF seeds: one small program in four forms.
+cat >"$TMP/p.c" <<'C'
+static int sq(int i) { return i * i; }
+int sum(int n) { int s = 0; for (int i = 0; i < n; i++) s += sq(i); return s; }
+int main(int argc, char **argv) { (void)argv; return sum(argc) & 1; }
+C
+gcc -O2 -o "$TMP/elf/prog" "$TMP/p.c" &&
+	gcc -O0 -g -o "$TMP/elf/prog-debug" "$TMP/p.c" &&
+	strip -o "$TMP/elf/prog-stripped" "$TMP/elf/prog" &&
+	gcc -O2 -c -o "$TMP/elf/prog.o" "$TMP/p.c" || { echo "FAIL - fuzz seeds: gcc could not build them"; exit 1; }
+
+fuzz() {
+	local name=$1 corpus=$2 log="$TMP/$1.log"
+	if [ ! -x "build/fuzz/$name" ]; then
+		echo "FAIL - $name: build/fuzz/$name is not built (needs clang and its sanitizer runtimes)"
+		return
+	fi
+	if "build/fuzz/$name" -seed=1 -runs="$runs" -malloc_limit_mb=1024 -timeout=10 \
+		-artifact_prefix=build/fuzz/artifacts/ "$corpus" >"$log" 2>&1; then
+		echo "ok - $name: $(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$log" | head -1)s, $(grep -oE 'cov: [0-9]+' "$log" | tail -1) edges, no crash or broken invariant"
+	else
+		echo "FAIL - $name: $(grep -E 'invariant broken|ERROR:|runtime error' "$log" | head -3 | tr '\n' ' ')"
+		grep -E 'Test unit written' "$log" | sed 's/^/# /'
+		tail -40 "$log" | sed 's/^/# /'
+	fi
+}
+
+fuzz fuzz_cfg "$TMP/cfg"
+fuzz fuzz_elf "$TMP/elf"
