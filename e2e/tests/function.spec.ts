@@ -5,13 +5,19 @@
 import { test, expect } from "@playwright/test";
 import { api, openHost, startReadLoop, thisHostId, waitForCatalog } from "./helpers";
 
-test("searching vfs_read finds it in the tree and its CFG draws", async ({ page }) => {
+/** This host, once its catalog is stored, and vfs_read as the API lists it. */
+async function vfsRead() {
   const ctx = await api();
   const hostId = await thisHostId(ctx);
   await waitForCatalog(ctx, hostId);
   const found = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=vfs_read&limit=50`)).json();
   const fn = found.items.find((f: { name: string }) => f.name === "vfs_read");
   expect(fn, "vfs_read is in the catalog").toBeTruthy();
+  return { ctx, hostId, fn };
+}
+
+test("searching vfs_read finds it in the tree and its CFG draws", async ({ page }) => {
+  const { fn } = await vfsRead();
 
   await openHost(page);
   await page.getByRole("tab", { name: "Code" }).click();
@@ -38,11 +44,7 @@ test("searching vfs_read finds it in the tree and its CFG draws", async ({ page 
 });
 
 test("vfs_read's CFG is coloured by live samples while a read loop runs", async ({ page }) => {
-  const ctx = await api();
-  const hostId = await thisHostId(ctx);
-  await waitForCatalog(ctx, hostId);
-  const found = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=vfs_read&limit=50`)).json();
-  const fn = found.items.find((f: { name: string }) => f.name === "vfs_read");
+  const { ctx, hostId, fn } = await vfsRead();
 
   const loop = startReadLoop();
   try {
