@@ -44,6 +44,7 @@ if [ "$mode" = test ]; then
 	clang_major=$(clang --version | sed -nE 's/.*clang version ([0-9]+).*/\1/p' | head -1)
 	# (Debian 12 and later: libclang-rt-N-dev; older releases ship them in libclang-common-N-dev.)
 	rt=libclang-rt-${clang_major}-dev
+	apt-cache show "$rt" >/dev/null 2>&1 || apt-get update -qq
 	apt-cache show "$rt" >/dev/null 2>&1 || rt=libclang-common-${clang_major}-dev
 	if [ -n "$clang_major" ] && ! dpkg-query -W -f='${Status}' "$rt" 2>/dev/null | grep -q "ok installed"; then
 		log "installing: $rt"
