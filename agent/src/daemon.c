@@ -499,17 +499,6 @@ static bool serve_stream(struct agent *ag, const char *server, const char *token
 	return welcomed;
 }
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
 int cmd_run(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -535,13 +524,13 @@ int cmd_run(int argc, char **argv)
 		case 't': token_file = optarg; break;
 		case 'H': host_id = optarg; break;
 		case 'i':
-			if (parse_uint(optarg, 100, 60000, &ag.interval_ms) < 0) {
+			if (hp_parse_uint(optarg, 100, 60000, &ag.interval_ms) < 0) {
 				fprintf(stderr, "hotpathd run: --interval-ms must be a number from 100 to 60000\n");
 				return HP_EXIT_USAGE;
 			}
 			break;
 		case 'f':
-			if (parse_uint(optarg, 1, 10000, &ag.frequency) < 0) {
+			if (hp_parse_uint(optarg, 1, 10000, &ag.frequency) < 0) {
 				fprintf(stderr, "hotpathd run: --frequency must be a number from 1 to 10000\n");
 				return HP_EXIT_USAGE;
 			}

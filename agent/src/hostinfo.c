@@ -57,7 +57,7 @@ int hp_parse_build_id_notes(const uint8_t *buf, size_t len, char *out, size_t ou
 	return -ENOENT;
 }
 
-static void kernel_build_id(char *out, size_t outlen)
+void hp_kernel_build_id(char *out, size_t outlen)
 {
 	uint8_t buf[4096];
 	out[0] = '\0';
@@ -181,7 +181,7 @@ int hp_hostinfo_collect(struct hp_hostinfo *hi, const char *host_id_override, ch
 			return n < 0 ? n : -ENOENT;
 		}
 	}
-	kernel_build_id(hi->build_id, sizeof(hi->build_id));
+	hp_kernel_build_id(hi->build_id, sizeof(hi->build_id));
 	cpu_model(hi->cpu_model, sizeof(hi->cpu_model));
 	int cpus[1024];
 	int n = hp_online_cpus(cpus, 1024);

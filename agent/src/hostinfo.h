@@ -35,6 +35,9 @@ int hp_hostinfo_collect(struct hp_hostinfo *hi, const char *host_id_override, ch
  * /sys/kernel/notes). Returns 0 and writes hex into out, or -ENOENT. */
 int hp_parse_build_id_notes(const uint8_t *buf, size_t len, char *out, size_t outlen);
 
+/* The running kernel's GNU build id from /sys/kernel/notes, as hex; "" if it has none. */
+void hp_kernel_build_id(char *out, size_t outlen);
+
 /* Online CPU numbers from /sys/devices/system/cpu/online; returns the count
  * (at most max) or a negative errno. */
 int hp_online_cpus(int *cpus, int max);

@@ -82,11 +82,10 @@ static int parse_target_args(const char *cmd, int argc, char **argv, bool want_f
 		} else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
 			t->quiet = true;
 		} else if (!strcmp(argv[i], "--threads")) {
-			char *e;
+			unsigned n;
 			if (i + 1 >= argc)
 				return usage_error(cmd, "--threads needs a number");
-			long n = strtol(argv[++i], &e, 10);
-			if (*e || n < 0 || n > 1024)
+			if (hp_parse_uint(argv[++i], 0, 1024, &n) < 0)
 				return usage_error(cmd, "--threads needs a number from 0 to 1024");
 			t->threads = (int)n;
 		} else if (argv[i][0] == '-' && argv[i][1]) {

@@ -43,17 +43,6 @@ static void usage(FILE *f)
 		"  --help           show this help\n");
 }
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
 static double cpu_seconds(void)
 {
 	struct rusage ru;
@@ -113,19 +102,19 @@ int cmd_sample(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (parse_uint(optarg, 1, 3600, &seconds) < 0) {
+			if (hp_parse_uint(optarg, 1, 3600, &seconds) < 0) {
 				fprintf(stderr, "hotpathd sample: --seconds must be a number from 1 to 3600\n");
 				return HP_EXIT_USAGE;
 			}
 			break;
 		case 'f':
-			if (parse_uint(optarg, 1, 10000, &freq) < 0) {
+			if (hp_parse_uint(optarg, 1, 10000, &freq) < 0) {
 				fprintf(stderr, "hotpathd sample: --frequency must be a number from 1 to 10000\n");
 				return HP_EXIT_USAGE;
 			}
 			break;
 		case 't':
-			if (parse_uint(optarg, 0, 100000, &top) < 0) {
+			if (hp_parse_uint(optarg, 0, 100000, &top) < 0) {
 				fprintf(stderr, "hotpathd sample: --top must be a number from 0 to 100000\n");
 				return HP_EXIT_USAGE;
 			}

@@ -18,6 +18,7 @@
 #include <sys/utsname.h>
 
 #include "cfg.h"
+#include "hostinfo.h"
 #include "ktext.h"
 #include "ktext.skel.h"
 #include "model.h"
@@ -102,35 +103,6 @@ static void kernel_free_priv(struct hp_model *m)
 	free(kp->copies);
 	free(kp);
 	m->priv = NULL;
-}
-
-static void read_build_id(struct hp_model *m)
-{
-	uint8_t notes[4096];
-	size_t n, off = 0;
-	FILE *fp = fopen("/sys/kernel/notes", "rb");
-
-	if (!fp)
-		return;
-	n = fread(notes, 1, sizeof(notes), fp);
-	fclose(fp);
-	while (off + 12 <= n) {
-		uint32_t namesz, descsz, type;
-
-		memcpy(&namesz, notes + off, 4);
-		memcpy(&descsz, notes + off + 4, 4);
-		memcpy(&type, notes + off + 8, 4);
-		off += 12;
-		size_t name_end = off + ((namesz + 3) & ~3u), desc_end = name_end + ((descsz + 3) & ~3u);
-		if (namesz > n || descsz > n || desc_end > n)
-			return;
-		if (type == 3 && namesz == 4 && !memcmp(notes + off, "GNU", 4) && descsz <= 32) {
-			for (uint32_t i = 0; i < descsz; i++)
-				sprintf(m->build_id + 2 * i, "%02x", notes[name_end + i]);
-			return;
-		}
-		off = desc_end;
-	}
 }
 
 static bool has_prefix(const char *s, const char *p)
@@ -425,7 +397,7 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	m->read = kernel_read;
 	if (uname(&un) == 0)
 		snprintf(m->release, sizeof(m->release), "%s", un.release);
-	read_build_id(m);
+	hp_kernel_build_id(m->build_id, sizeof(m->build_id));
 
 	/* HOTPATH_TIMING=1 prints where the open spends its time. */
 	bool timing = getenv("HOTPATH_TIMING") != NULL;

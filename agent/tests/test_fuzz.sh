@@ -12,10 +12,9 @@ TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/cfg" "$TMP/elf" build/fuzz/artifacts
 
-# Decoder seeds: 4 KiB slices of real x86-64 code.
+# Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
 objcopy -O binary --only-section=.text build/hotpathd "$TMP/text.bin"
-split -b 4096 -a 3 "$TMP/text.bin" "$TMP/cfg/text-"
-ls "$TMP"/cfg/text-* | tail -n +41 | xargs -r rm -f  # the first 40 slices are plenty
+head -c $((40 * 4096)) "$TMP/text.bin" | split -b 4096 -a 3 - "$TMP/cfg/text-"
 
 # ELF seeds: one small program in four forms.
 cat >"$TMP/p.c" <<'C'
