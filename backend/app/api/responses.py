@@ -14,6 +14,7 @@ from app.schemas import Message
 
 
 # Error responses every route of a kind can give, for the OpenAPI document (each carries {"detail": ...}).
+NOT_FOUND = {404: {"model": Message, "description": "No such host, function or resource"}}
 SIGNED_IN = {401: {"model": Message, "description": "Not signed in, or the token expired"}}
 ADMIN_ONLY = {**SIGNED_IN, 403: {"model": Message, "description": "The signed-in user's role does not allow this"}}
 BAD_BODY = {400: {"model": Message, "description": "The request body is not valid JSON"}}

@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from app import catalog, crud, samples
 from app.core.security import agent_token_matches
-from app.models import Host, HostModule, u64_to_i64
+from app.models import Host, HostModule
 from app.proto import pb, pb_grpc
 from app.runtime import Runtime
 

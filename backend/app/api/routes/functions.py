@@ -6,14 +6,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from app import crud
-from app.api.responses import FastJSON
+from app.api.responses import NOT_FOUND, FastJSON
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.routes.hosts import HostId, WindowS, require_host
 from app.grpc.agent_service import CommandFailed, CommandTimeout, HostOffline
 from app.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message, hex64
 
 router = APIRouter(prefix="/hosts/{host_id}/functions", tags=["functions"])
-NOT_FOUND = {404: {"model": Message}}
 FunctionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="A function's id in this backend")]
 
 
@@ -51,8 +50,7 @@ async def function_samples(host_id: HostId, function_id: FunctionId, session: Se
 
 
 @router.get("/{function_id}/instructions", response_model=InstructionsPublic,
-            responses={404: {"model": Message}, 502: {"model": Message}, 503: {"model": Message},
-                       504: {"model": Message}})
+            responses={**NOT_FOUND, 502: {"model": Message}, 503: {"model": Message}, 504: {"model": Message}})
 async def function_instructions(host_id: HostId, function_id: FunctionId, session: SessionDep, runtime: RuntimeDep,
                                 user: CurrentUser):
     """The instructions of a function, from the cache or decoded by the host's agent."""

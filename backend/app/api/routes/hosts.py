@@ -6,12 +6,11 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from app import crud
-from app.api.responses import FastJSON
+from app.api.responses import NOT_FOUND, FastJSON
 from app.api.deps import CurrentUser, SessionDep
-from app.schemas import HostPublic, Hotness, Message, ModulePublic, TopFunctions
+from app.schemas import HostPublic, Hotness, ModulePublic, TopFunctions
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
-NOT_FOUND = {404: {"model": Message}}
 HostId = Annotated[str, Path(min_length=1, max_length=256, description="The host id its agent reports")]
 WindowS = Query(10, ge=1, le=86400, description="Length of the window in seconds, ending at the newest interval")
 

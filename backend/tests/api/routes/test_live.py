@@ -9,7 +9,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.scripted_agent import ScriptedAgent, wait_until
+from tests.scripted_agent import ScriptedAgent
 
 
 def _ws_url(backend, token):
