@@ -3,13 +3,11 @@
 // vfs_read, its CFG draws one node per basic block the agent found, and a block's instructions
 // come from the agent.
 import { test, expect } from "@playwright/test";
-import { api, openHost, startReadLoop, thisHostId, waitForCatalog } from "./helpers";
+import { api, openHost, readyHost, startReadLoop, thisHostId } from "./helpers";
 
 /** This host, once its catalog is stored, and vfs_read as the API lists it. */
 async function vfsRead() {
-  const ctx = await api();
-  const hostId = await thisHostId(ctx);
-  await waitForCatalog(ctx, hostId);
+  const { ctx, hostId } = await readyHost();
   const found = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=vfs_read&limit=50`)).json();
   const fn = found.items.find((f: { name: string }) => f.name === "vfs_read");
   expect(fn, "vfs_read is in the catalog").toBeTruthy();

@@ -40,6 +40,14 @@ export async function waitForCatalog(ctx: APIRequestContext, hostId: string, tim
   }
 }
 
+/** An admin API client and this machine's host id, once the host's catalog is stored. */
+export async function readyHost(): Promise<{ ctx: APIRequestContext; hostId: string }> {
+  const ctx = await api();
+  const hostId = await thisHostId(ctx);
+  await waitForCatalog(ctx, hostId);
+  return { ctx, hostId };
+}
+
 /** A real kernel workload: `dd` reading /dev/zero one byte per read(2), until stopped. */
 export function startReadLoop(): ChildProcess {
   return spawn("dd", ["if=/dev/zero", "of=/dev/null", "bs=1"], { stdio: "ignore" });

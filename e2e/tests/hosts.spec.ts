@@ -3,12 +3,10 @@
 // hardware PMU shows as unavailable with a reason (these VMs have none) rather than a number.
 import { test, expect } from "@playwright/test";
 import { execSync } from "node:child_process";
-import { api, hostname, thisHostId, waitForCatalog } from "./helpers";
+import { api, hostname, readyHost, thisHostId } from "./helpers";
 
 test("this host appears online with its kernel release", async ({ page }) => {
-  const ctx = await api();
-  const hostId = await thisHostId(ctx);
-  await waitForCatalog(ctx, hostId);
+  await readyHost();
   await page.goto("/");
   await expect(page.getByRole("heading", { name: "Hosts" })).toBeVisible();
   const row = page.getByRole("row").filter({ hasText: hostname });

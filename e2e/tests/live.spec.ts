@@ -3,7 +3,7 @@
 // climb the top-functions view; killing the agent shows the host offline with its data kept, and
 // the restarted agent brings it back online.
 import { test, expect } from "@playwright/test";
-import { api, agentPid, hostname, openHost, startReadLoop, thisHostId, waitForCatalog } from "./helpers";
+import { api, agentPid, hostname, openHost, readyHost, startReadLoop } from "./helpers";
 
 const READ_PATH = ["vfs_read", "ksys_read", "__x64_sys_read", "read_iter_zero", "iov_iter_zero", "rw_verify_area"];
 
@@ -14,9 +14,7 @@ async function bestReadPathRank(ctx: Awaited<ReturnType<typeof api>>, hostId: st
 }
 
 test("a read loop makes the kernel's read path climb the top functions", async ({ page }) => {
-  const ctx = await api();
-  const hostId = await thisHostId(ctx);
-  await waitForCatalog(ctx, hostId);
+  const { ctx, hostId } = await readyHost();
   // Start from a quiet read path (an earlier test's read loop may still be inside the window).
   await expect.poll(() => bestReadPathRank(ctx, hostId), { timeout: 30_000 }).toBeGreaterThan(10);
 
@@ -36,9 +34,7 @@ test("a read loop makes the kernel's read path climb the top functions", async (
 });
 
 test("a dead agent shows the host offline, keeps its data, and the restarted agent reconnects", async ({ page }) => {
-  const ctx = await api();
-  const hostId = await thisHostId(ctx);
-  await waitForCatalog(ctx, hostId);
+  const { ctx, hostId } = await readyHost();
   const pid = agentPid();
   process.kill(pid, "SIGKILL");
 
