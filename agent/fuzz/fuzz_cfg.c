@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cfg.h"
+#include "model/cfg.h"
 
 #define BASE 0xffffffff81000000ull
 

@@ -9,7 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "model.h"
+#include "model/model.h"
+#include "target/target.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -9,7 +9,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "model.h"
+#include "model/model.h"
+#include "target/target.h"
 
 /* Blocks tile [0, size) in order; fallthrough/taken targets are block starts
  * of the same function. Returns NULL or a static description of the first

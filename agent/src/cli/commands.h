@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The hotpathd subcommands. main.c parses the first word of the command line
+ * and hands the remaining arguments (argv[0] is the subcommand's name) to one
+ * of these. Each returns the process exit code: 0 success, 1 runtime error,
+ * 2 usage error, 3 the named function or resource was not found.
+ */
+#ifndef HOTPATH_COMMANDS_H
+#define HOTPATH_COMMANDS_H
+
+#include <errno.h>
+#include <stdlib.h>
+
+enum { HP_EXIT_OK = 0, HP_EXIT_ERROR = 1, HP_EXIT_USAGE = 2, HP_EXIT_NOT_FOUND = 3 };
+
+/* An option's decimal value in [lo, hi]: 0, or -1 when s is empty, not a number or out of range. */
+static inline int hp_parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+int cmd_inspect(int argc, char **argv); /* inspect.c: one function of a target */
+int cmd_parse(int argc, char **argv);   /* inspect.c: parse a whole target, print totals */
+int cmd_run(int argc, char **argv);     /* run.c: connect to the backend and serve it */
+int cmd_sample(int argc, char **argv);  /* sample.c: whole-system PC sampling, locally */
+
+#endif

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The daemon's state, shared by its parts: the model and sampler that live
+ * across connections, and the catalog pieces still to send on the current
+ * stream. Only the daemon's own files include this.
+ */
+#ifndef HOTPATH_DAEMON_AGENT_H
+#define HOTPATH_DAEMON_AGENT_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/catalog.h"
+#include "host/caps.h"
+#include "host/hostinfo.h"
+#include "measure/sampler.h"
+#include "model/model.h"
+#include "hotpath/v1/agent.pb-c.h"
+
+#define HP_AGENT_VERSION "0.1.0"
+
+struct hp_stream;
+
+struct agent {
+	struct hp_model *model;
+	struct hp_sampler *sampler;
+	struct hp_hostinfo host;
+	struct hp_caps caps;
+	uint32_t *block_counts; /* per module */
+	unsigned interval_ms, frequency;
+	double parse_seconds;
+	/* Catalog pieces still to send on the current stream. */
+	size_t *catalog_queue;
+	size_t ncatalog, catalog_pos;
+	struct hp_catalog_iter catalog_it;
+	bool catalog_active;
+	uint64_t dropped_batches;
+};
+
+/* Set by SIGINT/SIGTERM. */
+extern volatile sig_atomic_t hp_stop_requested;
+
+#endif

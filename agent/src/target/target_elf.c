@@ -1,0 +1,570 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * An ELF file on disk as a code model: one module named by the path, with
+ * functions at the file's virtual addresses. Functions come from .symtab,
+ * else .dynsym, else (stripped static binaries) the address ranges of
+ * .eh_frame's FDEs (parsed here, bounds-checked). Bytes come from the executable sections.
+ * Malformed files are rejected with a message, never trusted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/cfg.h"
+#include "model/model.h"
+#include "target/target.h"
+#include "target/target_elf.h"
+
+struct exec_sect {
+	uint64_t addr, size;
+	const uint8_t *data; /* NULL when the section's bytes are not in the file */
+	size_t index;
+};
+
+struct elfpriv {
+	int fd;
+	Elf *elf;
+	struct exec_sect *sects;
+	size_t nsects;
+};
+
+Elf *hp_elf_begin(int fd, const char *path, char *err, size_t errlen, int *errn)
+{
+	struct stat st;
+	GElf_Ehdr eh;
+	size_t shstrndx;
+	Elf *elf;
+
+	elf_version(EV_CURRENT);
+	if (fstat(fd, &st) < 0) {
+		*errn = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		*errn = -EINVAL;
+		snprintf(err, errlen, "%s: not a regular file", path);
+		return NULL;
+	}
+	if (st.st_size == 0) {
+		*errn = -ENOEXEC;
+		snprintf(err, errlen, "%s: empty file, not ELF", path);
+		return NULL;
+	}
+	elf = elf_begin(fd, ELF_C_READ, NULL);
+	if (!elf) {
+		*errn = -ENOEXEC;
+		snprintf(err, errlen, "%s: cannot read as ELF: %s", path, elf_errmsg(-1));
+		return NULL;
+	}
+	if (elf_kind(elf) != ELF_K_ELF) {
+		*errn = -ENOEXEC;
+		snprintf(err, errlen, "%s: not an ELF file", path);
+		goto fail;
+	}
+	if (!gelf_getehdr(elf, &eh)) {
+		*errn = -ENOEXEC;
+		snprintf(err, errlen, "%s: truncated or corrupt ELF header: %s", path, elf_errmsg(-1));
+		goto fail;
+	}
+	if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != EM_X86_64) {
+		*errn = -ENOEXEC;
+		snprintf(err, errlen, "%s: not an x86-64 ELF file (class %d, machine %d)", path,
+			 eh.e_ident[EI_CLASS], eh.e_machine);
+		goto fail;
+	}
+	/* The section header table sits at the end: a truncated file loses it. */
+	if (eh.e_shoff && (eh.e_shoff > (uint64_t)st.st_size ||
+			   (uint64_t)eh.e_shnum * eh.e_shentsize > (uint64_t)st.st_size - eh.e_shoff)) {
+		*errn = -ENOEXEC;
+		snprintf(err, errlen, "%s: truncated ELF file (section headers at %" PRIu64
+			 " beyond its %lld bytes)", path, (uint64_t)eh.e_shoff, (long long)st.st_size);
+		goto fail;
+	}
+	if (elf_getshdrstrndx(elf, &shstrndx) < 0) {
+		*errn = -ENOEXEC;
+		snprintf(err, errlen, "%s: corrupt ELF section headers: %s", path, elf_errmsg(-1));
+		goto fail;
+	}
+	return elf;
+fail:
+	elf_end(elf);
+	return NULL;
+}
+
+void hp_elf_build_id(Elf *elf, char *out)
+{
+	Elf_Scn *scn = NULL;
+
+	out[0] = 0;
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+		size_t off = 0, noff, doff;
+		GElf_Nhdr nh;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE || !(d = elf_getdata(scn, NULL)))
+			continue;
+		while ((off = gelf_getnote(d, off, &nh, &noff, &doff)) > 0) {
+			if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
+			    !memcmp((char *)d->d_buf + noff, "GNU", 4) && nh.n_descsz <= 32 &&
+			    doff + nh.n_descsz <= d->d_size) {
+				for (size_t i = 0; i < nh.n_descsz; i++)
+					sprintf(out + 2 * i, "%02x", ((uint8_t *)d->d_buf)[doff + i]);
+				return;
+			}
+		}
+	}
+}
+
+/* Executable PROGBITS sections, with their bytes when the file has them. */
+static int exec_sections(Elf *elf, struct exec_sect **out, size_t *n)
+{
+	Elf_Scn *scn = NULL;
+	struct exec_sect *v = NULL;
+	size_t cnt = 0;
+
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS || !(sh.sh_flags & SHF_EXECINSTR) ||
+		    !sh.sh_size)
+			continue;
+		struct exec_sect *nv = realloc(v, (cnt + 1) * sizeof(*v));
+		if (!nv) {
+			free(v);
+			return -ENOMEM;
+		}
+		v = nv;
+		d = elf_getdata(scn, NULL);
+		v[cnt].addr = sh.sh_addr;
+		v[cnt].size = sh.sh_size;
+		v[cnt].index = elf_ndxscn(scn);
+		v[cnt].data = d && d->d_buf && d->d_size >= sh.sh_size ? d->d_buf : NULL;
+		cnt++;
+	}
+	*out = v;
+	*n = cnt;
+	return 0;
+}
+
+static const struct exec_sect *sect_of(const struct exec_sect *s, size_t n, uint64_t addr)
+{
+	for (size_t i = 0; i < n; i++)
+		if (addr >= s[i].addr && addr - s[i].addr < s[i].size)
+			return &s[i];
+	return NULL;
+}
+
+static int add_checked(struct hp_model *m, struct hp_module *mod, const struct exec_sect *sects, size_t nsects,
+		       const char *name, uint64_t addr, uint64_t size, uint32_t flags, uint64_t bias,
+		       uint64_t lo, uint64_t hi)
+{
+	const struct exec_sect *s = sect_of(sects, nsects, addr);
+
+	if (!s || !size)
+		return 0;
+	if (addr + size > s->addr + s->size)
+		size = s->addr + s->size - addr; /* clip to the section */
+	if (hi > lo && (addr + bias < lo || addr + bias + size > hi))
+		return 0;
+	const char *pooled = hp_model_strdup(m, name);
+	int r = hp_module_add_function(mod, pooled, addr + bias, size, flags);
+	return r < 0 ? r : 1;
+}
+
+static int symbols_from(struct hp_model *m, struct hp_module *mod, Elf *elf, Elf64_Word type,
+			const struct exec_sect *sects, size_t nsects, uint64_t bias, uint64_t lo, uint64_t hi)
+{
+	Elf_Scn *scn = NULL;
+	int added = 0;
+
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != type || !sh.sh_entsize || !(d = elf_getdata(scn, NULL)))
+			continue;
+		size_t n = d->d_size / sh.sh_entsize;
+		for (size_t i = 0; i < n; i++) {
+			GElf_Sym sym;
+			const char *name;
+			int r;
+
+			if (!gelf_getsym(d, i, &sym))
+				continue;
+			int t = GELF_ST_TYPE(sym.st_info);
+			if ((t != STT_FUNC && t != STT_GNU_IFUNC) || !sym.st_size || sym.st_shndx == SHN_UNDEF ||
+			    sym.st_shndx >= SHN_LORESERVE)
+				continue;
+			name = elf_strptr(elf, sh.sh_link, sym.st_name);
+			if (!name || !*name)
+				continue;
+			r = add_checked(m, mod, sects, nsects, name, sym.st_value, sym.st_size,
+					GELF_ST_BIND(sym.st_info) == STB_GLOBAL ? HP_FN_BUILD_GLOBAL : 0, bias, lo,
+					hi);
+			if (r < 0)
+				return r;
+			added += r;
+		}
+	}
+	return added;
+}
+
+/* A bounds-checked reader over .eh_frame bytes. */
+struct ehr {
+	const uint8_t *p, *end;
+	uint64_t base; /* address of the section, for pc-relative pointers */
+	const uint8_t *start;
+	bool bad;
+};
+
+static uint64_t eh_uleb(struct ehr *r)
+{
+	uint64_t v = 0;
+	int shift = 0;
+
+	while (r->p < r->end) {
+		uint8_t b = *r->p++;
+		if (shift < 64)
+			v |= (uint64_t)(b & 0x7f) << shift;
+		shift += 7;
+		if (!(b & 0x80))
+			return v;
+	}
+	r->bad = true;
+	return 0;
+}
+
+static int64_t eh_sleb(struct ehr *r)
+{
+	int64_t v = 0;
+	int shift = 0;
+	uint8_t b = 0;
+
+	while (r->p < r->end) {
+		b = *r->p++;
+		if (shift < 64)
+			v |= (int64_t)(b & 0x7f) << shift;
+		shift += 7;
+		if (!(b & 0x80)) {
+			if (shift < 64 && (b & 0x40))
+				v |= -((int64_t)1 << shift);
+			return v;
+		}
+	}
+	r->bad = true;
+	return 0;
+}
+
+static uint64_t eh_fixed(struct ehr *r, int n)
+{
+	uint64_t v = 0;
+
+	if (r->end - r->p < n) {
+		r->bad = true;
+		return 0;
+	}
+	for (int i = 0; i < n; i++)
+		v |= (uint64_t)r->p[i] << (8 * i);
+	r->p += n;
+	return v;
+}
+
+/* Decode a pointer in DW_EH_PE encoding enc (pc-relative or absolute). */
+static uint64_t eh_ptr(struct ehr *r, uint8_t enc, bool apply)
+{
+	uint64_t at = r->base + (r->p - r->start), v;
+
+	if (enc == 0xff)
+		return 0;
+	switch (enc & 0x0f) {
+	case 0x00: v = eh_fixed(r, 8); break;
+	case 0x01: v = eh_uleb(r); break;
+	case 0x02: v = eh_fixed(r, 2); break;
+	case 0x03: v = eh_fixed(r, 4); break;
+	case 0x04: v = eh_fixed(r, 8); break;
+	case 0x09: v = (uint64_t)eh_sleb(r); break;
+	case 0x0a: v = (uint64_t)(int64_t)(int16_t)eh_fixed(r, 2); break;
+	case 0x0b: v = (uint64_t)(int64_t)(int32_t)eh_fixed(r, 4); break;
+	case 0x0c: v = eh_fixed(r, 8); break;
+	default: r->bad = true; return 0;
+	}
+	if (apply && (enc & 0x70) == 0x10)
+		v += at;
+	else if (apply && (enc & 0x70) != 0)
+		r->bad = true; /* datarel/textrel/funcrel do not occur in .eh_frame */
+	return v;
+}
+
+/* The FDE pointer encoding of the CIE at cie (from its 'R' augmentation). */
+static bool cie_fde_encoding(const struct ehr *sec, const uint8_t *cie, uint8_t *enc)
+{
+	struct ehr r = *sec;
+	uint64_t len;
+	const char *aug;
+
+	r.p = cie;
+	len = eh_fixed(&r, 4);
+	if (r.bad || len == 0 || len == 0xffffffff || len > (uint64_t)(r.end - r.p))
+		return false;
+	r.end = r.p + len;
+	if (eh_fixed(&r, 4) != 0) /* CIE id */
+		return false;
+	uint8_t version = eh_fixed(&r, 1);
+	aug = (const char *)r.p;
+	while (r.p < r.end && *r.p)
+		r.p++;
+	if (r.p >= r.end)
+		return false;
+	r.p++;
+	if (strstr(aug, "eh"))
+		return false;
+	eh_uleb(&r);
+	eh_sleb(&r);
+	if (version == 1)
+		eh_fixed(&r, 1);
+	else
+		eh_uleb(&r);
+	*enc = 0x00; /* absolute pointers unless 'R' says otherwise */
+	if (aug[0] != 'z')
+		return !r.bad;
+	eh_uleb(&r);
+	for (const char *a = aug + 1; *a && !r.bad; a++) {
+		if (*a == 'R') {
+			*enc = eh_fixed(&r, 1);
+		} else if (*a == 'P') {
+			uint8_t penc = eh_fixed(&r, 1);
+			eh_ptr(&r, penc & 0x7f, false);
+		} else if (*a == 'L') {
+			eh_fixed(&r, 1);
+		} else if (*a != 'S' && *a != 'B') {
+			return false;
+		}
+	}
+	return !r.bad;
+}
+
+/* Stripped binaries: one function per .eh_frame FDE, named by its start. */
+static int fde_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const struct exec_sect *sects,
+			 size_t nsects, uint64_t bias, uint64_t lo, uint64_t hi)
+{
+	Elf_Scn *scn = NULL;
+	size_t shstrndx;
+	int added = 0;
+
+	if (elf_getshdrstrndx(elf, &shstrndx) < 0)
+		return 0;
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+		const char *nm;
+
+		if (!gelf_getshdr(scn, &sh) || !(nm = elf_strptr(elf, shstrndx, sh.sh_name)) ||
+		    strcmp(nm, ".eh_frame") || !(d = elf_getdata(scn, NULL)) || !d->d_buf)
+			continue;
+		struct ehr sec = { d->d_buf, (const uint8_t *)d->d_buf + d->d_size, sh.sh_addr, d->d_buf, false };
+		struct ehr r = sec;
+
+		while (r.p + 8 <= r.end) {
+			const uint8_t *entry = r.p;
+			uint64_t len = eh_fixed(&r, 4);
+
+			if (len == 0 || len == 0xffffffff || len > (uint64_t)(r.end - r.p))
+				break; /* terminator, 64-bit lengths (not produced for x86-64), or corrupt */
+			const uint8_t *next = r.p + len;
+			const uint8_t *idp = r.p;
+			uint32_t id = eh_fixed(&r, 4);
+			uint8_t enc;
+
+			if (id != 0 && id <= (uint64_t)(idp - sec.start) &&
+			    cie_fde_encoding(&sec, idp - id, &enc)) {
+				struct ehr f = sec;
+				f.p = r.p;
+				f.end = next;
+				uint64_t start = eh_ptr(&f, enc, true);
+				uint64_t range = eh_ptr(&f, enc & 0x0f, false);
+				char name[40];
+
+				(void)entry;
+				if (!f.bad && range && range < (1ull << 32)) {
+					snprintf(name, sizeof(name), "fde_%" PRIx64, start + bias);
+					int rr = add_checked(m, mod, sects, nsects, name, start, range,
+							     HP_FN_SIZE_ESTIMATED, bias, lo, hi);
+					if (rr < 0)
+						return rr;
+					added += rr;
+				}
+			}
+			r.p = next;
+		}
+	}
+	return added;
+}
+
+int hp_elf_add_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const char *path,
+			 uint64_t bias, uint64_t lo, uint64_t hi, char *err, size_t errlen)
+{
+	struct exec_sect *sects = NULL;
+	size_t nsects = 0;
+	int r;
+
+	if ((r = exec_sections(elf, &sects, &nsects)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return r;
+	}
+	if (!nsects) {
+		free(sects);
+		snprintf(err, errlen, "%s: no executable section", path);
+		return -ENOEXEC;
+	}
+	r = symbols_from(m, mod, elf, SHT_SYMTAB, sects, nsects, bias, lo, hi);
+	if (r == 0)
+		r = symbols_from(m, mod, elf, SHT_DYNSYM, sects, nsects, bias, lo, hi);
+	if (r == 0)
+		r = fde_functions(m, mod, elf, sects, nsects, bias, lo, hi);
+	free(sects);
+	if (r < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(-r));
+		return r;
+	}
+	return r;
+}
+
+static const uint8_t *elf_bytes(void *ctx, const struct hp_module *mod, const struct hp_function *f, int *err)
+{
+	struct elfpriv *ep = ctx;
+	const struct exec_sect *s = sect_of(ep->sects, ep->nsects, f->addr);
+
+	if (!s || !s->data || f->addr + f->size > s->addr + s->size) {
+		*err = EFAULT;
+		return NULL;
+	}
+	return s->data + (f->addr - s->addr);
+}
+
+static int elf_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
+{
+	struct elfpriv *ep = m->priv;
+	const struct exec_sect *s = sect_of(ep->sects, ep->nsects, addr);
+
+	if (!s || !s->data || addr + len > s->addr + s->size)
+		return -EFAULT;
+	memcpy(buf, s->data + (addr - s->addr), len);
+	return 0;
+}
+
+static void elf_free_priv(struct hp_model *m)
+{
+	struct elfpriv *ep = m->priv;
+
+	if (!ep)
+		return;
+	if (ep->elf)
+		elf_end(ep->elf);
+	if (ep->fd >= 0)
+		close(ep->fd);
+	free(ep->sects);
+	free(ep);
+	m->priv = NULL;
+}
+
+int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_model **out, char *err,
+		      size_t errlen)
+{
+	struct hp_open_opts defaults = { 0 };
+	struct hp_model *m = NULL;
+	struct elfpriv *ep = NULL;
+	struct hp_module *mod;
+	double t0 = hp_now();
+	const char *only = NULL;
+	int r;
+
+	*out = NULL;
+	if (!o)
+		o = &defaults;
+	if (!path || !*path) {
+		snprintf(err, errlen, "no ELF path given");
+		return -EINVAL;
+	}
+	m = hp_model_new(HP_TARGET_ELF);
+	ep = calloc(1, sizeof(*ep));
+	if (!m || !ep) {
+		free(ep);
+		hp_model_free(m);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	ep->fd = -1;
+	m->priv = ep;
+	m->free_priv = elf_free_priv;
+	m->read = elf_read;
+	snprintf(m->release, sizeof(m->release), "%s", path);
+	ep->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (ep->fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (!(ep->elf = hp_elf_begin(ep->fd, path, err, errlen, &r)))
+		goto fail;
+	hp_elf_build_id(ep->elf, m->build_id);
+	if ((r = exec_sections(ep->elf, &ep->sects, &ep->nsects)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	if (!(mod = hp_model_add_module(m, path, 0))) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	if ((r = hp_elf_add_functions(m, mod, ep->elf, path, 0, 0, 0, err, errlen)) < 0)
+		goto fail;
+	if (r == 0) {
+		r = -ENOENT;
+		snprintf(err, errlen, "%s: no function symbols and no .eh_frame ranges", path);
+		goto fail;
+	}
+	if ((r = hp_module_normalize(m, mod)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	mod->base = mod->nfuncs ? mod->funcs[0].addr : 0;
+	if (o->only_function) {
+		only = strrchr(o->only_function, ':');
+		only = only ? only + 1 : o->only_function;
+	}
+	/* Aliases must resolve for only_function, so build the index first. */
+	if ((r = hp_model_build_index(m)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	if (only) {
+		const struct hp_function *f = hp_model_find(m, o->only_function, NULL, NULL);
+		if (f)
+			only = f->name;
+	}
+	if ((r = hp_cfg_parse_module(mod, NULL, elf_bytes, ep, o->threads, only)) < 0) {
+		snprintf(err, errlen, "parsing %s: %s", path, strerror(-r));
+		goto fail;
+	}
+	m->parse_seconds = hp_now() - t0;
+	if (!o->quiet) {
+		struct hp_model_stats st;
+
+		hp_model_stats(m, &st);
+		fprintf(stderr, "parsed %zu functions (%zu blocks) of %s in %.3f s\n", st.functions, st.blocks,
+			path, m->parse_seconds);
+	}
+	*out = m;
+	return 0;
+fail:
+	hp_model_free(m);
+	return r;
+}

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ELF helpers shared by the ELF-file and process targets: checking a file is
+ * x86-64 ELF, reading its function symbols (symtab, dynsym, or .eh_frame
+ * ranges as a last resort) and its GNU build id.
+ */
+#ifndef HOTPATH_TARGET_ELF_H
+#define HOTPATH_TARGET_ELF_H
+
+#include <gelf.h>
+#include <libelf.h>
+
+#include "model/model.h"
+
+/* Open fd as ELF for reading; checks it is a complete-enough x86-64 ELF.
+ * Returns the handle or NULL with err filled (and *errn a negative errno). */
+Elf *hp_elf_begin(int fd, const char *path, char *err, size_t errlen, int *errn);
+
+/* Add the functions of elf to mod, shifted by bias (0 for a file, the load
+ * bias for a mapped object); keeps only functions inside [lo, hi) if hi > lo.
+ * Returns the number added (>= 0) or a negative errno with err filled. */
+int hp_elf_add_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const char *path,
+			 uint64_t bias, uint64_t lo, uint64_t hi, char *err, size_t errlen);
+
+/* Hex GNU build id of elf into out (65 bytes), "" if none. */
+void hp_elf_build_id(Elf *elf, char *out);
+
+#endif

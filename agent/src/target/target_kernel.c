@@ -1,0 +1,520 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The live kernel as a code model. Functions and modules come from
+ * /proc/kallsyms (which has no sizes: a function ends where the next text
+ * symbol starts); text bytes come through a BPF_PROG_TYPE_SYSCALL program that
+ * bpf_probe_read_kernel's a chunk per BPF_PROG_TEST_RUN into its .bss, so
+ * neither /proc/kcore nor kprobes are needed. The whole text is read once in
+ * chunks, then every function is decoded in parallel from that copy.
+ */
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+
+#include "model/cfg.h"
+#include "host/hostinfo.h"
+#include "target/ktext.h"
+#include "ktext.skel.h"
+#include "model/model.h"
+#include "target/target.h"
+
+struct ksym {
+	uint64_t addr;
+	const char *name;  /* in the model's pool */
+	uint32_t mod;      /* 0 = vmlinux, else index into the module-name list + 1 */
+	uint8_t global;
+	uint8_t boundary;  /* ends the previous function but is not one itself */
+	uint8_t label;     /* section marker such as _stext: never preferred as a name */
+};
+
+struct kpriv {
+	struct ktext_bpf *skel;
+	int prog_fd;
+	pthread_mutex_t lock;
+	/* Text copies used during the parse, one per module. */
+	struct ktext_copy { uint64_t lo, hi; uint8_t *buf; } *copies;
+};
+
+static int quiet_print(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	return 0;
+}
+
+/* Copy len (<= KTEXT_CHUNK) bytes of kernel memory at addr into dst. */
+static int bpf_read_chunk(struct kpriv *kp, uint64_t addr, void *dst, size_t len)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, opts);
+	int r;
+
+	kp->skel->bss->src_addr = addr;
+	kp->skel->bss->src_len = len;
+	kp->skel->bss->read_ret = -EIO;
+	r = bpf_prog_test_run_opts(kp->prog_fd, &opts);
+	if (r < 0)
+		return errno ? -errno : -EIO;
+	if (kp->skel->bss->read_ret < 0)
+		return (int)kp->skel->bss->read_ret;
+	memcpy(dst, kp->skel->bss->buf, len);
+	return 0;
+}
+
+static int kernel_read_raw(struct kpriv *kp, uint64_t addr, void *buf, size_t len)
+{
+	uint8_t *dst = buf;
+	int r;
+
+	while (len) {
+		size_t n = len > KTEXT_CHUNK ? KTEXT_CHUNK : len;
+
+		if ((r = bpf_read_chunk(kp, addr, dst, n)) < 0)
+			return r;
+		addr += n;
+		dst += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* The model's reader: one .bss buffer, so one reader at a time. */
+static int kernel_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
+{
+	struct kpriv *kp = m->priv;
+	int r;
+
+	pthread_mutex_lock(&kp->lock);
+	r = kernel_read_raw(kp, addr, buf, len);
+	pthread_mutex_unlock(&kp->lock);
+	return r;
+}
+
+static void kernel_free_priv(struct hp_model *m)
+{
+	struct kpriv *kp = m->priv;
+
+	if (!kp)
+		return;
+	ktext_bpf__destroy(kp->skel);
+	pthread_mutex_destroy(&kp->lock);
+	free(kp->copies);
+	free(kp);
+	m->priv = NULL;
+}
+
+static bool has_prefix(const char *s, const char *p)
+{
+	return !strncmp(s, p, strlen(p));
+}
+
+static bool ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+
+	return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int cmp_ksym(const void *a, const void *b)
+{
+	const struct ksym *x = a, *y = b;
+
+	if (x->mod != y->mod)
+		return x->mod < y->mod ? -1 : 1;
+	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct kallsyms {
+	struct ksym *syms;
+	size_t n, cap;
+	char **modnames;
+	size_t nmods;
+	uint64_t text, etext;
+	uint64_t *ret_thunks, *ind_thunks;
+	size_t nret, nind, capret, capind;
+};
+
+static int push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 64;
+		uint64_t *p = realloc(*v, c * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		*v = p;
+		*cap = c;
+	}
+	(*v)[(*n)++] = x;
+	return 0;
+}
+
+static int read_kallsyms(struct hp_model *m, struct kallsyms *ks, char *err, size_t errlen)
+{
+	FILE *fp = fopen("/proc/kallsyms", "r");
+	char line[1024];
+	int r = 0;
+
+	if (!fp) {
+		r = -errno;
+		snprintf(err, errlen, "cannot open /proc/kallsyms: %s", strerror(errno));
+		return r;
+	}
+	while (fgets(line, sizeof(line), fp)) {
+		char *p = line, *name, *modname = NULL, *e;
+		uint64_t addr = strtoull(p, &e, 16);
+		char type;
+		uint32_t mod = 0;
+
+		if (e == p || *e != ' ')
+			continue;
+		type = e[1];
+		if (type != 't' && type != 'T' && type != 'w' && type != 'W')
+			continue;
+		name = e + 3;
+		name[strcspn(name, "\n")] = 0;
+		if ((e = strchr(name, '\t')) || (e = strchr(name, ' '))) {
+			*e++ = 0;
+			if ((modname = strchr(e, '['))) {
+				modname++;
+				modname[strcspn(modname, "]")] = 0;
+			}
+		}
+		if (!strcmp(name, "_text") && !modname)
+			ks->text = addr;
+		else if (!strcmp(name, "_etext") && !modname)
+			ks->etext = addr;
+		if (strstr(name, "return_thunk"))
+			r = push_u64(&ks->ret_thunks, &ks->nret, &ks->capret, addr);
+		else if (strstr(name, "indirect_thunk_") || strstr(name, "indirect_jump_thunk_") ||
+			 strstr(name, "indirect_call_thunk_"))
+			r = push_u64(&ks->ind_thunks, &ks->nind, &ks->capind, addr);
+		if (r < 0)
+			break;
+		/* JIT'd BPF programs and ftrace/kprobe trampolines come and go
+		 * and have no sizes: they are not part of the code model. */
+		if (modname && (!strcmp(modname, "bpf") || has_prefix(modname, "__builtin")))
+			continue;
+		if (modname) {
+			size_t i;
+			for (i = 0; i < ks->nmods && strcmp(ks->modnames[i], modname); i++)
+				;
+			if (i == ks->nmods) {
+				char **v = realloc(ks->modnames, (ks->nmods + 1) * sizeof(*v));
+				if (!v || !(v[ks->nmods] = strdup(modname))) {
+					if (v)
+						ks->modnames = v;
+					r = -ENOMEM;
+					break;
+				}
+				ks->modnames = v;
+				ks->nmods++;
+			}
+			mod = i + 1;
+		}
+		if (ks->n == ks->cap) {
+			size_t c = ks->cap ? ks->cap * 2 : 1 << 17;
+			struct ksym *v = realloc(ks->syms, c * sizeof(*v));
+			if (!v) {
+				r = -ENOMEM;
+				break;
+			}
+			ks->syms = v;
+			ks->cap = c;
+		}
+		bool boundary = has_prefix(name, "__pfx_") || has_prefix(name, "__cfi_");
+		bool label = !strcmp(name, "_text") || !strcmp(name, "_stext") || !strcmp(name, "_etext") ||
+			     !strcmp(name, "_sinittext") || !strcmp(name, "_einittext") ||
+			     (name[0] == '_' && (ends_with(name, "_start") || ends_with(name, "_end"))) ||
+			     has_prefix(name, "__pi_");
+		const char *pooled = boundary ? NULL : hp_model_strdup(m, name);
+		if (!boundary && !pooled) {
+			r = -ENOMEM;
+			break;
+		}
+		ks->syms[ks->n++] = (struct ksym){ addr, pooled, mod, type == 'T' || type == 'W', boundary,
+						   label };
+	}
+	fclose(fp);
+	if (r < 0) {
+		snprintf(err, errlen, "reading /proc/kallsyms: %s", strerror(-r));
+		return r;
+	}
+	if (!ks->text || !ks->etext || ks->etext <= ks->text) {
+		snprintf(err, errlen, "/proc/kallsyms has no _text/_etext with addresses "
+			 "(kernel.kptr_restrict set, or not root?)");
+		return -EPERM;
+	}
+	qsort(ks->syms, ks->n, sizeof(*ks->syms), cmp_ksym);
+	qsort(ks->ret_thunks, ks->nret, sizeof(uint64_t), cmp_u64);
+	qsort(ks->ind_thunks, ks->nind, sizeof(uint64_t), cmp_u64);
+	return 0;
+}
+
+/* Turn sorted symbols of one module into functions: each ends at the next
+ * symbol at a higher address (a __pfx_ padding symbol included), or at end. */
+static int build_module(struct hp_model *m, struct hp_module *mod, const struct ksym *s, size_t n,
+			uint64_t lo, uint64_t end)
+{
+	size_t i, j = 0;
+
+	for (i = 0; i < n; i++) {
+		uint64_t next;
+
+		if (s[i].boundary || s[i].addr < lo || s[i].addr >= end)
+			continue;
+		if (j <= i)
+			j = i + 1;
+		while (j < n && s[j].addr <= s[i].addr)
+			j++;
+		next = j < n && s[j].addr < end ? s[j].addr : end;
+		int r = hp_module_add_function(mod, s[i].name, s[i].addr, next - s[i].addr,
+					       s[i].global && !s[i].label ? HP_FN_BUILD_GLOBAL : 0);
+		if (r < 0)
+			return r;
+	}
+	/* Section markers lose to any real name at the same address. */
+	return hp_module_normalize(m, mod);
+}
+
+static int open_bpf(struct kpriv *kp, char *err, size_t errlen)
+{
+	int r;
+
+	libbpf_set_print(quiet_print);
+	kp->skel = ktext_bpf__open();
+	if (!kp->skel) {
+		r = errno ? -errno : -EINVAL;
+		snprintf(err, errlen, "reading kernel text: BPF skeleton open failed: %s", strerror(-r));
+		return r;
+	}
+	r = ktext_bpf__load(kp->skel);
+	if (r < 0) {
+		if (r == -EPERM || r == -EACCES)
+			snprintf(err, errlen, "reading kernel text needs CAP_BPF and CAP_PERFMON (or "
+				 "CAP_SYS_ADMIN): BPF program load failed: %s", strerror(-r));
+		else
+			snprintf(err, errlen, "reading kernel text: BPF program load failed: %s",
+				 strerror(-r));
+		return r;
+	}
+	if (!kp->skel->bss) {
+		snprintf(err, errlen, "reading kernel text: BPF .bss is not memory-mapped");
+		return -ENOTSUP;
+	}
+	kp->prog_fd = bpf_program__fd(kp->skel->progs.read_text);
+	return 0;
+}
+
+/* Copy [lo, hi) into one buffer chunk by chunk; where a chunk fails (a hole
+ * in the text), fall back to reading its functions one at a time. */
+static int read_text(struct kpriv *kp, struct hp_module *mod, struct ktext_copy *c, const char *only)
+{
+	size_t span = c->hi - c->lo, off, k;
+
+	c->buf = malloc(span ? span : 1);
+	if (!c->buf)
+		return -ENOMEM;
+	if (only) {
+		for (k = 0; k < mod->nfuncs; k++) {
+			struct hp_function *f = &mod->funcs[k];
+			if (strcmp(f->name, only))
+				continue;
+			int r = kernel_read_raw(kp, f->addr, c->buf + (f->addr - c->lo), f->size);
+			if (r < 0) {
+				f->flags |= HP_FN_UNREADABLE;
+				f->read_errno = -r;
+			}
+		}
+		return 0;
+	}
+	for (off = 0; off < span; off += KTEXT_CHUNK) {
+		size_t n = span - off > KTEXT_CHUNK ? KTEXT_CHUNK : span - off;
+		int r = bpf_read_chunk(kp, c->lo + off, c->buf + off, n);
+
+		if (r == 0)
+			continue;
+		for (k = 0; k < mod->nfuncs; k++) {
+			struct hp_function *f = &mod->funcs[k];
+			if (f->addr + f->size <= c->lo + off || f->addr >= c->lo + off + n)
+				continue;
+			r = kernel_read_raw(kp, f->addr, c->buf + (f->addr - c->lo), f->size);
+			if (r < 0) {
+				f->flags |= HP_FN_UNREADABLE;
+				f->read_errno = -r;
+			}
+		}
+	}
+	return 0;
+}
+
+static const uint8_t *kernel_bytes(void *ctx, const struct hp_module *mod, const struct hp_function *f,
+				   int *err)
+{
+	struct ktext_copy *c = ctx;
+
+	if (!c->buf || f->addr < c->lo || f->addr + f->size > c->hi) {
+		*err = EFAULT;
+		return NULL;
+	}
+	return c->buf + (f->addr - c->lo);
+}
+
+int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen)
+{
+	struct hp_open_opts defaults = { 0 };
+	struct kallsyms ks = { 0 };
+	struct hp_model *m;
+	struct kpriv *kp;
+	struct utsname un;
+	const char *only = NULL;
+	double t0 = hp_now();
+	size_t i, s0;
+	int r;
+
+	*out = NULL;
+	if (!o)
+		o = &defaults;
+	m = hp_model_new(HP_TARGET_KERNEL);
+	kp = calloc(1, sizeof(*kp));
+	if (!m || !kp) {
+		free(kp);
+		hp_model_free(m);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&kp->lock, NULL);
+	m->priv = kp;
+	m->free_priv = kernel_free_priv;
+	m->read = kernel_read;
+	if (uname(&un) == 0)
+		snprintf(m->release, sizeof(m->release), "%s", un.release);
+	hp_kernel_build_id(m->build_id, sizeof(m->build_id));
+
+	/* HOTPATH_TIMING=1 prints where the open spends its time. */
+	bool timing = getenv("HOTPATH_TIMING") != NULL;
+	double tp = t0;
+#define PHASE(what)                                                                          \
+	do {                                                                                 \
+		if (timing)                                                                  \
+			fprintf(stderr, "  %-10s %.3f s\n", what, hp_now() - tp);           \
+		tp = hp_now();                                                               \
+	} while (0)
+
+	/* Load the reader first: without permission nothing else matters. */
+	if ((r = open_bpf(kp, err, errlen)) < 0)
+		goto fail;
+	PHASE("bpf load");
+	if ((r = read_kallsyms(m, &ks, err, errlen)) < 0)
+		goto fail;
+	PHASE("kallsyms");
+
+	/* vmlinux first, then one module per [mod] tag, in kallsyms order. */
+	for (s0 = 0, i = 0; i <= ks.n; i++) {
+		if (i < ks.n && ks.syms[i].mod == ks.syms[s0].mod)
+			continue;
+		uint32_t mi = ks.n ? ks.syms[s0].mod : 0;
+		struct hp_module *mod;
+		uint64_t lo, hi;
+
+		if (mi == 0) {
+			lo = ks.text;
+			hi = ks.etext;
+		} else {
+			/* Modules have no end marker here; the last function is
+			 * bounded by a page, and flagged as estimated. */
+			lo = ks.syms[s0].addr;
+			hi = ks.syms[i - 1].addr + 4096;
+		}
+		mod = hp_model_add_module(m, mi ? ks.modnames[mi - 1] : "vmlinux", lo);
+		if (!mod) {
+			r = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		if ((r = build_module(m, mod, ks.syms + s0, i - s0, lo, hi)) < 0) {
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		if (mi && mod->nfuncs)
+			mod->funcs[mod->nfuncs - 1].flags |= HP_FN_SIZE_ESTIMATED;
+		s0 = i;
+		if (i >= ks.n)
+			break;
+	}
+
+	/* The index covers every function, parsed or not, so callees of a
+	 * single parsed function still symbolize. */
+	if ((r = hp_model_build_index(m)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	PHASE("index");
+	if (o->only_function) {
+		struct hp_find_hit hit;
+
+		only = strrchr(o->only_function, ':');
+		only = only ? only + 1 : o->only_function;
+		/* An alias parses the function it names. */
+		if (hp_model_find_all(m, o->only_function, &hit, 1) == 1)
+			only = hit.fn->name;
+	}
+	kp->copies = calloc(m->nmods ? m->nmods : 1, sizeof(*kp->copies));
+	if (!kp->copies) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	struct hp_cfg_env env = { ks.ret_thunks, ks.nret, ks.ind_thunks, ks.nind };
+	for (i = 0; i < m->nmods; i++) {
+		struct hp_module *mod = &m->mods[i];
+		struct ktext_copy *c = &kp->copies[i];
+
+		if (!mod->nfuncs)
+			continue;
+		c->lo = mod->funcs[0].addr < mod->base ? mod->funcs[0].addr : mod->base;
+		c->hi = mod->funcs[mod->nfuncs - 1].addr + mod->funcs[mod->nfuncs - 1].size;
+		if ((r = read_text(kp, mod, c, only)) < 0) {
+			snprintf(err, errlen, "out of memory for a copy of %s text", mod->name);
+			goto fail;
+		}
+		PHASE("read text");
+		r = hp_cfg_parse_module(mod, &env, kernel_bytes, c, o->threads, only);
+		PHASE("decode");
+		free(c->buf);
+		c->buf = NULL;
+		if (r < 0) {
+			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
+			goto fail;
+		}
+	}
+	m->parse_seconds = hp_now() - t0;
+	if (!o->quiet) {
+		struct hp_model_stats st;
+
+		hp_model_stats(m, &st);
+		fprintf(stderr, "parsed %zu kernel functions (%zu blocks) in %.2f s\n", st.functions, st.blocks,
+			m->parse_seconds);
+	}
+	r = 0;
+	*out = m;
+	m = NULL;
+fail:
+	free(ks.syms);
+	for (i = 0; i < ks.nmods; i++)
+		free(ks.modnames[i]);
+	free(ks.modnames);
+	free(ks.ret_thunks);
+	free(ks.ind_thunks);
+	hp_model_free(m);
+	return r;
+}

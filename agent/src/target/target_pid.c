@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * A running process as a code model: one module per ELF file it maps
+ * executable (from /proc/PID/maps), functions at their runtime addresses
+ * (symbol value + load bias), bytes read from /proc/PID/mem. The process may
+ * exit at any moment; every read can fail and is handled as an error.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/cfg.h"
+#include "model/model.h"
+#include "target/target.h"
+#include "target/target_elf.h"
+
+struct mapping {
+	uint64_t start, end, offset;
+	char *path;
+	uint8_t *bytes;   /* copy of the mapping's code, used during the parse */
+};
+
+struct pidpriv {
+	int pid;
+	int memfd;
+	struct mapping *maps;
+	size_t nmaps;
+};
+
+static int pid_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
+{
+	struct pidpriv *pp = m->priv;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(pp->memfd, (uint8_t *)buf + done, len - done, (off_t)(addr + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno == ESRCH || errno == EIO ? -ESRCH : -errno;
+		if (n == 0)
+			return -ESRCH; /* the address space is gone: the process exited */
+		done += n;
+	}
+	return 0;
+}
+
+static void pid_free_priv(struct hp_model *m)
+{
+	struct pidpriv *pp = m->priv;
+
+	if (!pp)
+		return;
+	if (pp->memfd >= 0)
+		close(pp->memfd);
+	for (size_t i = 0; i < pp->nmaps; i++) {
+		free(pp->maps[i].path);
+		free(pp->maps[i].bytes);
+	}
+	free(pp->maps);
+	free(pp);
+	m->priv = NULL;
+}
+
+/* File-backed r-x mappings of pid. */
+static int read_maps(struct pidpriv *pp, char *err, size_t errlen)
+{
+	char path[64], line[4352];
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pp->pid);
+	if (!(fp = fopen(path, "r"))) {
+		int e = errno;
+		if (e == ENOENT) {
+			snprintf(err, errlen, "process %d does not exist", pp->pid);
+			return -ESRCH;
+		}
+		snprintf(err, errlen, "cannot read %s: %s", path, strerror(e));
+		return -e;
+	}
+	while (fgets(line, sizeof(line), fp)) {
+		unsigned long long s, e, off;
+		char perms[8];
+		int n = 0;
+
+		if (sscanf(line, "%llx-%llx %7s %llx %*s %*s %n", &s, &e, perms, &off, &n) < 4 || !n)
+			continue;
+		char *file = line + n;
+		file[strcspn(file, "\n")] = 0;
+		if (perms[2] != 'x' || file[0] != '/')
+			continue;
+		struct mapping *v = realloc(pp->maps, (pp->nmaps + 1) * sizeof(*v));
+		if (!v) {
+			fclose(fp);
+			return -ENOMEM;
+		}
+		pp->maps = v;
+		v[pp->nmaps] = (struct mapping){ s, e, off, strdup(file), NULL };
+		if (!v[pp->nmaps].path) {
+			fclose(fp);
+			return -ENOMEM;
+		}
+		pp->nmaps++;
+	}
+	fclose(fp);
+	if (!pp->nmaps) {
+		if (kill(pp->pid, 0) < 0 && errno == ESRCH) {
+			snprintf(err, errlen, "process %d does not exist", pp->pid);
+			return -ESRCH;
+		}
+		snprintf(err, errlen, "process %d has no file-backed executable mappings (a kernel thread?)",
+			 pp->pid);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+/* Open the mapped file as the process sees it (its mount namespace). */
+static int open_mapped(const struct pidpriv *pp, const struct mapping *mp)
+{
+	char p[4200];
+	int fd;
+
+	snprintf(p, sizeof(p), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pp->pid, mp->start, mp->end);
+	if ((fd = open(p, O_RDONLY | O_CLOEXEC)) >= 0)
+		return fd;
+	snprintf(p, sizeof(p), "/proc/%d/root%s", pp->pid, mp->path);
+	if ((fd = open(p, O_RDONLY | O_CLOEXEC)) >= 0)
+		return fd;
+	return open(mp->path, O_RDONLY | O_CLOEXEC);
+}
+
+/* Load bias: where the PT_LOAD covering the mapped file offset landed. */
+static bool load_bias(Elf *elf, const struct mapping *mp, uint64_t *bias)
+{
+	size_t n, i;
+
+	if (elf_getphdrnum(elf, &n) < 0)
+		return false;
+	for (i = 0; i < n; i++) {
+		GElf_Phdr ph;
+
+		if (!gelf_getphdr(elf, i, &ph) || ph.p_type != PT_LOAD)
+			continue;
+		if (mp->offset >= (ph.p_offset & ~0xfffULL) && mp->offset < ph.p_offset + ph.p_filesz) {
+			*bias = mp->start - (ph.p_vaddr - ph.p_offset + mp->offset);
+			return true;
+		}
+	}
+	return false;
+}
+
+struct pid_bytes_ctx {
+	struct pidpriv *pp;
+	size_t first, count; /* the mappings of this module */
+};
+
+static const uint8_t *pid_bytes(void *ctx, const struct hp_module *mod, const struct hp_function *f, int *err)
+{
+	struct pid_bytes_ctx *c = ctx;
+
+	for (size_t i = c->first; i < c->first + c->count; i++) {
+		struct mapping *mp = &c->pp->maps[i];
+		if (f->addr >= mp->start && f->addr + f->size <= mp->end) {
+			if (!mp->bytes) {
+				*err = ESRCH;
+				return NULL;
+			}
+			return mp->bytes + (f->addr - mp->start);
+		}
+	}
+	*err = EFAULT;
+	return NULL;
+}
+
+int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen)
+{
+	struct hp_open_opts defaults = { 0 };
+	struct hp_model *m;
+	struct pidpriv *pp;
+	char memp[64];
+	double t0 = hp_now();
+	const char *only = NULL;
+	size_t i, j;
+	int r;
+
+	*out = NULL;
+	if (!o)
+		o = &defaults;
+	if (pid <= 0) {
+		snprintf(err, errlen, "invalid pid %d", pid);
+		return -EINVAL;
+	}
+	m = hp_model_new(HP_TARGET_PID);
+	pp = calloc(1, sizeof(*pp));
+	if (!m || !pp) {
+		free(pp);
+		hp_model_free(m);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	pp->pid = pid;
+	pp->memfd = -1;
+	m->priv = pp;
+	m->free_priv = pid_free_priv;
+	m->read = pid_read;
+	snprintf(m->release, sizeof(m->release), "pid %d", pid);
+	if ((r = read_maps(pp, err, errlen)) < 0) {
+		if (r == -ENOMEM)
+			snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	snprintf(memp, sizeof(memp), "/proc/%d/mem", pid);
+	if ((pp->memfd = open(memp, O_RDONLY | O_CLOEXEC)) < 0) {
+		r = errno == ENOENT ? -ESRCH : -errno;
+		if (r == -ESRCH)
+			snprintf(err, errlen, "process %d does not exist", pid);
+		else
+			snprintf(err, errlen, "cannot open %s: %s (reading another process needs "
+				 "CAP_SYS_PTRACE or the same user)", memp, strerror(-r));
+		goto fail;
+	}
+
+	/* One module per mapped file; its mappings are adjacent in maps. */
+	for (i = 0; i < pp->nmaps; i = j) {
+		struct mapping *mp = &pp->maps[i];
+		struct hp_module *mod;
+		char e2[256];
+		int fd, er = 0;
+		Elf *elf;
+		uint64_t bias;
+
+		for (j = i + 1; j < pp->nmaps && !strcmp(pp->maps[j].path, mp->path); j++)
+			;
+		if ((fd = open_mapped(pp, mp)) < 0)
+			continue; /* deleted or unreachable file: no symbols for it */
+		if (!(elf = hp_elf_begin(fd, mp->path, e2, sizeof(e2), &er))) {
+			close(fd);
+			continue;
+		}
+		if (!load_bias(elf, mp, &bias)) {
+			elf_end(elf);
+			close(fd);
+			continue;
+		}
+		if (!(mod = hp_model_add_module(m, mp->path, bias))) {
+			elf_end(elf);
+			close(fd);
+			r = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		for (size_t k = i; k < j; k++) {
+			/* Only what is mapped executable is code of the process. */
+			r = hp_elf_add_functions(m, mod, elf, mp->path, bias, pp->maps[k].start, pp->maps[k].end,
+						 e2, sizeof(e2));
+			if (r == -ENOMEM) {
+				elf_end(elf);
+				close(fd);
+				snprintf(err, errlen, "out of memory");
+				goto fail;
+			}
+		}
+		elf_end(elf);
+		close(fd);
+		mod->priv = (void *)(uintptr_t)(i + 1); /* first mapping, for the parse below */
+		if (hp_module_normalize(m, mod) < 0) {
+			r = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+	}
+	if ((r = hp_model_build_index(m)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	const struct hp_module *only_mod = NULL;
+	if (o->only_function) {
+		const struct hp_function *f = hp_model_find(m, o->only_function, &only_mod, NULL);
+		only = f ? f->name : "";
+	}
+	for (i = 0; i < m->nmods; i++) {
+		struct hp_module *mod = &m->mods[i];
+		size_t first = (uintptr_t)mod->priv - 1, cnt;
+
+		mod->priv = NULL;
+		for (cnt = 0; first + cnt < pp->nmaps && !strcmp(pp->maps[first + cnt].path, mod->name); cnt++)
+			;
+		if (only && mod != only_mod)
+			continue;
+		/* Copy the mappings' code in one read each; a process that exits
+		 * now leaves its functions unreadable, not a failed parse. */
+		for (size_t k = first; k < first + cnt; k++) {
+			struct mapping *mp = &pp->maps[k];
+			mp->bytes = malloc(mp->end - mp->start);
+			if (mp->bytes && pid_read(m, mp->start, mp->bytes, mp->end - mp->start) < 0) {
+				free(mp->bytes);
+				mp->bytes = NULL;
+			}
+		}
+		struct pid_bytes_ctx c = { pp, first, cnt };
+		r = hp_cfg_parse_module(mod, NULL, pid_bytes, &c, o->threads, only);
+		for (size_t k = first; k < first + cnt; k++) {
+			free(pp->maps[k].bytes);
+			pp->maps[k].bytes = NULL;
+		}
+		if (r < 0) {
+			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
+			goto fail;
+		}
+	}
+	if (kill(pid, 0) < 0 && errno == ESRCH) {
+		r = -ESRCH;
+		snprintf(err, errlen, "process %d exited while it was being read", pid);
+		goto fail;
+	}
+	m->parse_seconds = hp_now() - t0;
+	if (!o->quiet) {
+		struct hp_model_stats st;
+
+		hp_model_stats(m, &st);
+		fprintf(stderr, "parsed %zu functions (%zu blocks) in %zu modules of process %d in %.3f s\n",
+			st.functions, st.blocks, m->nmods, pid, m->parse_seconds);
+	}
+	*out = m;
+	return 0;
+fail:
+	hp_model_free(m);
+	return r;
+}

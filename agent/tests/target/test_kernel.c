@@ -1,0 +1,384 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The code model of this machine's live kernel: symbols from /proc/kallsyms,
+ * text read through BPF, every function's blocks and successors checked for
+ * consistency, and vfs_read looked at closely.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "objdump.h"
+#include "model/model.h"
+#include "target/target.h"
+#include "test_common.h"
+
+static struct hp_model *km;
+static char kerr[512];
+static int kret;
+
+static void t_kernel_model_opens(void)
+{
+	struct hp_open_opts o = { .quiet = true };
+
+	kret = hp_model_open_kernel(&o, &km, kerr, sizeof(kerr));
+	REQUIRE(kret == 0 && km, "open failed: %d %s", kret, kerr);
+	REQUIRE(km->nmods >= 1 && !strcmp(km->mods[0].name, "vmlinux"), "first module is not vmlinux");
+	EXPECT(km->release[0], "no kernel release");
+	EXPECT(strlen(km->build_id) == 40, "build id '%s' is not 20 bytes of hex", km->build_id);
+	EXPECT(km->mods[0].base == km->mods[0].funcs[0].addr || km->mods[0].base < km->mods[0].funcs[0].addr,
+	       "vmlinux base after its first function");
+}
+
+static void t_kernel_has_many_functions(void)
+{
+	struct hp_model_stats st;
+
+	REQUIRE(km, "no model");
+	hp_model_stats(km, &st);
+	EXPECT(st.functions > 50000, "only %zu functions", st.functions);
+	EXPECT(st.blocks > st.functions, "only %zu blocks", st.blocks);
+	EXPECT(st.unreadable == 0, "%zu unreadable functions", st.unreadable);
+	/* A handful of hand-written functions hold data; most decode. */
+	EXPECT(st.undecodable < st.functions / 1000, "%zu undecodable functions", st.undecodable);
+}
+
+static void t_kernel_functions_sorted_nonoverlapping(void)
+{
+	REQUIRE(km, "no model");
+	for (size_t i = 0; i < km->nmods; i++) {
+		const struct hp_module *mod = &km->mods[i];
+
+		for (size_t j = 0; j + 1 < mod->nfuncs; j++)
+			REQUIRE(mod->funcs[j].addr + mod->funcs[j].size <= mod->funcs[j + 1].addr,
+				"%s overlaps %s", mod->funcs[j].name, mod->funcs[j + 1].name);
+		for (size_t j = 0; j < mod->nfuncs; j++)
+			REQUIRE(strncmp(mod->funcs[j].name, "__pfx_", 6), "padding symbol %s is a function",
+				mod->funcs[j].name);
+	}
+}
+
+static void t_vfs_read_blocks_tile(void)
+{
+	const struct hp_module *mod;
+	const struct hp_function *f;
+	const char *why;
+
+	REQUIRE(km, "no model");
+	f = hp_model_find(km, "vfs_read", &mod, NULL);
+	REQUIRE(f, "vfs_read not found");
+	REQUIRE(!(f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE)), "vfs_read flags 0x%x", f->flags);
+	REQUIRE(f->nblocks > 3, "vfs_read has %u blocks", f->nblocks);
+	EXPECT(mod->blocks[f->block_start].offset == 0, "first block not at offset 0");
+	why = check_function_cfg(mod, f);
+	EXPECT(!why, "%s", why);
+}
+
+static void t_all_functions_tile_and_targets_are_block_starts(void)
+{
+	size_t checked = 0;
+
+	REQUIRE(km, "no model");
+	for (size_t i = 0; i < km->nmods; i++) {
+		const struct hp_module *mod = &km->mods[i];
+
+		for (size_t j = 0; j < mod->nfuncs; j++) {
+			const struct hp_function *f = &mod->funcs[j];
+			const char *why;
+
+			if (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE))
+				continue;
+			why = check_function_cfg(mod, f);
+			REQUIRE(!why, "%s", why);
+			checked++;
+		}
+	}
+	EXPECT(checked > 50000, "only %zu functions checked", checked);
+}
+
+static void t_undecodable_functions_still_tile(void)
+{
+	size_t n = 0;
+
+	REQUIRE(km, "no model");
+	for (size_t i = 0; i < km->nmods; i++) {
+		const struct hp_module *mod = &km->mods[i];
+
+		for (size_t j = 0; j < mod->nfuncs; j++) {
+			const struct hp_function *f = &mod->funcs[j];
+			uint32_t off = 0;
+
+			if (!(f->flags & HP_FN_UNDECODABLE))
+				continue;
+			n++;
+			for (uint32_t b = 0; b < f->nblocks; b++)
+				off += mod->blocks[f->block_start + b].size;
+			REQUIRE(off == f->size, "%s: undecodable function's blocks cover %u of %u", f->name, off,
+				f->size);
+			const struct hp_block *last = &mod->blocks[f->block_start + f->nblocks - 1];
+			REQUIRE(last->offset == f->bad_offset && last->ninsn == 0 && last->nsucc == 0,
+				"%s: the undecodable remainder is not one empty block", f->name);
+		}
+	}
+	if (!n)
+		SKIP("no function of this kernel is undecodable");
+}
+
+static void t_lookup_and_block_at(void)
+{
+	const struct hp_module *mod = NULL, *mod2 = NULL;
+	const struct hp_function *f, *g;
+	const struct hp_block *b;
+
+	REQUIRE(km, "no model");
+	f = hp_model_find(km, "vfs_read", &mod, NULL);
+	REQUIRE(f, "vfs_read not found");
+	g = hp_model_lookup(km, f->addr + 3, &mod2);
+	REQUIRE(g == f && mod2 == mod, "lookup(vfs_read+3) gave %s", g ? g->name : "nothing");
+	EXPECT(hp_model_lookup(km, 16, NULL) == NULL, "lookup of address 16 found a function");
+	b = hp_function_block_at(mod, f, f->addr + 3);
+	REQUIRE(b && b->offset == 0, "block_at(vfs_read+3) is not the first block");
+	const struct hp_block *last = &mod->blocks[f->block_start + f->nblocks - 1];
+	EXPECT(hp_function_block_at(mod, f, f->addr + f->size - 1) == last, "block_at(last byte) is wrong");
+	EXPECT(hp_function_block_at(mod, f, f->addr + f->size) == NULL, "block_at(end) found a block");
+	EXPECT(hp_model_find(km, "no_such_fn", NULL, NULL) == NULL, "found no_such_fn");
+	EXPECT(hp_model_find(km, "vmlinux:vfs_read", NULL, NULL) == f, "vmlinux:vfs_read not found");
+}
+
+static void t_vfs_read_calls_symbolized(void)
+{
+	const struct hp_module *mod;
+	const struct hp_function *f;
+	char buf[256];
+	bool named = false;
+
+	REQUIRE(km, "no model");
+	f = hp_model_find(km, "vfs_read", &mod, NULL);
+	REQUIRE(f && f->ncalls > 0, "vfs_read has no direct calls");
+	for (uint32_t k = 0; k < f->ncalls; k++) {
+		const struct hp_call *c = &mod->calls[f->call_start + k];
+		const char *s = hp_model_symbolize(km, c->target, buf, sizeof(buf));
+
+		EXPECT(c->site < f->size, "call site outside the function");
+		if (s && (!strcmp(s, "rw_verify_area") || !strcmp(s, "fsnotify") || !strcmp(s, "__fsnotify_parent")))
+			named = true;
+	}
+	EXPECT(named, "no call to rw_verify_area/fsnotify found by name");
+	EXPECT(hp_model_symbolize(km, f->addr + 5, buf, sizeof(buf)) && !strcmp(buf, "vfs_read+0x5"),
+	       "symbolize(vfs_read+5) gave '%s'", buf);
+}
+
+static void t_vfs_read_disassembles(void)
+{
+	const struct hp_module *mod;
+	const struct hp_function *f;
+	struct hp_insn *in = NULL;
+	char err[256];
+	uint32_t total = 0;
+	int n;
+
+	REQUIRE(km, "no model");
+	f = hp_model_find(km, "vfs_read", &mod, NULL);
+	REQUIRE(f, "vfs_read not found");
+	n = hp_function_disassemble(km, mod, f, &in, err, sizeof(err));
+	REQUIRE(n > 10, "disassemble gave %d: %s", n, err);
+	/* This kernel starts traceable functions with a 5-byte nop (the
+	 * patched-out fentry call). */
+	EXPECT(in[0].addr == f->addr, "first instruction not at the function start");
+	EXPECT(in[0].len == 5 && !memcmp(in[0].bytes, "\x0f\x1f\x44\x00\x00", 5),
+	       "first instruction is not the 5-byte nop: len %u, '%s'", in[0].len, in[0].text);
+	EXPECT(strstr(in[0].text, "nop") != NULL, "first instruction text '%s'", in[0].text);
+	for (int i = 0; i < n; i++)
+		total += in[i].len;
+	EXPECT(total == f->size, "instructions cover %u of %u bytes", total, f->size);
+	uint32_t ninsn = 0;
+	for (uint32_t b = 0; b < f->nblocks; b++)
+		ninsn += mod->blocks[f->block_start + b].ninsn;
+	EXPECT(ninsn == (uint32_t)n, "blocks count %u instructions, disassembly %d", ninsn, n);
+	free(in);
+}
+
+static void t_only_function_matches_full_parse(void)
+{
+	struct hp_open_opts o = { .quiet = true, .only_function = "vfs_read" };
+	struct hp_model *one = NULL;
+	const struct hp_module *m1, *m2;
+	const struct hp_function *f1, *f2;
+	char err[512];
+	int r;
+
+	REQUIRE(km, "no model");
+	r = hp_model_open_kernel(&o, &one, err, sizeof(err));
+	REQUIRE(r == 0, "open only vfs_read: %s", err);
+	f1 = hp_model_find(km, "vfs_read", &m1, NULL);
+	f2 = hp_model_find(one, "vfs_read", &m2, NULL);
+	REQUIRE(f1 && f2, "vfs_read missing");
+	EXPECT(f1->addr == f2->addr && f1->size == f2->size, "different extent");
+	REQUIRE(f1->nblocks == f2->nblocks, "%u blocks vs %u", f1->nblocks, f2->nblocks);
+	for (uint32_t b = 0; b < f1->nblocks; b++) {
+		const struct hp_block *a = &m1->blocks[f1->block_start + b], *c = &m2->blocks[f2->block_start + b];
+
+		REQUIRE(a->offset == c->offset && a->size == c->size && a->ninsn == c->ninsn && a->nsucc == c->nsucc,
+			"block %u differs", b);
+		for (uint32_t k = 0; k < a->nsucc; k++)
+			REQUIRE(m1->succs[a->succ_start + k].kind == m2->succs[c->succ_start + k].kind &&
+					m1->succs[a->succ_start + k].target == m2->succs[c->succ_start + k].target,
+				"successor %u of block %u differs", k, b);
+	}
+	/* Other functions are indexed (callees symbolize) but not parsed. */
+	const struct hp_function *g = hp_model_find(one, "rw_verify_area", NULL, NULL);
+	EXPECT(g && g->nblocks == 0, "rw_verify_area should be indexed but unparsed");
+	hp_model_free(one);
+}
+
+static void t_successor_kinds_present(void)
+{
+	size_t counts[6] = { 0 };
+
+	REQUIRE(km, "no model");
+	for (size_t i = 0; i < km->nmods; i++)
+		for (size_t k = 0; k < km->mods[i].nsuccs; k++)
+			if (km->mods[i].succs[k].kind >= 1 && km->mods[i].succs[k].kind <= 5)
+				counts[km->mods[i].succs[k].kind]++;
+	/* A retpoline/rethunk kernel has all five kinds. */
+	for (int k = 1; k <= 5; k++)
+		EXPECT(counts[k] > 0, "no %s successors", hp_succ_kind_name(k));
+	EXPECT(counts[HP_SUCC_RETURN] > 30000, "only %zu returns", counts[HP_SUCC_RETURN]);
+}
+
+/* Kernel text as this model reads and decodes it, against objdump's
+ * disassembly of the same bytes: instruction boundaries agree, and every
+ * direct branch target inside a function starts a block. */
+static void t_kernel_functions_match_objdump(void)
+{
+	const struct hp_module *vm;
+	unsigned seed = 42;
+	char path[] = "/tmp/hotpath-ktext-XXXXXX";
+	int fd, checked = 0;
+
+	REQUIRE(km, "no model");
+	vm = &km->mods[0];
+	REQUIRE((fd = mkstemp(path)) >= 0, "mkstemp");
+	close(fd);
+	for (int i = 0; i < 150 && !t_failed_case; i++) {
+		const struct hp_function *f = i == 0 ? hp_model_find(km, "vfs_read", NULL, NULL)
+						     : &vm->funcs[rand_r(&seed) % vm->nfuncs];
+		struct hp_insn *ins = NULL;
+		struct od od;
+		char err[256];
+		uint8_t *bytes;
+		int n;
+
+		if (!f || (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE)) || f->size > 65536)
+			continue;
+		bytes = malloc(f->size);
+		REQUIRE(bytes && km->read(km, f->addr, bytes, f->size) == 0, "reading %s", f->name);
+		FILE *fp = fopen(path, "wb");
+		REQUIRE(fp && fwrite(bytes, 1, f->size, fp) == f->size, "write");
+		fclose(fp);
+		free(bytes);
+		REQUIRE(objdump_raw(path, f->addr, &od), "objdump failed on %s", f->name);
+		n = hp_function_disassemble(km, vm, f, &ins, err, sizeof(err));
+		REQUIRE(n > 0, "%s: %s", f->name, err);
+		EXPECT((size_t)n == od.n, "%s: %d instructions, objdump %zu", f->name, n, od.n);
+		/* The CFG's decoder and the disassembler agree on the count. */
+		uint32_t ninsn = 0;
+		for (uint32_t b = 0; b < f->nblocks; b++)
+			ninsn += vm->blocks[f->block_start + b].ninsn;
+		EXPECT(ninsn == (uint32_t)n, "%s: blocks hold %u instructions, disassembly %d", f->name, ninsn, n);
+		for (size_t k = 0; k < od.n && k < (size_t)n; k++) {
+			if (ins[k].addr != od.v[k].addr) {
+				EXPECT(0, "%s: instruction %zu at 0x%" PRIx64 ", objdump 0x%" PRIx64, f->name, k,
+				       ins[k].addr, od.v[k].addr);
+				break;
+			}
+			const struct od_insn *in = &od.v[k];
+			if (in->direct && in->target >= f->addr && in->target < f->addr + f->size &&
+			    od.v[od_first(&od, in->target)].addr == in->target) {
+				const struct hp_block *b = hp_function_block_at(vm, f, in->target);
+				EXPECT(b && f->addr + b->offset == in->target, "%s: branch target 0x%" PRIx64
+				       " is not a block start", f->name, in->target);
+			}
+		}
+		free(ins);
+		free(od.v);
+		checked++;
+	}
+	unlink(path);
+	EXPECT(checked >= 120, "only %d functions compared", checked);
+}
+
+struct reader_arg {
+	unsigned seed;
+	int mismatches, disassembled;
+};
+
+/* What the sampler and the daemon do at once: lookups, block lookups and
+ * disassembly (which reads kernel text through the shared BPF buffer). */
+static void *reader(void *p)
+{
+	struct reader_arg *a = p;
+	const struct hp_module *vm = &km->mods[0];
+
+	for (int i = 0; i < 20000; i++) {
+		const struct hp_function *f = &vm->funcs[rand_r(&a->seed) % vm->nfuncs];
+		const struct hp_module *mod = NULL;
+		uint64_t addr = f->addr + rand_r(&a->seed) % f->size;
+
+		if (hp_model_lookup(km, addr, &mod) != f || mod != vm)
+			a->mismatches++;
+		if (f->nblocks && !hp_function_block_at(vm, f, addr))
+			a->mismatches++;
+		if (i % 500 == 0) {
+			struct hp_insn *in = NULL;
+			char err[256];
+			int n = hp_function_disassemble(km, vm, f, &in, err, sizeof(err));
+			uint32_t total = 0;
+			for (int k = 0; k < n; k++)
+				total += in[k].len;
+			if (n < 0 || (!(f->flags & HP_FN_UNDECODABLE) && total != f->size))
+				a->mismatches++;
+			a->disassembled += n > 0;
+			free(in);
+		}
+	}
+	return NULL;
+}
+
+static void t_concurrent_readers(void)
+{
+	pthread_t t[4];
+	struct reader_arg a[4];
+
+	REQUIRE(km, "no model");
+	for (int i = 0; i < 4; i++) {
+		a[i] = (struct reader_arg){ .seed = 1000u + i };
+		pthread_create(&t[i], NULL, reader, &a[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		EXPECT(a[i].mismatches == 0, "reader %d saw %d wrong answers", i, a[i].mismatches);
+		EXPECT(a[i].disassembled >= 38, "reader %d disassembled only %d functions", i, a[i].disassembled);
+	}
+}
+
+int main(void)
+{
+	RUN(t_kernel_model_opens);
+	RUN(t_kernel_has_many_functions);
+	RUN(t_kernel_functions_sorted_nonoverlapping);
+	RUN(t_vfs_read_blocks_tile);
+	RUN(t_all_functions_tile_and_targets_are_block_starts);
+	RUN(t_undecodable_functions_still_tile);
+	RUN(t_lookup_and_block_at);
+	RUN(t_vfs_read_calls_symbolized);
+	RUN(t_vfs_read_disassembles);
+	RUN(t_only_function_matches_full_parse);
+	RUN(t_successor_kinds_present);
+	RUN(t_kernel_functions_match_objdump);
+	RUN(t_concurrent_readers);
+	hp_model_free(km);
+	TEST_EXIT();
+}
