@@ -60,7 +60,7 @@ static void samples_map_onto_real_blocks(void)
 	       (long long)(iv.end_unix_ns - iv.start_unix_ns));
 	uint64_t in_blocks = 0, on_read_path = 0;
 	static const char *const read_path[] = { "read_iter_zero", "iov_iter_zero", "vfs_read", "ksys_read",
-						 "__x64_sys_read", "do_syscall_64", "entry_SYSCALL_64",
+						 "__x64_sys_read", "do_syscall_64", "entry_SYSCALL_64", "read_zero",
 						 "rep_stos_alternative", "clear_user" };
 	for (size_t i = 0; i < iv.nblocks; i++) {
 		const struct hp_block_count *bc = &iv.blocks[i];
