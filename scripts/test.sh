@@ -36,6 +36,7 @@ suite() {
 	if [ "${status[$name]}" != 0 ] && [ "${failed[$name]}" = 0 ]; then failed[$name]=1; fi
 }
 
+suite lint         ./scripts/lint.sh
 suite agent        make -s -C agent test
 suite agent-stream backend/.venv/bin/python -m pytest -q agent/tests/python
 suite backend      make -s -C backend test

@@ -47,8 +47,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (b->size == 0)
 			fail("empty block", i);
 		if (remainder ? (b->offset != f.bad_offset || b->ninsn || b->nsucc) : b->ninsn == 0)
-			fail(remainder ? "undecodable remainder is not one bare block at bad_offset"
-				       : "block without instructions", i);
+			fail(remainder ? "undecodable remainder is not one bare block at bad_offset" :
+					 "block without instructions",
+			     i);
 		next = b->offset + b->size;
 	}
 	if (next != f.size)

@@ -29,42 +29,42 @@ static inline void t_fail(const char *file, int line, const char *fmt, ...)
 }
 
 /* Record a failure and keep going. */
-#define EXPECT(cond, ...)                                         \
-	do {                                                      \
-		if (!(cond))                                      \
-			t_fail(__FILE__, __LINE__, __VA_ARGS__);  \
+#define EXPECT(cond, ...)                                        \
+	do {                                                     \
+		if (!(cond))                                     \
+			t_fail(__FILE__, __LINE__, __VA_ARGS__); \
 	} while (0)
 /* Record a failure and leave the case. */
-#define REQUIRE(cond, ...)                                        \
-	do {                                                      \
-		if (!(cond)) {                                    \
-			t_fail(__FILE__, __LINE__, __VA_ARGS__);  \
-			return;                                   \
-		}                                                 \
+#define REQUIRE(cond, ...)                                       \
+	do {                                                     \
+		if (!(cond)) {                                   \
+			t_fail(__FILE__, __LINE__, __VA_ARGS__); \
+			return;                                  \
+		}                                                \
 	} while (0)
 /* The case cannot run on this machine: say why (counts as passed). */
-#define SKIP(...)                                                                 \
-	do {                                                                      \
-		t_skipped = 1;                                                    \
-		snprintf(t_reason, sizeof(t_reason), __VA_ARGS__);                \
-		return;                                                           \
+#define SKIP(...)                                                  \
+	do {                                                       \
+		t_skipped = 1;                                     \
+		snprintf(t_reason, sizeof(t_reason), __VA_ARGS__); \
+		return;                                            \
 	} while (0)
 
-#define RUN(fn)                                                                    \
-	do {                                                                       \
-		t_failed_case = 0;                                                 \
-		t_skipped = 0;                                                     \
-		t_reason[0] = 0;                                                   \
-		fn();                                                              \
-		if (t_failed_case) {                                               \
-			printf("FAIL - %s: %s\n", #fn, t_reason);                  \
-			t_failures++;                                              \
-		} else if (t_skipped) {                                            \
-			printf("ok - %s # SKIP %s\n", #fn, t_reason);              \
-		} else {                                                           \
-			printf("ok - %s\n", #fn);                                  \
-		}                                                                  \
-		fflush(stdout);                                                    \
+#define RUN(fn)                                                       \
+	do {                                                          \
+		t_failed_case = 0;                                    \
+		t_skipped = 0;                                        \
+		t_reason[0] = 0;                                      \
+		fn();                                                 \
+		if (t_failed_case) {                                  \
+			printf("FAIL - %s: %s\n", #fn, t_reason);     \
+			t_failures++;                                 \
+		} else if (t_skipped) {                               \
+			printf("ok - %s # SKIP %s\n", #fn, t_reason); \
+		} else {                                              \
+			printf("ok - %s\n", #fn);                     \
+		}                                                     \
+		fflush(stdout);                                       \
 	} while (0)
 
 #define TEST_EXIT() return t_failures ? 1 : 0

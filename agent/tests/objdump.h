@@ -17,9 +17,9 @@
 struct od_insn {
 	uint64_t addr;
 	char mnem[24];
-	bool direct;     /* direct jmp/jcc/loop with target */
+	bool direct; /* direct jmp/jcc/loop with target */
 	uint64_t target;
-	bool transfer;   /* ends a block: jumps, ret, ud2, int3, hlt */
+	bool transfer; /* ends a block: jumps, ret, ud2, int3, hlt */
 	bool int3;
 };
 
@@ -28,8 +28,8 @@ struct od {
 	size_t n;
 };
 
-static const char *const prefixes[] = { "notrack", "bnd", "rep", "repz", "repnz", "repe", "repne", "lock",
-					"data16", "cs", "ds", "addr32", NULL };
+static const char *const prefixes[] = { "notrack", "bnd",    "rep", "repz", "repnz",  "repe", "repne",
+					"lock",    "data16", "cs",  "ds",   "addr32", NULL };
 
 static inline bool is_prefix(const char *w)
 {
@@ -124,8 +124,10 @@ static inline bool objdump_raw(const char *path, uint64_t vma, struct od *od)
 {
 	char cmd[512];
 
-	snprintf(cmd, sizeof(cmd), "objdump -D -w --no-show-raw-insn -b binary -m i386:x86-64 "
-		 "--adjust-vma=0x%llx '%s'", (unsigned long long)vma, path);
+	snprintf(cmd, sizeof(cmd),
+		 "objdump -D -w --no-show-raw-insn -b binary -m i386:x86-64 "
+		 "--adjust-vma=0x%llx '%s'",
+		 (unsigned long long)vma, path);
 	return objdump_cmd(cmd, od);
 }
 

@@ -48,8 +48,8 @@ static const char *check_function_cfg(const struct hp_module *mod, const struct 
 				continue;
 			const struct hp_block *t = hp_function_block_at(mod, f, f->addr + s->target);
 			if (!t || t->offset != s->target) {
-				snprintf(why, sizeof(why), "%s: %s target +0x%" PRIx64 " is not a block start",
-					 f->name, hp_succ_kind_name(s->kind), s->target);
+				snprintf(why, sizeof(why), "%s: %s target +0x%" PRIx64 " is not a block start", f->name,
+					 hp_succ_kind_name(s->kind), s->target);
 				return why;
 			}
 		}

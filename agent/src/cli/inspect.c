@@ -70,8 +70,7 @@ static int usage_error(const char *cmd, const char *msg)
 }
 
 /* Parse "KIND [PATH|PID] [FUNCTION] [options]"; returns 0 or an exit code. */
-static int parse_target_args(const char *cmd, int argc, char **argv, bool want_function,
-			     struct target_args *t)
+static int parse_target_args(const char *cmd, int argc, char **argv, bool want_function, struct target_args *t)
 {
 	const char *pos[3];
 	int npos = 0, i, need;
@@ -136,8 +135,8 @@ static int parse_target_args(const char *cmd, int argc, char **argv, bool want_f
 	return 0;
 }
 
-static int open_target(const struct target_args *t, const struct hp_open_opts *o, struct hp_model **m,
-		       char *err, size_t errlen)
+static int open_target(const struct target_args *t, const struct hp_open_opts *o, struct hp_model **m, char *err,
+		       size_t errlen)
 {
 	switch (t->kind) {
 	case HP_TARGET_KERNEL:

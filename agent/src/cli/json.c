@@ -46,10 +46,22 @@ static void close_(struct json *j, char c)
 		fputc('\n', j->fp);
 }
 
-void json_obj_begin(struct json *j) { open(j, '{'); }
-void json_obj_end(struct json *j) { close_(j, '}'); }
-void json_arr_begin(struct json *j) { open(j, '['); }
-void json_arr_end(struct json *j) { close_(j, ']'); }
+void json_obj_begin(struct json *j)
+{
+	open(j, '{');
+}
+void json_obj_end(struct json *j)
+{
+	close_(j, '}');
+}
+void json_arr_begin(struct json *j)
+{
+	open(j, '[');
+}
+void json_arr_end(struct json *j)
+{
+	close_(j, ']');
+}
 
 static void raw_str(FILE *fp, const char *s)
 {

@@ -27,13 +27,15 @@ static void usage(FILE *fp)
 {
 	size_t i;
 
-	fprintf(fp, "usage: hotpathd COMMAND [ARGS...]\n\n"
-		    "Hotpath agent: a code model of the live kernel, ELF files and processes,\n"
-		    "with live hotness from whole-system sampling.\n\ncommands:\n");
+	fprintf(fp,
+		"usage: hotpathd COMMAND [ARGS...]\n\n"
+		"Hotpath agent: a code model of the live kernel, ELF files and processes,\n"
+		"with live hotness from whole-system sampling.\n\ncommands:\n");
 	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(fp, "  %-8s %s\n", commands[i].name, commands[i].summary);
-	fprintf(fp, "\n  hotpathd help COMMAND     help for one command\n"
-		    "  hotpathd --version        print the version\n");
+	fprintf(fp,
+		"\n  hotpathd help COMMAND     help for one command\n"
+		"  hotpathd --version        print the version\n");
 }
 
 static const struct command *find_command(const char *name)

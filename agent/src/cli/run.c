@@ -48,9 +48,15 @@ int cmd_run(int argc, char **argv)
 	int c;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
-		case 's': o.server = optarg; break;
-		case 't': token_file = optarg; break;
-		case 'H': o.host_id = optarg; break;
+		case 's':
+			o.server = optarg;
+			break;
+		case 't':
+			token_file = optarg;
+			break;
+		case 'H':
+			o.host_id = optarg;
+			break;
 		case 'i':
 			if (hp_parse_uint(optarg, 100, 60000, &o.interval_ms) < 0) {
 				fprintf(stderr, "hotpathd run: --interval-ms must be a number from 100 to 60000\n");
@@ -63,9 +69,15 @@ int cmd_run(int argc, char **argv)
 				return HP_EXIT_USAGE;
 			}
 			break;
-		case 'q': o.quiet = true; break;
-		case 'h': usage(stdout); return HP_EXIT_OK;
-		default: usage(stderr); return HP_EXIT_USAGE;
+		case 'q':
+			o.quiet = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return HP_EXIT_OK;
+		default:
+			usage(stderr);
+			return HP_EXIT_USAGE;
 		}
 	}
 	if (optind < argc) {

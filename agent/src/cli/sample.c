@@ -48,8 +48,8 @@ static double cpu_seconds(void)
 {
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
-	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-	       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+	       ru.ru_stime.tv_usec / 1e6;
 }
 
 static double mono_s(void)
@@ -74,7 +74,10 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
-struct hot { uint32_t mod, fn; uint64_t count; };
+struct hot {
+	uint32_t mod, fn;
+	uint64_t count;
+};
 
 static int cmp_hot(const void *a, const void *b)
 {
@@ -89,12 +92,9 @@ static int cmp_hot(const void *a, const void *b)
 int cmd_sample(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "seconds", required_argument, NULL, 's' },
-		{ "frequency", required_argument, NULL, 'f' },
-		{ "top", required_argument, NULL, 't' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
+		{ "seconds", required_argument, NULL, 's' }, { "frequency", required_argument, NULL, 'f' },
+		{ "top", required_argument, NULL, 't' },     { "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },          { 0 },
 	};
 	unsigned seconds = 10, freq = 997, top = 20;
 	bool json = false;
@@ -120,9 +120,15 @@ int cmd_sample(int argc, char **argv)
 				return HP_EXIT_USAGE;
 			}
 			break;
-		case 'j': json = true; break;
-		case 'h': usage(stdout); return HP_EXIT_OK;
-		default: usage(stderr); return HP_EXIT_USAGE;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return HP_EXIT_OK;
+		default:
+			usage(stderr);
+			return HP_EXIT_USAGE;
 		}
 	}
 	if (optind < argc) {

@@ -168,7 +168,10 @@ void hp_catalog_iter_init(struct hp_catalog_iter *it, const struct hp_model *m, 
  * small sub-messages, all freed together once the chunk is packed.
  */
 struct arena {
-	struct arena_blk { struct arena_blk *next; size_t used, cap; } *head;
+	struct arena_blk {
+		struct arena_blk *next;
+		size_t used, cap;
+	} * head;
 };
 
 static void *arena_alloc(struct arena *a, size_t n)
@@ -217,8 +220,8 @@ static char *target_name(struct arena *a, const struct hp_model *m, uint64_t add
 	return s ? s : (char *)protobuf_c_empty_string;
 }
 
-static Hotpath__V1__Function *build_function(struct arena *a, const struct hp_model *m,
-					     const struct hp_module *mod, size_t idx)
+static Hotpath__V1__Function *build_function(struct arena *a, const struct hp_model *m, const struct hp_module *mod,
+					     size_t idx)
 {
 	const struct hp_function *f = &mod->funcs[idx];
 	Hotpath__V1__Function *pf = arena_alloc(a, sizeof(*pf));
@@ -287,15 +290,15 @@ static Hotpath__V1__Function *build_function(struct arena *a, const struct hp_mo
 	return pf;
 }
 
-int hp_catalog_next_chunk(struct hp_catalog_iter *it, size_t max_funcs, size_t max_bytes,
-			  uint8_t **buf, size_t *len, uint32_t *nfuncs, bool *last)
+int hp_catalog_next_chunk(struct hp_catalog_iter *it, size_t max_funcs, size_t max_bytes, uint8_t **buf, size_t *len,
+			  uint32_t *nfuncs, bool *last)
 {
 	if (it->done)
 		return 0;
 	const struct hp_module *mod = &it->m->mods[it->mod_idx];
 	if (max_funcs == 0)
 		max_funcs = HP_CATALOG_CHUNK_FUNCS;
-	struct arena a = {0};
+	struct arena a = { 0 };
 	Hotpath__V1__Function **funcs = calloc(max_funcs, sizeof(*funcs));
 	if (!funcs)
 		return -ENOMEM;

@@ -49,7 +49,7 @@ void hp_catalog_iter_init(struct hp_catalog_iter *it, const struct hp_model *m, 
  * Returns 1 with a malloc'd *buf of *len bytes and the chunk's function count
  * in *nfuncs (and *last), 0 when the module is finished, or a negative errno.
  */
-int hp_catalog_next_chunk(struct hp_catalog_iter *it, size_t max_funcs, size_t max_bytes,
-			  uint8_t **buf, size_t *len, uint32_t *nfuncs, bool *last);
+int hp_catalog_next_chunk(struct hp_catalog_iter *it, size_t max_funcs, size_t max_bytes, uint8_t **buf, size_t *len,
+			  uint32_t *nfuncs, bool *last);
 
 #endif

@@ -56,8 +56,8 @@ void hp_catalog_pump(struct agent *ag, struct hp_stream *st)
 		size_t len;
 		uint32_t nf;
 		bool last;
-		int r = hp_catalog_next_chunk(&ag->catalog_it, HP_CATALOG_CHUNK_FUNCS, HP_CATALOG_CHUNK_BYTES,
-					      &buf, &len, &nf, &last);
+		int r = hp_catalog_next_chunk(&ag->catalog_it, HP_CATALOG_CHUNK_FUNCS, HP_CATALOG_CHUNK_BYTES, &buf,
+					      &len, &nf, &last);
 		if (r < 0) {
 			hp_log(false, "cannot build a catalog chunk of %s: %s",
 			       ag->model->mods[ag->catalog_it.mod_idx].name, strerror(-r));

@@ -67,8 +67,8 @@ static int open_model(struct agent *ag, char *err, size_t errlen)
 		nfuncs += ag->model->mods[i].nfuncs;
 		nblocks += ag->block_counts[i];
 	}
-	hp_log(true, "parsed %zu functions, %zu blocks in %zu module(s) in %.2f s", nfuncs, nblocks,
-	       ag->model->nmods, ag->parse_seconds);
+	hp_log(true, "parsed %zu functions, %zu blocks in %zu module(s) in %.2f s", nfuncs, nblocks, ag->model->nmods,
+	       ag->parse_seconds);
 	return 0;
 }
 
@@ -81,11 +81,12 @@ static void probe_and_sample(struct agent *ag)
 	for (size_t i = 0; i < ag->model->nmods; i++)
 		nfuncs += ag->model->mods[i].nfuncs;
 	snprintf(detail, sizeof(detail),
-		 "kernel text read through a BPF syscall program (bpf_probe_read_kernel): %zu functions parsed", nfuncs);
+		 "kernel text read through a BPF syscall program (bpf_probe_read_kernel): %zu functions parsed",
+		 nfuncs);
 	hp_caps_probe(&ag->caps, true, detail);
 	for (size_t i = 0; i < ag->caps.n; i++)
-		hp_log(true, "capability %s: %s (%s)", ag->caps.caps[i].name,
-		       ag->caps.caps[i].available ? "yes" : "no", ag->caps.caps[i].detail);
+		hp_log(true, "capability %s: %s (%s)", ag->caps.caps[i].name, ag->caps.caps[i].available ? "yes" : "no",
+		       ag->caps.caps[i].detail);
 
 	struct hp_sampler_opts so = { .frequency = ag->frequency };
 	ag->sampler = hp_sampler_open(ag->model, &so, err, sizeof(err));

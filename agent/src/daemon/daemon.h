@@ -10,12 +10,12 @@
 #include <stdbool.h>
 
 struct hp_daemon_opts {
-	const char *server;    /* backend gRPC address, "host:port" */
-	const char *token;     /* agent bearer token */
-	const char *host_id;   /* identity to report; NULL = /etc/machine-id */
-	unsigned interval_ms;  /* metric interval */
-	unsigned frequency;    /* samples per second per CPU */
-	bool quiet;            /* log only errors and ended connections */
+	const char *server;   /* backend gRPC address, "host:port" */
+	const char *token;    /* agent bearer token */
+	const char *host_id;  /* identity to report; NULL = /etc/machine-id */
+	unsigned interval_ms; /* metric interval */
+	unsigned frequency;   /* samples per second per CPU */
+	bool quiet;           /* log only errors and ended connections */
 };
 
 /* Run until SIGINT/SIGTERM: 0 after a requested stop, -1 if start-up failed

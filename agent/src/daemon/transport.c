@@ -55,10 +55,10 @@ struct hp_stream {
 	grpc_slice details;
 	const char *error_string;
 	char details_str[512];
-	int outstanding;          /* batches started, not yet completed */
+	int outstanding; /* batches started, not yet completed */
 	bool start_busy, status_busy, recv_busy, send_busy;
-	bool ended;               /* status received */
-	bool broken;              /* a send failed: no further sends */
+	bool ended;  /* status received */
+	bool broken; /* a send failed: no further sends */
 	struct timespec send_started;
 	struct outmsg *qhead, *qtail;
 	size_t qlen;
@@ -82,10 +82,10 @@ void hp_transport_shutdown(void)
 const char *hp_grpc_status_name(int code)
 {
 	static const char *const names[] = {
-		"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-		"ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-		"ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-		"UNAUTHENTICATED",
+		"OK",        "CANCELLED",       "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+		"NOT_FOUND", "ALREADY_EXISTS",  "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+		"ABORTED",   "OUT_OF_RANGE",    "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+		"DATA_LOSS", "UNAUTHENTICATED",
 	};
 	if (code >= 0 && (size_t)code < sizeof(names) / sizeof(names[0]))
 		return names[code];
@@ -146,8 +146,8 @@ struct hp_stream *hp_stream_open(const char *target, const char *token, char *er
 		goto fail;
 	}
 	st->call = grpc_channel_create_call(st->channel, NULL, GRPC_PROPAGATE_DEFAULTS, st->cq,
-					    grpc_slice_from_static_string("/hotpath.v1.AgentService/Connect"),
-					    NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+					    grpc_slice_from_static_string("/hotpath.v1.AgentService/Connect"), NULL,
+					    gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
 	if (!st->call) {
 		snprintf(err, errlen, "cannot create the Connect call to %s", target);
 		goto fail;
@@ -266,8 +266,7 @@ static bool send_stalled(const struct hp_stream *st)
 		return false;
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	long ms = (now.tv_sec - st->send_started.tv_sec) * 1000 +
-		  (now.tv_nsec - st->send_started.tv_nsec) / 1000000;
+	long ms = (now.tv_sec - st->send_started.tv_sec) * 1000 + (now.tv_nsec - st->send_started.tv_nsec) / 1000000;
 	return ms > HP_SEND_STALL_MS;
 }
 
@@ -344,11 +343,11 @@ enum hp_stream_event hp_stream_poll(struct hp_stream *st, int timeout_ms, uint8_
 	*msg = NULL;
 	*len = 0;
 	if (send_stalled(st)) {
-		grpc_call_cancel_with_status(st->call, GRPC_STATUS_UNAVAILABLE,
-					     "a send made no progress for 30 s", NULL);
+		grpc_call_cancel_with_status(st->call, GRPC_STATUS_UNAVAILABLE, "a send made no progress for 30 s",
+					     NULL);
 	}
-	gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-					     gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+	gpr_timespec deadline =
+		gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
 	for (;;) {
 		maybe_start_send(st);
 		if (st->ended && !st->recv_busy)

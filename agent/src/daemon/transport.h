@@ -32,9 +32,9 @@ int hp_stream_send(struct hp_stream *st, uint8_t *buf, size_t len);
 size_t hp_stream_pending(const struct hp_stream *st);
 
 enum hp_stream_event {
-	HP_STREAM_IDLE = 0,  /* nothing arrived before the timeout */
-	HP_STREAM_MESSAGE,   /* msg and len hold one packed ServerMessage (free it) */
-	HP_STREAM_ENDED,     /* the call is over; see hp_stream_status */
+	HP_STREAM_IDLE = 0, /* nothing arrived before the timeout */
+	HP_STREAM_MESSAGE,  /* msg and len hold one packed ServerMessage (free it) */
+	HP_STREAM_ENDED,    /* the call is over; see hp_stream_status */
 };
 
 /* Drive the stream for at most timeout_ms. */

@@ -90,7 +90,7 @@ static void probe_kallsyms(struct hp_caps *c)
 
 static void probe_sampling(struct hp_caps *c)
 {
-	struct perf_event_attr a = {0};
+	struct perf_event_attr a = { 0 };
 	a.size = sizeof(a);
 	a.type = PERF_TYPE_SOFTWARE;
 	a.config = PERF_COUNT_SW_CPU_CLOCK;
@@ -101,8 +101,8 @@ static void probe_sampling(struct hp_caps *c)
 	int fd = perf_open(&a, -1, 0);
 	if (fd < 0) {
 		int e = errno;
-		add(c, "perf_sampling", false, "perf_event_open(cpu-clock, all tasks, cpu 0) failed: %s%s",
-		    strerror(e), perm_hint(e));
+		add(c, "perf_sampling", false, "perf_event_open(cpu-clock, all tasks, cpu 0) failed: %s%s", strerror(e),
+		    perm_hint(e));
 		return;
 	}
 	close(fd);
@@ -112,7 +112,7 @@ static void probe_sampling(struct hp_caps *c)
 
 bool hp_probe_hw_cycles(int *err_out)
 {
-	struct perf_event_attr a = {0};
+	struct perf_event_attr a = { 0 };
 	a.size = sizeof(a);
 	a.type = PERF_TYPE_HARDWARE;
 	a.config = PERF_COUNT_HW_CPU_CYCLES;
@@ -134,8 +134,8 @@ static void probe_pmu(struct hp_caps *c)
 		add(c, "hardware_pmu", true, "perf_event_open(cycles) works: cycle-based sampling available");
 		return;
 	}
-	const char *why = (e == ENOENT || e == EOPNOTSUPP || e == ENODEV)
-		? "no hardware PMU" : "hardware PMU not usable";
+	const char *why =
+		(e == ENOENT || e == EOPNOTSUPP || e == ENODEV) ? "no hardware PMU" : "hardware PMU not usable";
 	add(c, "hardware_pmu", false,
 	    "%s: perf_event_open(cycles) failed with %s (%s)%s; cycle, I-cache and branch-mispredict metrics unavailable",
 	    why, strerrorname_np(e) ? strerrorname_np(e) : "error", strerror(e),
@@ -154,7 +154,7 @@ static int raw_tp_probe(const char *tp, int *err_out)
 	a.prog_type = BPF_PROG_TYPE_RAW_TRACEPOINT;
 	a.insns = (uint64_t)(uintptr_t)insns;
 	a.insn_cnt = 2;
-	a.license = (uint64_t)(uintptr_t)"GPL";
+	a.license = (uint64_t)(uintptr_t) "GPL";
 	int prog = (int)syscall(SYS_bpf, BPF_PROG_LOAD, &a, sizeof(a));
 	if (prog < 0) {
 		*err_out = errno;
@@ -185,7 +185,7 @@ static void probe_tracepoints(struct hp_caps *c)
 		fclose(f);
 		if (!got)
 			continue;
-		struct perf_event_attr a = {0};
+		struct perf_event_attr a = { 0 };
 		a.size = sizeof(a);
 		a.type = PERF_TYPE_TRACEPOINT;
 		a.config = strtoull(buf, NULL, 10);
@@ -193,12 +193,14 @@ static void probe_tracepoints(struct hp_caps *c)
 		int fd = perf_open(&a, -1, 0);
 		if (fd < 0) {
 			int e = errno;
-			add(c, "tracepoints", false, "sched:sched_switch (id %llu) found but perf_event_open failed: %s%s",
+			add(c, "tracepoints", false,
+			    "sched:sched_switch (id %llu) found but perf_event_open failed: %s%s",
 			    (unsigned long long)a.config, strerror(e), perm_hint(e));
 			return;
 		}
 		close(fd);
-		add(c, "tracepoints", true, "sched:sched_switch opened through perf_event_open (tracefs at %s)", roots[i]);
+		add(c, "tracepoints", true, "sched:sched_switch opened through perf_event_open (tracefs at %s)",
+		    roots[i]);
 		return;
 	}
 	/* No tracefs: try a raw tracepoint, which needs no mounted file system. */
@@ -208,8 +210,8 @@ static void probe_tracepoints(struct hp_caps *c)
 		    "raw tracepoint sched_switch attached with a BPF program (tracefs not mounted)");
 		return;
 	}
-	add(c, "tracepoints", false,
-	    "tracefs not mounted and a BPF raw tracepoint on sched_switch failed: %s", strerror(e));
+	add(c, "tracepoints", false, "tracefs not mounted and a BPF raw tracepoint on sched_switch failed: %s",
+	    strerror(e));
 }
 
 static void probe_kprobes(struct hp_caps *c)
@@ -227,16 +229,17 @@ static void probe_kprobes(struct hp_caps *c)
 		add(c, "kprobes", false, "kprobe PMU type unreadable");
 		return;
 	}
-	struct perf_event_attr a = {0};
+	struct perf_event_attr a = { 0 };
 	a.size = sizeof(a);
 	a.type = (uint32_t)strtoul(buf, NULL, 10);
-	a.config1 = (uint64_t)(uintptr_t)"vfs_read"; /* kprobe_func */
-	a.config2 = 0;                               /* probe_offset */
+	a.config1 = (uint64_t)(uintptr_t) "vfs_read"; /* kprobe_func */
+	a.config2 = 0;                                /* probe_offset */
 	a.disabled = 1;
 	int fd = perf_open(&a, -1, 0);
 	if (fd < 0) {
 		int e = errno;
-		add(c, "kprobes", false, "kprobe PMU present but a probe on vfs_read failed: %s%s", strerror(e), perm_hint(e));
+		add(c, "kprobes", false, "kprobe PMU present but a probe on vfs_read failed: %s%s", strerror(e),
+		    perm_hint(e));
 		return;
 	}
 	close(fd);
@@ -268,7 +271,8 @@ static void probe_code_replacement(struct hp_caps *c)
 		    "modules load but the kernel has no livepatch support (/sys/kernel/livepatch absent)");
 		return;
 	}
-	add(c, "kernel_code_replacement", true, "module loading reachable (finit_module gives %s) and livepatch present",
+	add(c, "kernel_code_replacement", true,
+	    "module loading reachable (finit_module gives %s) and livepatch present",
 	    strerrorname_np(e) ? strerrorname_np(e) : "an error");
 }
 

@@ -14,7 +14,7 @@
 #define HP_CAP_MAX 16
 
 struct hp_cap {
-	const char *name;  /* static */
+	const char *name; /* static */
 	bool available;
 	char detail[256];
 };

@@ -46,8 +46,7 @@ int hp_parse_build_id_notes(const uint8_t *buf, size_t len, char *out, size_t ou
 			break;
 		const uint8_t *name = buf + off, *desc = buf + off + name_pad;
 		/* NT_GNU_BUILD_ID = 3, owner "GNU\0". */
-		if (type == 3 && namesz == 4 && memcmp(name, "GNU", 4) == 0 && descsz > 0 &&
-		    descsz * 2 + 1 <= outlen) {
+		if (type == 3 && namesz == 4 && memcmp(name, "GNU", 4) == 0 && descsz > 0 && descsz * 2 + 1 <= outlen) {
 			for (uint32_t i = 0; i < descsz; i++)
 				snprintf(out + 2 * i, 3, "%02x", desc[i]);
 			return 0;

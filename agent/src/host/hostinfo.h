@@ -21,9 +21,9 @@ struct hp_hostinfo {
 	char host_id[128];
 	char hostname[256];
 	char release[128];
-	char build_id[65];     /* lower-case hex, "" if the kernel has none */
+	char build_id[65]; /* lower-case hex, "" if the kernel has none */
 	char cpu_model[256];
-	uint32_t cpu_count;    /* online CPUs */
+	uint32_t cpu_count; /* online CPUs */
 	struct hp_cache_geometry l1i;
 };
 

@@ -14,20 +14,20 @@
 
 enum hp_insn_class {
 	HP_IC_OTHER = 0,
-	HP_IC_JCC,        /* conditional direct branch (jcc, loop, jrcxz) */
-	HP_IC_JMP,        /* unconditional direct jump */
-	HP_IC_JMP_IND,    /* jump through a register or memory */
-	HP_IC_CALL,       /* direct call */
-	HP_IC_CALL_IND,   /* call through a register or memory */
-	HP_IC_RET,        /* ret, iret, sysret, sysexit */
-	HP_IC_TRAP,       /* ud2/ud0/ud1, int3, hlt: control does not continue */
+	HP_IC_JCC,      /* conditional direct branch (jcc, loop, jrcxz) */
+	HP_IC_JMP,      /* unconditional direct jump */
+	HP_IC_JMP_IND,  /* jump through a register or memory */
+	HP_IC_CALL,     /* direct call */
+	HP_IC_CALL_IND, /* call through a register or memory */
+	HP_IC_RET,      /* ret, iret, sysret, sysexit */
+	HP_IC_TRAP,     /* ud2/ud0/ud1, int3, hlt: control does not continue */
 };
 
 struct hp_isa_insn {
 	uint8_t len;
-	uint8_t cls;      /* enum hp_insn_class */
-	bool has_target;  /* direct branch or call */
-	uint64_t target;  /* absolute target when has_target */
+	uint8_t cls;     /* enum hp_insn_class */
+	bool has_target; /* direct branch or call */
+	uint64_t target; /* absolute target when has_target */
 };
 
 /* Decode one instruction at addr. Returns 0, or -1 if the bytes do not form
@@ -41,8 +41,8 @@ typedef bool (*hp_isa_symbolizer)(void *ctx, uint64_t addr, char *buf, size_t le
 /* Decode one instruction and render it in Intel syntax into text; direct
  * targets get a " <name>" suffix from sym when it knows them. Returns the
  * length (> 0) or -1 if undecodable. Thread-safe. */
-int hp_isa_format(const uint8_t *code, size_t len, uint64_t addr, char *text, size_t textlen,
-		  hp_isa_symbolizer sym, void *sym_ctx);
+int hp_isa_format(const uint8_t *code, size_t len, uint64_t addr, char *text, size_t textlen, hp_isa_symbolizer sym,
+		  void *sym_ctx);
 
 const char *hp_insn_class_name(enum hp_insn_class c);
 

@@ -36,8 +36,8 @@ static ZyanStatus print_address_abs(const ZydisFormatter *f, ZydisFormatterBuffe
 
 	if (!ZYAN_SUCCESS(st) || !fc || !fc->sym)
 		return st;
-	if (!ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(context->instruction, context->operand,
-						   context->runtime_address, &addr)))
+	if (!ZYAN_SUCCESS(
+		    ZydisCalcAbsoluteAddress(context->instruction, context->operand, context->runtime_address, &addr)))
 		return st;
 	if (!fc->sym(fc->sym_ctx, addr, name, sizeof(name)))
 		return st;
@@ -59,8 +59,7 @@ static void isa_init(void)
 	ZydisFormatterSetProperty(&formatter, ZYDIS_FORMATTER_PROP_HEX_UPPERCASE, ZYAN_FALSE);
 	ZydisFormatterSetProperty(&formatter, ZYDIS_FORMATTER_PROP_ADDR_PADDING_ABSOLUTE, ZYDIS_PADDING_DISABLED);
 	orig_print_abs = (ZydisFormatterFunc)&print_address_abs;
-	ZydisFormatterSetHook(&formatter, ZYDIS_FORMATTER_FUNC_PRINT_ADDRESS_ABS,
-			      (const void **)&orig_print_abs);
+	ZydisFormatterSetHook(&formatter, ZYDIS_FORMATTER_FUNC_PRINT_ADDRESS_ABS, (const void **)&orig_print_abs);
 }
 
 static enum hp_insn_class classify(const ZydisDecodedInstruction *in)
@@ -86,15 +85,31 @@ static enum hp_insn_class classify(const ZydisDecodedInstruction *in)
 	case ZYDIS_MNEMONIC_CALL:
 		return rel ? HP_IC_CALL : HP_IC_CALL_IND;
 	/* Conditional direct branches; xbegin branches to its abort handler. */
-	case ZYDIS_MNEMONIC_JB: case ZYDIS_MNEMONIC_JBE: case ZYDIS_MNEMONIC_JCXZ:
-	case ZYDIS_MNEMONIC_JECXZ: case ZYDIS_MNEMONIC_JRCXZ: case ZYDIS_MNEMONIC_JL:
-	case ZYDIS_MNEMONIC_JLE: case ZYDIS_MNEMONIC_JNB: case ZYDIS_MNEMONIC_JNBE:
-	case ZYDIS_MNEMONIC_JNL: case ZYDIS_MNEMONIC_JNLE: case ZYDIS_MNEMONIC_JNO:
-	case ZYDIS_MNEMONIC_JNP: case ZYDIS_MNEMONIC_JNS: case ZYDIS_MNEMONIC_JNZ:
-	case ZYDIS_MNEMONIC_JO: case ZYDIS_MNEMONIC_JP: case ZYDIS_MNEMONIC_JS:
-	case ZYDIS_MNEMONIC_JZ: case ZYDIS_MNEMONIC_LOOP: case ZYDIS_MNEMONIC_LOOPE:
-	case ZYDIS_MNEMONIC_LOOPNE: case ZYDIS_MNEMONIC_XBEGIN:
-	case ZYDIS_MNEMONIC_JKNZD: case ZYDIS_MNEMONIC_JKZD:
+	case ZYDIS_MNEMONIC_JB:
+	case ZYDIS_MNEMONIC_JBE:
+	case ZYDIS_MNEMONIC_JCXZ:
+	case ZYDIS_MNEMONIC_JECXZ:
+	case ZYDIS_MNEMONIC_JRCXZ:
+	case ZYDIS_MNEMONIC_JL:
+	case ZYDIS_MNEMONIC_JLE:
+	case ZYDIS_MNEMONIC_JNB:
+	case ZYDIS_MNEMONIC_JNBE:
+	case ZYDIS_MNEMONIC_JNL:
+	case ZYDIS_MNEMONIC_JNLE:
+	case ZYDIS_MNEMONIC_JNO:
+	case ZYDIS_MNEMONIC_JNP:
+	case ZYDIS_MNEMONIC_JNS:
+	case ZYDIS_MNEMONIC_JNZ:
+	case ZYDIS_MNEMONIC_JO:
+	case ZYDIS_MNEMONIC_JP:
+	case ZYDIS_MNEMONIC_JS:
+	case ZYDIS_MNEMONIC_JZ:
+	case ZYDIS_MNEMONIC_LOOP:
+	case ZYDIS_MNEMONIC_LOOPE:
+	case ZYDIS_MNEMONIC_LOOPNE:
+	case ZYDIS_MNEMONIC_XBEGIN:
+	case ZYDIS_MNEMONIC_JKNZD:
+	case ZYDIS_MNEMONIC_JKZD:
 		return rel ? HP_IC_JCC : HP_IC_OTHER;
 	default:
 		break;
@@ -123,17 +138,22 @@ static bool decode_fast(const uint8_t *c, size_t len, uint64_t addr, struct hp_i
 	} else if ((op >= 0x50 && op <= 0x5f) || op == 0x90) {
 		*out = (struct hp_isa_insn){ .len = 1, .cls = HP_IC_OTHER };
 	} else if ((op == 0xe8 || op == 0xe9) && len >= 5) {
-		*out = (struct hp_isa_insn){ .len = 5, .cls = op == 0xe8 ? HP_IC_CALL : HP_IC_JMP, .has_target = true,
+		*out = (struct hp_isa_insn){ .len = 5,
+					     .cls = op == 0xe8 ? HP_IC_CALL : HP_IC_JMP,
+					     .has_target = true,
 					     .target = addr + 5 + (int64_t)rel32(c + 1) };
 	} else if (op == 0xeb && len >= 2) {
-		*out = (struct hp_isa_insn){ .len = 2, .cls = HP_IC_JMP, .has_target = true,
-					     .target = addr + 2 + (int64_t)(int8_t)c[1] };
+		*out = (struct hp_isa_insn){
+			.len = 2, .cls = HP_IC_JMP, .has_target = true, .target = addr + 2 + (int64_t)(int8_t)c[1]
+		};
 	} else if (op >= 0x70 && op <= 0x7f && len >= 2) {
-		*out = (struct hp_isa_insn){ .len = 2, .cls = HP_IC_JCC, .has_target = true,
-					     .target = addr + 2 + (int64_t)(int8_t)c[1] };
+		*out = (struct hp_isa_insn){
+			.len = 2, .cls = HP_IC_JCC, .has_target = true, .target = addr + 2 + (int64_t)(int8_t)c[1]
+		};
 	} else if (op == 0x0f && len >= 6 && c[1] >= 0x80 && c[1] <= 0x8f) {
-		*out = (struct hp_isa_insn){ .len = 6, .cls = HP_IC_JCC, .has_target = true,
-					     .target = addr + 6 + (int64_t)rel32(c + 2) };
+		*out = (struct hp_isa_insn){
+			.len = 6, .cls = HP_IC_JCC, .has_target = true, .target = addr + 6 + (int64_t)rel32(c + 2)
+		};
 	} else {
 		return false;
 	}
@@ -154,16 +174,15 @@ int hp_isa_decode(const uint8_t *code, size_t len, uint64_t addr, struct hp_isa_
 	out->cls = classify(&in);
 	out->has_target = false;
 	out->target = 0;
-	if ((out->cls == HP_IC_JCC || out->cls == HP_IC_JMP || out->cls == HP_IC_CALL) &&
-	    in.raw.imm[0].is_relative) {
+	if ((out->cls == HP_IC_JCC || out->cls == HP_IC_JMP || out->cls == HP_IC_CALL) && in.raw.imm[0].is_relative) {
 		out->has_target = true;
 		out->target = addr + in.length + (uint64_t)in.raw.imm[0].value.s;
 	}
 	return 0;
 }
 
-int hp_isa_format(const uint8_t *code, size_t len, uint64_t addr, char *text, size_t textlen,
-		  hp_isa_symbolizer sym, void *sym_ctx)
+int hp_isa_format(const uint8_t *code, size_t len, uint64_t addr, char *text, size_t textlen, hp_isa_symbolizer sym,
+		  void *sym_ctx)
 {
 	ZydisDecodedInstruction in;
 	ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
@@ -172,15 +191,15 @@ int hp_isa_format(const uint8_t *code, size_t len, uint64_t addr, char *text, si
 	pthread_once(&init_once, isa_init);
 	if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&decoder, code, len, &in, ops)))
 		return -1;
-	if (!ZYAN_SUCCESS(ZydisFormatterFormatInstruction(&formatter, &in, ops, in.operand_count_visible,
-							  text, textlen, addr, &fc)))
+	if (!ZYAN_SUCCESS(ZydisFormatterFormatInstruction(&formatter, &in, ops, in.operand_count_visible, text, textlen,
+							  addr, &fc)))
 		snprintf(text, textlen, "(unformattable)");
 	return in.length;
 }
 
 const char *hp_insn_class_name(enum hp_insn_class c)
 {
-	static const char *const names[] = { "other", "jcc", "jmp", "jmp_indirect",
-					     "call", "call_indirect", "ret", "trap" };
+	static const char *const names[] = { "other", "jcc",           "jmp", "jmp_indirect",
+					     "call",  "call_indirect", "ret", "trap" };
 	return (unsigned)c < sizeof(names) / sizeof(names[0]) ? names[c] : "?";
 }

@@ -26,11 +26,11 @@
 #include "host/caps.h"
 #include "host/hostinfo.h"
 
-#define TABLE_BITS 16
-#define TABLE_SIZE (1u << TABLE_BITS)
+#define TABLE_BITS  16
+#define TABLE_SIZE  (1u << TABLE_BITS)
 /* Keep the table at most 3/4 full so probes stay short. */
 #define TABLE_LIMIT (TABLE_SIZE / 4 * 3)
-#define DRAIN_MS 250
+#define DRAIN_MS    250
 
 struct slot {
 	uint64_t key; /* 0 = empty */
@@ -39,7 +39,7 @@ struct slot {
 
 struct table {
 	struct slot *slots;
-	uint32_t *used;  /* indices of occupied slots, for O(n) harvest and clear */
+	uint32_t *used; /* indices of occupied slots, for O(n) harvest and clear */
 	uint32_t nused;
 	uint64_t total, user, unmapped, lost;
 };
@@ -47,7 +47,7 @@ struct table {
 struct ring {
 	int fd;
 	int cpu;
-	void *base;      /* metadata page followed by the data pages */
+	void *base; /* metadata page followed by the data pages */
 	size_t data_size;
 };
 
@@ -62,7 +62,7 @@ struct hp_sampler {
 	int64_t interval_start_ns;
 	pthread_t thread;
 	bool thread_started;
-	int stop_fd;     /* eventfd that ends the drain thread */
+	int stop_fd;          /* eventfd that ends the drain thread */
 	uint8_t scratch[512]; /* a record that wraps around the ring end */
 };
 
@@ -234,10 +234,9 @@ static int table_init(struct table *t)
 	return t->slots && t->used ? 0 : -ENOMEM;
 }
 
-struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sampler_opts *o,
-				   char *err, size_t errlen)
+struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sampler_opts *o, char *err, size_t errlen)
 {
-	struct hp_sampler_opts def = {0};
+	struct hp_sampler_opts def = { 0 };
 	if (!o)
 		o = &def;
 	unsigned freq = o->frequency ? o->frequency : 997;
@@ -272,7 +271,7 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 	}
 	bool cycles = !o->force_cpu_clock && hp_probe_hw_cycles(NULL);
 	s->event = cycles ? "cycles" : "cpu-clock";
-	struct perf_event_attr a = {0};
+	struct perf_event_attr a = { 0 };
 	a.size = sizeof(a);
 	a.type = cycles ? PERF_TYPE_HARDWARE : PERF_TYPE_SOFTWARE;
 	a.config = cycles ? PERF_COUNT_HW_CPU_CYCLES : PERF_COUNT_SW_CPU_CLOCK;
@@ -289,11 +288,13 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 		if (r->fd < 0) {
 			int e = errno;
 			if (e == EACCES || e == EPERM)
-				snprintf(err, errlen,
-					 "perf_event_open(%s) on CPU %d: %s: whole-system sampling needs CAP_PERFMON (or CAP_SYS_ADMIN) or kernel.perf_event_paranoid <= -1",
-					 s->event, cpus[i], strerror(e));
+				snprintf(
+					err, errlen,
+					"perf_event_open(%s) on CPU %d: %s: whole-system sampling needs CAP_PERFMON (or CAP_SYS_ADMIN) or kernel.perf_event_paranoid <= -1",
+					s->event, cpus[i], strerror(e));
 			else
-				snprintf(err, errlen, "perf_event_open(%s) on CPU %d: %s", s->event, cpus[i], strerror(e));
+				snprintf(err, errlen, "perf_event_open(%s) on CPU %d: %s", s->event, cpus[i],
+					 strerror(e));
 			goto fail;
 		}
 		r->data_size = pages * s->page_size;
@@ -353,7 +354,7 @@ int hp_sampler_take(struct hp_sampler *s, struct hp_sample_interval *out)
 		out->nblocks = t->nused;
 	}
 	for (uint32_t i = 0; i < t->nused; i++)
-		t->slots[t->used[i]] = (struct slot){0};
+		t->slots[t->used[i]] = (struct slot){ 0 };
 	t->nused = 0;
 	t->total = t->user = t->unmapped = t->lost = 0;
 	pthread_mutex_unlock(&s->lock);

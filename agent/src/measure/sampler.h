@@ -25,9 +25,9 @@ struct hp_sampler_opts {
 
 /* One basic block's samples in an interval. */
 struct hp_block_count {
-	uint32_t mod;     /* index into hp_model.mods */
-	uint32_t fn;      /* index into that module's funcs */
-	uint32_t offset;  /* block offset from the function start */
+	uint32_t mod;    /* index into hp_model.mods */
+	uint32_t fn;     /* index into that module's funcs */
+	uint32_t offset; /* block offset from the function start */
 	uint64_t count;
 };
 
@@ -44,8 +44,7 @@ struct hp_sample_interval {
  * Open one event per online CPU and start sampling. Returns NULL with a
  * one-line reason in err (naming the missing privilege on EACCES/EPERM).
  */
-struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sampler_opts *o,
-				   char *err, size_t errlen);
+struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sampler_opts *o, char *err, size_t errlen);
 /* "cycles" or "cpu-clock". */
 const char *hp_sampler_event(const struct hp_sampler *s);
 unsigned hp_sampler_ncpus(const struct hp_sampler *s);

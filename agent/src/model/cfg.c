@@ -26,18 +26,18 @@ struct hp_cfg_insn {
 
 enum { MARK_INSN = 1, MARK_LEADER = 2, MARK_TARGET = 4 };
 
-#define GROW(arr, n, cap, extra)                                                      \
-	do {                                                                          \
-		if ((n) + (extra) > (cap)) {                                          \
-			size_t nc_ = (cap) ? (cap) * 2 : 256;                         \
-			while (nc_ < (n) + (extra))                                   \
-				nc_ *= 2;                                             \
-			void *p_ = realloc((arr), nc_ * sizeof(*(arr)));              \
-			if (!p_)                                                      \
-				return -ENOMEM;                                       \
-			(arr) = p_;                                                   \
-			(cap) = nc_;                                                  \
-		}                                                                     \
+#define GROW(arr, n, cap, extra)                                         \
+	do {                                                             \
+		if ((n) + (extra) > (cap)) {                             \
+			size_t nc_ = (cap) ? (cap)*2 : 256;              \
+			while (nc_ < (n) + (extra))                      \
+				nc_ *= 2;                                \
+			void *p_ = realloc((arr), nc_ * sizeof(*(arr))); \
+			if (!p_)                                         \
+				return -ENOMEM;                          \
+			(arr) = p_;                                      \
+			(cap) = nc_;                                     \
+		}                                                        \
 	} while (0)
 
 static bool in_sorted(const uint64_t *v, size_t n, uint64_t x)
@@ -69,8 +69,7 @@ static int add_succ(struct hp_cfg_arena *a, uint8_t kind, uint64_t target)
 static int branch_succ(const struct hp_cfg_env *env, struct hp_cfg_arena *a, const struct hp_function *f,
 		       uint64_t target, uint32_t limit)
 {
-	if (target >= f->addr && target < f->addr + limit &&
-	    (a->marks[target - f->addr] & MARK_INSN))
+	if (target >= f->addr && target < f->addr + limit && (a->marks[target - f->addr] & MARK_INSN))
 		return add_succ(a, HP_SUCC_TAKEN, target - f->addr);
 	if (env && in_sorted(env->ret_thunks, env->nret_thunks, target))
 		return add_succ(a, HP_SUCC_RETURN, 0);
@@ -89,8 +88,7 @@ static int fall_succ(struct hp_cfg_arena *a, const struct hp_function *f, uint32
 	return add_succ(a, HP_SUCC_TAIL_CALL, f->addr + f->size);
 }
 
-int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_function *f,
-		 struct hp_cfg_arena *a)
+int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_function *f, struct hp_cfg_arena *a)
 {
 	uint32_t size = f->size, off = 0, limit;
 	size_t ni = 0, i;
@@ -121,8 +119,8 @@ int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_fu
 		if ((d.cls == HP_IC_JCC || d.cls == HP_IC_JMP) && d.has_target && d.target >= f->addr &&
 		    d.target < f->addr + size)
 			a->marks[d.target - f->addr] |= MARK_LEADER | MARK_TARGET;
-		if (d.cls == HP_IC_JCC || d.cls == HP_IC_JMP || d.cls == HP_IC_JMP_IND ||
-		    d.cls == HP_IC_RET || d.cls == HP_IC_TRAP)
+		if (d.cls == HP_IC_JCC || d.cls == HP_IC_JMP || d.cls == HP_IC_JMP_IND || d.cls == HP_IC_RET ||
+		    d.cls == HP_IC_TRAP)
 			a->marks[off + d.len] |= MARK_LEADER;
 		off += d.len;
 	}
@@ -200,8 +198,8 @@ int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_fu
 	 * successors, so blocks still tile the function. */
 	if (limit < size) {
 		GROW(a->blocks, a->nblocks, a->cap_blocks, 1);
-		a->blocks[a->nblocks++] = (struct hp_block){ .offset = limit, .size = size - limit,
-							     .succ_start = a->nsuccs };
+		a->blocks[a->nblocks++] =
+			(struct hp_block){ .offset = limit, .size = size - limit, .succ_start = a->nsuccs };
 	}
 	f->nblocks = a->nblocks - f->block_start;
 	f->ncalls = a->ncalls - f->call_start;
@@ -293,8 +291,8 @@ static void *parse_worker(void *arg)
 	return NULL;
 }
 
-int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env, hp_bytes_fn bytes,
-			void *ctx, int threads, const char *only_name)
+int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env, hp_bytes_fn bytes, void *ctx, int threads,
+			const char *only_name)
 {
 	struct parse_job j = { mod, env, bytes, ctx, only_name };
 	size_t nb = 0, ns = 0, nc = 0, ni = 0, c, k;

@@ -39,19 +39,17 @@ struct hp_cfg_arena {
 
 /* Build f's blocks from code[0, f->size) at f->addr, appending to a; sets
  * f's ranges (relative to a) and the UNDECODABLE flag. Returns 0 or -ENOMEM. */
-int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_function *f,
-		 struct hp_cfg_arena *a);
+int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_function *f, struct hp_cfg_arena *a);
 void hp_cfg_arena_free(struct hp_cfg_arena *a);
 
 /* Where a function's bytes are: a pointer valid for the whole parse, or NULL
  * with *err set (the function is then marked UNREADABLE). */
-typedef const uint8_t *(*hp_bytes_fn)(void *ctx, const struct hp_module *mod,
-				      const struct hp_function *f, int *err);
+typedef const uint8_t *(*hp_bytes_fn)(void *ctx, const struct hp_module *mod, const struct hp_function *f, int *err);
 
 /* Parse the functions of mod (all, or only those named only_name) on
  * threads threads (0 = online CPUs) and fill the module's arrays.
  * Returns 0 or a negative errno. */
-int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env, hp_bytes_fn bytes,
-			void *ctx, int threads, const char *only_name);
+int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env, hp_bytes_fn bytes, void *ctx, int threads,
+			const char *only_name);
 
 #endif

@@ -35,11 +35,16 @@ double hp_now(void)
 const char *hp_succ_kind_name(enum hp_succ_kind k)
 {
 	switch (k) {
-	case HP_SUCC_FALLTHROUGH: return "fallthrough";
-	case HP_SUCC_TAKEN: return "taken";
-	case HP_SUCC_TAIL_CALL: return "tail_call";
-	case HP_SUCC_INDIRECT: return "indirect";
-	case HP_SUCC_RETURN: return "return";
+	case HP_SUCC_FALLTHROUGH:
+		return "fallthrough";
+	case HP_SUCC_TAKEN:
+		return "taken";
+	case HP_SUCC_TAIL_CALL:
+		return "tail_call";
+	case HP_SUCC_INDIRECT:
+		return "indirect";
+	case HP_SUCC_RETURN:
+		return "return";
 	}
 	return "unknown";
 }
@@ -92,8 +97,7 @@ struct hp_module *hp_model_add_module(struct hp_model *m, const char *name, uint
 	return mod;
 }
 
-int hp_module_add_function(struct hp_module *mod, const char *name, uint64_t addr, uint64_t size,
-			   uint32_t flags)
+int hp_module_add_function(struct hp_module *mod, const char *name, uint64_t addr, uint64_t size, uint32_t flags)
 {
 	if (!name)
 		return -ENOMEM;
@@ -108,8 +112,8 @@ int hp_module_add_function(struct hp_module *mod, const char *name, uint64_t add
 	}
 	if (size > UINT32_MAX)
 		size = UINT32_MAX;
-	mod->funcs[mod->nfuncs++] = (struct hp_function){ .name = name, .addr = addr,
-							  .size = (uint32_t)size, .flags = flags };
+	mod->funcs[mod->nfuncs++] =
+		(struct hp_function){ .name = name, .addr = addr, .size = (uint32_t)size, .flags = flags };
 	return 0;
 }
 
@@ -157,8 +161,7 @@ int hp_module_normalize(struct hp_model *m, struct hp_module *mod)
 		if (f.size == 0)
 			continue;
 		if (n && mod->funcs[n - 1].addr == f.addr) {
-			if (strcmp(mod->funcs[n - 1].name, f.name) != 0 &&
-			    add_alias(m, f.name, modi, n - 1) < 0)
+			if (strcmp(mod->funcs[n - 1].name, f.name) != 0 && add_alias(m, f.name, modi, n - 1) < 0)
 				return -ENOMEM;
 			continue;
 		}
@@ -221,8 +224,7 @@ int hp_model_build_index(struct hp_model *m)
 	return 0;
 }
 
-const struct hp_function *hp_model_lookup(const struct hp_model *m, uint64_t addr,
-					  const struct hp_module **mod_out)
+const struct hp_function *hp_model_lookup(const struct hp_model *m, uint64_t addr, const struct hp_module **mod_out)
 {
 	size_t lo = 0, hi = m->nindex;
 	const struct hp_module *mod;
@@ -247,8 +249,7 @@ const struct hp_function *hp_model_lookup(const struct hp_model *m, uint64_t add
 	return f;
 }
 
-const struct hp_block *hp_function_block_at(const struct hp_module *mod, const struct hp_function *f,
-					    uint64_t addr)
+const struct hp_block *hp_function_block_at(const struct hp_module *mod, const struct hp_function *f, uint64_t addr)
 {
 	size_t lo = 0, hi = f->nblocks;
 	uint64_t off;
@@ -341,8 +342,8 @@ size_t hp_model_find_all(const struct hp_model *m, const char *name, struct hp_f
 	return find_plain(m, colon + 1, name, colon - name, hits, max);
 }
 
-const struct hp_function *hp_model_find(const struct hp_model *m, const char *name,
-					const struct hp_module **mod_out, bool *ambiguous)
+const struct hp_function *hp_model_find(const struct hp_model *m, const char *name, const struct hp_module **mod_out,
+					bool *ambiguous)
 {
 	struct hp_find_hit hit;
 	size_t n = hp_model_find_all(m, name, &hit, 1);
@@ -413,8 +414,8 @@ int hp_function_disassemble(struct hp_model *m, const struct hp_module *mod, con
 		return -e;
 	}
 	if (f->size > HP_MAX_DISASSEMBLY_BYTES) {
-		snprintf(err, errlen, "%s is %u bytes, more than the %u this command disassembles", f->name,
-			 f->size, HP_MAX_DISASSEMBLY_BYTES);
+		snprintf(err, errlen, "%s is %u bytes, more than the %u this command disassembles", f->name, f->size,
+			 HP_MAX_DISASSEMBLY_BYTES);
 		return -EFBIG;
 	}
 	code = malloc(f->size ? f->size : 1);
@@ -428,16 +429,16 @@ int hp_function_disassemble(struct hp_model *m, const struct hp_module *mod, con
 	}
 	r = m->read(m, f->addr, code, f->size);
 	if (r < 0) {
-		snprintf(err, errlen, "reading %u bytes of %s at 0x%" PRIx64 ": %s", f->size, f->name,
-			 f->addr, strerror(-r));
+		snprintf(err, errlen, "reading %u bytes of %s at 0x%" PRIx64 ": %s", f->size, f->name, f->addr,
+			 strerror(-r));
 		free(code);
 		free(v);
 		return r;
 	}
 	while (off < f->size) {
 		struct hp_insn *in = &v[n];
-		int len = hp_isa_format(code + off, f->size - off, f->addr + off, in->text,
-					sizeof(in->text), symbolize_cb, m);
+		int len = hp_isa_format(code + off, f->size - off, f->addr + off, in->text, sizeof(in->text),
+					symbolize_cb, m);
 
 		if (len <= 0)
 			break; /* the undecodable remainder has no instructions */

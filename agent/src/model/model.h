@@ -51,23 +51,23 @@ enum hp_function_flags {
 };
 
 struct hp_function {
-	const char *name;      /* owned by the model's string pool */
-	uint64_t addr;         /* absolute address on this host / in this file */
-	uint32_t size;         /* bytes; blocks tile [addr, addr+size) exactly */
-	uint32_t block_start;  /* index into hp_module.blocks */
+	const char *name;     /* owned by the model's string pool */
+	uint64_t addr;        /* absolute address on this host / in this file */
+	uint32_t size;        /* bytes; blocks tile [addr, addr+size) exactly */
+	uint32_t block_start; /* index into hp_module.blocks */
 	uint32_t nblocks;
-	uint32_t call_start;   /* index into hp_module.calls */
+	uint32_t call_start; /* index into hp_module.calls */
 	uint32_t ncalls;
-	uint32_t icall_start;  /* index into hp_module.icall_sites */
+	uint32_t icall_start; /* index into hp_module.icall_sites */
 	uint32_t nicalls;
-	uint32_t flags;        /* enum hp_function_flags */
-	uint32_t bad_offset;   /* HP_FN_UNDECODABLE: first byte that did not decode */
-	int read_errno;        /* HP_FN_UNREADABLE: why */
+	uint32_t flags;      /* enum hp_function_flags */
+	uint32_t bad_offset; /* HP_FN_UNDECODABLE: first byte that did not decode */
+	int read_errno;      /* HP_FN_UNREADABLE: why */
 };
 
 struct hp_module {
-	char *name;            /* "vmlinux", a kernel module name, or an ELF path */
-	uint64_t base;         /* address offsets are relative to (vmlinux: _text) */
+	char *name;                /* "vmlinux", a kernel module name, or an ELF path */
+	uint64_t base;             /* address offsets are relative to (vmlinux: _text) */
 	struct hp_function *funcs; /* sorted by addr, non-overlapping */
 	size_t nfuncs;
 	struct hp_block *blocks;
@@ -78,9 +78,9 @@ struct hp_module {
 	size_t ncalls;
 	uint32_t *icall_sites; /* offsets from function start */
 	size_t nicall_sites;
-	char digest[65];       /* hex SHA-256 of the canonical piece, see hp_module_digest */
-	void *priv;            /* target-private (string pool, ELF handle, ...) */
-	size_t cap_funcs;      /* allocated length of funcs while building */
+	char digest[65];  /* hex SHA-256 of the canonical piece, see hp_module_digest */
+	void *priv;       /* target-private (string pool, ELF handle, ...) */
+	size_t cap_funcs; /* allocated length of funcs while building */
 };
 
 enum hp_target_kind { HP_TARGET_KERNEL, HP_TARGET_ELF, HP_TARGET_PID };
@@ -92,20 +92,23 @@ typedef int (*hp_read_fn)(struct hp_model *m, uint64_t addr, void *buf, size_t l
 
 struct hp_model {
 	enum hp_target_kind kind;
-	struct hp_module *mods;   /* kernel: vmlinux first, then modules */
+	struct hp_module *mods; /* kernel: vmlinux first, then modules */
 	size_t nmods;
-	char release[128];        /* kernel release, or ELF build id / path */
-	char build_id[65];        /* hex GNU build id, "" if none */
+	char release[128]; /* kernel release, or ELF build id / path */
+	char build_id[65]; /* hex GNU build id, "" if none */
 	hp_read_fn read;
-	void *priv;               /* target-private state (BPF reader, pid, fd) */
+	void *priv; /* target-private state (BPF reader, pid, fd) */
 	/* Address index over every function of every module (sorted). */
-	struct { uint64_t addr; uint32_t mod, fn; } *index;
+	struct {
+		uint64_t addr;
+		uint32_t mod, fn;
+	} * index;
 	size_t nindex;
-	double parse_seconds;     /* wall time of hp_model_open_* */
+	double parse_seconds; /* wall time of hp_model_open_* */
 	/* Name index: every function name and alias, sorted by name. */
 	struct hp_name_ent *names;
 	size_t nnames;
-	struct hp_pool *pool;     /* strings of every module (names, paths) */
+	struct hp_pool *pool; /* strings of every module (names, paths) */
 	void (*free_priv)(struct hp_model *m);
 	struct hp_name_ent *aliases; /* names dropped by hp_module_normalize */
 	size_t naliases, cap_aliases;
@@ -114,15 +117,13 @@ struct hp_model {
 void hp_model_free(struct hp_model *m);
 
 /* Find the function containing addr; NULL if none. Sets *mod_out if non-NULL. */
-const struct hp_function *hp_model_lookup(const struct hp_model *m, uint64_t addr,
-					  const struct hp_module **mod_out);
+const struct hp_function *hp_model_lookup(const struct hp_model *m, uint64_t addr, const struct hp_module **mod_out);
 /* Find the block of f containing addr (absolute); NULL if none. */
-const struct hp_block *hp_function_block_at(const struct hp_module *mod, const struct hp_function *f,
-					    uint64_t addr);
+const struct hp_block *hp_function_block_at(const struct hp_module *mod, const struct hp_function *f, uint64_t addr);
 /* Find a function by name ("name" or "module:name"); NULL if none or ambiguous
  * (then *ambiguous is set if non-NULL). */
-const struct hp_function *hp_model_find(const struct hp_model *m, const char *name,
-					const struct hp_module **mod_out, bool *ambiguous);
+const struct hp_function *hp_model_find(const struct hp_model *m, const char *name, const struct hp_module **mod_out,
+					bool *ambiguous);
 /* Symbol name for an absolute address ("func" or "func+0x12"); NULL if none. */
 const char *hp_model_symbolize(const struct hp_model *m, uint64_t addr, char *buf, size_t len);
 
@@ -131,7 +132,7 @@ struct hp_insn {
 	uint64_t addr;
 	uint8_t len;
 	uint8_t bytes[15];
-	char text[96];             /* Intel syntax, targets symbolized */
+	char text[96]; /* Intel syntax, targets symbolized */
 };
 /* No real function is anywhere near this; a symbol claiming more comes from a damaged file. */
 #define HP_MAX_DISASSEMBLY_BYTES (16u << 20)
@@ -171,8 +172,7 @@ const char *hp_model_strdup(struct hp_model *m, const char *s);
 struct hp_module *hp_model_add_module(struct hp_model *m, const char *name, uint64_t base);
 /* Append a function to mod (unsorted); name must come from hp_model_strdup.
  * Returns 0 or -ENOMEM. */
-int hp_module_add_function(struct hp_module *mod, const char *name, uint64_t addr, uint64_t size,
-			   uint32_t flags);
+int hp_module_add_function(struct hp_module *mod, const char *name, uint64_t addr, uint64_t size, uint32_t flags);
 /* Sort mod's functions, keep one per address (the global one; the other names
  * become aliases in the name index), clip overlaps. */
 int hp_module_normalize(struct hp_model *m, struct hp_module *mod);

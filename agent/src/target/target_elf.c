@@ -74,16 +74,16 @@ Elf *hp_elf_begin(int fd, const char *path, char *err, size_t errlen, int *errn)
 	}
 	if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != EM_X86_64) {
 		*errn = -ENOEXEC;
-		snprintf(err, errlen, "%s: not an x86-64 ELF file (class %d, machine %d)", path,
-			 eh.e_ident[EI_CLASS], eh.e_machine);
+		snprintf(err, errlen, "%s: not an x86-64 ELF file (class %d, machine %d)", path, eh.e_ident[EI_CLASS],
+			 eh.e_machine);
 		goto fail;
 	}
 	/* The section header table sits at the end: a truncated file loses it. */
 	if (eh.e_shoff && (eh.e_shoff > (uint64_t)st.st_size ||
 			   (uint64_t)eh.e_shnum * eh.e_shentsize > (uint64_t)st.st_size - eh.e_shoff)) {
 		*errn = -ENOEXEC;
-		snprintf(err, errlen, "%s: truncated ELF file (section headers at %" PRIu64
-			 " beyond its %lld bytes)", path, (uint64_t)eh.e_shoff, (long long)st.st_size);
+		snprintf(err, errlen, "%s: truncated ELF file (section headers at %" PRIu64 " beyond its %lld bytes)",
+			 path, (uint64_t)eh.e_shoff, (long long)st.st_size);
 		goto fail;
 	}
 	if (elf_getshdrstrndx(elf, &shstrndx) < 0) {
@@ -163,8 +163,8 @@ static const struct exec_sect *sect_of(const struct exec_sect *s, size_t n, uint
 }
 
 static int add_checked(struct hp_model *m, struct hp_module *mod, const struct exec_sect *sects, size_t nsects,
-		       const char *name, uint64_t addr, uint64_t size, uint32_t flags, uint64_t bias,
-		       uint64_t lo, uint64_t hi)
+		       const char *name, uint64_t addr, uint64_t size, uint32_t flags, uint64_t bias, uint64_t lo,
+		       uint64_t hi)
 {
 	const struct exec_sect *s = sect_of(sects, nsects, addr);
 
@@ -207,8 +207,7 @@ static int symbols_from(struct hp_model *m, struct hp_module *mod, Elf *elf, Elf
 			if (!name || !*name)
 				continue;
 			r = add_checked(m, mod, sects, nsects, name, sym.st_value, sym.st_size,
-					GELF_ST_BIND(sym.st_info) == STB_GLOBAL ? HP_FN_BUILD_GLOBAL : 0, bias, lo,
-					hi);
+					GELF_ST_BIND(sym.st_info) == STB_GLOBAL ? HP_FN_BUILD_GLOBAL : 0, bias, lo, hi);
 			if (r < 0)
 				return r;
 			added += r;
@@ -285,16 +284,36 @@ static uint64_t eh_ptr(struct ehr *r, uint8_t enc, bool apply)
 	if (enc == 0xff)
 		return 0;
 	switch (enc & 0x0f) {
-	case 0x00: v = eh_fixed(r, 8); break;
-	case 0x01: v = eh_uleb(r); break;
-	case 0x02: v = eh_fixed(r, 2); break;
-	case 0x03: v = eh_fixed(r, 4); break;
-	case 0x04: v = eh_fixed(r, 8); break;
-	case 0x09: v = (uint64_t)eh_sleb(r); break;
-	case 0x0a: v = (uint64_t)(int64_t)(int16_t)eh_fixed(r, 2); break;
-	case 0x0b: v = (uint64_t)(int64_t)(int32_t)eh_fixed(r, 4); break;
-	case 0x0c: v = eh_fixed(r, 8); break;
-	default: r->bad = true; return 0;
+	case 0x00:
+		v = eh_fixed(r, 8);
+		break;
+	case 0x01:
+		v = eh_uleb(r);
+		break;
+	case 0x02:
+		v = eh_fixed(r, 2);
+		break;
+	case 0x03:
+		v = eh_fixed(r, 4);
+		break;
+	case 0x04:
+		v = eh_fixed(r, 8);
+		break;
+	case 0x09:
+		v = (uint64_t)eh_sleb(r);
+		break;
+	case 0x0a:
+		v = (uint64_t)(int64_t)(int16_t)eh_fixed(r, 2);
+		break;
+	case 0x0b:
+		v = (uint64_t)(int64_t)(int32_t)eh_fixed(r, 4);
+		break;
+	case 0x0c:
+		v = eh_fixed(r, 8);
+		break;
+	default:
+		r->bad = true;
+		return 0;
 	}
 	if (apply && (enc & 0x70) == 0x10)
 		v += at;
@@ -383,8 +402,7 @@ static int fde_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, co
 			uint32_t id = eh_fixed(&r, 4);
 			uint8_t enc;
 
-			if (id != 0 && id <= (uint64_t)(idp - sec.start) &&
-			    cie_fde_encoding(&sec, idp - id, &enc)) {
+			if (id != 0 && id <= (uint64_t)(idp - sec.start) && cie_fde_encoding(&sec, idp - id, &enc)) {
 				struct ehr f = sec;
 				f.p = r.p;
 				f.end = next;
@@ -408,8 +426,8 @@ static int fde_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, co
 	return added;
 }
 
-int hp_elf_add_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const char *path,
-			 uint64_t bias, uint64_t lo, uint64_t hi, char *err, size_t errlen)
+int hp_elf_add_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const char *path, uint64_t bias,
+			 uint64_t lo, uint64_t hi, char *err, size_t errlen)
 {
 	struct exec_sect *sects = NULL;
 	size_t nsects = 0;
@@ -475,8 +493,7 @@ static void elf_free_priv(struct hp_model *m)
 	m->priv = NULL;
 }
 
-int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_model **out, char *err,
-		      size_t errlen)
+int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen)
 {
 	struct hp_open_opts defaults = { 0 };
 	struct hp_model *m = NULL;
@@ -559,8 +576,8 @@ int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_
 		struct hp_model_stats st;
 
 		hp_model_stats(m, &st);
-		fprintf(stderr, "parsed %zu functions (%zu blocks) of %s in %.3f s\n", st.functions, st.blocks,
-			path, m->parse_seconds);
+		fprintf(stderr, "parsed %zu functions (%zu blocks) of %s in %.3f s\n", st.functions, st.blocks, path,
+			m->parse_seconds);
 	}
 	*out = m;
 	return 0;

@@ -19,8 +19,8 @@ Elf *hp_elf_begin(int fd, const char *path, char *err, size_t errlen, int *errn)
 /* Add the functions of elf to mod, shifted by bias (0 for a file, the load
  * bias for a mapped object); keeps only functions inside [lo, hi) if hi > lo.
  * Returns the number added (>= 0) or a negative errno with err filled. */
-int hp_elf_add_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const char *path,
-			 uint64_t bias, uint64_t lo, uint64_t hi, char *err, size_t errlen);
+int hp_elf_add_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const char *path, uint64_t bias,
+			 uint64_t lo, uint64_t hi, char *err, size_t errlen);
 
 /* Hex GNU build id of elf into out (65 bytes), "" if none. */
 void hp_elf_build_id(Elf *elf, char *out);

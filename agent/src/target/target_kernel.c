@@ -26,11 +26,11 @@
 
 struct ksym {
 	uint64_t addr;
-	const char *name;  /* in the model's pool */
-	uint32_t mod;      /* 0 = vmlinux, else index into the module-name list + 1 */
+	const char *name; /* in the model's pool */
+	uint32_t mod;     /* 0 = vmlinux, else index into the module-name list + 1 */
 	uint8_t global;
-	uint8_t boundary;  /* ends the previous function but is not one itself */
-	uint8_t label;     /* section marker such as _stext: never preferred as a name */
+	uint8_t boundary; /* ends the previous function but is not one itself */
+	uint8_t label;    /* section marker such as _stext: never preferred as a name */
 };
 
 struct kpriv {
@@ -38,7 +38,10 @@ struct kpriv {
 	int prog_fd;
 	pthread_mutex_t lock;
 	/* Text copies used during the parse, one per module. */
-	struct ktext_copy { uint64_t lo, hi; uint8_t *buf; } *copies;
+	struct ktext_copy {
+		uint64_t lo, hi;
+		uint8_t *buf;
+	} * copies;
 };
 
 static int quiet_print(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -241,8 +244,7 @@ static int read_kallsyms(struct hp_model *m, struct kallsyms *ks, char *err, siz
 			r = -ENOMEM;
 			break;
 		}
-		ks->syms[ks->n++] = (struct ksym){ addr, pooled, mod, type == 'T' || type == 'W', boundary,
-						   label };
+		ks->syms[ks->n++] = (struct ksym){ addr, pooled, mod, type == 'T' || type == 'W', boundary, label };
 	}
 	fclose(fp);
 	if (r < 0) {
@@ -250,7 +252,8 @@ static int read_kallsyms(struct hp_model *m, struct kallsyms *ks, char *err, siz
 		return r;
 	}
 	if (!ks->text || !ks->etext || ks->etext <= ks->text) {
-		snprintf(err, errlen, "/proc/kallsyms has no _text/_etext with addresses "
+		snprintf(err, errlen,
+			 "/proc/kallsyms has no _text/_etext with addresses "
 			 "(kernel.kptr_restrict set, or not root?)");
 		return -EPERM;
 	}
@@ -262,8 +265,8 @@ static int read_kallsyms(struct hp_model *m, struct kallsyms *ks, char *err, siz
 
 /* Turn sorted symbols of one module into functions: each ends at the next
  * symbol at a higher address (a __pfx_ padding symbol included), or at end. */
-static int build_module(struct hp_model *m, struct hp_module *mod, const struct ksym *s, size_t n,
-			uint64_t lo, uint64_t end)
+static int build_module(struct hp_model *m, struct hp_module *mod, const struct ksym *s, size_t n, uint64_t lo,
+			uint64_t end)
 {
 	size_t i, j = 0;
 
@@ -300,11 +303,12 @@ static int open_bpf(struct kpriv *kp, char *err, size_t errlen)
 	r = ktext_bpf__load(kp->skel);
 	if (r < 0) {
 		if (r == -EPERM || r == -EACCES)
-			snprintf(err, errlen, "reading kernel text needs CAP_BPF and CAP_PERFMON (or "
-				 "CAP_SYS_ADMIN): BPF program load failed: %s", strerror(-r));
-		else
-			snprintf(err, errlen, "reading kernel text: BPF program load failed: %s",
+			snprintf(err, errlen,
+				 "reading kernel text needs CAP_BPF and CAP_PERFMON (or "
+				 "CAP_SYS_ADMIN): BPF program load failed: %s",
 				 strerror(-r));
+		else
+			snprintf(err, errlen, "reading kernel text: BPF program load failed: %s", strerror(-r));
 		return r;
 	}
 	if (!kp->skel->bss) {
@@ -357,8 +361,7 @@ static int read_text(struct kpriv *kp, struct hp_module *mod, struct ktext_copy 
 	return 0;
 }
 
-static const uint8_t *kernel_bytes(void *ctx, const struct hp_module *mod, const struct hp_function *f,
-				   int *err)
+static const uint8_t *kernel_bytes(void *ctx, const struct hp_module *mod, const struct hp_function *f, int *err)
 {
 	struct ktext_copy *c = ctx;
 
@@ -403,11 +406,11 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	/* HOTPATH_TIMING=1 prints where the open spends its time. */
 	bool timing = getenv("HOTPATH_TIMING") != NULL;
 	double tp = t0;
-#define PHASE(what)                                                                          \
-	do {                                                                                 \
-		if (timing)                                                                  \
-			fprintf(stderr, "  %-10s %.3f s\n", what, hp_now() - tp);           \
-		tp = hp_now();                                                               \
+#define PHASE(what)                                                               \
+	do {                                                                      \
+		if (timing)                                                       \
+			fprintf(stderr, "  %-10s %.3f s\n", what, hp_now() - tp); \
+		tp = hp_now();                                                    \
 	} while (0)
 
 	/* Load the reader first: without permission nothing else matters. */

@@ -23,7 +23,7 @@
 struct mapping {
 	uint64_t start, end, offset;
 	char *path;
-	uint8_t *bytes;   /* copy of the mapping's code, used during the parse */
+	uint8_t *bytes; /* copy of the mapping's code, used during the parse */
 };
 
 struct pidpriv {
@@ -114,8 +114,7 @@ static int read_maps(struct pidpriv *pp, char *err, size_t errlen)
 			snprintf(err, errlen, "process %d does not exist", pp->pid);
 			return -ESRCH;
 		}
-		snprintf(err, errlen, "process %d has no file-backed executable mappings (a kernel thread?)",
-			 pp->pid);
+		snprintf(err, errlen, "process %d has no file-backed executable mappings (a kernel thread?)", pp->pid);
 		return -ENOENT;
 	}
 	return 0;
@@ -222,8 +221,10 @@ int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **o
 		if (r == -ESRCH)
 			snprintf(err, errlen, "process %d does not exist", pid);
 		else
-			snprintf(err, errlen, "cannot open %s: %s (reading another process needs "
-				 "CAP_SYS_PTRACE or the same user)", memp, strerror(-r));
+			snprintf(err, errlen,
+				 "cannot open %s: %s (reading another process needs "
+				 "CAP_SYS_PTRACE or the same user)",
+				 memp, strerror(-r));
 		goto fail;
 	}
 
@@ -258,8 +259,8 @@ int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **o
 		}
 		for (size_t k = i; k < j; k++) {
 			/* Only what is mapped executable is code of the process. */
-			r = hp_elf_add_functions(m, mod, elf, mp->path, bias, pp->maps[k].start, pp->maps[k].end,
-						 e2, sizeof(e2));
+			r = hp_elf_add_functions(m, mod, elf, mp->path, bias, pp->maps[k].start, pp->maps[k].end, e2,
+						 sizeof(e2));
 			if (r == -ENOMEM) {
 				elf_end(elf);
 				close(fd);

@@ -109,8 +109,9 @@ static void chunks_cover_vmlinux_once(void)
 				for (size_t s = 0; s < f->blocks[b]->n_successors; s++) {
 					const Hotpath__V1__Successor *sc = f->blocks[b]->successors[s];
 					if (sc->kind == HOTPATH__V1__SUCCESSOR_KIND__SUCCESSOR_KIND_TAKEN)
-						EXPECT(sc->target < f->size, "%s: taken target %llu outside the function",
-						       f->name, (unsigned long long)sc->target);
+						EXPECT(sc->target < f->size,
+						       "%s: taken target %llu outside the function", f->name,
+						       (unsigned long long)sc->target);
 				}
 			}
 			if (!f->undecodable && f->n_blocks)

@@ -30,8 +30,8 @@ static void samples_map_onto_real_blocks(void)
 	char err[256] = "";
 	struct hp_sampler *s = hp_sampler_open(kernel, NULL, err, sizeof(err));
 	REQUIRE(s, "sampler: %s", err);
-	EXPECT(strcmp(hp_sampler_event(s), "cpu-clock") == 0 || strcmp(hp_sampler_event(s), "cycles") == 0,
-	       "event %s", hp_sampler_event(s));
+	EXPECT(strcmp(hp_sampler_event(s), "cpu-clock") == 0 || strcmp(hp_sampler_event(s), "cycles") == 0, "event %s",
+	       hp_sampler_event(s));
 	struct hp_sample_interval iv;
 	hp_sampler_take(s, &iv); /* start a clean interval */
 	hp_sample_interval_free(&iv);
@@ -59,9 +59,10 @@ static void samples_map_onto_real_blocks(void)
 	EXPECT(iv.end_unix_ns - iv.start_unix_ns >= 1400000000LL, "interval of %lld ns",
 	       (long long)(iv.end_unix_ns - iv.start_unix_ns));
 	uint64_t in_blocks = 0, on_read_path = 0;
-	static const char *const read_path[] = { "read_iter_zero", "iov_iter_zero", "vfs_read", "ksys_read",
-						 "__x64_sys_read", "do_syscall_64", "entry_SYSCALL_64", "read_zero",
-						 "rep_stos_alternative", "clear_user" };
+	static const char *const read_path[] = { "read_iter_zero",   "iov_iter_zero",  "vfs_read",
+						 "ksys_read",        "__x64_sys_read", "do_syscall_64",
+						 "entry_SYSCALL_64", "read_zero",      "rep_stos_alternative",
+						 "clear_user" };
 	for (size_t i = 0; i < iv.nblocks; i++) {
 		const struct hp_block_count *bc = &iv.blocks[i];
 		REQUIRE(bc->mod < kernel->nmods, "module index %u", bc->mod);

@@ -81,8 +81,9 @@ static int cross_check(const char *path)
 					od.v[od_first(&od, in->target)].addr != in->target;
 			if (in->direct && !mid_insn && in->target >= f->addr && in->target < f->addr + f->size &&
 			    !is_block_start(mod, f, in->target))
-				t_fail(__FILE__, __LINE__, "%s: branch at 0x%" PRIx64 " to 0x%" PRIx64
-				       " which is not a block start", f->name, in->addr, in->target);
+				t_fail(__FILE__, __LINE__,
+				       "%s: branch at 0x%" PRIx64 " to 0x%" PRIx64 " which is not a block start",
+				       f->name, in->addr, in->target);
 			/* The instruction after a control transfer starts a block
 			 * (runs of int3 padding are one block). */
 			if (!last && in->transfer && !(in->int3 && od.v[k + 1].int3) &&
@@ -96,8 +97,11 @@ static int cross_check(const char *path)
 					if (od.v[q].direct && od.v[q].target == od.v[k + 1].addr)
 						targeted = true;
 				if (!targeted)
-					t_fail(__FILE__, __LINE__, "%s: block at 0x%" PRIx64 " follows %s and is no "
-					       "branch target", f->name, od.v[k + 1].addr, in->mnem);
+					t_fail(__FILE__, __LINE__,
+					       "%s: block at 0x%" PRIx64
+					       " follows %s and is no "
+					       "branch target",
+					       f->name, od.v[k + 1].addr, in->mnem);
 			}
 		}
 		checked++;
@@ -118,8 +122,14 @@ static void check_fixture(const char *src, const char *out, const char *flags, i
 		EXPECT(n >= min_funcs, "only %d functions cross-checked", n);
 }
 
-static void t_loop_O2_matches_objdump(void) { check_fixture("loop.c", "loop_O2", "-O2", 4); }
-static void t_loop_O0_matches_objdump(void) { check_fixture("loop.c", "loop_O0", "-O0", 4); }
+static void t_loop_O2_matches_objdump(void)
+{
+	check_fixture("loop.c", "loop_O2", "-O2", 4);
+}
+static void t_loop_O0_matches_objdump(void)
+{
+	check_fixture("loop.c", "loop_O0", "-O0", 4);
+}
 static void t_switch_no_jump_tables_matches_objdump(void)
 {
 	check_fixture("switchy.c", "sw_nojt", "-O2 -fno-jump-tables", 4);
@@ -382,8 +392,7 @@ static void t_mutation_fuzz_never_crashes(void)
 	free(mut);
 	free(b);
 	EXPECT(runs == 3000, "only %zu of 3000 runs completed", runs);
-	EXPECT(errors > 0 && opened > 0, "fuzz not exercising both paths: %zu errors, %zu opened", errors,
-	       opened);
+	EXPECT(errors > 0 && opened > 0, "fuzz not exercising both paths: %zu errors, %zu opened", errors, opened);
 	printf("# fuzz: %zu runs, %zu rejected with a message, %zu opened\n", runs, errors, opened);
 }
 

@@ -52,8 +52,8 @@ static void t_kernel_functions_sorted_nonoverlapping(void)
 		const struct hp_module *mod = &km->mods[i];
 
 		for (size_t j = 0; j + 1 < mod->nfuncs; j++)
-			REQUIRE(mod->funcs[j].addr + mod->funcs[j].size <= mod->funcs[j + 1].addr,
-				"%s overlaps %s", mod->funcs[j].name, mod->funcs[j + 1].name);
+			REQUIRE(mod->funcs[j].addr + mod->funcs[j].size <= mod->funcs[j + 1].addr, "%s overlaps %s",
+				mod->funcs[j].name, mod->funcs[j + 1].name);
 		for (size_t j = 0; j < mod->nfuncs; j++)
 			REQUIRE(strncmp(mod->funcs[j].name, "__pfx_", 6), "padding symbol %s is a function",
 				mod->funcs[j].name);
@@ -263,8 +263,8 @@ static void t_kernel_functions_match_objdump(void)
 	REQUIRE((fd = mkstemp(path)) >= 0, "mkstemp");
 	close(fd);
 	for (int i = 0; i < 150 && !t_failed_case; i++) {
-		const struct hp_function *f = i == 0 ? hp_model_find(km, "vfs_read", NULL, NULL)
-						     : &vm->funcs[rand_r(&seed) % vm->nfuncs];
+		const struct hp_function *f =
+			i == 0 ? hp_model_find(km, "vfs_read", NULL, NULL) : &vm->funcs[rand_r(&seed) % vm->nfuncs];
 		struct hp_insn *ins = NULL;
 		struct od od;
 		char err[256];
@@ -298,8 +298,8 @@ static void t_kernel_functions_match_objdump(void)
 			if (in->direct && in->target >= f->addr && in->target < f->addr + f->size &&
 			    od.v[od_first(&od, in->target)].addr == in->target) {
 				const struct hp_block *b = hp_function_block_at(vm, f, in->target);
-				EXPECT(b && f->addr + b->offset == in->target, "%s: branch target 0x%" PRIx64
-				       " is not a block start", f->name, in->target);
+				EXPECT(b && f->addr + b->offset == in->target,
+				       "%s: branch target 0x%" PRIx64 " is not a block start", f->name, in->target);
 			}
 		}
 		free(ins);

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Run every linter and formatter check of the project, each as one test case, and end with one
+# "N passed, N failed" line (scripts/test.sh runs this as its "lint" suite).
+#   agent     clang-format (agent/.clang-format)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.tools/bin:$PATH"
+passed=0 failed=0
+
+# check NAME CMD...: one case; its output is shown only when it fails.
+check() {
+	local name=$1; shift
+	local out
+	if out=$("$@" 2>&1); then
+		echo "ok - $name"; passed=$((passed + 1))
+	else
+		printf '%s\n' "$out" | tail -40
+		echo "FAIL - $name"; failed=$((failed + 1))
+	fi
+}
+
+check "agent: clang-format" make -s -C agent lint
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
