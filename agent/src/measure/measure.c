@@ -209,7 +209,7 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 	pthread_mutex_init(&h->lock, NULL);
 	h->target = s->target;
 	h->blocks = s->blocks;
-	h->metrics = s->metrics & ((1u << HP_METRIC_N) - 1);
+	h->metrics = h->requested_metrics = s->metrics & ((1u << HP_METRIC_N) - 1);
 	if (h->metrics & HP_METRICS_TIMERS)
 		h->metrics |= HP_METRIC_BIT(HP_METRIC_COUNT); /* per-call values need the calls */
 	h->resources = calloc(s->nresources, sizeof(char *));

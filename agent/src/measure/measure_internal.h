@@ -34,7 +34,8 @@ struct hp_measure {
 	bool own_model;
 	struct hp_caps caps;
 	struct hp_mechanisms mech;
-	uint32_t metrics;
+	uint32_t metrics;           /* measured: the requested ones, plus count with any timer */
+	uint32_t requested_metrics; /* as requested */
 	bool blocks;
 
 	struct hp_row *rows; /* resolution result; slot i counts row i */

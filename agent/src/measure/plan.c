@@ -99,7 +99,7 @@ static void plan_user_location(struct hp_measure *h, size_t i, bool *refused, ch
 int hp_measure_plan_rows(struct hp_measure *h, bool allow_partial, char *err, size_t errlen)
 {
 	struct hp_kprobe_policy *pol = NULL;
-	bool any = false;
+	bool any = false, reported_implied = false;
 	int ret = 0;
 	for (int kind = 0; kind < 2; kind++)
 		for (int m = 0; m < HP_METRIC_N; m++)
@@ -168,7 +168,10 @@ int hp_measure_plan_rows(struct hp_measure *h, bool allow_partial, char *err, si
 					h->sampled_row[i] = true;
 				continue;
 			}
-			if (!allow_partial && !ret) {
+			/* Name a metric the caller asked for before the count implied by timers. */
+			bool implied = m == HP_METRIC_COUNT && !(h->requested_metrics & HP_METRIC_BIT(m));
+			if (!allow_partial && (!ret || (reported_implied && !implied))) {
+				reported_implied = implied;
 				if (r->kind == HP_ROW_BLOCK)
 					snprintf(err, errlen, "%s+0x%x (block): %s: %s", f->name, b->offset,
 						 hp_metric_name((enum hp_metric)m), mi->reason);

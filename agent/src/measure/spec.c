@@ -52,6 +52,14 @@ const char *hp_metric_unit(enum hp_metric m, bool block_row)
 	}
 }
 
+/* Errors quote the offending word: keep them printable whatever it held. */
+static void printable(char *err)
+{
+	for (char *p = err; *p; p++)
+		if ((unsigned char)*p < ' ' || (unsigned char)*p >= 0x7f)
+			*p = '?';
+}
+
 int hp_metrics_parse(const char *s, uint32_t *mask, char *err, size_t errlen)
 {
 	*mask = 0;
@@ -151,6 +159,7 @@ int hp_resource_parse(const char *s, struct hp_resource_spec *out, char *err, si
 	}
 	if (n > HP_RESOURCE_MAX) {
 		snprintf(err, errlen, "resource '%.40s...' is longer than %d bytes", s, HP_RESOURCE_MAX);
+		printable(err);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -158,13 +167,11 @@ int hp_resource_parse(const char *s, struct hp_resource_spec *out, char *err, si
 		if (c <= ' ' || c >= 0x7f) {
 			snprintf(err, errlen, "resource '%.*s' has a space or a non-printable byte at position %zu",
 				 (int)(n > 64 ? 64 : n), s, i);
-			for (char *p = err; *p; p++)
-				if ((unsigned char)*p < ' ' || (unsigned char)*p >= 0x7f)
-					*p = '?';
+			printable(err);
 			return -EINVAL;
 		}
 	}
-	if (n > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && !strchr(s, '+') && !strchr(s, ':')) {
+	if (n >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && !strchr(s, '+') && !strchr(s, ':')) {
 		if (!parse_number(s, n, &out->address)) {
 			snprintf(err, errlen, "'%.64s' is not an address (0x followed by 1 to 16 hex digits)", s);
 			return -EINVAL;
