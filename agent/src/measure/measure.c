@@ -226,6 +226,9 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 		}
 	if ((r = open_target(h, s, env, err, errlen)) < 0)
 		goto fail;
+	/* Unknown resources are refused before the (slower) capability probes. */
+	if ((r = resolve_rows(h, err, errlen)) < 0)
+		goto fail;
 	if (env && env->caps)
 		h->caps = *env->caps;
 	else
@@ -234,8 +237,6 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 							       "not needed for a process target");
 	hp_mechanisms_choose(&h->caps, &h->mech);
 	if ((r = predicates(h, s, &base, err, errlen)) < 0)
-		goto fail;
-	if ((r = resolve_rows(h, err, errlen)) < 0)
 		goto fail;
 	if ((r = hp_measure_plan_rows(h, s->allow_partial, err, errlen)) < 0)
 		goto fail;
