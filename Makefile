@@ -38,6 +38,7 @@ build: agent backend frontend
 bench: agent frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
+	./bench/probe_cost
 	./bench/console_tree
 
 clean:
