@@ -320,7 +320,7 @@ static void report_rows(struct out *o, const struct hp_measure_row *rows, const 
 
 static uint64_t block_addr(const struct hp_measure_row *rows, const struct hp_function_edges *fe, uint32_t b)
 {
-	return rows[fe->block_rows[b]].block_address;
+	return rows[fe->function_row].function_address + fe->block_offsets[b];
 }
 
 static void report_edges(struct out *o, const struct hp_measure_row *rows, const struct hp_function_edges *fe,
@@ -348,34 +348,35 @@ static void report_edges(struct out *o, const struct hp_measure_row *rows, const
 			if (!o->json) {
 				char a[32] = "entry", b[48] = "out";
 				if (from)
-					snprintf(a, sizeof(a), "+0x%x", rows[fe[i].block_rows[e->from]].block_offset);
+					snprintf(a, sizeof(a), "+0x%x", fe[i].block_offsets[e->from]);
 				else if (e->kind == HP_EDGE_INDIRECT_IN)
 					snprintf(a, sizeof(a), "indirect");
 				if (to)
-					snprintf(b, sizeof(b), "+0x%x", rows[fe[i].block_rows[e->to]].block_offset);
+					snprintf(b, sizeof(b), "+0x%x", fe[i].block_offsets[e->to]);
 				else if (e->kind == HP_EDGE_TAIL_CALL)
 					snprintf(b, sizeof(b), "0x%" PRIx64, e->target);
 				printf("  %-10s -> %-18s %-12s %12" PRIu64 "  %s", a, b, hp_edge_kind_name(e->kind),
 				       e->count, e->how == HP_EDGE_EXACT ? "exact" : "estimate");
-				if (e->how != HP_EDGE_EXACT)
+				if (e->how != HP_EDGE_EXACT && e->high != UINT64_MAX)
 					printf(" [%" PRIu64 ", %" PRIu64 "]", e->low, e->high);
+				else if (e->how != HP_EDGE_EXACT)
+					printf(" [%" PRIu64 ", unbounded]", e->low);
 				printf("\n");
 				continue;
 			}
 			json_obj_begin(&o->j);
 			json_kstr(&o->j, "function", fr->function);
 			out_u64_or_null(o, "from", from, from ? block_addr(rows, &fe[i], e->from) : 0);
-			out_u64_or_null(o, "from_offset", from,
-					from ? rows[fe[i].block_rows[e->from]].block_offset : 0);
+			out_u64_or_null(o, "from_offset", from, from ? fe[i].block_offsets[e->from] : 0);
 			out_u64_or_null(o, "to", to || e->kind == HP_EDGE_TAIL_CALL,
 					to ? block_addr(rows, &fe[i], e->to) : e->target);
-			out_u64_or_null(o, "to_offset", to, to ? rows[fe[i].block_rows[e->to]].block_offset : 0);
+			out_u64_or_null(o, "to_offset", to, to ? fe[i].block_offsets[e->to] : 0);
 			json_kstr(&o->j, "kind", hp_edge_kind_name(e->kind));
 			json_ku64(&o->j, "count", e->count);
 			json_key(&o->j, "exact");
 			json_bool(&o->j, e->how == HP_EDGE_EXACT);
 			json_ku64(&o->j, "low", e->low);
-			json_ku64(&o->j, "high", e->high);
+			out_u64_or_null(o, "high", e->high != UINT64_MAX, e->high); /* null: unbounded */
 			json_obj_end(&o->j);
 		}
 	}
@@ -571,9 +572,9 @@ int cmd_measure(int argc, char **argv)
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	if (!a.json)
-		fprintf(stderr, "measuring %s: %zu row%s armed for %u s (Ctrl-C ends the window early)\n",
-			hp_measure_target_desc(h), hp_measure_nrows(h), hp_measure_nrows(h) == 1 ? "" : "s", a.seconds);
+	/* On stderr in both forms: scripts wait for "armed" before starting the workload. */
+	fprintf(stderr, "measuring %s: %zu row%s armed for %u s (Ctrl-C ends the window early)\n",
+		hp_measure_target_desc(h), hp_measure_nrows(h), hp_measure_nrows(h) == 1 ? "" : "s", a.seconds);
 	double deadline = mono_s() + a.seconds;
 	while (!stop_window) {
 		double left = deadline - mono_s();

@@ -556,6 +556,30 @@ static void probe_code_replacement(struct hp_caps *c)
 	    strerrorname_np(e) ? strerrorname_np(e) : "an error");
 }
 
+/* HOTPATH_DENY_MECHANISMS=fentry,fexit,...: report those capabilities unavailable (after probing
+ * them), so one kernel can exercise every fallback; for tests and for operators who want a
+ * mechanism left alone. */
+static void apply_denials(struct hp_caps *c)
+{
+	const char *deny = getenv("HOTPATH_DENY_MECHANISMS");
+	if (!deny || !*deny)
+		return;
+	for (size_t i = 0; i < c->n; i++) {
+		size_t n = strlen(c->caps[i].name);
+		for (const char *p = deny; *p;) {
+			size_t w = strcspn(p, ",");
+			if (w == n && !strncmp(p, c->caps[i].name, n)) {
+				char was[sizeof(c->caps[i].detail)];
+				snprintf(was, sizeof(was), "%s", c->caps[i].detail);
+				c->caps[i].available = false;
+				snprintf(c->caps[i].detail, sizeof(c->caps[i].detail),
+					 "disabled by HOTPATH_DENY_MECHANISMS (the probe said: %.200s)", was);
+			}
+			p += w + (p[w] == ',');
+		}
+	}
+}
+
 void hp_caps_probe(struct hp_caps *c, bool model_ok, const char *model_detail)
 {
 	memset(c, 0, sizeof(*c));
@@ -578,6 +602,7 @@ void hp_caps_probe(struct hp_caps *c, bool model_ok, const char *model_detail)
 	probe_ptrace(c);
 	probe_cgroup_v2(c);
 	probe_code_replacement(c);
+	apply_denials(c);
 }
 
 const struct hp_cap *hp_caps_find(const struct hp_caps *c, const char *name)

@@ -29,6 +29,7 @@ const char *hp_edge_kind_name(enum hp_edge_kind k)
 
 struct net {
 	const uint64_t *counts;
+	const bool *measured; /* per block; NULL = every block */
 	uint32_t nblocks;
 	struct hp_edge *e;
 	size_t ne, cap;
@@ -147,6 +148,11 @@ static const uint32_t *side(const struct net *n, uint32_t b, bool out, uint32_t 
 	return (out ? n->out_idx : n->in_idx) + start[b];
 }
 
+static bool measured(const struct net *n, uint32_t b)
+{
+	return !n->measured || n->measured[b];
+}
+
 /* Flow conservation to a fixed point; derived edges get label how. */
 static void conserve(struct net *n, uint8_t how)
 {
@@ -154,6 +160,8 @@ static void conserve(struct net *n, uint8_t how)
 	while (changed) {
 		changed = false;
 		for (uint32_t b = 0; b < n->nblocks; b++) {
+			if (!measured(n, b))
+				continue;
 			for (int s = 0; s < 2; s++) {
 				uint32_t cnt, unknown = 0, last = 0;
 				const uint32_t *idx = side(n, b, s, &cnt);
@@ -184,10 +192,13 @@ static void conserve(struct net *n, uint8_t how)
 	}
 }
 
-/* Flow of side s of block b not yet explained by known edges. */
+/* Flow of side s of block b not yet explained by known edges; UINT64_MAX
+ * (no bound) for a block whose count is not known. */
 static uint64_t residual(const struct net *n, uint32_t b, bool out)
 {
 	uint32_t cnt;
+	if (!measured(n, b))
+		return UINT64_MAX;
 	const uint32_t *idx = side(n, b, out, &cnt);
 	uint64_t sum = 0;
 	for (uint32_t k = 0; k < cnt; k++)
@@ -196,7 +207,13 @@ static uint64_t residual(const struct net *n, uint32_t b, bool out)
 	return n->counts[b] > sum ? n->counts[b] - sum : 0;
 }
 
-/* Bounds of every unknown edge from the flow the exact edges leave unexplained. */
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* Bounds of every unknown edge from the flow the exact edges leave unexplained
+ * (high UINT64_MAX: no bound, both ends have unknown counts). */
 static void bound(struct net *n)
 {
 	for (size_t i = 0; i < n->ne; i++) {
@@ -208,7 +225,7 @@ static void bound(struct net *n)
 			hi = residual(n, e->from, true);
 		if (e->to != HP_EDGE_NO_BLOCK && residual(n, e->to, false) < hi)
 			hi = residual(n, e->to, false);
-		e->high = hi == UINT64_MAX ? 0 : hi;
+		e->high = hi;
 	}
 	for (size_t i = 0; i < n->ne; i++) {
 		struct hp_edge *e = &n->e[i];
@@ -217,13 +234,13 @@ static void bound(struct net *n)
 		uint64_t lo = 0;
 		for (int s = 0; s < 2; s++) {
 			uint32_t b = s ? e->from : e->to, cnt;
-			if (b == HP_EDGE_NO_BLOCK)
+			if (b == HP_EDGE_NO_BLOCK || !measured(n, b))
 				continue;
 			const uint32_t *idx = side(n, b, s, &cnt);
 			uint64_t others = 0;
 			for (uint32_t k = 0; k < cnt; k++)
 				if (idx[k] != i && !n->known[idx[k]])
-					others += n->e[idx[k]].high;
+					others = add_sat(others, n->e[idx[k]].high);
 			uint64_t r = residual(n, b, s);
 			if (r > others && r - others > lo)
 				lo = r - others;
@@ -233,9 +250,9 @@ static void bound(struct net *n)
 }
 
 int hp_edges_derive(const struct hp_module *mod, const struct hp_function *f, const uint64_t *block_counts,
-		    const uint64_t *entry_count, struct hp_edge_result *out)
+		    const bool *block_measured, const uint64_t *entry_count, struct hp_edge_result *out)
 {
-	struct net n = { .counts = block_counts, .nblocks = f->nblocks };
+	struct net n = { .counts = block_counts, .measured = block_measured, .nblocks = f->nblocks };
 	int r = -ENOMEM;
 	memset(out, 0, sizeof(*out));
 	if (!f->nblocks)
@@ -248,6 +265,8 @@ int hp_edges_derive(const struct hp_module *mod, const struct hp_function *f, co
 	}
 	conserve(&n, HP_EDGE_EXACT);
 	for (uint32_t b = 0; b < n.nblocks; b++) {
+		if (!measured(&n, b))
+			continue;
 		for (int s = 0; s < 2; s++) {
 			uint32_t cnt;
 			const uint32_t *idx = side(&n, b, s, &cnt);
@@ -275,7 +294,7 @@ int hp_edges_derive(const struct hp_module *mod, const struct hp_function *f, co
 		if (pick == n.ne)
 			break;
 		struct hp_edge *e = &n.e[pick];
-		e->count = e->low + (e->high - e->low) / 2;
+		e->count = e->high == UINT64_MAX ? e->low : e->low + (e->high - e->low) / 2;
 		e->how = HP_EDGE_ESTIMATE;
 		n.known[pick] = true;
 		conserve(&n, HP_EDGE_ESTIMATE);

@@ -46,7 +46,7 @@ struct hp_edge {
 	uint8_t kind;  /* enum hp_edge_kind */
 	uint8_t how;   /* enum hp_edge_how */
 	uint64_t count;
-	uint64_t low, high; /* bounds; low == high == count when exact */
+	uint64_t low, high; /* bounds; low == high == count when exact; high UINT64_MAX: unbounded */
 	uint64_t target;    /* tail_call: the absolute address jumped to; else 0 */
 };
 
@@ -63,11 +63,14 @@ struct hp_edge_result {
 
 /*
  * Derive the edges of f (a function of mod) from block_counts[i] (the count
- * of its i-th block; every block must be measured) and, when entry_count is
- * non-NULL, the measured number of entries. Returns 0 or -ENOMEM.
+ * of its i-th block) and, when entry_count is non-NULL, the measured number
+ * of entries. block_measured[i] says which counts are known (NULL: all): a
+ * block the kernel would not let be probed contributes no equation, and the
+ * edges around it are derived from its neighbours where they can be.
+ * Returns 0 or -ENOMEM.
  */
 int hp_edges_derive(const struct hp_module *mod, const struct hp_function *f, const uint64_t *block_counts,
-		    const uint64_t *entry_count, struct hp_edge_result *out);
+		    const bool *block_measured, const uint64_t *entry_count, struct hp_edge_result *out);
 void hp_edge_result_free(struct hp_edge_result *r);
 
 #endif

@@ -179,14 +179,15 @@ static int resolve_rows(struct hp_measure *h, char *err, size_t errlen)
 						    -HP_MEASURE_E_NOT_FOUND;
 	size_t n = h->nrows ? h->nrows : 1;
 	h->pub = calloc(n, sizeof(*h->pub));
-	h->row_reason = calloc(n, sizeof(*h->row_reason));
 	h->sampled_row = calloc(n, sizeof(*h->sampled_row));
+	h->row_entry = calloc(n, 1);
+	h->row_exit = calloc(n, 1);
 	h->samples = calloc(n, sizeof(*h->samples));
 	h->dead_wall = calloc(n, sizeof(double));
 	h->dead_vtime = calloc(n, sizeof(double));
 	h->last = calloc(n, sizeof(*h->last));
-	if (!h->pub || !h->row_reason || !h->sampled_row || !h->samples || !h->dead_wall || !h->dead_vtime ||
-	    !h->last) {
+	if (!h->pub || !h->sampled_row || !h->row_entry || !h->row_exit || !h->samples || !h->dead_wall ||
+	    !h->dead_vtime || !h->last) {
 		snprintf(err, errlen, "out of memory");
 		return -HP_MEASURE_E_SYSTEM;
 	}
@@ -436,12 +437,14 @@ void hp_measure_close(struct hp_measure *h)
 	for (size_t i = 0; i < h->nresources; i++)
 		free(h->resources[i]);
 	free(h->resources);
-	for (size_t i = 0; h->row_reason && i < h->nrows; i++)
-		free(h->row_reason[i]);
-	free(h->row_reason);
 	free(h->rows);
 	free(h->pub);
 	free(h->sampled_row);
+	free(h->row_entry);
+	free(h->row_exit);
+	for (size_t i = 0; i < h->ninterned; i++)
+		free(h->interned[i]);
+	free(h->interned);
 	free(h->samples);
 	free(h->sample_keys);
 	free(h->sample_rows);

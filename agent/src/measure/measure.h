@@ -188,7 +188,9 @@ enum hp_measure_state hp_measure_state(struct hp_measure *h, char *detail, size_
 struct hp_function_edges {
 	size_t function_row; /* the function's row */
 	struct hp_edge_result edges;
-	uint32_t *block_rows; /* [function's nblocks]: the row of each block */
+	uint32_t nblocks;
+	uint32_t *block_rows;    /* [nblocks]: the row of each block, HP_ROW_NONE for an unreachable trap */
+	uint32_t *block_offsets; /* [nblocks]: each block's offset from the function start */
 };
 int hp_measure_edges(struct hp_measure *h, const struct hp_measure_reading *r, struct hp_function_edges **out,
 		     size_t *nout);

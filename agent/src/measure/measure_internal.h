@@ -43,10 +43,12 @@ struct hp_measure {
 	size_t nrows;
 	char **resources; /* copies of the request's words */
 	size_t nresources;
-	char **row_reason; /* rows refused individually: why (NULL if none) */
 	/* Metric plans per row kind (function, block), shared by the rows. */
 	struct hp_metric_plan plan[2][HP_METRIC_N];
-	bool *sampled_row; /* rows whose count comes from the sampler */
+	bool *sampled_row;             /* rows whose count comes from the sampler */
+	uint8_t *row_entry, *row_exit; /* each row's probe mechanisms (enum hp_mech) */
+	char **interned;               /* mechanism names and reasons, one copy each */
+	size_t ninterned;
 
 	struct hp_probe_set *probes;
 	struct hp_sampler *sampler;

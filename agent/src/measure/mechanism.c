@@ -98,6 +98,11 @@ void hp_mechanisms_choose(const struct hp_caps *c, struct hp_mechanisms *o)
 	else
 		snprintf(o->why_no_hardware, sizeof(o->why_no_hardware), "%s", detail(c, "hardware_pmu"));
 	o->cgroup_v2 = has(c, "cgroup_v2");
+	o->have_fentry = has(c, "fentry");
+	o->have_fexit = has(c, "fexit");
+	o->have_kprobe = has(c, "kprobes");
+	o->have_kretprobe = has(c, "kretprobes");
+	o->have_sampling = has(c, "perf_sampling");
 	snprintf(o->why_no_cgroup, sizeof(o->why_no_cgroup), "%s", detail(c, "cgroup_v2"));
 }
 

@@ -57,6 +57,9 @@ struct hp_mechanisms {
 	char why_no_kernel_entry[640], why_no_kernel_exit[640], why_no_kernel_block[640];
 	char why_no_switch[680], why_no_hardware[320], why_no_cgroup[320];
 	bool cgroup_v2;
+	/* Kernel mechanisms this host has, for per-function fallbacks (a function
+	 * without an ftrace site takes kprobes where fentry is the host's choice). */
+	bool have_fentry, have_fexit, have_kprobe, have_kretprobe, have_sampling;
 };
 
 void hp_mechanisms_choose(const struct hp_caps *caps, struct hp_mechanisms *out);

@@ -22,43 +22,129 @@
 #include "measure/measure_internal.h"
 #include "target/kprobe_policy.h"
 
-static const char *strdup_or_empty(const char *s)
+/* One copy of each mechanism name per handle (a handful of combinations). */
+static const char *intern(struct hp_measure *h, const char *s)
 {
-	char *d = strdup(s);
-	return d ? d : "";
+	for (size_t i = 0; i < h->ninterned; i++)
+		if (!strcmp(h->interned[i], s))
+			return h->interned[i];
+	char **v = realloc(h->interned, (h->ninterned + 1) * sizeof(*v));
+	if (!v)
+		return "";
+	h->interned = v;
+	if (!(v[h->ninterned] = strdup(s)))
+		return "";
+	return v[h->ninterned++];
 }
 
-/* Per-function overrides of the host's kernel plan, decided by the kernel's rules for that function. */
-static void plan_kernel_function(struct hp_measure *h, struct hp_kprobe_policy *pol, size_t i, bool *refused, char *why,
-				 size_t whylen)
+static void set_plan(struct hp_metric_plan *p, enum hp_mech entry, enum hp_mech exit, enum hp_mech sw,
+		     enum hp_value_label label)
+{
+	p->available = true;
+	p->entry = entry;
+	p->exit = exit;
+	p->switch_hook = sw;
+	p->label = label;
+	p->reason[0] = '\0';
+	snprintf(p->mechanism, sizeof(p->mechanism), "%s%s%s%s%s", hp_mech_name(entry), exit ? "+" : "",
+		 exit ? hp_mech_name(exit) : "", sw ? "+" : "", sw ? hp_mech_name(sw) : "");
+}
+
+static void refuse_plan(struct hp_metric_plan *p, const char *function_why, const char *host_why)
+{
+	p->available = false;
+	p->entry = p->exit = p->switch_hook = HP_MECH_NONE;
+	p->mechanism[0] = '\0';
+	if (function_why[0] && host_why[0])
+		snprintf(p->reason, sizeof(p->reason), "%s; besides, %s", function_why, host_why);
+	else
+		snprintf(p->reason, sizeof(p->reason), "%s", function_why[0] ? function_why : host_why);
+}
+
+/*
+ * A kernel row's mechanisms, from what the host has and what the kernel
+ * allows in this function: trampolines (fentry/fexit) need an ftrace site,
+ * BTF and an unambiguous name; kprobes need code outside the blacklist. A
+ * function that refuses the host's first choice takes the next one (fentry,
+ * then kprobes, then, for counts with --blocks, samples), so one request can
+ * mix them. rp holds the host-level plan on entry, the row's on return.
+ */
+static void plan_kernel_row(struct hp_measure *h, struct hp_kprobe_policy *pol, size_t i,
+			    struct hp_metric_plan rp[HP_METRIC_N])
 {
 	const struct hp_row *r = &h->rows[i];
 	const struct hp_module *mod = &h->model->mods[r->mod];
 	const struct hp_function *f = &mod->funcs[r->fn];
+	const struct hp_mechanisms *m = &h->mech;
 	struct hp_kfunc_rules k;
 	struct hp_find_hit hits[2];
-	*refused = false;
-	why[0] = '\0';
+	char tramp_why[256], why[640];
 	hp_kprobe_policy_check(pol, mod, f, &k);
 	bool unique = hp_model_find_all(h->model, f->name, hits, 2) == 1;
-	enum hp_mech entry = r->kind == HP_ROW_BLOCK ? h->mech.kernel_block : h->mech.kernel_entry;
-	if (entry == HP_MECH_FENTRY && (!k.ftrace_site || !k.btf || !unique)) {
-		*refused = true;
-		snprintf(why, whylen, "%s", k.no_trampoline[0] ? k.no_trampoline : "");
-		if (!unique)
-			snprintf(why, whylen, "%s has several kernel symbols of that name; fentry attaches by name",
-				 f->name);
-	} else if (entry == HP_MECH_KPROBE && !k.kprobe_ok) {
-		*refused = true;
-		snprintf(why, whylen, "%s", k.no_kprobe);
-	} else if (entry == HP_MECH_NONE ||
-		   (entry == HP_MECH_SAMPLING && r->kind == HP_ROW_FUNCTION && !(h->metrics & HP_METRICS_TIMERS))) {
-		/* Nothing on this host could probe it; say too what the kernel would refuse. */
-		size_t n = 0;
-		if (!k.ftrace_site || !k.btf)
-			n += (size_t)snprintf(why + n, whylen - n, "%s", k.no_trampoline);
-		if (!k.kprobe_ok && n < whylen)
-			snprintf(why + n, whylen - n, "%s%s", n ? "; " : "", k.no_kprobe);
+	bool tramp_ok = k.ftrace_site && k.btf && unique, kp_ok = k.kprobe_ok;
+	if (!unique)
+		snprintf(tramp_why, sizeof(tramp_why),
+			 "%s has several kernel symbols of that name and fentry attaches by name", f->name);
+	else
+		snprintf(tramp_why, sizeof(tramp_why), "%s", k.no_trampoline);
+	/* What the kernel refuses in this function, for every mechanism it could otherwise use. */
+	size_t n = 0;
+	why[0] = '\0';
+	if (!tramp_ok)
+		n += (size_t)snprintf(why + n, sizeof(why) - n, "%s", tramp_why);
+	if (!kp_ok && n < sizeof(why))
+		snprintf(why + n, sizeof(why) - n, "%s%s", n ? "; " : "", k.no_kprobe);
+
+	if (r->kind == HP_ROW_BLOCK) {
+		struct hp_metric_plan *c = &rp[HP_METRIC_COUNT];
+		if (m->have_kprobe && kp_ok)
+			set_plan(c, HP_MECH_KPROBE, HP_MECH_NONE, HP_MECH_NONE, HP_LABEL_EXACT);
+		else if (m->have_sampling)
+			set_plan(c, HP_MECH_SAMPLING, HP_MECH_NONE, HP_MECH_NONE, HP_LABEL_SAMPLED);
+		else
+			refuse_plan(c, why, m->why_no_kernel_block);
+		return;
+	}
+	enum hp_mech pe = HP_MECH_NONE, px = HP_MECH_NONE, one = HP_MECH_NONE;
+	if (m->have_fentry && m->have_fexit && tramp_ok) {
+		pe = HP_MECH_FENTRY;
+		px = HP_MECH_FEXIT;
+	} else if (m->have_kprobe && m->have_kretprobe && kp_ok) {
+		pe = HP_MECH_KPROBE;
+		px = HP_MECH_KRETPROBE;
+	}
+	if (m->have_fentry && tramp_ok)
+		one = HP_MECH_FENTRY;
+	else if (m->have_kprobe && kp_ok)
+		one = HP_MECH_KPROBE;
+	bool timers = h->metrics & HP_METRICS_TIMERS;
+	for (int x = 0; x < HP_METRIC_N; x++) {
+		struct hp_metric_plan *p = &rp[x];
+		char host[sizeof(p->reason)];
+		if (!p->applicable || (HP_METRIC_BIT(x) & HP_METRICS_HARDWARE))
+			continue;
+		snprintf(host, sizeof(host), "%s", p->reason); /* the host-level refusal, if any */
+		if (x == HP_METRIC_COUNT) {
+			enum hp_mech e = timers && pe ? pe : one;
+			if (e)
+				set_plan(p, e, HP_MECH_NONE, HP_MECH_NONE, HP_LABEL_EXACT);
+			else if (h->blocks && m->have_sampling && !timers)
+				set_plan(p, HP_MECH_SAMPLING, HP_MECH_NONE, HP_MECH_NONE, HP_LABEL_SAMPLED);
+			else
+				refuse_plan(p, why, m->have_fentry || m->have_kprobe ? "" : host);
+			continue;
+		}
+		if (!pe) {
+			refuse_plan(p, why,
+				    (m->have_fentry && m->have_fexit) || (m->have_kprobe && m->have_kretprobe) ? "" :
+														 host);
+			continue;
+		}
+		if (x == HP_METRIC_VTIME && m->switch_hook == HP_MECH_NONE) {
+			refuse_plan(p, "", host);
+			continue;
+		}
+		set_plan(p, pe, px, x == HP_METRIC_VTIME ? m->switch_hook : HP_MECH_NONE, HP_LABEL_EXACT);
 	}
 }
 
@@ -127,47 +213,43 @@ int hp_measure_plan_rows(struct hp_measure *h, bool allow_partial, char *err, si
 			p->block_offset = b->offset;
 			p->block_size = b->size;
 		}
-		bool refused = false;
-		char why[768] = "";
-		if (pol)
-			plan_kernel_function(h, pol, i, &refused, why, sizeof(why));
-		else
+		struct hp_metric_plan rp[HP_METRIC_N];
+		memcpy(rp, h->plan[r->kind], sizeof(rp));
+		if (pol) {
+			plan_kernel_row(h, pol, i, rp);
+		} else {
+			bool refused = false;
+			char why[512] = "";
 			plan_user_location(h, i, &refused, why, sizeof(why));
+			for (int m = 0; refused && m < HP_METRIC_N; m++)
+				if (rp[m].applicable && rp[m].available)
+					refuse_plan(&rp[m], why, "");
+		}
 		for (int m = 0; m < HP_METRIC_N; m++) {
-			const struct hp_metric_plan *pl = &h->plan[r->kind][m];
+			const struct hp_metric_plan *pl = &rp[m];
 			struct hp_metric_info *mi = &p->metric[m];
 			mi->requested = (h->metrics & HP_METRIC_BIT(m)) && pl->applicable;
 			mi->label = pl->label;
-			mi->mechanism = pl->available ? pl->mechanism : "";
-			mi->reason = pl->available ? "" : pl->reason;
 			mi->available = pl->available;
+			mi->mechanism = pl->available ? intern(h, pl->mechanism) : "";
+			mi->reason = pl->available ? "" : intern(h, pl->reason);
 			if (!mi->requested)
 				continue;
-			/* A kernel row whose host-level plan holds can still be refused by
-			 * the kernel's rules for this function (sampling needs none). */
-			bool probe_based = pl->entry != HP_MECH_SAMPLING;
-			if (mi->available && refused && probe_based) {
-				if (!h->row_reason[i])
-					h->row_reason[i] = (char *)strdup_or_empty(why);
-				mi->available = false;
-				mi->mechanism = "";
-				mi->reason = h->row_reason[i];
-			} else if (!mi->available && why[0] && probe_based) {
-				if (!h->row_reason[i]) {
-					size_t n = strlen(pl->reason) + strlen(why) + 64;
-					char *s = malloc(n);
-					if (s)
-						snprintf(s, n, "%s; besides, %s", why, pl->reason);
-					h->row_reason[i] = s ? s : (char *)strdup_or_empty(pl->reason);
-				}
-				mi->reason = h->row_reason[i];
-			}
 			if (mi->available) {
 				any = true;
 				if (pl->entry == HP_MECH_SAMPLING)
 					h->sampled_row[i] = true;
+				/* The row's probes: the count's entry, or the timers' pair. */
+				if (!h->row_entry[i] || m != HP_METRIC_COUNT)
+					h->row_entry[i] = (uint8_t)pl->entry;
+				if (pl->exit)
+					h->row_exit[i] = (uint8_t)pl->exit;
 				continue;
 			}
+			/* Blocks added by --blocks are best effort: one the kernel will not
+			 * let be probed is reported unavailable, not fatal. */
+			if (r->implicit)
+				continue;
 			/* Name a metric the caller asked for before the count implied by timers. */
 			bool implied = m == HP_METRIC_COUNT && !(h->requested_metrics & HP_METRIC_BIT(m));
 			if (!allow_partial && (!ret || (reported_implied && !implied))) {
@@ -262,7 +344,6 @@ static bool served(const struct hp_measure_row *p, enum hp_metric m)
 static int build_probes(struct hp_measure *h, struct probe_build *b, bool *vtime_any)
 {
 	const struct hp_mp_probe none = { { HP_MP_NO_SLOT, HP_MP_NO_SLOT }, HP_MP_NO_SLOT, 0 };
-	bool kernel = h->target == HP_MEASURE_KERNEL;
 	bool *merged = calloc(h->nrows ? h->nrows : 1, sizeof(bool));
 	if (!merged)
 		return -ENOMEM;
@@ -277,7 +358,7 @@ static int build_probes(struct hp_measure *h, struct probe_build *b, bool *vtime
 		bool vtime = served(p, HP_METRIC_VTIME);
 		if (!count && !timed)
 			continue;
-		const struct hp_metric_plan *pl = &h->plan[HP_ROW_FUNCTION][timed ? HP_METRIC_WALL : HP_METRIC_COUNT];
+		enum hp_mech entry_mech = (enum hp_mech)h->row_entry[i], exit_mech = (enum hp_mech)h->row_exit[i];
 		struct hp_mp_probe entry = none;
 		entry.count_slot[0] = (uint32_t)i;
 		if (timed) {
@@ -285,23 +366,22 @@ static int build_probes(struct hp_measure *h, struct probe_build *b, bool *vtime
 			entry.flags = HP_MP_ENTER | (vtime ? HP_MP_VTIME : 0);
 		}
 		/* The entry block shares the entry probe when it is measured the same way. */
-		enum hp_mech block_mech = kernel ? h->mech.kernel_block : h->mech.user_entry;
 		for (size_t j = i + 1; j < h->nrows && h->pub[j].kind == HP_ROW_BLOCK &&
 				       h->rows[j].fn == h->rows[i].fn && h->rows[j].mod == h->rows[i].mod;
 		     j++) {
 			if (h->rows[j].block == 0 && served(&h->pub[j], HP_METRIC_COUNT) && !h->sampled_row[j] &&
-			    block_mech == pl->entry) {
+			    h->row_entry[j] == entry_mech) {
 				entry.count_slot[1] = (uint32_t)j;
 				merged[j] = true;
 			}
 		}
-		if (new_probe(b, i, p->function_address, pl->entry, entry) < 0)
+		if (new_probe(b, i, p->function_address, entry_mech, entry) < 0)
 			goto nomem;
 		if (timed) {
 			struct hp_mp_probe exit = none;
 			exit.timer_slot = (uint32_t)i;
 			exit.flags = HP_MP_LEAVE | (vtime ? HP_MP_VTIME : 0);
-			if (new_probe(b, i, p->function_address, pl->exit, exit) < 0)
+			if (new_probe(b, i, p->function_address, exit_mech, exit) < 0)
 				goto nomem;
 			*vtime_any |= vtime;
 		}
@@ -312,7 +392,7 @@ static int build_probes(struct hp_measure *h, struct probe_build *b, bool *vtime
 			continue;
 		struct hp_mp_probe bp = none;
 		bp.count_slot[0] = (uint32_t)i;
-		if (new_probe(b, i, p->block_address, h->plan[HP_ROW_BLOCK][HP_METRIC_COUNT].entry, bp) < 0)
+		if (new_probe(b, i, p->block_address, (enum hp_mech)h->row_entry[i], bp) < 0)
 			goto nomem;
 	}
 	free(merged);
@@ -429,12 +509,25 @@ int hp_measure_arm(struct hp_measure *h, const struct hp_probe_config *base, uns
 	if (b.n) {
 		uint32_t failed = UINT32_MAX;
 		char aerr[768];
-		if (hp_probes_attach(h->probes, allow_partial, &failed, aerr, sizeof(aerr)) < 0) {
-			const struct hp_probe_failure *f;
+		if (hp_probes_attach(h->probes, true, &failed, aerr, sizeof(aerr)) < 0) {
 			probe_error(h, &b, failed, aerr, err, errlen);
-			if (hp_probes_skipped(h->probes, &f))
-				ret = -HP_MEASURE_E_UNAVAILABLE;
 			goto out;
+		}
+		/* A location the kernel refused fails the request unless it is only
+		 * a block --blocks added (or --partial was given). */
+		const struct hp_probe_failure *fl;
+		size_t nf = hp_probes_skipped(h->probes, &fl);
+		for (size_t k = 0; k < nf && !allow_partial; k++) {
+			const struct hp_mp_probe *tp = &b.table[fl[k].idx];
+			uint32_t slots[3] = { tp->count_slot[0], tp->count_slot[1], tp->timer_slot };
+			for (int x = 0; x < 3; x++) {
+				if (slots[x] >= h->nrows || h->rows[slots[x]].implicit)
+					continue;
+				probe_error(h, &b, fl[k].idx, hp_probes_refusal(fl[k].err), err, errlen);
+				hp_probes_detach(h->probes);
+				ret = -HP_MEASURE_E_UNAVAILABLE;
+				goto out;
+			}
 		}
 		mark_refused(h, &b);
 	}

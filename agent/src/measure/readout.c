@@ -336,17 +336,27 @@ int hp_measure_edges(struct hp_measure *h, const struct hp_measure_reading *r, s
 			brows[b] = HP_ROW_NONE;
 		for (uint32_t j = first_block[i]; j != HP_ROW_NONE; j = next_block[j])
 			brows[h->rows[j].block] = j;
-		bool all = f->nblocks > 0;
-		for (uint32_t b = 0; all && b < f->nblocks; b++) {
-			const struct hp_metric_value *c =
-				brows[b] == HP_ROW_NONE ? NULL : &r->rows[brows[b]].v[HP_METRIC_COUNT];
-			all = c && c->present && c->label == HP_LABEL_EXACT;
-			if (all)
-				counts[b] = c->total;
+		/* Blocks with exact counts, plus unreachable traps (0 by construction);
+		 * others (refused by the kernel) are unknowns of the flow network. */
+		bool *measured = calloc(f->nblocks ? f->nblocks : 1, sizeof(bool));
+		bool any = false, sampled = false;
+		for (uint32_t b = 0; measured && b < f->nblocks; b++) {
+			if (brows[b] == HP_ROW_NONE) {
+				measured[b] = hp_block_unreachable_trap(h->model, mod, f, b);
+				counts[b] = 0;
+				continue;
+			}
+			const struct hp_metric_value *c = &r->rows[brows[b]].v[HP_METRIC_COUNT];
+			measured[b] = c->present && c->label == HP_LABEL_EXACT;
+			sampled |= c->present && c->label == HP_LABEL_SAMPLED;
+			any |= measured[b];
+			counts[b] = measured[b] ? c->total : 0;
 		}
+		bool all = measured && any && !sampled;
 		if (!all) {
 			free(brows);
 			free(counts);
+			free(measured);
 			continue;
 		}
 		const struct hp_metric_value *ec = &r->rows[i].v[HP_METRIC_COUNT];
@@ -355,13 +365,22 @@ int hp_measure_edges(struct hp_measure *h, const struct hp_measure_reading *r, s
 		if (!nv) {
 			free(brows);
 			free(counts);
+			free(measured);
 			goto nomem;
 		}
 		v = nv;
 		v[n].function_row = i;
 		v[n].block_rows = brows;
-		int e = hp_edges_derive(mod, f, counts, ec->present && ec->label == HP_LABEL_EXACT ? &entries : NULL,
-					&v[n].edges);
+		v[n].nblocks = f->nblocks;
+		v[n].block_offsets = malloc((f->nblocks ? f->nblocks : 1) * sizeof(uint32_t));
+		for (uint32_t b = 0; v[n].block_offsets && b < f->nblocks; b++)
+			v[n].block_offsets[b] = mod->blocks[f->block_start + b].offset;
+		int e = v[n].block_offsets ?
+				hp_edges_derive(mod, f, counts, measured,
+						ec->present && ec->label == HP_LABEL_EXACT ? &entries : NULL,
+						&v[n].edges) :
+				-ENOMEM;
+		free(measured);
 		free(counts);
 		n++;
 		if (e < 0)
@@ -386,6 +405,7 @@ void hp_measure_edges_free(struct hp_function_edges *e, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		hp_edge_result_free(&e[i].edges);
 		free(e[i].block_rows);
+		free(e[i].block_offsets);
 	}
 	free(e);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "isa/isa.h"
 #include "measure/resolve.h"
 #include "measure/spec.h"
 
@@ -111,6 +112,49 @@ static uint32_t block_of(const struct hp_module *mod, const struct hp_function *
 	return (uint32_t)(b - &mod->blocks[f->block_start]);
 }
 
+/* Whether block b starts with a trap instruction. */
+static bool starts_with_trap(const struct hp_model *m, const struct hp_function *f, const struct hp_block *bl)
+{
+	uint8_t code[16];
+	unsigned traits = 0;
+	size_t len = bl->size < sizeof(code) ? bl->size : sizeof(code);
+	if (!m->read || m->read((struct hp_model *)m, f->addr + bl->offset, code, len) < 0 ||
+	    hp_isa_traits(code, len, &traits) < 0)
+		return false;
+	return traits & HP_ISA_TRAP;
+}
+
+/* reached[b]: some block of f jumps or falls into block b (the entry counts as reached). */
+static bool *reached_blocks(const struct hp_module *mod, const struct hp_function *f)
+{
+	bool *reached = calloc(f->nblocks ? f->nblocks : 1, sizeof(bool));
+	if (!reached)
+		return NULL;
+	if (f->nblocks)
+		reached[0] = true;
+	for (uint32_t x = 0; x < f->nblocks; x++) {
+		const struct hp_block *o = &mod->blocks[f->block_start + x];
+		for (uint32_t k = 0; k < o->nsucc; k++) {
+			const struct hp_succ *s = &mod->succs[o->succ_start + k];
+			if (s->kind != HP_SUCC_FALLTHROUGH && s->kind != HP_SUCC_TAKEN)
+				continue;
+			const struct hp_block *t = hp_function_block_at(mod, f, f->addr + s->target);
+			if (t)
+				reached[t - &mod->blocks[f->block_start]] = true;
+		}
+	}
+	return reached;
+}
+
+bool hp_block_unreachable_trap(const struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
+			       uint32_t b)
+{
+	bool *reached = reached_blocks(mod, f);
+	bool r = reached && b < f->nblocks && !reached[b] && starts_with_trap(m, f, &mod->blocks[f->block_start + b]);
+	free(reached);
+	return r;
+}
+
 /* Blocks a probe may go to: decoded code, not bytes after an undecodable spot. */
 static bool probeable_block(const struct hp_function *f, const struct hp_block *b)
 {
@@ -198,18 +242,27 @@ int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, boo
 				ret = -EINVAL;
 				goto out;
 			}
-			ret = add_row(&r, (struct hp_row){ HP_ROW_BLOCK, mi, fi, b, (uint32_t)w, HP_ROW_NONE }, &idx);
+			ret = add_row(&r, (struct hp_row){ HP_ROW_BLOCK, mi, fi, b, (uint32_t)w, HP_ROW_NONE, false },
+				      &idx);
+			if (!ret)
+				r.v[idx].implicit = false; /* named, even if --blocks added it before */
 		} else {
 			uint32_t frow;
 			ret = add_row(&r, (struct hp_row){ HP_ROW_FUNCTION, mi, fi, 0, (uint32_t)w, HP_ROW_NONE },
 				      &frow);
+			bool *reached = blocks ? reached_blocks(mod, f) : NULL;
+			if (blocks && !reached)
+				ret = -ENOMEM;
 			for (uint32_t b = 0; !ret && blocks && b < f->nblocks; b++) {
-				if (!probeable_block(f, &mod->blocks[f->block_start + b]))
+				const struct hp_block *bl = &mod->blocks[f->block_start + b];
+				if (!probeable_block(f, bl) || (!reached[b] && starts_with_trap(m, f, bl)))
 					continue;
-				ret = add_row(&r, (struct hp_row){ HP_ROW_BLOCK, mi, fi, b, (uint32_t)w, frow }, &idx);
+				ret = add_row(&r, (struct hp_row){ HP_ROW_BLOCK, mi, fi, b, (uint32_t)w, frow, true },
+					      &idx);
 				if (!ret)
 					r.v[idx].func_row = frow;
 			}
+			free(reached);
 		}
 		if (ret == -E2BIG) {
 			*why = HP_RESOLVE_TOO_MANY;

@@ -88,7 +88,7 @@ static void paper_example_with_entry_count(void)
 	build_paper_loop(&c);
 	const uint64_t counts[4] = { 1001, 1000, 2001, 1001 }, entries = 1001;
 	struct hp_edge_result r;
-	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, &entries, &r) == 0, "derive failed");
+	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, NULL, &entries, &r) == 0, "derive failed");
 	EXPECT(r.nedges == 6, "%zu edges (entry, A->C, B->C, C->B, C->D, D->out)", r.nedges);
 	expect_edge(&r, NB, 0, HP_EDGE_ENTRY, 1001, "paper");
 	expect_edge(&r, 0, 2, HP_EDGE_TAKEN, 1001, "paper");
@@ -108,7 +108,7 @@ static void paper_example_without_entry_count(void)
 	build_paper_loop(&c);
 	const uint64_t counts[4] = { 1001, 1000, 2001, 1001 };
 	struct hp_edge_result r;
-	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, NULL, &r) == 0, "derive failed");
+	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, NULL, NULL, &r) == 0, "derive failed");
 	expect_edge(&r, NB, 0, HP_EDGE_ENTRY, 1001, "paper, entry derived");
 	expect_edge(&r, 2, 1, HP_EDGE_TAKEN, 1000, "paper, entry derived");
 	EXPECT(r.nexact == r.nedges && r.violations == 0, "%zu of %zu exact, %zu violations", r.nexact, r.nedges,
@@ -131,7 +131,7 @@ static void diamond_with_every_exit_kind(void)
 	/* F 5: no successors (ud2 after a call that does not return) */
 	const uint64_t counts[6] = { 100, 30, 70, 90, 5, 0 }, entries = 100;
 	struct hp_edge_result r;
-	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, &entries, &r) == 0, "derive failed");
+	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, NULL, &entries, &r) == 0, "derive failed");
 	expect_edge(&r, 0, 1, HP_EDGE_FALLTHROUGH, 30, "diamond");
 	expect_edge(&r, 0, 2, HP_EDGE_TAKEN, 70, "diamond");
 	expect_edge(&r, 1, 3, HP_EDGE_TAKEN, 30, "diamond");
@@ -161,7 +161,7 @@ static void inconsistent_counts_are_violations(void)
 	succ(&c, 3, HP_SUCC_RETURN, 0);
 	const uint64_t counts[4] = { 100, 30, 70, 120 }, entries = 100;
 	struct hp_edge_result r;
-	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, &entries, &r) == 0, "derive failed");
+	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, NULL, &entries, &r) == 0, "derive failed");
 	EXPECT(r.violations > 0 && r.violation_flow >= 20, "%zu violations, flow %llu", r.violations,
 	       (unsigned long long)r.violation_flow);
 	hp_edge_result_free(&r);
@@ -182,7 +182,7 @@ static void unsolvable_edges_get_bounds(void)
 	succ(&c, 2, HP_SUCC_RETURN, 0);
 	const uint64_t counts[3] = { 50, 50, 50 }, entries = 50;
 	struct hp_edge_result r;
-	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, &entries, &r) == 0, "derive failed");
+	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, NULL, &entries, &r) == 0, "derive failed");
 	const struct hp_edge *t = find(&r, 0, 1, HP_EDGE_TAKEN), *f = find(&r, 0, 1, HP_EDGE_FALLTHROUGH);
 	REQUIRE(t && f, "the two A -> B edges");
 	EXPECT(t->how == HP_EDGE_ESTIMATE && f->how == HP_EDGE_ESTIMATE, "not labelled estimates");
@@ -197,12 +197,37 @@ static void unsolvable_edges_get_bounds(void)
 	hp_edge_result_free(&r);
 }
 
+/*
+ * A block the kernel will not let be probed (a WARN site: ud2 with a bug-table
+ * entry): its count is unknown, and the edges around it still follow from its
+ * neighbours. A: jcc W, else B; B: ret; W: ud2 (count unknown).
+ */
+static void unmeasured_block_is_derived_around(void)
+{
+	struct cfg c;
+	cfg_init(&c, 3);
+	succ(&c, 0, HP_SUCC_TAKEN, 2);
+	succ(&c, 0, HP_SUCC_FALLTHROUGH, 1);
+	succ(&c, 1, HP_SUCC_RETURN, 0);
+	const uint64_t counts[3] = { 100, 100, 0 }, entries = 100;
+	const bool measured[3] = { true, true, false };
+	struct hp_edge_result r;
+	REQUIRE(hp_edges_derive(&c.mod, &c.fn, counts, measured, &entries, &r) == 0, "derive failed");
+	expect_edge(&r, 0, 1, HP_EDGE_FALLTHROUGH, 100, "around W");
+	expect_edge(&r, 0, 2, HP_EDGE_TAKEN, 0, "around W");
+	expect_edge(&r, 1, NB, HP_EDGE_RETURN, 100, "around W");
+	const struct hp_edge *w = find(&r, 2, NB, HP_EDGE_NO_SUCCESSOR);
+	EXPECT(w && w->how == HP_EDGE_ESTIMATE, "W's own way out is not an estimate");
+	EXPECT(r.violations == 0, "%zu violations", r.violations);
+	hp_edge_result_free(&r);
+}
+
 static void empty_function_has_no_edges(void)
 {
 	struct cfg c;
 	cfg_init(&c, 0);
 	struct hp_edge_result r;
-	REQUIRE(hp_edges_derive(&c.mod, &c.fn, NULL, NULL, &r) == 0, "derive failed");
+	REQUIRE(hp_edges_derive(&c.mod, &c.fn, NULL, NULL, NULL, &r) == 0, "derive failed");
 	EXPECT(r.nedges == 0, "%zu edges", r.nedges);
 	hp_edge_result_free(&r);
 }
@@ -214,6 +239,7 @@ int main(void)
 	RUN(diamond_with_every_exit_kind);
 	RUN(inconsistent_counts_are_violations);
 	RUN(unsolvable_edges_get_bounds);
+	RUN(unmeasured_block_is_derived_around);
 	RUN(empty_function_has_no_edges);
 	TEST_EXIT();
 }
