@@ -221,10 +221,23 @@ static void text_value(const struct hp_metric_value *v, int width, int decimals)
 		printf(" %*.0f", width, v->value);
 }
 
+/* The mechanism of metric m of the first row of this kind that has it: the report's headline choice. */
+static const char *first_mechanism(const struct hp_measure_row *rows, size_t nrows, int kind, int m)
+{
+	for (size_t i = 0; i < nrows; i++)
+		if ((int)rows[i].kind == kind && rows[i].metric[m].requested && rows[i].metric[m].available)
+			return rows[i].metric[m].mechanism;
+	return NULL;
+}
+
 static void report_rows(struct out *o, const struct hp_measure_row *rows, const struct hp_measure_reading *r,
 			uint32_t metrics)
 {
 	char label[600];
+	const char *head[2][HP_METRIC_N];
+	for (int k = 0; k < 2; k++)
+		for (int m = 0; m < HP_METRIC_N; m++)
+			head[k][m] = first_mechanism(rows, r->nrows, k, m);
 	if (o->json) {
 		json_key(&o->j, "resources");
 		json_arr_begin(&o->j);
@@ -297,6 +310,21 @@ static void report_rows(struct out *o, const struct hp_measure_row *rows, const 
 			if (rv->v[m].present)
 				json_kstr(&o->j, hp_metric_key((enum hp_metric)m), hp_label_name(rv->v[m].label));
 		json_obj_end(&o->j);
+		/* A row measured otherwise than the headline (a kernel function without an
+		 * ftrace site takes kprobes) says how. */
+		bool differs = false;
+		for (int m = 0; m < HP_METRIC_N; m++) {
+			const char *first = head[p->kind][m];
+			differs |= rv->v[m].present && first && strcmp(first, rv->v[m].mechanism);
+		}
+		if (differs) {
+			json_key(&o->j, "mechanisms");
+			json_obj_begin(&o->j);
+			for (int m = 0; m < HP_METRIC_N; m++)
+				if (rv->v[m].present)
+					json_kstr(&o->j, hp_metric_key((enum hp_metric)m), rv->v[m].mechanism);
+			json_obj_end(&o->j);
+		}
 		if (rv->v[HP_METRIC_COUNT].present && rv->v[HP_METRIC_COUNT].label == HP_LABEL_SAMPLED)
 			json_ku64(&o->j, "samples", rv->samples);
 		if (!block && (metrics & HP_METRICS_TIMERS))
