@@ -28,7 +28,7 @@ export interface CfgGraphProps {
   maxSamples: number;
   samplesKnown: boolean;
   selected: string | null;
-  onSelect(node: PositionedNode): void;
+  onSelect: (node: PositionedNode) => void;
 }
 
 export const CfgGraph = memo(function CfgGraph({ layout, hostId, colour, maxSamples, samplesKnown, selected, onSelect }: CfgGraphProps) {

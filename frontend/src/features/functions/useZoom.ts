@@ -9,8 +9,8 @@ import { zoom, zoomIdentity, type ZoomBehavior } from "d3-zoom";
 const MIN_READABLE_SCALE = 0.85;
 
 export interface ZoomControls {
-  fit(): void;
-  zoomBy(factor: number): void;
+  fit: () => void;
+  zoomBy: (factor: number) => void;
 }
 
 export function useZoom(
@@ -34,7 +34,7 @@ export function useZoom(
     const k = readable ? Math.max(MIN_READABLE_SCALE, Math.min(1.25, vw / w)) : Math.max(0.05, whole);
     const x = (vw - w * k) / 2;
     const y = h * k <= vh ? (vh - h * k) / 2 : 0;
-    select(svg).call(z.transform, zoomIdentity.translate(x, y).scale(k));
+    select(svg).call((s) => z.transform(s, zoomIdentity.translate(x, y).scale(k)));
   }, [svgRef, content.width, content.height]);
   const fit = useCallback(() => place(false), [place]);
 
@@ -46,7 +46,7 @@ export function useZoom(
       .extent(() => [[0, 0], [svg.clientWidth || 800, svg.clientHeight || 560]])
       .scaleExtent([0.05, 4])
       .on("zoom", (event) => {
-        groupRef.current?.setAttribute("transform", event.transform.toString());
+        groupRef.current?.setAttribute("transform", String((event as { transform: unknown }).transform));
       });
     behavior.current = z;
     select(svg).call(z).on("dblclick.zoom", null);
@@ -60,7 +60,7 @@ export function useZoom(
   const zoomBy = useCallback((factor: number) => {
     const svg = svgRef.current;
     const z = behavior.current;
-    if (svg && z) select(svg).call(z.scaleBy, factor);
+    if (svg && z) select(svg).call((s) => z.scaleBy(s, factor));
   }, [svgRef]);
 
   return { fit, zoomBy };

@@ -9,7 +9,7 @@ import { useQueries, useQueryClient } from "@tanstack/react-query";
 import { useVirtualizer } from "@tanstack/react-virtual";
 import { api, unwrap } from "../../api/client";
 import { keys, useCatalog, useHotness } from "../../api/queries";
-import type { FunctionDetail, FunctionSamples, Host } from "../../api/types";
+import type { Host } from "../../api/types";
 import { formatAddress } from "../../lib/address";
 import { formatBytes, formatCount, formatRate } from "../../lib/format";
 import { blockAddressHex, blockSamplesMap } from "../functions/cfgModel";
@@ -46,7 +46,7 @@ export function CodeTree({ host }: { host: Host }) {
       queryKey: keys.fn(hostId, fid),
       queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions/{function_id}", {
         params: { path: { host_id: hostId, function_id: fid } },
-      })) as Promise<FunctionDetail>,
+      })),
       staleTime: Infinity,
       retry: false,
     })),
@@ -56,7 +56,7 @@ export function CodeTree({ host }: { host: Host }) {
       queryKey: keys.samples(hostId, fid, HOTNESS_WINDOW_S),
       queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions/{function_id}/samples", {
         params: { path: { host_id: hostId, function_id: fid }, query: { window_s: HOTNESS_WINDOW_S } },
-      })) as Promise<FunctionSamples>,
+      })),
       retry: false,
     })),
   });
@@ -235,8 +235,8 @@ interface RowProps {
   hostId: string;
   top: number;
   active: boolean;
-  onToggle(): void;
-  onSelect(): void;
+  onToggle: () => void;
+  onSelect: () => void;
 }
 
 function TreeRowView({ row, hostId, top, active, onToggle, onSelect }: RowProps) {
