@@ -22,7 +22,11 @@ def operation_id(route: APIRoute) -> str:
     return f"{route.tags[0]}-{route.name}" if route.tags else route.name
 
 
-def create_app(runtime: Runtime | None = None, static_dir: Path | None = None) -> FastAPI:
+DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
+
+
+def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
+               docs_dir: Path | None = DOCS_DIR) -> FastAPI:
     app = FastAPI(title="Hotpath", version="0.1.0", generate_unique_id_function=operation_id,
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs", redoc_url=None,
                   description="Web performance console for hot kernel paths: hosts, their code catalog, "
@@ -45,6 +49,8 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None) -
     if runtime is not None:
         app.add_middleware(RequestMetrics, metrics=runtime.metrics)
         _add_metrics_route(app, runtime)
+    if docs_dir is not None and docs_dir.is_dir():
+        _mount_docs(app, docs_dir.resolve())
     if static_dir is not None and (static_dir / "index.html").is_file():
         _mount_console(app, static_dir.resolve())
     return app
@@ -60,12 +66,26 @@ def _add_metrics_route(app: FastAPI, runtime: Runtime) -> None:
         return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE)
 
 
+def _mount_docs(app: FastAPI, root: Path) -> None:
+    """The repository's documentation (Markdown as plain text, and its images), linked from the console's
+    first screen. Public, like the login page: it describes the software, not any host."""
+
+    @app.get("/docs/{name:path}", include_in_schema=False)
+    async def docs(name: str):
+        candidate = (root / (name or "architecture.md")).resolve()
+        if not candidate.is_relative_to(root) or not candidate.is_file():
+            raise HTTPException(404, "No such document")
+        if candidate.suffix == ".md":
+            return FileResponse(candidate, media_type="text/plain; charset=utf-8")
+        return FileResponse(candidate)
+
+
 def _mount_console(app: FastAPI, root: Path) -> None:
     index = root / "index.html"
 
     @app.get("/{path:path}", include_in_schema=False)
     async def console(path: str):
-        if path in ("api", "metrics") or path.startswith("api/"):
+        if path in ("api", "metrics") or path.startswith(("api/", "docs/")):
             raise HTTPException(404, "Not found")
         candidate = (root / path).resolve()
         if path and candidate.is_relative_to(root) and candidate.is_file():

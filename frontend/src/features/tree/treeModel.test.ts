@@ -17,7 +17,7 @@ const base: FlattenOptions = {
 };
 
 function names(rows: ReturnType<typeof flattenTree>): string[] {
-  return rows.map((r) => (r.kind === "module" ? `[${r.name}]` : r.kind === "function" ? r.fn.name : r.kind === "block" ? `+${r.block.offset}` : `(${r.text})`));
+  return rows.map((r) => (r.kind === "module" ? `[${r.name}]` : r.kind === "function" ? r.fn.name : r.kind === "block" ? `+${r.block.offset}` : r.kind === "group" ? `{${r.label}}` : `(${r.text})`));
 }
 
 describe("code tree model", () => {
