@@ -123,6 +123,7 @@ _SORTS = {
     "name": "f.name, f.id",
     "address": f"((hm.base_address + f.\"offset\") # {_SIGN_FLIP}), f.id",
     "hotness": "coalesce(hot.s, 0) DESC, f.name, f.id",
+    "blocks": "f.block_count DESC, f.name, f.id",
 }
 
 

@@ -21,7 +21,7 @@ FunctionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="A function's i
 async def list_functions(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
                          q: str | None = Query(None, max_length=256, description="Case-insensitive substring of the name"),
                          module: str | None = Query(None, max_length=4096),
-                         sort: Literal["name", "address", "hotness"] = "name",
+                         sort: Literal["name", "address", "hotness", "blocks"] = "name",
                          offset: int = Query(0, ge=0, le=2**31 - 1), limit: int = Query(100, ge=1, le=100000)):
     """Search and page through a host's functions; exact name matches come first."""
     body = await crud.functions_page(session, host_id, q or None, module, sort, spec, offset, limit)

@@ -12,7 +12,7 @@ import { NO_SAMPLES_FILL, legendStops, type ScaleMode } from "./colourScale";
 import {
   CULL_THRESHOLD, READABLE_SCALE, TEXT_SCALE, centreOn, edgeBoxes, intersects, nodeRect, visibleRect, type View,
 } from "./cfgView";
-import { Minimap } from "./Minimap";
+import { Minimap, Overview } from "./Minimap";
 import { useZoom } from "./useZoom";
 import { formatCount } from "../../lib/format";
 
@@ -88,22 +88,27 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
     setView({ k, x: (size.width - layout.width * k) / 2, y: (size.height - layout.height * k) / 2 });
   };
 
+  // Zoomed out on a large graph, nothing is readable: a canvas draws the overview instead of
+  // thousands of SVG elements (which would block the page while React commits them).
+  const overview = large && view.k < TEXT_SCALE;
+  const paths = useMemo(() => new Map(layout.edges.map((e) => [e.id, path(e.points) ?? ""])), [layout]);
   const visible = useMemo(() => {
     if (!large) return { nodes: layout.nodes, edges: layout.edges };
+    if (overview) return { nodes: [], edges: [] };
     const r = visibleRect(view, size.width, size.height);
     return {
       nodes: layout.nodes.filter((n) => intersects(nodeRect(n), r)),
       edges: layout.edges.filter((e) => { const b = boxes.get(e.id); return !b || intersects(b, r); }),
     };
-  }, [large, layout, view, size, boxes]);
+  }, [large, overview, layout, view, size, boxes]);
   const showText = !large || view.k >= TEXT_SCALE;
 
-  const onKey = (e: KeyboardEvent, node: PositionedNode) => {
+  const onKey = useCallback((e: KeyboardEvent, node: PositionedNode) => {
     if (e.key === "Enter" || e.key === " ") {
       e.preventDefault();
       onSelect(node);
     }
-  };
+  }, [onSelect]);
   const submitFind = (e: FormEvent) => {
     e.preventDefault();
     const err = onFind(findText);
@@ -148,7 +153,7 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
               {visible.edges.map((e) => (
                 <path
                   key={e.id}
-                  d={path(e.points) ?? ""}
+                  d={paths.get(e.id)}
                   fill="none"
                   stroke={EDGE_STYLE[e.kind].stroke}
                   strokeWidth={1.4}
@@ -170,6 +175,7 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
             </g>
           </g>
         </svg>
+        {overview && <Overview layout={layout} colour={colour} view={view} size={size} />}
         <Minimap layout={layout} colour={colour} view={view} size={size}
           onNavigate={(x, y) => setView({ k: view.k, x: size.width / 2 - x * view.k, y: size.height / 2 - y * view.k })} />
       </div>

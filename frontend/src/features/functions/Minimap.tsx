@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The whole CFG in miniature (a canvas: a thousand blocks draw in a millisecond), coloured like the
-// graph, with the current view as a rectangle; clicking or dragging moves the view there.
+// graph, with the current view as a rectangle; clicking or dragging moves the view there. And the
+// overview: the same drawing at the view's zoom, used instead of SVG when a large graph is zoomed out.
 import { useEffect, useRef, type PointerEvent } from "react";
 import type { CfgLayout } from "./cfgModel";
 import type { View } from "./cfgView";
@@ -49,5 +50,39 @@ export function Minimap({ layout, colour, view, size, onNavigate }: {
       <canvas ref={canvasRef} width={w} height={h} />
       <div className="minimap-view" style={{ left: vx, top: vy, width: vw, height: vh }} />
     </div>
+  );
+}
+
+/** The graph drawn on a canvas over the SVG at the current view (blocks and edges, no text). */
+export function Overview({ layout, colour, view, size }: {
+  layout: CfgLayout;
+  colour: (samples: number | null) => string;
+  view: View;
+  size: { width: number; height: number };
+}) {
+  const canvasRef = useRef<HTMLCanvasElement>(null);
+  const ratio = typeof window !== "undefined" ? window.devicePixelRatio || 1 : 1;
+  useEffect(() => {
+    const ctx = canvasRef.current?.getContext("2d");
+    if (!ctx) return;
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, size.width, size.height);
+    ctx.setTransform(ratio * view.k, 0, 0, ratio * view.k, ratio * view.x, ratio * view.y);
+    ctx.lineWidth = 1 / view.k;
+    ctx.strokeStyle = "#8c959f";
+    ctx.beginPath();
+    for (const e of layout.edges) {
+      e.points.forEach((p, i) => (i === 0 ? ctx.moveTo(p.x, p.y) : ctx.lineTo(p.x, p.y)));
+    }
+    ctx.stroke();
+    for (const n of layout.nodes) {
+      ctx.fillStyle = n.kind === "block" ? colour(n.samples) : "#ffffff";
+      ctx.fillRect(n.x - n.width / 2, n.y - n.height / 2, n.width, n.height);
+      ctx.strokeRect(n.x - n.width / 2, n.y - n.height / 2, n.width, n.height);
+    }
+  }, [layout, colour, view, size, ratio]);
+  return (
+    <canvas ref={canvasRef} className="cfg-overview" data-testid="cfg-overview" width={size.width * ratio} height={size.height * ratio}
+      style={{ width: size.width, height: size.height }} aria-hidden="true" />
   );
 }
