@@ -61,7 +61,8 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
   const groupRef = useRef<SVGGElement>(null);
   const makeInitial = props.initialView;
   const initial = useCallback((w: number, h: number) => makeInitial(layout, w, h), [makeInitial, layout]);
-  const { view, size, setView, zoomBy } = useZoom(svgRef, groupRef, initial);
+  const geometry = `${layout.width}x${layout.height}:${layout.nodes.length}:${layout.edges.length}`;
+  const { view, size, setView, zoomBy } = useZoom(svgRef, groupRef, initial, geometry);
   const [findText, setFindText] = useState("");
   const [findError, setFindError] = useState<string | null>(null);
 

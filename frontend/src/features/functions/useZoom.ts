@@ -18,12 +18,16 @@ export function useZoom(
   svgRef: RefObject<SVGSVGElement | null>,
   groupRef: RefObject<SVGGElement | null>,
   initial: (width: number, height: number) => View,
+  /** The view is set to `initial` when this changes (a new drawing), not when the drawing is recoloured. */
+  resetKey: string,
 ): ZoomControls {
   const behavior = useRef<ZoomBehavior<SVGSVGElement, unknown> | null>(null);
   const [view, setViewState] = useState<View>({ k: 1, x: 0, y: 0 });
   const [size, setSize] = useState({ width: 800, height: 560 });
   const frame = useRef<number | null>(null);
   const latest = useRef<View>(view);
+  const initialRef = useRef(initial);
+  initialRef.current = initial;
 
   const setView = useCallback((v: View) => {
     const svg = svgRef.current;
@@ -55,7 +59,7 @@ export function useZoom(
       });
     behavior.current = z;
     select(svg).call(z).on("dblclick.zoom", null);
-    const v = initial(w, h);
+    const v = initialRef.current(w, h);
     select(svg).call((s) => z.transform(s, zoomIdentity.translate(v.x, v.y).scale(v.k)));
     setViewState(v);
     return () => {
@@ -64,7 +68,7 @@ export function useZoom(
       frame.current = null;
       behavior.current = null;
     };
-  }, [svgRef, groupRef, initial]);
+  }, [svgRef, groupRef, resetKey]);
 
   const zoomBy = useCallback((factor: number) => {
     const svg = svgRef.current;
