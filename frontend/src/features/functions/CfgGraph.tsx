@@ -209,7 +209,7 @@ interface BlockNodeProps {
 }
 
 const BlockNode = memo(function BlockNode({ node: n, fill, dark, selected, hot, showText, onSelect, onKey }: BlockNodeProps) {
-  const count = n.samples === null ? "samples unavailable" : n.samples === 0 ? "no samples" : `${formatCount(n.samples)} samples`;
+  const count = n.samples === null ? "samples unavailable" : n.samples === 0 ? "no samples" : n.samples === 1 ? "1 sample" : `${formatCount(n.samples)} samples`;
   return (
     <g
       data-testid="cfg-block"

@@ -102,10 +102,12 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
   // The first view uses the hottest block known when the layout arrives; later samples do not move it.
   const firstHottest = useRef<string | null>(null);
   if (firstHottest.current === null && hottest) firstHottest.current = hottest.id;
-  const selectedAtLoad = useRef(selectedNode?.id ?? null);
-  const makeInitial = useCallback((layout: CfgLayout, w: number, h: number) =>
-    initialView(layout, w, h, selectedAtLoad.current ?? entryId, selectedAtLoad.current ? null : firstHottest.current),
-  [entryId]);
+  // A linked block (block= in the URL) is what the first view shows.
+  const blockAtLoad = useRef(view.block);
+  const makeInitial = useCallback((layout: CfgLayout, w: number, h: number) => {
+    const linked = layout.nodes.find((n) => n.kind === "block" && n.block?.offset === blockAtLoad.current);
+    return linked ? initialView(layout, w, h, linked.id, linked.id) : initialView(layout, w, h, entryId, firstHottest.current);
+  }, [entryId]);
   const onFind = useCallback((q: string) => {
     if (!coloured) return "The graph is still being laid out.";
     const n = findBlock(coloured.layout.nodes, fn.address_hex, q);

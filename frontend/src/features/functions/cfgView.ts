@@ -65,11 +65,13 @@ export function initialView(layout: CfgLayout, vw: number, vh: number, entryId: 
   const k = READABLE_SCALE;
   const entry = layout.nodes.find((n) => n.id === entryId) ?? layout.nodes[0];
   const hot = hottestId ? layout.nodes.find((n) => n.id === hottestId) : undefined;
+  // Never leave more than a little blank space above the top of the drawing.
+  const noGapAbove = (v: View): View => ({ ...v, y: Math.min(v.y, 24) });
   if (hot && entry) {
     const both = union(nodeRect(entry), nodeRect(hot));
     const pad = 40;
-    if ((both.x1 - both.x0 + 2 * pad) * k <= vw && (both.y1 - both.y0 + 2 * pad) * k <= vh) return centreOn(both, k, vw, vh);
-    return centreOn(nodeRect(hot), k, vw, vh);
+    if ((both.x1 - both.x0 + 2 * pad) * k <= vw && (both.y1 - both.y0 + 2 * pad) * k <= vh) return noGapAbove(centreOn(both, k, vw, vh));
+    return noGapAbove(centreOn(nodeRect(hot), k, vw, vh));
   }
   if (!entry) return { k, x: 0, y: 0 };
   const r = nodeRect(entry);

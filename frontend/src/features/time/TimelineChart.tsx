@@ -30,7 +30,7 @@ export function TimelineChart({ data, onBrush }: { data: Timeline | undefined; o
   const from = data ? new Date(data.from) : null;
   const to = data ? new Date(data.to) : null;
   const stacked = useMemo(() => (data ? stackTimeline(data) : null), [data]);
-  const x = useMemo(() => scaleTime().domain([from ?? new Date(0), to ?? new Date(1)]).range([M.left, width - M.right]),
+  const x = useMemo(() => scaleTime().domain([from ?? new Date(0), to ?? new Date(1)]).range([M.left, width - M.right]).clamp(true),
     // eslint-disable-next-line react-hooks/exhaustive-deps -- dates compared by value below
     [from?.getTime(), to?.getTime(), width]);
   const y = useMemo(() => scaleLinear().domain([0, Math.max(1, stacked?.max ?? 1)]).nice().range([HEIGHT - M.bottom, M.top]), [stacked]);
