@@ -63,6 +63,7 @@ enum hp_isa_mnem {
 	HP_MN_JA,  /* unsigned above: an index bound check "cmp i, n; ja default" */
 	HP_MN_JAE, /* unsigned above or equal */
 	HP_MN_CALL,
+	HP_MN_NOP,
 };
 
 enum hp_isa_op_kind { HP_OP_NONE = 0, HP_OP_REG, HP_OP_MEM, HP_OP_IMM };
@@ -125,7 +126,9 @@ int hp_isa_branch_length(int cond, enum hp_isa_width w);
  * encoded (e.g. a target beyond +-2 GiB).
  */
 int hp_isa_relocate(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t new_addr, uint64_t new_target,
-		    uint8_t *out, size_t outlen);
+		    uint8_t *out, size_t outlen, uint8_t *rel_offset);
+/* (rel_offset, if not NULL, receives the offset of the 32-bit relative
+ * field in the output, or 0 when it has none: for relocation records.) */
 /* Fill n bytes with the longest multi-byte nops. Returns 0 or -1. */
 int hp_isa_nop_fill(uint8_t *out, size_t n);
 

@@ -49,6 +49,8 @@ static uint8_t mnem_of(const ZydisDecodedInstruction *in)
 		return HP_MN_JAE;
 	case ZYDIS_MNEMONIC_CALL:
 		return HP_MN_CALL;
+	case ZYDIS_MNEMONIC_NOP:
+		return HP_MN_NOP;
 	default:
 		return HP_MN_OTHER;
 	}

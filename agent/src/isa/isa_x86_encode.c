@@ -74,7 +74,7 @@ int hp_isa_encode_branch(int cond, uint64_t addr, uint64_t target, enum hp_isa_w
 }
 
 int hp_isa_relocate(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t new_addr, uint64_t new_target,
-		    uint8_t *out, size_t outlen)
+		    uint8_t *out, size_t outlen, uint8_t *rel_offset)
 {
 	ZydisDecodedInstruction in;
 	ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
@@ -82,6 +82,8 @@ int hp_isa_relocate(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t
 	ZyanUSize n = outlen;
 	bool relative = false;
 
+	if (rel_offset)
+		*rel_offset = 0;
 	pthread_once(&init_once, encode_init);
 	if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&decoder, code, len, &in, ops)))
 		return -1;
@@ -120,6 +122,14 @@ int hp_isa_relocate(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t
 	}
 	if (!ZYAN_SUCCESS(ZydisEncoderEncodeInstructionAbsolute(&req, out, &n, new_addr)))
 		return -1;
+	if (rel_offset && ZYAN_SUCCESS(ZydisDecoderDecodeFull(&decoder, out, n, &in, ops))) {
+		if (in.raw.disp.size == 32 && in.attributes & ZYDIS_ATTRIB_IS_RELATIVE && in.raw.modrm.mod == 0 &&
+		    in.raw.modrm.rm == 5)
+			*rel_offset = in.raw.disp.offset;
+		for (int i = 0; i < 2; i++)
+			if (in.raw.imm[i].is_relative && in.raw.imm[i].size == 32)
+				*rel_offset = in.raw.imm[i].offset;
+	}
 	return (int)n;
 }
 
