@@ -25,30 +25,41 @@ for (const target of TARGETS) test(`longest main-thread task while ${target === 
       for (const e of list.getEntries()) window.__longtasks.push({ start: e.startTime, duration: e.duration });
     }).observe({ type: "longtask", buffered: true });
   });
-  await page.goto(`/hosts/${hostId}?tab=code&q=${encodeURIComponent(`/^${largest.name}$/`)}`);
-  const link = page.getByRole("link", { name: largest.name, exact: true });
-  await expect(link).toBeVisible({ timeout: 60_000 });
-  await page.waitForTimeout(1000);
-  await page.evaluate(() => { window.__longtasks = []; });
-  const t0 = Date.now();
-  await link.click();
-  await expect(page.getByTestId("cfg-block").first()).toBeVisible({ timeout: 60_000 });
-  const opened = Date.now() - t0;
-  const svg = page.locator('svg[aria-label="Control-flow graph"]');
-  const box = (await svg.boundingBox())!;
-  await page.getByRole("button", { name: "Fit" }).click();
-  await page.waitForTimeout(300);
-  for (let i = 0; i < 6; i++) await page.getByRole("button", { name: "Zoom in" }).click();
-  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
-  await page.mouse.down();
-  for (let i = 0; i < 10; i++) await page.mouse.move(box.x + box.width / 2 - i * 30, box.y + box.height / 2 - i * 40);
-  await page.mouse.up();
-  const hottest = page.getByRole("button", { name: "Go to hottest block" });
-  if (await hottest.isEnabled()) await hottest.click();
-  await page.waitForTimeout(1000);
-  const tasks = await page.evaluate(() => window.__longtasks);
-  const longest = Math.max(0, ...tasks.map((t) => t.duration));
-  console.log(`opened ${largest.name} (${largest.block_count} blocks): first blocks drawn ${opened} ms after the click`);
-  console.log(`long tasks over 50 ms: ${tasks.length} (${tasks.map((t) => Math.round(t.duration)).join(", ") || "none"})`);
-  console.log(`longest main-thread task while opening and moving ${largest.name}: ${Math.round(longest)} ms`);
+  // Three rounds, since on a machine shared with other work a task's duration also counts the time the
+  // browser waited for a core: the median of the rounds' longest tasks is the figure, all are printed.
+  const longestPerRound: number[] = [];
+  const counts: number[] = [];
+  let opened = 0;
+  for (let round = 0; round < 3; round++) {
+    await page.goto(`/hosts/${hostId}?tab=code&q=${encodeURIComponent(`/^${largest.name}$/`)}`);
+    const link = page.getByRole("link", { name: largest.name, exact: true });
+    await expect(link).toBeVisible({ timeout: 60_000 });
+    await page.waitForTimeout(1000);
+    await page.evaluate(() => { window.__longtasks = []; });
+    const t0 = Date.now();
+    await link.click();
+    await expect(page.getByTestId("cfg-block").first()).toBeVisible({ timeout: 60_000 });
+    opened = Date.now() - t0;
+    const svg = page.locator('svg[aria-label="Control-flow graph"]');
+    const box = (await svg.boundingBox())!;
+    await page.getByRole("button", { name: "Fit" }).click();
+    await page.waitForTimeout(300);
+    for (let i = 0; i < 6; i++) await page.getByRole("button", { name: "Zoom in" }).click();
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    await page.mouse.down();
+    for (let i = 0; i < 10; i++) await page.mouse.move(box.x + box.width / 2 - i * 30, box.y + box.height / 2 - i * 40);
+    await page.mouse.up();
+    const hottest = page.getByRole("button", { name: "Go to hottest block" });
+    if (await hottest.isEnabled()) await hottest.click();
+    await page.waitForTimeout(1000);
+    const tasks = await page.evaluate(() => window.__longtasks);
+    longestPerRound.push(Math.round(Math.max(0, ...tasks.map((t) => t.duration))));
+    counts.push(tasks.length);
+  }
+  const median = [...longestPerRound].sort((x, y) => x - y)[1];
+  console.log(`opened ${largest.name} (${largest.block_count} blocks): first blocks drawn ${opened} ms after the click (last round)`);
+  console.log(`long tasks (50 ms or more) per round: ${counts.join(", ")}; longest per round: ${longestPerRound.map((v) => (v ? `${v} ms` : "none")).join(", ")}`);
+  // The observer reports only tasks of 50 ms or more.
+  console.log(`longest main-thread task while opening and moving ${largest.name}: ` +
+    (median > 0 ? `${median} ms (median of 3 rounds)` : "none of 50 ms or more (median of 3 rounds)"));
 });

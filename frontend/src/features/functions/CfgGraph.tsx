@@ -92,7 +92,13 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
   // Zoomed out on a large graph, nothing is readable: a canvas draws the overview instead of
   // thousands of SVG elements (which would block the page while React commits them).
   const overview = large && view.k < TEXT_SCALE;
-  const paths = useMemo(() => new Map(layout.edges.map((e) => [e.id, path(e.points) ?? ""])), [layout]);
+  // Path strings are made when an edge is first drawn, not for all edges of a large graph at once.
+  const paths = useMemo(() => ({ layout, d: new Map<string, string>() }), [layout]).d;
+  const pathOf = (e: CfgLayout["edges"][number]) => {
+    let d = paths.get(e.id);
+    if (d === undefined) paths.set(e.id, (d = path(e.points) ?? ""));
+    return d;
+  };
   const visible = useMemo(() => {
     if (!large) return { nodes: layout.nodes, edges: layout.edges };
     if (overview) return { nodes: [], edges: [] };
@@ -154,7 +160,7 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
               {visible.edges.map((e) => (
                 <path
                   key={e.id}
-                  d={paths.get(e.id)}
+                  d={pathOf(e)}
                   fill="none"
                   stroke={EDGE_STYLE[e.kind].stroke}
                   strokeWidth={1.4}
