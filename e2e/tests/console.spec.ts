@@ -19,6 +19,20 @@ async function waitForSampledUntil(ctx: Awaited<ReturnType<typeof api>>, hostId:
   }, { timeout: 30_000 }).toBeGreaterThanOrEqual(until);
 }
 
+/** A closed range of `seconds` ending a little before now in which the host's samples are stored per
+ *  function (on a fresh stack the first seconds' samples arrive before the catalog and are dropped). */
+async function rangeWithSamples(ctx: Awaited<ReturnType<typeof api>>, hostId: string, seconds: number) {
+  let range = { from: 0, to: 0 };
+  await expect.poll(async () => {
+    const to = Date.now() - 3_000;
+    range = { from: to - seconds * 1000, to };
+    await waitForSampledUntil(ctx, hostId, to);
+    const top = await (await ctx.get(`/api/v1/hosts/${hostId}/top-functions?from=${iso(range.from)}&to=${iso(to)}&include_idle=true&limit=5`)).json();
+    return top.items.length;
+  }, { timeout: 90_000, intervals: [2_000] }).toBeGreaterThanOrEqual(3);
+  return range;
+}
+
 test("the largest kernel function opens with blocks visible and readable", async ({ page }) => {
   const { ctx, hostId } = await readyHost();
   const largest = (await (await ctx.get(`/api/v1/hosts/${hostId}/functions?sort=blocks&limit=1`)).json()).items[0];
@@ -60,9 +74,7 @@ test("the largest kernel function opens with blocks visible and readable", async
 
 test("a deep link with a time range reproduces the view after a reload, and Back restores the previous view", async ({ page }) => {
   const { ctx, hostId } = await readyHost();
-  const to = Date.now() - 5_000;
-  const from = to - 60_000;
-  await waitForSampledUntil(ctx, hostId, to);
+  const { from, to } = await rangeWithSamples(ctx, hostId, 60);
   const link = `/hosts/${hostId}?tab=top&from=${iso(from)}&to=${iso(to)}&tsort=name&tdir=asc&idle=1`;
   await page.goto(link);
   const table = page.getByRole("table", { name: "Top functions" });
@@ -134,9 +146,7 @@ test("comparing two ranges shows the workload this test ran in the second one", 
 
 test("the CSV export of top functions parses and matches the table", async ({ page }) => {
   const { ctx, hostId } = await readyHost();
-  const to = Date.now() - 5_000;
-  const from = to - 120_000;
-  await waitForSampledUntil(ctx, hostId, to);
+  const { from, to } = await rangeWithSamples(ctx, hostId, 120);
   await page.goto(`/hosts/${hostId}?tab=top&from=${iso(from)}&to=${iso(to)}`);
   await expect(page.getByRole("table", { name: "Top functions" }).getByRole("link").first()).toBeVisible();
   const download = page.waitForEvent("download");
