@@ -40,6 +40,8 @@ bench: agent frontend
 	./bench/sampling_overhead
 	./bench/probe_cost
 	./bench/console_tree
+	./bench/cfg_layout
+	./bench/catalog_load
 
 clean:
 	$(MAKE) -C agent clean

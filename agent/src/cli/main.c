@@ -20,6 +20,7 @@ static const struct command commands[] = {
 	{ "caps", cmd_caps, "probe this host's capabilities and show the mechanism chosen per metric" },
 	{ "inspect", cmd_inspect, "show one function's blocks, instructions, successors and callees" },
 	{ "measure", cmd_measure, "count and time functions and blocks of the kernel or a process" },
+	{ "plan", cmd_plan, "plan the re-layout of a hot function and its callees (nothing is installed)" },
 	{ "parse", cmd_parse, "parse a whole target (kernel, ELF file, process) and print totals" },
 	{ "run", cmd_run, "connect to the backend and stream the live kernel's code and hotness" },
 	{ "sample", cmd_sample, "sample the whole system's program counters locally" },

@@ -351,6 +351,26 @@ static uint64_t block_addr(const struct hp_measure_row *rows, const struct hp_fu
 	return rows[fe->function_row].function_address + fe->block_offsets[b];
 }
 
+/* One edge as JSON. */
+static void json_edge(struct out *o, const struct hp_measure_row *rows, const struct hp_function_edges *fe,
+		      const struct hp_edge *e)
+{
+	bool from = e->from != HP_EDGE_NO_BLOCK, to = e->to != HP_EDGE_NO_BLOCK;
+	json_obj_begin(&o->j);
+	json_kstr(&o->j, "function", rows[fe->function_row].function);
+	out_u64_or_null(o, "from", from, from ? block_addr(rows, fe, e->from) : 0);
+	out_u64_or_null(o, "from_offset", from, from ? fe->block_offsets[e->from] : 0);
+	out_u64_or_null(o, "to", to || e->kind == HP_EDGE_TAIL_CALL, to ? block_addr(rows, fe, e->to) : e->target);
+	out_u64_or_null(o, "to_offset", to, to ? fe->block_offsets[e->to] : 0);
+	json_kstr(&o->j, "kind", hp_edge_kind_name(e->kind));
+	json_ku64(&o->j, "count", e->count);
+	json_key(&o->j, "exact");
+	json_bool(&o->j, e->how == HP_EDGE_EXACT);
+	json_ku64(&o->j, "low", e->low);
+	out_u64_or_null(o, "high", e->high != UINT64_MAX, e->high); /* null: unbounded */
+	json_obj_end(&o->j);
+}
+
 static void report_edges(struct out *o, const struct hp_measure_row *rows, const struct hp_function_edges *fe,
 			 size_t nfe, bool any_block_rows, bool sampled_blocks)
 {
@@ -359,53 +379,44 @@ static void report_edges(struct out *o, const struct hp_measure_row *rows, const
 		total += fe[i].edges.nedges;
 		exact += fe[i].edges.nexact;
 	}
-	if (o->json) {
-		json_key(&o->j, "edges");
+	/* JSON: "edges" between two blocks of a function; "boundary_edges" the
+	 * entry, indirect arrivals and every way out. Text: one list per function. */
+	for (int pass = 0; o->json && pass < 2; pass++) {
+		json_key(&o->j, pass ? "boundary_edges" : "edges");
 		json_arr_begin(&o->j);
+		for (size_t i = 0; i < nfe; i++)
+			for (size_t k = 0; k < fe[i].edges.nedges; k++) {
+				const struct hp_edge *e = &fe[i].edges.edges[k];
+				bool inner = e->from != HP_EDGE_NO_BLOCK && e->to != HP_EDGE_NO_BLOCK;
+				if (inner == (pass == 0))
+					json_edge(o, rows, &fe[i], e);
+			}
+		json_arr_end(&o->j);
 	}
-	for (size_t i = 0; i < nfe; i++) {
+	for (size_t i = 0; !o->json && i < nfe; i++) {
 		const struct hp_measure_row *fr = &rows[fe[i].function_row];
 		const struct hp_edge_result *er = &fe[i].edges;
-		if (!o->json)
-			printf("\nedges of %s: %zu, %zu derived exactly (%.1f%%), %zu conservation violation%s\n",
-			       fr->function, er->nedges, er->nexact, er->nedges ? 100.0 * er->nexact / er->nedges : 0,
-			       er->violations, er->violations == 1 ? "" : "s");
+		printf("\nedges of %s: %zu, %zu derived exactly (%.1f%%), %zu conservation violation%s\n", fr->function,
+		       er->nedges, er->nexact, er->nedges ? 100.0 * er->nexact / er->nedges : 0, er->violations,
+		       er->violations == 1 ? "" : "s");
 		for (size_t k = 0; k < er->nedges; k++) {
 			const struct hp_edge *e = &er->edges[k];
-			bool from = e->from != HP_EDGE_NO_BLOCK, to = e->to != HP_EDGE_NO_BLOCK;
-			if (!o->json) {
-				char a[32] = "entry", b[48] = "out";
-				if (from)
-					snprintf(a, sizeof(a), "+0x%x", fe[i].block_offsets[e->from]);
-				else if (e->kind == HP_EDGE_INDIRECT_IN)
-					snprintf(a, sizeof(a), "indirect");
-				if (to)
-					snprintf(b, sizeof(b), "+0x%x", fe[i].block_offsets[e->to]);
-				else if (e->kind == HP_EDGE_TAIL_CALL)
-					snprintf(b, sizeof(b), "0x%" PRIx64, e->target);
-				printf("  %-10s -> %-18s %-12s %12" PRIu64 "  %s", a, b, hp_edge_kind_name(e->kind),
-				       e->count, e->how == HP_EDGE_EXACT ? "exact" : "estimate");
-				if (e->how != HP_EDGE_EXACT && e->high != UINT64_MAX)
-					printf(" [%" PRIu64 ", %" PRIu64 "]", e->low, e->high);
-				else if (e->how != HP_EDGE_EXACT)
-					printf(" [%" PRIu64 ", unbounded]", e->low);
-				printf("\n");
-				continue;
-			}
-			json_obj_begin(&o->j);
-			json_kstr(&o->j, "function", fr->function);
-			out_u64_or_null(o, "from", from, from ? block_addr(rows, &fe[i], e->from) : 0);
-			out_u64_or_null(o, "from_offset", from, from ? fe[i].block_offsets[e->from] : 0);
-			out_u64_or_null(o, "to", to || e->kind == HP_EDGE_TAIL_CALL,
-					to ? block_addr(rows, &fe[i], e->to) : e->target);
-			out_u64_or_null(o, "to_offset", to, to ? fe[i].block_offsets[e->to] : 0);
-			json_kstr(&o->j, "kind", hp_edge_kind_name(e->kind));
-			json_ku64(&o->j, "count", e->count);
-			json_key(&o->j, "exact");
-			json_bool(&o->j, e->how == HP_EDGE_EXACT);
-			json_ku64(&o->j, "low", e->low);
-			out_u64_or_null(o, "high", e->high != UINT64_MAX, e->high); /* null: unbounded */
-			json_obj_end(&o->j);
+			char a[32] = "entry", b[48] = "out";
+			if (e->from != HP_EDGE_NO_BLOCK)
+				snprintf(a, sizeof(a), "+0x%x", fe[i].block_offsets[e->from]);
+			else if (e->kind == HP_EDGE_INDIRECT_IN)
+				snprintf(a, sizeof(a), "indirect");
+			if (e->to != HP_EDGE_NO_BLOCK)
+				snprintf(b, sizeof(b), "+0x%x", fe[i].block_offsets[e->to]);
+			else if (e->kind == HP_EDGE_TAIL_CALL)
+				snprintf(b, sizeof(b), "0x%" PRIx64, e->target);
+			printf("  %-10s -> %-18s %-12s %12" PRIu64 "  %s", a, b, hp_edge_kind_name(e->kind), e->count,
+			       e->how == HP_EDGE_EXACT ? "exact" : "estimate");
+			if (e->how != HP_EDGE_EXACT && e->high != UINT64_MAX)
+				printf(" [%" PRIu64 ", %" PRIu64 "]", e->low, e->high);
+			else if (e->how != HP_EDGE_EXACT)
+				printf(" [%" PRIu64 ", unbounded]", e->low);
+			printf("\n");
 		}
 	}
 	if (!o->json) {
@@ -415,10 +426,9 @@ static void report_edges(struct out *o, const struct hp_measure_row *rows, const
 		else if (sampled_blocks)
 			printf("\nedges: not derived: block counts are sampled (time in each block), not executions\n");
 		else if (any_block_rows)
-			printf("\nedges: not derived: every block of a function must be counted exactly (use --blocks)\n");
+			printf("\nedges: not derived: no function had its blocks counted exactly (use --blocks)\n");
 		return;
 	}
-	json_arr_end(&o->j);
 	json_key(&o->j, "exact_edge_share");
 	if (total)
 		json_double(&o->j, (double)exact / (double)total, 6);
@@ -443,7 +453,7 @@ static void report_edges(struct out *o, const struct hp_measure_row *rows, const
 	if (!nfe && (sampled_blocks || any_block_rows))
 		json_kstr(&o->j, "edges_not_derived",
 			  sampled_blocks ? "block counts are sampled (time in each block), not executions" :
-					   "every block of a function must be counted exactly (use --blocks)");
+					   "no function had its blocks counted exactly (use --blocks)");
 }
 
 /* The mechanism and label of each requested metric, per row kind. */
@@ -542,6 +552,8 @@ static void report(struct out *o, struct hp_measure *h, const struct args *a, co
 	json_double(&o->j, r->seconds, 6);
 	json_obj_end(&o->j);
 	json_kstr(&o->j, "state", hp_measure_state_name(st));
+	json_key(&o->j, "estimated"); /* some block counts are PC samples, not executions */
+	json_bool(&o->j, sampled_blocks);
 	json_kstr(&o->j, "state_detail", detail);
 	json_key(&o->j, "metrics");
 	json_arr_begin(&o->j);

@@ -87,16 +87,21 @@ assert fn["metrics"]["count"] == 1000 and fn["completed_calls"] == 1000, fn
 counts = sorted(b["metrics"]["count"] for b in blocks)
 assert 250 in counts and 750 in counts and counts[-1] == 1000, counts
 edges = [e for e in d["edges"] if e["function"] == "mx_branch"]
-assert edges and all(e["exact"] and e["low"] == e["count"] == e["high"] for e in edges), edges
-assert {e["kind"] for e in edges} >= {"entry", "taken", "fallthrough", "return"}, edges
-for e in edges:
+boundary = [e for e in d["boundary_edges"] if e["function"] == "mx_branch"]
+assert edges and all(e["exact"] and e["low"] == e["count"] == e["high"] for e in edges + boundary), edges
+assert {e["kind"] for e in edges} <= {"fallthrough", "taken"} and all(e["from"] and e["to"] for e in edges), edges
+assert {e["kind"] for e in boundary} >= {"entry", "return"}, boundary
+for e in edges + boundary:
     assert (e["from"] is None) == (e["kind"] in ("entry", "indirect_in")), e
     assert e["from"] is None or e["from"] == fn["function_address"] + e["from_offset"], e
+    assert e["to_offset"] is None or e["to"] == fn["function_address"] + e["to_offset"], e
 entry_out = sorted(e["count"] for e in edges if e["from_offset"] == 0)
 assert entry_out == [250, 750], entry_out
+assert [e["count"] for e in boundary if e["kind"] == "entry"] == [1000]
+assert d["estimated"] is False
 assert d["exact_edge_share"] == 1.0, d["exact_edge_share"]
 ef = [f for f in d["edge_functions"] if f["function"] == "mx_branch"][0]
-assert ef["conservation_violations"] == 0 and ef["exact_edges"] == ef["edges"] == len(edges), ef
+assert ef["conservation_violations"] == 0 and ef["exact_edges"] == ef["edges"] == len(edges) + len(boundary), ef
 assert d["totals"]["frames_dropped"] == 0
 '
 
@@ -124,7 +129,8 @@ for r in d["resources"]:
     assert r["labels"]["count"] == "sampled" and r["samples"] == r["metrics"]["count"], r
 fn = [r for r in d["resources"] if "block" not in r][0]
 assert fn["metrics"]["count"] == sum(r["metrics"]["count"] for r in d["resources"] if "block" in r)
-assert d["edges"] == [] and d["exact_edge_share"] is None and "sampled" in d["edges_not_derived"]
+assert d["edges"] == [] and d["boundary_edges"] == [] and d["exact_edge_share"] is None
+assert "sampled" in d["edges_not_derived"] and d["estimated"] is True
 ' "$dd" <"$TMP/k.json"
 }
 if "$HP" caps --json | python3 -c 'import json,sys; c={x["name"]:x["available"] for x in json.load(sys.stdin)["capabilities"]}; sys.exit(0 if not c["kprobes"] and not c["fentry"] else 1)'; then
