@@ -221,9 +221,11 @@ static double measure_agent(const char *name, uint32_t metrics, const char *ref)
 	uint64_t calls = r1.rows[0].v[HP_METRIC_COUNT].total - r0.rows[0].v[HP_METRIC_COUNT].total;
 	hp_measure_reading_free(&r0);
 	hp_measure_reading_free(&r1);
-	const char *mech = hp_measure_rows(h)[0]
-				   .metric[metrics & HP_METRIC_BIT(HP_METRIC_VTIME) ? HP_METRIC_VTIME : HP_METRIC_COUNT]
-				   .mechanism;
+	char mech[96];
+	snprintf(mech, sizeof(mech), "%s",
+		 hp_measure_rows(h)[0]
+			 .metric[metrics & HP_METRIC_BIT(HP_METRIC_VTIME) ? HP_METRIC_VTIME : HP_METRIC_COUNT]
+			 .mechanism);
 	hp_measure_close(h);
 	if (!calls) {
 		printf("%-40s armed but counted nothing\n", name);

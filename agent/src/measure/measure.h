@@ -111,7 +111,7 @@ struct hp_measure_row {
 	struct hp_metric_info metric[HP_METRIC_N];
 };
 
-/* One value of one metric of one row. */
+/* One value of one metric of one row. unit and mechanism point into the handle: valid until close. */
 struct hp_metric_value {
 	bool present;   /* requested, available and defined (per-call needs calls) */
 	double value;   /* in unit */
