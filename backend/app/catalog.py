@@ -7,7 +7,7 @@ tail-call and call targets arrive absolute for the sending host and are stored r
 module's base there, so every host of the same build (each with its own KASLR slide) can use them.
 """
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import orjson
 from sqlalchemy import text
@@ -63,6 +63,7 @@ async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions) ->
     async with engine.begin() as conn:
         raw = await conn.get_raw_connection()
         driver = raw.driver_connection
+        assert driver is not None
         async with driver.cursor() as cur:
             async with cur.copy('COPY functions (digest, index, name, "offset", size, block_count, undecodable, '
                                 'undecodable_offset) FROM STDIN') as copy:
@@ -77,7 +78,8 @@ async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions) ->
 
 async def mark_complete(engine: AsyncEngine, digest: str) -> int:
     async with engine.begin() as conn:
-        stored = (await conn.execute(text("SELECT count(*) FROM functions WHERE digest = :d"), {"d": digest})).scalar_one()
+        stored = (await conn.execute(text("SELECT count(*) FROM functions WHERE digest = :d"),
+                                     {"d": digest})).scalar_one()
         await conn.execute(text("UPDATE catalog_pieces SET complete = true, stored_at = now() WHERE digest = :d"),
                            {"d": digest})
         await conn.execute(text("ANALYZE functions"))

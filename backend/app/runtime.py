@@ -3,11 +3,15 @@
 session factory, signing key, agent token, the WebSocket hub and the registry of connected agents.
 Routes reach it through `request.app.state.runtime`; tests build their own."""
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.live import LiveHub
+
+if TYPE_CHECKING:
+    from app.grpc.agent_service import AgentRegistry
 
 
 @dataclass
@@ -18,4 +22,4 @@ class Runtime:
     secret_key: bytes
     agent_token: str
     hub: LiveHub = field(default_factory=LiveHub)
-    agents: "object" = None  # app.grpc.agent_service.AgentRegistry, set by create_runtime
+    agents: "AgentRegistry" = None  # type: ignore[assignment]  # set by app.server.build_runtime

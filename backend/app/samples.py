@@ -5,14 +5,14 @@ Samples for a module whose catalog piece is not yet stored cannot be mapped to a
 dropped and counted (interval_totals.dropped_samples, and the agent session's counter), because an
 interval's hotness is only useful while it is recent and the catalog arrives within seconds.
 """
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 def interval_start(unix_ns: int) -> datetime:
-    return datetime.fromtimestamp(unix_ns / 1e9, tz=timezone.utc)
+    return datetime.fromtimestamp(unix_ns / 1e9, tz=UTC)
 
 
 async def store_batch(engine: AsyncEngine, host_id: str, ts: datetime, interval_ms: int,
@@ -21,10 +21,11 @@ async def store_batch(engine: AsyncEngine, host_id: str, ts: datetime, interval_
     async with engine.begin() as conn:
         if rows:
             raw = await conn.get_raw_connection()
-            async with raw.driver_connection.cursor() as cur:
-                async with cur.copy("COPY block_samples (host_id, ts, function_id, block_offset, count) FROM STDIN") as copy:
-                    for fid, off, count in rows:
-                        await copy.write_row((host_id, ts, fid, off, count))
+            assert raw.driver_connection is not None
+            copy_sql = "COPY block_samples (host_id, ts, function_id, block_offset, count) FROM STDIN"
+            async with raw.driver_connection.cursor() as cur, cur.copy(copy_sql) as copy:
+                for fid, off, count in rows:
+                    await copy.write_row((host_id, ts, fid, off, count))
         await conn.execute(text("""
             INSERT INTO interval_totals (host_id, ts, interval_ms, total_samples, user_samples, unmapped_samples,
                                          lost_samples, dropped_samples)
@@ -42,7 +43,7 @@ async def store_batch(engine: AsyncEngine, host_id: str, ts: datetime, interval_
 
 async def prune_samples(engine: AsyncEngine, retention_hours: float, now: datetime | None = None) -> int:
     """Delete samples and interval totals older than the retention; returns the sample rows deleted."""
-    cutoff = (now or datetime.now(timezone.utc)) - timedelta(hours=retention_hours)
+    cutoff = (now or datetime.now(UTC)) - timedelta(hours=retention_hours)
     async with engine.begin() as conn:
         deleted = (await conn.execute(text("DELETE FROM block_samples WHERE ts < :c"), {"c": cutoff})).rowcount
         await conn.execute(text("DELETE FROM interval_totals WHERE ts < :c"), {"c": cutoff})

@@ -16,7 +16,13 @@ import uvicorn
 from sqlalchemy import create_engine, text
 
 from app.core.config import Settings, normalise_database_url
-from app.core.db import make_engine, make_sessionmaker, start_embedded_postgres, stop_embedded_postgres, upgrade_database
+from app.core.db import (
+    make_engine,
+    make_sessionmaker,
+    start_embedded_postgres,
+    stop_embedded_postgres,
+    upgrade_database,
+)
 from app.core.security import hash_password, read_or_create_secret
 from app.grpc.agent_service import AgentRegistry, create_grpc_server
 from app.main import create_app
@@ -135,7 +141,7 @@ async def stop_servers(runtime: Runtime, grpc_server, http, http_task) -> None:
     http.should_exit = True
     try:
         await asyncio.wait_for(http_task, 10)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         http_task.cancel()
     await runtime.engine.dispose()
 

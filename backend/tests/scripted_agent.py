@@ -40,7 +40,8 @@ def kernel_functions(count: int) -> list["pb.Function"]:
         calls = []
         if i == 0:
             del blocks[2].successors[:]
-            blocks[2].successors.append(pb.Successor(kind=pb.SUCCESSOR_KIND_TAIL_CALL, target=0, target_name="ksys_read"))
+            blocks[2].successors.append(
+                pb.Successor(kind=pb.SUCCESSOR_KIND_TAIL_CALL, target=0, target_name="ksys_read"))
             calls = [pb.Call(site_offset=0x8, target=0, target_name="__x64_sys_read", target_module="vmlinux")]
         out.append(pb.Function(index=i, name=name, offset=offset, size=size, blocks=blocks, calls=calls,
                                indirect_call_sites=[0xC] if i == 0 else []))
@@ -163,12 +164,12 @@ class ScriptedAgent:
         if self.call is not None:
             try:
                 await self.call.done_writing()
-            except Exception:  # noqa: BLE001 - the server may already have ended it
+            except Exception:  # noqa: BLE001, S110 - the server may already have ended it
                 pass
         if self._reader is not None:
             try:
                 await asyncio.wait_for(self._reader, 5)
-            except (asyncio.TimeoutError, grpc.aio.AioRpcError):
+            except (TimeoutError, grpc.aio.AioRpcError):
                 self._reader.cancel()
         if self.channel is not None:
             await self.channel.close()

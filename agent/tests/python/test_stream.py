@@ -7,9 +7,9 @@ a free local port whose replies (Welcome, commands, cancelling the stream) are
 driven by each test step, so every message the agent sends can be checked.
 The tests run in file order against one agent process, because the agent
 parses the whole kernel once at start-up, exactly as in production."""
-import collections
 import ctypes
 import errno
+import itertools
 import os
 import pathlib
 import platform
@@ -25,7 +25,6 @@ from concurrent import futures
 
 import grpc
 import pytest
-
 from hotpath.v1 import agent_pb2 as pb
 
 GOOD_TOKEN = "agent-token-for-stream-test"
@@ -51,12 +50,12 @@ class Session:
 
     def __init__(self, context):
         self.context = context
-        self.outbox: "queue.Queue" = queue.Queue()
-        self.hello: "queue.Queue" = queue.Queue()
-        self.metrics: "queue.Queue" = queue.Queue()
-        self.chunks: "queue.Queue" = queue.Queue()
-        self.results: "queue.Queue" = queue.Queue()
-        self.other: "queue.Queue" = queue.Queue()
+        self.outbox: queue.Queue = queue.Queue()
+        self.hello: queue.Queue = queue.Queue()
+        self.metrics: queue.Queue = queue.Queue()
+        self.chunks: queue.Queue = queue.Queue()
+        self.results: queue.Queue = queue.Queue()
+        self.other: queue.Queue = queue.Queue()
         self.ended = threading.Event()
 
     def route(self, msg: pb.AgentMessage) -> None:
@@ -77,8 +76,8 @@ class ScriptedBackend:
 
     def __init__(self):
         self.accepted_token = "not-the-agent-token"
-        self.rejections: "queue.Queue" = queue.Queue()
-        self.sessions: "queue.Queue" = queue.Queue()
+        self.rejections: queue.Queue = queue.Queue()
+        self.sessions: queue.Queue = queue.Queue()
 
     def connect(self, request_iterator, context):
         md = dict(context.invocation_metadata())
@@ -271,7 +270,7 @@ def test_metric_batches_arrive_every_interval(agent):
     while not sess.metrics.empty():  # batches that queued up behind the catalog
         sess.metrics.get()
     batches = [_get(sess.metrics, 5, "metric batch") for _ in range(4)]
-    gaps = [b[0] - a[0] for a, b in zip(batches, batches[1:])]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(batches)]
     assert all(0.6 <= g <= 1.5 for g in gaps), gaps
     now_ns = time.time_ns()
     mapped = 0

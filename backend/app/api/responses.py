@@ -12,12 +12,13 @@ from starlette.responses import Response
 
 from app.schemas import Message
 
-
 # Error responses every route of a kind can give, for the OpenAPI document (each carries {"detail": ...}).
-NOT_FOUND = {404: {"model": Message, "description": "No such host, function or resource"}}
-SIGNED_IN = {401: {"model": Message, "description": "Not signed in, or the token expired"}}
-ADMIN_ONLY = {**SIGNED_IN, 403: {"model": Message, "description": "The signed-in user's role does not allow this"}}
-BAD_BODY = {400: {"model": Message, "description": "The request body is not valid JSON"}}
+Responses = dict[int | str, dict[str, Any]]
+NOT_FOUND: Responses = {404: {"model": Message, "description": "No such host, function or resource"}}
+SIGNED_IN: Responses = {401: {"model": Message, "description": "Not signed in, or the token expired"}}
+ADMIN_ONLY: Responses = {**SIGNED_IN,
+                         403: {"model": Message, "description": "The signed-in user's role does not allow this"}}
+BAD_BODY: Responses = {400: {"model": Message, "description": "The request body is not valid JSON"}}
 
 
 class FastJSON(Response):

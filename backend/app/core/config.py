@@ -20,7 +20,8 @@ class Settings(BaseSettings):
     grpc_host: str = "0.0.0.0"
     grpc_port: int = 50051
     static_dir: Path | None = None
-    database_url: str | None = Field(default=None, validation_alias=AliasChoices("DATABASE_URL", "HOTPATH_DATABASE_URL"))
+    database_url: str | None = Field(default=None,
+                                     validation_alias=AliasChoices("DATABASE_URL", "HOTPATH_DATABASE_URL"))
     sample_retention_hours: float = 24.0
     retention_interval_s: float = 300.0
     access_token_minutes: int = 12 * 60

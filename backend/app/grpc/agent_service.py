@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import grpc
 import orjson
@@ -101,8 +101,8 @@ class AgentRegistry:
                 raise HostOffline(host_id) from exc
             try:
                 result: pb.CommandResult = await asyncio.wait_for(future, self.runtime.settings.command_timeout_s)
-            except asyncio.TimeoutError:
-                raise CommandTimeout(command_id)
+            except TimeoutError:
+                raise CommandTimeout(command_id) from None
         finally:
             session.pending.pop(command_id, None)
         if not result.ok:
@@ -133,7 +133,7 @@ async def end_session(session: AgentSession, code: grpc.StatusCode, reason: str)
     session.closed = True
     try:
         await session.context.abort(code, reason)
-    except Exception:  # noqa: BLE001 - abort signals by raising, in our task
+    except Exception:  # noqa: BLE001, S110 - abort signals by raising, in our task
         pass
     if session.task is not None and session.task is not asyncio.current_task():
         session.task.cancel()
@@ -221,7 +221,7 @@ class AgentService(pb_grpc.AgentServiceServicer):
             await asyncio.shield(cleanup)
 
     async def _register(self, hello: "pb.Hello", session: AgentSession) -> list[str]:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         l1i = ({"size_bytes": hello.l1i.size_bytes, "line_bytes": hello.l1i.line_bytes, "ways": hello.l1i.ways}
                if hello.HasField("l1i") else None)
         values = dict(hostname=hello.hostname, kernel_release=hello.kernel_release,

@@ -1,7 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Password hashing and signed tokens."""
-from app.core.security import (agent_token_matches, create_access_token, decode_access_token, hash_password,
-                               verify_password)
+from app.core.security import (
+    agent_token_matches,
+    create_access_token,
+    decode_access_token,
+    hash_password,
+    verify_password,
+)
 
 
 def test_password_hash_verifies_only_the_right_password():

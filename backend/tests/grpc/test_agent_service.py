@@ -16,6 +16,8 @@ from sqlalchemy import text
 from app.proto import pb
 from tests.scripted_agent import ScriptedAgent, kernel_functions, wait_until
 
+BACKEND_DIR = Path(__file__).resolve().parents[2]
+
 
 async def _scalar(backend, sql, **params):
     async with backend.runtime.engine.connect() as conn:
@@ -142,7 +144,7 @@ async def test_agent_process_killed_mid_stream_shows_offline_and_data_is_kept(ba
     host_id = f"kill-{unique}"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", KILLED_AGENT, backend.grpc_target, backend.agent_token, host_id, f"k-{unique}",
-        cwd=Path(__file__).resolve().parents[2], stdout=asyncio.subprocess.PIPE, env=dict(os.environ))
+        cwd=BACKEND_DIR, stdout=asyncio.subprocess.PIPE, env=dict(os.environ))
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), 30)
         assert line.strip() == b"connected"
@@ -188,8 +190,8 @@ async def test_samples_for_a_piece_not_yet_stored_are_dropped_and_counted(backen
     await a.send_metrics(ts, [("vmlinux", 0, 0, 7)])
 
     async def recorded():
-        return await _scalar(backend, "SELECT coalesce(sum(dropped_samples), 0) FROM interval_totals WHERE host_id = :h",
-                             h=host_id)
+        return await _scalar(backend, "SELECT coalesce(sum(dropped_samples), 0) FROM interval_totals "
+                                      "WHERE host_id = :h", h=host_id)
 
     assert await wait_until(recorded) == 7
     assert await _scalar(backend, "SELECT count(*) FROM block_samples WHERE host_id = :h", h=host_id) == 0

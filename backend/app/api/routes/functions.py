@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from app import crud
-from app.api.responses import NOT_FOUND, FastJSON
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
+from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import HostId, WindowS, require_host
 from app.grpc.agent_service import CommandFailed, CommandTimeout, HostOffline
 from app.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message, hex64
@@ -18,7 +18,8 @@ FunctionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="A function's i
 
 @router.get("", response_model=FunctionsPage, responses=NOT_FOUND)
 async def list_functions(host_id: HostId, session: SessionDep, _: CurrentUser,
-                         q: str | None = Query(None, max_length=256, description="Case-insensitive substring of the name"),
+                         q: str | None = Query(None, max_length=256,
+                                               description="Case-insensitive substring of the name"),
                          module: str | None = Query(None, max_length=4096),
                          sort: Literal["name", "address", "hotness"] = "name",
                          window_s: int = WindowS,
@@ -30,7 +31,8 @@ async def list_functions(host_id: HostId, session: SessionDep, _: CurrentUser,
 
 
 @router.get("/{function_id}", response_model=FunctionDetail, responses=NOT_FOUND)
-async def get_function(host_id: HostId, function_id: FunctionId, session: SessionDep, _: CurrentUser, window_s: int = WindowS):
+async def get_function(host_id: HostId, function_id: FunctionId, session: SessionDep, _: CurrentUser,
+                       window_s: int = WindowS):
     """A function with its basic blocks, successors and callees."""
     await require_host(session, host_id)
     detail = await crud.function_detail(session, host_id, function_id, window_s)
@@ -67,11 +69,12 @@ async def function_instructions(host_id: HostId, function_id: FunctionId, sessio
         try:
             instructions = await runtime.agents.inspect_function(host_id, fn.module, fn.digest, fn.index, actor)
         except HostOffline:
-            raise HTTPException(503, "Host is offline")
+            raise HTTPException(503, "Host is offline") from None
         except CommandTimeout:
-            raise HTTPException(504, "The agent did not answer in time")
+            raise HTTPException(504, "The agent did not answer in time") from None
         except CommandFailed as exc:
-            raise HTTPException(502, f"The agent could not decode the function: {exc}")
+            raise HTTPException(502, f"The agent could not decode the function: {exc}") from None
+    assert instructions is not None
     out = []
     for off, length, hexbytes, text in instructions:
         addr = start + off

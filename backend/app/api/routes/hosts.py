@@ -6,8 +6,8 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from app import crud
-from app.api.responses import NOT_FOUND, FastJSON
 from app.api.deps import CurrentUser, SessionDep
+from app.api.responses import NOT_FOUND, FastJSON
 from app.schemas import HostPublic, Hotness, ModulePublic, TopFunctions
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])

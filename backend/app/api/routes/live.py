@@ -6,7 +6,7 @@ a bad one closes the socket with code 4401. A ping every 20 s keeps proxies from
 """
 import asyncio
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import orjson
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -44,8 +44,8 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
         while not reader.done():
             try:
                 data = await asyncio.wait_for(queue.get(), timeout=interval)
-            except asyncio.TimeoutError:
-                data = orjson.dumps({"type": "ping", "at": datetime.now(timezone.utc)})
+            except TimeoutError:
+                data = orjson.dumps({"type": "ping", "at": datetime.now(UTC)})
             await websocket.send_text(data.decode())
     except (WebSocketDisconnect, RuntimeError):
         pass
