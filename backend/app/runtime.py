@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The live objects one backend process shares between its HTTP and gRPC sides: settings, database
-session factory, signing key, agent token, the WebSocket hub and the registry of connected agents.
+session factory, signing key, the certificate authority, this replica's id, the WebSocket hub and the
+registry of connected agents.
 Routes reach it through `request.app.state.runtime`; tests build their own."""
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -11,6 +12,7 @@ from app.core.config import Settings
 from app.live import LiveHub
 
 if TYPE_CHECKING:
+    from app.core.pki import Pki
     from app.grpc.agent_service import AgentRegistry
 
 
@@ -20,6 +22,8 @@ class Runtime:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
     secret_key: bytes
-    agent_token: str
+    pki: "Pki"
+    replica_id: str
+    enroll_port: int = 0  # where agents enrol, once the gRPC server listens
     hub: LiveHub = field(default_factory=LiveHub)
     agents: "AgentRegistry" = None  # type: ignore[assignment]  # set by app.server.build_runtime

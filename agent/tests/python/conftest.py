@@ -35,6 +35,8 @@ def _gen_dir() -> pathlib.Path:
 
 
 sys.path.insert(0, str(_gen_dir()))
+# The backend's own modules (its canonical catalog encoding, for one).
+sys.path.insert(0, str(ROOT / "backend"))
 
 
 @pytest.fixture(scope="session")

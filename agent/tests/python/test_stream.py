@@ -121,6 +121,7 @@ class AgentRun:
         self.session = None
         self.catalog = {}  # function index -> pb.Function (vmlinux)
         self.vmlinux = None
+        self.hello = None
 
     def log(self) -> str:
         return pathlib.Path(self.log_path).read_text(errors="replace")
@@ -223,6 +224,7 @@ def test_hello_describes_this_host(agent):
     assert caps["kernel_code_replacement"].detail
     assert caps["tracepoints"].available
     assert hello.modules[0].name == "vmlinux"
+    agent.hello = hello
     agent.vmlinux = hello.modules[0]
     assert re.fullmatch(r"[0-9a-f]{64}", agent.vmlinux.digest)
     assert agent.vmlinux.function_count > 10000
@@ -263,6 +265,19 @@ def test_welcome_with_missing_digest_yields_the_catalog(agent):
     assert pb.SUCCESSOR_KIND_TAKEN in kinds and pb.SUCCESSOR_KIND_FALLTHROUGH in kinds
     assert any(c.target_name for c in fn.calls)
     assert all(c.target_module == "vmlinux" for c in fn.calls if c.target_name)
+
+
+def test_backend_recomputes_the_agents_catalog_digest(agent):
+    """The backend's canonical encoding (app.catalog_digest) gives the real agent's digest for the
+    live kernel's whole catalog, so honest pieces verify and anything else does not."""
+    from app.catalog_digest import piece_digest
+
+    functions = [agent.catalog[i] for i in range(len(agent.catalog))]
+    build = agent.hello.kernel_build_id or agent.hello.kernel_release
+    core_base = agent.hello.modules[0].base_address
+    assert piece_digest(build, "vmlinux", core_base, functions) == agent.vmlinux.digest
+    functions[len(functions) // 2].blocks[0].size += 1
+    assert piece_digest(build, "vmlinux", core_base, functions) != agent.vmlinux.digest
 
 
 def test_metric_batches_arrive_every_interval(agent):

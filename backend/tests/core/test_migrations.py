@@ -6,7 +6,8 @@ from app.core.db import downgrade_database, upgrade_database
 from tests.conftest import _recreate_database
 
 TABLES = {"users", "audit_log", "hosts", "host_modules", "catalog_pieces", "functions", "function_code",
-          "instruction_cache", "block_samples", "interval_totals"}
+          "instruction_cache", "block_samples", "interval_totals", "enrolment_tokens", "enrolment_requests",
+          "delivery_marks", "data_gaps"}
 
 
 def test_upgrade_head_on_empty_database_then_downgrade_base(postgres_url):

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from app import crud
 from app.api.deps import CurrentUser, SessionDep
 from app.api.responses import NOT_FOUND, FastJSON
-from app.schemas import HostPublic, Hotness, ModulePublic, TopFunctions
+from app.schemas import HostPublic, Hotness, ModulePublic, Timeline, TopFunctions
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 HostId = Annotated[str, Path(min_length=1, max_length=256, description="The host id its agent reports")]
@@ -55,3 +55,12 @@ async def hotness(host_id: HostId, session: SessionDep, _: CurrentUser, window_s
     """Samples per second of every function that had samples in the window."""
     await require_host(session, host_id)
     return FastJSON(await crud.hotness(session, host_id, window_s))
+
+
+@router.get("/{host_id}/timeline", response_model=Timeline, responses=NOT_FOUND)
+async def timeline(host_id: HostId, session: SessionDep, _: CurrentUser,
+                   window_s: int = Query(3600, ge=60, le=86400, description="Length of the period, ending now"),
+                   buckets: int = Query(120, ge=10, le=1000)):
+    """How much of each stretch of the recent period has data, and the gaps recorded in it."""
+    await require_host(session, host_id)
+    return FastJSON(await crud.timeline(session, host_id, window_s, buckets))
