@@ -17,6 +17,7 @@ struct command {
 };
 
 static const struct command commands[] = {
+	{ "enroll", cmd_enroll, "give this host its identity: a certificate from the backend's CA" },
 	{ "inspect", cmd_inspect, "show one function's blocks, instructions, successors and callees" },
 	{ "parse", cmd_parse, "parse a whole target (kernel, ELF file, process) and print totals" },
 	{ "run", cmd_run, "connect to the backend and stream the live kernel's code and hotness" },
