@@ -158,9 +158,8 @@ def check_batch(batch: "pb.MetricBatch") -> None:
 
 
 def check_gap(gap: "pb.DataGap", seq: int) -> None:
-    if gap.messages == 0 or gap.first_seq == 0 or gap.first_seq + gap.messages != seq:
-        raise InvalidInput("DataGap must cover the sequence numbers just before its own "
-                           "(first_seq + messages == seq)")
+    if gap.messages == 0 or gap.first_seq == 0 or gap.first_seq + gap.messages != seq + 1:
+        raise InvalidInput("DataGap must cover the sequence numbers up to its own (first_seq + messages == seq + 1)")
     if gap.end_unix_ns < gap.start_unix_ns:
         raise InvalidInput("DataGap ends before it starts")
     text(gap.reason, "DataGap.reason", MAX_DETAIL, empty=True)

@@ -25,7 +25,7 @@ def _gen_dir() -> pathlib.Path:
         return BACKEND_GEN
     out = pathlib.Path(tempfile.mkdtemp(prefix="hotpath-gen-"))
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={out}",
+        [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={out}", f"--grpc_python_out={out}",
          "hotpath/v1/agent.proto"],
         check=True,
     )
