@@ -33,6 +33,8 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
       const cached = qc.getQueryData<{ total: number }>(keys.catalog(host.id));
       if (cached && cached.total === 0) void qc.invalidateQueries({ queryKey: keys.catalog(host.id) });
     }
+  } else if (msg.type === "gap") {
+    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "timeline"] });
   } else if (msg.type === "samples") {
     const hostId = msg.host_id;
     throttle.trigger(`samples:${hostId}`, () => {
@@ -47,7 +49,9 @@ export function parseLiveMessage(data: unknown): LiveMessage | null {
   if (typeof data !== "string") return null;
   try {
     const msg = JSON.parse(data) as { type?: unknown };
-    if (msg && (msg.type === "host" || msg.type === "samples" || msg.type === "ping")) return msg as LiveMessage;
+    if (msg && (msg.type === "host" || msg.type === "samples" || msg.type === "gap" || msg.type === "ping")) {
+      return msg as LiveMessage;
+    }
   } catch {
     // A malformed frame is dropped; the fallback polling keeps views correct.
   }

@@ -24,9 +24,16 @@ export type BlockSamples = FunctionSamples["blocks"][number];
 export type TopFunctions = S["TopFunctions"];
 export type TopFunction = TopFunctions["items"][number];
 export type Hotness = S["Hotness"];
+export type Timeline = S["Timeline"];
+export type TimelineBucket = S["TimelineBucket"];
+export type Gap = S["GapPublic"];
+export type EnrolmentToken = S["EnrolmentTokenPublic"];
+export type EnrolmentTokenCreated = S["EnrolmentTokenCreated"];
+export type EnrolmentRequest = S["EnrolmentRequestPublic"];
 
 /** What the backend pushes over the live-update WebSocket (its schema types `type` as a plain string). */
 export type LiveMessage =
   | (Omit<S["HostEvent"], "type"> & { type: "host" })
   | (Omit<S["SamplesEvent"], "type"> & { type: "samples" })
+  | (Omit<S["GapEvent"], "type"> & { type: "gap" })
   | { type: "ping" };

@@ -7,7 +7,9 @@ import { ApiError } from "../../api/client";
 import { useHost } from "../../api/queries";
 import { CodeTree } from "../tree/CodeTree";
 import { TopFunctionsView } from "../top/TopFunctionsView";
-import { CatalogStatus, HostStatus, L1iGeometry, Sampling } from "./hostParts";
+import { GapStrip } from "./GapStrip";
+import { CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "./hostParts";
+import { HostAdminActions } from "../admin/HostAdminActions";
 
 const TABS = [
   { id: "code", label: "Code" },
@@ -53,6 +55,8 @@ export function HostPage() {
       <div className="page-head">
         <h1>{h.hostname}</h1>
         <HostStatus host={h} />
+        <HostFlags host={h} />
+        <HostAdminActions host={h} />
       </div>
       <dl className="facts">
         <div><dt>Kernel</dt><dd>{h.kernel_release}</dd></div>
@@ -60,7 +64,9 @@ export function HostPage() {
         <div><dt>L1i</dt><dd><L1iGeometry host={h} /></dd></div>
         <div><dt>Sampling</dt><dd><Sampling host={h} /></dd></div>
         <div><dt>Catalog</dt><dd><CatalogStatus host={h} /></dd></div>
+        <div><dt>Stream</dt><dd>{h.replica ? `held by ${h.replica}` : "never connected"}</dd></div>
       </dl>
+      <GapStrip hostId={h.id} />
       <div role="tablist" aria-label="Host views" className="tabs">
         {TABS.map((t, i) => (
           <button
