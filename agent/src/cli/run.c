@@ -264,7 +264,8 @@ int cmd_enroll(int argc, char **argv)
 		return HP_EXIT_USAGE;
 	}
 	char token[512], err[512];
-	if (token_file || getenv("HOTPATH_ENROLL_TOKEN")) {
+	const char *env_token = getenv("HOTPATH_ENROLL_TOKEN");
+	if (token_file || (env_token && *env_token)) {
 		if (hp_read_token(token_file, token, sizeof(token), err, sizeof(err)) < 0) {
 			fprintf(stderr, "hotpathd enroll: %s\n", err);
 			return HP_EXIT_USAGE;

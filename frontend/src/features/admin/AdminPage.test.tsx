@@ -6,7 +6,7 @@ import { renderApp } from "../../test/render";
 import { host, json, routeFetch } from "../../test/fixtures";
 import { setSession } from "../../api/session";
 
-const ADMIN = { id: "u", username: "admin", role: "admin" };
+const ADMIN = { id: "u", username: "admin", role: "admin" as const };
 const token = {
   id: "11111111-1111-1111-1111-111111111111", note: "rack 4", created_by: "admin",
   created_at: new Date().toISOString(), expires_at: new Date(Date.now() + 3600_000).toISOString(),

@@ -119,11 +119,12 @@ export function AdminPage() {
 
       <h2>Hosts</h2>
       <table aria-label="Hosts">
-        <thead><tr><th>Host</th><th>Status</th><th>Identity</th><th /></tr></thead>
+        <thead><tr><th>Host</th><th>Id</th><th>Status</th><th>Identity</th><th /></tr></thead>
         <tbody>
           {(hosts.data ?? []).map((h) => (
             <tr key={h.id}>
               <td><Link to={`/hosts/${encodeURIComponent(h.id)}`}>{h.hostname}</Link></td>
+              <td><code>{h.id}</code></td>
               <td><HostStatus host={h} /></td>
               <td>
                 {h.status === "retired" ? "retired" : h.enrolled
