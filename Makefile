@@ -35,10 +35,11 @@ frontend: backend
 
 build: agent backend frontend
 
-bench: agent frontend
+bench: agent backend frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
 	./bench/console_tree
+	./bench/chaos
 
 clean:
 	$(MAKE) -C agent clean
