@@ -4,7 +4,7 @@
 // token is approved in the console and receives its certificate, and an admin deletes that host.
 import { test, expect } from "@playwright/test";
 import { execFileSync, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { api, dataDir, hostname, readyHost } from "./helpers";
@@ -59,4 +59,12 @@ test("a host that asks to enrol is approved in the console, gets its certificate
   } finally {
     rmSync(state, { recursive: true, force: true });
   }
+});
+
+test("the logs make run writes are not readable by other users", async () => {
+  for (const name of ["backend.log", "agent.log"]) {
+    const mode = statSync(`${dataDir}/log/${name}`).mode & 0o777;
+    expect(mode & 0o007, `${name} mode ${mode.toString(8)}`).toBe(0);
+  }
+  expect(statSync(`${dataDir}/log`).mode & 0o007).toBe(0);
 });

@@ -230,3 +230,18 @@ async def test_a_malformed_batch_ends_the_stream_and_stores_nothing(backend, cli
     assert "SELECT" not in error.details() and "INSERT" not in error.details()
     assert await _scalar(backend, "SELECT count(*) FROM interval_totals WHERE host_id = :h", h=host_id) == 0
     await agent.close()
+
+
+async def test_a_message_over_the_size_limit_ends_the_stream(backend, unique):
+    """One stream cannot make the backend hold an arbitrarily large message (limit: 8 MiB)."""
+    agent = await backend.agent(f"big-msg-{unique}", kernel_tag=f"bigmsg-{unique}")
+    await agent.connect(send_catalog=False)
+    name, _base, fns, digest = agent.modules[0]
+    huge = pb.Function()
+    huge.CopyFrom(fns[0])
+    huge.name = "n" * (9 << 20)
+    await agent.call.write(pb.AgentMessage(catalog_chunk=pb.CatalogChunk(digest=digest, module=name, seq=0,
+                                                                         last=True, functions=[huge])))
+    error = await _ended(agent)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    await agent.close()
