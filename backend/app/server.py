@@ -20,7 +20,7 @@ from pathlib import Path
 import uvicorn
 from sqlalchemy import create_engine, text
 
-from app import catalog
+from app import catalog, crud
 from app.core import pki as pki_module
 from app.core.config import Settings, normalise_database_url
 from app.core.db import EmbeddedPostgres, make_engine, make_sessionmaker, upgrade_database
@@ -96,6 +96,7 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
     runtime = Runtime(settings=settings, engine=engine, sessionmaker=make_sessionmaker(engine),
                       secret_key=prepared.secret_key, pki=prepared.pki, replica_id=replica)
     runtime.agents = AgentRegistry(runtime)
+    crud.set_clock_skew(settings.max_clock_skew_s)
     return runtime
 
 

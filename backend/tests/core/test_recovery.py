@@ -29,17 +29,19 @@ def _free_port() -> int:
 class Backend:
     """One `python -m app` process on free ports with its own data folder."""
 
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, https: bool = False) -> None:
         self.data = data
+        self.https = https
         self.http, self.grpc = _free_port(), _free_port()
         self.enroll = _free_port()
         self.proc: asyncio.subprocess.Process | None = None
-        self.url = f"http://127.0.0.1:{self.http}"
+        self.url = f"{'https' if https else 'http'}://127.0.0.1:{self.http}"
 
     async def start(self) -> None:
         env = dict(os.environ, HOTPATH_DATA_DIR=str(self.data), HOTPATH_HTTP_PORT=str(self.http),
                    HOTPATH_GRPC_PORT=str(self.grpc), HOTPATH_ENROLL_PORT=str(self.enroll),
-                   HOTPATH_HTTP_HOST="127.0.0.1", HOTPATH_GRPC_HOST="127.0.0.1")
+                   HOTPATH_HTTP_HOST="127.0.0.1", HOTPATH_GRPC_HOST="127.0.0.1",
+                   HOTPATH_HTTPS="1" if self.https else "0")
         env.pop("DATABASE_URL", None)
         log = open(self.data / "backend.log", "ab")  # noqa: SIM115, ASYNC230 - the child keeps it
         self.proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "app", cwd=BACKEND_DIR, env=env,
@@ -48,7 +50,10 @@ class Backend:
 
     async def health(self) -> int:
         try:
-            async with httpx.AsyncClient(timeout=3) as c:
+            verify = str(self.data / "tls" / "ca.pem") if self.https else True
+            if self.https and not (self.data / "tls" / "ca.pem").exists():
+                return 0  # not created yet: the backend is still starting
+            async with httpx.AsyncClient(timeout=3, verify=verify) as c:
                 return (await c.get(f"{self.url}/api/v1/health")).status_code
         except httpx.HTTPError:
             return 0
@@ -162,3 +167,15 @@ async def test_the_backend_survives_kill_9_of_its_postgres_with_503_meanwhile(da
     await again.close()
     await backend.kill(signal.SIGTERM)
     assert await _postgres_gone(data_folder / "pgdata", 15)
+
+
+async def test_the_https_option_serves_the_api_with_the_installation_ca(data_folder):
+    backend = Backend(data_folder, https=True)
+    await backend.start()  # /health answered over TLS, verified against tls/ca.pem
+    async with httpx.AsyncClient(verify=str(data_folder / "tls" / "ca.pem")) as c:
+        r = await c.get(f"https://localhost:{backend.http}/api/v1/health")
+    assert r.status_code == 200 and r.headers["strict-transport-security"].startswith("max-age=")
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient() as c:  # the system's CAs do not know the installation CA
+            await c.get(f"https://127.0.0.1:{backend.http}/api/v1/health")
+    await backend.kill(signal.SIGTERM)
