@@ -80,8 +80,11 @@ if [ ! -s "$state/host.pem" ]; then
 	password=$(cat "$HOTPATH_DATA_DIR/admin-password")
 	login=$(jq -cn --arg p "$password" '{username: "admin", password: $p}')
 	access=$(curl_api -H 'content-type: application/json' -d "$login" "$url/api/v1/auth/login" | jq -r .access_token)
+	# For this host's id, so it may also replace the certificate of a host the backend knows already.
+	request=$(jq -cn --arg h "$(cat /etc/machine-id)" \
+		'{note: "the agent make run starts on this host", hours: 1, host_id: $h}')
 	created=$(curl_api -H "Authorization: Bearer $access" -H 'content-type: application/json' \
-		-d '{"note": "the agent make run starts on this host", "hours": 1}' "$url/api/v1/enrolment-tokens") ||
+		-d "$request" "$url/api/v1/enrolment-tokens") ||
 		die "could not create an enrolment token; see $logdir/backend.log"
 	(umask 077; jq -r .token <<<"$created" >"$rundir/enroll-token"; jq -r .ca_pem <<<"$created" >"$rundir/ca.pem")
 	enroll_args=(--enroll-token-file "$rundir/enroll-token" --ca-file "$rundir/ca.pem")

@@ -54,13 +54,15 @@ def _public_key(csr_pem: str) -> bytes:
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-async def create_token(session: AsyncSession, actor: str, note: str, hours: float) -> tuple[EnrolmentToken, str]:
-    """A new one-time token; the secret is returned once and never stored."""
+async def create_token(session: AsyncSession, actor: str, note: str, hours: float,
+                       host_id: str | None = None) -> tuple[EnrolmentToken, str]:
+    """A new one-time token (for one host id, if given); the secret is returned once and never stored."""
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = EnrolmentToken(id=uuid.uuid4(), token_hash=hash_token(secret), note=note, created_by=actor,
-                           expires_at=datetime.now(UTC) + timedelta(hours=hours))
+    token = EnrolmentToken(id=uuid.uuid4(), token_hash=hash_token(secret), note=note, host_id=host_id,
+                           created_by=actor, expires_at=datetime.now(UTC) + timedelta(hours=hours))
     session.add(token)
-    crud.audit(session, actor, "enrolment_token_created", str(token.id), {"note": note, "hours": hours})
+    crud.audit(session, actor, "enrolment_token_created", str(token.id),
+               {"note": note, "hours": hours, "host_id": host_id})
     await session.flush()
     return token, secret
 
@@ -93,16 +95,26 @@ async def enroll(runtime: Runtime, request, peer: str) -> Issued:
             raise EnrolmentError(grpc.StatusCode.PERMISSION_DENIED,
                                  f"host {host_id} is retired; an admin must delete it before it can enrol again")
         if request.token:
-            used = (await db.execute(text("""
-                UPDATE enrolment_tokens SET used_at = now(), used_by_host = :h
+            token = (await db.execute(text("""
+                SELECT id, host_id, created_by FROM enrolment_tokens
                 WHERE token_hash = :t AND used_at IS NULL AND revoked_at IS NULL AND expires_at > now()
-                RETURNING created_by"""), {"h": host_id, "t": hash_token(request.token)})).first()
-            if used is None:
-                await db.commit()
+                FOR UPDATE"""), {"t": hash_token(request.token)})).first()
+            if token is None or (token.host_id is not None and token.host_id != host_id):
                 crud.audit(db, f"agent@{peer}", "enrolment_refused", host_id, {"reason": "bad token"})
                 await db.commit()
                 raise EnrolmentError(grpc.StatusCode.UNAUTHENTICATED,
-                                     "the enrolment token is unknown, used, revoked or expired")
+                                     "the enrolment token is unknown, used, revoked, expired or for another host")
+            if host is not None and host.cert_fingerprint is not None and token.host_id != host_id:
+                # A token for any host must not replace a host's credential: that would let its holder
+                # take over an enrolled host.
+                crud.audit(db, f"agent@{peer}", "enrolment_refused", host_id, {"reason": "already enrolled"})
+                await db.commit()
+                raise EnrolmentError(grpc.StatusCode.PERMISSION_DENIED,
+                                     f"host {host_id} is enrolled already: enrolling it again needs a token created "
+                                     "for this host id (or delete the host first)")
+            await db.execute(text("UPDATE enrolment_tokens SET used_at = now(), used_by_host = :h WHERE id = :i"),
+                             {"h": host_id, "i": token.id})
+            used = token
             await db.execute(text("DELETE FROM enrolment_requests WHERE host_id = :h"), {"h": host_id})
             return await _issue(runtime, db, host_id, hostname, request.csr_pem, f"token of {used.created_by}",
                                 "enrolment token")

@@ -198,12 +198,14 @@ class IntervalTotal(Base):
 
 
 class EnrolmentToken(Base):
-    """A one-time token an admin creates so that one new host can enrol; only its SHA-256 is kept."""
+    """A one-time token an admin creates so that one host can enrol; only its SHA-256 is kept. A token
+    for a given host id may also replace that host's current certificate; one without cannot."""
 
     __tablename__ = "enrolment_tokens"
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     note: Mapped[str] = mapped_column(Text, default="")
+    host_id: Mapped[str | None] = mapped_column(Text, nullable=True)  # only this host may use it, if set
     created_by: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

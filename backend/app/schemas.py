@@ -237,12 +237,16 @@ class Timeline(BaseModel):
 class EnrolmentTokenCreate(BaseModel):
     note: str = Field("", max_length=200, description="what the token is for, for the list")
     hours: float = Field(24.0, gt=0, le=24 * 30, description="how long the token stays valid")
+    host_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$",
+                                description="only this host may use the token; needed to enrol a host that "
+                                            "holds a certificate already (a new key, a reinstalled agent)")
 
 
 class EnrolmentTokenPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     id: uuid.UUID
     note: str
+    host_id: str | None
     created_by: str
     created_at: datetime
     expires_at: datetime

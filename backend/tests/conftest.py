@@ -83,8 +83,9 @@ async def backend(database_url, data_dir):
         admin_password: str
 
         async def credentials(self, host_id: str) -> Credentials:
-            """Enrol `host_id` with a fresh one-time token, as an agent would."""
-            return await enroll(self.enroll_target, self.ca_pem, host_id, await new_token(self.runtime))
+            """Enrol `host_id` with a fresh one-time token for it, as an agent would."""
+            return await enroll(self.enroll_target, self.ca_pem, host_id,
+                                await new_token(self.runtime, host_id=host_id))
 
         async def agent(self, host_id: str, **kwargs) -> ScriptedAgent:
             """A fake agent for `host_id`, enrolled and ready to connect."""

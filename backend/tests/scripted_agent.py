@@ -93,9 +93,9 @@ def make_csr(host_id: str, common_name: str | None = None) -> tuple[bytes, str]:
     return key_pem, csr.public_bytes(serialization.Encoding.PEM).decode()
 
 
-async def new_token(runtime, note: str = "scripted agent") -> str:
+async def new_token(runtime, note: str = "scripted agent", host_id: str | None = None) -> str:
     async with runtime.sessionmaker() as db:
-        _, secret = await enrolment.create_token(db, "tests", note, 1.0)
+        _, secret = await enrolment.create_token(db, "tests", note, 1.0, host_id)
         await db.commit()
     return secret
 

@@ -95,10 +95,28 @@ async def test_another_hosts_certificate_cannot_take_over_a_host(backend, client
 async def test_enrolling_again_replaces_the_old_certificate(backend, unique):
     host_id = f"again-{unique}"
     old = await backend.credentials(host_id)
-    await backend.credentials(host_id)
+    await backend.credentials(host_id)  # with a token created for this host id
     error = await _connect_error(ScriptedAgent(backend.grpc_target, old, host_id))
     assert error.code() == grpc.StatusCode.UNAUTHENTICATED
     assert "not the current credential" in error.details()
+
+
+async def test_a_token_for_any_host_cannot_take_over_an_enrolled_host(backend, unique):
+    host_id = f"taken-{unique}"
+    creds = await backend.credentials(host_id)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await enroll(backend.enroll_target, backend.ca_pem, host_id, await new_token(backend.runtime))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "enrolled already" in err.value.details()
+    # The refusal did not consume anything the real host depends on: it still connects.
+    agent = ScriptedAgent(backend.grpc_target, creds, host_id, kernel_tag=f"taken-{unique}")
+    assert (await agent.connect(send_catalog=False)).session_id
+    await agent.close()
+    # A token created for another host id is refused for this one.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await enroll(backend.enroll_target, backend.ca_pem, f"new-{unique}",
+                     await new_token(backend.runtime, host_id=f"other-{unique}"))
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 async def test_a_certificate_from_another_ca_does_not_connect(backend, unique, tmp_path):

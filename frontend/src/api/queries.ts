@@ -205,7 +205,7 @@ export function useEnrolmentRequests(enabled = true) {
 
 export function useCreateEnrolmentToken() {
   const qc = useQueryClient();
-  return useMutation<EnrolmentTokenCreated, Error, { note: string; hours: number }>({
+  return useMutation<EnrolmentTokenCreated, Error, { note: string; hours: number; host_id?: string | null }>({
     mutationFn: (body) => unwrap(api.POST("/api/v1/enrolment-tokens", { body })),
     onSuccess: () => void qc.invalidateQueries({ queryKey: keys.enrolmentTokens }),
   });

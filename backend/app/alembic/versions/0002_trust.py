@@ -42,6 +42,7 @@ def upgrade() -> None:
         sa.Column("id", pg.UUID(as_uuid=True), primary_key=True),
         sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
         sa.Column("note", sa.Text, nullable=False, server_default=""),
+        sa.Column("host_id", sa.Text),
         sa.Column("created_by", sa.Text, nullable=False),
         sa.Column("created_at", TZ, nullable=False, server_default=sa.func.now()),
         sa.Column("expires_at", TZ, nullable=False),

@@ -21,7 +21,7 @@ TokenId = Annotated[uuid.UUID, Path(description="An enrolment token's id")]
 async def create_enrolment_token(body: EnrolmentTokenCreate, session: SessionDep, runtime: RuntimeDep,
                                  admin: AdminUser) -> EnrolmentTokenCreated:
     """Create a one-time enrolment token (shown only in this answer) with the CA agents trust."""
-    token, secret = await enrolment.create_token(session, admin.username, body.note, body.hours)
+    token, secret = await enrolment.create_token(session, admin.username, body.note, body.hours, body.host_id)
     await session.commit()
     await session.refresh(token)
     return EnrolmentTokenCreated(**EnrolmentTokenPublic.model_validate(token).model_dump(), token=secret,

@@ -8,7 +8,7 @@ import { setSession } from "../../api/session";
 
 const ADMIN = { id: "u", username: "admin", role: "admin" as const };
 const token = {
-  id: "11111111-1111-1111-1111-111111111111", note: "rack 4", created_by: "admin",
+  id: "11111111-1111-1111-1111-111111111111", note: "rack 4", host_id: null, created_by: "admin",
   created_at: new Date().toISOString(), expires_at: new Date(Date.now() + 3600_000).toISOString(),
   used_at: null, used_by_host: null, revoked_at: null,
 };
@@ -32,9 +32,11 @@ describe("admin page", () => {
   afterEach(() => vi.unstubAllGlobals());
 
   it("creates an enrolment token and shows the secret once with the CA", async () => {
+    let sent: unknown = null;
     const f = admin({
       "POST /api/v1/enrolment-tokens": async (req) => {
         const body = await req.json();
+        sent = body;
         return json({ ...token, note: body.note, token: "hpe_secret-shown-once", ca_pem: "-----BEGIN CERTIFICATE-----\nX\n",
                       enroll_port: 50052 }, 201);
       },
@@ -42,6 +44,7 @@ describe("admin page", () => {
     renderApp("/admin");
     expect(await screen.findByRole("heading", { name: "Admin" })).toBeInTheDocument();
     await userEvent.type(screen.getByLabelText("Note"), "qemu guest");
+    await userEvent.type(screen.getByLabelText("For host id (optional)"), "guest-1");
     await userEvent.click(screen.getByRole("button", { name: "Create enrolment token" }));
     const region = await screen.findByRole("region", { name: "New enrolment token" });
     expect(within(region).getByLabelText("Enrolment token")).toHaveValue("hpe_secret-shown-once");
@@ -49,6 +52,7 @@ describe("admin page", () => {
     expect(region).toHaveTextContent("--token-file token");
     const post = f.requests.find((r) => r.method === "POST" && r.url.endsWith("/enrolment-tokens"))!;
     expect(post.headers.get("Authorization")).toBe("Bearer t");
+    expect(sent).toEqual({ note: "qemu guest", hours: 24, host_id: "guest-1" });
     const list = screen.getByRole("table", { name: "Enrolment tokens" });
     expect(within(list).getByText("rack 4")).toBeInTheDocument();
     expect(within(list).queryByText("hpe_secret-shown-once")).toBeNull();

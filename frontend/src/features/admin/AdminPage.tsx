@@ -49,13 +49,14 @@ export function AdminPage() {
   const decide = useDecideEnrolment();
   const [note, setNote] = useState("");
   const [hours, setHours] = useState(24);
+  const [forHost, setForHost] = useState("");
 
   if (!isAdmin) {
     return <section className="notice"><h1>Admin</h1><p>This page needs the admin role.</p></section>;
   }
   const submit = (e: FormEvent) => {
     e.preventDefault();
-    create.mutate({ note, hours });
+    create.mutate({ note, hours, host_id: forHost.trim() || null });
   };
   const pending = (requests.data ?? []).filter((r) => r.status === "pending");
   return (
@@ -65,6 +66,10 @@ export function AdminPage() {
       <h2>Enrolment tokens</h2>
       <form onSubmit={submit} className="token-form">
         <label>Note <input value={note} maxLength={200} onChange={(e) => setNote(e.target.value)} /></label>
+        <label title="Needed to enrol again a host that holds a certificate already">
+          For host id (optional)
+          <input value={forHost} maxLength={128} onChange={(e) => setForHost(e.target.value)} />
+        </label>
         <label>
           Valid for (hours)
           <input type="number" min={1} max={720} value={hours} onChange={(e) => setHours(Number(e.target.value))} />
@@ -74,11 +79,12 @@ export function AdminPage() {
       {create.isError && <p className="error" role="alert">{create.error.message}</p>}
       {create.data && <CreatedToken created={create.data} />}
       <table aria-label="Enrolment tokens">
-        <thead><tr><th>Note</th><th>Created</th><th>State</th><th /></tr></thead>
+        <thead><tr><th>Note</th><th>For host</th><th>Created</th><th>State</th><th /></tr></thead>
         <tbody>
           {(tokens.data ?? []).map((t) => (
             <tr key={t.id}>
               <td>{t.note || <span className="muted">no note</span>}</td>
+              <td>{t.host_id ? <code>{t.host_id}</code> : <span className="muted">any new host</span>}</td>
               <td>{t.created_by}, {formatAgo(t.created_at)}</td>
               <td>{tokenState(t)}</td>
               <td>
