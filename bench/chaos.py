@@ -298,7 +298,7 @@ async def main() -> int:
         sent = int(instances[1]) + still_held
         stored = stored_batches(stack, hid)
         with stack.api() as c:
-            timeline = c.get(f"/api/v1/hosts/{hid}/timeline", params={"window_s": 3600}).json()
+            timeline = c.get(f"/api/v1/hosts/{hid}/coverage", params={"window_s": 3600}).json()
         gaps = len(timeline["gaps"])
         bad = bad_rows(stack, fake)
         say(f"fake agent streams: {dict(sorted(fake.statuses.items()))}")

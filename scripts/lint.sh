@@ -5,6 +5,7 @@
 #   agent     clang-format (agent/.clang-format)
 #   python    ruff (lint and import order) and mypy (types), configured in backend/pyproject.toml, over the
 #             backend, its tests, the agent's Python stream tests and the Python benchmarks
+#   console   ESLint: typescript-eslint with type information, React hooks rules (frontend/eslint.config.js)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.tools/bin:$PATH"
@@ -26,6 +27,7 @@ check "agent: clang-format" make -s -C agent lint
 py=backend/.venv/bin
 check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench
 check "python: mypy" bash -c "cd backend && .venv/bin/mypy"
+check "console: eslint" bash -c 'cd frontend && npx eslint --max-warnings 0 .'
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

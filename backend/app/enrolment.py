@@ -22,7 +22,7 @@ from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import agent_input, crud
+from app import agent_input, crud, samples
 from app.core.pki import CsrError, parse_csr
 from app.models import EnrolmentRequest, EnrolmentToken, Host
 from app.runtime import Runtime
@@ -193,8 +193,7 @@ async def delete_host(runtime: Runtime, session: AsyncSession, host_id: str, act
         return False
     hostname = host.hostname
     await runtime.agents.end_host(host_id, "this host was deleted by an admin")
-    for table in ("block_samples", "interval_totals"):
-        await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
+    await samples.delete_host_series(session, host_id)
     await session.execute(text("DELETE FROM enrolment_requests WHERE host_id = :h"), {"h": host_id})
     await session.execute(text("DELETE FROM hosts WHERE id = :h"), {"h": host_id})
     crud.audit(session, actor, "host_deleted", host_id, {"hostname": hostname})

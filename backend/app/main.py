@@ -11,14 +11,16 @@ from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.middleware.gzip import GZipMiddleware
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.api.guard import RequestGuard
 from app.api.responses import ADMIN_ONLY, GUARDED, SIGNED_IN
-from app.api.routes import admin, auth, functions, health, hosts, live, users
+from app.api.routes import admin, auth, catalogs, functions, health, hosts, live, samples, users
+from app.metrics import CONTENT_TYPE, RequestMetrics
 from app.runtime import Runtime
 from app.schemas import LiveEvent
 
@@ -30,7 +32,11 @@ def operation_id(route: APIRoute) -> str:
     return f"{route.tags[0]}-{route.name}" if route.tags else route.name
 
 
-def create_app(runtime: Runtime | None = None, static_dir: Path | None = None) -> FastAPI:
+DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
+
+
+def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
+               docs_dir: Path | None = DOCS_DIR) -> FastAPI:
     app = FastAPI(title="Hotpath", version="0.1.0", generate_unique_id_function=operation_id,
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs", redoc_url=None,
                   description="Web performance console for hot kernel paths: hosts, their code catalog, "
@@ -44,10 +50,19 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None) -
     api.include_router(hosts.router, responses=SIGNED_IN)
     api.include_router(functions.router, responses=SIGNED_IN)
     api.include_router(admin.router, responses=ADMIN_ONLY)
+    api.include_router(samples.router, responses=SIGNED_IN)
+    api.include_router(catalogs.router, responses=SIGNED_IN)
     api.include_router(live.router)  # a WebSocket only: it closes with code 4401 without a valid token
     app.include_router(api)
     _install_error_handlers(app)
     _document_live_events(app)
+    # JSON compresses ~5-10x; responses that set their own encoding (catalogs) pass through.
+    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=5)
+    if runtime is not None:
+        app.add_middleware(RequestMetrics, metrics=runtime.metrics)
+        _add_metrics_route(app, runtime)
+    if docs_dir is not None and docs_dir.is_dir():
+        _mount_docs(app, docs_dir.resolve())
     max_body = runtime.settings.max_body_bytes if runtime is not None else 1024 * 1024
     app.add_middleware(RequestGuard, max_body_bytes=max_body)
     if static_dir is not None and (static_dir / "index.html").is_file():
@@ -78,12 +93,36 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DBAPIError, database_error)
 
 
+def _add_metrics_route(app: FastAPI, runtime: Runtime) -> None:
+    token = runtime.settings.metrics_token
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(request: Request):
+        if token and request.headers.get("authorization", "") != f"Bearer {token}":
+            raise HTTPException(401, "Not authenticated", headers={"WWW-Authenticate": "Bearer"})
+        return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE)
+
+
+def _mount_docs(app: FastAPI, root: Path) -> None:
+    """The repository's documentation (Markdown as plain text, and its images), linked from the console's
+    first screen. Public, like the login page: it describes the software, not any host."""
+
+    @app.get("/docs/{name:path}", include_in_schema=False)
+    async def docs(name: str):
+        candidate = (root / (name or "architecture.md")).resolve()
+        if not candidate.is_relative_to(root) or not candidate.is_file():
+            raise HTTPException(404, "No such document")
+        if candidate.suffix == ".md":
+            return FileResponse(candidate, media_type="text/plain; charset=utf-8")
+        return FileResponse(candidate)
+
+
 def _mount_console(app: FastAPI, root: Path) -> None:
     index = root / "index.html"
 
     @app.get("/{path:path}", include_in_schema=False)
     async def console(path: str):
-        if path == "api" or path.startswith("api/"):
+        if path in ("api", "metrics") or path.startswith(("api/", "docs/")):
             raise HTTPException(404, "Not found")
         candidate = (root / path).resolve()
         if path and candidate.is_relative_to(root) and candidate.is_file():

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The live objects one backend process shares between its HTTP and gRPC sides: settings, database
-session factory, signing key, the certificate authority, this replica's id, the WebSocket hub and the
-registry of connected agents.
+session factory, signing key, the certificate authority, this replica's id, the WebSocket hub, the
+registry of connected agents and the backend's own metrics.
 Routes reach it through `request.app.state.runtime`; tests build their own."""
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.live import LiveHub
+from app.metrics import Metrics
 
 if TYPE_CHECKING:
     from app.core.pki import Pki
@@ -26,4 +27,5 @@ class Runtime:
     replica_id: str
     enroll_port: int = 0  # where agents enrol, once the gRPC server listens
     hub: LiveHub = field(default_factory=LiveHub)
+    metrics: Metrics = field(default_factory=Metrics)
     agents: "AgentRegistry" = None  # type: ignore[assignment]  # set by app.server.build_runtime

@@ -97,6 +97,7 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
                       secret_key=prepared.secret_key, pki=prepared.pki, replica_id=replica)
     runtime.agents = AgentRegistry(runtime)
     crud.set_clock_skew(settings.max_clock_skew_s)
+    runtime.metrics.bind(runtime)
     return runtime
 
 

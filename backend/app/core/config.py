@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     audit_retention_days: float = 90.0
     ws_ping_interval_s: float = 20.0
     log_level: str = "INFO"
+    # When set, GET /metrics needs "Authorization: Bearer <this token>"; unset, it is open (it carries
+    # aggregate counters only: no host ids, function names or users).
+    metrics_token: str | None = None
 
 
 @lru_cache

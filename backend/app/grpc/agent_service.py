@@ -153,6 +153,7 @@ class AgentRegistry:
                 crud.audit(db, actor, "command_sent", host_id,
                            {"command_id": command_id, "kind": "inspect_function", "module": module, "index": index})
                 await db.commit()
+            self.runtime.metrics.commands_sent.labels("inspect_function").inc()
             try:
                 await session.send(pb.ServerMessage(command=pb.Command(
                     id=command_id, inspect_function=pb.InspectFunction(module=module, function_index=index))))
@@ -492,7 +493,9 @@ class AgentService:
                 raise InvalidInput(f"catalog {digest[:16]} holds more functions or blocks than Hello announced "
                                    f"({upload.function_count} functions, {upload.block_count} blocks)")
             upload.hasher.add(chunk.functions)
-            await catalog.store_chunk(self.runtime.engine, upload.staging, upload.base, chunk.functions)
+            stored_fns, _, _ = await catalog.store_chunk(self.runtime.engine, upload.staging, upload.base,
+                                                         chunk.functions)
+            self.runtime.metrics.catalog_functions.inc(stored_fns)
             if chunk.last:
                 await self._finish_upload(session, upload)
         except BaseException:
@@ -657,6 +660,10 @@ class AgentService:
                                    f"which is {entry[1]:#x} bytes long")
             per_block[(entry[0], b.block_offset)] += b.count
         session.dropped_samples += dropped
+        metrics = self.runtime.metrics
+        metrics.ingest_batches.inc()
+        metrics.ingest_samples.inc(batch.total_samples)
+        metrics.ingest_dropped.inc(dropped)
         rows = [(fid, off, count) for (fid, off), count in per_block.items()]
         await samples.store_batch(self.runtime.engine, session.host_id, ts, batch.interval_ms, rows,
                                   (batch.total_samples, batch.user_samples, batch.unmapped_samples,

@@ -46,6 +46,7 @@ class Backend:
         log = open(self.data / "backend.log", "ab")  # noqa: SIM115, ASYNC230 - the child keeps it
         self.proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "app", cwd=BACKEND_DIR, env=env,
                                                          stdout=log, stderr=log)
+        _started.append(self.proc)
         await self.wait_health(200, 120)
 
     async def health(self) -> int:
@@ -99,12 +100,24 @@ async def _postgres_gone(pgdata: Path, timeout: float) -> bool:
     return True
 
 
+_started: list[asyncio.subprocess.Process] = []
+
+
 @pytest.fixture
 def data_folder():
     folder = Path(tempfile.mkdtemp(prefix="hotpath-recovery-"))
     yield folder
+    # Never leave a backend or its Postgres behind, whatever failed: the backend first (it would
+    # restart a Postgres killed under it), then Postgres.
+    while _started:
+        proc = _started.pop()
+        if proc.returncode is None:
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
     pid = postmaster_pid(folder / "pgdata")
-    if pid is not None:  # never leave a Postgres behind, whatever failed
+    if pid is not None:
         os.kill(pid, signal.SIGKILL)
 
 

@@ -67,7 +67,7 @@ async def test_numbers_that_never_arrive_and_reported_gaps_are_recorded_and_show
         reason="the agent's buffer of unacknowledged data was full")))
     await agent.send_metrics(start + 10 * NS, [("vmlinux", 0, 0, 1)], seq=10)
     await wait_for_ack(agent, 10)
-    timeline = (await client.get(f"/api/v1/hosts/{host_id}/timeline", params={"window_s": 600})).json()
+    timeline = (await client.get(f"/api/v1/hosts/{host_id}/coverage", params={"window_s": 600})).json()
     gaps = sorted((g["source"], g["messages"], g["reason"]) for g in timeline["gaps"])
     assert gaps == [("agent", 4, "the agent's buffer of unacknowledged data was full"),
                     ("backend", 3, "sequence numbers 2..4 never arrived")]
@@ -92,7 +92,7 @@ async def test_a_batch_from_2262_is_refused_flags_the_clock_and_does_not_hide_re
     host = (await client.get(f"/api/v1/hosts/{host_id}")).json()
     assert host["clock_skewed"] is True and host["clock_offset_ms"] > 10**12
     assert host["refused_batches"] == 1
-    timeline = (await client.get(f"/api/v1/hosts/{host_id}/timeline")).json()
+    timeline = (await client.get(f"/api/v1/hosts/{host_id}/coverage")).json()
     assert any("clock is about" in g["reason"] for g in timeline["gaps"])
     await agent.close()
 

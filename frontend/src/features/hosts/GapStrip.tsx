@@ -3,9 +3,9 @@
 // recorded gaps (dropped by the agent, never arrived, refused for the clock) marked over it with
 // their reason as a tooltip and in a list below. SVG: a few hundred cells at most.
 import { useState } from "react";
-import { useTimeline } from "../../api/queries";
+import { useDataCoverage } from "../../api/queries";
 import { formatCount } from "../../lib/format";
-import { stripModel } from "./timelineModel";
+import { stripModel } from "./coverageModel";
 
 const WINDOWS = [
   { s: 900, label: "15 min" },
@@ -16,7 +16,7 @@ const WINDOWS = [
 
 export function GapStrip({ hostId }: { hostId: string }) {
   const [windowS, setWindowS] = useState(3600);
-  const timeline = useTimeline(hostId, windowS);
+  const timeline = useDataCoverage(hostId, windowS);
   if (timeline.isError) return <p className="error" role="alert">Could not load the timeline: {timeline.error.message}</p>;
   if (!timeline.data) return <p className="muted">Loading the timeline…</p>;
   const strip = stripModel(timeline.data);

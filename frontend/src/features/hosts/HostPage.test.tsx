@@ -25,7 +25,7 @@ describe("host page", () => {
     vi.stubGlobal("fetch", routeFetch({
       "/api/v1/auth/me": () => json({ id: "v", username: "viewer", role: "viewer" }),
       "/api/v1/hosts/host-1": () => json(host({ clock_offset_ms: 3 * 3600_000, clock_skewed: true, refused_batches: 4 })),
-      "/api/v1/hosts/host-1/timeline": () => json(timeline()),
+      "/api/v1/hosts/host-1/coverage": () => json(timeline()),
       "/api/v1/hosts/host-1/functions": () => json({ total: 0, items: [] }),
       "/api/v1/hosts/host-1/modules": () => json([]),
       "/api/v1/hosts/host-1/hotness": () => json({ window_s: 10, items: [] }),
@@ -51,7 +51,7 @@ describe("host page", () => {
     vi.stubGlobal("fetch", routeFetch({
       "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
       "/api/v1/hosts/host-1": () => json(host({ status: "retired", enrolled: false, online: false })),
-      "/api/v1/hosts/host-1/timeline": () => json(timeline()),
+      "/api/v1/hosts/host-1/coverage": () => json(timeline()),
       "/api/v1/hosts/host-1/functions": () => json({ total: 0, items: [] }),
       "/api/v1/hosts/host-1/modules": () => json([]),
       "/api/v1/hosts/host-1/hotness": () => json({ window_s: 10, items: [] }),

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
-import { stripModel } from "./timelineModel";
-import type { Timeline } from "../../api/types";
+import { stripModel } from "./coverageModel";
+import type { DataCoverage } from "../../api/types";
 
-function timeline(covered: number[], gaps: Timeline["gaps"] = []): Timeline {
+function timeline(covered: number[], gaps: DataCoverage["gaps"] = []): DataCoverage {
   const start = Date.parse("2026-11-23T10:00:00Z");
   return {
     start: new Date(start).toISOString(),

@@ -2,7 +2,7 @@
 // Shapes a host's timeline (coverage per bucket and recorded gaps) into the segments the time strip
 // draws: each bucket is "data", "partial" or "none", and each gap becomes a span on the same axis,
 // clipped to the period shown, with its reason.
-import type { Timeline } from "../../api/types";
+import type { DataCoverage } from "../../api/types";
 
 export type Coverage = "data" | "partial" | "none";
 
@@ -34,7 +34,7 @@ const FULL = 0.9;
 /** A gap of zero length (one refused batch) still gets a visible mark. */
 const MIN_GAP_WIDTH = 0.004;
 
-export function stripModel(t: Timeline): Strip {
+export function stripModel(t: DataCoverage): Strip {
   const start = Date.parse(t.start);
   const end = Date.parse(t.end);
   const span = Math.max(1, end - start);
