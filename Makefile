@@ -35,13 +35,14 @@ frontend: backend
 
 build: agent backend frontend
 
-bench: agent frontend
+bench: agent backend frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
 	./bench/probe_cost
 	./bench/console_tree
 	./bench/cfg_layout
 	./bench/catalog_load
+	./bench/chaos
 
 clean:
 	$(MAKE) -C agent clean

@@ -18,6 +18,7 @@ struct command {
 
 static const struct command commands[] = {
 	{ "caps", cmd_caps, "probe this host's capabilities and show the mechanism chosen per metric" },
+	{ "enroll", cmd_enroll, "give this host its identity: a certificate from the backend's CA" },
 	{ "inspect", cmd_inspect, "show one function's blocks, instructions, successors and callees" },
 	{ "measure", cmd_measure, "count and time functions and blocks of the kernel or a process" },
 	{ "plan", cmd_plan, "plan the re-layout of a hot function and its callees (nothing is installed)" },
