@@ -80,10 +80,12 @@ def check_hello(hello: "pb.Hello") -> None:
         if m.name in names:
             raise InvalidInput(f"module {excerpt(m.name)} is listed twice")
         names.add(m.name)
-        if not DIGEST_RE.match(m.digest):
-            raise InvalidInput(f"module {excerpt(m.name)} has an invalid digest (want lower-case hex SHA-256)")
-        if m.function_count > MAX_PIECE_FUNCTIONS or m.block_count > MAX_PIECE_BLOCKS:
-            raise InvalidInput(f"module {excerpt(m.name)} announces more functions or blocks than allowed")
+        check_module_ref(m, "Hello")
+    check_targets(hello.targets)
+    if len(hello.measurements) > MAX_MEASUREMENTS:
+        raise InvalidInput(f"Hello lists {len(hello.measurements)} measurements (at most {MAX_MEASUREMENTS})")
+    for info in hello.measurements:
+        check_measurement_info(info)
 
 
 def check_function(f: "pb.Function", expected_index: int) -> int:
@@ -150,8 +152,8 @@ def check_batch(batch: "pb.MetricBatch") -> None:
     for b in batch.blocks:
         if not 0 < b.count <= MAX_COUNT:
             raise InvalidInput(f"BlockSamples.count {b.count} is out of range (1..{MAX_COUNT})")
-        if b.function_index > INT32_MAX or b.block_offset > INT32_MAX:
-            raise InvalidInput("BlockSamples.function_index or block_offset is out of range")
+        if b.function_index > INT32_MAX or b.block_offset > INT32_MAX or b.module_index > MAX_MODULES:
+            raise InvalidInput("BlockSamples.module_index, function_index or block_offset is out of range")
         counted += b.count
     if counted + batch.user_samples + batch.unmapped_samples > batch.total_samples:
         raise InvalidInput("MetricBatch: block, user and unmapped samples exceed total_samples")
@@ -163,3 +165,135 @@ def check_gap(gap: "pb.DataGap", seq: int) -> None:
     if gap.end_unix_ns < gap.start_unix_ns:
         raise InvalidInput("DataGap ends before it starts")
     text(gap.reason, "DataGap.reason", MAX_DETAIL, empty=True)
+
+
+# Targets, measurements and command results ---------------------------------------------------------
+
+MAX_TARGETS = 512
+MAX_MEASUREMENTS = 512
+MAX_MEASUREMENT_ROWS = 65536
+MAX_INTERNED = 64
+TARGET_ID_RE = re.compile(r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$")
+MEASUREMENT_ID_RE = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+TARGET_KINDS = {1: "kernel", 2: "process"}
+TARGET_STATES = {1: "attached", 2: "exited", 3: "detached"}
+RESOURCE_KINDS = {1: "function", 2: "block", 3: "address"}
+METRICS = {1: "count", 2: "wall_ns", 3: "vtime_ns", 4: "concurrency", 5: "wall_per_call_ns",
+           6: "vtime_per_call_ns", 7: "cycles", 8: "instructions", 9: "icache_stall", 10: "branch_mispredict"}
+LABELS = {1: "exact", 2: "sampled", 3: "estimate"}
+MEASUREMENT_STATES = {1: "armed", 2: "running", 3: "target_exited", 4: "stopped", 5: "failed"}
+MAX_VALUE = float(1 << 62)
+
+
+def check_module_ref(m: "pb.ModuleRef", where: str) -> None:
+    text(m.name, f"{where} module name", MAX_SYMBOL)
+    if not DIGEST_RE.match(m.digest):
+        raise InvalidInput(f"{where} module {excerpt(m.name)} has an invalid digest (want lower-case hex SHA-256)")
+    if m.function_count > MAX_PIECE_FUNCTIONS or m.block_count > MAX_PIECE_BLOCKS:
+        raise InvalidInput(f"{where} module {excerpt(m.name)} announces more functions or blocks than allowed")
+    if m.build_id and not re.fullmatch(r"[0-9a-f]{2,128}", m.build_id):
+        raise InvalidInput(f"{where} module {excerpt(m.name)} has an invalid build id")
+
+
+def check_target(t: "pb.Target") -> None:
+    if not TARGET_ID_RE.match(t.id):
+        raise InvalidInput(f"Target.id {excerpt(t.id)} is not 'kernel' or p<pid>-<start time>")
+    if t.kind not in TARGET_KINDS or (t.kind == 1) != (t.id == "kernel"):
+        raise InvalidInput(f"target {t.id}: kind {t.kind} does not match its id")
+    if t.state not in TARGET_STATES:
+        raise InvalidInput(f"target {t.id}: unknown state {t.state}")
+    text(t.command, f"target {t.id} command", 64, empty=True)
+    text(t.executable, f"target {t.id} executable", 4096, empty=True)
+    text(t.detail, f"target {t.id} detail", MAX_DETAIL, empty=True)
+    if t.pid > INT32_MAX:
+        raise InvalidInput(f"target {t.id}: pid out of range")
+    if len(t.modules) > MAX_MODULES:
+        raise InvalidInput(f"target {t.id} lists {len(t.modules)} modules (at most {MAX_MODULES})")
+    names: set[str] = set()
+    for m in t.modules:
+        check_module_ref(m, f"target {t.id}")
+        if m.name in names:
+            raise InvalidInput(f"target {t.id}: module {excerpt(m.name)} is listed twice")
+        names.add(m.name)
+
+
+def check_targets(targets) -> None:
+    if len(targets) > MAX_TARGETS:
+        raise InvalidInput(f"{len(targets)} targets (at most {MAX_TARGETS})")
+    seen: set[str] = set()
+    for t in targets:
+        check_target(t)
+        if t.id in seen:
+            raise InvalidInput(f"target {t.id} is listed twice")
+        seen.add(t.id)
+
+
+def check_measurement_info(info: "pb.MeasurementInfo") -> None:
+    where = f"measurement {excerpt(info.measurement_id)}"
+    if not MEASUREMENT_ID_RE.match(info.measurement_id):
+        raise InvalidInput(f"{where}: the id must be 1 to 64 letters, digits, '-' or '_'")
+    if not TARGET_ID_RE.match(info.target):
+        raise InvalidInput(f"{where}: invalid target {excerpt(info.target)}")
+    if info.state not in MEASUREMENT_STATES:
+        raise InvalidInput(f"{where}: unknown state {info.state}")
+    text(info.detail, f"{where} detail", MAX_DETAIL, empty=True)
+    if len(info.resources) > MAX_MEASUREMENT_ROWS:
+        raise InvalidInput(f"{where}: {len(info.resources)} rows (at most {MAX_MEASUREMENT_ROWS})")
+    if not 0 < info.interval_ms <= MAX_INTERVAL_MS:
+        raise InvalidInput(f"{where}: interval {info.interval_ms} ms is out of range")
+    for i, r in enumerate(info.resources):
+        if not DIGEST_RE.match(r.digest):
+            raise InvalidInput(f"{where}: row {i} has an invalid digest")
+        if r.kind not in (1, 2):
+            raise InvalidInput(f"{where}: row {i} is neither a function nor a block")
+        if r.function_index > INT32_MAX or r.block_offset > INT32_MAX or r.size > INT32_MAX:
+            raise InvalidInput(f"{where}: row {i} is out of range")
+        if r.function_row > len(info.resources) or r.function_row == i + 1:
+            raise InvalidInput(f"{where}: row {i} names a function row that does not exist")
+        text(r.function, f"{where} row {i} function", MAX_SYMBOL)
+        if len(r.metrics) > 16:
+            raise InvalidInput(f"{where}: row {i} has too many metrics")
+        for p in r.metrics:
+            if p.metric not in METRICS or p.label not in LABELS:
+                raise InvalidInput(f"{where}: row {i} has an unknown metric or label")
+            text(p.mechanism, f"{where} mechanism", MAX_SHORT_TEXT, empty=True)
+            text(p.reason, f"{where} reason", MAX_DETAIL, empty=True)
+            text(p.unit, f"{where} unit", 32, empty=True)
+
+
+def check_measurement_batch(b: "pb.MeasurementBatch", rows: int) -> None:
+    """Shape and ranges of a measurement batch whose measurement has `rows` rows."""
+    where = f"measurement {excerpt(b.measurement_id)}"
+    if not MEASUREMENT_ID_RE.match(b.measurement_id):
+        raise InvalidInput(f"{where}: the id must be 1 to 64 letters, digits, '-' or '_'")
+    if not b.interval_start_unix_ns < b.interval_end_unix_ns <= b.interval_start_unix_ns + MAX_INTERVAL_MS * 10**6:
+        raise InvalidInput(f"{where}: the interval is empty, reversed or longer than an hour")
+    if b.state not in MEASUREMENT_STATES:
+        raise InvalidInput(f"{where}: unknown state {b.state}")
+    text(b.detail, f"{where} detail", MAX_DETAIL, empty=True)
+    if len(b.units) > MAX_INTERNED or len(b.mechanisms) > MAX_INTERNED:
+        raise InvalidInput(f"{where}: too many units or mechanisms")
+    for u in b.units:
+        text(u, f"{where} unit", 32)
+    for m in b.mechanisms:
+        text(m, f"{where} mechanism", MAX_SHORT_TEXT, empty=True)
+    if len(b.resources) > rows:
+        raise InvalidInput(f"{where}: values for {len(b.resources)} rows; it has {rows}")
+    for field in ("samples_total", "samples_lost", "frames_dropped", "exits_unmatched"):
+        if getattr(b, field) > MAX_COUNT:
+            raise InvalidInput(f"{where}: {field} is out of range")
+    nunits, nmechs = len(b.units), len(b.mechanisms)
+    seen: set[int] = set()
+    for rv in b.resources:
+        if rv.resource >= rows or rv.resource in seen:
+            raise InvalidInput(f"{where}: row {rv.resource} does not exist or is listed twice")
+        seen.add(rv.resource)
+        if rv.samples > MAX_COUNT or rv.exits > MAX_COUNT or len(rv.values) > 16:
+            raise InvalidInput(f"{where}: row {rv.resource} is out of range")
+        for v in rv.values:
+            if v.metric not in METRICS or v.label not in LABELS:
+                raise InvalidInput(f"{where}: row {rv.resource} has an unknown metric or label")
+            if v.unit >= nunits or v.mechanism >= nmechs:
+                raise InvalidInput(f"{where}: row {rv.resource} names a unit or mechanism the batch lacks")
+            if not (0 <= v.value <= MAX_VALUE) or v.total > MAX_COUNT:  # NaN fails the first test too
+                raise InvalidInput(f"{where}: row {rv.resource} has a value out of range")

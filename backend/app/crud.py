@@ -12,7 +12,7 @@ import orjson
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import samples
+from app import samples, targets
 from app.core.security import hash_password
 from app.models import AuditLog, Host, User, i64_to_u64
 from app.schemas import hex64
@@ -63,7 +63,7 @@ SELECT h.*, count(hm.name) AS module_count,
        coalesce(bool_and(coalesce(cp.complete, false)), false) AS all_complete,
        coalesce(sum(hm.function_count), 0) AS fn_count, coalesce(sum(hm.block_count), 0) AS blk_count
 FROM hosts h
-LEFT JOIN host_modules hm ON hm.host_id = h.id
+LEFT JOIN host_modules hm ON hm.host_id = h.id AND hm.target_id = 'kernel'
 LEFT JOIN catalog_pieces cp ON cp.digest = hm.digest
 {where}
 GROUP BY h.id
@@ -112,18 +112,8 @@ async def host_exists(session: AsyncSession, host_id: str) -> bool:
     return (await session.get(Host, host_id)) is not None
 
 
-async def list_modules(session: AsyncSession, host_id: str) -> list[dict[str, Any]]:
-    rows = await session.execute(text("""
-        SELECT hm.name, hm.digest, hm.base_address, hm.function_count, hm.block_count,
-               coalesce(cp.complete, false) AS complete
-        FROM host_modules hm LEFT JOIN catalog_pieces cp ON cp.digest = hm.digest
-        WHERE hm.host_id = :h ORDER BY hm.position, hm.name"""), {"h": host_id})
-    out = []
-    for r in rows:
-        base = i64_to_u64(r.base_address)
-        out.append({"name": r.name, "digest": r.digest, "base_address": base, "base_address_hex": hex64(base),
-                    "function_count": r.function_count, "block_count": r.block_count, "complete": r.complete})
-    return out
+async def list_modules(session: AsyncSession, host_id: str, target_id: str = "kernel") -> list[dict[str, Any]]:
+    return await targets.list_modules(session, host_id, target_id)
 
 
 # Functions ---------------------------------------------------------------------------------------
@@ -141,16 +131,16 @@ _SORTS = {
 
 
 async def functions_page(session: AsyncSession, host_id: str, q: str | None, module: str | None, sort: str,
-                         spec: samples.RangeSpec, offset: int, limit: int) -> bytes:
+                         spec: samples.RangeSpec, offset: int, limit: int, target_id: str = "kernel") -> bytes:
     """One page of a host's functions as a ready JSON document (FunctionsPage).
 
     Postgres builds the JSON itself: for a whole kernel (~120k rows) that is several times faster than
     materialising rows in Python, and the hex twins come from to_hex(), which prints a negative
     BIGINT as its 64-bit two's complement — exactly the unsigned address."""
-    r = await samples.resolve(session, host_id, spec)
-    hot_cte, hot_params = samples.function_totals_sql(r)
-    where = ["hm.host_id = :h"]
-    params: dict[str, Any] = {"h": host_id, "limit": limit, "offset": offset,
+    r = await samples.resolve(session, host_id, spec) if target_id == "kernel" else None
+    hot_cte, hot_params = await samples.function_totals_sql(session, r)
+    where = ["hm.host_id = :h", "hm.target_id = :target"]
+    params: dict[str, Any] = {"h": host_id, "target": target_id, "limit": limit, "offset": offset,
                               "w": r.seconds if r else float(spec.window_s or 1), **hot_params}
     order = _SORTS[sort]
     if q:
@@ -190,13 +180,14 @@ async def functions_page(session: AsyncSession, host_id: str, q: str | None, mod
     return b'{"total":%d,"items":%s}' % (int(total), row.items.encode())
 
 
-async def get_host_function(session: AsyncSession, host_id: str, function_id: int):
-    """The function with this id if it belongs to one of the host's modules, with its module placement."""
+async def get_host_function(session: AsyncSession, host_id: str, function_id: int, target_id: str = "kernel"):
+    """The function with this id if it belongs to one of the modules of the host's target, with its module
+    placement there (one binary mapped by two processes is loaded at two addresses)."""
     return (await session.execute(text("""
         SELECT f.id, f.digest, f.index, f.name, f."offset", f.size, f.block_count, f.undecodable,
-               f.undecodable_offset, hm.name AS module, hm.base_address
-        FROM functions f JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
-        WHERE f.id = :fid"""), {"h": host_id, "fid": function_id})).first()
+               f.undecodable_offset, hm.name AS module, hm.base_address, hm.target_id
+        FROM functions f JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h AND hm.target_id = :t
+        WHERE f.id = :fid"""), {"h": host_id, "fid": function_id, "t": target_id})).first()
 
 
 def summary_from_row(r, samples_per_sec: float) -> dict[str, Any]:
@@ -208,11 +199,12 @@ def summary_from_row(r, samples_per_sec: float) -> dict[str, Any]:
 
 
 async def function_detail(session: AsyncSession, host_id: str, function_id: int,
-                          spec: samples.RangeSpec) -> dict[str, Any] | None:
-    fn = await get_host_function(session, host_id, function_id)
+                          spec: samples.RangeSpec, target_id: str = "kernel") -> dict[str, Any] | None:
+    fn = await get_host_function(session, host_id, function_id, target_id)
     if fn is None:
         return None
-    summary = summary_from_row(fn, await samples.function_rate(session, host_id, function_id, spec))
+    rate = await samples.function_rate(session, host_id, function_id, spec) if target_id == "kernel" else 0.0
+    summary = summary_from_row(fn, rate)
     code = (await session.execute(text("""
         SELECT blocks, calls, indirect_call_sites FROM function_code WHERE digest = :d AND index = :i"""),
         {"d": fn.digest, "i": fn.index})).first()
@@ -237,8 +229,9 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
     if names:
         rows = await session.execute(text("""
             SELECT DISTINCT ON (f.name) f.name, f.id, hm.base_address + f."offset" AS address, hm.name AS module
-            FROM functions f JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
-            WHERE f.name = ANY(:names) ORDER BY f.name, hm.position, f.id"""), {"h": host_id, "names": list(names)})
+            FROM functions f JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h AND hm.target_id = :t
+            WHERE f.name = ANY(:names) ORDER BY f.name, hm.position, f.id"""),
+            {"h": host_id, "names": list(names), "t": target_id})
         for r in rows:
             by_name[r.name] = (r.id, i64_to_u64(r.address), r.module)
 

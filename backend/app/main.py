@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.api.guard import RequestGuard
 from app.api.responses import ADMIN_ONLY, GUARDED, SIGNED_IN
-from app.api.routes import admin, auth, catalogs, functions, health, hosts, live, samples, users
+from app.api.routes import admin, auth, catalogs, functions, health, hosts, live, measurements, samples, targets, users
 from app.metrics import CONTENT_TYPE, RequestMetrics
 from app.runtime import Runtime
 from app.schemas import LiveEvent
@@ -39,8 +39,8 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
                docs_dir: Path | None = DOCS_DIR) -> FastAPI:
     app = FastAPI(title="Hotpath", version="0.1.0", generate_unique_id_function=operation_id,
                   openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs", redoc_url=None,
-                  description="Web performance console for hot kernel paths: hosts, their code catalog, "
-                              "live sample hotness, and agent commands.")
+                  description="Web performance console for hot kernel paths: hosts, their targets and code "
+                              "catalog, live sample hotness, measurements, and agent commands.")
     app.state.runtime = runtime
     api = APIRouter(prefix=API_PREFIX, responses=GUARDED)
     api.include_router(health.router)
@@ -52,6 +52,8 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
     api.include_router(admin.router, responses=ADMIN_ONLY)
     api.include_router(samples.router, responses=SIGNED_IN)
     api.include_router(catalogs.router, responses=SIGNED_IN)
+    api.include_router(targets.router, responses=ADMIN_ONLY)
+    api.include_router(measurements.router, responses=ADMIN_ONLY)
     api.include_router(live.router)  # a WebSocket only: it closes with code 4401 without a valid token
     app.include_router(api)
     _install_error_handlers(app)

@@ -35,6 +35,9 @@ class Metrics:
         self.ingest_dropped = Counter("hotpath_ingest_dropped_samples",
                                       "Samples dropped because their catalog piece was not stored yet", registry=r)
         self.catalog_functions = Counter("hotpath_catalog_functions_stored", "Catalog functions stored", registry=r)
+        self.ingest_points = Counter("hotpath_ingest_points", "Series points received: block counts of sample "
+                                     "intervals and values of measurement intervals", registry=r)
+        self.ingest_commits = Counter("hotpath_ingest_commits", "Group commits of the ingest writer", registry=r)
         self.commands_sent = Counter("hotpath_agent_commands", "Commands sent to agents", ["kind"], registry=r)
 
     def bind(self, runtime) -> None:

@@ -5,7 +5,8 @@ Catalog data is content-addressed: a catalog piece (one module of one build) is 
 digest however many hosts run it, and functions are keyed by (digest, index). A host only records
 which pieces it has loaded and where (host_modules). The searchable columns of a function live in the
 narrow `functions` table; its blocks, successors and calls live in `function_code` so that scanning
-120k names does not read a million blocks. Samples are a plain time series keyed by host and interval.
+120k names does not read a million blocks. The time series (samples, measurement points) live in
+partitioned tables that only app.samples and app.series touch; they have no ORM models.
 Unsigned 64-bit addresses are stored in BIGINT columns as their two's-complement bit pattern.
 """
 import uuid
@@ -110,9 +111,13 @@ class Host(Base):
 
 
 class HostModule(Base):
+    """A module a host's target has loaded, with its catalog piece's digest and where it is loaded."""
+
     __tablename__ = "host_modules"
     host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True)
+    target_id: Mapped[str] = mapped_column(String(64), primary_key=True, default="kernel")
     name: Mapped[str] = mapped_column(Text, primary_key=True)
+    build_id: Mapped[str] = mapped_column(Text, default="")
     digest: Mapped[str] = mapped_column(String(64), index=True)
     base_address: Mapped[int] = mapped_column(U64)
     function_count: Mapped[int] = mapped_column(Integer)
@@ -171,30 +176,97 @@ class InstructionCache(Base):
     stored_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class BlockSample(Base):
-    __tablename__ = "block_samples"
-    __table_args__ = (Index("ix_block_samples_host_ts", "host_id", "ts"),
-                      Index("ix_block_samples_host_fn_ts", "host_id", "function_id", "ts"))
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    host_id: Mapped[str] = mapped_column(Text)
-    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    function_id: Mapped[int] = mapped_column(BigInteger)
-    block_offset: Mapped[int] = mapped_column(Integer)
-    count: Mapped[int] = mapped_column(BigInteger)
+class HostTarget(Base):
+    """What a host's agent serves: the kernel, or an attached process (until it exits or is detached)."""
+
+    __tablename__ = "host_targets"
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # "kernel" or "p<pid>-<start time>"
+    kind: Mapped[str] = mapped_column(String(16))  # kernel | process
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    command: Mapped[str] = mapped_column(Text, default="")
+    executable: Mapped[str] = mapped_column(Text, default="")
+    state: Mapped[str] = mapped_column(String(16))  # attached | exited | detached | gone
+    detail: Mapped[str] = mapped_column(Text, default="")
+    attached_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class IntervalTotal(Base):
-    """Whole-host totals of one metric interval (all samples, user, unmapped, lost)."""
+class Command(Base):
+    """One command for a host's agent, from the request to its result. The id is the client's
+    idempotency key; every state change is recorded here and audited."""
 
-    __tablename__ = "interval_totals"
-    host_id: Mapped[str] = mapped_column(Text, primary_key=True)
-    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    __tablename__ = "commands"
+    __table_args__ = (Index("ix_commands_host_state", "host_id", "state"),
+                      Index("ix_commands_host_created", "host_id", "created_at"))
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(32))
+    params: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    state: Mapped[str] = mapped_column(String(16))  # queued | sent | running | done | failed | cancelled
+    progress: Mapped[float | None] = mapped_column(Float, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_by: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    replica: Mapped[str | None] = mapped_column(Text, nullable=True)  # the replica that sent it
+    sends: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Measurement(Base):
+    """A measurement on one target of one host; its values live in the series (app.samples)."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (Index("ix_measurements_host_created", "host_id", "created_at"),)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    target_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))  # starting | armed | running | target_exited | stopped | failed
+    detail: Mapped[str] = mapped_column(Text, default="")
+    metrics: Mapped[list[Any]] = mapped_column(JSONB)
+    request: Mapped[dict[str, Any]] = mapped_column(JSONB)
     interval_ms: Mapped[int] = mapped_column(Integer)
-    total_samples: Mapped[int] = mapped_column(BigInteger)
-    user_samples: Mapped[int] = mapped_column(BigInteger)
-    unmapped_samples: Mapped[int] = mapped_column(BigInteger)
-    lost_samples: Mapped[int] = mapped_column(BigInteger)
-    dropped_samples: Mapped[int] = mapped_column(BigInteger, default=0)
+    resource_count: Mapped[int] = mapped_column(Integer, default=0)
+    start_command: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), nullable=True)
+    created_by: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_ts: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class MeasurementResource(Base):
+    """One row of a measurement (a function or a block), as the agent armed it: metrics holds, per
+    metric, whether it is served, its label, mechanism, unit, and the reason when it is not."""
+
+    __tablename__ = "measurement_resources"
+    measurement_id: Mapped[str] = mapped_column(ForeignKey("measurements.id", ondelete="CASCADE"),
+                                                primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    function_index: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(8))  # function | block
+    block_offset: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    function_name: Mapped[str] = mapped_column(Text)
+    address: Mapped[int] = mapped_column(U64)
+    size: Mapped[int] = mapped_column(BigInteger)
+    function_row: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSONB)
+
+
+class SeriesState(Base):
+    """How far the series' rollups reach (app.series.rollups)."""
+
+    __tablename__ = "series_state"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    watermark_1m: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    watermark_1h: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class EnrolmentToken(Base):

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The live objects one backend process shares between its HTTP and gRPC sides: settings, database
 session factory, signing key, the certificate authority, this replica's id, the WebSocket hub, the
-registry of connected agents and the backend's own metrics.
+registry of connected agents, the commands service, the ingest writer, the replicas' bus and the
+backend's own metrics.
 Routes reach it through `request.app.state.runtime`; tests build their own."""
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -13,8 +14,11 @@ from app.live import LiveHub
 from app.metrics import Metrics
 
 if TYPE_CHECKING:
+    from app.bus import Bus
+    from app.commands import Commands
     from app.core.pki import Pki
     from app.grpc.agent_service import AgentRegistry
+    from app.series.writer import IngestWriter
 
 
 @dataclass
@@ -29,3 +33,8 @@ class Runtime:
     hub: LiveHub = field(default_factory=LiveHub)
     metrics: Metrics = field(default_factory=Metrics)
     agents: "AgentRegistry" = None  # type: ignore[assignment]  # set by app.server.build_runtime
+    commands: "Commands" = None  # type: ignore[assignment]  # set by app.server.build_runtime
+    writer: "IngestWriter" = None  # type: ignore[assignment]  # set by app.server.build_runtime
+    bus: "Bus | None" = None  # started with the servers
+    database_url: str = ""
+    background: list = field(default_factory=list)  # the servers' background tasks

@@ -1,12 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The sample time series: the only module that reads or writes `block_samples` and `interval_totals`.
+"""The time series: the only module routes use to read or write them — the host's sample series
+(`sample_intervals` and its rollups) and the measurements' points (`measurement_points` and its
+rollups).
 
-Writing: one metric batch per agent interval (bulk COPY) with its delivery mark and the gaps it records,
-in one transaction, and deletion of samples, gaps and audit records past retention. Reading: every
-question the console asks of the series, each over a `TimeRange` — top functions, per-function and
-per-block counts, hotness, the host's samples over time, two ranges compared. Routes never touch the
-tables themselves, so moving the series onto time-partitioned tables with rollups (or another engine)
-changes this module only, not the routes' contracts.
+Storage is `app.series`: raw rows partitioned by hour (one row per host and interval, block counts in
+arrays; one row per measurement and interval), 1-minute and 1-hour rollups maintained incrementally,
+retention by dropping partitions, and the ingest writer that stores every agent's data messages in
+group commits. Reading: every question the console asks, each over a `TimeRange` — top functions,
+per-function and per-block counts, hotness, the host's samples over time, two ranges compared, a
+measurement's values and its series. A range is read from the coarsest rollup that covers whole
+buckets of it (hours, then minutes) and from the raw rows for the rest, so a day costs about as much
+as a few minutes. Routes never touch the tables, so moving the series to another engine changes this
+module and `app.series` only, not the routes' contracts.
 
 A range is either the last `window_s` seconds of the host's own samples (measured against the newest
 interval the host reported, never against this server's clock, so a host whose clock differs still shows
@@ -14,11 +19,11 @@ its data) or an absolute [from, to) interval; an interval belongs to a range whe
 Rates are samples per second of the range's length.
 
 Idle: a CPU with nothing to run sits in the kernel's idle loop, and a whole-system sampler sees it
-there. Samples in the idle functions (`IDLE_FUNCTION_RE`) are counted apart and left out of rankings
-unless asked for, because they are not work.
+there. Samples in the idle functions (`IDLE_FUNCTION_RE`) are counted apart (per interval when stored)
+and left out of rankings unless asked for, because they are not work.
 
 Samples for a module whose catalog piece is not yet stored cannot be mapped to a function id; they are
-dropped and counted (interval_totals.dropped_samples, and the agent session's counter), because an
+dropped and counted (the interval's dropped_samples, and the agent session's counter), because an
 interval's hotness is only useful while it is recent and the catalog arrives within seconds.
 """
 import math
@@ -28,6 +33,12 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from app.series import partitions, rollups
+from app.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS
+from app.series.writer import IngestWriter, Item, MeasurementUpdate, PointRow, SampleRow
+
+__all__ = ["IngestWriter", "Item", "MeasurementUpdate", "PointRow", "SampleRow"]
 
 # The kernel's idle loop on x86-64: the functions a sampled CPU is in when it has nothing to run
 # (halted, polling or in a cpuidle driver). Matched against whole names.
@@ -70,7 +81,7 @@ async def resolve(session: AsyncSession, host_id: str, spec: RangeSpec) -> TimeR
     if spec.start is not None and spec.end is not None:
         return TimeRange(spec.start, spec.end)
     row = (await session.execute(text("""
-        SELECT ts, interval_ms FROM interval_totals WHERE host_id = :h ORDER BY ts DESC LIMIT 1"""),
+        SELECT ts, interval_ms FROM sample_intervals WHERE host_id = :h ORDER BY ts DESC LIMIT 1"""),
         {"h": host_id})).first()
     if row is None:
         return None
@@ -78,12 +89,107 @@ async def resolve(session: AsyncSession, host_id: str, spec: RangeSpec) -> TimeR
     return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
 
 
-def _empty_range(spec: RangeSpec) -> TimeRange:
+def empty_range(spec: RangeSpec) -> TimeRange:
     """A range for a host without samples, so responses still say what they cover."""
     if spec.start is not None and spec.end is not None:
         return TimeRange(spec.start, spec.end)
     end = datetime.now(UTC)
     return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
+
+
+
+# Where a range is read from -----------------------------------------------------------------------
+
+MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
+
+
+def _floor(t: datetime, step: timedelta) -> datetime:
+    t = t.astimezone(UTC)
+    return t.replace(second=0, microsecond=0) if step == MINUTE else t.replace(minute=0, second=0, microsecond=0)
+
+
+def _ceil(t: datetime, step: timedelta) -> datetime:
+    f = _floor(t, step)
+    return f if f == t else f + step
+
+
+def plan(start: datetime, end: datetime, wm_1m: datetime, wm_1h: datetime,
+         grain: timedelta | None = None) -> list[tuple[str, datetime, datetime]]:
+    """Cut [start, end) into spans read from the hour rollups, the minute rollups and the raw rows:
+    whole hours below the hour watermark, whole minutes below the minute watermark, raw rows for the
+    rest. `grain` limits the rollups used (a 30 s timeline bucket cannot come from a minute rollup)."""
+    out: list[tuple[str, datetime, datetime]] = []
+    if end <= start:
+        return out
+    use_min = grain is None or (grain >= MINUTE and grain % MINUTE == timedelta(0))
+    use_hour = use_min and (grain is None or (grain >= HOUR and grain % HOUR == timedelta(0)))
+    m0, m1 = _ceil(start, MINUTE), _floor(min(end, wm_1m), MINUTE)
+    if not use_min or m0 >= m1:
+        return [("raw", start, end)]
+    h0, h1 = _ceil(start, HOUR), _floor(min(end, wm_1h), HOUR)
+    if use_hour and h0 < h1 and m0 <= h0 and h1 <= m1:
+        out.append(("1h", h0, h1))
+        spans = [(m0, h0), (h1, m1)]
+    else:
+        spans = [(m0, m1)]
+    out.extend(("1m", lo, hi) for lo, hi in spans if lo < hi)
+    if start < m0:
+        out.append(("raw", start, m0))
+    if m1 < end:
+        out.append(("raw", m1, end))
+    return out
+
+
+async def _watermarks(session: AsyncSession) -> tuple[datetime, datetime]:
+    return await rollups.watermarks(await session.connection())
+
+
+def _blocks_sql(spans: list[tuple[str, datetime, datetime]], host_param: str = "h", prefix: str = "",
+                function_param: str | None = None) -> tuple[str, dict[str, Any]]:
+    """A SELECT of (function_id, block_offset, count, t) over the spans; t is the interval's or bucket's
+    start."""
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    for i, (src, lo, hi) in enumerate(spans):
+        a, b = f"{prefix}lo{i}", f"{prefix}hi{i}"
+        params[a], params[b] = lo, hi
+        if src == "raw":
+            fn = f" AND u.f = :{function_param}" if function_param else ""
+            parts.append(f"""SELECT u.f AS function_id, u.o AS block_offset, u.c AS count, s.ts AS t
+                FROM sample_intervals s, unnest(s.function_ids, s.block_offsets, s.counts) AS u(f, o, c)
+                WHERE s.host_id = :{host_param} AND s.ts >= :{a} AND s.ts < :{b}{fn}""")
+        else:
+            fn = f" AND function_id = :{function_param}" if function_param else ""
+            parts.append(f"""SELECT function_id, block_offset, count, bucket AS t FROM sample_blocks_{src}
+                WHERE host_id = :{host_param} AND bucket >= :{a} AND bucket < :{b}{fn}""")
+    if not parts:
+        return ("SELECT NULL::bigint AS function_id, NULL::integer AS block_offset, 0::bigint AS count, "
+                "NULL::timestamptz AS t WHERE false"), params
+    return " UNION ALL ".join(parts), params
+
+
+_TOTAL_COLS = ("total_samples", "user_samples", "unmapped_samples", "lost_samples", "dropped_samples", "idle_samples")
+
+
+def _totals_sql(spans: list[tuple[str, datetime, datetime]]) -> tuple[str, dict[str, Any]]:
+    """A SELECT of (t, ms, total_samples, user_samples, ...) over the spans."""
+    cols = ", ".join(_TOTAL_COLS)
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    for i, (src, lo, hi) in enumerate(spans):
+        a, b = f"tlo{i}", f"thi{i}"
+        params[a], params[b] = lo, hi
+        if src == "raw":
+            parts.append(f"SELECT ts AS t, interval_ms::bigint AS ms, {cols} FROM sample_intervals "
+                         f"WHERE host_id = :h AND ts >= :{a} AND ts < :{b}")
+        else:
+            parts.append(f"SELECT bucket AS t, covered_ms AS ms, {cols} FROM sample_totals_{src} "
+                         f"WHERE host_id = :h AND bucket >= :{a} AND bucket < :{b}")
+    if not parts:
+        zero = ", ".join(f"0::bigint AS {c}" for c in _TOTAL_COLS)
+        return f"SELECT NULL::timestamptz AS t, 0::bigint AS ms, {zero} WHERE false", params
+    return " UNION ALL ".join(parts), params
 
 
 # Coverage and gaps -------------------------------------------------------------------------------
@@ -95,7 +201,7 @@ async def coverage(session: AsyncSession, host_id: str, window_s: int, buckets: 
     start = end - timedelta(seconds=bucket_s * buckets)
     rows = await session.execute(text("""
         SELECT floor(extract(epoch FROM (ts - :start)) / :b)::int AS i, sum(interval_ms)::bigint AS ms
-        FROM interval_totals WHERE host_id = :h AND ts >= :start AND ts < :end GROUP BY 1"""),
+        FROM sample_intervals WHERE host_id = :h AND ts >= :start AND ts < :end GROUP BY 1"""),
         {"h": host_id, "start": start, "end": end, "b": bucket_s})
     covered = {r.i: int(r.ms) for r in rows}
     gaps = await session.execute(text("""
@@ -109,82 +215,48 @@ async def coverage(session: AsyncSession, host_id: str, window_s: int, buckets: 
 
 
 async def delete_host_series(session: AsyncSession, host_id: str) -> None:
-    """Delete a host's samples and interval totals (its gaps go with its host row)."""
-    for table in ("block_samples", "interval_totals"):
+    """Delete a host's series (its gaps, measurements and commands go with its host row)."""
+    for table in ("sample_intervals", "sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m",
+                  "sample_totals_1h", "measurement_points", "measurement_points_1m", "measurement_points_1h"):
         await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
 
 
-# Writing ------------------------------------------------------------------------------------------
+# Maintenance: partitions, retention, rollups ------------------------------------------------------
 
-async def store_batch(engine: AsyncEngine, host_id: str, ts: datetime | None, interval_ms: int,
-                      rows: list[tuple[int, int, int]], totals: tuple[int, int, int, int, int] | None, *,
-                      mark: tuple[str, int] | None = None, gaps: list[dict] | None = None, refused: bool = False,
-                      clock_offset_ms: int | None = None) -> None:
-    """Store one data message in one transaction: its sample rows (function_id, block_offset, count) and
-    totals (total, user, unmapped, lost, dropped) when ts is given, the gaps it records, and the delivery
-    mark (instance id, seq) that makes a resend of it a no-op. A refused batch stores only its gap, the
-    mark and, when known, the host's clock offset."""
+async def maintain(engine: AsyncEngine, retention_hours: float, rollup_retention_hours: float | None = None,
+                   now: datetime | None = None, audit_retention_days: float | None = None) -> int:
+    """Create the partitions the accepted window needs, drop those past the retention (raw rows after
+    `retention_hours`, rollups after `rollup_retention_hours`, default the same), and delete gaps,
+    old delivery marks and (when given) audit records past theirs. Returns the sample intervals
+    dropped."""
+    now = now or datetime.now(UTC)
+    raw = timedelta(hours=retention_hours)
+    rolled = timedelta(hours=rollup_retention_hours if rollup_retention_hours is not None else retention_hours)
+    await partitions.ensure(engine, now, raw + HOUR, rolled + timedelta(days=1))
+    _, rows = await partitions.drop_expired(engine, now, raw, rolled)
+    cutoff = now - raw
     async with engine.begin() as conn:
-        if ts is not None and totals is not None:
-            if rows:
-                raw = await conn.get_raw_connection()
-                assert raw.driver_connection is not None
-                copy_sql = "COPY block_samples (host_id, ts, function_id, block_offset, count) FROM STDIN"
-                async with raw.driver_connection.cursor() as cur, cur.copy(copy_sql) as copy:
-                    for fid, off, count in rows:
-                        await copy.write_row((host_id, ts, fid, off, count))
-            await conn.execute(text("""
-                INSERT INTO interval_totals (host_id, ts, interval_ms, total_samples, user_samples,
-                                             unmapped_samples, lost_samples, dropped_samples)
-                VALUES (:h, :ts, :ms, :t, :u, :un, :l, :d)
-                ON CONFLICT (host_id, ts) DO UPDATE SET
-                  total_samples = interval_totals.total_samples + excluded.total_samples,
-                  user_samples = interval_totals.user_samples + excluded.user_samples,
-                  unmapped_samples = interval_totals.unmapped_samples + excluded.unmapped_samples,
-                  lost_samples = interval_totals.lost_samples + excluded.lost_samples,
-                  dropped_samples = interval_totals.dropped_samples + excluded.dropped_samples"""),
-                {"h": host_id, "ts": ts, "ms": interval_ms or 1000, "t": totals[0], "u": totals[1],
-                 "un": totals[2], "l": totals[3], "d": totals[4]})
-        for g in gaps or ():
-            await conn.execute(text("""
-                INSERT INTO data_gaps (host_id, start_ts, end_ts, instance_id, first_seq, messages, reason, source)
-                VALUES (:h, :s, :e, :i, :f, :m, :r, :src)"""),
-                {"h": host_id, "s": g["start"], "e": g["end"], "i": g["instance"], "f": g["first_seq"],
-                 "m": g["messages"], "r": g["reason"][:1024], "src": g["source"]})
-        if mark is not None:
-            await conn.execute(text("""
-                INSERT INTO delivery_marks (host_id, instance_id, seq, updated_at) VALUES (:h, :i, :s, now())
-                ON CONFLICT (host_id, instance_id) DO UPDATE SET seq = greatest(delivery_marks.seq, excluded.seq),
-                  updated_at = now()"""), {"h": host_id, "i": mark[0], "s": mark[1]})
-        if refused:
-            await conn.execute(text("""
-                UPDATE hosts SET refused_batches = refused_batches + 1, last_seen = now(),
-                  clock_offset_ms = coalesce(:o, clock_offset_ms),
-                  clock_checked_at = CASE WHEN :o IS NULL THEN clock_checked_at ELSE now() END
-                WHERE id = :h"""), {"h": host_id, "o": clock_offset_ms})
-        else:
-            await conn.execute(text("UPDATE hosts SET last_seen = now() WHERE id = :h"), {"h": host_id})
+        await conn.execute(text("DELETE FROM data_gaps WHERE end_ts < :c"), {"c": cutoff})
+        await conn.execute(text("DELETE FROM delivery_marks WHERE updated_at < :c"),
+                           {"c": now - timedelta(hours=max(retention_hours, 24) * 2)})
+        await conn.execute(text("""
+            DELETE FROM commands WHERE finished_at < :c AND state IN ('done', 'failed', 'cancelled')"""),
+            {"c": now - max(raw, timedelta(days=7))})
+        if audit_retention_days is not None:
+            await conn.execute(text("DELETE FROM audit_log WHERE at < :c"),
+                               {"c": now - timedelta(days=audit_retention_days)})
+    return rows
 
 
 async def prune_samples(engine: AsyncEngine, retention_hours: float, now: datetime | None = None,
                         audit_retention_days: float | None = None) -> int:
-    """Delete samples, interval totals and gaps older than the retention, and rows stamped in the
-    future beyond it (a clock that jumped before validation existed); audit records older than
-    `audit_retention_days` when given. Returns the sample rows deleted."""
-    now = now or datetime.now(UTC)
-    cutoff = now - timedelta(hours=retention_hours)
-    future = now + timedelta(hours=1)
-    async with engine.begin() as conn:
-        deleted = (await conn.execute(text("DELETE FROM block_samples WHERE ts < :c OR ts > :f"),
-                                      {"c": cutoff, "f": future})).rowcount
-        await conn.execute(text("DELETE FROM interval_totals WHERE ts < :c OR ts > :f"), {"c": cutoff, "f": future})
-        await conn.execute(text("DELETE FROM data_gaps WHERE end_ts < :c"), {"c": cutoff})
-        await conn.execute(text("DELETE FROM delivery_marks WHERE updated_at < :c"),
-                           {"c": now - timedelta(hours=max(retention_hours, 24) * 2)})
-        if audit_retention_days is not None:
-            await conn.execute(text("DELETE FROM audit_log WHERE at < :c"),
-                               {"c": now - timedelta(days=audit_retention_days)})
-    return deleted
+    """Retention: drop the series partitions past `retention_hours` (see maintain)."""
+    return await maintain(engine, retention_hours, None, now, audit_retention_days)
+
+
+async def roll_up(engine: AsyncEngine, now: datetime | None = None, lag_s: float = 10.0) -> tuple[int, int]:
+    """Advance the minute and hour rollups over completed buckets (see app.series.rollups)."""
+    return await rollups.run_once(engine, now, lag_s)
 
 
 async def function_names(engine: AsyncEngine, ids: list[int]) -> dict[int, str]:
@@ -195,39 +267,39 @@ async def function_names(engine: AsyncEngine, ids: list[int]) -> dict[int, str]:
         return {r[0]: r[1] for r in rows}
 
 
-# Reading ------------------------------------------------------------------------------------------
+async def idle_function_indexes(engine: AsyncEngine, digest: str) -> set[int]:
+    """Indexes of a catalog piece's idle-loop functions (counted as idle when samples are stored)."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(text("SELECT index FROM functions WHERE digest = :d AND name ~ :idle"),
+                                  {"d": digest, "idle": IDLE_FUNCTION_RE})
+        return {r[0] for r in rows}
 
-def function_totals_sql(r: TimeRange | None) -> tuple[str, dict[str, Any]]:
-    """A SELECT of (function_id, s) — samples per function in the range — for other queries to join."""
+
+# Reading samples ----------------------------------------------------------------------------------
+
+async def function_totals_sql(session: AsyncSession, r: TimeRange | None) -> tuple[str, dict[str, Any]]:
+    """A SELECT of (function_id, s) — samples per function in the range — for other queries to join
+    (the host is the caller's :h)."""
     if r is None:
         return "SELECT NULL::bigint AS function_id, 0::numeric AS s WHERE false", {}
-    return ("SELECT function_id, sum(count) AS s FROM block_samples "
-            "WHERE host_id = :h AND ts >= :r_start AND ts < :r_end GROUP BY function_id",
-            {"r_start": r.start, "r_end": r.end})
+    wm_1m, wm_1h = await _watermarks(session)
+    src, params = _blocks_sql(plan(r.start, r.end, wm_1m, wm_1h), prefix="ft")
+    return f"SELECT function_id, sum(count) AS s FROM ({src}) AS b GROUP BY function_id", params
 
 
 async def totals(session: AsyncSession, host_id: str, r: TimeRange) -> dict[str, int]:
     """Whole-host totals of a range: all samples, user, kernel (all − user), idle, outside known
     functions, lost."""
-    row = (await session.execute(text("""
+    wm_1m, wm_1h = await _watermarks(session)
+    src, params = _totals_sql(plan(r.start, r.end, wm_1m, wm_1h))
+    row = (await session.execute(text(f"""
         SELECT coalesce(sum(total_samples), 0) AS total, coalesce(sum(user_samples), 0) AS "user",
-               coalesce(sum(unmapped_samples), 0) AS unmapped, coalesce(sum(lost_samples), 0) AS lost
-        FROM interval_totals WHERE host_id = :h AND ts >= :s AND ts < :e"""),
-        {"h": host_id, "s": r.start, "e": r.end})).one()
-    idle = (await session.execute(text("""
-        SELECT coalesce(sum(bs.count), 0) FROM block_samples bs
-        WHERE bs.host_id = :h AND bs.ts >= :s AND bs.ts < :e AND bs.function_id = ANY(:ids)"""),
-        {"h": host_id, "s": r.start, "e": r.end, "ids": await idle_function_ids(session, host_id)})).scalar_one()
+               coalesce(sum(unmapped_samples), 0) AS unmapped, coalesce(sum(lost_samples), 0) AS lost,
+               coalesce(sum(idle_samples), 0) AS idle
+        FROM ({src}) AS t"""), {**params, "h": host_id})).one()
     total, user = int(row.total), int(row.user)
     return {"total_samples": total, "user_samples": user, "kernel_samples": total - user,
-            "idle_samples": int(idle), "unmapped_samples": int(row.unmapped), "lost_samples": int(row.lost)}
-
-
-async def idle_function_ids(session: AsyncSession, host_id: str) -> list[int]:
-    rows = await session.execute(text("""
-        SELECT f.id FROM functions f JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
-        WHERE f.name ~ :idle"""), {"h": host_id, "idle": IDLE_FUNCTION_RE})
-    return [r[0] for r in rows]
+            "idle_samples": int(row.idle), "unmapped_samples": int(row.unmapped), "lost_samples": int(row.lost)}
 
 
 _TOP_SORTS = {
@@ -242,12 +314,12 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
     """Functions by self samples in the range; share is of all samples of the host (kernel and user)."""
     r = await resolve(session, host_id, spec)
     if r is None:
-        out = _empty_range(spec)
+        out = empty_range(spec)
         return {**out.public(), "window_s": spec.window_s or round(out.seconds), "total_samples": 0,
                 "user_samples": 0, "kernel_samples": 0, "idle_samples": 0, "unmapped_samples": 0, "lost_samples": 0,
                 "functions": 0, "items": []}
     sums = await totals(session, host_id, r)
-    hot_sql, params = function_totals_sql(r)
+    hot_sql, params = await function_totals_sql(session, r)
     order = _TOP_SORTS[sort].format(dir="DESC" if descending else "ASC")
     rows = (await session.execute(text(f"""
         WITH hot AS ({hot_sql})
@@ -258,7 +330,7 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
                to_hex(hm.base_address + f."offset") AS address_hex,
                count(*) OVER () AS n
         FROM hot JOIN functions f ON f.id = hot.function_id
-        LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
+        LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h AND hm.target_id = 'kernel'
         WHERE :include_idle OR NOT f.name ~ :idle
         ORDER BY {order} LIMIT :limit OFFSET :offset"""),
         {**params, "h": host_id, "idle": IDLE_FUNCTION_RE, "include_idle": include_idle, "limit": limit,
@@ -276,7 +348,7 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
 
 
 async def _ranked_count(session: AsyncSession, host_id: str, r: TimeRange, include_idle: bool) -> int:
-    hot_sql, params = function_totals_sql(r)
+    hot_sql, params = await function_totals_sql(session, r)
     return (await session.execute(text(f"""
         WITH hot AS ({hot_sql})
         SELECT count(*) FROM hot JOIN functions f ON f.id = hot.function_id
@@ -288,9 +360,9 @@ async def hotness(session: AsyncSession, host_id: str, spec: RangeSpec) -> dict[
     """Samples per second of every function with samples in the range."""
     r = await resolve(session, host_id, spec)
     if r is None:
-        out = _empty_range(spec)
+        out = empty_range(spec)
         return {**out.public(), "window_s": spec.window_s or round(out.seconds), "items": []}
-    hot_sql, params = function_totals_sql(r)
+    hot_sql, params = await function_totals_sql(session, r)
     rows = await session.execute(text(f"{hot_sql} ORDER BY s DESC"), {**params, "h": host_id})
     items = [{"function_id": row.function_id, "samples_per_sec": float(row.s) / r.seconds} for row in rows]
     return {**r.public(), "window_s": spec.window_s or round(r.seconds), "items": items}
@@ -300,10 +372,10 @@ async def function_rate(session: AsyncSession, host_id: str, function_id: int, s
     r = await resolve(session, host_id, spec)
     if r is None:
         return 0.0
-    s = (await session.execute(text("""
-        SELECT coalesce(sum(count), 0) FROM block_samples
-        WHERE host_id = :h AND function_id = :fid AND ts >= :s AND ts < :e"""),
-        {"h": host_id, "fid": function_id, "s": r.start, "e": r.end})).scalar_one()
+    wm_1m, wm_1h = await _watermarks(session)
+    src, params = _blocks_sql(plan(r.start, r.end, wm_1m, wm_1h), function_param="fid")
+    s = (await session.execute(text(f"SELECT coalesce(sum(count), 0) FROM ({src}) AS b"),
+                               {**params, "h": host_id, "fid": function_id})).scalar_one()
     return float(s) / r.seconds
 
 
@@ -313,16 +385,16 @@ async def function_samples(session: AsyncSession, host_id: str, function_id: int
     blocks = []
     total = 0
     if r is not None:
-        rows = await session.execute(text("""
-            SELECT block_offset, sum(count) AS s FROM block_samples
-            WHERE host_id = :h AND function_id = :fid AND ts >= :s AND ts < :e
-            GROUP BY block_offset ORDER BY block_offset"""),
-            {"h": host_id, "fid": function_id, "s": r.start, "e": r.end})
+        wm_1m, wm_1h = await _watermarks(session)
+        src, params = _blocks_sql(plan(r.start, r.end, wm_1m, wm_1h), function_param="fid")
+        rows = await session.execute(text(f"""
+            SELECT block_offset, sum(count) AS s FROM ({src}) AS b GROUP BY block_offset ORDER BY block_offset"""),
+            {**params, "h": host_id, "fid": function_id})
         for row in rows:
             total += int(row.s)
             blocks.append({"offset": row.block_offset, "samples": int(row.s),
                            "samples_per_sec": float(row.s) / r.seconds})
-    out = r or _empty_range(spec)
+    out = r or empty_range(spec)
     return {**out.public(), "function_id": function_id, "window_s": spec.window_s or round(out.seconds),
             "total": total, "blocks": blocks}
 
@@ -338,26 +410,21 @@ def timeline_step(seconds: float, points: int) -> int:
 
 async def timeline(session: AsyncSession, host_id: str, spec: RangeSpec, points: int) -> dict[str, Any]:
     """The host's samples over time in buckets: all, user, idle, outside known functions."""
-    r = await resolve(session, host_id, spec) or _empty_range(spec)
+    r = await resolve(session, host_id, spec) or empty_range(spec)
     step = timeline_step(r.seconds, points)
     origin = datetime(2000, 1, 1, tzinfo=UTC)
-    params = {"h": host_id, "s": r.start, "e": r.end, "step": timedelta(seconds=step), "origin": origin}
-    rows = await session.execute(text("""
-        SELECT date_bin(:step, ts, :origin) AS b, sum(total_samples) AS total, sum(user_samples) AS "user",
-               sum(unmapped_samples) AS unmapped, sum(interval_ms) AS ms
-        FROM interval_totals WHERE host_id = :h AND ts >= :s AND ts < :e GROUP BY b ORDER BY b"""), params)
-    buckets = {row.b: row for row in rows}
-    idle_rows = await session.execute(text("""
-        SELECT date_bin(:step, ts, :origin) AS b, sum(count) AS s FROM block_samples
-        WHERE host_id = :h AND ts >= :s AND ts < :e AND function_id = ANY(:ids) GROUP BY b"""),
-        {**params, "ids": await idle_function_ids(session, host_id)})
-    idle = {row.b: int(row.s) for row in idle_rows}
+    wm_1m, wm_1h = await _watermarks(session)
+    src, params = _totals_sql(plan(r.start, r.end, wm_1m, wm_1h, grain=timedelta(seconds=step)))
+    rows = await session.execute(text(f"""
+        SELECT date_bin(:step, t, :origin) AS b, sum(total_samples) AS total, sum(user_samples) AS "user",
+               sum(unmapped_samples) AS unmapped, sum(ms) AS ms, sum(idle_samples) AS idle
+        FROM ({src}) AS t GROUP BY b ORDER BY b"""),
+        {**params, "h": host_id, "step": timedelta(seconds=step), "origin": origin})
     out = []
-    for b in sorted(buckets):
-        row = buckets[b]
+    for row in rows:
         total, user = int(row.total), int(row.user)
-        out.append({"t": b, "seconds": int(row.ms) / 1000.0, "total": total, "user": user, "kernel": total - user,
-                    "idle": idle.get(b, 0), "unmapped": int(row.unmapped)})
+        out.append({"t": row.b, "seconds": int(row.ms) / 1000.0, "total": total, "user": user,
+                    "kernel": total - user, "idle": int(row.idle), "unmapped": int(row.unmapped)})
     return {**r.public(), "step_s": step, "points": out}
 
 
@@ -367,18 +434,19 @@ async def compare(session: AsyncSession, host_a: str, a: TimeRange, host_b: str,
     largest change first."""
     sums_a = await totals(session, host_a, a)
     sums_b = await totals(session, host_b, b)
-    rows = await session.execute(text("""
-        WITH ha AS (SELECT function_id, sum(count) AS s FROM block_samples
-                    WHERE host_id = :ha AND ts >= :as AND ts < :ae GROUP BY function_id),
-             hb AS (SELECT function_id, sum(count) AS s FROM block_samples
-                    WHERE host_id = :hb AND ts >= :bs AND ts < :be GROUP BY function_id),
+    wm_1m, wm_1h = await _watermarks(session)
+    src_a, params_a = _blocks_sql(plan(a.start, a.end, wm_1m, wm_1h), host_param="ha", prefix="a")
+    src_b, params_b = _blocks_sql(plan(b.start, b.end, wm_1m, wm_1h), host_param="hb", prefix="b")
+    rows = await session.execute(text(f"""
+        WITH ha AS (SELECT function_id, sum(count) AS s FROM ({src_a}) AS x GROUP BY function_id),
+             hb AS (SELECT function_id, sum(count) AS s FROM ({src_b}) AS y GROUP BY function_id),
              na AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(ha.s) AS s, min(f.id) AS fid
                     FROM ha JOIN functions f ON f.id = ha.function_id
-                    LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :ha
+                    LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :ha AND hm.target_id = 'kernel'
                     GROUP BY f.name, hm.name),
              nb AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(hb.s) AS s, min(f.id) AS fid
                     FROM hb JOIN functions f ON f.id = hb.function_id
-                    LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :hb
+                    LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :hb AND hm.target_id = 'kernel'
                     GROUP BY f.name, hm.name)
         SELECT coalesce(na.name, nb.name) AS name, coalesce(na.module, nb.module) AS module,
                coalesce(na.s, 0) AS a_s, coalesce(nb.s, 0) AS b_s, na.fid AS a_fid, nb.fid AS b_fid,
@@ -387,9 +455,8 @@ async def compare(session: AsyncSession, host_a: str, a: TimeRange, host_b: str,
         WHERE :include_idle OR NOT coalesce(na.name, nb.name) ~ :idle
         ORDER BY abs(coalesce(nb.s, 0) / :bsec - coalesce(na.s, 0) / :asec) DESC, 1
         LIMIT :limit"""),
-        {"ha": host_a, "as": a.start, "ae": a.end, "hb": host_b, "bs": b.start, "be": b.end,
-         "asec": a.seconds, "bsec": b.seconds, "idle": IDLE_FUNCTION_RE, "include_idle": include_idle,
-         "limit": limit})
+        {**params_a, **params_b, "ha": host_a, "hb": host_b, "asec": a.seconds, "bsec": b.seconds,
+         "idle": IDLE_FUNCTION_RE, "include_idle": include_idle, "limit": limit})
     ta, tb = sums_a["total_samples"], sums_b["total_samples"]
     items, n = [], 0
     for row in rows:
@@ -402,3 +469,115 @@ async def compare(session: AsyncSession, host_a: str, a: TimeRange, host_b: str,
                       "a_share": sa / ta if ta else 0.0, "b_share": sb / tb if tb else 0.0})
     return {"a": {"host_id": host_a, **a.public(), **sums_a}, "b": {"host_id": host_b, **b.public(), **sums_b},
             "functions": n, "items": items}
+
+
+# Reading measurements ----------------------------------------------------------------------------
+
+def _points_sql(spans: list[tuple[str, datetime, datetime]], resources: list[int] | None
+                ) -> tuple[str, dict[str, Any]]:
+    """A SELECT of (resource, t, seconds, <SLOTS>) over the spans for measurement :m; resource -1 rows
+    carry the measured seconds (and the intervals, in `count`). `resources` limits the rows (the
+    coverage rows always come)."""
+    slots = ", ".join(SLOTS)
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    if resources is not None:
+        params["res"] = resources
+    for i, (src, lo, hi) in enumerate(spans):
+        a, b = f"plo{i}", f"phi{i}"
+        params[a], params[b] = lo, hi
+        if src == "raw":
+            vals = ", ".join(f"p.vals[(r.i - 1) * {NSLOTS} + {k + 1}] AS {name}" for k, name in enumerate(SLOTS))
+            only = " AND r.res = ANY(:res)" if resources is not None else ""
+            parts.append(f"""SELECT r.res AS resource, p.ts AS t, p.seconds, {vals}
+                FROM measurement_points p, unnest(p.resources) WITH ORDINALITY AS r(res, i)
+                WHERE p.measurement_id = :m AND p.ts >= :{a} AND p.ts < :{b}{only}""")
+            cover = ", ".join(["1::float8 AS count"] + [f"NULL::float8 AS {n}" for n in SLOTS[1:]])
+            parts.append(f"""SELECT {COVERAGE_RESOURCE} AS resource, p.ts AS t, p.seconds, {cover}
+                FROM measurement_points p WHERE p.measurement_id = :m AND p.ts >= :{a} AND p.ts < :{b}""")
+        else:
+            only = (f" AND (resource = ANY(:res) OR resource = {COVERAGE_RESOURCE})"
+                    if resources is not None else "")
+            parts.append(f"""SELECT resource, bucket AS t, seconds, {slots} FROM measurement_points_{src}
+                WHERE measurement_id = :m AND bucket >= :{a} AND bucket < :{b}{only}""")
+    if not parts:
+        none = ", ".join(f"NULL::float8 AS {n}" for n in SLOTS)
+        return f"SELECT 0 AS resource, NULL::timestamptz AS t, 0::float8 AS seconds, {none} WHERE false", params
+    return " UNION ALL ".join(parts), params
+
+
+async def measurement_range(session: AsyncSession, measurement_id: str, spec: RangeSpec) -> TimeRange | None:
+    """The absolute range a spec means for a measurement: `window_s` back from its newest interval."""
+    if spec.start is not None and spec.end is not None:
+        return TimeRange(spec.start, spec.end)
+    row = (await session.execute(text("""
+        SELECT ts, seconds FROM measurement_points WHERE measurement_id = :m ORDER BY ts DESC LIMIT 1"""),
+        {"m": measurement_id})).first()
+    if row is None:
+        return None
+    end = row.ts + timedelta(seconds=row.seconds)
+    return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
+
+
+def _slot_dict(row) -> dict[str, float | None]:
+    m = row._mapping  # by key: Row.count is a method
+    return {name: (float(m[name]) if m[name] is not None else None) for name in SLOTS}
+
+
+async def measurement_values(session: AsyncSession, measurement_id: str, r: TimeRange) -> dict[str, Any]:
+    """Per resource, the sums of its values over the range, and the measured seconds and intervals of
+    the range; plus the newest interval's values (the live table's "now" column)."""
+    wm_1m, wm_1h = await _watermarks(session)
+    src, params = _points_sql(plan(r.start, r.end, wm_1m, wm_1h), None)
+    sums = ", ".join(f"sum({n}) AS {n}" for n in SLOTS)
+    rows = await session.execute(text(f"""
+        SELECT resource, sum(seconds) AS seconds, {sums} FROM ({src}) AS p GROUP BY resource ORDER BY resource"""),
+        {**params, "m": measurement_id})
+    seconds, intervals, per = 0.0, 0, []
+    for row in rows:
+        if row.resource == COVERAGE_RESOURCE:
+            seconds, intervals = float(row.seconds or 0), int(row._mapping["count"] or 0)
+        else:
+            per.append({"resource": int(row.resource), "values": _slot_dict(row)})
+    last = (await session.execute(text("""
+        SELECT ts, seconds, state, resources, vals FROM measurement_points
+        WHERE measurement_id = :m ORDER BY ts DESC LIMIT 1"""), {"m": measurement_id})).first()
+    latest = None
+    if last is not None:
+        values = []
+        for i, res in enumerate(last.resources):
+            chunk = last.vals[i * NSLOTS:(i + 1) * NSLOTS]
+            values.append({"resource": int(res), "values": {n: (float(v) if v is not None else None)
+                                                            for n, v in zip(SLOTS, chunk, strict=False)}})
+        latest = {"start": last.ts, "seconds": float(last.seconds), "resources": values}
+    return {**r.public(), "measured_seconds": seconds, "intervals": intervals, "resources": per, "latest": latest}
+
+
+async def measurement_series(session: AsyncSession, measurement_id: str, r: TimeRange, resources: list[int],
+                             points: int) -> dict[str, Any]:
+    """Per resource, its values summed per round bucket of the range (at most `points` buckets), with
+    each bucket's measured seconds (the divisor of rates and concurrency)."""
+    step = timeline_step(r.seconds, points)
+    wm_1m, wm_1h = await _watermarks(session)
+    src, params = _points_sql(plan(r.start, r.end, wm_1m, wm_1h, grain=timedelta(seconds=step)), resources)
+    sums = ", ".join(f"sum({n}) AS {n}" for n in SLOTS)
+    rows = await session.execute(text(f"""
+        SELECT resource, date_bin(:step, t, :origin) AS b, sum(seconds) AS seconds, {sums}
+        FROM ({src}) AS p GROUP BY resource, b ORDER BY resource, b"""),
+        {**params, "m": measurement_id, "step": timedelta(seconds=step),
+         "origin": datetime(2000, 1, 1, tzinfo=UTC)})
+    buckets: dict[datetime, float] = {}
+    series: dict[int, list[dict[str, Any]]] = {res: [] for res in resources}
+    for row in rows:
+        if row.resource == COVERAGE_RESOURCE:
+            buckets[row.b] = float(row.seconds or 0)
+        elif row.resource in series:
+            series[row.resource].append({"t": row.b, "values": _slot_dict(row)})
+    return {**r.public(), "step_s": step,
+            "buckets": [{"t": t, "seconds": s} for t, s in sorted(buckets.items())],
+            "series": [{"resource": res, "points": pts} for res, pts in series.items()]}
+
+
+async def delete_measurement_series(session: AsyncSession, measurement_id: str) -> None:
+    for table in ("measurement_points", "measurement_points_1m", "measurement_points_1h"):
+        await session.execute(text(f"DELETE FROM {table} WHERE measurement_id = :m"), {"m": measurement_id})

@@ -9,7 +9,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Role = Literal["viewer", "operator", "approver", "admin"]
 SuccessorKindName = Literal["fallthrough", "taken", "tail_call", "indirect", "return"]
@@ -55,6 +55,15 @@ class HealthStatus(BaseModel):
     status: Literal["ok"]
 
 
+class RangePublic(BaseModel):
+    """The absolute time range a sample response covers: [from, to), and its length in seconds (the
+    divisor of every per-second rate in the response)."""
+    model_config = ConfigDict(populate_by_name=True)
+    from_: datetime = Field(alias="from")
+    to: datetime
+    seconds: float
+
+
 class CacheGeometry(BaseModel):
     size_bytes: int
     line_bytes: int
@@ -97,12 +106,206 @@ class HostPublic(BaseModel):
 
 class ModulePublic(BaseModel):
     name: str
-    digest: str
+    digest: str = Field(description="The module's catalog piece: the same binary shares one everywhere")
     base_address: int
     base_address_hex: str
     function_count: int
     block_count: int
     complete: bool
+    build_id: str = Field("", description="GNU build id of the module's ELF file (vmlinux: the kernel's)")
+    target_id: str = Field("kernel", description="The target (kernel or process) that loaded it")
+
+
+TargetKind = Literal["kernel", "process"]
+TargetState = Literal["attached", "exited", "detached", "gone"]
+
+
+class TargetPublic(BaseModel):
+    id: str = Field(description='"kernel", or "p<pid>-<start time>" for a process')
+    kind: TargetKind
+    pid: int | None
+    command: str
+    executable: str
+    state: TargetState
+    detail: str
+    attached_at: datetime | None
+    ended_at: datetime | None
+    module_count: int
+    active_measurements: int
+
+
+class AttachRequest(BaseModel):
+    """Attach a running process by pid, or every process with a command name."""
+    model_config = ConfigDict(extra="forbid")
+    pid: int | None = Field(None, ge=1, le=2**30)
+    command: str | None = Field(None, min_length=1, max_length=15, pattern=r"^[^\x00-\x1f\x7f]+$")
+    command_id: uuid.UUID | None = Field(None, description="Idempotency key: the same id returns the same command")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "AttachRequest":
+        if (self.pid is None) == (self.command is None):
+            raise ValueError("give either pid or command")
+        return self
+
+
+CommandState = Literal["queued", "sent", "running", "done", "failed", "cancelled"]
+CommandKind = Literal["inspect_function", "attach_target", "detach_target", "start_measurement",
+                      "stop_measurement", "cancel"]
+
+
+class CommandPublic(BaseModel):
+    id: str
+    host_id: str
+    kind: CommandKind
+    params: dict
+    state: CommandState
+    progress: float | None = Field(description="Completed fraction the agent reported, 0..1")
+    message: str = Field(description="What the agent is doing, as it last reported")
+    result: dict | None
+    error: str | None
+    created_by: str
+    created_at: datetime
+    sent_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested: bool
+
+
+class CommandRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command_id: uuid.UUID | None = Field(None, description="Idempotency key: the same id returns the same command")
+
+
+MetricName = Literal["count", "wall", "vtime", "concurrency", "cycles", "instructions", "icache_stall",
+                     "branch_mispredict"]
+
+
+class ResourceRefIn(BaseModel):
+    """A code resource by catalog identity: a function, one of its blocks, or an instruction address."""
+    model_config = ConfigDict(extra="forbid")
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    function_index: int = Field(ge=0, le=2**31 - 1)
+    kind: Literal["function", "block", "address"] = "function"
+    offset: int = Field(0, ge=0, le=2**31 - 1, description="block and address: bytes from the function start")
+    blocks: bool = Field(False, description="function: also every basic block of the function")
+
+
+class MeasurementCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    target: str = Field("kernel", min_length=1, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$")
+    resources: list[ResourceRefIn] = Field(min_length=1)
+    metrics: list[MetricName] = Field(min_length=1, max_length=8)
+    where_pid: int | None = Field(None, ge=1, le=2**30)
+    where_comm: str | None = Field(None, min_length=1, max_length=15, pattern=r"^[^\x00-\x1f\x7f]+$")
+    where_cgroup: str | None = Field(None, min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$")
+    interval_ms: int | None = Field(None, ge=100, le=60000)
+    allow_partial: bool = Field(False, description="serve what the host can, the rest unavailable with reasons")
+    command_id: uuid.UUID | None = Field(None, description="Idempotency key of the start command")
+    measurement_id: uuid.UUID | None = Field(None, description="The measurement's id (default: a new one)")
+
+
+MeasurementState = Literal["starting", "armed", "running", "target_exited", "stopped", "failed"]
+
+
+class MeasurementPublic(BaseModel):
+    id: str
+    host_id: str
+    target_id: str
+    state: MeasurementState
+    detail: str
+    metrics: list[str]
+    interval_ms: int
+    resource_count: int
+    created_by: str
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    last_ts: datetime | None
+    start_command: str | None
+
+
+class MetricPlanPublic(BaseModel):
+    metric: str = Field(description="count, wall_ns, vtime_ns, concurrency, cycles, ...")
+    available: bool
+    label: Literal["exact", "sampled", "estimate"]
+    mechanism: str
+    reason: str
+    unit: str
+
+
+class MeasuredResourcePublic(BaseModel):
+    index: int
+    digest: str
+    function_index: int
+    function_id: int | None = Field(description="The catalog function (null until its piece is stored)")
+    kind: Literal["function", "block"]
+    block_offset: int | None
+    function: str
+    address: int
+    address_hex: str
+    size: int
+    function_row: int | None = Field(description="Block rows: the index of their function's row")
+    metrics: list[MetricPlanPublic]
+
+
+class MeasurementDetail(MeasurementPublic):
+    request: dict
+    resources: list[MeasuredResourcePublic]
+
+
+class SlotValues(BaseModel):
+    """Additive values (sums over the period; null where the metric has no value): count (calls,
+    executions or samples), wall_ns, vtime_ns, hardware counters, exits (timed calls completed) and
+    samples (sampled rows)."""
+    count: float | None
+    wall_ns: float | None
+    vtime_ns: float | None
+    cycles: float | None
+    instructions: float | None
+    icache_stall: float | None
+    branch_mispredict: float | None
+    exits: float | None
+    samples: float | None
+
+
+class ResourceValues(BaseModel):
+    resource: int
+    values: SlotValues
+
+
+class LatestInterval(BaseModel):
+    start: datetime
+    seconds: float
+    resources: list[ResourceValues]
+
+
+class MeasurementValues(RangePublic):
+    measured_seconds: float = Field(description="Interval time inside the range: the divisor of rates and "
+                                                "concurrency")
+    intervals: int
+    resources: list[ResourceValues]
+    latest: LatestInterval | None
+
+
+class SeriesPoint(BaseModel):
+    t: datetime
+    values: SlotValues
+
+
+class ResourceSeries(BaseModel):
+    resource: int
+    points: list[SeriesPoint]
+
+
+class SeriesBucket(BaseModel):
+    t: datetime
+    seconds: float
+
+
+class MeasurementSeries(RangePublic):
+    step_s: int
+    buckets: list[SeriesBucket] = Field(description="Measured seconds per bucket")
+    series: list[ResourceSeries]
 
 
 class FunctionSummary(BaseModel):
@@ -172,15 +375,6 @@ class InstructionsPublic(BaseModel):
     address_hex: str
     cached: bool
     instructions: list[InstructionPublic]
-
-
-class RangePublic(BaseModel):
-    """The absolute time range a sample response covers: [from, to), and its length in seconds (the
-    divisor of every per-second rate in the response)."""
-    model_config = ConfigDict(populate_by_name=True)
-    from_: datetime = Field(alias="from")
-    to: datetime
-    seconds: float
 
 
 class BlockSamplesPublic(BaseModel):
@@ -392,7 +586,43 @@ class GapEvent(BaseModel):
     host_id: str
 
 
-LiveEvent = Annotated[HostEvent | SamplesEvent | PingEvent | GapEvent, Field(discriminator="type")]
+class CommandSummary(BaseModel):
+    id: str
+    host_id: str
+    kind: CommandKind
+    state: CommandState
+    progress: float | None
+    message: str
+    error: str | None
+
+
+class CommandEvent(BaseModel):
+    type: Literal["command"]
+    command: CommandSummary
+
+
+class TargetsEvent(BaseModel):
+    type: Literal["targets"]
+    host_id: str
+
+
+class MeasurementEvent(BaseModel):
+    type: Literal["measurement"]
+    measurement_id: str
+    host_id: str
+    interval_start: datetime | None = None
+    state: str | None = None
+
+
+class Subscribe(BaseModel):
+    """What the console sends on the WebSocket: the topics of the views it shows (hosts,
+    host:<id>, measurement:<id>); each message replaces the previous set."""
+    type: Literal["subscribe"]
+    topics: list[str] = Field(max_length=64)
+
+
+LiveEvent = Annotated[HostEvent | SamplesEvent | PingEvent | GapEvent | CommandEvent | TargetsEvent |
+                      MeasurementEvent, Field(discriminator="type")]
 
 
 def hex64(value: int) -> str:

@@ -3,8 +3,9 @@
 
 `prepare` does the synchronous start-up work (data folder, database, migrations, secrets, the
 certificate authority, first admin); `build_runtime` creates the async objects; `serve` runs uvicorn
-and the gRPC server in the current event loop, plus the retention task and the embedded Postgres's
-supervisor, until `stop` is set.
+and the gRPC server in the current event loop, plus the ingest writer, the replicas' bus
+(LISTEN/NOTIFY), the command sweep, the series' maintenance (partitions ahead, retention by dropping
+partitions) and rollup tasks, and the embedded Postgres's supervisor, until `stop` is set.
 
 Presence comes from live streams: at start this replica marks offline every host whose stream it
 held (they reconnect within seconds), and staged catalog uploads a stopped backend left are removed.
@@ -17,10 +18,13 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import uvicorn
 from sqlalchemy import create_engine, text
 
-from app import catalog, crud
+from app import bus as bus_module
+from app import catalog, crud, samples
+from app.commands import Commands
 from app.core import pki as pki_module
 from app.core.config import Settings, normalise_database_url
 from app.core.db import EmbeddedPostgres, make_engine, make_sessionmaker, upgrade_database
@@ -28,7 +32,7 @@ from app.core.security import hash_password, read_or_create_secret
 from app.grpc.agent_service import AgentRegistry, create_grpc_server
 from app.main import create_app
 from app.runtime import Runtime
-from app.samples import prune_samples
+from app.series.writer import IngestWriter
 
 log = logging.getLogger("hotpath")
 
@@ -96,6 +100,13 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
     runtime = Runtime(settings=settings, engine=engine, sessionmaker=make_sessionmaker(engine),
                       secret_key=prepared.secret_key, pki=prepared.pki, replica_id=replica)
     runtime.agents = AgentRegistry(runtime)
+    runtime.commands = Commands(runtime)
+
+    def committed(items, seconds: float) -> None:
+        runtime.metrics.ingest_commits.inc()
+
+    runtime.writer = IngestWriter(engine, on_commit=committed)
+    runtime.database_url = prepared.database_url
     crud.set_clock_skew(settings.max_clock_skew_s)
     runtime.metrics.bind(runtime)
     return runtime
@@ -115,18 +126,101 @@ async def reset_presence(runtime: Runtime) -> None:
         log.info("removed %d unfinished catalog upload(s)", stale)
 
 
+async def maintain_series(runtime: Runtime) -> int:
+    settings = runtime.settings
+    return await samples.maintain(runtime.engine, settings.sample_retention_hours, settings.rollup_retention_hours,
+                                  audit_retention_days=settings.audit_retention_days)
+
+
 async def retention_loop(runtime: Runtime) -> None:
+    """Partitions ahead and retention, every retention interval (the first pass ran at start)."""
     settings = runtime.settings
     while True:
+        await asyncio.sleep(settings.retention_interval_s)
         try:
-            deleted = await prune_samples(runtime.engine, settings.sample_retention_hours,
-                                          audit_retention_days=settings.audit_retention_days)
-            if deleted:
-                log.info("retention: deleted %d sample rows older than %g h", deleted, settings.sample_retention_hours)
+            await maintain_series(runtime)
         except Exception:  # noqa: BLE001 - try again next round
             log.warning("retention pass failed (the database may be restarting); next round in %g s",
                         settings.retention_interval_s)
-        await asyncio.sleep(settings.retention_interval_s)
+
+
+async def rollup_loop(runtime: Runtime) -> None:
+    settings = runtime.settings
+    while True:
+        await asyncio.sleep(settings.rollup_interval_s)
+        try:
+            await samples.roll_up(runtime.engine, lag_s=settings.rollup_lag_s)
+        except Exception:  # noqa: BLE001 - try again next round
+            log.warning("rollup pass failed (the database may be restarting); next round in %g s",
+                        settings.rollup_interval_s)
+
+
+async def start_background(runtime: Runtime) -> list[asyncio.Task]:
+    """The ingest writer, the replicas' bus, the command sweep, and the series' upkeep."""
+    await maintain_series(runtime)  # partitions for the accepted window before any data arrives
+    runtime.writer.start()
+    hub = runtime.hub
+
+    async def on_note(channel: str, payload: str) -> None:
+        if channel == bus_module.LIVE:
+            note = orjson.loads(payload)
+            if note.get("r") == runtime.replica_id:
+                return
+            if "interest" in note:
+                hub.remote_interest(note["r"], note["interest"])
+            else:
+                hub.deliver(note["t"], note["e"])
+        else:
+            await runtime.commands.on_notify(channel, payload)
+
+    runtime.bus = bus_module.Bus(runtime.database_url, runtime.replica_id, on_note)
+    runtime.bus.start()
+
+    def fanout(topic: str, event: dict) -> None:
+        payload = bus_module.live_payload(runtime.replica_id, topic, event)
+        task = asyncio.get_running_loop().create_task(_notify(runtime, payload))
+        runtime.agents.cleanups.add(task)
+        task.add_done_callback(runtime.agents.cleanups.discard)
+
+    def announce() -> None:
+        payload = orjson.dumps({"r": runtime.replica_id, "interest": sorted(hub.local_topics())}).decode()
+        if len(payload) > bus_module.MAX_PAYLOAD:
+            payload = orjson.dumps({"r": runtime.replica_id, "interest": ["hosts"]}).decode()
+        task = asyncio.get_running_loop().create_task(_notify(runtime, payload))
+        runtime.agents.cleanups.add(task)
+        task.add_done_callback(runtime.agents.cleanups.discard)
+
+    async def refresh_interest() -> None:
+        while True:
+            await asyncio.sleep(20)
+            if hub.local_topics():
+                announce()
+
+    hub.fanout = fanout
+    hub.announce = announce
+    runtime.commands.start()
+    return [asyncio.create_task(retention_loop(runtime)), asyncio.create_task(rollup_loop(runtime)),
+            asyncio.create_task(refresh_interest())]
+
+
+async def _notify(runtime: Runtime, payload: str) -> None:
+    try:
+        async with runtime.engine.connect() as conn:
+            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": bus_module.LIVE, "p": payload})
+            await conn.commit()
+    except Exception:  # noqa: BLE001, S110 - a live event is a hint; the console also polls
+        pass
+
+
+async def stop_background(runtime: Runtime, tasks: list[asyncio.Task]) -> None:
+    for task in tasks:
+        task.cancel()
+    runtime.hub.fanout = None
+    runtime.hub.announce = None
+    await runtime.commands.stop()
+    if runtime.bus is not None:
+        await runtime.bus.stop()
+    await runtime.writer.stop()
 
 
 async def supervise_postgres(embedded: EmbeddedPostgres, interval_s: float = 1.0) -> None:
@@ -155,6 +249,7 @@ async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_por
     port = settings.grpc_port if grpc_port is None else grpc_port
     enroll = settings.enroll_port or (port + 1 if port else 0)
     await reset_presence(runtime)
+    runtime.background = await start_background(runtime)
     grpc_server, bound, enroll_bound = create_grpc_server(runtime, f"{settings.grpc_host}:{port}",
                                                           f"{settings.grpc_host}:{enroll}")
     await grpc_server.start()
@@ -186,6 +281,7 @@ async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_por
 async def stop_servers(runtime: Runtime, grpc_server, http, http_task) -> None:
     await runtime.agents.close_all()
     await grpc_server.stop(grace=2)
+    await stop_background(runtime, runtime.background)
     http.should_exit = True
     try:
         await asyncio.wait_for(http_task, 10)
@@ -196,7 +292,7 @@ async def stop_servers(runtime: Runtime, grpc_server, http, http_task) -> None:
 
 async def serve(runtime: Runtime, stop: asyncio.Event, embedded: EmbeddedPostgres | None = None) -> None:
     grpc_server, http, http_task, _, _ = await start_servers(runtime)
-    tasks = [asyncio.create_task(retention_loop(runtime))]
+    tasks = []
     if embedded is not None:
         tasks.append(asyncio.create_task(supervise_postgres(embedded)))
     stopper = asyncio.create_task(stop.wait())

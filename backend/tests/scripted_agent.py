@@ -188,9 +188,18 @@ class ScriptedAgent:
             seq = self.seq
         await self.call.write(pb.AgentMessage(seq=seq, metrics=pb.MetricBatch(
             interval_start_unix_ns=interval_start_ns, interval_ms=1000,
-            blocks=[pb.BlockSamples(module=m, function_index=i, block_offset=o, count=c) for m, i, o, c in blocks],
+            blocks=[pb.BlockSamples(module_index=self.module_index(m), function_index=i, block_offset=o, count=c)
+                    for m, i, o, c in blocks],
             total_samples=total if total is not None else counted + user, user_samples=user)))
         return seq
+
+    def module_index(self, name: str) -> int:
+        """The position of a module in Hello.modules (how batches name it); unknown names get an
+        index past the end, which the backend must refuse."""
+        for i, (n, _b, _f, _d) in enumerate(self.modules):
+            if n == name:
+                return i
+        return len(self.modules) + 7
 
     @staticmethod
     def instructions_for(index: int) -> list["pb.Instruction"]:
@@ -212,17 +221,24 @@ class ScriptedAgent:
             self.commands.append(msg.command)
             if self.answer_mode == "silent":
                 continue
+            if msg.command.WhichOneof("kind") != "inspect_function":
+                await self.call.write(pb.AgentMessage(result=await self.answer(msg.command)))
+                continue
             ins = msg.command.inspect_function
             if self.answer_mode == "error":
                 result = pb.CommandResult(command_id=msg.command.id, ok=False, error="function not in the model")
             else:
-                base = next(b for n, b, _f, _d in self.modules if n == ins.module)
-                fn = next(f for n, _b, fs, _d in self.modules if n == ins.module for f in fs
+                base = next(b for _n, b, _f, d in self.modules if d == ins.digest)
+                fn = next(f for _n, _b, fs, d in self.modules if d == ins.digest for f in fs
                           if f.index == ins.function_index)
                 result = pb.CommandResult(command_id=msg.command.id, ok=True, disassembly=pb.FunctionDisassembly(
-                    module=ins.module, function_index=ins.function_index, address=base + fn.offset,
+                    digest=ins.digest, function_index=ins.function_index, address=base + fn.offset,
                     instructions=self.instructions_for(ins.function_index)))
             await self.call.write(pb.AgentMessage(result=result))
+
+    async def answer(self, command: "pb.Command") -> "pb.CommandResult":
+        """The answer to a command other than inspect; tests replace it (the default refuses)."""
+        return pb.CommandResult(command_id=command.id, ok=False, error="unsupported command")
 
     async def close(self) -> None:
         """End the stream as an agent that exits cleanly does."""

@@ -26,7 +26,12 @@ static void run_usage(FILE *f)
 		"\n"
 		"Parse the live kernel, sample every CPU and stream the code catalog and\n"
 		"sample counts to the Hotpath backend over one mutual-TLS gRPC stream\n"
-		"(AgentService.Connect). An agent that is not enrolled yet enrols first\n"
+		"(AgentService.Connect). The agent serves the kernel and the processes it is\n"
+		"asked to attach (here with --attach, or from the console) as targets, runs\n"
+		"the backend's commands (attach, detach, start and stop measurements) on a\n"
+		"worker thread and sends each measurement's values once per interval.\n"
+		"Attached processes and running measurements are kept in the state folder\n"
+		"and armed again when the agent restarts. An agent that is not enrolled yet enrols first\n"
 		"(see 'hotpathd help enroll'): with --enroll-token-file it uses that one-time\n"
 		"token, without one it waits until an admin approves the host in the console.\n"
 		"Data the backend has not acknowledged is kept (in memory, then in the state\n"
@@ -51,6 +56,9 @@ static void run_usage(FILE *f)
 		"  --buffer-kib N           unacknowledged data kept in memory (default 8192)\n"
 		"  --spool-kib N            and in the state folder beyond that (default 65536;\n"
 		"                           0 keeps nothing on disk)\n"
+		"  --attach PID|COMMAND     serve this process (or every process with this\n"
+		"                           command name) as a target from the start;\n"
+		"                           repeatable\n"
 		"  --quiet                  log only errors and ended connections\n"
 		"  --help                   show this help\n");
 }
@@ -112,10 +120,13 @@ int cmd_run(int argc, char **argv)
 		{ "buffer-kib", required_argument, NULL, 'b' },
 		{ "spool-kib", required_argument, NULL, 'S' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "attach", required_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *token_file = NULL;
+	static const char *attach[64];
+	size_t nattach = 0;
 	struct hp_daemon_opts o = { .interval_ms = 1000,
 				    .frequency = 997,
 				    .state_dir = DEFAULT_STATE_DIR,
@@ -163,6 +174,15 @@ int cmd_run(int argc, char **argv)
 			if (parse_kib(optarg, "--spool-kib", 0, &o.spool_bytes) < 0)
 				return HP_EXIT_USAGE;
 			break;
+		case 'a':
+			if (nattach == sizeof(attach) / sizeof(attach[0]) || !*optarg || strlen(optarg) > 15) {
+				fprintf(stderr,
+					"hotpathd run: --attach takes a pid or a command name (at most 15 "
+					"characters), at most 64 times\n");
+				return HP_EXIT_USAGE;
+			}
+			attach[nattach++] = optarg;
+			break;
 		case 'q':
 			o.quiet = true;
 			break;
@@ -196,6 +216,8 @@ int cmd_run(int argc, char **argv)
 		}
 		o.token = token;
 	}
+	o.attach = attach;
+	o.nattach = nattach;
 	return hp_daemon_run(&o) == 0 ? HP_EXIT_OK : HP_EXIT_ERROR;
 }
 

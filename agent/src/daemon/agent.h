@@ -1,9 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The daemon's state, shared by its parts: the model and sampler that live
- * across connections, the outbox of unacknowledged data, the host's
+ * The daemon's state, shared by its parts: the kernel's model and sampler
+ * that live across connections, the targets (kernel and attached processes),
+ * the measurements and their thread, the command worker and the replies it
+ * queues for the stream, the outbox of unacknowledged data, the host's
  * credentials, and the catalog pieces still to send on the current stream.
  * Only the daemon's own files include this.
+ *
+ * Threads: the main thread drives the stream (and the sampler's intervals);
+ * the command worker runs commands; the measurement thread reads
+ * measurements and notices exited processes. They share the outbox, the
+ * replies, the targets and the measurements, each of which has its own lock.
  */
 #ifndef HOTPATH_DAEMON_AGENT_H
 #define HOTPATH_DAEMON_AGENT_H
@@ -15,7 +22,11 @@
 
 #include "daemon/catalog.h"
 #include "daemon/credentials.h"
+#include "daemon/measurements.h"
 #include "daemon/outbox.h"
+#include "daemon/replies.h"
+#include "daemon/targets.h"
+#include "daemon/worker.h"
 #include "host/caps.h"
 #include "host/hostinfo.h"
 #include "measure/sampler.h"
@@ -34,11 +45,18 @@ struct agent {
 	uint32_t *block_counts; /* per module */
 	unsigned interval_ms, frequency;
 	double parse_seconds;
-	/* Catalog pieces still to send on the current stream. */
-	size_t *catalog_queue;
+	/* Catalog pieces still to send on the current stream: digests, and the
+	 * target whose module is being cut into chunks (referenced). */
+	char (*catalog_queue)[65];
 	size_t ncatalog, catalog_pos;
 	struct hp_catalog_iter catalog_it;
+	struct hp_target *catalog_target;
 	bool catalog_active;
+	/* What the agent serves and runs. */
+	struct hp_targets targets;
+	struct hp_measurements measurements;
+	struct hp_worker worker;
+	struct hp_replies replies;
 	/* Data messages until the backend acknowledges them. */
 	struct hp_outbox outbox;
 	/* Who this agent is to the backend. */

@@ -60,8 +60,9 @@ static void h_str(struct hasher *h, const char *s)
 	h_bytes(h, s ? s : "", strlen(s ? s : "") + 1);
 }
 
-/* A load-address independent name for an absolute code address. */
-static void h_target(struct hasher *h, const struct hp_model *m, uint64_t addr)
+/* A load-address independent name for an absolute code address; one outside
+ * every known function is taken relative to outside_base. */
+static void h_target(struct hasher *h, const struct hp_model *m, uint64_t addr, uint64_t outside_base)
 {
 	const struct hp_module *tm = NULL;
 	const struct hp_function *tf = hp_model_lookup(m, addr, &tm);
@@ -71,11 +72,20 @@ static void h_target(struct hasher *h, const struct hp_model *m, uint64_t addr)
 		h_u64(h, addr - tf->addr);
 	} else {
 		/* Outside every known function: relative to the core kernel, whose
-		 * image moves as one piece under KASLR. */
+		 * image moves as one piece under KASLR (for a process module, to
+		 * the module itself, whatever else the process maps). */
 		h_str(h, "?");
 		h_str(h, "");
-		h_u64(h, m->nmods ? addr - m->mods[0].base : addr);
+		h_u64(h, addr - outside_base);
 	}
+}
+
+void hp_catalog_build_key(const struct hp_model *m, const struct hp_module *mod, char *out, size_t outlen)
+{
+	if (m->kind == HP_TARGET_KERNEL)
+		snprintf(out, outlen, "%s", m->build_id[0] ? m->build_id : m->release);
+	else
+		snprintf(out, outlen, "elf:%s", mod->build_id);
 }
 
 int hp_catalog_digest(const struct hp_model *m, size_t mod_idx, char out[65])
@@ -88,8 +98,15 @@ int hp_catalog_digest(const struct hp_model *m, size_t mod_idx, char out[65])
 		EVP_MD_CTX_free(h.ctx);
 		return -ENOMEM;
 	}
+	char build[160];
+	uint64_t outside_base;
+	hp_catalog_build_key(m, mod, build, sizeof(build));
+	if (m->kind == HP_TARGET_KERNEL)
+		outside_base = m->nmods ? m->mods[0].base : 0;
+	else
+		outside_base = mod->base;
 	h_str(&h, "hotpath-catalog-v1");
-	h_str(&h, m->build_id[0] ? m->build_id : m->release);
+	h_str(&h, build);
 	h_str(&h, mod->name);
 	h_u64(&h, mod->nfuncs);
 	for (size_t i = 0; i < mod->nfuncs; i++) {
@@ -110,7 +127,7 @@ int hp_catalog_digest(const struct hp_model *m, size_t mod_idx, char out[65])
 				const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
 				h_u32(&h, sc->kind);
 				if (sc->kind == HP_SUCC_TAIL_CALL)
-					h_target(&h, m, sc->target);
+					h_target(&h, m, sc->target, outside_base);
 				else
 					h_u64(&h, sc->target);
 			}
@@ -119,7 +136,7 @@ int hp_catalog_digest(const struct hp_model *m, size_t mod_idx, char out[65])
 		for (uint32_t c = 0; c < f->ncalls; c++) {
 			const struct hp_call *cl = &mod->calls[f->call_start + c];
 			h_u32(&h, cl->site);
-			h_target(&h, m, cl->target);
+			h_target(&h, m, cl->target, outside_base);
 		}
 		h_u32(&h, f->nicalls);
 		for (uint32_t c = 0; c < f->nicalls; c++)

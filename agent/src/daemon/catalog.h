@@ -16,12 +16,22 @@
 #include "model/model.h"
 
 /*
+ * The build key a piece's digest starts with: for the kernel's modules the
+ * kernel build id (or the release when there is none); for a process's or a
+ * file's module "elf:" and the module's own GNU build id (so one binary
+ * hashes alike in every process and on every host).
+ */
+void hp_catalog_build_key(const struct hp_model *m, const struct hp_module *mod, char *out, size_t outlen);
+
+/*
  * Hex SHA-256 over the canonical serialization of module mod_idx of m: the
- * kernel build id (or the release when there is none), the module name and
+ * build key (hp_catalog_build_key), the module name and
  * every function's name, offset from the module base, size, blocks with their
  * successors, direct calls and indirect call sites. Addresses that point
  * elsewhere are written as symbol+offset so the digest does not depend on
- * where the kernel was loaded. Returns 0 and writes 64 hex digits + NUL.
+ * where the code was loaded (an address outside every function: relative to
+ * the core kernel, or for a process module to the module's base). Returns 0
+ * and writes 64 hex digits + NUL.
  */
 int hp_catalog_digest(const struct hp_model *m, size_t mod_idx, char out[65]);
 /* Compute and store hp_module.digest for every module. */

@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Sending catalog pieces chunk by chunk. Welcome names the digests the backend
- * lacks; each is matched to a module of the model and encoded lazily by
- * daemon/catalog.c, at most CATALOG_QUEUE chunks ahead of the network.
+ * Sending catalog pieces chunk by chunk. Welcome (or a later CatalogRequest,
+ * for instance after a process was attached) names the digests the backend
+ * lacks; each is found among the targets' modules (the kernel's or an
+ * attached process's) and encoded lazily by daemon/catalog.c, at most
+ * CATALOG_QUEUE chunks ahead of the network. The target being sent is
+ * referenced, so a process that exits meanwhile keeps its model until its
+ * piece is out.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,55 +21,59 @@
  * little enough not to hold a whole kernel's catalog in memory. */
 #define CATALOG_QUEUE 4
 
+static void end_piece(struct agent *ag)
+{
+	hp_targets_release(&ag->targets, ag->catalog_target);
+	ag->catalog_target = NULL;
+	ag->catalog_active = false;
+}
+
 void hp_catalog_pump_reset(struct agent *ag)
 {
+	if (ag->catalog_active)
+		end_piece(ag);
 	ag->ncatalog = ag->catalog_pos = 0;
-	ag->catalog_active = false;
+}
+
+/* Queue one digest unless queued or being sent; false if no target has it. */
+static bool enqueue(struct agent *ag, const char *digest)
+{
+	size_t mi;
+	struct hp_target *t = hp_targets_by_digest(&ag->targets, digest, NULL, &mi);
+	if (!t)
+		return false;
+	hp_targets_release(&ag->targets, t);
+	if (ag->catalog_active && strcmp(ag->catalog_target->model->mods[ag->catalog_it.mod_idx].digest, digest) == 0)
+		return true;
+	for (size_t q = ag->catalog_pos; q < ag->ncatalog; q++)
+		if (strcmp(ag->catalog_queue[q], digest) == 0)
+			return true;
+	void *grown = realloc(ag->catalog_queue, (ag->ncatalog + 1) * sizeof(*ag->catalog_queue));
+	if (!grown)
+		return true;
+	ag->catalog_queue = grown;
+	snprintf(ag->catalog_queue[ag->ncatalog++], sizeof(*ag->catalog_queue), "%s", digest);
+	return true;
 }
 
 void hp_catalog_pump_start(struct agent *ag, const Hotpath__V1__Welcome *w)
 {
-	free(ag->catalog_queue);
-	ag->catalog_queue = calloc(w->n_missing_digests ? w->n_missing_digests : 1, sizeof(size_t));
 	hp_catalog_pump_reset(ag);
-	for (size_t i = 0; i < w->n_missing_digests && ag->catalog_queue; i++) {
-		bool found = false;
-		for (size_t m = 0; m < ag->model->nmods; m++) {
-			if (strcmp(ag->model->mods[m].digest, w->missing_digests[i]) == 0) {
-				ag->catalog_queue[ag->ncatalog++] = m;
-				found = true;
-				break;
-			}
-		}
-		if (!found)
+	for (size_t i = 0; i < w->n_missing_digests; i++)
+		if (!enqueue(ag, w->missing_digests[i]))
 			hp_log(false, "the backend asked for catalog %.64s, which this agent does not have; ignored",
 			       w->missing_digests[i]);
-	}
 	hp_log(true, "welcome: session %s, %zu catalog piece(s) to send", w->session_id, ag->ncatalog);
 }
 
 void hp_catalog_pump_request(struct agent *ag, const Hotpath__V1__CatalogRequest *r)
 {
 	for (size_t i = 0; i < r->n_digests; i++) {
-		size_t m = 0;
-		while (m < ag->model->nmods && strcmp(ag->model->mods[m].digest, r->digests[i]) != 0)
-			m++;
-		if (m == ag->model->nmods) {
+		if (!enqueue(ag, r->digests[i]))
 			hp_log(false, "the backend asked for catalog %.64s, which this agent does not have; ignored",
 			       r->digests[i]);
-			continue;
-		}
-		bool queued = ag->catalog_active && ag->catalog_it.mod_idx == m;
-		for (size_t q = ag->catalog_pos; q < ag->ncatalog && !queued; q++)
-			queued = ag->catalog_queue[q] == m;
-		if (queued)
-			continue;
-		size_t *grown = realloc(ag->catalog_queue, (ag->ncatalog + 1) * sizeof(*grown));
-		if (!grown)
-			return;
-		ag->catalog_queue = grown;
-		ag->catalog_queue[ag->ncatalog++] = m;
-		hp_log(true, "the backend asked again for catalog %s", ag->model->mods[m].name);
+		else
+			hp_log(true, "the backend asked for catalog %.16s", r->digests[i]);
 	}
 }
 
@@ -74,9 +83,16 @@ void hp_catalog_pump(struct agent *ag, struct hp_stream *st)
 		if (!ag->catalog_active) {
 			if (ag->catalog_pos >= ag->ncatalog)
 				return;
-			hp_catalog_iter_init(&ag->catalog_it, ag->model, ag->catalog_queue[ag->catalog_pos++]);
+			size_t mi;
+			struct hp_target *t =
+				hp_targets_by_digest(&ag->targets, ag->catalog_queue[ag->catalog_pos++], NULL, &mi);
+			if (!t)
+				continue; /* its process is gone and nobody uses the model any more */
+			ag->catalog_target = t;
+			hp_catalog_iter_init(&ag->catalog_it, t->model, mi);
 			ag->catalog_active = true;
 		}
+		const struct hp_model *model = ag->catalog_target->model;
 		uint8_t *buf;
 		size_t len;
 		uint32_t nf;
@@ -85,20 +101,20 @@ void hp_catalog_pump(struct agent *ag, struct hp_stream *st)
 					      &len, &nf, &last);
 		if (r < 0) {
 			hp_log(false, "cannot build a catalog chunk of %s: %s",
-			       ag->model->mods[ag->catalog_it.mod_idx].name, strerror(-r));
-			ag->catalog_active = false;
+			       model->mods[ag->catalog_it.mod_idx].name, strerror(-r));
+			end_piece(ag);
 			continue;
 		}
 		if (r == 0) {
-			ag->catalog_active = false;
+			end_piece(ag);
 			continue;
 		}
 		hp_stream_send(st, buf, len);
 		if (last) {
-			const struct hp_module *m = &ag->model->mods[ag->catalog_it.mod_idx];
+			const struct hp_module *m = &model->mods[ag->catalog_it.mod_idx];
 			hp_log(true, "catalog %s (%zu functions) queued in %u chunk(s)", m->name, m->nfuncs,
 			       ag->catalog_it.seq);
-			ag->catalog_active = false;
+			end_piece(ag);
 		}
 	}
 }

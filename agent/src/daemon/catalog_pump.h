@@ -12,7 +12,7 @@
 struct agent;
 struct hp_stream;
 
-/* Queue the pieces named in w's missing_digests. */
+/* Queue the pieces named in w's missing_digests (any target's modules). */
 void hp_catalog_pump_start(struct agent *ag, const Hotpath__V1__Welcome *w);
 /* Forget what is queued (a new stream starts). */
 void hp_catalog_pump_reset(struct agent *ag);

@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Command dispatch: every Command from the backend is answered by exactly one
- * CommandResult carrying its id.
+ * What each command does, run on the command worker's thread (see
+ * daemon/worker.h): inspect a function, attach or detach a process target,
+ * start or stop a measurement. Every command ends with exactly one result
+ * (hp_job_result); an unknown kind is answered with an error.
  */
 #ifndef HOTPATH_DAEMON_COMMANDS_H
 #define HOTPATH_DAEMON_COMMANDS_H
 
-#include "hotpath/v1/agent.pb-c.h"
-
 struct agent;
-struct hp_stream;
+struct hp_job;
 
-void hp_handle_command(struct agent *ag, struct hp_stream *st, const Hotpath__V1__Command *c);
+void hp_run_command(struct agent *ag, struct hp_job *job);
 
 #endif

@@ -6,9 +6,13 @@
  * at a time (daemon/session.c). When a stream ends it backs off (0.5 s
  * doubling to 4 s, each wait drawn at random between half and all of it, so
  * a fleet does not reconnect in step) and reconnects with a fresh Hello; the
- * model, the sampler and the outbox of unacknowledged data live on across
- * connections. SIGINT/SIGTERM cancel the call, write the outbox to the spool
- * and end the run with status 0.
+ * model, the sampler, the targets, the measurements (read by their own
+ * thread), the command worker and the outbox of unacknowledged data live on
+ * across connections. At start the processes and measurements a previous run
+ * left in the state folder are attached and armed again, before the first
+ * connection. SIGINT/SIGTERM cancel the call, stop the worker and the
+ * measurements (which stay in the state folder for the next run), write the
+ * outbox to the spool and end the run with status 0.
  */
 #include <errno.h>
 #include <signal.h>
@@ -19,11 +23,13 @@
 #include <unistd.h>
 
 #include "daemon/agent.h"
+#include "daemon/catalog_pump.h"
 #include "daemon/daemon.h"
 #include "daemon/enroll.h"
 #include "daemon/log.h"
 #include "daemon/session.h"
 #include "daemon/transport.h"
+#include "host/processes.h"
 #include "target/target.h"
 
 #define BACKOFF_MIN_MS 500
@@ -113,6 +119,31 @@ static void probe_and_sample(struct agent *ag)
 	}
 }
 
+/* Attach the processes the command line names (a pid or a command name each). */
+static void attach_from_options(struct agent *ag, const struct hp_daemon_opts *o)
+{
+	for (size_t i = 0; i < o->nattach; i++) {
+		const char *a = o->attach[i];
+		char err[600];
+		struct hp_target *got[HP_ATTACH_MAX_BY_COMM];
+		int n;
+		char *end;
+		long pid = strtol(a, &end, 10);
+		if (*a && !*end && pid > 0 && pid < 0x40000000) {
+			n = hp_targets_attach_pid(&ag->targets, (int)pid, &got[0], err, sizeof(err));
+			n = n == 0 ? 1 : n;
+		} else {
+			n = hp_targets_attach_comm(&ag->targets, a, got, HP_ATTACH_MAX_BY_COMM, err, sizeof(err));
+		}
+		if (n < 0) {
+			hp_log(false, "--attach %s: %s", a, err);
+			continue;
+		}
+		for (int k = 0; k < n; k++)
+			hp_targets_release(&ag->targets, got[k]);
+	}
+}
+
 /* Wait about backoff_ms (at random between half and all of it), sampling meanwhile. */
 static void back_off(struct agent *ag, unsigned backoff_ms, int64_t *next_ms)
 {
@@ -196,6 +227,7 @@ int hp_daemon_run(const struct hp_daemon_opts *o)
 
 	char err[512], enroll_server[512], spool[4200];
 	int ret = -1;
+	bool ready = false;
 	srandom((unsigned)(hp_mono_ms() ^ getpid()));
 	if (hp_hostinfo_collect(&ag.host, o->host_id, err, sizeof(err)) < 0) {
 		hp_log(false, "%s", err);
@@ -231,8 +263,28 @@ int hp_daemon_run(const struct hp_daemon_opts *o)
 		goto out;
 	}
 	probe_and_sample(&ag);
+	if (hp_targets_init(&ag.targets, ag.model, o->state_dir) < 0 ||
+	    hp_measurements_init(&ag.measurements, o->state_dir) < 0) {
+		hp_log(false, "out of memory");
+		goto out;
+	}
+	hp_replies_init(&ag.replies);
+	ready = true;
+	int restored = hp_targets_restore(&ag.targets);
+	if (restored)
+		hp_log(true, "attached %d process(es) again that the previous run served", restored);
+	attach_from_options(&ag, o);
+	restored = hp_measurements_restore(&ag);
+	if (restored)
+		hp_log(true, "armed %d measurement(s) again that the previous run left running", restored);
+	if (hp_worker_start(&ag) < 0 || hp_measurements_run(&ag) < 0) {
+		hp_log(false, "cannot start the agent's threads");
+		goto out;
+	}
 
 	serve_forever(&ag, o, enroll_server);
+	hp_worker_stop(&ag);
+	hp_measurements_free(&ag.measurements);
 	size_t lost = hp_outbox_persist(&ag.outbox);
 	if (hp_outbox_count(&ag.outbox))
 		hp_log(true, "%zu unacknowledged data message(s) kept in %s for the next run%s",
@@ -240,6 +292,13 @@ int hp_daemon_run(const struct hp_daemon_opts *o)
 	hp_log(true, "stopped");
 	ret = 0;
 out:
+	if (ready) {
+		hp_worker_stop(&ag);
+		hp_measurements_free(&ag.measurements);
+		hp_catalog_pump_reset(&ag);
+		hp_targets_free(&ag.targets);
+		hp_replies_free(&ag.replies);
+	}
 	hp_transport_shutdown();
 	hp_outbox_free(&ag.outbox);
 	hp_credentials_free(&ag.id);

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The agent daemon (`hotpathd run`): enrols if it has no credential yet,
- * parses the live kernel once, samples every CPU, and serves the backend over
- * one mutual-TLS gRPC stream, reconnecting when it ends. The CLI fills the
- * options; everything else happens here.
+ * parses the live kernel once, samples every CPU, serves the kernel and the
+ * processes it is asked to attach as targets, runs the backend's commands
+ * and measurements, and serves the backend over one mutual-TLS gRPC stream,
+ * reconnecting when it ends. The CLI fills the options; everything else
+ * happens here.
  */
 #ifndef HOTPATH_DAEMON_H
 #define HOTPATH_DAEMON_H
@@ -24,6 +26,8 @@ struct hp_daemon_opts {
 	size_t buffer_bytes;       /* unacknowledged data kept in memory */
 	size_t spool_bytes;        /* and on disk beyond that */
 	bool quiet;                /* log only errors and ended connections */
+	const char *const *attach; /* processes to attach at start: a pid or a command name each */
+	size_t nattach;
 };
 
 /* Run until SIGINT/SIGTERM: 0 after a requested stop, -1 if start-up failed

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Building the AgentMessages the daemon sends on its own initiative: Hello
- * (who this host is and what it can do, this run's instance id and clock),
- * handed to the stream, and one MetricBatch per interval, numbered and kept
- * in the outbox until the backend acknowledges it.
+ * (who this host is and what it can do, this run's instance id and clock,
+ * the targets it serves and the measurements it runs), handed to the stream,
+ * and one MetricBatch per interval, numbered and kept in the outbox until the
+ * backend acknowledges it. Samples name their module by its position in
+ * Hello.modules.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -65,6 +67,7 @@ int hp_send_hello(struct agent *ag, struct hp_stream *st)
 		mods[i].base_address = m->base;
 		mods[i].function_count = (uint32_t)m->nfuncs;
 		mods[i].block_count = ag->block_counts[i];
+		mods[i].build_id = (char *)m->build_id;
 		modp[i] = &mods[i];
 	}
 	h.n_modules = nm;
@@ -79,10 +82,29 @@ int hp_send_hello(struct agent *ag, struct hp_stream *st)
 	clock_gettime(CLOCK_REALTIME, &now);
 	h.clock_unix_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 
+	Hotpath__V1__TargetsUpdate targets;
+	void *targets_mem = NULL;
+	Hotpath__V1__MeasurementInfo **infos = NULL;
+	size_t ninfos = 0;
+	int r = -ENOMEM;
+	if (hp_targets_fill(&ag->targets, NULL, 0, &targets, &targets_mem) < 0)
+		goto out;
+	h.n_targets = targets.n_targets;
+	h.targets = targets.targets;
+	if (hp_measurements_infos(&ag->measurements, &infos, &ninfos) < 0) {
+		hp_targets_fill_free(&targets, targets_mem);
+		goto out;
+	}
+	h.n_measurements = ninfos;
+	h.measurements = infos;
+
 	Hotpath__V1__AgentMessage msg = HOTPATH__V1__AGENT_MESSAGE__INIT;
 	msg.kind_case = HOTPATH__V1__AGENT_MESSAGE__KIND_HELLO;
 	msg.hello = &h;
-	int r = hp_send_msg(st, &msg);
+	r = hp_send_msg(st, &msg);
+	hp_targets_fill_free(&targets, targets_mem);
+	hp_measurements_infos_free(infos, ninfos);
+out:
 	free(mods);
 	free(modp);
 	return r;
@@ -107,7 +129,7 @@ int hp_queue_batch(struct agent *ag, const struct hp_sample_interval *iv)
 	}
 	for (size_t i = 0; i < n; i++) {
 		hotpath__v1__block_samples__init(&bs[i]);
-		bs[i].module = ag->model->mods[iv->blocks[i].mod].name;
+		bs[i].module_index = iv->blocks[i].mod;
 		bs[i].function_index = iv->blocks[i].fn;
 		bs[i].block_offset = iv->blocks[i].offset;
 		bs[i].count = iv->blocks[i].count;

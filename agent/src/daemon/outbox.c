@@ -209,6 +209,7 @@ static void load_spool(struct hp_outbox *ob)
 		const char *inst = m && m->instance_id ? intern(ob, m->instance_id) : NULL;
 		if (!m || !m->seq || !inst || reserve(ob) < 0 ||
 		    (m->kind_case != HOTPATH__V1__AGENT_MESSAGE__KIND_METRICS &&
+		     m->kind_case != HOTPATH__V1__AGENT_MESSAGE__KIND_MEASUREMENT &&
 		     m->kind_case != HOTPATH__V1__AGENT_MESSAGE__KIND_GAP)) {
 			if (m)
 				hotpath__v1__agent_message__free_unpacked(m, NULL);
@@ -219,9 +220,14 @@ static void load_spool(struct hp_outbox *ob)
 		memset(e, 0, sizeof(*e));
 		e->seq = m->seq;
 		e->instance = inst;
-		if (m->kind_case == HOTPATH__V1__AGENT_MESSAGE__KIND_METRICS) {
-			e->start_ns = m->metrics->interval_start_unix_ns;
-			e->end_ns = e->start_ns + (int64_t)m->metrics->interval_ms * 1000000;
+		if (m->kind_case != HOTPATH__V1__AGENT_MESSAGE__KIND_GAP) {
+			if (m->kind_case == HOTPATH__V1__AGENT_MESSAGE__KIND_METRICS) {
+				e->start_ns = m->metrics->interval_start_unix_ns;
+				e->end_ns = e->start_ns + (int64_t)m->metrics->interval_ms * 1000000;
+			} else {
+				e->start_ns = m->measurement->interval_start_unix_ns;
+				e->end_ns = m->measurement->interval_end_unix_ns;
+			}
 			e->on_disk = true;
 			e->len = len;
 			ob->disk_bytes += len;
@@ -241,6 +247,7 @@ int hp_outbox_init(struct hp_outbox *ob, const char *spool_dir, size_t mem_max, 
 		   size_t errlen)
 {
 	memset(ob, 0, sizeof(*ob));
+	pthread_mutex_init(&ob->lock, NULL);
 	ob->mem_max = mem_max;
 	ob->disk_max = disk_max;
 	ob->next_seq = 1;
@@ -264,7 +271,7 @@ int hp_outbox_init(struct hp_outbox *ob, const char *spool_dir, size_t mem_max, 
 	return 0;
 }
 
-int hp_outbox_add(struct hp_outbox *ob, Hotpath__V1__AgentMessage *m, int64_t start_ns, int64_t end_ns)
+static int locked_add(struct hp_outbox *ob, Hotpath__V1__AgentMessage *m, int64_t start_ns, int64_t end_ns)
 {
 	if (reserve(ob) < 0)
 		return -ENOMEM;
@@ -298,7 +305,7 @@ int hp_outbox_add(struct hp_outbox *ob, Hotpath__V1__AgentMessage *m, int64_t st
 	return r;
 }
 
-void hp_outbox_ack(struct hp_outbox *ob, const char *instance, uint64_t seq)
+static void locked_ack(struct hp_outbox *ob, const char *instance, uint64_t seq)
 {
 	size_t w = ob->head;
 	for (size_t i = ob->head; i < ob->n; i++) {
@@ -312,7 +319,7 @@ void hp_outbox_ack(struct hp_outbox *ob, const char *instance, uint64_t seq)
 	ob->n = w;
 }
 
-void hp_outbox_rewind(struct hp_outbox *ob)
+static void locked_rewind(struct hp_outbox *ob)
 {
 	for (size_t i = ob->head; i < ob->n; i++)
 		ob->e[i].sent = false;
@@ -338,7 +345,7 @@ static uint8_t *pack_gap(const struct hp_outbox_entry *e, size_t *len)
 	return buf;
 }
 
-int hp_outbox_next(struct hp_outbox *ob, uint8_t **buf, size_t *len)
+static int locked_next(struct hp_outbox *ob, uint8_t **buf, size_t *len)
 {
 	for (size_t i = ob->head; i < ob->n; i++) {
 		struct hp_outbox_entry *e = &ob->e[i];
@@ -379,12 +386,12 @@ int hp_outbox_next(struct hp_outbox *ob, uint8_t **buf, size_t *len)
 	return 0;
 }
 
-size_t hp_outbox_count(const struct hp_outbox *ob)
+static size_t locked_count(const struct hp_outbox *ob)
 {
 	return ob->n - ob->head;
 }
 
-size_t hp_outbox_persist(struct hp_outbox *ob)
+static size_t locked_persist(struct hp_outbox *ob)
 {
 	size_t lost = 0;
 	for (size_t i = ob->head; i < ob->n; i++) {
@@ -410,6 +417,52 @@ size_t hp_outbox_persist(struct hp_outbox *ob)
 	return lost;
 }
 
+int hp_outbox_add(struct hp_outbox *ob, Hotpath__V1__AgentMessage *m, int64_t start_ns, int64_t end_ns)
+{
+	pthread_mutex_lock(&ob->lock);
+	int r = locked_add(ob, m, start_ns, end_ns);
+	pthread_mutex_unlock(&ob->lock);
+	return r;
+}
+
+void hp_outbox_ack(struct hp_outbox *ob, const char *instance, uint64_t seq)
+{
+	pthread_mutex_lock(&ob->lock);
+	locked_ack(ob, instance, seq);
+	pthread_mutex_unlock(&ob->lock);
+}
+
+void hp_outbox_rewind(struct hp_outbox *ob)
+{
+	pthread_mutex_lock(&ob->lock);
+	locked_rewind(ob);
+	pthread_mutex_unlock(&ob->lock);
+}
+
+int hp_outbox_next(struct hp_outbox *ob, uint8_t **buf, size_t *len)
+{
+	pthread_mutex_lock(&ob->lock);
+	int r = locked_next(ob, buf, len);
+	pthread_mutex_unlock(&ob->lock);
+	return r;
+}
+
+size_t hp_outbox_count(struct hp_outbox *ob)
+{
+	pthread_mutex_lock(&ob->lock);
+	size_t n = locked_count(ob);
+	pthread_mutex_unlock(&ob->lock);
+	return n;
+}
+
+size_t hp_outbox_persist(struct hp_outbox *ob)
+{
+	pthread_mutex_lock(&ob->lock);
+	size_t n = locked_persist(ob);
+	pthread_mutex_unlock(&ob->lock);
+	return n;
+}
+
 void hp_outbox_free(struct hp_outbox *ob)
 {
 	for (size_t i = ob->head; i < ob->n; i++)
@@ -417,5 +470,6 @@ void hp_outbox_free(struct hp_outbox *ob)
 	free(ob->e);
 	for (size_t i = 0; i < ob->ninstances; i++)
 		free(ob->instances[i]);
+	pthread_mutex_destroy(&ob->lock);
 	memset(ob, 0, sizeof(*ob));
 }

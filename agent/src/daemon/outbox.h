@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The outbox: data messages (metric batches today, any batch kind alike) kept
+ * The outbox: data messages (metric and measurement batches, any batch kind alike) kept
  * until the backend acknowledges them, in memory up to a limit, then spilled
  * to files in the state folder up to a second limit. Each message is numbered
  * (AgentMessage.seq) per agent instance when it is produced. After a
@@ -14,6 +14,7 @@
 #ifndef HOTPATH_DAEMON_OUTBOX_H
 #define HOTPATH_DAEMON_OUTBOX_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,9 @@ struct hp_outbox_entry {
 };
 
 struct hp_outbox {
+	/* Held by every function below: the stream loop sends and applies acks
+	 * while the measurement thread adds batches. */
+	pthread_mutex_t lock;
 	struct hp_outbox_entry *e;
 	size_t head, n, cap; /* live entries are e[head..n), oldest first */
 	size_t mem_bytes, mem_max, disk_bytes, disk_max;
@@ -59,7 +63,7 @@ void hp_outbox_rewind(struct hp_outbox *ob);
  * none is waiting, or a negative errno. */
 int hp_outbox_next(struct hp_outbox *ob, uint8_t **buf, size_t *len);
 /* Messages kept (not yet acknowledged). */
-size_t hp_outbox_count(const struct hp_outbox *ob);
+size_t hp_outbox_count(struct hp_outbox *ob);
 /* Write what is in memory to the spool (clean stop); returns messages that
  * did not fit and are lost. */
 size_t hp_outbox_persist(struct hp_outbox *ob);

@@ -4,25 +4,26 @@
  * polls the stream with a short deadline so that, between messages, it can
  * pump catalog chunks, take a due metric interval into the outbox, send what
  * the outbox holds (oldest first, a bounded window ahead of the network),
- * apply acknowledgements and notice a shutdown request. Why the call ended is
- * logged with its gRPC status.
+ * send what the command worker and the measurement thread queued (progress,
+ * results, target updates), apply acknowledgements and notice a shutdown
+ * request. Commands are handed to the worker, never run here. Why the call
+ * ended is logged with its gRPC status.
  */
 #include <grpc/status.h>
 #include <stdlib.h>
 
 #include "daemon/agent.h"
 #include "daemon/catalog_pump.h"
-#include "daemon/commands.h"
 #include "daemon/log.h"
 #include "daemon/messages.h"
 #include "daemon/session.h"
 #include "daemon/transport.h"
+#include "daemon/worker.h"
 
 /* Data messages handed to the stream ahead of the network. */
 #define SEND_WINDOW 16
 
-static void handle_server_message(struct agent *ag, struct hp_stream *st, const uint8_t *buf, size_t len,
-				  bool *welcomed)
+static void handle_server_message(struct agent *ag, const uint8_t *buf, size_t len, bool *welcomed)
 {
 	Hotpath__V1__ServerMessage *sm = hotpath__v1__server_message__unpack(NULL, len, buf);
 	if (!sm) {
@@ -44,7 +45,7 @@ static void handle_server_message(struct agent *ag, struct hp_stream *st, const 
 		hp_catalog_pump_request(ag, sm->catalog_request);
 		break;
 	case HOTPATH__V1__SERVER_MESSAGE__KIND_COMMAND:
-		hp_handle_command(ag, st, sm->command);
+		hp_worker_submit(ag, sm->command);
 		break;
 	default:
 		hp_log(false, "ignored a server message of unknown kind");
@@ -92,6 +93,18 @@ static void log_end(const char *server, struct hp_stream *st)
 	}
 }
 
+/* Hand the replies other threads queued to the stream. */
+static void send_replies(struct agent *ag, struct hp_stream *st)
+{
+	while (hp_stream_pending(st) < SEND_WINDOW) {
+		uint8_t *buf;
+		size_t len;
+		if (hp_replies_pop(&ag->replies, &buf, &len) <= 0)
+			return;
+		hp_stream_send(st, buf, len);
+	}
+}
+
 /* Hand the outbox's next messages to the stream, a bounded window ahead. */
 static void send_data(struct agent *ag, struct hp_stream *st)
 {
@@ -126,6 +139,7 @@ int hp_serve_stream(struct agent *ag, const char *server, int64_t *next_ms)
 			cancelled = true;
 		}
 		if (welcomed) {
+			send_replies(ag, st);
 			hp_catalog_pump(ag, st);
 			send_data(ag, st);
 		}
@@ -134,7 +148,7 @@ int hp_serve_stream(struct agent *ag, const char *server, int64_t *next_ms)
 		enum hp_stream_event ev = hp_stream_poll(st, 50, &msg, &len);
 		if (ev == HP_STREAM_MESSAGE) {
 			bool was = welcomed;
-			handle_server_message(ag, st, msg, len, &welcomed);
+			handle_server_message(ag, msg, len, &welcomed);
 			free(msg);
 			if (welcomed && !was && hp_outbox_count(&ag->outbox))
 				hp_log(true, "sending %zu unacknowledged data message(s)",
@@ -150,5 +164,6 @@ int hp_serve_stream(struct agent *ag, const char *server, int64_t *next_ms)
 		hp_log(true, "%zu data message(s) wait for an acknowledgement; they are sent again after the reconnect",
 		       hp_outbox_count(&ag->outbox));
 	hp_stream_close(st);
+	hp_catalog_pump_reset(ag);
 	return welcomed ? 1 : code == GRPC_STATUS_UNAUTHENTICATED ? -2 : 0;
 }

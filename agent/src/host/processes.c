@@ -41,6 +41,47 @@ int hp_process_comm(int pid, char *comm)
 	return 0;
 }
 
+int hp_process_start_time(int pid, unsigned long long *ticks)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -ESRCH;
+	buf[n] = '\0';
+	/* The command name may hold spaces and parentheses: fields start after the last ')'. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -EIO;
+	p++;
+	for (int field = 3; field < 22; field++) {
+		p = strchr(p + 1, ' ');
+		if (!p)
+			return -EIO;
+	}
+	char *end;
+	unsigned long long v = strtoull(p + 1, &end, 10);
+	if (end == p + 1)
+		return -EIO;
+	*ticks = v;
+	return 0;
+}
+
+int hp_process_exe(int pid, char *buf, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	ssize_t n = readlink(path, buf, len ? len - 1 : 0);
+	if (n < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	buf[n] = '\0';
+	return 0;
+}
+
 static int cmp_int(const void *a, const void *b)
 {
 	int x = *(const int *)a, y = *(const int *)b;

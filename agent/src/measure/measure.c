@@ -122,11 +122,14 @@ static int open_target(struct hp_measure *h, const struct hp_measure_spec *s, co
 		}
 		h->npids++;
 	}
-	if ((r = hp_model_open_pid(h->pids[0], &oo, &h->model, oerr, sizeof(oerr))) < 0) {
+	if (s->target == HP_MEASURE_PID && env && env->process) {
+		h->model = env->process;
+	} else if ((r = hp_model_open_pid(h->pids[0], &oo, &h->model, oerr, sizeof(oerr))) < 0) {
 		snprintf(err, errlen, "%s", oerr);
 		return r == -ESRCH ? -HP_MEASURE_E_NOT_FOUND : -HP_MEASURE_E_SYSTEM;
+	} else {
+		h->own_model = true;
 	}
-	h->own_model = true;
 	char comm[HP_COMM_LEN] = "?";
 	hp_process_comm(h->pids[0], comm);
 	if (s->target == HP_MEASURE_PID)
@@ -167,8 +170,9 @@ static int predicates(struct hp_measure *h, const struct hp_measure_spec *s, str
 static int resolve_rows(struct hp_measure *h, char *err, size_t errlen)
 {
 	int why = 0;
-	int r = hp_resolve(h->model, (const char *const *)h->resources, h->nresources, h->blocks, HP_MEASURE_MAX_ROWS,
-			   &h->rows, &h->nrows, &why, err, errlen);
+	int r = hp_resolve(h->model, (const char *const *)h->resources, h->nresources,
+			   h->word_blocks ? false : h->blocks, h->word_blocks, HP_MEASURE_MAX_ROWS, &h->rows, &h->nrows,
+			   &why, err, errlen);
 	if (r == -ENOMEM) {
 		snprintf(err, errlen, "out of memory");
 		return -HP_MEASURE_E_SYSTEM;
@@ -210,6 +214,16 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 	pthread_mutex_init(&h->lock, NULL);
 	h->target = s->target;
 	h->blocks = s->blocks;
+	if (s->resource_blocks) {
+		h->word_blocks = calloc(s->nresources ? s->nresources : 1, sizeof(bool));
+		if (!h->word_blocks) {
+			snprintf(err, errlen, "out of memory");
+			r = -HP_MEASURE_E_SYSTEM;
+			goto fail;
+		}
+		for (size_t i = 0; i < s->nresources; i++)
+			h->blocks |= h->word_blocks[i] = s->resource_blocks[i];
+	}
 	h->metrics = h->requested_metrics = s->metrics & ((1u << HP_METRIC_N) - 1);
 	if (h->metrics & HP_METRICS_TIMERS)
 		h->metrics |= HP_METRIC_BIT(HP_METRIC_COUNT); /* per-call values need the calls */
@@ -437,6 +451,7 @@ void hp_measure_close(struct hp_measure *h)
 	for (size_t i = 0; i < h->nresources; i++)
 		free(h->resources[i]);
 	free(h->resources);
+	free(h->word_blocks);
 	free(h->rows);
 	free(h->pub);
 	free(h->sampled_row);

@@ -55,6 +55,9 @@ struct hp_measure_spec {
 	size_t nresources;
 	uint32_t metrics; /* HP_METRIC_BIT set; COUNT is measured with any timer, for per-call values */
 	bool blocks;      /* add a row for every basic block of each function resource */
+	/* Per resource word (NULL = none): add the rows of its function's blocks,
+	 * as `blocks` does for every word. */
+	const bool *resource_blocks;
 	/* Predicates, applied in BPF to every probe hit and sample: */
 	int where_pid;            /* only this process (thread group id); 0 = any */
 	const char *where_comm;   /* only threads with this command name; NULL = any */
@@ -67,7 +70,11 @@ struct hp_measure_spec {
 
 /* What the caller already has. Anything NULL is opened or probed by hp_measure_open. */
 struct hp_measure_env {
-	struct hp_model *kernel;    /* the live kernel's model (the daemon keeps one) */
+	struct hp_model *kernel; /* the live kernel's model (the daemon keeps one) */
+	/* PID targets: the process's model (the daemon's attached target), so
+	 * rows index the modules it announced; it must be the model of spec.pid
+	 * and outlive the handle. NULL = parse the process. */
+	struct hp_model *process;
 	const struct hp_caps *caps; /* the host's probed capabilities */
 };
 
@@ -98,10 +105,12 @@ struct hp_metric_info {
 
 /* One row: a function or one of its blocks. Pointers stay valid until close. */
 struct hp_measure_row {
-	enum hp_row_kind kind;     /* HP_ROW_FUNCTION or HP_ROW_BLOCK (see resolve.h) */
-	const char *resource;      /* the request's word this row came from */
-	const char *function;      /* function name */
-	const char *module;        /* "vmlinux", a kernel module, or an ELF path */
+	enum hp_row_kind kind; /* HP_ROW_FUNCTION or HP_ROW_BLOCK (see resolve.h) */
+	const char *resource;  /* the request's word this row came from */
+	const char *function;  /* function name */
+	const char *module;    /* "vmlinux", a kernel module, or an ELF path */
+	uint32_t module_index; /* the module's and the function's positions in the target's model */
+	uint32_t function_index;
 	uint64_t function_address; /* absolute, on this host / in this process */
 	uint32_t function_size;
 	uint64_t block_address; /* block rows: absolute start address */

@@ -37,6 +37,7 @@ struct hp_measure {
 	uint32_t metrics;           /* measured: the requested ones, plus count with any timer */
 	uint32_t requested_metrics; /* as requested */
 	bool blocks;
+	bool *word_blocks; /* per resource word: add its function's blocks; NULL = `blocks` for every word */
 
 	struct hp_row *rows; /* resolution result; slot i counts row i */
 	struct hp_measure_row *pub;

@@ -205,6 +205,8 @@ int hp_measure_plan_rows(struct hp_measure *h, bool allow_partial, char *err, si
 		p->resource = h->resources[r->resource];
 		p->function = f->name;
 		p->module = mod->name;
+		p->module_index = r->mod;
+		p->function_index = r->fn;
 		p->function_address = f->addr;
 		p->function_size = f->size;
 		p->function_row = r->func_row;

@@ -161,8 +161,8 @@ static bool probeable_block(const struct hp_function *f, const struct hp_block *
 	return !(f->flags & HP_FN_UNREADABLE) && !((f->flags & HP_FN_UNDECODABLE) && b->offset >= f->bad_offset);
 }
 
-int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, bool blocks, size_t max_rows,
-	       struct hp_row **rows_out, size_t *nrows, int *why, char *err, size_t errlen)
+int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, bool all_blocks, const bool *word_blocks,
+	       size_t max_rows, struct hp_row **rows_out, size_t *nrows, int *why, char *err, size_t errlen)
 {
 	struct rows r = { .max = max_rows };
 	int ret = 0;
@@ -190,8 +190,14 @@ int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, boo
 				ret = -EINVAL;
 				goto out;
 			}
-			off = rs.address - f->addr;
-			by_offset = off != 0;
+			if (rs.has_offset) {
+				/* 0xADDR+OFF: OFF from the start of the function holding ADDR. */
+				off = rs.offset;
+				by_offset = true;
+			} else {
+				off = rs.address - f->addr;
+				by_offset = off != 0;
+			}
 		} else {
 			struct hp_find_hit hits[4];
 			size_t nh = hp_model_find_all(m, rs.name, hits, 4);
@@ -216,6 +222,7 @@ int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, boo
 			off = rs.offset;
 		}
 		uint32_t mi = (uint32_t)(mod - m->mods), fi = (uint32_t)(f - mod->funcs), idx;
+		bool blocks = all_blocks || (word_blocks && word_blocks[w]);
 		if (by_offset) {
 			bool at_start = false;
 			uint32_t b = off < f->size ? block_of(mod, f, off, &at_start) : HP_ROW_NONE;

@@ -33,15 +33,17 @@ struct hp_row {
 enum { HP_RESOLVE_NOT_FOUND = 1, HP_RESOLVE_NOT_A_BLOCK = 2, HP_RESOLVE_BAD_WORD = 3, HP_RESOLVE_TOO_MANY = 4 };
 
 /*
- * Resolve n resource words against m. Rows come out in request order, a
+ * Resolve n resource words against m; a function word adds its block rows
+ * when blocks is set, or when word_blocks (may be NULL) is set for it. Rows
+ * come out in request order, a
  * function's block rows right after its function row, without duplicates.
  * Returns 0, -ENOMEM, or -EINVAL with *why set to one of the HP_RESOLVE_
  * codes and err naming the word and the reason (candidates for an ambiguous
  * name, the containing block for an address inside one). At most max_rows
  * rows; more gives HP_RESOLVE_TOO_MANY.
  */
-int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, bool blocks, size_t max_rows,
-	       struct hp_row **rows, size_t *nrows, int *why, char *err, size_t errlen);
+int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, bool blocks, const bool *word_blocks,
+	       size_t max_rows, struct hp_row **rows, size_t *nrows, int *why, char *err, size_t errlen);
 
 /*
  * Whether block b of f is an unreachable trap: nothing in the function's CFG

@@ -192,6 +192,15 @@ int hp_resource_parse(const char *s, struct hp_resource_spec *out, char *err, si
 		out->has_offset = true;
 		out->offset = off;
 	}
+	if (plus && name_len > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && !memchr(s, ':', name_len)) {
+		/* 0xADDR+OFF: the block at OFF from the start of the function at ADDR. */
+		if (!parse_number(s, name_len, &out->address)) {
+			snprintf(err, errlen, "'%.64s' is not an address (0x followed by 1 to 16 hex digits)", s);
+			return -EINVAL;
+		}
+		out->is_address = true;
+		return 0;
+	}
 	if (!name_len || s[0] == ':' || s[name_len - 1] == ':') {
 		snprintf(err, errlen, "'%.64s' has no function name (a name, module:name or name+0xOFF)", s);
 		return -EINVAL;
@@ -203,7 +212,9 @@ int hp_resource_parse(const char *s, struct hp_resource_spec *out, char *err, si
 
 void hp_resource_format(const struct hp_resource_spec *r, char *buf, size_t len)
 {
-	if (r->is_address)
+	if (r->is_address && r->has_offset)
+		snprintf(buf, len, "0x%" PRIx64 "+0x%" PRIx64, r->address, r->offset);
+	else if (r->is_address)
 		snprintf(buf, len, "0x%" PRIx64, r->address);
 	else if (r->has_offset)
 		snprintf(buf, len, "%s+0x%" PRIx64, r->name, r->offset);

@@ -52,7 +52,7 @@ void hp_metrics_format(uint32_t mask, char *buf, size_t len);
 
 /* One code resource as written, before it is looked up in a target. */
 struct hp_resource_spec {
-	bool is_address;                /* "0x..." */
+	bool is_address;                /* "0x..." (or "0xADDR+OFF": with has_offset) */
 	uint64_t address;               /* is_address */
 	char name[HP_RESOURCE_MAX + 1]; /* function name or "module:name" (a query for hp_model_find_all) */
 	bool has_offset;                /* "name+OFF" */
@@ -60,9 +60,11 @@ struct hp_resource_spec {
 };
 
 /*
- * Parse one resource word: an address (0x followed by 1..16 hex digits), or
- * a function name (optionally module:name) optionally followed by +OFF, OFF
- * hex with 0x or decimal. Names are printable, without spaces, at most
+ * Parse one resource word: an address (0x followed by 1..16 hex digits), an
+ * address followed by +OFF (the basic block OFF bytes from the start of the
+ * function holding the address, a block row even at +0), or a function name
+ * (optionally module:name) optionally followed by +OFF, OFF hex with 0x or
+ * decimal. Names are printable, without spaces, at most
  * HP_RESOURCE_MAX bytes. Returns 0, or -EINVAL with the reason in err.
  */
 int hp_resource_parse(const char *s, struct hp_resource_spec *out, char *err, size_t errlen);

@@ -102,9 +102,10 @@ struct hp_module {
 	size_t njtables;
 	uint64_t *jt_targets; /* absolute target of each table entry */
 	size_t njt_targets;
-	char digest[65];  /* hex SHA-256 of the canonical piece, see hp_module_digest */
-	void *priv;       /* target-private (string pool, ELF handle, ...) */
-	size_t cap_funcs; /* allocated length of funcs while building */
+	char digest[65];   /* hex SHA-256 of the canonical piece, see hp_module_digest */
+	char build_id[65]; /* hex GNU build id of the module's ELF file (vmlinux: the kernel's); "" if none */
+	void *priv;        /* target-private (string pool, ELF handle, ...) */
+	size_t cap_funcs;  /* allocated length of funcs while building */
 };
 
 enum hp_target_kind { HP_TARGET_KERNEL, HP_TARGET_ELF, HP_TARGET_PID };

@@ -690,6 +690,7 @@ int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	snprintf(mod->build_id, sizeof(mod->build_id), "%s", m->build_id);
 	if ((r = hp_elf_add_functions(m, mod, ep->elf, path, 0, 0, 0, err, errlen)) < 0)
 		goto fail;
 	if (r == 0) {

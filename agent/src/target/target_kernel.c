@@ -10,12 +10,14 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include "model/cfg.h"
 #include "host/hostinfo.h"
@@ -95,6 +97,22 @@ static int kernel_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 	r = kernel_read_raw(kp, addr, buf, len);
 	pthread_mutex_unlock(&kp->lock);
 	return r;
+}
+
+/* A loaded kernel module's GNU build id, from its notes in sysfs; "" without. */
+static void module_build_id(const char *name, char *out, size_t outlen)
+{
+	char path[320];
+	uint8_t buf[1024];
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "/sys/module/%s/notes/.note.gnu.build-id", name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n > 0)
+		hp_parse_build_id_notes(buf, (size_t)n, out, outlen);
 }
 
 static void kernel_free_priv(struct hp_model *m)
@@ -656,6 +674,10 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		}
 		if (mi && mod->nfuncs)
 			mod->funcs[mod->nfuncs - 1].flags |= HP_FN_SIZE_ESTIMATED;
+		if (mi)
+			module_build_id(mod->name, mod->build_id, sizeof(mod->build_id));
+		else
+			snprintf(mod->build_id, sizeof(mod->build_id), "%s", m->build_id);
 		s0 = i;
 		if (i >= ks.n)
 			break;

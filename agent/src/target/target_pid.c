@@ -251,6 +251,8 @@ int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **o
 			close(fd);
 			continue;
 		}
+		char build_id[65];
+		hp_elf_build_id(elf, build_id);
 		if (!load_bias(elf, mp, &bias)) {
 			elf_end(elf);
 			close(fd);
@@ -263,6 +265,7 @@ int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **o
 			snprintf(err, errlen, "out of memory");
 			goto fail;
 		}
+		snprintf(mod->build_id, sizeof(mod->build_id), "%s", build_id);
 		for (size_t k = i; k < j; k++) {
 			/* Only what is mapped executable is code of the process. */
 			r = hp_elf_add_functions(m, mod, elf, mp->path, bias, pp->maps[k].start, pp->maps[k].end, e2,

@@ -103,7 +103,7 @@ class ScriptedBackend:
             try:
                 for msg in request_iterator:
                     sess.route(msg)
-                    if self.auto_ack and msg.WhichOneof("kind") in ("metrics", "gap") and msg.seq:
+                    if self.auto_ack and msg.WhichOneof("kind") in ("metrics", "gap", "measurement") and msg.seq:
                         sess.send(pb.ServerMessage(ack=pb.Ack(instance_id=msg.instance_id, seq=msg.seq)))
             except grpc.RpcError:
                 pass
@@ -145,9 +145,13 @@ class AgentRun:
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory):
     """The scripted backend stand-in's servers: (backend, agent port, enrolment port, CA file)."""
+    yield from standin_servers(tmp_path_factory.mktemp("standin"))
+
+
+def standin_servers(tmp: pathlib.Path):
+    """Start the stand-in's servers with a CA in tmp; yields what the standin fixture gives."""
     from app.core import pki
 
-    tmp = tmp_path_factory.mktemp("standin")
     authority = pki.load_or_create(tmp / "tls")
     backend = ScriptedBackend(authority)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
@@ -367,7 +371,7 @@ def test_metric_batches_arrive_every_interval(agent):
         assert sum(s.count for s in b.blocks) + b.user_samples + b.unmapped_samples == b.total_samples
         for s in b.blocks:
             assert s.count > 0
-            assert s.module == "vmlinux"
+            assert agent.hello.modules[s.module_index].name == "vmlinux"
             fn = agent.catalog[s.function_index]
             assert s.block_offset in {blk.offset for blk in fn.blocks}
             mapped += s.count
@@ -394,10 +398,10 @@ def _command(sess, cid, **kind):
 def test_inspect_function_returns_vfs_read_instructions(agent):
     fn = next(f for f in agent.catalog.values() if f.name == "vfs_read")
     res = _command(agent.session, "c-1",
-                   inspect_function=pb.InspectFunction(module="vmlinux", function_index=fn.index))
+                   inspect_function=pb.InspectFunction(digest=agent.vmlinux.digest, function_index=fn.index))
     assert res.ok, res.error
     d = res.disassembly
-    assert d.module == "vmlinux" and d.function_index == fn.index
+    assert d.digest == agent.vmlinux.digest and d.function_index == fn.index
     assert d.address == agent.vmlinux.base_address + fn.offset
     assert d.instructions[0].offset == 0
     last = d.instructions[-1]
@@ -412,10 +416,11 @@ def test_inspect_function_returns_vfs_read_instructions(agent):
 
 def test_bad_commands_fail_with_a_clear_error(agent):
     sess = agent.session
-    res = _command(sess, "c-2", inspect_function=pb.InspectFunction(module="vmlinux", function_index=1 << 30))
+    res = _command(sess, "c-2", inspect_function=pb.InspectFunction(digest=agent.vmlinux.digest,
+                                                                    function_index=1 << 30))
     assert not res.ok and "out of range" in res.error
-    res = _command(sess, "c-3", inspect_function=pb.InspectFunction(module="no_such_module", function_index=0))
-    assert not res.ok and "unknown module" in res.error
+    res = _command(sess, "c-3", inspect_function=pb.InspectFunction(digest="0" * 64, function_index=0))
+    assert not res.ok and "no target of this agent has the module" in res.error
     res = _command(sess, "c-4")
     assert not res.ok and res.error == "unsupported command"
     time.sleep(0.5)

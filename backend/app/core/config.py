@@ -25,7 +25,18 @@ class Settings(BaseSettings):
     sample_retention_hours: float = 24.0
     retention_interval_s: float = 300.0
     access_token_minutes: int = 12 * 60
-    command_timeout_s: float = 15.0
+    command_timeout_s: float = 15.0  # how long a request waits for a quick command (inspect)
+    # A command for a host whose agent stays away this long fails; the sweep also resends lost notifications.
+    command_queue_timeout_s: float = 300.0
+    command_sweep_interval_s: float = 2.0
+    # Rollups: advanced every interval over buckets that ended at least lag seconds ago; kept (by
+    # dropping their daily partitions) for rollup_retention_hours, default the sample retention.
+    rollup_interval_s: float = 5.0
+    rollup_lag_s: float = 10.0
+    rollup_retention_hours: float | None = None
+    # The most resources one measurement request may name (a function's blocks count as its rows
+    # on the agent, which serves at most 65536 rows).
+    max_measurement_resources: int = 10000
     # Agents: enrolment (server-authenticated TLS) on its own port, 0 = the agent port + 1.
     enroll_port: int = 0
     tls_server_names: str = ""  # extra names/IPs for the server certificate, comma-separated

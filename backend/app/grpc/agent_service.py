@@ -18,10 +18,17 @@ recomputed from the content (app.catalog_digest) equals the announced one. While
 piece, others that have it wait; if the upload fails or its stream ends, another connected host that
 has the piece is asked for it (CatalogRequest).
 
-Data messages (MetricBatch, DataGap) carry a sequence number per agent instance; each is stored at
-most once (delivery_marks) and acknowledged cumulatively once stored. A batch whose time lies outside
-[now - retention, now + max skew] is refused (acknowledged, not stored), recorded as a gap and, when
-it is ahead of our clock, the host is flagged with its clock offset.
+Data messages (MetricBatch, MeasurementBatch, DataGap) carry a sequence number per agent instance;
+each is checked and mapped here, stored by the ingest writer in a group commit (app.series.writer),
+stored at most once (delivery_marks) and acknowledged cumulatively once stored. A batch whose time lies
+outside [now - retention, now + max skew] is refused (acknowledged, not stored), recorded as a gap and,
+when it is ahead of our clock, the host is flagged with its clock offset.
+
+Targets and commands: Hello and TargetsUpdate say which targets the agent serves (the kernel, attached
+processes) with their modules; the catalog pieces of a new target's modules are asked for with
+CatalogRequest and verified like the kernel's. Commands are stored and routed by app.commands; this
+stream sends them, and hands their progress and results back. Hello also lists the agent's
+measurements, which restores the backend's view after any reconnect.
 """
 import asyncio
 import logging
@@ -38,13 +45,14 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from app import agent_input, catalog, crud, enrolment, samples
+from app import agent_input, catalog, crud, enrolment, measurements, samples, targets
 from app.agent_input import InvalidInput
 from app.catalog_digest import PieceHasher
 from app.core.pki import fingerprint_pem
-from app.models import Host, HostModule
+from app.models import Host
 from app.proto import pb
 from app.runtime import Runtime
+from app.series.layout import NSLOTS, SLOT
 
 log = logging.getLogger("hotpath.agents")
 SERVICE = "hotpath.v1.AgentService"
@@ -96,16 +104,19 @@ class AgentSession:
     instance_id: str = ""
     build: str = ""
     core_base: int = 0
-    modules: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (digest, base)
-    refs: dict[str, Any] = field(default_factory=dict)  # digest -> pb.ModuleRef
+    kernel_digests: list[str] = field(default_factory=list)  # Hello.modules by position
+    refs: dict[str, Any] = field(default_factory=dict)  # digest -> pb.ModuleRef (every target's modules)
+    piece_keys: dict[str, tuple[str, int]] = field(default_factory=dict)  # digest -> (build key, base for "?")
     uploads: dict[str, Upload] = field(default_factory=dict)  # digest -> upload in progress
     marks: dict[str, int] = field(default_factory=dict)  # instance id -> highest stored seq
     last_end: dict[str, datetime] = field(default_factory=dict)  # instance id -> end of its newest batch
+    measurement_rows: dict[str, int] = field(default_factory=dict)  # measurement id -> its rows
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    pending: dict[str, asyncio.Future] = field(default_factory=dict)
     dropped_samples: int = 0
     welcomed: bool = False
     closed: bool = False
+    store_failed: bool = False  # a data message of this stream could not be stored: ack nothing more
+    ending: bool = False  # the stream is being ended for that
     tokens: float = 0.0
     refilled: float = field(default_factory=time.monotonic)
 
@@ -113,12 +124,21 @@ class AgentSession:
         async with self.write_lock:
             await self.context.write(message)
 
+    def add_targets(self, reported) -> None:
+        """Learn the modules of reported targets (pb.Target), so their catalog pieces are accepted."""
+        for t in reported:
+            for m in t.modules:
+                self.refs[m.digest] = m
+                self.piece_keys[m.digest] = (f"elf:{m.build_id}", m.base_address)
+
 
 class AgentRegistry:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.sessions: dict[str, AgentSession] = {}
         self.index_maps: dict[str, dict[int, tuple[int, int]]] = {}
+        self.idle_ids: dict[str, set[int]] = {}  # digest -> indexes of its idle-loop functions
+        self.name_cache: dict[int, str] = {}
         self.piece_owner: dict[str, str] = {}  # digest -> session id of the stream uploading it
         self.complete: set[str] = set()
         self.cleanups: set[asyncio.Task] = set()  # disconnects being recorded
@@ -140,33 +160,36 @@ class AgentRegistry:
         if session is not None:
             await end_session(session, grpc.StatusCode.PERMISSION_DENIED, reason)
 
-    async def inspect_function(self, host_id: str, module: str, digest: str, index: int, actor: str) -> list:
-        """Ask the host's agent to decode a function; cache and return [[offset, length, hex, text], ...]."""
-        session = self.sessions.get(host_id)
-        if session is None or session.closed:
-            raise HostOffline(host_id)
-        command_id = str(uuid.uuid4())
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        session.pending[command_id] = future
-        try:
+    async def inspect_function(self, host_id: str, target: str, digest: str, index: int, actor: str) -> list:
+        """Ask the host's agent (through whichever replica holds its stream) to decode a function; the
+        instructions are cached by the replica that got the answer. Returns
+        [[offset, length, hex, text], ...]."""
+        async with self.runtime.sessionmaker() as db:
+            if not (await db.execute(text("SELECT online FROM hosts WHERE id = :h"), {"h": host_id})).scalar():
+                raise HostOffline(host_id)
+            row, _ = await self.runtime.commands.create(
+                db, host_id, "inspect_function", {"digest": digest, "function_index": index, "target": target}, actor)
+            await db.commit()
+        await self.runtime.commands.dispatch(host_id)
+        done = await self.runtime.commands.wait(row["id"], self.runtime.settings.command_timeout_s)
+        if done is None:
             async with self.runtime.sessionmaker() as db:
-                crud.audit(db, actor, "command_sent", host_id,
-                           {"command_id": command_id, "kind": "inspect_function", "module": module, "index": index})
+                await db.execute(text("""
+                    UPDATE commands SET state = 'failed', error = 'no answer within the time allowed',
+                      finished_at = now() WHERE id = :id AND state IN ('queued', 'sent', 'running')"""),
+                    {"id": uuid.UUID(row["id"])})
                 await db.commit()
-            self.runtime.metrics.commands_sent.labels("inspect_function").inc()
-            try:
-                await session.send(pb.ServerMessage(command=pb.Command(
-                    id=command_id, inspect_function=pb.InspectFunction(module=module, function_index=index))))
-            except Exception as exc:  # noqa: BLE001 - the stream went away under us
-                raise HostOffline(host_id) from exc
-            try:
-                result: pb.CommandResult = await asyncio.wait_for(future, self.runtime.settings.command_timeout_s)
-            except TimeoutError:
-                raise CommandTimeout(command_id) from None
-        finally:
-            session.pending.pop(command_id, None)
-        if not result.ok:
-            raise CommandFailed(agent_input.excerpt(result.error or "unknown error", 300))
+            raise CommandTimeout(row["id"])
+        if done["state"] != "done":
+            raise CommandFailed(agent_input.excerpt(done["error"] or done["state"], 300))
+        async with self.runtime.sessionmaker() as db:
+            instructions = await crud.cached_instructions(db, digest, index)
+        if instructions is None:
+            raise CommandFailed("the result carried no disassembly")
+        return instructions
+
+    async def cache_instructions(self, digest: str, index: int, result: "pb.CommandResult") -> None:
+        """Check and cache a disassembly an agent returned."""
         if not result.HasField("disassembly"):
             raise CommandFailed("the result carried no disassembly")
         instructions = []
@@ -180,7 +203,6 @@ class AgentRegistry:
                 INSERT INTO instruction_cache (digest, index, instructions) VALUES (:d, :i, CAST(:ins AS jsonb))
                 ON CONFLICT (digest, index) DO NOTHING"""),
                 {"d": digest, "i": index, "ins": orjson.dumps(instructions).decode()})
-        return instructions
 
     async def function_ids(self, digest: str) -> dict[int, tuple[int, int]] | None:
         if digest not in self.complete:
@@ -189,7 +211,17 @@ class AgentRegistry:
         if mapping is None:
             mapping = await catalog.index_map(self.runtime.engine, digest)
             self.index_maps[digest] = mapping
+            self.idle_ids[digest] = await samples.idle_function_indexes(self.runtime.engine, digest)
         return mapping
+
+    async def names(self, ids: list[int]) -> dict[int, str]:
+        """Function names by id, cached (for the live samples events)."""
+        missing = [i for i in ids if i not in self.name_cache]
+        if missing:
+            if len(self.name_cache) > 200_000:
+                self.name_cache.clear()
+            self.name_cache.update(await samples.function_names(self.runtime.engine, missing))
+        return {i: self.name_cache.get(i, "") for i in ids}
 
 
 async def end_session(session: AgentSession, code: grpc.StatusCode, reason: str) -> None:
@@ -222,6 +254,13 @@ def _ns_to_dt(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC)
 
 
+# MetricValue.metric -> its slot in the series (concurrency and per-call values are derived, not stored).
+_METRIC_SLOT = {pb.METRIC_COUNT: SLOT["count"], pb.METRIC_WALL_NS: SLOT["wall_ns"],
+                pb.METRIC_VTIME_NS: SLOT["vtime_ns"], pb.METRIC_CYCLES: SLOT["cycles"],
+                pb.METRIC_INSTRUCTIONS: SLOT["instructions"], pb.METRIC_ICACHE_STALL: SLOT["icache_stall"],
+                pb.METRIC_BRANCH_MISPREDICT: SLOT["branch_mispredict"]}
+
+
 class AgentService:
     def __init__(self, runtime: Runtime, registry: AgentRegistry) -> None:
         self.runtime = runtime
@@ -236,7 +275,8 @@ class AgentService:
         async with self.runtime.sessionmaker() as db:
             host = await crud.get_host_public(db, host_id)
         if host is not None:
-            self.runtime.hub.publish({"type": "host", "host": host})
+            self.runtime.hub.publish("hosts", {"type": "host", "host": host})
+            self.runtime.hub.publish(f"host:{host_id}", {"type": "host", "host": host})
 
     async def _reject(self, context, peer: str, code: grpc.StatusCode, reason: str, host_id: str | None) -> None:
         """End an unauthenticated stream; audit it, at most one record per peer address and minute."""
@@ -335,13 +375,16 @@ class AgentService:
                                "Hello.host_id is not the host named by this agent's certificate", cert_host)
         received_ns = time.time_ns()
 
+        build = hello.kernel_build_id or hello.kernel_release
+        core_base = hello.modules[0].base_address if hello.modules else 0
         session = AgentSession(host_id=hello.host_id, session_id=str(uuid.uuid4()), peer=peer, context=context,
                                task=asyncio.current_task(), instance_id=hello.instance_id,
-                               build=hello.kernel_build_id or hello.kernel_release,
-                               core_base=hello.modules[0].base_address if hello.modules else 0,
-                               modules={m.name: (m.digest, m.base_address) for m in hello.modules},
+                               build=build, core_base=core_base,
+                               kernel_digests=[m.digest for m in hello.modules],
                                refs={m.digest: m for m in hello.modules},
+                               piece_keys={m.digest: (build, core_base) for m in hello.modules},
                                tokens=settings.agent_messages_per_s * 10)
+        session.add_targets(t for t in hello.targets if t.state == pb.TARGET_STATE_ATTACHED)
         previous = self.registry.sessions.get(hello.host_id)
         self.registry.sessions[hello.host_id] = session
         if previous is not None:
@@ -353,9 +396,13 @@ class AgentService:
                 session_id=session.session_id, missing_digests=missing,
                 acks=[pb.Ack(instance_id=i, seq=s) for i, s in acks.items()])))
             session.welcomed = True
-            log.info("agent connected: host %s (%s) session %s from %s, %d modules, %d catalog pieces missing",
-                     hello.host_id, hello.hostname, session.session_id, peer, len(hello.modules), len(missing))
+            log.info("agent connected: host %s (%s) session %s from %s, %d modules, %d target(s), "
+                     "%d measurement(s), %d catalog pieces missing", hello.host_id, hello.hostname,
+                     session.session_id, peer, len(hello.modules), len(hello.targets), len(hello.measurements),
+                     len(missing))
             await self._publish_host(hello.host_id)
+            self.runtime.hub.publish(f"host:{hello.host_id}", {"type": "targets", "host_id": hello.host_id})
+            await self.runtime.commands.resend(session)
             await self._serve(session, context)
         finally:
             # When the peer vanishes (agent killed, network cut) grpc.aio cancels this handler, and can
@@ -381,17 +428,26 @@ class AgentService:
                       parse_seconds=hello.parse_seconds, online=True, last_seen=now, connected_at=now,
                       session_id=session.session_id, replica=self.runtime.replica_id,
                       clock_offset_ms=offset_ms, clock_checked_at=now if offset_ms is not None else None)
+        # Writes of an earlier stream of this host still in the writer's queue go first, so the
+        # delivery marks read below are final.
+        await self.runtime.writer.drain()
         async with self.runtime.sessionmaker() as db:
             await db.execute(insert(Host).values(id=hello.host_id, **values).on_conflict_do_update(
                 index_elements=[Host.id], set_=values))
-            await db.execute(text("DELETE FROM host_modules WHERE host_id = :h"), {"h": hello.host_id})
-            if hello.modules:
-                await db.execute(insert(HostModule), [
-                    {"host_id": hello.host_id, "name": m.name, "digest": m.digest, "base_address": m.base_address,
-                     "function_count": m.function_count, "block_count": m.block_count, "position": i}
-                    for i, m in enumerate(hello.modules)])
+            conn = await db.connection()
+            reported = list(hello.targets) or [pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL,
+                                                         state=pb.TARGET_STATE_ATTACHED)]
+            await targets.store(conn, hello.host_id, reported, complete_list=True, kernel_modules=hello.modules)
+            for info in hello.measurements:
+                await measurements.store_info(conn, hello.host_id, info)
+                session.measurement_rows[info.measurement_id] = len(info.resources)
+            ended = await measurements.end_unreported(conn, hello.host_id,
+                                                      [m.measurement_id for m in hello.measurements])
+            if ended:
+                log.warning("host %s: %d measurement(s) the agent no longer runs marked failed", hello.host_id,
+                            len(ended))
             rows = await db.execute(text("SELECT digest FROM catalog_pieces WHERE digest = ANY(:d) AND complete"),
-                                    {"d": [m.digest for m in hello.modules]})
+                                    {"d": list(session.refs)})
             complete = {r.digest for r in rows}
             marks = await db.execute(text("""
                 SELECT instance_id, seq FROM delivery_marks WHERE host_id = :h ORDER BY updated_at DESC LIMIT 32"""),
@@ -405,12 +461,7 @@ class AgentService:
         if offset_ms is not None and abs(offset_ms) > self.runtime.settings.max_clock_skew_s * 1000:
             log.warning("host %s: its clock is %+.1f s off ours", hello.host_id, offset_ms / 1000)
         self.registry.complete |= complete
-        seen: set[str] = set()
-        missing = []
-        for m in hello.modules:
-            if m.digest not in complete and m.digest not in seen:
-                seen.add(m.digest)
-                missing.append(m.digest)
+        missing = [d for d in session.refs if d not in complete]
         return missing, dict(session.marks)
 
     async def _throttle(self, session: AgentSession) -> None:
@@ -434,22 +485,43 @@ class AgentService:
             kind = message.WhichOneof("kind")
             if kind == "catalog_chunk":
                 await self._on_chunk(session, message.catalog_chunk)
-            elif kind in ("metrics", "gap"):
+            elif kind in ("metrics", "gap", "measurement"):
                 await self._throttle(session)
                 await self._on_data(session, message, kind)
             elif kind == "result":
-                future = session.pending.get(message.result.command_id)
-                if future is not None and not future.done():
-                    future.set_result(message.result)
-                else:
-                    log.warning("host %s: result for unknown command %s", session.host_id,
-                                agent_input.excerpt(message.result.command_id))
+                await self.runtime.commands.on_result(session, message.result)
             elif kind == "progress":
-                pass  # inspect_function is quick; progress is not shown yet
+                await self.runtime.commands.on_progress(session.host_id, message.progress)
+            elif kind == "targets":
+                await self._on_targets(session, message.targets)
             elif kind == "hello":
                 raise InvalidInput("Hello may only be sent once per stream")
             else:
                 raise InvalidInput("empty AgentMessage")
+
+    async def _on_targets(self, session: AgentSession, update: "pb.TargetsUpdate") -> None:
+        """The agent's targets changed: record them, and ask for the new modules' catalog pieces."""
+        agent_input.check_targets(update.targets)
+        async with self.runtime.engine.begin() as conn:
+            await targets.store(conn, session.host_id, update.targets, complete_list=True)
+        session.add_targets(t for t in update.targets if t.state == pb.TARGET_STATE_ATTACHED)
+        await self.request_missing(session)
+        self.runtime.hub.publish(f"host:{session.host_id}", {"type": "targets", "host_id": session.host_id})
+
+    async def request_missing(self, session: AgentSession) -> None:
+        """Ask this stream for the catalog pieces of its modules that nobody stored or is uploading."""
+        registry = self.registry
+        candidates = [d for d in session.refs if d not in registry.complete and d not in session.uploads]
+        if not candidates:
+            return
+        async with self.runtime.engine.connect() as conn:
+            stored = {r[0] for r in await conn.execute(text(
+                "SELECT digest FROM catalog_pieces WHERE digest = ANY(:d) AND complete"), {"d": candidates})}
+        registry.complete |= stored
+        live = {s.session_id for s in registry.sessions.values()}
+        wanted = [d for d in candidates if d not in stored and registry.piece_owner.get(d) not in live]
+        if wanted:
+            await session.send(pb.ServerMessage(catalog_request=pb.CatalogRequest(digests=wanted)))
 
     # Catalog pieces -------------------------------------------------------------------------------
 
@@ -476,9 +548,10 @@ class AgentService:
             if owner is not None and any(s.session_id == owner for s in registry.sessions.values()):
                 return  # another stream is uploading this piece; we ask this one again if that fails
             registry.piece_owner[digest] = session.session_id
+            build, outside_base = session.piece_keys.get(digest, (session.build, session.core_base))
             upload = Upload(digest=digest, module=ref.name, staging=f"{catalog.STAGING_PREFIX}{uuid.uuid4().hex}",
                             base=ref.base_address, function_count=ref.function_count, block_count=ref.block_count,
-                            hasher=PieceHasher(session.build, ref.name, ref.function_count, session.core_base))
+                            hasher=PieceHasher(build, ref.name, ref.function_count, outside_base))
             await catalog.begin_upload(self.runtime.engine, upload.staging, ref.name, ref.function_count,
                                        ref.block_count)
             session.uploads[digest] = upload
@@ -563,7 +636,7 @@ class AgentService:
             if not seq:
                 raise InvalidInput("a DataGap must carry a sequence number")
             agent_input.check_gap(message.gap, seq)
-        else:
+        elif kind == "metrics":
             agent_input.check_batch(message.metrics)
         mark = 0
         if seq:
@@ -582,13 +655,13 @@ class AgentService:
         if seq and covered_from > mark + 1:
             # Sequence numbers the agent neither sent nor reported as dropped.
             start = session.last_end.get(instance)
-            if kind == "gap":
-                end = _ns_to_dt(message.gap.start_unix_ns)
-            else:
-                end = _ns_to_dt(message.metrics.interval_start_unix_ns)
+            end = _ns_to_dt(message.gap.start_unix_ns if kind == "gap" else
+                            message.metrics.interval_start_unix_ns if kind == "metrics" else
+                            message.measurement.interval_start_unix_ns)
             gaps.append(dict(start=min(start or end, end), end=end, instance=instance, first_seq=mark + 1,
                              messages=covered_from - mark - 1, source="backend",
                              reason=f"sequence numbers {mark + 1}..{covered_from - 1} never arrived"))
+        item = samples.Item(host_id=session.host_id, mark=(instance, seq) if seq else None, gaps=gaps, guard=session)
         if kind == "gap":
             g = message.gap
             gaps.append(dict(start=_ns_to_dt(g.start_unix_ns), end=_ns_to_dt(max(g.end_unix_ns, g.start_unix_ns)),
@@ -596,13 +669,65 @@ class AgentService:
                              reason=g.reason or "dropped by the agent"))
             for gap in gaps:
                 gap["start"], gap["end"] = self._clamp(gap["start"]), self._clamp(gap["end"])
-            await samples.store_batch(self.runtime.engine, session.host_id, None, 0, [], None,
-                                      mark=(instance, seq) if seq else None, gaps=gaps)
+        elif kind == "metrics":
+            await self._map_metrics(session, message.metrics, instance, seq, item)
         else:
-            await self._store_metrics(session, message.metrics, instance, seq, gaps)
+            await self._map_measurement(session, message.measurement, instance, seq, item)
         if seq:
             session.marks[instance] = seq
-            await session.send(pb.ServerMessage(ack=pb.Ack(instance_id=instance, seq=seq)))
+        future = await self.runtime.writer.submit(item)
+        future.add_done_callback(lambda f: self._stored(session, item, instance, seq, f))
+
+    def _stored(self, session: AgentSession, item: "samples.Item", instance: str, seq: int,
+                future: asyncio.Future) -> None:
+        """A data message was stored (or not): acknowledge it, publish what views want to see."""
+        if future.cancelled() or future.exception() is not None:
+            session.store_failed = True  # nothing after it may be acknowledged
+            if not session.ending:
+                session.ending = True
+                exc = None if future.cancelled() else future.exception()
+                log.warning("host %s: a data message could not be stored (%s); ending the stream", session.host_id,
+                            type(exc).__name__ if exc else "cancelled")
+                task = asyncio.get_running_loop().create_task(end_session(
+                    session, grpc.StatusCode.UNAVAILABLE, "the backend cannot reach its database; try again"))
+                self.registry.cleanups.add(task)
+                task.add_done_callback(self.registry.cleanups.discard)
+            return
+        if session.store_failed or session.closed:
+            return
+        task = asyncio.get_running_loop().create_task(self._after_store(session, item, instance, seq))
+        self.registry.cleanups.add(task)
+        task.add_done_callback(self.registry.cleanups.discard)
+
+    async def _after_store(self, session: AgentSession, item: "samples.Item", instance: str, seq: int) -> None:
+        try:
+            if seq:
+                await session.send(pb.ServerMessage(ack=pb.Ack(instance_id=instance, seq=seq)))
+        except Exception:  # noqa: BLE001, S110 - the stream ended: the agent resends, stored once
+            return
+        hub = self.runtime.hub
+        topic = f"host:{session.host_id}"
+        if item.samples is not None and hub.wants(topic):
+            s = item.samples
+            per_fn: Counter = Counter()
+            for fid, count in zip(s.function_ids, s.counts, strict=True):
+                per_fn[fid] += count
+            top = per_fn.most_common(20)
+            names = await self.registry.names([fid for fid, _ in top])
+            hub.publish(topic, {"type": "samples", "host_id": session.host_id, "interval_start": s.ts,
+                                "total_samples": s.totals[0],
+                                "top": [{"function_id": fid, "name": names.get(fid, ""), "samples": c}
+                                        for fid, c in top]})
+        if item.points is not None:
+            m = item.measurement
+            assert m is not None
+            hub.publish(f"measurement:{item.points.measurement_id}", {
+                "type": "measurement", "measurement_id": item.points.measurement_id, "host_id": session.host_id,
+                "interval_start": item.points.ts, "state": m.state})
+            if m.ended:
+                hub.publish(topic, {"type": "targets", "host_id": session.host_id})
+        if item.gaps:
+            hub.publish(topic, {"type": "gap", "host_id": session.host_id})
 
     def _clamp(self, ts: datetime) -> datetime:
         """Keep a reported time within the window we accept data for (a gap's time is the agent's)."""
@@ -611,82 +736,128 @@ class AgentService:
         high = now + timedelta(seconds=self.runtime.settings.max_clock_skew_s)
         return min(max(ts, low), high)
 
-    async def _store_metrics(self, session: AgentSession, batch: "pb.MetricBatch", instance: str, seq: int,
-                             gaps: list[dict]) -> None:
+    def _refuse_if_out_of_time(self, session: AgentSession, start_ns: int, end_ns: int, instance: str, seq: int,
+                               item: "samples.Item") -> bool:
+        """Refuse (record a gap, flag the clock) a batch outside [now - retention, now + skew]."""
         settings = self.runtime.settings
         now_ns = time.time_ns()
-        start_ns = batch.interval_start_unix_ns
-        end_ns = start_ns + batch.interval_ms * 1_000_000
         skew_ns = int(settings.max_clock_skew_s * 1e9)
         oldest_ns = now_ns - int(settings.sample_retention_hours * 3600e9)
-        mark = (instance, seq) if seq else None
-        if end_ns > now_ns + skew_ns or start_ns < oldest_ns:
-            ahead = end_ns > now_ns + skew_ns
-            offset_ms = (end_ns - now_ns) // 1_000_000
-            reason = (f"refused: the host's clock is about {offset_ms / 1000:+.0f} s ahead of the backend's"
-                      if ahead else "refused: the interval is older than the sample retention "
-                      f"({settings.sample_retention_hours:g} h) by the backend's clock")
-            at = self._clamp(_ns_to_dt(max(min(start_ns, now_ns + skew_ns), oldest_ns)))
-            gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
-                             reason=reason))
-            flag = offset_ms if ahead or instance == session.instance_id else None
-            await samples.store_batch(self.runtime.engine, session.host_id, None, 0, [], None, mark=mark, gaps=gaps,
-                                      refused=True, clock_offset_ms=flag)
-            log.warning("host %s: %s (batch %s)", session.host_id, reason, seq)
-            if flag is not None:
-                await self._publish_host(session.host_id)
+        if not (end_ns > now_ns + skew_ns or start_ns < oldest_ns):
+            return False
+        ahead = end_ns > now_ns + skew_ns
+        offset_ms = (end_ns - now_ns) // 1_000_000
+        reason = (f"refused: the host's clock is about {offset_ms / 1000:+.0f} s ahead of the backend's"
+                  if ahead else "refused: the interval is older than the sample retention "
+                  f"({settings.sample_retention_hours:g} h) by the backend's clock")
+        at = self._clamp(_ns_to_dt(max(min(start_ns, now_ns + skew_ns), oldest_ns)))
+        item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
+                              reason=reason))
+        item.refused = True
+        item.clock_offset_ms = offset_ms if ahead or instance == session.instance_id else None
+        log.warning("host %s: %s (batch %s)", session.host_id, reason, seq)
+        if item.clock_offset_ms is not None:
+            task = asyncio.get_running_loop().create_task(self._publish_host(session.host_id))
+            self.registry.cleanups.add(task)
+            task.add_done_callback(self.registry.cleanups.discard)
+        return True
+
+    async def _map_metrics(self, session: AgentSession, batch: "pb.MetricBatch", instance: str, seq: int,
+                           item: "samples.Item") -> None:
+        """Check a metric batch against what Hello announced and map it to function ids."""
+        start_ns = batch.interval_start_unix_ns
+        end_ns = start_ns + batch.interval_ms * 1_000_000
+        if self._refuse_if_out_of_time(session, start_ns, end_ns, instance, seq, item):
             return
-        ts = _ns_to_dt(start_ns)
-        per_block: Counter = Counter()
-        dropped = 0
-        maps: dict[str, dict[int, tuple[int, int]] | None] = {}
+        digests = session.kernel_digests
+        maps: list[dict[int, tuple[int, int]] | None] = []
+        idle_sets: list[set[int]] = []
+        for digest in digests:
+            maps.append(await self.registry.function_ids(digest))
+            idle_sets.append(self.registry.idle_ids.get(digest, set()))
+        counts_of = [session.refs[d].function_count for d in digests]
+        per_block: dict[tuple[int, int], int] = {}
+        dropped = idle = 0
+        nmods = len(digests)
         for b in batch.blocks:
-            ref = session.modules.get(b.module)
-            if ref is None:
-                raise InvalidInput(f"samples for module {agent_input.excerpt(b.module)} that Hello did not list")
-            digest = ref[0]
-            if b.function_index >= session.refs[digest].function_count:
-                raise InvalidInput(f"samples for function {b.function_index} of {agent_input.excerpt(b.module)}, "
-                                   f"which has {session.refs[digest].function_count}")
-            if digest not in maps:
-                maps[digest] = await self.registry.function_ids(digest)
-            mapping = maps[digest]
-            entry = mapping.get(b.function_index) if mapping is not None else None
+            mi = b.module_index
+            if mi >= nmods:
+                raise InvalidInput(f"samples for module {mi}, which Hello did not list ({nmods} modules)")
+            fi = b.function_index
+            if fi >= counts_of[mi]:
+                raise InvalidInput(f"samples for function {fi} of module {mi}, which has {counts_of[mi]}")
+            mapping = maps[mi]
+            entry = mapping.get(fi) if mapping is not None else None
             if entry is None:
                 dropped += b.count  # the piece is not stored yet
                 continue
-            if b.block_offset >= max(entry[1], 1):
-                raise InvalidInput(f"samples for block offset {b.block_offset:#x} of function {b.function_index}, "
+            off = b.block_offset
+            if off >= max(entry[1], 1):
+                raise InvalidInput(f"samples for block offset {off:#x} of function {fi}, "
                                    f"which is {entry[1]:#x} bytes long")
-            per_block[(entry[0], b.block_offset)] += b.count
+            if fi in idle_sets[mi]:
+                idle += b.count
+            key = (entry[0], off)
+            per_block[key] = per_block.get(key, 0) + b.count
         session.dropped_samples += dropped
         metrics = self.runtime.metrics
         metrics.ingest_batches.inc()
         metrics.ingest_samples.inc(batch.total_samples)
         metrics.ingest_dropped.inc(dropped)
-        rows = [(fid, off, count) for (fid, off), count in per_block.items()]
-        await samples.store_batch(self.runtime.engine, session.host_id, ts, batch.interval_ms, rows,
-                                  (batch.total_samples, batch.user_samples, batch.unmapped_samples,
-                                   batch.lost_samples, dropped), mark=mark, gaps=gaps)
+        metrics.ingest_points.inc(len(per_block))
+        item.samples = samples.SampleRow(
+            host_id=session.host_id, ts=_ns_to_dt(start_ns), interval_ms=batch.interval_ms,
+            totals=(batch.total_samples, batch.user_samples, batch.unmapped_samples, batch.lost_samples, dropped,
+                    idle),
+            function_ids=[k[0] for k in per_block], block_offsets=[k[1] for k in per_block],
+            counts=list(per_block.values()))
         session.last_end[instance] = _ns_to_dt(end_ns)
-        if self.runtime.hub.subscriber_count:
-            per_fn: Counter = Counter()
-            for (fid, _), count in per_block.items():
-                per_fn[fid] += count
-            top = per_fn.most_common(20)
-            names = await samples.function_names(self.runtime.engine, [fid for fid, _ in top])
-            self.runtime.hub.publish({"type": "samples", "host_id": session.host_id, "interval_start": ts,
-                                      "total_samples": batch.total_samples,
-                                      "top": [{"function_id": fid, "name": names.get(fid, ""), "samples": c}
-                                              for fid, c in top]})
-        if gaps:
-            self.runtime.hub.publish({"type": "gap", "host_id": session.host_id})
+
+    async def _map_measurement(self, session: AgentSession, batch: "pb.MeasurementBatch", instance: str, seq: int,
+                               item: "samples.Item") -> None:
+        """Check a measurement batch against its measurement's rows and turn it into one points row."""
+        mid = batch.measurement_id
+        if not agent_input.MEASUREMENT_ID_RE.match(mid):
+            raise InvalidInput("MeasurementBatch.measurement_id must be 1 to 64 letters, digits, '-' or '_'")
+        rows = session.measurement_rows.get(mid)
+        if rows is None:
+            async with self.runtime.engine.connect() as conn:
+                rows = await measurements.rows_of(conn, session.host_id, mid)
+            if rows is not None:
+                session.measurement_rows[mid] = rows
+        if rows is None:
+            at = self._clamp(_ns_to_dt(batch.interval_start_unix_ns))
+            item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
+                                  reason=f"refused: values of measurement {mid[:64]}, which this host does not run"))
+            return
+        agent_input.check_measurement_batch(batch, rows)
+        start_ns, end_ns = batch.interval_start_unix_ns, batch.interval_end_unix_ns
+        if self._refuse_if_out_of_time(session, start_ns, end_ns, instance, seq, item):
+            return
+        resources: list[int] = []
+        vals: list[float | None] = []
+        for rv in batch.resources:
+            slot: list[float | None] = [None] * NSLOTS
+            for v in rv.values:
+                k = _METRIC_SLOT.get(v.metric)
+                if k is not None:
+                    slot[k] = v.value
+            slot[SLOT["exits"]] = float(rv.exits) if rv.exits else None
+            slot[SLOT["samples"]] = float(rv.samples) if rv.samples else None
+            resources.append(rv.resource)
+            vals.extend(slot)
+        ts = _ns_to_dt(start_ns)
+        state = agent_input.MEASUREMENT_STATES[batch.state]
+        item.points = samples.PointRow(host_id=session.host_id, measurement_id=mid, ts=ts,
+                                       seconds=(end_ns - start_ns) / 1e9, state=batch.state, resources=resources,
+                                       vals=vals)
+        item.measurement = samples.MeasurementUpdate(measurement_id=mid, state=state, detail=batch.detail,
+                                                     last_ts=ts, ended=state in measurements.ENDED)
+        self.runtime.metrics.ingest_points.inc(len(vals))
+        session.last_end[instance] = _ns_to_dt(end_ns)
 
     async def _disconnect(self, session: AgentSession) -> None:
         session.closed = True
-        for future in session.pending.values():
-            if not future.done():
-                future.set_exception(HostOffline(session.host_id))
         for upload in list(session.uploads.values()):
             await self._abandon_upload(session, upload, "stream ended")
         session.uploads.clear()

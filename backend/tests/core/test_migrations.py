@@ -6,8 +6,10 @@ from app.core.db import downgrade_database, upgrade_database
 from tests.conftest import _recreate_database
 
 TABLES = {"users", "audit_log", "hosts", "host_modules", "catalog_pieces", "functions", "function_code",
-          "instruction_cache", "block_samples", "interval_totals", "enrolment_tokens", "enrolment_requests",
-          "delivery_marks", "data_gaps"}
+          "instruction_cache", "sample_intervals", "measurement_points", "sample_blocks_1m", "sample_blocks_1h",
+          "sample_totals_1m", "sample_totals_1h", "measurement_points_1m", "measurement_points_1h", "series_state",
+          "host_targets", "commands", "measurements", "measurement_resources", "enrolment_tokens",
+          "enrolment_requests", "delivery_marks", "data_gaps"}
 
 
 def test_upgrade_head_on_empty_database_then_downgrade_base(postgres_url):
@@ -17,8 +19,10 @@ def test_upgrade_head_on_empty_database_then_downgrade_base(postgres_url):
         upgrade_database(url)
         names = set(inspect(engine).get_table_names())
         assert names >= TABLES
-        indexes = {i["name"] for i in inspect(engine).get_indexes("block_samples")}
-        assert {"ix_block_samples_host_ts", "ix_block_samples_host_fn_ts"} <= indexes
+        indexes = {i["name"] for i in inspect(engine).get_indexes("sample_intervals")}
+        assert "ix_sample_intervals_host_ts" in indexes
+        indexes = {i["name"] for i in inspect(engine).get_indexes("sample_blocks_1m")}
+        assert {"ux_sample_blocks_1m", "ix_sample_blocks_1m_fn"} <= indexes
         downgrade_database(url, "base")
         assert set(inspect(engine).get_table_names()) - {"alembic_version"} == set()
         upgrade_database(url)  # and up again: the downgrade left nothing behind that blocks it

@@ -26,9 +26,10 @@ async def test_retention_deletes_old_samples_only(backend, client, unique):
         async with backend.runtime.engine.connect() as conn:
             return (await conn.execute(text(sql), {"h": host_id})).scalar_one()
 
-    await wait_until(lambda: count("SELECT count(*) = 2 FROM interval_totals WHERE host_id = :h"))
+    await wait_until(lambda: count("SELECT count(*) = 2 FROM sample_intervals WHERE host_id = :h"))
     deleted = await prune_samples(backend.runtime.engine, retention_hours=10)
     assert deleted >= 1
-    assert await count("SELECT coalesce(sum(count), 0) FROM block_samples WHERE host_id = :h") == 7
-    assert await count("SELECT count(*) FROM interval_totals WHERE host_id = :h") == 1
+    assert await count("SELECT coalesce(sum(c), 0) FROM sample_intervals s, unnest(s.counts) AS c "
+                       "WHERE host_id = :h") == 7
+    assert await count("SELECT count(*) FROM sample_intervals WHERE host_id = :h") == 1
     await agent.close()

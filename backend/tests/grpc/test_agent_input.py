@@ -228,7 +228,7 @@ async def test_a_malformed_batch_ends_the_stream_and_stores_nothing(backend, cli
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason in error.details()
     assert "SELECT" not in error.details() and "INSERT" not in error.details()
-    assert await _scalar(backend, "SELECT count(*) FROM interval_totals WHERE host_id = :h", h=host_id) == 0
+    assert await _scalar(backend, "SELECT count(*) FROM sample_intervals WHERE host_id = :h", h=host_id) == 0
     await agent.close()
 
 

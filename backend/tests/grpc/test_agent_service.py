@@ -197,11 +197,12 @@ async def test_samples_for_a_piece_not_yet_stored_are_dropped_and_counted(backen
     await a.send_metrics(ts, [("vmlinux", 0, 0, 7)])
 
     async def recorded():
-        return await _scalar(backend, "SELECT coalesce(sum(dropped_samples), 0) FROM interval_totals "
+        return await _scalar(backend, "SELECT coalesce(sum(dropped_samples), 0) FROM sample_intervals "
                                       "WHERE host_id = :h", h=host_id)
 
     assert await wait_until(recorded) == 7
-    assert await _scalar(backend, "SELECT count(*) FROM block_samples WHERE host_id = :h", h=host_id) == 0
+    assert await _scalar(backend, "SELECT coalesce(sum(cardinality(counts)), 0) FROM sample_intervals "
+                         "WHERE host_id = :h", h=host_id) == 0
     await a.close()
 
 

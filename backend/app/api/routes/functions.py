@@ -15,6 +15,8 @@ from app.schemas import FunctionDetail, FunctionSamples, FunctionsPage, Instruct
 
 router = APIRouter(prefix="/hosts/{host_id}/functions", tags=["functions"])
 FunctionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="A function's id in this backend")]
+TargetQuery = Query("kernel", min_length=1, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$",
+                    description="The target whose modules are meant: the kernel, or an attached process")
 
 
 @router.get("", response_model=FunctionsPage, responses={**NOT_FOUND, **BAD_RANGE})
@@ -23,17 +25,18 @@ async def list_functions(host_id: ExistingHost, session: SessionDep, _: CurrentU
                                                description="Case-insensitive substring of the name"),
                          module: str | None = Query(None, max_length=4096),
                          sort: Literal["name", "address", "hotness", "blocks"] = "name",
-                         offset: int = Query(0, ge=0, le=2**31 - 1), limit: int = Query(100, ge=1, le=100000)):
+                         offset: int = Query(0, ge=0, le=2**31 - 1), limit: int = Query(100, ge=1, le=100000),
+                         target: str = TargetQuery):
     """Search and page through a host's functions; exact name matches come first."""
-    body = await crud.functions_page(session, host_id, q or None, module, sort, spec, offset, limit)
+    body = await crud.functions_page(session, host_id, q or None, module, sort, spec, offset, limit, target)
     return Response(body, media_type="application/json")
 
 
 @router.get("/{function_id}", response_model=FunctionDetail, responses={**NOT_FOUND, **BAD_RANGE})
 async def get_function(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser,
-                       spec: SampleRange):
-    """A function with its basic blocks, successors and callees."""
-    detail = await crud.function_detail(session, host_id, function_id, spec)
+                       spec: SampleRange, target: str = TargetQuery):
+    """A function with its basic blocks, successors and callees (at its address in the target)."""
+    detail = await crud.function_detail(session, host_id, function_id, spec, target)
     if detail is None:
         raise HTTPException(404, "Function not found")
     return FastJSON(detail)
@@ -51,10 +54,9 @@ async def function_samples(host_id: ExistingHost, function_id: FunctionId, sessi
 @router.get("/{function_id}/instructions", response_model=InstructionsPublic,
             responses={**NOT_FOUND, 502: {"model": Message}, 503: {"model": Message}, 504: {"model": Message}})
 async def function_instructions(host_id: ExistingHost, function_id: FunctionId, session: SessionDep,
-                                runtime: RuntimeDep,
-                                user: CurrentUser):
+                                runtime: RuntimeDep, user: CurrentUser, target: str = TargetQuery):
     """The instructions of a function, from the cache or decoded by the host's agent."""
-    fn = await crud.get_host_function(session, host_id, function_id)
+    fn = await crud.get_host_function(session, host_id, function_id, target)
     if fn is None:
         raise HTTPException(404, "Function not found")
     start = crud.summary_from_row(fn, 0.0)["address"]
@@ -64,7 +66,7 @@ async def function_instructions(host_id: ExistingHost, function_id: FunctionId, 
         actor = user.username
         await session.rollback()  # do not hold a transaction open while the agent works
         try:
-            instructions = await runtime.agents.inspect_function(host_id, fn.module, fn.digest, fn.index, actor)
+            instructions = await runtime.agents.inspect_function(host_id, target, fn.digest, fn.index, actor)
         except HostOffline:
             raise HTTPException(503, "Host is offline") from None
         except CommandTimeout:

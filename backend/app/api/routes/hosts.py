@@ -40,9 +40,12 @@ async def get_host(host_id: HostId, session: SessionDep, _: CurrentUser):
 
 
 @router.get("/{host_id}/modules", response_model=list[ModulePublic], responses=NOT_FOUND)
-async def list_modules(host_id: ExistingHost, session: SessionDep, _: CurrentUser):
-    """The code modules loaded on a host, with whether their catalog is stored."""
-    return FastJSON(await crud.list_modules(session, host_id))
+async def list_modules(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
+                       target: str = Query("kernel", min_length=1, max_length=64,
+                                           pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$",
+                                           description="The target: the kernel, or an attached process")):
+    """The code modules a host's target has loaded, with whether their catalog is stored."""
+    return FastJSON(await crud.list_modules(session, host_id, target))
 
 
 

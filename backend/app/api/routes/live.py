@@ -1,5 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The console's live channel: a WebSocket that pushes host changes and per-interval sample summaries.
+"""The console's live channel: a WebSocket that pushes what the views on screen show, and nothing else.
+
+The console sends `{"type": "subscribe", "topics": [...]}` with the topics of its views (`hosts`,
+`host:<id>`, `measurement:<id>`; each message replaces the set) and receives only their events (see
+app.live): host changes, a host's per-interval sample summaries, gaps, targets and commands, a
+measurement's intervals. Subscribing to `hosts` first sends every host as it stands.
 
 Browsers cannot set headers on a WebSocket, so the access token comes as the `token` query parameter;
 a bad one closes the socket with code 4401, and so does the token's expiry (or the user's deletion)
@@ -7,6 +12,7 @@ while the socket is open. A ping every 20 s keeps proxies from dropping idle soc
 """
 import asyncio
 import logging
+import re
 import time
 from datetime import UTC, datetime
 
@@ -20,6 +26,8 @@ from app.core.security import token_expiry
 router = APIRouter(tags=["live"])
 log = logging.getLogger("hotpath.live")
 CLOSE_UNAUTHENTICATED = 4401
+TOPIC_RE = re.compile(r"^(hosts|host:[^\x00-\x1f]{1,256}|measurement:[0-9A-Za-z_-]{1,64})$")
+MAX_TOPICS = 64
 
 
 @router.websocket("/ws")
@@ -28,24 +36,35 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
     await websocket.accept()
     async with runtime.sessionmaker() as session:
         user = await user_from_token(runtime, session, token)
-        hosts = await crud.list_hosts(session) if user is not None else []
     if user is None:
         await websocket.close(code=CLOSE_UNAUTHENTICATED, reason="invalid or expired token")
         return
-    queue = runtime.hub.subscribe()
+    sub = runtime.hub.subscribe()
+    queue = sub.queue
     interval = runtime.settings.ws_ping_interval_s
     expires = token_expiry(runtime.secret_key, token or "") or 0.0
     user_id = user.id
 
-    async def drain_client() -> None:
-        # The console sends nothing we act on; reading notices the close promptly.
+    async def read_client() -> None:
+        # Subscriptions; anything else is ignored. Reading also notices the close promptly.
         while True:
-            await websocket.receive_text()
+            raw = await websocket.receive_text()
+            try:
+                msg = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if not isinstance(msg, dict) or msg.get("type") != "subscribe" or not isinstance(msg.get("topics"), list):
+                continue
+            topics = {t for t in msg["topics"][:MAX_TOPICS] if isinstance(t, str) and TOPIC_RE.match(t)}
+            new = topics - sub.topics
+            runtime.hub.set_topics(sub, topics)
+            if "hosts" in new:
+                async with runtime.sessionmaker() as session:
+                    for host in await crud.list_hosts(session):
+                        sub.put(orjson.dumps({"type": "host", "host": host}))
 
-    reader = asyncio.create_task(drain_client())
+    reader = asyncio.create_task(read_client())
     try:
-        for host in hosts:
-            await websocket.send_text(orjson.dumps({"type": "host", "host": host}).decode())
         while not reader.done():
             left = expires - time.time()
             if left <= 0:
@@ -63,5 +82,7 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
     except (WebSocketDisconnect, RuntimeError):
         pass
     finally:
-        runtime.hub.unsubscribe(queue)
+        runtime.hub.unsubscribe(sub)
+        if sub.topics and runtime.hub.announce is not None:
+            runtime.hub.announce()
         reader.cancel()

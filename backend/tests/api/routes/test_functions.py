@@ -186,7 +186,9 @@ async def test_instructions_via_live_command_then_cached(backend, client, host):
     assert body["instructions"][1]["address_hex"] == format(f["address"] + 4, "x")
     assert len(host.commands) == 1
     cmd = host.commands[0]
-    assert cmd.inspect_function.module == "vmlinux" and cmd.inspect_function.function_index == 1
+    vmlinux_digest = next(d for n, _b, _f, d in host.modules if n == "vmlinux")
+    assert cmd.inspect_function.digest == vmlinux_digest and cmd.inspect_function.function_index == 1
+    assert cmd.inspect_function.target == "kernel"
     again = await client.get(url)
     assert again.status_code == 200 and again.json()["cached"] is True
     assert again.json()["instructions"] == body["instructions"]

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The live WebSocket: a bad token is refused with close code 4401; a signed-in console receives a host
-event when an agent connects and a samples event for each metric batch."""
+"""The live WebSocket: a bad token is refused with close code 4401; a signed-in console subscribes to the
+topics of its views and receives their events (a host event when an agent connects, a samples event for
+each metric batch), and nothing of topics it did not subscribe to."""
 import asyncio
 import json
 import time
@@ -32,9 +33,15 @@ async def test_bad_token_is_closed_with_4401(backend):
     assert closed.value.rcvd.code == 4401
 
 
+async def _subscribe(ws, *topics):
+    await ws.send(json.dumps({"type": "subscribe", "topics": list(topics)}))
+
+
 async def test_host_and_samples_events_are_pushed(backend, client, admin_token, unique):
     host_id = f"ws-{unique}"
     async with connect(_ws_url(backend, admin_token)) as ws:
+        await _subscribe(ws, "hosts", f"host:{host_id}")
+        await asyncio.sleep(0.2)
         agent = await backend.agent(host_id, kernel_tag=f"ws-{unique}")
         await agent.connect()
         event = await _next(ws, lambda m: m["type"] == "host" and m["host"]["id"] == host_id)
@@ -54,3 +61,34 @@ async def test_host_and_samples_events_are_pushed(backend, client, admin_token, 
         gone = await _next(ws, lambda m: m["type"] == "host" and m["host"]["id"] == host_id
                            and not m["host"]["online"])
         assert gone["host"]["catalog_complete"] is True
+
+
+async def test_a_view_receives_only_the_topics_it_subscribed_to(backend, client, admin_token, unique):
+    """A socket that shows another host's page gets none of this host's samples; one that shows the host
+    list gets its host events but not its samples."""
+    host_id = f"wsv-{unique}"
+    async with connect(_ws_url(backend, admin_token)) as other, connect(_ws_url(backend, admin_token)) as listing, \
+            connect(_ws_url(backend, admin_token)) as page:
+        await _subscribe(other, "host:no-such-host")
+        await _subscribe(listing, "hosts")
+        await _subscribe(page, f"host:{host_id}")
+        await asyncio.sleep(0.2)
+        agent = await backend.agent(host_id, kernel_tag=f"wsv-{unique}")
+        await agent.connect()
+        await _next(listing, lambda m: m["type"] == "host" and m["host"]["id"] == host_id
+                    and m["host"]["catalog_complete"])
+        start = time.time_ns() // 1_000_000_000 * 1_000_000_000
+        await agent.send_metrics(start, [("vmlinux", 0, 0, 4)])
+        samples = await _next(page, lambda m: m["type"] == "samples")
+        assert samples["host_id"] == host_id and samples["total_samples"] == 4
+        await asyncio.sleep(0.5)
+        await agent.close()
+        for ws, allowed in ((other, set()), (listing, {"host", "ping"})):
+            while True:
+                try:
+                    msg = json.loads(await asyncio.wait_for(ws.recv(), 0.5))
+                except TimeoutError:
+                    break
+                assert msg["type"] in allowed, msg
+                if msg["type"] == "host":
+                    assert msg["host"]["id"] != "no-such-host"

@@ -1,0 +1,138 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Measurements: kperfmon's metrics on code resources of a host's targets, started and stopped from
+the console, their rows (how each metric is served), and their values over a time range — the live
+table (sums per resource over the range, and the newest interval) and the charts (per resource, per
+round bucket). Starting and stopping are commands (app.commands); the values are series
+(app.samples). A request names resources by catalog identity (digest, function index, block or
+instruction offset), never by module name.
+"""
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
+
+from app import commands, measurements, samples, targets
+from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
+from app.api.ranges import BAD_RANGE, FromQuery, ToQuery, WindowQuery, range_spec
+from app.api.responses import NOT_FOUND, FastJSON, Responses
+from app.api.routes.hosts import ExistingHost
+from app.api.routes.targets import ACCEPTED, CONFLICT, command_response
+from app.models import User
+from app.schemas import (
+    CommandPublic,
+    MeasurementCreate,
+    MeasurementDetail,
+    MeasurementPublic,
+    MeasurementSeries,
+    MeasurementValues,
+    Message,
+)
+
+router = APIRouter(prefix="/hosts/{host_id}/measurements", tags=["measurements"])
+OperatorUser = Annotated[User, Depends(require_role("operator"))]
+MeasurementId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_-]+$")]
+TOO_MANY: Responses = {413: {"model": Message, "description": "More resources than one measurement may name"}}
+
+
+async def existing_measurement(host_id: ExistingHost, measurement_id: MeasurementId, session: SessionDep) -> str:
+    if await measurements.get(session, host_id, measurement_id) is None:
+        raise HTTPException(404, "Measurement not found")
+    return measurement_id
+
+
+ExistingMeasurement = Annotated[str, Depends(existing_measurement)]
+
+
+@router.post("", response_model=CommandPublic,
+             responses={**NOT_FOUND, **CONFLICT, **ACCEPTED, **TOO_MANY})
+async def start_measurement(host_id: ExistingHost, body: MeasurementCreate, session: SessionDep, runtime: RuntimeDep,
+                            user: OperatorUser):
+    """Start measuring resources of a target; answers with the start command (its result names the
+    measurement's rows). The measurement's id is `params.measurement_id`."""
+    limit = runtime.settings.max_measurement_resources
+    if len(body.resources) > limit:
+        raise HTTPException(413, f"{len(body.resources)} resources in one request; at most {limit}")
+    state = await targets.target_exists(session, host_id, body.target)
+    if state is None:
+        raise HTTPException(404, "Target not found")
+    if state != "attached":
+        raise HTTPException(409, f"The target has ended ({state})")
+    mid = str(body.measurement_id or uuid.uuid4())
+    request = {"measurement_id": mid, "target": body.target, "metrics": list(dict.fromkeys(body.metrics)),
+               "resources": [r.model_dump() for r in body.resources], "where_pid": body.where_pid,
+               "where_comm": body.where_comm, "where_cgroup": body.where_cgroup, "interval_ms": body.interval_ms,
+               "allow_partial": body.allow_partial}
+    try:
+        row, created = await runtime.commands.create(session, host_id, "start_measurement", request, user.username,
+                                                     body.command_id)
+    except commands.CommandError as exc:
+        raise HTTPException(exc.status, exc.detail) from None
+    if created:
+        if await measurements.exists(session, mid):
+            raise HTTPException(409, "A measurement with this id exists")
+        await measurements.create(session, mid, host_id, request, body.interval_ms or 0, user.username,
+                                  uuid.UUID(row["id"]))
+    await session.commit()
+    return command_response(row, created)
+
+
+@router.get("", response_model=list[MeasurementPublic], responses=NOT_FOUND)
+async def list_measurements(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
+                            limit: int = Query(50, ge=1, le=1000)):
+    """The host's measurements, newest first."""
+    return FastJSON(await measurements.list_measurements(session, host_id, limit))
+
+
+@router.get("/{measurement_id}", response_model=MeasurementDetail, responses=NOT_FOUND)
+async def get_measurement(host_id: ExistingHost, measurement_id: ExistingMeasurement, session: SessionDep,
+                          _: CurrentUser):
+    """One measurement with its rows and how each metric of each row is served (or why not)."""
+    return FastJSON(await measurements.get(session, host_id, measurement_id))
+
+
+@router.post("/{measurement_id}/stop", response_model=CommandPublic, responses={**NOT_FOUND, **CONFLICT, **ACCEPTED})
+async def stop_measurement(host_id: ExistingHost, measurement_id: ExistingMeasurement, session: SessionDep,
+                           runtime: RuntimeDep, user: OperatorUser, command_id: uuid.UUID | None = Query(None)):
+    """Stop a measurement; its data stays."""
+    m = await measurements.get(session, host_id, measurement_id)
+    assert m is not None
+    if m["state"] in measurements.ENDED:
+        raise HTTPException(409, f"The measurement has ended ({m['state']})")
+    try:
+        row, created = await runtime.commands.create(session, host_id, "stop_measurement",
+                                                     {"measurement_id": measurement_id}, user.username, command_id)
+    except commands.CommandError as exc:
+        raise HTTPException(exc.status, exc.detail) from None
+    await session.commit()
+    return command_response(row, created)
+
+
+@router.get("/{measurement_id}/values", response_model=MeasurementValues, responses={**NOT_FOUND, **BAD_RANGE})
+async def measurement_values(host_id: ExistingHost, measurement_id: ExistingMeasurement, session: SessionDep,
+                             runtime: RuntimeDep, _: CurrentUser, window_s: int | None = WindowQuery,
+                             from_: datetime | None = FromQuery, to: datetime | None = ToQuery):
+    """Per resource, its values summed over the range (window_s: the last N seconds of the
+    measurement's own intervals), the range's measured seconds, and the newest interval's values."""
+    spec = range_spec(runtime, window_s, from_, to)
+    r = await samples.measurement_range(session, measurement_id, spec)
+    if r is None:
+        r = samples.empty_range(spec)
+    return FastJSON(await samples.measurement_values(session, measurement_id, r))
+
+
+@router.get("/{measurement_id}/series", response_model=MeasurementSeries, responses={**NOT_FOUND, **BAD_RANGE})
+async def measurement_series(host_id: ExistingHost, measurement_id: ExistingMeasurement, session: SessionDep,
+                             runtime: RuntimeDep, _: CurrentUser,
+                             resources: str = Query(min_length=1, max_length=2000, pattern=r"^\d+(,\d+)*$",
+                                                    description="Row indexes, comma-separated (at most 64)"),
+                             points: int = Query(300, ge=10, le=2000), window_s: int | None = WindowQuery,
+                             from_: datetime | None = FromQuery, to: datetime | None = ToQuery):
+    """Per resource, its values summed per round bucket of the range, with each bucket's measured
+    seconds (rates, concurrency and per-call values are sums over seconds or counts)."""
+    wanted = sorted({int(x) for x in resources.split(",")})
+    if len(wanted) > 64 or max(wanted) > 2**31 - 1:
+        raise HTTPException(400, "At most 64 rows, each below 2^31")
+    spec = range_spec(runtime, window_s, from_, to)
+    r = await samples.measurement_range(session, measurement_id, spec) or samples.empty_range(spec)
+    return FastJSON(await samples.measurement_series(session, measurement_id, r, wanted, points))

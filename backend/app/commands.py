@@ -1,0 +1,373 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Commands for agents: stored, routed to the replica holding the agent's stream, and followed to
+their end.
+
+A command is a row in `commands` from the moment a user asks for it: `queued`, then `sent` (a replica
+holding the host's stream sent it), `running` (the agent reported progress), and `done`, `failed` or
+`cancelled`. Its id is the client's idempotency key: asking again with the same id returns the same
+command instead of a second one. Any replica may accept the request: it stores the row and notifies
+`hotpath_commands` (app.bus); the replica that holds the stream claims queued rows (an atomic update,
+so only one sends) and sends them. After a reconnect (of the agent or of a backend), commands still
+sent or running are sent again — the agent runs an id once and repeats its result. A queued command
+whose host stays away longer than `command_queue_timeout_s` fails with that reason. Cancel drops a
+queued command at once and asks the agent to stop a sent or running one. Every request, send and end
+is audited with who and when.
+"""
+import asyncio
+import logging
+import uuid
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import agent_input, bus, crud, measurements, targets
+from app.agent_input import InvalidInput
+from app.proto import pb
+
+log = logging.getLogger("hotpath.commands")
+KINDS = ("inspect_function", "attach_target", "detach_target", "start_measurement", "stop_measurement", "cancel")
+ACTIVE = ("queued", "sent", "running")
+FINAL = ("done", "failed", "cancelled")
+
+
+class CommandError(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def public(r) -> dict[str, Any]:
+    return {"id": str(r.id), "host_id": r.host_id, "kind": r.kind, "params": r.params, "state": r.state,
+            "progress": r.progress, "message": r.message, "result": r.result, "error": r.error,
+            "created_by": r.created_by, "created_at": r.created_at, "sent_at": r.sent_at,
+            "started_at": r.started_at, "finished_at": r.finished_at, "cancel_requested": r.cancel_requested}
+
+
+def to_pb(row) -> "pb.Command":
+    p = row.params
+    c = pb.Command(id=str(row.id))
+    if row.kind == "inspect_function":
+        c.inspect_function.CopyFrom(pb.InspectFunction(digest=p["digest"], function_index=p["function_index"],
+                                                       target=p.get("target") or ""))
+    elif row.kind == "attach_target":
+        c.attach_target.CopyFrom(pb.AttachTarget(pid=p.get("pid") or 0, command=p.get("command") or ""))
+    elif row.kind == "detach_target":
+        c.detach_target.CopyFrom(pb.DetachTarget(target=p["target"]))
+    elif row.kind == "start_measurement":
+        c.start_measurement.CopyFrom(measurements.request_to_pb(p))
+    elif row.kind == "stop_measurement":
+        c.stop_measurement.CopyFrom(pb.StopMeasurement(measurement_id=p["measurement_id"]))
+    elif row.kind == "cancel":
+        c.cancel.CopyFrom(pb.CancelCommand(command_id=p["command_id"]))
+    return c
+
+
+class Commands:
+    def __init__(self, runtime) -> None:
+        self.runtime = runtime
+        self.waiters: dict[str, asyncio.Event] = {}
+        self._sweeper: asyncio.Task | None = None
+
+    # Requests ------------------------------------------------------------------------------------
+
+    async def create(self, db: AsyncSession, host_id: str, kind: str, params: dict[str, Any], actor: str,
+                     command_id: uuid.UUID | None = None) -> tuple[dict[str, Any], bool]:
+        """Store a command (or find the one with this id); returns (command, created). The caller
+        commits; the notification goes out with the commit."""
+        assert kind in KINDS
+        cid = command_id or uuid.uuid4()
+        row = (await db.execute(text("""
+            INSERT INTO commands (id, host_id, kind, params, state, created_by)
+            VALUES (:id, :h, :k, CAST(:p AS jsonb), 'queued', :by)
+            ON CONFLICT (id) DO NOTHING RETURNING *"""),
+            {"id": cid, "h": host_id, "k": kind, "p": orjson.dumps(params).decode(), "by": actor})).first()
+        if row is None:
+            have = (await db.execute(text("SELECT * FROM commands WHERE id = :id"), {"id": cid})).one()
+            if have.host_id != host_id or have.kind != kind:
+                raise CommandError(409, "A command with this id exists for another host or of another kind")
+            return public(have), False
+        crud.audit(db, actor, "command_requested", host_id, {"command_id": str(cid), "kind": kind, "params": params})
+        await db.execute(text("SELECT pg_notify(:ch, :h)"), {"ch": bus.COMMANDS, "h": host_id})
+        self.runtime.metrics.commands_sent.labels(kind).inc()
+        return public(row), True
+
+    async def cancel(self, db: AsyncSession, host_id: str, command_id: uuid.UUID, actor: str) -> dict[str, Any]:
+        row = (await db.execute(text("SELECT * FROM commands WHERE id = :id AND host_id = :h FOR UPDATE"),
+                                {"id": command_id, "h": host_id})).first()
+        if row is None:
+            raise CommandError(404, "Command not found")
+        if row.state in FINAL:
+            raise CommandError(409, f"The command has ended ({row.state})")
+        if row.kind == "cancel":
+            raise CommandError(409, "A cancel cannot be cancelled")
+        crud.audit(db, actor, "command_cancel_requested", host_id, {"command_id": str(command_id), "state": row.state})
+        if row.state == "queued":
+            row = (await db.execute(text("""
+                UPDATE commands SET state = 'cancelled', cancel_requested = true, finished_at = now(),
+                  error = 'cancelled before it was sent' WHERE id = :id RETURNING *"""), {"id": command_id})).one()
+            await self._after_end(db, row)
+            await db.execute(text("SELECT pg_notify(:ch, :id)"), {"ch": bus.COMMAND_DONE, "id": str(command_id)})
+            return public(row)
+        if not row.cancel_requested:
+            await db.execute(text("UPDATE commands SET cancel_requested = true WHERE id = :id"), {"id": command_id})
+            await self.create(db, host_id, "cancel", {"command_id": str(command_id)}, actor)
+        row = (await db.execute(text("SELECT * FROM commands WHERE id = :id"), {"id": command_id})).one()
+        return public(row)
+
+    async def wait(self, command_id: str, timeout: float) -> dict[str, Any] | None:
+        """Wait until a command ends (on any replica); its row, or None on timeout."""
+        event = self.waiters.setdefault(command_id, asyncio.Event())
+        try:
+            deadline = asyncio.get_running_loop().time() + timeout
+            while True:
+                async with self.runtime.sessionmaker() as db:
+                    row = (await db.execute(text("SELECT * FROM commands WHERE id = :id"),
+                                            {"id": uuid.UUID(command_id)})).first()
+                if row is not None and row.state in FINAL:
+                    return public(row)
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    return None
+                try:
+                    # Notifications wake us; the poll covers one lost while the bus reconnects.
+                    await asyncio.wait_for(event.wait(), min(left, 1.0))
+                except TimeoutError:
+                    pass
+                event.clear()
+        finally:
+            self.waiters.pop(command_id, None)
+
+    # Routing -------------------------------------------------------------------------------------
+
+    async def on_notify(self, channel: str, payload: str) -> None:
+        if channel == bus.COMMANDS:
+            await self.dispatch(payload)
+        elif channel == bus.COMMAND_DONE:
+            event = self.waiters.get(payload)
+            if event is not None:
+                event.set()
+
+    async def dispatch(self, host_id: str) -> int:
+        """Send this host's queued commands if this replica holds its stream; returns how many."""
+        session = self.runtime.agents.sessions.get(host_id)
+        if session is None or session.closed or not session.welcomed:
+            return 0
+        async with self.runtime.sessionmaker() as db:
+            rows = (await db.execute(text("""
+                UPDATE commands SET state = 'sent', sent_at = now(), replica = :r, sends = sends + 1
+                WHERE host_id = :h AND state = 'queued' RETURNING *"""),
+                {"h": host_id, "r": self.runtime.replica_id})).all()
+            for r in rows:
+                crud.audit(db, f"replica:{self.runtime.replica_id}", "command_sent", host_id,
+                           {"command_id": str(r.id), "kind": r.kind, "requested_by": r.created_by})
+            await db.commit()
+        for r in sorted(rows, key=lambda r: r.created_at):
+            await self._send(session, r)
+        return len(rows)
+
+    async def resend(self, session) -> None:
+        """After a (re)connect: send again what was sent or running (the agent answers an id once)."""
+        async with self.runtime.sessionmaker() as db:
+            rows = (await db.execute(text("""
+                UPDATE commands SET replica = :r, sends = sends + 1
+                WHERE host_id = :h AND state IN ('sent', 'running') RETURNING *"""),
+                {"h": session.host_id, "r": self.runtime.replica_id})).all()
+            await db.commit()
+        for r in sorted(rows, key=lambda r: r.created_at):
+            await self._send(session, r)
+        await self.dispatch(session.host_id)
+
+    async def _send(self, session, row) -> None:
+        try:
+            await session.send(pb.ServerMessage(command=to_pb(row)))
+        except Exception:  # noqa: BLE001 - the stream is ending; the command is resent on reconnect
+            log.info("host %s: command %s stays sent until the agent reconnects", session.host_id, row.id)
+
+    # What agents report --------------------------------------------------------------------------
+
+    async def on_progress(self, host_id: str, progress: "pb.Progress") -> None:
+        try:
+            cid = uuid.UUID(progress.command_id)
+        except ValueError:
+            raise InvalidInput(f"Progress for a command id that is not a UUID: "
+                               f"{agent_input.excerpt(progress.command_id)}") from None
+        agent_input.text(progress.message, "Progress.message", agent_input.MAX_DETAIL, empty=True)
+        if not 0 <= progress.fraction <= 1:
+            raise InvalidInput("Progress.fraction is outside [0, 1]")
+        async with self.runtime.sessionmaker() as db:
+            row = (await db.execute(text("""
+                UPDATE commands SET state = 'running', progress = :f, message = :m,
+                  started_at = coalesce(started_at, now())
+                WHERE id = :id AND host_id = :h AND state IN ('sent', 'running') RETURNING *"""),
+                {"id": cid, "h": host_id, "f": progress.fraction, "m": progress.message})).first()
+            await db.commit()
+        if row is not None:
+            self.runtime.hub.publish(f"host:{host_id}", {"type": "command", "command": _event(row)})
+
+    async def on_result(self, session, result: "pb.CommandResult") -> None:
+        host_id = session.host_id
+        try:
+            cid = uuid.UUID(result.command_id)
+        except ValueError:
+            log.warning("host %s: result for a command id that is not ours: %s", host_id,
+                        agent_input.excerpt(result.command_id))
+            return
+        agent_input.text(result.error, "CommandResult.error", agent_input.MAX_DETAIL, empty=True)
+        async with self.runtime.sessionmaker() as db:
+            row = (await db.execute(text("SELECT * FROM commands WHERE id = :id AND host_id = :h FOR UPDATE"),
+                                    {"id": cid, "h": host_id})).first()
+            if row is None or row.state in FINAL:
+                await db.rollback()
+                return  # an answer to a command that ended already (sent again after a reconnect)
+            state = "cancelled" if result.cancelled else "done" if result.ok else "failed"
+            outcome, error = await self._effects(db, session, row, result, state)
+            if error is not None:
+                state = "failed"
+            row = (await db.execute(text("""
+                UPDATE commands SET state = :s, result = CAST(:r AS jsonb), error = :e, finished_at = now(),
+                  progress = CASE WHEN :done THEN 1 ELSE progress END
+                WHERE id = :id RETURNING *"""),
+                {"id": cid, "s": state, "done": state == "done",
+                 "r": orjson.dumps(outcome).decode() if outcome is not None else None,
+                 "e": error if error is not None else (None if result.ok else
+                                                       result.error or "the agent gave no reason")})).one()
+            await self._after_end(db, row)
+            crud.audit(db, f"agent:{host_id}", "command_finished", host_id,
+                       {"command_id": str(cid), "kind": row.kind, "state": state, "error": row.error})
+            await db.execute(text("SELECT pg_notify(:ch, :id)"), {"ch": bus.COMMAND_DONE, "id": str(cid)})
+            await db.commit()
+        event = self.waiters.get(str(cid))
+        if event is not None:
+            event.set()
+        self.runtime.hub.publish(f"host:{host_id}", {"type": "command", "command": _event(row)})
+        if row.kind in ("start_measurement", "stop_measurement"):
+            mid = row.params.get("measurement_id")
+            self.runtime.hub.publish(f"measurement:{mid}", {"type": "measurement", "measurement_id": mid,
+                                                             "host_id": host_id})
+        if row.kind in ("attach_target", "detach_target"):
+            self.runtime.hub.publish(f"host:{host_id}", {"type": "targets", "host_id": host_id})
+
+    async def _effects(self, db: AsyncSession, session, row, result: "pb.CommandResult",
+                       state: str) -> tuple[dict[str, Any] | None, str | None]:
+        """What a result changes besides the command: (the result to store, an error that makes it fail)."""
+        kind = row.kind
+        conn = await db.connection()
+        if kind == "inspect_function":
+            if not result.ok:
+                return None, None
+            d = result.disassembly
+            if result.WhichOneof("kind") != "disassembly" or d.digest != row.params["digest"] or \
+                    d.function_index != row.params["function_index"]:
+                return None, "the agent's answer is not the disassembly of the function asked for"
+            from app.grpc.agent_service import CommandFailed  # the registry checks and caches it
+            try:
+                await self.runtime.agents.cache_instructions(d.digest, d.function_index, result)
+            except CommandFailed as exc:
+                return None, str(exc)
+            return {"instructions": len(d.instructions)}, None
+        if kind in ("attach_target", "detach_target"):
+            if not result.ok:
+                return None, None
+            if result.WhichOneof("kind") != "targets":
+                return None, "the agent's answer carried no targets"
+            agent_input.check_targets(result.targets.targets)
+            await targets.store(conn, session.host_id, result.targets.targets, complete_list=False)
+            session.add_targets(result.targets.targets)
+            return {"targets": [{"id": t.id, "pid": t.pid, "command": t.command,
+                                 "state": agent_input.TARGET_STATES[t.state]} for t in result.targets.targets]}, None
+        if kind in ("start_measurement", "stop_measurement"):
+            mid = row.params["measurement_id"]
+            if not result.ok:
+                if kind == "start_measurement":
+                    detail = ("cancelled before it was armed" if result.cancelled else
+                              result.error or "refused by the agent")
+                    await measurements.fail(conn, mid, detail)
+                return None, None
+            if result.WhichOneof("kind") != "measurement":
+                return None, "the agent's answer carried no measurement"
+            info = result.measurement
+            agent_input.check_measurement_info(info)
+            if info.measurement_id != mid:
+                raise InvalidInput("a measurement result names another measurement")
+            await measurements.store_info(conn, session.host_id, info)
+            session.measurement_rows[mid] = len(info.resources)
+            if kind == "start_measurement":
+                await conn.execute(text("UPDATE measurements SET start_command = :c WHERE id = :m"),
+                                   {"c": row.id, "m": mid})
+            return {"measurement_id": mid, "state": agent_input.MEASUREMENT_STATES[info.state],
+                    "resources": len(info.resources)}, None
+        return ({} if result.ok else None), None
+
+    async def _after_end(self, db: AsyncSession, row) -> None:
+        """A cancelled or failed start leaves its measurement failed."""
+        if row.kind == "start_measurement" and row.state in ("cancelled", "failed"):
+            await measurements.fail(await db.connection(), row.params["measurement_id"],
+                                    row.error or f"the start command was {row.state}")
+
+    # Upkeep --------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_loop(), name="command-sweep")
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except asyncio.CancelledError:
+                pass
+            self._sweeper = None
+
+    async def _sweep_loop(self) -> None:
+        interval = self.runtime.settings.command_sweep_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep()
+            except Exception:  # noqa: BLE001 - the database may be restarting; next round
+                log.warning("the command sweep failed; next round in %g s", interval)
+
+    async def sweep(self, now: datetime | None = None) -> None:
+        """Send what is queued for this replica's hosts (a notification may have been lost) and fail
+        commands whose host stayed away too long."""
+        for host_id in list(self.runtime.agents.sessions):
+            await self.dispatch(host_id)
+        limit = self.runtime.settings.command_queue_timeout_s
+        async with self.runtime.sessionmaker() as db:
+            rows = (await db.execute(text("""
+                UPDATE commands c SET state = 'failed', finished_at = now(),
+                  error = 'the host''s agent was not connected for ' || :limit || ' s; it was not run'
+                FROM hosts h
+                WHERE c.host_id = h.id AND c.state IN ('queued', 'sent') AND NOT h.online
+                  AND coalesce(c.sent_at, c.created_at) < coalesce(CAST(:now AS timestamptz), now())
+                      - make_interval(secs => :limit)
+                RETURNING c.*"""), {"limit": limit, "now": now})).all()
+            for r in rows:
+                await self._after_end(db, r)
+                crud.audit(db, "system", "command_expired", r.host_id, {"command_id": str(r.id), "kind": r.kind})
+                await db.execute(text("SELECT pg_notify(:ch, :id)"), {"ch": bus.COMMAND_DONE, "id": str(r.id)})
+            await db.commit()
+
+
+def _event(row) -> dict[str, Any]:
+    return {"id": str(row.id), "host_id": row.host_id, "kind": row.kind, "state": row.state,
+            "progress": row.progress, "message": row.message, "error": row.error}
+
+
+async def list_commands(session: AsyncSession, host_id: str, limit: int, state: str | None) -> list[dict[str, Any]]:
+    where = "host_id = :h" + (" AND state = :s" if state else "")
+    rows = await session.execute(text(f"SELECT * FROM commands WHERE {where} ORDER BY created_at DESC LIMIT :l"),
+                                 {"h": host_id, "s": state, "l": limit})
+    return [public(r) for r in rows]
+
+
+async def get_command(session: AsyncSession, host_id: str, command_id: uuid.UUID) -> dict[str, Any] | None:
+    row = (await session.execute(text("SELECT * FROM commands WHERE id = :id AND host_id = :h"),
+                                 {"id": command_id, "h": host_id})).first()
+    return public(row) if row else None
+

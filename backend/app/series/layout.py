@@ -1,0 +1,20 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Names shared by the series' writer, rollups and readers."""
+
+# The additive values of one measurement row in one interval, in this order in measurement_points.vals
+# and as columns of the rollups. Concurrency and per-call values are derived from them (wall_ns over the
+# measured seconds, wall_ns and vtime_ns over count), so rollups stay exact sums.
+SLOTS = ("count", "wall_ns", "vtime_ns", "cycles", "instructions", "icache_stall", "branch_mispredict", "exits",
+         "samples")
+SLOT = {name: i for i, name in enumerate(SLOTS)}
+NSLOTS = len(SLOTS)
+# measurement_points_* rows with this resource carry the measured seconds (and intervals, in `count`).
+COVERAGE_RESOURCE = -1
+
+RAW_TABLES = ("sample_intervals", "measurement_points")
+ROLLUP_TABLES = ("sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m", "sample_totals_1h",
+                 "measurement_points_1m", "measurement_points_1h")
+
+# Measurement states, as stored (and as measurement_points.state numbers, the proto's values).
+MEASUREMENT_STATES = {1: "armed", 2: "running", 3: "target_exited", 4: "stopped", 5: "failed"}
+ENDED_STATES = ("target_exited", "stopped", "failed")
