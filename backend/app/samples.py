@@ -232,7 +232,7 @@ async def maintain(engine: AsyncEngine, retention_hours: float, rollup_retention
     now = now or datetime.now(UTC)
     raw = timedelta(hours=retention_hours)
     rolled = timedelta(hours=rollup_retention_hours if rollup_retention_hours is not None else retention_hours)
-    await partitions.ensure(engine, now, raw + HOUR, rolled + timedelta(days=1))
+    await partitions.ensure(engine, now, raw, rolled)
     _, rows = await partitions.drop_expired(engine, now, raw, rolled)
     cutoff = now - raw
     async with engine.begin() as conn:

@@ -181,9 +181,12 @@ MetricName = Literal["count", "wall", "vtime", "concurrency", "cycles", "instruc
 
 
 class ResourceRefIn(BaseModel):
-    """A code resource by catalog identity: a function, one of its blocks, or an instruction address."""
+    """A code resource by catalog identity: a function, one of its blocks, or an instruction address.
+    The module is its catalog digest, or (more compact for long requests) its position in the request's
+    `modules`."""
     model_config = ConfigDict(extra="forbid")
-    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    digest: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    module: int | None = Field(None, ge=0, le=255, description="Position of the digest in the request's modules")
     function_index: int = Field(ge=0, le=2**31 - 1)
     kind: Literal["function", "block", "address"] = "function"
     offset: int = Field(0, ge=0, le=2**31 - 1, description="block and address: bytes from the function start")
@@ -193,6 +196,8 @@ class ResourceRefIn(BaseModel):
 class MeasurementCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     target: str = Field("kernel", min_length=1, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$")
+    modules: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        [], max_length=256, description="Catalog digests resources may name by position")
     resources: list[ResourceRefIn] = Field(min_length=1)
     metrics: list[MetricName] = Field(min_length=1, max_length=8)
     where_pid: int | None = Field(None, ge=1, le=2**30)
@@ -202,6 +207,16 @@ class MeasurementCreate(BaseModel):
     allow_partial: bool = Field(False, description="serve what the host can, the rest unavailable with reasons")
     command_id: uuid.UUID | None = Field(None, description="Idempotency key of the start command")
     measurement_id: uuid.UUID | None = Field(None, description="The measurement's id (default: a new one)")
+
+
+    @model_validator(mode="after")
+    def _modules_named(self) -> "MeasurementCreate":
+        for r in self.resources:
+            if (r.digest is None) == (r.module is None):
+                raise ValueError("each resource names its module by digest or by module position, not both")
+            if r.module is not None and r.module >= len(self.modules):
+                raise ValueError("a resource names a module position the request's modules lack")
+        return self
 
 
 MeasurementState = Literal["starting", "armed", "running", "target_exited", "stopped", "failed"]

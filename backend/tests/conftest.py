@@ -142,3 +142,6 @@ async def token_for(base_url: str, username: str, password: str) -> str:
         r = await c.post("/api/v1/auth/login", json={"username": username, "password": password})
         assert r.status_code == 200, r.text
         return r.json()["access_token"]
+
+
+pytest_plugins = ["tests.backend_process"]  # its data_folder fixture

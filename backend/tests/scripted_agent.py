@@ -5,7 +5,9 @@ It is a stand-in for hotpathd on the agent side of the real gRPC stream: it enro
 (its own key, a CSR, a one-time token) and connects over mutual TLS, replays a deterministic,
 generated catalog (named by the same canonical digest the real agent computes) and deterministic
 metric batches so the tests can assert exact numbers, and answers InspectFunction commands with
-deterministic instructions (or an error, or silence, on request). The real agent is exercised by its
+deterministic instructions (or an error, or silence, on request). It also plays an agent's targets and
+measurements: attach (a fake process with a catalog of its own), detach, start and stop measurement,
+cancel, with progress and an optional hold so tests can watch a command run. The real agent is exercised by its
 own stream test, the browser tests and bench/chaos.
 """
 import asyncio
@@ -66,6 +68,26 @@ def module_functions(count: int) -> list["pb.Function"]:
     return [pb.Function(index=i, name=f"mod_fn_{i}", offset=0x100 * i, size=0x40, blocks=[
         pb.Block(offset=0, size=0x40, instruction_count=5, successors=[pb.Successor(kind=pb.SUCCESSOR_KIND_RETURN)])])
         for i in range(count)]
+
+
+PROCESS_BASE = 0x555555554000
+PROCESS_MODULE = "/usr/bin/fake-server"
+PROCESS_BUILD_ID = "ab" * 20
+
+
+def process_functions(count: int = 6) -> list["pb.Function"]:
+    """A fake process's executable: functions of 3 blocks (entry, body, exit), like the kernel's."""
+    out = []
+    for i in range(count):
+        out.append(pb.Function(index=i, name=f"srv_fn_{i}", offset=0x1000 + 0x100 * i, size=0x40, blocks=[
+            pb.Block(offset=0, size=0x10, instruction_count=3, successors=[
+                pb.Successor(kind=pb.SUCCESSOR_KIND_FALLTHROUGH, target=0x10),
+                pb.Successor(kind=pb.SUCCESSOR_KIND_TAKEN, target=0x20)]),
+            pb.Block(offset=0x10, size=0x10, instruction_count=2, successors=[
+                pb.Successor(kind=pb.SUCCESSOR_KIND_FALLTHROUGH, target=0x20)]),
+            pb.Block(offset=0x20, size=0x20, instruction_count=4, successors=[
+                pb.Successor(kind=pb.SUCCESSOR_KIND_RETURN)])]))
+    return out
 
 
 def build_id_of(tag: str) -> str:
@@ -133,6 +155,16 @@ class ScriptedAgent:
         self.commands: list[pb.Command] = []
         self.answer_mode = "ok"  # "ok", "error" or "silent"
         self._reader: asyncio.Task | None = None
+        # Targets and measurements this fake agent serves and runs (reported in Hello).
+        fns = process_functions()
+        self.process = (PROCESS_MODULE, PROCESS_BASE, fns,
+                        piece_digest("elf:" + PROCESS_BUILD_ID, PROCESS_MODULE, PROCESS_BASE, fns))
+        self.targets: dict[str, pb.Target] = {}
+        self.measurements: dict[str, pb.MeasurementInfo] = {}
+        self.hold: asyncio.Event | None = None  # commands report progress and wait for it when set
+        self.running: dict[str, asyncio.Task] = {}
+        self.cancelled: set[str] = set()
+        self.sent_catalogs: list[str] = []
 
     def hello(self) -> "pb.Hello":
         return pb.Hello(
@@ -145,7 +177,10 @@ class ScriptedAgent:
             modules=[pb.ModuleRef(name=n, digest=d, base_address=b, function_count=len(f),
                                   block_count=sum(len(x.blocks) for x in f)) for n, b, f, d in self.modules],
             agent_version="0.1.0-scripted", metric_interval_ms=1000, sample_frequency_hz=99, sample_event="cpu-clock",
-            parse_seconds=0.5, instance_id=self.instance_id, clock_unix_ns=time.time_ns())
+            parse_seconds=0.5, instance_id=self.instance_id, clock_unix_ns=time.time_ns(),
+            targets=[pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED),
+                     *self.targets.values()],
+            measurements=list(self.measurements.values()))
 
     def open(self, target: str | None = None, credentials: Credentials | None = None):
         """Open the stream over mutual TLS with this agent's credentials (or the ones given)."""
@@ -171,7 +206,8 @@ class ScriptedAgent:
         return self.welcome
 
     async def send_catalog(self, digests: list[str]) -> None:
-        for name, _base, fns, digest in self.modules:
+        self.sent_catalogs.extend(digests)
+        for name, _base, fns, digest in [*self.modules, self.process]:
             if digest not in digests:
                 continue
             chunks = [fns[i:i + self.chunk_size] for i in range(0, len(fns), self.chunk_size)] or [[]]
@@ -216,13 +252,25 @@ class ScriptedAgent:
             if msg.WhichOneof("kind") == "ack":
                 self.acks.append(msg.ack)
                 continue
+            if msg.WhichOneof("kind") == "catalog_request":
+                await self.send_catalog(list(msg.catalog_request.digests))
+                continue
             if msg.WhichOneof("kind") != "command":
                 continue
             self.commands.append(msg.command)
             if self.answer_mode == "silent":
                 continue
+            if msg.command.WhichOneof("kind") == "cancel":
+                target = msg.command.cancel.command_id
+                known = target in self.running
+                if known:
+                    self.cancelled.add(target)
+                await self.call.write(pb.AgentMessage(result=pb.CommandResult(
+                    command_id=msg.command.id, ok=known, error="" if known else "not running")))
+                continue
             if msg.command.WhichOneof("kind") != "inspect_function":
-                await self.call.write(pb.AgentMessage(result=await self.answer(msg.command)))
+                if msg.command.id not in self.running:
+                    self.running[msg.command.id] = asyncio.create_task(self._run(msg.command))
                 continue
             ins = msg.command.inspect_function
             if self.answer_mode == "error":
@@ -236,9 +284,116 @@ class ScriptedAgent:
                     instructions=self.instructions_for(ins.function_index)))
             await self.call.write(pb.AgentMessage(result=result))
 
+    async def _run(self, command: "pb.Command") -> None:
+        try:
+            if self.hold is not None:
+                await self.call.write(pb.AgentMessage(progress=pb.Progress(
+                    command_id=command.id, fraction=0.5, message="halfway")))
+                while not self.hold.is_set() and command.id not in self.cancelled:  # noqa: ASYNC110 - two conditions
+                    await asyncio.sleep(0.02)
+            if command.id in self.cancelled:
+                result = pb.CommandResult(command_id=command.id, ok=False, cancelled=True, error="cancelled")
+            else:
+                result = await self.answer(command)
+            await self.call.write(pb.AgentMessage(result=result))
+        except grpc.aio.AioRpcError:
+            pass
+        finally:
+            self.running.pop(command.id, None)
+
+    def target_for(self, pid: int) -> "pb.Target":
+        name, base, fns, digest = self.process
+        return pb.Target(id=f"p{pid}-1000", kind=pb.TARGET_KIND_PROCESS, pid=pid, command="fake-server",
+                         executable=name, state=pb.TARGET_STATE_ATTACHED, attached_unix_ns=time.time_ns(),
+                         modules=[pb.ModuleRef(name=name, digest=digest, base_address=base, function_count=len(fns),
+                                               block_count=sum(len(f.blocks) for f in fns),
+                                               build_id=PROCESS_BUILD_ID)])
+
+    def rows_for(self, req: "pb.StartMeasurement") -> list["pb.MeasuredResource"]:
+        """Rows as an agent arms them: a function (and its blocks when asked), or one block."""
+        rows: list[pb.MeasuredResource] = []
+        plans = [pb.MetricPlan(metric=pb.METRIC_COUNT, available=True, label=pb.VALUE_LABEL_EXACT,
+                               mechanism="uprobe_multi", unit="calls")]
+        if "wall" in req.metrics:
+            plans.append(pb.MetricPlan(metric=pb.METRIC_WALL_NS, available=True, label=pb.VALUE_LABEL_EXACT,
+                                       mechanism="uprobe_multi+uretprobe_multi", unit="ns"))
+        every = [*self.modules, self.process]
+        for r in req.resources:
+            _n, base, fns, _d = next(m for m in every if m[3] == r.digest)
+            f = fns[r.function_index]
+            if r.kind == pb.RESOURCE_KIND_BLOCK:
+                rows.append(pb.MeasuredResource(
+                    digest=r.digest, function_index=f.index, kind=pb.RESOURCE_KIND_BLOCK, block_offset=r.offset,
+                    function=f.name, address=base + f.offset + r.offset, size=0x10, metrics=plans[:1]))
+                continue
+            rows.append(pb.MeasuredResource(digest=r.digest, function_index=f.index, kind=pb.RESOURCE_KIND_FUNCTION,
+                                            function=f.name, address=base + f.offset, size=f.size, metrics=plans))
+            if r.blocks:
+                row = len(rows)
+                for b in f.blocks:
+                    rows.append(pb.MeasuredResource(
+                        digest=r.digest, function_index=f.index, kind=pb.RESOURCE_KIND_BLOCK, block_offset=b.offset,
+                        function=f.name, address=base + f.offset + b.offset, size=b.size, function_row=row,
+                        metrics=plans[:1]))
+        return rows
+
     async def answer(self, command: "pb.Command") -> "pb.CommandResult":
-        """The answer to a command other than inspect; tests replace it (the default refuses)."""
+        """What this fake agent does for a command (not inspect): attach, detach, start, stop."""
+        kind = command.WhichOneof("kind")
+        if kind == "attach_target":
+            pid = command.attach_target.pid or 4242
+            t = self.target_for(pid)
+            self.targets[t.id] = t
+            await self.call.write(pb.AgentMessage(targets=pb.TargetsUpdate(
+                targets=[pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED),
+                         *self.targets.values()])))
+            return pb.CommandResult(command_id=command.id, ok=True, targets=pb.TargetsUpdate(targets=[t]))
+        if kind == "detach_target":
+            t = self.targets.get(command.detach_target.target)
+            if t is None:
+                return pb.CommandResult(command_id=command.id, ok=False, error="no such target")
+            t.state = pb.TARGET_STATE_DETACHED
+            return pb.CommandResult(command_id=command.id, ok=True, targets=pb.TargetsUpdate(targets=[t]))
+        if kind == "start_measurement":
+            req = command.start_measurement
+            info = self.measurements.get(req.measurement_id)
+            if info is None:
+                info = pb.MeasurementInfo(measurement_id=req.measurement_id, target=req.target,
+                                          state=pb.MEASUREMENT_STATE_ARMED, resources=self.rows_for(req),
+                                          interval_ms=req.interval_ms or 1000, started_unix_ns=time.time_ns(),
+                                          request=req)
+                self.measurements[req.measurement_id] = info
+            return pb.CommandResult(command_id=command.id, ok=True, measurement=info)
+        if kind == "stop_measurement":
+            info = self.measurements.get(command.stop_measurement.measurement_id)
+            if info is None:
+                return pb.CommandResult(command_id=command.id, ok=False, error="no such measurement")
+            info.state = pb.MEASUREMENT_STATE_STOPPED
+            info.ended_unix_ns = time.time_ns()
+            return pb.CommandResult(command_id=command.id, ok=True, measurement=info)
         return pb.CommandResult(command_id=command.id, ok=False, error="unsupported command")
+
+    async def send_measurement(self, measurement_id: str, start_ns: int, values: list[tuple[int, int, float]],
+                               state: int = pb.MEASUREMENT_STATE_RUNNING, seconds: float = 1.0, detail: str = "",
+                               seq: int | None = None) -> int:
+        """One interval of a measurement: values are (row, count, wall_ns) (wall 0 = not measured)."""
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
+        resources = []
+        for row, count, wall in values:
+            vals = [pb.MetricValue(metric=pb.METRIC_COUNT, value=count, total=count, unit=0,
+                                   label=pb.VALUE_LABEL_EXACT, mechanism=0)]
+            if wall:
+                vals.append(pb.MetricValue(metric=pb.METRIC_WALL_NS, value=wall, total=int(wall), unit=1,
+                                           label=pb.VALUE_LABEL_EXACT, mechanism=0))
+            resources.append(pb.ResourceValues(resource=row, values=vals, exits=count if wall else 0))
+        await self.call.write(pb.AgentMessage(seq=seq, measurement=pb.MeasurementBatch(
+            measurement_id=measurement_id, interval_start_unix_ns=start_ns,
+            interval_end_unix_ns=start_ns + int(seconds * 1e9), state=state, detail=detail, resources=resources,
+            units=["calls", "ns"], mechanisms=["uprobe_multi"])))
+        return seq
+
 
     async def close(self) -> None:
         """End the stream as an agent that exits cleanly does."""

@@ -75,10 +75,9 @@ async def ensure(engine: AsyncEngine, now: datetime, raw_back: timedelta, rollup
 
 async def drop_expired(engine: AsyncEngine, now: datetime, raw_retention: timedelta,
                        rollup_retention: timedelta) -> tuple[int, int]:
-    """Drop the partitions that end before the retention (and any starting far in the future, from
-    a clock that jumped); returns (partitions dropped, raw rows they held)."""
+    """Drop the partitions that end before the retention; returns (partitions dropped, sample
+    intervals they held)."""
     dropped = rows = 0
-    far = now + timedelta(days=3)
     async with engine.begin() as conn:
         await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
         for table in (*RAW_TABLES, *ROLLUP_TABLES):
@@ -86,7 +85,7 @@ async def drop_expired(engine: AsyncEngine, now: datetime, raw_retention: timede
             cutoff = now - (raw_retention if step == HOUR else rollup_retention)
             for name in await existing(conn, table):
                 start = partition_start(name)
-                if start is None or not (start + step <= cutoff or start > far):
+                if start is None or start + step > cutoff:
                     continue
                 if step == HOUR and table == "sample_intervals":
                     rows += (await conn.execute(text(f"SELECT count(*) FROM {name}"))).scalar_one()

@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The series' storage on the real Postgres: partitions are created ahead and dropped whole (no row is
+deleted), the range planner cuts ranges into hour, minute and raw spans, the rollups equal the raw
+sums (for data the rollup task sums and for data that arrives late, below the watermarks), and the
+routes' answers are the same whichever spans a range is read from."""
+import itertools
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from app import samples
+from app.series import partitions, rollups
+from app.series.layout import SLOTS
+from app.series.writer import Item, PointRow, SampleRow
+from tests.scripted_agent import wait_until
+
+T0 = datetime(2001, 1, 1, 12, 0, tzinfo=UTC)
+
+
+async def _partitions(engine, table):
+    async with engine.connect() as conn:
+        return await partitions.existing(conn, table)
+
+
+async def test_partitions_are_created_ahead_and_dropped_whole(backend):
+    engine = backend.runtime.engine
+    created = await partitions.ensure(engine, T0, timedelta(hours=2), timedelta(days=1))
+    assert created >= 5
+    raw = [p for p in await _partitions(engine, "sample_intervals") if p.startswith("sample_intervals_p2001")]
+    assert raw == [f"sample_intervals_p20010101{h:02d}" for h in range(10, 15)]  # 2 h back, until 3 h ahead
+    daily = [p for p in await _partitions(engine, "sample_blocks_1m") if "_p200" in p]
+    assert daily == ["sample_blocks_1m_p20001231", "sample_blocks_1m_p20010101", "sample_blocks_1m_p20010102",
+                     "sample_blocks_1m_p20010103"]
+    assert await partitions.ensure(engine, T0, timedelta(hours=2), timedelta(days=1)) == 0, "idempotent"
+    async with engine.begin() as conn:
+        await conn.execute(text("""
+            INSERT INTO sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, unmapped_samples,
+                lost_samples, dropped_samples, idle_samples, function_ids, block_offsets, counts, batch)
+            VALUES ('old', :ts, 1000, 1, 0, 0, 0, 0, 0, '{1}', '{0}', '{1}', 0)"""), {"ts": T0 - timedelta(hours=1)})
+        # Postgres puts the row in the partition of its hour.
+        where = (await conn.execute(text("SELECT tableoid::regclass::text FROM sample_intervals WHERE host_id = 'old'"))
+                 ).scalar_one()
+        assert where == "sample_intervals_p2001010111"
+    _dropped, rows = await partitions.drop_expired(engine, T0 + timedelta(days=1), timedelta(hours=12),
+                                                  timedelta(hours=36))
+    assert rows == 1
+    assert not [p for p in await _partitions(engine, "sample_intervals") if p.startswith("sample_intervals_p2001")]
+    assert [p for p in await _partitions(engine, "sample_blocks_1m") if "_p200" in p] == \
+        ["sample_blocks_1m_p20010101", "sample_blocks_1m_p20010102", "sample_blocks_1m_p20010103"]
+    # The present's partitions are untouched, and nothing was deleted row by row.
+    assert any(p.startswith(f"sample_intervals_p{datetime.now(UTC):%Y%m%d}")
+               for p in await _partitions(engine, "sample_intervals"))
+    for table in ("sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m", "sample_totals_1h",
+                  "measurement_points_1m", "measurement_points_1h", "measurement_points"):
+        await partitions.drop_expired(engine, T0 + timedelta(days=5), timedelta(hours=1), timedelta(hours=1))
+        assert not [p for p in await _partitions(engine, table) if "_p200" in p]
+
+
+def test_the_planner_reads_whole_hours_and_minutes_from_rollups_and_the_edges_raw():
+    wm_1m = datetime(2026, 5, 1, 15, 42, tzinfo=UTC)
+    wm_1h = datetime(2026, 5, 1, 15, 0, tzinfo=UTC)
+    start = datetime(2026, 5, 1, 12, 30, 30, tzinfo=UTC)
+    end = datetime(2026, 5, 1, 15, 50, 10, tzinfo=UTC)
+    got = samples.plan(start, end, wm_1m, wm_1h)
+    h = lambda hh, mm=0, ss=0: datetime(2026, 5, 1, hh, mm, ss, tzinfo=UTC)  # noqa: E731
+    assert got == [("1h", h(13), h(15)), ("1m", h(12, 31), h(13)), ("1m", h(15), h(15, 42)),
+                   ("raw", start, h(12, 31)), ("raw", h(15, 42), end)]
+    spans = sorted((lo, hi) for _, lo, hi in got)
+    assert spans[0][0] == start and spans[-1][1] == end
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans)), "the spans tile the range"
+    # A 30 s bucket cannot come from minute rollups; a 2-minute one cannot come from hours.
+    assert samples.plan(start, end, wm_1m, wm_1h, grain=timedelta(seconds=30)) == [("raw", start, end)]
+    assert {s for s, _, _ in samples.plan(start, end, wm_1m, wm_1h, grain=timedelta(minutes=2))} == {"1m", "raw"}
+    # Below the watermarks nothing is rolled up yet: raw.
+    assert samples.plan(start, end, start - timedelta(hours=5), start - timedelta(hours=5)) == [("raw", start, end)]
+
+
+async def _write(backend, host_id, rows: list[tuple[datetime, list[tuple[int, int, int]]]], points=None) -> None:
+    items = []
+    for ts, blocks in rows:
+        items.append(Item(host_id=host_id, samples=SampleRow(
+            host_id=host_id, ts=ts, interval_ms=1000, totals=(sum(b[2] for b in blocks) + 1, 1, 0, 0, 0, 0),
+            function_ids=[b[0] for b in blocks], block_offsets=[b[1] for b in blocks], counts=[b[2] for b in blocks])))
+    for p in points or []:
+        items.append(Item(host_id=host_id, points=p))
+    for it in items:
+        await backend.runtime.writer.write(it)
+
+
+async def _raw_vs_rollups(backend, host_id, grain):
+    async with backend.runtime.engine.connect() as conn:
+        trunc = "minute" if grain == "1m" else "hour"
+        wm = (await rollups.watermarks(conn))[0 if grain == "1m" else 1]
+        raw = {(r[0], r[1], r[2]): r[3] for r in await conn.execute(text(f"""
+            SELECT date_trunc('{trunc}', s.ts), u.f, u.o, sum(u.c) FROM sample_intervals s,
+                   unnest(s.function_ids, s.block_offsets, s.counts) AS u(f, o, c)
+            WHERE s.host_id = :h AND s.ts < :wm GROUP BY 1, 2, 3"""), {"h": host_id, "wm": wm})}
+        rolled = {(r[0], r[1], r[2]): r[3] for r in await conn.execute(text(f"""
+            SELECT bucket, function_id, block_offset, count FROM sample_blocks_{grain}
+            WHERE host_id = :h"""), {"h": host_id})}
+        raw_totals = {r[0]: tuple(r[1:]) for r in await conn.execute(text(f"""
+            SELECT date_trunc('{trunc}', ts), sum(total_samples), sum(user_samples), sum(interval_ms)
+            FROM sample_intervals WHERE host_id = :h AND ts < :wm GROUP BY 1"""), {"h": host_id, "wm": wm})}
+        rolled_totals = {r[0]: tuple(r[1:]) for r in await conn.execute(text(f"""
+            SELECT bucket, total_samples, user_samples, covered_ms FROM sample_totals_{grain}
+            WHERE host_id = :h"""), {"h": host_id})}
+    return raw, rolled, raw_totals, rolled_totals
+
+
+async def test_rollups_equal_the_raw_sums_for_late_and_current_data(backend, unique):
+    host_id = f"roll-{unique}"
+    engine = backend.runtime.engine
+    await rollups.run_once(engine)  # whatever other tests left, summed first
+    now = datetime.now(UTC).replace(microsecond=0)
+    # Late data: hours before the watermarks (an agent resending after a long disconnect).
+    late_start = (now - timedelta(hours=3)).replace(minute=58, second=30)
+    late = [(late_start + timedelta(seconds=15 * i), [(10 + i % 3, 0x10 * (i % 2), i + 1), (99, 0, 2)])
+            for i in range(20)]
+    await _write(backend, host_id, late)
+    # Current data, then the rollup task catches up with it.
+    cur_start = now - timedelta(minutes=3)
+    current = [(cur_start + timedelta(seconds=10 * i), [(10, 0, 5), (11, 0x10, i)]) for i in range(12)]
+    await _write(backend, host_id, current)
+    await rollups.run_once(engine, now=now + timedelta(minutes=2), lag_s=0)
+    for grain in ("1m", "1h"):
+        raw, rolled, raw_totals, rolled_totals = await _raw_vs_rollups(backend, host_id, grain)
+        assert raw and rolled == raw, grain
+        assert rolled_totals == raw_totals, grain
+    # Data arriving late again, into buckets already summed, is added once.
+    await _write(backend, host_id, [(late_start + timedelta(seconds=5), [(10, 0, 1000)])])
+    raw, rolled, _, _ = await _raw_vs_rollups(backend, host_id, "1m")
+    assert rolled == raw
+    bucket = late_start.replace(second=0)
+    before = sum(c for ts, blocks in late for f, o, c in blocks
+                 if ts.replace(second=0) == bucket and f == 10 and o == 0)
+    assert rolled[(bucket, 10, 0)] == before + 1000
+
+
+async def test_routes_answer_the_same_from_rollups_as_from_raw_rows(backend, client, unique):
+    """Top functions, per-block counts and the timeline over a range that the planner reads partly from
+    the hour and minute rollups equal the sums computed from the raw rows alone."""
+    host_id = f"same-{unique}"
+    agent = await backend.agent(host_id, kernel_tag=f"same-{unique}")
+    await agent.connect()
+
+    async def stored():
+        async with backend.runtime.sessionmaker() as s:
+            return [r[0] for r in await s.execute(text("""
+                SELECT f.id FROM functions f JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
+                ORDER BY f.index LIMIT 3"""), {"h": host_id})]
+
+    fids = await wait_until(stored)
+    now = datetime.now(UTC).replace(microsecond=0)
+    start = now - timedelta(hours=2, minutes=17, seconds=12)
+    rows = [(start + timedelta(seconds=37 * i), [(fids[i % 3], 0x10 * (i % 3), 1 + i % 5)]) for i in range(200)]
+    await _write(backend, host_id, rows)
+    await rollups.run_once(backend.runtime.engine)
+    lo, hi = start - timedelta(seconds=3), start + timedelta(seconds=37 * 200)
+    q = {"from": lo.isoformat(), "to": hi.isoformat()}
+    top = (await client.get(f"/api/v1/hosts/{host_id}/top-functions", params=q)).json()
+    expected: dict[int, int] = {}
+    for _ts, blocks in rows:
+        for fid, _off, c in blocks:
+            expected[fid] = expected.get(fid, 0) + c
+    assert {i["function_id"]: i["samples"] for i in top["items"]} == expected
+    assert top["total_samples"] == sum(expected.values()) + len(rows)
+    async with backend.runtime.sessionmaker() as s:
+        wm_1m, wm_1h = await rollups.watermarks(await s.connection())
+    assert {src for src, _, _ in samples.plan(lo, hi, wm_1m, wm_1h)} >= {"1m", "raw"}
+    blocks = (await client.get(f"/api/v1/hosts/{host_id}/functions/{fids[1]}/samples", params=q)).json()
+    assert {b["offset"]: b["samples"] for b in blocks["blocks"]} == {0x10: expected[fids[1]]}
+    tl = (await client.get(f"/api/v1/hosts/{host_id}/timeline", params={**q, "points": 30})).json()
+    assert sum(p["total"] for p in tl["points"]) == top["total_samples"] and tl["step_s"] >= 60
+    await agent.close()
+
+
+async def test_measurement_rollups_keep_every_slot_and_the_measured_seconds(backend, unique):
+    host_id = f"mroll-{unique}"
+    engine = backend.runtime.engine
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO hosts (id, hostname) VALUES (:h, 'x') ON CONFLICT DO NOTHING"),
+                           {"h": host_id})
+    mid = str(uuid.uuid4())
+    start = (datetime.now(UTC) - timedelta(hours=2)).replace(second=0, microsecond=0)
+    nslots = len(SLOTS)
+    pts = []
+    for i in range(90):
+        vals = [float(i), float(10 * i), None, None, None, None, None, float(i), None]  # count, wall, exits
+        vals2 = [1.0] + [None] * (nslots - 1)
+        pts.append(PointRow(host_id=host_id, measurement_id=mid, ts=start + timedelta(seconds=i), seconds=1.0,
+                            state=2, resources=[0, 3], vals=vals + vals2))
+    await _write(backend, host_id, [], pts)
+    await rollups.run_once(engine)
+    r = samples.TimeRange(start, start + timedelta(seconds=90))
+    async with backend.runtime.sessionmaker() as s:
+        values = await samples.measurement_values(s, mid, r)
+        wm = await rollups.watermarks(await s.connection())
+        assert {src for src, _, _ in samples.plan(r.start, r.end, *wm)} == {"1m", "raw"}
+    per = {v["resource"]: v["values"] for v in values["resources"]}
+    assert per[0]["count"] == sum(range(90)) and per[0]["wall_ns"] == 10 * sum(range(90))
+    assert per[0]["vtime_ns"] is None and per[0]["exits"] == sum(range(90))
+    assert per[3]["count"] == 90
+    assert values["measured_seconds"] == pytest.approx(90.0) and values["intervals"] == 90
