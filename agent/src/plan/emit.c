@@ -222,6 +222,25 @@ static bool lay_out(struct emitter *E, bool check)
 	return grew;
 }
 
+/* Control reaches block ei from the block before it without a branch:
+ * an alignment pad there would be executed. */
+static bool falls_into(const struct emitter *E, size_t ei)
+{
+	const struct eblock *b = ei ? &E->eb[ei - 1] : NULL;
+	int32_t x = (int32_t)ei;
+
+	return b && ((b->term == T_FALL && b->fall.eb == x) || (b->term == T_JMP && b->taken.eb == x) ||
+		     (b->term == T_JCC && (b->fall.eb == x || b->taken.eb == x)));
+}
+
+/* A block of size bytes at `at` spans fewer fetch blocks once pad bytes
+ * move it to the next fetch-block boundary. */
+static bool saves_fetch_block(uint64_t at, uint32_t pad, uint32_t size, uint32_t F)
+{
+	uint64_t before = (at % F + size + F - 1) / F, after = (size + F - 1) / F;
+	return pad && (at + pad) % F == 0 && after < before;
+}
+
 static int put_reloc(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t target)
 {
 	if (p->nrelocs == *cap) {
@@ -309,38 +328,52 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 		if ((r = classify(&E, &E.eb[i], err, errlen)) < 0)
 			goto out;
 	/* Alignment of hot chain heads reached by a jump (Gorton's rule): only
-	 * where it saves a fetch block, within the padding bounds. */
+	 * where it saves a fetch block, within the padding bounds. Decided in
+	 * layout order with the padding chosen so far; then, once branches are
+	 * relaxed, a block whose padding grew past the bound or no longer
+	 * saves a fetch block loses its alignment and the layout is redone. */
 	lay_out(&E, false);
-	uint64_t hot_bytes = 0, pad_total = 0;
+	uint64_t hot_bytes = 0, pad_total = 0, shift = 0;
 	uint32_t F = p->opts.fetch_block ? p->opts.fetch_block : 16;
-	for (size_t i = 0; i < p->nmembers; i++)
-		hot_bytes += p->members[i].hot_bytes;
-	for (size_t i = 0; !p->opts.no_align && i < p->nmembers; i++) {
+	for (size_t i = 0; i < p->nmembers; i++) {
 		struct hp_plan_member *mb = &p->members[i];
-		for (uint32_t c = 0; c < mb->nchains; c++) {
-			struct eblock *e = &E.eb[E.index[i][mb->blocks[mb->chains[c].first].index]];
-			size_t ei = (size_t)(e - E.eb);
-			bool fallen_into =
-				ei > 0 && ((E.eb[ei - 1].term == T_FALL && E.eb[ei - 1].fall.eb == (int32_t)ei) ||
-					   (E.eb[ei - 1].term == T_JCC && E.eb[ei - 1].fall.eb == (int32_t)ei));
-			uint32_t pad = (uint32_t)((F - e->addr % F) % F);
-			uint32_t before = (uint32_t)((e->addr % F + e->size + F - 1) / F),
-				 after = (e->size + F - 1) / F;
-			if (fallen_into || !pad || pad > p->opts.max_pad || after >= before ||
-			    (double)(pad_total + pad) > p->opts.max_pad_share * (double)hot_bytes)
-				continue;
-			e->align = true;
+		hot_bytes += mb->hot_bytes;
+		for (uint32_t c = 0; !p->opts.no_align && c < mb->nchains; c++)
+			E.eb[E.index[i][mb->blocks[mb->chains[c].first].index]].align = true; /* a candidate */
+	}
+	for (size_t ei = 0; ei < E.n; ei++) {
+		struct eblock *e = &E.eb[ei];
+		if (!e->align)
+			continue;
+		uint64_t at = e->addr + shift;
+		uint32_t pad = (uint32_t)((F - at % F) % F);
+		e->align = !falls_into(&E, ei) && pad && pad <= p->opts.max_pad &&
+			   saves_fetch_block(at, pad, e->size, F) &&
+			   (double)(pad_total + pad) <= p->opts.max_pad_share * (double)hot_bytes;
+		if (e->align) {
 			pad_total += pad;
+			shift += pad;
 		}
 	}
-	/* Widths only grow, so this ends; the last pass must change nothing. */
-	bool grew = true;
-	for (int round = 0; round < 256 && grew; round++)
-		grew = lay_out(&E, true);
-	if (grew) {
-		snprintf(err, errlen, "branch relaxation did not settle");
-		r = -ERANGE;
-		goto out;
+	for (bool changed = true; changed;) {
+		/* Widths only grow, so this ends; the last pass must change nothing. */
+		bool grew = true;
+		for (int round = 0; round < 256 && grew; round++)
+			grew = lay_out(&E, true);
+		if (grew) {
+			snprintf(err, errlen, "branch relaxation did not settle");
+			r = -ERANGE;
+			goto out;
+		}
+		changed = false;
+		for (size_t ei = 0; ei < E.n; ei++) {
+			struct eblock *e = &E.eb[ei];
+			if (e->align && (e->pad > p->opts.max_pad || falls_into(&E, ei) ||
+					 !saves_fetch_block(e->addr - e->pad, e->pad, e->size, F))) {
+				e->align = false;
+				changed = true;
+			}
+		}
 	}
 	p->code_len = E.n ? E.eb[E.n - 1].addr + E.eb[E.n - 1].size - p->base : 0;
 	p->code = malloc(p->code_len + 16);

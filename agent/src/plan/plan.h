@@ -169,6 +169,13 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *plan, char *err, size_t err
  * false with plan->verify_error set otherwise. */
 bool hp_plan_verify(struct hp_model *m, struct hp_plan *plan);
 
+/* Re-base the emitted code to run at new_base, where every target outside
+ * the group lies bias bytes from the address the model gave it (the load
+ * bias of a position-independent file modelled from disk; else 0). out
+ * receives plan->code_len bytes. Returns 0, or -ERANGE (err names the
+ * relocation) when a target is beyond rel32's reach. */
+int hp_plan_relocate(const struct hp_plan *p, uint64_t new_base, int64_t bias, uint8_t *out, char *err, size_t errlen);
+
 /* I-cache footprint of pieces for geometry g (icache.c). */
 int hp_icache_compute(struct hp_icache *ic, const struct hp_cache_geometry *g);
 void hp_icache_free(struct hp_icache *ic);

@@ -1,0 +1,438 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Emitted code really runs. A fixture program gcc compiles (-O2, PIE and
+ * not) is planned from exact block counts of a workload (breakpoints at
+ * block starts, tests/plan/tracee.h), its emitted group is mapped into a
+ * live process of that program within +-2 GiB of its text and re-based with
+ * the plan's relocations, and then the original and the copy of every
+ * member are called with the same inputs: loops, a compare-tree switch,
+ * recursion, mutual recursion through tail calls, PLT calls, a .cold
+ * fragment, a jump-table function kept in place, and calls that exit the
+ * process. Results (or exit statuses) must be identical. Both the ELF
+ * target (the model read from the file, the process at a load bias) and the
+ * process target (a running process seized where it is, counted while it
+ * runs its own loop) are covered. Finally a copy with one branch condition
+ * flipped must be caught, so the comparison can fail.
+ */
+#include <inttypes.h>
+#include <time.h>
+
+#include "harness.h"
+#include "isa/isa.h"
+#include "model/model.h"
+#include "plan/plan.h"
+#include "plan/profile.h"
+#include "target/target.h"
+#include "test_util.h"
+#include "tracee.h"
+
+/* Argument generators for the fixture's functions (tests/fixtures/group.c). */
+struct callee {
+	const char *name;
+	int nargs;
+	int64_t lo[3], hi[3];
+};
+
+static const struct callee callees[] = {
+	{ "pr_root", 3, { 0, 0, -3000 }, { 22, 63, 6000 } },
+	{ "pr_op", 3, { 0, -100000, -1000 }, { 40, 100000, 1000 } },
+	{ "pr_fib", 1, { -2 }, { 18 } },
+	{ "pr_even", 1, { 0 }, { 3000 } },
+	{ "pr_odd", 1, { 0 }, { 3000 } },
+	{ "pr_hash", 1, { -100 }, { 100 } },
+	{ "pr_search", 1, { -1000 }, { 50000 } },
+	{ "pr_check", 1, { -100000 }, { 100000 } },
+	{ "pr_mix", 2, { -100000000, -100 }, { 100000000, 100 } },
+};
+
+static uint64_t rng = 88172645463325252ull;
+
+static int64_t rnd(int64_t lo, int64_t hi)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return lo + (int64_t)(rng % (uint64_t)(hi - lo + 1));
+}
+
+static void gen_args(const struct callee *c, uint64_t *a)
+{
+	for (int i = 0; i < c->nargs; i++) {
+		int64_t v = rnd(c->lo[i], c->hi[i]);
+		if (!strcmp(c->name, "pr_check") && v == 666)
+			v = 665;                                      /* exits: tried on its own below */
+		if (!strcmp(c->name, "pr_root") && i == 0 && v >= 17) /* as the fixture's run mode */
+			v = (int64_t[]){ 99, 99, 13, 14, 15, 16 }[v - 17];
+		if (!strcmp(c->name, "pr_root") && i == 2 && v == 666)
+			v = 667;
+		a[i] = (uint64_t)v;
+	}
+}
+
+/* One planned program and the process running it. */
+struct run {
+	const char *path;
+	struct hp_model *m;
+	const struct hp_module *mod; /* the program's module in m */
+	bool process;                /* m is the process's model (bias 0) */
+	struct tracee t;
+	int64_t bias;
+	uint64_t base; /* where the copy is mapped in t */
+	struct hp_plan plan;
+	struct hp_profile prof;
+	char why[400];
+};
+
+/* Map the plan's code into r->t near the program's text, re-based. */
+static int map_copy(struct run *r)
+{
+	uint64_t lo = 0, hi = 0;
+	size_t len = (r->plan.code_len + 4095) & ~(size_t)4095;
+	uint8_t *code = malloc(r->plan.code_len);
+	char err[256] = "";
+
+	if (!code || tr_mapped_range(r->t.pid, r->path, &lo, &hi) < 0) {
+		snprintf(r->why, sizeof(r->why), "%s is not mapped in %d", r->path, r->t.pid);
+		free(code);
+		return -1;
+	}
+	/* Below the text first (the heap grows above it), then above. */
+	for (int k = 1; k < 64; k++) {
+		uint64_t at = k < 32 ? lo - (uint64_t)k * 0x200000 : hi + (uint64_t)(k - 31) * 0x4000000;
+		at &= ~(uint64_t)0xfff;
+		if (hp_plan_relocate(&r->plan, at, r->bias, code, err, sizeof(err)) < 0)
+			continue;
+		if (tr_map_at(&r->t, at, len) < 0)
+			continue;
+		r->base = at;
+		int ok = tr_poke(&r->t, r->base, code, r->plan.code_len);
+		free(code);
+		return ok;
+	}
+	snprintf(r->why, sizeof(r->why), "no room for the copy near 0x%" PRIx64 ": %s (%s)", lo, r->t.why, err);
+	free(code);
+	return -1;
+}
+
+static const struct hp_plan_member *member(const struct run *r, const char *name)
+{
+	for (size_t i = 0; i < r->plan.nmembers; i++)
+		if (!strcmp(r->plan.members[i].fn->name, name))
+			return &r->plan.members[i];
+	return NULL;
+}
+
+/* Breakpoints at every block start of the program's own functions. */
+static int break_program(struct run *r)
+{
+	size_t n = 0;
+	uint64_t *a;
+
+	for (size_t i = 0; i < r->mod->nfuncs; i++)
+		n += r->mod->funcs[i].nblocks;
+	a = malloc((n + 1) * sizeof(*a));
+	if (!a)
+		return -1;
+	n = 0;
+	for (size_t i = 0; i < r->mod->nfuncs; i++) {
+		const struct hp_function *f = &r->mod->funcs[i];
+		if (f->flags & (HP_FN_PLT | HP_FN_UNDECODABLE | HP_FN_UNREADABLE))
+			continue;
+		for (uint32_t b = 0; b < f->nblocks; b++)
+			a[n++] = f->addr + r->mod->blocks[f->block_start + b].offset + (uint64_t)r->bias;
+	}
+	int rc = tr_break(&r->t, a, n);
+	free(a);
+	return rc;
+}
+
+/* The breakpoints' counts as a profile of the program. */
+static int profile_from_hits(struct run *r)
+{
+	memset(&r->prof, 0, sizeof(r->prof));
+	r->prof.weight = 1;
+	snprintf(r->prof.source, sizeof(r->prof.source), "exact block counts (test breakpoints)");
+	for (size_t i = 0; i < r->t.nbp; i++) {
+		uint64_t a = r->t.bp[i] - (uint64_t)r->bias;
+		const struct hp_module *mod;
+		const struct hp_function *f = hp_model_lookup(r->m, a, &mod);
+		if (f && r->t.bp_hits[i] &&
+		    hp_profile_add(&r->prof, mod, f, (uint32_t)(a - f->addr), (double)r->t.bp_hits[i]) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int make_plan(struct run *r)
+{
+	struct hp_plan_opts o;
+	const struct hp_module *mod;
+	const struct hp_function *root = hp_model_find(r->m, "pr_root", &mod, NULL);
+	char err[256];
+
+	if (!root) {
+		snprintf(r->why, sizeof(r->why), "pr_root not in the model");
+		return -1;
+	}
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	if (hp_plan_make(r->m, root, mod, &r->prof, &o, &r->plan, err, sizeof(err)) < 0) {
+		snprintf(r->why, sizeof(r->why), "plan: %s", err);
+		return -1;
+	}
+	if (r->plan.status != HP_PLAN_OK || !r->plan.verified) {
+		snprintf(r->why, sizeof(r->why), "plan status %d: %.300s", r->plan.status, r->plan.message);
+		return -1;
+	}
+	return 0;
+}
+
+/* Call the original and the copy of c with n inputs; returns mismatches
+ * (with the first described in r->why) or -1 when a call failed. */
+static int compare(struct run *r, const struct callee *c, int n, int *calls)
+{
+	const struct hp_plan_member *mb = member(r, c->name);
+	const struct hp_function *f = mb ? mb->fn : NULL;
+	int bad = 0;
+
+	if (!f)
+		return 0;
+	for (int i = 0; i < n; i++) {
+		uint64_t a[3], x = 0, y = 0;
+		gen_args(c, a);
+		int s1 = tr_call(&r->t, f->addr + (uint64_t)r->bias, a, c->nargs, &x);
+		int s2 = tr_call(&r->t, mb->new_entry - r->plan.base + r->base, a, c->nargs, &y);
+		if (s1 != TR_RETURNED || s2 != TR_RETURNED) {
+			snprintf(r->why, sizeof(r->why),
+				 "%s(%" PRId64 ", %" PRId64 ", %" PRId64 "): original %d, copy %d: %.200s", c->name,
+				 (int64_t)a[0], (int64_t)a[1], (int64_t)a[2], s1, s2, r->t.why);
+			return -1;
+		}
+		*calls += 2;
+		if (x != y && !bad++)
+			snprintf(r->why, sizeof(r->why),
+				 "%s(%" PRId64 ", %" PRId64 ", %" PRId64 "): original %" PRId64 ", copy %" PRId64,
+				 c->name, (int64_t)a[0], (int64_t)a[1], (int64_t)a[2], (int64_t)x, (int64_t)y);
+	}
+	return bad;
+}
+
+static void run_free(struct run *r)
+{
+	tr_kill(&r->t);
+	hp_plan_free(&r->plan);
+	hp_profile_free(&r->prof);
+	hp_model_free(r->m);
+}
+
+/* The serving process of an ELF-target run: started, bias found, copy mapped. */
+static int serve(struct run *r)
+{
+	uint64_t lo = 0, hi = 0;
+
+	if (tr_start(&r->t, r->path, "serve") < 0 || tr_map_trap(&r->t) < 0) {
+		snprintf(r->why, sizeof(r->why), "%s", r->t.why);
+		return -1;
+	}
+	if (tr_mapped_range(r->t.pid, r->path, &lo, &hi) < 0) {
+		snprintf(r->why, sizeof(r->why), "%s is not mapped", r->path);
+		return -1;
+	}
+	/* The first PT_LOAD of these programs is at 0 (PIE) or 0x400000. */
+	r->bias = (int64_t)(lo - (r->mod->funcs[0].addr & ~(uint64_t)0x3fffff & ~(uint64_t)0xfff));
+	return 0;
+}
+
+/* Exact counts of n pr_root calls with the generated inputs. */
+static int count_workload(struct run *r, int n)
+{
+	const struct hp_function *root = hp_model_find(r->m, "pr_root", NULL, NULL);
+	uint64_t x, a[3];
+
+	if (!root || break_program(r) < 0)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		gen_args(&callees[0], a);
+		int s = tr_call(&r->t, root->addr + (uint64_t)r->bias, a, 3, &x);
+		if (s != TR_RETURNED) {
+			snprintf(r->why, sizeof(r->why), "counting run: call %d ended with %d (%s), exit status %d", i,
+				 s, r->t.why, r->t.exit_status);
+			return -1;
+		}
+	}
+	tr_unbreak(&r->t);
+	return profile_from_hits(r);
+}
+
+/* Flip the condition of the first conditional branch in the copy of
+ * name: the comparison must then see different results. */
+static int corrupt_first_jcc(struct run *r, const char *name)
+{
+	const struct hp_plan_member *mb = member(r, name);
+	uint8_t buf[16];
+
+	for (uint64_t a = mb ? mb->new_entry : r->plan.base + r->plan.code_len; a < r->plan.base + r->plan.code_len;) {
+		struct hp_isa_insn in;
+		const uint8_t *c = r->plan.code + (a - r->plan.base);
+		if (hp_isa_decode(c, r->plan.base + r->plan.code_len - a, a, &in) < 0)
+			return -1;
+		if (in.cls == HP_IC_JCC) {
+			uint64_t at = a - r->plan.base + r->base + (c[0] == 0x0f ? 1 : 0);
+			if (tr_peek(&r->t, at, buf, 1) < 0)
+				return -1;
+			buf[0] ^= 1; /* the condition's low bit: its inverse */
+			return tr_poke(&r->t, at, buf, 1);
+		}
+		a += in.len;
+	}
+	return -1;
+}
+
+static void check_members(struct run *r, int per_fn, int *calls)
+{
+	static const char *const expected[] = { "pr_root", "pr_op",  "pr_hash",   "pr_mix",   "pr_fib",
+						"pr_even", "pr_odd", "pr_search", "pr_check", NULL };
+
+	for (const char *const *e = expected; *e; e++)
+		if (!member(r, *e)) {
+			char names[256] = "";
+			for (size_t i = 0; i < r->plan.nmembers; i++)
+				snprintf(names + strlen(names), sizeof(names) - strlen(names), " %s",
+					 r->plan.members[i].fn->name);
+			EXPECT(0, "%s is not in the group:%s", *e, names);
+		}
+	bool kept = false;
+	for (size_t i = 0; i < r->plan.nkept; i++)
+		kept |= !strcmp(r->plan.kept[i].fn->name, "pr_table") && strstr(r->plan.kept[i].rule, "switch table");
+	EXPECT(kept, "pr_table (a jump table) is not kept in place with its rule");
+	for (size_t i = 0; i < sizeof(callees) / sizeof(callees[0]); i++) {
+		int bad = compare(r, &callees[i], per_fn, calls);
+		REQUIRE(bad == 0, "%s: %d of %d results differ; first: %s", callees[i].name, bad, per_fn, r->why);
+	}
+}
+
+/* pr_root's paths that exit the process: the copy must exit the same way. */
+static void check_exits(struct run *r)
+{
+	const struct hp_plan_member *mb = member(r, "pr_root");
+	static const int64_t bs[2] = { 666, -200000 };
+	static const int want[2] = { 42, 43 };
+
+	REQUIRE(mb, "pr_root missing");
+	for (int k = 0; k < 2; k++)
+		for (int copy = 0; copy < 2; copy++) {
+			uint64_t a[3] = { 99, 0, (uint64_t)bs[k] }, x;
+			tr_kill(&r->t);
+			REQUIRE(serve(r) == 0 && map_copy(r) == 0, "restart: %s", r->why);
+			uint64_t fn = copy ? mb->new_entry - r->plan.base + r->base : mb->fn->addr + (uint64_t)r->bias;
+			int s = tr_call(&r->t, fn, a, 3, &x);
+			EXPECT(s == TR_EXITED && r->t.exit_status == want[k],
+			       "pr_root(99, 0, %" PRId64 ") in the %s: result %d, exit status %d, want exit %d (%s)",
+			       bs[k], copy ? "copy" : "original", s, r->t.exit_status, want[k], r->t.why);
+		}
+}
+
+static void elf_case(const char *flags, const char *out)
+{
+	struct hp_open_opts oo = { .quiet = true };
+	struct run r = { 0 };
+	char err[256];
+	int calls = 0;
+	clock_t c0 = clock();
+
+	r.t.mem = -1;
+	r.path = tu_compile("group.c", out, flags);
+	REQUIRE(r.path, "gcc %s failed", flags);
+	REQUIRE(hp_model_open_elf(r.path, &oo, &r.m, err, sizeof(err)) == 0, "%s", err);
+	REQUIRE(hp_model_find(r.m, "pr_root", &r.mod, NULL), "pr_root not found");
+	if (serve(&r) < 0 || count_workload(&r, 200) < 0 || make_plan(&r) < 0 || map_copy(&r) < 0) {
+		EXPECT(0, "%s", r.why);
+		run_free(&r);
+		return;
+	}
+	check_members(&r, 400, &calls);
+	/* A wrong copy must be noticed. */
+	if (!t_failed_case) {
+		REQUIRE(corrupt_first_jcc(&r, "pr_op") == 0, "no conditional branch in pr_op's copy");
+		int bad = compare(&r, &callees[1], 400, &calls);
+		EXPECT(bad > 0, "a copy with an inverted branch gave the same results (%d)", bad);
+	}
+	check_exits(&r);
+	printf("# %s: %zu functions, %zu blocks verified, %d calls compared, bias 0x%" PRIx64 ", copy at 0x%" PRIx64
+	       ", %.2f s CPU\n",
+	       flags, r.plan.nmembers, r.plan.verified_blocks, calls, (uint64_t)r.bias, r.base,
+	       (double)(clock() - c0) / CLOCKS_PER_SEC);
+	run_free(&r);
+}
+
+static void t_run_elf_nopie(void)
+{
+	elf_case("-O2 -fno-PIE -no-pie", "group_nopie");
+}
+
+static void t_run_elf_pie(void)
+{
+	elf_case("-O2 -fPIE -pie", "group_pie");
+}
+
+/* A running process: seized in its own loop, counted while it runs, its
+ * copy mapped and called, then let go with its state restored. */
+static void t_run_process(void)
+{
+	struct hp_open_opts oo = { .quiet = true };
+	struct run r = { 0 };
+	char err[256];
+	int calls = 0;
+	pid_t pid;
+
+	r.t.mem = -1;
+	r.process = true;
+	r.path = tu_compile("group.c", "group_proc", "-O2");
+	REQUIRE(r.path, "gcc failed");
+	pid = fork();
+	REQUIRE(pid >= 0, "fork failed");
+	if (pid == 0) {
+		execl(r.path, r.path, "run", (char *)NULL);
+		_exit(127);
+	}
+	usleep(50000);
+	if (hp_model_open_pid(pid, &oo, &r.m, err, sizeof(err)) < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		REQUIRE(0, "%s", err);
+	}
+	const struct hp_function *root = hp_model_find(r.m, "pr_root", &r.mod, NULL);
+	if (!root || tr_seize(&r.t, pid) < 0 || tr_map_trap(&r.t) < 0 || break_program(&r) < 0 ||
+	    tr_run_counting(&r.t, root->addr, 300) < 0) {
+		EXPECT(0, "counting the running process: %s", r.t.why);
+		kill(pid, SIGKILL);
+		run_free(&r);
+		return;
+	}
+	tr_unbreak(&r.t);
+	if (profile_from_hits(&r) < 0 || make_plan(&r) < 0 || map_copy(&r) < 0) {
+		EXPECT(0, "%s", r.why);
+		run_free(&r);
+		return;
+	}
+	check_members(&r, 200, &calls);
+	/* The process goes on with its own loop. */
+	tr_detach(&r.t);
+	usleep(20000);
+	EXPECT(kill(pid, 0) == 0 && waitpid(pid, NULL, WNOHANG) == 0, "the process did not survive the calls");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	r.t.gone = true;
+	printf("# process %d: %zu functions, %zu blocks verified, %d calls compared, copy at 0x%" PRIx64 "\n", pid,
+	       r.plan.nmembers, r.plan.verified_blocks, calls, r.base);
+	run_free(&r);
+}
+
+int main(void)
+{
+	RUN(t_run_elf_nopie);
+	RUN(t_run_elf_pie);
+	RUN(t_run_process);
+	tu_cleanup();
+	TEST_EXIT();
+}
