@@ -3,6 +3,9 @@
 # Runs the libFuzzer targets in fuzz/ for a fixed number of inputs each, from seed corpora made
 # here: slices of hotpathd's own machine code for the decoder and CFG builder, and small programs
 # gcc compiles (optimized, with debug info, stripped, a relocatable object) for the ELF reader.
+# The planner's target takes its code from hotpathd itself and its choices from the input bytes
+# (seeded with short slices of the same machine code); a plan is slower than a decode, so it runs
+# a third of the inputs.
 # Fixed seeds keep a run repeatable. A crash, leak, sanitizer report or broken invariant fails the
 # case and leaves the input that caused it in build/fuzz/artifacts/. Run from the agent directory.
 # FUZZ_RUNS raises the number of inputs for a longer session (default 60000 per target).
@@ -10,11 +13,13 @@ set -u
 runs=${FUZZ_RUNS:-60000}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$TMP/cfg" "$TMP/elf" build/fuzz/artifacts
+mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/plan" build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
 objcopy -O binary --only-section=.text build/hotpathd "$TMP/text.bin"
 head -c $((40 * 4096)) "$TMP/text.bin" | split -b 4096 -a 3 - "$TMP/cfg/text-"
+# Planner seeds: 20 slices of 512 bytes.
+head -c $((20 * 512)) "$TMP/text.bin" | split -b 512 -a 3 - "$TMP/plan/text-"
 
 # ELF seeds: one small program in four forms.
 cat >"$TMP/p.c" <<'C'
@@ -28,12 +33,12 @@ gcc -O2 -o "$TMP/elf/prog" "$TMP/p.c" &&
 	gcc -O2 -c -o "$TMP/elf/prog.o" "$TMP/p.c" || { echo "FAIL - fuzz seeds: gcc could not build them"; exit 1; }
 
 fuzz() {
-	local name=$1 corpus=$2 log="$TMP/$1.log"
+	local name=$1 corpus=$2 n=${3:-$runs} log="$TMP/$1.log"
 	if [ ! -x "build/fuzz/$name" ]; then
 		echo "FAIL - $name: build/fuzz/$name is not built (needs clang and its sanitizer runtimes)"
 		return
 	fi
-	if "build/fuzz/$name" -seed=1 -runs="$runs" -malloc_limit_mb=1024 -timeout=10 \
+	if "build/fuzz/$name" -seed=1 -runs="$n" -malloc_limit_mb=1024 -timeout=10 \
 		-artifact_prefix=build/fuzz/artifacts/ "$corpus" >"$log" 2>&1; then
 		echo "ok - $name: $(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$log" | head -1)s, $(grep -oE 'cov: [0-9]+' "$log" | tail -1) edges, no crash or broken invariant"
 	else
@@ -45,3 +50,4 @@ fuzz() {
 
 fuzz fuzz_cfg "$TMP/cfg"
 fuzz fuzz_elf "$TMP/elf"
+fuzz fuzz_plan "$TMP/plan" $((runs / 3))

@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,13 +481,15 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 		return -ENODATA;
 	}
 	/* 1. Bottleneck check. */
+	static _Atomic int has_pmu = -1; /* probed once per process */
 	int perr = 0;
+	if (has_pmu < 0)
+		has_pmu = hp_probe_hw_cycles(&perr);
 	p->stall_measurable = false;
 	snprintf(p->stall_note, sizeof(p->stall_note), "%s",
-		 hp_probe_hw_cycles(&perr) ?
-			 "I-cache stall cycles are not measured yet: the check is not made" :
-			 "not measurable: no hardware PMU on this host (I-cache stall cycles unavailable); "
-			 "planning anyway");
+		 has_pmu ? "I-cache stall cycles are not measured yet: the check is not made" :
+			   "not measurable: no hardware PMU on this host (I-cache stall cycles unavailable); "
+			   "planning anyway");
 	/* 2. Counts for the root. */
 	rpf = hp_profile_find(prof, root->addr);
 	if (!prof || !rpf) {

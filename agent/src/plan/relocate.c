@@ -37,7 +37,11 @@ int hp_plan_relocate(const struct hp_plan *p, uint64_t new_base, int64_t bias, u
 		}
 		memcpy(&field, out + r->offset, 4);
 		v = (int64_t)field + shift;
-		if (v < INT32_MIN || v > INT32_MAX) {
+		/* The distance as integers, not modulo 2^64: no reaching across
+		 * the top of the address space. */
+		__int128 d = (__int128)(r->target + (uint64_t)bias) - ((__int128)new_base + r->offset);
+		if (v < INT32_MIN || v > INT32_MAX || d < -((__int128)1 << 31) - 16 || d > ((__int128)1 << 31) + 16 ||
+		    new_base + p->code_len < new_base) {
 			snprintf(err, errlen,
 				 "the code at 0x%" PRIx64 " cannot reach 0x%" PRIx64
 				 " (relocation at +0x%x): more than "

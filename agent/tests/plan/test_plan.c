@@ -129,6 +129,18 @@ static void t_plan_elf_is_verified(void)
 	       plan.verified_blocks, plan.verified_insns);
 	EXPECT(plan.after.hot_lines <= plan.before.hot_lines, "hot lines grew from %u to %u", plan.before.hot_lines,
 	       plan.after.hot_lines);
+	hp_plan_free(&plan);
+	/* The code goes where --base says, and never over the target's code. */
+	o.base = 0x7000000;
+	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(plan.base == 0x7000000 && plan.verified, "laid out at 0x%" PRIx64 ", not at --base", plan.base);
+	hp_plan_free(&plan);
+	o.base = root->addr & ~0xfffull;
+	EXPECT(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == -ERANGE && strstr(err, "cover"),
+	       "a base on the program's code was not refused: %s", err);
+	hp_plan_free(&plan);
+	o.base = 0;
+	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
 	/* Corrupt one emitted byte of a body: the verifier must refuse it. */
 	if (plan.code_len > 8) {
 		plan.code[plan.members[0].blocks[0].new_addr - plan.base] ^= 0x08;
