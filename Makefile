@@ -39,6 +39,7 @@ bench: agent frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
 	./bench/console_tree
+	./bench/plan
 
 clean:
 	$(MAKE) -C agent clean

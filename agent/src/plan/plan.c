@@ -134,12 +134,66 @@ static uint32_t block_index(const struct hp_module *mod, const struct hp_functio
 	return b ? (uint32_t)(b - &mod->blocks[f->block_start]) : UINT32_MAX;
 }
 
+/* Sampled counts miss blocks that surely ran: a block whose only way out
+ * leads to one block of the function makes that block run at least as
+ * often, and a block (not the entry) with only one way in makes its
+ * predecessor run at least as often. Exact counts satisfy both already;
+ * estimates are raised to satisfy them, so a sampled path is not cut into
+ * hot and cold pieces where no sample happened to land. */
+static int forced_flow(const struct hp_module *mod, const struct hp_function *f, double *count)
+{
+	uint32_t n = f->nblocks, *npred = calloc(n + 1, sizeof(*npred)), *pred = calloc(n + 1, sizeof(*pred));
+	int32_t *only = malloc((n + 1) * sizeof(*only));
+
+	if (!npred || !pred || !only) {
+		free(npred);
+		free(pred);
+		free(only);
+		return -ENOMEM;
+	}
+	for (uint32_t b = 0; b < n; b++) {
+		const struct hp_block *bl = &mod->blocks[f->block_start + b];
+		only[b] = -1;
+		for (uint16_t s = 0; s < bl->nsucc; s++) {
+			const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
+			uint32_t t = sc->kind == HP_SUCC_FALLTHROUGH || sc->kind == HP_SUCC_TAKEN ?
+					     block_index(mod, f, sc->target) :
+					     UINT32_MAX;
+			if (t == UINT32_MAX) {
+				only[b] = -2; /* leaves the function too */
+				continue;
+			}
+			npred[t]++;
+			pred[t] = b;
+			only[b] = only[b] == -1 ? (int32_t)t : -2;
+		}
+	}
+	for (bool changed = true; changed;) {
+		changed = false;
+		for (uint32_t b = 0; b < n; b++) {
+			if (only[b] >= 0 && count[only[b]] < count[b]) {
+				count[only[b]] = count[b];
+				changed = true;
+			}
+			if (b && !f->cold && npred[b] == 1 && count[pred[b]] < count[b]) {
+				count[pred[b]] = count[b];
+				changed = true;
+			}
+		}
+	}
+	free(npred);
+	free(pred);
+	free(only);
+	return 0;
+}
+
 /* Block counts from the profile, and edge counts measured or derived. */
-static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf)
+static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf, bool estimated)
 {
 	const struct hp_module *mod = mb->mod;
 	const struct hp_function *f = mb->fn;
 	size_t maxe = 0;
+	int r;
 
 	mb->count = calloc(f->nblocks + 1, sizeof(double));
 	for (uint32_t b = 0; b < f->nblocks; b++)
@@ -152,6 +206,8 @@ static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf)
 		if (bi != UINT32_MAX)
 			mb->count[bi] += pf->blocks[i].count;
 	}
+	if (estimated && (r = forced_flow(mod, f, mb->count)) < 0)
+		return r;
 	for (uint32_t b = 0; b < f->nblocks; b++) {
 		const struct hp_block *bl = &mod->blocks[f->block_start + b];
 		for (uint16_t s = 0; s < bl->nsucc; s++) {
@@ -232,8 +288,11 @@ static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf)
 			if (mb->edges[k].from == b && mb->edges[k].count < 0)
 				mb->edges[k].count = rest > 0 && tw > 0 ? rest * mb->count[mb->edges[k].to] / tw : 0;
 	}
-	for (size_t k = 0; k < mb->nedges; k++)
+	for (size_t k = 0; k < mb->nedges; k++) {
+		if (estimated && mb->edges[k].source == HP_EDGES_DERIVED_EXACT)
+			mb->edges[k].source = HP_EDGES_ESTIMATED; /* exact arithmetic on estimates */
 		mb->exact_edges += mb->edges[k].source != HP_EDGES_ESTIMATED;
+	}
 	double in_entry = 0;
 	for (size_t k = 0; k < mb->nedges; k++)
 		if (mb->edges[k].to == 0)
@@ -384,7 +443,7 @@ static int consider(struct hp_model *m, struct hp_plan *p, const struct hp_profi
 	v[p->nmembers].fn = g;
 	v[p->nmembers].parent = from;
 	p->nmembers++;
-	return member_counts(&v[p->nmembers - 1], pf);
+	return member_counts(&v[p->nmembers - 1], pf, prof->estimated);
 }
 
 /* Call affinity: counts of the blocks of a that call or tail-call b. */
@@ -518,7 +577,7 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 	p->members[0].mod = root_mod;
 	p->members[0].fn = root;
 	p->nmembers = 1;
-	if ((r = member_counts(&p->members[0], rpf)) < 0)
+	if ((r = member_counts(&p->members[0], rpf, prof->estimated)) < 0)
 		goto nomem;
 	root_calls = p->members[0].calls;
 	/* 3. Group, breadth first. */
@@ -597,6 +656,9 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 	if ((r = hp_icache_compute(&p->before, &p->opts.l1i)) < 0 ||
 	    (r = hp_icache_compute(&p->after, &p->opts.l1i)) < 0)
 		goto nomem;
+	/* One limit for both: the original hot bytes in as few lines as they
+	 * fill. Jumps and padding the layout adds count against it. */
+	p->after.minimum = p->before.minimum;
 	p->seconds = hp_now() - t0;
 	return 0;
 nomem:
