@@ -283,12 +283,6 @@ static int put_reloc(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t targ
 	return 0;
 }
 
-static bool in_group(const struct emitter *E, uint64_t a)
-{
-	const struct hp_plan *p = E->p;
-	return a >= p->base && a < p->base + p->code_len;
-}
-
 static int encode_branch(struct emitter *E, int cond, uint64_t at, struct dest d, uint8_t w, size_t *rcap)
 {
 	struct hp_plan *p = E->p;
@@ -297,7 +291,7 @@ static int encode_branch(struct emitter *E, int cond, uint64_t at, struct dest d
 
 	if (n < 0)
 		return -ERANGE;
-	if (!in_group(E, t) && put_reloc(p, rcap, (uint32_t)(at - p->base) + (uint32_t)n - 4, t) < 0)
+	if (d.eb < 0 && put_reloc(p, rcap, (uint32_t)(at - p->base) + (uint32_t)n - 4, t) < 0)
 		return -ENOMEM;
 	return n;
 }
@@ -481,7 +475,9 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 				int32_t d;
 				memcpy(&d, p->code + (at - p->base) + rel, 4);
 				t = at + (uint64_t)n + (uint64_t)(int64_t)d;
-				if (!(t >= p->base && t < p->base + p->code_len) &&
+				/* Everything but a call to a member's copy is outside the
+				 * group, wherever its address falls. */
+				if (!(in.cls == HP_IC_CALL && nt != in.target) &&
 				    put_reloc(p, &rcap, (uint32_t)(at - p->base) + rel, t) < 0)
 					goto out;
 			}
