@@ -635,8 +635,16 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 		if ((r = member_layout(&p->members[i], &p->opts)) < 0)
 			goto nomem;
 	}
+	if (prof->scope[0]) {
+		snprintf(p->scope_note, sizeof(p->scope_note),
+			 "second pass: counts include only %.150s, measured on the installed copy", prof->scope);
+		note(p, p->scope_note);
+	}
 	if (prof->estimated)
-		note(p, "block counts are estimates from PC samples (samples per block divided by its instructions)");
+		note(p, prof->scope[0] ? "some counts are estimates: blocks the installed layout emptied have no bytes "
+					 "to count at, their counts are derived from their predecessors" :
+					 "block counts are estimates from PC samples (samples per block divided by its "
+					 "instructions)");
 	if (m->kind != HP_TARGET_KERNEL)
 		note(p,
 		     "moved code has no .eh_frame entries: unwinding through the copy (C++ exceptions, backtraces) "

@@ -324,6 +324,8 @@ int hp_profile_parse(const char *text, size_t len, const struct hp_model *m, str
 		r = read_measure(root, m, out, err, errlen);
 	if (r == 0 && json_is_string(json_object_get(root, "source")))
 		snprintf(out->source, sizeof(out->source), "%s", json_string_value(json_object_get(root, "source")));
+	if (r == 0 && json_is_string(json_object_get(root, "scope")))
+		snprintf(out->scope, sizeof(out->scope), "%s", json_string_value(json_object_get(root, "scope")));
 	json_decref(root);
 	if (r < 0)
 		hp_profile_free(out);
@@ -368,6 +370,11 @@ int hp_profile_merge(const struct hp_profile *in, size_t n, struct hp_profile *o
 {
 	memset(out, 0, sizeof(*out));
 	out->weight = 1;
+	for (size_t k = 1; k < n; k++)
+		if (strcmp(in[k].scope, in[0].scope))
+			return -EINVAL;
+	if (n)
+		memcpy(out->scope, in[0].scope, sizeof(out->scope));
 	for (size_t k = 0; k < n; k++) {
 		double total = 0, scale;
 

@@ -77,7 +77,8 @@ struct run {
 	bool process;                /* m is the process's model (bias 0) */
 	struct tracee t;
 	int64_t bias;
-	uint64_t base; /* where the copy is mapped in t */
+	uint64_t base;      /* where the copy is mapped in t */
+	uint64_t prev_base; /* where the copy before it was mapped */
 	struct hp_plan plan;
 	struct hp_profile prof;
 	char why[400];
@@ -104,6 +105,7 @@ static int map_copy(struct run *r)
 			continue;
 		if (tr_map_at(&r->t, at, len) < 0)
 			continue;
+		r->prev_base = r->base;
 		r->base = at;
 		int ok = tr_poke(&r->t, r->base, code, r->plan.code_len);
 		free(code);
@@ -428,11 +430,186 @@ static void t_run_process(void)
 	run_free(&r);
 }
 
+/* Counts at breakpoints in a JSON file of measure's shape: records with
+ * "block" (an address, less bias) and metrics.count. */
+static int write_counts(const struct tracee *t, int64_t bias, const char *path)
+{
+	FILE *fp = fopen(path, "w");
+	bool first = true;
+
+	if (!fp)
+		return -1;
+	fprintf(fp, "{\"source\": \"test breakpoints\", \"resources\": [");
+	for (size_t i = 0; i < t->nbp; i++)
+		if (t->bp_hits[i]) {
+			fprintf(fp, "%s{\"block\": \"0x%" PRIx64 "\", \"metrics\": {\"count\": %" PRIu64 "}}",
+				first ? "" : ", ", t->bp[i] - (uint64_t)bias, t->bp_hits[i]);
+			first = false;
+		}
+	fprintf(fp, "]}\n");
+	return fclose(fp);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "r");
+	char *buf = fp ? malloc(1 << 24) : NULL;
+
+	*len = buf ? fread(buf, 1, (1 << 24) - 1, fp) : 0;
+	if (fp)
+		fclose(fp);
+	if (buf)
+		buf[*len] = 0;
+	return buf;
+}
+
+/* n pr_root calls at fn with the inputs of seed: their block counts at the
+ * breakpoints already set. */
+static int run_root(struct run *r, uint64_t fn, uint64_t seed, int n)
+{
+	uint64_t a[3], x;
+
+	rng = seed;
+	for (int i = 0; i < n; i++) {
+		gen_args(&callees[0], a);
+		if (tr_call(&r->t, fn, a, 3, &x) != TR_RETURNED) {
+			snprintf(r->why, sizeof(r->why), "call %d: %s", i, r->t.why);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The second pass: the first plan (made by `hotpathd plan` from exact
+ * counts that include calls of pr_search from outside the root) is made
+ * again from its JSON, mapped, and counted on its copy, which only calls
+ * under the root reach. Mapped back, those counts must equal the original
+ * blocks' counts for the same calls of the root alone; the second plan
+ * made from them is verified and runs like the original.
+ */
+static void t_second_pass(void)
+{
+	struct hp_open_opts oo = { .quiet = true };
+	struct run r = { 0 };
+	struct hp_profile p2 = { 0 };
+	struct hp_plan second = { 0 };
+	const char *hp = getenv("HOTPATHD") ? getenv("HOTPATHD") : "build/hotpathd";
+	char err[512], cmd[2048], p1[300], plan1[300], copy[300];
+	size_t len;
+	int calls = 0;
+
+	r.t.mem = -1;
+	r.path = tu_compile("group.c", "group_second", "-O2 -fPIE -pie");
+	REQUIRE(r.path, "gcc failed");
+	REQUIRE(hp_model_open_elf(r.path, &oo, &r.m, err, sizeof(err)) == 0, "%s", err);
+	const struct hp_function *root = hp_model_find(r.m, "pr_root", &r.mod, NULL);
+	const struct hp_function *search = hp_model_find(r.m, "pr_search", NULL, NULL);
+	REQUIRE(root && search && serve(&r) == 0, "%s", r.why);
+	/* First pass: the root's calls, and pr_search called from outside it. */
+	REQUIRE(break_program(&r) == 0 && run_root(&r, root->addr + (uint64_t)r.bias, 7, 150) == 0, "%s", r.why);
+	for (int i = 0; i < 3000; i++) {
+		uint64_t a = (uint64_t)(i * 17 - 1000), x;
+		REQUIRE(tr_call(&r.t, search->addr + (uint64_t)r.bias, &a, 1, &x) == TR_RETURNED, "%s", r.t.why);
+	}
+	tr_unbreak(&r.t);
+	snprintf(p1, sizeof(p1), "%s/first-counts.json", tu_tmpdir());
+	snprintf(plan1, sizeof(plan1), "%s/first-plan.json", tu_tmpdir());
+	snprintf(copy, sizeof(copy), "%s/copy-counts.json", tu_tmpdir());
+	REQUIRE(write_counts(&r.t, r.bias, p1) == 0, "cannot write %s", p1);
+	tr_free_breaks(&r.t);
+	snprintf(cmd, sizeof(cmd), "%s plan elf '%s' pr_root --profile '%s' --l1i 32768,8,64 --json > '%s'", hp, r.path,
+		 p1, plan1);
+	REQUIRE(system(cmd) == 0, "%s failed", cmd);
+	/* The installed plan, made again from its JSON, mapped. */
+	char *text = slurp(plan1, &len);
+	REQUIRE(text, "cannot read %s", plan1);
+	int rc = hp_plan_remake(r.m, text, len, &r.prof, &r.plan, err, sizeof(err));
+	free(text);
+	REQUIRE(rc == 0, "the plan could not be made again: %s", err);
+	REQUIRE(map_copy(&r) == 0, "%s", r.why);
+	const struct hp_plan_member *mroot = member(&r, "pr_root"), *msearch = member(&r, "pr_search");
+	REQUIRE(mroot && msearch, "pr_root or pr_search not in the first plan");
+	/* Counted on the copy: the root's copy called with other inputs. */
+	size_t nb = 0;
+	uint64_t *at = calloc(4096, sizeof(*at));
+	REQUIRE(at, "out of memory");
+	for (size_t i = 0; i < r.plan.nmembers; i++)
+		for (uint32_t j = 0; j < r.plan.members[i].nblocks && nb < 4096; j++)
+			if (r.plan.members[i].blocks[j].new_size)
+				at[nb++] = r.plan.members[i].blocks[j].new_addr - r.plan.base + r.base;
+	rc = tr_break(&r.t, at, nb);
+	free(at);
+	REQUIRE(rc == 0 && run_root(&r, mroot->new_entry - r.plan.base + r.base, 99, 150) == 0, "counting the copy: %s",
+		r.why);
+	tr_unbreak(&r.t);
+	REQUIRE(write_counts(&r.t, 0, copy) == 0, "cannot write %s", copy);
+	tr_free_breaks(&r.t);
+	text = slurp(copy, &len);
+	REQUIRE(text, "cannot read %s", copy);
+	rc = hp_profile_under_root(&r.plan, r.base, text, len, &p2, err, sizeof(err));
+	free(text);
+	REQUIRE(rc == 0, "%s", err);
+	EXPECT(!strcmp(p2.scope, "calls under pr_root"), "scope '%s'", p2.scope);
+	/* The same calls on the original, counted at its blocks. */
+	REQUIRE(break_program(&r) == 0 && run_root(&r, root->addr + (uint64_t)r.bias, 99, 150) == 0, "%s", r.why);
+	tr_unbreak(&r.t);
+	int compared = 0, differ = 0;
+	for (size_t i = 0; i < r.plan.nmembers; i++) {
+		const struct hp_plan_member *mb = &r.plan.members[i];
+		const struct hp_prof_fn *pf = hp_profile_find(&p2, mb->fn->addr);
+		for (uint32_t j = 0; j < mb->nblocks; j++) {
+			const struct hp_block *bl = &mb->mod->blocks[mb->fn->block_start + mb->blocks[j].index];
+			double want = (double)tr_hits(&r.t, mb->fn->addr + bl->offset + (uint64_t)r.bias), got = 0;
+			for (size_t k = 0; pf && k < pf->nblocks; k++)
+				if (pf->blocks[k].offset == bl->offset)
+					got = pf->blocks[k].count;
+			if (!mb->blocks[j].new_size && p2.estimated)
+				continue; /* an emptied block whose count had to be estimated */
+			compared++;
+			if (got != want && !differ++)
+				snprintf(r.why, sizeof(r.why), "%s+0x%x: %.0f under the root in the copy, %.0f counted",
+					 mb->fn->name, bl->offset, got, want);
+		}
+	}
+	tr_free_breaks(&r.t);
+	EXPECT(compared > 50 && !differ, "%d of %d block counts differ; first: %s", differ, compared, r.why);
+	const struct hp_prof_fn *s1 = hp_profile_find(&r.prof, search->addr), *s2 = hp_profile_find(&p2, search->addr);
+	EXPECT(s1 && s2 && s1->blocks[0].count > s2->blocks[0].count + 2000,
+	       "pr_search's calls from outside the root were not left out (%.0f first, %.0f under the root)",
+	       s1 ? s1->blocks[0].count : -1, s2 ? s2->blocks[0].count : -1);
+	/* The second plan: verified, and it runs like the original. */
+	struct hp_plan_opts o = r.plan.opts;
+	o.base = 0;
+	REQUIRE(hp_plan_make(r.m, root, r.mod, &p2, &o, &second, err, sizeof(err)) == 0 &&
+			second.status == HP_PLAN_OK && second.verified,
+		"second plan: %s %s", err, second.message);
+	hp_plan_free(&r.plan);
+	r.plan = second;
+	memset(&second, 0, sizeof(second));
+	REQUIRE(map_copy(&r) == 0, "%s", r.why);
+	int bad = compare(&r, &callees[0], 300, &calls);
+	EXPECT(bad == 0, "the second plan's copy differs: %s", r.why);
+	/* The command line does the same from the files. */
+	snprintf(cmd, sizeof(cmd),
+		 "%s plan elf '%s' pr_root --second-pass '%s' --installed-base 0x%" PRIx64
+		 " --profile '%s' --json | python3 -c 'import json,sys; d=json.load(sys.stdin); "
+		 "sys.exit(0 if d[\"status\"] == \"ok\" and d[\"code\"][\"verified\"] and "
+		 "d[\"profile\"][\"scope\"] == \"calls under pr_root\" else 1)'",
+		 hp, r.path, plan1, r.prev_base, copy);
+	EXPECT(system(cmd) == 0, "hotpathd plan --second-pass failed: %s", cmd);
+	printf("# second pass: %d block counts under the root match, %zu functions re-planned\n", compared,
+	       r.plan.nmembers);
+	hp_profile_free(&p2);
+	run_free(&r);
+}
+
 int main(void)
 {
 	RUN(t_run_elf_nopie);
 	RUN(t_run_elf_pie);
 	RUN(t_run_process);
+	RUN(t_second_pass);
 	tu_cleanup();
 	TEST_EXIT();
 }
