@@ -11,7 +11,8 @@
  * as well as complete: the verified code re-based anywhere within reach
  * verifies again, while the same code with one semantic change (a branch
  * condition inverted, a displacement moved, an operand changed, padding
- * that is not a nop) must be refused.
+ * that is not a nop) must be refused. Random counts at the copy's block
+ * starts map back onto the group (a second pass) and plan again.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -494,6 +495,51 @@ static void check_mutation(struct input *in, struct hp_model *m, struct hp_plan 
 		fail("restored code no longer verifies", p->verify_error);
 }
 
+/* Random counts at the copy's block starts, mapped back (a second pass):
+ * every count lands on a member's block, and the second plan is made or
+ * refused with a reason. */
+static void check_second_pass(struct input *in, struct hp_model *m, const struct hp_module *mod,
+			      const struct hp_plan *p)
+{
+	static char text[1 << 20];
+	size_t len = (size_t)snprintf(text, sizeof(text), "{\"blocks\": [");
+	struct hp_profile prof;
+	struct hp_plan second;
+	char err[256] = "";
+	bool any = false;
+
+	for (size_t i = 0; i < p->nmembers; i++)
+		for (uint32_t j = 0; j < p->members[i].nblocks && len < sizeof(text) - 100; j++) {
+			uint32_t c = take(in, 3) ? take(in, 1000) : 0;
+			if (!p->members[i].blocks[j].new_size || !c)
+				continue; /* nothing to count at an emptied block */
+			len += (size_t)snprintf(text + len, sizeof(text) - len, "%s{\"block\": %llu, \"count\": %u}",
+						any ? ", " : "",
+						(unsigned long long)(p->members[i].blocks[j].new_addr + 0x100000), c);
+			any = true;
+		}
+	len += (size_t)snprintf(text + len, sizeof(text) - len, "]}");
+	if (hp_profile_under_root(p, p->base + 0x100000, text, len, &prof, err, sizeof(err)) < 0)
+		fail("counts at the copy's block starts were refused", err);
+	for (size_t i = 0; i < prof.nfns; i++) {
+		bool member = false;
+		for (size_t k = 0; k < p->nmembers; k++)
+			member |= p->members[k].fn->addr == prof.fns[i].addr;
+		for (size_t b = 0; b < prof.fns[i].nblocks; b++)
+			if (!(prof.fns[i].blocks[b].count >= 0))
+				member = false;
+		if (!member)
+			fail("a count mapped back outside the group, or negative", prof.fns[i].name);
+	}
+	struct hp_plan_opts o = p->opts;
+	o.base = 0;
+	int r = hp_plan_make(m, p->members[0].fn, mod, &prof, &o, &second, err, sizeof(err));
+	if ((r < 0 && !err[0]) || (r == 0 && second.status == HP_PLAN_OK && !second.verified))
+		fail("the second plan is neither made nor refused with a reason", err);
+	hp_plan_free(&second);
+	hp_profile_free(&prof);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct input in = { data, size, 0 };
@@ -550,6 +596,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if ((int64_t)plan.base + delta > 0x10000) /* user addresses stay user addresses */
 			check_rebased(m, &plan, delta);
 		check_mutation(&in, m, &plan);
+		check_second_pass(&in, m, mod, &plan);
 	}
 	hp_plan_free(&plan);
 	hp_profile_free(&prof);
