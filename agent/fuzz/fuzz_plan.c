@@ -392,7 +392,7 @@ static void check_rebased(struct hp_model *m, struct hp_plan *p, int64_t delta)
 		for (uint32_t j = 0; j < p->members[i].nblocks; j++)
 			p->members[i].blocks[j].new_addr += (uint64_t)delta;
 	}
-	bool ok = hp_plan_verify(m, p);
+	bool ok = hp_plan_verify(m, p) && hp_plan_verify_unwind(m, p); /* .eh_frame is pc-relative: it moves too */
 	p->code = keep;
 	p->base -= (uint64_t)delta;
 	for (size_t i = 0; i < p->nmembers; i++) {

@@ -365,6 +365,7 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		rw_u64(w, "new_cold_bytes", mb->new_cold_bytes);
 		rw_u64(w, "edges", mb->nedges);
 		rw_u64(w, "edges_exact", mb->exact_edges);
+		rw_bool(w, "address_taken", mb->fn->flags & HP_FN_ADDR_TAKEN);
 		if (w->json) {
 			rw_arr(w, "chain_table");
 			for (uint32_t c = 0; c < mb->nchains; c++) {
@@ -478,6 +479,23 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 			hex[p->code_len * 2] = 0;
 		rw_str(w, "hex", hex ? hex : "");
 		free(hex);
+	}
+	if (p->unwind) {
+		/* The copy's .eh_frame, to install at base + offset with the code. */
+		rw_obj(w, "unwind");
+		rw_u64(w, "offset", p->unwind_off);
+		rw_u64(w, "bytes", p->unwind_len);
+		rw_u64(w, "fdes", p->unwind_fdes);
+		if (w->json) {
+			char *hex = malloc(p->unwind_len * 2 + 1);
+			for (size_t i = 0; hex && i < p->unwind_len; i++)
+				sprintf(hex + 2 * i, "%02x", p->unwind[i]);
+			if (hex)
+				hex[p->unwind_len * 2] = 0;
+			rw_str(w, "hex", hex ? hex : "");
+			free(hex);
+		}
+		rw_obj_end(w);
 	}
 	rw_obj_end(w);
 	rw_arr(w, "notes");

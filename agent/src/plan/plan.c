@@ -68,6 +68,9 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 		return "bytes not readable or not decodable";
 	if (f->flags & HP_FN_COLD_PART)
 		return ".cold fragment: stays in place, its function's jumps reach it as before";
+	if (m->kind != HP_TARGET_KERNEL && (f->flags & HP_FN_INNER_REF))
+		return "an address inside it is stored in data (a label table or a resume address): control would "
+		       "come back to the original";
 	if (f->flags & HP_FN_UNRESOLVED_JUMP)
 		return "indirect jump that is not a resolved switch table";
 	if (f->njt) {
@@ -108,6 +111,11 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 	}
 	free(code);
 	if (rule)
+		return rule;
+	if (m->kind != HP_TARGET_KERNEL && (f->flags & HP_FN_LSDA))
+		return "exception landing pads (.gcc_except_table): the unwinder finds them by the original call "
+		       "sites";
+	if (m->kind != HP_TARGET_KERNEL && (rule = hp_plan_unwind_rule(mod, f, detail, dlen)))
 		return rule;
 	if (m->kind != HP_TARGET_KERNEL)
 		for (uint32_t c = 0; c < f->ncalls; c++) {
@@ -647,16 +655,16 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 					 "instructions)");
 	if (m->kind != HP_TARGET_KERNEL)
 		note(p,
-		     "moved code has no .eh_frame entries: unwinding through the copy (C++ exceptions, backtraces) "
-		     "is not supported; functions with landing pads are not detected yet");
+		     "the copy's unwind rows are in its own .eh_frame (code.unwind), to be registered with the "
+		     "code; functions with landing pads or rules it cannot reproduce stay in place");
 	else
 		note(p,
 		     "ORC unwind data does not cover moved code: stack traces through it are unreliable until the "
 		     "module registers it");
 	/* 5. Emit, verify, measure the footprint. */
-	if ((r = hp_plan_emit(m, p, err, errlen)) < 0)
+	if ((r = hp_plan_emit(m, p, err, errlen)) < 0 || (r = hp_plan_unwind(m, p, err, errlen)) < 0)
 		return r;
-	p->verified = hp_plan_verify(m, p);
+	p->verified = hp_plan_verify(m, p) && hp_plan_verify_unwind(m, p);
 	if (!p->verified) {
 		p->status = HP_PLAN_REFUSED;
 		snprintf(p->message, sizeof(p->message), "the emitted code failed verification: %s", p->verify_error);
@@ -686,6 +694,7 @@ void hp_plan_free(struct hp_plan *p)
 	free(p->kept);
 	free(p->icalls);
 	free(p->code);
+	free(p->unwind);
 	free(p->relocs);
 	hp_icache_free(&p->before);
 	hp_icache_free(&p->after);

@@ -141,6 +141,11 @@ struct hp_plan {
 	struct hp_reloc *relocs;
 	size_t nrelocs;
 	uint32_t pad_bytes, added_jumps, inverted, removed_jumps;
+	/* Unwind data for the copy (.eh_frame, unwind.c): installed at
+	 * base + unwind_off with the code; NULL when no member had any. */
+	uint8_t *unwind;
+	size_t unwind_len, unwind_fdes;
+	uint32_t unwind_off;
 	bool verified;
 	char verify_error[300];
 	size_t verified_blocks, verified_edges, verified_insns;
@@ -169,6 +174,13 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *plan, char *err, size_t err
 /* Decode plan->code again and check it is the members' CFGs re-laid-out;
  * false with plan->verify_error set otherwise. */
 bool hp_plan_verify(struct hp_model *m, struct hp_plan *plan);
+
+/* Unwind data (unwind.c): why f's rows cannot be reproduced for a copy
+ * (NULL when they can, or when it has none); generate the copy's
+ * .eh_frame after emission; check it reads back as the originals' rows. */
+const char *hp_plan_unwind_rule(const struct hp_module *mod, const struct hp_function *f, char *detail, size_t dlen);
+int hp_plan_unwind(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen);
+bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p);
 
 /* Re-base the emitted code to run at new_base, where every target outside
  * the group lies bias bytes from the address the model gave it (the load

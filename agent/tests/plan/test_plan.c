@@ -4,7 +4,8 @@
  * (perfect partner, isolated small predecessor, ShouldFollow), and whole
  * plans on programs compiled here: emitted code verified, stale profiles
  * refused naming the function, a root without counts or not run reported
- * as such.
+ * as such, code the program finds by address kept in place with its rule,
+ * and the copy's unwind data checked.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -203,6 +204,75 @@ static void t_plan_without_counts_or_heat(void)
 	hp_model_free(m);
 }
 
+static const struct hp_plan_kept *kept(const struct hp_plan *p, const char *name)
+{
+	for (size_t i = 0; i < p->nkept; i++)
+		if (!strcmp(p->kept[i].fn->name, name))
+			return &p->kept[i];
+	return NULL;
+}
+
+/* Code the program finds by address stays in place, with its rule: a label
+ * table in data, exception landing pads, unwind rules that are
+ * expressions. An address-taken function still moves (its entry stays
+ * valid), and the copy's own .eh_frame reads back as the originals' rows. */
+static void found_case(const char *flags, const char *out)
+{
+	static const char *const names[] = { "fa_root", "fa_labels", "fa_cleanup", "fa_aligned", "fa_target", NULL };
+	struct hp_model *m = open_fixture("found.c", out, flags);
+	const struct hp_module *mod;
+	struct hp_plan_opts o;
+	struct hp_profile prof;
+	struct hp_plan plan;
+	char err[256];
+
+	REQUIRE(m, "gcc %s or open failed", flags);
+	const struct hp_function *root = hp_model_find(m, "fa_root", &mod, NULL);
+	const struct hp_function *labels = hp_model_find(m, "fa_labels", NULL, NULL);
+	const struct hp_function *cleanup = hp_model_find(m, "fa_cleanup", NULL, NULL);
+	const struct hp_function *target = hp_model_find(m, "fa_target", NULL, NULL);
+	REQUIRE(root && labels && cleanup && target, "fixture functions not found");
+	EXPECT(labels->flags & HP_FN_INNER_REF, "%s: fa_labels' label table not seen (flags 0x%x)", flags,
+	       labels->flags);
+	EXPECT(cleanup->flags & HP_FN_LSDA, "%s: fa_cleanup's landing pad not seen (flags 0x%x)", flags,
+	       cleanup->flags);
+	EXPECT(target->flags & HP_FN_ADDR_TAKEN, "%s: fa_target's address in fa_hook not seen", flags);
+	EXPECT(!(root->flags & (HP_FN_INNER_REF | HP_FN_LSDA | HP_FN_ADDR_TAKEN)), "%s: fa_root flagged 0x%x", flags,
+	       root->flags);
+	profile_all(m, names, 10, &prof);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(plan.status == HP_PLAN_OK && plan.verified, "%s: plan %d: %s", flags, plan.status, plan.message);
+	const struct hp_plan_kept *k;
+	EXPECT((k = kept(&plan, "fa_labels")) && strstr(k->rule, "stored in data"),
+	       "%s: fa_labels not kept by its rule", flags);
+	EXPECT((k = kept(&plan, "fa_cleanup")) && strstr(k->rule, "landing pads"),
+	       "%s: fa_cleanup not kept by its rule", flags);
+	EXPECT((k = kept(&plan, "fa_aligned")) && strstr(k->rule, "unwind"), "%s: fa_aligned not kept by its rule",
+	       flags);
+	bool moved = false;
+	for (size_t i = 0; i < plan.nmembers; i++)
+		moved |= plan.members[i].fn == target;
+	EXPECT(moved, "%s: the address-taken fa_target did not join the group", flags);
+	EXPECT(plan.unwind && plan.unwind_fdes >= 2, "%s: no unwind data for the copy", flags);
+	/* The copy's unwind data is checked: a wrong data alignment factor in
+	 * its CIE (byte 12) doubles every saved-register offset. */
+	if (plan.unwind && plan.unwind_len > 13) {
+		plan.unwind[12] = 2;
+		EXPECT(!hp_plan_verify_unwind(m, &plan), "%s: corrupted unwind data passed", flags);
+	}
+	hp_plan_free(&plan);
+	hp_profile_free(&prof);
+	hp_model_free(m);
+}
+
+static void t_plan_keeps_code_found_by_address(void)
+{
+	found_case("-O2 -fexceptions -fPIE -pie", "found_pie");
+	found_case("-O2 -fexceptions -fno-PIE -no-pie", "found_nopie");
+}
+
 int main(void)
 {
 	RUN(t_chain_perfect_partner);
@@ -211,6 +281,7 @@ int main(void)
 	RUN(t_plan_elf_is_verified);
 	RUN(t_plan_refuses_stale_profile);
 	RUN(t_plan_without_counts_or_heat);
+	RUN(t_plan_keeps_code_found_by_address);
 	tu_cleanup();
 	TEST_EXIT();
 }

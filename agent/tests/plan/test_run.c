@@ -7,8 +7,10 @@
  * the plan's relocations, and then the original and the copy of every
  * member are called with the same inputs: loops, a compare-tree switch,
  * recursion, mutual recursion through tail calls, PLT calls, a .cold
- * fragment, a jump-table function kept in place, and calls that exit the
- * process. Results (or exit statuses) must be identical. Both the ELF
+ * fragment, a jump-table function kept in place, calls that exit the
+ * process, and a result that counts the frames the unwinder walks (the
+ * copy's generated .eh_frame registered with __register_frame, as an
+ * installer would). Results (or exit statuses) must be identical. Both the ELF
  * target (the model read from the file, the process at a load bias) and the
  * process target (a running process seized where it is, counted while it
  * runs its own loop) are covered. Finally a copy with one branch condition
@@ -84,11 +86,33 @@ struct run {
 	char why[400];
 };
 
-/* Map the plan's code into r->t near the program's text, re-based. */
+/* Register the copy's unwind data with the unwinder of the process
+ * (libgcc's __register_frame), as an installer does. */
+static int register_unwind(struct run *r)
+{
+	struct hp_open_opts oo = { .quiet = true, .only_function = "__register_frame" };
+	struct hp_model *pm = NULL;
+	char err[256];
+	uint64_t arg = r->base + r->plan.unwind_off, x;
+
+	if (hp_model_open_pid(r->t.pid, &oo, &pm, err, sizeof(err)) < 0) {
+		snprintf(r->why, sizeof(r->why), "%s", err);
+		return -1;
+	}
+	const struct hp_function *reg = hp_model_find(pm, "__register_frame", NULL, NULL);
+	int rc = reg && tr_call(&r->t, reg->addr, &arg, 1, &x) == TR_RETURNED ? 0 : -1;
+	if (rc < 0)
+		snprintf(r->why, sizeof(r->why), "__register_frame: %s", reg ? r->t.why : "not in the process");
+	hp_model_free(pm);
+	return rc;
+}
+
+/* Map the plan's code (and its unwind data) into r->t near the program's
+ * text, re-based, and register the unwind data. */
 static int map_copy(struct run *r)
 {
 	uint64_t lo = 0, hi = 0;
-	size_t len = (r->plan.code_len + 4095) & ~(size_t)4095;
+	size_t len = (r->plan.unwind_off + r->plan.unwind_len + r->plan.code_len + 4095) & ~(size_t)4095;
 	uint8_t *code = malloc(r->plan.code_len);
 	char err[256] = "";
 
@@ -109,6 +133,10 @@ static int map_copy(struct run *r)
 		r->base = at;
 		int ok = tr_poke(&r->t, r->base, code, r->plan.code_len);
 		free(code);
+		if (ok == 0 && r->plan.unwind)
+			ok = tr_poke(&r->t, r->base + r->plan.unwind_off, r->plan.unwind, r->plan.unwind_len) < 0 ?
+				     -1 :
+				     register_unwind(r);
 		return ok;
 	}
 	snprintf(r->why, sizeof(r->why), "no room for the copy near 0x%" PRIx64 ": %s (%s)", lo, r->t.why, err);
