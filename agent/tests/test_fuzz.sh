@@ -5,7 +5,7 @@
 # gcc compiles (optimized, with debug info, stripped, a relocatable object) for the ELF reader.
 # The planner's target takes its code from hotpathd itself and its choices from the input bytes
 # (seeded with short slices of the same machine code); a plan is slower than a decode, so it runs
-# a third of the inputs.
+# a third of the inputs. Profile files are fuzzed from seeds of each shape they come in.
 # Fixed seeds keep a run repeatable. A crash, leak, sanitizer report or broken invariant fails the
 # case and leaves the input that caused it in build/fuzz/artifacts/. Run from the agent directory.
 # FUZZ_RUNS raises the number of inputs for a longer session (default 60000 per target).
@@ -13,7 +13,7 @@ set -u
 runs=${FUZZ_RUNS:-60000}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/plan" build/fuzz/artifacts
+mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/plan" "$TMP/profile" build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
 objcopy -O binary --only-section=.text build/hotpathd "$TMP/text.bin"
@@ -48,6 +48,18 @@ fuzz() {
 	fi
 }
 
+# Profile seeds: the three shapes a profile comes in, on hotpathd's own code (a plan of one of
+# its functions, which carries a saved hotpath-profile/1, and a measure-style report).
+root=hp_profile_find
+addr=$(nm build/hotpathd | awk -v f="$root" '$3 == f { print "0x" $1 }')
+printf '{"resources": [{"function": "%s", "block": "%s", "metrics": {"count": 12}, "labels": {"count": "exact"}}], "edges": [{"from": null, "to": "%s", "count": 12, "exact": true}]}' \
+	"$root" "$addr" "$addr" >"$TMP/profile/measure.json"
+build/hotpathd plan elf build/hotpathd "$root" --profile "$TMP/profile/measure.json" --l1i 32768,8,64 --json \
+	>"$TMP/profile/plan.json" 2>/dev/null || true
+python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["profile"]))' "$TMP/profile/plan.json" \
+	>"$TMP/profile/saved.json" 2>/dev/null || true
+
 fuzz fuzz_cfg "$TMP/cfg"
 fuzz fuzz_elf "$TMP/elf"
 fuzz fuzz_plan "$TMP/plan" $((runs / 3))
+fuzz fuzz_profile "$TMP/profile"

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 
 #include "harness.h"
 #include "model/model.h"
@@ -204,6 +205,98 @@ static void t_plan_without_counts_or_heat(void)
 	hp_model_free(m);
 }
 
+/* The report `hotpathd measure --blocks --json` prints (docs/agent-cli.md)
+ * for f: a function row, a row per block counting 10 + its index (block 2
+ * one a probe could not take), and edges from the entry, between blocks
+ * (one exact, one not) and to an exit. size is the function size the
+ * report claims; label the blocks' count label. */
+static char *measure_report(const struct hp_module *mod, const struct hp_function *f, uint64_t size, const char *label)
+{
+	const struct hp_block *b = &mod->blocks[f->block_start];
+	json_t *rows = json_array(), *edges = json_array();
+
+	json_array_append_new(rows, json_pack("{s:s, s:s, s:I, s:I, s:{s:i}, s:{s:s}}", "function", f->name, "module",
+					      "m", "function_address", (json_int_t)f->addr, "function_size",
+					      (json_int_t)size, "metrics", "count", 40, "labels", "count", "exact"));
+	for (uint32_t k = 0; k < f->nblocks; k++) {
+		json_t *r = json_pack("{s:s, s:I, s:i, s:i, s:I, s:I}", "function", f->name, "block",
+				      (json_int_t)(f->addr + b[k].offset), "block_offset", (int)b[k].offset,
+				      "block_size", (int)b[k].size, "function_address", (json_int_t)f->addr,
+				      "function_size", (json_int_t)size);
+		if (k == 2) {
+			json_object_set_new(r, "metrics", json_object());
+			json_object_set_new(r, "unavailable", json_pack("{s:s}", "count", "the kernel refused it"));
+		} else {
+			json_object_set_new(r, "metrics", json_pack("{s:i}", "count", 10 + (int)k));
+			json_object_set_new(r, "labels", json_pack("{s:s}", "count", label));
+		}
+		json_array_append_new(rows, r);
+	}
+	json_array_append_new(edges, json_pack("{s:s, s:n, s:I, s:s, s:i, s:b}", "function", f->name, "from", "to",
+					       (json_int_t)f->addr, "kind", "entry", "count", 40, "exact", 1));
+	json_array_append_new(edges,
+			      json_pack("{s:s, s:I, s:I, s:s, s:i, s:b}", "function", f->name, "from",
+					(json_int_t)(f->addr + b[0].offset), "to", (json_int_t)(f->addr + b[1].offset),
+					"kind", "fallthrough", "count", 7, "exact", 1));
+	json_array_append_new(edges,
+			      json_pack("{s:s, s:I, s:I, s:s, s:i, s:b, s:n}", "function", f->name, "from",
+					(json_int_t)(f->addr + b[1].offset), "to", (json_int_t)(f->addr + b[3].offset),
+					"kind", "taken", "count", 5, "exact", 0, "high"));
+	json_array_append_new(edges, json_pack("{s:s, s:I, s:n, s:s, s:i, s:b}", "function", f->name, "from",
+					       (json_int_t)(f->addr + b[3].offset), "to", "kind", "return", "count", 3,
+					       "exact", 1));
+	json_t *root = json_pack("{s:{s:s}, s:s, s:[s], s:o, s:o, s:f}", "target", "kind", "pid", "state", "running",
+				 "metrics", "count", "resources", rows, "edges", edges, "exact_edge_share", 0.75);
+	char *text = json_dumps(root, 0);
+	json_decref(root);
+	return text;
+}
+
+static void t_profile_reads_measure_report(void)
+{
+	struct hp_model *m = open_fixture("switchy.c", "plan_measure", "-O2 -fno-jump-tables");
+	const struct hp_module *mod;
+	struct hp_profile prof;
+	char err[256], *text;
+
+	REQUIRE(m, "gcc or open failed");
+	const struct hp_function *f = hp_model_find(m, "sw_dense", &mod, NULL);
+	REQUIRE(f && f->nblocks >= 4, "sw_dense not found");
+	text = measure_report(mod, f, f->size, "exact");
+	int r = hp_profile_parse(text, strlen(text), m, &prof, err, sizeof(err));
+	free(text);
+	REQUIRE(r == 0, "%s", err);
+	const struct hp_prof_fn *pf = hp_profile_find(&prof, f->addr);
+	REQUIRE(pf, "no counts for sw_dense");
+	EXPECT(!prof.estimated, "exact counts read as estimates");
+	EXPECT(pf->nblocks == f->nblocks - 1, "%zu blocks counted, want all but the unavailable one", pf->nblocks);
+	for (size_t i = 0; i < pf->nblocks; i++) {
+		uint32_t k = 0;
+		while (mod->blocks[f->block_start + k].offset != pf->blocks[i].offset)
+			k++;
+		EXPECT(pf->blocks[i].count == 10 + k, "block +0x%x counts %.0f, want %u", pf->blocks[i].offset,
+		       pf->blocks[i].count, 10 + k);
+	}
+	EXPECT(pf->nedges == 1 && pf->edges[0].count == 7, "%zu edges taken, want only the exact one between blocks",
+	       pf->nedges);
+	hp_profile_free(&prof);
+	/* Sampled counts are estimates, in samples per instruction. */
+	text = measure_report(mod, f, f->size, "sampled");
+	r = hp_profile_parse(text, strlen(text), m, &prof, err, sizeof(err));
+	free(text);
+	REQUIRE(r == 0, "%s", err);
+	pf = hp_profile_find(&prof, f->addr);
+	EXPECT(prof.estimated && pf && pf->blocks[0].count == 10.0 / mod->blocks[f->block_start].ninsn,
+	       "sampled counts not read as samples per instruction");
+	hp_profile_free(&prof);
+	/* A report of a function of another size is stale. */
+	text = measure_report(mod, f, f->size + 16, "exact");
+	r = hp_profile_parse(text, strlen(text), m, &prof, err, sizeof(err));
+	free(text);
+	EXPECT(r == -ESTALE && strstr(err, "sw_dense"), "a report of other code was not refused (%d: %s)", r, err);
+	hp_model_free(m);
+}
+
 static const struct hp_plan_kept *kept(const struct hp_plan *p, const char *name)
 {
 	for (size_t i = 0; i < p->nkept; i++)
@@ -280,6 +373,7 @@ int main(void)
 	RUN(t_chain_should_follow);
 	RUN(t_plan_elf_is_verified);
 	RUN(t_plan_refuses_stale_profile);
+	RUN(t_profile_reads_measure_report);
 	RUN(t_plan_without_counts_or_heat);
 	RUN(t_plan_keeps_code_found_by_address);
 	tu_cleanup();
