@@ -35,12 +35,13 @@ frontend: backend
 
 build: agent backend frontend
 
-bench: agent frontend
+bench: agent backend frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
 	./bench/console_tree
 	./bench/cfg_layout
 	./bench/catalog_load
+	./bench/chaos
 	./bench/plan
 
 clean:
