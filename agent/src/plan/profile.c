@@ -181,11 +181,12 @@ static const struct hp_function *block_start(const struct hp_model *m, uint64_t 
  * "labels".count (exact, sampled or estimate); function rows (no "block")
  * are skipped, and so are rows a probe could not serve ("unavailable",
  * no count). A row's function_address and function_size must still be
- * the function's here. Edges ("edges": from, to, count, exact) between
- * blocks of one function are taken when derived exactly; the entry, exits
- * (null ends) and approximations are left for the plan to derive. Sampled
- * counts are samples, not executions: like the agent's own sampling they
- * become samples per instruction, and the profile is an estimate. */
+ * the function's here. Of "edges" (between two blocks of one function:
+ * from, to, count, exact) those derived exactly are taken; estimates, and
+ * "boundary_edges" (entry, exits), are left for the plan to derive.
+ * Sampled counts are samples, not executions: like the agent's own
+ * sampling they become samples per instruction, and the profile (as the
+ * report's "estimated" says) is an estimate. */
 static int read_measure(const json_t *root, const struct hp_model *m, struct hp_profile *p, char *err, size_t errlen)
 {
 	static const char *const arrays[] = { "resources", "blocks", "metrics", "counts" };

@@ -2,7 +2,9 @@
 /*
  * Emitted code really runs. A fixture program gcc compiles (-O2, PIE and
  * not) is planned from exact block counts of a workload (breakpoints at
- * block starts, tests/plan/tracee.h), its emitted group is mapped into a
+ * block starts, tests/plan/tracee.h, where the counts must come from calls
+ * the test makes; `hotpathd measure --blocks` for a process running its
+ * own loop), its emitted group is mapped into a
  * live process of that program within +-2 GiB of its text and re-based with
  * the plan's relocations, and then the original and the copy of every
  * member are called with the same inputs: loops, a compare-tree switch,
@@ -458,6 +460,71 @@ static void t_run_process(void)
 	run_free(&r);
 }
 
+/* The process target with the measure engine's counts: `hotpathd measure
+ * pid PID FUNCTIONS --blocks --json` (uprobes at every block start) while
+ * the process runs its own loop is the profile; the plan made from it runs
+ * like the original. */
+static void t_run_process_measured(void)
+{
+	struct hp_open_opts oo = { .quiet = true };
+	struct run r = { 0 };
+	const char *hp = getenv("HOTPATHD") ? getenv("HOTPATHD") : "build/hotpathd";
+	char err[256], cmd[1024], prof[300];
+	int calls = 0;
+	pid_t pid;
+
+	r.t.mem = -1;
+	r.path = tu_compile("group.c", "group_measured", "-O2");
+	REQUIRE(r.path, "gcc failed");
+	pid = fork();
+	REQUIRE(pid >= 0, "fork failed");
+	if (pid == 0) {
+		execl(r.path, r.path, "run", (char *)NULL);
+		_exit(127);
+	}
+	usleep(50000);
+	snprintf(prof, sizeof(prof), "%s/measured.json", tu_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "%s measure pid %d pr_root pr_op pr_hash pr_mix pr_fib pr_even pr_odd pr_search pr_check pr_table "
+		 "--blocks --seconds 1 --json > '%s' 2>/dev/null",
+		 hp, pid, prof);
+	if (system(cmd) != 0 || hp_model_open_pid(pid, &oo, &r.m, err, sizeof(err)) < 0 ||
+	    hp_profile_read(prof, r.m, &r.prof, err, sizeof(err)) < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		REQUIRE(0, "measuring or reading the profile failed: %s (%s)", err, cmd);
+	}
+	const struct hp_function *root = hp_model_find(r.m, "pr_root", &r.mod, NULL);
+	const struct hp_prof_fn *pf = root ? hp_profile_find(&r.prof, root->addr) : NULL;
+	EXPECT(pf && pf->nblocks > 3 && !r.prof.estimated, "the measured profile has no exact block counts of pr_root");
+	if (!root || make_plan(&r) < 0 || tr_seize(&r.t, pid) < 0 || tr_map_trap(&r.t) < 0 || map_copy(&r) < 0) {
+		EXPECT(0, "%s %s", r.why, r.t.why);
+		kill(pid, SIGKILL);
+		run_free(&r);
+		return;
+	}
+	size_t exact = 0, edges = 0;
+	for (size_t i = 0; i < r.plan.nmembers; i++) {
+		exact += r.plan.members[i].exact_edges;
+		edges += r.plan.members[i].nedges;
+	}
+	check_members(&r, 200, &calls);
+	tr_detach(&r.t);
+	/* The command line plans the same from the same report. */
+	snprintf(cmd, sizeof(cmd),
+		 "%s plan pid %d pr_root --profile '%s' --json | python3 -c 'import json,sys; d=json.load(sys.stdin); "
+		 "sys.exit(0 if d[\"status\"] == \"ok\" and d[\"code\"][\"verified\"] and len(d[\"group\"]) > 5 "
+		 "else 1)'",
+		 hp, pid, prof);
+	EXPECT(system(cmd) == 0, "hotpathd plan pid from the measure report failed: %s", cmd);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	r.t.gone = true;
+	printf("# measured process %d: %zu functions, %zu of %zu edges exact, %d calls compared\n", pid,
+	       r.plan.nmembers, exact, edges, calls);
+	run_free(&r);
+}
+
 /* Counts at breakpoints in a JSON file of measure's shape: records with
  * "block" (an address, less bias) and metrics.count. */
 static int write_counts(const struct tracee *t, int64_t bias, const char *path)
@@ -637,6 +704,7 @@ int main(void)
 	RUN(t_run_elf_nopie);
 	RUN(t_run_elf_pie);
 	RUN(t_run_process);
+	RUN(t_run_process_measured);
 	RUN(t_second_pass);
 	tu_cleanup();
 	TEST_EXIT();
