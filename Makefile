@@ -43,6 +43,7 @@ bench: agent backend frontend
 	./bench/cfg_layout
 	./bench/catalog_load
 	./bench/chaos
+	./bench/plan
 
 clean:
 	$(MAKE) -C agent clean
