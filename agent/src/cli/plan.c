@@ -13,12 +13,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "measure/sampler.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
+#include "host/processes.h"
+#include "host/procmaps.h"
 #include "target/target.h"
+#include "target/target_elf.h"
 
 static const char plan_usage[] =
 	"usage: hotpathd plan kernel ROOT [options]\n"
@@ -307,7 +312,33 @@ static void write_profile(struct rw *w, const struct hp_plan *p)
 	rw_obj_end(w);
 }
 
-static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p, const struct hp_function *root)
+/* The root's module as an installer checks it: its file's GNU build id
+ * (for a process, the file the process maps) and where it is loaded. */
+static void module_build_id(const struct hp_model *m, const struct hp_module *mod, int pid, uint64_t addr, char *out)
+{
+	struct hp_code_location loc;
+	char e[200];
+	int er = 0, fd;
+	Elf *elf;
+
+	out[0] = 0;
+	if (m->kind != HP_TARGET_PID) {
+		snprintf(out, 65, "%s", m->build_id);
+		return;
+	}
+	if (hp_code_location(pid, addr, &loc) < 0)
+		return;
+	if ((fd = open(loc.path, O_RDONLY | O_CLOEXEC)) < 0)
+		return;
+	if ((elf = hp_elf_begin(fd, mod->name, e, sizeof(e), &er))) {
+		hp_elf_build_id(elf, out);
+		elf_end(elf);
+	}
+	close(fd);
+}
+
+static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p, const struct hp_function *root,
+		       int pid)
 {
 	static const char *const src[] = { "measured", "derived_exact", "estimated" };
 	char buf[128];
@@ -321,6 +352,20 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_str(w, "kind", m->kind == HP_TARGET_KERNEL ? "kernel" : m->kind == HP_TARGET_ELF ? "elf" : "pid");
 	rw_str(w, "release", m->release);
 	rw_str(w, "build_id", m->build_id);
+	if (p->nmembers) {
+		/* Which process and file the plan is for, checked before an install. */
+		char bid[65];
+		uint64_t start = 0;
+		module_build_id(m, p->members[0].mod, pid, root->addr, bid);
+		if (m->kind == HP_TARGET_PID) {
+			rw_u64(w, "pid", (uint64_t)pid);
+			if (hp_process_start_time(pid, &start) == 0)
+				rw_u64(w, "start_time", start);
+		}
+		rw_str(w, "module", p->members[0].mod->name);
+		rw_hex(w, "module_base", p->members[0].mod->base);
+		rw_str(w, "module_build_id", bid);
+	}
 	rw_obj_end(w);
 	rw_obj(w, "bottleneck");
 	rw_bool(w, "measurable", p->stall_measurable);
@@ -366,6 +411,11 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		rw_u64(w, "edges", mb->nedges);
 		rw_u64(w, "edges_exact", mb->exact_edges);
 		rw_bool(w, "address_taken", mb->fn->flags & HP_FN_ADDR_TAKEN);
+		rw_str(w, "module", mb->mod->name);
+		rw_u64(w, "size", mb->fn->size);
+		char dg[65] = "";
+		hp_plan_member_digest(m, mb->fn, dg);
+		rw_str(w, "original_sha256", dg);
 		if (w->json) {
 			rw_arr(w, "chain_table");
 			for (uint32_t c = 0; c < mb->nchains; c++) {
@@ -457,6 +507,13 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_hex(w, "base", p->base);
 	rw_u64(w, "bytes", p->code_len);
 	rw_bool(w, "verified", p->verified);
+	if (p->verified) {
+		struct hp_code_image ci;
+		char hash[65];
+		hp_plan_code_image(p, &ci);
+		if (hp_code_hash(&ci, hash) == 0)
+			rw_str(w, "sha256", hash);
+	}
 	if (!p->verified)
 		rw_str(w, "verify_error", p->verify_error);
 	rw_u64(w, "verified_blocks", p->verified_blocks);
@@ -598,7 +655,7 @@ int cmd_plan(int argc, char **argv)
 	struct hp_profile first_prof = { 0 };
 	char *text = NULL;
 	size_t tlen = 0;
-	int npos = 0, nprof = 0, i, need, rc = HP_EXIT_ERROR;
+	int npos = 0, nprof = 0, i, need, rc = HP_EXIT_ERROR, plan_pid = 0;
 	unsigned sample_secs = 0;
 	bool json = false;
 	struct hp_plan_opts o;
@@ -716,6 +773,7 @@ int cmd_plan(int argc, char **argv)
 			fprintf(stderr, "hotpathd plan: PID must be a positive number\n");
 			return HP_EXIT_USAGE;
 		}
+		plan_pid = (int)pid;
 		r = hp_model_open_pid((int)pid, &oo, &m, err, sizeof(err));
 	}
 	if (r < 0) {
@@ -803,7 +861,7 @@ int cmd_plan(int argc, char **argv)
 	struct rw w = { .json = json };
 	if (json)
 		json_init(&w.j, stdout);
-	write_plan(&w, m, &plan, root);
+	write_plan(&w, m, &plan, root, plan_pid);
 	if (code_path && plan.code) {
 		FILE *fp = fopen(code_path, "wb");
 		if (!fp || fwrite(plan.code, 1, plan.code_len, fp) != plan.code_len) {

@@ -126,3 +126,29 @@ int hp_cgroup_id(const char *path, uint64_t *id, char *err, size_t errlen)
 	*id = (uint64_t)st.st_ino;
 	return 0;
 }
+
+int hp_process_start_time(int pid, uint64_t *ticks)
+{
+	char path[64], buf[1024];
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -ESRCH;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -ESRCH;
+	buf[n] = 0;
+	/* The command name may hold spaces and parentheses: fields follow the last ')'. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -ESRCH;
+	/* ") S ppid ...": field 3 is the state; skip to field 22. */
+	for (int field = 2; field < 22; field++)
+		if (!(p = strchr(p + 1, ' ')))
+			return -ESRCH;
+	*ticks = strtoull(p + 1, NULL, 10);
+	return 0;
+}

@@ -24,6 +24,11 @@ int hp_process_comm(int pid, char *comm);
 /* A pidfd for pid (readable once it exits), or a negative errno. */
 int hp_pidfd_open(int pid);
 
+/* When process pid started (field 22 of /proc/PID/stat: clock ticks after
+ * boot): with the pid it names one process, never a later one that reuses
+ * the pid. 0 with *ticks, or -ESRCH. */
+int hp_process_start_time(int pid, uint64_t *ticks);
+
 /* Whether thread tid of process tgid still exists (1), not (0). */
 int hp_thread_alive(int tgid, int tid);
 

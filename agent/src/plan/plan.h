@@ -206,6 +206,28 @@ int hp_plan_remake(struct hp_model *m, const char *text, size_t len, struct hp_p
 int hp_profile_under_root(const struct hp_plan *first, uint64_t installed_base, const char *text, size_t len,
 			  struct hp_profile *out, char *err, size_t errlen);
 
+/*
+ * What an installer checks (identity.c). A code image is the emitted code
+ * with its unwind data and relocations, where it was laid out; its code
+ * hash (hex SHA-256 of one canonical form) is what an approval names, and
+ * a plan whose code does not hash to it has been altered. A member's
+ * digest is the hex SHA-256 of its original bytes when it was planned.
+ */
+struct hp_code_image {
+	uint64_t base;
+	const uint8_t *code;
+	size_t code_len;
+	const uint8_t *unwind;
+	size_t unwind_len;
+	uint32_t unwind_off;
+	const struct hp_reloc *relocs;
+	size_t nrelocs;
+};
+void hp_plan_code_image(const struct hp_plan *p, struct hp_code_image *ci);
+int hp_code_hash(const struct hp_code_image *ci, char out[65]);
+int hp_bytes_digest(const uint8_t *bytes, size_t len, char out[65]);
+int hp_plan_member_digest(struct hp_model *m, const struct hp_function *f, char out[65]);
+
 /* I-cache footprint of pieces for geometry g (icache.c). */
 int hp_icache_compute(struct hp_icache *ic, const struct hp_cache_geometry *g);
 void hp_icache_free(struct hp_icache *ic);

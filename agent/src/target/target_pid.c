@@ -32,7 +32,20 @@ struct pidpriv {
 	int memfd;
 	struct mapping *maps;
 	size_t nmaps;
+	struct hp_byte_patch *overlay; /* original bytes under the agent's patches */
+	size_t noverlay;
 };
+
+/* Put the original bytes back into what was read of [addr, addr+len). */
+static void apply_overlay(const struct pidpriv *pp, uint64_t addr, void *buf, size_t len)
+{
+	for (size_t i = 0; i < pp->noverlay; i++) {
+		const struct hp_byte_patch *o = &pp->overlay[i];
+		for (uint8_t k = 0; k < o->len; k++)
+			if (o->addr + k >= addr && o->addr + k < addr + len)
+				((uint8_t *)buf)[o->addr + k - addr] = o->bytes[k];
+	}
+}
 
 static int pid_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 {
@@ -49,6 +62,7 @@ static int pid_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 			return -ESRCH; /* the address space is gone: the process exited */
 		done += n;
 	}
+	apply_overlay(pp, addr, buf, len);
 	return 0;
 }
 
@@ -75,6 +89,7 @@ static void pid_free_priv(struct hp_model *m)
 		free(pp->maps[i].bytes);
 	}
 	free(pp->maps);
+	free(pp->overlay);
 	free(pp);
 	m->priv = NULL;
 }
@@ -218,6 +233,15 @@ int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **o
 	pp->pid = pid;
 	pp->memfd = -1;
 	m->priv = pp;
+	if (o->noverlay) {
+		if (!(pp->overlay = malloc(o->noverlay * sizeof(*pp->overlay)))) {
+			hp_model_free(m);
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		memcpy(pp->overlay, o->overlay, o->noverlay * sizeof(*pp->overlay));
+		pp->noverlay = o->noverlay;
+	}
 	m->free_priv = pid_free_priv;
 	m->read = pid_read;
 	snprintf(m->release, sizeof(m->release), "pid %d", pid);
