@@ -20,6 +20,7 @@
 #include "measure/sampler.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
+#include "replace/install.h"
 #include "host/processes.h"
 #include "host/procmaps.h"
 #include "target/target.h"
@@ -47,6 +48,9 @@ static const char plan_usage[] =
 	"                       measured at its copy's block starts, which only the root's\n"
 	"                       copy reaches; the new plan uses PLAN's options\n"
 	"  --installed-base A   where the copy runs (default: PLAN's base)\n"
+	"  --state-dir DIR      pid targets: installed copies' journals (default\n"
+	"                       /var/lib/hotpathd); the process's code is read as it was\n"
+	"                       before their patches\n"
 	"thresholds and geometry:\n"
 	"  --join F             a callee joins when one of its blocks ran more than F times\n"
 	"                       the root's calls (default 0.05)\n"
@@ -649,7 +653,7 @@ static int read_text(const char *path, char **out, size_t *len, char *err, size_
 
 int cmd_plan(int argc, char **argv)
 {
-	const char *pos[3], *profiles[16], *code_path = NULL, *second = NULL;
+	const char *pos[3], *profiles[16], *code_path = NULL, *second = NULL, *state_dir = "/var/lib/hotpathd";
 	uint64_t installed_base = 0;
 	struct hp_plan first = { 0 };
 	struct hp_profile first_prof = { 0 };
@@ -726,6 +730,8 @@ int cmd_plan(int argc, char **argv)
 			code_path = argv[++i];
 		} else if (!strcmp(a, "--second-pass")) {
 			second = argv[++i];
+		} else if (!strcmp(a, "--state-dir")) {
+			state_dir = argv[++i];
 		} else if (!strcmp(a, "--installed-base")) {
 			char *e;
 			installed_base = strtoull(v, &e, 0);
@@ -774,7 +780,14 @@ int cmd_plan(int argc, char **argv)
 			return HP_EXIT_USAGE;
 		}
 		plan_pid = (int)pid;
+		/* The code as planned: the original bytes under installed copies' patches. */
+		struct hp_byte_patch *bp = NULL;
+		size_t nbp = 0;
+		hp_installed_patches(state_dir, (int)pid, &bp, &nbp);
+		oo.overlay = bp;
+		oo.noverlay = nbp;
 		r = hp_model_open_pid((int)pid, &oo, &m, err, sizeof(err));
+		free(bp);
 	}
 	if (r < 0) {
 		fprintf(stderr, "hotpathd plan: %s\n", err);

@@ -262,7 +262,11 @@ int hp_profile_under_root(const struct hp_plan *first, uint64_t installed_base, 
 		uint64_t at;
 		if (!c && json_is_object(json_object_get(o, "metrics")))
 			c = json_object_get(json_object_get(o, "metrics"), "count");
-		if (!json_u64(json_object_get(o, "block"), &at))
+		/* A measure report of the installed process names the copy's block
+		 * (installed_copy) beside the original it counts for. */
+		if (!json_u64(json_object_get(o, "installed_copy"), &at) && !json_u64(json_object_get(o, "block"), &at))
+			continue;
+		if (!json_object_get(o, "block") && !json_object_get(o, "installed_copy"))
 			continue;
 		if (!json_is_number(c) || json_number_value(c) < 0) {
 			snprintf(err, errlen, "count record %zu of the copy has no count", i);

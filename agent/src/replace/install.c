@@ -1172,6 +1172,11 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
 		for (size_t m = 0; m < p.nmembers; m++)
 			nb += p.members[m].nblocks;
 		mc->blocks = calloc(nb + 1, sizeof(*mc->blocks));
+		mc->fns = calloc(p.nmembers + 1, sizeof(*mc->fns));
+		for (size_t m = 0; mc->fns && m < p.nmembers; m++)
+			mc->fns[mc->nfns++] = (struct hp_moved_fn){ p.members[m].addr + (uint64_t)delta,
+								    p.members[m].new_addr - p.base + mc->heap,
+								    p.members[m].size };
 		for (size_t m = 0; mc->blocks && m < p.nmembers; m++)
 			for (size_t b = 0; b < p.members[m].nblocks; b++) {
 				const struct hp_iblock *bl = &p.members[m].blocks[b];
@@ -1189,27 +1194,6 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
 	}
 	free(ins);
 	return 0;
-}
-
-uint64_t hp_moved_lookup(const struct hp_moved_code *mc, size_t n, uint64_t a)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (a < mc[i].heap || a >= mc[i].heap + mc[i].heap_len)
-			continue;
-		for (size_t k = 0; k < mc[i].nblocks; k++) {
-			const struct hp_moved_block *b = &mc[i].blocks[k];
-			if (b->copy && a >= b->copy && a < b->copy + b->size)
-				return b->orig + (a - b->copy);
-		}
-	}
-	return 0;
-}
-
-void hp_moved_code_free(struct hp_moved_code *mc, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(mc[i].blocks);
-	free(mc);
 }
 
 int hp_installed_patches(const char *state_dir, int pid, struct hp_byte_patch **out, size_t *n)

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "measure/moved.h"
 #include "model/model.h"
 #include "plan/plan.h"
 #include "target/target.h"
@@ -150,29 +151,9 @@ int hp_revert(const char *state_dir, int pid, const char *root, struct hp_instal
 	      void (*progress)(void *ctx, enum hp_install_step s, const char *detail), void *ctx, char *err,
 	      size_t errlen);
 
-/*
- * Installed code as measurable code: for each block of each member of an
- * installed plan, where it runs now. A measurement (or a sample) at an
- * address in the copy is attributed to the original block.
- */
-struct hp_moved_block {
-	uint64_t orig;   /* the original block's address */
-	uint64_t copy;   /* where it runs in the copy; 0 when the layout emptied it */
-	uint32_t size;   /* bytes in the copy */
-	uint32_t offset; /* in its function */
-	uint32_t member;
-};
-struct hp_moved_code {
-	int pid;
-	uint64_t heap, heap_len;
-	struct hp_moved_block *blocks; /* sorted by copy */
-	size_t nblocks;
-};
-/* The moved code of every install in process pid. */
+/* Installed code as measurable code (measure/moved.h): where each block
+ * of each member of every install in process pid runs now. */
 int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out, size_t *n, char *err, size_t errlen);
-/* The original address of copy address a (a block start or inside one), or 0. */
-uint64_t hp_moved_lookup(const struct hp_moved_code *mc, size_t n, uint64_t a);
-void hp_moved_code_free(struct hp_moved_code *mc, size_t n);
 
 /* Byte patches the installs in process pid made (for reading its original
  * code: the second pass plans from the bytes the plan was made from). */

@@ -646,6 +646,91 @@ static void t_bad_input(void)
 	hp_iplan_free(&p);
 }
 
+/* ---- Installed code measured, and planned again ------------------------ */
+
+static void t_measure_and_second_pass(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[8192], out[8192], err[512], why[256] = "", copy[400], plan2[400];
+	const char *st = state_dir("second");
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 3) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "second");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet --json", hp(), plan, st);
+	REQUIRE(run(cmd, out, sizeof(out)) == 0, "install failed: %s", out);
+	json_t *j = json_loads(out, 0, NULL);
+	uint64_t heap = strtoull(json_string_value(json_object_get(j, "heap")) ?: "0", NULL, 0);
+	json_decref(j);
+	/* The root measured: its probes are in the copy, counts on its rows. */
+	snprintf(copy, sizeof(copy), "%s/copy-counts.json", tu_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "%s measure pid %d pr_root pr_op pr_hash pr_mix pr_fib pr_even pr_odd pr_search pr_check --blocks "
+		 "--seconds 1 --json --state-dir '%s' > '%s' 2>/dev/null",
+		 hp(), f.pid, st, copy);
+	EXPECT(system(cmd) == 0, "measuring the installed process failed");
+	size_t len;
+	char *text = slurp(copy, &len);
+	j = text ? json_loads(text, 0, NULL) : NULL;
+	free(text);
+	size_t in_copy = 0, counted = 0;
+	uint64_t root_calls = 0;
+	json_t *row;
+	size_t k;
+	json_array_foreach(json_object_get(j, "resources"), k, row)
+	{
+		uint64_t c = (uint64_t)json_integer_value(json_object_get(json_object_get(row, "metrics"), "count"));
+		uint64_t at = (uint64_t)json_integer_value(json_object_get(row, "installed_copy"));
+		if (at) {
+			in_copy++;
+			EXPECT(at >= heap && at < heap + 65536, "a row is probed at 0x%" PRIx64 ", outside the heap", at);
+			counted += c > 0;
+		}
+		if (!json_object_get(row, "block") &&
+		    !strcmp(json_string_value(json_object_get(row, "function")) ?: "", "pr_root"))
+			root_calls = c;
+	}
+	json_decref(j);
+	EXPECT(in_copy > 20 && counted > 10, "the copy's blocks were not measured (%zu rows in the copy, %zu counted)",
+	       in_copy, counted);
+	EXPECT(root_calls > 100, "pr_root's calls were not counted in its copy (%" PRIu64 ")", root_calls);
+	/* The second pass: planned from the copy's counts, installed over the first. */
+	snprintf(plan2, sizeof(plan2), "%s/second.plan.json", tu_tmpdir());
+	struct hp_installed *ins = NULL;
+	size_t n = 0;
+	hp_installed_list(st, &ins, &n, err, sizeof(err));
+	REQUIRE(n == 1, "installed lists %zu installs", n);
+	snprintf(cmd, sizeof(cmd),
+		 "%s plan pid %d pr_root --second-pass '%s' --profile '%s' --installed-base 0x%" PRIx64
+		 " --state-dir '%s' --json > '%s'",
+		 hp(), f.pid, ins[0].plan_path, copy, heap, st, plan2);
+	free(ins);
+	EXPECT(system(cmd) == 0, "the second pass did not plan: %s", cmd);
+	text = slurp(plan2, &len);
+	EXPECT(text && strstr(text, "calls under pr_root"), "the second plan's profile is not scoped to the root");
+	free(text);
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --replace --state-dir '%s' --quiet --json", hp(), plan2, st);
+	EXPECT(run(cmd, out, sizeof(out)) == 0 && strstr(out, "\"installed\""), "the second pass did not install: %s",
+	       out);
+	EXPECT(journals(st) == 1 && heaps_mapped(f.pid) == 1, "after the second pass: %zu journals, %d heaps",
+	       journals(st), heaps_mapped(f.pid));
+	usleep(200000);
+	EXPECT(fx_ok(&f), "the process went wrong with the second pass: %s", f.errbuf);
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --quiet", hp(), f.pid, st);
+	EXPECT(run(cmd, NULL, 0) == 0, "revert failed");
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0 && heaps_mapped(f.pid) == 0, "not clean: %s", why);
+	unsigned long v = fx_stop(&f);
+	printf("# measured in the copy: %zu rows, pr_root called %" PRIu64 " times; second pass installed over the "
+	       "first; %lu results verified\n",
+	       in_copy, root_calls, v);
+	hp_iplan_free(&p);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -653,6 +738,7 @@ int main(void)
 		return 0;
 	}
 	RUN(t_install_revert_cli);
+	RUN(t_measure_and_second_pass);
 	RUN(t_cycles);
 	RUN(t_kill_agent);
 	RUN(t_bad_input);
