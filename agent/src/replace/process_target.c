@@ -394,6 +394,7 @@ static uint64_t unwinder_symbol(int pid, const char *sym, uint64_t *lib_lo, uint
 
 	if (read_maps(pid, &maps, &n) < 0)
 		return 0;
+	elf_version(EV_CURRENT);
 	*lib_lo = *lib_hi = 0;
 	for (size_t i = 0; i < n; i++)
 		if (strstr(maps[i].path, "/libgcc_s.so")) {
@@ -737,6 +738,7 @@ static int pmodule_base(struct hp_patch_target *t, const char *path, const char 
 		snprintf(err, errlen, "process %d exited", p->pid);
 		return -ESRCH;
 	}
+	elf_version(EV_CURRENT);
 	for (size_t i = 0; i < n && r == -ENOENT; i++) {
 		if (strcmp(maps[i].path, path) || maps[i].off != 0)
 			continue;
