@@ -7,7 +7,7 @@
 # counts for edge derivation. The planner's target takes its code from hotpathd itself and its
 # choices from the input bytes (seeded with short slices of the same machine code); a plan is
 # slower than a decode, so it runs a third of the inputs. Profile files are fuzzed from seeds of
-# each shape they come in.
+# each shape they come in; the installer's inputs (a plan's JSON, an undo journal) from one of each.
 # Fixed seeds keep a run repeatable. A crash, leak, sanitizer report or broken invariant fails the
 # case and leaves the input that caused it in build/fuzz/artifacts/. Run from the agent directory.
 # FUZZ_RUNS raises the number of inputs for a longer session (default 60000 per target).
@@ -15,7 +15,7 @@ set -u
 runs=${FUZZ_RUNS:-60000}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profile" build/fuzz/artifacts
+mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profile" "$TMP/install" build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
 objcopy -O binary --only-section=.text build/hotpathd "$TMP/text.bin"
@@ -70,9 +70,24 @@ build/hotpathd plan elf build/hotpathd "$root" --profile "$TMP/profile/measure.j
 python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["profile"]))' "$TMP/profile/plan.json" \
 	>"$TMP/profile/saved.json" 2>/dev/null || true
 
+# Installer seeds: a plan's JSON (first byte even) and an undo journal (odd).
+{ printf 'P'; cat "$TMP/profile/plan.json"; } >"$TMP/install/plan" 2>/dev/null || true
+python3 - "$TMP/install/journal" <<'PY'
+import json, sys, zlib
+recs = [{"op": "begin", "version": 1, "id": "hotpath-1-f-00000000", "pid": 1, "root": "f"},
+        {"op": "undo", "kind": "entry", "addr": "0x401000", "len": 5, "orig": "554889e541", "now": "e9fbff0f00"},
+        {"op": "installed"}]
+with open(sys.argv[1], "wb") as f:
+    f.write(b"J")
+    for r in recs:
+        s = json.dumps(r, separators=(",", ":")).encode()
+        f.write(b"HPJ1 %d %08x " % (len(s), zlib.crc32(s)) + s + b"\n")
+PY
+
 fuzz fuzz_cfg "$TMP/cfg"
 fuzz fuzz_elf "$TMP/elf"
 fuzz fuzz_spec "$TMP/spec"
 fuzz fuzz_edges "$TMP/edges"
 fuzz fuzz_plan "$TMP/plan" $((runs / 3))
 fuzz fuzz_profile "$TMP/profile"
+fuzz fuzz_install "$TMP/install"

@@ -43,7 +43,8 @@ static const char install_usage[] =
 	"  --no-call-sites       splice the entry only; leave call sites calling it\n"
 	"  --replace             the root is installed already: revert it, then install\n"
 	"                        this plan (a second pass)\n"
-	"  --state-dir DIR       journals and installed plans (default " DEFAULT_STATE ")\n"
+	"  --state-dir DIR       journals and installed plans (default " DEFAULT_STATE
+	")\n"
 	"  --json                one JSON object on stdout\n"
 	"  --quiet               no progress on stderr\n"
 	"\n"
@@ -326,9 +327,10 @@ int cmd_revert(int argc, char **argv)
 		struct json j;
 		json_init(&j, stdout);
 		json_obj_begin(&j);
-		json_kstr(&j, "status", r < 0 ? (r == -ENOENT ? "nothing_installed" : "failed") :
-					 res.heap_kept ? "reverted_heap_kept" :
-							 "reverted");
+		json_kstr(&j, "status",
+			  r < 0         ? (r == -ENOENT ? "nothing_installed" : "failed") :
+			  res.heap_kept ? "reverted_heap_kept" :
+					  "reverted");
 		json_key(&j, "pid");
 		json_u64(&j, pid);
 		if (r < 0)

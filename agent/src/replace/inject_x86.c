@@ -107,7 +107,6 @@ enum { hp_tramp_off_sys_after, hp_tramp_off_call, hp_tramp_off_marker, hp_tramp_
 
 enum { SLOT_NR, SLOT_A1, SLOT_A2, SLOT_A3, SLOT_A4, SLOT_A5, SLOT_A6, SLOT_FN, SLOT_AREA, SLOT_RESUME, NSLOTS };
 
-
 size_t hp_inject_call_area(void)
 {
 	unsigned a = 0, b = 0, c = 0, d = 0;
@@ -130,7 +129,7 @@ static void normalize(struct user_regs_struct *r)
 		r->rax = r->orig_rax;
 		r->rip -= 2;
 	} else if (ax == -516) { /* ERESTART_RESTARTBLOCK */
-		r->rax = 219;        /* restart_syscall */
+		r->rax = 219;    /* restart_syscall */
 		r->rip -= 2;
 	}
 	r->orig_rax = (unsigned long long)-1;
@@ -270,8 +269,8 @@ int hp_inject_syscall(struct hp_injector *ij, long nr, const uint64_t *args, int
 			return s == 0 ? -ESRCH : s < 0 ? s : -EIO;
 		}
 		memset(&si, 0, sizeof(si));
-		if (ptrace(PTRACE_GET_SYSCALL_INFO, t->tid, sizeof(si), &si) > 0 &&
-		    si.op == PTRACE_SYSCALL_INFO_EXIT && si.instruction_pointer == ij->scratch + OFF(hp_tramp_off_sys_after))
+		if (ptrace(PTRACE_GET_SYSCALL_INFO, t->tid, sizeof(si), &si) > 0 && si.op == PTRACE_SYSCALL_INFO_EXIT &&
+		    si.instruction_pointer == ij->scratch + OFF(hp_tramp_off_sys_after))
 			break;
 		if (ptrace(PTRACE_SYSCALL, t->tid, 0, 0) < 0)
 			return -errno;

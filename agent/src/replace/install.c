@@ -32,25 +32,15 @@
 #include "replace/journal.h"
 #include "replace/patch_target.h"
 
-#define REACH ((int64_t)1 << 31)
+#define REACH      ((int64_t)1 << 31)
 #define HEAP_ALIGN 4096
 
 const char *hp_install_step_name(enum hp_install_step s)
 {
-	static const char *const n[] = { "",
-					 "checked",
-					 "journaled",
-					 "stopped",
-					 "scratch",
-					 "heap",
-					 "unwind",
-					 "entry",
-					 "calls",
-					 "installed",
-					 "revert_calls",
-					 "revert_entry",
-					 "revert_heap",
-					 "reverted" };
+	static const char *const n[] = {
+		"",      "checked", "journaled", "stopped",      "scratch",      "heap",        "unwind",
+		"entry", "calls",   "installed", "revert_calls", "revert_entry", "revert_heap", "reverted"
+	};
 	return (unsigned)s < sizeof(n) / sizeof(n[0]) ? n[s] : "?";
 }
 
@@ -265,7 +255,8 @@ static int undo_all_inner(struct op *x, char *err, size_t errlen)
 			jadd(x, json_pack("{s:s, s:o}", "op", "restored", "addr", hexval(u->addr)), why, sizeof(why));
 		} else if (s == 2 && !bad++) {
 			snprintf(err, errlen,
-				 "the bytes at 0x%" PRIx64 " are neither the original nor the installed ones: "
+				 "the bytes at 0x%" PRIx64
+				 " are neither the original nor the installed ones: "
 				 "something else changed them; they were left alone",
 				 u->addr);
 		}
@@ -287,9 +278,10 @@ static int undo_all_inner(struct op *x, char *err, size_t errlen)
 		}
 		if (!busy && x->unwind_unknown) {
 			busy = 1;
-			snprintf(why, sizeof(why),
-				 "the registration of its unwind data was interrupted, so whether the unwinder holds it "
-				 "is unknown");
+			snprintf(
+				why, sizeof(why),
+				"the registration of its unwind data was interrupted, so whether the unwinder holds it "
+				"is unknown");
 		}
 		if (!busy) {
 			if (!x->scratch_applied) {
@@ -421,8 +413,8 @@ static int check_target(struct op *x, char *err, size_t errlen)
 			hp_bytes_digest(b, mb->size, dg);
 		if (i == 0)
 			memcpy(x->entry_block, b,
-			       x->entry_block_len = mb->size < sizeof(x->entry_block) ? mb->size :
-											sizeof(x->entry_block));
+			       x->entry_block_len =
+				       mb->size < sizeof(x->entry_block) ? mb->size : sizeof(x->entry_block));
 		free(b);
 		if (r < 0) {
 			snprintf(err, errlen, "cannot read %s in %s: %s", mb->name, x->t.desc, strerror(-r));
@@ -515,13 +507,13 @@ static int install_inner(struct op *x, char *err, size_t errlen)
 	x->heap.len = (x->image_len + HEAP_ALIGN - 1) & ~(size_t)(HEAP_ALIGN - 1);
 	int64_t lo = INT64_MIN, hi = INT64_MAX;
 	int64_t span = (int64_t)x->heap.len + (1 << 20);
-#define NEED(a)                                                   \
-	do {                                                      \
-		int64_t a_ = (int64_t)(a);                        \
-		if (a_ - REACH + span > lo)                       \
-			lo = a_ - REACH + span;                   \
-		if (a_ + REACH - span < hi)                       \
-			hi = a_ + REACH - span;                   \
+#define NEED(a)                                 \
+	do {                                    \
+		int64_t a_ = (int64_t)(a);      \
+		if (a_ - REACH + span > lo)     \
+			lo = a_ - REACH + span; \
+		if (a_ + REACH - span < hi)     \
+			hi = a_ + REACH - span; \
 	} while (0)
 	NEED(entry);
 	for (size_t i = 0; i < p->nrelocs; i++)
@@ -557,11 +549,9 @@ static int install_inner(struct op *x, char *err, size_t errlen)
 		return r;
 	}
 	x->image = calloc(1, x->heap.len);
-	struct hp_plan tmp = { .base = p->base,
-			       .code = p->code,
-			       .code_len = p->code_len,
-			       .relocs = p->relocs,
-			       .nrelocs = p->nrelocs };
+	struct hp_plan tmp = {
+		.base = p->base, .code = p->code, .code_len = p->code_len, .relocs = p->relocs, .nrelocs = p->nrelocs
+	};
 	if (!x->image || hp_plan_relocate(&tmp, x->heap.addr, x->delta, x->image, err, errlen) < 0) {
 		free(sites);
 		return x->image ? -ERANGE : -ENOMEM;
@@ -582,8 +572,9 @@ static int install_inner(struct op *x, char *err, size_t errlen)
 		free(sites);
 		return r;
 	}
-	jadd(x, json_pack("{s:s, s:o, s:i}", "op", "heap_mapped", "data", hexval(x->heap.data), "data_len",
-			  (int)x->heap.data_len),
+	jadd(x,
+	     json_pack("{s:s, s:o, s:i}", "op", "heap_mapped", "data", hexval(x->heap.data), "data_len",
+		       (int)x->heap.data_len),
 	     err, errlen);
 	res->heap = x->heap.addr;
 	res->heap_len = x->heap.len;
@@ -618,8 +609,8 @@ static int install_inner(struct op *x, char *err, size_t errlen)
 	struct hp_undo u;
 	uint64_t new_entry = x->heap.addr + (p->members[0].new_addr - p->base);
 	double te = hp_now();
-	if ((r = x->t.ops->prepare_entry(&x->t, entry, new_entry, &u, err, errlen)) < 0 ||
-	    (r = add_write(x, &u)) < 0 || (r = jadd(x, undo_record(&u), err, errlen)) < 0) {
+	if ((r = x->t.ops->prepare_entry(&x->t, entry, new_entry, &u, err, errlen)) < 0 || (r = add_write(x, &u)) < 0 ||
+	    (r = jadd(x, undo_record(&u), err, errlen)) < 0) {
 		free(sites);
 		return r;
 	}
@@ -677,8 +668,9 @@ static int install_inner(struct op *x, char *err, size_t errlen)
 			return r;
 		x->scratch_applied = false;
 	}
-	if ((r = jadd(x, json_pack("{s:s, s:o, s:i}", "op", "installed", "new_entry", hexval(new_entry), "calls",
-				   (int)res->call_sites),
+	if ((r = jadd(x,
+		      json_pack("{s:s, s:o, s:i}", "op", "installed", "new_entry", hexval(new_entry), "calls",
+				(int)res->call_sites),
 		      err, errlen)) < 0)
 		return r;
 	x->t.ops->resume(&x->t);
@@ -972,18 +964,18 @@ int hp_installed_list(const char *state_dir, struct hp_installed **out, size_t *
 			}
 			uint64_t st = 0;
 			bool alive = hp_process_start_time(h->pid, &st) == 0 && st == h->start_time;
-			const char *state = !alive	    ? "process_gone" :
-					    s.heap_kept	    ? "heap_kept" :
-					    s.revert	    ? "reverting" :
-					    s.installed	    ? "installed" :
-								      "installing";
+			const char *state = !alive      ? "process_gone" :
+					    s.heap_kept ? "heap_kept" :
+					    s.revert    ? "reverting" :
+					    s.installed ? "installed" :
+							  "installing";
 			snprintf(h->state, sizeof(h->state), "%s", state);
 			snprintf(h->detail, sizeof(h->detail), "%s",
-				 !alive		 ? "the process exited; `hotpathd revert` removes the journal" :
-				 s.heap_kept	 ? s.kept_why :
-				 s.revert	 ? "a revert was interrupted: `hotpathd revert` finishes it" :
-				 !s.installed	 ? "an install was interrupted: `hotpathd revert` undoes it" :
-						   "");
+				 !alive       ? "the process exited; `hotpathd revert` removes the journal" :
+				 s.heap_kept  ? s.kept_why :
+				 s.revert     ? "a revert was interrupted: `hotpathd revert` finishes it" :
+				 !s.installed ? "an install was interrupted: `hotpathd revert` undoes it" :
+						"");
 			jstate_free(&s);
 		}
 		free(js[i]);
@@ -1101,8 +1093,9 @@ int hp_revert(const char *state_dir, int pid, const char *root, struct hp_instal
 		struct jstate s;
 		char e[256];
 		if (r == 0 && jstate_read(js[i], &s, e, sizeof(e)) == 0) {
-			bool match = (int)jx(s.begin, "pid") == pid &&
-				     (!root || !strcmp(json_string_value(json_object_get(s.begin, "root")) ?: "", root));
+			bool match =
+				(int)jx(s.begin, "pid") == pid &&
+				(!root || !strcmp(json_string_value(json_object_get(s.begin, "root")) ?: "", root));
 			jstate_free(&s);
 			if (match) {
 				int k = revert_one(js[i], &o, res, err, errlen);
@@ -1174,9 +1167,9 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
 		mc->blocks = calloc(nb + 1, sizeof(*mc->blocks));
 		mc->fns = calloc(p.nmembers + 1, sizeof(*mc->fns));
 		for (size_t m = 0; mc->fns && m < p.nmembers; m++)
-			mc->fns[mc->nfns++] = (struct hp_moved_fn){ p.members[m].addr + (uint64_t)delta,
-								    p.members[m].new_addr - p.base + mc->heap,
-								    p.members[m].size };
+			mc->fns[mc->nfns++] =
+				(struct hp_moved_fn){ p.members[m].addr + (uint64_t)delta,
+						      p.members[m].new_addr - p.base + mc->heap, p.members[m].size };
 		for (size_t m = 0; mc->blocks && m < p.nmembers; m++)
 			for (size_t b = 0; b < p.members[m].nblocks; b++) {
 				const struct hp_iblock *bl = &p.members[m].blocks[b];

@@ -95,10 +95,10 @@ enum hp_install_step {
 const char *hp_install_step_name(enum hp_install_step s);
 
 struct hp_install_opts {
-	const char *state_dir;    /* journals and saved plans (STATE_DIR/replace) */
-	int pid;                  /* 0: the plan's process */
-	bool patch_calls;         /* also make the root's static call sites call the copy */
-	const struct hp_model *m; /* the target's model (call sites); NULL: entry only */
+	const char *state_dir;     /* journals and saved plans (STATE_DIR/replace) */
+	int pid;                   /* 0: the plan's process */
+	bool patch_calls;          /* also make the root's static call sites call the copy */
+	const struct hp_model *m;  /* the target's model (call sites); NULL: entry only */
 	const char *approved_hash; /* if set, the code hash must be this */
 	hp_approve_fn approve;     /* if set, asked before anything is written */
 	void *approve_ctx;

@@ -112,8 +112,7 @@ static size_t valid_prefix(const char *buf, size_t n, json_t *arr, size_t *count
 		memcpy(tmp, buf + at, k);
 		tmp[k] = 0;
 		if (sscanf(tmp, "HPJ1 %lu %8lx %n", &len, &crc, &hdr) != 2 || !hdr || at + hdr + len + 1 > n ||
-		    buf[at + hdr + len] != '\n' ||
-		    crc32(0, (const Bytef *)buf + at + hdr, (uInt)len) != crc) {
+		    buf[at + hdr + len] != '\n' || crc32(0, (const Bytef *)buf + at + hdr, (uInt)len) != crc) {
 			*torn = true;
 			break;
 		}
@@ -131,6 +130,13 @@ static size_t valid_prefix(const char *buf, size_t n, json_t *arr, size_t *count
 		(*count)++;
 	}
 	return at;
+}
+
+size_t hp_journal_parse(const char *buf, size_t n, json_t **records, bool *torn)
+{
+	size_t count;
+	*records = json_array();
+	return valid_prefix(buf, n, *records, &count, torn);
 }
 
 static int slurp_fd(int fd, char **out, size_t *len)

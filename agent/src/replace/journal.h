@@ -35,6 +35,10 @@ int hp_journal_open(const char *path, struct hp_journal *j, char *err, size_t er
 int hp_journal_append(struct hp_journal *j, json_t *const *recs, size_t n, char *err, size_t errlen);
 /* Append one record (steals the reference). */
 int hp_journal_add(struct hp_journal *j, json_t *rec, char *err, size_t errlen);
+/* The complete records at the start of buf (a journal's bytes), as a JSON
+ * array (new reference); *torn tells whether a malformed or cut-short
+ * record ended them. Returns the bytes they take. */
+size_t hp_journal_parse(const char *buf, size_t n, json_t **records, bool *torn);
 /* Every complete record of the journal at path, as a JSON array (new
  * reference); *torn tells whether a cut-short record ended it. */
 int hp_journal_read(const char *path, json_t **records, bool *torn, char *err, size_t errlen);

@@ -58,8 +58,8 @@ struct hp_patch_ops {
 	/* Where the file (path, GNU build id) is loaded: its load bias (the
 	 * address its file address 0 has). -ENOENT not loaded, -ESTALE another
 	 * build is loaded there (err says which). */
-	int (*module_base)(struct hp_patch_target *t, const char *path, const char *build_id, uint64_t *bias,
-			   char *err, size_t errlen);
+	int (*module_base)(struct hp_patch_target *t, const char *path, const char *build_id, uint64_t *bias, char *err,
+			   size_t errlen);
 	/* Stop the target's code from running (every thread of a process). */
 	int (*quiesce)(struct hp_patch_target *t, char *err, size_t errlen);
 	/* Let it run again. */
@@ -82,8 +82,8 @@ struct hp_patch_ops {
 	 * the call instruction at site call new_target. Nothing is written. */
 	int (*prepare_entry)(struct hp_patch_target *t, uint64_t fn, uint64_t new_entry, struct hp_undo *u, char *err,
 			     size_t errlen);
-	int (*prepare_call)(struct hp_patch_target *t, uint64_t site, uint64_t new_target, struct hp_undo *u,
-			    char *err, size_t errlen);
+	int (*prepare_call)(struct hp_patch_target *t, uint64_t site, uint64_t new_target, struct hp_undo *u, char *err,
+			    size_t errlen);
 	/* Write u->now (apply) or u->orig (restore), never while a thread is
 	 * inside the bytes: its PC is moved with map (may be NULL) or the
 	 * target runs briefly and the write is tried again. */

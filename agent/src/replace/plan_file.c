@@ -99,9 +99,9 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 	p->module = dupstr(json_object_get(tg, "module"));
 	get_u64(json_object_get(tg, "module_base"), &p->module_base);
 	snprintf(p->build_id, sizeof(p->build_id), "%s",
-		 json_string_value(json_object_get(tg, "module_build_id")) ?:
+		 json_string_value(json_object_get(tg, "module_build_id"))  ?:
 			 json_string_value(json_object_get(tg, "build_id")) ?:
-								     "");
+									      "");
 	code = json_object_get(root, "code");
 	if (!json_is_true(json_object_get(code, "verified"))) {
 		snprintf(err, errlen, "the plan's code was not verified: it is not installed");
@@ -190,7 +190,7 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 		snprintf(err, errlen, "the plan does not name its module (plan again with this hotpathd)");
 		goto out;
 	}
-	struct hp_code_image ci = { p->base,	     p->code,	      p->code_len, p->unwind,
+	struct hp_code_image ci = { p->base,       p->code,       p->code_len, p->unwind,
 				    p->unwind_len, p->unwind_off, p->relocs,   p->nrelocs };
 	if (hp_code_hash(&ci, p->computed) < 0) {
 		snprintf(err, errlen, "cannot hash the plan's code");

@@ -41,7 +41,7 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 #ifndef PR_SET_VMA
-#define PR_SET_VMA 0x53564d41
+#define PR_SET_VMA           0x53564d41
 #define PR_SET_VMA_ANON_NAME 0
 #endif
 #ifndef MFD_CLOEXEC
@@ -50,10 +50,10 @@
 
 /* Layout of the data area: the unwinder's object record, then the call area. */
 #define DATA_OBJECT 0
-#define DATA_CALL 4096
+#define DATA_CALL   4096
 /* How long and how often a write waits for threads to leave its bytes. */
-#define RETRIES 200
-#define RUN_US 500
+#define RETRIES     200
+#define RUN_US      500
 
 struct proc {
 	int pid;
@@ -263,8 +263,8 @@ static int syscall_in(struct proc *p, long nr, const uint64_t *a, int na, int64_
 	return hp_inject_syscall(&p->ij, nr, a, na, ret, err, errlen);
 }
 
-static int pheap_place(struct hp_patch_target *t, uint64_t lo, uint64_t hi, uint64_t near, size_t len,
-		       uint64_t *addr, char *err, size_t errlen)
+static int pheap_place(struct hp_patch_target *t, uint64_t lo, uint64_t hi, uint64_t near, size_t len, uint64_t *addr,
+		       char *err, size_t errlen)
 {
 	struct proc *p = P(t);
 	struct map *maps;
@@ -346,7 +346,7 @@ static int pheap_map(struct hp_patch_target *t, struct hp_heap *h, const uint8_t
 	if (lfd >= 0)
 		close(lfd);
 	if (!rc) {
-		uint64_t a2[6] = { h->addr, h->len, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED_NOREPLACE,
+		uint64_t a2[6] = { h->addr,      h->len, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED_NOREPLACE,
 				   (uint64_t)fd, 0 };
 		if ((rc = syscall_in(p, SYS_mmap, a2, 6, &r, err, errlen)) == 0 && (uint64_t)r != h->addr) {
 			if (r > 0 || r < -4095) {
@@ -367,8 +367,9 @@ static int pheap_map(struct hp_patch_target *t, struct hp_heap *h, const uint8_t
 		return rc;
 	if (h->data_len) {
 		h->data_len = DATA_CALL + hp_inject_call_area();
-		uint64_t a5[6] = { 0, h->data_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, (uint64_t)-1,
-				   0 };
+		uint64_t a5[6] = {
+			0, h->data_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, (uint64_t)-1, 0
+		};
 		if ((rc = syscall_in(p, SYS_mmap, a5, 6, &r, err, errlen)) < 0)
 			return rc;
 		if (r < 0 && r > -4096) {
@@ -726,8 +727,8 @@ static void pclose_target(struct hp_patch_target *t)
 	t->priv = NULL;
 }
 
-static int pmodule_base(struct hp_patch_target *t, const char *path, const char *build_id, uint64_t *bias,
-			char *err, size_t errlen)
+static int pmodule_base(struct hp_patch_target *t, const char *path, const char *build_id, uint64_t *bias, char *err,
+			size_t errlen)
 {
 	struct proc *p = P(t);
 	struct map *maps;

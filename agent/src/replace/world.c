@@ -107,8 +107,8 @@ static void refusal(pid_t pid, int e, char *err, size_t errlen)
 		fclose(fp);
 	}
 	if (scope >= 1)
-		snprintf(err, errlen,
-			 "ptrace refused (%s): Yama's kernel.yama.ptrace_scope is %d, which %s", strerror(e), scope,
+		snprintf(err, errlen, "ptrace refused (%s): Yama's kernel.yama.ptrace_scope is %d, which %s",
+			 strerror(e), scope,
 			 scope == 3 ? "forbids ptrace attach altogether until reboot" :
 			 scope == 2 ? "allows attaching only with CAP_SYS_PTRACE" :
 				      "allows attaching only to descendants without CAP_SYS_PTRACE");

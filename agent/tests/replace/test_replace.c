@@ -363,8 +363,8 @@ static void t_cycles(void)
 					one.t = &w.t[i];
 					one.n = 1;
 					inside += hp_world_inside(&one, p.members[0].addr,
-								  p.members[0].addr + p.members[0].size, 1 << 20,
-								  where, sizeof(where)) >= 0;
+								  p.members[0].addr + p.members[0].size, 1 << 20, where,
+								  sizeof(where)) >= 0;
 				}
 				stops++;
 				hp_world_release(&w);
@@ -415,7 +415,7 @@ static int kill_run(const char *st, const char *plan, const char *kill_at, char 
 
 static void t_kill_agent(void)
 {
-	static const char *const install_steps[] = { "journaled", "stopped", "scratch", "heap",     "unwind",
+	static const char *const install_steps[] = { "journaled", "stopped", "scratch",   "heap", "unwind",
 						     "entry",     "calls",   "installed", NULL };
 	static const char *const revert_steps[] = { "revert_calls", "revert_entry", "revert_heap", NULL };
 	struct fx f;
@@ -629,8 +629,7 @@ static void t_bad_input(void)
 	if (mount("tmpfs", tiny, "tmpfs", 0, "size=16k") == 0) {
 		snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet 2>&1", hp(), plan, tiny);
 		rc = run(cmd, out, sizeof(out));
-		EXPECT(rc == 1 && strstr(out, "disk is full"), "a full journal disk was not refused (%d): %s", rc,
-		       out);
+		EXPECT(rc == 1 && strstr(out, "disk is full"), "a full journal disk was not refused (%d): %s", rc, out);
 		EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0 && heaps_mapped(f.pid) == 0,
 		       "the refused install changed the process");
 		umount2(tiny, MNT_DETACH);
@@ -688,7 +687,8 @@ static void t_measure_and_second_pass(void)
 		uint64_t at = (uint64_t)json_integer_value(json_object_get(row, "installed_copy"));
 		if (at) {
 			in_copy++;
-			EXPECT(at >= heap && at < heap + 65536, "a row is probed at 0x%" PRIx64 ", outside the heap", at);
+			EXPECT(at >= heap && at < heap + 65536, "a row is probed at 0x%" PRIx64 ", outside the heap",
+			       at);
 			counted += c > 0;
 		}
 		if (!json_object_get(row, "block") &&
@@ -725,7 +725,8 @@ static void t_measure_and_second_pass(void)
 	EXPECT(run(cmd, NULL, 0) == 0, "revert failed");
 	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0 && heaps_mapped(f.pid) == 0, "not clean: %s", why);
 	unsigned long v = fx_stop(&f);
-	printf("# measured in the copy: %zu rows, pr_root called %" PRIu64 " times; second pass installed over the "
+	printf("# measured in the copy: %zu rows, pr_root called %" PRIu64
+	       " times; second pass installed over the "
 	       "first; %lu results verified\n",
 	       in_copy, root_calls, v);
 	hp_iplan_free(&p);
