@@ -44,6 +44,8 @@ bench: agent backend frontend
 	./bench/catalog_load
 	./bench/chaos
 	./bench/plan
+	./bench/replace_cycles
+	./bench/replace
 
 clean:
 	$(MAKE) -C agent clean
