@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs the libFuzzer targets in fuzz/ for a fixed number of inputs each, from seed corpora made
-# here: slices of hotpathd's own machine code for the decoder and CFG builder, and small programs
-# gcc compiles (optimized, with debug info, stripped, a relocatable object) for the ELF reader.
+# here: slices of hotpathd's own machine code for the decoder and CFG builder, small programs gcc
+# compiles (optimized, with debug info, stripped, a relocatable object) for the ELF reader, and
+# kallsyms text (a recording with modules, this machine's own) for the kernel symbol reader.
 # Fixed seeds keep a run repeatable. A crash, leak, sanitizer report or broken invariant fails the
 # case and leaves the input that caused it in build/fuzz/artifacts/. Run from the agent directory.
 # FUZZ_RUNS raises the number of inputs for a longer session (default 60000 per target).
@@ -10,7 +11,7 @@ set -u
 runs=${FUZZ_RUNS:-60000}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$TMP/cfg" "$TMP/elf" build/fuzz/artifacts
+mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/kallsyms" build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
 objcopy -O binary --only-section=.text build/hotpathd "$TMP/text.bin"
@@ -26,6 +27,10 @@ gcc -O2 -o "$TMP/elf/prog" "$TMP/p.c" &&
 	gcc -O0 -g -o "$TMP/elf/prog-debug" "$TMP/p.c" &&
 	strip -o "$TMP/elf/prog-stripped" "$TMP/elf/prog" &&
 	gcc -O2 -c -o "$TMP/elf/prog.o" "$TMP/p.c" || { echo "FAIL - fuzz seeds: gcc could not build them"; exit 1; }
+
+# kallsyms seeds: the recording from a kernel with modules, and the start of this machine's own.
+cp tests/fixtures/kallsyms-6.1/kallsyms "$TMP/kallsyms/lane-6.1"
+head -n 400 /proc/kallsyms >"$TMP/kallsyms/live" 2>/dev/null || true
 
 fuzz() {
 	local name=$1 corpus=$2 log="$TMP/$1.log"
@@ -45,3 +50,4 @@ fuzz() {
 
 fuzz fuzz_cfg "$TMP/cfg"
 fuzz fuzz_elf "$TMP/elf"
+fuzz fuzz_kallsyms "$TMP/kallsyms"
