@@ -14,7 +14,7 @@ die() { printf '[deps] error: %s\n' "$*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root: the agent reads kernel text with BPF and installs system packages"
 command -v apt-get >/dev/null || die "this script knows Debian/Ubuntu (apt-get); install the packages in docs/deployment.md by hand"
 
-run_pkgs=(make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib1g-dev libzydis-dev libgrpc-dev
+run_pkgs=(make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib1g-dev libzydis-dev libjansson-dev libgrpc-dev
           libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libssl-dev pkg-config ca-certificates
           python3 python3-venv python3-pip)
 test_pkgs=(chromium linux-perf docker-compose binutils util-linux procps clang-format)

@@ -21,6 +21,7 @@ struct od_insn {
 	uint64_t target;
 	bool transfer; /* ends a block: jumps, ret, ud2, int3, hlt */
 	bool int3;
+	uint64_t call_target; /* direct calls: the callee, else 0 */
 };
 
 struct od {
@@ -84,6 +85,8 @@ static inline bool objdump_cmd(const char *cmd, struct od *od)
 			in.direct = true;
 			in.target = strtoull(p, NULL, 16);
 		}
+		if (!strncmp(in.mnem, "call", 4) && isxdigit((unsigned char)*p))
+			in.call_target = strtoull(p, NULL, 16);
 		in.int3 = !strcmp(in.mnem, "int3");
 		in.transfer = jump || !strncmp(in.mnem, "ret", 3) || !strcmp(in.mnem, "ud2") || in.int3 ||
 			      !strcmp(in.mnem, "hlt");

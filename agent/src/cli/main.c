@@ -18,6 +18,7 @@ struct command {
 
 static const struct command commands[] = {
 	{ "inspect", cmd_inspect, "show one function's blocks, instructions, successors and callees" },
+	{ "plan", cmd_plan, "plan the re-layout of a hot function and its callees (nothing is installed)" },
 	{ "parse", cmd_parse, "parse a whole target (kernel, ELF file, process) and print totals" },
 	{ "run", cmd_run, "connect to the backend and stream the live kernel's code and hotness" },
 	{ "sample", cmd_sample, "sample the whole system's program counters locally" },

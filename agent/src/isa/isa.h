@@ -20,7 +20,8 @@ enum hp_insn_class {
 	HP_IC_CALL,     /* direct call */
 	HP_IC_CALL_IND, /* call through a register or memory */
 	HP_IC_RET,      /* ret, iret, sysret, sysexit */
-	HP_IC_TRAP,     /* ud2/ud0/ud1, int3, hlt: control does not continue */
+	HP_IC_TRAP,     /* ud2/ud0/ud1, int3: control does not continue (a kernel WARN's ud2 does) */
+	HP_IC_HALT,     /* hlt: faults in user mode; in the kernel it resumes after an interrupt */
 };
 
 struct hp_isa_insn {
@@ -45,5 +46,90 @@ int hp_isa_format(const uint8_t *code, size_t len, uint64_t addr, char *text, si
 		  void *sym_ctx);
 
 const char *hp_insn_class_name(enum hp_insn_class c);
+
+/*
+ * Operand detail, for the few patterns the model recognizes (jump tables,
+ * PLT stubs). Registers are the ISA's register numbers widened to the
+ * enclosing 64-bit register, so eax and rax compare equal; 0 means none.
+ */
+enum hp_isa_mnem {
+	HP_MN_OTHER = 0,
+	HP_MN_LEA,
+	HP_MN_MOV,
+	HP_MN_MOVSXD,
+	HP_MN_ADD,
+	HP_MN_CMP,
+	HP_MN_JMP,
+	HP_MN_JA,  /* unsigned above: an index bound check "cmp i, n; ja default" */
+	HP_MN_JAE, /* unsigned above or equal */
+	HP_MN_CALL,
+	HP_MN_NOP,
+};
+
+enum hp_isa_op_kind { HP_OP_NONE = 0, HP_OP_REG, HP_OP_MEM, HP_OP_IMM };
+
+struct hp_isa_operand {
+	uint8_t kind;         /* enum hp_isa_op_kind */
+	uint8_t bytes;        /* operand size in bytes */
+	uint16_t reg;         /* HP_OP_REG: widened register */
+	uint16_t base, index; /* HP_OP_MEM: widened registers, 0 if absent */
+	uint8_t scale;
+	bool rip;     /* HP_OP_MEM relative to the instruction pointer */
+	int64_t disp; /* HP_OP_MEM displacement; absolute address when rip */
+	int64_t imm;  /* HP_OP_IMM */
+};
+
+struct hp_isa_detail {
+	uint8_t len;
+	uint8_t mnem; /* enum hp_isa_mnem */
+	uint8_t nops; /* visible operands, at most 4 */
+	struct hp_isa_operand op[4];
+	bool has_rip_ref;    /* some operand addresses memory relative to rip */
+	uint64_t rip_target; /* its absolute address */
+};
+
+/* Decode one instruction with its operands. Returns 0 or -1. Thread-safe. */
+int hp_isa_decode_detail(const uint8_t *code, size_t len, uint64_t addr, struct hp_isa_detail *out);
+
+/*
+ * Compare two instructions for the emitter's verifier: true when they are
+ * the same operation on the same operands, where a rip-relative memory
+ * operand counts by the absolute address it reaches and a relative branch or
+ * call immediate by its absolute target (returned in a_target and b_target,
+ * 0 when the instruction has none). Prefixes, operand sizes and
+ * registers must agree.
+ */
+bool hp_isa_same_operation(const uint8_t *a, size_t alen, uint64_t aaddr, const uint8_t *b, size_t blen, uint64_t baddr,
+			   uint64_t *a_target, uint64_t *b_target);
+
+/*
+ * Encoding, for the emitter (Zydis' encoder; no hand-written bytes).
+ * A condition is the x86 condition number 0..15 of a jcc (o, no, b, ae, e,
+ * ne, be, a, s, ns, p, np, l, ge, le, g); its inverse is cond ^ 1.
+ */
+enum hp_isa_width { HP_W_SHORT = 1, HP_W_NEAR = 4 };
+
+/* Condition of the jcc at code (rel8 or rel32 forms); -1 for anything
+ * else, including jcxz/loop/xbegin which have no inverse. */
+int hp_isa_jcc_condition(const uint8_t *code, size_t len);
+/* Encode "jcc target" (cond 0..15) or "jmp target" (cond -1) placed at
+ * addr with the given displacement width. Returns the length, or -1 when
+ * the target is out of reach for that width. */
+int hp_isa_encode_branch(int cond, uint64_t addr, uint64_t target, enum hp_isa_width w, uint8_t *out, size_t outlen);
+/* Length of such a branch: 2 short, 5 (jmp) or 6 (jcc) near. */
+int hp_isa_branch_length(int cond, enum hp_isa_width w);
+/*
+ * Re-encode the instruction at code (originally at old_addr) to run at
+ * new_addr: a rip-relative memory operand keeps its absolute address; a
+ * relative call or jump goes to new_target. Instructions without relative
+ * operands are copied unchanged. Returns the length or -1 when it cannot be
+ * encoded (e.g. a target beyond +-2 GiB).
+ */
+int hp_isa_relocate(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t new_addr, uint64_t new_target,
+		    uint8_t *out, size_t outlen, uint8_t *rel_offset);
+/* (rel_offset, if not NULL, receives the offset of the 32-bit relative
+ * field in the output, or 0 when it has none: for relocation records.) */
+/* Fill n bytes with the longest multi-byte nops. Returns 0 or -1. */
+int hp_isa_nop_fill(uint8_t *out, size_t n);
 
 #endif

@@ -71,8 +71,9 @@ static enum hp_insn_class classify(const ZydisDecodedInstruction *in)
 	case ZYDIS_MNEMONIC_UD1:
 	case ZYDIS_MNEMONIC_UD2:
 	case ZYDIS_MNEMONIC_INT3:
-	case ZYDIS_MNEMONIC_HLT:
 		return HP_IC_TRAP;
+	case ZYDIS_MNEMONIC_HLT:
+		return HP_IC_HALT;
 	case ZYDIS_MNEMONIC_RET:
 	case ZYDIS_MNEMONIC_IRET:
 	case ZYDIS_MNEMONIC_IRETD:
@@ -199,7 +200,7 @@ int hp_isa_format(const uint8_t *code, size_t len, uint64_t addr, char *text, si
 
 const char *hp_insn_class_name(enum hp_insn_class c)
 {
-	static const char *const names[] = { "other", "jcc",           "jmp", "jmp_indirect",
-					     "call",  "call_indirect", "ret", "trap" };
+	static const char *const names[] = { "other",         "jcc", "jmp",  "jmp_indirect", "call",
+					     "call_indirect", "ret", "trap", "halt" };
 	return (unsigned)c < sizeof(names) / sizeof(names[0]) ? names[c] : "?";
 }

@@ -4,7 +4,11 @@
  * instruction starts and leaders (the entry, every direct branch target inside
  * the function, the instruction after every block-ending instruction); a second
  * pass over the decoded instructions cuts blocks at leaders and records
- * successors and call sites. Calls do not end blocks: they return.
+ * successors and call sites. Calls do not end blocks, except calls to
+ * functions that never return. Resolved switch tables make their entries
+ * leaders and successors. The module driver (hp_cfg_parse_module) then links
+ * .cold fragments and proves which functions never return, re-parsing the
+ * functions whose blocks those facts change.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -15,6 +19,7 @@
 
 #include "model/cfg.h"
 #include "isa/isa.h"
+#include "model/jumptable.h"
 
 struct hp_cfg_insn {
 	uint32_t off;
@@ -80,6 +85,76 @@ static int branch_succ(const struct hp_cfg_env *env, struct hp_cfg_arena *a, con
 	return add_succ(a, HP_SUCC_TAIL_CALL, target);
 }
 
+static bool noreturn_call(const struct hp_cfg_env *env, const struct hp_cfg_insn *in)
+{
+	return env && in->cls == HP_IC_CALL && in->has_target && in_sorted(env->noreturn, env->nnoreturn, in->target);
+}
+
+/* Traps and halts that continue at the next instruction act like any other
+ * instruction: a kernel WARN's ud2, and hlt in the kernel. */
+static uint8_t effective_class(const struct hp_cfg_env *env, uint64_t addr, uint8_t cls)
+{
+	if (cls == HP_IC_TRAP && env && in_sorted(env->warn_traps, env->nwarn_traps, addr))
+		return HP_IC_OTHER;
+	if (cls == HP_IC_HALT)
+		return env && env->hlt_continues ? HP_IC_OTHER : HP_IC_TRAP;
+	return cls;
+}
+
+static bool ends_block(uint8_t cls)
+{
+	return cls == HP_IC_JCC || cls == HP_IC_JMP || cls == HP_IC_JMP_IND || cls == HP_IC_RET || cls == HP_IC_TRAP;
+}
+
+/* Try to resolve the indirect jump insns[j] as a switch table: on success
+ * the table and its targets are appended to a and the targets marked as
+ * leaders. Returns 1 resolved, 0 not a table, or -ENOMEM. */
+static int resolve_table(const struct hp_cfg_env *env, const uint8_t *code, struct hp_function *f,
+			 struct hp_cfg_arena *a, size_t j, uint32_t limit)
+{
+	uint32_t offs[16];
+	size_t n = 0, lo = j >= 15 ? j - 15 : 0, k;
+	struct hp_jt_match m;
+	uint8_t buf[8];
+
+	if (!env || !env->read_data)
+		return 0;
+	for (k = lo; k <= j; k++)
+		offs[n++] = a->insns[k].off;
+	if (!hp_jt_recognize(code, limit, f->addr, offs, n, &m))
+		return 0;
+	GROW(a->jt_targets, a->njt_targets, a->cap_jt_targets, m.nentries);
+	for (k = 0; k < m.nentries; k++) {
+		uint64_t t;
+
+		if (env->read_data(env->data_ctx, m.table + k * m.entry_size, buf, m.entry_size) < 0)
+			return 0;
+		if (m.entry_size == 4)
+			t = m.table + (uint64_t)(int64_t)(int32_t)((uint32_t)buf[0] | (uint32_t)buf[1] << 8 |
+								   (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24);
+		else {
+			t = 0;
+			for (int b = 7; b >= 0; b--)
+				t = t << 8 | buf[b];
+		}
+		/* Every entry must land on an instruction of this function. */
+		if (t < f->addr || t >= f->addr + limit || !(a->marks[t - f->addr] & MARK_INSN))
+			return 0;
+		a->jt_targets[a->njt_targets + k] = t;
+	}
+	for (k = 0; k < m.nentries; k++)
+		a->marks[a->jt_targets[a->njt_targets + k] - f->addr] |= MARK_LEADER | MARK_TARGET;
+	GROW(a->jtables, a->njtables, a->cap_jtables, 1);
+	a->jtables[a->njtables++] = (struct hp_jump_table){ .site = a->insns[j].off,
+							    .nentries = m.nentries,
+							    .table_addr = m.table,
+							    .entry_size = m.entry_size,
+							    .relative = m.relative,
+							    .target_start = (uint32_t)a->njt_targets };
+	a->njt_targets += m.nentries;
+	return 1;
+}
+
 /* Successor for running past the end of a block at offset next. */
 static int fall_succ(struct hp_cfg_arena *a, const struct hp_function *f, uint32_t next)
 {
@@ -91,13 +166,15 @@ static int fall_succ(struct hp_cfg_arena *a, const struct hp_function *f, uint32
 int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_function *f, struct hp_cfg_arena *a)
 {
 	uint32_t size = f->size, off = 0, limit;
-	size_t ni = 0, i;
+	size_t ni = 0, i, jt0 = a->njtables, jt;
 	int err;
 
 	f->block_start = a->nblocks;
 	f->call_start = a->ncalls;
 	f->icall_start = a->nicalls;
-	f->nblocks = f->ncalls = f->nicalls = 0;
+	f->jt_start = a->njtables;
+	f->nblocks = f->ncalls = f->nicalls = f->njt = 0;
+	f->flags &= ~HP_FN_UNRESOLVED_JUMP;
 	if (size == 0)
 		return 0;
 	GROW(a->marks, 0, a->cap_marks, (size_t)size + 1);
@@ -112,22 +189,46 @@ int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_fu
 			f->bad_offset = off;
 			break;
 		}
+		d.cls = effective_class(env, f->addr + off, d.cls);
 		GROW(a->insns, ni, a->cap_insns, 1);
 		a->insns[ni] = (struct hp_cfg_insn){ off, d.len, d.cls, d.has_target, d.target };
-		ni++;
 		a->marks[off] |= MARK_INSN;
 		if ((d.cls == HP_IC_JCC || d.cls == HP_IC_JMP) && d.has_target && d.target >= f->addr &&
 		    d.target < f->addr + size)
 			a->marks[d.target - f->addr] |= MARK_LEADER | MARK_TARGET;
-		if (d.cls == HP_IC_JCC || d.cls == HP_IC_JMP || d.cls == HP_IC_JMP_IND || d.cls == HP_IC_RET ||
-		    d.cls == HP_IC_TRAP)
+		if (ends_block(d.cls) || noreturn_call(env, &a->insns[ni]))
 			a->marks[off + d.len] |= MARK_LEADER;
+		ni++;
 		off += d.len;
 	}
 	limit = off; /* decoded prefix; == size unless undecodable */
 	a->marks[0] |= MARK_LEADER;
+	if (env && env->nextra_leaders) {
+		size_t lo = 0, hi = env->nextra_leaders;
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			if (env->extra_leaders[mid] < f->addr)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		for (; lo < env->nextra_leaders && env->extra_leaders[lo] < f->addr + limit; lo++)
+			if (a->marks[env->extra_leaders[lo] - f->addr] & MARK_INSN)
+				a->marks[env->extra_leaders[lo] - f->addr] |= MARK_LEADER | MARK_TARGET;
+	}
+	/* Switch tables: their entries become leaders before blocks are cut. */
+	for (i = 0; i < ni; i++) {
+		if (a->insns[i].cls != HP_IC_JMP_IND)
+			continue;
+		if ((err = resolve_table(env, code, f, a, i, limit)) < 0)
+			return err;
+		if (err == 0)
+			f->flags |= HP_FN_UNRESOLVED_JUMP;
+	}
+	f->njt = a->njtables - jt0;
 
 	/* Pass 2: cut blocks and record successors and calls. */
+	jt = jt0;
 	for (i = 0; i < ni;) {
 		struct hp_block b = { .offset = a->insns[i].off };
 		const struct hp_cfg_insn *last;
@@ -157,8 +258,7 @@ int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_fu
 			if (in->cls == HP_IC_TRAP && code[in->off] == 0xcc && code[next] == 0xcc &&
 			    !(a->marks[next] & MARK_TARGET))
 				continue;
-			if ((a->marks[next] & MARK_LEADER) || in->cls == HP_IC_JCC || in->cls == HP_IC_JMP ||
-			    in->cls == HP_IC_JMP_IND || in->cls == HP_IC_RET || in->cls == HP_IC_TRAP)
+			if ((a->marks[next] & MARK_LEADER) || ends_block(in->cls) || noreturn_call(env, in))
 				break;
 		}
 		last = &a->insns[i - 1];
@@ -176,8 +276,22 @@ int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_fu
 				return err;
 			break;
 		case HP_IC_JMP_IND:
-			if ((err = add_succ(a, HP_SUCC_INDIRECT, 0)))
+			while (jt < a->njtables && a->jtables[jt].site < last->off)
+				jt++;
+			if (jt < a->njtables && a->jtables[jt].site == last->off) {
+				const struct hp_jump_table *t = &a->jtables[jt];
+				/* One taken successor per distinct entry, in table order. */
+				for (uint32_t e = 0; e < t->nentries; e++) {
+					uint64_t to = a->jt_targets[t->target_start + e] - f->addr;
+					bool seen = false;
+					for (size_t q = b.succ_start; q < a->nsuccs; q++)
+						seen |= a->succs[q].target == to;
+					if (!seen && (err = add_succ(a, HP_SUCC_TAKEN, to)))
+						return err;
+				}
+			} else if ((err = add_succ(a, HP_SUCC_INDIRECT, 0))) {
 				return err;
+			}
 			break;
 		case HP_IC_RET:
 			if ((err = add_succ(a, HP_SUCC_RETURN, 0)))
@@ -186,6 +300,8 @@ int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_fu
 		case HP_IC_TRAP:
 			break;
 		default:
+			if (noreturn_call(env, last))
+				break;
 			if ((err = fall_succ(a, f, last->off + last->len)))
 				return err;
 			break;
@@ -213,6 +329,8 @@ void hp_cfg_arena_free(struct hp_cfg_arena *a)
 	free(a->succs);
 	free(a->calls);
 	free(a->icalls);
+	free(a->jtables);
+	free(a->jt_targets);
 	free(a->marks);
 	free(a->insns);
 	memset(a, 0, sizeof(*a));
@@ -255,6 +373,8 @@ static void parse_chunk(struct parse_job *j, struct hp_cfg_arena *scratch, size_
 		f->block_start = out->nblocks;
 		f->call_start = out->ncalls;
 		f->icall_start = out->nicalls;
+		f->jt_start = out->njtables;
+		f->nblocks = f->ncalls = f->nicalls = f->njt = 0;
 		if (j->only_name && strcmp(f->name, j->only_name) != 0)
 			continue;
 		if (f->flags & HP_FN_UNREADABLE)
@@ -291,13 +411,444 @@ static void *parse_worker(void *arg)
 	return NULL;
 }
 
-int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env, hp_bytes_fn bytes, void *ctx, int threads,
-			const char *only_name)
+/* Concatenate per-chunk arenas (chunk c holds functions [c*per, (c+1)*per))
+ * or, with redo, rebuild the module's arrays taking the functions marked in
+ * redo from arena 0 and every other function from the module itself. */
+struct src_arrays {
+	const struct hp_block *blocks;
+	const struct hp_succ *succs;
+	const struct hp_call *calls;
+	const uint32_t *icalls;
+	const struct hp_jump_table *jtables;
+	const uint64_t *jt_targets;
+};
+
+static struct src_arrays arena_src(const struct hp_cfg_arena *a)
 {
-	struct parse_job j = { mod, env, bytes, ctx, only_name };
-	size_t nb = 0, ns = 0, nc = 0, ni = 0, c, k;
+	return (struct src_arrays){ a->blocks, a->succs, a->calls, a->icalls, a->jtables, a->jt_targets };
+}
+
+static int rebuild(struct hp_module *mod, const struct hp_cfg_arena *chunks, size_t per, const uint8_t *redo)
+{
+	struct src_arrays modsrc = { mod->blocks,      mod->succs,   mod->calls,
+				     mod->icall_sites, mod->jtables, mod->jt_targets };
+	size_t nb = 0, ns = 0, nc = 0, ni = 0, nj = 0, nt = 0, k;
+	struct hp_block *blocks;
+	struct hp_succ *succs;
+	struct hp_call *calls;
+	uint32_t *icalls;
+	struct hp_jump_table *jtables;
+	uint64_t *jt_targets;
+
+	/* Sizes first. */
+	for (k = 0; k < mod->nfuncs; k++) {
+		const struct hp_function *f = &mod->funcs[k];
+		struct src_arrays src = redo ? (redo[k] ? arena_src(&chunks[0]) : modsrc) : arena_src(&chunks[k / per]);
+
+		nb += f->nblocks;
+		for (uint32_t b = 0; b < f->nblocks; b++)
+			ns += src.blocks[f->block_start + b].nsucc;
+		nc += f->ncalls;
+		ni += f->nicalls;
+		nj += f->njt;
+		for (uint32_t t = 0; t < f->njt; t++)
+			nt += src.jtables[f->jt_start + t].nentries;
+	}
+	blocks = malloc((nb ? nb : 1) * sizeof(*blocks));
+	succs = malloc((ns ? ns : 1) * sizeof(*succs));
+	calls = malloc((nc ? nc : 1) * sizeof(*calls));
+	icalls = malloc((ni ? ni : 1) * sizeof(*icalls));
+	jtables = malloc((nj ? nj : 1) * sizeof(*jtables));
+	jt_targets = malloc((nt ? nt : 1) * sizeof(*jt_targets));
+	if (!blocks || !succs || !calls || !icalls || !jtables || !jt_targets) {
+		free(blocks);
+		free(succs);
+		free(calls);
+		free(icalls);
+		free(jtables);
+		free(jt_targets);
+		return -ENOMEM;
+	}
+	nb = ns = nc = ni = nj = nt = 0;
+	for (k = 0; k < mod->nfuncs; k++) {
+		struct hp_function *f = &mod->funcs[k];
+		struct src_arrays src = redo ? (redo[k] ? arena_src(&chunks[0]) : modsrc) : arena_src(&chunks[k / per]);
+
+		for (uint32_t b = 0; b < f->nblocks; b++) {
+			struct hp_block blk = src.blocks[f->block_start + b];
+			if (blk.nsucc)
+				memcpy(succs + ns, src.succs + blk.succ_start, blk.nsucc * sizeof(*succs));
+			blk.succ_start = ns;
+			ns += blk.nsucc;
+			blocks[nb + b] = blk;
+		}
+		if (f->ncalls)
+			memcpy(calls + nc, src.calls + f->call_start, f->ncalls * sizeof(*calls));
+		if (f->nicalls)
+			memcpy(icalls + ni, src.icalls + f->icall_start, f->nicalls * sizeof(*icalls));
+		for (uint32_t t = 0; t < f->njt; t++) {
+			struct hp_jump_table jt = src.jtables[f->jt_start + t];
+			memcpy(jt_targets + nt, src.jt_targets + jt.target_start, jt.nentries * sizeof(*jt_targets));
+			jt.target_start = nt;
+			nt += jt.nentries;
+			jtables[nj + t] = jt;
+		}
+		f->block_start = nb;
+		f->call_start = nc;
+		f->icall_start = ni;
+		f->jt_start = nj;
+		nb += f->nblocks;
+		nc += f->ncalls;
+		ni += f->nicalls;
+		nj += f->njt;
+	}
+	free(mod->blocks);
+	free(mod->succs);
+	free(mod->calls);
+	free(mod->icall_sites);
+	free(mod->jtables);
+	free(mod->jt_targets);
+	mod->blocks = blocks;
+	mod->succs = succs;
+	mod->calls = calls;
+	mod->icall_sites = icalls;
+	mod->jtables = jtables;
+	mod->jt_targets = jt_targets;
+	mod->nblocks = nb;
+	mod->nsuccs = ns;
+	mod->ncalls = nc;
+	mod->nicall_sites = ni;
+	mod->njtables = nj;
+	mod->njt_targets = nt;
+	return 0;
+}
+
+/* Parse the functions marked in redo again with env, in place. */
+static int reparse(struct hp_module *mod, const struct hp_cfg_env *env, hp_bytes_fn bytes, void *ctx,
+		   const uint8_t *redo)
+{
+	struct hp_cfg_arena a = { 0 };
+	struct hp_function *saved = malloc((mod->nfuncs ? mod->nfuncs : 1) * sizeof(*saved));
+	int err = 0;
+
+	if (!saved)
+		return -ENOMEM;
+	memcpy(saved, mod->funcs, mod->nfuncs * sizeof(*saved));
+	for (size_t k = 0; k < mod->nfuncs && !err; k++) {
+		struct hp_function *f = &mod->funcs[k];
+		const uint8_t *code;
+		int e = 0;
+
+		if (!redo[k])
+			continue;
+		if (!(code = bytes(ctx, mod, f, &e))) {
+			/* Readable the first time: keep what was parsed then. */
+			*f = saved[k];
+			continue;
+		}
+		f->flags &= ~HP_FN_UNDECODABLE;
+		err = hp_cfg_build(env, code, f, &a);
+	}
+	if (!err)
+		err = rebuild(mod, &a, 1, redo);
+	if (err)
+		memcpy(mod->funcs, saved, mod->nfuncs * sizeof(*saved));
+	free(saved);
+	hp_cfg_arena_free(&a);
+	return err;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* A growable sorted-on-demand address list. */
+struct addrs {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int addrs_push(struct addrs *l, uint64_t x)
+{
+	GROW(l->v, l->n, l->cap, 1);
+	l->v[l->n++] = x;
+	return 0;
+}
+
+static void addrs_sort(struct addrs *l)
+{
+	size_t w = 0;
+
+	if (l->n)
+		qsort(l->v, l->n, sizeof(*l->v), cmp_u64);
+	for (size_t i = 0; i < l->n; i++)
+		if (!w || l->v[w - 1] != l->v[i])
+			l->v[w++] = l->v[i];
+	l->n = w;
+}
+
+/* Index of the function of mod that starts at addr, or -1. */
+static ssize_t func_at(const struct hp_module *mod, uint64_t addr)
+{
+	size_t lo = 0, hi = mod->nfuncs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (mod->funcs[mid].addr < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < mod->nfuncs && mod->funcs[lo].addr == addr ? (ssize_t)lo : -1;
+}
+
+static bool named_noreturn(const char *const *names, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n > 4 && !strcmp(name + n - 4, "@plt"))
+		n -= 4;
+	for (; names && *names; names++)
+		if (strlen(*names) == n && !strncmp(*names, name, n))
+			return true;
+	return false;
+}
+
+/* Could f return to its caller? Looks only at blocks reachable from the
+ * entry; anything unknown (indirect jumps, undecodable bytes, traps whose
+ * meaning is not known, tail calls to a returning function) says yes. */
+static bool may_return(const struct hp_module *mod, const struct hp_function *f, const struct hp_cfg_env *env,
+		       uint8_t *seen, uint32_t *stack)
+{
+	size_t sp = 0;
+	bool ret = false;
+
+	if (!f->nblocks || (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE | HP_FN_PLT)))
+		return true;
+	memset(seen, 0, f->nblocks);
+	seen[0] = 1;
+	stack[sp++] = 0;
+	while (sp && !ret) {
+		const struct hp_block *b = &mod->blocks[f->block_start + stack[--sp]];
+
+		if (!b->ninsn)
+			return true;
+		if (!b->nsucc) {
+			/* Ends in a trap or in a call that never returns. */
+			bool by_call = false;
+			for (uint32_t c = 0; c < f->ncalls; c++) {
+				const struct hp_call *cl = &mod->calls[f->call_start + c];
+				if (cl->site >= b->offset && cl->site < b->offset + b->size &&
+				    in_sorted(env->noreturn, env->nnoreturn, cl->target))
+					by_call = true;
+			}
+			if (!by_call && !env->traps_known)
+				return true;
+			continue;
+		}
+		for (uint16_t s = 0; s < b->nsucc; s++) {
+			const struct hp_succ *sc = &mod->succs[b->succ_start + s];
+
+			if (sc->kind == HP_SUCC_FALLTHROUGH || sc->kind == HP_SUCC_TAKEN) {
+				const struct hp_block *t = hp_function_block_at(mod, f, f->addr + sc->target);
+				if (!t)
+					return true;
+				uint32_t ti = t - &mod->blocks[f->block_start];
+				if (!seen[ti]) {
+					seen[ti] = 1;
+					stack[sp++] = ti;
+				}
+			} else if (sc->kind == HP_SUCC_TAIL_CALL) {
+				if (!in_sorted(env->noreturn, env->nnoreturn, sc->target))
+					return true;
+			} else {
+				return true;
+			}
+		}
+	}
+	return ret;
+}
+
+static size_t cold_base_len(const char *name)
+{
+	const char *c = strstr(name, ".cold");
+
+	if (!c || c == name)
+		return 0;
+	for (const char *p = c + 5; *p; p++)
+		if (*p != '.' && (*p < '0' || *p > '9'))
+			return 0;
+	return c - name;
+}
+
+/* Link each .cold fragment to its function (the one of that name that jumps
+ * into it) and collect the jump targets between fragments that do not yet
+ * start a block; marks in redo the fragments to parse again. */
+static int link_fragments(struct hp_module *mod, struct addrs *leaders, uint8_t *redo, bool *any)
+{
+	for (size_t k = 0; k < mod->nfuncs; k++) {
+		struct hp_function *c = &mod->funcs[k];
+		size_t bl = cold_base_len(c->name);
+		ssize_t best = -1;
+		int cands = 0;
+
+		if (!bl || !c->nblocks)
+			continue;
+		for (size_t p = 0; p < mod->nfuncs; p++) {
+			const struct hp_function *pf = &mod->funcs[p];
+			if (p == k || strlen(pf->name) != bl || strncmp(pf->name, c->name, bl) || !pf->nblocks)
+				continue;
+			cands++;
+			for (uint32_t b = 0; b < pf->nblocks && best != (ssize_t)p; b++) {
+				const struct hp_block *blk = &mod->blocks[pf->block_start + b];
+				for (uint16_t s = 0; s < blk->nsucc; s++) {
+					const struct hp_succ *sc = &mod->succs[blk->succ_start + s];
+					if (sc->kind == HP_SUCC_TAIL_CALL && sc->target >= c->addr &&
+					    sc->target < c->addr + c->size)
+						best = (ssize_t)p;
+				}
+			}
+			if (best < 0 && cands == 1)
+				best = -2 - (ssize_t)p; /* the only one so far */
+		}
+		if (best <= -2)
+			best = cands == 1 ? -2 - best : -1;
+		if (best < 0)
+			continue;
+		struct hp_function *pf = &mod->funcs[best];
+		c->flags |= HP_FN_COLD_PART;
+		c->parent = (uint32_t)best + 1;
+		pf->cold = (uint32_t)k + 1;
+		/* Jumps either way between the two fragments. */
+		const struct hp_function *pair[2][2] = { { pf, c }, { c, pf } };
+		for (int d = 0; d < 2; d++) {
+			const struct hp_function *from = pair[d][0], *to = pair[d][1];
+			for (uint32_t b = 0; b < from->nblocks; b++) {
+				const struct hp_block *blk = &mod->blocks[from->block_start + b];
+				for (uint16_t s = 0; s < blk->nsucc; s++) {
+					const struct hp_succ *sc = &mod->succs[blk->succ_start + s];
+					const struct hp_block *tb;
+					if (sc->kind != HP_SUCC_TAIL_CALL || sc->target < to->addr ||
+					    sc->target >= to->addr + to->size)
+						continue;
+					tb = hp_function_block_at(mod, to, sc->target);
+					if (tb && to->addr + tb->offset == sc->target)
+						continue;
+					if (addrs_push(leaders, sc->target) < 0)
+						return -ENOMEM;
+					redo[to - mod->funcs] = 1;
+					*any = true;
+				}
+			}
+		}
+	}
+	return 0;
+}
+
+/* Everything after the first parse: fragments, then functions that never
+ * return until a fixed point. */
+static int refine(struct hp_module *mod, struct hp_cfg_env *env, struct addrs *noret, hp_bytes_fn bytes, void *ctx)
+{
+	struct addrs leaders = { 0 };
+	uint8_t *redo = calloc(mod->nfuncs ? mod->nfuncs : 1, 1);
+	uint8_t *seen = NULL;
+	uint32_t *stack = NULL;
+	uint32_t maxb = 0;
+	bool any = false;
+	int err = 0;
+
+	if (!redo)
+		return -ENOMEM;
+	if ((err = link_fragments(mod, &leaders, redo, &any)) < 0)
+		goto out;
+	if (any) {
+		addrs_sort(&leaders);
+		env->extra_leaders = leaders.v;
+		env->nextra_leaders = leaders.n;
+		if ((err = reparse(mod, env, bytes, ctx, redo)) < 0)
+			goto out;
+	}
+	for (size_t k = 0; k < mod->nfuncs; k++)
+		if (mod->funcs[k].nblocks > maxb)
+			maxb = mod->funcs[k].nblocks;
+	seen = malloc(maxb ? maxb : 1);
+	stack = malloc((maxb ? maxb : 1) * sizeof(*stack));
+	if (!seen || !stack) {
+		err = -ENOMEM;
+		goto out;
+	}
+	/* Each round proves more functions never return and re-parses their
+	 * callers, whose blocks now end at those calls. */
+	for (int round = 0; round < 16; round++) {
+		size_t found = 0;
+
+		memset(redo, 0, mod->nfuncs);
+		for (size_t k = 0; k < mod->nfuncs; k++) {
+			struct hp_function *f = &mod->funcs[k];
+			if ((f->flags & HP_FN_NORETURN) || may_return(mod, f, env, seen, stack))
+				continue;
+			f->flags |= HP_FN_NORETURN;
+			if ((err = addrs_push(noret, f->addr)) < 0)
+				goto out;
+			found++;
+		}
+		if (!found)
+			break;
+		addrs_sort(noret);
+		env->noreturn = noret->v;
+		env->nnoreturn = noret->n;
+		for (size_t k = 0; k < mod->nfuncs; k++) {
+			const struct hp_function *f = &mod->funcs[k];
+			for (uint32_t c = 0; c < f->ncalls && !redo[k]; c++) {
+				ssize_t g = func_at(mod, mod->calls[f->call_start + c].target);
+				if (g >= 0 && (mod->funcs[g].flags & HP_FN_NORETURN) &&
+				    !(mod->funcs[g].flags & HP_FN_NORETURN_NAMED))
+					redo[k] = 1;
+			}
+		}
+		if ((err = reparse(mod, env, bytes, ctx, redo)) < 0)
+			goto out;
+	}
+out:
+	env->extra_leaders = NULL;
+	env->nextra_leaders = 0;
+	free(leaders.v);
+	free(redo);
+	free(seen);
+	free(stack);
+	return err;
+}
+
+int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env_in, hp_bytes_fn bytes, void *ctx,
+			int threads, const char *only_name)
+{
+	struct hp_cfg_env env = env_in ? *env_in : (struct hp_cfg_env){ 0 };
+	struct parse_job j = { mod, &env, bytes, ctx, only_name };
+	struct addrs noret = { 0 };
+	size_t c, k;
 	pthread_t *tids = NULL;
 	int t, started = 0, err = 0;
+
+	/* Functions named as never returning, before the first parse. */
+	for (k = 0; k < env.nnoreturn; k++)
+		if ((err = addrs_push(&noret, env.noreturn[k])) < 0)
+			return err;
+	for (k = 0; k < mod->nfuncs; k++) {
+		struct hp_function *f = &mod->funcs[k];
+		f->flags &= ~(HP_FN_NORETURN | HP_FN_NORETURN_NAMED | HP_FN_COLD_PART);
+		f->parent = f->cold = 0;
+		if (in_sorted(env.noreturn, env.nnoreturn, f->addr) || named_noreturn(env.noreturn_names, f->name)) {
+			f->flags |= HP_FN_NORETURN | HP_FN_NORETURN_NAMED;
+			if ((err = addrs_push(&noret, f->addr)) < 0)
+				goto out;
+		}
+	}
+	addrs_sort(&noret);
+	env.noreturn = noret.v;
+	env.nnoreturn = noret.n;
 
 	if (threads <= 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -326,63 +877,18 @@ int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env, hp_
 		pthread_join(tids[t], NULL);
 	if ((err = atomic_load(&j.err)))
 		goto out;
-
-	/* Concatenate the chunks in order, rebasing each chunk's ranges. */
-	for (c = 0; c < j.nchunks; c++) {
-		nb += j.chunks[c].nblocks;
-		ns += j.chunks[c].nsuccs;
-		nc += j.chunks[c].ncalls;
-		ni += j.chunks[c].nicalls;
-	}
-	free(mod->blocks);
-	free(mod->succs);
-	free(mod->calls);
-	free(mod->icall_sites);
-	mod->blocks = malloc((nb ? nb : 1) * sizeof(*mod->blocks));
-	mod->succs = malloc((ns ? ns : 1) * sizeof(*mod->succs));
-	mod->calls = malloc((nc ? nc : 1) * sizeof(*mod->calls));
-	mod->icall_sites = malloc((ni ? ni : 1) * sizeof(*mod->icall_sites));
-	if (!mod->blocks || !mod->succs || !mod->calls || !mod->icall_sites) {
-		err = -ENOMEM;
+	/* Concatenate the chunks in function order. */
+	if ((err = rebuild(mod, j.chunks, CHUNK_FUNCS, NULL)) < 0)
 		goto out;
-	}
-	nb = ns = nc = ni = 0;
-	for (c = 0; c < j.nchunks; c++) {
-		struct hp_cfg_arena *a = &j.chunks[c];
-		size_t lo = c * CHUNK_FUNCS, hi = lo + CHUNK_FUNCS;
-
-		if (hi > mod->nfuncs)
-			hi = mod->nfuncs;
-		for (k = lo; k < hi; k++) {
-			mod->funcs[k].block_start += nb;
-			mod->funcs[k].call_start += nc;
-			mod->funcs[k].icall_start += ni;
-		}
-		for (k = 0; k < a->nblocks; k++) {
-			mod->blocks[nb + k] = a->blocks[k];
-			mod->blocks[nb + k].succ_start += ns;
-		}
-		if (a->nsuccs)
-			memcpy(mod->succs + ns, a->succs, a->nsuccs * sizeof(*a->succs));
-		if (a->ncalls)
-			memcpy(mod->calls + nc, a->calls, a->ncalls * sizeof(*a->calls));
-		if (a->nicalls)
-			memcpy(mod->icall_sites + ni, a->icalls, a->nicalls * sizeof(*a->icalls));
-		nb += a->nblocks;
-		ns += a->nsuccs;
-		nc += a->ncalls;
-		ni += a->nicalls;
-		hp_cfg_arena_free(a);
-	}
-	mod->nblocks = nb;
-	mod->nsuccs = ns;
-	mod->ncalls = nc;
-	mod->nicall_sites = ni;
+	/* A single parsed function cannot prove anything about its callees. */
+	if (!only_name)
+		err = refine(mod, &env, &noret, bytes, ctx);
 out:
 	if (j.chunks)
 		for (c = 0; c < j.nchunks; c++)
 			hp_cfg_arena_free(&j.chunks[c]);
 	free(j.chunks);
 	free(tids);
+	free(noret.v);
 	return err;
 }

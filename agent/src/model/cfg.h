@@ -10,15 +10,45 @@
 
 #include "model/model.h"
 
-/* Addresses with a special meaning as branch targets: jumping to a return
- * thunk is a return, jumping to (or calling) an indirect thunk is indirect.
- * Both arrays sorted ascending. */
+/* Reads non-code bytes (switch tables) at an absolute address: 0 or a negative errno. */
+typedef int (*hp_data_fn)(void *ctx, uint64_t addr, void *buf, size_t len);
+
+/* What the CFG builder needs to know beyond a function's bytes. Address
+ * arrays are sorted ascending. */
 struct hp_cfg_env {
+	/* Jumping to a return thunk is a return; jumping to (or calling) an
+	 * indirect thunk is indirect. */
 	const uint64_t *ret_thunks;
 	size_t nret_thunks;
 	const uint64_t *ind_thunks;
 	size_t nind_thunks;
+	/* Callees that never return: a call to one ends its block with no
+	 * successor. hp_cfg_parse_module adds the module's functions named in
+	 * noreturn_names (NULL-terminated; "name@plt" stubs match too) and
+	 * those it proves never return. */
+	const uint64_t *noreturn;
+	size_t nnoreturn;
+	const char *const *noreturn_names;
+	/* Trap instructions after which execution continues (the kernel's
+	 * WARN: its bug table marks them); traps_known says the other traps
+	 * really end execution (BUG), else they are not trusted to. */
+	const uint64_t *warn_traps;
+	size_t nwarn_traps;
+	bool traps_known;
+	bool hlt_continues; /* kernel: hlt resumes at the next instruction */
+	/* Addresses that start blocks although nothing in their own function
+	 * branches there (jumps from another fragment of the same function). */
+	const uint64_t *extra_leaders;
+	size_t nextra_leaders;
+	/* Reader for switch tables; NULL leaves table jumps unresolved. */
+	hp_data_fn read_data;
+	void *data_ctx;
 };
+
+/* Names of functions that never return, for user code (libc and friends)
+ * and for the Linux kernel (the functions objtool treats as noreturn). */
+extern const char *const hp_noreturn_user[];
+extern const char *const hp_noreturn_kernel[];
 
 /* Growable output of the CFG builder plus its per-function scratch space. */
 struct hp_cfg_arena {
@@ -30,6 +60,10 @@ struct hp_cfg_arena {
 	size_t ncalls, cap_calls;
 	uint32_t *icalls;
 	size_t nicalls, cap_icalls;
+	struct hp_jump_table *jtables;
+	size_t njtables, cap_jtables;
+	uint64_t *jt_targets;
+	size_t njt_targets, cap_jt_targets;
 	/* scratch */
 	uint8_t *marks;
 	size_t cap_marks;
@@ -47,7 +81,10 @@ void hp_cfg_arena_free(struct hp_cfg_arena *a);
 typedef const uint8_t *(*hp_bytes_fn)(void *ctx, const struct hp_module *mod, const struct hp_function *f, int *err);
 
 /* Parse the functions of mod (all, or only those named only_name) on
- * threads threads (0 = online CPUs) and fill the module's arrays.
+ * threads threads (0 = online CPUs) and fill the module's arrays. Then link
+ * .cold fragments to their functions (re-parsing them with the leaders the
+ * other fragment jumps to) and find the functions that never return
+ * (re-parsing their callers) until nothing changes.
  * Returns 0 or a negative errno. */
 int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env, hp_bytes_fn bytes, void *ctx, int threads,
 			const char *only_name);

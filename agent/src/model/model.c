@@ -471,6 +471,8 @@ void hp_model_free(struct hp_model *m)
 		free(m->mods[i].succs);
 		free(m->mods[i].calls);
 		free(m->mods[i].icall_sites);
+		free(m->mods[i].jtables);
+		free(m->mods[i].jt_targets);
 	}
 	free(m->mods);
 	free(m->index);

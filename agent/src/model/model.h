@@ -45,9 +45,14 @@ struct hp_call {
 };
 
 enum hp_function_flags {
-	HP_FN_UNDECODABLE = 1 << 0,    /* bytes at bad_offset did not decode */
-	HP_FN_UNREADABLE = 1 << 1,     /* bytes could not be read (read_errno) */
-	HP_FN_SIZE_ESTIMATED = 1 << 2, /* no symbol size: bounded heuristically */
+	HP_FN_UNDECODABLE = 1 << 0,     /* bytes at bad_offset did not decode */
+	HP_FN_UNREADABLE = 1 << 1,      /* bytes could not be read (read_errno) */
+	HP_FN_SIZE_ESTIMATED = 1 << 2,  /* no symbol size: bounded heuristically */
+	HP_FN_NORETURN = 1 << 3,        /* never returns: a known name, or proven from its CFG */
+	HP_FN_NORETURN_NAMED = 1 << 4,  /* ... because of its name (else proven) */
+	HP_FN_UNRESOLVED_JUMP = 1 << 5, /* an indirect jump neither a table nor a thunk */
+	HP_FN_COLD_PART = 1 << 6,       /* the .cold fragment of the function at parent */
+	HP_FN_PLT = 1 << 7,             /* a PLT stub, named "callee@plt" */
 };
 
 struct hp_function {
@@ -63,6 +68,21 @@ struct hp_function {
 	uint32_t flags;      /* enum hp_function_flags */
 	uint32_t bad_offset; /* HP_FN_UNDECODABLE: first byte that did not decode */
 	int read_errno;      /* HP_FN_UNREADABLE: why */
+	uint32_t parent;     /* HP_FN_COLD_PART: index + 1 of the main fragment; 0 otherwise */
+	uint32_t cold;       /* main fragment: index + 1 of its .cold part; 0 if none */
+	uint32_t jt_start;   /* index into hp_module.jtables */
+	uint32_t njt;
+};
+
+/* A switch table resolved from the code: the indirect jump at site reads
+ * entry i of the table at table_addr and goes to targets[target_start + i]. */
+struct hp_jump_table {
+	uint32_t site;         /* offset of the indirect jump from the function start */
+	uint32_t nentries;     /* entries (the bound check's limit) */
+	uint64_t table_addr;   /* absolute address of the table */
+	uint8_t entry_size;    /* 4 (offsets from table_addr) or 8 (absolute addresses) */
+	uint8_t relative;      /* entries are offsets from table_addr */
+	uint32_t target_start; /* index into hp_module.jt_targets */
 };
 
 struct hp_module {
@@ -78,6 +98,10 @@ struct hp_module {
 	size_t ncalls;
 	uint32_t *icall_sites; /* offsets from function start */
 	size_t nicall_sites;
+	struct hp_jump_table *jtables;
+	size_t njtables;
+	uint64_t *jt_targets; /* absolute target of each table entry */
+	size_t njt_targets;
 	char digest[65];  /* hex SHA-256 of the canonical piece, see hp_module_digest */
 	void *priv;       /* target-private (string pool, ELF handle, ...) */
 	size_t cap_funcs; /* allocated length of funcs while building */

@@ -34,6 +34,33 @@ static bool ends_with(const char *s, const char *suf)
 	return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* Names of the markers, in enum hp_kernel_marker order. */
+static const char *const marker_names[HP_KMARK_COUNT] = {
+	"__start___bug_table",
+	"__stop___bug_table",
+	"__start___ex_table",
+	"__stop___ex_table",
+	"__noinstr_text_start",
+	"__noinstr_text_end",
+	"__entry_text_start",
+	"__entry_text_end",
+	"__irqentry_text_start",
+	"__irqentry_text_end",
+	"__softirqentry_text_start",
+	"__softirqentry_text_end",
+	"__sched_text_start",
+	"__sched_text_end",
+	"__lock_text_start",
+	"__lock_text_end",
+	"__cpuidle_text_start",
+	"__cpuidle_text_end",
+	"__kprobes_text_start",
+	"__kprobes_text_end",
+	"__start_kprobe_blacklist",
+	"__stop_kprobe_blacklist",
+	"__fentry__",
+};
+
 static int cmp_ksym(const void *a, const void *b)
 {
 	const struct hp_ksym *x = a, *y = b;
@@ -134,6 +161,10 @@ int hp_kallsyms_read(struct hp_model *m, FILE *fp, struct hp_kallsyms *ks, char 
 				modname[strcspn(modname, "]")] = 0;
 			}
 		}
+		if (!modname)
+			for (int k = 0; k < HP_KMARK_COUNT; k++)
+				if (!strcmp(name, marker_names[k]))
+					ks->markers[k] = addr;
 		/* JIT'd BPF programs and ftrace/kprobe trampolines come and go
 		 * and have no sizes: they are not part of the code model. */
 		if (modname && (!strcmp(modname, "bpf") || has_prefix(modname, "__builtin")))

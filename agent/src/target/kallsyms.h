@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "model/model.h"
+#include "target/target.h"
 
 /* One text symbol. */
 struct hp_ksym {
@@ -46,6 +47,8 @@ struct hp_kallsyms {
 	uint64_t text, etext; /* vmlinux's _text and _etext */
 	uint64_t *ret_thunks, *ind_thunks;
 	size_t nret, nind, capret, capind;
+	/* vmlinux markers of tables and text sections (enum hp_kernel_marker), 0 where absent */
+	uint64_t markers[HP_KMARK_COUNT];
 };
 
 /* Parse a /proc/kallsyms stream. Returns 0, or a negative errno with a reason

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model/model.h"
 
@@ -28,5 +29,53 @@ struct hp_open_opts {
 int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen);
 int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen);
 int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen);
+
+/* Markers in vmlinux's /proc/kallsyms the kernel target reads. */
+enum hp_kernel_marker {
+	HP_KMARK_BUG_START,
+	HP_KMARK_BUG_STOP,
+	HP_KMARK_EX_START,
+	HP_KMARK_EX_STOP,
+	HP_KMARK_NOINSTR_START,
+	HP_KMARK_NOINSTR_END,
+	HP_KMARK_ENTRY_START,
+	HP_KMARK_ENTRY_END,
+	HP_KMARK_IRQENTRY_START,
+	HP_KMARK_IRQENTRY_END,
+	HP_KMARK_SOFTIRQ_START,
+	HP_KMARK_SOFTIRQ_END,
+	HP_KMARK_SCHED_START,
+	HP_KMARK_SCHED_END,
+	HP_KMARK_LOCK_START,
+	HP_KMARK_LOCK_END,
+	HP_KMARK_CPUIDLE_START,
+	HP_KMARK_CPUIDLE_END,
+	HP_KMARK_KPROBES_START,
+	HP_KMARK_KPROBES_END,
+	HP_KMARK_KPROBE_BL_START,
+	HP_KMARK_KPROBE_BL_STOP,
+	HP_KMARK_FENTRY,
+	HP_KMARK_COUNT
+};
+
+/* Code the running kernel finds by address, which must stay where it is. */
+struct hp_pinned_range {
+	uint64_t lo, hi;  /* [lo, hi) */
+	const char *rule; /* e.g. "exception table entry", "noinstr text" */
+};
+
+struct hp_kernel_facts {
+	struct hp_pinned_range *pinned; /* sorted by lo */
+	size_t npinned;
+	uint64_t *warn_traps; /* WARN() trap addresses from the bug table (sorted) */
+	size_t nwarn_traps;
+	size_t nbug_entries;
+	uint64_t fentry;    /* address of __fentry__, 0 if absent */
+	char notes[4][240]; /* what could not be read, with why */
+	int nnotes;
+};
+
+/* The kernel facts gathered when the model was opened; NULL for other targets. */
+const struct hp_kernel_facts *hp_kernel_facts(const struct hp_model *m);
 
 #endif

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "isa/isa.h"
 #include "model/cfg.h"
 #include "model/model.h"
 #include "target/target.h"
@@ -31,6 +32,8 @@ struct elfpriv {
 	Elf *elf;
 	struct exec_sect *sects;
 	size_t nsects;
+	struct exec_sect *data; /* every allocated section with bytes: switch tables */
+	size_t ndata;
 };
 
 Elf *hp_elf_begin(int fd, const char *path, char *err, size_t errlen, int *errn)
@@ -122,8 +125,9 @@ void hp_elf_build_id(Elf *elf, char *out)
 	}
 }
 
-/* Executable PROGBITS sections, with their bytes when the file has them. */
-static int exec_sections(Elf *elf, struct exec_sect **out, size_t *n)
+/* Executable PROGBITS sections (or, with any_alloc, every allocated
+ * PROGBITS section), with their bytes when the file has them. */
+static int sections_where(Elf *elf, bool any_alloc, struct exec_sect **out, size_t *n)
 {
 	Elf_Scn *scn = NULL;
 	struct exec_sect *v = NULL;
@@ -133,8 +137,8 @@ static int exec_sections(Elf *elf, struct exec_sect **out, size_t *n)
 		GElf_Shdr sh;
 		Elf_Data *d;
 
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS || !(sh.sh_flags & SHF_EXECINSTR) ||
-		    !sh.sh_size)
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS || !sh.sh_size ||
+		    !(sh.sh_flags & (any_alloc ? SHF_ALLOC : SHF_EXECINSTR)))
 			continue;
 		struct exec_sect *nv = realloc(v, (cnt + 1) * sizeof(*v));
 		if (!nv) {
@@ -152,6 +156,11 @@ static int exec_sections(Elf *elf, struct exec_sect **out, size_t *n)
 	*out = v;
 	*n = cnt;
 	return 0;
+}
+
+static int exec_sections(Elf *elf, struct exec_sect **out, size_t *n)
+{
+	return sections_where(elf, false, out, n);
 }
 
 static const struct exec_sect *sect_of(const struct exec_sect *s, size_t n, uint64_t addr)
@@ -426,6 +435,129 @@ static int fde_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, co
 	return added;
 }
 
+struct got_name {
+	uint64_t slot;
+	const char *name;
+};
+
+static int cmp_got(const void *a, const void *b)
+{
+	const struct got_name *x = a, *y = b;
+
+	return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* The GOT slots that relocations bind to named functions (JUMP_SLOT and
+ * GLOB_DAT of .rela.plt and .rela.dyn). */
+static int got_names(Elf *elf, struct got_name **out, size_t *nout)
+{
+	Elf_Scn *scn = NULL;
+	struct got_name *v = NULL;
+	size_t n = 0;
+
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh, symsh;
+		Elf_Data *d, *symd;
+		Elf_Scn *symscn;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_RELA || !sh.sh_entsize ||
+		    !(d = elf_getdata(scn, NULL)))
+			continue;
+		if (!(symscn = elf_getscn(elf, sh.sh_link)) || !gelf_getshdr(symscn, &symsh) ||
+		    symsh.sh_type != SHT_DYNSYM || !(symd = elf_getdata(symscn, NULL)))
+			continue;
+		for (size_t i = 0; i < d->d_size / sh.sh_entsize; i++) {
+			GElf_Rela r;
+			GElf_Sym sym;
+			const char *name;
+			int t;
+
+			if (!gelf_getrela(d, i, &r))
+				continue;
+			t = GELF_R_TYPE(r.r_info);
+			if ((t != R_X86_64_JUMP_SLOT && t != R_X86_64_GLOB_DAT) ||
+			    !gelf_getsym(symd, GELF_R_SYM(r.r_info), &sym))
+				continue;
+			if (!(name = elf_strptr(elf, symsh.sh_link, sym.st_name)) || !*name)
+				continue;
+			struct got_name *nv = realloc(v, (n + 1) * sizeof(*v));
+			if (!nv) {
+				free(v);
+				return -ENOMEM;
+			}
+			v = nv;
+			v[n++] = (struct got_name){ r.r_offset, name };
+		}
+	}
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_got);
+	*out = v;
+	*nout = n;
+	return 0;
+}
+
+/* PLT stubs as functions named "callee@plt": each entry of .plt, .plt.sec
+ * and .plt.got that jumps through a GOT slot a relocation names. */
+static int plt_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const struct exec_sect *sects,
+			 size_t nsects, uint64_t bias, uint64_t lo, uint64_t hi)
+{
+	Elf_Scn *scn = NULL;
+	struct got_name *gn = NULL;
+	size_t ngn = 0, shstrndx;
+	int added = 0, r;
+
+	if (elf_getshdrstrndx(elf, &shstrndx) < 0 || (r = got_names(elf, &gn, &ngn)) < 0)
+		return 0;
+	while (ngn && (scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		const char *nm;
+		const struct exec_sect *s;
+
+		if (!gelf_getshdr(scn, &sh) || !(nm = elf_strptr(elf, shstrndx, sh.sh_name)) ||
+		    (strcmp(nm, ".plt") && strcmp(nm, ".plt.sec") && strcmp(nm, ".plt.got")))
+			continue;
+		if (!(s = sect_of(sects, nsects, sh.sh_addr)) || !s->data)
+			continue;
+		uint64_t esz = sh.sh_entsize >= 8 && sh.sh_entsize <= 64 ? sh.sh_entsize : 16;
+		for (uint64_t off = 0; off + esz <= s->size; off += esz) {
+			uint32_t p = 0;
+			while (p < esz) {
+				struct hp_isa_detail d;
+				if (hp_isa_decode_detail(s->data + off + p, esz - p, s->addr + off + p, &d) < 0)
+					break;
+				if (d.mnem == HP_MN_JMP && d.has_rip_ref) {
+					struct got_name key = { d.rip_target, NULL }, *hit;
+					hit = bsearch(&key, gn, ngn, sizeof(*gn), cmp_got);
+					if (hit) {
+						char name[512];
+						snprintf(name, sizeof(name), "%s@plt", hit->name);
+						r = add_checked(m, mod, sects, nsects, name, s->addr + off, esz, 0,
+								bias, lo, hi);
+						if (r < 0) {
+							free(gn);
+							return r;
+						}
+						if (r > 0)
+							mod->funcs[mod->nfuncs - 1].flags |= HP_FN_PLT;
+						added += r;
+					}
+					break;
+				}
+				p += d.len;
+			}
+		}
+	}
+	free(gn);
+	return added;
+}
+
+struct hp_cfg_env hp_elf_cfg_env(hp_data_fn read_data, void *ctx)
+{
+	return (struct hp_cfg_env){
+		.noreturn_names = hp_noreturn_user, .traps_known = true, .read_data = read_data, .data_ctx = ctx
+	};
+}
+
 int hp_elf_add_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const char *path, uint64_t bias,
 			 uint64_t lo, uint64_t hi, char *err, size_t errlen)
 {
@@ -447,6 +579,10 @@ int hp_elf_add_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, co
 		r = symbols_from(m, mod, elf, SHT_DYNSYM, sects, nsects, bias, lo, hi);
 	if (r == 0)
 		r = fde_functions(m, mod, elf, sects, nsects, bias, lo, hi);
+	if (r >= 0) {
+		int p = plt_functions(m, mod, elf, sects, nsects, bias, lo, hi);
+		r = p < 0 ? p : r + p;
+	}
 	free(sects);
 	if (r < 0) {
 		snprintf(err, errlen, "%s: %s", path, strerror(-r));
@@ -478,6 +614,17 @@ static int elf_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 	return 0;
 }
 
+static int elf_data(void *ctx, uint64_t addr, void *buf, size_t len)
+{
+	struct elfpriv *ep = ctx;
+	const struct exec_sect *s = sect_of(ep->data, ep->ndata, addr);
+
+	if (!s || !s->data || len > s->size - (addr - s->addr))
+		return -EFAULT;
+	memcpy(buf, s->data + (addr - s->addr), len);
+	return 0;
+}
+
 static void elf_free_priv(struct hp_model *m)
 {
 	struct elfpriv *ep = m->priv;
@@ -489,6 +636,7 @@ static void elf_free_priv(struct hp_model *m)
 	if (ep->fd >= 0)
 		close(ep->fd);
 	free(ep->sects);
+	free(ep->data);
 	free(ep);
 	m->priv = NULL;
 }
@@ -532,7 +680,8 @@ int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_
 	if (!(ep->elf = hp_elf_begin(ep->fd, path, err, errlen, &r)))
 		goto fail;
 	hp_elf_build_id(ep->elf, m->build_id);
-	if ((r = exec_sections(ep->elf, &ep->sects, &ep->nsects)) < 0) {
+	if ((r = exec_sections(ep->elf, &ep->sects, &ep->nsects)) < 0 ||
+	    (r = sections_where(ep->elf, true, &ep->data, &ep->ndata)) < 0) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -567,7 +716,8 @@ int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_
 		if (f)
 			only = f->name;
 	}
-	if ((r = hp_cfg_parse_module(mod, NULL, elf_bytes, ep, o->threads, only)) < 0) {
+	struct hp_cfg_env env = hp_elf_cfg_env(elf_data, ep);
+	if ((r = hp_cfg_parse_module(mod, &env, elf_bytes, ep, o->threads, only)) < 0) {
 		snprintf(err, errlen, "parsing %s: %s", path, strerror(-r));
 		goto fail;
 	}

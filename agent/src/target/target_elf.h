@@ -10,6 +10,7 @@
 #include <gelf.h>
 #include <libelf.h>
 
+#include "model/cfg.h"
 #include "model/model.h"
 
 /* Open fd as ELF for reading; checks it is a complete-enough x86-64 ELF.
@@ -21,6 +22,10 @@ Elf *hp_elf_begin(int fd, const char *path, char *err, size_t errlen, int *errn)
  * Returns the number added (>= 0) or a negative errno with err filled. */
 int hp_elf_add_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const char *path, uint64_t bias,
 			 uint64_t lo, uint64_t hi, char *err, size_t errlen);
+
+/* The CFG semantics of user code: the C library's functions that never
+ * return, traps that really trap, switch tables read with read_data. */
+struct hp_cfg_env hp_elf_cfg_env(hp_data_fn read_data, void *ctx);
 
 /* Hex GNU build id of elf into out (65 bytes), "" if none. */
 void hp_elf_build_id(Elf *elf, char *out);

@@ -2,10 +2,12 @@
 /*
  * The live kernel as a code model. Functions and modules come from
  * /proc/kallsyms (which has no sizes: a function ends where the next text
- * symbol starts); text bytes come through a BPF_PROG_TYPE_SYSCALL program that
- * bpf_probe_read_kernel's a chunk per BPF_PROG_TEST_RUN into its .bss, so
- * neither /proc/kcore nor kprobes are needed. The whole text is read once in
- * chunks, then every function is decoded in parallel from that copy.
+ * symbol starts; kallsyms.c); text bytes come through a
+ * BPF_PROG_TYPE_SYSCALL program that bpf_probe_read_kernel's a chunk per
+ * BPF_PROG_TEST_RUN into its .bss, so neither /proc/kcore nor kprobes are
+ * needed. The whole text is read once in chunks, module functions lose the
+ * loader's fill at their ends, then every function is decoded in parallel
+ * from that copy.
  */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -26,6 +28,7 @@
 #include "target/target.h"
 
 struct kpriv {
+	struct hp_kernel_facts facts;
 	struct ktext_bpf *skel;
 	int prog_fd;
 	pthread_mutex_t lock;
@@ -96,9 +99,182 @@ static void kernel_free_priv(struct hp_model *m)
 		return;
 	ktext_bpf__destroy(kp->skel);
 	pthread_mutex_destroy(&kp->lock);
+	free(kp->facts.pinned);
+	free(kp->facts.warn_traps);
 	free(kp->copies);
 	free(kp);
 	m->priv = NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+const struct hp_kernel_facts *hp_kernel_facts(const struct hp_model *m)
+{
+	return m && m->kind == HP_TARGET_KERNEL && m->priv ? &((struct kpriv *)m->priv)->facts : NULL;
+}
+
+static void note(struct hp_kernel_facts *kf, const char *fmt, const char *what, int err)
+{
+	if (kf->nnotes < 4)
+		snprintf(kf->notes[kf->nnotes++], sizeof(kf->notes[0]), fmt, what, strerror(err));
+}
+
+static int32_t le32(const uint8_t *p)
+{
+	return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+static int push_pin(struct hp_kernel_facts *kf, size_t *cap, uint64_t lo, uint64_t hi, const char *rule)
+{
+	if (kf->npinned == *cap) {
+		size_t c = *cap ? *cap * 2 : 64;
+		struct hp_pinned_range *v = realloc(kf->pinned, c * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		kf->pinned = v;
+		*cap = c;
+	}
+	kf->pinned[kf->npinned++] = (struct hp_pinned_range){ lo, hi, rule };
+	return 0;
+}
+
+static int cmp_pin(const void *a, const void *b)
+{
+	const struct hp_pinned_range *x = a, *y = b;
+
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Which traps are WARN()s: the bug table's entries are (relative trap
+ * address, ..., u16 line, u16 flags); its size differs between kernel
+ * versions, so the layout whose addresses all land on ud instructions wins. */
+static void read_bug_table(struct kpriv *kp, const uint64_t *mk)
+{
+	struct hp_kernel_facts *kf = &kp->facts;
+	uint64_t lo = mk[HP_KMARK_BUG_START], hi = mk[HP_KMARK_BUG_STOP];
+	static const int sizes[] = { 12, 16, 8 };
+	uint8_t *tab;
+	int r;
+
+	if (!lo || hi <= lo || hi - lo > (64u << 20)) {
+		note(kf, "%s: no __start___bug_table in /proc/kallsyms (%s); every ud2 is taken to end its block",
+		     "WARN traps", ENOENT);
+		return;
+	}
+	if (!(tab = malloc(hi - lo)))
+		return;
+	if ((r = kernel_read_raw(kp, lo, tab, hi - lo)) < 0) {
+		note(kf, "%s: reading the bug table failed (%s)", "WARN traps", -r);
+		free(tab);
+		return;
+	}
+	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+		size_t esz = sizes[si], n = (hi - lo) / esz, good = 0, tried = 0;
+
+		if ((hi - lo) % esz)
+			continue;
+		/* The first 32 entries in a row, then a spread over the rest. */
+		size_t seen = 0;
+		for (size_t i = 0; i < n && seen < 64; i += seen < 32 ? 1 : n / 32 + 1, tried++, seen++) {
+			uint8_t b[2];
+			uint64_t at = lo + i * esz + (int64_t)le32(tab + i * esz);
+			/* Entries in freed init text do not read, or read as zeros:
+			 * they say nothing. */
+			if (kernel_read_raw(kp, at, b, 2) < 0 || (b[0] == 0 && b[1] == 0))
+				tried--;
+			else if (b[0] == 0x0f && (b[1] == 0x0b || b[1] == 0xb9 || b[1] == 0xff))
+				good++;
+		}
+		if (!tried || good * 10 < tried * 9)
+			continue;
+		kf->warn_traps = malloc(n * sizeof(uint64_t));
+		if (!kf->warn_traps)
+			break;
+		for (size_t i = 0; i < n; i++) {
+			const uint8_t *e = tab + i * esz;
+			uint16_t flags = (uint16_t)(e[esz - 2] | e[esz - 1] << 8);
+			if (flags & 1) /* BUGFLAG_WARNING */
+				kf->warn_traps[kf->nwarn_traps++] = lo + i * esz + (int64_t)le32(e);
+		}
+		kf->nbug_entries = n;
+		qsort(kf->warn_traps, kf->nwarn_traps, sizeof(uint64_t), cmp_u64);
+		free(tab);
+		return;
+	}
+	note(kf, "%s: the bug table's layout was not recognized (%s); every ud2 is taken to end its block",
+	     "WARN traps", EPROTO);
+	free(tab);
+}
+
+/* Code found by address: text sections by marker, exception-table entries,
+ * the kprobe blacklist. */
+static int read_pinned(struct kpriv *kp, const uint64_t *mk)
+{
+	struct hp_kernel_facts *kf = &kp->facts;
+	static const struct {
+		int lo, hi;
+		const char *rule;
+	} sections[] = {
+		{ HP_KMARK_NOINSTR_START, HP_KMARK_NOINSTR_END, "noinstr text" },
+		{ HP_KMARK_ENTRY_START, HP_KMARK_ENTRY_END, "entry text" },
+		{ HP_KMARK_IRQENTRY_START, HP_KMARK_IRQENTRY_END, "entry text (irqentry)" },
+		{ HP_KMARK_SOFTIRQ_START, HP_KMARK_SOFTIRQ_END, "entry text (softirqentry)" },
+		{ HP_KMARK_SCHED_START, HP_KMARK_SCHED_END, "__sched text" },
+		{ HP_KMARK_LOCK_START, HP_KMARK_LOCK_END, "__lock text" },
+		{ HP_KMARK_CPUIDLE_START, HP_KMARK_CPUIDLE_END, "cpuidle text (noinstr)" },
+		{ HP_KMARK_KPROBES_START, HP_KMARK_KPROBES_END, "kprobe-blacklisted (__kprobes text)" },
+	};
+	size_t cap = 0;
+	uint64_t lo, hi;
+	int r;
+
+	for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
+		if (mk[sections[i].lo] && mk[sections[i].hi] > mk[sections[i].lo] &&
+		    (r = push_pin(kf, &cap, mk[sections[i].lo], mk[sections[i].hi], sections[i].rule)) < 0)
+			return r;
+	/* struct exception_table_entry { int insn, fixup, data; }, relative. */
+	lo = mk[HP_KMARK_EX_START];
+	hi = mk[HP_KMARK_EX_STOP];
+	if (lo && hi > lo && hi - lo < (16u << 20) && (hi - lo) % 12 == 0) {
+		uint8_t *tab = malloc(hi - lo);
+		if (tab && (r = kernel_read_raw(kp, lo, tab, hi - lo)) == 0) {
+			for (size_t i = 0; i < (hi - lo) / 12; i++) {
+				uint64_t at = lo + i * 12 + (int64_t)le32(tab + i * 12);
+				if ((r = push_pin(kf, &cap, at, at + 1, "exception table entry")) < 0)
+					break;
+			}
+		} else if (tab) {
+			note(kf, "%s: reading the exception table failed (%s)", "exclusions", -r);
+		}
+		free(tab);
+	} else {
+		note(kf, "%s: no readable __start___ex_table in /proc/kallsyms (%s)", "exclusions", ENOENT);
+	}
+	/* NOKPROBE_SYMBOL() addresses; the kernel's own list in debugfs has
+	 * their ranges when kprobes are built in. */
+	FILE *fp = fopen("/sys/kernel/debug/kprobes/blacklist", "r");
+	if (fp) {
+		char line[512];
+		while (fgets(line, sizeof(line), fp)) {
+			unsigned long long a, b;
+			if (sscanf(line, "0x%llx-0x%llx", &a, &b) == 2 && b > a &&
+			    (r = push_pin(kf, &cap, a, b, "kprobe-blacklisted")) < 0)
+				break;
+		}
+		fclose(fp);
+	} else {
+		note(kf, "%s: /sys/kernel/debug/kprobes/blacklist unavailable (%s): only __kprobes text is excluded",
+		     "kprobe blacklist", errno);
+	}
+	if (kf->npinned)
+		qsort(kf->pinned, kf->npinned, sizeof(*kf->pinned), cmp_pin);
+	kf->fentry = mk[HP_KMARK_FENTRY];
+	return 0;
 }
 
 static int open_bpf(struct kpriv *kp, char *err, size_t errlen)
@@ -260,6 +436,12 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		goto fail;
 	}
 	PHASE("kallsyms");
+	read_bug_table(kp, ks.markers);
+	if ((r = read_pinned(kp, ks.markers)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	PHASE("tables");
 	if ((r = hp_kallsyms_build(m, &ks, err, errlen)) < 0)
 		goto fail;
 
@@ -285,7 +467,19 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	struct hp_cfg_env env = { ks.ret_thunks, ks.nret, ks.ind_thunks, ks.nind };
+	/* Kernel semantics: WARN traps continue, hlt resumes, objtool's
+	 * noreturn functions; modules also know vmlinux's noreturn functions. */
+	struct hp_cfg_env env = { .ret_thunks = ks.ret_thunks,
+				  .nret_thunks = ks.nret,
+				  .ind_thunks = ks.ind_thunks,
+				  .nind_thunks = ks.nind,
+				  .noreturn_names = hp_noreturn_kernel,
+				  .warn_traps = kp->facts.warn_traps,
+				  .nwarn_traps = kp->facts.nwarn_traps,
+				  .traps_known = kp->facts.nbug_entries > 0,
+				  .hlt_continues = true };
+	uint64_t *vm_noret = NULL;
+	size_t nvm_noret = 0;
 	for (i = 0; i < m->nmods; i++) {
 		struct hp_module *mod = &m->mods[i];
 		struct ktext_copy *c = &kp->copies[i];
@@ -307,9 +501,21 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		c->buf = NULL;
 		if (r < 0) {
 			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
+			free(vm_noret);
 			goto fail;
 		}
+		if (i == 0 && !vm_noret) {
+			vm_noret = malloc((mod->nfuncs ? mod->nfuncs : 1) * sizeof(*vm_noret));
+			for (size_t k = 0; vm_noret && k < mod->nfuncs; k++)
+				if (mod->funcs[k].flags & HP_FN_NORETURN)
+					vm_noret[nvm_noret++] = mod->funcs[k].addr;
+			env.noreturn = vm_noret;
+			env.nnoreturn = nvm_noret;
+			/* Module bug tables are not read: their traps prove nothing. */
+			env.traps_known = false;
+		}
 	}
+	free(vm_noret);
 	m->parse_seconds = hp_now() - t0;
 	if (!o->quiet) {
 		struct hp_model_stats st;

@@ -51,6 +51,12 @@ static int pid_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 	return 0;
 }
 
+/* Switch tables: read from the process like code. */
+static int pid_data(void *ctx, uint64_t addr, void *buf, size_t len)
+{
+	return pid_read(ctx, addr, buf, len);
+}
+
 static void pid_free_priv(struct hp_model *m)
 {
 	struct pidpriv *pp = m->priv;
@@ -306,7 +312,8 @@ int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **o
 			}
 		}
 		struct pid_bytes_ctx c = { pp, first, cnt };
-		r = hp_cfg_parse_module(mod, NULL, pid_bytes, &c, o->threads, only);
+		struct hp_cfg_env env = hp_elf_cfg_env(pid_data, m);
+		r = hp_cfg_parse_module(mod, &env, pid_bytes, &c, o->threads, only);
 		for (size_t k = first; k < first + cnt; k++) {
 			free(pp->maps[k].bytes);
 			pp->maps[k].bytes = NULL;

@@ -1,0 +1,491 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The emitter: lays the group out at plan->base (every member's hot chunk
+ * in order, then every cold chunk) and encodes it with the ISA layer.
+ * Block bodies are the original instructions, re-encoded where they have a
+ * relative operand (rip-relative data keeps its address; calls to members
+ * go to their copies); each block's ending is rebuilt for its new
+ * neighbour: a jcc whose likely side now follows is inverted, a jump to the
+ * next block disappears, a fallthrough that no longer falls through gets a
+ * jump. Branches start short and are relaxed to near until every one
+ * reaches (lengths only grow, so this ends). Chain heads reached by jumps
+ * are aligned to the fetch block when that saves a fetch block and the
+ * padding is small.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "isa/isa.h"
+#include "plan/plan.h"
+
+enum term { T_NONE, T_FALL, T_JCC, T_JMP };
+
+struct dest {
+	int32_t eb;   /* placed block, or -1 */
+	uint64_t ext; /* absolute address when eb < 0 */
+};
+
+struct eblock {
+	uint32_t member, bi;
+	uint64_t orig; /* original address */
+	uint32_t orig_size;
+	uint32_t body_len; /* original bytes of the body */
+	uint8_t term;
+	int8_t cond;
+	struct dest taken, fall;
+	uint8_t w1, w2; /* widths of the first and second branch */
+	bool align;
+	uint32_t pad;
+	uint64_t addr;
+	uint32_t size;
+};
+
+struct emitter {
+	struct hp_model *m;
+	struct hp_plan *p;
+	struct eblock *eb;
+	size_t n;
+	int32_t **index; /* per member: block index -> eblock */
+	uint8_t **code;  /* per member: original bytes */
+};
+
+static struct dest resolve(const struct emitter *E, uint32_t member, uint64_t a)
+{
+	const struct hp_plan_member *mb = &E->p->members[member];
+	const struct hp_function *f = mb->fn;
+
+	if (a >= f->addr && a < f->addr + f->size) {
+		const struct hp_block *b = hp_function_block_at(mb->mod, f, a);
+		if (b && f->addr + b->offset == a)
+			return (struct dest){ E->index[member][b - &mb->mod->blocks[f->block_start]], 0 };
+	}
+	for (size_t k = 0; k < E->p->nmembers; k++)
+		if (E->p->members[k].fn->addr == a)
+			return (struct dest){ E->index[k][0], 0 };
+	return (struct dest){ -1, a };
+}
+
+/* New address of a call target: a member's copy, or where it was. */
+static uint64_t call_target(const struct emitter *E, uint64_t a)
+{
+	for (size_t k = 0; k < E->p->nmembers; k++)
+		if (E->p->members[k].fn->addr == a)
+			return E->eb[E->index[k][0]].addr;
+	return a;
+}
+
+static uint64_t dest_addr(const struct emitter *E, struct dest d)
+{
+	return d.eb >= 0 ? E->eb[d.eb].addr : d.ext;
+}
+
+/* Classify block ending; fills body_len, term, cond, taken, fall. */
+static int classify(struct emitter *E, struct eblock *e, char *err, size_t errlen)
+{
+	const struct hp_plan_member *mb = &E->p->members[e->member];
+	const struct hp_module *mod = mb->mod;
+	const struct hp_function *f = mb->fn;
+	const struct hp_block *bl = &mod->blocks[f->block_start + e->bi];
+	const uint8_t *code = E->code[e->member];
+	uint32_t off = bl->offset, last = off;
+	struct hp_isa_insn in = { 0 };
+
+	while (off < bl->offset + bl->size) {
+		if (hp_isa_decode(code + off, f->size - off, f->addr + off, &in) < 0) {
+			snprintf(err, errlen, "%s+0x%x does not decode", f->name, off);
+			return -EINVAL;
+		}
+		last = off;
+		off += in.len;
+	}
+	bool falls = false;
+	for (uint16_t s = 0; s < bl->nsucc; s++) {
+		const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
+		falls |= sc->kind == HP_SUCC_FALLTHROUGH ||
+			 (sc->kind == HP_SUCC_TAIL_CALL && sc->target == f->addr + bl->offset + bl->size);
+	}
+	e->fall = resolve(E, e->member, f->addr + bl->offset + bl->size);
+	if (in.cls == HP_IC_JCC && in.has_target) {
+		e->cond = (int8_t)hp_isa_jcc_condition(code + last, f->size - last);
+		if (e->cond < 0) {
+			snprintf(err, errlen, "%s+0x%x: branch without an inverse", f->name, last);
+			return -EINVAL;
+		}
+		e->term = T_JCC;
+		e->taken = resolve(E, e->member, in.target);
+		e->body_len = last - bl->offset;
+	} else if (in.cls == HP_IC_JMP && in.has_target) {
+		e->term = T_JMP;
+		e->taken = resolve(E, e->member, in.target);
+		e->body_len = last - bl->offset;
+	} else {
+		e->term = falls ? T_FALL : T_NONE;
+		e->body_len = bl->size;
+	}
+	return 0;
+}
+
+static bool fits(uint64_t at, int len, uint64_t target, uint8_t w)
+{
+	int64_t rel = (int64_t)(target - (at + (uint64_t)len));
+	return w == HP_W_SHORT ? rel >= -128 && rel <= 127 : rel >= INT32_MIN && rel <= INT32_MAX;
+}
+
+/* Bytes of e's ending given the block placed after it (next, or -1), and
+ * whether each branch reaches with its width. */
+static uint32_t term_size(const struct emitter *E, struct eblock *e, int32_t next, bool check, bool *grew)
+{
+	uint64_t at = e->addr + e->body_len;
+	uint32_t n = 0;
+
+	switch (e->term) {
+	case T_FALL:
+		if (e->fall.eb >= 0 && e->fall.eb == next)
+			return 0;
+		if (e->fall.eb < 0)
+			e->w1 = HP_W_NEAR;
+		if (check && !fits(at, hp_isa_branch_length(-1, e->w1), dest_addr(E, e->fall), e->w1)) {
+			e->w1 = HP_W_NEAR;
+			*grew = true;
+		}
+		return (uint32_t)hp_isa_branch_length(-1, e->w1);
+	case T_JMP:
+		if (e->taken.eb >= 0 && e->taken.eb == next)
+			return 0;
+		if (e->taken.eb < 0)
+			e->w1 = HP_W_NEAR;
+		if (check && !fits(at, hp_isa_branch_length(-1, e->w1), dest_addr(E, e->taken), e->w1)) {
+			e->w1 = HP_W_NEAR;
+			*grew = true;
+		}
+		return (uint32_t)hp_isa_branch_length(-1, e->w1);
+	case T_JCC: {
+		struct dest first = e->taken, second = e->fall;
+		int cond = e->cond;
+		bool need_second = true;
+
+		if (e->fall.eb >= 0 && e->fall.eb == next) {
+			need_second = false;
+		} else if (e->taken.eb >= 0 && e->taken.eb == next) {
+			first = e->fall;
+			cond ^= 1;
+			need_second = false;
+		}
+		if (first.eb < 0)
+			e->w1 = HP_W_NEAR;
+		n = (uint32_t)hp_isa_branch_length(cond, e->w1);
+		if (check && !fits(at, (int)n, dest_addr(E, first), e->w1)) {
+			e->w1 = HP_W_NEAR;
+			*grew = true;
+			n = (uint32_t)hp_isa_branch_length(cond, e->w1);
+		}
+		if (need_second) {
+			if (second.eb < 0)
+				e->w2 = HP_W_NEAR;
+			uint32_t n2 = (uint32_t)hp_isa_branch_length(-1, e->w2);
+			if (check && !fits(at + n, (int)n2, dest_addr(E, second), e->w2)) {
+				e->w2 = HP_W_NEAR;
+				*grew = true;
+				n2 = (uint32_t)hp_isa_branch_length(-1, e->w2);
+			}
+			n += n2;
+		}
+		return n;
+	}
+	default:
+		return 0;
+	}
+}
+
+/* Assign addresses from the current branch widths, then check every
+ * branch against them; returns true when some branch had to grow. */
+static bool lay_out(struct emitter *E, bool check)
+{
+	uint64_t at = E->p->base;
+	uint32_t F = E->p->opts.fetch_block ? E->p->opts.fetch_block : 16;
+	bool grew = false;
+
+	for (size_t i = 0; i < E->n; i++) {
+		struct eblock *e = &E->eb[i];
+		e->pad = e->align ? (uint32_t)((F - at % F) % F) : 0;
+		at += e->pad;
+		e->addr = at;
+		e->size = e->body_len + term_size(E, e, i + 1 < E->n ? (int32_t)i + 1 : -1, false, &grew);
+		at += e->size;
+	}
+	if (check)
+		for (size_t i = 0; i < E->n; i++)
+			term_size(E, &E->eb[i], i + 1 < E->n ? (int32_t)i + 1 : -1, true, &grew);
+	return grew;
+}
+
+static int put_reloc(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t target)
+{
+	if (p->nrelocs == *cap) {
+		size_t c = *cap ? *cap * 2 : 64;
+		struct hp_reloc *v = realloc(p->relocs, c * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		p->relocs = v;
+		*cap = c;
+	}
+	p->relocs[p->nrelocs++] = (struct hp_reloc){ off, target };
+	return 0;
+}
+
+static bool in_group(const struct emitter *E, uint64_t a)
+{
+	const struct hp_plan *p = E->p;
+	return a >= p->base && a < p->base + p->code_len;
+}
+
+static int encode_branch(struct emitter *E, int cond, uint64_t at, struct dest d, uint8_t w, size_t *rcap)
+{
+	struct hp_plan *p = E->p;
+	uint64_t t = dest_addr(E, d);
+	int n = hp_isa_encode_branch(cond, at, t, (enum hp_isa_width)w, p->code + (at - p->base), 16);
+
+	if (n < 0)
+		return -ERANGE;
+	if (!in_group(E, t) && put_reloc(p, rcap, (uint32_t)(at - p->base) + (uint32_t)n - 4, t) < 0)
+		return -ENOMEM;
+	return n;
+}
+
+int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen)
+{
+	struct emitter E = { m, p };
+	size_t total = 0, k = 0, rcap = 0;
+	int r = -ENOMEM;
+
+	E.index = calloc(p->nmembers + 1, sizeof(*E.index));
+	E.code = calloc(p->nmembers + 1, sizeof(*E.code));
+	if (!E.index || !E.code)
+		goto out;
+	for (size_t i = 0; i < p->nmembers; i++) {
+		const struct hp_function *f = p->members[i].fn;
+		total += p->members[i].nblocks;
+		E.index[i] = malloc((f->nblocks + 1) * sizeof(int32_t));
+		E.code[i] = malloc(f->size + 16);
+		if (!E.index[i] || !E.code[i])
+			goto out;
+		memset(E.code[i] + f->size, 0, 16);
+		if ((r = m->read(m, f->addr, E.code[i], f->size)) < 0) {
+			snprintf(err, errlen, "reading %s: %s", f->name, strerror(-r));
+			goto out;
+		}
+		r = -ENOMEM;
+	}
+	if (!p->base) {
+		/* A page after the end of the root's module text: within reach of
+		 * rel32 for every call and data reference of the group. */
+		const struct hp_module *mod = p->members[0].mod;
+		const struct hp_function *last = &mod->funcs[mod->nfuncs - 1];
+		p->base = (last->addr + last->size + 0xffff) & ~(uint64_t)0xfff;
+	}
+	E.eb = calloc(total + 1, sizeof(*E.eb));
+	if (!E.eb)
+		goto out;
+	/* Hot chunks of every member, then cold chunks. */
+	for (int cold = 0; cold < 2; cold++)
+		for (size_t i = 0; i < p->nmembers; i++) {
+			struct hp_plan_member *mb = &p->members[i];
+			for (uint32_t j = cold ? mb->nhot : 0; j < (cold ? mb->nblocks : mb->nhot); j++) {
+				const struct hp_block *bl = &mb->mod->blocks[mb->fn->block_start + mb->blocks[j].index];
+				E.eb[k] = (struct eblock){ .member = (uint32_t)i,
+							   .bi = mb->blocks[j].index,
+							   .orig = mb->fn->addr + bl->offset,
+							   .orig_size = bl->size,
+							   .w1 = HP_W_SHORT,
+							   .w2 = HP_W_SHORT };
+				E.index[i][mb->blocks[j].index] = (int32_t)k++;
+			}
+		}
+	E.n = k;
+	for (size_t i = 0; i < E.n; i++)
+		if ((r = classify(&E, &E.eb[i], err, errlen)) < 0)
+			goto out;
+	/* Alignment of hot chain heads reached by a jump (Gorton's rule): only
+	 * where it saves a fetch block, within the padding bounds. */
+	lay_out(&E, false);
+	uint64_t hot_bytes = 0, pad_total = 0;
+	uint32_t F = p->opts.fetch_block ? p->opts.fetch_block : 16;
+	for (size_t i = 0; i < p->nmembers; i++)
+		hot_bytes += p->members[i].hot_bytes;
+	for (size_t i = 0; !p->opts.no_align && i < p->nmembers; i++) {
+		struct hp_plan_member *mb = &p->members[i];
+		for (uint32_t c = 0; c < mb->nchains; c++) {
+			struct eblock *e = &E.eb[E.index[i][mb->blocks[mb->chains[c].first].index]];
+			size_t ei = (size_t)(e - E.eb);
+			bool fallen_into =
+				ei > 0 && ((E.eb[ei - 1].term == T_FALL && E.eb[ei - 1].fall.eb == (int32_t)ei) ||
+					   (E.eb[ei - 1].term == T_JCC && E.eb[ei - 1].fall.eb == (int32_t)ei));
+			uint32_t pad = (uint32_t)((F - e->addr % F) % F);
+			uint32_t before = (uint32_t)((e->addr % F + e->size + F - 1) / F),
+				 after = (e->size + F - 1) / F;
+			if (fallen_into || !pad || pad > p->opts.max_pad || after >= before ||
+			    (double)(pad_total + pad) > p->opts.max_pad_share * (double)hot_bytes)
+				continue;
+			e->align = true;
+			pad_total += pad;
+		}
+	}
+	/* Widths only grow, so this ends; the last pass must change nothing. */
+	bool grew = true;
+	for (int round = 0; round < 256 && grew; round++)
+		grew = lay_out(&E, true);
+	if (grew) {
+		snprintf(err, errlen, "branch relaxation did not settle");
+		r = -ERANGE;
+		goto out;
+	}
+	p->code_len = E.n ? E.eb[E.n - 1].addr + E.eb[E.n - 1].size - p->base : 0;
+	p->code = malloc(p->code_len + 16);
+	if (!p->code)
+		goto out;
+	/* Encode. */
+	size_t enc_at = 0;
+	for (size_t i = 0; i < E.n; i++) {
+		enc_at = i;
+		struct eblock *e = &E.eb[i];
+		const struct hp_plan_member *mb = &p->members[e->member];
+		const struct hp_function *f = mb->fn;
+		uint64_t at = e->addr;
+		uint32_t off = (uint32_t)(e->orig - f->addr), end = off + e->body_len;
+		int32_t next = i + 1 < E.n ? (int32_t)i + 1 : -1;
+
+		if (e->pad && hp_isa_nop_fill(p->code + (at - e->pad - p->base), e->pad) < 0)
+			goto enc_fail;
+		p->pad_bytes += e->pad;
+		while (off < end) {
+			struct hp_isa_insn in;
+			uint8_t rel = 0;
+			const uint8_t *src = E.code[e->member] + off;
+			if (hp_isa_decode(src, f->size - off, f->addr + off, &in) < 0) {
+				snprintf(err, errlen, "%s+0x%x does not decode", f->name, off);
+				r = -EINVAL;
+				goto out;
+			}
+			uint64_t nt =
+				in.has_target ? (in.cls == HP_IC_CALL ? call_target(&E, in.target) : in.target) : 0;
+			int n = hp_isa_relocate(src, in.len, f->addr + off, at, nt, p->code + (at - p->base), 16, &rel);
+			if (n != in.len) {
+				snprintf(err, errlen, "%s+0x%x: re-encoding changed its length (%d, was %u)", f->name,
+					 off, n, in.len);
+				r = -ERANGE;
+				goto out;
+			}
+			if (rel) {
+				uint64_t t;
+				int32_t d;
+				memcpy(&d, p->code + (at - p->base) + rel, 4);
+				t = at + (uint64_t)n + (uint64_t)(int64_t)d;
+				if (!(t >= p->base && t < p->base + p->code_len) &&
+				    put_reloc(p, &rcap, (uint32_t)(at - p->base) + rel, t) < 0)
+					goto out;
+			}
+			at += (uint64_t)n;
+			off += in.len;
+		}
+		int n;
+		switch (e->term) {
+		case T_FALL:
+			if (e->fall.eb == next && next >= 0)
+				break;
+			if ((n = encode_branch(&E, -1, at, e->fall, e->w1, &rcap)) < 0)
+				goto enc_fail;
+			p->added_jumps++;
+			at += (uint64_t)n;
+			break;
+		case T_JMP:
+			if (e->taken.eb == next && next >= 0) {
+				p->removed_jumps++;
+				break;
+			}
+			if ((n = encode_branch(&E, -1, at, e->taken, e->w1, &rcap)) < 0)
+				goto enc_fail;
+			at += (uint64_t)n;
+			break;
+		case T_JCC:
+			if (e->fall.eb == next && next >= 0) {
+				if ((n = encode_branch(&E, e->cond, at, e->taken, e->w1, &rcap)) < 0)
+					goto enc_fail;
+			} else if (e->taken.eb == next && next >= 0) {
+				if ((n = encode_branch(&E, e->cond ^ 1, at, e->fall, e->w1, &rcap)) < 0)
+					goto enc_fail;
+				p->inverted++;
+			} else {
+				if ((n = encode_branch(&E, e->cond, at, e->taken, e->w1, &rcap)) < 0)
+					goto enc_fail;
+				at += (uint64_t)n;
+				if ((n = encode_branch(&E, -1, at, e->fall, e->w2, &rcap)) < 0)
+					goto enc_fail;
+				p->added_jumps++;
+			}
+			at += (uint64_t)n;
+			break;
+		default:
+			break;
+		}
+		if (at != e->addr + e->size) {
+			snprintf(err, errlen, "%s: block at 0x%" PRIx64 " encoded to %" PRIu64 " bytes, laid out as %u",
+				 f->name, e->orig, at - e->addr, e->size);
+			r = -ERANGE;
+			goto out;
+		}
+	}
+	/* Record the layout in the plan. */
+	for (size_t i = 0; i < p->nmembers; i++) {
+		struct hp_plan_member *mb = &p->members[i];
+		mb->new_entry = E.eb[E.index[i][0]].addr;
+		for (uint32_t j = 0; j < mb->nblocks; j++) {
+			struct eblock *e = &E.eb[E.index[i][mb->blocks[j].index]];
+			mb->blocks[j].new_addr = e->addr;
+			mb->blocks[j].new_size = e->size;
+			mb->blocks[j].pad = e->pad;
+			if (mb->blocks[j].hot)
+				mb->new_hot_bytes += e->size + e->pad;
+			else
+				mb->new_cold_bytes += e->size + e->pad;
+		}
+		mb->hot_addr = mb->nhot ? mb->blocks[0].new_addr : 0;
+		mb->cold_addr = mb->nblocks > mb->nhot ? mb->blocks[mb->nhot].new_addr : 0;
+	}
+	/* Hot pieces before (original addresses) and after. */
+	size_t nh = 0;
+	for (size_t i = 0; i < p->nmembers; i++)
+		nh += p->members[i].nhot;
+	p->before.pieces = calloc(nh + 1, sizeof(struct hp_hot_piece));
+	p->after.pieces = calloc(nh + 1, sizeof(struct hp_hot_piece));
+	if (!p->before.pieces || !p->after.pieces)
+		goto out;
+	for (size_t i = 0; i < p->nmembers; i++) {
+		struct hp_plan_member *mb = &p->members[i];
+		for (uint32_t j = 0; j < mb->nhot; j++) {
+			const struct hp_block *bl = &mb->mod->blocks[mb->fn->block_start + mb->blocks[j].index];
+			p->before.pieces[p->before.npieces++] =
+				(struct hp_hot_piece){ (uint32_t)i, mb->blocks[j].index, mb->fn->addr + bl->offset,
+						       bl->size };
+			p->after.pieces[p->after.npieces++] =
+				(struct hp_hot_piece){ (uint32_t)i, mb->blocks[j].index, mb->blocks[j].new_addr,
+						       mb->blocks[j].new_size };
+		}
+	}
+	r = 0;
+	goto out;
+enc_fail:
+	snprintf(err, errlen, "encoding the group failed at 0x%" PRIx64 " (a branch out of reach)", E.eb[enc_at].orig);
+	r = -ERANGE;
+out:
+	for (size_t i = 0; E.index && i < p->nmembers; i++) {
+		free(E.index[i]);
+		free(E.code[i]);
+	}
+	free(E.index);
+	free(E.code);
+	free(E.eb);
+	return r;
+}

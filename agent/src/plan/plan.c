@@ -1,0 +1,620 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The plan: bottleneck check, group, counts and edges, procedure splitting,
+ * chains, ordering, then emission, verification and the I-cache figures.
+ *  - Group: breadth-first over the direct calls and tail calls of blocks
+ *    that ran; a callee joins when one of its blocks ran more than
+ *    join_fraction times as often as the root was called; callees that
+ *    cannot move are kept in place with their rule.
+ *  - Edges: measured where the profile has them, else derived from block
+ *    counts by flow conservation (KernInst section 4: exact where one edge
+ *    of a block is unknown), the rest split by the targets' counts and
+ *    marked estimated.
+ *  - Splitting: blocks that ran are hot (the entry always); every member's
+ *    hot chunk comes before every cold chunk.
+ *  - Order: root first, then the member most called from those placed.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host/caps.h"
+#include "isa/isa.h"
+#include "plan/chains.h"
+#include "plan/plan.h"
+#include "target/target.h"
+
+void hp_plan_opts_default(struct hp_plan_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->join_fraction = 0.05;
+	o->stall_threshold = 0.10;
+	o->fetch_block = 16;
+	o->max_pad = 7;
+	o->max_pad_share = 0.05;
+	o->max_functions = 64;
+	o->small_block = 8;
+}
+
+static const char *const returns_twice[] = { "setjmp", "_setjmp",    "sigsetjmp", "__sigsetjmp",
+					     "vfork",  "getcontext", "savectx",   NULL };
+
+static bool name_is(const char *name, const char *const *list)
+{
+	size_t n = strlen(name);
+
+	if (n > 4 && !strcmp(name + n - 4, "@plt"))
+		n -= 4;
+	for (; *list; list++)
+		if (strlen(*list) == n && !strncmp(*list, name, n))
+			return true;
+	return false;
+}
+
+const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
+			      char *detail, size_t dlen)
+{
+	const struct hp_kernel_facts *kf = hp_kernel_facts(m);
+	uint8_t *code;
+	const char *rule = NULL;
+
+	detail[0] = 0;
+	if (f->flags & HP_FN_PLT)
+		return "PLT stub: the callee is in another object";
+	if (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE) || !f->nblocks)
+		return "bytes not readable or not decodable";
+	if (f->flags & HP_FN_COLD_PART)
+		return ".cold fragment: stays in place, its function's jumps reach it as before";
+	if (f->flags & HP_FN_UNRESOLVED_JUMP)
+		return "indirect jump that is not a resolved switch table";
+	if (f->njt) {
+		snprintf(detail, dlen, "%u table(s)", f->njt);
+		return "switch table: tables are not rewritten, so the function is not moved";
+	}
+	if (kf) {
+		for (size_t i = 0; i < kf->npinned; i++)
+			if (kf->pinned[i].lo < f->addr + f->size && kf->pinned[i].hi > f->addr) {
+				snprintf(detail, dlen, "at 0x%" PRIx64, kf->pinned[i].lo);
+				return kf->pinned[i].rule;
+			}
+	}
+	if (!(code = malloc(f->size)))
+		return "out of memory";
+	if (m->read(m, f->addr, code, f->size) < 0) {
+		free(code);
+		return "bytes not readable";
+	}
+	if (kf) {
+		struct hp_isa_insn in;
+		struct hp_isa_detail d;
+		bool site = hp_isa_decode(code, f->size, f->addr, &in) == 0 && in.len == 5 &&
+			    ((in.cls == HP_IC_CALL && in.has_target && in.target == kf->fentry) ||
+			     (hp_isa_decode_detail(code, f->size, f->addr, &d) == 0 && d.mnem == HP_MN_NOP));
+		if (!site)
+			rule = "no ftrace site at the entry: the entry cannot be redirected";
+	}
+	for (uint32_t off = 0; !rule && off < f->size;) {
+		struct hp_isa_insn in;
+		if (hp_isa_decode(code + off, f->size - off, f->addr + off, &in) < 0)
+			break;
+		if (in.cls == HP_IC_JCC && hp_isa_jcc_condition(code + off, f->size - off) < 0) {
+			snprintf(detail, dlen, "at +0x%x", off);
+			rule = "branch without an inverse or a near form (loop, jrcxz, xbegin)";
+		}
+		off += in.len;
+	}
+	free(code);
+	if (rule)
+		return rule;
+	if (m->kind != HP_TARGET_KERNEL)
+		for (uint32_t c = 0; c < f->ncalls; c++) {
+			const struct hp_function *g = hp_model_lookup(m, mod->calls[f->call_start + c].target, NULL);
+			if (g && name_is(g->name, returns_twice)) {
+				snprintf(detail, dlen, "calls %s", g->name);
+				return "calls a function that returns twice (setjmp): its saved return address is the original code";
+			}
+		}
+	return NULL;
+}
+
+static void add_edge(struct hp_plan_member *mb, uint32_t from, uint32_t to)
+{
+	for (size_t i = 0; i < mb->nedges; i++)
+		if (mb->edges[i].from == from && mb->edges[i].to == to)
+			return;
+	mb->edges[mb->nedges++] = (struct hp_plan_edge){ from, to, -1, HP_EDGES_ESTIMATED };
+}
+
+static uint32_t block_index(const struct hp_module *mod, const struct hp_function *f, uint64_t off)
+{
+	const struct hp_block *b = hp_function_block_at(mod, f, f->addr + off);
+	return b ? (uint32_t)(b - &mod->blocks[f->block_start]) : UINT32_MAX;
+}
+
+/* Block counts from the profile, and edge counts measured or derived. */
+static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf)
+{
+	const struct hp_module *mod = mb->mod;
+	const struct hp_function *f = mb->fn;
+	size_t maxe = 0;
+
+	mb->count = calloc(f->nblocks + 1, sizeof(double));
+	for (uint32_t b = 0; b < f->nblocks; b++)
+		maxe += mod->blocks[f->block_start + b].nsucc;
+	mb->edges = calloc(maxe + 1, sizeof(*mb->edges));
+	if (!mb->count || !mb->edges)
+		return -ENOMEM;
+	for (size_t i = 0; pf && i < pf->nblocks; i++) {
+		uint32_t bi = block_index(mod, f, pf->blocks[i].offset);
+		if (bi != UINT32_MAX)
+			mb->count[bi] += pf->blocks[i].count;
+	}
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		const struct hp_block *bl = &mod->blocks[f->block_start + b];
+		for (uint16_t s = 0; s < bl->nsucc; s++) {
+			const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
+			if (sc->kind == HP_SUCC_FALLTHROUGH || sc->kind == HP_SUCC_TAKEN) {
+				uint32_t t = block_index(mod, f, sc->target);
+				if (t != UINT32_MAX)
+					add_edge(mb, b, t);
+			}
+		}
+	}
+	/* Measured edges. */
+	for (size_t i = 0; pf && i < pf->nedges; i++) {
+		uint32_t a = block_index(mod, f, pf->edges[i].from), t = block_index(mod, f, pf->edges[i].to);
+		for (size_t k = 0; k < mb->nedges; k++)
+			if (mb->edges[k].from == a && mb->edges[k].to == t) {
+				mb->edges[k].count = pf->edges[i].count;
+				mb->edges[k].source = HP_EDGES_MEASURED;
+			}
+	}
+	/* Flow conservation: a block whose successors are all in the function
+	 * sends its count along its edges; every block but the entry gets its
+	 * count along its incoming edges. One unknown edge in either sum is
+	 * then exact. */
+	bool *out_closed = calloc(f->nblocks + 1, sizeof(bool));
+	if (!out_closed)
+		return -ENOMEM;
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		const struct hp_block *bl = &mod->blocks[f->block_start + b];
+		out_closed[b] = bl->nsucc > 0;
+		for (uint16_t s = 0; s < bl->nsucc; s++) {
+			uint8_t k = mod->succs[bl->succ_start + s].kind;
+			if (k != HP_SUCC_FALLTHROUGH && k != HP_SUCC_TAKEN)
+				out_closed[b] = false;
+		}
+	}
+	for (bool changed = true; changed;) {
+		changed = false;
+		for (uint32_t b = 0; b < f->nblocks; b++)
+			for (int dir = 0; dir < 2; dir++) {
+				if ((dir == 0 && !out_closed[b]) || (dir == 1 && (b == 0 || f->cold)))
+					continue;
+				double known = 0;
+				size_t unknown = 0, which = 0;
+				for (size_t k = 0; k < mb->nedges; k++) {
+					const struct hp_plan_edge *e = &mb->edges[k];
+					if ((dir == 0 ? e->from : e->to) != b)
+						continue;
+					if (e->count < 0) {
+						unknown++;
+						which = k;
+					} else {
+						known += e->count;
+					}
+				}
+				if (unknown == 1) {
+					double v = mb->count[b] - known;
+					mb->edges[which].count = v > 0 ? v : 0;
+					mb->edges[which].source = HP_EDGES_DERIVED_EXACT;
+					changed = true;
+				}
+			}
+	}
+	free(out_closed);
+	/* The rest: a block's remaining count split over its unknown edges by
+	 * their targets' counts. */
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		double known = 0, tw = 0;
+		for (size_t k = 0; k < mb->nedges; k++)
+			if (mb->edges[k].from == b) {
+				if (mb->edges[k].count >= 0)
+					known += mb->edges[k].count;
+				else
+					tw += mb->count[mb->edges[k].to];
+			}
+		double rest = mb->count[b] - known;
+		for (size_t k = 0; k < mb->nedges; k++)
+			if (mb->edges[k].from == b && mb->edges[k].count < 0)
+				mb->edges[k].count = rest > 0 && tw > 0 ? rest * mb->count[mb->edges[k].to] / tw : 0;
+	}
+	for (size_t k = 0; k < mb->nedges; k++)
+		mb->exact_edges += mb->edges[k].source != HP_EDGES_ESTIMATED;
+	double in_entry = 0;
+	for (size_t k = 0; k < mb->nedges; k++)
+		if (mb->edges[k].to == 0)
+			in_entry += mb->edges[k].count;
+	mb->calls = mb->count[0] - in_entry > 0 ? mb->count[0] - in_entry : mb->count[0];
+	return 0;
+}
+
+/* Hot chunk chains and the member's block order. */
+static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o)
+{
+	const struct hp_module *mod = mb->mod;
+	const struct hp_function *f = mb->fn;
+	uint32_t n = f->nblocks, nch = 0;
+	struct hp_chain_block *cb = calloc(n + 1, sizeof(*cb));
+	struct hp_chain_edge *ce = calloc(mb->nedges + 1, sizeof(*ce));
+	uint32_t *order = calloc(n + 1, sizeof(*order));
+	int32_t *chain_of = calloc(n + 1, sizeof(*chain_of));
+	int r = -ENOMEM, nhot;
+
+	mb->blocks = calloc(n + 1, sizeof(*mb->blocks));
+	if (!cb || !ce || !order || !chain_of || !mb->blocks)
+		goto out;
+	for (uint32_t b = 0; b < n; b++) {
+		const struct hp_block *bl = &mod->blocks[f->block_start + b];
+		cb[b] = (struct hp_chain_block){ mb->count[b], bl->size, mb->count[b] > 0 || b == 0, -1 };
+		if (bl->nsucc == 1 && mod->succs[bl->succ_start].kind == HP_SUCC_FALLTHROUGH)
+			cb[b].falls_to = (int32_t)block_index(mod, f, mod->succs[bl->succ_start].target);
+		if (cb[b].hot)
+			mb->hot_bytes += bl->size;
+		else
+			mb->cold_bytes += bl->size;
+	}
+	for (size_t k = 0; k < mb->nedges; k++)
+		ce[k] = (struct hp_chain_edge){ mb->edges[k].from, mb->edges[k].to, mb->edges[k].count };
+	nhot = hp_chains_build(cb, n, ce, mb->nedges, 0, o->small_block, order, chain_of, &nch);
+	if (nhot < 0)
+		goto out;
+	mb->nhot = (uint32_t)nhot;
+	mb->chains = calloc(nch + 1, sizeof(*mb->chains));
+	if (!mb->chains)
+		goto out;
+	mb->nchains = nch;
+	for (uint32_t i = 0; i < mb->nhot; i++) {
+		uint32_t b = order[i];
+		struct hp_plan_chain *c = &mb->chains[chain_of[b]];
+		if (!c->n)
+			c->first = i;
+		c->n++;
+		c->bytes += mod->blocks[f->block_start + b].size;
+		if (mb->count[b] > c->weight)
+			c->weight = mb->count[b];
+		mb->blocks[i] =
+			(struct hp_plan_block){ .index = b, .count = mb->count[b], .hot = true, .chain = chain_of[b] };
+	}
+	/* Hot blocks no chain reached (unreachable from the chains' order)
+	 * still belong to the hot chunk, each its own chain at the end. */
+	uint32_t k = mb->nhot;
+	for (uint32_t b = 0; b < n; b++)
+		if (cb[b].hot && chain_of[b] < 0) {
+			struct hp_plan_chain *c = realloc(mb->chains, (mb->nchains + 1) * sizeof(*c));
+			if (!c)
+				goto out;
+			mb->chains = c;
+			c[mb->nchains] =
+				(struct hp_plan_chain){ k, 1, mb->count[b], mod->blocks[f->block_start + b].size };
+			mb->blocks[k++] = (struct hp_plan_block){
+				.index = b, .count = mb->count[b], .hot = true, .chain = (int32_t)mb->nchains++
+			};
+		}
+	mb->nhot = k;
+	for (uint32_t b = 0; b < n; b++)
+		if (!cb[b].hot)
+			mb->blocks[k++] = (struct hp_plan_block){ .index = b, .count = 0, .hot = false, .chain = -1 };
+	mb->nblocks = k;
+	for (uint32_t t = 0; t < f->njt; t++) {
+		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
+		mb->jt_bytes += jt->nentries * jt->entry_size;
+	}
+	r = 0;
+out:
+	free(cb);
+	free(ce);
+	free(order);
+	free(chain_of);
+	return r;
+}
+
+static ssize_t member_of(const struct hp_plan *p, const struct hp_function *f)
+{
+	for (size_t i = 0; i < p->nmembers; i++)
+		if (p->members[i].fn == f)
+			return (ssize_t)i;
+	return -1;
+}
+
+static bool is_kept(const struct hp_plan *p, const struct hp_function *f)
+{
+	for (size_t i = 0; i < p->nkept; i++)
+		if (p->kept[i].fn == f)
+			return true;
+	return false;
+}
+
+static double max_count(const struct hp_prof_fn *pf)
+{
+	double m = 0;
+	for (size_t i = 0; pf && i < pf->nblocks; i++)
+		if (pf->blocks[i].count > m)
+			m = pf->blocks[i].count;
+	return m;
+}
+
+/* Consider callee g reached from member `from`; it joins or is kept. */
+static int consider(struct hp_model *m, struct hp_plan *p, const struct hp_profile *prof, uint32_t from,
+		    const struct hp_function *g, double root_calls)
+{
+	const struct hp_module *gmod;
+	const struct hp_prof_fn *pf;
+	char detail[160];
+	const char *rule;
+
+	if (!g || member_of(p, g) >= 0 || is_kept(p, g))
+		return 0;
+	pf = hp_profile_find(prof, g->addr);
+	if (max_count(pf) <= p->opts.join_fraction * root_calls)
+		return 0;
+	if (!hp_model_lookup(m, g->addr, &gmod))
+		return 0;
+	rule = hp_plan_kept_rule(m, gmod, g, detail, sizeof(detail));
+	if (!rule && p->nmembers >= p->opts.max_functions)
+		rule = "the group is full (--max-functions)";
+	if (rule) {
+		struct hp_plan_kept *k = realloc(p->kept, (p->nkept + 1) * sizeof(*k));
+		if (!k)
+			return -ENOMEM;
+		p->kept = k;
+		k[p->nkept] = (struct hp_plan_kept){ g, rule, "" };
+		snprintf(k[p->nkept++].detail, sizeof(k->detail), "%s", detail);
+		return 0;
+	}
+	struct hp_plan_member *v = realloc(p->members, (p->nmembers + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	p->members = v;
+	memset(&v[p->nmembers], 0, sizeof(*v));
+	v[p->nmembers].mod = gmod;
+	v[p->nmembers].fn = g;
+	v[p->nmembers].parent = from;
+	p->nmembers++;
+	return member_counts(&v[p->nmembers - 1], pf);
+}
+
+/* Call affinity: counts of the blocks of a that call or tail-call b. */
+static double affinity(const struct hp_plan_member *a, const struct hp_plan_member *b)
+{
+	const struct hp_module *mod = a->mod;
+	const struct hp_function *f = a->fn;
+	double w = 0;
+
+	for (uint32_t c = 0; c < f->ncalls; c++) {
+		const struct hp_call *cl = &mod->calls[f->call_start + c];
+		if (cl->target == b->fn->addr)
+			w += a->count[block_index(mod, f, cl->site)];
+	}
+	for (uint32_t bi = 0; bi < f->nblocks; bi++) {
+		const struct hp_block *bl = &mod->blocks[f->block_start + bi];
+		for (uint16_t s = 0; s < bl->nsucc; s++)
+			if (mod->succs[bl->succ_start + s].kind == HP_SUCC_TAIL_CALL &&
+			    mod->succs[bl->succ_start + s].target == b->fn->addr)
+				w += a->count[bi];
+	}
+	return w;
+}
+
+static int order_members(struct hp_plan *p)
+{
+	size_t n = p->nmembers;
+	struct hp_plan_member *v = malloc((n + 1) * sizeof(*v));
+	uint8_t *placed = calloc(n + 1, 1);
+
+	if (!v || !placed) {
+		free(v);
+		free(placed);
+		return -ENOMEM;
+	}
+	v[0] = p->members[0];
+	placed[0] = 1;
+	for (size_t k = 1; k < n; k++) {
+		size_t best = 0;
+		double bw = -1;
+		for (size_t j = 0; j < n; j++) {
+			if (placed[j])
+				continue;
+			double w = 0;
+			for (size_t i = 0; i < n; i++)
+				if (placed[i])
+					w += affinity(&p->members[i], &p->members[j]);
+			if (w > bw) {
+				bw = w;
+				best = j;
+			}
+		}
+		placed[best] = 1;
+		v[k] = p->members[best];
+	}
+	free(p->members);
+	p->members = v;
+	free(placed);
+	return 0;
+}
+
+static void note(struct hp_plan *p, const char *s)
+{
+	if (p->nnotes < 8)
+		p->notes[p->nnotes++] = s;
+}
+
+int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struct hp_module *root_mod,
+		 const struct hp_profile *prof, const struct hp_plan_opts *o, struct hp_plan *p, char *err,
+		 size_t errlen)
+{
+	const struct hp_prof_fn *rpf;
+	char detail[160];
+	const char *rule;
+	double t0 = hp_now(), root_calls;
+	int r;
+
+	memset(p, 0, sizeof(*p));
+	if (o)
+		p->opts = *o;
+	else
+		hp_plan_opts_default(&p->opts);
+	p->profile = prof;
+	if (!p->opts.l1i.line_bytes) {
+		struct hp_hostinfo hi;
+		char e2[200];
+		if (hp_hostinfo_collect(&hi, "plan", e2, sizeof(e2)) == 0)
+			p->opts.l1i = hi.l1i;
+	}
+	if (!p->opts.l1i.line_bytes || !p->opts.l1i.ways || !p->opts.l1i.size_bytes) {
+		snprintf(
+			err, errlen,
+			"the L1 instruction cache geometry is unknown (no sysfs cache entry): give --l1i SIZE,WAYS,LINE");
+		return -ENODATA;
+	}
+	/* 1. Bottleneck check. */
+	int perr = 0;
+	p->stall_measurable = false;
+	snprintf(p->stall_note, sizeof(p->stall_note), "%s",
+		 hp_probe_hw_cycles(&perr) ?
+			 "I-cache stall cycles are not measured yet: the check is not made" :
+			 "not measurable: no hardware PMU on this host (I-cache stall cycles unavailable); "
+			 "planning anyway");
+	/* 2. Counts for the root. */
+	rpf = hp_profile_find(prof, root->addr);
+	if (!prof || !rpf) {
+		p->status = HP_PLAN_NO_COUNTS;
+		snprintf(p->message, sizeof(p->message),
+			 "no block counts for %s: measure it first (hotpathd measure, or sample for estimated counts) "
+			 "and pass --profile",
+			 root->name);
+		return 0;
+	}
+	if (max_count(rpf) <= 0) {
+		p->status = HP_PLAN_NOT_HOT;
+		snprintf(p->message, sizeof(p->message), "%s did not run in the profile (%s): nothing to optimize",
+			 root->name, prof->source);
+		return 0;
+	}
+	if ((rule = hp_plan_kept_rule(m, root_mod, root, detail, sizeof(detail)))) {
+		p->status = HP_PLAN_ROOT_KEPT;
+		snprintf(p->message, sizeof(p->message), "%s cannot move: %s%s%s", root->name, rule,
+			 detail[0] ? " " : "", detail);
+		return 0;
+	}
+	p->members = calloc(1, sizeof(*p->members));
+	if (!p->members)
+		return -ENOMEM;
+	p->members[0].mod = root_mod;
+	p->members[0].fn = root;
+	p->nmembers = 1;
+	if ((r = member_counts(&p->members[0], rpf)) < 0)
+		goto nomem;
+	root_calls = p->members[0].calls;
+	/* 3. Group, breadth first. */
+	for (size_t i = 0; i < p->nmembers; i++) {
+		const struct hp_module *mod = p->members[i].mod;
+		const struct hp_function *f = p->members[i].fn;
+
+		for (uint32_t c = 0; c < f->ncalls; c++) {
+			const struct hp_call *cl = &mod->calls[f->call_start + c];
+			const struct hp_function *g;
+			if (p->members[i].count[block_index(mod, f, cl->site)] <= 0)
+				continue; /* pruned: reached only from blocks that never ran */
+			g = hp_model_lookup(m, cl->target, NULL);
+			if (g && g->addr == cl->target && (r = consider(m, p, prof, (uint32_t)i, g, root_calls)) < 0)
+				goto nomem;
+			f = p->members[i].fn; /* members may have moved */
+			mod = p->members[i].mod;
+		}
+		for (uint32_t b = 0; b < f->nblocks; b++) {
+			const struct hp_block *bl = &mod->blocks[f->block_start + b];
+			if (p->members[i].count[b] <= 0)
+				continue;
+			for (uint16_t s = 0; s < bl->nsucc; s++) {
+				const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
+				const struct hp_function *g;
+				if (sc->kind != HP_SUCC_TAIL_CALL)
+					continue;
+				g = hp_model_lookup(m, sc->target, NULL);
+				if (g && g->addr == sc->target && g != f &&
+				    (r = consider(m, p, prof, (uint32_t)i, g, root_calls)) < 0)
+					goto nomem;
+				f = p->members[i].fn;
+				mod = p->members[i].mod;
+			}
+		}
+		for (uint32_t c = 0; c < f->nicalls; c++) {
+			uint32_t site = mod->icall_sites[f->icall_start + c];
+			double cnt = p->members[i].count[block_index(mod, f, site)];
+			if (cnt <= 0)
+				continue;
+			struct hp_plan_icall *v = realloc(p->icalls, (p->nicalls + 1) * sizeof(*v));
+			if (!v)
+				goto nomem;
+			p->icalls = v;
+			v[p->nicalls++] = (struct hp_plan_icall){ f, 0, site, cnt };
+		}
+	}
+	/* 4. Order by call affinity (root first), then split and chain. */
+	if ((r = order_members(p)) < 0)
+		goto nomem;
+	for (size_t i = 0; i < p->nicalls; i++)
+		p->icalls[i].member = (uint32_t)member_of(p, p->icalls[i].fn);
+	for (size_t i = 0; i < p->nmembers; i++) {
+		hp_cfg_signature(p->members[i].mod, p->members[i].fn, p->members[i].signature);
+		if ((r = member_layout(&p->members[i], &p->opts)) < 0)
+			goto nomem;
+	}
+	if (prof->estimated)
+		note(p, "block counts are estimates from PC samples (samples per block divided by its instructions)");
+	if (m->kind != HP_TARGET_KERNEL)
+		note(p,
+		     "moved code has no .eh_frame entries: unwinding through the copy (C++ exceptions, backtraces) "
+		     "is not supported; functions with landing pads are not detected yet");
+	else
+		note(p,
+		     "ORC unwind data does not cover moved code: stack traces through it are unreliable until the "
+		     "module registers it");
+	/* 5. Emit, verify, measure the footprint. */
+	if ((r = hp_plan_emit(m, p, err, errlen)) < 0)
+		return r;
+	p->verified = hp_plan_verify(m, p);
+	if (!p->verified) {
+		p->status = HP_PLAN_REFUSED;
+		snprintf(p->message, sizeof(p->message), "the emitted code failed verification: %s", p->verify_error);
+	}
+	if ((r = hp_icache_compute(&p->before, &p->opts.l1i)) < 0 ||
+	    (r = hp_icache_compute(&p->after, &p->opts.l1i)) < 0)
+		goto nomem;
+	p->seconds = hp_now() - t0;
+	return 0;
+nomem:
+	snprintf(err, errlen, "out of memory while planning");
+	return -ENOMEM;
+}
+
+void hp_plan_free(struct hp_plan *p)
+{
+	for (size_t i = 0; i < p->nmembers; i++) {
+		free(p->members[i].count);
+		free(p->members[i].edges);
+		free(p->members[i].blocks);
+		free(p->members[i].chains);
+	}
+	free(p->members);
+	free(p->kept);
+	free(p->icalls);
+	free(p->code);
+	free(p->relocs);
+	hp_icache_free(&p->before);
+	hp_icache_free(&p->after);
+	memset(p, 0, sizeof(*p));
+}

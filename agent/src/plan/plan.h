@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Code positioning plans (KernInst section 2, FDPR, Pettis-Hansen): from a
+ * root function and a profile, the group of functions to re-lay-out, their
+ * hot and cold chunks and chains, the I-cache footprint before and after
+ * for the host's L1i, and the emitted, verified code. A plan installs
+ * nothing; it is exactly what an installer would install.
+ */
+#ifndef HOTPATH_PLAN_H
+#define HOTPATH_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "host/hostinfo.h"
+#include "model/model.h"
+#include "plan/profile.h"
+
+struct hp_plan_opts {
+	double join_fraction;         /* a callee joins with a block run > this x root calls (0.05) */
+	double stall_threshold;       /* I-cache stall / CPU time to call it a bottleneck (0.10) */
+	struct hp_cache_geometry l1i; /* zero: the host's (sysfs) */
+	uint32_t fetch_block;         /* bytes (16) */
+	uint32_t max_pad;             /* most padding bytes before one aligned block (7) */
+	double max_pad_share;         /* total padding at most this share of hot bytes (0.05) */
+	bool no_align;
+	uint64_t base;          /* where the emitted code is laid out; 0 = after the root's module */
+	uint32_t max_functions; /* group size bound (64) */
+	uint32_t small_block;   /* "small" for the isolated-predecessor rule, bytes (8) */
+};
+
+void hp_plan_opts_default(struct hp_plan_opts *o);
+
+/* One block of a group member as laid out. */
+struct hp_plan_block {
+	uint32_t index; /* in the function */
+	double count;
+	bool hot;
+	int32_t chain; /* -1 cold */
+	uint64_t new_addr;
+	uint32_t new_size; /* bytes emitted for it, branches included */
+	uint32_t pad;      /* alignment bytes before it */
+};
+
+struct hp_plan_chain {
+	uint32_t first, n; /* into the member's blocks (layout order) */
+	double weight;     /* the hottest block's count */
+	uint32_t bytes;
+};
+
+enum hp_edge_source { HP_EDGES_MEASURED, HP_EDGES_DERIVED_EXACT, HP_EDGES_ESTIMATED };
+
+struct hp_plan_edge {
+	uint32_t from, to; /* block indices */
+	double count;
+	uint8_t source; /* enum hp_edge_source */
+};
+
+struct hp_plan_member {
+	const struct hp_module *mod;
+	const struct hp_function *fn;
+	uint32_t parent; /* index of the member that called it first (root: itself) */
+	double calls;    /* times entered */
+	double *count;   /* per block */
+	struct hp_plan_edge *edges;
+	size_t nedges;
+	size_t exact_edges;           /* measured or derived exactly by flow conservation */
+	struct hp_plan_block *blocks; /* layout order: hot chains, then cold */
+	uint32_t nblocks, nhot;
+	struct hp_plan_chain *chains;
+	uint32_t nchains;
+	uint32_t hot_bytes, cold_bytes, jt_bytes; /* original sizes */
+	uint64_t new_entry, hot_addr, cold_addr;
+	uint32_t new_hot_bytes, new_cold_bytes;
+	char signature[17];
+};
+
+/* A function the group reaches but does not move, with the rule. */
+struct hp_plan_kept {
+	const struct hp_function *fn;
+	const char *rule;
+	char detail[160];
+};
+
+struct hp_plan_icall {
+	const struct hp_function *fn;
+	uint32_t member;
+	uint32_t site; /* offset in the function */
+	double count;  /* executions of its block */
+};
+
+/* Where hot code sits, for the I-cache figures: one range per hot block. */
+struct hp_hot_piece {
+	uint32_t member, block; /* block index in the function */
+	uint64_t addr;
+	uint32_t size;
+};
+
+struct hp_icache {
+	uint32_t sets, ways, line;
+	uint32_t *lines_per_set; /* distinct hot lines mapping to each set */
+	uint32_t hot_lines, minimum, conflict_sets, max_per_set;
+	uint64_t hot_bytes;
+	struct hp_hot_piece *pieces;
+	size_t npieces;
+};
+
+struct hp_reloc {
+	uint32_t offset; /* of a rel32 field in the code */
+	uint64_t target; /* absolute address it reaches */
+};
+
+enum hp_plan_status {
+	HP_PLAN_OK = 0,
+	HP_PLAN_NO_COUNTS, /* no profile for the root: measurement missing */
+	HP_PLAN_NOT_HOT,   /* the root did not run in the profile */
+	HP_PLAN_ROOT_KEPT, /* the root itself cannot move */
+	HP_PLAN_REFUSED,   /* emitted code failed verification */
+};
+
+struct hp_plan {
+	enum hp_plan_status status;
+	char message[512];
+	/* Bottleneck check. */
+	bool stall_measurable;
+	double stall_ratio;
+	char stall_note[200];
+	struct hp_plan_opts opts;
+	struct hp_plan_member *members;
+	size_t nmembers;
+	struct hp_plan_kept *kept;
+	size_t nkept;
+	struct hp_plan_icall *icalls;
+	size_t nicalls;
+	struct hp_icache before, after;
+	/* Emitted code. */
+	uint64_t base;
+	uint8_t *code;
+	size_t code_len;
+	struct hp_reloc *relocs;
+	size_t nrelocs;
+	uint32_t pad_bytes, added_jumps, inverted, removed_jumps;
+	bool verified;
+	char verify_error[300];
+	size_t verified_blocks, verified_edges, verified_insns;
+	double seconds;
+	const struct hp_profile *profile;
+	const char *notes[8];
+	int nnotes;
+};
+
+/* Make a plan for root in m from profile p (NULL: none measured yet).
+ * Returns 0 (see plan->status for not-OK outcomes) or a negative errno
+ * with err filled for failures of the agent itself. */
+int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struct hp_module *root_mod,
+		 const struct hp_profile *p, const struct hp_plan_opts *o, struct hp_plan *plan, char *err,
+		 size_t errlen);
+void hp_plan_free(struct hp_plan *plan);
+
+/* Why f cannot move, or NULL (the rules of "what never moves"). detail
+ * gets specifics (e.g. the exception-table address). */
+const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
+			      char *detail, size_t dlen);
+
+/* Emit and verify (emit.c, verify.c): lay the members out at plan->base. */
+int hp_plan_emit(struct hp_model *m, struct hp_plan *plan, char *err, size_t errlen);
+/* Decode plan->code again and check it is the members' CFGs re-laid-out;
+ * false with plan->verify_error set otherwise. */
+bool hp_plan_verify(struct hp_model *m, struct hp_plan *plan);
+
+/* I-cache footprint of pieces for geometry g (icache.c). */
+int hp_icache_compute(struct hp_icache *ic, const struct hp_cache_geometry *g);
+void hp_icache_free(struct hp_icache *ic);
+
+#endif

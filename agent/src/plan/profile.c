@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Reading, checking and merging profiles (see profile.h). JSON is parsed
+ * with jansson. Two inputs are understood: the output of
+ * `hotpathd measure --json` (per-resource records with "function", "block"
+ * (an address) and "metrics": {"count": N}, plus "edges" records with
+ * "from", "to" and a count) and the "hotpath-profile/1" object a plan saves
+ * (functions with their CFG signature, block offsets and counts, edges).
+ * A plan's own JSON is accepted too: its "profile" member is read.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/profile.h"
+
+/* FNV-1a over the CFG's shape: a change detector, not a security hash. */
+static uint64_t fnv(uint64_t h, uint64_t v)
+{
+	for (int i = 0; i < 8; i++) {
+		h ^= (v >> (8 * i)) & 0xff;
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+void hp_cfg_signature(const struct hp_module *mod, const struct hp_function *f, char out[17])
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	h = fnv(h, f->nblocks);
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		const struct hp_block *bl = &mod->blocks[f->block_start + b];
+
+		h = fnv(fnv(fnv(fnv(h, bl->offset), bl->size), bl->ninsn), bl->nsucc);
+		for (uint16_t s = 0; s < bl->nsucc; s++) {
+			const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
+			h = fnv(fnv(h, sc->kind),
+				sc->kind == HP_SUCC_FALLTHROUGH || sc->kind == HP_SUCC_TAKEN ? sc->target : 0);
+		}
+	}
+	snprintf(out, 17, "%016" PRIx64, h);
+}
+
+static struct hp_prof_fn *fn_for(struct hp_profile *p, const struct hp_module *mod, const struct hp_function *f)
+{
+	for (size_t i = p->nfns; i-- > 0;)
+		if (p->fns[i].addr == f->addr)
+			return &p->fns[i];
+	struct hp_prof_fn *v = realloc(p->fns, (p->nfns + 1) * sizeof(*v));
+	if (!v)
+		return NULL;
+	p->fns = v;
+	struct hp_prof_fn *n = &v[p->nfns];
+	memset(n, 0, sizeof(*n));
+	if (!(n->name = strdup(f->name)))
+		return NULL;
+	n->addr = f->addr;
+	hp_cfg_signature(mod, f, n->signature);
+	p->nfns++;
+	return n;
+}
+
+int hp_profile_add(struct hp_profile *p, const struct hp_module *mod, const struct hp_function *f, uint32_t off,
+		   double count)
+{
+	struct hp_prof_fn *pf = fn_for(p, mod, f);
+
+	if (!pf)
+		return -ENOMEM;
+	for (size_t i = 0; i < pf->nblocks; i++)
+		if (pf->blocks[i].offset == off) {
+			pf->blocks[i].count += count;
+			return 0;
+		}
+	struct hp_prof_block *v = realloc(pf->blocks, (pf->nblocks + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	pf->blocks = v;
+	v[pf->nblocks++] = (struct hp_prof_block){ off, count };
+	return 0;
+}
+
+int hp_profile_add_edge(struct hp_profile *p, const struct hp_module *mod, const struct hp_function *f, uint32_t from,
+			uint32_t to, double count)
+{
+	struct hp_prof_fn *pf = fn_for(p, mod, f);
+
+	if (!pf)
+		return -ENOMEM;
+	for (size_t i = 0; i < pf->nedges; i++)
+		if (pf->edges[i].from == from && pf->edges[i].to == to) {
+			pf->edges[i].count += count;
+			return 0;
+		}
+	struct hp_prof_edge *v = realloc(pf->edges, (pf->nedges + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	pf->edges = v;
+	v[pf->nedges++] = (struct hp_prof_edge){ from, to, count };
+	return 0;
+}
+
+const struct hp_prof_fn *hp_profile_find(const struct hp_profile *p, uint64_t addr)
+{
+	for (size_t i = 0; p && i < p->nfns; i++)
+		if (p->fns[i].addr == addr)
+			return &p->fns[i];
+	return NULL;
+}
+
+void hp_profile_free(struct hp_profile *p)
+{
+	for (size_t i = 0; p && i < p->nfns; i++) {
+		free(p->fns[i].name);
+		free(p->fns[i].blocks);
+		free(p->fns[i].edges);
+	}
+	if (p)
+		free(p->fns);
+	if (p)
+		memset(p, 0, sizeof(*p));
+}
+
+/* An address as a JSON integer or a "0x..." string. */
+static bool json_addr(const json_t *v, uint64_t *out)
+{
+	if (json_is_integer(v)) {
+		*out = (uint64_t)json_integer_value(v);
+		return true;
+	}
+	if (json_is_string(v)) {
+		char *e;
+		const char *s = json_string_value(v);
+		errno = 0;
+		*out = strtoull(s, &e, 0);
+		return !errno && e != s && !*e;
+	}
+	return false;
+}
+
+static bool json_count(const json_t *o, double *out)
+{
+	const json_t *c = json_object_get(o, "count");
+
+	if (!c && json_is_object(json_object_get(o, "metrics")))
+		c = json_object_get(json_object_get(o, "metrics"), "count");
+	if (!json_is_number(c) || json_number_value(c) < 0)
+		return false;
+	*out = json_number_value(c);
+	return true;
+}
+
+/* The block of the model starting at absolute addr: its function, or NULL
+ * with err saying why (not code of this target, or not a block start). */
+static const struct hp_function *block_start(const struct hp_model *m, uint64_t addr, const struct hp_module **mod,
+					     char *err, size_t errlen)
+{
+	const struct hp_function *f = hp_model_lookup(m, addr, mod);
+	const struct hp_block *b = f ? hp_function_block_at(*mod, f, addr) : NULL;
+
+	if (!f) {
+		snprintf(err, errlen, "the profile counts address 0x%" PRIx64 ", which is no function of this target",
+			 addr);
+		return NULL;
+	}
+	if (!b || f->addr + b->offset != addr) {
+		snprintf(err, errlen,
+			 "stale profile: %s was measured on different code (0x%" PRIx64
+			 " is not one of its block starts)",
+			 f->name, addr);
+		return NULL;
+	}
+	return f;
+}
+
+static int read_measure(const json_t *root, const struct hp_model *m, struct hp_profile *p, char *err, size_t errlen)
+{
+	static const char *const arrays[] = { "resources", "blocks", "metrics", "counts" };
+	const json_t *arr = NULL, *o;
+	size_t i;
+
+	for (i = 0; i < 4 && !json_is_array(arr); i++)
+		arr = json_object_get(root, arrays[i]);
+	if (!json_is_array(arr)) {
+		snprintf(err, errlen,
+			 "no block counts in the profile (expected \"resources\" with \"block\" and metrics.count)");
+		return -EINVAL;
+	}
+	json_array_foreach(arr, i, o)
+	{
+		const struct hp_module *mod;
+		const struct hp_function *f;
+		uint64_t at;
+		double c;
+
+		if (!json_addr(json_object_get(o, "block"), &at))
+			continue; /* function-level records carry no block */
+		if (!json_count(o, &c)) {
+			snprintf(err, errlen, "profile record %zu has no count", i);
+			return -EINVAL;
+		}
+		if (!(f = block_start(m, at, &mod, err, errlen)))
+			return -ESTALE;
+		if (hp_profile_add(p, mod, f, (uint32_t)(at - f->addr), c) < 0)
+			return -ENOMEM;
+	}
+	json_array_foreach(json_object_get(root, "edges"), i, o)
+	{
+		const struct hp_module *mod, *mod2;
+		const struct hp_function *f, *g;
+		uint64_t a, b;
+		double c;
+
+		if (!json_addr(json_object_get(o, "from"), &a) || !json_addr(json_object_get(o, "to"), &b) ||
+		    !json_count(o, &c)) {
+			snprintf(err, errlen, "edge record %zu needs from, to and a count", i);
+			return -EINVAL;
+		}
+		if (!(f = block_start(m, a, &mod, err, errlen)) || !(g = block_start(m, b, &mod2, err, errlen)))
+			return -ESTALE;
+		if (f == g && hp_profile_add_edge(p, mod, f, (uint32_t)(a - f->addr), (uint32_t)(b - f->addr), c) < 0)
+			return -ENOMEM;
+	}
+	if (json_is_true(json_object_get(root, "estimated")))
+		p->estimated = true;
+	return 0;
+}
+
+static int read_saved(const json_t *root, const struct hp_model *m, struct hp_profile *p, char *err, size_t errlen)
+{
+	const json_t *fo, *o;
+	size_t i, j;
+
+	json_array_foreach(json_object_get(root, "functions"), i, fo)
+	{
+		const char *name = json_string_value(json_object_get(fo, "name"));
+		const char *sig = json_string_value(json_object_get(fo, "signature"));
+		const struct hp_module *mod;
+		const struct hp_function *f;
+		uint64_t addr;
+		char now[17];
+
+		if (!name || !json_addr(json_object_get(fo, "address"), &addr)) {
+			snprintf(err, errlen, "profile function %zu needs a name and an address", i);
+			return -EINVAL;
+		}
+		f = hp_model_lookup(m, addr, &mod);
+		if (!f || f->addr != addr || strcmp(f->name, name)) {
+			snprintf(err, errlen, "stale profile: %s is not at 0x%" PRIx64 " in this target", name, addr);
+			return -ESTALE;
+		}
+		hp_cfg_signature(mod, f, now);
+		if (sig && strcmp(sig, now)) {
+			snprintf(err, errlen,
+				 "stale profile: %s was measured on different code (CFG signature %s, now %s)", name,
+				 sig, now);
+			return -ESTALE;
+		}
+		json_array_foreach(json_object_get(fo, "blocks"), j, o)
+		{
+			uint64_t off;
+			double c;
+			const struct hp_block *b;
+
+			if (!json_addr(json_object_get(o, "offset"), &off) || !json_count(o, &c) ||
+			    !(b = hp_function_block_at(mod, f, addr + off)) || b->offset != off) {
+				snprintf(err, errlen, "stale profile: %s has no block at +0x%" PRIx64, name, off);
+				return -ESTALE;
+			}
+			if (hp_profile_add(p, mod, f, (uint32_t)off, c) < 0)
+				return -ENOMEM;
+		}
+		json_array_foreach(json_object_get(fo, "edges"), j, o)
+		{
+			uint64_t a, b;
+			double c;
+
+			if (!json_addr(json_object_get(o, "from"), &a) || !json_addr(json_object_get(o, "to"), &b) ||
+			    !json_count(o, &c)) {
+				snprintf(err, errlen, "profile edge %zu of %s needs from, to and a count", j, name);
+				return -EINVAL;
+			}
+			if (hp_profile_add_edge(p, mod, f, (uint32_t)a, (uint32_t)b, c) < 0)
+				return -ENOMEM;
+		}
+	}
+	if (json_is_true(json_object_get(root, "estimated")))
+		p->estimated = true;
+	return 0;
+}
+
+int hp_profile_parse(const char *text, size_t len, const struct hp_model *m, struct hp_profile *out, char *err,
+		     size_t errlen)
+{
+	json_error_t je;
+	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je), *inner;
+	const char *fmt;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	out->weight = 1;
+	if (!root || !json_is_object(root)) {
+		if (root)
+			snprintf(err, errlen, "profile is not a JSON object");
+		else
+			snprintf(err, errlen, "profile is not valid JSON (line %d: %s)", je.line, je.text);
+		json_decref(root);
+		return -EINVAL;
+	}
+	/* A plan carries the profile it was made from. */
+	if (json_is_object(inner = json_object_get(root, "profile"))) {
+		json_incref(inner);
+		json_decref(root);
+		root = inner;
+	}
+	fmt = json_string_value(json_object_get(root, "format"));
+	if (fmt && !strcmp(fmt, "hotpath-profile/1"))
+		r = read_saved(root, m, out, err, errlen);
+	else
+		r = read_measure(root, m, out, err, errlen);
+	if (r == 0 && json_is_string(json_object_get(root, "source")))
+		snprintf(out->source, sizeof(out->source), "%s", json_string_value(json_object_get(root, "source")));
+	json_decref(root);
+	if (r < 0)
+		hp_profile_free(out);
+	return r;
+}
+
+int hp_profile_read(const char *path, const struct hp_model *m, struct hp_profile *out, char *err, size_t errlen)
+{
+	FILE *fp = fopen(path, "r");
+	char *buf = NULL;
+	size_t len = 0, cap = 0, n;
+	int r;
+
+	if (!fp) {
+		r = -errno;
+		snprintf(err, errlen, "cannot open profile %s: %s", path, strerror(errno));
+		return r;
+	}
+	do {
+		if (len + 65536 > cap) {
+			char *nb = realloc(buf, cap = cap ? cap * 2 : 131072);
+			if (!nb) {
+				free(buf);
+				fclose(fp);
+				snprintf(err, errlen, "out of memory");
+				return -ENOMEM;
+			}
+			buf = nb;
+		}
+		n = fread(buf + len, 1, cap - len, fp);
+		len += n;
+	} while (n > 0 && len < (256u << 20));
+	fclose(fp);
+	r = hp_profile_parse(buf ? buf : "", len, m, out, err, errlen);
+	if (r == 0 && !out->source[0])
+		snprintf(out->source, sizeof(out->source), "%s", path);
+	free(buf);
+	return r;
+}
+
+int hp_profile_merge(const struct hp_profile *in, size_t n, struct hp_profile *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->weight = 1;
+	for (size_t k = 0; k < n; k++) {
+		double total = 0, scale;
+
+		for (size_t i = 0; i < in[k].nfns; i++)
+			for (size_t b = 0; b < in[k].fns[i].nblocks; b++)
+				total += in[k].fns[i].blocks[b].count;
+		scale = total > 0 ? 1e6 / total * in[k].weight : 0;
+		out->estimated |= in[k].estimated;
+		for (size_t i = 0; i < in[k].nfns; i++) {
+			const struct hp_prof_fn *f = &in[k].fns[i];
+			struct hp_prof_fn *o = NULL;
+
+			for (size_t j = 0; j < out->nfns && !o; j++)
+				if (out->fns[j].addr == f->addr)
+					o = &out->fns[j];
+			if (!o) {
+				struct hp_prof_fn *v = realloc(out->fns, (out->nfns + 1) * sizeof(*v));
+				if (!v)
+					return -ENOMEM;
+				out->fns = v;
+				o = &v[out->nfns++];
+				memset(o, 0, sizeof(*o));
+				o->name = strdup(f->name);
+				o->addr = f->addr;
+				memcpy(o->signature, f->signature, sizeof(o->signature));
+			}
+			for (size_t b = 0; b < f->nblocks; b++) {
+				size_t j;
+				for (j = 0; j < o->nblocks && o->blocks[j].offset != f->blocks[b].offset; j++)
+					;
+				if (j == o->nblocks) {
+					struct hp_prof_block *v = realloc(o->blocks, (o->nblocks + 1) * sizeof(*v));
+					if (!v)
+						return -ENOMEM;
+					o->blocks = v;
+					v[o->nblocks++] = (struct hp_prof_block){ f->blocks[b].offset, 0 };
+				}
+				o->blocks[j].count += f->blocks[b].count * scale;
+			}
+			for (size_t e = 0; e < f->nedges; e++) {
+				size_t j;
+				for (j = 0; j < o->nedges &&
+					    (o->edges[j].from != f->edges[e].from || o->edges[j].to != f->edges[e].to);
+				     j++)
+					;
+				if (j == o->nedges) {
+					struct hp_prof_edge *v = realloc(o->edges, (o->nedges + 1) * sizeof(*v));
+					if (!v)
+						return -ENOMEM;
+					o->edges = v;
+					v[o->nedges++] = (struct hp_prof_edge){ f->edges[e].from, f->edges[e].to, 0 };
+				}
+				o->edges[j].count += f->edges[e].count * scale;
+			}
+		}
+	}
+	snprintf(out->source, sizeof(out->source), "%zu workloads merged", n);
+	return 0;
+}

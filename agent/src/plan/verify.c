@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The verifier: decodes the emitted code again, independently of how it was
+ * made, and checks it is the group's CFGs re-laid-out. For every block of
+ * every member: the emitted instructions are the original ones, operation
+ * for operation (rip-relative data at the same absolute address, calls to
+ * the same callee or to its copy), followed by at most a jcc and a jmp;
+ * and the emitted block's successors map back to the original's (a jcc
+ * may be inverted with its targets swapped). Padding between blocks must
+ * decode as nops.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "isa/isa.h"
+#include "plan/plan.h"
+
+struct nmap {
+	uint64_t new_addr, orig;
+};
+
+static int cmp_nmap(const void *a, const void *b)
+{
+	const struct nmap *x = a, *y = b;
+	return x->new_addr < y->new_addr ? -1 : x->new_addr > y->new_addr;
+}
+
+struct vctx {
+	struct hp_plan *p;
+	struct nmap *map;
+	size_t n;
+};
+
+/* The original address an emitted control transfer reaches: a block of
+ * the group (mapped back), or an address outside the group (itself).
+ * Returns false for an address inside the group that starts no block. */
+static bool back(const struct vctx *v, uint64_t a, uint64_t *orig)
+{
+	if (a < v->p->base || a >= v->p->base + v->p->code_len) {
+		*orig = a;
+		return true;
+	}
+	struct nmap key = { a, 0 }, *hit = bsearch(&key, v->map, v->n, sizeof(*v->map), cmp_nmap);
+	if (!hit)
+		return false;
+	*orig = hit->orig;
+	return true;
+}
+
+/* The copy of a callee that is a member, or the callee. */
+static uint64_t copy_of(const struct hp_plan *p, uint64_t a)
+{
+	for (size_t k = 0; k < p->nmembers; k++)
+		if (p->members[k].fn->addr == a)
+			return p->members[k].new_entry;
+	return a;
+}
+
+/* Original addresses that mean the same successor: a member's entry is
+ * reached at its copy, which maps back to the entry itself. */
+#define FAIL(...)                                                                \
+	do {                                                                     \
+		snprintf(p->verify_error, sizeof(p->verify_error), __VA_ARGS__); \
+		goto out;                                                        \
+	} while (0)
+
+bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
+{
+	struct vctx v = { p, NULL, 0 };
+	size_t total = 0;
+	bool ok = false;
+	uint8_t *orig = NULL;
+
+	for (size_t i = 0; i < p->nmembers; i++)
+		total += p->members[i].nblocks;
+	v.map = calloc(total + 1, sizeof(*v.map));
+	if (!v.map || !p->code)
+		FAIL("out of memory");
+	for (size_t i = 0; i < p->nmembers; i++) {
+		const struct hp_plan_member *mb = &p->members[i];
+		for (uint32_t j = 0; j < mb->nblocks; j++) {
+			const struct hp_block *bl = &mb->mod->blocks[mb->fn->block_start + mb->blocks[j].index];
+			v.map[v.n++] = (struct nmap){ mb->blocks[j].new_addr, mb->fn->addr + bl->offset };
+		}
+	}
+	qsort(v.map, v.n, sizeof(*v.map), cmp_nmap);
+	/* Everything between blocks is padding. */
+	uint64_t at = p->base;
+	for (size_t k = 0; k < v.n; k++) {
+		while (at < v.map[k].new_addr) {
+			struct hp_isa_detail d;
+			if (hp_isa_decode_detail(p->code + (at - p->base), v.map[k].new_addr - at, at, &d) < 0 ||
+			    d.mnem != HP_MN_NOP)
+				FAIL("bytes at 0x%" PRIx64 " between blocks are not padding", at);
+			at += d.len;
+		}
+		if (at != v.map[k].new_addr)
+			FAIL("padding before 0x%" PRIx64 " overlaps the block", v.map[k].new_addr);
+		for (size_t i = 0; i < p->nmembers; i++)
+			for (uint32_t j = 0; j < p->members[i].nblocks; j++)
+				if (p->members[i].blocks[j].new_addr == at) {
+					at += p->members[i].blocks[j].new_size;
+					goto next;
+				}
+		FAIL("no block at 0x%" PRIx64, at);
+next:;
+	}
+	if (at != p->base + p->code_len)
+		FAIL("the code ends at 0x%" PRIx64 ", the blocks at 0x%" PRIx64, p->base + p->code_len, at);
+
+	for (size_t i = 0; i < p->nmembers; i++) {
+		const struct hp_plan_member *mb = &p->members[i];
+		const struct hp_function *f = mb->fn;
+		free(orig);
+		if (!(orig = malloc(f->size + 16)) || m->read(m, f->addr, orig, f->size) < 0)
+			FAIL("cannot read %s", f->name);
+		memset(orig + f->size, 0, 16);
+		for (uint32_t j = 0; j < mb->nblocks; j++) {
+			const struct hp_block *bl = &mb->mod->blocks[f->block_start + mb->blocks[j].index];
+			uint64_t na = mb->blocks[j].new_addr, nend = na + mb->blocks[j].new_size;
+			uint64_t oa = f->addr + bl->offset, oend = oa + bl->size;
+			struct hp_isa_insn oi = { 0 }, ni;
+			uint64_t o_taken = 0;
+			int o_cond = -2; /* -2 none, -1 jmp, else jcc condition */
+
+			/* Body: every original instruction but a final direct branch. */
+			while (oa < oend) {
+				const uint8_t *ob = orig + (oa - f->addr);
+				if (hp_isa_decode(ob, f->addr + f->size - oa, oa, &oi) < 0)
+					FAIL("%s: original 0x%" PRIx64 " does not decode", f->name, oa);
+				if (oa + oi.len == oend && oi.has_target &&
+				    (oi.cls == HP_IC_JCC || oi.cls == HP_IC_JMP)) {
+					o_cond = oi.cls == HP_IC_JMP ? -1 : hp_isa_jcc_condition(ob, oi.len);
+					o_taken = oi.target;
+					break;
+				}
+				if (na >= nend)
+					FAIL("%s: block 0x%" PRIx64 " lost instructions", f->name,
+					     f->addr + bl->offset);
+				const uint8_t *nb = p->code + (na - p->base);
+				uint64_t ta, tb;
+				if (hp_isa_decode(nb, nend - na, na, &ni) < 0 ||
+				    !hp_isa_same_operation(ob, oi.len, oa, nb, ni.len, na, &ta, &tb))
+					FAIL("%s: 0x%" PRIx64 " is not emitted as the same operation at 0x%" PRIx64,
+					     f->name, oa, na);
+				if (ta && tb != (oi.cls == HP_IC_CALL ? copy_of(p, ta) : ta))
+					FAIL("%s: 0x%" PRIx64 " reaches 0x%" PRIx64 " in the copy, 0x%" PRIx64
+					     " originally",
+					     f->name, oa, tb, ta);
+				p->verified_insns++;
+				oa += oi.len;
+				na += ni.len;
+			}
+			/* Successors. */
+			bool o_falls = false;
+			for (uint16_t s = 0; s < bl->nsucc; s++) {
+				const struct hp_succ *sc = &mb->mod->succs[bl->succ_start + s];
+				o_falls |= sc->kind == HP_SUCC_FALLTHROUGH ||
+					   (sc->kind == HP_SUCC_TAIL_CALL && sc->target == oend && o_cond == -2);
+			}
+			if (o_cond >= -1 && o_cond != -1)
+				o_falls = true;
+			uint64_t e_dest[2] = { 0, 0 };
+			int e_cond = -2, nd = 0;
+			while (na < nend && nd < 2) {
+				const uint8_t *nb = p->code + (na - p->base);
+				if (hp_isa_decode(nb, nend - na, na, &ni) < 0 || !ni.has_target ||
+				    (ni.cls != HP_IC_JCC && ni.cls != HP_IC_JMP))
+					FAIL("%s: unexpected instruction at 0x%" PRIx64 " ending block 0x%" PRIx64,
+					     f->name, na, f->addr + bl->offset);
+				if (ni.cls == HP_IC_JCC) {
+					if (nd)
+						FAIL("%s: two conditional branches end a block", f->name);
+					e_cond = hp_isa_jcc_condition(nb, ni.len);
+				}
+				e_dest[nd++] = ni.target;
+				na += ni.len;
+				if (ni.cls == HP_IC_JMP)
+					break;
+			}
+			if (na != nend)
+				FAIL("%s: block 0x%" PRIx64 " has extra bytes", f->name, f->addr + bl->offset);
+			if (e_cond >= 0 && nd == 1)
+				e_dest[nd++] = nend; /* the jcc's fallthrough */
+			else if (nd == 0 && (o_falls || o_cond == -1))
+				e_dest[nd++] = nend;
+			uint64_t b0 = 0, b1 = 0;
+			if ((nd > 0 && !back(&v, e_dest[0], &b0)) || (nd > 1 && !back(&v, e_dest[1], &b1)))
+				FAIL("%s: a branch of block 0x%" PRIx64 " lands inside a block", f->name,
+				     f->addr + bl->offset);
+			bool good;
+			if (o_cond >= 0)
+				good = nd == 2 && ((e_cond == o_cond && b0 == o_taken && b1 == oend) ||
+						   (e_cond == (o_cond ^ 1) && b0 == oend && b1 == o_taken));
+			else if (o_cond == -1)
+				good = nd == 1 && e_cond < 0 && b0 == o_taken;
+			else if (o_falls)
+				good = nd == 1 && e_cond < 0 && b0 == oend;
+			else
+				good = nd == 0;
+			if (!good)
+				FAIL("%s: block 0x%" PRIx64 " does not keep its successors", f->name,
+				     f->addr + bl->offset);
+			p->verified_edges += (size_t)(o_cond >= 0 ? 2 : (o_cond == -1 || o_falls) ? 1 : 0);
+			p->verified_blocks++;
+		}
+	}
+	ok = true;
+out:
+	free(orig);
+	free(v.map);
+	return ok;
+}

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * CFG semantics a layout depends on, on real code: calls that never return
+ * (named and proven) end their blocks, .cold fragments are linked to their
+ * functions with the jumps between them landing on block starts, PLT stubs
+ * are named, and on the live kernel WARN traps continue while BUG traps and
+ * __stack_chk_fail calls end their blocks.
+ */
+#include <inttypes.h>
+
+#include "harness.h"
+#include "model/model.h"
+#include "target/target.h"
+#include "test_common.h"
+#include "test_util.h"
+
+static struct hp_model *open_fixture(const char *src, const char *out, const char *flags)
+{
+	struct hp_open_opts o = { .quiet = true };
+	struct hp_model *m = NULL;
+	char err[256];
+	const char *p = tu_compile(src, out, flags);
+
+	if (!p || hp_model_open_elf(p, &o, &m, err, sizeof(err)) < 0)
+		return NULL;
+	return m;
+}
+
+/* The block of f containing the call to callee, or NULL. */
+static const struct hp_block *call_block(const struct hp_model *m, const struct hp_module *mod,
+					 const struct hp_function *f, const char *callee)
+{
+	char buf[128];
+
+	for (uint32_t c = 0; c < f->ncalls; c++) {
+		const struct hp_call *cl = &mod->calls[f->call_start + c];
+		const char *s = hp_model_symbolize(m, cl->target, buf, sizeof(buf));
+		if (s && !strcmp(s, callee))
+			return hp_function_block_at(mod, f, f->addr + cl->site);
+	}
+	return NULL;
+}
+
+static void t_noreturn_calls_end_blocks(void)
+{
+	struct hp_model *m = open_fixture("noret.c", "noret", "-O2");
+	const struct hp_module *mod;
+	const struct hp_function *die, *check, *cold;
+	const struct hp_block *b;
+
+	REQUIRE(m, "gcc or open failed");
+	die = hp_model_find(m, "nr_die", &mod, NULL);
+	check = hp_model_find(m, "nr_check", NULL, NULL);
+	REQUIRE(die && check, "fixture functions not found");
+	EXPECT((die->flags & HP_FN_NORETURN) && !(die->flags & HP_FN_NORETURN_NAMED),
+	       "nr_die (only ever exits) not proven to never return (flags 0x%x)", die->flags);
+	EXPECT(hp_model_find(m, "_exit@plt", NULL, NULL), "_exit@plt stub not named");
+	b = call_block(m, mod, check, "nr_die");
+	REQUIRE(b, "nr_check's call to nr_die not found");
+	EXPECT(b->nsucc == 0, "the block calling nr_die has %u successors, want none", b->nsucc);
+	EXPECT(!check_function_cfg(mod, check), "%s", check_function_cfg(mod, check));
+	/* abort is in nr_check's .cold fragment, reached by a jump. */
+	cold = hp_model_find(m, "nr_check.cold", NULL, NULL);
+	REQUIRE(cold, "nr_check.cold not found");
+	b = call_block(m, mod, cold, "abort@plt");
+	REQUIRE(b, "nr_check.cold's call to abort@plt not found");
+	EXPECT(b->nsucc == 0, "the block calling abort has %u successors", b->nsucc);
+	hp_model_free(m);
+}
+
+static void t_cold_fragments_are_linked(void)
+{
+	struct hp_model *m = open_fixture("noret.c", "noret_cold", "-O2");
+	const struct hp_module *mod;
+	const struct hp_function *f, *c;
+	int jumps = 0;
+
+	REQUIRE(m, "gcc or open failed");
+	f = hp_model_find(m, "nr_cold", &mod, NULL);
+	c = hp_model_find(m, "nr_cold.cold", NULL, NULL);
+	REQUIRE(f && c, "nr_cold or nr_cold.cold not found");
+	EXPECT((c->flags & HP_FN_COLD_PART) && c->parent == (uint32_t)(f - mod->funcs) + 1 &&
+		       f->cold == (uint32_t)(c - mod->funcs) + 1,
+	       "nr_cold.cold not linked to nr_cold");
+	/* Every jump from one fragment into the other lands on a block start. */
+	const struct hp_function *pair[2][2] = { { f, c }, { c, f } };
+	for (int d = 0; d < 2; d++)
+		for (uint32_t b = 0; b < pair[d][0]->nblocks; b++) {
+			const struct hp_block *bl = &mod->blocks[pair[d][0]->block_start + b];
+			for (uint32_t s = 0; s < bl->nsucc; s++) {
+				const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
+				const struct hp_function *to = pair[d][1];
+				if (sc->kind != HP_SUCC_TAIL_CALL || sc->target < to->addr ||
+				    sc->target >= to->addr + to->size)
+					continue;
+				const struct hp_block *tb = hp_function_block_at(mod, to, sc->target);
+				EXPECT(tb && to->addr + tb->offset == sc->target,
+				       "jump from %s to 0x%" PRIx64 " lands inside a block of %s", pair[d][0]->name,
+				       sc->target, to->name);
+				jumps++;
+			}
+		}
+	EXPECT(jumps >= 2, "only %d jumps between nr_cold and its .cold part", jumps);
+	hp_model_free(m);
+}
+
+static void t_plt_callees_are_named(void)
+{
+	struct hp_model *m = open_fixture("noret.c", "noret_plt", "-O2");
+	const struct hp_module *mod;
+	const struct hp_function *f;
+
+	REQUIRE(m, "gcc or open failed");
+	f = hp_model_find(m, "main", &mod, NULL);
+	REQUIRE(f, "main not found");
+	EXPECT(call_block(m, mod, f, "printf@plt") || call_block(m, mod, f, "__printf_chk@plt"),
+	       "main's call to printf is not named through the PLT");
+	EXPECT(call_block(m, mod, f, "strtol@plt") || call_block(m, mod, f, "atoi@plt"),
+	       "main's call to atoi/strtol is not named through the PLT");
+	hp_model_free(m);
+}
+
+static void t_kernel_warn_continues_bug_ends(void)
+{
+	struct hp_open_opts o = { .quiet = true };
+	struct hp_model *m = NULL;
+	char err[256];
+	size_t warn_cont = 0, warn_total = 0;
+
+	if (hp_model_open_kernel(&o, &m, err, sizeof(err)) < 0)
+		SKIP("kernel model unavailable: %s", err);
+	const struct hp_kernel_facts *kf = hp_kernel_facts(m);
+	REQUIRE(kf && kf->nbug_entries > 1000 && kf->nwarn_traps > 100, "bug table not read (%zu entries, %zu warn)",
+		kf ? kf->nbug_entries : 0, kf ? kf->nwarn_traps : 0);
+	/* A WARN trap is inside a block (execution continues after it). */
+	for (size_t i = 0; i < kf->nwarn_traps; i++) {
+		const struct hp_module *mod;
+		const struct hp_function *f = hp_model_lookup(m, kf->warn_traps[i], &mod);
+		const struct hp_block *b = f ? hp_function_block_at(mod, f, kf->warn_traps[i]) : NULL;
+		if (!b)
+			continue;
+		warn_total++;
+		warn_cont += b->nsucc > 0 && f->addr + b->offset + b->size > kf->warn_traps[i] + 2;
+	}
+	EXPECT(warn_total > 100 && warn_cont * 10 >= warn_total * 9, "%zu of %zu WARN traps continue", warn_cont,
+	       warn_total);
+	/* vfs_read's call to __stack_chk_fail ends its block. */
+	const struct hp_module *mod;
+	const struct hp_function *f = hp_model_find(m, "vfs_read", &mod, NULL);
+	REQUIRE(f, "vfs_read not found");
+	const struct hp_block *b = call_block(m, mod, f, "__stack_chk_fail");
+	if (b)
+		EXPECT(b->nsucc == 0, "vfs_read's __stack_chk_fail block has successors");
+	EXPECT(!check_function_cfg(mod, f), "%s", check_function_cfg(mod, f));
+	hp_model_free(m);
+}
+
+int main(void)
+{
+	RUN(t_noreturn_calls_end_blocks);
+	RUN(t_cold_fragments_are_linked);
+	RUN(t_plt_callees_are_named);
+	RUN(t_kernel_warn_continues_bug_ends);
+	tu_cleanup();
+	TEST_EXIT();
+}
