@@ -10,6 +10,7 @@
 #   none       nothing: the guest is just a Hotpath host
 #   workload   keep the test module busy, so the console shows live hotness in module code
 #   test       the lane's proofs (e2e/kernel-lane/test.sh reads their frames), then the workload
+#   commands   each line of /lane/commands as a shell command, one frame each (run-in-guest.sh)
 export PATH=/bin:/usr/bin
 . /lane/boot.conf
 T=/sys/kernel/tracing
@@ -133,10 +134,20 @@ job_test() {
 	workload
 }
 
+job_commands() {
+	n=0
+	while IFS= read -r line; do
+		n=$((n + 1))
+		frame "command-$n" sh -c "$line" </dev/null
+	done </lane/commands
+	echo "@@done"
+}
+
 case "$1" in
 none) ;;
 workload) workload ;;
 test) job_test ;;
+commands) job_commands ;;
 *)
 	echo "unknown lane job '$1'"
 	exit 2
