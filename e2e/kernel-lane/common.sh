@@ -70,16 +70,16 @@ lane_wait() {
 	done
 }
 
-# lane_prepare RUNDIR DATA_DIR GRPC_PORT JOB: write what the guest finds under /lane for one boot
+# lane_prepare RUNDIR DATA_DIR URL GRPC_PORT JOB: write what the guest finds under /lane for one boot
 # (RUNDIR/boot/lane/): boot.conf and the agent's credentials (credentials.sh). The guest's host id
 # is derived from this machine's and the data folder's identity, so the lane guest of one
 # installation is the same host in its backend from one boot to the next. DATA_DIR "-" means no
-# backend: the guest's agent daemon is not started.
+# backend: the guest's agent daemon is not started. URL is the backend's console and REST API.
 lane_prepare() {
-	local run=$1 data=$2 grpc=$3 job=$4 args= host_id server=
+	local run=$1 data=$2 url=$3 grpc=$4 job=$5 args= host_id server=
 	mkdir -p "$run/boot/lane"
 	if [ "$data" != - ]; then
-		args=$(lane_credentials "$data" "$run/boot/lane") || exit 1
+		args=$(lane_credentials "$data" "$url" "$run/boot/lane") || exit 1
 		server=10.0.2.2:$grpc
 	fi
 	host_id=$(printf 'hotpath-kernel-lane\n%s\n%s\n' "$(cat /etc/machine-id 2>/dev/null)" "$(cd "$data" 2>/dev/null && pwd)" |

@@ -30,7 +30,7 @@ lane_paths
 run=$data/lane
 rm -rf "$run"
 mkdir -p "$run"
-lane_prepare "$run" "$data" "$grpc" "${LANE_JOB:-workload}"
+lane_prepare "$run" "$data" "$url" "$grpc" "${LANE_JOB:-workload}"
 say "booting the guest: kernel $abi-amd64 under QEMU software emulation (about 20 s to its network)"
 "$lane_dir/boot.sh" "$run" >"$run/boot.out" 2>&1 &
 qemu=$!

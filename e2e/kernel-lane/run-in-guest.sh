@@ -17,7 +17,7 @@ set -euo pipefail
 lane_paths
 "$lane_dir/build.sh" >/dev/null
 run=$(mktemp -d /tmp/hotpath-guest.XXXXXX)
-lane_prepare "$run" - 0 commands
+lane_prepare "$run" - - 0 commands
 printf '%s\n' "$@" >"$run/boot/lane/commands"
 LANE_TIMEOUT=${LANE_TIMEOUT:-300} "$lane_dir/boot.sh" "$run" >"$run/boot.out" 2>&1 &
 qemu=$!

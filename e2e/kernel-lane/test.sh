@@ -74,7 +74,7 @@ done
 
 say "run folder $run (kept if the lane fails)"
 step "booting the guest (kernel $release, QEMU software emulation)"
-lane_prepare "$run" "$data" "$grpc" test
+lane_prepare "$run" "$data" "http://127.0.0.1:$http" "$grpc" test
 LANE_TIMEOUT=$(left) "$lane_dir/boot.sh" "$run" >"$run/boot.out" 2>&1 &
 qemu=$!
 lane_wait "$run/console.log" '^LANE net-up' "$(left)" "$qemu" "the guest did not bring its network up"
