@@ -48,6 +48,8 @@ bench: agent frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
 	./bench/console_tree
+	./bench/cfg_layout
+	./bench/catalog_load
 
 clean:
 	$(MAKE) -C agent clean

@@ -3,6 +3,7 @@
 # Run every linter and formatter check of the project, each as one test case, and end with one
 # "N passed, N failed" line (scripts/test.sh runs this as its "lint" suite).
 #   agent     clang-format (agent/.clang-format)
+#   console   ESLint: typescript-eslint with type information, React hooks rules (frontend/eslint.config.js)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.tools/bin:$PATH"
@@ -21,6 +22,7 @@ check() {
 }
 
 check "agent: clang-format" make -s -C agent lint
+check "console: eslint" bash -c 'cd frontend && npx eslint --max-warnings 0 .'
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,18 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
 """Reads and writes used by the routes and the agent service.
 
-The hot read paths (whole-kernel function lists, detail, sample windows) are single SQL statements
-returning plain rows and dicts, not ORM objects: a kernel has ~120k functions and the console may ask
-for all of them at once. Sample windows are measured against the newest interval the host reported,
-never against this server's clock, so a host whose clock differs from ours still shows its data.
+The hot read paths (whole-kernel function lists, catalogs, detail) are single SQL statements returning
+plain rows and dicts, not ORM objects: a kernel has ~120k functions and the console may ask for all of
+them at once. The sample series is read through `app.samples` only.
 """
 import uuid
-from datetime import datetime, timedelta
 from typing import Any
+
+import orjson
 
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import samples
 from app.core.security import hash_password
 from app.models import AuditLog, Host, User, i64_to_u64
 from app.schemas import hex64
@@ -112,19 +113,6 @@ async def list_modules(session: AsyncSession, host_id: str) -> list[dict[str, An
     return out
 
 
-# Sample windows ----------------------------------------------------------------------------------
-
-async def window_start(session: AsyncSession, host_id: str, window_s: int) -> datetime | None:
-    """Start of the last `window_s` seconds of this host's samples, by the host's interval clock."""
-    row = (await session.execute(text("""
-        SELECT ts, interval_ms FROM interval_totals WHERE host_id = :h ORDER BY ts DESC LIMIT 1"""),
-        {"h": host_id})).first()
-    if row is None:
-        return None
-    end = row.ts + timedelta(milliseconds=row.interval_ms)
-    return end - timedelta(seconds=window_s)
-
-
 # Functions ---------------------------------------------------------------------------------------
 
 def _like_pattern(q: str) -> str:
@@ -135,19 +123,22 @@ _SORTS = {
     "name": "f.name, f.id",
     "address": f"((hm.base_address + f.\"offset\") # {_SIGN_FLIP}), f.id",
     "hotness": "coalesce(hot.s, 0) DESC, f.name, f.id",
+    "blocks": "f.block_count DESC, f.name, f.id",
 }
 
 
 async def functions_page(session: AsyncSession, host_id: str, q: str | None, module: str | None, sort: str,
-                         window_s: int, offset: int, limit: int) -> bytes:
+                         spec: samples.RangeSpec, offset: int, limit: int) -> bytes:
     """One page of a host's functions as a ready JSON document (FunctionsPage).
 
     Postgres builds the JSON itself: for a whole kernel (~120k rows) that is several times faster than
     materialising rows in Python, and the hex twins come from to_hex(), which prints a negative
     BIGINT as its 64-bit two's complement — exactly the unsigned address."""
-    start = await window_start(session, host_id, window_s)
+    r = await samples.resolve(session, host_id, spec)
+    hot_cte, hot_params = samples.function_totals_sql(r)
     where = ["hm.host_id = :h"]
-    params: dict[str, Any] = {"h": host_id, "limit": limit, "offset": offset, "start": start, "w": float(window_s)}
+    params: dict[str, Any] = {"h": host_id, "limit": limit, "offset": offset,
+                              "w": r.seconds if r else float(spec.window_s or 1), **hot_params}
     order = _SORTS[sort]
     if q:
         where.append("f.name_lc LIKE :pat")
@@ -157,9 +148,6 @@ async def functions_page(session: AsyncSession, host_id: str, q: str | None, mod
     if module:
         where.append("hm.name = :module")
         params["module"] = module
-    hot_cte = ("SELECT function_id, sum(count) AS s FROM block_samples WHERE host_id = :h AND ts >= :start "
-               "GROUP BY function_id") if start is not None else \
-        "SELECT NULL::bigint AS function_id, 0::numeric AS s WHERE false"
     sql = f"""
         WITH hot AS ({hot_cte}),
         page AS (
@@ -198,17 +186,6 @@ async def get_host_function(session: AsyncSession, host_id: str, function_id: in
         WHERE f.id = :fid"""), {"h": host_id, "fid": function_id})).first()
 
 
-async def function_rate(session: AsyncSession, host_id: str, function_id: int, window_s: int) -> float:
-    start = await window_start(session, host_id, window_s)
-    if start is None:
-        return 0.0
-    s = (await session.execute(text("""
-        SELECT coalesce(sum(count), 0) FROM block_samples
-        WHERE host_id = :h AND function_id = :fid AND ts >= :start"""),
-        {"h": host_id, "fid": function_id, "start": start})).scalar_one()
-    return float(s) / window_s
-
-
 def summary_from_row(r, samples_per_sec: float) -> dict[str, Any]:
     base = i64_to_u64(r.base_address)
     addr = (base + r.offset) & 0xFFFFFFFFFFFFFFFF
@@ -218,11 +195,11 @@ def summary_from_row(r, samples_per_sec: float) -> dict[str, Any]:
 
 
 async def function_detail(session: AsyncSession, host_id: str, function_id: int,
-                          window_s: int = 10) -> dict[str, Any] | None:
+                          spec: samples.RangeSpec) -> dict[str, Any] | None:
     fn = await get_host_function(session, host_id, function_id)
     if fn is None:
         return None
-    summary = summary_from_row(fn, await function_rate(session, host_id, function_id, window_s))
+    summary = summary_from_row(fn, await samples.function_rate(session, host_id, function_id, spec))
     code = (await session.execute(text("""
         SELECT blocks, calls, indirect_call_sites FROM function_code WHERE digest = :d AND index = :i"""),
         {"d": fn.digest, "i": fn.index})).first()
@@ -293,55 +270,6 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
             "indirect_call_sites": list(code.indirect_call_sites) if code else []}
 
 
-async def function_samples(session: AsyncSession, host_id: str, function_id: int, window_s: int) -> dict[str, Any]:
-    start = await window_start(session, host_id, window_s)
-    blocks = []
-    total = 0
-    if start is not None:
-        rows = await session.execute(text("""
-            SELECT block_offset, sum(count) AS s FROM block_samples
-            WHERE host_id = :h AND function_id = :fid AND ts >= :start
-            GROUP BY block_offset ORDER BY block_offset"""), {"h": host_id, "fid": function_id, "start": start})
-        for r in rows:
-            total += int(r.s)
-            blocks.append({"offset": r.block_offset, "samples": int(r.s), "samples_per_sec": float(r.s) / window_s})
-    return {"function_id": function_id, "window_s": window_s, "total": total, "blocks": blocks}
-
-
-async def top_functions(session: AsyncSession, host_id: str, window_s: int, limit: int) -> dict[str, Any]:
-    start = await window_start(session, host_id, window_s)
-    if start is None:
-        return {"window_s": window_s, "total_samples": 0, "items": []}
-    total = (await session.execute(text("""
-        SELECT coalesce(sum(total_samples), 0) FROM interval_totals WHERE host_id = :h AND ts >= :start"""),
-        {"h": host_id, "start": start})).scalar_one()
-    rows = await session.execute(text("""
-        WITH hot AS (SELECT function_id, sum(count) AS s FROM block_samples
-                     WHERE host_id = :h AND ts >= :start GROUP BY function_id)
-        SELECT hot.function_id, hot.s, f.name, coalesce(hm.name, '') AS module
-        FROM hot JOIN functions f ON f.id = hot.function_id
-        LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
-        ORDER BY hot.s DESC, f.name LIMIT :limit"""), {"h": host_id, "start": start, "limit": limit})
-    items = []
-    for r in rows:
-        s = int(r.s)
-        items.append({"function_id": r.function_id, "name": r.name, "module": r.module, "samples": s,
-                      "samples_per_sec": s / window_s, "share": (s / int(total)) if total else 0.0})
-    return {"window_s": window_s, "total_samples": int(total), "items": items}
-
-
-async def hotness(session: AsyncSession, host_id: str, window_s: int) -> dict[str, Any]:
-    start = await window_start(session, host_id, window_s)
-    items = []
-    if start is not None:
-        rows = await session.execute(text("""
-            SELECT function_id, sum(count) AS s FROM block_samples
-            WHERE host_id = :h AND ts >= :start GROUP BY function_id ORDER BY s DESC"""),
-            {"h": host_id, "start": start})
-        items = [{"function_id": r.function_id, "samples_per_sec": float(r.s) / window_s} for r in rows]
-    return {"window_s": window_s, "items": items}
-
-
 async def cached_instructions(session: AsyncSession, digest: str, index: int) -> list | None:
     return (await session.execute(text("SELECT instructions FROM instruction_cache WHERE digest = :d AND index = :i"),
                                   {"d": digest, "i": index})).scalar_one_or_none()
@@ -349,3 +277,29 @@ async def cached_instructions(session: AsyncSession, digest: str, index: int) ->
 
 async def count_users(session: AsyncSession) -> int:
     return (await session.execute(select(func.count()).select_from(User))).scalar_one()
+
+
+# Catalog pieces for the console ------------------------------------------------------------------
+
+async def catalog_document(session: AsyncSession, digest: str) -> bytes | None:
+    """A complete catalog piece as the CatalogPublic JSON document, built by Postgres; None when the
+    piece is unknown or still arriving (a partial piece must never be cached as the piece)."""
+    row = (await session.execute(text("""
+        SELECT cp.module, (SELECT json_build_object(
+                   'digest', CAST(:d AS text), 'module', cp.module, 'function_count', count(*),
+                   'ids', coalesce(json_agg(f.id ORDER BY f."offset", f.index), '[]'::json),
+                   'names', coalesce(json_agg(f.name ORDER BY f."offset", f.index), '[]'::json),
+                   'offsets', coalesce(json_agg(f."offset" ORDER BY f."offset", f.index), '[]'::json),
+                   'sizes', coalesce(json_agg(f.size ORDER BY f."offset", f.index), '[]'::json),
+                   'block_counts', coalesce(json_agg(f.block_count ORDER BY f."offset", f.index), '[]'::json),
+                   'undecodable', '[]'::json,
+                   'undecodable_ids', coalesce(json_agg(f.id) FILTER (WHERE f.undecodable), '[]'::json))::text
+               FROM functions f WHERE f.digest = :d) AS doc
+        FROM catalog_pieces cp WHERE cp.digest = :d AND cp.complete"""), {"d": digest})).first()
+    if row is None:
+        return None
+    doc = orjson.loads(row.doc)
+    # Positions rather than ids, so the console marks them without a lookup.
+    bad = set(doc.pop("undecodable_ids"))
+    doc["undecodable"] = [i for i, fid in enumerate(doc["ids"]) if fid in bad] if bad else []
+    return orjson.dumps(doc)

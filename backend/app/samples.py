@@ -1,19 +1,91 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The block-sample time series: writing metric batches and deleting samples past retention.
+"""The sample time series: the only module that reads or writes `block_samples` and `interval_totals`.
+
+Writing: one metric batch per agent interval (bulk COPY), and deletion past retention. Reading: every
+question the console asks of the series, each over a `TimeRange` — top functions, per-function and
+per-block counts, hotness, the host's samples over time, two ranges compared. Routes never touch the
+tables themselves, so moving the series onto time-partitioned tables with rollups (or another engine)
+changes this module only, not the routes' contracts.
+
+A range is either the last `window_s` seconds of the host's own samples (measured against the newest
+interval the host reported, never against this server's clock, so a host whose clock differs still shows
+its data) or an absolute [from, to) interval; an interval belongs to a range when its start does.
+Rates are samples per second of the range's length.
+
+Idle: a CPU with nothing to run sits in the kernel's idle loop, and a whole-system sampler sees it
+there. Samples in the idle functions (`IDLE_FUNCTION_RE`) are counted apart and left out of rankings
+unless asked for, because they are not work.
 
 Samples for a module whose catalog piece is not yet stored cannot be mapped to a function id; they are
 dropped and counted (interval_totals.dropped_samples, and the agent session's counter), because an
 interval's hotness is only useful while it is recent and the catalog arrives within seconds.
 """
+import math
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+# The kernel's idle loop on x86-64: the functions a sampled CPU is in when it has nothing to run
+# (halted, polling or in a cpuidle driver). Matched against whole names.
+IDLE_FUNCTION_RE = (r"^(pv_native_safe_halt|native_safe_halt|native_halt|default_idle|default_idle_call|"
+                    r"arch_cpu_idle|cpu_idle_poll|do_idle|poll_idle|acpi_safe_halt|acpi_idle_.*|intel_idle.*|"
+                    r"mwait_idle.*|amd_e400_idle|cpuidle_enter.*|xen_safe_halt|hlt_play_dead)$")
+
+# Steps of the timeline's buckets, in seconds: a range is cut into at most `points` buckets of the
+# smallest step that allows it, so bucket edges stay on round times.
+NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+@dataclass(frozen=True)
+class RangeSpec:
+    """What a request asked for: the last `window_s` seconds, or an absolute [start, end)."""
+    window_s: int | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    start: datetime
+    end: datetime
+
+    @property
+    def seconds(self) -> float:
+        return max(1e-3, (self.end - self.start).total_seconds())
+
+    def public(self) -> dict[str, Any]:
+        return {"from": self.start, "to": self.end, "seconds": self.seconds}
 
 
 def interval_start(unix_ns: int) -> datetime:
     return datetime.fromtimestamp(unix_ns / 1e9, tz=timezone.utc)
 
+
+async def resolve(session: AsyncSession, host_id: str, spec: RangeSpec) -> TimeRange | None:
+    """The absolute range a spec means for this host; None for a window on a host with no samples."""
+    if spec.start is not None and spec.end is not None:
+        return TimeRange(spec.start, spec.end)
+    row = (await session.execute(text("""
+        SELECT ts, interval_ms FROM interval_totals WHERE host_id = :h ORDER BY ts DESC LIMIT 1"""),
+        {"h": host_id})).first()
+    if row is None:
+        return None
+    end = row.ts + timedelta(milliseconds=row.interval_ms)
+    return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
+
+
+def _empty_range(spec: RangeSpec) -> TimeRange:
+    """A range for a host without samples, so responses still say what they cover."""
+    if spec.start is not None and spec.end is not None:
+        return TimeRange(spec.start, spec.end)
+    end = datetime.now(timezone.utc)
+    return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
+
+
+# Writing ------------------------------------------------------------------------------------------
 
 async def store_batch(engine: AsyncEngine, host_id: str, ts: datetime, interval_ms: int,
                       rows: list[tuple[int, int, int]], totals: tuple[int, int, int, int, int]) -> None:
@@ -55,3 +127,211 @@ async def function_names(engine: AsyncEngine, ids: list[int]) -> dict[int, str]:
     async with engine.connect() as conn:
         rows = await conn.execute(text("SELECT id, name FROM functions WHERE id = ANY(:ids)"), {"ids": ids})
         return {r[0]: r[1] for r in rows}
+
+
+# Reading ------------------------------------------------------------------------------------------
+
+def function_totals_sql(r: TimeRange | None) -> tuple[str, dict[str, Any]]:
+    """A SELECT of (function_id, s) — samples per function in the range — for other queries to join."""
+    if r is None:
+        return "SELECT NULL::bigint AS function_id, 0::numeric AS s WHERE false", {}
+    return ("SELECT function_id, sum(count) AS s FROM block_samples "
+            "WHERE host_id = :h AND ts >= :r_start AND ts < :r_end GROUP BY function_id",
+            {"r_start": r.start, "r_end": r.end})
+
+
+async def totals(session: AsyncSession, host_id: str, r: TimeRange) -> dict[str, int]:
+    """Whole-host totals of a range: all samples, user, kernel (all − user), idle, outside known
+    functions, lost."""
+    row = (await session.execute(text("""
+        SELECT coalesce(sum(total_samples), 0) AS total, coalesce(sum(user_samples), 0) AS "user",
+               coalesce(sum(unmapped_samples), 0) AS unmapped, coalesce(sum(lost_samples), 0) AS lost
+        FROM interval_totals WHERE host_id = :h AND ts >= :s AND ts < :e"""),
+        {"h": host_id, "s": r.start, "e": r.end})).one()
+    idle = (await session.execute(text("""
+        SELECT coalesce(sum(bs.count), 0) FROM block_samples bs
+        WHERE bs.host_id = :h AND bs.ts >= :s AND bs.ts < :e AND bs.function_id = ANY(:ids)"""),
+        {"h": host_id, "s": r.start, "e": r.end, "ids": await idle_function_ids(session, host_id)})).scalar_one()
+    total, user = int(row.total), int(row.user)
+    return {"total_samples": total, "user_samples": user, "kernel_samples": total - user,
+            "idle_samples": int(idle), "unmapped_samples": int(row.unmapped), "lost_samples": int(row.lost)}
+
+
+async def idle_function_ids(session: AsyncSession, host_id: str) -> list[int]:
+    rows = await session.execute(text("""
+        SELECT f.id FROM functions f JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
+        WHERE f.name ~ :idle"""), {"h": host_id, "idle": IDLE_FUNCTION_RE})
+    return [r[0] for r in rows]
+
+
+_TOP_SORTS = {
+    "samples": "hot.s {dir}, f.name, f.id",
+    "name": "f.name {dir}, f.id",
+    "module": "module {dir}, hot.s DESC, f.name",
+}
+
+
+async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, limit: int, offset: int = 0,
+                        sort: str = "samples", descending: bool = True, include_idle: bool = False) -> dict[str, Any]:
+    """Functions by self samples in the range; share is of all samples of the host (kernel and user)."""
+    r = await resolve(session, host_id, spec)
+    if r is None:
+        out = _empty_range(spec)
+        return {**out.public(), "window_s": spec.window_s or round(out.seconds), "total_samples": 0,
+                "user_samples": 0, "kernel_samples": 0, "idle_samples": 0, "unmapped_samples": 0, "lost_samples": 0,
+                "functions": 0, "items": []}
+    sums = await totals(session, host_id, r)
+    hot_sql, params = function_totals_sql(r)
+    order = _TOP_SORTS[sort].format(dir="DESC" if descending else "ASC")
+    rows = (await session.execute(text(f"""
+        WITH hot AS ({hot_sql})
+        SELECT hot.function_id, hot.s, f.name, coalesce(hm.name, '') AS module, f.name ~ :idle AS idle,
+               CASE WHEN hm.base_address + f."offset" < 0
+                    THEN (hm.base_address + f."offset")::numeric + 18446744073709551616
+                    ELSE (hm.base_address + f."offset")::numeric END AS address,
+               to_hex(hm.base_address + f."offset") AS address_hex,
+               count(*) OVER () AS n
+        FROM hot JOIN functions f ON f.id = hot.function_id
+        LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
+        WHERE :include_idle OR NOT f.name ~ :idle
+        ORDER BY {order} LIMIT :limit OFFSET :offset"""),
+        {**params, "h": host_id, "idle": IDLE_FUNCTION_RE, "include_idle": include_idle, "limit": limit,
+         "offset": offset})).all()
+    n = int(rows[0].n) if rows else await _ranked_count(session, host_id, r, include_idle) if offset else 0
+    total = sums["total_samples"]
+    items = []
+    for row in rows:
+        s = int(row.s)
+        items.append({"function_id": row.function_id, "name": row.name, "module": row.module,
+                      "address": int(row.address) if row.address is not None else None,
+                      "address_hex": row.address_hex, "samples": s, "samples_per_sec": s / r.seconds,
+                      "share": (s / total) if total else 0.0, "idle": bool(row.idle)})
+    return {**r.public(), "window_s": spec.window_s or round(r.seconds), **sums, "functions": n, "items": items}
+
+
+async def _ranked_count(session: AsyncSession, host_id: str, r: TimeRange, include_idle: bool) -> int:
+    hot_sql, params = function_totals_sql(r)
+    return (await session.execute(text(f"""
+        WITH hot AS ({hot_sql})
+        SELECT count(*) FROM hot JOIN functions f ON f.id = hot.function_id
+        WHERE :include_idle OR NOT f.name ~ :idle"""),
+        {**params, "h": host_id, "idle": IDLE_FUNCTION_RE, "include_idle": include_idle})).scalar_one()
+
+
+async def hotness(session: AsyncSession, host_id: str, spec: RangeSpec) -> dict[str, Any]:
+    """Samples per second of every function with samples in the range."""
+    r = await resolve(session, host_id, spec)
+    if r is None:
+        out = _empty_range(spec)
+        return {**out.public(), "window_s": spec.window_s or round(out.seconds), "items": []}
+    hot_sql, params = function_totals_sql(r)
+    rows = await session.execute(text(f"{hot_sql} ORDER BY s DESC"), {**params, "h": host_id})
+    items = [{"function_id": row.function_id, "samples_per_sec": float(row.s) / r.seconds} for row in rows]
+    return {**r.public(), "window_s": spec.window_s or round(r.seconds), "items": items}
+
+
+async def function_rate(session: AsyncSession, host_id: str, function_id: int, spec: RangeSpec) -> float:
+    r = await resolve(session, host_id, spec)
+    if r is None:
+        return 0.0
+    s = (await session.execute(text("""
+        SELECT coalesce(sum(count), 0) FROM block_samples
+        WHERE host_id = :h AND function_id = :fid AND ts >= :s AND ts < :e"""),
+        {"h": host_id, "fid": function_id, "s": r.start, "e": r.end})).scalar_one()
+    return float(s) / r.seconds
+
+
+async def function_samples(session: AsyncSession, host_id: str, function_id: int, spec: RangeSpec) -> dict[str, Any]:
+    """Samples per basic block of one function in the range."""
+    r = await resolve(session, host_id, spec)
+    blocks = []
+    total = 0
+    if r is not None:
+        rows = await session.execute(text("""
+            SELECT block_offset, sum(count) AS s FROM block_samples
+            WHERE host_id = :h AND function_id = :fid AND ts >= :s AND ts < :e
+            GROUP BY block_offset ORDER BY block_offset"""),
+            {"h": host_id, "fid": function_id, "s": r.start, "e": r.end})
+        for row in rows:
+            total += int(row.s)
+            blocks.append({"offset": row.block_offset, "samples": int(row.s), "samples_per_sec": float(row.s) / r.seconds})
+    out = r or _empty_range(spec)
+    return {**out.public(), "function_id": function_id, "window_s": spec.window_s or round(out.seconds),
+            "total": total, "blocks": blocks}
+
+
+def timeline_step(seconds: float, points: int) -> int:
+    """The smallest round bucket length that cuts `seconds` into at most `points` buckets."""
+    need = seconds / max(1, points)
+    for step in NICE_STEPS_S:
+        if step >= need:
+            return step
+    return int(math.ceil(need / 86400) * 86400)
+
+
+async def timeline(session: AsyncSession, host_id: str, spec: RangeSpec, points: int) -> dict[str, Any]:
+    """The host's samples over time in buckets: all, user, idle, outside known functions."""
+    r = await resolve(session, host_id, spec) or _empty_range(spec)
+    step = timeline_step(r.seconds, points)
+    origin = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    params = {"h": host_id, "s": r.start, "e": r.end, "step": timedelta(seconds=step), "origin": origin}
+    rows = await session.execute(text("""
+        SELECT date_bin(:step, ts, :origin) AS b, sum(total_samples) AS total, sum(user_samples) AS "user",
+               sum(unmapped_samples) AS unmapped, sum(interval_ms) AS ms
+        FROM interval_totals WHERE host_id = :h AND ts >= :s AND ts < :e GROUP BY b ORDER BY b"""), params)
+    buckets = {row.b: row for row in rows}
+    idle_rows = await session.execute(text("""
+        SELECT date_bin(:step, ts, :origin) AS b, sum(count) AS s FROM block_samples
+        WHERE host_id = :h AND ts >= :s AND ts < :e AND function_id = ANY(:ids) GROUP BY b"""),
+        {**params, "ids": await idle_function_ids(session, host_id)})
+    idle = {row.b: int(row.s) for row in idle_rows}
+    out = []
+    for b in sorted(buckets):
+        row = buckets[b]
+        total, user = int(row.total), int(row.user)
+        out.append({"t": b, "seconds": int(row.ms) / 1000.0, "total": total, "user": user, "kernel": total - user,
+                    "idle": idle.get(b, 0), "unmapped": int(row.unmapped)})
+    return {**r.public(), "step_s": step, "points": out}
+
+
+async def compare(session: AsyncSession, host_a: str, a: TimeRange, host_b: str, b: TimeRange, limit: int,
+                  include_idle: bool = False) -> dict[str, Any]:
+    """Per-function samples per second in two ranges (of one host or two), matched by module and name,
+    largest change first."""
+    sums_a = await totals(session, host_a, a)
+    sums_b = await totals(session, host_b, b)
+    rows = await session.execute(text("""
+        WITH ha AS (SELECT function_id, sum(count) AS s FROM block_samples
+                    WHERE host_id = :ha AND ts >= :as AND ts < :ae GROUP BY function_id),
+             hb AS (SELECT function_id, sum(count) AS s FROM block_samples
+                    WHERE host_id = :hb AND ts >= :bs AND ts < :be GROUP BY function_id),
+             na AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(ha.s) AS s, min(f.id) AS fid
+                    FROM ha JOIN functions f ON f.id = ha.function_id
+                    LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :ha
+                    GROUP BY f.name, hm.name),
+             nb AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(hb.s) AS s, min(f.id) AS fid
+                    FROM hb JOIN functions f ON f.id = hb.function_id
+                    LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :hb
+                    GROUP BY f.name, hm.name)
+        SELECT coalesce(na.name, nb.name) AS name, coalesce(na.module, nb.module) AS module,
+               coalesce(na.s, 0) AS a_s, coalesce(nb.s, 0) AS b_s, na.fid AS a_fid, nb.fid AS b_fid,
+               coalesce(na.name, nb.name) ~ :idle AS idle, count(*) OVER () AS n
+        FROM na FULL JOIN nb ON na.name = nb.name AND na.module = nb.module
+        WHERE :include_idle OR NOT coalesce(na.name, nb.name) ~ :idle
+        ORDER BY abs(coalesce(nb.s, 0) / :bsec - coalesce(na.s, 0) / :asec) DESC, 1
+        LIMIT :limit"""),
+        {"ha": host_a, "as": a.start, "ae": a.end, "hb": host_b, "bs": b.start, "be": b.end,
+         "asec": a.seconds, "bsec": b.seconds, "idle": IDLE_FUNCTION_RE, "include_idle": include_idle,
+         "limit": limit})
+    ta, tb = sums_a["total_samples"], sums_b["total_samples"]
+    items, n = [], 0
+    for row in rows:
+        n = int(row.n)
+        sa, sb = int(row.a_s), int(row.b_s)
+        ra, rb = sa / a.seconds, sb / b.seconds
+        items.append({"name": row.name, "module": row.module, "idle": bool(row.idle),
+                      "a_function_id": row.a_fid, "b_function_id": row.b_fid,
+                      "a_samples": sa, "b_samples": sb, "a_per_sec": ra, "b_per_sec": rb, "delta_per_sec": rb - ra,
+                      "a_share": sa / ta if ta else 0.0, "b_share": sb / tb if tb else 0.0})
+    return {"a": {"host_id": host_a, **a.public(), **sums_a}, "b": {"host_id": host_b, **b.public(), **sums_b},
+            "functions": n, "items": items}

@@ -162,31 +162,54 @@ class InstructionsPublic(BaseModel):
     instructions: list[InstructionPublic]
 
 
+class RangePublic(BaseModel):
+    """The absolute time range a sample response covers: [from, to), and its length in seconds (the
+    divisor of every per-second rate in the response)."""
+    model_config = ConfigDict(populate_by_name=True)
+    from_: datetime = Field(alias="from")
+    to: datetime
+    seconds: float
+
+
 class BlockSamplesPublic(BaseModel):
     offset: int
     samples: int
     samples_per_sec: float
 
 
-class FunctionSamples(BaseModel):
+class FunctionSamples(RangePublic):
     function_id: int
     window_s: int
     total: int
     blocks: list[BlockSamplesPublic]
 
 
+class SampleTotals(BaseModel):
+    """Whole-host totals of a range. kernel = total − user; idle is the part of kernel spent in the idle
+    loop; unmapped is kernel samples outside any known function; lost is what the sampler dropped."""
+    total_samples: int
+    user_samples: int
+    kernel_samples: int
+    idle_samples: int
+    unmapped_samples: int
+    lost_samples: int
+
+
 class TopFunctionItem(BaseModel):
     function_id: int
     name: str
     module: str
+    address: int | None
+    address_hex: str | None
     samples: int
     samples_per_sec: float
-    share: float
+    share: float = Field(description="Share of all samples of the host in the range (kernel and user)")
+    idle: bool = Field(description="An idle-loop function (left out of rankings unless include_idle)")
 
 
-class TopFunctions(BaseModel):
+class TopFunctions(RangePublic, SampleTotals):
     window_s: int
-    total_samples: int
+    functions: int = Field(description="How many functions had samples (the rows there are to page through)")
     items: list[TopFunctionItem]
 
 
@@ -195,9 +218,65 @@ class HotnessItem(BaseModel):
     samples_per_sec: float
 
 
-class Hotness(BaseModel):
+class Hotness(RangePublic):
     window_s: int
     items: list[HotnessItem]
+
+
+class TimelinePoint(BaseModel):
+    t: datetime = Field(description="Start of the bucket")
+    seconds: float = Field(description="Sampled seconds in the bucket (intervals the host reported)")
+    total: int
+    user: int
+    kernel: int
+    idle: int
+    unmapped: int
+
+
+class Timeline(RangePublic):
+    step_s: int
+    points: list[TimelinePoint]
+
+
+class CompareSide(RangePublic, SampleTotals):
+    host_id: str
+
+
+class CompareItem(BaseModel):
+    name: str
+    module: str
+    idle: bool
+    a_function_id: int | None
+    b_function_id: int | None
+    a_samples: int
+    b_samples: int
+    a_per_sec: float
+    b_per_sec: float
+    delta_per_sec: float = Field(description="b_per_sec − a_per_sec")
+    a_share: float
+    b_share: float
+
+
+class Comparison(BaseModel):
+    a: CompareSide
+    b: CompareSide
+    functions: int
+    items: list[CompareItem]
+
+
+class CatalogPublic(BaseModel):
+    """One content-addressed catalog piece (a module of one build) in columns, in address order.
+    Offsets are relative to the module's base; add a host's base_address (GET /hosts/{id}/modules) for
+    addresses. It never changes, so it is served with immutable caching."""
+    digest: str
+    module: str
+    function_count: int
+    ids: list[int]
+    names: list[str]
+    offsets: list[int]
+    sizes: list[int]
+    block_counts: list[int]
+    undecodable: list[int] = Field(description="Positions (in these columns) of functions the agent could not decode whole")
 
 
 class AuditEntry(BaseModel):

@@ -86,6 +86,7 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
     runtime = Runtime(settings=settings, engine=engine, sessionmaker=make_sessionmaker(engine),
                       secret_key=prepared.secret_key, agent_token=prepared.agent_token)
     runtime.agents = AgentRegistry(runtime)
+    runtime.metrics.bind(runtime)
     return runtime
 
 

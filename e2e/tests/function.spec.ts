@@ -34,7 +34,9 @@ test("searching vfs_read finds it in the tree and its CFG draws", async ({ page 
   const entry = page.getByTestId("cfg-block").filter({ hasText: fn.address_hex });
   await expect(entry.first()).toBeAttached();
 
-  // Clicking a block shows its instructions, decoded by the agent.
+  // Clicking a block shows its instructions, decoded by the agent. (The first view may centre on the
+  // hottest region; the Entry button brings the entry block into view.)
+  await page.getByRole("button", { name: "Entry" }).click();
   await page.getByTestId("cfg-block").first().click();
   const panel = page.getByRole("region", { name: "Instructions" });
   await expect(panel).toBeVisible();

@@ -53,6 +53,12 @@ export function startReadLoop(): ChildProcess {
   return spawn("dd", ["if=/dev/zero", "of=/dev/null", "bs=1"], { stdio: "ignore" });
 }
 
+/** A kernel workload no other test or program here runs: reading /dev/urandom, whose time goes to the
+ *  kernel's ChaCha20 (chacha_permute), so its samples are this workload's alone. */
+export function startRandomReadLoop(): ChildProcess {
+  return spawn("dd", ["if=/dev/urandom", "of=/dev/null", "bs=65536"], { stdio: "ignore" });
+}
+
 /** The pid of the running agent, as scripts/run.sh records it. */
 export function agentPid(): number {
   return Number(readFileSync(`${dataDir}/run/agent.pid`, "utf8").trim());

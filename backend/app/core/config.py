@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     grpc_max_message_bytes: int = 64 * 1024 * 1024
     ws_ping_interval_s: float = 20.0
     log_level: str = "INFO"
+    # When set, GET /metrics needs "Authorization: Bearer <this token>"; unset, it is open (it carries
+    # aggregate counters only: no host ids, function names or users).
+    metrics_token: str | None = None
 
 
 @lru_cache

@@ -94,6 +94,7 @@ class AgentRegistry:
                 crud.audit(db, actor, "command_sent", host_id,
                            {"command_id": command_id, "kind": "inspect_function", "module": module, "index": index})
                 await db.commit()
+            self.runtime.metrics.commands_sent.labels("inspect_function").inc()
             try:
                 await session.send(pb.ServerMessage(command=pb.Command(
                     id=command_id, inspect_function=pb.InspectFunction(module=module, function_index=index))))
@@ -306,7 +307,8 @@ class AgentService(pb_grpc.AgentServiceServicer):
         base = session.modules.get(module, (digest, 0))[1]
         if module not in session.modules or session.modules[module][0] != digest:
             base = next(b for d, b in session.modules.values() if d == digest)
-        await catalog.store_chunk(self.runtime.engine, digest, base, chunk.functions)
+        stored_fns, _, _ = await catalog.store_chunk(self.runtime.engine, digest, base, chunk.functions)
+        self.runtime.metrics.catalog_functions.inc(stored_fns)
         if chunk.last:
             stored = await catalog.mark_complete(self.runtime.engine, digest)
             registry.complete.add(digest)
@@ -341,6 +343,10 @@ class AgentService(pb_grpc.AgentServiceServicer):
             per_block[(fid, b.block_offset)] += b.count
         if dropped:
             session.dropped_samples += dropped
+        metrics = self.runtime.metrics
+        metrics.ingest_batches.inc()
+        metrics.ingest_samples.inc(batch.total_samples)
+        metrics.ingest_dropped.inc(dropped)
         rows = [(fid, off, count) for (fid, off), count in per_block.items()]
         await samples.store_batch(self.runtime.engine, session.host_id, ts, batch.interval_ms, rows,
                                   (batch.total_samples, batch.user_samples, batch.unmapped_samples,

@@ -19,10 +19,10 @@ export class ApiError extends Error {
 /** The human-readable reason in a FastAPI error body: a string, or validation errors. */
 export function errorDetail(body: unknown, status: number): string {
   if (body && typeof body === "object" && "detail" in body) {
-    const detail = (body as { detail: unknown }).detail;
+    const detail: unknown = body.detail;
     if (typeof detail === "string") return detail;
     if (Array.isArray(detail)) {
-      const parts = detail.map((d) => {
+      const parts = (detail as unknown[]).map((d) => {
         if (d && typeof d === "object" && "msg" in d) {
           const loc = "loc" in d && Array.isArray(d.loc) ? d.loc.slice(1).join(".") : "";
           return loc ? `${loc}: ${String(d.msg)}` : String(d.msg);

@@ -40,8 +40,23 @@ describe("live updates", () => {
     const throttle = keyedThrottle(1000);
     const msg = { type: "samples" as const, host_id: "host-1", interval_start: "", total_samples: 5, top: [] };
     for (let i = 0; i < 5; i++) applyLiveMessage(qc, msg, throttle);
-    expect(spy.mock.calls.map((c) => c[0]?.queryKey)).toEqual([["host", "host-1", "top"], ["host", "host-1", "hotness"], ["host", "host-1", "samples"]]);
+    expect(spy.mock.calls.map((c) => c[0]?.queryKey)).toEqual([["host", "host-1", "top"], ["host", "host-1", "hotness"], ["host", "host-1", "samples"], ["host", "host-1", "timeline"]]);
     vi.advanceTimersByTime(1000);
-    expect(spy).toHaveBeenCalledTimes(6);
+    expect(spy).toHaveBeenCalledTimes(8);
+  });
+
+  it("leaves paused views and fixed ranges alone", async () => {
+    const qc = new QueryClient();
+    let liveCalls = 0;
+    let fixedCalls = 0;
+    const live = qc.fetchQuery({ queryKey: ["host", "host-1", "top", "live"], queryFn: () => ++liveCalls, meta: { live: true } });
+    const fixed = qc.fetchQuery({ queryKey: ["host", "host-1", "top", "fixed"], queryFn: () => ++fixedCalls, meta: { live: false } });
+    await Promise.all([live, fixed]);
+    const spy = vi.spyOn(qc, "invalidateQueries");
+    applyLiveMessage(qc, { type: "samples", host_id: "host-1", interval_start: "", total_samples: 5, top: [] }, keyedThrottle(1000));
+    const predicate = spy.mock.calls[0][0]!.predicate!;
+    expect(predicate(qc.getQueryCache().find({ queryKey: ["host", "host-1", "top", "live"] })!)).toBe(true);
+    expect(predicate(qc.getQueryCache().find({ queryKey: ["host", "host-1", "top", "fixed"] })!)).toBe(false);
+
   });
 });

@@ -28,16 +28,15 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
       return next;
     });
     qc.setQueryData<Host>(keys.host(host.id), host);
-    // A newly complete catalog is worth fetching; otherwise the cached one stays.
-    if (host.catalog_complete) {
-      const cached = qc.getQueryData<{ total: number }>(keys.catalog(host.id));
-      if (cached && cached.total === 0) void qc.invalidateQueries({ queryKey: keys.catalog(host.id) });
-    }
+    // A newly complete catalog is worth fetching (pieces are content-addressed, so only the module
+    // list can change).
+    if (host.catalog_complete) void qc.invalidateQueries({ queryKey: keys.modules(host.id) });
   } else if (msg.type === "samples") {
     const hostId = msg.host_id;
     throttle.trigger(`samples:${hostId}`, () => {
-      for (const part of ["top", "hotness", "samples"]) {
-        void qc.invalidateQueries({ queryKey: ["host", hostId, part] });
+      for (const part of ["top", "hotness", "samples", "timeline"]) {
+        // Paused views and fixed (absolute) ranges stay as they are.
+        void qc.invalidateQueries({ queryKey: ["host", hostId, part], predicate: (q) => q.meta?.live !== false });
       }
     });
   }

@@ -1,27 +1,38 @@
 // SPDX-License-Identifier: Apache-2.0
 // Server state for every screen, as TanStack Query hooks over the typed client. Query keys start
 // with the host id so a live update for one host refreshes only that host's views.
-import { keepPreviousData, useQuery } from "@tanstack/react-query";
+import { keepPreviousData, useQueries, useQuery } from "@tanstack/react-query";
 import { api, ApiError, unwrap } from "./client";
 import type {
-  FunctionDetail, FunctionSamples, FunctionsPage, Host, Hotness, Instructions, Module, TopFunctions, User,
+  Comparison, FunctionDetail, FunctionSamples, Host, Hotness, Instructions, Module, Timeline, TopFunctions, User,
 } from "./types";
-
-/** Largest page the backend serves: the whole kernel's catalog in one compact response. */
-export const WHOLE_CATALOG = 100000;
+import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
 
 export const keys = {
   me: ["me"] as const,
   hosts: ["hosts"] as const,
   host: (hostId: string) => ["host", hostId] as const,
   modules: (hostId: string) => ["host", hostId, "modules"] as const,
-  catalog: (hostId: string) => ["host", hostId, "catalog"] as const,
+  catalog: (digest: string) => ["catalog", digest] as const,
   fn: (hostId: string, fid: number) => ["host", hostId, "function", fid] as const,
   instructions: (hostId: string, fid: number) => ["host", hostId, "function", fid, "instructions"] as const,
-  samples: (hostId: string, fid: number, windowS: number) => ["host", hostId, "samples", fid, windowS] as const,
-  top: (hostId: string, windowS: number) => ["host", hostId, "top", windowS] as const,
-  hotness: (hostId: string, windowS: number) => ["host", hostId, "hotness", windowS] as const,
+  samples: (hostId: string, fid: number, range: string) => ["host", hostId, "samples", fid, range] as const,
+  top: (hostId: string, range: string, rest: unknown[] = []) => ["host", hostId, "top", range, ...rest] as const,
+  hotness: (hostId: string, range: string) => ["host", hostId, "hotness", range] as const,
+  timeline: (hostId: string, range: string) => ["host", hostId, "timeline", range] as const,
+  compare: (hostId: string, rest: unknown[]) => ["host", hostId, "compare", ...rest] as const,
 };
+
+/** How a sample view refreshes: live views (a relative range, not paused) follow new samples; the
+ *  others are fixed and are not refetched (their `meta.live` is false, which live pushes respect). */
+export function liveOptions(live: boolean) {
+  return {
+    placeholderData: keepPreviousData,
+    refetchInterval: live ? LIVE_FALLBACK_MS : (false as const),
+    staleTime: live ? 0 : Infinity,
+    meta: { live },
+  };
+}
 
 /** Retry transient failures only: a 4xx answer will not change by asking again. */
 function retry(count: number, error: unknown): boolean {
@@ -70,20 +81,21 @@ export function useModules(hostId: string, enabled = true) {
   });
 }
 
-/** The whole function catalog of a host, fetched once and kept: the tree filters and sorts it locally. */
-export function useCatalog(hostId: string, enabled = true) {
-  return useQuery<FunctionsPage, Error>({
-    queryKey: keys.catalog(hostId),
-    queryFn: () =>
-      unwrap(
-        api.GET("/api/v1/hosts/{host_id}/functions", {
-          params: { path: { host_id: hostId }, query: { sort: "address", limit: WHOLE_CATALOG } },
-        }),
-      ),
-    retry,
-    enabled,
-    staleTime: Infinity,
+/** A host's catalog: its modules, then each complete module's content-addressed piece. The pieces
+ *  never change, so they are kept for the session and the browser caches them for good. */
+export function useCatalogPieces(hostId: string) {
+  const modules = useModules(hostId);
+  const complete = (modules.data ?? []).filter((m) => m.complete);
+  const pieces = useQueries({
+    queries: complete.map((m) => ({
+      queryKey: keys.catalog(m.digest),
+      queryFn: () => unwrap(api.GET("/api/v1/catalogs/{digest}", { params: { path: { digest: m.digest } } })),
+      staleTime: Infinity,
+      gcTime: Infinity,
+      retry,
+    })),
   });
+  return { modules, complete, pieces };
 }
 
 export function useFunctionDetail(hostId: string, fid: number, enabled = true) {
@@ -117,49 +129,100 @@ export function useInstructions(hostId: string, fid: number, enabled: boolean) {
   });
 }
 
-export function useFunctionSamples(hostId: string, fid: number, windowS: number, enabled = true) {
+export function useFunctionSamples(hostId: string, fid: number, range: TimeRange, live: boolean, enabled = true) {
   return useQuery<FunctionSamples, Error>({
-    queryKey: keys.samples(hostId, fid, windowS),
+    queryKey: keys.samples(hostId, fid, rangeKey(range)),
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/hosts/{host_id}/functions/{function_id}/samples", {
-          params: { path: { host_id: hostId, function_id: fid }, query: { window_s: windowS } },
+          params: { path: { host_id: hostId, function_id: fid }, query: rangeQuery(range) },
         }),
       ),
     retry,
     enabled,
-    placeholderData: keepPreviousData,
-    refetchInterval: LIVE_FALLBACK_MS,
+    ...liveOptions(live),
   });
 }
 
-export function useTopFunctions(hostId: string, windowS: number, limit = 50) {
+export interface TopQuery {
+  limit: number;
+  offset: number;
+  sort: "samples" | "name" | "module";
+  desc: boolean;
+  includeIdle: boolean;
+}
+
+export function useTopFunctions(hostId: string, range: TimeRange, live: boolean, q: TopQuery) {
   return useQuery<TopFunctions, Error>({
-    queryKey: keys.top(hostId, windowS),
+    queryKey: keys.top(hostId, rangeKey(range), [q.limit, q.offset, q.sort, q.desc, q.includeIdle]),
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/hosts/{host_id}/top-functions", {
-          params: { path: { host_id: hostId }, query: { window_s: windowS, limit } },
+          params: {
+            path: { host_id: hostId },
+            query: { ...rangeQuery(range), limit: q.limit, offset: q.offset, sort: q.sort, order: q.desc ? "desc" : "asc",
+                     include_idle: q.includeIdle },
+          },
         }),
       ),
     retry,
-    placeholderData: keepPreviousData,
-    refetchInterval: LIVE_FALLBACK_MS,
+    ...liveOptions(live),
   });
 }
 
-export function useHotness(hostId: string, windowS: number, enabled = true) {
+export function useHotness(hostId: string, range: TimeRange, live: boolean, enabled = true) {
   return useQuery<Hotness, Error>({
-    queryKey: keys.hotness(hostId, windowS),
+    queryKey: keys.hotness(hostId, rangeKey(range)),
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/hosts/{host_id}/hotness", {
-          params: { path: { host_id: hostId }, query: { window_s: windowS } },
+          params: { path: { host_id: hostId }, query: rangeQuery(range) },
         }),
       ),
     retry,
     enabled,
+    ...liveOptions(live),
+  });
+}
+
+export function useTimeline(hostId: string, range: TimeRange, live: boolean, points = 240) {
+  return useQuery<Timeline, Error>({
+    queryKey: keys.timeline(hostId, rangeKey(range)),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/timeline", {
+          params: { path: { host_id: hostId }, query: { ...rangeQuery(range), points } },
+        }),
+      ),
+    retry,
+    ...liveOptions(live),
+  });
+}
+
+export interface CompareQuery {
+  a: { from: string; to: string };
+  b: { from: string; to: string };
+  bHost: string | null;
+  includeIdle: boolean;
+  limit: number;
+}
+
+export function useCompare(hostId: string, q: CompareQuery | null) {
+  return useQuery<Comparison, Error>({
+    queryKey: keys.compare(hostId, [q]),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/compare", {
+          params: {
+            path: { host_id: hostId },
+            query: { a_from: q!.a.from, a_to: q!.a.to, b_from: q!.b.from, b_to: q!.b.to, b_host: q!.bHost ?? undefined,
+                     include_idle: q!.includeIdle, limit: q!.limit },
+          },
+        }),
+      ),
+    retry,
+    enabled: q !== null,
+    staleTime: Infinity,
     placeholderData: keepPreviousData,
-    refetchInterval: LIVE_FALLBACK_MS,
   });
 }

@@ -18,7 +18,7 @@ const listeners = new Set<Listener>();
 export function getSession(): Session | null {
   const token = localStorage.getItem(TOKEN_KEY);
   if (!token) return null;
-  let user: User | null = null;
+  let user: User | null;
   try {
     const raw = localStorage.getItem(USER_KEY);
     user = raw ? (JSON.parse(raw) as User) : null;

@@ -24,6 +24,11 @@ export type BlockSamples = FunctionSamples["blocks"][number];
 export type TopFunctions = S["TopFunctions"];
 export type TopFunction = TopFunctions["items"][number];
 export type Hotness = S["Hotness"];
+export type Timeline = S["Timeline"];
+export type TimelinePoint = Timeline["points"][number];
+export type Comparison = S["Comparison"];
+export type CompareItem = Comparison["items"][number];
+export type Catalog = S["CatalogPublic"];
 
 /** What the backend pushes over the live-update WebSocket (its schema types `type` as a plain string). */
 export type LiveMessage =

@@ -5,10 +5,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
-from app import crud
+from app import crud, samples
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
-from app.api.routes.hosts import HostId, WindowS, require_host
+from app.api.ranges import BAD_RANGE, SampleRange
+from app.api.routes.hosts import ExistingHost
 from app.grpc.agent_service import CommandFailed, CommandTimeout, HostOffline
 from app.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message, hex64
 
@@ -16,45 +17,41 @@ router = APIRouter(prefix="/hosts/{host_id}/functions", tags=["functions"])
 FunctionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="A function's id in this backend")]
 
 
-@router.get("", response_model=FunctionsPage, responses=NOT_FOUND)
-async def list_functions(host_id: HostId, session: SessionDep, _: CurrentUser,
+@router.get("", response_model=FunctionsPage, responses={**NOT_FOUND, **BAD_RANGE})
+async def list_functions(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
                          q: str | None = Query(None, max_length=256, description="Case-insensitive substring of the name"),
                          module: str | None = Query(None, max_length=4096),
-                         sort: Literal["name", "address", "hotness"] = "name",
-                         window_s: int = WindowS,
+                         sort: Literal["name", "address", "hotness", "blocks"] = "name",
                          offset: int = Query(0, ge=0, le=2**31 - 1), limit: int = Query(100, ge=1, le=100000)):
     """Search and page through a host's functions; exact name matches come first."""
-    await require_host(session, host_id)
-    body = await crud.functions_page(session, host_id, q or None, module, sort, window_s, offset, limit)
+    body = await crud.functions_page(session, host_id, q or None, module, sort, spec, offset, limit)
     return Response(body, media_type="application/json")
 
 
-@router.get("/{function_id}", response_model=FunctionDetail, responses=NOT_FOUND)
-async def get_function(host_id: HostId, function_id: FunctionId, session: SessionDep, _: CurrentUser, window_s: int = WindowS):
+@router.get("/{function_id}", response_model=FunctionDetail, responses={**NOT_FOUND, **BAD_RANGE})
+async def get_function(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser,
+                       spec: SampleRange):
     """A function with its basic blocks, successors and callees."""
-    await require_host(session, host_id)
-    detail = await crud.function_detail(session, host_id, function_id, window_s)
+    detail = await crud.function_detail(session, host_id, function_id, spec)
     if detail is None:
         raise HTTPException(404, "Function not found")
     return FastJSON(detail)
 
 
-@router.get("/{function_id}/samples", response_model=FunctionSamples, responses=NOT_FOUND)
-async def function_samples(host_id: HostId, function_id: FunctionId, session: SessionDep, _: CurrentUser,
-                           window_s: int = WindowS):
-    """Samples per basic block of a function in the window."""
-    await require_host(session, host_id)
+@router.get("/{function_id}/samples", response_model=FunctionSamples, responses={**NOT_FOUND, **BAD_RANGE})
+async def function_samples(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser,
+                           spec: SampleRange):
+    """Samples per basic block of a function in the range."""
     if await crud.get_host_function(session, host_id, function_id) is None:
         raise HTTPException(404, "Function not found")
-    return FastJSON(await crud.function_samples(session, host_id, function_id, window_s))
+    return FastJSON(await samples.function_samples(session, host_id, function_id, spec))
 
 
 @router.get("/{function_id}/instructions", response_model=InstructionsPublic,
             responses={**NOT_FOUND, 502: {"model": Message}, 503: {"model": Message}, 504: {"model": Message}})
-async def function_instructions(host_id: HostId, function_id: FunctionId, session: SessionDep, runtime: RuntimeDep,
+async def function_instructions(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, runtime: RuntimeDep,
                                 user: CurrentUser):
     """The instructions of a function, from the cache or decoded by the host's agent."""
-    await require_host(session, host_id)
     fn = await crud.get_host_function(session, host_id, function_id)
     if fn is None:
         raise HTTPException(404, "Function not found")

@@ -1,23 +1,27 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Hosts known to the backend, their loaded modules, and their sample windows (top functions and
-per-function hotness)."""
+"""Hosts known to the backend and their loaded modules (with the catalog digest of each)."""
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, HTTPException, Path
 
 from app import crud
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.deps import CurrentUser, SessionDep
-from app.schemas import HostPublic, Hotness, ModulePublic, TopFunctions
+from app.schemas import HostPublic, ModulePublic
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 HostId = Annotated[str, Path(min_length=1, max_length=256, description="The host id its agent reports")]
-WindowS = Query(10, ge=1, le=86400, description="Length of the window in seconds, ending at the newest interval")
 
 
-async def require_host(session, host_id: str) -> None:
+async def existing_host(host_id: HostId, session: SessionDep, _: CurrentUser) -> str:
+    """The path's host id, once the caller is signed in (401 first, so existence is not revealed) and
+    the host is known (404 otherwise)."""
     if not await crud.host_exists(session, host_id):
         raise HTTPException(404, "Host not found")
+    return host_id
+
+
+ExistingHost = Annotated[str, Depends(existing_host)]
 
 
 @router.get("", response_model=list[HostPublic])
@@ -36,22 +40,6 @@ async def get_host(host_id: HostId, session: SessionDep, _: CurrentUser):
 
 
 @router.get("/{host_id}/modules", response_model=list[ModulePublic], responses=NOT_FOUND)
-async def list_modules(host_id: HostId, session: SessionDep, _: CurrentUser):
+async def list_modules(host_id: ExistingHost, session: SessionDep, _: CurrentUser):
     """The code modules loaded on a host, with whether their catalog is stored."""
-    await require_host(session, host_id)
     return FastJSON(await crud.list_modules(session, host_id))
-
-
-@router.get("/{host_id}/top-functions", response_model=TopFunctions, responses=NOT_FOUND)
-async def top_functions(host_id: HostId, session: SessionDep, _: CurrentUser, window_s: int = WindowS,
-                        limit: int = Query(50, ge=1, le=10000)):
-    """The functions with the most samples in the window, most first."""
-    await require_host(session, host_id)
-    return FastJSON(await crud.top_functions(session, host_id, window_s, limit))
-
-
-@router.get("/{host_id}/hotness", response_model=Hotness, responses=NOT_FOUND)
-async def hotness(host_id: HostId, session: SessionDep, _: CurrentUser, window_s: int = WindowS):
-    """Samples per second of every function that had samples in the window."""
-    await require_host(session, host_id)
-    return FastJSON(await crud.hotness(session, host_id, window_s))

@@ -58,6 +58,9 @@ async def test_paging_and_sorting(client, host):
     by_addr = (await client.get(url, params={"limit": 100, "sort": "address"})).json()["items"]
     addrs = [f["address"] for f in by_addr]
     assert addrs == sorted(addrs) and len(addrs) == 54
+    by_blocks = (await client.get(url, params={"limit": 100, "sort": "blocks"})).json()["items"]
+    counts = [f["block_count"] for f in by_blocks]
+    assert counts == sorted(counts, reverse=True)
     beyond = (await client.get(url, params={"limit": 10, "offset": 1000})).json()
     assert beyond == {"total": 54, "items": []}
     bad = await client.get(url, params={"sort": "size"})

@@ -8,8 +8,8 @@ import { getSession, onSessionChange, setSession, type Session } from "../../api
 
 interface AuthValue {
   session: Session | null;
-  signIn(username: string, password: string): Promise<void>;
-  signOut(): void;
+  signIn: (username: string, password: string) => Promise<void>;
+  signOut: () => void;
 }
 
 const AuthContext = createContext<AuthValue | null>(null);

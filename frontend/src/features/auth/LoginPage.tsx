@@ -33,7 +33,7 @@ export function LoginPage() {
 
   return (
     <main className="login">
-      <form className="login-form" onSubmit={submit} aria-labelledby="login-title">
+      <form className="login-form" onSubmit={(e) => void submit(e)} aria-labelledby="login-title">
         <p className="brand-large" id="login-title">Hotpath</p>
         <label htmlFor="login-username">Username</label>
         <input id="login-username" name="username" autoComplete="username" required value={username}

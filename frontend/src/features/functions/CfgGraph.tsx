@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// Draws a laid-out control-flow graph as SVG: blocks coloured by their sample counts, edges
-// styled by successor kind, exit nodes for control leaving the function, with legends and
-// pan/zoom. Blocks are focusable and open their instructions on click or Enter.
-import { memo, useRef, type KeyboardEvent } from "react";
+// Draws a laid-out control-flow graph as SVG: blocks coloured by their sample counts over the chosen
+// range (the count written on each block), edges styled by successor kind, exit nodes for control
+// leaving the function, a minimap, legends and pan/zoom. Large graphs draw only what is in view (and
+// no text when zoomed too far out to read it), so moving around never blocks the page. Blocks are
+// focusable and open their instructions on click or Enter.
+import { memo, useCallback, useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
 import { Link } from "react-router-dom";
 import { line, curveBasis } from "d3-shape";
 import type { CfgLayout, EdgeKind, PositionedNode } from "./cfgModel";
-import { NO_SAMPLES_FILL } from "./cfgModel";
+import { NO_SAMPLES_FILL, legendStops, type ScaleMode } from "./colourScale";
+import {
+  CULL_THRESHOLD, READABLE_SCALE, TEXT_SCALE, centreOn, edgeBoxes, intersects, nodeRect, visibleRect, type View,
+} from "./cfgView";
+import { Minimap, Overview } from "./Minimap";
 import { useZoom } from "./useZoom";
+import { formatCount } from "../../lib/format";
 
 export const EDGE_STYLE: Record<EdgeKind, { stroke: string; dash?: string; label: string }> = {
   fallthrough: { stroke: "#57606a", label: "fallthrough" },
@@ -21,84 +28,164 @@ export const EDGE_STYLE: Record<EdgeKind, { stroke: string; dash?: string; label
 const KINDS = Object.keys(EDGE_STYLE) as EdgeKind[];
 const path = line<{ x: number; y: number }>().x((p) => p.x).y((p) => p.y).curve(curveBasis);
 
+export interface ColourLegendInfo {
+  mode: ScaleMode;
+  max: number;
+  /** Samples of the whole function in the range; 0 shows "no samples". */
+  total: number;
+  samplesKnown: boolean;
+  rangeLabel: string;
+}
+
 export interface CfgGraphProps {
   layout: CfgLayout;
   hostId: string;
   colour: (samples: number | null) => string;
-  maxSamples: number;
-  samplesKnown: boolean;
+  dark: (samples: number | null) => boolean;
+  legend: ColourLegendInfo;
   selected: string | null;
-  onSelect(node: PositionedNode): void;
+  onSelect: (node: PositionedNode) => void;
+  /** Centre on this node whenever `seq` changes (go to hottest, find by address, a linked block). */
+  focus: { id: string; seq: number } | null;
+  entryId: string | null;
+  hottestId: string | null;
+  initialView: (layout: CfgLayout, width: number, height: number) => View;
+  onScaleMode: (mode: ScaleMode) => void;
+  onFind: (query: string) => string | null;
+  onGoHottest: () => void;
 }
 
-export const CfgGraph = memo(function CfgGraph({ layout, hostId, colour, maxSamples, samplesKnown, selected, onSelect }: CfgGraphProps) {
+export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
+  const { layout, hostId, colour, dark, legend, selected, onSelect, focus, entryId, hottestId, onScaleMode, onFind, onGoHottest } = props;
   const svgRef = useRef<SVGSVGElement>(null);
   const groupRef = useRef<SVGGElement>(null);
-  const { fit, zoomBy } = useZoom(svgRef, groupRef, layout);
+  const makeInitial = props.initialView;
+  const initial = useCallback((w: number, h: number) => makeInitial(layout, w, h), [makeInitial, layout]);
+  const geometry = `${layout.width}x${layout.height}:${layout.nodes.length}:${layout.edges.length}`;
+  const { view, size, setView, zoomBy } = useZoom(svgRef, groupRef, initial, geometry);
+  const [findText, setFindText] = useState("");
+  const [findError, setFindError] = useState<string | null>(null);
 
-  const onKey = (e: KeyboardEvent, node: PositionedNode) => {
+  const byId = useMemo(() => new Map(layout.nodes.map((n) => [n.id, n])), [layout]);
+  const boxes = useMemo(() => edgeBoxes(layout), [layout]);
+  const large = layout.nodes.length > CULL_THRESHOLD;
+
+  const centreNode = useCallback((id: string) => {
+    const n = byId.get(id);
+    if (n) setView(centreOn(nodeRect(n), Math.max(READABLE_SCALE, Math.min(1.5, view.k)), size.width, size.height));
+  }, [byId, setView, size, view.k]);
+
+  const focusSeq = focus?.seq;
+  const focusId = focus?.id;
+  const lastFocus = useRef<number | null>(null);
+  useEffect(() => {
+    if (focusSeq === undefined || focusId === undefined || lastFocus.current === focusSeq) return;
+    lastFocus.current = focusSeq;
+    centreNode(focusId);
+  }, [focusSeq, focusId, centreNode]);
+
+  const fit = () => {
+    const k = Math.max(0.02, Math.min(1.25, size.width / Math.max(1, layout.width), size.height / Math.max(1, layout.height)));
+    setView({ k, x: (size.width - layout.width * k) / 2, y: (size.height - layout.height * k) / 2 });
+  };
+
+  // Zoomed out on a large graph, nothing is readable: a canvas draws the overview instead of
+  // thousands of SVG elements (which would block the page while React commits them).
+  const overview = large && view.k < TEXT_SCALE;
+  // Path strings are made when an edge is first drawn, not for all edges of a large graph at once.
+  const paths = useMemo(() => ({ layout, d: new Map<string, string>() }), [layout]).d;
+  const pathOf = (e: CfgLayout["edges"][number]) => {
+    let d = paths.get(e.id);
+    if (d === undefined) paths.set(e.id, (d = path(e.points) ?? ""));
+    return d;
+  };
+  const visible = useMemo(() => {
+    if (!large) return { nodes: layout.nodes, edges: layout.edges };
+    if (overview) return { nodes: [], edges: [] };
+    const r = visibleRect(view, size.width, size.height);
+    return {
+      nodes: layout.nodes.filter((n) => intersects(nodeRect(n), r)),
+      edges: layout.edges.filter((e) => { const b = boxes.get(e.id); return !b || intersects(b, r); }),
+    };
+  }, [large, overview, layout, view, size, boxes]);
+  const showText = !large || view.k >= TEXT_SCALE;
+
+  const onKey = useCallback((e: KeyboardEvent, node: PositionedNode) => {
     if (e.key === "Enter" || e.key === " ") {
       e.preventDefault();
       onSelect(node);
     }
+  }, [onSelect]);
+  const submitFind = (e: FormEvent) => {
+    e.preventDefault();
+    const err = onFind(findText);
+    setFindError(err);
   };
 
   return (
     <div className="cfg">
-      <div className="toolbar">
+      <div className="toolbar cfg-tools">
         <button type="button" onClick={() => zoomBy(1.25)} aria-label="Zoom in">+</button>
         <button type="button" onClick={() => zoomBy(0.8)} aria-label="Zoom out">−</button>
         <button type="button" onClick={fit}>Fit</button>
-        <span className="muted small">drag to pan, scroll to zoom</span>
-      </div>
-      <svg ref={svgRef} className="cfg-svg" aria-label="Control-flow graph" role="img">
-        <defs>
-          {KINDS.map((k) => (
-            <marker key={k} id={`arrow-${k}`} viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
-              <path d="M 0 0 L 10 5 L 0 10 z" fill={EDGE_STYLE[k].stroke} />
-            </marker>
+        <button type="button" onClick={() => entryId && centreNode(entryId)} disabled={!entryId}>Entry</button>
+        <button type="button" onClick={onGoHottest} disabled={!hottestId}>Go to hottest block</button>
+        <form className="find-block" onSubmit={submitFind} role="search" aria-label="Find a block">
+          <input
+            type="search" aria-label="Block address" placeholder="block address or +offset" value={findText}
+            onChange={(e) => { setFindText(e.target.value); setFindError(null); }}
+          />
+          <button type="submit">Find</button>
+          {findError && <span className="error small" role="alert">{findError}</span>}
+        </form>
+        <span className="toolbar-label" id="scale-label">Colour scale</span>
+        <div role="group" aria-labelledby="scale-label" className="segmented">
+          {(["linear", "log"] as const).map((m) => (
+            <button key={m} type="button" aria-pressed={legend.mode === m} onClick={() => onScaleMode(m)}>{m}</button>
           ))}
-        </defs>
-        <g ref={groupRef}>
-          <g className="edges">
-            {layout.edges.map((e) => (
-              <path
-                key={e.id}
-                d={path(e.points) ?? ""}
-                fill="none"
-                stroke={EDGE_STYLE[e.kind].stroke}
-                strokeWidth={1.4}
-                strokeDasharray={EDGE_STYLE[e.kind].dash}
-                markerEnd={`url(#arrow-${e.kind})`}
-                data-kind={e.kind}
-              />
+        </div>
+        <span className="muted small">{formatCount(layout.nodes.filter((n) => n.kind === "block").length)} blocks · drag to pan, scroll to zoom</span>
+      </div>
+      <div className="cfg-stage">
+        <svg ref={svgRef} className="cfg-svg" aria-label="Control-flow graph" role="img">
+          <defs>
+            {KINDS.map((k) => (
+              <marker key={k} id={`arrow-${k}`} viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
+                <path d="M 0 0 L 10 5 L 0 10 z" fill={EDGE_STYLE[k].stroke} />
+              </marker>
             ))}
+          </defs>
+          <g ref={groupRef}>
+            <g className="edges">
+              {visible.edges.map((e) => (
+                <path
+                  key={e.id}
+                  d={pathOf(e)}
+                  fill="none"
+                  stroke={EDGE_STYLE[e.kind].stroke}
+                  strokeWidth={1.4}
+                  strokeDasharray={EDGE_STYLE[e.kind].dash}
+                  markerEnd={`url(#arrow-${e.kind})`}
+                  data-kind={e.kind}
+                />
+              ))}
+            </g>
+            <g className="nodes">
+              {visible.nodes.map((n) =>
+                n.kind === "block" ? (
+                  <BlockNode key={n.id} node={n} fill={colour(n.samples)} dark={dark(n.samples)} selected={selected === n.id}
+                    hot={hottestId === n.id} showText={showText} onSelect={onSelect} onKey={onKey} />
+                ) : (
+                  <ExitNode key={n.id} node={n} hostId={hostId} showText={showText} />
+                ),
+              )}
+            </g>
           </g>
-          <g className="nodes">
-            {layout.nodes.map((n) =>
-              n.kind === "block" ? (
-                <g
-                  key={n.id}
-                  data-testid="cfg-block"
-                  className={`cfg-node block${selected === n.id ? " selected" : ""}${n.samples && n.samples > maxSamples * 0.55 ? " dark" : ""}`}
-                  transform={`translate(${n.x - n.width / 2},${n.y - n.height / 2})`}
-                  tabIndex={0}
-                  onClick={() => onSelect(n)}
-                  onKeyDown={(e) => onKey(e, n)}
-                >
-                  <title>{n.samples === null ? "samples unavailable" : `${n.samples} samples`}</title>
-                  <rect width={n.width} height={n.height} rx={3} fill={colour(n.samples)} />
-                  {n.lines.map((l, i) => (
-                    <text key={i} x={n.width / 2} y={8 + 15 * i + 11} textAnchor="middle" className={i === 0 ? "addr" : "sub"}>{i > 0 ? " " : ""}{l}</text>
-                  ))}
-                </g>
-              ) : (
-                <ExitNode key={n.id} node={n} hostId={hostId} />
-              ),
-            )}
-          </g>
-        </g>
-      </svg>
+        </svg>
+        {overview && <Overview layout={layout} colour={colour} view={view} size={size} />}
+        <Minimap layout={layout} colour={colour} view={view} size={size}
+          onNavigate={(x, y) => setView({ k: view.k, x: size.width / 2 - x * view.k, y: size.height / 2 - y * view.k })} />
+      </div>
       <div className="legends">
         <ul className="legend" aria-label="Edge kinds">
           {KINDS.map((k) => (
@@ -110,13 +197,48 @@ export const CfgGraph = memo(function CfgGraph({ layout, hostId, colour, maxSamp
             </li>
           ))}
         </ul>
-        <ColourLegend colour={colour} maxSamples={maxSamples} samplesKnown={samplesKnown} />
+        <ColourLegend colour={colour} legend={legend} />
       </div>
     </div>
   );
 });
 
-function ExitNode({ node, hostId }: { node: PositionedNode; hostId: string }) {
+interface BlockNodeProps {
+  node: PositionedNode;
+  fill: string;
+  dark: boolean;
+  selected: boolean;
+  hot: boolean;
+  showText: boolean;
+  onSelect: (n: PositionedNode) => void;
+  onKey: (e: KeyboardEvent, n: PositionedNode) => void;
+}
+
+const BlockNode = memo(function BlockNode({ node: n, fill, dark, selected, hot, showText, onSelect, onKey }: BlockNodeProps) {
+  const count = n.samples === null ? "samples unavailable" : n.samples === 0 ? "no samples" : n.samples === 1 ? "1 sample" : `${formatCount(n.samples)} samples`;
+  return (
+    <g
+      data-testid="cfg-block"
+      data-offset={n.block?.offset}
+      className={`cfg-node block${selected ? " selected" : ""}${dark ? " dark" : ""}${hot ? " hottest" : ""}`}
+      transform={`translate(${n.x - n.width / 2},${n.y - n.height / 2})`}
+      tabIndex={0}
+      onClick={() => onSelect(n)}
+      onKeyDown={(e) => onKey(e, n)}
+    >
+      <title>{n.samples === null ? "samples unavailable" : `${n.samples} samples`}</title>
+      <rect width={n.width} height={n.height} rx={3} fill={fill} />
+      {showText && n.lines.map((l, i) => (
+        <text key={i} x={n.width / 2} y={8 + 15 * i + 11} textAnchor="middle" className={i === 0 ? "addr" : "sub"}>{i > 0 ? " " : ""}{l}</text>
+      ))}
+      {showText && (
+        <text x={n.width / 2} y={8 + 15 * n.lines.length + 11} textAnchor="middle" className="count"> {count}</text>
+      )}
+    </g>
+  );
+});
+
+function ExitNode({ node, hostId, showText }: { node: PositionedNode; hostId: string; showText: boolean }) {
   const shape = (
     <>
       <rect
@@ -125,7 +247,7 @@ function ExitNode({ node, hostId }: { node: PositionedNode; hostId: string }) {
         rx={node.kind === "return" ? node.height / 2 : 3}
         className={`exit exit-${node.kind}`}
       />
-      {node.lines.map((l, i) => (
+      {showText && node.lines.map((l, i) => (
         <text key={i} x={node.width / 2} y={8 + 15 * i + 11} textAnchor="middle" className={i === 0 ? "sub" : "addr"}>{l}</text>
       ))}
     </>
@@ -141,19 +263,27 @@ function ExitNode({ node, hostId }: { node: PositionedNode; hostId: string }) {
   return <g transform={transform} className="cfg-node exit-node">{shape}</g>;
 }
 
-function ColourLegend({ colour, maxSamples, samplesKnown }: { colour: (s: number | null) => string; maxSamples: number; samplesKnown: boolean }) {
-  if (!samplesKnown) return <p className="muted small">Block colours: samples unavailable.</p>;
-  const steps = 8;
+function ColourLegend({ colour, legend }: { colour: (s: number | null) => string; legend: ColourLegendInfo }) {
+  if (!legend.samplesKnown) return <p className="muted small">Block colours: samples unavailable.</p>;
+  if (legend.total === 0) {
+    return (
+      <div className="colour-legend" aria-label="Block colour: samples per block">
+        <svg width="14" height="14" aria-hidden="true"><rect x="0" y="1" width="14" height="12" fill={NO_SAMPLES_FILL} stroke="#bbb" /></svg>
+        <span className="small">no samples in {legend.rangeLabel}</span>
+      </div>
+    );
+  }
+  const stops = legendStops(legend.mode, legend.max, 7);
   return (
     <div className="colour-legend" aria-label="Block colour: samples per block">
-      <span className="small">samples per block:</span>
-      <svg width={20 + steps * 18} height="14" aria-hidden="true">
+      <span className="small">samples per block, {legend.rangeLabel} ({legend.mode}):</span>
+      <svg width={20 + 6 * 22} height="14" aria-hidden="true">
         <rect x="0" y="1" width="14" height="12" fill={NO_SAMPLES_FILL} stroke="#bbb" />
-        {Array.from({ length: steps }, (_, i) => (
-          <rect key={i} x={20 + i * 18} y="1" width="18" height="12" fill={colour(Math.max(1, ((i + 1) / steps) * maxSamples))} />
+        {stops.slice(1).map((v, i) => (
+          <rect key={i} x={20 + i * 22} y="1" width="22" height="12" fill={colour(Math.max(1, v))} />
         ))}
       </svg>
-      <span className="small">0 … {maxSamples}</span>
+      <span className="small">0 · {stops.slice(1).map((v) => formatCount(v)).join(" · ")}</span>
     </div>
   );
 }

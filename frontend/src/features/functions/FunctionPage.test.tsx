@@ -10,7 +10,7 @@ function stub(instructions: () => Response) {
   vi.stubGlobal("fetch", routeFetch({
     "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
     "/api/v1/hosts/h/functions/7": () => json(sampleDetail()),
-    "/api/v1/hosts/h/functions/7/samples": () => json({ function_id: 7, window_s: 10, total: 20, blocks: [{ offset: 0, samples: 20, samples_per_sec: 2 }] }),
+    "/api/v1/hosts/h/functions/7/samples": () => json({ function_id: 7, window_s: 60, from: "2026-01-01T00:00:00Z", to: "2026-01-01T00:01:00Z", seconds: 60, total: 20, blocks: [{ offset: 0, samples: 20, samples_per_sec: 2 }] }),
     "/api/v1/hosts/h/functions/7/instructions": instructions,
   }).fetch);
   vi.stubGlobal("WebSocket", undefined);
@@ -26,7 +26,8 @@ describe("function page", () => {
     ] }));
     renderApp("/hosts/h/functions/7");
     expect(await screen.findByRole("heading", { name: "vfs_read" })).toBeInTheDocument();
-    const cfg = screen.getByRole("img", { name: "Control-flow graph" });
+    // The layout runs off the page's critical path; the graph appears when it is done.
+    const cfg = await screen.findByRole("img", { name: "Control-flow graph" });
     const blocks = within(cfg).getAllByTestId("cfg-block");
     expect(blocks).toHaveLength(4);
     expect(blocks[0]).toHaveTextContent("0xffffffff81234560");
@@ -49,7 +50,8 @@ describe("function page", () => {
     await within(panel).findByText("ret");
 
     const callees = screen.getByRole("region", { name: "Callees" });
-    expect(within(callees).getByRole("link", { name: "__fsnotify_parent" })).toHaveAttribute("href", "/hosts/h/functions/11");
+    // Links carry the time range along (the default: the last minute).
+    expect(within(callees).getByRole("link", { name: "__fsnotify_parent" })).toHaveAttribute("href", "/hosts/h/functions/11?from=now-1m&to=now");
     expect(callees).toHaveTextContent("0xffffffffc0001000");
   });
 
@@ -57,7 +59,7 @@ describe("function page", () => {
     stub(() => json({ detail: "Host is offline" }, 503));
     renderApp("/hosts/h/functions/7");
     await screen.findByRole("heading", { name: "vfs_read" });
-    fireEvent.click(screen.getAllByTestId("cfg-block")[0]);
+    fireEvent.click((await screen.findAllByTestId("cfg-block"))[0]);
     expect(await screen.findByRole("alert")).toHaveTextContent("Host is offline");
   });
 

@@ -1,18 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-// One function of a host: its summary, the control-flow graph coloured by recent samples, the
-// instructions of the selected block, and its callees as links to their own pages.
-import { useCallback, useMemo, useState } from "react";
+// One function of a host: its summary, the control-flow graph coloured by its samples over the chosen
+// time range (laid out in a Web Worker, with progress while that runs), the instructions of the
+// selected block, and its callees as links. Range, selected block and colour scale are in the URL.
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
 import { useFunctionDetail, useFunctionSamples, useInstructions } from "../../api/queries";
 import type { FunctionDetail } from "../../api/types";
 import { formatAddress, formatOffset } from "../../lib/address";
 import { formatBytes, formatCount, formatRate } from "../../lib/format";
+import { formatRange } from "../../lib/timeRange";
+import { rangeSearch, readFunctionView, useUrlView, writeFunctionView } from "../../lib/urlState";
+import { LiveBar } from "../time/LiveBar";
+import { TimeRangePicker } from "../time/TimeRangePicker";
 import { CfgGraph } from "./CfgGraph";
 import { InstructionsPanel } from "./InstructionsPanel";
-import { blockSamplesMap, buildCfgModel, layoutCfg, sampleColour, type PositionedNode } from "./cfgModel";
-
-const SAMPLE_WINDOW_S = 10;
+import { blockSamplesMap, buildCfgModel, type CfgLayout, type PositionedNode } from "./cfgModel";
+import { findBlock, hottestNode, initialView } from "./cfgView";
+import { colourScale, isDarkFill, stickyMax, type ScaleMode } from "./colourScale";
+import { useCfgLayout } from "./useCfgLayout";
 
 export function FunctionPage() {
   const { hostId = "", functionId = "" } = useParams();
@@ -47,30 +53,81 @@ export function FunctionPage() {
 
 function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDetail }) {
   const fn = detail.function;
-  const samples = useFunctionSamples(hostId, fn.id, SAMPLE_WINDOW_S);
-  const [selected, setSelected] = useState<PositionedNode | null>(null);
-  const instructions = useInstructions(hostId, fn.id, selected !== null);
+  const [view, update] = useUrlView(readFunctionView, writeFunctionView);
+  const [paused, setPaused] = useState(false);
+  const live = view.range.kind === "relative" && !paused;
+  const samples = useFunctionSamples(hostId, fn.id, view.range, live);
+  const instructionsWanted = view.block !== null;
+  const instructions = useInstructions(hostId, fn.id, instructionsWanted);
 
-  const sampleMap = useMemo(() => (samples.data ? blockSamplesMap(samples.data.blocks) : null), [samples.data]);
   // The layout depends only on the code; sample counts only recolour it.
-  const structure = useMemo(() => layoutCfg(buildCfgModel(detail, null)), [detail]);
+  const model = useMemo(() => buildCfgModel(detail, null), [detail]);
+  const layoutState = useCfgLayout(model);
+  const sampleMap = useMemo(() => (samples.data ? blockSamplesMap(samples.data.blocks) : null), [samples.data]);
+
+  // The colour domain only grows while the same range and scale are shown.
+  const domain = useRef<{ key: string; max: number | null }>({ key: "", max: null });
   const coloured = useMemo(() => {
+    const base = layoutState.layout;
+    if (!base) return null;
     let max = 0;
-    const nodes = structure.nodes.map((n) => {
+    const nodes = base.nodes.map((n) => {
       if (n.kind !== "block" || !n.block) return n;
       const s = sampleMap ? sampleMap.get(n.block.offset) ?? 0 : null;
       if (s !== null) max = Math.max(max, s);
       return { ...n, samples: s };
     });
-    return { layout: { ...structure, nodes }, max };
-  }, [structure, sampleMap]);
-  const colour = useMemo(() => sampleColour(coloured.max), [coloured.max]);
-  const onSelect = useCallback((n: PositionedNode) => setSelected(n), []);
+    return { layout: { ...base, nodes }, max };
+  }, [layoutState.layout, sampleMap]);
+  const domainKey = `${fn.id}|${view.range.kind === "relative" ? view.range.seconds : view.range.from.getTime()}|${view.scale}`;
+  if (domain.current.key !== domainKey) domain.current = { key: domainKey, max: null };
+  const scaleMax = stickyMax(domain.current.max, coloured?.max ?? 0);
+  domain.current.max = scaleMax;
+  const mode: ScaleMode = view.scale;
+  const colour = useMemo(() => colourScale(mode, scaleMax), [mode, scaleMax]);
+  const dark = useCallback((s: number | null) => isDarkFill(mode, scaleMax, s), [mode, scaleMax]);
+
+  const selectedNode = useMemo(
+    () => coloured?.layout.nodes.find((n) => n.kind === "block" && n.block?.offset === view.block) ?? null,
+    [coloured, view.block],
+  );
+  const hottest = useMemo(() => (coloured ? hottestNode(coloured.layout.nodes) : null), [coloured]);
+  const entryId = useMemo(() => model.nodes.find((n) => n.kind === "block")?.id ?? null, [model]);
+  const [focus, setFocus] = useState<{ id: string; seq: number } | null>(null);
+  const focusOn = useCallback((id: string) => setFocus((f) => ({ id, seq: (f?.seq ?? 0) + 1 })), []);
+
+  const onSelect = useCallback((n: PositionedNode) => {
+    if (n.block) update({ block: n.block.offset }, { push: true });
+  }, [update]);
+  // The first view uses the hottest block known when the layout arrives; later samples do not move it.
+  const firstHottest = useRef<string | null>(null);
+  if (firstHottest.current === null && hottest) firstHottest.current = hottest.id;
+  // A linked block (block= in the URL) is what the first view shows.
+  const blockAtLoad = useRef(view.block);
+  const makeInitial = useCallback((layout: CfgLayout, w: number, h: number) => {
+    const linked = layout.nodes.find((n) => n.kind === "block" && n.block?.offset === blockAtLoad.current);
+    return linked ? initialView(layout, w, h, linked.id, linked.id) : initialView(layout, w, h, entryId, firstHottest.current);
+  }, [entryId]);
+  const onFind = useCallback((q: string) => {
+    if (!coloured) return "The graph is still being laid out.";
+    const n = findBlock(coloured.layout.nodes, fn.address_hex, q);
+    if (!n) return `No block of ${fn.name} holds ${q.trim() || "that"}.`;
+    update({ block: n.block!.offset }, { push: true });
+    focusOn(n.id);
+    return null;
+  }, [coloured, fn.address_hex, fn.name, update, focusOn]);
+  const goHottest = useCallback(() => {
+    if (!hottest) return;
+    update({ block: hottest.block!.offset }, { push: true });
+    focusOn(hottest.id);
+  }, [hottest, update, focusOn]);
 
   const hostLink = `/hosts/${encodeURIComponent(hostId)}`;
+  const rangeText = formatRange(view.range);
+  const blockCount = model.nodes.filter((n) => n.kind === "block").length;
   return (
     <section className="function-page">
-      <p className="crumbs"><Link to={hostLink}>← host</Link> · <Link to={`${hostLink}?tab=code`}>code</Link></p>
+      <p className="crumbs"><Link to={`${hostLink}?${rangeSearch(view.range)}`}>← host</Link> · <Link to={`${hostLink}?tab=code&${rangeSearch(view.range)}`}>code</Link></p>
       <h1>{fn.name}</h1>
       <dl className="facts">
         <div><dt>Module</dt><dd>{fn.module}</dd></div>
@@ -78,16 +135,20 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
         <div><dt>Size</dt><dd>{formatBytes(fn.size)}</dd></div>
         <div><dt>Basic blocks</dt><dd>{fn.block_count}</dd></div>
         <div>
-          <dt>Samples/s (last {SAMPLE_WINDOW_S} s)</dt>
+          <dt>Samples ({rangeText})</dt>
           <dd>
             {samples.data
-              ? formatRate(samples.data.total / Math.max(1, samples.data.window_s))
+              ? <>{formatCount(samples.data.total)} <span className="muted">({formatRate(samples.data.total / Math.max(1e-3, samples.data.seconds))})</span></>
               : samples.isError
                 ? <span className="unavailable">unavailable <span className="reason">({samples.error.message})</span></span>
                 : "…"}
           </dd>
         </div>
       </dl>
+      <div className="toolbar range-bar">
+        <TimeRangePicker range={view.range} onChange={(range) => update({ range }, { push: true })} />
+        <LiveBar range={view.range} paused={paused} onPause={setPaused} updatedAt={samples.dataUpdatedAt} fetching={samples.isFetching} />
+      </div>
       {fn.undecodable && (
         <p className="warning" role="note">
           Undecodable: the agent could not decode this function's bytes
@@ -100,23 +161,37 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
       <div className="function-body">
         <div className="cfg-wrap">
           <h2>Control-flow graph</h2>
-          {structure.nodes.length === 0 ? (
+          {blockCount === 0 ? (
             <p className="muted">No basic blocks were found.</p>
+          ) : layoutState.error ? (
+            <p className="error" role="alert">The graph could not be laid out: {layoutState.error}</p>
+          ) : !coloured ? (
+            <LayoutProgress blocks={blockCount} phase={layoutState.phase} fraction={layoutState.fraction} startedAt={layoutState.startedAt} />
           ) : (
             <CfgGraph
               layout={coloured.layout}
               hostId={hostId}
               colour={colour}
-              maxSamples={coloured.max}
-              samplesKnown={sampleMap !== null}
-              selected={selected?.id ?? null}
+              dark={dark}
+              legend={{ mode, max: scaleMax, total: samples.data?.total ?? 0, samplesKnown: sampleMap !== null, rangeLabel: rangeText }}
+              selected={selectedNode?.id ?? null}
               onSelect={onSelect}
+              focus={focus}
+              entryId={entryId}
+              hottestId={hottest?.id ?? null}
+              initialView={makeInitial}
+              onScaleMode={(scale) => update({ scale }, { push: false })}
+              onFind={onFind}
+              onGoHottest={goHottest}
             />
+          )}
+          {layoutState.ms !== null && coloured && (
+            <p className="muted small" data-testid="layout-time">laid out {formatCount(blockCount)} blocks in {Math.round(layoutState.ms)} ms (in a worker)</p>
           )}
         </div>
         <InstructionsPanel
-          block={selected?.block ?? null}
-          blockHex={selected?.addressHex ?? null}
+          block={selectedNode?.block ?? null}
+          blockHex={selectedNode?.addressHex ?? null}
           instructions={instructions.data?.instructions}
           loading={instructions.isFetching && !instructions.data}
           error={instructions.isError ? instructions.error.message : null}
@@ -131,7 +206,7 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
               <li key={`${c.site_offset}-${c.target_address_hex ?? c.target_address}`}>
                 <span className="muted addr">{formatOffset(c.site_offset)}</span>{" "}
                 {c.function_id !== null && c.function_id !== undefined ? (
-                  <Link to={`${hostLink}/functions/${c.function_id}`}>{c.name ?? formatAddress(c.target_address_hex, c.target_address)}</Link>
+                  <Link to={`${hostLink}/functions/${c.function_id}?${rangeSearch(view.range)}`}>{c.name ?? formatAddress(c.target_address_hex, c.target_address)}</Link>
                 ) : (
                   <span>{c.name ?? formatAddress(c.target_address_hex, c.target_address)}</span>
                 )}
@@ -148,5 +223,21 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
         )}
       </section>
     </section>
+  );
+}
+
+function LayoutProgress({ blocks, phase, fraction, startedAt }: { blocks: number; phase: string; fraction: number; startedAt: number }) {
+  const [now, setNow] = useState(() => performance.now());
+  // The elapsed time moves while the worker runs.
+  useEffect(() => {
+    const t = setInterval(() => setNow(performance.now()), 100);
+    return () => clearInterval(t);
+  }, []);
+  const elapsed = Math.max(0, now - startedAt) / 1000;
+  return (
+    <div className="layout-progress" role="status" aria-live="polite">
+      <p>Laying out {formatCount(blocks)} blocks… {phase} ({elapsed.toFixed(1)} s)</p>
+      <progress max={1} value={fraction} aria-label="Layout progress" />
+    </div>
   );
 }

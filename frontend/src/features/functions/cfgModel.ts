@@ -2,12 +2,19 @@
 // Shapes a function's basic blocks into the control-flow graph the console draws: one node per
 // block, exit nodes for control leaving the function (returns, tail calls, indirect jumps,
 // branches to other code), edges typed by successor kind, the colour scale over per-block sample
-// counts, and the dagre layout. Pure: the component only draws what this returns.
-import { Graph, layout } from "@dagrejs/dagre";
-import { scaleSequential } from "d3-scale";
-import { interpolateYlOrRd } from "d3-scale-chromatic";
+// counts, and the layered layout (cfgLayout.ts). Pure: the component only draws what this returns.
+import { colourScale, NO_SAMPLES_FILL } from "./colourScale";
 import type { Block, FunctionDetail } from "../../api/types";
 import { addOffset, formatAddress } from "../../lib/address";
+import {
+  layeredLayout, type LayoutEdgeIn, type LayoutNodeIn, type LayoutProgress, type LayoutResult,
+} from "./cfgLayout";
+
+/** Above this many blocks each returning block gets its own return exit beside it: one shared exit
+ *  would pull hundreds of edges across the whole graph. */
+export const LARGE_GRAPH_BLOCKS = 150;
+/** Blocks carry a third line for their sample count. */
+export const COUNT_LINE_H = 15;
 
 /** Successor kinds the graph distinguishes; anything else the server sends is drawn as "other". */
 export type EdgeKind = "fallthrough" | "taken" | "tail_call" | "indirect" | "return" | "other";
@@ -93,11 +100,13 @@ export function buildCfgModel(detail: FunctionDetail, samples: ReadonlyMap<numbe
     const hex = blockAddressHex(detail.function.address_hex, block);
     const s = samples ? samples.get(block.offset) ?? 0 : null;
     if (s !== null) maxSamples = Math.max(maxSamples, s);
-    addNode({
+    const node = addNode({
       id: `b${block.offset}`, kind: "block", block, addressHex: hex, samples: s, functionId: null,
       lines: [formatAddress(hex, block.address), `size ${block.size}`],
     });
+    node.height += COUNT_LINE_H;
   }
+  const large = blocks.length > LARGE_GRAPH_BLOCKS;
 
   for (const block of blocks) {
     const src = `b${block.offset}`;
@@ -111,8 +120,9 @@ export function buildCfgModel(detail: FunctionDetail, samples: ReadonlyMap<numbe
       const targetText = succ.target_name ?? (succ.target_address_hex || succ.target_address != null
         ? formatAddress(succ.target_address_hex, succ.target_address) : null);
       if (kind === "return") {
-        addNode({ id: "exit:return", kind: "return", lines: ["return"], block: null, addressHex: null, samples: null, functionId: null });
-        addEdge(src, "exit:return", "return");
+        const id = large ? `exit:return:${block.offset}` : "exit:return";
+        addNode({ id, kind: "return", lines: ["return"], block: null, addressHex: null, samples: null, functionId: null });
+        addEdge(src, id, "return");
       } else if (kind === "indirect") {
         const id = `exit:indirect:${block.offset}`;
         addNode({ id, kind: "indirect", lines: ["indirect jump"], block: null, addressHex: null, samples: null, functionId: null });
@@ -134,13 +144,11 @@ export function buildCfgModel(detail: FunctionDetail, samples: ReadonlyMap<numbe
   return { nodes, edges, maxSamples };
 }
 
-export const NO_SAMPLES_FILL = "#eef0f3";
+export { NO_SAMPLES_FILL };
 
-/** The colour scale over sample counts; zero or unknown counts get the neutral fill. */
+/** The linear colour scale over sample counts up to `maxSamples` (see colourScale.ts for the options). */
 export function sampleColour(maxSamples: number): (samples: number | null) => string {
-  // Start the ramp above its near-white end so a single sample is still visibly warm.
-  const scale = scaleSequential((t: number) => interpolateYlOrRd(0.15 + 0.85 * t)).domain([0, Math.max(1, maxSamples)]);
-  return (samples) => (samples && samples > 0 ? scale(samples) : NO_SAMPLES_FILL);
+  return colourScale("linear", maxSamples);
 }
 
 export interface PositionedNode extends CfgNode {
@@ -159,34 +167,38 @@ export interface CfgLayout {
   edges: PositionedEdge[];
 }
 
-/** Layered top-to-bottom layout; the entry block (lowest offset) is the first rank. */
-export function layoutCfg(model: CfgModel): CfgLayout {
-  const g = new Graph({ multigraph: true });
-  g.setGraph({ rankdir: "TB", nodesep: 28, ranksep: 40, edgesep: 12, marginx: 20, marginy: 20 });
-  g.setDefaultEdgeLabel(() => ({}));
-  for (const n of model.nodes) g.setNode(n.id, { width: n.width, height: n.height });
-  for (const e of model.edges) {
+/** Layered top-to-bottom layout (cfgLayout.ts); the entry block (lowest offset) is the first rank. */
+export function layoutCfg(model: CfgModel, onProgress?: LayoutProgress): CfgLayout {
+  const input = layoutInput(model);
+  return assembleLayout(model, layeredLayout(input.nodes, input.edges, input.entry, {}, onProgress));
+}
+
+/** What the layout needs of a model: node sizes, weighted edges, the entry block. */
+export function layoutInput(model: CfgModel): { nodes: LayoutNodeIn[]; edges: LayoutEdgeIn[]; entry: string | undefined } {
+  return {
+    nodes: model.nodes.map((n) => ({ id: n.id, width: n.width, height: n.height })),
     // Fallthrough is the straight-line path: weight it so it stays vertical.
-    g.setEdge(e.source, e.target, { weight: e.kind === "fallthrough" ? 4 : 1, minlen: 1 }, e.id);
-  }
-  layout(g);
-  const nodes = model.nodes.map((n) => {
-    const p = g.node(n.id) as { x: number; y: number };
-    return { ...n, x: p.x, y: p.y };
-  });
+    edges: model.edges.map((e) => ({ id: e.id, source: e.source, target: e.target, weight: e.kind === "fallthrough" ? 4 : 1 })),
+    entry: model.nodes.find((n) => n.kind === "block")?.id,
+  };
+}
+
+/** The model with the layout's positions and routes. */
+export function assembleLayout(
+  model: CfgModel,
+  result: Pick<LayoutResult, "width" | "height" | "positions" | "routes">,
+): CfgLayout {
+  const nodes = model.nodes.map((n) => ({ ...n, ...(result.positions.get(n.id) ?? { x: 0, y: 0 }) }));
   const byId = new Map(nodes.map((n) => [n.id, n]));
   const edges = model.edges.map((e) => {
     const self = e.source === e.target ? byId.get(e.source) : undefined;
     if (self) return { ...e, points: selfLoop(self) };
-    const label = g.edge({ v: e.source, w: e.target, name: e.id }) as { points?: { x: number; y: number }[] };
-    return { ...e, points: label?.points ?? [] };
+    return { ...e, points: result.routes.get(e.id) ?? [] };
   });
-  const graph = g.graph() as { width?: number; height?: number };
-  return { width: graph.width ?? 0, height: graph.height ?? 0, nodes, edges };
+  return { width: result.width, height: result.height, nodes, edges };
 }
 
-/** A block that branches to its own start (a spin loop): a loop out of and back into its right side.
- *  (dagre routes self-edges through dummy points that can land away from the node.) */
+/** A block that branches to its own start (a spin loop): a loop out of and back into its right side. */
 function selfLoop(n: PositionedNode): { x: number; y: number }[] {
   const right = n.x + n.width / 2;
   const dy = n.height / 4;

@@ -1,67 +1,80 @@
 // SPDX-License-Identifier: Apache-2.0
-// Pan and zoom for an SVG drawing with d3-zoom: React draws the content, this hook only moves
-// the content group. The initial view fits the graph's width and shows its entry at the top.
-import { useCallback, useEffect, useRef, type RefObject } from "react";
+// Pan and zoom for an SVG drawing with d3-zoom: React draws the content, this hook moves the content
+// group directly on every zoom event and reports the view to React at most once per animation frame
+// (large graphs use it to draw only what is in view, and the minimap to show where the view is).
+import { useCallback, useEffect, useRef, useState, type RefObject } from "react";
 import { select } from "d3-selection";
-import { zoom, zoomIdentity, type ZoomBehavior } from "d3-zoom";
-
-/** Block labels are drawn at 10-11 px; below this scale they cannot be read. */
-const MIN_READABLE_SCALE = 0.85;
+import { zoom, zoomIdentity, type D3ZoomEvent, type ZoomBehavior } from "d3-zoom";
+import { MAX_SCALE, MIN_SCALE, type View } from "./cfgView";
 
 export interface ZoomControls {
-  fit(): void;
-  zoomBy(factor: number): void;
+  view: View;
+  size: { width: number; height: number };
+  setView: (v: View) => void;
+  zoomBy: (factor: number) => void;
 }
 
 export function useZoom(
   svgRef: RefObject<SVGSVGElement | null>,
   groupRef: RefObject<SVGGElement | null>,
-  content: { width: number; height: number },
+  initial: (width: number, height: number) => View,
+  /** The view is set to `initial` when this changes (a new drawing), not when the drawing is recoloured. */
+  resetKey: string,
 ): ZoomControls {
   const behavior = useRef<ZoomBehavior<SVGSVGElement, unknown> | null>(null);
+  const [view, setViewState] = useState<View>({ k: 1, x: 0, y: 0 });
+  const [size, setSize] = useState({ width: 800, height: 560 });
+  const frame = useRef<number | null>(null);
+  const latest = useRef<View>(view);
+  const initialRef = useRef(initial);
+  initialRef.current = initial;
 
-  // readable: the initial view, never so small that block labels become unreadable (a tall graph
-  // starts at its entry and is explored by panning); otherwise the whole graph (the Fit button).
-  const place = useCallback((readable: boolean) => {
+  const setView = useCallback((v: View) => {
     const svg = svgRef.current;
     const z = behavior.current;
     if (!svg || !z) return;
-    const vw = svg.clientWidth || 800;
-    const vh = svg.clientHeight || 560;
-    const w = Math.max(1, content.width);
-    const h = Math.max(1, content.height);
-    const whole = Math.min(1.25, vw / w, vh / h);
-    const k = readable ? Math.max(MIN_READABLE_SCALE, Math.min(1.25, vw / w)) : Math.max(0.05, whole);
-    const x = (vw - w * k) / 2;
-    const y = h * k <= vh ? (vh - h * k) / 2 : 0;
-    select(svg).call(z.transform, zoomIdentity.translate(x, y).scale(k));
-  }, [svgRef, content.width, content.height]);
-  const fit = useCallback(() => place(false), [place]);
+    select(svg).call((s) => z.transform(s, zoomIdentity.translate(v.x, v.y).scale(v.k)));
+  }, [svgRef]);
 
   useEffect(() => {
     const svg = svgRef.current;
     if (!svg) return;
+    const w = svg.clientWidth || 800;
+    const h = svg.clientHeight || 560;
+    setSize({ width: w, height: h });
     const z = zoom<SVGSVGElement, unknown>()
       // An explicit extent: the default reads SVG length properties some DOMs lack.
       .extent(() => [[0, 0], [svg.clientWidth || 800, svg.clientHeight || 560]])
-      .scaleExtent([0.05, 4])
-      .on("zoom", (event) => {
-        groupRef.current?.setAttribute("transform", event.transform.toString());
+      .scaleExtent([MIN_SCALE, MAX_SCALE])
+      .on("zoom", (event: D3ZoomEvent<SVGSVGElement, unknown>) => {
+        const t = event.transform;
+        groupRef.current?.setAttribute("transform", t.toString());
+        latest.current = { k: t.k, x: t.x, y: t.y };
+        if (frame.current === null) {
+          frame.current = requestAnimationFrame(() => {
+            frame.current = null;
+            setViewState(latest.current);
+          });
+        }
       });
     behavior.current = z;
     select(svg).call(z).on("dblclick.zoom", null);
-    place(true);
+    const v = initialRef.current(w, h);
+    select(svg).call((s) => z.transform(s, zoomIdentity.translate(v.x, v.y).scale(v.k)));
+    setViewState(v);
     return () => {
       select(svg).on(".zoom", null);
+      if (frame.current !== null) cancelAnimationFrame(frame.current);
+      frame.current = null;
       behavior.current = null;
     };
-  }, [svgRef, groupRef, place]);
+  }, [svgRef, groupRef, resetKey]);
 
   const zoomBy = useCallback((factor: number) => {
     const svg = svgRef.current;
     const z = behavior.current;
-    if (svg && z) select(svg).call(z.scaleBy, factor);
+    if (svg && z) select(svg).call((s) => z.scaleBy(s, factor));
   }, [svgRef]);
 
-  return { fit, zoomBy };
+  return { view, size, setView, zoomBy };
 }

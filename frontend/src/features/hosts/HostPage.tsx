@@ -1,32 +1,38 @@
 // SPDX-License-Identifier: Apache-2.0
-// One host: its description and two tabs, the code-resource tree and the top functions. The
-// selected tab is kept in the URL (?tab=) so it survives reloads and links.
-import { useRef, type KeyboardEvent } from "react";
-import { Link, useParams, useSearchParams } from "react-router-dom";
+// One host: its description, the time range every view of it uses (with a chart of the host's
+// samples over time to brush a range from, and pause/resume of live updates), and three tabs: the
+// code-resource tree, the top functions, and a comparison of two ranges. Everything is in the URL.
+import { useCallback, useRef, type KeyboardEvent } from "react";
+import { Link, useParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
-import { useHost } from "../../api/queries";
+import { useHost, useTimeline } from "../../api/queries";
+import { readHostView, useUrlView, writeHostView, type HostTab } from "../../lib/urlState";
 import { CodeTree } from "../tree/CodeTree";
 import { TopFunctionsView } from "../top/TopFunctionsView";
+import { CompareView } from "../compare/CompareView";
+import { LiveBar } from "../time/LiveBar";
+import { TimeRangePicker } from "../time/TimeRangePicker";
+import { TimelineChart } from "../time/TimelineChart";
 import { CatalogStatus, HostStatus, L1iGeometry, Sampling } from "./hostParts";
 
-const TABS = [
+const TABS: { id: HostTab; label: string }[] = [
   { id: "code", label: "Code" },
   { id: "top", label: "Top functions" },
-] as const;
-type TabId = (typeof TABS)[number]["id"];
+  { id: "compare", label: "Compare" },
+];
+type TabId = HostTab;
 
 export function HostPage() {
   const { hostId = "" } = useParams();
   const host = useHost(hostId);
-  const [params, setParams] = useSearchParams();
-  const tab: TabId = params.get("tab") === "top" ? "top" : "code";
+  const [view, update] = useUrlView(readHostView, writeHostView);
+  const tab: TabId = view.tab;
   const tabRefs = useRef<(HTMLButtonElement | null)[]>([]);
+  const live = view.range.kind === "relative" && !view.paused;
+  const timeline = useTimeline(hostId, view.range, live);
+  const onBrush = useCallback((from: Date, to: Date) => update({ range: { kind: "absolute", from, to }, page: 1 }, { push: true }), [update]);
 
-  const select = (id: TabId) => {
-    const next = new URLSearchParams(params);
-    next.set("tab", id);
-    setParams(next, { replace: true });
-  };
+  const select = (id: TabId) => update({ tab: id }, { push: true });
   const onKey = (e: KeyboardEvent, i: number) => {
     const delta = e.key === "ArrowRight" ? 1 : e.key === "ArrowLeft" ? -1 : 0;
     if (!delta) return;
@@ -61,6 +67,13 @@ export function HostPage() {
         <div><dt>Sampling</dt><dd><Sampling host={h} /></dd></div>
         <div><dt>Catalog</dt><dd><CatalogStatus host={h} /></dd></div>
       </dl>
+      <div className="toolbar range-bar">
+        <TimeRangePicker range={view.range} onChange={(range) => update({ range, page: 1 }, { push: true })} />
+        <LiveBar range={view.range} paused={view.paused} onPause={(paused) => update({ paused }, { push: false })}
+          updatedAt={timeline.dataUpdatedAt} fetching={timeline.isFetching} />
+      </div>
+      <TimelineChart data={timeline.data} onBrush={onBrush} />
+      {timeline.isError && <p className="error small" role="alert">Samples over time unavailable: {timeline.error.message}</p>}
       <div role="tablist" aria-label="Host views" className="tabs">
         {TABS.map((t, i) => (
           <button
@@ -80,7 +93,9 @@ export function HostPage() {
         ))}
       </div>
       <div role="tabpanel" id={`panel-${tab}`} aria-labelledby={`tab-${tab}`} className="tabpanel">
-        {tab === "code" ? <CodeTree host={h} /> : <TopFunctionsView hostId={h.id} />}
+        {tab === "code" && <CodeTree host={h} view={view} update={update} live={live} />}
+        {tab === "top" && <TopFunctionsView hostId={h.id} view={view} update={update} live={live} />}
+        {tab === "compare" && <CompareView hostId={h.id} view={view} update={update} />}
       </div>
     </section>
   );

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The host list: every agent the backend knows, its kernel, CPU, cache geometry, connection
-// status, catalog state and capabilities. Kept live by the WebSocket pushes.
+// The first screen: what Hotpath is, where its documentation is, and the host list — every agent the
+// backend knows, its kernel, CPU, cache geometry, connection status, catalog state and capabilities.
+// Kept live by the WebSocket pushes.
 import { Link } from "react-router-dom";
 import { useHosts } from "../../api/queries";
 import { CapabilityList, CatalogStatus, HostStatus, L1iGeometry, Sampling } from "./hostParts";
@@ -9,6 +10,20 @@ export function HostsPage() {
   const hosts = useHosts();
   return (
     <section>
+      <section className="intro" aria-labelledby="intro-title">
+        <h1 id="intro-title">Hotpath</h1>
+        <p>
+          A performance console for hot kernel paths. An agent on each host parses the running kernel into
+          modules, functions and basic blocks, and samples every CPU to tell which of them are hot. Pick a host
+          to search its whole kernel, rank its hottest functions over any time range, compare two ranges, and
+          read a function's control-flow graph coloured by where the CPU spends its time.
+        </p>
+        <p>
+          Documentation: <a href="/docs/architecture.md">architecture</a> · <a href="/docs/agent-cli.md">agent CLI</a> ·{" "}
+          <a href="/docs/deployment.md">deployment</a> · <a href="/docs/security.md">security</a> ·{" "}
+          <a href="/api/v1/docs">REST API</a> · <a href="/metrics">backend metrics</a>
+        </p>
+      </section>
       <h1>Hosts</h1>
       {hosts.isPending && <p className="muted">Loading hosts…</p>}
       {hosts.isError && <p className="error" role="alert">Could not load hosts: {hosts.error.message}</p>}

@@ -1,43 +1,66 @@
 // SPDX-License-Identifier: Apache-2.0
-// The code-resource tree of a whole kernel: modules → functions → basic blocks. The catalog is
-// fetched once and kept in memory; search and sort run locally on every keystroke, and only the
-// rows in view are rendered, so scrolling 100k+ functions stays instant. Expanding a function
-// loads its blocks (and their recent samples) on demand.
-import { useDeferredValue, useEffect, useMemo, useRef, useState, type KeyboardEvent } from "react";
+// The code-resource tree of a whole kernel: modules → functions → basic blocks. The catalog comes as
+// content-addressed pieces (one per module, cached by the browser for good), is indexed once, and is
+// searched (substring, glob, /regex/ or an address) and sorted locally on every keystroke; only the
+// rows in view are rendered, so scrolling 100k+ functions stays instant. Generated stubs (static-call
+// trampolines, tracepoint stubs, thunks) sit in collapsed groups. Hotness is samples per second over
+// the host page's time range. Search, sort and the hot-only filter are in the URL.
+import { useDeferredValue, useMemo, useRef, useState, type KeyboardEvent } from "react";
 import { Link } from "react-router-dom";
-import { useQueries, useQueryClient } from "@tanstack/react-query";
+import { useQueries } from "@tanstack/react-query";
 import { useVirtualizer } from "@tanstack/react-virtual";
 import { api, unwrap } from "../../api/client";
-import { keys, useCatalog, useHotness } from "../../api/queries";
-import type { FunctionDetail, FunctionSamples, Host } from "../../api/types";
+import { keys, liveOptions, useCatalogPieces, useHotness } from "../../api/queries";
+import type { Host } from "../../api/types";
 import { formatAddress } from "../../lib/address";
 import { formatBytes, formatCount, formatRate } from "../../lib/format";
+import { rangeKey, rangeQuery, type TimeRange } from "../../lib/timeRange";
+import { rangeSearch, type HostView, type TreeSort } from "../../lib/urlState";
 import { blockAddressHex, blockSamplesMap } from "../functions/cfgModel";
-import { flattenTree, hotnessMap, indexCatalog, type BlockState, type SortKey, type TreeRow } from "./treeModel";
+import {
+  compileQuery, flattenTree, hotnessMap, indexCatalog, summariesFromPieces, type BlockState, type SortKey, type TreeRow,
+} from "./treeModel";
 
 const ROW_HEIGHT = 26;
-const HOTNESS_WINDOW_S = 10;
 
-export function CodeTree({ host }: { host: Host }) {
+const COLUMNS: { key: TreeSort; label: string; unit: string; className: string }[] = [
+  { key: "name", label: "Function", unit: "", className: "col-name" },
+  { key: "address", label: "Address", unit: "hex", className: "col-addr" },
+  { key: "size", label: "Size", unit: "bytes", className: "col-size" },
+  { key: "blocks", label: "Blocks", unit: "count", className: "col-blocks" },
+  { key: "hotness", label: "Hotness", unit: "samples/s", className: "col-rate" },
+];
+
+export interface CodeTreeProps {
+  host: Host;
+  view: HostView;
+  update: (patch: Partial<HostView>, options?: { push?: boolean }) => void;
+  live: boolean;
+}
+
+export function CodeTree({ host, view, update, live }: CodeTreeProps) {
   const hostId = host.id;
-  const qc = useQueryClient();
-  const catalog = useCatalog(hostId);
-  const hotness = useHotness(hostId, HOTNESS_WINDOW_S);
-  const [query, setQuery] = useState("");
+  const range: TimeRange = view.range;
+  const { modules, complete: completeModules, pieces } = useCatalogPieces(hostId);
+  const hotness = useHotness(hostId, range, live);
+  const query = view.q;
   const deferredQuery = useDeferredValue(query);
-  const [sort, setSort] = useState<SortKey>("name");
+  const sort: SortKey = view.treeSort;
   const [collapsed, setCollapsed] = useState<ReadonlySet<string>>(new Set());
   const [expanded, setExpanded] = useState<ReadonlySet<number>>(new Set());
+  const [openGroups, setOpenGroups] = useState<ReadonlySet<string>>(new Set());
   const [active, setActive] = useState(0);
   const scrollRef = useRef<HTMLDivElement>(null);
 
-  // The catalog may still be arriving from the agent; fetch it again once it is complete.
-  const complete = host.catalog_complete;
-  useEffect(() => {
-    if (complete) void qc.invalidateQueries({ queryKey: keys.catalog(hostId) });
-  }, [complete, hostId, qc]);
-
-  const index = useMemo(() => indexCatalog(catalog.data?.items ?? []), [catalog.data]);
+  const piecesVersion = pieces.map((p) => p.dataUpdatedAt).join(",");
+  const allLoaded = pieces.length > 0 && pieces.every((p) => p.data);
+  const index = useMemo(() => {
+    const bases = new Map((modules.data ?? []).map((m) => [m.name, m.base_address_hex]));
+    const loaded = pieces.flatMap((p) => (p.data ? [p.data] : []));
+    return indexCatalog(summariesFromPieces(loaded, bases));
+    // The query results are new arrays every render; their update times say when data changed.
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [modules.data, piecesVersion]);
   const hot = useMemo(() => (hotness.data ? hotnessMap(hotness.data.items) : null), [hotness.data]);
 
   const expandedIds = useMemo(() => [...expanded], [expanded]);
@@ -46,18 +69,19 @@ export function CodeTree({ host }: { host: Host }) {
       queryKey: keys.fn(hostId, fid),
       queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions/{function_id}", {
         params: { path: { host_id: hostId, function_id: fid } },
-      })) as Promise<FunctionDetail>,
+      })),
       staleTime: Infinity,
       retry: false,
     })),
   });
   const samples = useQueries({
     queries: expandedIds.map((fid) => ({
-      queryKey: keys.samples(hostId, fid, HOTNESS_WINDOW_S),
+      queryKey: keys.samples(hostId, fid, rangeKey(range)),
       queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions/{function_id}/samples", {
-        params: { path: { host_id: hostId, function_id: fid }, query: { window_s: HOTNESS_WINDOW_S } },
-      })) as Promise<FunctionSamples>,
+        params: { path: { host_id: hostId, function_id: fid }, query: rangeQuery(range) },
+      })),
       retry: false,
+      ...liveOptions(live),
     })),
   });
   const resultsVersion = [...details, ...samples].map((q) => `${q.dataUpdatedAt}:${q.errorUpdatedAt}`).join(",");
@@ -75,9 +99,13 @@ export function CodeTree({ host }: { host: Host }) {
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [expandedIds, resultsVersion]);
 
+  const matcher = useMemo(() => compileQuery(deferredQuery), [deferredQuery]);
   const rows = useMemo(
-    () => flattenTree(index, { query: deferredQuery, sort, hotness: hot, collapsedModules: collapsed, expandedFunctions: expanded, blocks }),
-    [index, deferredQuery, sort, hot, collapsed, expanded, blocks],
+    () => flattenTree(index, {
+      query: deferredQuery, sort, descending: view.treeDesc, hotOnly: view.hotOnly, hotness: hot, collapsedModules: collapsed,
+      expandedFunctions: expanded, expandedGroups: openGroups, blocks,
+    }),
+    [index, deferredQuery, sort, view.treeDesc, view.hotOnly, hot, collapsed, expanded, openGroups, blocks],
   );
 
   const virtualizer = useVirtualizer({
@@ -92,7 +120,15 @@ export function CodeTree({ host }: { host: Host }) {
   const activeRow = rows[activeIndex];
 
   const toggle = (row: TreeRow, open?: boolean) => {
-    if (row.kind === "module") {
+    if (row.kind === "group") {
+      const gkey = `${row.module}:${row.group}`;
+      setOpenGroups((prev) => {
+        const next = new Set(prev);
+        if (open ?? !prev.has(gkey)) next.add(gkey);
+        else next.delete(gkey);
+        return next;
+      });
+    } else if (row.kind === "module") {
       setCollapsed((prev) => {
         const next = new Set(prev);
         const isOpen = !prev.has(row.name);
@@ -119,8 +155,8 @@ export function CodeTree({ host }: { host: Host }) {
 
   const onKeyDown = (e: KeyboardEvent<HTMLDivElement>) => {
     if (!activeRow) return;
-    const expandable = activeRow.kind === "module" || activeRow.kind === "function";
-    const isOpen = activeRow.kind === "module" || activeRow.kind === "function" ? activeRow.expanded : false;
+    const expandable = activeRow.kind === "module" || activeRow.kind === "function" || activeRow.kind === "group";
+    const isOpen = activeRow.kind === "module" || activeRow.kind === "function" || activeRow.kind === "group" ? activeRow.expanded : false;
     switch (e.key) {
       case "ArrowDown": moveTo(activeIndex + 1); break;
       case "ArrowUp": moveTo(activeIndex - 1); break;
@@ -151,9 +187,17 @@ export function CodeTree({ host }: { host: Host }) {
     e.preventDefault();
   };
 
-  const total = catalog.data?.total ?? 0;
-  const loaded = catalog.data?.items.length ?? 0;
+  const total = host.function_count;
+  const loaded = index.byName.size ? [...index.byName.values()].reduce((n, l) => n + l.length, 0) : 0;
   const fnRows = rows.reduce((n, r) => n + (r.kind === "function" ? 1 : 0), 0);
+  const pieceError = pieces.find((p) => p.error)?.error ?? modules.error;
+  const sortBy = (key: TreeSort) => {
+    if (key === sort) update({ treeDesc: !view.treeDesc }, { push: true });
+    else update({ treeSort: key, treeDesc: key === "hotness" || key === "size" || key === "blocks" }, { push: true });
+  };
+  const searchHint = matcher.kind === "address" ? "function holding this address"
+    : matcher.kind === "pattern" ? `${matcher.source} match`
+    : matcher.kind === "invalid" ? null : null;
 
   return (
     <div className="code-tree">
@@ -161,66 +205,86 @@ export function CodeTree({ host }: { host: Host }) {
         <input
           type="search"
           aria-label="Search functions"
-          placeholder="Search functions"
+          placeholder="name, glob (vfs_*), /regex/ or 0xaddress"
           value={query}
-          onChange={(e) => { setQuery(e.target.value); setActive(0); }}
+          onChange={(e) => { update({ q: e.target.value }, { push: false }); setActive(0); }}
           className="search"
         />
         <label className="inline-label">
           Sort by{" "}
-          <select value={sort} onChange={(e) => setSort(e.target.value as SortKey)}>
+          <select value={sort} onChange={(e) => sortBy(e.target.value as TreeSort)}>
+            <option value="hotness">hotness (samples/s)</option>
             <option value="name">name</option>
             <option value="address">address</option>
-            <option value="hotness">hotness (samples/s)</option>
+            <option value="size">size (bytes)</option>
+            <option value="blocks">basic blocks</option>
           </select>
         </label>
+        <label className="inline-label">
+          <input type="checkbox" checked={view.hotOnly} onChange={(e) => update({ hotOnly: e.target.checked }, { push: true })} />
+          hot only (samples in range)
+        </label>
         <span className="muted" aria-live="polite">
-          {catalog.data
-            ? deferredQuery.trim()
-              ? `${formatCount(fnRows)} matching functions`
+          {allLoaded
+            ? deferredQuery.trim() || view.hotOnly
+              ? `${formatCount(fnRows)} matching functions${searchHint ? ` (${searchHint})` : ""}`
               : `${formatCount(loaded)} functions`
             : ""}
         </span>
+        {matcher.kind === "invalid" && <span className="error small" role="alert">Not a regular expression: {matcher.message}</span>}
         {hotness.isError && <span className="error small">hotness unavailable: {hotness.error.message}</span>}
       </div>
-      {catalog.isPending && <p className="muted">Loading the function catalog…</p>}
-      {catalog.isError && <p className="error" role="alert">Could not load functions: {catalog.error.message}</p>}
-      {catalog.data && !host.catalog_complete && (
+      {(modules.isPending || (completeModules.length > 0 && !allLoaded && !pieceError)) && <p className="muted">Loading the function catalog…</p>}
+      {pieceError && <p className="error" role="alert">Could not load functions: {pieceError.message}</p>}
+      {modules.data && !host.catalog_complete && (
         <p className="muted">loading catalog… the agent is still sending it; the tree refreshes when it is complete.</p>
       )}
-      {catalog.data && loaded < total && (
+      {allLoaded && host.catalog_complete && loaded < total && (
         <p className="muted">Showing {formatCount(loaded)} of {formatCount(total)} functions.</p>
       )}
-      {catalog.data && (
-        <div
-          ref={scrollRef}
-          className="tree-scroll"
-          role="tree"
-          aria-label="Code"
-          tabIndex={0}
-          aria-activedescendant={activeRow ? rowId(activeRow) : undefined}
-          onKeyDown={onKeyDown}
-        >
-          {rows.length === 0 && (
-            <p className="muted pad">{deferredQuery.trim() ? `No function matches “${deferredQuery.trim()}”.` : "The catalog is empty."}</p>
-          )}
-          <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
-            {virtualizer.getVirtualItems().map((v) => {
-              const row = rows[v.index];
-              return (
-                <TreeRowView
-                  key={row.key}
-                  row={row}
-                  hostId={hostId}
-                  top={v.start}
-                  active={v.index === activeIndex}
-                  onToggle={() => toggle(row)}
-                  onSelect={() => setActive(v.index)}
-                />
-              );
-            })}
+      {(allLoaded || (modules.data && completeModules.length === 0)) && (
+        <>
+          <div className="tree-head" role="presentation">
+            <span className="twisty" />
+            {COLUMNS.map((c) => (
+              <button key={c.key} type="button" className={`col ${c.className}`} onClick={() => sortBy(c.key)}
+                aria-label={`Sort by ${c.label.toLowerCase()}`} aria-pressed={sort === c.key}>
+                {c.label}{c.unit && <span className="unit"> ({c.key === "hotness" ? c.unit : c.unit})</span>}
+                {sort === c.key ? (view.treeDesc ? " ▼" : " ▲") : ""}
+              </button>
+            ))}
           </div>
-        </div>
+          <div
+            ref={scrollRef}
+            className="tree-scroll"
+            role="tree"
+            aria-label="Code"
+            tabIndex={0}
+            aria-activedescendant={activeRow ? rowId(activeRow) : undefined}
+            onKeyDown={onKeyDown}
+          >
+            {rows.length === 0 && (
+              <p className="muted pad">{deferredQuery.trim() ? `No function matches “${deferredQuery.trim()}”.` : view.hotOnly ? "No function has samples in this range." : "The catalog is empty."}</p>
+            )}
+            <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
+              {virtualizer.getVirtualItems().map((v) => {
+                const row = rows[v.index];
+                return (
+                  <TreeRowView
+                    key={row.key}
+                    row={row}
+                    hostId={hostId}
+                    range={range}
+                    top={v.start}
+                    active={v.index === activeIndex}
+                    onToggle={() => toggle(row)}
+                    onSelect={() => setActive(v.index)}
+                  />
+                );
+              })}
+            </div>
+          </div>
+        </>
       )}
     </div>
   );
@@ -233,14 +297,15 @@ function rowId(row: TreeRow): string {
 interface RowProps {
   row: TreeRow;
   hostId: string;
+  range: TimeRange;
   top: number;
   active: boolean;
-  onToggle(): void;
-  onSelect(): void;
+  onToggle: () => void;
+  onSelect: () => void;
 }
 
-function TreeRowView({ row, hostId, top, active, onToggle, onSelect }: RowProps) {
-  const expandable = row.kind === "module" || row.kind === "function";
+function TreeRowView({ row, hostId, range, top, active, onToggle, onSelect }: RowProps) {
+  const expandable = row.kind === "module" || row.kind === "function" || row.kind === "group";
   const expandedAttr = expandable ? row.expanded : undefined;
   return (
     <div
@@ -262,13 +327,21 @@ function TreeRowView({ row, hostId, top, active, onToggle, onSelect }: RowProps)
       >
         {expandable ? (row.expanded ? "▾" : "▸") : ""}
       </span>
-      {" "}<RowContent row={row} hostId={hostId} />
+      {" "}<RowContent row={row} hostId={hostId} range={range} />
     </div>
   );
 }
 
-function RowContent({ row, hostId }: { row: TreeRow; hostId: string }) {
+function RowContent({ row, hostId, range }: { row: TreeRow; hostId: string; range: TimeRange }) {
   switch (row.kind) {
+    case "group":
+      return (
+        <>
+          <span className="group-name">{row.label}</span>
+          {" "}<span className="muted">{formatCount(row.count)} stubs</span>
+          {" "}<span className="cell rate">{row.samplesPerSec === null ? "" : formatRate(row.samplesPerSec)}</span>
+        </>
+      );
     case "module":
       return (
         <>
@@ -280,10 +353,10 @@ function RowContent({ row, hostId }: { row: TreeRow; hostId: string }) {
       const fn = row.fn;
       return (
         <>
-          <Link className="fn-name" to={`/hosts/${encodeURIComponent(hostId)}/functions/${fn.id}`}>{fn.name}</Link>
+          <Link className="fn-name" to={`/hosts/${encodeURIComponent(hostId)}/functions/${fn.id}?${rangeSearch(range)}`}>{fn.name}</Link>
           {" "}<span className="cell addr">{formatAddress(fn.address_hex, fn.address)}</span>
-          {" "}<span className="cell">{formatBytes(fn.size)}</span>
-          {" "}<span className="cell">{fn.block_count} blocks</span>
+          {" "}<span className="cell size" title={`${fn.size} bytes`}>{formatBytes(fn.size)}</span>
+          {" "}<span className="cell blocks">{fn.block_count} blocks</span>
           {" "}<span className="cell rate">
             {row.samplesPerSec === null
               ? <span className="unavailable" title="no sample data from this host">unavailable</span>

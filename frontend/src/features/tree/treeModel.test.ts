@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
 import { fnSummary, block, succ } from "../../test/fixtures";
-import { flattenTree, hotnessMap, indexCatalog, moduleFunctions, type BlockState, type FlattenOptions } from "./treeModel";
+import {
+  compileQuery, flattenTree, hotnessMap, indexCatalog, moduleFunctions, stubGroupOf, summariesFromPieces, type BlockState, type FlattenOptions,
+} from "./treeModel";
 
 const catalog = [
   fnSummary({ id: 1, name: "vfs_read", address_hex: "ffffffff81234562" }),
@@ -17,7 +19,7 @@ const base: FlattenOptions = {
 };
 
 function names(rows: ReturnType<typeof flattenTree>): string[] {
-  return rows.map((r) => (r.kind === "module" ? `[${r.name}]` : r.kind === "function" ? r.fn.name : r.kind === "block" ? `+${r.block.offset}` : `(${r.text})`));
+  return rows.map((r) => (r.kind === "module" ? `[${r.name}]` : r.kind === "function" ? r.fn.name : r.kind === "block" ? `+${r.block.offset}` : r.kind === "group" ? `{${r.label}}` : `(${r.text})`));
 }
 
 describe("code tree model", () => {
@@ -81,5 +83,50 @@ describe("code tree model", () => {
     expect(all.length).toBe(120_001);
     expect(some.map((r) => (r.kind === "function" ? r.fn.name : "")).filter(Boolean).every((n) => n.includes("fn_1199"))).toBe(true);
     expect(some.length).toBeGreaterThan(1);
+  });
+
+  it("searches by glob, by /regular expression/ and by address", () => {
+    expect(names(flattenTree(index, { ...base, query: "vfs_read*" }))).toEqual(["[vmlinux]", "vfs_read", "vfs_readv"]);
+    expect(names(flattenTree(index, { ...base, query: "?sys_read" }))).toEqual(["[vmlinux]", "ksys_read"]);
+    expect(names(flattenTree(index, { ...base, query: "/^(ksys|ext4)_/" }))).toEqual(["[vmlinux]", "ksys_read", "[ext4]", "ext4_file_read_iter"]);
+    // Each fixture function is 64 bytes: the last byte of vfs_read finds it (ksys_read ends one byte earlier),
+    // one past its end finds nothing.
+    expect(names(flattenTree(index, { ...base, query: "0xffffffff812345a1" }))).toEqual(["[vmlinux]", "vfs_read"]);
+    expect(names(flattenTree(index, { ...base, query: "ffffffff812345a2" }))).toEqual([]);
+    expect(compileQuery("/[/")).toMatchObject({ kind: "invalid" });
+    expect(flattenTree(index, { ...base, query: "/[/" })).toEqual([]);
+    expect(compileQuery("vfs")).toEqual({ kind: "substring", text: "vfs" });
+    expect(compileQuery("  ")).toEqual({ kind: "all" });
+  });
+
+  it("filters to hot functions and sorts by size, blocks or in reverse", () => {
+    const hot = hotnessMap([{ function_id: 3, samples_per_sec: 2.5 }]);
+    expect(names(flattenTree(index, { ...base, hotness: hot, hotOnly: true }))).toEqual(["[vmlinux]", "vfs_readv"]);
+    const sized = indexCatalog([fnSummary({ id: 1, name: "a", size: 10, block_count: 9 }), fnSummary({ id: 2, name: "b", size: 30, block_count: 1 })]);
+    expect(moduleFunctions(sized, "vmlinux", "", "size", null).map((f) => f.name)).toEqual(["b", "a"]);
+    expect(moduleFunctions(sized, "vmlinux", "", "size", null, false).map((f) => f.name)).toEqual(["a", "b"]);
+    expect(moduleFunctions(sized, "vmlinux", "", "blocks", null).map((f) => f.name)).toEqual(["a", "b"]);
+    expect(moduleFunctions(sized, "vmlinux", "", "name", null, true).map((f) => f.name)).toEqual(["b", "a"]);
+  });
+
+  it("groups static-call trampolines and similar stubs under a collapsed row", () => {
+    expect(stubGroupOf("__SCT__preempt_schedule")).toBe("static_call");
+    expect(stubGroupOf("__probestub_sched_switch")).toBe("tracepoint");
+    expect(stubGroupOf("__x86_indirect_thunk_rax")).toBe("thunk");
+    expect(stubGroupOf("vfs_read")).toBeNull();
+    const withStubs = indexCatalog([...catalog, fnSummary({ id: 7, name: "__SCT__a" }), fnSummary({ id: 8, name: "__SCT__b" })]);
+    const rows = flattenTree(withStubs, { ...base, expandedGroups: new Set() });
+    const group = rows.find((r) => r.kind === "group");
+    expect(group).toMatchObject({ label: "static-call trampolines", count: 2, expanded: false, level: 2 });
+    expect(names(rows).filter((n) => n.startsWith("__SCT__"))).toEqual([]);
+    const open = flattenTree(withStubs, { ...base, expandedGroups: new Set(["vmlinux:static_call"]), expandedFunctions: new Set([7]) });
+    expect(open.filter((r) => r.kind === "function" && r.fn.name.startsWith("__SCT__")).map((r) => r.level)).toEqual([3, 3]);
+    expect(open.find((r) => r.kind === "status" && r.fnId === 7)).toMatchObject({ level: 4 });
+  });
+
+  it("builds exact addresses from catalog pieces and the host's module bases", () => {
+    const fns = summariesFromPieces([{ module: "vmlinux", ids: [5, 6], names: ["a", "b"], offsets: [0x1000, 0x1234567], sizes: [16, 32],
+      block_counts: [1, 2], undecodable: [1] }], new Map([["vmlinux", "ffffffff81000000"]]));
+    expect(fns.map((f) => [f.id, f.address_hex, f.undecodable])).toEqual([[5, "ffffffff81001000", false], [6, "ffffffff82234567", true]]);
   });
 });

@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A host's samples over a time range (`window_s`, or `from` and `to`; see app.api.ranges): top
+functions, per-function hotness, the host's samples over time, two ranges (or two hosts) compared, and
+the profile exported. Every read goes through app.samples."""
+import csv
+import io
+from datetime import datetime
+from typing import Literal
+
+from fastapi import APIRouter, HTTPException, Query, Response
+
+from app import crud, samples
+from app.api.deps import CurrentUser, RuntimeDep, SessionDep
+from app.api.ranges import BAD_RANGE, SampleRange, range_spec
+from app.api.responses import NOT_FOUND, FastJSON
+from app.api.routes.hosts import ExistingHost
+from app.schemas import Comparison, Hotness, Timeline, TopFunctions
+
+router = APIRouter(prefix="/hosts/{host_id}", tags=["samples"])
+IncludeIdle = Query(False, description="Rank the kernel's idle-loop functions too (they are counted apart otherwise)")
+EXPORT_ROWS = 100000
+
+
+@router.get("/top-functions", response_model=TopFunctions, responses={**NOT_FOUND, **BAD_RANGE})
+async def top_functions(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
+                        limit: int = Query(50, ge=1, le=10000), offset: int = Query(0, ge=0, le=1_000_000),
+                        sort: Literal["samples", "name", "module"] = "samples",
+                        order: Literal["desc", "asc"] = "desc", include_idle: bool = IncludeIdle):
+    """Functions by self samples in the range, with the host's totals (all, user, kernel, idle)."""
+    return FastJSON(await samples.top_functions(session, host_id, spec, limit, offset, sort, order == "desc",
+                                                include_idle))
+
+
+@router.get("/hotness", response_model=Hotness, responses={**NOT_FOUND, **BAD_RANGE})
+async def hotness(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange):
+    """Samples per second of every function that had samples in the range."""
+    return FastJSON(await samples.hotness(session, host_id, spec))
+
+
+@router.get("/timeline", response_model=Timeline, responses={**NOT_FOUND, **BAD_RANGE})
+async def timeline(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
+                   points: int = Query(300, ge=10, le=2000, description="At most this many buckets")):
+    """The host's samples over time (all, user, kernel, idle) in round buckets."""
+    return FastJSON(await samples.timeline(session, host_id, spec, points))
+
+
+@router.get("/compare", response_model=Comparison, responses={**NOT_FOUND, **BAD_RANGE})
+async def compare(host_id: ExistingHost, session: SessionDep, runtime: RuntimeDep, _: CurrentUser,
+                  a_from: datetime = Query(description="Start of range A"),
+                  a_to: datetime = Query(description="End of range A (exclusive)"),
+                  b_from: datetime = Query(description="Start of range B"),
+                  b_to: datetime = Query(description="End of range B (exclusive)"),
+                  b_host: str | None = Query(None, min_length=1, max_length=256,
+                                             description="Host of range B (default: the same host)"),
+                  limit: int = Query(200, ge=1, le=10000), include_idle: bool = IncludeIdle):
+    """Per-function samples per second in range A and range B, largest change first."""
+    spec_a = range_spec(runtime, None, a_from, a_to, "range A")
+    spec_b = range_spec(runtime, None, b_from, b_to, "range B")
+    other = b_host or host_id
+    if other != host_id and not await crud.host_exists(session, other):
+        raise HTTPException(404, "Host of range B not found")
+    a = samples.TimeRange(spec_a.start, spec_a.end)
+    b = samples.TimeRange(spec_b.start, spec_b.end)
+    return FastJSON(await samples.compare(session, host_id, a, other, b, limit, include_idle))
+
+
+@router.get("/profile", responses={**NOT_FOUND, **BAD_RANGE, 200: {
+    "description": "The profile as a file (format=csv: one row per function, most samples first)",
+    "content": {"text/csv": {"schema": {"type": "string"}}}}})
+async def export_profile(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
+                         format: Literal["csv"] = Query("csv", description="csv: top functions"),
+                         include_idle: bool = IncludeIdle):
+    """Download the host's profile for a range (csv now; the format list grows, e.g. pprof)."""
+    top = await samples.top_functions(session, host_id, spec, EXPORT_ROWS, 0, "samples", True, include_idle)
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["rank", "function", "module", "address", "samples", "samples_per_sec", "share_of_all_samples",
+                "idle"])
+    for i, item in enumerate(top["items"], 1):
+        w.writerow([i, item["name"], item["module"], f"0x{item['address_hex']}" if item["address_hex"] else "",
+                    item["samples"], f"{item['samples_per_sec']:.6g}", f"{item['share']:.6g}",
+                    "yes" if item["idle"] else "no"])
+    stamp = lambda d: d.strftime("%Y%m%dT%H%M%SZ")  # noqa: E731 - local helper
+    name = f"hotpath-{_safe(host_id)}-{stamp(top['from'])}-{stamp(top['to'])}.csv"
+    return Response(out.getvalue(), media_type="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"',
+                             "X-Hotpath-Range": f"{top['from'].isoformat()}/{top['to'].isoformat()}"})
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:64]

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+import { describe, expect, it } from "vitest";
+import { readFunctionView, readHostView, writeFunctionView, writeHostView } from "./urlState";
+
+describe("view state in the URL", () => {
+  it("round-trips every part of a host view and leaves defaults out", () => {
+    const p = new URLSearchParams("tab=compare&from=2026-11-23T14:00:00.000Z&to=2026-11-23T14:05:00.000Z&q=vfs_*&sort=size&dir=asc&hot=1" +
+      "&tsort=name&tdir=asc&page=3&idle=1&b_from=2026-11-23T13:55:00.000Z&b_to=2026-11-23T14:00:00.000Z&b_host=h2&paused=1");
+    const v = readHostView(p);
+    expect(v).toMatchObject({ tab: "compare", q: "vfs_*", treeSort: "size", treeDesc: false, hotOnly: true, topSort: "name",
+      topDesc: false, page: 3, idle: true, bHost: "h2", paused: true });
+    expect(v.range).toEqual({ kind: "absolute", from: new Date("2026-11-23T14:00:00Z"), to: new Date("2026-11-23T14:05:00Z") });
+    expect(readHostView(writeHostView(v))).toEqual(v);
+    const defaults = writeHostView(readHostView(new URLSearchParams()));
+    expect(defaults.toString()).toBe("from=now-1m&to=now");
+  });
+
+  it("ignores values it does not know and keeps other parameters", () => {
+    const v = readHostView(new URLSearchParams("tab=bogus&sort=colour&page=-2&tsort=x"));
+    expect(v).toMatchObject({ tab: "code", treeSort: "hotness", page: 1, topSort: "samples" });
+    const out = writeHostView({ ...v, q: "x" }, new URLSearchParams("other=1"));
+    expect(out.get("other")).toBe("1");
+    expect(out.get("q")).toBe("x");
+    expect(writeHostView({ ...v, q: "" }, out).has("q")).toBe(false);
+  });
+
+  it("keeps a function view's range, selected block and colour scale", () => {
+    const v = readFunctionView(new URLSearchParams("from=now-5m&to=now&block=0x1a&scale=log"));
+    expect(v).toEqual({ range: { kind: "relative", seconds: 300 }, block: 26, scale: "log" });
+    expect(writeFunctionView(v).toString()).toBe("from=now-5m&to=now&block=0x1a&scale=log");
+    expect(readFunctionView(new URLSearchParams("block=zz")).block).toBeNull();
+    expect(writeFunctionView({ ...v, block: null, scale: "linear" }).toString()).toBe("from=now-5m&to=now");
+  });
+});
