@@ -44,12 +44,13 @@ lane: agent
 kernel-lane-test: deps-test build
 	./e2e/kernel-lane/test.sh
 
-bench: agent frontend
+bench: agent backend frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
 	./bench/console_tree
 	./bench/cfg_layout
 	./bench/catalog_load
+	./bench/chaos
 
 clean:
 	$(MAKE) -C agent clean

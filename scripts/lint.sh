@@ -3,6 +3,8 @@
 # Run every linter and formatter check of the project, each as one test case, and end with one
 # "N passed, N failed" line (scripts/test.sh runs this as its "lint" suite).
 #   agent     clang-format (agent/.clang-format)
+#   python    ruff (lint and import order) and mypy (types), configured in backend/pyproject.toml, over the
+#             backend, its tests, the agent's Python stream tests and the Python benchmarks
 #   console   ESLint: typescript-eslint with type information, React hooks rules (frontend/eslint.config.js)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,9 @@ check() {
 }
 
 check "agent: clang-format" make -s -C agent lint
+py=backend/.venv/bin
+check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench
+check "python: mypy" bash -c "cd backend && .venv/bin/mypy"
 check "console: eslint" bash -c 'cd frontend && npx eslint --max-warnings 0 .'
 
 echo "$passed passed, $failed failed"

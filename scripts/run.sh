@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Run Hotpath on this host: the backend (REST + WebSocket + console + agent gRPC, with an embedded
-# Postgres unless DATABASE_URL is set) and an agent attached to this machine's kernel. Stays in the
-# foreground; Ctrl-C stops everything it started. `make run` builds first and then calls this.
+# Postgres unless DATABASE_URL is set) and an agent attached to this machine's kernel, enrolled
+# automatically with a one-time token (created through the REST API as admin) the first time. Stays
+# in the foreground; Ctrl-C stops everything it started. `make run` builds first and then calls this.
 #
 # Environment (all optional):
 #   HOTPATH_DATA_DIR    data folder: embedded Postgres, secrets, logs (default ./var)
 #   HOTPATH_HTTP_PORT   console and REST API port (default 8080)
-#   HOTPATH_GRPC_PORT   port agents dial (default 50051)
+#   HOTPATH_GRPC_PORT   port agents dial (default 50051; enrolment listens on the next port)
+#   HOTPATH_HTTPS=1     serve the console over HTTPS with the installation CA's server certificate
 #   DATABASE_URL        use this Postgres instead of the embedded one
 #   HOTPATH_QUIET=1     do not mirror the logs on the terminal (they are always in DATA_DIR/log/)
 set -euo pipefail
@@ -17,8 +19,16 @@ export HOTPATH_DATA_DIR=${HOTPATH_DATA_DIR:-$root/var}
 export HOTPATH_HTTP_PORT=${HOTPATH_HTTP_PORT:-8080}
 export HOTPATH_GRPC_PORT=${HOTPATH_GRPC_PORT:-50051}
 export HOTPATH_STATIC_DIR=${HOTPATH_STATIC_DIR:-$root/frontend/dist}
-logdir=$HOTPATH_DATA_DIR/log rundir=$HOTPATH_DATA_DIR/run
+logdir=$HOTPATH_DATA_DIR/log rundir=$HOTPATH_DATA_DIR/run state=$HOTPATH_DATA_DIR/agent-state
+# Logs and everything else created here: readable by the owner (and the group for logs), never by all.
+umask 027
 mkdir -p "$logdir" "$rundir"
+chmod 750 "$logdir" "$rundir"
+touch "$logdir/backend.log" "$logdir/agent.log"
+chmod 640 "$logdir"/*.log
+scheme=http
+[ "${HOTPATH_HTTPS:-0}" = 1 ] && scheme=https
+url=$scheme://127.0.0.1:$HOTPATH_HTTP_PORT
 
 say() { printf '[hotpath] %s\n' "$*"; }
 die() { printf '[hotpath] error: %s\n' "$*" >&2; exit 1; }
@@ -51,23 +61,42 @@ start() {
 	echo $! >"$rundir/$name.main.pid"
 }
 
-# Start the backend; it runs migrations and creates the agent token and admin password on first start.
+# Start the backend; it runs migrations and creates its CA and the admin password on first start.
 say "starting the backend (data in $HOTPATH_DATA_DIR)"
 start backend "$logdir/backend.log" env -C backend .venv/bin/python -m app
+curl_api() { curl -fsS --cacert "$HOTPATH_DATA_DIR/tls/ca.pem" "$@"; }
 for i in $(seq 240); do
-	curl -fsS -o /dev/null "http://127.0.0.1:$HOTPATH_HTTP_PORT/api/v1/health" 2>/dev/null && break
+	[ -f "$HOTPATH_DATA_DIR/tls/ca.pem" ] && curl_api -o /dev/null "$url/api/v1/health" 2>/dev/null && break
 	kill -0 "${pids[0]}" 2>/dev/null || die "the backend exited; see $logdir/backend.log"
 	sleep 0.5
 done
-curl -fsS -o /dev/null "http://127.0.0.1:$HOTPATH_HTTP_PORT/api/v1/health" || die "the backend did not become ready in 120 s; see $logdir/backend.log"
+curl_api -o /dev/null "$url/api/v1/health" || die "the backend did not become ready in 120 s; see $logdir/backend.log"
+
+# Enrol the local agent the first time: a one-time token from the REST API (as admin), handed to
+# the agent in a file only root can read; the agent keeps its key and certificate in $state.
+enroll_args=()
+if [ ! -s "$state/host.pem" ]; then
+	say "creating a one-time enrolment token for this host's agent"
+	password=$(cat "$HOTPATH_DATA_DIR/admin-password")
+	login=$(jq -cn --arg p "$password" '{username: "admin", password: $p}')
+	access=$(curl_api -H 'content-type: application/json' -d "$login" "$url/api/v1/auth/login" | jq -r .access_token)
+	# For this host's id, so it may also replace the certificate of a host the backend knows already.
+	request=$(jq -cn --arg h "$(cat /etc/machine-id)" \
+		'{note: "the agent make run starts on this host", hours: 1, host_id: $h}')
+	created=$(curl_api -H "Authorization: Bearer $access" -H 'content-type: application/json' \
+		-d "$request" "$url/api/v1/enrolment-tokens") ||
+		die "could not create an enrolment token; see $logdir/backend.log"
+	(umask 077; jq -r .token <<<"$created" >"$rundir/enroll-token"; jq -r .ca_pem <<<"$created" >"$rundir/ca.pem")
+	enroll_args=(--enroll-token-file "$rundir/enroll-token" --ca-file "$rundir/ca.pem")
+fi
 
 # Attach an agent to this machine's kernel, and restart it if it dies (as systemd would): the
 # backend shows the host offline meanwhile and keeps its data; the new agent reconnects.
 supervise_agent() {
 	trap 'kill -TERM $(cat "$rundir/agent.pid" 2>/dev/null) 2>/dev/null; exit 0' TERM INT
 	while :; do
-		agent/build/hotpathd run --server "127.0.0.1:$HOTPATH_GRPC_PORT" \
-			--token-file "$HOTPATH_DATA_DIR/agent-token" &
+		agent/build/hotpathd run --server "127.0.0.1:$HOTPATH_GRPC_PORT" --state-dir "$state" \
+			"${enroll_args[@]}" &
 		echo $! >"$rundir/agent.pid"
 		local rc=0
 		wait $! || rc=$?  # under `set -e` a bare failing wait would end the supervisor too
@@ -79,7 +108,8 @@ say "starting the agent"
 start agent "$logdir/agent.log" supervise_agent
 
 addr=$(hostname -I 2>/dev/null | awk '{print $1}')
-say "console: http://${addr:-127.0.0.1}:$HOTPATH_HTTP_PORT/  (also http://127.0.0.1:$HOTPATH_HTTP_PORT/)"
+say "console: $scheme://${addr:-127.0.0.1}:$HOTPATH_HTTP_PORT/  (also $url/)"
+[ "$scheme" = https ] && say "the console's certificate is signed by $HOTPATH_DATA_DIR/tls/ca.pem: trust that CA in your browser"
 if [ -f "$HOTPATH_DATA_DIR/admin-password" ]; then
 	say "sign in as 'admin' with the password in $HOTPATH_DATA_DIR/admin-password"
 fi

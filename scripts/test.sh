@@ -30,7 +30,7 @@ suite() {
 	if [ -z "$p" ]; then
 		# pytest "== 12 passed, 1 failed in 3.2s ==" (or with -q "1 failed, 12 passed in 3.2s"),
 		# vitest "Tests  12 passed (12)", playwright "  5 passed (20s)"
-		local line; line=$(grep -E '(^=+ .*(passed|failed).* =+$)|(^[0-9]+ (passed|failed).* in [0-9.]+s$)|(^ +Tests +.*passed)|(^ +[0-9]+ (passed|failed) \()' <<<"$out" | tail -1)
+		local line; line=$(grep -E '(^=+ .*(passed|failed).* =+$)|(^[0-9]+ (passed|failed).* in [0-9.]+s( \([0-9:]+\))?$)|(^ +Tests +.*passed)|(^ +[0-9]+ (passed|failed) \()' <<<"$out" | tail -1)
 		p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' | head -1)
 		f=$(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '[0-9]+' | head -1)
 		if [ -z "$f" ]; then f=$(grep -E '^ +[0-9]+ failed' <<<"$out" | grep -oE '[0-9]+' | head -1); fi

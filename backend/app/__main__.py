@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Start the backend: `python -m app`.
 
-Prepares the data folder (embedded Postgres unless DATABASE_URL is set, secrets created once with mode
-0600, an admin user on first start), runs the migrations, then serves HTTP (uvicorn) and the agents'
-gRPC server in one event loop until SIGTERM or SIGINT, and stops cleanly: agent streams closed,
-servers stopped, and the embedded Postgres stopped if this process started it.
+Prepares the data folder (embedded Postgres unless DATABASE_URL is set, secrets and the certificate
+authority created once with mode 0600, an admin user on first start), runs the migrations, then
+serves HTTP (uvicorn) and the agents' gRPC server in one event loop until SIGTERM or SIGINT, and
+stops cleanly: agent streams closed, servers stopped, and the embedded Postgres stopped if this
+process started it (a watchdog stops it too if this process is killed).
 """
 import asyncio
 import logging
@@ -42,7 +43,7 @@ async def _run(settings, prepared) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     runtime = build_runtime(settings, prepared)
-    await serve(runtime, stop)
+    await serve(runtime, stop, prepared.embedded)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,14 @@ A piece arrives as ordered chunks of functions; each chunk is written with COPY 
 (searchable columns) and `function_code` (blocks, successors and calls as compact JSON). Addresses of
 tail-call and call targets arrive absolute for the sending host and are stored relative to the
 module's base there, so every host of the same build (each with its own KASLR slide) can use them.
+
+Until a piece is verified (all chunks in order, function and block counts as announced, digest
+recomputed from the content) its rows live under a staging key of its own, which no host's module
+refers to: nobody sees them, and a piece that fails is deleted whole. Verification moves the rows to
+the real digest in one transaction; a piece that another upload completed first is simply dropped.
 """
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import orjson
 from sqlalchemy import text
@@ -43,13 +48,6 @@ def function_rows(digest: str, base: int, functions: Iterable["pb.Function"]):
                len(blocks))
 
 
-async def discard_partial(engine: AsyncEngine, digest: str) -> None:
-    """Remove what an interrupted earlier transfer of this piece left, before it is sent again."""
-    async with engine.begin() as conn:
-        await conn.execute(text("DELETE FROM function_code WHERE digest = :d"), {"d": digest})
-        await conn.execute(text("DELETE FROM functions WHERE digest = :d"), {"d": digest})
-
-
 async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions) -> tuple[int, int, float]:
     """Write one chunk; returns (functions, blocks, seconds)."""
     t0 = time.perf_counter()
@@ -63,6 +61,7 @@ async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions) ->
     async with engine.begin() as conn:
         raw = await conn.get_raw_connection()
         driver = raw.driver_connection
+        assert driver is not None
         async with driver.cursor() as cur:
             async with cur.copy('COPY functions (digest, index, name, "offset", size, block_count, undecodable, '
                                 'undecodable_offset) FROM STDIN') as copy:
@@ -75,17 +74,55 @@ async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions) ->
     return len(fn_rows), blocks, time.perf_counter() - t0
 
 
-async def mark_complete(engine: AsyncEngine, digest: str) -> int:
+STAGING_PREFIX = "staging-"
+
+
+async def begin_upload(engine: AsyncEngine, staging: str, module: str, function_count: int,
+                       block_count: int) -> None:
+    """Create the staging piece one upload writes its chunks under."""
     async with engine.begin() as conn:
-        stored = (await conn.execute(text("SELECT count(*) FROM functions WHERE digest = :d"), {"d": digest})).scalar_one()
-        await conn.execute(text("UPDATE catalog_pieces SET complete = true, stored_at = now() WHERE digest = :d"),
-                           {"d": digest})
-        await conn.execute(text("ANALYZE functions"))
-    return stored
+        await conn.execute(text("""
+            INSERT INTO catalog_pieces (digest, module, function_count, block_count, complete, stored_at)
+            VALUES (:s, :m, :f, :b, false, now())"""),
+            {"s": staging, "m": module, "f": function_count, "b": block_count})
 
 
-async def index_map(engine: AsyncEngine, digest: str) -> dict[int, int]:
-    """function index → functions.id for one stored piece."""
+async def discard_upload(engine: AsyncEngine, staging: str) -> None:
+    """Delete an upload that failed or was abandoned, with every row it wrote."""
+    async with engine.begin() as conn:
+        await conn.execute(text("DELETE FROM catalog_pieces WHERE digest = :s"), {"s": staging})
+
+
+async def discard_stale_uploads(engine: AsyncEngine, older_than_s: float = 0) -> int:
+    """Delete staging pieces left by a backend that stopped mid-upload."""
+    async with engine.begin() as conn:
+        result = await conn.execute(text("""
+            DELETE FROM catalog_pieces WHERE digest LIKE 'staging-%'
+            AND coalesce(stored_at, now()) <= now() - make_interval(secs => :age)"""), {"age": older_than_s})
+        return result.rowcount or 0
+
+
+async def promote_upload(engine: AsyncEngine, staging: str, digest: str, module: str, function_count: int,
+                         block_count: int) -> bool:
+    """Move a verified upload to its digest; False if the piece was already complete (rows dropped)."""
+    async with engine.begin() as conn:
+        inserted = (await conn.execute(text("""
+            INSERT INTO catalog_pieces (digest, module, function_count, block_count, complete, stored_at)
+            VALUES (:d, :m, :f, :b, true, now()) ON CONFLICT (digest) DO NOTHING RETURNING digest"""),
+            {"d": digest, "m": module, "f": function_count, "b": block_count})).first()
+        if inserted is not None:
+            await conn.execute(text("UPDATE functions SET digest = :d WHERE digest = :s"), {"d": digest, "s": staging})
+            await conn.execute(text("UPDATE function_code SET digest = :d WHERE digest = :s"),
+                               {"d": digest, "s": staging})
+        await conn.execute(text("DELETE FROM catalog_pieces WHERE digest = :s"), {"s": staging})
+    if inserted is not None:
+        async with engine.begin() as conn:
+            await conn.execute(text("ANALYZE functions"))
+    return inserted is not None
+
+
+async def index_map(engine: AsyncEngine, digest: str) -> dict[int, tuple[int, int]]:
+    """function index → (functions.id, size) for one stored piece."""
     async with engine.connect() as conn:
-        rows = await conn.execute(text("SELECT index, id FROM functions WHERE digest = :d"), {"d": digest})
-        return {r[0]: r[1] for r in rows}
+        rows = await conn.execute(text("SELECT index, id, size FROM functions WHERE digest = :d"), {"d": digest})
+        return {r[0]: (r[1], r[2]) for r in rows}

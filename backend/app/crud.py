@@ -9,7 +9,6 @@ import uuid
 from typing import Any
 
 import orjson
-
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,6 +17,8 @@ from app.core.security import hash_password
 from app.models import AuditLog, Host, User, i64_to_u64
 from app.schemas import hex64
 
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
 SUCCESSOR_KINDS = {1: "fallthrough", 2: "taken", 3: "tail_call", 4: "indirect", 5: "return"}
 _SIGN_FLIP = "(-9223372036854775808)::bigint"
 
@@ -70,6 +71,14 @@ ORDER BY h.hostname, h.id
 """
 
 
+_skew_ms = 120_000  # set from the settings by set_clock_skew
+
+
+def set_clock_skew(seconds: float) -> None:
+    global _skew_ms
+    _skew_ms = int(seconds * 1000)
+
+
 def _host_public(row) -> dict[str, Any]:
     m = row._mapping
     l1i = m["l1i"]
@@ -82,6 +91,10 @@ def _host_public(row) -> dict[str, Any]:
         "catalog_complete": bool(m["module_count"] and m["all_complete"]),
         "function_count": int(m["fn_count"]), "block_count": int(m["blk_count"]),
         "sample_frequency_hz": m["sample_frequency_hz"], "sample_event": m["sample_event"],
+        "status": m["status"], "enrolled": m["cert_fingerprint"] is not None, "cert_not_after": m["cert_not_after"],
+        "replica": m["replica"], "clock_offset_ms": m["clock_offset_ms"],
+        "clock_skewed": m["clock_offset_ms"] is not None and abs(m["clock_offset_ms"]) > _skew_ms,
+        "refused_batches": int(m["refused_batches"]),
     }
 
 
@@ -239,12 +252,19 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
         return (base + rel) & 0xFFFFFFFFFFFFFFFF, None, name or None, None
 
     blocks = []
-    for off, size, icount, succs in blocks_raw:
+    for entry in blocks_raw:
+        try:
+            off, size, icount, succs = entry
+            succs = [(int(k), int(t), str(n)) for k, t, n in succs]
+            off, size, icount = int(off) & _U32, int(size) & _U32, int(icount) & _U32
+        except (TypeError, ValueError):
+            continue  # a malformed stored block (never written by this version): skip, do not fail the page
         out_succ = []
         for kind, target, tname in succs:
             kind_name = SUCCESSOR_KINDS.get(kind, "indirect")
             if kind_name in ("fallthrough", "taken"):
-                addr = start + target
+                target &= _U32
+                addr = (start + target) & _U64
                 out_succ.append({"kind": kind_name, "target_offset": target, "target_address": addr,
                                  "target_address_hex": hex64(addr), "target_name": None,
                                  "target_function_id": None})
@@ -256,18 +276,23 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
             else:
                 out_succ.append({"kind": kind_name, "target_offset": None, "target_address": None,
                                  "target_address_hex": None, "target_name": None, "target_function_id": None})
-        addr = start + off
+        addr = (start + off) & _U64
         blocks.append({"offset": off, "address": addr, "address_hex": hex64(addr), "size": size,
                        "instruction_count": icount, "successors": out_succ})
     callees = []
-    for site, rel, tname, tmodule in calls_raw:
+    for call in calls_raw:
+        try:
+            site, rel, tname, tmodule = int(call[0]) & _U32, int(call[1]), str(call[2]), str(call[3])
+        except (TypeError, ValueError, IndexError):
+            continue
         addr, fid, rname, rmodule = resolve(rel, tname)
         callees.append({"site_offset": site, "target_address": addr, "target_address_hex": hex64(addr),
                         "name": rname, "module": rmodule or tmodule or None, "function_id": fid})
     return {"function": summary,
             "undecodable_offset": fn.undecodable_offset if fn.undecodable else None,
             "blocks": blocks, "callees": callees,
-            "indirect_call_sites": list(code.indirect_call_sites) if code else []}
+            "indirect_call_sites": [int(x) & _U32 for x in code.indirect_call_sites
+                                    if isinstance(x, int)] if code else []}
 
 
 async def cached_instructions(session: AsyncSession, digest: str, index: int) -> list | None:

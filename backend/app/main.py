@@ -1,21 +1,31 @@
 # SPDX-License-Identifier: Apache-2.0
 """The FastAPI application: REST and WebSocket routes under /api/v1, and the built console (a
-single-page app) at / when a static folder with index.html is configured."""
+single-page app) at / when a static folder with index.html is configured.
+
+Behind the request guard (body limit, NUL and surrogate refusal, security headers). A database that
+is down or restarting answers 503 on every route; validation errors (422) name the fields and never
+echo the input back.
+"""
+import logging
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter
+from sqlalchemy.exc import DBAPIError, OperationalError
 
-from app.api.responses import ADMIN_ONLY, SIGNED_IN
-from app.api.routes import auth, catalogs, functions, health, hosts, live, samples, users
+from app.api.guard import RequestGuard
+from app.api.responses import ADMIN_ONLY, GUARDED, SIGNED_IN
+from app.api.routes import admin, auth, catalogs, functions, health, hosts, live, samples, users
 from app.metrics import CONTENT_TYPE, RequestMetrics
 from app.runtime import Runtime
 from app.schemas import LiveEvent
 
 API_PREFIX = "/api/v1"
+log = logging.getLogger("hotpath.api")
 
 
 def operation_id(route: APIRoute) -> str:
@@ -32,17 +42,19 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
                   description="Web performance console for hot kernel paths: hosts, their code catalog, "
                               "live sample hotness, and agent commands.")
     app.state.runtime = runtime
-    api = APIRouter(prefix=API_PREFIX)
+    api = APIRouter(prefix=API_PREFIX, responses=GUARDED)
     api.include_router(health.router)
     api.include_router(auth.router)
     api.include_router(users.router, responses=ADMIN_ONLY)
     api.include_router(users.audit_router, responses=ADMIN_ONLY)
     api.include_router(hosts.router, responses=SIGNED_IN)
     api.include_router(functions.router, responses=SIGNED_IN)
+    api.include_router(admin.router, responses=ADMIN_ONLY)
     api.include_router(samples.router, responses=SIGNED_IN)
     api.include_router(catalogs.router, responses=SIGNED_IN)
     api.include_router(live.router)  # a WebSocket only: it closes with code 4401 without a valid token
     app.include_router(api)
+    _install_error_handlers(app)
     _document_live_events(app)
     # JSON compresses ~5-10x; responses that set their own encoding (catalogs) pass through.
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=5)
@@ -51,9 +63,34 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
         _add_metrics_route(app, runtime)
     if docs_dir is not None and docs_dir.is_dir():
         _mount_docs(app, docs_dir.resolve())
+    max_body = runtime.settings.max_body_bytes if runtime is not None else 1024 * 1024
+    app.add_middleware(RequestGuard, max_body_bytes=max_body)
     if static_dir is not None and (static_dir / "index.html").is_file():
         _mount_console(app, static_dir.resolve())
     return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": list(e.get("loc", ()))[:6], "msg": str(e.get("msg", ""))[:200], "type": e.get("type", "")}
+                  for e in exc.errors()[:20]]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    async def database_down(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("%s %s: the database is unavailable (%s)", request.method, request.url.path, type(exc).__name__)
+        return JSONResponse({"detail": "The database is unavailable; try again shortly"}, status_code=503,
+                            headers={"Retry-After": "2"})
+
+    async def database_error(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+            return await database_down(request, exc)
+        log.error("%s %s: database error %s", request.method, request.url.path, type(exc).__name__)
+        return JSONResponse({"detail": "Internal error (logged on the server)"}, status_code=500)
+
+    app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(OperationalError, database_down)
+    app.add_exception_handler(ConnectionError, database_down)
+    app.add_exception_handler(DBAPIError, database_error)
 
 
 def _add_metrics_route(app: FastAPI, runtime: Runtime) -> None:
@@ -110,4 +147,4 @@ def _document_live_events(app: FastAPI) -> None:
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi
+    app.openapi = openapi  # type: ignore[method-assign]

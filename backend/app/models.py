@@ -12,8 +12,20 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (BigInteger, Boolean, Computed, DateTime, Float, ForeignKey, Index, Integer, String, Text,
-                        UniqueConstraint, func)
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Computed,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -53,6 +65,8 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(Text)
     role: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    failed_logins: Mapped[int] = mapped_column(Integer, default=0)
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class AuditLog(Base):
@@ -84,6 +98,15 @@ class Host(Base):
     last_seen: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     connected_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     session_id: Mapped[str | None] = mapped_column(Text, nullable=True)
+    status: Mapped[str] = mapped_column(String(16), default="active")  # active | retired
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    replica: Mapped[str | None] = mapped_column(Text, nullable=True)  # backend replica holding the stream
+    clock_offset_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # host clock minus ours
+    clock_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    refused_batches: Mapped[int] = mapped_column(BigInteger, default=0)
+    cert_fingerprint: Mapped[str | None] = mapped_column(Text, nullable=True)  # SHA-256 of the DER certificate
+    cert_not_after: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    enrolled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class HostModule(Base):
@@ -172,3 +195,62 @@ class IntervalTotal(Base):
     unmapped_samples: Mapped[int] = mapped_column(BigInteger)
     lost_samples: Mapped[int] = mapped_column(BigInteger)
     dropped_samples: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class EnrolmentToken(Base):
+    """A one-time token an admin creates so that one host can enrol; only its SHA-256 is kept. A token
+    for a given host id may also replace that host's current certificate; one without cannot."""
+
+    __tablename__ = "enrolment_tokens"
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    note: Mapped[str] = mapped_column(Text, default="")
+    host_id: Mapped[str | None] = mapped_column(Text, nullable=True)  # only this host may use it, if set
+    created_by: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    used_by_host: Mapped[str | None] = mapped_column(Text, nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class EnrolmentRequest(Base):
+    """A host that asked to enrol without a token, waiting for an admin's decision."""
+
+    __tablename__ = "enrolment_requests"
+    host_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    hostname: Mapped[str] = mapped_column(Text)
+    csr_pem: Mapped[str] = mapped_column(Text)
+    peer: Mapped[str] = mapped_column(Text, default="")
+    requested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending | approved | rejected
+    decided_by: Mapped[str | None] = mapped_column(Text, nullable=True)
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class DeliveryMark(Base):
+    """The highest acknowledged sequence number of one agent instance's data messages."""
+
+    __tablename__ = "delivery_marks"
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True)
+    instance_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class DataGap(Base):
+    """A period of a host's data that is missing for a known reason: dropped by the agent (its buffer
+    was full), sequence numbers that never arrived, or batches refused (clock out of bounds)."""
+
+    __tablename__ = "data_gaps"
+    __table_args__ = (Index("ix_data_gaps_host_end", "host_id", "end_ts"),)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    start_ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    end_ts: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    instance_id: Mapped[str] = mapped_column(String(64), default="")
+    first_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    messages: Mapped[int] = mapped_column(BigInteger, default=0)
+    reason: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(16))  # agent | backend
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The sample time series: the only module that reads or writes `block_samples` and `interval_totals`.
 
-Writing: one metric batch per agent interval (bulk COPY), and deletion past retention. Reading: every
+Writing: one metric batch per agent interval (bulk COPY) with its delivery mark and the gaps it records,
+in one transaction, and deletion of samples, gaps and audit records past retention. Reading: every
 question the console asks of the series, each over a `TimeRange` — top functions, per-function and
 per-block counts, hotness, the host's samples over time, two ranges compared. Routes never touch the
 tables themselves, so moving the series onto time-partitioned tables with rollups (or another engine)
@@ -22,7 +23,7 @@ interval's hotness is only useful while it is recent and the catalog arrives wit
 """
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -61,7 +62,7 @@ class TimeRange:
 
 
 def interval_start(unix_ns: int) -> datetime:
-    return datetime.fromtimestamp(unix_ns / 1e9, tz=timezone.utc)
+    return datetime.fromtimestamp(unix_ns / 1e9, tz=UTC)
 
 
 async def resolve(session: AsyncSession, host_id: str, spec: RangeSpec) -> TimeRange | None:
@@ -81,43 +82,108 @@ def _empty_range(spec: RangeSpec) -> TimeRange:
     """A range for a host without samples, so responses still say what they cover."""
     if spec.start is not None and spec.end is not None:
         return TimeRange(spec.start, spec.end)
-    end = datetime.now(timezone.utc)
+    end = datetime.now(UTC)
     return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
+
+
+# Coverage and gaps -------------------------------------------------------------------------------
+
+async def coverage(session: AsyncSession, host_id: str, window_s: int, buckets: int) -> dict[str, Any]:
+    """Coverage of the last `window_s` seconds (by our clock) in `buckets` buckets, and the recorded gaps."""
+    bucket_s = max(1, window_s // buckets)
+    end = (await session.execute(text("SELECT now()"))).scalar_one()
+    start = end - timedelta(seconds=bucket_s * buckets)
+    rows = await session.execute(text("""
+        SELECT floor(extract(epoch FROM (ts - :start)) / :b)::int AS i, sum(interval_ms)::bigint AS ms
+        FROM interval_totals WHERE host_id = :h AND ts >= :start AND ts < :end GROUP BY 1"""),
+        {"h": host_id, "start": start, "end": end, "b": bucket_s})
+    covered = {r.i: int(r.ms) for r in rows}
+    gaps = await session.execute(text("""
+        SELECT id, start_ts, end_ts, messages, reason, source FROM data_gaps
+        WHERE host_id = :h AND end_ts >= :start ORDER BY start_ts LIMIT 500"""), {"h": host_id, "start": start})
+    return {"start": start, "end": end, "bucket_s": bucket_s,
+            "buckets": [{"start": start + timedelta(seconds=i * bucket_s),
+                         "covered_ms": min(covered.get(i, 0), bucket_s * 1000)} for i in range(buckets)],
+            "gaps": [{"id": g.id, "start": g.start_ts, "end": g.end_ts, "messages": g.messages, "reason": g.reason,
+                      "source": g.source} for g in gaps]}
+
+
+async def delete_host_series(session: AsyncSession, host_id: str) -> None:
+    """Delete a host's samples and interval totals (its gaps go with its host row)."""
+    for table in ("block_samples", "interval_totals"):
+        await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
 
 
 # Writing ------------------------------------------------------------------------------------------
 
-async def store_batch(engine: AsyncEngine, host_id: str, ts: datetime, interval_ms: int,
-                      rows: list[tuple[int, int, int]], totals: tuple[int, int, int, int, int]) -> None:
-    """rows: (function_id, block_offset, count); totals: (total, user, unmapped, lost, dropped)."""
+async def store_batch(engine: AsyncEngine, host_id: str, ts: datetime | None, interval_ms: int,
+                      rows: list[tuple[int, int, int]], totals: tuple[int, int, int, int, int] | None, *,
+                      mark: tuple[str, int] | None = None, gaps: list[dict] | None = None, refused: bool = False,
+                      clock_offset_ms: int | None = None) -> None:
+    """Store one data message in one transaction: its sample rows (function_id, block_offset, count) and
+    totals (total, user, unmapped, lost, dropped) when ts is given, the gaps it records, and the delivery
+    mark (instance id, seq) that makes a resend of it a no-op. A refused batch stores only its gap, the
+    mark and, when known, the host's clock offset."""
     async with engine.begin() as conn:
-        if rows:
-            raw = await conn.get_raw_connection()
-            async with raw.driver_connection.cursor() as cur:
-                async with cur.copy("COPY block_samples (host_id, ts, function_id, block_offset, count) FROM STDIN") as copy:
+        if ts is not None and totals is not None:
+            if rows:
+                raw = await conn.get_raw_connection()
+                assert raw.driver_connection is not None
+                copy_sql = "COPY block_samples (host_id, ts, function_id, block_offset, count) FROM STDIN"
+                async with raw.driver_connection.cursor() as cur, cur.copy(copy_sql) as copy:
                     for fid, off, count in rows:
                         await copy.write_row((host_id, ts, fid, off, count))
-        await conn.execute(text("""
-            INSERT INTO interval_totals (host_id, ts, interval_ms, total_samples, user_samples, unmapped_samples,
-                                         lost_samples, dropped_samples)
-            VALUES (:h, :ts, :ms, :t, :u, :un, :l, :d)
-            ON CONFLICT (host_id, ts) DO UPDATE SET
-              total_samples = interval_totals.total_samples + excluded.total_samples,
-              user_samples = interval_totals.user_samples + excluded.user_samples,
-              unmapped_samples = interval_totals.unmapped_samples + excluded.unmapped_samples,
-              lost_samples = interval_totals.lost_samples + excluded.lost_samples,
-              dropped_samples = interval_totals.dropped_samples + excluded.dropped_samples"""),
-            {"h": host_id, "ts": ts, "ms": interval_ms or 1000, "t": totals[0], "u": totals[1], "un": totals[2],
-             "l": totals[3], "d": totals[4]})
-        await conn.execute(text("UPDATE hosts SET last_seen = now() WHERE id = :h"), {"h": host_id})
+            await conn.execute(text("""
+                INSERT INTO interval_totals (host_id, ts, interval_ms, total_samples, user_samples,
+                                             unmapped_samples, lost_samples, dropped_samples)
+                VALUES (:h, :ts, :ms, :t, :u, :un, :l, :d)
+                ON CONFLICT (host_id, ts) DO UPDATE SET
+                  total_samples = interval_totals.total_samples + excluded.total_samples,
+                  user_samples = interval_totals.user_samples + excluded.user_samples,
+                  unmapped_samples = interval_totals.unmapped_samples + excluded.unmapped_samples,
+                  lost_samples = interval_totals.lost_samples + excluded.lost_samples,
+                  dropped_samples = interval_totals.dropped_samples + excluded.dropped_samples"""),
+                {"h": host_id, "ts": ts, "ms": interval_ms or 1000, "t": totals[0], "u": totals[1],
+                 "un": totals[2], "l": totals[3], "d": totals[4]})
+        for g in gaps or ():
+            await conn.execute(text("""
+                INSERT INTO data_gaps (host_id, start_ts, end_ts, instance_id, first_seq, messages, reason, source)
+                VALUES (:h, :s, :e, :i, :f, :m, :r, :src)"""),
+                {"h": host_id, "s": g["start"], "e": g["end"], "i": g["instance"], "f": g["first_seq"],
+                 "m": g["messages"], "r": g["reason"][:1024], "src": g["source"]})
+        if mark is not None:
+            await conn.execute(text("""
+                INSERT INTO delivery_marks (host_id, instance_id, seq, updated_at) VALUES (:h, :i, :s, now())
+                ON CONFLICT (host_id, instance_id) DO UPDATE SET seq = greatest(delivery_marks.seq, excluded.seq),
+                  updated_at = now()"""), {"h": host_id, "i": mark[0], "s": mark[1]})
+        if refused:
+            await conn.execute(text("""
+                UPDATE hosts SET refused_batches = refused_batches + 1, last_seen = now(),
+                  clock_offset_ms = coalesce(:o, clock_offset_ms),
+                  clock_checked_at = CASE WHEN :o IS NULL THEN clock_checked_at ELSE now() END
+                WHERE id = :h"""), {"h": host_id, "o": clock_offset_ms})
+        else:
+            await conn.execute(text("UPDATE hosts SET last_seen = now() WHERE id = :h"), {"h": host_id})
 
 
-async def prune_samples(engine: AsyncEngine, retention_hours: float, now: datetime | None = None) -> int:
-    """Delete samples and interval totals older than the retention; returns the sample rows deleted."""
-    cutoff = (now or datetime.now(timezone.utc)) - timedelta(hours=retention_hours)
+async def prune_samples(engine: AsyncEngine, retention_hours: float, now: datetime | None = None,
+                        audit_retention_days: float | None = None) -> int:
+    """Delete samples, interval totals and gaps older than the retention, and rows stamped in the
+    future beyond it (a clock that jumped before validation existed); audit records older than
+    `audit_retention_days` when given. Returns the sample rows deleted."""
+    now = now or datetime.now(UTC)
+    cutoff = now - timedelta(hours=retention_hours)
+    future = now + timedelta(hours=1)
     async with engine.begin() as conn:
-        deleted = (await conn.execute(text("DELETE FROM block_samples WHERE ts < :c"), {"c": cutoff})).rowcount
-        await conn.execute(text("DELETE FROM interval_totals WHERE ts < :c"), {"c": cutoff})
+        deleted = (await conn.execute(text("DELETE FROM block_samples WHERE ts < :c OR ts > :f"),
+                                      {"c": cutoff, "f": future})).rowcount
+        await conn.execute(text("DELETE FROM interval_totals WHERE ts < :c OR ts > :f"), {"c": cutoff, "f": future})
+        await conn.execute(text("DELETE FROM data_gaps WHERE end_ts < :c"), {"c": cutoff})
+        await conn.execute(text("DELETE FROM delivery_marks WHERE updated_at < :c"),
+                           {"c": now - timedelta(hours=max(retention_hours, 24) * 2)})
+        if audit_retention_days is not None:
+            await conn.execute(text("DELETE FROM audit_log WHERE at < :c"),
+                               {"c": now - timedelta(days=audit_retention_days)})
     return deleted
 
 
@@ -254,7 +320,8 @@ async def function_samples(session: AsyncSession, host_id: str, function_id: int
             {"h": host_id, "fid": function_id, "s": r.start, "e": r.end})
         for row in rows:
             total += int(row.s)
-            blocks.append({"offset": row.block_offset, "samples": int(row.s), "samples_per_sec": float(row.s) / r.seconds})
+            blocks.append({"offset": row.block_offset, "samples": int(row.s),
+                           "samples_per_sec": float(row.s) / r.seconds})
     out = r or _empty_range(spec)
     return {**out.public(), "function_id": function_id, "window_s": spec.window_s or round(out.seconds),
             "total": total, "blocks": blocks}
@@ -273,7 +340,7 @@ async def timeline(session: AsyncSession, host_id: str, spec: RangeSpec, points:
     """The host's samples over time in buckets: all, user, idle, outside known functions."""
     r = await resolve(session, host_id, spec) or _empty_range(spec)
     step = timeline_step(r.seconds, points)
-    origin = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    origin = datetime(2000, 1, 1, tzinfo=UTC)
     params = {"h": host_id, "s": r.start, "e": r.end, "step": timedelta(seconds=step), "origin": origin}
     rows = await session.execute(text("""
         SELECT date_bin(:step, ts, :origin) AS b, sum(total_samples) AS total, sum(user_samples) AS "user",

@@ -47,6 +47,10 @@ class Token(BaseModel):
     user: UserPublic
 
 
+class LoginFailure(BaseModel):
+    detail: str
+
+
 class HealthStatus(BaseModel):
     status: Literal["ok"]
 
@@ -81,6 +85,14 @@ class HostPublic(BaseModel):
     block_count: int
     sample_frequency_hz: int
     sample_event: str
+    status: Literal["active", "retired"] = Field(description="retired hosts cannot connect until deleted")
+    enrolled: bool = Field(description="the host holds a current certificate")
+    cert_not_after: datetime | None
+    replica: str | None = Field(description="the backend replica that holds (or last held) the host's stream")
+    clock_offset_ms: int | None = Field(description="the host's clock minus the backend's, measured at connect "
+                                                    "or from a refused batch")
+    clock_skewed: bool = Field(description="the clock offset exceeds the bound batches are accepted within")
+    refused_batches: int = Field(description="metric batches refused because their time was out of bounds")
 
 
 class ModulePublic(BaseModel):
@@ -223,6 +235,66 @@ class Hotness(RangePublic):
     items: list[HotnessItem]
 
 
+class CoverageBucket(BaseModel):
+    start: datetime
+    covered_ms: int = Field(description="milliseconds of the bucket covered by stored metric intervals")
+
+
+class GapPublic(BaseModel):
+    id: int
+    start: datetime
+    end: datetime
+    messages: int
+    reason: str
+    source: Literal["agent", "backend"]
+
+
+class DataCoverage(BaseModel):
+    start: datetime
+    end: datetime
+    bucket_s: int
+    buckets: list[CoverageBucket]
+    gaps: list[GapPublic]
+
+
+class EnrolmentTokenCreate(BaseModel):
+    note: str = Field("", max_length=200, description="what the token is for, for the list")
+    hours: float = Field(24.0, gt=0, le=24 * 30, description="how long the token stays valid")
+    host_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$",
+                                description="only this host may use the token; needed to enrol a host that "
+                                            "holds a certificate already (a new key, a reinstalled agent)")
+
+
+class EnrolmentTokenPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: uuid.UUID
+    note: str
+    host_id: str | None
+    created_by: str
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None
+    used_by_host: str | None
+    revoked_at: datetime | None
+
+
+class EnrolmentTokenCreated(EnrolmentTokenPublic):
+    token: str = Field(description="the one-time token; shown only in this answer")
+    ca_pem: str = Field(description="the CA certificate agents verify the backend with")
+    enroll_port: int = Field(description="the port agents enrol on (TLS)")
+
+
+class EnrolmentRequestPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    host_id: str
+    hostname: str
+    peer: str
+    requested_at: datetime
+    status: Literal["pending", "approved", "rejected"]
+    decided_by: str | None
+    decided_at: datetime | None
+
+
 class TimelinePoint(BaseModel):
     t: datetime = Field(description="Start of the bucket")
     seconds: float = Field(description="Sampled seconds in the bucket (intervals the host reported)")
@@ -276,7 +348,8 @@ class CatalogPublic(BaseModel):
     offsets: list[int]
     sizes: list[int]
     block_counts: list[int]
-    undecodable: list[int] = Field(description="Positions (in these columns) of functions the agent could not decode whole")
+    undecodable: list[int] = Field(
+        description="Positions (in these columns) of functions the agent could not decode whole")
 
 
 class AuditEntry(BaseModel):
@@ -314,7 +387,12 @@ class PingEvent(BaseModel):
     at: datetime
 
 
-LiveEvent = Annotated[HostEvent | SamplesEvent | PingEvent, Field(discriminator="type")]
+class GapEvent(BaseModel):
+    type: Literal["gap"]
+    host_id: str
+
+
+LiveEvent = Annotated[HostEvent | SamplesEvent | PingEvent | GapEvent, Field(discriminator="type")]
 
 
 def hex64(value: int) -> str:

@@ -1,22 +1,29 @@
 # SPDX-License-Identifier: Apache-2.0
 """Assembling and running one backend process; shared by `python -m app` and the tests.
 
-`prepare` does the synchronous start-up work (data folder, database, migrations, secrets, first admin);
-`build_runtime` creates the async objects; `serve` runs uvicorn and the gRPC server in the current
-event loop, plus the sample-retention task, until `stop` is set.
+`prepare` does the synchronous start-up work (data folder, database, migrations, secrets, the
+certificate authority, first admin); `build_runtime` creates the async objects; `serve` runs uvicorn
+and the gRPC server in the current event loop, plus the retention task and the embedded Postgres's
+supervisor, until `stop` is set.
+
+Presence comes from live streams: at start this replica marks offline every host whose stream it
+held (they reconnect within seconds), and staged catalog uploads a stopped backend left are removed.
 """
 import asyncio
 import logging
 import os
 import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
 from sqlalchemy import create_engine, text
 
+from app import catalog, crud
+from app.core import pki as pki_module
 from app.core.config import Settings, normalise_database_url
-from app.core.db import make_engine, make_sessionmaker, start_embedded_postgres, stop_embedded_postgres, upgrade_database
+from app.core.db import EmbeddedPostgres, make_engine, make_sessionmaker, upgrade_database
 from app.core.security import hash_password, read_or_create_secret
 from app.grpc.agent_service import AgentRegistry, create_grpc_server
 from app.main import create_app
@@ -30,13 +37,13 @@ log = logging.getLogger("hotpath")
 class Prepared:
     database_url: str
     secret_key: bytes
-    agent_token: str
-    embedded: object | None = None
+    pki: pki_module.Pki | None = None
+    embedded: EmbeddedPostgres | None = None
 
     def close(self) -> None:
         if self.embedded is not None:
             log.info("stopping the embedded Postgres")
-            stop_embedded_postgres(self.embedded)
+            self.embedded.stop()
             self.embedded = None
 
 
@@ -49,12 +56,13 @@ def prepare(settings: Settings) -> Prepared:
         log.info("using the Postgres at DATABASE_URL")
     else:
         log.info("starting the embedded Postgres in %s", data_dir / "pgdata")
-        embedded, url = start_embedded_postgres(data_dir / "pgdata")
-    prepared = Prepared(database_url=url, secret_key=b"", agent_token="", embedded=embedded)
+        embedded = EmbeddedPostgres(data_dir / "pgdata")
+        url = embedded.start()
+    prepared = Prepared(database_url=url, secret_key=b"", embedded=embedded)
     try:
         upgrade_database(url)
         prepared.secret_key = read_or_create_secret(data_dir / "secret-key", lambda: secrets.token_hex(32)).encode()
-        prepared.agent_token = read_or_create_secret(data_dir / "agent-token", lambda: secrets.token_urlsafe(32))
+        prepared.pki = pki_module.load_or_create(data_dir / "tls", settings.tls_server_names)
         ensure_admin(url, data_dir / "admin-password")
     except BaseException:
         prepared.close()
@@ -82,24 +90,57 @@ def ensure_admin(url: str, password_file: Path) -> None:
 
 
 def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
+    assert prepared.pki is not None
     engine = make_engine(prepared.database_url)
+    replica = settings.replica_id or f"{socket.gethostname()}:{settings.grpc_port}"
     runtime = Runtime(settings=settings, engine=engine, sessionmaker=make_sessionmaker(engine),
-                      secret_key=prepared.secret_key, agent_token=prepared.agent_token)
+                      secret_key=prepared.secret_key, pki=prepared.pki, replica_id=replica)
     runtime.agents = AgentRegistry(runtime)
+    crud.set_clock_skew(settings.max_clock_skew_s)
     runtime.metrics.bind(runtime)
     return runtime
+
+
+async def reset_presence(runtime: Runtime) -> None:
+    """Mark offline the hosts whose streams this replica held before it (re)started, and drop catalog
+    uploads that a stopped backend left half done."""
+    async with runtime.engine.begin() as conn:
+        result = await conn.execute(text("""
+            UPDATE hosts SET online = false WHERE online AND (replica = :r OR replica IS NULL)"""),
+            {"r": runtime.replica_id})
+    if result.rowcount:
+        log.info("marked %d host(s) offline until their agents reconnect", result.rowcount)
+    stale = await catalog.discard_stale_uploads(runtime.engine, older_than_s=0)
+    if stale:
+        log.info("removed %d unfinished catalog upload(s)", stale)
 
 
 async def retention_loop(runtime: Runtime) -> None:
     settings = runtime.settings
     while True:
         try:
-            deleted = await prune_samples(runtime.engine, settings.sample_retention_hours)
+            deleted = await prune_samples(runtime.engine, settings.sample_retention_hours,
+                                          audit_retention_days=settings.audit_retention_days)
             if deleted:
                 log.info("retention: deleted %d sample rows older than %g h", deleted, settings.sample_retention_hours)
         except Exception:  # noqa: BLE001 - try again next round
-            log.exception("retention pass failed")
+            log.warning("retention pass failed (the database may be restarting); next round in %g s",
+                        settings.retention_interval_s)
         await asyncio.sleep(settings.retention_interval_s)
+
+
+async def supervise_postgres(embedded: EmbeddedPostgres, interval_s: float = 1.0) -> None:
+    """Restart the embedded Postgres when it dies; the engine's pool reconnects on its next use."""
+    while True:
+        await asyncio.sleep(interval_s)
+        if embedded.running():
+            continue
+        log.error("the embedded Postgres is not running; restarting it")
+        try:
+            await asyncio.to_thread(embedded.start)
+            log.info("the embedded Postgres is back")
+        except Exception:  # noqa: BLE001 - keep trying; /health answers 503 meanwhile
+            log.exception("restarting the embedded Postgres failed; trying again")
 
 
 class _Uvicorn(uvicorn.Server):
@@ -108,15 +149,26 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_port: int | None = None):
-    """Start the gRPC and HTTP servers; returns (grpc server, uvicorn server, http task, grpc port, http port)."""
+    """Start the gRPC and HTTP servers; returns (grpc server, uvicorn server, http task, grpc port, http port).
+    The enrolment port is in runtime.enroll_port."""
     settings = runtime.settings
-    grpc_server, bound = create_grpc_server(
-        runtime, f"{settings.grpc_host}:{settings.grpc_port if grpc_port is None else grpc_port}")
+    port = settings.grpc_port if grpc_port is None else grpc_port
+    enroll = settings.enroll_port or (port + 1 if port else 0)
+    await reset_presence(runtime)
+    grpc_server, bound, enroll_bound = create_grpc_server(runtime, f"{settings.grpc_host}:{port}",
+                                                          f"{settings.grpc_host}:{enroll}")
     await grpc_server.start()
-    log.info("listening for agents (gRPC) on %s:%d", settings.grpc_host, bound)
+    runtime.enroll_port = enroll_bound
+    log.info("listening for agents on %s:%d (mutual TLS) and for enrolment on %s:%d (TLS)", settings.grpc_host,
+             bound, settings.grpc_host, enroll_bound)
     app = create_app(runtime, settings.static_dir)
+    tls: dict = {}
+    if settings.https:
+        tls = {"ssl_certfile": str(settings.https_cert_file or runtime.pki.server_cert_file),
+               "ssl_keyfile": str(settings.https_key_file or runtime.pki.server_key_file)}
     config = uvicorn.Config(app, host=settings.http_host, port=settings.http_port if http_port is None else http_port,
-                            log_level="warning", ws_ping_interval=None, lifespan="off")
+                            log_level="warning", ws_ping_interval=None, lifespan="off",
+                            limit_concurrency=1000, h11_max_incomplete_event_size=64 * 1024, **tls)
     http = _Uvicorn(config)
     http_task = asyncio.create_task(http.serve())
     while not http.started:
@@ -125,8 +177,9 @@ async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_por
             raise RuntimeError("the HTTP server stopped during start-up")
         await asyncio.sleep(0.02)
     http_port = http.servers[0].sockets[0].getsockname()[1]
-    log.info("serving the API%s on http://%s:%d/", " and console" if settings.static_dir and
-             (settings.static_dir / "index.html").is_file() else "", settings.http_host, http_port)
+    log.info("serving the API%s on %s://%s:%d/", " and console" if settings.static_dir and
+             (settings.static_dir / "index.html").is_file() else "", "https" if settings.https else "http",
+             settings.http_host, http_port)
     return grpc_server, http, http_task, bound, http_port
 
 
@@ -136,17 +189,20 @@ async def stop_servers(runtime: Runtime, grpc_server, http, http_task) -> None:
     http.should_exit = True
     try:
         await asyncio.wait_for(http_task, 10)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         http_task.cancel()
     await runtime.engine.dispose()
 
 
-async def serve(runtime: Runtime, stop: asyncio.Event) -> None:
+async def serve(runtime: Runtime, stop: asyncio.Event, embedded: EmbeddedPostgres | None = None) -> None:
     grpc_server, http, http_task, _, _ = await start_servers(runtime)
-    retention = asyncio.create_task(retention_loop(runtime))
+    tasks = [asyncio.create_task(retention_loop(runtime))]
+    if embedded is not None:
+        tasks.append(asyncio.create_task(supervise_postgres(embedded)))
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait({stopper, http_task}, return_when=asyncio.FIRST_COMPLETED)
     log.info("stopping")
-    retention.cancel()
+    for task in tasks:
+        task.cancel()
     stopper.cancel()
     await stop_servers(runtime, grpc_server, http, http_task)

@@ -8,15 +8,18 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from app.core import pki
 from app.core.config import Settings, normalise_database_url
 from app.core.db import start_embedded_postgres, stop_embedded_postgres, upgrade_database
 from app.server import Prepared, build_runtime, ensure_admin, start_servers, stop_servers
+from tests.scripted_agent import Credentials, ScriptedAgent, enroll, new_token
 
 
 def _recreate_database(server_url: str, name: str) -> str:
@@ -62,21 +65,38 @@ def data_dir():
 async def backend(database_url, data_dir):
     """The running backend: its runtime, HTTP base URL and gRPC target."""
     settings = Settings(data_dir=data_dir, http_host="127.0.0.1", http_port=0, grpc_host="127.0.0.1", grpc_port=0,
-                        command_timeout_s=3.0, ws_ping_interval_s=20.0, database_url=database_url)
+                        command_timeout_s=3.0, ws_ping_interval_s=20.0, database_url=database_url,
+                        # Every test signs in from 127.0.0.1: the per-address limit is tested on its own.
+                        login_attempts_per_minute=100_000)
     ensure_admin(database_url, data_dir / "admin-password")
     prepared = Prepared(database_url=database_url, secret_key=secrets.token_bytes(32),
-                        agent_token=secrets.token_urlsafe(32))
+                        pki=pki.load_or_create(data_dir / "tls"))
     runtime = build_runtime(settings, prepared)
     grpc_server, http, http_task, grpc_port, http_port = await start_servers(runtime)
 
     class Backend:
-        pass
+        runtime: Any
+        base_url: str
+        grpc_target: str
+        enroll_target: str
+        ca_pem: bytes
+        admin_password: str
+
+        async def credentials(self, host_id: str) -> Credentials:
+            """Enrol `host_id` with a fresh one-time token for it, as an agent would."""
+            return await enroll(self.enroll_target, self.ca_pem, host_id,
+                                await new_token(self.runtime, host_id=host_id))
+
+        async def agent(self, host_id: str, **kwargs) -> ScriptedAgent:
+            """A fake agent for `host_id`, enrolled and ready to connect."""
+            return ScriptedAgent(self.grpc_target, await self.credentials(host_id), host_id, **kwargs)
 
     b = Backend()
     b.runtime = runtime
     b.base_url = f"http://127.0.0.1:{http_port}"
     b.grpc_target = f"127.0.0.1:{grpc_port}"
-    b.agent_token = prepared.agent_token
+    b.enroll_target = f"127.0.0.1:{runtime.enroll_port}"
+    b.ca_pem = runtime.pki.ca_pem
     b.admin_password = (data_dir / "admin-password").read_text().strip()
     yield b
     await stop_servers(runtime, grpc_server, http, http_task)

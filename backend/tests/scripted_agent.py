@@ -1,17 +1,27 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A scripted agent client for the backend's tests.
+"""A scripted agent client for the backend's tests: a fake agent.
 
-It is a stand-in for hotpathd on the agent side of the real gRPC stream: it replays a deterministic,
-generated catalog and deterministic metric batches so the tests can assert exact numbers, and answers
-InspectFunction commands with deterministic instructions (or an error, or silence, on request). The
-real agent is exercised by its own stream test and the browser tests.
+It is a stand-in for hotpathd on the agent side of the real gRPC stream: it enrols like an agent
+(its own key, a CSR, a one-time token) and connects over mutual TLS, replays a deterministic,
+generated catalog (named by the same canonical digest the real agent computes) and deterministic
+metric batches so the tests can assert exact numbers, and answers InspectFunction commands with
+deterministic instructions (or an error, or silence, on request). The real agent is exercised by its
+own stream test, the browser tests and bench/chaos.
 """
 import asyncio
 import hashlib
 import time
+import uuid
+from dataclasses import dataclass
 
 import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
+from app import enrolment
+from app.catalog_digest import piece_digest
 from app.proto import pb, pb_grpc
 
 KERNEL_BASE = 0xFFFFFFFF81000000
@@ -40,7 +50,8 @@ def kernel_functions(count: int) -> list["pb.Function"]:
         calls = []
         if i == 0:
             del blocks[2].successors[:]
-            blocks[2].successors.append(pb.Successor(kind=pb.SUCCESSOR_KIND_TAIL_CALL, target=0, target_name="ksys_read"))
+            blocks[2].successors.append(pb.Successor(kind=pb.SUCCESSOR_KIND_TAIL_CALL, target=0,
+                                                     target_name="ksys_read", target_module="vmlinux"))
             calls = [pb.Call(site_offset=0x8, target=0, target_name="__x64_sys_read", target_module="vmlinux")]
         out.append(pb.Function(index=i, name=name, offset=offset, size=size, blocks=blocks, calls=calls,
                                indirect_call_sites=[0xC] if i == 0 else []))
@@ -57,22 +68,64 @@ def module_functions(count: int) -> list["pb.Function"]:
         for i in range(count)]
 
 
-def digest_of(tag: str, functions: list["pb.Function"]) -> str:
-    h = hashlib.sha256(tag.encode())
-    for f in functions:
-        h.update(f.SerializeToString(deterministic=True))
-    return h.hexdigest()
+def build_id_of(tag: str) -> str:
+    """A kernel build id per test tag, so each test's hosts get catalog pieces of their own."""
+    return hashlib.sha1(tag.encode()).hexdigest()
+
+
+@dataclass
+class Credentials:
+    """What enrolment leaves an agent with: its key, its certificate, and the CA it trusts."""
+
+    key_pem: bytes
+    cert_pem: bytes
+    ca_pem: bytes
+
+
+def make_csr(host_id: str, common_name: str | None = None) -> tuple[bytes, str]:
+    """A fresh P-256 key and a CSR for it; returns (key PEM, CSR PEM)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = (x509.CertificateSigningRequestBuilder()
+           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or host_id)]))
+           .sign(key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return key_pem, csr.public_bytes(serialization.Encoding.PEM).decode()
+
+
+async def new_token(runtime, note: str = "scripted agent", host_id: str | None = None) -> str:
+    async with runtime.sessionmaker() as db:
+        _, secret = await enrolment.create_token(db, "tests", note, 1.0, host_id)
+        await db.commit()
+    return secret
+
+
+async def enroll(enroll_target: str, ca_pem: bytes, host_id: str, token: str, hostname: str | None = None,
+                 csr: tuple[bytes, str] | None = None) -> Credentials:
+    """Enrol like an agent: EnrollRequest over server-authenticated TLS; returns the credentials."""
+    key_pem, csr_pem = csr or make_csr(host_id)
+    async with grpc.aio.secure_channel(enroll_target, grpc.ssl_channel_credentials(root_certificates=ca_pem)) as ch:
+        stub = pb_grpc.AgentServiceStub(ch)
+        reply = await stub.Enroll(pb.EnrollRequest(host_id=host_id, hostname=hostname or f"host-{host_id}",
+                                                   token=token, csr_pem=csr_pem), timeout=20)
+    return Credentials(key_pem=key_pem, cert_pem=reply.certificate_pem.encode(), ca_pem=reply.ca_pem.encode())
 
 
 class ScriptedAgent:
-    def __init__(self, target: str, token: str, host_id: str, hostname: str | None = None,
+    def __init__(self, target: str, credentials: Credentials | None, host_id: str, hostname: str | None = None,
                  modules: list[tuple[str, int, list]] | None = None, chunk_size: int = 500,
                  kernel_tag: str = "build-1") -> None:
-        self.target, self.token, self.host_id = target, token, host_id
+        self.target, self.credentials, self.host_id = target, credentials, host_id
         self.hostname = hostname or f"host-{host_id}"
+        self.build_id = build_id_of(kernel_tag)
+        self.instance_id = uuid.uuid4().hex
+        self.seq = 0
+        self.acks: list[pb.Ack] = []
         if modules is None:
             modules = [("vmlinux", KERNEL_BASE, kernel_functions(50)), ("hotmod", MODULE_BASE, module_functions(4))]
-        self.modules = [(name, base, fns, digest_of(f"{kernel_tag}/{name}", fns)) for name, base, fns in modules]
+        core_base = modules[0][1] if modules else 0
+        self.modules = [(name, base, fns, piece_digest(self.build_id, name, core_base, fns))
+                        for name, base, fns in modules]
         self.chunk_size = chunk_size
         self.channel: grpc.aio.Channel | None = None
         self.call = None
@@ -83,7 +136,7 @@ class ScriptedAgent:
 
     def hello(self) -> "pb.Hello":
         return pb.Hello(
-            host_id=self.host_id, hostname=self.hostname, kernel_release="6.18.0-test", kernel_build_id="ab" * 20,
+            host_id=self.host_id, hostname=self.hostname, kernel_release="6.18.0-test", kernel_build_id=self.build_id,
             cpu_model="Test CPU @ 2.0GHz", cpu_count=2,
             l1i=pb.CacheGeometry(size_bytes=32768, line_bytes=64, ways=8),
             capabilities=[pb.Capability(name="kernel_text_read", available=True, detail="bpf_probe_read_kernel"),
@@ -92,12 +145,17 @@ class ScriptedAgent:
             modules=[pb.ModuleRef(name=n, digest=d, base_address=b, function_count=len(f),
                                   block_count=sum(len(x.blocks) for x in f)) for n, b, f, d in self.modules],
             agent_version="0.1.0-scripted", metric_interval_ms=1000, sample_frequency_hz=99, sample_event="cpu-clock",
-            parse_seconds=0.5)
+            parse_seconds=0.5, instance_id=self.instance_id, clock_unix_ns=time.time_ns())
 
-    def open(self, token: str | None = None):
-        self.channel = grpc.aio.insecure_channel(self.target)
+    def open(self, target: str | None = None, credentials: Credentials | None = None):
+        """Open the stream over mutual TLS with this agent's credentials (or the ones given)."""
+        creds = credentials or self.credentials
+        assert creds is not None, "enrol first"
+        channel_creds = grpc.ssl_channel_credentials(root_certificates=creds.ca_pem, private_key=creds.key_pem or None,
+                                                     certificate_chain=creds.cert_pem or None)
+        self.channel = grpc.aio.secure_channel(target or self.target, channel_creds)
         stub = pb_grpc.AgentServiceStub(self.channel)
-        self.call = stub.Connect(metadata=[("authorization", f"Bearer {token or self.token}")])
+        self.call = stub.Connect()
         return self.call
 
     async def connect(self, send_catalog: bool = True) -> "pb.Welcome":
@@ -122,12 +180,17 @@ class ScriptedAgent:
                     digest=digest, module=name, seq=seq, last=seq == len(chunks) - 1, functions=part)))
 
     async def send_metrics(self, interval_start_ns: int, blocks: list[tuple[str, int, int, int]],
-                           total: int | None = None, user: int = 0) -> None:
+                           total: int | None = None, user: int = 0, seq: int | None = None) -> int:
+        """Send one batch; numbered (the next sequence number unless `seq` is given; 0 = unnumbered)."""
         counted = sum(b[3] for b in blocks)
-        await self.call.write(pb.AgentMessage(metrics=pb.MetricBatch(
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
+        await self.call.write(pb.AgentMessage(seq=seq, metrics=pb.MetricBatch(
             interval_start_unix_ns=interval_start_ns, interval_ms=1000,
             blocks=[pb.BlockSamples(module=m, function_index=i, block_offset=o, count=c) for m, i, o, c in blocks],
             total_samples=total if total is not None else counted + user, user_samples=user)))
+        return seq
 
     @staticmethod
     def instructions_for(index: int) -> list["pb.Instruction"]:
@@ -141,6 +204,9 @@ class ScriptedAgent:
             msg = await self.call.read()
             if msg is grpc.aio.EOF:
                 return
+            if msg.WhichOneof("kind") == "ack":
+                self.acks.append(msg.ack)
+                continue
             if msg.WhichOneof("kind") != "command":
                 continue
             self.commands.append(msg.command)
@@ -163,12 +229,12 @@ class ScriptedAgent:
         if self.call is not None:
             try:
                 await self.call.done_writing()
-            except Exception:  # noqa: BLE001 - the server may already have ended it
+            except Exception:  # noqa: BLE001, S110 - the server may already have ended it
                 pass
         if self._reader is not None:
             try:
                 await asyncio.wait_for(self._reader, 5)
-            except (asyncio.TimeoutError, grpc.aio.AioRpcError):
+            except (TimeoutError, grpc.aio.AioRpcError):
                 self._reader.cancel()
         if self.channel is not None:
             await self.channel.close()
@@ -184,3 +250,9 @@ async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
         if time.monotonic() > end:
             raise AssertionError(f"condition not met within {timeout} s (last value: {value!r})")
         await asyncio.sleep(interval)
+
+
+async def wait_for_ack(agent: ScriptedAgent, seq: int, timeout: float = 10.0) -> None:
+    async def acked():
+        return any(a.seq >= seq and a.instance_id == agent.instance_id for a in agent.acks)
+    await wait_until(acked, timeout)

@@ -21,10 +21,11 @@ export async function api(): Promise<APIRequestContext> {
   return request.newContext({ baseURL, extraHTTPHeaders: { Authorization: `Bearer ${access_token}` } });
 }
 
-/** The id of this machine's host as the backend knows it (the agent's host id). */
+/** The id of this machine's host as the backend knows it (the agent's host id: /etc/machine-id). */
 export async function thisHostId(ctx: APIRequestContext): Promise<string> {
   const hosts = await (await ctx.get("/api/v1/hosts")).json();
-  const h = hosts.find((x: { hostname: string }) => x.hostname === hostname);
+  const machineId = readFileSync("/etc/machine-id", "utf8").trim();
+  const h = hosts.find((x: { id: string }) => x.id === machineId);
   if (!h) throw new Error(`host ${hostname} not registered; hosts: ${JSON.stringify(hosts.map((x: { hostname: string }) => x.hostname))}`);
   return h.id;
 }
@@ -65,6 +66,7 @@ export function agentPid(): number {
 }
 
 export async function openHost(page: Page) {
+  const machineId = readFileSync("/etc/machine-id", "utf8").trim();
   await page.goto("/");
-  await page.getByRole("link", { name: hostname, exact: false }).first().click();
+  await page.locator(`a[href="/hosts/${machineId}"]`).filter({ hasText: hostname }).first().click();
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Routes of the console: login, host list, host (code tree / top functions) and function view.
+// Routes of the console: login, host list, host (code tree / top functions), function view, admin.
 import { Link, Route, Routes } from "react-router-dom";
 import { Layout } from "./Layout";
 import { LoginPage } from "./features/auth/LoginPage";
@@ -7,6 +7,7 @@ import { RequireAuth } from "./features/auth/RequireAuth";
 import { HostsPage } from "./features/hosts/HostsPage";
 import { HostPage } from "./features/hosts/HostPage";
 import { FunctionPage } from "./features/functions/FunctionPage";
+import { AdminPage } from "./features/admin/AdminPage";
 
 export function App() {
   return (
@@ -16,6 +17,7 @@ export function App() {
         <Route index element={<HostsPage />} />
         <Route path="hosts/:hostId" element={<HostPage />} />
         <Route path="hosts/:hostId/functions/:functionId" element={<FunctionPage />} />
+        <Route path="admin" element={<AdminPage />} />
         <Route path="*" element={<NotFound />} />
       </Route>
     </Routes>

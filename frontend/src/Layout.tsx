@@ -17,6 +17,7 @@ export function Layout() {
         <Link to="/" className="brand">Hotpath</Link>
         <nav aria-label="Main">
           <Link to="/">All hosts</Link>
+          {user?.role === "admin" && <Link to="/admin">Admin</Link>}
         </nav>
         <span className={`live live-${live}`} title="Live updates from the server">
           {live === "open" ? "live" : live === "connecting" ? "connecting…" : "live updates paused"}

@@ -28,6 +28,7 @@ static inline int hp_parse_uint(const char *s, unsigned lo, unsigned hi, unsigne
 int cmd_inspect(int argc, char **argv); /* inspect.c: one function of a target */
 int cmd_parse(int argc, char **argv);   /* inspect.c: parse a whole target, print totals */
 int cmd_run(int argc, char **argv);     /* run.c: connect to the backend and serve it */
+int cmd_enroll(int argc, char **argv);  /* run.c: get this host's certificate from the backend */
 int cmd_sample(int argc, char **argv);  /* sample.c: whole-system PC sampling, locally */
 int cmd_plan(int argc, char **argv);    /* plan.c: a code positioning plan for a root function */
 

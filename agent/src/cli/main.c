@@ -17,6 +17,7 @@ struct command {
 };
 
 static const struct command commands[] = {
+	{ "enroll", cmd_enroll, "give this host its identity: a certificate from the backend's CA" },
 	{ "inspect", cmd_inspect, "show one function's blocks, instructions, successors and callees" },
 	{ "plan", cmd_plan, "plan the re-layout of a hot function and its callees (nothing is installed)" },
 	{ "parse", cmd_parse, "parse a whole target (kernel, ELF file, process) and print totals" },

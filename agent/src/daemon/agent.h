@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The daemon's state, shared by its parts: the model and sampler that live
- * across connections, and the catalog pieces still to send on the current
- * stream. Only the daemon's own files include this.
+ * across connections, the outbox of unacknowledged data, the host's
+ * credentials, and the catalog pieces still to send on the current stream.
+ * Only the daemon's own files include this.
  */
 #ifndef HOTPATH_DAEMON_AGENT_H
 #define HOTPATH_DAEMON_AGENT_H
@@ -13,6 +14,8 @@
 #include <stdint.h>
 
 #include "daemon/catalog.h"
+#include "daemon/credentials.h"
+#include "daemon/outbox.h"
 #include "host/caps.h"
 #include "host/hostinfo.h"
 #include "measure/sampler.h"
@@ -36,7 +39,10 @@ struct agent {
 	size_t ncatalog, catalog_pos;
 	struct hp_catalog_iter catalog_it;
 	bool catalog_active;
-	uint64_t dropped_batches;
+	/* Data messages until the backend acknowledges them. */
+	struct hp_outbox outbox;
+	/* Who this agent is to the backend. */
+	struct hp_credentials id;
 };
 
 /* Set by SIGINT/SIGTERM. */

@@ -258,8 +258,11 @@ static Hotpath__V1__Function *build_function(struct arena *a, const struct hp_mo
 					hotpath__v1__successor__init(&ss[s]);
 					ss[s].kind = (Hotpath__V1__SuccessorKind)sc->kind;
 					ss[s].target = sc->target;
-					if (sc->kind == HP_SUCC_TAIL_CALL)
-						ss[s].target_name = target_name(a, m, sc->target, NULL);
+					if (sc->kind == HP_SUCC_TAIL_CALL) {
+						const char *tmod = "";
+						ss[s].target_name = target_name(a, m, sc->target, &tmod);
+						ss[s].target_module = (char *)tmod;
+					}
 					pb->successors[s] = &ss[s];
 				}
 			}

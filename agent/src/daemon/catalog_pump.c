@@ -43,6 +43,31 @@ void hp_catalog_pump_start(struct agent *ag, const Hotpath__V1__Welcome *w)
 	hp_log(true, "welcome: session %s, %zu catalog piece(s) to send", w->session_id, ag->ncatalog);
 }
 
+void hp_catalog_pump_request(struct agent *ag, const Hotpath__V1__CatalogRequest *r)
+{
+	for (size_t i = 0; i < r->n_digests; i++) {
+		size_t m = 0;
+		while (m < ag->model->nmods && strcmp(ag->model->mods[m].digest, r->digests[i]) != 0)
+			m++;
+		if (m == ag->model->nmods) {
+			hp_log(false, "the backend asked for catalog %.64s, which this agent does not have; ignored",
+			       r->digests[i]);
+			continue;
+		}
+		bool queued = ag->catalog_active && ag->catalog_it.mod_idx == m;
+		for (size_t q = ag->catalog_pos; q < ag->ncatalog && !queued; q++)
+			queued = ag->catalog_queue[q] == m;
+		if (queued)
+			continue;
+		size_t *grown = realloc(ag->catalog_queue, (ag->ncatalog + 1) * sizeof(*grown));
+		if (!grown)
+			return;
+		ag->catalog_queue = grown;
+		ag->catalog_queue[ag->ncatalog++] = m;
+		hp_log(true, "the backend asked again for catalog %s", ag->model->mods[m].name);
+	}
+}
+
 void hp_catalog_pump(struct agent *ag, struct hp_stream *st)
 {
 	while (hp_stream_pending(st) < CATALOG_QUEUE) {

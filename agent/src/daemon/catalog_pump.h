@@ -16,6 +16,8 @@ struct hp_stream;
 void hp_catalog_pump_start(struct agent *ag, const Hotpath__V1__Welcome *w);
 /* Forget what is queued (a new stream starts). */
 void hp_catalog_pump_reset(struct agent *ag);
+/* Queue the pieces a CatalogRequest names (after the Welcome), unless queued already. */
+void hp_catalog_pump_request(struct agent *ag, const Hotpath__V1__CatalogRequest *r);
 /* Queue chunks while the stream's send queue has room. */
 void hp_catalog_pump(struct agent *ag, struct hp_stream *st);
 

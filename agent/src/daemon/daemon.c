@@ -1,26 +1,33 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The agent daemon's life: parse the whole live kernel once and keep the
- * model in memory, probe capabilities, start sampling every CPU, then serve
- * the backend one stream at a time (daemon/session.c). When a stream ends it
- * backs off (1 s doubling to 30 s) and reconnects with a fresh Hello; the
- * model and the sampler live on across connections. SIGINT/SIGTERM cancel
- * the call and end the run with status 0.
+ * The agent daemon's life: make sure it is enrolled (daemon/enroll.c), parse
+ * the whole live kernel once and keep the model in memory, probe
+ * capabilities, start sampling every CPU, then serve the backend one stream
+ * at a time (daemon/session.c). When a stream ends it backs off (0.5 s
+ * doubling to 4 s, each wait drawn at random between half and all of it, so
+ * a fleet does not reconnect in step) and reconnects with a fresh Hello; the
+ * model, the sampler and the outbox of unacknowledged data live on across
+ * connections. SIGINT/SIGTERM cancel the call, write the outbox to the spool
+ * and end the run with status 0.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon/agent.h"
 #include "daemon/daemon.h"
+#include "daemon/enroll.h"
 #include "daemon/log.h"
 #include "daemon/session.h"
 #include "daemon/transport.h"
 #include "target/target.h"
 
-#define BACKOFF_MAX_MS 30000
+#define BACKOFF_MIN_MS 500
+#define BACKOFF_MAX_MS 4000
 
 volatile sig_atomic_t hp_stop_requested;
 
@@ -106,24 +113,74 @@ static void probe_and_sample(struct agent *ag)
 	}
 }
 
-/* Serve the backend until a stop is requested, reconnecting with backoff. */
-static void serve_forever(struct agent *ag, const char *server, const char *token)
+/* Wait about backoff_ms (at random between half and all of it), sampling meanwhile. */
+static void back_off(struct agent *ag, unsigned backoff_ms, int64_t *next_ms)
 {
-	int64_t next_ms = hp_mono_ms() + ag->interval_ms;
-	unsigned backoff_ms = 1000;
-	while (!hp_stop_requested) {
-		hp_log(true, "connecting to %s", server);
-		if (hp_serve_stream(ag, server, token, &next_ms))
-			backoff_ms = 1000;
-		if (hp_stop_requested)
+	unsigned wait_ms = backoff_ms / 2 + (unsigned)(random() % (backoff_ms / 2 + 1));
+	hp_log(true, "reconnecting in %.1f s", wait_ms / 1000.0);
+	int64_t until = hp_mono_ms() + wait_ms;
+	while (!hp_stop_requested && hp_mono_ms() < until) {
+		struct timespec ts = { 0, 50 * 1000000L };
+		nanosleep(&ts, NULL);
+		hp_interval_tick(ag, next_ms);
+	}
+}
+
+/* Enrol (again) and load the credentials; 0, or a negative errno (logged). */
+static int enroll_and_load(struct agent *ag, const struct hp_daemon_opts *o, const char *enroll_server)
+{
+	char err[512];
+	struct hp_enroll_opts eo = { .server = enroll_server,
+				     .state_dir = o->state_dir,
+				     .host_id = ag->host.host_id,
+				     .hostname = ag->host.hostname,
+				     .token = o->token,
+				     .ca_file = o->ca_file,
+				     .wait = true };
+	hp_log(true, "enrolling host %s at %s%s", ag->host.host_id, enroll_server,
+	       o->token ? " with an enrolment token" : " (waiting for an admin to approve it in the console)");
+	unsigned backoff_ms = BACKOFF_MIN_MS;
+	for (;;) {
+		int r = hp_enroll(&eo, err, sizeof(err));
+		if (r == 0)
 			break;
-		hp_log(true, "reconnecting in %.0f s", backoff_ms / 1000.0);
+		hp_log(false, "%s", err);
+		if (r != -EIO || hp_stop_requested)
+			return r;
 		int64_t until = hp_mono_ms() + backoff_ms;
 		while (!hp_stop_requested && hp_mono_ms() < until) {
 			struct timespec ts = { 0, 50 * 1000000L };
 			nanosleep(&ts, NULL);
-			hp_interval_tick(ag, NULL, false, &next_ms);
 		}
+		backoff_ms = backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff_ms * 2;
+	}
+	hp_credentials_free(&ag->id);
+	int r = hp_credentials_load(o->state_dir, &ag->id, err, sizeof(err));
+	if (r < 0)
+		hp_log(false, "%s", err);
+	return r;
+}
+
+/* Serve the backend until a stop is requested, reconnecting with backoff. */
+static void serve_forever(struct agent *ag, const struct hp_daemon_opts *o, const char *enroll_server)
+{
+	int64_t next_ms = hp_mono_ms() + ag->interval_ms;
+	unsigned backoff_ms = BACKOFF_MIN_MS;
+	bool token_spent = false;
+	while (!hp_stop_requested) {
+		hp_log(true, "connecting to %s", o->server);
+		int r = hp_serve_stream(ag, o->server, &next_ms);
+		if (r == 1)
+			backoff_ms = BACKOFF_MIN_MS;
+		if (r == -2 && o->token && !token_spent && !hp_stop_requested) {
+			/* The backend no longer knows this certificate (deleted host, new
+			 * installation): enrol again with the token we were given. */
+			token_spent = true;
+			enroll_and_load(ag, o, enroll_server);
+		}
+		if (hp_stop_requested)
+			break;
+		back_off(ag, backoff_ms, &next_ms);
 		backoff_ms = backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff_ms * 2;
 	}
 }
@@ -137,24 +194,55 @@ int hp_daemon_run(const struct hp_daemon_opts *o)
 	hp_log_set_quiet(o->quiet);
 	install_signals();
 
-	char err[512];
+	char err[512], enroll_server[512], spool[4200];
 	int ret = -1;
+	srandom((unsigned)(hp_mono_ms() ^ getpid()));
 	if (hp_hostinfo_collect(&ag.host, o->host_id, err, sizeof(err)) < 0) {
 		hp_log(false, "%s", err);
 		return -1;
 	}
+	if (o->enroll_server) {
+		snprintf(enroll_server, sizeof(enroll_server), "%s", o->enroll_server);
+	} else if (hp_enroll_address(o->server, enroll_server, sizeof(enroll_server)) < 0) {
+		hp_log(false, "--server %s is not HOST:PORT", o->server);
+		return -1;
+	}
+	if (hp_state_dir_prepare(o->state_dir, err, sizeof(err)) < 0) {
+		hp_log(false, "%s", err);
+		return -1;
+	}
+	hp_transport_init();
+	int r = hp_credentials_load(o->state_dir, &ag.id, err, sizeof(err));
+	if (r == -ENOENT)
+		r = enroll_and_load(&ag, o, enroll_server);
+	else if (r < 0)
+		hp_log(false, "%s", err);
+	if (r < 0 || hp_stop_requested)
+		goto out;
+	snprintf(spool, sizeof(spool), "%s/spool", o->state_dir);
+	if (hp_outbox_init(&ag.outbox, spool, o->buffer_bytes, o->spool_bytes, err, sizeof(err)) < 0) {
+		hp_log(false, "%s", err);
+		goto out;
+	}
+	if (hp_outbox_count(&ag.outbox))
+		hp_log(true, "%zu data message(s) from an earlier run wait in %s", hp_outbox_count(&ag.outbox), spool);
 	if (open_model(&ag, err, sizeof(err)) < 0) {
 		hp_log(false, "cannot parse the live kernel: %s", err);
 		goto out;
 	}
 	probe_and_sample(&ag);
 
-	hp_transport_init();
-	serve_forever(&ag, o->server, o->token);
-	hp_transport_shutdown();
+	serve_forever(&ag, o, enroll_server);
+	size_t lost = hp_outbox_persist(&ag.outbox);
+	if (hp_outbox_count(&ag.outbox))
+		hp_log(true, "%zu unacknowledged data message(s) kept in %s for the next run%s",
+		       hp_outbox_count(&ag.outbox), spool, lost ? " (some did not fit and are lost)" : "");
 	hp_log(true, "stopped");
 	ret = 0;
 out:
+	hp_transport_shutdown();
+	hp_outbox_free(&ag.outbox);
+	hp_credentials_free(&ag.id);
 	hp_sampler_close(ag.sampler);
 	free(ag.catalog_queue);
 	free(ag.block_counts);

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Building the AgentMessages the daemon sends on its own initiative: Hello
- * (who this host is and what it can do) and one MetricBatch per interval.
- * Each is packed and handed to the stream, which owns the bytes from then on.
+ * (who this host is and what it can do, this run's instance id and clock),
+ * handed to the stream, and one MetricBatch per interval, numbered and kept
+ * in the outbox until the backend acknowledges it.
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "daemon/agent.h"
 #include "daemon/messages.h"
@@ -72,6 +74,10 @@ int hp_send_hello(struct agent *ag, struct hp_stream *st)
 	h.sample_frequency_hz = ag->frequency;
 	h.sample_event = (char *)(ag->sampler ? hp_sampler_event(ag->sampler) : "");
 	h.parse_seconds = ag->parse_seconds;
+	h.instance_id = ag->outbox.instance;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	h.clock_unix_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 
 	Hotpath__V1__AgentMessage msg = HOTPATH__V1__AGENT_MESSAGE__INIT;
 	msg.kind_case = HOTPATH__V1__AGENT_MESSAGE__KIND_HELLO;
@@ -82,7 +88,7 @@ int hp_send_hello(struct agent *ag, struct hp_stream *st)
 	return r;
 }
 
-int hp_send_batch(struct agent *ag, struct hp_stream *st, const struct hp_sample_interval *iv)
+int hp_queue_batch(struct agent *ag, const struct hp_sample_interval *iv)
 {
 	Hotpath__V1__MetricBatch b = HOTPATH__V1__METRIC_BATCH__INIT;
 	b.interval_start_unix_ns = iv->start_unix_ns;
@@ -112,7 +118,7 @@ int hp_send_batch(struct agent *ag, struct hp_stream *st, const struct hp_sample
 	Hotpath__V1__AgentMessage msg = HOTPATH__V1__AGENT_MESSAGE__INIT;
 	msg.kind_case = HOTPATH__V1__AGENT_MESSAGE__KIND_METRICS;
 	msg.metrics = &b;
-	int r = hp_send_msg(st, &msg);
+	int r = hp_outbox_add(&ag->outbox, &msg, iv->start_unix_ns, iv->end_unix_ns);
 	free(bs);
 	free(bp);
 	return r;

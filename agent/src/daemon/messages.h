@@ -15,7 +15,7 @@ struct hp_sample_interval;
 int hp_send_msg(struct hp_stream *st, Hotpath__V1__AgentMessage *m);
 /* Who this host is, what it can do, and its modules with their catalog digests. */
 int hp_send_hello(struct agent *ag, struct hp_stream *st);
-/* One interval's sample counts. */
-int hp_send_batch(struct agent *ag, struct hp_stream *st, const struct hp_sample_interval *iv);
+/* One interval's sample counts, numbered and kept in the outbox. */
+int hp_queue_batch(struct agent *ag, const struct hp_sample_interval *iv);
 
 #endif

@@ -2,8 +2,10 @@
 /*
  * One connection to the backend, from Hello to the end of the call. The loop
  * polls the stream with a short deadline so that, between messages, it can
- * pump catalog chunks, send a due metric interval and notice a shutdown
- * request. Why the call ended is logged with its gRPC status.
+ * pump catalog chunks, take a due metric interval into the outbox, send what
+ * the outbox holds (oldest first, a bounded window ahead of the network),
+ * apply acknowledgements and notice a shutdown request. Why the call ended is
+ * logged with its gRPC status.
  */
 #include <grpc/status.h>
 #include <stdlib.h>
@@ -16,8 +18,8 @@
 #include "daemon/session.h"
 #include "daemon/transport.h"
 
-/* Batches allowed to queue behind a slow network before new ones are dropped. */
-#define SEND_BACKLOG_MAX 64
+/* Data messages handed to the stream ahead of the network. */
+#define SEND_WINDOW 16
 
 static void handle_server_message(struct agent *ag, struct hp_stream *st, const uint8_t *buf, size_t len,
 				  bool *welcomed)
@@ -29,8 +31,17 @@ static void handle_server_message(struct agent *ag, struct hp_stream *st, const 
 	}
 	switch (sm->kind_case) {
 	case HOTPATH__V1__SERVER_MESSAGE__KIND_WELCOME:
+		for (size_t i = 0; i < sm->welcome->n_acks; i++)
+			hp_outbox_ack(&ag->outbox, sm->welcome->acks[i]->instance_id, sm->welcome->acks[i]->seq);
+		hp_outbox_rewind(&ag->outbox);
 		hp_catalog_pump_start(ag, sm->welcome);
 		*welcomed = true;
+		break;
+	case HOTPATH__V1__SERVER_MESSAGE__KIND_ACK:
+		hp_outbox_ack(&ag->outbox, sm->ack->instance_id, sm->ack->seq);
+		break;
+	case HOTPATH__V1__SERVER_MESSAGE__KIND_CATALOG_REQUEST:
+		hp_catalog_pump_request(ag, sm->catalog_request);
 		break;
 	case HOTPATH__V1__SERVER_MESSAGE__KIND_COMMAND:
 		hp_handle_command(ag, st, sm->command);
@@ -42,7 +53,7 @@ static void handle_server_message(struct agent *ag, struct hp_stream *st, const 
 	hotpath__v1__server_message__free_unpacked(sm, NULL);
 }
 
-void hp_interval_tick(struct agent *ag, struct hp_stream *st, bool can_send, int64_t *next_ms)
+void hp_interval_tick(struct agent *ag, int64_t *next_ms)
 {
 	if (!ag->sampler || hp_mono_ms() < *next_ms)
 		return;
@@ -54,14 +65,14 @@ void hp_interval_tick(struct agent *ag, struct hp_stream *st, bool can_send, int
 		hp_log(false, "out of memory collecting an interval's samples");
 		return;
 	}
-	/* A backlog means the network is slower than the batches: drop rather
-	 * than let memory grow without bound. */
-	if (can_send && st && hp_stream_pending(st) < SEND_BACKLOG_MAX) {
-		if (hp_send_batch(ag, st, &iv) < 0)
-			ag->dropped_batches++;
-	} else {
-		ag->dropped_batches++;
-	}
+	uint64_t dropped = ag->outbox.dropped;
+	if (hp_queue_batch(ag, &iv) < 0)
+		hp_log(false, "out of memory keeping an interval's samples");
+	if (ag->outbox.dropped > dropped)
+		hp_log(false,
+		       "the buffer of unacknowledged data is full: %llu interval(s) dropped so far (reported as "
+		       "a gap)",
+		       (unsigned long long)ag->outbox.dropped);
 	hp_sample_interval_free(&iv);
 }
 
@@ -72,7 +83,7 @@ static void log_end(const char *server, struct hp_stream *st)
 	if (hp_stop_requested) {
 		hp_log(true, "stream closed for shutdown");
 	} else if (code == GRPC_STATUS_UNAUTHENTICATED) {
-		hp_log(false, "the backend rejected the agent token (UNAUTHENTICATED: %s)", details);
+		hp_log(false, "the backend did not accept this agent's certificate (UNAUTHENTICATED: %s)", details);
 	} else if (code == GRPC_STATUS_PERMISSION_DENIED) {
 		hp_log(false, "the backend refused this agent (PERMISSION_DENIED: %s)", details);
 	} else {
@@ -81,13 +92,29 @@ static void log_end(const char *server, struct hp_stream *st)
 	}
 }
 
-bool hp_serve_stream(struct agent *ag, const char *server, const char *token, int64_t *next_ms)
+/* Hand the outbox's next messages to the stream, a bounded window ahead. */
+static void send_data(struct agent *ag, struct hp_stream *st)
+{
+	while (hp_stream_pending(st) < SEND_WINDOW) {
+		uint8_t *buf;
+		size_t len;
+		int r = hp_outbox_next(&ag->outbox, &buf, &len);
+		if (r <= 0) {
+			if (r < 0)
+				hp_log(false, "out of memory reading the outbox");
+			return;
+		}
+		hp_stream_send(st, buf, len);
+	}
+}
+
+int hp_serve_stream(struct agent *ag, const char *server, int64_t *next_ms)
 {
 	char err[256];
-	struct hp_stream *st = hp_stream_open(server, token, err, sizeof(err));
+	struct hp_stream *st = hp_stream_open(server, &ag->id, err, sizeof(err));
 	if (!st) {
 		hp_log(false, "%s", err);
-		return false;
+		return -1;
 	}
 	bool welcomed = false, cancelled = false;
 	hp_catalog_pump_reset(ag);
@@ -98,8 +125,10 @@ bool hp_serve_stream(struct agent *ag, const char *server, const char *token, in
 			hp_stream_cancel(st);
 			cancelled = true;
 		}
-		if (welcomed)
+		if (welcomed) {
 			hp_catalog_pump(ag, st);
+			send_data(ag, st);
+		}
 		uint8_t *msg;
 		size_t len;
 		enum hp_stream_event ev = hp_stream_poll(st, 50, &msg, &len);
@@ -107,20 +136,19 @@ bool hp_serve_stream(struct agent *ag, const char *server, const char *token, in
 			bool was = welcomed;
 			handle_server_message(ag, st, msg, len, &welcomed);
 			free(msg);
-			if (welcomed && !was && ag->dropped_batches) {
-				hp_log(true, "%llu metric batch(es) were dropped while not connected",
-				       (unsigned long long)ag->dropped_batches);
-				ag->dropped_batches = 0;
-			}
+			if (welcomed && !was && hp_outbox_count(&ag->outbox))
+				hp_log(true, "sending %zu unacknowledged data message(s)",
+				       hp_outbox_count(&ag->outbox));
 		} else if (ev == HP_STREAM_ENDED) {
 			break;
 		}
-		hp_interval_tick(ag, st, welcomed, next_ms);
+		hp_interval_tick(ag, next_ms);
 	}
 	log_end(server, st);
-	size_t unsent = hp_stream_pending(st);
-	if (unsent && welcomed && !hp_stop_requested)
-		hp_log(true, "%zu queued message(s) were not sent", unsent);
+	int code = hp_stream_status(st, NULL);
+	if (hp_outbox_count(&ag->outbox) && welcomed && !hp_stop_requested)
+		hp_log(true, "%zu data message(s) wait for an acknowledgement; they are sent again after the reconnect",
+		       hp_outbox_count(&ag->outbox));
 	hp_stream_close(st);
-	return welcomed;
+	return welcomed ? 1 : code == GRPC_STATUS_UNAUTHENTICATED ? -2 : 0;
 }

@@ -13,11 +13,12 @@
 struct agent;
 struct hp_stream;
 
-/* Serve one connection; returns true if the backend accepted the agent
- * (sent Welcome), which resets the reconnect backoff. */
-bool hp_serve_stream(struct agent *ag, const char *server, const char *token, int64_t *next_ms);
-/* Take the sampler's interval if it is due (*next_ms, monotonic) and send it
- * on st, or count it as dropped when st is NULL, not yet welcomed, or backed up. */
-void hp_interval_tick(struct agent *ag, struct hp_stream *st, bool can_send, int64_t *next_ms);
+/* Serve one connection: 1 if the backend accepted the agent (sent Welcome),
+ * which resets the reconnect backoff; -2 if it refused the certificate
+ * (UNAUTHENTICATED); 0 or -1 for other ends and failures to start. */
+int hp_serve_stream(struct agent *ag, const char *server, int64_t *next_ms);
+/* Take the sampler's interval into the outbox if it is due (*next_ms,
+ * monotonic), connected or not. */
+void hp_interval_tick(struct agent *ag, int64_t *next_ms);
 
 #endif

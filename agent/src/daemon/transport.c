@@ -16,6 +16,11 @@
  * Messages are protobuf-c packed bytes carried in raw byte buffers. A send
  * that stays in flight for HP_SEND_STALL_MS cancels the call: on a dead
  * network TCP would otherwise take many minutes to give up.
+ *
+ * Every channel is TLS: the stream presents the host's certificate (mutual
+ * TLS) and both it and enrolment verify the backend against the
+ * installation's CA. hp_unary_call runs one request/response call (Enroll)
+ * as a single batch of operations with a deadline.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -31,6 +36,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "daemon/credentials.h"
 #include "daemon/transport.h"
 
 #define HP_SEND_STALL_MS 30000
@@ -47,8 +53,6 @@ struct hp_stream {
 	grpc_channel *channel;
 	grpc_completion_queue *cq;
 	grpc_call *call;
-	char *bearer;
-	grpc_metadata md;
 	grpc_metadata_array init_md, trailing_md;
 	grpc_byte_buffer *recv_buf, *send_buf;
 	grpc_status_code status;
@@ -121,7 +125,25 @@ static int start_recv(struct hp_stream *st, bool with_initial_metadata)
 	return 0;
 }
 
-struct hp_stream *hp_stream_open(const char *target, const char *token, char *err, size_t errlen)
+/* A TLS channel to target trusting ca_pem, presenting key/cert when given. */
+static grpc_channel *tls_channel(const char *target, const char *ca_pem, const char *key_pem, const char *cert_pem)
+{
+	grpc_arg args[1];
+	args[0].type = GRPC_ARG_STRING;
+	args[0].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
+	args[0].value.string = (char *)"hotpathd/0.1.0";
+	grpc_channel_args cargs = { .num_args = 1, .args = args };
+	grpc_ssl_pem_key_cert_pair pair = { .private_key = key_pem, .cert_chain = cert_pem };
+	grpc_channel_credentials *creds =
+		grpc_ssl_credentials_create(ca_pem, key_pem && cert_pem ? &pair : NULL, NULL, NULL);
+	if (!creds)
+		return NULL;
+	grpc_channel *ch = grpc_channel_create(target, creds, &cargs);
+	grpc_channel_credentials_release(creds);
+	return ch;
+}
+
+struct hp_stream *hp_stream_open(const char *target, const struct hp_credentials *id, char *err, size_t errlen)
 {
 	struct hp_stream *st = calloc(1, sizeof(*st));
 	if (!st) {
@@ -132,14 +154,7 @@ struct hp_stream *hp_stream_open(const char *target, const char *token, char *er
 	grpc_metadata_array_init(&st->trailing_md);
 	st->details = grpc_empty_slice();
 
-	grpc_arg args[1];
-	args[0].type = GRPC_ARG_STRING;
-	args[0].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
-	args[0].value.string = (char *)"hotpathd/0.1.0";
-	grpc_channel_args cargs = { .num_args = 1, .args = args };
-	grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-	st->channel = grpc_channel_create(target, creds, &cargs);
-	grpc_channel_credentials_release(creds);
+	st->channel = tls_channel(target, id->ca_pem, id->key_pem, id->cert_pem);
 	st->cq = grpc_completion_queue_create_for_next(NULL);
 	if (!st->channel || !st->cq) {
 		snprintf(err, errlen, "cannot create a gRPC channel to %s", target);
@@ -152,21 +167,10 @@ struct hp_stream *hp_stream_open(const char *target, const char *token, char *er
 		snprintf(err, errlen, "cannot create the Connect call to %s", target);
 		goto fail;
 	}
-	size_t blen = strlen(token) + 8;
-	st->bearer = malloc(blen);
-	if (!st->bearer) {
-		snprintf(err, errlen, "out of memory");
-		goto fail;
-	}
-	snprintf(st->bearer, blen, "Bearer %s", token);
-	st->md.key = grpc_slice_from_static_string("authorization");
-	st->md.value = grpc_slice_from_static_string(st->bearer);
-
 	grpc_op op;
 	memset(&op, 0, sizeof(op));
 	op.op = GRPC_OP_SEND_INITIAL_METADATA;
-	op.data.send_initial_metadata.count = 1;
-	op.data.send_initial_metadata.metadata = &st->md;
+	op.data.send_initial_metadata.count = 0;
 	if (start_batch(st, &op, 1, TAG_START) < 0) {
 		snprintf(err, errlen, "cannot start the Connect call");
 		goto fail;
@@ -410,6 +414,108 @@ void hp_stream_close(struct hp_stream *st)
 	grpc_slice_unref(st->details);
 	if (st->error_string)
 		gpr_free((void *)st->error_string);
-	free(st->bearer);
 	free(st);
+}
+
+int hp_unary_call(const char *target, const char *ca_pem, const char *method, const uint8_t *req, size_t reqlen,
+		  int timeout_ms, uint8_t **resp, size_t *resplen, char *details, size_t detlen)
+{
+	*resp = NULL;
+	*resplen = 0;
+	details[0] = '\0';
+	int code = -1;
+	grpc_channel *ch = tls_channel(target, ca_pem, NULL, NULL);
+	grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+	grpc_call *call = NULL;
+	grpc_byte_buffer *send = NULL, *recv = NULL;
+	grpc_metadata_array init_md, trailing_md;
+	grpc_metadata_array_init(&init_md);
+	grpc_metadata_array_init(&trailing_md);
+	grpc_slice status_details = grpc_empty_slice();
+	grpc_status_code status = GRPC_STATUS_UNKNOWN;
+	const char *error_string = NULL;
+	if (!ch || !cq) {
+		snprintf(details, detlen, "cannot create a TLS channel to %s", target);
+		goto out;
+	}
+	gpr_timespec deadline =
+		gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+	call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, grpc_slice_from_static_string(method),
+					NULL, deadline, NULL);
+	if (!call) {
+		snprintf(details, detlen, "cannot create the call %s", method);
+		goto out;
+	}
+	grpc_slice s = grpc_slice_from_copied_buffer((const char *)req, reqlen);
+	send = grpc_raw_byte_buffer_create(&s, 1);
+	grpc_slice_unref(s);
+	grpc_op ops[6];
+	memset(ops, 0, sizeof(ops));
+	ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+	ops[1].op = GRPC_OP_SEND_MESSAGE;
+	ops[1].data.send_message.send_message = send;
+	ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+	ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+	ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+	ops[4].op = GRPC_OP_RECV_MESSAGE;
+	ops[4].data.recv_message.recv_message = &recv;
+	ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+	ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
+	ops[5].data.recv_status_on_client.status = &status;
+	ops[5].data.recv_status_on_client.status_details = &status_details;
+	ops[5].data.recv_status_on_client.error_string = &error_string;
+	if (grpc_call_start_batch(call, ops, 6, tag(TAG_START), NULL) != GRPC_CALL_OK) {
+		snprintf(details, detlen, "cannot start the call %s", method);
+		goto out;
+	}
+	grpc_event ev = grpc_completion_queue_pluck(cq, tag(TAG_START), gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+	if (ev.type != GRPC_OP_COMPLETE) {
+		snprintf(details, detlen, "the call %s did not complete", method);
+		goto out;
+	}
+	code = (int)status;
+	size_t n = GRPC_SLICE_LENGTH(status_details);
+	if (n) {
+		snprintf(details, detlen, "%.*s", (int)n, (const char *)GRPC_SLICE_START_PTR(status_details));
+	} else if (error_string) {
+		snprintf(details, detlen, "%s", error_string);
+	}
+	if (code == GRPC_STATUS_OK && recv) {
+		grpc_byte_buffer_reader rd;
+		if (grpc_byte_buffer_reader_init(&rd, recv)) {
+			grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
+			*resplen = GRPC_SLICE_LENGTH(all);
+			*resp = malloc(*resplen ? *resplen : 1);
+			if (*resp)
+				memcpy(*resp, GRPC_SLICE_START_PTR(all), *resplen);
+			grpc_slice_unref(all);
+			grpc_byte_buffer_reader_destroy(&rd);
+		}
+		if (!*resp) {
+			snprintf(details, detlen, "out of memory reading the answer");
+			code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+		}
+	}
+out:
+	if (send)
+		grpc_byte_buffer_destroy(send);
+	if (recv)
+		grpc_byte_buffer_destroy(recv);
+	if (call)
+		grpc_call_unref(call);
+	if (cq) {
+		grpc_completion_queue_shutdown(cq);
+		while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+		       GRPC_QUEUE_SHUTDOWN)
+			;
+		grpc_completion_queue_destroy(cq);
+	}
+	if (ch)
+		grpc_channel_destroy(ch);
+	grpc_metadata_array_destroy(&init_md);
+	grpc_metadata_array_destroy(&trailing_md);
+	grpc_slice_unref(status_details);
+	if (error_string)
+		gpr_free((void *)error_string);
+	return code;
 }

@@ -14,17 +14,19 @@
 #include <stdint.h>
 
 struct hp_stream;
+struct hp_credentials;
 
 /* Process-wide gRPC setup and teardown (grpc_init / grpc_shutdown). */
 void hp_transport_init(void);
 void hp_transport_shutdown(void);
 
 /*
- * Start a Connect call to target ("host:port") with `authorization: Bearer
- * token`. Returns NULL with a reason in err if the call cannot even be
- * created; connection failures show up later as the stream ending.
+ * Start a Connect call to target ("host:port") over mutual TLS with the
+ * host's key and certificate, verifying the backend against the CA in id.
+ * Returns NULL with a reason in err if the call cannot even be created;
+ * connection failures show up later as the stream ending.
  */
-struct hp_stream *hp_stream_open(const char *target, const char *token, char *err, size_t errlen);
+struct hp_stream *hp_stream_open(const char *target, const struct hp_credentials *id, char *err, size_t errlen);
 
 /* Queue a packed AgentMessage; the stream takes ownership of buf (malloc'd). */
 int hp_stream_send(struct hp_stream *st, uint8_t *buf, size_t len);
@@ -44,6 +46,15 @@ enum hp_stream_event hp_stream_poll(struct hp_stream *st, int timeout_ms, uint8_
 int hp_stream_status(const struct hp_stream *st, const char **details);
 /* Name of a gRPC status code, e.g. "UNAUTHENTICATED". */
 const char *hp_grpc_status_name(int code);
+
+/*
+ * One unary call of method (e.g. "/hotpath.v1.AgentService/Enroll") over TLS
+ * verified against ca_pem, with no client certificate. Returns the gRPC
+ * status code (0 = OK, then *resp holds the malloc'd answer) or -1 if the
+ * call could not run; details holds the status text.
+ */
+int hp_unary_call(const char *target, const char *ca_pem, const char *method, const uint8_t *req, size_t reqlen,
+		  int timeout_ms, uint8_t **resp, size_t *resplen, char *details, size_t detlen);
 
 /* Cancel the call (it then ends with CANCELLED). */
 void hp_stream_cancel(struct hp_stream *st);

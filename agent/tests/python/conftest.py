@@ -25,7 +25,7 @@ def _gen_dir() -> pathlib.Path:
         return BACKEND_GEN
     out = pathlib.Path(tempfile.mkdtemp(prefix="hotpath-gen-"))
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={out}",
+        [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={out}", f"--grpc_python_out={out}",
          "hotpath/v1/agent.proto"],
         check=True,
     )
@@ -35,6 +35,8 @@ def _gen_dir() -> pathlib.Path:
 
 
 sys.path.insert(0, str(_gen_dir()))
+# The backend's own modules (its canonical catalog encoding, for one).
+sys.path.insert(0, str(ROOT / "backend"))
 
 
 @pytest.fixture(scope="session")

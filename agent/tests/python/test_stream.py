@@ -1,15 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The agent's side of the AgentService.Connect contract, against the real
-hotpathd attached to this machine's live kernel.
+"""The agent's side of the AgentService contract, against the real hotpathd
+attached to this machine's live kernel.
 
 The server in this file is a scripted backend stand-in: a real gRPC server on
-a free local port whose replies (Welcome, commands, cancelling the stream) are
-driven by each test step, so every message the agent sends can be checked.
-The tests run in file order against one agent process, because the agent
-parses the whole kernel once at start-up, exactly as in production."""
-import collections
+free local ports (mutual TLS for Connect, TLS for Enroll, with certificates
+from the backend's own CA code) whose replies (certificates, Welcome, acks,
+commands, cancelling the stream) are driven by each test step, so every
+message the agent sends can be checked. The tests run in file order against
+one agent process, because the agent parses the whole kernel once at
+start-up, exactly as in production."""
 import ctypes
 import errno
+import itertools
 import os
 import pathlib
 import platform
@@ -25,10 +27,9 @@ from concurrent import futures
 
 import grpc
 import pytest
-
 from hotpath.v1 import agent_pb2 as pb
 
-GOOD_TOKEN = "agent-token-for-stream-test"
+GOOD_TOKEN = "hpe_enrolment-token-for-stream-test"
 
 
 def _kernel_build_id() -> str:
@@ -51,12 +52,13 @@ class Session:
 
     def __init__(self, context):
         self.context = context
-        self.outbox: "queue.Queue" = queue.Queue()
-        self.hello: "queue.Queue" = queue.Queue()
-        self.metrics: "queue.Queue" = queue.Queue()
-        self.chunks: "queue.Queue" = queue.Queue()
-        self.results: "queue.Queue" = queue.Queue()
-        self.other: "queue.Queue" = queue.Queue()
+        self.outbox: queue.Queue = queue.Queue()
+        self.hello: queue.Queue = queue.Queue()
+        self.metrics: queue.Queue = queue.Queue()
+        self.raw_metrics: queue.Queue = queue.Queue()
+        self.chunks: queue.Queue = queue.Queue()
+        self.results: queue.Queue = queue.Queue()
+        self.other: queue.Queue = queue.Queue()
         self.ended = threading.Event()
 
     def route(self, msg: pb.AgentMessage) -> None:
@@ -64,6 +66,8 @@ class Session:
         target = {"hello": self.hello, "metrics": self.metrics, "catalog_chunk": self.chunks,
                   "result": self.results}.get(kind, self.other)
         target.put((time.monotonic(), getattr(msg, kind) if kind else msg))
+        if kind == "metrics":
+            self.raw_metrics.put(msg)  # with its sequence number and instance id
 
     def send(self, msg: pb.ServerMessage) -> None:
         self.outbox.put(msg)
@@ -73,24 +77,34 @@ class Session:
 
 
 class ScriptedBackend:
-    """Scripted backend stand-in implementing AgentService.Connect."""
+    """Scripted backend stand-in implementing AgentService.Connect and Enroll."""
 
-    def __init__(self):
-        self.accepted_token = "not-the-agent-token"
-        self.rejections: "queue.Queue" = queue.Queue()
-        self.sessions: "queue.Queue" = queue.Queue()
+    def __init__(self, pki):
+        self.pki = pki
+        self.enrolments: queue.Queue = queue.Queue()
+        self.sessions: queue.Queue = queue.Queue()
+        self.auto_ack = True
+        self.peer_names: list[str] = []
+
+    def enroll(self, request, context):
+        self.enrolments.put(request)
+        if request.token != GOOD_TOKEN:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "the enrolment token is unknown, used, revoked or expired")
+        cert, _fp, not_after = self.pki.sign_host_csr(request.csr_pem, request.host_id)
+        return pb.EnrollResponse(certificate_pem=cert, ca_pem=self.pki.ca_pem.decode(),
+                                 not_after_unix=int(not_after.timestamp()))
 
     def connect(self, request_iterator, context):
-        md = dict(context.invocation_metadata())
-        if md.get("authorization") != f"Bearer {self.accepted_token}":
-            self.rejections.put(time.monotonic())
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown agent token")
+        names = (context.auth_context() or {}).get("x509_common_name") or []
+        self.peer_names.append(names[0].decode() if names else "")
         sess = Session(context)
 
         def reader():
             try:
                 for msg in request_iterator:
                     sess.route(msg)
+                    if self.auto_ack and msg.WhichOneof("kind") in ("metrics", "gap") and msg.seq:
+                        sess.send(pb.ServerMessage(ack=pb.Ack(instance_id=msg.instance_id, seq=msg.seq)))
             except grpc.RpcError:
                 pass
             sess.ended.set()
@@ -122,15 +136,20 @@ class AgentRun:
         self.session = None
         self.catalog = {}  # function index -> pb.Function (vmlinux)
         self.vmlinux = None
+        self.hello = None
 
     def log(self) -> str:
         return pathlib.Path(self.log_path).read_text(errors="replace")
 
 
 @pytest.fixture(scope="module")
-def agent(hotpathd, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("stream")
-    backend = ScriptedBackend()
+def standin(tmp_path_factory):
+    """The scripted backend stand-in's servers: (backend, agent port, enrolment port, CA file)."""
+    from app.core import pki
+
+    tmp = tmp_path_factory.mktemp("standin")
+    authority = pki.load_or_create(tmp / "tls")
+    backend = ScriptedBackend(authority)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
                          options=[("grpc.max_receive_message_length", 8 << 20)])
     handler = grpc.method_handlers_generic_handler("hotpath.v1.AgentService", {
@@ -138,26 +157,61 @@ def agent(hotpathd, tmp_path_factory):
             backend.connect,
             request_deserializer=pb.AgentMessage.FromString,
             response_serializer=pb.ServerMessage.SerializeToString),
+        "Enroll": grpc.unary_unary_rpc_method_handler(
+            backend.enroll,
+            request_deserializer=pb.EnrollRequest.FromString,
+            response_serializer=pb.EnrollResponse.SerializeToString),
     })
     server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
+    pair = [(authority.server_key_pem, authority.server_cert_pem)]
+    port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(
+        pair, root_certificates=authority.ca_pem, require_client_auth=True))
+    enroll_port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(pair))
     server.start()
+    yield backend, port, enroll_port, tmp / "tls" / "ca.pem"
+    server.stop(grace=None)
+
+
+def test_a_refused_enrolment_token_stops_the_agent_with_the_reason(hotpathd, standin, tmp_path):
+    backend, port, enroll_port, ca = standin
+    bad = tmp_path / "token"
+    bad.write_text("hpe_not-a-token\n")
+    proc = subprocess.run(
+        [str(hotpathd), "run", "--server", f"127.0.0.1:{port}", "--enroll-server", f"127.0.0.1:{enroll_port}",
+         "--state-dir", str(tmp_path / "state"), "--enroll-token-file", str(bad), "--ca-file", str(ca)],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "UNAUTHENTICATED: the enrolment token is unknown" in proc.stderr
+    request = _get(backend.enrolments, 1, "enrolment request")
+    assert request.token == "hpe_not-a-token"
+    assert "BEGIN CERTIFICATE REQUEST" in request.csr_pem
+    # The key was made and kept private; no certificate was stored.
+    assert (tmp_path / "state" / "host.key").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+    assert not (tmp_path / "state" / "host.pem").exists()
+
+
+@pytest.fixture(scope="module")
+def agent(hotpathd, standin, tmp_path_factory):
+    backend, port, enroll_port, ca = standin
+    tmp = tmp_path_factory.mktemp("stream")
     token_file = tmp / "token"
     token_file.write_text(GOOD_TOKEN + "\n")
     log_path = tmp / "agent.log"
     env = dict(os.environ)
-    env.pop("HOTPATH_AGENT_TOKEN", None)
+    env.pop("HOTPATH_ENROLL_TOKEN", None)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [str(hotpathd), "run", "--server", f"127.0.0.1:{port}", "--token-file", str(token_file),
+            [str(hotpathd), "run", "--server", f"127.0.0.1:{port}", "--enroll-server", f"127.0.0.1:{enroll_port}",
+             "--state-dir", str(tmp / "state"), "--enroll-token-file", str(token_file), "--ca-file", str(ca),
              "--interval-ms", "1000"],
             stdout=log, stderr=subprocess.STDOUT, env=env)
     run = AgentRun(proc, log_path, backend)
+    run.state = tmp / "state"
     yield run
     if proc.poll() is None:
         proc.kill()
         proc.wait()
-    server.stop(grace=None)
 
 
 
@@ -181,17 +235,19 @@ def _module_loading_errno() -> int:
     libc.syscall(313, -1, b"", 0)
     return ctypes.get_errno()
 
-def test_wrong_token_is_rejected_and_agent_retries(agent):
-    first = _get(agent.backend.rejections, 60, "connection attempt")
-    second = _get(agent.backend.rejections, 10, "retry after the rejection")
-    assert second - first >= 0.8, "the agent retried without backing off"
-    assert "rejected the agent token" in agent.log()
-    assert agent.proc.poll() is None, "the agent exited after a rejection instead of retrying"
-    agent.backend.accepted_token = GOOD_TOKEN
+def test_agent_enrols_with_its_token_and_connects_as_its_host(agent):
+    request = _get(agent.backend.enrolments, 60, "enrolment request")
+    machine_id = pathlib.Path("/etc/machine-id").read_text().strip()
+    assert request.token == GOOD_TOKEN and request.host_id == machine_id
+    assert request.hostname == socket.gethostname()
+    agent.session = _get(agent.backend.sessions, 40, "accepted stream")
+    assert agent.backend.peer_names[-1] == machine_id, "the stream must present the host's certificate"
+    for name in ("host.key", "host.pem", "ca.pem"):
+        assert (agent.state / name).stat().st_mode & 0o777 == 0o600, name
+    assert "enrolled as host" in agent.log()
 
 
 def test_hello_describes_this_host(agent):
-    agent.session = _get(agent.backend.sessions, 40, "accepted stream")
     _, hello = _get(agent.session.hello, 10, "Hello")
     uname = platform.uname()
     assert hello.kernel_release == uname.release
@@ -214,6 +270,8 @@ def test_hello_describes_this_host(agent):
         assert not caps["hardware_pmu"].available
         assert "perf_event_open(cycles)" in caps["hardware_pmu"].detail
     assert hello.parse_seconds > 0
+    assert re.fullmatch(r"[0-9a-f]{32}", hello.instance_id)
+    assert abs(hello.clock_unix_ns - time.time_ns()) < 60e9
     assert caps["perf_sampling"].available and hello.sample_event in caps["perf_sampling"].detail
     assert caps["bpf_text_read"].available
     assert caps["kprobes"].available == os.path.isdir("/sys/bus/event_source/devices/kprobe")
@@ -224,6 +282,7 @@ def test_hello_describes_this_host(agent):
     assert caps["kernel_code_replacement"].detail
     assert caps["tracepoints"].available
     assert hello.modules[0].name == "vmlinux"
+    agent.hello = hello
     agent.vmlinux = hello.modules[0]
     assert re.fullmatch(r"[0-9a-f]{64}", agent.vmlinux.digest)
     assert agent.vmlinux.function_count > 10000
@@ -266,12 +325,30 @@ def test_welcome_with_missing_digest_yields_the_catalog(agent):
     assert all(c.target_module == "vmlinux" for c in fn.calls if c.target_name)
 
 
+def test_backend_recomputes_the_agents_catalog_digest(agent):
+    """The backend's canonical encoding (app.catalog_digest) gives the real agent's digest for the
+    live kernel's whole catalog, so honest pieces verify and anything else does not."""
+    from app.catalog_digest import piece_digest
+
+    functions = [agent.catalog[i] for i in range(len(agent.catalog))]
+    build = agent.hello.kernel_build_id or agent.hello.kernel_release
+    core_base = agent.hello.modules[0].base_address
+    assert piece_digest(build, "vmlinux", core_base, functions) == agent.vmlinux.digest
+    # And every function the real agent sends passes the backend's checks of the model's invariants.
+    from app.agent_input import check_function
+
+    for i, f in enumerate(functions):
+        check_function(f, i)
+    functions[len(functions) // 2].blocks[0].size += 1
+    assert piece_digest(build, "vmlinux", core_base, functions) != agent.vmlinux.digest
+
+
 def test_metric_batches_arrive_every_interval(agent):
     sess = agent.session
     while not sess.metrics.empty():  # batches that queued up behind the catalog
         sess.metrics.get()
     batches = [_get(sess.metrics, 5, "metric batch") for _ in range(4)]
-    gaps = [b[0] - a[0] for a, b in zip(batches, batches[1:])]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(batches)]
     assert all(0.6 <= g <= 1.5 for g in gaps), gaps
     now_ns = time.time_ns()
     mapped = 0
@@ -288,6 +365,16 @@ def test_metric_batches_arrive_every_interval(agent):
             assert s.block_offset in {blk.offset for blk in fn.blocks}
             mapped += s.count
     assert mapped > 0
+
+
+def test_batches_are_numbered_consecutively_by_this_run(agent):
+    sess = agent.session
+    while not sess.raw_metrics.empty():
+        sess.raw_metrics.get()
+    msgs = [_get(sess.raw_metrics, 5, "numbered batch") for _ in range(3)]
+    seqs = [m.seq for m in msgs]
+    assert all(b == a + 1 for a, b in itertools.pairwise(seqs)), seqs
+    assert all(m.instance_id == agent.hello.instance_id for m in msgs)
 
 
 def _command(sess, cid, **kind):
@@ -328,22 +415,41 @@ def test_bad_commands_fail_with_a_clear_error(agent):
     assert sess.results.empty(), "exactly one result per command"
 
 
-def test_agent_reconnects_after_the_server_cancels(agent):
-    agent.session.cancel()
+def test_agent_reconnects_after_the_server_cancels_and_resends_what_was_not_acknowledged(agent):
+    """Batches the server never acknowledged are sent again, with their numbers, after a reconnect;
+    acknowledged ones (also those a Welcome acknowledges) are not."""
+    old = agent.session
+    agent.backend.auto_ack = False
+    while not old.raw_metrics.empty():
+        old.raw_metrics.get()
+    unacked = [_get(old.raw_metrics, 5, "unacknowledged batch") for _ in range(3)]
+    agent.backend.auto_ack = True
+    old.cancel()
     cancelled_at = time.monotonic()
     sess = _get(agent.backend.sessions, 10, "reconnection")
     t, hello = _get(sess.hello, 5, "Hello on the new stream")
-    assert t - cancelled_at < 5, "reconnect should use the 1 s backoff after a welcomed session"
+    assert t - cancelled_at < 5, "reconnect should use the short backoff after a welcomed session"
     assert hello.modules[0].digest == agent.vmlinux.digest, "same kernel, same digest"
-    sess.send(pb.ServerMessage(welcome=pb.Welcome(session_id="s-2", missing_digests=[])))
-    _get(sess.metrics, 5, "metric batch on the new stream")
-    _get(sess.metrics, 5, "second metric batch on the new stream")
+    assert hello.instance_id == agent.hello.instance_id, "same run of the agent, same numbering"
+    # Acknowledge the first of the three in the Welcome: only the other two may come again.
+    first = unacked[0]
+    sess.send(pb.ServerMessage(welcome=pb.Welcome(session_id="s-2", missing_digests=[],
+                                                  acks=[pb.Ack(instance_id=hello.instance_id, seq=first.seq)])))
+    resent = [_get(sess.raw_metrics, 5, "resent batch") for _ in range(2)]
+    assert [m.seq for m in resent] == [m.seq for m in unacked[1:]]
+    assert [m.metrics.interval_start_unix_ns for m in resent] == [m.metrics.interval_start_unix_ns
+                                                                  for m in unacked[1:]]
+    fresh = _get(sess.raw_metrics, 5, "new batch on the new stream")
+    assert fresh.seq > unacked[-1].seq
     assert sess.chunks.empty(), "no catalog chunks when nothing is missing"
     assert "UNAVAILABLE" in agent.log()
     agent.session = sess
 
 
-def test_sigterm_exits_promptly(agent):
+def test_sigterm_exits_promptly_and_keeps_unacknowledged_data_on_disk(agent):
+    agent.backend.auto_ack = False
+    for _ in range(2):
+        _get(agent.session.raw_metrics, 5, "unacknowledged batch")
     agent.proc.send_signal(signal.SIGTERM)
     try:
         code = agent.proc.wait(timeout=5)
@@ -351,3 +457,9 @@ def test_sigterm_exits_promptly(agent):
         pytest.fail("hotpathd did not exit within 5 s of SIGTERM")
     assert code == 0
     assert agent.session.ended.wait(5), "the stream was not closed"
+    spooled = sorted((agent.state / "spool").glob("*.pb"))
+    assert len(spooled) >= 2, "unacknowledged batches must survive a restart"
+    for f in spooled:
+        assert f.stat().st_mode & 0o777 == 0o600
+        m = pb.AgentMessage.FromString(f.read_bytes())
+        assert m.WhichOneof("kind") == "metrics" and m.seq > 0 and m.instance_id == agent.hello.instance_id

@@ -4,7 +4,8 @@
 Roles are ordered viewer < operator < approver < admin; a gate admits its role and every higher one.
 """
 import uuid
-from typing import Annotated, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer

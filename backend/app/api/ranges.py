@@ -3,17 +3,18 @@
 the host's own samples) or `from` and `to` (an absolute interval, ISO 8601; without a zone, UTC).
 Validated here once: `to` after `from`, a span no longer than the retention (at least one hour), and
 never both forms at once."""
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Query
 
 from app.api.deps import RuntimeDep
+from app.api.responses import Responses
 from app.samples import RangeSpec
 from app.schemas import Message
 
 DEFAULT_WINDOW_S = 10
-BAD_RANGE = {400: {"model": Message, "description": "The time range is not valid"}}
+BAD_RANGE: Responses = {400: {"model": Message, "description": "The time range is not valid"}}
 
 WindowQuery = Query(None, ge=1, le=86400, description="The last N seconds of the host's samples, ending at its "
                                                       "newest interval (default 10 when no from/to is given)")
@@ -22,7 +23,7 @@ ToQuery = Query(None, description="End of an absolute range, exclusive (ISO 8601
 
 
 def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def range_spec(runtime, window_s: int | None, start: datetime | None, end: datetime | None,
@@ -37,7 +38,7 @@ def range_spec(runtime, window_s: int | None, start: datetime | None, end: datet
         start, end = _utc(start), _utc(end)
         span_h = (end - start).total_seconds() / 3600
     except (OverflowError, ValueError):
-        raise HTTPException(400, f"The {what} is outside the representable dates")
+        raise HTTPException(400, f"The {what} is outside the representable dates") from None
     if span_h <= 0:
         raise HTTPException(400, f"The {what}'s to must be after its from")
     limit_h = max(1.0, runtime.settings.sample_retention_hours)

@@ -12,12 +12,19 @@ from starlette.responses import Response
 
 from app.schemas import Message
 
-
 # Error responses every route of a kind can give, for the OpenAPI document (each carries {"detail": ...}).
-NOT_FOUND = {404: {"model": Message, "description": "No such host, function or resource"}}
-SIGNED_IN = {401: {"model": Message, "description": "Not signed in, or the token expired"}}
-ADMIN_ONLY = {**SIGNED_IN, 403: {"model": Message, "description": "The signed-in user's role does not allow this"}}
-BAD_BODY = {400: {"model": Message, "description": "The request body is not valid JSON"}}
+Responses = dict[int | str, dict[str, Any]]
+NOT_FOUND: Responses = {404: {"model": Message, "description": "No such host, function or resource"}}
+SIGNED_IN: Responses = {401: {"model": Message, "description": "Not signed in, or the token expired"}}
+ADMIN_ONLY: Responses = {**SIGNED_IN,
+                         403: {"model": Message, "description": "The signed-in user's role does not allow this"}}
+# What the request guard and the database handler can answer on any route.
+GUARDED: Responses = {
+    400: {"model": Message, "description": "A NUL character, lone surrogate or invalid UTF-8 in the request"},
+    413: {"model": Message, "description": "The request body is larger than the limit"},
+    503: {"model": Message, "description": "The database is unavailable (for example restarting)"},
+}
+BAD_BODY: Responses = {400: {"model": Message, "description": "The request body is not valid JSON"}}
 
 
 class FastJSON(Response):

@@ -20,12 +20,34 @@ class Settings(BaseSettings):
     grpc_host: str = "0.0.0.0"
     grpc_port: int = 50051
     static_dir: Path | None = None
-    database_url: str | None = Field(default=None, validation_alias=AliasChoices("DATABASE_URL", "HOTPATH_DATABASE_URL"))
+    database_url: str | None = Field(default=None,
+                                     validation_alias=AliasChoices("DATABASE_URL", "HOTPATH_DATABASE_URL"))
     sample_retention_hours: float = 24.0
     retention_interval_s: float = 300.0
     access_token_minutes: int = 12 * 60
     command_timeout_s: float = 15.0
-    grpc_max_message_bytes: int = 64 * 1024 * 1024
+    # Agents: enrolment (server-authenticated TLS) on its own port, 0 = the agent port + 1.
+    enroll_port: int = 0
+    tls_server_names: str = ""  # extra names/IPs for the server certificate, comma-separated
+    enrolment_token_hours: float = 24.0
+    max_pending_enrolments: int = 1000
+    # Per-stream limits: message size (a catalog chunk is at most 2 MiB), data messages per second.
+    grpc_max_message_bytes: int = 8 * 1024 * 1024
+    agent_messages_per_s: float = 200.0
+    agent_streams_per_peer: int = 64
+    hello_timeout_s: float = 30.0
+    # A data batch must lie within [now - sample retention, now + max clock skew] of our clock.
+    max_clock_skew_s: float = 120.0
+    replica_id: str = ""  # which backend replica holds a stream; default host name and agent port
+    # HTTP: HTTPS with the installation CA's server certificate (or the files given), limits.
+    https: bool = False
+    https_cert_file: Path | None = None
+    https_key_file: Path | None = None
+    max_body_bytes: int = 1024 * 1024
+    login_failures_before_lockout: int = 5
+    login_lockout_s: float = 300.0
+    login_attempts_per_minute: int = 30
+    audit_retention_days: float = 90.0
     ws_ping_interval_s: float = 20.0
     log_level: str = "INFO"
     # When set, GET /metrics needs "Authorization: Bearer <this token>"; unset, it is open (it carries

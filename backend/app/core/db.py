@@ -2,12 +2,20 @@
 """Database plumbing: the embedded Postgres (pgserver) when no DATABASE_URL is given, the async
 SQLAlchemy engine and session factory, and running the Alembic migrations.
 
-The embedded server lives in $HOTPATH_DATA_DIR/pgdata and is reached over a Unix socket only. pgserver
-stops it when the last process holding a handle calls cleanup (or exits), so the backend calls
-`stop_embedded_postgres` on shutdown; a DATABASE_URL server is never touched.
+The embedded server lives in $HOTPATH_DATA_DIR/pgdata and is reached over a Unix socket only. The
+backend supervises it itself (pgserver only installs, initialises and starts it): it restarts a
+Postgres that died, stops it on shutdown with `pg_ctl stop -m fast`, and leaves a small watchdog
+process (app.core.pg_watchdog) that stops it if the backend is killed. A DATABASE_URL server is never
+touched.
 """
 import logging
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -19,20 +27,100 @@ log = logging.getLogger("hotpath.db")
 BACKEND_DIR = Path(__file__).resolve().parents[2]
 
 
-def start_embedded_postgres(pgdata: Path):
-    """Start (or attach to) the embedded Postgres in `pgdata`; returns (server handle, URL)."""
-    import pgserver  # imported here: deployments with DATABASE_URL never need its binaries
-
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(pgdata, cleanup_mode="stop")
-    return server, normalise_database_url(server.get_uri())
-
-
-def stop_embedded_postgres(server) -> None:
+def postmaster_pid(pgdata: Path) -> int | None:
+    """The pid in pgdata/postmaster.pid if that process is alive (and not a zombie)."""
     try:
-        server.cleanup()
-    except Exception:  # noqa: BLE001 - shutdown must go on; pgserver's atexit hook retries
-        log.exception("stopping the embedded Postgres failed")
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return None
+        return pid
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stop_postgres(pgdata: Path, system_user: str | None) -> None:
+    """Stop the Postgres of pgdata: a fast shutdown, then signals if it does not go."""
+    pid = postmaster_pid(pgdata)
+    if pid is None:
+        return
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    try:
+        subprocess.run([str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w", "-t", "20", "-m", "fast", "stop"],
+                       user=system_user, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    except (subprocess.SubprocessError, OSError):
+        log.warning("pg_ctl stop failed; signalling the postmaster %d", pid)
+        for sig in (signal.SIGTERM, signal.SIGQUIT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                return
+            for _ in range(50):
+                if postmaster_pid(pgdata) is None:
+                    return
+                time.sleep(0.1)
+
+
+class EmbeddedPostgres:
+    """The backend's own Postgres in a data folder: started, restarted when it dies, stopped with the
+    backend (and by a watchdog process if the backend is killed)."""
+
+    def __init__(self, pgdata: Path, watchdog: bool = True) -> None:
+        self.pgdata = pgdata.resolve() if pgdata.exists() else pgdata
+        self.watchdog = watchdog
+        self._server: Any = None  # pgserver.PostgresServer, imported lazily
+        self._watchdog: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        """Start (or attach to, or restart) the server; returns its URL."""
+        import pgserver  # imported here: deployments with DATABASE_URL never need its binaries
+
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        if self._server is None:
+            self._server = pgserver.get_server(self.pgdata, cleanup_mode=None)
+            self.pgdata = self._server.pgdata
+        else:
+            for attempt in range(30):  # a killed postmaster's children may hold its memory a moment
+                try:
+                    with self._server._lock:
+                        self._server.ensure_postgres_running()
+                    break
+                except Exception:  # noqa: BLE001 - try again; the caller logs a final failure
+                    if attempt == 29:
+                        raise
+                    time.sleep(1)
+        self.url = normalise_database_url(self._server.get_uri())
+        if self.watchdog and (self._watchdog is None or self._watchdog.poll() is not None):
+            self._watchdog = subprocess.Popen(
+                [sys.executable, "-m", "app.core.pg_watchdog", str(os.getpid()), str(self.pgdata),
+                 self._server.system_user or ""], cwd=BACKEND_DIR, start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        return self.url
+
+    def running(self) -> bool:
+        return postmaster_pid(self.pgdata) is not None
+
+    def stop(self) -> None:
+        if self._watchdog is not None and self._watchdog.poll() is None:
+            self._watchdog.terminate()
+            self._watchdog.wait(5)
+        try:
+            stop_postgres(self.pgdata, self._server.system_user if self._server else None)
+        except Exception:  # noqa: BLE001 - shutdown must go on
+            log.exception("stopping the embedded Postgres failed")
+
+
+def start_embedded_postgres(pgdata: Path) -> tuple[EmbeddedPostgres, str]:
+    """Start (or attach to) the embedded Postgres in `pgdata`; returns (handle, URL)."""
+    server = EmbeddedPostgres(pgdata)
+    return server, server.start()
+
+
+def stop_embedded_postgres(server: EmbeddedPostgres) -> None:
+    server.stop()
 
 
 def make_engine(url: str) -> AsyncEngine:

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Passwords, bearer tokens and the agent token.
+"""Passwords and bearer tokens.
 
 Passwords are hashed with scrypt (memory-hard, in the standard library). Access tokens are
 `payload.signature` with an HMAC-SHA256 over a small JSON payload carrying the user id and an expiry,
@@ -73,10 +73,14 @@ def decode_access_token(key: bytes, token: str, now: float | None = None) -> str
         return None
 
 
-def agent_token_matches(presented: str | None, expected: str) -> bool:
-    if not presented:
-        return False
-    return hmac.compare_digest(presented.encode(), expected.encode())
+def token_expiry(key: bytes, token: str) -> float | None:
+    """The expiry (Unix time) of a token whose signature is valid, else None."""
+    if decode_access_token(key, token) is None:
+        return None
+    try:
+        return float(json.loads(_unb64(token.split(".")[0]))["exp"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def read_or_create_secret(path: Path, make) -> str:

@@ -1,35 +1,53 @@
 # SPDX-License-Identifier: Apache-2.0
-"""AgentService.Connect: the server end of each agent's long-lived stream, and the registry of
-connected agents that routes use to send commands.
+"""AgentService: the server end of each agent's long-lived stream (Connect), enrolment (Enroll), and
+the registry of connected agents that routes use to send commands.
 
-One stream per host: a second stream with the same host id replaces the first (the old handler is
-cancelled; an agent that restarts quickly must not be shown offline by its own predecessor). Catalog
-pieces are content-addressed and stored once: Welcome names only pieces not yet complete, and while
-one stream is sending a piece other streams' chunks of it are ignored. Commands are matched to their
-result by id through a future per command.
+Identity: Connect runs over mutual TLS; the client certificate's common name is the host id, and the
+certificate must be the one issued to that host at its last enrolment (its fingerprint is stored on
+the host), so a host id can only be used by its own credential and a retired or deleted host cannot
+come back with an old certificate. Hello must name the same host.
+
+One stream per host: a second stream of the same host replaces the first. Nothing an agent sends is
+stored before it is checked (app.agent_input); a malformed message ends the stream with
+INVALID_ARGUMENT and the reason, a database outage with UNAVAILABLE, anything else with INTERNAL and
+a log line, never with the text of an SQL error.
+
+Catalog pieces are content-addressed and stored once: an upload is staged, and stored under its digest
+only when its chunks arrived in order, its function and block counts match Hello and the digest
+recomputed from the content (app.catalog_digest) equals the announced one. While one stream uploads a
+piece, others that have it wait; if the upload fails or its stream ends, another connected host that
+has the piece is asked for it (CatalogRequest).
+
+Data messages (MetricBatch, DataGap) carry a sequence number per agent instance; each is stored at
+most once (delivery_marks) and acknowledged cumulatively once stored. A batch whose time lies outside
+[now - retention, now + max skew] is refused (acknowledged, not stored), recorded as a gap and, when
+it is ahead of our clock, the host is flagged with its clock offset.
 """
 import asyncio
 import logging
-import re
 import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 import orjson
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError, OperationalError
 
-from app import catalog, crud, samples
-from app.core.security import agent_token_matches
+from app import agent_input, catalog, crud, enrolment, samples
+from app.agent_input import InvalidInput
+from app.catalog_digest import PieceHasher
+from app.core.pki import fingerprint_pem
 from app.models import Host, HostModule
-from app.proto import pb, pb_grpc
+from app.proto import pb
 from app.runtime import Runtime
 
 log = logging.getLogger("hotpath.agents")
-DIGEST_RE = re.compile(r"^[0-9a-f]{1,64}$")
+SERVICE = "hotpath.v1.AgentService"
 
 
 class HostOffline(Exception):
@@ -45,17 +63,51 @@ class CommandFailed(Exception):
 
 
 @dataclass
+class Undecodable:
+    """What the stream yields for bytes that do not parse as the message they should be."""
+
+    reason: str
+
+
+@dataclass
+class Upload:
+    """One catalog piece being received on one stream."""
+
+    digest: str
+    module: str
+    staging: str
+    base: int
+    function_count: int
+    block_count: int
+    hasher: PieceHasher
+    next_seq: int = 0
+    functions: int = 0
+    blocks: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
 class AgentSession:
     host_id: str
     session_id: str
     peer: str
     context: grpc.aio.ServicerContext
     task: asyncio.Task | None
+    instance_id: str = ""
+    build: str = ""
+    core_base: int = 0
     modules: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (digest, base)
+    refs: dict[str, Any] = field(default_factory=dict)  # digest -> pb.ModuleRef
+    uploads: dict[str, Upload] = field(default_factory=dict)  # digest -> upload in progress
+    marks: dict[str, int] = field(default_factory=dict)  # instance id -> highest stored seq
+    last_end: dict[str, datetime] = field(default_factory=dict)  # instance id -> end of its newest batch
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pending: dict[str, asyncio.Future] = field(default_factory=dict)
     dropped_samples: int = 0
+    welcomed: bool = False
     closed: bool = False
+    tokens: float = 0.0
+    refilled: float = field(default_factory=time.monotonic)
 
     async def send(self, message: "pb.ServerMessage") -> None:
         async with self.write_lock:
@@ -66,11 +118,12 @@ class AgentRegistry:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.sessions: dict[str, AgentSession] = {}
-        self.index_maps: dict[str, dict[int, int]] = {}
-        self.piece_owner: dict[str, str] = {}  # digest -> session id of the stream sending it
-        self.piece_started: dict[str, float] = {}
+        self.index_maps: dict[str, dict[int, tuple[int, int]]] = {}
+        self.piece_owner: dict[str, str] = {}  # digest -> session id of the stream uploading it
         self.complete: set[str] = set()
         self.cleanups: set[asyncio.Task] = set()  # disconnects being recorded
+        self.peers: Counter = Counter()  # open streams per peer address
+        self.auth_failures: dict[str, tuple[float, int]] = {}  # peer address -> (window start, count)
 
     def online(self, host_id: str) -> bool:
         return host_id in self.sessions
@@ -80,6 +133,12 @@ class AgentRegistry:
             await end_session(session, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
         if self.cleanups:
             await asyncio.wait(set(self.cleanups), timeout=5)
+
+    async def end_host(self, host_id: str, reason: str) -> None:
+        """End a host's live stream (the host was retired or deleted)."""
+        session = self.sessions.get(host_id)
+        if session is not None:
+            await end_session(session, grpc.StatusCode.PERMISSION_DENIED, reason)
 
     async def inspect_function(self, host_id: str, module: str, digest: str, index: int, actor: str) -> list:
         """Ask the host's agent to decode a function; cache and return [[offset, length, hex, text], ...]."""
@@ -102,15 +161,20 @@ class AgentRegistry:
                 raise HostOffline(host_id) from exc
             try:
                 result: pb.CommandResult = await asyncio.wait_for(future, self.runtime.settings.command_timeout_s)
-            except asyncio.TimeoutError:
-                raise CommandTimeout(command_id)
+            except TimeoutError:
+                raise CommandTimeout(command_id) from None
         finally:
             session.pending.pop(command_id, None)
         if not result.ok:
-            raise CommandFailed(result.error or "unknown error")
+            raise CommandFailed(agent_input.excerpt(result.error or "unknown error", 300))
         if not result.HasField("disassembly"):
             raise CommandFailed("the result carried no disassembly")
-        instructions = [[i.offset, i.length, i.bytes.hex(), i.text] for i in result.disassembly.instructions]
+        instructions = []
+        for i in result.disassembly.instructions:
+            if i.length > 15 or len(i.bytes) > 15 or i.offset > agent_input.INT32_MAX or len(i.text) > 256 \
+                    or agent_input._CONTROL.search(i.text):
+                raise CommandFailed("the agent sent a malformed instruction")
+            instructions.append([i.offset, i.length, i.bytes.hex(), i.text])
         async with self.runtime.engine.begin() as conn:
             await conn.execute(text("""
                 INSERT INTO instruction_cache (digest, index, instructions) VALUES (:d, :i, CAST(:ins AS jsonb))
@@ -118,7 +182,7 @@ class AgentRegistry:
                 {"d": digest, "i": index, "ins": orjson.dumps(instructions).decode()})
         return instructions
 
-    async def function_ids(self, digest: str) -> dict[int, int] | None:
+    async def function_ids(self, digest: str) -> dict[int, tuple[int, int]] | None:
         if digest not in self.complete:
             return None
         mapping = self.index_maps.get(digest)
@@ -134,39 +198,31 @@ async def end_session(session: AgentSession, code: grpc.StatusCode, reason: str)
     session.closed = True
     try:
         await session.context.abort(code, reason)
-    except Exception:  # noqa: BLE001 - abort signals by raising, in our task
+    except Exception:  # noqa: BLE001, S110 - abort signals by raising, in our task
         pass
     if session.task is not None and session.task is not asyncio.current_task():
         session.task.cancel()
 
 
-def _bearer(context: grpc.aio.ServicerContext) -> str | None:
-    for key, value in context.invocation_metadata() or ():
-        if key == "authorization" and isinstance(value, str):
-            scheme, _, token = value.partition(" ")
-            if scheme.lower() == "bearer":
-                return token.strip()
-    return None
+def _peer_address(peer: str) -> str:
+    """'ipv4:127.0.0.1:5555' -> 'ipv4:127.0.0.1' (the address without the port)."""
+    return peer.rsplit(":", 1)[0] if peer.count(":") >= 2 else peer
 
 
-def _validate_hello(hello: "pb.Hello") -> str | None:
-    if not hello.host_id or len(hello.host_id) > 256:
-        return "Hello.host_id must be 1 to 256 characters"
-    if not hello.hostname:
-        return "Hello.hostname is empty"
-    names = set()
-    for m in hello.modules:
-        if not m.name:
-            return "a ModuleRef has no name"
-        if m.name in names:
-            return f"module {m.name!r} is listed twice"
-        names.add(m.name)
-        if not DIGEST_RE.match(m.digest):
-            return f"module {m.name!r} has an invalid digest (want lower-case hex SHA-256)"
-    return None
+def _certificate(context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
+    """(common name, SHA-256 fingerprint) of the verified client certificate, if any."""
+    auth = context.auth_context() or {}
+    names = auth.get("x509_common_name") or []
+    pems = auth.get("x509_pem_cert") or []
+    name = names[0].decode(errors="replace") if names else None
+    return name, (fingerprint_pem(pems[0]) if pems else None)
 
 
-class AgentService(pb_grpc.AgentServiceServicer):
+def _ns_to_dt(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
+
+
+class AgentService:
     def __init__(self, runtime: Runtime, registry: AgentRegistry) -> None:
         self.runtime = runtime
         self.registry = registry
@@ -182,32 +238,121 @@ class AgentService(pb_grpc.AgentServiceServicer):
         if host is not None:
             self.runtime.hub.publish({"type": "host", "host": host})
 
+    async def _reject(self, context, peer: str, code: grpc.StatusCode, reason: str, host_id: str | None) -> None:
+        """End an unauthenticated stream; audit it, at most one record per peer address and minute."""
+        address = _peer_address(peer)
+        now = time.monotonic()
+        start, count = self.registry.auth_failures.get(address, (now, 0))
+        if now - start > 60:
+            start, count = now, 0
+        self.registry.auth_failures[address] = (start, count + 1)
+        if count == 0:
+            log.warning("agent rejected from %s: %s", peer, reason)
+            try:
+                await self._audit(f"agent@{address}", "agent_auth_failed", host_id, {"peer": peer, "reason": reason})
+            except (DBAPIError, OSError):
+                log.warning("could not audit a rejected agent: the database is unavailable")
+        await context.abort(code, reason)
+
+    # Enrolment ------------------------------------------------------------------------------------
+
+    async def Enroll(self, request, context: grpc.aio.ServicerContext):  # noqa: N802 - gRPC name
+        peer = context.peer() or "unknown"
+        if isinstance(request, Undecodable):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
+        try:
+            issued = await enrolment.enroll(self.runtime, request, peer)
+        except enrolment.EnrolmentError as exc:
+            await context.abort(exc.code, str(exc))
+        except (DBAPIError, OSError):
+            log.exception("enrolment failed")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the backend cannot reach its database; try again")
+        return pb.EnrollResponse(certificate_pem=issued.certificate_pem, ca_pem=self.runtime.pki.ca_pem.decode(),
+                                 not_after_unix=int(issued.not_after.timestamp()))
+
+    # The stream -----------------------------------------------------------------------------------
+
     async def Connect(self, request_iterator, context: grpc.aio.ServicerContext):  # noqa: N802 - gRPC name
         peer = context.peer() or "unknown"
-        if not agent_token_matches(_bearer(context), self.runtime.agent_token):
-            log.warning("agent rejected: invalid agent token from %s", peer)
-            await self._audit(f"agent@{peer}", "agent_auth_failed", None, {"peer": peer})
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "invalid agent token")
-        first = await context.read()
+        address = _peer_address(peer)
+        if self.registry.peers[address] >= self.runtime.settings.agent_streams_per_peer:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many agent streams from this address")
+        self.registry.peers[address] += 1
+        try:
+            await self._connect(context, peer)
+        except grpc.aio.AbortError:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except InvalidInput as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except (OperationalError, OSError, ConnectionError) as exc:
+            log.warning("agent stream from %s ended: the database is unavailable (%s)", peer, type(exc).__name__)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the backend cannot reach its database; try again")
+        except DBAPIError:
+            log.exception("agent stream from %s: database error", peer)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error (logged on the server)")
+        except Exception:
+            log.exception("agent stream from %s failed", peer)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error (logged on the server)")
+        finally:
+            self.registry.peers[address] -= 1
+            if self.registry.peers[address] <= 0:
+                del self.registry.peers[address]
+
+    async def _read(self, context, timeout: float | None = None):
+        message = await (asyncio.wait_for(context.read(), timeout) if timeout else context.read())
+        if isinstance(message, Undecodable):
+            raise InvalidInput(message.reason)
+        return message
+
+    async def _connect(self, context: grpc.aio.ServicerContext, peer: str) -> None:
+        settings = self.runtime.settings
+        cert_host, cert_fp = _certificate(context)
+        if cert_host is None or cert_fp is None:
+            await self._reject(context, peer, grpc.StatusCode.UNAUTHENTICATED,
+                               "no client certificate: enrol this agent first (hotpathd enroll)", None)
+        async with self.runtime.sessionmaker() as db:
+            host = await db.get(Host, cert_host)
+        if host is None or host.cert_fingerprint != cert_fp:
+            await self._reject(context, peer, grpc.StatusCode.UNAUTHENTICATED,
+                               "this certificate is not the current credential of its host "
+                               "(deleted, retired or enrolled again): enrol again", cert_host)
+        assert host is not None
+        if host.status == "retired":
+            await self._reject(context, peer, grpc.StatusCode.PERMISSION_DENIED,
+                               "this host is retired; an admin must delete it before it can enrol again", cert_host)
+        try:
+            first = await self._read(context, settings.hello_timeout_s)
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no Hello within the time allowed")
         if first is grpc.aio.EOF or first.WhichOneof("kind") != "hello":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be Hello")
+            raise InvalidInput("the first message must be Hello")
         hello = first.hello
-        problem = _validate_hello(hello)
-        if problem:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        agent_input.check_hello(hello)
+        if hello.host_id != cert_host:
+            await self._reject(context, peer, grpc.StatusCode.PERMISSION_DENIED,
+                               "Hello.host_id is not the host named by this agent's certificate", cert_host)
+        received_ns = time.time_ns()
 
         session = AgentSession(host_id=hello.host_id, session_id=str(uuid.uuid4()), peer=peer, context=context,
-                               task=asyncio.current_task(),
-                               modules={m.name: (m.digest, m.base_address) for m in hello.modules})
+                               task=asyncio.current_task(), instance_id=hello.instance_id,
+                               build=hello.kernel_build_id or hello.kernel_release,
+                               core_base=hello.modules[0].base_address if hello.modules else 0,
+                               modules={m.name: (m.digest, m.base_address) for m in hello.modules},
+                               refs={m.digest: m for m in hello.modules},
+                               tokens=settings.agent_messages_per_s * 10)
         previous = self.registry.sessions.get(hello.host_id)
         self.registry.sessions[hello.host_id] = session
         if previous is not None:
             log.info("agent %s reconnected: replacing session %s", hello.host_id, previous.session_id)
             await end_session(previous, grpc.StatusCode.ABORTED, "replaced by a newer stream from the same host")
         try:
-            missing = await self._register(hello, session)
-            await session.send(pb.ServerMessage(welcome=pb.Welcome(session_id=session.session_id,
-                                                                   missing_digests=missing)))
+            missing, acks = await self._register(hello, session, received_ns)
+            await session.send(pb.ServerMessage(welcome=pb.Welcome(
+                session_id=session.session_id, missing_digests=missing,
+                acks=[pb.Ack(instance_id=i, seq=s) for i, s in acks.items()])))
+            session.welcomed = True
             log.info("agent connected: host %s (%s) session %s from %s, %d modules, %d catalog pieces missing",
                      hello.host_id, hello.hostname, session.session_id, peer, len(hello.modules), len(missing))
             await self._publish_host(hello.host_id)
@@ -221,10 +366,12 @@ class AgentService(pb_grpc.AgentServiceServicer):
             cleanup.add_done_callback(self.registry.cleanups.discard)
             await asyncio.shield(cleanup)
 
-    async def _register(self, hello: "pb.Hello", session: AgentSession) -> list[str]:
-        now = datetime.now(timezone.utc)
+    async def _register(self, hello: "pb.Hello", session: AgentSession,
+                        received_ns: int) -> tuple[list[str], dict[str, int]]:
+        now = datetime.now(UTC)
         l1i = ({"size_bytes": hello.l1i.size_bytes, "line_bytes": hello.l1i.line_bytes, "ways": hello.l1i.ways}
                if hello.HasField("l1i") else None)
+        offset_ms = (hello.clock_unix_ns - received_ns) // 1_000_000 if hello.clock_unix_ns else None
         values = dict(hostname=hello.hostname, kernel_release=hello.kernel_release,
                       kernel_build_id=hello.kernel_build_id, cpu_model=hello.cpu_model, cpu_count=hello.cpu_count,
                       l1i=l1i, capabilities=[{"name": c.name, "available": c.available, "detail": c.detail}
@@ -232,29 +379,31 @@ class AgentService(pb_grpc.AgentServiceServicer):
                       agent_version=hello.agent_version, metric_interval_ms=hello.metric_interval_ms or 1000,
                       sample_frequency_hz=hello.sample_frequency_hz, sample_event=hello.sample_event,
                       parse_seconds=hello.parse_seconds, online=True, last_seen=now, connected_at=now,
-                      session_id=session.session_id)
+                      session_id=session.session_id, replica=self.runtime.replica_id,
+                      clock_offset_ms=offset_ms, clock_checked_at=now if offset_ms is not None else None)
         async with self.runtime.sessionmaker() as db:
-            stmt = insert(Host).values(id=hello.host_id, **values)
-            await db.execute(stmt.on_conflict_do_update(index_elements=[Host.id], set_=values))
+            await db.execute(insert(Host).values(id=hello.host_id, **values).on_conflict_do_update(
+                index_elements=[Host.id], set_=values))
             await db.execute(text("DELETE FROM host_modules WHERE host_id = :h"), {"h": hello.host_id})
             if hello.modules:
                 await db.execute(insert(HostModule), [
                     {"host_id": hello.host_id, "name": m.name, "digest": m.digest, "base_address": m.base_address,
                      "function_count": m.function_count, "block_count": m.block_count, "position": i}
                     for i, m in enumerate(hello.modules)])
-                await db.execute(text("""
-                    INSERT INTO catalog_pieces (digest, module, function_count, block_count)
-                    SELECT * FROM unnest(CAST(:d AS text[]), CAST(:m AS text[]), CAST(:f AS int[]), CAST(:b AS int[]))
-                    ON CONFLICT (digest) DO NOTHING"""),
-                    {"d": [m.digest for m in hello.modules], "m": [m.name for m in hello.modules],
-                     "f": [m.function_count for m in hello.modules], "b": [m.block_count for m in hello.modules]})
-            rows = await db.execute(text("SELECT digest, complete FROM catalog_pieces WHERE digest = ANY(:d)"),
+            rows = await db.execute(text("SELECT digest FROM catalog_pieces WHERE digest = ANY(:d) AND complete"),
                                     {"d": [m.digest for m in hello.modules]})
-            complete = {r.digest for r in rows if r.complete}
+            complete = {r.digest for r in rows}
+            marks = await db.execute(text("""
+                SELECT instance_id, seq FROM delivery_marks WHERE host_id = :h ORDER BY updated_at DESC LIMIT 32"""),
+                {"h": hello.host_id})
+            session.marks = {r.instance_id: r.seq for r in marks}
             crud.audit(db, f"agent:{hello.host_id}", "agent_connected", hello.host_id,
                        {"session_id": session.session_id, "peer": session.peer, "hostname": hello.hostname,
-                        "agent_version": hello.agent_version})
+                        "agent_version": hello.agent_version, "replica": self.runtime.replica_id,
+                        "clock_offset_ms": offset_ms})
             await db.commit()
+        if offset_ms is not None and abs(offset_ms) > self.runtime.settings.max_clock_skew_s * 1000:
+            log.warning("host %s: its clock is %+.1f s off ours", hello.host_id, offset_ms / 1000)
         self.registry.complete |= complete
         seen: set[str] = set()
         missing = []
@@ -262,87 +411,255 @@ class AgentService(pb_grpc.AgentServiceServicer):
             if m.digest not in complete and m.digest not in seen:
                 seen.add(m.digest)
                 missing.append(m.digest)
-        return missing
+        return missing, dict(session.marks)
+
+    async def _throttle(self, session: AgentSession) -> None:
+        """At most agent_messages_per_s data messages per second (bursts of ten seconds' worth): a
+        stream above it is slowed down, and gRPC's flow control pushes back on the agent."""
+        rate = self.runtime.settings.agent_messages_per_s
+        now = time.monotonic()
+        session.tokens = min(rate * 10, session.tokens + (now - session.refilled) * rate)
+        session.refilled = now
+        if session.tokens < 1:
+            await asyncio.sleep((1 - session.tokens) / rate)
+            session.tokens = 1
+            session.refilled = time.monotonic()
+        session.tokens -= 1
 
     async def _serve(self, session: AgentSession, context) -> None:
         while True:
-            message = await context.read()
+            message = await self._read(context)
             if message is grpc.aio.EOF:
                 return
             kind = message.WhichOneof("kind")
             if kind == "catalog_chunk":
                 await self._on_chunk(session, message.catalog_chunk)
-            elif kind == "metrics":
-                await self._on_metrics(session, message.metrics)
+            elif kind in ("metrics", "gap"):
+                await self._throttle(session)
+                await self._on_data(session, message, kind)
             elif kind == "result":
                 future = session.pending.get(message.result.command_id)
                 if future is not None and not future.done():
                     future.set_result(message.result)
                 else:
-                    log.warning("host %s: result for unknown command %s", session.host_id, message.result.command_id)
+                    log.warning("host %s: result for unknown command %s", session.host_id,
+                                agent_input.excerpt(message.result.command_id))
             elif kind == "progress":
                 pass  # inspect_function is quick; progress is not shown yet
             elif kind == "hello":
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Hello may only be sent once per stream")
+                raise InvalidInput("Hello may only be sent once per stream")
             else:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "empty AgentMessage")
+                raise InvalidInput("empty AgentMessage")
+
+    # Catalog pieces -------------------------------------------------------------------------------
 
     async def _on_chunk(self, session: AgentSession, chunk: "pb.CatalogChunk") -> None:
         registry = self.registry
         digest = chunk.digest
-        if digest not in {d for d, _ in session.modules.values()}:
-            await session.context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                        f"catalog chunk for digest {digest[:16]} that Hello did not announce")
-        if digest in registry.complete:
-            return
-        owner = registry.piece_owner.get(digest)
-        owner_live = owner is not None and any(s.session_id == owner for s in registry.sessions.values())
-        if owner != session.session_id:
-            if owner_live or chunk.seq != 0:
-                return  # another stream is sending this piece, or we joined mid-piece
+        ref = session.refs.get(digest)
+        if ref is None:
+            raise InvalidInput(f"catalog chunk for digest {agent_input.excerpt(digest, 16)} "
+                               "that Hello did not announce")
+        if chunk.module != ref.name:
+            raise InvalidInput(f"catalog chunk for {digest[:16]} names module {agent_input.excerpt(chunk.module)}, "
+                               f"Hello named {agent_input.excerpt(ref.name)}")
+        upload = session.uploads.get(digest)
+        if upload is None:
+            if digest in registry.complete:
+                return  # another host stored it meanwhile
+            if chunk.seq != 0:
+                owner = registry.piece_owner.get(digest)
+                if owner is not None and owner != session.session_id:
+                    return  # chunks of a piece this stream was told to leave to another one
+                raise InvalidInput(f"catalog chunk {chunk.seq} of {digest[:16]} arrived before chunk 0")
+            owner = registry.piece_owner.get(digest)
+            if owner is not None and any(s.session_id == owner for s in registry.sessions.values()):
+                return  # another stream is uploading this piece; we ask this one again if that fails
             registry.piece_owner[digest] = session.session_id
-            registry.piece_started[digest] = time.perf_counter()
-            await catalog.discard_partial(self.runtime.engine, digest)
-        module = chunk.module
-        base = session.modules.get(module, (digest, 0))[1]
-        if module not in session.modules or session.modules[module][0] != digest:
-            base = next(b for d, b in session.modules.values() if d == digest)
-        stored_fns, _, _ = await catalog.store_chunk(self.runtime.engine, digest, base, chunk.functions)
-        self.runtime.metrics.catalog_functions.inc(stored_fns)
-        if chunk.last:
-            stored = await catalog.mark_complete(self.runtime.engine, digest)
-            registry.complete.add(digest)
-            registry.piece_owner.pop(digest, None)
-            seconds = time.perf_counter() - registry.piece_started.pop(digest, time.perf_counter())
-            log.info("catalog stored: %s (%s) %d functions in %.2f s from host %s",
-                     module, digest[:16], stored, seconds, session.host_id)
-            async with self.runtime.sessionmaker() as db:
-                hosts = (await db.execute(text("SELECT DISTINCT host_id FROM host_modules WHERE digest = :d"),
-                                          {"d": digest})).scalars().all()
-            for host_id in hosts:
-                await self._publish_host(host_id)
+            upload = Upload(digest=digest, module=ref.name, staging=f"{catalog.STAGING_PREFIX}{uuid.uuid4().hex}",
+                            base=ref.base_address, function_count=ref.function_count, block_count=ref.block_count,
+                            hasher=PieceHasher(session.build, ref.name, ref.function_count, session.core_base))
+            await catalog.begin_upload(self.runtime.engine, upload.staging, ref.name, ref.function_count,
+                                       ref.block_count)
+            session.uploads[digest] = upload
+        try:
+            if chunk.seq != upload.next_seq:
+                raise InvalidInput(f"catalog chunk {chunk.seq} of {digest[:16]} where {upload.next_seq} was due")
+            upload.next_seq += 1
+            for f in chunk.functions:
+                upload.blocks += agent_input.check_function(f, upload.functions)
+                upload.functions += 1
+            if upload.functions > upload.function_count or upload.blocks > upload.block_count:
+                raise InvalidInput(f"catalog {digest[:16]} holds more functions or blocks than Hello announced "
+                                   f"({upload.function_count} functions, {upload.block_count} blocks)")
+            upload.hasher.add(chunk.functions)
+            stored_fns, _, _ = await catalog.store_chunk(self.runtime.engine, upload.staging, upload.base,
+                                                         chunk.functions)
+            self.runtime.metrics.catalog_functions.inc(stored_fns)
+            if chunk.last:
+                await self._finish_upload(session, upload)
+        except BaseException:
+            session.uploads.pop(digest, None)
+            await self._abandon_upload(session, upload, "failed")
+            raise
 
-    async def _on_metrics(self, session: AgentSession, batch: "pb.MetricBatch") -> None:
-        ts = samples.interval_start(batch.interval_start_unix_ns)
+    async def _finish_upload(self, session: AgentSession, upload: Upload) -> None:
+        digest = upload.digest
+        if upload.functions != upload.function_count or upload.blocks != upload.block_count:
+            raise InvalidInput(f"catalog {digest[:16]} ended after {upload.functions} functions and "
+                               f"{upload.blocks} blocks; Hello announced {upload.function_count} and "
+                               f"{upload.block_count}")
+        actual = upload.hasher.hexdigest()
+        if actual != digest:
+            await self._audit(f"agent:{session.host_id}", "catalog_rejected", session.host_id,
+                              {"digest": digest, "recomputed": actual, "module": upload.module})
+            raise InvalidInput(f"catalog {digest[:16]}: its content hashes to {actual[:16]}, not to its digest")
+        session.uploads.pop(digest, None)
+        stored = await catalog.promote_upload(self.runtime.engine, upload.staging, digest, upload.module,
+                                              upload.function_count, upload.block_count)
+        self.registry.complete.add(digest)
+        self.registry.piece_owner.pop(digest, None)
+        log.info("catalog %s: %s (%s) %d functions in %.2f s from host %s",
+                 "stored" if stored else "already stored", upload.module, digest[:16], upload.functions,
+                 time.perf_counter() - upload.started, session.host_id)
+        async with self.runtime.sessionmaker() as db:
+            hosts = (await db.execute(text("SELECT DISTINCT host_id FROM host_modules WHERE digest = :d"),
+                                      {"d": digest})).scalars().all()
+        for host_id in hosts:
+            await self._publish_host(host_id)
+
+    async def _abandon_upload(self, session: AgentSession, upload: Upload, why: str) -> None:
+        """Discard an upload that failed or whose stream ended, and ask another host that has the piece."""
+        if self.registry.piece_owner.get(upload.digest) == session.session_id:
+            self.registry.piece_owner.pop(upload.digest, None)
+        try:
+            await asyncio.shield(catalog.discard_upload(self.runtime.engine, upload.staging))
+        except (DBAPIError, OSError):
+            log.warning("could not discard the staged catalog %s now; it is removed at the next start",
+                        upload.staging)
+        log.info("catalog %s (%s) from host %s %s after %d functions: discarded", upload.module,
+                 upload.digest[:16], session.host_id, why, upload.functions)
+        for other in list(self.registry.sessions.values()):
+            if other is not session and other.welcomed and not other.closed and upload.digest in other.refs:
+                try:
+                    await other.send(pb.ServerMessage(catalog_request=pb.CatalogRequest(digests=[upload.digest])))
+                    self.registry.piece_owner[upload.digest] = other.session_id
+                    other.uploads.pop(upload.digest, None)
+                    log.info("asked host %s for catalog %s", other.host_id, upload.digest[:16])
+                    break
+                except Exception:  # noqa: BLE001 - that stream is ending too; try the next one
+                    continue
+
+    # Data messages: metric batches and gaps ----------------------------------------------------
+
+    async def _on_data(self, session: AgentSession, message: "pb.AgentMessage", kind: str) -> None:
+        instance = message.instance_id or session.instance_id
+        if instance and not agent_input.INSTANCE_RE.match(instance):
+            raise InvalidInput("AgentMessage.instance_id must be 1 to 64 letters, digits, '-' or '_'")
+        seq = message.seq
+        if seq and not instance:
+            raise InvalidInput("a numbered message needs an instance id (Hello.instance_id)")
+        if kind == "gap":
+            if not seq:
+                raise InvalidInput("a DataGap must carry a sequence number")
+            agent_input.check_gap(message.gap, seq)
+        else:
+            agent_input.check_batch(message.metrics)
+        mark = 0
+        if seq:
+            if instance not in session.marks:
+                async with self.runtime.engine.connect() as conn:
+                    found = (await conn.execute(text(
+                        "SELECT seq FROM delivery_marks WHERE host_id = :h AND instance_id = :i"),
+                        {"h": session.host_id, "i": instance})).scalar_one_or_none()
+                session.marks[instance] = found or 0
+            mark = session.marks[instance]
+            if seq <= mark:
+                await session.send(pb.ServerMessage(ack=pb.Ack(instance_id=instance, seq=mark)))
+                return  # stored before: a resend after a reconnect
+        gaps: list[dict] = []
+        covered_from = message.gap.first_seq if kind == "gap" else seq
+        if seq and covered_from > mark + 1:
+            # Sequence numbers the agent neither sent nor reported as dropped.
+            start = session.last_end.get(instance)
+            if kind == "gap":
+                end = _ns_to_dt(message.gap.start_unix_ns)
+            else:
+                end = _ns_to_dt(message.metrics.interval_start_unix_ns)
+            gaps.append(dict(start=min(start or end, end), end=end, instance=instance, first_seq=mark + 1,
+                             messages=covered_from - mark - 1, source="backend",
+                             reason=f"sequence numbers {mark + 1}..{covered_from - 1} never arrived"))
+        if kind == "gap":
+            g = message.gap
+            gaps.append(dict(start=_ns_to_dt(g.start_unix_ns), end=_ns_to_dt(max(g.end_unix_ns, g.start_unix_ns)),
+                             instance=instance, first_seq=g.first_seq, messages=g.messages, source="agent",
+                             reason=g.reason or "dropped by the agent"))
+            for gap in gaps:
+                gap["start"], gap["end"] = self._clamp(gap["start"]), self._clamp(gap["end"])
+            await samples.store_batch(self.runtime.engine, session.host_id, None, 0, [], None,
+                                      mark=(instance, seq) if seq else None, gaps=gaps)
+        else:
+            await self._store_metrics(session, message.metrics, instance, seq, gaps)
+        if seq:
+            session.marks[instance] = seq
+            await session.send(pb.ServerMessage(ack=pb.Ack(instance_id=instance, seq=seq)))
+
+    def _clamp(self, ts: datetime) -> datetime:
+        """Keep a reported time within the window we accept data for (a gap's time is the agent's)."""
+        now = datetime.now(UTC)
+        low = now - timedelta(hours=self.runtime.settings.sample_retention_hours)
+        high = now + timedelta(seconds=self.runtime.settings.max_clock_skew_s)
+        return min(max(ts, low), high)
+
+    async def _store_metrics(self, session: AgentSession, batch: "pb.MetricBatch", instance: str, seq: int,
+                             gaps: list[dict]) -> None:
+        settings = self.runtime.settings
+        now_ns = time.time_ns()
+        start_ns = batch.interval_start_unix_ns
+        end_ns = start_ns + batch.interval_ms * 1_000_000
+        skew_ns = int(settings.max_clock_skew_s * 1e9)
+        oldest_ns = now_ns - int(settings.sample_retention_hours * 3600e9)
+        mark = (instance, seq) if seq else None
+        if end_ns > now_ns + skew_ns or start_ns < oldest_ns:
+            ahead = end_ns > now_ns + skew_ns
+            offset_ms = (end_ns - now_ns) // 1_000_000
+            reason = (f"refused: the host's clock is about {offset_ms / 1000:+.0f} s ahead of the backend's"
+                      if ahead else "refused: the interval is older than the sample retention "
+                      f"({settings.sample_retention_hours:g} h) by the backend's clock")
+            at = self._clamp(_ns_to_dt(max(min(start_ns, now_ns + skew_ns), oldest_ns)))
+            gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
+                             reason=reason))
+            flag = offset_ms if ahead or instance == session.instance_id else None
+            await samples.store_batch(self.runtime.engine, session.host_id, None, 0, [], None, mark=mark, gaps=gaps,
+                                      refused=True, clock_offset_ms=flag)
+            log.warning("host %s: %s (batch %s)", session.host_id, reason, seq)
+            if flag is not None:
+                await self._publish_host(session.host_id)
+            return
+        ts = _ns_to_dt(start_ns)
         per_block: Counter = Counter()
         dropped = 0
-        maps: dict[str, dict[int, int] | None] = {}
+        maps: dict[str, dict[int, tuple[int, int]] | None] = {}
         for b in batch.blocks:
             ref = session.modules.get(b.module)
             if ref is None:
-                dropped += b.count
-                continue
+                raise InvalidInput(f"samples for module {agent_input.excerpt(b.module)} that Hello did not list")
             digest = ref[0]
+            if b.function_index >= session.refs[digest].function_count:
+                raise InvalidInput(f"samples for function {b.function_index} of {agent_input.excerpt(b.module)}, "
+                                   f"which has {session.refs[digest].function_count}")
             if digest not in maps:
                 maps[digest] = await self.registry.function_ids(digest)
             mapping = maps[digest]
-            fid = mapping.get(b.function_index) if mapping is not None else None
-            if fid is None or b.count == 0:
-                dropped += b.count
+            entry = mapping.get(b.function_index) if mapping is not None else None
+            if entry is None:
+                dropped += b.count  # the piece is not stored yet
                 continue
-            per_block[(fid, b.block_offset)] += b.count
-        if dropped:
-            session.dropped_samples += dropped
+            if b.block_offset >= max(entry[1], 1):
+                raise InvalidInput(f"samples for block offset {b.block_offset:#x} of function {b.function_index}, "
+                                   f"which is {entry[1]:#x} bytes long")
+            per_block[(entry[0], b.block_offset)] += b.count
+        session.dropped_samples += dropped
         metrics = self.runtime.metrics
         metrics.ingest_batches.inc()
         metrics.ingest_samples.inc(batch.total_samples)
@@ -350,7 +667,8 @@ class AgentService(pb_grpc.AgentServiceServicer):
         rows = [(fid, off, count) for (fid, off), count in per_block.items()]
         await samples.store_batch(self.runtime.engine, session.host_id, ts, batch.interval_ms, rows,
                                   (batch.total_samples, batch.user_samples, batch.unmapped_samples,
-                                   batch.lost_samples, dropped))
+                                   batch.lost_samples, dropped), mark=mark, gaps=gaps)
+        session.last_end[instance] = _ns_to_dt(end_ns)
         if self.runtime.hub.subscriber_count:
             per_fn: Counter = Counter()
             for (fid, _), count in per_block.items():
@@ -361,15 +679,17 @@ class AgentService(pb_grpc.AgentServiceServicer):
                                       "total_samples": batch.total_samples,
                                       "top": [{"function_id": fid, "name": names.get(fid, ""), "samples": c}
                                               for fid, c in top]})
+        if gaps:
+            self.runtime.hub.publish({"type": "gap", "host_id": session.host_id})
 
     async def _disconnect(self, session: AgentSession) -> None:
         session.closed = True
         for future in session.pending.values():
             if not future.done():
                 future.set_exception(HostOffline(session.host_id))
-        for digest, owner in list(self.registry.piece_owner.items()):
-            if owner == session.session_id:
-                self.registry.piece_owner.pop(digest, None)
+        for upload in list(session.uploads.values()):
+            await self._abandon_upload(session, upload, "stream ended")
+        session.uploads.clear()
         replaced = self.registry.sessions.get(session.host_id) is not session
         if not replaced:
             self.registry.sessions.pop(session.host_id, None)
@@ -387,19 +707,51 @@ class AgentService(pb_grpc.AgentServiceServicer):
                      " (replaced by a newer stream)" if replaced else "")
             if not replaced:
                 await self._publish_host(session.host_id)
-        except Exception:  # noqa: BLE001 - shutting down; the database may already be gone
-            log.exception("recording the disconnect of host %s failed", session.host_id)
+        except Exception:  # noqa: BLE001 - shutting down, or the database is gone; presence resets at start
+            log.warning("recording the disconnect of host %s failed", session.host_id)
 
 
-def create_grpc_server(runtime: Runtime, bind: str) -> tuple[grpc.aio.Server, int]:
-    """Build the agents' gRPC server on `bind` (host:port, port 0 picks one); returns (server, port)."""
-    limit = runtime.settings.grpc_max_message_bytes
+def _decoder(message_type):
+    def decode(data: bytes):
+        try:
+            return message_type.FromString(data)
+        except Exception as exc:  # noqa: BLE001 - any parse failure is the sender's malformed message
+            return Undecodable(f"the {message_type.DESCRIPTOR.name} does not decode: {str(exc)[:120]}")
+    return decode
+
+
+def _handlers(service: AgentService) -> grpc.GenericRpcHandler:
+    return grpc.method_handlers_generic_handler(SERVICE, {
+        "Connect": grpc.stream_stream_rpc_method_handler(
+            service.Connect, request_deserializer=_decoder(pb.AgentMessage),
+            response_serializer=pb.ServerMessage.SerializeToString),
+        "Enroll": grpc.unary_unary_rpc_method_handler(
+            service.Enroll, request_deserializer=_decoder(pb.EnrollRequest),
+            response_serializer=pb.EnrollResponse.SerializeToString),
+    })
+
+
+def create_grpc_server(runtime: Runtime, bind: str, enroll_bind: str) -> tuple[grpc.aio.Server, int, int]:
+    """Build the agents' gRPC server: Connect over mutual TLS on `bind`, enrolment over server-only TLS
+    on `enroll_bind` (host:port, port 0 picks one); returns (server, agent port, enrolment port)."""
+    settings = runtime.settings
+    limit = settings.grpc_max_message_bytes
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", limit),
+                                      ("grpc.max_concurrent_streams", 4),
+                                      ("grpc.max_metadata_size", 16 * 1024),
+                                      ("grpc.keepalive_time_ms", 30000),
+                                      ("grpc.keepalive_timeout_ms", 10000),
                                       ("grpc.keepalive_permit_without_calls", 1),
                                       ("grpc.http2.min_ping_interval_without_data_ms", 10000)])
-    pb_grpc.add_AgentServiceServicer_to_server(AgentService(runtime, runtime.agents), server)
-    port = server.add_insecure_port(bind)
+    server.add_generic_rpc_handlers((_handlers(AgentService(runtime, runtime.agents)),))
+    pki = runtime.pki
+    pair = [(pki.server_key_pem, pki.server_cert_pem)]
+    port = server.add_secure_port(bind, grpc.ssl_server_credentials(pair, root_certificates=pki.ca_pem,
+                                                                    require_client_auth=True))
     if port == 0:
         raise RuntimeError(f"cannot listen for agents on {bind}")
-    return server, port
+    enroll_port = server.add_secure_port(enroll_bind, grpc.ssl_server_credentials(pair))
+    if enroll_port == 0:
+        raise RuntimeError(f"cannot listen for agent enrolment on {enroll_bind}")
+    return server, port, enroll_port

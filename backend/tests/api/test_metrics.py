@@ -3,11 +3,11 @@
 histograms, connected agents and ingested samples."""
 import time
 
-from tests.scripted_agent import ScriptedAgent, wait_until
+from tests.scripted_agent import wait_until
 
 
 async def test_metrics_count_requests_agents_and_ingest(backend, client, anon, unique):
-    agent = ScriptedAgent(backend.grpc_target, backend.agent_token, f"met-{unique}", kernel_tag=f"met-{unique}")
+    agent = await backend.agent(f"met-{unique}", kernel_tag=f"met-{unique}")
     await agent.connect()
     try:
         async def ready():
@@ -18,7 +18,8 @@ async def test_metrics_count_requests_agents_and_ingest(backend, client, anon, u
 
         async def scraped():
             text = (await anon.get("/metrics")).text
-            return text if "hotpath_ingest_samples_total" in text and _value(text, "hotpath_ingest_samples_total") >= 10 else None
+            counted = "hotpath_ingest_samples_total" in text and _value(text, "hotpath_ingest_samples_total") >= 10
+            return text if counted else None
 
         text = await wait_until(scraped)
         assert 'hotpath_http_requests_total{method="GET",route="/api/v1/hosts/{host_id}",status="200"}' in text

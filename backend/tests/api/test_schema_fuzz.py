@@ -7,11 +7,11 @@ import asyncio
 import sys
 from pathlib import Path
 
-from tests.scripted_agent import ScriptedAgent, wait_until
+from tests.scripted_agent import wait_until
 
 
 async def test_rest_api_survives_schema_driven_fuzzing(backend, client, admin_token, unique, tmp_path):
-    agent = ScriptedAgent(backend.grpc_target, backend.agent_token, f"fuzz-{unique}", kernel_tag=f"k-{unique}")
+    agent = await backend.agent(f"fuzz-{unique}", kernel_tag=f"k-{unique}")
     await agent.connect()
     try:
         async def stored():

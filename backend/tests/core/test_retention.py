@@ -5,12 +5,12 @@ import time
 from sqlalchemy import text
 
 from app.samples import prune_samples
-from tests.scripted_agent import ScriptedAgent, wait_until
+from tests.scripted_agent import wait_until
 
 
 async def test_retention_deletes_old_samples_only(backend, client, unique):
     host_id = f"ret-{unique}"
-    agent = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"ret-{unique}")
+    agent = await backend.agent(host_id, kernel_tag=f"ret-{unique}")
     await agent.connect()
 
     async def ready():
@@ -18,7 +18,8 @@ async def test_retention_deletes_old_samples_only(backend, client, unique):
 
     await wait_until(ready)
     now = time.time_ns()
-    await agent.send_metrics(now - 30 * 3600 * 10**9, [("vmlinux", 0, 0, 5)])  # 30 h ago
+    # Both within the 24 h the backend accepts; retention of 10 h then removes only the older one.
+    await agent.send_metrics(now - 20 * 3600 * 10**9, [("vmlinux", 0, 0, 5)])  # 20 h ago
     await agent.send_metrics(now - 2 * 3600 * 10**9, [("vmlinux", 0, 0, 7)])   # 2 h ago
 
     async def count(sql):
@@ -26,7 +27,7 @@ async def test_retention_deletes_old_samples_only(backend, client, unique):
             return (await conn.execute(text(sql), {"h": host_id})).scalar_one()
 
     await wait_until(lambda: count("SELECT count(*) = 2 FROM interval_totals WHERE host_id = :h"))
-    deleted = await prune_samples(backend.runtime.engine, retention_hours=24)
+    deleted = await prune_samples(backend.runtime.engine, retention_hours=10)
     assert deleted >= 1
     assert await count("SELECT coalesce(sum(count), 0) FROM block_samples WHERE host_id = :h") == 7
     assert await count("SELECT count(*) FROM interval_totals WHERE host_id = :h") == 1

@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Password hashing and signed tokens."""
-from app.core.security import (agent_token_matches, create_access_token, decode_access_token, hash_password,
-                               verify_password)
+from app.core.security import (
+    create_access_token,
+    decode_access_token,
+    hash_password,
+    verify_password,
+)
 
 
 def test_password_hash_verifies_only_the_right_password():
@@ -21,10 +25,3 @@ def test_token_round_trip_expiry_and_tampering():
     payload, sig = t.split(".")
     assert decode_access_token(key, payload + "x." + sig, now=1010) is None
     assert decode_access_token(key, "not-a-token") is None
-
-
-def test_agent_token_compare():
-    assert agent_token_matches("abc", "abc")
-    assert not agent_token_matches("abd", "abc")
-    assert not agent_token_matches(None, "abc")
-    assert not agent_token_matches("", "abc")

@@ -14,7 +14,9 @@ import pytest
 from sqlalchemy import text
 
 from app.proto import pb
-from tests.scripted_agent import ScriptedAgent, kernel_functions, wait_until
+from tests.scripted_agent import Credentials, ScriptedAgent, kernel_functions, wait_until
+
+BACKEND_DIR = Path(__file__).resolve().parents[2]
 
 
 async def _scalar(backend, sql, **params):
@@ -22,22 +24,23 @@ async def _scalar(backend, sql, **params):
         return (await conn.execute(text(sql), params)).scalar_one()
 
 
-async def test_wrong_agent_token_is_unauthenticated_and_audited(backend, unique):
-    agent = ScriptedAgent(backend.grpc_target, "wrong-token", f"bad-{unique}")
-    call = agent.open()
+async def test_stream_without_client_certificate_is_unauthenticated_and_audited(backend, unique):
+    """Connect on the enrolment port (TLS, no client certificate) is refused before any message."""
+    creds = await backend.credentials(f"nocert-{unique}")
+    agent = ScriptedAgent(backend.enroll_target, None, f"nocert-{unique}")
+    call = agent.open(credentials=Credentials(key_pem=b"", cert_pem=b"", ca_pem=creds.ca_pem))
     await call.write(pb.AgentMessage(hello=agent.hello()))
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await call.read()
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert err.value.details() == "invalid agent token"
+    assert "no client certificate" in err.value.details()
     await agent.channel.close()
     n = await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'agent_auth_failed'")
     assert n >= 1
-    assert await _scalar(backend, "SELECT count(*) FROM hosts WHERE id = :h", h=f"bad-{unique}") == 0
 
 
 async def test_first_message_must_be_hello(backend, unique):
-    agent = ScriptedAgent(backend.grpc_target, backend.agent_token, f"nohello-{unique}")
+    agent = ScriptedAgent(backend.grpc_target, await backend.credentials(f"nohello-{unique}"), f"nohello-{unique}")
     call = agent.open()
     await call.write(pb.AgentMessage(metrics=pb.MetricBatch(interval_start_unix_ns=1)))
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -47,7 +50,7 @@ async def test_first_message_must_be_hello(backend, unique):
 
 
 async def test_hello_with_bad_digest_is_invalid_argument(backend, unique):
-    agent = ScriptedAgent(backend.grpc_target, backend.agent_token, f"baddigest-{unique}")
+    agent = await backend.agent(f"baddigest-{unique}")
     hello = agent.hello()
     hello.modules[0].digest = "NOT-HEX"
     call = agent.open()
@@ -60,7 +63,7 @@ async def test_hello_with_bad_digest_is_invalid_argument(backend, unique):
 
 
 async def test_hello_registers_host_online_and_catalog_is_stored_once(backend, client, unique):
-    a = ScriptedAgent(backend.grpc_target, backend.agent_token, f"a-{unique}", kernel_tag=f"k-{unique}")
+    a = await backend.agent(f"a-{unique}", kernel_tag=f"k-{unique}")
     welcome = await a.connect()
     assert welcome.session_id
     assert sorted(welcome.missing_digests) == sorted(d for _n, _b, _f, d in a.modules)
@@ -85,7 +88,7 @@ async def test_hello_registers_host_online_and_catalog_is_stored_once(backend, c
     assert all(m["complete"] for m in mods)
 
     # A second host on the same build is told nothing is missing, and nothing is stored twice.
-    b = ScriptedAgent(backend.grpc_target, backend.agent_token, f"b-{unique}", kernel_tag=f"k-{unique}")
+    b = await backend.agent(f"b-{unique}", kernel_tag=f"k-{unique}")
     welcome_b = await b.connect()
     assert list(welcome_b.missing_digests) == []
     digest = a.modules[0][3]
@@ -101,7 +104,7 @@ async def test_hello_registers_host_online_and_catalog_is_stored_once(backend, c
 
 async def test_stream_end_marks_offline_keeps_data_and_reconnect_is_online(backend, client, unique):
     host_id = f"r-{unique}"
-    a = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"k-{unique}")
+    a = await backend.agent(host_id, kernel_tag=f"k-{unique}")
     await a.connect()
     await wait_until(lambda: _host_field(client, host_id, "catalog_complete"))
     await a.close()
@@ -117,7 +120,7 @@ async def test_stream_end_marks_offline_keeps_data_and_reconnect_is_online(backe
     assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' "
                                   "AND target = :h", h=host_id) == 1
 
-    again = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"k-{unique}")
+    again = await backend.agent(host_id, kernel_tag=f"k-{unique}")
     welcome = await again.connect()
     assert list(welcome.missing_digests) == []
     assert await wait_until(lambda: _host_field(client, host_id, "online"))
@@ -126,9 +129,12 @@ async def test_stream_end_marks_offline_keeps_data_and_reconnect_is_online(backe
 
 KILLED_AGENT = """
 import asyncio, sys
-from tests.scripted_agent import ScriptedAgent
+from pathlib import Path
+from tests.scripted_agent import Credentials, ScriptedAgent
 async def main():
-    agent = ScriptedAgent(sys.argv[1], sys.argv[2], sys.argv[3], kernel_tag=sys.argv[4])
+    d = Path(sys.argv[2])
+    creds = Credentials((d / "key").read_bytes(), (d / "cert").read_bytes(), (d / "ca").read_bytes())
+    agent = ScriptedAgent(sys.argv[1], creds, sys.argv[3], kernel_tag=sys.argv[4])
     await agent.connect()
     print("connected", flush=True)
     await asyncio.sleep(3600)
@@ -136,13 +142,16 @@ asyncio.run(main())
 """
 
 
-async def test_agent_process_killed_mid_stream_shows_offline_and_data_is_kept(backend, client, unique):
+async def test_agent_process_killed_mid_stream_shows_offline_and_data_is_kept(backend, client, unique, tmp_path):
     """An agent killed with SIGKILL never ends its stream: the server sees the call cancelled, not EOF,
     and must still record the host offline."""
     host_id = f"kill-{unique}"
+    creds = await backend.credentials(host_id)
+    for name, data in (("key", creds.key_pem), ("cert", creds.cert_pem), ("ca", creds.ca_pem)):
+        (tmp_path / name).write_bytes(data)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", KILLED_AGENT, backend.grpc_target, backend.agent_token, host_id, f"k-{unique}",
-        cwd=Path(__file__).resolve().parents[2], stdout=asyncio.subprocess.PIPE, env=dict(os.environ))
+        sys.executable, "-c", KILLED_AGENT, backend.grpc_target, str(tmp_path), host_id, f"k-{unique}",
+        cwd=BACKEND_DIR, stdout=asyncio.subprocess.PIPE, env=dict(os.environ))
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), 30)
         assert line.strip() == b"connected"
@@ -166,9 +175,9 @@ async def test_agent_process_killed_mid_stream_shows_offline_and_data_is_kept(ba
 
 async def test_second_stream_with_same_host_id_replaces_the_first(backend, client, unique):
     host_id = f"dup-{unique}"
-    first = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"k-{unique}")
+    first = await backend.agent(host_id, kernel_tag=f"k-{unique}")
     await first.connect()
-    second = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"k-{unique}")
+    second = await backend.agent(host_id, kernel_tag=f"k-{unique}")
     await second.connect(send_catalog=False)
     # The first stream is ended by the server; the host stays online on the second.
     with pytest.raises(grpc.aio.AioRpcError):
@@ -182,14 +191,14 @@ async def test_second_stream_with_same_host_id_replaces_the_first(backend, clien
 
 async def test_samples_for_a_piece_not_yet_stored_are_dropped_and_counted(backend, client, unique):
     host_id = f"early-{unique}"
-    a = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"k-{unique}")
+    a = await backend.agent(host_id, kernel_tag=f"k-{unique}")
     await a.connect(send_catalog=False)
     ts = time.time_ns()
     await a.send_metrics(ts, [("vmlinux", 0, 0, 7)])
 
     async def recorded():
-        return await _scalar(backend, "SELECT coalesce(sum(dropped_samples), 0) FROM interval_totals WHERE host_id = :h",
-                             h=host_id)
+        return await _scalar(backend, "SELECT coalesce(sum(dropped_samples), 0) FROM interval_totals "
+                                      "WHERE host_id = :h", h=host_id)
 
     assert await wait_until(recorded) == 7
     assert await _scalar(backend, "SELECT count(*) FROM block_samples WHERE host_id = :h", h=host_id) == 0
@@ -199,7 +208,7 @@ async def test_samples_for_a_piece_not_yet_stored_are_dropped_and_counted(backen
 async def test_whole_kernel_catalog_stores_fast(backend, client, unique):
     """A kernel-sized piece (120k functions, 360k blocks) arrives in chunks and is stored."""
     fns = kernel_functions(120_000)
-    a = ScriptedAgent(backend.grpc_target, backend.agent_token, f"big-{unique}", kernel_tag=f"big-{unique}",
+    a = await backend.agent(f"big-{unique}", kernel_tag=f"big-{unique}",
                       modules=[("vmlinux", 0xFFFFFFFF81000000, fns)], chunk_size=5000)
     t0 = time.perf_counter()
     await a.connect()

@@ -31,6 +31,8 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
     // A newly complete catalog is worth fetching (pieces are content-addressed, so only the module
     // list can change).
     if (host.catalog_complete) void qc.invalidateQueries({ queryKey: keys.modules(host.id) });
+  } else if (msg.type === "gap") {
+    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "coverage"] });
   } else if (msg.type === "samples") {
     const hostId = msg.host_id;
     throttle.trigger(`samples:${hostId}`, () => {
@@ -46,7 +48,9 @@ export function parseLiveMessage(data: unknown): LiveMessage | null {
   if (typeof data !== "string") return null;
   try {
     const msg = JSON.parse(data) as { type?: unknown };
-    if (msg && (msg.type === "host" || msg.type === "samples" || msg.type === "ping")) return msg as LiveMessage;
+    if (msg && (msg.type === "host" || msg.type === "samples" || msg.type === "gap" || msg.type === "ping")) {
+      return msg as LiveMessage;
+    }
   } catch {
     // A malformed frame is dropped; the fallback polling keeps views correct.
   }

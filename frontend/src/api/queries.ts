@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Server state for every screen, as TanStack Query hooks over the typed client. Query keys start
 // with the host id so a live update for one host refreshes only that host's views.
-import { keepPreviousData, useQueries, useQuery } from "@tanstack/react-query";
+import { keepPreviousData, useMutation, useQueries, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, ApiError, unwrap } from "./client";
 import type {
-  Comparison, FunctionDetail, FunctionSamples, Host, Hotness, Instructions, Module, Timeline, TopFunctions, User,
+  Comparison, DataCoverage, EnrolmentRequest, EnrolmentToken, EnrolmentTokenCreated, FunctionDetail, FunctionSamples,
+  Host, Hotness, Instructions, Module, Timeline, TopFunctions, User,
 } from "./types";
 import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
 
@@ -21,6 +22,9 @@ export const keys = {
   hotness: (hostId: string, range: string) => ["host", hostId, "hotness", range] as const,
   timeline: (hostId: string, range: string) => ["host", hostId, "timeline", range] as const,
   compare: (hostId: string, rest: unknown[]) => ["host", hostId, "compare", ...rest] as const,
+  coverage: (hostId: string, windowS: number) => ["host", hostId, "coverage", windowS] as const,
+  enrolmentTokens: ["admin", "enrolment-tokens"] as const,
+  enrolmentRequests: ["admin", "enrolment-requests"] as const,
 };
 
 /** How a sample view refreshes: live views (a relative range, not paused) follow new samples; the
@@ -224,5 +228,86 @@ export function useCompare(hostId: string, q: CompareQuery | null) {
     enabled: q !== null,
     staleTime: Infinity,
     placeholderData: keepPreviousData,
+  });
+}
+
+/** Data coverage and recorded gaps of a host's recent period, for the gaps strip. */
+export function useDataCoverage(hostId: string, windowS: number, buckets = 120) {
+  return useQuery<DataCoverage, Error>({
+    queryKey: keys.coverage(hostId, windowS),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/coverage", {
+          params: { path: { host_id: hostId }, query: { window_s: windowS, buckets } },
+        }),
+      ),
+    retry,
+    placeholderData: keepPreviousData,
+    refetchInterval: 10_000,
+  });
+}
+
+export function useEnrolmentTokens(enabled = true) {
+  return useQuery<EnrolmentToken[], Error>({
+    queryKey: keys.enrolmentTokens,
+    queryFn: () => unwrap(api.GET("/api/v1/enrolment-tokens")),
+    retry,
+    enabled,
+  });
+}
+
+export function useEnrolmentRequests(enabled = true) {
+  return useQuery<EnrolmentRequest[], Error>({
+    queryKey: keys.enrolmentRequests,
+    queryFn: () => unwrap(api.GET("/api/v1/enrolment-requests")),
+    retry,
+    enabled,
+    refetchInterval: 5000,
+  });
+}
+
+export function useCreateEnrolmentToken() {
+  const qc = useQueryClient();
+  return useMutation<EnrolmentTokenCreated, Error, { note: string; hours: number; host_id?: string | null }>({
+    mutationFn: (body) => unwrap(api.POST("/api/v1/enrolment-tokens", { body })),
+    onSuccess: () => void qc.invalidateQueries({ queryKey: keys.enrolmentTokens }),
+  });
+}
+
+export function useRevokeEnrolmentToken() {
+  const qc = useQueryClient();
+  return useMutation<unknown, Error, string>({
+    mutationFn: (id) => unwrap(api.DELETE("/api/v1/enrolment-tokens/{token_id}", { params: { path: { token_id: id } } })),
+    onSuccess: () => void qc.invalidateQueries({ queryKey: keys.enrolmentTokens }),
+  });
+}
+
+export function useDecideEnrolment() {
+  const qc = useQueryClient();
+  return useMutation<EnrolmentRequest, Error, { hostId: string; approve: boolean }>({
+    mutationFn: ({ hostId, approve }) =>
+      unwrap(
+        approve
+          ? api.POST("/api/v1/enrolment-requests/{host_id}/approve", { params: { path: { host_id: hostId } } })
+          : api.POST("/api/v1/enrolment-requests/{host_id}/reject", { params: { path: { host_id: hostId } } }),
+      ),
+    onSuccess: () => void qc.invalidateQueries({ queryKey: keys.enrolmentRequests }),
+  });
+}
+
+/** Retire (the certificate stops working, data stays) or delete (host and its data go) a host. */
+export function useHostAction() {
+  const qc = useQueryClient();
+  return useMutation<unknown, Error, { hostId: string; action: "retire" | "delete" }>({
+    mutationFn: ({ hostId, action }) =>
+      unwrap(
+        action === "retire"
+          ? api.POST("/api/v1/hosts/{host_id}/retire", { params: { path: { host_id: hostId } } })
+          : api.DELETE("/api/v1/hosts/{host_id}", { params: { path: { host_id: hostId } } }),
+      ),
+    onSuccess: (_data, { hostId }) => {
+      void qc.invalidateQueries({ queryKey: keys.hosts });
+      void qc.invalidateQueries({ queryKey: keys.host(hostId) });
+    },
   });
 }

@@ -29,9 +29,16 @@ export type TimelinePoint = Timeline["points"][number];
 export type Comparison = S["Comparison"];
 export type CompareItem = Comparison["items"][number];
 export type Catalog = S["CatalogPublic"];
+export type DataCoverage = S["DataCoverage"];
+export type CoverageBucket = S["CoverageBucket"];
+export type Gap = S["GapPublic"];
+export type EnrolmentToken = S["EnrolmentTokenPublic"];
+export type EnrolmentTokenCreated = S["EnrolmentTokenCreated"];
+export type EnrolmentRequest = S["EnrolmentRequestPublic"];
 
 /** What the backend pushes over the live-update WebSocket (its schema types `type` as a plain string). */
 export type LiveMessage =
   | (Omit<S["HostEvent"], "type"> & { type: "host" })
   | (Omit<S["SamplesEvent"], "type"> & { type: "samples" })
+  | (Omit<S["GapEvent"], "type"> & { type: "gap" })
   | { type: "ping" };

@@ -50,6 +50,8 @@ export function host(over: Partial<Host> = {}): Host {
     ],
     agent_version: "0.1.0", online: true, last_seen: new Date().toISOString(), connected_at: new Date().toISOString(),
     catalog_complete: true, function_count: 120000, block_count: 900000, sample_frequency_hz: 99, sample_event: "cpu-clock",
+    status: "active", enrolled: true, cert_not_after: "2027-11-23T00:00:00Z", replica: "backend-1:50051",
+    clock_offset_ms: 12, clock_skewed: false, refused_batches: 0,
     ...over,
   };
 }

@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from app import crud, samples
-from app.api.responses import NOT_FOUND, FastJSON
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, SampleRange
+from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
 from app.grpc.agent_service import CommandFailed, CommandTimeout, HostOffline
 from app.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message, hex64
@@ -19,7 +19,8 @@ FunctionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="A function's i
 
 @router.get("", response_model=FunctionsPage, responses={**NOT_FOUND, **BAD_RANGE})
 async def list_functions(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
-                         q: str | None = Query(None, max_length=256, description="Case-insensitive substring of the name"),
+                         q: str | None = Query(None, max_length=256,
+                                               description="Case-insensitive substring of the name"),
                          module: str | None = Query(None, max_length=4096),
                          sort: Literal["name", "address", "hotness", "blocks"] = "name",
                          offset: int = Query(0, ge=0, le=2**31 - 1), limit: int = Query(100, ge=1, le=100000)):
@@ -49,7 +50,8 @@ async def function_samples(host_id: ExistingHost, function_id: FunctionId, sessi
 
 @router.get("/{function_id}/instructions", response_model=InstructionsPublic,
             responses={**NOT_FOUND, 502: {"model": Message}, 503: {"model": Message}, 504: {"model": Message}})
-async def function_instructions(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, runtime: RuntimeDep,
+async def function_instructions(host_id: ExistingHost, function_id: FunctionId, session: SessionDep,
+                                runtime: RuntimeDep,
                                 user: CurrentUser):
     """The instructions of a function, from the cache or decoded by the host's agent."""
     fn = await crud.get_host_function(session, host_id, function_id)
@@ -64,11 +66,12 @@ async def function_instructions(host_id: ExistingHost, function_id: FunctionId, 
         try:
             instructions = await runtime.agents.inspect_function(host_id, fn.module, fn.digest, fn.index, actor)
         except HostOffline:
-            raise HTTPException(503, "Host is offline")
+            raise HTTPException(503, "Host is offline") from None
         except CommandTimeout:
-            raise HTTPException(504, "The agent did not answer in time")
+            raise HTTPException(504, "The agent did not answer in time") from None
         except CommandFailed as exc:
-            raise HTTPException(502, f"The agent could not decode the function: {exc}")
+            raise HTTPException(502, f"The agent could not decode the function: {exc}") from None
+    assert instructions is not None
     out = []
     for off, length, hexbytes, text in instructions:
         addr = start + off

@@ -2,12 +2,12 @@
 """Hosts known to the backend and their loaded modules (with the catalog digest of each)."""
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
 
-from app import crud
-from app.api.responses import NOT_FOUND, FastJSON
+from app import crud, samples
 from app.api.deps import CurrentUser, SessionDep
-from app.schemas import HostPublic, ModulePublic
+from app.api.responses import NOT_FOUND, FastJSON
+from app.schemas import DataCoverage, HostPublic, ModulePublic
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 HostId = Annotated[str, Path(min_length=1, max_length=256, description="The host id its agent reports")]
@@ -43,3 +43,13 @@ async def get_host(host_id: HostId, session: SessionDep, _: CurrentUser):
 async def list_modules(host_id: ExistingHost, session: SessionDep, _: CurrentUser):
     """The code modules loaded on a host, with whether their catalog is stored."""
     return FastJSON(await crud.list_modules(session, host_id))
+
+
+
+@router.get("/{host_id}/coverage", response_model=DataCoverage, responses=NOT_FOUND)
+async def coverage(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
+                   window_s: int = Query(3600, ge=60, le=86400, description="Length of the period, ending now"),
+                   buckets: int = Query(120, ge=10, le=1000)):
+    """How much of each stretch of the recent period has data, and the gaps recorded in it (data the
+    agent had to drop, batches that never arrived, batches refused for the host's clock)."""
+    return FastJSON(await samples.coverage(session, host_id, window_s, buckets))

@@ -59,6 +59,8 @@ async def compare(host_id: ExistingHost, session: SessionDep, runtime: RuntimeDe
     other = b_host or host_id
     if other != host_id and not await crud.host_exists(session, other):
         raise HTTPException(404, "Host of range B not found")
+    assert spec_a.start is not None and spec_a.end is not None  # both ends are required for a comparison
+    assert spec_b.start is not None and spec_b.end is not None
     a = samples.TimeRange(spec_a.start, spec_a.end)
     b = samples.TimeRange(spec_b.start, spec_b.end)
     return FastJSON(await samples.compare(session, host_id, a, other, b, limit, include_idle))

@@ -6,11 +6,11 @@ import gzip
 import httpx
 import orjson
 
-from tests.scripted_agent import ScriptedAgent, wait_until
+from tests.scripted_agent import wait_until
 
 
 async def test_catalog_by_digest_is_immutable_and_compressed(backend, client, admin_token, unique):
-    agent = ScriptedAgent(backend.grpc_target, backend.agent_token, f"cat-{unique}", kernel_tag=f"cat-{unique}")
+    agent = await backend.agent(f"cat-{unique}", kernel_tag=f"cat-{unique}")
     await agent.connect()
     try:
         async def ready():
@@ -26,7 +26,8 @@ async def test_catalog_by_digest_is_immutable_and_compressed(backend, client, ad
             plain = await raw.get(url, headers={**auth, "Accept-Encoding": "identity"})
             assert plain.status_code == 200
             assert plain.headers["etag"] == f'"{vmlinux["digest"]}"'
-            assert "immutable" in plain.headers["cache-control"] and "max-age=31536000" in plain.headers["cache-control"]
+            cache = plain.headers["cache-control"]
+            assert "immutable" in cache and "max-age=31536000" in cache
             doc = orjson.loads(plain.content)
             assert doc["function_count"] == 50 and len(doc["ids"]) == len(doc["names"]) == 50
             assert doc["names"][:2] == ["vfs_read", "ksys_read"]

@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from tests.scripted_agent import KERNEL_BASE, MODULE_BASE, ScriptedAgent, wait_until
+from tests.scripted_agent import KERNEL_BASE, MODULE_BASE, wait_until
 
 
 @pytest.fixture
 async def host(backend, client, unique):
-    agent = ScriptedAgent(backend.grpc_target, backend.agent_token, f"fn-{unique}", kernel_tag=f"fn-{unique}")
+    agent = await backend.agent(f"fn-{unique}", kernel_tag=f"fn-{unique}")
     await agent.connect()
 
     async def ready():
@@ -118,7 +118,7 @@ async def test_unknown_function_and_host_are_404(client, host):
 
 
 async def test_function_of_another_hosts_catalog_is_404(backend, client, host, unique):
-    other = ScriptedAgent(backend.grpc_target, backend.agent_token, f"other-{unique}", kernel_tag=f"other-{unique}")
+    other = await backend.agent(f"other-{unique}", kernel_tag=f"other-{unique}")
     await other.connect()
     await wait_until(lambda: _complete(client, f"other-{unique}"))
     theirs = await _fid(client, f"other-{unique}", "vfs_read")
@@ -205,7 +205,7 @@ async def test_instructions_agent_error_is_502_and_timeout_is_504(client, host):
 
 async def test_instructions_of_offline_host_uncached_is_503(backend, client, unique):
     host_id = f"off-{unique}"
-    agent = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"off-{unique}")
+    agent = await backend.agent(host_id, kernel_tag=f"off-{unique}")
     await agent.connect()
     await wait_until(lambda: _complete(client, host_id))
     await agent.close()

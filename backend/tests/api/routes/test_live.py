@@ -9,8 +9,6 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.scripted_agent import ScriptedAgent
-
 
 def _ws_url(backend, token):
     return backend.base_url.replace("http://", "ws://") + f"/api/v1/ws?token={token}"
@@ -37,7 +35,7 @@ async def test_bad_token_is_closed_with_4401(backend):
 async def test_host_and_samples_events_are_pushed(backend, client, admin_token, unique):
     host_id = f"ws-{unique}"
     async with connect(_ws_url(backend, admin_token)) as ws:
-        agent = ScriptedAgent(backend.grpc_target, backend.agent_token, host_id, kernel_tag=f"ws-{unique}")
+        agent = await backend.agent(host_id, kernel_tag=f"ws-{unique}")
         await agent.connect()
         event = await _next(ws, lambda m: m["type"] == "host" and m["host"]["id"] == host_id)
         assert event["host"]["online"] is True and event["host"]["hostname"] == f"host-{host_id}"

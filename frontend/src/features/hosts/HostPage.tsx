@@ -13,7 +13,9 @@ import { CompareView } from "../compare/CompareView";
 import { LiveBar } from "../time/LiveBar";
 import { TimeRangePicker } from "../time/TimeRangePicker";
 import { TimelineChart } from "../time/TimelineChart";
-import { CatalogStatus, HostStatus, L1iGeometry, Sampling } from "./hostParts";
+import { GapStrip } from "./GapStrip";
+import { CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "./hostParts";
+import { HostAdminActions } from "../admin/HostAdminActions";
 
 const TABS: { id: HostTab; label: string }[] = [
   { id: "code", label: "Code" },
@@ -59,6 +61,8 @@ export function HostPage() {
       <div className="page-head">
         <h1>{h.hostname}</h1>
         <HostStatus host={h} />
+        <HostFlags host={h} />
+        <HostAdminActions host={h} />
       </div>
       <dl className="facts">
         <div><dt>Kernel</dt><dd>{h.kernel_release}</dd></div>
@@ -66,6 +70,7 @@ export function HostPage() {
         <div><dt>L1i</dt><dd><L1iGeometry host={h} /></dd></div>
         <div><dt>Sampling</dt><dd><Sampling host={h} /></dd></div>
         <div><dt>Catalog</dt><dd><CatalogStatus host={h} /></dd></div>
+        <div><dt>Stream</dt><dd>{h.replica ? `held by ${h.replica}` : "never connected"}</dd></div>
       </dl>
       <div className="toolbar range-bar">
         <TimeRangePicker range={view.range} onChange={(range) => update({ range, page: 1 }, { push: true })} />
@@ -74,6 +79,7 @@ export function HostPage() {
       </div>
       <TimelineChart data={timeline.data} onBrush={onBrush} />
       {timeline.isError && <p className="error small" role="alert">Samples over time unavailable: {timeline.error.message}</p>}
+      <GapStrip hostId={h.id} />
       <div role="tablist" aria-label="Host views" className="tabs">
         {TABS.map((t, i) => (
           <button

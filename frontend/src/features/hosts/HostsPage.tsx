@@ -4,7 +4,7 @@
 // Kept live by the WebSocket pushes.
 import { Link } from "react-router-dom";
 import { useHosts } from "../../api/queries";
-import { CapabilityList, CatalogStatus, HostStatus, L1iGeometry, Sampling } from "./hostParts";
+import { CapabilityList, CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "./hostParts";
 
 export function HostsPage() {
   const hosts = useHosts();
@@ -53,7 +53,7 @@ export function HostsPage() {
                 <td>{h.kernel_release}{" "}</td>
                 <td>{h.cpu_model} <span className="muted">× {h.cpu_count}</span>{" "}</td>
                 <td><L1iGeometry host={h} />{" "}</td>
-                <td><HostStatus host={h} />{" "}</td>
+                <td><HostStatus host={h} />{" "}<HostFlags host={h} /></td>
                 <td><CatalogStatus host={h} />{" "}</td>
                 <td><Sampling host={h} />{" "}</td>
                 <td><CapabilityList capabilities={h.capabilities} /></td>

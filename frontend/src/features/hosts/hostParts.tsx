@@ -16,6 +16,40 @@ export function HostStatus({ host }: { host: Host }) {
   );
 }
 
+/** What needs an operator's eye: a retired or unenrolled host, a clock out of bounds, refused batches. */
+export function HostFlags({ host }: { host: Host }) {
+  const flags: { key: string; text: string; title: string }[] = [];
+  if (host.status === "retired") {
+    flags.push({ key: "retired", text: "retired", title: "Its certificate no longer works; delete the host to let it enrol again" });
+  } else if (!host.enrolled) {
+    flags.push({ key: "unenrolled", text: "not enrolled", title: "The host holds no current certificate" });
+  }
+  if (host.clock_skewed && host.clock_offset_ms != null) {
+    flags.push({ key: "clock", text: `clock ${formatOffset(host.clock_offset_ms)}`,
+                 title: "The host's clock differs from the backend's beyond the bound; batches outside it are refused" });
+  }
+  if (host.refused_batches > 0) {
+    flags.push({ key: "refused", text: `${formatCount(host.refused_batches)} batches refused`,
+                 title: "Metric batches refused because their time was out of bounds; see the gaps" });
+  }
+  if (flags.length === 0) return null;
+  return (
+    <span className="host-flags">
+      {flags.map((f) => <span key={f.key} className={`flag flag-${f.key}`} title={f.title}>{f.text}</span>)}
+    </span>
+  );
+}
+
+/** "+3 h 0 min ahead", "-12 s behind". */
+export function formatOffset(ms: number): string {
+  const abs = Math.abs(ms) / 1000;
+  const dir = ms >= 0 ? "ahead" : "behind";
+  if (abs < 120) return `${abs.toFixed(0)} s ${dir}`;
+  if (abs < 7200) return `${(abs / 60).toFixed(0)} min ${dir}`;
+  if (abs < 2 * 86400) return `${(abs / 3600).toFixed(1)} h ${dir}`;
+  return `${formatCount(Math.round(abs / 86400))} days ${dir}`;
+}
+
 export function CatalogStatus({ host }: { host: Host }) {
   if (host.catalog_complete) {
     return <span>{formatCount(host.function_count)} functions, {formatCount(host.block_count)} blocks</span>;

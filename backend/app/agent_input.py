@@ -1,0 +1,165 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What an agent may send, checked before anything is stored.
+
+The backend trusts nothing an agent sends: every string is sane text of bounded length (no NUL or
+control characters), every number fits the column it goes to, and a function's blocks obey the code
+model's invariants (they tile the function exactly; fallthrough and taken successors name block
+starts). A message that breaks a rule raises InvalidInput with a reason the stream ends with
+(INVALID_ARGUMENT); the reason names the field and never echoes more than a short excerpt.
+"""
+import re
+
+from app.proto import pb
+
+MAX_HOST_ID = 128
+MAX_HOSTNAME = 255
+MAX_SHORT_TEXT = 256
+MAX_DETAIL = 1024
+MAX_SYMBOL = 1024
+MAX_MODULES = 4096
+MAX_CAPABILITIES = 64
+MAX_PIECE_FUNCTIONS = 2_000_000
+MAX_PIECE_BLOCKS = 50_000_000
+MAX_FUNCTION_BLOCKS = 1_000_000
+MAX_BATCH_BLOCKS = 1_000_000
+MAX_COUNT = 1 << 48  # samples in one interval; far above any real rate, far below BIGINT
+INT32_MAX = (1 << 31) - 1
+MAX_INTERVAL_MS = 3_600_000
+DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+INSTANCE_RE = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+KIND_FALLTHROUGH, KIND_TAKEN, KIND_TAIL_CALL, KIND_INDIRECT, KIND_RETURN = 1, 2, 3, 4, 5
+
+
+class InvalidInput(ValueError):
+    """A message from an agent that breaks the contract; str() is the reason sent back."""
+
+
+def excerpt(value: str, limit: int = 40) -> str:
+    return repr(value[:limit] + ("…" if len(value) > limit else ""))
+
+
+def text(value: str, what: str, max_len: int, *, empty: bool = False) -> str:
+    if not value and not empty:
+        raise InvalidInput(f"{what} is empty")
+    if len(value) > max_len:
+        raise InvalidInput(f"{what} is {len(value)} characters long (at most {max_len})")
+    if _CONTROL.search(value):
+        raise InvalidInput(f"{what} contains a NUL or control character: {excerpt(value)}")
+    return value
+
+
+def check_hello(hello: "pb.Hello") -> None:
+    text(hello.host_id, "Hello.host_id", MAX_HOST_ID)
+    text(hello.hostname, "Hello.hostname", MAX_HOSTNAME)
+    for field in ("kernel_release", "kernel_build_id", "cpu_model", "agent_version", "sample_event"):
+        text(getattr(hello, field), f"Hello.{field}", MAX_SHORT_TEXT, empty=True)
+    if hello.instance_id and not INSTANCE_RE.match(hello.instance_id):
+        raise InvalidInput("Hello.instance_id must be 1 to 64 letters, digits, '-' or '_'")
+    if hello.cpu_count > 65536:
+        raise InvalidInput(f"Hello.cpu_count {hello.cpu_count} is out of range")
+    for field in ("size_bytes", "line_bytes", "ways"):
+        if getattr(hello.l1i, field) > INT32_MAX:
+            raise InvalidInput(f"Hello.l1i.{field} is out of range")
+    if not 0 <= hello.metric_interval_ms <= MAX_INTERVAL_MS:
+        raise InvalidInput("Hello.metric_interval_ms is out of range")
+    if hello.sample_frequency_hz > 1_000_000:
+        raise InvalidInput("Hello.sample_frequency_hz is out of range")
+    if not 0 <= hello.parse_seconds < 1e6:
+        raise InvalidInput("Hello.parse_seconds is out of range")
+    if len(hello.capabilities) > MAX_CAPABILITIES:
+        raise InvalidInput(f"Hello lists {len(hello.capabilities)} capabilities (at most {MAX_CAPABILITIES})")
+    for c in hello.capabilities:
+        text(c.name, "Capability.name", 64)
+        text(c.detail, f"Capability {c.name} detail", MAX_DETAIL, empty=True)
+    if len(hello.modules) > MAX_MODULES:
+        raise InvalidInput(f"Hello lists {len(hello.modules)} modules (at most {MAX_MODULES})")
+    names: set[str] = set()
+    for m in hello.modules:
+        text(m.name, "ModuleRef.name", MAX_SYMBOL)
+        if m.name in names:
+            raise InvalidInput(f"module {excerpt(m.name)} is listed twice")
+        names.add(m.name)
+        if not DIGEST_RE.match(m.digest):
+            raise InvalidInput(f"module {excerpt(m.name)} has an invalid digest (want lower-case hex SHA-256)")
+        if m.function_count > MAX_PIECE_FUNCTIONS or m.block_count > MAX_PIECE_BLOCKS:
+            raise InvalidInput(f"module {excerpt(m.name)} announces more functions or blocks than allowed")
+
+
+def check_function(f: "pb.Function", expected_index: int) -> int:
+    """Check one catalog function against the model's invariants; returns its block count."""
+    if f.index != expected_index:
+        raise InvalidInput(f"function index {f.index} where {expected_index} was due "
+                           "(functions must be consecutive from 0, in chunk order)")
+    text(f.name, f"function {f.index} name", MAX_SYMBOL)
+    where = f"function {f.index} ({excerpt(f.name)})"
+    if f.size > INT32_MAX:
+        raise InvalidInput(f"{where}: size {f.size} is out of range")
+    if f.undecodable and f.undecodable_offset >= max(f.size, 1):
+        raise InvalidInput(f"{where}: undecodable_offset {f.undecodable_offset} is outside the function")
+    if len(f.blocks) > MAX_FUNCTION_BLOCKS:
+        raise InvalidInput(f"{where}: too many blocks")
+    starts = set()
+    end = 0
+    for b in f.blocks:
+        if b.offset != end:
+            raise InvalidInput(f"{where}: blocks do not tile the function (block at {b.offset:#x}, "
+                               f"expected {end:#x})")
+        if b.size == 0:
+            raise InvalidInput(f"{where}: empty block at {b.offset:#x}")
+        starts.add(b.offset)
+        end = b.offset + b.size
+    if f.blocks and end != f.size:
+        raise InvalidInput(f"{where}: blocks cover {end:#x} bytes of {f.size:#x}")
+    for b in f.blocks:
+        if b.instruction_count > b.size:
+            raise InvalidInput(f"{where}: block at {b.offset:#x} has more instructions than bytes")
+        if len(b.successors) > 4096:
+            raise InvalidInput(f"{where}: block at {b.offset:#x} has too many successors")
+        for s in b.successors:
+            if s.kind in (KIND_FALLTHROUGH, KIND_TAKEN):
+                if s.target not in starts:
+                    raise InvalidInput(f"{where}: successor of block {b.offset:#x} targets {s.target:#x}, "
+                                       "not a block start")
+            elif s.kind == KIND_TAIL_CALL:
+                text(s.target_name, f"{where}: tail-call target name", MAX_SYMBOL + 20, empty=True)
+                text(s.target_module, f"{where}: tail-call target module", MAX_SYMBOL, empty=True)
+            elif s.kind not in (KIND_INDIRECT, KIND_RETURN):
+                raise InvalidInput(f"{where}: unknown successor kind {s.kind}")
+    for c in f.calls:
+        if c.site_offset >= max(f.size, 1):
+            raise InvalidInput(f"{where}: call site {c.site_offset:#x} is outside the function")
+        text(c.target_name, f"{where}: call target name", MAX_SYMBOL + 20, empty=True)
+        text(c.target_module, f"{where}: call target module", MAX_SYMBOL, empty=True)
+    for site in f.indirect_call_sites:
+        if site >= max(f.size, 1):
+            raise InvalidInput(f"{where}: indirect call site {site:#x} is outside the function")
+    return len(f.blocks)
+
+
+def check_batch(batch: "pb.MetricBatch") -> None:
+    """Shape and ranges of a metric batch (its time is judged separately, against our clock)."""
+    if not 0 < batch.interval_ms <= MAX_INTERVAL_MS:
+        raise InvalidInput(f"MetricBatch.interval_ms {batch.interval_ms} is out of range (1..{MAX_INTERVAL_MS})")
+    if len(batch.blocks) > MAX_BATCH_BLOCKS:
+        raise InvalidInput(f"MetricBatch has {len(batch.blocks)} block entries (at most {MAX_BATCH_BLOCKS})")
+    for field in ("total_samples", "user_samples", "unmapped_samples", "lost_samples"):
+        if getattr(batch, field) > MAX_COUNT:
+            raise InvalidInput(f"MetricBatch.{field} is out of range")
+    counted = 0
+    for b in batch.blocks:
+        if not 0 < b.count <= MAX_COUNT:
+            raise InvalidInput(f"BlockSamples.count {b.count} is out of range (1..{MAX_COUNT})")
+        if b.function_index > INT32_MAX or b.block_offset > INT32_MAX:
+            raise InvalidInput("BlockSamples.function_index or block_offset is out of range")
+        counted += b.count
+    if counted + batch.user_samples + batch.unmapped_samples > batch.total_samples:
+        raise InvalidInput("MetricBatch: block, user and unmapped samples exceed total_samples")
+
+
+def check_gap(gap: "pb.DataGap", seq: int) -> None:
+    if gap.messages == 0 or gap.first_seq == 0 or gap.first_seq + gap.messages != seq + 1:
+        raise InvalidInput("DataGap must cover the sequence numbers up to its own (first_seq + messages == seq + 1)")
+    if gap.end_unix_ns < gap.start_unix_ns:
+        raise InvalidInput("DataGap ends before it starts")
+    text(gap.reason, "DataGap.reason", MAX_DETAIL, empty=True)

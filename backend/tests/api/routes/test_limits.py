@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The HTTP API's limits, against the running backend: body size, NUL bytes and lone surrogates
+anywhere in a request, 422s that do not echo their input, login rate limits and lockout, security
+headers, WebSocket sessions that end with their token, no password in the logs, and a stored bad
+value that cannot make a route fail."""
+import asyncio
+import json
+import logging
+import time
+
+import httpx
+import orjson
+import pytest
+import websockets
+from sqlalchemy import text
+
+from app.core.security import create_access_token
+from tests.conftest import make_user
+
+
+async def _raw_post(base_url: str, head: bytes, body_parts: list[bytes]) -> bytes:
+    """Send a request by hand (so the body can be huge, or stop early) and return the response head."""
+    host, port = base_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(head)
+    try:
+        for part in body_parts:
+            writer.write(part)
+            await writer.drain()
+    except ConnectionError:
+        pass  # the server refused and closed while we were still sending: what we test
+    response = await asyncio.wait_for(reader.read(4096), 10)
+    writer.close()
+    return response
+
+
+async def test_a_200_mb_login_body_is_refused_before_it_is_read(backend):
+    head = (b"POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 209715200\r\n\r\n")
+    response = await _raw_post(backend.base_url, head, [b"{" + b" " * 1000])
+    assert response.startswith(b"HTTP/1.1 413"), response[:200]
+    assert b"larger than" in response
+
+
+async def test_a_streamed_body_over_the_limit_is_refused(backend):
+    head = (b"POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"10000\r\n" + b"y" * 0x10000 + b"\r\n"
+    response = await _raw_post(backend.base_url, head, [chunk] * 40)
+    assert response.startswith(b"HTTP/1.1 413"), response[:200]
+
+
+async def test_a_422_does_not_echo_the_input(anon):
+    big = "z" * 900_000
+    r = await anon.post("/api/v1/auth/login", json={"username": big, "password": "p"})
+    assert r.status_code == 422
+    assert len(r.content) < 4096
+    assert "zzzz" not in r.text
+
+
+@pytest.mark.parametrize("body", [
+    b'{"username": "ad\\u0000min", "password": "x"}',
+    b'{"username": "admin", "password": "\\ud800"}',
+    b'{"username": "admin\x00", "password": "x"}',
+    b'{"username": "\xff\xfe", "password": "x"}',
+])
+async def test_nul_and_lone_surrogates_in_a_login_are_a_400(anon, body):
+    r = await anon.post("/api/v1/auth/login", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["detail"]
+
+
+@pytest.mark.parametrize("path", [
+    "/api/v1/hosts/a%00b", "/api/v1/hosts/a%ED%A0%80b", "/api/v1/hosts/x/functions?q=%00",
+    "/api/v1/hosts/x/functions?module=%ED%A0%80", "/api/v1/hosts/x/functions?q=%FF",
+])
+async def test_nul_and_lone_surrogates_in_paths_and_queries_are_a_400(client, path):
+    r = await client.get(path)
+    assert r.status_code == 400, r.text
+
+
+async def test_security_headers_on_api_and_console(client):
+    r = await client.get("/api/v1/hosts")
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+    assert r.headers["referrer-policy"] == "no-referrer"
+    assert r.headers["cache-control"] == "no-store"
+
+
+async def test_wrong_passwords_lock_the_account_and_a_success_needs_the_wait(backend, client, unique):
+    username, password = await make_user(client, "viewer", unique)
+    async with httpx.AsyncClient(base_url=backend.base_url) as c:
+        codes = [(await c.post("/api/v1/auth/login", json={"username": username, "password": "wrong"})).status_code
+                 for _ in range(6)]
+        assert codes[:5] == [401] * 5 and codes[5] == 429
+        r = await c.post("/api/v1/auth/login", json={"username": username, "password": password})
+        assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("UPDATE users SET locked_until = now() - interval '1 s' WHERE username = :u"),
+                           {"u": username})
+    async with httpx.AsyncClient(base_url=backend.base_url) as c:
+        r = await c.post("/api/v1/auth/login", json={"username": username, "password": password})
+        assert r.status_code == 200
+
+
+async def test_unknown_usernames_lock_the_same_way(anon, unique):
+    codes = [(await anon.post("/api/v1/auth/login", json={"username": f"ghost-{unique}", "password": "x"})).status_code
+             for _ in range(6)]
+    assert codes[:5] == [401] * 5 and codes[5] == 429
+
+
+async def test_one_address_is_rate_limited(backend, unique):
+    from app.api.routes import auth
+
+    limit = backend.runtime.settings.login_attempts_per_minute
+    backend.runtime.settings.login_attempts_per_minute = 8
+    auth._attempts.clear()
+    try:
+        async with httpx.AsyncClient(base_url=backend.base_url) as c:
+            codes = [(await c.post("/api/v1/auth/login", json={"username": f"r{i}-{unique}", "password": "x"}))
+                     .status_code for i in range(12)]
+    finally:
+        backend.runtime.settings.login_attempts_per_minute = limit
+        auth._attempts.clear()
+    assert 429 in codes and codes.count(401) <= 8
+
+
+async def test_no_password_reaches_the_log(backend, anon, caplog, unique):
+    secret = f"Secret-{unique}-pw"
+    with caplog.at_level(logging.DEBUG):
+        await anon.post("/api/v1/auth/login", json={"username": f"nobody-{unique}", "password": secret})
+        await anon.post("/api/v1/auth/login", json={"username": f"nobody-{unique}", "password": secret + "\ud800"
+                                                    .encode("utf-8", "surrogatepass").decode("latin-1")})
+        raw = b'{"username": "x", "password": "' + secret.encode() + b'\\ud800"}'
+        await anon.post("/api/v1/auth/login", content=raw, headers={"content-type": "application/json"})
+    assert secret not in caplog.text
+
+
+async def test_websocket_closes_when_its_token_expires(backend, admin_token):
+    async with backend.runtime.sessionmaker() as session:
+        user_id = (await session.execute(text("SELECT id FROM users WHERE username = 'admin'"))).scalar_one()
+    # A token that expires in about two seconds.
+    token = create_access_token(backend.runtime.secret_key, str(user_id), 1, now=time.time() - 58)
+    url = backend.base_url.replace("http", "ws") + f"/api/v1/ws?token={token}"
+    async with websockets.connect(url) as ws:
+        started = time.monotonic()
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            while True:
+                await asyncio.wait_for(ws.recv(), 15)
+        assert closed.value.rcvd.code == 4401
+        assert time.monotonic() - started < 10
+
+
+async def test_a_stored_bad_block_cannot_make_the_function_route_fail(backend, client, unique):
+    """Blocks written by an older version (offset 0xffffffff, garbage entries) are skipped, not a 500."""
+    agent = await backend.agent(f"badrow-{unique}", kernel_tag=f"badrow-{unique}")
+    await agent.connect()
+    from tests.scripted_agent import wait_until
+
+    async def complete():
+        r = await client.get(f"/api/v1/hosts/badrow-{unique}")
+        return r.status_code == 200 and r.json()["catalog_complete"]
+
+    await wait_until(complete)
+    digest = agent.modules[0][3]
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("UPDATE function_code SET blocks = CAST(:b AS jsonb) WHERE digest = :d AND index = 0"),
+                           {"d": digest, "b": json.dumps([[0xFFFFFFFF, 16, 1, [[1, 0xFFFFFFFF, ""]]], "garbage",
+                                                          [0, 0x10, 2, [[9, 1 << 70, None]]]])})
+        fid = (await conn.execute(text("SELECT id FROM functions WHERE digest = :d AND index = 0"),
+                                  {"d": digest})).scalar_one()
+    r = await client.get(f"/api/v1/hosts/badrow-{unique}/functions/{fid}")
+    assert r.status_code == 200, r.text
+    assert all(b["address"] < 1 << 64 for b in orjson.loads(r.content)["blocks"])
+    await agent.close()

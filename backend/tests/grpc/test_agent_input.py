@@ -1,0 +1,247 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Nothing an agent sends is stored before it is checked: a fake agent (tests.scripted_agent) sends
+malformed catalogs, hellos and batches over the real stream; each ends with INVALID_ARGUMENT and a
+reason (never UNKNOWN or SQL text), and nothing of it is stored or shared with other hosts."""
+import time
+
+import grpc
+import pytest
+from sqlalchemy import text
+
+from app.proto import pb
+from tests.scripted_agent import kernel_functions, wait_until
+
+
+async def _scalar(backend, sql, **params):
+    async with backend.runtime.engine.connect() as conn:
+        return (await conn.execute(text(sql), params)).scalar_one()
+
+
+async def _ended(agent) -> grpc.aio.AioRpcError:
+    """Wait for the server to end the agent's stream; return the error it ended with."""
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        if agent._reader is not None:  # the fake agent's own reader sees the end
+            await agent._reader
+            pytest.fail("the stream ended without a status")
+        while True:
+            msg = await agent.call.read()
+            if msg is grpc.aio.EOF:
+                pytest.fail("the stream ended without a status")
+    return err.value
+
+
+async def _hello_only(backend, host_id, hello_edit):
+    agent = await backend.agent(host_id)
+    hello = agent.hello()
+    hello_edit(hello)
+    call = agent.open()
+    await call.write(pb.AgentMessage(hello=hello))
+    error = await _ended(agent)
+    await agent.channel.close()
+    return error
+
+
+async def _chunks(agent, digest, module, chunks):
+    for seq, last, fns in chunks:
+        await agent.call.write(pb.AgentMessage(catalog_chunk=pb.CatalogChunk(
+            digest=digest, module=module, seq=seq, last=last, functions=fns)))
+
+
+async def test_chunks_out_of_order_end_the_stream_and_store_nothing(backend, unique):
+    agent = await backend.agent(f"order-{unique}", kernel_tag=f"order-{unique}",
+                                modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(30))])
+    await agent.connect(send_catalog=False)
+    name, _base, fns, digest = agent.modules[0]
+    await _chunks(agent, digest, name, [(1, False, fns[10:20]), (0, False, fns[:10]), (2, True, fns[20:])])
+    error = await _ended(agent)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "arrived before chunk 0" in error.details()
+    assert await _scalar(backend, "SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
+    assert await _scalar(backend, "SELECT count(*) FROM functions WHERE digest = :d", d=digest) == 0
+    await agent.close()
+
+
+async def test_a_skipped_chunk_ends_the_stream(backend, unique):
+    agent = await backend.agent(f"skip-{unique}", kernel_tag=f"skip-{unique}",
+                                modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(30))])
+    await agent.connect(send_catalog=False)
+    name, _base, fns, digest = agent.modules[0]
+    await _chunks(agent, digest, name, [(0, False, fns[:10]), (2, True, fns[20:])])
+    error = await _ended(agent)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "chunk 2" in error.details() and "where 1 was due" in error.details()
+    assert await _scalar(backend, "SELECT count(*) FROM catalog_pieces WHERE digest LIKE 'staging-%'") == 0
+    await agent.close()
+
+
+async def test_an_empty_last_chunk_does_not_complete_a_piece_announced_with_functions(backend, unique):
+    agent = await backend.agent(f"empty-{unique}", kernel_tag=f"empty-{unique}",
+                                modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(30))])
+    await agent.connect(send_catalog=False)
+    name, _base, _fns, digest = agent.modules[0]
+    await _chunks(agent, digest, name, [(0, True, [])])
+    error = await _ended(agent)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "ended after 0 functions" in error.details()
+    assert await _scalar(backend, "SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
+    await agent.close()
+
+
+async def test_a_forged_piece_is_refused_and_never_shared_with_an_honest_host(backend, client, unique):
+    """A fake agent announces the digest of an honest host's kernel and uploads other content: the
+    recomputed digest differs, the piece is discarded, and the honest host still uploads and sees the
+    real functions only."""
+    tag = f"forge-{unique}"
+    honest_fns = kernel_functions(30)
+    forger = await backend.agent(f"forger-{unique}", kernel_tag=tag,
+                                 modules=[("vmlinux", 0xFFFFFFFF81000000, honest_fns)])
+    await forger.connect(send_catalog=False)
+    name, _base, fns, digest = forger.modules[0]
+    forged = [pb.Function() for _ in fns]
+    for f, real in zip(forged, fns, strict=True):
+        f.CopyFrom(real)
+    forged[3].name = "FAKE_do_not_trust"
+    await _chunks(forger, digest, name, [(0, True, forged)])
+    error = await _ended(forger)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "hashes to" in error.details()
+    assert await _scalar(backend, "SELECT count(*) FROM functions WHERE name = 'FAKE_do_not_trust'") == 0
+    assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'catalog_rejected' "
+                                  "AND target = :h", h=f"forger-{unique}") == 1
+    await forger.close()
+
+    honest = await backend.agent(f"honest-{unique}", kernel_tag=tag,
+                                 modules=[("vmlinux", 0xFFFFFFFF81000000, honest_fns)])
+    welcome = await honest.connect()
+    assert list(welcome.missing_digests) == [digest], "the forged upload must not count as stored"
+
+    async def complete():
+        r = await client.get(f"/api/v1/hosts/honest-{unique}")
+        return r.status_code == 200 and r.json()["catalog_complete"]
+
+    await wait_until(complete)
+    found = (await client.get(f"/api/v1/hosts/honest-{unique}/functions", params={"q": "FAKE"})).json()
+    assert found["total"] == 0
+    assert await _scalar(backend, "SELECT count(*) FROM functions WHERE digest = :d", d=digest) == 30
+    await honest.close()
+
+
+@pytest.mark.parametrize("breakage, reason", [
+    (lambda f: setattr(f.blocks[1], "offset", 0x18), "do not tile"),
+    (lambda f: setattr(f.blocks[2], "size", f.blocks[2].size + 0x100), "blocks cover"),
+    (lambda f: setattr(f.blocks[0].successors[1], "target", 0x22), "not a block start"),
+    (lambda f: setattr(f, "name", "bad\x00name"), "NUL or control character"),
+    (lambda f: setattr(f, "size", 1 << 31), "out of range"),
+    (lambda f: setattr(f.blocks[0], "size", 0), "empty block"),
+    (lambda f: setattr(f.blocks[0].successors[0], "kind", 9), "unknown successor kind"),
+    (lambda f: f.calls.add(site_offset=0xFFFFFFFF), "outside the function"),
+])
+async def test_a_function_breaking_the_model_ends_the_stream(backend, unique, breakage, reason):
+    fns = kernel_functions(10)
+    agent = await backend.agent(f"bad-{unique}", kernel_tag=f"bad-{unique}-{reason}",
+                                modules=[("vmlinux", 0xFFFFFFFF81000000, fns)])
+    await agent.connect(send_catalog=False)
+    name, _base, sent, digest = agent.modules[0]
+    broken = [pb.Function() for _ in sent]
+    for f, real in zip(broken, sent, strict=True):
+        f.CopyFrom(real)
+    breakage(broken[7])
+    await _chunks(agent, digest, name, [(0, True, broken)])
+    error = await _ended(agent)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason in error.details() and "function 7" in error.details()
+    assert await _scalar(backend, "SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
+    await agent.close()
+
+
+async def test_duplicate_function_indexes_end_the_stream(backend, unique):
+    agent = await backend.agent(f"dupidx-{unique}", kernel_tag=f"dupidx-{unique}",
+                                modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(10))])
+    await agent.connect(send_catalog=False)
+    name, _base, fns, digest = agent.modules[0]
+    twice = [pb.Function() for _ in fns]
+    for f, real in zip(twice, fns, strict=True):
+        f.CopyFrom(real)
+    twice[5].index = 4
+    await _chunks(agent, digest, name, [(0, True, twice)])
+    error = await _ended(agent)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "function index 4 where 5 was due" in error.details()
+    await agent.close()
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda h: setattr(h, "hostname", "x" * 1_000_000), "Hello.hostname is 1000000 characters"),
+    (lambda h: setattr(h, "hostname", "host\x00name"), "NUL or control character"),
+    (lambda h: h.modules.extend(pb.ModuleRef(name=f"m{i}", digest="ab" * 32) for i in range(20_000)),
+     "modules (at most 4096)"),
+    (lambda h: setattr(h.modules[0], "function_count", 1 << 31), "more functions or blocks than allowed"),
+])
+async def test_a_malformed_hello_ends_the_stream_before_anything_is_stored(backend, unique, edit, reason):
+    host_id = f"hello-{unique}"
+    error = await _hello_only(backend, host_id, edit)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason in error.details()
+    assert len(error.details()) < 300, "the reason must not echo the input"
+    assert await _scalar(backend, "SELECT count(*) FROM host_modules WHERE host_id = :h", h=host_id) == 0
+
+
+async def test_bytes_that_are_not_a_message_end_the_stream_with_invalid_argument(backend, unique):
+    """A string field holding invalid UTF-8 (the NUL strings and raw bytes of the issue) does not
+    decode; the stream ends with INVALID_ARGUMENT, not UNKNOWN."""
+    agent = await backend.agent(f"raw-{unique}")
+    creds = agent.credentials
+    channel = grpc.aio.secure_channel(backend.grpc_target, grpc.ssl_channel_credentials(
+        creds.ca_pem, creds.key_pem, creds.cert_pem))
+    call = channel.stream_stream("/hotpath.v1.AgentService/Connect", request_serializer=lambda b: b,
+                                 response_deserializer=pb.ServerMessage.FromString)()
+    # AgentMessage{hello: Hello{host_id: b"\xff\xfe"}}: field 1 (hello), field 1 (host_id) with bad UTF-8.
+    await call.write(bytes([0x0A, 0x04, 0x0A, 0x02, 0xFF, 0xFE]))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call.read()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "does not decode" in err.value.details()
+    await channel.close()
+
+
+@pytest.mark.parametrize("blocks, total, reason", [
+    ([("vmlinux", 0, 0, 1 << 63)], 1 << 40, "BlockSamples.count"),
+    ([("vmlinux", 1 << 31, 0, 1)], None, "out of range"),
+    ([("vmlinux", 0, 0xFFFFFFFF, 1)], None, "out of range"),
+    ([("vmlinux", 0, 0x1000, 1)], None, "bytes long"),
+    ([("vmlinux", 49, 0, 1), ("vmlinux", 0, 0, 5)], 2, "exceed total_samples"),
+    ([("nosuchmodule", 0, 0, 1)], None, "Hello did not list"),
+    ([("vmlinux", 50, 0, 1)], None, "which has 50"),
+])
+async def test_a_malformed_batch_ends_the_stream_and_stores_nothing(backend, client, unique, blocks, total, reason):
+    host_id = f"batch-{unique}"
+    agent = await backend.agent(host_id, kernel_tag=f"batch-{unique}")
+    await agent.connect()
+
+    async def complete():
+        r = await client.get(f"/api/v1/hosts/{host_id}")
+        return r.status_code == 200 and r.json()["catalog_complete"]
+
+    await wait_until(complete)
+    await agent.send_metrics(time.time_ns() - 2 * 10**9, blocks, total=total)
+    error = await _ended(agent)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason in error.details()
+    assert "SELECT" not in error.details() and "INSERT" not in error.details()
+    assert await _scalar(backend, "SELECT count(*) FROM interval_totals WHERE host_id = :h", h=host_id) == 0
+    await agent.close()
+
+
+async def test_a_message_over_the_size_limit_ends_the_stream(backend, unique):
+    """One stream cannot make the backend hold an arbitrarily large message (limit: 8 MiB)."""
+    agent = await backend.agent(f"big-msg-{unique}", kernel_tag=f"bigmsg-{unique}")
+    await agent.connect(send_catalog=False)
+    name, _base, fns, digest = agent.modules[0]
+    huge = pb.Function()
+    huge.CopyFrom(fns[0])
+    huge.name = "n" * (9 << 20)
+    await agent.call.write(pb.AgentMessage(catalog_chunk=pb.CatalogChunk(digest=digest, module=name, seq=0,
+                                                                         last=True, functions=[huge])))
+    error = await _ended(agent)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    await agent.close()

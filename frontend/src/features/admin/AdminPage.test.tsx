@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { renderApp } from "../../test/render";
+import { host, json, routeFetch } from "../../test/fixtures";
+import { setSession } from "../../api/session";
+
+const ADMIN = { id: "u", username: "admin", role: "admin" as const };
+const token = {
+  id: "11111111-1111-1111-1111-111111111111", note: "rack 4", host_id: null, created_by: "admin",
+  created_at: new Date().toISOString(), expires_at: new Date(Date.now() + 3600_000).toISOString(),
+  used_at: null, used_by_host: null, revoked_at: null,
+};
+
+function admin(extra: Record<string, (req: Request) => Response | Promise<Response>> = {}) {
+  setSession({ token: "t", user: ADMIN });
+  const f = routeFetch({
+    "/api/v1/auth/me": () => json(ADMIN),
+    "/api/v1/hosts": () => json([host(), host({ id: "h2", hostname: "old-box", status: "retired", enrolled: false, online: false })]),
+    "/api/v1/enrolment-tokens": () => json([token]),
+    "/api/v1/enrolment-requests": () => json([{ host_id: "m-1", hostname: "newbox", peer: "ipv4:10.0.2.15:4000",
+      requested_at: new Date().toISOString(), status: "pending", decided_by: null, decided_at: null }]),
+    ...extra,
+  });
+  vi.stubGlobal("fetch", f.fetch);
+  vi.stubGlobal("WebSocket", undefined);
+  return f;
+}
+
+describe("admin page", () => {
+  afterEach(() => vi.unstubAllGlobals());
+
+  it("creates an enrolment token and shows the secret once with the CA", async () => {
+    let sent: unknown = null;
+    const f = admin({
+      "POST /api/v1/enrolment-tokens": async (req) => {
+        const body = await req.json();
+        sent = body;
+        return json({ ...token, note: body.note, token: "hpe_secret-shown-once", ca_pem: "-----BEGIN CERTIFICATE-----\nX\n",
+                      enroll_port: 50052 }, 201);
+      },
+    });
+    renderApp("/admin");
+    expect(await screen.findByRole("heading", { name: "Admin" })).toBeInTheDocument();
+    await userEvent.type(screen.getByLabelText("Note"), "qemu guest");
+    await userEvent.type(screen.getByLabelText("For host id (optional)"), "guest-1");
+    await userEvent.click(screen.getByRole("button", { name: "Create enrolment token" }));
+    const region = await screen.findByRole("region", { name: "New enrolment token" });
+    expect(within(region).getByLabelText("Enrolment token")).toHaveValue("hpe_secret-shown-once");
+    expect(region).toHaveTextContent("shown only once");
+    expect(region).toHaveTextContent("--token-file token");
+    const post = f.requests.find((r) => r.method === "POST" && r.url.endsWith("/enrolment-tokens"))!;
+    expect(post.headers.get("Authorization")).toBe("Bearer t");
+    expect(sent).toEqual({ note: "qemu guest", hours: 24, host_id: "guest-1" });
+    const list = screen.getByRole("table", { name: "Enrolment tokens" });
+    expect(within(list).getByText("rack 4")).toBeInTheDocument();
+    expect(within(list).queryByText("hpe_secret-shown-once")).toBeNull();
+  });
+
+  it("approves a pending host", async () => {
+    const approve = vi.fn(() => json({ host_id: "m-1", hostname: "newbox", peer: "", requested_at: "", status: "approved",
+                                       decided_by: "admin", decided_at: "" }));
+    admin({ "POST /api/v1/enrolment-requests/m-1/approve": approve });
+    renderApp("/admin");
+    const table = await screen.findByRole("table", { name: "Pending enrolments" });
+    expect(table).toHaveTextContent("ipv4:10.0.2.15:4000");
+    await userEvent.click(within(table).getByRole("button", { name: "Approve newbox" }));
+    await waitFor(() => expect(approve).toHaveBeenCalledTimes(1));
+  });
+
+  it("deletes a host only after the confirmation and revokes an unused token", async () => {
+    const del = vi.fn(() => new Response(null, { status: 204 }));
+    const revoke = vi.fn(() => new Response(null, { status: 204 }));
+    admin({ "DELETE /api/v1/hosts/h2": del, [`DELETE /api/v1/enrolment-tokens/${token.id}`]: revoke });
+    renderApp("/admin");
+    const hosts = await screen.findByRole("table", { name: "Hosts" });
+    const row = (await within(hosts).findByText("old-box")).closest("tr")!;
+    expect(row).toHaveTextContent("retired");
+    expect(within(row).queryByRole("button", { name: "Retire host" })).toBeNull();
+    await userEvent.click(within(row).getByRole("button", { name: "Delete host" }));
+    expect(del).not.toHaveBeenCalled();
+    const confirm = within(row).getByRole("group", { name: "Confirm delete" });
+    expect(confirm).toHaveTextContent("Delete old-box with its samples and gaps?");
+    await userEvent.click(within(confirm).getByRole("button", { name: "Delete" }));
+    await waitFor(() => expect(del).toHaveBeenCalledTimes(1));
+
+    const tokens = screen.getByRole("table", { name: "Enrolment tokens" });
+    await userEvent.click(within(tokens).getByRole("button", { name: "Revoke" }));
+    await waitFor(() => expect(revoke).toHaveBeenCalledTimes(1));
+  });
+
+  it("is closed to other roles", async () => {
+    setSession({ token: "t", user: { id: "v", username: "viewer", role: "viewer" } });
+    vi.stubGlobal("fetch", routeFetch({
+      "/api/v1/auth/me": () => json({ id: "v", username: "viewer", role: "viewer" }),
+      "/api/v1/hosts": () => json([]),
+    }).fetch);
+    vi.stubGlobal("WebSocket", undefined);
+    renderApp("/admin");
+    expect(await screen.findByText("This page needs the admin role.")).toBeInTheDocument();
+    expect(screen.queryByRole("link", { name: "Admin" })).toBeNull();
+  });
+});
