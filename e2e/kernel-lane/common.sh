@@ -7,6 +7,8 @@
 lane_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo_root=$(cd "$lane_dir/../.." && pwd)
 lane_cache=${HOTPATH_LANE_CACHE:-$repo_root/.cache/kernel-lane}
+# What the guest calls this machine under QEMU's user networking.
+lane_host_addr=10.0.2.2
 
 say() { printf '[lane] %s\n' "$*"; }
 die() { printf '[lane] error: %s\n' "$*" >&2; exit 1; }
@@ -78,12 +80,13 @@ lane_wait() {
 lane_prepare() {
 	local run=$1 data=$2 url=$3 grpc=$4 job=$5 args= host_id server=
 	mkdir -p "$run/boot/lane"
-	if [ "$data" != - ]; then
-		args=$(lane_credentials "$data" "$url" "$run/boot/lane") || exit 1
-		server=10.0.2.2:$grpc
-	fi
 	host_id=$(printf 'hotpath-kernel-lane\n%s\n%s\n' "$(cat /etc/machine-id 2>/dev/null)" "$(cd "$data" 2>/dev/null && pwd)" |
 		sha256sum | cut -c1-32)
+	if [ "$data" != - ]; then
+		args=$(lane_credentials "$data" "$url" "$host_id" "$run/boot/lane") ||
+			die "the guest's agent credentials could not be prepared (see above)"
+		server=$lane_host_addr:$grpc
+	fi
 	cat >"$run/boot/lane/boot.conf" <<CONF
 LANE_SERVER=$server
 LANE_HOSTNAME=${LANE_HOSTNAME:-hotpath-lane}

@@ -8,6 +8,7 @@
 #
 #   HOTPATH_DATA_DIR    the running installation's data folder (default ./var)
 #   HOTPATH_GRPC_PORT   its agent port (default 50051)    HOTPATH_HTTP_PORT  its console (default 8080)
+#   HOTPATH_HTTPS=1     the installation serves its console over HTTPS (as `make run` does with it)
 #   LANE_HOSTNAME       the guest's host name (default hotpath-lane)
 #   LANE_JOB            workload (default) or none
 set -euo pipefail
@@ -17,11 +18,13 @@ cd "$repo_root"
 data=${HOTPATH_DATA_DIR:-$repo_root/var}
 grpc=${HOTPATH_GRPC_PORT:-50051}
 http=${HOTPATH_HTTP_PORT:-8080}
-url=http://127.0.0.1:$http
+scheme=http
+[ "${HOTPATH_HTTPS:-0}" = 1 ] && scheme=https
+url=$scheme://127.0.0.1:$http
 
-curl -fsS -o /dev/null "$url/api/v1/health" 2>/dev/null ||
+curl -fsS --cacert "$data/tls/ca.pem" -o /dev/null "$url/api/v1/health" 2>/dev/null ||
 	die "no Hotpath backend answers on $url: start 'make run' first (the lane joins a running installation)"
-[ -s "$data/agent-token" ] || die "$data/agent-token is missing: is $data the data folder of the running 'make run'?"
+lane_credentials_ready "$data" || die "$data has no CA or admin password: is it the data folder of the running 'make run'?"
 
 "$lane_dir/fetch.sh"
 lane_paths
@@ -50,7 +53,7 @@ lane_wait "$run/console.log" '^LANE net-up' 180 "$qemu" "the guest did not bring
 say "guest network up; its agent parses the 6.1 kernel and dials 10.0.2.2:$grpc (this machine)"
 lane_wait "$run/console.log" 'hotpathd: welcome' 240 "$qemu" "the guest's agent did not reach the backend on port $grpc"
 addr=$(hostname -I 2>/dev/null | awk '{print $1}')
-say "the guest is connected: in the console (http://${addr:-127.0.0.1}:$http/) the host list now shows"
+say "the guest is connected: in the console ($scheme://${addr:-127.0.0.1}:$http/) the host list now shows"
 say "'${LANE_HOSTNAME:-hotpath-lane}' (kernel $abi-amd64) beside $(hostname); its code tree holds vmlinux and its modules"
 say "guest console log: $run/console.log   stop the guest: Ctrl-C"
 # Mirror the guest's markers and its agent's log (not the kernel's messages) while it runs.

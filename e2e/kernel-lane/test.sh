@@ -65,12 +65,11 @@ HOTPATH_DATA_DIR=$data HOTPATH_HTTP_PORT=$http HOTPATH_GRPC_PORT=$grpc HOTPATH_Q
 	"$repo_root/scripts/run.sh" >"$run/stack.out" 2>&1 &
 stack=$!
 for _ in $(seq 240); do
-	curl -fsS -o /dev/null "http://127.0.0.1:$http/api/v1/health" 2>/dev/null &&
-		[ -s "$data/admin-password" ] && [ -s "$data/agent-token" ] && break
+	curl -fsS -o /dev/null "http://127.0.0.1:$http/api/v1/health" 2>/dev/null && lane_credentials_ready "$data" && break
 	kill -0 "$stack" 2>/dev/null || { cat "$run/stack.out"; die "Hotpath did not start (see above and $data/log/)"; }
 	sleep 0.5
 done
-[ -s "$data/admin-password" ] || die "the backend was not ready within 120 s (see $data/log/)"
+lane_credentials_ready "$data" || die "the backend was not ready within 120 s (see $data/log/)"
 
 say "run folder $run (kept if the lane fails)"
 step "booting the guest (kernel $release, QEMU software emulation)"
