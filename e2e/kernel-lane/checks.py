@@ -45,7 +45,7 @@ class Checks:
             self.failed += 1
             print(f"FAIL - {name}: {exc}", flush=True)
             return False
-        except Exception as exc:  # a broken check is a failure, never a silent pass
+        except Exception as exc:  # noqa: BLE001 - a broken check is a failure, never a silent pass
             self.failed += 1
             print(f"FAIL - {name}: {type(exc).__name__}: {exc}", flush=True)
             return False
@@ -176,7 +176,7 @@ def ko_functions(ko):
         if not m:
             continue
         off = int(m.group(1), 16)
-        for name, (s, start, size, starts) in funcs.items():
+        for s, start, size, starts in funcs.values():
             if s == sec and start <= off < start + size:
                 starts.append(off - start)
     return funcs
@@ -198,14 +198,16 @@ def main():
     a = ap.parse_args()
 
     checks = Checks()
-    frames, info, done = parse_results(open(a.results, errors="replace").read())
-    api = Api(a.url, open(a.password_file).read().strip(), a.deadline)
+    with open(a.results, errors="replace") as f:
+        frames, info, done = parse_results(f.read())
+    with open(a.password_file) as f:
+        api = Api(a.url, f.read().strip(), a.deadline)
     state = {"functions": 0, "modules": 0, "entry": [0, 0], "blocks": [0, 0], "why_not": []}
 
     # -- the guest as a host -------------------------------------------------------------------
     def job_finished():
         assert done, "the guest's test job did not finish (no @@done on the results channel)"
-        out, rc = frame(frames, "release")
+        out, _ = frame(frames, "release")
         assert out.strip() == a.release, f"the guest runs {out.strip()!r}, the lane fetched {a.release}"
         return f"kernel {a.release}, {len(frames)} results on the second serial port"
 
@@ -213,12 +215,14 @@ def main():
 
     def guest_host():
         hosts = api.poll("the guest online in the backend with its whole catalog", lambda: [
-            h for h in api.get("/hosts") if h["hostname"] == a.guest_hostname and h["online"] and h["catalog_complete"]])
+            h for h in api.get("/hosts")
+            if h["hostname"] == a.guest_hostname and h["online"] and h["catalog_complete"]])
         h = hosts[0]
         state["host"] = h
         assert h["kernel_release"] == a.release, f"kernel {h['kernel_release']}"
         state["functions"] = h["function_count"]
-        return f"{h['hostname']} online, kernel {h['kernel_release']}, {h['function_count']} functions, catalog complete"
+        return (f"{h['hostname']} online, kernel {h['kernel_release']}, {h['function_count']} functions, "
+                "catalog complete")
 
     if not checks.run("the guest is a Hotpath host: online, kernel 6.1, catalog uploaded", guest_host):
         return finish(checks, a, state)
@@ -246,8 +250,10 @@ def main():
             if re.search(r"fentry|fexit|kretprobe|livepatch", n):
                 assert c["available"], f"{n} unavailable: {c['detail']}"
         pmu = caps.get("hardware_pmu")
-        assert pmu and not pmu["available"] and pmu["detail"], "QEMU's emulated CPU has no PMU, yet hardware_pmu is not reported unavailable with a reason"
-        return ", ".join(sorted(n for n, c in caps.items() if c["available"])) + "; hardware_pmu unavailable with its reason"
+        assert pmu and not pmu["available"] and pmu["detail"], \
+            "QEMU's emulated CPU has no PMU, yet hardware_pmu is not reported unavailable with a reason"
+        available = ", ".join(sorted(n for n, c in caps.items() if c["available"]))
+        return f"{available}; hardware_pmu unavailable with its reason"
 
     checks.run("the guest's real capabilities (probes, tracepoints, modules; no PMU under emulation)", capabilities)
 
@@ -344,7 +350,8 @@ def main():
         d = next(d for (m, name, _), d in details.items() if m == "hotpath_lane" and name == "lane_read")
         assert any(c["name"] == "lane_step" and c["module"] == "hotpath_lane" for c in d["callees"]), \
             "lane_read does not call lane_step"
-        return f"lane_step -> ktime_get, lane_nap -> msleep (tail call); {into} of {len(every)} module functions reach vmlinux"
+        return (f"lane_step -> ktime_get, lane_nap -> msleep (tail call); {into} of {len(every)} module functions "
+                "reach vmlinux")
 
     checks.run("module functions have callees into vmlinux", callees)
 
@@ -353,7 +360,7 @@ def main():
         items = {f["name"]: f for f in module_funcs.get("hotpath_lane", [])}
         assert set(ko) == set(items), f"catalog {sorted(items)} vs the .ko's {sorted(ko)}"
         last = max(items.values(), key=lambda f: f["address"])
-        for name, (sec, _, size, starts) in ko.items():
+        for name, (_, _, size, starts) in ko.items():
             f = items[name]
             ins = api.get(f"/hosts/{hid}/functions/{f['id']}/instructions")["instructions"]
             agent = {i["offset"] for i in ins}
@@ -362,7 +369,8 @@ def main():
             if f is last:
                 assert f["size"] == size, f"{name}, the module's last function: {f['size']} bytes, the .ko says {size}"
             lost = sorted(set(starts) - agent)
-            assert not lost, f"{name}: instructions at {[hex(o) for o in lost[:5]]} per objdump are not instruction starts for the agent"
+            assert not lost, (f"{name}: instructions at {[hex(o) for o in lost[:5]]} per objdump are not "
+                              "instruction starts for the agent")
         return (f"{len(ko)} functions of hotpath_lane.ko: sizes and instruction starts agree with objdump; "
                 f"the last ({last['name']}) ends where its code does, not in the loader's fill")
 
@@ -371,7 +379,8 @@ def main():
     def hotness():
         def hot():
             top = api.get(f"/hosts/{hid}/top-functions?window_s=15&limit=200")
-            return [i for i in top["items"] if i["samples"] > 0 and (i["module"] == "hotpath_lane" or i["name"] == "vfs_read")]
+            return [i for i in top["items"]
+                    if i["samples"] > 0 and (i["module"] == "hotpath_lane" or i["name"] == "vfs_read")]
         items = api.poll("samples in the test module or vfs_read from the guest's workload", hot, interval=2.0)
         return "live samples in " + ", ".join(sorted({f"{i['module']}:{i['name']}" for i in items})[:4])
 
@@ -388,11 +397,12 @@ def main():
             p = subprocess.run(["npx", "playwright", "test", "-c", "kernel-lane/playwright.config.ts"], cwd=a.e2e,
                                env=env, capture_output=True, text=True, timeout=left)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"Playwright did not finish within {left} s")
+            raise AssertionError(f"Playwright did not finish within {left} s") from None
         if p.returncode != 0:
             print(p.stdout[-3000:] + p.stderr[-1000:])
             raise AssertionError(f"Playwright failed (status {p.returncode}); its output is above")
-        return "Chromium: the host list shows both, the guest's tree has hotpath_lane, lane_step's CFG and instructions draw"
+        return ("Chromium: the host list shows both, the guest's tree has hotpath_lane, lane_step's CFG and "
+                "instructions draw")
 
     checks.run("the console shows the guest beside this host, with its module code", browser)
 
@@ -448,7 +458,8 @@ def main():
         calls = {b["start"] - start for b in inspect["blocks"]
                  if any("ktime_get" in i.get("text", "") for i in b.get("instructions", []))}
         sides = [succ["taken"], succ["fallthrough"]]
-        assert len([o for o in sides if o in calls]) == 1, "cannot tell which side of lane_step's branch calls ktime_get"
+        assert len([o for o in sides if o in calls]) == 1, \
+            "cannot tell which side of lane_step's branch calls ktime_get"
         q_side = sides[0] if sides[0] in calls else sides[1]
         other = sides[1] if q_side == sides[0] else sides[0]
         expect = {0: n, q_side: quarter, other: n - quarter}
@@ -531,12 +542,13 @@ def main():
             f"the agent's refusal does not carry the kernel's reason ({reason}): {said}"
         return said
 
-    checks.run("the agent refuses a probe at vfs_read+1 with the kernel's reason (or its own equivalent: not a block start)",
-               agent_refuses,
+    checks.run("the agent refuses a probe at vfs_read+1 with the kernel's reason "
+               "(or its own equivalent: not a block start)", agent_refuses,
                "agent-refuses-unaligned", "kernel-refuses-unaligned",
                r"instruction boundary|EILSEQ|not the start of a basic block")
-    checks.run(f"the agent refuses a probe in a blacklisted function ({info.get('blacklisted', '?')}) with the kernel's reason",
-               agent_refuses, "agent-refuses-blacklisted", "kernel-refuses-blacklisted", r"blacklist")
+    checks.run(f"the agent refuses a probe in a blacklisted function ({info.get('blacklisted', '?')}) "
+               "with the kernel's reason", agent_refuses,
+               "agent-refuses-blacklisted", "kernel-refuses-blacklisted", r"blacklist")
     return finish(checks, a, state)
 
 
