@@ -102,6 +102,11 @@ def named(row, name):
     return f == name or f.endswith(":" + name)
 
 
+def armed_line(out):
+    """The first line of a measure frame: whether and how the measurement was armed (guest/jobs.sh)."""
+    return out.split("\n", 1)[0]
+
+
 def exact(row):
     """A measure row's count came from probes, not samples ("labels" absent means exact)."""
     return (row.get("labels") or {}).get("count", "exact") == "exact"
@@ -439,7 +444,8 @@ def main():
         assert rows, f"no vfs_read row: {out[-400:]}"
         got = rows[0]["metrics"]["count"]
         assert exact(rows[0]), f"the count is labelled {rows[0]['labels']['count']}, not exact"
-        assert got == n, f"vfs_read entered {got} times by pid {info['entry-pid']}, which made exactly {n} read() calls"
+        assert got == n, (f"vfs_read entered {got} times by pid {info['entry-pid']}, which made exactly {n} read() "
+                          f"calls ({armed_line(out)})")
         state["entry"][0] += 1
         return f"{got} = {n} read() calls of pid {info['entry-pid']}"
 
@@ -478,7 +484,7 @@ def main():
         state["blocks"][1] += len(expect)
         wrong = [f"+{o:#x}: {counts.get(o)} (expected {c})" for o, c in sorted(expect.items()) if counts.get(o) != c]
         state["blocks"][0] += len(expect) - len(wrong)
-        assert not wrong, "; ".join(wrong)
+        assert not wrong, "; ".join(wrong) + f" ({armed_line(out)})"
         return f"{len(expect)} blocks exact: {n} entries split {quarter} (n % 4 == 0) : {n - quarter}"
 
     checks.run("block counts of lane_step match the program's known split", block_counts)
@@ -520,7 +526,7 @@ def main():
         rows = [r for r in json_object(out)["resources"] if named(r, "lane_nap") and "block" not in r]
         assert rows, "no lane_nap row"
         m = rows[0]["metrics"]
-        assert m["count"] == k, f"count {m['count']}, expected {k}"
+        assert m["count"] == k, f"count {m['count']}, expected {k} ({armed_line(out)})"
         # msleep(ms) sleeps at least ms; the thread is off the CPU for almost all of it.
         ok = m["wall_ns"] >= k * ms * 1_000_000 and m["vtime_ns"] < m["wall_ns"] / 4
         assert ok, (f"wall {m['wall_ns']} ns, vtime {m['vtime_ns']} ns for {k} sleeps of {ms} ms "
@@ -536,7 +542,14 @@ def main():
         out, rc = frame(frames, name)
         kernel = frame(frames, kernel_frame)[0]
         reason = kernel.split("|")[0].replace("refused:", "").strip()
-        assert rc != 0, f"the agent accepted it: {out[-300:]}"
+        if rc == 0:
+            try:
+                d = json_object(out)
+                how = (f"measured with {json.dumps(d.get('mechanisms'))}, labels "
+                       f"{json.dumps([r.get('labels') for r in d.get('resources', [])])}, without the kernel's reason")
+            except (AssertionError, ValueError):
+                how = out[-300:]
+            raise AssertionError(f"the agent accepted it: {how}")
         said = out.strip().split("\n")[-1][:240]
         assert (reason and reason in out) or re.search(pattern, out, re.I), \
             f"the agent's refusal does not carry the kernel's reason ({reason}): {said}"

@@ -39,19 +39,29 @@ probed() {
 }
 
 # measured NAME GO ARGS...: run `hotpathd measure kernel ARGS --json` in the background, wait until
-# the kernel shows a probe on NAME (at most LANE_ARM_TIMEOUT s), then create GO so the waiting
-# lanework starts its counted calls, and wait for the measurement's JSON.
+# it is armed (at most LANE_ARM_TIMEOUT s), then create GO so the waiting lanework starts its counted
+# calls, and wait for the measurement's JSON. Armed means: the kernel lists a probe on NAME, or the
+# agent says so (its "... armed ..." line on stderr); the first output line says which, so a count
+# that comes out wrong tells whether the kernel ever had a probe there.
 measured() {
 	sym=$1 go=$2
 	shift 2
 	hotpathd measure kernel "$@" --json >/tmp/measure.out 2>/tmp/measure.err &
 	m=$!
 	i=0
-	while ! probed "$sym" && kill -0 $m 2>/dev/null && [ $i -lt $((LANE_ARM_TIMEOUT * 10)) ]; do
+	while ! probed "$sym" && ! grep -q armed /tmp/measure.err && kill -0 $m 2>/dev/null &&
+		[ $i -lt $((LANE_ARM_TIMEOUT * 10)) ]; do
 		sleep 0.1
 		i=$((i + 1))
 	done
-	if probed "$sym"; then echo "armed after $((i * 100)) ms"; else echo "no armed probe on $sym after $((i * 100)) ms"; fi
+	sleep 0.2
+	if probed "$sym"; then
+		echo "armed after $((i * 100)) ms: the kernel lists a probe on $sym"
+	elif grep -q armed /tmp/measure.err; then
+		echo "armed after $((i * 100)) ms by the agent's word, but the kernel lists no probe on $sym"
+	else
+		echo "not armed after $((i * 100)) ms: no probe on $sym"
+	fi
 	touch "$go"
 	wait $m
 	rc=$?
