@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs the libFuzzer targets in fuzz/ for a fixed number of inputs each, from seed corpora made
-# here: slices of hotpathd's own machine code for the decoder and CFG builder, small programs gcc
-# compiles (optimized, with debug info, stripped, a relocatable object) for the ELF reader, and
-# kallsyms text (a recording with modules, this machine's own) for the kernel symbol reader.
+# here: slices of hotpathd's own machine code for the decoder and CFG builder, small programs
+# gcc compiles (optimized, with debug info, stripped, a relocatable object) for the ELF reader,
+# resource words and metric lists for the measurement request parser, small CFGs with counts for
+# edge derivation, and kallsyms text (a recording with modules, this machine's own) for the kernel
+# symbol reader.
 # Fixed seeds keep a run repeatable. A crash, leak, sanitizer report or broken invariant fails the
 # case and leaves the input that caused it in build/fuzz/artifacts/. Run from the agent directory.
 # FUZZ_RUNS raises the number of inputs for a longer session (default 60000 per target).
@@ -11,7 +13,7 @@ set -u
 runs=${FUZZ_RUNS:-60000}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/kallsyms" build/fuzz/artifacts
+mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/kallsyms" build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
 objcopy -O binary --only-section=.text build/hotpathd "$TMP/text.bin"
@@ -28,6 +30,14 @@ gcc -O2 -o "$TMP/elf/prog" "$TMP/p.c" &&
 	strip -o "$TMP/elf/prog-stripped" "$TMP/elf/prog" &&
 	gcc -O2 -c -o "$TMP/elf/prog.o" "$TMP/p.c" || { echo "FAIL - fuzz seeds: gcc could not build them"; exit 1; }
 
+# Measurement request seeds: resource words and metric lists of every form.
+for w in vfs_read libc.so.6:malloc fx_work+0x1a fx_work+26 0xffffffff81234560 foo.constprop.0 \
+	count count,wall,vtime,concurrency cycles,icache_stall 'f+0x' 'mod:'; do
+	printf '%s' "$w" >"$TMP/spec/$(printf '%s' "$w" | md5sum | cut -c1-12)"
+done
+# Edge seeds: small CFGs (block count, entry flag, successor specs, targets, counts).
+printf '\x04\x01\x01\x20\x03\xe9\x10\x02\x00\x03\xe8\x01\x20\x00\x30\x07\xd1' >"$TMP/edges/loop"
+printf '\x06\x00\x02\x40\x20\x00\x64\x01\x30\x00\x1e\x02\x10\x30\x00\x46\x00\x00\x5a' >"$TMP/edges/diamond"
 # kallsyms seeds: the recording from a kernel with modules, and the start of this machine's own.
 cp tests/fixtures/kallsyms-6.1/kallsyms "$TMP/kallsyms/lane-6.1"
 head -n 400 /proc/kallsyms >"$TMP/kallsyms/live" 2>/dev/null || true
@@ -50,4 +60,6 @@ fuzz() {
 
 fuzz fuzz_cfg "$TMP/cfg"
 fuzz fuzz_elf "$TMP/elf"
+fuzz fuzz_spec "$TMP/spec"
+fuzz fuzz_edges "$TMP/edges"
 fuzz fuzz_kallsyms "$TMP/kallsyms"

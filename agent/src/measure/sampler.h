@@ -21,6 +21,11 @@ struct hp_sampler_opts {
 	unsigned frequency;   /* samples per second per CPU; 0 = 997 */
 	bool force_cpu_clock; /* use cpu-clock even if a PMU exists */
 	unsigned ring_pages;  /* data pages per CPU ring, power of two; 0 = 16 */
+	/* A loaded BPF perf_event program attached to every CPU's event: a
+	 * sample is kept only when it returns nonzero (a measurement's
+	 * predicates). Used when use_filter is set. */
+	bool use_filter;
+	int filter_prog_fd;
 };
 
 /* One basic block's samples in an interval. */
