@@ -52,6 +52,7 @@ bench: agent backend frontend
 	./bench/cfg_layout
 	./bench/catalog_load
 	./bench/chaos
+	./bench/plan
 
 clean:
 	$(MAKE) -C agent clean
