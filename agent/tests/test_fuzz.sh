@@ -3,8 +3,9 @@
 # Runs the libFuzzer targets in fuzz/ for a fixed number of inputs each, from seed corpora made
 # here: slices of hotpathd's own machine code for the decoder and CFG builder, small programs
 # gcc compiles (optimized, with debug info, stripped, a relocatable object) for the ELF reader,
-# resource words and metric lists for the measurement request parser, and small CFGs with
-# counts for edge derivation. The planner's target takes its code from hotpathd itself and its
+# resource words and metric lists for the measurement request parser, small CFGs with counts for
+# edge derivation, and kallsyms text (a recording with modules, this machine's own) for the kernel
+# symbol reader. The planner's target takes its code from hotpathd itself and its
 # choices from the input bytes (seeded with short slices of the same machine code); a plan is
 # slower than a decode, so it runs a third of the inputs. Profile files are fuzzed from seeds of
 # each shape they come in; the installer's inputs (a plan's JSON, an undo journal) from one of each.
@@ -15,7 +16,8 @@ set -u
 runs=${FUZZ_RUNS:-60000}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profile" "$TMP/install" build/fuzz/artifacts
+mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profile" "$TMP/kallsyms" "$TMP/install" \
+	build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
 objcopy -O binary --only-section=.text build/hotpathd "$TMP/text.bin"
@@ -42,6 +44,9 @@ done
 # Edge seeds: small CFGs (block count, entry flag, successor specs, targets, counts).
 printf '\x04\x01\x01\x20\x03\xe9\x10\x02\x00\x03\xe8\x01\x20\x00\x30\x07\xd1' >"$TMP/edges/loop"
 printf '\x06\x00\x02\x40\x20\x00\x64\x01\x30\x00\x1e\x02\x10\x30\x00\x46\x00\x00\x5a' >"$TMP/edges/diamond"
+# kallsyms seeds: the recording from a kernel with modules, and the start of this machine's own.
+cp tests/fixtures/kallsyms-6.1/kallsyms "$TMP/kallsyms/lane-6.1"
+head -n 400 /proc/kallsyms >"$TMP/kallsyms/live" 2>/dev/null || true
 
 fuzz() {
 	local name=$1 corpus=$2 n=${3:-$runs} log="$TMP/$1.log"
@@ -90,4 +95,5 @@ fuzz fuzz_spec "$TMP/spec"
 fuzz fuzz_edges "$TMP/edges"
 fuzz fuzz_plan "$TMP/plan" $((runs / 3))
 fuzz fuzz_profile "$TMP/profile"
+fuzz fuzz_kallsyms "$TMP/kallsyms"
 fuzz fuzz_install "$TMP/install"

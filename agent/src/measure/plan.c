@@ -97,12 +97,16 @@ static void plan_kernel_row(struct hp_measure *h, struct hp_kprobe_policy *pol, 
 
 	if (r->kind == HP_ROW_BLOCK) {
 		struct hp_metric_plan *c = &rp[HP_METRIC_COUNT];
+		/* Samples stand in for kprobes on a host without them, and for a
+		 * block --blocks added (best effort); a block the request names, in
+		 * code where the kernel refuses kprobes, is refused with its reason. */
 		if (m->have_kprobe && kp_ok)
 			set_plan(c, HP_MECH_KPROBE, HP_MECH_NONE, HP_MECH_NONE, HP_LABEL_EXACT);
-		else if (m->have_sampling)
+		else if (m->have_sampling && (!m->have_kprobe || r->implicit))
 			set_plan(c, HP_MECH_SAMPLING, HP_MECH_NONE, HP_MECH_NONE, HP_LABEL_SAMPLED);
 		else
-			refuse_plan(c, why, m->why_no_kernel_block);
+			refuse_plan(c, m->have_kprobe ? k.no_kprobe : why,
+				    m->have_kprobe ? "" : m->why_no_kernel_block);
 		return;
 	}
 	enum hp_mech pe = HP_MECH_NONE, px = HP_MECH_NONE, one = HP_MECH_NONE;

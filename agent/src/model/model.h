@@ -193,8 +193,11 @@ struct hp_name_ent {
 	const char *name;
 	uint32_t mod, fn;
 };
-/* Private flag while building: the symbol is global (preferred among aliases). */
-#define HP_FN_BUILD_GLOBAL (1u << 31)
+/* Private flags while building: the symbol is global (preferred among aliases);
+ * the symbol is a generic alias (a module's init_module/cleanup_module) that
+ * any other name at the same address beats. */
+#define HP_FN_BUILD_GLOBAL  (1u << 31)
+#define HP_FN_BUILD_GENERIC (1u << 30)
 
 struct hp_model *hp_model_new(enum hp_target_kind kind);
 const char *hp_model_strdup(struct hp_model *m, const char *s);
