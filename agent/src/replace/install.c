@@ -674,6 +674,8 @@ static int install_inner(struct op *x, char *err, size_t errlen)
 		      err, errlen)) < 0)
 		return r;
 	x->t.ops->resume(&x->t);
+	res->pcs_moved = x->t.pcs_moved;
+	res->waits = x->t.waits;
 	res->total_ms = (hp_now() - t0) * 1e3;
 	step(x, HP_STEP_INSTALLED, NULL);
 	return 0;

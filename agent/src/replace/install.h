@@ -118,6 +118,7 @@ struct hp_install_result {
 	double revert_calls_ms, revert_entry_us, revert_total_ms;
 	bool heap_kept;
 	char heap_note[400];
+	unsigned pcs_moved, waits; /* threads inside bytes being written: moved to the copy, or waited for */
 };
 
 /* Install. Returns 0, or a negative errno with err saying why and nothing

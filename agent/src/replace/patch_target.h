@@ -107,8 +107,11 @@ struct hp_patch_target {
 	void *priv;
 	char desc[128];    /* "process 1234 (name)" */
 	uint64_t instance; /* which run of it: a process's start time (ticks after boot) */
-	/* Timing of the last quiesce and apply, for reports and benchmarks. */
+	/* Timing of the last quiesce, for reports and benchmarks. */
 	double quiesce_seconds;
+	/* Threads found inside bytes about to be written: moved to the copy's
+	 * equivalent instruction, or waited for (the target ran briefly). */
+	unsigned pcs_moved, waits;
 };
 
 /* The process target: pid, which must have started at start_time (clock

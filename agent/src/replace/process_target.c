@@ -579,8 +579,10 @@ static int write_bytes(struct hp_patch_target *t, const struct hp_undo *u, const
 			if (pc < lo || pc >= hi)
 				continue;
 			uint64_t np = map && (long)th->regs.orig_rax < 0 && !th->dirty ? map(ctx, pc) : 0;
-			if (np && hp_world_set_pc(&p->w, i, np) == 0)
+			if (np && hp_world_set_pc(&p->w, i, np) == 0) {
+				t->pcs_moved++;
 				continue;
+			}
 			busy = true;
 		}
 		if (!busy)
@@ -589,6 +591,7 @@ static int write_bytes(struct hp_patch_target *t, const struct hp_undo *u, const
 			snprintf(err, errlen, "a thread stays inside the bytes at 0x%" PRIx64 "", u->addr);
 			return -EBUSY;
 		}
+		t->waits++;
 		uint64_t scratch = p->scratch;
 		bool had = p->scratch_ready;
 		if ((r = hp_world_run_briefly(&p->w, RUN_US, err, errlen)) < 0)

@@ -334,6 +334,7 @@ static void t_cycles(void)
 	const char *st = state_dir("cycles");
 	int cycles = getenv("HOTPATH_REPLACE_CYCLES") ? atoi(getenv("HOTPATH_REPLACE_CYCLES")) : 300;
 	int done = 0, inside = 0, stops = 0, kept = 0;
+	unsigned moved = 0, waits = 0;
 	double ins_ms = 0, rev_ms = 0, t0 = hp_now(), c0 = cpu_seconds();
 
 	REQUIRE(fixture(), "gcc failed");
@@ -375,6 +376,8 @@ static void t_cycles(void)
 			break;
 		}
 		ins_ms += res.total_ms;
+		moved += res.pcs_moved;
+		waits += res.waits;
 		if (hp_revert(st, f.pid, NULL, &rr, NULL, NULL, err, sizeof(err)) < 0) {
 			EXPECT(0, "revert %d: %s", done, err);
 			break;
@@ -394,10 +397,11 @@ static void t_cycles(void)
 	unsigned long v = fx_stop(&f);
 	EXPECT(v > 10000, "the fixture verified only %lu calls", v);
 	printf("# %d install/revert cycles in %.1f s (agent CPU %.1f s): install %.2f ms, revert %.2f ms on "
-	       "average; at %d sampled stops %d threads were inside pr_root or its callees; %d reverts left the heap "
-	       "to a later one; %lu results verified\n",
+	       "average; at %d sampled stops %d threads were inside pr_root or its callees; threads inside the "
+	       "entry's 5 bytes: %u moved to the copy, %u waits; %d reverts left the heap to a later one; %lu results "
+	       "verified\n",
 	       done, hp_now() - t0, cpu_seconds() - c0, done ? ins_ms / done : 0, done ? rev_ms / done : 0, stops,
-	       inside, kept, v);
+	       inside, moved, waits, kept, v);
 	hp_model_free(m);
 	hp_iplan_free(&p);
 }
