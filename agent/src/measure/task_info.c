@@ -246,8 +246,13 @@ static void read_maps(struct hp_task_info *ti, uint32_t pid, struct proc_slot *s
 			cap = ncap;
 		}
 		const char *p = NULL;
-		if (name_at && *name && (*name == '/' || *name == '['))
+		if (name_at && *name && (*name == '/' || *name == '[')) {
+			/* Paths travel as protobuf strings: keep them printable ASCII. */
+			for (char *c = name; *c; c++)
+				if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+					*c = '?';
 			p = intern(ti, name);
+		}
 		slot->maps[slot->nmaps++] = (struct mapping){ start, end, pgoff, p };
 	}
 	fclose(f);
