@@ -8,17 +8,20 @@ parallel arrays, its counts per (pid, command, CPU) (`stack_samples`). Kernel fr
 resolve to functions when it is; user frames as (file, offset in the file); other frames as addresses.
 
 Reading: every question is over a `TimeRange` and a `StackFilter` (process, command, CPU, and the idle
-task excluded, included or alone) — a flame graph (a tree of frames merged by function, root first), two
+task excluded, included or alone) — a flame graph (a tree of frames merged by function, root first; user
+frames merged by file, since without symbols each return address would be a frame of its own), two
 flame graphs merged for a differential view, a function's callers and callees (and the observed targets
-of its indirect call sites), inclusive samples per function, and a pprof profile. Trees are built in
-Python from the range's distinct stacks, which are few compared with samples. Routes never touch the
-tables, so moving the series elsewhere changes this module only.
+of its indirect call sites), inclusive samples per function, and a pprof profile (which keeps every
+address). Trees are built in Python from the range's distinct stacks; each stack's frames are resolved
+once per process (`StackPaths`), so a refreshed view only reads the stacks that are new. Routes never
+touch the tables, so moving the series elsewhere changes this module only.
 """
 import gzip
 import hashlib
 import os
 import struct
-from collections import defaultdict
+from array import array
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -269,10 +272,11 @@ async def contexts(session: AsyncSession, host_id: str, start: datetime, end: da
 
 # Trees ------------------------------------------------------------------------------------------
 
-def build_tree(sides: list[RangeStacks], max_nodes: int = MAX_NODES) -> dict[str, Any]:
-    """Merge the stacks of one or more ranges (root first, frames merged by function) into one tree in
-    pre-order, children by samples (of all sides) descending; per node and side its total and self
-    samples. Nodes beyond max_nodes are folded into their parent (counted in `folded`)."""
+def build_tree(sides: list[dict[bytes, int]], max_nodes: int = MAX_NODES) -> dict[str, Any]:
+    """Merge the paths of one or more ranges (each path: frame ids leaf first, packed as array('I') bytes,
+    with its samples) into one tree in pre-order, root first, children by samples (of all sides)
+    descending; per node and side its total and self samples. Nodes beyond max_nodes are folded into their
+    parent (counted in `folded`)."""
     nsides = len(sides)
     children: list[dict[int, int]] = [{}]
     frame_of = [-1]
@@ -280,11 +284,12 @@ def build_tree(sides: list[RangeStacks], max_nodes: int = MAX_NODES) -> dict[str
     totals = [[0] * nsides]
     selfs = [[0] * nsides]
     for si, side in enumerate(sides):
-        for sid, count in side.counts.items():
-            frames = side.stacks[sid]
+        for packed, count in side.items():
+            path = array("I")
+            path.frombytes(packed)
             node = 0
             totals[0][si] += count
-            for fi, _ in reversed(frames):
+            for fi in reversed(path):
                 nxt = children[node].get(fi)
                 if nxt is None:
                     nxt = len(frame_of)
@@ -329,17 +334,137 @@ def build_tree(sides: list[RangeStacks], max_nodes: int = MAX_NODES) -> dict[str
     return {"frame": out_frame, "parent": out_parent, "total": out_total, "self": out_self, "folded": folded}
 
 
+class StackPaths:
+    """Each stack as the trees see it — its frames as interned frame ids, leaf first, user frames merged
+    by file and addresses outside known code by kind — cached per process. A stack id names its frames
+    for good (content-addressed), so an entry never goes stale; the cache is bounded (least recently used
+    out), and a kernel frame whose catalog piece was not stored yet is named again once it is."""
+
+    def __init__(self, limit: int = 400_000) -> None:
+        self.limit = limit
+        self.keys: dict[tuple, int] = {}
+        self.frames: list[Frame] = []
+        self.unresolved: set[int] = set()
+        self.paths: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+
+    def _frame(self, key: tuple, make) -> int:
+        i = self.keys.get(key)
+        if i is None:
+            i = self.keys[key] = len(self.frames)
+            self.frames.append(make())
+            if key[0] == "k":
+                self.unresolved.add(i)
+        return i
+
+    def _intern(self, kind: int, mkey: str, mname: str, fn: int) -> int:
+        if kind == KERNEL_FUNCTION:
+            return self._frame(("k", mkey, fn), lambda: Frame(("k", mkey, fn), f"{mname or mkey[:12]}#{fn}",
+                                                              mname or "vmlinux", "kernel"))
+        if kind == USER_FILE:
+            return self._frame(("u", mkey), lambda: Frame(("u", mkey), os.path.basename(mkey) or mkey, mkey, "user"))
+        if kind == KERNEL_ADDRESS:
+            return self._frame(("ka",), lambda: Frame(("ka",), "[kernel code outside known functions]", "[kernel]",
+                                                      "kernel_address"))
+        return self._frame(("ua",), lambda: Frame(("ua",), "[user code outside mapped files]", "[unknown]",
+                                                  "user_address"))
+
+    async def load(self, session: AsyncSession, host_id: str, ids: Iterable[int]) -> dict[int, bytes]:
+        """The paths of these stacks (those with a definition)."""
+        out: dict[int, bytes] = {}
+        missing = []
+        for sid in ids:
+            packed = self.paths.get((host_id, sid))
+            if packed is None:
+                missing.append(sid)
+            else:
+                self.paths.move_to_end((host_id, sid))
+                out[sid] = packed
+        defs = await definitions(session, host_id, missing)
+        for sid, (modules, flat) in defs.items():
+            path = array("I")
+            for k in range(0, len(flat), 3):
+                mi = flat[k]
+                kind, mkey, mname = modules[mi] if 0 <= mi < len(modules) else (USER_ADDRESS, "", "")
+                path.append(self._intern(kind, mkey, mname, flat[k + 1]))
+            packed = out[sid] = path.tobytes()
+            self.paths[(host_id, sid)] = packed
+        while len(self.paths) > self.limit:
+            self.paths.popitem(last=False)
+        await self._name(session, out.values())
+        return out
+
+    async def _name(self, session: AsyncSession, paths: Iterable[bytes]) -> None:
+        """Give kernel frames of these paths not named yet their function's name and id."""
+        if not self.unresolved:
+            return
+        wanted: set[int] = set()
+        for packed in paths:
+            path = array("I")
+            path.frombytes(packed)
+            wanted.update(fi for fi in path if fi in self.unresolved)
+        if not wanted:
+            return
+        pairs = [(self.frames[i].key[1], self.frames[i].key[2]) for i in wanted]
+        ds, ix = zip(*pairs, strict=True)
+        rows = await session.execute(text("""
+            SELECT f.id, f.digest, f.index AS fn_index, f.name FROM functions f
+            JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
+            {"d": list(ds), "i": list(ix)})
+        for r in rows:
+            i = self.keys[("k", r.digest, r.fn_index)]
+            self.frames[i].name, self.frames[i].function_id = r.name, r.id
+            self.unresolved.discard(i)
+
+
+_PATHS = StackPaths()
+
+
+async def _merged_paths(session: AsyncSession, host_id: str, start: datetime, end: datetime,
+                        flt: StackFilter) -> tuple[dict[bytes, int], int, int]:
+    """The range's samples per distinct path (stacks that differ only below the trees' merging are one
+    path), the samples of the filter, and those of stacks without a definition."""
+    counts = await _counts(session, host_id, start, end, flt)
+    paths = await _PATHS.load(session, host_id, counts)
+    merged: dict[bytes, int] = defaultdict(int)
+    undefined = 0
+    for sid, n in counts.items():
+        packed = paths.get(sid)
+        if packed is None:
+            undefined += n
+        else:
+            merged[packed] += n
+    return dict(merged), sum(counts.values()), undefined
+
+
+def _local_frames(tree: dict[str, Any]) -> list[dict[str, Any]]:
+    """Renumber a tree's frames (process-wide ids) to positions in the response's frame list."""
+    local: dict[int, int] = {}
+    frames: list[Frame] = []
+    out: list[int] = []
+    for fi in tree["frame"]:
+        if fi < 0:
+            out.append(-1)
+            continue
+        j = local.get(fi)
+        if j is None:
+            j = local[fi] = len(frames)
+            frames.append(_PATHS.frames[fi])
+        out.append(j)
+    tree["frame"] = out
+    return _frames_public(frames)
+
+
 def _frames_public(frames: list[Frame]) -> list[dict[str, Any]]:
     return [{"name": f.name, "module": f.module, "kind": f.kind, "function_id": f.function_id} for f in frames]
 
 
 async def flame_graph(session: AsyncSession, host_id: str, start: datetime, end: datetime,
                       flt: StackFilter) -> dict[str, Any]:
-    rs = await range_stacks(session, host_id, start, end, flt)
-    tree = build_tree([rs])
+    merged, total, undefined = await _merged_paths(session, host_id, start, end, flt)
+    tree = build_tree([merged])
+    frames = _local_frames(tree)
     ctx = await contexts(session, host_id, start, end)
-    return {"filter": flt.public(), "samples": rs.total, "undefined_samples": rs.undefined,
-            "frames": _frames_public(rs.frames),
+    return {"filter": flt.public(), "samples": total, "undefined_samples": undefined, "frames": frames,
             "nodes": {"frame": tree["frame"], "parent": tree["parent"], "total": tree["total"][0],
                       "self": tree["self"][0]},
             "folded_samples": tree["folded"], "contexts": ctx}
@@ -347,13 +472,12 @@ async def flame_graph(session: AsyncSession, host_id: str, start: datetime, end:
 
 async def flame_diff(session: AsyncSession, host_a: str, a: tuple[datetime, datetime], host_b: str,
                      b: tuple[datetime, datetime], flt: StackFilter) -> dict[str, Any]:
-    resolver = FrameResolver()
-    ra = await range_stacks(session, host_a, a[0], a[1], flt, resolver)
+    ma, ta, _ = await _merged_paths(session, host_a, a[0], a[1], flt)
     # Kernel frames of another host merge with A's when they name the same function of the same piece.
-    rb = await range_stacks(session, host_b, b[0], b[1], flt, resolver)
-    tree = build_tree([ra, rb])
-    return {"filter": flt.public(), "a_samples": ra.total, "b_samples": rb.total,
-            "frames": _frames_public(resolver.frames),
+    mb, tb, _ = await _merged_paths(session, host_b, b[0], b[1], flt)
+    tree = build_tree([ma, mb])
+    frames = _local_frames(tree)
+    return {"filter": flt.public(), "a_samples": ta, "b_samples": tb, "frames": frames,
             "nodes": {"frame": tree["frame"], "parent": tree["parent"], "a_total": tree["total"][0],
                       "b_total": tree["total"][1], "a_self": tree["self"][0], "b_self": tree["self"][1]},
             "folded_samples": tree["folded"]}
@@ -365,22 +489,25 @@ async def inclusive_by_function(session: AsyncSession, host_id: str, start: date
                                 include_idle: bool) -> tuple[dict[int, int], dict[int, int], int]:
     """Per function id: samples whose stack contains it (inclusive, once per sample however deep the
     recursion) and samples whose leaf it is (self); and the samples with a stack in the range."""
-    rs = await range_stacks(session, host_id, start, end, StackFilter(idle="include" if include_idle else "exclude"))
+    merged, total, _ = await _merged_paths(session, host_id, start, end,
+                                           StackFilter(idle="include" if include_idle else "exclude"))
     incl: dict[int, int] = defaultdict(int)
     own: dict[int, int] = defaultdict(int)
-    for sid, count in rs.counts.items():
-        frames = rs.stacks[sid]
+    frames = _PATHS.frames
+    for packed, count in merged.items():
+        path = array("I")
+        path.frombytes(packed)
         seen = set()
-        for fi, _ in frames:
-            fid = rs.frames[fi].function_id
+        for fi in path:
+            fid = frames[fi].function_id
             if fid is not None and fid not in seen:
                 seen.add(fid)
                 incl[fid] += count
-        if frames:
-            leaf = rs.frames[frames[0][0]].function_id
+        if path:
+            leaf = frames[path[0]].function_id
             if leaf is not None:
                 own[leaf] += count
-    return dict(incl), dict(own), rs.total
+    return dict(incl), dict(own), total
 
 
 def _call_site(sites: list[tuple[int, bool]], return_offset: int) -> tuple[int, bool] | None:
