@@ -38,6 +38,7 @@ build: agent backend frontend
 bench: agent backend frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
+	./bench/stack_sampling
 	./bench/console_tree
 	./bench/cfg_layout
 	./bench/catalog_load

@@ -33,7 +33,7 @@ MAX_STACK_COUNTS = 200_000
 MAX_FRAME_MODULES = 8192
 MAX_PATH = 4096
 MAX_COMM = 64
-MAX_PID = (1 << 31) - 1
+MAX_PID = (1 << 32) - 1  # 2^32 - 1 is the kernel's -1: a task that was exiting
 MAX_CPU = 65535
 FRAME_KINDS = (1, 2, 3, 4)  # kernel function, kernel address, user file, user address
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -243,7 +243,7 @@ def check_stacks(st: "pb.StackSamples", total_samples: int):
             raise InvalidInput("StackCount: count, pid, cpu or comm is out of range")
         counted += c.count
         pids, names, cpus, counts = rows.setdefault(c.stack_id, ([], [], [], []))
-        pids.append(c.pid)
+        pids.append(c.pid if c.pid < (1 << 31) else c.pid - (1 << 32))  # stored as int4: -1 for an exiting task
         names.append(comms[c.comm])
         cpus.append(c.cpu)
         counts.append(c.count)

@@ -372,7 +372,7 @@ class FlameNodes(BaseModel):
 
 
 class ProcessSamples(BaseModel):
-    pid: int
+    pid: int = Field(description="0: the idle task; -1: tasks that were exiting when sampled")
     comm: str
     samples: int
 

@@ -336,9 +336,10 @@ def build_tree(sides: list[dict[bytes, int]], max_nodes: int = MAX_NODES) -> dic
 
 class StackPaths:
     """Each stack as the trees see it — its frames as interned frame ids, leaf first, user frames merged
-    by file and addresses outside known code by kind — cached per process. A stack id names its frames
-    for good (content-addressed), so an entry never goes stale; the cache is bounded (least recently used
-    out), and a kernel frame whose catalog piece was not stored yet is named again once it is."""
+    by file (consecutive ones into one) and addresses outside known code by kind — cached per process.
+    A stack id names its frames for good (content-addressed), so an entry never goes stale; the cache is
+    bounded (least recently used out), and a kernel frame whose catalog piece was not stored yet is named
+    again once it is."""
 
     def __init__(self, limit: int = 400_000) -> None:
         self.limit = limit
@@ -385,7 +386,11 @@ class StackPaths:
             for k in range(0, len(flat), 3):
                 mi = flat[k]
                 kind, mkey, mname = modules[mi] if 0 <= mi < len(modules) else (USER_ADDRESS, "", "")
-                path.append(self._intern(kind, mkey, mname, flat[k + 1]))
+                fi = self._intern(kind, mkey, mname, flat[k + 1])
+                # Consecutive frames of one file without symbols are one frame: they cannot be told apart.
+                if kind != KERNEL_FUNCTION and path and path[-1] == fi:
+                    continue
+                path.append(fi)
             packed = out[sid] = path.tobytes()
             self.paths[(host_id, sid)] = packed
         while len(self.paths) > self.limit:

@@ -19,7 +19,8 @@ from app.schemas import FlameDiff, FlameGraph, FunctionCalls, InstructionSamples
 router = APIRouter(prefix="/hosts/{host_id}", tags=["stacks"])
 
 
-def stack_filter(pid: int | None = Query(None, ge=0, le=2**31 - 1, description="Only this process (pid)"),
+def stack_filter(pid: int | None = Query(None, ge=-1, le=2**31 - 1,
+                                         description="Only this process (pid; -1: tasks that were exiting)"),
                  comm: str | None = Query(None, min_length=1, max_length=64,
                                           description="Only threads with this command name"),
                  cpu: int | None = Query(None, ge=0, le=65535, description="Only this CPU"),

@@ -321,3 +321,17 @@ async def test_stacks_past_retention_are_pruned_with_their_unused_definitions(ba
         left = (await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"),
                                    {"h": host.host_id})).scalar_one()
     assert left == 0
+
+
+async def test_samples_of_exiting_tasks_are_kept_under_pid_minus_one(client, host):
+    """The kernel names a task that is exiting pid -1 (sent as 2^32 - 1): stored, shown and filterable."""
+    seq = await host.send_batch(host.stack_batch(ns(T0), [(OPEN, (1 << 32) - 1, "", 0, 4), (OPEN, 200, "cat", 0, 1)]))
+
+    async def acked():
+        return any(a.seq >= seq for a in host.acks)
+    await wait_until(acked)
+    url = f"/api/v1/hosts/{host.host_id}/flamegraph"
+    fg = (await client.get(url, params=rng(0, 1))).json()
+    assert fg["samples"] == 5
+    assert {(p["pid"], p["comm"], p["samples"]) for p in fg["contexts"]["processes"]} == {(-1, "", 4), (200, "cat", 1)}
+    assert (await client.get(url, params={**rng(0, 1), "pid": -1})).json()["samples"] == 4

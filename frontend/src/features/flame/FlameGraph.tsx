@@ -44,6 +44,7 @@ function describe(l: FlameLayout, frames: FlameFrame[], node: number, seconds: n
 export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
   const { layout: l, frames, orientation, focus, onFocus, search, functionHref, seconds, bSeconds, label } = props;
   const wrapRef = useRef<HTMLDivElement>(null);
+  const scrollRef = useRef<HTMLDivElement>(null);
   const canvasRef = useRef<HTMLCanvasElement>(null);
   const [width, setWidth] = useState(0);
   const [hover, setHover] = useState<{ node: number; x: number; y: number } | null>(null);
@@ -62,6 +63,11 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
   const cells = useMemo(() => (width > 0 ? visibleCells(l, focus, width) : []), [l, focus, width]);
   const rows = l.maxDepth + 1;
   const height = rows * ROW;
+  // A deep graph scrolls inside its box; a flame graph opens at its root (the bottom).
+  useLayoutEffect(() => {
+    const el = scrollRef.current;
+    if (el) el.scrollTop = orientation === "flame" ? el.scrollHeight : 0;
+  }, [orientation, l, height]);
   const top = useCallback((depth: number) => (orientation === "icicle" ? depth * ROW : height - (depth + 1) * ROW), [orientation, height]);
   const colourOf = useMemo(() => (l.delta ? diffColour(l) : (node: number) => frameColour(frames[l.frame[node]])), [l, frames]);
 
@@ -116,6 +122,8 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
 
   return (
     <div className="flame-graph">
+      <FrameDetails l={l} frames={frames} node={focus} functionHref={functionHref} seconds={seconds} bSeconds={bSeconds} onFocus={onFocus} />
+      <div ref={scrollRef} className="flame-scroll">
       <div ref={wrapRef} className="flame-canvas-wrap" style={{ height }} role="group" aria-label={label}
         onMouseMove={onCanvasMove} onMouseLeave={() => setHover(null)} onClick={onCanvasClick}
         onDoubleClick={(e) => {
@@ -147,7 +155,7 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
           </div>
         )}
       </div>
-      <FrameDetails l={l} frames={frames} node={focus} functionHref={functionHref} seconds={seconds} bSeconds={bSeconds} onFocus={onFocus} />
+      </div>
     </div>
   );
 });

@@ -99,7 +99,7 @@ export function StackFilterBar({ filter, contexts, onChange }: {
           <option value="">all processes</option>
           {filter.pid !== null && !procs.some((p) => p.pid === filter.pid) && <option value={filter.pid}>pid {filter.pid}</option>}
           {procs.filter((p) => p.pid !== 0).map((p) => (
-            <option key={`${p.pid}:${p.comm}`} value={p.pid}>{p.comm || "?"} ({p.pid}) · {formatCount(p.samples)}</option>
+            <option key={`${p.pid}:${p.comm}`} value={p.pid}>{p.pid === -1 ? "tasks that were exiting" : p.comm || "?"} ({p.pid}) · {formatCount(p.samples)}</option>
           ))}
         </select>
       </label>
