@@ -271,9 +271,11 @@ int hp_stack_table_take(struct hp_stack_table *t, struct hp_stack_set *out)
 	for (size_t i = 0; ok && i < t->npaths; i++)
 		ok = (out->paths[i] = strdup(t->paths[i])) != NULL;
 	if (!ok) {
+		/* The interval is lost with its take (the caller reports it); nothing carries over, so
+		 * the next interval's counts stay within its own samples. */
 		out->npaths = t->npaths;
 		hp_stack_set_free(out);
-		t->dropped = t->samples + dropped; /* reported with the next interval */
+		t->dropped = 0;
 		clear(t);
 		return -ENOMEM;
 	}

@@ -85,7 +85,7 @@ void hp_stack_table_free(struct hp_stack_table *t);
 void hp_stack_table_add(struct hp_stack_table *t, const struct hp_frame_in *frames, size_t n, uint32_t pid,
 			uint32_t cpu, const char *comm);
 /* Move the interval into *out (owned by the caller) and start empty; 0 or -ENOMEM (then *out is empty and
- * the interval's samples are reported as dropped by the next take). */
+ * the interval is lost). */
 int hp_stack_table_take(struct hp_stack_table *t, struct hp_stack_set *out);
 void hp_stack_set_free(struct hp_stack_set *s);
 

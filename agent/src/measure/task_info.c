@@ -247,7 +247,10 @@ static void read_maps(struct hp_task_info *ti, uint32_t pid, struct proc_slot *s
 		}
 		const char *p = NULL;
 		if (name_at && *name && (*name == '/' || *name == '[')) {
-			/* Paths travel as protobuf strings: keep them printable ASCII. */
+			/* Paths travel as protobuf strings: keep them printable ASCII and within the
+			 * length the backend accepts. */
+			if (strlen(name) > 4000)
+				name[4000] = 0;
 			for (char *c = name; *c; c++)
 				if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
 					*c = '?';
