@@ -39,10 +39,12 @@ bench: agent backend frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
 	./bench/stack_sampling
+	./bench/probe_cost
 	./bench/console_tree
 	./bench/cfg_layout
 	./bench/catalog_load
 	./bench/chaos
+	./bench/plan
 
 clean:
 	$(MAKE) -C agent clean

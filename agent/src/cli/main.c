@@ -17,8 +17,10 @@ struct command {
 };
 
 static const struct command commands[] = {
+	{ "caps", cmd_caps, "probe this host's capabilities and show the mechanism chosen per metric" },
 	{ "enroll", cmd_enroll, "give this host its identity: a certificate from the backend's CA" },
 	{ "inspect", cmd_inspect, "show one function's blocks, instructions, successors and callees" },
+	{ "measure", cmd_measure, "count and time functions and blocks of the kernel or a process" },
 	{ "plan", cmd_plan, "plan the re-layout of a hot function and its callees (nothing is installed)" },
 	{ "parse", cmd_parse, "parse a whole target (kernel, ELF file, process) and print totals" },
 	{ "run", cmd_run, "connect to the backend and stream the live kernel's code and hotness" },
@@ -32,7 +34,8 @@ static void usage(FILE *fp)
 	fprintf(fp,
 		"usage: hotpathd COMMAND [ARGS...]\n\n"
 		"Hotpath agent: a code model of the live kernel, ELF files and processes,\n"
-		"with live hotness from whole-system sampling.\n\ncommands:\n");
+		"with live hotness from whole-system sampling and kperfmon's metrics\n"
+		"(counts, wall and virtualized timers, concurrency, edge counts).\n\ncommands:\n");
 	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(fp, "  %-8s %s\n", commands[i].name, commands[i].summary);
 	fprintf(fp,

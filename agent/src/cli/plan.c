@@ -36,6 +36,12 @@ static const char plan_usage[] =
 	"                       workloads, each normalised then weighted by W (default 1)\n"
 	"  --sample SECONDS     kernel only: sample PCs now and estimate block counts\n"
 	"                       (samples per block / its instructions)\n"
+	"second pass (re-plan an installed group from calls under its root):\n"
+	"  --second-pass PLAN   PLAN is the installed plan's JSON; it is made again from its\n"
+	"                       saved inputs and must match. --profile then gives counts\n"
+	"                       measured at its copy's block starts, which only the root's\n"
+	"                       copy reaches; the new plan uses PLAN's options\n"
+	"  --installed-base A   where the copy runs (default: PLAN's base)\n"
 	"thresholds and geometry:\n"
 	"  --join F             a callee joins when one of its blocks ran more than F times\n"
 	"                       the root's calls (default 0.05)\n"
@@ -260,16 +266,24 @@ static void write_profile(struct rw *w, const struct hp_plan *p)
 	rw_obj(w, "profile");
 	rw_str(w, "format", "hotpath-profile/1");
 	rw_str(w, "source", pr->source);
+	if (pr->scope[0])
+		rw_str(w, "scope", pr->scope);
 	rw_bool(w, "estimated", pr->estimated);
 	rw_arr(w, "functions");
-	for (size_t i = 0; i < p->nmembers; i++) {
-		const struct hp_prof_fn *pf = hp_profile_find(pr, p->members[i].fn->addr);
+	/* The members' counts, and those of the functions kept in place (so
+	 * the plan made again keeps them too). */
+	for (size_t i = 0; i < p->nmembers + p->nkept; i++) {
+		const struct hp_function *f = i < p->nmembers ? p->members[i].fn : p->kept[i - p->nmembers].fn;
+		const struct hp_prof_fn *pf = hp_profile_find(pr, f->addr);
 		if (!pf)
 			continue;
 		rw_item(w);
 		rw_str(w, "name", pf->name);
 		rw_hex(w, "address", pf->addr);
-		rw_str(w, "signature", p->members[i].signature);
+		if (i < p->nmembers)
+			rw_str(w, "signature", p->members[i].signature);
+		else if (pf->signature[0])
+			rw_str(w, "signature", pf->signature);
 		rw_arr(w, "blocks");
 		for (size_t b = 0; b < pf->nblocks; b++) {
 			rw_item(w);
@@ -321,6 +335,10 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_u64(w, "l1i_size", p->opts.l1i.size_bytes);
 	rw_u64(w, "l1i_ways", p->opts.l1i.ways);
 	rw_u64(w, "l1i_line", p->opts.l1i.line_bytes);
+	rw_num(w, "stall_threshold", p->opts.stall_threshold, 4);
+	rw_num(w, "max_pad_share", p->opts.max_pad_share, 4);
+	rw_u64(w, "max_functions", p->opts.max_functions);
+	rw_u64(w, "small_block", p->opts.small_block);
 	rw_obj_end(w);
 	if (p->status != HP_PLAN_OK && p->status != HP_PLAN_REFUSED) {
 		rw_obj_end(w);
@@ -347,6 +365,7 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		rw_u64(w, "new_cold_bytes", mb->new_cold_bytes);
 		rw_u64(w, "edges", mb->nedges);
 		rw_u64(w, "edges_exact", mb->exact_edges);
+		rw_bool(w, "address_taken", mb->fn->flags & HP_FN_ADDR_TAKEN);
 		if (w->json) {
 			rw_arr(w, "chain_table");
 			for (uint32_t c = 0; c < mb->nchains; c++) {
@@ -461,6 +480,23 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		rw_str(w, "hex", hex ? hex : "");
 		free(hex);
 	}
+	if (p->unwind) {
+		/* The copy's .eh_frame, to install at base + offset with the code. */
+		rw_obj(w, "unwind");
+		rw_u64(w, "offset", p->unwind_off);
+		rw_u64(w, "bytes", p->unwind_len);
+		rw_u64(w, "fdes", p->unwind_fdes);
+		if (w->json) {
+			char *hex = malloc(p->unwind_len * 2 + 1);
+			for (size_t i = 0; hex && i < p->unwind_len; i++)
+				sprintf(hex + 2 * i, "%02x", p->unwind[i]);
+			if (hex)
+				hex[p->unwind_len * 2] = 0;
+			rw_str(w, "hex", hex ? hex : "");
+			free(hex);
+		}
+		rw_obj_end(w);
+	}
 	rw_obj_end(w);
 	rw_arr(w, "notes");
 	for (int i = 0; i < p->nnotes; i++) {
@@ -520,9 +556,48 @@ static int sample_profile(struct hp_model *m, unsigned secs, struct hp_profile *
 	return 0;
 }
 
+/* The whole of a file, for JSON inputs. */
+static int read_text(const char *path, char **out, size_t *len, char *err, size_t errlen)
+{
+	FILE *fp = fopen(path, "r");
+	size_t cap = 65536, n;
+	char *buf = malloc(cap);
+
+	*out = NULL;
+	*len = 0;
+	if (!fp || !buf) {
+		snprintf(err, errlen, "cannot read %s: %s", path, fp ? "out of memory" : strerror(errno));
+		if (fp)
+			fclose(fp);
+		free(buf);
+		return -1;
+	}
+	while ((n = fread(buf + *len, 1, cap - *len, fp)) > 0) {
+		*len += n;
+		if (*len == cap) {
+			char *nb = cap < (256u << 20) ? realloc(buf, cap *= 2) : NULL;
+			if (!nb) {
+				snprintf(err, errlen, "%s is too large", path);
+				free(buf);
+				fclose(fp);
+				return -1;
+			}
+			buf = nb;
+		}
+	}
+	fclose(fp);
+	*out = buf;
+	return 0;
+}
+
 int cmd_plan(int argc, char **argv)
 {
-	const char *pos[3], *profiles[16], *code_path = NULL;
+	const char *pos[3], *profiles[16], *code_path = NULL, *second = NULL;
+	uint64_t installed_base = 0;
+	struct hp_plan first = { 0 };
+	struct hp_profile first_prof = { 0 };
+	char *text = NULL;
+	size_t tlen = 0;
 	int npos = 0, nprof = 0, i, need, rc = HP_EXIT_ERROR;
 	unsigned sample_secs = 0;
 	bool json = false;
@@ -592,6 +667,16 @@ int cmd_plan(int argc, char **argv)
 			i++;
 		} else if (!strcmp(a, "--code")) {
 			code_path = argv[++i];
+		} else if (!strcmp(a, "--second-pass")) {
+			second = argv[++i];
+		} else if (!strcmp(a, "--installed-base")) {
+			char *e;
+			installed_base = strtoull(v, &e, 0);
+			if (*e || !installed_base) {
+				fprintf(stderr, "hotpathd plan: --installed-base needs an address\n");
+				return HP_EXIT_USAGE;
+			}
+			i++;
 		} else if (a[0] == '-' && a[1]) {
 			fprintf(stderr, "hotpathd plan: bad option or value '%s' (see 'hotpathd plan --help')\n", a);
 			return HP_EXIT_USAGE;
@@ -609,6 +694,10 @@ int cmd_plan(int argc, char **argv)
 	need = !strcmp(pos[0], "kernel") ? 2 : (!strcmp(pos[0], "elf") || !strcmp(pos[0], "pid")) ? 3 : 0;
 	if (!need || npos != need) {
 		fprintf(stderr, "hotpathd plan: expected kernel ROOT, pid PID ROOT or elf PATH ROOT\n");
+		return HP_EXIT_USAGE;
+	}
+	if (second && (nprof != 1 || sample_secs)) {
+		fprintf(stderr, "hotpathd plan: --second-pass takes exactly one --profile: the counts on the copy\n");
 		return HP_EXIT_USAGE;
 	}
 	if (sample_secs && need != 2) {
@@ -643,6 +732,33 @@ int cmd_plan(int argc, char **argv)
 		goto out;
 	}
 	const struct hp_profile *use = NULL;
+	if (second) {
+		/* The installed plan, made again; then the copy's counts mapped back. */
+		if (read_text(second, &text, &tlen, err, sizeof(err)) < 0 ||
+		    hp_plan_remake(m, text, tlen, &first_prof, &first, err, sizeof(err)) < 0) {
+			fprintf(stderr, "hotpathd plan: %s\n", err);
+			goto out;
+		}
+		if (first.members[0].fn != root) {
+			fprintf(stderr, "hotpathd plan: the installed plan's root is %s, not %s\n",
+				first.members[0].fn->name, root->name);
+			rc = HP_EXIT_USAGE;
+			goto out;
+		}
+		free(text);
+		text = NULL;
+		if (read_text(profiles[0], &text, &tlen, err, sizeof(err)) < 0 ||
+		    hp_profile_under_root(&first, installed_base ? installed_base : first.base, text, tlen, &prof[0],
+					  err, sizeof(err)) < 0) {
+			fprintf(stderr, "hotpathd plan: %s\n", err);
+			goto out;
+		}
+		uint64_t base = o.base;
+		o = first.opts;
+		o.base = base;
+		nprof = 0;
+		use = &prof[0];
+	}
 	for (i = 0; i < nprof; i++) {
 		char path[4096];
 		double wgt = 1;
@@ -673,7 +789,9 @@ int cmd_plan(int argc, char **argv)
 		use = &prof[0];
 	else if (nprof > 1) {
 		if (hp_profile_merge(prof, (size_t)nprof, &merged) < 0) {
-			fprintf(stderr, "hotpathd plan: out of memory\n");
+			fprintf(stderr,
+				"hotpathd plan: the profiles cannot be merged (out of memory, or their scopes "
+				"differ)\n");
 			goto out;
 		}
 		use = &merged;
@@ -698,6 +816,9 @@ int cmd_plan(int argc, char **argv)
 	}
 	rc = plan.status == HP_PLAN_OK ? HP_EXIT_OK : plan.status == HP_PLAN_REFUSED ? HP_EXIT_ERROR : 4;
 out:
+	free(text);
+	hp_plan_free(&first);
+	hp_profile_free(&first_prof);
 	hp_plan_free(&plan);
 	for (i = 0; i < 16; i++)
 		hp_profile_free(&prof[i]);

@@ -10,8 +10,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
-#define HP_CAP_MAX 16
+#define HP_CAP_MAX 32
 
 struct hp_cap {
 	const char *name; /* static */
@@ -32,8 +33,29 @@ struct hp_caps {
 void hp_caps_probe(struct hp_caps *c, bool model_ok, const char *model_detail);
 const struct hp_cap *hp_caps_find(const struct hp_caps *c, const char *name);
 
+/*
+ * The capability names, in the order hp_caps_probe reports them: kallsyms,
+ * bpf_text_read, perf_sampling, hardware_pmu, fentry, fexit, kprobes (entry and
+ * func+off), kretprobes, tracepoints, raw_tracepoints, tp_btf, uprobes,
+ * uretprobes, uprobe_multi (entry and return links), ptrace, cgroup_v2,
+ * kernel_code_replacement. Each is present whether available or not.
+ */
+
 /* Whether perf_event_open(PERF_COUNT_HW_CPU_CYCLES) works system-wide;
  * when not, *err_out gets the errno. */
 bool hp_probe_hw_cycles(int *err_out);
+
+/*
+ * Create a uprobe_multi link (Linux 6.6): prog_fd's program on cnt offsets of
+ * the file at path, each with its cookie, return probes when retprobe, only
+ * in process pid when pid > 0. Returns the link fd or a negative errno. The
+ * program must have been loaded with expected attach type uprobe_multi (48).
+ */
+int hp_uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offsets, const uint64_t *cookies, uint32_t cnt,
+			 bool retprobe, int pid);
+#define HP_ATTACH_UPROBE_MULTI 48
+
+/* A function of the agent's own text that the uprobe capability probes attach to. */
+int hp_caps_uprobe_target(int x);
 
 #endif

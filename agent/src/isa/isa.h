@@ -47,6 +47,18 @@ int hp_isa_format(const uint8_t *code, size_t len, uint64_t addr, char *text, si
 
 const char *hp_insn_class_name(enum hp_insn_class c);
 
+/* Facts about one instruction that decide whether a kernel can probe it. */
+enum hp_isa_trait {
+	HP_ISA_LOCK = 1u << 0,       /* lock prefix */
+	HP_ISA_SEG_LEGACY = 1u << 1, /* es, cs, ss or ds segment prefix (ds also as notrack) */
+	HP_ISA_TRAP = 1u << 2,       /* int3, int n, into, hlt, ud0/ud1/ud2 */
+	HP_ISA_IO = 1u << 3,         /* in, out, ins, outs */
+	HP_ISA_INTERRUPTS = 1u << 4, /* cli, sti, iret */
+};
+
+/* The traits (enum hp_isa_trait bits) of the instruction at code, or -1 if
+ * the bytes do not decode. Thread-safe. */
+int hp_isa_traits(const uint8_t *code, size_t len, unsigned *traits);
 /*
  * Operand detail, for the few patterns the model recognizes (jump tables,
  * PLT stubs). Registers are the ISA's register numbers widened to the

@@ -198,6 +198,55 @@ int hp_isa_format(const uint8_t *code, size_t len, uint64_t addr, char *text, si
 	return in.length;
 }
 
+int hp_isa_traits(const uint8_t *code, size_t len, unsigned *traits)
+{
+	ZydisDecoderContext ctx;
+	ZydisDecodedInstruction in;
+
+	pthread_once(&init_once, isa_init);
+	if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&decoder, &ctx, code, len, &in)))
+		return -1;
+	unsigned t = 0;
+	if (in.attributes & ZYDIS_ATTRIB_HAS_LOCK)
+		t |= HP_ISA_LOCK;
+	if (in.attributes & (ZYDIS_ATTRIB_HAS_SEGMENT_ES | ZYDIS_ATTRIB_HAS_SEGMENT_CS | ZYDIS_ATTRIB_HAS_SEGMENT_SS |
+			     ZYDIS_ATTRIB_HAS_SEGMENT_DS | ZYDIS_ATTRIB_HAS_NOTRACK))
+		t |= HP_ISA_SEG_LEGACY;
+	switch (in.mnemonic) {
+	case ZYDIS_MNEMONIC_INT3:
+	case ZYDIS_MNEMONIC_INT:
+	case ZYDIS_MNEMONIC_INT1:
+	case ZYDIS_MNEMONIC_INTO:
+	case ZYDIS_MNEMONIC_HLT:
+	case ZYDIS_MNEMONIC_UD0:
+	case ZYDIS_MNEMONIC_UD1:
+	case ZYDIS_MNEMONIC_UD2:
+		t |= HP_ISA_TRAP;
+		break;
+	case ZYDIS_MNEMONIC_IN:
+	case ZYDIS_MNEMONIC_OUT:
+	case ZYDIS_MNEMONIC_INSB:
+	case ZYDIS_MNEMONIC_INSW:
+	case ZYDIS_MNEMONIC_INSD:
+	case ZYDIS_MNEMONIC_OUTSB:
+	case ZYDIS_MNEMONIC_OUTSW:
+	case ZYDIS_MNEMONIC_OUTSD:
+		t |= HP_ISA_IO;
+		break;
+	case ZYDIS_MNEMONIC_CLI:
+	case ZYDIS_MNEMONIC_STI:
+	case ZYDIS_MNEMONIC_IRET:
+	case ZYDIS_MNEMONIC_IRETD:
+	case ZYDIS_MNEMONIC_IRETQ:
+		t |= HP_ISA_INTERRUPTS;
+		break;
+	default:
+		break;
+	}
+	*traits = t;
+	return 0;
+}
+
 const char *hp_insn_class_name(enum hp_insn_class c)
 {
 	static const char *const names[] = { "other",         "jcc", "jmp",  "jmp_indirect", "call",

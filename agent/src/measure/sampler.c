@@ -434,6 +434,11 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 			goto fail;
 		}
 		s->nrings++;
+		if (o->use_filter && ioctl(r->fd, PERF_EVENT_IOC_SET_BPF, o->filter_prog_fd) < 0) {
+			snprintf(err, errlen, "attaching the sample filter program on CPU %d: %s", cpus[i],
+				 strerror(errno));
+			goto fail;
+		}
 	}
 	s->stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (s->stop_fd < 0) {

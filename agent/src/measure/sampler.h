@@ -27,6 +27,11 @@ struct hp_sampler_opts {
 	unsigned ring_pages;  /* data pages per CPU ring, power of two; 0 = 16 (64 with stacks) */
 	bool stacks;          /* also sample call chains: kernel always, user where frame pointers allow */
 	unsigned stack_depth; /* frames kept per chain (kernel and user together); 0 = 64, at most 127 */
+	/* A loaded BPF perf_event program attached to every CPU's event: a
+	 * sample is kept only when it returns nonzero (a measurement's
+	 * predicates). Used when use_filter is set. */
+	bool use_filter;
+	int filter_prog_fd;
 };
 
 /* Samples of one instruction of a block: its offset from the block start. */

@@ -53,6 +53,10 @@ enum hp_function_flags {
 	HP_FN_UNRESOLVED_JUMP = 1 << 5, /* an indirect jump neither a table nor a thunk */
 	HP_FN_COLD_PART = 1 << 6,       /* the .cold fragment of the function at parent */
 	HP_FN_PLT = 1 << 7,             /* a PLT stub, named "callee@plt" */
+	/* Found by address (ELF and process targets, from the file): */
+	HP_FN_ADDR_TAKEN = 1 << 8, /* its entry is stored in data (a function pointer) */
+	HP_FN_INNER_REF = 1 << 9,  /* an address inside it is stored in data (label table, resume address) */
+	HP_FN_LSDA = 1 << 10,      /* has exception landing pads (an LSDA in its .eh_frame FDE) */
 };
 
 struct hp_function {
@@ -102,9 +106,11 @@ struct hp_module {
 	size_t njtables;
 	uint64_t *jt_targets; /* absolute target of each table entry */
 	size_t njt_targets;
-	char digest[65];  /* hex SHA-256 of the canonical piece, see hp_module_digest */
-	void *priv;       /* target-private (string pool, ELF handle, ...) */
-	size_t cap_funcs; /* allocated length of funcs while building */
+	char digest[65];   /* hex SHA-256 of the canonical piece, see hp_module_digest */
+	void *cfi;         /* its call-frame table (target/unwind.h), owned by the target; NULL if none */
+	uint64_t cfi_bias; /* the table's addresses + cfi_bias = the model's */
+	void *priv;        /* target-private (string pool, ELF handle, ...) */
+	size_t cap_funcs;  /* allocated length of funcs while building */
 };
 
 enum hp_target_kind { HP_TARGET_KERNEL, HP_TARGET_ELF, HP_TARGET_PID };

@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "target/target.h"
 #include "target/target_elf.h"
+#include "target/unwind.h"
 
 struct mapping {
 	uint64_t start, end, offset;
@@ -61,6 +62,10 @@ static void pid_free_priv(struct hp_model *m)
 {
 	struct pidpriv *pp = m->priv;
 
+	for (size_t i = 0; i < m->nmods; i++) {
+		hp_cfi_close(m->mods[i].cfi);
+		m->mods[i].cfi = NULL;
+	}
 	if (!pp)
 		return;
 	if (pp->memfd >= 0)
@@ -322,6 +327,20 @@ int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **o
 			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
 			goto fail;
 		}
+		/* What the program finds by address, from its file. */
+		int fd = open_mapped(pp, &pp->maps[first]);
+		char e2[256];
+		int er = 0;
+		Elf *elf = fd >= 0 ? hp_elf_begin(fd, mod->name, e2, sizeof(e2), &er) : NULL;
+		if (elf) {
+			hp_elf_mark_functions(mod, elf, mod->base);
+			elf_end(elf);
+		}
+		if (fd >= 0)
+			close(fd);
+		fd = open_mapped(pp, &pp->maps[first]);
+		mod->cfi = fd >= 0 ? hp_cfi_open_fd(fd) : NULL;
+		mod->cfi_bias = mod->base;
 	}
 	if (kill(pid, 0) < 0 && errno == ESRCH) {
 		r = -ESRCH;

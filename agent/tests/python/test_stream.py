@@ -280,7 +280,14 @@ def test_hello_describes_this_host(agent):
         assert not caps["kernel_code_replacement"].available
         assert "ENOSYS" in caps["kernel_code_replacement"].detail
     assert caps["kernel_code_replacement"].detail
-    assert caps["tracepoints"].available
+    # sched_switch hooks (virtualized timers): raw tracepoints need only BPF, tp_btf the kernel's BTF,
+    # classic tracepoints tracefs (their ids). Every probe mechanism is listed, available or not.
+    assert caps["raw_tracepoints"].available
+    assert caps["tp_btf"].available == os.path.exists("/sys/kernel/btf/vmlinux")
+    tracefs = any(os.path.isdir(p) for p in ("/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"))
+    assert caps["tracepoints"].available == tracefs, caps["tracepoints"].detail
+    for name in ("fentry", "fexit", "kretprobes", "uprobes", "uretprobes", "uprobe_multi", "ptrace", "cgroup_v2"):
+        assert caps[name].detail, name
     assert hello.modules[0].name == "vmlinux"
     agent.hello = hello
     agent.vmlinux = hello.modules[0]

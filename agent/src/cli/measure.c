@@ -1,0 +1,651 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * `hotpathd measure`: kperfmon's metrics on code resources of the live kernel
+ * or of a running process, for a window of S seconds (or until the process
+ * exits). Opens a measurement (measure/measure.h), waits, takes the totals,
+ * derives edge counts from exact block counts, and prints one report: text,
+ * or with --json one object. Both come from the same walk over the same
+ * values (struct out below writes either form), so they never disagree. The
+ * JSON object is also the profile format `hotpathd plan --profile` reads; it
+ * is documented in docs/agent-cli.md.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/commands.h"
+#include "cli/json.h"
+#include "measure/measure.h"
+
+static const char usage_text[] =
+	"usage: hotpathd measure kernel RESOURCE... [options]\n"
+	"       hotpathd measure pid PID RESOURCE... [options]\n"
+	"       hotpathd measure comm NAME RESOURCE... [options]\n"
+	"\n"
+	"Measure code resources of the live kernel or of running processes for a\n"
+	"window of time: counts, wall and virtualized timers, concurrency, their\n"
+	"per-call forms, and edge counts derived from block counts. Probes are armed\n"
+	"at once; code that has not run yet is normal and counts when it runs. A\n"
+	"process that exits ends the window early and keeps what was counted.\n"
+	"\n"
+	"targets:\n"
+	"  kernel       the running kernel\n"
+	"  pid PID      one running process (every thread, also threads started later)\n"
+	"  comm NAME    every running process with that command name (at most 64)\n"
+	"\n"
+	"RESOURCE is a function name (module:name when a name is in several modules),\n"
+	"function+0xOFF (the basic block starting at that offset), or an address 0x...\n"
+	"(a function's entry, or the start of a basic block). An address or offset\n"
+	"inside a block is refused: blocks are measured at their start.\n"
+	"\n"
+	"options:\n"
+	"  --metrics LIST   comma-separated metrics (default count):\n"
+	"                     count         function entries / block executions\n"
+	"                     wall          inclusive thread-ns inside (entry to every exit)\n"
+	"                     vtime         the same, stopped while the thread is switched out\n"
+	"                     concurrency   threads inside, averaged over the window\n"
+	"                     cycles, instructions, icache_stall, branch_mispredict\n"
+	"                                   hardware-event timers (need a PMU)\n"
+	"                   timers also count calls, for per-call values (ns/call)\n"
+	"  --blocks         also measure every basic block of each function; exact\n"
+	"                   block counts give edge counts (KernInst flow conservation)\n"
+	"  --pid P          count only in process P\n"
+	"  --comm C         count only in threads named C\n"
+	"  --cgroup G       count only in cgroup v2 G (a path, absolute or under the\n"
+	"                   cgroup2 mount)\n"
+	"                   (predicates apply in the kernel, to probes and samples alike)\n"
+	"  --seconds S      length of the window (default 10, 1..86400)\n"
+	"  --frequency HZ   samples per second per CPU where block counts are sampled\n"
+	"                   (default 997)\n"
+	"  --partial        measure what this host can and report the rest as\n"
+	"                   unavailable, instead of refusing the request\n"
+	"  --json           print one JSON object instead of text\n"
+	"  --help           show this help\n"
+	"\n"
+	"Mechanisms are chosen per host, cheapest first: uprobe_multi/uprobes and\n"
+	"uretprobes for processes; fentry/fexit, else kprobes/kretprobes for the\n"
+	"kernel; kernel blocks by kprobes at func+off, else by PC sampling (labelled\n"
+	"sampled, with the samples behind each count); sched_switch (tp_btf, raw_tp\n"
+	"or tracepoint) drives virtualized timers. 'hotpathd caps' shows the choice.\n"
+	"A metric the host cannot serve is refused with the reason.\n"
+	"\n"
+	"exit status: 0 ok, 1 error (a metric this host cannot serve, missing\n"
+	"             permission, too many resources), 2 usage, 3 no such process,\n"
+	"             function or block start\n";
+
+static volatile sig_atomic_t stop_window;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_window = 1;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int usage_error(const char *msg)
+{
+	fprintf(stderr, "hotpathd measure: %s (see 'hotpathd measure --help')\n", msg);
+	return HP_EXIT_USAGE;
+}
+
+struct args {
+	struct hp_measure_spec spec;
+	const char **words;
+	unsigned seconds;
+	bool json;
+};
+
+static int parse_args(int argc, char **argv, struct args *a)
+{
+	const char **pos = calloc((size_t)argc + 1, sizeof(char *));
+	size_t npos = 0;
+	unsigned v;
+	memset(a, 0, sizeof(*a));
+	a->seconds = 10;
+	a->spec.metrics = HP_METRIC_BIT(HP_METRIC_COUNT);
+	if (!pos)
+		return usage_error("out of memory");
+	a->words = pos;
+	for (int i = 1; i < argc; i++) {
+		const char *o = argv[i];
+		char err[256];
+		bool has_value = i + 1 < argc;
+		if (!strcmp(o, "--json")) {
+			a->json = true;
+		} else if (!strcmp(o, "--blocks")) {
+			a->spec.blocks = true;
+		} else if (!strcmp(o, "--partial")) {
+			a->spec.allow_partial = true;
+		} else if (!strcmp(o, "--metrics")) {
+			if (!has_value)
+				return usage_error("--metrics needs a list");
+			if (hp_metrics_parse(argv[++i], &a->spec.metrics, err, sizeof(err)) < 0)
+				return usage_error(err);
+		} else if (!strcmp(o, "--seconds")) {
+			if (!has_value || hp_parse_uint(argv[++i], 1, 86400, &a->seconds) < 0)
+				return usage_error("--seconds needs a number from 1 to 86400");
+		} else if (!strcmp(o, "--frequency")) {
+			if (!has_value || hp_parse_uint(argv[++i], 1, 10000, &a->spec.sample_hz) < 0)
+				return usage_error("--frequency needs a number from 1 to 10000");
+		} else if (!strcmp(o, "--pid")) {
+			if (!has_value || hp_parse_uint(argv[++i], 1, 0x7fffffff, &v) < 0)
+				return usage_error("--pid needs a process id");
+			a->spec.where_pid = (int)v;
+		} else if (!strcmp(o, "--comm")) {
+			if (!has_value)
+				return usage_error("--comm needs a command name");
+			a->spec.where_comm = argv[++i];
+		} else if (!strcmp(o, "--cgroup")) {
+			if (!has_value)
+				return usage_error("--cgroup needs a cgroup path");
+			a->spec.where_cgroup = argv[++i];
+		} else if (o[0] == '-' && o[1] == '-') {
+			char msg[160];
+			snprintf(msg, sizeof(msg), "unknown option '%.100s'", o);
+			return usage_error(msg);
+		} else {
+			pos[npos++] = o;
+		}
+	}
+	if (!npos)
+		return usage_error("missing target (kernel, pid PID or comm NAME)");
+	size_t first = 1;
+	if (!strcmp(pos[0], "kernel")) {
+		a->spec.target = HP_MEASURE_KERNEL;
+	} else if (!strcmp(pos[0], "pid")) {
+		if (npos < 2 || hp_parse_uint(pos[1], 1, 0x7fffffff, &v) < 0)
+			return usage_error("pid needs a process id");
+		a->spec.target = HP_MEASURE_PID;
+		a->spec.pid = (int)v;
+		first = 2;
+	} else if (!strcmp(pos[0], "comm")) {
+		if (npos < 2)
+			return usage_error("comm needs a command name");
+		a->spec.target = HP_MEASURE_COMM;
+		a->spec.comm = pos[1];
+		first = 2;
+	} else {
+		char msg[160];
+		snprintf(msg, sizeof(msg), "unknown target '%.100s' (kernel, pid or comm)", pos[0]);
+		return usage_error(msg);
+	}
+	if (npos <= first)
+		return usage_error("missing RESOURCE (a function name, function+0xOFF or an address)");
+	a->spec.resources = pos + first;
+	a->spec.nresources = npos - first;
+	return 0;
+}
+
+/* One report, written as text or JSON by the same calls. */
+struct out {
+	bool json;
+	struct json j;
+};
+
+static void out_u64_or_null(struct out *o, const char *key, bool present, uint64_t v)
+{
+	json_key(&o->j, key);
+	if (present)
+		json_u64(&o->j, v);
+	else
+		json_null(&o->j);
+}
+
+static const char *row_label(const struct hp_measure_row *p, char *buf, size_t len)
+{
+	if (p->kind == HP_ROW_BLOCK)
+		snprintf(buf, len, "  %s+0x%x", p->function, p->block_offset);
+	else
+		snprintf(buf, len, "%s", p->function);
+	return buf;
+}
+
+static void text_value(const struct hp_metric_value *v, int width, int decimals)
+{
+	if (!v->present)
+		printf(" %*s", width, "-");
+	else if (decimals)
+		printf(" %*.*f", width, decimals, v->value);
+	else
+		printf(" %*.0f", width, v->value);
+}
+
+/* The mechanism of metric m of the first row of this kind that has it: the report's headline choice. */
+static const char *first_mechanism(const struct hp_measure_row *rows, size_t nrows, int kind, int m)
+{
+	for (size_t i = 0; i < nrows; i++)
+		if ((int)rows[i].kind == kind && rows[i].metric[m].requested && rows[i].metric[m].available)
+			return rows[i].metric[m].mechanism;
+	return NULL;
+}
+
+static void report_rows(struct out *o, const struct hp_measure_row *rows, const struct hp_measure_reading *r,
+			uint32_t metrics)
+{
+	char label[600];
+	const char *head[2][HP_METRIC_N];
+	for (int k = 0; k < 2; k++)
+		for (int m = 0; m < HP_METRIC_N; m++)
+			head[k][m] = first_mechanism(rows, r->nrows, k, m);
+	if (o->json) {
+		json_key(&o->j, "resources");
+		json_arr_begin(&o->j);
+	} else {
+		printf("%-40s %12s %14s %12s %14s %12s %11s\n", "resource", "count", "wall_ns", "wall/call", "vtime_ns",
+		       "vtime/call", "concurrency");
+	}
+	for (size_t i = 0; i < r->nrows; i++) {
+		const struct hp_measure_row *p = &rows[i];
+		const struct hp_measure_row_values *rv = &r->rows[i];
+		bool block = p->kind == HP_ROW_BLOCK;
+		if (!o->json) {
+			printf("%-40s", row_label(p, label, sizeof(label)));
+			text_value(&rv->v[HP_METRIC_COUNT], 12, 0);
+			text_value(&rv->v[HP_METRIC_WALL], 14, 0);
+			text_value(&rv->wall_per_call, 12, 1);
+			text_value(&rv->v[HP_METRIC_VTIME], 14, 0);
+			text_value(&rv->vtime_per_call, 12, 1);
+			text_value(&rv->v[HP_METRIC_CONCURRENCY], 11, 3);
+			const struct hp_metric_value *c = &rv->v[HP_METRIC_COUNT];
+			if (c->present && c->label != HP_LABEL_EXACT)
+				printf("  (%s)", hp_label_name(c->label));
+			for (int m = 0; m < HP_METRIC_N; m++)
+				if (p->metric[m].requested && !p->metric[m].available)
+					printf("\n    %s unavailable: %s", hp_metric_name((enum hp_metric)m),
+					       p->metric[m].reason);
+			printf("\n");
+			continue;
+		}
+		json_obj_begin(&o->j);
+		json_kstr(&o->j, "function", p->function);
+		if (block) {
+			json_ku64(&o->j, "block", p->block_address);
+			json_ku64(&o->j, "block_offset", p->block_offset);
+			json_ku64(&o->j, "block_size", p->block_size);
+		}
+		json_kstr(&o->j, "module", p->module);
+		json_kstr(&o->j, "resource", p->resource);
+		json_ku64(&o->j, "function_address", p->function_address);
+		json_ku64(&o->j, "function_size", p->function_size);
+		json_key(&o->j, "metrics");
+		json_obj_begin(&o->j);
+		for (int m = 0; m < HP_METRIC_N; m++) {
+			const struct hp_metric_value *v = &rv->v[m];
+			if (!v->present)
+				continue;
+			json_key(&o->j, hp_metric_key((enum hp_metric)m));
+			if (m == HP_METRIC_CONCURRENCY)
+				json_double(&o->j, v->value, 6);
+			else
+				json_u64(&o->j, v->total);
+		}
+		json_obj_end(&o->j);
+		if (!block && (rv->wall_per_call.present || rv->vtime_per_call.present)) {
+			json_key(&o->j, "per_call");
+			json_obj_begin(&o->j);
+			if (rv->wall_per_call.present) {
+				json_key(&o->j, "wall_ns");
+				json_double(&o->j, rv->wall_per_call.value, 1);
+			}
+			if (rv->vtime_per_call.present) {
+				json_key(&o->j, "vtime_ns");
+				json_double(&o->j, rv->vtime_per_call.value, 1);
+			}
+			json_obj_end(&o->j);
+		}
+		json_key(&o->j, "labels");
+		json_obj_begin(&o->j);
+		for (int m = 0; m < HP_METRIC_N; m++)
+			if (rv->v[m].present)
+				json_kstr(&o->j, hp_metric_key((enum hp_metric)m), hp_label_name(rv->v[m].label));
+		json_obj_end(&o->j);
+		/* A row measured otherwise than the headline (a kernel function without an
+		 * ftrace site takes kprobes) says how. */
+		bool differs = false;
+		for (int m = 0; m < HP_METRIC_N; m++) {
+			const char *first = head[p->kind][m];
+			differs |= rv->v[m].present && first && strcmp(first, rv->v[m].mechanism);
+		}
+		if (differs) {
+			json_key(&o->j, "mechanisms");
+			json_obj_begin(&o->j);
+			for (int m = 0; m < HP_METRIC_N; m++)
+				if (rv->v[m].present)
+					json_kstr(&o->j, hp_metric_key((enum hp_metric)m), rv->v[m].mechanism);
+			json_obj_end(&o->j);
+		}
+		if (rv->v[HP_METRIC_COUNT].present && rv->v[HP_METRIC_COUNT].label == HP_LABEL_SAMPLED)
+			json_ku64(&o->j, "samples", rv->samples);
+		if (!block && (metrics & HP_METRICS_TIMERS))
+			json_ku64(&o->j, "completed_calls", rv->exits);
+		bool any_unavailable = false;
+		for (int m = 0; m < HP_METRIC_N; m++)
+			any_unavailable |= p->metric[m].requested && !p->metric[m].available;
+		if (any_unavailable) {
+			json_key(&o->j, "unavailable");
+			json_obj_begin(&o->j);
+			for (int m = 0; m < HP_METRIC_N; m++)
+				if (p->metric[m].requested && !p->metric[m].available)
+					json_kstr(&o->j, hp_metric_key((enum hp_metric)m), p->metric[m].reason);
+			json_obj_end(&o->j);
+		}
+		json_obj_end(&o->j);
+	}
+	if (o->json)
+		json_arr_end(&o->j);
+}
+
+static uint64_t block_addr(const struct hp_measure_row *rows, const struct hp_function_edges *fe, uint32_t b)
+{
+	return rows[fe->function_row].function_address + fe->block_offsets[b];
+}
+
+/* One edge as JSON. */
+static void json_edge(struct out *o, const struct hp_measure_row *rows, const struct hp_function_edges *fe,
+		      const struct hp_edge *e)
+{
+	bool from = e->from != HP_EDGE_NO_BLOCK, to = e->to != HP_EDGE_NO_BLOCK;
+	json_obj_begin(&o->j);
+	json_kstr(&o->j, "function", rows[fe->function_row].function);
+	out_u64_or_null(o, "from", from, from ? block_addr(rows, fe, e->from) : 0);
+	out_u64_or_null(o, "from_offset", from, from ? fe->block_offsets[e->from] : 0);
+	out_u64_or_null(o, "to", to || e->kind == HP_EDGE_TAIL_CALL, to ? block_addr(rows, fe, e->to) : e->target);
+	out_u64_or_null(o, "to_offset", to, to ? fe->block_offsets[e->to] : 0);
+	json_kstr(&o->j, "kind", hp_edge_kind_name(e->kind));
+	json_ku64(&o->j, "count", e->count);
+	json_key(&o->j, "exact");
+	json_bool(&o->j, e->how == HP_EDGE_EXACT);
+	json_ku64(&o->j, "low", e->low);
+	out_u64_or_null(o, "high", e->high != UINT64_MAX, e->high); /* null: unbounded */
+	json_obj_end(&o->j);
+}
+
+static void report_edges(struct out *o, const struct hp_measure_row *rows, const struct hp_function_edges *fe,
+			 size_t nfe, bool any_block_rows, bool sampled_blocks)
+{
+	size_t total = 0, exact = 0;
+	for (size_t i = 0; i < nfe; i++) {
+		total += fe[i].edges.nedges;
+		exact += fe[i].edges.nexact;
+	}
+	/* JSON: "edges" between two blocks of a function; "boundary_edges" the
+	 * entry, indirect arrivals and every way out. Text: one list per function. */
+	for (int pass = 0; o->json && pass < 2; pass++) {
+		json_key(&o->j, pass ? "boundary_edges" : "edges");
+		json_arr_begin(&o->j);
+		for (size_t i = 0; i < nfe; i++)
+			for (size_t k = 0; k < fe[i].edges.nedges; k++) {
+				const struct hp_edge *e = &fe[i].edges.edges[k];
+				bool inner = e->from != HP_EDGE_NO_BLOCK && e->to != HP_EDGE_NO_BLOCK;
+				if (inner == (pass == 0))
+					json_edge(o, rows, &fe[i], e);
+			}
+		json_arr_end(&o->j);
+	}
+	for (size_t i = 0; !o->json && i < nfe; i++) {
+		const struct hp_measure_row *fr = &rows[fe[i].function_row];
+		const struct hp_edge_result *er = &fe[i].edges;
+		printf("\nedges of %s: %zu, %zu derived exactly (%.1f%%), %zu conservation violation%s\n", fr->function,
+		       er->nedges, er->nexact, er->nedges ? 100.0 * er->nexact / er->nedges : 0, er->violations,
+		       er->violations == 1 ? "" : "s");
+		for (size_t k = 0; k < er->nedges; k++) {
+			const struct hp_edge *e = &er->edges[k];
+			char a[32] = "entry", b[48] = "out";
+			if (e->from != HP_EDGE_NO_BLOCK)
+				snprintf(a, sizeof(a), "+0x%x", fe[i].block_offsets[e->from]);
+			else if (e->kind == HP_EDGE_INDIRECT_IN)
+				snprintf(a, sizeof(a), "indirect");
+			if (e->to != HP_EDGE_NO_BLOCK)
+				snprintf(b, sizeof(b), "+0x%x", fe[i].block_offsets[e->to]);
+			else if (e->kind == HP_EDGE_TAIL_CALL)
+				snprintf(b, sizeof(b), "0x%" PRIx64, e->target);
+			printf("  %-10s -> %-18s %-12s %12" PRIu64 "  %s", a, b, hp_edge_kind_name(e->kind), e->count,
+			       e->how == HP_EDGE_EXACT ? "exact" : "estimate");
+			if (e->how != HP_EDGE_EXACT && e->high != UINT64_MAX)
+				printf(" [%" PRIu64 ", %" PRIu64 "]", e->low, e->high);
+			else if (e->how != HP_EDGE_EXACT)
+				printf(" [%" PRIu64 ", unbounded]", e->low);
+			printf("\n");
+		}
+	}
+	if (!o->json) {
+		if (nfe)
+			printf("\nexact edge share: %zu of %zu edges (%.1f%%)\n", exact, total,
+			       total ? 100.0 * exact / total : 0);
+		else if (sampled_blocks)
+			printf("\nedges: not derived: block counts are sampled (time in each block), not executions\n");
+		else if (any_block_rows)
+			printf("\nedges: not derived: no function had its blocks counted exactly (use --blocks)\n");
+		return;
+	}
+	json_key(&o->j, "exact_edge_share");
+	if (total)
+		json_double(&o->j, (double)exact / (double)total, 6);
+	else
+		json_null(&o->j);
+	json_key(&o->j, "edge_functions");
+	json_arr_begin(&o->j);
+	for (size_t i = 0; i < nfe; i++) {
+		const struct hp_edge_result *er = &fe[i].edges;
+		json_obj_begin(&o->j);
+		json_kstr(&o->j, "function", rows[fe[i].function_row].function);
+		json_ku64(&o->j, "function_address", rows[fe[i].function_row].function_address);
+		json_ku64(&o->j, "edges", er->nedges);
+		json_ku64(&o->j, "exact_edges", er->nexact);
+		json_key(&o->j, "exact_edge_share");
+		json_double(&o->j, er->nedges ? (double)er->nexact / (double)er->nedges : 0, 6);
+		json_ku64(&o->j, "conservation_violations", er->violations);
+		json_ku64(&o->j, "violation_flow", er->violation_flow);
+		json_obj_end(&o->j);
+	}
+	json_arr_end(&o->j);
+	if (!nfe && (sampled_blocks || any_block_rows))
+		json_kstr(&o->j, "edges_not_derived",
+			  sampled_blocks ? "block counts are sampled (time in each block), not executions" :
+					   "no function had its blocks counted exactly (use --blocks)");
+}
+
+/* The mechanism and label of each requested metric, per row kind. */
+static void report_mechanisms(struct out *o, const struct hp_measure_row *rows, size_t nrows, uint32_t metrics)
+{
+	if (o->json) {
+		json_key(&o->j, "mechanisms");
+		json_obj_begin(&o->j);
+	} else {
+		printf("mechanisms:");
+	}
+	for (int kind = 0; kind < 2; kind++) {
+		for (int m = 0; m < HP_METRIC_N; m++) {
+			const struct hp_measure_row *p = NULL;
+			for (size_t i = 0; i < nrows && !p; i++)
+				if ((int)rows[i].kind == kind && rows[i].metric[m].requested &&
+				    rows[i].metric[m].available)
+					p = &rows[i];
+			if (!p || !(metrics & HP_METRIC_BIT(m)))
+				continue;
+			char key[64];
+			snprintf(key, sizeof(key), "%s%s", kind ? "block_" : "", hp_metric_key((enum hp_metric)m));
+			if (o->json)
+				json_kstr(&o->j, key, p->metric[m].mechanism);
+			else
+				printf(" %s %s (%s);", key, p->metric[m].mechanism, hp_label_name(p->metric[m].label));
+		}
+	}
+	if (o->json)
+		json_obj_end(&o->j);
+	else
+		printf("\n");
+}
+
+static void report(struct out *o, struct hp_measure *h, const struct args *a, const struct hp_measure_reading *r,
+		   const struct hp_function_edges *fe, size_t nfe)
+{
+	const struct hp_measure_row *rows = hp_measure_rows(h);
+	const struct hp_model *m = hp_measure_model(h);
+	char detail[512];
+	enum hp_measure_state st = hp_measure_state(h, detail, sizeof(detail));
+	int pids[HP_MEASURE_MAX_PIDS];
+	size_t npids = hp_measure_pids(h, pids, HP_MEASURE_MAX_PIDS);
+	bool any_block = false, sampled_blocks = false;
+	for (size_t i = 0; i < r->nrows; i++)
+		if (rows[i].kind == HP_ROW_BLOCK) {
+			any_block = true;
+			sampled_blocks |= r->rows[i].v[HP_METRIC_COUNT].present &&
+					  r->rows[i].v[HP_METRIC_COUNT].label == HP_LABEL_SAMPLED;
+		}
+	char mlist[256];
+	uint32_t metrics =
+		a->spec.metrics | ((a->spec.metrics & HP_METRICS_TIMERS) ? HP_METRIC_BIT(HP_METRIC_COUNT) : 0);
+	hp_metrics_format(metrics, mlist, sizeof(mlist));
+	if (!o->json) {
+		printf("measured %s for %.3f s: %s%s%s\n", hp_measure_target_desc(h), r->seconds,
+		       hp_measure_state_name(st), detail[0] ? ": " : "", detail);
+		report_mechanisms(o, rows, r->nrows, metrics);
+		report_rows(o, rows, r, metrics);
+		report_edges(o, rows, fe, nfe, any_block, sampled_blocks);
+		if (sampled_blocks)
+			printf("samples: %" PRIu64 " taken on all CPUs during the window, %" PRIu64 " lost\n",
+			       r->samples_total, r->samples_lost);
+		if (r->frames_dropped || r->exits_unmatched)
+			printf("untimed calls: %" PRIu64 " (frame table full), %" PRIu64
+			       " exits of calls that began before the window\n",
+			       r->frames_dropped, r->exits_unmatched);
+		return;
+	}
+	json_init(&o->j, stdout);
+	json_obj_begin(&o->j);
+	json_key(&o->j, "target");
+	json_obj_begin(&o->j);
+	json_kstr(&o->j, "kind",
+		  a->spec.target == HP_MEASURE_KERNEL ? "kernel" :
+		  a->spec.target == HP_MEASURE_PID    ? "pid" :
+							"comm");
+	json_kstr(&o->j, "description", hp_measure_target_desc(h));
+	if (a->spec.target == HP_MEASURE_KERNEL) {
+		json_kstr(&o->j, "release", m->release);
+		json_kstr(&o->j, "build_id", m->build_id);
+	}
+	json_key(&o->j, "pids");
+	json_arr_begin(&o->j);
+	for (size_t i = 0; i < npids && i < HP_MEASURE_MAX_PIDS; i++)
+		json_i64(&o->j, pids[i]);
+	json_arr_end(&o->j);
+	json_obj_end(&o->j);
+	json_key(&o->j, "window");
+	json_obj_begin(&o->j);
+	json_key(&o->j, "start_unix_ns");
+	json_i64(&o->j, r->start_unix_ns);
+	json_key(&o->j, "end_unix_ns");
+	json_i64(&o->j, r->end_unix_ns);
+	json_key(&o->j, "seconds");
+	json_double(&o->j, r->seconds, 6);
+	json_obj_end(&o->j);
+	json_kstr(&o->j, "state", hp_measure_state_name(st));
+	json_key(&o->j, "estimated"); /* some block counts are PC samples, not executions */
+	json_bool(&o->j, sampled_blocks);
+	json_kstr(&o->j, "state_detail", detail);
+	json_key(&o->j, "metrics");
+	json_arr_begin(&o->j);
+	for (int k = 0; k < HP_METRIC_N; k++)
+		if (metrics & HP_METRIC_BIT(k))
+			json_str(&o->j, hp_metric_name((enum hp_metric)k));
+	json_arr_end(&o->j);
+	json_key(&o->j, "predicates");
+	json_obj_begin(&o->j);
+	json_key(&o->j, "pid");
+	if (a->spec.where_pid)
+		json_i64(&o->j, a->spec.where_pid);
+	else
+		json_null(&o->j);
+	json_kstr(&o->j, "comm", a->spec.where_comm);
+	json_kstr(&o->j, "cgroup", a->spec.where_cgroup);
+	json_obj_end(&o->j);
+	report_mechanisms(o, rows, r->nrows, metrics);
+	report_rows(o, rows, r, metrics);
+	report_edges(o, rows, fe, nfe, any_block, sampled_blocks);
+	json_key(&o->j, "totals");
+	json_obj_begin(&o->j);
+	json_ku64(&o->j, "samples", r->samples_total);
+	json_ku64(&o->j, "samples_lost", r->samples_lost);
+	json_ku64(&o->j, "frames_dropped", r->frames_dropped);
+	json_ku64(&o->j, "exits_unmatched", r->exits_unmatched);
+	json_obj_end(&o->j);
+	json_obj_end(&o->j);
+}
+
+int cmd_measure(int argc, char **argv)
+{
+	struct args a;
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(usage_text, stdout);
+			return HP_EXIT_OK;
+		}
+	int rc = parse_args(argc, argv, &a);
+	if (rc) {
+		free(a.words);
+		return rc;
+	}
+	char err[2048];
+	struct hp_measure *h = NULL;
+	int r = hp_measure_open(&a.spec, NULL, &h, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "hotpathd measure: %s\n", err);
+		free(a.words);
+		return r == -HP_MEASURE_E_NOT_FOUND ? HP_EXIT_NOT_FOUND :
+		       r == -HP_MEASURE_E_USAGE     ? HP_EXIT_USAGE :
+						      HP_EXIT_ERROR;
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	/* On stderr in both forms: scripts wait for "armed" before starting the workload. */
+	fprintf(stderr, "measuring %s: %zu row%s armed for %u s (Ctrl-C ends the window early)\n",
+		hp_measure_target_desc(h), hp_measure_nrows(h), hp_measure_nrows(h) == 1 ? "" : "s", a.seconds);
+	double deadline = mono_s() + a.seconds;
+	while (!stop_window) {
+		double left = deadline - mono_s();
+		if (left <= 0)
+			break;
+		int w = hp_measure_wait(h, left > 0.2 ? 200 : (int)(left * 1000) + 1);
+		if (w == 1 || (w < 0 && w != -EINTR))
+			break;
+	}
+	struct hp_measure_reading tot;
+	struct hp_function_edges *fe = NULL;
+	size_t nfe = 0;
+	rc = HP_EXIT_ERROR;
+	if (hp_measure_total(h, &tot) < 0) {
+		char detail[512];
+		hp_measure_state(h, detail, sizeof(detail));
+		fprintf(stderr, "hotpathd measure: %s\n", detail[0] ? detail : "reading the counters failed");
+		goto out;
+	}
+	if (hp_measure_edges(h, &tot, &fe, &nfe) < 0) {
+		fprintf(stderr, "hotpathd measure: out of memory deriving edges\n");
+		hp_measure_reading_free(&tot);
+		goto out;
+	}
+	struct out o = { .json = a.json };
+	report(&o, h, &a, &tot, fe, nfe);
+	hp_measure_edges_free(fe, nfe);
+	hp_measure_reading_free(&tot);
+	rc = HP_EXIT_OK;
+out:
+	hp_measure_close(h);
+	free(a.words);
+	return rc;
+}

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Processes by name and by handle: the running processes with a given command
+ * name (/proc/PID/comm), a process's command name, and a pidfd that becomes
+ * readable when the process exits (so an exit is noticed at once, without
+ * polling /proc, and a recycled pid is never mistaken for the old process).
+ */
+#ifndef HOTPATH_PROCESSES_H
+#define HOTPATH_PROCESSES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HP_COMM_LEN 16 /* TASK_COMM_LEN: 15 characters and a NUL */
+
+/* Every process whose command name is comm (threads excluded): fills up to
+ * max pids in ascending order and returns how many exist (may exceed max),
+ * or a negative errno. */
+int hp_pids_by_comm(const char *comm, int *pids, size_t max);
+
+/* The command name of process pid into comm[HP_COMM_LEN]; 0 or -ESRCH. */
+int hp_process_comm(int pid, char *comm);
+
+/* A pidfd for pid (readable once it exits), or a negative errno. */
+int hp_pidfd_open(int pid);
+
+/* Whether thread tid of process tgid still exists (1), not (0). */
+int hp_thread_alive(int tgid, int tid);
+
+/* The cgroup v2 id of the cgroup at path: absolute on a cgroup2 file system,
+ * or relative to the cgroup2 mount. 0 with *id, or a negative errno with err. */
+int hp_cgroup_id(const char *path, uint64_t *id, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The kernel's probing rules for one function (see kprobe_policy.h). Lists
+ * are read once and kept sorted: ftrace-able names from tracefs, blacklisted
+ * ranges from debugfs or, when debugfs is not mounted, the ranges between the
+ * text section markers in /proc/kallsyms that the kernel itself refuses
+ * (entry, irqentry, softirqentry, noinstr and __kprobes text). Without
+ * tracefs, an ftrace site is recognized by the function's first instruction:
+ * the 5-byte nop (or a call, while traced) that every function compiled with
+ * -mfentry -mrecord-mcount starts with, after endbr64 where IBT is built in.
+ */
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "target/kprobe_policy.h"
+
+struct range {
+	uint64_t lo, hi;
+	const char *why; /* static */
+	char name[64];
+};
+
+struct hp_kprobe_policy {
+	struct hp_model *m;
+	char **ftrace_names; /* sorted; NULL when tracefs is not readable */
+	size_t nftrace;
+	struct range *ranges;
+	size_t nranges;
+	bool blacklist_file;
+	struct btf *vmlinux_btf;
+	char sources[192];
+};
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void read_ftrace_names(struct hp_kprobe_policy *p)
+{
+	static const char *const paths[] = { "/sys/kernel/tracing/available_filter_functions",
+					     "/sys/kernel/debug/tracing/available_filter_functions" };
+	for (size_t i = 0; i < 2 && !p->ftrace_names; i++) {
+		FILE *f = fopen(paths[i], "re");
+		if (!f)
+			continue;
+		char line[512];
+		size_t cap = 0;
+		char **v = NULL;
+		while (fgets(line, sizeof(line), f)) {
+			line[strcspn(line, " \t\n")] = '\0';
+			if (!line[0])
+				continue;
+			if (p->nftrace == cap) {
+				cap = cap ? cap * 2 : 65536;
+				char **nv = realloc(v, cap * sizeof(*nv));
+				if (!nv)
+					break;
+				v = nv;
+			}
+			if (!(v[p->nftrace] = strdup(line)))
+				break;
+			p->nftrace++;
+		}
+		fclose(f);
+		qsort(v, p->nftrace, sizeof(*v), cmp_str);
+		p->ftrace_names = v ? v : calloc(1, sizeof(char *));
+	}
+}
+
+static int add_range(struct hp_kprobe_policy *p, uint64_t lo, uint64_t hi, const char *why, const char *name)
+{
+	struct range *v = realloc(p->ranges, (p->nranges + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	p->ranges = v;
+	v[p->nranges] = (struct range){ lo, hi, why, "" };
+	snprintf(v[p->nranges].name, sizeof(v[p->nranges].name), "%s", name ? name : "");
+	p->nranges++;
+	return 0;
+}
+
+/* debugfs kprobes/blacklist: "0xSTART-0xEND\tSYMBOL" per line. */
+static bool read_blacklist(struct hp_kprobe_policy *p)
+{
+	FILE *f = fopen("/sys/kernel/debug/kprobes/blacklist", "re");
+	if (!f)
+		return false;
+	char line[512], sym[128];
+	unsigned long long lo, hi;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "0x%llx-0x%llx %127s", &lo, &hi, sym) == 3)
+			add_range(p, lo, hi, "the kernel's kprobe blacklist", sym);
+	fclose(f);
+	return true;
+}
+
+/* Text sections the kernel never lets kprobes into, from their kallsyms markers. */
+static void read_section_markers(struct hp_kprobe_policy *p)
+{
+	static const struct {
+		const char *start, *end, *why;
+	} secs[] = {
+		{ "__entry_text_start", "__entry_text_end", "entry text (.entry.text)" },
+		{ "__irqentry_text_start", "__irqentry_text_end", "interrupt entry text (.irqentry.text)" },
+		{ "__softirqentry_text_start", "__softirqentry_text_end", "softirq entry text (.softirqentry.text)" },
+		{ "__noinstr_text_start", "__noinstr_text_end", "noinstr text (.noinstr.text)" },
+		{ "__kprobes_text_start", "__kprobes_text_end", "__kprobes text (.kprobes.text)" },
+	};
+	uint64_t lo[5] = { 0 }, hi[5] = { 0 };
+	FILE *f = fopen("/proc/kallsyms", "re");
+	if (!f)
+		return;
+	char line[512], name[256], type;
+	unsigned long long addr;
+	while (fgets(line, sizeof(line), f)) {
+		if (line[0] == '\0' || sscanf(line, "%llx %c %255s", &addr, &type, name) != 3 || name[0] != '_')
+			continue;
+		for (size_t i = 0; i < 5; i++) {
+			if (!strcmp(name, secs[i].start))
+				lo[i] = addr;
+			else if (!strcmp(name, secs[i].end))
+				hi[i] = addr;
+		}
+	}
+	fclose(f);
+	for (size_t i = 0; i < 5; i++)
+		if (lo[i] && hi[i] > lo[i])
+			add_range(p, lo[i], hi[i], secs[i].why, NULL);
+}
+
+struct hp_kprobe_policy *hp_kprobe_policy_open(struct hp_model *m)
+{
+	struct hp_kprobe_policy *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->m = m;
+	read_ftrace_names(p);
+	p->blacklist_file = read_blacklist(p);
+	if (!p->blacklist_file)
+		read_section_markers(p);
+	p->vmlinux_btf = btf__load_vmlinux_btf();
+	if (libbpf_get_error(p->vmlinux_btf))
+		p->vmlinux_btf = NULL;
+	snprintf(p->sources, sizeof(p->sources), "ftrace sites from %s; kprobe blacklist from %s",
+		 p->ftrace_names ? "tracefs available_filter_functions" : "the functions' entry bytes",
+		 p->blacklist_file ? "debugfs kprobes/blacklist" : "the text section markers in /proc/kallsyms");
+	return p;
+}
+
+const char *hp_kprobe_policy_sources(const struct hp_kprobe_policy *p)
+{
+	return p->sources;
+}
+
+/* The function starts with an ftrace site: nop5 or call rel32, after endbr64 if present. */
+static bool entry_has_ftrace_site(struct hp_model *m, const struct hp_function *f)
+{
+	static const uint8_t nop5[5] = { 0x0f, 0x1f, 0x44, 0x00, 0x00 }, endbr64[4] = { 0xf3, 0x0f, 0x1e, 0xfa };
+	uint8_t b[9];
+	if (f->size < 5 || !m->read || m->read(m, f->addr, b, f->size < 9 ? 5 : 9) < 0)
+		return false;
+	const uint8_t *site = b;
+	if (f->size >= 9 && !memcmp(b, endbr64, 4))
+		site = b + 4;
+	return !memcmp(site, nop5, 5) || site[0] == 0xe8;
+}
+
+void hp_kprobe_policy_check(struct hp_kprobe_policy *p, const struct hp_module *mod, const struct hp_function *f,
+			    struct hp_kfunc_rules *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (p->ftrace_names) {
+		const char *key = f->name;
+		out->ftrace_site = bsearch(&key, p->ftrace_names, p->nftrace, sizeof(char *), cmp_str) != NULL;
+	} else {
+		out->ftrace_site = entry_has_ftrace_site(p->m, f);
+	}
+	if (p->vmlinux_btf && mod == &p->m->mods[0])
+		out->btf = btf__find_by_name_kind(p->vmlinux_btf, f->name, BTF_KIND_FUNC) > 0;
+	else
+		out->btf = mod != &p->m->mods[0]; /* module BTF is checked by the kernel at load */
+	if (!out->ftrace_site)
+		snprintf(out->no_trampoline, sizeof(out->no_trampoline),
+			 "%s has no ftrace site (notrace or not instrumentable), so fentry/fexit cannot attach",
+			 f->name);
+	else if (!out->btf)
+		snprintf(out->no_trampoline, sizeof(out->no_trampoline),
+			 "%s is not described in the kernel's BTF, so fentry/fexit cannot attach", f->name);
+	out->kprobe_ok = true;
+	for (size_t i = 0; i < p->nranges; i++) {
+		const struct range *r = &p->ranges[i];
+		if (f->addr < r->hi && f->addr + (f->size ? f->size : 1) > r->lo) {
+			out->kprobe_ok = false;
+			snprintf(out->no_kprobe, sizeof(out->no_kprobe),
+				 "%s is in %s%s%s: the kernel refuses kprobes there", f->name, r->why,
+				 r->name[0] ? " as " : "", r->name);
+			break;
+		}
+	}
+}
+
+void hp_kprobe_policy_free(struct hp_kprobe_policy *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->nftrace; i++)
+		free(p->ftrace_names[i]);
+	free(p->ftrace_names);
+	free(p->ranges);
+	btf__free(p->vmlinux_btf);
+	free(p);
+}
