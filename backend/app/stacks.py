@@ -527,8 +527,23 @@ def _call_site(sites: list[tuple[int, bool]], return_offset: int) -> tuple[int, 
 async def function_calls(session: AsyncSession, host_id: str, digest: str, index: int, start: datetime,
                          end: datetime, flt: StackFilter, sites: list[tuple[int, bool]]) -> dict[str, Any]:
     """Callers and callees of one function from the range's stacks, and per call site (sites: its
-    offsets, and whether each is indirect) the callees observed there."""
-    rs = await range_stacks(session, host_id, start, end, flt)
+    offsets, and whether each is indirect) the callees observed there. The stacks that contain the
+    function are found through the cached paths; only those are read with their offsets."""
+    counts = await _counts(session, host_id, start, end, flt)
+    paths = await _PATHS.load(session, host_id, counts)
+    fi = _PATHS.keys.get(("k", digest, index))
+    containing = []
+    if fi is not None:
+        needle = array("I", [fi]).tobytes()
+        for sid, packed in paths.items():
+            if needle in packed:
+                path = array("I")
+                path.frombytes(packed)
+                if fi in path:
+                    containing.append(sid)
+    resolver = FrameResolver()
+    stacks = await resolver.resolve(session, host_id, await definitions(session, host_id, containing))
+    rs = RangeStacks({sid: counts[sid] for sid in stacks}, stacks, resolver.frames, sum(counts.values()), 0)
     target = ("k", digest, index)
     inclusive = self_samples = 0
     callers: dict[int, int] = defaultdict(int)

@@ -51,9 +51,9 @@ describe("instruction samples", () => {
     const panel = screen.getByRole("region", { name: "Instructions" });
     const rows = within(panel).getAllByRole("row").slice(1);
     expect(rows.map((r) => r.textContent)).toEqual([
-      "0xffffffff81234560 55 push rbp 5",
-      "0xffffffff81234561 48 89 e5 mov rbp, rsp 30hottest",
-      "0xffffffff81234564 c3 ret 30",
+      "5 0xffffffff81234560 55 push rbp",
+      "hottest30 0xffffffff81234561 48 89 e5 mov rbp, rsp",
+      "30 0xffffffff81234564 c3 ret",
     ]);
     expect(rows[1]).toHaveAttribute("aria-current", "true");
     expect(screen.getByTestId("hottest-instruction")).toHaveTextContent("Hottest instruction: +0x1 (30 of 65 samples)");

@@ -77,10 +77,10 @@ export function InstructionsPanel({ block, blockHex, instructions, loading, erro
         <table className="grid insns">
           <thead>
             <tr>
+              {samples && <th scope="col" className="num">Samples</th>}
               <th scope="col">Address</th>
               <th scope="col">Bytes</th>
               <th scope="col">Instruction</th>
-              {samples && <th scope="col" className="num">Samples</th>}
             </tr>
           </thead>
           <tbody>
@@ -89,16 +89,16 @@ export function InstructionsPanel({ block, blockHex, instructions, loading, erro
               const hot = samples?.hottest === ins.offset;
               return (
                 <tr key={ins.offset} className={hot ? "hottest" : undefined} aria-current={hot ? "true" : undefined}>
+                  {samples && (
+                    <td className="num insn-samples">
+                      {hot && <span className="badge hot">hottest</span>}
+                      {n > 0 && <span className="insn-bar" style={{ width: `${Math.max(2, (n / max) * 40)}px` }} aria-hidden="true" />}
+                      {n > 0 ? n : ""}{" "}
+                    </td>
+                  )}
                   <td className="addr">{formatAddress(ins.address_hex, ins.address)}{" "}</td>
                   <td className="bytes">{spacedBytes(ins.bytes)}{" "}</td>
                   <td className="asm">{ins.text}</td>
-                  {samples && (
-                    <td className="num insn-samples">
-                      {" "}{n > 0 ? n : ""}
-                      {n > 0 && <span className="insn-bar" style={{ width: `${Math.max(2, (n / max) * 60)}px` }} aria-hidden="true" />}
-                      {hot && <span className="badge hot">hottest</span>}
-                    </td>
-                  )}
                 </tr>
               );
             })}
