@@ -234,10 +234,10 @@ async def definitions(session: AsyncSession, host_id: str, ids: list[int]) -> di
     for k in range(0, len(ids), 20000):
         chunk = [u64_to_i64(i) for i in ids[k:k + 20000]]
         rows = await session.execute(text("""
-            SELECT stack_id, modules, frames FROM stack_defs WHERE host_id = :h AND stack_id = ANY(:ids)"""),
-            {"h": host_id, "ids": chunk})
+            SELECT stack_id, modules::text AS modules, frames FROM stack_defs
+            WHERE host_id = :h AND stack_id = ANY(:ids)"""), {"h": host_id, "ids": chunk})
         for r in rows:
-            out[i64_to_u64(r.stack_id)] = (r.modules, list(r.frames))
+            out[i64_to_u64(r.stack_id)] = (orjson.loads(r.modules), r.frames)
     return out
 
 
@@ -593,33 +593,16 @@ async def pprof(session: AsyncSession, host_id: str, start: datetime, end: datet
                 frequency_hz: int) -> bytes:
     """The range's stacks as a gzipped pprof profile (profile.proto): one sample per (stack, pid, command,
     CPU) with values [samples, cpu nanoseconds] and labels pid, comm, cpu; a location per frame address,
-    a function per kernel function (or per user address, named file+offset), a mapping per module."""
+    a function per kernel function (or per user address, named file+offset), a mapping per module.
+    Built in one pass over the stacks' frames; kernel names and addresses are filled in afterwards with
+    one query."""
     from app.proto import profile_pb  # generated from Google's profile.proto by the build
 
     where, params = flt.sql()
     rows = (await session.execute(text(f"""
         SELECT s.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n {_unnest(where)}
         GROUP BY 1, 2, 3, 4 ORDER BY n DESC"""), {"h": host_id, "s": start, "e": end, **params})).all()
-    ids = sorted({i64_to_u64(r.stack_id) for r in rows})
-    defs = await definitions(session, host_id, ids)
-    resolver = FrameResolver()
-    stacks = await resolver.resolve(session, host_id, defs)
-    # Where each kernel piece is loaded on this host, and how far its functions reach.
-    bases = {r.digest: (i64_to_u64(r.base_address), r.name) for r in await session.execute(text(
-        "SELECT digest, base_address, name FROM host_modules WHERE host_id = :h"), {"h": host_id})}
-    offsets: dict[tuple[str, int], int] = {}
-    pairs = {(f.key[1], f.key[2]) for f in resolver.frames if f.key[0] == "k"}
-    if pairs:
-        ds, ix = zip(*pairs, strict=True)
-        for r in await session.execute(text("""
-                SELECT f.digest, f.index AS fn_index, f."offset" FROM functions f
-                JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
-                {"d": list(ds), "i": list(ix)}):
-            offsets[(r.digest, r.fn_index)] = r.offset
-    limits = {r.digest: int(r.hi) for r in await session.execute(text("""
-        SELECT digest, max("offset" + size) AS hi FROM functions WHERE digest = ANY(:d) GROUP BY digest"""),
-        {"d": list({d for d, _ in pairs})})} if pairs else {}
-
+    defs = await definitions(session, host_id, sorted({i64_to_u64(r.stack_id) for r in rows}))
     p = profile_pb.Profile()
     strings: dict[str, int] = {}
 
@@ -639,53 +622,96 @@ async def pprof(session: AsyncSession, host_id: str, start: datetime, end: datet
     p.time_nanos = int(start.timestamp() * 1e9)
     p.duration_nanos = int((end - start).total_seconds() * 1e9)
     p.comment.append(s(f"hotpath: host {host_id}, {start.isoformat()} to {end.isoformat()}"))
-    mappings: dict[str, int] = {}
 
-    def mapping(key: str, name: str, lo: int, hi: int) -> int:
+    mappings: dict[str, int] = {}
+    functions: dict[tuple, int] = {}
+    locations: dict[tuple, int] = {}
+    kernel_locs: list[tuple[int, str, int, int]] = []  # (location index, digest, function index, offset)
+    kernel_fns: dict[tuple[str, int], int] = {}  # (digest, index) -> function index in p.function
+
+    def mapping(key: str, name: str) -> int:
         mid = mappings.get(key)
         if mid is None:
             mid = mappings[key] = len(p.mapping) + 1
-            p.mapping.add(id=mid, memory_start=lo, memory_limit=hi, filename=s(name), has_functions=True)
+            p.mapping.add(id=mid, filename=s(name), has_functions=True)
         return mid
 
-    functions: dict[int, int] = {}
-    locations: dict[tuple, int] = {}
-
-    def location(fi: int, off: int) -> int:
-        f = resolver.frames[fi]
-        key = (f.key, off)
-        lid = locations.get(key)
-        if lid is not None:
-            return lid
-        if f.key[0] == "k":
-            base, _ = bases.get(f.key[1], (0, f.module))
-            addr = (base + offsets.get((f.key[1], f.key[2]), 0) + off) & 0xFFFFFFFFFFFFFFFF
-            mid = mapping(f.key[1], f"[{f.module}]" if f.module != "vmlinux" else "[kernel.kallsyms]", base,
-                          (base + limits.get(f.key[1], 0)) & 0xFFFFFFFFFFFFFFFF)
-        elif f.key[0] == "u":
-            addr, mid = off, mapping("u:" + f.key[1], f.key[1], 0, 1 << 62)
-        else:
-            addr, mid = off, mapping(f.kind, f.module, 0, 0xFFFFFFFFFFFFFFFF)
-        fid = functions.get(fi)
+    def function(key: tuple, name: str, module: str) -> int:
+        fid = functions.get(key)
         if fid is None:
-            fid = functions[fi] = len(p.function) + 1
-            p.function.add(id=fid, name=s(f.name), system_name=s(f.name), filename=s(f.module))
-        lid = locations[key] = len(p.location) + 1
-        loc = p.location.add(id=lid, mapping_id=mid, address=addr)
+            fid = functions[key] = len(p.function) + 1
+            p.function.add(id=fid, name=s(name), system_name=s(name), filename=s(module))
+        return fid
+
+    def location(kind: int, mkey: str, mname: str, fn: int, off: int) -> int:
+        off &= 0xFFFFFFFFFFFFFFFF
+        if kind == KERNEL_FUNCTION:
+            mid = mapping(mkey, "[kernel.kallsyms]" if mname in ("", "vmlinux") else f"[{mname}]")
+            fid = function(("k", mkey, fn), f"{mname or 'vmlinux'}#{fn}", mname or "vmlinux")
+            kernel_fns[(mkey, fn)] = fid - 1
+            kernel_locs.append((len(p.location), mkey, fn, off))
+            addr = 0  # filled in below from the host's module base and the function's offset
+        elif kind == USER_FILE:
+            mid = mapping("u:" + mkey, mkey)
+            fid = function(("u", mkey, off), f"{os.path.basename(mkey) or mkey}+{off:#x}", mkey)
+            addr = off
+        else:
+            name = "[kernel]" if kind == KERNEL_ADDRESS else "[unknown]"
+            mid = mapping(name, name)
+            fid = function(("a", off), f"{off:#x}", name)
+            addr = off
+        loc = p.location.add(id=len(p.location) + 1, mapping_id=mid, address=addr)
         loc.line.add(function_id=fid)
-        return lid
+        return loc.id
+
+    stack_locs: dict[int, list[int]] = {}
+    for sid, (modules, flat) in defs.items():
+        out = []
+        for k in range(0, len(flat), 3):
+            mi, fn, off = flat[k], flat[k + 1], flat[k + 2]
+            kind, mkey, mname = modules[mi] if 0 <= mi < len(modules) else (USER_ADDRESS, "", "")
+            key = (kind, mkey, fn, off)
+            lid = locations.get(key)
+            if lid is None:
+                lid = locations[key] = location(kind, mkey, mname, fn, off)
+            out.append(lid)
+        stack_locs[sid] = out
+
+    # Kernel functions' names, and their locations' addresses on this host.
+    if kernel_fns:
+        bases = {r.digest: i64_to_u64(r.base_address) for r in await session.execute(text(
+            "SELECT digest, base_address FROM host_modules WHERE host_id = :h"), {"h": host_id})}
+        ds, ix = zip(*kernel_fns, strict=True)
+        found: dict[tuple[str, int], int] = {}
+        for r in await session.execute(text("""
+                SELECT f.digest, f.index AS fn_index, f."offset", f.name FROM functions f
+                JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
+                {"d": list(ds), "i": list(ix)}):
+            found[(r.digest, r.fn_index)] = r.offset
+            f = p.function[kernel_fns[(r.digest, r.fn_index)]]
+            f.name = f.system_name = s(r.name)
+        for li, digest, fn, off in kernel_locs:
+            p.location[li].address = (bases.get(digest, 0) + found.get((digest, fn), 0) + off) & 0xFFFFFFFFFFFFFFFF
+        for digest, mid in mappings.items():
+            if digest in bases:
+                p.mapping[mid - 1].memory_start = bases[digest]
+                hi = max((p.location[li].address for li, d, _, _ in kernel_locs if d == digest), default=bases[digest])
+                p.mapping[mid - 1].memory_limit = hi + 1
+    for m in p.mapping:
+        if not m.memory_limit:
+            m.memory_limit = 0xFFFFFFFFFFFFFFFF
 
     k_pid, k_comm, k_cpu = s("pid"), s("comm"), s("cpu")
     for r in rows:
-        frames = stacks.get(i64_to_u64(r.stack_id))
-        if not frames:
+        locs = stack_locs.get(i64_to_u64(r.stack_id))
+        if not locs:
             continue
         n = int(r.n)
-        sample = p.sample.add(location_id=[location(fi, off) for fi, off in frames], value=[n, n * period])
+        sample = p.sample.add(location_id=locs, value=[n, n * period])
         sample.label.add(key=k_pid, num=r.pid)
         sample.label.add(key=k_comm, str=s(r.comm))
         sample.label.add(key=k_cpu, num=r.cpu)
-    return gzip.compress(p.SerializeToString(), mtime=0)
+    return gzip.compress(p.SerializeToString(), compresslevel=6, mtime=0)
 
 
 def range_bounds(start: datetime, end: datetime) -> tuple[datetime, datetime]:
