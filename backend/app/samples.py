@@ -184,7 +184,7 @@ async def store_batch(engine: AsyncEngine, host_id: str, ts: datetime | None, in
 
 
 async def prune_samples(engine: AsyncEngine, retention_hours: float, now: datetime | None = None,
-                        audit_retention_days: float | None = None) -> int:
+                        audit_retention_days: float | None = None, stack_retention_hours: float | None = None) -> int:
     """Delete samples, interval totals, stacks and gaps older than the retention, and rows stamped in the
     future beyond it (a clock that jumped before validation existed); audit records older than
     `audit_retention_days` when given. Returns the sample rows deleted."""
@@ -195,7 +195,8 @@ async def prune_samples(engine: AsyncEngine, retention_hours: float, now: dateti
         deleted = (await conn.execute(text("DELETE FROM block_samples WHERE ts < :c OR ts > :f"),
                                       {"c": cutoff, "f": future})).rowcount
         await conn.execute(text("DELETE FROM interval_totals WHERE ts < :c OR ts > :f"), {"c": cutoff, "f": future})
-        await stack_store.prune(conn, cutoff, future)
+        stack_cutoff = now - timedelta(hours=min(retention_hours, stack_retention_hours or retention_hours))
+        await stack_store.prune(conn, stack_cutoff, future)
         await conn.execute(text("DELETE FROM data_gaps WHERE end_ts < :c"), {"c": cutoff})
         await conn.execute(text("DELETE FROM delivery_marks WHERE updated_at < :c"),
                            {"c": now - timedelta(hours=max(retention_hours, 24) * 2)})

@@ -195,7 +195,7 @@ static void map_frame(struct hp_sampler *s, uint64_t ip, bool user, bool leaf, u
 static void count_chain(struct hp_sampler *s, const uint64_t *ips, uint64_t nr, uint32_t pid, uint32_t tid,
 			uint32_t cpu)
 {
-	size_t n = 0;
+	size_t n = 0, user_frames = 0;
 	bool user = false, known = false;
 	for (uint64_t i = 0; i < nr && n < s->depth; i++) {
 		uint64_t ip;
@@ -208,6 +208,13 @@ static void count_chain(struct hp_sampler *s, const uint64_t *ips, uint64_t nr, 
 		if (!known)
 			continue; /* hypervisor or guest context: outside this host's code */
 		map_frame(s, ip, user, n == 0, pid, &s->chain[n]);
+		/* A frame-pointer walk that returns into memory no file maps has lost the chain
+		 * (code built without frame pointers leaves data where the walk looks for return
+		 * addresses): keep what came before it. The leaf is the sampled PC itself and
+		 * stays, JIT code included. */
+		if (user && s->chain[n].kind == HP_FRAME_USER_ADDR && user_frames > 0)
+			break;
+		user_frames += user;
 		n++;
 	}
 	if (n)

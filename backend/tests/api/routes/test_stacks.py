@@ -335,3 +335,18 @@ async def test_samples_of_exiting_tasks_are_kept_under_pid_minus_one(client, hos
     assert fg["samples"] == 5
     assert {(p["pid"], p["comm"], p["samples"]) for p in fg["contexts"]["processes"]} == {(-1, "", 4), (200, "cat", 1)}
     assert (await client.get(url, params={**rng(0, 1), "pid": -1})).json()["samples"] == 4
+
+
+async def test_stacks_may_be_kept_shorter_than_samples(backend, client, host):
+    from app.samples import prune_samples
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    # Samples kept 3 h, stacks 1 h: two hours later the stacks are gone, the block samples are not.
+    await prune_samples(backend.runtime.engine, retention_hours=3, now=T0 + timedelta(hours=2),
+                        stack_retention_hours=1)
+    async with backend.runtime.engine.connect() as conn:
+        stack_rows = (await conn.execute(text("SELECT count(*) FROM stack_samples WHERE host_id = :h"),
+                                         {"h": host.host_id})).scalar_one()
+        block_rows = (await conn.execute(text("SELECT count(*) FROM block_samples WHERE host_id = :h"),
+                                         {"h": host.host_id})).scalar_one()
+    assert stack_rows == 0 and block_rows > 0
