@@ -267,8 +267,8 @@ def _comm(b):
     b.stacks.comms[0] = "d\x01d"
 
 
-def _pid(b):
-    b.stacks.counts[0].pid = 1 << 31
+def _cpu(b):
+    b.stacks.counts[0].cpu = 1 << 20
 
 
 def _rehash(b):
@@ -309,7 +309,7 @@ def _idle(b):
     (_frame_module, "not in StackSamples.modules"),
     (_sum, "do not sum to stack_samples"),
     (_comm, "control character"),
-    (_pid, "out of range"),
+    (_cpu, "out of range"),
     (_function_beyond_catalog, "which has 50"),
     (_offset_beyond_function, "bytes long"),
     (_unknown_digest, "does not run and no host has sent"),
