@@ -24,7 +24,7 @@ from array import array
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 import orjson
@@ -239,17 +239,6 @@ async def definitions(session: AsyncSession, host_id: str, ids: list[int]) -> di
         for r in rows:
             out[i64_to_u64(r.stack_id)] = (orjson.loads(r.modules), r.frames)
     return out
-
-
-async def range_stacks(session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter,
-                       resolver: FrameResolver | None = None) -> RangeStacks:
-    resolver = resolver or FrameResolver()
-    counts = await _counts(session, host_id, start, end, flt)
-    defs = await definitions(session, host_id, list(counts))
-    stacks = await resolver.resolve(session, host_id, defs)
-    undefined = sum(n for sid, n in counts.items() if sid not in stacks)
-    return RangeStacks({sid: n for sid, n in counts.items() if sid in stacks}, stacks, resolver.frames,
-                       sum(counts.values()), undefined)
 
 
 async def contexts(session: AsyncSession, host_id: str, start: datetime, end: datetime) -> dict[str, Any]:
@@ -712,7 +701,3 @@ async def pprof(session: AsyncSession, host_id: str, start: datetime, end: datet
         sample.label.add(key=k_comm, str=s(r.comm))
         sample.label.add(key=k_cpu, num=r.cpu)
     return gzip.compress(p.SerializeToString(), compresslevel=6, mtime=0)
-
-
-def range_bounds(start: datetime, end: datetime) -> tuple[datetime, datetime]:
-    return start, max(end, start + timedelta(milliseconds=1))
