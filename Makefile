@@ -47,6 +47,7 @@ kernel-lane-test: deps-test build
 bench: agent backend frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
+	./bench/stack_sampling
 	./bench/probe_cost
 	./bench/console_tree
 	./bench/cfg_layout

@@ -26,7 +26,7 @@ from sqlalchemy import (
     UniqueConstraint,
     func,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -181,6 +181,10 @@ class BlockSample(Base):
     function_id: Mapped[int] = mapped_column(BigInteger)
     block_offset: Mapped[int] = mapped_column(Integer)
     count: Mapped[int] = mapped_column(BigInteger)
+    idle: Mapped[bool] = mapped_column(Boolean, default=False)  # taken in the idle task (by context)
+    # Per-instruction counts: offsets from the block start and their samples (NULL from older agents).
+    insn_offsets: Mapped[list[int] | None] = mapped_column(ARRAY(Integer), nullable=True)
+    insn_counts: Mapped[list[int] | None] = mapped_column(ARRAY(BigInteger), nullable=True)
 
 
 class IntervalTotal(Base):
@@ -195,6 +199,40 @@ class IntervalTotal(Base):
     unmapped_samples: Mapped[int] = mapped_column(BigInteger)
     lost_samples: Mapped[int] = mapped_column(BigInteger)
     dropped_samples: Mapped[int] = mapped_column(BigInteger, default=0)
+    idle_samples: Mapped[int] = mapped_column(BigInteger, default=0)
+    idle_by_context: Mapped[bool] = mapped_column(Boolean, default=False)
+    stack_samples: Mapped[int] = mapped_column(BigInteger, default=0)
+    stack_dropped_samples: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class StackDef(Base):
+    """One call stack of one host, named by the agent's content id (recomputed by the backend):
+    modules = [[kind, key, name], ...] (key: catalog digest or file path), frames = flattened
+    [module position, function index, offset, ...] leaf first. seen_at is refreshed when it is defined
+    again, so retention keeps stacks an agent may still refer to."""
+
+    __tablename__ = "stack_defs"
+    host_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    stack_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    modules: Mapped[list[Any]] = mapped_column(JSONB)
+    frames: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class StackSample(Base):
+    """Samples of one stack on one host in one interval: the total and, in parallel arrays, the counts
+    per (pid, command, CPU)."""
+
+    __tablename__ = "stack_samples"
+    __table_args__ = (Index("ix_stack_samples_host_ts", "host_id", "ts"),)
+    host_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    stack_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    pids: Mapped[list[int]] = mapped_column(ARRAY(Integer))
+    comms: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    cpus: Mapped[list[int]] = mapped_column(ARRAY(Integer))
+    counts: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
 
 
 class EnrolmentToken(Base):

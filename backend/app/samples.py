@@ -13,9 +13,12 @@ interval the host reported, never against this server's clock, so a host whose c
 its data) or an absolute [from, to) interval; an interval belongs to a range when its start does.
 Rates are samples per second of the range's length.
 
-Idle: a CPU with nothing to run sits in the kernel's idle loop, and a whole-system sampler sees it
-there. Samples in the idle functions (`IDLE_FUNCTION_RE`) are counted apart and left out of rankings
-unless asked for, because they are not work.
+Idle: a CPU with nothing to run runs the kernel's idle task (pid 0), and a whole-system sampler sees
+it there. Agents tell each sample's context, so idle samples are exact: `block_samples.idle` and
+`interval_totals.idle_samples` (an interrupt handled while idle counts as idle too). For batches from
+agents that do not report context, the samples in the kernel's idle-loop functions (`IDLE_FUNCTION_RE`)
+are marked idle when they are stored. Idle samples are counted apart and left out of rankings unless
+asked for, because they are not work.
 
 Samples for a module whose catalog piece is not yet stored cannot be mapped to a function id; they are
 dropped and counted (interval_totals.dropped_samples, and the agent session's counter), because an
@@ -28,6 +31,8 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from app import stacks as stack_store
 
 # The kernel's idle loop on x86-64: the functions a sampled CPU is in when it has nothing to run
 # (halted, polling or in a cpuidle driver). Matched against whole names.
@@ -109,42 +114,54 @@ async def coverage(session: AsyncSession, host_id: str, window_s: int, buckets: 
 
 
 async def delete_host_series(session: AsyncSession, host_id: str) -> None:
-    """Delete a host's samples and interval totals (its gaps go with its host row)."""
+    """Delete a host's samples, interval totals and stacks (its gaps go with its host row)."""
     for table in ("block_samples", "interval_totals"):
         await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
+    await stack_store.delete_host(session, host_id)
 
 
 # Writing ------------------------------------------------------------------------------------------
 
 async def store_batch(engine: AsyncEngine, host_id: str, ts: datetime | None, interval_ms: int,
-                      rows: list[tuple[int, int, int]], totals: tuple[int, int, int, int, int] | None, *,
+                      rows: list[tuple], totals: dict[str, Any] | None, *,
+                      stacks: "stack_store.BatchStacks | None" = None,
                       mark: tuple[str, int] | None = None, gaps: list[dict] | None = None, refused: bool = False,
                       clock_offset_ms: int | None = None) -> None:
-    """Store one data message in one transaction: its sample rows (function_id, block_offset, count) and
-    totals (total, user, unmapped, lost, dropped) when ts is given, the gaps it records, and the delivery
-    mark (instance id, seq) that makes a resend of it a no-op. A refused batch stores only its gap, the
-    mark and, when known, the host's clock offset."""
+    """Store one data message in one transaction: its sample rows (function_id, block_offset, count, idle,
+    instruction offsets, instruction counts) and totals (total, user, unmapped, lost, dropped, idle,
+    idle_by_context, stack_samples, stack_dropped) when ts is given, its call stacks (app.stacks), the
+    gaps it records, and the delivery mark (instance id, seq) that makes a resend of it a no-op. A refused
+    batch stores only its gap, the mark and, when known, the host's clock offset."""
     async with engine.begin() as conn:
         if ts is not None and totals is not None:
             if rows:
                 raw = await conn.get_raw_connection()
                 assert raw.driver_connection is not None
-                copy_sql = "COPY block_samples (host_id, ts, function_id, block_offset, count) FROM STDIN"
+                copy_sql = ("COPY block_samples (host_id, ts, function_id, block_offset, count, idle, insn_offsets, "
+                            "insn_counts) FROM STDIN")
                 async with raw.driver_connection.cursor() as cur, cur.copy(copy_sql) as copy:
-                    for fid, off, count in rows:
-                        await copy.write_row((host_id, ts, fid, off, count))
+                    for fid, off, count, idle, insn_offsets, insn_counts in rows:
+                        await copy.write_row((host_id, ts, fid, off, count, idle, insn_offsets, insn_counts))
             await conn.execute(text("""
                 INSERT INTO interval_totals (host_id, ts, interval_ms, total_samples, user_samples,
-                                             unmapped_samples, lost_samples, dropped_samples)
-                VALUES (:h, :ts, :ms, :t, :u, :un, :l, :d)
+                                             unmapped_samples, lost_samples, dropped_samples, idle_samples,
+                                             idle_by_context, stack_samples, stack_dropped_samples)
+                VALUES (:h, :ts, :ms, :t, :u, :un, :l, :d, :i, :ic, :ss, :sd)
                 ON CONFLICT (host_id, ts) DO UPDATE SET
                   total_samples = interval_totals.total_samples + excluded.total_samples,
                   user_samples = interval_totals.user_samples + excluded.user_samples,
                   unmapped_samples = interval_totals.unmapped_samples + excluded.unmapped_samples,
                   lost_samples = interval_totals.lost_samples + excluded.lost_samples,
-                  dropped_samples = interval_totals.dropped_samples + excluded.dropped_samples"""),
-                {"h": host_id, "ts": ts, "ms": interval_ms or 1000, "t": totals[0], "u": totals[1],
-                 "un": totals[2], "l": totals[3], "d": totals[4]})
+                  dropped_samples = interval_totals.dropped_samples + excluded.dropped_samples,
+                  idle_samples = interval_totals.idle_samples + excluded.idle_samples,
+                  idle_by_context = interval_totals.idle_by_context OR excluded.idle_by_context,
+                  stack_samples = interval_totals.stack_samples + excluded.stack_samples,
+                  stack_dropped_samples = interval_totals.stack_dropped_samples + excluded.stack_dropped_samples"""),
+                {"h": host_id, "ts": ts, "ms": interval_ms or 1000, "t": totals["total"], "u": totals["user"],
+                 "un": totals["unmapped"], "l": totals["lost"], "d": totals["dropped"], "i": totals["idle"],
+                 "ic": totals["idle_by_context"], "ss": totals["stack_samples"], "sd": totals["stack_dropped"]})
+            if stacks is not None:
+                await stack_store.write(conn, host_id, ts, stacks)
         for g in gaps or ():
             await conn.execute(text("""
                 INSERT INTO data_gaps (host_id, start_ts, end_ts, instance_id, first_seq, messages, reason, source)
@@ -167,8 +184,8 @@ async def store_batch(engine: AsyncEngine, host_id: str, ts: datetime | None, in
 
 
 async def prune_samples(engine: AsyncEngine, retention_hours: float, now: datetime | None = None,
-                        audit_retention_days: float | None = None) -> int:
-    """Delete samples, interval totals and gaps older than the retention, and rows stamped in the
+                        audit_retention_days: float | None = None, stack_retention_hours: float | None = None) -> int:
+    """Delete samples, interval totals, stacks and gaps older than the retention, and rows stamped in the
     future beyond it (a clock that jumped before validation existed); audit records older than
     `audit_retention_days` when given. Returns the sample rows deleted."""
     now = now or datetime.now(UTC)
@@ -178,6 +195,8 @@ async def prune_samples(engine: AsyncEngine, retention_hours: float, now: dateti
         deleted = (await conn.execute(text("DELETE FROM block_samples WHERE ts < :c OR ts > :f"),
                                       {"c": cutoff, "f": future})).rowcount
         await conn.execute(text("DELETE FROM interval_totals WHERE ts < :c OR ts > :f"), {"c": cutoff, "f": future})
+        stack_cutoff = now - timedelta(hours=min(retention_hours, stack_retention_hours or retention_hours))
+        await stack_store.prune(conn, stack_cutoff, future)
         await conn.execute(text("DELETE FROM data_gaps WHERE end_ts < :c"), {"c": cutoff})
         await conn.execute(text("DELETE FROM delivery_marks WHERE updated_at < :c"),
                            {"c": now - timedelta(hours=max(retention_hours, 24) * 2)})
@@ -207,27 +226,34 @@ def function_totals_sql(r: TimeRange | None) -> tuple[str, dict[str, Any]]:
 
 
 async def totals(session: AsyncSession, host_id: str, r: TimeRange) -> dict[str, int]:
-    """Whole-host totals of a range: all samples, user, kernel (all − user), idle, outside known
-    functions, lost."""
+    """Whole-host totals of a range: all samples, user, kernel (all − user), idle (the idle task's),
+    outside known functions, lost; and how many samples carried a call stack."""
     row = (await session.execute(text("""
         SELECT coalesce(sum(total_samples), 0) AS total, coalesce(sum(user_samples), 0) AS "user",
-               coalesce(sum(unmapped_samples), 0) AS unmapped, coalesce(sum(lost_samples), 0) AS lost
+               coalesce(sum(unmapped_samples), 0) AS unmapped, coalesce(sum(lost_samples), 0) AS lost,
+               coalesce(sum(idle_samples), 0) AS idle, coalesce(sum(stack_samples), 0) AS stacks
         FROM interval_totals WHERE host_id = :h AND ts >= :s AND ts < :e"""),
         {"h": host_id, "s": r.start, "e": r.end})).one()
-    idle = (await session.execute(text("""
-        SELECT coalesce(sum(bs.count), 0) FROM block_samples bs
-        WHERE bs.host_id = :h AND bs.ts >= :s AND bs.ts < :e AND bs.function_id = ANY(:ids)"""),
-        {"h": host_id, "s": r.start, "e": r.end, "ids": await idle_function_ids(session, host_id)})).scalar_one()
     total, user = int(row.total), int(row.user)
     return {"total_samples": total, "user_samples": user, "kernel_samples": total - user,
-            "idle_samples": int(idle), "unmapped_samples": int(row.unmapped), "lost_samples": int(row.lost)}
+            "idle_samples": int(row.idle), "unmapped_samples": int(row.unmapped), "lost_samples": int(row.lost),
+            "stack_samples": int(row.stacks)}
 
 
-async def idle_function_ids(session: AsyncSession, host_id: str) -> list[int]:
-    rows = await session.execute(text("""
-        SELECT f.id FROM functions f JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
-        WHERE f.name ~ :idle"""), {"h": host_id, "idle": IDLE_FUNCTION_RE})
-    return [r[0] for r in rows]
+async def idle_function_indexes(conn, digest: str) -> set[int]:
+    """Indexes of a catalog piece's idle-loop functions, for batches from agents without context."""
+    rows = await conn.execute(text("SELECT index FROM functions WHERE digest = :d AND name ~ :idle"),
+                              {"d": digest, "idle": IDLE_FUNCTION_RE})
+    return {r[0] for r in rows}
+
+
+def function_work_sql(r: TimeRange, include_idle: bool) -> tuple[str, dict[str, Any]]:
+    """A SELECT of (function_id, s, idle_s): samples per function in the range (the idle task's left
+    out unless include_idle) and, of all its samples, the idle task's."""
+    return ("SELECT function_id, sum(count) FILTER (WHERE :include_idle OR NOT idle) AS s, "
+            "sum(count) FILTER (WHERE idle) AS idle_s, sum(count) AS all_s FROM block_samples "
+            "WHERE host_id = :h AND ts >= :r_start AND ts < :r_end GROUP BY function_id",
+            {"r_start": r.start, "r_end": r.end, "include_idle": include_idle})
 
 
 _TOP_SORTS = {
@@ -239,19 +265,26 @@ _TOP_SORTS = {
 
 async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, limit: int, offset: int = 0,
                         sort: str = "samples", descending: bool = True, include_idle: bool = False) -> dict[str, Any]:
-    """Functions by self samples in the range; share is of all samples of the host (kernel and user)."""
+    """Functions by self samples in the range (or by inclusive samples, from call stacks); share is of
+    all samples of the host (kernel and user). inclusive_samples is null when the range has no stacks."""
     r = await resolve(session, host_id, spec)
     if r is None:
         out = _empty_range(spec)
         return {**out.public(), "window_s": spec.window_s or round(out.seconds), "total_samples": 0,
                 "user_samples": 0, "kernel_samples": 0, "idle_samples": 0, "unmapped_samples": 0, "lost_samples": 0,
-                "functions": 0, "items": []}
+                "stack_samples": 0, "functions": 0, "items": []}
     sums = await totals(session, host_id, r)
-    hot_sql, params = function_totals_sql(r)
-    order = _TOP_SORTS[sort].format(dir="DESC" if descending else "ASC")
+    inclusive: dict[int, int] | None = None
+    if sums["stack_samples"] > 0:
+        inclusive, _, _ = await stack_store.inclusive_by_function(session, host_id, r.start, r.end, include_idle)
+    by_inclusive = sort == "inclusive" and inclusive is not None
+    hot_sql, params = function_work_sql(r, include_idle)
+    order = _TOP_SORTS["samples" if sort == "inclusive" else sort].format(dir="DESC" if descending else "ASC")
+    page = "" if by_inclusive else "LIMIT :limit OFFSET :offset"
     rows = (await session.execute(text(f"""
         WITH hot AS ({hot_sql})
-        SELECT hot.function_id, hot.s, f.name, coalesce(hm.name, '') AS module, f.name ~ :idle AS idle,
+        SELECT hot.function_id, hot.s, f.name, coalesce(hm.name, '') AS module,
+               coalesce(hot.idle_s, 0) * 2 > hot.all_s AS idle,
                CASE WHEN hm.base_address + f."offset" < 0
                     THEN (hm.base_address + f."offset")::numeric + 18446744073709551616
                     ELSE (hm.base_address + f."offset")::numeric END AS address,
@@ -259,11 +292,9 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
                count(*) OVER () AS n
         FROM hot JOIN functions f ON f.id = hot.function_id
         LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
-        WHERE :include_idle OR NOT f.name ~ :idle
-        ORDER BY {order} LIMIT :limit OFFSET :offset"""),
-        {**params, "h": host_id, "idle": IDLE_FUNCTION_RE, "include_idle": include_idle, "limit": limit,
-         "offset": offset})).all()
-    n = int(rows[0].n) if rows else await _ranked_count(session, host_id, r, include_idle) if offset else 0
+        WHERE hot.s > 0
+        ORDER BY {order} {page}"""),
+        {**params, "h": host_id, "limit": limit, "offset": offset})).all()
     total = sums["total_samples"]
     items = []
     for row in rows:
@@ -271,17 +302,40 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
         items.append({"function_id": row.function_id, "name": row.name, "module": row.module,
                       "address": int(row.address) if row.address is not None else None,
                       "address_hex": row.address_hex, "samples": s, "samples_per_sec": s / r.seconds,
-                      "share": (s / total) if total else 0.0, "idle": bool(row.idle)})
+                      "share": (s / total) if total else 0.0, "idle": bool(row.idle),
+                      "inclusive_samples": (max(inclusive.get(row.function_id, 0), s)
+                                            if inclusive is not None else None)})
+    if by_inclusive:
+        assert inclusive is not None
+        # Functions that only call (no self samples) rank by what they include too.
+        have = {i["function_id"] for i in items}
+        extra = [fid for fid in inclusive if fid not in have]
+        for row in (await session.execute(text("""
+                SELECT f.id AS function_id, f.name, coalesce(hm.name, '') AS module,
+                       CASE WHEN hm.base_address + f."offset" < 0
+                            THEN (hm.base_address + f."offset")::numeric + 18446744073709551616
+                            ELSE (hm.base_address + f."offset")::numeric END AS address,
+                       to_hex(hm.base_address + f."offset") AS address_hex
+                FROM functions f LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
+                WHERE f.id = ANY(:ids)"""), {"h": host_id, "ids": extra})).all() if extra else []:
+            items.append({"function_id": row.function_id, "name": row.name, "module": row.module,
+                          "address": int(row.address) if row.address is not None else None,
+                          "address_hex": row.address_hex, "samples": 0, "samples_per_sec": 0.0, "share": 0.0,
+                          "idle": False, "inclusive_samples": inclusive[row.function_id]})
+        items.sort(key=lambda i: (-i["inclusive_samples"] if descending else i["inclusive_samples"], i["name"]))
+        n = len(items)
+        items = items[offset:offset + limit]
+    else:
+        n = int(rows[0].n) if rows else await _ranked_count(session, host_id, r, include_idle) if offset else 0
     return {**r.public(), "window_s": spec.window_s or round(r.seconds), **sums, "functions": n, "items": items}
 
 
 async def _ranked_count(session: AsyncSession, host_id: str, r: TimeRange, include_idle: bool) -> int:
-    hot_sql, params = function_totals_sql(r)
+    hot_sql, params = function_work_sql(r, include_idle)
     return (await session.execute(text(f"""
         WITH hot AS ({hot_sql})
-        SELECT count(*) FROM hot JOIN functions f ON f.id = hot.function_id
-        WHERE :include_idle OR NOT f.name ~ :idle"""),
-        {**params, "h": host_id, "idle": IDLE_FUNCTION_RE, "include_idle": include_idle})).scalar_one()
+        SELECT count(*) FROM hot JOIN functions f ON f.id = hot.function_id WHERE hot.s > 0"""),
+        {**params, "h": host_id})).scalar_one()
 
 
 async def hotness(session: AsyncSession, host_id: str, spec: RangeSpec) -> dict[str, Any]:
@@ -327,6 +381,29 @@ async def function_samples(session: AsyncSession, host_id: str, function_id: int
             "total": total, "blocks": blocks}
 
 
+async def instruction_samples(session: AsyncSession, host_id: str, function_id: int,
+                              spec: RangeSpec) -> dict[str, Any]:
+    """Samples per instruction of one function in the range (offsets from the function start), like perf
+    annotate; `counted` of `total` samples have a known instruction (older agents counted blocks only)."""
+    r = await resolve(session, host_id, spec)
+    items, total, counted = [], 0, 0
+    if r is not None:
+        params = {"h": host_id, "fid": function_id, "s": r.start, "e": r.end}
+        total = int((await session.execute(text("""
+            SELECT coalesce(sum(count), 0) FROM block_samples
+            WHERE host_id = :h AND function_id = :fid AND ts >= :s AND ts < :e"""), params)).scalar_one())
+        rows = await session.execute(text("""
+            SELECT bs.block_offset + u.o AS off, sum(u.c) AS n
+            FROM block_samples bs, unnest(bs.insn_offsets, bs.insn_counts) AS u(o, c)
+            WHERE bs.host_id = :h AND bs.function_id = :fid AND bs.ts >= :s AND bs.ts < :e
+            GROUP BY 1 ORDER BY 1"""), params)
+        for row in rows:
+            counted += int(row.n)
+            items.append({"offset": int(row.off), "samples": int(row.n), "samples_per_sec": int(row.n) / r.seconds})
+    out = r or _empty_range(spec)
+    return {**out.public(), "function_id": function_id, "total": total, "counted": counted, "items": items}
+
+
 def timeline_step(seconds: float, points: int) -> int:
     """The smallest round bucket length that cuts `seconds` into at most `points` buckets."""
     need = seconds / max(1, points)
@@ -344,20 +421,15 @@ async def timeline(session: AsyncSession, host_id: str, spec: RangeSpec, points:
     params = {"h": host_id, "s": r.start, "e": r.end, "step": timedelta(seconds=step), "origin": origin}
     rows = await session.execute(text("""
         SELECT date_bin(:step, ts, :origin) AS b, sum(total_samples) AS total, sum(user_samples) AS "user",
-               sum(unmapped_samples) AS unmapped, sum(interval_ms) AS ms
+               sum(unmapped_samples) AS unmapped, sum(interval_ms) AS ms, sum(idle_samples) AS idle
         FROM interval_totals WHERE host_id = :h AND ts >= :s AND ts < :e GROUP BY b ORDER BY b"""), params)
     buckets = {row.b: row for row in rows}
-    idle_rows = await session.execute(text("""
-        SELECT date_bin(:step, ts, :origin) AS b, sum(count) AS s FROM block_samples
-        WHERE host_id = :h AND ts >= :s AND ts < :e AND function_id = ANY(:ids) GROUP BY b"""),
-        {**params, "ids": await idle_function_ids(session, host_id)})
-    idle = {row.b: int(row.s) for row in idle_rows}
     out = []
     for b in sorted(buckets):
         row = buckets[b]
         total, user = int(row.total), int(row.user)
         out.append({"t": b, "seconds": int(row.ms) / 1000.0, "total": total, "user": user, "kernel": total - user,
-                    "idle": idle.get(b, 0), "unmapped": int(row.unmapped)})
+                    "idle": int(row.idle), "unmapped": int(row.unmapped)})
     return {**r.public(), "step_s": step, "points": out}
 
 
@@ -368,28 +440,31 @@ async def compare(session: AsyncSession, host_a: str, a: TimeRange, host_b: str,
     sums_a = await totals(session, host_a, a)
     sums_b = await totals(session, host_b, b)
     rows = await session.execute(text("""
-        WITH ha AS (SELECT function_id, sum(count) AS s FROM block_samples
+        WITH ha AS (SELECT function_id, sum(count) FILTER (WHERE :include_idle OR NOT idle) AS s,
+                           sum(count) FILTER (WHERE idle) AS idle_s, sum(count) AS all_s FROM block_samples
                     WHERE host_id = :ha AND ts >= :as AND ts < :ae GROUP BY function_id),
-             hb AS (SELECT function_id, sum(count) AS s FROM block_samples
+             hb AS (SELECT function_id, sum(count) FILTER (WHERE :include_idle OR NOT idle) AS s,
+                           sum(count) FILTER (WHERE idle) AS idle_s, sum(count) AS all_s FROM block_samples
                     WHERE host_id = :hb AND ts >= :bs AND ts < :be GROUP BY function_id),
-             na AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(ha.s) AS s, min(f.id) AS fid
+             na AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(ha.s) AS s, min(f.id) AS fid,
+                           sum(coalesce(ha.idle_s, 0)) AS idle_s, sum(ha.all_s) AS all_s
                     FROM ha JOIN functions f ON f.id = ha.function_id
                     LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :ha
-                    GROUP BY f.name, hm.name),
-             nb AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(hb.s) AS s, min(f.id) AS fid
+                    WHERE ha.s > 0 GROUP BY f.name, hm.name),
+             nb AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(hb.s) AS s, min(f.id) AS fid,
+                           sum(coalesce(hb.idle_s, 0)) AS idle_s, sum(hb.all_s) AS all_s
                     FROM hb JOIN functions f ON f.id = hb.function_id
                     LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :hb
-                    GROUP BY f.name, hm.name)
+                    WHERE hb.s > 0 GROUP BY f.name, hm.name)
         SELECT coalesce(na.name, nb.name) AS name, coalesce(na.module, nb.module) AS module,
                coalesce(na.s, 0) AS a_s, coalesce(nb.s, 0) AS b_s, na.fid AS a_fid, nb.fid AS b_fid,
-               coalesce(na.name, nb.name) ~ :idle AS idle, count(*) OVER () AS n
+               (coalesce(na.idle_s, 0) + coalesce(nb.idle_s, 0)) * 2 > coalesce(na.all_s, 0) + coalesce(nb.all_s, 0)
+                 AS idle, count(*) OVER () AS n
         FROM na FULL JOIN nb ON na.name = nb.name AND na.module = nb.module
-        WHERE :include_idle OR NOT coalesce(na.name, nb.name) ~ :idle
         ORDER BY abs(coalesce(nb.s, 0) / :bsec - coalesce(na.s, 0) / :asec) DESC, 1
         LIMIT :limit"""),
         {"ha": host_a, "as": a.start, "ae": a.end, "hb": host_b, "bs": b.start, "be": b.end,
-         "asec": a.seconds, "bsec": b.seconds, "idle": IDLE_FUNCTION_RE, "include_idle": include_idle,
-         "limit": limit})
+         "asec": a.seconds, "bsec": b.seconds, "include_idle": include_idle, "limit": limit})
     ta, tb = sums_a["total_samples"], sums_b["total_samples"]
     items, n = [], 0
     for row in rows:

@@ -120,7 +120,8 @@ async def retention_loop(runtime: Runtime) -> None:
     while True:
         try:
             deleted = await prune_samples(runtime.engine, settings.sample_retention_hours,
-                                          audit_retention_days=settings.audit_retention_days)
+                                          audit_retention_days=settings.audit_retention_days,
+                                          stack_retention_hours=settings.stack_retention_hours)
             if deleted:
                 log.info("retention: deleted %d sample rows older than %g h", deleted, settings.sample_retention_hours)
         except Exception:  # noqa: BLE001 - try again next round

@@ -16,6 +16,7 @@
 #include "daemon/catalog.h"
 #include "daemon/credentials.h"
 #include "daemon/outbox.h"
+#include "daemon/stack_defs.h"
 #include "host/caps.h"
 #include "host/hostinfo.h"
 #include "measure/sampler.h"
@@ -41,6 +42,10 @@ struct agent {
 	bool catalog_active;
 	/* Data messages until the backend acknowledges them. */
 	struct hp_outbox outbox;
+	/* Stack definitions the backend has (or is being sent) on this stream. */
+	struct hp_stack_defs stack_defs;
+	bool stacks;          /* sample call chains */
+	unsigned stack_depth; /* frames per chain; 0 = the sampler's default */
 	/* Who this agent is to the backend. */
 	struct hp_credentials id;
 };

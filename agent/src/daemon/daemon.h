@@ -24,6 +24,8 @@ struct hp_daemon_opts {
 	size_t buffer_bytes;       /* unacknowledged data kept in memory */
 	size_t spool_bytes;        /* and on disk beyond that */
 	bool quiet;                /* log only errors and ended connections */
+	bool no_stacks;            /* sample program counters only, no call chains */
+	unsigned stack_depth;      /* frames per call chain; 0 = the sampler's default (64) */
 };
 
 /* Run until SIGINT/SIGTERM: 0 after a requested stop, -1 if start-up failed

@@ -9,6 +9,7 @@
  */
 #include <grpc/status.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon/agent.h"
 #include "daemon/catalog_pump.h"
@@ -31,6 +32,8 @@ static void handle_server_message(struct agent *ag, struct hp_stream *st, const 
 	}
 	switch (sm->kind_case) {
 	case HOTPATH__V1__SERVER_MESSAGE__KIND_WELCOME:
+		/* A new stream: stack definitions go out again as batches need them. */
+		hp_stack_defs_reset(&ag->stack_defs);
 		for (size_t i = 0; i < sm->welcome->n_acks; i++)
 			hp_outbox_ack(&ag->outbox, sm->welcome->acks[i]->instance_id, sm->welcome->acks[i]->seq);
 		hp_outbox_rewind(&ag->outbox);
@@ -39,6 +42,8 @@ static void handle_server_message(struct agent *ag, struct hp_stream *st, const 
 		break;
 	case HOTPATH__V1__SERVER_MESSAGE__KIND_ACK:
 		hp_outbox_ack(&ag->outbox, sm->ack->instance_id, sm->ack->seq);
+		if (strcmp(sm->ack->instance_id, ag->outbox.instance) == 0)
+			hp_stack_defs_ack(&ag->stack_defs, sm->ack->seq, hp_mono_ms());
 		break;
 	case HOTPATH__V1__SERVER_MESSAGE__KIND_CATALOG_REQUEST:
 		hp_catalog_pump_request(ag, sm->catalog_request);

@@ -38,7 +38,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from app import agent_input, catalog, crud, enrolment, samples
+from app import agent_input, catalog, crud, enrolment, samples, stacks
 from app.agent_input import InvalidInput
 from app.catalog_digest import PieceHasher
 from app.core.pki import fingerprint_pem
@@ -104,6 +104,7 @@ class AgentSession:
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pending: dict[str, asyncio.Future] = field(default_factory=dict)
     dropped_samples: int = 0
+    known_stacks: set[int] = field(default_factory=set)  # stack ids stored for this host
     welcomed: bool = False
     closed: bool = False
     tokens: float = 0.0
@@ -559,12 +560,15 @@ class AgentService:
         seq = message.seq
         if seq and not instance:
             raise InvalidInput("a numbered message needs an instance id (Hello.instance_id)")
+        parsed_stacks = None
         if kind == "gap":
             if not seq:
                 raise InvalidInput("a DataGap must carry a sequence number")
             agent_input.check_gap(message.gap, seq)
         else:
             agent_input.check_batch(message.metrics)
+            parsed_stacks = (agent_input.check_stacks(message.metrics.stacks, message.metrics.total_samples)
+                             if message.metrics.HasField("stacks") else None)
         mark = 0
         if seq:
             if instance not in session.marks:
@@ -599,7 +603,7 @@ class AgentService:
             await samples.store_batch(self.runtime.engine, session.host_id, None, 0, [], None,
                                       mark=(instance, seq) if seq else None, gaps=gaps)
         else:
-            await self._store_metrics(session, message.metrics, instance, seq, gaps)
+            await self._store_metrics(session, message.metrics, instance, seq, gaps, parsed_stacks)
         if seq:
             session.marks[instance] = seq
             await session.send(pb.ServerMessage(ack=pb.Ack(instance_id=instance, seq=seq)))
@@ -611,8 +615,40 @@ class AgentService:
         high = now + timedelta(seconds=self.runtime.settings.max_clock_skew_s)
         return min(max(ts, low), high)
 
+    async def _check_stack_frames(self, session: AgentSession, parsed: "stacks.BatchStacks") -> None:
+        """Kernel frames must name functions of catalog pieces this host runs (or a stored piece), within
+        the function's bytes when the piece is stored."""
+        counts: dict[str, int] = {}
+        for _, modules, flat in parsed.defs:
+            for k in range(0, len(flat), 3):
+                kind, digest, _ = modules[flat[k]]
+                if kind != stacks.KERNEL_FUNCTION:
+                    continue
+                if digest not in counts:
+                    ref = session.refs.get(digest)
+                    if ref is not None:
+                        counts[digest] = ref.function_count
+                    else:
+                        async with self.runtime.engine.connect() as conn:
+                            found = (await conn.execute(text(
+                                "SELECT function_count FROM catalog_pieces WHERE digest = :d AND complete"),
+                                {"d": digest})).scalar_one_or_none()
+                        if found is None:
+                            raise InvalidInput(f"a stack frame names catalog {digest[:16]}, which this host does "
+                                               "not run and no host has sent")
+                        counts[digest] = found
+                fn, off = flat[k + 1], flat[k + 2]
+                if fn >= counts[digest]:
+                    raise InvalidInput(f"a stack frame names function {fn} of catalog {digest[:16]}, which has "
+                                       f"{counts[digest]}")
+                mapping = await self.registry.function_ids(digest)
+                entry = mapping.get(fn) if mapping is not None else None
+                if entry is not None and off > entry[1]:
+                    raise InvalidInput(f"a stack frame at offset {off:#x} of function {fn}, which is "
+                                       f"{entry[1]:#x} bytes long")
+
     async def _store_metrics(self, session: AgentSession, batch: "pb.MetricBatch", instance: str, seq: int,
-                             gaps: list[dict]) -> None:
+                             gaps: list[dict], parsed_stacks: "stacks.BatchStacks | None" = None) -> None:
         settings = self.runtime.settings
         now_ns = time.time_ns()
         start_ns = batch.interval_start_unix_ns
@@ -638,8 +674,10 @@ class AgentService:
             return
         ts = _ns_to_dt(start_ns)
         per_block: Counter = Counter()
+        per_insn: dict[tuple[int, int, bool], Counter] = {}
         dropped = 0
         maps: dict[str, dict[int, tuple[int, int]] | None] = {}
+        legacy_idle: dict[str, set[int]] = {}
         for b in batch.blocks:
             ref = session.modules.get(b.module)
             if ref is None:
@@ -658,20 +696,67 @@ class AgentService:
             if b.block_offset >= max(entry[1], 1):
                 raise InvalidInput(f"samples for block offset {b.block_offset:#x} of function {b.function_index}, "
                                    f"which is {entry[1]:#x} bytes long")
-            per_block[(entry[0], b.block_offset)] += b.count
+            if batch.idle_by_context:
+                idle = b.idle
+            else:  # an agent that does not report context: the idle loop by name
+                if digest not in legacy_idle:
+                    async with self.runtime.engine.connect() as conn:
+                        legacy_idle[digest] = await samples.idle_function_indexes(conn, digest)
+                idle = b.function_index in legacy_idle[digest]
+            key = (entry[0], b.block_offset, idle)
+            per_block[key] += b.count
+            if b.instruction_offsets:
+                if b.block_offset + b.instruction_offsets[-1] >= entry[1]:
+                    raise InvalidInput(f"instruction samples past the end of function {b.function_index}")
+                per_pc = per_insn.setdefault(key, Counter())
+                for off, count in zip(b.instruction_offsets, b.instruction_counts, strict=True):
+                    per_pc[off] += count
+        stack_samples = stack_dropped = 0
+        if parsed_stacks is not None:
+            await self._check_stack_frames(session, parsed_stacks)
+            stack_samples, stack_dropped = batch.stacks.stack_samples, batch.stacks.dropped_samples
+            defined = {d[0] for d in parsed_stacks.defs}
+            unknown = [r[0] for r in parsed_stacks.rows
+                       if r[0] not in defined and r[0] not in session.known_stacks]
+            if unknown:
+                async with self.runtime.engine.connect() as conn:
+                    found = await stacks.known_ids(conn, session.host_id, unknown)
+                session.known_stacks |= found
+                missing = set(unknown) - found
+                if missing:
+                    # Stacks whose definition this host never sent (or the backend forgot): counted, not stored.
+                    lost = sum(r[1] for r in parsed_stacks.rows if r[0] in missing)
+                    parsed_stacks.rows = [r for r in parsed_stacks.rows if r[0] not in missing]
+                    stack_samples -= lost
+                    stack_dropped += lost
+                    log.warning("host %s: %d samples of %d undefined stack(s) not stored", session.host_id, lost,
+                                len(missing))
         session.dropped_samples += dropped
         metrics = self.runtime.metrics
         metrics.ingest_batches.inc()
         metrics.ingest_samples.inc(batch.total_samples)
         metrics.ingest_dropped.inc(dropped)
-        rows = [(fid, off, count) for (fid, off), count in per_block.items()]
-        await samples.store_batch(self.runtime.engine, session.host_id, ts, batch.interval_ms, rows,
-                                  (batch.total_samples, batch.user_samples, batch.unmapped_samples,
-                                   batch.lost_samples, dropped), mark=mark, gaps=gaps)
+        rows = []
+        for (fid, off, idle), count in per_block.items():
+            insns: Counter | None = per_insn.get((fid, off, idle))
+            offsets = sorted(insns) if insns else None
+            rows.append((fid, off, count, idle, offsets, [insns[o] for o in offsets] if insns and offsets else None))
+        idle_samples = batch.idle_samples if batch.idle_by_context else sum(
+            c for (_, _, idle), c in per_block.items() if idle)
+        totals = {"total": batch.total_samples, "user": batch.user_samples, "unmapped": batch.unmapped_samples,
+                  "lost": batch.lost_samples, "dropped": dropped, "idle": idle_samples,
+                  "idle_by_context": batch.idle_by_context, "stack_samples": stack_samples,
+                  "stack_dropped": stack_dropped}
+        await samples.store_batch(self.runtime.engine, session.host_id, ts, batch.interval_ms, rows, totals,
+                                  stacks=parsed_stacks, mark=mark, gaps=gaps)
+        if parsed_stacks is not None:
+            if len(session.known_stacks) > 500_000:
+                session.known_stacks.clear()
+            session.known_stacks |= {d[0] for d in parsed_stacks.defs}
         session.last_end[instance] = _ns_to_dt(end_ns)
         if self.runtime.hub.subscriber_count:
             per_fn: Counter = Counter()
-            for (fid, _), count in per_block.items():
+            for (fid, _, _), count in per_block.items():
                 per_fn[fid] += count
             top = per_fn.most_common(20)
             names = await samples.function_names(self.runtime.engine, [fid for fid, _ in top])

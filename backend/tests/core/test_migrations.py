@@ -7,7 +7,7 @@ from tests.conftest import _recreate_database
 
 TABLES = {"users", "audit_log", "hosts", "host_modules", "catalog_pieces", "functions", "function_code",
           "instruction_cache", "block_samples", "interval_totals", "enrolment_tokens", "enrolment_requests",
-          "delivery_marks", "data_gaps"}
+          "delivery_marks", "data_gaps", "stack_defs", "stack_samples"}
 
 
 def test_upgrade_head_on_empty_database_then_downgrade_base(postgres_url):
