@@ -34,6 +34,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.models import i64_to_u64, u64_to_i64
+from app.series import copytext
 
 KERNEL_FUNCTION, KERNEL_ADDRESS, USER_FILE, USER_ADDRESS = 1, 2, 3, 4
 FRAME_KINDS = {KERNEL_FUNCTION: "kernel", KERNEL_ADDRESS: "kernel_address", USER_FILE: "user",
@@ -116,9 +117,11 @@ async def write_many(conn: AsyncConnection, batches: list[tuple[str, datetime, B
         assert raw.driver_connection is not None
         sql = "COPY stack_samples (host_id, ts, stack_id, count, pids, comms, cpus, counts) FROM STDIN"
         async with raw.driver_connection.cursor() as cur, cur.copy(sql) as copy:
-            for host_id, ts, data in batches:
-                for sid, total, pids, comms, cpus, counts in data.rows:
-                    await copy.write_row((host_id, ts, u64_to_i64(sid), total, pids, comms, cpus, counts))
+            await copy.write("".join(
+                copytext.row((host, stamp, str(u64_to_i64(sid)), str(total), copytext.ints(pids),
+                              copytext.texts(comms), copytext.ints(cpus), copytext.ints(counts)))
+                for host, stamp, data in ((copytext.field(h), copytext.ts(t), d) for h, t, d in batches)
+                for sid, total, pids, comms, cpus, counts in data.rows).encode())
 
 
 async def known_ids(conn: AsyncConnection, host_id: str, ids: list[int]) -> set[int]:

@@ -813,10 +813,18 @@ class AgentService:
             maps.append(await self.registry.function_ids(digest))
             idle_sets.append(self.registry.idle_ids.get(digest, set()))
         counts_of = [session.refs[d].function_count for d in digests]
-        per_block: dict[tuple[int, int, bool], int] = {}
-        per_insn: dict[tuple[int, int, bool], Counter] = {}
+        # Block entries in arrival order; a key seen again (another entry of the same block and context)
+        # adds to its position, and then its instruction counts are merged (rare: agents send one each).
+        position: dict[tuple[int, int, bool], int] = {}
+        function_ids: list[int] = []
+        block_offsets: list[int] = []
+        counts: list[int] = []
+        idles: list[bool] = []
+        insns: list[tuple[int, Any, Any]] = []  # (position, offsets, counts)
+        merged = False
         dropped = 0
         nmods = len(digests)
+        by_context = batch.idle_by_context
         for b in batch.blocks:
             mi = b.module_index
             if mi >= nmods:
@@ -830,19 +838,28 @@ class AgentService:
                 dropped += b.count  # the piece is not stored yet
                 continue
             off = b.block_offset
-            if off >= max(entry[1], 1):
+            size = entry[1]
+            if off >= max(size, 1):
                 raise InvalidInput(f"samples for block offset {off:#x} of function {fi}, "
-                                   f"which is {entry[1]:#x} bytes long")
+                                   f"which is {size:#x} bytes long")
             # An agent that does not report context: the idle loop by name.
-            idle = b.idle if batch.idle_by_context else fi in idle_sets[mi]
+            idle = b.idle if by_context else fi in idle_sets[mi]
             key = (entry[0], off, idle)
-            per_block[key] = per_block.get(key, 0) + b.count
-            if b.instruction_offsets:
-                if off + b.instruction_offsets[-1] >= entry[1]:
+            pos = position.get(key)
+            if pos is None:
+                pos = position[key] = len(counts)
+                function_ids.append(entry[0])
+                block_offsets.append(off)
+                counts.append(b.count)
+                idles.append(idle)
+            else:
+                counts[pos] += b.count
+                merged = True
+            ioffs = b.instruction_offsets
+            if ioffs:
+                if off + ioffs[-1] >= size:
                     raise InvalidInput(f"instruction samples past the end of function {fi}")
-                per_pc = per_insn.setdefault(key, Counter())
-                for ioff, icount in zip(b.instruction_offsets, b.instruction_counts, strict=True):
-                    per_pc[ioff] += icount
+                insns.append((pos, ioffs, b.instruction_counts))
         stack_samples = stack_dropped = 0
         if parsed_stacks is not None:
             await self._check_stack_frames(session, parsed_stacks)
@@ -868,22 +885,22 @@ class AgentService:
         metrics.ingest_batches.inc()
         metrics.ingest_samples.inc(batch.total_samples)
         metrics.ingest_dropped.inc(dropped)
-        metrics.ingest_points.inc(len(per_block))
-        function_ids, block_offsets, counts, idles = [], [], [], []
-        insn_index, insn_offsets, insn_counts = [], [], []
-        for i, ((fid, off, idle), count) in enumerate(per_block.items(), start=1):
-            function_ids.append(fid)
-            block_offsets.append(off)
-            counts.append(count)
-            idles.append(idle)
-            insns = per_insn.get((fid, off, idle))
-            if insns:
-                for ioff in sorted(insns):
-                    insn_index.append(i)
-                    insn_offsets.append(ioff)
-                    insn_counts.append(insns[ioff])
-        idle_samples = batch.idle_samples if batch.idle_by_context else sum(
-            c for (_, _, idle), c in per_block.items() if idle)
+        metrics.ingest_points.inc(len(counts))
+        insn_index: list[int] = []
+        insn_offsets: list[int] = []
+        insn_counts: list[int] = []
+        if merged and insns:
+            per_pc: dict[int, Counter] = {}
+            for pos, ioffs, icounts in insns:
+                c = per_pc.setdefault(pos, Counter())
+                for o, n in zip(ioffs, icounts, strict=True):
+                    c[o] += n
+            insns = [(pos, sorted(c), [c[o] for o in sorted(c)]) for pos, c in sorted(per_pc.items())]
+        for pos, ioffs, icounts in insns:  # positions are 1-based in the stored arrays
+            insn_index.extend([pos + 1] * len(ioffs))
+            insn_offsets.extend(ioffs)
+            insn_counts.extend(icounts)
+        idle_samples = batch.idle_samples if by_context else sum(c for c, i in zip(counts, idles, strict=True) if i)
         item.samples = samples.SampleRow(
             host_id=session.host_id, ts=_ns_to_dt(start_ns), interval_ms=batch.interval_ms,
             totals=(batch.total_samples, batch.user_samples, batch.unmapped_samples, batch.lost_samples, dropped,

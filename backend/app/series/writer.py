@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import stacks as stack_store
-from app.series import partitions, rollups
+from app.series import copytext, partitions, rollups
 
 log = logging.getLogger("hotpath.ingest")
 
@@ -238,26 +238,30 @@ class IngestWriter:
                 driver = raw.driver_connection
                 assert driver is not None
                 async with driver.cursor() as cur:
+                    # Rows are written as COPY text built by joins (app.series.copytext), one write per table.
                     if sample_rows:
                         async with cur.copy(
                                 "COPY sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, "
                                 "unmapped_samples, lost_samples, dropped_samples, idle_samples, idle_by_context, "
                                 "stack_samples, stack_dropped_samples, function_ids, block_offsets, counts, idles, "
                                 "insn_index, insn_offsets, insn_counts, batch) FROM STDIN") as copy:
-                            for s in sample_rows:
-                                idles = list(s.idles) if s.idles is not None else [False] * len(s.counts)
-                                await copy.write_row((s.host_id, s.ts, s.interval_ms, *s.totals, s.idle_by_context,
-                                                      s.stack_samples, s.stack_dropped, list(s.function_ids),
-                                                      list(s.block_offsets), list(s.counts), idles,
-                                                      list(s.insn_index), list(s.insn_offsets), list(s.insn_counts),
-                                                      batch))
+                            await copy.write("".join(copytext.row((
+                                copytext.field(s.host_id), copytext.ts(s.ts), str(s.interval_ms),
+                                *map(str, s.totals), "t" if s.idle_by_context else "f", str(s.stack_samples),
+                                str(s.stack_dropped), copytext.ints(s.function_ids), copytext.ints(s.block_offsets),
+                                copytext.ints(s.counts),
+                                copytext.bools(s.idles) if s.idles is not None else
+                                copytext.bools([False] * len(s.counts)),
+                                copytext.ints(s.insn_index), copytext.ints(s.insn_offsets),
+                                copytext.ints(s.insn_counts), str(batch))) for s in sample_rows).encode())
                     if point_rows:
                         async with cur.copy(
                                 "COPY measurement_points (host_id, measurement_id, ts, seconds, state, resources, "
                                 "vals, batch) FROM STDIN") as copy:
-                            for p in point_rows:
-                                await copy.write_row((p.host_id, p.measurement_id, p.ts, p.seconds, p.state,
-                                                      list(p.resources), list(p.vals), batch))
+                            await copy.write("".join(copytext.row((
+                                copytext.field(p.host_id), copytext.field(p.measurement_id), copytext.ts(p.ts),
+                                repr(float(p.seconds)), str(p.state), copytext.ints(p.resources),
+                                copytext.floats(p.vals), str(batch))) for p in point_rows).encode())
                 stacked = [(it.host_id, it.samples.ts, it.stacks) for it in items
                            if it.stacks is not None and it.samples is not None]
                 if stacked:
