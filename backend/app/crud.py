@@ -154,7 +154,7 @@ async def functions_page(session: AsyncSession, host_id: str, q: str | None, mod
     sql = f"""
         WITH hot AS ({hot_cte}),
         page AS (
-            SELECT f.id, f.name, hm.name AS module,
+            SELECT f.id, f.name, hm.name AS module, f.digest, f.index,
                    CASE WHEN hm.base_address + f."offset" < 0
                         THEN (hm.base_address + f."offset")::numeric + 18446744073709551616
                         ELSE (hm.base_address + f."offset")::numeric END AS address,
@@ -169,8 +169,8 @@ async def functions_page(session: AsyncSession, host_id: str, q: str | None, mod
             OFFSET :offset LIMIT :limit)
         SELECT (SELECT coalesce(max(total), 0) FROM page) AS total,
                (SELECT coalesce(json_agg(item), '[]'::json)::text FROM
-                   (SELECT id, name, module, address, address_hex, size, block_count, samples_per_sec,
-                           undecodable FROM page) AS item) AS items"""
+                   (SELECT id, name, module, digest, index, address, address_hex, size, block_count,
+                           samples_per_sec, undecodable FROM page) AS item) AS items"""
     row = (await session.execute(text(sql), params)).one()
     total = row.total
     if total == 0 and offset > 0:
@@ -193,7 +193,8 @@ async def get_host_function(session: AsyncSession, host_id: str, function_id: in
 def summary_from_row(r, samples_per_sec: float) -> dict[str, Any]:
     base = i64_to_u64(r.base_address)
     addr = (base + r.offset) & 0xFFFFFFFFFFFFFFFF
-    return {"id": r.id, "name": r.name, "module": r.module, "address": addr, "address_hex": hex64(addr),
+    return {"id": r.id, "name": r.name, "module": r.module, "digest": r.digest, "index": r.index,
+            "address": addr, "address_hex": hex64(addr),
             "size": r.size, "block_count": r.block_count, "samples_per_sec": samples_per_sec,
             "undecodable": r.undecodable}
 

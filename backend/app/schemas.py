@@ -327,6 +327,8 @@ class FunctionSummary(BaseModel):
     id: int
     name: str
     module: str
+    digest: str = Field(description="The function's catalog piece (its identity in measurement requests)")
+    index: int = Field(description="The function's index within its catalog piece")
     address: int
     address_hex: str
     size: int

@@ -8,6 +8,7 @@ import { HostsPage } from "./features/hosts/HostsPage";
 import { HostPage } from "./features/hosts/HostPage";
 import { FunctionPage } from "./features/functions/FunctionPage";
 import { AdminPage } from "./features/admin/AdminPage";
+import { MeasurePage } from "./features/measure/MeasurePage";
 
 export function App() {
   return (
@@ -17,6 +18,7 @@ export function App() {
         <Route index element={<HostsPage />} />
         <Route path="hosts/:hostId" element={<HostPage />} />
         <Route path="hosts/:hostId/functions/:functionId" element={<FunctionPage />} />
+        <Route path="hosts/:hostId/measure" element={<MeasurePage />} />
         <Route path="admin" element={<AdminPage />} />
         <Route path="*" element={<NotFound />} />
       </Route>

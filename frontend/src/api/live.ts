@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Live updates: one WebSocket per signed-in console. Host messages replace the host in the cache
-// directly (status changes show at once); sample batches mark that host's hotness views stale,
-// refetched at most once per second per host. The socket reconnects with backoff.
+// Live updates: one WebSocket per signed-in console. A view receives only what it shows: views
+// register their topics (`hosts`, `host:<id>`, `measurement:<id>`) with useLiveTopics and the socket
+// sends the union as a subscribe message whenever it changes and on every (re)connect. Host messages
+// replace the host in the cache directly (status changes show at once); sample batches mark that
+// host's hotness views stale, refetched at most once per second per host; target, command and
+// measurement events mark their views stale. The socket reconnects with backoff.
 import { useEffect, useState } from "react";
 import { useQueryClient, type QueryClient } from "@tanstack/react-query";
 import { keys } from "./queries";
@@ -13,6 +16,36 @@ export type LiveState = "connecting" | "open" | "closed";
 export function liveUrl(token: string, loc: Pick<Location, "protocol" | "host"> = window.location): string {
   const scheme = loc.protocol === "https:" ? "wss" : "ws";
   return `${scheme}://${loc.host}/api/v1/ws?token=${encodeURIComponent(token)}`;
+}
+
+// The topics the views on screen want, counted per view (two views may want the same one).
+const topicCounts = new Map<string, number>();
+const topicListeners = new Set<() => void>();
+
+export function currentTopics(): string[] {
+  return [...topicCounts.keys()].sort();
+}
+
+function topicsChanged() {
+  for (const l of topicListeners) l();
+}
+
+/** Subscribe the live socket to these topics while the calling view is mounted. */
+export function useLiveTopics(topics: (string | null | undefined)[]): void {
+  const key = topics.filter((t): t is string => !!t).sort().join("\n");
+  useEffect(() => {
+    const list = key ? key.split("\n") : [];
+    for (const t of list) topicCounts.set(t, (topicCounts.get(t) ?? 0) + 1);
+    topicsChanged();
+    return () => {
+      for (const t of list) {
+        const n = (topicCounts.get(t) ?? 1) - 1;
+        if (n <= 0) topicCounts.delete(t);
+        else topicCounts.set(t, n);
+      }
+      topicsChanged();
+    };
+  }, [key]);
 }
 
 /** Apply one pushed message to the query cache. */
@@ -31,6 +64,22 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
     // A newly complete catalog is worth fetching (pieces are content-addressed, so only the module
     // list can change).
     if (host.catalog_complete) void qc.invalidateQueries({ queryKey: keys.modules(host.id) });
+  } else if (msg.type === "targets") {
+    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "targets"] });
+    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "measurements"] });
+  } else if (msg.type === "command") {
+    const hostId = msg.command.host_id;
+    qc.setQueryData(["host", hostId, "command", msg.command.id], msg.command);
+    void qc.invalidateQueries({ queryKey: ["host", hostId, "commands"] });
+    if (msg.command.state === "done" || msg.command.state === "failed") {
+      void qc.invalidateQueries({ queryKey: ["host", hostId, "targets"] });
+      void qc.invalidateQueries({ queryKey: ["host", hostId, "measurements"] });
+    }
+  } else if (msg.type === "measurement") {
+    const { host_id: hostId, measurement_id: mid } = msg;
+    throttle.trigger(`measurement:${mid}`, () => {
+      void qc.invalidateQueries({ queryKey: ["host", hostId, "measurement", mid], predicate: (q) => q.meta?.live !== false });
+    });
   } else if (msg.type === "gap") {
     void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "coverage"] });
   } else if (msg.type === "samples") {
@@ -44,11 +93,13 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
   }
 }
 
+const LIVE_TYPES = new Set(["host", "samples", "gap", "ping", "targets", "command", "measurement"]);
+
 export function parseLiveMessage(data: unknown): LiveMessage | null {
   if (typeof data !== "string") return null;
   try {
     const msg = JSON.parse(data) as { type?: unknown };
-    if (msg && (msg.type === "host" || msg.type === "samples" || msg.type === "gap" || msg.type === "ping")) {
+    if (msg && typeof msg.type === "string" && LIVE_TYPES.has(msg.type)) {
       return msg as LiveMessage;
     }
   } catch {
@@ -73,6 +124,7 @@ export function useLiveUpdates(token: string | null): LiveState {
       socket.onopen = () => {
         attempts = 0;
         setState("open");
+        sendTopics();
         // Whatever was pushed while disconnected is caught up by one refresh.
         void qc.invalidateQueries({ queryKey: keys.hosts });
       };
@@ -87,8 +139,15 @@ export function useLiveUpdates(token: string | null): LiveState {
         retryTimer = setTimeout(connect, Math.min(10_000, 500 * 2 ** Math.min(attempts, 5)));
       };
     };
+    const sendTopics = () => {
+      if (socket?.readyState === WebSocket.OPEN) {
+        socket.send(JSON.stringify({ type: "subscribe", topics: currentTopics() }));
+      }
+    };
+    topicListeners.add(sendTopics);
     connect();
     return () => {
+      topicListeners.delete(sendTopics);
       stopped = true;
       clearTimeout(retryTimer);
       throttle.cancel();

@@ -47,4 +47,17 @@ export type LiveMessage =
   | (Omit<S["HostEvent"], "type"> & { type: "host" })
   | (Omit<S["SamplesEvent"], "type"> & { type: "samples" })
   | (Omit<S["GapEvent"], "type"> & { type: "gap" })
+  | { type: "targets"; host_id: string }
+  | { type: "command"; command: Command }
+  | { type: "measurement"; host_id: string; measurement_id: string; interval_start: string; state: string }
   | { type: "ping" };
+export type Target = S["TargetPublic"];
+export type Command = S["CommandPublic"];
+export type Measurement = S["MeasurementPublic"];
+export type MeasurementDetail = S["MeasurementDetail"];
+export type MeasuredResource = S["MeasuredResourcePublic"];
+export type MetricPlan = S["MetricPlanPublic"];
+export type MeasurementValues = S["MeasurementValues"];
+export type MeasurementSeries = S["MeasurementSeries"];
+export type SlotValues = S["SlotValues"];
+export type MeasurementCreate = S["MeasurementCreate"];

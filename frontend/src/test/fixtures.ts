@@ -6,7 +6,7 @@ import type { Block, FunctionDetail, FunctionSummary, Host } from "../api/types"
 
 export function fnSummary(over: Partial<FunctionSummary> & { id: number; name: string }): FunctionSummary {
   return {
-    module: "vmlinux", address: 18446744071579000000, address_hex: "ffffffff81000000",
+    module: "vmlinux", digest: "0".repeat(64), index: over.id, address: 18446744071579000000, address_hex: "ffffffff81000000",
     size: 64, block_count: 3, samples_per_sec: 0, undecodable: false, ...over,
   };
 }

@@ -3,6 +3,7 @@
 // time range (laid out in a Web Worker, with progress while that runs), the instructions of the
 // selected block with their samples (the hottest marked), its callers and callees from sampled call
 // stacks, and its direct callees from its code. Range, selected block and colour scale are in the URL.
+import { useLiveTopics } from "../../api/live";
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
@@ -27,6 +28,7 @@ export function FunctionPage() {
   const fid = /^\d+$/.test(functionId) ? Number(functionId) : NaN;
   const valid = Number.isSafeInteger(fid);
   const detail = useFunctionDetail(hostId, fid, valid);
+  useLiveTopics([`host:${hostId}`]);
   const hostLink = `/hosts/${encodeURIComponent(hostId)}`;
 
   if (!valid || (detail.isError && detail.error instanceof ApiError && detail.error.status === 404)) {

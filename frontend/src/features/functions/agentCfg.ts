@@ -40,7 +40,8 @@ export function agentFunctionToDetail(fn: AgentFunction, id = 1): FunctionDetail
   });
   return {
     function: {
-      id, name: fn.function.name, module: fn.function.module, address: Number(start), address_hex: start.toString(16),
+      id, name: fn.function.name, module: fn.function.module, digest: "", index: 0, address: Number(start),
+      address_hex: start.toString(16),
       size: fn.function.size, block_count: blocks.length, samples_per_sec: 0, undecodable: false,
     },
     undecodable_offset: null, blocks, callees: [], indirect_call_sites: [],

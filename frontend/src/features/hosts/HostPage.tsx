@@ -18,6 +18,8 @@ import { TimelineChart } from "../time/TimelineChart";
 import { GapStrip } from "./GapStrip";
 import { CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "./hostParts";
 import { HostAdminActions } from "../admin/HostAdminActions";
+import { TargetsPanel } from "../measure/TargetsPanel";
+import { useLiveTopics } from "../../api/live";
 
 const TABS: { id: HostTab; label: string }[] = [
   { id: "code", label: "Code" },
@@ -30,6 +32,7 @@ type TabId = HostTab;
 export function HostPage() {
   const { hostId = "" } = useParams();
   const host = useHost(hostId);
+  useLiveTopics([`host:${hostId}`]);
   const [view, update] = useUrlView(readHostView, writeHostView);
   const tab: TabId = view.tab;
   const tabRefs = useRef<(HTMLButtonElement | null)[]>([]);
@@ -75,6 +78,7 @@ export function HostPage() {
         <div><dt>Catalog</dt><dd><CatalogStatus host={h} /></dd></div>
         <div><dt>Stream</dt><dd>{h.replica ? `held by ${h.replica}` : "never connected"}</dd></div>
       </dl>
+      <TargetsPanel hostId={h.id} />
       <div className="toolbar range-bar">
         <TimeRangePicker range={view.range} onChange={(range) => update({ range, page: 1 }, { push: true })} />
         <LiveBar range={view.range} paused={view.paused} onPause={(paused) => update({ paused }, { push: false })}

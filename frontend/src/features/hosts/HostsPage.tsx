@@ -2,12 +2,14 @@
 // The first screen: what Hotpath is, where its documentation is, and the host list — every agent the
 // backend knows, its kernel, CPU, cache geometry, connection status, catalog state and capabilities.
 // Kept live by the WebSocket pushes.
+import { useLiveTopics } from "../../api/live";
 import { Link } from "react-router-dom";
 import { useHosts } from "../../api/queries";
 import { CapabilityList, CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "./hostParts";
 
 export function HostsPage() {
   const hosts = useHosts();
+  useLiveTopics(["hosts"]);
   return (
     <section>
       <section className="intro" aria-labelledby="intro-title">

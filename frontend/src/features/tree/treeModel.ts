@@ -259,7 +259,7 @@ export function flattenTree(index: CatalogIndex, opts: FlattenOptions): TreeRow[
 /** Functions from content-addressed catalog pieces (columns, offsets relative to each module's base
  *  on this host), as the tree's summaries. Addresses are exact: computed in BigInt from the base. */
 export function summariesFromPieces(
-  pieces: readonly { module: string; ids: number[]; names: string[]; offsets: number[]; sizes: number[]; block_counts: number[]; undecodable: number[] }[],
+  pieces: readonly { module: string; digest?: string; ids: number[]; names: string[]; offsets: number[]; sizes: number[]; block_counts: number[]; undecodable: number[] }[],
   baseHex: ReadonlyMap<string, string>,
 ): FunctionSummary[] {
   const out: FunctionSummary[] = [];
@@ -269,7 +269,10 @@ export function summariesFromPieces(
     for (let i = 0; i < p.ids.length; i++) {
       const addr = (base + BigInt(p.offsets[i])) & 0xffffffffffffffffn;
       out.push({
-        id: p.ids[i], name: p.names[i], module: p.module, address: Number(addr), address_hex: addr.toString(16),
+        id: p.ids[i], name: p.names[i], module: p.module, digest: p.digest ?? "",
+        index: -1, // the columns are in address order; the catalog index comes with the function's detail
+        address: Number(addr),
+        address_hex: addr.toString(16),
         size: p.sizes[i], block_count: p.block_counts[i], samples_per_sec: 0, undecodable: bad.has(i),
       });
     }

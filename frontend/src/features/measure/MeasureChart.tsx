@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// A measurement's live time series: one line per resource (a metric per second of each bucket), a
+// time axis, a value axis with its unit, and a legend. Shaping runs in a Web Worker (in a macrotask
+// where none exists); D3 scales and shapes draw into React-owned SVG.
+import { useEffect, useMemo, useRef, useState } from "react";
+import { scaleLinear, scaleOrdinal, scaleTime } from "d3-scale";
+import { schemeTableau10 } from "d3-scale-chromatic";
+import { line } from "d3-shape";
+import type { MeasurementSeries } from "../../api/types";
+import { chartSeries, type ChartSeries } from "./measureModel";
+import type { SeriesReply, SeriesRequest } from "./measure.worker";
+
+const WIDTH = 760;
+const HEIGHT = 220;
+const M = { top: 10, right: 16, bottom: 24, left: 64 };
+const UNITS = { count: "calls/s", wall: "threads (wall s/s)", vtime: "threads on CPU (s/s)" } as const;
+
+let nextId = 1;
+
+function useShapedSeries(series: MeasurementSeries | undefined, names: Map<number, string>, metric: "count" | "wall" | "vtime") {
+  const [shaped, setShaped] = useState<ChartSeries[]>([]);
+  useEffect(() => {
+    if (!series) return;
+    const id = nextId++;
+    if (typeof Worker === "undefined") {
+      const timer = setTimeout(() => setShaped(chartSeries(series, names, metric)), 0);
+      return () => clearTimeout(timer);
+    }
+    const worker = new Worker(new URL("./measure.worker.ts", import.meta.url), { type: "module" });
+    worker.onmessage = (ev: MessageEvent<SeriesReply>) => {
+      if (ev.data.id === id) setShaped(ev.data.shaped);
+      worker.terminate();
+    };
+    const request: SeriesRequest = { id, series, names: [...names], metric };
+    worker.postMessage(request);
+    return () => worker.terminate();
+  }, [series, names, metric]);
+  return shaped;
+}
+
+export function MeasureChart({ series, names, metric }: {
+  series: MeasurementSeries | undefined;
+  names: Map<number, string>;
+  metric: "count" | "wall" | "vtime";
+}) {
+  const shaped = useShapedSeries(series, names, metric);
+  const from = series ? Date.parse(series.from) : 0;
+  const to = series ? Date.parse(series.to) : 1;
+  const x = useMemo(() => scaleTime().domain([new Date(from), new Date(to)]).range([M.left, WIDTH - M.right]), [from, to]);
+  const max = Math.max(1e-9, ...shaped.flatMap((s) => s.points.map((p) => p.v)));
+  const y = useMemo(() => scaleLinear().domain([0, max]).nice().range([HEIGHT - M.bottom, M.top]), [max]);
+  const colour = scaleOrdinal<number, string>(schemeTableau10);
+  const path = line<{ t: number; v: number }>().x((p) => x(new Date(p.t))).y((p) => y(p.v));
+  const ref = useRef<SVGSVGElement>(null);
+  return (
+    <figure className="measure-chart" aria-label={`${metric} over time`}>
+      <svg ref={ref} viewBox={`0 0 ${WIDTH} ${HEIGHT}`} width="100%" role="img" aria-label={`${metric} per second of each resource`}>
+        <g className="axis" aria-hidden="true">
+          {x.ticks(6).map((t) => (
+            <g key={t.getTime()} transform={`translate(${x(t)},0)`}>
+              <line y1={HEIGHT - M.bottom} y2={HEIGHT - M.bottom + 4} stroke="currentColor" />
+              <text y={HEIGHT - 6} textAnchor="middle" fontSize="10">{t.toLocaleTimeString()}</text>
+            </g>
+          ))}
+          {y.ticks(4).map((v) => (
+            <g key={v} transform={`translate(0,${y(v)})`}>
+              <line x1={M.left - 4} x2={WIDTH - M.right} stroke="currentColor" opacity={0.15} />
+              <text x={M.left - 6} dy="0.32em" textAnchor="end" fontSize="10">{v.toLocaleString()}</text>
+            </g>
+          ))}
+          <text x={12} y={M.top + 2} fontSize="10" transform={`rotate(90 12 ${M.top + 2})`}>{UNITS[metric]}</text>
+        </g>
+        {shaped.map((s) => (
+          <path key={s.resource} d={path(s.points) ?? ""} fill="none" stroke={colour(s.resource)} strokeWidth={1.5}
+            data-resource={s.resource} />
+        ))}
+      </svg>
+      <figcaption>
+        <ul className="legend" aria-label="Legend">
+          {shaped.map((s) => {
+            const last = s.points.at(-1);
+            return (
+              <li key={s.resource}>
+                <span className="swatch" style={{ background: colour(s.resource) }} aria-hidden="true" />
+                {s.name}{last ? `: ${last.v.toLocaleString(undefined, { maximumSignificantDigits: 4 })} ${UNITS[metric]}` : ""}
+              </li>
+            );
+          })}
+        </ul>
+      </figcaption>
+    </figure>
+  );
+}

@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+// Measurements of one target (kperfmon's visis): pick functions (and their blocks), pick metrics,
+// start; then a live table (resources × metrics, units on every number, exact / sampled / estimate
+// labels, unavailable metrics with the agent's reason) and a live chart, fed by the WebSocket
+// subscription of that measurement only. Stop and pause; command progress with Cancel.
+import { useMemo, useState } from "react";
+import { Link, useParams, useSearchParams } from "react-router-dom";
+import { useHost } from "../../api/queries";
+import { useLiveTopics } from "../../api/live";
+import type { FunctionSummary, MeasurementDetail } from "../../api/types";
+import { CommandStatus } from "./CommandStatus";
+import { MeasureChart } from "./MeasureChart";
+import { METRICS, resourceNames, tableRows, type MetricId } from "./measureModel";
+import {
+  useFunctionSearch, useMeasurement, useMeasurements, useMeasurementSeries, useMeasurementValues, useStartMeasurement,
+  useStopMeasurement,
+} from "./measureQueries";
+
+const WINDOW_S = 60;
+const ENDED = new Set(["target_exited", "stopped", "failed"]);
+
+interface Picked {
+  fn: FunctionSummary;
+  blocks: boolean;
+}
+
+export function MeasurePage() {
+  const { hostId = "" } = useParams();
+  const [params, setParams] = useSearchParams();
+  const target = params.get("target") ?? "kernel";
+  const mid = params.get("m");
+  const host = useHost(hostId);
+  useLiveTopics([`host:${hostId}`, mid ? `measurement:${mid}` : null]);
+  const setMeasurement = (id: string | null) => {
+    const next = new URLSearchParams(params);
+    if (id) next.set("m", id);
+    else next.delete("m");
+    setParams(next);
+  };
+  const pmu = host.data?.capabilities.find((c) => c.name === "hardware_pmu");
+  return (
+    <section className="measure-page">
+      <div className="page-head">
+        <h1>Measure {target === "kernel" ? "the kernel" : target}</h1>
+        <Link to={`/hosts/${encodeURIComponent(hostId)}`}>{host.data?.hostname ?? hostId}</Link>
+      </div>
+      <NewMeasurement hostId={hostId} target={target} pmuReason={pmu && !pmu.available ? pmu.detail || "no PMU" : null}
+        onStarted={setMeasurement} />
+      <MeasurementList hostId={hostId} target={target} current={mid} onOpen={setMeasurement} />
+      {mid && <MeasurementView hostId={hostId} mid={mid} />}
+    </section>
+  );
+}
+
+function NewMeasurement({ hostId, target, pmuReason, onStarted }: {
+  hostId: string; target: string; pmuReason: string | null; onStarted: (id: string) => void;
+}) {
+  const [q, setQ] = useState("");
+  const [picked, setPicked] = useState<Picked[]>([]);
+  const [metrics, setMetrics] = useState<Set<MetricId>>(new Set(["count", "wall", "vtime"]));
+  const [command, setCommand] = useState<string | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const search = useFunctionSearch(hostId, target, q.trim());
+  const start = useStartMeasurement(hostId);
+  const isPicked = (f: FunctionSummary) => picked.some((p) => p.fn.id === f.id);
+  const toggle = (f: FunctionSummary) =>
+    setPicked((old) => (isPicked(f) ? old.filter((p) => p.fn.id !== f.id) : [...old, { fn: f, blocks: true }]));
+  const onStart = () => {
+    setError(null);
+    start.mutate({
+      target, metrics: [...metrics], allow_partial: true,
+      resources: picked.map((p) => ({ digest: p.fn.digest, function_index: p.fn.index, kind: "function", blocks: p.blocks })),
+    } as Parameters<typeof start.mutate>[0], {
+      onSuccess: (c) => {
+        setCommand(c.id);
+        const id = (c.params as { measurement_id?: string }).measurement_id;
+        if (id) onStarted(id);
+      },
+      onError: (e) => setError(e.message),
+    });
+  };
+  return (
+    <section className="new-measurement" aria-labelledby="new-m-title">
+      <h2 id="new-m-title">New measurement</h2>
+      <label>Find functions <input type="search" value={q} onChange={(e) => setQ(e.target.value)}
+        placeholder="function name" aria-label="Find functions" /></label>
+      {search.isError && <p className="error small" role="alert">{search.error.message}</p>}
+      {q.trim() && (
+        <ul className="pick-list" aria-label="Functions found">
+          {(search.data?.items ?? []).map((f) => (
+            <li key={f.id}>
+              <label><input type="checkbox" checked={isPicked(f)} onChange={() => toggle(f)} aria-label={`Select ${f.name}`} />
+                {f.name} <span className="muted small">{f.module} · {f.block_count} blocks</span></label>
+            </li>
+          ))}
+        </ul>
+      )}
+      {picked.length > 0 && (
+        <ul className="picked" aria-label="Selected resources">
+          {picked.map((p) => (
+            <li key={p.fn.id}>{p.fn.name}
+              <label className="small"><input type="checkbox" checked={p.blocks} aria-label={`Blocks of ${p.fn.name}`}
+                onChange={() => setPicked((old) => old.map((o) => (o.fn.id === p.fn.id ? { ...o, blocks: !o.blocks } : o)))} />
+                and its {p.fn.block_count} blocks</label>
+            </li>
+          ))}
+        </ul>
+      )}
+      <fieldset className="metrics">
+        <legend>Metrics</legend>
+        {METRICS.map((m) => {
+          const off = m.hardware && pmuReason !== null;
+          return (
+            <label key={m.id} title={off ? pmuReason ?? "" : undefined} className={off ? "muted" : undefined}>
+              <input type="checkbox" disabled={off} checked={!off && metrics.has(m.id)} aria-label={m.label}
+                onChange={() => setMetrics((old) => {
+                  const next = new Set(old);
+                  if (next.has(m.id)) next.delete(m.id);
+                  else next.add(m.id);
+                  return next;
+                })} />
+              {m.label}{off ? ` (unavailable: ${pmuReason})` : ""}
+            </label>
+          );
+        })}
+      </fieldset>
+      <button type="button" disabled={picked.length === 0 || metrics.size === 0 || start.isPending} onClick={onStart}>
+        Start
+      </button>
+      {error && <p className="error small" role="alert">{error}</p>}
+      <CommandStatus hostId={hostId} id={command} what="Start" />
+    </section>
+  );
+}
+
+function MeasurementList({ hostId, target, current, onOpen }: {
+  hostId: string; target: string; current: string | null; onOpen: (id: string) => void;
+}) {
+  const list = useMeasurements(hostId);
+  const mine = (list.data ?? []).filter((m) => m.target_id === target);
+  if (mine.length === 0) return null;
+  return (
+    <section aria-labelledby="m-list-title">
+      <h2 id="m-list-title">Measurements of this target</h2>
+      <ul className="measurement-list">
+        {mine.map((m) => (
+          <li key={m.id}>
+            <button type="button" className="link" aria-current={m.id === current} onClick={() => onOpen(m.id)}>
+              {m.metrics.join(", ")} · {m.resource_count} rows · {m.state}
+            </button>
+          </li>
+        ))}
+      </ul>
+    </section>
+  );
+}
+
+function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
+  const detail = useMeasurement(hostId, mid);
+  const [paused, setPaused] = useState(false);
+  const [chartMetric, setChartMetric] = useState<"count" | "wall" | "vtime">("count");
+  const [stopCommand, setStopCommand] = useState<string | null>(null);
+  const stop = useStopMeasurement(hostId);
+  const d: MeasurementDetail | undefined = detail.data;
+  const ended = d ? ENDED.has(d.state) : false;
+  const live = !paused;
+  const values = useMeasurementValues(hostId, mid, WINDOW_S, live);
+  const shown = useMemo(() => (d?.resources ?? []).slice(0, 16).map((r) => r.index), [d]);
+  const series = useMeasurementSeries(hostId, mid, WINDOW_S, shown, live);
+  const names = useMemo(() => resourceNames(d?.resources ?? []), [d]);
+  const metrics = useMemo(() => (d?.metrics ?? []) as MetricId[], [d]);
+  const rows = useMemo(() => tableRows(d?.resources ?? [], metrics, values.data), [d, metrics, values.data]);
+  if (detail.isError) return <p className="error" role="alert">Measurement unavailable: {detail.error.message}</p>;
+  if (!d) return <p className="muted">Loading measurement…</p>;
+  return (
+    <section className="measurement" aria-labelledby="m-title" data-measurement={mid}>
+      <div className="page-head">
+        <h2 id="m-title">Measurement</h2>
+        <span className={`pill state-${d.state}`} aria-label="Measurement state">{d.state}</span>
+        {d.detail && <span className="muted small">{d.detail}</span>}
+        <button type="button" onClick={() => setPaused((p) => !p)} aria-pressed={paused}>{paused ? "Resume" : "Pause"}</button>
+        {!ended && (
+          <button type="button" disabled={stop.isPending} onClick={() => stop.mutate(mid, { onSuccess: (c) => setStopCommand(c.id) })}>
+            Stop
+          </button>
+        )}
+      </div>
+      <CommandStatus hostId={hostId} id={stopCommand} what="Stop" />
+      <p className="muted small">
+        Last {WINDOW_S} s of the measurement: {values.data ? `${values.data.measured_seconds.toFixed(1)} s measured in ${values.data.intervals} intervals` : "…"}
+      </p>
+      <table className="data measure-table" aria-label="Measured values">
+        <thead>
+          <tr><th>Resource</th>{metrics.map((m) => <th key={m}>{METRICS.find((x) => x.id === m)?.label ?? m}</th>)}</tr>
+        </thead>
+        <tbody>
+          {rows.map((r) => (
+            <tr key={r.index} data-resource={r.name} className={r.kind === "block" ? "block-row" : undefined}>
+              <th scope="row">{r.name} <span className="muted small">{r.address}</span></th>
+              {metrics.map((m) => {
+                const c = r.cells[m];
+                if (!c) return <td key={m} />;
+                return (
+                  <td key={m} data-metric={m} title={c.unavailable ?? undefined}>
+                    <span className="value">{c.text}</span>
+                    {c.detail && <span className="muted small"> · {c.detail}</span>}
+                    {c.label && <span className={`label label-${c.label}`}> {c.label}</span>}
+                    {c.unavailable && c.text === "unavailable" && <span className="muted small"> ({c.unavailable})</span>}
+                  </td>
+                );
+              })}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <div className="toolbar">
+        <label>Chart <select value={chartMetric} onChange={(e) => setChartMetric(e.target.value as "count" | "wall" | "vtime")}
+          aria-label="Chart metric">
+          <option value="count">count per second</option>
+          <option value="wall">wall time per second</option>
+          <option value="vtime">virtual time per second</option>
+        </select></label>
+      </div>
+      <MeasureChart series={series.data} names={names} metric={chartMetric} />
+    </section>
+  );
+}

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+// Server state of targets, commands and measurements, as TanStack Query hooks over the typed client.
+// Keys start with the host id, so the live channel's target, command and measurement events refresh
+// exactly these views (api/live.ts).
+import { keepPreviousData, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { api, unwrap } from "../../api/client";
+import type {
+  Command, FunctionsPage, Measurement, MeasurementCreate, MeasurementDetail, MeasurementSeries, MeasurementValues,
+  Target,
+} from "../../api/types";
+
+export const measureKeys = {
+  targets: (hostId: string) => ["host", hostId, "targets"] as const,
+  command: (hostId: string, id: string) => ["host", hostId, "command", id] as const,
+  measurements: (hostId: string) => ["host", hostId, "measurements"] as const,
+  measurement: (hostId: string, mid: string) => ["host", hostId, "measurement", mid] as const,
+  values: (hostId: string, mid: string, windowS: number) => ["host", hostId, "measurement", mid, "values", windowS] as const,
+  series: (hostId: string, mid: string, windowS: number, res: number[]) =>
+    ["host", hostId, "measurement", mid, "series", windowS, res.join(",")] as const,
+  search: (hostId: string, target: string, q: string) => ["host", hostId, "fn-search", target, q] as const,
+};
+
+/** Fallback refresh while the WebSocket is down; pushes refresh sooner. */
+const FALLBACK_MS = 5000;
+
+export function useTargets(hostId: string) {
+  return useQuery<Target[], Error>({
+    queryKey: measureKeys.targets(hostId),
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/targets", { params: { path: { host_id: hostId } } })),
+    refetchInterval: FALLBACK_MS,
+  });
+}
+
+/** A command as it stands (the live channel replaces it on every change). */
+export function useCommand(hostId: string, id: string | null) {
+  return useQuery<Command, Error>({
+    queryKey: measureKeys.command(hostId, id ?? ""),
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/commands/{command_id}",
+      { params: { path: { host_id: hostId, command_id: id ?? "" } } })),
+    enabled: !!id,
+    refetchInterval: (q) => (q.state.data && ["done", "failed", "cancelled"].includes(q.state.data.state) ? false : 2000),
+  });
+}
+
+function useCommandMutation<V>(hostId: string, send: (v: V) => Promise<Command>) {
+  const qc = useQueryClient();
+  return useMutation<Command, Error, V>({
+    mutationFn: send,
+    onSuccess: (cmd) => {
+      qc.setQueryData(measureKeys.command(hostId, cmd.id), cmd);
+      void qc.invalidateQueries({ queryKey: measureKeys.targets(hostId) });
+      void qc.invalidateQueries({ queryKey: measureKeys.measurements(hostId) });
+    },
+  });
+}
+
+export function useAttach(hostId: string) {
+  return useCommandMutation(hostId, (by: { pid?: number; command?: string }) =>
+    unwrap(api.POST("/api/v1/hosts/{host_id}/targets", { params: { path: { host_id: hostId } }, body: by })));
+}
+
+export function useDetach(hostId: string) {
+  return useCommandMutation(hostId, (targetId: string) =>
+    unwrap(api.DELETE("/api/v1/hosts/{host_id}/targets/{target_id}",
+      { params: { path: { host_id: hostId, target_id: targetId } } })));
+}
+
+export function useCancelCommand(hostId: string) {
+  return useCommandMutation(hostId, (id: string) =>
+    unwrap(api.POST("/api/v1/hosts/{host_id}/commands/{command_id}/cancel",
+      { params: { path: { host_id: hostId, command_id: id } } })));
+}
+
+export function useStartMeasurement(hostId: string) {
+  return useCommandMutation(hostId, (body: MeasurementCreate) =>
+    unwrap(api.POST("/api/v1/hosts/{host_id}/measurements", { params: { path: { host_id: hostId } }, body })));
+}
+
+export function useStopMeasurement(hostId: string) {
+  return useCommandMutation(hostId, (mid: string) =>
+    unwrap(api.POST("/api/v1/hosts/{host_id}/measurements/{measurement_id}/stop",
+      { params: { path: { host_id: hostId, measurement_id: mid } } })));
+}
+
+export function useMeasurements(hostId: string) {
+  return useQuery<Measurement[], Error>({
+    queryKey: measureKeys.measurements(hostId),
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements", { params: { path: { host_id: hostId } } })),
+    refetchInterval: FALLBACK_MS,
+  });
+}
+
+export function useMeasurement(hostId: string, mid: string | null) {
+  return useQuery<MeasurementDetail, Error>({
+    queryKey: measureKeys.measurement(hostId, mid ?? ""),
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}",
+      { params: { path: { host_id: hostId, measurement_id: mid ?? "" } } })),
+    enabled: !!mid,
+    refetchInterval: FALLBACK_MS,
+  });
+}
+
+/** The live table's numbers: sums over the last `windowS` seconds of the measurement. */
+export function useMeasurementValues(hostId: string, mid: string | null, windowS: number, live: boolean) {
+  return useQuery<MeasurementValues, Error>({
+    queryKey: measureKeys.values(hostId, mid ?? "", windowS),
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/values",
+      { params: { path: { host_id: hostId, measurement_id: mid ?? "" }, query: { window_s: windowS } } })),
+    enabled: !!mid,
+    placeholderData: keepPreviousData,
+    refetchInterval: live ? FALLBACK_MS : false,
+    staleTime: live ? 0 : Infinity,
+    meta: { live },
+  });
+}
+
+export function useMeasurementSeries(hostId: string, mid: string | null, windowS: number, resources: number[],
+  live: boolean) {
+  return useQuery<MeasurementSeries, Error>({
+    queryKey: measureKeys.series(hostId, mid ?? "", windowS, resources),
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/series", {
+      params: { path: { host_id: hostId, measurement_id: mid ?? "" },
+        query: { window_s: windowS, resources: resources.join(","), points: 120 } },
+    })),
+    enabled: !!mid && resources.length > 0,
+    placeholderData: keepPreviousData,
+    refetchInterval: live ? FALLBACK_MS : false,
+    staleTime: live ? 0 : Infinity,
+    meta: { live },
+  });
+}
+
+export function useFunctionSearch(hostId: string, target: string, q: string) {
+  return useQuery<FunctionsPage, Error>({
+    queryKey: measureKeys.search(hostId, target, q),
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions", {
+      params: { path: { host_id: hostId }, query: { q, target, limit: 50 } },
+    })),
+    enabled: q.length > 0,
+    placeholderData: keepPreviousData,
+  });
+}
