@@ -11,7 +11,7 @@ function resource(index: number, kind: "function" | "block", metrics: ReturnType
     index, digest: "a".repeat(64), function_index: 3, function_id: 9, kind, block_offset: offset, function: "f",
     address: 4096 + (offset ?? 0), address_hex: (4096 + (offset ?? 0)).toString(16), size: 64,
     function_row: kind === "block" ? 0 : null, metrics,
-  } as MeasuredResource;
+  };
 }
 
 const slots = (v: Partial<Record<string, number>>) => ({
