@@ -71,8 +71,15 @@ export function MeasureChart({ series, names, metric }: {
           <text x={12} y={M.top + 2} fontSize="10" transform={`rotate(90 12 ${M.top + 2})`}>{UNITS[metric]}</text>
         </g>
         {shaped.map((s) => (
-          <path key={s.resource} d={path(s.points) ?? ""} fill="none" stroke={colour(s.resource)} strokeWidth={1.5}
-            data-resource={s.resource} />
+          <g key={s.resource} className="series" data-resource={s.resource}>
+            <path d={path(s.points) ?? ""} fill="none" stroke={colour(s.resource)} strokeWidth={1.5} />
+            {/* A dot per bucket: a measurement one bucket long is a point, not a line. */}
+            {s.points.map((p) => (
+              <circle key={p.t} cx={x(new Date(p.t))} cy={y(p.v)} r={2.5} fill={colour(s.resource)}>
+                <title>{`${s.name}: ${p.v.toLocaleString(undefined, { maximumSignificantDigits: 4 })} ${UNITS[metric]} at ${new Date(p.t).toLocaleTimeString()}`}</title>
+              </circle>
+            ))}
+          </g>
         ))}
       </svg>
       <figcaption>

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// Measurement from the console on a real compiled process: a program gcc builds here calls
+// mx_branch() exactly 1000 times once released (i % 4 == 0 takes one side: 250 and 750), the test
+// attaches it by pid on the host page, picks mx_branch and its blocks on the measure page, starts
+// count + wall + vtime, releases the program, and reads the exact count and the branch split in the
+// live table, with the chart drawn from the measurement's series.
+import { test, expect } from "@playwright/test";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { openHost, readyHost } from "./helpers";
+
+const FIXTURE = resolve(__dirname, "../../agent/tests/fixtures/measured.c");
+
+function startMeasured(n: number): Promise<ChildProcess> {
+  const dir = mkdtempSync(join(tmpdir(), "hotpath-e2e-measured-"));
+  const exe = join(dir, "measured");
+  execFileSync("gcc", ["-O2", "-g", "-pthread", "-Wl,--build-id", "-o", exe, FIXTURE]);
+  const child = spawn(exe, ["calls", String(n)], { stdio: ["ignore", "pipe", "inherit"] });
+  return new Promise((ok, fail) => {
+    let out = "";
+    child.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      if (out.includes("ready")) ok(child);
+    });
+    child.on("exit", (code) => fail(new Error(`the fixture exited (${code}) before it was ready: ${out}`)));
+  });
+}
+
+test("a process attached from the console shows f's exact count and its branch split", async ({ page }) => {
+  test.setTimeout(180_000);
+  const { ctx, hostId } = await readyHost();
+  const proc = await startMeasured(1000);
+  try {
+    await openHost(page);
+    const targets = page.getByRole("region", { name: "Targets" });
+    await targets.getByLabel("Process id or command name").fill(String(proc.pid));
+    await targets.getByRole("button", { name: "Attach" }).click();
+    await expect(targets.getByRole("status", { name: "Attach command" })).toContainText("done", { timeout: 60_000 });
+    const row = targets.locator("tr", { hasText: `pid ${proc.pid}` });
+    await expect(row).toContainText("attached");
+    const targetId = await row.getAttribute("data-target");
+    expect(targetId).toMatch(new RegExp(`^p${proc.pid}-`));
+
+    // The process's catalog must be stored before its functions can be found.
+    await expect.poll(async () => {
+      const r = await ctx.get(`/api/v1/hosts/${hostId}/functions?q=mx_branch&target=${targetId}&limit=5`);
+      return r.ok() ? (await r.json()).total : 0;
+    }, { timeout: 60_000 }).toBeGreaterThan(0);
+
+    await row.getByRole("link", { name: "Measure" }).click();
+    await expect(page.getByRole("heading", { name: `Measure ${targetId}` })).toBeVisible();
+    await page.getByLabel("Find functions").fill("mx_branch");
+    await page.getByLabel("Select mx_branch", { exact: true }).check();
+    await expect(page.getByLabel("Blocks of mx_branch")).toBeChecked();
+    for (const m of ["Count", "Wall time", "Virtual time (on CPU)"]) await expect(page.getByLabel(m, { exact: true })).toBeChecked();
+    await page.getByRole("button", { name: "Start" }).click();
+    await expect(page.getByRole("status", { name: "Start command" })).toContainText("done", { timeout: 60_000 });
+    await expect(page.getByLabel("Measurement state")).toHaveText(/armed|running/, { timeout: 30_000 });
+
+    // Armed: release the program (1000 calls, then it exits and the measurement ends, data kept).
+    process.kill(proc.pid!, "SIGUSR1");
+    const table = page.getByRole("table", { name: "Measured values" });
+    const fn = table.locator("tr[data-resource='mx_branch']");
+    await expect(fn.locator("td[data-metric='count'] .value")).toHaveText("1,000 calls", { timeout: 60_000 });
+    await expect(fn.locator("td[data-metric='count']")).toContainText("exact");
+    await expect(fn.locator("td[data-metric='wall']")).toContainText(/\d+(\.\d+)? (ns|µs|ms|s)\b.*\/call/);
+    await expect(fn.locator("td[data-metric='vtime']")).toContainText(/\/call/);
+    const blockCounts = table.locator("tr.block-row td[data-metric='count'] .value");
+    await expect.poll(async () => (await blockCounts.allTextContents()).sort(), { timeout: 30_000 })
+      .toEqual(expect.arrayContaining(["250 executions", "750 executions"]));
+    await expect(page.getByLabel("Measurement state")).toHaveText("target_exited", { timeout: 30_000 });
+    // The chart draws a line for the function from the measurement's series, with a legend.
+    await expect(page.locator("figure.measure-chart g.series[data-resource] circle").first()).toBeVisible();
+    await expect(page.getByRole("list", { name: "Legend" })).toContainText("mx_branch");
+  } finally {
+    proc.kill();
+  }
+});
