@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "cli/json.h"
+#include "base/json.h"
 #include "replace/install.h"
 #include "target/target.h"
 
