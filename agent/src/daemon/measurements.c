@@ -25,6 +25,7 @@
 #include "daemon/targets.h"
 #include "daemon/worker.h"
 #include "measure/measure.h"
+#include "plan/profile_measured.h"
 
 /* Rows one request may name (its functions then add their blocks, up to HP_MEASURE_MAX_ROWS). */
 #define MAX_RESOURCE_REFS 65536
@@ -39,6 +40,9 @@ struct hp_active {
 	Hotpath__V1__MeasurementInfo *info; /* unpacked, owned; state kept current */
 	unsigned interval_ms;
 	int64_t next_due_ms;
+	/* Once ended: its block counts since it was armed, for MakePlan
+	 * (NULL when it measured no block). */
+	struct hp_profile *final;
 };
 
 static int64_t unix_ns(void)
@@ -154,6 +158,9 @@ int hp_measurements_init(struct hp_measurements *ms, const char *state_dir)
 static void free_active(struct hp_active *a)
 {
 	hp_measure_close(a->h);
+	if (a->final)
+		hp_profile_free(a->final);
+	free(a->final);
 	if (a->info)
 		hotpath__v1__measurement_info__free_unpacked(a->info, NULL);
 	free(a);
@@ -264,6 +271,74 @@ out:
 }
 
 /* End a measurement: its last interval (read now) carries the end state. Locked. */
+static struct hp_active *find(struct hp_measurements *ms, const char *id);
+
+/* The block counts of a running measurement since it was armed, as a profile. Locked. */
+static int counts_of(struct hp_active *a, struct hp_profile *out, size_t *nblocks, char *err, size_t errlen)
+{
+	struct hp_measure_reading r;
+	memset(out, 0, sizeof(*out));
+	out->weight = 1;
+	if (hp_measure_total(a->h, &r) < 0) {
+		snprintf(err, errlen, "out of memory reading measurement %s", a->id);
+		return -ENOMEM;
+	}
+	int rc = hp_profile_from_reading(a->h, &r, out, nblocks, err, errlen);
+	hp_measure_reading_free(&r);
+	if (rc < 0)
+		hp_profile_free(out);
+	return rc;
+}
+
+/* Before a measurement's handle closes: keep its block counts. Locked. */
+static void keep_counts(struct hp_active *a)
+{
+	struct hp_profile p;
+	size_t n = 0;
+	char err[256];
+	if (counts_of(a, &p, &n, err, sizeof(err)) < 0)
+		return;
+	if (!n || !(a->final = malloc(sizeof(*a->final)))) {
+		hp_profile_free(&p);
+		return;
+	}
+	*a->final = p;
+}
+
+int hp_measurements_profile(struct agent *ag, const char *id, const char *target_id, struct hp_profile *out, char *err,
+			    size_t errlen)
+{
+	struct hp_measurements *ms = &ag->measurements;
+	size_t n = 0;
+	int r = 0;
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&ms->lock);
+	struct hp_active *a = find(ms, id ? id : "");
+	if (!a) {
+		snprintf(err, errlen, "no measurement %.64s on this agent (or it ended before the agent restarted)",
+			 id ? id : "");
+		r = -ENOENT;
+	} else if (strcmp(a->target_id, target_id)) {
+		snprintf(err, errlen, "measurement %s measured target %s, not %s", a->id, a->target_id, target_id);
+		r = -EINVAL;
+	} else if (a->h) {
+		r = counts_of(a, out, &n, err, errlen);
+	} else if (a->final) {
+		r = hp_profile_copy(a->final, out);
+		n = 1;
+	}
+	if (r == 0 && !n) {
+		hp_profile_free(out);
+		snprintf(err, errlen, "measurement %s counted no basic block (measure with blocks for a plan)", a->id);
+		r = -ENODATA;
+	}
+	if (r == 0)
+		snprintf(out->source, sizeof(out->source), "measurement %s (%s counts)", a->id,
+			 out->estimated ? "estimated" : "exact");
+	pthread_mutex_unlock(&ms->lock);
+	return r;
+}
+
 static void end_active(struct agent *ag, struct hp_active *a, int state, const char *detail)
 {
 	if (a->h) {
@@ -273,6 +348,7 @@ static void end_active(struct agent *ag, struct hp_active *a, int state, const c
 				hp_log(false, "measurement %s: out of memory keeping its last interval", a->id);
 			hp_measure_reading_free(&r);
 		}
+		keep_counts(a);
 		hp_measure_close(a->h);
 		a->h = NULL;
 	}
