@@ -11,6 +11,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include "daemon/measurements.h"
 #include "daemon/targets.h"
 #include "daemon/worker.h"
+#include "host/procmaps.h"
 #include "measure/measure.h"
 #include "plan/profile_measured.h"
 
@@ -337,6 +339,64 @@ int hp_measurements_profile(struct agent *ag, const char *id, const char *target
 			 out->estimated ? "estimated" : "exact");
 	pthread_mutex_unlock(&ms->lock);
 	return r;
+}
+
+/* One byte of the file mapped at addr in process pid (-1 when it cannot be read). */
+static int file_byte(int pid, uint64_t addr, char *path, size_t plen, int *fd)
+{
+	struct hp_code_location loc;
+	uint8_t b;
+	if (hp_code_location(pid, addr, &loc) < 0)
+		return -1;
+	if (*fd < 0 || strcmp(path, loc.path)) {
+		if (*fd >= 0)
+			close(*fd);
+		snprintf(path, plen, "%s", loc.path);
+		*fd = open(loc.path, O_RDONLY | O_CLOEXEC);
+	}
+	if (*fd < 0 || pread(*fd, &b, 1, (off_t)loc.file_offset) != 1)
+		return -1;
+	return b;
+}
+
+int hp_measurements_probe_bytes(struct agent *ag, const char *target_id, struct hp_byte_patch **out, size_t *n)
+{
+	struct hp_measurements *ms = &ag->measurements;
+	size_t cap = 0;
+	char path[128] = "";
+	int fd = -1;
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&ms->lock);
+	for (size_t i = 0; i < ms->n; i++) {
+		struct hp_active *a = ms->v[i];
+		if (!a->h || !a->target || strcmp(a->target_id, target_id) ||
+		    a->target->kind != HOTPATH__V1__TARGET_KIND__TARGET_KIND_PROCESS)
+			continue;
+		const struct hp_measure_row *rows = hp_measure_rows(a->h);
+		for (size_t k = 0; k < hp_measure_nrows(a->h); k++) {
+			uint64_t at = rows[k].kind == HP_ROW_BLOCK ? rows[k].block_address : rows[k].function_address;
+			if (rows[k].run_address != at)
+				continue; /* probed in an installed copy: the model does not read it */
+			int b = file_byte(a->target->pid, at, path, sizeof(path), &fd);
+			if (b < 0)
+				continue;
+			if (*n == cap) {
+				size_t nc = cap ? cap * 2 : 64;
+				struct hp_byte_patch *v = realloc(*out, nc * sizeof(*v));
+				if (!v)
+					goto out;
+				*out = v;
+				cap = nc;
+			}
+			(*out)[(*n)++] = (struct hp_byte_patch){ .addr = at, .len = 1, .bytes = { (uint8_t)b } };
+		}
+	}
+out:
+	pthread_mutex_unlock(&ms->lock);
+	if (fd >= 0)
+		close(fd);
+	return 0;
 }
 
 static void end_active(struct agent *ag, struct hp_active *a, int state, const char *detail)

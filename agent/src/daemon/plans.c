@@ -286,8 +286,15 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 	const char *want = is_kernel_id(c->target) ? KERNEL_TARGET_ID : c->target;
 	struct hp_target *t = hp_targets_by_digest(&ag->targets, c->digest ? c->digest : "", want, &mi);
 	if (!t || strcmp(t->id, want)) {
-		snprintf(err, sizeof(err), "target %.60s has no module with catalog %.64s", want,
-			 c->digest ? c->digest : "");
+		struct hp_target *named = hp_targets_get(&ag->targets, want);
+		if (!named || strcmp(named->id, want))
+			snprintf(err, sizeof(err), "no target %.60s (attach the process first)", want);
+		else if (named->state != HOTPATH__V1__TARGET_STATE__TARGET_STATE_ATTACHED)
+			snprintf(err, sizeof(err), "target %s has ended: %s", named->id, named->detail);
+		else
+			snprintf(err, sizeof(err), "target %.60s has no module with catalog %.64s", want,
+				 c->digest ? c->digest : "");
+		hp_targets_release(&ag->targets, named);
 		hp_targets_release(&ag->targets, t);
 		fail(ag, job, err);
 		return;
@@ -305,12 +312,29 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 		goto fail;
 	}
 	const struct hp_function *root = &mod->funcs[c->function_index];
-	if (!kernel && ag->state_dir) {
+	if (!kernel) {
 		/* Copies installed in the process: plan its code as it was before
-		 * their patches, and count blocks that moved in their copies. */
+		 * their patches, and count blocks that moved in their copies. The
+		 * breakpoints of running measurements are read as the bytes under
+		 * them too. */
+		struct hp_byte_patch *pb = NULL;
+		size_t npb = 0, nall;
 		hp_installed_patches(ag->state_dir, t->pid, &bp, &nbp);
-		if (nbp) {
-			struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
+		if (nbp)
+			hp_moved_code_of(ag->state_dir, t->pid, &moved, &nmoved, err, sizeof(err));
+		hp_measurements_probe_bytes(ag, t->id, &pb, &npb);
+		nall = nbp;
+		if (npb) {
+			struct hp_byte_patch *v = realloc(bp, (nbp + npb) * sizeof(*v));
+			if (v) {
+				memcpy(v + nbp, pb, npb * sizeof(*v));
+				bp = v;
+				nall += npb;
+			}
+		}
+		free(pb);
+		if (nall) {
+			struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nall };
 			char e2[512];
 			hp_job_progress(ag, job, 0.05, "reading the process's code under its installed copies");
 			if (hp_model_open_pid(t->pid, &oo, &own, e2, sizeof(e2)) < 0) {
@@ -323,7 +347,6 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 				snprintf(err, sizeof(err), "the root is no longer in process %d's code", t->pid);
 				goto fail;
 			}
-			hp_moved_code_of(ag->state_dir, t->pid, &moved, &nmoved, err, sizeof(err));
 		}
 	}
 	if (cancelled(ag, job))

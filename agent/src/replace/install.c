@@ -1200,6 +1200,7 @@ int hp_replace_recover(const char *state_dir,
 		if (!strcmp(ins[i].state, "installed"))
 			continue;
 		err[0] = 0;
+		memset(&res, 0, sizeof(res));
 		int r = revert_one(ins[i].journal, &o, &res, err, sizeof(err));
 		acted++;
 		if (report)
