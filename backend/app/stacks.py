@@ -3,9 +3,11 @@
 
 Storage is compact: a stack's frames are stored once per host (`stack_defs`, keyed by the agent's content
 id, which `stack_id` recomputes), and each interval stores one row per stack with its total and, in
-parallel arrays, its counts per (pid, command, CPU) (`stack_samples`). Kernel frames are kept as
-(catalog digest, function index, offset), so stacks are stored even before their catalog piece is, and
-resolve to functions when it is; user frames as (file, offset in the file); other frames as addresses.
+parallel arrays, its counts per (pid, command, CPU) (`stack_samples`, partitioned by hour like the other
+raw series and dropped by partition after HOTPATH_STACK_RETENTION_HOURS). Rows are written by the ingest
+writer's group commit (`write_many`). Kernel frames are kept as (catalog digest, function index, offset),
+so stacks are stored even before their catalog piece is, and resolve to functions when it is; user frames
+as (file, offset in the file); other frames as addresses.
 
 Reading: every question is over a `TimeRange` and a `StackFilter` (process, command, CPU, and the idle
 task excluded, included or alone) — a flame graph (a tree of frames merged by function, root first; user
@@ -93,23 +95,30 @@ class BatchStacks:
 # Writing ------------------------------------------------------------------------------------------
 
 async def write(conn: AsyncConnection, host_id: str, ts: datetime, data: BatchStacks) -> None:
-    """Store a batch's stack definitions (refreshing seen_at of known ones) and rows, inside the caller's
-    transaction."""
-    if data.defs:
+    """Store one batch's stacks inside the caller's transaction (see write_many)."""
+    await write_many(conn, [(host_id, ts, data)])
+
+
+async def write_many(conn: AsyncConnection, batches: list[tuple[str, datetime, BatchStacks]]) -> None:
+    """Store the stacks of many batches inside the caller's transaction (the ingest writer's group
+    commit): every definition in one upsert (refreshing seen_at of known ones), every row in one COPY."""
+    defs = {(host_id, i): (m, f) for host_id, _, data in batches for i, m, f in data.defs}
+    if defs:
         await conn.execute(text("""
             INSERT INTO stack_defs (host_id, stack_id, modules, frames, seen_at)
-            SELECT :h, d.id, CAST(d.modules AS jsonb), d.frames, now()
-            FROM jsonb_to_recordset(CAST(:defs AS jsonb)) AS d(id bigint, modules text, frames bigint[])
+            SELECT d.h, d.id, CAST(d.modules AS jsonb), d.frames, now()
+            FROM jsonb_to_recordset(CAST(:defs AS jsonb)) AS d(h text, id bigint, modules text, frames bigint[])
             ON CONFLICT (host_id, stack_id) DO UPDATE SET seen_at = now()"""),
-            {"h": host_id, "defs": orjson.dumps([{"id": u64_to_i64(i), "modules": orjson.dumps(m).decode(),
-                                                  "frames": f} for i, m, f in data.defs]).decode()})
-    if data.rows:
+            {"defs": orjson.dumps([{"h": h, "id": u64_to_i64(i), "modules": orjson.dumps(m).decode(), "frames": f}
+                                   for (h, i), (m, f) in sorted(defs.items())]).decode()})
+    if any(data.rows for _, _, data in batches):
         raw = await conn.get_raw_connection()
         assert raw.driver_connection is not None
         sql = "COPY stack_samples (host_id, ts, stack_id, count, pids, comms, cpus, counts) FROM STDIN"
         async with raw.driver_connection.cursor() as cur, cur.copy(sql) as copy:
-            for sid, total, pids, comms, cpus, counts in data.rows:
-                await copy.write_row((host_id, ts, u64_to_i64(sid), total, pids, comms, cpus, counts))
+            for host_id, ts, data in batches:
+                for sid, total, pids, comms, cpus, counts in data.rows:
+                    await copy.write_row((host_id, ts, u64_to_i64(sid), total, pids, comms, cpus, counts))
 
 
 async def known_ids(conn: AsyncConnection, host_id: str, ids: list[int]) -> set[int]:
@@ -121,10 +130,9 @@ async def known_ids(conn: AsyncConnection, host_id: str, ids: list[int]) -> set[
     return {i64_to_u64(r[0]) for r in rows}
 
 
-async def prune(conn: AsyncConnection, cutoff: datetime, future: datetime) -> None:
-    """Delete stack rows past retention (or stamped in the future), and definitions no row refers to that
-    were not defined again within the retention."""
-    await conn.execute(text("DELETE FROM stack_samples WHERE ts < :c OR ts > :f"), {"c": cutoff, "f": future})
+async def prune_definitions(conn: AsyncConnection, cutoff: datetime) -> None:
+    """Delete definitions no stored row refers to that were not defined again since `cutoff` (the rows
+    themselves go with their time partitions, app.series.partitions)."""
     await conn.execute(text("""
         DELETE FROM stack_defs d WHERE d.seen_at < :c
           AND NOT EXISTS (SELECT 1 FROM stack_samples s WHERE s.host_id = d.host_id AND s.stack_id = d.stack_id)"""),

@@ -332,7 +332,7 @@ async def test_a_malformed_stack_batch_ends_the_stream_and_stores_nothing(backen
     error = await _ended(agent)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason in error.details()
-    for table in ("interval_totals", "stack_samples", "stack_defs"):
+    for table in ("sample_intervals", "stack_samples", "stack_defs"):
         assert await _scalar(backend, f"SELECT count(*) FROM {table} WHERE host_id = :h", h=host_id) == 0
     await agent.close()
 
@@ -356,7 +356,7 @@ async def test_samples_of_a_stack_never_defined_are_counted_as_dropped_not_store
 
     await wait_until(acked)
     assert await _scalar(backend, "SELECT count(*) FROM stack_samples WHERE host_id = :h", h=host_id) == 0
-    assert await _scalar(backend, "SELECT stack_dropped_samples FROM interval_totals WHERE host_id = :h",
+    assert await _scalar(backend, "SELECT stack_dropped_samples FROM sample_intervals WHERE host_id = :h",
                          h=host_id) == 5
     # Once defined, the same id is stored, and later batches may refer to it without its frames.
     seq = await agent.send_batch(agent.stack_batch(t + 10**9, [(STACK, 42, "dd", 0, 3)]))

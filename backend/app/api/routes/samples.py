@@ -82,7 +82,7 @@ async def export_profile(host_id: ExistingHost, session: SessionDep, _: CurrentU
     """Download the host's profile for a range: top functions as CSV, or its call stacks as pprof."""
     stamp = lambda d: d.strftime("%Y%m%dT%H%M%SZ")  # noqa: E731 - local helper
     if format == "pprof":
-        r = await samples.resolve(session, host_id, spec) or samples._empty_range(spec)
+        r = await samples.resolve(session, host_id, spec) or samples.empty_range(spec)
         host = await crud.get_host_public(session, host_id)
         if include_idle:
             flt = stacks.StackFilter(pid=flt.pid, comm=flt.comm, cpu=flt.cpu, idle="include")

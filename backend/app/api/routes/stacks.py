@@ -34,7 +34,7 @@ Filter = Annotated[stacks.StackFilter, Depends(stack_filter)]
 
 
 async def _range(session, host_id: str, spec: samples.RangeSpec) -> samples.TimeRange:
-    return await samples.resolve(session, host_id, spec) or samples._empty_range(spec)
+    return await samples.resolve(session, host_id, spec) or samples.empty_range(spec)
 
 
 @router.get("/flamegraph", response_model=FlameGraph, responses={**NOT_FOUND, **BAD_RANGE})

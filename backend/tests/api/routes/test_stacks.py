@@ -314,12 +314,17 @@ async def test_stacks_past_retention_are_pruned_with_their_unused_definitions(ba
                                    {"h": host.host_id})).scalar_one()
         defs = (await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"),
                                    {"h": host.host_id})).scalar_one()
-    assert rows == T0 + timedelta(seconds=10)
-    assert defs == 5  # every stack is still referenced by phase B
-    await prune_samples(backend.runtime.engine, retention_hours=2, now=T0 + timedelta(hours=3))
+    # Stack rows go with their hour's partition: the hour of T0 ends after the cutoff, so it stays whole.
+    assert rows == T0
+    assert defs == 5  # every stack is still referenced
+    hour_end = T0.replace(minute=0) + timedelta(hours=1)
+    await prune_samples(backend.runtime.engine, retention_hours=2, now=hour_end + timedelta(hours=2, seconds=1))
     async with backend.runtime.engine.connect() as conn:
+        rows = (await conn.execute(text("SELECT count(*) FROM stack_samples WHERE host_id = :h"),
+                                   {"h": host.host_id})).scalar_one()
         left = (await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"),
                                    {"h": host.host_id})).scalar_one()
+    assert rows == 0
     assert left == 0
 
 
@@ -347,6 +352,6 @@ async def test_stacks_may_be_kept_shorter_than_samples(backend, client, host):
     async with backend.runtime.engine.connect() as conn:
         stack_rows = (await conn.execute(text("SELECT count(*) FROM stack_samples WHERE host_id = :h"),
                                          {"h": host.host_id})).scalar_one()
-        block_rows = (await conn.execute(text("SELECT count(*) FROM block_samples WHERE host_id = :h"),
+        block_rows = (await conn.execute(text("SELECT count(*) FROM sample_intervals WHERE host_id = :h"),
                                          {"h": host.host_id})).scalar_one()
     assert stack_rows == 0 and block_rows > 0
