@@ -203,3 +203,40 @@ async def test_measurement_rollups_keep_every_slot_and_the_measured_seconds(back
     assert per[0]["vtime_ns"] is None and per[0]["exits"] == sum(range(90))
     assert per[3]["count"] == 90
     assert values["measured_seconds"] == pytest.approx(90.0) and values["intervals"] == 90
+
+
+async def test_rows_written_as_copy_text_read_back_exactly_whatever_their_text(backend, unique):
+    """The writer builds COPY text itself (app.series.copytext): command names with quotes, backslashes,
+    tabs, commas, braces, NULL-like words and non-ASCII, long arrays, idle flags, instruction counts and
+    missing measurement values all read back as written."""
+    from app.stacks import BatchStacks
+    host = f"copy-{unique}"
+    ts = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    comms = ['a"b', "back\\slash", "tab\there", "com,ma", "{brace}", "NULL", "ünï", "new\nline", ""]
+    stacks = BatchStacks(rows=[(7 + i, 2, [1, -1], [c, "x"], [0, 1], [1, 1]) for i, c in enumerate(comms)])
+    n = 5000
+    row = SampleRow(host_id=host, ts=ts, interval_ms=1000, totals=(3 * n, 0, 0, 0, 0, n),
+                    function_ids=list(range(n)), block_offsets=[i % 64 for i in range(n)], counts=[3] * n,
+                    idles=[i % 3 == 0 for i in range(n)], insn_index=[1, 1, n], insn_offsets=[0, 4, 2],
+                    insn_counts=[1, 2, 3], idle_by_context=True, stack_samples=2 * len(comms))
+    mid = f"m-{unique}"
+    vals = [1.5, None, 2e18, 0.1] + [None] * (len(SLOTS) - 4)
+    await backend.runtime.writer.write(Item(host_id=host, samples=row, stacks=stacks))
+    await backend.runtime.writer.write(Item(host_id=host, points=PointRow(
+        host_id=host, measurement_id=mid, ts=ts, seconds=1.25, state=2, resources=[0], vals=vals)))
+    async with backend.runtime.engine.connect() as conn:
+        got = (await conn.execute(text("""
+            SELECT function_ids, block_offsets, counts, idles, insn_index, insn_offsets, insn_counts, idle_samples,
+                   idle_by_context, stack_samples FROM sample_intervals WHERE host_id = :h"""), {"h": host})).one()
+        stored = (await conn.execute(text("""
+            SELECT stack_id, comms, pids FROM stack_samples WHERE host_id = :h ORDER BY stack_id"""),
+            {"h": host})).all()
+        point = (await conn.execute(text("SELECT seconds, vals FROM measurement_points WHERE measurement_id = :m"),
+                                    {"m": mid})).one()
+    assert got.function_ids == list(range(n)) and got.counts == [3] * n
+    assert got.idles == [i % 3 == 0 for i in range(n)]
+    assert (got.insn_index, got.insn_offsets, got.insn_counts) == ([1, 1, n], [0, 4, 2], [1, 2, 3])
+    assert got.idle_samples == n and got.idle_by_context and got.stack_samples == 2 * len(comms)
+    assert [r.comms for r in stored] == [[c, "x"] for c in comms]
+    assert all(r.pids == [1, -1] for r in stored)
+    assert point.seconds == 1.25 and point.vals == vals
