@@ -52,6 +52,7 @@ bench: agent backend frontend
 	./bench/console_tree
 	./bench/cfg_layout
 	./bench/catalog_load
+	./bench/ingest
 	./bench/chaos
 	./bench/plan
 	./bench/replace_cycles
