@@ -6,15 +6,14 @@
 // live table, with the chart drawn from the measurement's series.
 import { test, expect } from "@playwright/test";
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { openHost, readyHost } from "./helpers";
 
 const FIXTURE = resolve(__dirname, "../../agent/tests/fixtures/measured.c");
 
-function startMeasured(n: number): Promise<ChildProcess> {
-  const dir = mkdtempSync(join(tmpdir(), "hotpath-e2e-measured-"));
+function startMeasured(dir: string, n: number): Promise<ChildProcess> {
   const exe = join(dir, "measured");
   execFileSync("gcc", ["-O2", "-g", "-pthread", "-Wl,--build-id", "-o", exe, FIXTURE]);
   const child = spawn(exe, ["calls", String(n)], { stdio: ["ignore", "pipe", "inherit"] });
@@ -31,7 +30,8 @@ function startMeasured(n: number): Promise<ChildProcess> {
 test("a process attached from the console shows f's exact count and its branch split", async ({ page }) => {
   test.setTimeout(180_000);
   const { ctx, hostId } = await readyHost();
-  const proc = await startMeasured(1000);
+  const dir = mkdtempSync(join(tmpdir(), "hotpath-e2e-measured-"));
+  const proc = await startMeasured(dir, 1000);
   try {
     await openHost(page);
     const targets = page.getByRole("region", { name: "Targets" });
@@ -76,5 +76,6 @@ test("a process attached from the console shows f's exact count and its branch s
     await expect(page.getByRole("list", { name: "Legend" })).toContainText("mx_branch");
   } finally {
     proc.kill();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
