@@ -211,6 +211,7 @@ static int queue_batch(struct agent *ag, const struct hp_active *a, const struct
 	Hotpath__V1__ResourceValues **rvp = calloc(n ? n : 1, sizeof(*rvp));
 	Hotpath__V1__MetricValue *vals = calloc(n ? n * per : 1, sizeof(*vals));
 	Hotpath__V1__MetricValue **valp = calloc(n ? n * per : 1, sizeof(*valp));
+	Hotpath__V1__EdgeCount *ec = NULL, **ecp = NULL;
 	int ret = -ENOMEM;
 	if (!rv || !rvp || !vals || !valp)
 		goto out;
@@ -260,11 +261,44 @@ static int queue_batch(struct agent *ag, const struct hp_active *a, const struct
 	b.samples_lost = r->samples_lost;
 	b.frames_dropped = r->frames_dropped;
 	b.exits_unmatched = r->exits_unmatched;
+	/* Edges of the functions measured with their blocks (measure/edges.c). */
+	struct hp_function_edges *fe = NULL;
+	size_t nfe = 0, nedges = 0;
+	if (hp_measure_edges_from(a->h, r, true, &fe, &nfe) < 0)
+		goto out;
+	for (size_t i = 0; i < nfe; i++)
+		nedges += fe[i].edges.nedges;
+	ec = calloc(nedges ? nedges : 1, sizeof(*ec));
+	ecp = calloc(nedges ? nedges : 1, sizeof(*ecp));
+	if (!ec || !ecp)
+		goto out_edges;
+	size_t k = 0;
+	for (size_t i = 0; i < nfe; i++)
+		for (size_t j = 0; j < fe[i].edges.nedges; j++) {
+			const struct hp_edge *e = &fe[i].edges.edges[j];
+			hotpath__v1__edge_count__init(&ec[k]);
+			ec[k].function_row = (uint32_t)fe[i].function_row;
+			ec[k].from_offset = e->from < fe[i].nblocks ? fe[i].block_offsets[e->from] : 0;
+			ec[k].to_offset = e->to < fe[i].nblocks ? fe[i].block_offsets[e->to] : 0;
+			ec[k].count = e->count;
+			ec[k].kind = (Hotpath__V1__EdgeKind)(e->kind + 1);
+			ec[k].label = fe[i].sampled           ? HOTPATH__V1__EDGE_LABEL__EDGE_LABEL_SAMPLED_ESTIMATE :
+				      e->how == HP_EDGE_EXACT ? HOTPATH__V1__EDGE_LABEL__EDGE_LABEL_EXACT_DERIVED :
+								HOTPATH__V1__EDGE_LABEL__EDGE_LABEL_ESTIMATED;
+			ecp[k] = &ec[k];
+			k++;
+		}
+	b.n_edges = k;
+	b.edges = ecp;
 	Hotpath__V1__AgentMessage msg = HOTPATH__V1__AGENT_MESSAGE__INIT;
 	msg.kind_case = HOTPATH__V1__AGENT_MESSAGE__KIND_MEASUREMENT;
 	msg.measurement = &b;
 	ret = hp_outbox_add(&ag->outbox, &msg, b.interval_start_unix_ns, b.interval_end_unix_ns);
+out_edges:
+	hp_measure_edges_free(fe, nfe);
 out:
+	free(ec);
+	free(ecp);
 	free(rv);
 	free(rvp);
 	free(vals);

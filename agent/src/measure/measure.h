@@ -213,9 +213,18 @@ struct hp_function_edges {
 	uint32_t nblocks;
 	uint32_t *block_rows;    /* [nblocks]: the row of each block, HP_ROW_NONE for an unreachable trap */
 	uint32_t *block_offsets; /* [nblocks]: each block's offset from the function start */
+	bool sampled;            /* derived from sampled block counts: every edge an estimate, in samples */
 };
 int hp_measure_edges(struct hp_measure *h, const struct hp_measure_reading *r, struct hp_function_edges **out,
 		     size_t *nout);
+/*
+ * As hp_measure_edges; with from_sampled, a function whose block counts are
+ * all sampled (none exact) also gets edges, derived from its sample counts
+ * and marked sampled: shares of samples, estimates whatever the derivation
+ * says, never execution counts.
+ */
+int hp_measure_edges_from(struct hp_measure *h, const struct hp_measure_reading *r, bool from_sampled,
+			  struct hp_function_edges **out, size_t *nout);
 void hp_measure_edges_free(struct hp_function_edges *e, size_t n);
 
 void hp_measure_close(struct hp_measure *h);

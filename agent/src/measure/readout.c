@@ -297,6 +297,12 @@ void hp_measure_reading_free(struct hp_measure_reading *r)
 int hp_measure_edges(struct hp_measure *h, const struct hp_measure_reading *r, struct hp_function_edges **out,
 		     size_t *nout)
 {
+	return hp_measure_edges_from(h, r, false, out, nout);
+}
+
+int hp_measure_edges_from(struct hp_measure *h, const struct hp_measure_reading *r, bool from_sampled,
+			  struct hp_function_edges **out, size_t *nout)
+{
 	struct hp_function_edges *v = NULL;
 	size_t n = 0;
 	*out = NULL;
@@ -353,7 +359,17 @@ int hp_measure_edges(struct hp_measure *h, const struct hp_measure_reading *r, s
 			counts[b] = measured[b] ? c->total : 0;
 		}
 		bool all = measured && any && !sampled;
-		if (!all) {
+		/* Sampled block counts (where the kernel refuses probes): the
+		 * same network over sample counts, every edge an estimate. */
+		bool by_samples = measured && from_sampled && sampled && !any;
+		for (uint32_t b = 0; by_samples && b < f->nblocks; b++) {
+			if (brows[b] == HP_ROW_NONE)
+				continue;
+			const struct hp_metric_value *c = &r->rows[brows[b]].v[HP_METRIC_COUNT];
+			measured[b] = c->present && c->label == HP_LABEL_SAMPLED;
+			counts[b] = measured[b] ? c->total : 0;
+		}
+		if (!all && !by_samples) {
 			free(brows);
 			free(counts);
 			free(measured);
@@ -370,6 +386,7 @@ int hp_measure_edges(struct hp_measure *h, const struct hp_measure_reading *r, s
 		}
 		v = nv;
 		v[n].function_row = i;
+		v[n].sampled = by_samples;
 		v[n].block_rows = brows;
 		v[n].nblocks = f->nblocks;
 		v[n].block_offsets = malloc((f->nblocks ? f->nblocks : 1) * sizeof(uint32_t));
@@ -377,7 +394,8 @@ int hp_measure_edges(struct hp_measure *h, const struct hp_measure_reading *r, s
 			v[n].block_offsets[b] = mod->blocks[f->block_start + b].offset;
 		int e = v[n].block_offsets ?
 				hp_edges_derive(mod, f, counts, measured,
-						ec->present && ec->label == HP_LABEL_EXACT ? &entries : NULL,
+						!by_samples && ec->present && ec->label == HP_LABEL_EXACT ? &entries :
+													    NULL,
 						&v[n].edges) :
 				-ENOMEM;
 		free(measured);

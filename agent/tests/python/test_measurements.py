@@ -257,6 +257,23 @@ def test_a_measurement_counts_exactly_and_ends_with_the_process_keeping_its_data
     assert counts[0] == 1000 and counts[calls] == 1000
     split = sorted(counts.get(i, 0) for i, r in enumerate(rows) if r.kind == pb.RESOURCE_KIND_BLOCK)
     assert 250 in split and 750 in split, split
+    # Each batch carries the edges the agent derives from that interval's exact block counts (KernInst
+    # section 4): exact-derived, between CFG successors of mx_branch, with the calls entering and
+    # returning and the 250/750 split on the two sides of the branch.
+    succ = {(b.offset, s.target) for b in branch.blocks for s in b.successors
+            if s.kind in (pb.SUCCESSOR_KIND_FALLTHROUGH, pb.SUCCESSOR_KIND_TAKEN)}
+    edges: dict[tuple[int, int, int], int] = {}
+    for b in batches:
+        for e in b.edges:
+            assert e.function_row == 0 and e.label == pb.EDGE_LABEL_EXACT_DERIVED, e
+            if e.kind in (pb.EDGE_KIND_FALLTHROUGH, pb.EDGE_KIND_TAKEN):
+                assert (e.from_offset, e.to_offset) in succ, e
+            key = (e.kind, e.from_offset, e.to_offset)
+            edges[key] = edges.get(key, 0) + e.count
+    assert sum(c for (k, _, _), c in edges.items() if k == pb.EDGE_KIND_ENTRY) == 1000, edges
+    assert sum(c for (k, _, _), c in edges.items() if k == pb.EDGE_KIND_RETURN) == 1000, edges
+    inner = sorted(c for (k, _, _), c in edges.items() if k in (pb.EDGE_KIND_FALLTHROUGH, pb.EDGE_KIND_TAKEN))
+    assert 250 in inner and 750 in inner, edges
     wall = _totals(batches, pb.METRIC_WALL_NS)
     assert wall[0] > 0 and _totals(batches, pb.METRIC_VTIME_NS)[0] > 0
     for b in batches:
