@@ -168,3 +168,10 @@ async def get(session: AsyncSession, host_id: str, measurement_id: str) -> dict[
             "address_hex": hex64(addr), "size": r.size, "function_row": r.function_row,
             "metrics": [{"metric": k, **v} for k, v in (r.metrics or {}).items()]})
     return out
+
+
+async def function_blocks(session: AsyncSession, digest: str, index: int) -> list[int]:
+    """The block offsets of a catalog function, in order."""
+    blocks = (await session.execute(text("SELECT blocks FROM function_code WHERE digest = :d AND index = :i"),
+                                    {"d": digest, "i": index})).scalar()
+    return [int(b[0]) for b in blocks or []]

@@ -302,6 +302,35 @@ class MeasurementValues(RangePublic):
     latest: LatestInterval | None
 
 
+class MeasuredBlock(BaseModel):
+    offset: int = Field(description="Offset from the function start")
+    row: int | None = Field(description="The block's row in the measurement; null: not measured")
+    count: float | None = Field(description="Executions (exact) or samples (sampled) summed over the range; "
+                                            "null: no data (the block is not a row, or no interval in the range)")
+    label: str | None = Field(description="exact, sampled or estimate: how the count was taken")
+
+
+class MeasuredEdge(BaseModel):
+    from_offset: int | None = Field(description="The from block's offset; null: the edge enters the function")
+    to_offset: int | None = Field(description="The to block's offset; null: the edge leaves the function")
+    kind: str = Field(description="entry, fallthrough, taken, tail_call, indirect, return, no_successor or "
+                                  "indirect_in")
+    label: str = Field(description="exact_derived, estimated or sampled_estimate (the weakest in the range)")
+    count: int = Field(description="Summed over the range's intervals (samples for sampled_estimate)")
+
+
+class MeasurementCfg(RangePublic):
+    """A measured function's block counts and the edge counts the agent derived, over a range."""
+    function_row: int
+    function_id: int | None
+    function: str
+    basis: str = Field(description="exact, sampled or none: how the function's blocks were counted")
+    intervals: int = Field(description="Intervals of the measurement in the range")
+    edge_intervals: int = Field(description="Intervals in the range that carried edge counts")
+    blocks: list[MeasuredBlock]
+    edges: list[MeasuredEdge]
+
+
 class SeriesPoint(BaseModel):
     t: datetime
     values: SlotValues

@@ -451,8 +451,9 @@ class ScriptedAgent:
 
     async def send_measurement(self, measurement_id: str, start_ns: int, values: list[tuple[int, int, float]],
                                state: int = pb.MEASUREMENT_STATE_RUNNING, seconds: float = 1.0, detail: str = "",
-                               seq: int | None = None) -> int:
-        """One interval of a measurement: values are (row, count, wall_ns) (wall 0 = not measured)."""
+                               seq: int | None = None, edges: list["pb.EdgeCount"] | None = None) -> int:
+        """One interval of a measurement: values are (row, count, wall_ns) (wall 0 = not measured); edges
+        as the agent derives them."""
         if seq is None:
             self.seq += 1
             seq = self.seq
@@ -467,7 +468,7 @@ class ScriptedAgent:
         await self.call.write(pb.AgentMessage(seq=seq, measurement=pb.MeasurementBatch(
             measurement_id=measurement_id, interval_start_unix_ns=start_ns,
             interval_end_unix_ns=start_ns + int(seconds * 1e9), state=state, detail=detail, resources=resources,
-            units=["calls", "ns"], mechanisms=["uprobe_multi"])))
+            units=["calls", "ns"], mechanisms=["uprobe_multi"], edges=edges or [])))
         return seq
 
 

@@ -45,7 +45,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from app import agent_input, catalog, crud, enrolment, measurements, samples, stacks, targets
+from app import agent_input, catalog, crud, enrolment, measured_edges, measurements, samples, stacks, targets
 from app.agent_input import InvalidInput
 from app.catalog_digest import PieceHasher
 from app.core.pki import fingerprint_pem
@@ -111,6 +111,8 @@ class AgentSession:
     marks: dict[str, int] = field(default_factory=dict)  # instance id -> highest stored seq
     last_end: dict[str, datetime] = field(default_factory=dict)  # instance id -> end of its newest batch
     measurement_rows: dict[str, int] = field(default_factory=dict)  # measurement id -> its rows
+    # measurement id -> its function rows measured with their blocks, with their CFGs (edge checks)
+    measurement_shapes: dict[str, dict[int, "measured_edges.FunctionShape"]] = field(default_factory=dict)
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     dropped_samples: int = 0
     known_stacks: set[int] = field(default_factory=set)  # stack ids stored for this host
@@ -935,6 +937,14 @@ class AgentService:
                                   reason=f"refused: values of measurement {mid[:64]}, which this host does not run"))
             return
         agent_input.check_measurement_batch(batch, rows)
+        edges: tuple = ((), (), (), (), (), ())
+        if batch.edges:
+            shapes = session.measurement_shapes.get(mid)
+            if shapes is None:
+                async with self.runtime.engine.connect() as conn:
+                    shapes = await measured_edges.load_shapes(conn, mid)
+                session.measurement_shapes[mid] = shapes
+            edges = measured_edges.check_edges(batch, shapes)
         start_ns, end_ns = batch.interval_start_unix_ns, batch.interval_end_unix_ns
         if self._refuse_if_out_of_time(session, start_ns, end_ns, instance, seq, item):
             return
@@ -954,7 +964,7 @@ class AgentService:
         state = agent_input.MEASUREMENT_STATES[batch.state]
         item.points = samples.PointRow(host_id=session.host_id, measurement_id=mid, ts=ts,
                                        seconds=(end_ns - start_ns) / 1e9, state=batch.state, resources=resources,
-                                       vals=vals)
+                                       vals=vals, edges=edges)
         item.measurement = samples.MeasurementUpdate(measurement_id=mid, state=state, detail=batch.detail,
                                                      last_ts=ts, ended=state in measurements.ENDED)
         self.runtime.metrics.ingest_points.inc(len(vals))

@@ -66,6 +66,10 @@ class PointRow:
     state: int
     resources: Sequence[int]
     vals: Sequence[float | None]
+    # The interval's edge counts (app.measured_edges), as parallel columns: function row, from and to
+    # block offsets (-1: none), EdgeKind, EdgeLabel, count.
+    edges: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int]] = (
+        (), (), (), (), (), ())
 
 
 @dataclass(slots=True)
@@ -101,7 +105,7 @@ class Item:
         if self.stacks is not None:
             n += len(self.stacks.rows)
         if self.points is not None:
-            n += len(self.points.vals)
+            n += len(self.points.vals) + len(self.points.edges[0])
         return n
 
 
@@ -257,11 +261,13 @@ class IngestWriter:
                     if point_rows:
                         async with cur.copy(
                                 "COPY measurement_points (host_id, measurement_id, ts, seconds, state, resources, "
-                                "vals, batch) FROM STDIN") as copy:
+                                "vals, edge_rows, edge_from, edge_to, edge_kinds, edge_labels, edge_counts, "
+                                "batch) FROM STDIN") as copy:
                             await copy.write("".join(copytext.row((
                                 copytext.field(p.host_id), copytext.field(p.measurement_id), copytext.ts(p.ts),
                                 repr(float(p.seconds)), str(p.state), copytext.ints(p.resources),
-                                copytext.floats(p.vals), str(batch))) for p in point_rows).encode())
+                                copytext.floats(p.vals), *map(copytext.ints, p.edges), str(batch)))
+                                for p in point_rows).encode())
                 stacked = [(it.host_id, it.samples.ts, it.stacks) for it in items
                            if it.stacks is not None and it.samples is not None]
                 if stacked:

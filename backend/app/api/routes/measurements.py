@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 
-from app import commands, measurements, samples, targets
+from app import commands, measured_edges, measurements, samples, targets
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
 from app.api.ranges import BAD_RANGE, FromQuery, ToQuery, WindowQuery, range_spec
 from app.api.responses import NOT_FOUND, FastJSON, Responses
@@ -21,6 +21,7 @@ from app.api.routes.targets import ACCEPTED, CONFLICT, command_response
 from app.models import User
 from app.schemas import (
     CommandPublic,
+    MeasurementCfg,
     MeasurementCreate,
     MeasurementDetail,
     MeasurementPublic,
@@ -138,3 +139,42 @@ async def measurement_series(host_id: ExistingHost, measurement_id: ExistingMeas
     spec = range_spec(runtime, window_s, from_, to)
     r = await samples.measurement_range(session, measurement_id, spec) or samples.empty_range(spec)
     return FastJSON(await samples.measurement_series(session, measurement_id, r, wanted, points))
+
+
+@router.get("/{measurement_id}/cfg", response_model=MeasurementCfg, responses={**NOT_FOUND, **BAD_RANGE})
+async def measurement_cfg(host_id: ExistingHost, measurement_id: ExistingMeasurement, session: SessionDep,
+                          runtime: RuntimeDep, _: CurrentUser,
+                          function_row: int = Query(ge=0, le=2**31 - 1, description="The function's row"),
+                          window_s: int | None = WindowQuery, from_: datetime | None = FromQuery,
+                          to: datetime | None = ToQuery):
+    """A function measured with its blocks: each block's count summed over the range (null where there
+    is no data) and the edge counts the agent derived from them (exact-derived, estimated, or sampled
+    estimates), for the CFG overlay."""
+    m = await measurements.get(session, host_id, measurement_id)
+    assert m is not None
+    fn = next((r for r in m["resources"] if r["index"] == function_row and r["kind"] == "function"), None)
+    if fn is None:
+        raise HTTPException(404, "No such function row in the measurement")
+    spec = range_spec(runtime, window_s, from_, to)
+    r = await samples.measurement_range(session, measurement_id, spec) or samples.empty_range(spec)
+    values = await samples.measurement_values(session, measurement_id, r)
+    sums = {v["resource"]: v["values"]["count"] for v in values["resources"]}
+    code = await measurements.function_blocks(session, fn["digest"], fn["function_index"])
+    rows = {res["block_offset"]: res for res in m["resources"]
+            if res["kind"] == "block" and res["function_row"] == function_row}
+    labels = {res["block_offset"]: next((p["label"] for p in res["metrics"] if p["metric"] == "count"), None)
+              for res in rows.values()}
+    blocks = []
+    for off in code:
+        res = rows.get(off)
+        count = None
+        if res is not None and values["intervals"] > 0:
+            count = sums.get(res["index"]) or 0.0  # rows without values in an interval counted nothing
+        blocks.append({"offset": off, "row": res["index"] if res else None, "count": count,
+                       "label": labels.get(off)})
+    known = {lbl for lbl in labels.values() if lbl in ("exact", "sampled")}
+    basis = "sampled" if "sampled" in known else "exact" if known else "none"
+    edges = await measured_edges.edge_counts(session, measurement_id, function_row, r.start, r.end)
+    return FastJSON({**r.public(), "function_row": function_row, "function_id": fn["function_id"],
+                     "function": fn["function"], "basis": basis, "intervals": values["intervals"],
+                     "blocks": blocks, **edges})

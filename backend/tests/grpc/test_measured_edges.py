@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Edge counts the agent derives, through the real backend with a scripted agent on the real stream:
+edges that fit the function's CFG in the catalog and conserve flow are stored with the interval and
+served with the block counts for the CFG overlay; an agent lying about edges (an edge the CFG lacks,
+flow not conserved, a label that contradicts how the blocks are counted, a row that is not a function
+measured with its blocks, an edge listed twice, an unknown kind) ends the stream and nothing of the
+batch is stored."""
+import asyncio
+import time
+
+import pytest
+
+from app.proto import pb
+from tests.grpc.test_commands import _measure, _online, _scalar
+from tests.scripted_agent import wait_for_ack
+
+E = pb.EdgeCount
+EXACT = pb.EDGE_LABEL_EXACT_DERIVED
+
+
+def _edges(a_to_b=40, a_to_c=60, label=EXACT):
+    """vfs_read of the scripted catalog: block 0 falls through to 0x10 or branches to 0x20; 0x10 falls
+    through to 0x20; 0x20 tail-calls ksys_read. With 100 calls and 40 through 0x10, flow is conserved."""
+    return [E(function_row=0, kind=pb.EDGE_KIND_ENTRY, to_offset=0, count=100, label=label),
+            E(function_row=0, kind=pb.EDGE_KIND_FALLTHROUGH, from_offset=0, to_offset=0x10, count=a_to_b, label=label),
+            E(function_row=0, kind=pb.EDGE_KIND_TAKEN, from_offset=0, to_offset=0x20, count=a_to_c, label=label),
+            E(function_row=0, kind=pb.EDGE_KIND_FALLTHROUGH, from_offset=0x10, to_offset=0x20, count=a_to_b,
+              label=label),
+            E(function_row=0, kind=pb.EDGE_KIND_TAIL_CALL, from_offset=0x20, count=100, label=label)]
+
+
+VALUES = [(0, 100, 0), (1, 100, 0), (2, 40, 0), (3, 100, 0)]
+
+
+async def test_edges_that_fit_the_cfg_are_stored_and_served_with_the_block_counts(backend, client, unique):
+    host_id = f"edg-{unique}"
+    agent = await _online(backend, client, host_id)
+    vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")
+    mid = await _measure(client, host_id, agent, [{"digest": vmlinux, "function_index": 0, "blocks": True}])
+    now = time.time_ns() // 10**9 * 10**9
+    for i in range(3):
+        seq = await agent.send_measurement(mid, now - (3 - i) * 10**9, VALUES, edges=_edges())
+    await wait_for_ack(agent, seq)
+    cfg = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}/cfg",
+                            params={"function_row": 0, "window_s": 60})).json()
+    assert cfg["function"] == "vfs_read" and cfg["basis"] == "exact" and cfg["intervals"] == 3
+    assert cfg["edge_intervals"] == 3
+    assert [(b["offset"], b["count"], b["label"]) for b in cfg["blocks"]] == [(0, 300, "exact"), (0x10, 120, "exact"),
+                                                                               (0x20, 300, "exact")]
+    got = {(e["kind"], e["from_offset"], e["to_offset"]): (e["count"], e["label"]) for e in cfg["edges"]}
+    assert got == {("entry", None, 0): (300, "exact_derived"), ("fallthrough", 0, 0x10): (120, "exact_derived"),
+                   ("taken", 0, 0x20): (180, "exact_derived"), ("fallthrough", 0x10, 0x20): (120, "exact_derived"),
+                   ("tail_call", 0x20, None): (300, "exact_derived")}
+    r = await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}/cfg", params={"function_row": 1})
+    assert r.status_code == 404  # row 1 is a block, not a function
+    await agent.close()
+
+
+def _replace(i, **kw):
+    def mutate(edges):
+        for k, v in kw.items():
+            setattr(edges[i], k, v)
+    return mutate
+
+
+@pytest.mark.parametrize("mutate, reason", [
+    (_replace(1, to_offset=0x20, kind=pb.EDGE_KIND_FALLTHROUGH), "in its CFG"),  # 0 falls through to 0x10 only
+    (_replace(4, kind=pb.EDGE_KIND_RETURN), "in its CFG"),                        # 0x20 tail-calls, never returns
+    (_replace(2, count=600), "not conserved"),
+    (_replace(0, label=pb.EDGE_LABEL_SAMPLED_ESTIMATE), "counted exact"),
+    (_replace(0, function_row=1), "not a function measured"),
+    (_replace(0, kind=99), "unknown kind"),
+    (_replace(3, from_offset=0, to_offset=0x10), "listed twice"),
+])
+async def test_an_agent_lying_about_edges_is_refused_and_nothing_is_stored(backend, client, unique, mutate, reason):
+    host_id = f"lie-{unique}"
+    agent = await _online(backend, client, host_id)
+    vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")
+    mid = await _measure(client, host_id, agent, [{"digest": vmlinux, "function_index": 0, "blocks": True}])
+    edges = _edges()
+    mutate(edges)
+    await agent.send_measurement(mid, time.time_ns() - 2 * 10**9, VALUES, edges=edges)
+    with pytest.raises(Exception) as err:
+        await asyncio.wait_for(agent._reader, 10)
+    assert "INVALID_ARGUMENT" in str(err.value) and reason in str(err.value)
+    assert await _scalar(backend, "SELECT count(*) FROM measurement_points WHERE measurement_id = :m", m=mid) == 0
+    await agent.close()
