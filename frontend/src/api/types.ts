@@ -61,3 +61,4 @@ export type MeasurementValues = S["MeasurementValues"];
 export type MeasurementSeries = S["MeasurementSeries"];
 export type SlotValues = S["SlotValues"];
 export type MeasurementCreate = S["MeasurementCreate"];
+export type MeasurementCfg = S["MeasurementCfg"];

@@ -8,7 +8,8 @@ import { memo, useCallback, useEffect, useMemo, useRef, useState, type FormEvent
 import { Link } from "react-router-dom";
 import { line, curveBasis } from "d3-shape";
 import type { CfgLayout, EdgeKind, PositionedNode } from "./cfgModel";
-import { NO_SAMPLES_FILL, legendStops, type ScaleMode } from "./colourScale";
+import { NO_DATA_FILL, NO_SAMPLES_FILL, legendStops, type ScaleMode } from "./colourScale";
+import type { MeasuredOverlay, OverlayBlock, OverlayEdge } from "./measuredOverlay";
 import {
   CULL_THRESHOLD, READABLE_SCALE, TEXT_SCALE, centreOn, edgeBoxes, intersects, nodeRect, visibleRect, type View,
 } from "./cfgView";
@@ -37,7 +38,19 @@ export interface ColourLegendInfo {
   rangeLabel: string;
 }
 
+/** A measurement's counts drawn over the graph instead of the samples (see measuredOverlay.ts). */
+export interface MeasuredInfo {
+  overlay: MeasuredOverlay;
+  colour: (count: number | null) => string;
+  dark: (count: number | null) => boolean;
+  mode: ScaleMode;
+  max: number;
+  measurementId: string;
+  rangeLabel: string;
+}
+
 export interface CfgGraphProps {
+  measured?: MeasuredInfo | null;
   layout: CfgLayout;
   hostId: string;
   colour: (samples: number | null) => string;
@@ -56,7 +69,9 @@ export interface CfgGraphProps {
 }
 
 export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
-  const { layout, hostId, colour, dark, legend, selected, onSelect, focus, entryId, hottestId, onScaleMode, onFind, onGoHottest } = props;
+  const { layout, hostId, colour, dark, legend, selected, onSelect, focus, entryId, hottestId, onScaleMode, onFind, onGoHottest, measured } = props;
+  const mBlocks = useMemo(() => (measured ? new Map<string, OverlayBlock>(measured.overlay.blocks) : null), [measured]);
+  const mEdges = useMemo(() => (measured ? new Map<string, OverlayEdge>(measured.overlay.edges) : null), [measured]);
   const svgRef = useRef<SVGSVGElement>(null);
   const groupRef = useRef<SVGGElement>(null);
   const makeInitial = props.initialView;
@@ -163,18 +178,40 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
                   d={pathOf(e)}
                   fill="none"
                   stroke={EDGE_STYLE[e.kind].stroke}
-                  strokeWidth={1.4}
+                  strokeWidth={mEdges?.get(e.id)?.width ?? 1.4}
                   strokeDasharray={EDGE_STYLE[e.kind].dash}
                   markerEnd={`url(#arrow-${e.kind})`}
                   data-kind={e.kind}
                 />
               ))}
             </g>
+            {mEdges && showText && (
+              <g className="edge-counts">
+                {visible.edges.map((e) => {
+                  const m = mEdges.get(e.id);
+                  const mid = e.points[Math.floor(e.points.length / 2)];
+                  if (!m || !mid) return null;
+                  return (
+                    <text key={e.id} x={mid.x + 6} y={mid.y - 4} className="edge-count" data-testid="cfg-edge-count"
+                      data-edge={e.id} data-count={m.count} data-label={m.label}>
+                      {formatCount(m.count)} · {m.label}
+                    </text>
+                  );
+                })}
+              </g>
+            )}
             <g className="nodes">
               {visible.nodes.map((n) =>
                 n.kind === "block" ? (
-                  <BlockNode key={n.id} node={n} fill={colour(n.samples)} dark={dark(n.samples)} selected={selected === n.id}
-                    hot={hottestId === n.id} showText={showText} onSelect={onSelect} onKey={onKey} />
+                  mBlocks && measured ? (
+                    <BlockNode key={n.id} node={n} fill={measured.colour(mBlocks.get(n.id)?.count ?? null)}
+                      dark={measured.dark(mBlocks.get(n.id)?.count ?? null)} selected={selected === n.id}
+                      hot={hottestId === n.id} showText={showText} onSelect={onSelect} onKey={onKey}
+                      measured={mBlocks.get(n.id) ?? { count: null, label: "unknown" }} unit={measured.overlay.unit} />
+                  ) : (
+                    <BlockNode key={n.id} node={n} fill={colour(n.samples)} dark={dark(n.samples)} selected={selected === n.id}
+                      hot={hottestId === n.id} showText={showText} onSelect={onSelect} onKey={onKey} />
+                  )
                 ) : (
                   <ExitNode key={n.id} node={n} hostId={hostId} showText={showText} />
                 ),
@@ -197,7 +234,7 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
             </li>
           ))}
         </ul>
-        <ColourLegend colour={colour} legend={legend} />
+        {measured ? <MeasurementLegend measured={measured} /> : <ColourLegend colour={colour} legend={legend} />}
       </div>
     </div>
   );
@@ -212,21 +249,27 @@ interface BlockNodeProps {
   showText: boolean;
   onSelect: (n: PositionedNode) => void;
   onKey: (e: KeyboardEvent, n: PositionedNode) => void;
+  /** A measurement's count for the block, shown instead of its samples. */
+  measured?: OverlayBlock;
+  unit?: string;
 }
 
-const BlockNode = memo(function BlockNode({ node: n, fill, dark, selected, hot, showText, onSelect, onKey }: BlockNodeProps) {
-  const count = n.samples === null ? "samples unavailable" : n.samples === 0 ? "no samples" : n.samples === 1 ? "1 sample" : `${formatCount(n.samples)} samples`;
+const BlockNode = memo(function BlockNode({ node: n, fill, dark, selected, hot, showText, onSelect, onKey, measured, unit }: BlockNodeProps) {
+  const count = measured
+    ? measured.count === null ? "no data" : `${formatCount(measured.count)} ${unit} · ${measured.label}`
+    : n.samples === null ? "samples unavailable" : n.samples === 0 ? "no samples" : n.samples === 1 ? "1 sample" : `${formatCount(n.samples)} samples`;
   return (
     <g
       data-testid="cfg-block"
       data-offset={n.block?.offset}
+      data-measured={measured ? (measured.count ?? "none") : undefined}
       className={`cfg-node block${selected ? " selected" : ""}${dark ? " dark" : ""}${hot ? " hottest" : ""}`}
       transform={`translate(${n.x - n.width / 2},${n.y - n.height / 2})`}
       tabIndex={0}
       onClick={() => onSelect(n)}
       onKeyDown={(e) => onKey(e, n)}
     >
-      <title>{n.samples === null ? "samples unavailable" : `${n.samples} samples`}</title>
+      <title>{measured ? count : n.samples === null ? "samples unavailable" : `${n.samples} samples`}</title>
       <rect width={n.width} height={n.height} rx={3} fill={fill} />
       {showText && n.lines.map((l, i) => (
         <text key={i} x={n.width / 2} y={8 + 15 * i + 11} textAnchor="middle" className={i === 0 ? "addr" : "sub"}>{i > 0 ? " " : ""}{l}</text>
@@ -284,6 +327,33 @@ function ColourLegend({ colour, legend }: { colour: (s: number | null) => string
         ))}
       </svg>
       <span className="small">0 · {stops.slice(1).map((v) => formatCount(v)).join(" · ")}</span>
+    </div>
+  );
+}
+
+function MeasurementLegend({ measured }: { measured: MeasuredInfo }) {
+  const { overlay, mode, max, colour } = measured;
+  const stops = legendStops(mode, max, 7);
+  const what = overlay.unit === "samples" ? "sampled PC counts (time in each block, not executions)" : "executions, exact";
+  return (
+    <div className="colour-legend measured-legend" aria-label="Measurement legend">
+      <span className="small">
+        Measurement {measured.measurementId}, {measured.rangeLabel}: block {what} ({mode});
+        edge width by count, edges {overlay.unit === "samples" ? "sampled estimates" : "derived from the block counts (exact or estimate)"}
+      </span>
+      <svg width={20 + 20 + 6 * 22} height="14" aria-hidden="true">
+        <rect x="0" y="1" width="14" height="12" fill={NO_DATA_FILL} stroke="#888" />
+        <rect x="20" y="1" width="14" height="12" fill={NO_SAMPLES_FILL} stroke="#bbb" />
+        {stops.slice(1).map((v, i) => (
+          <rect key={i} x={40 + i * 22} y="1" width="22" height="12" fill={colour(Math.max(1, v))} />
+        ))}
+      </svg>
+      <span className="small">no data · 0 · {stops.slice(1).map((v) => formatCount(v)).join(" · ")}</span>
+      {overlay.notes.length > 0 && (
+        <ul className="small" aria-label="Measured edges not drawn">
+          {overlay.notes.map((n, i) => <li key={i} data-node={n.node}>{/^b\d+$/.test(n.node) ? `+0x${Number(n.node.slice(1)).toString(16)}` : n.node}: {n.text}</li>)}
+        </ul>
+      )}
     </div>
   );
 }

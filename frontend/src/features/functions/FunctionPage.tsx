@@ -3,9 +3,12 @@
 // time range (laid out in a Web Worker, with progress while that runs), the instructions of the
 // selected block with their samples (the hottest marked), its callers and callees from sampled call
 // stacks, and its direct callees from its code. Range, selected block and colour scale are in the URL.
+// Opened for a measurement (?measurement=ID&row=N, linked from the measure page), a "Measurement"
+// overlay draws that measurement's block counts as the colours (no data distinct from zero) and its
+// derived edge counts as edge widths and labels, shaped in a worker.
 import { useLiveTopics } from "../../api/live";
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
-import { Link, useParams } from "react-router-dom";
+import { Link, useParams, useSearchParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
 import { useFunctionDetail, useFunctionSamples, useInstructionSamples, useInstructions } from "../../api/queries";
 import type { FunctionDetail } from "../../api/types";
@@ -20,8 +23,10 @@ import { InstructionsPanel, instructionCounts } from "./InstructionsPanel";
 import { CallersCallees } from "./CallersCallees";
 import { blockSamplesMap, buildCfgModel, type CfgLayout, type PositionedNode } from "./cfgModel";
 import { findBlock, hottestNode, initialView } from "./cfgView";
-import { colourScale, isDarkFill, stickyMax, type ScaleMode } from "./colourScale";
+import { NO_DATA_FILL, colourScale, isDarkFill, stickyMax, type ScaleMode } from "./colourScale";
 import { useCfgLayout } from "./useCfgLayout";
+import { useMeasuredOverlay } from "./useMeasuredOverlay";
+import { useMeasurementCfg } from "../measure/measureQueries";
 
 export function FunctionPage() {
   const { hostId = "", functionId = "" } = useParams();
@@ -93,6 +98,30 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
   const colour = useMemo(() => colourScale(mode, scaleMax), [mode, scaleMax]);
   const dark = useCallback((s: number | null) => isDarkFill(mode, scaleMax, s), [mode, scaleMax]);
 
+  // The measurement overlay (block counts and derived edge counts of one measured function row).
+  const [params] = useSearchParams();
+  const mid = params.get("measurement");
+  const rowText = params.get("row");
+  const mRow = rowText && /^\d+$/.test(rowText) ? Number(rowText) : null;
+  const [overlayOn, setOverlayOn] = useState(true);
+  const mcfg = useMeasurementCfg(hostId, mid, mRow, !paused);
+  const overlay = useMeasuredOverlay(layoutState.layout, overlayOn ? mcfg.data : undefined);
+  const mDomain = useRef<{ key: string; max: number | null }>({ key: "", max: null });
+  const mKey = `${mid}|${mRow}|${view.scale}`;
+  if (mDomain.current.key !== mKey) mDomain.current = { key: mKey, max: null };
+  const mMax = stickyMax(mDomain.current.max, overlay?.maxBlock ?? 0);
+  mDomain.current.max = mMax;
+  const measured = useMemo(() => {
+    if (!overlay || !overlayOn || !mid || !mcfg.data) return null;
+    const base = colourScale(mode, mMax);
+    return {
+      overlay, mode, max: mMax, measurementId: mid,
+      rangeLabel: `${new Date(mcfg.data.from).toLocaleTimeString()}–${new Date(mcfg.data.to).toLocaleTimeString()}`,
+      colour: (c: number | null) => (c === null ? NO_DATA_FILL : base(c)),
+      dark: (c: number | null) => isDarkFill(mode, mMax, c),
+    };
+  }, [overlay, overlayOn, mid, mcfg.data, mode, mMax]);
+
   const selectedNode = useMemo(
     () => coloured?.layout.nodes.find((n) => n.kind === "block" && n.block?.offset === view.block) ?? null,
     [coloured, view.block],
@@ -163,6 +192,22 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
         <TimeRangePicker range={view.range} onChange={(range) => update({ range }, { push: true })} />
         <LiveBar range={view.range} paused={paused} onPause={setPaused} updatedAt={samples.dataUpdatedAt} fetching={samples.isFetching} />
       </div>
+      {mid && mRow !== null && (
+        <div className="toolbar measurement-bar" role="group" aria-label="Measurement overlay">
+          <label>
+            <input type="checkbox" checked={overlayOn} onChange={(e) => setOverlayOn(e.target.checked)} /> Measurement
+          </label>
+          <Link to={`/hosts/${encodeURIComponent(hostId)}/measure?m=${encodeURIComponent(mid)}`}>{mid}</Link>
+          {mcfg.data && (
+            <span className="small" data-testid="measurement-range">
+              {mcfg.data.function}: {mcfg.data.intervals} intervals from {new Date(mcfg.data.from).toLocaleString()} to{" "}
+              {new Date(mcfg.data.to).toLocaleString()} · blocks {mcfg.data.basis === "sampled" ? "sampled" : mcfg.data.basis === "exact" ? "exact" : "not counted"}
+              {" "}· edges {mcfg.data.edges.length ? (mcfg.data.basis === "sampled" ? "sampled estimates" : "derived") : "none yet"}
+            </span>
+          )}
+          {mcfg.isError && <span className="error small" role="alert">Measurement unavailable: {mcfg.error.message}</span>}
+        </div>
+      )}
       {fn.undecodable && (
         <p className="warning" role="note">
           Undecodable: the agent could not decode this function's bytes
@@ -197,6 +242,7 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
               onScaleMode={(scale) => update({ scale }, { push: false })}
               onFind={onFind}
               onGoHottest={goHottest}
+              measured={measured}
             />
           )}
           {layoutState.ms !== null && coloured && (

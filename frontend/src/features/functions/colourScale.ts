@@ -8,6 +8,8 @@ import { interpolateYlOrRd } from "d3-scale-chromatic";
 
 export type ScaleMode = "linear" | "log";
 export const NO_SAMPLES_FILL = "#eef0f3";
+/** A block the measurement has no data for (not a row, or no interval yet): unlike a zero count. */
+export const NO_DATA_FILL = "#b8bec7";
 /** The smallest top of the domain: a handful of samples stays in the light part of the ramp. */
 export const MIN_DOMAIN = 10;
 

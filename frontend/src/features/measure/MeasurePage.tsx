@@ -2,7 +2,8 @@
 // Measurements of one target (kperfmon's visis): pick functions (and their blocks), pick metrics,
 // start; then a live table (resources × metrics, units on every number, exact / sampled / estimate
 // labels, unavailable metrics with the agent's reason) and a live chart, fed by the WebSocket
-// subscription of that measurement only. Stop and pause; command progress with Cancel.
+// subscription of that measurement only. Stop and pause; command progress with Cancel. A function
+// measured with its blocks links to its CFG with the measurement's counts drawn over it.
 import { useMemo, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router-dom";
 import { useHost } from "../../api/queries";
@@ -170,6 +171,13 @@ function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
   const names = useMemo(() => resourceNames(d?.resources ?? []), [d]);
   const metrics = useMemo(() => (d?.metrics ?? []) as MetricId[], [d]);
   const rows = useMemo(() => tableRows(d?.resources ?? [], metrics, values.data), [d, metrics, values.data]);
+  // Function rows measured with their blocks open their CFG with the measurement overlay.
+  const cfgLinks = useMemo(() => {
+    const res = d?.resources ?? [];
+    const withBlocks = new Set(res.filter((r) => r.kind === "block" && r.function_row !== null).map((r) => r.function_row));
+    return new Map(res.filter((r) => r.kind === "function" && withBlocks.has(r.index) && r.function_id != null)
+      .map((r) => [r.index, r.function_id as number]));
+  }, [d]);
   if (detail.isError) return <p className="error" role="alert">Measurement unavailable: {detail.error.message}</p>;
   if (!d) return <p className="muted">Loading measurement…</p>;
   return (
@@ -196,7 +204,18 @@ function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
         <tbody>
           {rows.map((r) => (
             <tr key={r.index} data-resource={r.name} className={r.kind === "block" ? "block-row" : undefined}>
-              <th scope="row">{r.name} <span className="muted small">{r.address}</span></th>
+              <th scope="row">
+                {r.name} <span className="muted small">{r.address}</span>
+                {cfgLinks.get(r.index) !== undefined && (
+                  <>
+                    {" "}
+                    <Link className="small" aria-label={`CFG of ${r.name}`}
+                      to={`/hosts/${encodeURIComponent(hostId)}/functions/${cfgLinks.get(r.index)}?measurement=${encodeURIComponent(mid)}&row=${r.index}`}>
+                      CFG
+                    </Link>
+                  </>
+                )}
+              </th>
               {metrics.map((m) => {
                 const c = r.cells[m];
                 if (!c) return <td key={m} />;

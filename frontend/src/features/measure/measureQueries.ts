@@ -5,6 +5,7 @@
 import { keepPreviousData, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap } from "../../api/client";
 import type {
+  MeasurementCfg,
   Command, FunctionsPage, Measurement, MeasurementCreate, MeasurementDetail, MeasurementSeries, MeasurementValues,
   Target,
 } from "../../api/types";
@@ -18,6 +19,7 @@ export const measureKeys = {
   series: (hostId: string, mid: string, windowS: number, res: number[]) =>
     ["host", hostId, "measurement", mid, "series", windowS, res.join(",")] as const,
   search: (hostId: string, target: string, q: string) => ["host", hostId, "fn-search", target, q] as const,
+  cfg: (hostId: string, mid: string, row: number) => ["host", hostId, "measurement", mid, "cfg", row] as const,
 };
 
 /** Fallback refresh while the WebSocket is down; pushes refresh sooner. */
@@ -138,5 +140,23 @@ export function useFunctionSearch(hostId: string, target: string, q: string) {
     })),
     enabled: q.length > 0,
     placeholderData: keepPreviousData,
+  });
+}
+
+/** The whole day up to the measurement's newest interval: the longest range the route serves. */
+export const CFG_WINDOW_S = 86400;
+
+/** A measured function's block counts and derived edge counts (the CFG overlay). */
+export function useMeasurementCfg(hostId: string, mid: string | null, row: number | null, live: boolean) {
+  return useQuery<MeasurementCfg, Error>({
+    queryKey: measureKeys.cfg(hostId, mid ?? "", row ?? -1),
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/cfg", {
+      params: { path: { host_id: hostId, measurement_id: mid ?? "" },
+        query: { function_row: row ?? 0, window_s: CFG_WINDOW_S } },
+    })),
+    enabled: !!mid && row !== null,
+    placeholderData: keepPreviousData,
+    refetchInterval: live ? FALLBACK_MS : false,
+    meta: { live },
   });
 }
