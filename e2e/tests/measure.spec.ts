@@ -3,7 +3,8 @@
 // mx_branch() exactly 1000 times once released (i % 4 == 0 takes one side: 250 and 750), the test
 // attaches it by pid on the host page, picks mx_branch and its blocks on the measure page, starts
 // count + wall + vtime, releases the program, and reads the exact count and the branch split in the
-// live table, with the chart drawn from the measurement's series.
+// live table, with the chart drawn from the measurement's series; then opens mx_branch's CFG with the
+// measurement drawn over it: the 250 and 750 blocks and the edge counts the agent derived from them.
 import { test, expect } from "@playwright/test";
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -74,6 +75,28 @@ test("a process attached from the console shows f's exact count and its branch s
     // The chart draws a line for the function from the measurement's series, with a legend.
     await expect(page.locator("figure.measure-chart g.series[data-resource] circle").first()).toBeVisible();
     await expect(page.getByRole("list", { name: "Legend" })).toContainText("mx_branch");
+
+    // mx_branch's CFG with the measurement over it: block heat from the exact counts, and the edges the
+    // agent derived from them (KernInst section 4) drawn by count, labelled exact.
+    await fn.getByRole("link", { name: "CFG of mx_branch" }).click();
+    await expect(page.getByRole("heading", { name: "mx_branch", level: 1 })).toBeVisible();
+    await expect(page.getByRole("checkbox", { name: "Measurement" })).toBeChecked();
+    await expect(page.getByTestId("measurement-range")).toContainText("blocks exact");
+    await expect(page.getByTestId("measurement-range")).toContainText("edges derived");
+    const cfgBlocks = page.locator("[data-testid=cfg-block]");
+    await expect(cfgBlocks.filter({ hasText: "750 executions · exact" })).toHaveCount(1);
+    await expect(cfgBlocks.filter({ hasText: "250 executions · exact" })).toHaveCount(1);
+    await expect(cfgBlocks.filter({ hasText: "1,000 executions · exact" }).first()).toBeVisible();
+    const edgeCounts = page.locator("[data-testid=cfg-edge-count]");
+    await expect.poll(async () => edgeCounts.evaluateAll((els) => els.map((e) => `${e.getAttribute("data-count")} ${e.getAttribute("data-label")}`)))
+      .toEqual(expect.arrayContaining(["250 exact", "750 exact"]));
+    // Thicker for more executions: the 750 side is drawn wider than the 250 side.
+    const width = async (count: number) => {
+      const id = await edgeCounts.and(page.locator(`[data-count="${count}"]`)).first().getAttribute("data-edge");
+      return Number(await page.locator(`path[data-edge="${id}"]`).getAttribute("stroke-width"));
+    };
+    expect(await width(750)).toBeGreaterThan(await width(250));
+    await expect(page.getByLabel("Measurement legend")).toContainText("executions, exact");
   } finally {
     proc.kill();
     rmSync(dir, { recursive: true, force: true });

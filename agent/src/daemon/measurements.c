@@ -261,7 +261,8 @@ static int queue_batch(struct agent *ag, const struct hp_active *a, const struct
 	b.samples_lost = r->samples_lost;
 	b.frames_dropped = r->frames_dropped;
 	b.exits_unmatched = r->exits_unmatched;
-	/* Edges of the functions measured with their blocks (measure/edges.c). */
+	/* Edges of the functions measured with their blocks (measure/edges.c);
+	 * edges that carried nothing in the interval are left out. */
 	struct hp_function_edges *fe = NULL;
 	size_t nfe = 0, nedges = 0;
 	if (hp_measure_edges_from(a->h, r, true, &fe, &nfe) < 0)
@@ -276,6 +277,8 @@ static int queue_batch(struct agent *ag, const struct hp_active *a, const struct
 	for (size_t i = 0; i < nfe; i++)
 		for (size_t j = 0; j < fe[i].edges.nedges; j++) {
 			const struct hp_edge *e = &fe[i].edges.edges[j];
+			if (!e->count)
+				continue; /* absent means none in this interval, as for values */
 			hotpath__v1__edge_count__init(&ec[k]);
 			ec[k].function_row = (uint32_t)fe[i].function_row;
 			ec[k].from_offset = e->from < fe[i].nblocks ? fe[i].block_offsets[e->from] : 0;

@@ -489,3 +489,39 @@ def test_a_measurement_whose_process_exited_while_the_agent_was_down_ends_with_i
     assert agent.loop_target.id not in {t.id for t in agent.hello.targets}
     assert not (agent.state / "measurements" / "m-keep.pb").exists()
     assert not (agent.state / "targets" / agent.loop_target.id).exists()
+
+
+def test_sampled_kernel_blocks_carry_edges_labelled_sampled_estimates(agent):
+    """vfs_read with its blocks on this kernel, which forbids kprobes and fentry: block counts are PC
+    samples (labelled sampled) and the edges the agent derives from them are sampled estimates, each an
+    edge of vfs_read's CFG, while `dd` reads one byte per read(2)."""
+    vmlinux = next(m for m in agent.hello.modules if m.name == "vmlinux")
+    vfs_read = next(f for f in _catalog(agent.session, vmlinux.digest).values() if f.name == "vfs_read")
+    succ = {(b.offset, s.target) for b in vfs_read.blocks for s in b.successors
+            if s.kind in (pb.SUCCESSOR_KIND_FALLTHROUGH, pb.SUCCESSOR_KIND_TAKEN)}
+    loop = subprocess.Popen(["dd", "if=/dev/zero", "of=/dev/null", "bs=1"], stderr=subprocess.DEVNULL)
+    STARTED.append(loop)
+    try:
+        _send(agent.session, "start-k", start_measurement=pb.StartMeasurement(
+            measurement_id="m-kernel-edges", target="kernel", metrics=["count"], allow_partial=True,
+            resources=[pb.ResourceRef(digest=vmlinux.digest, function_index=vfs_read.index,
+                                      kind=pb.RESOURCE_KIND_FUNCTION, blocks=True)]))
+        res = _result(agent.session, "start-k")
+        assert res.ok, res.error
+        rows = list(res.measurement.resources)
+        blocks = [r for r in rows if r.kind == pb.RESOURCE_KIND_BLOCK]
+        assert blocks and all({p.metric: p for p in r.metrics}[pb.METRIC_COUNT].label == pb.VALUE_LABEL_SAMPLED
+                              for r in blocks)
+        batches = _measurement_batches(agent.session, "m-kernel-edges", 30,
+                                       until=lambda bs: sum(len(b.edges) for b in bs) >= 3)
+    finally:
+        loop.kill()
+        loop.wait()
+    _send(agent.session, "stop-k", stop_measurement=pb.StopMeasurement(measurement_id="m-kernel-edges"))
+    assert _result(agent.session, "stop-k").ok
+    edges = [e for b in batches for e in b.edges]
+    assert len(edges) >= 3, f"{len(batches)} batches, {sum(_totals(batches).values())} samples counted"
+    for e in edges:
+        assert e.function_row == 0 and e.label == pb.EDGE_LABEL_SAMPLED_ESTIMATE and e.count > 0, e
+        if e.kind in (pb.EDGE_KIND_FALLTHROUGH, pb.EDGE_KIND_TAKEN):
+            assert (e.from_offset, e.to_offset) in succ, e

@@ -85,3 +85,42 @@ async def test_an_agent_lying_about_edges_is_refused_and_nothing_is_stored(backe
     assert "INVALID_ARGUMENT" in str(err.value) and reason in str(err.value)
     assert await _scalar(backend, "SELECT count(*) FROM measurement_points WHERE measurement_id = :m", m=mid) == 0
     await agent.close()
+
+
+# The checker alone, fuzzed: whatever edges an agent sends, check_edges either refuses them with a
+# reason or returns columns that hold only CFG edges, once each, whose flow is conserved.
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from app.agent_input import InvalidInput  # noqa: E402
+from app.measured_edges import IN_FLIGHT, FunctionShape, check_edges, shape_edges  # noqa: E402
+
+_BLOCKS = [[0, 16, 4, [[1, 16, ""], [2, 32, ""]]], [16, 16, 3, [[1, 32, ""]]], [32, 16, 2, [[3, -5, "ksys_read"]]]]
+_SHAPE = FunctionShape(row=0, edges=shape_edges(_BLOCKS), block_rows={0: 1, 16: 2, 32: 3}, basis="exact")
+_EDGE = st.builds(pb.EdgeCount, function_row=st.sampled_from([0, 0, 0, 1, 7]),
+                  from_offset=st.sampled_from([0, 16, 32, 48, 2**32 - 1]),
+                  to_offset=st.sampled_from([0, 16, 32, 48, 2**32 - 1]), count=st.integers(0, 2**50),
+                  label=st.sampled_from([0, 1, 1, 2, 3, 9]), kind=st.integers(0, 9))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edges=st.lists(_EDGE, max_size=8) | st.just(_edges()),
+       counts=st.tuples(st.integers(0, 200), st.integers(0, 200), st.integers(0, 200)))
+def test_check_edges_refuses_or_returns_conserved_cfg_edges(edges, counts):
+    b = pb.MeasurementBatch(measurement_id="m", edges=edges, resources=[
+        pb.ResourceValues(resource=row, values=[pb.MetricValue(metric=pb.METRIC_COUNT, value=c, total=c,
+                                                               label=pb.VALUE_LABEL_EXACT)])
+        for row, c in zip((1, 2, 3), counts, strict=True)])
+    try:
+        cols = check_edges(b, {0: _SHAPE})
+    except InvalidInput as exc:
+        assert str(exc).startswith("measurement 'm'")
+        return
+    rows, frm, to, kinds, _labels, n = cols
+    keys = list(zip(kinds, frm, to, strict=True))
+    assert set(rows) <= {0} and len(set(keys)) == len(keys) and set(keys) <= _SHAPE.edges
+    for off, c in zip((0, 16, 32), counts, strict=True):
+        tin = sum(x for x, t in zip(n, to, strict=True) if t == off)
+        tout = sum(x for x, f in zip(n, frm, strict=True) if f == off)
+        if edges:
+            assert abs(tin - c) <= IN_FLIGHT + c // 100 and abs(tout - c) <= IN_FLIGHT + c // 100

@@ -108,13 +108,14 @@ export function useCatalogPieces(hostId: string) {
   return { modules, complete, pieces };
 }
 
-export function useFunctionDetail(hostId: string, fid: number, enabled = true) {
+/** A function at its address in a target: the kernel, or an attached (or exited) process. */
+export function useFunctionDetail(hostId: string, fid: number, enabled = true, target = "kernel") {
   return useQuery<FunctionDetail, Error>({
-    queryKey: keys.fn(hostId, fid),
+    queryKey: target === "kernel" ? keys.fn(hostId, fid) : [...keys.fn(hostId, fid), target],
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/hosts/{host_id}/functions/{function_id}", {
-          params: { path: { host_id: hostId, function_id: fid } },
+          params: { path: { host_id: hostId, function_id: fid }, query: target === "kernel" ? {} : { target } },
         }),
       ),
     retry,

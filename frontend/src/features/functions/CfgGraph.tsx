@@ -182,6 +182,7 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
                   strokeDasharray={EDGE_STYLE[e.kind].dash}
                   markerEnd={`url(#arrow-${e.kind})`}
                   data-kind={e.kind}
+                  data-edge={e.id}
                 />
               ))}
             </g>

@@ -32,7 +32,10 @@ export function FunctionPage() {
   const { hostId = "", functionId = "" } = useParams();
   const fid = /^\d+$/.test(functionId) ? Number(functionId) : NaN;
   const valid = Number.isSafeInteger(fid);
-  const detail = useFunctionDetail(hostId, fid, valid);
+  const [search] = useSearchParams();
+  const targetParam = search.get("target");
+  const target = targetParam && /^(kernel|p[0-9]{1,10}-[0-9]{1,20})$/.test(targetParam) ? targetParam : "kernel";
+  const detail = useFunctionDetail(hostId, fid, valid, target);
   useLiveTopics([`host:${hostId}`]);
   const hostLink = `/hosts/${encodeURIComponent(hostId)}`;
 

@@ -210,7 +210,7 @@ function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
                   <>
                     {" "}
                     <Link className="small" aria-label={`CFG of ${r.name}`}
-                      to={`/hosts/${encodeURIComponent(hostId)}/functions/${cfgLinks.get(r.index)}?measurement=${encodeURIComponent(mid)}&row=${r.index}`}>
+                      to={`/hosts/${encodeURIComponent(hostId)}/functions/${cfgLinks.get(r.index)}?measurement=${encodeURIComponent(mid)}&row=${r.index}&target=${encodeURIComponent(d.target_id)}`}>
                       CFG
                     </Link>
                   </>
