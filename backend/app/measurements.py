@@ -175,3 +175,10 @@ async def function_blocks(session: AsyncSession, digest: str, index: int) -> lis
     blocks = (await session.execute(text("SELECT blocks FROM function_code WHERE digest = :d AND index = :i"),
                                     {"d": digest, "i": index})).scalar()
     return [int(b[0]) for b in blocks or []]
+
+
+async def first_interval(session: AsyncSession, measurement_id: str, since: datetime) -> datetime | None:
+    """The start of the measurement's first interval at or after `since`."""
+    return (await session.execute(text("""
+        SELECT min(ts) FROM measurement_points WHERE measurement_id = :m AND ts >= :s"""),
+        {"m": measurement_id, "s": since})).scalar()

@@ -44,6 +44,8 @@ async def test_edges_that_fit_the_cfg_are_stored_and_served_with_the_block_count
     cfg = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}/cfg",
                             params={"function_row": 0, "window_s": 60})).json()
     assert cfg["function"] == "vfs_read" and cfg["basis"] == "exact" and cfg["intervals"] == 3
+    # The range reaches back to the first interval, not a whole window before it.
+    assert cfg["seconds"] == pytest.approx(3.0)
     assert cfg["edge_intervals"] == 3
     assert [(b["offset"], b["count"], b["label"]) for b in cfg["blocks"]] == [(0, 300, "exact"), (0x10, 120, "exact"),
                                                                                (0x20, 300, "exact")]

@@ -157,6 +157,10 @@ async def measurement_cfg(host_id: ExistingHost, measurement_id: ExistingMeasure
         raise HTTPException(404, "No such function row in the measurement")
     spec = range_spec(runtime, window_s, from_, to)
     r = await samples.measurement_range(session, measurement_id, spec) or samples.empty_range(spec)
+    if spec.window_s is not None:  # a window reaches back to the measurement's first interval at most
+        first = await measurements.first_interval(session, measurement_id, r.start)
+        if first is not None and r.start < first < r.end:
+            r = samples.TimeRange(first, r.end)
     values = await samples.measurement_values(session, measurement_id, r)
     sums = {v["resource"]: v["values"]["count"] for v in values["resources"]}
     code = await measurements.function_blocks(session, fn["digest"], fn["function_index"])

@@ -165,7 +165,8 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
         <svg ref={svgRef} className="cfg-svg" aria-label="Control-flow graph" role="img">
           <defs>
             {KINDS.map((k) => (
-              <marker key={k} id={`arrow-${k}`} viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
+              <marker key={k} id={`arrow-${k}`} viewBox="0 0 10 10" refX="9" refY="5" markerWidth="10" markerHeight="10"
+                markerUnits="userSpaceOnUse" orient="auto-start-reverse">
                 <path d="M 0 0 L 10 5 L 0 10 z" fill={EDGE_STYLE[k].stroke} />
               </marker>
             ))}
@@ -259,6 +260,8 @@ const BlockNode = memo(function BlockNode({ node: n, fill, dark, selected, hot, 
   const count = measured
     ? measured.count === null ? "no data" : `${formatCount(measured.count)} ${unit} · ${measured.label}`
     : n.samples === null ? "samples unavailable" : n.samples === 0 ? "no samples" : n.samples === 1 ? "1 sample" : `${formatCount(n.samples)} samples`;
+  // A measured count with its unit and label can outgrow a block sized for its address: squeeze it in.
+  const fits = (count.length + 1) * 6.6 <= n.width - 8;
   return (
     <g
       data-testid="cfg-block"
@@ -276,7 +279,8 @@ const BlockNode = memo(function BlockNode({ node: n, fill, dark, selected, hot, 
         <text key={i} x={n.width / 2} y={8 + 15 * i + 11} textAnchor="middle" className={i === 0 ? "addr" : "sub"}>{i > 0 ? " " : ""}{l}</text>
       ))}
       {showText && (
-        <text x={n.width / 2} y={8 + 15 * n.lines.length + 11} textAnchor="middle" className="count"> {count}</text>
+        <text x={n.width / 2} y={8 + 15 * n.lines.length + 11} textAnchor="middle" className="count"
+          textLength={fits ? undefined : n.width - 8} lengthAdjust="spacingAndGlyphs"> {count}</text>
       )}
     </g>
   );
