@@ -19,7 +19,20 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.api.guard import RequestGuard
 from app.api.responses import ADMIN_ONLY, GUARDED, SIGNED_IN
-from app.api.routes import admin, auth, catalogs, functions, health, hosts, live, measurements, samples, targets, users
+from app.api.routes import (
+    admin,
+    auth,
+    catalogs,
+    functions,
+    health,
+    hosts,
+    live,
+    measurements,
+    plans,
+    samples,
+    targets,
+    users,
+)
 from app.metrics import CONTENT_TYPE, RequestMetrics
 from app.runtime import Runtime
 from app.schemas import LiveEvent
@@ -54,6 +67,7 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
     api.include_router(catalogs.router, responses=SIGNED_IN)
     api.include_router(targets.router, responses=ADMIN_ONLY)
     api.include_router(measurements.router, responses=ADMIN_ONLY)
+    api.include_router(plans.router, responses=ADMIN_ONLY)
     api.include_router(live.router)  # a WebSocket only: it closes with code 4401 without a valid token
     app.include_router(api)
     _install_error_handlers(app)

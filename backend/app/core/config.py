@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     # The most resources one measurement request may name (a function's blocks count as its rows
     # on the agent, which serves at most 65536 rows).
     max_measurement_resources: int = 10000
+    max_plan_bytes: int = 16 * 1024 * 1024  # a plan's JSON from an agent (PlanResult.plan_json)
+    plan_install_timeout_s: float = 120.0  # how long an install flow waits for the agent's answer
     # Agents: enrolment (server-authenticated TLS) on its own port, 0 = the agent port + 1.
     enroll_port: int = 0
     tls_server_names: str = ""  # extra names/IPs for the server certificate, comma-separated
