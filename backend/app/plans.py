@@ -125,6 +125,26 @@ async def refresh_stale(db, host_id: str, plan_id: uuid.UUID | None = None) -> N
 
 # What agents answer (called by app.commands inside the result's transaction) ---------------------
 
+async def _identity_mismatch(db: AsyncSession, row, plan) -> str | None:
+    """The plan's module and build id against what the agent reported for the target."""
+    t = plan.target
+    if t.kind == "kernel":
+        kb = (await db.execute(text("SELECT kernel_build_id FROM hosts WHERE id = :h"), {"h": row.host_id})).scalar()
+        if kb and t.build_id and kb != t.build_id:
+            return f"the agent's plan was refused: it is for kernel build {t.build_id}, the host runs {kb}"
+        return None
+    if t.module:
+        mb = (await db.execute(text("""
+            SELECT build_id FROM host_modules WHERE host_id = :h AND target_id = :t AND name = :n"""),
+            {"h": row.host_id, "t": row.target_id, "n": t.module})).scalar()
+        if mb is None:
+            return f"the agent's plan was refused: the target has no module {t.module}"
+        if mb and mb != (t.module_build_id or ""):
+            return (f"the agent's plan was refused: {t.module} has build id {mb} on the target, the plan says "
+                    f"{t.module_build_id}")
+    return None
+
+
 async def on_plan_result(db: AsyncSession, settings, cmd, result) -> tuple[dict | None, str | None]:
     """Check a MakePlan answer and store the plan, or fail it with the reason; nothing unchecked is kept."""
     plan_id = uuid.UUID(cmd.params["plan_id"])
@@ -133,6 +153,7 @@ async def on_plan_result(db: AsyncSession, settings, cmd, result) -> tuple[dict 
         return None, "the plan this answers is not being made"
     if not result.ok:
         return None, None  # after_end records the agent's reason
+    why: str | None = None
     if result.WhichOneof("kind") != "plan" or result.plan.plan_id != str(plan_id):
         why = "the agent's answer is not the plan asked for"
     else:
@@ -144,11 +165,13 @@ async def on_plan_result(db: AsyncSession, settings, cmd, result) -> tuple[dict 
         except plan_check.PlanInvalid as exc:
             why = f"the agent's plan was refused: {exc}"
         else:
+            why = await _identity_mismatch(db, row, plan)
+        if why is None:
             t = plan.target
             state = "ready" if plan.status == "ok" else "failed"
             error = None if plan.status == "ok" else f"no plan ({plan.status}): {plan.message}"
-            estimated = bool((raw.get("profile") or {}).get("estimated")) if isinstance(raw.get("profile"), dict) \
-                else False
+            profile = raw.get("profile")
+            estimated = bool(profile.get("estimated")) if isinstance(profile, dict) else False
             changed = (await db.execute(text("""
                 UPDATE plans SET state = :s, error = :e, plan_json = CAST(:j AS jsonb), plan_status = :ps,
                   estimated = :est, code_sha256 = :h, build_id = :b, target_pid = :pid, target_start_time = :st,
@@ -158,8 +181,9 @@ async def on_plan_result(db: AsyncSession, settings, cmd, result) -> tuple[dict 
                  "est": estimated, "h": pr.code_sha256 or None, "b": pr.build_id or None, "pid": t.pid,
                  "st": t.start_time, "mod": t.module, "kb": t.build_id if t.kind == "kernel" else None})).one()
             _audit(db, f"agent:{row.host_id}", "plan_ready" if state == "ready" else "plan_not_made", changed,
-                        status=plan.status)
+                   status=plan.status)
             return {"plan_id": str(plan_id), "status": plan.status, "code_sha256": pr.code_sha256}, None
+    assert why is not None
     changed = (await db.execute(text("""
         UPDATE plans SET state = 'failed', error = :e, updated_at = now() WHERE id = :id RETURNING *"""),
         {"id": plan_id, "e": why[:4000]})).one()

@@ -7,14 +7,19 @@ generated catalog (named by the same canonical digest the real agent computes) a
 metric batches so the tests can assert exact numbers, and answers InspectFunction commands with
 deterministic instructions (or an error, or silence, on request). It also plays an agent's targets and
 measurements: attach (a fake process with a catalog of its own), detach, start and stop measurement,
-cancel, with progress and an optional hold so tests can watch a command run. The real agent is exercised by its
+cancel, with progress and an optional hold so tests can watch a command run. It answers MakePlan with a
+real plan (`hotpathd plan --json` of the group fixture, tests/fixtures/plan_group.json) renamed to the
+root and process asked for, which a test may alter through `plan_edit` to play a lying agent, and
+InstallPlan and RevertPlan as an agent that checks the approved hash would. The real agent is exercised by its
 own stream test, the browser tests and bench/chaos.
 """
 import asyncio
 import hashlib
+import json
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from cryptography import x509
@@ -26,6 +31,7 @@ from app import enrolment
 from app.catalog_digest import piece_digest
 from app.proto import pb, pb_grpc
 
+PLAN_FIXTURE = Path(__file__).parent / "fixtures" / "plan_group.json"
 KERNEL_BASE = 0xFFFFFFFF81000000
 MODULE_BASE = 0xFFFFFFFFC0A00000
 SPECIAL = ["vfs_read", "ksys_read", "__x64_sys_read", "vfs_read_iter", "rw_verify_area", "do_sys_open"]
@@ -165,6 +171,10 @@ class ScriptedAgent:
         self.running: dict[str, asyncio.Task] = {}
         self.cancelled: set[str] = set()
         self.sent_catalogs: list[str] = []
+        # Plans: a hook that alters the plan before it is sent (a dict, or the text when it returns a
+        # str), and what was installed (plan id → code hash).
+        self.plan_edit = None
+        self.installed: dict[str, str] = {}
 
     def hello(self) -> "pb.Hello":
         return pb.Hello(
@@ -371,7 +381,49 @@ class ScriptedAgent:
             info.state = pb.MEASUREMENT_STATE_STOPPED
             info.ended_unix_ns = time.time_ns()
             return pb.CommandResult(command_id=command.id, ok=True, measurement=info)
+        if kind == "make_plan":
+            return self.plan_answer(command)
+        if kind == "install_plan":
+            ip = command.install_plan
+            plan = json.loads(ip.plan_json)
+            from app.plan_check import Code, code_hash
+            have = code_hash(Code.model_validate(plan["code"]))
+            if have != ip.approved_code_sha256 or have != plan["code"]["sha256"]:
+                detail = {"status": "refused", "root": plan["root"], "error": "the plan's code is not the approved one"}
+                return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
+                    plan_id=ip.plan_id, status="refused", detail_json=json.dumps(detail)))
+            self.installed[ip.plan_id] = have
+            detail = {"status": "installed", "root": plan["root"], "code_sha256": have, "heap": "0x7f0000000000",
+                      "call_sites": 3, "timings": {"entry_us": 61.0, "total_ms": 4.2}}
+            return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
+                plan_id=ip.plan_id, status="installed", detail_json=json.dumps(detail)))
+        if kind == "revert_plan":
+            rp = command.revert_plan
+            status = "reverted" if self.installed.pop(rp.plan_id, None) else "nothing_installed"
+            return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
+                plan_id=rp.plan_id, status=status, detail_json=json.dumps({"status": status})))
         return pb.CommandResult(command_id=command.id, ok=False, error="unsupported command")
+
+    def plan_answer(self, command: "pb.Command") -> "pb.CommandResult":
+        """A real plan of the group fixture, renamed to the root and process asked for."""
+        mp = command.make_plan
+        every = [*self.modules, self.process]
+        fns = next((m[2] for m in every if m[3] == mp.digest), None)
+        if fns is None or mp.function_index >= len(fns):
+            return pb.CommandResult(command_id=command.id, ok=False, error="root not found")
+        root = fns[mp.function_index].name
+        text = PLAN_FIXTURE.read_text().replace('"pr_root', f'"{root}')
+        plan = json.loads(text)
+        if mp.target != "kernel":
+            pid, start = mp.target[1:].split("-")
+            plan["target"].update(pid=int(pid), start_time=int(start), module=PROCESS_MODULE,
+                                  module_build_id=PROCESS_BUILD_ID)
+        edited = self.plan_edit(plan) if self.plan_edit else None
+        out = edited if isinstance(edited, str) else json.dumps(plan)
+        code = plan.get("code") or {}
+        return pb.CommandResult(command_id=command.id, ok=True, plan=pb.PlanResult(
+            plan_id=mp.plan_id, plan_json=out, code_sha256=code.get("sha256", ""),
+            build_id=plan["target"].get("module_build_id") or plan["target"].get("build_id", "")))
 
     async def send_measurement(self, measurement_id: str, start_ns: int, values: list[tuple[int, int, float]],
                                state: int = pb.MEASUREMENT_STATE_RUNNING, seconds: float = 1.0, detail: str = "",
