@@ -287,6 +287,12 @@ class Plans:
             raise PlanError(404, "Target not found")
         if state != "attached":
             raise PlanError(409, f"The target has ended ({state})")
+        if body.function_id is not None:
+            named = (await db.execute(text("SELECT digest, index FROM functions WHERE id = :i"),
+                                      {"i": body.function_id})).first()
+            if named is None:
+                raise PlanError(404, "Function not found")
+            body.digest, body.function_index = named.digest, named.index
         fn = (await db.execute(text("""
             SELECT f.name FROM functions f JOIN host_modules hm ON hm.digest = f.digest
             WHERE hm.host_id = :h AND hm.target_id = :t AND f.digest = :d AND f.index = :i LIMIT 1"""),

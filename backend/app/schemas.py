@@ -648,8 +648,9 @@ class PlanCreate(BaseModel):
     """Ask the host's agent to plan the re-layout of a root function (and its hot callees)."""
     model_config = ConfigDict(extra="forbid")
     target: str = Field("kernel", min_length=1, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$")
-    digest: str = Field(pattern=r"^[0-9a-f]{64}$", description="The root's module (catalog digest)")
-    function_index: int = Field(ge=0, le=2**31 - 1)
+    digest: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="The root's module (catalog digest)")
+    function_index: int | None = Field(None, ge=0, le=2**31 - 1)
+    function_id: int | None = Field(None, ge=1, le=2**62, description="Or the root as the console names it")
     seconds: int = Field(0, ge=0, le=600, description="How long to count blocks (0: the agent's default, 10)")
     join_fraction: float = Field(0, ge=0, le=1, description="0: the agent's default (0.05)")
     stall_threshold: float = Field(0, ge=0, le=1, description="0: the agent's default (0.10)")
@@ -657,6 +658,12 @@ class PlanCreate(BaseModel):
     measurement_id: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_-]+$",
                                        description="Use this measurement's block counts instead of measuring anew")
     plan_id: uuid.UUID | None = Field(None, description="Idempotency key: the same id returns the same plan")
+
+    @model_validator(mode="after")
+    def _root_named(self) -> "PlanCreate":
+        if (self.function_id is None) == (self.digest is None or self.function_index is None):
+            raise ValueError("name the root by digest and function_index, or by function_id")
+        return self
 
 
 class PlanReject(BaseModel):

@@ -5,7 +5,7 @@ import { keepPreviousData, useMutation, useQueries, useQuery, useQueryClient } f
 import { api, ApiError, unwrap } from "./client";
 import type {
   Comparison, DataCoverage, EnrolmentRequest, EnrolmentToken, EnrolmentTokenCreated, FunctionDetail, FunctionSamples,
-  Host, Hotness, Instructions, Module, Timeline, TopFunctions, User,
+  Host, Hotness, Instructions, Module, Timeline, TopFunctions, User, Plan, PlanDetail, PlanAuditEntry, CommandInfo,
 } from "./types";
 import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
 
@@ -308,6 +308,95 @@ export function useHostAction() {
     onSuccess: (_data, { hostId }) => {
       void qc.invalidateQueries({ queryKey: keys.hosts });
       void qc.invalidateQueries({ queryKey: keys.host(hostId) });
+    },
+  });
+}
+
+// Plans ------------------------------------------------------------------------------------------
+
+const PLAN_BUSY = new Set(["planning", "installing", "reverting"]);
+
+export function usePlans(hostId: string, functionIndex: { digest?: string; index?: number } = {}) {
+  return useQuery<Plan[], Error>({
+    queryKey: ["host", hostId, "plans", functionIndex.digest ?? "", functionIndex.index ?? -1],
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans", {
+      params: { path: { host_id: hostId }, query: { digest: functionIndex.digest, function_index: functionIndex.index } },
+    })),
+    retry,
+    refetchInterval: 5000,
+  });
+}
+
+/** One plan; polled while the agent works on it (planning, installing, reverting) and while its
+ *  before/after windows fill. */
+export function usePlan(hostId: string, planId: string) {
+  return useQuery<PlanDetail, Error>({
+    queryKey: ["host", hostId, "plan", planId],
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}", {
+      params: { path: { host_id: hostId, plan_id: planId } },
+    })),
+    retry,
+    refetchInterval: (q) => {
+      const p = q.state.data;
+      if (!p) return 2000;
+      if (PLAN_BUSY.has(p.state)) return 1000;
+      if (p.state === "installed" && !p.comparison?.after?.calls) return 2000;
+      return 10_000;
+    },
+  });
+}
+
+export function usePlanAudit(hostId: string, planId: string, version: string) {
+  return useQuery<PlanAuditEntry[], Error>({
+    queryKey: ["host", hostId, "plan", planId, "audit", version],
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}/audit", {
+      params: { path: { host_id: hostId, plan_id: planId } },
+    })),
+    retry,
+  });
+}
+
+export function useCommand(hostId: string, commandId: string | null | undefined, poll: boolean) {
+  return useQuery<CommandInfo, Error>({
+    queryKey: ["host", hostId, "command", commandId ?? ""],
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/commands/{command_id}", {
+      params: { path: { host_id: hostId, command_id: commandId! } },
+    })),
+    enabled: !!commandId,
+    retry,
+    refetchInterval: poll ? 1000 : false,
+  });
+}
+
+export function useMakePlan(hostId: string) {
+  const qc = useQueryClient();
+  return useMutation<Plan, Error, { target: string; function_id: number; seconds?: number }>({
+    mutationFn: (body) => unwrap(api.POST("/api/v1/hosts/{host_id}/plans", {
+      params: { path: { host_id: hostId } },
+      body: { seconds: 0, join_fraction: 0, stall_threshold: 0, max_functions: 0, ...body },
+    })),
+    onSuccess: () => qc.invalidateQueries({ queryKey: ["host", hostId, "plans"] }),
+  });
+}
+
+export type PlanStep = "request" | "approve" | "reject" | "install" | "revert";
+
+export function usePlanStep(hostId: string, planId: string) {
+  const qc = useQueryClient();
+  return useMutation<PlanDetail, Error, { step: PlanStep; reason?: string; window_s?: number }>({
+    mutationFn: ({ step, reason, window_s }) => {
+      const params = { path: { host_id: hostId, plan_id: planId } };
+      switch (step) {
+        case "request": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/request", { params }));
+        case "approve": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/approve", { params }));
+        case "reject": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/reject", { params, body: { reason: reason ?? "" } }));
+        case "install": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/install", { params, body: { window_s: window_s ?? 5 } }));
+        case "revert": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/revert", { params }));
+      }
+    },
+    onSuccess: (p) => {
+      qc.setQueryData(["host", hostId, "plan", planId], p);
+      void qc.invalidateQueries({ queryKey: ["host", hostId, "plan", planId] });
     },
   });
 }

@@ -42,3 +42,9 @@ export type LiveMessage =
   | (Omit<S["SamplesEvent"], "type"> & { type: "samples" })
   | (Omit<S["GapEvent"], "type"> & { type: "gap" })
   | { type: "ping" };
+export type Plan = S["PlanPublic"];
+export type PlanDetail = S["PlanDetail"];
+export type PlanState = Plan["state"];
+export type PlanWindow = NonNullable<S["PlanComparison"]["before"]>;
+export type PlanAuditEntry = S["PlanAuditEntry"];
+export type CommandInfo = S["CommandPublic"];

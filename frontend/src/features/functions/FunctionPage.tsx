@@ -3,9 +3,10 @@
 // time range (laid out in a Web Worker, with progress while that runs), the instructions of the
 // selected block, and its callees as links. Range, selected block and colour scale are in the URL.
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
-import { Link, useParams } from "react-router-dom";
+import { Link, useNavigate, useParams, useSearchParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
-import { useFunctionDetail, useFunctionSamples, useInstructions } from "../../api/queries";
+import { useFunctionDetail, useFunctionSamples, useInstructions, useMakePlan, useMe } from "../../api/queries";
+import { useAuth } from "../auth/AuthContext";
 import type { FunctionDetail } from "../../api/types";
 import { formatAddress, formatOffset } from "../../lib/address";
 import { formatBytes, formatCount, formatRate } from "../../lib/format";
@@ -129,6 +130,7 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
     <section className="function-page">
       <p className="crumbs"><Link to={`${hostLink}?${rangeSearch(view.range)}`}>← host</Link> · <Link to={`${hostLink}?tab=code&${rangeSearch(view.range)}`}>code</Link></p>
       <h1>{fn.name}</h1>
+      <OptimizeButton hostId={hostId} functionId={fn.id} />
       <dl className="facts">
         <div><dt>Module</dt><dd>{fn.module}</dd></div>
         <div><dt>Address</dt><dd className="addr">{formatAddress(fn.address_hex, fn.address)}</dd></div>
@@ -223,6 +225,26 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
         )}
       </section>
     </section>
+  );
+}
+
+/** "Optimize…": asks the host's agent for a plan of this function (operators), then opens the plan. */
+function OptimizeButton({ hostId, functionId }: { hostId: string; functionId: number }) {
+  const { session } = useAuth();
+  const me = useMe(!!session).data ?? session?.user;
+  const [search] = useSearchParams();
+  const navigate = useNavigate();
+  const make = useMakePlan(hostId);
+  const allowed = me?.role === "operator" || me?.role === "approver" || me?.role === "admin";
+  return (
+    <span className="optimize">
+      <button type="button" disabled={!allowed || make.isPending} title={allowed ? "Plan the re-layout of this function and its hot callees" : "needs the operator role"}
+              onClick={() => make.mutate({ target: search.get("target") ?? "kernel", function_id: functionId },
+                                         { onSuccess: (p) => navigate(`/hosts/${encodeURIComponent(hostId)}/plans/${p.id}`) })}>
+        {make.isPending ? "Asking the agent…" : "Optimize…"}
+      </button>
+      {make.isError && <span className="error small" role="alert"> {make.error.message}</span>}
+    </span>
   );
 }
 
