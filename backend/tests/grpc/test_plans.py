@@ -284,4 +284,10 @@ async def test_viewers_cannot_plan_and_operators_cannot_approve(backend, client,
         assert (await viewer.get(f"{base}/{plan_id}")).status_code == 200, "viewers read plans"
     r = await client.post(base, json={"target": TARGET, "digest": "0" * 64, "function_index": 1})
     assert r.status_code == 404
+    # The console names the root by its function id.
+    page = (await client.get(f"/api/v1/hosts/{host_id}/functions", params={"target": TARGET, "q": "srv_fn_4"})).json()
+    r = await client.post(base, json={"target": TARGET, "function_id": page["items"][0]["id"]})
+    assert r.status_code == 202 and r.json()["root_name"] == "srv_fn_4" and r.json()["root_function_index"] == 4
+    both = {"target": TARGET, "function_id": page["items"][0]["id"], "digest": digest, "function_index": 4}
+    assert (await client.post(base, json=both)).status_code == 422, "one way of naming the root, not two"
     await agent.close()
