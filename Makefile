@@ -3,7 +3,7 @@
 # Everything else here is a building block of those two.
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: help run test deps deps-test agent backend frontend build bench check-compose clean
+.PHONY: help run test deps deps-test agent backend frontend build bench check-compose clean lane kernel-lane-test
 
 help:
 	@echo "make run     install what is missing, build, and run Hotpath on this host (Ctrl-C stops it)"
@@ -11,6 +11,8 @@ help:
 	@echo "make agent   build agent/build/hotpathd"
 	@echo "make build   build the agent, the backend's generated code and the console"
 	@echo "make bench   run the benchmarks in bench/"
+	@echo "make lane    boot a Debian 6.1 kernel under QEMU as a second host of a running 'make run'"
+	@echo "make kernel-lane-test   the kernel lane's proofs alone (also part of make test)"
 
 run: deps build
 	./scripts/run.sh
@@ -35,14 +37,25 @@ frontend: backend
 
 build: agent backend frontend
 
+# The kernel lane (e2e/kernel-lane/, docs/kernel-lane.md): a real Debian kernel under QEMU.
+lane: agent
+	./e2e/kernel-lane/lane.sh
+
+kernel-lane-test: deps-test build
+	./e2e/kernel-lane/test.sh
+
 bench: agent backend frontend
 	./bench/kernel_parse
 	./bench/sampling_overhead
+	./bench/stack_sampling
 	./bench/probe_cost
 	./bench/console_tree
 	./bench/cfg_layout
 	./bench/catalog_load
 	./bench/chaos
+	./bench/plan
+	./bench/replace_cycles
+	./bench/replace
 
 clean:
 	$(MAKE) -C agent clean

@@ -173,12 +173,12 @@ class FakeAgent:
         def future_batch(agent):
             return [pb.AgentMessage(seq=1, instance_id=agent.instance_id, metrics=pb.MetricBatch(
                 interval_start_unix_ns=9_200_000_000 * 10**9, interval_ms=1000, total_samples=5,
-                blocks=[pb.BlockSamples(module="vmlinux", function_index=0, block_offset=0, count=5)]))]
+                blocks=[pb.BlockSamples(module_index=0, function_index=0, block_offset=0, count=5)]))]
 
         def huge_count(agent):
             return [pb.AgentMessage(seq=2, instance_id=agent.instance_id, metrics=pb.MetricBatch(
                 interval_start_unix_ns=time.time_ns(), interval_ms=1000, total_samples=(1 << 63),
-                blocks=[pb.BlockSamples(module="vmlinux", function_index=0, block_offset=0, count=(1 << 63))]))]
+                blocks=[pb.BlockSamples(module_index=0, function_index=0, block_offset=0, count=(1 << 63))]))]
 
         return [(impersonate, None), (nul_hostname, None), (None, forged_catalog), (None, future_batch),
                 (None, huge_count)], fns

@@ -4,7 +4,8 @@
 # "N passed, N failed" line (scripts/test.sh runs this as its "lint" suite).
 #   agent     clang-format (agent/.clang-format)
 #   python    ruff (lint and import order) and mypy (types), configured in backend/pyproject.toml, over the
-#             backend, its tests, the agent's Python stream tests and the Python benchmarks
+#             backend, its tests, the agent's Python stream tests, the Python benchmarks and the kernel
+#             lane's checks
 #   console   ESLint: typescript-eslint with type information, React hooks rules (frontend/eslint.config.js)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ check() {
 
 check "agent: clang-format" make -s -C agent lint
 py=backend/.venv/bin
-check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench
+check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench e2e/kernel-lane
 check "python: mypy" bash -c "cd backend && .venv/bin/mypy"
 check "console: eslint" bash -c 'cd frontend && npx eslint --max-warnings 0 .'
 

@@ -3,13 +3,14 @@
 # Run every Hotpath test suite against real parts: the agent against this machine's live kernel, real
 # processes and ELF files; the backend against a real (embedded) Postgres; the console's unit tests;
 # docker-compose.yml validated offline; Playwright in Debian's Chromium against the whole stack as
-# `make run` starts it. `make test` installs and builds first, then calls this.
+# `make run` starts it; the kernel lane (a Debian 6.1 kernel under QEMU as a second host, where
+# kernel probes and modules exist). `make test` installs and builds first, then calls this.
 # Prints each suite's own output, then one summary line over all suites.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 logs=$(mktemp -d /tmp/hotpath-test.XXXXXX)
-declare -A passed failed status
+declare -A passed failed status took
 order=()
 
 # suite NAME CMD...: run a suite, keep its output, and read its pass/fail counts from its own summary.
@@ -17,8 +18,10 @@ suite() {
 	local name=$1; shift
 	order+=("$name")
 	printf '\n===== %s =====\n' "$name"
+	local t=$SECONDS
 	"$@" 2>&1 | tee "$logs/$name.log"
 	status[$name]=${PIPESTATUS[0]}
+	took[$name]=$((SECONDS - t))
 	local out; out=$(sed 's/\x1b\[[0-9;]*m//g' "$logs/$name.log")
 	local p f
 	# agent runner and plain summaries: "N passed, N failed"
@@ -43,11 +46,12 @@ suite backend      make -s -C backend test
 suite console      bash -c 'cd frontend && npm test --silent'
 suite compose      ./deploy/check-compose.sh
 suite e2e          ./e2e/run.sh
+suite kernel-lane  ./e2e/kernel-lane/test.sh
 
 printf '\n===== summary =====\n'
 tp=0 tf=0 rc=0
 for n in "${order[@]}"; do
-	printf '%-13s %4s passed, %s failed (exit %s)\n' "$n" "${passed[$n]}" "${failed[$n]}" "${status[$n]}"
+	printf '%-13s %4s passed, %s failed (exit %s, %s s)\n' "$n" "${passed[$n]}" "${failed[$n]}" "${status[$n]}" "${took[$n]}"
 	tp=$((tp + passed[$n])); tf=$((tf + failed[$n]))
 	[ "${status[$n]}" = 0 ] || rc=1
 done

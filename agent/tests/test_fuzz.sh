@@ -3,8 +3,12 @@
 # Runs the libFuzzer targets in fuzz/ for a fixed number of inputs each, from seed corpora made
 # here: slices of hotpathd's own machine code for the decoder and CFG builder, small programs
 # gcc compiles (optimized, with debug info, stripped, a relocatable object) for the ELF reader,
-# resource words and metric lists for the measurement request parser, and small CFGs with
-# counts for edge derivation.
+# resource words and metric lists for the measurement request parser, small CFGs with counts for
+# edge derivation, and kallsyms text (a recording with modules, this machine's own) for the kernel
+# symbol reader. The planner's target takes its code from hotpathd itself and its
+# choices from the input bytes (seeded with short slices of the same machine code); a plan is
+# slower than a decode, so it runs a third of the inputs. Profile files are fuzzed from seeds of
+# each shape they come in; the installer's inputs (a plan's JSON, an undo journal) from one of each.
 # Fixed seeds keep a run repeatable. A crash, leak, sanitizer report or broken invariant fails the
 # case and leaves the input that caused it in build/fuzz/artifacts/. Run from the agent directory.
 # FUZZ_RUNS raises the number of inputs for a longer session (default 60000 per target).
@@ -12,11 +16,14 @@ set -u
 runs=${FUZZ_RUNS:-60000}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" build/fuzz/artifacts
+mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profile" "$TMP/kallsyms" "$TMP/install" \
+	build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
 objcopy -O binary --only-section=.text build/hotpathd "$TMP/text.bin"
 head -c $((40 * 4096)) "$TMP/text.bin" | split -b 4096 -a 3 - "$TMP/cfg/text-"
+# Planner seeds: 20 slices of 512 bytes.
+head -c $((20 * 512)) "$TMP/text.bin" | split -b 512 -a 3 - "$TMP/plan/text-"
 
 # ELF seeds: one small program in four forms.
 cat >"$TMP/p.c" <<'C'
@@ -37,14 +44,17 @@ done
 # Edge seeds: small CFGs (block count, entry flag, successor specs, targets, counts).
 printf '\x04\x01\x01\x20\x03\xe9\x10\x02\x00\x03\xe8\x01\x20\x00\x30\x07\xd1' >"$TMP/edges/loop"
 printf '\x06\x00\x02\x40\x20\x00\x64\x01\x30\x00\x1e\x02\x10\x30\x00\x46\x00\x00\x5a' >"$TMP/edges/diamond"
+# kallsyms seeds: the recording from a kernel with modules, and the start of this machine's own.
+cp tests/fixtures/kallsyms-6.1/kallsyms "$TMP/kallsyms/lane-6.1"
+head -n 400 /proc/kallsyms >"$TMP/kallsyms/live" 2>/dev/null || true
 
 fuzz() {
-	local name=$1 corpus=$2 log="$TMP/$1.log"
+	local name=$1 corpus=$2 n=${3:-$runs} log="$TMP/$1.log"
 	if [ ! -x "build/fuzz/$name" ]; then
 		echo "FAIL - $name: build/fuzz/$name is not built (needs clang and its sanitizer runtimes)"
 		return
 	fi
-	if "build/fuzz/$name" -seed=1 -runs="$runs" -malloc_limit_mb=1024 -timeout=10 \
+	if "build/fuzz/$name" -seed=1 -runs="$n" -malloc_limit_mb=1024 -timeout=10 \
 		-artifact_prefix=build/fuzz/artifacts/ "$corpus" >"$log" 2>&1; then
 		echo "ok - $name: $(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$log" | head -1)s, $(grep -oE 'cov: [0-9]+' "$log" | tail -1) edges, no crash or broken invariant"
 	else
@@ -54,7 +64,36 @@ fuzz() {
 	fi
 }
 
+# Profile seeds: the three shapes a profile comes in, on hotpathd's own code (a plan of one of
+# its functions, which carries a saved hotpath-profile/1, and a measure-style report).
+root=hp_profile_find
+addr=$(nm build/hotpathd | awk -v f="$root" '$3 == f { print "0x" $1 }')
+printf '{"resources": [{"function": "%s", "block": "%s", "metrics": {"count": 12}, "labels": {"count": "exact"}}], "edges": [{"from": null, "to": "%s", "count": 12, "exact": true}]}' \
+	"$root" "$addr" "$addr" >"$TMP/profile/measure.json"
+build/hotpathd plan elf build/hotpathd "$root" --profile "$TMP/profile/measure.json" --l1i 32768,8,64 --json \
+	>"$TMP/profile/plan.json" 2>/dev/null || true
+python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["profile"]))' "$TMP/profile/plan.json" \
+	>"$TMP/profile/saved.json" 2>/dev/null || true
+
+# Installer seeds: a plan's JSON (first byte even) and an undo journal (odd).
+{ printf 'P'; cat "$TMP/profile/plan.json"; } >"$TMP/install/plan" 2>/dev/null || true
+python3 - "$TMP/install/journal" <<'PY'
+import json, sys, zlib
+recs = [{"op": "begin", "version": 1, "id": "hotpath-1-f-00000000", "pid": 1, "root": "f"},
+        {"op": "undo", "kind": "entry", "addr": "0x401000", "len": 5, "orig": "554889e541", "now": "e9fbff0f00"},
+        {"op": "installed"}]
+with open(sys.argv[1], "wb") as f:
+    f.write(b"J")
+    for r in recs:
+        s = json.dumps(r, separators=(",", ":")).encode()
+        f.write(b"HPJ1 %d %08x " % (len(s), zlib.crc32(s)) + s + b"\n")
+PY
+
 fuzz fuzz_cfg "$TMP/cfg"
 fuzz fuzz_elf "$TMP/elf"
 fuzz fuzz_spec "$TMP/spec"
 fuzz fuzz_edges "$TMP/edges"
+fuzz fuzz_plan "$TMP/plan" $((runs / 3))
+fuzz fuzz_profile "$TMP/profile"
+fuzz fuzz_kallsyms "$TMP/kallsyms"
+fuzz fuzz_install "$TMP/install"

@@ -7,6 +7,7 @@ model's invariants (they tile the function exactly; fallthrough and taken succes
 starts). A message that breaks a rule raises InvalidInput with a reason the stream ends with
 (INVALID_ARGUMENT); the reason names the field and never echoes more than a short excerpt.
 """
+import itertools
 import re
 
 from app.proto import pb
@@ -25,6 +26,16 @@ MAX_BATCH_BLOCKS = 1_000_000
 MAX_COUNT = 1 << 48  # samples in one interval; far above any real rate, far below BIGINT
 INT32_MAX = (1 << 31) - 1
 MAX_INTERVAL_MS = 3_600_000
+MAX_STACKS = 100_000  # definitions in one batch
+MAX_STACK_FRAMES = 512  # frames of one stack (the agent keeps at most 127)
+MAX_BATCH_FRAMES = 2_000_000
+MAX_STACK_COUNTS = 200_000
+MAX_FRAME_MODULES = 8192
+MAX_PATH = 4096
+MAX_COMM = 64
+MAX_PID = (1 << 32) - 1  # 2^32 - 1 is the kernel's -1: a task that was exiting
+MAX_CPU = 65535
+FRAME_KINDS = (1, 2, 3, 4)  # kernel function, kernel address, user file, user address
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 INSTANCE_RE = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -148,15 +159,102 @@ def check_batch(batch: "pb.MetricBatch") -> None:
     for field in ("total_samples", "user_samples", "unmapped_samples", "lost_samples"):
         if getattr(batch, field) > MAX_COUNT:
             raise InvalidInput(f"MetricBatch.{field} is out of range")
-    counted = 0
+    if batch.idle_samples > batch.total_samples:
+        raise InvalidInput("MetricBatch.idle_samples exceeds total_samples")
+    counted = idle = 0
     for b in batch.blocks:
         if not 0 < b.count <= MAX_COUNT:
             raise InvalidInput(f"BlockSamples.count {b.count} is out of range (1..{MAX_COUNT})")
         if b.function_index > INT32_MAX or b.block_offset > INT32_MAX or b.module_index > MAX_MODULES:
             raise InvalidInput("BlockSamples.module_index, function_index or block_offset is out of range")
         counted += b.count
+        idle += b.count if b.idle else 0
+        offsets, counts = b.instruction_offsets, b.instruction_counts
+        if len(offsets) != len(counts):
+            raise InvalidInput("BlockSamples: instruction_offsets and instruction_counts differ in length")
+        if offsets:
+            if any(c == 0 for c in counts) or sum(counts) != b.count:
+                raise InvalidInput("BlockSamples: instruction counts must be positive and sum to count")
+            if any(a >= c for a, c in itertools.pairwise(offsets)) or offsets[-1] > INT32_MAX:
+                raise InvalidInput("BlockSamples: instruction offsets must increase")
     if counted + batch.user_samples + batch.unmapped_samples > batch.total_samples:
         raise InvalidInput("MetricBatch: block, user and unmapped samples exceed total_samples")
+    if batch.idle_by_context and idle > batch.idle_samples:
+        raise InvalidInput("MetricBatch: idle block samples exceed idle_samples")
+
+
+def check_stacks(st: "pb.StackSamples", total_samples: int):
+    """Check a batch's stacks and return them ready to store (app.stacks.BatchStacks): each definition's
+    id recomputed from its frames, its modules gathered per stack, and the counts grouped per stack.
+    Kernel frames' function indexes are checked against the catalog by the caller."""
+    from app import stacks as stack_store
+
+    if len(st.stacks) > MAX_STACKS:
+        raise InvalidInput(f"StackSamples has {len(st.stacks)} stacks (at most {MAX_STACKS})")
+    if len(st.modules) > MAX_FRAME_MODULES or len(st.comms) > MAX_STACK_COUNTS:
+        raise InvalidInput("StackSamples has too many modules or command names")
+    if len(st.counts) > MAX_STACK_COUNTS:
+        raise InvalidInput(f"StackSamples has {len(st.counts)} counts (at most {MAX_STACK_COUNTS})")
+    if st.max_depth > 1024 or st.dropped_samples > MAX_COUNT or st.depth_limited_samples > st.stack_samples:
+        raise InvalidInput("StackSamples: max_depth, dropped_samples or depth_limited_samples is out of range")
+    modules = []
+    for m in st.modules:
+        if m.kind not in FRAME_KINDS:
+            raise InvalidInput(f"FrameModule kind {m.kind} is unknown")
+        if m.kind == 1:
+            if not DIGEST_RE.match(m.digest):
+                raise InvalidInput("FrameModule of a kernel function has an invalid digest")
+            text(m.name, "FrameModule.name", MAX_SYMBOL, empty=True)
+            modules.append((1, m.digest, m.name))
+        elif m.kind == 3:
+            text(m.name, "FrameModule.name (a file path)", MAX_PATH)
+            modules.append((3, m.name, m.name))
+        else:
+            modules.append((m.kind, "", ""))
+    comms = [text(c, "StackSamples.comms entry", MAX_COMM, empty=True) for c in st.comms]
+    out = stack_store.BatchStacks()
+    defined: set[int] = set()
+    nframes = 0
+    for s in st.stacks:
+        if not 0 < len(s.frames) <= MAX_STACK_FRAMES:
+            raise InvalidInput(f"stack {s.id:#x} has {len(s.frames)} frames (1..{MAX_STACK_FRAMES})")
+        nframes += len(s.frames)
+        if nframes > MAX_BATCH_FRAMES:
+            raise InvalidInput(f"StackSamples defines more than {MAX_BATCH_FRAMES} frames")
+        own: dict[int, int] = {}
+        canonical, flat = [], []
+        for f in s.frames:
+            if f.module >= len(modules):
+                raise InvalidInput(f"stack {s.id:#x}: frame module {f.module} is not in StackSamples.modules")
+            kind, key, _ = modules[f.module]
+            if (kind == 1 and f.offset > INT32_MAX) or f.function_index > INT32_MAX or (kind != 1 and f.function_index):
+                raise InvalidInput(f"stack {s.id:#x}: a frame's function index or offset is out of range")
+            canonical.append((kind, key, f.function_index, f.offset))
+            # Addresses may exceed 2^63: stored as their 64-bit two's complement, like every address.
+            flat += [own.setdefault(f.module, len(own)), f.function_index,
+                     f.offset - (1 << 64) if f.offset >= (1 << 63) else f.offset]
+        if stack_store.stack_id(canonical) != s.id:
+            raise InvalidInput(f"stack {s.id:#x}: its frames hash to another id")
+        if s.id not in defined:
+            defined.add(s.id)
+            out.defs.append((s.id, [list(modules[m]) for m in own], flat))
+    rows: dict[int, tuple[list[int], list[str], list[int], list[int]]] = {}
+    counted = 0
+    for c in st.counts:
+        if not 0 < c.count <= MAX_COUNT or c.pid > MAX_PID or c.cpu > MAX_CPU or c.comm >= len(comms):
+            raise InvalidInput("StackCount: count, pid, cpu or comm is out of range")
+        counted += c.count
+        pids, names, cpus, counts = rows.setdefault(c.stack_id, ([], [], [], []))
+        pids.append(c.pid if c.pid < (1 << 31) else c.pid - (1 << 32))  # stored as int4: -1 for an exiting task
+        names.append(comms[c.comm])
+        cpus.append(c.cpu)
+        counts.append(c.count)
+    if counted != st.stack_samples:
+        raise InvalidInput("StackSamples: counts do not sum to stack_samples")
+    if st.stack_samples + st.dropped_samples > total_samples:
+        raise InvalidInput("StackSamples: stack and dropped samples exceed the batch's total_samples")
+    out.rows = [(sid, sum(v[3]), *v) for sid, v in rows.items()]
+    return out
 
 
 def check_gap(gap: "pb.DataGap", seq: int) -> None:

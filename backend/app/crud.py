@@ -288,6 +288,18 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
                                     if isinstance(x, int)] if code else []}
 
 
+async def call_sites(session: AsyncSession, digest: str, index: int) -> list[tuple[int, bool]]:
+    """A function's call sites: (offset of the call instruction, whether it is indirect)."""
+    row = (await session.execute(text("""
+        SELECT calls, indirect_call_sites FROM function_code WHERE digest = :d AND index = :i"""),
+        {"d": digest, "i": index})).first()
+    if row is None:
+        return []
+    sites = [(int(c[0]) & _U32, False) for c in row.calls if isinstance(c, list) and c and isinstance(c[0], int)]
+    sites += [(int(x) & _U32, True) for x in row.indirect_call_sites if isinstance(x, int)]
+    return sites
+
+
 async def cached_instructions(session: AsyncSession, digest: str, index: int) -> list | None:
     return (await session.execute(text("SELECT instructions FROM instruction_cache WHERE digest = :d AND index = :i"),
                                   {"d": digest, "i": index})).scalar_one_or_none()

@@ -30,6 +30,7 @@ from app.api.routes import (
     measurements,
     plans,
     samples,
+    stacks,
     targets,
     users,
 )
@@ -64,6 +65,7 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
     api.include_router(functions.router, responses=SIGNED_IN)
     api.include_router(admin.router, responses=ADMIN_ONLY)
     api.include_router(samples.router, responses=SIGNED_IN)
+    api.include_router(stacks.router, responses=SIGNED_IN)
     api.include_router(catalogs.router, responses=SIGNED_IN)
     api.include_router(targets.router, responses=ADMIN_ONLY)
     api.include_router(measurements.router, responses=ADMIN_ONLY)

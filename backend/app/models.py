@@ -27,7 +27,7 @@ from sqlalchemy import (
     UniqueConstraint,
     func,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -267,6 +267,24 @@ class SeriesState(Base):
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     watermark_1m: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     watermark_1h: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class StackDef(Base):
+    """One call stack of one host, named by the agent's content id (recomputed by the backend):
+    modules = [[kind, key, name], ...] (key: catalog digest or file path), frames = flattened
+    [module position, function index, offset, ...] leaf first. seen_at is refreshed when it is defined
+    again, so retention keeps stacks an agent may still refer to."""
+
+    __tablename__ = "stack_defs"
+    host_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    stack_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    modules: Mapped[list[Any]] = mapped_column(JSONB)
+    frames: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+# stack_samples (one row per host, interval and stack, per-context counts in arrays) is range-partitioned
+# by time like the other series; it is described by its migration and read and written by app.stacks.
 
 
 class EnrolmentToken(Base):

@@ -18,9 +18,13 @@ interval the host reported, never against this server's clock, so a host whose c
 its data) or an absolute [from, to) interval; an interval belongs to a range when its start does.
 Rates are samples per second of the range's length.
 
-Idle: a CPU with nothing to run sits in the kernel's idle loop, and a whole-system sampler sees it
-there. Samples in the idle functions (`IDLE_FUNCTION_RE`) are counted apart (per interval when stored)
-and left out of rankings unless asked for, because they are not work.
+Idle: a CPU with nothing to run runs the kernel's idle task (pid 0), and a whole-system sampler sees
+it there. Agents tell each sample's context, so idle samples are exact: each block entry's idle flag
+(`sample_intervals.idles`, `idle_count` in the rollups) and the interval's `idle_samples` (an interrupt
+handled while idle counts as idle too). For batches from
+agents that do not report context, the samples in the kernel's idle-loop functions (`IDLE_FUNCTION_RE`)
+are marked idle when they are stored. Idle samples are counted apart and left out of rankings unless
+asked for, because they are not work.
 
 Samples for a module whose catalog piece is not yet stored cannot be mapped to a function id; they are
 dropped and counted (the interval's dropped_samples, and the agent session's counter), because an
@@ -34,6 +38,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from app import stacks as stack_store
 from app.series import partitions, rollups
 from app.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS
 from app.series.writer import IngestWriter, Item, MeasurementUpdate, PointRow, SampleRow
@@ -147,8 +152,8 @@ async def _watermarks(session: AsyncSession) -> tuple[datetime, datetime]:
 
 def _blocks_sql(spans: list[tuple[str, datetime, datetime]], host_param: str = "h", prefix: str = "",
                 function_param: str | None = None) -> tuple[str, dict[str, Any]]:
-    """A SELECT of (function_id, block_offset, count, t) over the spans; t is the interval's or bucket's
-    start."""
+    """A SELECT of (function_id, block_offset, count, idle_count, t) over the spans: idle_count of count
+    are the idle task's; t is the interval's or bucket's start."""
     parts: list[str] = []
     params: dict[str, Any] = {}
     for i, (src, lo, hi) in enumerate(spans):
@@ -156,20 +161,22 @@ def _blocks_sql(spans: list[tuple[str, datetime, datetime]], host_param: str = "
         params[a], params[b] = lo, hi
         if src == "raw":
             fn = f" AND u.f = :{function_param}" if function_param else ""
-            parts.append(f"""SELECT u.f AS function_id, u.o AS block_offset, u.c AS count, s.ts AS t
-                FROM sample_intervals s, unnest(s.function_ids, s.block_offsets, s.counts) AS u(f, o, c)
+            parts.append(f"""SELECT u.f AS function_id, u.o AS block_offset, u.c AS count,
+                       CASE WHEN u.i THEN u.c ELSE 0 END AS idle_count, s.ts AS t
+                FROM sample_intervals s, unnest(s.function_ids, s.block_offsets, s.counts, s.idles) AS u(f, o, c, i)
                 WHERE s.host_id = :{host_param} AND s.ts >= :{a} AND s.ts < :{b}{fn}""")
         else:
             fn = f" AND function_id = :{function_param}" if function_param else ""
-            parts.append(f"""SELECT function_id, block_offset, count, bucket AS t FROM sample_blocks_{src}
+            parts.append(f"""SELECT function_id, block_offset, count, idle_count, bucket AS t FROM sample_blocks_{src}
                 WHERE host_id = :{host_param} AND bucket >= :{a} AND bucket < :{b}{fn}""")
     if not parts:
         return ("SELECT NULL::bigint AS function_id, NULL::integer AS block_offset, 0::bigint AS count, "
-                "NULL::timestamptz AS t WHERE false"), params
+                "0::bigint AS idle_count, NULL::timestamptz AS t WHERE false"), params
     return " UNION ALL ".join(parts), params
 
 
-_TOTAL_COLS = ("total_samples", "user_samples", "unmapped_samples", "lost_samples", "dropped_samples", "idle_samples")
+_TOTAL_COLS = ("total_samples", "user_samples", "unmapped_samples", "lost_samples", "dropped_samples", "idle_samples",
+               "stack_samples", "stack_dropped_samples")
 
 
 def _totals_sql(spans: list[tuple[str, datetime, datetime]]) -> tuple[str, dict[str, Any]]:
@@ -219,23 +226,28 @@ async def delete_host_series(session: AsyncSession, host_id: str) -> None:
     for table in ("sample_intervals", "sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m",
                   "sample_totals_1h", "measurement_points", "measurement_points_1m", "measurement_points_1h"):
         await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
+    await stack_store.delete_host(session, host_id)
 
 
 # Maintenance: partitions, retention, rollups ------------------------------------------------------
 
 async def maintain(engine: AsyncEngine, retention_hours: float, rollup_retention_hours: float | None = None,
-                   now: datetime | None = None, audit_retention_days: float | None = None) -> int:
+                   now: datetime | None = None, audit_retention_days: float | None = None,
+                   stack_retention_hours: float | None = None) -> int:
     """Create the partitions the accepted window needs, drop those past the retention (raw rows after
-    `retention_hours`, rollups after `rollup_retention_hours`, default the same), and delete gaps,
+    `retention_hours`, call stacks after `stack_retention_hours` when shorter, rollups after
+    `rollup_retention_hours`, default the same), and delete stack definitions nothing refers to, gaps,
     old delivery marks and (when given) audit records past theirs. Returns the sample intervals
     dropped."""
     now = now or datetime.now(UTC)
     raw = timedelta(hours=retention_hours)
     rolled = timedelta(hours=rollup_retention_hours if rollup_retention_hours is not None else retention_hours)
     await partitions.ensure(engine, now, raw, rolled)
-    _, rows = await partitions.drop_expired(engine, now, raw, rolled)
+    stack_keep = timedelta(hours=stack_retention_hours) if stack_retention_hours is not None else None
+    _, rows = await partitions.drop_expired(engine, now, raw, rolled, stack_keep)
     cutoff = now - raw
     async with engine.begin() as conn:
+        await stack_store.prune_definitions(conn, now - min(raw, stack_keep or raw))
         await conn.execute(text("DELETE FROM data_gaps WHERE end_ts < :c"), {"c": cutoff})
         await conn.execute(text("DELETE FROM delivery_marks WHERE updated_at < :c"),
                            {"c": now - timedelta(hours=max(retention_hours, 24) * 2)})
@@ -249,9 +261,9 @@ async def maintain(engine: AsyncEngine, retention_hours: float, rollup_retention
 
 
 async def prune_samples(engine: AsyncEngine, retention_hours: float, now: datetime | None = None,
-                        audit_retention_days: float | None = None) -> int:
+                        audit_retention_days: float | None = None, stack_retention_hours: float | None = None) -> int:
     """Retention: drop the series partitions past `retention_hours` (see maintain)."""
-    return await maintain(engine, retention_hours, None, now, audit_retention_days)
+    return await maintain(engine, retention_hours, None, now, audit_retention_days, stack_retention_hours)
 
 
 async def roll_up(engine: AsyncEngine, now: datetime | None = None, lag_s: float = 10.0) -> tuple[int, int]:
@@ -287,19 +299,30 @@ async def function_totals_sql(session: AsyncSession, r: TimeRange | None) -> tup
     return f"SELECT function_id, sum(count) AS s FROM ({src}) AS b GROUP BY function_id", params
 
 
+async def function_work_sql(session: AsyncSession, r: TimeRange, include_idle: bool) -> tuple[str, dict[str, Any]]:
+    """A SELECT of (function_id, s, idle_s, all_s): samples per function in the range (the idle task's
+    left out unless include_idle), of all its samples the idle task's, and all of them."""
+    wm_1m, wm_1h = await _watermarks(session)
+    src, params = _blocks_sql(plan(r.start, r.end, wm_1m, wm_1h), prefix="fw")
+    return (f"""SELECT function_id, sum(count) - CASE WHEN :include_idle THEN 0 ELSE sum(idle_count) END AS s,
+                       sum(idle_count) AS idle_s, sum(count) AS all_s
+                FROM ({src}) AS b GROUP BY function_id""", {**params, "include_idle": include_idle})
+
+
 async def totals(session: AsyncSession, host_id: str, r: TimeRange) -> dict[str, int]:
-    """Whole-host totals of a range: all samples, user, kernel (all − user), idle, outside known
-    functions, lost."""
+    """Whole-host totals of a range: all samples, user, kernel (all − user), idle (the idle task's),
+    outside known functions, lost; and how many samples carried a call stack."""
     wm_1m, wm_1h = await _watermarks(session)
     src, params = _totals_sql(plan(r.start, r.end, wm_1m, wm_1h))
     row = (await session.execute(text(f"""
         SELECT coalesce(sum(total_samples), 0) AS total, coalesce(sum(user_samples), 0) AS "user",
                coalesce(sum(unmapped_samples), 0) AS unmapped, coalesce(sum(lost_samples), 0) AS lost,
-               coalesce(sum(idle_samples), 0) AS idle
+               coalesce(sum(idle_samples), 0) AS idle, coalesce(sum(stack_samples), 0) AS stacks
         FROM ({src}) AS t"""), {**params, "h": host_id})).one()
     total, user = int(row.total), int(row.user)
     return {"total_samples": total, "user_samples": user, "kernel_samples": total - user,
-            "idle_samples": int(row.idle), "unmapped_samples": int(row.unmapped), "lost_samples": int(row.lost)}
+            "idle_samples": int(row.idle), "unmapped_samples": int(row.unmapped), "lost_samples": int(row.lost),
+            "stack_samples": int(row.stacks)}
 
 
 _TOP_SORTS = {
@@ -311,19 +334,26 @@ _TOP_SORTS = {
 
 async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, limit: int, offset: int = 0,
                         sort: str = "samples", descending: bool = True, include_idle: bool = False) -> dict[str, Any]:
-    """Functions by self samples in the range; share is of all samples of the host (kernel and user)."""
+    """Functions by self samples in the range (or by inclusive samples, from call stacks); share is of
+    all samples of the host (kernel and user). inclusive_samples is null when the range has no stacks."""
     r = await resolve(session, host_id, spec)
     if r is None:
         out = empty_range(spec)
         return {**out.public(), "window_s": spec.window_s or round(out.seconds), "total_samples": 0,
                 "user_samples": 0, "kernel_samples": 0, "idle_samples": 0, "unmapped_samples": 0, "lost_samples": 0,
-                "functions": 0, "items": []}
+                "stack_samples": 0, "functions": 0, "items": []}
     sums = await totals(session, host_id, r)
-    hot_sql, params = await function_totals_sql(session, r)
-    order = _TOP_SORTS[sort].format(dir="DESC" if descending else "ASC")
+    inclusive: dict[int, int] | None = None
+    if sums["stack_samples"] > 0:
+        inclusive, _, _ = await stack_store.inclusive_by_function(session, host_id, r.start, r.end, include_idle)
+    by_inclusive = sort == "inclusive" and inclusive is not None
+    hot_sql, params = await function_work_sql(session, r, include_idle)
+    order = _TOP_SORTS["samples" if sort == "inclusive" else sort].format(dir="DESC" if descending else "ASC")
+    page = "" if by_inclusive else "LIMIT :limit OFFSET :offset"
     rows = (await session.execute(text(f"""
         WITH hot AS ({hot_sql})
-        SELECT hot.function_id, hot.s, f.name, coalesce(hm.name, '') AS module, f.name ~ :idle AS idle,
+        SELECT hot.function_id, hot.s, f.name, coalesce(hm.name, '') AS module,
+               coalesce(hot.idle_s, 0) * 2 > hot.all_s AS idle,
                CASE WHEN hm.base_address + f."offset" < 0
                     THEN (hm.base_address + f."offset")::numeric + 18446744073709551616
                     ELSE (hm.base_address + f."offset")::numeric END AS address,
@@ -331,11 +361,9 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
                count(*) OVER () AS n
         FROM hot JOIN functions f ON f.id = hot.function_id
         LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h AND hm.target_id = 'kernel'
-        WHERE :include_idle OR NOT f.name ~ :idle
-        ORDER BY {order} LIMIT :limit OFFSET :offset"""),
-        {**params, "h": host_id, "idle": IDLE_FUNCTION_RE, "include_idle": include_idle, "limit": limit,
-         "offset": offset})).all()
-    n = int(rows[0].n) if rows else await _ranked_count(session, host_id, r, include_idle) if offset else 0
+        WHERE hot.s > 0
+        ORDER BY {order} {page}"""),
+        {**params, "h": host_id, "limit": limit, "offset": offset})).all()
     total = sums["total_samples"]
     items = []
     for row in rows:
@@ -343,17 +371,41 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
         items.append({"function_id": row.function_id, "name": row.name, "module": row.module,
                       "address": int(row.address) if row.address is not None else None,
                       "address_hex": row.address_hex, "samples": s, "samples_per_sec": s / r.seconds,
-                      "share": (s / total) if total else 0.0, "idle": bool(row.idle)})
+                      "share": (s / total) if total else 0.0, "idle": bool(row.idle),
+                      "inclusive_samples": (max(inclusive.get(row.function_id, 0), s)
+                                            if inclusive is not None else None)})
+    if by_inclusive:
+        assert inclusive is not None
+        # Functions that only call (no self samples) rank by what they include too.
+        have = {i["function_id"] for i in items}
+        extra = [fid for fid in inclusive if fid not in have]
+        for row in (await session.execute(text("""
+                SELECT f.id AS function_id, f.name, coalesce(hm.name, '') AS module,
+                       CASE WHEN hm.base_address + f."offset" < 0
+                            THEN (hm.base_address + f."offset")::numeric + 18446744073709551616
+                            ELSE (hm.base_address + f."offset")::numeric END AS address,
+                       to_hex(hm.base_address + f."offset") AS address_hex
+                FROM functions f
+                LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h AND hm.target_id = 'kernel'
+                WHERE f.id = ANY(:ids)"""), {"h": host_id, "ids": extra})).all() if extra else []:
+            items.append({"function_id": row.function_id, "name": row.name, "module": row.module,
+                          "address": int(row.address) if row.address is not None else None,
+                          "address_hex": row.address_hex, "samples": 0, "samples_per_sec": 0.0, "share": 0.0,
+                          "idle": False, "inclusive_samples": inclusive[row.function_id]})
+        items.sort(key=lambda i: (-i["inclusive_samples"] if descending else i["inclusive_samples"], i["name"]))
+        n = len(items)
+        items = items[offset:offset + limit]
+    else:
+        n = int(rows[0].n) if rows else await _ranked_count(session, host_id, r, include_idle) if offset else 0
     return {**r.public(), "window_s": spec.window_s or round(r.seconds), **sums, "functions": n, "items": items}
 
 
 async def _ranked_count(session: AsyncSession, host_id: str, r: TimeRange, include_idle: bool) -> int:
-    hot_sql, params = await function_totals_sql(session, r)
+    hot_sql, params = await function_work_sql(session, r, include_idle)
     return (await session.execute(text(f"""
         WITH hot AS ({hot_sql})
-        SELECT count(*) FROM hot JOIN functions f ON f.id = hot.function_id
-        WHERE :include_idle OR NOT f.name ~ :idle"""),
-        {**params, "h": host_id, "idle": IDLE_FUNCTION_RE, "include_idle": include_idle})).scalar_one()
+        SELECT count(*) FROM hot JOIN functions f ON f.id = hot.function_id WHERE hot.s > 0"""),
+        {**params, "h": host_id})).scalar_one()
 
 
 async def hotness(session: AsyncSession, host_id: str, spec: RangeSpec) -> dict[str, Any]:
@@ -399,6 +451,33 @@ async def function_samples(session: AsyncSession, host_id: str, function_id: int
             "total": total, "blocks": blocks}
 
 
+async def instruction_samples(session: AsyncSession, host_id: str, function_id: int,
+                              spec: RangeSpec) -> dict[str, Any]:
+    """Samples per instruction of one function in the range (offsets from the function start), like perf
+    annotate; `counted` of `total` samples have a known instruction (older agents counted blocks only).
+    Read from the raw intervals only (rollups keep blocks, not instructions), so a range older than the
+    raw retention has none."""
+    r = await resolve(session, host_id, spec)
+    items, total, counted = [], 0, 0
+    if r is not None:
+        params = {"h": host_id, "fid": function_id, "s": r.start, "e": r.end}
+        total = int((await session.execute(text("""
+            SELECT coalesce(sum(u.c), 0)
+            FROM sample_intervals s, unnest(s.function_ids, s.counts) AS u(f, c)
+            WHERE s.host_id = :h AND s.ts >= :s AND s.ts < :e AND u.f = :fid"""), params)).scalar_one())
+        rows = await session.execute(text("""
+            SELECT s.block_offsets[v.i] + v.o AS off, sum(v.c) AS n
+            FROM sample_intervals s, unnest(s.insn_index, s.insn_offsets, s.insn_counts) AS v(i, o, c)
+            WHERE s.host_id = :h AND s.ts >= :s AND s.ts < :e AND s.function_ids[v.i] = :fid
+              AND :fid = ANY(s.function_ids)
+            GROUP BY 1 ORDER BY 1"""), params)
+        for row in rows:
+            counted += int(row.n)
+            items.append({"offset": int(row.off), "samples": int(row.n), "samples_per_sec": int(row.n) / r.seconds})
+    out = r or empty_range(spec)
+    return {**out.public(), "function_id": function_id, "total": total, "counted": counted, "items": items}
+
+
 def timeline_step(seconds: float, points: int) -> int:
     """The smallest round bucket length that cuts `seconds` into at most `points` buckets."""
     need = seconds / max(1, points)
@@ -438,25 +517,29 @@ async def compare(session: AsyncSession, host_a: str, a: TimeRange, host_b: str,
     src_a, params_a = _blocks_sql(plan(a.start, a.end, wm_1m, wm_1h), host_param="ha", prefix="a")
     src_b, params_b = _blocks_sql(plan(b.start, b.end, wm_1m, wm_1h), host_param="hb", prefix="b")
     rows = await session.execute(text(f"""
-        WITH ha AS (SELECT function_id, sum(count) AS s FROM ({src_a}) AS x GROUP BY function_id),
-             hb AS (SELECT function_id, sum(count) AS s FROM ({src_b}) AS y GROUP BY function_id),
-             na AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(ha.s) AS s, min(f.id) AS fid
+        WITH ha AS (SELECT function_id, sum(count) - CASE WHEN :include_idle THEN 0 ELSE sum(idle_count) END AS s,
+                           sum(idle_count) AS idle_s, sum(count) AS all_s FROM ({src_a}) AS x GROUP BY function_id),
+             hb AS (SELECT function_id, sum(count) - CASE WHEN :include_idle THEN 0 ELSE sum(idle_count) END AS s,
+                           sum(idle_count) AS idle_s, sum(count) AS all_s FROM ({src_b}) AS y GROUP BY function_id),
+             na AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(ha.s) AS s, min(f.id) AS fid,
+                           sum(coalesce(ha.idle_s, 0)) AS idle_s, sum(ha.all_s) AS all_s
                     FROM ha JOIN functions f ON f.id = ha.function_id
                     LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :ha AND hm.target_id = 'kernel'
-                    GROUP BY f.name, hm.name),
-             nb AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(hb.s) AS s, min(f.id) AS fid
+                    WHERE ha.s > 0 GROUP BY f.name, hm.name),
+             nb AS (SELECT f.name, coalesce(hm.name, '') AS module, sum(hb.s) AS s, min(f.id) AS fid,
+                           sum(coalesce(hb.idle_s, 0)) AS idle_s, sum(hb.all_s) AS all_s
                     FROM hb JOIN functions f ON f.id = hb.function_id
                     LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :hb AND hm.target_id = 'kernel'
-                    GROUP BY f.name, hm.name)
+                    WHERE hb.s > 0 GROUP BY f.name, hm.name)
         SELECT coalesce(na.name, nb.name) AS name, coalesce(na.module, nb.module) AS module,
                coalesce(na.s, 0) AS a_s, coalesce(nb.s, 0) AS b_s, na.fid AS a_fid, nb.fid AS b_fid,
-               coalesce(na.name, nb.name) ~ :idle AS idle, count(*) OVER () AS n
+               (coalesce(na.idle_s, 0) + coalesce(nb.idle_s, 0)) * 2 > coalesce(na.all_s, 0) + coalesce(nb.all_s, 0)
+                 AS idle, count(*) OVER () AS n
         FROM na FULL JOIN nb ON na.name = nb.name AND na.module = nb.module
-        WHERE :include_idle OR NOT coalesce(na.name, nb.name) ~ :idle
         ORDER BY abs(coalesce(nb.s, 0) / :bsec - coalesce(na.s, 0) / :asec) DESC, 1
         LIMIT :limit"""),
         {**params_a, **params_b, "ha": host_a, "hb": host_b, "asec": a.seconds, "bsec": b.seconds,
-         "idle": IDLE_FUNCTION_RE, "include_idle": include_idle, "limit": limit})
+         "include_idle": include_idle, "limit": limit})
     ta, tb = sums_a["total_samples"], sums_b["total_samples"]
     items, n = [], 0
     for row in rows:

@@ -131,7 +131,8 @@ async def reset_presence(runtime: Runtime) -> None:
 async def maintain_series(runtime: Runtime) -> int:
     settings = runtime.settings
     return await samples.maintain(runtime.engine, settings.sample_retention_hours, settings.rollup_retention_hours,
-                                  audit_retention_days=settings.audit_retention_days)
+                                  audit_retention_days=settings.audit_retention_days,
+                                  stack_retention_hours=settings.stack_retention_hours)
 
 
 async def retention_loop(runtime: Runtime) -> None:

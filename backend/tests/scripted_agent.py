@@ -30,6 +30,7 @@ from cryptography.x509.oid import NameOID
 from app import enrolment
 from app.catalog_digest import piece_digest
 from app.proto import pb, pb_grpc
+from app.stacks import stack_id
 
 PLAN_FIXTURE = Path(__file__).parent / "fixtures" / "plan_group.json"
 KERNEL_BASE = 0xFFFFFFFF81000000
@@ -246,6 +247,81 @@ class ScriptedAgent:
             if n == name:
                 return i
         return len(self.modules) + 7
+    async def send_batch(self, batch: "pb.MetricBatch", seq: int | None = None) -> int:
+        """Send a prepared batch, numbered like send_metrics."""
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
+        await self.call.write(pb.AgentMessage(seq=seq, metrics=batch))
+        return seq
+
+    def stack_batch(self, interval_start_ns: int, samples: list[tuple[list[tuple], int, str, int, int]],
+                    define: set[int] | None = None) -> "pb.MetricBatch":
+        """A batch with call stacks, as the agent builds one. samples: (frames leaf first, pid, comm, cpu,
+        count); a frame is ("k", function index, offset) in the first module (vmlinux), ("m", index, offset)
+        in the second, ("u", path, file offset), ("ka", address) or ("ua", address). Kernel leaves are also
+        counted as block samples (idle for pid 0) with their instruction; user leaves as user samples.
+        `define`: the stack ids whose frames the batch carries (default: all)."""
+        modules: list[pb.FrameModule] = []
+        module_pos: dict[tuple, int] = {}
+
+        def module(key: tuple) -> int:
+            if key not in module_pos:
+                module_pos[key] = len(modules)
+                if key[0] in ("k", "m"):
+                    name, _, _, digest = self.modules[0 if key[0] == "k" else 1]
+                    modules.append(pb.FrameModule(kind=pb.FRAME_KIND_KERNEL_FUNCTION, digest=digest, name=name))
+                elif key[0] == "u":
+                    modules.append(pb.FrameModule(kind=pb.FRAME_KIND_USER_FILE, name=key[1]))
+                else:
+                    modules.append(pb.FrameModule(kind=pb.FRAME_KIND_KERNEL_ADDRESS if key[0] == "ka"
+                                                  else pb.FRAME_KIND_USER_ADDRESS))
+            return module_pos[key]
+
+        stacks: dict[int, pb.Stack] = {}
+        comms: list[str] = []
+        counts = []
+        blocks: dict[tuple, dict[int, int]] = {}
+        user = idle = 0
+        for frames, pid, comm, cpu, count in samples:
+            pf, canonical = [], []
+            for f in frames:
+                if f[0] in ("k", "m"):
+                    digest = self.modules[0 if f[0] == "k" else 1][3]
+                    pf.append(pb.Frame(module=module((f[0],)), function_index=f[1], offset=f[2]))
+                    canonical.append((1, digest, f[1], f[2]))
+                elif f[0] == "u":
+                    pf.append(pb.Frame(module=module(("u", f[1])), offset=f[2]))
+                    canonical.append((3, f[1], 0, f[2]))
+                else:
+                    pf.append(pb.Frame(module=module((f[0],)), offset=f[1]))
+                    canonical.append((2 if f[0] == "ka" else 4, "", 0, f[1]))
+            sid = stack_id(canonical)
+            stacks.setdefault(sid, pb.Stack(id=sid, frames=pf))
+            if comm not in comms:
+                comms.append(comm)
+            counts.append(pb.StackCount(stack_id=sid, pid=pid, comm=comms.index(comm), cpu=cpu, count=count))
+            idle += count if pid == 0 else 0
+            leaf = frames[0]
+            if leaf[0] in ("k", "m"):
+                mod_name, _, fns, _ = self.modules[0 if leaf[0] == "k" else 1]
+                fn = fns[leaf[1]]
+                block = max(b.offset for b in fn.blocks if b.offset <= leaf[2])
+                per_pc = blocks.setdefault((mod_name, leaf[1], block, pid == 0), {})
+                per_pc[leaf[2] - block] = per_pc.get(leaf[2] - block, 0) + count
+            elif leaf[0] in ("u", "ua"):
+                user += count
+        block_samples = [pb.BlockSamples(module_index=self.module_index(m), function_index=i, block_offset=o, idle=idl,
+                                         count=sum(pcs.values()), instruction_offsets=sorted(pcs),
+                                         instruction_counts=[pcs[k] for k in sorted(pcs)])
+                         for (m, i, o, idl), pcs in blocks.items()]
+        total = sum(c.count for c in counts)
+        unmapped = total - user - sum(b.count for b in block_samples)
+        return pb.MetricBatch(
+            interval_start_unix_ns=interval_start_ns, interval_ms=1000, blocks=block_samples, total_samples=total,
+            user_samples=user, unmapped_samples=unmapped, idle_samples=idle, idle_by_context=True,
+            stacks=pb.StackSamples(stacks=[s for sid, s in stacks.items() if define is None or sid in define],
+                                   modules=modules, comms=comms, counts=counts, stack_samples=total, max_depth=64))
 
     @staticmethod
     def instructions_for(index: int) -> list["pb.Instruction"]:

@@ -19,10 +19,13 @@ struct command {
 static const struct command commands[] = {
 	{ "caps", cmd_caps, "probe this host's capabilities and show the mechanism chosen per metric" },
 	{ "enroll", cmd_enroll, "give this host its identity: a certificate from the backend's CA" },
+	{ "install", cmd_install, "install a plan's code into a running process (journaled, revertible)" },
+	{ "installed", cmd_installed, "list installed code from the journals, interrupted installs included" },
 	{ "inspect", cmd_inspect, "show one function's blocks, instructions, successors and callees" },
 	{ "measure", cmd_measure, "count and time functions and blocks of the kernel or a process" },
 	{ "plan", cmd_plan, "plan the re-layout of a hot function and its callees (nothing is installed)" },
 	{ "parse", cmd_parse, "parse a whole target (kernel, ELF file, process) and print totals" },
+	{ "revert", cmd_revert, "revert installed code in a process, also after the agent died midway" },
 	{ "run", cmd_run, "connect to the backend and stream the live kernel's code and hotness" },
 	{ "sample", cmd_sample, "sample the whole system's program counters locally" },
 };
@@ -37,7 +40,7 @@ static void usage(FILE *fp)
 		"with live hotness from whole-system sampling and kperfmon's metrics\n"
 		"(counts, wall and virtualized timers, concurrency, edge counts).\n\ncommands:\n");
 	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		fprintf(fp, "  %-8s %s\n", commands[i].name, commands[i].summary);
+		fprintf(fp, "  %-9s %s\n", commands[i].name, commands[i].summary);
 	fprintf(fp,
 		"\n  hotpathd help COMMAND     help for one command\n"
 		"  hotpathd --version        print the version\n");

@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/json.h"
+#include "replace/install.h"
 #include "measure/measure.h"
 
 static const char usage_text[] =
@@ -62,6 +63,9 @@ static const char usage_text[] =
 	"  --seconds S      length of the window (default 10, 1..86400)\n"
 	"  --frequency HZ   samples per second per CPU where block counts are sampled\n"
 	"                   (default 997)\n"
+	"  --state-dir DIR  where installed copies are journaled (default /var/lib/hotpathd):\n"
+	"                   a process's functions whose copy is installed are probed\n"
+	"                   in the copy, counts reported for the original rows\n"
 	"  --partial        measure what this host can and report the rest as\n"
 	"                   unavailable, instead of refusing the request\n"
 	"  --json           print one JSON object instead of text\n"
@@ -70,7 +74,9 @@ static const char usage_text[] =
 	"Mechanisms are chosen per host, cheapest first: uprobe_multi/uprobes and\n"
 	"uretprobes for processes; fentry/fexit, else kprobes/kretprobes for the\n"
 	"kernel; kernel blocks by kprobes at func+off, else by PC sampling (labelled\n"
-	"sampled, with the samples behind each count); sched_switch (tp_btf, raw_tp\n"
+	"sampled, with the samples behind each count) where the host has no kprobes\n"
+	"or for blocks --blocks added where the kernel refuses them; a named block\n"
+	"there is refused with the kernel's reason; sched_switch (tp_btf, raw_tp\n"
 	"or tracepoint) drives virtualized timers. 'hotpathd caps' shows the choice.\n"
 	"A metric the host cannot serve is refused with the reason.\n"
 	"\n"
@@ -104,6 +110,7 @@ struct args {
 	const char **words;
 	unsigned seconds;
 	bool json;
+	const char *state_dir;
 };
 
 static int parse_args(int argc, char **argv, struct args *a)
@@ -113,6 +120,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 	unsigned v;
 	memset(a, 0, sizeof(*a));
 	a->seconds = 10;
+	a->state_dir = "/var/lib/hotpathd";
 	a->spec.metrics = HP_METRIC_BIT(HP_METRIC_COUNT);
 	if (!pos)
 		return usage_error("out of memory");
@@ -127,6 +135,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->spec.blocks = true;
 		} else if (!strcmp(o, "--partial")) {
 			a->spec.allow_partial = true;
+		} else if (!strcmp(o, "--state-dir")) {
+			if (!has_value)
+				return usage_error("--state-dir needs a folder");
+			a->state_dir = argv[++i];
 		} else if (!strcmp(o, "--metrics")) {
 			if (!has_value)
 				return usage_error("--metrics needs a list");
@@ -278,6 +290,8 @@ static void report_rows(struct out *o, const struct hp_measure_row *rows, const 
 		json_kstr(&o->j, "resource", p->resource);
 		json_ku64(&o->j, "function_address", p->function_address);
 		json_ku64(&o->j, "function_size", p->function_size);
+		if (p->run_address != (block ? p->block_address : p->function_address))
+			json_ku64(&o->j, "installed_copy", p->run_address);
 		json_key(&o->j, "metrics");
 		json_obj_begin(&o->j);
 		for (int m = 0; m < HP_METRIC_N; m++) {
@@ -599,7 +613,24 @@ int cmd_measure(int argc, char **argv)
 	}
 	char err[2048];
 	struct hp_measure *h = NULL;
-	int r = hp_measure_open(&a.spec, NULL, &h, err, sizeof(err));
+	/* Installed copies in the process: measured where they run. */
+	struct hp_measure_env env = { 0 };
+	struct hp_moved_code *moved = NULL;
+	size_t nmoved = 0;
+	if (a.spec.target == HP_MEASURE_PID &&
+	    hp_moved_code_of(a.state_dir, a.spec.pid, &moved, &nmoved, err, sizeof(err)) == 0) {
+		env.moved = moved;
+		env.nmoved = nmoved;
+	}
+	struct hp_byte_patch *bp = NULL;
+	size_t nbp = 0;
+	if (a.spec.target == HP_MEASURE_PID && hp_installed_patches(a.state_dir, a.spec.pid, &bp, &nbp) == 0) {
+		env.overlay = bp;
+		env.noverlay = nbp;
+	}
+	int r = hp_measure_open(&a.spec, &env, &h, err, sizeof(err));
+	hp_moved_code_free(moved, nmoved);
+	free(bp);
 	if (r < 0) {
 		fprintf(stderr, "hotpathd measure: %s\n", err);
 		free(a.words);

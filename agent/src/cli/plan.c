@@ -13,12 +13,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "measure/sampler.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
+#include "replace/install.h"
+#include "host/processes.h"
+#include "host/procmaps.h"
 #include "target/target.h"
+#include "target/target_elf.h"
 
 static const char plan_usage[] =
 	"usage: hotpathd plan kernel ROOT [options]\n"
@@ -36,6 +42,15 @@ static const char plan_usage[] =
 	"                       workloads, each normalised then weighted by W (default 1)\n"
 	"  --sample SECONDS     kernel only: sample PCs now and estimate block counts\n"
 	"                       (samples per block / its instructions)\n"
+	"second pass (re-plan an installed group from calls under its root):\n"
+	"  --second-pass PLAN   PLAN is the installed plan's JSON; it is made again from its\n"
+	"                       saved inputs and must match. --profile then gives counts\n"
+	"                       measured at its copy's block starts, which only the root's\n"
+	"                       copy reaches; the new plan uses PLAN's options\n"
+	"  --installed-base A   where the copy runs (default: PLAN's base)\n"
+	"  --state-dir DIR      pid targets: installed copies' journals (default\n"
+	"                       /var/lib/hotpathd); the process's code is read as it was\n"
+	"                       before their patches\n"
 	"thresholds and geometry:\n"
 	"  --join F             a callee joins when one of its blocks ran more than F times\n"
 	"                       the root's calls (default 0.05)\n"
@@ -260,16 +275,24 @@ static void write_profile(struct rw *w, const struct hp_plan *p)
 	rw_obj(w, "profile");
 	rw_str(w, "format", "hotpath-profile/1");
 	rw_str(w, "source", pr->source);
+	if (pr->scope[0])
+		rw_str(w, "scope", pr->scope);
 	rw_bool(w, "estimated", pr->estimated);
 	rw_arr(w, "functions");
-	for (size_t i = 0; i < p->nmembers; i++) {
-		const struct hp_prof_fn *pf = hp_profile_find(pr, p->members[i].fn->addr);
+	/* The members' counts, and those of the functions kept in place (so
+	 * the plan made again keeps them too). */
+	for (size_t i = 0; i < p->nmembers + p->nkept; i++) {
+		const struct hp_function *f = i < p->nmembers ? p->members[i].fn : p->kept[i - p->nmembers].fn;
+		const struct hp_prof_fn *pf = hp_profile_find(pr, f->addr);
 		if (!pf)
 			continue;
 		rw_item(w);
 		rw_str(w, "name", pf->name);
 		rw_hex(w, "address", pf->addr);
-		rw_str(w, "signature", p->members[i].signature);
+		if (i < p->nmembers)
+			rw_str(w, "signature", p->members[i].signature);
+		else if (pf->signature[0])
+			rw_str(w, "signature", pf->signature);
 		rw_arr(w, "blocks");
 		for (size_t b = 0; b < pf->nblocks; b++) {
 			rw_item(w);
@@ -293,7 +316,33 @@ static void write_profile(struct rw *w, const struct hp_plan *p)
 	rw_obj_end(w);
 }
 
-static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p, const struct hp_function *root)
+/* The root's module as an installer checks it: its file's GNU build id
+ * (for a process, the file the process maps) and where it is loaded. */
+static void module_build_id(const struct hp_model *m, const struct hp_module *mod, int pid, uint64_t addr, char *out)
+{
+	struct hp_code_location loc;
+	char e[200];
+	int er = 0, fd;
+	Elf *elf;
+
+	out[0] = 0;
+	if (m->kind != HP_TARGET_PID) {
+		snprintf(out, 65, "%s", m->build_id);
+		return;
+	}
+	if (hp_code_location(pid, addr, &loc) < 0)
+		return;
+	if ((fd = open(loc.path, O_RDONLY | O_CLOEXEC)) < 0)
+		return;
+	if ((elf = hp_elf_begin(fd, mod->name, e, sizeof(e), &er))) {
+		hp_elf_build_id(elf, out);
+		elf_end(elf);
+	}
+	close(fd);
+}
+
+static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p, const struct hp_function *root,
+		       int pid)
 {
 	static const char *const src[] = { "measured", "derived_exact", "estimated" };
 	char buf[128];
@@ -307,6 +356,20 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_str(w, "kind", m->kind == HP_TARGET_KERNEL ? "kernel" : m->kind == HP_TARGET_ELF ? "elf" : "pid");
 	rw_str(w, "release", m->release);
 	rw_str(w, "build_id", m->build_id);
+	if (p->nmembers) {
+		/* Which process and file the plan is for, checked before an install. */
+		char bid[65];
+		uint64_t start = 0;
+		module_build_id(m, p->members[0].mod, pid, root->addr, bid);
+		if (m->kind == HP_TARGET_PID) {
+			rw_u64(w, "pid", (uint64_t)pid);
+			if (hp_process_start_time(pid, &start) == 0)
+				rw_u64(w, "start_time", start);
+		}
+		rw_str(w, "module", p->members[0].mod->name);
+		rw_hex(w, "module_base", p->members[0].mod->base);
+		rw_str(w, "module_build_id", bid);
+	}
 	rw_obj_end(w);
 	rw_obj(w, "bottleneck");
 	rw_bool(w, "measurable", p->stall_measurable);
@@ -321,6 +384,10 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_u64(w, "l1i_size", p->opts.l1i.size_bytes);
 	rw_u64(w, "l1i_ways", p->opts.l1i.ways);
 	rw_u64(w, "l1i_line", p->opts.l1i.line_bytes);
+	rw_num(w, "stall_threshold", p->opts.stall_threshold, 4);
+	rw_num(w, "max_pad_share", p->opts.max_pad_share, 4);
+	rw_u64(w, "max_functions", p->opts.max_functions);
+	rw_u64(w, "small_block", p->opts.small_block);
 	rw_obj_end(w);
 	if (p->status != HP_PLAN_OK && p->status != HP_PLAN_REFUSED) {
 		rw_obj_end(w);
@@ -347,6 +414,12 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		rw_u64(w, "new_cold_bytes", mb->new_cold_bytes);
 		rw_u64(w, "edges", mb->nedges);
 		rw_u64(w, "edges_exact", mb->exact_edges);
+		rw_bool(w, "address_taken", mb->fn->flags & HP_FN_ADDR_TAKEN);
+		rw_str(w, "module", mb->mod->name);
+		rw_u64(w, "size", mb->fn->size);
+		char dg[65] = "";
+		hp_plan_member_digest(m, mb->fn, dg);
+		rw_str(w, "original_sha256", dg);
 		if (w->json) {
 			rw_arr(w, "chain_table");
 			for (uint32_t c = 0; c < mb->nchains; c++) {
@@ -438,6 +511,13 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_hex(w, "base", p->base);
 	rw_u64(w, "bytes", p->code_len);
 	rw_bool(w, "verified", p->verified);
+	if (p->verified) {
+		struct hp_code_image ci;
+		char hash[65];
+		hp_plan_code_image(p, &ci);
+		if (hp_code_hash(&ci, hash) == 0)
+			rw_str(w, "sha256", hash);
+	}
 	if (!p->verified)
 		rw_str(w, "verify_error", p->verify_error);
 	rw_u64(w, "verified_blocks", p->verified_blocks);
@@ -460,6 +540,23 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 			hex[p->code_len * 2] = 0;
 		rw_str(w, "hex", hex ? hex : "");
 		free(hex);
+	}
+	if (p->unwind) {
+		/* The copy's .eh_frame, to install at base + offset with the code. */
+		rw_obj(w, "unwind");
+		rw_u64(w, "offset", p->unwind_off);
+		rw_u64(w, "bytes", p->unwind_len);
+		rw_u64(w, "fdes", p->unwind_fdes);
+		if (w->json) {
+			char *hex = malloc(p->unwind_len * 2 + 1);
+			for (size_t i = 0; hex && i < p->unwind_len; i++)
+				sprintf(hex + 2 * i, "%02x", p->unwind[i]);
+			if (hex)
+				hex[p->unwind_len * 2] = 0;
+			rw_str(w, "hex", hex ? hex : "");
+			free(hex);
+		}
+		rw_obj_end(w);
 	}
 	rw_obj_end(w);
 	rw_arr(w, "notes");
@@ -520,10 +617,49 @@ static int sample_profile(struct hp_model *m, unsigned secs, struct hp_profile *
 	return 0;
 }
 
+/* The whole of a file, for JSON inputs. */
+static int read_text(const char *path, char **out, size_t *len, char *err, size_t errlen)
+{
+	FILE *fp = fopen(path, "r");
+	size_t cap = 65536, n;
+	char *buf = malloc(cap);
+
+	*out = NULL;
+	*len = 0;
+	if (!fp || !buf) {
+		snprintf(err, errlen, "cannot read %s: %s", path, fp ? "out of memory" : strerror(errno));
+		if (fp)
+			fclose(fp);
+		free(buf);
+		return -1;
+	}
+	while ((n = fread(buf + *len, 1, cap - *len, fp)) > 0) {
+		*len += n;
+		if (*len == cap) {
+			char *nb = cap < (256u << 20) ? realloc(buf, cap *= 2) : NULL;
+			if (!nb) {
+				snprintf(err, errlen, "%s is too large", path);
+				free(buf);
+				fclose(fp);
+				return -1;
+			}
+			buf = nb;
+		}
+	}
+	fclose(fp);
+	*out = buf;
+	return 0;
+}
+
 int cmd_plan(int argc, char **argv)
 {
-	const char *pos[3], *profiles[16], *code_path = NULL;
-	int npos = 0, nprof = 0, i, need, rc = HP_EXIT_ERROR;
+	const char *pos[3], *profiles[16], *code_path = NULL, *second = NULL, *state_dir = "/var/lib/hotpathd";
+	uint64_t installed_base = 0;
+	struct hp_plan first = { 0 };
+	struct hp_profile first_prof = { 0 };
+	char *text = NULL;
+	size_t tlen = 0;
+	int npos = 0, nprof = 0, i, need, rc = HP_EXIT_ERROR, plan_pid = 0;
 	unsigned sample_secs = 0;
 	bool json = false;
 	struct hp_plan_opts o;
@@ -592,6 +728,18 @@ int cmd_plan(int argc, char **argv)
 			i++;
 		} else if (!strcmp(a, "--code")) {
 			code_path = argv[++i];
+		} else if (!strcmp(a, "--second-pass")) {
+			second = argv[++i];
+		} else if (!strcmp(a, "--state-dir")) {
+			state_dir = argv[++i];
+		} else if (!strcmp(a, "--installed-base")) {
+			char *e;
+			installed_base = strtoull(v, &e, 0);
+			if (*e || !installed_base) {
+				fprintf(stderr, "hotpathd plan: --installed-base needs an address\n");
+				return HP_EXIT_USAGE;
+			}
+			i++;
 		} else if (a[0] == '-' && a[1]) {
 			fprintf(stderr, "hotpathd plan: bad option or value '%s' (see 'hotpathd plan --help')\n", a);
 			return HP_EXIT_USAGE;
@@ -611,6 +759,10 @@ int cmd_plan(int argc, char **argv)
 		fprintf(stderr, "hotpathd plan: expected kernel ROOT, pid PID ROOT or elf PATH ROOT\n");
 		return HP_EXIT_USAGE;
 	}
+	if (second && (nprof != 1 || sample_secs)) {
+		fprintf(stderr, "hotpathd plan: --second-pass takes exactly one --profile: the counts on the copy\n");
+		return HP_EXIT_USAGE;
+	}
 	if (sample_secs && need != 2) {
 		fprintf(stderr, "hotpathd plan: --sample is for the kernel; give --profile for processes and files\n");
 		return HP_EXIT_USAGE;
@@ -627,7 +779,15 @@ int cmd_plan(int argc, char **argv)
 			fprintf(stderr, "hotpathd plan: PID must be a positive number\n");
 			return HP_EXIT_USAGE;
 		}
+		plan_pid = (int)pid;
+		/* The code as planned: the original bytes under installed copies' patches. */
+		struct hp_byte_patch *bp = NULL;
+		size_t nbp = 0;
+		hp_installed_patches(state_dir, (int)pid, &bp, &nbp);
+		oo.overlay = bp;
+		oo.noverlay = nbp;
 		r = hp_model_open_pid((int)pid, &oo, &m, err, sizeof(err));
+		free(bp);
 	}
 	if (r < 0) {
 		fprintf(stderr, "hotpathd plan: %s\n", err);
@@ -643,6 +803,33 @@ int cmd_plan(int argc, char **argv)
 		goto out;
 	}
 	const struct hp_profile *use = NULL;
+	if (second) {
+		/* The installed plan, made again; then the copy's counts mapped back. */
+		if (read_text(second, &text, &tlen, err, sizeof(err)) < 0 ||
+		    hp_plan_remake(m, text, tlen, &first_prof, &first, err, sizeof(err)) < 0) {
+			fprintf(stderr, "hotpathd plan: %s\n", err);
+			goto out;
+		}
+		if (first.members[0].fn != root) {
+			fprintf(stderr, "hotpathd plan: the installed plan's root is %s, not %s\n",
+				first.members[0].fn->name, root->name);
+			rc = HP_EXIT_USAGE;
+			goto out;
+		}
+		free(text);
+		text = NULL;
+		if (read_text(profiles[0], &text, &tlen, err, sizeof(err)) < 0 ||
+		    hp_profile_under_root(&first, installed_base ? installed_base : first.base, text, tlen, &prof[0],
+					  err, sizeof(err)) < 0) {
+			fprintf(stderr, "hotpathd plan: %s\n", err);
+			goto out;
+		}
+		uint64_t base = o.base;
+		o = first.opts;
+		o.base = base;
+		nprof = 0;
+		use = &prof[0];
+	}
 	for (i = 0; i < nprof; i++) {
 		char path[4096];
 		double wgt = 1;
@@ -673,7 +860,9 @@ int cmd_plan(int argc, char **argv)
 		use = &prof[0];
 	else if (nprof > 1) {
 		if (hp_profile_merge(prof, (size_t)nprof, &merged) < 0) {
-			fprintf(stderr, "hotpathd plan: out of memory\n");
+			fprintf(stderr,
+				"hotpathd plan: the profiles cannot be merged (out of memory, or their scopes "
+				"differ)\n");
 			goto out;
 		}
 		use = &merged;
@@ -685,7 +874,7 @@ int cmd_plan(int argc, char **argv)
 	struct rw w = { .json = json };
 	if (json)
 		json_init(&w.j, stdout);
-	write_plan(&w, m, &plan, root);
+	write_plan(&w, m, &plan, root, plan_pid);
 	if (code_path && plan.code) {
 		FILE *fp = fopen(code_path, "wb");
 		if (!fp || fwrite(plan.code, 1, plan.code_len, fp) != plan.code_len) {
@@ -698,6 +887,9 @@ int cmd_plan(int argc, char **argv)
 	}
 	rc = plan.status == HP_PLAN_OK ? HP_EXIT_OK : plan.status == HP_PLAN_REFUSED ? HP_EXIT_ERROR : 4;
 out:
+	free(text);
+	hp_plan_free(&first);
+	hp_profile_free(&first_prof);
 	hp_plan_free(&plan);
 	for (i = 0; i < 16; i++)
 		hp_profile_free(&prof[i]);

@@ -24,8 +24,9 @@ static void run_usage(FILE *f)
 	fprintf(f,
 		"usage: hotpathd run --server HOST:PORT [options]\n"
 		"\n"
-		"Parse the live kernel, sample every CPU and stream the code catalog and\n"
-		"sample counts to the Hotpath backend over one mutual-TLS gRPC stream\n"
+		"Parse the live kernel, sample every CPU (program counters and call chains)\n"
+		"and stream the code catalog, sample counts and call stacks to the Hotpath\n"
+		"backend over one mutual-TLS gRPC stream\n"
 		"(AgentService.Connect). The agent serves the kernel and the processes it is\n"
 		"asked to attach (here with --attach, or from the console) as targets, runs\n"
 		"the backend's commands (attach, detach, start and stop measurements) on a\n"
@@ -53,6 +54,9 @@ static void run_usage(FILE *f)
 		"  --host-id ID             host identity to report (default: /etc/machine-id)\n"
 		"  --interval-ms MS         length of one metric interval (default 1000, 100..60000)\n"
 		"  --frequency HZ           samples per second per CPU (default 997, 1..10000)\n"
+		"  --stack-depth N          frames kept per call chain, kernel and user together\n"
+		"                           (default 64, 1..127)\n"
+		"  --no-stacks              sample program counters only, without call chains\n"
 		"  --buffer-kib N           unacknowledged data kept in memory (default 8192)\n"
 		"  --spool-kib N            and in the state folder beyond that (default 65536;\n"
 		"                           0 keeps nothing on disk)\n"
@@ -121,6 +125,8 @@ int cmd_run(int argc, char **argv)
 		{ "spool-kib", required_argument, NULL, 'S' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "attach", required_argument, NULL, 'a' },
+		{ "stack-depth", required_argument, NULL, 'D' },
+		{ "no-stacks", no_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -185,6 +191,15 @@ int cmd_run(int argc, char **argv)
 			break;
 		case 'q':
 			o.quiet = true;
+			break;
+		case 'D':
+			if (hp_parse_uint(optarg, 1, 127, &o.stack_depth) < 0) {
+				fprintf(stderr, "hotpathd run: --stack-depth must be a number from 1 to 127\n");
+				return HP_EXIT_USAGE;
+			}
+			break;
+		case 'N':
+			o.no_stacks = true;
 			break;
 		case 'h':
 			run_usage(stdout);

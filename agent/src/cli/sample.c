@@ -5,7 +5,9 @@
  * and prints the hottest functions and the totals, as text or JSON from the
  * same data. It also reports the agent's own CPU time during the sampling
  * phase (getrusage after the model is open), which bench/sampling_overhead
- * uses as the agent's cost.
+ * uses as the agent's cost. With --stacks it samples call chains too and
+ * prints the hottest stacks, folded (command;outermost;...;leaf), the form
+ * flame graph tools read.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -32,14 +34,19 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: hotpathd sample [--seconds N] [--frequency HZ] [--top N] [--json]\n"
+		"usage: hotpathd sample [--seconds N] [--frequency HZ] [--top N] [--stacks [--stack-depth N]] [--json]\n"
 		"\n"
 		"Sample the program counter of every CPU, map each kernel sample onto the\n"
 		"live kernel's functions and basic blocks, and print the hottest functions.\n"
+		"With --stacks, also sample call chains (kernel always, user code where it\n"
+		"keeps frame pointers) and print the hottest stacks, folded root first as\n"
+		"'command;outermost;...;leaf count' (idle-task samples apart).\n"
 		"\n"
 		"  --seconds N      how long to sample (default 10, 1..3600)\n"
 		"  --frequency HZ   samples per second per CPU (default 997, 1..10000)\n"
-		"  --top N          how many functions to list (default 20, 0..100000)\n"
+		"  --top N          how many functions (and stacks) to list (default 20, 0..100000)\n"
+		"  --stacks         sample call chains too and list the hottest stacks\n"
+		"  --stack-depth N  frames kept per chain (default 64, 1..127)\n"
 		"  --json           print one JSON object instead of text\n"
 		"  --help           show this help\n");
 }
@@ -79,6 +86,83 @@ struct hot {
 	uint64_t count;
 };
 
+/* One folded stack and its samples, summed over the run. */
+struct folded {
+	char *line; /* command;outermost;...;leaf */
+	uint32_t pid;
+	uint64_t count;
+};
+
+struct folded_set {
+	struct folded *v;
+	size_t n, cap;
+	uint64_t idle, samples, dropped;
+};
+
+/* A frame's name in a folded line: the function (module-qualified outside vmlinux), the file and offset for
+ * user code, the address elsewhere. */
+static void frame_name(const struct hp_model *m, const struct hp_stack_set *set, const struct hp_frame *f, char *out,
+		       size_t len)
+{
+	if (f->kind == HP_FRAME_KERNEL) {
+		const struct hp_module *mod = &m->mods[f->mod];
+		snprintf(out, len, "%s%s%s", f->mod ? mod->name : "", f->mod ? ":" : "", mod->funcs[f->fn].name);
+	} else if (f->kind == HP_FRAME_USER) {
+		const char *base = strrchr(set->paths[f->mod], '/');
+		snprintf(out, len, "%s+0x%llx", base ? base + 1 : set->paths[f->mod], (unsigned long long)f->offset);
+	} else {
+		snprintf(out, len, "0x%llx", (unsigned long long)f->offset);
+	}
+}
+
+static int fold_interval(const struct hp_model *m, const struct hp_stack_set *set, struct folded_set *fs)
+{
+	fs->samples += set->samples;
+	fs->dropped += set->dropped;
+	for (size_t i = 0; i < set->ncounts; i++) {
+		const struct hp_stack_count *c = &set->counts[i];
+		const struct hp_stack *st = &set->stacks[c->stack];
+		if (c->pid == 0)
+			fs->idle += c->count;
+		char line[8192];
+		size_t n =
+			(size_t)snprintf(line, sizeof(line), "%s", set->comms[c->comm][0] ? set->comms[c->comm] : "?");
+		for (uint32_t k = st->nframes; k-- > 0 && n < sizeof(line);) {
+			char name[512];
+			frame_name(m, set, &set->frames[st->first + k], name, sizeof(name));
+			n += (size_t)snprintf(line + n, sizeof(line) - n, ";%s", name);
+		}
+		size_t j = 0;
+		while (j < fs->n && !(fs->v[j].pid == c->pid && strcmp(fs->v[j].line, line) == 0))
+			j++;
+		if (j == fs->n) {
+			if (fs->n == fs->cap) {
+				size_t cap = fs->cap ? fs->cap * 2 : 256;
+				struct folded *v = realloc(fs->v, cap * sizeof(*v));
+				if (!v)
+					return -ENOMEM;
+				fs->v = v;
+				fs->cap = cap;
+			}
+			if (!(fs->v[j].line = strdup(line)))
+				return -ENOMEM;
+			fs->v[j].pid = c->pid;
+			fs->v[j].count = 0;
+			fs->n++;
+		}
+		fs->v[j].count += c->count;
+	}
+	return 0;
+}
+
+static int cmp_folded(const void *a, const void *b)
+{
+	const struct folded *x = a, *y = b;
+	if (x->count != y->count)
+		return x->count < y->count ? 1 : -1;
+	return strcmp(x->line, y->line);
+}
+
 static int cmp_hot(const void *a, const void *b)
 {
 	const struct hot *x = a, *y = b;
@@ -94,10 +178,11 @@ int cmd_sample(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "seconds", required_argument, NULL, 's' }, { "frequency", required_argument, NULL, 'f' },
 		{ "top", required_argument, NULL, 't' },     { "json", no_argument, NULL, 'j' },
+		{ "stacks", no_argument, NULL, 'S' },        { "stack-depth", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },          { 0 },
 	};
-	unsigned seconds = 10, freq = 997, top = 20;
-	bool json = false;
+	unsigned seconds = 10, freq = 997, top = 20, depth = 0;
+	bool json = false, stacks = false;
 	optind = 1;
 	int c;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -123,6 +208,15 @@ int cmd_sample(int argc, char **argv)
 		case 'j':
 			json = true;
 			break;
+		case 'S':
+			stacks = true;
+			break;
+		case 'D':
+			if (hp_parse_uint(optarg, 1, 127, &depth) < 0) {
+				fprintf(stderr, "hotpathd sample: --stack-depth must be a number from 1 to 127\n");
+				return HP_EXIT_USAGE;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return HP_EXIT_OK;
@@ -147,6 +241,7 @@ int cmd_sample(int argc, char **argv)
 	uint64_t **counts = calloc(m->nmods ? m->nmods : 1, sizeof(*counts));
 	struct hot *hot = NULL;
 	struct hp_sampler *s = NULL;
+	struct folded_set fs = { 0 };
 	if (!counts)
 		goto out;
 	for (size_t i = 0; i < m->nmods; i++)
@@ -162,13 +257,13 @@ int cmd_sample(int argc, char **argv)
 	/* The sampling phase starts here: the model's parse cost is not part of
 	 * the steady-state overhead being measured. */
 	double cpu0 = cpu_seconds(), wall0 = mono_s();
-	struct hp_sampler_opts so = { .frequency = freq };
+	struct hp_sampler_opts so = { .frequency = freq, .stacks = stacks, .stack_depth = depth };
 	s = hp_sampler_open(m, &so, err, sizeof(err));
 	if (!s) {
 		fprintf(stderr, "hotpathd sample: %s\n", err);
 		goto out;
 	}
-	uint64_t total = 0, user = 0, unmapped = 0, lost = 0;
+	uint64_t total = 0, user = 0, unmapped = 0, lost = 0, idle = 0;
 	double deadline = wall0 + seconds;
 	while (!stop_sampling) {
 		double left = deadline - mono_s();
@@ -185,9 +280,15 @@ int cmd_sample(int argc, char **argv)
 		user += iv.user;
 		unmapped += iv.unmapped;
 		lost += iv.lost;
+		idle += iv.idle;
 		for (size_t i = 0; i < iv.nblocks; i++)
 			counts[iv.blocks[i].mod][iv.blocks[i].fn] += iv.blocks[i].count;
+		int fr = stacks ? fold_interval(m, &iv.stacks, &fs) : 0;
 		hp_sample_interval_free(&iv);
+		if (fr < 0) {
+			fprintf(stderr, "hotpathd sample: out of memory folding stacks\n");
+			goto out;
+		}
 	}
 	const char *event = hp_sampler_event(s);
 	unsigned ncpus = hp_sampler_ncpus(s);
@@ -212,6 +313,8 @@ int cmd_sample(int argc, char **argv)
 	if (top < nhot)
 		nhot = top;
 	uint64_t kernel = total - user;
+	qsort(fs.v, fs.n, sizeof(*fs.v), cmp_folded);
+	size_t nfolded = fs.n < top ? fs.n : top;
 
 	if (json) {
 		printf("{\"event\": \"%s\", \"frequency_hz\": %u, \"cpus\": %u, \"seconds\": %.3f, "
@@ -231,7 +334,19 @@ int cmd_sample(int argc, char **argv)
 			       hot[i].fn, (unsigned long long)f->addr, (unsigned long long)hot[i].count,
 			       total ? (double)hot[i].count / total : 0.0, wall > 0 ? hot[i].count / wall : 0.0);
 		}
-		printf("], \"agent_cpu_seconds\": %.6f, \"agent_cpu_percent_of_one_cpu\": %.4f}\n", cpu, cpu_pct);
+		printf("], \"idle_samples\": %llu", (unsigned long long)idle);
+		if (stacks) {
+			printf(", \"stack_samples\": %llu, \"stack_dropped_samples\": %llu, \"stacks\": [",
+			       (unsigned long long)fs.samples, (unsigned long long)fs.dropped);
+			for (size_t i = 0; i < nfolded; i++) {
+				printf("%s{\"folded\": ", i ? ", " : "");
+				json_str(fs.v[i].line);
+				printf(", \"pid\": %u, \"idle\": %s, \"samples\": %llu}", fs.v[i].pid,
+				       fs.v[i].pid == 0 ? "true" : "false", (unsigned long long)fs.v[i].count);
+			}
+			printf("]");
+		}
+		printf(", \"agent_cpu_seconds\": %.6f, \"agent_cpu_percent_of_one_cpu\": %.4f}\n", cpu, cpu_pct);
 	} else {
 		printf("sampled %u CPU(s) with %s at %u Hz for %.1f s\n", ncpus, event, freq, wall);
 		printf("%10s %7s %10s  %s\n", "samples", "share", "samples/s", "function");
@@ -245,6 +360,14 @@ int cmd_sample(int argc, char **argv)
 		printf("total %llu samples: %llu kernel (%llu outside known functions), %llu user, %llu lost\n",
 		       (unsigned long long)total, (unsigned long long)kernel, (unsigned long long)unmapped,
 		       (unsigned long long)user, (unsigned long long)lost);
+		printf("idle task: %llu samples\n", (unsigned long long)idle);
+		if (stacks) {
+			printf("\nhottest stacks (%llu samples with a call chain, %llu dropped), folded:\n",
+			       (unsigned long long)fs.samples, (unsigned long long)fs.dropped);
+			for (size_t i = 0; i < nfolded; i++)
+				printf("%s%s %llu\n", fs.v[i].line, fs.v[i].pid == 0 ? " [idle]" : "",
+				       (unsigned long long)fs.v[i].count);
+		}
 		printf("agent CPU while sampling: %.3f s in %.1f s = %.3f%% of one CPU\n", cpu, wall, cpu_pct);
 	}
 	ret = HP_EXIT_OK;
@@ -255,6 +378,9 @@ out:
 			free(counts[i]);
 	free(counts);
 	free(hot);
+	for (size_t i = 0; i < fs.n; i++)
+		free(fs.v[i].line);
+	free(fs.v);
 	hp_model_free(m);
 	return ret;
 }

@@ -27,6 +27,7 @@
 #include "daemon/replies.h"
 #include "daemon/targets.h"
 #include "daemon/worker.h"
+#include "daemon/stack_defs.h"
 #include "host/caps.h"
 #include "host/hostinfo.h"
 #include "measure/sampler.h"
@@ -59,6 +60,10 @@ struct agent {
 	struct hp_replies replies;
 	/* Data messages until the backend acknowledges them. */
 	struct hp_outbox outbox;
+	/* Stack definitions the backend has (or is being sent) on this stream. */
+	struct hp_stack_defs stack_defs;
+	bool stacks;          /* sample call chains */
+	unsigned stack_depth; /* frames per chain; 0 = the sampler's default */
 	/* Who this agent is to the backend. */
 	struct hp_credentials id;
 };

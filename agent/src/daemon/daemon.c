@@ -101,7 +101,9 @@ static void probe_and_sample(struct agent *ag)
 		hp_log(true, "capability %s: %s (%s)", ag->caps.caps[i].name, ag->caps.caps[i].available ? "yes" : "no",
 		       ag->caps.caps[i].detail);
 
-	struct hp_sampler_opts so = { .frequency = ag->frequency };
+	struct hp_sampler_opts so = { .frequency = ag->frequency,
+				      .stacks = ag->stacks,
+				      .stack_depth = ag->stack_depth };
 	ag->sampler = hp_sampler_open(ag->model, &so, err, sizeof(err));
 	if (!ag->sampler) {
 		hp_log(false, "sampling disabled: %s", err);
@@ -114,8 +116,8 @@ static void probe_and_sample(struct agent *ag)
 			}
 		}
 	} else {
-		hp_log(true, "sampling %u CPU(s) with %s at %u Hz", hp_sampler_ncpus(ag->sampler),
-		       hp_sampler_event(ag->sampler), ag->frequency);
+		hp_log(true, "sampling %u CPU(s) with %s at %u Hz%s", hp_sampler_ncpus(ag->sampler),
+		       hp_sampler_event(ag->sampler), ag->frequency, ag->stacks ? ", with call chains" : "");
 	}
 }
 
@@ -222,6 +224,8 @@ int hp_daemon_run(const struct hp_daemon_opts *o)
 	memset(&ag, 0, sizeof(ag));
 	ag.interval_ms = o->interval_ms;
 	ag.frequency = o->frequency;
+	ag.stacks = !o->no_stacks;
+	ag.stack_depth = o->stack_depth;
 	hp_log_set_quiet(o->quiet);
 	install_signals();
 
@@ -258,6 +262,10 @@ int hp_daemon_run(const struct hp_daemon_opts *o)
 	}
 	if (hp_outbox_count(&ag.outbox))
 		hp_log(true, "%zu data message(s) from an earlier run wait in %s", hp_outbox_count(&ag.outbox), spool);
+	if (hp_stack_defs_init(&ag.stack_defs) < 0) {
+		hp_log(false, "out of memory");
+		goto out;
+	}
 	if (open_model(&ag, err, sizeof(err)) < 0) {
 		hp_log(false, "cannot parse the live kernel: %s", err);
 		goto out;
@@ -301,6 +309,7 @@ out:
 	}
 	hp_transport_shutdown();
 	hp_outbox_free(&ag.outbox);
+	hp_stack_defs_free(&ag.stack_defs);
 	hp_credentials_free(&ag.id);
 	hp_sampler_close(ag.sampler);
 	free(ag.catalog_queue);

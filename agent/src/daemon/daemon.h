@@ -28,6 +28,8 @@ struct hp_daemon_opts {
 	bool quiet;                /* log only errors and ended connections */
 	const char *const *attach; /* processes to attach at start: a pid or a command name each */
 	size_t nattach;
+	bool no_stacks;       /* sample program counters only, no call chains */
+	unsigned stack_depth; /* frames per call chain; 0 = the sampler's default (64) */
 };
 
 /* Run until SIGINT/SIGTERM: 0 after a requested stop, -1 if start-up failed

@@ -9,9 +9,11 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "daemon/agent.h"
+#include "daemon/log.h"
 #include "daemon/messages.h"
 #include "daemon/transport.h"
 
@@ -110,6 +112,145 @@ out:
 	return r;
 }
 
+/* Frames of stack definitions one batch carries at most, so a batch stays far below the 8 MiB message
+ * limit; counts of stacks beyond it are reported as dropped samples. */
+#define MAX_DEFINED_FRAMES 250000
+
+/* A batch's StackSamples under construction; every array is freed by stacks_free. */
+struct stacks_msg {
+	Hotpath__V1__StackSamples ss;
+	uint64_t *ids;
+	Hotpath__V1__Stack *defs, **defp;
+	Hotpath__V1__Frame *frames, **framep;
+	Hotpath__V1__FrameModule *mods, **modp;
+	Hotpath__V1__StackCount *counts, **countp;
+	char **comms;
+};
+
+static void stacks_free(struct stacks_msg *sm)
+{
+	free(sm->ids);
+	free(sm->defs);
+	free(sm->defp);
+	free(sm->frames);
+	free(sm->framep);
+	free(sm->mods);
+	free(sm->modp);
+	free(sm->counts);
+	free(sm->countp);
+	free(sm->comms);
+}
+
+/* Module position of a frame in the batch's list, added on first use. */
+static uint32_t frame_module(struct agent *ag, const struct hp_stack_set *set, const struct hp_frame *f,
+			     struct stacks_msg *sm, int32_t *kmap, int32_t *pmap, int32_t *addr_map)
+{
+	int32_t *slot = f->kind == HP_FRAME_KERNEL ? &kmap[f->mod] :
+			f->kind == HP_FRAME_USER   ? &pmap[f->mod] :
+						     &addr_map[f->kind == HP_FRAME_KERNEL_ADDR ? 0 : 1];
+	if (*slot >= 0)
+		return (uint32_t)*slot;
+	Hotpath__V1__FrameModule *fm = &sm->mods[sm->ss.n_modules];
+	hotpath__v1__frame_module__init(fm);
+	fm->kind = f->kind;
+	if (f->kind == HP_FRAME_KERNEL) {
+		fm->digest = ag->model->mods[f->mod].digest;
+		fm->name = ag->model->mods[f->mod].name;
+	} else if (f->kind == HP_FRAME_USER) {
+		fm->name = set->paths[f->mod];
+	}
+	sm->modp[sm->ss.n_modules] = fm;
+	*slot = (int32_t)sm->ss.n_modules++;
+	return (uint32_t)*slot;
+}
+
+/* Build the interval's StackSamples: every count, and the definitions the backend may lack. */
+static int build_stacks(struct agent *ag, const struct hp_stack_set *set, struct stacks_msg *sm, int64_t now_ms)
+{
+	size_t ns = set->nstacks ? set->nstacks : 1, nm = set->npaths + ag->model->nmods + 2;
+	memset(sm, 0, sizeof(*sm));
+	hotpath__v1__stack_samples__init(&sm->ss);
+	sm->ids = calloc(ns, sizeof(*sm->ids));
+	sm->defs = calloc(ns, sizeof(*sm->defs));
+	sm->defp = calloc(ns, sizeof(*sm->defp));
+	sm->frames = calloc(set->nframes ? set->nframes : 1, sizeof(*sm->frames));
+	sm->framep = calloc(set->nframes ? set->nframes : 1, sizeof(*sm->framep));
+	sm->mods = calloc(nm, sizeof(*sm->mods));
+	sm->modp = calloc(nm, sizeof(*sm->modp));
+	sm->counts = calloc(set->ncounts ? set->ncounts : 1, sizeof(*sm->counts));
+	sm->countp = calloc(set->ncounts ? set->ncounts : 1, sizeof(*sm->countp));
+	sm->comms = calloc(set->ncomms ? set->ncomms : 1, sizeof(*sm->comms));
+	int32_t *kmap = malloc(sizeof(int32_t) * (ag->model->nmods ? ag->model->nmods : 1));
+	int32_t *pmap = malloc(sizeof(int32_t) * (set->npaths ? set->npaths : 1));
+	int32_t addr_map[2] = { -1, -1 };
+	if (!sm->ids || !sm->defs || !sm->defp || !sm->frames || !sm->framep || !sm->mods || !sm->modp || !sm->counts ||
+	    !sm->countp || !sm->comms || !kmap || !pmap) {
+		free(kmap);
+		free(pmap);
+		stacks_free(sm);
+		return -ENOMEM;
+	}
+	memset(kmap, 0xff, sizeof(int32_t) * ag->model->nmods);
+	memset(pmap, 0xff, sizeof(int32_t) * set->npaths);
+	size_t nframes = 0;
+	for (size_t i = 0; i < set->nstacks; i++) {
+		const struct hp_stack *st = &set->stacks[i];
+		sm->ids[i] = hp_stack_id(ag->model, set, st);
+		if (!hp_stack_defs_needed(&ag->stack_defs, sm->ids[i], now_ms))
+			continue;
+		if (sm->ids[i] == 0 || nframes + st->nframes > MAX_DEFINED_FRAMES) {
+			sm->ids[i] = 0; /* not defined in this batch: its samples are dropped */
+			continue;
+		}
+		Hotpath__V1__Stack *d = &sm->defs[sm->ss.n_stacks];
+		hotpath__v1__stack__init(d);
+		d->id = sm->ids[i];
+		d->frames = &sm->framep[nframes];
+		d->n_frames = st->nframes;
+		for (uint32_t k = 0; k < st->nframes; k++) {
+			const struct hp_frame *f = &set->frames[st->first + k];
+			Hotpath__V1__Frame *pf = &sm->frames[nframes];
+			hotpath__v1__frame__init(pf);
+			pf->module = frame_module(ag, set, f, sm, kmap, pmap, addr_map);
+			pf->function_index = f->kind == HP_FRAME_KERNEL ? f->fn : 0;
+			pf->offset = f->offset;
+			sm->framep[nframes++] = pf;
+		}
+		sm->defp[sm->ss.n_stacks++] = d;
+	}
+	free(kmap);
+	free(pmap);
+	uint64_t dropped = set->dropped, counted = 0;
+	for (size_t i = 0; i < set->ncounts; i++) {
+		const struct hp_stack_count *c = &set->counts[i];
+		if (sm->ids[c->stack] == 0) {
+			dropped += c->count;
+			continue;
+		}
+		Hotpath__V1__StackCount *pc = &sm->counts[sm->ss.n_counts];
+		hotpath__v1__stack_count__init(pc);
+		pc->stack_id = sm->ids[c->stack];
+		pc->pid = c->pid;
+		pc->comm = c->comm;
+		pc->cpu = c->cpu;
+		pc->count = c->count;
+		counted += c->count;
+		sm->countp[sm->ss.n_counts++] = pc;
+	}
+	for (size_t i = 0; i < set->ncomms; i++)
+		sm->comms[i] = set->comms[i];
+	sm->ss.stacks = sm->defp;
+	sm->ss.modules = sm->modp;
+	sm->ss.comms = sm->comms;
+	sm->ss.n_comms = set->ncomms;
+	sm->ss.counts = sm->countp;
+	sm->ss.stack_samples = counted;
+	sm->ss.dropped_samples = dropped;
+	sm->ss.max_depth = hp_sampler_stack_depth(ag->sampler);
+	sm->ss.depth_limited_samples = set->at_depth_limit;
+	return 0;
+}
+
 int hp_queue_batch(struct agent *ag, const struct hp_sample_interval *iv)
 {
 	Hotpath__V1__MetricBatch b = HOTPATH__V1__METRIC_BATCH__INIT;
@@ -119,29 +260,60 @@ int hp_queue_batch(struct agent *ag, const struct hp_sample_interval *iv)
 	b.user_samples = iv->user;
 	b.unmapped_samples = iv->unmapped;
 	b.lost_samples = iv->lost;
-	size_t n = iv->nblocks;
+	b.idle_samples = iv->idle;
+	b.idle_by_context = true;
+	size_t n = iv->nblocks, npcs = 0;
+	for (size_t i = 0; i < n; i++)
+		npcs += iv->blocks[i].npcs;
 	Hotpath__V1__BlockSamples *bs = calloc(n ? n : 1, sizeof(*bs));
 	Hotpath__V1__BlockSamples **bp = calloc(n ? n : 1, sizeof(*bp));
-	if (!bs || !bp) {
+	uint32_t *pc_off = calloc(npcs ? npcs : 1, sizeof(*pc_off));
+	uint64_t *pc_count = calloc(npcs ? npcs : 1, sizeof(*pc_count));
+	struct stacks_msg sm;
+	bool with_stacks = ag->sampler && hp_sampler_stack_depth(ag->sampler) > 0;
+	int64_t now_ms = hp_mono_ms();
+	if (!bs || !bp || !pc_off || !pc_count || (with_stacks && build_stacks(ag, &iv->stacks, &sm, now_ms) < 0)) {
 		free(bs);
 		free(bp);
+		free(pc_off);
+		free(pc_count);
 		return -ENOMEM;
 	}
+	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
+		const struct hp_block_count *bc = &iv->blocks[i];
 		hotpath__v1__block_samples__init(&bs[i]);
-		bs[i].module_index = iv->blocks[i].mod;
-		bs[i].function_index = iv->blocks[i].fn;
-		bs[i].block_offset = iv->blocks[i].offset;
-		bs[i].count = iv->blocks[i].count;
+		bs[i].module_index = bc->mod;
+		bs[i].function_index = bc->fn;
+		bs[i].block_offset = bc->offset;
+		bs[i].count = bc->count;
+		bs[i].idle = bc->idle;
+		bs[i].instruction_offsets = &pc_off[k];
+		bs[i].instruction_counts = &pc_count[k];
+		bs[i].n_instruction_offsets = bs[i].n_instruction_counts = bc->npcs;
+		for (size_t j = 0; j < bc->npcs; j++, k++) {
+			pc_off[k] = bc->pcs[j].offset;
+			pc_count[k] = bc->pcs[j].count;
+		}
 		bp[i] = &bs[i];
 	}
 	b.n_blocks = n;
 	b.blocks = bp;
+	if (with_stacks)
+		b.stacks = &sm.ss;
 	Hotpath__V1__AgentMessage msg = HOTPATH__V1__AGENT_MESSAGE__INIT;
 	msg.kind_case = HOTPATH__V1__AGENT_MESSAGE__KIND_METRICS;
 	msg.metrics = &b;
+	uint64_t seq = ag->outbox.next_seq;
 	int r = hp_outbox_add(&ag->outbox, &msg, iv->start_unix_ns, iv->end_unix_ns);
+	if (r >= 0 && with_stacks)
+		for (size_t i = 0; i < sm.ss.n_stacks; i++)
+			hp_stack_defs_sent(&ag->stack_defs, sm.defs[i].id, seq);
+	if (with_stacks)
+		stacks_free(&sm);
 	free(bs);
 	free(bp);
+	free(pc_off);
+	free(pc_count);
 	return r;
 }

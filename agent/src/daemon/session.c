@@ -11,6 +11,7 @@
  */
 #include <grpc/status.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon/agent.h"
 #include "daemon/catalog_pump.h"
@@ -32,6 +33,8 @@ static void handle_server_message(struct agent *ag, const uint8_t *buf, size_t l
 	}
 	switch (sm->kind_case) {
 	case HOTPATH__V1__SERVER_MESSAGE__KIND_WELCOME:
+		/* A new stream: stack definitions go out again as batches need them. */
+		hp_stack_defs_reset(&ag->stack_defs);
 		for (size_t i = 0; i < sm->welcome->n_acks; i++)
 			hp_outbox_ack(&ag->outbox, sm->welcome->acks[i]->instance_id, sm->welcome->acks[i]->seq);
 		hp_outbox_rewind(&ag->outbox);
@@ -40,6 +43,8 @@ static void handle_server_message(struct agent *ag, const uint8_t *buf, size_t l
 		break;
 	case HOTPATH__V1__SERVER_MESSAGE__KIND_ACK:
 		hp_outbox_ack(&ag->outbox, sm->ack->instance_id, sm->ack->seq);
+		if (strcmp(sm->ack->instance_id, ag->outbox.instance) == 0)
+			hp_stack_defs_ack(&ag->stack_defs, sm->ack->seq, hp_mono_ms());
 		break;
 	case HOTPATH__V1__SERVER_MESSAGE__KIND_CATALOG_REQUEST:
 		hp_catalog_pump_request(ag, sm->catalog_request);

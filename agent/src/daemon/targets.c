@@ -147,7 +147,7 @@ static struct hp_target *find_process(struct hp_targets *ts, int pid, unsigned l
 
 int hp_targets_attach_pid(struct hp_targets *ts, int pid, struct hp_target **out, char *err, size_t errlen)
 {
-	unsigned long long start = 0;
+	uint64_t start = 0;
 	*out = NULL;
 	if (pid <= 0) {
 		snprintf(err, errlen, "invalid process id %d", pid);
@@ -177,7 +177,7 @@ int hp_targets_attach_pid(struct hp_targets *ts, int pid, struct hp_target **out
 	t->pid = pid;
 	t->start_ticks = start;
 	t->state = HOTPATH__V1__TARGET_STATE__TARGET_STATE_ATTACHED;
-	snprintf(t->id, sizeof(t->id), "p%d-%llu", pid, start);
+	snprintf(t->id, sizeof(t->id), "p%d-%llu", pid, (unsigned long long)start);
 	/* Watch for the exit first, so one during the parse is not missed. */
 	t->pidfd = hp_pidfd_open(pid);
 	if (t->pidfd < 0) {
@@ -297,7 +297,8 @@ int hp_targets_restore(struct hp_targets *ts)
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		int pid;
-		unsigned long long start, now_start;
+		unsigned long long start;
+		uint64_t now_start;
 		char path[4600], err[512];
 		if (de->d_name[0] != 'p' || sscanf(de->d_name, "p%d-%llu", &pid, &start) != 2)
 			continue;

@@ -41,36 +41,6 @@ int hp_process_comm(int pid, char *comm)
 	return 0;
 }
 
-int hp_process_start_time(int pid, unsigned long long *ticks)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT ? -ESRCH : -errno;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -ESRCH;
-	buf[n] = '\0';
-	/* The command name may hold spaces and parentheses: fields start after the last ')'. */
-	char *p = strrchr(buf, ')');
-	if (!p)
-		return -EIO;
-	p++;
-	for (int field = 3; field < 22; field++) {
-		p = strchr(p + 1, ' ');
-		if (!p)
-			return -EIO;
-	}
-	char *end;
-	unsigned long long v = strtoull(p + 1, &end, 10);
-	if (end == p + 1)
-		return -EIO;
-	*ticks = v;
-	return 0;
-}
-
 int hp_process_exe(int pid, char *buf, size_t len)
 {
 	char path[64];
@@ -165,5 +135,31 @@ int hp_cgroup_id(const char *path, uint64_t *id, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	*id = (uint64_t)st.st_ino;
+	return 0;
+}
+
+int hp_process_start_time(int pid, uint64_t *ticks)
+{
+	char path[64], buf[1024];
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -ESRCH;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -ESRCH;
+	buf[n] = 0;
+	/* The command name may hold spaces and parentheses: fields follow the last ')'. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -ESRCH;
+	/* ") S ppid ...": field 3 is the state; skip to field 22. */
+	for (int field = 2; field < 22; field++)
+		if (!(p = strchr(p + 1, ' ')))
+			return -ESRCH;
+	*ticks = strtoull(p + 1, NULL, 10);
 	return 0;
 }

@@ -21,16 +21,17 @@ int hp_pids_by_comm(const char *comm, int *pids, size_t max);
 /* The command name of process pid into comm[HP_COMM_LEN]; 0 or -ESRCH. */
 int hp_process_comm(int pid, char *comm);
 
-/* When process pid started, in clock ticks since boot (/proc/PID/stat field
- * 22): with the pid, a name no later process can have. 0 or -ESRCH. */
-int hp_process_start_time(int pid, unsigned long long *ticks);
-
 /* The path of the process's executable (/proc/PID/exe) into buf; 0 or a
  * negative errno. */
 int hp_process_exe(int pid, char *buf, size_t len);
 
 /* A pidfd for pid (readable once it exits), or a negative errno. */
 int hp_pidfd_open(int pid);
+
+/* When process pid started (field 22 of /proc/PID/stat: clock ticks after
+ * boot): with the pid it names one process, never a later one that reuses
+ * the pid. 0 with *ticks, or -ESRCH. */
+int hp_process_start_time(int pid, uint64_t *ticks);
 
 /* Whether thread tid of process tgid still exists (1), not (0). */
 int hp_thread_alive(int tgid, int tid);

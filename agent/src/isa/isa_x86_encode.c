@@ -80,7 +80,7 @@ int hp_isa_relocate(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t
 	ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
 	ZydisEncoderRequest req;
 	ZyanUSize n = outlen;
-	bool relative = false;
+	bool relative = false, rel_imm = false;
 
 	if (rel_offset)
 		*rel_offset = 0;
@@ -88,8 +88,9 @@ int hp_isa_relocate(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t
 	if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&decoder, code, len, &in, ops)))
 		return -1;
 	for (int i = 0; i < in.operand_count; i++)
-		if ((ops[i].type == ZYDIS_OPERAND_TYPE_IMMEDIATE && ops[i].imm.is_relative) ||
-		    (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.base == ZYDIS_REGISTER_RIP))
+		if (ops[i].type == ZYDIS_OPERAND_TYPE_IMMEDIATE && ops[i].imm.is_relative)
+			relative = rel_imm = true;
+		else if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.base == ZYDIS_REGISTER_RIP)
 			relative = true;
 	if (!relative) {
 		if (in.length > outlen)
@@ -115,8 +116,10 @@ int hp_isa_relocate(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t
 		}
 	}
 	/* Relative branches keep a 32-bit displacement: the emitter lays out
-	 * with that length, and short forms are its own choice. */
-	if (in.meta.branch_type != ZYDIS_BRANCH_TYPE_NONE) {
+	 * with that length, and short forms are its own choice. (An indirect
+	 * call or jump through rip-relative memory has no displacement width
+	 * of its own: its request stays as decoded.) */
+	if (rel_imm && in.meta.branch_type != ZYDIS_BRANCH_TYPE_NONE) {
 		req.branch_type = ZYDIS_BRANCH_TYPE_NEAR;
 		req.branch_width = ZYDIS_BRANCH_WIDTH_32;
 	}

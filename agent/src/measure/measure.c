@@ -69,6 +69,10 @@ static int open_target(struct hp_measure *h, const struct hp_measure_spec *s, co
 	char oerr[512];
 	struct hp_open_opts oo = { .quiet = true };
 	int r;
+	if (env && s->target == HP_MEASURE_PID) {
+		oo.overlay = env->overlay; /* the code as it was under the agent's own patches */
+		oo.noverlay = env->noverlay;
+	}
 	if (s->target == HP_MEASURE_KERNEL) {
 		if (env && env->kernel) {
 			h->model = env->kernel;
@@ -241,6 +245,20 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 		}
 	if ((r = open_target(h, s, env, err, errlen)) < 0)
 		goto fail;
+	if (env && env->nmoved && s->target == HP_MEASURE_PID) {
+		h->moved = calloc(env->nmoved, sizeof(*h->moved));
+		for (size_t i = 0; h->moved && i < env->nmoved; i++) {
+			const struct hp_moved_code *mc = &env->moved[i];
+			h->moved[i] = *mc;
+			h->moved[i].blocks = malloc((mc->nblocks + 1) * sizeof(*mc->blocks));
+			h->moved[i].fns = malloc((mc->nfns + 1) * sizeof(*mc->fns));
+			if (h->moved[i].blocks)
+				memcpy(h->moved[i].blocks, mc->blocks, mc->nblocks * sizeof(*mc->blocks));
+			if (h->moved[i].fns)
+				memcpy(h->moved[i].fns, mc->fns, mc->nfns * sizeof(*mc->fns));
+			h->nmoved = i + 1;
+		}
+	}
 	/* Unknown resources are refused before the (slower) capability probes. */
 	if ((r = resolve_rows(h, err, errlen)) < 0)
 		goto fail;
@@ -436,6 +454,8 @@ enum hp_measure_state hp_measure_state(struct hp_measure *h, char *detail, size_
 
 void hp_measure_close(struct hp_measure *h)
 {
+	if (h)
+		hp_moved_code_free(h->moved, h->nmoved);
 	if (!h)
 		return;
 	hp_sampler_close(h->sampler);

@@ -37,9 +37,11 @@
 #include "host/caps.h"
 #include "measure/edges.h"
 #include "measure/mechanism.h"
+#include "measure/moved.h"
 #include "measure/resolve.h"
 #include "measure/spec.h"
 #include "model/model.h"
+#include "target/target.h"
 
 /* Rows (functions plus blocks) one measurement serves at most. */
 #define HP_MEASURE_MAX_ROWS 65536
@@ -76,6 +78,16 @@ struct hp_measure_env {
 	 * and outlive the handle. NULL = parse the process. */
 	struct hp_model *process;
 	const struct hp_caps *caps; /* the host's probed capabilities */
+	/* Installed copies in the measured process (PID targets): probes of a
+	 * function or block that moved go to its copy and count for the
+	 * original's row; a block the copy's layout emptied is unavailable.
+	 * Copied by hp_measure_open. */
+	const struct hp_moved_code *moved;
+	size_t nmoved;
+	/* The original bytes under those installs' patches (the entry jumps),
+	 * so the process's code is modelled as it was planned. */
+	const struct hp_byte_patch *overlay;
+	size_t noverlay;
 };
 
 enum hp_measure_error {
@@ -117,6 +129,7 @@ struct hp_measure_row {
 	uint32_t block_offset;  /* block rows: from the function start */
 	uint32_t block_size;    /* block rows: bytes */
 	uint32_t function_row;  /* block rows: index of their function's row, or HP_ROW_NONE */
+	uint64_t run_address;   /* where it is probed: its address, or its installed copy's */
 	struct hp_metric_info metric[HP_METRIC_N];
 };
 

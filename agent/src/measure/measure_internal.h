@@ -32,6 +32,8 @@ struct hp_measure {
 
 	struct hp_model *model;
 	bool own_model;
+	struct hp_moved_code *moved; /* installed copies in the process (owned copy) */
+	size_t nmoved;
 	struct hp_caps caps;
 	struct hp_mechanisms mech;
 	uint32_t metrics;           /* measured: the requested ones, plus count with any timer */

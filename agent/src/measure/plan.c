@@ -97,12 +97,16 @@ static void plan_kernel_row(struct hp_measure *h, struct hp_kprobe_policy *pol, 
 
 	if (r->kind == HP_ROW_BLOCK) {
 		struct hp_metric_plan *c = &rp[HP_METRIC_COUNT];
+		/* Samples stand in for kprobes on a host without them, and for a
+		 * block --blocks added (best effort); a block the request names, in
+		 * code where the kernel refuses kprobes, is refused with its reason. */
 		if (m->have_kprobe && kp_ok)
 			set_plan(c, HP_MECH_KPROBE, HP_MECH_NONE, HP_MECH_NONE, HP_LABEL_EXACT);
-		else if (m->have_sampling)
+		else if (m->have_sampling && (!m->have_kprobe || r->implicit))
 			set_plan(c, HP_MECH_SAMPLING, HP_MECH_NONE, HP_MECH_NONE, HP_LABEL_SAMPLED);
 		else
-			refuse_plan(c, why, m->why_no_kernel_block);
+			refuse_plan(c, m->have_kprobe ? k.no_kprobe : why,
+				    m->have_kprobe ? "" : m->why_no_kernel_block);
 		return;
 	}
 	enum hp_mech pe = HP_MECH_NONE, px = HP_MECH_NONE, one = HP_MECH_NONE;
@@ -154,11 +158,13 @@ static void plan_kernel_row(struct hp_measure *h, struct hp_kprobe_policy *pol, 
 static void plan_user_location(struct hp_measure *h, size_t i, bool *refused, char *why, size_t whylen)
 {
 	const struct hp_measure_row *p = &h->pub[i];
-	uint64_t addr = p->kind == HP_ROW_BLOCK ? p->block_address : p->function_address;
+	uint64_t addr = p->run_address;
 	uint8_t code[16];
 	unsigned t = 0;
 	size_t len = sizeof(code);
-	uint64_t end = p->function_address + p->function_size;
+	uint64_t end = addr == (p->kind == HP_ROW_BLOCK ? p->block_address : p->function_address) ?
+			       p->function_address + p->function_size :
+			       addr + len;
 	if (addr + len > end)
 		len = (size_t)(end - addr);
 	*refused = false;
@@ -215,6 +221,11 @@ int hp_measure_plan_rows(struct hp_measure *h, bool allow_partial, char *err, si
 			p->block_offset = b->offset;
 			p->block_size = b->size;
 		}
+		/* Where it runs: an installed copy's block when it moved. */
+		p->run_address = r->kind == HP_ROW_BLOCK ? p->block_address : p->function_address;
+		if (h->nmoved)
+			p->run_address = hp_moved_run_address(h->moved, h->nmoved, h->pids[0], p->run_address,
+							      r->kind != HP_ROW_BLOCK);
 		struct hp_metric_plan rp[HP_METRIC_N];
 		memcpy(rp, h->plan[r->kind], sizeof(rp));
 		if (pol) {
@@ -222,7 +233,15 @@ int hp_measure_plan_rows(struct hp_measure *h, bool allow_partial, char *err, si
 		} else {
 			bool refused = false;
 			char why[512] = "";
-			plan_user_location(h, i, &refused, why, sizeof(why));
+			if (!p->run_address) {
+				refused = true;
+				snprintf(why, sizeof(why),
+					 "%s+0x%x: the installed copy's layout emptied this block (it was a jump to "
+					 "the block laid out after it): there is nothing to probe",
+					 p->function, p->block_offset);
+			} else {
+				plan_user_location(h, i, &refused, why, sizeof(why));
+			}
 			for (int m = 0; refused && m < HP_METRIC_N; m++)
 				if (rp[m].applicable && rp[m].available)
 					refuse_plan(&rp[m], why, "");
@@ -377,13 +396,13 @@ static int build_probes(struct hp_measure *h, struct probe_build *b, bool *vtime
 				merged[j] = true;
 			}
 		}
-		if (new_probe(b, i, p->function_address, entry_mech, entry) < 0)
+		if (new_probe(b, i, p->run_address, entry_mech, entry) < 0)
 			goto nomem;
 		if (timed) {
 			struct hp_mp_probe exit = none;
 			exit.timer_slot = (uint32_t)i;
 			exit.flags = HP_MP_LEAVE | (vtime ? HP_MP_VTIME : 0);
-			if (new_probe(b, i, p->function_address, exit_mech, exit) < 0)
+			if (new_probe(b, i, p->run_address, exit_mech, exit) < 0)
 				goto nomem;
 			*vtime_any |= vtime;
 		}
@@ -394,7 +413,7 @@ static int build_probes(struct hp_measure *h, struct probe_build *b, bool *vtime
 			continue;
 		struct hp_mp_probe bp = none;
 		bp.count_slot[0] = (uint32_t)i;
-		if (new_probe(b, i, p->block_address, (enum hp_mech)h->row_entry[i], bp) < 0)
+		if (new_probe(b, i, p->run_address, (enum hp_mech)h->row_entry[i], bp) < 0)
 			goto nomem;
 	}
 	free(merged);

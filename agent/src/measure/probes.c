@@ -393,8 +393,16 @@ static int attach_fentry(struct hp_probe_set *s, size_t i, size_t j, uint32_t *f
 	memcpy((void *)&k->rodata->exit_probe, &exit, sizeof(exit));
 	bpf_program__set_autoload(k->progs.fentry_hit, want_entry);
 	bpf_program__set_autoload(k->progs.fexit_hit, want_exit);
-	bpf_program__set_attach_target(k->progs.fentry_hit, 0, q->func);
-	bpf_program__set_attach_target(k->progs.fexit_hit, 0, q->func);
+	/* A name libbpf finds in no BTF leaves the programs' default target
+	 * (vfs_read) in place: refuse rather than measure another function. */
+	if ((want_entry && (r = bpf_program__set_attach_target(k->progs.fentry_hit, 0, q->func))) ||
+	    (want_exit && (r = bpf_program__set_attach_target(k->progs.fexit_hit, 0, q->func)))) {
+		measure_fentry_bpf__destroy(k);
+		*failed = q->idx;
+		snprintf(err, errlen, "fentry/fexit cannot attach to %s: the kernel's BTF does not describe it (%s)",
+			 q->func, strerror(-r));
+		return r;
+	}
 	struct {
 		struct bpf_map *mine, *main;
 	} maps[] = {

@@ -2,9 +2,12 @@
 /*
  * Whole-system PC sampling mapped onto the code model. One perf event per
  * online CPU (cycles where a hardware PMU exists, else the cpu-clock software
- * event) writes IP+TID samples into an mmap ring; a thread drains the rings
- * and counts each kernel sample into its (module, function, basic block).
- * Consumers take the counts interval by interval with hp_sampler_take.
+ * event) writes IP+TID+CPU samples, and optionally their call chains, into an
+ * mmap ring; a thread drains the rings and counts each kernel sample into its
+ * (module, function, basic block, instruction), apart for the idle task, and
+ * each call chain into the interval's table of distinct stacks
+ * (measure/stack_table.h). Consumers take the counts interval by interval with
+ * hp_sampler_take.
  */
 #ifndef HOTPATH_SAMPLER_H
 #define HOTPATH_SAMPLER_H
@@ -13,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "measure/stack_table.h"
 #include "model/model.h"
 
 struct hp_sampler;
@@ -20,12 +24,20 @@ struct hp_sampler;
 struct hp_sampler_opts {
 	unsigned frequency;   /* samples per second per CPU; 0 = 997 */
 	bool force_cpu_clock; /* use cpu-clock even if a PMU exists */
-	unsigned ring_pages;  /* data pages per CPU ring, power of two; 0 = 16 */
+	unsigned ring_pages;  /* data pages per CPU ring, power of two; 0 = 16 (64 with stacks) */
+	bool stacks;          /* also sample call chains: kernel always, user where frame pointers allow */
+	unsigned stack_depth; /* frames kept per chain (kernel and user together); 0 = 64, at most 127 */
 	/* A loaded BPF perf_event program attached to every CPU's event: a
 	 * sample is kept only when it returns nonzero (a measurement's
 	 * predicates). Used when use_filter is set. */
 	bool use_filter;
 	int filter_prog_fd;
+};
+
+/* Samples of one instruction of a block: its offset from the block start. */
+struct hp_pc_count {
+	uint32_t offset;
+	uint64_t count;
 };
 
 /* One basic block's samples in an interval. */
@@ -34,6 +46,9 @@ struct hp_block_count {
 	uint32_t fn;     /* index into that module's funcs */
 	uint32_t offset; /* block offset from the function start */
 	uint64_t count;
+	bool idle;               /* taken in the idle task (pid 0); the same block may appear once each way */
+	struct hp_pc_count *pcs; /* per instruction, by offset; counts sum to count (owned by the interval) */
+	size_t npcs;
 };
 
 /* Everything sampled between two takes. */
@@ -41,8 +56,11 @@ struct hp_sample_interval {
 	int64_t start_unix_ns;
 	int64_t end_unix_ns;
 	uint64_t total, user, unmapped, lost;
+	uint64_t idle;                 /* samples of the idle task (pid 0), by context, whatever code they hit */
 	struct hp_block_count *blocks; /* owned by the interval; free with hp_sample_interval_free */
 	size_t nblocks;
+	struct hp_pc_count *pcs;    /* storage of every block's pcs */
+	struct hp_stack_set stacks; /* distinct call stacks and their counts (empty without stacks) */
 };
 
 /*
@@ -53,6 +71,8 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 /* "cycles" or "cpu-clock". */
 const char *hp_sampler_event(const struct hp_sampler *s);
 unsigned hp_sampler_ncpus(const struct hp_sampler *s);
+/* Frames kept per call chain; 0 when call chains are not sampled. */
+unsigned hp_sampler_stack_depth(const struct hp_sampler *s);
 /* Drain the rings and move everything counted since the last take into *out. */
 int hp_sampler_take(struct hp_sampler *s, struct hp_sample_interval *out);
 void hp_sample_interval_free(struct hp_sample_interval *iv);

@@ -771,20 +771,28 @@ static int refine(struct hp_module *mod, struct hp_cfg_env *env, struct addrs *n
 		if ((err = reparse(mod, env, bytes, ctx, redo)) < 0)
 			goto out;
 	}
-	for (size_t k = 0; k < mod->nfuncs; k++)
-		if (mod->funcs[k].nblocks > maxb)
-			maxb = mod->funcs[k].nblocks;
-	seen = malloc(maxb ? maxb : 1);
-	stack = malloc((maxb ? maxb : 1) * sizeof(*stack));
-	if (!seen || !stack) {
-		err = -ENOMEM;
-		goto out;
-	}
 	/* Each round proves more functions never return and re-parses their
-	 * callers, whose blocks now end at those calls. */
+	 * callers, whose blocks now end at those calls (so a function may have
+	 * more blocks in the next round: the scratch space follows). */
 	for (int round = 0; round < 16; round++) {
-		size_t found = 0;
+		size_t found = 0, need = 1;
 
+		for (size_t k = 0; k < mod->nfuncs; k++)
+			if (mod->funcs[k].nblocks > need)
+				need = mod->funcs[k].nblocks;
+		if (need > maxb) {
+			uint8_t *s2 = realloc(seen, need);
+			uint32_t *st2 = s2 ? realloc(stack, need * sizeof(*stack)) : NULL;
+			if (s2)
+				seen = s2;
+			if (st2)
+				stack = st2;
+			if (!s2 || !st2) {
+				err = -ENOMEM;
+				goto out;
+			}
+			maxb = need;
+		}
 		memset(redo, 0, mod->nfuncs);
 		for (size_t k = 0; k < mod->nfuncs; k++) {
 			struct hp_function *f = &mod->funcs[k];

@@ -121,9 +121,12 @@ static int cmp_fn_build(const void *a, const void *b)
 {
 	const struct hp_function *x = a, *y = b;
 	int gx = !!(x->flags & HP_FN_BUILD_GLOBAL), gy = !!(y->flags & HP_FN_BUILD_GLOBAL);
+	int ax = !!(x->flags & HP_FN_BUILD_GENERIC), ay = !!(y->flags & HP_FN_BUILD_GENERIC);
 
 	if (x->addr != y->addr)
 		return x->addr < y->addr ? -1 : 1;
+	if (ax != ay)
+		return ax - ay;
 	if (gx != gy)
 		return gy - gx;
 	/* Among equals prefer the larger size, then a name without leading
@@ -169,7 +172,7 @@ int hp_module_normalize(struct hp_model *m, struct hp_module *mod)
 	}
 	mod->nfuncs = n;
 	for (i = 0; i < n; i++) {
-		mod->funcs[i].flags &= ~HP_FN_BUILD_GLOBAL;
+		mod->funcs[i].flags &= ~(HP_FN_BUILD_GLOBAL | HP_FN_BUILD_GENERIC);
 		if (i + 1 < n && mod->funcs[i].addr + mod->funcs[i].size > mod->funcs[i + 1].addr)
 			mod->funcs[i].size = mod->funcs[i + 1].addr - mod->funcs[i].addr;
 	}

@@ -53,6 +53,10 @@ enum hp_function_flags {
 	HP_FN_UNRESOLVED_JUMP = 1 << 5, /* an indirect jump neither a table nor a thunk */
 	HP_FN_COLD_PART = 1 << 6,       /* the .cold fragment of the function at parent */
 	HP_FN_PLT = 1 << 7,             /* a PLT stub, named "callee@plt" */
+	/* Found by address (ELF and process targets, from the file): */
+	HP_FN_ADDR_TAKEN = 1 << 8, /* its entry is stored in data (a function pointer) */
+	HP_FN_INNER_REF = 1 << 9,  /* an address inside it is stored in data (label table, resume address) */
+	HP_FN_LSDA = 1 << 10,      /* has exception landing pads (an LSDA in its .eh_frame FDE) */
 };
 
 struct hp_function {
@@ -104,6 +108,8 @@ struct hp_module {
 	size_t njt_targets;
 	char digest[65];   /* hex SHA-256 of the canonical piece, see hp_module_digest */
 	char build_id[65]; /* hex GNU build id of the module's ELF file (vmlinux: the kernel's); "" if none */
+	void *cfi;         /* its call-frame table (target/unwind.h), owned by the target; NULL if none */
+	uint64_t cfi_bias; /* the table's addresses + cfi_bias = the model's */
 	void *priv;        /* target-private (string pool, ELF handle, ...) */
 	size_t cap_funcs;  /* allocated length of funcs while building */
 };
@@ -188,8 +194,11 @@ struct hp_name_ent {
 	const char *name;
 	uint32_t mod, fn;
 };
-/* Private flag while building: the symbol is global (preferred among aliases). */
-#define HP_FN_BUILD_GLOBAL (1u << 31)
+/* Private flags while building: the symbol is global (preferred among aliases);
+ * the symbol is a generic alias (a module's init_module/cleanup_module) that
+ * any other name at the same address beats. */
+#define HP_FN_BUILD_GLOBAL  (1u << 31)
+#define HP_FN_BUILD_GENERIC (1u << 30)
 
 struct hp_model *hp_model_new(enum hp_target_kind kind);
 const char *hp_model_strdup(struct hp_model *m, const char *s);

@@ -38,6 +38,7 @@ struct eblock {
 	struct dest taken, fall;
 	uint8_t w1, w2; /* widths of the first and second branch */
 	bool align;
+	bool unreachable; /* a near branch that cannot reach its target */
 	uint32_t pad;
 	uint64_t addr;
 	uint32_t size;
@@ -134,6 +135,17 @@ static bool fits(uint64_t at, int len, uint64_t target, uint8_t w)
 	return w == HP_W_SHORT ? rel >= -128 && rel <= 127 : rel >= INT32_MIN && rel <= INT32_MAX;
 }
 
+/* A branch that does not reach: near if it was short, else out of reach. */
+static void widen(struct eblock *e, uint8_t *w, bool *grew)
+{
+	if (*w == HP_W_NEAR) {
+		e->unreachable = true;
+		return;
+	}
+	*w = HP_W_NEAR;
+	*grew = true;
+}
+
 /* Bytes of e's ending given the block placed after it (next, or -1), and
  * whether each branch reaches with its width. */
 static uint32_t term_size(const struct emitter *E, struct eblock *e, int32_t next, bool check, bool *grew)
@@ -147,20 +159,16 @@ static uint32_t term_size(const struct emitter *E, struct eblock *e, int32_t nex
 			return 0;
 		if (e->fall.eb < 0)
 			e->w1 = HP_W_NEAR;
-		if (check && !fits(at, hp_isa_branch_length(-1, e->w1), dest_addr(E, e->fall), e->w1)) {
-			e->w1 = HP_W_NEAR;
-			*grew = true;
-		}
+		if (check && !fits(at, hp_isa_branch_length(-1, e->w1), dest_addr(E, e->fall), e->w1))
+			widen(e, &e->w1, grew);
 		return (uint32_t)hp_isa_branch_length(-1, e->w1);
 	case T_JMP:
 		if (e->taken.eb >= 0 && e->taken.eb == next)
 			return 0;
 		if (e->taken.eb < 0)
 			e->w1 = HP_W_NEAR;
-		if (check && !fits(at, hp_isa_branch_length(-1, e->w1), dest_addr(E, e->taken), e->w1)) {
-			e->w1 = HP_W_NEAR;
-			*grew = true;
-		}
+		if (check && !fits(at, hp_isa_branch_length(-1, e->w1), dest_addr(E, e->taken), e->w1))
+			widen(e, &e->w1, grew);
 		return (uint32_t)hp_isa_branch_length(-1, e->w1);
 	case T_JCC: {
 		struct dest first = e->taken, second = e->fall;
@@ -178,8 +186,7 @@ static uint32_t term_size(const struct emitter *E, struct eblock *e, int32_t nex
 			e->w1 = HP_W_NEAR;
 		n = (uint32_t)hp_isa_branch_length(cond, e->w1);
 		if (check && !fits(at, (int)n, dest_addr(E, first), e->w1)) {
-			e->w1 = HP_W_NEAR;
-			*grew = true;
+			widen(e, &e->w1, grew);
 			n = (uint32_t)hp_isa_branch_length(cond, e->w1);
 		}
 		if (need_second) {
@@ -187,8 +194,7 @@ static uint32_t term_size(const struct emitter *E, struct eblock *e, int32_t nex
 				e->w2 = HP_W_NEAR;
 			uint32_t n2 = (uint32_t)hp_isa_branch_length(-1, e->w2);
 			if (check && !fits(at + n, (int)n2, dest_addr(E, second), e->w2)) {
-				e->w2 = HP_W_NEAR;
-				*grew = true;
+				widen(e, &e->w2, grew);
 				n2 = (uint32_t)hp_isa_branch_length(-1, e->w2);
 			}
 			n += n2;
@@ -217,9 +223,50 @@ static bool lay_out(struct emitter *E, bool check)
 		at += e->size;
 	}
 	if (check)
-		for (size_t i = 0; i < E->n; i++)
+		for (size_t i = 0; i < E->n; i++) {
+			E->eb[i].unreachable = false;
 			term_size(E, &E->eb[i], i + 1 < E->n ? (int32_t)i + 1 : -1, true, &grew);
+		}
 	return grew;
+}
+
+/* A function of the target in [lo, hi), or NULL: the copy may not cover
+ * code. */
+static const struct hp_function *overlapped(const struct hp_model *m, uint64_t lo, uint64_t hi)
+{
+	for (size_t k = 0; k < m->nmods; k++) {
+		const struct hp_module *mod = &m->mods[k];
+		size_t a = 0, b = mod->nfuncs;
+		while (a < b) { /* the first function ending after lo */
+			size_t mid = (a + b) / 2;
+			if (mod->funcs[mid].addr + mod->funcs[mid].size <= lo)
+				a = mid + 1;
+			else
+				b = mid;
+		}
+		if (a < mod->nfuncs && mod->funcs[a].addr < hi)
+			return &mod->funcs[a];
+	}
+	return NULL;
+}
+
+/* Control reaches block ei from the block before it without a branch:
+ * an alignment pad there would be executed. */
+static bool falls_into(const struct emitter *E, size_t ei)
+{
+	const struct eblock *b = ei ? &E->eb[ei - 1] : NULL;
+	int32_t x = (int32_t)ei;
+
+	return b && ((b->term == T_FALL && b->fall.eb == x) || (b->term == T_JMP && b->taken.eb == x) ||
+		     (b->term == T_JCC && (b->fall.eb == x || b->taken.eb == x)));
+}
+
+/* A block of size bytes at `at` spans fewer fetch blocks once pad bytes
+ * move it to the next fetch-block boundary. */
+static bool saves_fetch_block(uint64_t at, uint32_t pad, uint32_t size, uint32_t F)
+{
+	uint64_t before = (at % F + size + F - 1) / F, after = (size + F - 1) / F;
+	return pad && (at + pad) % F == 0 && after < before;
 }
 
 static int put_reloc(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t target)
@@ -236,12 +283,6 @@ static int put_reloc(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t targ
 	return 0;
 }
 
-static bool in_group(const struct emitter *E, uint64_t a)
-{
-	const struct hp_plan *p = E->p;
-	return a >= p->base && a < p->base + p->code_len;
-}
-
 static int encode_branch(struct emitter *E, int cond, uint64_t at, struct dest d, uint8_t w, size_t *rcap)
 {
 	struct hp_plan *p = E->p;
@@ -250,7 +291,7 @@ static int encode_branch(struct emitter *E, int cond, uint64_t at, struct dest d
 
 	if (n < 0)
 		return -ERANGE;
-	if (!in_group(E, t) && put_reloc(p, rcap, (uint32_t)(at - p->base) + (uint32_t)n - 4, t) < 0)
+	if (d.eb < 0 && put_reloc(p, rcap, (uint32_t)(at - p->base) + (uint32_t)n - 4, t) < 0)
 		return -ENOMEM;
 	return n;
 }
@@ -279,6 +320,8 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 		}
 		r = -ENOMEM;
 	}
+	if (!p->base)
+		p->base = p->opts.base;
 	if (!p->base) {
 		/* A page after the end of the root's module text: within reach of
 		 * rel32 for every call and data reference of the group. */
@@ -309,40 +352,79 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 		if ((r = classify(&E, &E.eb[i], err, errlen)) < 0)
 			goto out;
 	/* Alignment of hot chain heads reached by a jump (Gorton's rule): only
-	 * where it saves a fetch block, within the padding bounds. */
+	 * where it saves a fetch block, within the padding bounds. Decided in
+	 * layout order with the padding chosen so far; then, once branches are
+	 * relaxed, a block whose padding grew past the bound or no longer
+	 * saves a fetch block loses its alignment and the layout is redone. */
 	lay_out(&E, false);
-	uint64_t hot_bytes = 0, pad_total = 0;
+	uint64_t hot_bytes = 0, pad_total = 0, shift = 0;
 	uint32_t F = p->opts.fetch_block ? p->opts.fetch_block : 16;
-	for (size_t i = 0; i < p->nmembers; i++)
-		hot_bytes += p->members[i].hot_bytes;
-	for (size_t i = 0; !p->opts.no_align && i < p->nmembers; i++) {
+	for (size_t i = 0; i < p->nmembers; i++) {
 		struct hp_plan_member *mb = &p->members[i];
-		for (uint32_t c = 0; c < mb->nchains; c++) {
-			struct eblock *e = &E.eb[E.index[i][mb->blocks[mb->chains[c].first].index]];
-			size_t ei = (size_t)(e - E.eb);
-			bool fallen_into =
-				ei > 0 && ((E.eb[ei - 1].term == T_FALL && E.eb[ei - 1].fall.eb == (int32_t)ei) ||
-					   (E.eb[ei - 1].term == T_JCC && E.eb[ei - 1].fall.eb == (int32_t)ei));
-			uint32_t pad = (uint32_t)((F - e->addr % F) % F);
-			uint32_t before = (uint32_t)((e->addr % F + e->size + F - 1) / F),
-				 after = (e->size + F - 1) / F;
-			if (fallen_into || !pad || pad > p->opts.max_pad || after >= before ||
-			    (double)(pad_total + pad) > p->opts.max_pad_share * (double)hot_bytes)
-				continue;
-			e->align = true;
+		hot_bytes += mb->hot_bytes;
+		for (uint32_t c = 0; !p->opts.no_align && c < mb->nchains; c++)
+			E.eb[E.index[i][mb->blocks[mb->chains[c].first].index]].align = true; /* a candidate */
+	}
+	for (size_t ei = 0; ei < E.n; ei++) {
+		struct eblock *e = &E.eb[ei];
+		if (!e->align)
+			continue;
+		uint64_t at = e->addr + shift;
+		uint32_t pad = (uint32_t)((F - at % F) % F);
+		e->align = !falls_into(&E, ei) && pad && pad <= p->opts.max_pad &&
+			   saves_fetch_block(at, pad, e->size, F) &&
+			   (double)(pad_total + pad) <= p->opts.max_pad_share * (double)hot_bytes;
+		if (e->align) {
 			pad_total += pad;
+			shift += pad;
 		}
 	}
-	/* Widths only grow, so this ends; the last pass must change nothing. */
-	bool grew = true;
-	for (int round = 0; round < 256 && grew; round++)
-		grew = lay_out(&E, true);
-	if (grew) {
-		snprintf(err, errlen, "branch relaxation did not settle");
+	for (bool changed = true; changed;) {
+		/* Widths only grow, so this ends; the last pass must change nothing. */
+		bool grew = true;
+		for (int round = 0; round < 256 && grew; round++)
+			grew = lay_out(&E, true);
+		for (size_t ei = 0; ei < E.n; ei++)
+			if (E.eb[ei].unreachable) {
+				snprintf(err, errlen,
+					 "%s: the branch ending the block at 0x%" PRIx64
+					 " cannot reach its target from 0x%" PRIx64 " (more than 2 GiB)",
+					 p->members[E.eb[ei].member].fn->name, E.eb[ei].orig, E.eb[ei].addr);
+				r = -ERANGE;
+				goto out;
+			}
+		if (grew) {
+			snprintf(err, errlen, "branch relaxation did not settle");
+			r = -ERANGE;
+			goto out;
+		}
+		changed = false;
+		uint64_t total = 0;
+		size_t widest = 0;
+		for (size_t ei = 0; ei < E.n; ei++) {
+			struct eblock *e = &E.eb[ei];
+			if (e->align && (e->pad > p->opts.max_pad || falls_into(&E, ei) ||
+					 !saves_fetch_block(e->addr - e->pad, e->pad, e->size, F))) {
+				e->align = false;
+				changed = true;
+			}
+			total += e->align ? e->pad : 0;
+			if (e->align && e->pad > E.eb[widest].pad * E.eb[widest].align)
+				widest = ei;
+		}
+		if (!changed && (double)total > p->opts.max_pad_share * (double)hot_bytes) {
+			E.eb[widest].align = false; /* the bound on all padding: drop the widest */
+			changed = true;
+		}
+	}
+	p->code_len = E.n ? E.eb[E.n - 1].addr + E.eb[E.n - 1].size - p->base : 0;
+	const struct hp_function *under = overlapped(m, p->base, p->base + p->code_len);
+	if (under || p->base + p->code_len < p->base) {
+		snprintf(err, errlen, "the code cannot be laid out at 0x%" PRIx64 ": it would cover %s", p->base,
+			 under ? under->name : "the end of the address space");
 		r = -ERANGE;
 		goto out;
 	}
-	p->code_len = E.n ? E.eb[E.n - 1].addr + E.eb[E.n - 1].size - p->base : 0;
 	p->code = malloc(p->code_len + 16);
 	if (!p->code)
 		goto out;
@@ -372,6 +454,16 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 			uint64_t nt =
 				in.has_target ? (in.cls == HP_IC_CALL ? call_target(&E, in.target) : in.target) : 0;
 			int n = hp_isa_relocate(src, in.len, f->addr + off, at, nt, p->code + (at - p->base), 16, &rel);
+			if (n < 0) {
+				snprintf(
+					err, errlen,
+					"%s+0x%x cannot be encoded at 0x%" PRIx64
+					": what it references is out of rel32 reach from there, or the encoder has no form "
+					"for it",
+					f->name, off, at);
+				r = -ERANGE;
+				goto out;
+			}
 			if (n != in.len) {
 				snprintf(err, errlen, "%s+0x%x: re-encoding changed its length (%d, was %u)", f->name,
 					 off, n, in.len);
@@ -383,7 +475,9 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 				int32_t d;
 				memcpy(&d, p->code + (at - p->base) + rel, 4);
 				t = at + (uint64_t)n + (uint64_t)(int64_t)d;
-				if (!(t >= p->base && t < p->base + p->code_len) &&
+				/* Everything but a call to a member's copy is outside the
+				 * group, wherever its address falls. */
+				if (!(in.cls == HP_IC_CALL && nt != in.target) &&
 				    put_reloc(p, &rcap, (uint32_t)(at - p->base) + rel, t) < 0)
 					goto out;
 			}

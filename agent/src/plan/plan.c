@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,9 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 		return "bytes not readable or not decodable";
 	if (f->flags & HP_FN_COLD_PART)
 		return ".cold fragment: stays in place, its function's jumps reach it as before";
+	if (m->kind != HP_TARGET_KERNEL && (f->flags & HP_FN_INNER_REF))
+		return "an address inside it is stored in data (a label table or a resume address): control would "
+		       "come back to the original";
 	if (f->flags & HP_FN_UNRESOLVED_JUMP)
 		return "indirect jump that is not a resolved switch table";
 	if (f->njt) {
@@ -108,6 +112,11 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 	free(code);
 	if (rule)
 		return rule;
+	if (m->kind != HP_TARGET_KERNEL && (f->flags & HP_FN_LSDA))
+		return "exception landing pads (.gcc_except_table): the unwinder finds them by the original call "
+		       "sites";
+	if (m->kind != HP_TARGET_KERNEL && (rule = hp_plan_unwind_rule(mod, f, detail, dlen)))
+		return rule;
 	if (m->kind != HP_TARGET_KERNEL)
 		for (uint32_t c = 0; c < f->ncalls; c++) {
 			const struct hp_function *g = hp_model_lookup(m, mod->calls[f->call_start + c].target, NULL);
@@ -133,12 +142,66 @@ static uint32_t block_index(const struct hp_module *mod, const struct hp_functio
 	return b ? (uint32_t)(b - &mod->blocks[f->block_start]) : UINT32_MAX;
 }
 
+/* Sampled counts miss blocks that surely ran: a block whose only way out
+ * leads to one block of the function makes that block run at least as
+ * often, and a block (not the entry) with only one way in makes its
+ * predecessor run at least as often. Exact counts satisfy both already;
+ * estimates are raised to satisfy them, so a sampled path is not cut into
+ * hot and cold pieces where no sample happened to land. */
+static int forced_flow(const struct hp_module *mod, const struct hp_function *f, double *count)
+{
+	uint32_t n = f->nblocks, *npred = calloc(n + 1, sizeof(*npred)), *pred = calloc(n + 1, sizeof(*pred));
+	int32_t *only = malloc((n + 1) * sizeof(*only));
+
+	if (!npred || !pred || !only) {
+		free(npred);
+		free(pred);
+		free(only);
+		return -ENOMEM;
+	}
+	for (uint32_t b = 0; b < n; b++) {
+		const struct hp_block *bl = &mod->blocks[f->block_start + b];
+		only[b] = -1;
+		for (uint16_t s = 0; s < bl->nsucc; s++) {
+			const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
+			uint32_t t = sc->kind == HP_SUCC_FALLTHROUGH || sc->kind == HP_SUCC_TAKEN ?
+					     block_index(mod, f, sc->target) :
+					     UINT32_MAX;
+			if (t == UINT32_MAX) {
+				only[b] = -2; /* leaves the function too */
+				continue;
+			}
+			npred[t]++;
+			pred[t] = b;
+			only[b] = only[b] == -1 ? (int32_t)t : -2;
+		}
+	}
+	for (bool changed = true; changed;) {
+		changed = false;
+		for (uint32_t b = 0; b < n; b++) {
+			if (only[b] >= 0 && count[only[b]] < count[b]) {
+				count[only[b]] = count[b];
+				changed = true;
+			}
+			if (b && !f->cold && npred[b] == 1 && count[pred[b]] < count[b]) {
+				count[pred[b]] = count[b];
+				changed = true;
+			}
+		}
+	}
+	free(npred);
+	free(pred);
+	free(only);
+	return 0;
+}
+
 /* Block counts from the profile, and edge counts measured or derived. */
-static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf)
+static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf, bool estimated)
 {
 	const struct hp_module *mod = mb->mod;
 	const struct hp_function *f = mb->fn;
 	size_t maxe = 0;
+	int r;
 
 	mb->count = calloc(f->nblocks + 1, sizeof(double));
 	for (uint32_t b = 0; b < f->nblocks; b++)
@@ -151,6 +214,8 @@ static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf)
 		if (bi != UINT32_MAX)
 			mb->count[bi] += pf->blocks[i].count;
 	}
+	if (estimated && (r = forced_flow(mod, f, mb->count)) < 0)
+		return r;
 	for (uint32_t b = 0; b < f->nblocks; b++) {
 		const struct hp_block *bl = &mod->blocks[f->block_start + b];
 		for (uint16_t s = 0; s < bl->nsucc; s++) {
@@ -231,8 +296,11 @@ static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf)
 			if (mb->edges[k].from == b && mb->edges[k].count < 0)
 				mb->edges[k].count = rest > 0 && tw > 0 ? rest * mb->count[mb->edges[k].to] / tw : 0;
 	}
-	for (size_t k = 0; k < mb->nedges; k++)
+	for (size_t k = 0; k < mb->nedges; k++) {
+		if (estimated && mb->edges[k].source == HP_EDGES_DERIVED_EXACT)
+			mb->edges[k].source = HP_EDGES_ESTIMATED; /* exact arithmetic on estimates */
 		mb->exact_edges += mb->edges[k].source != HP_EDGES_ESTIMATED;
+	}
 	double in_entry = 0;
 	for (size_t k = 0; k < mb->nedges; k++)
 		if (mb->edges[k].to == 0)
@@ -383,7 +451,7 @@ static int consider(struct hp_model *m, struct hp_plan *p, const struct hp_profi
 	v[p->nmembers].fn = g;
 	v[p->nmembers].parent = from;
 	p->nmembers++;
-	return member_counts(&v[p->nmembers - 1], pf);
+	return member_counts(&v[p->nmembers - 1], pf, prof->estimated);
 }
 
 /* Call affinity: counts of the blocks of a that call or tail-call b. */
@@ -480,13 +548,15 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 		return -ENODATA;
 	}
 	/* 1. Bottleneck check. */
+	static _Atomic int has_pmu = -1; /* probed once per process */
 	int perr = 0;
+	if (has_pmu < 0)
+		has_pmu = hp_probe_hw_cycles(&perr);
 	p->stall_measurable = false;
 	snprintf(p->stall_note, sizeof(p->stall_note), "%s",
-		 hp_probe_hw_cycles(&perr) ?
-			 "I-cache stall cycles are not measured yet: the check is not made" :
-			 "not measurable: no hardware PMU on this host (I-cache stall cycles unavailable); "
-			 "planning anyway");
+		 has_pmu ? "I-cache stall cycles are not measured yet: the check is not made" :
+			   "not measurable: no hardware PMU on this host (I-cache stall cycles unavailable); "
+			   "planning anyway");
 	/* 2. Counts for the root. */
 	rpf = hp_profile_find(prof, root->addr);
 	if (!prof || !rpf) {
@@ -515,7 +585,7 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 	p->members[0].mod = root_mod;
 	p->members[0].fn = root;
 	p->nmembers = 1;
-	if ((r = member_counts(&p->members[0], rpf)) < 0)
+	if ((r = member_counts(&p->members[0], rpf, prof->estimated)) < 0)
 		goto nomem;
 	root_calls = p->members[0].calls;
 	/* 3. Group, breadth first. */
@@ -573,20 +643,28 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 		if ((r = member_layout(&p->members[i], &p->opts)) < 0)
 			goto nomem;
 	}
+	if (prof->scope[0]) {
+		snprintf(p->scope_note, sizeof(p->scope_note),
+			 "second pass: counts include only %.150s, measured on the installed copy", prof->scope);
+		note(p, p->scope_note);
+	}
 	if (prof->estimated)
-		note(p, "block counts are estimates from PC samples (samples per block divided by its instructions)");
+		note(p, prof->scope[0] ? "some counts are estimates: blocks the installed layout emptied have no bytes "
+					 "to count at, their counts are derived from their predecessors" :
+					 "block counts are estimates from PC samples (samples per block divided by its "
+					 "instructions)");
 	if (m->kind != HP_TARGET_KERNEL)
 		note(p,
-		     "moved code has no .eh_frame entries: unwinding through the copy (C++ exceptions, backtraces) "
-		     "is not supported; functions with landing pads are not detected yet");
+		     "the copy's unwind rows are in its own .eh_frame (code.unwind), to be registered with the "
+		     "code; functions with landing pads or rules it cannot reproduce stay in place");
 	else
 		note(p,
 		     "ORC unwind data does not cover moved code: stack traces through it are unreliable until the "
 		     "module registers it");
 	/* 5. Emit, verify, measure the footprint. */
-	if ((r = hp_plan_emit(m, p, err, errlen)) < 0)
+	if ((r = hp_plan_emit(m, p, err, errlen)) < 0 || (r = hp_plan_unwind(m, p, err, errlen)) < 0)
 		return r;
-	p->verified = hp_plan_verify(m, p);
+	p->verified = hp_plan_verify(m, p) && hp_plan_verify_unwind(m, p);
 	if (!p->verified) {
 		p->status = HP_PLAN_REFUSED;
 		snprintf(p->message, sizeof(p->message), "the emitted code failed verification: %s", p->verify_error);
@@ -594,6 +672,9 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 	if ((r = hp_icache_compute(&p->before, &p->opts.l1i)) < 0 ||
 	    (r = hp_icache_compute(&p->after, &p->opts.l1i)) < 0)
 		goto nomem;
+	/* One limit for both: the original hot bytes in as few lines as they
+	 * fill. Jumps and padding the layout adds count against it. */
+	p->after.minimum = p->before.minimum;
 	p->seconds = hp_now() - t0;
 	return 0;
 nomem:
@@ -613,6 +694,7 @@ void hp_plan_free(struct hp_plan *p)
 	free(p->kept);
 	free(p->icalls);
 	free(p->code);
+	free(p->unwind);
 	free(p->relocs);
 	hp_icache_free(&p->before);
 	hp_icache_free(&p->after);

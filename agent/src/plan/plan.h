@@ -141,6 +141,11 @@ struct hp_plan {
 	struct hp_reloc *relocs;
 	size_t nrelocs;
 	uint32_t pad_bytes, added_jumps, inverted, removed_jumps;
+	/* Unwind data for the copy (.eh_frame, unwind.c): installed at
+	 * base + unwind_off with the code; NULL when no member had any. */
+	uint8_t *unwind;
+	size_t unwind_len, unwind_fdes;
+	uint32_t unwind_off;
 	bool verified;
 	char verify_error[300];
 	size_t verified_blocks, verified_edges, verified_insns;
@@ -148,6 +153,7 @@ struct hp_plan {
 	const struct hp_profile *profile;
 	const char *notes[8];
 	int nnotes;
+	char scope_note[256];
 };
 
 /* Make a plan for root in m from profile p (NULL: none measured yet).
@@ -168,6 +174,59 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *plan, char *err, size_t err
 /* Decode plan->code again and check it is the members' CFGs re-laid-out;
  * false with plan->verify_error set otherwise. */
 bool hp_plan_verify(struct hp_model *m, struct hp_plan *plan);
+
+/* Unwind data (unwind.c): why f's rows cannot be reproduced for a copy
+ * (NULL when they can, or when it has none); generate the copy's
+ * .eh_frame after emission; check it reads back as the originals' rows. */
+const char *hp_plan_unwind_rule(const struct hp_module *mod, const struct hp_function *f, char *detail, size_t dlen);
+int hp_plan_unwind(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen);
+bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p);
+
+/* Re-base the emitted code to run at new_base, where every target outside
+ * the group lies bias bytes from the address the model gave it (the load
+ * bias of a position-independent file modelled from disk; else 0). out
+ * receives plan->code_len bytes. Returns 0, or -ERANGE (err names the
+ * relocation) when a target is beyond rel32's reach. */
+int hp_plan_relocate(const struct hp_plan *p, uint64_t new_base, int64_t bias, uint8_t *out, char *err, size_t errlen);
+
+/*
+ * The second pass (second_pass.c). hp_plan_remake makes the plan whose JSON
+ * (as `hotpathd plan --json` writes it) is text again from its saved root,
+ * options and profile, and checks the code comes out byte for byte as
+ * saved: the installed layout. hp_profile_under_root maps counts measured
+ * at the block starts of that plan's copy, running at installed_base
+ * (records with "block" and "count" or metrics.count, as measure JSON has
+ * them), back to the original blocks: a profile whose scope is the calls
+ * under the root. Both return 0 or a negative errno with err filled
+ * (-ESTALE: the plan cannot be made again, or an address is no block start
+ * of the copy).
+ */
+int hp_plan_remake(struct hp_model *m, const char *text, size_t len, struct hp_profile *prof, struct hp_plan *out,
+		   char *err, size_t errlen);
+int hp_profile_under_root(const struct hp_plan *first, uint64_t installed_base, const char *text, size_t len,
+			  struct hp_profile *out, char *err, size_t errlen);
+
+/*
+ * What an installer checks (identity.c). A code image is the emitted code
+ * with its unwind data and relocations, where it was laid out; its code
+ * hash (hex SHA-256 of one canonical form) is what an approval names, and
+ * a plan whose code does not hash to it has been altered. A member's
+ * digest is the hex SHA-256 of its original bytes when it was planned.
+ */
+struct hp_code_image {
+	uint64_t base;
+	const uint8_t *code;
+	size_t code_len;
+	const uint8_t *unwind;
+	size_t unwind_len;
+	uint32_t unwind_off;
+	const struct hp_reloc *relocs;
+	size_t nrelocs;
+};
+void hp_plan_code_image(const struct hp_plan *p, struct hp_code_image *ci);
+int hp_code_hash(const struct hp_code_image *ci, char out[65]);
+int hp_bytes_digest(const uint8_t *bytes, size_t len, char out[65]);
+int hp_plan_member_digest(struct hp_model *m, const struct hp_function *f, char out[65]);
 
 /* I-cache footprint of pieces for geometry g (icache.c). */
 int hp_icache_compute(struct hp_icache *ic, const struct hp_cache_geometry *g);

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * Reading, checking and merging profiles (see profile.h). JSON is parsed
- * with jansson. Two inputs are understood: the output of
- * `hotpathd measure --json` (per-resource records with "function", "block"
- * (an address) and "metrics": {"count": N}, plus "edges" records with
- * "from", "to" and a count) and the "hotpath-profile/1" object a plan saves
- * (functions with their CFG signature, block offsets and counts, edges).
- * A plan's own JSON is accepted too: its "profile" member is read.
+ * with jansson. Two inputs are understood: the report of
+ * `hotpathd measure --json` (see read_measure) and the "hotpath-profile/1"
+ * object a plan saves (functions with their CFG signature, block offsets
+ * and counts, edges). A plan's own JSON is accepted too: its "profile"
+ * member is read.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -177,6 +176,17 @@ static const struct hp_function *block_start(const struct hp_model *m, uint64_t 
 	return f;
 }
 
+/* The report of `hotpathd measure --json` (docs/agent-cli.md): rows in
+ * "resources", block rows with "block" (absolute), "metrics".count and
+ * "labels".count (exact, sampled or estimate); function rows (no "block")
+ * are skipped, and so are rows a probe could not serve ("unavailable",
+ * no count). A row's function_address and function_size must still be
+ * the function's here. Of "edges" (between two blocks of one function:
+ * from, to, count, exact) those derived exactly are taken; estimates, and
+ * "boundary_edges" (entry, exits), are left for the plan to derive.
+ * Sampled counts are samples, not executions: like the agent's own
+ * sampling they become samples per instruction, and the profile (as the
+ * report's "estimated" says) is an estimate. */
 static int read_measure(const json_t *root, const struct hp_model *m, struct hp_profile *p, char *err, size_t errlen)
 {
 	static const char *const arrays[] = { "resources", "blocks", "metrics", "counts" };
@@ -194,17 +204,34 @@ static int read_measure(const json_t *root, const struct hp_model *m, struct hp_
 	{
 		const struct hp_module *mod;
 		const struct hp_function *f;
-		uint64_t at;
+		const char *label = json_string_value(json_object_get(json_object_get(o, "labels"), "count"));
+		uint64_t at, faddr, fsize;
 		double c;
 
 		if (!json_addr(json_object_get(o, "block"), &at))
-			continue; /* function-level records carry no block */
+			continue; /* function rows carry no block */
 		if (!json_count(o, &c)) {
+			if (json_object_get(o, "unavailable"))
+				continue; /* a block the probes could not take: no count */
 			snprintf(err, errlen, "profile record %zu has no count", i);
 			return -EINVAL;
 		}
 		if (!(f = block_start(m, at, &mod, err, errlen)))
 			return -ESTALE;
+		if (json_addr(json_object_get(o, "function_address"), &faddr) &&
+		    json_addr(json_object_get(o, "function_size"), &fsize) && (faddr != f->addr || fsize != f->size)) {
+			snprintf(err, errlen,
+				 "stale profile: %s was measured on different code (%" PRIu64 " bytes at 0x%" PRIx64
+				 ", now %u at 0x%" PRIx64 ")",
+				 f->name, fsize, faddr, f->size, f->addr);
+			return -ESTALE;
+		}
+		if (label && strcmp(label, "exact")) {
+			const struct hp_block *b = hp_function_block_at(mod, f, at);
+			p->estimated = true;
+			if (!strcmp(label, "sampled") && b && b->ninsn)
+				c /= b->ninsn;
+		}
 		if (hp_profile_add(p, mod, f, (uint32_t)(at - f->addr), c) < 0)
 			return -ENOMEM;
 	}
@@ -212,17 +239,23 @@ static int read_measure(const json_t *root, const struct hp_model *m, struct hp_
 	{
 		const struct hp_module *mod, *mod2;
 		const struct hp_function *f, *g;
+		const json_t *exact = json_object_get(o, "exact");
 		uint64_t a, b;
 		double c;
 
+		if (json_is_null(json_object_get(o, "from")) || json_is_null(json_object_get(o, "to")) ||
+		    json_is_false(exact))
+			continue; /* the entry, an exit, or an approximation: derived again by the plan */
 		if (!json_addr(json_object_get(o, "from"), &a) || !json_addr(json_object_get(o, "to"), &b) ||
 		    !json_count(o, &c)) {
 			snprintf(err, errlen, "edge record %zu needs from, to and a count", i);
 			return -EINVAL;
 		}
-		if (!(f = block_start(m, a, &mod, err, errlen)) || !(g = block_start(m, b, &mod2, err, errlen)))
+		if (!(f = hp_model_lookup(m, a, &mod)) || !(g = hp_model_lookup(m, b, &mod2)) || f != g)
+			continue; /* a tail call: not an edge inside a function */
+		if (!block_start(m, a, &mod, err, errlen) || !block_start(m, b, &mod2, err, errlen))
 			return -ESTALE;
-		if (f == g && hp_profile_add_edge(p, mod, f, (uint32_t)(a - f->addr), (uint32_t)(b - f->addr), c) < 0)
+		if (hp_profile_add_edge(p, mod, f, (uint32_t)(a - f->addr), (uint32_t)(b - f->addr), c) < 0)
 			return -ENOMEM;
 	}
 	if (json_is_true(json_object_get(root, "estimated")))
@@ -324,6 +357,8 @@ int hp_profile_parse(const char *text, size_t len, const struct hp_model *m, str
 		r = read_measure(root, m, out, err, errlen);
 	if (r == 0 && json_is_string(json_object_get(root, "source")))
 		snprintf(out->source, sizeof(out->source), "%s", json_string_value(json_object_get(root, "source")));
+	if (r == 0 && json_is_string(json_object_get(root, "scope")))
+		snprintf(out->scope, sizeof(out->scope), "%s", json_string_value(json_object_get(root, "scope")));
 	json_decref(root);
 	if (r < 0)
 		hp_profile_free(out);
@@ -368,6 +403,11 @@ int hp_profile_merge(const struct hp_profile *in, size_t n, struct hp_profile *o
 {
 	memset(out, 0, sizeof(*out));
 	out->weight = 1;
+	for (size_t k = 1; k < n; k++)
+		if (strcmp(in[k].scope, in[0].scope))
+			return -EINVAL;
+	if (n)
+		memcpy(out->scope, in[0].scope, sizeof(out->scope));
 	for (size_t k = 0; k < n; k++) {
 		double total = 0, scale;
 

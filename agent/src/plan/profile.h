@@ -41,6 +41,7 @@ struct hp_profile {
 	size_t nfns;
 	bool estimated;   /* counts estimated from PC samples, not counted */
 	char source[256]; /* what the counts came from */
+	char scope[160];  /* "" for every call; "calls under ROOT" for a second pass */
 	double weight;    /* for merging */
 };
 
@@ -56,7 +57,8 @@ int hp_profile_parse(const char *text, size_t len, const struct hp_model *m, str
 		     size_t errlen);
 
 /* Merge n profiles into out: each is scaled so its block counts sum to
- * 1e6, then multiplied by its weight. */
+ * 1e6, then multiplied by its weight. Profiles of different scopes do not
+ * merge (-EINVAL). */
 int hp_profile_merge(const struct hp_profile *in, size_t n, struct hp_profile *out);
 
 /* Add count to (function f, block offset off); for tests and samplers. */

@@ -6,8 +6,11 @@
  * for operation (rip-relative data at the same absolute address, calls to
  * the same callee or to its copy), followed by at most a jcc and a jmp;
  * and the emitted block's successors map back to the original's (a jcc
- * may be inverted with its targets swapped). Padding between blocks must
- * decode as nops.
+ * may be inverted with its targets swapped). The blocks tile the code in
+ * the plan's layout order with only nops between them. A block that was
+ * only a jump to the block now after it takes no bytes: control reaching
+ * its place must lead, through such empty blocks in layout order, to the
+ * block that really runs there.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -19,12 +22,15 @@
 
 struct nmap {
 	uint64_t new_addr, orig;
+	uint32_t size, seq; /* seq: position in the layout */
 };
 
 static int cmp_nmap(const void *a, const void *b)
 {
 	const struct nmap *x = a, *y = b;
-	return x->new_addr < y->new_addr ? -1 : x->new_addr > y->new_addr;
+	if (x->new_addr != y->new_addr)
+		return x->new_addr < y->new_addr ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 struct vctx {
@@ -33,20 +39,55 @@ struct vctx {
 	size_t n;
 };
 
-/* The original address an emitted control transfer reaches: a block of
- * the group (mapped back), or an address outside the group (itself).
- * Returns false for an address inside the group that starts no block. */
-static bool back(const struct vctx *v, uint64_t a, uint64_t *orig)
+/* The first block laid out at a (several when the layout emptied blocks:
+ * a block that was only a jump to the next one takes no bytes), or n. */
+static size_t first_at(const struct vctx *v, uint64_t a)
 {
-	if (a < v->p->base || a >= v->p->base + v->p->code_len) {
-		*orig = a;
-		return true;
+	size_t lo = 0, hi = v->n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (v->map[mid].new_addr < a)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	struct nmap key = { a, 0 }, *hit = bsearch(&key, v->map, v->n, sizeof(*v->map), cmp_nmap);
-	if (!hit)
-		return false;
-	*orig = hit->orig;
-	return true;
+	return lo < v->n && v->map[lo].new_addr == a ? lo : v->n;
+}
+
+static bool in_code(const struct hp_plan *p, uint64_t a)
+{
+	return a >= p->base && a < p->base + p->code_len;
+}
+
+/* Does control that reaches emitted address a go where original address o
+ * went? Outside the group a must be o itself. Inside, o must be one of the
+ * blocks laid out at a, later in the layout than after_seq: an empty block
+ * stands for the block after it, and it was itself checked to lead there
+ * (its successor laid out later at the same address), so the chain of
+ * empty blocks ends in the block that really runs. */
+static bool lands(const struct vctx *v, uint64_t a, uint64_t o, int64_t after_seq)
+{
+	if (!in_code(v->p, a))
+		return a == o;
+	for (size_t k = first_at(v, a); k < v->n && v->map[k].new_addr == a; k++)
+		if (v->map[k].orig == o && (int64_t)v->map[k].seq > after_seq)
+			return true;
+	return false;
+}
+
+/* Position of block j of member i in the layout (see hp_plan_verify). */
+static uint32_t seq_of(const struct hp_plan *p, size_t i, uint32_t j)
+{
+	uint32_t seq = 0;
+
+	for (size_t k = 0; k < p->nmembers; k++) {
+		if (j < p->members[i].nhot && k < i)
+			seq += p->members[k].nhot;
+		if (j >= p->members[i].nhot)
+			seq += k < i ? p->members[k].nblocks : p->members[k].nhot;
+	}
+	return seq + (j < p->members[i].nhot ? j : j - p->members[i].nhot);
 }
 
 /* The copy of a callee that is a member, or the callee. */
@@ -58,8 +99,7 @@ static uint64_t copy_of(const struct hp_plan *p, uint64_t a)
 	return a;
 }
 
-/* Original addresses that mean the same successor: a member's entry is
- * reached at its copy, which maps back to the entry itself. */
+/* Record why the code is refused and stop. */
 #define FAIL(...)                                                                \
 	do {                                                                     \
 		snprintf(p->verify_error, sizeof(p->verify_error), __VA_ARGS__); \
@@ -76,17 +116,25 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 	for (size_t i = 0; i < p->nmembers; i++)
 		total += p->members[i].nblocks;
 	v.map = calloc(total + 1, sizeof(*v.map));
+	p->verified_blocks = p->verified_edges = p->verified_insns = 0;
 	if (!v.map || !p->code)
 		FAIL("out of memory");
-	for (size_t i = 0; i < p->nmembers; i++) {
-		const struct hp_plan_member *mb = &p->members[i];
-		for (uint32_t j = 0; j < mb->nblocks; j++) {
-			const struct hp_block *bl = &mb->mod->blocks[mb->fn->block_start + mb->blocks[j].index];
-			v.map[v.n++] = (struct nmap){ mb->blocks[j].new_addr, mb->fn->addr + bl->offset };
+	/* The layout's order: every member's hot blocks, then every member's
+	 * cold blocks. */
+	for (int cold = 0; cold < 2; cold++)
+		for (size_t i = 0; i < p->nmembers; i++) {
+			const struct hp_plan_member *mb = &p->members[i];
+			for (uint32_t j = cold ? mb->nhot : 0; j < (cold ? mb->nblocks : mb->nhot); j++) {
+				const struct hp_block *bl = &mb->mod->blocks[mb->fn->block_start + mb->blocks[j].index];
+				v.map[v.n] = (struct nmap){ mb->blocks[j].new_addr, mb->fn->addr + bl->offset,
+							    mb->blocks[j].new_size, (uint32_t)v.n };
+				v.n++;
+			}
 		}
-	}
+	if (v.n != total)
+		FAIL("hot blocks beyond a member's hot chunk");
 	qsort(v.map, v.n, sizeof(*v.map), cmp_nmap);
-	/* Everything between blocks is padding. */
+	/* The blocks tile the code in layout order; between them only padding. */
 	uint64_t at = p->base;
 	for (size_t k = 0; k < v.n; k++) {
 		while (at < v.map[k].new_addr) {
@@ -96,16 +144,10 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 				FAIL("bytes at 0x%" PRIx64 " between blocks are not padding", at);
 			at += d.len;
 		}
-		if (at != v.map[k].new_addr)
-			FAIL("padding before 0x%" PRIx64 " overlaps the block", v.map[k].new_addr);
-		for (size_t i = 0; i < p->nmembers; i++)
-			for (uint32_t j = 0; j < p->members[i].nblocks; j++)
-				if (p->members[i].blocks[j].new_addr == at) {
-					at += p->members[i].blocks[j].new_size;
-					goto next;
-				}
-		FAIL("no block at 0x%" PRIx64, at);
-next:;
+		if (at != v.map[k].new_addr || (k && v.map[k].seq < v.map[k - 1].seq))
+			FAIL("the block at 0x%" PRIx64 " overlaps another or is out of the layout's order",
+			     v.map[k].new_addr);
+		at += v.map[k].size;
 	}
 	if (at != p->base + p->code_len)
 		FAIL("the code ends at 0x%" PRIx64 ", the blocks at 0x%" PRIx64, p->base + p->code_len, at);
@@ -186,18 +228,22 @@ next:;
 				e_dest[nd++] = nend; /* the jcc's fallthrough */
 			else if (nd == 0 && (o_falls || o_cond == -1))
 				e_dest[nd++] = nend;
-			uint64_t b0 = 0, b1 = 0;
-			if ((nd > 0 && !back(&v, e_dest[0], &b0)) || (nd > 1 && !back(&v, e_dest[1], &b1)))
-				FAIL("%s: a branch of block 0x%" PRIx64 " lands inside a block", f->name,
-				     f->addr + bl->offset);
+			/* An emptied block's successor must come after it at the same place. */
+			int64_t after = mb->blocks[j].new_size ? -1 : (int64_t)seq_of(p, i, j);
+			for (int k = 0; k < nd; k++)
+				if (in_code(p, e_dest[k]) && first_at(&v, e_dest[k]) == v.n)
+					FAIL("%s: a branch of block 0x%" PRIx64 " lands inside a block", f->name,
+					     f->addr + bl->offset);
 			bool good;
 			if (o_cond >= 0)
-				good = nd == 2 && ((e_cond == o_cond && b0 == o_taken && b1 == oend) ||
-						   (e_cond == (o_cond ^ 1) && b0 == oend && b1 == o_taken));
+				good = nd == 2 && ((e_cond == o_cond && lands(&v, e_dest[0], o_taken, after) &&
+						    lands(&v, e_dest[1], oend, after)) ||
+						   (e_cond == (o_cond ^ 1) && lands(&v, e_dest[0], oend, after) &&
+						    lands(&v, e_dest[1], o_taken, after)));
 			else if (o_cond == -1)
-				good = nd == 1 && e_cond < 0 && b0 == o_taken;
+				good = nd == 1 && e_cond < 0 && lands(&v, e_dest[0], o_taken, after);
 			else if (o_falls)
-				good = nd == 1 && e_cond < 0 && b0 == oend;
+				good = nd == 1 && e_cond < 0 && lands(&v, e_dest[0], oend, after);
 			else
 				good = nd == 0;
 			if (!good)

@@ -32,6 +32,12 @@ struct hp_kprobe_policy {
 	size_t nranges;
 	bool blacklist_file;
 	struct btf *vmlinux_btf;
+	/* Per module of the model (index 0, vmlinux, unused): its BTF from
+	 * /sys/kernel/btf/NAME, loaded on first use; a module built without
+	 * BTF (an out-of-tree module built without the kernel's vmlinux) has
+	 * none, and fentry/fexit cannot attach to its functions. */
+	struct btf **mod_btf;
+	uint8_t *mod_btf_state; /* 0 not looked at, 1 loaded, 2 absent */
 	char sources[192];
 };
 
@@ -170,6 +176,32 @@ static bool entry_has_ftrace_site(struct hp_model *m, const struct hp_function *
 	return !memcmp(site, nop5, 5) || site[0] == 0xe8;
 }
 
+/* The BTF of the model's module mi (not vmlinux), or NULL when it has none. */
+static struct btf *module_btf(struct hp_kprobe_policy *p, size_t mi)
+{
+	if (!p->vmlinux_btf || mi == 0 || mi >= p->m->nmods)
+		return NULL;
+	if (!p->mod_btf) {
+		p->mod_btf = calloc(p->m->nmods, sizeof(*p->mod_btf));
+		p->mod_btf_state = calloc(p->m->nmods, 1);
+		if (!p->mod_btf || !p->mod_btf_state) {
+			free(p->mod_btf);
+			free(p->mod_btf_state);
+			p->mod_btf = NULL;
+			p->mod_btf_state = NULL;
+			return NULL;
+		}
+	}
+	if (!p->mod_btf_state[mi]) {
+		struct btf *b = btf__load_module_btf(p->m->mods[mi].name, p->vmlinux_btf);
+		if (libbpf_get_error(b))
+			b = NULL;
+		p->mod_btf[mi] = b;
+		p->mod_btf_state[mi] = b ? 1 : 2;
+	}
+	return p->mod_btf[mi];
+}
+
 void hp_kprobe_policy_check(struct hp_kprobe_policy *p, const struct hp_module *mod, const struct hp_function *f,
 			    struct hp_kfunc_rules *out)
 {
@@ -180,14 +212,20 @@ void hp_kprobe_policy_check(struct hp_kprobe_policy *p, const struct hp_module *
 	} else {
 		out->ftrace_site = entry_has_ftrace_site(p->m, f);
 	}
-	if (p->vmlinux_btf && mod == &p->m->mods[0])
-		out->btf = btf__find_by_name_kind(p->vmlinux_btf, f->name, BTF_KIND_FUNC) > 0;
+	bool in_module = mod != &p->m->mods[0];
+	struct btf *mb = in_module ? module_btf(p, (size_t)(mod - p->m->mods)) : NULL;
+	if (!in_module)
+		out->btf = p->vmlinux_btf && btf__find_by_name_kind(p->vmlinux_btf, f->name, BTF_KIND_FUNC) > 0;
 	else
-		out->btf = mod != &p->m->mods[0]; /* module BTF is checked by the kernel at load */
+		out->btf = mb && btf__find_by_name_kind(mb, f->name, BTF_KIND_FUNC) > 0;
 	if (!out->ftrace_site)
 		snprintf(out->no_trampoline, sizeof(out->no_trampoline),
 			 "%s has no ftrace site (notrace or not instrumentable), so fentry/fexit cannot attach",
 			 f->name);
+	else if (!out->btf && in_module && !mb)
+		snprintf(out->no_trampoline, sizeof(out->no_trampoline),
+			 "module %s has no BTF (/sys/kernel/btf/%s), so fentry/fexit cannot attach to %s", mod->name,
+			 mod->name, f->name);
 	else if (!out->btf)
 		snprintf(out->no_trampoline, sizeof(out->no_trampoline),
 			 "%s is not described in the kernel's BTF, so fentry/fexit cannot attach", f->name);
@@ -212,6 +250,10 @@ void hp_kprobe_policy_free(struct hp_kprobe_policy *p)
 		free(p->ftrace_names[i]);
 	free(p->ftrace_names);
 	free(p->ranges);
+	for (size_t i = 0; p->mod_btf && i < p->m->nmods; i++)
+		btf__free(p->mod_btf[i]);
+	free(p->mod_btf);
+	free(p->mod_btf_state);
 	btf__free(p->vmlinux_btf);
 	free(p);
 }

@@ -15,11 +15,23 @@
 
 #include "model/model.h"
 
+/* Bytes to read in place of what a process holds now: the original code
+ * under a patch the agent made (an installed copy's entry jump), so a
+ * model shows the code as it was planned. */
+struct hp_byte_patch {
+	uint64_t addr;
+	uint8_t len;
+	uint8_t bytes[16];
+};
+
 /* Options for opening a model. */
 struct hp_open_opts {
 	const char *only_function; /* parse just this function (fast CLI path); NULL = all */
 	int threads;               /* decode threads; 0 = number of online CPUs */
 	bool quiet;                /* no progress on stderr */
+	/* Process targets: reads see these bytes instead (copied at open). */
+	const struct hp_byte_patch *overlay;
+	size_t noverlay;
 };
 
 /*

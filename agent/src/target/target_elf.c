@@ -19,7 +19,9 @@
 #include "model/cfg.h"
 #include "model/model.h"
 #include "target/target.h"
+#include "target/eh_frame.h"
 #include "target/target_elf.h"
+#include "target/unwind.h"
 
 struct exec_sect {
 	uint64_t addr, size;
@@ -225,214 +227,39 @@ static int symbols_from(struct hp_model *m, struct hp_module *mod, Elf *elf, Elf
 	return added;
 }
 
-/* A bounds-checked reader over .eh_frame bytes. */
-struct ehr {
-	const uint8_t *p, *end;
-	uint64_t base; /* address of the section, for pc-relative pointers */
-	const uint8_t *start;
-	bool bad;
+/* Stripped binaries: one function per .eh_frame FDE, named by its start. */
+struct fde_ctx {
+	struct hp_model *m;
+	struct hp_module *mod;
+	const struct exec_sect *sects;
+	size_t nsects;
+	uint64_t bias, lo, hi;
+	int added;
 };
 
-static uint64_t eh_uleb(struct ehr *r)
+static int add_fde(void *ctx, const struct hp_eh_fde *fde)
 {
-	uint64_t v = 0;
-	int shift = 0;
+	struct fde_ctx *c = ctx;
+	char name[40];
 
-	while (r->p < r->end) {
-		uint8_t b = *r->p++;
-		if (shift < 64)
-			v |= (uint64_t)(b & 0x7f) << shift;
-		shift += 7;
-		if (!(b & 0x80))
-			return v;
-	}
-	r->bad = true;
+	if (!fde->range || fde->range >= (1ull << 32))
+		return 0;
+	snprintf(name, sizeof(name), "fde_%" PRIx64, fde->start + c->bias);
+	int rr = add_checked(c->m, c->mod, c->sects, c->nsects, name, fde->start, fde->range, HP_FN_SIZE_ESTIMATED,
+			     c->bias, c->lo, c->hi);
+	if (rr < 0)
+		return rr;
+	c->added += rr;
 	return 0;
 }
 
-static int64_t eh_sleb(struct ehr *r)
-{
-	int64_t v = 0;
-	int shift = 0;
-	uint8_t b = 0;
-
-	while (r->p < r->end) {
-		b = *r->p++;
-		if (shift < 64)
-			v |= (int64_t)(b & 0x7f) << shift;
-		shift += 7;
-		if (!(b & 0x80)) {
-			if (shift < 64 && (b & 0x40))
-				v |= -((int64_t)1 << shift);
-			return v;
-		}
-	}
-	r->bad = true;
-	return 0;
-}
-
-static uint64_t eh_fixed(struct ehr *r, int n)
-{
-	uint64_t v = 0;
-
-	if (r->end - r->p < n) {
-		r->bad = true;
-		return 0;
-	}
-	for (int i = 0; i < n; i++)
-		v |= (uint64_t)r->p[i] << (8 * i);
-	r->p += n;
-	return v;
-}
-
-/* Decode a pointer in DW_EH_PE encoding enc (pc-relative or absolute). */
-static uint64_t eh_ptr(struct ehr *r, uint8_t enc, bool apply)
-{
-	uint64_t at = r->base + (r->p - r->start), v;
-
-	if (enc == 0xff)
-		return 0;
-	switch (enc & 0x0f) {
-	case 0x00:
-		v = eh_fixed(r, 8);
-		break;
-	case 0x01:
-		v = eh_uleb(r);
-		break;
-	case 0x02:
-		v = eh_fixed(r, 2);
-		break;
-	case 0x03:
-		v = eh_fixed(r, 4);
-		break;
-	case 0x04:
-		v = eh_fixed(r, 8);
-		break;
-	case 0x09:
-		v = (uint64_t)eh_sleb(r);
-		break;
-	case 0x0a:
-		v = (uint64_t)(int64_t)(int16_t)eh_fixed(r, 2);
-		break;
-	case 0x0b:
-		v = (uint64_t)(int64_t)(int32_t)eh_fixed(r, 4);
-		break;
-	case 0x0c:
-		v = eh_fixed(r, 8);
-		break;
-	default:
-		r->bad = true;
-		return 0;
-	}
-	if (apply && (enc & 0x70) == 0x10)
-		v += at;
-	else if (apply && (enc & 0x70) != 0)
-		r->bad = true; /* datarel/textrel/funcrel do not occur in .eh_frame */
-	return v;
-}
-
-/* The FDE pointer encoding of the CIE at cie (from its 'R' augmentation). */
-static bool cie_fde_encoding(const struct ehr *sec, const uint8_t *cie, uint8_t *enc)
-{
-	struct ehr r = *sec;
-	uint64_t len;
-	const char *aug;
-
-	r.p = cie;
-	len = eh_fixed(&r, 4);
-	if (r.bad || len == 0 || len == 0xffffffff || len > (uint64_t)(r.end - r.p))
-		return false;
-	r.end = r.p + len;
-	if (eh_fixed(&r, 4) != 0) /* CIE id */
-		return false;
-	uint8_t version = eh_fixed(&r, 1);
-	aug = (const char *)r.p;
-	while (r.p < r.end && *r.p)
-		r.p++;
-	if (r.p >= r.end)
-		return false;
-	r.p++;
-	if (strstr(aug, "eh"))
-		return false;
-	eh_uleb(&r);
-	eh_sleb(&r);
-	if (version == 1)
-		eh_fixed(&r, 1);
-	else
-		eh_uleb(&r);
-	*enc = 0x00; /* absolute pointers unless 'R' says otherwise */
-	if (aug[0] != 'z')
-		return !r.bad;
-	eh_uleb(&r);
-	for (const char *a = aug + 1; *a && !r.bad; a++) {
-		if (*a == 'R') {
-			*enc = eh_fixed(&r, 1);
-		} else if (*a == 'P') {
-			uint8_t penc = eh_fixed(&r, 1);
-			eh_ptr(&r, penc & 0x7f, false);
-		} else if (*a == 'L') {
-			eh_fixed(&r, 1);
-		} else if (*a != 'S' && *a != 'B') {
-			return false;
-		}
-	}
-	return !r.bad;
-}
-
-/* Stripped binaries: one function per .eh_frame FDE, named by its start. */
 static int fde_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const struct exec_sect *sects,
 			 size_t nsects, uint64_t bias, uint64_t lo, uint64_t hi)
 {
-	Elf_Scn *scn = NULL;
-	size_t shstrndx;
-	int added = 0;
+	struct fde_ctx c = { m, mod, sects, nsects, bias, lo, hi, 0 };
+	int r = hp_eh_frame_walk(elf, add_fde, &c);
 
-	if (elf_getshdrstrndx(elf, &shstrndx) < 0)
-		return 0;
-	while ((scn = elf_nextscn(elf, scn))) {
-		GElf_Shdr sh;
-		Elf_Data *d;
-		const char *nm;
-
-		if (!gelf_getshdr(scn, &sh) || !(nm = elf_strptr(elf, shstrndx, sh.sh_name)) ||
-		    strcmp(nm, ".eh_frame") || !(d = elf_getdata(scn, NULL)) || !d->d_buf)
-			continue;
-		struct ehr sec = { d->d_buf, (const uint8_t *)d->d_buf + d->d_size, sh.sh_addr, d->d_buf, false };
-		struct ehr r = sec;
-
-		while (r.p + 8 <= r.end) {
-			const uint8_t *entry = r.p;
-			uint64_t len = eh_fixed(&r, 4);
-
-			if (len == 0 || len == 0xffffffff || len > (uint64_t)(r.end - r.p))
-				break; /* terminator, 64-bit lengths (not produced for x86-64), or corrupt */
-			const uint8_t *next = r.p + len;
-			const uint8_t *idp = r.p;
-			uint32_t id = eh_fixed(&r, 4);
-			uint8_t enc;
-
-			if (id != 0 && id <= (uint64_t)(idp - sec.start) && cie_fde_encoding(&sec, idp - id, &enc)) {
-				struct ehr f = sec;
-				f.p = r.p;
-				f.end = next;
-				uint64_t start = eh_ptr(&f, enc, true);
-				uint64_t range = eh_ptr(&f, enc & 0x0f, false);
-				char name[40];
-
-				(void)entry;
-				if (!f.bad && range && range < (1ull << 32)) {
-					snprintf(name, sizeof(name), "fde_%" PRIx64, start + bias);
-					int rr = add_checked(m, mod, sects, nsects, name, start, range,
-							     HP_FN_SIZE_ESTIMATED, bias, lo, hi);
-					if (rr < 0)
-						return rr;
-					added += rr;
-				}
-			}
-			r.p = next;
-		}
-	}
-	return added;
+	return r < 0 ? r : c.added;
 }
 
 struct got_name {
@@ -629,6 +456,10 @@ static void elf_free_priv(struct hp_model *m)
 {
 	struct elfpriv *ep = m->priv;
 
+	for (size_t i = 0; i < m->nmods; i++) {
+		hp_cfi_close(m->mods[i].cfi);
+		m->mods[i].cfi = NULL;
+	}
 	if (!ep)
 		return;
 	if (ep->elf)
@@ -722,6 +553,9 @@ int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_
 		snprintf(err, errlen, "parsing %s: %s", path, strerror(-r));
 		goto fail;
 	}
+	hp_elf_mark_functions(mod, ep->elf, 0);
+	int cfd = open(path, O_RDONLY | O_CLOEXEC);
+	mod->cfi = cfd >= 0 ? hp_cfi_open_fd(cfd) : NULL;
 	m->parse_seconds = hp_now() - t0;
 	if (!o->quiet) {
 		struct hp_model_stats st;

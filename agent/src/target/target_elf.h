@@ -27,6 +27,11 @@ int hp_elf_add_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, co
  * return, traps that really trap, switch tables read with read_data. */
 struct hp_cfg_env hp_elf_cfg_env(hp_data_fn read_data, void *ctx);
 
+/* Mark mod's functions (sorted, parsed) that the program finds by address,
+ * from elf loaded at bias: HP_FN_ADDR_TAKEN, HP_FN_INNER_REF and HP_FN_LSDA
+ * (elf_refs.c). */
+void hp_elf_mark_functions(struct hp_module *mod, Elf *elf, uint64_t bias);
+
 /* Hex GNU build id of elf into out (65 bytes), "" if none. */
 void hp_elf_build_id(Elf *elf, char *out);
 

@@ -2,10 +2,12 @@
 /*
  * The live kernel as a code model. Functions and modules come from
  * /proc/kallsyms (which has no sizes: a function ends where the next text
- * symbol starts); text bytes come through a BPF_PROG_TYPE_SYSCALL program that
- * bpf_probe_read_kernel's a chunk per BPF_PROG_TEST_RUN into its .bss, so
- * neither /proc/kcore nor kprobes are needed. The whole text is read once in
- * chunks, then every function is decoded in parallel from that copy.
+ * symbol starts; kallsyms.c); text bytes come through a
+ * BPF_PROG_TYPE_SYSCALL program that bpf_probe_read_kernel's a chunk per
+ * BPF_PROG_TEST_RUN into its .bss, so neither /proc/kcore nor kprobes are
+ * needed. The whole text is read once in chunks, module functions lose the
+ * loader's fill at their ends, then every function is decoded in parallel
+ * from that copy.
  */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -21,19 +23,11 @@
 
 #include "model/cfg.h"
 #include "host/hostinfo.h"
+#include "target/kallsyms.h"
 #include "target/ktext.h"
 #include "ktext.skel.h"
 #include "model/model.h"
 #include "target/target.h"
-
-struct ksym {
-	uint64_t addr;
-	const char *name; /* in the model's pool */
-	uint32_t mod;     /* 0 = vmlinux, else index into the module-name list + 1 */
-	uint8_t global;
-	uint8_t boundary; /* ends the previous function but is not one itself */
-	uint8_t label;    /* section marker such as _stext: never preferred as a name */
-};
 
 struct kpriv {
 	struct hp_kernel_facts facts;
@@ -130,217 +124,11 @@ static void kernel_free_priv(struct hp_model *m)
 	m->priv = NULL;
 }
 
-static bool has_prefix(const char *s, const char *p)
-{
-	return !strncmp(s, p, strlen(p));
-}
-
-static bool ends_with(const char *s, const char *suf)
-{
-	size_t a = strlen(s), b = strlen(suf);
-
-	return a >= b && !strcmp(s + a - b, suf);
-}
-
-static int cmp_ksym(const void *a, const void *b)
-{
-	const struct ksym *x = a, *y = b;
-
-	if (x->mod != y->mod)
-		return x->mod < y->mod ? -1 : 1;
-	return x->addr < y->addr ? -1 : x->addr > y->addr;
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
 	return x < y ? -1 : x > y;
-}
-
-struct kallsyms {
-	struct ksym *syms;
-	size_t n, cap;
-	char **modnames;
-	size_t nmods;
-	uint64_t text, etext;
-	uint64_t *ret_thunks, *ind_thunks;
-	size_t nret, nind, capret, capind;
-	/* vmlinux markers of tables and text sections, 0 where absent */
-	uint64_t markers[HP_KMARK_COUNT];
-};
-
-/* Names of the markers, in enum hp_kernel_marker order. */
-static const char *const marker_names[HP_KMARK_COUNT] = {
-	"__start___bug_table",
-	"__stop___bug_table",
-	"__start___ex_table",
-	"__stop___ex_table",
-	"__noinstr_text_start",
-	"__noinstr_text_end",
-	"__entry_text_start",
-	"__entry_text_end",
-	"__irqentry_text_start",
-	"__irqentry_text_end",
-	"__softirqentry_text_start",
-	"__softirqentry_text_end",
-	"__sched_text_start",
-	"__sched_text_end",
-	"__lock_text_start",
-	"__lock_text_end",
-	"__cpuidle_text_start",
-	"__cpuidle_text_end",
-	"__kprobes_text_start",
-	"__kprobes_text_end",
-	"__start_kprobe_blacklist",
-	"__stop_kprobe_blacklist",
-	"__fentry__",
-};
-
-static int push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
-{
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 64;
-		uint64_t *p = realloc(*v, c * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		*v = p;
-		*cap = c;
-	}
-	(*v)[(*n)++] = x;
-	return 0;
-}
-
-static int read_kallsyms(struct hp_model *m, struct kallsyms *ks, char *err, size_t errlen)
-{
-	FILE *fp = fopen("/proc/kallsyms", "r");
-	char line[1024];
-	int r = 0;
-
-	if (!fp) {
-		r = -errno;
-		snprintf(err, errlen, "cannot open /proc/kallsyms: %s", strerror(errno));
-		return r;
-	}
-	while (fgets(line, sizeof(line), fp)) {
-		char *p = line, *name, *modname = NULL, *e;
-		uint64_t addr = strtoull(p, &e, 16);
-		char type;
-		uint32_t mod = 0;
-
-		if (e == p || *e != ' ')
-			continue;
-		type = e[1];
-		name = e + 3;
-		name[strcspn(name, "\n")] = 0;
-		if (!strchr(name, '\t'))
-			for (int k = 0; k < HP_KMARK_COUNT; k++)
-				if (!strcmp(name, marker_names[k]))
-					ks->markers[k] = addr;
-		if (type != 't' && type != 'T' && type != 'w' && type != 'W')
-			continue;
-		if ((e = strchr(name, '\t')) || (e = strchr(name, ' '))) {
-			*e++ = 0;
-			if ((modname = strchr(e, '['))) {
-				modname++;
-				modname[strcspn(modname, "]")] = 0;
-			}
-		}
-		if (!strcmp(name, "_text") && !modname)
-			ks->text = addr;
-		else if (!strcmp(name, "_etext") && !modname)
-			ks->etext = addr;
-		if (strstr(name, "return_thunk"))
-			r = push_u64(&ks->ret_thunks, &ks->nret, &ks->capret, addr);
-		else if (strstr(name, "indirect_thunk_") || strstr(name, "indirect_jump_thunk_") ||
-			 strstr(name, "indirect_call_thunk_"))
-			r = push_u64(&ks->ind_thunks, &ks->nind, &ks->capind, addr);
-		if (r < 0)
-			break;
-		/* JIT'd BPF programs and ftrace/kprobe trampolines come and go
-		 * and have no sizes: they are not part of the code model. */
-		if (modname && (!strcmp(modname, "bpf") || has_prefix(modname, "__builtin")))
-			continue;
-		if (modname) {
-			size_t i;
-			for (i = 0; i < ks->nmods && strcmp(ks->modnames[i], modname); i++)
-				;
-			if (i == ks->nmods) {
-				char **v = realloc(ks->modnames, (ks->nmods + 1) * sizeof(*v));
-				if (!v || !(v[ks->nmods] = strdup(modname))) {
-					if (v)
-						ks->modnames = v;
-					r = -ENOMEM;
-					break;
-				}
-				ks->modnames = v;
-				ks->nmods++;
-			}
-			mod = i + 1;
-		}
-		if (ks->n == ks->cap) {
-			size_t c = ks->cap ? ks->cap * 2 : 1 << 17;
-			struct ksym *v = realloc(ks->syms, c * sizeof(*v));
-			if (!v) {
-				r = -ENOMEM;
-				break;
-			}
-			ks->syms = v;
-			ks->cap = c;
-		}
-		bool boundary = has_prefix(name, "__pfx_") || has_prefix(name, "__cfi_");
-		bool label = !strcmp(name, "_text") || !strcmp(name, "_stext") || !strcmp(name, "_etext") ||
-			     !strcmp(name, "_sinittext") || !strcmp(name, "_einittext") ||
-			     (name[0] == '_' && (ends_with(name, "_start") || ends_with(name, "_end"))) ||
-			     has_prefix(name, "__pi_");
-		const char *pooled = boundary ? NULL : hp_model_strdup(m, name);
-		if (!boundary && !pooled) {
-			r = -ENOMEM;
-			break;
-		}
-		ks->syms[ks->n++] = (struct ksym){ addr, pooled, mod, type == 'T' || type == 'W', boundary, label };
-	}
-	fclose(fp);
-	if (r < 0) {
-		snprintf(err, errlen, "reading /proc/kallsyms: %s", strerror(-r));
-		return r;
-	}
-	if (!ks->text || !ks->etext || ks->etext <= ks->text) {
-		snprintf(err, errlen,
-			 "/proc/kallsyms has no _text/_etext with addresses "
-			 "(kernel.kptr_restrict set, or not root?)");
-		return -EPERM;
-	}
-	qsort(ks->syms, ks->n, sizeof(*ks->syms), cmp_ksym);
-	qsort(ks->ret_thunks, ks->nret, sizeof(uint64_t), cmp_u64);
-	qsort(ks->ind_thunks, ks->nind, sizeof(uint64_t), cmp_u64);
-	return 0;
-}
-
-/* Turn sorted symbols of one module into functions: each ends at the next
- * symbol at a higher address (a __pfx_ padding symbol included), or at end. */
-static int build_module(struct hp_model *m, struct hp_module *mod, const struct ksym *s, size_t n, uint64_t lo,
-			uint64_t end)
-{
-	size_t i, j = 0;
-
-	for (i = 0; i < n; i++) {
-		uint64_t next;
-
-		if (s[i].boundary || s[i].addr < lo || s[i].addr >= end)
-			continue;
-		if (j <= i)
-			j = i + 1;
-		while (j < n && s[j].addr <= s[i].addr)
-			j++;
-		next = j < n && s[j].addr < end ? s[j].addr : end;
-		int r = hp_module_add_function(mod, s[i].name, s[i].addr, next - s[i].addr,
-					       s[i].global && !s[i].label ? HP_FN_BUILD_GLOBAL : 0);
-		if (r < 0)
-			return r;
-	}
-	/* Section markers lose to any real name at the same address. */
-	return hp_module_normalize(m, mod);
 }
 
 const struct hp_kernel_facts *hp_kernel_facts(const struct hp_model *m)
@@ -590,16 +378,31 @@ static const uint8_t *kernel_bytes(void *ctx, const struct hp_module *mod, const
 	return c->buf + (f->addr - c->lo);
 }
 
+/* A module's memory is zeroed by the loader: the zeros after a section's last
+ * function are not code. Only functions whose bytes were read are trimmed. */
+static void trim_module_fill(struct hp_module *mod, const struct ktext_copy *c, const char *only)
+{
+	for (size_t k = 0; k < mod->nfuncs; k++) {
+		struct hp_function *f = &mod->funcs[k];
+
+		if ((only && strcmp(f->name, only)) || (f->flags & HP_FN_UNREADABLE) || f->addr < c->lo ||
+		    f->addr + f->size > c->hi)
+			continue;
+		f->size = hp_ktext_trim_fill(c->buf + (f->addr - c->lo), f->size, f->addr,
+					     f->flags & HP_FN_SIZE_ESTIMATED);
+	}
+}
+
 int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen)
 {
 	struct hp_open_opts defaults = { 0 };
-	struct kallsyms ks = { 0 };
+	struct hp_kallsyms ks = { 0 };
 	struct hp_model *m;
 	struct kpriv *kp;
 	struct utsname un;
 	const char *only = NULL;
 	double t0 = hp_now();
-	size_t i, s0;
+	size_t i;
 	int r;
 
 	*out = NULL;
@@ -635,8 +438,21 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	if ((r = open_bpf(kp, err, errlen)) < 0)
 		goto fail;
 	PHASE("bpf load");
-	if ((r = read_kallsyms(m, &ks, err, errlen)) < 0)
+	FILE *fp = fopen("/proc/kallsyms", "re");
+	if (!fp) {
+		r = -errno;
+		snprintf(err, errlen, "cannot open /proc/kallsyms: %s", strerror(errno));
 		goto fail;
+	}
+	r = hp_kallsyms_read(m, fp, &ks, err, errlen);
+	fclose(fp);
+	if (r < 0)
+		goto fail;
+	if (hp_kallsyms_read_sections(&ks, "/sys/module") < 0) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
 	PHASE("kallsyms");
 	read_bug_table(kp, ks.markers);
 	if ((r = read_pinned(kp, ks.markers)) < 0) {
@@ -644,43 +460,15 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		goto fail;
 	}
 	PHASE("tables");
-
-	/* vmlinux first, then one module per [mod] tag, in kallsyms order. */
-	for (s0 = 0, i = 0; i <= ks.n; i++) {
-		if (i < ks.n && ks.syms[i].mod == ks.syms[s0].mod)
-			continue;
-		uint32_t mi = ks.n ? ks.syms[s0].mod : 0;
-		struct hp_module *mod;
-		uint64_t lo, hi;
-
-		if (mi == 0) {
-			lo = ks.text;
-			hi = ks.etext;
-		} else {
-			/* Modules have no end marker here; the last function is
-			 * bounded by a page, and flagged as estimated. */
-			lo = ks.syms[s0].addr;
-			hi = ks.syms[i - 1].addr + 4096;
-		}
-		mod = hp_model_add_module(m, mi ? ks.modnames[mi - 1] : "vmlinux", lo);
-		if (!mod) {
-			r = -ENOMEM;
-			snprintf(err, errlen, "out of memory");
-			goto fail;
-		}
-		if ((r = build_module(m, mod, ks.syms + s0, i - s0, lo, hi)) < 0) {
-			snprintf(err, errlen, "out of memory");
-			goto fail;
-		}
-		if (mi && mod->nfuncs)
-			mod->funcs[mod->nfuncs - 1].flags |= HP_FN_SIZE_ESTIMATED;
-		if (mi)
-			module_build_id(mod->name, mod->build_id, sizeof(mod->build_id));
-		else
+	if ((r = hp_kallsyms_build(m, &ks, err, errlen)) < 0)
+		goto fail;
+	/* Each module keeps its ELF build id (vmlinux: the kernel's). */
+	for (size_t k = 0; k < m->nmods; k++) {
+		struct hp_module *mod = &m->mods[k];
+		if (k == 0)
 			snprintf(mod->build_id, sizeof(mod->build_id), "%s", m->build_id);
-		s0 = i;
-		if (i >= ks.n)
-			break;
+		else
+			module_build_id(mod->name, mod->build_id, sizeof(mod->build_id));
 	}
 
 	/* The index covers every function, parsed or not, so callees of a
@@ -731,6 +519,8 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			goto fail;
 		}
 		PHASE("read text");
+		if (i > 0)
+			trim_module_fill(mod, c, only);
 		r = hp_cfg_parse_module(mod, &env, kernel_bytes, c, o->threads, only);
 		PHASE("decode");
 		free(c->buf);
@@ -764,12 +554,7 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	*out = m;
 	m = NULL;
 fail:
-	free(ks.syms);
-	for (i = 0; i < ks.nmods; i++)
-		free(ks.modnames[i]);
-	free(ks.modnames);
-	free(ks.ret_thunks);
-	free(ks.ind_thunks);
+	hp_kallsyms_free(&ks);
 	hp_model_free(m);
 	return r;
 }

@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "target/target.h"
 #include "target/target_elf.h"
+#include "target/unwind.h"
 
 struct mapping {
 	uint64_t start, end, offset;
@@ -31,7 +32,20 @@ struct pidpriv {
 	int memfd;
 	struct mapping *maps;
 	size_t nmaps;
+	struct hp_byte_patch *overlay; /* original bytes under the agent's patches */
+	size_t noverlay;
 };
+
+/* Put the original bytes back into what was read of [addr, addr+len). */
+static void apply_overlay(const struct pidpriv *pp, uint64_t addr, void *buf, size_t len)
+{
+	for (size_t i = 0; i < pp->noverlay; i++) {
+		const struct hp_byte_patch *o = &pp->overlay[i];
+		for (uint8_t k = 0; k < o->len; k++)
+			if (o->addr + k >= addr && o->addr + k < addr + len)
+				((uint8_t *)buf)[o->addr + k - addr] = o->bytes[k];
+	}
+}
 
 static int pid_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 {
@@ -48,6 +62,7 @@ static int pid_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 			return -ESRCH; /* the address space is gone: the process exited */
 		done += n;
 	}
+	apply_overlay(pp, addr, buf, len);
 	return 0;
 }
 
@@ -61,6 +76,10 @@ static void pid_free_priv(struct hp_model *m)
 {
 	struct pidpriv *pp = m->priv;
 
+	for (size_t i = 0; i < m->nmods; i++) {
+		hp_cfi_close(m->mods[i].cfi);
+		m->mods[i].cfi = NULL;
+	}
 	if (!pp)
 		return;
 	if (pp->memfd >= 0)
@@ -70,6 +89,7 @@ static void pid_free_priv(struct hp_model *m)
 		free(pp->maps[i].bytes);
 	}
 	free(pp->maps);
+	free(pp->overlay);
 	free(pp);
 	m->priv = NULL;
 }
@@ -213,6 +233,15 @@ int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **o
 	pp->pid = pid;
 	pp->memfd = -1;
 	m->priv = pp;
+	if (o->noverlay) {
+		if (!(pp->overlay = malloc(o->noverlay * sizeof(*pp->overlay)))) {
+			hp_model_free(m);
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		memcpy(pp->overlay, o->overlay, o->noverlay * sizeof(*pp->overlay));
+		pp->noverlay = o->noverlay;
+	}
 	m->free_priv = pid_free_priv;
 	m->read = pid_read;
 	snprintf(m->release, sizeof(m->release), "pid %d", pid);
@@ -325,6 +354,20 @@ int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **o
 			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
 			goto fail;
 		}
+		/* What the program finds by address, from its file. */
+		int fd = open_mapped(pp, &pp->maps[first]);
+		char e2[256];
+		int er = 0;
+		Elf *elf = fd >= 0 ? hp_elf_begin(fd, mod->name, e2, sizeof(e2), &er) : NULL;
+		if (elf) {
+			hp_elf_mark_functions(mod, elf, mod->base);
+			elf_end(elf);
+		}
+		if (fd >= 0)
+			close(fd);
+		fd = open_mapped(pp, &pp->maps[first]);
+		mod->cfi = fd >= 0 ? hp_cfi_open_fd(fd) : NULL;
+		mod->cfi_bias = mod->base;
 	}
 	if (kill(pid, 0) < 0 && errno == ESRCH) {
 		r = -ESRCH;

@@ -4,10 +4,12 @@
  * (perfect partner, isolated small predecessor, ShouldFollow), and whole
  * plans on programs compiled here: emitted code verified, stale profiles
  * refused naming the function, a root without counts or not run reported
- * as such.
+ * as such, code the program finds by address kept in place with its rule,
+ * and the copy's unwind data checked.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 
 #include "harness.h"
 #include "model/model.h"
@@ -129,6 +131,18 @@ static void t_plan_elf_is_verified(void)
 	       plan.verified_blocks, plan.verified_insns);
 	EXPECT(plan.after.hot_lines <= plan.before.hot_lines, "hot lines grew from %u to %u", plan.before.hot_lines,
 	       plan.after.hot_lines);
+	hp_plan_free(&plan);
+	/* The code goes where --base says, and never over the target's code. */
+	o.base = 0x7000000;
+	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(plan.base == 0x7000000 && plan.verified, "laid out at 0x%" PRIx64 ", not at --base", plan.base);
+	hp_plan_free(&plan);
+	o.base = root->addr & ~0xfffull;
+	EXPECT(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == -ERANGE && strstr(err, "cover"),
+	       "a base on the program's code was not refused: %s", err);
+	hp_plan_free(&plan);
+	o.base = 0;
+	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
 	/* Corrupt one emitted byte of a body: the verifier must refuse it. */
 	if (plan.code_len > 8) {
 		plan.code[plan.members[0].blocks[0].new_addr - plan.base] ^= 0x08;
@@ -191,6 +205,167 @@ static void t_plan_without_counts_or_heat(void)
 	hp_model_free(m);
 }
 
+/* The report `hotpathd measure --blocks --json` prints (docs/agent-cli.md)
+ * for f: a function row, a row per block counting 10 + its index (block 2
+ * one a probe could not take), and edges from the entry, between blocks
+ * (one exact, one not) and to an exit. size is the function size the
+ * report claims; label the blocks' count label. */
+static char *measure_report(const struct hp_module *mod, const struct hp_function *f, uint64_t size, const char *label)
+{
+	const struct hp_block *b = &mod->blocks[f->block_start];
+	json_t *rows = json_array(), *edges = json_array();
+
+	json_array_append_new(rows, json_pack("{s:s, s:s, s:I, s:I, s:{s:i}, s:{s:s}}", "function", f->name, "module",
+					      "m", "function_address", (json_int_t)f->addr, "function_size",
+					      (json_int_t)size, "metrics", "count", 40, "labels", "count", "exact"));
+	for (uint32_t k = 0; k < f->nblocks; k++) {
+		json_t *r = json_pack("{s:s, s:I, s:i, s:i, s:I, s:I}", "function", f->name, "block",
+				      (json_int_t)(f->addr + b[k].offset), "block_offset", (int)b[k].offset,
+				      "block_size", (int)b[k].size, "function_address", (json_int_t)f->addr,
+				      "function_size", (json_int_t)size);
+		if (k == 2) {
+			json_object_set_new(r, "metrics", json_object());
+			json_object_set_new(r, "unavailable", json_pack("{s:s}", "count", "the kernel refused it"));
+		} else {
+			json_object_set_new(r, "metrics", json_pack("{s:i}", "count", 10 + (int)k));
+			json_object_set_new(r, "labels", json_pack("{s:s}", "count", label));
+		}
+		json_array_append_new(rows, r);
+	}
+	json_array_append_new(edges, json_pack("{s:s, s:n, s:I, s:s, s:i, s:b}", "function", f->name, "from", "to",
+					       (json_int_t)f->addr, "kind", "entry", "count", 40, "exact", 1));
+	json_array_append_new(edges,
+			      json_pack("{s:s, s:I, s:I, s:s, s:i, s:b}", "function", f->name, "from",
+					(json_int_t)(f->addr + b[0].offset), "to", (json_int_t)(f->addr + b[1].offset),
+					"kind", "fallthrough", "count", 7, "exact", 1));
+	json_array_append_new(edges,
+			      json_pack("{s:s, s:I, s:I, s:s, s:i, s:b, s:n}", "function", f->name, "from",
+					(json_int_t)(f->addr + b[1].offset), "to", (json_int_t)(f->addr + b[3].offset),
+					"kind", "taken", "count", 5, "exact", 0, "high"));
+	json_array_append_new(edges, json_pack("{s:s, s:I, s:n, s:s, s:i, s:b}", "function", f->name, "from",
+					       (json_int_t)(f->addr + b[3].offset), "to", "kind", "return", "count", 3,
+					       "exact", 1));
+	json_t *root = json_pack("{s:{s:s}, s:s, s:[s], s:o, s:o, s:f}", "target", "kind", "pid", "state", "running",
+				 "metrics", "count", "resources", rows, "edges", edges, "exact_edge_share", 0.75);
+	char *text = json_dumps(root, 0);
+	json_decref(root);
+	return text;
+}
+
+static void t_profile_reads_measure_report(void)
+{
+	struct hp_model *m = open_fixture("switchy.c", "plan_measure", "-O2 -fno-jump-tables");
+	const struct hp_module *mod;
+	struct hp_profile prof;
+	char err[256], *text;
+
+	REQUIRE(m, "gcc or open failed");
+	const struct hp_function *f = hp_model_find(m, "sw_dense", &mod, NULL);
+	REQUIRE(f && f->nblocks >= 4, "sw_dense not found");
+	text = measure_report(mod, f, f->size, "exact");
+	int r = hp_profile_parse(text, strlen(text), m, &prof, err, sizeof(err));
+	free(text);
+	REQUIRE(r == 0, "%s", err);
+	const struct hp_prof_fn *pf = hp_profile_find(&prof, f->addr);
+	REQUIRE(pf, "no counts for sw_dense");
+	EXPECT(!prof.estimated, "exact counts read as estimates");
+	EXPECT(pf->nblocks == f->nblocks - 1, "%zu blocks counted, want all but the unavailable one", pf->nblocks);
+	for (size_t i = 0; i < pf->nblocks; i++) {
+		uint32_t k = 0;
+		while (mod->blocks[f->block_start + k].offset != pf->blocks[i].offset)
+			k++;
+		EXPECT(pf->blocks[i].count == 10 + k, "block +0x%x counts %.0f, want %u", pf->blocks[i].offset,
+		       pf->blocks[i].count, 10 + k);
+	}
+	EXPECT(pf->nedges == 1 && pf->edges[0].count == 7, "%zu edges taken, want only the exact one between blocks",
+	       pf->nedges);
+	hp_profile_free(&prof);
+	/* Sampled counts are estimates, in samples per instruction. */
+	text = measure_report(mod, f, f->size, "sampled");
+	r = hp_profile_parse(text, strlen(text), m, &prof, err, sizeof(err));
+	free(text);
+	REQUIRE(r == 0, "%s", err);
+	pf = hp_profile_find(&prof, f->addr);
+	EXPECT(prof.estimated && pf && pf->blocks[0].count == 10.0 / mod->blocks[f->block_start].ninsn,
+	       "sampled counts not read as samples per instruction");
+	hp_profile_free(&prof);
+	/* A report of a function of another size is stale. */
+	text = measure_report(mod, f, f->size + 16, "exact");
+	r = hp_profile_parse(text, strlen(text), m, &prof, err, sizeof(err));
+	free(text);
+	EXPECT(r == -ESTALE && strstr(err, "sw_dense"), "a report of other code was not refused (%d: %s)", r, err);
+	hp_model_free(m);
+}
+
+static const struct hp_plan_kept *kept(const struct hp_plan *p, const char *name)
+{
+	for (size_t i = 0; i < p->nkept; i++)
+		if (!strcmp(p->kept[i].fn->name, name))
+			return &p->kept[i];
+	return NULL;
+}
+
+/* Code the program finds by address stays in place, with its rule: a label
+ * table in data, exception landing pads, unwind rules that are
+ * expressions. An address-taken function still moves (its entry stays
+ * valid), and the copy's own .eh_frame reads back as the originals' rows. */
+static void found_case(const char *flags, const char *out)
+{
+	static const char *const names[] = { "fa_root", "fa_labels", "fa_cleanup", "fa_aligned", "fa_target", NULL };
+	struct hp_model *m = open_fixture("found.c", out, flags);
+	const struct hp_module *mod;
+	struct hp_plan_opts o;
+	struct hp_profile prof;
+	struct hp_plan plan;
+	char err[256];
+
+	REQUIRE(m, "gcc %s or open failed", flags);
+	const struct hp_function *root = hp_model_find(m, "fa_root", &mod, NULL);
+	const struct hp_function *labels = hp_model_find(m, "fa_labels", NULL, NULL);
+	const struct hp_function *cleanup = hp_model_find(m, "fa_cleanup", NULL, NULL);
+	const struct hp_function *target = hp_model_find(m, "fa_target", NULL, NULL);
+	REQUIRE(root && labels && cleanup && target, "fixture functions not found");
+	EXPECT(labels->flags & HP_FN_INNER_REF, "%s: fa_labels' label table not seen (flags 0x%x)", flags,
+	       labels->flags);
+	EXPECT(cleanup->flags & HP_FN_LSDA, "%s: fa_cleanup's landing pad not seen (flags 0x%x)", flags,
+	       cleanup->flags);
+	EXPECT(target->flags & HP_FN_ADDR_TAKEN, "%s: fa_target's address in fa_hook not seen", flags);
+	EXPECT(!(root->flags & (HP_FN_INNER_REF | HP_FN_LSDA | HP_FN_ADDR_TAKEN)), "%s: fa_root flagged 0x%x", flags,
+	       root->flags);
+	profile_all(m, names, 10, &prof);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(plan.status == HP_PLAN_OK && plan.verified, "%s: plan %d: %s", flags, plan.status, plan.message);
+	const struct hp_plan_kept *k;
+	EXPECT((k = kept(&plan, "fa_labels")) && strstr(k->rule, "stored in data"),
+	       "%s: fa_labels not kept by its rule", flags);
+	EXPECT((k = kept(&plan, "fa_cleanup")) && strstr(k->rule, "landing pads"),
+	       "%s: fa_cleanup not kept by its rule", flags);
+	EXPECT((k = kept(&plan, "fa_aligned")) && strstr(k->rule, "unwind"), "%s: fa_aligned not kept by its rule",
+	       flags);
+	bool moved = false;
+	for (size_t i = 0; i < plan.nmembers; i++)
+		moved |= plan.members[i].fn == target;
+	EXPECT(moved, "%s: the address-taken fa_target did not join the group", flags);
+	EXPECT(plan.unwind && plan.unwind_fdes >= 2, "%s: no unwind data for the copy", flags);
+	/* The copy's unwind data is checked: a wrong data alignment factor in
+	 * its CIE (byte 12) doubles every saved-register offset. */
+	if (plan.unwind && plan.unwind_len > 13) {
+		plan.unwind[12] = 2;
+		EXPECT(!hp_plan_verify_unwind(m, &plan), "%s: corrupted unwind data passed", flags);
+	}
+	hp_plan_free(&plan);
+	hp_profile_free(&prof);
+	hp_model_free(m);
+}
+
+static void t_plan_keeps_code_found_by_address(void)
+{
+	found_case("-O2 -fexceptions -fPIE -pie", "found_pie");
+	found_case("-O2 -fexceptions -fno-PIE -no-pie", "found_nopie");
+}
+
 int main(void)
 {
 	RUN(t_chain_perfect_partner);
@@ -198,7 +373,9 @@ int main(void)
 	RUN(t_chain_should_follow);
 	RUN(t_plan_elf_is_verified);
 	RUN(t_plan_refuses_stale_profile);
+	RUN(t_profile_reads_measure_report);
 	RUN(t_plan_without_counts_or_heat);
+	RUN(t_plan_keeps_code_found_by_address);
 	tu_cleanup();
 	TEST_EXIT();
 }

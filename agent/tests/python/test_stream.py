@@ -388,6 +388,47 @@ def test_batches_are_numbered_consecutively_by_this_run(agent):
     assert all(m.instance_id == agent.hello.instance_id for m in msgs)
 
 
+def test_stacks_travel_with_ids_the_backend_recomputes_and_definitions_stop_once_acknowledged(agent):
+    """Every batch carries the interval's call stacks; the backend's own checks accept them (their ids
+    recomputed from the frames), kernel frames lie in the catalog's functions, idle is the idle task's
+    samples, and a stack defined in an acknowledged batch is later counted by id alone."""
+    from app.agent_input import check_batch, check_stacks
+    sess = agent.session
+    while not sess.raw_metrics.empty():
+        sess.raw_metrics.get()
+    msgs = [_get(sess.raw_metrics, 5, "batch with stacks") for _ in range(5)]
+    kernel_frames = 0
+    for m in msgs:
+        b = m.metrics
+        check_batch(b)
+        assert b.HasField("stacks") and b.idle_by_context
+        st = b.stacks
+        parsed = check_stacks(st, b.total_samples)  # raises on anything the backend would refuse
+        assert st.stack_samples + st.dropped_samples == b.total_samples
+        assert st.max_depth == 64
+        assert sum(c.count for c in st.counts if c.pid == 0) == b.idle_samples
+        assert all(st.comms[c.comm] == "swapper" for c in st.counts if c.pid == 0)
+        assert sum(s.count for s in b.blocks if s.idle) <= b.idle_samples
+        for s in b.blocks:
+            assert sum(s.instruction_counts) == s.count and len(s.instruction_offsets) == len(s.instruction_counts)
+        for stack in st.stacks:
+            for f in stack.frames:
+                mod = st.modules[f.module]
+                if mod.kind == pb.FRAME_KIND_KERNEL_FUNCTION and mod.name == "vmlinux":
+                    assert mod.digest == agent.vmlinux.digest
+                    fn = agent.catalog[f.function_index]
+                    assert f.offset <= fn.size, (fn.name, f.offset, fn.size)
+                    kernel_frames += 1
+        assert len(parsed.rows) == len({c.stack_id for c in st.counts})
+    assert kernel_frames > 0
+    defined_early = {s.id for m in msgs[:2] for s in m.metrics.stacks.stacks}
+    late = msgs[4].metrics.stacks
+    counted_late = {c.stack_id for c in late.counts}
+    again = {s.id for s in late.stacks} & defined_early & counted_late
+    assert defined_early & counted_late, "no stack repeated across five seconds (the idle task's at least)"
+    assert not again, f"{len(again)} stacks acknowledged two batches ago were defined again"
+
+
 def _command(sess, cid, **kind):
     sess.send(pb.ServerMessage(command=pb.Command(id=cid, **kind)))
     _, res = _get(sess.results, 10, f"result of {cid}")

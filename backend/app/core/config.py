@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     database_url: str | None = Field(default=None,
                                      validation_alias=AliasChoices("DATABASE_URL", "HOTPATH_DATABASE_URL"))
     sample_retention_hours: float = 24.0
+    # Call stacks are kept as long as the samples unless set shorter (HOTPATH_STACK_RETENTION_HOURS): a
+    # host running many short-lived or JIT-compiled programs defines hundreds of new stacks a second.
+    stack_retention_hours: float | None = None
     retention_interval_s: float = 300.0
     access_token_minutes: int = 12 * 60
     command_timeout_s: float = 15.0  # how long a request waits for a quick command (inspect)

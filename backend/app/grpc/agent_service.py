@@ -45,7 +45,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from app import agent_input, catalog, crud, enrolment, measurements, samples, targets
+from app import agent_input, catalog, crud, enrolment, measurements, samples, stacks, targets
 from app.agent_input import InvalidInput
 from app.catalog_digest import PieceHasher
 from app.core.pki import fingerprint_pem
@@ -113,6 +113,7 @@ class AgentSession:
     measurement_rows: dict[str, int] = field(default_factory=dict)  # measurement id -> its rows
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     dropped_samples: int = 0
+    known_stacks: set[int] = field(default_factory=set)  # stack ids stored for this host
     welcomed: bool = False
     closed: bool = False
     store_failed: bool = False  # a data message of this stream could not be stored: ack nothing more
@@ -632,12 +633,15 @@ class AgentService:
         seq = message.seq
         if seq and not instance:
             raise InvalidInput("a numbered message needs an instance id (Hello.instance_id)")
+        parsed_stacks = None
         if kind == "gap":
             if not seq:
                 raise InvalidInput("a DataGap must carry a sequence number")
             agent_input.check_gap(message.gap, seq)
         elif kind == "metrics":
             agent_input.check_batch(message.metrics)
+            parsed_stacks = (agent_input.check_stacks(message.metrics.stacks, message.metrics.total_samples)
+                             if message.metrics.HasField("stacks") else None)
         mark = 0
         if seq:
             if instance not in session.marks:
@@ -670,7 +674,7 @@ class AgentService:
             for gap in gaps:
                 gap["start"], gap["end"] = self._clamp(gap["start"]), self._clamp(gap["end"])
         elif kind == "metrics":
-            await self._map_metrics(session, message.metrics, instance, seq, item)
+            await self._map_metrics(session, message.metrics, instance, seq, item, parsed_stacks)
         else:
             await self._map_measurement(session, message.measurement, instance, seq, item)
         if seq:
@@ -683,6 +687,7 @@ class AgentService:
         """A data message was stored (or not): acknowledge it, publish what views want to see."""
         if future.cancelled() or future.exception() is not None:
             session.store_failed = True  # nothing after it may be acknowledged
+            session.known_stacks.clear()  # definitions it carried may not be stored
             if not session.ending:
                 session.ending = True
                 exc = None if future.cancelled() else future.exception()
@@ -736,6 +741,38 @@ class AgentService:
         high = now + timedelta(seconds=self.runtime.settings.max_clock_skew_s)
         return min(max(ts, low), high)
 
+    async def _check_stack_frames(self, session: AgentSession, parsed: "stacks.BatchStacks") -> None:
+        """Kernel frames must name functions of catalog pieces this host runs (or a stored piece), within
+        the function's bytes when the piece is stored."""
+        counts: dict[str, int] = {}
+        for _, modules, flat in parsed.defs:
+            for k in range(0, len(flat), 3):
+                kind, digest, _ = modules[flat[k]]
+                if kind != stacks.KERNEL_FUNCTION:
+                    continue
+                if digest not in counts:
+                    ref = session.refs.get(digest)
+                    if ref is not None:
+                        counts[digest] = ref.function_count
+                    else:
+                        async with self.runtime.engine.connect() as conn:
+                            found = (await conn.execute(text(
+                                "SELECT function_count FROM catalog_pieces WHERE digest = :d AND complete"),
+                                {"d": digest})).scalar_one_or_none()
+                        if found is None:
+                            raise InvalidInput(f"a stack frame names catalog {digest[:16]}, which this host does "
+                                               "not run and no host has sent")
+                        counts[digest] = found
+                fn, off = flat[k + 1], flat[k + 2]
+                if fn >= counts[digest]:
+                    raise InvalidInput(f"a stack frame names function {fn} of catalog {digest[:16]}, which has "
+                                       f"{counts[digest]}")
+                mapping = await self.registry.function_ids(digest)
+                entry = mapping.get(fn) if mapping is not None else None
+                if entry is not None and off > entry[1]:
+                    raise InvalidInput(f"a stack frame at offset {off:#x} of function {fn}, which is "
+                                       f"{entry[1]:#x} bytes long")
+
     def _refuse_if_out_of_time(self, session: AgentSession, start_ns: int, end_ns: int, instance: str, seq: int,
                                item: "samples.Item") -> bool:
         """Refuse (record a gap, flag the clock) a batch outside [now - retention, now + skew]."""
@@ -763,7 +800,7 @@ class AgentService:
         return True
 
     async def _map_metrics(self, session: AgentSession, batch: "pb.MetricBatch", instance: str, seq: int,
-                           item: "samples.Item") -> None:
+                           item: "samples.Item", parsed_stacks: "stacks.BatchStacks | None" = None) -> None:
         """Check a metric batch against what Hello announced and map it to function ids."""
         start_ns = batch.interval_start_unix_ns
         end_ns = start_ns + batch.interval_ms * 1_000_000
@@ -776,8 +813,9 @@ class AgentService:
             maps.append(await self.registry.function_ids(digest))
             idle_sets.append(self.registry.idle_ids.get(digest, set()))
         counts_of = [session.refs[d].function_count for d in digests]
-        per_block: dict[tuple[int, int], int] = {}
-        dropped = idle = 0
+        per_block: dict[tuple[int, int, bool], int] = {}
+        per_insn: dict[tuple[int, int, bool], Counter] = {}
+        dropped = 0
         nmods = len(digests)
         for b in batch.blocks:
             mi = b.module_index
@@ -795,22 +833,71 @@ class AgentService:
             if off >= max(entry[1], 1):
                 raise InvalidInput(f"samples for block offset {off:#x} of function {fi}, "
                                    f"which is {entry[1]:#x} bytes long")
-            if fi in idle_sets[mi]:
-                idle += b.count
-            key = (entry[0], off)
+            # An agent that does not report context: the idle loop by name.
+            idle = b.idle if batch.idle_by_context else fi in idle_sets[mi]
+            key = (entry[0], off, idle)
             per_block[key] = per_block.get(key, 0) + b.count
+            if b.instruction_offsets:
+                if off + b.instruction_offsets[-1] >= entry[1]:
+                    raise InvalidInput(f"instruction samples past the end of function {fi}")
+                per_pc = per_insn.setdefault(key, Counter())
+                for ioff, icount in zip(b.instruction_offsets, b.instruction_counts, strict=True):
+                    per_pc[ioff] += icount
+        stack_samples = stack_dropped = 0
+        if parsed_stacks is not None:
+            await self._check_stack_frames(session, parsed_stacks)
+            stack_samples, stack_dropped = batch.stacks.stack_samples, batch.stacks.dropped_samples
+            defined = {d[0] for d in parsed_stacks.defs}
+            unknown = [r[0] for r in parsed_stacks.rows
+                       if r[0] not in defined and r[0] not in session.known_stacks]
+            if unknown:
+                async with self.runtime.engine.connect() as conn:
+                    found = await stacks.known_ids(conn, session.host_id, unknown)
+                session.known_stacks |= found
+                missing = set(unknown) - found
+                if missing:
+                    # Stacks whose definition this host never sent (or the backend forgot): counted, not stored.
+                    lost = sum(r[1] for r in parsed_stacks.rows if r[0] in missing)
+                    parsed_stacks.rows = [r for r in parsed_stacks.rows if r[0] not in missing]
+                    stack_samples -= lost
+                    stack_dropped += lost
+                    log.warning("host %s: %d samples of %d undefined stack(s) not stored", session.host_id, lost,
+                                len(missing))
         session.dropped_samples += dropped
         metrics = self.runtime.metrics
         metrics.ingest_batches.inc()
         metrics.ingest_samples.inc(batch.total_samples)
         metrics.ingest_dropped.inc(dropped)
         metrics.ingest_points.inc(len(per_block))
+        function_ids, block_offsets, counts, idles = [], [], [], []
+        insn_index, insn_offsets, insn_counts = [], [], []
+        for i, ((fid, off, idle), count) in enumerate(per_block.items(), start=1):
+            function_ids.append(fid)
+            block_offsets.append(off)
+            counts.append(count)
+            idles.append(idle)
+            insns = per_insn.get((fid, off, idle))
+            if insns:
+                for ioff in sorted(insns):
+                    insn_index.append(i)
+                    insn_offsets.append(ioff)
+                    insn_counts.append(insns[ioff])
+        idle_samples = batch.idle_samples if batch.idle_by_context else sum(
+            c for (_, _, idle), c in per_block.items() if idle)
         item.samples = samples.SampleRow(
             host_id=session.host_id, ts=_ns_to_dt(start_ns), interval_ms=batch.interval_ms,
             totals=(batch.total_samples, batch.user_samples, batch.unmapped_samples, batch.lost_samples, dropped,
-                    idle),
-            function_ids=[k[0] for k in per_block], block_offsets=[k[1] for k in per_block],
-            counts=list(per_block.values()))
+                    idle_samples),
+            idle_by_context=batch.idle_by_context, stack_samples=stack_samples, stack_dropped=stack_dropped,
+            function_ids=function_ids, block_offsets=block_offsets, counts=counts, idles=idles,
+            insn_index=insn_index, insn_offsets=insn_offsets, insn_counts=insn_counts)
+        if parsed_stacks is not None and (parsed_stacks.defs or parsed_stacks.rows):
+            item.stacks = parsed_stacks
+            # Known from now on: items are stored in order, and when one fails the stream ends and
+            # forgets what it knew (see _stored), so a later batch may refer to these definitions.
+            if len(session.known_stacks) > 500_000:
+                session.known_stacks.clear()
+            session.known_stacks |= {d[0] for d in parsed_stacks.defs}
         session.last_end[instance] = _ns_to_dt(end_ns)
 
     async def _map_measurement(self, session: AgentSession, batch: "pb.MeasurementBatch", instance: str, seq: int,

@@ -11,7 +11,7 @@ NSLOTS = len(SLOTS)
 # measurement_points_* rows with this resource carry the measured seconds (and intervals, in `count`).
 COVERAGE_RESOURCE = -1
 
-RAW_TABLES = ("sample_intervals", "measurement_points")
+RAW_TABLES = ("sample_intervals", "measurement_points", "stack_samples")
 ROLLUP_TABLES = ("sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m", "sample_totals_1h",
                  "measurement_points_1m", "measurement_points_1h")
 

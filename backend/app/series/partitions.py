@@ -74,15 +74,17 @@ async def ensure(engine: AsyncEngine, now: datetime, raw_back: timedelta, rollup
 
 
 async def drop_expired(engine: AsyncEngine, now: datetime, raw_retention: timedelta,
-                       rollup_retention: timedelta) -> tuple[int, int]:
-    """Drop the partitions that end before the retention; returns (partitions dropped, sample
-    intervals they held)."""
+                       rollup_retention: timedelta, stack_retention: timedelta | None = None) -> tuple[int, int]:
+    """Drop the partitions that end before the retention (call stacks: `stack_retention`, at most the raw
+    retention); returns (partitions dropped, sample intervals they held)."""
+    stacks = min(raw_retention, stack_retention) if stack_retention is not None else raw_retention
     dropped = rows = 0
     async with engine.begin() as conn:
         await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
         for table in (*RAW_TABLES, *ROLLUP_TABLES):
             step = step_of(table)
-            cutoff = now - (raw_retention if step == HOUR else rollup_retention)
+            cutoff = now - (stacks if table == "stack_samples" else raw_retention if step == HOUR
+                            else rollup_retention)
             for name in await existing(conn, table):
                 start = partition_start(name)
                 if start is None or start + step > cutoff:

@@ -22,7 +22,8 @@ log = logging.getLogger("hotpath.series")
 LOCK_KEY = 0x68707072  # "hppr": one rollup task at a time across replicas
 MAX_STEP = timedelta(hours=6)  # raw time summed per statement, so one pass stays bounded
 
-_TOTALS = ("total_samples", "user_samples", "unmapped_samples", "lost_samples", "dropped_samples", "idle_samples")
+_TOTALS = ("total_samples", "user_samples", "unmapped_samples", "lost_samples", "dropped_samples", "idle_samples",
+           "stack_samples", "stack_dropped_samples")
 
 
 def _nullable_add(col: str, table: str) -> str:
@@ -33,12 +34,13 @@ def _nullable_add(col: str, table: str) -> str:
 def _blocks_from_raw(grain: str, where: str) -> str:
     trunc = "minute" if grain == "1m" else "hour"
     return f"""
-        INSERT INTO sample_blocks_{grain} (host_id, bucket, function_id, block_offset, count)
-        SELECT s.host_id, date_trunc('{trunc}', s.ts), u.f, u.o, sum(u.c)
-        FROM sample_intervals s, unnest(s.function_ids, s.block_offsets, s.counts) AS u(f, o, c)
+        INSERT INTO sample_blocks_{grain} (host_id, bucket, function_id, block_offset, count, idle_count)
+        SELECT s.host_id, date_trunc('{trunc}', s.ts), u.f, u.o, sum(u.c), coalesce(sum(u.c) FILTER (WHERE u.i), 0)
+        FROM sample_intervals s, unnest(s.function_ids, s.block_offsets, s.counts, s.idles) AS u(f, o, c, i)
         WHERE {where} GROUP BY 1, 2, 3, 4
         ON CONFLICT (host_id, bucket, function_id, block_offset)
-        DO UPDATE SET count = sample_blocks_{grain}.count + excluded.count"""
+        DO UPDATE SET count = sample_blocks_{grain}.count + excluded.count,
+                      idle_count = sample_blocks_{grain}.idle_count + excluded.idle_count"""
 
 
 def _totals_from_raw(grain: str, where: str) -> str:
@@ -73,11 +75,12 @@ def _points_from_raw(grain: str, where: str) -> str:
 
 def _hour_from_minutes() -> list[str]:
     blocks = """
-        INSERT INTO sample_blocks_1h (host_id, bucket, function_id, block_offset, count)
-        SELECT host_id, date_trunc('hour', bucket), function_id, block_offset, sum(count)
+        INSERT INTO sample_blocks_1h (host_id, bucket, function_id, block_offset, count, idle_count)
+        SELECT host_id, date_trunc('hour', bucket), function_id, block_offset, sum(count), sum(idle_count)
         FROM sample_blocks_1m WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3, 4
         ON CONFLICT (host_id, bucket, function_id, block_offset)
-        DO UPDATE SET count = sample_blocks_1h.count + excluded.count"""
+        DO UPDATE SET count = sample_blocks_1h.count + excluded.count,
+                      idle_count = sample_blocks_1h.idle_count + excluded.idle_count"""
     cols = ", ".join(("covered_ms", *_TOTALS))
     sums = ", ".join(f"sum({c})" for c in ("covered_ms", *_TOTALS))
     upd = ", ".join(f"{c} = sample_totals_1h.{c} + excluded.{c}" for c in ("covered_ms", *_TOTALS))

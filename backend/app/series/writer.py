@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import stacks as stack_store
 from app.series import partitions, rollups
 
 log = logging.getLogger("hotpath.ingest")
@@ -35,7 +37,9 @@ GATHER_S = 0.005  # after the first item, wait this long for more to share the c
 
 @dataclass(slots=True)
 class SampleRow:
-    """One host's metric interval: totals and parallel arrays of block counts."""
+    """One host's metric interval: totals, parallel arrays of block counts (with, per block, whether its
+    samples were the idle task's; a block seen in both contexts has one entry each way), and the
+    per-instruction counts as parallel arrays that name their block by its 1-based position."""
     host_id: str
     ts: datetime
     interval_ms: int
@@ -43,6 +47,13 @@ class SampleRow:
     function_ids: Sequence[int]
     block_offsets: Sequence[int]
     counts: Sequence[int]
+    idles: Sequence[bool] | None = None  # None: no block is idle
+    insn_index: Sequence[int] = ()
+    insn_offsets: Sequence[int] = ()
+    insn_counts: Sequence[int] = ()
+    idle_by_context: bool = False
+    stack_samples: int = 0
+    stack_dropped: int = 0
 
 
 @dataclass(slots=True)
@@ -77,6 +88,7 @@ class Item:
     refused: bool = False
     clock_offset_ms: int | None = None
     measurement: MeasurementUpdate | None = None
+    stacks: "stack_store.BatchStacks | None" = None  # the call stacks of the samples' interval
     future: asyncio.Future | None = None
     # The stream the item came from: once one of its items fails (guard.store_failed), its later ones
     # fail too without being stored, so a cumulative acknowledgement never skips a lost message.
@@ -85,7 +97,9 @@ class Item:
     def size(self) -> int:
         n = 1
         if self.samples is not None:
-            n += len(self.samples.counts)
+            n += len(self.samples.counts) + len(self.samples.insn_counts)
+        if self.stacks is not None:
+            n += len(self.stacks.rows)
         if self.points is not None:
             n += len(self.points.vals)
         return n
@@ -164,8 +178,10 @@ class IngestWriter:
             try:
                 try:
                     await self._commit(items)
-                except DBAPIError as exc:
-                    if getattr(exc.orig, "sqlstate", None) != "23514" or not await self._add_partitions(items):
+                except (DBAPIError, psycopg.Error) as exc:
+                    # COPY runs on the driver's connection: its errors arrive unwrapped.
+                    state = getattr(getattr(exc, "orig", exc), "sqlstate", None)
+                    if state != "23514" or not await self._add_partitions(items):
                         raise
                     await self._commit(items)  # the partition a row needed was missing: once more
             except asyncio.CancelledError:
@@ -175,6 +191,7 @@ class IngestWriter:
                 raise
             except Exception as exc:  # noqa: BLE001 - every item learns; their streams end and resend
                 log.warning("storing %d data message(s) failed: %s", len(items), type(exc).__name__)
+                log.debug("storing failed: %s", exc)
                 for it in items:
                     if it.guard is not None:
                         it.guard.store_failed = True
@@ -201,6 +218,7 @@ class IngestWriter:
         ahead = max(max(times) - now, timedelta(0)) + timedelta(hours=1)
         created = await partitions.ensure(self.engine, now, back, timedelta(days=1) + back,
                                           raw_ahead=ahead + timedelta(hours=3), rollup_ahead=ahead + timedelta(days=2))
+        log.debug("partitions for %s..%s: %d created", min(times), max(times), created)
         return created > 0
 
     async def _commit(self, items: list[Item]) -> None:
@@ -223,11 +241,15 @@ class IngestWriter:
                     if sample_rows:
                         async with cur.copy(
                                 "COPY sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, "
-                                "unmapped_samples, lost_samples, dropped_samples, idle_samples, function_ids, "
-                                "block_offsets, counts, batch) FROM STDIN") as copy:
+                                "unmapped_samples, lost_samples, dropped_samples, idle_samples, idle_by_context, "
+                                "stack_samples, stack_dropped_samples, function_ids, block_offsets, counts, idles, "
+                                "insn_index, insn_offsets, insn_counts, batch) FROM STDIN") as copy:
                             for s in sample_rows:
-                                await copy.write_row((s.host_id, s.ts, s.interval_ms, *s.totals,
-                                                      list(s.function_ids), list(s.block_offsets), list(s.counts),
+                                idles = list(s.idles) if s.idles is not None else [False] * len(s.counts)
+                                await copy.write_row((s.host_id, s.ts, s.interval_ms, *s.totals, s.idle_by_context,
+                                                      s.stack_samples, s.stack_dropped, list(s.function_ids),
+                                                      list(s.block_offsets), list(s.counts), idles,
+                                                      list(s.insn_index), list(s.insn_offsets), list(s.insn_counts),
                                                       batch))
                     if point_rows:
                         async with cur.copy(
@@ -236,6 +258,10 @@ class IngestWriter:
                             for p in point_rows:
                                 await copy.write_row((p.host_id, p.measurement_id, p.ts, p.seconds, p.state,
                                                       list(p.resources), list(p.vals), batch))
+                stacked = [(it.host_id, it.samples.ts, it.stacks) for it in items
+                           if it.stacks is not None and it.samples is not None]
+                if stacked:
+                    await stack_store.write_many(conn, stacked)
                 for ts in [s.ts for s in sample_rows] + [p.ts for p in point_rows]:
                     if ts < wm_1m and (late_lo is None or ts < late_lo):
                         late_lo = ts

@@ -2,9 +2,12 @@
 """Every REST operation fuzzed from the OpenAPI document by schemathesis, as admin, against the
 running backend with a registered host: malformed paths, queries and bodies must get a documented 4xx
 with a message, never an undocumented status such as 500, and every response must match the
-documented schema."""
+documented schema. A second run fuzzes the call-stack routes (flame graphs, callers and callees,
+instruction samples, the pprof export) with the path fixed to a host and function that have stacks, so
+their filters and ranges are exercised against real data rather than answered with 404."""
 import asyncio
 import sys
+import time
 from pathlib import Path
 
 from tests.scripted_agent import wait_until
@@ -19,6 +22,32 @@ async def test_rest_api_survives_schema_driven_fuzzing(backend, client, admin_to
             return r.status_code == 200 and r.json()["catalog_complete"]
         await wait_until(stored)
         st = Path(sys.executable).with_name("st")
+        # First the stack routes, with a host and a function that have stacks in the last minutes.
+        now = time.time_ns()
+        stack = [("k", 0, 0x4), ("k", 1, 0x18), ("u", "/usr/bin/dd", 0x1234)]
+        for i in range(5):
+            await agent.send_batch(agent.stack_batch(now - (i + 2) * 10**9, [
+                (stack, 100, "dd", 0, 7), (stack[1:], 100, "dd", 1, 2), ([("k", 9, 0x8)], 0, "swapper", 1, 5)]))
+        fid = await wait_until(_function_id(client, f"fuzz-{unique}", "vfs_read"))
+
+        async def stacks_stored():
+            r = await client.get(f"/api/v1/hosts/fuzz-{unique}/flamegraph", params={"window_s": 3600})
+            return r.json()["samples"] == 5 * 9
+        await wait_until(stacks_stored)
+        config = tmp_path / "schemathesis.toml"
+        config.write_text(f'[parameters]\n"path.host_id" = "fuzz-{unique}"\n"path.function_id" = {fid}\n')
+        proc = await asyncio.create_subprocess_exec(
+            str(st), "--config-file", str(config), "run", f"{backend.base_url}/api/v1/openapi.json",
+            "--header", f"Authorization: Bearer {admin_token}",
+            "--checks", "status_code_conformance,content_type_conformance,response_schema_conformance",
+            "--phases", "examples,coverage,fuzzing", "--max-examples", "40", "--seed", "2",
+            "--include-path-regex", "/(flamegraph|calls|instruction-samples|profile|top-functions)",
+            "--report-dir", str(tmp_path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(proc.communicate(), 600)
+        text = out.decode(errors="replace")
+        assert proc.returncode == 0, text[-6000:]
+        # Then every operation.
         proc = await asyncio.create_subprocess_exec(
             str(st), "run", f"{backend.base_url}/api/v1/openapi.json",
             "--header", f"Authorization: Bearer {admin_token}",
@@ -34,3 +63,10 @@ async def test_rest_api_survives_schema_driven_fuzzing(backend, client, admin_to
         assert proc.returncode == 0, text[-6000:]
     finally:
         await agent.close()
+
+
+def _function_id(client, host_id: str, name: str):
+    async def find():
+        r = await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": name, "limit": 5})
+        return next((f["id"] for f in r.json()["items"] if f["name"] == name), None)
+    return find

@@ -245,3 +245,122 @@ async def test_a_message_over_the_size_limit_ends_the_stream(backend, unique):
     error = await _ended(agent)
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     await agent.close()
+
+
+STACK = [("k", 0, 0x4), ("k", 1, 0x18), ("u", "/usr/bin/dd", 0x1234)]
+
+
+def _forge_id(b):
+    b.stacks.stacks[0].id ^= 1
+    b.stacks.counts[0].stack_id ^= 1
+
+
+def _frame_module(b):
+    b.stacks.stacks[0].frames[0].module = 99
+
+
+def _sum(b):
+    b.stacks.stack_samples += 1
+
+
+def _comm(b):
+    b.stacks.comms[0] = "d\x01d"
+
+
+def _cpu(b):
+    b.stacks.counts[0].cpu = 1 << 20
+
+
+def _rehash(b):
+    """Give the edited first stack the id its frames hash to, so the check under test is the one that fails."""
+    from app.stacks import stack_id
+    s = b.stacks.stacks[0]
+    mods = b.stacks.modules
+    s.id = stack_id([(1, mods[f.module].digest, f.function_index, f.offset) if mods[f.module].kind == 1 else
+                     (3, mods[f.module].name, 0, f.offset) for f in s.frames])
+    b.stacks.counts[0].stack_id = s.id
+
+
+def _function_beyond_catalog(b):
+    b.stacks.stacks[0].frames[0].function_index = 500  # of a 50-function piece
+    _rehash(b)
+
+
+def _offset_beyond_function(b):
+    b.stacks.stacks[0].frames[0].offset = 0x1000
+    _rehash(b)
+
+
+def _unknown_digest(b):
+    b.stacks.modules[0].digest = "ab" * 32
+    _rehash(b)
+
+
+def _instructions(b):
+    b.blocks[0].instruction_counts[0] += 1
+
+
+def _idle(b):
+    b.idle_samples = b.total_samples + 1
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (_forge_id, "hash to another id"),
+    (_frame_module, "not in StackSamples.modules"),
+    (_sum, "do not sum to stack_samples"),
+    (_comm, "control character"),
+    (_cpu, "out of range"),
+    (_function_beyond_catalog, "which has 50"),
+    (_offset_beyond_function, "bytes long"),
+    (_unknown_digest, "does not run and no host has sent"),
+    (_instructions, "sum to count"),
+    (_idle, "idle_samples exceeds"),
+])
+async def test_a_malformed_stack_batch_ends_the_stream_and_stores_nothing(backend, client, unique, edit, reason):
+    host_id = f"stk-bad-{unique}"
+    agent = await backend.agent(host_id, kernel_tag=f"stk-bad-{unique}")
+    await agent.connect()
+
+    async def complete():
+        r = await client.get(f"/api/v1/hosts/{host_id}")
+        return r.status_code == 200 and r.json()["catalog_complete"]
+
+    await wait_until(complete)
+    batch = agent.stack_batch(time.time_ns() - 2 * 10**9, [(STACK, 42, "dd", 0, 3)])
+    edit(batch)
+    await agent.send_batch(batch)
+    error = await _ended(agent)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason in error.details()
+    for table in ("sample_intervals", "stack_samples", "stack_defs"):
+        assert await _scalar(backend, f"SELECT count(*) FROM {table} WHERE host_id = :h", h=host_id) == 0
+    await agent.close()
+
+
+async def test_samples_of_a_stack_never_defined_are_counted_as_dropped_not_stored(backend, client, unique):
+    host_id = f"stk-undef-{unique}"
+    agent = await backend.agent(host_id, kernel_tag=f"stk-undef-{unique}")
+    await agent.connect()
+
+    async def complete():
+        r = await client.get(f"/api/v1/hosts/{host_id}")
+        return r.status_code == 200 and r.json()["catalog_complete"]
+
+    await wait_until(complete)
+    t = time.time_ns() - 5 * 10**9
+    seq = await agent.send_batch(agent.stack_batch(t, [(STACK, 42, "dd", 0, 3), (STACK[1:], 42, "dd", 0, 2)],
+                                                   define=set()))
+
+    async def acked():
+        return any(a.seq >= seq for a in agent.acks)
+
+    await wait_until(acked)
+    assert await _scalar(backend, "SELECT count(*) FROM stack_samples WHERE host_id = :h", h=host_id) == 0
+    assert await _scalar(backend, "SELECT stack_dropped_samples FROM sample_intervals WHERE host_id = :h",
+                         h=host_id) == 5
+    # Once defined, the same id is stored, and later batches may refer to it without its frames.
+    seq = await agent.send_batch(agent.stack_batch(t + 10**9, [(STACK, 42, "dd", 0, 3)]))
+    seq = await agent.send_batch(agent.stack_batch(t + 2 * 10**9, [(STACK, 42, "dd", 1, 4)], define=set()))
+    await wait_until(acked)
+    assert await _scalar(backend, "SELECT sum(count) FROM stack_samples WHERE host_id = :h", h=host_id) == 7
+    await agent.close()

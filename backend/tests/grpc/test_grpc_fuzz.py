@@ -42,7 +42,7 @@ FD = FieldDescriptor
 _SCALARS = {
     FD.TYPE_UINT32: _int(32, False), FD.TYPE_UINT64: _int(64, False), FD.TYPE_INT64: _int(64, True),
     FD.TYPE_INT32: _int(32, True), FD.TYPE_BOOL: st.booleans(), FD.TYPE_DOUBLE: st.floats(allow_nan=True),
-    FD.TYPE_BYTES: st.binary(max_size=32), FD.TYPE_ENUM: st.integers(0, 7),
+    FD.TYPE_BYTES: st.binary(max_size=32), FD.TYPE_ENUM: st.integers(0, 7), FD.TYPE_FIXED64: _int(64, False),
 }
 
 
@@ -118,10 +118,40 @@ def plausible_batch(draw):
                  | st.integers(NOW_NS - 3600 * 10**9, NOW_NS + 60 * 10**9))
     counted = sum(b[3] for b in blocks)
     total = min(draw(st.sampled_from([counted, counted + 1, max(counted - 1, 0)]) | _int(64, False)), (1 << 64) - 1)
-    return pb.AgentMessage(seq=draw(_int(64, False) | st.integers(0, 20)), instance_id=draw(_TEXT | st.just("")),
-                           metrics=pb.MetricBatch(
+    batch = pb.MetricBatch(
         interval_start_unix_ns=start, interval_ms=draw(_int(32, False) | st.just(1000)), total_samples=total,
-        blocks=[pb.BlockSamples(module_index=m, function_index=i, block_offset=o, count=c) for m, i, o, c in blocks]))
+        blocks=[pb.BlockSamples(module_index=m, function_index=i, block_offset=o, count=c) for m, i, o, c in blocks])
+    if draw(st.booleans()):
+        batch.stacks.CopyFrom(draw(plausible_stacks(total)))
+    return pb.AgentMessage(seq=draw(_int(64, False) | st.integers(0, 20)), instance_id=draw(_TEXT | st.just("")),
+                           metrics=batch)
+
+
+@st.composite
+def plausible_stacks(draw, total: int):
+    """Stacks close to real ones: ids that match their frames (or not), frames in the host's catalog or
+    past it, user files, addresses, counts that add up (or not)."""
+    from app.stacks import stack_id
+    digest = draw(_HEX)
+    modules = [pb.FrameModule(kind=1, digest=digest, name="vmlinux"), pb.FrameModule(kind=3, name=draw(_TEXT)),
+               pb.FrameModule(kind=draw(st.integers(0, 5)))]
+    stacks = []
+    for _ in range(draw(st.integers(0, 3))):
+        frames = draw(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60) | _int(32, False),
+                                         st.integers(0, 0x90) | _int(64, False)), min_size=0, max_size=4))
+        pf = [pb.Frame(module=m, function_index=fn if m == 0 else 0, offset=off) for m, fn, off in frames]
+        canon = [(modules[m].kind, modules[m].digest if m == 0 else modules[m].name if m == 1 else "",
+                  fn if m == 0 else 0, off) for m, fn, off in frames if m < len(modules)]
+        sid = stack_id(canon) ^ draw(st.sampled_from([0, 0, 1]))
+        stacks.append(pb.Stack(id=sid, frames=pf))
+    counts = [pb.StackCount(stack_id=draw(st.sampled_from([s.id for s in stacks]) | _int(64, False)) if stacks
+                            else draw(_int(64, False)), pid=draw(_int(32, False) | st.integers(0, 100)),
+                            comm=draw(st.integers(0, 1)), cpu=draw(st.integers(0, 3) | _int(32, False)),
+                            count=draw(st.integers(1, 5) | _int(64, False))) for _ in range(draw(st.integers(0, 3)))]
+    counted = sum(c.count for c in counts)
+    return pb.StackSamples(stacks=stacks, modules=modules, comms=[draw(_TEXT), "dd"], counts=counts,
+                           stack_samples=draw(st.sampled_from([counted, counted + 1])) % (1 << 64),
+                           max_depth=64)
 
 
 async def _run(backend, agent, hello, messages, raw: list[bytes]) -> grpc.StatusCode | None:

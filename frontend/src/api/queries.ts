@@ -4,8 +4,9 @@
 import { keepPreviousData, useMutation, useQueries, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, ApiError, unwrap } from "./client";
 import type {
-  Comparison, DataCoverage, EnrolmentRequest, EnrolmentToken, EnrolmentTokenCreated, FunctionDetail, FunctionSamples,
-  Host, Hotness, Instructions, Module, Timeline, TopFunctions, User, Plan, PlanDetail, PlanAuditEntry, CommandInfo,
+  Comparison, DataCoverage, EnrolmentRequest, EnrolmentToken, EnrolmentTokenCreated, FlameDiffData, FlameGraphData,
+  FunctionCalls, FunctionDetail, FunctionSamples, Host, Hotness, InstructionSamples, Instructions, Module, Timeline,
+  TopFunctions, User, Plan, PlanDetail, PlanAuditEntry, CommandInfo,
 } from "./types";
 import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
 
@@ -23,6 +24,11 @@ export const keys = {
   timeline: (hostId: string, range: string) => ["host", hostId, "timeline", range] as const,
   compare: (hostId: string, rest: unknown[]) => ["host", hostId, "compare", ...rest] as const,
   coverage: (hostId: string, windowS: number) => ["host", hostId, "coverage", windowS] as const,
+  flame: (hostId: string, rest: unknown[]) => ["host", hostId, "flame", ...rest] as const,
+  flameDiff: (hostId: string, rest: unknown[]) => ["host", hostId, "flame-diff", ...rest] as const,
+  calls: (hostId: string, fid: number, rest: unknown[]) => ["host", hostId, "calls", fid, ...rest] as const,
+  // Under "samples", so live pushes refresh it with the function's block samples.
+  insnSamples: (hostId: string, fid: number, range: string) => ["host", hostId, "samples", fid, "instructions", range] as const,
   enrolmentTokens: ["admin", "enrolment-tokens"] as const,
   enrolmentRequests: ["admin", "enrolment-requests"] as const,
 };
@@ -151,7 +157,7 @@ export function useFunctionSamples(hostId: string, fid: number, range: TimeRange
 export interface TopQuery {
   limit: number;
   offset: number;
-  sort: "samples" | "name" | "module";
+  sort: "samples" | "inclusive" | "name" | "module";
   desc: boolean;
   includeIdle: boolean;
 }
@@ -228,6 +234,101 @@ export function useCompare(hostId: string, q: CompareQuery | null) {
     enabled: q !== null,
     staleTime: Infinity,
     placeholderData: keepPreviousData,
+  });
+}
+
+/** Which samples a stack view covers (see the API's StackFilter). */
+export interface StackFilter {
+  pid: number | null;
+  comm: string | null;
+  cpu: number | null;
+  idle: "exclude" | "include" | "only";
+}
+
+function filterQuery(f: StackFilter) {
+  return { pid: f.pid ?? undefined, comm: f.comm ?? undefined, cpu: f.cpu ?? undefined, idle: f.idle };
+}
+
+/** Stack views recompute a tree over the whole range on the server: live ones refresh every 10 s, not on
+ *  every pushed interval. */
+const STACKS_LIVE_MS = 10_000;
+
+function stackLiveOptions(live: boolean) {
+  return {
+    placeholderData: keepPreviousData,
+    refetchInterval: live ? STACKS_LIVE_MS : (false as const),
+    staleTime: live ? STACKS_LIVE_MS : Infinity,
+    meta: { live: false },
+  };
+}
+
+export function useFlameGraph(hostId: string, range: TimeRange, live: boolean, filter: StackFilter, enabled = true) {
+  return useQuery<FlameGraphData, Error>({
+    queryKey: keys.flame(hostId, [rangeKey(range), filter.pid, filter.comm, filter.cpu, filter.idle]),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/flamegraph", {
+          params: { path: { host_id: hostId }, query: { ...rangeQuery(range), ...filterQuery(filter) } },
+        }),
+      ),
+    retry,
+    enabled,
+    ...stackLiveOptions(live),
+  });
+}
+
+export interface FlameDiffQuery {
+  a: { from: string; to: string };
+  b: { from: string; to: string };
+  bHost: string | null;
+  filter: StackFilter;
+}
+
+export function useFlameDiff(hostId: string, q: FlameDiffQuery | null) {
+  return useQuery<FlameDiffData, Error>({
+    queryKey: keys.flameDiff(hostId, [q]),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/flamegraph/diff", {
+          params: {
+            path: { host_id: hostId },
+            query: { a_from: q!.a.from, a_to: q!.a.to, b_from: q!.b.from, b_to: q!.b.to, b_host: q!.bHost ?? undefined,
+                     ...filterQuery(q!.filter) },
+          },
+        }),
+      ),
+    retry,
+    enabled: q !== null,
+    staleTime: Infinity,
+    placeholderData: keepPreviousData,
+  });
+}
+
+export function useFunctionCalls(hostId: string, fid: number, range: TimeRange, live: boolean, filter: StackFilter) {
+  return useQuery<FunctionCalls, Error>({
+    queryKey: keys.calls(hostId, fid, [rangeKey(range), filter.pid, filter.comm, filter.cpu, filter.idle]),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/functions/{function_id}/calls", {
+          params: { path: { host_id: hostId, function_id: fid }, query: { ...rangeQuery(range), ...filterQuery(filter) } },
+        }),
+      ),
+    retry,
+    ...stackLiveOptions(live),
+  });
+}
+
+export function useInstructionSamples(hostId: string, fid: number, range: TimeRange, live: boolean) {
+  return useQuery<InstructionSamples, Error>({
+    queryKey: keys.insnSamples(hostId, fid, rangeKey(range)),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/functions/{function_id}/instruction-samples", {
+          params: { path: { host_id: hostId, function_id: fid }, query: rangeQuery(range) },
+        }),
+      ),
+    retry,
+    ...liveOptions(live),
   });
 }
 

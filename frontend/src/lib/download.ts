@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Saves text the console fetched (with the session's token) as a file the browser downloads.
-export function downloadText(filename: string, text: string, type: string): void {
-  const url = URL.createObjectURL(new Blob([text], { type }));
+// Saves what the console fetched (with the session's token) as a file the browser downloads.
+export function downloadBlob(filename: string, blob: Blob): void {
+  const url = URL.createObjectURL(blob);
   const a = document.createElement("a");
   a.href = url;
   a.download = filename;
@@ -9,4 +9,8 @@ export function downloadText(filename: string, text: string, type: string): void
   a.click();
   a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+export function downloadText(filename: string, text: string, type: string): void {
+  downloadBlob(filename, new Blob([text], { type }));
 }

@@ -6,11 +6,20 @@ import { useCallback, useMemo } from "react";
 import { useSearchParams } from "react-router-dom";
 import { parseRange, rangeParams, type TimeRange } from "./timeRange";
 
-export type HostTab = "code" | "top" | "compare";
-export const HOST_TABS: HostTab[] = ["code", "top", "compare"];
+export type HostTab = "code" | "top" | "flame" | "compare";
+export const HOST_TABS: HostTab[] = ["code", "top", "flame", "compare"];
 
 export type TreeSort = "hotness" | "name" | "address" | "size" | "blocks";
-export type TopSort = "samples" | "name" | "module";
+export type TopSort = "samples" | "inclusive" | "name" | "module";
+export type IdleMode = "exclude" | "include" | "only";
+
+/** The samples stack views show: a process, a command, a CPU (null: any) and the idle task's samples. */
+export interface StackFilterView {
+  pid: number | null;
+  comm: string | null;
+  cpu: number | null;
+  idle: IdleMode;
+}
 
 export interface HostView {
   tab: HostTab;
@@ -30,10 +39,44 @@ export interface HostView {
   bHost: string | null;
   /** Live views refresh unless paused. */
   paused: boolean;
+  /** Flame graph tab (and the compare tab's differential flame graph). */
+  filter: StackFilterView;
+  flameQuery: string;
+  /** The zoomed frame, named by the frames from the root ("a;b;c"). */
+  flameZoom: string;
+  icicle: boolean;
+  /** Compare tab: the table or the differential flame graph. */
+  compareView: "table" | "flame";
 }
 
 const TREE_SORTS: TreeSort[] = ["hotness", "name", "address", "size", "blocks"];
-const TOP_SORTS: TopSort[] = ["samples", "name", "module"];
+const TOP_SORTS: TopSort[] = ["samples", "inclusive", "name", "module"];
+const IDLE_MODES: IdleMode[] = ["exclude", "include", "only"];
+
+function intParam(v: string | null, max: number): number | null {
+  if (v === null || !/^\d{1,10}$/.test(v)) return null;
+  const n = Number(v);
+  return n <= max ? n : null;
+}
+
+export function readStackFilter(p: URLSearchParams): StackFilterView {
+  const idle = p.get("fidle") as IdleMode | null;
+  const comm = p.get("comm");
+  return {
+    pid: intParam(p.get("pid"), 2 ** 31 - 1),
+    comm: comm && comm.length <= 64 ? comm : null,
+    cpu: intParam(p.get("cpu"), 65535),
+    idle: idle && IDLE_MODES.includes(idle) ? idle : "exclude",
+  };
+}
+
+export function writeStackFilter(f: StackFilterView, p: URLSearchParams): void {
+  const set = (k: string, value: string | null) => (value === null ? p.delete(k) : p.set(k, value));
+  set("pid", f.pid === null ? null : String(f.pid));
+  set("comm", f.comm);
+  set("cpu", f.cpu === null ? null : String(f.cpu));
+  set("fidle", f.idle === "exclude" ? null : f.idle);
+}
 
 export function readHostView(p: URLSearchParams): HostView {
   const tab = p.get("tab");
@@ -54,6 +97,11 @@ export function readHostView(p: URLSearchParams): HostView {
     bRange: p.get("b_from") ? parseRange(p.get("b_from"), p.get("b_to")) : null,
     bHost: p.get("b_host") || null,
     paused: p.get("paused") === "1",
+    filter: readStackFilter(p),
+    flameQuery: p.get("fq") ?? "",
+    flameZoom: p.get("fzoom") ?? "",
+    icicle: p.get("forient") === "icicle",
+    compareView: p.get("cview") === "flame" ? "flame" : "table",
   };
 }
 
@@ -79,6 +127,11 @@ export function writeHostView(v: HostView, base: URLSearchParams = new URLSearch
   set("b_to", b ? b.to : null);
   set("b_host", v.bHost);
   set("paused", v.paused ? "1" : null);
+  writeStackFilter(v.filter, p);
+  set("fq", v.flameQuery || null);
+  set("fzoom", v.flameZoom || null);
+  set("forient", v.icicle ? "icicle" : null);
+  set("cview", v.compareView === "flame" ? "flame" : null);
   return p;
 }
 

@@ -10,7 +10,7 @@
   measurements taken before and after the install.
 
 Revision ID: 0005_plans
-Revises: 0003
+Revises: 0004_series
 Create Date: 2026-11-25
 """
 import sqlalchemy as sa
@@ -18,7 +18,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
 revision = "0005_plans"
-down_revision = "0003"
+down_revision = "0004_series"
 branch_labels = None
 depends_on = None
 

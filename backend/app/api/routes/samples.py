@@ -9,11 +9,12 @@ from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
 
-from app import crud, samples
+from app import crud, samples, stacks
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, SampleRange, range_spec
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
+from app.api.routes.stacks import Filter
 from app.schemas import Comparison, Hotness, Timeline, TopFunctions
 
 router = APIRouter(prefix="/hosts/{host_id}", tags=["samples"])
@@ -24,9 +25,10 @@ EXPORT_ROWS = 100000
 @router.get("/top-functions", response_model=TopFunctions, responses={**NOT_FOUND, **BAD_RANGE})
 async def top_functions(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
                         limit: int = Query(50, ge=1, le=10000), offset: int = Query(0, ge=0, le=1_000_000),
-                        sort: Literal["samples", "name", "module"] = "samples",
+                        sort: Literal["samples", "inclusive", "name", "module"] = "samples",
                         order: Literal["desc", "asc"] = "desc", include_idle: bool = IncludeIdle):
-    """Functions by self samples in the range, with the host's totals (all, user, kernel, idle)."""
+    """Functions by self samples (or inclusive samples, from call stacks) in the range, with the host's totals
+    (all, user, kernel, idle)."""
     return FastJSON(await samples.top_functions(session, host_id, spec, limit, offset, sort, order == "desc",
                                                 include_idle))
 
@@ -67,12 +69,29 @@ async def compare(host_id: ExistingHost, session: SessionDep, runtime: RuntimeDe
 
 
 @router.get("/profile", responses={**NOT_FOUND, **BAD_RANGE, 200: {
-    "description": "The profile as a file (format=csv: one row per function, most samples first)",
-    "content": {"text/csv": {"schema": {"type": "string"}}}}})
+    "description": "The profile as a file (format=csv: one row per function, most samples first; "
+                   "format=pprof: the call stacks as a gzipped pprof profile.proto)",
+    "content": {"text/csv": {"schema": {"type": "string"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def export_profile(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
-                         format: Literal["csv"] = Query("csv", description="csv: top functions"),
+                         flt: Filter,
+                         format: Literal["csv", "pprof"] = Query(
+                             "csv", description="csv: top functions; pprof: call stacks (gzipped profile.proto, "
+                                                "read by go tool pprof, speedscope and other pprof tools)"),
                          include_idle: bool = IncludeIdle):
-    """Download the host's profile for a range (csv now; the format list grows, e.g. pprof)."""
+    """Download the host's profile for a range: top functions as CSV, or its call stacks as pprof."""
+    stamp = lambda d: d.strftime("%Y%m%dT%H%M%SZ")  # noqa: E731 - local helper
+    if format == "pprof":
+        r = await samples.resolve(session, host_id, spec) or samples.empty_range(spec)
+        host = await crud.get_host_public(session, host_id)
+        if include_idle:
+            flt = stacks.StackFilter(pid=flt.pid, comm=flt.comm, cpu=flt.cpu, idle="include")
+        body = await stacks.pprof(session, host_id, r.start, r.end, flt,
+                                  (host or {}).get("sample_frequency_hz") or 997)
+        name = f"hotpath-{_safe(host_id)}-{stamp(r.start)}-{stamp(r.end)}.pb.gz"
+        return Response(body, media_type="application/octet-stream",
+                        headers={"Content-Disposition": f'attachment; filename="{name}"',
+                                 "X-Hotpath-Range": f"{r.start.isoformat()}/{r.end.isoformat()}"})
     top = await samples.top_functions(session, host_id, spec, EXPORT_ROWS, 0, "samples", True, include_idle)
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
@@ -82,7 +101,6 @@ async def export_profile(host_id: ExistingHost, session: SessionDep, _: CurrentU
         w.writerow([i, item["name"], item["module"], f"0x{item['address_hex']}" if item["address_hex"] else "",
                     item["samples"], f"{item['samples_per_sec']:.6g}", f"{item['share']:.6g}",
                     "yes" if item["idle"] else "no"])
-    stamp = lambda d: d.strftime("%Y%m%dT%H%M%SZ")  # noqa: E731 - local helper
     name = f"hotpath-{_safe(host_id)}-{stamp(top['from'])}-{stamp(top['to'])}.csv"
     return Response(out.getvalue(), media_type="text/csv",
                     headers={"Content-Disposition": f'attachment; filename="{name}"',

@@ -2,7 +2,7 @@
 // Two time ranges of a host — or a range of another host — side by side: per function, samples per
 // second in A and in B and the change, largest change first. A is the page's range; B defaults to the
 // period just before it. Relative ranges are pinned to absolute times when the view opens, so the link
-// always reproduces the same comparison.
+// always reproduces the same comparison. Shown as a table of functions or as a differential flame graph.
 import { useEffect, useMemo } from "react";
 import { Link } from "react-router-dom";
 import { useCompare, useHosts } from "../../api/queries";
@@ -11,6 +11,7 @@ import { formatRange, resolveRange, type TimeRange } from "../../lib/timeRange";
 import { rangeSearch, type HostView } from "../../lib/urlState";
 import { TimeRangePicker } from "../time/TimeRangePicker";
 import { previousPeriod } from "./compareModel";
+import { DiffFlameView } from "../flame/DiffFlameView";
 
 export function CompareView({ hostId, view, update }: {
   hostId: string;
@@ -38,7 +39,7 @@ export function CompareView({ hostId, view, update }: {
       bHost: view.bHost, includeIdle: view.idle, limit: 200,
     };
   }, [a, b, view.bHost, view.idle]);
-  const cmp = useCompare(hostId, query);
+  const cmp = useCompare(hostId, view.compareView === "table" ? query : null);
   const bHostId = view.bHost ?? hostId;
 
   return (
@@ -60,6 +61,12 @@ export function CompareView({ hostId, view, update }: {
           </label>
         </div>
       </div>
+      <span className="segmented" role="group" aria-label="Comparison view">
+        <button type="button" aria-pressed={view.compareView === "table"} onClick={() => update({ compareView: "table" }, { push: true })}>Functions table</button>
+        <button type="button" aria-pressed={view.compareView === "flame"} onClick={() => update({ compareView: "flame" }, { push: true })}>Differential flame graph</button>
+      </span>
+      {view.compareView === "flame" && <DiffFlameView hostId={hostId} view={view} update={update} a={a} b={b} bHostId={bHostId} />}
+      {view.compareView === "table" && <>
       {cmp.isError && <p className="error" role="alert">Could not compare: {cmp.error.message}</p>}
       {cmp.data && (
         <p className="muted" data-testid="compare-totals">
@@ -103,6 +110,7 @@ export function CompareView({ hostId, view, update }: {
           })}
         </tbody>
       </table>
+      </>}
     </div>
   );
 }

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // One function of a host: its summary, the control-flow graph coloured by its samples over the chosen
 // time range (laid out in a Web Worker, with progress while that runs), the instructions of the
-// selected block, and its callees as links. Range, selected block and colour scale are in the URL.
+// selected block with their samples (the hottest marked), its callers and callees from sampled call
+// stacks, and its direct callees from its code. Range, selected block and colour scale are in the URL.
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useNavigate, useParams, useSearchParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
-import { useFunctionDetail, useFunctionSamples, useInstructions, useMakePlan, useMe } from "../../api/queries";
+import { useFunctionDetail, useFunctionSamples, useInstructionSamples, useInstructions, useMakePlan, useMe } from "../../api/queries";
 import { useAuth } from "../auth/AuthContext";
 import type { FunctionDetail } from "../../api/types";
 import { formatAddress, formatOffset } from "../../lib/address";
@@ -15,7 +16,8 @@ import { rangeSearch, readFunctionView, useUrlView, writeFunctionView } from "..
 import { LiveBar } from "../time/LiveBar";
 import { TimeRangePicker } from "../time/TimeRangePicker";
 import { CfgGraph } from "./CfgGraph";
-import { InstructionsPanel } from "./InstructionsPanel";
+import { InstructionsPanel, instructionCounts } from "./InstructionsPanel";
+import { CallersCallees } from "./CallersCallees";
 import { blockSamplesMap, buildCfgModel, type CfgLayout, type PositionedNode } from "./cfgModel";
 import { findBlock, hottestNode, initialView } from "./cfgView";
 import { colourScale, isDarkFill, stickyMax, type ScaleMode } from "./colourScale";
@@ -60,6 +62,8 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
   const samples = useFunctionSamples(hostId, fn.id, view.range, live);
   const instructionsWanted = view.block !== null;
   const instructions = useInstructions(hostId, fn.id, instructionsWanted);
+  const insnSamples = useInstructionSamples(hostId, fn.id, view.range, live);
+  const insnCounts = useMemo(() => (insnSamples.data ? instructionCounts(insnSamples.data.items) : null), [insnSamples.data]);
 
   // The layout depends only on the code; sample counts only recolour it.
   const model = useMemo(() => buildCfgModel(detail, null), [detail]);
@@ -122,6 +126,14 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
     update({ block: hottest.block!.offset }, { push: true });
     focusOn(hottest.id);
   }, [hottest, update, focusOn]);
+  const goHottestInstruction = useCallback(() => {
+    const off = insnCounts?.hottest;
+    if (off === null || off === undefined || !coloured) return;
+    const n = coloured.layout.nodes.find((x) => x.kind === "block" && x.block && off >= x.block.offset && off < x.block.offset + x.block.size);
+    if (!n) return;
+    update({ block: n.block!.offset }, { push: true });
+    focusOn(n.id);
+  }, [insnCounts, coloured, update, focusOn]);
 
   const hostLink = `/hosts/${encodeURIComponent(hostId)}`;
   const rangeText = formatRange(view.range);
@@ -197,8 +209,11 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
           instructions={instructions.data?.instructions}
           loading={instructions.isFetching && !instructions.data}
           error={instructions.isError ? instructions.error.message : null}
+          samples={insnCounts}
+          onGoHottest={goHottestInstruction}
         />
       </div>
+      <CallersCallees hostId={hostId} functionId={fn.id} range={view.range} live={live} />
       <section className="callees" aria-labelledby="callees-title">
         <h2 id="callees-title">Callees</h2>
         {detail.callees.length === 0 && <p className="muted">No direct calls.</p>}

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
 import { render, screen, within } from "@testing-library/react";
-import { InstructionsPanel, spacedBytes } from "./InstructionsPanel";
+import { InstructionsPanel, instructionCounts, spacedBytes } from "./InstructionsPanel";
 import { block } from "../../test/fixtures";
 
 const ins = [
@@ -38,5 +38,32 @@ describe("instructions panel", () => {
   it("spaces packed byte strings only", () => {
     expect(spacedBytes("4889e5")).toBe("48 89 e5");
     expect(spacedBytes("48 89 e5")).toBe("48 89 e5");
+  });
+});
+
+describe("instruction samples", () => {
+  it("shows each instruction's samples and marks the function's hottest", () => {
+    const samples = instructionCounts([{ offset: 1, samples: 30 }, { offset: 4, samples: 30 }, { offset: 0, samples: 5 }]);
+    expect(samples.hottest).toBe(1); // a tie goes to the lower offset
+    expect(samples.total).toBe(65);
+    render(<InstructionsPanel block={block(0, 5, [], "ffffffff81234560")} blockHex="ffffffff81234560" instructions={ins}
+      loading={false} error={null} samples={samples} />);
+    const panel = screen.getByRole("region", { name: "Instructions" });
+    const rows = within(panel).getAllByRole("row").slice(1);
+    expect(rows.map((r) => r.textContent)).toEqual([
+      "5 0xffffffff81234560 55 push rbp",
+      "hottest30 0xffffffff81234561 48 89 e5 mov rbp, rsp",
+      "30 0xffffffff81234564 c3 ret",
+    ]);
+    expect(rows[1]).toHaveAttribute("aria-current", "true");
+    expect(screen.getByTestId("hottest-instruction")).toHaveTextContent("Hottest instruction: +0x1 (30 of 65 samples)");
+  });
+
+  it("offers to show the hottest instruction when it lies in another block", () => {
+    let asked = 0;
+    render(<InstructionsPanel block={block(4, 1, [], "ffffffff81234564")} blockHex="ffffffff81234564" instructions={ins}
+      loading={false} error={null} samples={instructionCounts([{ offset: 1, samples: 3 }])} onGoHottest={() => { asked++; }} />);
+    screen.getByRole("button", { name: "show it" }).click();
+    expect(asked).toBe(1);
   });
 });

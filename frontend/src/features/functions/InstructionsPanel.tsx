@@ -1,9 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// The instructions of the selected basic block, decoded by the agent on request. Loading and
-// failures (e.g. the host is offline, so nothing can read its kernel text) are shown in place.
+// The instructions of the selected basic block, decoded by the agent on request, with each one's samples
+// over the range when they are known (like perf annotate) and the function's hottest instruction marked.
+// Loading and failures (e.g. the host is offline, so nothing can read its kernel text) are shown in place.
 import type { Block, Instruction } from "../../api/types";
 import { formatAddress } from "../../lib/address";
 import { instructionsOfBlock } from "./cfgModel";
+
+/** Samples per instruction of the whole function (offsets from its start). */
+export interface InstructionSampleCounts {
+  counts: Map<number, number>;
+  /** Offset of the function's hottest instruction, or null without samples. */
+  hottest: number | null;
+  /** Samples of the function's instructions in the range. */
+  total: number;
+}
 
 export interface InstructionsPanelProps {
   block: Block | null;
@@ -11,6 +21,23 @@ export interface InstructionsPanelProps {
   instructions: readonly Instruction[] | undefined;
   loading: boolean;
   error: string | null;
+  samples?: InstructionSampleCounts | null;
+  /** Select the block holding the hottest instruction. */
+  onGoHottest?: () => void;
+}
+
+/** Per-instruction counts from the API's items; the hottest is the one with most samples (lowest offset
+ *  on a tie). */
+export function instructionCounts(items: readonly { offset: number; samples: number }[]): InstructionSampleCounts {
+  const counts = new Map<number, number>();
+  let hottest: number | null = null;
+  let total = 0;
+  for (const it of items) {
+    counts.set(it.offset, it.samples);
+    total += it.samples;
+    if (hottest === null || it.samples > counts.get(hottest)! || (it.samples === counts.get(hottest) && it.offset < hottest)) hottest = it.offset;
+  }
+  return { counts, hottest, total };
 }
 
 /** "4889e5" → "48 89 e5"; already spaced byte strings stay as they are. */
@@ -20,8 +47,10 @@ export function spacedBytes(bytes: string): string {
   return b.match(/.{1,2}/g)?.join(" ") ?? b;
 }
 
-export function InstructionsPanel({ block, blockHex, instructions, loading, error }: InstructionsPanelProps) {
+export function InstructionsPanel({ block, blockHex, instructions, loading, error, samples, onGoHottest }: InstructionsPanelProps) {
   const rows = block && instructions ? instructionsOfBlock(instructions, block) : [];
+  const max = samples ? Math.max(1, ...samples.counts.values()) : 1;
+  const hottestHere = samples?.hottest !== null && samples?.hottest !== undefined && rows.some((r) => r.offset === samples.hottest);
   return (
     <section aria-label="Instructions" role="region" className="instructions">
       <h2>Instructions</h2>
@@ -32,6 +61,13 @@ export function InstructionsPanel({ block, blockHex, instructions, loading, erro
           {block.instruction_count} instructions
         </p>
       )}
+      {samples && samples.hottest !== null && (
+        <p className="small" data-testid="hottest-instruction">
+          Hottest instruction: +0x{samples.hottest.toString(16)} ({samples.counts.get(samples.hottest)} of {samples.total} samples)
+          {!hottestHere && onGoHottest && <> · <button type="button" className="link-button" onClick={onGoHottest}>show it</button></>}
+        </p>
+      )}
+      {samples && samples.total === 0 && block && <p className="muted small">No per-instruction samples in this range.</p>}
       {block && loading && <p className="muted">Loading instructions…</p>}
       {block && error && <p className="error" role="alert">Instructions unavailable: {error}</p>}
       {block && !loading && !error && instructions && rows.length === 0 && (
@@ -41,19 +77,31 @@ export function InstructionsPanel({ block, blockHex, instructions, loading, erro
         <table className="grid insns">
           <thead>
             <tr>
+              {samples && <th scope="col" className="num">Samples</th>}
               <th scope="col">Address</th>
               <th scope="col">Bytes</th>
               <th scope="col">Instruction</th>
             </tr>
           </thead>
           <tbody>
-            {rows.map((ins) => (
-              <tr key={ins.offset}>
-                <td className="addr">{formatAddress(ins.address_hex, ins.address)}{" "}</td>
-                <td className="bytes">{spacedBytes(ins.bytes)}{" "}</td>
-                <td className="asm">{ins.text}</td>
-              </tr>
-            ))}
+            {rows.map((ins) => {
+              const n = samples?.counts.get(ins.offset) ?? 0;
+              const hot = samples?.hottest === ins.offset;
+              return (
+                <tr key={ins.offset} className={hot ? "hottest" : undefined} aria-current={hot ? "true" : undefined}>
+                  {samples && (
+                    <td className="num insn-samples">
+                      {hot && <span className="badge hot">hottest</span>}
+                      {n > 0 && <span className="insn-bar" style={{ width: `${Math.max(2, (n / max) * 40)}px` }} aria-hidden="true" />}
+                      {n > 0 ? n : ""}{" "}
+                    </td>
+                  )}
+                  <td className="addr">{formatAddress(ins.address_hex, ins.address)}{" "}</td>
+                  <td className="bytes">{spacedBytes(ins.bytes)}{" "}</td>
+                  <td className="asm">{ins.text}</td>
+                </tr>
+              );
+            })}
           </tbody>
         </table>
       )}

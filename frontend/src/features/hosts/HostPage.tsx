@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // One host: its description, the time range every view of it uses (with a chart of the host's
-// samples over time to brush a range from, and pause/resume of live updates), and three tabs: the
-// code-resource tree, the top functions, and a comparison of two ranges. Everything is in the URL.
+// samples over time to brush a range from, and pause/resume of live updates), and four tabs: the
+// code-resource tree, the top functions, the flame graph, and a comparison of two ranges. Everything is
+// in the URL.
 import { useCallback, useRef, type KeyboardEvent } from "react";
 import { Link, useParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
@@ -10,6 +11,7 @@ import { readHostView, useUrlView, writeHostView, type HostTab } from "../../lib
 import { CodeTree } from "../tree/CodeTree";
 import { TopFunctionsView } from "../top/TopFunctionsView";
 import { CompareView } from "../compare/CompareView";
+import { FlameView } from "../flame/FlameView";
 import { LiveBar } from "../time/LiveBar";
 import { TimeRangePicker } from "../time/TimeRangePicker";
 import { TimelineChart } from "../time/TimelineChart";
@@ -20,6 +22,7 @@ import { HostAdminActions } from "../admin/HostAdminActions";
 const TABS: { id: HostTab; label: string }[] = [
   { id: "code", label: "Code" },
   { id: "top", label: "Top functions" },
+  { id: "flame", label: "Flame graph" },
   { id: "compare", label: "Compare" },
 ];
 type TabId = HostTab;
@@ -101,6 +104,7 @@ export function HostPage() {
       <div role="tabpanel" id={`panel-${tab}`} aria-labelledby={`tab-${tab}`} className="tabpanel">
         {tab === "code" && <CodeTree host={h} view={view} update={update} live={live} />}
         {tab === "top" && <TopFunctionsView hostId={h.id} view={view} update={update} live={live} />}
+        {tab === "flame" && <FlameView hostId={h.id} view={view} update={update} live={live} />}
         {tab === "compare" && <CompareView hostId={h.id} view={view} update={update} />}
       </div>
     </section>

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The hottest functions of a host over the page's time range, from whole-system PC sampling: sortable,
-// paged, exportable as CSV. Share is of all the host's samples (kernel and user); user and idle samples
+// The hottest functions of a host over the page's time range, from whole-system PC sampling: self
+// samples (the function's own code) and inclusive samples (from call stacks: the function and everything
+// it called), sortable, paged, exportable as CSV or pprof. Share is of all the host's samples (kernel and user); user and idle samples
 // are shown apart, and idle-loop functions are left out of the ranking unless asked for.
 import { useState } from "react";
 import { Link } from "react-router-dom";
@@ -10,15 +11,17 @@ import { formatCount, formatRate, formatShare } from "../../lib/format";
 import { formatRange, rangeQuery } from "../../lib/timeRange";
 import { rangeSearch, type HostView, type TopSort } from "../../lib/urlState";
 import { downloadText } from "../../lib/download";
+import { PprofButton } from "../flame/PprofButton";
 
 export const PAGE_SIZE = 50;
 
-const COLUMNS: { key: TopSort | null; label: string; num?: boolean }[] = [
+const COLUMNS: { key: TopSort | null; label: string; num?: boolean; title?: string }[] = [
   { key: null, label: "#", num: true },
   { key: "name", label: "Function" },
   { key: "module", label: "Module" },
-  { key: "samples", label: "Samples (count)", num: true },
-  { key: "samples", label: "Samples/s", num: true },
+  { key: "samples", label: "Self (samples)", num: true, title: "samples in the function's own code" },
+  { key: "inclusive", label: "Inclusive (samples)", num: true, title: "samples whose call stack contains the function" },
+  { key: "samples", label: "Self/s", num: true },
   { key: "samples", label: "Share of all samples", num: true },
 ];
 
@@ -39,7 +42,7 @@ export function TopFunctionsView({ hostId, view, update, live }: {
 
   const sortBy = (key: TopSort) => {
     if (key === view.topSort) update({ topDesc: !view.topDesc, page: 1 }, { push: true });
-    else update({ topSort: key, topDesc: key === "samples", page: 1 }, { push: true });
+    else update({ topSort: key, topDesc: key === "samples" || key === "inclusive", page: 1 }, { push: true });
   };
   const exportCsv = async () => {
     setExporting("exporting…");
@@ -73,6 +76,7 @@ export function TopFunctionsView({ hostId, view, update, live }: {
           rank idle-loop functions too
         </label>
         <button type="button" onClick={() => void exportCsv()}>Export CSV</button>
+        <PprofButton hostId={hostId} range={view.range} filter={{ pid: null, comm: null, cpu: null, idle: view.idle ? "include" : "exclude" }} />
         {exporting && <span className={exporting.startsWith("export failed") ? "error small" : "muted small"} role="status">{exporting}</span>}
       </div>
       {top.isError && <p className="error" role="alert">Could not load top functions: {top.error.message}</p>}
@@ -81,9 +85,9 @@ export function TopFunctionsView({ hostId, view, update, live }: {
           <tr>
             {COLUMNS.map((c, i) => (
               <th key={i} scope="col" className={c.num ? "num" : undefined}
-                aria-sort={c.key && c.key === view.topSort && (i !== 4 && i !== 5) ? (view.topDesc ? "descending" : "ascending") : undefined}>
+                aria-sort={c.key && c.key === view.topSort && (i !== 5 && i !== 6) ? (view.topDesc ? "descending" : "ascending") : undefined}>
                 {c.key ? (
-                  <button type="button" className="th-sort" onClick={() => sortBy(c.key!)}>
+                  <button type="button" className="th-sort" title={c.title} onClick={() => sortBy(c.key!)}>
                     {c.label}{c.key === view.topSort && i === COLUMNS.findIndex((x) => x.key === c.key) ? (view.topDesc ? " ▼" : " ▲") : ""}
                   </button>
                 ) : c.label}
@@ -94,10 +98,10 @@ export function TopFunctionsView({ hostId, view, update, live }: {
         </thead>
         <tbody>
           {top.isPending && (
-            <tr><td colSpan={7} className="muted">Loading…</td></tr>
+            <tr><td colSpan={8} className="muted">Loading…</td></tr>
           )}
           {t && items.length === 0 && (
-            <tr><td colSpan={7} className="muted">No {view.idle ? "" : "non-idle "}kernel samples in {formatRange(view.range)}.</td></tr>
+            <tr><td colSpan={8} className="muted">No {view.idle ? "" : "non-idle "}kernel samples in {formatRange(view.range)}.</td></tr>
           )}
           {items.map((f, i) => (
             <tr key={f.function_id}>
@@ -107,6 +111,8 @@ export function TopFunctionsView({ hostId, view, update, live }: {
                 {f.idle && <span className="badge idle">idle</span>}{" "}</td>
               <td>{f.module}{" "}</td>
               <td className="num">{formatCount(f.samples)}{" "}</td>
+              <td className="num">{f.inclusive_samples === null || f.inclusive_samples === undefined
+                ? <span className="muted" title="no call stacks in this range">–</span> : formatCount(f.inclusive_samples)}{" "}</td>
               <td className="num">{formatRate(f.samples_per_sec)}{" "}</td>
               <td className="num">{formatShare(f.share)}{" "}</td>
               <td className="bar-col">

@@ -130,7 +130,8 @@ describe("host page", () => {
     const table = await screen.findByRole("table", { name: "Top functions" });
     await within(table).findByText("ksys_read");
     const rows = within(table).getAllByRole("row").slice(1);
-    expect(rows[0]).toHaveTextContent("1 ksys_read vmlinux 60 6.00/s 60.0 %");
+    // Self samples, then inclusive ones (none: this range has no call stacks), rate and share.
+    expect(rows[0]).toHaveTextContent("1 ksys_read vmlinux 60 – 6.00/s 60.0 %");
     // Whole-word matching on a row's text, as a browser test would do it.
     expect(rows[1].textContent).toMatch(/\bvfs_read\b/);
     expect(within(rows[1]).getByRole("link", { name: "vfs_read" })).toHaveAttribute("href", "/hosts/host-1/functions/7?from=now-1m&to=now");

@@ -10,16 +10,19 @@
   metrics are served) and where it is.
 - The series are range-partitioned by time (hourly raw partitions, daily rollup partitions, created
   ahead and dropped whole for retention by app.series): sample_intervals holds one row per host and
-  interval with the interval's block counts in parallel arrays (it replaces block_samples and
-  interval_totals); measurement_points one row per measurement and interval, values in one array;
-  1-minute and 1-hour rollups keep one row per (host, bucket, function, block) and per (measurement,
-  bucket, resource). series_state holds how far the rollups reach.
+  interval with the interval's totals (idle and stack samples included) and its block counts in
+  parallel arrays (with each block's idle flag, and the per-instruction counts as arrays naming their
+  block by position); it replaces block_samples and interval_totals. measurement_points holds one row per
+  measurement and interval, values in one array; 1-minute and 1-hour rollups keep one row per (host,
+  bucket, function, block) with its idle samples apart and per (measurement, bucket, resource).
+  series_state holds how far the rollups reach.
+- stack_samples becomes range-partitioned by hour too, so stack retention drops partitions.
 
-Existing samples are moved over (the idle-loop functions, recognised by name, counted as idle), and
-the rollups are rebuilt from them by the backend's rollup task.
+Existing samples and stacks are moved over, and the rollups are rebuilt from them by the backend's
+rollup task.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004_series
+Revises: 0003 (0003_stacks)
 Create Date: 2026-11-24
 """
 from datetime import UTC, datetime, timedelta
@@ -28,16 +31,13 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004_series"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
 TZ = sa.DateTime(timezone=True)
-IDLE_FUNCTION_RE = (r"^(pv_native_safe_halt|native_safe_halt|native_halt|default_idle|default_idle_call|"
-                    r"arch_cpu_idle|cpu_idle_poll|do_idle|poll_idle|acpi_safe_halt|acpi_idle_.*|intel_idle.*|"
-                    r"mwait_idle.*|amd_e400_idle|cpuidle_enter.*|xen_safe_halt|hlt_play_dead)$")
-RAW = ("sample_intervals", "measurement_points")
+RAW = ("sample_intervals", "measurement_points", "stack_samples")
 ROLLUPS = ("sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m", "sample_totals_1h",
            "measurement_points_1m", "measurement_points_1h")
 SLOTS = ("count", "wall_ns", "vtime_ns", "cycles", "instructions", "icache_stall", "branch_mispredict", "exits",
@@ -148,7 +148,12 @@ def upgrade() -> None:
             host_id text NOT NULL, ts timestamptz NOT NULL, interval_ms integer NOT NULL,
             total_samples bigint NOT NULL, user_samples bigint NOT NULL, unmapped_samples bigint NOT NULL,
             lost_samples bigint NOT NULL, dropped_samples bigint NOT NULL, idle_samples bigint NOT NULL,
+            idle_by_context boolean NOT NULL DEFAULT false, stack_samples bigint NOT NULL DEFAULT 0,
+            stack_dropped_samples bigint NOT NULL DEFAULT 0,
             function_ids bigint[] NOT NULL, block_offsets integer[] NOT NULL, counts bigint[] NOT NULL,
+            idles boolean[] NOT NULL DEFAULT '{}',
+            insn_index integer[] NOT NULL DEFAULT '{}', insn_offsets integer[] NOT NULL DEFAULT '{}',
+            insn_counts bigint[] NOT NULL DEFAULT '{}',
             batch bigint NOT NULL
         ) PARTITION BY RANGE (ts)""")
     op.execute("CREATE INDEX ix_sample_intervals_host_ts ON sample_intervals (host_id, ts)")
@@ -162,7 +167,7 @@ def upgrade() -> None:
         op.execute(f"""
             CREATE TABLE sample_blocks_{grain} (
                 host_id text NOT NULL, bucket timestamptz NOT NULL, function_id bigint NOT NULL,
-                block_offset integer NOT NULL, count bigint NOT NULL
+                block_offset integer NOT NULL, count bigint NOT NULL, idle_count bigint NOT NULL DEFAULT 0
             ) PARTITION BY RANGE (bucket)""")
         op.execute(f"CREATE UNIQUE INDEX ux_sample_blocks_{grain} ON sample_blocks_{grain} "
                    "(host_id, bucket, function_id, block_offset)")
@@ -171,7 +176,8 @@ def upgrade() -> None:
             CREATE TABLE sample_totals_{grain} (
                 host_id text NOT NULL, bucket timestamptz NOT NULL, covered_ms bigint NOT NULL,
                 total_samples bigint NOT NULL, user_samples bigint NOT NULL, unmapped_samples bigint NOT NULL,
-                lost_samples bigint NOT NULL, dropped_samples bigint NOT NULL, idle_samples bigint NOT NULL
+                lost_samples bigint NOT NULL, dropped_samples bigint NOT NULL, idle_samples bigint NOT NULL,
+                stack_samples bigint NOT NULL DEFAULT 0, stack_dropped_samples bigint NOT NULL DEFAULT 0
             ) PARTITION BY RANGE (bucket)""")
         op.execute(f"CREATE UNIQUE INDEX ux_sample_totals_{grain} ON sample_totals_{grain} (host_id, bucket)")
         slots = ", ".join(f"{s} float8" for s in SLOTS)
@@ -190,30 +196,51 @@ def upgrade() -> None:
         sa.Column("watermark_1h", TZ, nullable=False),
     )
 
+    op.execute("ALTER TABLE stack_samples RENAME TO stack_samples_unpartitioned")
+    op.execute("ALTER INDEX ix_stack_samples_host_ts RENAME TO ix_stack_samples_unpartitioned_host_ts")
+    op.execute("""
+        CREATE TABLE stack_samples (
+            host_id text NOT NULL, ts timestamptz NOT NULL, stack_id bigint NOT NULL, count bigint NOT NULL,
+            pids integer[] NOT NULL, comms text[] NOT NULL, cpus integer[] NOT NULL, counts bigint[] NOT NULL
+        ) PARTITION BY RANGE (ts)""")
+    op.execute("CREATE INDEX ix_stack_samples_host_ts ON stack_samples (host_id, ts)")
+
     # Partitions for the data being moved and for the next hours (app.series keeps them ahead).
     bind = op.get_bind()
-    oldest = bind.execute(sa.text("SELECT min(ts) FROM interval_totals")).scalar()
+    oldest = bind.execute(sa.text("""
+        SELECT least((SELECT min(ts) FROM interval_totals),
+                     (SELECT min(ts) FROM stack_samples_unpartitioned))""")).scalar()
     now = datetime.now(UTC)
     start = min(oldest, now) if oldest is not None else now
     for table in RAW:
         _partitions(table, start, now + timedelta(hours=3), hourly=True)
     for table in ROLLUPS:
         _partitions(table, start, now + timedelta(days=2), hourly=False)
-    op.execute(sa.text("""
+    op.execute("""
+        WITH b AS (SELECT bs.*, row_number() OVER (PARTITION BY bs.host_id, bs.ts ORDER BY bs.id)::integer AS i
+                   FROM block_samples bs),
+             blk AS (SELECT host_id, ts, array_agg(function_id ORDER BY i) AS f,
+                            array_agg(block_offset ORDER BY i) AS o,
+                            array_agg(count ORDER BY i) AS c, array_agg(idle ORDER BY i) AS idl
+                     FROM b GROUP BY host_id, ts),
+             ins AS (SELECT b.host_id, b.ts, array_agg(b.i ORDER BY b.i, u.n) AS ii,
+                            array_agg(u.o ORDER BY b.i, u.n) AS io, array_agg(u.c ORDER BY b.i, u.n) AS ic
+                     FROM b, unnest(b.insn_offsets, b.insn_counts) WITH ORDINALITY AS u(o, c, n)
+                     GROUP BY b.host_id, b.ts)
         INSERT INTO sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, unmapped_samples,
-                                      lost_samples, dropped_samples, idle_samples, function_ids, block_offsets,
-                                      counts, batch)
+                                      lost_samples, dropped_samples, idle_samples, idle_by_context, stack_samples,
+                                      stack_dropped_samples, function_ids, block_offsets, counts, idles,
+                                      insn_index, insn_offsets, insn_counts, batch)
         SELECT it.host_id, it.ts, it.interval_ms, it.total_samples, it.user_samples, it.unmapped_samples,
-               it.lost_samples, it.dropped_samples,
-               coalesce(sum(bs.count) FILTER (WHERE f.name ~ :idle), 0),
-               coalesce(array_agg(bs.function_id ORDER BY bs.id) FILTER (WHERE bs.id IS NOT NULL), '{}'),
-               coalesce(array_agg(bs.block_offset ORDER BY bs.id) FILTER (WHERE bs.id IS NOT NULL), '{}'),
-               coalesce(array_agg(bs.count ORDER BY bs.id) FILTER (WHERE bs.id IS NOT NULL), '{}'),
-               0
+               it.lost_samples, it.dropped_samples, it.idle_samples, it.idle_by_context, it.stack_samples,
+               it.stack_dropped_samples, coalesce(blk.f, '{}'), coalesce(blk.o, '{}'), coalesce(blk.c, '{}'),
+               coalesce(blk.idl, '{}'), coalesce(ins.ii, '{}'), coalesce(ins.io, '{}'), coalesce(ins.ic, '{}'), 0
         FROM interval_totals it
-        LEFT JOIN block_samples bs ON bs.host_id = it.host_id AND bs.ts = it.ts
-        LEFT JOIN functions f ON f.id = bs.function_id
-        GROUP BY it.host_id, it.ts""").bindparams(idle=IDLE_FUNCTION_RE))
+        LEFT JOIN blk ON blk.host_id = it.host_id AND blk.ts = it.ts
+        LEFT JOIN ins ON ins.host_id = it.host_id AND ins.ts = it.ts""")
+    op.execute("""INSERT INTO stack_samples SELECT host_id, ts, stack_id, count, pids, comms, cpus, counts
+                  FROM stack_samples_unpartitioned""")
+    op.drop_table("stack_samples_unpartitioned")
     start_1m = start.replace(second=0, microsecond=0)
     bind.execute(sa.text("INSERT INTO series_state (name, watermark_1m, watermark_1h) VALUES ('rollups', :m, :h)"),
                  {"m": start_1m, "h": start_1m.replace(minute=0)})
@@ -230,6 +257,9 @@ def downgrade() -> None:
         sa.Column("function_id", sa.BigInteger, nullable=False),
         sa.Column("block_offset", sa.Integer, nullable=False),
         sa.Column("count", sa.BigInteger, nullable=False),
+        sa.Column("idle", sa.Boolean, nullable=False, server_default=sa.false()),
+        sa.Column("insn_offsets", pg.ARRAY(sa.Integer)),
+        sa.Column("insn_counts", pg.ARRAY(sa.BigInteger)),
     )
     op.create_index("ix_block_samples_host_ts", "block_samples", ["host_id", "ts"])
     op.create_index("ix_block_samples_host_fn_ts", "block_samples", ["host_id", "function_id", "ts"])
@@ -243,17 +273,34 @@ def downgrade() -> None:
         sa.Column("unmapped_samples", sa.BigInteger, nullable=False),
         sa.Column("lost_samples", sa.BigInteger, nullable=False),
         sa.Column("dropped_samples", sa.BigInteger, nullable=False, server_default="0"),
+        sa.Column("idle_samples", sa.BigInteger, nullable=False, server_default="0"),
+        sa.Column("idle_by_context", sa.Boolean, nullable=False, server_default=sa.false()),
+        sa.Column("stack_samples", sa.BigInteger, nullable=False, server_default="0"),
+        sa.Column("stack_dropped_samples", sa.BigInteger, nullable=False, server_default="0"),
     )
     op.execute("""
         INSERT INTO interval_totals SELECT host_id, ts, max(interval_ms), sum(total_samples), sum(user_samples),
-               sum(unmapped_samples), sum(lost_samples), sum(dropped_samples)
+               sum(unmapped_samples), sum(lost_samples), sum(dropped_samples), sum(idle_samples),
+               bool_or(idle_by_context), sum(stack_samples), sum(stack_dropped_samples)
         FROM sample_intervals GROUP BY host_id, ts""")
     op.execute("""
-        INSERT INTO block_samples (host_id, ts, function_id, block_offset, count)
-        SELECT s.host_id, s.ts, u.f, u.o, u.c
-        FROM sample_intervals s, unnest(s.function_ids, s.block_offsets, s.counts) AS u(f, o, c)""")
+        INSERT INTO block_samples (host_id, ts, function_id, block_offset, count, idle, insn_offsets, insn_counts)
+        SELECT s.host_id, s.ts, u.f, u.o, u.c, u.idle,
+               (SELECT array_agg(v.o ORDER BY v.n) FROM unnest(s.insn_index, s.insn_offsets, s.insn_counts)
+                  WITH ORDINALITY AS v(i, o, c, n) WHERE v.i = u.n),
+               (SELECT array_agg(v.c ORDER BY v.n) FROM unnest(s.insn_index, s.insn_offsets, s.insn_counts)
+                  WITH ORDINALITY AS v(i, o, c, n) WHERE v.i = u.n)
+        FROM sample_intervals s,
+             unnest(s.function_ids, s.block_offsets, s.counts, s.idles) WITH ORDINALITY AS u(f, o, c, idle, n)""")
+    op.execute("""
+        CREATE TABLE stack_samples_unpartitioned (
+            host_id text NOT NULL, ts timestamptz NOT NULL, stack_id bigint NOT NULL, count bigint NOT NULL,
+            pids integer[] NOT NULL, comms text[] NOT NULL, cpus integer[] NOT NULL, counts bigint[] NOT NULL)""")
+    op.execute("INSERT INTO stack_samples_unpartitioned SELECT * FROM stack_samples")
     for table in (*ROLLUPS, *RAW):
         op.execute(f"DROP TABLE {table} CASCADE")
+    op.execute("ALTER TABLE stack_samples_unpartitioned RENAME TO stack_samples")
+    op.execute("CREATE INDEX ix_stack_samples_host_ts ON stack_samples (host_id, ts)")
     op.drop_table("series_state")
     op.execute("DROP SEQUENCE series_batch_seq")
     op.drop_table("measurement_resources")

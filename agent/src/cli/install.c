@@ -1,0 +1,448 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * `hotpathd install`, `hotpathd revert` and `hotpathd installed`: a plan's
+ * code into a running process and out again, and what is installed, from
+ * the journals in the state folder. Text and JSON come from the same
+ * values; progress goes to stderr.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/json.h"
+#include "replace/install.h"
+#include "target/target.h"
+
+#define DEFAULT_STATE "/var/lib/hotpathd"
+
+enum { EXIT_GONE = 3, EXIT_STATE = 4, EXIT_REFUSED = 5 };
+
+static const char install_usage[] =
+	"usage: hotpathd install PLAN_FILE [--pid PID] [options]\n"
+	"\n"
+	"Install a plan's code into the running process it was made for (KernInst's code\n"
+	"replacement): every thread is stopped with ptrace, a code heap is mapped within\n"
+	"+-2 GiB of the code, the copy is written re-based to it with its unwind data\n"
+	"registered, the root's entry is spliced to jump to the copy and the root's direct\n"
+	"call sites are made to call it. Every change is journaled (fsync'd) in the state\n"
+	"folder with the original bytes before it is made; a failed install is undone.\n"
+	"PLAN_FILE is `hotpathd plan pid PID ROOT ... --json` output. The plan is refused\n"
+	"when its code does not hash to its code.sha256 (altered), when the binary or the\n"
+	"code it was made from changed (build id, original bytes), or when the process\n"
+	"that was planned exited.\n"
+	"\n"
+	"options:\n"
+	"  --pid PID             install into PID (same binary, same build) instead of the\n"
+	"                        plan's process\n"
+	"  --approved-hash HEX   refuse unless the plan's code hash is HEX (the approval)\n"
+	"  --no-call-sites       splice the entry only; leave call sites calling it\n"
+	"  --replace             the root is installed already: revert it, then install\n"
+	"                        this plan (a second pass)\n"
+	"  --state-dir DIR       journals and installed plans (default " DEFAULT_STATE
+	")\n"
+	"  --json                one JSON object on stdout\n"
+	"  --quiet               no progress on stderr\n"
+	"\n"
+	"exit status: 0 installed, 1 error (nothing left changed), 2 usage, 3 no such\n"
+	"             process (or it exited), 4 the root is installed already,\n"
+	"             5 refused: plan altered, not approved, for another binary or\n"
+	"             stale, or ptrace refused\n";
+
+static const char revert_usage[] =
+	"usage: hotpathd revert pid PID [ROOT] [--state-dir DIR] [--json] [--quiet]\n"
+	"\n"
+	"Revert what is installed in process PID (only ROOT's group when given): call\n"
+	"sites first, then the entry, so the copy stays reachable until the end; the\n"
+	"code heap is unmapped once no thread's program counter or stack points into it\n"
+	"(otherwise it stays mapped, and `hotpathd installed` says so). Also finishes\n"
+	"installs and reverts an agent left behind when it died, from their journals,\n"
+	"and removes the journals of processes that exited.\n"
+	"\n"
+	"exit status: 0 reverted, 1 error, 2 usage, 4 nothing installed\n";
+
+static const char installed_usage[] =
+	"usage: hotpathd installed [--pid PID] [--state-dir DIR] [--json]\n"
+	"\n"
+	"List what the journals in the state folder say is installed: per install its\n"
+	"process, root, code hash, code heap, entry and new entry, and its state:\n"
+	"installed, installing or reverting (an agent died midway: `hotpathd revert`\n"
+	"finishes it), heap_kept (reverted, but a thread could still be in the copy),\n"
+	"process_gone.\n";
+
+struct progress {
+	bool quiet;
+	const char *kill_at; /* test hook: die at this step (HOTPATH_TEST_KILL_AT) */
+	const char *verb;
+};
+
+static void on_step(void *ctx, enum hp_install_step s, const char *detail)
+{
+	struct progress *p = ctx;
+
+	if (!p->quiet)
+		fprintf(stderr, "hotpathd %s: %s%s%s\n", p->verb, hp_install_step_name(s), detail[0] ? ": " : "",
+			detail);
+	if (p->kill_at && !strcmp(p->kill_at, hp_install_step_name(s)))
+		kill(getpid(), SIGKILL);
+}
+
+static int exit_for(int r)
+{
+	switch (r) {
+	case -ESRCH:
+		return EXIT_GONE;
+	case -EEXIST:
+		return EXIT_STATE;
+	case -ESTALE:
+	case -EBADMSG:
+	case -EACCES:
+	case -EPERM:
+	case -EOPNOTSUPP:
+		return EXIT_REFUSED;
+	default:
+		return HP_EXIT_ERROR;
+	}
+}
+
+static char *read_all(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "r");
+	char *b = NULL;
+	long n;
+
+	*len = 0;
+	if (!fp)
+		return NULL;
+	if (fseek(fp, 0, SEEK_END) == 0 && (n = ftell(fp)) >= 0 && n < (256L << 20) && fseek(fp, 0, SEEK_SET) == 0 &&
+	    (b = malloc((size_t)n + 1)) && fread(b, 1, (size_t)n, fp) == (size_t)n) {
+		b[n] = 0;
+		*len = (size_t)n;
+	} else {
+		free(b);
+		b = NULL;
+	}
+	fclose(fp);
+	return b;
+}
+
+int cmd_install(int argc, char **argv)
+{
+	const char *file = NULL, *state = DEFAULT_STATE, *approved = NULL;
+	bool json = false, calls = true, replace = false;
+	unsigned pid = 0;
+	struct progress pr = { .kill_at = getenv("HOTPATH_TEST_KILL_AT"), .verb = "install" };
+	char err[1024];
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(install_usage, stdout);
+			return HP_EXIT_OK;
+		} else if (!strcmp(a, "--json"))
+			json = true;
+		else if (!strcmp(a, "--quiet"))
+			pr.quiet = true;
+		else if (!strcmp(a, "--no-call-sites"))
+			calls = false;
+		else if (!strcmp(a, "--replace"))
+			replace = true;
+		else if (!strcmp(a, "--pid") && v && hp_parse_uint(v, 1, 0x7fffffff, &pid) == 0)
+			i++;
+		else if (!strcmp(a, "--state-dir") && v)
+			state = argv[++i];
+		else if (!strcmp(a, "--approved-hash") && v && strlen(v) == 64)
+			approved = argv[++i];
+		else if (a[0] == '-' && a[1]) {
+			fprintf(stderr, "hotpathd install: bad option or value '%s' (see 'hotpathd install --help')\n",
+				a);
+			return HP_EXIT_USAGE;
+		} else if (!file)
+			file = a;
+		else {
+			fprintf(stderr, "hotpathd install: one PLAN_FILE only\n");
+			return HP_EXIT_USAGE;
+		}
+	}
+	if (!file) {
+		fputs(install_usage, stderr);
+		return HP_EXIT_USAGE;
+	}
+	size_t len;
+	char *text = read_all(file, &len);
+	if (!text) {
+		fprintf(stderr, "hotpathd install: cannot read %s: %s\n", file, strerror(errno ? errno : EIO));
+		return HP_EXIT_ERROR;
+	}
+	struct hp_iplan plan;
+	int r = hp_iplan_parse(text, len, &plan, err, sizeof(err));
+	free(text);
+	if (r < 0) {
+		fprintf(stderr, "hotpathd install: %s: %s\n", file, err);
+		return r == -ENOMEM ? HP_EXIT_ERROR : EXIT_REFUSED;
+	}
+	int target = pid ? (int)pid : plan.pid;
+	/* The process's model, with the agent's own patches read as the
+	 * original bytes, for the root's call sites. */
+	struct hp_model *m = NULL;
+	if (calls && target > 0) {
+		struct hp_byte_patch *bp = NULL;
+		size_t nbp = 0;
+		hp_installed_patches(state, target, &bp, &nbp);
+		struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
+		char e2[256];
+		if (hp_model_open_pid(target, &oo, &m, e2, sizeof(e2)) < 0 && !pr.quiet)
+			fprintf(stderr, "hotpathd install: no model of process %d (%s): the entry only\n", target, e2);
+		free(bp);
+	}
+	struct hp_install_opts o = { .state_dir = state,
+				     .pid = (int)pid,
+				     .patch_calls = calls,
+				     .m = m,
+				     .approved_hash = approved,
+				     .replace = replace,
+				     .progress = on_step,
+				     .progress_ctx = &pr };
+	struct hp_install_result res;
+	r = hp_install(&plan, &o, &res, err, sizeof(err));
+	hp_model_free(m);
+	if (r < 0) {
+		if (json) {
+			struct json j;
+			json_init(&j, stdout);
+			json_obj_begin(&j);
+			json_kstr(&j, "status", "refused");
+			json_kstr(&j, "root", plan.root);
+			json_kstr(&j, "error", err);
+			json_obj_end(&j);
+			fputc('\n', stdout);
+		}
+		fprintf(stderr, "hotpathd install: %s\n", err);
+		hp_iplan_free(&plan);
+		return exit_for(r);
+	}
+	if (json) {
+		struct json j;
+		char b[32];
+		json_init(&j, stdout);
+		json_obj_begin(&j);
+		json_kstr(&j, "status", "installed");
+		json_kstr(&j, "id", res.id);
+		json_key(&j, "pid");
+		json_u64(&j, (uint64_t)target);
+		json_kstr(&j, "root", plan.root);
+		json_kstr(&j, "code_sha256", plan.computed);
+		json_ku64(&j, "functions", plan.nmembers);
+		snprintf(b, sizeof(b), "0x%" PRIx64, res.heap);
+		json_kstr(&j, "heap", b);
+		json_ku64(&j, "heap_bytes", res.heap_len);
+		snprintf(b, sizeof(b), "0x%" PRIx64, res.entry);
+		json_kstr(&j, "entry", b);
+		snprintf(b, sizeof(b), "0x%" PRIx64, res.new_entry);
+		json_kstr(&j, "new_entry", b);
+		json_ku64(&j, "call_sites", res.call_sites);
+		json_ku64(&j, "call_sites_skipped", res.call_sites_skipped);
+		json_key(&j, "unwind");
+		json_obj_begin(&j);
+		json_key(&j, "registered");
+		json_bool(&j, res.unwind_registered);
+		json_kstr(&j, "note", res.unwind_note);
+		json_obj_end(&j);
+		json_key(&j, "timings");
+		json_obj_begin(&j);
+		json_key(&j, "check_ms");
+		json_double(&j, res.check_ms, 3);
+		json_key(&j, "stopped_ms");
+		json_double(&j, res.stopped_ms, 3);
+		json_key(&j, "entry_us");
+		json_double(&j, res.entry_us, 1);
+		json_key(&j, "calls_ms");
+		json_double(&j, res.calls_ms, 3);
+		json_key(&j, "total_ms");
+		json_double(&j, res.total_ms, 3);
+		json_obj_end(&j);
+		json_kstr(&j, "journal", res.journal);
+		json_obj_end(&j);
+		fputc('\n', stdout);
+	} else {
+		printf("installed %s's copy (%zu functions, %zu bytes) in process %d at 0x%" PRIx64 "\n", plan.root,
+		       plan.nmembers, plan.code_len, target, res.heap);
+		printf("  entry 0x%" PRIx64 " now jumps to 0x%" PRIx64 "\n", res.entry, res.new_entry);
+		printf("  call sites calling the copy: %zu (%zu left calling the entry)\n", res.call_sites,
+		       res.call_sites_skipped);
+		printf("  unwind data: %s\n", res.unwind_note);
+		printf("  code sha256: %s\n", plan.computed);
+		printf("  timings: checks %.2f ms, threads stopped in %.2f ms, entry %.0f us, call sites %.3f ms, "
+		       "install %.2f ms\n",
+		       res.check_ms, res.stopped_ms, res.entry_us, res.calls_ms, res.total_ms);
+		printf("  journal: %s\n", res.journal);
+	}
+	hp_iplan_free(&plan);
+	return HP_EXIT_OK;
+}
+
+int cmd_revert(int argc, char **argv)
+{
+	const char *state = DEFAULT_STATE, *root = NULL;
+	bool json = false;
+	unsigned pid = 0;
+	int npos = 0;
+	const char *pos[3] = { 0 };
+	struct progress pr = { .kill_at = getenv("HOTPATH_TEST_KILL_AT"), .verb = "revert" };
+	char err[1024];
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(revert_usage, stdout);
+			return HP_EXIT_OK;
+		} else if (!strcmp(a, "--json"))
+			json = true;
+		else if (!strcmp(a, "--quiet"))
+			pr.quiet = true;
+		else if (!strcmp(a, "--state-dir") && i + 1 < argc)
+			state = argv[++i];
+		else if (a[0] == '-' && a[1]) {
+			fprintf(stderr, "hotpathd revert: bad option '%s' (see 'hotpathd revert --help')\n", a);
+			return HP_EXIT_USAGE;
+		} else if (npos < 3)
+			pos[npos++] = a;
+		else {
+			fprintf(stderr, "hotpathd revert: too many arguments\n");
+			return HP_EXIT_USAGE;
+		}
+	}
+	if (npos < 2 || strcmp(pos[0], "pid") || hp_parse_uint(pos[1], 1, 0x7fffffff, &pid) < 0) {
+		fputs(revert_usage, stderr);
+		return HP_EXIT_USAGE;
+	}
+	root = npos == 3 ? pos[2] : NULL;
+	struct hp_install_result res;
+	int r = hp_revert(state, (int)pid, root, &res, on_step, &pr, err, sizeof(err));
+	if (json) {
+		struct json j;
+		json_init(&j, stdout);
+		json_obj_begin(&j);
+		json_kstr(&j, "status",
+			  r < 0         ? (r == -ENOENT ? "nothing_installed" : "failed") :
+			  res.heap_kept ? "reverted_heap_kept" :
+					  "reverted");
+		json_key(&j, "pid");
+		json_u64(&j, pid);
+		if (r < 0)
+			json_kstr(&j, "error", err);
+		json_key(&j, "heap_kept");
+		json_bool(&j, res.heap_kept);
+		if (res.heap_kept)
+			json_kstr(&j, "heap_note", res.heap_note);
+		json_key(&j, "revert_calls_ms");
+		json_double(&j, res.revert_calls_ms, 3);
+		json_key(&j, "revert_entry_us");
+		json_double(&j, res.revert_entry_us, 1);
+		json_key(&j, "revert_total_ms");
+		json_double(&j, res.revert_total_ms, 3);
+		json_obj_end(&j);
+		fputc('\n', stdout);
+	}
+	if (r < 0) {
+		fprintf(stderr, "hotpathd revert: %s\n", err);
+		return r == -ENOENT ? EXIT_STATE : exit_for(r);
+	}
+	if (!json) {
+		printf("reverted in process %u%s%s: entry restored in %.0f us, call sites in %.3f ms, %.2f ms in all\n",
+		       pid, root ? ", root " : "", root ? root : "", res.revert_entry_us, res.revert_calls_ms,
+		       res.revert_total_ms);
+		if (res.heap_kept)
+			printf("  %s\n", res.heap_note);
+	}
+	return HP_EXIT_OK;
+}
+
+int cmd_installed(int argc, char **argv)
+{
+	const char *state = DEFAULT_STATE;
+	bool json = false;
+	unsigned pid = 0;
+	char err[512];
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(installed_usage, stdout);
+			return HP_EXIT_OK;
+		} else if (!strcmp(a, "--json"))
+			json = true;
+		else if (!strcmp(a, "--state-dir") && v)
+			state = argv[++i];
+		else if (!strcmp(a, "--pid") && v && hp_parse_uint(v, 1, 0x7fffffff, &pid) == 0)
+			i++;
+		else {
+			fprintf(stderr, "hotpathd installed: bad argument '%s' (see 'hotpathd installed --help')\n", a);
+			return HP_EXIT_USAGE;
+		}
+	}
+	struct hp_installed *ins;
+	size_t n;
+	if (hp_installed_list(state, &ins, &n, err, sizeof(err)) < 0) {
+		fprintf(stderr, "hotpathd installed: %s\n", err);
+		return HP_EXIT_ERROR;
+	}
+	struct json j;
+	if (json) {
+		json_init(&j, stdout);
+		json_obj_begin(&j);
+		json_kstr(&j, "state_dir", state);
+		json_key(&j, "installed");
+		json_arr_begin(&j);
+	}
+	size_t shown = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct hp_installed *h = &ins[i];
+		char b[32];
+		if (pid && h->pid != (int)pid)
+			continue;
+		shown++;
+		if (!json) {
+			printf("%-10s pid %-7d %-24s heap 0x%" PRIx64 " (%" PRIu64 " bytes) entry 0x%" PRIx64
+			       " -> 0x%" PRIx64 " %zu writes  %s\n",
+			       h->state, h->pid, h->root, h->heap, h->heap_len, h->entry, h->new_entry, h->writes,
+			       h->id);
+			if (h->detail[0])
+				printf("           %s\n", h->detail);
+			continue;
+		}
+		json_obj_begin(&j);
+		json_kstr(&j, "id", h->id);
+		json_kstr(&j, "state", h->state);
+		json_key(&j, "pid");
+		json_u64(&j, (uint64_t)h->pid);
+		json_ku64(&j, "start_time", h->start_time);
+		json_kstr(&j, "root", h->root);
+		json_kstr(&j, "module", h->module);
+		json_kstr(&j, "code_sha256", h->hash);
+		snprintf(b, sizeof(b), "0x%" PRIx64, h->heap);
+		json_kstr(&j, "heap", b);
+		json_ku64(&j, "heap_bytes", h->heap_len);
+		snprintf(b, sizeof(b), "0x%" PRIx64, h->entry);
+		json_kstr(&j, "entry", b);
+		snprintf(b, sizeof(b), "0x%" PRIx64, h->new_entry);
+		json_kstr(&j, "new_entry", b);
+		json_ku64(&j, "writes", h->writes);
+		json_kstr(&j, "detail", h->detail);
+		json_kstr(&j, "journal", h->journal);
+		json_kstr(&j, "plan", h->plan_path);
+		json_obj_end(&j);
+	}
+	if (json) {
+		json_arr_end(&j);
+		json_obj_end(&j);
+		fputc('\n', stdout);
+	} else if (!shown)
+		printf("nothing installed (journals in %s/replace)\n", state);
+	free(ins);
+	return HP_EXIT_OK;
+}

@@ -1,0 +1,416 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Unwind data for moved code. A process's unwinder (C++ exceptions, thread
+ * cancellation, backtraces) finds a frame's rules by its return address in
+ * .eh_frame; the copy has none of its own, so the plan reproduces them.
+ * Every body instruction of an emitted block is the original instruction
+ * with the original length, so the unwind row in effect at each byte of a
+ * body is the original's at the same distance from the block start; the
+ * branches the layout added after a body run in the row after the body.
+ * The rows are read from the original with libdw (target/unwind.h) and
+ * written as one .eh_frame: one CIE (no initial rules, code and data
+ * alignment 1, pc-relative FDE pointers) and an FDE per member's hot and
+ * cold chunk, each row given in full at an FDE's start and as changes after
+ * that. It is placed right after the code (pc-relative pointers stay right
+ * wherever the two are installed together) and then read back through
+ * libdw, and every emitted instruction's row compared with its original's.
+ * Rules beyond register + offset forms are not reproduced: the function
+ * stays in place (hp_plan_unwind_rule).
+ */
+#include <dwarf.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "isa/isa.h"
+#include "plan/plan.h"
+#include "target/unwind.h"
+
+/* The DW_CFA instruction for a rule, if it has one: its opcode and offset. */
+static bool rule_form(const struct hp_cfi_rule *r, uint8_t *op, int64_t *off)
+{
+	const struct hp_cfi_op *o = r->op;
+
+	if (r->kind != HP_CFI_EXPR) {
+		*op = r->kind == HP_CFI_SAME ? DW_CFA_same_value : DW_CFA_undefined;
+		*off = 0;
+		return true;
+	}
+	if (!r->nops || o[0].atom != DW_OP_call_frame_cfa)
+		return false;
+	size_t k = 1;
+	*off = 0;
+	if (k < r->nops && o[k].atom == DW_OP_plus_uconst)
+		*off = (int64_t)o[k++].number;
+	*op = DW_CFA_offset_extended_sf;
+	if (k < r->nops && o[k].atom == DW_OP_stack_value) {
+		*op = DW_CFA_val_offset_sf;
+		k++;
+	}
+	return k == r->nops;
+}
+
+static bool row_encodable(const struct hp_cfi_row *row, char *why, size_t len)
+{
+	uint8_t op;
+	int64_t off;
+
+	if (row->ncfa != 1 || row->cfa[0].atom != DW_OP_bregx) {
+		snprintf(why, len, "its frame address is an expression");
+		return false;
+	}
+	for (int k = 0; k < HP_CFI_REGS; k++)
+		if (!rule_form(&row->reg[k], &op, &off)) {
+			snprintf(why, len, "register %d's rule is an expression", k);
+			return false;
+		}
+	return true;
+}
+
+/* The row at a (a model address) of mod's table; -ENOENT, -EOPNOTSUPP. */
+static int row_at(const struct hp_module *mod, uint64_t a, struct hp_cfi_row *row)
+{
+	int r = hp_cfi_row(mod->cfi, a - mod->cfi_bias, row);
+
+	row->start += mod->cfi_bias;
+	row->end += mod->cfi_bias;
+	return r;
+}
+
+const char *hp_plan_unwind_rule(const struct hp_module *mod, const struct hp_function *f, char *detail, size_t dlen)
+{
+	struct hp_cfi_row row;
+	char why[96];
+
+	if (!mod->cfi || row_at(mod, f->addr, &row) == -ENOENT)
+		return NULL; /* no unwind data to lose */
+	for (uint64_t a = f->addr; a < f->addr + f->size;) {
+		int r = row_at(mod, a, &row);
+		if (r == -ENOENT) {
+			snprintf(detail, dlen, "none at +0x%" PRIx64, a - f->addr);
+			return "unwind data covers only part of it: the copy's cannot be made";
+		}
+		if (r < 0 || !row_encodable(&row, why, sizeof(why))) {
+			snprintf(detail, dlen, "at +0x%" PRIx64 ": %s", a - f->addr, r < 0 ? "a long expression" : why);
+			return "unwind data that the copy's .eh_frame cannot reproduce";
+		}
+		a = row.end > a ? row.end : a + 1;
+	}
+	return NULL;
+}
+
+/* A growable byte buffer with the encodings .eh_frame needs. */
+struct buf {
+	uint8_t *b;
+	size_t n, cap;
+	bool oom;
+};
+
+static void put(struct buf *o, const void *p, size_t n)
+{
+	if (o->n + n > o->cap) {
+		size_t c = o->cap ? o->cap * 2 : 1024;
+		while (c < o->n + n)
+			c *= 2;
+		uint8_t *nb = realloc(o->b, c);
+		if (!nb) {
+			o->oom = true;
+			return;
+		}
+		o->b = nb;
+		o->cap = c;
+	}
+	memcpy(o->b + o->n, p, n);
+	o->n += n;
+}
+
+static void put8(struct buf *o, uint8_t v)
+{
+	put(o, &v, 1);
+}
+
+static void put32(struct buf *o, uint32_t v)
+{
+	put(o, &v, 4);
+}
+
+static void uleb(struct buf *o, uint64_t v)
+{
+	do {
+		uint8_t b = v & 0x7f;
+		v >>= 7;
+		put8(o, b | (v ? 0x80 : 0));
+	} while (v);
+}
+
+static void sleb(struct buf *o, int64_t v)
+{
+	for (bool more = true; more;) {
+		uint8_t b = v & 0x7f;
+		v >>= 7;
+		more = !((v == 0 && !(b & 0x40)) || (v == -1 && (b & 0x40)));
+		put8(o, b | (more ? 0x80 : 0));
+	}
+}
+
+/* Pad the entry that starts at `from` (its length field) to 8 bytes and
+ * fill in its length. */
+static void close_entry(struct buf *o, size_t from)
+{
+	while ((o->n - from) % 8)
+		put8(o, DW_CFA_nop);
+	if (!o->oom) {
+		uint32_t len = (uint32_t)(o->n - from - 4);
+		memcpy(o->b + from, &len, 4);
+	}
+}
+
+static bool same_rule(const struct hp_cfi_rule *a, const struct hp_cfi_rule *b)
+{
+	if (a->kind != b->kind || a->nops != b->nops)
+		return false;
+	for (uint8_t i = 0; i < a->nops; i++)
+		if (a->op[i].atom != b->op[i].atom || a->op[i].number != b->op[i].number ||
+		    a->op[i].number2 != b->op[i].number2)
+			return false;
+	return true;
+}
+
+/* The rules that change from cur to row; all of them when full. */
+static void put_row(struct buf *o, const struct hp_cfi_row *row, struct hp_cfi_row *cur, bool full)
+{
+	uint8_t op = 0;
+	int64_t off = 0;
+
+	if (full || !cur->ncfa || cur->cfa[0].number != row->cfa[0].number ||
+	    cur->cfa[0].number2 != row->cfa[0].number2) {
+		int64_t cfa_off = (int64_t)row->cfa[0].number2;
+		put8(o, cfa_off >= 0 ? DW_CFA_def_cfa : DW_CFA_def_cfa_sf);
+		uleb(o, row->cfa[0].number);
+		if (cfa_off >= 0)
+			uleb(o, (uint64_t)cfa_off);
+		else
+			sleb(o, cfa_off);
+	}
+	for (int k = 0; k < HP_CFI_REGS; k++) {
+		if (!full && same_rule(&cur->reg[k], &row->reg[k]))
+			continue;
+		rule_form(&row->reg[k], &op, &off);
+		put8(o, op);
+		uleb(o, (uint64_t)k);
+		if (op == DW_CFA_offset_extended_sf || op == DW_CFA_val_offset_sf)
+			sleb(o, off);
+	}
+	*cur = *row;
+}
+
+static void advance(struct buf *o, uint64_t *loc, uint64_t to)
+{
+	uint64_t d = to - *loc;
+
+	if (!d)
+		return;
+	if (d < 64) {
+		put8(o, (uint8_t)(DW_CFA_advance_loc | d));
+	} else if (d < 256) {
+		put8(o, DW_CFA_advance_loc1);
+		put8(o, (uint8_t)d);
+	} else if (d < 65536) {
+		uint16_t v = (uint16_t)d;
+		put8(o, DW_CFA_advance_loc2);
+		put(o, &v, 2);
+	} else {
+		put8(o, DW_CFA_advance_loc4);
+		put32(o, (uint32_t)d);
+	}
+	*loc = to;
+}
+
+/* Bytes of block bl's body (the original bytes before a final direct
+ * branch, which the layout rebuilds). */
+static uint32_t body_len(struct hp_model *m, const struct hp_function *f, const struct hp_block *bl)
+{
+	uint8_t code[32];
+	uint32_t off = bl->offset, last = off;
+	struct hp_isa_insn in = { 0 };
+
+	while (off < bl->offset + bl->size) {
+		uint32_t n = bl->offset + bl->size - off < sizeof(code) ? bl->offset + bl->size - off : sizeof(code);
+		if (m->read(m, f->addr + off, code, n) < 0 || hp_isa_decode(code, n, f->addr + off, &in) < 0)
+			return bl->size;
+		last = off;
+		off += in.len;
+	}
+	return (in.cls == HP_IC_JCC || in.cls == HP_IC_JMP) && in.has_target ? last - bl->offset : bl->size;
+}
+
+/* The row after block bl's body: before its final branch, else where it
+ * falls through (the same point of execution), else its last row. */
+static int row_after(const struct hp_module *mod, const struct hp_function *f, const struct hp_block *bl, uint32_t body,
+		     struct hp_cfi_row *row)
+{
+	uint64_t a = f->addr + bl->offset + body;
+
+	if (body < bl->size || (a < f->addr + f->size && row_at(mod, a, row) == 0))
+		return row_at(mod, a, row);
+	return row_at(mod, a - 1, row);
+}
+
+/* One FDE for member mb's blocks [j0, j1) laid out contiguously. */
+static int put_fde(struct hp_model *m, struct hp_plan *p, const struct hp_plan_member *mb, uint32_t j0, uint32_t j1,
+		   struct buf *o, uint64_t eh_addr)
+{
+	const struct hp_module *mod = mb->mod;
+	const struct hp_function *f = mb->fn;
+	uint64_t lo = mb->blocks[j0].new_addr - mb->blocks[j0].pad, hi = lo, loc = lo;
+	struct hp_cfi_row cur = { 0 }, row;
+	bool first = true;
+	size_t start = o->n;
+
+	for (uint32_t j = j0; j < j1; j++)
+		if (mb->blocks[j].new_addr + mb->blocks[j].new_size > hi)
+			hi = mb->blocks[j].new_addr + mb->blocks[j].new_size;
+	put32(o, 0); /* length, filled in by close_entry */
+	put32(o, (uint32_t)(o->n - 0));
+	int32_t begin = (int32_t)(int64_t)(lo - (eh_addr + o->n));
+	put(o, &begin, 4);
+	put32(o, (uint32_t)(hi - lo));
+	uleb(o, 0); /* no augmentation data */
+	for (uint32_t j = j0; j < j1; j++) {
+		const struct hp_plan_block *pb = &mb->blocks[j];
+		const struct hp_block *bl = &mod->blocks[f->block_start + pb->index];
+		uint32_t body = body_len(m, f, bl);
+		uint64_t oa = f->addr + bl->offset;
+		if (!pb->new_size)
+			continue;
+		for (uint64_t a = oa; a < oa + body;) {
+			if (row_at(mod, a, &row) < 0)
+				return -EOPNOTSUPP;
+			advance(o, &loc, pb->new_addr + (a - oa));
+			put_row(o, &row, &cur, first);
+			first = false;
+			a = row.end < oa + body && row.end > a ? row.end : oa + body;
+		}
+		if (pb->new_size > body) {
+			if (row_after(mod, f, bl, body, &row) < 0)
+				return -EOPNOTSUPP;
+			advance(o, &loc, pb->new_addr + body);
+			put_row(o, &row, &cur, first);
+			first = false;
+		}
+	}
+	close_entry(o, start);
+	p->unwind_fdes++;
+	return 0;
+}
+
+int hp_plan_unwind(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen)
+{
+	struct buf o = { 0 };
+	struct hp_cfi_row row;
+	uint64_t eh_addr;
+	int r = 0;
+
+	free(p->unwind);
+	p->unwind = NULL;
+	p->unwind_len = p->unwind_fdes = 0;
+	p->unwind_off = (uint32_t)((p->code_len + 7) & ~(size_t)7);
+	eh_addr = p->base + p->unwind_off;
+	/* The CIE: "zR", code and data alignment 1, return address in 16,
+	 * FDE pointers pc-relative 4-byte signed, no initial rules. */
+	put32(&o, 0);
+	put32(&o, 0);
+	put8(&o, 1);
+	put(&o, "zR", 3);
+	uleb(&o, 1);
+	sleb(&o, 1);
+	put8(&o, 16);
+	uleb(&o, 1);
+	put8(&o, DW_EH_PE_pcrel | DW_EH_PE_sdata4);
+	close_entry(&o, 0);
+	for (size_t i = 0; i < p->nmembers && !r; i++) {
+		const struct hp_plan_member *mb = &p->members[i];
+		if (!mb->mod->cfi || row_at(mb->mod, mb->fn->addr, &row) < 0)
+			continue; /* the original has no unwind data either */
+		if (mb->nhot)
+			r = put_fde(m, p, mb, 0, mb->nhot, &o, eh_addr);
+		if (!r && mb->nblocks > mb->nhot)
+			r = put_fde(m, p, mb, mb->nhot, mb->nblocks, &o, eh_addr);
+		if (r)
+			snprintf(err, errlen, "%s: its unwind rows cannot be reproduced", mb->fn->name);
+	}
+	put32(&o, 0); /* the end of .eh_frame */
+	if (o.oom) {
+		snprintf(err, errlen, "out of memory");
+		r = -ENOMEM;
+	}
+	if (r || !p->unwind_fdes) {
+		free(o.b);
+		p->unwind_fdes = 0;
+		return r;
+	}
+	p->unwind = o.b;
+	p->unwind_len = o.n;
+	return 0;
+}
+
+/* Every emitted instruction's row (read back from the generated .eh_frame)
+ * must be its original's; the added branches must run in the row after
+ * the body. */
+bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p)
+{
+	struct hp_cfi *c;
+	bool ok = false;
+
+	if (!p->unwind)
+		return true;
+	if (!(c = hp_cfi_open_blob(p->base + p->unwind_off, p->unwind, p->unwind_len))) {
+		snprintf(p->verify_error, sizeof(p->verify_error),
+			 "unwind: the generated .eh_frame does not read back");
+		return false;
+	}
+	for (size_t i = 0; i < p->nmembers; i++) {
+		const struct hp_plan_member *mb = &p->members[i];
+		const struct hp_function *f = mb->fn;
+		struct hp_cfi_row orig, copy;
+		if (!mb->mod->cfi || row_at(mb->mod, f->addr, &orig) < 0)
+			continue;
+		for (uint32_t j = 0; j < mb->nblocks; j++) {
+			const struct hp_plan_block *pb = &mb->blocks[j];
+			const struct hp_block *bl = &mb->mod->blocks[f->block_start + pb->index];
+			uint64_t oa = f->addr + bl->offset;
+			uint32_t body = body_len(m, f, bl);
+			uint8_t code[16];
+			struct hp_isa_insn in;
+			if (!pb->new_size)
+				continue;
+			for (uint32_t d = 0; d < body; d += in.len) {
+				uint32_t n = body - d < sizeof(code) ? body - d : sizeof(code);
+				if (m->read(m, oa + d, code, n) < 0 || hp_isa_decode(code, n, oa + d, &in) < 0 ||
+				    row_at(mb->mod, oa + d, &orig) < 0 || hp_cfi_row(c, pb->new_addr + d, &copy) < 0 ||
+				    !hp_cfi_same(&orig, &copy)) {
+					snprintf(p->verify_error, sizeof(p->verify_error),
+						 "unwind: %s+0x%x moved to 0x%" PRIx64 " does not unwind as it did",
+						 f->name, bl->offset + d, pb->new_addr + d);
+					goto out;
+				}
+			}
+			if (pb->new_size > body &&
+			    (row_after(mb->mod, f, bl, body, &orig) < 0 ||
+			     hp_cfi_row(c, pb->new_addr + body, &copy) < 0 || !hp_cfi_same(&orig, &copy) ||
+			     hp_cfi_row(c, pb->new_addr + pb->new_size - 1, &copy) < 0 || !hp_cfi_same(&orig, &copy))) {
+				snprintf(
+					p->verify_error, sizeof(p->verify_error),
+					"unwind: the branches after %s+0x%x's body do not unwind as the body's end does",
+					f->name, bl->offset);
+				goto out;
+			}
+		}
+	}
+	ok = true;
+out:
+	hp_cfi_close(c);
+	return ok;
+}

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Installing a plan's code into a running target and reverting it
+ * (KernInst section 3), on the target interface (patch_target.h):
+ *
+ *   install: check the plan (code hash, approval, build id, the original
+ *     bytes it was made from) -> journal -> quiesce -> code heap within
+ *     reach of every reference -> copy re-based, unwind data registered ->
+ *     root's entry spliced to jump to the copy -> the root's static call
+ *     sites call the copy -> resume.
+ *   revert: call sites restored first, then the entry, so the copy stays
+ *     reachable until the end; the heap is freed only when no thread can be
+ *     inside it (else left mapped, and the record says so).
+ *
+ * Every change is journaled (journal.h) before it is made; a failed install
+ * is reverted before the error is returned, and a journal left by an agent
+ * that died is read back by hp_installed_list and finished by hp_revert.
+ */
+#ifndef HOTPATH_REPLACE_INSTALL_H
+#define HOTPATH_REPLACE_INSTALL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "measure/moved.h"
+#include "model/model.h"
+#include "plan/plan.h"
+#include "target/target.h"
+
+/* A plan as its JSON (`hotpathd plan --json`) gives it to an installer. */
+struct hp_iblock {
+	uint32_t offset, size;
+	uint64_t new_addr; /* in the plan's layout */
+	uint32_t new_size; /* 0: the layout emptied it */
+};
+
+struct hp_imember {
+	char *name, *module;
+	uint64_t addr; /* original entry, as planned */
+	uint32_t size;
+	uint64_t new_addr; /* the copy's entry, in the plan's layout */
+	char digest[65];   /* SHA-256 of the original bytes */
+	struct hp_iblock *blocks;
+	size_t nblocks;
+};
+
+struct hp_iplan {
+	char *root;
+	char kind[8]; /* "pid" or "elf" */
+	int pid;
+	uint64_t start_time;
+	char *module;
+	uint64_t module_base; /* the module's load bias in the planned addresses */
+	char build_id[65];
+	uint64_t base;
+	uint8_t *code, *unwind;
+	size_t code_len, unwind_len;
+	uint32_t unwind_off;
+	struct hp_reloc *relocs;
+	size_t nrelocs;
+	struct hp_imember *members;
+	size_t nmembers;
+	char hash[65];     /* code.sha256 as the plan states it */
+	char computed[65]; /* recomputed from the code */
+	char *text;        /* the JSON itself */
+	size_t text_len;
+};
+
+/* Parse a plan's JSON; refuses plans that are not ok and verified. */
+int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, size_t errlen);
+void hp_iplan_free(struct hp_iplan *p);
+
+/* The approval hook: 0 when the plan with this code hash for this build
+ * may be installed, else a negative errno with err saying why. */
+typedef int (*hp_approve_fn)(void *ctx, const struct hp_iplan *p, char *err, size_t errlen);
+
+/* Steps of an install and a revert, for progress and for tests that stop
+ * the agent between two of them. */
+enum hp_install_step {
+	HP_STEP_CHECKED = 1,
+	HP_STEP_JOURNALED,
+	HP_STEP_STOPPED,
+	HP_STEP_SCRATCH,
+	HP_STEP_HEAP,
+	HP_STEP_UNWIND,
+	HP_STEP_ENTRY,
+	HP_STEP_CALLS,
+	HP_STEP_INSTALLED,
+	HP_STEP_REVERT_CALLS,
+	HP_STEP_REVERT_ENTRY,
+	HP_STEP_REVERT_HEAP,
+	HP_STEP_REVERTED,
+};
+const char *hp_install_step_name(enum hp_install_step s);
+
+struct hp_install_opts {
+	const char *state_dir;     /* journals and saved plans (STATE_DIR/replace) */
+	int pid;                   /* 0: the plan's process */
+	bool patch_calls;          /* also make the root's static call sites call the copy */
+	const struct hp_model *m;  /* the target's model (call sites); NULL: entry only */
+	const char *approved_hash; /* if set, the code hash must be this */
+	hp_approve_fn approve;     /* if set, asked before anything is written */
+	void *approve_ctx;
+	bool replace; /* the root is installed already: revert it first (a second pass) */
+	void (*progress)(void *ctx, enum hp_install_step s, const char *detail);
+	void *progress_ctx;
+};
+
+struct hp_install_result {
+	char id[64]; /* the install's name: journal, heap */
+	char journal[4096];
+	uint64_t heap, heap_len, new_entry, entry;
+	size_t call_sites, call_sites_skipped;
+	bool unwind_registered;
+	char unwind_note[200];
+	double check_ms, entry_us, calls_ms, total_ms, stopped_ms;
+	double revert_calls_ms, revert_entry_us, revert_total_ms;
+	bool heap_kept;
+	char heap_note[400];
+	unsigned pcs_moved, waits; /* threads inside bytes being written: moved to the copy, or waited for */
+};
+
+/* Install. Returns 0, or a negative errno with err saying why and nothing
+ * left changed in the target (-ESTALE: the target or binary changed since
+ * planning; -EBADMSG: the plan was altered; -EACCES: not approved; -ESRCH:
+ * the process exited; -EPERM: ptrace refused; -ENOSPC: the journal's disk
+ * is full; -EEXIST: the root is installed already). */
+int hp_install(const struct hp_iplan *plan, const struct hp_install_opts *o, struct hp_install_result *res, char *err,
+	       size_t errlen);
+
+/* What the journals in state_dir say is installed. */
+struct hp_installed {
+	char id[64];
+	char journal[4096];
+	char plan_path[4200];
+	int pid;
+	uint64_t start_time;
+	char root[128];
+	char module[512];
+	char hash[65];
+	char state[24]; /* installed, installing, reverting, heap_kept, process_gone */
+	uint64_t entry, new_entry, heap, heap_len, base;
+	size_t writes_made, writes;
+	char detail[300];
+};
+int hp_installed_list(const char *state_dir, struct hp_installed **out, size_t *n, char *err, size_t errlen);
+
+/* Revert the install(s) of process pid (root NULL: every one), finishing
+ * interrupted installs and reverts from their journals. */
+int hp_revert(const char *state_dir, int pid, const char *root, struct hp_install_result *res,
+	      void (*progress)(void *ctx, enum hp_install_step s, const char *detail), void *ctx, char *err,
+	      size_t errlen);
+
+/* Installed code as measurable code (measure/moved.h): where each block
+ * of each member of every install in process pid runs now. */
+int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out, size_t *n, char *err, size_t errlen);
+
+/* Byte patches the installs in process pid made (for reading its original
+ * code: the second pass plans from the bytes the plan was made from). */
+int hp_installed_patches(const char *state_dir, int pid, struct hp_byte_patch **out, size_t *n);
+
+#endif

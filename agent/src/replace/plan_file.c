@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * A plan's JSON as an installer reads it (install.h): the target it was
+ * made for, the members with the digests of their original bytes and the
+ * block layout, and the code (bytes, relocations, unwind data) with its
+ * hash. Only plans whose status is ok and whose code was verified are
+ * accepted; the hash is recomputed from the bytes here, so a plan whose
+ * code was changed after planning shows a mismatch.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replace/install.h"
+
+static bool get_u64(const json_t *v, uint64_t *out)
+{
+	if (json_is_integer(v)) {
+		*out = (uint64_t)json_integer_value(v);
+		return true;
+	}
+	if (json_is_string(v)) {
+		char *e;
+		const char *s = json_string_value(v);
+		*out = strtoull(s, &e, 0);
+		return e != s && !*e;
+	}
+	return false;
+}
+
+static int unhex(const char *s, uint8_t **out, size_t *len)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	*out = NULL;
+	*len = 0;
+	if (n % 2)
+		return -EINVAL;
+	if (!(*out = malloc(n / 2 + 1)))
+		return -ENOMEM;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned v;
+		if (sscanf(s + 2 * i, "%2x", &v) != 1) {
+			free(*out);
+			*out = NULL;
+			return -EINVAL;
+		}
+		(*out)[i] = (uint8_t)v;
+	}
+	*len = n / 2;
+	return 0;
+}
+
+static char *dupstr(const json_t *v)
+{
+	const char *s = json_string_value(v);
+	return strdup(s ? s : "");
+}
+
+int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, size_t errlen)
+{
+	json_error_t je;
+	json_t *root = json_loadb(text, len, 0, &je), *v;
+	const json_t *tg, *code, *group, *uw;
+	int r = -EINVAL;
+	uint64_t u;
+	size_t i;
+
+	memset(p, 0, sizeof(*p));
+	if (!json_is_object(root)) {
+		snprintf(err, errlen, "not a plan: the file is not a JSON object (%s)", root ? "" : je.text);
+		goto out;
+	}
+	const char *status = json_string_value(json_object_get(root, "status"));
+	if (!status || !json_is_string(json_object_get(root, "root"))) {
+		snprintf(err, errlen, "not a plan: no root or status (write it with `hotpathd plan ... --json`)");
+		goto out;
+	}
+	if (strcmp(status, "ok")) {
+		const char *msg = json_string_value(json_object_get(root, "message"));
+		snprintf(err, errlen, "the plan is not installable: its status is %s%s%s", status, msg ? ": " : "",
+			 msg ? msg : "");
+		goto out;
+	}
+	p->root = dupstr(json_object_get(root, "root"));
+	tg = json_object_get(root, "target");
+	snprintf(p->kind, sizeof(p->kind), "%s", json_string_value(json_object_get(tg, "kind")) ?: "");
+	if (strcmp(p->kind, "pid") && strcmp(p->kind, "elf")) {
+		snprintf(err, errlen, "the plan is for a %s target; only process (pid) and ELF plans install here",
+			 p->kind[0] ? p->kind : "unknown");
+		r = -EOPNOTSUPP;
+		goto out;
+	}
+	if (get_u64(json_object_get(tg, "pid"), &u))
+		p->pid = (int)u;
+	get_u64(json_object_get(tg, "start_time"), &p->start_time);
+	p->module = dupstr(json_object_get(tg, "module"));
+	get_u64(json_object_get(tg, "module_base"), &p->module_base);
+	snprintf(p->build_id, sizeof(p->build_id), "%s",
+		 json_string_value(json_object_get(tg, "module_build_id"))  ?:
+			 json_string_value(json_object_get(tg, "build_id")) ?:
+									      "");
+	code = json_object_get(root, "code");
+	if (!json_is_true(json_object_get(code, "verified"))) {
+		snprintf(err, errlen, "the plan's code was not verified: it is not installed");
+		goto out;
+	}
+	if (!get_u64(json_object_get(code, "base"), &p->base) ||
+	    unhex(json_string_value(json_object_get(code, "hex")), &p->code, &p->code_len) < 0 || !p->code_len) {
+		snprintf(err, errlen, "the plan has no code (code.base, code.hex)");
+		goto out;
+	}
+	snprintf(p->hash, sizeof(p->hash), "%s", json_string_value(json_object_get(code, "sha256")) ?: "");
+	uw = json_object_get(code, "unwind");
+	if (json_is_object(uw)) {
+		if (!get_u64(json_object_get(uw, "offset"), &u) ||
+		    unhex(json_string_value(json_object_get(uw, "hex")), &p->unwind, &p->unwind_len) < 0) {
+			snprintf(err, errlen, "the plan's unwind data is malformed");
+			goto out;
+		}
+		p->unwind_off = (uint32_t)u;
+		if (p->unwind_off < p->code_len || p->unwind_off > (1u << 30)) {
+			snprintf(err, errlen, "the plan's unwind data overlaps its code");
+			goto out;
+		}
+	}
+	v = json_object_get(code, "relocations");
+	p->relocs = calloc(json_array_size(v) + 1, sizeof(*p->relocs));
+	json_array_foreach(v, i, tg)
+	{
+		uint64_t off, target;
+		if (!get_u64(json_object_get(tg, "offset"), &off) || !get_u64(json_object_get(tg, "target"), &target) ||
+		    off + 4 > p->code_len) {
+			snprintf(err, errlen, "relocation %zu of the plan is malformed", i);
+			goto out;
+		}
+		p->relocs[p->nrelocs++] = (struct hp_reloc){ (uint32_t)off, target };
+	}
+	group = json_object_get(root, "group");
+	if (!json_array_size(group)) {
+		snprintf(err, errlen, "the plan has no group");
+		goto out;
+	}
+	p->members = calloc(json_array_size(group), sizeof(*p->members));
+	json_array_foreach(group, i, tg)
+	{
+		struct hp_imember *mb = &p->members[p->nmembers];
+		const json_t *lay = json_object_get(tg, "layout"), *b;
+		size_t k;
+		mb->name = dupstr(json_object_get(tg, "function"));
+		mb->module = dupstr(json_object_get(tg, "module"));
+		snprintf(mb->digest, sizeof(mb->digest), "%s",
+			 json_string_value(json_object_get(tg, "original_sha256")) ?: "");
+		if (!get_u64(json_object_get(tg, "address"), &mb->addr) ||
+		    !get_u64(json_object_get(tg, "new_address"), &mb->new_addr) ||
+		    !get_u64(json_object_get(tg, "size"), &u) || strlen(mb->digest) != 64) {
+			snprintf(err, errlen,
+				 "group member %zu of the plan lacks its address, size or original_sha256 (plans from "
+				 "an older hotpathd cannot be checked: plan again)",
+				 i);
+			p->nmembers++;
+			goto out;
+		}
+		mb->size = (uint32_t)u;
+		if (mb->new_addr < p->base || mb->new_addr >= p->base + p->code_len) {
+			snprintf(err, errlen, "group member %s's copy lies outside the plan's code", mb->name);
+			p->nmembers++;
+			goto out;
+		}
+		mb->blocks = calloc(json_array_size(lay) + 1, sizeof(*mb->blocks));
+		json_array_foreach(lay, k, b)
+		{
+			struct hp_iblock *bl = &mb->blocks[mb->nblocks++];
+			uint64_t o, s, na, ns;
+			if (!get_u64(json_object_get(b, "offset"), &o) || !get_u64(json_object_get(b, "size"), &s) ||
+			    !get_u64(json_object_get(b, "new_address"), &na) ||
+			    !get_u64(json_object_get(b, "new_size"), &ns) || o + s > mb->size ||
+			    (ns && (na < p->base || na + ns > p->base + p->code_len))) {
+				snprintf(err, errlen, "block %zu of %s in the plan is malformed", k, mb->name);
+				p->nmembers++;
+				goto out;
+			}
+			*bl = (struct hp_iblock){ (uint32_t)o, (uint32_t)s, na, (uint32_t)ns };
+		}
+		p->nmembers++;
+	}
+	if (!p->module[0]) {
+		snprintf(err, errlen, "the plan does not name its module (plan again with this hotpathd)");
+		goto out;
+	}
+	struct hp_code_image ci = { p->base,       p->code,       p->code_len, p->unwind,
+				    p->unwind_len, p->unwind_off, p->relocs,   p->nrelocs };
+	if (hp_code_hash(&ci, p->computed) < 0) {
+		snprintf(err, errlen, "cannot hash the plan's code");
+		r = -EIO;
+		goto out;
+	}
+	if (!(p->text = malloc(len + 1))) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	memcpy(p->text, text, len);
+	p->text[len] = 0;
+	p->text_len = len;
+	r = 0;
+out:
+	json_decref(root);
+	if (r < 0)
+		hp_iplan_free(p);
+	return r;
+}
+
+void hp_iplan_free(struct hp_iplan *p)
+{
+	for (size_t i = 0; i < p->nmembers; i++) {
+		free(p->members[i].name);
+		free(p->members[i].module);
+		free(p->members[i].blocks);
+	}
+	free(p->members);
+	free(p->root);
+	free(p->module);
+	free(p->code);
+	free(p->unwind);
+	free(p->relocs);
+	free(p->text);
+	memset(p, 0, sizeof(*p));
+}

@@ -1,0 +1,758 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Replacement in live processes. The fixture (tests/fixtures/threads.c)
+ * runs group.c's pr_root and its callees in several threads at once and
+ * checks every result against a table the original code made, exiting
+ * with MISMATCH at the first difference; results include the frames the
+ * unwinder walks, so the copy's unwind data must be registered too. Its
+ * plan comes from `hotpathd measure --blocks` and `hotpathd plan`.
+ *  - hotpathd install / installed / revert: the copy runs (memfd heap, entry
+ *    jump, call sites), and everything is put back (bytes, heap, journal).
+ *  - Cycles of install and revert through the library under load, with
+ *    threads inside the root at the stops, results checked throughout,
+ *    original bytes at the end (HOTPATH_REPLACE_CYCLES, default 300;
+ *    bench/replace_cycles runs 1,000).
+ *  - The agent killed (SIGKILL) at every step of install and revert and at
+ *    random moments: the process stays correct, `hotpathd installed` shows
+ *    what is left, `hotpathd revert` brings it back to clean.
+ *  - Bad input: an altered plan, an unapproved hash, a plan for another
+ *    binary, a rebuilt binary, code changed since planning, a process that
+ *    exited, a full journal disk, another tracer: refused with the reason,
+ *    nothing changed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "harness.h"
+#include "plan/plan.h"
+#include "replace/install.h"
+#include "replace/world.h"
+#include "target/target.h"
+#include "test_util.h"
+
+static const char *hp(void)
+{
+	return getenv("HOTPATHD") ? getenv("HOTPATHD") : "build/hotpathd";
+}
+
+/* A running fixture with its stdout and stderr on pipes. */
+struct fx {
+	pid_t pid;
+	int out, errfd;
+	char errbuf[4096];
+	size_t errlen;
+};
+
+static int fx_start(struct fx *f, const char *path, int threads)
+{
+	int o[2], e[2];
+	char n[16];
+
+	memset(f, 0, sizeof(*f));
+	if (pipe(o) < 0 || pipe(e) < 0)
+		return -1;
+	snprintf(n, sizeof(n), "%d", threads);
+	f->pid = fork();
+	if (f->pid == 0) {
+		dup2(o[1], 1);
+		dup2(e[1], 2);
+		close(o[0]);
+		close(e[0]);
+		execl(path, path, "threads", n, (char *)NULL);
+		_exit(127);
+	}
+	close(o[1]);
+	close(e[1]);
+	f->out = o[0];
+	f->errfd = e[0];
+	fcntl(f->errfd, F_SETFL, O_NONBLOCK);
+	/* "ready" once every thread made its table. */
+	struct pollfd p = { f->out, POLLIN, 0 };
+	char buf[64] = "";
+	if (poll(&p, 1, 20000) <= 0 || read(f->out, buf, sizeof(buf) - 1) <= 0 || strncmp(buf, "ready", 5))
+		return -1;
+	return 0;
+}
+
+/* 1 while the fixture runs and has reported nothing wrong. */
+static int fx_ok(struct fx *f)
+{
+	ssize_t n;
+	int st;
+
+	while ((n = read(f->errfd, f->errbuf + f->errlen, sizeof(f->errbuf) - 1 - f->errlen)) > 0)
+		f->errlen += (size_t)n;
+	f->errbuf[f->errlen] = 0;
+	if (strstr(f->errbuf, "MISMATCH"))
+		return 0;
+	if (waitpid(f->pid, &st, WNOHANG) == f->pid) {
+		snprintf(f->errbuf + f->errlen, sizeof(f->errbuf) - f->errlen, " [exited: status %d, signal %d]",
+			 WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+		f->pid = 0;
+		return 0;
+	}
+	return f->pid > 0;
+}
+
+/* Stop the fixture: SIGTERM makes it print the calls it verified. */
+static unsigned long fx_stop(struct fx *f)
+{
+	char buf[128] = "";
+	unsigned long v = 0;
+	ssize_t n = 0;
+
+	if (f->pid > 0) {
+		kill(f->pid, SIGTERM);
+		struct pollfd p = { f->out, POLLIN, 0 };
+		if (poll(&p, 1, 5000) > 0)
+			n = read(f->out, buf, sizeof(buf) - 1);
+		buf[n > 0 ? n : 0] = 0;
+		sscanf(buf, "verified %lu", &v);
+		kill(f->pid, SIGKILL);
+		waitpid(f->pid, NULL, 0);
+		f->pid = 0;
+	}
+	close(f->out);
+	close(f->errfd);
+	return v;
+}
+
+static const char *fixture(void)
+{
+	static const char *path;
+	if (!path)
+		path = tu_compile("threads.c", "threads", "-O2 -pthread");
+	return path;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "r");
+	char *b = NULL;
+	long n;
+
+	*len = 0;
+	if (fp && fseek(fp, 0, SEEK_END) == 0 && (n = ftell(fp)) >= 0 && (b = malloc((size_t)n + 1))) {
+		rewind(fp);
+		*len = fread(b, 1, (size_t)n, fp);
+		b[*len] = 0;
+	}
+	if (fp)
+		fclose(fp);
+	return b;
+}
+
+/* The fixture measured and planned by the command line; path of the plan. */
+static const char *make_plan(pid_t pid, const char *name)
+{
+	static char plan[16][400];
+	static int slot;
+	char *p = plan[slot++ % 16], prof[400], cmd[2048];
+
+	snprintf(prof, sizeof(prof), "%s/%s.profile.json", tu_tmpdir(), name);
+	snprintf(p, 400, "%s/%s.plan.json", tu_tmpdir(), name);
+	snprintf(cmd, sizeof(cmd),
+		 "%s measure pid %d pr_root pr_op pr_hash pr_mix pr_fib pr_even pr_odd pr_search pr_check --blocks "
+		 "--seconds 1 --json > '%s' 2>/dev/null && %s plan pid %d pr_root --profile '%s' --json > '%s'",
+		 hp(), pid, prof, hp(), pid, prof, p);
+	return system(cmd) == 0 ? p : NULL;
+}
+
+static const char *state_dir(const char *name)
+{
+	static char d[16][300];
+	static int slot;
+	char *p = d[slot++ % 16];
+	snprintf(p, 300, "%s/state-%s", tu_tmpdir(), name);
+	return p;
+}
+
+/* Run a command, capturing stdout into out; returns the exit status. */
+static int run(const char *cmd, char *out, size_t outlen)
+{
+	FILE *fp = popen(cmd, "r");
+	size_t n = 0;
+	int st;
+
+	if (!fp)
+		return -1;
+	if (out) {
+		n = fread(out, 1, outlen - 1, fp);
+		out[n] = 0;
+	} else {
+		char sink[4096];
+		while (fread(sink, 1, sizeof(sink), fp) > 0)
+			;
+	}
+	st = pclose(fp);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Whether pid maps a code heap of ours. */
+static int heaps_mapped(pid_t pid)
+{
+	char path[64], line[512];
+	FILE *fp;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	if (!(fp = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof(line), fp))
+		n += strstr(line, "memfd:hotpath-") != NULL;
+	fclose(fp);
+	return n;
+}
+
+/* Every member's bytes in the process hash to what the plan was made from. */
+static int members_original(pid_t pid, const struct hp_iplan *p, char *why, size_t wl)
+{
+	char path[64];
+	int fd, bad = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return -1;
+	for (size_t i = 0; i < p->nmembers; i++) {
+		uint8_t *b = malloc(p->members[i].size);
+		char dg[65] = "";
+		if (b && pread(fd, b, p->members[i].size, (off_t)p->members[i].addr) == (ssize_t)p->members[i].size)
+			hp_bytes_digest(b, p->members[i].size, dg);
+		if (strcmp(dg, p->members[i].digest) && !bad++)
+			snprintf(why, wl, "%s's bytes are not the original ones", p->members[i].name);
+		free(b);
+	}
+	close(fd);
+	return bad;
+}
+
+static int load_plan(const char *path, struct hp_iplan *p, char *err, size_t el)
+{
+	size_t len;
+	char *t = slurp(path, &len);
+	int r = t ? hp_iplan_parse(t, len, p, err, el) : -1;
+	free(t);
+	return r;
+}
+
+static size_t journals(const char *state)
+{
+	struct hp_installed *ins;
+	size_t n = 0;
+	char err[256];
+	if (hp_installed_list(state, &ins, &n, err, sizeof(err)) == 0)
+		free(ins);
+	return n;
+}
+
+/* ---- The command line ---------------------------------------------------- */
+
+static void t_install_revert_cli(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[2048], out[16384], err[512], why[256] = "";
+	const char *st = state_dir("cli");
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 3) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "cli");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --json --quiet", hp(), plan, st);
+	int rc = run(cmd, out, sizeof(out));
+	json_error_t je;
+	json_t *j = json_loads(out, 0, &je);
+	EXPECT(rc == 0 && j && !strcmp(json_string_value(json_object_get(j, "status")) ?: "", "installed"),
+	       "install failed (%d): %s", rc, out);
+	EXPECT(json_is_true(json_object_get(json_object_get(j, "unwind"), "registered")),
+	       "the copy's unwind data was not registered: %s", out);
+	EXPECT(json_integer_value(json_object_get(j, "call_sites")) >= 1, "no call site was patched: %s", out);
+	uint64_t heap = strtoull(json_string_value(json_object_get(j, "heap")) ?: "0", NULL, 0);
+	json_decref(j);
+	EXPECT(heaps_mapped(f.pid) == 1, "the code heap is not mapped");
+	/* The entry jumps into the heap. */
+	uint8_t b[5];
+	char mp[64];
+	snprintf(mp, sizeof(mp), "/proc/%d/mem", f.pid);
+	int fd = open(mp, O_RDONLY);
+	EXPECT(fd >= 0 && pread(fd, b, 5, (off_t)p.members[0].addr) == 5 && b[0] == 0xe9 &&
+		       p.members[0].addr + 5 + (uint64_t)(int64_t) * (int32_t *)(b + 1) == heap,
+	       "pr_root's entry does not jump to the copy at 0x%" PRIx64, heap);
+	if (fd >= 0)
+		close(fd);
+	usleep(300000);
+	EXPECT(fx_ok(&f), "the process went wrong with the copy installed: %s", f.errbuf);
+	snprintf(cmd, sizeof(cmd), "%s installed --state-dir '%s' --json", hp(), st);
+	run(cmd, out, sizeof(out));
+	EXPECT(strstr(out, "\"state\": \"installed\"") || strstr(out, "\"state\":\"installed\""),
+	       "installed does not list it: %s", out);
+	/* A second install of the same root is refused. */
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet 2>&1", hp(), plan, st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 4 && strstr(out, "installed in process"), "a second install was not refused (%d): %s", rc, out);
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --json --quiet", hp(), f.pid, st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0 && strstr(out, "\"reverted\""), "revert failed (%d): %s", rc, out);
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "%s", why);
+	EXPECT(heaps_mapped(f.pid) == 0, "the code heap is still mapped after the revert");
+	EXPECT(journals(st) == 0, "a journal is left after the revert");
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 4, "reverting again did not say nothing is installed (%d)", rc);
+	usleep(100000);
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	unsigned long v = fx_stop(&f);
+	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
+	printf("# cli: %zu functions installed and reverted, %lu calls verified\n", p.nmembers, v);
+	hp_iplan_free(&p);
+}
+
+/* ---- Cycles under load ---------------------------------------------------- */
+
+static double cpu_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void t_cycles(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char err[512], why[256] = "";
+	const char *st = state_dir("cycles");
+	int cycles = getenv("HOTPATH_REPLACE_CYCLES") ? atoi(getenv("HOTPATH_REPLACE_CYCLES")) : 300;
+	int done = 0, inside = 0, stops = 0, kept = 0;
+	unsigned moved = 0, waits = 0;
+	double ins_ms = 0, rev_ms = 0, t0 = hp_now(), c0 = cpu_seconds();
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 4) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "cycles");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	struct hp_open_opts oo = { .quiet = true };
+	struct hp_model *m = NULL;
+	if (hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "%s", err);
+	}
+	struct hp_install_opts o = { .state_dir = st, .patch_calls = true, .m = m };
+	for (; done < cycles; done++) {
+		struct hp_install_result res, rr;
+		/* How often a thread is inside the root when the world stops. */
+		if (done % 10 == 0) {
+			struct hp_world w;
+			if (hp_world_stop(f.pid, &w, err, sizeof(err)) == 0) {
+				/* Inside: running it, or in a callee with it on the stack. */
+				for (size_t i = 0; i < w.n; i++) {
+					struct hp_world one = w;
+					char where[200];
+					one.t = &w.t[i];
+					one.n = 1;
+					inside += hp_world_inside(&one, p.members[0].addr,
+								  p.members[0].addr + p.members[0].size, 1 << 20, where,
+								  sizeof(where)) >= 0;
+				}
+				stops++;
+				hp_world_release(&w);
+			}
+		}
+		if (hp_install(&p, &o, &res, err, sizeof(err)) < 0) {
+			EXPECT(0, "install %d: %s", done, err);
+			break;
+		}
+		ins_ms += res.total_ms;
+		moved += res.pcs_moved;
+		waits += res.waits;
+		if (hp_revert(st, f.pid, NULL, &rr, NULL, NULL, err, sizeof(err)) < 0) {
+			EXPECT(0, "revert %d: %s", done, err);
+			break;
+		}
+		rev_ms += rr.revert_total_ms;
+		kept += rr.heap_kept;
+		if (!fx_ok(&f)) {
+			EXPECT(0, "after cycle %d the process went wrong: %s", done, f.errbuf);
+			break;
+		}
+	}
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "%s", why);
+	/* Heaps a thread was still in at its revert are freed by the next revert. */
+	EXPECT(heaps_mapped(f.pid) == 0 || kept, "%d code heaps are still mapped", heaps_mapped(f.pid));
+	EXPECT(journals(st) == (size_t)(kept ? journals(st) : 0), "journals are left");
+	EXPECT(stops == 0 || inside > 0, "no thread was ever inside pr_root when the process stopped");
+	unsigned long v = fx_stop(&f);
+	EXPECT(v > 10000, "the fixture verified only %lu calls", v);
+	printf("# %d install/revert cycles in %.1f s (agent CPU %.1f s): install %.2f ms, revert %.2f ms on "
+	       "average; at %d sampled stops %d threads were inside pr_root or its callees; threads inside the "
+	       "entry's 5 bytes: %u moved to the copy, %u waits; %d reverts left the heap to a later one; %lu results "
+	       "verified\n",
+	       done, hp_now() - t0, cpu_seconds() - c0, done ? ins_ms / done : 0, done ? rev_ms / done : 0, stops,
+	       inside, moved, waits, kept, v);
+	hp_model_free(m);
+	hp_iplan_free(&p);
+}
+
+/* ---- The agent killed midway ------------------------------------------- */
+
+/* hotpathd install, killed by its test hook when it reaches step kill_at. */
+static int kill_run(const char *st, const char *plan, const char *kill_at, char *out, size_t outlen)
+{
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd), "HOTPATH_TEST_KILL_AT=%s %s install '%s' --state-dir '%s' --quiet 2>&1", kill_at,
+		 hp(), plan, st);
+	return run(cmd, out, outlen);
+}
+
+static void t_kill_agent(void)
+{
+	static const char *const install_steps[] = { "journaled", "stopped", "scratch",   "heap", "unwind",
+						     "entry",     "calls",   "installed", NULL };
+	static const char *const revert_steps[] = { "revert_calls", "revert_entry", "revert_heap", NULL };
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[2048], out[8192], err[512], why[256] = "";
+	const char *st = state_dir("kill");
+	int kills = 0, recovered = 0, random_kills = 0;
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 3) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "kill");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	/* Killed at each step of an install. */
+	for (const char *const *s = install_steps; *s; s++) {
+		int rc = kill_run(st, plan, *s, out, sizeof(out));
+		kills++;
+		EXPECT(rc != 0, "the install was not killed at %s", *s);
+		usleep(50000);
+		if (!fx_ok(&f)) {
+			EXPECT(0, "killed at %s, the process went wrong: %s", *s, f.errbuf);
+			break;
+		}
+		EXPECT(journals(st) == 1, "killed at %s: %zu journals, want 1", *s, journals(st));
+		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --quiet 2>&1", hp(), f.pid, st);
+		rc = run(cmd, out, sizeof(out));
+		EXPECT(rc == 0, "after a kill at %s the revert failed (%d): %s", *s, rc, out);
+		EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "killed at %s: %s", *s, why);
+		EXPECT(heaps_mapped(f.pid) == 0, "killed at %s: a heap is still mapped", *s);
+		EXPECT(journals(st) == 0, "killed at %s: a journal is left", *s);
+		recovered += rc == 0;
+	}
+	/* Killed at each step of a revert. */
+	for (const char *const *s = revert_steps; *s && fx_ok(&f); s++) {
+		snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet", hp(), plan, st);
+		EXPECT(run(cmd, NULL, 0) == 0, "install before the revert kill failed");
+		snprintf(cmd, sizeof(cmd), "HOTPATH_TEST_KILL_AT=%s %s revert pid %d --state-dir '%s' --quiet", *s,
+			 hp(), f.pid, st);
+		kills++;
+		EXPECT(run(cmd, NULL, 0) != 0, "the revert was not killed at %s", *s);
+		usleep(50000);
+		EXPECT(fx_ok(&f), "revert killed at %s, the process went wrong: %s", *s, f.errbuf);
+		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --quiet 2>&1", hp(), f.pid, st);
+		int rc = run(cmd, out, sizeof(out));
+		EXPECT(rc == 0, "after a kill at %s the revert failed (%d): %s", *s, rc, out);
+		EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "revert killed at %s: %s", *s, why);
+		EXPECT(heaps_mapped(f.pid) == 0 && journals(st) == 0, "revert killed at %s: not clean", *s);
+		recovered += rc == 0;
+	}
+	/* Killed at random moments (inside injected calls and system calls too). */
+	srand((unsigned)time(NULL));
+	for (int k = 0; k < 24 && fx_ok(&f); k++) {
+		pid_t c = fork();
+		if (c == 0) {
+			int nul = open("/dev/null", O_WRONLY);
+			dup2(nul, 1);
+			dup2(nul, 2);
+			char ps[16];
+			snprintf(ps, sizeof(ps), "%d", f.pid);
+			if (k % 2)
+				execl(hp(), hp(), "revert", "pid", ps, "--state-dir", st, (char *)NULL);
+			else
+				execl(hp(), hp(), "install", plan, "--state-dir", st, (char *)NULL);
+			_exit(127);
+		}
+		usleep((useconds_t)(rand() % 40000));
+		kill(c, SIGKILL);
+		int ws;
+		waitpid(c, &ws, 0);
+		random_kills += WIFSIGNALED(ws);
+		usleep(20000);
+		EXPECT(fx_ok(&f), "after a random kill (%d) the process went wrong: %s", k, f.errbuf);
+	}
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --quiet 2>&1", hp(), f.pid, st);
+	int rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0 || rc == 4, "the final revert failed (%d): %s", rc, out);
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "after random kills: %s", why);
+	EXPECT(heaps_mapped(f.pid) == 0 && journals(st) == 0, "after random kills: not clean (%d heaps, %zu journals)",
+	       heaps_mapped(f.pid), journals(st));
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	unsigned long v = fx_stop(&f);
+	printf("# agent killed at %d steps (%d recovered to clean) and at %d random moments; %lu results verified\n",
+	       kills, recovered, random_kills, v);
+	hp_iplan_free(&p);
+}
+
+/* ---- Bad input --------------------------------------------------------- */
+
+static int expect_refused(const char *cmd, int want_rc, const char *want_text, char *out, size_t outlen)
+{
+	int rc = run(cmd, out, outlen);
+	return rc == want_rc && strstr(out, want_text) ? 0 : rc;
+}
+
+static void t_bad_input(void)
+{
+	struct fx f, idle;
+	struct hp_iplan p;
+	char cmd[4096], out[8192], err[512], why[256] = "", altered[400], tiny[300];
+	const char *st = state_dir("bad");
+	int rc;
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 2) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "bad");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	/* An altered plan: one byte of code changed. */
+	size_t len;
+	char *text = slurp(plan, &len), *hex = text ? strstr(text, "\"hex\":\"") : NULL;
+	snprintf(altered, sizeof(altered), "%s/altered.json", tu_tmpdir());
+	if (hex) {
+		hex[7] = hex[7] == '9' ? '8' : '9';
+		FILE *fp = fopen(altered, "w");
+		fwrite(text, 1, len, fp);
+		fclose(fp);
+	}
+	free(text);
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet 2>&1", hp(), altered, st);
+	rc = expect_refused(cmd, 5, "altered", out, sizeof(out));
+	EXPECT(rc == 0, "an altered plan was not refused (%d): %s", rc, out);
+	/* Not the approved hash. */
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet --approved-hash %064d 2>&1", hp(), plan,
+		 st, 0);
+	rc = expect_refused(cmd, 5, "not the approved hash", out, sizeof(out));
+	EXPECT(rc == 0, "an unapproved plan was not refused (%d): %s", rc, out);
+	/* Another binary: the loop fixture does not map the planned file. */
+	const char *loop = tu_compile("loop.c", "loop", "-O2");
+	pid_t other = loop ? fork() : -1;
+	if (other == 0) {
+		execl(loop, loop, (char *)NULL);
+		_exit(127);
+	}
+	usleep(100000);
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --pid %d --state-dir '%s' --quiet 2>&1", hp(), plan, other, st);
+	rc = expect_refused(cmd, 5, "another binary", out, sizeof(out));
+	EXPECT(rc == 0, "a plan for another binary was not refused (%d): %s", rc, out);
+	kill(other, SIGKILL);
+	waitpid(other, NULL, 0);
+	/* Code changed since planning: an idle process of the same binary (no
+	 * workers run the group) with one byte of pr_check changed. */
+	REQUIRE(fx_start(&idle, fixture(), 0) == 0, "the idle fixture did not start");
+	uint64_t bias = 0;
+	{
+		/* The idle process's load bias relative to the planned one. */
+		struct hp_open_opts oo = { .quiet = true, .only_function = "pr_root" };
+		struct hp_model *m2 = NULL;
+		const struct hp_function *r2;
+		if (hp_model_open_pid(idle.pid, &oo, &m2, err, sizeof(err)) == 0 &&
+		    (r2 = hp_model_find(m2, "pr_root", NULL, NULL)))
+			bias = r2->addr - p.members[0].addr;
+		hp_model_free(m2);
+	}
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --pid %d --state-dir '%s' --quiet --json", hp(), plan, idle.pid,
+		 st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0, "installing into another process of the same build failed (%d): %s", rc, out);
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --quiet", hp(), idle.pid, st);
+	EXPECT(run(cmd, NULL, 0) == 0, "revert in the idle process failed");
+	const struct hp_imember *chk = NULL;
+	for (size_t i = 0; i < p.nmembers; i++)
+		if (!strcmp(p.members[i].name, "pr_check"))
+			chk = &p.members[i];
+	if (chk) {
+		char mp[64];
+		uint8_t b;
+		snprintf(mp, sizeof(mp), "/proc/%d/mem", idle.pid);
+		int fd = open(mp, O_RDWR);
+		off_t at = (off_t)(chk->addr + bias + chk->size - 1);
+		if (fd >= 0 && pread(fd, &b, 1, at) == 1) {
+			b ^= 0x01;
+			EXPECT(pwrite(fd, &b, 1, at) == 1, "could not change pr_check");
+		}
+		if (fd >= 0)
+			close(fd);
+		snprintf(cmd, sizeof(cmd), "%s install '%s' --pid %d --state-dir '%s' --quiet 2>&1", hp(), plan,
+			 idle.pid, st);
+		rc = expect_refused(cmd, 5, "changed since planning", out, sizeof(out));
+		EXPECT(rc == 0, "a plan whose code changed was not refused (%d): %s", rc, out);
+		EXPECT(heaps_mapped(idle.pid) == 0 && journals(st) == 0, "a refused install left something behind");
+	}
+	/* Another tracer holds the process. */
+	if (ptrace(PTRACE_SEIZE, idle.pid, 0, 0) == 0) {
+		snprintf(cmd, sizeof(cmd), "%s install '%s' --pid %d --state-dir '%s' --quiet 2>&1", hp(), plan,
+			 idle.pid, st);
+		rc = run(cmd, out, sizeof(out));
+		EXPECT(rc != 0 && (strstr(out, "already traced") || strstr(out, "changed since planning")),
+		       "an install under another tracer was not refused (%d): %s", rc, out);
+		ptrace(PTRACE_DETACH, idle.pid, 0, 0);
+	}
+	fx_stop(&idle);
+	/* The tracer case on a process whose code is as planned. */
+	if (ptrace(PTRACE_SEIZE, f.pid, 0, 0) == 0) {
+		snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet 2>&1", hp(), plan, st);
+		rc = expect_refused(cmd, 5, "already traced by process", out, sizeof(out));
+		EXPECT(rc == 0, "an install under another tracer was not refused (%d): %s", rc, out);
+		ptrace(PTRACE_DETACH, f.pid, 0, 0);
+	}
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0 && heaps_mapped(f.pid) == 0,
+	       "a refused install changed the process: %s", why);
+	/* Yama: only where the kernel has it. */
+	if (access("/proc/sys/kernel/yama/ptrace_scope", F_OK) < 0)
+		printf("# Yama is not in this kernel (no /proc/sys/kernel/yama): its refusal is not exercised\n");
+	/* A full journal disk: a 16 KiB tmpfs holds neither the journal's reserve nor the plan. */
+	snprintf(tiny, sizeof(tiny), "%s/tiny", tu_tmpdir());
+	mkdir(tiny, 0700);
+	if (mount("tmpfs", tiny, "tmpfs", 0, "size=16k") == 0) {
+		snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet 2>&1", hp(), plan, tiny);
+		rc = run(cmd, out, sizeof(out));
+		EXPECT(rc == 1 && strstr(out, "disk is full"), "a full journal disk was not refused (%d): %s", rc, out);
+		EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0 && heaps_mapped(f.pid) == 0,
+		       "the refused install changed the process");
+		umount2(tiny, MNT_DETACH);
+	} else {
+		printf("# no tmpfs could be mounted here (%s): the full-disk case is not exercised\n", strerror(errno));
+	}
+	/* A process that exited: the plan names the fixture, which is gone now. */
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	fx_stop(&f);
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet 2>&1", hp(), plan, st);
+	rc = expect_refused(cmd, 3, "does not exist", out, sizeof(out));
+	EXPECT(rc == 0, "a plan for an exited process was not refused (%d): %s", rc, out);
+	hp_iplan_free(&p);
+}
+
+/* ---- Installed code measured, and planned again ------------------------ */
+
+static void t_measure_and_second_pass(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[8192], out[8192], err[512], why[256] = "", copy[400], plan2[400];
+	const char *st = state_dir("second");
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 3) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "second");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet --json", hp(), plan, st);
+	REQUIRE(run(cmd, out, sizeof(out)) == 0, "install failed: %s", out);
+	json_t *j = json_loads(out, 0, NULL);
+	uint64_t heap = strtoull(json_string_value(json_object_get(j, "heap")) ?: "0", NULL, 0);
+	json_decref(j);
+	/* The root measured: its probes are in the copy, counts on its rows. */
+	snprintf(copy, sizeof(copy), "%s/copy-counts.json", tu_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "%s measure pid %d pr_root pr_op pr_hash pr_mix pr_fib pr_even pr_odd pr_search pr_check --blocks "
+		 "--seconds 1 --json --state-dir '%s' > '%s' 2>/dev/null",
+		 hp(), f.pid, st, copy);
+	EXPECT(system(cmd) == 0, "measuring the installed process failed");
+	size_t len;
+	char *text = slurp(copy, &len);
+	j = text ? json_loads(text, 0, NULL) : NULL;
+	free(text);
+	size_t in_copy = 0, counted = 0;
+	uint64_t root_calls = 0;
+	json_t *row;
+	size_t k;
+	json_array_foreach(json_object_get(j, "resources"), k, row)
+	{
+		uint64_t c = (uint64_t)json_integer_value(json_object_get(json_object_get(row, "metrics"), "count"));
+		uint64_t at = (uint64_t)json_integer_value(json_object_get(row, "installed_copy"));
+		if (at) {
+			in_copy++;
+			EXPECT(at >= heap && at < heap + 65536, "a row is probed at 0x%" PRIx64 ", outside the heap",
+			       at);
+			counted += c > 0;
+		}
+		if (!json_object_get(row, "block") &&
+		    !strcmp(json_string_value(json_object_get(row, "function")) ?: "", "pr_root"))
+			root_calls = c;
+	}
+	json_decref(j);
+	EXPECT(in_copy > 20 && counted > 10, "the copy's blocks were not measured (%zu rows in the copy, %zu counted)",
+	       in_copy, counted);
+	EXPECT(root_calls > 100, "pr_root's calls were not counted in its copy (%" PRIu64 ")", root_calls);
+	/* The second pass: planned from the copy's counts, installed over the first. */
+	snprintf(plan2, sizeof(plan2), "%s/second.plan.json", tu_tmpdir());
+	struct hp_installed *ins = NULL;
+	size_t n = 0;
+	hp_installed_list(st, &ins, &n, err, sizeof(err));
+	REQUIRE(n == 1, "installed lists %zu installs", n);
+	snprintf(cmd, sizeof(cmd),
+		 "%s plan pid %d pr_root --second-pass '%s' --profile '%s' --installed-base 0x%" PRIx64
+		 " --state-dir '%s' --json > '%s'",
+		 hp(), f.pid, ins[0].plan_path, copy, heap, st, plan2);
+	free(ins);
+	EXPECT(system(cmd) == 0, "the second pass did not plan: %s", cmd);
+	text = slurp(plan2, &len);
+	EXPECT(text && strstr(text, "calls under pr_root"), "the second plan's profile is not scoped to the root");
+	free(text);
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --replace --state-dir '%s' --quiet --json", hp(), plan2, st);
+	EXPECT(run(cmd, out, sizeof(out)) == 0 && strstr(out, "\"installed\""), "the second pass did not install: %s",
+	       out);
+	EXPECT(journals(st) == 1 && heaps_mapped(f.pid) == 1, "after the second pass: %zu journals, %d heaps",
+	       journals(st), heaps_mapped(f.pid));
+	usleep(200000);
+	EXPECT(fx_ok(&f), "the process went wrong with the second pass: %s", f.errbuf);
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --quiet", hp(), f.pid, st);
+	EXPECT(run(cmd, NULL, 0) == 0, "revert failed");
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0 && heaps_mapped(f.pid) == 0, "not clean: %s", why);
+	unsigned long v = fx_stop(&f);
+	printf("# measured in the copy: %zu rows, pr_root called %" PRIu64
+	       " times; second pass installed over the "
+	       "first; %lu results verified\n",
+	       in_copy, root_calls, v);
+	hp_iplan_free(&p);
+}
+
+int main(void)
+{
+	if (geteuid() != 0) {
+		printf("ok - replace # SKIP needs root (ptrace of other processes, tmpfs)\n");
+		return 0;
+	}
+	/* bench/replace_cycles runs the cycles alone, 1,000 of them. */
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "cycles")) {
+		RUN(t_cycles);
+		tu_cleanup();
+		TEST_EXIT();
+	}
+	RUN(t_install_revert_cli);
+	RUN(t_measure_and_second_pass);
+	RUN(t_cycles);
+	RUN(t_kill_agent);
+	RUN(t_bad_input);
+	tu_cleanup();
+	TEST_EXIT();
+}

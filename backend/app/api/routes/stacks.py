@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A host's call stacks over a time range: the flame graph (filtered by process, command and CPU, with the
+idle task's samples excluded by default, included, or alone), two ranges or two hosts as a differential
+flame graph, a function's callers and callees with the observed targets of its call sites, and its
+samples per instruction. Every read goes through app.stacks (and app.samples for instructions)."""
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+
+from app import crud, samples, stacks
+from app.api.deps import CurrentUser, RuntimeDep, SessionDep
+from app.api.ranges import BAD_RANGE, SampleRange, range_spec
+from app.api.responses import NOT_FOUND, FastJSON
+from app.api.routes.functions import FunctionId
+from app.api.routes.hosts import ExistingHost
+from app.schemas import FlameDiff, FlameGraph, FunctionCalls, InstructionSamples
+
+router = APIRouter(prefix="/hosts/{host_id}", tags=["stacks"])
+
+
+def stack_filter(pid: int | None = Query(None, ge=-1, le=2**31 - 1,
+                                         description="Only this process (pid; -1: tasks that were exiting)"),
+                 comm: str | None = Query(None, min_length=1, max_length=64,
+                                          description="Only threads with this command name"),
+                 cpu: int | None = Query(None, ge=0, le=65535, description="Only this CPU"),
+                 idle: Literal["exclude", "include", "only"] = Query(
+                     "exclude", description="The idle task's samples (pid 0): left out, included, or alone")
+                 ) -> stacks.StackFilter:
+    return stacks.StackFilter(pid=pid, comm=comm, cpu=cpu, idle=idle)
+
+
+Filter = Annotated[stacks.StackFilter, Depends(stack_filter)]
+
+
+async def _range(session, host_id: str, spec: samples.RangeSpec) -> samples.TimeRange:
+    return await samples.resolve(session, host_id, spec) or samples.empty_range(spec)
+
+
+@router.get("/flamegraph", response_model=FlameGraph, responses={**NOT_FOUND, **BAD_RANGE})
+async def flame_graph(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange, flt: Filter):
+    """The host's call stacks in the range as one tree, root first, frames merged by function."""
+    r = await _range(session, host_id, spec)
+    return FastJSON({**r.public(), **await stacks.flame_graph(session, host_id, r.start, r.end, flt)})
+
+
+@router.get("/flamegraph/diff", response_model=FlameDiff, responses={**NOT_FOUND, **BAD_RANGE})
+async def flame_diff(host_id: ExistingHost, session: SessionDep, runtime: RuntimeDep, _: CurrentUser, flt: Filter,
+                     a_from: datetime = Query(description="Start of range A"),
+                     a_to: datetime = Query(description="End of range A (exclusive)"),
+                     b_from: datetime = Query(description="Start of range B"),
+                     b_to: datetime = Query(description="End of range B (exclusive)"),
+                     b_host: str | None = Query(None, min_length=1, max_length=256,
+                                                description="Host of range B (default: the same host)")):
+    """Range A and range B (of this host or another) merged into one tree with both ranges' samples."""
+    spec_a = range_spec(runtime, None, a_from, a_to, "range A")
+    spec_b = range_spec(runtime, None, b_from, b_to, "range B")
+    other = b_host or host_id
+    if other != host_id and not await crud.host_exists(session, other):
+        raise HTTPException(404, "Host of range B not found")
+    assert spec_a.start and spec_a.end and spec_b.start and spec_b.end  # both ends are required here
+    a, b = samples.TimeRange(spec_a.start, spec_a.end), samples.TimeRange(spec_b.start, spec_b.end)
+    diff = await stacks.flame_diff(session, host_id, (a.start, a.end), other, (b.start, b.end), flt)
+    return FastJSON({"a": a.public(), "b": b.public(), "a_host_id": host_id, "b_host_id": other, **diff})
+
+
+@router.get("/functions/{function_id}/calls", response_model=FunctionCalls, responses={**NOT_FOUND, **BAD_RANGE})
+async def function_calls(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser,
+                         spec: SampleRange, flt: Filter):
+    """Who called the function and what it called, from the range's stacks, and the callees observed at
+    each of its call sites (the targets of its indirect calls among them)."""
+    fn = await crud.get_host_function(session, host_id, function_id)
+    if fn is None:
+        raise HTTPException(404, "Function not found")
+    sites = await crud.call_sites(session, fn.digest, fn.index)
+    r = await _range(session, host_id, spec)
+    calls = await stacks.function_calls(session, host_id, fn.digest, fn.index, r.start, r.end, flt, sites)
+    return FastJSON({**r.public(), "function_id": function_id, **calls})
+
+
+@router.get("/functions/{function_id}/instruction-samples", response_model=InstructionSamples,
+            responses={**NOT_FOUND, **BAD_RANGE})
+async def instruction_samples(host_id: ExistingHost, function_id: FunctionId, session: SessionDep,
+                              _: CurrentUser, spec: SampleRange):
+    """Samples per instruction of the function in the range (offsets from its start), like perf annotate."""
+    if await crud.get_host_function(session, host_id, function_id) is None:
+        raise HTTPException(404, "Function not found")
+    return FastJSON(await samples.instruction_samples(session, host_id, function_id, spec))

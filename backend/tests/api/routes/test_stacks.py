@@ -1,0 +1,357 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Call stacks end to end through the real stream, storage and routes, with a scripted agent sending
+stack batches at known times: compact storage (one row per interval and stack, definitions once per
+host), flame graphs of a range merged by function with filters and idle apart, callers and callees of a
+function with the observed targets of its indirect call site, differential flame graphs of two ranges and
+of two hosts, inclusive and self samples in top functions, per-instruction samples, and the pprof export
+read back with the protobuf bindings and with `go tool pprof`."""
+import asyncio
+import gzip
+import shutil
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from app.proto import profile_pb
+from tests.scripted_agent import KERNEL_BASE, kernel_functions, wait_until
+
+VFS_READ, KSYS_READ, SYS_READ, VFS_READ_ITER, RW_VERIFY, DO_SYS_OPEN = range(6)
+ENTRY = 7  # fn_00007: the system call entry in these stacks
+INDIRECT_TARGET = 12  # fn_00012: what vfs_read's indirect call site (0xC) reaches
+T0 = (datetime.now(UTC) - timedelta(hours=2)).replace(second=0, microsecond=0)
+
+# vfs_read's indirect call site is at 0xC, its direct call at 0x8: return addresses just after them.
+READ = [("k", VFS_READ, 0x4), ("k", KSYS_READ, 0x18), ("k", SYS_READ, 0x14), ("k", ENTRY, 0x20),
+        ("u", "/usr/lib/libc.so.6", 0x11a2b)]
+READ_DEEPER = [("k", INDIRECT_TARGET, 0x10), ("k", VFS_READ, 0xE), ("k", KSYS_READ, 0x18), ("k", SYS_READ, 0x14),
+               ("k", ENTRY, 0x20)]
+READ_DIRECT = [("k", RW_VERIFY, 0x2), ("k", VFS_READ, 0xA), ("k", KSYS_READ, 0x18), ("k", SYS_READ, 0x14),
+               ("k", ENTRY, 0x20)]
+IDLE = [("k", 20, 0x8), ("k", 21, 0x30), ("ka", 0xFFFFFFFF8378DA21)]
+OPEN = [("k", DO_SYS_OPEN, 0x6), ("k", ENTRY, 0x20)]
+
+
+def ns(t: datetime) -> int:
+    return int(t.timestamp()) * 1_000_000_000
+
+
+def rng(a: int, b: int) -> dict:
+    return {"from": (T0 + timedelta(seconds=a)).isoformat(), "to": (T0 + timedelta(seconds=b)).isoformat()}
+
+
+@pytest.fixture
+async def host(backend, client, unique):
+    agent = await backend.agent(f"stk-{unique}", kernel_tag=f"stk-{unique}")
+    await agent.connect()
+
+    async def ready():
+        r = await client.get(f"/api/v1/hosts/stk-{unique}")
+        return r.status_code == 200 and r.json()["catalog_complete"]
+
+    await wait_until(ready)
+    yield agent
+    await agent.close()
+
+
+async def send_phases(agent):
+    """Phase A (10 s from T0): dd (pid 100) reads 10/s on CPU 0, idle 30/s on CPU 1. Phase B (10 s from
+    T0+10 s): the same, plus dd's deeper read through the indirect call 20/s on CPU 1, cat (pid 200)
+    opening files 5/s on CPU 0 and a direct call 5/s."""
+    seqs = []
+    for i in range(20):
+        samples = [(READ, 100, "dd", 0, 10), (IDLE, 0, "swapper", 1, 30)]
+        if i >= 10:
+            samples += [(READ_DEEPER, 100, "dd", 1, 20), (OPEN, 200, "cat", 0, 5), (READ_DIRECT, 100, "dd", 0, 5)]
+        # Definitions travel with the first two batches only, as acknowledged ones stop travelling.
+        batch = agent.stack_batch(ns(T0 + timedelta(seconds=i)), samples, define=None if i in (0, 10) else set())
+        seqs.append(await agent.send_batch(batch))
+    return seqs
+
+
+async def stored(client, agent, params, expect_total):
+    async def ready():
+        t = (await client.get(f"/api/v1/hosts/{agent.host_id}/top-functions", params={**params, "include_idle": True,
+                                                                                        "limit": 1})).json()
+        return t if t["total_samples"] == expect_total else None
+    return await wait_until(ready)
+
+
+def tree_paths(fg: dict) -> dict[tuple[str, ...], tuple[int, int]]:
+    """{root-first names: (total, self)} of a flame graph's nodes."""
+    names = [f["name"] for f in fg["frames"]]
+    n = fg["nodes"]
+    paths: list[tuple[str, ...]] = []
+    out = {}
+    for i, (fr, par) in enumerate(zip(n["frame"], n["parent"], strict=True)):
+        path = () if par < 0 else paths[par] + (names[fr],)
+        paths.append(path)
+        out[path] = (n["total"][i], n["self"][i])
+    return out
+
+
+async def test_stacks_are_stored_once_per_host_and_one_row_per_interval_and_stack(backend, client, host):
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 10 * 40 + 10 * 70)
+    async with backend.runtime.engine.connect() as conn:
+        defs = (await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"),
+                                   {"h": host.host_id})).scalar_one()
+        rows = (await conn.execute(text("""
+            SELECT ts, count, pids, comms, cpus, counts FROM stack_samples WHERE host_id = :h ORDER BY ts, count"""),
+            {"h": host.host_id})).all()
+    assert defs == 5  # READ, IDLE, READ_DEEPER, OPEN, READ_DIRECT: once each, whatever the batches
+    assert len(rows) == 10 * 2 + 10 * 5  # one row per interval and stack
+    first = [r for r in rows if r.ts == T0]
+    assert sorted((r.count, r.pids, r.comms, r.cpus, r.counts) for r in first) == [
+        (10, [100], ["dd"], [0], [10]), (30, [0], ["swapper"], [1], [30])]
+
+
+async def test_flame_graph_merges_frames_by_function_root_first_with_idle_excluded(client, host):
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    fg = (await client.get(f"/api/v1/hosts/{host.host_id}/flamegraph", params=rng(10, 20))).json()
+    assert fg["filter"] == {"pid": None, "comm": None, "cpu": None, "idle": "exclude"}
+    assert fg["samples"] == 10 * 40 and fg["seconds"] == 10.0
+    paths = tree_paths(fg)
+    assert paths[()] == (400, 0)
+    user_root = ("libc.so.6",)  # user frames without symbols are merged by file
+    assert paths[user_root] == (100, 0)
+    kernel = ("fn_00007", "__x64_sys_read", "ksys_read", "vfs_read")
+    # vfs_read at three offsets is one node, under its callers; its callees below it.
+    assert paths[kernel] == (250, 0)
+    assert paths[user_root + kernel] == (100, 100)
+    assert paths[(*kernel, "fn_00012")] == (200, 200)
+    assert paths[(*kernel, "rw_verify_area")] == (50, 50)
+    assert paths[("fn_00007", "do_sys_open")] == (50, 50)
+    assert not any("fn_00020" in p for p in paths), "the idle task is excluded by default"
+    assert fg["contexts"]["idle_samples"] == 300
+    assert {(p["pid"], p["comm"], p["samples"]) for p in fg["contexts"]["processes"]} == {
+        (100, "dd", 350), (200, "cat", 50), (0, "swapper", 300)}
+    assert [c["cpu"] for c in fg["contexts"]["cpus"]] == [0, 1]
+    frames = {f["name"]: f for f in fg["frames"]}
+    assert frames["vfs_read"]["kind"] == "kernel" and frames["vfs_read"]["function_id"] is not None
+    libc = frames["libc.so.6"]
+    assert libc["kind"] == "user" and libc["module"] == "/usr/lib/libc.so.6"
+    # Children come heaviest first.
+    n = fg["nodes"]
+    kids = [i for i, p in enumerate(n["parent"]) if p == 0]
+    assert [n["total"][i] for i in kids] == sorted((n["total"][i] for i in kids), reverse=True)
+
+
+async def test_flame_graph_filters_by_process_command_cpu_and_shows_idle_alone(client, host):
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    url = f"/api/v1/hosts/{host.host_id}/flamegraph"
+    by_pid = (await client.get(url, params={**rng(10, 20), "pid": 200})).json()
+    assert by_pid["samples"] == 50 and set(tree_paths(by_pid)) == {(), ("fn_00007",), ("fn_00007", "do_sys_open")}
+    by_comm = (await client.get(url, params={**rng(10, 20), "comm": "dd"})).json()
+    assert by_comm["samples"] == 350
+    by_cpu = (await client.get(url, params={**rng(10, 20), "cpu": 1})).json()
+    assert by_cpu["samples"] == 200  # the deeper read; idle on CPU 1 is excluded
+    idle = (await client.get(url, params={**rng(10, 20), "idle": "only"})).json()
+    assert idle["samples"] == 300
+    assert tree_paths(idle)[("[kernel code outside known functions]", "fn_00021", "fn_00020")] == (300, 300)
+    everything = (await client.get(url, params={**rng(10, 20), "idle": "include"})).json()
+    assert everything["samples"] == 700
+    phase_a = (await client.get(url, params=rng(0, 10))).json()
+    assert phase_a["samples"] == 100 and ("fn_00007", "do_sys_open") not in tree_paths(phase_a)
+    assert (await client.get(url, params={**rng(0, 10), "idle": "sometimes"})).status_code == 422
+    assert (await client.get(url, params={**rng(0, 10), "cpu": -1})).status_code == 422
+
+
+async def test_callers_callees_and_observed_targets_of_an_indirect_call_site(client, host):
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    fid = (await client.get(f"/api/v1/hosts/{host.host_id}/flamegraph", params=rng(10, 20))).json()
+    vfs_read = next(f["function_id"] for f in fid["frames"] if f["name"] == "vfs_read")
+    calls = (await client.get(f"/api/v1/hosts/{host.host_id}/functions/{vfs_read}/calls", params=rng(10, 20))).json()
+    assert (calls["inclusive_samples"], calls["self_samples"], calls["samples"]) == (350, 100, 400)
+    assert [(c["name"], c["samples"]) for c in calls["callers"]] == [("ksys_read", 350)]
+    assert [(c["name"], c["samples"]) for c in calls["callees"]] == [("fn_00012", 200), ("rw_verify_area", 50)]
+    sites = {s["site_offset"]: s for s in calls["call_sites"]}
+    # The return address 0xE follows the indirect call at 0xC; 0xA follows the direct call at 0x8.
+    assert sites[0xC]["indirect"] and [(c["name"], c["samples"]) for c in sites[0xC]["callees"]] == [("fn_00012", 200)]
+    assert not sites[0x8]["indirect"] and [c["name"] for c in sites[0x8]["callees"]] == ["rw_verify_area"]
+    assert all(c["function_id"] for c in calls["callees"])
+    only_cat = (await client.get(f"/api/v1/hosts/{host.host_id}/functions/{vfs_read}/calls",
+                                 params={**rng(10, 20), "comm": "cat"})).json()
+    assert only_cat["inclusive_samples"] == 0 and only_cat["callers"] == []
+    missing = await client.get(f"/api/v1/hosts/{host.host_id}/functions/999999999/calls", params=rng(10, 20))
+    assert missing.status_code == 404
+
+
+async def test_differential_flame_graph_of_two_ranges_and_of_two_hosts(backend, client, host, unique):
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    a, b = rng(0, 10), rng(10, 20)
+    params = {"a_from": a["from"], "a_to": a["to"], "b_from": b["from"], "b_to": b["to"]}
+    diff = (await client.get(f"/api/v1/hosts/{host.host_id}/flamegraph/diff", params=params)).json()
+    assert (diff["a_samples"], diff["b_samples"]) == (100, 400)
+    names = [f["name"] for f in diff["frames"]]
+    n = diff["nodes"]
+    got = {}
+    paths: list[tuple] = []
+    for i, (fr, par) in enumerate(zip(n["frame"], n["parent"], strict=True)):
+        paths.append(() if par < 0 else paths[par] + (names[fr],))
+        got[paths[-1]] = (n["a_total"][i], n["b_total"][i])
+    kernel = ("fn_00007", "__x64_sys_read", "ksys_read", "vfs_read")
+    assert got[(*kernel, "fn_00012")] == (0, 200)  # only in B: what the test added
+    assert got[("libc.so.6", *kernel)] == (100, 100)  # unchanged
+    # Another host on the same kernel build: its frames merge with this host's.
+    other = await backend.agent(f"stk2-{unique}", kernel_tag=f"stk-{unique}")
+    await other.connect()
+    try:
+        await other.send_batch(other.stack_batch(ns(T0), [(READ, 7, "dd", 0, 3)]))
+
+        async def both():
+            d = (await client.get(f"/api/v1/hosts/{host.host_id}/flamegraph/diff", params={
+                **params, "b_from": a["from"], "b_to": a["to"], "b_host": other.host_id})).json()
+            return d if d["b_samples"] == 3 else None
+        d = await wait_until(both)
+        assert (d["a_samples"], d["b_samples"]) == (100, 3)
+        assert d["b_host_id"] == other.host_id
+        assert len(d["nodes"]["frame"]) == 6  # one tree: the same frames merged
+    finally:
+        await other.close()
+    assert (await client.get(f"/api/v1/hosts/{host.host_id}/flamegraph/diff",
+                             params={**params, "b_host": "no-such-host"})).status_code == 404
+
+
+async def test_top_functions_have_inclusive_and_self_samples_and_sort_by_inclusive(client, host):
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    url = f"/api/v1/hosts/{host.host_id}/top-functions"
+    top = (await client.get(url, params=rng(10, 20))).json()
+    rows = {i["name"]: (i["samples"], i["inclusive_samples"]) for i in top["items"]}
+    assert rows["vfs_read"] == (100, 350) and rows["fn_00012"] == (200, 200)
+    assert top["stack_samples"] == 700
+    by_incl = (await client.get(url, params={**rng(10, 20), "sort": "inclusive", "limit": 3})).json()
+    assert [(i["name"], i["inclusive_samples"]) for i in by_incl["items"]] == [
+        ("fn_00007", 400), ("__x64_sys_read", 350), ("ksys_read", 350)]
+    assert by_incl["items"][0]["samples"] == 0  # the entry only calls
+    assert by_incl["functions"] == 7  # every kernel function with samples; user frames are not functions
+
+
+async def test_instruction_samples_of_a_function(client, host):
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    fg = (await client.get(f"/api/v1/hosts/{host.host_id}/flamegraph", params=rng(10, 20))).json()
+    vfs_read = next(f["function_id"] for f in fg["frames"] if f["name"] == "vfs_read")
+    target = next(f["function_id"] for f in fg["frames"] if f["name"] == "fn_00012")
+    ins = (await client.get(f"/api/v1/hosts/{host.host_id}/functions/{target}/instruction-samples",
+                            params=rng(10, 20))).json()
+    assert (ins["total"], ins["counted"]) == (200, 200)
+    assert [(i["offset"], i["samples"]) for i in ins["items"]] == [(0x10, 200)]
+    assert ins["items"][0]["samples_per_sec"] == 20.0
+    leaf = (await client.get(f"/api/v1/hosts/{host.host_id}/functions/{vfs_read}/instruction-samples",
+                             params=rng(0, 20))).json()
+    assert [(i["offset"], i["samples"]) for i in leaf["items"]] == [(0x4, 200)]
+
+
+async def test_pprof_export_parses_with_the_protobuf_bindings(client, host):
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    r = await client.get(f"/api/v1/hosts/{host.host_id}/profile", params={**rng(10, 20), "format": "pprof"})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/octet-stream"
+    assert r.headers["content-disposition"].endswith('.pb.gz"')
+    prof = profile_pb.Profile.FromString(gzip.decompress(r.content))
+    st = prof.string_table
+    assert st[0] == "" and [(st[t.type], st[t.unit]) for t in prof.sample_type] == [("samples", "count"),
+                                                                                      ("cpu", "nanoseconds")]
+    assert prof.period == round(1e9 / 99)  # the scripted agent samples at 99 Hz
+    assert sum(s.value[0] for s in prof.sample) == 400  # idle excluded, as in the flame graph
+    funcs = {f.id: st[f.name] for f in prof.function}
+    locs = {loc.id: loc for loc in prof.location}
+    stacks = {}
+    for s in prof.sample:
+        names = tuple(funcs[locs[i].line[0].function_id] for i in s.location_id)
+        labels = {st[lb.key]: (st[lb.str] if lb.str else lb.num) for lb in s.label}
+        stacks[names, labels["pid"], labels["comm"], labels["cpu"]] = s.value[0]
+    assert stacks[("fn_00012", "vfs_read", "ksys_read", "__x64_sys_read", "fn_00007"), 100, "dd", 1] == 200
+    # Kernel locations are addresses on the host: the module base + the function + the frame offset.
+    vfs = next(loc for loc in prof.location if funcs[loc.line[0].function_id] == "vfs_read"
+               and loc.address == KERNEL_BASE + kernel_functions(50)[VFS_READ].offset + 0xE)
+    assert st[next(m for m in prof.mapping if m.id == vfs.mapping_id).filename] == "[kernel.kallsyms]"
+    with_idle = profile_pb.Profile.FromString(gzip.decompress((await client.get(
+        f"/api/v1/hosts/{host.host_id}/profile",
+        params={**rng(10, 20), "format": "pprof", "idle": "include"})).content))
+    assert sum(s.value[0] for s in with_idle.sample) == 700
+
+
+async def _run(*argv: str) -> str:
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode(errors="replace")
+    return out.decode()
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain for go tool pprof")
+async def test_pprof_export_is_read_by_go_tool_pprof(client, host, tmp_path):
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    r = await client.get(f"/api/v1/hosts/{host.host_id}/profile", params={**rng(10, 20), "format": "pprof"})
+    path = tmp_path / "profile.pb.gz"
+    path.write_bytes(r.content)
+    raw = await _run("go", "tool", "pprof", "-raw", str(path))
+    assert "PeriodType: cpu nanoseconds" in raw
+    assert "vfs_read" in raw and "fn_00012" in raw
+    top = await _run("go", "tool", "pprof", "-top", "-sample_index=samples", str(path))
+    line = next(ln for ln in top.splitlines() if ln.rstrip().endswith(" fn_00012"))
+    assert line.split()[0] == "200"  # flat samples
+
+
+async def test_stacks_past_retention_are_pruned_with_their_unused_definitions(backend, client, host):
+    from app.samples import prune_samples
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("UPDATE stack_defs SET seen_at = now() - interval '3 hours' WHERE host_id = :h"),
+                           {"h": host.host_id})
+    await prune_samples(backend.runtime.engine, retention_hours=2, now=T0 + timedelta(hours=2, seconds=10))
+    async with backend.runtime.engine.connect() as conn:
+        rows = (await conn.execute(text("SELECT min(ts) FROM stack_samples WHERE host_id = :h"),
+                                   {"h": host.host_id})).scalar_one()
+        defs = (await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"),
+                                   {"h": host.host_id})).scalar_one()
+    # Stack rows go with their hour's partition: the hour of T0 ends after the cutoff, so it stays whole.
+    assert rows == T0
+    assert defs == 5  # every stack is still referenced
+    hour_end = T0.replace(minute=0) + timedelta(hours=1)
+    await prune_samples(backend.runtime.engine, retention_hours=2, now=hour_end + timedelta(hours=2, seconds=1))
+    async with backend.runtime.engine.connect() as conn:
+        rows = (await conn.execute(text("SELECT count(*) FROM stack_samples WHERE host_id = :h"),
+                                   {"h": host.host_id})).scalar_one()
+        left = (await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"),
+                                   {"h": host.host_id})).scalar_one()
+    assert rows == 0
+    assert left == 0
+
+
+async def test_samples_of_exiting_tasks_are_kept_under_pid_minus_one(client, host):
+    """The kernel names a task that is exiting pid -1 (sent as 2^32 - 1): stored, shown and filterable."""
+    seq = await host.send_batch(host.stack_batch(ns(T0), [(OPEN, (1 << 32) - 1, "", 0, 4), (OPEN, 200, "cat", 0, 1)]))
+
+    async def acked():
+        return any(a.seq >= seq for a in host.acks)
+    await wait_until(acked)
+    url = f"/api/v1/hosts/{host.host_id}/flamegraph"
+    fg = (await client.get(url, params=rng(0, 1))).json()
+    assert fg["samples"] == 5
+    assert {(p["pid"], p["comm"], p["samples"]) for p in fg["contexts"]["processes"]} == {(-1, "", 4), (200, "cat", 1)}
+    assert (await client.get(url, params={**rng(0, 1), "pid": -1})).json()["samples"] == 4
+
+
+async def test_stacks_may_be_kept_shorter_than_samples(backend, client, host):
+    from app.samples import prune_samples
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    # Samples kept 3 h, stacks 1 h: two hours later the stacks are gone, the block samples are not.
+    await prune_samples(backend.runtime.engine, retention_hours=3, now=T0 + timedelta(hours=2),
+                        stack_retention_hours=1)
+    async with backend.runtime.engine.connect() as conn:
+        stack_rows = (await conn.execute(text("SELECT count(*) FROM stack_samples WHERE host_id = :h"),
+                                         {"h": host.host_id})).scalar_one()
+        block_rows = (await conn.execute(text("SELECT count(*) FROM sample_intervals WHERE host_id = :h"),
+                                         {"h": host.host_id})).scalar_one()
+    assert stack_rows == 0 and block_rows > 0

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Build the kernel lane's guest image from the fetched kernel: an uncompressed initramfs holding
+# busybox, /init (guest/init), hotpathd with the shared libraries it links (the very binary the host
+# runs: see docs/decisions.md), the virtio network modules with what they depend on, the test module
+# module/hotpath_lane.c built against the fetched headers, and the static test program
+# guest/lanework.c. Prints the image's path. Per-boot settings (where the backend is, credentials,
+# the job to run) are not in it: boot.sh appends them as a second archive.
+#
+#   HOTPATHD   the agent binary to carry (default agent/build/hotpathd)
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+lane_paths
+hotpathd=${HOTPATHD:-$repo_root/agent/build/hotpathd}
+[ -x "$hotpathd" ] || die "$hotpathd is missing: run 'make agent' first"
+command -v cpio >/dev/null || die "cpio is missing: run e2e/kernel-lane/fetch.sh"
+command -v gcc-12 >/dev/null || die "gcc-12 (the compiler the kernel's headers name) is missing: apt-get install gcc-12"
+
+mkdir -p "$build"
+stage=$build/stage
+rm -rf "$stage" "$build/module"
+mkdir -p "$stage"/{bin,sbin,usr/bin,proc,sys,dev,tmp,run,etc,root,lane,lib/modules}
+
+# The test module, against the fetched kernel's headers (their Makefile was pointed at the cache).
+cp -r "$lane_dir/module" "$build/module"
+make -s -C "$kheaders" M="$build/module" modules >"$build/module.log" 2>&1 ||
+	{ tail -20 "$build/module.log" >&2; die "building module/hotpath_lane.c against $release failed"; }
+cp "$build/module/hotpath_lane.ko" "$stage/lane/"
+
+# The guest workload: static, so its only read()s are the ones it counts.
+gcc -static -O2 -Wall -Wextra -Werror -o "$stage/lane/lanework" "$lane_dir/guest/lanework.c" ||
+	die "building guest/lanework.c failed (static linking needs libc6-dev)"
+
+# busybox and the init.
+cp "$busybox" "$stage/bin/busybox"
+cp "$lane_dir/guest/init" "$stage/init"
+cp "$lane_dir/guest/jobs.sh" "$stage/lane/jobs.sh"
+chmod 755 "$stage/init" "$stage/lane/jobs.sh"
+
+# hotpathd and its shared libraries (ldd's closure, each at the path the dynamic loader looks in).
+cp "$hotpathd" "$stage/usr/bin/hotpathd"
+libs=$(ldd "$hotpathd" | awk '/=> \// {print $3} /^\t\/[^ ]*ld-linux/ {print $1}') ||
+	die "ldd $hotpathd failed"
+[ -n "$libs" ] || die "ldd found no libraries for $hotpathd (a static build? then drop this step)"
+for lib in $libs; do
+	mkdir -p "$stage$(dirname "$lib")"
+	cp -L "$lib" "$stage$lib"
+done
+
+# Kernel modules: the virtio network stack and every module it depends on (read from each module's
+# own .modinfo "depends=" field, since the unpacked package has no modules.dep), in load order.
+declare -A modpath seen
+while IFS= read -r -d '' ko; do modpath[$(basename "$ko" .ko)]=$ko; done < <(find "$kmodules" -name '*.ko' -print0)
+order=()
+add_module() {
+	local m=${1//-/_} dep deps
+	[ -n "${seen[$m]:-}" ] && return 0
+	seen[$m]=1
+	[ -n "${modpath[$m]:-}" ] || die "kernel module $m is not in linux-image-$release"
+	deps=$(tr '\0' '\n' <"${modpath[$m]}" | sed -n 's/^depends=//p' | tr ',' ' ')
+	for dep in $deps; do add_module "$dep"; done
+	order+=("$m")
+	cp "${modpath[$m]}" "$stage/lib/modules/$m.ko"
+}
+for m in virtio_pci virtio_net; do add_module "$m"; done
+printf '%s\n' "${order[@]}" >"$stage/lane/modules.order"
+
+(cd "$stage" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet) >"$build/initramfs.cpio.tmp" ||
+	die "cpio failed"
+mv "$build/initramfs.cpio.tmp" "$build/initramfs.cpio"
+echo "$release" >"$build/release"
+say "guest image $build/initramfs.cpio ($(du -h "$build/initramfs.cpio" | cut -f1)): hotpathd, ${#order[@]} virtio modules, hotpath_lane.ko" >&2
+echo "$build/initramfs.cpio"

@@ -1,0 +1,165 @@
+#!/bin/busybox sh
+# SPDX-License-Identifier: Apache-2.0
+# The jobs the kernel lane's guest can run once its agent started (LANE_JOB in /lane/boot.conf).
+# Output goes to the results channel (the second serial port) in frames the host splits:
+#   @@begin NAME
+#   ...the command's output (JSON where the command has --json)...
+#   @@end NAME rc=STATUS
+# and "@@done" when the job's proofs are over.
+#
+#   none       nothing: the guest is just a Hotpath host
+#   workload   keep the test module busy, so the console shows live hotness in module code
+#   test       the lane's proofs (e2e/kernel-lane/test.sh reads their frames), then the workload
+#   commands   each line of /lane/commands as a shell command, one frame each (run-in-guest.sh)
+export PATH=/bin:/usr/bin
+. /lane/boot.conf
+T=/sys/kernel/tracing
+
+# frame NAME CMD...: run CMD and frame its output and status.
+frame() {
+	name=$1
+	shift
+	echo "@@begin $name"
+	"$@" 2>&1
+	echo "@@end $name rc=$?"
+}
+
+# The workload: reads on /proc/hotpath_lane (vfs_read -> proc_reg_read -> lane_read -> lane_step).
+workload() {
+	while :; do
+		/lane/lanework read 20000 >/dev/null || sleep 1
+	done
+}
+
+# probed NAME: the kernel has an armed probe on NAME: an enabled kprobe (a registered but disabled
+# one is listed too, marked [DISABLED]), or a BPF program attached through ftrace.
+probed() {
+	grep "[[:space:]]$1[+[:space:]]" /sys/kernel/debug/kprobes/list 2>/dev/null | grep -qv DISABLED ||
+		grep -q "^$1[[:space:]]" $T/enabled_functions 2>/dev/null
+}
+
+# measured NAME GO ARGS...: run `hotpathd measure kernel ARGS --json` in the background, wait until
+# it is armed (at most LANE_ARM_TIMEOUT s), then create GO so the waiting lanework starts its counted
+# calls, and wait for the measurement's JSON. Armed means: the kernel lists a probe on NAME, or the
+# agent says so (its "... armed ..." line on stderr); the first output line says which, so a count
+# that comes out wrong tells whether the kernel ever had a probe there.
+measured() {
+	sym=$1 go=$2
+	shift 2
+	hotpathd measure kernel "$@" --json >/tmp/measure.out 2>/tmp/measure.err &
+	m=$!
+	i=0
+	while ! probed "$sym" && ! grep -q armed /tmp/measure.err && kill -0 $m 2>/dev/null &&
+		[ $i -lt $((LANE_ARM_TIMEOUT * 10)) ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	sleep 0.2
+	if probed "$sym"; then
+		echo "armed after $((i * 100)) ms: the kernel lists a probe on $sym"
+	elif grep -q armed /tmp/measure.err; then
+		echo "armed after $((i * 100)) ms by the agent's word, but the kernel lists no probe on $sym"
+	else
+		echo "not armed after $((i * 100)) ms: no probe on $sym"
+	fi
+	touch "$go"
+	wait $m
+	rc=$?
+	cat /tmp/measure.out /tmp/measure.err
+	return $rc
+}
+
+# The kernel's own answer to a probe it refuses, through tracefs, for comparison with the agent's.
+kernel_refusal() {
+	echo "p:lane_refused $1" >>$T/kprobe_events 2>/tmp/kp.err
+	rc=$?
+	if [ $rc = 0 ]; then
+		echo "accepted"
+		echo "-:lane_refused" >>$T/kprobe_events
+	else
+		echo "refused: $(sed 's/.*write error: //' /tmp/kp.err) | $(tail -n 2 $T/error_log | tr '\n' ' ')"
+	fi
+}
+
+# "NAME ADDRESS": the second basic block of a vmlinux function on the kprobe blacklist. Blocks are
+# measured by kprobes at their start only, so this is an address the kernel refuses to probe and no
+# other mechanism stands in for. Candidates are blacklisted functions of at least 64 bytes (from the
+# blacklist's ranges), in kallsyms order; the agent's own decoding names the block.
+bad_block() {
+	for s in $(awk '
+		function hex(h, i, v) { v = 0; h = tolower(h)
+			for (i = 1; i <= length(h); i++) v = v * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1
+			return v }
+		FILENAME == ARGV[1] { split($1, r, "-"); if (hex(substr(r[2], 11)) - hex(substr(r[1], 11)) >= 64) big[$2] = 1; next }
+		NF == 3 && ($2 == "t" || $2 == "T") && ($3 in big) { print $3; if (++n == 5) exit }' \
+		/sys/kernel/debug/kprobes/blacklist /proc/kallsyms); do
+		a=$(hotpathd inspect kernel "$s" 2>/dev/null | awk '/^block 0x/ { if (++n == 2) { print $2; exit } }')
+		[ -n "$a" ] && echo "$s $a" && return 0
+	done
+}
+
+job_test() {
+	frame release uname -r
+	frame modules cat /proc/modules
+	# (JIT'd BPF programs and ftrace trampolines are not modules: the code model leaves them out)
+	frame module-text-symbols sh -c "grep -E '^[0-9a-f]+ [tT] .*\[' /proc/kallsyms | grep -vE '\[(bpf|__builtin)'"
+	bad=$(bad_block)
+	frame kernel-refuses-unaligned kernel_refusal vfs_read+1
+	frame kernel-refuses-blacklisted kernel_refusal "${bad#* }"
+	echo "@@info blacklisted=${bad% *} blacklisted-block=${bad#* }"
+	if hotpathd measure --help >/dev/null 2>&1; then
+		echo "@@info measure=yes"
+		# Entry count: exactly LANE_N_READS read() calls by one pid.
+		/lane/lanework read "$LANE_N_READS" /tmp/go-entry >/tmp/entry.out 2>&1 &
+		pid=$!
+		frame measure-entry measured vfs_read /tmp/go-entry vfs_read --metrics count --pid $pid \
+			--seconds "$LANE_MEASURE_SECONDS"
+		wait $pid
+		rc=$?
+		echo "@@info entry-pid=$pid entry-reads=$LANE_N_READS entry-rc=$rc $(tail -n 1 /tmp/entry.out)"
+		# Block counts: lane_step's blocks under exactly LANE_N_STEPS reads on one open file.
+		/lane/lanework read "$LANE_N_STEPS" /tmp/go-steps >/tmp/steps.out 2>&1 &
+		pid=$!
+		frame measure-blocks measured lane_step /tmp/go-steps hotpath_lane:lane_step --blocks --metrics count \
+			--seconds "$LANE_MEASURE_SECONDS"
+		wait $pid
+		rc=$?
+		echo "@@info steps-pid=$pid steps-reads=$LANE_N_STEPS steps-rc=$rc $(tail -n 1 /tmp/steps.out)"
+		frame inspect-lane_step hotpathd inspect kernel hotpath_lane:lane_step --json
+		# Wall and virtualized timers: LANE_NAPS sleeps of LANE_NAP_MS ms inside lane_nap.
+		/lane/lanework nap "$LANE_NAPS" "$LANE_NAP_MS" /tmp/go-nap >/tmp/nap.out 2>&1 &
+		pid=$!
+		frame measure-timers measured lane_nap /tmp/go-nap hotpath_lane:lane_nap --metrics count,wall,vtime \
+			--pid $pid --seconds "$LANE_MEASURE_SECONDS"
+		wait $pid
+		rc=$?
+		echo "@@info nap-pid=$pid naps=$LANE_NAPS nap-ms=$LANE_NAP_MS nap-rc=$rc $(tail -n 1 /tmp/nap.out)"
+		# Probes the kernel refuses, asked of the agent.
+		frame agent-refuses-unaligned hotpathd measure kernel vfs_read+0x1 --metrics count --seconds 1 --json
+		frame agent-refuses-blacklisted hotpathd measure kernel "${bad#* }" --metrics count --seconds 1 --json
+	else
+		echo "@@info measure=no"
+	fi
+	echo "@@done"
+	workload
+}
+
+job_commands() {
+	n=0
+	while IFS= read -r line; do
+		n=$((n + 1))
+		frame "command-$n" sh -c "$line" </dev/null
+	done </lane/commands
+	echo "@@done"
+}
+
+case "$1" in
+none) ;;
+workload) workload ;;
+test) job_test ;;
+commands) job_commands ;;
+*)
+	echo "unknown lane job '$1'"
+	exit 2
+	;;
+esac

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * hotpath_lane: the kernel lane's test module. It gives the lane loaded
+ * module code whose behaviour is known exactly, so measurements on it can be
+ * checked against a number rather than a guess.
+ *
+ * /proc/hotpath_lane
+ *   read()   returns one byte and runs lane_step(n) with n = the number of
+ *            reads made before on the same open file: every fourth call
+ *            (n % 4 == 0) takes lane_step's first branch, the others the
+ *            second, so N reads on one open split ceil(N/4) : N - ceil(N/4).
+ *   write()  "nap MS": lane_nap() sleeps MS milliseconds in the calling
+ *            thread (1..1000), so a wall timer on lane_nap sees the sleep and
+ *            a virtualized timer does not.
+ *
+ * Both paths call into vmlinux (ktime_get_ns, msleep), so the module's
+ * functions have callees outside the module.
+ */
+#include <linux/delay.h>
+#include <linux/fs.h>
+#include <linux/kernel.h>
+#include <linux/module.h>
+#include <linux/proc_fs.h>
+#include <linux/timekeeping.h>
+#include <linux/uaccess.h>
+
+static u64 lane_quarter_calls, lane_other_calls, lane_stamp;
+
+/* The function with the known branch split. */
+static noinline u64 lane_step(u64 n)
+{
+	if (n % 4 == 0) {
+		WRITE_ONCE(lane_quarter_calls, lane_quarter_calls + 1);
+		WRITE_ONCE(lane_stamp, ktime_get_ns());
+		return 1;
+	}
+	WRITE_ONCE(lane_other_calls, lane_other_calls + 1);
+	return 0;
+}
+
+/* The function whose caller sleeps inside it. */
+static noinline void lane_nap(unsigned int ms)
+{
+	msleep(ms);
+}
+
+static int lane_open(struct inode *inode, struct file *file)
+{
+	file->private_data = (void *)0UL; /* reads made on this open file */
+	return 0;
+}
+
+static ssize_t lane_read(struct file *file, char __user *buf, size_t len, loff_t *pos)
+{
+	unsigned long n = (unsigned long)file->private_data;
+	char c = lane_step(n) ? 'q' : 'o';
+
+	file->private_data = (void *)(n + 1);
+	if (!len)
+		return 0;
+	if (put_user(c, buf))
+		return -EFAULT;
+	return 1;
+}
+
+static ssize_t lane_write(struct file *file, const char __user *buf, size_t len, loff_t *pos)
+{
+	char cmd[32];
+	unsigned int ms;
+
+	if (len >= sizeof(cmd))
+		return -EINVAL;
+	if (copy_from_user(cmd, buf, len))
+		return -EFAULT;
+	cmd[len] = '\0';
+	if (sscanf(cmd, "nap %u", &ms) != 1 || ms < 1 || ms > 1000)
+		return -EINVAL;
+	lane_nap(ms);
+	return len;
+}
+
+static const struct proc_ops lane_ops = {
+	.proc_open = lane_open,
+	.proc_read = lane_read,
+	.proc_write = lane_write,
+	.proc_lseek = noop_llseek,
+};
+
+static struct proc_dir_entry *lane_entry;
+
+static int __init lane_init(void)
+{
+	lane_entry = proc_create("hotpath_lane", 0600, NULL, &lane_ops);
+	return lane_entry ? 0 : -ENOMEM;
+}
+
+static void __exit lane_exit(void)
+{
+	proc_remove(lane_entry);
+}
+
+module_init(lane_init);
+module_exit(lane_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("Hotpath kernel lane: module code with known call counts and branch split");

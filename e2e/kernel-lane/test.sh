@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The kernel lane's proofs (`make kernel-lane-test`, and the kernel-lane suite of `make test`).
+# Fetches (once) and builds the lane, starts Hotpath the way `make run` does in a throw-away data
+# folder (backend, embedded Postgres, this machine's own agent), boots the 6.1 guest as a second
+# host running its test job (guest/jobs.sh), then checks.py checks the guest through the backend's
+# REST API and the job's results. Every wait has a timeout; the whole lane has LANE_BUDGET seconds
+# (default 280) after which QEMU is stopped. A guest that never comes up, panics, or a package
+# that cannot be fetched fails with the reason and the tail of the guest's serial console. The
+# last line is the lane's summary:
+#   kernel-lane: kernel RELEASE, F functions in M modules, entry counts exact X/Y, block counts exact X/Y
+#
+#   HOTPATH_LANE_HTTP_PORT, HOTPATH_LANE_GRPC_PORT   the lane backend's ports (default 18090, 15061)
+#   LANE_KEEP=1   keep the run folder (console log, results, backend logs) after success too
+set -uo pipefail
+. "$(dirname "$0")/common.sh"
+. "$lane_dir/credentials.sh"
+cd "$repo_root"
+
+http=${HOTPATH_LANE_HTTP_PORT:-18090}
+grpc=${HOTPATH_LANE_GRPC_PORT:-15061}
+budget=${LANE_BUDGET:-280}
+run=$(mktemp -d /tmp/hotpath-lane.XXXXXX)
+data=$run/data
+mkdir -p "$data"
+t0=$SECONDS
+release=unknown
+summarized=0 stack= qemu=
+
+# In this suite a failed step is a failed check: print it, the counts and the summary line.
+die() {
+	printf 'FAIL - %s\n' "$*"
+	exit 1
+}
+finish() {
+	local rc=$?
+	trap - EXIT
+	[ -n "$qemu" ] && kill -TERM "$qemu" 2>/dev/null
+	if [ -n "$stack" ]; then
+		kill -TERM "$stack" 2>/dev/null
+		wait "$stack" 2>/dev/null
+	fi
+	[ -n "$qemu" ] && wait "$qemu" 2>/dev/null
+	if [ "$summarized" = 0 ]; then
+		echo "lane: 0 passed, 1 failed"
+		echo "kernel-lane: kernel $release, 0 functions in 0 modules, entry counts exact 0/0, block counts exact 0/0"
+	fi
+	[ "$rc" != 0 ] || [ "${LANE_KEEP:-0}" = 1 ] || rm -rf "$run"
+	exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+left() { echo $((budget - (SECONDS - t0))); }
+step() { say "$* (lane wall time so far $((SECONDS - t0)) s)"; }
+
+step "fetching"
+"$lane_dir/fetch.sh" || die "fetching the lane's packages failed (see above)"
+lane_paths
+release=$abi-amd64
+step "building the guest image"
+"$lane_dir/build.sh" >/dev/null || die "building the guest image failed (see above)"
+
+step "starting Hotpath as make run does (HTTP $http, gRPC $grpc)"
+HOTPATH_DATA_DIR=$data HOTPATH_HTTP_PORT=$http HOTPATH_GRPC_PORT=$grpc HOTPATH_QUIET=1 \
+	"$repo_root/scripts/run.sh" >"$run/stack.out" 2>&1 &
+stack=$!
+for _ in $(seq 240); do
+	curl -fsS -o /dev/null "http://127.0.0.1:$http/api/v1/health" 2>/dev/null && lane_credentials_ready "$data" && break
+	kill -0 "$stack" 2>/dev/null || { cat "$run/stack.out"; die "Hotpath did not start (see above and $data/log/)"; }
+	sleep 0.5
+done
+lane_credentials_ready "$data" || die "the backend was not ready within 120 s (see $data/log/)"
+
+say "run folder $run (kept if the lane fails)"
+step "booting the guest (kernel $release, QEMU software emulation)"
+lane_prepare "$run" "$data" "http://127.0.0.1:$http" "$grpc" test
+LANE_TIMEOUT=$(left) "$lane_dir/boot.sh" "$run" >"$run/boot.out" 2>&1 &
+qemu=$!
+lane_wait "$run/console.log" '^LANE net-up' "$(left)" "$qemu" "the guest did not bring its network up"
+step "guest network up"
+lane_wait "$run/console.log" 'hotpathd: welcome' "$(left)" "$qemu" "the guest's agent did not reach the backend"
+step "guest agent connected"
+lane_wait "$run/results.log" '^@@done' "$(left)" "$qemu" "the guest's test job did not finish"
+step "guest test job done; checking"
+
+"$repo_root/backend/.venv/bin/python" "$lane_dir/checks.py" --url "http://127.0.0.1:$http" \
+	--password-file "$data/admin-password" --results "$run/results.log" \
+	--ko "$build/stage/lane/hotpath_lane.ko" --release "$release" --deadline "$(($(date +%s) + $(left)))" \
+	--e2e "$repo_root/e2e" --run "$run"
+rc=$?
+summarized=1
+exit $rc

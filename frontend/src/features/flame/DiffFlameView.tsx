@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// Two ranges (or two hosts) as one differential flame graph: frames merged across both, each as wide as
+// its average share of the two, red where its share grew from A to B and blue where it shrank. Filters,
+// search and zoom work as in the flame graph.
+import { useCallback, useMemo } from "react";
+import { useFlameDiff } from "../../api/queries";
+import type { FlameDiffData } from "../../api/types";
+import { formatCount, formatShare } from "../../lib/format";
+import { rangeSearch, type HostView, type StackFilterView } from "../../lib/urlState";
+import type { TimeRange } from "../../lib/timeRange";
+import { FlameGraph } from "./FlameGraph";
+import { StackFilterBar } from "./FlameView";
+import { findPath, pathOf, search, type FlameInput } from "./flameModel";
+import { useFlameLayout } from "./useFlameLayout";
+
+export function toDiffInput(d: FlameDiffData): FlameInput {
+  return {
+    frames: d.frames, frame: d.nodes.frame, parent: d.nodes.parent, total: d.nodes.a_total, self: d.nodes.a_self,
+    bTotal: d.nodes.b_total, bSelf: d.nodes.b_self,
+  };
+}
+
+export function DiffFlameView({ hostId, view, update, a, b, bHostId }: {
+  hostId: string;
+  view: HostView;
+  update: (patch: Partial<HostView>, options?: { push?: boolean }) => void;
+  a: TimeRange;
+  b: TimeRange;
+  bHostId: string;
+}) {
+  const query = useMemo(() => {
+    if (a.kind !== "absolute" || b.kind !== "absolute") return null;
+    return { a: { from: a.from.toISOString(), to: a.to.toISOString() }, b: { from: b.from.toISOString(), to: b.to.toISOString() },
+             bHost: view.bHost, filter: view.filter };
+  }, [a, b, view.bHost, view.filter]);
+  const diff = useFlameDiff(hostId, query);
+  const input = useMemo(() => (diff.data ? toDiffInput(diff.data) : null), [diff.data]);
+  const state = useFlameLayout(input);
+  const layout = state.layout;
+  const frames = useMemo(() => state.input?.frames ?? [], [state.input]);
+  const focus = useMemo(() => (layout ? findPath(layout, frames, view.flameZoom) : 0), [layout, frames, view.flameZoom]);
+  const found = useMemo(() => (layout ? search(layout, frames, view.flameQuery) : null), [layout, frames, view.flameQuery]);
+  const onFocus = useCallback((node: number) => {
+    if (layout) update({ flameZoom: node > 0 ? pathOf(layout, frames, node) : "" }, { push: true });
+  }, [layout, frames, update]);
+  const functionHref = useCallback((fid: number) => `/hosts/${encodeURIComponent(bHostId)}/functions/${fid}?${rangeSearch(b)}`, [bHostId, b]);
+  const setFilter = (patch: Partial<StackFilterView>) => update({ filter: { ...view.filter, ...patch }, flameZoom: "" }, { push: true });
+  const d = diff.data;
+  return (
+    <div className="flame-view">
+      <StackFilterBar filter={view.filter} contexts={undefined} onChange={setFilter} />
+      <div className="toolbar">
+        <input type="search" className="search" aria-label="Search frames" placeholder="Search frames: substring or /regex/"
+          value={view.flameQuery} onChange={(e) => update({ flameQuery: e.target.value }, { push: false })} />
+        {found && <span className="muted">{formatCount(found.count)} frames match, {formatShare(found.share)} of samples</span>}
+        <span className="segmented" role="group" aria-label="Orientation">
+          <button type="button" aria-pressed={!view.icicle} onClick={() => update({ icicle: false }, { push: false })}>Flame</button>
+          <button type="button" aria-pressed={view.icicle} onClick={() => update({ icicle: true }, { push: false })}>Icicle</button>
+        </span>
+        <span className="diff-legend" aria-label="Colours"><span className="swatch grew" /> share grew in B <span className="swatch shrank" /> shrank</span>
+      </div>
+      {diff.isError && <p className="error" role="alert">Could not compare stacks: {diff.error.message}</p>}
+      {state.error && <p className="error" role="alert">The flame graph could not be laid out: {state.error}</p>}
+      {diff.isPending && query && <p className="muted">Comparing stacks…</p>}
+      {d && (
+        <p className="muted small" data-testid="diff-summary">
+          A: {formatCount(d.a_samples)} samples with a stack over {Math.round(d.a.seconds)} s · B: {formatCount(d.b_samples)} over {Math.round(d.b.seconds)} s
+          {d.b_host_id !== d.a_host_id && <> (host {d.b_host_id})</>}
+        </p>
+      )}
+      {d && d.a_samples + d.b_samples === 0 && <p className="muted">Neither range has call stacks for this filter.</p>}
+      {layout && d && d.a_samples + d.b_samples > 0 && (
+        <FlameGraph layout={layout} frames={frames} orientation={view.icicle ? "icicle" : "flame"} focus={focus} onFocus={onFocus}
+          search={found} functionHref={functionHref} seconds={d.a.seconds} bSeconds={d.b.seconds} label="Differential flame graph" />
+      )}
+    </div>
+  );
+}

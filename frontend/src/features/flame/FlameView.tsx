@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+// The host's flame graph for the page's time range: filtered by process, command and CPU, the idle task's
+// samples left out by default (their count shown, one click to include them or see them alone), search
+// with the share of samples it matches, flame or icicle, zoom kept in the URL by the frames' names, and
+// the range's stacks downloadable as pprof. The tree is laid out in a worker.
+import { useCallback, useMemo, useState } from "react";
+import { useFlameGraph, type StackFilter } from "../../api/queries";
+import type { FlameGraphData, StackContexts } from "../../api/types";
+import { formatCount, formatShare } from "../../lib/format";
+import { formatRange } from "../../lib/timeRange";
+import { rangeSearch, type HostView, type IdleMode, type StackFilterView } from "../../lib/urlState";
+import { FlameGraph } from "./FlameGraph";
+import { findPath, pathOf, search, type FlameInput } from "./flameModel";
+import { useFlameLayout } from "./useFlameLayout";
+import { PprofButton } from "./PprofButton";
+
+export function toFlameInput(d: FlameGraphData): FlameInput {
+  return { frames: d.frames, frame: d.nodes.frame, parent: d.nodes.parent, total: d.nodes.total, self: d.nodes.self };
+}
+
+export function FlameView({ hostId, view, update, live }: {
+  hostId: string;
+  view: HostView;
+  update: (patch: Partial<HostView>, options?: { push?: boolean }) => void;
+  live: boolean;
+}) {
+  const filter: StackFilter = view.filter;
+  const fg = useFlameGraph(hostId, view.range, live, filter);
+  const input = useMemo(() => (fg.data ? toFlameInput(fg.data) : null), [fg.data]);
+  const state = useFlameLayout(input);
+  const layout = state.layout;
+  const frames = useMemo(() => state.input?.frames ?? [], [state.input]);
+  const focus = useMemo(() => (layout ? findPath(layout, frames, view.flameZoom) : 0), [layout, frames, view.flameZoom]);
+  const found = useMemo(() => (layout ? search(layout, frames, view.flameQuery) : null), [layout, frames, view.flameQuery]);
+  const onFocus = useCallback((node: number) => {
+    if (!layout) return;
+    update({ flameZoom: node > 0 ? pathOf(layout, frames, node) : "" }, { push: true });
+  }, [layout, frames, update]);
+  const functionHref = useCallback((fid: number) => `/hosts/${encodeURIComponent(hostId)}/functions/${fid}?${rangeSearch(view.range)}`,
+    [hostId, view.range]);
+  const setFilter = (patch: Partial<StackFilterView>) => update({ filter: { ...view.filter, ...patch }, flameZoom: "" }, { push: true });
+  const d = fg.data;
+
+  return (
+    <div className="flame-view">
+      <StackFilterBar filter={view.filter} contexts={d?.contexts} onChange={setFilter} />
+      <div className="toolbar">
+        <input type="search" className="search" aria-label="Search frames" placeholder="Search frames: substring or /regex/"
+          value={view.flameQuery} onChange={(e) => update({ flameQuery: e.target.value }, { push: false })} />
+        {found && <span className="muted" data-testid="flame-matches">{formatCount(found.count)} frames match, {formatShare(found.share)} of samples</span>}
+        <span className="segmented" role="group" aria-label="Orientation">
+          <button type="button" aria-pressed={!view.icicle} onClick={() => update({ icicle: false }, { push: false })}>Flame</button>
+          <button type="button" aria-pressed={view.icicle} onClick={() => update({ icicle: true }, { push: false })}>Icicle</button>
+        </span>
+        <PprofButton hostId={hostId} range={view.range} filter={filter} />
+      </div>
+      {fg.isError && <p className="error" role="alert">Could not load the flame graph: {fg.error.message}</p>}
+      {state.error && <p className="error" role="alert">The flame graph could not be laid out: {state.error}</p>}
+      {d && (
+        <p className="muted small" data-testid="flame-summary">
+          {formatCount(d.samples)} samples with a call stack in {formatRange(view.range)}
+          {view.filter.idle === "exclude" && d.contexts.idle_samples > 0 && <> · idle task {formatCount(d.contexts.idle_samples)} samples ({formatShare(d.contexts.all_samples ? d.contexts.idle_samples / d.contexts.all_samples : 0)}) not shown</>}
+          {d.undefined_samples > 0 && <> · {formatCount(d.undefined_samples)} of stacks the host never defined</>}
+          {d.folded_samples > 0 && <> · {formatCount(d.folded_samples)} in frames folded to keep the graph small</>}
+          {state.ms !== null && <> · laid out in {Math.round(state.ms)} ms in a worker</>}
+        </p>
+      )}
+      {fg.isPending && <p className="muted">Loading stacks…</p>}
+      {d && d.samples === 0 && (
+        <p className="muted">No call stacks in {formatRange(view.range)} for this filter{view.filter.idle === "exclude" && d.contexts.idle_samples ? " (the idle task's are left out)" : ""}.</p>
+      )}
+      {layout && d && d.samples > 0 && (
+        <FlameGraph layout={layout} frames={frames} orientation={view.icicle ? "icicle" : "flame"} focus={focus} onFocus={onFocus}
+          search={found} functionHref={functionHref} seconds={d.seconds} label={`Flame graph of ${formatRange(view.range)}`} />
+      )}
+    </div>
+  );
+}
+
+export function StackFilterBar({ filter, contexts, onChange }: {
+  filter: StackFilterView;
+  contexts: StackContexts | undefined;
+  onChange: (patch: Partial<StackFilterView>) => void;
+}) {
+  const [pidText, setPidText] = useState("");
+  const procs = contexts?.processes ?? [];
+  const comms = contexts?.commands ?? [];
+  const cpus = contexts?.cpus ?? [];
+  const idleModes: { id: IdleMode; label: string }[] = [
+    { id: "exclude", label: "without idle" },
+    { id: "include", label: "with idle" },
+    { id: "only", label: "idle only" },
+  ];
+  return (
+    <div className="toolbar stack-filter" role="group" aria-label="Stack filter">
+      <label className="inline-label">Process{" "}
+        <select aria-label="Process" value={filter.pid === null ? "" : String(filter.pid)}
+          onChange={(e) => onChange({ pid: e.target.value === "" ? null : Number(e.target.value) })}>
+          <option value="">all processes</option>
+          {filter.pid !== null && !procs.some((p) => p.pid === filter.pid) && <option value={filter.pid}>pid {filter.pid}</option>}
+          {procs.filter((p) => p.pid !== 0).map((p) => (
+            <option key={`${p.pid}:${p.comm}`} value={p.pid}>{p.pid === -1 ? "tasks that were exiting" : p.comm || "?"} ({p.pid}) · {formatCount(p.samples)}</option>
+          ))}
+        </select>
+      </label>
+      <form className="inline-label" onSubmit={(e) => { e.preventDefault(); const n = Number(pidText); if (Number.isInteger(n) && n >= 0) onChange({ pid: n }); }}>
+        <input aria-label="Pid" placeholder="pid" size={7} value={pidText} onChange={(e) => setPidText(e.target.value)} />
+      </form>
+      <label className="inline-label">Command{" "}
+        <select aria-label="Command" value={filter.comm ?? ""} onChange={(e) => onChange({ comm: e.target.value || null })}>
+          <option value="">all commands</option>
+          {filter.comm !== null && !comms.some((c) => c.comm === filter.comm) && <option value={filter.comm}>{filter.comm}</option>}
+          {comms.filter((c) => c.comm !== "swapper").map((c) => <option key={c.comm} value={c.comm}>{c.comm || "?"} · {formatCount(c.samples)}</option>)}
+        </select>
+      </label>
+      <label className="inline-label">CPU{" "}
+        <select aria-label="CPU" value={filter.cpu === null ? "" : String(filter.cpu)}
+          onChange={(e) => onChange({ cpu: e.target.value === "" ? null : Number(e.target.value) })}>
+          <option value="">all CPUs</option>
+          {filter.cpu !== null && !cpus.some((c) => c.cpu === filter.cpu) && <option value={filter.cpu}>CPU {filter.cpu}</option>}
+          {cpus.map((c) => <option key={c.cpu} value={c.cpu}>CPU {c.cpu} · {formatCount(c.samples)}</option>)}
+        </select>
+      </label>
+      <span className="segmented" role="group" aria-label="Idle task">
+        {idleModes.map((m) => (
+          <button key={m.id} type="button" aria-pressed={filter.idle === m.id} onClick={() => onChange({ idle: m.id })}>{m.label}</button>
+        ))}
+      </span>
+      {contexts && <span className="muted small">idle task: {formatCount(contexts.idle_samples)} of {formatCount(contexts.all_samples)} samples</span>}
+      {(filter.pid !== null || filter.comm !== null || filter.cpu !== null) && (
+        <button type="button" onClick={() => onChange({ pid: null, comm: null, cpu: null })}>Clear filter</button>
+      )}
+    </div>
+  );
+}
