@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/json.h"
+#include "base/json.h"
 #include "host/caps.h"
 #include "measure/mechanism.h"
 #include "target/target.h"

@@ -13,7 +13,7 @@
 #include <sys/resource.h>
 
 #include "cli/commands.h"
-#include "cli/json.h"
+#include "base/json.h"
 #include "model/model.h"
 #include "target/target.h"
 

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "cli/json.h"
 #include "replace/install.h"
+#include "replace/install_json.h"
 #include "target/target.h"
 
 #define DEFAULT_STATE "/var/lib/hotpathd"
@@ -211,63 +211,14 @@ int cmd_install(int argc, char **argv)
 	r = hp_install(&plan, &o, &res, err, sizeof(err));
 	hp_model_free(m);
 	if (r < 0) {
-		if (json) {
-			struct json j;
-			json_init(&j, stdout);
-			json_obj_begin(&j);
-			json_kstr(&j, "status", "refused");
-			json_kstr(&j, "root", plan.root);
-			json_kstr(&j, "error", err);
-			json_obj_end(&j);
-			fputc('\n', stdout);
-		}
+		if (json)
+			hp_install_json_refused(stdout, plan.root, err);
 		fprintf(stderr, "hotpathd install: %s\n", err);
 		hp_iplan_free(&plan);
 		return exit_for(r);
 	}
 	if (json) {
-		struct json j;
-		char b[32];
-		json_init(&j, stdout);
-		json_obj_begin(&j);
-		json_kstr(&j, "status", "installed");
-		json_kstr(&j, "id", res.id);
-		json_key(&j, "pid");
-		json_u64(&j, (uint64_t)target);
-		json_kstr(&j, "root", plan.root);
-		json_kstr(&j, "code_sha256", plan.computed);
-		json_ku64(&j, "functions", plan.nmembers);
-		snprintf(b, sizeof(b), "0x%" PRIx64, res.heap);
-		json_kstr(&j, "heap", b);
-		json_ku64(&j, "heap_bytes", res.heap_len);
-		snprintf(b, sizeof(b), "0x%" PRIx64, res.entry);
-		json_kstr(&j, "entry", b);
-		snprintf(b, sizeof(b), "0x%" PRIx64, res.new_entry);
-		json_kstr(&j, "new_entry", b);
-		json_ku64(&j, "call_sites", res.call_sites);
-		json_ku64(&j, "call_sites_skipped", res.call_sites_skipped);
-		json_key(&j, "unwind");
-		json_obj_begin(&j);
-		json_key(&j, "registered");
-		json_bool(&j, res.unwind_registered);
-		json_kstr(&j, "note", res.unwind_note);
-		json_obj_end(&j);
-		json_key(&j, "timings");
-		json_obj_begin(&j);
-		json_key(&j, "check_ms");
-		json_double(&j, res.check_ms, 3);
-		json_key(&j, "stopped_ms");
-		json_double(&j, res.stopped_ms, 3);
-		json_key(&j, "entry_us");
-		json_double(&j, res.entry_us, 1);
-		json_key(&j, "calls_ms");
-		json_double(&j, res.calls_ms, 3);
-		json_key(&j, "total_ms");
-		json_double(&j, res.total_ms, 3);
-		json_obj_end(&j);
-		json_kstr(&j, "journal", res.journal);
-		json_obj_end(&j);
-		fputc('\n', stdout);
+		hp_install_json_installed(stdout, &plan, target, &res);
 	} else {
 		printf("installed %s's copy (%zu functions, %zu bytes) in process %d at 0x%" PRIx64 "\n", plan.root,
 		       plan.nmembers, plan.code_len, target, res.heap);
@@ -323,31 +274,8 @@ int cmd_revert(int argc, char **argv)
 	root = npos == 3 ? pos[2] : NULL;
 	struct hp_install_result res;
 	int r = hp_revert(state, (int)pid, root, &res, on_step, &pr, err, sizeof(err));
-	if (json) {
-		struct json j;
-		json_init(&j, stdout);
-		json_obj_begin(&j);
-		json_kstr(&j, "status",
-			  r < 0         ? (r == -ENOENT ? "nothing_installed" : "failed") :
-			  res.heap_kept ? "reverted_heap_kept" :
-					  "reverted");
-		json_key(&j, "pid");
-		json_u64(&j, pid);
-		if (r < 0)
-			json_kstr(&j, "error", err);
-		json_key(&j, "heap_kept");
-		json_bool(&j, res.heap_kept);
-		if (res.heap_kept)
-			json_kstr(&j, "heap_note", res.heap_note);
-		json_key(&j, "revert_calls_ms");
-		json_double(&j, res.revert_calls_ms, 3);
-		json_key(&j, "revert_entry_us");
-		json_double(&j, res.revert_entry_us, 1);
-		json_key(&j, "revert_total_ms");
-		json_double(&j, res.revert_total_ms, 3);
-		json_obj_end(&j);
-		fputc('\n', stdout);
-	}
+	if (json)
+		hp_revert_json(stdout, r, (int)pid, &res, err);
 	if (r < 0) {
 		fprintf(stderr, "hotpathd revert: %s\n", err);
 		return r == -ENOENT ? EXIT_STATE : exit_for(r);
@@ -391,57 +319,24 @@ int cmd_installed(int argc, char **argv)
 		fprintf(stderr, "hotpathd installed: %s\n", err);
 		return HP_EXIT_ERROR;
 	}
-	struct json j;
 	if (json) {
-		json_init(&j, stdout);
-		json_obj_begin(&j);
-		json_kstr(&j, "state_dir", state);
-		json_key(&j, "installed");
-		json_arr_begin(&j);
+		hp_installed_json(stdout, state, ins, n, (int)pid);
+		free(ins);
+		return HP_EXIT_OK;
 	}
 	size_t shown = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct hp_installed *h = &ins[i];
-		char b[32];
 		if (pid && h->pid != (int)pid)
 			continue;
 		shown++;
-		if (!json) {
-			printf("%-10s pid %-7d %-24s heap 0x%" PRIx64 " (%" PRIu64 " bytes) entry 0x%" PRIx64
-			       " -> 0x%" PRIx64 " %zu writes  %s\n",
-			       h->state, h->pid, h->root, h->heap, h->heap_len, h->entry, h->new_entry, h->writes,
-			       h->id);
-			if (h->detail[0])
-				printf("           %s\n", h->detail);
-			continue;
-		}
-		json_obj_begin(&j);
-		json_kstr(&j, "id", h->id);
-		json_kstr(&j, "state", h->state);
-		json_key(&j, "pid");
-		json_u64(&j, (uint64_t)h->pid);
-		json_ku64(&j, "start_time", h->start_time);
-		json_kstr(&j, "root", h->root);
-		json_kstr(&j, "module", h->module);
-		json_kstr(&j, "code_sha256", h->hash);
-		snprintf(b, sizeof(b), "0x%" PRIx64, h->heap);
-		json_kstr(&j, "heap", b);
-		json_ku64(&j, "heap_bytes", h->heap_len);
-		snprintf(b, sizeof(b), "0x%" PRIx64, h->entry);
-		json_kstr(&j, "entry", b);
-		snprintf(b, sizeof(b), "0x%" PRIx64, h->new_entry);
-		json_kstr(&j, "new_entry", b);
-		json_ku64(&j, "writes", h->writes);
-		json_kstr(&j, "detail", h->detail);
-		json_kstr(&j, "journal", h->journal);
-		json_kstr(&j, "plan", h->plan_path);
-		json_obj_end(&j);
+		printf("%-10s pid %-7d %-24s heap 0x%" PRIx64 " (%" PRIu64 " bytes) entry 0x%" PRIx64 " -> 0x%" PRIx64
+		       " %zu writes  %s\n",
+		       h->state, h->pid, h->root, h->heap, h->heap_len, h->entry, h->new_entry, h->writes, h->id);
+		if (h->detail[0])
+			printf("           %s\n", h->detail);
 	}
-	if (json) {
-		json_arr_end(&j);
-		json_obj_end(&j);
-		fputc('\n', stdout);
-	} else if (!shown)
+	if (!shown)
 		printf("nothing installed (journals in %s/replace)\n", state);
 	free(ins);
 	return HP_EXIT_OK;

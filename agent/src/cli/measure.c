@@ -19,7 +19,7 @@
 #include <time.h>
 
 #include "cli/commands.h"
-#include "cli/json.h"
+#include "base/json.h"
 #include "replace/install.h"
 #include "measure/measure.h"
 

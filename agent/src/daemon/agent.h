@@ -66,6 +66,8 @@ struct agent {
 	unsigned stack_depth; /* frames per chain; 0 = the sampler's default */
 	/* Who this agent is to the backend. */
 	struct hp_credentials id;
+	/* The state folder (journals of installed plans under replace/). */
+	const char *state_dir;
 };
 
 /* Set by SIGINT/SIGTERM. */

@@ -15,6 +15,7 @@
 #include "daemon/commands.h"
 #include "daemon/log.h"
 #include "daemon/measurements.h"
+#include "daemon/plans.h"
 #include "daemon/targets.h"
 #include "daemon/worker.h"
 
@@ -238,6 +239,12 @@ void hp_run_command(struct agent *ag, struct hp_job *job)
 		break;
 	case HOTPATH__V1__COMMAND__KIND_STOP_MEASUREMENT:
 		stop_measurement(ag, job, c->stop_measurement);
+		break;
+	case HOTPATH__V1__COMMAND__KIND_MAKE_PLAN:
+	case HOTPATH__V1__COMMAND__KIND_INSTALL_PLAN:
+	case HOTPATH__V1__COMMAND__KIND_REVERT_PLAN:
+	case HOTPATH__V1__COMMAND__KIND_LIST_INSTALLED:
+		hp_run_plan_command(ag, job);
 		break;
 	default:
 		fail(ag, job, "unsupported command");

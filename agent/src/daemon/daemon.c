@@ -27,6 +27,7 @@
 #include "daemon/daemon.h"
 #include "daemon/enroll.h"
 #include "daemon/log.h"
+#include "daemon/plans.h"
 #include "daemon/session.h"
 #include "daemon/transport.h"
 #include "host/processes.h"
@@ -226,6 +227,7 @@ int hp_daemon_run(const struct hp_daemon_opts *o)
 	ag.frequency = o->frequency;
 	ag.stacks = !o->no_stacks;
 	ag.stack_depth = o->stack_depth;
+	ag.state_dir = o->state_dir;
 	hp_log_set_quiet(o->quiet);
 	install_signals();
 
@@ -278,6 +280,10 @@ int hp_daemon_run(const struct hp_daemon_opts *o)
 	}
 	hp_replies_init(&ag.replies);
 	ready = true;
+	/* Installs an earlier run left half-done are finished before anything else runs. */
+	int recovered = hp_plans_recover(&ag);
+	if (recovered)
+		hp_log(true, "%d install journal(s) from an earlier run brought to a clean state", recovered);
 	int restored = hp_targets_restore(&ag.targets);
 	if (restored)
 		hp_log(true, "attached %d process(es) again that the previous run served", restored);

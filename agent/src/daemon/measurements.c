@@ -11,6 +11,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,9 @@
 #include "daemon/measurements.h"
 #include "daemon/targets.h"
 #include "daemon/worker.h"
+#include "host/procmaps.h"
 #include "measure/measure.h"
+#include "plan/profile_measured.h"
 
 /* Rows one request may name (its functions then add their blocks, up to HP_MEASURE_MAX_ROWS). */
 #define MAX_RESOURCE_REFS 65536
@@ -39,6 +42,9 @@ struct hp_active {
 	Hotpath__V1__MeasurementInfo *info; /* unpacked, owned; state kept current */
 	unsigned interval_ms;
 	int64_t next_due_ms;
+	/* Once ended: its block counts since it was armed, for MakePlan
+	 * (NULL when it measured no block). */
+	struct hp_profile *final;
 };
 
 static int64_t unix_ns(void)
@@ -154,6 +160,9 @@ int hp_measurements_init(struct hp_measurements *ms, const char *state_dir)
 static void free_active(struct hp_active *a)
 {
 	hp_measure_close(a->h);
+	if (a->final)
+		hp_profile_free(a->final);
+	free(a->final);
 	if (a->info)
 		hotpath__v1__measurement_info__free_unpacked(a->info, NULL);
 	free(a);
@@ -264,6 +273,132 @@ out:
 }
 
 /* End a measurement: its last interval (read now) carries the end state. Locked. */
+static struct hp_active *find(struct hp_measurements *ms, const char *id);
+
+/* The block counts of a running measurement since it was armed, as a profile. Locked. */
+static int counts_of(struct hp_active *a, struct hp_profile *out, size_t *nblocks, char *err, size_t errlen)
+{
+	struct hp_measure_reading r;
+	memset(out, 0, sizeof(*out));
+	out->weight = 1;
+	if (hp_measure_total(a->h, &r) < 0) {
+		snprintf(err, errlen, "out of memory reading measurement %s", a->id);
+		return -ENOMEM;
+	}
+	int rc = hp_profile_from_reading(a->h, &r, out, nblocks, err, errlen);
+	hp_measure_reading_free(&r);
+	if (rc < 0)
+		hp_profile_free(out);
+	return rc;
+}
+
+/* Before a measurement's handle closes: keep its block counts. Locked. */
+static void keep_counts(struct hp_active *a)
+{
+	struct hp_profile p;
+	size_t n = 0;
+	char err[256];
+	if (counts_of(a, &p, &n, err, sizeof(err)) < 0)
+		return;
+	if (!n || !(a->final = malloc(sizeof(*a->final)))) {
+		hp_profile_free(&p);
+		return;
+	}
+	*a->final = p;
+}
+
+int hp_measurements_profile(struct agent *ag, const char *id, const char *target_id, struct hp_profile *out, char *err,
+			    size_t errlen)
+{
+	struct hp_measurements *ms = &ag->measurements;
+	size_t n = 0;
+	int r = 0;
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&ms->lock);
+	struct hp_active *a = find(ms, id ? id : "");
+	if (!a) {
+		snprintf(err, errlen, "no measurement %.64s on this agent (or it ended before the agent restarted)",
+			 id ? id : "");
+		r = -ENOENT;
+	} else if (strcmp(a->target_id, target_id)) {
+		snprintf(err, errlen, "measurement %s measured target %s, not %s", a->id, a->target_id, target_id);
+		r = -EINVAL;
+	} else if (a->h) {
+		r = counts_of(a, out, &n, err, errlen);
+	} else if (a->final) {
+		r = hp_profile_copy(a->final, out);
+		n = 1;
+	}
+	if (r == 0 && !n) {
+		hp_profile_free(out);
+		snprintf(err, errlen, "measurement %s counted no basic block (measure with blocks for a plan)", a->id);
+		r = -ENODATA;
+	}
+	if (r == 0)
+		snprintf(out->source, sizeof(out->source), "measurement %s (%s counts)", a->id,
+			 out->estimated ? "estimated" : "exact");
+	pthread_mutex_unlock(&ms->lock);
+	return r;
+}
+
+/* One byte of the file mapped at addr in process pid (-1 when it cannot be read). */
+static int file_byte(int pid, uint64_t addr, char *path, size_t plen, int *fd)
+{
+	struct hp_code_location loc;
+	uint8_t b;
+	if (hp_code_location(pid, addr, &loc) < 0)
+		return -1;
+	if (*fd < 0 || strcmp(path, loc.path)) {
+		if (*fd >= 0)
+			close(*fd);
+		snprintf(path, plen, "%s", loc.path);
+		*fd = open(loc.path, O_RDONLY | O_CLOEXEC);
+	}
+	if (*fd < 0 || pread(*fd, &b, 1, (off_t)loc.file_offset) != 1)
+		return -1;
+	return b;
+}
+
+int hp_measurements_probe_bytes(struct agent *ag, const char *target_id, struct hp_byte_patch **out, size_t *n)
+{
+	struct hp_measurements *ms = &ag->measurements;
+	size_t cap = 0;
+	char path[128] = "";
+	int fd = -1;
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&ms->lock);
+	for (size_t i = 0; i < ms->n; i++) {
+		struct hp_active *a = ms->v[i];
+		if (!a->h || !a->target || strcmp(a->target_id, target_id) ||
+		    a->target->kind != HOTPATH__V1__TARGET_KIND__TARGET_KIND_PROCESS)
+			continue;
+		const struct hp_measure_row *rows = hp_measure_rows(a->h);
+		for (size_t k = 0; k < hp_measure_nrows(a->h); k++) {
+			uint64_t at = rows[k].kind == HP_ROW_BLOCK ? rows[k].block_address : rows[k].function_address;
+			if (rows[k].run_address != at)
+				continue; /* probed in an installed copy: the model does not read it */
+			int b = file_byte(a->target->pid, at, path, sizeof(path), &fd);
+			if (b < 0)
+				continue;
+			if (*n == cap) {
+				size_t nc = cap ? cap * 2 : 64;
+				struct hp_byte_patch *v = realloc(*out, nc * sizeof(*v));
+				if (!v)
+					goto out;
+				*out = v;
+				cap = nc;
+			}
+			(*out)[(*n)++] = (struct hp_byte_patch){ .addr = at, .len = 1, .bytes = { (uint8_t)b } };
+		}
+	}
+out:
+	pthread_mutex_unlock(&ms->lock);
+	if (fd >= 0)
+		close(fd);
+	return 0;
+}
+
 static void end_active(struct agent *ag, struct hp_active *a, int state, const char *detail)
 {
 	if (a->h) {
@@ -273,6 +408,7 @@ static void end_active(struct agent *ag, struct hp_active *a, int state, const c
 				hp_log(false, "measurement %s: out of memory keeping its last interval", a->id);
 			hp_measure_reading_free(&r);
 		}
+		keep_counts(a);
 		hp_measure_close(a->h);
 		a->h = NULL;
 	}

@@ -63,6 +63,20 @@ int hp_measurements_stop(struct agent *ag, const char *id, Hotpath__V1__Measurem
 /* Stop every measurement of a target (detached), with why. */
 void hp_measurements_stop_target(struct agent *ag, const char *target_id, const char *why);
 
+/* The block counts of measurement id (running: since it was armed; ended
+ * during this run: until it ended) as a plan's profile, if it measured
+ * target_id's blocks. 0, or a negative errno with the reason in err. */
+struct hp_profile;
+int hp_measurements_profile(struct agent *ag, const char *id, const char *target_id, struct hp_profile *out, char *err,
+			    size_t errlen);
+
+/* The original bytes under the breakpoints the running measurements of
+ * process target target_id put in its code (uprobes show as int3 in the
+ * process's memory), read from the mapped files: an overlay for reading
+ * the process's code as it is without them. *out is malloc'd. 0. */
+struct hp_byte_patch;
+int hp_measurements_probe_bytes(struct agent *ag, const char *target_id, struct hp_byte_patch **out, size_t *n);
+
 /* Every measurement (running, and ended during this run) as MeasurementInfo
  * messages for Hello: *out is a malloc'd array of unpacked messages; free
  * with hp_measurements_infos_free. */

@@ -228,6 +228,28 @@ int hp_code_hash(const struct hp_code_image *ci, char out[65]);
 int hp_bytes_digest(const uint8_t *bytes, size_t len, char out[65]);
 int hp_plan_member_digest(struct hp_model *m, const struct hp_function *f, char out[65]);
 
+/*
+ * The emitted code as a listing (listing.c): every instruction of the copy
+ * in address order, with where it came from: an original instruction
+ * (member, offset in that function), a branch the layout added, or
+ * alignment padding.
+ */
+enum hp_listing_origin { HP_LISTING_ORIGINAL, HP_LISTING_ADDED, HP_LISTING_PADDING };
+struct hp_listing_insn {
+	uint64_t addr;
+	uint8_t len;
+	uint8_t origin;  /* enum hp_listing_origin */
+	int32_t member;  /* the block's member */
+	uint32_t offset; /* HP_LISTING_ORIGINAL: the original's offset in the member's function */
+};
+struct hp_listing {
+	struct hp_listing_insn *insns;
+	size_t n, cap;
+};
+/* 0, or a negative errno with err filled (the code does not decode as laid out). */
+int hp_plan_listing(struct hp_model *m, const struct hp_plan *p, struct hp_listing *out, char *err, size_t errlen);
+void hp_listing_free(struct hp_listing *l);
+
 /* I-cache footprint of pieces for geometry g (icache.c). */
 int hp_icache_compute(struct hp_icache *ic, const struct hp_cache_geometry *g);
 void hp_icache_free(struct hp_icache *ic);

@@ -111,6 +111,30 @@ const struct hp_prof_fn *hp_profile_find(const struct hp_profile *p, uint64_t ad
 	return NULL;
 }
 
+int hp_profile_copy(const struct hp_profile *in, struct hp_profile *out)
+{
+	*out = *in;
+	out->fns = calloc(in->nfns ? in->nfns : 1, sizeof(*out->fns));
+	out->nfns = 0;
+	if (!out->fns)
+		return -ENOMEM;
+	for (size_t i = 0; i < in->nfns; i++) {
+		const struct hp_prof_fn *a = &in->fns[i];
+		struct hp_prof_fn *b = &out->fns[out->nfns++];
+		*b = *a;
+		b->name = strdup(a->name ? a->name : "");
+		b->blocks = malloc((a->nblocks ? a->nblocks : 1) * sizeof(*b->blocks));
+		b->edges = malloc((a->nedges ? a->nedges : 1) * sizeof(*b->edges));
+		if (!b->name || !b->blocks || !b->edges) {
+			hp_profile_free(out);
+			return -ENOMEM;
+		}
+		memcpy(b->blocks, a->blocks, a->nblocks * sizeof(*b->blocks));
+		memcpy(b->edges, a->edges, a->nedges * sizeof(*b->edges));
+	}
+	return 0;
+}
+
 void hp_profile_free(struct hp_profile *p)
 {
 	for (size_t i = 0; p && i < p->nfns; i++) {

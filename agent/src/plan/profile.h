@@ -67,6 +67,8 @@ int hp_profile_add(struct hp_profile *p, const struct hp_module *mod, const stru
 int hp_profile_add_edge(struct hp_profile *p, const struct hp_module *mod, const struct hp_function *f, uint32_t from,
 			uint32_t to, double count);
 
+/* A deep copy of in: 0 or -ENOMEM (out is then empty). */
+int hp_profile_copy(const struct hp_profile *in, struct hp_profile *out);
 const struct hp_prof_fn *hp_profile_find(const struct hp_profile *p, uint64_t addr);
 void hp_profile_free(struct hp_profile *p);
 

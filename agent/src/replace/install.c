@@ -692,6 +692,18 @@ static void sanitize(const char *in, char *out, size_t len)
 	out[k] = 0;
 }
 
+static bool valid_id(const char *s)
+{
+	size_t n = strlen(s);
+	if (!n || n > HP_INSTALL_ID_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+		      s[i] == '-' || s[i] == '_'))
+			return false;
+	return true;
+}
+
 int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct hp_install_result *res, char *err,
 	       size_t errlen)
 {
@@ -705,6 +717,10 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 	x.j.fd = -1;
 	if (pid <= 0) {
 		snprintf(err, errlen, "the plan names no process: give --pid");
+		return -EINVAL;
+	}
+	if (o->id && !valid_id(o->id)) {
+		snprintf(err, errlen, "an install id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
 		return -EINVAL;
 	}
 	if ((r = check_plan(&x, err, errlen)) < 0)
@@ -740,9 +756,13 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 	res->check_ms = (hp_now() - t0) * 1e3;
 	step(&x, HP_STEP_CHECKED, x.t.desc);
 	/* The journal and the plan, durable before anything changes. */
-	getrandom(&rnd, sizeof(rnd), 0);
-	sanitize(p->root, rootname, sizeof(rootname));
-	snprintf(res->id, sizeof(res->id), "hotpath-%d-%s-%08x", pid, rootname, rnd);
+	if (o->id) {
+		snprintf(res->id, sizeof(res->id), "%s", o->id);
+	} else {
+		getrandom(&rnd, sizeof(rnd), 0);
+		sanitize(p->root, rootname, sizeof(rootname));
+		snprintf(res->id, sizeof(res->id), "hotpath-%d-%s-%08x", pid, rootname, rnd);
+	}
 	snprintf(x.heap.name, sizeof(x.heap.name), "%s", res->id);
 	snprintf(name, sizeof(name), "%s.journal", res->id);
 	if ((r = hp_journal_create(dir, name, &x.j, err, errlen)) < 0) {
@@ -1116,6 +1136,78 @@ int hp_revert(const char *state_dir, int pid, const char *root, struct hp_instal
 		return -ENOENT;
 	}
 	return r;
+}
+
+/* The journal of install id: 0 with its path, or -ENOENT. */
+static int journal_of_id(const char *dir, const char *id, char *path, size_t plen, int *pid)
+{
+	char **js;
+	size_t n;
+	int r = -ENOENT;
+
+	if (list_journals(dir, &js, &n) < 0)
+		return -EIO;
+	for (size_t i = 0; i < n; i++) {
+		struct jstate s;
+		char e[256];
+		if (r == -ENOENT && jstate_read(js[i], &s, e, sizeof(e)) == 0) {
+			if (!strcmp(json_string_value(json_object_get(s.begin, "id")) ?: "", id)) {
+				snprintf(path, plen, "%s", js[i]);
+				*pid = (int)jx(s.begin, "pid");
+				r = 0;
+			}
+			jstate_free(&s);
+		}
+		free(js[i]);
+	}
+	free(js);
+	return r;
+}
+
+int hp_revert_id(const char *state_dir, const char *id, int *pid, struct hp_install_result *res,
+		 void (*progress)(void *ctx, enum hp_install_step s, const char *detail), void *ctx, char *err,
+		 size_t errlen)
+{
+	struct hp_install_opts o = { .state_dir = state_dir, .progress = progress, .progress_ctx = ctx };
+	char dir[4096], path[4200];
+	int r;
+
+	memset(res, 0, sizeof(*res));
+	*pid = 0;
+	snprintf(dir, sizeof(dir), "%s/replace", state_dir);
+	if ((r = journal_of_id(dir, id, path, sizeof(path), pid)) < 0) {
+		snprintf(err, errlen, r == -ENOENT ? "nothing is installed under the id %s" : "cannot read %s",
+			 r == -ENOENT ? id : dir);
+		return r;
+	}
+	r = revert_one(path, &o, res, err, errlen);
+	return r < 0 ? r : 0;
+}
+
+int hp_replace_recover(const char *state_dir,
+		       void (*report)(void *ctx, const struct hp_installed *h, int r, const char *err), void *ctx)
+{
+	struct hp_install_opts o = { .state_dir = state_dir };
+	struct hp_installed *ins;
+	size_t n;
+	int acted = 0;
+	char err[1024];
+
+	if (hp_installed_list(state_dir, &ins, &n, err, sizeof(err)) < 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		struct hp_install_result res;
+		if (!strcmp(ins[i].state, "installed"))
+			continue;
+		err[0] = 0;
+		memset(&res, 0, sizeof(res));
+		int r = revert_one(ins[i].journal, &o, &res, err, sizeof(err));
+		acted++;
+		if (report)
+			report(ctx, &ins[i], r < 0 ? r : 0, r < 0 ? err : res.heap_kept ? res.heap_note : "");
+	}
+	free(ins);
+	return acted;
 }
 
 /* ---- Installed code as measurable code -------------------------------- */

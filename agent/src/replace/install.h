@@ -75,6 +75,8 @@ void hp_iplan_free(struct hp_iplan *p);
  * may be installed, else a negative errno with err saying why. */
 typedef int (*hp_approve_fn)(void *ctx, const struct hp_iplan *p, char *err, size_t errlen);
 
+#define HP_INSTALL_ID_MAX 48
+
 /* Steps of an install and a revert, for progress and for tests that stop
  * the agent between two of them. */
 enum hp_install_step {
@@ -103,6 +105,10 @@ struct hp_install_opts {
 	hp_approve_fn approve;     /* if set, asked before anything is written */
 	void *approve_ctx;
 	bool replace; /* the root is installed already: revert it first (a second pass) */
+	/* The install's name (journal, heap): 1 to HP_INSTALL_ID_MAX letters,
+	 * digits, '-' or '_' (the daemon passes the plan's id); NULL:
+	 * hotpath-PID-ROOT-RANDOM. */
+	const char *id;
 	void (*progress)(void *ctx, enum hp_install_step s, const char *detail);
 	void *progress_ctx;
 };
@@ -151,6 +157,25 @@ int hp_installed_list(const char *state_dir, struct hp_installed **out, size_t *
 int hp_revert(const char *state_dir, int pid, const char *root, struct hp_install_result *res,
 	      void (*progress)(void *ctx, enum hp_install_step s, const char *detail), void *ctx, char *err,
 	      size_t errlen);
+
+/* Revert the install named id (hp_install_opts.id), finishing it if it was
+ * interrupted; *pid gets its process. -ENOENT when no journal has that id. */
+int hp_revert_id(const char *state_dir, const char *id, int *pid, struct hp_install_result *res,
+		 void (*progress)(void *ctx, enum hp_install_step s, const char *detail), void *ctx, char *err,
+		 size_t errlen);
+
+/*
+ * Start-up recovery (the daemon runs it before it takes commands): every
+ * journal an agent left unfinished is brought to a consistent state.
+ * Installs interrupted midway ("installing") are reverted from their
+ * journal, as are interrupted reverts ("reverting"); a heap a revert had to
+ * keep is released if no thread is inside it now; journals of processes
+ * that exited are removed. Complete installs stay installed. report (may
+ * be NULL) is called per journal acted on, with what it was, the outcome
+ * (0, or a negative errno) and err. Returns how many were acted on.
+ */
+int hp_replace_recover(const char *state_dir,
+		       void (*report)(void *ctx, const struct hp_installed *h, int r, const char *err), void *ctx);
 
 /* Installed code as measurable code (measure/moved.h): where each block
  * of each member of every install in process pid runs now. */

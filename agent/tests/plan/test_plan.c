@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "model/model.h"
 #include "plan/chains.h"
+#include "isa/isa.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
 #include "target/target.h"
@@ -148,6 +149,74 @@ static void t_plan_elf_is_verified(void)
 		plan.code[plan.members[0].blocks[0].new_addr - plan.base] ^= 0x08;
 		EXPECT(!hp_plan_verify(m, &plan), "a corrupted copy passed verification");
 	}
+	hp_plan_free(&plan);
+	hp_profile_free(&prof);
+	hp_model_free(m);
+}
+
+/* The listing: every emitted byte listed once, in order; each instruction
+ * copied from an original is that original's operation (the same bytes
+ * where nothing relative changed; a jcc may be inverted and a branch
+ * relaxed); added jumps are as many as the plan counts. */
+static void t_plan_listing_names_each_instructions_original(void)
+{
+	struct hp_model *m = open_fixture("switchy.c", "plan_list", "-O2 -fno-jump-tables");
+	static const char *const names[] = { "sw_loop", "sw_dense", NULL };
+	struct hp_plan_opts o;
+	struct hp_profile prof;
+	struct hp_plan plan;
+	struct hp_listing l;
+	const struct hp_module *mod;
+	char err[256];
+
+	REQUIRE(m, "gcc or open failed");
+	const struct hp_function *root = hp_model_find(m, "sw_loop", &mod, NULL);
+	REQUIRE(root, "sw_loop not found");
+	profile_all(m, names, 10, &prof);
+	hp_plan_opts_default(&o);
+	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0 && plan.verified, "%s", err);
+	REQUIRE(hp_plan_listing(m, &plan, &l, err, sizeof(err)) == 0, "%s", err);
+	uint64_t at = plan.base;
+	size_t added = 0, padding = 0, same = 0, branches = 0;
+	for (size_t i = 0; i < l.n; i++) {
+		const struct hp_listing_insn *in = &l.insns[i];
+		EXPECT(in->addr == at, "instruction %zu at 0x%" PRIx64 ", want 0x%" PRIx64 " (a gap or overlap)", i,
+		       in->addr, at);
+		at = in->addr + in->len;
+		if (in->origin == HP_LISTING_ADDED) {
+			added++;
+			continue;
+		}
+		if (in->origin == HP_LISTING_PADDING) {
+			padding += in->len;
+			continue;
+		}
+		const struct hp_function *f = plan.members[in->member].fn;
+		uint8_t orig[16] = { 0 };
+		struct hp_isa_insn a, b;
+		uint64_t ta, tb;
+		const uint8_t *c = plan.code + (in->addr - plan.base);
+		size_t want = f->size - in->offset < sizeof(orig) ? f->size - in->offset : sizeof(orig);
+		REQUIRE(m->read(m, f->addr + in->offset, orig, want) == 0, "cannot read %s", f->name);
+		REQUIRE(hp_isa_decode(orig, sizeof(orig), f->addr + in->offset, &a) == 0 &&
+				hp_isa_decode(c, in->len, in->addr, &b) == 0,
+			"%s+0x%x does not decode", f->name, in->offset);
+		if (a.cls == HP_IC_JCC || a.cls == HP_IC_JMP) {
+			EXPECT(b.cls == HP_IC_JCC || b.cls == HP_IC_JMP, "%s+0x%x: a branch became class %d", f->name,
+			       in->offset, b.cls);
+			branches++;
+		} else {
+			EXPECT(hp_isa_same_operation(orig, a.len, f->addr + in->offset, c, in->len, in->addr, &ta, &tb),
+			       "%s+0x%x is listed as the origin of a different instruction", f->name, in->offset);
+			same += a.len == in->len && !memcmp(orig, c, in->len);
+		}
+	}
+	EXPECT(at == plan.base + plan.code_len, "the listing ends at 0x%" PRIx64 ", the code at 0x%" PRIx64, at,
+	       plan.base + plan.code_len);
+	EXPECT(added == plan.added_jumps, "%zu added jumps listed, the plan added %u", added, plan.added_jumps);
+	EXPECT(padding == plan.pad_bytes, "%zu padding bytes listed, the plan has %u", padding, plan.pad_bytes);
+	EXPECT(same > 20 && branches > 0, "only %zu identical copies and %zu branches", same, branches);
+	hp_listing_free(&l);
 	hp_plan_free(&plan);
 	hp_profile_free(&prof);
 	hp_model_free(m);
@@ -372,6 +441,7 @@ int main(void)
 	RUN(t_chain_isolated_small_predecessor);
 	RUN(t_chain_should_follow);
 	RUN(t_plan_elf_is_verified);
+	RUN(t_plan_listing_names_each_instructions_original);
 	RUN(t_plan_refuses_stale_profile);
 	RUN(t_profile_reads_measure_report);
 	RUN(t_plan_without_counts_or_heat);

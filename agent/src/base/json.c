@@ -6,7 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "cli/json.h"
+#include "base/json.h"
 
 void json_init(struct json *j, FILE *fp)
 {

@@ -1,0 +1,747 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The plan commands (see plans.h), run on the command worker's thread:
+ *
+ *   MakePlan      root by (catalog digest, function index) in the target's
+ *                 model -> profile (a measurement of this agent, or block
+ *                 counts measured now: exact uprobe counts of the root and
+ *                 its direct callees in a process, PC samples in the
+ *                 kernel, an estimate) -> plan -> its JSON as
+ *                 `hotpathd plan --json` writes it (plan/plan_json.h).
+ *   InstallPlan   the approved hash must be the one recomputed from the
+ *                 plan's code; the target must be the plan's process -> the
+ *                 replace layer's install, named by the plan's id.
+ *   RevertPlan    that install out (call sites first, then the entry).
+ *   ListInstalled the journals.
+ *
+ * Each phase sends Progress; a cancel is honoured between phases (and, for
+ * an install, up to the moment before anything is written, through the
+ * install's approval hook).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/agent.h"
+#include "daemon/log.h"
+#include "daemon/measurements.h"
+#include "daemon/plans.h"
+#include "daemon/targets.h"
+#include "daemon/worker.h"
+#include "measure/measure.h"
+#include "measure/sampler.h"
+#include "plan/plan.h"
+#include "plan/plan_json.h"
+#include "plan/profile.h"
+#include "plan/profile_measured.h"
+#include "replace/install.h"
+#include "replace/install_json.h"
+
+/* The largest plan a PlanResult carries (agent.proto). */
+#define PLAN_JSON_MAX    (16u << 20)
+#define DEFAULT_SECONDS  10
+#define MAX_SECONDS      3600
+/* Direct callees measured with the root at most (the plan's group bound). */
+#define MAX_CALLEES      63
+#define KERNEL_TARGET_ID "kernel"
+
+static void fail(struct agent *ag, struct hp_job *job, const char *error)
+{
+	Hotpath__V1__CommandResult r = HOTPATH__V1__COMMAND_RESULT__INIT;
+	r.ok = false;
+	r.cancelled = hp_job_cancelled(job);
+	r.error = (char *)error;
+	hp_job_result(ag, job, &r);
+}
+
+static bool cancelled(struct agent *ag, struct hp_job *job)
+{
+	if (!hp_job_cancelled(job))
+		return false;
+	fail(ag, job, "cancelled");
+	return true;
+}
+
+static bool valid_plan_id(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	if (!n || n > HP_INSTALL_ID_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+		      s[i] == '-' || s[i] == '_'))
+			return false;
+	return true;
+}
+
+static bool is_kernel_id(const char *id)
+{
+	return !id || !*id || !strcmp(id, KERNEL_TARGET_ID);
+}
+
+/* ---- MakePlan ------------------------------------------------------------------------------ */
+
+/* The measure layer's words for the root and its direct callees (calls and
+ * tail calls to function entries of the same target, PLT stubs left out:
+ * their callee is in another object and stays where it is). */
+static size_t callee_words(const struct hp_model *m, const struct hp_module *mod, const struct hp_function *root,
+			   char words[][24])
+{
+	uint64_t seen[MAX_CALLEES + 1];
+	size_t n = 0;
+
+	seen[n] = root->addr;
+	snprintf(words[n++], 24, "0x%" PRIx64, root->addr);
+	for (uint32_t pass = 0; pass < 2; pass++) {
+		uint32_t lim = pass ? root->nblocks : root->ncalls;
+		for (uint32_t i = 0; i < lim && n <= MAX_CALLEES; i++) {
+			uint64_t tgt[8];
+			size_t nt = 0;
+			if (!pass) {
+				tgt[nt++] = mod->calls[root->call_start + i].target;
+			} else {
+				const struct hp_block *b = &mod->blocks[root->block_start + i];
+				for (uint16_t s = 0; s < b->nsucc && nt < 8; s++)
+					if (mod->succs[b->succ_start + s].kind == HP_SUCC_TAIL_CALL)
+						tgt[nt++] = mod->succs[b->succ_start + s].target;
+			}
+			for (size_t k = 0; k < nt && n <= MAX_CALLEES; k++) {
+				const struct hp_function *g = hp_model_lookup(m, tgt[k], NULL);
+				size_t j;
+				if (!g || g->addr != tgt[k] || (g->flags & HP_FN_PLT))
+					continue;
+				for (j = 0; j < n && seen[j] != g->addr; j++)
+					;
+				if (j < n)
+					continue;
+				seen[n] = g->addr;
+				snprintf(words[n++], 24, "0x%" PRIx64, g->addr);
+			}
+		}
+	}
+	return n;
+}
+
+/* Wait seconds in one-second steps with progress between from and to;
+ * false when cancelled (or, wait_fn returning 1, when the target ended). */
+struct waiting {
+	struct agent *ag;
+	struct hp_job *job;
+	struct hp_measure *h; /* process measurements: returns when the process exits */
+};
+
+static int wait_seconds(struct waiting *w, unsigned seconds, double from, double to, const char *what)
+{
+	char msg[160];
+	for (unsigned s = 0; s < seconds; s++) {
+		if (hp_job_cancelled(w->job))
+			return -ECANCELED;
+		snprintf(msg, sizeof(msg), "%s: %u of %u s", what, s, seconds);
+		hp_job_progress(w->ag, w->job, from + (to - from) * s / seconds, msg);
+		if (w->h) {
+			int r = hp_measure_wait(w->h, 1000);
+			if (r == 1)
+				return -ESRCH;
+		} else {
+			sleep(1);
+		}
+	}
+	return 0;
+}
+
+/* Block counts of the root and its direct callees in process target t,
+ * counted exactly by uprobes for `seconds`. */
+static int measure_process(struct agent *ag, struct hp_job *job, struct hp_target *t, struct hp_model *m,
+			   const struct hp_module *mod, const struct hp_function *root, unsigned seconds,
+			   const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *bp, size_t nbp,
+			   struct hp_profile *out, char *err, size_t errlen)
+{
+	char words[MAX_CALLEES + 1][24];
+	const char *wp[MAX_CALLEES + 1];
+	size_t n = callee_words(m, mod, root, words), nblocks = 0;
+	struct hp_measure *h = NULL;
+
+	for (size_t i = 0; i < n; i++)
+		wp[i] = words[i];
+	struct hp_measure_spec spec = {
+		.target = HP_MEASURE_PID,
+		.pid = t->pid,
+		.resources = wp,
+		.nresources = n,
+		.metrics = HP_METRIC_BIT(HP_METRIC_COUNT),
+		.blocks = true,
+		.allow_partial = true,
+	};
+	struct hp_measure_env env = { .kernel = ag->model,
+				      .process = m,
+				      .caps = &ag->caps,
+				      .moved = moved,
+				      .nmoved = nmoved,
+				      .overlay = bp,
+				      .noverlay = nbp };
+	char msg[200];
+	snprintf(msg, sizeof(msg), "probing the blocks of %s and %zu direct callee(s)", root->name, n - 1);
+	hp_job_progress(ag, job, 0.1, msg);
+	if (hp_measure_open(&spec, &env, &h, err, errlen) < 0)
+		return -EINVAL;
+	struct waiting w = { ag, job, h };
+	snprintf(msg, sizeof(msg), "counting %s's blocks exactly (uprobes)", root->name);
+	int r = wait_seconds(&w, seconds, 0.15, 0.7, msg);
+	if (r == -ESRCH) {
+		snprintf(err, errlen, "process %d exited while its blocks were counted", t->pid);
+	} else if (r == 0) {
+		struct hp_measure_reading rd;
+		if (hp_measure_total(h, &rd) < 0) {
+			snprintf(err, errlen, "out of memory reading the counts");
+			r = -ENOMEM;
+		} else {
+			out->weight = 1;
+			r = hp_profile_from_reading(h, &rd, out, &nblocks, err, errlen);
+			hp_measure_reading_free(&rd);
+			snprintf(out->source, sizeof(out->source), "%u s of exact block counts (uprobes) in process %d",
+				 seconds, t->pid);
+		}
+	}
+	hp_measure_close(h);
+	return r;
+}
+
+/* The kernel's block counts estimated from PC samples for `seconds`. */
+static int sample_kernel(struct agent *ag, struct hp_job *job, unsigned seconds, struct hp_profile *out, char *err,
+			 size_t errlen)
+{
+	struct hp_sampler_opts so = { 0 };
+	struct hp_sampler *s = hp_sampler_open(ag->model, &so, err, errlen);
+	struct hp_sample_interval iv;
+	struct waiting w = { ag, job, NULL };
+	int r;
+
+	if (!s)
+		return -EPERM;
+	r = wait_seconds(&w, seconds, 0.1, 0.7, "sampling kernel PCs (estimated block counts)");
+	if (r == 0 && hp_sampler_take(s, &iv) < 0) {
+		snprintf(err, errlen, "sampling failed");
+		r = -EIO;
+	} else if (r == 0) {
+		out->weight = 1;
+		r = hp_profile_from_samples(ag->model, &iv, out);
+		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples", seconds, hp_sampler_event(s));
+		hp_sample_interval_free(&iv);
+		if (r < 0)
+			snprintf(err, errlen, "out of memory");
+	}
+	hp_sampler_close(s);
+	return r;
+}
+
+static int plan_options(const Hotpath__V1__MakePlan *c, struct hp_plan_opts *o, char *err, size_t errlen)
+{
+	hp_plan_opts_default(o);
+	if (c->join_fraction < 0 || c->join_fraction > 1 || c->stall_threshold < 0 || c->stall_threshold > 1) {
+		snprintf(err, errlen, "join_fraction and stall_threshold are fractions from 0 to 1");
+		return -EINVAL;
+	}
+	if (c->max_functions > 4096) {
+		snprintf(err, errlen, "max_functions is at most 4096");
+		return -EINVAL;
+	}
+	if (c->join_fraction > 0)
+		o->join_fraction = c->join_fraction;
+	if (c->stall_threshold > 0)
+		o->stall_threshold = c->stall_threshold;
+	if (c->max_functions)
+		o->max_functions = c->max_functions;
+	return 0;
+}
+
+static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__MakePlan *c)
+{
+	char err[1024] = "", msg[300];
+	struct hp_plan_opts o;
+	struct hp_profile prof = { 0 };
+	struct hp_plan plan = { 0 };
+	struct hp_model *own = NULL; /* a process modelled under its installs' patches */
+	struct hp_moved_code *moved = NULL;
+	struct hp_byte_patch *bp = NULL;
+	size_t nmoved = 0, nbp = 0, mi = 0, len = 0;
+	char *json = NULL;
+	unsigned seconds = c->seconds ? c->seconds : DEFAULT_SECONDS;
+
+	if (!valid_plan_id(c->plan_id)) {
+		snprintf(err, sizeof(err), "a plan id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
+		fail(ag, job, err);
+		return;
+	}
+	if (seconds > MAX_SECONDS || plan_options(c, &o, err, sizeof(err)) < 0) {
+		if (!err[0])
+			snprintf(err, sizeof(err), "seconds is at most %d", MAX_SECONDS);
+		fail(ag, job, err);
+		return;
+	}
+	hp_job_progress(ag, job, 0.02, "finding the root in the target's model");
+	const char *want = is_kernel_id(c->target) ? KERNEL_TARGET_ID : c->target;
+	struct hp_target *t = hp_targets_by_digest(&ag->targets, c->digest ? c->digest : "", want, &mi);
+	if (!t || strcmp(t->id, want)) {
+		struct hp_target *named = hp_targets_get(&ag->targets, want);
+		if (!named || strcmp(named->id, want))
+			snprintf(err, sizeof(err), "no target %.60s (attach the process first)", want);
+		else if (named->state != HOTPATH__V1__TARGET_STATE__TARGET_STATE_ATTACHED)
+			snprintf(err, sizeof(err), "target %s has ended: %s", named->id, named->detail);
+		else
+			snprintf(err, sizeof(err), "target %.60s has no module with catalog %.64s", want,
+				 c->digest ? c->digest : "");
+		hp_targets_release(&ag->targets, named);
+		hp_targets_release(&ag->targets, t);
+		fail(ag, job, err);
+		return;
+	}
+	bool kernel = t->kind == HOTPATH__V1__TARGET_KIND__TARGET_KIND_KERNEL;
+	struct hp_model *m = kernel ? ag->model : t->model;
+	if (!m || (!kernel && t->state != HOTPATH__V1__TARGET_STATE__TARGET_STATE_ATTACHED)) {
+		snprintf(err, sizeof(err), "target %s has ended: %s", t->id, t->detail);
+		goto fail;
+	}
+	const struct hp_module *mod = &m->mods[mi];
+	if (c->function_index >= mod->nfuncs) {
+		snprintf(err, sizeof(err), "function index %u out of range: module %s has %zu functions",
+			 c->function_index, mod->name, mod->nfuncs);
+		goto fail;
+	}
+	const struct hp_function *root = &mod->funcs[c->function_index];
+	if (!kernel) {
+		/* Copies installed in the process: plan its code as it was before
+		 * their patches, and count blocks that moved in their copies. The
+		 * breakpoints of running measurements are read as the bytes under
+		 * them too. */
+		struct hp_byte_patch *pb = NULL;
+		size_t npb = 0, nall;
+		hp_installed_patches(ag->state_dir, t->pid, &bp, &nbp);
+		if (nbp)
+			hp_moved_code_of(ag->state_dir, t->pid, &moved, &nmoved, err, sizeof(err));
+		hp_measurements_probe_bytes(ag, t->id, &pb, &npb);
+		nall = nbp;
+		if (npb) {
+			struct hp_byte_patch *v = realloc(bp, (nbp + npb) * sizeof(*v));
+			if (v) {
+				memcpy(v + nbp, pb, npb * sizeof(*v));
+				bp = v;
+				nall += npb;
+			}
+		}
+		free(pb);
+		if (nall) {
+			struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nall };
+			char e2[512];
+			hp_job_progress(ag, job, 0.05, "reading the process's code under its installed copies");
+			if (hp_model_open_pid(t->pid, &oo, &own, e2, sizeof(e2)) < 0) {
+				snprintf(err, sizeof(err), "cannot read process %d's code: %s", t->pid, e2);
+				goto fail;
+			}
+			root = hp_model_lookup(own, root->addr, &mod);
+			m = own;
+			if (!root) {
+				snprintf(err, sizeof(err), "the root is no longer in process %d's code", t->pid);
+				goto fail;
+			}
+		}
+	}
+	if (cancelled(ag, job))
+		goto out;
+	int r;
+	if (c->measurement_id && *c->measurement_id) {
+		snprintf(msg, sizeof(msg), "reading the block counts of measurement %.64s", c->measurement_id);
+		hp_job_progress(ag, job, 0.1, msg);
+		r = hp_measurements_profile(ag, c->measurement_id, t->id, &prof, err, sizeof(err));
+	} else if (kernel) {
+		r = sample_kernel(ag, job, seconds, &prof, err, sizeof(err));
+	} else {
+		r = measure_process(ag, job, t, m, mod, root, seconds, moved, nmoved, bp, nbp, &prof, err, sizeof(err));
+	}
+	if (r == -ECANCELED) {
+		fail(ag, job, "cancelled");
+		goto out;
+	}
+	if (r < 0)
+		goto fail;
+	if (cancelled(ag, job))
+		goto out;
+	snprintf(msg, sizeof(msg), "planning %s: group, chains, layout, emitted code verified", root->name);
+	hp_job_progress(ag, job, 0.75, msg);
+	if ((r = hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err))) < 0)
+		goto fail;
+	hp_job_progress(ag, job, 0.95, "writing the plan");
+	if (hp_plan_json(m, &plan, root, kernel ? 0 : t->pid, &json, &len) < 0) {
+		snprintf(err, sizeof(err), "out of memory writing the plan");
+		goto fail;
+	}
+	if (len > PLAN_JSON_MAX) {
+		snprintf(err, sizeof(err),
+			 "the plan's JSON is %zu bytes, more than the %u MiB a plan result carries: plan a smaller "
+			 "group (max_functions)",
+			 len, PLAN_JSON_MAX >> 20);
+		goto fail;
+	}
+	char hash[65] = "", bid[65] = "";
+	hp_plan_code_sha256(&plan, hash);
+	hp_plan_module_build_id(m, mod, kernel ? 0 : t->pid, root->addr, bid);
+	Hotpath__V1__PlanResult pr = HOTPATH__V1__PLAN_RESULT__INIT;
+	pr.plan_id = c->plan_id;
+	pr.plan_json = json;
+	pr.code_sha256 = hash;
+	pr.build_id = bid;
+	Hotpath__V1__CommandResult res = HOTPATH__V1__COMMAND_RESULT__INIT;
+	res.ok = plan.status == HP_PLAN_OK;
+	res.error = res.ok ? "" : plan.status == HP_PLAN_REFUSED ? plan.verify_error : plan.message;
+	res.kind_case = HOTPATH__V1__COMMAND_RESULT__KIND_PLAN;
+	res.plan = &pr;
+	hp_job_result(ag, job, &res);
+	hp_log(true, "plan %s of %s on %s: %s (%zu functions, %zu code bytes)", c->plan_id, root->name, t->id,
+	       res.ok ? "verified" : "no plan", plan.nmembers, plan.code_len);
+	goto out;
+fail:
+	fail(ag, job, err[0] ? err : "out of memory");
+out:
+	free(json);
+	hp_plan_free(&plan);
+	hp_profile_free(&prof);
+	hp_model_free(own);
+	hp_moved_code_free(moved, nmoved);
+	free(bp);
+	hp_targets_release(&ag->targets, t);
+}
+
+/* ---- InstallPlan, RevertPlan, ListInstalled ------------------------------------------------- */
+
+/* An InstallResult, its detail written by fn into a string. */
+static void install_result(struct agent *ag, struct hp_job *job, bool ok, const char *error, const char *plan_id,
+			   const char *status, char *detail)
+{
+	Hotpath__V1__InstallResult ir = HOTPATH__V1__INSTALL_RESULT__INIT;
+	ir.plan_id = (char *)(plan_id ? plan_id : "");
+	ir.status = (char *)status;
+	ir.detail_json = detail ? detail : "";
+	Hotpath__V1__CommandResult r = HOTPATH__V1__COMMAND_RESULT__INIT;
+	r.ok = ok;
+	r.error = (char *)(ok ? "" : error);
+	r.cancelled = !ok && hp_job_cancelled(job);
+	r.kind_case = HOTPATH__V1__COMMAND_RESULT__KIND_INSTALL;
+	r.install = &ir;
+	hp_job_result(ag, job, &r);
+}
+
+static void refuse(struct agent *ag, struct hp_job *job, const char *plan_id, const char *root, const char *why)
+{
+	char *detail = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&detail, &len);
+	if (fp) {
+		hp_install_json_refused(fp, root, why);
+		fclose(fp);
+	}
+	install_result(ag, job, false, why, plan_id, "refused", detail);
+	hp_log(true, "install of plan %s refused: %s", plan_id ? plan_id : "", why);
+	free(detail);
+}
+
+/* Install and revert steps as Progress. A test may make the agent die at
+ * a step (HOTPATH_TEST_KILL_AT, as for `hotpathd install`). */
+struct step_ctx {
+	struct agent *ag;
+	struct hp_job *job;
+	const char *kill_at;
+};
+
+static void on_step(void *ctx, enum hp_install_step s, const char *detail)
+{
+	struct step_ctx *sc = ctx;
+	char msg[400];
+	double f = s <= HP_STEP_INSTALLED ?
+			   0.1 + 0.85 * (s - 1) / (HP_STEP_INSTALLED - 1) :
+			   0.1 + 0.85 * (s - HP_STEP_REVERT_CALLS) / (HP_STEP_REVERTED - HP_STEP_REVERT_CALLS);
+	snprintf(msg, sizeof(msg), "%s%s%.300s", hp_install_step_name(s), detail && detail[0] ? ": " : "",
+		 detail ? detail : "");
+	hp_job_progress(sc->ag, sc->job, f, msg);
+	if (sc->kill_at && !strcmp(sc->kill_at, hp_install_step_name(s)))
+		kill(getpid(), SIGKILL);
+}
+
+/* The last gate before anything is written: a cancel stops the install here. */
+static int not_cancelled(void *ctx, const struct hp_iplan *p, char *err, size_t errlen)
+{
+	struct step_ctx *sc = ctx;
+	if (hp_job_cancelled(sc->job)) {
+		snprintf(err, errlen, "cancelled before anything was written");
+		return -ECANCELED;
+	}
+	return 0;
+}
+
+static bool hex64(const char *s)
+{
+	if (!s || strlen(s) != 64)
+		return false;
+	for (int i = 0; i < 64; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* Why the kernel cannot take a plan here, from what the agent probed. */
+static void kernel_refusal(struct agent *ag, char *out, size_t len)
+{
+	const struct hp_cap *cap = hp_caps_find(&ag->caps, "kernel_code_replacement");
+	if (!cap)
+		snprintf(out, len, "kernel code replacement was not probed on this host: refused");
+	else if (!cap->available)
+		snprintf(out, len, "kernel code replacement is unavailable on this host: %s", cap->detail);
+	else
+		snprintf(out, len,
+			 "this kernel allows code replacement (%s), but the agent installs plans into processes only: "
+			 "the replace layer has no kernel target yet",
+			 cap->detail);
+}
+
+static void install_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__InstallPlan *c)
+{
+	char err[1024] = "";
+	struct hp_iplan plan;
+	bool parsed = false;
+	struct hp_model *own = NULL;
+	struct hp_target *t = NULL;
+	char *detail = NULL;
+	size_t dlen = 0;
+
+	if (!valid_plan_id(c->plan_id)) {
+		snprintf(err, sizeof(err), "a plan id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
+		refuse(ag, job, c->plan_id, NULL, err);
+		return;
+	}
+	if (!c->approved_code_sha256 || !*c->approved_code_sha256) {
+		refuse(ag, job, c->plan_id, NULL, "no approved code hash: only an approved plan is installed");
+		return;
+	}
+	if (!hex64(c->approved_code_sha256)) {
+		refuse(ag, job, c->plan_id, NULL, "the approved code hash is not 64 lowercase hex digits");
+		return;
+	}
+	if (is_kernel_id(c->target)) {
+		kernel_refusal(ag, err, sizeof(err));
+		refuse(ag, job, c->plan_id, NULL, err);
+		return;
+	}
+	size_t plen = c->plan_json ? strlen(c->plan_json) : 0;
+	if (!plen || plen > PLAN_JSON_MAX) {
+		snprintf(err, sizeof(err), "the plan's JSON is %s", plen ? "larger than 16 MiB" : "empty");
+		refuse(ag, job, c->plan_id, NULL, err);
+		return;
+	}
+	hp_job_progress(ag, job, 0.02, "checking the plan's code hash against the approval");
+	if (hp_iplan_parse(c->plan_json, plen, &plan, err, sizeof(err)) < 0) {
+		refuse(ag, job, c->plan_id, NULL, err);
+		return;
+	}
+	parsed = true;
+	if (strcmp(plan.computed, c->approved_code_sha256)) {
+		snprintf(err, sizeof(err),
+			 "the plan's code hashes to %s, not to the approved %s: not the approved plan, nothing changed",
+			 plan.computed, c->approved_code_sha256);
+		refuse(ag, job, c->plan_id, plan.root, err);
+		goto out;
+	}
+	t = hp_targets_get(&ag->targets, c->target);
+	if (!t || strcmp(t->id, c->target)) {
+		snprintf(err, sizeof(err), "no target %.60s", c->target);
+		refuse(ag, job, c->plan_id, plan.root, err);
+		goto out;
+	}
+	if (t->state != HOTPATH__V1__TARGET_STATE__TARGET_STATE_ATTACHED) {
+		snprintf(err, sizeof(err), "target %s has ended: %s", t->id, t->detail);
+		refuse(ag, job, c->plan_id, plan.root, err);
+		goto out;
+	}
+	if (strcmp(plan.kind, "pid") || plan.pid != t->pid || plan.start_time != (uint64_t)t->start_ticks) {
+		snprintf(err, sizeof(err),
+			 "the plan was made for process %d (started at tick %" PRIu64
+			 "), target %s is process %d "
+			 "(started at tick %llu): refused",
+			 plan.pid, plan.start_time, t->id, t->pid, t->start_ticks);
+		refuse(ag, job, c->plan_id, plan.root, err);
+		goto out;
+	}
+	if (cancelled(ag, job))
+		goto out;
+	/* The process's model for the root's call sites, read under the
+	 * patches of what is installed there already. */
+	const struct hp_model *m = NULL;
+	if (!c->entry_only) {
+		struct hp_byte_patch *bp = NULL;
+		size_t nbp = 0;
+		hp_installed_patches(ag->state_dir, t->pid, &bp, &nbp);
+		if (nbp) {
+			struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
+			char e2[256];
+			if (hp_model_open_pid(t->pid, &oo, &own, e2, sizeof(e2)) < 0)
+				hp_log(true, "plan %s: no model of process %d (%s): the entry only", c->plan_id, t->pid,
+				       e2);
+			m = own;
+		} else {
+			m = t->model;
+		}
+		free(bp);
+	}
+	struct step_ctx sc = { ag, job, getenv("HOTPATH_TEST_KILL_AT") };
+	struct hp_install_opts o = { .state_dir = ag->state_dir,
+				     .patch_calls = !c->entry_only,
+				     .m = m,
+				     .approved_hash = c->approved_code_sha256,
+				     .approve = not_cancelled,
+				     .approve_ctx = &sc,
+				     .id = c->plan_id,
+				     .progress = on_step,
+				     .progress_ctx = &sc };
+	struct hp_install_result res;
+	int r = hp_install(&plan, &o, &res, err, sizeof(err));
+	FILE *fp = open_memstream(&detail, &dlen);
+	if (r < 0) {
+		if (fp) {
+			hp_install_json_refused(fp, plan.root, err);
+			fclose(fp);
+		}
+		bool refused = r == -ESTALE || r == -EBADMSG || r == -EACCES || r == -EPERM || r == -EEXIST ||
+			       r == -ESRCH || r == -ECANCELED || r == -EOPNOTSUPP || r == -EINVAL;
+		install_result(ag, job, false, err, c->plan_id, refused ? "refused" : "failed", detail);
+		hp_log(true, "install of plan %s into %s %s: %s", c->plan_id, t->id, refused ? "refused" : "failed",
+		       err);
+		goto out;
+	}
+	if (fp) {
+		hp_install_json_installed(fp, &plan, t->pid, &res);
+		fclose(fp);
+	}
+	install_result(ag, job, true, "", c->plan_id, "installed", detail);
+	hp_log(true, "plan %s installed into %s: %s's copy at 0x%" PRIx64, c->plan_id, t->id, plan.root, res.heap);
+out:
+	free(detail);
+	if (parsed)
+		hp_iplan_free(&plan);
+	hp_model_free(own);
+	hp_targets_release(&ag->targets, t);
+}
+
+static void revert_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__RevertPlan *c)
+{
+	char err[1024] = "", *detail = NULL;
+	size_t dlen = 0;
+	int pid = 0;
+	struct hp_install_result res;
+
+	if (!valid_plan_id(c->plan_id)) {
+		snprintf(err, sizeof(err), "a plan id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
+		fail(ag, job, err);
+		return;
+	}
+	if (is_kernel_id(c->target)) {
+		kernel_refusal(ag, err, sizeof(err));
+		fail(ag, job, err);
+		return;
+	}
+	/* The install must be of the named target's process (when it still runs). */
+	struct hp_installed *ins = NULL;
+	size_t n = 0;
+	struct hp_target *t = hp_targets_get(&ag->targets, c->target);
+	hp_installed_list(ag->state_dir, &ins, &n, err, sizeof(err));
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(ins[i].id, c->plan_id) && t && !strcmp(t->id, c->target) &&
+		    (ins[i].pid != t->pid || ins[i].start_time != (uint64_t)t->start_ticks)) {
+			snprintf(err, sizeof(err), "plan %s is installed in process %d, not in target %s", c->plan_id,
+				 ins[i].pid, c->target);
+			free(ins);
+			hp_targets_release(&ag->targets, t);
+			fail(ag, job, err);
+			return;
+		}
+	free(ins);
+	hp_targets_release(&ag->targets, t);
+	if (cancelled(ag, job))
+		return;
+	struct step_ctx sc = { ag, job, getenv("HOTPATH_TEST_KILL_AT") };
+	hp_job_progress(ag, job, 0.05, "reading the install's journal");
+	err[0] = 0;
+	int r = hp_revert_id(ag->state_dir, c->plan_id, &pid, &res, on_step, &sc, err, sizeof(err));
+	FILE *fp = open_memstream(&detail, &dlen);
+	if (fp) {
+		hp_revert_json(fp, r, pid, &res, err);
+		fclose(fp);
+	}
+	install_result(ag, job, r == 0, err, c->plan_id, hp_revert_status(r, &res), detail);
+	hp_log(true, "revert of plan %s: %s%s%s", c->plan_id, hp_revert_status(r, &res), r < 0 ? ": " : "",
+	       r < 0 ? err : "");
+	free(detail);
+}
+
+static void list_installed(struct agent *ag, struct hp_job *job)
+{
+	char err[512] = "", *detail = NULL;
+	size_t dlen = 0, n = 0;
+	struct hp_installed *ins = NULL;
+
+	if (hp_installed_list(ag->state_dir, &ins, &n, err, sizeof(err)) < 0) {
+		fail(ag, job, err);
+		return;
+	}
+	FILE *fp = open_memstream(&detail, &dlen);
+	if (fp) {
+		hp_installed_json(fp, ag->state_dir, ins, n, 0);
+		fclose(fp);
+	}
+	install_result(ag, job, true, "", "", "listed", detail);
+	free(detail);
+	free(ins);
+}
+
+void hp_run_plan_command(struct agent *ag, struct hp_job *job)
+{
+	const Hotpath__V1__Command *c = job->cmd;
+	if (!ag->state_dir) {
+		fail(ag, job, "the agent runs without a state folder: nothing can be journaled");
+		return;
+	}
+	switch (c->kind_case) {
+	case HOTPATH__V1__COMMAND__KIND_MAKE_PLAN:
+		make_plan(ag, job, c->make_plan);
+		break;
+	case HOTPATH__V1__COMMAND__KIND_INSTALL_PLAN:
+		install_plan(ag, job, c->install_plan);
+		break;
+	case HOTPATH__V1__COMMAND__KIND_REVERT_PLAN:
+		revert_plan(ag, job, c->revert_plan);
+		break;
+	case HOTPATH__V1__COMMAND__KIND_LIST_INSTALLED:
+		list_installed(ag, job);
+		break;
+	default:
+		fail(ag, job, "unsupported command");
+		break;
+	}
+}
+
+static void recovered(void *ctx, const struct hp_installed *h, int r, const char *err)
+{
+	if (r < 0)
+		hp_log(false, "install %s of %s in process %d (%s) could not be brought to a clean state: %s", h->id,
+		       h->root, h->pid, h->state, err);
+	else if (!strcmp(h->state, "process_gone"))
+		hp_log(true, "install %s of %s: process %d exited; its journal is removed", h->id, h->root, h->pid);
+	else
+		hp_log(true, "install %s of %s in process %d (%s) reverted from its journal%s%s", h->id, h->root,
+		       h->pid, h->state, err && err[0] ? "; " : "", err ? err : "");
+}
+
+int hp_plans_recover(struct agent *ag)
+{
+	return ag->state_dir ? hp_replace_recover(ag->state_dir, recovered, ag) : 0;
+}

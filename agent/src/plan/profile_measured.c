@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Profiles straight from the measure layer, for callers that measured in
+ * the same process (the daemon's MakePlan, `hotpathd plan kernel --sample`):
+ * a measurement's block counts with the edges derived exactly from them,
+ * read as profile.c reads the same numbers from `hotpathd measure --json`
+ * (exact counts as they are, sampled counts as samples per instruction and
+ * the profile an estimate, rows no probe served skipped, only edges derived
+ * exactly between two blocks of one function); and an interval of PC
+ * samples as estimated block counts (samples per block / its instructions).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "measure/measure.h"
+#include "measure/sampler.h"
+#include "plan/profile.h"
+#include "plan/profile_measured.h"
+
+int hp_profile_from_reading(struct hp_measure *h, const struct hp_measure_reading *rd, struct hp_profile *out,
+			    size_t *nblocks, char *err, size_t errlen)
+{
+	const struct hp_model *m = hp_measure_model(h);
+	const struct hp_measure_row *rows = hp_measure_rows(h);
+	struct hp_function_edges *fe = NULL;
+	size_t nfe = 0, n = 0;
+	bool exact_only = true;
+
+	*nblocks = 0;
+	for (size_t i = 0; i < rd->nrows && i < hp_measure_nrows(h); i++) {
+		const struct hp_measure_row *row = &rows[i];
+		const struct hp_metric_value *v = &rd->rows[i].v[HP_METRIC_COUNT];
+		const struct hp_module *mod;
+		const struct hp_function *f;
+		double c;
+
+		if (row->kind != HP_ROW_BLOCK || !row->metric[HP_METRIC_COUNT].available || !v->present)
+			continue;
+		if (!(f = hp_model_lookup(m, row->block_address, &mod)) || f->addr != row->function_address) {
+			snprintf(err, errlen, "%s's block at +0x%x is not in the code model", row->function,
+				 row->block_offset);
+			return -ESTALE;
+		}
+		c = (double)v->total;
+		if (v->label != HP_LABEL_EXACT) {
+			const struct hp_block *b = hp_function_block_at(mod, f, row->block_address);
+			exact_only = false;
+			out->estimated = true;
+			if (v->label == HP_LABEL_SAMPLED && b && b->ninsn)
+				c /= b->ninsn;
+		}
+		if (hp_profile_add(out, mod, f, row->block_offset, c) < 0)
+			return -ENOMEM;
+		n++;
+	}
+	*nblocks = n;
+	if (!exact_only || !n)
+		return 0;
+	if (hp_measure_edges(h, rd, &fe, &nfe) < 0) {
+		snprintf(err, errlen, "out of memory deriving edges");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < nfe; i++) {
+		const struct hp_measure_row *fr = &rows[fe[i].function_row];
+		const struct hp_module *mod;
+		const struct hp_function *f = hp_model_lookup(m, fr->function_address, &mod);
+		for (size_t k = 0; f && k < fe[i].edges.nedges; k++) {
+			const struct hp_edge *e = &fe[i].edges.edges[k];
+			if (e->from == HP_EDGE_NO_BLOCK || e->to == HP_EDGE_NO_BLOCK || e->how != HP_EDGE_EXACT)
+				continue; /* the entry, an exit, or an approximation: derived again by the plan */
+			if (hp_profile_add_edge(out, mod, f, fe[i].block_offsets[e->from], fe[i].block_offsets[e->to],
+						(double)e->count) < 0) {
+				hp_measure_edges_free(fe, nfe);
+				return -ENOMEM;
+			}
+		}
+	}
+	hp_measure_edges_free(fe, nfe);
+	return 0;
+}
+
+int hp_profile_from_samples(const struct hp_model *m, const struct hp_sample_interval *iv, struct hp_profile *out)
+{
+	out->estimated = true;
+	for (size_t i = 0; i < iv->nblocks; i++) {
+		const struct hp_module *mod = &m->mods[iv->blocks[i].mod];
+		const struct hp_function *f = &mod->funcs[iv->blocks[i].fn];
+		const struct hp_block *b = hp_function_block_at(mod, f, f->addr + iv->blocks[i].offset);
+		if (b &&
+		    hp_profile_add(out, mod, f, b->offset, (double)iv->blocks[i].count / (b->ninsn ? b->ninsn : 1)) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}

@@ -1,0 +1,349 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Plans made, installed and reverted by the real hotpathd over its stream, driven by the scripted
+backend stand-in of test_stream.py (a fake backend, because these tests prove the agent's side of the
+protocol): a compiled fixture whose threads call pr_root forever and check every result is attached;
+MakePlan measures its blocks exactly and answers with the same plan `hotpathd plan` makes from that
+profile; an install with a wrong or missing hash, or of an altered plan, changes nothing; the approved
+one runs in the process (its copy mapped, results still right) and reverts to the original bytes; an
+agent killed in the middle of an install is restarted and leaves nothing half-done; a dead target and
+the kernel are refused with their reasons.
+
+The tests run in file order against one agent, like the stream test."""
+import json
+import pathlib
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+from hotpath.v1 import agent_pb2 as pb
+from test_measurements import Fixture, _catalog, _others, _result, _send, _start_agent, _stop_agent
+from test_stream import standin_servers
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+PLAN_SECONDS = 2
+MEMBERS = {"pr_root", "pr_op", "pr_hash", "pr_mix", "pr_fib", "pr_even", "pr_odd", "pr_search", "pr_check"}
+
+
+@pytest.fixture(scope="module")
+def threads_program(tmp_path_factory):
+    """The replacement fixture (threads.c over group.c), compiled by gcc with a GNU build id."""
+    out = tmp_path_factory.mktemp("plan-programs") / "threads"
+    subprocess.run(["gcc", "-O2", "-g", "-pthread", "-Wl,--build-id", f"-I{FIXTURES}", "-o", str(out),
+                    str(FIXTURES / "threads.c")], check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory):
+    yield from standin_servers(tmp_path_factory.mktemp("plan-standin"))
+
+
+STARTED: list[Fixture] = []
+
+
+@pytest.fixture(scope="module")
+def agent(hotpathd, standin, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("plan-stream")
+    run = _start_agent(hotpathd, standin, tmp / "state", tmp / "agent.log")
+    run.tmp = tmp
+    yield run
+    if run.proc.poll() is None:
+        run.proc.kill()
+        run.proc.wait()
+    for fx in STARTED:
+        fx.kill()
+
+
+def _mem(pid: int, addr: int, n: int) -> bytes:
+    with open(f"/proc/{pid}/mem", "rb") as f:
+        f.seek(addr)
+        return f.read(n)
+
+
+def _maps(pid: int) -> str:
+    return pathlib.Path(f"/proc/{pid}/maps").read_text()
+
+
+def _journals(state: pathlib.Path) -> list[str]:
+    d = state / "replace"
+    return sorted(p.name for p in d.glob("*.journal")) if d.exists() else []
+
+
+def _attach(agent, fixture: Fixture, cid: str):
+    _send(agent.session, cid, attach_target=pb.AttachTarget(pid=fixture.pid))
+    res = _result(agent.session, cid)
+    assert res.ok, res.error
+    [target] = res.targets.targets
+    main = next(m for m in target.modules if m.name.endswith("/threads"))
+    return target, main
+
+
+def _alive_and_checking(fixture: Fixture, seconds: float = 0.5) -> None:
+    time.sleep(seconds)
+    assert fixture.proc.poll() is None, f"the fixture exited with {fixture.proc.returncode}: a wrong result"
+
+
+def test_attach_the_fixture_and_find_its_root(agent, threads_program):
+    fixture = Fixture(threads_program, "threads", "2")
+    STARTED.append(fixture)
+    agent.fixture = fixture
+    agent.target, agent.main = _attach(agent, fixture, "attach-plan")
+    functions = {f.name: f for f in _catalog(agent.session, agent.main.digest).values()}
+    assert set(functions) >= MEMBERS
+    agent.root = functions["pr_root"]
+
+
+def test_make_plan_measures_the_root_exactly_and_answers_a_verified_plan_with_progress(agent):
+    _others(agent.session, "Progress")
+    _send(agent.session, "plan-1", make_plan=pb.MakePlan(
+        plan_id="plan-1", target=agent.target.id, digest=agent.main.digest, function_index=agent.root.index,
+        seconds=PLAN_SECONDS))
+    res = _result(agent.session, "plan-1", timeout=120)
+    assert res.ok, res.error
+    assert res.WhichOneof("kind") == "plan" and res.plan.plan_id == "plan-1"
+    plan = json.loads(res.plan.plan_json)
+    assert plan["status"] == "ok" and plan["root"] == "pr_root"
+    assert plan["code"]["verified"] is True
+    assert res.plan.code_sha256 == plan["code"]["sha256"] and len(res.plan.code_sha256) == 64
+    assert res.plan.build_id == agent.main.build_id == plan["target"]["module_build_id"]
+    assert plan["target"]["pid"] == agent.fixture.pid
+    assert plan["profile"]["estimated"] is False, "uprobes count a process's blocks exactly"
+    assert "exact block counts" in plan["profile"]["source"]
+    group = [g["function"] for g in plan["group"]]
+    assert group[0] == "pr_root" and len(group) > 1 and set(group) <= MEMBERS
+    # Progress: every phase said what it does, with a fraction that never goes back.
+    progress = [m for _, m in _others(agent.session, "Progress") if m.command_id == "plan-1"]
+    assert len(progress) >= PLAN_SECONDS + 3, [p.message for p in progress]
+    fractions = [p.fraction for p in progress]
+    assert fractions == sorted(fractions) and all(0 <= f <= 1 for f in fractions)
+    assert any("counting pr_root's blocks exactly" in p.message for p in progress)
+    assert any(p.message.startswith("planning pr_root") for p in progress)
+    agent.plan_json, agent.plan = res.plan.plan_json, plan
+
+
+def test_the_plan_listing_is_the_emitted_code_instruction_by_instruction(agent):
+    code = agent.plan["code"]
+    listing = code["listing"]
+    assert "".join(i["bytes"] for i in listing) == code["hex"], "the listing covers the code, in order"
+    addrs = [int(i["address"], 16) for i in listing]
+    assert addrs[0] == int(code["base"], 16) and addrs == sorted(addrs)
+    origins = {i["from"] for i in listing}
+    members = {g["function"] for g in agent.plan["group"]}
+    assert all(o in ("added", "padding") or o.split("+0x")[0] in members for o in origins)
+    assert sum(i["from"] == "added" for i in listing) == agent.plan["totals"]["added_jumps"]
+    first = listing[0]
+    assert first["from"] == "pr_root+0x0" and first["text"]
+    # A call between members goes to the copy, and says so.
+    assert any(re.search(r"^call .*<copy:pr_", i["text"]) for i in listing)
+
+
+def test_the_daemons_plan_equals_hotpathd_plan_on_the_same_profile(agent, hotpathd):
+    path = agent.tmp / "daemon-plan.json"
+    path.write_text(agent.plan_json)
+    out = subprocess.run([str(hotpathd), "plan", "pid", str(agent.fixture.pid), "pr_root", "--profile", str(path),
+                          "--state-dir", str(agent.state), "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    cli = json.loads(out.stdout)
+    for key in ("status", "target", "options", "group", "totals", "kept_in_place", "indirect_calls",
+                "icache_before", "icache_after", "code"):
+        assert cli[key] == agent.plan[key], key
+    assert [f["blocks"] for f in cli["profile"]["functions"]] == \
+        [f["blocks"] for f in agent.plan["profile"]["functions"]]
+
+
+def _install(agent, cid: str, plan_json: str, approved: str, target: str | None = None) -> pb.CommandResult:
+    _send(agent.session, cid, install_plan=pb.InstallPlan(
+        plan_id="plan-1", plan_json=plan_json, approved_code_sha256=approved,
+        target=target if target is not None else agent.target.id))
+    return _result(agent.session, cid, timeout=60)
+
+
+def test_an_install_without_the_approved_hash_is_refused_and_changes_nothing(agent):
+    pid, entry = agent.fixture.pid, int(agent.plan["group"][0]["address"], 16)
+    agent.entry, agent.original = entry, _mem(pid, entry, 16)
+    maps = _maps(pid)
+    for cid, approved in (("inst-nohash", ""), ("inst-wrong", "0" * 64),
+                          ("inst-short", agent.plan["code"]["sha256"][:32])):
+        res = _install(agent, cid, agent.plan_json, approved)
+        assert not res.ok and res.install.status == "refused", (cid, res.error)
+        assert json.loads(res.install.detail_json)["status"] == "refused"
+    res = _install(agent, "inst-wrong-2", agent.plan_json, "0" * 64)
+    assert "not to the approved" in res.error and agent.plan["code"]["sha256"] in res.error
+    # An altered plan: one byte of its code changed, the approval of the original.
+    altered = dict(agent.plan)
+    altered["code"] = dict(agent.plan["code"])
+    h = altered["code"]["hex"]
+    altered["code"]["hex"] = h[:20] + ("00" if h[20:22] != "00" else "01") + h[22:]
+    res = _install(agent, "inst-altered", json.dumps(altered), agent.plan["code"]["sha256"])
+    assert not res.ok and res.install.status == "refused", res.error
+    assert _mem(pid, entry, 16) == agent.original and _maps(pid) == maps
+    assert _journals(agent.state) == []
+    _alive_and_checking(agent.fixture)
+
+
+def test_the_approved_install_runs_the_copy_in_the_process_and_reverts_to_the_original_bytes(agent):
+    pid = agent.fixture.pid
+    res = _install(agent, "inst-ok", agent.plan_json, agent.plan["code"]["sha256"])
+    assert res.ok, res.error
+    assert res.install.status == "installed" and res.install.plan_id == "plan-1"
+    detail = json.loads(res.install.detail_json)
+    assert detail["status"] == "installed" and detail["id"] == "plan-1" and detail["pid"] == pid
+    heap = int(detail["heap"], 16)
+    assert detail["code_sha256"] == agent.plan["code"]["sha256"]
+    # The copy is mapped (a memfd named by the plan's id) and the entry jumps to it.
+    mapped = [line for line in _maps(pid).splitlines() if int(line.split("-")[0], 16) == heap]
+    assert mapped and "r-xp" in mapped[0] and "plan-1" in mapped[0], _maps(pid)
+    head = _mem(pid, agent.entry, 5)
+    assert head[0] == 0xE9 and head != agent.original[:5]
+    target = agent.entry + 5 + int.from_bytes(head[1:5], "little", signed=True)
+    assert target == int(detail["new_entry"], 16)
+    _alive_and_checking(agent.fixture, 1.0)
+    # The listing names it; a second install of the same plan is refused.
+    _send(agent.session, "list-1", list_installed=pb.ListInstalled())
+    lst = _result(agent.session, "list-1")
+    assert lst.ok and lst.install.status == "listed"
+    [ins] = [i for i in json.loads(lst.install.detail_json)["installed"] if i["id"] == "plan-1"]
+    assert ins["state"] == "installed" and ins["pid"] == pid and ins["heap"] == detail["heap"]
+    again = _install(agent, "inst-again", agent.plan_json, agent.plan["code"]["sha256"])
+    assert not again.ok and "installed" in again.error
+    # Revert: the original bytes are back and the copy is gone.
+    _send(agent.session, "revert-1", revert_plan=pb.RevertPlan(plan_id="plan-1", target=agent.target.id))
+    rev = _result(agent.session, "revert-1")
+    assert rev.ok, rev.error
+    assert rev.install.status in ("reverted", "reverted_heap_kept")
+    assert _mem(pid, agent.entry, 16) == agent.original
+    if rev.install.status == "reverted":
+        assert not any(int(line.split("-")[0], 16) == heap for line in _maps(pid).splitlines())
+    assert _journals(agent.state) == []
+    _alive_and_checking(agent.fixture)
+    _send(agent.session, "revert-2", revert_plan=pb.RevertPlan(plan_id="plan-1", target=agent.target.id))
+    rev2 = _result(agent.session, "revert-2")
+    assert not rev2.ok and rev2.install.status == "nothing_installed"
+
+
+def test_an_agent_killed_in_the_middle_of_an_install_leaves_nothing_half_done(agent, hotpathd, standin, monkeypatch):
+    pid = agent.fixture.pid
+    _stop_agent(agent)
+    # This run of the agent kills itself (SIGKILL) right after it spliced the entry, before the call sites.
+    monkeypatch.setenv("HOTPATH_TEST_KILL_AT", "entry")
+    dying = _start_agent(hotpathd, standin, agent.state, agent.tmp / "agent.log")
+    monkeypatch.delenv("HOTPATH_TEST_KILL_AT")
+    agent.session = dying.session
+    _send(dying.session, "inst-die", install_plan=pb.InstallPlan(
+        plan_id="plan-1", plan_json=agent.plan_json, approved_code_sha256=agent.plan["code"]["sha256"],
+        target=agent.target.id))
+    assert dying.proc.wait(timeout=60) == -signal.SIGKILL
+    assert _journals(agent.state) == ["plan-1.journal"], "the journal records the half-done install"
+    assert _mem(pid, agent.entry, 1) == b"\xe9", "the entry was spliced before the agent died"
+    _alive_and_checking(agent.fixture, 1.0)
+    # The restarted agent reverts it from the journal before it takes commands.
+    restarted = _start_agent(hotpathd, standin, agent.state, agent.tmp / "agent.log")
+    agent.proc, agent.session, agent.hello = restarted.proc, restarted.session, restarted.hello
+    assert _mem(pid, agent.entry, 16) == agent.original
+    assert _journals(agent.state) == []
+    assert "reverted from its journal" in restarted.log()
+    _send(agent.session, "list-2", list_installed=pb.ListInstalled())
+    lst = _result(agent.session, "list-2")
+    assert lst.ok and json.loads(lst.install.detail_json)["installed"] == []
+    _alive_and_checking(agent.fixture)
+    fixture_target = {t.id: t for t in agent.hello.targets}[agent.target.id]
+    assert fixture_target.state == pb.TARGET_STATE_ATTACHED
+
+
+def _plan_blocks(plan: dict) -> dict[int, float]:
+    [root] = [f for f in plan["profile"]["functions"] if f["name"] == "pr_root"]
+    return {b["offset"]: b["count"] for b in root["blocks"]}
+
+
+def test_a_plan_from_a_measurement_of_this_agent_uses_its_counts_running_and_ended(agent):
+    sess = agent.session
+    _send(sess, "start-m", start_measurement=pb.StartMeasurement(
+        measurement_id="m-plan", target=agent.target.id, metrics=["count"],
+        resources=[pb.ResourceRef(digest=agent.main.digest, function_index=agent.root.index,
+                                  kind=pb.RESOURCE_KIND_FUNCTION, blocks=True)]))
+    assert _result(sess, "start-m").ok
+    time.sleep(1.5)
+    _others(sess, "Progress")
+    _send(sess, "plan-m", make_plan=pb.MakePlan(plan_id="plan-m", target=agent.target.id, digest=agent.main.digest,
+                                                function_index=agent.root.index, measurement_id="m-plan"))
+    res = _result(sess, "plan-m", timeout=60)
+    assert res.ok, res.error
+    plan = json.loads(res.plan.plan_json)
+    assert plan["status"] == "ok" and plan["profile"]["source"] == "measurement m-plan (exact counts)"
+    assert not any("counting" in m.message for _, m in _others(sess, "Progress")), "nothing measured anew"
+    running = _plan_blocks(plan)
+    assert running and max(running.values()) > 1000
+    # Ended: the counts it had when it stopped still make a plan.
+    _send(sess, "stop-m", stop_measurement=pb.StopMeasurement(measurement_id="m-plan"))
+    assert _result(sess, "stop-m").ok
+    _send(sess, "plan-m2", make_plan=pb.MakePlan(plan_id="plan-m2", target=agent.target.id, digest=agent.main.digest,
+                                                 function_index=agent.root.index, measurement_id="m-plan"))
+    res = _result(sess, "plan-m2", timeout=60)
+    assert res.ok, res.error
+    ended = _plan_blocks(json.loads(res.plan.plan_json))
+    assert set(ended) == set(running) and all(ended[o] >= running[o] for o in running)
+    _send(sess, "plan-nom", make_plan=pb.MakePlan(plan_id="plan-nom", target=agent.target.id, digest=agent.main.digest,
+                                                  function_index=agent.root.index, measurement_id="m-none"))
+    assert "no measurement m-none" in _result(sess, "plan-nom").error
+
+
+def test_a_kernel_plan_samples_pcs_and_is_labelled_an_estimate(agent):
+    vmlinux = agent.hello.modules[0]
+    functions = {f.name: f for f in _catalog(agent.session, vmlinux.digest).values()}
+    reader = subprocess.Popen(["dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=200000000"],
+                              stderr=subprocess.DEVNULL)
+    try:
+        _send(agent.session, "plan-k", make_plan=pb.MakePlan(
+            plan_id="plan-k", target="kernel", digest=vmlinux.digest, function_index=functions["vfs_read"].index,
+            seconds=2))
+        res = _result(agent.session, "plan-k", timeout=120)
+    finally:
+        reader.kill()
+        reader.wait()
+    plan = json.loads(res.plan.plan_json)
+    assert plan["root"] == "vfs_read" and plan["target"]["kind"] == "kernel"
+    assert plan["profile"]["estimated"] is True and "PC samples" in plan["profile"]["source"]
+    assert res.ok, res.error
+    assert plan["code"]["verified"] and res.plan.code_sha256 == plan["code"]["sha256"]
+
+
+def test_the_fixture_verified_every_call_it_made(agent):
+    agent.fixture.proc.send_signal(signal.SIGTERM)
+    out = agent.fixture.finish()
+    assert agent.fixture.proc.returncode == 0, out
+    assert int(re.search(r"verified (\d+) calls", out).group(1)) > 1000
+
+
+def test_a_dead_target_and_the_kernel_are_refused_with_their_reasons(agent, threads_program):
+    fixture = Fixture(threads_program, "threads", "1")
+    STARTED.append(fixture)
+    target, main = _attach(agent, fixture, "attach-dead")
+    fixture.kill()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if any(t.id == target.id and t.state == pb.TARGET_STATE_EXITED
+               for _, u in _others(agent.session, "TargetsUpdate") for t in u.targets):
+            break
+        time.sleep(0.2)
+    _send(agent.session, "plan-dead", make_plan=pb.MakePlan(
+        plan_id="plan-dead", target=target.id, digest=main.digest, function_index=agent.root.index, seconds=1))
+    res = _result(agent.session, "plan-dead")
+    assert not res.ok and ("ended" in res.error or "exited" in res.error), res.error
+    res = _install(agent, "inst-dead", agent.plan_json, agent.plan["code"]["sha256"], target=target.id)
+    assert not res.ok and res.install.status == "refused" and res.error, res.error
+    # The kernel: refused with what the agent probed (this VM's kernel loads no modules).
+    cap = next(c for c in agent.hello.capabilities if c.name == "kernel_code_replacement")
+    res = _install(agent, "inst-kernel", agent.plan_json, agent.plan["code"]["sha256"], target="kernel")
+    assert not res.ok and res.install.status == "refused"
+    if not cap.available:
+        assert cap.detail and cap.detail in res.error, (cap.detail, res.error)
+    # Bad input: an id that cannot name a journal, a function index out of range.
+    _send(agent.session, "plan-badid", make_plan=pb.MakePlan(
+        plan_id="../x", target="kernel", digest=agent.hello.modules[0].digest, function_index=0))
+    assert "plan id" in _result(agent.session, "plan-badid").error
+    vmlinux = agent.hello.modules[0]
+    _send(agent.session, "plan-range", make_plan=pb.MakePlan(
+        plan_id="p-range", target="kernel", digest=vmlinux.digest, function_index=10 ** 8))
+    assert "out of range" in _result(agent.session, "plan-range").error
