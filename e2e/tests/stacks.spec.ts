@@ -139,7 +139,7 @@ test("the pprof download is a profile standard tools read", async ({ page }) => 
   // And go tool pprof, where the Go toolchain is installed.
   const go = spawnSync("go", ["version"], { encoding: "utf8" });
   if (go.status === 0) {
-    const raw = execFileSync("go", ["tool", "pprof", "-raw", path], { encoding: "utf8", timeout: 120_000 });
+    const raw = execFileSync("go", ["tool", "pprof", "-raw", path], { encoding: "utf8", timeout: 120_000, maxBuffer: 256 << 20 });
     expect(raw).toContain("PeriodType: cpu nanoseconds");
     expect(raw).toContain("vfs_read");
   }

@@ -110,10 +110,17 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
     const c = cellAt(e.clientX - r.left, e.clientY - r.top);
     setHover(c ? { node: c.node, x: e.clientX - r.left, y: e.clientY - r.top } : null);
   };
+  // A double-click opens the frame its first click chose: that click zooms, so by the second one
+  // another frame may lie under the pointer.
+  const clicked = useRef<number | null>(null);
+  const choose = (node: number) => {
+    clicked.current = node;
+    onFocus(node);
+  };
   const onCanvasClick = (e: MouseEvent) => {
     const r = (e.currentTarget as HTMLElement).getBoundingClientRect();
     const c = cellAt(e.clientX - r.left, e.clientY - r.top);
-    if (c) onFocus(c.node);
+    if (c) choose(c.node);
   };
   const open = (node: number) => {
     const fid = frames[l.frame[node]]?.function_id;
@@ -126,10 +133,8 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
       <div ref={scrollRef} className="flame-scroll">
       <div ref={wrapRef} className="flame-canvas-wrap" style={{ height }} role="group" aria-label={label}
         onMouseMove={onCanvasMove} onMouseLeave={() => setHover(null)} onClick={onCanvasClick}
-        onDoubleClick={(e) => {
-          const r = (e.currentTarget as HTMLElement).getBoundingClientRect();
-          const c = cellAt(e.clientX - r.left, e.clientY - r.top);
-          if (c) open(c.node);
+        onDoubleClick={() => {
+          if (clicked.current !== null) open(clicked.current);
         }}>
         <canvas ref={canvasRef} style={{ width, height }} aria-hidden="true" data-testid="flame-canvas" />
         <div className="flame-labels">
@@ -141,8 +146,7 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
                 data-testid="flame-frame" data-name={name}
                 style={{ left: c.x, top: top(c.depth), width: c.width - 1, height: ROW - 1 }}
                 aria-label={describe(l, frames, c.node, seconds, bSeconds)}
-                onClick={(e) => { e.stopPropagation(); onFocus(c.node); }}
-                onDoubleClick={(e) => { e.stopPropagation(); open(c.node); }}>
+                onClick={(e) => { e.stopPropagation(); choose(c.node); }}>
                 {name}
               </button>
             );
