@@ -29,7 +29,7 @@ from app.proto import pb
 
 log = logging.getLogger("hotpath.commands")
 KINDS = ("inspect_function", "attach_target", "detach_target", "start_measurement", "stop_measurement", "cancel",
-         "make_plan", "install_plan", "revert_plan")
+         "make_plan", "install_plan", "revert_plan", "list_installed")
 PLAN_KINDS = ("make_plan", "install_plan", "revert_plan")
 ACTIVE = ("queued", "sent", "running")
 FINAL = ("done", "failed", "cancelled")
@@ -78,6 +78,8 @@ def to_pb(row, plan_json: str = "") -> "pb.Command":
                                                entry_only=bool(p.get("entry_only"))))
     elif row.kind == "revert_plan":
         c.revert_plan.CopyFrom(pb.RevertPlan(plan_id=p["plan_id"], target=p["target"]))
+    elif row.kind == "list_installed":
+        c.list_installed.CopyFrom(pb.ListInstalled())
     return c
 
 
@@ -329,6 +331,8 @@ class Commands:
             return await plans.on_install_result(db, row, result)
         if kind == "revert_plan":
             return await plans.on_revert_result(db, row, result)
+        if kind == "list_installed":
+            return plans.on_list_result(result)
         return ({} if result.ok else None), None
 
     async def _after_end(self, db: AsyncSession, row) -> None:

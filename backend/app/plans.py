@@ -11,6 +11,8 @@ is checked (app.plan_check) before anything is stored. Its states:
                 the code hash and the build id)
     approved → installing (an operator installs: a measurement window before, InstallPlan with the
                approved hash, a window after) → installed | install_failed
+    installing → installed | install_failed also by reconciliation, when the flow died with its backend
+               (Plans.reconcile asks the agent's ListInstalled at start-up and periodically)
     installed → reverting → reverted (or back to installed with the revert's error)
     ready, requested, approved, install_failed, installed → stale when the target exits or its pid,
                start time or build id no longer match the plan's.
@@ -247,6 +249,20 @@ async def on_revert_result(db: AsyncSession, cmd, result) -> tuple[dict | None, 
     return {"plan_id": str(plan_id), "status": status}, None
 
 
+def on_list_result(result) -> tuple[dict | None, str | None]:
+    """A ListInstalled answer: the agent's installs (from its journals), checked for shape."""
+    if not result.ok:
+        return None, None
+    if result.WhichOneof("kind") != "install" or result.install.status != "listed":
+        return None, "the agent's answer is not a list of installs"
+    detail = _detail_json(result.install.detail_json, "InstallResult")
+    listed = detail.get("installed")
+    if not isinstance(listed, list) or not all(isinstance(x, dict) and isinstance(x.get("id"), str) and
+                                               isinstance(x.get("state"), str) for x in listed):
+        return None, "the agent's list of installs is malformed (installed: [{id, state, ...}])"
+    return {"installed": listed}, None
+
+
 async def after_end(db: AsyncSession, cmd) -> None:
     """A plan command that failed or was cancelled leaves its plan in the matching state."""
     if cmd.state not in ("failed", "cancelled"):
@@ -471,6 +487,93 @@ class Plans:
                 if row is not None:
                     _audit(db, "system", "plan_install_failed", row, reason="backend error")
                 await db.commit()
+
+    # Reconciliation: plans an install flow left installing ---------------------------------------
+
+    async def reconcile(self) -> int:
+        """Settle plans left `installing` by a flow that no longer runs (the backend was stopped or died
+        during it), from what the host's agent says is installed (ListInstalled). A candidate is a plan
+        whose flow is not running here and that is older than its window plus the grace: either its
+        InstallPlan was never sent, or it was sent and its answer has not come (lost with the stream).
+        The agent runs commands one at a time, so its list answers after any install it was given: a
+        plan it lists as installed becomes `installed`, one it does not list `install_failed`. Each is
+        audited (`plan_reconciled`). Hosts offline are left for a later round. Returns how many changed."""
+        s = self.runtime.settings
+        async with self.runtime.sessionmaker() as db:
+            rows = (await db.execute(text("""
+                SELECT p.id, p.host_id, p.install_command, c.state AS cmd_state FROM plans p
+                JOIN hosts h ON h.id = p.host_id
+                LEFT JOIN commands c ON c.id = p.install_command
+                WHERE p.state = 'installing' AND h.online
+                  AND p.updated_at < now() - make_interval(secs => coalesce(p.window_s, 5) + :g)
+                  AND (p.install_command IS NULL OR c.state IS NULL OR c.state <> 'queued')
+                  AND (c.sent_at IS NULL OR c.sent_at < now() - make_interval(secs => :g))"""),
+                {"g": s.plan_reconcile_grace_s})).all()
+        rows = [r for r in rows if str(r.id) not in self.tasks]
+        changed = 0
+        for host_id in sorted({r.host_id for r in rows}):
+            listed = await self._list_installed(host_id)
+            if listed is None:
+                continue
+            for r in (x for x in rows if x.host_id == host_id):
+                changed += await self._settle(r, listed)
+        return changed
+
+    async def _list_installed(self, host_id: str) -> dict[str, dict] | None:
+        from app.commands import CommandError
+        try:
+            async with self.runtime.sessionmaker() as db:
+                cmd, _ = await self.runtime.commands.create(db, host_id, "list_installed", {}, "system")
+                await db.commit()
+        except CommandError:
+            return None
+        done = await self.runtime.commands.wait(cmd["id"], 60)
+        if done is None or done["state"] != "done" or not done["result"]:
+            log.warning("reconcile: host %s did not list its installs (%s)", host_id,
+                        (done or {}).get("error") or "no answer in 60 s")
+            return None
+        return {x["id"]: x for x in done["result"]["installed"]}
+
+    async def _settle(self, r, listed: dict[str, dict]) -> int:
+        entry = listed.get(str(r.id))
+        async with self.runtime.sessionmaker() as db:
+            row = await _row(db, r.host_id, r.id, lock=True)
+            if row is None or row.state != "installing" or row.install_command != r.install_command:
+                return 0
+            if entry is not None and entry.get("state") not in ("installed",):
+                return 0  # the agent is still on it, or recovering it at start-up: a later round
+            lost = "the backend stopped during the install flow"
+            if entry is not None:
+                new = (await db.execute(text("""
+                    UPDATE plans SET state = 'installed', installed_at = coalesce(installed_at, now()),
+                      install_detail = CAST(:d AS jsonb), error = NULL, updated_at = now()
+                    WHERE id = :id RETURNING *"""), {"id": r.id, "d": orjson.dumps(entry).decode()})).one()
+                why = f"{lost}; the agent lists the plan as installed"
+            else:
+                why = (f"{lost} before it sent the install" if r.install_command is None else
+                       f"{lost} and the install's answer was lost; the agent does not list the plan as installed")
+                new = (await db.execute(text("""
+                    UPDATE plans SET state = 'install_failed', error = :e, updated_at = now()
+                    WHERE id = :id RETURNING *"""), {"id": r.id, "e": why})).one()
+            if r.install_command is not None:
+                await db.execute(text("""
+                    UPDATE commands SET state = 'failed', finished_at = now(), error = :e
+                    WHERE id = :c AND state IN ('sent', 'running')"""),
+                    {"c": r.install_command, "e": f"its answer was lost: {why}"})
+            _audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was="installing")
+            await db.commit()
+            log.info("plan %s reconciled: %s (%s)", r.id, new.state, why)
+            return 1
+
+    async def reconcile_loop(self) -> None:
+        interval = self.runtime.settings.plan_reconcile_interval_s
+        await asyncio.sleep(min(5.0, interval))  # let agents reconnect first
+        while True:
+            try:
+                await self.reconcile()
+            except Exception:  # noqa: BLE001 - the database or an agent may be restarting; next round
+                log.warning("plan reconciliation failed; next round in %g s", interval)
+            await asyncio.sleep(interval)
 
     async def stop(self) -> None:
         for t in list(self.tasks.values()):

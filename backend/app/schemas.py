@@ -150,7 +150,8 @@ class AttachRequest(BaseModel):
 
 CommandState = Literal["queued", "sent", "running", "done", "failed", "cancelled"]
 CommandKind = Literal["inspect_function", "attach_target", "detach_target", "start_measurement",
-                      "stop_measurement", "cancel", "make_plan", "install_plan", "revert_plan"]
+                      "stop_measurement", "cancel", "make_plan", "install_plan", "revert_plan",
+                      "list_installed"]
 
 
 class CommandPublic(BaseModel):

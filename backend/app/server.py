@@ -203,7 +203,7 @@ async def start_background(runtime: Runtime) -> list[asyncio.Task]:
     hub.announce = announce
     runtime.commands.start()
     return [asyncio.create_task(retention_loop(runtime)), asyncio.create_task(rollup_loop(runtime)),
-            asyncio.create_task(refresh_interest())]
+            asyncio.create_task(refresh_interest()), asyncio.create_task(runtime.plans.reconcile_loop())]
 
 
 async def _notify(runtime: Runtime, payload: str) -> None:

@@ -143,7 +143,7 @@ async def enroll(enroll_target: str, ca_pem: bytes, host_id: str, token: str, ho
 class ScriptedAgent:
     def __init__(self, target: str, credentials: Credentials | None, host_id: str, hostname: str | None = None,
                  modules: list[tuple[str, int, list]] | None = None, chunk_size: int = 500,
-                 kernel_tag: str = "build-1") -> None:
+                 kernel_tag: str = "build-1", process_build_id: str = PROCESS_BUILD_ID) -> None:
         self.target, self.credentials, self.host_id = target, credentials, host_id
         self.hostname = hostname or f"host-{host_id}"
         self.build_id = build_id_of(kernel_tag)
@@ -163,9 +163,12 @@ class ScriptedAgent:
         self.answer_mode = "ok"  # "ok", "error" or "silent"
         self._reader: asyncio.Task | None = None
         # Targets and measurements this fake agent serves and runs (reported in Hello).
+        # The attachable process's module: its build id names its catalog piece, so a test that needs a
+        # piece no other test stored passes its own.
         fns = process_functions()
+        self.process_build_id = process_build_id
         self.process = (PROCESS_MODULE, PROCESS_BASE, fns,
-                        piece_digest("elf:" + PROCESS_BUILD_ID, PROCESS_MODULE, PROCESS_BASE, fns))
+                        piece_digest("elf:" + process_build_id, PROCESS_MODULE, PROCESS_BASE, fns))
         self.targets: dict[str, pb.Target] = {}
         self.measurements: dict[str, pb.MeasurementInfo] = {}
         self.hold: asyncio.Event | None = None  # commands report progress and wait for it when set
@@ -176,6 +179,9 @@ class ScriptedAgent:
         # str), and what was installed (plan id → code hash).
         self.plan_edit = None
         self.installed: dict[str, str] = {}
+        # When set, installs are made but their answers are lost (as with a backend that went away while
+        # the agent installed): the command stays sent.
+        self.lose_install_answers = False
 
     def hello(self) -> "pb.Hello":
         return pb.Hello(
@@ -199,7 +205,9 @@ class ScriptedAgent:
         assert creds is not None, "enrol first"
         channel_creds = grpc.ssl_channel_credentials(root_certificates=creds.ca_pem, private_key=creds.key_pem or None,
                                                      certificate_chain=creds.cert_pem or None)
-        self.channel = grpc.aio.secure_channel(target or self.target, channel_creds)
+        # As the real agent's channel (daemon/transport.c): an InstallPlan of the largest plan fits.
+        self.channel = grpc.aio.secure_channel(target or self.target, channel_creds,
+                                               options=[("grpc.max_receive_message_length", 17 << 20)])
         stub = pb_grpc.AgentServiceStub(self.channel)
         self.call = stub.Connect()
         return self.call
@@ -381,6 +389,8 @@ class ScriptedAgent:
                 result = pb.CommandResult(command_id=command.id, ok=False, cancelled=True, error="cancelled")
             else:
                 result = await self.answer(command)
+            if command.WhichOneof("kind") == "install_plan" and self.lose_install_answers:
+                return
             await self.call.write(pb.AgentMessage(result=result))
         except grpc.aio.AioRpcError:
             pass
@@ -393,7 +403,7 @@ class ScriptedAgent:
                          executable=name, state=pb.TARGET_STATE_ATTACHED, attached_unix_ns=time.time_ns(),
                          modules=[pb.ModuleRef(name=name, digest=digest, base_address=base, function_count=len(fns),
                                                block_count=sum(len(f.blocks) for f in fns),
-                                               build_id=PROCESS_BUILD_ID)])
+                                               build_id=self.process_build_id)])
 
     def rows_for(self, req: "pb.StartMeasurement") -> list["pb.MeasuredResource"]:
         """Rows as an agent arms them: a function (and its blocks when asked), or one block."""
@@ -473,6 +483,11 @@ class ScriptedAgent:
                       "call_sites": 3, "timings": {"entry_us": 61.0, "total_ms": 4.2}}
             return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
                 plan_id=ip.plan_id, status="installed", detail_json=json.dumps(detail)))
+        if kind == "list_installed":
+            listed = [{"id": pid, "state": "installed", "pid": 4242, "code_sha256": h, "heap": "0x7f0000000000"}
+                      for pid, h in self.installed.items()]
+            return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
+                status="listed", detail_json=json.dumps({"status": "listed", "installed": listed})))
         if kind == "revert_plan":
             rp = command.revert_plan
             status = "reverted" if self.installed.pop(rp.plan_id, None) else "nothing_installed"
@@ -493,7 +508,7 @@ class ScriptedAgent:
         if mp.target != "kernel":
             pid, start = mp.target[1:].split("-")
             plan["target"].update(pid=int(pid), start_time=int(start), module=PROCESS_MODULE,
-                                  module_build_id=PROCESS_BUILD_ID)
+                                  module_build_id=self.process_build_id)
         edited = self.plan_edit(plan) if self.plan_edit else None
         out = edited if isinstance(edited, str) else json.dumps(plan)
         code = plan.get("code") or {}

@@ -8,6 +8,7 @@ target identity, and audited; malformed and lying plans are refused with the rea
 is stored; the workflow's rules hold (requester ≠ approver, the approver role, install only of an
 approved plan that still fits its target); an install measures the root before and after and the
 agent receives the approved hash; revert; every step is in the plan's audit trail with who did it."""
+import asyncio
 import json
 import time
 
@@ -290,4 +291,110 @@ async def test_viewers_cannot_plan_and_operators_cannot_approve(backend, client,
     assert r.status_code == 202 and r.json()["root_name"] == "srv_fn_4" and r.json()["root_function_index"] == 4
     both = {"target": TARGET, "function_id": page["items"][0]["id"], "digest": digest, "function_index": 4}
     assert (await client.post(base, json=both)).status_code == 422, "one way of naming the root, not two"
+    await agent.close()
+
+
+async def _approved(client, approver, host_id, digest, index):
+    base = f"/api/v1/hosts/{host_id}/plans"
+    plan_id = await _make(client, host_id, digest, index)
+    await _until(client, host_id, plan_id, "ready")
+    assert (await client.post(f"{base}/{plan_id}/request")).status_code == 200
+    r = await approver.post(f"{base}/{plan_id}/approve")
+    assert r.status_code == 200, r.text
+    return plan_id
+
+
+async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agents_list(backend, client, unique):
+    host_id = f"reconcile-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    ap_user = await make_user(client, "approver", unique)
+    approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
+    base = f"/api/v1/hosts/{host_id}/plans"
+    plans = backend.runtime.plans
+    grace = backend.runtime.settings.plan_reconcile_grace_s
+    backend.runtime.settings.plan_reconcile_grace_s = 0
+    try:
+        async with approver:
+            lost = await _approved(client, approver, host_id, digest, 2)
+            unsent = await _approved(client, approver, host_id, digest, 3)
+            # One flow gets as far as the install, whose answer is lost; the backend stops (its flows are
+            # cancelled, as on shutdown) before it hears.
+            agent.lose_install_answers = True
+            assert (await client.post(f"{base}/{lost}/install", json={"window_s": 1})).status_code == 200
+            await _true(lambda: lost in agent.installed, timeout=20)
+            await plans.stop()
+            # The other is cut off in its window before, before any InstallPlan went out.
+            assert (await client.post(f"{base}/{unsent}/install", json={"window_s": 1})).status_code == 200
+            await wait_until(lambda: _plan_field(client, host_id, unsent, "before_measurement"), timeout=10)
+            await plans.stop()
+            assert (await _plan(client, host_id, lost))["state"] == "installing"
+            assert (await _plan(client, host_id, unsent))["state"] == "installing"
+            assert (await _plan(client, host_id, unsent))["install_command"] is None
+
+            await asyncio.sleep(1.2)  # both are older than their window (1 s) plus the grace (0 here)
+            # Settled here, or by the backend's own periodic round if it came first (each plan once: the
+            # settling re-reads it under a row lock).
+            await plans.reconcile()
+            assert any(c.WhichOneof("kind") == "list_installed" for c in agent.commands)
+            p = await _plan(client, host_id, lost)
+            assert p["state"] == "installed" and p["install_detail"]["code_sha256"] == FIXTURE["code"]["sha256"]
+            cmd = (await client.get(f"/api/v1/hosts/{host_id}/commands/{p['install_command']}")).json()
+            assert cmd["state"] == "failed" and "answer was lost" in cmd["error"]
+            q = await _plan(client, host_id, unsent)
+            assert q["state"] == "install_failed" and "before it sent the install" in q["error"]
+            for plan_id, result in ((lost, "installed"), (unsent, "install_failed")):
+                trail = (await client.get(f"{base}/{plan_id}/audit")).json()
+                assert [a["action"] for a in trail].count("plan_reconciled") == 1
+                last = trail[-1]
+                assert last["action"] == "plan_reconciled" and last["actor"] == "system"
+                assert last["detail"]["result"] == result and last["detail"]["was"] == "installing"
+            # Settled plans are left alone; the installed one reverts as usual.
+            assert await plans.reconcile() == 0
+            agent.lose_install_answers = False
+            assert (await client.post(f"{base}/{lost}/revert")).status_code == 200
+            assert (await _until(client, host_id, lost, "reverted"))["revert_detail"]["status"] == "reverted"
+    finally:
+        backend.runtime.settings.plan_reconcile_grace_s = grace
+        agent.lose_install_answers = False
+    await agent.close()
+
+
+async def _true(cond, timeout):
+    async def check():
+        return cond()
+    return await wait_until(check, timeout)
+
+
+async def _plan_field(client, host_id, plan_id, field):
+    return (await _plan(client, host_id, plan_id))[field]
+
+
+async def test_a_16_mib_plan_fits_the_stream_both_ways(backend, client, unique):
+    """The plan size limit and the gRPC message limit are one setting: a plan of max_plan_bytes travels
+    from the agent (PlanResult) and back to it (InstallPlan)."""
+    settings = backend.runtime.settings
+    assert settings.max_plan_bytes == 16 << 20
+    assert settings.grpc_max_message_bytes >= settings.max_plan_bytes + (64 << 10)
+    host_id = f"huge-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    ap_user = await make_user(client, "approver", unique)
+    filler = settings.max_plan_bytes - len(json.dumps(FIXTURE)) - 2048
+
+    def pad(plan):
+        plan["notes_padding"] = "x" * filler  # an unknown field: kept, as a newer agent's would be
+        out = json.dumps(plan)
+        assert (16 << 20) - 4096 < len(out) <= settings.max_plan_bytes
+        return out
+
+    agent.plan_edit = pad
+    async with _client_as(backend, await token_for(backend.base_url, *ap_user)) as approver:
+        plan_id = await _approved(client, approver, host_id, digest, 2)
+        agent.plan_edit = None
+        base = f"/api/v1/hosts/{host_id}/plans"
+        assert (await client.post(f"{base}/{plan_id}/install", json={"window_s": 1})).status_code == 200
+        p = await _until(client, host_id, plan_id, "installed", "install_failed", timeout=30)
+        assert p["state"] == "installed", p["error"]
+        sent = next(c for c in agent.commands if c.WhichOneof("kind") == "install_plan"
+                    and c.install_plan.plan_id == plan_id)
+        assert len(sent.install_plan.plan_json) > (16 << 20) - (64 << 10)  # as stored: compact JSON
     await agent.close()
