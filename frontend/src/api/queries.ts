@@ -16,8 +16,8 @@ export const keys = {
   host: (hostId: string) => ["host", hostId] as const,
   modules: (hostId: string) => ["host", hostId, "modules"] as const,
   catalog: (digest: string) => ["catalog", digest] as const,
-  fn: (hostId: string, fid: number) => ["host", hostId, "function", fid] as const,
-  instructions: (hostId: string, fid: number) => ["host", hostId, "function", fid, "instructions"] as const,
+  fn: (hostId: string, fid: number, target = "kernel") => ["host", hostId, "function", fid, target] as const,
+  instructions: (hostId: string, fid: number, target = "kernel") => ["host", hostId, "function", fid, target, "instructions"] as const,
   samples: (hostId: string, fid: number, range: string) => ["host", hostId, "samples", fid, range] as const,
   top: (hostId: string, range: string, rest: unknown[] = []) => ["host", hostId, "top", range, ...rest] as const,
   hotness: (hostId: string, range: string) => ["host", hostId, "hotness", range] as const,
@@ -108,13 +108,14 @@ export function useCatalogPieces(hostId: string) {
   return { modules, complete, pieces };
 }
 
-export function useFunctionDetail(hostId: string, fid: number, enabled = true) {
+/** A function with its blocks, at its address in `target` (the kernel, or an attached process). */
+export function useFunctionDetail(hostId: string, fid: number, enabled = true, target = "kernel") {
   return useQuery<FunctionDetail, Error>({
-    queryKey: keys.fn(hostId, fid),
+    queryKey: keys.fn(hostId, fid, target),
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/hosts/{host_id}/functions/{function_id}", {
-          params: { path: { host_id: hostId, function_id: fid } },
+          params: { path: { host_id: hostId, function_id: fid }, query: { target } },
         }),
       ),
     retry,
@@ -123,13 +124,13 @@ export function useFunctionDetail(hostId: string, fid: number, enabled = true) {
   });
 }
 
-export function useInstructions(hostId: string, fid: number, enabled: boolean) {
+export function useInstructions(hostId: string, fid: number, enabled: boolean, target = "kernel") {
   return useQuery<Instructions, Error>({
-    queryKey: keys.instructions(hostId, fid),
+    queryKey: keys.instructions(hostId, fid, target),
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/hosts/{host_id}/functions/{function_id}/instructions", {
-          params: { path: { host_id: hostId, function_id: fid } },
+          params: { path: { host_id: hostId, function_id: fid }, query: { target } },
         }),
       ),
     // 502/503/504 carry a reason the panel shows; retrying an offline host only delays it.

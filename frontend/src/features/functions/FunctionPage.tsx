@@ -27,7 +27,9 @@ export function FunctionPage() {
   const { hostId = "", functionId = "" } = useParams();
   const fid = /^\d+$/.test(functionId) ? Number(functionId) : NaN;
   const valid = Number.isSafeInteger(fid);
-  const detail = useFunctionDetail(hostId, fid, valid);
+  const [search] = useSearchParams();
+  const target = search.get("target") ?? "kernel";
+  const detail = useFunctionDetail(hostId, fid, valid, target);
   const hostLink = `/hosts/${encodeURIComponent(hostId)}`;
 
   if (!valid || (detail.isError && detail.error instanceof ApiError && detail.error.status === 404)) {
@@ -51,17 +53,17 @@ export function FunctionPage() {
     );
   }
   if (!detail.data) return <p className="muted">Loading function…</p>;
-  return <FunctionView hostId={hostId} detail={detail.data} />;
+  return <FunctionView hostId={hostId} detail={detail.data} target={target} />;
 }
 
-function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDetail }) {
+function FunctionView({ hostId, detail, target }: { hostId: string; detail: FunctionDetail; target: string }) {
   const fn = detail.function;
   const [view, update] = useUrlView(readFunctionView, writeFunctionView);
   const [paused, setPaused] = useState(false);
   const live = view.range.kind === "relative" && !paused;
   const samples = useFunctionSamples(hostId, fn.id, view.range, live);
   const instructionsWanted = view.block !== null;
-  const instructions = useInstructions(hostId, fn.id, instructionsWanted);
+  const instructions = useInstructions(hostId, fn.id, instructionsWanted, target);
   const insnSamples = useInstructionSamples(hostId, fn.id, view.range, live);
   const insnCounts = useMemo(() => (insnSamples.data ? instructionCounts(insnSamples.data.items) : null), [insnSamples.data]);
 

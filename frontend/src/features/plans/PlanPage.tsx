@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A plan of a host: while the agent makes it, its progress; then the I-cache heatmaps before and after,
 // the footprint figures, the chain table, each group function's blocks in their new order coloured
-// hot/cold with their chains, the functions kept in place with their rules, the emitted code; and the
+// hot/cold with their chains and their control-flow graphs coloured the same way (PlanCode.tsx), the
+// functions kept in place with their rules, the emitted code beside a member's original; and the
 // approval workflow (request, approve or reject by another approver, install, revert) with who did
 // what, the root's figures before and after the install, and the plan's audit trail.
 import { Link, useParams } from "react-router-dom";
@@ -10,6 +11,7 @@ import { useCommand, useMe, usePlan, usePlanAudit, usePlanStep, type PlanStep } 
 import type { PlanDetail, PlanWindow } from "../../api/types";
 import { useAuth } from "../auth/AuthContext";
 import { HeatLegend, Heatmap } from "./Heatmap";
+import { CodeSideBySide, MemberCfgs } from "./PlanCode";
 import type { MemberView, PlanView } from "./planModel";
 import { usePlanView } from "./usePlanView";
 
@@ -56,7 +58,7 @@ function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
       <Workflow hostId={hostId} plan={plan} />
       <Comparison plan={plan} />
       {shaped.error && <p className="error" role="alert">The plan could not be shown: {shaped.error}</p>}
-      {shaped.view && <PlanFigures view={shaped.view} />}
+      {shaped.view && <PlanFigures view={shaped.view} hostId={hostId} target={plan.target_id} />}
       <AuditTrail hostId={hostId} plan={plan} />
     </section>
   );
@@ -147,7 +149,7 @@ function Comparison({ plan }: { plan: PlanDetail }) {
   );
 }
 
-function PlanFigures({ view }: { view: PlanView }) {
+function PlanFigures({ view, hostId, target }: { view: PlanView; hostId: string; target: string }) {
   return (
     <>
       {view.status !== "ok" && <p className="warning" role="note">No plan ({view.status}): {view.message}</p>}
@@ -184,6 +186,7 @@ function PlanFigures({ view }: { view: PlanView }) {
         </table>
         {view.members.map((m) => <LayoutStrip key={m.fn} m={m} />)}
       </section>
+      <MemberCfgs hostId={hostId} target={target} members={view.members} />
       <section aria-labelledby="chains-title">
         <h2 id="chains-title">Chains</h2>
         <table className="data" data-testid="chain-table">
@@ -205,10 +208,7 @@ function PlanFigures({ view }: { view: PlanView }) {
       <section aria-labelledby="code-title">
         <h2 id="code-title">Emitted code ({view.codeBytes} bytes, {view.verified ? "verified" : "NOT verified"})</h2>
         {view.listing ? (
-          <table className="data listing" data-testid="code-listing">
-            <thead><tr><th>Address</th><th>Bytes</th><th>Instruction</th><th>Original</th></tr></thead>
-            <tbody>{view.listing.slice(0, 5000).map((l, i) => <tr key={i}><td className="addr">{l.address}</td><td className="addr">{l.bytes}</td><td>{l.text}</td><td className="addr">{l.from}</td></tr>)}</tbody>
-          </table>
+          <CodeSideBySide hostId={hostId} target={target} members={view.members} listing={view.listing} />
         ) : (
           <>
             <p className="muted small">This agent sends the code's bytes without a listing; they are shown as bytes.</p>
