@@ -510,6 +510,7 @@ class Plans:
                   AND (c.sent_at IS NULL OR c.sent_at < now() - make_interval(secs => :g))"""),
                 {"g": s.plan_reconcile_grace_s})).all()
         rows = [r for r in rows if str(r.id) not in self.tasks]
+        await self._stop_orphan_windows()
         changed = 0
         for host_id in sorted({r.host_id for r in rows}):
             listed = await self._list_installed(host_id)
@@ -518,6 +519,35 @@ class Plans:
             for r in (x for x in rows if x.host_id == host_id):
                 changed += await self._settle(r, listed)
         return changed
+
+    async def _stop_orphan_windows(self) -> None:
+        """A flow that died in a measurement window leaves that measurement running on the agent: stop the
+        windows of plans no flow here runs, once older than the window plus the grace (audited as the
+        stop command, actor system)."""
+        g = self.runtime.settings.plan_reconcile_grace_s
+        async with self.runtime.sessionmaker() as db:
+            rows = (await db.execute(text("""
+                SELECT p.id AS plan_id, m.id AS mid, m.host_id FROM plans p
+                JOIN measurements m ON m.id IN (p.before_measurement, p.after_measurement)
+                JOIN hosts h ON h.id = m.host_id
+                WHERE m.state IN ('armed', 'running') AND h.online
+                  AND p.updated_at < now() - make_interval(secs => coalesce(p.window_s, 5) + :g)
+                  AND coalesce(m.started_at, m.created_at)
+                      < now() - make_interval(secs => coalesce(p.window_s, 5) + :g)
+                  AND NOT EXISTS (
+                    SELECT 1 FROM commands c WHERE c.host_id = m.host_id AND c.kind = 'stop_measurement'
+                      AND c.params->>'measurement_id' = m.id AND c.state IN ('queued', 'sent', 'running'))"""),
+                {"g": g})).all()
+            stopped = 0
+            for r in rows:
+                if str(r.plan_id) in self.tasks:
+                    continue
+                await self.runtime.commands.create(db, r.host_id, "stop_measurement", {"measurement_id": r.mid},
+                                                   "system")
+                stopped += 1
+            if stopped:
+                log.info("reconcile: stopping %d measurement window(s) their install flow left running", stopped)
+            await db.commit()
 
     async def _list_installed(self, host_id: str) -> dict[str, dict] | None:
         from app.commands import CommandError

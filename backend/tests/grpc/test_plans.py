@@ -348,6 +348,17 @@ async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agen
                 last = trail[-1]
                 assert last["action"] == "plan_reconciled" and last["actor"] == "system"
                 assert last["detail"]["result"] == result and last["detail"]["was"] == "installing"
+            # The window the cut-off flow left running on the agent is stopped.
+            window = (await _plan(client, host_id, unsent))["before_measurement"]
+
+            async def window_stopped():
+                m = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{window}")).json()
+                return m if m["state"] == "stopped" else None
+
+            await wait_until(window_stopped, timeout=10)
+            stops = [c for c in agent.commands if c.WhichOneof("kind") == "stop_measurement"
+                     and c.stop_measurement.measurement_id == window]
+            assert stops, "the orphaned window was stopped by the reconciliation"
             # Settled plans are left alone; the installed one reverts as usual.
             assert await plans.reconcile() == 0
             agent.lose_install_answers = False
