@@ -312,7 +312,6 @@ async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agen
     base = f"/api/v1/hosts/{host_id}/plans"
     plans = backend.runtime.plans
     grace = backend.runtime.settings.plan_reconcile_grace_s
-    backend.runtime.settings.plan_reconcile_grace_s = 0
     try:
         async with approver:
             lost = await _approved(client, approver, host_id, digest, 2)
@@ -331,7 +330,10 @@ async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agen
             assert (await _plan(client, host_id, unsent))["state"] == "installing"
             assert (await _plan(client, host_id, unsent))["install_command"] is None
 
-            await asyncio.sleep(1.2)  # both are older than their window (1 s) plus the grace (0 here)
+            # Both are older than their window (1 s) plus the grace, 0 from here on (until now the default
+            # kept the backend's own periodic round away from them).
+            backend.runtime.settings.plan_reconcile_grace_s = 0
+            await asyncio.sleep(1.2)
             # Settled here, or by the backend's own periodic round if it came first (each plan once: the
             # settling re-reads it under a row lock).
             await plans.reconcile()
