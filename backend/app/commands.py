@@ -23,12 +23,14 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import agent_input, bus, crud, measurements, targets
+from app import agent_input, bus, crud, measurements, plans, targets
 from app.agent_input import InvalidInput
 from app.proto import pb
 
 log = logging.getLogger("hotpath.commands")
-KINDS = ("inspect_function", "attach_target", "detach_target", "start_measurement", "stop_measurement", "cancel")
+KINDS = ("inspect_function", "attach_target", "detach_target", "start_measurement", "stop_measurement", "cancel",
+         "make_plan", "install_plan", "revert_plan", "list_installed")
+PLAN_KINDS = ("make_plan", "install_plan", "revert_plan")
 ACTIVE = ("queued", "sent", "running")
 FINAL = ("done", "failed", "cancelled")
 
@@ -47,7 +49,8 @@ def public(r) -> dict[str, Any]:
             "started_at": r.started_at, "finished_at": r.finished_at, "cancel_requested": r.cancel_requested}
 
 
-def to_pb(row) -> "pb.Command":
+def to_pb(row, plan_json: str = "") -> "pb.Command":
+    """The command for the agent; an install carries the plan's JSON (kept in plans, not in params)."""
     p = row.params
     c = pb.Command(id=str(row.id))
     if row.kind == "inspect_function":
@@ -63,6 +66,20 @@ def to_pb(row) -> "pb.Command":
         c.stop_measurement.CopyFrom(pb.StopMeasurement(measurement_id=p["measurement_id"]))
     elif row.kind == "cancel":
         c.cancel.CopyFrom(pb.CancelCommand(command_id=p["command_id"]))
+    elif row.kind == "make_plan":
+        c.make_plan.CopyFrom(pb.MakePlan(
+            plan_id=p["plan_id"], target=p["target"], digest=p["digest"], function_index=p["function_index"],
+            seconds=p.get("seconds") or 0, join_fraction=p.get("join_fraction") or 0,
+            stall_threshold=p.get("stall_threshold") or 0, max_functions=p.get("max_functions") or 0,
+            measurement_id=p.get("measurement_id") or ""))
+    elif row.kind == "install_plan":
+        c.install_plan.CopyFrom(pb.InstallPlan(plan_id=p["plan_id"], plan_json=plan_json,
+                                               approved_code_sha256=p["approved_code_sha256"], target=p["target"],
+                                               entry_only=bool(p.get("entry_only"))))
+    elif row.kind == "revert_plan":
+        c.revert_plan.CopyFrom(pb.RevertPlan(plan_id=p["plan_id"], target=p["target"]))
+    elif row.kind == "list_installed":
+        c.list_installed.CopyFrom(pb.ListInstalled())
     return c
 
 
@@ -182,8 +199,16 @@ class Commands:
         await self.dispatch(session.host_id)
 
     async def _send(self, session, row) -> None:
+        plan_json = ""
+        if row.kind == "install_plan":
+            # The plan as the backend checked and stored it; the agent recomputes its hash and refuses it
+            # unless it is the approved one.
+            async with self.runtime.sessionmaker() as db:
+                stored = (await db.execute(text("SELECT plan_json FROM plans WHERE id = :id"),
+                                           {"id": uuid.UUID(row.params["plan_id"])})).scalar()
+            plan_json = orjson.dumps(stored).decode() if stored is not None else ""
         try:
-            await session.send(pb.ServerMessage(command=to_pb(row)))
+            await session.send(pb.ServerMessage(command=to_pb(row, plan_json)))
         except Exception:  # noqa: BLE001 - the stream is ending; the command is resent on reconnect
             log.info("host %s: command %s stays sent until the agent reconnects", session.host_id, row.id)
 
@@ -300,10 +325,21 @@ class Commands:
                                    {"c": row.id, "m": mid})
             return {"measurement_id": mid, "state": agent_input.MEASUREMENT_STATES[info.state],
                     "resources": len(info.resources)}, None
+        if kind == "make_plan":
+            return await plans.on_plan_result(db, self.runtime.settings, row, result)
+        if kind == "install_plan":
+            return await plans.on_install_result(db, row, result)
+        if kind == "revert_plan":
+            return await plans.on_revert_result(db, row, result)
+        if kind == "list_installed":
+            return plans.on_list_result(result)
         return ({} if result.ok else None), None
 
     async def _after_end(self, db: AsyncSession, row) -> None:
-        """A cancelled or failed start leaves its measurement failed."""
+        """A cancelled or failed start leaves its measurement failed; a failed plan command its plan."""
+        if row.kind in PLAN_KINDS:
+            await plans.after_end(db, row)
+            return
         if row.kind == "start_measurement" and row.state in ("cancelled", "failed"):
             await measurements.fail(await db.connection(), row.params["measurement_id"],
                                     row.error or f"the start command was {row.state}")

@@ -28,6 +28,7 @@ from app.api.routes import (
     hosts,
     live,
     measurements,
+    plans,
     samples,
     stacks,
     targets,
@@ -68,6 +69,7 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
     api.include_router(catalogs.router, responses=SIGNED_IN)
     api.include_router(targets.router, responses=ADMIN_ONLY)
     api.include_router(measurements.router, responses=ADMIN_ONLY)
+    api.include_router(plans.router, responses=ADMIN_ONLY)
     api.include_router(live.router)  # a WebSocket only: it closes with code 4401 without a valid token
     app.include_router(api)
     _install_error_handlers(app)

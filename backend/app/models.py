@@ -344,3 +344,58 @@ class DataGap(Base):
     reason: Mapped[str] = mapped_column(Text)
     source: Mapped[str] = mapped_column(String(16))  # agent | backend
     recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Plan(Base):
+    """A code positioning plan an agent made for a root function of one target, and its workflow:
+    planning → ready | failed | cancelled; requested → approved | rejected; installing → installed |
+    install_failed; reverting → reverted; stale when the target it was made for is gone or changed.
+    plan_json is the agent's plan as the backend validated it (app.plan_check); every change is audited."""
+
+    __tablename__ = "plans"
+    __table_args__ = (Index("ix_plans_host_created", "host_id", "created_at"),
+                      Index("ix_plans_host_target_state", "host_id", "target_id", "state"))
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    target_id: Mapped[str] = mapped_column(String(64))
+    root_digest: Mapped[str] = mapped_column(String(64))
+    root_function_index: Mapped[int] = mapped_column(Integer)
+    root_name: Mapped[str] = mapped_column(Text)
+    options: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    state: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    plan_json: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    plan_status: Mapped[str | None] = mapped_column(String(16), nullable=True)  # the plan's own status
+    estimated: Mapped[bool] = mapped_column(Boolean, default=False)
+    code_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    build_id: Mapped[str | None] = mapped_column(Text, nullable=True)
+    target_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    target_start_time: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    target_module: Mapped[str | None] = mapped_column(Text, nullable=True)
+    kernel_build_id: Mapped[str | None] = mapped_column(Text, nullable=True)
+    make_command: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), nullable=True)
+    created_by: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    requested_by: Mapped[str | None] = mapped_column(Text, nullable=True)
+    requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    approved_by: Mapped[str | None] = mapped_column(Text, nullable=True)
+    approved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    approved_code_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    approved_build_id: Mapped[str | None] = mapped_column(Text, nullable=True)
+    rejected_by: Mapped[str | None] = mapped_column(Text, nullable=True)
+    rejected_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    reject_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    install_by: Mapped[str | None] = mapped_column(Text, nullable=True)
+    install_command: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), nullable=True)
+    installed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    install_detail: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    revert_by: Mapped[str | None] = mapped_column(Text, nullable=True)
+    revert_command: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), nullable=True)
+    reverted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revert_detail: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    stale_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    window_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    before_measurement: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    after_measurement: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from app.commands import Commands
     from app.core.pki import Pki
     from app.grpc.agent_service import AgentRegistry
+    from app.plans import Plans
     from app.series.writer import IngestWriter
 
 
@@ -34,6 +35,7 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     agents: "AgentRegistry" = None  # type: ignore[assignment]  # set by app.server.build_runtime
     commands: "Commands" = None  # type: ignore[assignment]  # set by app.server.build_runtime
+    plans: "Plans" = None  # type: ignore[assignment]  # set by app.server.build_runtime
     writer: "IngestWriter" = None  # type: ignore[assignment]  # set by app.server.build_runtime
     bus: "Bus | None" = None  # started with the servers
     database_url: str = ""

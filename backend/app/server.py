@@ -31,6 +31,7 @@ from app.core.db import EmbeddedPostgres, make_engine, make_sessionmaker, upgrad
 from app.core.security import hash_password, read_or_create_secret
 from app.grpc.agent_service import AgentRegistry, create_grpc_server
 from app.main import create_app
+from app.plans import Plans
 from app.runtime import Runtime
 from app.series.writer import IngestWriter
 
@@ -101,6 +102,7 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
                       secret_key=prepared.secret_key, pki=prepared.pki, replica_id=replica)
     runtime.agents = AgentRegistry(runtime)
     runtime.commands = Commands(runtime)
+    runtime.plans = Plans(runtime)
 
     def committed(items, seconds: float) -> None:
         runtime.metrics.ingest_commits.inc()
@@ -201,7 +203,7 @@ async def start_background(runtime: Runtime) -> list[asyncio.Task]:
     hub.announce = announce
     runtime.commands.start()
     return [asyncio.create_task(retention_loop(runtime)), asyncio.create_task(rollup_loop(runtime)),
-            asyncio.create_task(refresh_interest())]
+            asyncio.create_task(refresh_interest()), asyncio.create_task(runtime.plans.reconcile_loop())]
 
 
 async def _notify(runtime: Runtime, payload: str) -> None:
@@ -218,6 +220,7 @@ async def stop_background(runtime: Runtime, tasks: list[asyncio.Task]) -> None:
         task.cancel()
     runtime.hub.fanout = None
     runtime.hub.announce = None
+    await runtime.plans.stop()
     await runtime.commands.stop()
     if runtime.bus is not None:
         await runtime.bus.stop()

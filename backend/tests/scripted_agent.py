@@ -7,14 +7,19 @@ generated catalog (named by the same canonical digest the real agent computes) a
 metric batches so the tests can assert exact numbers, and answers InspectFunction commands with
 deterministic instructions (or an error, or silence, on request). It also plays an agent's targets and
 measurements: attach (a fake process with a catalog of its own), detach, start and stop measurement,
-cancel, with progress and an optional hold so tests can watch a command run. The real agent is exercised by its
+cancel, with progress and an optional hold so tests can watch a command run. It answers MakePlan with a
+real plan (`hotpathd plan --json` of the group fixture, tests/fixtures/plan_group.json) renamed to the
+root and process asked for, which a test may alter through `plan_edit` to play a lying agent, and
+InstallPlan and RevertPlan as an agent that checks the approved hash would. The real agent is exercised by its
 own stream test, the browser tests and bench/chaos.
 """
 import asyncio
 import hashlib
+import json
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from cryptography import x509
@@ -27,6 +32,7 @@ from app.catalog_digest import piece_digest
 from app.proto import pb, pb_grpc
 from app.stacks import stack_id
 
+PLAN_FIXTURE = Path(__file__).parent / "fixtures" / "plan_group.json"
 KERNEL_BASE = 0xFFFFFFFF81000000
 MODULE_BASE = 0xFFFFFFFFC0A00000
 SPECIAL = ["vfs_read", "ksys_read", "__x64_sys_read", "vfs_read_iter", "rw_verify_area", "do_sys_open"]
@@ -137,7 +143,7 @@ async def enroll(enroll_target: str, ca_pem: bytes, host_id: str, token: str, ho
 class ScriptedAgent:
     def __init__(self, target: str, credentials: Credentials | None, host_id: str, hostname: str | None = None,
                  modules: list[tuple[str, int, list]] | None = None, chunk_size: int = 500,
-                 kernel_tag: str = "build-1") -> None:
+                 kernel_tag: str = "build-1", process_build_id: str = PROCESS_BUILD_ID) -> None:
         self.target, self.credentials, self.host_id = target, credentials, host_id
         self.hostname = hostname or f"host-{host_id}"
         self.build_id = build_id_of(kernel_tag)
@@ -157,15 +163,25 @@ class ScriptedAgent:
         self.answer_mode = "ok"  # "ok", "error" or "silent"
         self._reader: asyncio.Task | None = None
         # Targets and measurements this fake agent serves and runs (reported in Hello).
+        # The attachable process's module: its build id names its catalog piece, so a test that needs a
+        # piece no other test stored passes its own.
         fns = process_functions()
+        self.process_build_id = process_build_id
         self.process = (PROCESS_MODULE, PROCESS_BASE, fns,
-                        piece_digest("elf:" + PROCESS_BUILD_ID, PROCESS_MODULE, PROCESS_BASE, fns))
+                        piece_digest("elf:" + process_build_id, PROCESS_MODULE, PROCESS_BASE, fns))
         self.targets: dict[str, pb.Target] = {}
         self.measurements: dict[str, pb.MeasurementInfo] = {}
         self.hold: asyncio.Event | None = None  # commands report progress and wait for it when set
         self.running: dict[str, asyncio.Task] = {}
         self.cancelled: set[str] = set()
         self.sent_catalogs: list[str] = []
+        # Plans: a hook that alters the plan before it is sent (a dict, or the text when it returns a
+        # str), and what was installed (plan id → code hash).
+        self.plan_edit = None
+        self.installed: dict[str, str] = {}
+        # When set, installs are made but their answers are lost (as with a backend that went away while
+        # the agent installed): the command stays sent.
+        self.lose_install_answers = False
 
     def hello(self) -> "pb.Hello":
         return pb.Hello(
@@ -189,7 +205,9 @@ class ScriptedAgent:
         assert creds is not None, "enrol first"
         channel_creds = grpc.ssl_channel_credentials(root_certificates=creds.ca_pem, private_key=creds.key_pem or None,
                                                      certificate_chain=creds.cert_pem or None)
-        self.channel = grpc.aio.secure_channel(target or self.target, channel_creds)
+        # As the real agent's channel (daemon/transport.c): an InstallPlan of the largest plan fits.
+        self.channel = grpc.aio.secure_channel(target or self.target, channel_creds,
+                                               options=[("grpc.max_receive_message_length", 17 << 20)])
         stub = pb_grpc.AgentServiceStub(self.channel)
         self.call = stub.Connect()
         return self.call
@@ -371,6 +389,8 @@ class ScriptedAgent:
                 result = pb.CommandResult(command_id=command.id, ok=False, cancelled=True, error="cancelled")
             else:
                 result = await self.answer(command)
+            if command.WhichOneof("kind") == "install_plan" and self.lose_install_answers:
+                return
             await self.call.write(pb.AgentMessage(result=result))
         except grpc.aio.AioRpcError:
             pass
@@ -383,7 +403,7 @@ class ScriptedAgent:
                          executable=name, state=pb.TARGET_STATE_ATTACHED, attached_unix_ns=time.time_ns(),
                          modules=[pb.ModuleRef(name=name, digest=digest, base_address=base, function_count=len(fns),
                                                block_count=sum(len(f.blocks) for f in fns),
-                                               build_id=PROCESS_BUILD_ID)])
+                                               build_id=self.process_build_id)])
 
     def rows_for(self, req: "pb.StartMeasurement") -> list["pb.MeasuredResource"]:
         """Rows as an agent arms them: a function (and its blocks when asked), or one block."""
@@ -447,7 +467,54 @@ class ScriptedAgent:
             info.state = pb.MEASUREMENT_STATE_STOPPED
             info.ended_unix_ns = time.time_ns()
             return pb.CommandResult(command_id=command.id, ok=True, measurement=info)
+        if kind == "make_plan":
+            return self.plan_answer(command)
+        if kind == "install_plan":
+            ip = command.install_plan
+            plan = json.loads(ip.plan_json)
+            from app.plan_check import Code, code_hash
+            have = code_hash(Code.model_validate(plan["code"]))
+            if have != ip.approved_code_sha256 or have != plan["code"]["sha256"]:
+                detail = {"status": "refused", "root": plan["root"], "error": "the plan's code is not the approved one"}
+                return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
+                    plan_id=ip.plan_id, status="refused", detail_json=json.dumps(detail)))
+            self.installed[ip.plan_id] = have
+            detail = {"status": "installed", "root": plan["root"], "code_sha256": have, "heap": "0x7f0000000000",
+                      "call_sites": 3, "timings": {"entry_us": 61.0, "total_ms": 4.2}}
+            return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
+                plan_id=ip.plan_id, status="installed", detail_json=json.dumps(detail)))
+        if kind == "list_installed":
+            listed = [{"id": pid, "state": "installed", "pid": 4242, "code_sha256": h, "heap": "0x7f0000000000"}
+                      for pid, h in self.installed.items()]
+            return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
+                status="listed", detail_json=json.dumps({"status": "listed", "installed": listed})))
+        if kind == "revert_plan":
+            rp = command.revert_plan
+            status = "reverted" if self.installed.pop(rp.plan_id, None) else "nothing_installed"
+            return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
+                plan_id=rp.plan_id, status=status, detail_json=json.dumps({"status": status})))
         return pb.CommandResult(command_id=command.id, ok=False, error="unsupported command")
+
+    def plan_answer(self, command: "pb.Command") -> "pb.CommandResult":
+        """A real plan of the group fixture, renamed to the root and process asked for."""
+        mp = command.make_plan
+        every = [*self.modules, self.process]
+        fns = next((m[2] for m in every if m[3] == mp.digest), None)
+        if fns is None or mp.function_index >= len(fns):
+            return pb.CommandResult(command_id=command.id, ok=False, error="root not found")
+        root = fns[mp.function_index].name
+        text = PLAN_FIXTURE.read_text().replace('"pr_root', f'"{root}')
+        plan = json.loads(text)
+        if mp.target != "kernel":
+            pid, start = mp.target[1:].split("-")
+            plan["target"].update(pid=int(pid), start_time=int(start), module=PROCESS_MODULE,
+                                  module_build_id=self.process_build_id)
+        edited = self.plan_edit(plan) if self.plan_edit else None
+        out = edited if isinstance(edited, str) else json.dumps(plan)
+        code = plan.get("code") or {}
+        return pb.CommandResult(command_id=command.id, ok=True, plan=pb.PlanResult(
+            plan_id=mp.plan_id, plan_json=out, code_sha256=code.get("sha256", ""),
+            build_id=plan["target"].get("module_build_id") or plan["target"].get("build_id", "")))
 
     async def send_measurement(self, measurement_id: str, start_ns: int, values: list[tuple[int, int, float]],
                                state: int = pb.MEASUREMENT_STATE_RUNNING, seconds: float = 1.0, detail: str = "",

@@ -11,14 +11,19 @@ export const dataDir = process.env.HOTPATH_E2E_DATA_DIR ?? "";
 export const hostname = process.env.HOTPATH_E2E_HOSTNAME ?? "";
 export const adminPassword = process.env.HOTPATH_E2E_ADMIN_PASSWORD ?? "";
 
-/** An API client signed in as admin, for reading what the console should show. */
-export async function api(): Promise<APIRequestContext> {
+/** An API client signed in as a user. */
+export async function apiAs(username: string, password: string): Promise<APIRequestContext> {
   const anon = await request.newContext({ baseURL });
-  const res = await anon.post("/api/v1/auth/login", { data: { username: "admin", password: adminPassword } });
-  if (!res.ok()) throw new Error(`login failed: ${res.status()} ${await res.text()}`);
+  const res = await anon.post("/api/v1/auth/login", { data: { username, password } });
+  if (!res.ok()) throw new Error(`login of ${username} failed: ${res.status()} ${await res.text()}`);
   const { access_token } = await res.json();
   await anon.dispose();
   return request.newContext({ baseURL, extraHTTPHeaders: { Authorization: `Bearer ${access_token}` } });
+}
+
+/** An API client signed in as admin, for reading what the console should show. */
+export async function api(): Promise<APIRequestContext> {
+  return apiAs("admin", adminPassword);
 }
 
 /** The id of this machine's host as the backend knows it (the agent's host id: /etc/machine-id). */

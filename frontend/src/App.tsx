@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Routes of the console: login, host list, host (code tree / top functions), function view, admin.
+// Routes of the console: login, host list, host (code tree / top functions), function view, plan, admin.
 import { Link, Route, Routes } from "react-router-dom";
 import { Layout } from "./Layout";
 import { LoginPage } from "./features/auth/LoginPage";
@@ -9,6 +9,7 @@ import { HostPage } from "./features/hosts/HostPage";
 import { FunctionPage } from "./features/functions/FunctionPage";
 import { AdminPage } from "./features/admin/AdminPage";
 import { MeasurePage } from "./features/measure/MeasurePage";
+import { PlanPage } from "./features/plans/PlanPage";
 
 export function App() {
   return (
@@ -19,6 +20,7 @@ export function App() {
         <Route path="hosts/:hostId" element={<HostPage />} />
         <Route path="hosts/:hostId/functions/:functionId" element={<FunctionPage />} />
         <Route path="hosts/:hostId/measure" element={<MeasurePage />} />
+        <Route path="hosts/:hostId/plans/:planId" element={<PlanPage />} />
         <Route path="admin" element={<AdminPage />} />
         <Route path="*" element={<NotFound />} />
       </Route>

@@ -28,6 +28,7 @@
 #include "host/procmaps.h"
 #include "measure/measure.h"
 #include "plan/profile_measured.h"
+#include "replace/install.h"
 
 /* Rows one request may name (its functions then add their blocks, up to HP_MEASURE_MAX_ROWS). */
 #define MAX_RESOURCE_REFS 65536
@@ -757,7 +758,26 @@ static int open_measurement(struct agent *ag, struct hp_target *t, const Hotpath
 	struct hp_measure_env env = { .kernel = ag->model,
 				      .caps = &ag->caps,
 				      .process = spec.target == HP_MEASURE_PID ? t->model : NULL };
+	/* Plans installed in the process: their functions are measured where they run now (the copy),
+	 * the process's code modelled with the original bytes under the patches, as `hotpathd measure`
+	 * does. Without this, calls that go straight to a copy would never reach a probe. */
+	struct hp_moved_code *moved = NULL;
+	struct hp_byte_patch *bp = NULL;
+	size_t nmoved = 0, nbp = 0;
+	if (spec.target == HP_MEASURE_PID && ag->state_dir) {
+		char merr[256];
+		if (hp_moved_code_of(ag->state_dir, t->pid, &moved, &nmoved, merr, sizeof(merr)) == 0) {
+			env.moved = moved;
+			env.nmoved = nmoved;
+		}
+		if (hp_installed_patches(ag->state_dir, t->pid, &bp, &nbp) == 0) {
+			env.overlay = bp;
+			env.noverlay = nbp;
+		}
+	}
 	r = hp_measure_open(&spec, &env, out, err, errlen);
+	hp_moved_code_free(moved, nmoved);
+	free(bp);
 	for (size_t i = 0; i < req->n_resources; i++)
 		free(words[i]);
 	free(words);

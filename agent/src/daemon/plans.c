@@ -41,8 +41,7 @@
 #include "replace/install.h"
 #include "replace/install_json.h"
 
-/* The largest plan a PlanResult carries (agent.proto). */
-#define PLAN_JSON_MAX    (16u << 20)
+#define PLAN_JSON_MAX    HP_PLAN_JSON_MAX
 #define DEFAULT_SECONDS  10
 #define MAX_SECONDS      3600
 /* Direct callees measured with the root at most (the plan's group bound). */

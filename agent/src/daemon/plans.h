@@ -12,6 +12,12 @@
 struct agent;
 struct hp_job;
 
+/* The largest plan JSON a PlanResult or InstallPlan carries (agent.proto). */
+#define HP_PLAN_JSON_MAX     (16u << 20)
+/* The largest message the agent receives: an InstallPlan of the largest
+ * plan with room for the rest of the message. */
+#define HP_MAX_RECEIVE_BYTES (HP_PLAN_JSON_MAX + (1u << 20))
+
 void hp_run_plan_command(struct agent *ag, struct hp_job *job);
 /* Bring every journal an earlier run left unfinished to a clean state
  * (replace/install.h, hp_replace_recover), logging each. Returns how many. */

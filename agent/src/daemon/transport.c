@@ -37,6 +37,7 @@
 #include <grpc/support/time.h>
 
 #include "daemon/credentials.h"
+#include "daemon/plans.h"
 #include "daemon/transport.h"
 
 #define HP_SEND_STALL_MS 30000
@@ -128,11 +129,15 @@ static int start_recv(struct hp_stream *st, bool with_initial_metadata)
 /* A TLS channel to target trusting ca_pem, presenting key/cert when given. */
 static grpc_channel *tls_channel(const char *target, const char *ca_pem, const char *key_pem, const char *cert_pem)
 {
-	grpc_arg args[1];
+	grpc_arg args[2];
 	args[0].type = GRPC_ARG_STRING;
 	args[0].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
 	args[0].value.string = (char *)"hotpathd/0.1.0";
-	grpc_channel_args cargs = { .num_args = 1, .args = args };
+	/* gRPC's default (4 MiB) would refuse an InstallPlan of a large plan. */
+	args[1].type = GRPC_ARG_INTEGER;
+	args[1].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+	args[1].value.integer = (int)HP_MAX_RECEIVE_BYTES;
+	grpc_channel_args cargs = { .num_args = 2, .args = args };
 	grpc_ssl_pem_key_cert_pair pair = { .private_key = key_pem, .cert_chain = cert_pem };
 	grpc_channel_credentials *creds =
 		grpc_ssl_credentials_create(ca_pem, key_pem && cert_pem ? &pair : NULL, NULL, NULL);

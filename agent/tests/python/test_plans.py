@@ -18,7 +18,17 @@ import time
 
 import pytest
 from hotpath.v1 import agent_pb2 as pb
-from test_measurements import Fixture, _catalog, _others, _result, _send, _start_agent, _stop_agent
+from test_measurements import (
+    Fixture,
+    _catalog,
+    _measurement_batches,
+    _others,
+    _result,
+    _send,
+    _start_agent,
+    _stop_agent,
+    _totals,
+)
 from test_stream import standin_servers
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
@@ -200,6 +210,21 @@ def test_the_approved_install_runs_the_copy_in_the_process_and_reverts_to_the_or
     target = agent.entry + 5 + int.from_bytes(head[1:5], "little", signed=True)
     assert target == int(detail["new_entry"], 16)
     _alive_and_checking(agent.fixture, 1.0)
+    # A measurement of the root while the copy is installed counts the calls where they run now: the
+    # callers were patched to call the copy, so a probe on the original entry alone would count nothing.
+    _send(agent.session, "m-copy", start_measurement=pb.StartMeasurement(
+        measurement_id="m-copy", target=agent.target.id, metrics=["count"],
+        resources=[pb.ResourceRef(digest=agent.main.digest, function_index=agent.root.index,
+                                  kind=pb.RESOURCE_KIND_FUNCTION)]))
+    started = _result(agent.session, "m-copy")
+    assert started.ok, started.error
+    time.sleep(1.5)
+    _send(agent.session, "m-copy-stop", stop_measurement=pb.StopMeasurement(measurement_id="m-copy"))
+    assert _result(agent.session, "m-copy-stop").ok
+    batches = _measurement_batches(agent.session, "m-copy", 20,
+                                   until=lambda bs: any(b.state == pb.MEASUREMENT_STATE_STOPPED for b in bs))
+    assert _totals(batches).get(0, 0) > 1000, "the copy's calls are counted for the root's row"
+    _alive_and_checking(agent.fixture)
     # The listing names it; a second install of the same plan is refused.
     _send(agent.session, "list-1", list_installed=pb.ListInstalled())
     lst = _result(agent.session, "list-1")

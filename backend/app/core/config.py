@@ -40,13 +40,21 @@ class Settings(BaseSettings):
     # The most resources one measurement request may name (a function's blocks count as its rows
     # on the agent, which serves at most 65536 rows).
     max_measurement_resources: int = 10000
+    # A plan's JSON (PlanResult.plan_json from an agent, InstallPlan.plan_json to it): at most the 16 MiB
+    # the agent accepts. The gRPC message limit follows from it (grpc_max_message_bytes), so a plan of
+    # this size always fits in a message both ways.
+    max_plan_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=16 * 1024 * 1024)
+    plan_install_timeout_s: float = 120.0  # how long an install flow waits for the agent's answer
+    # Plans left installing by a flow that no longer runs (a backend stopped during it) are settled from
+    # the agent's ListInstalled at start-up and every interval, once older than their window plus grace.
+    plan_reconcile_interval_s: float = 30.0
+    plan_reconcile_grace_s: float = 60.0
     # Agents: enrolment (server-authenticated TLS) on its own port, 0 = the agent port + 1.
     enroll_port: int = 0
     tls_server_names: str = ""  # extra names/IPs for the server certificate, comma-separated
     enrolment_token_hours: float = 24.0
     max_pending_enrolments: int = 1000
-    # Per-stream limits: message size (a catalog chunk is at most 2 MiB), data messages per second.
-    grpc_max_message_bytes: int = 8 * 1024 * 1024
+    # Per-stream limits: data messages per second (the message size follows max_plan_bytes, below).
     agent_messages_per_s: float = 200.0
     agent_streams_per_peer: int = 64
     hello_timeout_s: float = 30.0
@@ -67,6 +75,13 @@ class Settings(BaseSettings):
     # When set, GET /metrics needs "Authorization: Bearer <this token>"; unset, it is open (it carries
     # aggregate counters only: no host ids, function names or users).
     metrics_token: str | None = None
+
+    @property
+    def grpc_max_message_bytes(self) -> int:
+        """The largest agent stream message, each way: a plan of max_plan_bytes with 1 MiB for the rest of
+        its message (ids, hash, and in InstallPlan the approved hash), never below 8 MiB (a catalog chunk
+        is at most 2 MiB, a metric batch far less)."""
+        return max(8 * 1024 * 1024, self.max_plan_bytes + 1024 * 1024)
 
 
 @lru_cache

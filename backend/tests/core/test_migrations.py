@@ -9,7 +9,7 @@ TABLES = {"users", "audit_log", "hosts", "host_modules", "catalog_pieces", "func
           "instruction_cache", "sample_intervals", "measurement_points", "sample_blocks_1m", "sample_blocks_1h",
           "sample_totals_1m", "sample_totals_1h", "measurement_points_1m", "measurement_points_1h", "series_state",
           "host_targets", "commands", "measurements", "measurement_resources", "enrolment_tokens",
-          "enrolment_requests", "delivery_marks", "data_gaps", "stack_defs", "stack_samples"}
+          "enrolment_requests", "delivery_marks", "data_gaps", "plans", "stack_defs", "stack_samples"}
 
 
 def test_upgrade_head_on_empty_database_then_downgrade_base(postgres_url):

@@ -233,13 +233,14 @@ async def test_a_malformed_batch_ends_the_stream_and_stores_nothing(backend, cli
 
 
 async def test_a_message_over_the_size_limit_ends_the_stream(backend, unique):
-    """One stream cannot make the backend hold an arbitrarily large message (limit: 8 MiB)."""
+    """One stream cannot make the backend hold an arbitrarily large message (the limit follows the plan
+    size limit: 17 MiB by default)."""
     agent = await backend.agent(f"big-msg-{unique}", kernel_tag=f"bigmsg-{unique}")
     await agent.connect(send_catalog=False)
     name, _base, fns, digest = agent.modules[0]
     huge = pb.Function()
     huge.CopyFrom(fns[0])
-    huge.name = "n" * (9 << 20)
+    huge.name = "n" * (backend.runtime.settings.grpc_max_message_bytes + (1 << 20))
     await agent.call.write(pb.AgentMessage(catalog_chunk=pb.CatalogChunk(digest=digest, module=name, seq=0,
                                                                          last=True, functions=[huge])))
     error = await _ended(agent)

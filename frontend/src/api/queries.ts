@@ -6,7 +6,7 @@ import { api, ApiError, unwrap } from "./client";
 import type {
   Comparison, DataCoverage, EnrolmentRequest, EnrolmentToken, EnrolmentTokenCreated, FlameDiffData, FlameGraphData,
   FunctionCalls, FunctionDetail, FunctionSamples, Host, Hotness, InstructionSamples, Instructions, Module, Timeline,
-  TopFunctions, User,
+  TopFunctions, User, Plan, PlanDetail, PlanAuditEntry, Command,
 } from "./types";
 import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
 
@@ -16,8 +16,8 @@ export const keys = {
   host: (hostId: string) => ["host", hostId] as const,
   modules: (hostId: string) => ["host", hostId, "modules"] as const,
   catalog: (digest: string) => ["catalog", digest] as const,
-  fn: (hostId: string, fid: number) => ["host", hostId, "function", fid] as const,
-  instructions: (hostId: string, fid: number) => ["host", hostId, "function", fid, "instructions"] as const,
+  fn: (hostId: string, fid: number, target = "kernel") => ["host", hostId, "function", fid, target] as const,
+  instructions: (hostId: string, fid: number, target = "kernel") => ["host", hostId, "function", fid, target, "instructions"] as const,
   samples: (hostId: string, fid: number, range: string) => ["host", hostId, "samples", fid, range] as const,
   top: (hostId: string, range: string, rest: unknown[] = []) => ["host", hostId, "top", range, ...rest] as const,
   hotness: (hostId: string, range: string) => ["host", hostId, "hotness", range] as const,
@@ -108,14 +108,14 @@ export function useCatalogPieces(hostId: string) {
   return { modules, complete, pieces };
 }
 
-/** A function at its address in a target: the kernel, or an attached (or exited) process. */
+/** A function with its blocks, at its address in `target` (the kernel, or an attached process). */
 export function useFunctionDetail(hostId: string, fid: number, enabled = true, target = "kernel") {
   return useQuery<FunctionDetail, Error>({
-    queryKey: target === "kernel" ? keys.fn(hostId, fid) : [...keys.fn(hostId, fid), target],
+    queryKey: keys.fn(hostId, fid, target),
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/hosts/{host_id}/functions/{function_id}", {
-          params: { path: { host_id: hostId, function_id: fid }, query: target === "kernel" ? {} : { target } },
+          params: { path: { host_id: hostId, function_id: fid }, query: { target } },
         }),
       ),
     retry,
@@ -124,13 +124,13 @@ export function useFunctionDetail(hostId: string, fid: number, enabled = true, t
   });
 }
 
-export function useInstructions(hostId: string, fid: number, enabled: boolean) {
+export function useInstructions(hostId: string, fid: number, enabled: boolean, target = "kernel") {
   return useQuery<Instructions, Error>({
-    queryKey: keys.instructions(hostId, fid),
+    queryKey: keys.instructions(hostId, fid, target),
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/hosts/{host_id}/functions/{function_id}/instructions", {
-          params: { path: { host_id: hostId, function_id: fid } },
+          params: { path: { host_id: hostId, function_id: fid }, query: { target } },
         }),
       ),
     // 502/503/504 carry a reason the panel shows; retrying an offline host only delays it.
@@ -410,6 +410,95 @@ export function useHostAction() {
     onSuccess: (_data, { hostId }) => {
       void qc.invalidateQueries({ queryKey: keys.hosts });
       void qc.invalidateQueries({ queryKey: keys.host(hostId) });
+    },
+  });
+}
+
+// Plans ------------------------------------------------------------------------------------------
+
+const PLAN_BUSY = new Set(["planning", "installing", "reverting"]);
+
+export function usePlans(hostId: string, functionIndex: { digest?: string; index?: number } = {}) {
+  return useQuery<Plan[], Error>({
+    queryKey: ["host", hostId, "plans", functionIndex.digest ?? "", functionIndex.index ?? -1],
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans", {
+      params: { path: { host_id: hostId }, query: { digest: functionIndex.digest, function_index: functionIndex.index } },
+    })),
+    retry,
+    refetchInterval: 5000,
+  });
+}
+
+/** One plan; polled while the agent works on it (planning, installing, reverting) and while its
+ *  before/after windows fill. */
+export function usePlan(hostId: string, planId: string) {
+  return useQuery<PlanDetail, Error>({
+    queryKey: ["host", hostId, "plan", planId],
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}", {
+      params: { path: { host_id: hostId, plan_id: planId } },
+    })),
+    retry,
+    refetchInterval: (q) => {
+      const p = q.state.data;
+      if (!p) return 2000;
+      if (PLAN_BUSY.has(p.state)) return 1000;
+      if (p.state === "installed" && !p.comparison?.after?.calls) return 2000;
+      return 10_000;
+    },
+  });
+}
+
+export function usePlanAudit(hostId: string, planId: string, version: string) {
+  return useQuery<PlanAuditEntry[], Error>({
+    queryKey: ["host", hostId, "plan", planId, "audit", version],
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}/audit", {
+      params: { path: { host_id: hostId, plan_id: planId } },
+    })),
+    retry,
+  });
+}
+
+export function useCommand(hostId: string, commandId: string | null | undefined, poll: boolean) {
+  return useQuery<Command, Error>({
+    queryKey: ["host", hostId, "command", commandId ?? ""],
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/commands/{command_id}", {
+      params: { path: { host_id: hostId, command_id: commandId! } },
+    })),
+    enabled: !!commandId,
+    retry,
+    refetchInterval: poll ? 1000 : false,
+  });
+}
+
+export function useMakePlan(hostId: string) {
+  const qc = useQueryClient();
+  return useMutation<Plan, Error, { target: string; function_id: number; seconds?: number }>({
+    mutationFn: (body) => unwrap(api.POST("/api/v1/hosts/{host_id}/plans", {
+      params: { path: { host_id: hostId } },
+      body: { seconds: 0, join_fraction: 0, stall_threshold: 0, max_functions: 0, ...body },
+    })),
+    onSuccess: () => qc.invalidateQueries({ queryKey: ["host", hostId, "plans"] }),
+  });
+}
+
+export type PlanStep = "request" | "approve" | "reject" | "install" | "revert";
+
+export function usePlanStep(hostId: string, planId: string) {
+  const qc = useQueryClient();
+  return useMutation<PlanDetail, Error, { step: PlanStep; reason?: string; window_s?: number }>({
+    mutationFn: ({ step, reason, window_s }) => {
+      const params = { path: { host_id: hostId, plan_id: planId } };
+      switch (step) {
+        case "request": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/request", { params }));
+        case "approve": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/approve", { params }));
+        case "reject": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/reject", { params, body: { reason: reason ?? "" } }));
+        case "install": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/install", { params, body: { window_s: window_s ?? 5 } }));
+        case "revert": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/revert", { params }));
+      }
+    },
+    onSuccess: (p) => {
+      qc.setQueryData(["host", hostId, "plan", planId], p);
+      void qc.invalidateQueries({ queryKey: ["host", hostId, "plan", planId] });
     },
   });
 }

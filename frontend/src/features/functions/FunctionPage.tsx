@@ -8,9 +8,10 @@
 // derived edge counts as edge widths and labels, shaped in a worker.
 import { useLiveTopics } from "../../api/live";
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
-import { Link, useParams, useSearchParams } from "react-router-dom";
+import { Link, useNavigate, useParams, useSearchParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
-import { useFunctionDetail, useFunctionSamples, useInstructionSamples, useInstructions } from "../../api/queries";
+import { useFunctionDetail, useFunctionSamples, useInstructionSamples, useInstructions, useMakePlan, useMe } from "../../api/queries";
+import { useAuth } from "../auth/AuthContext";
 import type { FunctionDetail } from "../../api/types";
 import { formatAddress, formatOffset } from "../../lib/address";
 import { formatBytes, formatCount, formatRate } from "../../lib/format";
@@ -33,8 +34,7 @@ export function FunctionPage() {
   const fid = /^\d+$/.test(functionId) ? Number(functionId) : NaN;
   const valid = Number.isSafeInteger(fid);
   const [search] = useSearchParams();
-  const targetParam = search.get("target");
-  const target = targetParam && /^(kernel|p[0-9]{1,10}-[0-9]{1,20})$/.test(targetParam) ? targetParam : "kernel";
+  const target = search.get("target") ?? "kernel";
   const detail = useFunctionDetail(hostId, fid, valid, target);
   useLiveTopics([`host:${hostId}`]);
   const hostLink = `/hosts/${encodeURIComponent(hostId)}`;
@@ -60,17 +60,17 @@ export function FunctionPage() {
     );
   }
   if (!detail.data) return <p className="muted">Loading function…</p>;
-  return <FunctionView hostId={hostId} detail={detail.data} />;
+  return <FunctionView hostId={hostId} detail={detail.data} target={target} />;
 }
 
-function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDetail }) {
+function FunctionView({ hostId, detail, target }: { hostId: string; detail: FunctionDetail; target: string }) {
   const fn = detail.function;
   const [view, update] = useUrlView(readFunctionView, writeFunctionView);
   const [paused, setPaused] = useState(false);
   const live = view.range.kind === "relative" && !paused;
   const samples = useFunctionSamples(hostId, fn.id, view.range, live);
   const instructionsWanted = view.block !== null;
-  const instructions = useInstructions(hostId, fn.id, instructionsWanted);
+  const instructions = useInstructions(hostId, fn.id, instructionsWanted, target);
   const insnSamples = useInstructionSamples(hostId, fn.id, view.range, live);
   const insnCounts = useMemo(() => (insnSamples.data ? instructionCounts(insnSamples.data.items) : null), [insnSamples.data]);
 
@@ -175,6 +175,7 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
     <section className="function-page">
       <p className="crumbs"><Link to={`${hostLink}?${rangeSearch(view.range)}`}>← host</Link> · <Link to={`${hostLink}?tab=code&${rangeSearch(view.range)}`}>code</Link></p>
       <h1>{fn.name}</h1>
+      <OptimizeButton hostId={hostId} functionId={fn.id} />
       <dl className="facts">
         <div><dt>Module</dt><dd>{fn.module}</dd></div>
         <div><dt>Address</dt><dd className="addr">{formatAddress(fn.address_hex, fn.address)}</dd></div>
@@ -289,6 +290,26 @@ function FunctionView({ hostId, detail }: { hostId: string; detail: FunctionDeta
         )}
       </section>
     </section>
+  );
+}
+
+/** "Optimize…": asks the host's agent for a plan of this function (operators), then opens the plan. */
+function OptimizeButton({ hostId, functionId }: { hostId: string; functionId: number }) {
+  const { session } = useAuth();
+  const me = useMe(!!session).data ?? session?.user;
+  const [search] = useSearchParams();
+  const navigate = useNavigate();
+  const make = useMakePlan(hostId);
+  const allowed = me?.role === "operator" || me?.role === "approver" || me?.role === "admin";
+  return (
+    <span className="optimize">
+      <button type="button" disabled={!allowed || make.isPending} title={allowed ? "Plan the re-layout of this function and its hot callees" : "needs the operator role"}
+              onClick={() => make.mutate({ target: search.get("target") ?? "kernel", function_id: functionId },
+                                         { onSuccess: (p) => navigate(`/hosts/${encodeURIComponent(hostId)}/plans/${p.id}`) })}>
+        {make.isPending ? "Asking the agent…" : "Optimize…"}
+      </button>
+      {make.isError && <span className="error small" role="alert"> {make.error.message}</span>}
+    </span>
   );
 }
 

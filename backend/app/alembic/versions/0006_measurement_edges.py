@@ -9,8 +9,8 @@ with their interval; the rollups do not carry them (edge counts are read from ra
 """
 from alembic import op
 
-revision = "0005_measurement_edges"
-down_revision = "0004_series"
+revision = "0006_measurement_edges"
+down_revision = "0005_plans"
 branch_labels = None
 depends_on = None
 

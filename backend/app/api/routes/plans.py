@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Code positioning plans of a host, and their approval workflow (app.plans).
+
+Making a plan, requesting its approval, installing and reverting it need the operator role; approving
+and rejecting need the approver role and a user other than the one who requested it. Installing is
+allowed only for an approved plan that still fits its target; the agent is sent the approved code
+hash and refuses anything else. Reading plans and their audit trail needs a signed-in user.
+"""
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+
+from app import plans
+from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
+from app.api.responses import NOT_FOUND, FastJSON, Responses
+from app.api.routes.hosts import ExistingHost
+from app.models import User
+from app.schemas import Message, PlanAuditEntry, PlanCreate, PlanDetail, PlanInstall, PlanPublic, PlanReject
+
+router = APIRouter(prefix="/hosts/{host_id}/plans", tags=["plans"])
+OperatorUser = Annotated[User, Depends(require_role("operator"))]
+ApproverUser = Annotated[User, Depends(require_role("approver"))]
+CONFLICT: Responses = {409: {"model": Message, "description": "The plan is not in a state that allows this"}}
+FORBIDDEN: Responses = {403: {"model": Message, "description": "The role is missing, or the requester may not decide"}}
+ACCEPTED: Responses = {202: {"model": PlanPublic, "description": "The plan, being made by the agent"}}
+
+
+def _fail(exc: plans.PlanError):
+    raise HTTPException(exc.status, exc.detail) from None
+
+
+@router.post("", response_model=PlanPublic, responses={**NOT_FOUND, **CONFLICT, **ACCEPTED})
+async def make_plan(host_id: ExistingHost, body: PlanCreate, session: SessionDep, runtime: RuntimeDep,
+                    user: OperatorUser):
+    """Ask the host's agent for a plan of the root function; the plan is `planning` until the agent
+    answers and the backend has checked the answer (`ready`, or `failed` with the reason). Follow it
+    with GET /plans/{id} or its make command."""
+    try:
+        row, created = await runtime.plans.create(session, host_id, body, user.username)
+    except plans.PlanError as exc:
+        _fail(exc)
+    await session.commit()
+    return FastJSON(row, status_code=202 if created else 200)
+
+
+@router.get("", response_model=list[PlanPublic], responses=NOT_FOUND)
+async def list_plans(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
+                     target: str | None = Query(None, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$"),
+                     digest: str | None = Query(None, pattern=r"^[0-9a-f]{64}$"),
+                     function_index: int | None = Query(None, ge=0, le=2**31 - 1),
+                     limit: int = Query(50, ge=1, le=1000)):
+    """The host's plans, newest first (without their JSON)."""
+    return FastJSON(await plans.list_plans(session, host_id, limit, target, digest, function_index))
+
+
+@router.get("/{plan_id}", response_model=PlanDetail, responses=NOT_FOUND)
+async def get_plan(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, _: CurrentUser):
+    """One plan with the agent's plan JSON, the install's and revert's details, and the root's figures
+    before and after the install."""
+    out = await plans.get_plan(session, host_id, plan_id)
+    if out is None:
+        raise HTTPException(404, "Plan not found")
+    return FastJSON(out)
+
+
+@router.get("/{plan_id}/audit", response_model=list[PlanAuditEntry], responses=NOT_FOUND)
+async def plan_audit(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, _: CurrentUser):
+    """Who did what to the plan, and when, oldest first."""
+    if await plans.get_plan(session, host_id, plan_id) is None:
+        raise HTTPException(404, "Plan not found")
+    return FastJSON(await plans.audit_trail(session, plan_id))
+
+
+async def _step(coro, session):
+    try:
+        out = await coro
+    except plans.PlanError as exc:
+        await session.rollback()
+        _fail(exc)
+    await session.commit()
+    return FastJSON(out)
+
+
+@router.post("/{plan_id}/request", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
+async def request_approval(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
+                           user: OperatorUser):
+    """Ask for approval of a ready plan."""
+    return await _step(runtime.plans.request(session, host_id, plan_id, user.username), session)
+
+
+@router.post("/{plan_id}/approve", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN})
+async def approve(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
+                  user: ApproverUser):
+    """Approve a requested plan (not by its requester); the approval names the plan's code hash and
+    build id, and only that code is installed."""
+    return await _step(runtime.plans.approve(session, host_id, plan_id, user.username), session)
+
+
+@router.post("/{plan_id}/reject", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN})
+async def reject(host_id: ExistingHost, plan_id: uuid.UUID, body: PlanReject, session: SessionDep,
+                 runtime: RuntimeDep, user: ApproverUser):
+    """Reject a requested plan (not by its requester)."""
+    return await _step(runtime.plans.reject(session, host_id, plan_id, user.username, body.reason), session)
+
+
+@router.post("/{plan_id}/install", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
+async def install(host_id: ExistingHost, plan_id: uuid.UUID, body: PlanInstall, session: SessionDep,
+                  runtime: RuntimeDep, user: OperatorUser):
+    """Install an approved plan that still fits its target: the root is measured for `window_s`
+    seconds, the agent installs the approved code, and the root is measured again."""
+    return await _step(runtime.plans.install(session, host_id, plan_id, user.username, body.window_s), session)
+
+
+@router.post("/{plan_id}/revert", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
+async def revert(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
+                 user: OperatorUser):
+    """Take an installed plan out (call sites first, then the entry)."""
+    return await _step(runtime.plans.revert(session, host_id, plan_id, user.username), session)

@@ -1,0 +1,333 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The backend's check of a plan an agent sends (PlanResult): nothing is stored unless it passes.
+
+An agent is root on its host but the backend trusts nothing it sends. A plan is the JSON of
+`hotpathd plan --json` (docs/agent-cli.md): it must fit the size limit, have the documented shape
+(pydantic models below; members the agent adds later are kept, as the format allows), and hold the
+invariants a console and an installer rely on:
+
+- the root is the function asked for and the group's first member;
+- every layout block lies inside its function (offset + size <= the function's size), blocks are in
+  ascending, non-overlapping order, counts are non-negative, and a block's chain names a chain of its
+  function's chain table (or -1: cold); every chain's blocks are blocks of the layout;
+- per function, hot and cold bytes equal the sums over its hot and cold blocks; the totals equal the
+  sums over the group;
+- I-cache cells lie inside the geometry (set < sets; a way at or past the associativity only in a set
+  that conflicts), each set numbers its lines 0..n-1 once, a line maps to its set, and the figures
+  (hot lines, conflict sets, lines in the fullest set, distance to the minimum) agree with the cells;
+- the code's hex has `code.bytes` bytes, relocations lie inside it, the unwind data follows it, and the
+  code hash recomputed here in the agent's canonical form (plan/identity.c: "hotpath-code/1" and a NUL,
+  then base, length and bytes of the code, the unwind offset, length and bytes, the relocation count
+  and each relocation's offset and target, integers as 64-bit little-endian) equals `code.sha256`,
+  which must equal PlanResult.code_sha256;
+- the target is the one asked for (a process's pid and start time as in its target id), and the build
+  id PlanResult names is the plan's module build id (kernel: its build id).
+"""
+import hashlib
+import struct
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Hex = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{1,16}$")]
+Count = Annotated[float, Field(ge=0)]
+Size = Annotated[int, Field(ge=0, le=1 << 32)]
+Name = Annotated[str, Field(min_length=1, max_length=1024)]
+HexBytes = Annotated[str, Field(pattern=r"^([0-9a-fA-F]{2})*$")]
+PLAN_STATUSES = ("ok", "no_counts", "not_hot", "root_kept", "refused")
+
+
+class PlanInvalid(ValueError):
+    """A plan that fails the check: the reason names what is wrong."""
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Target(_Open):
+    kind: Literal["kernel", "pid", "elf"]
+    build_id: str = Field("", max_length=128)
+    pid: int | None = Field(None, ge=1, le=2**31 - 1)
+    start_time: int | None = Field(None, ge=0, le=2**63 - 1)
+    module: str | None = Field(None, max_length=4096)
+    module_build_id: str | None = Field(None, max_length=128)
+
+
+class LayoutBlock(_Open):
+    offset: Size
+    size: Size
+    count: Count
+    hot: bool
+    chain: int = Field(ge=-1)
+    new_address: Hex | None = None
+    new_size: Size = 0
+    padding: Size = 0
+
+
+class ChainRow(_Open):
+    chain: int = Field(ge=0)
+    bytes: Size
+    weight: Count
+    blocks: list[Size] = Field(max_length=1_000_000)
+
+
+class EdgeCount(_Open):
+    from_: Size = Field(alias="from")
+    to: Size
+    count: Count
+    source: Literal["measured", "derived_exact", "estimated"]
+
+
+class Member(_Open):
+    function: Name
+    address: Hex
+    size: Size
+    blocks: Size
+    hot_blocks: Size
+    hot_bytes: Size
+    chains: Size
+    cold_bytes: Size
+    jump_table_bytes: Size
+    new_hot_bytes: Size
+    new_cold_bytes: Size
+    chain_table: list[ChainRow]
+    layout: list[LayoutBlock]
+    edge_counts: list[EdgeCount] = []
+
+
+class Totals(_Open):
+    functions: Size
+    hot_bytes: Size
+    cold_bytes: Size
+    jump_table_bytes: Size
+    new_hot_bytes: Size
+    new_cold_bytes: Size
+
+
+class Kept(_Open):
+    function: Name
+    address: Hex
+    rule: str = Field(min_length=1, max_length=4096)
+    detail: str = Field("", max_length=4096)
+
+
+class Cell(_Open):
+    set: Size
+    way: int = Field(ge=0, le=255)
+    line: Hex
+    conflict: bool
+    blocks: list[Name] = Field(max_length=4096)
+
+
+class ICache(_Open):
+    sets: int = Field(ge=1, le=1 << 20)
+    ways: int = Field(ge=1, le=256)
+    line_bytes: int = Field(ge=1, le=4096)
+    hot_bytes: Size
+    hot_lines: Size
+    minimum_lines: Size
+    distance_to_minimum: int
+    ratio: float = Field(ge=0)
+    conflict_sets: Size
+    max_lines_in_a_set: Size
+    cells: list[Cell]
+
+
+class Relocation(_Open):
+    offset: Size
+    target: Hex
+
+
+class Unwind(_Open):
+    offset: Size
+    bytes: Size
+    hex: HexBytes
+
+
+class Code(_Open):
+    base: Hex
+    bytes: Size
+    verified: bool
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    relocations: list[Relocation] = []
+    hex: HexBytes
+    unwind: Unwind | None = None
+
+
+class Plan(_Open):
+    root: Name
+    status: Literal["ok", "no_counts", "not_hot", "root_kept", "refused"]
+    message: str = Field("", max_length=4096)
+    target: Target
+    group: list[Member] = []
+    totals: Totals | None = None
+    kept_in_place: list[Kept] = []
+    icache_before: ICache | None = None
+    icache_after: ICache | None = None
+    code: Code | None = None
+
+
+def code_hash(code: Code) -> str:
+    """SHA-256 of the code in the agent's canonical form (agent/src/plan/identity.c, hp_code_hash)."""
+    body = bytes.fromhex(code.hex)
+    unwind = bytes.fromhex(code.unwind.hex) if code.unwind is not None else b""
+    h = hashlib.sha256(b"hotpath-code/1\0")
+    h.update(struct.pack("<QQ", int(code.base, 16), len(body)))
+    h.update(body)
+    h.update(struct.pack("<QQ", code.unwind.offset if code.unwind is not None else 0, len(unwind)))
+    h.update(unwind)
+    h.update(struct.pack("<Q", len(code.relocations)))
+    for r in code.relocations:
+        h.update(struct.pack("<QQ", r.offset, int(r.target, 16)))
+    return h.hexdigest()
+
+
+def _check_member(m: Member) -> None:
+    fn = m.function
+    if len(m.layout) != m.blocks:
+        raise PlanInvalid(f"{fn}: {m.blocks} blocks stated, {len(m.layout)} in its layout")
+    end = 0
+    for b in sorted(m.layout, key=lambda b: b.offset):
+        if b.offset < end:
+            raise PlanInvalid(f"{fn}: block +{b.offset:#x} overlaps the block before it")
+        end = b.offset + b.size
+    placed = 0
+    for b in m.layout:
+        new = int(b.new_address, 16) if b.new_address else 0
+        if new < placed:
+            raise PlanInvalid(f"{fn}: block +{b.offset:#x} is out of layout order (its new address is below the "
+                              f"end of the block before it)")
+        placed = new + b.new_size
+        if b.offset + b.size > m.size:
+            raise PlanInvalid(f"{fn}: block +{b.offset:#x} ({b.size} bytes) ends past the function's {m.size} bytes")
+        if b.chain >= len(m.chain_table):
+            raise PlanInvalid(f"{fn}: block +{b.offset:#x} names chain {b.chain}; the function has "
+                              f"{len(m.chain_table)}")
+        if b.hot != (b.chain >= 0):
+            raise PlanInvalid(f"{fn}: block +{b.offset:#x} is {'hot' if b.hot else 'cold'} but its chain is "
+                              f"{b.chain}")
+    if len(m.chain_table) != m.chains:
+        raise PlanInvalid(f"{fn}: {m.chains} chains stated, {len(m.chain_table)} in its chain table")
+    offsets = {b.offset for b in m.layout}
+    for i, c in enumerate(m.chain_table):
+        if c.chain != i:
+            raise PlanInvalid(f"{fn}: chain table row {i} is numbered {c.chain}")
+        for o in c.blocks:
+            if o not in offsets:
+                raise PlanInvalid(f"{fn}: chain {c.chain} names block +{o:#x}, which its layout lacks")
+    hot = [b for b in m.layout if b.hot]
+    sums = {"hot_blocks": len(hot), "hot_bytes": sum(b.size for b in hot),
+            "cold_bytes": sum(b.size for b in m.layout if not b.hot),
+            "new_hot_bytes": sum(b.new_size + b.padding for b in hot),
+            "new_cold_bytes": sum(b.new_size + b.padding for b in m.layout if not b.hot)}
+    for key, value in sums.items():
+        if getattr(m, key) != value:
+            raise PlanInvalid(f"{fn}: {key} is {getattr(m, key)}, its layout sums to {value}")
+    for e in m.edge_counts:
+        if e.from_ not in offsets or e.to not in offsets:
+            raise PlanInvalid(f"{fn}: an edge count names a block its layout lacks (+{e.from_:#x} → +{e.to:#x})")
+
+
+def _check_icache(name: str, ic: ICache) -> None:
+    per_set: dict[int, list[Cell]] = {}
+    for c in ic.cells:
+        if c.set >= ic.sets:
+            raise PlanInvalid(f"{name}: a cell is in set {c.set}; the cache has {ic.sets}")
+        line = int(c.line, 16)
+        if line % ic.line_bytes or (line // ic.line_bytes) % ic.sets != c.set:
+            raise PlanInvalid(f"{name}: line {c.line} does not map to set {c.set}")
+        per_set.setdefault(c.set, []).append(c)
+    conflicts, fullest = 0, 0
+    for s, cells in per_set.items():
+        if sorted(c.way for c in cells) != list(range(len(cells))):
+            raise PlanInvalid(f"{name}: set {s} does not number its lines 0..{len(cells) - 1} once each")
+        conflict = len(cells) > ic.ways
+        if any(c.conflict != conflict for c in cells):
+            raise PlanInvalid(f"{name}: set {s} holds {len(cells)} lines in {ic.ways} ways but its cells say "
+                              f"conflict={not conflict}")
+        conflicts += conflict
+        fullest = max(fullest, len(cells))
+    if len(ic.cells) != ic.hot_lines:
+        raise PlanInvalid(f"{name}: {ic.hot_lines} hot lines stated, {len(ic.cells)} cells")
+    if ic.conflict_sets != conflicts or ic.max_lines_in_a_set != fullest:
+        raise PlanInvalid(f"{name}: the conflict figures disagree with the cells")
+    if ic.distance_to_minimum != ic.hot_lines - ic.minimum_lines:
+        raise PlanInvalid(f"{name}: distance_to_minimum is not hot_lines - minimum_lines")
+
+
+def check(text: str, *, root_name: str, target_id: str, code_sha256: str, build_id: str,
+          max_bytes: int) -> tuple[dict[str, Any], Plan]:
+    """Parse and check a plan; returns (the JSON as a dict, its model), or raises PlanInvalid."""
+    if len(text.encode()) > max_bytes:
+        raise PlanInvalid(f"the plan is {len(text.encode())} bytes; at most {max_bytes} are accepted")
+    try:
+        raw = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise PlanInvalid(f"the plan is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise PlanInvalid("the plan is not a JSON object")
+    try:
+        plan = Plan.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise PlanInvalid(f"the plan's {where or 'shape'} is malformed: {first['msg']} "
+                          f"({exc.error_count()} problem(s))") from None
+    if plan.root != root_name:
+        raise PlanInvalid(f"the plan is for {plan.root}, not {root_name} as asked")
+    t = plan.target
+    if target_id == "kernel":
+        if t.kind != "kernel":
+            raise PlanInvalid(f"the plan is for a {t.kind} target, not the kernel as asked")
+    else:
+        pid, start = (int(x) for x in target_id[1:].split("-", 1))
+        if t.kind != "pid" or t.pid != pid or t.start_time != start:
+            raise PlanInvalid(f"the plan is for {t.kind} {t.pid} (started {t.start_time}), not the process "
+                              f"{target_id} as asked")
+    plan_build = (t.module_build_id or t.build_id) if t.kind != "kernel" else t.build_id
+    if build_id != plan_build:
+        raise PlanInvalid(f"the result names build id {build_id!r}; the plan's is {plan_build!r}")
+    if plan.status != "ok":
+        if code_sha256:
+            raise PlanInvalid(f"a plan whose status is {plan.status} names a code hash")
+        return raw, plan
+    if not plan.group or plan.group[0].function != root_name:
+        raise PlanInvalid("the root is not the group's first member")
+    if plan.totals is None or plan.icache_before is None or plan.icache_after is None or plan.code is None:
+        raise PlanInvalid("a plan with status ok lacks totals, I-cache figures or code")
+    for m in plan.group:
+        _check_member(m)
+    sums = {"functions": len(plan.group)}
+    for key in ("hot_bytes", "cold_bytes", "jump_table_bytes", "new_hot_bytes", "new_cold_bytes"):
+        sums[key] = sum(getattr(m, key) for m in plan.group)
+    for key, value in sums.items():
+        if getattr(plan.totals, key) != value:
+            raise PlanInvalid(f"totals.{key} is {getattr(plan.totals, key)}; the group sums to {value}")
+    _check_icache("icache_before", plan.icache_before)
+    _check_icache("icache_after", plan.icache_after)
+    code = plan.code
+    if not code.verified:
+        raise PlanInvalid("the plan's code was not verified")
+    if len(code.hex) != 2 * code.bytes:
+        raise PlanInvalid(f"code.hex holds {len(code.hex) // 2} bytes; code.bytes says {code.bytes}")
+    for r in code.relocations:
+        if r.offset + 4 > code.bytes:
+            raise PlanInvalid(f"a relocation at +{r.offset:#x} lies outside the code")
+    if code.unwind is not None and (code.unwind.offset < code.bytes or len(code.unwind.hex) != 2 * code.unwind.bytes):
+        raise PlanInvalid("the unwind data overlaps the code or its length disagrees with its bytes")
+    base = int(code.base, 16)
+    spans = sorted((int(b.new_address, 16), b.new_size, m.function, b.offset)
+                   for m in plan.group for b in m.layout if b.new_address)
+    placed = base
+    for new, size, fn, off in spans:
+        if new < placed or new + size > base + code.bytes:
+            raise PlanInvalid(f"{fn}: block +{off:#x} is placed outside the code or over another block")
+        placed = new + size
+    recomputed = code_hash(code)
+    if recomputed != code.sha256:
+        raise PlanInvalid(f"code.sha256 is {code.sha256} but the code hashes to {recomputed}")
+    if code_sha256 != code.sha256:
+        raise PlanInvalid(f"the result names code hash {code_sha256!r}; the plan's is {code.sha256}")
+    return raw, plan

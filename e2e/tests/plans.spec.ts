@@ -1,0 +1,296 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plans end to end with the real agent, backend and Chromium: a program gcc builds here (the agent's
+// threads fixture, whose threads call pr_root forever and exit on any wrong result) is attached; the
+// console's Optimize makes a plan from exact block counts (progress, heatmaps, chain table, emitted
+// code); admin requests approval and cannot approve it (button disabled, API 403); a second user with
+// the approver role approves; Install puts the copy into the process (its memfd mapping in
+// /proc/PID/maps, the entry jumping to it, every result still right) with the before/after table in
+// units; Revert brings the original bytes back. A plan whose process exited is stale and cannot be
+// installed. On the kernel, Optimize makes an estimate plan from PC samples, and Install is refused
+// with the agent's reason (this kernel forbids code replacement).
+import { test, expect, type APIRequestContext, type Browser, type Page } from "@playwright/test";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { apiAs, baseURL, readyHost, startReadLoop } from "./helpers";
+
+const fixtures = join(__dirname, "..", "..", "agent", "tests", "fixtures");
+const approver = { username: `approver-${Date.now()}`, password: "approver-password-e2e" };
+// Where the plan view's picture goes: docs/img when HOTPATH_E2E_SCREENSHOTS names it, else the results.
+const shots = process.env.HOTPATH_E2E_SCREENSHOTS ?? join(__dirname, "..", "test-results");
+
+let ctx: APIRequestContext;
+let hostId = "";
+let program = "";
+let buildDir = "";
+let approverApi: APIRequestContext;
+
+test.beforeAll(async () => {
+  ({ ctx, hostId } = await readyHost());
+  buildDir = mkdtempSync(join(tmpdir(), "hotpath-e2e-plan-"));
+  program = join(buildDir, "threads");
+  // Without the unwinder check: the install's measurement windows time pr_root with uretprobes, which
+  // replace return addresses on the stack, so backtrace() inside would see other frames.
+  execFileSync("gcc", ["-O2", "-g", "-pthread", "-Wl,--build-id", "-DPR_NO_UNWIND", `-I${fixtures}`, "-o", program,
+                       join(fixtures, "threads.c")]);
+  // The second user, with the approver role, made through the admin API.
+  const made = await ctx.post("/api/v1/users", { data: { ...approver, role: "approver" } });
+  expect(made.status(), await made.text()).toBe(201);
+  approverApi = await apiAs(approver.username, approver.password);
+});
+
+test.afterAll(() => {
+  if (buildDir) rmSync(buildDir, { recursive: true, force: true });
+});
+
+/** The fixture running with `threads` worker threads, once every thread has its table of results. */
+async function startFixture(threads = 2): Promise<{ proc: ChildProcess; out: () => string }> {
+  const proc = spawn(program, [String(threads)], { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  proc.stdout!.on("data", (d) => (out += d));
+  proc.stderr!.on("data", (d) => (out += d));
+  const end = Date.now() + 30_000;
+  while (!out.includes("ready")) {
+    if (proc.exitCode !== null || Date.now() > end) throw new Error(`the fixture did not start: ${out}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { proc, out: () => out };
+}
+
+async function waitCommand(path: string, timeoutMs = 60_000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const c = await (await ctx.get(path)).json();
+    if (["done", "failed", "cancelled"].includes(c.state)) return c;
+    if (Date.now() > end) throw new Error(`command not done: ${JSON.stringify(c)}`);
+    await new Promise((r) => setTimeout(r, 300));
+  }
+}
+
+/** Attach the process through the API (the console has no attach form yet); its target id. */
+async function attach(pid: number): Promise<string> {
+  const res = await ctx.post(`/api/v1/hosts/${hostId}/targets`, { data: { pid } });
+  expect(res.status(), await res.text()).toBe(202);
+  const cmd = await waitCommand(`/api/v1/hosts/${hostId}/commands/${(await res.json()).id}`);
+  expect(cmd.state, JSON.stringify(cmd)).toBe("done");
+  const targets = await (await ctx.get(`/api/v1/hosts/${hostId}/targets`)).json();
+  const t = targets.find((x: { pid: number; state: string }) => x.pid === pid && x.state === "attached");
+  expect(t, JSON.stringify(targets)).toBeTruthy();
+  return t.id;
+}
+
+/** pr_root of the attached fixture, as the console names it, once its module's catalog is stored. */
+async function prRoot(target: string) {
+  const end = Date.now() + 60_000;
+  for (;;) {
+    const page = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=pr_root&target=${target}`)).json();
+    const fn = (page.items ?? []).find((f: { name: string }) => f.name === "pr_root");
+    if (fn) return (await (await ctx.get(`/api/v1/hosts/${hostId}/functions/${fn.id}?target=${target}`)).json()).function;
+    if (Date.now() > end) throw new Error(`pr_root not in the catalog of ${target}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+/** An address written in hex, with or without 0x. */
+const hex = (s: string): bigint => BigInt(s.startsWith("0x") ? s : `0x${s}`);
+
+function readMem(pid: number, address: bigint, n: number): Buffer {
+  const fd = openSync(`/proc/${pid}/mem`, "r");
+  try {
+    const buf = Buffer.alloc(n);
+    expect(readSync(fd, buf, 0, n, address)).toBe(n);
+    return buf;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+async function approverPage(browser: Browser, url: string): Promise<Page> {
+  const context = await browser.newContext({ baseURL, storageState: { cookies: [], origins: [] } });
+  const page = await context.newPage();
+  await page.goto("/");
+  await page.getByLabel("Username").fill(approver.username);
+  await page.getByLabel("Password").fill(approver.password);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("heading", { name: "Hosts" })).toBeVisible();
+  await page.goto(url);
+  return page;
+}
+
+const planState = (page: Page) => page.getByTestId("plan-state");
+
+test("a process's hot function: optimize, approve by another user, install, measure, revert", async ({ page, browser }) => {
+  test.setTimeout(300_000);
+  const fx = await startFixture();
+  const pid = fx.proc.pid!;
+  try {
+    const target = await attach(pid);
+    const root = await prRoot(target);
+    const entry = hex(root.address_hex);
+    const original = readMem(pid, entry, 16);
+
+    // Optimize… on the function page: progress while the agent counts the blocks, then the plan.
+    await page.setViewportSize({ width: 1400, height: 1000 });
+    await page.goto(`/hosts/${hostId}/functions/${root.id}?target=${target}`);
+    await expect(page.getByRole("heading", { name: "pr_root" })).toBeVisible();
+    await page.getByRole("button", { name: "Optimize…" }).click();
+    await expect(page).toHaveURL(/\/plans\/[0-9a-f-]{36}$/);
+    const planUrl = new URL(page.url()).pathname;
+    const planId = planUrl.split("/").pop()!;
+    await expect(page.getByRole("progressbar", { name: "Plan progress" })).toBeVisible();
+    await expect(planState(page)).toHaveText("ready", { timeout: 120_000 });
+    await expect(page.getByText("exact (probes)")).toBeVisible();
+    await expect(page.getByTestId("heatmap-before")).toBeVisible();
+    await expect(page.getByTestId("heatmap-after")).toBeVisible();
+    const chains = page.getByTestId("chain-table").locator("tbody tr");
+    expect(await chains.count()).toBeGreaterThan(0);
+    await expect(chains.filter({ has: page.getByRole("cell", { name: "pr_root", exact: true }) }).first()).toBeVisible();
+    await expect(page.getByRole("heading", { name: /Emitted code \(\d+ bytes, verified\)/ })).toBeVisible();
+    const listing = page.getByTestId("code-listing");
+    await expect(listing.locator("tbody tr").first()).toContainText("pr_root+0x0");
+    await expect(listing).toContainText("<copy:pr_");
+    // The original of the chosen member (the root) beside it, decoded by the agent.
+    const originalCode = page.getByTestId("original-listing");
+    await expect(originalCode.locator("tbody tr").first()).toContainText("pr_root+0x0");
+    expect(await originalCode.locator("tbody tr").count()).toBeGreaterThan(5);
+    // The root's CFG, laid out in the worker, coloured by the plan: hot blocks by chain, cold ones grey.
+    const cfg = page.getByRole("img", { name: "pr_root: control-flow graph coloured by the plan" });
+    await expect(cfg).toBeVisible();
+    await expect(cfg.locator('[data-testid="plan-cfg-block"][data-hot="1"]').first()).toBeAttached();
+    expect(await cfg.getByTestId("plan-cfg-block").count()).toBe(root.block_count);
+
+    // Admin requests approval, and cannot approve their own request: the button says why, the API refuses.
+    await page.getByRole("button", { name: "Request approval" }).click();
+    await expect(planState(page)).toHaveText("requested");
+    const approve = page.getByRole("button", { name: "Approve" });
+    await expect(approve).toBeDisabled();
+    await expect(approve).toHaveAttribute("title", /another approver/);
+    const own = await ctx.post(`/api/v1/hosts/${hostId}/plans/${planId}/approve`);
+    expect(own.status()).toBe(403);
+
+    // The approver approves from their own session.
+    const other = await approverPage(browser, planUrl);
+    await expect(planState(other)).toHaveText("requested");
+    await other.getByRole("button", { name: "Approve" }).click();
+    await expect(planState(other)).toHaveText("approved");
+    await other.context().close();
+
+    // One click installs: a window before, the install, a window after.
+    await page.reload();
+    await expect(planState(page)).toHaveText("approved");
+    await page.getByRole("button", { name: "Install" }).click();
+    await expect(planState(page)).toHaveText(/installing|installed/);
+    await expect(planState(page)).toHaveText("installed", { timeout: 120_000 });
+    // The before/after table fills in with figures and their units once the window after has run.
+    const table = page.getByTestId("before-after");
+    const calls = table.getByRole("row").filter({ hasText: "Calls per second" });
+    await expect(calls.locator("td").nth(0)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: 60_000 });
+    await expect(calls.locator("td").nth(1)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: 60_000 });
+    await expect(calls.locator("td").nth(2)).toHaveText(/^-?\d+\.\d%$/);
+    const wall = table.getByRole("row").filter({ hasText: "Wall time per call" });
+    await expect(wall.locator("td").nth(0)).toHaveText(/^\d+ ns$|^unavailable/);
+    await expect(table.getByRole("row").filter({ hasText: "Window" }).locator("td").nth(1)).toHaveText(/\d+\.\d s, [1-9]\d* calls/);
+    // Once the window after has stopped (its uprobe sits on the entry meanwhile), the entry jumps to the
+    // copy, which is mapped from the plan's memfd.
+    await expect.poll(async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json())
+      .comparison?.after?.state, { timeout: 60_000 }).toBe("stopped");
+    const plan = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
+    const heap = hex(plan.install_detail.heap);
+    const mapped = readFileSync(`/proc/${pid}/maps`, "utf8").split("\n").filter((l) => hex(l.split("-")[0] || "0") === heap);
+    expect(mapped.length, readFileSync(`/proc/${pid}/maps`, "utf8")).toBe(1);
+    expect(mapped[0]).toContain("r-xp");
+    expect(mapped[0]).toContain(planId);
+    const head = readMem(pid, entry, 5);
+    expect(head[0], "the entry jumps to the copy").toBe(0xe9);
+    expect(entry + 5n + BigInt(head.readInt32LE(1))).toBe(hex(plan.install_detail.new_entry));
+
+    mkdirSync(shots, { recursive: true });
+    await page.screenshot({ path: join(shots, "plan-view.png") });
+
+    // Every result the threads computed through the copy was right (a wrong one exits with status 3).
+    expect(fx.proc.exitCode, fx.out()).toBeNull();
+    expect(fx.out()).not.toContain("MISMATCH");
+
+    // One click reverts: the original bytes are back and the copy is unmapped or kept unused.
+    await page.getByRole("button", { name: "Revert" }).click();
+    await expect(planState(page)).toHaveText("reverted", { timeout: 60_000 });
+    expect(readMem(pid, entry, 16).equals(original), "the original bytes are back").toBe(true);
+    const after = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
+    if (after.revert_detail.status === "reverted") {
+      expect(readFileSync(`/proc/${pid}/maps`, "utf8")).not.toContain(planId);
+    }
+    await new Promise((r) => setTimeout(r, 500));
+    expect(fx.proc.exitCode, fx.out()).toBeNull();
+
+    // The audit trail on the page names every step and who took it.
+    const audit = page.getByTestId("plan-audit");
+    for (const what of ["create", "ready", "request", "approve", "install requested", "installed", "revert requested", "reverted"]) {
+      await expect(audit.getByRole("cell", { name: what, exact: true })).toHaveCount(1);
+    }
+    await expect(audit.getByRole("row").filter({ hasText: approver.username })).toContainText("approve");
+  } finally {
+    fx.proc.kill("SIGTERM");
+  }
+});
+
+test("a plan whose process exited is stale and cannot be installed", async ({ page }) => {
+  test.setTimeout(180_000);
+  const fx = await startFixture(1);
+  const pid = fx.proc.pid!;
+  let killed = false;
+  try {
+    const target = await attach(pid);
+    const root = await prRoot(target);
+    const made = await ctx.post(`/api/v1/hosts/${hostId}/plans`, { data: { target, function_id: root.id, seconds: 2 } });
+    expect(made.ok(), await made.text()).toBe(true);
+    const planId = (await made.json()).id;
+    const planPath = `/api/v1/hosts/${hostId}/plans/${planId}`;
+    await expect.poll(async () => (await (await ctx.get(planPath)).json()).state, { timeout: 120_000 }).toBe("ready");
+    expect((await ctx.post(`${planPath}/request`)).status()).toBe(200);
+    expect((await approverApi.post(`${planPath}/approve`)).status()).toBe(200);
+
+    fx.proc.kill("SIGKILL");
+    killed = true;
+    await page.goto(`/hosts/${hostId}/plans/${planId}`);
+    await expect(planState(page)).toHaveText("stale", { timeout: 60_000 });
+    await expect(page.getByRole("note").filter({ hasText: /^Stale: / })).toContainText(target);
+    await expect(page.getByRole("button", { name: "Install" })).toBeDisabled();
+    const install = await ctx.post(`${planPath}/install`, { data: { window_s: 1 } });
+    expect(install.status()).toBe(409);
+    expect((await install.json()).detail).toContain("stale");
+  } finally {
+    if (!killed) fx.proc.kill("SIGKILL");
+  }
+});
+
+test("a kernel function's plan is an estimate, and installing it is refused with the agent's reason", async ({ page }) => {
+  test.setTimeout(240_000);
+  const found = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=vfs_read&limit=50`)).json();
+  const fn = found.items.find((f: { name: string }) => f.name === "vfs_read");
+  expect(fn, "vfs_read is in the catalog").toBeTruthy();
+  const loop = startReadLoop();
+  try {
+    await page.goto(`/hosts/${hostId}/functions/${fn.id}`);
+    await expect(page.getByRole("heading", { name: "vfs_read" })).toBeVisible();
+    await page.getByRole("button", { name: "Optimize…" }).click();
+    await expect(page).toHaveURL(/\/plans\/[0-9a-f-]{36}$/);
+    const planId = new URL(page.url()).pathname.split("/").pop()!;
+    await expect(planState(page)).toHaveText("ready", { timeout: 120_000 });
+    await expect(page.getByText("estimated (sampled)")).toBeVisible();
+    await expect(page.getByRole("note").filter({ hasText: "Block counts were sampled" })).toBeVisible();
+    await expect(page.getByTestId("chain-table").locator("thead")).toContainText("Weight (estimate)");
+
+    const planPath = `/api/v1/hosts/${hostId}/plans/${planId}`;
+    expect((await ctx.post(`${planPath}/request`)).status()).toBe(200);
+    expect((await approverApi.post(`${planPath}/approve`)).status()).toBe(200);
+    await page.reload();
+    await page.getByRole("button", { name: "Install" }).click();
+    await expect(planState(page)).toHaveText("install_failed", { timeout: 120_000 });
+    await expect(page.getByRole("alert").filter({ hasText: "kernel code replacement" })).toBeVisible();
+    const plan = await (await ctx.get(planPath)).json();
+    expect(plan.error).toMatch(/kernel code replacement (is unavailable|was not probed)/);
+  } finally {
+    loop.kill();
+  }
+});

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+// A plan of a host: while the agent makes it, its progress; then the I-cache heatmaps before and after,
+// the footprint figures, the chain table, each group function's blocks in their new order coloured
+// hot/cold with their chains and their control-flow graphs coloured the same way (PlanCode.tsx), the
+// functions kept in place with their rules, the emitted code beside a member's original; and the
+// approval workflow (request, approve or reject by another approver, install, revert) with who did
+// what, the root's figures before and after the install, and the plan's audit trail.
+import { Link, useParams } from "react-router-dom";
+import { useState } from "react";
+import { useCommand, useMe, usePlan, usePlanAudit, usePlanStep, type PlanStep } from "../../api/queries";
+import type { PlanDetail, PlanWindow } from "../../api/types";
+import { useAuth } from "../auth/AuthContext";
+import { HeatLegend, Heatmap } from "./Heatmap";
+import { CodeSideBySide, MemberCfgs } from "./PlanCode";
+import type { MemberView, PlanView } from "./planModel";
+import { usePlanView } from "./usePlanView";
+
+const RANK: Record<string, number> = { viewer: 0, operator: 1, approver: 2, admin: 3 };
+
+export function PlanPage() {
+  const { hostId = "", planId = "" } = useParams();
+  const plan = usePlan(hostId, planId);
+  if (plan.isError) {
+    return (
+      <section className="notice">
+        <h1>Plan not available</h1>
+        <p className="error" role="alert">{plan.error.message}</p>
+        <p><Link to={`/hosts/${encodeURIComponent(hostId)}`}>Back to the host</Link></p>
+      </section>
+    );
+  }
+  if (!plan.data) return <p className="muted">Loading plan…</p>;
+  return <PlanBody hostId={hostId} plan={plan.data} />;
+}
+
+function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
+  const shaped = usePlanView(plan.plan, plan.estimated);
+  const make = useCommand(hostId, plan.make_command, plan.state === "planning");
+  return (
+    <section className="plan-page">
+      <p className="crumbs"><Link to={`/hosts/${encodeURIComponent(hostId)}`}>← host</Link></p>
+      <h1>Plan for {plan.root_name}</h1>
+      <dl className="facts">
+        <div><dt>State</dt><dd data-testid="plan-state" className={`plan-state ${plan.state}`}>{plan.state}</dd></div>
+        <div><dt>Target</dt><dd>{plan.target_id}</dd></div>
+        <div><dt>Code hash</dt><dd className="addr" title={plan.code_sha256 ?? ""}>{plan.code_sha256 ? plan.code_sha256.slice(0, 16) + "…" : "—"}</dd></div>
+        <div><dt>Build id</dt><dd className="addr">{plan.build_id ?? "—"}</dd></div>
+        <div><dt>Counts</dt><dd>{plan.estimated ? <span className="estimate">estimated (sampled)</span> : plan.plan ? "exact (probes)" : "—"}</dd></div>
+      </dl>
+      {plan.state === "planning" && (
+        <div className="layout-progress" role="status" aria-live="polite">
+          <p>The agent is measuring and planning… {make.data?.message ?? make.data?.state ?? ""}</p>
+          <progress max={1} value={make.data?.progress ?? undefined} aria-label="Plan progress" />
+        </div>
+      )}
+      {plan.error && <p className="error" role="alert">{plan.error}</p>}
+      {plan.stale_reason && <p className="warning" role="note">Stale: {plan.stale_reason}</p>}
+      <Workflow hostId={hostId} plan={plan} />
+      <Comparison plan={plan} />
+      {shaped.error && <p className="error" role="alert">The plan could not be shown: {shaped.error}</p>}
+      {shaped.view && <PlanFigures view={shaped.view} hostId={hostId} target={plan.target_id} />}
+      <AuditTrail hostId={hostId} plan={plan} />
+    </section>
+  );
+}
+
+function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
+  const { session } = useAuth();
+  const me = useMe(!!session).data ?? session?.user;
+  const step = usePlanStep(hostId, plan.id);
+  const [reason, setReason] = useState("");
+  const rank = RANK[me?.role ?? "viewer"] ?? 0;
+  const own = me?.username === plan.requested_by;
+  const can: Record<PlanStep, { ok: boolean; why: string }> = {
+    request: { ok: plan.state === "ready" && rank >= 1, why: plan.state !== "ready" ? "only a ready plan is requested" : "needs the operator role" },
+    approve: { ok: plan.state === "requested" && rank >= 2 && !own,
+               why: plan.state !== "requested" ? "nothing is requested" : own ? "you requested it: another approver decides" : "needs the approver role" },
+    reject: { ok: plan.state === "requested" && rank >= 2 && !own, why: "as approve" },
+    install: { ok: plan.state === "approved" && rank >= 1, why: plan.state !== "approved" ? "only an approved plan is installed" : "needs the operator role" },
+    revert: { ok: plan.state === "installed" && rank >= 1, why: plan.state !== "installed" ? "nothing is installed" : "needs the operator role" },
+  };
+  const button = (s: PlanStep, label: string) => (
+    <button type="button" disabled={!can[s].ok || step.isPending} title={can[s].ok ? "" : can[s].why}
+            onClick={() => step.mutate({ step: s, reason, window_s: 5 })}>{label}</button>
+  );
+  return (
+    <section className="plan-workflow" aria-labelledby="wf-title">
+      <h2 id="wf-title">Approval and install</h2>
+      <ol className="wf-steps">
+        <li>Made by {plan.created_by} {when(plan.created_at)}</li>
+        {plan.requested_by && <li>Requested by {plan.requested_by} {when(plan.requested_at)}</li>}
+        {plan.approved_by && <li>Approved by {plan.approved_by} {when(plan.approved_at)} (code {plan.approved_code_sha256?.slice(0, 12)}…, build {plan.approved_build_id?.slice(0, 12)}…)</li>}
+        {plan.rejected_by && <li>Rejected by {plan.rejected_by} {when(plan.rejected_at)}{plan.reject_reason ? `: ${plan.reject_reason}` : ""}</li>}
+        {plan.install_by && <li>Install by {plan.install_by}{plan.installed_at ? `, installed ${when(plan.installed_at)}` : ""}</li>}
+        {plan.revert_by && <li>Revert by {plan.revert_by}{plan.reverted_at ? `, reverted ${when(plan.reverted_at)}` : ""}</li>}
+      </ol>
+      <div className="toolbar">
+        {button("request", "Request approval")}
+        {button("approve", "Approve")}
+        <input aria-label="Reason to reject" placeholder="reason (reject)" value={reason} onChange={(e) => setReason(e.target.value)} />
+        {button("reject", "Reject")}
+        {button("install", "Install")}
+        {button("revert", "Revert")}
+      </div>
+      {step.isError && <p className="error" role="alert">{step.error.message}</p>}
+    </section>
+  );
+}
+
+function when(t: string | null | undefined) {
+  return t ? `at ${new Date(t).toLocaleString()}` : "";
+}
+
+function fmt(v: number | null | undefined, unit: string, digits = 0) {
+  return v === null || v === undefined ? null : `${v.toFixed(digits)} ${unit}`;
+}
+
+function Comparison({ plan }: { plan: PlanDetail }) {
+  const c = plan.comparison;
+  if (!c) return null;
+  const rows: [string, keyof PlanWindow, string, number][] = [
+    ["Calls per second", "calls_per_s", "/s", 1], ["Wall time per call", "wall_ns_per_call", "ns", 0],
+    ["Virtual time per call", "vtime_ns_per_call", "ns", 0]];
+  const cell = (w: PlanWindow | null | undefined, key: keyof PlanWindow, unit: string, d: number) => {
+    if (!w) return <td className="muted">not measured</td>;
+    const v = fmt(w[key] as number | null, unit, d);
+    const metric = key === "wall_ns_per_call" ? "wall" : key === "vtime_ns_per_call" ? "vtime" : "count";
+    return v ? <td>{v}</td> : <td className="unavailable">unavailable{w.unavailable[metric] ? ` (${w.unavailable[metric]})` : ""}</td>;
+  };
+  return (
+    <section aria-labelledby="cmp-title">
+      <h2 id="cmp-title">{plan.root_name} before and after the install</h2>
+      <table className="data" data-testid="before-after">
+        <thead><tr><th /><th>Before</th><th>After</th><th>Change</th></tr></thead>
+        <tbody>
+          {rows.map(([label, key, unit, d]) => (
+            <tr key={key}>
+              <th scope="row">{label}</th>
+              {cell(c.before, key, unit, d)}
+              {cell(c.after, key, unit, d)}
+              <td>{c.change[key] === null || c.change[key] === undefined ? "—" : `${(c.change[key] * 100).toFixed(1)}%`}</td>
+            </tr>
+          ))}
+          <tr><th scope="row">Window</th><td>{c.before ? `${c.before.seconds.toFixed(1)} s, ${c.before.calls ?? 0} calls` : "—"}</td>
+            <td>{c.after ? `${c.after.seconds.toFixed(1)} s, ${c.after.calls ?? 0} calls` : "—"}</td><td /></tr>
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
+function PlanFigures({ view, hostId, target }: { view: PlanView; hostId: string; target: string }) {
+  return (
+    <>
+      {view.status !== "ok" && <p className="warning" role="note">No plan ({view.status}): {view.message}</p>}
+      {view.bottleneck && <p className="muted small">Bottleneck check: {view.bottleneck}</p>}
+      {view.estimated && <p className="estimate" role="note">Block counts were sampled: counts, chains and hot lines are estimates.</p>}
+      {view.before && view.after && (
+        <section aria-labelledby="ic-title">
+          <h2 id="ic-title">I-cache footprint</h2>
+          <div className="heatmaps">
+            <Heatmap title="Before" grid={view.before} testId="heatmap-before" />
+            <Heatmap title="After" grid={view.after} testId="heatmap-after" />
+          </div>
+          <HeatLegend lineBytes={view.before.lineBytes} ways={view.before.ways} />
+          <table className="data" data-testid="footprint">
+            <thead><tr><th /><th>Hot lines</th><th>Minimum</th><th>Ratio</th><th>Distance</th><th>Conflicting sets</th></tr></thead>
+            <tbody>
+              {[["Before", view.before], ["After", view.after]].map(([l, g]) => {
+                const grid = g as typeof view.before;
+                return <tr key={l as string}><th scope="row">{l as string}</th><td>{grid.hotLines}</td><td>{grid.minimum}</td>
+                  <td>{grid.ratio.toFixed(2)}</td><td>{grid.distance}</td><td>{grid.conflictSets}</td></tr>;
+              })}
+            </tbody>
+          </table>
+        </section>
+      )}
+      <section aria-labelledby="group-title">
+        <h2 id="group-title">Group ({view.members.length} functions)</h2>
+        <table className="data">
+          <thead><tr><th>Function</th><th>Hot bytes</th><th>Chains</th><th>Cold bytes</th><th>Jump tables</th><th>New hot</th><th>New cold</th></tr></thead>
+          <tbody>
+            {view.members.map((m) => <tr key={m.fn}><td>{m.fn}</td><td>{m.hotBytes}</td><td>{m.chains}</td><td>{m.coldBytes}</td><td>{m.jumpTableBytes}</td><td>{m.newHotBytes}</td><td>{m.newColdBytes}</td></tr>)}
+            <tr className="totals"><th scope="row">Totals</th><td>{view.totals.hot_bytes}</td><td /><td>{view.totals.cold_bytes}</td><td>{view.totals.jump_table_bytes}</td><td>{view.totals.new_hot_bytes}</td><td>{view.totals.new_cold_bytes}</td></tr>
+          </tbody>
+        </table>
+        {view.members.map((m) => <LayoutStrip key={m.fn} m={m} />)}
+      </section>
+      <MemberCfgs hostId={hostId} target={target} members={view.members} />
+      <section aria-labelledby="chains-title">
+        <h2 id="chains-title">Chains</h2>
+        <table className="data" data-testid="chain-table">
+          <thead><tr><th>Function</th><th>Chain</th><th>Bytes</th><th>Weight{view.estimated ? " (estimate)" : ""}</th><th>Blocks</th></tr></thead>
+          <tbody>
+            {view.chains.slice(0, 500).map((c) => <tr key={`${c.fn}:${c.chain}`}><td>{c.fn}</td><td>{c.chain}</td><td>{c.bytes}</td><td>{c.weight}</td><td className="addr">{c.blocks}</td></tr>)}
+          </tbody>
+        </table>
+      </section>
+      <section aria-labelledby="kept-title">
+        <h2 id="kept-title">Kept in place</h2>
+        {view.kept.length === 0 ? <p className="muted">Every hot callee moves with the group.</p> : (
+          <table className="data" data-testid="kept">
+            <thead><tr><th>Function</th><th>Address</th><th>Rule</th><th>Detail</th></tr></thead>
+            <tbody>{view.kept.map((k) => <tr key={k.fn + k.address}><td>{k.fn}</td><td className="addr">{k.address}</td><td>{k.rule}</td><td>{k.detail}</td></tr>)}</tbody>
+          </table>
+        )}
+      </section>
+      <section aria-labelledby="code-title">
+        <h2 id="code-title">Emitted code ({view.codeBytes} bytes, {view.verified ? "verified" : "NOT verified"})</h2>
+        {view.listing ? (
+          <CodeSideBySide hostId={hostId} target={target} members={view.members} listing={view.listing} />
+        ) : (
+          <>
+            <p className="muted small">This agent sends the code's bytes without a listing; they are shown as bytes.</p>
+            <pre className="hexdump" data-testid="code-hex">{view.hexLines.join("\n")}</pre>
+          </>
+        )}
+      </section>
+      {view.notes.length > 0 && <ul className="muted small">{view.notes.map((n) => <li key={n}>{n}</li>)}</ul>}
+    </>
+  );
+}
+
+/** A function's blocks in their new order: hot blocks coloured by chain, cold ones grey, widths by size. */
+function LayoutStrip({ m }: { m: MemberView }) {
+  const total = m.blocks.reduce((s, b) => s + b.size, 0) || 1;
+  let x = 0;
+  return (
+    <figure className="layout-strip">
+      <figcaption className="small">{m.fn} <span className="muted">{m.address} → {m.newAddress ?? "?"}</span></figcaption>
+      <svg width={600} height={14} role="img" aria-label={`${m.fn}: blocks in layout order`}>
+        {m.blocks.map((b) => {
+          const w = (b.size / total) * 600;
+          const r = <rect key={b.offset} x={x} y={0} width={Math.max(1, w - 0.5)} height={14}
+                          className={b.hot ? `blk hot c${b.chain % 8}` : "blk cold"}>
+            <title>{`+0x${b.offset.toString(16)} (${b.size} bytes) ${b.hot ? `chain ${b.chain}` : "cold"}, count ${b.count}`}</title>
+          </rect>;
+          x += w;
+          return r;
+        })}
+      </svg>
+    </figure>
+  );
+}
+
+function AuditTrail({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
+  const audit = usePlanAudit(hostId, plan.id, `${plan.state}|${plan.updated_at}`);
+  return (
+    <section aria-labelledby="audit-title">
+      <h2 id="audit-title">Audit trail</h2>
+      <table className="data" data-testid="plan-audit">
+        <thead><tr><th>When</th><th>Who</th><th>What</th></tr></thead>
+        <tbody>{(audit.data ?? []).map((a) => <tr key={a.id}><td>{new Date(a.at).toLocaleString()}</td><td>{a.actor}</td><td>{a.action.replace(/^plan_/, "").replace(/_/g, " ")}</td></tr>)}</tbody>
+      </table>
+    </section>
+  );
+}

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// The plan shaping on a real plan (hotpathd plan --json of the group fixture): grids, chains, strips.
+import { describe, expect, it } from "vitest";
+import fixture from "../../../../backend/tests/fixtures/plan_group.json";
+import { heatGrid, shapePlan } from "./planModel";
+
+describe("shapePlan", () => {
+  it("shapes the I-cache grids, the chain table and the group's layout strips of a real plan", () => {
+    const v = shapePlan(fixture, false);
+    expect(v.status).toBe("ok");
+    expect(v.before!.hotLines).toBe(fixture.icache_before.hot_lines);
+    expect(v.before!.cells).toHaveLength(fixture.icache_before.cells.length);
+    expect(v.after!.sets).toBe(64);
+    expect(v.after!.columns).toBe(8);
+    expect(v.members.map((m) => m.fn)).toEqual(fixture.group.map((g) => g.function));
+    const chains = fixture.group.reduce((s, g) => s + g.chain_table.length, 0);
+    expect(v.chains).toHaveLength(chains);
+    expect(v.chains[0].weight).toBeGreaterThanOrEqual(v.chains[v.chains.length - 1].weight);
+    expect(v.kept[0].rule).toContain("switch table");
+    expect(v.hexLines[0].startsWith(fixture.code.base)).toBe(true);
+    expect(v.listing).toBeNull();
+    expect(v.verified).toBe(true);
+  });
+
+  it("widens a grid past its ways where a set conflicts", () => {
+    const g = heatGrid({ sets: 2, ways: 2, line_bytes: 64, hot_lines: 3, max_lines_in_a_set: 3, minimum_lines: 2,
+                         distance_to_minimum: 1, ratio: 1.5, conflict_sets: 1, hot_bytes: 100,
+                         cells: [0, 1, 2].map((w) => ({ set: 0, way: w, line: "0x0", conflict: true, blocks: ["f+0x0"] })) });
+    expect(g!.columns).toBe(3);
+    expect(g!.cells.every((c) => c.conflict)).toBe(true);
+  });
+});
