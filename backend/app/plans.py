@@ -12,7 +12,9 @@ is checked (app.plan_check) before anything is stored. Its states:
     approved → installing (an operator installs: a measurement window before, InstallPlan with the
                approved hash, a window after) → installed | install_failed
     installing → installed | install_failed also by reconciliation, when the flow died with its backend
-               (Plans.reconcile asks the agent's ListInstalled at start-up and periodically)
+               (Plans.reconcile asks the agent's ListInstalled at start-up and periodically, and
+               Plans.on_hello settles plans from the installs every Hello lists)
+    installed  → reverted also by reconciliation from Hello, when the agent's journals no longer hold it
     installed → reverting → reverted (or back to installed with the revert's error)
     ready, requested, approved, install_failed, installed → stale when the target exits or its pid,
                start time or build id no longer match the plan's.
@@ -594,6 +596,86 @@ class Plans:
             await db.commit()
             log.info("plan %s reconciled: %s (%s)", r.id, new.state, why)
             return 1
+
+    # Reconciliation from Hello: what the agent's journals hold on every connect ----------------------
+
+    async def on_hello(self, host_id: str, installs) -> int:
+        """Settle this host's plans from Hello.installs (checked for shape by agent_input.check_installs): the
+        installs the agent's journals hold after its start-up recovery; called only when Hello says the list
+        is complete (installs_listed: an agent without a state folder, or one that could not read its
+        journals, changes no plan). An install is the plan's only if its
+        code hash is the approved one and its process the plan's (pid and start time); anything else changes
+        no plan and is audited as `plan_install_unknown`. Plans no flow here runs:
+          installing, listed installed           -> installed
+          installing, not listed, no command out -> install_failed (a flow that died before or after an
+                                                   answer the agent gave; one still out is resent instead)
+          installed,  not listed or heap_kept    -> reverted (start-up recovery or the process's exit)
+        each audited as `plan_reconciled`. Returns how many plans changed."""
+        listed = {i.plan_id: i for i in installs}
+        changed = 0
+        async with self.runtime.sessionmaker() as db:
+            rows = (await db.execute(text("""
+                SELECT p.*, c.state AS cmd_state FROM plans p LEFT JOIN commands c ON c.id = p.install_command
+                WHERE p.host_id = :h AND (p.state IN ('installing', 'installed') OR CAST(p.id AS text) = ANY(:ids))
+                FOR UPDATE OF p"""), {"h": host_id, "ids": list(listed)})).all()
+            known = {str(r.id) for r in rows}
+            for pid_ in sorted(set(listed) - known):
+                i = listed[pid_]
+                crud.audit(db, f"agent:{host_id}", "plan_install_unknown", pid_,
+                           {"host_id": host_id, "plan_id": pid_, "state": i.state, "pid": i.pid,
+                            "code_sha256": i.code_sha256, "reason": "no plan of this host has this id"})
+                log.warning("host %s lists install %s that no plan of it has", host_id, pid_)
+            for r in rows:
+                if str(r.id) in self.tasks:
+                    continue
+                i = listed.get(str(r.id))
+                if i is not None and (i.code_sha256 != r.approved_code_sha256 or i.pid != r.target_pid
+                                      or i.start_time != r.target_start_time):
+                    _audit(db, f"agent:{host_id}", "plan_install_unknown", r, state=i.state, pid=i.pid,
+                           listed_code_sha256=i.code_sha256,
+                           reason="the install is not the approved plan in the plan's process")
+                    log.warning("host %s lists install %s that is not the approved plan in its process",
+                                host_id, r.id)
+                    continue
+                entry = None if i is None else {
+                    "id": i.plan_id, "state": i.state, "pid": i.pid, "start_time": i.start_time, "root": i.root,
+                    "code_sha256": i.code_sha256, "heap": f"0x{i.heap:x}", "heap_len": i.heap_len}
+                new, why = None, None
+                if r.state == "installing" and i is not None and i.state == "installed":
+                    new = (await db.execute(text("""
+                        UPDATE plans SET state = 'installed', installed_at = coalesce(installed_at, now()),
+                          install_detail = CAST(:d AS jsonb), error = NULL, updated_at = now()
+                        WHERE id = :id RETURNING *"""), {"id": r.id, "d": orjson.dumps(entry).decode()})).one()
+                    why = "the agent's Hello lists the plan as installed"
+                elif (r.state == "installing" and i is None
+                      and (r.install_command is None or r.cmd_state in ("done", "failed", "cancelled"))):
+                    why = "no install flow runs and the agent's Hello does not list the plan as installed"
+                    new = (await db.execute(text("""
+                        UPDATE plans SET state = 'install_failed', error = :e, updated_at = now()
+                        WHERE id = :id RETURNING *"""), {"id": r.id, "e": why})).one()
+                elif r.state == "installed" and (i is None or i.state in ("heap_kept", "process_gone")):
+                    why = ("the agent's Hello does not list the plan: its journal is gone (reverted at the "
+                           "agent's start-up, or its process exited)" if i is None else
+                           f"the agent's Hello lists the plan as {i.state}")
+                    new = (await db.execute(text("""
+                        UPDATE plans SET state = 'reverted', reverted_at = now(),
+                          revert_detail = CAST(:d AS jsonb), updated_at = now()
+                        WHERE id = :id RETURNING *"""),
+                        {"id": r.id, "d": orjson.dumps({"status": "reconciled", "reason": why,
+                                                         "listed": entry}).decode()})).one()
+                if new is None:
+                    continue
+                if r.state == "installing" and r.install_command is not None:
+                    await db.execute(text("""
+                        UPDATE commands SET state = 'failed', finished_at = now(), error = :e
+                        WHERE id = :c AND state IN ('queued', 'sent', 'running')"""),
+                        {"c": r.install_command, "e": f"its answer was lost: {why}"})
+                _audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was=r.state,
+                       source="hello")
+                log.info("plan %s reconciled from Hello: %s (%s)", r.id, new.state, why)
+                changed += 1
+            await db.commit()
+        return changed
 
     async def reconcile_loop(self) -> None:
         interval = self.runtime.settings.plan_reconcile_interval_s

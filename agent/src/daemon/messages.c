@@ -103,13 +103,15 @@ int hp_send_hello(struct agent *ag, struct hp_stream *st)
 	h.measurements = infos;
 	Hotpath__V1__InstalledPlan **installs = NULL;
 	size_t ninstalls = 0;
-	if (hp_plans_hello(ag, &installs, &ninstalls) < 0) {
+	int listed = hp_plans_hello(ag, &installs, &ninstalls);
+	if (listed < 0) {
 		hp_targets_fill_free(&targets, targets_mem);
 		hp_measurements_infos_free(infos, ninfos);
 		goto out;
 	}
 	h.n_installs = ninstalls;
 	h.installs = installs;
+	h.installs_listed = listed > 0;
 
 	Hotpath__V1__AgentMessage msg = HOTPATH__V1__AGENT_MESSAGE__INIT;
 	msg.kind_case = HOTPATH__V1__AGENT_MESSAGE__KIND_HELLO;

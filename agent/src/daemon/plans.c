@@ -760,7 +760,7 @@ int hp_plans_hello(struct agent *ag, Hotpath__V1__InstalledPlan ***out, size_t *
 	}
 	if (!k) {
 		free(ins);
-		return 0;
+		return 1;
 	}
 	/* One block: the pointers, then the messages; strings point into ins,
 	 * which the block keeps after them. */
@@ -790,7 +790,7 @@ int hp_plans_hello(struct agent *ag, Hotpath__V1__InstalledPlan ***out, size_t *
 	}
 	*out = v;
 	*n = k;
-	return 0;
+	return 1;
 }
 
 void hp_plans_hello_free(Hotpath__V1__InstalledPlan **v, size_t n)

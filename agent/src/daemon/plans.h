@@ -28,7 +28,9 @@ void hp_run_plan_command(struct agent *ag, struct hp_job *job);
 int hp_plans_recover(struct agent *ag);
 
 /* The installs the journals hold, for Hello.installs: *out (an array of n
- * pointers, freed with hp_plans_hello_free). 0, or a negative errno. */
+ * pointers, freed with hp_plans_hello_free). 1 when that is the complete
+ * list (Hello.installs_listed), 0 when the journals could not be read (or
+ * there is no state folder), or a negative errno. */
 int hp_plans_hello(struct agent *ag, Hotpath__V1__InstalledPlan ***out, size_t *n);
 void hp_plans_hello_free(Hotpath__V1__InstalledPlan **v, size_t n);
 

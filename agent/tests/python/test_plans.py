@@ -310,6 +310,7 @@ def test_a_restarted_agent_reports_its_installs_in_hello_and_a_replayed_install_
     _alive_and_checking(agent.fixture, 1.0)
     restarted = _start_agent(hotpathd, standin, agent.state, agent.tmp / "agent.log")
     agent.proc, agent.session, agent.hello = restarted.proc, restarted.session, restarted.hello
+    assert agent.hello.installs_listed
     [ins] = agent.hello.installs
     assert (ins.plan_id, ins.state, ins.pid, ins.root, ins.code_sha256) == ("plan-1", "installed", pid, "pr_root", sha)
     assert ins.heap == int(detail["heap"], 16) and ins.heap_len > 0

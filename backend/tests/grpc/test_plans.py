@@ -372,6 +372,90 @@ async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agen
     await agent.close()
 
 
+async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, client, unique):
+    """The agent lists what its journals hold in Hello (the real agent's side: agent/tests/python/test_plans.py);
+    the backend settles plans no flow runs from it on each connect, and trusts a listing only when it is the
+    approved plan in the plan's process. The agent here is the scripted fake."""
+    from app.proto import pb
+    host_id = f"hello-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    ap_user = await make_user(client, "approver", unique)
+    approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
+    base = f"/api/v1/hosts/{host_id}/plans"
+    plans = backend.runtime.plans
+    try:
+        async with approver:
+            done = await _approved(client, approver, host_id, digest, 2)
+            lost = await _approved(client, approver, host_id, digest, 3)
+            assert (await client.post(f"{base}/{done}/install", json={"window_s": 1})).status_code == 200
+            await _until(client, host_id, done, "installed", timeout=30)
+            # The second install's answer is lost and its flow cut off (as by a backend stop).
+            agent.lose_install_answers = True
+            assert (await client.post(f"{base}/{lost}/install", json={"window_s": 1})).status_code == 200
+            await _true(lambda: lost in agent.installed, timeout=20)
+            await plans.stop()
+            assert (await _plan(client, host_id, lost))["state"] == "installing"
+            d, p_lost = await _plan(client, host_id, done), await _plan(client, host_id, lost)
+
+            def listed(p, **over):
+                fields = dict(plan_id=p["id"], state="installed", pid=p["target_pid"],
+                              start_time=p["target_start_time"], root=p["root_name"],
+                              code_sha256=p["approved_code_sha256"], heap=0x7F0000000000, heap_len=4096)
+                return pb.InstalledPlan(**{**fields, **over})
+
+            async def reconnect(installs):
+                await agent.close()
+                agent.hello_installs = installs
+                await agent.connect()
+
+            # An agent that says nothing of its installs (no state folder) changes no plan.
+            await reconnect(None)
+            assert (await _plan(client, host_id, lost))["state"] == "installing"
+            assert (await _plan(client, host_id, done))["state"] == "installed"
+            # Listings that are not the approved plan in its process, and an install no plan has, change
+            # nothing and are audited.
+            await reconnect([listed(p_lost, code_sha256="ab" * 32), listed(d, pid=d["target_pid"] + 1),
+                             listed(d, plan_id="not-a-plan-of-this-host")])
+            await reconnect([listed(p_lost, start_time=p_lost["target_start_time"] + 1), listed(d),
+                             listed(d, plan_id="not-a-plan-of-this-host")])
+            assert (await _plan(client, host_id, lost))["state"] == "installing"
+            assert (await _plan(client, host_id, done))["state"] == "installed"
+            trail = (await client.get(f"{base}/{lost}/audit")).json()
+            assert [a["action"] for a in trail].count("plan_install_unknown") == 2
+            async with backend.runtime.sessionmaker() as db:
+                unknown = (await db.execute(text(
+                    "SELECT count(*) FROM audit_log WHERE action = 'plan_install_unknown' AND target = :t"),
+                    {"t": "not-a-plan-of-this-host"})).scalar_one()
+            assert unknown == 2
+            # The agent restarted and lists both installed: the cut-off flow's plan is installed, its command's
+            # lost answer recorded.
+            await reconnect([listed(p_lost), listed(d)])
+            p = await _plan(client, host_id, lost)
+            assert p["state"] == "installed" and p["install_detail"]["code_sha256"] == p["approved_code_sha256"]
+            cmd = (await client.get(f"/api/v1/hosts/{host_id}/commands/{p['install_command']}")).json()
+            assert cmd["state"] == "failed" and "answer was lost" in cmd["error"]
+            last = (await client.get(f"{base}/{lost}/audit")).json()[-1]
+            assert (last["action"], last["actor"]) == ("plan_reconciled", "system")
+            assert last["detail"]["result"] == "installed" and last["detail"]["was"] == "installing"
+            assert last["detail"]["source"] == "hello"
+            # Listed again: nothing changes (each plan settled once).
+            await reconnect([listed(p_lost), listed(d)])
+            assert [a["action"] for a in (await client.get(f"{base}/{lost}/audit")).json()].count(
+                "plan_reconciled") == 1
+            # The journals no longer hold them (reverted by the agent's start-up recovery, or the process
+            # exited; a kept heap): both are reverted, with the reason.
+            await reconnect([listed(d, state="heap_kept")])
+            for plan_id, why in ((lost, "does not list the plan"), (done, "lists the plan as heap_kept")):
+                p = await _plan(client, host_id, plan_id)
+                assert p["state"] == "reverted" and why in p["revert_detail"]["reason"], p["revert_detail"]
+                last = (await client.get(f"{base}/{plan_id}/audit")).json()[-1]
+                assert last["action"] == "plan_reconciled" and last["detail"]["was"] == "installed"
+    finally:
+        agent.lose_install_answers = False
+        agent.hello_installs = None
+    await agent.close()
+
+
 async def _true(cond, timeout):
     async def check():
         return cond()
