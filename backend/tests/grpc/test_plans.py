@@ -294,6 +294,153 @@ async def test_viewers_cannot_plan_and_operators_cannot_approve(backend, client,
     await agent.close()
 
 
+async def test_every_plan_write_route_is_denied_without_its_role_and_its_state(backend, client, unique):
+    """Each write route (make, request, approve, reject, install, revert) by each role and in each state
+    where it does not apply: refused (403 without the role or for the requester deciding, 409 in a state it
+    does not apply to), and a refusal changes nothing: the plan keeps its state and audit trail, and no
+    InstallPlan or RevertPlan reaches the agent (the scripted fake, which records every command)."""
+    host_id = f"deny-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    users = {role: _client_as(backend, await token_for(backend.base_url, *await make_user(client, role, unique)))
+             for role in ("viewer", "operator", "approver")}
+    viewer, operator, approver = users["viewer"], users["operator"], users["approver"]
+    base = f"/api/v1/hosts/{host_id}/plans"
+    try:
+        ready = await _make(client, host_id, digest, 1)
+        await _until(client, host_id, ready, "ready")
+        requested = await _make(client, host_id, digest, 2)
+        await _until(client, host_id, requested, "ready")
+        assert (await operator.post(f"{base}/{requested}/request")).status_code == 200
+        approved = await _approved(operator, approver, host_id, digest, 3)
+        rejected = await _make(client, host_id, digest, 4)
+        await _until(client, host_id, rejected, "ready")
+        assert (await operator.post(f"{base}/{rejected}/request")).status_code == 200
+        assert (await approver.post(f"{base}/{rejected}/reject", json={"reason": "no"})).status_code == 200
+        plans = {"ready": ready, "requested": requested, "approved": approved, "rejected": rejected}
+        before = {s: (await _plan(client, host_id, p))["state"] for s, p in plans.items()}
+        trails = {s: len((await client.get(f"{base}/{p}/audit")).json()) for s, p in plans.items()}
+        assert before == {s: s for s in plans}
+        sent = len(agent.commands)
+
+        async def refused(who, step, plan_state, status, body=None):
+            r = await who.post(f"{base}/{plans[plan_state]}/{step}", json=body or {})
+            assert r.status_code == status, (step, plan_state, r.status_code, r.text)
+
+        window = {"window_s": 1}
+        for state in plans:
+            # A viewer may do nothing, in any state.
+            for step, body in (("request", None), ("approve", None), ("reject", {"reason": "x"}),
+                               ("install", window), ("revert", None)):
+                await refused(viewer, step, state, 403, body)
+            # An operator may not decide.
+            await refused(operator, "approve", state, 403)
+            await refused(operator, "reject", state, 403, {"reason": "x"})
+            # Nothing is reverted that is not installed.
+            await refused(operator, "revert", state, 409)
+            await refused(approver, "revert", state, 409)
+            if state != "approved":
+                # Only an approved plan is installed, whoever asks.
+                for who in (operator, approver, client):
+                    await refused(who, "install", state, 409, window)
+            if state != "ready":
+                await refused(operator, "request", state, 409)
+            if state != "requested":
+                await refused(approver, "approve", state, 409)
+                await refused(approver, "reject", state, 409, {"reason": "x"})
+        # The requester (the operator) cannot decide their own request even with the role: the admin
+        # requests here, and the admin's own approval and rejection are refused.
+        own = await _make(client, host_id, digest, 5)
+        await _until(client, host_id, own, "ready")
+        assert (await client.post(f"{base}/{own}/request")).status_code == 200
+        assert (await client.post(f"{base}/{own}/approve")).status_code == 403
+        assert (await client.post(f"{base}/{own}/reject", json={"reason": "x"})).status_code == 403
+        assert (await client.post(f"{base}/{own}/install", json=window)).status_code == 409
+        assert (await viewer.post(base, json={"target": TARGET, "digest": digest, "function_index": 1})).status_code \
+            == 403
+        # Nothing changed and nothing reached the agent.
+        assert {s: (await _plan(client, host_id, p))["state"] for s, p in plans.items()} == before
+        assert {s: len((await client.get(f"{base}/{p}/audit")).json()) for s, p in plans.items()} == trails
+        kinds = [c.WhichOneof("kind") for c in agent.commands[sent:]]
+        assert "install_plan" not in kinds and "revert_plan" not in kinds, kinds
+        assert not agent.installed
+    finally:
+        for c in users.values():
+            await c.aclose()
+    await agent.close()
+
+
+async def test_the_live_socket_carries_no_command_and_no_subscription_it_may_not_have(backend, client, unique):
+    """The WebSocket is read-only: a viewer's socket sending command-shaped messages (install, approve,
+    revert, a raw install_plan command, a subscribe carrying an action) and subscriptions to topics that do
+    not exist (a plan, a path, a control character, too many) changes nothing: the approved plan stays
+    approved with the same audit trail, nothing reaches the agent (the scripted fake), only the valid topic
+    is subscribed, and the socket keeps serving it. A binary frame closes the socket (1003)."""
+    from websockets.asyncio.client import connect
+    host_id = f"ws-deny-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    ap_user = await make_user(client, "approver", unique)
+    op_user = await make_user(client, "operator", unique)
+    viewer_token = await token_for(backend.base_url, *await make_user(client, "viewer", unique))
+    base = f"/api/v1/hosts/{host_id}/plans"
+    async with _client_as(backend, await token_for(backend.base_url, *ap_user)) as approver, \
+            _client_as(backend, await token_for(backend.base_url, *op_user)) as operator:
+        plan_id = await _approved(operator, approver, host_id, digest, 2)
+    trail = (await client.get(f"{base}/{plan_id}/audit")).json()
+    sent = len(agent.commands)
+    hub = backend.runtime.hub
+    before = set(hub._subscribers)
+    url = backend.base_url.replace("http://", "ws://") + f"/api/v1/ws?token={viewer_token}"
+    async with connect(url) as ws:
+        [sub] = await wait_until(lambda: _new_subscribers(hub, before))
+        shaped = [
+            {"type": "install", "plan_id": plan_id, "host_id": host_id, "window_s": 1},
+            {"type": "approve", "plan_id": plan_id},
+            {"type": "revert", "plan_id": plan_id},
+            {"type": "command", "host_id": host_id, "kind": "install_plan",
+             "params": {"plan_id": plan_id, "approved_code_sha256": "0" * 64}},
+            {"type": "subscribe", "topics": [f"host:{host_id}"], "action": "install", "plan_id": plan_id},
+            {"type": "subscribe", "topics": [f"plan:{plan_id}", "commands", "host:x\nkind:install",
+                                             "measurement:../../x", *[f"host:h{i}" for i in range(200)],
+                                             f"host:{host_id}"]},
+            ["install", plan_id], "install " + plan_id, 42, None,
+        ]
+        for msg in shaped:
+            await ws.send(json.dumps(msg))
+        await ws.send("{not json")
+        # The last valid subscribe wins: only well-formed topics, at most 64, the plan: and path ones dropped.
+        await asyncio.sleep(0.5)
+        assert len(sub.topics) <= 64 and all(t == "hosts" or t.startswith(("host:h", "host:" + host_id))
+                                             for t in sub.topics), sub.topics
+        assert not any(t.startswith(("plan:", "commands", "measurement:..")) or "\n" in t for t in sub.topics)
+        # The socket still serves: its host's events arrive after all that.
+        await ws.send(json.dumps({"type": "subscribe", "topics": [f"host:{host_id}"]}))
+        await asyncio.sleep(0.2)
+        assert (await client.post(f"/api/v1/hosts/{host_id}/targets", json={"pid": 4242})).status_code in (200, 202)
+        while True:
+            got = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            if got.get("type") in ("command", "targets"):
+                break
+            assert got.get("type") in ("host", "ping"), got
+    # A binary frame is refused: the socket is closed with 1003 (unsupported data).
+    from websockets.exceptions import ConnectionClosed
+    async with connect(url) as ws:
+        await ws.send(b"\x00install " + plan_id.encode())
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                await asyncio.wait_for(ws.recv(), 10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
+    p = await _plan(client, host_id, plan_id)
+    assert p["state"] == "approved" and p["install_command"] is None
+    assert (await client.get(f"{base}/{plan_id}/audit")).json() == trail
+    kinds = [c.WhichOneof("kind") for c in agent.commands[sent:]]
+    assert "install_plan" not in kinds and "revert_plan" not in kinds and not agent.installed, kinds
+    await agent.close()
+
+
+async def _new_subscribers(hub, before):
+    return [s for s in hub._subscribers if s not in before] or None
+
+
 async def _approved(client, approver, host_id, digest, index):
     base = f"/api/v1/hosts/{host_id}/plans"
     plan_id = await _make(client, host_id, digest, index)
