@@ -49,6 +49,12 @@ class PlanError(Exception):
         self.detail = detail
 
 
+def _members(plan_json) -> list[str]:
+    """The group's function names, root first (the plan was checked when stored: plan_check)."""
+    group = plan_json.get("group") if isinstance(plan_json, dict) else None
+    return [g["function"] for g in group or () if isinstance(g, dict) and isinstance(g.get("function"), str)]
+
+
 def public(r, detail: bool = False) -> dict[str, Any]:
     out = {"id": str(r.id), "host_id": r.host_id, "target_id": r.target_id, "root_digest": r.root_digest,
            "root_function_index": r.root_function_index, "root_name": r.root_name, "options": r.options,
@@ -64,7 +70,8 @@ def public(r, detail: bool = False) -> dict[str, Any]:
            "reject_reason": r.reject_reason, "install_by": r.install_by, "installed_at": r.installed_at,
            "revert_by": r.revert_by, "reverted_at": r.reverted_at, "stale_reason": r.stale_reason,
            "window_s": r.window_s, "before_measurement": r.before_measurement,
-           "after_measurement": r.after_measurement, "updated_at": r.updated_at}
+           "after_measurement": r.after_measurement, "updated_at": r.updated_at,
+           "members": _members(r.plan_json)}
     if detail:
         out["plan"] = r.plan_json
         out["install_detail"] = r.install_detail
@@ -700,10 +707,14 @@ class Plans:
 # Reading --------------------------------------------------------------------------------------
 
 async def list_plans(db: AsyncSession, host_id: str, limit: int, target: str | None,
-                     digest: str | None, function_index: int | None) -> list[dict[str, Any]]:
+                     digest: str | None, function_index: int | None,
+                     states: list[str] | None = None) -> list[dict[str, Any]]:
     await refresh_stale(db, host_id)
     await db.commit()
     where, params = ["host_id = :h"], {"h": host_id, "l": limit}
+    if states:
+        where.append("state = ANY(:s)")
+        params["s"] = list(states)
     if target:
         where.append("target_id = :t")
         params["t"] = target

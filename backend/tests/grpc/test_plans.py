@@ -585,6 +585,12 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
             assert (last["action"], last["actor"]) == ("plan_reconciled", "system")
             assert last["detail"]["result"] == "installed" and last["detail"]["was"] == "installing"
             assert last["detail"]["source"] == "hello"
+            # The console finds installed groups by state, with their functions.
+            r = await client.get(base, params={"state": ["installed"], "target": TARGET})
+            listed_installed = {p["id"]: p for p in r.json()}
+            assert set(listed_installed) == {lost, done}
+            assert listed_installed[lost]["members"] == ["srv_fn_3", *(g["function"] for g in FIXTURE["group"][1:])]
+            assert (await client.get(base, params={"state": ["no_such_state"]})).status_code == 422
             # Listed again: nothing changes (each plan settled once).
             await reconnect([listed(p_lost), listed(d)])
             assert [a["action"] for a in (await client.get(f"{base}/{lost}/audit")).json()].count(
