@@ -26,6 +26,7 @@ a 409.
 import asyncio
 import logging
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -708,7 +709,7 @@ class Plans:
 
 async def list_plans(db: AsyncSession, host_id: str, limit: int, target: str | None,
                      digest: str | None, function_index: int | None,
-                     states: list[str] | None = None) -> list[dict[str, Any]]:
+                     states: Sequence[str] | None = None) -> list[dict[str, Any]]:
     await refresh_stale(db, host_id)
     await db.commit()
     where, params = ["host_id = :h"], {"h": host_id, "l": limit}
