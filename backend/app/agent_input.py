@@ -38,6 +38,8 @@ MAX_CPU = 65535
 FRAME_KINDS = (1, 2, 3, 4)  # kernel function, kernel address, user file, user address
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 INSTANCE_RE = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+MAX_INSTALLS = 1024
+INSTALL_STATES = ("installed", "installing", "reverting", "heap_kept", "process_gone")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 KIND_FALLTHROUGH, KIND_TAKEN, KIND_TAIL_CALL, KIND_INDIRECT, KIND_RETURN = 1, 2, 3, 4, 5
 
@@ -97,6 +99,30 @@ def check_hello(hello: "pb.Hello") -> None:
         raise InvalidInput(f"Hello lists {len(hello.measurements)} measurements (at most {MAX_MEASUREMENTS})")
     for info in hello.measurements:
         check_measurement_info(info)
+    check_installs(hello.installs)
+
+
+def check_installs(installs) -> None:
+    """Hello.installs: what the agent's journals hold. Shape only; whether an install is the approved plan
+    is the plans workflow's check (app.plans.Plans.on_hello)."""
+    if len(installs) > MAX_INSTALLS:
+        raise InvalidInput(f"Hello lists {len(installs)} installs (at most {MAX_INSTALLS})")
+    seen: set[str] = set()
+    for i in installs:
+        if not INSTANCE_RE.match(i.plan_id):
+            raise InvalidInput("InstalledPlan.plan_id must be 1 to 64 letters, digits, '-' or '_'")
+        if i.plan_id in seen:
+            raise InvalidInput(f"install {i.plan_id} is listed twice")
+        seen.add(i.plan_id)
+        if i.state not in INSTALL_STATES:
+            raise InvalidInput(f"install {i.plan_id}: unknown state {excerpt(i.state)}")
+        if i.code_sha256 and not DIGEST_RE.match(i.code_sha256):
+            raise InvalidInput(f"install {i.plan_id}: code_sha256 is not 64 lowercase hex digits")
+        if not 0 < i.pid <= MAX_PID:
+            raise InvalidInput(f"install {i.plan_id}: pid {i.pid} is out of range")
+        if i.start_time >= 1 << 63 or i.heap >= 1 << 64 or i.heap_len > 1 << 40:
+            raise InvalidInput(f"install {i.plan_id}: start time or heap out of range")
+        text(i.root, f"install {i.plan_id} root", MAX_SYMBOL, empty=True)
 
 
 def check_function(f: "pb.Function", expected_index: int) -> int:

@@ -12,7 +12,9 @@ is checked (app.plan_check) before anything is stored. Its states:
     approved → installing (an operator installs: a measurement window before, InstallPlan with the
                approved hash, a window after) → installed | install_failed
     installing → installed | install_failed also by reconciliation, when the flow died with its backend
-               (Plans.reconcile asks the agent's ListInstalled at start-up and periodically)
+               (Plans.reconcile asks the agent's ListInstalled at start-up and periodically, and
+               Plans.on_hello settles plans from the installs every Hello lists)
+    installed  → reverted also by reconciliation from Hello, when the agent's journals no longer hold it
     installed → reverting → reverted (or back to installed with the revert's error)
     ready, requested, approved, install_failed, installed → stale when the target exits or its pid,
                start time or build id no longer match the plan's.
@@ -24,6 +26,7 @@ a 409.
 import asyncio
 import logging
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,6 +50,12 @@ class PlanError(Exception):
         self.detail = detail
 
 
+def _members(plan_json) -> list[str]:
+    """The group's function names, root first (the plan was checked when stored: plan_check)."""
+    group = plan_json.get("group") if isinstance(plan_json, dict) else None
+    return [g["function"] for g in group or () if isinstance(g, dict) and isinstance(g.get("function"), str)]
+
+
 def public(r, detail: bool = False) -> dict[str, Any]:
     out = {"id": str(r.id), "host_id": r.host_id, "target_id": r.target_id, "root_digest": r.root_digest,
            "root_function_index": r.root_function_index, "root_name": r.root_name, "options": r.options,
@@ -62,7 +71,8 @@ def public(r, detail: bool = False) -> dict[str, Any]:
            "reject_reason": r.reject_reason, "install_by": r.install_by, "installed_at": r.installed_at,
            "revert_by": r.revert_by, "reverted_at": r.reverted_at, "stale_reason": r.stale_reason,
            "window_s": r.window_s, "before_measurement": r.before_measurement,
-           "after_measurement": r.after_measurement, "updated_at": r.updated_at}
+           "after_measurement": r.after_measurement, "updated_at": r.updated_at,
+           "members": _members(r.plan_json)}
     if detail:
         out["plan"] = r.plan_json
         out["install_detail"] = r.install_detail
@@ -595,6 +605,86 @@ class Plans:
             log.info("plan %s reconciled: %s (%s)", r.id, new.state, why)
             return 1
 
+    # Reconciliation from Hello: what the agent's journals hold on every connect ----------------------
+
+    async def on_hello(self, host_id: str, installs) -> int:
+        """Settle this host's plans from Hello.installs (checked for shape by agent_input.check_installs): the
+        installs the agent's journals hold after its start-up recovery; called only when Hello says the list
+        is complete (installs_listed: an agent without a state folder, or one that could not read its
+        journals, changes no plan). An install is the plan's only if its
+        code hash is the approved one and its process the plan's (pid and start time); anything else changes
+        no plan and is audited as `plan_install_unknown`. Plans no flow here runs:
+          installing, listed installed           -> installed
+          installing, not listed, no command out -> install_failed (a flow that died before or after an
+                                                   answer the agent gave; one still out is resent instead)
+          installed,  not listed or heap_kept    -> reverted (start-up recovery or the process's exit)
+        each audited as `plan_reconciled`. Returns how many plans changed."""
+        listed = {i.plan_id: i for i in installs}
+        changed = 0
+        async with self.runtime.sessionmaker() as db:
+            rows = (await db.execute(text("""
+                SELECT p.*, c.state AS cmd_state FROM plans p LEFT JOIN commands c ON c.id = p.install_command
+                WHERE p.host_id = :h AND (p.state IN ('installing', 'installed') OR CAST(p.id AS text) = ANY(:ids))
+                FOR UPDATE OF p"""), {"h": host_id, "ids": list(listed)})).all()
+            known = {str(r.id) for r in rows}
+            for pid_ in sorted(set(listed) - known):
+                i = listed[pid_]
+                crud.audit(db, f"agent:{host_id}", "plan_install_unknown", pid_,
+                           {"host_id": host_id, "plan_id": pid_, "state": i.state, "pid": i.pid,
+                            "code_sha256": i.code_sha256, "reason": "no plan of this host has this id"})
+                log.warning("host %s lists install %s that no plan of it has", host_id, pid_)
+            for r in rows:
+                if str(r.id) in self.tasks:
+                    continue
+                i = listed.get(str(r.id))
+                if i is not None and (i.code_sha256 != r.approved_code_sha256 or i.pid != r.target_pid
+                                      or i.start_time != r.target_start_time):
+                    _audit(db, f"agent:{host_id}", "plan_install_unknown", r, state=i.state, pid=i.pid,
+                           listed_code_sha256=i.code_sha256,
+                           reason="the install is not the approved plan in the plan's process")
+                    log.warning("host %s lists install %s that is not the approved plan in its process",
+                                host_id, r.id)
+                    continue
+                entry = None if i is None else {
+                    "id": i.plan_id, "state": i.state, "pid": i.pid, "start_time": i.start_time, "root": i.root,
+                    "code_sha256": i.code_sha256, "heap": f"0x{i.heap:x}", "heap_len": i.heap_len}
+                new, why = None, None
+                if r.state == "installing" and i is not None and i.state == "installed":
+                    new = (await db.execute(text("""
+                        UPDATE plans SET state = 'installed', installed_at = coalesce(installed_at, now()),
+                          install_detail = CAST(:d AS jsonb), error = NULL, updated_at = now()
+                        WHERE id = :id RETURNING *"""), {"id": r.id, "d": orjson.dumps(entry).decode()})).one()
+                    why = "the agent's Hello lists the plan as installed"
+                elif (r.state == "installing" and i is None
+                      and (r.install_command is None or r.cmd_state in ("done", "failed", "cancelled"))):
+                    why = "no install flow runs and the agent's Hello does not list the plan as installed"
+                    new = (await db.execute(text("""
+                        UPDATE plans SET state = 'install_failed', error = :e, updated_at = now()
+                        WHERE id = :id RETURNING *"""), {"id": r.id, "e": why})).one()
+                elif r.state == "installed" and (i is None or i.state in ("heap_kept", "process_gone")):
+                    why = ("the agent's Hello does not list the plan: its journal is gone (reverted at the "
+                           "agent's start-up, or its process exited)" if i is None else
+                           f"the agent's Hello lists the plan as {i.state}")
+                    new = (await db.execute(text("""
+                        UPDATE plans SET state = 'reverted', reverted_at = now(),
+                          revert_detail = CAST(:d AS jsonb), updated_at = now()
+                        WHERE id = :id RETURNING *"""),
+                        {"id": r.id, "d": orjson.dumps({"status": "reconciled", "reason": why,
+                                                         "listed": entry}).decode()})).one()
+                if new is None:
+                    continue
+                if r.state == "installing" and r.install_command is not None:
+                    await db.execute(text("""
+                        UPDATE commands SET state = 'failed', finished_at = now(), error = :e
+                        WHERE id = :c AND state IN ('queued', 'sent', 'running')"""),
+                        {"c": r.install_command, "e": f"its answer was lost: {why}"})
+                _audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was=r.state,
+                       source="hello")
+                log.info("plan %s reconciled from Hello: %s (%s)", r.id, new.state, why)
+                changed += 1
+            await db.commit()
+        return changed
+
     async def reconcile_loop(self) -> None:
         interval = self.runtime.settings.plan_reconcile_interval_s
         await asyncio.sleep(min(5.0, interval))  # let agents reconnect first
@@ -618,10 +708,14 @@ class Plans:
 # Reading --------------------------------------------------------------------------------------
 
 async def list_plans(db: AsyncSession, host_id: str, limit: int, target: str | None,
-                     digest: str | None, function_index: int | None) -> list[dict[str, Any]]:
+                     digest: str | None, function_index: int | None,
+                     states: Sequence[str] | None = None) -> list[dict[str, Any]]:
     await refresh_stale(db, host_id)
     await db.commit()
     where, params = ["host_id = :h"], {"h": host_id, "l": limit}
+    if states:
+        where.append("state = ANY(:s)")
+        params["s"] = list(states)
     if target:
         where.append("target_id = :t")
         params["t"] = target

@@ -881,6 +881,8 @@ class PlanPublic(BaseModel):
     before_measurement: str | None
     after_measurement: str | None
     updated_at: datetime
+    members: list[str] = Field(description="The group's functions by name, root first (the plan's group; empty "
+                                           "until the plan is made)")
 
 
 class PlanWindow(BaseModel):

@@ -182,6 +182,9 @@ class ScriptedAgent:
         # When set, installs are made but their answers are lost (as with a backend that went away while
         # the agent installed): the command stays sent.
         self.lose_install_answers = False
+        # When set, Hello lists these installs as the complete list of what its journals hold
+        # (installs_listed); None says nothing about installs, as an agent without a state folder.
+        self.hello_installs: list[pb.InstalledPlan] | None = None
 
     def hello(self) -> "pb.Hello":
         return pb.Hello(
@@ -197,7 +200,8 @@ class ScriptedAgent:
             parse_seconds=0.5, instance_id=self.instance_id, clock_unix_ns=time.time_ns(),
             targets=[pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED),
                      *self.targets.values()],
-            measurements=list(self.measurements.values()))
+            measurements=list(self.measurements.values()),
+            installs=self.hello_installs or [], installs_listed=self.hello_installs is not None)
 
     def open(self, target: str | None = None, credentials: Credentials | None = None):
         """Open the stream over mutual TLS with this agent's credentials (or the ones given)."""

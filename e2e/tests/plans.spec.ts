@@ -212,6 +212,20 @@ test("a process's hot function: optimize, approve by another user, install, meas
     expect(fx.proc.exitCode, fx.out()).toBeNull();
     expect(fx.out()).not.toContain("MISMATCH");
 
+    // The installed group in the console: the root's and a member's function pages carry the badge,
+    // which leads back to the plan.
+    const member = plan.members.find((m: string) => m !== "pr_root");
+    expect(member, JSON.stringify(plan.members)).toBeTruthy();
+    const memberPage = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=${member}&target=${target}`)).json();
+    const memberFn = memberPage.items.find((f: { name: string }) => f.name === member);
+    for (const fid of [root.id, memberFn.id]) {
+      await page.goto(`/hosts/${hostId}/functions/${fid}?target=${target}`);
+      await expect(page.getByRole("link", { name: "installed copy" })).toHaveAttribute("href", planUrl);
+    }
+    await page.getByRole("link", { name: "installed copy" }).click();
+    await expect(page).toHaveURL(new RegExp(`${planId}$`));
+    await expect(planState(page)).toHaveText("installed");
+
     // One click reverts: the original bytes are back and the copy is unmapped or kept unused.
     await page.getByRole("button", { name: "Revert" }).click();
     await expect(planState(page)).toHaveText("reverted", { timeout: 60_000 });
@@ -222,6 +236,12 @@ test("a process's hot function: optimize, approve by another user, install, meas
     }
     await new Promise((r) => setTimeout(r, 500));
     expect(fx.proc.exitCode, fx.out()).toBeNull();
+    // Reverted: no badge any more.
+    await page.goto(`/hosts/${hostId}/functions/${root.id}?target=${target}`);
+    await expect(page.getByRole("heading", { name: "pr_root" })).toBeVisible();
+    await expect(page.getByRole("button", { name: "Optimize…" })).toBeVisible();
+    await expect(page.getByRole("link", { name: "installed copy" })).toHaveCount(0);
+    await page.goto(planUrl);
 
     // The audit trail on the page names every step and who took it.
     const audit = page.getByTestId("plan-audit");

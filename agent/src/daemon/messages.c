@@ -2,7 +2,8 @@
 /*
  * Building the AgentMessages the daemon sends on its own initiative: Hello
  * (who this host is and what it can do, this run's instance id and clock,
- * the targets it serves and the measurements it runs), handed to the stream,
+ * the targets it serves, the measurements it runs and the installs its
+ * journals hold), handed to the stream,
  * and one MetricBatch per interval, numbered and kept in the outbox until the
  * backend acknowledges it. Samples name their module by its position in
  * Hello.modules.
@@ -15,6 +16,7 @@
 #include "daemon/agent.h"
 #include "daemon/log.h"
 #include "daemon/messages.h"
+#include "daemon/plans.h"
 #include "daemon/transport.h"
 
 int hp_send_msg(struct hp_stream *st, Hotpath__V1__AgentMessage *m)
@@ -99,6 +101,17 @@ int hp_send_hello(struct agent *ag, struct hp_stream *st)
 	}
 	h.n_measurements = ninfos;
 	h.measurements = infos;
+	Hotpath__V1__InstalledPlan **installs = NULL;
+	size_t ninstalls = 0;
+	int listed = hp_plans_hello(ag, &installs, &ninstalls);
+	if (listed < 0) {
+		hp_targets_fill_free(&targets, targets_mem);
+		hp_measurements_infos_free(infos, ninfos);
+		goto out;
+	}
+	h.n_installs = ninstalls;
+	h.installs = installs;
+	h.installs_listed = listed > 0;
 
 	Hotpath__V1__AgentMessage msg = HOTPATH__V1__AGENT_MESSAGE__INIT;
 	msg.kind_case = HOTPATH__V1__AGENT_MESSAGE__KIND_HELLO;
@@ -106,6 +119,7 @@ int hp_send_hello(struct agent *ag, struct hp_stream *st)
 	r = hp_send_msg(st, &msg);
 	hp_targets_fill_free(&targets, targets_mem);
 	hp_measurements_infos_free(infos, ninfos);
+	hp_plans_hello_free(installs, ninstalls);
 out:
 	free(mods);
 	free(modp);

@@ -744,3 +744,57 @@ int hp_plans_recover(struct agent *ag)
 {
 	return ag->state_dir ? hp_replace_recover(ag->state_dir, recovered, ag) : 0;
 }
+
+int hp_plans_hello(struct agent *ag, Hotpath__V1__InstalledPlan ***out, size_t *n)
+{
+	char err[512];
+	struct hp_installed *ins = NULL;
+	size_t k = 0;
+	*out = NULL;
+	*n = 0;
+	if (!ag->state_dir)
+		return 0;
+	if (hp_installed_list(ag->state_dir, &ins, &k, err, sizeof(err)) < 0) {
+		hp_log(false, "Hello lists no installs: %s", err);
+		return 0;
+	}
+	if (!k) {
+		free(ins);
+		return 1;
+	}
+	/* One block: the pointers, then the messages; strings point into ins,
+	 * which the block keeps after them. */
+	size_t size =
+		k * (sizeof(Hotpath__V1__InstalledPlan *) + sizeof(Hotpath__V1__InstalledPlan)) + k * sizeof(*ins);
+	char *mem = calloc(1, size);
+	if (!mem) {
+		free(ins);
+		return -ENOMEM;
+	}
+	Hotpath__V1__InstalledPlan **v = (Hotpath__V1__InstalledPlan **)mem;
+	Hotpath__V1__InstalledPlan *p = (Hotpath__V1__InstalledPlan *)(mem + k * sizeof(*v));
+	struct hp_installed *kept = (struct hp_installed *)(p + k);
+	memcpy(kept, ins, k * sizeof(*ins));
+	free(ins);
+	for (size_t i = 0; i < k; i++) {
+		hotpath__v1__installed_plan__init(&p[i]);
+		p[i].plan_id = kept[i].id;
+		p[i].state = kept[i].state;
+		p[i].pid = (uint32_t)kept[i].pid;
+		p[i].start_time = kept[i].start_time;
+		p[i].root = kept[i].root;
+		p[i].code_sha256 = kept[i].hash;
+		p[i].heap = kept[i].heap;
+		p[i].heap_len = kept[i].heap_len;
+		v[i] = &p[i];
+	}
+	*out = v;
+	*n = k;
+	return 1;
+}
+
+void hp_plans_hello_free(Hotpath__V1__InstalledPlan **v, size_t n)
+{
+	(void)n;
+	free(v); /* one block (hp_plans_hello) */
+}

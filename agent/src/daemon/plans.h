@@ -9,6 +9,10 @@
 #ifndef HOTPATH_DAEMON_PLANS_H
 #define HOTPATH_DAEMON_PLANS_H
 
+#include <stddef.h>
+
+#include "hotpath/v1/agent.pb-c.h"
+
 struct agent;
 struct hp_job;
 
@@ -22,5 +26,12 @@ void hp_run_plan_command(struct agent *ag, struct hp_job *job);
 /* Bring every journal an earlier run left unfinished to a clean state
  * (replace/install.h, hp_replace_recover), logging each. Returns how many. */
 int hp_plans_recover(struct agent *ag);
+
+/* The installs the journals hold, for Hello.installs: *out (an array of n
+ * pointers, freed with hp_plans_hello_free). 1 when that is the complete
+ * list (Hello.installs_listed), 0 when the journals could not be read (or
+ * there is no state folder), or a negative errno. */
+int hp_plans_hello(struct agent *ag, Hotpath__V1__InstalledPlan ***out, size_t *n);
+void hp_plans_hello_free(Hotpath__V1__InstalledPlan **v, size_t n);
 
 #endif

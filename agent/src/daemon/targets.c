@@ -22,6 +22,7 @@
 #include "daemon/log.h"
 #include "daemon/targets.h"
 #include "host/processes.h"
+#include "replace/install.h"
 #include "target/target.h"
 
 static int64_t unix_ns(void)
@@ -97,6 +98,7 @@ int hp_targets_init(struct hp_targets *ts, struct hp_model *kernel, const char *
 	ts->v[ts->n++] = k;
 	if (state_dir) {
 		snprintf(ts->dir, sizeof(ts->dir), "%s/targets", state_dir);
+		snprintf(ts->state, sizeof(ts->state), "%s", state_dir);
 		if (mkdir(ts->dir, 0700) < 0 && errno != EEXIST) {
 			hp_log(false, "cannot create %s: %s; attached processes are not remembered", ts->dir,
 			       strerror(errno));
@@ -190,8 +192,16 @@ int hp_targets_attach_pid(struct hp_targets *ts, int pid, struct hp_target **out
 	if (hp_process_exe(pid, t->exe, sizeof(t->exe)) < 0)
 		t->exe[0] = '\0';
 	char oerr[512];
-	struct hp_open_opts oo = { .quiet = true };
+	/* The process's own code, as its binary has it: installs made into it
+	 * (by this run or, from their journals, an earlier one) are read as the
+	 * bytes they replaced, so its modules keep their catalogs. */
+	struct hp_byte_patch *bp = NULL;
+	size_t nbp = 0;
+	if (ts->state[0])
+		hp_installed_patches(ts->state, pid, &bp, &nbp);
+	struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
 	int r = hp_model_open_pid(pid, &oo, &t->model, oerr, sizeof(oerr));
+	free(bp);
 	if (r < 0) {
 		snprintf(err, errlen, "%s", oerr);
 		t->model = NULL;

@@ -59,6 +59,7 @@ struct hp_targets {
 	struct hp_target *v[HP_TARGETS_MAX];
 	size_t n;
 	char dir[4200];   /* state folder for attached processes; "" = none */
+	char state[4096]; /* the agent's state folder (its installs' journals); "" = none */
 	uint64_t changes; /* bumped on every attach, exit and detach */
 };
 

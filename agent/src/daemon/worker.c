@@ -13,6 +13,7 @@
 #include "daemon/agent.h"
 #include "daemon/commands.h"
 #include "daemon/log.h"
+#include "daemon/result_store.h"
 #include "daemon/worker.h"
 
 static void free_job(struct hp_job *job)
@@ -24,7 +25,14 @@ static void free_job(struct hp_job *job)
 	free(job);
 }
 
-static void push_result(struct agent *ag, const char *id, Hotpath__V1__CommandResult *r, bool remember)
+/* Commands whose results are kept on disk as well (daemon/result_store.h). */
+static bool changes_a_process(const Hotpath__V1__Command *c)
+{
+	return c && (c->kind_case == HOTPATH__V1__COMMAND__KIND_INSTALL_PLAN ||
+		     c->kind_case == HOTPATH__V1__COMMAND__KIND_REVERT_PLAN);
+}
+
+static void push_result(struct agent *ag, const char *id, Hotpath__V1__CommandResult *r, bool remember, bool durable)
 {
 	struct hp_worker *w = &ag->worker;
 	r->command_id = (char *)id;
@@ -36,6 +44,10 @@ static void push_result(struct agent *ag, const char *id, Hotpath__V1__CommandRe
 		uint8_t *buf = malloc(len ? len : 1);
 		if (buf) {
 			hotpath__v1__agent_message__pack(&msg, buf);
+			int e = durable && ag->state_dir ? hp_result_store_put(ag->state_dir, id, buf, len) : 0;
+			if (e < 0)
+				hp_log(false, "could not keep the result of command %s in the state folder: %s", id,
+				       strerror(-e));
 			pthread_mutex_lock(&w->lock);
 			size_t at = w->next_result++ % HP_WORKER_RESULTS;
 			free(w->results[at].buf);
@@ -70,7 +82,7 @@ void hp_job_progress(struct agent *ag, const struct hp_job *job, double fraction
 
 void hp_job_result(struct agent *ag, const struct hp_job *job, Hotpath__V1__CommandResult *r)
 {
-	push_result(ag, job->id, r, true);
+	push_result(ag, job->id, r, true, changes_a_process(job->cmd));
 }
 
 static void simple_result(struct agent *ag, const char *id, bool ok, bool cancelled, const char *error, bool remember)
@@ -79,7 +91,7 @@ static void simple_result(struct agent *ag, const char *id, bool ok, bool cancel
 	r.ok = ok;
 	r.cancelled = cancelled;
 	r.error = (char *)(error ? error : "");
-	push_result(ag, id, &r, remember);
+	push_result(ag, id, &r, remember, false);
 }
 
 static void *worker_main(void *arg)
@@ -203,6 +215,11 @@ void hp_worker_submit(struct agent *ag, const Hotpath__V1__Command *c)
 	pthread_mutex_unlock(&w->lock);
 	if (busy)
 		return;
+	/* An install or revert an earlier run of the agent answered: its kept
+	 * result, and nothing runs again. */
+	if (!again && changes_a_process(c) && ag->state_dir &&
+	    hp_result_store_get(ag->state_dir, id, &again, &again_len) == 0)
+		hp_log(true, "command %s was answered before this run: its kept result is sent again", id);
 	if (again) {
 		Hotpath__V1__AgentMessage *m = hotpath__v1__agent_message__unpack(NULL, again_len, again);
 		if (m) {

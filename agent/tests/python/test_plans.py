@@ -277,6 +277,72 @@ def test_an_agent_killed_in_the_middle_of_an_install_leaves_nothing_half_done(ag
     assert fixture_target.state == pb.TARGET_STATE_ATTACHED
 
 
+def _same_result(a: pb.CommandResult, b: pb.CommandResult) -> None:
+    assert (a.command_id, a.ok, a.error, a.install.plan_id, a.install.status, a.install.detail_json) == \
+        (b.command_id, b.ok, b.error, b.install.plan_id, b.install.status, b.install.detail_json)
+
+
+def test_a_restarted_agent_reports_its_installs_in_hello_and_a_replayed_install_runs_once(agent, hotpathd, standin):
+    """Install, kill -9 the agent, restart it: Hello lists the install from the journal (plan id, state, pid,
+    start time, root, code hash, heap). Replaying the InstallPlan (the same command id, as a backend that
+    lost the answer sends it again) gets the first answer back and installs nothing, in the same run and
+    after the restart; a new command with an altered plan, or with a hash that is not the plan's, is refused
+    and writes nothing."""
+    pid, sha = agent.fixture.pid, agent.plan["code"]["sha256"]
+    first = _install(agent, "inst-hello", agent.plan_json, sha)
+    assert first.ok, first.error
+    detail = json.loads(first.install.detail_json)
+    maps, head, journal = _maps(pid), _mem(pid, agent.entry, 16), (agent.state / "replace" / "plan-1.journal")
+    journal_bytes = journal.read_bytes()
+
+    def nothing_written():
+        assert _maps(pid) == maps and _mem(pid, agent.entry, 16) == head
+        assert _journals(agent.state) == ["plan-1.journal"] and journal.read_bytes() == journal_bytes
+
+    # Replayed in the same run: the remembered answer, nothing installed again.
+    _send(agent.session, "inst-hello", install_plan=pb.InstallPlan(
+        plan_id="plan-1", plan_json=agent.plan_json, approved_code_sha256=sha, target=agent.target.id))
+    _same_result(_result(agent.session, "inst-hello", timeout=60), first)
+    nothing_written()
+    # kill -9 the agent; the copy keeps running in the process.
+    agent.proc.kill()
+    assert agent.proc.wait(timeout=15) == -signal.SIGKILL
+    _alive_and_checking(agent.fixture, 1.0)
+    restarted = _start_agent(hotpathd, standin, agent.state, agent.tmp / "agent.log")
+    agent.proc, agent.session, agent.hello = restarted.proc, restarted.session, restarted.hello
+    assert agent.hello.installs_listed
+    [ins] = agent.hello.installs
+    assert (ins.plan_id, ins.state, ins.pid, ins.root, ins.code_sha256) == ("plan-1", "installed", pid, "pr_root", sha)
+    assert ins.heap == int(detail["heap"], 16) and ins.heap_len > 0
+    assert ins.start_time == int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    # The restarted agent reads the process's code under the install as its binary has it: same catalogs.
+    again = {t.id: t for t in agent.hello.targets}[agent.target.id]
+    assert agent.main.digest in [m.digest for m in again.modules]
+    nothing_written()
+    # Replayed after the restart: the answer kept in the state folder, nothing installed again.
+    _send(agent.session, "inst-hello", install_plan=pb.InstallPlan(
+        plan_id="plan-1", plan_json=agent.plan_json, approved_code_sha256=sha, target=agent.target.id))
+    _same_result(_result(agent.session, "inst-hello", timeout=60), first)
+    assert "kept result is sent again" in restarted.log()
+    nothing_written()
+    # New commands: an altered plan with the original's approval, and the plan with a hash not its own.
+    altered = dict(agent.plan)
+    altered["code"] = dict(agent.plan["code"])
+    h = altered["code"]["hex"]
+    altered["code"]["hex"] = h[:40] + ("00" if h[40:42] != "00" else "01") + h[42:]
+    for cid, plan_json, approved in (("inst-replay-altered", json.dumps(altered), sha),
+                                     ("inst-replay-other-hash", agent.plan_json, "1" * 64)):
+        res = _install(agent, cid, plan_json, approved)
+        assert not res.ok and res.install.status == "refused", (cid, res.error)
+        nothing_written()
+    _alive_and_checking(agent.fixture)
+    _send(agent.session, "revert-hello", revert_plan=pb.RevertPlan(plan_id="plan-1", target=agent.target.id))
+    rev = _result(agent.session, "revert-hello", timeout=60)
+    assert rev.ok, rev.error
+    assert _mem(pid, agent.entry, 16) == agent.original and _journals(agent.state) == []
+    _alive_and_checking(agent.fixture)
+
+
 def _plan_blocks(plan: dict) -> dict[int, float]:
     [root] = [f for f in plan["profile"]["functions"] if f["name"] == "pr_root"]
     return {b["offset"]: b["count"] for b in root["blocks"]}

@@ -395,6 +395,13 @@ class AgentService:
             await end_session(previous, grpc.StatusCode.ABORTED, "replaced by a newer stream from the same host")
         try:
             missing, acks = await self._register(hello, session, received_ns)
+            # Plans settled from the installs Hello lists before Welcome, so what the agent is told and
+            # what the console shows after the connect agree (and before commands are resent).
+            try:
+                if hello.installs_listed:
+                    await self.runtime.plans.on_hello(hello.host_id, hello.installs)
+            except Exception:  # noqa: BLE001 - the periodic reconciliation settles them later
+                log.exception("host %s: plans not reconciled from its Hello", hello.host_id)
             await session.send(pb.ServerMessage(welcome=pb.Welcome(
                 session_id=session.session_id, missing_digests=missing,
                 acks=[pb.Ack(instance_id=i, seq=s) for i, s in acks.items()])))

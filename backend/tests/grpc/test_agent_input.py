@@ -176,6 +176,15 @@ async def test_duplicate_function_indexes_end_the_stream(backend, unique):
     (lambda h: h.modules.extend(pb.ModuleRef(name=f"m{i}", digest="ab" * 32) for i in range(20_000)),
      "modules (at most 4096)"),
     (lambda h: setattr(h.modules[0], "function_count", 1 << 31), "more functions or blocks than allowed"),
+    (lambda h: h.installs.add(plan_id="../../etc", state="installed", pid=1), "InstalledPlan.plan_id must be"),
+    (lambda h: h.installs.add(plan_id="p1", state="owned", pid=1), "install p1: unknown state"),
+    (lambda h: h.installs.add(plan_id="p1", state="installed", pid=1, code_sha256="XY" * 32),
+     "code_sha256 is not 64 lowercase hex"),
+    (lambda h: h.installs.add(plan_id="p1", state="installed", pid=0), "install p1: pid 0 is out of range"),
+    (lambda h: [h.installs.add(plan_id="p1", state="installed", pid=1) for _ in range(2)],
+     "install p1 is listed twice"),
+    (lambda h: [h.installs.add(plan_id=f"p{i}", state="installed", pid=1) for i in range(1025)],
+     "installs (at most 1024)"),
 ])
 async def test_a_malformed_hello_ends_the_stream_before_anything_is_stored(backend, unique, edit, reason):
     host_id = f"hello-{unique}"

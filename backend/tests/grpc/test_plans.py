@@ -294,6 +294,153 @@ async def test_viewers_cannot_plan_and_operators_cannot_approve(backend, client,
     await agent.close()
 
 
+async def test_every_plan_write_route_is_denied_without_its_role_and_its_state(backend, client, unique):
+    """Each write route (make, request, approve, reject, install, revert) by each role and in each state
+    where it does not apply: refused (403 without the role or for the requester deciding, 409 in a state it
+    does not apply to), and a refusal changes nothing: the plan keeps its state and audit trail, and no
+    InstallPlan or RevertPlan reaches the agent (the scripted fake, which records every command)."""
+    host_id = f"deny-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    users = {role: _client_as(backend, await token_for(backend.base_url, *await make_user(client, role, unique)))
+             for role in ("viewer", "operator", "approver")}
+    viewer, operator, approver = users["viewer"], users["operator"], users["approver"]
+    base = f"/api/v1/hosts/{host_id}/plans"
+    try:
+        ready = await _make(client, host_id, digest, 1)
+        await _until(client, host_id, ready, "ready")
+        requested = await _make(client, host_id, digest, 2)
+        await _until(client, host_id, requested, "ready")
+        assert (await operator.post(f"{base}/{requested}/request")).status_code == 200
+        approved = await _approved(operator, approver, host_id, digest, 3)
+        rejected = await _make(client, host_id, digest, 4)
+        await _until(client, host_id, rejected, "ready")
+        assert (await operator.post(f"{base}/{rejected}/request")).status_code == 200
+        assert (await approver.post(f"{base}/{rejected}/reject", json={"reason": "no"})).status_code == 200
+        plans = {"ready": ready, "requested": requested, "approved": approved, "rejected": rejected}
+        before = {s: (await _plan(client, host_id, p))["state"] for s, p in plans.items()}
+        trails = {s: len((await client.get(f"{base}/{p}/audit")).json()) for s, p in plans.items()}
+        assert before == {s: s for s in plans}
+        sent = len(agent.commands)
+
+        async def refused(who, step, plan_state, status, body=None):
+            r = await who.post(f"{base}/{plans[plan_state]}/{step}", json=body or {})
+            assert r.status_code == status, (step, plan_state, r.status_code, r.text)
+
+        window = {"window_s": 1}
+        for state in plans:
+            # A viewer may do nothing, in any state.
+            for step, body in (("request", None), ("approve", None), ("reject", {"reason": "x"}),
+                               ("install", window), ("revert", None)):
+                await refused(viewer, step, state, 403, body)
+            # An operator may not decide.
+            await refused(operator, "approve", state, 403)
+            await refused(operator, "reject", state, 403, {"reason": "x"})
+            # Nothing is reverted that is not installed.
+            await refused(operator, "revert", state, 409)
+            await refused(approver, "revert", state, 409)
+            if state != "approved":
+                # Only an approved plan is installed, whoever asks.
+                for who in (operator, approver, client):
+                    await refused(who, "install", state, 409, window)
+            if state != "ready":
+                await refused(operator, "request", state, 409)
+            if state != "requested":
+                await refused(approver, "approve", state, 409)
+                await refused(approver, "reject", state, 409, {"reason": "x"})
+        # The requester (the operator) cannot decide their own request even with the role: the admin
+        # requests here, and the admin's own approval and rejection are refused.
+        own = await _make(client, host_id, digest, 5)
+        await _until(client, host_id, own, "ready")
+        assert (await client.post(f"{base}/{own}/request")).status_code == 200
+        assert (await client.post(f"{base}/{own}/approve")).status_code == 403
+        assert (await client.post(f"{base}/{own}/reject", json={"reason": "x"})).status_code == 403
+        assert (await client.post(f"{base}/{own}/install", json=window)).status_code == 409
+        assert (await viewer.post(base, json={"target": TARGET, "digest": digest, "function_index": 1})).status_code \
+            == 403
+        # Nothing changed and nothing reached the agent.
+        assert {s: (await _plan(client, host_id, p))["state"] for s, p in plans.items()} == before
+        assert {s: len((await client.get(f"{base}/{p}/audit")).json()) for s, p in plans.items()} == trails
+        kinds = [c.WhichOneof("kind") for c in agent.commands[sent:]]
+        assert "install_plan" not in kinds and "revert_plan" not in kinds, kinds
+        assert not agent.installed
+    finally:
+        for c in users.values():
+            await c.aclose()
+    await agent.close()
+
+
+async def test_the_live_socket_carries_no_command_and_no_subscription_it_may_not_have(backend, client, unique):
+    """The WebSocket is read-only: a viewer's socket sending command-shaped messages (install, approve,
+    revert, a raw install_plan command, a subscribe carrying an action) and subscriptions to topics that do
+    not exist (a plan, a path, a control character, too many) changes nothing: the approved plan stays
+    approved with the same audit trail, nothing reaches the agent (the scripted fake), only the valid topic
+    is subscribed, and the socket keeps serving it. A binary frame closes the socket (1003)."""
+    from websockets.asyncio.client import connect
+    host_id = f"ws-deny-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    ap_user = await make_user(client, "approver", unique)
+    op_user = await make_user(client, "operator", unique)
+    viewer_token = await token_for(backend.base_url, *await make_user(client, "viewer", unique))
+    base = f"/api/v1/hosts/{host_id}/plans"
+    async with _client_as(backend, await token_for(backend.base_url, *ap_user)) as approver, \
+            _client_as(backend, await token_for(backend.base_url, *op_user)) as operator:
+        plan_id = await _approved(operator, approver, host_id, digest, 2)
+    trail = (await client.get(f"{base}/{plan_id}/audit")).json()
+    sent = len(agent.commands)
+    hub = backend.runtime.hub
+    before = set(hub._subscribers)
+    url = backend.base_url.replace("http://", "ws://") + f"/api/v1/ws?token={viewer_token}"
+    async with connect(url) as ws:
+        [sub] = await wait_until(lambda: _new_subscribers(hub, before))
+        shaped = [
+            {"type": "install", "plan_id": plan_id, "host_id": host_id, "window_s": 1},
+            {"type": "approve", "plan_id": plan_id},
+            {"type": "revert", "plan_id": plan_id},
+            {"type": "command", "host_id": host_id, "kind": "install_plan",
+             "params": {"plan_id": plan_id, "approved_code_sha256": "0" * 64}},
+            {"type": "subscribe", "topics": [f"host:{host_id}"], "action": "install", "plan_id": plan_id},
+            {"type": "subscribe", "topics": [f"plan:{plan_id}", "commands", "host:x\nkind:install",
+                                             "measurement:../../x", *[f"host:h{i}" for i in range(200)],
+                                             f"host:{host_id}"]},
+            ["install", plan_id], "install " + plan_id, 42, None,
+        ]
+        for msg in shaped:
+            await ws.send(json.dumps(msg))
+        await ws.send("{not json")
+        # The last valid subscribe wins: only well-formed topics, at most 64, the plan: and path ones dropped.
+        await asyncio.sleep(0.5)
+        assert len(sub.topics) <= 64 and all(t == "hosts" or t.startswith(("host:h", "host:" + host_id))
+                                             for t in sub.topics), sub.topics
+        assert not any(t.startswith(("plan:", "commands", "measurement:..")) or "\n" in t for t in sub.topics)
+        # The socket still serves: its host's events arrive after all that.
+        await ws.send(json.dumps({"type": "subscribe", "topics": [f"host:{host_id}"]}))
+        await asyncio.sleep(0.2)
+        assert (await client.post(f"/api/v1/hosts/{host_id}/targets", json={"pid": 4242})).status_code in (200, 202)
+        while True:
+            got = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            if got.get("type") in ("command", "targets"):
+                break
+            assert got.get("type") in ("host", "ping"), got
+    # A binary frame is refused: the socket is closed with 1003 (unsupported data).
+    from websockets.exceptions import ConnectionClosed
+    async with connect(url) as ws:
+        await ws.send(b"\x00install " + plan_id.encode())
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                await asyncio.wait_for(ws.recv(), 10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
+    p = await _plan(client, host_id, plan_id)
+    assert p["state"] == "approved" and p["install_command"] is None
+    assert (await client.get(f"{base}/{plan_id}/audit")).json() == trail
+    kinds = [c.WhichOneof("kind") for c in agent.commands[sent:]]
+    assert "install_plan" not in kinds and "revert_plan" not in kinds and not agent.installed, kinds
+    await agent.close()
+
+
+async def _new_subscribers(hub, before):
+    return [s for s in hub._subscribers if s not in before] or None
+
+
 async def _approved(client, approver, host_id, digest, index):
     base = f"/api/v1/hosts/{host_id}/plans"
     plan_id = await _make(client, host_id, digest, index)
@@ -369,6 +516,96 @@ async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agen
     finally:
         backend.runtime.settings.plan_reconcile_grace_s = grace
         agent.lose_install_answers = False
+    await agent.close()
+
+
+async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, client, unique):
+    """The agent lists what its journals hold in Hello (the real agent's side: agent/tests/python/test_plans.py);
+    the backend settles plans no flow runs from it on each connect, and trusts a listing only when it is the
+    approved plan in the plan's process. The agent here is the scripted fake."""
+    from app.proto import pb
+    host_id = f"hello-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    ap_user = await make_user(client, "approver", unique)
+    approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
+    base = f"/api/v1/hosts/{host_id}/plans"
+    plans = backend.runtime.plans
+    try:
+        async with approver:
+            done = await _approved(client, approver, host_id, digest, 2)
+            lost = await _approved(client, approver, host_id, digest, 3)
+            assert (await client.post(f"{base}/{done}/install", json={"window_s": 1})).status_code == 200
+            await _until(client, host_id, done, "installed", timeout=30)
+            # The second install's answer is lost and its flow cut off (as by a backend stop).
+            agent.lose_install_answers = True
+            assert (await client.post(f"{base}/{lost}/install", json={"window_s": 1})).status_code == 200
+            await _true(lambda: lost in agent.installed, timeout=20)
+            await plans.stop()
+            assert (await _plan(client, host_id, lost))["state"] == "installing"
+            d, p_lost = await _plan(client, host_id, done), await _plan(client, host_id, lost)
+
+            def listed(p, **over):
+                fields = dict(plan_id=p["id"], state="installed", pid=p["target_pid"],
+                              start_time=p["target_start_time"], root=p["root_name"],
+                              code_sha256=p["approved_code_sha256"], heap=0x7F0000000000, heap_len=4096)
+                return pb.InstalledPlan(**{**fields, **over})
+
+            async def reconnect(installs):
+                await agent.close()
+                agent.hello_installs = installs
+                await agent.connect()
+
+            # An agent that says nothing of its installs (no state folder) changes no plan.
+            await reconnect(None)
+            assert (await _plan(client, host_id, lost))["state"] == "installing"
+            assert (await _plan(client, host_id, done))["state"] == "installed"
+            # Listings that are not the approved plan in its process, and an install no plan has, change
+            # nothing and are audited.
+            await reconnect([listed(p_lost, code_sha256="ab" * 32), listed(d, pid=d["target_pid"] + 1),
+                             listed(d, plan_id="not-a-plan-of-this-host")])
+            await reconnect([listed(p_lost, start_time=p_lost["target_start_time"] + 1), listed(d),
+                             listed(d, plan_id="not-a-plan-of-this-host")])
+            assert (await _plan(client, host_id, lost))["state"] == "installing"
+            assert (await _plan(client, host_id, done))["state"] == "installed"
+            trail = (await client.get(f"{base}/{lost}/audit")).json()
+            assert [a["action"] for a in trail].count("plan_install_unknown") == 2
+            async with backend.runtime.sessionmaker() as db:
+                unknown = (await db.execute(text(
+                    "SELECT count(*) FROM audit_log WHERE action = 'plan_install_unknown' AND target = :t"),
+                    {"t": "not-a-plan-of-this-host"})).scalar_one()
+            assert unknown == 2
+            # The agent restarted and lists both installed: the cut-off flow's plan is installed, its command's
+            # lost answer recorded.
+            await reconnect([listed(p_lost), listed(d)])
+            p = await _plan(client, host_id, lost)
+            assert p["state"] == "installed" and p["install_detail"]["code_sha256"] == p["approved_code_sha256"]
+            cmd = (await client.get(f"/api/v1/hosts/{host_id}/commands/{p['install_command']}")).json()
+            assert cmd["state"] == "failed" and "answer was lost" in cmd["error"]
+            last = (await client.get(f"{base}/{lost}/audit")).json()[-1]
+            assert (last["action"], last["actor"]) == ("plan_reconciled", "system")
+            assert last["detail"]["result"] == "installed" and last["detail"]["was"] == "installing"
+            assert last["detail"]["source"] == "hello"
+            # The console finds installed groups by state, with their functions.
+            r = await client.get(base, params={"state": ["installed"], "target": TARGET})
+            listed_installed = {p["id"]: p for p in r.json()}
+            assert set(listed_installed) == {lost, done}
+            assert listed_installed[lost]["members"] == ["srv_fn_3", *(g["function"] for g in FIXTURE["group"][1:])]
+            assert (await client.get(base, params={"state": ["no_such_state"]})).status_code == 422
+            # Listed again: nothing changes (each plan settled once).
+            await reconnect([listed(p_lost), listed(d)])
+            assert [a["action"] for a in (await client.get(f"{base}/{lost}/audit")).json()].count(
+                "plan_reconciled") == 1
+            # The journals no longer hold them (reverted by the agent's start-up recovery, or the process
+            # exited; a kept heap): both are reverted, with the reason.
+            await reconnect([listed(d, state="heap_kept")])
+            for plan_id, why in ((lost, "does not list the plan"), (done, "lists the plan as heap_kept")):
+                p = await _plan(client, host_id, plan_id)
+                assert p["state"] == "reverted" and why in p["revert_detail"]["reason"], p["revert_detail"]
+                last = (await client.get(f"{base}/{plan_id}/audit")).json()[-1]
+                assert last["action"] == "plan_reconciled" and last["detail"]["was"] == "installed"
+    finally:
+        agent.lose_install_answers = False
+        agent.hello_installs = None
     await agent.close()
 
 

@@ -429,6 +429,19 @@ export function usePlans(hostId: string, functionIndex: { digest?: string; index
   });
 }
 
+/** The host's installed plans (of one target, or all), with their group's functions: the console marks
+ *  those functions as running an installed copy. */
+export function useInstalledPlans(hostId: string, target?: string) {
+  return useQuery<Plan[], Error>({
+    queryKey: ["host", hostId, "plans", "installed", target ?? ""],
+    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans", {
+      params: { path: { host_id: hostId }, query: { state: ["installed"], target, limit: 1000 } },
+    })),
+    retry: false,
+    refetchInterval: 10000,
+  });
+}
+
 /** One plan; polled while the agent works on it (planning, installing, reverting) and while its
  *  before/after windows fill. */
 export function usePlan(hostId: string, planId: string) {

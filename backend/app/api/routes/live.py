@@ -9,6 +9,10 @@ measurement's intervals. Subscribing to `hosts` first sends every host as it sta
 Browsers cannot set headers on a WebSocket, so the access token comes as the `token` query parameter;
 a bad one closes the socket with code 4401, and so does the token's expiry (or the user's deletion)
 while the socket is open. A ping every 20 s keeps proxies from dropping idle sockets.
+
+The socket is read-only: subscribe is the one message it reads. Anything else (a command-shaped message,
+malformed JSON, topics that are not one of the three forms) is ignored and changes nothing; a binary
+frame closes the socket with code 1003. Every action goes through REST, with its role and state checks.
 """
 import asyncio
 import logging
@@ -28,6 +32,7 @@ log = logging.getLogger("hotpath.live")
 CLOSE_UNAUTHENTICATED = 4401
 TOPIC_RE = re.compile(r"^(hosts|host:[^\x00-\x1f]{1,256}|measurement:[0-9A-Za-z_-]{1,64})$")
 MAX_TOPICS = 64
+CLOSE_UNSUPPORTED = 1003  # RFC 6455: a data type the endpoint does not accept
 
 
 @router.websocket("/ws")
@@ -48,7 +53,14 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
     async def read_client() -> None:
         # Subscriptions; anything else is ignored. Reading also notices the close promptly.
         while True:
-            raw = await websocket.receive_text()
+            frame = await websocket.receive()
+            if frame["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(frame.get("code", 1000))
+            raw = frame.get("text")
+            if raw is None:
+                # A binary frame: the socket carries JSON text only (no command of any kind).
+                await websocket.close(code=CLOSE_UNSUPPORTED, reason="the live socket takes text subscriptions only")
+                return
             try:
                 msg = orjson.loads(raw)
             except orjson.JSONDecodeError:

@@ -16,7 +16,7 @@ from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
 from app.api.responses import NOT_FOUND, FastJSON, Responses
 from app.api.routes.hosts import ExistingHost
 from app.models import User
-from app.schemas import Message, PlanAuditEntry, PlanCreate, PlanDetail, PlanInstall, PlanPublic, PlanReject
+from app.schemas import Message, PlanAuditEntry, PlanCreate, PlanDetail, PlanInstall, PlanPublic, PlanReject, PlanState
 
 router = APIRouter(prefix="/hosts/{host_id}/plans", tags=["plans"])
 OperatorUser = Annotated[User, Depends(require_role("operator"))]
@@ -49,9 +49,10 @@ async def list_plans(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
                      target: str | None = Query(None, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$"),
                      digest: str | None = Query(None, pattern=r"^[0-9a-f]{64}$"),
                      function_index: int | None = Query(None, ge=0, le=2**31 - 1),
+                     state: list[PlanState] | None = Query(None, description="Only plans in these states"),
                      limit: int = Query(50, ge=1, le=1000)):
-    """The host's plans, newest first (without their JSON)."""
-    return FastJSON(await plans.list_plans(session, host_id, limit, target, digest, function_index))
+    """The host's plans, newest first (without their JSON; with their group's function names)."""
+    return FastJSON(await plans.list_plans(session, host_id, limit, target, digest, function_index, state))
 
 
 @router.get("/{plan_id}", response_model=PlanDetail, responses=NOT_FOUND)

@@ -55,6 +55,38 @@ describe("function page", () => {
     expect(callees).toHaveTextContent("0xffffffffc0001000");
   });
 
+  it("marks a function of an installed group with an \"installed copy\" badge linking to its plan", async () => {
+    setSession({ token: "t", user: null });
+    const { fetch, requests } = routeFetch({
+      "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+      "/api/v1/hosts/h/functions/7": () => json(sampleDetail()),
+      "/api/v1/hosts/h/functions/7/samples": () => json({ function_id: 7, window_s: 60, from: "2026-01-01T00:00:00Z", to: "2026-01-01T00:01:00Z", seconds: 60, total: 0, blocks: [] }),
+      "/api/v1/hosts/h/functions/7/instructions": () => json({ function_id: 7, address: 0, instructions: [] }),
+      "/api/v1/hosts/h/plans": () => json([
+        { id: "11111111-2222-3333-4444-555555555555", state: "installed", root_digest: "0".repeat(64), root_name: "ksys_read",
+          members: ["ksys_read", "vfs_read"], install_by: "op" },
+        { id: "99999999-2222-3333-4444-555555555555", state: "installed", root_digest: "f".repeat(64), root_name: "x",
+          members: ["vfs_read"], install_by: "op" },
+      ]),
+    });
+    vi.stubGlobal("fetch", fetch);
+    vi.stubGlobal("WebSocket", undefined);
+    renderApp("/hosts/h/functions/7?target=p42-100");
+    const badge = await screen.findByRole("link", { name: "installed copy" });
+    expect(badge).toHaveAttribute("href", "/hosts/h/plans/11111111-2222-3333-4444-555555555555");
+    const asked = requests.map((r) => new URL(r.url)).find((u) => u.pathname === "/api/v1/hosts/h/plans");
+    expect(asked?.searchParams.getAll("state")).toEqual(["installed"]);
+    expect(asked?.searchParams.get("target")).toBe("p42-100");
+  });
+
+  it("shows no badge when no installed group holds the function", async () => {
+    stub(() => json({ function_id: 7, address: 0, instructions: [] }));
+    renderApp("/hosts/h/functions/7");
+    expect(await screen.findByRole("heading", { name: "vfs_read" })).toBeInTheDocument();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(screen.queryByRole("link", { name: "installed copy" })).toBeNull();
+  });
+
   it("shows why instructions are unavailable", async () => {
     stub(() => json({ detail: "Host is offline" }, 503));
     renderApp("/hosts/h/functions/7");

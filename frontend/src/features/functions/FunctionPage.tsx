@@ -10,7 +10,9 @@ import { useLiveTopics } from "../../api/live";
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useNavigate, useParams, useSearchParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
-import { useFunctionDetail, useFunctionSamples, useInstructionSamples, useInstructions, useMakePlan, useMe } from "../../api/queries";
+import { useFunctionDetail, useFunctionSamples, useInstalledPlans, useInstructionSamples, useInstructions, useMakePlan, useMe } from "../../api/queries";
+import { InstalledCopyBadge } from "../plans/InstalledCopyBadge";
+import { installedCopies, installedCopyOf } from "../plans/installedCopies";
 import { useAuth } from "../auth/AuthContext";
 import type { FunctionDetail } from "../../api/types";
 import { formatAddress, formatOffset } from "../../lib/address";
@@ -176,6 +178,7 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
       <p className="crumbs"><Link to={`${hostLink}?${rangeSearch(view.range)}`}>← host</Link> · <Link to={`${hostLink}?tab=code&${rangeSearch(view.range)}`}>code</Link></p>
       <h1>{fn.name}</h1>
       <OptimizeButton hostId={hostId} functionId={fn.id} />
+      <InstalledCopy hostId={hostId} target={target} fn={fn} />
       <dl className="facts">
         <div><dt>Module</dt><dd>{fn.module}</dd></div>
         <div><dt>Address</dt><dd className="addr">{formatAddress(fn.address_hex, fn.address)}</dd></div>
@@ -291,6 +294,14 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
       </section>
     </section>
   );
+}
+
+/** The badge when this function runs an installed copy (a member of an installed plan's group). */
+function InstalledCopy({ hostId, target, fn }: { hostId: string; target: string; fn: FunctionDetail["function"] }) {
+  const installed = useInstalledPlans(hostId, target);
+  const copies = useMemo(() => installedCopies(installed.data), [installed.data]);
+  const plan = installedCopyOf(copies, fn);
+  return plan ? <>{" "}<InstalledCopyBadge hostId={hostId} plan={plan} /></> : null;
 }
 
 /** "Optimize…": asks the host's agent for a plan of this function (operators), then opens the plan. */

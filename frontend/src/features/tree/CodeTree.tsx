@@ -10,13 +10,15 @@ import { Link } from "react-router-dom";
 import { useQueries } from "@tanstack/react-query";
 import { useVirtualizer } from "@tanstack/react-virtual";
 import { api, unwrap } from "../../api/client";
-import { keys, liveOptions, useCatalogPieces, useHotness } from "../../api/queries";
+import { keys, liveOptions, useCatalogPieces, useHotness, useInstalledPlans } from "../../api/queries";
 import type { Host } from "../../api/types";
 import { formatAddress } from "../../lib/address";
 import { formatBytes, formatCount, formatRate } from "../../lib/format";
 import { rangeKey, rangeQuery, type TimeRange } from "../../lib/timeRange";
 import { rangeSearch, type HostView, type TreeSort } from "../../lib/urlState";
 import { blockAddressHex, blockSamplesMap } from "../functions/cfgModel";
+import { InstalledCopyBadge } from "../plans/InstalledCopyBadge";
+import { installedCopies, installedCopyOf, type InstalledCopies } from "../plans/installedCopies";
 import {
   compileQuery, flattenTree, hotnessMap, indexCatalog, summariesFromPieces, type BlockState, type SortKey, type TreeRow,
 } from "./treeModel";
@@ -62,6 +64,8 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [modules.data, piecesVersion]);
   const hot = useMemo(() => (hotness.data ? hotnessMap(hotness.data.items) : null), [hotness.data]);
+  const installed = useInstalledPlans(hostId);
+  const copies = useMemo(() => installedCopies(installed.data), [installed.data]);
 
   const expandedIds = useMemo(() => [...expanded], [expanded]);
   const details = useQueries({
@@ -275,6 +279,7 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
                     row={row}
                     hostId={hostId}
                     range={range}
+                    copies={copies}
                     top={v.start}
                     active={v.index === activeIndex}
                     onToggle={() => toggle(row)}
@@ -298,13 +303,14 @@ interface RowProps {
   row: TreeRow;
   hostId: string;
   range: TimeRange;
+  copies: InstalledCopies;
   top: number;
   active: boolean;
   onToggle: () => void;
   onSelect: () => void;
 }
 
-function TreeRowView({ row, hostId, range, top, active, onToggle, onSelect }: RowProps) {
+function TreeRowView({ row, hostId, range, copies, top, active, onToggle, onSelect }: RowProps) {
   const expandable = row.kind === "module" || row.kind === "function" || row.kind === "group";
   const expandedAttr = expandable ? row.expanded : undefined;
   return (
@@ -327,12 +333,12 @@ function TreeRowView({ row, hostId, range, top, active, onToggle, onSelect }: Ro
       >
         {expandable ? (row.expanded ? "▾" : "▸") : ""}
       </span>
-      {" "}<RowContent row={row} hostId={hostId} range={range} />
+      {" "}<RowContent row={row} hostId={hostId} range={range} copies={copies} />
     </div>
   );
 }
 
-function RowContent({ row, hostId, range }: { row: TreeRow; hostId: string; range: TimeRange }) {
+function RowContent({ row, hostId, range, copies }: { row: TreeRow; hostId: string; range: TimeRange; copies: InstalledCopies }) {
   switch (row.kind) {
     case "group":
       return (
@@ -351,6 +357,7 @@ function RowContent({ row, hostId, range }: { row: TreeRow; hostId: string; rang
       );
     case "function": {
       const fn = row.fn;
+      const copy = installedCopyOf(copies, fn);
       return (
         <>
           <Link className="fn-name" to={`/hosts/${encodeURIComponent(hostId)}/functions/${fn.id}?${rangeSearch(range)}`}>{fn.name}</Link>
@@ -363,6 +370,7 @@ function RowContent({ row, hostId, range }: { row: TreeRow; hostId: string; rang
               : formatRate(row.samplesPerSec)}
           </span>
           {" "}{fn.undecodable && <span className="badge" title="the agent could not decode all of this function's bytes">undecodable</span>}
+          {copy && <>{" "}<InstalledCopyBadge hostId={hostId} plan={copy} /></>}
         </>
       );
     }
