@@ -59,12 +59,12 @@ export function MeasurePage() {
 }
 
 /** The functions named in the URL, loaded by id; each is added to the picks once, when it arrives. */
-function usePresetPicks(hostId: string, ids: number[], setPicked: (f: (old: Picked[]) => Picked[]) => void) {
+function usePresetPicks(hostId: string, target: string, ids: number[], setPicked: (f: (old: Picked[]) => Picked[]) => void) {
   const details = useQueries({
     queries: ids.map((fid) => ({
-      queryKey: keys.fn(hostId, fid),
+      queryKey: keys.fn(hostId, fid, target),
       queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions/{function_id}", {
-        params: { path: { host_id: hostId, function_id: fid } },
+        params: { path: { host_id: hostId, function_id: fid }, query: { target } },
       })),
       staleTime: Infinity,
       retry: false,
@@ -90,7 +90,7 @@ function NewMeasurement({ hostId, target, pmuReason, preset, onStarted }: {
 }) {
   const [q, setQ] = useState("");
   const [picked, setPicked] = useState<Picked[]>([]);
-  const presetState = usePresetPicks(hostId, preset, setPicked);
+  const presetState = usePresetPicks(hostId, target, preset, setPicked);
   const [metrics, setMetrics] = useState<Set<MetricId>>(new Set(["count", "wall", "vtime"]));
   const [command, setCommand] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
