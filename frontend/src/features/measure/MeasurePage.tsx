@@ -96,13 +96,20 @@ function NewMeasurement({ hostId, target, pmuReason, preset, onStarted }: {
   const [error, setError] = useState<string | null>(null);
   const search = useFunctionSearch(hostId, target, q.trim());
   const start = useStartMeasurement(hostId);
+  const toggleMetric = (id: MetricId) => setMetrics((old) => {
+    const next = new Set(old);
+    if (next.has(id)) next.delete(id);
+    else next.add(id);
+    return next;
+  });
   const isPicked = (f: FunctionSummary) => picked.some((p) => p.fn.id === f.id);
   const toggle = (f: FunctionSummary) =>
     setPicked((old) => (isPicked(f) ? old.filter((p) => p.fn.id !== f.id) : [...old, { fn: f, blocks: true }]));
   const onStart = () => {
     setError(null);
     start.mutate({
-      target, metrics: [...metrics], allow_partial: true,
+      // A hardware metric ticked before the host said it has no PMU is not asked for.
+      target, metrics: [...metrics].filter((id) => pmuReason === null || !METRICS.find((m) => m.id === id)?.hardware), allow_partial: true,
       resources: picked.map((p) => ({ digest: p.fn.digest, function_index: p.fn.index, kind: "function", blocks: p.blocks })),
     } as Parameters<typeof start.mutate>[0], {
       onSuccess: (c) => {
@@ -146,21 +153,23 @@ function NewMeasurement({ hostId, target, pmuReason, preset, onStarted }: {
       )}
       <fieldset className="metrics">
         <legend>Metrics</legend>
-        {METRICS.map((m) => {
-          const off = m.hardware && pmuReason !== null;
-          return (
-            <label key={m.id} title={off ? pmuReason ?? "" : undefined} className={off ? "muted" : undefined}>
-              <input type="checkbox" disabled={off} checked={!off && metrics.has(m.id)} aria-label={m.label}
-                onChange={() => setMetrics((old) => {
-                  const next = new Set(old);
-                  if (next.has(m.id)) next.delete(m.id);
-                  else next.add(m.id);
-                  return next;
-                })} />
-              {m.label}{off ? ` (unavailable: ${pmuReason})` : ""}
-            </label>
-          );
-        })}
+        {METRICS.filter((m) => !m.hardware || pmuReason === null).map((m) => (
+          <label key={m.id}>
+            <input type="checkbox" checked={metrics.has(m.id)} aria-label={m.label} onChange={() => toggleMetric(m.id)} />
+            {m.label}
+          </label>
+        ))}
+        {pmuReason !== null && (
+          <fieldset className="metrics-off" disabled aria-describedby="pmu-reason">
+            <legend id="pmu-reason" className="muted">Hardware metrics unavailable: {pmuReason}</legend>
+            {METRICS.filter((m) => m.hardware).map((m) => (
+              <label key={m.id} className="muted">
+                <input type="checkbox" disabled checked={false} aria-label={m.label} readOnly />
+                {m.label}
+              </label>
+            ))}
+          </fieldset>
+        )}
       </fieldset>
       <button type="button" disabled={picked.length === 0 || metrics.size === 0 || start.isPending} onClick={onStart}>
         Start
