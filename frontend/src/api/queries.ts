@@ -305,7 +305,7 @@ export function useFlameDiff(hostId: string, q: FlameDiffQuery | null) {
   });
 }
 
-export function useFunctionCalls(hostId: string, fid: number, range: TimeRange, live: boolean, filter: StackFilter) {
+export function useFunctionCalls(hostId: string, fid: number, range: TimeRange, live: boolean, filter: StackFilter, enabled = true) {
   return useQuery<FunctionCalls, Error>({
     queryKey: keys.calls(hostId, fid, [rangeKey(range), filter.pid, filter.comm, filter.cpu, filter.idle]),
     queryFn: () =>
@@ -315,11 +315,12 @@ export function useFunctionCalls(hostId: string, fid: number, range: TimeRange, 
         }),
       ),
     retry,
+    enabled,
     ...stackLiveOptions(live),
   });
 }
 
-export function useInstructionSamples(hostId: string, fid: number, range: TimeRange, live: boolean) {
+export function useInstructionSamples(hostId: string, fid: number, range: TimeRange, live: boolean, enabled = true) {
   return useQuery<InstructionSamples, Error>({
     queryKey: keys.insnSamples(hostId, fid, rangeKey(range)),
     queryFn: () =>
@@ -329,6 +330,7 @@ export function useInstructionSamples(hostId: string, fid: number, range: TimeRa
         }),
       ),
     retry,
+    enabled,
     ...liveOptions(live),
   });
 }

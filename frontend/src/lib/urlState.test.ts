@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
-import { readFunctionView, readHostView, writeFunctionView, writeHostView } from "./urlState";
+import { MAX_PICKED, measureLink, readFunctionView, readHostView, readIdList, writeFunctionView, writeHostView } from "./urlState";
 
 describe("view state in the URL", () => {
   it("round-trips every part of a host view and leaves defaults out", () => {
@@ -30,5 +30,23 @@ describe("view state in the URL", () => {
     expect(writeFunctionView(v).toString()).toBe("from=now-5m&to=now&block=0x1a&scale=log");
     expect(readFunctionView(new URLSearchParams("block=zz")).block).toBeNull();
     expect(writeFunctionView({ ...v, block: null, scale: "linear" }).toString()).toBe("from=now-5m&to=now");
+  });
+
+  it("keeps the functions ticked in the code tree, in order, as a short list of ids", () => {
+    const v = readHostView(new URLSearchParams("pick=7,9,7,x,-1,10"));
+    expect(v.picked).toEqual([7, 9, 10]);
+    expect(writeHostView(v).get("pick")).toBe("7,9,10");
+    expect(writeHostView({ ...v, picked: [] }, new URLSearchParams("pick=7")).has("pick")).toBe(false);
+    expect(readHostView(new URLSearchParams()).picked).toEqual([]);
+    expect(readIdList("99999999999999999")).toEqual([]);
+    const many = Array.from({ length: MAX_PICKED + 50 }, (_, i) => i + 1).join(",");
+    expect(readIdList(many)).toHaveLength(MAX_PICKED);
+  });
+
+  it("links the measure page of a target with functions picked", () => {
+    expect(measureLink("host 1", "kernel", [7, 9])).toBe("/hosts/host%201/measure?target=kernel&fn=7%2C9");
+    expect(measureLink("h", "kernel", [])).toBe("/hosts/h/measure?target=kernel");
+    const fn = new URL(measureLink("h", "kernel", [7, 9]), "http://x").searchParams.get("fn");
+    expect(readIdList(fn)).toEqual([7, 9]);
   });
 });

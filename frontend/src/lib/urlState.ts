@@ -29,6 +29,8 @@ export interface HostView {
   treeSort: TreeSort;
   treeDesc: boolean;
   hotOnly: boolean;
+  /** Functions ticked in the tree for measurement (kernel function ids, in the order ticked). */
+  picked: number[];
   /** Top functions tab */
   topSort: TopSort;
   topDesc: boolean;
@@ -54,9 +56,36 @@ const TOP_SORTS: TopSort[] = ["samples", "inclusive", "name", "module"];
 const IDLE_MODES: IdleMode[] = ["exclude", "include", "only"];
 
 function intParam(v: string | null, max: number): number | null {
-  if (v === null || !/^\d{1,10}$/.test(v)) return null;
+  if (v === null || !/^\d{1,16}$/.test(v)) return null;
   const n = Number(v);
   return n <= max ? n : null;
+}
+
+/** At most this many functions ride in a link (a measurement of more is picked on the measure page). */
+export const MAX_PICKED = 200;
+
+/** A comma-separated list of function ids ("12,40,7"): duplicates and anything not an id dropped. */
+export function readIdList(v: string | null): number[] {
+  if (!v) return [];
+  const out: number[] = [];
+  for (const part of v.split(",")) {
+    const n = intParam(part.trim(), Number.MAX_SAFE_INTEGER);
+    if (n !== null && !out.includes(n)) out.push(n);
+    if (out.length >= MAX_PICKED) break;
+  }
+  return out;
+}
+
+export function writeIdList(ids: readonly number[]): string | null {
+  return ids.length ? ids.join(",") : null;
+}
+
+/** The measure page of a target with these functions already picked. */
+export function measureLink(hostId: string, target: string, functionIds: readonly number[]): string {
+  const p = new URLSearchParams({ target });
+  const fn = writeIdList(functionIds);
+  if (fn) p.set("fn", fn);
+  return `/hosts/${encodeURIComponent(hostId)}/measure?${p.toString()}`;
 }
 
 export function readStackFilter(p: URLSearchParams): StackFilterView {
@@ -90,6 +119,7 @@ export function readHostView(p: URLSearchParams): HostView {
     treeSort: treeSort && TREE_SORTS.includes(treeSort) ? treeSort : "hotness",
     treeDesc: p.get("dir") !== "asc",
     hotOnly: p.get("hot") === "1",
+    picked: readIdList(p.get("pick")),
     topSort: topSort && TOP_SORTS.includes(topSort) ? topSort : "samples",
     topDesc: p.get("tdir") !== "asc",
     page: Number.isInteger(page) && page >= 1 && page <= 100000 ? page : 1,
@@ -118,6 +148,7 @@ export function writeHostView(v: HostView, base: URLSearchParams = new URLSearch
   set("sort", v.treeSort === "hotness" ? null : v.treeSort);
   set("dir", v.treeDesc ? null : "asc");
   set("hot", v.hotOnly ? "1" : null);
+  set("pick", writeIdList(v.picked));
   set("tsort", v.topSort === "samples" ? null : v.topSort);
   set("tdir", v.topDesc ? null : "asc");
   set("page", v.page > 1 ? String(v.page) : null);

@@ -87,6 +87,36 @@ describe("function page", () => {
     expect(screen.queryByRole("link", { name: "installed copy" })).toBeNull();
   });
 
+  it("on a process target, says where samples and stacks come from instead of reporting the function missing", async () => {
+    setSession({ token: "t", user: null });
+    // The sample and stack routes serve the kernel only: asked about a process function they answer 404.
+    const notFound = () => json({ detail: "Function not found" }, 404);
+    const { fetch, requests } = routeFetch({
+      "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+      "/api/v1/hosts/h/functions/7": () => json(sampleDetail()),
+      "/api/v1/hosts/h/functions/7/samples": notFound,
+      "/api/v1/hosts/h/functions/7/instruction-samples": notFound,
+      "/api/v1/hosts/h/functions/7/calls": notFound,
+    });
+    vi.stubGlobal("fetch", fetch);
+    vi.stubGlobal("WebSocket", undefined);
+    renderApp("/hosts/h/functions/7?target=p42-100");
+    await screen.findByRole("heading", { name: "vfs_read", level: 1 });
+    const notes = await screen.findAllByTestId("process-samples-note");
+    expect(notes).toHaveLength(2);
+    for (const note of notes) {
+      expect(note).toHaveTextContent("PC samples and call stacks cover the kernel; measure this process's functions from its Measure page");
+      expect(within(note).getByRole("link", { name: "Measure page" })).toHaveAttribute("href", "/hosts/h/measure?target=p42-100&fn=7");
+      expect(note.closest(".error")).toBeNull();
+    }
+    expect(within(screen.getByRole("region", { name: "Callers and callees" })).getByTestId("process-samples-note")).toBeInTheDocument();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(screen.queryByText(/Function not found/)).toBeNull();
+    expect(screen.queryByRole("alert")).toBeNull();
+    const kernelOnly = requests.map((r) => new URL(r.url).pathname).filter((p) => /\/(samples|instruction-samples|calls)$/.test(p));
+    expect(kernelOnly).toEqual([]);
+  });
+
   it("shows why instructions are unavailable", async () => {
     stub(() => json({ detail: "Host is offline" }, 503));
     renderApp("/hosts/h/functions/7");

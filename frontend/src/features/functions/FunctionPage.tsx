@@ -18,7 +18,7 @@ import type { FunctionDetail } from "../../api/types";
 import { formatAddress, formatOffset } from "../../lib/address";
 import { formatBytes, formatCount, formatRate } from "../../lib/format";
 import { formatRange } from "../../lib/timeRange";
-import { rangeSearch, readFunctionView, useUrlView, writeFunctionView } from "../../lib/urlState";
+import { measureLink, rangeSearch, readFunctionView, useUrlView, writeFunctionView } from "../../lib/urlState";
 import { LiveBar } from "../time/LiveBar";
 import { TimeRangePicker } from "../time/TimeRangePicker";
 import { CfgGraph } from "./CfgGraph";
@@ -70,10 +70,13 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
   const [view, update] = useUrlView(readFunctionView, writeFunctionView);
   const [paused, setPaused] = useState(false);
   const live = view.range.kind === "relative" && !paused;
-  const samples = useFunctionSamples(hostId, fn.id, view.range, live);
+  // PC samples and call stacks are the kernel's (the sampler covers kernel code only); a process's
+  // functions are measured from its measure page instead.
+  const kernel = target === "kernel";
+  const samples = useFunctionSamples(hostId, fn.id, view.range, live, kernel);
   const instructionsWanted = view.block !== null;
   const instructions = useInstructions(hostId, fn.id, instructionsWanted, target);
-  const insnSamples = useInstructionSamples(hostId, fn.id, view.range, live);
+  const insnSamples = useInstructionSamples(hostId, fn.id, view.range, live, kernel);
   const insnCounts = useMemo(() => (insnSamples.data ? instructionCounts(insnSamples.data.items) : null), [insnSamples.data]);
 
   // The layout depends only on the code; sample counts only recolour it.
@@ -187,7 +190,9 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
         <div>
           <dt>Samples ({rangeText})</dt>
           <dd>
-            {samples.data
+            {!kernel
+              ? <ProcessSamplesNote hostId={hostId} target={target} functionId={fn.id} />
+              : samples.data
               ? <>{formatCount(samples.data.total)} <span className="muted">({formatRate(samples.data.total / Math.max(1e-3, samples.data.seconds))})</span></>
               : samples.isError
                 ? <span className="unavailable">unavailable <span className="reason">({samples.error.message})</span></span>
@@ -266,7 +271,14 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
           onGoHottest={goHottestInstruction}
         />
       </div>
-      <CallersCallees hostId={hostId} functionId={fn.id} range={view.range} live={live} />
+      {kernel
+        ? <CallersCallees hostId={hostId} functionId={fn.id} range={view.range} live={live} />
+        : (
+          <section className="callers-callees" id="calls" aria-labelledby="calls-title">
+            <h2 id="calls-title">Callers and callees</h2>
+            <ProcessSamplesNote hostId={hostId} target={target} functionId={fn.id} />
+          </section>
+        )}
       <section className="callees" aria-labelledby="callees-title">
         <h2 id="callees-title">Callees</h2>
         {detail.callees.length === 0 && <p className="muted">No direct calls.</p>}
@@ -337,5 +349,15 @@ function LayoutProgress({ blocks, phase, fraction, startedAt }: { blocks: number
       <p>Laying out {formatCount(blocks)} blocks… {phase} ({elapsed.toFixed(1)} s)</p>
       <progress max={1} value={fraction} aria-label="Layout progress" />
     </div>
+  );
+}
+
+/** What a process function's page says where the kernel's sample views would be: not an error. */
+function ProcessSamplesNote({ hostId, target, functionId }: { hostId: string; target: string; functionId: number }) {
+  return (
+    <span className="note" data-testid="process-samples-note">
+      PC samples and call stacks cover the kernel; measure this process&apos;s functions from its{" "}
+      <Link to={measureLink(hostId, target, [functionId])}>Measure page</Link>.
+    </span>
   );
 }

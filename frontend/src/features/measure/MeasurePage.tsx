@@ -3,10 +3,14 @@
 // start; then a live table (resources × metrics, units on every number, exact / sampled / estimate
 // labels, unavailable metrics with the agent's reason) and a live chart, fed by the WebSocket
 // subscription of that measurement only. Stop and pause; command progress with Cancel. A function
-// measured with its blocks links to its CFG with the measurement's counts drawn over it.
-import { useMemo, useState } from "react";
+// measured with its blocks links to its CFG with the measurement's counts drawn over it. Functions
+// named in the URL (`fn=12,40`, from the code tree's "Measure selected") arrive already picked.
+import { useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router-dom";
-import { useHost } from "../../api/queries";
+import { useQueries } from "@tanstack/react-query";
+import { api, unwrap } from "../../api/client";
+import { keys, useHost } from "../../api/queries";
+import { readIdList } from "../../lib/urlState";
 import { useLiveTopics } from "../../api/live";
 import type { FunctionSummary, MeasurementDetail } from "../../api/types";
 import { CommandStatus } from "./CommandStatus";
@@ -39,6 +43,7 @@ export function MeasurePage() {
     setParams(next);
   };
   const pmu = host.data?.capabilities.find((c) => c.name === "hardware_pmu");
+  const preset = useMemo(() => readIdList(params.get("fn")), [params]);
   return (
     <section className="measure-page">
       <div className="page-head">
@@ -46,30 +51,65 @@ export function MeasurePage() {
         <Link to={`/hosts/${encodeURIComponent(hostId)}`}>{host.data?.hostname ?? hostId}</Link>
       </div>
       <NewMeasurement hostId={hostId} target={target} pmuReason={pmu && !pmu.available ? pmu.detail || "no PMU" : null}
-        onStarted={setMeasurement} />
+        preset={preset} onStarted={setMeasurement} />
       <MeasurementList hostId={hostId} target={target} current={mid} onOpen={setMeasurement} />
       {mid && <MeasurementView hostId={hostId} mid={mid} />}
     </section>
   );
 }
 
-function NewMeasurement({ hostId, target, pmuReason, onStarted }: {
-  hostId: string; target: string; pmuReason: string | null; onStarted: (id: string) => void;
+/** The functions named in the URL, loaded by id; each is added to the picks once, when it arrives. */
+function usePresetPicks(hostId: string, target: string, ids: number[], setPicked: (f: (old: Picked[]) => Picked[]) => void) {
+  const details = useQueries({
+    queries: ids.map((fid) => ({
+      queryKey: keys.fn(hostId, fid, target),
+      queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions/{function_id}", {
+        params: { path: { host_id: hostId, function_id: fid }, query: { target } },
+      })),
+      staleTime: Infinity,
+      retry: false,
+    })),
+  });
+  const seeded = useRef(new Set<number>());
+  const loaded = details.flatMap((d) => (d.data ? [d.data.function] : []));
+  const loadedKey = loaded.map((f) => f.id).join(",");
+  useEffect(() => {
+    const fresh = loaded.filter((f) => !seeded.current.has(f.id));
+    if (fresh.length === 0) return;
+    for (const f of fresh) seeded.current.add(f.id);
+    setPicked((old) => [...old, ...fresh.filter((f) => !old.some((p) => p.fn.id === f.id)).map((fn) => ({ fn, blocks: true }))]);
+    // `loaded` is a new array every render; the ids say when it changed.
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [loadedKey, setPicked]);
+  const failed = details.flatMap((d, i) => (d.error ? [`function ${ids[i]}: ${d.error.message}`] : []));
+  return { pending: details.some((d) => d.isPending), failed };
+}
+
+function NewMeasurement({ hostId, target, pmuReason, preset, onStarted }: {
+  hostId: string; target: string; pmuReason: string | null; preset: number[]; onStarted: (id: string) => void;
 }) {
   const [q, setQ] = useState("");
   const [picked, setPicked] = useState<Picked[]>([]);
+  const presetState = usePresetPicks(hostId, target, preset, setPicked);
   const [metrics, setMetrics] = useState<Set<MetricId>>(new Set(["count", "wall", "vtime"]));
   const [command, setCommand] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
   const search = useFunctionSearch(hostId, target, q.trim());
   const start = useStartMeasurement(hostId);
+  const toggleMetric = (id: MetricId) => setMetrics((old) => {
+    const next = new Set(old);
+    if (next.has(id)) next.delete(id);
+    else next.add(id);
+    return next;
+  });
   const isPicked = (f: FunctionSummary) => picked.some((p) => p.fn.id === f.id);
   const toggle = (f: FunctionSummary) =>
     setPicked((old) => (isPicked(f) ? old.filter((p) => p.fn.id !== f.id) : [...old, { fn: f, blocks: true }]));
   const onStart = () => {
     setError(null);
     start.mutate({
-      target, metrics: [...metrics], allow_partial: true,
+      // A hardware metric ticked before the host said it has no PMU is not asked for.
+      target, metrics: [...metrics].filter((id) => pmuReason === null || !METRICS.find((m) => m.id === id)?.hardware), allow_partial: true,
       resources: picked.map((p) => ({ digest: p.fn.digest, function_index: p.fn.index, kind: "function", blocks: p.blocks })),
     } as Parameters<typeof start.mutate>[0], {
       onSuccess: (c) => {
@@ -86,6 +126,10 @@ function NewMeasurement({ hostId, target, pmuReason, onStarted }: {
       <label>Find functions <input type="search" value={q} onChange={(e) => setQ(e.target.value)}
         placeholder="function name" aria-label="Find functions" /></label>
       {search.isError && <p className="error small" role="alert">{search.error.message}</p>}
+      {presetState.pending && <p className="muted small">Loading the selected functions…</p>}
+      {presetState.failed.length > 0 && (
+        <p className="error small" role="alert">Could not load a selected function: {presetState.failed.join("; ")}</p>
+      )}
       {q.trim() && (
         <ul className="pick-list" aria-label="Functions found">
           {(search.data?.items ?? []).map((f) => (
@@ -109,21 +153,23 @@ function NewMeasurement({ hostId, target, pmuReason, onStarted }: {
       )}
       <fieldset className="metrics">
         <legend>Metrics</legend>
-        {METRICS.map((m) => {
-          const off = m.hardware && pmuReason !== null;
-          return (
-            <label key={m.id} title={off ? pmuReason ?? "" : undefined} className={off ? "muted" : undefined}>
-              <input type="checkbox" disabled={off} checked={!off && metrics.has(m.id)} aria-label={m.label}
-                onChange={() => setMetrics((old) => {
-                  const next = new Set(old);
-                  if (next.has(m.id)) next.delete(m.id);
-                  else next.add(m.id);
-                  return next;
-                })} />
-              {m.label}{off ? ` (unavailable: ${pmuReason})` : ""}
-            </label>
-          );
-        })}
+        {METRICS.filter((m) => !m.hardware || pmuReason === null).map((m) => (
+          <label key={m.id}>
+            <input type="checkbox" checked={metrics.has(m.id)} aria-label={m.label} onChange={() => toggleMetric(m.id)} />
+            {m.label}
+          </label>
+        ))}
+        {pmuReason !== null && (
+          <fieldset className="metrics-off" disabled aria-describedby="pmu-reason">
+            <legend id="pmu-reason" className="muted">Hardware metrics unavailable: {pmuReason}</legend>
+            {METRICS.filter((m) => m.hardware).map((m) => (
+              <label key={m.id} className="muted">
+                <input type="checkbox" disabled checked={false} aria-label={m.label} readOnly />
+                {m.label}
+              </label>
+            ))}
+          </fieldset>
+        )}
       </fieldset>
       <button type="button" disabled={picked.length === 0 || metrics.size === 0 || start.isPending} onClick={onStart}>
         Start

@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { screen, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { renderApp } from "../../test/render";
-import { host, json, routeFetch, sampleDetail } from "../../test/fixtures";
+import { fnSummary, host, json, routeFetch, sampleDetail } from "../../test/fixtures";
 import { setSession } from "../../api/session";
 
 // Two content-addressed pieces: vmlinux at ffffffff81000000 and ext4 at ffffffffc0000000 (offsets are
@@ -31,6 +31,7 @@ function stub() {
     "/api/v1/hosts/host-1/hotness": () => json({ window_s: 10, items: [{ function_id: 9, samples_per_sec: 123 }] }),
     "/api/v1/hosts/host-1/timeline": () => json({ from: "2026-01-01T00:00:00Z", to: "2026-01-01T00:01:00Z", seconds: 60, step_s: 1, points: [] }),
     "/api/v1/hosts/host-1/functions/7": () => json(sampleDetail()),
+    "/api/v1/hosts/host-1/functions/9": () => json({ ...sampleDetail(), function: fnSummary({ id: 9, name: "ksys_read", block_count: 3 }) }),
     "/api/v1/hosts/host-1/functions/7/samples": () => json({ function_id: 7, window_s: 10, total: 5, blocks: [{ offset: 0, samples: 5, samples_per_sec: 0.5 }] }),
     "/api/v1/hosts/host-1/top-functions": () => json({ window_s: 10, from: "2026-01-01T00:00:00Z", to: "2026-01-01T00:00:10Z",
       seconds: 10, total_samples: 100, user_samples: 0, kernel_samples: 100, idle_samples: 0, unmapped_samples: 0, lost_samples: 0, functions: 2,
@@ -120,6 +121,31 @@ describe("host page", () => {
     await screen.findByText("5 samples");
     const blocks = screen.getAllByRole("treeitem").filter((r) => r.getAttribute("aria-level") === "3");
     expect(blocks.map((b) => b.textContent?.trim().slice(0, 18))).toEqual(["0xffffffff81234560", "0xffffffff81234570", "0xffffffff81234578", "0xffffffff81234590"]);
+  });
+
+  it("ticks functions for measurement by mouse and keyboard, keeps them in the URL and opens the measure page with them picked", async () => {
+    stub();
+    renderApp("/hosts/host-1");
+    const user = userEvent.setup();
+    await screen.findByRole("tree");
+    await user.click(await screen.findByRole("checkbox", { name: "Select vfs_read for measurement" }));
+    expect(screen.getByRole("region", { name: "Selected functions" })).toHaveTextContent("1 selected");
+    // Keyboard: the tree's first function (hottest first) is ksys_read; Space ticks the active row.
+    screen.getByRole("tree").focus();
+    await user.keyboard("{ArrowDown} ");
+    expect(screen.getByRole("checkbox", { name: "Select ksys_read for measurement" })).toBeChecked();
+    expect(screen.getByRole("region", { name: "Selected functions" })).toHaveTextContent("2 selected");
+    // Clear empties the selection and hides the bar.
+    await user.click(screen.getByRole("button", { name: "Clear" }));
+    expect(screen.queryByRole("region", { name: "Selected functions" })).toBeNull();
+    expect(screen.getByRole("checkbox", { name: "Select vfs_read for measurement" })).not.toBeChecked();
+    await user.click(screen.getByRole("checkbox", { name: "Select vfs_read for measurement" }));
+    await user.click(screen.getByRole("checkbox", { name: "Select ksys_read for measurement" }));
+    await user.click(screen.getByRole("button", { name: "Measure selected" }));
+    expect(await screen.findByRole("heading", { name: "Measure the kernel" })).toBeInTheDocument();
+    const picked = await screen.findByRole("list", { name: "Selected resources" });
+    await vi.waitFor(() => expect(within(picked).getAllByRole("listitem").map((li) => li.textContent?.split("and its")[0])).toEqual(["vfs_read", "ksys_read"]));
+    expect(within(picked).getByRole("checkbox", { name: "Blocks of vfs_read" })).toBeChecked();
   });
 
   it("shows the top functions in a labelled table after switching tabs", async () => {

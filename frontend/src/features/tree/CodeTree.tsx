@@ -4,9 +4,11 @@
 // searched (substring, glob, /regex/ or an address) and sorted locally on every keystroke; only the
 // rows in view are rendered, so scrolling 100k+ functions stays instant. Generated stubs (static-call
 // trampolines, tracepoint stubs, thunks) sit in collapsed groups. Hotness is samples per second over
-// the host page's time range. Search, sort and the hot-only filter are in the URL.
+// the host page's time range. Search, sort, the hot-only filter and the functions ticked for
+// measurement (kperfmon's multi-select of resources) are in the URL; "Measure selected" opens the
+// kernel's measure page with them picked.
 import { useDeferredValue, useMemo, useRef, useState, type KeyboardEvent } from "react";
-import { Link } from "react-router-dom";
+import { Link, useNavigate } from "react-router-dom";
 import { useQueries } from "@tanstack/react-query";
 import { useVirtualizer } from "@tanstack/react-virtual";
 import { api, unwrap } from "../../api/client";
@@ -15,7 +17,7 @@ import type { Host } from "../../api/types";
 import { formatAddress } from "../../lib/address";
 import { formatBytes, formatCount, formatRate } from "../../lib/format";
 import { rangeKey, rangeQuery, type TimeRange } from "../../lib/timeRange";
-import { rangeSearch, type HostView, type TreeSort } from "../../lib/urlState";
+import { MAX_PICKED, measureLink, rangeSearch, type HostView, type TreeSort } from "../../lib/urlState";
 import { blockAddressHex, blockSamplesMap } from "../functions/cfgModel";
 import { InstalledCopyBadge } from "../plans/InstalledCopyBadge";
 import { installedCopies, installedCopyOf, type InstalledCopies } from "../plans/installedCopies";
@@ -53,6 +55,12 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
   const [openGroups, setOpenGroups] = useState<ReadonlySet<string>>(new Set());
   const [active, setActive] = useState(0);
   const scrollRef = useRef<HTMLDivElement>(null);
+  const navigate = useNavigate();
+  const picked = useMemo(() => new Set(view.picked), [view.picked]);
+  const togglePick = (id: number) => {
+    const next = picked.has(id) ? view.picked.filter((x) => x !== id) : [...view.picked, id].slice(0, MAX_PICKED);
+    update({ picked: next }, { push: false });
+  };
 
   const piecesVersion = pieces.map((p) => p.dataUpdatedAt).join(",");
   const allLoaded = pieces.length > 0 && pieces.every((p) => p.data);
@@ -179,6 +187,10 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
           for (let i = activeIndex - 1; i >= 0; i--) if (rows[i].level < activeRow.level) { moveTo(i); break; }
         }
         break;
+      case " ":
+        if (activeRow.kind !== "function") return;
+        togglePick(activeRow.fn.id);
+        break;
       case "Enter":
         if (activeRow.kind === "function") {
           const link = scrollRef.current?.querySelector<HTMLAnchorElement>(`#${rowId(activeRow)} a`);
@@ -238,6 +250,14 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
         {matcher.kind === "invalid" && <span className="error small" role="alert">Not a regular expression: {matcher.message}</span>}
         {hotness.isError && <span className="error small">hotness unavailable: {hotness.error.message}</span>}
       </div>
+      {view.picked.length > 0 && (
+        <div className="toolbar selection-bar" role="region" aria-label="Selected functions">
+          <span aria-live="polite">{formatCount(view.picked.length)} selected</span>
+          <button type="button" onClick={() => navigate(measureLink(hostId, "kernel", view.picked))}>Measure selected</button>
+          <button type="button" onClick={() => update({ picked: [] }, { push: true })}>Clear</button>
+          {view.picked.length >= MAX_PICKED && <span className="muted small">at most {MAX_PICKED} functions per selection</span>}
+        </div>
+      )}
       {(modules.isPending || (completeModules.length > 0 && !allLoaded && !pieceError)) && <p className="muted">Loading the function catalog…</p>}
       {pieceError && <p className="error" role="alert">Could not load functions: {pieceError.message}</p>}
       {modules.data && !host.catalog_complete && (
@@ -250,6 +270,7 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
         <>
           <div className="tree-head" role="presentation">
             <span className="twisty" />
+            <span className="pick" aria-hidden="true" />
             {COLUMNS.map((c) => (
               <button key={c.key} type="button" className={`col ${c.className}`} onClick={() => sortBy(c.key)}
                 aria-label={`Sort by ${c.label.toLowerCase()}`} aria-pressed={sort === c.key}>
@@ -280,6 +301,8 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
                     hostId={hostId}
                     range={range}
                     copies={copies}
+                    picked={row.kind === "function" && picked.has(row.fn.id)}
+                    onPick={togglePick}
                     top={v.start}
                     active={v.index === activeIndex}
                     onToggle={() => toggle(row)}
@@ -304,13 +327,15 @@ interface RowProps {
   hostId: string;
   range: TimeRange;
   copies: InstalledCopies;
+  picked: boolean;
+  onPick: (functionId: number) => void;
   top: number;
   active: boolean;
   onToggle: () => void;
   onSelect: () => void;
 }
 
-function TreeRowView({ row, hostId, range, copies, top, active, onToggle, onSelect }: RowProps) {
+function TreeRowView({ row, hostId, range, copies, picked, onPick, top, active, onToggle, onSelect }: RowProps) {
   const expandable = row.kind === "module" || row.kind === "function" || row.kind === "group";
   const expandedAttr = expandable ? row.expanded : undefined;
   return (
@@ -333,6 +358,10 @@ function TreeRowView({ row, hostId, range, copies, top, active, onToggle, onSele
       >
         {expandable ? (row.expanded ? "▾" : "▸") : ""}
       </span>
+      {row.kind === "function" && (
+        <input type="checkbox" className="pick" checked={picked} aria-label={`Select ${row.fn.name} for measurement`}
+          onChange={() => onPick(row.fn.id)} onClick={(e) => e.stopPropagation()} onKeyDown={(e) => e.stopPropagation()} />
+      )}
       {" "}<RowContent row={row} hostId={hostId} range={range} copies={copies} />
     </div>
   );
