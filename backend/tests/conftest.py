@@ -91,6 +91,11 @@ async def backend(database_url, data_dir):
             """A fake agent for `host_id`, enrolled and ready to connect."""
             return ScriptedAgent(self.grpc_target, await self.credentials(host_id), host_id, **kwargs)
 
+        async def scalar(self, sql: str, **params: Any) -> Any:
+            """The one value a query of the backend's database returns."""
+            async with self.runtime.engine.connect() as conn:
+                return (await conn.execute(text(sql), params)).scalar_one()
+
     b = Backend()
     b.runtime = runtime
     b.base_url = f"http://127.0.0.1:{http_port}"

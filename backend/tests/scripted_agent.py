@@ -571,6 +571,14 @@ async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
         await asyncio.sleep(interval)
 
 
+async def wait_catalog_complete(client, host_id: str, timeout: float = 10.0) -> None:
+    """Until the backend reports the host's catalog stored complete (GET /hosts/{id})."""
+    async def complete():
+        r = await client.get(f"/api/v1/hosts/{host_id}")
+        return r.status_code == 200 and r.json()["catalog_complete"]
+    await wait_until(complete, timeout)
+
+
 async def wait_for_ack(agent: ScriptedAgent, seq: int, timeout: float = 10.0) -> None:
     async def acked():
         return any(a.seq >= seq and a.instance_id == agent.instance_id for a in agent.acks)

@@ -3,17 +3,14 @@
 histograms, connected agents and ingested samples."""
 import time
 
-from tests.scripted_agent import wait_until
+from tests.scripted_agent import wait_catalog_complete, wait_until
 
 
 async def test_metrics_count_requests_agents_and_ingest(backend, client, anon, unique):
     agent = await backend.agent(f"met-{unique}", kernel_tag=f"met-{unique}")
     await agent.connect()
     try:
-        async def ready():
-            r = await client.get(f"/api/v1/hosts/met-{unique}")
-            return r.status_code == 200 and r.json()["catalog_complete"]
-        await wait_until(ready)
+        await wait_catalog_complete(client, f"met-{unique}")
         await agent.send_metrics(time.time_ns(), [("vmlinux", 0, 0, 7)], user=3)
 
         async def scraped():

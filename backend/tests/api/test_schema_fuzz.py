@@ -10,17 +10,14 @@ import sys
 import time
 from pathlib import Path
 
-from tests.scripted_agent import wait_until
+from tests.scripted_agent import wait_catalog_complete, wait_until
 
 
 async def test_rest_api_survives_schema_driven_fuzzing(backend, client, admin_token, unique, tmp_path):
     agent = await backend.agent(f"fuzz-{unique}", kernel_tag=f"k-{unique}")
     await agent.connect()
     try:
-        async def stored():
-            r = await client.get(f"/api/v1/hosts/fuzz-{unique}")
-            return r.status_code == 200 and r.json()["catalog_complete"]
-        await wait_until(stored)
+        await wait_catalog_complete(client, f"fuzz-{unique}")
         st = Path(sys.executable).with_name("st")
         # First the stack routes, with a host and a function that have stacks in the last minutes.
         now = time.time_ns()

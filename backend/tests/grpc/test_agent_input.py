@@ -6,15 +6,9 @@ import time
 
 import grpc
 import pytest
-from sqlalchemy import text
 
 from app.proto import pb
-from tests.scripted_agent import kernel_functions, wait_until
-
-
-async def _scalar(backend, sql, **params):
-    async with backend.runtime.engine.connect() as conn:
-        return (await conn.execute(text(sql), params)).scalar_one()
+from tests.scripted_agent import kernel_functions, wait_catalog_complete, wait_until
 
 
 async def _ended(agent) -> grpc.aio.AioRpcError:
@@ -56,8 +50,8 @@ async def test_chunks_out_of_order_end_the_stream_and_store_nothing(backend, uni
     error = await _ended(agent)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "arrived before chunk 0" in error.details()
-    assert await _scalar(backend, "SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
-    assert await _scalar(backend, "SELECT count(*) FROM functions WHERE digest = :d", d=digest) == 0
+    assert await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
+    assert await backend.scalar("SELECT count(*) FROM functions WHERE digest = :d", d=digest) == 0
     await agent.close()
 
 
@@ -70,7 +64,7 @@ async def test_a_skipped_chunk_ends_the_stream(backend, unique):
     error = await _ended(agent)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "chunk 2" in error.details() and "where 1 was due" in error.details()
-    assert await _scalar(backend, "SELECT count(*) FROM catalog_pieces WHERE digest LIKE 'staging-%'") == 0
+    assert await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest LIKE 'staging-%'") == 0
     await agent.close()
 
 
@@ -83,7 +77,7 @@ async def test_an_empty_last_chunk_does_not_complete_a_piece_announced_with_func
     error = await _ended(agent)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "ended after 0 functions" in error.details()
-    assert await _scalar(backend, "SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
+    assert await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
     await agent.close()
 
 
@@ -105,9 +99,9 @@ async def test_a_forged_piece_is_refused_and_never_shared_with_an_honest_host(ba
     error = await _ended(forger)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "hashes to" in error.details()
-    assert await _scalar(backend, "SELECT count(*) FROM functions WHERE name = 'FAKE_do_not_trust'") == 0
-    assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'catalog_rejected' "
-                                  "AND target = :h", h=f"forger-{unique}") == 1
+    assert await backend.scalar("SELECT count(*) FROM functions WHERE name = 'FAKE_do_not_trust'") == 0
+    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'catalog_rejected' "
+                                "AND target = :h", h=f"forger-{unique}") == 1
     await forger.close()
 
     honest = await backend.agent(f"honest-{unique}", kernel_tag=tag,
@@ -115,14 +109,10 @@ async def test_a_forged_piece_is_refused_and_never_shared_with_an_honest_host(ba
     welcome = await honest.connect()
     assert list(welcome.missing_digests) == [digest], "the forged upload must not count as stored"
 
-    async def complete():
-        r = await client.get(f"/api/v1/hosts/honest-{unique}")
-        return r.status_code == 200 and r.json()["catalog_complete"]
-
-    await wait_until(complete)
+    await wait_catalog_complete(client, f"honest-{unique}")
     found = (await client.get(f"/api/v1/hosts/honest-{unique}/functions", params={"q": "FAKE"})).json()
     assert found["total"] == 0
-    assert await _scalar(backend, "SELECT count(*) FROM functions WHERE digest = :d", d=digest) == 30
+    assert await backend.scalar("SELECT count(*) FROM functions WHERE digest = :d", d=digest) == 30
     await honest.close()
 
 
@@ -150,7 +140,7 @@ async def test_a_function_breaking_the_model_ends_the_stream(backend, unique, br
     error = await _ended(agent)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason in error.details() and "function 7" in error.details()
-    assert await _scalar(backend, "SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
+    assert await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
     await agent.close()
 
 
@@ -192,7 +182,7 @@ async def test_a_malformed_hello_ends_the_stream_before_anything_is_stored(backe
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason in error.details()
     assert len(error.details()) < 300, "the reason must not echo the input"
-    assert await _scalar(backend, "SELECT count(*) FROM host_modules WHERE host_id = :h", h=host_id) == 0
+    assert await backend.scalar("SELECT count(*) FROM host_modules WHERE host_id = :h", h=host_id) == 0
 
 
 async def test_bytes_that_are_not_a_message_end_the_stream_with_invalid_argument(backend, unique):
@@ -227,17 +217,13 @@ async def test_a_malformed_batch_ends_the_stream_and_stores_nothing(backend, cli
     agent = await backend.agent(host_id, kernel_tag=f"batch-{unique}")
     await agent.connect()
 
-    async def complete():
-        r = await client.get(f"/api/v1/hosts/{host_id}")
-        return r.status_code == 200 and r.json()["catalog_complete"]
-
-    await wait_until(complete)
+    await wait_catalog_complete(client, host_id)
     await agent.send_metrics(time.time_ns() - 2 * 10**9, blocks, total=total)
     error = await _ended(agent)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason in error.details()
     assert "SELECT" not in error.details() and "INSERT" not in error.details()
-    assert await _scalar(backend, "SELECT count(*) FROM sample_intervals WHERE host_id = :h", h=host_id) == 0
+    assert await backend.scalar("SELECT count(*) FROM sample_intervals WHERE host_id = :h", h=host_id) == 0
     await agent.close()
 
 
@@ -331,11 +317,7 @@ async def test_a_malformed_stack_batch_ends_the_stream_and_stores_nothing(backen
     agent = await backend.agent(host_id, kernel_tag=f"stk-bad-{unique}")
     await agent.connect()
 
-    async def complete():
-        r = await client.get(f"/api/v1/hosts/{host_id}")
-        return r.status_code == 200 and r.json()["catalog_complete"]
-
-    await wait_until(complete)
+    await wait_catalog_complete(client, host_id)
     batch = agent.stack_batch(time.time_ns() - 2 * 10**9, [(STACK, 42, "dd", 0, 3)])
     edit(batch)
     await agent.send_batch(batch)
@@ -343,7 +325,7 @@ async def test_a_malformed_stack_batch_ends_the_stream_and_stores_nothing(backen
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason in error.details()
     for table in ("sample_intervals", "stack_samples", "stack_defs"):
-        assert await _scalar(backend, f"SELECT count(*) FROM {table} WHERE host_id = :h", h=host_id) == 0
+        assert await backend.scalar(f"SELECT count(*) FROM {table} WHERE host_id = :h", h=host_id) == 0
     await agent.close()
 
 
@@ -352,11 +334,7 @@ async def test_samples_of_a_stack_never_defined_are_counted_as_dropped_not_store
     agent = await backend.agent(host_id, kernel_tag=f"stk-undef-{unique}")
     await agent.connect()
 
-    async def complete():
-        r = await client.get(f"/api/v1/hosts/{host_id}")
-        return r.status_code == 200 and r.json()["catalog_complete"]
-
-    await wait_until(complete)
+    await wait_catalog_complete(client, host_id)
     t = time.time_ns() - 5 * 10**9
     seq = await agent.send_batch(agent.stack_batch(t, [(STACK, 42, "dd", 0, 3), (STACK[1:], 42, "dd", 0, 2)],
                                                    define=set()))
@@ -365,12 +343,12 @@ async def test_samples_of_a_stack_never_defined_are_counted_as_dropped_not_store
         return any(a.seq >= seq for a in agent.acks)
 
     await wait_until(acked)
-    assert await _scalar(backend, "SELECT count(*) FROM stack_samples WHERE host_id = :h", h=host_id) == 0
-    assert await _scalar(backend, "SELECT stack_dropped_samples FROM sample_intervals WHERE host_id = :h",
+    assert await backend.scalar("SELECT count(*) FROM stack_samples WHERE host_id = :h", h=host_id) == 0
+    assert await backend.scalar("SELECT stack_dropped_samples FROM sample_intervals WHERE host_id = :h",
                          h=host_id) == 5
     # Once defined, the same id is stored, and later batches may refer to it without its frames.
     seq = await agent.send_batch(agent.stack_batch(t + 10**9, [(STACK, 42, "dd", 0, 3)]))
     seq = await agent.send_batch(agent.stack_batch(t + 2 * 10**9, [(STACK, 42, "dd", 1, 4)], define=set()))
     await wait_until(acked)
-    assert await _scalar(backend, "SELECT sum(count) FROM stack_samples WHERE host_id = :h", h=host_id) == 7
+    assert await backend.scalar("SELECT sum(count) FROM stack_samples WHERE host_id = :h", h=host_id) == 7
     await agent.close()

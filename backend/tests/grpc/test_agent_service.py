@@ -11,17 +11,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from sqlalchemy import text
 
 from app.proto import pb
 from tests.scripted_agent import Credentials, ScriptedAgent, kernel_functions, wait_until
 
 BACKEND_DIR = Path(__file__).resolve().parents[2]
-
-
-async def _scalar(backend, sql, **params):
-    async with backend.runtime.engine.connect() as conn:
-        return (await conn.execute(text(sql), params)).scalar_one()
 
 
 async def test_stream_without_client_certificate_is_unauthenticated_and_audited(backend, unique):
@@ -35,7 +29,7 @@ async def test_stream_without_client_certificate_is_unauthenticated_and_audited(
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert "no client certificate" in err.value.details()
     await agent.channel.close()
-    n = await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'agent_auth_failed'")
+    n = await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'agent_auth_failed'")
     assert n >= 1
 
 
@@ -92,11 +86,11 @@ async def test_hello_registers_host_online_and_catalog_is_stored_once(backend, c
     welcome_b = await b.connect()
     assert list(welcome_b.missing_digests) == []
     digest = a.modules[0][3]
-    assert await _scalar(backend, "SELECT count(*) FROM functions WHERE digest = :d", d=digest) == 50
-    assert await _scalar(backend, "SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 1
+    assert await backend.scalar("SELECT count(*) FROM functions WHERE digest = :d", d=digest) == 50
+    assert await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 1
     host_b = (await client.get(f"/api/v1/hosts/b-{unique}")).json()
     assert host_b["catalog_complete"] is True and host_b["online"] is True
-    assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'agent_connected' AND target = :h",
+    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'agent_connected' AND target = :h",
                          h=f"b-{unique}") == 1
     await a.close()
     await b.close()
@@ -117,8 +111,8 @@ async def test_stream_end_marks_offline_keeps_data_and_reconnect_is_online(backe
     assert host["last_seen"] is not None and host["catalog_complete"] is True
     found = (await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": "vfs_read"})).json()
     assert found["total"] == 2  # vfs_read and vfs_read_iter are kept while offline
-    assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' "
-                                  "AND target = :h", h=host_id) == 1
+    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' "
+                                "AND target = :h", h=host_id) == 1
 
     again = await backend.agent(host_id, kernel_tag=f"k-{unique}")
     welcome = await again.connect()
@@ -169,8 +163,8 @@ async def test_agent_process_killed_mid_stream_shows_offline_and_data_is_kept(ba
     assert host["catalog_complete"] is True
     found = (await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": "vfs_read"})).json()
     assert found["total"] == 2
-    assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' "
-                                  "AND target = :h", h=host_id) == 1
+    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' "
+                                "AND target = :h", h=host_id) == 1
 
 
 async def test_second_stream_with_same_host_id_replaces_the_first(backend, client, unique):
@@ -197,11 +191,11 @@ async def test_samples_for_a_piece_not_yet_stored_are_dropped_and_counted(backen
     await a.send_metrics(ts, [("vmlinux", 0, 0, 7)])
 
     async def recorded():
-        return await _scalar(backend, "SELECT coalesce(sum(dropped_samples), 0) FROM sample_intervals "
-                                      "WHERE host_id = :h", h=host_id)
+        return await backend.scalar("SELECT coalesce(sum(dropped_samples), 0) FROM sample_intervals "
+                                    "WHERE host_id = :h", h=host_id)
 
     assert await wait_until(recorded) == 7
-    assert await _scalar(backend, "SELECT coalesce(sum(cardinality(counts)), 0) FROM sample_intervals "
+    assert await backend.scalar("SELECT coalesce(sum(cardinality(counts)), 0) FROM sample_intervals "
                          "WHERE host_id = :h", h=host_id) == 0
     await a.close()
 

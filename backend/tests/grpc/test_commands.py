@@ -17,23 +17,14 @@ from sqlalchemy import text
 
 from app.proto import pb
 from tests.conftest import make_user, token_for
-from tests.scripted_agent import PROCESS_BUILD_ID, wait_for_ack, wait_until
-
-
-async def _scalar(backend, sql, **params):
-    async with backend.runtime.engine.connect() as conn:
-        return (await conn.execute(text(sql), params)).scalar_one()
+from tests.scripted_agent import PROCESS_BUILD_ID, wait_catalog_complete, wait_for_ack, wait_until
 
 
 async def _online(backend, client, host_id, **kwargs):
     agent = await backend.agent(host_id, kernel_tag=f"k-{host_id}", **kwargs)
     await agent.connect()
 
-    async def ready():
-        r = await client.get(f"/api/v1/hosts/{host_id}")
-        return r.status_code == 200 and r.json()["catalog_complete"]
-
-    await wait_until(ready)
+    await wait_catalog_complete(client, host_id)
     return agent
 
 
@@ -251,7 +242,7 @@ async def test_malformed_measurement_data_ends_the_stream_and_stores_nothing(bac
     with pytest.raises(Exception) as err:
         await asyncio.wait_for(agent._reader, 10)
     assert "INVALID_ARGUMENT" in str(err.value) and reason in str(err.value)
-    assert await _scalar(backend, "SELECT count(*) FROM measurement_points WHERE measurement_id = :m", m=mid) == 0
+    assert await backend.scalar("SELECT count(*) FROM measurement_points WHERE measurement_id = :m", m=mid) == 0
     await agent.close()
 
 
@@ -260,8 +251,8 @@ async def test_values_of_a_measurement_the_host_does_not_run_are_refused_and_rec
     agent = await _online(backend, client, host_id)
     seq = await agent.send_measurement("not-ours", time.time_ns() - 10**9, [(0, 1, 0)])
     await wait_for_ack(agent, seq)
-    assert await _scalar(backend, "SELECT count(*) FROM measurement_points WHERE measurement_id = 'not-ours'") == 0
-    reasons = await _scalar(backend, "SELECT string_agg(reason, '|') FROM data_gaps WHERE host_id = :h", h=host_id)
+    assert await backend.scalar("SELECT count(*) FROM measurement_points WHERE measurement_id = 'not-ours'") == 0
+    reasons = await backend.scalar("SELECT string_agg(reason, '|') FROM data_gaps WHERE host_id = :h", h=host_id)
     assert "which this host does not run" in reasons
     await agent.close()
 
@@ -327,7 +318,7 @@ async def test_partial_timestamps_are_refused_like_metric_batches(backend, clien
     ahead = int((datetime.now(UTC) + timedelta(hours=2)).timestamp() * 1e9)
     seq = await agent.send_measurement(mid, ahead, [(0, 5, 0)])
     await wait_for_ack(agent, seq)
-    assert await _scalar(backend, "SELECT count(*) FROM measurement_points WHERE measurement_id = :m", m=mid) == 0
+    assert await backend.scalar("SELECT count(*) FROM measurement_points WHERE measurement_id = :m", m=mid) == 0
     host = (await client.get(f"/api/v1/hosts/{host_id}")).json()
     assert host["refused_batches"] >= 1 and host["clock_skewed"]
     await agent.close()

@@ -6,28 +6,17 @@ stamped outside [now - retention, now + skew] is refused, recorded, and flags th
 without hiding the host's real data."""
 import time
 
-from sqlalchemy import text
-
 from app.proto import pb
-from tests.scripted_agent import wait_for_ack, wait_until
+from tests.scripted_agent import wait_catalog_complete, wait_for_ack
 
 NS = 10**9
-
-
-async def _scalar(backend, sql, **params):
-    async with backend.runtime.engine.connect() as conn:
-        return (await conn.execute(text(sql), params)).scalar_one()
 
 
 async def _ready(backend, client, host_id, **kwargs):
     agent = await backend.agent(host_id, kernel_tag=f"d-{host_id}", **kwargs)
     await agent.connect()
 
-    async def complete():
-        r = await client.get(f"/api/v1/hosts/{host_id}")
-        return r.status_code == 200 and r.json()["catalog_complete"]
-
-    await wait_until(complete)
+    await wait_catalog_complete(client, host_id)
     return agent
 
 
@@ -38,7 +27,7 @@ async def test_batches_are_acknowledged_once_stored_and_resends_are_stored_once(
     for i in range(3):
         await agent.send_metrics(start + i * NS, [("vmlinux", 0, 0, 2)])
     await wait_for_ack(agent, 3)
-    assert await _scalar(backend, "SELECT count(*) FROM sample_intervals WHERE host_id = :h", h=host_id) == 3
+    assert await backend.scalar("SELECT count(*) FROM sample_intervals WHERE host_id = :h", h=host_id) == 3
     await agent.close()
 
     # The same run of the agent reconnects (its instance id is kept) and resends 2 and 3, then 4.
@@ -49,10 +38,10 @@ async def test_batches_are_acknowledged_once_stored_and_resends_are_stored_once(
     for i, seq in ((1, 2), (2, 3), (3, 4)):
         await again.send_metrics(start + i * NS, [("vmlinux", 0, 0, 2)], seq=seq)
     await wait_for_ack(again, 4)
-    assert await _scalar(backend, "SELECT count(*) FROM sample_intervals WHERE host_id = :h", h=host_id) == 4
-    assert await _scalar(backend, "SELECT sum(c) FROM sample_intervals s, unnest(s.counts) AS c "
+    assert await backend.scalar("SELECT count(*) FROM sample_intervals WHERE host_id = :h", h=host_id) == 4
+    assert await backend.scalar("SELECT sum(c) FROM sample_intervals s, unnest(s.counts) AS c "
                          "WHERE host_id = :h", h=host_id) == 8
-    assert await _scalar(backend, "SELECT count(*) FROM data_gaps WHERE host_id = :h", h=host_id) == 0
+    assert await backend.scalar("SELECT count(*) FROM data_gaps WHERE host_id = :h", h=host_id) == 0
     await again.close()
 
 
@@ -86,7 +75,7 @@ async def test_a_batch_from_2262_is_refused_flags_the_clock_and_does_not_hide_re
     await agent.send_metrics(now - 3 * NS, [("vmlinux", 0, 0, 7)])
     await agent.send_metrics(now - 2 * NS, [("vmlinux", 1, 0, 5)])
     await wait_for_ack(agent, 3)
-    assert await _scalar(backend, "SELECT count(*) FROM sample_intervals WHERE host_id = :h AND ts > now()",
+    assert await backend.scalar("SELECT count(*) FROM sample_intervals WHERE host_id = :h AND ts > now()",
                          h=host_id) == 0
     top = (await client.get(f"/api/v1/hosts/{host_id}/top-functions", params={"window_s": 60})).json()
     assert [(i["name"], i["samples"]) for i in top["items"]] == [("vfs_read", 7), ("ksys_read", 5)]
@@ -105,11 +94,11 @@ async def test_batches_stamped_1677_and_1970_are_refused(backend, client, unique
     await agent.send_metrics(1 * NS, [("vmlinux", 0, 0, 1)])  # 1970
     await agent.send_metrics(time.time_ns() - NS, [("vmlinux", 0, 0, 1)])
     await wait_for_ack(agent, 3)
-    assert await _scalar(backend, "SELECT count(*) FROM sample_intervals WHERE host_id = :h", h=host_id) == 1
-    assert await _scalar(backend, "SELECT min(ts) > now() - interval '1 hour' FROM sample_intervals "
-                                  "WHERE host_id = :h", h=host_id)
-    assert await _scalar(backend, "SELECT count(*) FROM data_gaps WHERE host_id = :h AND reason LIKE "
-                                  "'refused: the interval is older%'", h=host_id) == 2
+    assert await backend.scalar("SELECT count(*) FROM sample_intervals WHERE host_id = :h", h=host_id) == 1
+    assert await backend.scalar("SELECT min(ts) > now() - interval '1 hour' FROM sample_intervals "
+                                "WHERE host_id = :h", h=host_id)
+    assert await backend.scalar("SELECT count(*) FROM data_gaps WHERE host_id = :h AND reason LIKE "
+                                "'refused: the interval is older%'", h=host_id) == 2
     await agent.close()
 
 

@@ -4,17 +4,11 @@
 own certificate, re-enrolment replacing the old credential, and retiring and deleting hosts."""
 import grpc
 import pytest
-from sqlalchemy import text
 
 from app.core import pki
 from app.proto import pb
 from tests.conftest import make_user, token_for
 from tests.scripted_agent import Credentials, ScriptedAgent, enroll, make_csr, new_token, wait_until
-
-
-async def _scalar(backend, sql, **params):
-    async with backend.runtime.engine.connect() as conn:
-        return (await conn.execute(text(sql), params)).scalar_one()
 
 
 async def _connect_error(agent: ScriptedAgent) -> grpc.aio.AioRpcError:
@@ -33,7 +27,7 @@ async def test_an_enrolment_token_works_once(backend, unique):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await enroll(backend.enroll_target, backend.ca_pem, f"twice-{unique}", token)
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert await _scalar(backend, "SELECT count(*) FROM hosts WHERE id = :h", h=f"twice-{unique}") == 0
+    assert await backend.scalar("SELECT count(*) FROM hosts WHERE id = :h", h=f"twice-{unique}") == 0
 
 
 async def test_a_csr_for_another_host_id_is_refused(backend, unique):
@@ -61,8 +55,8 @@ async def test_a_host_without_a_token_waits_for_an_admin_to_approve_it(backend, 
     welcome = await agent.connect(send_catalog=False)
     assert welcome.session_id
     await agent.close()
-    assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'enrolment_approved' "
-                                  "AND target = :h", h=host_id) == 1
+    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_approved' "
+                                "AND target = :h", h=host_id) == 1
 
 
 async def test_a_rejected_host_cannot_enrol(backend, client, unique):
@@ -150,7 +144,7 @@ async def test_retire_ends_the_stream_and_revokes_then_delete_removes_the_host(b
     assert (await client.get(f"/api/v1/hosts/{host_id}")).status_code == 404
     assert (await client.delete(f"/api/v1/hosts/{host_id}")).status_code == 404
     for action in ("host_retired", "host_deleted"):
-        assert await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = :a AND target = :h",
+        assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = :a AND target = :h",
                              a=action, h=host_id) == 1
     # Deleted, the host may enrol afresh.
     again = await backend.agent(host_id, kernel_tag=f"ret-{unique}")
@@ -183,6 +177,6 @@ async def test_a_created_token_is_shown_once_with_the_ca_and_can_be_revoked(back
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
     async def audited():
-        return await _scalar(backend, "SELECT count(*) FROM audit_log WHERE action = 'enrolment_token_revoked' "
-                                      "AND target = :t", t=body["id"])
+        return await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_token_revoked' "
+                                    "AND target = :t", t=body["id"])
     await wait_until(audited)

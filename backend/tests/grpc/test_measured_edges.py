@@ -11,7 +11,7 @@ import time
 import pytest
 
 from app.proto import pb
-from tests.grpc.test_commands import _measure, _online, _scalar
+from tests.grpc.test_commands import _measure, _online
 from tests.scripted_agent import wait_for_ack
 
 E = pb.EdgeCount
@@ -85,7 +85,7 @@ async def test_an_agent_lying_about_edges_is_refused_and_nothing_is_stored(backe
     with pytest.raises(Exception) as err:
         await asyncio.wait_for(agent._reader, 10)
     assert "INVALID_ARGUMENT" in str(err.value) and reason in str(err.value)
-    assert await _scalar(backend, "SELECT count(*) FROM measurement_points WHERE measurement_id = :m", m=mid) == 0
+    assert await backend.scalar("SELECT count(*) FROM measurement_points WHERE measurement_id = :m", m=mid) == 0
     await agent.close()
 
 

@@ -6,17 +6,14 @@ import gzip
 import httpx
 import orjson
 
-from tests.scripted_agent import wait_until
+from tests.scripted_agent import wait_catalog_complete
 
 
 async def test_catalog_by_digest_is_immutable_and_compressed(backend, client, admin_token, unique):
     agent = await backend.agent(f"cat-{unique}", kernel_tag=f"cat-{unique}")
     await agent.connect()
     try:
-        async def ready():
-            r = await client.get(f"/api/v1/hosts/cat-{unique}")
-            return r.status_code == 200 and r.json()["catalog_complete"]
-        await wait_until(ready)
+        await wait_catalog_complete(client, f"cat-{unique}")
         mods = (await client.get(f"/api/v1/hosts/cat-{unique}/modules")).json()
         vmlinux = next(m for m in mods if m["name"] == "vmlinux")
         url = f"{backend.base_url}/api/v1/catalogs/{vmlinux['digest']}"

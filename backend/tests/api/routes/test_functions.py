@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.scripted_agent import KERNEL_BASE, MODULE_BASE, wait_until
+from tests.scripted_agent import KERNEL_BASE, MODULE_BASE, wait_catalog_complete, wait_until
 
 
 @pytest.fixture
@@ -14,11 +14,7 @@ async def host(backend, client, unique):
     agent = await backend.agent(f"fn-{unique}", kernel_tag=f"fn-{unique}")
     await agent.connect()
 
-    async def ready():
-        r = await client.get(f"/api/v1/hosts/fn-{unique}")
-        return r.status_code == 200 and r.json()["catalog_complete"]
-
-    await wait_until(ready)
+    await wait_catalog_complete(client, f"fn-{unique}")
     yield agent
     await agent.close()
 
@@ -120,16 +116,12 @@ async def test_unknown_function_and_host_are_404(client, host):
 async def test_function_of_another_hosts_catalog_is_404(backend, client, host, unique):
     other = await backend.agent(f"other-{unique}", kernel_tag=f"other-{unique}")
     await other.connect()
-    await wait_until(lambda: _complete(client, f"other-{unique}"))
+    await wait_catalog_complete(client, f"other-{unique}")
     theirs = await _fid(client, f"other-{unique}", "vfs_read")
     r = await client.get(f"/api/v1/hosts/{host.host_id}/functions/{theirs['id']}")
     assert r.status_code == 404
     await other.close()
 
-
-async def _complete(client, host_id):
-    r = await client.get(f"/api/v1/hosts/{host_id}")
-    return r.status_code == 200 and r.json()["catalog_complete"]
 
 
 async def test_metric_batches_rank_top_functions_and_hotness(client, host):
@@ -209,7 +201,7 @@ async def test_instructions_of_offline_host_uncached_is_503(backend, client, uni
     host_id = f"off-{unique}"
     agent = await backend.agent(host_id, kernel_tag=f"off-{unique}")
     await agent.connect()
-    await wait_until(lambda: _complete(client, host_id))
+    await wait_catalog_complete(client, host_id)
     await agent.close()
 
     async def offline():

@@ -156,13 +156,9 @@ async def test_a_stored_bad_block_cannot_make_the_function_route_fail(backend, c
     """Blocks written by an older version (offset 0xffffffff, garbage entries) are skipped, not a 500."""
     agent = await backend.agent(f"badrow-{unique}", kernel_tag=f"badrow-{unique}")
     await agent.connect()
-    from tests.scripted_agent import wait_until
+    from tests.scripted_agent import wait_catalog_complete
 
-    async def complete():
-        r = await client.get(f"/api/v1/hosts/badrow-{unique}")
-        return r.status_code == 200 and r.json()["catalog_complete"]
-
-    await wait_until(complete)
+    await wait_catalog_complete(client, f"badrow-{unique}")
     digest = agent.modules[0][3]
     async with backend.runtime.engine.begin() as conn:
         await conn.execute(text("UPDATE function_code SET blocks = CAST(:b AS jsonb) WHERE digest = :d AND index = 0"),

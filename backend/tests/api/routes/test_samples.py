@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.scripted_agent import KERNEL_BASE, kernel_functions, wait_until
+from tests.scripted_agent import KERNEL_BASE, kernel_functions, wait_catalog_complete, wait_until
 
 IDLE_INDEX = 10  # renamed to the idle loop's function
 
@@ -21,11 +21,7 @@ async def host(backend, client, unique):
                           modules=[("vmlinux", KERNEL_BASE, fns)])
     await agent.connect()
 
-    async def ready():
-        r = await client.get(f"/api/v1/hosts/ser-{unique}")
-        return r.status_code == 200 and r.json()["catalog_complete"]
-
-    await wait_until(ready)
+    await wait_catalog_complete(client, f"ser-{unique}")
     yield agent
     await agent.close()
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from app.proto import profile_pb
-from tests.scripted_agent import KERNEL_BASE, kernel_functions, wait_until
+from tests.scripted_agent import KERNEL_BASE, kernel_functions, wait_catalog_complete, wait_until
 
 VFS_READ, KSYS_READ, SYS_READ, VFS_READ_ITER, RW_VERIFY, DO_SYS_OPEN = range(6)
 ENTRY = 7  # fn_00007: the system call entry in these stacks
@@ -45,11 +45,7 @@ async def host(backend, client, unique):
     agent = await backend.agent(f"stk-{unique}", kernel_tag=f"stk-{unique}")
     await agent.connect()
 
-    async def ready():
-        r = await client.get(f"/api/v1/hosts/stk-{unique}")
-        return r.status_code == 200 and r.json()["catalog_complete"]
-
-    await wait_until(ready)
+    await wait_catalog_complete(client, f"stk-{unique}")
     yield agent
     await agent.close()
 
