@@ -4,7 +4,7 @@
 // zooms into it and opens its function, whose page lists its callers from the stacks; the pprof
 // download is a real profile (read by the backend's protobuf bindings and by go tool pprof); comparing
 // two ranges as a differential flame graph shows the workload this test ran in the second one as growth.
-import { test, expect, type APIRequestContext } from "@playwright/test";
+import { test, expect, type APIRequestContext, type Page } from "@playwright/test";
 import { execFileSync, spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -23,19 +23,26 @@ async function waitForStacks(ctx: APIRequestContext, hostId: string, from: numbe
   }, { timeout: 60_000, intervals: [2_000] }).toBeGreaterThanOrEqual(min);
 }
 
-test("a flame graph of a time range shows a running workload's functions above their callers, for its process", async ({ page }) => {
-  const { ctx, hostId } = await readyHost();
+/** Run a read loop (dd reading /dev/zero a byte at a time: vfs_read called from ksys_read) for `ms`,
+ *  then wait until the backend holds at least `min` of its stack samples; the range it ran and its pid. */
+async function recordReadLoop(page: Page, ctx: APIRequestContext, hostId: string, ms: number, min: number) {
   const from = Date.now();
-  const loop = startReadLoop(); // dd reading /dev/zero a byte at a time: vfs_read called from ksys_read
+  const loop = startReadLoop();
   let to = 0;
   try {
-    await page.waitForTimeout(10_000);
+    await page.waitForTimeout(ms);
     to = Date.now();
   } finally {
     loop.kill();
   }
   const pid = loop.pid!;
-  await waitForStacks(ctx, hostId, from, to, pid, 200);
+  await waitForStacks(ctx, hostId, from, to, pid, min);
+  return { from, to, pid };
+}
+
+test("a flame graph of a time range shows a running workload's functions above their callers, for its process", async ({ page }) => {
+  const { ctx, hostId } = await readyHost();
+  const { from, to, pid } = await recordReadLoop(page, ctx, hostId, 10_000, 200);
   await page.goto(`/hosts/${hostId}?tab=flame&from=${iso(from)}&to=${iso(to)}&pid=${pid}`);
   await expect(page.getByRole("tab", { name: "Flame graph" })).toHaveAttribute("aria-selected", "true");
   const graph = page.getByRole("group", { name: /^Flame graph of / });
@@ -78,17 +85,8 @@ test("a flame graph of a time range shows a running workload's functions above t
 
 test("double-clicking a frame opens its function", async ({ page }) => {
   const { ctx, hostId } = await readyHost();
-  const from = Date.now();
-  const loop = startReadLoop();
-  let to = 0;
-  try {
-    await page.waitForTimeout(6_000);
-    to = Date.now();
-  } finally {
-    loop.kill();
-  }
-  await waitForStacks(ctx, hostId, from, to, loop.pid!, 100);
-  await page.goto(`/hosts/${hostId}?tab=flame&from=${iso(from)}&to=${iso(to)}&pid=${loop.pid}&forient=icicle`);
+  const { from, to, pid } = await recordReadLoop(page, ctx, hostId, 6_000, 100);
+  await page.goto(`/hosts/${hostId}?tab=flame&from=${iso(from)}&to=${iso(to)}&pid=${pid}&forient=icicle`);
   const frame = page.getByRole("group", { name: /^Flame graph of / }).locator('[data-testid="flame-frame"][data-name="ksys_read"]').first();
   await expect(frame).toBeVisible({ timeout: 30_000 });
   await frame.dblclick();
@@ -98,16 +96,7 @@ test("double-clicking a frame opens its function", async ({ page }) => {
 
 test("the pprof download is a profile standard tools read", async ({ page }) => {
   const { ctx, hostId } = await readyHost();
-  const from = Date.now();
-  const loop = startReadLoop();
-  let to = 0;
-  try {
-    await page.waitForTimeout(6_000);
-    to = Date.now();
-  } finally {
-    loop.kill();
-  }
-  await waitForStacks(ctx, hostId, from, to, loop.pid!, 100);
+  const { from, to } = await recordReadLoop(page, ctx, hostId, 6_000, 100);
   await page.goto(`/hosts/${hostId}?tab=flame&from=${iso(from)}&to=${iso(to)}`);
   await expect(page.getByRole("group", { name: /^Flame graph of / })).toBeVisible({ timeout: 30_000 });
   const download = page.waitForEvent("download");
