@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/hex.h"
 #include "measure/spec.h"
 
 static const struct {
@@ -109,17 +110,6 @@ void hp_metrics_format(uint32_t mask, char *buf, size_t len)
 	}
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* A number: 0x + 1..16 hex digits, or 1..20 decimal digits that fit 64 bits. */
 static bool parse_number(const char *s, size_t n, uint64_t *v)
 {
@@ -128,7 +118,7 @@ static bool parse_number(const char *s, size_t n, uint64_t *v)
 		if (n - 2 > 16)
 			return false;
 		for (size_t i = 2; i < n; i++) {
-			int d = hexval(s[i]);
+			int d = hp_hex_digit(s[i]);
 			if (d < 0)
 				return false;
 			x = x << 4 | (uint64_t)d;

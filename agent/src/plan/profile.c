@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json_get.h"
 #include "plan/profile.h"
 
 /* FNV-1a over the CFG's shape: a change detector, not a security hash. */
@@ -148,23 +149,6 @@ void hp_profile_free(struct hp_profile *p)
 		memset(p, 0, sizeof(*p));
 }
 
-/* An address as a JSON integer or a "0x..." string. */
-static bool json_addr(const json_t *v, uint64_t *out)
-{
-	if (json_is_integer(v)) {
-		*out = (uint64_t)json_integer_value(v);
-		return true;
-	}
-	if (json_is_string(v)) {
-		char *e;
-		const char *s = json_string_value(v);
-		errno = 0;
-		*out = strtoull(s, &e, 0);
-		return !errno && e != s && !*e;
-	}
-	return false;
-}
-
 static bool json_count(const json_t *o, double *out)
 {
 	const json_t *c = json_object_get(o, "count");
@@ -232,7 +216,7 @@ static int read_measure(const json_t *root, const struct hp_model *m, struct hp_
 		uint64_t at, faddr, fsize;
 		double c;
 
-		if (!json_addr(json_object_get(o, "block"), &at))
+		if (!hp_json_u64(json_object_get(o, "block"), &at))
 			continue; /* function rows carry no block */
 		if (!json_count(o, &c)) {
 			if (json_object_get(o, "unavailable"))
@@ -242,8 +226,9 @@ static int read_measure(const json_t *root, const struct hp_model *m, struct hp_
 		}
 		if (!(f = block_start(m, at, &mod, err, errlen)))
 			return -ESTALE;
-		if (json_addr(json_object_get(o, "function_address"), &faddr) &&
-		    json_addr(json_object_get(o, "function_size"), &fsize) && (faddr != f->addr || fsize != f->size)) {
+		if (hp_json_u64(json_object_get(o, "function_address"), &faddr) &&
+		    hp_json_u64(json_object_get(o, "function_size"), &fsize) &&
+		    (faddr != f->addr || fsize != f->size)) {
 			snprintf(err, errlen,
 				 "stale profile: %s was measured on different code (%" PRIu64 " bytes at 0x%" PRIx64
 				 ", now %u at 0x%" PRIx64 ")",
@@ -270,7 +255,7 @@ static int read_measure(const json_t *root, const struct hp_model *m, struct hp_
 		if (json_is_null(json_object_get(o, "from")) || json_is_null(json_object_get(o, "to")) ||
 		    json_is_false(exact))
 			continue; /* the entry, an exit, or an approximation: derived again by the plan */
-		if (!json_addr(json_object_get(o, "from"), &a) || !json_addr(json_object_get(o, "to"), &b) ||
+		if (!hp_json_u64(json_object_get(o, "from"), &a) || !hp_json_u64(json_object_get(o, "to"), &b) ||
 		    !json_count(o, &c)) {
 			snprintf(err, errlen, "edge record %zu needs from, to and a count", i);
 			return -EINVAL;
@@ -301,7 +286,7 @@ static int read_saved(const json_t *root, const struct hp_model *m, struct hp_pr
 		uint64_t addr;
 		char now[17];
 
-		if (!name || !json_addr(json_object_get(fo, "address"), &addr)) {
+		if (!name || !hp_json_u64(json_object_get(fo, "address"), &addr)) {
 			snprintf(err, errlen, "profile function %zu needs a name and an address", i);
 			return -EINVAL;
 		}
@@ -323,7 +308,7 @@ static int read_saved(const json_t *root, const struct hp_model *m, struct hp_pr
 			double c;
 			const struct hp_block *b;
 
-			if (!json_addr(json_object_get(o, "offset"), &off) || !json_count(o, &c) ||
+			if (!hp_json_u64(json_object_get(o, "offset"), &off) || !json_count(o, &c) ||
 			    !(b = hp_function_block_at(mod, f, addr + off)) || b->offset != off) {
 				snprintf(err, errlen, "stale profile: %s has no block at +0x%" PRIx64, name, off);
 				return -ESTALE;
@@ -336,8 +321,8 @@ static int read_saved(const json_t *root, const struct hp_model *m, struct hp_pr
 			uint64_t a, b;
 			double c;
 
-			if (!json_addr(json_object_get(o, "from"), &a) || !json_addr(json_object_get(o, "to"), &b) ||
-			    !json_count(o, &c)) {
+			if (!hp_json_u64(json_object_get(o, "from"), &a) ||
+			    !hp_json_u64(json_object_get(o, "to"), &b) || !json_count(o, &c)) {
 				snprintf(err, errlen, "profile edge %zu of %s needs from, to and a count", j, name);
 				return -EINVAL;
 			}

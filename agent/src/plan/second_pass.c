@@ -22,27 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hex.h"
+#include "base/json_get.h"
 #include "plan/plan.h"
-
-static bool json_u64(const json_t *v, uint64_t *out)
-{
-	if (json_is_integer(v)) {
-		*out = (uint64_t)json_integer_value(v);
-		return true;
-	}
-	if (json_is_string(v)) {
-		char *e;
-		const char *s = json_string_value(v);
-		*out = strtoull(s, &e, 0);
-		return e != s && !*e;
-	}
-	return false;
-}
-
-static int hexval(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
 
 /* The plan's options as its JSON saved them; absent ones keep defaults. */
 static void opts_from_json(const json_t *o, const json_t *code, struct hp_plan_opts *opts)
@@ -56,22 +38,22 @@ static void opts_from_json(const json_t *o, const json_t *code, struct hp_plan_o
 		opts->stall_threshold = json_number_value(json_object_get(o, "stall_threshold"));
 	if (json_is_number(json_object_get(o, "max_pad_share")))
 		opts->max_pad_share = json_number_value(json_object_get(o, "max_pad_share"));
-	if (json_u64(json_object_get(o, "fetch_block"), &u))
+	if (hp_json_u64(json_object_get(o, "fetch_block"), &u))
 		opts->fetch_block = (uint32_t)u;
-	if (json_u64(json_object_get(o, "max_pad"), &u))
+	if (hp_json_u64(json_object_get(o, "max_pad"), &u))
 		opts->max_pad = (uint32_t)u;
-	if (json_u64(json_object_get(o, "max_functions"), &u))
+	if (hp_json_u64(json_object_get(o, "max_functions"), &u))
 		opts->max_functions = (uint32_t)u;
-	if (json_u64(json_object_get(o, "small_block"), &u))
+	if (hp_json_u64(json_object_get(o, "small_block"), &u))
 		opts->small_block = (uint32_t)u;
-	if (json_u64(json_object_get(o, "l1i_size"), &u))
+	if (hp_json_u64(json_object_get(o, "l1i_size"), &u))
 		opts->l1i.size_bytes = (uint32_t)u;
-	if (json_u64(json_object_get(o, "l1i_ways"), &u))
+	if (hp_json_u64(json_object_get(o, "l1i_ways"), &u))
 		opts->l1i.ways = (uint32_t)u;
-	if (json_u64(json_object_get(o, "l1i_line"), &u))
+	if (hp_json_u64(json_object_get(o, "l1i_line"), &u))
 		opts->l1i.line_bytes = (uint32_t)u;
 	opts->no_align = json_is_false(json_object_get(o, "align"));
-	if (json_u64(json_object_get(code, "base"), &u))
+	if (hp_json_u64(json_object_get(code, "base"), &u))
 		opts->base = u;
 }
 
@@ -113,9 +95,10 @@ int hp_plan_remake(struct hp_model *m, const char *text, size_t len, struct hp_p
 	/* The same inputs must give the same code, byte for byte. */
 	size_t n = strlen(hex);
 	bool same = out->status == HP_PLAN_OK && n == 2 * out->code_len;
-	for (size_t i = 0; same && i < out->code_len; i++)
-		same = hexval(hex[2 * i]) >= 0 && hexval(hex[2 * i + 1]) >= 0 &&
-		       (uint8_t)(hexval(hex[2 * i]) << 4 | hexval(hex[2 * i + 1])) == out->code[i];
+	for (size_t i = 0; same && i < out->code_len; i++) {
+		uint8_t b;
+		same = hp_unhex(hex + 2 * i, 1, &b) == 0 && b == out->code[i];
+	}
 	if (!same) {
 		snprintf(err, errlen,
 			 "the installed plan of %s cannot be made again from its saved inputs (%s): the code or the "
@@ -264,7 +247,8 @@ int hp_profile_under_root(const struct hp_plan *first, uint64_t installed_base, 
 			c = json_object_get(json_object_get(o, "metrics"), "count");
 		/* A measure report of the installed process names the copy's block
 		 * (installed_copy) beside the original it counts for. */
-		if (!json_u64(json_object_get(o, "installed_copy"), &at) && !json_u64(json_object_get(o, "block"), &at))
+		if (!hp_json_u64(json_object_get(o, "installed_copy"), &at) &&
+		    !hp_json_u64(json_object_get(o, "block"), &at))
 			continue;
 		if (!json_object_get(o, "block") && !json_object_get(o, "installed_copy"))
 			continue;

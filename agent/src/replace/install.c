@@ -26,6 +26,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "base/hex.h"
 #include "isa/isa.h"
 #include "host/processes.h"
 #include "replace/install.h"
@@ -56,13 +57,7 @@ static int unhexs(const char *s, uint8_t *out, size_t max)
 	size_t n = s ? strlen(s) / 2 : 0;
 	if (!s || n > max)
 		return -1;
-	for (size_t i = 0; i < n; i++) {
-		unsigned v;
-		if (sscanf(s + 2 * i, "%2x", &v) != 1)
-			return -1;
-		out[i] = (uint8_t)v;
-	}
-	return (int)n;
+	return hp_unhex(s, n, out) < 0 ? -1 : (int)n;
 }
 
 static json_t *hexval(uint64_t v)

@@ -13,22 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hex.h"
+#include "base/json_get.h"
 #include "replace/install.h"
-
-static bool get_u64(const json_t *v, uint64_t *out)
-{
-	if (json_is_integer(v)) {
-		*out = (uint64_t)json_integer_value(v);
-		return true;
-	}
-	if (json_is_string(v)) {
-		char *e;
-		const char *s = json_string_value(v);
-		*out = strtoull(s, &e, 0);
-		return e != s && !*e;
-	}
-	return false;
-}
 
 static int unhex(const char *s, uint8_t **out, size_t *len)
 {
@@ -40,14 +27,10 @@ static int unhex(const char *s, uint8_t **out, size_t *len)
 		return -EINVAL;
 	if (!(*out = malloc(n / 2 + 1)))
 		return -ENOMEM;
-	for (size_t i = 0; i < n / 2; i++) {
-		unsigned v;
-		if (sscanf(s + 2 * i, "%2x", &v) != 1) {
-			free(*out);
-			*out = NULL;
-			return -EINVAL;
-		}
-		(*out)[i] = (uint8_t)v;
+	if (hp_unhex(s, n / 2, *out) < 0) {
+		free(*out);
+		*out = NULL;
+		return -EINVAL;
 	}
 	*len = n / 2;
 	return 0;
@@ -93,11 +76,11 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 		r = -EOPNOTSUPP;
 		goto out;
 	}
-	if (get_u64(json_object_get(tg, "pid"), &u))
+	if (hp_json_u64(json_object_get(tg, "pid"), &u))
 		p->pid = (int)u;
-	get_u64(json_object_get(tg, "start_time"), &p->start_time);
+	hp_json_u64(json_object_get(tg, "start_time"), &p->start_time);
 	p->module = dupstr(json_object_get(tg, "module"));
-	get_u64(json_object_get(tg, "module_base"), &p->module_base);
+	hp_json_u64(json_object_get(tg, "module_base"), &p->module_base);
 	snprintf(p->build_id, sizeof(p->build_id), "%s",
 		 json_string_value(json_object_get(tg, "module_build_id"))  ?:
 			 json_string_value(json_object_get(tg, "build_id")) ?:
@@ -107,7 +90,7 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 		snprintf(err, errlen, "the plan's code was not verified: it is not installed");
 		goto out;
 	}
-	if (!get_u64(json_object_get(code, "base"), &p->base) ||
+	if (!hp_json_u64(json_object_get(code, "base"), &p->base) ||
 	    unhex(json_string_value(json_object_get(code, "hex")), &p->code, &p->code_len) < 0 || !p->code_len) {
 		snprintf(err, errlen, "the plan has no code (code.base, code.hex)");
 		goto out;
@@ -115,7 +98,7 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 	snprintf(p->hash, sizeof(p->hash), "%s", json_string_value(json_object_get(code, "sha256")) ?: "");
 	uw = json_object_get(code, "unwind");
 	if (json_is_object(uw)) {
-		if (!get_u64(json_object_get(uw, "offset"), &u) ||
+		if (!hp_json_u64(json_object_get(uw, "offset"), &u) ||
 		    unhex(json_string_value(json_object_get(uw, "hex")), &p->unwind, &p->unwind_len) < 0) {
 			snprintf(err, errlen, "the plan's unwind data is malformed");
 			goto out;
@@ -131,8 +114,8 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 	json_array_foreach(v, i, tg)
 	{
 		uint64_t off, target;
-		if (!get_u64(json_object_get(tg, "offset"), &off) || !get_u64(json_object_get(tg, "target"), &target) ||
-		    off + 4 > p->code_len) {
+		if (!hp_json_u64(json_object_get(tg, "offset"), &off) ||
+		    !hp_json_u64(json_object_get(tg, "target"), &target) || off + 4 > p->code_len) {
 			snprintf(err, errlen, "relocation %zu of the plan is malformed", i);
 			goto out;
 		}
@@ -153,9 +136,9 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 		mb->module = dupstr(json_object_get(tg, "module"));
 		snprintf(mb->digest, sizeof(mb->digest), "%s",
 			 json_string_value(json_object_get(tg, "original_sha256")) ?: "");
-		if (!get_u64(json_object_get(tg, "address"), &mb->addr) ||
-		    !get_u64(json_object_get(tg, "new_address"), &mb->new_addr) ||
-		    !get_u64(json_object_get(tg, "size"), &u) || strlen(mb->digest) != 64) {
+		if (!hp_json_u64(json_object_get(tg, "address"), &mb->addr) ||
+		    !hp_json_u64(json_object_get(tg, "new_address"), &mb->new_addr) ||
+		    !hp_json_u64(json_object_get(tg, "size"), &u) || strlen(mb->digest) != 64) {
 			snprintf(err, errlen,
 				 "group member %zu of the plan lacks its address, size or original_sha256 (plans from "
 				 "an older hotpathd cannot be checked: plan again)",
@@ -174,9 +157,10 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 		{
 			struct hp_iblock *bl = &mb->blocks[mb->nblocks++];
 			uint64_t o, s, na, ns;
-			if (!get_u64(json_object_get(b, "offset"), &o) || !get_u64(json_object_get(b, "size"), &s) ||
-			    !get_u64(json_object_get(b, "new_address"), &na) ||
-			    !get_u64(json_object_get(b, "new_size"), &ns) || o + s > mb->size ||
+			if (!hp_json_u64(json_object_get(b, "offset"), &o) ||
+			    !hp_json_u64(json_object_get(b, "size"), &s) ||
+			    !hp_json_u64(json_object_get(b, "new_address"), &na) ||
+			    !hp_json_u64(json_object_get(b, "new_size"), &ns) || o + s > mb->size ||
 			    (ns && (na < p->base || na + ns > p->base + p->code_len))) {
 				snprintf(err, errlen, "block %zu of %s in the plan is malformed", k, mb->name);
 				p->nmembers++;

@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Hex digits and hex strings into bytes: the plans, journals and profiles
+ * the agent reads carry code and original bytes as hex.
+ */
+#ifndef HOTPATH_HEX_H
+#define HOTPATH_HEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The value of one hex digit (0-9, a-f, A-F), or -1. */
+int hp_hex_digit(char c);
+
+/* Decode the first 2 * n characters of s into n bytes at out: 0, or -1 if
+ * one of them is not a hex digit (s must hold at least 2 * n characters). */
+int hp_unhex(const char *s, size_t n, uint8_t *out);
+
+#endif
