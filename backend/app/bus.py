@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 import orjson
 import psycopg
 
+from app.core.tasks import cancel_and_wait
+
 log = logging.getLogger("hotpath.bus")
 COMMANDS = "hotpath_commands"
 COMMAND_DONE = "hotpath_command_done"
@@ -45,13 +47,8 @@ class Bus:
             self._task = asyncio.create_task(self._run(), name="bus")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         delay = 0.5

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import agent_input, bus, crud, measurements, plans, targets
 from app.agent_input import InvalidInput
+from app.core.tasks import cancel_and_wait
 from app.proto import pb
 
 log = logging.getLogger("hotpath.commands")
@@ -351,13 +352,8 @@ class Commands:
             self._sweeper = asyncio.create_task(self._sweep_loop(), name="command-sweep")
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            try:
-                await self._sweeper
-            except asyncio.CancelledError:
-                pass
-            self._sweeper = None
+        await cancel_and_wait(self._sweeper)
+        self._sweeper = None
 
     async def _sweep_loop(self) -> None:
         interval = self.runtime.settings.command_sweep_interval_s

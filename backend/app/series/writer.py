@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import stacks as stack_store
+from app.core.tasks import cancel_and_wait
 from app.series import copytext, partitions, rollups
 
 log = logging.getLogger("hotpath.ingest")
@@ -123,13 +124,8 @@ class IngestWriter:
             self._task = asyncio.create_task(self._run(), name="ingest-writer")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         while not self.queue.empty():
             item = self.queue.get_nowait()
             if item.future is not None and not item.future.done():

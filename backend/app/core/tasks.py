@@ -1,0 +1,13 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Background asyncio tasks of the backend's long-lived parts (bus, ingest writer, command sweeper)."""
+import asyncio
+import contextlib
+
+
+async def cancel_and_wait(task: asyncio.Task | None) -> None:
+    """Cancel a background task and wait until it has ended; nothing if there is none."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
