@@ -65,18 +65,6 @@ static bool cancelled(struct agent *ag, struct hp_job *job)
 	return true;
 }
 
-static bool valid_plan_id(const char *s)
-{
-	size_t n = s ? strlen(s) : 0;
-	if (!n || n > HP_INSTALL_ID_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
-		      s[i] == '-' || s[i] == '_'))
-			return false;
-	return true;
-}
-
 static bool is_kernel_id(const char *id)
 {
 	return !id || !*id || !strcmp(id, KERNEL_TARGET_ID);
@@ -270,7 +258,7 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 	char *json = NULL;
 	unsigned seconds = c->seconds ? c->seconds : DEFAULT_SECONDS;
 
-	if (!valid_plan_id(c->plan_id)) {
+	if (!hp_install_id_valid(c->plan_id)) {
 		snprintf(err, sizeof(err), "a plan id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
 		fail(ag, job, err);
 		return;
@@ -514,7 +502,7 @@ static void install_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1
 	char *detail = NULL;
 	size_t dlen = 0;
 
-	if (!valid_plan_id(c->plan_id)) {
+	if (!hp_install_id_valid(c->plan_id)) {
 		snprintf(err, sizeof(err), "a plan id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
 		refuse(ag, job, c->plan_id, NULL, err);
 		return;
@@ -638,7 +626,7 @@ static void revert_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1_
 	int pid = 0;
 	struct hp_install_result res;
 
-	if (!valid_plan_id(c->plan_id)) {
+	if (!hp_install_id_valid(c->plan_id)) {
 		snprintf(err, sizeof(err), "a plan id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
 		fail(ag, job, err);
 		return;

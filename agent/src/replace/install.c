@@ -687,9 +687,9 @@ static void sanitize(const char *in, char *out, size_t len)
 	out[k] = 0;
 }
 
-static bool valid_id(const char *s)
+bool hp_install_id_valid(const char *s)
 {
-	size_t n = strlen(s);
+	size_t n = s ? strlen(s) : 0;
 	if (!n || n > HP_INSTALL_ID_MAX)
 		return false;
 	for (size_t i = 0; i < n; i++)
@@ -714,7 +714,7 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 		snprintf(err, errlen, "the plan names no process: give --pid");
 		return -EINVAL;
 	}
-	if (o->id && !valid_id(o->id)) {
+	if (o->id && !hp_install_id_valid(o->id)) {
 		snprintf(err, errlen, "an install id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
 		return -EINVAL;
 	}

@@ -77,6 +77,10 @@ typedef int (*hp_approve_fn)(void *ctx, const struct hp_iplan *p, char *err, siz
 
 #define HP_INSTALL_ID_MAX 48
 
+/* Whether s names an install: 1 to HP_INSTALL_ID_MAX letters, digits, '-'
+ * or '_' (so it can be part of a file name); false for NULL. */
+bool hp_install_id_valid(const char *s);
+
 /* Steps of an install and a revert, for progress and for tests that stop
  * the agent between two of them. */
 enum hp_install_step {
