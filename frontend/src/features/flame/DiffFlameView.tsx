@@ -10,8 +10,9 @@ import { rangeSearch, type HostView, type StackFilterView } from "../../lib/urlS
 import type { TimeRange } from "../../lib/timeRange";
 import { FlameGraph } from "./FlameGraph";
 import { StackFilterBar } from "./FlameView";
-import { findPath, pathOf, search, type FlameInput } from "./flameModel";
+import type { FlameInput } from "./flameModel";
 import { useFlameLayout } from "./useFlameLayout";
+import { useFlameNavigation } from "./useFlameNavigation";
 
 export function toDiffInput(d: FlameDiffData): FlameInput {
   return {
@@ -36,13 +37,7 @@ export function DiffFlameView({ hostId, view, update, a, b, bHostId }: {
   const diff = useFlameDiff(hostId, query);
   const input = useMemo(() => (diff.data ? toDiffInput(diff.data) : null), [diff.data]);
   const state = useFlameLayout(input);
-  const layout = state.layout;
-  const frames = useMemo(() => state.input?.frames ?? [], [state.input]);
-  const focus = useMemo(() => (layout ? findPath(layout, frames, view.flameZoom) : 0), [layout, frames, view.flameZoom]);
-  const found = useMemo(() => (layout ? search(layout, frames, view.flameQuery) : null), [layout, frames, view.flameQuery]);
-  const onFocus = useCallback((node: number) => {
-    if (layout) update({ flameZoom: node > 0 ? pathOf(layout, frames, node) : "" }, { push: true });
-  }, [layout, frames, update]);
+  const { layout, frames, focus, found, onFocus } = useFlameNavigation(state, view, update);
   const functionHref = useCallback((fid: number) => `/hosts/${encodeURIComponent(bHostId)}/functions/${fid}?${rangeSearch(b)}`, [bHostId, b]);
   const setFilter = (patch: Partial<StackFilterView>) => update({ filter: { ...view.filter, ...patch }, flameZoom: "" }, { push: true });
   const d = diff.data;

@@ -10,8 +10,9 @@ import { formatCount, formatShare } from "../../lib/format";
 import { formatRange } from "../../lib/timeRange";
 import { rangeSearch, type HostView, type IdleMode, type StackFilterView } from "../../lib/urlState";
 import { FlameGraph } from "./FlameGraph";
-import { findPath, pathOf, search, type FlameInput } from "./flameModel";
+import type { FlameInput } from "./flameModel";
 import { useFlameLayout } from "./useFlameLayout";
+import { useFlameNavigation } from "./useFlameNavigation";
 import { PprofButton } from "./PprofButton";
 
 export function toFlameInput(d: FlameGraphData): FlameInput {
@@ -28,14 +29,7 @@ export function FlameView({ hostId, view, update, live }: {
   const fg = useFlameGraph(hostId, view.range, live, filter);
   const input = useMemo(() => (fg.data ? toFlameInput(fg.data) : null), [fg.data]);
   const state = useFlameLayout(input);
-  const layout = state.layout;
-  const frames = useMemo(() => state.input?.frames ?? [], [state.input]);
-  const focus = useMemo(() => (layout ? findPath(layout, frames, view.flameZoom) : 0), [layout, frames, view.flameZoom]);
-  const found = useMemo(() => (layout ? search(layout, frames, view.flameQuery) : null), [layout, frames, view.flameQuery]);
-  const onFocus = useCallback((node: number) => {
-    if (!layout) return;
-    update({ flameZoom: node > 0 ? pathOf(layout, frames, node) : "" }, { push: true });
-  }, [layout, frames, update]);
+  const { layout, frames, focus, found, onFocus } = useFlameNavigation(state, view, update);
   const functionHref = useCallback((fid: number) => `/hosts/${encodeURIComponent(hostId)}/functions/${fid}?${rangeSearch(view.range)}`,
     [hostId, view.range]);
   const setFilter = (patch: Partial<StackFilterView>) => update({ filter: { ...view.filter, ...patch }, flameZoom: "" }, { push: true });
