@@ -10,6 +10,9 @@
  *                  other load on the machine disturbs less, and a checksum
  *                  of the results)
  *   stdin "quit"   exits
+ * With --loop it runs rounds of 100 passes until it is stopped instead,
+ * printing each round's line: a program to attach from the console and
+ * optimize while it runs (docs/plans.md).
  * With HOTPATH_REPLAY=FILE it first puts an installed copy in place by
  * itself (FILE: the code heap's address, length and bytes, then each
  * patched range with its bytes, as bench/replace dumps them from a process
@@ -22,6 +25,7 @@
  * transaction (rolled back, so every round sees the same data and gives
  * the same checksum), so the bytecode engine runs a broad mix of opcodes.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <stdio.h>
@@ -121,9 +125,28 @@ static int replay(const char *path)
 	return 0;
 }
 
-int main(void)
+/* One round of n workload passes, timed; its line on stdout. */
+static void round_of(int n)
+{
+	struct timespec a, b, ca, cb;
+	checksum = 0;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ca);
+	for (int i = 0; i < n; i++)
+		workload(i % 1000);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cb);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	printf("ns %lld cpu %lld rows %llu\n",
+	       (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec),
+	       (long long)(cb.tv_sec - ca.tv_sec) * 1000000000LL + (cb.tv_nsec - ca.tv_nsec),
+	       (unsigned long long)checksum);
+	fflush(stdout);
+}
+
+int main(int argc, char **argv)
 {
 	char line[128];
+	bool loop = argc > 1 && !strcmp(argv[1], "--loop");
 
 	if (getenv("HOTPATH_REPLAY") && replay(getenv("HOTPATH_REPLAY")) < 0) {
 		fprintf(stderr, "cannot replay %s\n", getenv("HOTPATH_REPLAY"));
@@ -134,25 +157,14 @@ int main(void)
 	setup();
 	printf("ready\n");
 	fflush(stdout);
+	while (loop)
+		round_of(100);
 	while (fgets(line, sizeof(line), stdin)) {
 		int n;
 		if (!strncmp(line, "quit", 4))
 			break;
-		if (sscanf(line, "run %d", &n) != 1)
-			continue;
-		struct timespec a, b, ca, cb;
-		checksum = 0;
-		clock_gettime(CLOCK_MONOTONIC, &a);
-		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ca);
-		for (int i = 0; i < n; i++)
-			workload(i % 1000);
-		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cb);
-		clock_gettime(CLOCK_MONOTONIC, &b);
-		printf("ns %lld cpu %lld rows %llu\n",
-		       (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec),
-		       (long long)(cb.tv_sec - ca.tv_sec) * 1000000000LL + (cb.tv_nsec - ca.tv_nsec),
-		       (unsigned long long)checksum);
-		fflush(stdout);
+		if (sscanf(line, "run %d", &n) == 1)
+			round_of(n);
 	}
 	sqlite3_close(db);
 	return 0;

@@ -94,6 +94,16 @@ async function functionNamed(target: string, name: string) {
 
 const prRoot = (target: string) => functionNamed(target, "pr_root");
 
+/** Attach the process from the host page's Targets panel, as an SRE does; its target id. */
+async function attachFromConsole(page: Page, pid: number): Promise<string> {
+  await page.goto(`/hosts/${hostId}`);
+  await page.getByLabel("Process id or command name").fill(String(pid));
+  await page.getByRole("button", { name: "Attach", exact: true }).click();
+  const row = page.locator("section.targets tr").filter({ hasText: `(pid ${pid})` });
+  await expect(row.locator("td").nth(2)).toHaveText(/^attached/, { timeout: 60_000 });
+  return (await row.getAttribute("data-target"))!;
+}
+
 /** An address written in hex, with or without 0x. */
 const hex = (s: string): bigint => BigInt(s.startsWith("0x") ? s : `0x${s}`);
 
@@ -323,7 +333,7 @@ test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the consol
   const pid = sq.proc.pid!;
   try {
     await sq.started();
-    const target = await attach(pid);
+    const target = await attachFromConsole(page, pid);
     const root = await functionNamed(target, "sqlite3BtreeInsert");
     const entry = hex(root.address_hex);
     const original = readMem(pid, entry, 16);
