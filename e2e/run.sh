@@ -13,11 +13,17 @@ url=http://127.0.0.1:$HOTPATH_HTTP_PORT
 
 ./scripts/run.sh >"$data/run.out" 2>&1 &
 stack=$!
+tests=
 stop() {
+	# The tests run in a session of their own: ending it ends every program they started (read loops,
+	# fixtures), also when this script is stopped from outside while they run.
+	[ -z "$tests" ] || kill -TERM -- "-$tests" 2>/dev/null || true
 	kill -TERM "$stack" 2>/dev/null || true
 	wait "$stack" 2>/dev/null || true
 }
 trap stop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # Wait for the backend, then for the admin password the backend writes on first start.
 for _ in $(seq 240); do
@@ -30,11 +36,19 @@ export HOTPATH_E2E_URL=$url HOTPATH_E2E_DATA_DIR=$data
 export HOTPATH_E2E_ADMIN_PASSWORD=$(cat "$data/admin-password")
 export HOTPATH_E2E_HOSTNAME=$(hostname)
 set +e
-(cd e2e && npx playwright test "$@")
+cd e2e
+setsid npx playwright test "$@" &
+tests=$!
+wait $tests
 rc=$?
+cd ..
 set -e
 if [ $rc != 0 ]; then
 	echo "--- stack output ---"; cat "$data/run.out"
 	for f in "$data"/log/*.log; do echo "--- $f (tail) ---"; tail -40 "$f"; done
+	echo "(the stack's data and logs are kept in $data)"
+else
+	stop
+	rm -rf "$data"
 fi
 exit $rc

@@ -31,6 +31,9 @@ done
 if python3 -m venv --help >/dev/null 2>&1 && python3 -m ensurepip --version >/dev/null 2>&1; then
 	missing=("${missing[@]/python3-venv}"); missing=("${missing[@]/python3-pip}"); missing=("${missing[@]/python3}")
 fi
+# cargo fetches the SQLite source of the benchmark program the plan tests run (bench/replace_sqlite/build);
+# one installed with rustup does as well as Debian's.
+[ "$mode" = test ] && ! command -v cargo >/dev/null && missing+=(cargo)
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing: ${missing[*]}"

@@ -42,8 +42,17 @@ from app.agent_input import InvalidInput
 log = logging.getLogger("hotpath.plans")
 STALE_FROM = ("ready", "requested", "approved", "install_failed", "installed")
 FINAL = ("failed", "cancelled", "rejected", "reverted", "stale")
-ROOT_METRICS = ["count", "wall", "vtime"]
 ACTIVE_COMMAND = ("queued", "sent", "running")
+# The root's figures in the windows before and after an install (KernInst's Figure 4): calls, wall and
+# virtualized time, and the hardware counters where the host has a PMU (asked with allow_partial, so a
+# host without one reports them unavailable with its reason instead of refusing the window).
+ROOT_METRICS = ["count", "wall", "vtime", "cycles", "instructions", "icache_stall", "branch_mispredict"]
+# Per-call figures of a window: (figure, series slot, metric).
+PER_CALL = (("wall_ns_per_call", "wall_ns", "wall"), ("vtime_ns_per_call", "vtime_ns", "vtime"),
+            ("cycles_per_call", "cycles", "cycles"), ("instructions_per_call", "instructions", "instructions"),
+            ("icache_stall_per_call", "icache_stall", "icache_stall"),
+            ("branch_mispredict_per_call", "branch_mispredict", "branch_mispredict"))
+FIGURES = ("calls_per_s", *(f for f, _, _ in PER_CALL))
 
 
 class PlanError(Exception):
@@ -831,14 +840,15 @@ async def audit_trail(db: AsyncSession, plan_id: uuid.UUID) -> list[dict[str, An
 
 
 async def _window_figures(db: AsyncSession, host_id: str, mid: str | None) -> dict[str, Any] | None:
+    """One window's figures for the root (resource 0) over the whole window, and their spread: the
+    lowest and highest value of each figure over the window's one-second intervals."""
     if not mid:
         return None
     m = await measurements.get(db, host_id, mid)
     if m is None:
         return None
     out: dict[str, Any] = {"measurement_id": mid, "state": m["state"], "detail": m["detail"], "seconds": 0.0,
-                           "calls": None, "calls_per_s": None, "wall_ns_per_call": None, "vtime_ns_per_call": None,
-                           "unavailable": {}}
+                           "calls": None, "unavailable": {}, "spread": {}, **{f: None for f in FIGURES}}
     if m["resources"]:
         for metric in m["resources"][0]["metrics"]:
             if not metric.get("available"):
@@ -851,27 +861,43 @@ async def _window_figures(db: AsyncSession, host_id: str, mid: str | None) -> di
     row0 = next((x for x in vals["resources"] if x["resource"] == 0), None)
     if row0 is None or not vals["measured_seconds"]:
         return out
-    v = row0["values"]
+    out.update(_figures(row0["values"], vals["measured_seconds"], out["unavailable"]))
+    out["calls"] = row0["values"].get("count")
+    series = await samples.measurement_series(db, mid, r, [0], points=3600)
+    seconds = {b["t"]: b["seconds"] for b in series["buckets"]}
+    per: dict[str, list[float]] = {}
+    for point in series["series"][0]["points"]:
+        for key, v in _figures(point["values"], seconds.get(point["t"], 0.0), out["unavailable"]).items():
+            if v is not None:
+                per.setdefault(key, []).append(v)
+    out["spread"] = {k: {"min": min(v), "max": max(v), "intervals": len(v)} for k, v in per.items()}
+    return out
+
+
+def _figures(v: dict[str, float | None], seconds: float, unavailable: dict[str, str]) -> dict[str, float | None]:
+    """Calls per second and the per-call figures of summed values over `seconds` measured seconds."""
     calls = v.get("count")
-    out["calls"] = calls
-    if calls is not None:
-        out["calls_per_s"] = calls / vals["measured_seconds"]
+    out: dict[str, float | None] = {f: None for f in FIGURES}
+    if calls is not None and seconds:
+        out["calls_per_s"] = calls / seconds
     if calls:
-        for slot, key in (("wall_ns", "wall_ns_per_call"), ("vtime_ns", "vtime_ns_per_call")):
-            if v.get(slot) is not None and slot.split("_")[0] not in out["unavailable"]:
-                out[key] = v[slot] / calls
+        for key, slot, metric in PER_CALL:
+            value = v.get(slot)
+            if value is not None and metric not in unavailable:
+                out[key] = value / calls
     return out
 
 
 async def comparison(db: AsyncSession, host_id: str, row) -> dict[str, Any] | None:
     """The root before and after the install (KernInst Figure 4): calls per second, wall and vtime per
-    call in each window, and each figure's change."""
+    call and the hardware counters per call in each window, each with its spread, and each figure's
+    change."""
     before = await _window_figures(db, host_id, row.before_measurement)
     after = await _window_figures(db, host_id, row.after_measurement)
     if before is None and after is None:
         return None
     change = {}
-    for key in ("calls_per_s", "wall_ns_per_call", "vtime_ns_per_call"):
+    for key in FIGURES:
         b, a = (before or {}).get(key), (after or {}).get(key)
         change[key] = (a - b) / b if a is not None and b else None
     return {"before": before, "after": after, "change": change}

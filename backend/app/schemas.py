@@ -885,6 +885,12 @@ class PlanPublic(BaseModel):
                                            "until the plan is made)")
 
 
+class PlanSpread(BaseModel):
+    min: float
+    max: float
+    intervals: int = Field(description="How many of the window's intervals the range is over")
+
+
 class PlanWindow(BaseModel):
     measurement_id: str
     state: str
@@ -894,7 +900,13 @@ class PlanWindow(BaseModel):
     calls_per_s: float | None
     wall_ns_per_call: float | None
     vtime_ns_per_call: float | None
+    cycles_per_call: float | None = None
+    instructions_per_call: float | None = None
+    icache_stall_per_call: float | None = None
+    branch_mispredict_per_call: float | None = None
     unavailable: dict[str, str] = Field(description="Metrics the host could not measure, with the reason")
+    spread: dict[str, PlanSpread] = Field(default_factory=dict,
+                                          description="Per figure, its range over the window's intervals")
 
 
 class PlanComparison(BaseModel):

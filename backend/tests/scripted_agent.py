@@ -434,6 +434,13 @@ class ScriptedAgent:
         if "wall" in req.metrics:
             plans.append(pb.MetricPlan(metric=pb.METRIC_WALL_NS, available=True, label=pb.VALUE_LABEL_EXACT,
                                        mechanism="uprobe_multi+uretprobe_multi", unit="ns"))
+        # Like the real agent on these VMs: the hardware counters are unavailable, with the reason.
+        for name, metric in (("cycles", pb.METRIC_CYCLES), ("instructions", pb.METRIC_INSTRUCTIONS),
+                             ("icache_stall", pb.METRIC_ICACHE_STALL),
+                             ("branch_mispredict", pb.METRIC_BRANCH_MISPREDICT)):
+            if name in req.metrics:
+                plans.append(pb.MetricPlan(metric=metric, available=False, label=pb.VALUE_LABEL_EXACT,
+                                           reason="no hardware PMU: perf_event_open(cycles) failed with ENOENT"))
         every = [*self.modules, self.process]
         for r in req.resources:
             _n, base, fns, _d = next(m for m in every if m[3] == r.digest)

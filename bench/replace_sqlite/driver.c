@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * A query workload on SQLite (the amalgamation, fetched by bench/replace
- * into its cache and compiled with SQLite's usual -O2; never committed).
+ * A query workload on SQLite (the amalgamation, fetched by build beside
+ * this file into its cache and compiled with SQLite's usual -O2; never
+ * committed). bench/replace and the console's end-to-end plan test run it.
  * The process stays up between rounds so code can be installed into it and
  * reverted while it runs, and every round is timed inside the process:
  *   stdin "run N"  runs the workload N times, prints "ns T cpu C rows R" (the

@@ -80,17 +80,19 @@ async function attach(pid: number): Promise<string> {
   return t.id;
 }
 
-/** pr_root of the attached fixture, as the console names it, once its module's catalog is stored. */
-async function prRoot(target: string) {
-  const end = Date.now() + 60_000;
+/** A function of the attached process, as the console names it, once its module's catalog is stored. */
+async function functionNamed(target: string, name: string) {
+  const end = Date.now() + 90_000;
   for (;;) {
-    const page = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=pr_root&target=${target}`)).json();
-    const fn = (page.items ?? []).find((f: { name: string }) => f.name === "pr_root");
+    const page = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=${name}&target=${target}`)).json();
+    const fn = (page.items ?? []).find((f: { name: string }) => f.name === name);
     if (fn) return (await (await ctx.get(`/api/v1/hosts/${hostId}/functions/${fn.id}?target=${target}`)).json()).function;
-    if (Date.now() > end) throw new Error(`pr_root not in the catalog of ${target}`);
+    if (Date.now() > end) throw new Error(`${name} not in the catalog of ${target}`);
     await new Promise((r) => setTimeout(r, 500));
   }
 }
+
+const prRoot = (target: string) => functionNamed(target, "pr_root");
 
 /** An address written in hex, with or without 0x. */
 const hex = (s: string): bigint => BigInt(s.startsWith("0x") ? s : `0x${s}`);
@@ -120,6 +122,63 @@ async function approverPage(browser: Browser, url: string): Promise<Page> {
 
 const planState = (page: Page) => page.getByTestId("plan-state");
 
+/** Optimize… on a function's page: progress while the agent counts the blocks, then the ready plan.
+ * The plan's path and id. */
+async function optimizeFromConsole(page: Page, target: string, root: { id: string; name: string }) {
+  await page.setViewportSize({ width: 1400, height: 1000 });
+  await page.goto(`/hosts/${hostId}/functions/${root.id}?target=${target}`);
+  await expect(page.getByRole("heading", { name: root.name })).toBeVisible();
+  await page.getByRole("button", { name: "Optimize…" }).click();
+  await expect(page).toHaveURL(/\/plans\/[0-9a-f-]{36}$/);
+  const planUrl = new URL(page.url()).pathname;
+  await expect(page.getByRole("progressbar", { name: "Plan progress" })).toBeVisible();
+  await expect(planState(page)).toHaveText("ready", { timeout: 150_000 });
+  return { planUrl, planId: planUrl.split("/").pop()! };
+}
+
+/** Admin requests approval and cannot approve their own request (the button says why, the API refuses);
+ * the approver approves from their own session; the page shows it approved. */
+async function requestAndApprove(page: Page, browser: Browser, planUrl: string, planId: string) {
+  await page.getByRole("button", { name: "Request approval" }).click();
+  await expect(planState(page)).toHaveText("requested");
+  const approve = page.getByRole("button", { name: "Approve" });
+  await expect(approve).toBeDisabled();
+  await expect(approve).toHaveAttribute("title", /another approver/);
+  const own = await ctx.post(`/api/v1/hosts/${hostId}/plans/${planId}/approve`);
+  expect(own.status()).toBe(403);
+  const other = await approverPage(browser, planUrl);
+  await expect(planState(other)).toHaveText("requested");
+  await other.getByRole("button", { name: "Approve" }).click();
+  await expect(planState(other)).toHaveText("approved");
+  await other.context().close();
+  await page.reload();
+  await expect(planState(page)).toHaveText("approved");
+}
+
+/** One click installs (a window before, the install, a window after); the before/after table fills in
+ * with figures and their units once the window after has run. The table. */
+async function installFromConsole(page: Page) {
+  await page.getByRole("button", { name: "Install" }).click();
+  await expect(planState(page)).toHaveText(/installing|installed/);
+  await expect(planState(page)).toHaveText("installed", { timeout: 120_000 });
+  const table = page.getByTestId("before-after");
+  const calls = table.getByRole("row").filter({ hasText: "Calls per second" });
+  await expect(calls.locator("td").nth(0)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: 60_000 });
+  await expect(calls.locator("td").nth(1)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: 60_000 });
+  await expect(calls.locator("td").nth(2)).toHaveText(/^-?\d+\.\d%$/);
+  await expect(table.getByRole("row").filter({ hasText: "Window" }).locator("td").nth(1)).toHaveText(/\d+\.\d s, [1-9]\d* calls/);
+  return table;
+}
+
+/** The audit trail on the plan's page names every step and who took it. */
+async function expectFullAudit(page: Page) {
+  const audit = page.getByTestId("plan-audit");
+  for (const what of ["create", "ready", "request", "approve", "install requested", "installed", "revert requested", "reverted"]) {
+    await expect(audit.getByRole("cell", { name: what, exact: true })).toHaveCount(1);
+  }
+  await expect(audit.getByRole("row").filter({ hasText: approver.username })).toContainText("approve");
+}
+
 test("a process's hot function: optimize, approve by another user, install, measure, revert", async ({ page, browser }) => {
   test.setTimeout(300_000);
   const fx = await startFixture();
@@ -131,15 +190,7 @@ test("a process's hot function: optimize, approve by another user, install, meas
     const original = readMem(pid, entry, 16);
 
     // Optimize… on the function page: progress while the agent counts the blocks, then the plan.
-    await page.setViewportSize({ width: 1400, height: 1000 });
-    await page.goto(`/hosts/${hostId}/functions/${root.id}?target=${target}`);
-    await expect(page.getByRole("heading", { name: "pr_root" })).toBeVisible();
-    await page.getByRole("button", { name: "Optimize…" }).click();
-    await expect(page).toHaveURL(/\/plans\/[0-9a-f-]{36}$/);
-    const planUrl = new URL(page.url()).pathname;
-    const planId = planUrl.split("/").pop()!;
-    await expect(page.getByRole("progressbar", { name: "Plan progress" })).toBeVisible();
-    await expect(planState(page)).toHaveText("ready", { timeout: 120_000 });
+    const { planUrl, planId } = await optimizeFromConsole(page, target, root);
     await expect(page.getByText("exact (probes)")).toBeVisible();
     await expect(page.getByTestId("heatmap-before")).toBeVisible();
     await expect(page.getByTestId("heatmap-after")).toBeVisible();
@@ -160,37 +211,13 @@ test("a process's hot function: optimize, approve by another user, install, meas
     await expect(cfg.locator('[data-testid="plan-cfg-block"][data-hot="1"]').first()).toBeAttached();
     expect(await cfg.getByTestId("plan-cfg-block").count()).toBe(root.block_count);
 
-    // Admin requests approval, and cannot approve their own request: the button says why, the API refuses.
-    await page.getByRole("button", { name: "Request approval" }).click();
-    await expect(planState(page)).toHaveText("requested");
-    const approve = page.getByRole("button", { name: "Approve" });
-    await expect(approve).toBeDisabled();
-    await expect(approve).toHaveAttribute("title", /another approver/);
-    const own = await ctx.post(`/api/v1/hosts/${hostId}/plans/${planId}/approve`);
-    expect(own.status()).toBe(403);
-
-    // The approver approves from their own session.
-    const other = await approverPage(browser, planUrl);
-    await expect(planState(other)).toHaveText("requested");
-    await other.getByRole("button", { name: "Approve" }).click();
-    await expect(planState(other)).toHaveText("approved");
-    await other.context().close();
+    // Admin requests approval, and cannot approve their own request; the approver approves.
+    await requestAndApprove(page, browser, planUrl, planId);
 
     // One click installs: a window before, the install, a window after.
-    await page.reload();
-    await expect(planState(page)).toHaveText("approved");
-    await page.getByRole("button", { name: "Install" }).click();
-    await expect(planState(page)).toHaveText(/installing|installed/);
-    await expect(planState(page)).toHaveText("installed", { timeout: 120_000 });
-    // The before/after table fills in with figures and their units once the window after has run.
-    const table = page.getByTestId("before-after");
-    const calls = table.getByRole("row").filter({ hasText: "Calls per second" });
-    await expect(calls.locator("td").nth(0)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: 60_000 });
-    await expect(calls.locator("td").nth(1)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: 60_000 });
-    await expect(calls.locator("td").nth(2)).toHaveText(/^-?\d+\.\d%$/);
+    const table = await installFromConsole(page);
     const wall = table.getByRole("row").filter({ hasText: "Wall time per call" });
     await expect(wall.locator("td").nth(0)).toHaveText(/^\d+ ns$|^unavailable/);
-    await expect(table.getByRole("row").filter({ hasText: "Window" }).locator("td").nth(1)).toHaveText(/\d+\.\d s, [1-9]\d* calls/);
     // Once the window after has stopped (its uprobe sits on the entry meanwhile), the entry jumps to the
     // copy, which is mapped from the plan's memfd.
     await expect.poll(async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json())
@@ -243,14 +270,116 @@ test("a process's hot function: optimize, approve by another user, install, meas
     await expect(page.getByRole("link", { name: "installed copy" })).toHaveCount(0);
     await page.goto(planUrl);
 
-    // The audit trail on the page names every step and who took it.
-    const audit = page.getByTestId("plan-audit");
-    for (const what of ["create", "ready", "request", "approve", "install requested", "installed", "revert requested", "reverted"]) {
-      await expect(audit.getByRole("cell", { name: what, exact: true })).toHaveCount(1);
-    }
-    await expect(audit.getByRole("row").filter({ hasText: approver.username })).toContainText("approve");
+    await expectFullAudit(page);
   } finally {
     fx.proc.kill("SIGTERM");
+  }
+});
+
+/** The benchmark's real program: SQLite's query workload driver (bench/replace_sqlite/build), asked for
+ * rounds of two workload passes one after another for as long as it runs. Each round prints a checksum
+ * of its query results, the same in every round while the code is right. */
+function startSqlite(driver: string) {
+  const proc = spawn(driver, [], { stdio: ["pipe", "pipe", "pipe"] });
+  const sums = new Map<string, number>();
+  let buf = "", err = "", ready = false, stopping = false;
+  proc.stdout!.on("data", (d) => {
+    buf += d;
+    for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      if (line.startsWith("ns ")) {
+        const sum = line.split(" ")[5];
+        sums.set(sum, (sums.get(sum) ?? 0) + 1);
+      }
+      if (line === "ready") ready = true;
+      if (!stopping && (line === "ready" || line.startsWith("ns "))) proc.stdin!.write("run 2\n");
+    }
+  });
+  proc.stderr!.on("data", (d) => (err += d));
+  const rounds = () => [...sums.values()].reduce((a, b) => a + b, 0);
+  return {
+    proc, sums, rounds, err: () => err,
+    async started() {
+      const end = Date.now() + 30_000;
+      while (!ready || rounds() < 1) {
+        if (proc.exitCode !== null || Date.now() > end) throw new Error(`the SQLite driver did not start: ${err}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    },
+    stop() {
+      stopping = true;
+      proc.kill("SIGTERM");
+    },
+  };
+}
+
+test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the console, approve, install, before/after, revert", async ({ page, browser }) => {
+  test.setTimeout(480_000);
+  // SQLite's amalgamation from the libsqlite3-sys crate, built with -O2 once and cached in bench/out.
+  const driver = execFileSync(join(__dirname, "..", "..", "bench", "replace_sqlite", "build"),
+    { encoding: "utf8", timeout: 300_000, stdio: ["ignore", "pipe", "inherit"] }).trim();
+  const sq = startSqlite(driver);
+  const pid = sq.proc.pid!;
+  try {
+    await sq.started();
+    const target = await attach(pid);
+    const root = await functionNamed(target, "sqlite3BtreeInsert");
+    const entry = hex(root.address_hex);
+    const original = readMem(pid, entry, 16);
+
+    const { planUrl, planId } = await optimizeFromConsole(page, target, root);
+    await expect(page.getByText("exact (probes)")).toBeVisible();
+    await expect(page.getByTestId("heatmap-before")).toBeVisible();
+    await expect(page.getByTestId("heatmap-after")).toBeVisible();
+    await expect(page.getByTestId("chain-table").getByRole("cell", { name: "sqlite3BtreeInsert", exact: true }).first()).toBeVisible();
+    await expect(page.getByRole("heading", { name: /Emitted code \(\d+ bytes, verified\)/ })).toBeVisible();
+    const made = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
+    expect(made.members.length, JSON.stringify(made.members)).toBeGreaterThan(1);
+
+    await requestAndApprove(page, browser, planUrl, planId);
+    const roundsBefore = sq.rounds();
+    const table = await installFromConsole(page);
+    // Time per invocation both ways, each with its change and its spread over the windows' intervals;
+    // the hardware counters unavailable with the agent's reason (no PMU on this host), never a number.
+    for (const label of ["Wall time per call", "Virtual time per call"]) {
+      const row = table.getByRole("row").filter({ hasText: label });
+      await expect(row.locator("td").nth(0)).toHaveText(/^\d+ ns$/);
+      await expect(row.locator("td").nth(1)).toHaveText(/^\d+ ns$/);
+      await expect(row.locator("td").nth(2)).toHaveText(/^-?\d+\.\d%$/);
+      await expect(row.locator("td").nth(3)).toHaveText(/^\d+–\d+ ns \(\d+ s\) → \d+–\d+ ns \(\d+ s\)$/);
+    }
+    const host = await (await ctx.get(`/api/v1/hosts/${hostId}`)).json();
+    const pmu = (host.capabilities ?? []).some((c: { name: string; available: boolean }) => c.name === "hardware_pmu" && c.available);
+    if (pmu) {
+      await expect(table.getByRole("row").filter({ hasText: "Cycles per call" }).locator("td").nth(0)).toHaveText(/^\d+ cycles$/);
+    } else {
+      await expect(table.getByRole("row").filter({ hasText: "Hardware counters" }).locator("td")).toHaveText(/^unavailable \(.*PMU.*\)$/);
+    }
+    await expect.poll(async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json())
+      .comparison?.after?.state, { timeout: 60_000 }).toBe("stopped");
+    const plan = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
+    const head = readMem(pid, entry, 5);
+    expect(head[0], "the entry jumps to the copy").toBe(0xe9);
+    expect(entry + 5n + BigInt(head.readInt32LE(1))).toBe(hex(plan.install_detail.new_entry));
+    mkdirSync(shots, { recursive: true });
+    await table.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: join(shots, "plan-before-after-sqlite.png") });
+
+    // The workload kept running through the copy, with the same results in every round.
+    expect(sq.rounds(), "workload rounds ran while the copy was installed").toBeGreaterThan(roundsBefore + 10);
+    expect([...sq.sums.keys()], "every round's checksum is the same").toHaveLength(1);
+
+    await page.getByRole("button", { name: "Revert" }).click();
+    await expect(planState(page)).toHaveText("reverted", { timeout: 60_000 });
+    expect(readMem(pid, entry, 16).equals(original), "the original bytes are back").toBe(true);
+    const roundsReverted = sq.rounds();
+    await expect.poll(() => sq.rounds(), { timeout: 30_000 }).toBeGreaterThan(roundsReverted + 5);
+    expect(sq.proc.exitCode, sq.err()).toBeNull();
+    expect([...sq.sums.keys()], "every round's checksum is the same").toHaveLength(1);
+    await expectFullAudit(page);
+  } finally {
+    sq.stop();
   }
 });
 

@@ -203,18 +203,30 @@ async def test_approval_needs_another_approver_and_install_an_approved_fresh_pla
         assert json.loads(sent.install_plan.plan_json)["code"]["hex"] == FIXTURE["code"]["hex"]
         assert agent.installed == {plan_id: FIXTURE["code"]["sha256"]}
         after = await wait_until(lambda: window("after"))
-        seq = await agent.send_measurement(after, time.time_ns() - 10**9, [(0, 1200, 3.6e6)])
+        now = time.time_ns()
+        await agent.send_measurement(after, now - 2 * 10**9, [(0, 1200, 3.6e6)])
+        seq = await agent.send_measurement(after, now - 10**9, [(0, 800, 2.8e6)])
         await wait_for_ack(agent, seq)
 
         async def compared():
             c = (await _plan(client, host_id, plan_id))["comparison"]
-            return c if c and c["after"] and c["after"]["calls"] else None
+            return c if c and c["after"] and c["after"]["calls"] == 2000 else None
 
         c = await wait_until(compared)
         assert c["before"]["calls"] == 1000 and c["before"]["wall_ns_per_call"] == pytest.approx(4000)
-        assert c["after"]["calls"] == 1200 and c["after"]["wall_ns_per_call"] == pytest.approx(3000)
-        assert c["change"]["wall_ns_per_call"] == pytest.approx(-0.25)
+        assert c["after"]["calls"] == 2000 and c["after"]["wall_ns_per_call"] == pytest.approx(3200)
+        assert c["change"]["wall_ns_per_call"] == pytest.approx(-0.2)
+        assert c["after"]["calls_per_s"] == pytest.approx(1000)
+        # The spread: each figure's range over the window's one-second intervals.
+        assert c["before"]["spread"]["wall_ns_per_call"] == {"min": 4000, "max": 4000, "intervals": 1}
+        assert c["after"]["spread"]["wall_ns_per_call"] == {"min": 3000, "max": 3500, "intervals": 2}
+        assert c["after"]["spread"]["calls_per_s"] == {"min": 800, "max": 1200, "intervals": 2}
         assert c["before"]["vtime_ns_per_call"] is None, "the fake agent serves no vtime: no number is made up"
+        assert "vtime_ns_per_call" not in c["before"]["spread"]
+        # The hardware counters were asked for; this host has no PMU, so they are unavailable with the reason.
+        for metric in ("cycles", "instructions", "icache_stall", "branch_mispredict"):
+            assert c["after"][f"{metric}_per_call"] is None and c["change"][f"{metric}_per_call"] is None
+            assert "no hardware PMU" in c["after"]["unavailable"][metric], c["after"]["unavailable"]
         # Revert, by one click.
         r = await operator.post(f"{base}/{plan_id}/revert")
         assert r.status_code == 200 and r.json()["state"] == "reverting"

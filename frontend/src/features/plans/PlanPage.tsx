@@ -8,7 +8,8 @@
 import { Link, useParams } from "react-router-dom";
 import { useState } from "react";
 import { useCommand, useMe, usePlan, usePlanAudit, usePlanStep, type PlanStep } from "../../api/queries";
-import type { PlanDetail, PlanWindow } from "../../api/types";
+import type { PlanDetail } from "../../api/types";
+import { beforeAfterRows, windowText, type Cell } from "./beforeAfter";
 import { useAuth } from "../auth/AuthContext";
 import { HeatLegend, Heatmap } from "./Heatmap";
 import { CodeSideBySide, MemberCfgs } from "./PlanCode";
@@ -111,38 +112,25 @@ function when(t: string | null | undefined) {
   return t ? `at ${new Date(t).toLocaleString()}` : "";
 }
 
-function fmt(v: number | null | undefined, unit: string, digits = 0) {
-  return v === null || v === undefined ? null : `${v.toFixed(digits)} ${unit}`;
-}
-
 function Comparison({ plan }: { plan: PlanDetail }) {
-  const c = plan.comparison;
-  if (!c) return null;
-  const rows: [string, keyof PlanWindow, string, number][] = [
-    ["Calls per second", "calls_per_s", "/s", 1], ["Wall time per call", "wall_ns_per_call", "ns", 0],
-    ["Virtual time per call", "vtime_ns_per_call", "ns", 0]];
-  const cell = (w: PlanWindow | null | undefined, key: keyof PlanWindow, unit: string, d: number) => {
-    if (!w) return <td className="muted">not measured</td>;
-    const v = fmt(w[key] as number | null, unit, d);
-    const metric = key === "wall_ns_per_call" ? "wall" : key === "vtime_ns_per_call" ? "vtime" : "count";
-    return v ? <td>{v}</td> : <td className="unavailable">unavailable{w.unavailable[metric] ? ` (${w.unavailable[metric]})` : ""}</td>;
-  };
+  const rows = beforeAfterRows(plan);
+  if (!rows.length) return null;
+  const c = plan.comparison!;
+  const td = (x: Cell) => <td className={x.unavailable ? "unavailable" : undefined} title={x.unavailable}>{x.text}</td>;
   return (
     <section aria-labelledby="cmp-title">
       <h2 id="cmp-title">{plan.root_name} before and after the install</h2>
       <table className="data" data-testid="before-after">
-        <thead><tr><th /><th>Before</th><th>After</th><th>Change</th></tr></thead>
+        <thead><tr><th /><th>Before</th><th>After</th><th>Change</th><th>Spread over 1 s intervals (before → after)</th></tr></thead>
         <tbody>
-          {rows.map(([label, key, unit, d]) => (
-            <tr key={key}>
-              <th scope="row">{label}</th>
-              {cell(c.before, key, unit, d)}
-              {cell(c.after, key, unit, d)}
-              <td>{c.change[key] === null || c.change[key] === undefined ? "—" : `${(c.change[key] * 100).toFixed(1)}%`}</td>
+          {rows.map((r) => (
+            <tr key={r.key}>
+              <th scope="row">{r.label}</th>
+              {r.key === "hardware" ? <td colSpan={4} className="unavailable">{r.before.text}</td>
+                : <>{td(r.before)}{td(r.after)}<td>{r.change}</td><td className="muted">{r.spread}</td></>}
             </tr>
           ))}
-          <tr><th scope="row">Window</th><td>{c.before ? `${c.before.seconds.toFixed(1)} s, ${c.before.calls ?? 0} calls` : "—"}</td>
-            <td>{c.after ? `${c.after.seconds.toFixed(1)} s, ${c.after.calls ?? 0} calls` : "—"}</td><td /></tr>
+          <tr><th scope="row">Window</th><td>{windowText(c.before)}</td><td>{windowText(c.after)}</td><td /><td /></tr>
         </tbody>
       </table>
     </section>
