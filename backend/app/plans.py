@@ -16,6 +16,8 @@ is checked (app.plan_check) before anything is stored. Its states:
                Plans.on_hello settles plans from the installs every Hello lists)
     installed  → reverted also by reconciliation from Hello, when the agent's journals no longer hold it
     installed → reverting → reverted (or back to installed with the revert's error)
+    reverting  → reverted | installed also by reconciliation (Hello, and ListInstalled once the revert's
+               answer is overdue), when the revert's answer was lost: settled from the agent's report
     ready, requested, approved, install_failed, installed → stale when the target exits or its pid,
                start time or build id no longer match the plan's.
 
@@ -40,6 +42,7 @@ from app.agent_input import InvalidInput
 log = logging.getLogger("hotpath.plans")
 STALE_FROM = ("ready", "requested", "approved", "install_failed", "installed")
 FINAL = ("failed", "cancelled", "rejected", "reverted", "stale")
+ACTIVE_COMMAND = ("queued", "sent", "running")
 # The root's figures in the windows before and after an install (KernInst's Figure 4): calls, wall and
 # virtualized time, and the hardware counters where the host has a PMU (asked with allow_partial, so a
 # host without one reports them unavailable with its reason instead of refusing the window).
@@ -252,9 +255,13 @@ async def on_revert_result(db: AsyncSession, cmd, result) -> tuple[dict | None, 
     row = (await db.execute(text("SELECT * FROM plans WHERE id = :id FOR UPDATE"), {"id": plan_id})).first()
     if row is None or row.state != "reverting":
         return None, "the plan this answers is not being reverted"
-    if not result.ok:
+    is_revert = result.WhichOneof("kind") == "install" and result.install.plan_id == str(plan_id)
+    # The agent answers a revert of an id its journals do not hold as failed with `nothing_installed`
+    # (a revert run again after its agent's start-up recovery finished it, or after the process exited):
+    # nothing is installed, which reconciliation settles as reverted too (on_hello, _settle).
+    if not result.ok and not (is_revert and result.install.status == "nothing_installed"):
         return None, None
-    if result.WhichOneof("kind") != "install" or result.install.plan_id != str(plan_id):
+    if not is_revert:
         return None, "the agent's answer is not this plan's revert"
     detail = _detail_json(result.install.detail_json, "InstallResult")
     status = result.install.status
@@ -306,6 +313,29 @@ async def after_end(db: AsyncSession, cmd) -> None:
     row = (await db.execute(text(sql), {"id": plan_id, "e": why[:4000], **params})).first()
     if row is not None:
         _audit(db, "system", action, row, reason=why[:4000])
+
+
+async def _settle_reverting(db: AsyncSession, row, entry: dict | None, source: str):
+    """A `reverting` plan whose RevertPlan answer is lost, settled from what the agent reports of it
+    (`entry`: its listing in `source`, or None when not listed): no longer installed (not listed, or
+    listed with a kept heap or a gone process) → `reverted`; still installed → `installed` again, with
+    the error that the revert did not complete. Returns (the changed row, the reason)."""
+    if entry is None or entry.get("state") in ("heap_kept", "process_gone"):
+        why = ("settled from the agent's report: " +
+               (f"{source} does not list the plan (the revert finished, the agent's start-up recovery "
+                "finished it, or its process exited)" if entry is None else
+                f"{source} lists the plan as {entry.get('state')}"))
+        new = (await db.execute(text("""
+            UPDATE plans SET state = 'reverted', reverted_at = now(), revert_detail = CAST(:d AS jsonb),
+              error = NULL, updated_at = now()
+            WHERE id = :id RETURNING *"""),
+            {"id": row.id, "d": orjson.dumps({"status": "reconciled", "reason": why, "listed": entry}).decode()})).one()
+    else:
+        why = f"the revert did not complete: {source} still lists the plan as installed"
+        new = (await db.execute(text("""
+            UPDATE plans SET state = 'installed', error = :e, updated_at = now()
+            WHERE id = :id RETURNING *"""), {"id": row.id, "e": why})).one()
+    return new, why
 
 
 # The workflow ---------------------------------------------------------------------------------
@@ -511,22 +541,33 @@ class Plans:
 
     async def reconcile(self) -> int:
         """Settle plans left `installing` by a flow that no longer runs (the backend was stopped or died
-        during it), from what the host's agent says is installed (ListInstalled). A candidate is a plan
-        whose flow is not running here and that is older than its window plus the grace: either its
-        InstallPlan was never sent, or it was sent and its answer has not come (lost with the stream).
-        The agent runs commands one at a time, so its list answers after any install it was given: a
-        plan it lists as installed becomes `installed`, one it does not list `install_failed`. Each is
-        audited (`plan_reconciled`). Hosts offline are left for a later round. Returns how many changed."""
+        during it), and plans left `reverting` by a RevertPlan whose answer never came, from what the
+        host's agent says is installed (ListInstalled). An `installing` candidate is a plan whose flow is
+        not running here and that is older than its window plus the grace: either its InstallPlan was
+        never sent, or it was sent and its answer has not come (lost with the stream). A `reverting`
+        candidate is older than the grace and its RevertPlan was sent more than the grace ago and not
+        answered. The agent runs commands one at a time, so its list answers after any install or revert
+        it was given: a plan being installed that it lists as installed becomes `installed`, one it does
+        not list `install_failed`; a plan being reverted that it does not list becomes `reverted`, one it
+        still lists as installed `installed` again with the error that the revert did not complete. Each
+        is audited (`plan_reconciled`). Hosts offline are left for a later round. Returns how many
+        changed."""
         s = self.runtime.settings
         async with self.runtime.sessionmaker() as db:
             rows = (await db.execute(text("""
-                SELECT p.id, p.host_id, p.install_command, c.state AS cmd_state FROM plans p
+                SELECT p.id, p.host_id, p.state, p.install_command, p.revert_command FROM plans p
                 JOIN hosts h ON h.id = p.host_id
                 LEFT JOIN commands c ON c.id = p.install_command
-                WHERE p.state = 'installing' AND h.online
-                  AND p.updated_at < now() - make_interval(secs => coalesce(p.window_s, 5) + :g)
-                  AND (p.install_command IS NULL OR c.state IS NULL OR c.state <> 'queued')
-                  AND (c.sent_at IS NULL OR c.sent_at < now() - make_interval(secs => :g))"""),
+                LEFT JOIN commands rc ON rc.id = p.revert_command
+                WHERE h.online AND (
+                  (p.state = 'installing'
+                   AND p.updated_at < now() - make_interval(secs => coalesce(p.window_s, 5) + :g)
+                   AND (p.install_command IS NULL OR c.state IS NULL OR c.state <> 'queued')
+                   AND (c.sent_at IS NULL OR c.sent_at < now() - make_interval(secs => :g)))
+                  OR (p.state = 'reverting'
+                   AND p.updated_at < now() - make_interval(secs => :g)
+                   AND (rc.state IS NULL OR rc.state <> 'queued')
+                   AND (rc.sent_at IS NULL OR rc.sent_at < now() - make_interval(secs => :g))))"""),
                 {"g": s.plan_reconcile_grace_s})).all()
         rows = [r for r in rows if str(r.id) not in self.tasks]
         await self._stop_orphan_windows()
@@ -584,6 +625,8 @@ class Plans:
         return {x["id"]: x for x in done["result"]["installed"]}
 
     async def _settle(self, r, listed: dict[str, dict]) -> int:
+        if r.state == "reverting":
+            return await self._settle_revert(r, listed)
         entry = listed.get(str(r.id))
         async with self.runtime.sessionmaker() as db:
             row = await _row(db, r.host_id, r.id, lock=True)
@@ -614,6 +657,27 @@ class Plans:
             log.info("plan %s reconciled: %s (%s)", r.id, new.state, why)
             return 1
 
+    async def _settle_revert(self, r, listed: dict[str, dict]) -> int:
+        """A plan left `reverting` by a RevertPlan whose answer did not come, from the agent's list (which
+        answers after the revert, if the agent was given it)."""
+        entry = listed.get(str(r.id))
+        async with self.runtime.sessionmaker() as db:
+            row = await _row(db, r.host_id, r.id, lock=True)
+            if row is None or row.state != "reverting" or row.revert_command != r.revert_command:
+                return 0
+            if entry is not None and entry.get("state") not in ("installed", "heap_kept", "process_gone"):
+                return 0  # the agent is still on it, or finishing it at start-up: a later round
+            new, why = await _settle_reverting(db, row, entry, "its ListInstalled")
+            if r.revert_command is not None:
+                await db.execute(text("""
+                    UPDATE commands SET state = 'failed', finished_at = now(), error = :e
+                    WHERE id = :c AND state IN ('sent', 'running')"""),
+                    {"c": r.revert_command, "e": f"its answer was lost: {why}"})
+            _audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was="reverting")
+            await db.commit()
+            log.info("plan %s reconciled: %s (%s)", r.id, new.state, why)
+            return 1
+
     # Reconciliation from Hello: what the agent's journals hold on every connect ----------------------
 
     async def on_hello(self, host_id: str, installs) -> int:
@@ -627,13 +691,23 @@ class Plans:
           installing, not listed, no command out -> install_failed (a flow that died before or after an
                                                    answer the agent gave; one still out is resent instead)
           installed,  not listed or heap_kept    -> reverted (start-up recovery or the process's exit)
-        each audited as `plan_reconciled`. Returns how many plans changed."""
+          reverting,  not listed or heap_kept    -> reverted ("settled from the agent's report": the revert
+                                                   finished while the stream was down, or the agent died in
+                                                   it and its start-up recovery finished it)
+          reverting,  listed installed, no revert command out
+                                                 -> installed, with the error that the revert did not
+                                                   complete (one still out is resent instead)
+        each audited as `plan_reconciled`; a command whose plan is settled so is failed ("its answer was
+        lost"), so it is not sent again. Returns how many plans changed."""
         listed = {i.plan_id: i for i in installs}
         changed = 0
         async with self.runtime.sessionmaker() as db:
             rows = (await db.execute(text("""
-                SELECT p.*, c.state AS cmd_state FROM plans p LEFT JOIN commands c ON c.id = p.install_command
-                WHERE p.host_id = :h AND (p.state IN ('installing', 'installed') OR CAST(p.id AS text) = ANY(:ids))
+                SELECT p.*, c.state AS cmd_state, rc.state AS revert_cmd_state FROM plans p
+                LEFT JOIN commands c ON c.id = p.install_command
+                LEFT JOIN commands rc ON rc.id = p.revert_command
+                WHERE p.host_id = :h
+                  AND (p.state IN ('installing', 'installed', 'reverting') OR CAST(p.id AS text) = ANY(:ids))
                 FOR UPDATE OF p"""), {"h": host_id, "ids": list(listed)})).all()
             known = {str(r.id) for r in rows}
             for pid_ in sorted(set(listed) - known):
@@ -680,13 +754,20 @@ class Plans:
                         WHERE id = :id RETURNING *"""),
                         {"id": r.id, "d": orjson.dumps({"status": "reconciled", "reason": why,
                                                          "listed": entry}).decode()})).one()
+                elif r.state == "reverting" and (
+                        i is None or i.state in ("heap_kept", "process_gone")
+                        or (i.state == "installed" and r.revert_cmd_state not in ACTIVE_COMMAND)):
+                    new, why = await _settle_reverting(db, r, entry, "the agent's Hello")
                 if new is None:
                     continue
-                if r.state == "installing" and r.install_command is not None:
+                lost = {"installing": r.install_command, "reverting": r.revert_command}.get(r.state)
+                if lost is not None:
+                    # Its answer, if the agent kept one, is not wanted any more: the command is not sent
+                    # again, and a replay of it that still comes is an answer to an ended command.
                     await db.execute(text("""
                         UPDATE commands SET state = 'failed', finished_at = now(), error = :e
                         WHERE id = :c AND state IN ('queued', 'sent', 'running')"""),
-                        {"c": r.install_command, "e": f"its answer was lost: {why}"})
+                        {"c": lost, "e": f"its answer was lost: {why}"})
                 _audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was=r.state,
                        source="hello")
                 log.info("plan %s reconciled from Hello: %s (%s)", r.id, new.state, why)

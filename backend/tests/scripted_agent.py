@@ -10,7 +10,8 @@ measurements: attach (a fake process with a catalog of its own), detach, start a
 cancel, with progress and an optional hold so tests can watch a command run. It answers MakePlan with a
 real plan (`hotpathd plan --json` of the group fixture, tests/fixtures/plan_group.json) renamed to the
 root and process asked for, which a test may alter through `plan_edit` to play a lying agent, and
-InstallPlan and RevertPlan as an agent that checks the approved hash would. The real agent is exercised by its
+InstallPlan and RevertPlan as an agent that checks the approved hash would (a command sent again gets its
+kept answer, as from the real agent's result store; answers may be lost on request). The real agent is exercised by its
 own stream test, the browser tests and bench/chaos.
 """
 import asyncio
@@ -182,6 +183,13 @@ class ScriptedAgent:
         # When set, installs are made but their answers are lost (as with a backend that went away while
         # the agent installed): the command stays sent.
         self.lose_install_answers = False
+        # When set, reverts are made but their answers are lost and not kept (as with an agent killed after
+        # the revert and before it kept the answer); or RevertPlan commands are lost before they run.
+        self.lose_revert_answers = False
+        self.drop_revert_commands = False
+        # The answers of InstallPlan and RevertPlan this agent gave, by command id: a command sent again is
+        # answered with them and not run twice, as the real agent's result store does.
+        self.kept: dict[str, pb.CommandResult] = {}
         # When set, Hello lists these installs as the complete list of what its journals hold
         # (installs_listed); None says nothing about installs, as an agent without a state folder.
         self.hello_installs: list[pb.InstalledPlan] | None = None
@@ -366,6 +374,11 @@ class ScriptedAgent:
                 await self.call.write(pb.AgentMessage(result=pb.CommandResult(
                     command_id=msg.command.id, ok=known, error="" if known else "not running")))
                 continue
+            if msg.command.id in self.kept:
+                await self.call.write(pb.AgentMessage(result=self.kept[msg.command.id]))
+                continue
+            if msg.command.WhichOneof("kind") == "revert_plan" and self.drop_revert_commands:
+                continue
             if msg.command.WhichOneof("kind") != "inspect_function":
                 if msg.command.id not in self.running:
                     self.running[msg.command.id] = asyncio.create_task(self._run(msg.command))
@@ -395,6 +408,10 @@ class ScriptedAgent:
                 result = await self.answer(command)
             if command.WhichOneof("kind") == "install_plan" and self.lose_install_answers:
                 return
+            if command.WhichOneof("kind") == "revert_plan" and self.lose_revert_answers:
+                return
+            if command.WhichOneof("kind") in ("install_plan", "revert_plan"):
+                self.kept[command.id] = result
             await self.call.write(pb.AgentMessage(result=result))
         except grpc.aio.AioRpcError:
             pass
@@ -501,9 +518,14 @@ class ScriptedAgent:
                 status="listed", detail_json=json.dumps({"status": "listed", "installed": listed})))
         if kind == "revert_plan":
             rp = command.revert_plan
-            status = "reverted" if self.installed.pop(rp.plan_id, None) else "nothing_installed"
-            return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
-                plan_id=rp.plan_id, status=status, detail_json=json.dumps({"status": status})))
+            if self.installed.pop(rp.plan_id, None):
+                return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
+                    plan_id=rp.plan_id, status="reverted", detail_json=json.dumps({"status": "reverted"})))
+            # As the real agent: a revert of an id its journals do not hold fails, saying so.
+            error = f"nothing is installed under the id {rp.plan_id}"
+            return pb.CommandResult(command_id=command.id, ok=False, error=error, install=pb.InstallResult(
+                plan_id=rp.plan_id, status="nothing_installed",
+                detail_json=json.dumps({"status": "nothing_installed", "error": error})))
         return pb.CommandResult(command_id=command.id, ok=False, error="unsupported command")
 
     def plan_answer(self, command: "pb.Command") -> "pb.CommandResult":

@@ -7,6 +7,15 @@
  * function timed by trampolines gets its own small object whose maps are the
  * main object's. Any failure detaches everything, so a measurement is either
  * fully armed or not at all.
+ *
+ * Return probes are attached before entry probes (uretprobes, kretprobes and
+ * fexit take hold of a call at its entry): a call that enters after its entry
+ * probe is attached then always meets its return probe. In the other order a
+ * thread that enters in between opens a timer whose exit never comes; every
+ * later call of that thread only deepens it, so the thread's calls go untimed
+ * and its wall runs on to the window's end (per-call wall then rises with
+ * whichever windows happen to catch a thread there). A call already inside
+ * when the entry probe arms is not timed; its exit is `exits_unmatched`.
  */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -249,7 +258,7 @@ static int cmp_ureq(const void *a, const void *b)
 	if (is_multi(x->mech) != is_multi(y->mech))
 		return is_multi(x->mech) ? -1 : 1;
 	if (is_ret(x->mech) != is_ret(y->mech))
-		return is_ret(x->mech) ? 1 : -1;
+		return is_ret(x->mech) ? -1 : 1; /* return probes first (above) */
 	if (x->pid != y->pid)
 		return x->pid < y->pid ? -1 : 1;
 	int c = strcmp(x->path, y->path);
@@ -435,16 +444,17 @@ static int attach_fentry(struct hp_probe_set *s, size_t i, size_t j, uint32_t *f
 	s->fobjs = v;
 	struct fentry_obj *o = &s->fobjs[s->nfobjs++];
 	*o = (struct fentry_obj){ k, NULL, NULL };
-	if (want_entry && !(o->entry = bpf_program__attach(k->progs.fentry_hit))) {
-		r = -errno;
-		*failed = q->idx;
-		snprintf(err, errlen, "attaching fentry to %s failed: %s (%s)", q->func, errname(-r), strerror(-r));
-		return r;
-	}
+	/* fexit before fentry: see the top of this file. */
 	if (want_exit && !(o->exit = bpf_program__attach(k->progs.fexit_hit))) {
 		r = -errno;
 		*failed = q->idx;
 		snprintf(err, errlen, "attaching fexit to %s failed: %s (%s)", q->func, errname(-r), strerror(-r));
+		return r;
+	}
+	if (want_entry && !(o->entry = bpf_program__attach(k->progs.fentry_hit))) {
+		r = -errno;
+		*failed = q->idx;
+		snprintf(err, errlen, "attaching fentry to %s failed: %s (%s)", q->func, errname(-r), strerror(-r));
 		return r;
 	}
 	return 0;
@@ -454,7 +464,12 @@ static int cmp_kreq(const void *a, const void *b)
 {
 	const struct kern_req *x = a, *y = b;
 	int c = strcmp(x->func, y->func);
-	return c ? c : x->idx < y->idx ? -1 : x->idx > y->idx;
+	if (c)
+		return c;
+	bool xr = x->mech == HP_MECH_KRETPROBE, yr = y->mech == HP_MECH_KRETPROBE;
+	if (xr != yr)
+		return xr ? -1 : 1; /* kretprobes first (the top of this file) */
+	return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
 static int attach_kernel(struct hp_probe_set *s, uint32_t *failed, char *err, size_t errlen)

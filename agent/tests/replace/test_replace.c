@@ -15,6 +15,9 @@
  *  - The agent killed (SIGKILL) at every step of install and revert and at
  *    random moments: the process stays correct, `hotpathd installed` shows
  *    what is left, `hotpathd revert` brings it back to clean.
+ *  - The root measured in windows armed while its threads run, before and
+ *    after the install: every call counted is timed, once, at the same
+ *    probe cost per call on both sides.
  *  - Bad input: an altered plan, an unapproved hash, a plan for another
  *    binary, a rebuilt binary, code changed since planning, a process that
  *    exited, a full journal disk, another tracer: refused with the reason,
@@ -130,6 +133,17 @@ static const char *fixture(void)
 	static const char *path;
 	if (!path)
 		path = tu_compile("threads.c", "threads", "-O2 -pthread");
+	return path;
+}
+
+/* The same without the unwinder's frame count in its results: a uretprobe
+ * puts its own return address on the stack, so timed calls walk other
+ * frames (as the console's plan flow builds it). */
+static const char *fixture_timed(void)
+{
+	static const char *path;
+	if (!path)
+		path = tu_compile("threads.c", "threads-timed", "-O2 -pthread -DPR_NO_UNWIND");
 	return path;
 }
 
@@ -753,6 +767,140 @@ static void t_measure_and_second_pass(void)
 	hp_iplan_free(&p);
 }
 
+/* ---- The root measured the same way before and after the install ------ */
+
+/* The process's CPU time (user + system) in ns, from /proc/PID/stat. */
+static double cpu_ns_of(pid_t pid)
+{
+	char path[64], buf[2048];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *fp = fopen(path, "r");
+	size_t n = fp ? fread(buf, 1, sizeof(buf) - 1, fp) : 0;
+	if (fp)
+		fclose(fp);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	unsigned long long ut = 0, st = 0;
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return 0;
+	return (double)(ut + st) * 1e9 / (double)sysconf(_SC_CLK_TCK);
+}
+
+struct root_window {
+	uint64_t count, timed, unmatched;
+	double vtime_per_call, wall_per_timed, calls_per_cpu_s;
+};
+
+/* One `hotpathd measure` window of pr_root (count, wall, vtime), armed while
+ * the fixture's threads call it without pause. */
+static bool root_window(pid_t pid, const char *st, struct root_window *w)
+{
+	char cmd[1024], path[400];
+	snprintf(path, sizeof(path), "%s/root-window.json", tu_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "%s measure pid %d pr_root --metrics count,wall,vtime --seconds 1 --json --state-dir '%s' > '%s' "
+		 "2>/dev/null",
+		 hp(), pid, st, path);
+	double c0 = cpu_ns_of(pid);
+	int rc = system(cmd);
+	if (rc != 0) {
+		printf("# %s: exit status %d\n", cmd, rc);
+		return false;
+	}
+	double cpu = cpu_ns_of(pid) - c0;
+	size_t len;
+	char *text = slurp(path, &len);
+	json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+	free(text);
+	json_t *row = json_array_get(json_object_get(j, "resources"), 0), *m = json_object_get(row, "metrics");
+	*w = (struct root_window){
+		.count = (uint64_t)json_integer_value(json_object_get(m, "count")),
+		.timed = (uint64_t)json_integer_value(json_object_get(row, "completed_calls")),
+		.unmatched =
+			(uint64_t)json_integer_value(json_object_get(json_object_get(j, "totals"), "exits_unmatched")),
+	};
+	double wall = json_number_value(json_object_get(m, "wall_ns")),
+	       vt = json_number_value(json_object_get(m, "vtime_ns"));
+	json_decref(j);
+	if (!w->count || cpu <= 0) {
+		printf("# %s: %" PRIu64 " calls, %.0f ns of CPU time\n", cmd, w->count, cpu);
+		return false;
+	}
+	w->vtime_per_call = vt / (double)w->count;
+	w->wall_per_timed = w->timed ? wall / (double)w->timed : 0;
+	w->calls_per_cpu_s = (double)w->count / (cpu / 1e9);
+	return true;
+}
+
+/* Windows armed while three threads run the root: every call counted is
+ * timed (no thread left with a timer whose exit never comes), the copy's
+ * calls are counted once each, and the probes cost the same per call on both
+ * sides. CPU time, not wall time, makes the comparison: the machine may be
+ * loaded. */
+static void t_root_measured_alike_before_and_after(void)
+{
+	enum { THREADS = 3, WINDOWS = 3 };
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[8192], out[8192], err[512], why[256] = "";
+	const char *st = state_dir("alike");
+	struct root_window w[2][WINDOWS];
+
+	REQUIRE(fixture_timed(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture_timed(), THREADS) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "alike");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	bool ok = true;
+	for (int side = 0; side < 2 && ok; side++) {
+		if (side == 1) {
+			snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet", hp(), plan, st);
+			ok = run(cmd, out, sizeof(out)) == 0;
+			EXPECT(ok, "install failed: %s", out);
+		}
+		for (int i = 0; i < WINDOWS && ok; i++) {
+			ok = root_window(f.pid, st, &w[side][i]);
+			EXPECT(ok, "window %d %s the install was not measured", i, side ? "after" : "before");
+		}
+	}
+	double vt[2] = { 0, 0 }, rate[2] = { 0, 0 };
+	for (int side = 0; side < 2 && ok; side++) {
+		for (int i = 0; i < WINDOWS; i++) {
+			struct root_window *x = &w[side][i];
+			printf("# %s, window %d: %" PRIu64 " calls, %" PRIu64 " timed (%" PRIu64
+			       " exits unmatched), vtime %.1f ns per call, wall %.1f ns per timed call, %.0f calls per "
+			       "CPU-second\n",
+			       side ? "after" : "before", i, x->count, x->timed, x->unmatched, x->vtime_per_call,
+			       x->wall_per_timed, x->calls_per_cpu_s);
+			/* A call still inside at the end is counted, not yet timed: at most one per thread.
+			 * (Calls that entered while only the return probes were armed are neither counted
+			 * nor timed: their exits are the unmatched ones.) */
+			EXPECT(x->timed <= x->count && x->count - x->timed <= THREADS,
+			       "%s, window %d: %" PRIu64 " calls counted, %" PRIu64 " timed", side ? "after" : "before",
+			       i, x->count, x->timed);
+			vt[side] += x->vtime_per_call / WINDOWS;
+			rate[side] += x->calls_per_cpu_s / WINDOWS;
+		}
+	}
+	if (ok) {
+		/* Generous bounds (0.6x to 1.6x): counting the copy's calls twice, or
+		 * two probe pairs per call, would double these. */
+		EXPECT(rate[1] > 0.6 * rate[0] && rate[1] < 1.6 * rate[0],
+		       "calls per CPU-second %.0f before, %.0f after the install", rate[0], rate[1]);
+		EXPECT(vt[1] > 0.6 * vt[0] && vt[1] < 1.6 * vt[0], "vtime per call %.1f ns before, %.1f ns after",
+		       vt[0], vt[1]);
+	}
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --quiet", hp(), f.pid, st);
+	if (ok)
+		EXPECT(run(cmd, NULL, 0) == 0, "revert failed");
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0 && heaps_mapped(f.pid) == 0, "not clean: %s", why);
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	fx_stop(&f);
+	hp_iplan_free(&p);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -765,8 +913,14 @@ int main(void)
 		tu_cleanup();
 		TEST_EXIT();
 	}
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "measured")) {
+		RUN(t_root_measured_alike_before_and_after);
+		tu_cleanup();
+		TEST_EXIT();
+	}
 	RUN(t_install_revert_cli);
 	RUN(t_measure_and_second_pass);
+	RUN(t_root_measured_alike_before_and_after);
 	RUN(t_cycles);
 	RUN(t_kill_agent);
 	RUN(t_bad_input);

@@ -621,6 +621,113 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
     await agent.close()
 
 
+async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(backend, client, unique):
+    """A plan `reverting` whose RevertPlan answer never came (lost with the stream, or its agent died after the
+    revert and before it kept the answer) does not stay `reverting`: ListInstalled (once the answer is overdue)
+    and every Hello settle it from what the agent reports — gone → `reverted`, still installed → `installed`
+    with the error that the revert did not complete — and a revert the agent runs again and answers
+    `nothing_installed` agrees with them. The agent here is the scripted fake."""
+    host_id = f"unrevert-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    ap_user = await make_user(client, "approver", unique)
+    approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
+    base = f"/api/v1/hosts/{host_id}/plans"
+    plans = backend.runtime.plans
+    grace = backend.runtime.settings.plan_reconcile_grace_s
+
+    async def reconnect(installs):
+        await agent.close()
+        agent.hello_installs = installs
+        await agent.connect()
+
+    async def reverting(plan_id):
+        r = await client.post(f"{base}/{plan_id}/revert")
+        assert r.status_code == 200 and r.json()["state"] == "reverting", r.text
+        p = await _plan(client, host_id, plan_id)
+        await _true(lambda: any(c.id == p["revert_command"] for c in agent.commands), timeout=10)
+        return p["revert_command"]
+
+    async def last_reconciled(plan_id):
+        trail = (await client.get(f"{base}/{plan_id}/audit")).json()
+        return [a for a in trail if a["action"] == "plan_reconciled"][-1]
+
+    try:
+        async with approver:
+            ids = [await _approved(client, approver, host_id, digest, i) for i in (2, 3, 4)]
+            for plan_id in ids:
+                assert (await client.post(f"{base}/{plan_id}/install", json={"window_s": 1})).status_code == 200
+                assert (await _until(client, host_id, plan_id, "installed", timeout=30))["state"] == "installed"
+            a, b, c = ids
+
+            # The RevertPlan is lost before the agent runs it: its list, once the answer is overdue, still
+            # holds the plan, which is installed again with the reason.
+            agent.drop_revert_commands = True
+            first = await reverting(a)
+            await asyncio.sleep(0.5)
+            assert (await _plan(client, host_id, a))["state"] == "reverting", "an answer within the grace is awaited"
+            assert await plans.reconcile() == 0
+            backend.runtime.settings.plan_reconcile_grace_s = 0
+            await asyncio.sleep(0.2)
+            await plans.reconcile()  # or the backend's own periodic round, if it came first
+            p = await _plan(client, host_id, a)
+            assert p["state"] == "installed" and "the revert did not complete" in p["error"], p
+            assert a in agent.installed
+            cmd = (await client.get(f"/api/v1/hosts/{host_id}/commands/{first}")).json()
+            assert cmd["state"] == "failed" and "answer was lost" in cmd["error"]
+            last = await last_reconciled(a)
+            assert last["actor"] == "system" and last["detail"]["was"] == "reverting"
+            assert last["detail"]["result"] == "installed"
+
+            # The revert is made but its answer lost: the list no longer holds the plan, which is reverted.
+            agent.drop_revert_commands = False
+            agent.lose_revert_answers = True
+            await reverting(a)
+            await _true(lambda: a not in agent.installed, timeout=10)
+            await plans.reconcile()
+            p = await _plan(client, host_id, a)
+            assert p["state"] == "reverted" and p["revert_detail"]["status"] == "reconciled", p
+            assert "settled from the agent's report" in p["revert_detail"]["reason"]
+            last = await last_reconciled(a)
+            assert last["detail"]["result"] == "reverted"
+            assert "settled from the agent's report" in last["detail"]["reason"]
+            backend.runtime.settings.plan_reconcile_grace_s = grace
+
+            # The agent dies after a revert, before it kept its answer, and comes back: its Hello does not
+            # list the plan, which is reverted before Welcome; the command is not sent again.
+            second = await reverting(b)
+            await _true(lambda: b not in agent.installed, timeout=10)
+            agent.lose_revert_answers = False
+            sent_before = sum(x.id == second for x in agent.commands)
+            await reconnect([])
+            p = await _plan(client, host_id, b)
+            assert p["state"] == "reverted" and "settled from the agent's report" in p["revert_detail"]["reason"], p
+            last = await last_reconciled(b)
+            assert last["detail"]["source"] == "hello" and last["detail"]["was"] == "reverting"
+            cmd = (await client.get(f"/api/v1/hosts/{host_id}/commands/{second}")).json()
+            assert cmd["state"] == "failed" and "answer was lost" in cmd["error"]
+            await asyncio.sleep(0.5)
+            assert sum(x.id == second for x in agent.commands) == sent_before, "a settled revert is not resent"
+            assert (await _plan(client, host_id, b))["state"] == "reverted"
+
+            # The same, from an agent whose Hello says nothing of its installs: the revert is sent again, the
+            # agent runs it and answers that nothing is installed under the plan's id — reverted too.
+            agent.lose_revert_answers = True
+            third = await reverting(c)
+            await _true(lambda: c not in agent.installed, timeout=10)
+            agent.lose_revert_answers = False
+            await reconnect(None)
+            p = await _until(client, host_id, c, "reverted", "installed")
+            assert p["state"] == "reverted" and p["revert_detail"]["status"] == "nothing_installed", p
+            cmd = (await client.get(f"/api/v1/hosts/{host_id}/commands/{third}")).json()
+            assert cmd["state"] == "failed" and "nothing is installed" in cmd["error"]
+            assert not agent.installed
+    finally:
+        backend.runtime.settings.plan_reconcile_grace_s = grace
+        agent.lose_revert_answers = agent.drop_revert_commands = False
+        agent.hello_installs = None
+    await agent.close()
+
+
 async def _true(cond, timeout):
     async def check():
         return cond()
