@@ -53,6 +53,10 @@ static const char plan_usage[] =
 	"thresholds and geometry:\n"
 	"  --join F             a callee joins when one of its blocks ran more than F times\n"
 	"                       the root's calls (default 0.05)\n"
+	"  --min-share F        ... and (exact counts) when at least F of its calls come\n"
+	"                       from the group; a callee shared with callers outside stays\n"
+	"                       in place, as its copy would double its I-cache footprint\n"
+	"                       (default 0.5; 0 copies shared callees too)\n"
 	"  --stall F            I-cache stall/CPU ratio that makes a bottleneck (0.10)\n"
 	"  --l1i SIZE,WAYS,LINE L1i geometry in bytes (default: the host's, from sysfs)\n"
 	"  --fetch N            fetch block bytes for alignment (16)\n"
@@ -169,14 +173,16 @@ int cmd_plan(int argc, char **argv)
 			profiles[nprof++] = argv[++i];
 		} else if (!strcmp(a, "--sample") && hp_parse_uint(v, 1, 3600, &sample_secs) == 0) {
 			i++;
-		} else if (!strcmp(a, "--join") || !strcmp(a, "--stall")) {
+		} else if (!strcmp(a, "--join") || !strcmp(a, "--stall") || !strcmp(a, "--min-share")) {
 			char *e;
 			double d = strtod(v, &e);
 			if (*e || d < 0 || d > 1) {
 				fprintf(stderr, "hotpathd plan: %s needs a fraction from 0 to 1\n", a);
 				return HP_EXIT_USAGE;
 			}
-			*(!strcmp(a, "--join") ? &o.join_fraction : &o.stall_threshold) = d;
+			*(!strcmp(a, "--join")      ? &o.join_fraction :
+			  !strcmp(a, "--min-share") ? &o.min_caller_share :
+						      &o.stall_threshold) = d;
 			i++;
 		} else if (!strcmp(a, "--l1i")) {
 			unsigned sz, wy, ln;

@@ -5,7 +5,9 @@
  *  - Group: breadth-first over the direct calls and tail calls of blocks
  *    that ran; a callee joins when one of its blocks ran more than
  *    join_fraction times as often as the root was called; callees that
- *    cannot move are kept in place with their rule.
+ *    cannot move are kept in place with their rule; then, with exact
+ *    counts, members less than min_caller_share of whose calls come from
+ *    the group leave it (drop_shared).
  *  - Edges: measured where the profile has them, else derived from block
  *    counts by flow conservation (KernInst section 4: exact where one edge
  *    of a block is unknown), the rest split by the targets' counts and
@@ -31,6 +33,7 @@ void hp_plan_opts_default(struct hp_plan_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->join_fraction = 0.05;
+	o->min_caller_share = 0.5;
 	o->stall_threshold = 0.10;
 	o->fetch_block = 16;
 	o->max_pad = 7;
@@ -414,6 +417,18 @@ static double max_count(const struct hp_prof_fn *pf)
 	return m;
 }
 
+/* Keep f in place with its rule (and detail). */
+static int keep(struct hp_plan *p, const struct hp_function *f, const char *rule, const char *detail)
+{
+	struct hp_plan_kept *k = realloc(p->kept, (p->nkept + 1) * sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	p->kept = k;
+	k[p->nkept] = (struct hp_plan_kept){ f, rule, "" };
+	snprintf(k[p->nkept++].detail, sizeof(k->detail), "%s", detail);
+	return 0;
+}
+
 /* Consider callee g reached from member `from`; it joins or is kept. */
 static int consider(struct hp_model *m, struct hp_plan *p, const struct hp_profile *prof, uint32_t from,
 		    const struct hp_function *g, double root_calls)
@@ -433,15 +448,8 @@ static int consider(struct hp_model *m, struct hp_plan *p, const struct hp_profi
 	rule = hp_plan_kept_rule(m, gmod, g, detail, sizeof(detail));
 	if (!rule && p->nmembers >= p->opts.max_functions)
 		rule = "the group is full (--max-functions)";
-	if (rule) {
-		struct hp_plan_kept *k = realloc(p->kept, (p->nkept + 1) * sizeof(*k));
-		if (!k)
-			return -ENOMEM;
-		p->kept = k;
-		k[p->nkept] = (struct hp_plan_kept){ g, rule, "" };
-		snprintf(k[p->nkept++].detail, sizeof(k->detail), "%s", detail);
-		return 0;
-	}
+	if (rule)
+		return keep(p, g, rule, detail);
 	struct hp_plan_member *v = realloc(p->members, (p->nmembers + 1) * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
@@ -449,13 +457,13 @@ static int consider(struct hp_model *m, struct hp_plan *p, const struct hp_profi
 	memset(&v[p->nmembers], 0, sizeof(*v));
 	v[p->nmembers].mod = gmod;
 	v[p->nmembers].fn = g;
-	v[p->nmembers].parent = from;
+	v[p->nmembers].parent = p->members[from].fn;
 	p->nmembers++;
 	return member_counts(&v[p->nmembers - 1], pf, prof->estimated);
 }
 
-/* Call affinity: counts of the blocks of a that call or tail-call b. */
-static double affinity(const struct hp_plan_member *a, const struct hp_plan_member *b)
+/* Counts of the blocks of member a that call or tail-call the function at addr. */
+static double calls_to(const struct hp_plan_member *a, uint64_t addr)
 {
 	const struct hp_module *mod = a->mod;
 	const struct hp_function *f = a->fn;
@@ -463,17 +471,69 @@ static double affinity(const struct hp_plan_member *a, const struct hp_plan_memb
 
 	for (uint32_t c = 0; c < f->ncalls; c++) {
 		const struct hp_call *cl = &mod->calls[f->call_start + c];
-		if (cl->target == b->fn->addr)
+		if (cl->target == addr)
 			w += a->count[block_index(mod, f, cl->site)];
 	}
 	for (uint32_t bi = 0; bi < f->nblocks; bi++) {
 		const struct hp_block *bl = &mod->blocks[f->block_start + bi];
 		for (uint16_t s = 0; s < bl->nsucc; s++)
 			if (mod->succs[bl->succ_start + s].kind == HP_SUCC_TAIL_CALL &&
-			    mod->succs[bl->succ_start + s].target == b->fn->addr)
+			    mod->succs[bl->succ_start + s].target == addr)
 				w += a->count[bi];
 	}
 	return w;
+}
+
+/* Call affinity: counts of the blocks of a that call or tail-call b. */
+static double affinity(const struct hp_plan_member *a, const struct hp_plan_member *b)
+{
+	return calls_to(a, b->fn->addr);
+}
+
+/* Shared callees leave the group: with exact counts, a member (not the
+ * root) less than min_caller_share of whose calls come from the group's
+ * blocks (its own included: recursion) is kept in place, since callers
+ * outside keep running the original and a copy would put its hot code in
+ * the I-cache twice. Repeated until nothing leaves, as a member's leaving
+ * takes its calls out of the group. */
+static int drop_shared(struct hp_plan *p)
+{
+	char detail[160];
+	bool again = true;
+	int r;
+
+	while (again) {
+		again = false;
+		for (size_t i = 1; i < p->nmembers; i++) {
+			struct hp_plan_member *g = &p->members[i];
+			uint32_t entry = block_index(g->mod, g->fn, 0);
+			if (entry == UINT32_MAX)
+				continue;
+			double calls = g->count[entry], from_group = 0;
+			for (size_t j = 0; j < p->nmembers; j++)
+				from_group += calls_to(&p->members[j], g->fn->addr);
+			if (calls <= 0 || from_group >= p->opts.min_caller_share * calls)
+				continue;
+			snprintf(detail, sizeof(detail),
+				 "%.0f of its %.0f calls (%.0f%%) come from the group; a copy would leave its hot "
+				 "code in the I-cache twice",
+				 from_group, calls, 100.0 * from_group / calls);
+			if ((r = keep(p, g->fn, "shared with callers outside the group (--min-share)", detail)) < 0)
+				return r;
+			size_t w = 0;
+			for (size_t c = 0; c < p->nicalls; c++)
+				if (p->icalls[c].fn != g->fn)
+					p->icalls[w++] = p->icalls[c];
+			p->nicalls = w;
+			free(g->count);
+			free(g->edges);
+			memmove(g, g + 1, (p->nmembers - i - 1) * sizeof(*g));
+			p->nmembers--;
+			again = true;
+			break;
+		}
+	}
+	return 0;
 }
 
 static int order_members(struct hp_plan *p)
@@ -633,6 +693,8 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 			v[p->nicalls++] = (struct hp_plan_icall){ f, 0, site, cnt };
 		}
 	}
+	if (!prof->estimated && p->opts.min_caller_share > 0 && (r = drop_shared(p)) < 0)
+		goto nomem;
 	/* 4. Order by call affinity (root first), then split and chain. */
 	if ((r = order_members(p)) < 0)
 		goto nomem;

@@ -19,6 +19,7 @@
 
 struct hp_plan_opts {
 	double join_fraction;         /* a callee joins with a block run > this x root calls (0.05) */
+	double min_caller_share;      /* ... and when this share of its calls come from the group (0.5) */
 	double stall_threshold;       /* I-cache stall / CPU time to call it a bottleneck (0.10) */
 	struct hp_cache_geometry l1i; /* zero: the host's (sysfs) */
 	uint32_t fetch_block;         /* bytes (16) */
@@ -60,9 +61,9 @@ struct hp_plan_edge {
 struct hp_plan_member {
 	const struct hp_module *mod;
 	const struct hp_function *fn;
-	uint32_t parent; /* index of the member that called it first (root: itself) */
-	double calls;    /* times entered */
-	double *count;   /* per block */
+	const struct hp_function *parent; /* the member that called it first (root: itself) */
+	double calls;                     /* times entered */
+	double *count;                    /* per block */
 	struct hp_plan_edge *edges;
 	size_t nedges;
 	size_t exact_edges;           /* measured or derived exactly by flow conservation */

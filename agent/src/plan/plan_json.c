@@ -409,6 +409,7 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_obj_end(w);
 	rw_obj(w, "options");
 	rw_num(w, "join_fraction", p->opts.join_fraction, 4);
+	rw_num(w, "min_caller_share", p->opts.min_caller_share, 4);
 	rw_u64(w, "fetch_block", p->opts.fetch_block);
 	rw_u64(w, "max_pad", p->opts.max_pad);
 	rw_bool(w, "align", !p->opts.no_align);
@@ -433,7 +434,7 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		rw_str(w, "function", mb->fn->name);
 		rw_hex(w, "address", mb->fn->addr);
 		rw_hex(w, "new_address", mb->new_entry);
-		rw_str(w, "called_from", p->members[mb->parent < p->nmembers ? mb->parent : 0].fn->name);
+		rw_str(w, "called_from", mb->parent ? mb->parent->name : p->members[0].fn->name);
 		rw_num(w, "calls", mb->calls, 1);
 		rw_u64(w, "blocks", mb->fn->nblocks);
 		rw_u64(w, "hot_blocks", mb->nhot);

@@ -34,6 +34,10 @@ static void opts_from_json(const json_t *o, const json_t *code, struct hp_plan_o
 	hp_plan_opts_default(opts);
 	if (json_is_number(json_object_get(o, "join_fraction")))
 		opts->join_fraction = json_number_value(json_object_get(o, "join_fraction"));
+	/* Plans made before the shared-callee rule saved no share: made again without it. */
+	opts->min_caller_share = json_is_number(json_object_get(o, "min_caller_share")) ?
+					 json_number_value(json_object_get(o, "min_caller_share")) :
+					 0;
 	if (json_is_number(json_object_get(o, "stall_threshold")))
 		opts->stall_threshold = json_number_value(json_object_get(o, "stall_threshold"));
 	if (json_is_number(json_object_get(o, "max_pad_share")))

@@ -613,8 +613,25 @@ static void t_second_pass(void)
 	snprintf(copy, sizeof(copy), "%s/copy-counts.json", tu_tmpdir());
 	REQUIRE(write_counts(&r.t, r.bias, p1) == 0, "cannot write %s", p1);
 	tr_free_breaks(&r.t);
+	/* By default pr_search, 15 of whose 3015 calls come from the group, is
+	 * kept in place as a shared callee; while pr_fib, nearly all of whose
+	 * calls are its own, stays a member. */
 	snprintf(cmd, sizeof(cmd), "%s plan elf '%s' pr_root --profile '%s' --l1i 32768,8,64 --json > '%s'", hp, r.path,
 		 p1, plan1);
+	REQUIRE(system(cmd) == 0, "%s failed", cmd);
+	char *shared = slurp(plan1, &len);
+	REQUIRE(shared, "cannot read %s", plan1);
+	const char *kept = strstr(shared, "\"kept_in_place\"");
+	const char *ks = kept ? strstr(kept, "\"function\":\"pr_search\"") : NULL;
+	EXPECT(ks && strstr(ks, "shared with callers outside the group") &&
+		       strstr(ks, "15 of its 3015 calls (0%) come from the group"),
+	       "pr_search is not kept in place as a shared callee: %.600s", kept ? kept : shared);
+	EXPECT(strstr(shared, "\"function\":\"pr_fib\"") < kept, "pr_fib (recursive) left the group");
+	free(shared);
+	/* The second pass is about a member called from outside: made with --min-share 0. */
+	snprintf(cmd, sizeof(cmd),
+		 "%s plan elf '%s' pr_root --profile '%s' --l1i 32768,8,64 --min-share 0 --json > '%s'", hp, r.path, p1,
+		 plan1);
 	REQUIRE(system(cmd) == 0, "%s failed", cmd);
 	/* The installed plan, made again from its JSON, mapped. */
 	char *text = slurp(plan1, &len);
