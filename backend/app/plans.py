@@ -315,6 +315,19 @@ async def after_end(db: AsyncSession, cmd) -> None:
         _audit(db, "system", action, row, reason=why[:4000])
 
 
+async def _reconciled(db: AsyncSession, new, command: uuid.UUID | None, why: str, was: str) -> int:
+    """Close a reconciliation: the command whose answer was lost fails with the reason, the step is
+    audited and committed."""
+    if command is not None:
+        await db.execute(text("""
+            UPDATE commands SET state = 'failed', finished_at = now(), error = :e
+            WHERE id = :c AND state IN ('sent', 'running')"""), {"c": command, "e": f"its answer was lost: {why}"})
+    _audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was=was)
+    await db.commit()
+    log.info("plan %s reconciled: %s (%s)", new.id, new.state, why)
+    return 1
+
+
 async def _settle_reverting(db: AsyncSession, row, entry: dict | None, source: str):
     """A `reverting` plan whose RevertPlan answer is lost, settled from what the agent reports of it
     (`entry`: its listing in `source`, or None when not listed): no longer installed (not listed, or
@@ -647,15 +660,7 @@ class Plans:
                 new = (await db.execute(text("""
                     UPDATE plans SET state = 'install_failed', error = :e, updated_at = now()
                     WHERE id = :id RETURNING *"""), {"id": r.id, "e": why})).one()
-            if r.install_command is not None:
-                await db.execute(text("""
-                    UPDATE commands SET state = 'failed', finished_at = now(), error = :e
-                    WHERE id = :c AND state IN ('sent', 'running')"""),
-                    {"c": r.install_command, "e": f"its answer was lost: {why}"})
-            _audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was="installing")
-            await db.commit()
-            log.info("plan %s reconciled: %s (%s)", r.id, new.state, why)
-            return 1
+            return await _reconciled(db, new, r.install_command, why, "installing")
 
     async def _settle_revert(self, r, listed: dict[str, dict]) -> int:
         """A plan left `reverting` by a RevertPlan whose answer did not come, from the agent's list (which
@@ -668,15 +673,7 @@ class Plans:
             if entry is not None and entry.get("state") not in ("installed", "heap_kept", "process_gone"):
                 return 0  # the agent is still on it, or finishing it at start-up: a later round
             new, why = await _settle_reverting(db, row, entry, "its ListInstalled")
-            if r.revert_command is not None:
-                await db.execute(text("""
-                    UPDATE commands SET state = 'failed', finished_at = now(), error = :e
-                    WHERE id = :c AND state IN ('sent', 'running')"""),
-                    {"c": r.revert_command, "e": f"its answer was lost: {why}"})
-            _audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was="reverting")
-            await db.commit()
-            log.info("plan %s reconciled: %s (%s)", r.id, new.state, why)
-            return 1
+            return await _reconciled(db, new, r.revert_command, why, "reverting")
 
     # Reconciliation from Hello: what the agent's journals hold on every connect ----------------------
 

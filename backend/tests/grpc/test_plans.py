@@ -463,14 +463,19 @@ async def _approved(client, approver, host_id, digest, index):
     return plan_id
 
 
-async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agents_list(backend, client, unique):
-    host_id = f"reconcile-{unique}"
+async def _reconcile_setup(backend, client, unique, host_id):
+    """A host with a process (the scripted agent), an approver's client, the plans' base path, the backend's
+    plan workflow and its reconciliation grace."""
     agent, digest = await _host_with_process(backend, client, host_id)
     ap_user = await make_user(client, "approver", unique)
     approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
-    base = f"/api/v1/hosts/{host_id}/plans"
-    plans = backend.runtime.plans
-    grace = backend.runtime.settings.plan_reconcile_grace_s
+    return (agent, digest, approver, f"/api/v1/hosts/{host_id}/plans", backend.runtime.plans,
+            backend.runtime.settings.plan_reconcile_grace_s)
+
+
+async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agents_list(backend, client, unique):
+    host_id = f"reconcile-{unique}"
+    agent, digest, approver, base, plans, grace = await _reconcile_setup(backend, client, unique, host_id)
     try:
         async with approver:
             lost = await _approved(client, approver, host_id, digest, 2)
@@ -628,12 +633,7 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
     with the error that the revert did not complete — and a revert the agent runs again and answers
     `nothing_installed` agrees with them. The agent here is the scripted fake."""
     host_id = f"unrevert-{unique}"
-    agent, digest = await _host_with_process(backend, client, host_id)
-    ap_user = await make_user(client, "approver", unique)
-    approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
-    base = f"/api/v1/hosts/{host_id}/plans"
-    plans = backend.runtime.plans
-    grace = backend.runtime.settings.plan_reconcile_grace_s
+    agent, digest, approver, base, plans, grace = await _reconcile_setup(backend, client, unique, host_id)
 
     async def reconnect(installs):
         await agent.close()
