@@ -10,7 +10,10 @@ test("vfs_read ticked in the tree arrives picked on the kernel's measure page", 
   await page.getByRole("tab", { name: "Code" }).click();
   await page.getByRole("searchbox", { name: "Search functions" }).fill("vfs_read");
   const tick = page.getByRole("checkbox", { name: "Select vfs_read for measurement", exact: true });
-  await tick.check();
+  // The tick is URL state: the box shows it once the router has applied the new URL, a moment after the
+  // click (check() would fail on that moment under load), so the click is followed by waiting for it.
+  await tick.click();
+  await expect(tick).toBeChecked();
   const bar = page.getByRole("region", { name: "Selected functions" });
   await expect(bar).toContainText("1 selected");
   await expect(page).toHaveURL(/[?&]pick=\d+/);
