@@ -187,6 +187,16 @@ async function installFromConsole(page: Page) {
   return table;
 }
 
+/** The plan page's picture, once the page shows the finished window after (the caller waited for it). */
+async function screenshotPlan(page: Page, name: string) {
+  await page.reload();
+  await expect(planState(page)).toHaveText("installed");
+  const after = page.getByTestId("before-after").getByRole("row").filter({ hasText: "Window" }).locator("td").nth(1);
+  await expect(after).toHaveText(/[1-9]\d* calls/);
+  mkdirSync(shots, { recursive: true });
+  await page.screenshot({ path: join(shots, name) });
+}
+
 /** The audit trail on the plan's page names every step and who took it. */
 async function expectFullAudit(page: Page) {
   const audit = page.getByTestId("plan-audit");
@@ -242,8 +252,7 @@ test("a process's hot function: optimize, approve by another user, install, meas
     expect(head[0], "the entry jumps to the copy").toBe(0xe9);
     expect(entry + 5n + BigInt(head.readInt32LE(1))).toBe(hex(plan.install_detail.new_entry));
 
-    mkdirSync(shots, { recursive: true });
-    await page.screenshot({ path: join(shots, "plan-view.png") });
+    await screenshotPlan(page, "plan-view.png");
 
     // Every result the threads computed through the copy was right (a wrong one exits with status 3).
     expect(fx.proc.exitCode, fx.out()).toBeNull();
@@ -367,9 +376,7 @@ test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the consol
     const head = readMem(pid, entry, 5);
     expect(head[0], "the entry jumps to the copy").toBe(0xe9);
     expect(entry + 5n + BigInt(head.readInt32LE(1))).toBe(hex(plan.install_detail.new_entry));
-    mkdirSync(shots, { recursive: true });
-    await table.scrollIntoViewIfNeeded();
-    await page.screenshot({ path: join(shots, "plan-before-after-sqlite.png") });
+    await screenshotPlan(page, "plan-before-after-sqlite.png");
 
     // The workload kept running through the copy, with the same results in every round.
     expect(sq.rounds(), "workload rounds ran while the copy was installed").toBeGreaterThan(roundsBefore + 10);
