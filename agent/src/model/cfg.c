@@ -174,7 +174,7 @@ int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_fu
 	f->icall_start = a->nicalls;
 	f->jt_start = a->njtables;
 	f->nblocks = f->ncalls = f->nicalls = f->njt = 0;
-	f->flags &= ~HP_FN_UNRESOLVED_JUMP;
+	f->flags &= ~(HP_FN_UNRESOLVED_JUMP | HP_FN_STATIC_BRANCH | HP_FN_STATIC_CALL);
 	if (size == 0)
 		return 0;
 	GROW(a->marks, 0, a->cap_marks, (size_t)size + 1);
@@ -190,6 +190,20 @@ int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_fu
 			break;
 		}
 		d.cls = effective_class(env, f->addr + off, d.cls);
+		/* A jump label goes either way depending on its key: a two-way
+		 * branch, not the jump its canonical bytes spell. */
+		if (d.cls == HP_IC_JMP && d.has_target && env &&
+		    in_sorted(env->static_branches, env->nstatic_branches, f->addr + off)) {
+			d.cls = HP_IC_JCC;
+			f->flags |= HP_FN_STATIC_BRANCH;
+		}
+		/* A static call goes wherever it is set to: indirect. */
+		if ((d.cls == HP_IC_CALL || d.cls == HP_IC_JMP) && d.has_target && env &&
+		    in_sorted(env->static_calls, env->nstatic_calls, f->addr + off)) {
+			d.cls = d.cls == HP_IC_CALL ? HP_IC_CALL_IND : HP_IC_JMP_IND;
+			d.has_target = false;
+			f->flags |= HP_FN_STATIC_CALL;
+		}
 		GROW(a->insns, ni, a->cap_insns, 1);
 		a->insns[ni] = (struct hp_cfg_insn){ off, d.len, d.cls, d.has_target, d.target };
 		a->marks[off] |= MARK_INSN;
@@ -218,7 +232,8 @@ int hp_cfg_build(const struct hp_cfg_env *env, const uint8_t *code, struct hp_fu
 	}
 	/* Switch tables: their entries become leaders before blocks are cut. */
 	for (i = 0; i < ni; i++) {
-		if (a->insns[i].cls != HP_IC_JMP_IND)
+		if (a->insns[i].cls != HP_IC_JMP_IND ||
+		    (env && in_sorted(env->static_calls, env->nstatic_calls, f->addr + a->insns[i].off)))
 			continue;
 		if ((err = resolve_table(env, code, f, a, i, limit)) < 0)
 			return err;

@@ -40,6 +40,18 @@ struct hp_cfg_env {
 	 * branches there (jumps from another fragment of the same function). */
 	const uint64_t *extra_leaders;
 	size_t nextra_leaders;
+	/* Jump-label sites (kernel static keys): JMPs the target rewrote to
+	 * one canonical form (the jump to the site's target) whatever the
+	 * key's state; each is modelled like a jcc, fallthrough and taken,
+	 * and marks its function HP_FN_STATIC_BRANCH. */
+	const uint64_t *static_branches;
+	size_t nstatic_branches;
+	/* Static call sites and trampolines (kernel): 5-byte direct calls
+	 * and jumps the target rewrote to one form; their callee is set at
+	 * run time, so each is modelled as an indirect call or jump and
+	 * marks its function HP_FN_STATIC_CALL. */
+	const uint64_t *static_calls;
+	size_t nstatic_calls;
 	/* Reader for switch tables; NULL leaves table jumps unresolved. */
 	hp_data_fn read_data;
 	void *data_ctx;

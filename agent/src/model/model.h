@@ -16,7 +16,7 @@
 
 /* How control leaves a block (values match proto hotpath.v1.SuccessorKind). */
 enum hp_succ_kind {
-	HP_SUCC_FALLTHROUGH = 1, /* next block, incl. the not-taken side of a jcc */
+	HP_SUCC_FALLTHROUGH = 1, /* next block, incl. the not-taken side of a jcc or a jump label */
 	HP_SUCC_TAKEN = 2,       /* direct branch to a block of the same function */
 	HP_SUCC_TAIL_CALL = 3,   /* direct jump (jmp or jcc) out of the function */
 	HP_SUCC_INDIRECT = 4,    /* indirect jump, incl. via a retpoline thunk */
@@ -57,6 +57,10 @@ enum hp_function_flags {
 	HP_FN_ADDR_TAKEN = 1 << 8, /* its entry is stored in data (a function pointer) */
 	HP_FN_INNER_REF = 1 << 9,  /* an address inside it is stored in data (label table, resume address) */
 	HP_FN_LSDA = 1 << 10,      /* has exception landing pads (an LSDA in its .eh_frame FDE) */
+	/* Kernel: has a jump-label site (static key), modelled as a two-way branch. */
+	HP_FN_STATIC_BRANCH = 1 << 11,
+	/* Kernel: has a static call site (or is a trampoline), modelled as an indirect call or jump. */
+	HP_FN_STATIC_CALL = 1 << 12,
 };
 
 struct hp_function {

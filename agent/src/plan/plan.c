@@ -80,6 +80,12 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 		snprintf(detail, dlen, "%u table(s)", f->njt);
 		return "switch table: tables are not rewritten, so the function is not moved";
 	}
+	if (f->flags & HP_FN_STATIC_BRANCH)
+		return "jump-label site (static key): the kernel rewrites it in place when the key flips, a copy would "
+		       "keep one state";
+	if (f->flags & HP_FN_STATIC_CALL)
+		return "static call site: the kernel rewrites it in place when the call is updated, a copy would keep "
+		       "the old callee";
 	if (kf) {
 		for (size_t i = 0; i < kf->npinned; i++)
 			if (kf->pinned[i].lo < f->addr + f->size && kf->pinned[i].hi > f->addr) {

@@ -59,6 +59,10 @@ static const char *const marker_names[HP_KMARK_COUNT] = {
 	"__start_kprobe_blacklist",
 	"__stop_kprobe_blacklist",
 	"__fentry__",
+	"__start___jump_table",
+	"__stop___jump_table",
+	"__start_static_call_sites",
+	"__stop_static_call_sites",
 };
 
 static int cmp_ksym(const void *a, const void *b)

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "target/static_branch.h"
 
 /* Bytes to read in place of what a process holds now: the original code
  * under a patch the agent made (an installed copy's entry jump), so a
@@ -67,6 +68,10 @@ enum hp_kernel_marker {
 	HP_KMARK_KPROBE_BL_START,
 	HP_KMARK_KPROBE_BL_STOP,
 	HP_KMARK_FENTRY,
+	HP_KMARK_JUMP_START,
+	HP_KMARK_JUMP_STOP,
+	HP_KMARK_SCALL_START,
+	HP_KMARK_SCALL_STOP,
 	HP_KMARK_COUNT
 };
 
@@ -82,7 +87,21 @@ struct hp_kernel_facts {
 	uint64_t *warn_traps; /* WARN() trap addresses from the bug table (sorted) */
 	size_t nwarn_traps;
 	size_t nbug_entries;
-	uint64_t fentry;    /* address of __fentry__, 0 if absent */
+	uint64_t fentry; /* address of __fentry__, 0 if absent */
+	/* Jump-label sites of vmlinux put in their canonical JMP form before
+	 * decoding (sorted), and the table's sites whose bytes were neither
+	 * its NOP nor its JMP (left as they are). */
+	uint64_t *static_branches;
+	size_t nstatic_branches;
+	size_t static_branch_foreign;
+	/* The jump table's entries in vmlinux text, sorted by site. */
+	const struct hp_static_branch *jump_entries;
+	size_t njump_entries;
+	/* Static call sites and trampolines of vmlinux put in their canonical
+	 * form (sorted), and those whose bytes were no known form. */
+	uint64_t *static_calls;
+	size_t nstatic_calls;
+	size_t static_call_foreign;
 	char notes[4][240]; /* what could not be read, with why */
 	int nnotes;
 };

@@ -6,8 +6,9 @@
  * BPF_PROG_TYPE_SYSCALL program that bpf_probe_read_kernel's a chunk per
  * BPF_PROG_TEST_RUN into its .bss, so neither /proc/kcore nor kprobes are
  * needed. The whole text is read once in chunks, module functions lose the
- * loader's fill at their ends, then every function is decoded in parallel
- * from that copy.
+ * loader's fill at their ends, vmlinux's jump-label and static call sites
+ * are put in one canonical form (static_branch.h), then every function is
+ * decoded in parallel from that copy.
  */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -25,6 +26,7 @@
 #include "host/hostinfo.h"
 #include "target/kallsyms.h"
 #include "target/ktext.h"
+#include "target/static_branch.h"
 #include "ktext.skel.h"
 #include "model/model.h"
 #include "target/target.h"
@@ -33,6 +35,12 @@ struct kpriv {
 	struct hp_kernel_facts facts;
 	struct ktext_bpf *skel;
 	int prog_fd;
+	/* vmlinux's jump table, while parsing. */
+	struct hp_static_branch *branches;
+	size_t nbranches;
+	/* ... and its static call sites. */
+	struct hp_static_call *calls;
+	size_t ncalls;
 	pthread_mutex_t lock;
 	/* Text copies used during the parse, one per module. */
 	struct ktext_copy {
@@ -119,6 +127,10 @@ static void kernel_free_priv(struct hp_model *m)
 	pthread_mutex_destroy(&kp->lock);
 	free(kp->facts.pinned);
 	free(kp->facts.warn_traps);
+	free(kp->facts.static_branches);
+	free(kp->branches);
+	free(kp->calls);
+	free(kp->facts.static_calls);
 	free(kp->copies);
 	free(kp);
 	m->priv = NULL;
@@ -295,6 +307,137 @@ static int read_pinned(struct kpriv *kp, const uint64_t *mk)
 	return 0;
 }
 
+/* vmlinux's jump table. Its layout is taken as right only if the sites of
+ * a sample of its entries in [text, etext) hold the NOP or the JMP to the
+ * entry's target, as every site does. */
+static void read_jump_table(struct kpriv *kp, const uint64_t *mk, uint64_t text, uint64_t etext)
+{
+	struct hp_kernel_facts *kf = &kp->facts;
+	uint64_t lo = mk[HP_KMARK_JUMP_START], hi = mk[HP_KMARK_JUMP_STOP];
+	struct hp_static_branch *v = NULL;
+	size_t good = 0, tried = 0;
+	uint8_t *tab;
+	long n;
+	int r;
+
+	if (!lo || hi < lo || hi - lo > (64u << 20) || (hi - lo) % HP_JUMP_ENTRY_SIZE || !text || etext <= text) {
+		note(kf, "%s: no usable __start___jump_table in /proc/kallsyms (%s); sites are decoded as they are now",
+		     "jump labels", ENOENT);
+		return;
+	}
+	if (hi == lo)
+		return;
+	if (!(tab = malloc(hi - lo)))
+		return;
+	if ((r = kernel_read_raw(kp, lo, tab, hi - lo)) < 0) {
+		note(kf, "%s: reading the jump table failed (%s); sites are decoded as they are now", "jump labels",
+		     -r);
+		free(tab);
+		return;
+	}
+	n = hp_jump_table_parse(tab, hi - lo, lo, text, etext, &v);
+	free(tab);
+	if (n <= 0) {
+		free(v);
+		return;
+	}
+	/* The first 32 sites in a row, then a spread over the rest. */
+	for (size_t i = 0, seen = 0; i < (size_t)n && seen < 64; i += seen < 32 ? 1 : (size_t)n / 32 + 1, seen++) {
+		uint8_t b[8];
+		struct hp_static_branch_stats st;
+		uint64_t one;
+		if (kernel_read_raw(kp, v[i].code, b, sizeof(b)) < 0)
+			continue;
+		tried++;
+		good += hp_static_branch_canonicalize(b, v[i].code, sizeof(b), &v[i], 1, &one, &st);
+	}
+	if (!tried || good * 10 < tried * 9) {
+		note(kf, "%s: the jump table's layout was not recognized (%s); sites are decoded as they are now",
+		     "jump labels", EPROTO);
+		free(v);
+		return;
+	}
+	kp->branches = v;
+	kp->nbranches = (size_t)n;
+	kf->jump_entries = v;
+	kf->njump_entries = (size_t)n;
+}
+
+/* vmlinux's static call sites, checked like the jump table. */
+static void read_static_calls(struct kpriv *kp, const uint64_t *mk, uint64_t text, uint64_t etext)
+{
+	struct hp_kernel_facts *kf = &kp->facts;
+	uint64_t lo = mk[HP_KMARK_SCALL_START], hi = mk[HP_KMARK_SCALL_STOP];
+	struct hp_static_call *v = NULL;
+	size_t good = 0, tried = 0;
+	uint8_t *tab;
+	long n;
+	int r;
+
+	if (!lo || hi < lo || hi - lo > (64u << 20) || (hi - lo) % HP_STATIC_CALL_SITE_SIZE || !text || etext <= text) {
+		note(kf,
+		     "%s: no usable __start_static_call_sites in /proc/kallsyms (%s); sites are decoded as they are now",
+		     "static calls", ENOENT);
+		return;
+	}
+	if (hi == lo)
+		return;
+	if (!(tab = malloc(hi - lo)))
+		return;
+	if ((r = kernel_read_raw(kp, lo, tab, hi - lo)) < 0) {
+		note(kf, "%s: reading the static call sites failed (%s); sites are decoded as they are now",
+		     "static calls", -r);
+		free(tab);
+		return;
+	}
+	n = hp_static_call_parse(tab, hi - lo, lo, text, etext, &v);
+	free(tab);
+	if (n <= 0) {
+		free(v);
+		return;
+	}
+	for (size_t i = 0, seen = 0; i < (size_t)n && seen < 64; i += seen < 32 ? 1 : (size_t)n / 32 + 1, seen++) {
+		uint8_t b[8];
+		struct hp_static_branch_stats st;
+		uint64_t one;
+		if (kernel_read_raw(kp, v[i].code, b, sizeof(b)) < 0)
+			continue;
+		tried++;
+		good += hp_static_call_canonicalize(b, v[i].code, sizeof(b), &v[i], 1, &one, &st);
+	}
+	if (!tried || good * 10 < tried * 9) {
+		note(kf,
+		     "%s: the static call site table's layout was not recognized (%s); sites are decoded as they are now",
+		     "static calls", EPROTO);
+		free(v);
+		return;
+	}
+	kp->calls = v;
+	kp->ncalls = (size_t)n;
+}
+
+/* The static call trampolines (__SCT__name) join the sites as tail calls:
+ * the kernel rewrites their first instruction too. Returns 0 or -ENOMEM. */
+static int add_trampolines(struct kpriv *kp, const struct hp_module *mod)
+{
+	size_t extra = 0, k = kp->ncalls;
+
+	for (size_t i = 0; i < mod->nfuncs; i++)
+		extra += !strncmp(mod->funcs[i].name, "__SCT__", 7) && mod->funcs[i].size >= 5;
+	if (!extra || !kp->calls)
+		return 0;
+	struct hp_static_call *v = realloc(kp->calls, (kp->ncalls + extra) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < mod->nfuncs; i++)
+		if (!strncmp(mod->funcs[i].name, "__SCT__", 7) && mod->funcs[i].size >= 5)
+			v[k++] = (struct hp_static_call){ mod->funcs[i].addr, 1 };
+	kp->calls = v;
+	kp->ncalls = k;
+	qsort(v, k, sizeof(*v), cmp_u64); /* code is the first member */
+	return 0;
+}
+
 static int open_bpf(struct kpriv *kp, char *err, size_t errlen)
 {
 	int r;
@@ -455,6 +598,8 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	}
 	PHASE("kallsyms");
 	read_bug_table(kp, ks.markers);
+	read_jump_table(kp, ks.markers, ks.text, ks.etext);
+	read_static_calls(kp, ks.markers, ks.text, ks.etext);
 	if ((r = read_pinned(kp, ks.markers)) < 0) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
@@ -521,6 +666,39 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		PHASE("read text");
 		if (i > 0)
 			trim_module_fill(mod, c, only);
+		/* Jump labels: one canonical form whatever the keys' state
+		 * (modules' own jump tables are not read). */
+		if (i == 0 && kp->nbranches) {
+			struct hp_kernel_facts *kf = &kp->facts;
+			struct hp_static_branch_stats st;
+			if (!(kf->static_branches = malloc(kp->nbranches * sizeof(uint64_t)))) {
+				r = -ENOMEM;
+				snprintf(err, errlen, "out of memory");
+				goto fail;
+			}
+			kf->nstatic_branches = hp_static_branch_canonicalize(c->buf, c->lo, c->hi - c->lo, kp->branches,
+									     kp->nbranches, kf->static_branches, &st);
+			kf->static_branch_foreign = only ? 0 : st.foreign;
+			env.static_branches = kf->static_branches;
+			env.nstatic_branches = kf->nstatic_branches;
+		}
+		if (i == 0 && kp->ncalls) {
+			struct hp_kernel_facts *kf = &kp->facts;
+			struct hp_static_branch_stats st;
+			if (add_trampolines(kp, mod) < 0 ||
+			    !(kf->static_calls = malloc(kp->ncalls * sizeof(uint64_t)))) {
+				r = -ENOMEM;
+				snprintf(err, errlen, "out of memory");
+				goto fail;
+			}
+			kf->nstatic_calls = hp_static_call_canonicalize(c->buf, c->lo, c->hi - c->lo, kp->calls,
+									kp->ncalls, kf->static_calls, &st);
+			kf->static_call_foreign = only ? 0 : st.foreign;
+			env.static_calls = kf->static_calls;
+			env.nstatic_calls = kf->nstatic_calls;
+		}
+		if (i == 0)
+			PHASE("static");
 		r = hp_cfg_parse_module(mod, &env, kernel_bytes, c, o->threads, only);
 		PHASE("decode");
 		free(c->buf);

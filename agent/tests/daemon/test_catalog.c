@@ -3,11 +3,15 @@
  * Catalog digests and chunks on this machine's live kernel: the digest is a
  * pure function of the parsed code (two independent parses agree, a changed
  * block changes it), and the chunks of vmlinux cover every function once, in
- * order, within the size limit, with blocks that tile each function. Also the
+ * order, within the size limit, with blocks that tile each function. A jump
+ * label the kernel flips between two parses (a tracepoint enabled through
+ * tracefs) changes neither the digest nor the blocks around it. Also the
  * host facts that Hello carries: the build-id note parser and the CPU list.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -42,6 +46,178 @@ static void digest_is_stable_across_parses(void)
 	EXPECT(strlen(a) == 64 && strspn(a, "0123456789abcdef") == 64, "not lower-case hex: %s", a);
 	EXPECT(strcmp(a, b) == 0, "two parses of one kernel gave %s and %s", a, b);
 	hp_model_free(again);
+}
+
+/* tracefs: where it is mounted, or a private mount made for the test (and
+ * removed by tracefs_done), so the machine's mounts stay as they were. */
+static char tfs_dir[64];
+static bool tfs_private;
+
+static const char *tracefs(void)
+{
+	static const char *const known[] = { "/sys/kernel/tracing", "/sys/kernel/debug/tracing" };
+	char p[128];
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+		snprintf(p, sizeof(p), "%s/events", known[i]);
+		if (access(p, F_OK) == 0)
+			return known[i];
+	}
+	snprintf(tfs_dir, sizeof(tfs_dir), "/tmp/hotpath-tracefs-XXXXXX");
+	if (!mkdtemp(tfs_dir))
+		return NULL;
+	if (mount("nodev", tfs_dir, "tracefs", 0, NULL) < 0) {
+		rmdir(tfs_dir);
+		return NULL;
+	}
+	tfs_private = true;
+	return tfs_dir;
+}
+
+static void tracefs_done(void)
+{
+	if (tfs_private) {
+		umount(tfs_dir);
+		rmdir(tfs_dir);
+		tfs_private = false;
+	}
+}
+
+static int read_enable(const char *path)
+{
+	char c = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, &c, 1);
+	close(fd);
+	return n == 1 && (c == '0' || c == '1') ? c - '0' : -1;
+}
+
+static bool write_enable(const char *path, int v)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	bool ok = write(fd, v ? "1" : "0", 1) == 1;
+	close(fd);
+	return ok;
+}
+
+/* The first 5 bytes at every jump-label site of vmlinux, read live. */
+static uint8_t *site_bytes(struct hp_model *m)
+{
+	const struct hp_kernel_facts *kf = hp_kernel_facts(m);
+	uint8_t *b = calloc(kf->njump_entries ? kf->njump_entries : 1, 5);
+	for (size_t i = 0; b && i < kf->njump_entries; i++)
+		if (m->read(m, kf->jump_entries[i].code, b + 5 * i, 5) < 0)
+			memset(b + 5 * i, 0, 5);
+	return b;
+}
+
+static bool same_function(const struct hp_module *a, const struct hp_function *fa, const struct hp_module *b,
+			  const struct hp_function *fb)
+{
+	if (fa->addr != fb->addr || fa->size != fb->size || fa->nblocks != fb->nblocks || fa->flags != fb->flags)
+		return false;
+	for (uint32_t i = 0; i < fa->nblocks; i++) {
+		const struct hp_block *x = &a->blocks[fa->block_start + i], *y = &b->blocks[fb->block_start + i];
+		if (x->offset != y->offset || x->size != y->size || x->ninsn != y->ninsn || x->nsucc != y->nsucc)
+			return false;
+		for (uint16_t s = 0; s < x->nsucc; s++) {
+			const struct hp_succ *p = &a->succs[x->succ_start + s], *q = &b->succs[y->succ_start + s];
+			if (p->kind != q->kind || p->target != q->target)
+				return false;
+		}
+	}
+	return true;
+}
+
+/* Enabling a tracepoint flips its static key: the kernel rewrites the NOP
+ * at each of its sites into a JMP. A parse before and a parse after must
+ * agree. Events are tried in turn until one flips a site (another tracer
+ * may already hold a key on); each is put back as it was. */
+static void digest_is_stable_across_a_jump_label_toggle(void)
+{
+	static const char *const events[] = { "sched/sched_switch", "sched/sched_wakeup", "sched/sched_process_fork",
+					      "syscalls/sys_enter_getppid", "block/block_rq_issue" };
+	REQUIRE(kernel, "kernel model did not open");
+	const struct hp_kernel_facts *kf = hp_kernel_facts(kernel);
+	REQUIRE(kf && kf->njump_entries > 100 && kf->nstatic_branches * 10 >= kf->njump_entries * 9,
+		"jump table not used: %zu entries, %zu sites canonical", kf ? kf->njump_entries : 0,
+		kf ? kf->nstatic_branches : 0);
+	const char *tfs = tracefs();
+	if (!tfs)
+		SKIP("tracefs is not mounted and cannot be mounted: %s", strerror(errno));
+	struct hp_model *before = open_kernel(), *after = NULL;
+	uint8_t *b0 = before ? site_bytes(before) : NULL, *b1 = NULL;
+	char path[256], ev[64] = "";
+	size_t flipped = 0;
+	for (size_t e = 0; b0 && e < sizeof(events) / sizeof(events[0]) && !flipped; e++) {
+		snprintf(path, sizeof(path), "%s/events/%s/enable", tfs, events[e]);
+		int was = read_enable(path);
+		if (was < 0 || !write_enable(path, !was))
+			continue;
+		free(b1);
+		b1 = site_bytes(before);
+		for (size_t i = 0; b1 && i < kf->njump_entries; i++)
+			flipped += memcmp(b0 + 5 * i, b1 + 5 * i, 5) != 0;
+		if (flipped) {
+			snprintf(ev, sizeof(ev), "%s", events[e]);
+			after = open_kernel();
+		}
+		write_enable(path, was);
+	}
+	tracefs_done();
+	if (!b0 || !before) {
+		free(b0);
+		hp_model_free(before);
+		REQUIRE(false, "first kernel parse failed");
+	}
+	if (!flipped) {
+		free(b0);
+		free(b1);
+		hp_model_free(before);
+		SKIP("no tracepoint of the list could be toggled to flip a jump label (each held by another tracer?)");
+	}
+	EXPECT(after, "second kernel parse failed");
+	const struct hp_kernel_facts *k0 = hp_kernel_facts(before), *k1 = after ? hp_kernel_facts(after) : NULL;
+	char d0[65] = "", d1[65] = "";
+	EXPECT(hp_catalog_digest(before, 0, d0) == 0 && after && hp_catalog_digest(after, 0, d1) == 0, "digest failed");
+	const char *first = "";
+	for (size_t i = 0; after && strcmp(d0, d1) && !first[0] && i < before->mods[0].nfuncs; i++)
+		if (!same_function(&before->mods[0], &before->mods[0].funcs[i], &after->mods[0],
+				   &after->mods[0].funcs[i]) ||
+		    before->mods[0].funcs[i].ncalls != after->mods[0].funcs[i].ncalls)
+			first = before->mods[0].funcs[i].name;
+	EXPECT(strcmp(d0, d1) == 0,
+	       "toggling %s (%zu jump-label sites flipped) changed the digest %s -> %s (first: %s)", ev, flipped, d0,
+	       d1, first);
+	EXPECT(k1 && k0->nstatic_branches == k1->nstatic_branches, "canonical sites differ between the parses");
+	/* The functions with a flipped site: the same blocks and successors,
+	 * and the site ends a block with two ways out. */
+	size_t checked = 0;
+	for (size_t i = 0; after && i < k0->njump_entries; i++) {
+		if (!memcmp(b0 + 5 * i, b1 + 5 * i, 5))
+			continue;
+		uint64_t site = k0->jump_entries[i].code;
+		const struct hp_module *ma, *mb;
+		const struct hp_function *fa = hp_model_lookup(before, site, &ma),
+					 *fb = hp_model_lookup(after, site, &mb);
+		if (!fa)
+			continue;
+		EXPECT(fb && same_function(ma, fa, mb, fb), "%s: blocks differ across the toggle of %s", fa->name, ev);
+		const struct hp_block *bl = hp_function_block_at(ma, fa, site);
+		EXPECT(bl && bl->nsucc == 2 && fa->addr + bl->offset + bl->size > site &&
+			       fa->addr + bl->offset + bl->size <= site + 5,
+		       "%s+0x%llx: the jump-label site does not end a two-way block", fa->name,
+		       (unsigned long long)(site - fa->addr));
+		checked++;
+	}
+	EXPECT(checked > 0, "no flipped site lies in a parsed function");
+	free(b0);
+	free(b1);
+	hp_model_free(before);
+	hp_model_free(after);
 }
 
 static void digest_depends_on_content(void)
@@ -158,6 +334,7 @@ int main(void)
 {
 	kernel = open_kernel();
 	RUN(digest_is_stable_across_parses);
+	RUN(digest_is_stable_across_a_jump_label_toggle);
 	RUN(digest_depends_on_content);
 	RUN(chunks_cover_vmlinux_once);
 	RUN(build_id_note_parser);
