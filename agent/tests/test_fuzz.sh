@@ -16,7 +16,7 @@ set -u
 runs=${FUZZ_RUNS:-60000}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profile" "$TMP/kallsyms" "$TMP/install" \
+mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profile" "$TMP/kallsyms" "$TMP/install" "$TMP/static" \
 	build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
@@ -97,3 +97,4 @@ fuzz fuzz_plan "$TMP/plan" $((runs / 3))
 fuzz fuzz_profile "$TMP/profile"
 fuzz fuzz_kallsyms "$TMP/kallsyms"
 fuzz fuzz_install "$TMP/install"
+fuzz fuzz_static_branch "$TMP/static"

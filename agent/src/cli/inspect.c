@@ -433,6 +433,7 @@ int cmd_parse(int argc, char **argv)
 	hp_model_stats(m, &st);
 	getrusage(RUSAGE_SELF, &ru);
 	double rss_mib = ru.ru_maxrss / 1024.0;
+	const struct hp_kernel_facts *kf = hp_kernel_facts(m);
 	if (t.json) {
 		struct json j;
 
@@ -451,6 +452,12 @@ int cmd_parse(int argc, char **argv)
 		json_double(&j, rss_mib, 1);
 		json_kstr(&j, "release", m->release);
 		json_kstr(&j, "build_id", m->build_id);
+		if (kf) {
+			json_ku64(&j, "jump_label_sites", kf->nstatic_branches);
+			json_ku64(&j, "jump_label_sites_left", kf->static_branch_foreign);
+			json_ku64(&j, "static_call_sites", kf->nstatic_calls);
+			json_ku64(&j, "static_call_sites_left", kf->static_call_foreign);
+		}
 		json_key(&j, "modules");
 		json_arr_begin(&j);
 		for (i = 0; i < m->nmods; i++) {
@@ -471,6 +478,10 @@ int cmd_parse(int argc, char **argv)
 			       m->mods[i].base, m->mods[i].nfuncs, m->mods[i].nblocks);
 		printf("successors %zu, direct calls %zu, indirect call sites %zu, unreadable %zu\n", st.succs,
 		       st.calls, st.icalls, st.unreadable);
+		if (kf)
+			printf("jump labels %zu, static calls %zu (vmlinux, modelled state-free; left as found: %zu, %zu)\n",
+			       kf->nstatic_branches, kf->nstatic_calls, kf->static_branch_foreign,
+			       kf->static_call_foreign);
 		printf("parsed: %zu functions, %zu blocks, %zu undecodable, %.2f s, %.0f MiB\n", st.functions,
 		       st.blocks, st.undecodable, m->parse_seconds, rss_mib);
 	}

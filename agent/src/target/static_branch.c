@@ -79,6 +79,7 @@ static unsigned site_length(const uint8_t *p, size_t room, const struct hp_stati
 size_t hp_static_branch_canonicalize(uint8_t *buf, uint64_t lo, size_t len, const struct hp_static_branch *v, size_t n,
 				     uint64_t *sites, struct hp_static_branch_stats *st)
 {
+	uint64_t prev_end = 0;
 	size_t ns = 0;
 
 	memset(st, 0, sizeof(*st));
@@ -91,7 +92,10 @@ size_t hp_static_branch_canonicalize(uint8_t *buf, uint64_t lo, size_t len, cons
 		unsigned l = site_length(p, room, s);
 		int64_t rel = (int64_t)(s->target - (s->code + l));
 
-		if (!l || (l == 2 && (rel < -128 || rel > 127)) || (l == 5 && (rel < INT32_MIN || rel > INT32_MAX))) {
+		/* Sites never overlap in a real table; if they did, the second
+		 * would read bytes the first rewrote. */
+		if (!l || s->code < prev_end || (l == 2 && (rel < -128 || rel > 127)) ||
+		    (l == 5 && (rel < INT32_MIN || rel > INT32_MAX))) {
 			st->foreign++;
 			continue;
 		}
@@ -109,6 +113,7 @@ size_t hp_static_branch_canonicalize(uint8_t *buf, uint64_t lo, size_t len, cons
 			p[1] = (uint8_t)(int8_t)rel;
 		}
 		sites[ns++] = s->code;
+		prev_end = s->code + l;
 		st->rewritten++;
 	}
 	return ns;
@@ -166,6 +171,7 @@ static bool static_call_form(const uint8_t *p, uint64_t addr)
 size_t hp_static_call_canonicalize(uint8_t *buf, uint64_t lo, size_t len, const struct hp_static_call *v, size_t n,
 				   uint64_t *sites, struct hp_static_branch_stats *st)
 {
+	uint64_t prev_end = 0;
 	size_t ns = 0;
 
 	memset(st, 0, sizeof(*st));
@@ -174,7 +180,7 @@ size_t hp_static_call_canonicalize(uint8_t *buf, uint64_t lo, size_t len, const 
 		if (s->code < lo || s->code - lo >= len || len - (s->code - lo) < 5)
 			continue;
 		uint8_t *p = buf + (s->code - lo);
-		if (!static_call_form(p, s->code)) {
+		if (s->code < prev_end || !static_call_form(p, s->code)) {
 			st->foreign++;
 			continue;
 		}
@@ -183,6 +189,7 @@ size_t hp_static_call_canonicalize(uint8_t *buf, uint64_t lo, size_t len, const 
 		p[0] = s->tail ? 0xe9 : 0xe8;
 		memset(p + 1, 0, 4);
 		sites[ns++] = s->code;
+		prev_end = s->code + 5;
 		st->rewritten++;
 	}
 	return ns;

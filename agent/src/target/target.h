@@ -106,6 +106,12 @@ struct hp_kernel_facts {
 	int nnotes;
 };
 
+/* Kernel text as it is now. The model's reader (m->read) shows the
+ * jump-label and static call sites the parse canonicalized in that form
+ * (the bytes the blocks were cut from); this one shows what the kernel has
+ * set them to. 0 or a negative errno. */
+int hp_kernel_read_live(struct hp_model *m, uint64_t addr, void *buf, size_t len);
+
 /* The kernel facts gathered when the model was opened; NULL for other targets. */
 const struct hp_kernel_facts *hp_kernel_facts(const struct hp_model *m);
 

@@ -89,16 +89,59 @@ static int kernel_read_raw(struct kpriv *kp, uint64_t addr, void *buf, size_t le
 	return 0;
 }
 
-/* The model's reader: one .bss buffer, so one reader at a time. */
-static int kernel_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
+int hp_kernel_read_live(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 {
-	struct kpriv *kp = m->priv;
+	struct kpriv *kp = m && m->kind == HP_TARGET_KERNEL ? m->priv : NULL;
 	int r;
 
+	if (!kp)
+		return -EINVAL;
 	pthread_mutex_lock(&kp->lock);
 	r = kernel_read_raw(kp, addr, buf, len);
 	pthread_mutex_unlock(&kp->lock);
 	return r;
+}
+
+/* The first index of the sorted v[0, n) whose code is >= x. */
+#define LOWER_BOUND(v, n, x)                                 \
+	({                                                   \
+		size_t lo_ = 0, hi_ = (n);                   \
+		while (lo_ < hi_) {                          \
+			size_t mid_ = lo_ + (hi_ - lo_) / 2; \
+			if ((v)[mid_].code < (x))            \
+				lo_ = mid_ + 1;              \
+			else                                 \
+				hi_ = mid_;                  \
+		}                                            \
+		lo_;                                         \
+	})
+
+/* The model's reader: the live bytes, with the sites the parse put in
+ * canonical form shown in that form, so disassembly and plans see the code
+ * the blocks were cut from. One .bss buffer, so one reader at a time. */
+static int kernel_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
+{
+	struct kpriv *kp = m->priv;
+	struct hp_static_branch_stats st;
+	uint64_t *tmp;
+	int r;
+
+	if ((r = hp_kernel_read_live(m, addr, buf, len)) < 0)
+		return r;
+	size_t bi = LOWER_BOUND(kp->branches, kp->nbranches, addr),
+	       bj = LOWER_BOUND(kp->branches, kp->nbranches, addr + len);
+	size_t ci = LOWER_BOUND(kp->calls, kp->ncalls, addr), cj = LOWER_BOUND(kp->calls, kp->ncalls, addr + len);
+	size_t most = (bj - bi) > (cj - ci) ? bj - bi : cj - ci;
+	if (!most)
+		return 0;
+	if (!(tmp = malloc(most * sizeof(*tmp))))
+		return -ENOMEM;
+	if (kp->facts.nstatic_branches)
+		hp_static_branch_canonicalize(buf, addr, len, kp->branches + bi, bj - bi, tmp, &st);
+	if (kp->facts.nstatic_calls)
+		hp_static_call_canonicalize(buf, addr, len, kp->calls + ci, cj - ci, tmp, &st);
+	free(tmp);
+	return 0;
 }
 
 /* A loaded kernel module's GNU build id, from its notes in sysfs; "" without. */

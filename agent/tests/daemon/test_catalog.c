@@ -109,7 +109,7 @@ static uint8_t *site_bytes(struct hp_model *m)
 	const struct hp_kernel_facts *kf = hp_kernel_facts(m);
 	uint8_t *b = calloc(kf->njump_entries ? kf->njump_entries : 1, 5);
 	for (size_t i = 0; b && i < kf->njump_entries; i++)
-		if (m->read(m, kf->jump_entries[i].code, b + 5 * i, 5) < 0)
+		if (hp_kernel_read_live(m, kf->jump_entries[i].code, b + 5 * i, 5) < 0)
 			memset(b + 5 * i, 0, 5);
 	return b;
 }
