@@ -89,6 +89,19 @@ with open(sys.argv[1], "wb") as f:
         f.write(b"HPJ1 %d %08x " % (len(s), zlib.crc32(s)) + s + b"\n")
 PY
 
+# Jump-label and static call seed: a table of two entries (as 16-byte jump entries; the same bytes
+# read as 8-byte static call sites) and the text they point into, a nop5 and a jmp to the target.
+python3 - "$TMP/static/two-sites" <<'PY'
+import struct, sys
+table, lo = 0xffffffff82000000, 0xffffffff81ff0000
+def entry(i, code, target):
+    at = table + 16 * i
+    return struct.pack("<iiq", code - at, target - (at + 4), 0x1000 + 1)
+text = bytes.fromhex("0f1f440000909090") + bytes.fromhex("e90b000000") + b"\xcc" * 19
+with open(sys.argv[1], "wb") as f:
+    f.write(entry(0, lo, lo + 0x10) + entry(1, lo + 8, lo + 0x18) + text)
+PY
+
 fuzz fuzz_cfg "$TMP/cfg"
 fuzz fuzz_elf "$TMP/elf"
 fuzz fuzz_spec "$TMP/spec"
