@@ -35,10 +35,10 @@ struct kpriv {
 	struct hp_kernel_facts facts;
 	struct ktext_bpf *skel;
 	int prog_fd;
-	/* vmlinux's jump table, while parsing. */
+	/* vmlinux's jump table and static call sites in its text, for the parse
+	 * and for the model's reader (kernel_read). */
 	struct hp_static_branch *branches;
 	size_t nbranches;
-	/* ... and its static call sites. */
 	struct hp_static_call *calls;
 	size_t ncalls;
 	pthread_mutex_t lock;
