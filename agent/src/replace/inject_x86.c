@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/wait.h>
@@ -316,6 +317,9 @@ int hp_inject_call(struct hp_injector *ij, uint64_t fn, uint64_t a1, uint64_t a2
 		return -errno;
 	}
 	t->in_syscall_stop = false;
+	/* Test hook: the agent dies while the call runs; the thread finishes it alone. */
+	if (getenv("HOTPATH_TEST_KILL_IN_CALL"))
+		raise(SIGKILL);
 	hp_world_run_others(ij->w, (size_t)hp_world_index(ij->w, ij->tid));
 	for (;;) {
 		int left = timeout_ms - (int)((hp_now() - t0) * 1000);

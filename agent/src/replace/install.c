@@ -11,7 +11,8 @@
  *                (scratch bytes, the entry, a call site)
  *     heap       the code heap about to be mapped (address, length);
  *     heap_mapped, unwind_register (intent), unwind_registered, installed,
- *     revert, restored, unwind_deregistered, heap_released, heap_kept,
+ *     revert, restored, unwind_deregister (intent), unwind_deregistered,
+ *     heap_released, heap_kept,
  *     reverted (the journal is then removed).
  * Recovery never trusts a record alone: a change counts as made when the
  * live bytes are its new bytes, as undone when they are the original ones.
@@ -292,7 +293,11 @@ static int undo_all_inner(struct op *x, char *err, size_t errlen)
 				x->scratch_applied = true;
 			}
 			if (x->heap.unwind_registered) {
-				if ((r = x->t.ops->unwind_deregister(&x->t, &x->heap, err, errlen)) < 0)
+				/* Armed, then journaled, then called: a revert that finds the
+				 * record without its result asks unwind_settle. */
+				if ((r = x->t.ops->unwind_arm(&x->t, &x->heap, err, errlen)) < 0 ||
+				    (r = jadd(x, json_pack("{s:s}", "op", "unwind_deregister"), err, errlen)) < 0 ||
+				    (r = x->t.ops->unwind_deregister(&x->t, &x->heap, err, errlen)) < 0)
 					return r;
 				jadd(x, json_pack("{s:s}", "op", "unwind_deregistered"), why, sizeof(why));
 			}
@@ -810,7 +815,7 @@ struct jstate {
 	json_t *recs;
 	const json_t *begin;
 	bool installed, revert, reverted, heap_mapped, heap_released, heap_kept, unwind_intent, unwind_done,
-		unwind_registered;
+		dereg_intent, unwind_registered;
 	struct hp_heap heap;
 	const json_t **undo;
 	size_t nundo;
@@ -849,9 +854,12 @@ static int jstate_read(const char *path, struct jstate *s, char *err, size_t err
 		else if (!strcmp(op, "unwind_registered")) {
 			s->unwind_done = true;
 			s->unwind_registered = json_is_true(json_object_get(r, "registered"));
-		} else if (!strcmp(op, "unwind_deregistered"))
+		} else if (!strcmp(op, "unwind_deregister"))
+			s->dereg_intent = true;
+		else if (!strcmp(op, "unwind_deregistered")) {
 			s->unwind_registered = false;
-		else if (!strcmp(op, "installed"))
+			s->dereg_intent = false;
+		} else if (!strcmp(op, "installed"))
 			s->installed = true;
 		else if (!strcmp(op, "revert"))
 			s->revert = true;
@@ -1064,6 +1072,15 @@ static int revert_one(const char *path, const struct hp_install_opts *o, struct 
 			x.heap.data = found.data;
 			x.heap.data_len = found.data_len;
 		}
+	}
+	if (x.heap_mapped && (x.unwind_unknown || s.dereg_intent)) {
+		/* A (de)registration the agent died in: did it finish? */
+		bool dereg = !x.unwind_unknown;
+		int k = x.t.ops->unwind_settle(&x.t, &x.heap, dereg, err, errlen);
+		if (k >= 0)
+			x.unwind_unknown = false; /* 1: finished, as settle set it; 0: not run */
+		else if (dereg)
+			x.unwind_unknown = true; /* a thread may be in it: the heap stays, a later revert asks again */
 	}
 	if (x.scratch_applied && x.scratch.big_len) {
 		/* Scratch bytes an interrupted operation left: put them back now

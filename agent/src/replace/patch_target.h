@@ -78,6 +78,14 @@ struct hp_patch_ops {
 	 * unwinder (0 and nothing done when the target has none). */
 	int (*unwind_register)(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen);
 	int (*unwind_deregister)(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen);
+	/* Before an unwind_deregister (and before its journal record): mark the
+	 * call as not yet finished, for unwind_settle. */
+	int (*unwind_arm)(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen);
+	/* After an unwind_register (or an unwind_deregister) cut short by the
+	 * agent's death: whether the call finished (1: then h->unwind_registered
+	 * is set as it left it), had not run (0), or may still be running in
+	 * some thread (-EAGAIN). The target is quiesced. */
+	int (*unwind_settle)(struct hp_patch_target *t, struct hp_heap *h, bool deregister, char *err, size_t errlen);
 	/* Undo records for redirecting fn's entry to new_entry, and for making
 	 * the call instruction at site call new_target. Nothing is written. */
 	int (*prepare_entry)(struct hp_patch_target *t, uint64_t fn, uint64_t new_entry, struct hp_undo *u, char *err,

@@ -501,13 +501,51 @@ static int punwind_deregister(struct hp_patch_target *t, struct hp_heap *h, char
 
 	if (!h->unwind_registered)
 		return 0;
-	/* Zero the call area's done flag first: it tells whether this call finished. */
-	uint64_t zero[2] = { 0, 0 };
-	hp_world_write(&P(t)->w, h->data + DATA_CALL, zero, sizeof(zero));
 	r = unwinder_call(t, "__deregister_frame_info", h->unwind, 0, h->data + DATA_CALL, &ret, err, errlen);
 	if (r == 0)
 		h->unwind_registered = false;
 	return r < 0 ? r : 0;
+}
+
+static int punwind_arm(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen)
+{
+	uint64_t zero[2] = { 0, 0 };
+
+	if (!h->unwind_registered || !h->data)
+		return 0;
+	if (hp_world_write(&P(t)->w, h->data + DATA_CALL, zero, sizeof(zero)) < 0) {
+		snprintf(err, errlen, "cannot write the unwinder call's area at 0x%" PRIx64, h->data + DATA_CALL);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* The call area's first word is set to 1 by the trampoline when the call
+ * returns, and is 0 before: the data area is mapped zeroed and registration
+ * is its first call, and unwind_arm zeroes it before a deregistration (whose
+ * journal record comes after that write). So 1 means
+ * the call finished; 0 means it did not run, unless a thread is still inside
+ * the unwinder (the agent died while it ran: the thread goes on by itself). */
+static int punwind_settle(struct hp_patch_target *t, struct hp_heap *h, bool deregister, char *err, size_t errlen)
+{
+	struct proc *p = P(t);
+	uint64_t done = 0, lo = 0, hi = 0;
+	char why[200];
+
+	if (!h->unwind || !h->data)
+		return 0;
+	if (hp_world_read(&p->w, h->data + DATA_CALL, &done, sizeof(done)) < 0) {
+		snprintf(err, errlen, "cannot read the unwinder call's area at 0x%" PRIx64, h->data + DATA_CALL);
+		return -EIO;
+	}
+	if (done == 1) {
+		h->unwind_registered = !deregister;
+		return 1;
+	}
+	if (unwinder_symbol(p->pid, "__register_frame_info", &lo, &hi) && lo < hi &&
+	    hp_world_inside(&p->w, lo, hi, 64 << 10, why, sizeof(why)) >= 0)
+		return -EAGAIN;
+	return 0;
 }
 
 static int pprepare_entry(struct hp_patch_target *t, uint64_t fn, uint64_t new_entry, struct hp_undo *u, char *err,
@@ -794,6 +832,8 @@ static const struct hp_patch_ops process_ops = {
 	.heap_map = pheap_map,
 	.unwind_register = punwind_register,
 	.unwind_deregister = punwind_deregister,
+	.unwind_arm = punwind_arm,
+	.unwind_settle = punwind_settle,
 	.prepare_entry = pprepare_entry,
 	.prepare_call = pprepare_call,
 	.apply = papply,

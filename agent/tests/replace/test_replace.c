@@ -485,6 +485,37 @@ static void t_kill_agent(void)
 		EXPECT(heaps_mapped(f.pid) == 0 && journals(st) == 0, "revert killed at %s: not clean", *s);
 		recovered += rc == 0;
 	}
+	/* Killed while the process's unwinder call runs (the thread finishes it
+	 * alone): registering at install, deregistering at revert. The revert
+	 * after it tells from the call's done flag whether it finished: it
+	 * neither keeps the heap for ever nor deregisters twice. */
+	for (int dereg = 0; dereg < 2 && fx_ok(&f); dereg++) {
+		if (dereg) {
+			snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet", hp(), plan, st);
+			EXPECT(run(cmd, NULL, 0) == 0, "install before the deregistration kill failed");
+			snprintf(cmd, sizeof(cmd),
+				 "HOTPATH_TEST_KILL_IN_CALL=1 %s revert pid %d --state-dir '%s' --quiet", hp(), f.pid,
+				 st);
+		} else {
+			snprintf(cmd, sizeof(cmd),
+				 "HOTPATH_TEST_KILL_IN_CALL=1 %s install '%s' --state-dir '%s' --quiet", hp(), plan,
+				 st);
+		}
+		kills++;
+		EXPECT(run(cmd, NULL, 0) != 0, "the %s was not killed in the unwinder call",
+		       dereg ? "revert" : "install");
+		usleep(50000);
+		EXPECT(fx_ok(&f), "killed in the unwinder call, the process went wrong: %s", f.errbuf);
+		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --json 2>&1", hp(), f.pid, st);
+		int rc = run(cmd, out, sizeof(out));
+		EXPECT(rc == 0, "after a kill in the unwinder call the revert failed (%d): %s", rc, out);
+		EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "killed in the unwinder call: %s", why);
+		EXPECT(heaps_mapped(f.pid) == 0 && journals(st) == 0, "killed in the %s call: not clean: %s",
+		       dereg ? "deregistration" : "registration", out);
+		usleep(50000);
+		EXPECT(fx_ok(&f), "after the revert, the process went wrong: %s", f.errbuf);
+		recovered += rc == 0;
+	}
 	/* Killed at random moments (inside injected calls and system calls too). */
 	srand((unsigned)time(NULL));
 	for (int k = 0; k < 24 && fx_ok(&f); k++) {
@@ -528,6 +559,8 @@ static void t_kill_agent(void)
 		EXPECT(rc == 0 || rc == 4, "revert %d after the final one failed (%d): %s", again + 1, rc, out);
 		EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "after random kills: %s", why);
 	}
+	for (char *nl = out; (nl = strchr(nl, '\n'));)
+		*nl = ' ';
 	EXPECT(heaps_mapped(f.pid) == 0 && journals(st) == 0,
 	       "after random kills: not clean (%d heaps, %zu journals) after %d more reverts: %s", heaps_mapped(f.pid),
 	       journals(st), again, out);
@@ -910,6 +943,11 @@ int main(void)
 	/* bench/replace_cycles runs the cycles alone, 1,000 of them. */
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "cycles")) {
 		RUN(t_cycles);
+		tu_cleanup();
+		TEST_EXIT();
+	}
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "kill")) {
+		RUN(t_kill_agent);
 		tu_cleanup();
 		TEST_EXIT();
 	}
