@@ -350,6 +350,33 @@ static int read_pinned(struct kpriv *kp, const uint64_t *mk)
 	return 0;
 }
 
+/* A site table of vmlinux, [lo, hi) in entries of entry bytes, read whole;
+ * NULL (with a note saying the sites are decoded as they are now) when
+ * kallsyms gave no usable bounds or the read failed, or when it is empty. */
+static uint8_t *read_site_table(struct kpriv *kp, uint64_t lo, uint64_t hi, size_t entry, uint64_t text, uint64_t etext,
+				const char *what, const char *start_sym)
+{
+	struct hp_kernel_facts *kf = &kp->facts;
+	char label[96];
+	uint8_t *tab;
+	int r;
+
+	snprintf(label, sizeof(label), "%s (%s)", what, start_sym);
+	if (!lo || hi < lo || hi - lo > (64u << 20) || (hi - lo) % entry || !text || etext <= text) {
+		note(kf, "%s: no usable table bounds in /proc/kallsyms (%s); sites are decoded as they are now", label,
+		     ENOENT);
+		return NULL;
+	}
+	if (hi == lo || !(tab = malloc(hi - lo)))
+		return NULL;
+	if ((r = kernel_read_raw(kp, lo, tab, hi - lo)) < 0) {
+		note(kf, "%s: reading the table failed (%s); sites are decoded as they are now", label, -r);
+		free(tab);
+		return NULL;
+	}
+	return tab;
+}
+
 /* vmlinux's jump table. Its layout is taken as right only if the sites of
  * a sample of its entries in [text, etext) hold the NOP or the JMP to the
  * entry's target, as every site does. */
@@ -359,25 +386,12 @@ static void read_jump_table(struct kpriv *kp, const uint64_t *mk, uint64_t text,
 	uint64_t lo = mk[HP_KMARK_JUMP_START], hi = mk[HP_KMARK_JUMP_STOP];
 	struct hp_static_branch *v = NULL;
 	size_t good = 0, tried = 0;
-	uint8_t *tab;
+	uint8_t *tab =
+		read_site_table(kp, lo, hi, HP_JUMP_ENTRY_SIZE, text, etext, "jump labels", "__start___jump_table");
 	long n;
-	int r;
 
-	if (!lo || hi < lo || hi - lo > (64u << 20) || (hi - lo) % HP_JUMP_ENTRY_SIZE || !text || etext <= text) {
-		note(kf, "%s: no usable __start___jump_table in /proc/kallsyms (%s); sites are decoded as they are now",
-		     "jump labels", ENOENT);
+	if (!tab)
 		return;
-	}
-	if (hi == lo)
-		return;
-	if (!(tab = malloc(hi - lo)))
-		return;
-	if ((r = kernel_read_raw(kp, lo, tab, hi - lo)) < 0) {
-		note(kf, "%s: reading the jump table failed (%s); sites are decoded as they are now", "jump labels",
-		     -r);
-		free(tab);
-		return;
-	}
 	n = hp_jump_table_parse(tab, hi - lo, lo, text, etext, &v);
 	free(tab);
 	if (n <= 0) {
@@ -413,26 +427,12 @@ static void read_static_calls(struct kpriv *kp, const uint64_t *mk, uint64_t tex
 	uint64_t lo = mk[HP_KMARK_SCALL_START], hi = mk[HP_KMARK_SCALL_STOP];
 	struct hp_static_call *v = NULL;
 	size_t good = 0, tried = 0;
-	uint8_t *tab;
+	uint8_t *tab = read_site_table(kp, lo, hi, HP_STATIC_CALL_SITE_SIZE, text, etext, "static calls",
+				       "__start_static_call_sites");
 	long n;
-	int r;
 
-	if (!lo || hi < lo || hi - lo > (64u << 20) || (hi - lo) % HP_STATIC_CALL_SITE_SIZE || !text || etext <= text) {
-		note(kf,
-		     "%s: no usable __start_static_call_sites in /proc/kallsyms (%s); sites are decoded as they are now",
-		     "static calls", ENOENT);
+	if (!tab)
 		return;
-	}
-	if (hi == lo)
-		return;
-	if (!(tab = malloc(hi - lo)))
-		return;
-	if ((r = kernel_read_raw(kp, lo, tab, hi - lo)) < 0) {
-		note(kf, "%s: reading the static call sites failed (%s); sites are decoded as they are now",
-		     "static calls", -r);
-		free(tab);
-		return;
-	}
 	n = hp_static_call_parse(tab, hi - lo, lo, text, etext, &v);
 	free(tab);
 	if (n <= 0) {
