@@ -24,5 +24,10 @@ export default defineConfig({
     setupFiles: ["src/test/setup.ts"],
     include: ["src/**/*.test.{ts,tsx}"],
     css: false,
+    // A case's time limit guards against a hang, not against a slow machine: the page tests type and
+    // click through whole screens in jsdom, which took 0.5-1.5 s alone and 5.1 s once with both cores
+    // taken by the rest of `make test` (vitest's default limit, 5 s, failed it). 60 s keeps a real hang
+    // visible without making the outcome depend on the machine's load.
+    testTimeout: 60_000,
   },
 });

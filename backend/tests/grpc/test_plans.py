@@ -632,6 +632,7 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
     and every Hello settle it from what the agent reports — gone → `reverted`, still installed → `installed`
     with the error that the revert did not complete — and a revert the agent runs again and answers
     `nothing_installed` agrees with them. The agent here is the scripted fake."""
+    from app.proto import pb
     host_id = f"unrevert-{unique}"
     agent, digest, approver, base, plans, grace = await _reconcile_setup(backend, client, unique, host_id)
 
@@ -698,7 +699,15 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
             await _true(lambda: b not in agent.installed, timeout=10)
             agent.lose_revert_answers = False
             sent_before = sum(x.id == second for x in agent.commands)
-            await reconnect([])
+            # The Hello is the agent's truth: c is still installed, so it is listed. (This Hello once listed
+            # nothing, which passed only while c's install flow, which on_hello skips, was still in its window
+            # after: on a loaded machine the flow had ended, and that Hello rightly reverted c.)
+            await _true(lambda: c not in plans.tasks, timeout=30)  # as on a loaded machine: c's flow has ended
+            pc = await _plan(client, host_id, c)
+            await reconnect([pb.InstalledPlan(
+                plan_id=c, state="installed", pid=pc["target_pid"], start_time=pc["target_start_time"],
+                root=pc["root_name"], code_sha256=pc["approved_code_sha256"], heap=0x7F0000000000, heap_len=4096)])
+            assert (await _plan(client, host_id, c))["state"] == "installed"
             p = await _plan(client, host_id, b)
             assert p["state"] == "reverted" and "settled from the agent's report" in p["revert_detail"]["reason"], p
             last = await last_reconciled(b)
