@@ -35,8 +35,10 @@ static const char inspect_usage[] =
 	"address (0x...) inside the function.\n"
 	"\n"
 	"  --json      one JSON object: {\"function\": {name, module, address, size,\n"
-	"              undecodable}, \"blocks\": [{start, size, instructions, successors:\n"
-	"              [{kind, target, target_name}]}], \"callees\": [{site, target, name}],\n"
+	"              undecodable, size_estimated, noreturn, cold_part_of, cold_part},\n"
+	"              \"blocks\": [{start, size, instructions, successors:\n"
+	"              [{kind, target, target_name}]}], \"callees\": [{site, target, name,\n"
+	"              noreturn}],\n"
 	"              \"indirect_call_sites\": [...]}; addresses are integers\n"
 	"\n"
 	"successor kinds: fallthrough, taken, tail_call, indirect, return\n"
@@ -212,6 +214,10 @@ static void print_function(struct hp_model *m, const struct hp_module *mod, cons
 		}
 		json_key(&j, "size_estimated");
 		json_bool(&j, f->flags & HP_FN_SIZE_ESTIMATED);
+		json_key(&j, "noreturn");
+		json_bool(&j, f->flags & HP_FN_NORETURN);
+		json_kstr(&j, "cold_part_of", f->parent ? mod->funcs[f->parent - 1].name : NULL);
+		json_kstr(&j, "cold_part", f->cold ? mod->funcs[f->cold - 1].name : NULL);
 		json_obj_end(&j);
 		json_key(&j, "blocks");
 		json_arr_begin(&j);
@@ -221,6 +227,12 @@ static void print_function(struct hp_model *m, const struct hp_module *mod, cons
 		printf("  %u blocks, %u callees, %u indirect call sites\n", f->nblocks, f->ncalls, f->nicalls);
 		if (f->flags & HP_FN_UNDECODABLE)
 			printf("  undecodable from offset %u\n", f->bad_offset);
+		if (f->flags & HP_FN_NORETURN)
+			printf("  never returns (%s)\n", f->flags & HP_FN_NORETURN_NAMED ? "known by name" : "proven");
+		if (f->parent)
+			printf("  .cold part of %s\n", mod->funcs[f->parent - 1].name);
+		if (f->cold)
+			printf("  .cold part: %s\n", mod->funcs[f->cold - 1].name);
 	}
 	for (b = 0; b < f->nblocks; b++) {
 		const struct hp_block *bl = &mod->blocks[f->block_start + b];
@@ -301,15 +313,20 @@ static void print_function(struct hp_model *m, const struct hp_module *mod, cons
 	for (k = 0; k < f->ncalls; k++) {
 		const struct hp_call *c = &mod->calls[f->call_start + k];
 		const char *nm = hp_model_symbolize(m, c->target, name, sizeof(name));
+		const struct hp_function *cf = hp_model_lookup(m, c->target, NULL);
+		bool noret = cf && cf->addr == c->target && (cf->flags & HP_FN_NORETURN);
 
 		if (as_json) {
 			json_obj_begin(&j);
 			json_ku64(&j, "site", f->addr + c->site);
 			json_ku64(&j, "target", c->target);
 			json_kstr(&j, "name", nm);
+			json_key(&j, "noreturn");
+			json_bool(&j, noret);
 			json_obj_end(&j);
 		} else {
-			printf("  0x%" PRIx64 " -> 0x%" PRIx64 " %s\n", f->addr + c->site, c->target, nm ? nm : "?");
+			printf("  0x%" PRIx64 " -> 0x%" PRIx64 " %s%s\n", f->addr + c->site, c->target, nm ? nm : "?",
+			       noret ? " (never returns)" : "");
 		}
 	}
 	if (as_json) {

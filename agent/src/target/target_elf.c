@@ -549,7 +549,10 @@ int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_
 			only = f->name;
 	}
 	struct hp_cfg_env env = hp_elf_cfg_env(elf_data, ep);
-	if ((r = hp_cfg_parse_module(mod, &env, elf_bytes, ep, o->threads, only)) < 0) {
+	struct hp_cfg_only one = { .name = only };
+	r = hp_cfg_parse_module(mod, &env, elf_bytes, ep, o->threads, only ? &one : NULL);
+	free(one.outside);
+	if (r < 0) {
 		snprintf(err, errlen, "parsing %s: %s", path, strerror(-r));
 		goto fail;
 	}
