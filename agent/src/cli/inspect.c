@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "base/json.h"
+#include "daemon/catalog.h"
 #include "model/model.h"
 #include "target/target.h"
 
@@ -49,7 +50,8 @@ static const char parse_usage[] =
 	"usage: hotpathd parse kernel|elf PATH|pid PID [--json] [--threads N] [--quiet]\n"
 	"\n"
 	"Parse every function of a target into basic blocks and print totals: functions,\n"
-	"blocks, undecodable and unreadable functions, wall seconds and peak memory.\n"
+	"blocks, undecodable and unreadable functions, wall seconds and peak memory,\n"
+	"and each module's catalog digest (the name its catalog piece is uploaded under).\n"
 	"bench/kernel_parse runs this on the live kernel.\n"
 	"\n"
 	"  --json       print one JSON object instead of text\n"
@@ -448,6 +450,13 @@ int cmd_parse(int argc, char **argv)
 		return HP_EXIT_ERROR;
 	}
 	hp_model_stats(m, &st);
+	/* The digest each module's catalog piece is uploaded under (the
+	 * daemon computes the same over the same model). */
+	if ((r = hp_catalog_digest_all(m)) < 0) {
+		fprintf(stderr, "hotpathd: computing the catalog digests: %s\n", strerror(-r));
+		hp_model_free(m);
+		return HP_EXIT_ERROR;
+	}
 	getrusage(RUSAGE_SELF, &ru);
 	double rss_mib = ru.ru_maxrss / 1024.0;
 	const struct hp_kernel_facts *kf = hp_kernel_facts(m);
@@ -483,6 +492,7 @@ int cmd_parse(int argc, char **argv)
 			json_ku64(&j, "base", m->mods[i].base);
 			json_ku64(&j, "functions", m->mods[i].nfuncs);
 			json_ku64(&j, "blocks", m->mods[i].nblocks);
+			json_kstr(&j, "digest", m->mods[i].digest);
 			json_obj_end(&j);
 		}
 		json_arr_end(&j);
@@ -491,8 +501,8 @@ int cmd_parse(int argc, char **argv)
 		if (m->release[0])
 			printf("target: %s%s%s\n", m->release, m->build_id[0] ? "  build id " : "", m->build_id);
 		for (i = 0; i < m->nmods; i++)
-			printf("module %s  base 0x%" PRIx64 "  %zu functions, %zu blocks\n", m->mods[i].name,
-			       m->mods[i].base, m->mods[i].nfuncs, m->mods[i].nblocks);
+			printf("module %s  base 0x%" PRIx64 "  %zu functions, %zu blocks  digest %s\n", m->mods[i].name,
+			       m->mods[i].base, m->mods[i].nfuncs, m->mods[i].nblocks, m->mods[i].digest);
 		printf("successors %zu, direct calls %zu, indirect call sites %zu, unreadable %zu\n", st.succs,
 		       st.calls, st.icalls, st.unreadable);
 		if (kf)
