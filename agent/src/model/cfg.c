@@ -629,6 +629,21 @@ static bool named_noreturn(const char *const *names, const char *name)
 	return false;
 }
 
+/* The module's own function a PLT stub at stub goes to; NULL if none. */
+static const struct hp_plt_target *plt_target(const struct hp_module *mod, uint64_t stub)
+{
+	size_t lo = 0, hi = mod->nplt_targets;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (mod->plt_targets[mid].stub < stub)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < mod->nplt_targets && mod->plt_targets[lo].stub == stub ? &mod->plt_targets[lo] : NULL;
+}
+
 /* Could f return to its caller? Looks only at blocks reachable from the
  * entry; anything unknown (indirect jumps, undecodable bytes, traps whose
  * meaning is not known, tail calls to a returning function) says yes. */
@@ -638,7 +653,13 @@ static bool may_return(const struct hp_module *mod, const struct hp_function *f,
 	size_t sp = 0;
 	bool ret = false;
 
-	if (!f->nblocks || (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE | HP_FN_PLT)))
+	/* A stub of the module's own function returns if that function does;
+	 * any other stub goes who knows where. */
+	if (f->flags & HP_FN_PLT) {
+		const struct hp_plt_target *t = plt_target(mod, f->addr);
+		return !t || !in_sorted(env->noreturn, env->nnoreturn, t->target);
+	}
+	if (!f->nblocks || (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE)))
 		return true;
 	memset(seen, 0, f->nblocks);
 	seen[0] = 1;
@@ -995,6 +1016,10 @@ static int parse_only(struct hp_module *mod, struct hp_cfg_env *env, struct addr
 						goto out;
 				}
 			}
+			/* A stub: the module's own function it goes to. */
+			const struct hp_plt_target *pt = (f->flags & HP_FN_PLT) ? plt_target(mod, f->addr) : NULL;
+			if (pt && (g = func_holding(mod, pt->target)) >= 0)
+				ADD(g);
 			/* Fragments: a .cold part's candidate main parts, and a
 			 * function's .cold parts, decide links and leaders. */
 			size_t bl = cold_base_len(f->name), len = strlen(f->name);
