@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "base/json.h"
+#include "daemon/catalog.h"
 #include "model/model.h"
 #include "target/target.h"
 
@@ -35,8 +36,10 @@ static const char inspect_usage[] =
 	"address (0x...) inside the function.\n"
 	"\n"
 	"  --json      one JSON object: {\"function\": {name, module, address, size,\n"
-	"              undecodable}, \"blocks\": [{start, size, instructions, successors:\n"
-	"              [{kind, target, target_name}]}], \"callees\": [{site, target, name}],\n"
+	"              undecodable, size_estimated, noreturn, cold_part_of, cold_part},\n"
+	"              \"blocks\": [{start, size, instructions, successors:\n"
+	"              [{kind, target, target_name}]}], \"callees\": [{site, target, name,\n"
+	"              noreturn}],\n"
 	"              \"indirect_call_sites\": [...]}; addresses are integers\n"
 	"\n"
 	"successor kinds: fallthrough, taken, tail_call, indirect, return\n"
@@ -47,7 +50,8 @@ static const char parse_usage[] =
 	"usage: hotpathd parse kernel|elf PATH|pid PID [--json] [--threads N] [--quiet]\n"
 	"\n"
 	"Parse every function of a target into basic blocks and print totals: functions,\n"
-	"blocks, undecodable and unreadable functions, wall seconds and peak memory.\n"
+	"blocks, undecodable and unreadable functions, wall seconds and peak memory,\n"
+	"and each module's catalog digest (the name its catalog piece is uploaded under).\n"
 	"bench/kernel_parse runs this on the live kernel.\n"
 	"\n"
 	"  --json       print one JSON object instead of text\n"
@@ -212,6 +216,10 @@ static void print_function(struct hp_model *m, const struct hp_module *mod, cons
 		}
 		json_key(&j, "size_estimated");
 		json_bool(&j, f->flags & HP_FN_SIZE_ESTIMATED);
+		json_key(&j, "noreturn");
+		json_bool(&j, f->flags & HP_FN_NORETURN);
+		json_kstr(&j, "cold_part_of", f->parent ? mod->funcs[f->parent - 1].name : NULL);
+		json_kstr(&j, "cold_part", f->cold ? mod->funcs[f->cold - 1].name : NULL);
 		json_obj_end(&j);
 		json_key(&j, "blocks");
 		json_arr_begin(&j);
@@ -221,6 +229,12 @@ static void print_function(struct hp_model *m, const struct hp_module *mod, cons
 		printf("  %u blocks, %u callees, %u indirect call sites\n", f->nblocks, f->ncalls, f->nicalls);
 		if (f->flags & HP_FN_UNDECODABLE)
 			printf("  undecodable from offset %u\n", f->bad_offset);
+		if (f->flags & HP_FN_NORETURN)
+			printf("  never returns (%s)\n", f->flags & HP_FN_NORETURN_NAMED ? "known by name" : "proven");
+		if (f->parent)
+			printf("  .cold part of %s\n", mod->funcs[f->parent - 1].name);
+		if (f->cold)
+			printf("  .cold part: %s\n", mod->funcs[f->cold - 1].name);
 	}
 	for (b = 0; b < f->nblocks; b++) {
 		const struct hp_block *bl = &mod->blocks[f->block_start + b];
@@ -301,15 +315,20 @@ static void print_function(struct hp_model *m, const struct hp_module *mod, cons
 	for (k = 0; k < f->ncalls; k++) {
 		const struct hp_call *c = &mod->calls[f->call_start + k];
 		const char *nm = hp_model_symbolize(m, c->target, name, sizeof(name));
+		const struct hp_function *cf = hp_model_lookup(m, c->target, NULL);
+		bool noret = cf && cf->addr == c->target && (cf->flags & HP_FN_NORETURN);
 
 		if (as_json) {
 			json_obj_begin(&j);
 			json_ku64(&j, "site", f->addr + c->site);
 			json_ku64(&j, "target", c->target);
 			json_kstr(&j, "name", nm);
+			json_key(&j, "noreturn");
+			json_bool(&j, noret);
 			json_obj_end(&j);
 		} else {
-			printf("  0x%" PRIx64 " -> 0x%" PRIx64 " %s\n", f->addr + c->site, c->target, nm ? nm : "?");
+			printf("  0x%" PRIx64 " -> 0x%" PRIx64 " %s%s\n", f->addr + c->site, c->target, nm ? nm : "?",
+			       noret ? " (never returns)" : "");
 		}
 	}
 	if (as_json) {
@@ -431,6 +450,13 @@ int cmd_parse(int argc, char **argv)
 		return HP_EXIT_ERROR;
 	}
 	hp_model_stats(m, &st);
+	/* The digest each module's catalog piece is uploaded under (the
+	 * daemon computes the same over the same model). */
+	if ((r = hp_catalog_digest_all(m)) < 0) {
+		fprintf(stderr, "hotpathd: computing the catalog digests: %s\n", strerror(-r));
+		hp_model_free(m);
+		return HP_EXIT_ERROR;
+	}
 	getrusage(RUSAGE_SELF, &ru);
 	double rss_mib = ru.ru_maxrss / 1024.0;
 	const struct hp_kernel_facts *kf = hp_kernel_facts(m);
@@ -466,6 +492,7 @@ int cmd_parse(int argc, char **argv)
 			json_ku64(&j, "base", m->mods[i].base);
 			json_ku64(&j, "functions", m->mods[i].nfuncs);
 			json_ku64(&j, "blocks", m->mods[i].nblocks);
+			json_kstr(&j, "digest", m->mods[i].digest);
 			json_obj_end(&j);
 		}
 		json_arr_end(&j);
@@ -474,8 +501,8 @@ int cmd_parse(int argc, char **argv)
 		if (m->release[0])
 			printf("target: %s%s%s\n", m->release, m->build_id[0] ? "  build id " : "", m->build_id);
 		for (i = 0; i < m->nmods; i++)
-			printf("module %s  base 0x%" PRIx64 "  %zu functions, %zu blocks\n", m->mods[i].name,
-			       m->mods[i].base, m->mods[i].nfuncs, m->mods[i].nblocks);
+			printf("module %s  base 0x%" PRIx64 "  %zu functions, %zu blocks  digest %s\n", m->mods[i].name,
+			       m->mods[i].base, m->mods[i].nfuncs, m->mods[i].nblocks, m->mods[i].digest);
 		printf("successors %zu, direct calls %zu, indirect call sites %zu, unreadable %zu\n", st.succs,
 		       st.calls, st.icalls, st.unreadable);
 		if (kf)

@@ -361,7 +361,6 @@ struct parse_job {
 	const struct hp_cfg_env *env;
 	hp_bytes_fn bytes;
 	void *ctx;
-	const char *only_name;
 	struct hp_cfg_arena *chunks;
 	size_t nchunks;
 	atomic_size_t next;
@@ -390,8 +389,6 @@ static void parse_chunk(struct parse_job *j, struct hp_cfg_arena *scratch, size_
 		f->icall_start = out->nicalls;
 		f->jt_start = out->njtables;
 		f->nblocks = f->ncalls = f->nicalls = f->njt = 0;
-		if (j->only_name && strcmp(f->name, j->only_name) != 0)
-			continue;
 		if (f->flags & HP_FN_UNREADABLE)
 			continue;
 		code = j->bytes(j->ctx, j->mod, f, &e);
@@ -632,6 +629,21 @@ static bool named_noreturn(const char *const *names, const char *name)
 	return false;
 }
 
+/* The module's own function a PLT stub at stub goes to; NULL if none. */
+static const struct hp_plt_target *plt_target(const struct hp_module *mod, uint64_t stub)
+{
+	size_t lo = 0, hi = mod->nplt_targets;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (mod->plt_targets[mid].stub < stub)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < mod->nplt_targets && mod->plt_targets[lo].stub == stub ? &mod->plt_targets[lo] : NULL;
+}
+
 /* Could f return to its caller? Looks only at blocks reachable from the
  * entry; anything unknown (indirect jumps, undecodable bytes, traps whose
  * meaning is not known, tail calls to a returning function) says yes. */
@@ -641,7 +653,13 @@ static bool may_return(const struct hp_module *mod, const struct hp_function *f,
 	size_t sp = 0;
 	bool ret = false;
 
-	if (!f->nblocks || (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE | HP_FN_PLT)))
+	/* A stub of the module's own function returns if that function does;
+	 * any other stub goes who knows where. */
+	if (f->flags & HP_FN_PLT) {
+		const struct hp_plt_target *t = plt_target(mod, f->addr);
+		return !t || !in_sorted(env->noreturn, env->nnoreturn, t->target);
+	}
+	if (!f->nblocks || (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE)))
 		return true;
 	memset(seen, 0, f->nblocks);
 	seen[0] = 1;
@@ -699,10 +717,73 @@ static size_t cold_base_len(const char *name)
 	return c - name;
 }
 
+/* Index of the function of mod holding addr, or -1. */
+static ssize_t func_holding(const struct hp_module *mod, uint64_t addr)
+{
+	size_t lo = 0, hi = mod->nfuncs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (mod->funcs[mid].addr <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo || addr - mod->funcs[lo - 1].addr >= mod->funcs[lo - 1].size)
+		return -1;
+	return (ssize_t)lo - 1;
+}
+
+/* The functions of a module in name order, to find fragments by name. */
+struct by_name {
+	const struct hp_module *mod;
+	uint32_t *v;
+};
+
+/* By name, then by address (the functions' order), so that a name's
+ * functions come in address order. */
+static int cmp_by_name(const void *a, const void *b, void *arg)
+{
+	const struct hp_module *mod = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	int c = strcmp(mod->funcs[x].name, mod->funcs[y].name);
+
+	return c ? c : (x > y) - (x < y);
+}
+
+static int by_name_build(const struct hp_module *mod, struct by_name *bn)
+{
+	bn->mod = mod;
+	bn->v = malloc((mod->nfuncs ? mod->nfuncs : 1) * sizeof(*bn->v));
+	if (!bn->v)
+		return -ENOMEM;
+	for (size_t k = 0; k < mod->nfuncs; k++)
+		bn->v[k] = (uint32_t)k;
+	if (mod->nfuncs)
+		qsort_r(bn->v, mod->nfuncs, sizeof(*bn->v), cmp_by_name, (void *)mod);
+	return 0;
+}
+
+/* First position whose name does not sort before key[0, klen) as a prefix. */
+static size_t by_name_prefix(const struct by_name *bn, const char *key, size_t klen)
+{
+	size_t lo = 0, hi = bn->mod->nfuncs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strncmp(bn->mod->funcs[bn->v[mid]].name, key, klen) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /* Link each .cold fragment to its function (the one of that name that jumps
  * into it) and collect the jump targets between fragments that do not yet
  * start a block; marks in redo the fragments to parse again. */
-static int link_fragments(struct hp_module *mod, struct addrs *leaders, uint8_t *redo, bool *any)
+static int link_fragments(struct hp_module *mod, const struct by_name *bn, struct addrs *leaders, uint8_t *redo,
+			  bool *any)
 {
 	for (size_t k = 0; k < mod->nfuncs; k++) {
 		struct hp_function *c = &mod->funcs[k];
@@ -712,9 +793,12 @@ static int link_fragments(struct hp_module *mod, struct addrs *leaders, uint8_t 
 
 		if (!bl || !c->nblocks)
 			continue;
-		for (size_t p = 0; p < mod->nfuncs; p++) {
+		/* The functions named c's base, in address order. */
+		for (size_t i = by_name_prefix(bn, c->name, bl);
+		     i < mod->nfuncs && !strncmp(mod->funcs[bn->v[i]].name, c->name, bl); i++) {
+			size_t p = bn->v[i];
 			const struct hp_function *pf = &mod->funcs[p];
-			if (p == k || strlen(pf->name) != bl || strncmp(pf->name, c->name, bl) || !pf->nblocks)
+			if (p == k || pf->name[bl] || !pf->nblocks)
 				continue;
 			cands++;
 			for (uint32_t b = 0; b < pf->nblocks && best != (ssize_t)p; b++) {
@@ -765,7 +849,8 @@ static int link_fragments(struct hp_module *mod, struct addrs *leaders, uint8_t 
 
 /* Everything after the first parse: fragments, then functions that never
  * return until a fixed point. */
-static int refine(struct hp_module *mod, struct hp_cfg_env *env, struct addrs *noret, hp_bytes_fn bytes, void *ctx)
+static int refine(struct hp_module *mod, const struct by_name *bn, struct hp_cfg_env *env, struct addrs *noret,
+		  hp_bytes_fn bytes, void *ctx)
 {
 	struct addrs leaders = { 0 };
 	uint8_t *redo = calloc(mod->nfuncs ? mod->nfuncs : 1, 1);
@@ -777,7 +862,7 @@ static int refine(struct hp_module *mod, struct hp_cfg_env *env, struct addrs *n
 
 	if (!redo)
 		return -ENOMEM;
-	if ((err = link_fragments(mod, &leaders, redo, &any)) < 0)
+	if ((err = link_fragments(mod, bn, &leaders, redo, &any)) < 0)
 		goto out;
 	if (any) {
 		addrs_sort(&leaders);
@@ -845,11 +930,160 @@ out:
 	return err;
 }
 
+/* The parse of only some functions: grow the set from the requested ones
+ * through direct calls, direct jumps and .cold fragment names, parsing each
+ * newcomer once (their first parse, as in the whole-module parse), then
+ * refine the set exactly as the whole module is refined: nothing outside
+ * the set can change a fact about a function in it. Afterwards only the
+ * requested functions keep blocks. */
+static int parse_only(struct hp_module *mod, struct hp_cfg_env *env, struct addrs *noret, hp_bytes_fn bytes, void *ctx,
+		      struct hp_cfg_only *only)
+{
+	size_t n = mod->nfuncs ? mod->nfuncs : 1, k;
+	uint8_t *in = calloc(n, 1), *redo = calloc(n, 1), *next = calloc(n, 1), *keep = calloc(n, 1);
+	struct by_name bn = { mod, NULL };
+	struct addrs out = { 0 };
+	struct hp_cfg_arena a = { 0 };
+	char *key = NULL;
+	size_t cap_key = 0;
+	bool any = false;
+	int err = 0;
+
+#define ADD(g)                         \
+	do {                           \
+		if (!in[(g)]) {        \
+			in[(g)] = 1;   \
+			next[(g)] = 1; \
+			any = true;    \
+		}                      \
+	} while (0)
+
+	only->outside = NULL;
+	only->noutside = 0;
+	if (!in || !redo || !next || !keep || by_name_build(mod, &bn) < 0) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (k = 0; k < mod->nfuncs; k++) {
+		struct hp_function *f = &mod->funcs[k];
+
+		f->block_start = f->call_start = f->icall_start = f->jt_start = 0;
+		f->nblocks = f->ncalls = f->nicalls = f->njt = 0;
+		if ((only->name && !strcmp(f->name, only->name)) || in_sorted(only->addrs, only->naddrs, f->addr)) {
+			keep[k] = 1;
+			ADD(k);
+		}
+	}
+	while (any) {
+		uint8_t *t = redo;
+
+		redo = next;
+		next = t;
+		memset(next, 0, n);
+		any = false;
+		for (k = 0; k < mod->nfuncs; k++) {
+			struct hp_function *f = &mod->funcs[k];
+			const uint8_t *code;
+			ssize_t g;
+			int e = 0;
+
+			if (!redo[k] || (f->flags & HP_FN_UNREADABLE))
+				continue;
+			if (!(code = bytes(ctx, mod, f, &e))) {
+				f->flags |= HP_FN_UNREADABLE;
+				f->read_errno = e ? (e < 0 ? -e : e) : EIO;
+				continue;
+			}
+			if ((err = hp_cfg_build(env, code, f, &a)) < 0)
+				goto out;
+			/* Callees and jump targets: whether they return. */
+			for (uint32_t c = 0; c < f->ncalls; c++) {
+				uint64_t to = a.calls[f->call_start + c].target;
+				if ((g = func_holding(mod, to)) >= 0)
+					ADD(g);
+				else if ((err = addrs_push(&out, to)) < 0)
+					goto out;
+			}
+			for (uint32_t b = 0; b < f->nblocks; b++) {
+				const struct hp_block *blk = &a.blocks[f->block_start + b];
+				for (uint16_t s = 0; s < blk->nsucc; s++) {
+					const struct hp_succ *sc = &a.succs[blk->succ_start + s];
+					if (sc->kind != HP_SUCC_TAIL_CALL)
+						continue;
+					if ((g = func_holding(mod, sc->target)) >= 0)
+						ADD(g);
+					else if ((err = addrs_push(&out, sc->target)) < 0)
+						goto out;
+				}
+			}
+			/* A stub: the module's own function it goes to. */
+			const struct hp_plt_target *pt = (f->flags & HP_FN_PLT) ? plt_target(mod, f->addr) : NULL;
+			if (pt && (g = func_holding(mod, pt->target)) >= 0)
+				ADD(g);
+			/* Fragments: a .cold part's candidate main parts, and a
+			 * function's .cold parts, decide links and leaders. */
+			size_t bl = cold_base_len(f->name), len = strlen(f->name);
+			if (bl) {
+				for (size_t i = by_name_prefix(&bn, f->name, bl);
+				     i < mod->nfuncs && !strncmp(mod->funcs[bn.v[i]].name, f->name, bl); i++)
+					if (!mod->funcs[bn.v[i]].name[bl])
+						ADD(bn.v[i]);
+			}
+			if (len + 6 > cap_key) {
+				char *k2 = realloc(key, len + 64);
+				if (!k2) {
+					err = -ENOMEM;
+					goto out;
+				}
+				key = k2;
+				cap_key = len + 64;
+			}
+			memcpy(key, f->name, len);
+			memcpy(key + len, ".cold", 6);
+			for (size_t i = by_name_prefix(&bn, key, len + 5);
+			     i < mod->nfuncs && !strncmp(mod->funcs[bn.v[i]].name, key, len + 5); i++)
+				if (cold_base_len(mod->funcs[bn.v[i]].name) == len)
+					ADD(bn.v[i]);
+		}
+	}
+	/* Into the module's arrays, as the first parse of the whole module. */
+	if ((err = rebuild(mod, &a, 1, in)) < 0)
+		goto out;
+	hp_cfg_arena_free(&a);
+	if ((err = refine(mod, &bn, env, noret, bytes, ctx)) < 0)
+		goto out;
+	/* Keep the requested functions' blocks (facts such as NORETURN and
+	 * the fragment links stay on every function of the set). */
+	for (k = 0; k < mod->nfuncs; k++)
+		if (!keep[k]) {
+			struct hp_function *f = &mod->funcs[k];
+			f->nblocks = f->ncalls = f->nicalls = f->njt = 0;
+		}
+	memset(redo, 0, n);
+	if ((err = rebuild(mod, NULL, 1, redo)) < 0)
+		goto out;
+	addrs_sort(&out);
+	only->outside = out.v;
+	only->noutside = out.n;
+	out.v = NULL;
+out:
+#undef ADD
+	hp_cfg_arena_free(&a);
+	free(in);
+	free(redo);
+	free(next);
+	free(keep);
+	free(bn.v);
+	free(key);
+	free(out.v);
+	return err;
+}
+
 int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env_in, hp_bytes_fn bytes, void *ctx,
-			int threads, const char *only_name)
+			int threads, struct hp_cfg_only *only)
 {
 	struct hp_cfg_env env = env_in ? *env_in : (struct hp_cfg_env){ 0 };
-	struct parse_job j = { mod, &env, bytes, ctx, only_name };
+	struct parse_job j = { mod, &env, bytes, ctx };
 	struct addrs noret = { 0 };
 	size_t c, k;
 	pthread_t *tids = NULL;
@@ -872,6 +1106,10 @@ int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env_in, 
 	addrs_sort(&noret);
 	env.noreturn = noret.v;
 	env.nnoreturn = noret.n;
+	if (only) {
+		err = parse_only(mod, &env, &noret, bytes, ctx, only);
+		goto out;
+	}
 
 	if (threads <= 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -880,8 +1118,6 @@ int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env_in, 
 	j.nchunks = (mod->nfuncs + CHUNK_FUNCS - 1) / CHUNK_FUNCS;
 	if ((size_t)threads > j.nchunks)
 		threads = j.nchunks ? (int)j.nchunks : 1;
-	if (only_name)
-		threads = 1;
 	j.chunks = calloc(j.nchunks ? j.nchunks : 1, sizeof(*j.chunks));
 	tids = calloc(threads, sizeof(*tids));
 	if (!j.chunks || !tids) {
@@ -903,9 +1139,11 @@ int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env_in, 
 	/* Concatenate the chunks in function order. */
 	if ((err = rebuild(mod, j.chunks, CHUNK_FUNCS, NULL)) < 0)
 		goto out;
-	/* A single parsed function cannot prove anything about its callees. */
-	if (!only_name)
-		err = refine(mod, &env, &noret, bytes, ctx);
+	struct by_name bn;
+	if ((err = by_name_build(mod, &bn)) < 0)
+		goto out;
+	err = refine(mod, &bn, &env, &noret, bytes, ctx);
+	free(bn.v);
 out:
 	if (j.chunks)
 		for (c = 0; c < j.nchunks; c++)

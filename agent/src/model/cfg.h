@@ -92,13 +92,29 @@ void hp_cfg_arena_free(struct hp_cfg_arena *a);
  * with *err set (the function is then marked UNREADABLE). */
 typedef const uint8_t *(*hp_bytes_fn)(void *ctx, const struct hp_module *mod, const struct hp_function *f, int *err);
 
-/* Parse the functions of mod (all, or only those named only_name) on
- * threads threads (0 = online CPUs) and fill the module's arrays. Then link
- * .cold fragments to their functions (re-parsing them with the leaders the
- * other fragment jumps to) and find the functions that never return
- * (re-parsing their callers) until nothing changes.
- * Returns 0 or a negative errno. */
+/* Restricting a parse to some functions (the fast path for one function).
+ * Their blocks must be the ones a whole-module parse gives them, so the
+ * parse covers everything those blocks depend on: every function they reach
+ * by direct calls and jumps (whether a callee never returns), transitively,
+ * and the .cold fragments and main parts of each (their links and the
+ * leaders the jumps between them make). Only the requested functions keep
+ * their blocks; the rest of the module stays unparsed. */
+struct hp_cfg_only {
+	const char *name;      /* the functions of this name, if not NULL ... */
+	const uint64_t *addrs; /* ... and those starting at these addresses (sorted) */
+	size_t naddrs;
+	/* Out: the direct call and jump targets of the parsed functions that no
+	 * function of the module holds (sorted, malloc'd; the caller frees). */
+	uint64_t *outside;
+	size_t noutside;
+};
+
+/* Parse the functions of mod (all, or those only names) on threads threads
+ * (0 = online CPUs) and fill the module's arrays. Then link .cold fragments
+ * to their functions (re-parsing them with the leaders the other fragment
+ * jumps to) and find the functions that never return (re-parsing their
+ * callers) until nothing changes. Returns 0 or a negative errno. */
 int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env, hp_bytes_fn bytes, void *ctx, int threads,
-			const char *only_name);
+			struct hp_cfg_only *only);
 
 #endif

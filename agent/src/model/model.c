@@ -172,7 +172,7 @@ int hp_module_normalize(struct hp_model *m, struct hp_module *mod)
 	}
 	mod->nfuncs = n;
 	for (i = 0; i < n; i++) {
-		mod->funcs[i].flags &= ~(HP_FN_BUILD_GLOBAL | HP_FN_BUILD_GENERIC);
+		mod->funcs[i].flags &= ~(HP_FN_BUILD_GLOBAL | HP_FN_BUILD_GENERIC | HP_FN_BUILD_IFUNC);
 		if (i + 1 < n && mod->funcs[i].addr + mod->funcs[i].size > mod->funcs[i + 1].addr)
 			mod->funcs[i].size = mod->funcs[i + 1].addr - mod->funcs[i].addr;
 	}
@@ -473,6 +473,7 @@ void hp_model_free(struct hp_model *m)
 		free(m->mods[i].icall_sites);
 		free(m->mods[i].jtables);
 		free(m->mods[i].jt_targets);
+		free(m->mods[i].plt_targets);
 	}
 	free(m->mods);
 	free(m->index);

@@ -110,6 +110,13 @@ struct hp_module {
 	size_t njtables;
 	uint64_t *jt_targets; /* absolute target of each table entry */
 	size_t njt_targets;
+	/* PLT stubs whose callee the module defines itself (a shared library
+	 * calling its own export): the stub goes there unless another module
+	 * interposes the name. Sorted by stub. */
+	struct hp_plt_target {
+		uint64_t stub, target;
+	} * plt_targets;
+	size_t nplt_targets;
 	char digest[65];   /* hex SHA-256 of the canonical piece, see hp_module_digest */
 	char build_id[65]; /* hex GNU build id of the module's ELF file (vmlinux: the kernel's); "" if none */
 	void *cfi;         /* its call-frame table (target/unwind.h), owned by the target; NULL if none */
@@ -198,11 +205,13 @@ struct hp_name_ent {
 	const char *name;
 	uint32_t mod, fn;
 };
-/* Private flags while building: the symbol is global (preferred among aliases);
- * the symbol is a generic alias (a module's init_module/cleanup_module) that
+/* Private flags while building (hp_module_normalize clears them): the symbol
+ * is global (preferred among aliases); the symbol is a generic alias (a module's init_module/cleanup_module) that
  * any other name at the same address beats. */
 #define HP_FN_BUILD_GLOBAL  (1u << 31)
 #define HP_FN_BUILD_GENERIC (1u << 30)
+/* ... and the symbol is an IFUNC (ELF STT_GNU_IFUNC: its address is the resolver's). */
+#define HP_FN_BUILD_IFUNC   (1u << 29)
 
 struct hp_model *hp_model_new(enum hp_target_kind kind);
 const char *hp_model_strdup(struct hp_model *m, const char *s);

@@ -218,7 +218,9 @@ static int symbols_from(struct hp_model *m, struct hp_module *mod, Elf *elf, Elf
 			if (!name || !*name)
 				continue;
 			r = add_checked(m, mod, sects, nsects, name, sym.st_value, sym.st_size,
-					GELF_ST_BIND(sym.st_info) == STB_GLOBAL ? HP_FN_BUILD_GLOBAL : 0, bias, lo, hi);
+					(GELF_ST_BIND(sym.st_info) == STB_GLOBAL ? HP_FN_BUILD_GLOBAL : 0) |
+						(t == STT_GNU_IFUNC ? HP_FN_BUILD_IFUNC : 0),
+					bias, lo, hi);
 			if (r < 0)
 				return r;
 			added += r;
@@ -264,7 +266,9 @@ static int fde_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, co
 
 struct got_name {
 	uint64_t slot;
-	const char *name;
+	const char *name; /* the relocation's symbol; NULL for an IRELATIVE slot */
+	uint64_t local;   /* where the module defines that function itself (link-time address), 0 if not */
+	uint64_t ifunc;   /* IRELATIVE: the IFUNC resolver the addend names (link-time address) */
 };
 
 static int cmp_got(const void *a, const void *b)
@@ -274,8 +278,10 @@ static int cmp_got(const void *a, const void *b)
 	return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
-/* The GOT slots that relocations bind to named functions (JUMP_SLOT and
- * GLOB_DAT of .rela.plt and .rela.dyn). */
+/* The GOT slots that relocations bind to functions: JUMP_SLOT and GLOB_DAT
+ * of .rela.plt and .rela.dyn name their symbol; IRELATIVE (a library's calls
+ * to its own IFUNCs, e.g. libc's strlen) names the IFUNC's resolver by its
+ * addend. */
 static int got_names(Elf *elf, struct got_name **out, size_t *nout)
 {
 	Elf_Scn *scn = NULL;
@@ -296,24 +302,36 @@ static int got_names(Elf *elf, struct got_name **out, size_t *nout)
 		for (size_t i = 0; i < d->d_size / sh.sh_entsize; i++) {
 			GElf_Rela r;
 			GElf_Sym sym;
-			const char *name;
+			struct got_name g = { 0 };
 			int t;
 
 			if (!gelf_getrela(d, i, &r))
 				continue;
 			t = GELF_R_TYPE(r.r_info);
-			if ((t != R_X86_64_JUMP_SLOT && t != R_X86_64_GLOB_DAT) ||
-			    !gelf_getsym(symd, GELF_R_SYM(r.r_info), &sym))
+			g.slot = r.r_offset;
+			if (t == R_X86_64_IRELATIVE) {
+				if (r.r_addend <= 0)
+					continue;
+				g.ifunc = (uint64_t)r.r_addend;
+			} else if (t == R_X86_64_JUMP_SLOT || t == R_X86_64_GLOB_DAT) {
+				if (!gelf_getsym(symd, GELF_R_SYM(r.r_info), &sym) ||
+				    !(g.name = elf_strptr(elf, symsh.sh_link, sym.st_name)) || !*g.name)
+					continue;
+				/* Defined here as a plain function (an IFUNC's value is
+				 * its resolver, not what a call runs). */
+				if (GELF_ST_TYPE(sym.st_info) == STT_FUNC && sym.st_shndx != SHN_UNDEF &&
+				    sym.st_shndx < SHN_LORESERVE)
+					g.local = sym.st_value;
+			} else {
 				continue;
-			if (!(name = elf_strptr(elf, symsh.sh_link, sym.st_name)) || !*name)
-				continue;
+			}
 			struct got_name *nv = realloc(v, (n + 1) * sizeof(*v));
 			if (!nv) {
 				free(v);
 				return -ENOMEM;
 			}
 			v = nv;
-			v[n++] = (struct got_name){ r.r_offset, name };
+			v[n++] = g;
 		}
 	}
 	if (n)
@@ -323,8 +341,47 @@ static int got_names(Elf *elf, struct got_name **out, size_t *nout)
 	return 0;
 }
 
+/* The name of the IFUNC symbol whose resolver is at addr (the global one
+ * among aliases, then the longer, then the first by name); NULL if none. */
+static const char *ifunc_at(const struct hp_module *mod, uint64_t addr)
+{
+	const struct hp_function *best = NULL;
+
+	for (size_t k = 0; k < mod->nfuncs; k++) {
+		const struct hp_function *f = &mod->funcs[k];
+		if (f->addr != addr || !(f->flags & HP_FN_BUILD_IFUNC))
+			continue;
+		if (!best || (f->flags & HP_FN_BUILD_GLOBAL) > (best->flags & HP_FN_BUILD_GLOBAL) ||
+		    ((f->flags & HP_FN_BUILD_GLOBAL) == (best->flags & HP_FN_BUILD_GLOBAL) &&
+		     (f->size > best->size || (f->size == best->size && strcmp(f->name, best->name) < 0))))
+			best = f;
+	}
+	return best ? best->name : NULL;
+}
+
+static int cmp_plt_target(const void *a, const void *b)
+{
+	const struct hp_plt_target *x = a, *y = b;
+
+	return x->stub < y->stub ? -1 : x->stub > y->stub;
+}
+
+static int add_plt_target(struct hp_module *mod, uint64_t stub, uint64_t target)
+{
+	struct hp_plt_target *v = realloc(mod->plt_targets, (mod->nplt_targets + 1) * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	mod->plt_targets = v;
+	v[mod->nplt_targets++] = (struct hp_plt_target){ stub, target };
+	qsort(v, mod->nplt_targets, sizeof(*v), cmp_plt_target);
+	return 0;
+}
+
 /* PLT stubs as functions named "callee@plt": each entry of .plt, .plt.sec
- * and .plt.got that jumps through a GOT slot a relocation names. */
+ * and .plt.got that jumps through a GOT slot a relocation names (an
+ * IRELATIVE slot by the IFUNC its resolver belongs to). A stub whose callee
+ * the module defines itself is recorded in mod->plt_targets. */
 static int plt_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, const struct exec_sect *sects,
 			 size_t nsects, uint64_t bias, uint64_t lo, uint64_t hi)
 {
@@ -353,20 +410,26 @@ static int plt_functions(struct hp_model *m, struct hp_module *mod, Elf *elf, co
 				if (hp_isa_decode_detail(s->data + off + p, esz - p, s->addr + off + p, &d) < 0)
 					break;
 				if (d.mnem == HP_MN_JMP && d.has_rip_ref) {
-					struct got_name key = { d.rip_target, NULL }, *hit;
+					struct got_name key = { .slot = d.rip_target }, *hit;
+					const char *callee;
 					hit = bsearch(&key, gn, ngn, sizeof(*gn), cmp_got);
-					if (hit) {
+					callee = !hit ? NULL : hit->name ? hit->name : ifunc_at(mod, hit->ifunc + bias);
+					if (callee) {
 						char name[512];
-						snprintf(name, sizeof(name), "%s@plt", hit->name);
+						snprintf(name, sizeof(name), "%s@plt", callee);
 						r = add_checked(m, mod, sects, nsects, name, s->addr + off, esz, 0,
 								bias, lo, hi);
+						if (r > 0) {
+							mod->funcs[mod->nfuncs - 1].flags |= HP_FN_PLT;
+							added++;
+							if (hit->local)
+								r = add_plt_target(mod, s->addr + off + bias,
+										   hit->local + bias);
+						}
 						if (r < 0) {
 							free(gn);
 							return r;
 						}
-						if (r > 0)
-							mod->funcs[mod->nfuncs - 1].flags |= HP_FN_PLT;
-						added += r;
 					}
 					break;
 				}
@@ -549,7 +612,10 @@ int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_
 			only = f->name;
 	}
 	struct hp_cfg_env env = hp_elf_cfg_env(elf_data, ep);
-	if ((r = hp_cfg_parse_module(mod, &env, elf_bytes, ep, o->threads, only)) < 0) {
+	struct hp_cfg_only one = { .name = only };
+	r = hp_cfg_parse_module(mod, &env, elf_bytes, ep, o->threads, only ? &one : NULL);
+	free(one.outside);
+	if (r < 0) {
 		snprintf(err, errlen, "parsing %s: %s", path, strerror(-r));
 		goto fail;
 	}

@@ -512,27 +512,15 @@ static int open_bpf(struct kpriv *kp, char *err, size_t errlen)
 }
 
 /* Copy [lo, hi) into one buffer chunk by chunk; where a chunk fails (a hole
- * in the text), fall back to reading its functions one at a time. */
-static int read_text(struct kpriv *kp, struct hp_module *mod, struct ktext_copy *c, const char *only)
+ * in the text), fall back to reading its functions one at a time. The
+ * whole text even for one function: its parse reaches its callees. */
+static int read_text(struct kpriv *kp, struct hp_module *mod, struct ktext_copy *c)
 {
 	size_t span = c->hi - c->lo, off, k;
 
 	c->buf = malloc(span ? span : 1);
 	if (!c->buf)
 		return -ENOMEM;
-	if (only) {
-		for (k = 0; k < mod->nfuncs; k++) {
-			struct hp_function *f = &mod->funcs[k];
-			if (strcmp(f->name, only))
-				continue;
-			int r = kernel_read_raw(kp, f->addr, c->buf + (f->addr - c->lo), f->size);
-			if (r < 0) {
-				f->flags |= HP_FN_UNREADABLE;
-				f->read_errno = -r;
-			}
-		}
-		return 0;
-	}
 	for (off = 0; off < span; off += KTEXT_CHUNK) {
 		size_t n = span - off > KTEXT_CHUNK ? KTEXT_CHUNK : span - off;
 		int r = bpf_read_chunk(kp, c->lo + off, c->buf + off, n);
@@ -566,17 +554,41 @@ static const uint8_t *kernel_bytes(void *ctx, const struct hp_module *mod, const
 
 /* A module's memory is zeroed by the loader: the zeros after a section's last
  * function are not code. Only functions whose bytes were read are trimmed. */
-static void trim_module_fill(struct hp_module *mod, const struct ktext_copy *c, const char *only)
+static void trim_module_fill(struct hp_module *mod, const struct ktext_copy *c)
 {
 	for (size_t k = 0; k < mod->nfuncs; k++) {
 		struct hp_function *f = &mod->funcs[k];
 
-		if ((only && strcmp(f->name, only)) || (f->flags & HP_FN_UNREADABLE) || f->addr < c->lo ||
-		    f->addr + f->size > c->hi)
+		if ((f->flags & HP_FN_UNREADABLE) || f->addr < c->lo || f->addr + f->size > c->hi)
 			continue;
 		f->size = hp_ktext_trim_fill(c->buf + (f->addr - c->lo), f->size, f->addr,
 					     f->flags & HP_FN_SIZE_ESTIMATED);
 	}
+}
+
+/* Does mod have a function named name? */
+static bool module_has(const struct hp_module *mod, const char *name)
+{
+	for (size_t k = 0; k < mod->nfuncs; k++)
+		if (!strcmp(mod->funcs[k].name, name))
+			return true;
+	return false;
+}
+
+/* Read module i's text into its copy (modules lose the loader's fill). */
+static int module_text(struct kpriv *kp, struct hp_model *m, size_t i)
+{
+	struct hp_module *mod = &m->mods[i];
+	struct ktext_copy *c = &kp->copies[i];
+	int r;
+
+	c->lo = mod->funcs[0].addr < mod->base ? mod->funcs[0].addr : mod->base;
+	c->hi = mod->funcs[mod->nfuncs - 1].addr + mod->funcs[mod->nfuncs - 1].size;
+	if ((r = read_text(kp, mod, c)) < 0)
+		return r;
+	if (i > 0)
+		trim_module_fill(mod, c);
+	return 0;
 }
 
 int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen)
@@ -587,6 +599,8 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	struct kpriv *kp;
 	struct utsname un;
 	const char *only = NULL;
+	uint64_t *vm_noret = NULL, *seeds = NULL;
+	size_t nvm_noret = 0, nseeds = 0;
 	double t0 = hp_now();
 	size_t i;
 	int r;
@@ -692,23 +706,53 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 				  .nwarn_traps = kp->facts.nwarn_traps,
 				  .traps_known = kp->facts.nbug_entries > 0,
 				  .hlt_continues = true };
-	uint64_t *vm_noret = NULL;
-	size_t nvm_noret = 0;
+	/* One function of a module: whether the vmlinux functions its parse
+	 * reaches return decides its blocks, so they join vmlinux's parse. */
+	for (i = 1; only && i < m->nmods; i++) {
+		struct hp_module *mod = &m->mods[i];
+		struct hp_cfg_env menv = env;
+		struct hp_cfg_only one = { .name = only };
+
+		if (!module_has(mod, only))
+			continue;
+		if ((r = module_text(kp, m, i)) < 0) {
+			snprintf(err, errlen, "out of memory for a copy of %s text", mod->name);
+			goto fail;
+		}
+		menv.traps_known = false;
+		if ((r = hp_cfg_parse_module(mod, &menv, kernel_bytes, &kp->copies[i], 1, &one)) < 0) {
+			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
+			goto fail;
+		}
+		uint64_t *v = realloc(seeds, (nseeds + one.noutside + 1) * sizeof(*v));
+		if (!v) {
+			free(one.outside);
+			r = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		seeds = v;
+		if (one.noutside)
+			memcpy(seeds + nseeds, one.outside, one.noutside * sizeof(*seeds));
+		nseeds += one.noutside;
+		free(one.outside);
+	}
+	if (nseeds)
+		qsort(seeds, nseeds, sizeof(*seeds), cmp_u64);
 	for (i = 0; i < m->nmods; i++) {
 		struct hp_module *mod = &m->mods[i];
 		struct ktext_copy *c = &kp->copies[i];
+		struct hp_cfg_only one = { .name = only,
+					   .addrs = i == 0 ? seeds : NULL,
+					   .naddrs = i == 0 ? nseeds : 0 };
 
-		if (!mod->nfuncs)
+		if (!mod->nfuncs || (only && i > 0 && !module_has(mod, only)))
 			continue;
-		c->lo = mod->funcs[0].addr < mod->base ? mod->funcs[0].addr : mod->base;
-		c->hi = mod->funcs[mod->nfuncs - 1].addr + mod->funcs[mod->nfuncs - 1].size;
-		if ((r = read_text(kp, mod, c, only)) < 0) {
+		if (!c->buf && (r = module_text(kp, m, i)) < 0) {
 			snprintf(err, errlen, "out of memory for a copy of %s text", mod->name);
 			goto fail;
 		}
 		PHASE("read text");
-		if (i > 0)
-			trim_module_fill(mod, c, only);
 		/* Jump labels: one canonical form whatever the keys' state
 		 * (modules' own jump tables are not read). */
 		if (i == 0 && kp->nbranches) {
@@ -721,7 +765,7 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			}
 			kf->nstatic_branches = hp_static_branch_canonicalize(c->buf, c->lo, c->hi - c->lo, kp->branches,
 									     kp->nbranches, kf->static_branches, &st);
-			kf->static_branch_foreign = only ? 0 : st.foreign;
+			kf->static_branch_foreign = st.foreign;
 			env.static_branches = kf->static_branches;
 			env.nstatic_branches = kf->nstatic_branches;
 		}
@@ -736,19 +780,19 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			}
 			kf->nstatic_calls = hp_static_call_canonicalize(c->buf, c->lo, c->hi - c->lo, kp->calls,
 									kp->ncalls, kf->static_calls, &st);
-			kf->static_call_foreign = only ? 0 : st.foreign;
+			kf->static_call_foreign = st.foreign;
 			env.static_calls = kf->static_calls;
 			env.nstatic_calls = kf->nstatic_calls;
 		}
 		if (i == 0)
 			PHASE("static");
-		r = hp_cfg_parse_module(mod, &env, kernel_bytes, c, o->threads, only);
+		r = hp_cfg_parse_module(mod, &env, kernel_bytes, c, o->threads, only ? &one : NULL);
+		free(one.outside);
 		PHASE("decode");
 		free(c->buf);
 		c->buf = NULL;
 		if (r < 0) {
 			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
-			free(vm_noret);
 			goto fail;
 		}
 		if (i == 0 && !vm_noret) {
@@ -762,7 +806,10 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			env.traps_known = false;
 		}
 	}
+	free(seeds);
+	seeds = NULL;
 	free(vm_noret);
+	vm_noret = NULL;
 	m->parse_seconds = hp_now() - t0;
 	if (!o->quiet) {
 		struct hp_model_stats st;
@@ -775,6 +822,8 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	*out = m;
 	m = NULL;
 fail:
+	free(seeds);
+	free(vm_noret);
 	hp_kallsyms_free(&ks);
 	hp_model_free(m);
 	return r;

@@ -345,7 +345,9 @@ int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **o
 		}
 		struct pid_bytes_ctx c = { pp, first, cnt };
 		struct hp_cfg_env env = hp_elf_cfg_env(pid_data, m);
-		r = hp_cfg_parse_module(mod, &env, pid_bytes, &c, o->threads, only);
+		struct hp_cfg_only one = { .name = only };
+		r = hp_cfg_parse_module(mod, &env, pid_bytes, &c, o->threads, only ? &one : NULL);
+		free(one.outside);
 		for (size_t k = first; k < first + cnt; k++) {
 			free(pp->maps[k].bytes);
 			pp->maps[k].bytes = NULL;

@@ -63,6 +63,24 @@ t_kernel_inspect_text() {
 }
 check kernel_inspect_text t_kernel_inspect_text
 
+t_kernel_name_and_address_agree() {
+	# One model, one answer: a .cold part of this kernel (its blocks start
+	# where its main part jumps in) inspected by name and by address.
+	local name addr
+	name=$(awk '$2 ~ /^[tT]$/ && $3 ~ /\.cold$/ {print $3}' /proc/kallsyms | sort | uniq -u | head -1)
+	[ -n "$name" ] || { echo "no .cold function in /proc/kallsyms"; return 1; }
+	"$HP" inspect kernel "$name" --json >"$TMP/by_name.json" || return 1
+	addr=$(python3 -c 'import json,sys; print(hex(json.load(sys.stdin)["function"]["address"]))' <"$TMP/by_name.json")
+	"$HP" inspect kernel "$addr" --json >"$TMP/by_addr.json" || return 1
+	python3 - "$TMP/by_name.json" "$TMP/by_addr.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["function"]["cold_part_of"], ("not linked to its main part", a["function"])
+assert a == b, "by name and by address differ"
+PY
+}
+check kernel_inspect_name_and_address_agree t_kernel_name_and_address_agree
+
 t_unknown_function() {
 	local out rc
 	out=$("$HP" inspect kernel no_such_function_xyz 2>&1)

@@ -120,6 +120,78 @@ static void t_plt_callees_are_named(void)
 	hp_model_free(m);
 }
 
+/* A shared library calling its own export that never returns goes through
+ * its own PLT: the stub never returns either, so the call ends its block;
+ * the whole model and a parse of the caller alone agree. */
+static void t_plt_calls_to_own_noreturn_export_end_blocks(void)
+{
+	const char *p = tu_compile("noret_lib.c", "libnoret.so", "-O2 -fPIC -shared");
+
+	REQUIRE(p, "gcc failed");
+	for (int only = 0; only < 2; only++) {
+		struct hp_open_opts o = { .quiet = true, .only_function = only ? "nl_check" : NULL };
+		struct hp_model *m = NULL;
+		const struct hp_module *mod;
+		const struct hp_function *check, *stub, *fatal;
+		const struct hp_block *b;
+		char err[256];
+
+		REQUIRE(hp_model_open_elf(p, &o, &m, err, sizeof(err)) == 0, "open: %s", err);
+		check = hp_model_find(m, "nl_check", &mod, NULL);
+		stub = hp_model_find(m, "nl_fatal@plt", NULL, NULL);
+		fatal = hp_model_find(m, "nl_fatal", NULL, NULL);
+		REQUIRE(check && stub && fatal, "nl_check, nl_fatal@plt or nl_fatal not found");
+		EXPECT((stub->flags & HP_FN_PLT) && (stub->flags & HP_FN_NORETURN) && (fatal->flags & HP_FN_NORETURN) &&
+			       !(fatal->flags & HP_FN_NORETURN_NAMED),
+		       "%s: nl_fatal (0x%x) and its stub (0x%x) not proven to never return", only ? "by name" : "whole",
+		       fatal->flags, stub->flags);
+		b = call_block(m, mod, check, "nl_fatal@plt");
+		REQUIRE(b, "nl_check's call to nl_fatal@plt not found");
+		EXPECT(b->nsucc == 0, "%s: the block calling nl_fatal@plt has %u successors, want none",
+		       only ? "by name" : "whole", b->nsucc);
+		EXPECT(!check_function_cfg(mod, check), "%s", check_function_cfg(mod, check));
+		hp_model_free(m);
+	}
+}
+
+/* The C library this test runs on, from its own mappings. */
+static bool mapped_libc(char *path, size_t len)
+{
+	FILE *fp = fopen("/proc/self/maps", "r");
+	char line[640];
+	bool found = false;
+
+	while (fp && !found && fgets(line, sizeof(line), fp)) {
+		char *s = strchr(line, '/');
+		if (s && strstr(s, "/libc.so.6")) {
+			s[strcspn(s, "\n")] = '\0';
+			snprintf(path, len, "%s", s);
+			found = true;
+		}
+	}
+	if (fp)
+		fclose(fp);
+	return found;
+}
+
+/* libc calls its own IFUNCs through PLT slots with IRELATIVE relocations
+ * (the resolver's address as addend): each stub is named after the IFUNC. */
+static void t_ifunc_plt_slots_are_named(void)
+{
+	static const char *const stubs[] = { "strlen@plt", "strchr@plt", "strcmp@plt", "memchr@plt" };
+	struct hp_open_opts o = { .quiet = true };
+	struct hp_model *m = NULL;
+	char libc[512], err[256];
+
+	REQUIRE(mapped_libc(libc, sizeof(libc)), "libc.so.6 is not in /proc/self/maps");
+	REQUIRE(hp_model_open_elf(libc, &o, &m, err, sizeof(err)) == 0, "open %s: %s", libc, err);
+	for (size_t i = 0; i < sizeof(stubs) / sizeof(stubs[0]); i++) {
+		const struct hp_function *f = hp_model_find(m, stubs[i], NULL, NULL);
+		EXPECT(f && (f->flags & HP_FN_PLT) && f->size <= 16, "%s: %s is not a named PLT stub", libc, stubs[i]);
+	}
+	hp_model_free(m);
+}
+
 static void t_kernel_warn_continues_bug_ends(void)
 {
 	struct hp_open_opts o = { .quiet = true };
@@ -160,6 +232,8 @@ int main(void)
 	RUN(t_noreturn_calls_end_blocks);
 	RUN(t_cold_fragments_are_linked);
 	RUN(t_plt_callees_are_named);
+	RUN(t_plt_calls_to_own_noreturn_export_end_blocks);
+	RUN(t_ifunc_plt_slots_are_named);
 	RUN(t_kernel_warn_continues_bug_ends);
 	tu_cleanup();
 	TEST_EXIT();

@@ -12,6 +12,7 @@ start-up, exactly as in production."""
 import ctypes
 import errno
 import itertools
+import json
 import os
 import pathlib
 import platform
@@ -352,6 +353,17 @@ def test_backend_recomputes_the_agents_catalog_digest(agent):
         check_function(f, i)
     functions[len(functions) // 2].blocks[0].size += 1
     assert piece_digest(build, "vmlinux", core_base, functions) != agent.vmlinux.digest
+
+
+def test_parse_json_prints_the_catalog_digest_the_upload_uses(agent, hotpathd):
+    """`hotpathd parse kernel --json` prints each module's catalog digest: the one the agent announced
+    in Hello and sent with the catalog chunks, which the backend recomputed from them above."""
+    out = subprocess.run([str(hotpathd), "parse", "kernel", "--json"], capture_output=True, text=True, timeout=300,
+                         check=True)
+    parsed = json.loads(out.stdout)
+    assert [m["name"] for m in parsed["modules"]] == [m.name for m in agent.hello.modules]
+    for printed, announced in zip(parsed["modules"], agent.hello.modules, strict=True):
+        assert printed["digest"] == announced.digest, printed["name"]
 
 
 def test_metric_batches_arrive_every_interval(agent):

@@ -233,6 +233,134 @@ static void t_only_function_matches_full_parse(void)
 	hp_model_free(one);
 }
 
+/* "" when f (of model a) and g (of model b) are the same function with the
+ * same facts and blocks; else what differs. */
+static const char *same_function(const struct hp_model *ma, const struct hp_module *a, const struct hp_function *f,
+				 const struct hp_model *mb, const struct hp_module *b, const struct hp_function *g)
+{
+	static char why[512];
+	const uint32_t facts = HP_FN_UNDECODABLE | HP_FN_NORETURN | HP_FN_NORETURN_NAMED | HP_FN_COLD_PART |
+			       HP_FN_UNRESOLVED_JUMP | HP_FN_STATIC_BRANCH | HP_FN_STATIC_CALL;
+	const char *fp = f->parent ? a->funcs[f->parent - 1].name : "",
+		   *gp = g->parent ? b->funcs[g->parent - 1].name : "";
+	const char *fc = f->cold ? a->funcs[f->cold - 1].name : "", *gc = g->cold ? b->funcs[g->cold - 1].name : "";
+
+#define DIFF(...) return snprintf(why, sizeof(why), __VA_ARGS__), why
+	if (f->addr != g->addr || f->size != g->size)
+		DIFF("extent %u bytes vs %u", f->size, g->size);
+	if ((f->flags & facts) != (g->flags & facts))
+		DIFF("flags 0x%x vs 0x%x", f->flags & facts, g->flags & facts);
+	if (strcmp(fp, gp) || strcmp(fc, gc))
+		DIFF("fragment links (part of '%s', cold '%s') vs ('%s', '%s')", fp, fc, gp, gc);
+	if (f->nblocks != g->nblocks || f->ncalls != g->ncalls || f->nicalls != g->nicalls)
+		DIFF("%u blocks, %u calls, %u indirect calls vs %u, %u, %u", f->nblocks, f->ncalls, f->nicalls,
+		     g->nblocks, g->ncalls, g->nicalls);
+	for (uint32_t i = 0; i < f->nblocks; i++) {
+		const struct hp_block *x = &a->blocks[f->block_start + i], *y = &b->blocks[g->block_start + i];
+		if (x->offset != y->offset || x->size != y->size || x->ninsn != y->ninsn || x->nsucc != y->nsucc)
+			DIFF("block %u: +0x%x size %u, %u successors vs +0x%x size %u, %u successors", i, x->offset,
+			     x->size, x->nsucc, y->offset, y->size, y->nsucc);
+		for (uint32_t k = 0; k < x->nsucc; k++)
+			if (a->succs[x->succ_start + k].kind != b->succs[y->succ_start + k].kind ||
+			    a->succs[x->succ_start + k].target != b->succs[y->succ_start + k].target)
+				DIFF("block +0x%x: successor %u differs", x->offset, k);
+	}
+	for (uint32_t i = 0; i < f->ncalls; i++) {
+		const struct hp_call *x = &a->calls[f->call_start + i], *y = &b->calls[g->call_start + i];
+		const struct hp_function *cx = hp_model_lookup(ma, x->target, NULL),
+					 *cy = hp_model_lookup(mb, y->target, NULL);
+		if (x->site != y->site || x->target != y->target)
+			DIFF("call %u differs", i);
+		if (!!(cx && (cx->flags & HP_FN_NORETURN)) != !!(cy && (cy->flags & HP_FN_NORETURN)))
+			DIFF("callee %s never returns in one model only", cx ? cx->name : "?");
+	}
+	for (uint32_t i = 0; i < f->nicalls; i++)
+		if (a->icall_sites[f->icall_start + i] != b->icall_sites[g->icall_start + i])
+			DIFF("indirect call site %u differs", i);
+#undef DIFF
+	return "";
+}
+
+/* Does f call a function the model proved (not named) never returns? */
+static bool calls_proven_noreturn(const struct hp_module *mod, const struct hp_function *f)
+{
+	for (uint32_t c = 0; c < f->ncalls; c++) {
+		const struct hp_function *g = hp_model_lookup(km, mod->calls[f->call_start + c].target, NULL);
+		if (g && g->addr == mod->calls[f->call_start + c].target && (g->flags & HP_FN_NORETURN) &&
+		    !(g->flags & HP_FN_NORETURN_NAMED))
+			return true;
+	}
+	return false;
+}
+
+/* One model, one answer: a function opened by name (the fast path) has the
+ * blocks, successors, callees that never return and .cold links of the
+ * whole-kernel model. The sample is the kind the fast path used to get
+ * wrong: .cold parts (their blocks start where the main part jumps in),
+ * main parts with a .cold part, callers of functions proven (not named) to
+ * never return, and proven functions themselves, plus vfs_read. */
+static void t_name_entry_matches_full_model(void)
+{
+	static const char *const named[] = { "x2apic_cluster_probe.cold", "__btrfs_check_leaf", "pnp_start_dev",
+					     "vfs_read" };
+	const char *pick[24];
+	int npick = 0, ncold = 0, nmain = 0, ncaller = 0, nproven = 0, checked = 0;
+	const struct hp_module *vm;
+
+	REQUIRE(km, "no model");
+	vm = &km->mods[0];
+	for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
+		if (hp_model_find(km, named[i], NULL, NULL))
+			pick[npick++] = named[i];
+	/* 3 of each kind; the many fragments spread over the text (every 7th). */
+	int seen[4] = { 0 };
+	static const int stride[4] = { 7, 7, 1, 1 };
+	for (size_t k = 0; k < vm->nfuncs && npick < 20; k++) {
+		const struct hp_function *f = &vm->funcs[k];
+		int kind = (f->flags & HP_FN_COLD_PART)                                        ? 0 :
+			   f->cold                                                             ? 1 :
+			   calls_proven_noreturn(vm, f)                                        ? 2 :
+			   ((f->flags & HP_FN_NORETURN) && !(f->flags & HP_FN_NORETURN_NAMED)) ? 3 :
+												 -1;
+		int *have = kind == 0 ? &ncold : kind == 1 ? &nmain : kind == 2 ? &ncaller : &nproven;
+		bool dup = false;
+
+		if (kind < 0 || *have >= 3 || seen[kind]++ % stride[kind] || f->nblocks == 0)
+			continue;
+		if (hp_model_find_all(km, f->name, NULL, 0) != 1)
+			continue; /* the name alone would be ambiguous */
+		for (int p = 0; p < npick; p++)
+			dup |= !strcmp(pick[p], f->name);
+		if (dup)
+			continue;
+		pick[npick++] = f->name;
+		(*have)++;
+	}
+	EXPECT(ncold == 3 && nmain == 3 && ncaller == 3 && nproven == 3,
+	       "sample: %d .cold parts, %d main parts, %d callers of proven noreturn functions, %d proven", ncold,
+	       nmain, ncaller, nproven);
+	for (int p = 0; p < npick; p++) {
+		struct hp_open_opts o = { .quiet = true, .only_function = pick[p] };
+		struct hp_model *one = NULL;
+		const struct hp_module *m1, *m2;
+		const struct hp_function *f1, *f2;
+		char err[512];
+
+		REQUIRE(hp_model_open_kernel(&o, &one, err, sizeof(err)) == 0, "open only %s: %s", pick[p], err);
+		f1 = hp_model_find(km, pick[p], &m1, NULL);
+		f2 = hp_model_find(one, pick[p], &m2, NULL);
+		if (!f1 || !f2) {
+			EXPECT(0, "%s missing from one of the models", pick[p]);
+		} else {
+			const char *why = same_function(km, m1, f1, one, m2, f2);
+			EXPECT(!*why, "%s: by name it differs from the whole model: %s", pick[p], why);
+			checked++;
+		}
+		hp_model_free(one);
+	}
+	EXPECT(checked >= 12, "only %d functions compared", checked);
+}
+
 static void t_successor_kinds_present(void)
 {
 	size_t counts[6] = { 0 };
@@ -376,6 +504,7 @@ int main(void)
 	RUN(t_vfs_read_calls_symbolized);
 	RUN(t_vfs_read_disassembles);
 	RUN(t_only_function_matches_full_parse);
+	RUN(t_name_entry_matches_full_model);
 	RUN(t_successor_kinds_present);
 	RUN(t_kernel_functions_match_objdump);
 	RUN(t_concurrent_readers);
