@@ -306,6 +306,26 @@ async def cached_instructions(session: AsyncSession, digest: str, index: int) ->
                                   {"d": digest, "i": index})).scalar_one_or_none()
 
 
+# Mechanisms that put a breakpoint into the code they count: a uprobe (or uretprobe: both trap at the
+# function's entry) writes int3 into a process's text, a kprobe into the kernel's.
+_PROBE_MECHANISMS = ("uprobe", "uprobe_multi", "uretprobe", "uretprobe_multi", "kprobe", "kretprobe")
+
+
+async def probe_offsets(session: AsyncSession, host_id: str, target: str, digest: str, index: int) -> list[int]:
+    """Where a probe sits in a function now: the offsets (from its start) of the entries and block starts
+    its host's armed or running measurements of this target count with a breakpoint mechanism. Live state,
+    never cached with the instructions (a probe is not the program's code)."""
+    rows = await session.execute(text("""
+        SELECT DISTINCT CASE WHEN r.kind = 'block' THEN r.block_offset ELSE 0 END
+        FROM measurement_resources r JOIN measurements m ON m.id = r.measurement_id
+        WHERE m.host_id = :h AND m.target_id = :t AND m.state IN ('armed', 'running')
+          AND r.digest = :d AND r.function_index = :i
+          AND EXISTS (SELECT 1 FROM jsonb_each(r.metrics) e, unnest(string_to_array(e.value->>'mechanism', '+')) mech
+                      WHERE (e.value->>'available')::boolean AND mech = ANY(:mechs))"""),
+        {"h": host_id, "t": target, "d": digest, "i": index, "mechs": list(_PROBE_MECHANISMS)})
+    return sorted(int(r[0]) for r in rows if r[0] is not None)
+
+
 async def count_users(session: AsyncSession) -> int:
     return (await session.execute(select(func.count()).select_from(User))).scalar_one()
 

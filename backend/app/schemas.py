@@ -414,6 +414,8 @@ class InstructionPublic(BaseModel):
     length: int
     bytes: str
     text: str
+    probe: bool = Field(description="A running measurement's probe sits on this instruction (the bytes shown "
+                                    "are the program's own, not the probe's int3)")
 
 
 class InstructionsPublic(BaseModel):
@@ -422,6 +424,8 @@ class InstructionsPublic(BaseModel):
     address_hex: str
     cached: bool
     instructions: list[InstructionPublic]
+    probes: list[int] = Field(description="Offsets where the host's armed or running measurements of this "
+                                          "target have a probe in the function now")
 
 
 class BlockSamplesPublic(BaseModel):

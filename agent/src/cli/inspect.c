@@ -40,7 +40,13 @@ static const char inspect_usage[] =
 	"              \"blocks\": [{start, size, instructions, successors:\n"
 	"              [{kind, target, target_name}]}], \"callees\": [{site, target, name,\n"
 	"              noreturn}],\n"
-	"              \"indirect_call_sites\": [...]}; addresses are integers\n"
+	"              \"indirect_call_sites\": [...], \"probes\": [...]}; addresses are\n"
+	"              integers; an instruction with a probe on it has \"probe\": true\n"
+	"\n"
+	"A process's code is shown as the program has it: where a probe sits (a\n"
+	"uprobe of a running measurement, or another tool's breakpoint: an int3 the\n"
+	"kernel wrote into the process's text), the listing shows the program's own\n"
+	"instruction, marked [probe].\n"
 	"\n"
 	"successor kinds: fallthrough, taken, tail_call, indirect, return\n"
 	"exit status: 0 ok, 1 error (e.g. missing permission, bad file), 2 usage,\n"
@@ -189,8 +195,16 @@ static bool succ_abs(const struct hp_function *f, const struct hp_succ *s, uint6
 	return false;
 }
 
+static bool has_probe(const uint64_t *probes, int nprobes, uint64_t a)
+{
+	for (int i = 0; i < nprobes; i++)
+		if (probes[i] == a)
+			return true;
+	return false;
+}
+
 static void print_function(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
-			   const struct hp_insn *insns, int ninsn, bool as_json)
+			   const struct hp_insn *insns, int ninsn, const uint64_t *probes, int nprobes, bool as_json)
 {
 	struct json j;
 	char name[256];
@@ -276,9 +290,12 @@ static void print_function(struct hp_model *m, const struct hp_module *mod, cons
 				json_ku64(&j, "length", insns[ii].len);
 				json_kstr(&j, "bytes", hex);
 				json_kstr(&j, "text", insns[ii].text);
+				json_key(&j, "probe");
+				json_bool(&j, has_probe(probes, nprobes, insns[ii].addr));
 				json_obj_end(&j);
 			} else {
-				printf("    0x%" PRIx64 "  %-30s %s\n", insns[ii].addr, hex, insns[ii].text);
+				printf("    0x%" PRIx64 "  %-30s %s%s\n", insns[ii].addr, hex, insns[ii].text,
+				       has_probe(probes, nprobes, insns[ii].addr) ? "  [probe]" : "");
 			}
 		}
 		if (as_json) {
@@ -348,6 +365,19 @@ static void print_function(struct hp_model *m, const struct hp_module *mod, cons
 	}
 	if (as_json) {
 		json_arr_end(&j);
+		json_key(&j, "probes");
+		json_arr_begin(&j);
+	} else if (nprobes) {
+		printf("probes (breakpoints in the process's memory, shown above as the program's own bytes):\n");
+	}
+	for (int k2 = 0; k2 < nprobes; k2++) {
+		if (as_json)
+			json_u64(&j, probes[k2]);
+		else
+			printf("  0x%" PRIx64 "\n", probes[k2]);
+	}
+	if (as_json) {
+		json_arr_end(&j);
 		json_obj_end(&j);
 	}
 }
@@ -361,10 +391,11 @@ int cmd_inspect(int argc, char **argv)
 	const struct hp_module *mod = NULL;
 	const struct hp_function *f = NULL;
 	struct hp_insn *insns = NULL;
+	uint64_t *probes = NULL;
 	char err[512] = "", where[300];
 	uint64_t addr;
 	size_t nhits = 0, i;
-	int r, n, rc = HP_EXIT_ERROR;
+	int r, n, nprobes = 0, rc = HP_EXIT_ERROR;
 
 	for (i = 1; i < (size_t)argc; i++)
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -417,9 +448,16 @@ int cmd_inspect(int argc, char **argv)
 		fprintf(stderr, "hotpathd: %s\n", err);
 		goto out;
 	}
-	print_function(m, mod, f, insns, n, t.json);
+	probes = f->size ? malloc(f->size * sizeof(*probes)) : NULL;
+	nprobes = probes ? hp_model_probe_sites(m, f->addr, f->size, probes, f->size) : 0;
+	if (nprobes < 0) {
+		fprintf(stderr, "hotpathd: cannot read %s: %s\n", f->name, strerror(-nprobes));
+		goto out;
+	}
+	print_function(m, mod, f, insns, n, probes, nprobes, t.json);
 	rc = HP_EXIT_OK;
 out:
+	free(probes);
 	free(insns);
 	hp_model_free(m);
 	return rc;

@@ -926,6 +926,81 @@ void hp_measurements_stop_target(struct agent *ag, const char *target_id, const 
 	pthread_mutex_unlock(&ms->lock);
 }
 
+int hp_measurements_rearm(struct agent *ag, const char *target_id)
+{
+	struct hp_measurements *ms = &ag->measurements;
+	static char ids[HP_MEASUREMENTS_MAX][HP_MEASUREMENT_ID_MAX + 1];
+	static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER; /* ids is shared: one re-arm at a time */
+	size_t n = 0;
+	int moved = 0;
+
+	pthread_mutex_lock(&one);
+	pthread_mutex_lock(&ms->lock);
+	for (size_t i = 0; i < ms->n; i++) {
+		struct hp_active *a = ms->v[i];
+		if (a->h && a->target && !strcmp(a->target_id, target_id) &&
+		    a->target->kind == HOTPATH__V1__TARGET_KIND__TARGET_KIND_PROCESS)
+			snprintf(ids[n++], sizeof(ids[0]), "%s", a->id);
+	}
+	pthread_mutex_unlock(&ms->lock);
+	for (size_t i = 0; i < n; i++) {
+		char err[1024] = "";
+		uint8_t *req = NULL;
+		size_t len = 0;
+		/* The request, copied: the measurement may end while the new probes are armed. */
+		pthread_mutex_lock(&ms->lock);
+		struct hp_active *a = find(ms, ids[i]);
+		if (a && a->h && a->info->request) {
+			len = hotpath__v1__start_measurement__get_packed_size(a->info->request);
+			if ((req = malloc(len ? len : 1)))
+				hotpath__v1__start_measurement__pack(a->info->request, req);
+		}
+		pthread_mutex_unlock(&ms->lock);
+		if (!req)
+			continue;
+		Hotpath__V1__StartMeasurement *rq = hotpath__v1__start_measurement__unpack(NULL, len, req);
+		free(req);
+		struct hp_target *t = rq ? hp_targets_get(&ag->targets, target_id) : NULL;
+		struct hp_measure *h = NULL, *old = NULL;
+		unsigned interval_ms = 0;
+		Hotpath__V1__MeasurementInfo *now = NULL;
+		if (t && t->state == HOTPATH__V1__TARGET_STATE__TARGET_STATE_ATTACHED && t->model &&
+		    open_measurement(ag, t, rq, &h, &interval_ms, err, sizeof(err)) == 0)
+			now = describe(h, t->model, t->id, rq, interval_ms);
+		pthread_mutex_lock(&ms->lock);
+		a = find(ms, ids[i]);
+		if (a && a->h && now && same_rows(now, a->info)) {
+			/* The old probes' last interval, then the new ones count on. */
+			struct hp_measure_reading r;
+			if (hp_measure_read(a->h, &r) == 0) {
+				if (queue_batch(ag, a, &r, state_of(r.state), "") < 0)
+					hp_log(false, "measurement %s: out of memory keeping an interval", a->id);
+				hp_measure_reading_free(&r);
+			}
+			old = a->h;
+			a->h = h;
+			h = NULL;
+			moved++;
+		} else if (a && a->h) {
+			hp_log(false,
+			       "measurement %s: not armed on %s's changed code (%s); its probes stay where they were",
+			       ids[i], target_id, err[0] ? err : "its rows differ now");
+		}
+		pthread_mutex_unlock(&ms->lock);
+		if (old)
+			hp_log(true, "measurement %s armed again on %s's code as it runs now", ids[i], target_id);
+		hp_measure_close(old); /* after the new probes are attached: no hit falls between */
+		hp_measure_close(h);
+		if (now)
+			hotpath__v1__measurement_info__free_unpacked(now, NULL);
+		hp_targets_release(&ag->targets, t);
+		if (rq)
+			hotpath__v1__start_measurement__free_unpacked(rq, NULL);
+	}
+	pthread_mutex_unlock(&one);
+	return moved;
+}
+
 int hp_measurements_infos(struct hp_measurements *ms, Hotpath__V1__MeasurementInfo ***out, size_t *n)
 {
 	pthread_mutex_lock(&ms->lock);

@@ -77,6 +77,16 @@ int hp_measurements_profile(struct agent *ag, const char *id, const char *target
 struct hp_byte_patch;
 int hp_measurements_probe_bytes(struct agent *ag, const char *target_id, struct hp_byte_patch **out, size_t *n);
 
+/* Arm the running measurements of process target target_id again on its
+ * code as it runs now, after an install or a revert changed where their
+ * functions run (the copy, or the original again): the new probes are
+ * attached first, the old ones' last interval is sent, then they are
+ * detached, so the counts go on without a gap or a double count. A
+ * measurement whose rows would differ keeps its probes (logged). Returns
+ * how many were armed again. The totals a plan reads from a measurement
+ * (hp_measurements_profile) then start at the re-arm. */
+int hp_measurements_rearm(struct agent *ag, const char *target_id);
+
 /* Every measurement (running, and ended during this run) as MeasurementInfo
  * messages for Hello: *out is a malloc'd array of unpacked messages; free
  * with hp_measurements_infos_free. */

@@ -609,8 +609,10 @@ static void install_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1
 		hp_install_json_installed(fp, &plan, t->pid, &res);
 		fclose(fp);
 	}
-	install_result(ag, job, true, "", c->plan_id, "installed", detail);
 	hp_log(true, "plan %s installed into %s: %s's copy at 0x%" PRIx64, c->plan_id, t->id, plan.root, res.heap);
+	/* Probes follow the code into the copy: the calls run there now. */
+	hp_measurements_rearm(ag, t->id);
+	install_result(ag, job, true, "", c->plan_id, "installed", detail);
 out:
 	free(detail);
 	if (parsed)
@@ -659,6 +661,8 @@ static void revert_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1_
 	hp_job_progress(ag, job, 0.05, "reading the install's journal");
 	err[0] = 0;
 	int r = hp_revert_id(ag->state_dir, c->plan_id, &pid, &res, on_step, &sc, err, sizeof(err));
+	if (r == 0)
+		hp_measurements_rearm(ag, c->target); /* the probes go back to the original with the calls */
 	FILE *fp = open_memstream(&detail, &dlen);
 	if (fp) {
 		hp_revert_json(fp, r, pid, &res, err);

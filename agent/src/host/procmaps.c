@@ -6,6 +6,8 @@
  * being read gives -ESRCH.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -94,4 +96,42 @@ int hp_process_maps_file(pid_t pid, dev_t dev, ino_t ino)
 			makedev(l.dev_major, l.dev_minor) == dev;
 	fclose(f);
 	return found;
+}
+
+int hp_unprobe_bytes(pid_t pid, uint64_t addr, uint8_t *buf, size_t len, uint64_t *sites, size_t max)
+{
+	size_t i = 0, found = 0;
+
+	while (i < len) {
+		uint8_t *cc = memchr(buf + i, 0xcc, len - i);
+		if (!cc)
+			break;
+		i = (size_t)(cc - buf);
+		/* One read of the file for the rest of this mapping. */
+		struct hp_code_location loc;
+		int r = hp_code_location(pid, addr + i, &loc);
+		if (r == -ESRCH)
+			return r;
+		if (r < 0) {
+			i++;
+			continue;
+		}
+		size_t n = loc.map_end - (addr + i) < len - i ? (size_t)(loc.map_end - (addr + i)) : len - i;
+		uint8_t *file = malloc(n);
+		int fd = open(loc.path, O_RDONLY | O_CLOEXEC);
+		ssize_t got = file && fd >= 0 ? pread(fd, file, n, (off_t)loc.file_offset) : -1;
+		if (fd >= 0)
+			close(fd);
+		for (size_t k = 0; got > 0 && k < (size_t)got; k++) {
+			if (buf[i + k] != 0xcc || file[k] == 0xcc)
+				continue;
+			buf[i + k] = file[k];
+			if (sites && found < max)
+				sites[found] = addr + i + k;
+			found++;
+		}
+		free(file);
+		i += n;
+	}
+	return (int)(found > INT32_MAX ? INT32_MAX : found);
 }

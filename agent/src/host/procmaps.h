@@ -36,4 +36,16 @@ int hp_code_location(pid_t pid, uint64_t addr, struct hp_code_location *out);
  */
 int hp_process_maps_file(pid_t pid, dev_t dev, ino_t ino);
 
+/*
+ * The program's own bytes in buf, which holds [addr, addr+len) as read from
+ * process pid's memory: a breakpoint someone placed in its code (a uprobe,
+ * which the kernel writes into the process's text as int3; a debugger's)
+ * is an int3 byte (0xcc) where the file mapped there holds another byte,
+ * and is replaced by the file's byte. Bytes outside executable file
+ * mappings are left as they are. The addresses replaced go to sites (at
+ * most max of them; sites may be NULL). Returns how many bytes were
+ * replaced, or a negative errno (-ESRCH when the process is gone).
+ */
+int hp_unprobe_bytes(pid_t pid, uint64_t addr, uint8_t *buf, size_t len, uint64_t *sites, size_t max);
+
 #endif

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "host/processes.h"
+#include "host/procmaps.h"
 #include "isa/isa.h"
 #include "replace/inject.h"
 #include "replace/patch_target.h"
@@ -106,7 +107,14 @@ static int pread_target(struct hp_patch_target *t, uint64_t addr, void *buf, siz
 {
 	struct proc *p = P(t);
 	ssize_t n = pread(p->mem, buf, len, (off_t)addr);
-	return n == (ssize_t)len ? 0 : n < 0 ? -errno : -EIO;
+	if (n != (ssize_t)len)
+		return n < 0 ? -errno : -EIO;
+	/* The program's own bytes, not the int3 of a probe attached to it (a
+	 * running measurement's uprobe): what the plan hashed, and what a
+	 * revert must put back (an int3 left without its uprobe would kill
+	 * the program with SIGTRAP). */
+	int r = hp_unprobe_bytes(p->pid, addr, buf, len, NULL, 0);
+	return r == -ESRCH ? -ESRCH : 0;
 }
 
 /* One line of /proc/PID/maps. */

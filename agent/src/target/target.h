@@ -43,6 +43,13 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen);
 int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen);
 
+/* Where breakpoints sit in [addr, addr+len) of a process target's code: a
+ * uprobe (a running measurement's, or another tool's) or a debugger's int3,
+ * which the model's reader hides (it reads the program's own bytes, see
+ * hp_unprobe_bytes). Up to max addresses into sites; how many, or a negative
+ * errno. 0 for the kernel and ELF targets. */
+int hp_model_probe_sites(struct hp_model *m, uint64_t addr, size_t len, uint64_t *sites, size_t max);
+
 /* Markers in vmlinux's /proc/kallsyms the kernel target reads. */
 enum hp_kernel_marker {
 	HP_KMARK_BUG_START,

@@ -17,6 +17,7 @@
 
 #include "model/cfg.h"
 #include "model/model.h"
+#include "host/procmaps.h"
 #include "target/target.h"
 #include "target/target_elf.h"
 #include "target/unwind.h"
@@ -62,8 +63,53 @@ static int pid_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 			return -ESRCH; /* the address space is gone: the process exited */
 		done += n;
 	}
+	/* The program's own code: not the int3 of a probe attached to it (a
+	 * running measurement's uprobe, or anyone else's breakpoint). */
+	int r = hp_unprobe_bytes(pp->pid, addr, buf, len, NULL, 0);
+	if (r == -ESRCH)
+		return r;
 	apply_overlay(pp, addr, buf, len);
 	return 0;
+}
+
+static bool in_overlay(const struct pidpriv *pp, uint64_t a)
+{
+	for (size_t i = 0; i < pp->noverlay; i++)
+		if (a >= pp->overlay[i].addr && a < pp->overlay[i].addr + pp->overlay[i].len)
+			return true;
+	return false;
+}
+
+int hp_model_probe_sites(struct hp_model *m, uint64_t addr, size_t len, uint64_t *sites, size_t max)
+{
+	struct pidpriv *pp = m->priv;
+	uint8_t *buf;
+	size_t done = 0, k = 0;
+	int r;
+
+	if (m->kind != HP_TARGET_PID || !len)
+		return 0;
+	if (!(buf = malloc(len)))
+		return -ENOMEM;
+	while (done < len) {
+		ssize_t n = pread(pp->memfd, buf + done, len - done, (off_t)(addr + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			free(buf);
+			return n == 0 || errno == ESRCH || errno == EIO ? -ESRCH : -errno;
+		}
+		done += n;
+	}
+	uint64_t *all = malloc(len * sizeof(*all));
+	r = all ? hp_unprobe_bytes(pp->pid, addr, buf, len, all, len) : -ENOMEM;
+	free(buf);
+	/* The agent's own patches (an installed copy's entry jump) are no probes. */
+	for (int i = 0; i < r; i++)
+		if (!in_overlay(pp, all[i]) && k < max)
+			sites[k++] = all[i];
+	free(all);
+	return r < 0 ? r : (int)k;
 }
 
 /* Switch tables: read from the process like code. */

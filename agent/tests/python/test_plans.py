@@ -380,6 +380,100 @@ def test_a_plan_from_a_measurement_of_this_agent_uses_its_counts_running_and_end
     assert "no measurement m-none" in _result(sess, "plan-nom").error
 
 
+def _file_bytes(pid: int, addr: int, n: int) -> bytes:
+    """The program's own bytes at addr: the mapped file's bytes at that offset."""
+    for line in _maps(pid).splitlines():
+        rng, perms, off = line.split()[:3]
+        lo, hi = (int(x, 16) for x in rng.split("-"))
+        if lo <= addr < hi and "x" in perms:
+            with open(f"/proc/{pid}/map_files/{rng}", "rb") as f:
+                f.seek(addr - lo + int(off, 16))
+                return f.read(n)
+    raise AssertionError(f"0x{addr:x} is in no executable mapping of {pid}")
+
+
+def _counts_after(sess, mid: str, since_ns: int, want: float) -> float:
+    """The measurement's counts (all its rows) in intervals that began after since_ns, waiting (20 s at most)
+    until they exceed want."""
+    batches = _measurement_batches(
+        sess, mid, 20,
+        until=lambda bs: sum(_totals([b for b in bs if b.interval_start_unix_ns >= since_ns]).values()) > want)
+    return sum(_totals([b for b in batches if b.interval_start_unix_ns >= since_ns]).values())
+
+
+def test_plan_install_and_revert_while_the_root_is_measured_keep_the_program_and_the_counts_right(agent, hotpathd):
+    """docs/plans.md's order with a measurement of the root's blocks attached all along (issue 15): its
+    uprobes put int3 into the process's text, yet the disassembly (daemon and CLI) shows the program's own
+    instructions with the probes marked, the plan is made from them, the install's check of the bytes
+    passes, the probes follow the calls into the copy and back to the original on revert (the counts go
+    on), and once the measurement stops no int3 is left behind."""
+    sess, pid, entry, size = agent.session, agent.fixture.pid, agent.entry, agent.root.size
+    own = _file_bytes(pid, entry, size)
+    assert _mem(pid, entry, size) == own, "no probe in pr_root before the measurement"
+    _send(sess, "m-along", start_measurement=pb.StartMeasurement(
+        measurement_id="m-along", target=agent.target.id, metrics=["count"],
+        resources=[pb.ResourceRef(digest=agent.main.digest, function_index=agent.root.index,
+                                  kind=pb.RESOURCE_KIND_FUNCTION, blocks=True)]))
+    started = _result(sess, "m-along")
+    assert started.ok, started.error
+    # The probes are real: the kernel wrote int3 into the process's text at the root's block starts.
+    probed = _mem(pid, entry, size)
+    sites = sorted(i for i in range(size) if probed[i] == 0xCC and own[i] != 0xCC)
+    assert 0 in sites and set(sites) <= {b.offset for b in agent.root.blocks}, sites
+    # The disassembly is the program's own code: the daemon's answer to InspectFunction ...
+    _send(sess, "insp-along", inspect_function=pb.InspectFunction(
+        digest=agent.main.digest, function_index=agent.root.index, target=agent.target.id))
+    dis = _result(sess, "insp-along")
+    assert dis.ok, dis.error
+    assert b"".join(i.bytes for i in dis.disassembly.instructions) == own
+    assert not any(i.text.startswith("int3") for i in dis.disassembly.instructions)
+    # ... and `hotpathd inspect`, which marks where the probes sit.
+    out = subprocess.run([str(hotpathd), "inspect", "pid", str(pid), "pr_root", "--json"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    cli = json.loads(out.stdout)
+    insns = sorted((i for b in cli["blocks"] for i in b["instructions"]), key=lambda i: i["address"])
+    assert bytes.fromhex("".join(i["bytes"] for i in insns)) == own
+    assert sorted(a - entry for a in cli["probes"]) == sites
+    assert sorted(i["address"] - entry for i in insns if i["probe"]) == sites
+    time.sleep(1.0)
+    # Plan from the measurement, install it: the bytes the install checks are the program's own.
+    _send(sess, "plan-along", make_plan=pb.MakePlan(plan_id="plan-p", target=agent.target.id,
+                                                    digest=agent.main.digest, function_index=agent.root.index,
+                                                    measurement_id="m-along"))
+    res = _result(sess, "plan-along", timeout=120)
+    assert res.ok, res.error
+    plan = json.loads(res.plan.plan_json)
+    _send(sess, "inst-along", install_plan=pb.InstallPlan(
+        plan_id="plan-p", plan_json=res.plan.plan_json, approved_code_sha256=plan["code"]["sha256"],
+        target=agent.target.id))
+    inst = _result(sess, "inst-along", timeout=60)
+    assert inst.ok, inst.error
+    installed_ns = time.time_ns()
+    assert _mem(pid, entry, 1) == b"\xe9", "the entry jumps to the copy"
+    # The calls run in the copy now, and the probes went with them. Without them the root's rows would
+    # count only what threads already inside the original ran (a few hits): 1000 needs the copy's probes.
+    assert _counts_after(sess, "m-along", installed_ns, 1000) > 1000
+    _alive_and_checking(agent.fixture)
+    _send(sess, "rev-along", revert_plan=pb.RevertPlan(plan_id="plan-p", target=agent.target.id))
+    rev = _result(sess, "rev-along", timeout=60)
+    assert rev.ok, rev.error
+    reverted_ns = time.time_ns()
+    # Back in the original: its probes are armed again (an int3 at the entry) and count on.
+    assert _mem(pid, entry, 1) == b"\xcc"
+    assert _counts_after(sess, "m-along", reverted_ns, 1000) > 1000
+    _alive_and_checking(agent.fixture)
+    _send(sess, "m-along-stop", stop_measurement=pb.StopMeasurement(measurement_id="m-along"))
+    assert _result(sess, "m-along-stop").ok
+    # No probe is left behind: the program's own bytes, and the disassembly shows no probe.
+    assert _mem(pid, entry, size) == own
+    out = subprocess.run([str(hotpathd), "inspect", "pid", str(pid), "pr_root", "--json"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and json.loads(out.stdout)["probes"] == [], out.stderr
+    assert _journals(agent.state) == []
+    _alive_and_checking(agent.fixture)
+
+
 def test_a_kernel_plan_samples_pcs_and_is_labelled_an_estimate(agent):
     vmlinux = agent.hello.modules[0]
     functions = {f.name: f for f in _catalog(agent.session, vmlinux.digest).values()}

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The Alembic migrations apply to an empty database and downgrade back to nothing."""
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
 from app.core.db import downgrade_database, upgrade_database
 from tests.conftest import _recreate_database
@@ -27,5 +27,26 @@ def test_upgrade_head_on_empty_database_then_downgrade_base(postgres_url):
         assert set(inspect(engine).get_table_names()) - {"alembic_version"} == set()
         upgrade_database(url)  # and up again: the downgrade left nothing behind that blocks it
         assert set(inspect(engine).get_table_names()) >= TABLES
+    finally:
+        engine.dispose()
+
+
+def test_listings_cached_with_a_probes_int3_are_dropped_and_others_kept(postgres_url):
+    """0007: a listing an older agent decoded under a uprobe (int3 at a block start) is no longer served
+    from the cache; a listing without int3 stays."""
+    url = _recreate_database(postgres_url, "hotpath_migrations_0007")
+    engine = create_engine(url)
+    try:
+        upgrade_database(url, "0006_measurement_edges")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO catalog_pieces (digest, module, function_count, block_count, complete) "
+                              "VALUES ('d1', 'prog', 2, 2, true)"))
+            conn.execute(text("""INSERT INTO instruction_cache (digest, index, instructions) VALUES
+                ('d1', 0, '[[0, 1, "cc", "int3"], [1, 1, "56", "push rsi"]]'),
+                ('d1', 1, '[[0, 2, "4156", "push r14"], [2, 1, "c3", "ret"]]')"""))
+        upgrade_database(url)
+        with engine.connect() as conn:
+            left = conn.execute(text("SELECT index FROM instruction_cache ORDER BY index")).scalars().all()
+        assert left == [1]
     finally:
         engine.dispose()

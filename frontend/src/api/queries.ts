@@ -136,7 +136,9 @@ export function useInstructions(hostId: string, fid: number, enabled: boolean, t
     // 502/503/504 carry a reason the panel shows; retrying an offline host only delays it.
     retry: false,
     enabled,
-    staleTime: Infinity,
+    // The instructions are the build's (the backend caches them), but where a measurement's probe sits
+    // is live: a panel opened again, or the window refocused, after 5 s asks again (served from the cache).
+    staleTime: 5_000,
   });
 }
 

@@ -55,7 +55,8 @@ async def function_samples(host_id: ExistingHost, function_id: FunctionId, sessi
             responses={**NOT_FOUND, 502: {"model": Message}, 503: {"model": Message}, 504: {"model": Message}})
 async def function_instructions(host_id: ExistingHost, function_id: FunctionId, session: SessionDep,
                                 runtime: RuntimeDep, user: CurrentUser, target: str = TargetQuery):
-    """The instructions of a function, from the cache or decoded by the host's agent."""
+    """The instructions of a function, from the cache or decoded by the host's agent: the program's own
+    code (the agent reads the bytes under any probe), with where a running measurement's probe sits."""
     fn = await crud.get_host_function(session, host_id, function_id, target)
     if fn is None:
         raise HTTPException(404, "Function not found")
@@ -74,10 +75,12 @@ async def function_instructions(host_id: ExistingHost, function_id: FunctionId, 
         except CommandFailed as exc:
             raise HTTPException(502, f"The agent could not decode the function: {exc}") from None
     assert instructions is not None
+    probes = await crud.probe_offsets(session, host_id, target, fn.digest, fn.index)
+    at = set(probes)
     out = []
     for off, length, hexbytes, text in instructions:
         addr = start + off
         out.append({"offset": off, "address": addr, "address_hex": hex64(addr), "length": length,
-                    "bytes": hexbytes, "text": text})
+                    "bytes": hexbytes, "text": text, "probe": off in at})
     return FastJSON({"function_id": function_id, "address": start, "address_hex": hex64(start),
-                           "cached": cached, "instructions": out})
+                     "cached": cached, "instructions": out, "probes": probes})

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from tests.scripted_agent import KERNEL_BASE, MODULE_BASE, wait_catalog_complete, wait_until
+from app.proto import pb
+from tests.scripted_agent import KERNEL_BASE, MODULE_BASE, wait_catalog_complete, wait_for_ack, wait_until
 
 
 @pytest.fixture
@@ -211,3 +212,36 @@ async def test_instructions_of_offline_host_uncached_is_503(backend, client, uni
     f = await _fid(client, host_id, "fn_00030")
     r = await client.get(f"/api/v1/hosts/{host_id}/functions/{f['id']}/instructions")
     assert r.status_code == 503 and r.json() == {"detail": "Host is offline"}
+
+
+async def test_instructions_mark_where_a_running_measurement_probes_and_stop_marking_when_it_stops(
+        backend, client, unique):
+    """A probe is live state, never part of the cached listing: the markers come and go with the
+    measurement, the instructions stay the program's own."""
+    from tests.grpc.test_commands import _measure, _online, _until_state
+
+    host_id = f"prb-{unique}"
+    agent = await _online(backend, client, host_id)
+    vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")
+    f = await _fid(client, host_id, "vfs_read")
+    url = f"/api/v1/hosts/{host_id}/functions/{f['id']}/instructions"
+    before = (await client.get(url)).json()
+    assert before["probes"] == [] and not any(i["probe"] for i in before["instructions"])
+    mid = await _measure(client, host_id, agent, [{"digest": vmlinux, "function_index": 0, "blocks": True}])
+    during = (await client.get(url)).json()
+    # The scripted agent counts the function and its blocks 0, 0x10, 0x20 with uprobes.
+    assert during["probes"] == [0, 0x10, 0x20] and during["cached"] is True
+    assert [i["offset"] for i in during["instructions"] if i["probe"]] == [0]
+    assert [i["bytes"] for i in during["instructions"]] == [i["bytes"] for i in before["instructions"]]
+    # Another target's measurement does not mark the kernel's listing.
+    other = (await client.get(url, params={"target": "p4242-1000"}))
+    assert other.status_code == 404 or other.json()["probes"] == []
+    r = await client.post(f"/api/v1/hosts/{host_id}/measurements/{mid}/stop")
+    assert r.status_code == 202
+    await _until_state(client, host_id, r.json()["id"], "done")
+    seq = await agent.send_measurement(mid, time.time_ns() // 10**9 * 10**9, [(0, 1, 1e3)],
+                                       state=pb.MEASUREMENT_STATE_STOPPED, detail="stopped on request")
+    await wait_for_ack(agent, seq)
+    after = (await client.get(url)).json()
+    assert after["probes"] == [] and not any(i["probe"] for i in after["instructions"])
+    await agent.close()

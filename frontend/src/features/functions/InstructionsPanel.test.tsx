@@ -5,9 +5,9 @@ import { InstructionsPanel, instructionCounts, spacedBytes } from "./Instruction
 import { block } from "../../test/fixtures";
 
 const ins = [
-  { offset: 0, address: 0, address_hex: "ffffffff81234560", length: 1, bytes: "55", text: "push rbp" },
-  { offset: 1, address: 0, address_hex: "ffffffff81234561", length: 3, bytes: "4889e5", text: "mov rbp, rsp" },
-  { offset: 4, address: 0, address_hex: "ffffffff81234564", length: 1, bytes: "c3", text: "ret" },
+  { offset: 0, address: 0, address_hex: "ffffffff81234560", length: 1, bytes: "55", text: "push rbp", probe: false },
+  { offset: 1, address: 0, address_hex: "ffffffff81234561", length: 3, bytes: "4889e5", text: "mov rbp, rsp", probe: false },
+  { offset: 4, address: 0, address_hex: "ffffffff81234564", length: 1, bytes: "c3", text: "ret", probe: false },
 ];
 
 describe("instructions panel", () => {
@@ -25,6 +25,26 @@ describe("instructions panel", () => {
       "0xffffffff81234560 55 push rbp",
       "0xffffffff81234561 48 89 e5 mov rbp, rsp",
     ]);
+  });
+
+  it("marks the instruction a running measurement probes, with the program's own bytes, and says so", () => {
+    const probed = ins.map((i) => ({ ...i, probe: i.offset === 0 }));
+    render(<InstructionsPanel block={block(0, 4, [], "ffffffff81234560")} blockHex="ffffffff81234560" instructions={probed} loading={false} error={null} />);
+    const panel = screen.getByRole("region", { name: "Instructions" });
+    const rows = within(panel).getAllByRole("row").slice(1);
+    expect(rows.map((r) => r.textContent)).toEqual([
+      "0xffffffff81234560 55 push rbp probe",
+      "0xffffffff81234561 48 89 e5 mov rbp, rsp",
+    ]);
+    expect(rows[0]).toHaveClass("probed");
+    expect(within(panel).getByTestId("probe-note")).toHaveTextContent("probe sits on 1 instruction(s)");
+  });
+
+  it("marks no probe where none sits", () => {
+    render(<InstructionsPanel block={block(0, 4, [], "ffffffff81234560")} blockHex="ffffffff81234560" instructions={ins} loading={false} error={null} />);
+    const panel = screen.getByRole("region", { name: "Instructions" });
+    expect(within(panel).queryByText("probe")).toBeNull();
+    expect(within(panel).queryByTestId("probe-note")).toBeNull();
   });
 
   it("shows loading, then the server's reason when the host cannot be read", () => {

@@ -2,6 +2,7 @@
 // The instructions of the selected basic block, decoded by the agent on request, with each one's samples
 // over the range when they are known (like perf annotate) and the function's hottest instruction marked.
 // Loading and failures (e.g. the host is offline, so nothing can read its kernel text) are shown in place.
+// Instructions a running measurement probes are marked; their bytes are the program's own, not the int3.
 import type { Block, Instruction } from "../../api/types";
 import { formatAddress } from "../../lib/address";
 import { instructionsOfBlock } from "./cfgModel";
@@ -47,6 +48,12 @@ export function spacedBytes(bytes: string): string {
   return b.match(/.{1,2}/g)?.join(" ") ?? b;
 }
 
+/** Where a running measurement's probe (an int3 the kernel put in the code) sits: the instruction
+ *  listed is the program's own. */
+export function ProbeBadge() {
+  return <span className="badge probe" title="A running measurement's probe sits here; the instruction shown is the program's own">probe</span>;
+}
+
 export function InstructionsPanel({ block, blockHex, instructions, loading, error, samples, onGoHottest }: InstructionsPanelProps) {
   const rows = block && instructions ? instructionsOfBlock(instructions, block) : [];
   const max = samples ? Math.max(1, ...samples.counts.values()) : 1;
@@ -73,6 +80,12 @@ export function InstructionsPanel({ block, blockHex, instructions, loading, erro
       {block && !loading && !error && instructions && rows.length === 0 && (
         <p className="muted">The agent returned no instructions for this block.</p>
       )}
+      {rows.some((r) => r.probe) && (
+        <p className="muted small" data-testid="probe-note">
+          A running measurement's probe sits on {rows.filter((r) => r.probe).length} instruction(s) here, marked
+          probe; the bytes shown are the program's own.
+        </p>
+      )}
       {rows.length > 0 && (
         <table className="grid insns">
           <thead>
@@ -88,7 +101,8 @@ export function InstructionsPanel({ block, blockHex, instructions, loading, erro
               const n = samples?.counts.get(ins.offset) ?? 0;
               const hot = samples?.hottest === ins.offset;
               return (
-                <tr key={ins.offset} className={hot ? "hottest" : undefined} aria-current={hot ? "true" : undefined}>
+                <tr key={ins.offset} className={[hot ? "hottest" : "", ins.probe ? "probed" : ""].join(" ").trim() || undefined}
+                    aria-current={hot ? "true" : undefined}>
                   {samples && (
                     <td className="num insn-samples">
                       {hot && <span className="badge hot">hottest</span>}
@@ -98,7 +112,7 @@ export function InstructionsPanel({ block, blockHex, instructions, loading, erro
                   )}
                   <td className="addr">{formatAddress(ins.address_hex, ins.address)}{" "}</td>
                   <td className="bytes">{spacedBytes(ins.bytes)}{" "}</td>
-                  <td className="asm">{ins.text}</td>
+                  <td className="asm">{ins.text}{ins.probe && <> <ProbeBadge /></>}</td>
                 </tr>
               );
             })}

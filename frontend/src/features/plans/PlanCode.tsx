@@ -11,6 +11,7 @@ import { useFunctionDetail, useInstructions } from "../../api/queries";
 import { buildCfgModel, type PositionedNode } from "../functions/cfgModel";
 import { EDGE_STYLE } from "../functions/CfgGraph";
 import { useCfgLayout } from "../functions/useCfgLayout";
+import { ProbeBadge } from "../functions/InstructionsPanel";
 import type { FunctionDetail } from "../../api/types";
 import type { ListingLine, MemberView } from "./planModel";
 
@@ -106,11 +107,20 @@ function OriginalListing({ hostId, target, m }: { hostId: string; target: string
   if (id.isError || ins.isError) return <p className="error small" role="alert">{(id.error ?? ins.error)?.message}</p>;
   if (id.data === null) return <p className="muted small">{m.fn} is not in the target's catalog.</p>;
   if (!ins.data) return <p className="muted small" role="status">Asking the agent to decode {m.fn}…</p>;
+  const probed = ins.data.instructions.filter((i) => i.probe).length;
   return (
-    <table className="data listing" data-testid="original-listing">
-      <thead><tr><th>Offset</th><th>Address</th><th>Bytes</th><th>Instruction</th></tr></thead>
-      <tbody>{ins.data.instructions.slice(0, 5000).map((i) => <tr key={i.offset}><td className="addr">{`${m.fn}+0x${i.offset.toString(16)}`}</td><td className="addr">{i.address_hex}</td><td className="addr">{i.bytes}</td><td>{i.text}</td></tr>)}</tbody>
-    </table>
+    <>
+      {probed > 0 && (
+        <p className="muted small" data-testid="original-probe-note">
+          A running measurement's probe sits on {probed} instruction(s) of {m.fn}, marked probe; the bytes shown are
+          the program's own.
+        </p>
+      )}
+      <table className="data listing" data-testid="original-listing">
+        <thead><tr><th>Offset</th><th>Address</th><th>Bytes</th><th>Instruction</th></tr></thead>
+        <tbody>{ins.data.instructions.slice(0, 5000).map((i) => <tr key={i.offset} className={i.probe ? "probed" : undefined}><td className="addr">{`${m.fn}+0x${i.offset.toString(16)}`}</td><td className="addr">{i.address_hex}</td><td className="addr">{i.bytes}</td><td>{i.text}{i.probe && <> <ProbeBadge /></>}</td></tr>)}</tbody>
+      </table>
+    </>
   );
 }
 
