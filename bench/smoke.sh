@@ -6,7 +6,9 @@
 # unseen. The figures of a smoke run mean nothing; `make bench` takes the real ones.
 # A benchmark whose real peer is missing here (perf, SQLite's sources, valgrind) ends with
 #   NAME: peer unavailable: REASON
-# which is shown as a visible skip with its reason, never as a pass. Ends with "N passed, N failed".
+# which is shown as a visible skip with its reason, never as a pass. Ends with
+# "N passed, N failed, K skipped (peer unavailable)". bench/replace's SQLite part runs only when its
+# driver is already built (the e2e suite's plan tests build it; `make test` runs this suite after them).
 # Ports: HOTPATH_SMOKE_HTTP_PORT (18380) and HOTPATH_SMOKE_GRPC_PORT (15351); the benchmarks that start a
 # backend use them and the next few (each one enrols agents on its gRPC port + 1).
 # Usage: bench/smoke.sh [NAME...]   (default: all)
