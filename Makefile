@@ -44,19 +44,16 @@ lane: agent
 kernel-lane-test: deps-test build
 	./e2e/kernel-lane/test.sh
 
+# Every benchmark runs to its end even when one fails; then the failures are named and the exit is
+# non-zero. bench/smoke.sh (a suite of `make test`) runs each of them at a tiny budget.
+BENCHES := kernel_parse sampling_overhead stack_sampling probe_cost console_tree cfg_layout catalog_load \
+	ingest chaos plan replace_cycles replace
 bench: agent backend frontend
-	./bench/kernel_parse
-	./bench/sampling_overhead
-	./bench/stack_sampling
-	./bench/probe_cost
-	./bench/console_tree
-	./bench/cfg_layout
-	./bench/catalog_load
-	./bench/ingest
-	./bench/chaos
-	./bench/plan
-	./bench/replace_cycles
-	./bench/replace
+	@failed=; for b in $(BENCHES); do \
+		echo "===== bench/$$b ====="; ./bench/$$b || failed="$$failed $$b"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed"; exit 1; fi; \
+	echo "make bench: all $(words $(BENCHES)) benchmarks ran"
 
 clean:
 	$(MAKE) -C agent clean

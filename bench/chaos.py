@@ -114,11 +114,11 @@ def host_id() -> str:
 
 
 def stored_batches(stack: Stack, hid: str) -> int:
-    return stack.query("SELECT count(*) FROM interval_totals WHERE host_id = %s", hid)[0]
+    return stack.query("SELECT count(*) FROM sample_intervals WHERE host_id = %s", hid)[0]
 
 
 def newest_batch(stack: Stack, hid: str) -> float:
-    row = stack.query("SELECT extract(epoch FROM max(ts)) FROM interval_totals WHERE host_id = %s", hid)
+    row = stack.query("SELECT extract(epoch FROM max(ts)) FROM sample_intervals WHERE host_id = %s", hid)
     return float(row[0] or 0)
 
 
@@ -225,12 +225,15 @@ def bad_rows(stack: Stack, fake: "FakeAgent") -> int:
     """Rows the fake agent's input must never have produced, counted in the database."""
     real = host_id()
     checks = [
-        ("SELECT count(*) FROM interval_totals WHERE ts > now() + interval '5 minutes' "
+        # The series are partitioned (migration 0004_series): one sample_intervals row per host and
+        # interval, with its block counts in arrays; the rollups per minute hold what it adds up to.
+        ("SELECT count(*) FROM sample_intervals WHERE ts > now() + interval '5 minutes' "
          "OR ts < now() - interval '1 day'",),
-        ("SELECT count(*) FROM block_samples WHERE ts > now() + interval '5 minutes' "
-         "OR ts < now() - interval '1 day'",),
-        ("SELECT count(*) FROM interval_totals WHERE host_id = %s", fake.fake_id),
-        ("SELECT count(*) FROM block_samples WHERE host_id = %s", fake.fake_id),
+        ("SELECT count(*) FROM sample_blocks_1m WHERE bucket > now() + interval '5 minutes' "
+         "OR bucket < now() - interval '1 day'",),
+        ("SELECT count(*) FROM sample_intervals WHERE host_id = %s", fake.fake_id),
+        ("SELECT count(*) FROM sample_blocks_1m WHERE host_id = %s", fake.fake_id),
+        ("SELECT count(*) FROM sample_intervals WHERE total_samples >= %s", 1 << 62),
         ("SELECT count(*) FROM functions WHERE name LIKE 'FAKE%%'",),
         ("SELECT count(*) FROM hosts WHERE hostname LIKE 'evil%%'",),
         ("SELECT count(*) FROM hosts WHERE id = %s AND hostname <> %s", real, socket.gethostname()),

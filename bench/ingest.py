@@ -25,6 +25,7 @@ Ports: HOTPATH_INGEST_HTTP_PORT (8280) and HOTPATH_INGEST_GRPC_PORT (50251, enro
 """
 import asyncio
 import json
+import math
 import os
 import random
 import signal
@@ -287,9 +288,14 @@ def probe_main(token: str, host_ids: list[str], out: str, rate: float) -> None:
             time.sleep(max(0.0, 1 / rate - dt))
 
 
+def ms(v: float) -> str:
+    return "unavailable (no REST answer in the window)" if math.isnan(v) else f"{v:.0f} ms"
+
+
 def percentile(values: list[float], q: float) -> float:
+    """The q-quantile; NaN when nothing was measured (shown as unavailable, never as 0)."""
     if not values:
-        return 0.0
+        return float("nan")
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
 
@@ -371,7 +377,7 @@ async def main() -> None:
             share = stored / max(sent, 1)
             say(f"{n:4d} hosts: sent {sent:9.0f} points/s, stored {stored:9.0f} points/s ({share:.0%}), "
                 f"backend {cores:.2f} cores ({per_core:,.0f} points/s per core), Postgres {pg_cores:.2f} cores, "
-                f"REST p50 {p50:.0f} ms p99 {p99:.0f} ms ({len(lat)} requests)")
+                f"REST p50 {ms(p50)} p99 {ms(p99)} ({len(lat)} requests)")
             if stored < 0.8 * sent or p99 > 2000:
                 say("saturated; stopping the ramp")
                 break
@@ -381,14 +387,14 @@ async def main() -> None:
         ok_rate = [r for r in results if r[1] >= 0.95 * r[2]]
         knee = good[-1] if good else (ok_rate[0] if ok_rate else results[0])
         best = max(results, key=lambda r: r[1])
-        say(f"highest stored rate: {best[1]:,.0f} points/s at {best[0]} hosts (REST p99 {best[3]:.0f} ms); "
+        say(f"highest stored rate: {best[1]:,.0f} points/s at {best[0]} hosts (REST p99 {ms(best[3])}); "
             f"at the knee the backend used {knee[4]:.2f} cores: {knee[5]:,.0f} points/s per backend core")
         for h in hosts:
             if h.channel is not None:
                 await h.channel.close()
         await api.aclose()
         print(f"ingest: {knee[1]:.0f} points/s stored by one backend process, knee at {knee[0]} hosts, "
-              f"REST p99 {knee[3]:.0f} ms")
+              f"REST p99 {ms(knee[3])}")
     finally:
         if probe is not None:
             probe.kill()

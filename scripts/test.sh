@@ -4,7 +4,8 @@
 # processes and ELF files; the backend against a real (embedded) Postgres; the console's unit tests;
 # docker-compose.yml validated offline; Playwright in Debian's Chromium against the whole stack as
 # `make run` starts it; the kernel lane (a Debian 6.1 kernel under QEMU as a second host, where
-# kernel probes and modules exist). `make test` installs and builds first, then calls this.
+# kernel probes and modules exist); every benchmark of bench/ at a tiny budget (bench/smoke.sh: each
+# must still run to its summary line). `make test` installs and builds first, then calls this.
 # Prints each suite's own output, then one summary line over all suites.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,8 @@ suite backend      make -s -C backend test
 suite console      bash -c 'cd frontend && npm test --silent'
 suite compose      ./deploy/check-compose.sh
 suite e2e          ./e2e/run.sh
+# after e2e: its plan tests build the SQLite driver bench/replace's smoke run uses
+suite bench        ./bench/smoke.sh
 suite kernel-lane  ./e2e/kernel-lane/test.sh
 
 printf '\n===== summary =====\n'

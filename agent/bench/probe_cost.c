@@ -17,6 +17,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,10 +164,10 @@ static double measure_kind(const struct kind *k)
 	struct bpf_program *p;
 	struct bpf_link *link = NULL;
 	int fd = -1, r;
-	double ns = -1;
+	double ns = NAN; /* unavailable until measured */
 	if (!s) {
 		printf("%-40s unavailable: cannot open the BPF object\n", k->name);
-		return -1;
+		return NAN;
 	}
 	bpf_object__for_each_program(p, s->obj)
 	{
@@ -188,7 +189,7 @@ static double measure_kind(const struct kind *k)
 	struct run run = run_trigger(k->trig);
 	uint64_t hits = read_hits(s) - h0;
 	if (!hits) {
-		printf("%-40s attached but never fired\n", k->name);
+		printf("%-40s unavailable: attached but never fired\n", k->name);
 		goto out;
 	}
 	ns = (run.cpu_s * 1e9 / run.iters - base_cpu_ns[k->trig]) * run.iters / (double)hits;
@@ -212,7 +213,7 @@ static double measure_agent(const char *name, uint32_t metrics, const char *ref)
 	char err[1024];
 	if (hp_measure_open(&spec, NULL, &h, err, sizeof(err)) < 0) {
 		printf("%-40s unavailable: %s\n", name, err);
-		return -1;
+		return NAN;
 	}
 	struct hp_measure_reading r0, r1;
 	hp_measure_total(h, &r0);
@@ -228,8 +229,8 @@ static double measure_agent(const char *name, uint32_t metrics, const char *ref)
 			 .mechanism);
 	hp_measure_close(h);
 	if (!calls) {
-		printf("%-40s armed but counted nothing\n", name);
-		return -1;
+		printf("%-40s unavailable: armed but counted nothing\n", name);
+		return NAN;
 	}
 	double ns = (run.cpu_s * 1e9 / run.iters - base_cpu_ns[CALL_NOP]) * run.iters / (double)calls;
 	char label[128];
@@ -244,8 +245,7 @@ int main(int argc, char **argv)
 		seconds_per_kind = atof(argv[1]) > 0.1 ? atof(argv[1]) : 2.0;
 	libbpf_set_print(quiet);
 	static const struct kind kinds[] = {
-		{ "uprobe", "uprobe (nop: emulated)", CALL_NOP, "on_probe",
-		  "uprobe ~300-900 ns (2025 series); 2.3 us here" },
+		{ "uprobe", "uprobe (nop: emulated)", CALL_NOP, "on_probe", "uprobe ~300-900 ns (2025 series)" },
 		{ "uprobe_step", "uprobe (lea: single-stepped)", CALL_LEA, "on_probe",
 		  "block starts are mostly of this kind" },
 		{ "uretprobe", "uretprobe", CALL_NOP, "on_probe", "" },
@@ -282,10 +282,22 @@ int main(int argc, char **argv)
 	double timer_ns =
 		measure_agent("hotpathd wall+vtime", HP_METRIC_BIT(HP_METRIC_WALL) | HP_METRIC_BIT(HP_METRIC_VTIME),
 			      "agent programs, entry+exit per call");
+	/* Only what was measured in this run gets a figure; the rest says unavailable (its row above
+	 * says why). */
 	printf("\nprobe_cost:");
-	for (size_t i = 0; i < nk; i++)
-		if (ns[i] >= 0)
+	for (size_t i = 0; i < nk; i++) {
+		if (!isnan(ns[i]))
 			printf(" %s %.0f ns,", kinds[i].key, ns[i]);
-	printf(" hotpathd count %.0f ns/call, wall+vtime %.0f ns/call\n", count_ns, timer_ns);
+		else
+			printf(" %s unavailable,", kinds[i].key);
+	}
+	if (!isnan(count_ns))
+		printf(" hotpathd count %.0f ns/call,", count_ns);
+	else
+		printf(" hotpathd count unavailable,");
+	if (!isnan(timer_ns))
+		printf(" wall+vtime %.0f ns/call\n", timer_ns);
+	else
+		printf(" wall+vtime unavailable\n");
 	return 0;
 }

@@ -53,7 +53,7 @@ static const char inspect_usage[] =
 	"             3 no such function (or an ambiguous name: candidates are listed)\n";
 
 static const char parse_usage[] =
-	"usage: hotpathd parse kernel|elf PATH|pid PID [--json] [--threads N] [--quiet]\n"
+	"usage: hotpathd parse kernel|elf PATH|pid PID [--json [--functions]] [--threads N] [--quiet]\n"
 	"\n"
 	"Parse every function of a target into basic blocks and print totals: functions,\n"
 	"blocks, undecodable and unreadable functions, wall seconds and peak memory,\n"
@@ -61,6 +61,8 @@ static const char parse_usage[] =
 	"bench/kernel_parse runs this on the live kernel.\n"
 	"\n"
 	"  --json       print one JSON object instead of text\n"
+	"  --functions  with --json: each module also lists its functions (name, address,\n"
+	"               size, blocks, undecodable): the catalog bench/console_tree measures\n"
 	"  --threads N  decode with N threads (default: one per online CPU)\n"
 	"  --quiet      no progress on stderr\n";
 
@@ -474,13 +476,31 @@ int cmd_parse(int argc, char **argv)
 	size_t i;
 	int r;
 
-	for (i = 1; i < (size_t)argc; i++)
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+	bool functions = false;
+	int nargs = 0;
+	char **args = calloc((size_t)argc + 1, sizeof(*args));
+
+	if (!args) {
+		fprintf(stderr, "hotpathd: out of memory\n");
+		return HP_EXIT_ERROR;
+	}
+	for (i = 0; i < (size_t)argc; i++) {
+		if (i > 0 && (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))) {
+			free(args);
 			fputs(parse_usage, stdout);
 			return HP_EXIT_OK;
 		}
-	if ((r = parse_target_args("parse", argc, argv, false, &t)))
+		if (i > 0 && !strcmp(argv[i], "--functions"))
+			functions = true;
+		else
+			args[nargs++] = argv[i];
+	}
+	r = parse_target_args("parse", nargs, args, false, &t);
+	free(args);
+	if (r)
 		return r;
+	if (functions && !t.json)
+		return usage_error("parse", "--functions needs --json");
 	o.threads = t.threads;
 	o.quiet = t.quiet || t.json;
 	if ((r = open_target(&t, &o, &m, err, sizeof(err))) < 0) {
@@ -531,6 +551,23 @@ int cmd_parse(int argc, char **argv)
 			json_ku64(&j, "functions", m->mods[i].nfuncs);
 			json_ku64(&j, "blocks", m->mods[i].nblocks);
 			json_kstr(&j, "digest", m->mods[i].digest);
+			if (functions) {
+				json_key(&j, "function_list");
+				json_arr_begin(&j);
+				for (size_t k = 0; k < m->mods[i].nfuncs; k++) {
+					const struct hp_function *f = &m->mods[i].funcs[k];
+
+					json_obj_begin(&j);
+					json_kstr(&j, "name", f->name);
+					json_ku64(&j, "address", f->addr);
+					json_ku64(&j, "size", f->size);
+					json_ku64(&j, "blocks", f->nblocks);
+					json_key(&j, "undecodable");
+					json_bool(&j, (f->flags & HP_FN_UNDECODABLE) != 0);
+					json_obj_end(&j);
+				}
+				json_arr_end(&j);
+			}
 			json_obj_end(&j);
 		}
 		json_arr_end(&j);

@@ -166,6 +166,27 @@ assert d["seconds"] > 0 and d["peak_rss_mib"] > 0 and d["modules"][0]["name"] ==
 }
 check parse_totals t_parse_json
 
+# --functions lists each module's functions (the catalog bench/console_tree measures): one entry per
+# function, in address order, whose blocks add up to the module's; without --json it is a usage error.
+t_parse_functions() {
+	"$HP" parse elf "$TMP/loop" --json --functions | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+for m in d["modules"]:
+    fl = m["function_list"]
+    assert len(fl) == m["functions"] > 0, (len(fl), m["functions"])
+    assert sum(f["blocks"] for f in fl) == m["blocks"], m["name"]
+    assert all(f["name"] and f["size"] > 0 and isinstance(f["undecodable"], bool) for f in fl), fl[:3]
+    assert [f["address"] for f in fl] == sorted(f["address"] for f in fl)
+assert any(f["name"] == "main" for m in d["modules"] for f in m["function_list"])
+' || return 1
+	"$HP" parse elf "$TMP/loop" --json | python3 -c '
+import json, sys
+assert all("function_list" not in m for m in json.load(sys.stdin)["modules"])' || return 1
+	"$HP" parse elf "$TMP/loop" --functions >/dev/null 2>&1; [ $? -eq 2 ]
+}
+check parse_function_list t_parse_functions
+
 t_no_capability() {
 	command -v setpriv >/dev/null || { echo "# setpriv missing"; return 1; }
 	local out rc
