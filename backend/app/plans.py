@@ -7,8 +7,9 @@ is checked (app.plan_check) before anything is stored. Its states:
 
     planning → ready | failed | cancelled
     ready → requested (an operator asks for approval)
-    requested → approved | rejected (an approver who is not the requester decides; the approval pins
-                the code hash and the build id)
+    requested → approved | rejected (an approver who is not the requester decides, and an approval
+                also needs someone other than the plan's maker; the approval pins the code hash and the
+                build id)
     approved → installing (an operator installs: a measurement window before, InstallPlan with the
                approved hash, a window after) → installed | install_failed
     installing → installed | install_failed also by reconciliation, when the flow died with its backend
@@ -424,8 +425,13 @@ class Plans:
 
     async def approve(self, db, host_id, plan_id, actor: str) -> dict:
         def check(row):
+            # Two people: the approver is neither the requester nor the plan's maker (a maker who got a
+            # colleague to request must still find a third person to approve).
             if row.requested_by == actor:
                 raise PlanError(403, "The requester cannot approve their own request: another approver must")
+            if row.created_by == actor:
+                raise PlanError(403, "The plan's maker cannot approve it: an approver who neither made nor "
+                                     "requested it must")
             if not row.code_sha256:
                 raise PlanError(409, "The plan has no code to approve")
         return await self._transition(db, host_id, plan_id, ("requested",),

@@ -245,6 +245,27 @@ async def test_approval_needs_another_approver_and_install_an_approved_fresh_pla
     await agent.close()
 
 
+async def test_the_maker_cannot_approve_a_plan_someone_else_requested(backend, client, unique):
+    host_id = f"maker-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    op_user = await make_user(client, "operator", unique)
+    ap_user = await make_user(client, "approver", unique)
+    operator = _client_as(backend, await token_for(backend.base_url, *op_user))
+    approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
+    base = f"/api/v1/hosts/{host_id}/plans"
+    async with operator, approver:
+        plan_id = await _make(client, host_id, digest)  # made by admin
+        await _until(client, host_id, plan_id, "ready")
+        r = await operator.post(f"{base}/{plan_id}/request")
+        assert r.status_code == 200 and r.json()["requested_by"] == op_user[0]
+        r = await client.post(f"{base}/{plan_id}/approve")  # the maker, who holds the approver's rights
+        assert r.status_code == 403 and "maker" in r.json()["detail"], r.text
+        assert (await _plan(client, host_id, plan_id))["state"] == "requested"
+        r = await approver.post(f"{base}/{plan_id}/approve")  # a third person
+        assert r.status_code == 200 and r.json()["approved_by"] == ap_user[0], r.text
+    await agent.close()
+
+
 async def test_a_rejected_plan_and_a_stale_plan_are_never_installed(backend, client, unique):
     host_id = f"stale-{unique}"
     agent, digest = await _host_with_process(backend, client, host_id)
