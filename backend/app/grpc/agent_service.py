@@ -21,8 +21,9 @@ has the piece is asked for it (CatalogRequest).
 Data messages (MetricBatch, MeasurementBatch, DataGap) carry a sequence number per agent instance;
 each is checked and mapped here, stored by the ingest writer in a group commit (app.series.writer),
 stored at most once (delivery_marks) and acknowledged cumulatively once stored. A batch whose time lies
-outside [now - retention, now + max skew] is refused (acknowledged, not stored), recorded as a gap and,
-when it is ahead of our clock, the host is flagged with its clock offset.
+outside [now - retention, now + max skew] is refused (acknowledged, not stored), counted and recorded as
+a gap; the host is flagged with a clock offset by Hello's clock at each connect, or by a run of
+CLOCK_AHEAD_RUN batches in a row ahead of our clock (one refused batch alone flags nothing).
 
 Targets and commands: Hello and TargetsUpdate say which targets the agent serves (the kernel, attached
 processes) with their modules; the catalog pieces of a new target's modules are asked for with
@@ -94,6 +95,11 @@ class Upload:
     started: float = field(default_factory=time.perf_counter)
 
 
+# Data batches in a row, each refused for lying ahead of our clock by more than the skew bound, that flag
+# the host's clock as skewed between two Hellos (each Hello measures the clock itself).
+CLOCK_AHEAD_RUN = 3
+
+
 @dataclass
 class AgentSession:
     host_id: str
@@ -110,6 +116,7 @@ class AgentSession:
     uploads: dict[str, Upload] = field(default_factory=dict)  # digest -> upload in progress
     marks: dict[str, int] = field(default_factory=dict)  # instance id -> highest stored seq
     last_end: dict[str, datetime] = field(default_factory=dict)  # instance id -> end of its newest batch
+    ahead_run: int = 0  # data batches in a row refused for lying ahead of our clock (CLOCK_AHEAD_RUN flags)
     measurement_rows: dict[str, int] = field(default_factory=dict)  # measurement id -> its rows
     # measurement id -> its function rows measured with their blocks, with their CFGs (edge checks)
     measurement_shapes: dict[str, dict[int, "measured_edges.FunctionShape"]] = field(default_factory=dict)
@@ -790,6 +797,7 @@ class AgentService:
         skew_ns = int(settings.max_clock_skew_s * 1e9)
         oldest_ns = now_ns - int(settings.sample_retention_hours * 3600e9)
         if not (end_ns > now_ns + skew_ns or start_ns < oldest_ns):
+            session.ahead_run = 0
             return False
         ahead = end_ns > now_ns + skew_ns
         offset_ms = (end_ns - now_ns) // 1_000_000
@@ -800,7 +808,11 @@ class AgentService:
         item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
                               reason=reason))
         item.refused = True
-        item.clock_offset_ms = offset_ms if ahead or instance == session.instance_id else None
+        # One batch says little about the clock: an old one may be spooled data resent after an outage, a
+        # future one a bad stamp among good ones. The clock is measured from Hello at each connect; a
+        # batch flags the host only as the CLOCK_AHEAD_RUN-th in a row lying ahead of our clock.
+        session.ahead_run = session.ahead_run + 1 if ahead else 0
+        item.clock_offset_ms = offset_ms if session.ahead_run >= CLOCK_AHEAD_RUN else None
         log.warning("host %s: %s (batch %s)", session.host_id, reason, seq)
         if item.clock_offset_ms is not None:
             task = asyncio.get_running_loop().create_task(self._publish_host(session.host_id))
