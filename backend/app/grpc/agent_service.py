@@ -13,10 +13,11 @@ INVALID_ARGUMENT and the reason, a database outage with UNAVAILABLE, anything el
 a log line, never with the text of an SQL error.
 
 Catalog pieces are content-addressed and stored once: an upload is staged, and stored under its digest
-only when its chunks arrived in order, its function and block counts match Hello and the digest
-recomputed from the content (app.catalog_digest) equals the announced one. While one stream uploads a
-piece, others that have it wait; if the upload fails or its stream ends, another connected host that
-has the piece is asked for it (CatalogRequest).
+only when its chunks arrived in order, its function and block counts match Hello, the digest
+recomputed from the content (app.catalog_digest) equals the announced one, and its named targets agree
+with the functions they name (app.catalog.TargetCheck: what the digest does not cover is not stored).
+While one stream uploads a piece, others that have it wait; if the upload fails or its stream ends,
+another connected host that has the piece is asked for it (CatalogRequest).
 
 Data messages (MetricBatch, MeasurementBatch, DataGap) carry a sequence number per agent instance;
 each is checked and mapped here, stored by the ingest writer in a group commit (app.series.writer),
@@ -89,6 +90,7 @@ class Upload:
     function_count: int
     block_count: int
     hasher: PieceHasher
+    targets: catalog.TargetCheck
     next_seq: int = 0
     functions: int = 0
     blocks: int = 0
@@ -568,7 +570,8 @@ class AgentService:
             build, outside_base = session.piece_keys.get(digest, (session.build, session.core_base))
             upload = Upload(digest=digest, module=ref.name, staging=f"{catalog.STAGING_PREFIX}{uuid.uuid4().hex}",
                             base=ref.base_address, function_count=ref.function_count, block_count=ref.block_count,
-                            hasher=PieceHasher(build, ref.name, ref.function_count, outside_base))
+                            hasher=PieceHasher(build, ref.name, ref.function_count, outside_base),
+                            targets=catalog.TargetCheck(ref.name))
             await catalog.begin_upload(self.runtime.engine, upload.staging, ref.name, ref.function_count,
                                        ref.block_count)
             session.uploads[digest] = upload
@@ -584,7 +587,7 @@ class AgentService:
                                    f"({upload.function_count} functions, {upload.block_count} blocks)")
             upload.hasher.add(chunk.functions)
             stored_fns, _, _ = await catalog.store_chunk(self.runtime.engine, upload.staging, upload.base,
-                                                         chunk.functions)
+                                                         chunk.functions, upload.targets)
             self.runtime.metrics.catalog_functions.inc(stored_fns)
             if chunk.last:
                 await self._finish_upload(session, upload)
@@ -604,6 +607,11 @@ class AgentService:
             await self._audit(f"agent:{session.host_id}", "catalog_rejected", session.host_id,
                               {"digest": digest, "recomputed": actual, "module": upload.module})
             raise InvalidInput(f"catalog {digest[:16]}: its content hashes to {actual[:16]}, not to its digest")
+        wrong = await catalog.verify_targets(self.runtime.engine, upload.staging, upload.targets)
+        if wrong is not None:
+            await self._audit(f"agent:{session.host_id}", "catalog_rejected", session.host_id,
+                              {"digest": digest, "module": upload.module, "reason": wrong[:512]})
+            raise InvalidInput(f"catalog {digest[:16]}: {wrong}")
         session.uploads.pop(digest, None)
         stored = await catalog.promote_upload(self.runtime.engine, upload.staging, digest, upload.module,
                                               upload.function_count, upload.block_count)
