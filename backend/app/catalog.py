@@ -5,6 +5,8 @@ A piece arrives as ordered chunks of functions; each chunk is written with COPY 
 (searchable columns) and `function_code` (blocks, successors and calls as compact JSON). Addresses of
 tail-call and call targets arrive absolute for the sending host and are stored relative to the
 module's base there, so every host of the same build (each with its own KASLR slide) can use them.
+Only addresses the digest vouches for are kept (TargetCheck): a named target in the piece's own module
+is checked against the function it names, any other named target is stored without an address.
 
 Until a piece is verified (all chunks in order, function and block counts as announced, digest
 recomputed from the content) its rows live under a staging key of its own, which no host's module
@@ -13,11 +15,13 @@ the real digest in one transaction; a piece that another upload completed first 
 """
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.catalog_digest import split_target_name
 from app.proto import pb
 
 _MASK = (1 << 64) - 1
@@ -28,31 +32,103 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= (1 << 63) else value
 
 
-def function_rows(digest: str, base: int, functions: Iterable["pb.Function"]):
-    """Yield (functions row, function_code row, block count) per function of a chunk."""
+@dataclass
+class TargetCheck:
+    """The named targets (calls and tail calls) of one upload, checked against the piece's own functions.
+
+    The digest covers a named target as (module, function, offset into it), not its address, so the
+    address an agent sends is kept only where the backend can check it: a target in the piece's own
+    module whose function the piece holds must lie at that function's start plus the offset (else the
+    piece is refused); any other named target (another module, whose placement is the sending host's,
+    or a name the piece does not hold) is stored without an address and resolved by name when read.
+    Unnamed targets are covered by the digest through their address."""
+
+    module: str
+    starts: dict[str, list[int]] = field(default_factory=dict)  # function name -> its offsets in the piece
+    # (function, offset into it, the agent's address relative to the module base, function index, JSON
+    # column, path of the address in that column)
+    pending: list[tuple[str, int, int, int, str, list[str]]] = field(default_factory=list)
+
+
+def _target(check: TargetCheck, base: int, target: int, name: str, module: str, index: int, column: str,
+            path: list[str]) -> int | None:
+    """The address to store for one call or tail-call target (relative to the module base), or None."""
+    if not name:
+        return _signed(target - base)
+    if module != check.module:
+        return None
+    split = split_target_name(name)
+    fname, off = split if split is not None else (name, 0)
+    rel = _signed(target - base)
+    check.pending.append((fname, off, rel, index, column, path))
+    return rel
+
+
+def function_rows(digest: str, base: int, functions: Iterable["pb.Function"], check: TargetCheck):
+    """Yield (functions row, function_code row, block count) per function of a chunk; named targets are
+    stored as TargetCheck says and noted for its verification when the piece is complete."""
     tail_call = pb.SUCCESSOR_KIND_TAIL_CALL
     for f in functions:
+        check.starts.setdefault(f.name, []).append(_signed(f.offset))
         blocks = []
-        for b in f.blocks:
+        for bi, b in enumerate(f.blocks):
             succs = []
-            for s in b.successors:
+            for si, s in enumerate(b.successors):
                 if s.kind == tail_call:
-                    succs.append((s.kind, _signed(s.target - base), s.target_name))
+                    succs.append((s.kind, _target(check, base, s.target, s.target_name, s.target_module, f.index,
+                                                  "blocks", [str(bi), "3", str(si), "1"]), s.target_name))
                 else:
                     succs.append((s.kind, s.target, ""))
             blocks.append((b.offset, b.size, b.instruction_count, succs))
-        calls = [(c.site_offset, _signed(c.target - base), c.target_name, c.target_module) for c in f.calls]
-        yield ((digest, f.index, f.name, _signed(f.offset), f.size, len(blocks), f.undecodable, f.undecodable_offset),
+        calls = [(c.site_offset, _target(check, base, c.target, c.target_name, c.target_module, f.index, "calls",
+                                         [str(ci), "1"]), c.target_name, c.target_module)
+                 for ci, c in enumerate(f.calls)]
+        # The digest covers undecodable_offset only for an undecodable function: store nothing else.
+        undecodable_offset = f.undecodable_offset if f.undecodable else 0
+        yield ((digest, f.index, f.name, _signed(f.offset), f.size, len(blocks), f.undecodable, undecodable_offset),
                (digest, f.index, orjson.dumps(blocks).decode(), orjson.dumps(calls).decode(),
                 orjson.dumps(list(f.indirect_call_sites)).decode()),
                len(blocks))
 
 
-async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions) -> tuple[int, int, float]:
+def check_targets(check: TargetCheck) -> tuple[str | None, list[tuple[int, str, list[str]]]]:
+    """Judge the named targets TargetCheck noted once the piece is complete: (why the piece is refused, or
+    None; the targets it cannot check as (function index, JSON column, path of the address))."""
+    unchecked: list[tuple[int, str, list[str]]] = []
+    for fname, off, rel, index, column, path in check.pending:
+        starts = check.starts.get(fname)
+        if starts is None:
+            unchecked.append((index, column, path))
+            continue
+        if all(_signed(start + off) != rel for start in starts):
+            where = f"{fname}+{off:#x}" if off else fname
+            return (f"function {index} names target {where} at {rel:#x} from the module base, but {fname} "
+                    f"starts at {', '.join(f'{x:#x}' for x in starts[:4])}"), unchecked
+    return None, unchecked
+
+
+async def verify_targets(engine: AsyncEngine, staging: str, check: TargetCheck) -> str | None:
+    """Check the named targets of a complete upload (check_targets); returns why the piece is refused, or
+    None. Targets it cannot check lose their address in the staged rows."""
+    problem, unchecked = check_targets(check)
+    if problem is not None:
+        return problem
+    for column in ("calls", "blocks"):
+        rows = [{"s": staging, "i": index, "p": path} for index, col, path in unchecked if col == column]
+        if rows:
+            async with engine.begin() as conn:
+                await conn.execute(text(
+                    f"UPDATE function_code SET {column} = jsonb_set({column}, CAST(:p AS text[]), 'null') "
+                    "WHERE digest = :s AND index = :i"), rows)
+    return None
+
+
+async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions,
+                      check: TargetCheck) -> tuple[int, int, float]:
     """Write one chunk; returns (functions, blocks, seconds)."""
     t0 = time.perf_counter()
     fn_rows, code_rows, blocks = [], [], 0
-    for fn_row, code_row, n in function_rows(digest, base, functions):
+    for fn_row, code_row, n in function_rows(digest, base, functions, check):
         fn_rows.append(fn_row)
         code_rows.append(code_row)
         blocks += n

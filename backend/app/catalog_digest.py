@@ -28,7 +28,7 @@ def _str(value: str) -> bytes:
     return value.encode() + b"\0"
 
 
-def _split_target_name(name: str) -> tuple[str, int] | None:
+def split_target_name(name: str) -> tuple[str, int] | None:
     """'func' → ('func', 0); 'func+0x1c' → ('func', 0x1c); None if the offset is not hex."""
     head, sep, tail = name.rpartition("+0x")
     if not sep or not head:
@@ -51,7 +51,7 @@ class PieceHasher:
         if not name:
             out.append(b"?\0\0" + _U64.pack((address - self._core_base) & _MASK))
             return
-        split = _split_target_name(name)
+        split = split_target_name(name)
         fname, off = split if split is not None else (name, 0)
         out.append(_str(module) + _str(fname) + _U64.pack(off & _MASK))
 

@@ -216,8 +216,10 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
 
     # Resolve targets outside the function: first as a function of this module at that offset (exact,
     # and immune to duplicate static names), then by name in any of the host's modules.
-    rel_targets = {s[1] for b in blocks_raw for s in b[3] if s[0] == 3}
-    rel_targets |= {c[1] for c in calls_raw}
+    # A named target outside the module (or not checked against the piece) is stored without an address
+    # (app.catalog.TargetCheck): it is found by name only.
+    rel_targets = {s[1] for b in blocks_raw for s in b[3] if s[0] == 3 and isinstance(s[1], int)}
+    rel_targets |= {c[1] for c in calls_raw if isinstance(c[1], int)}
     by_offset: dict[int, tuple[int, str]] = {}
     if rel_targets:
         rows = await session.execute(text("""
@@ -236,20 +238,22 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
         for r in rows:
             by_name[r.name] = (r.id, i64_to_u64(r.address), r.module)
 
-    def resolve(rel: int, name: str) -> tuple[int, int | None, str | None, str | None]:
-        hit = by_offset.get(rel)
-        if hit is not None and (not name or hit[1] == name):
+    def resolve(rel: int | None, name: str) -> tuple[int | None, int | None, str | None, str | None]:
+        hit = by_offset.get(rel) if rel is not None else None
+        if rel is not None and hit is not None and (not name or hit[1] == name):
             return (base + rel) & 0xFFFFFFFFFFFFFFFF, hit[0], hit[1], fn.module
         if name and name in by_name:
             fid, addr, module = by_name[name]
             return addr, fid, name, module
+        if rel is None:
+            return None, None, name or None, None
         return (base + rel) & 0xFFFFFFFFFFFFFFFF, None, name or None, None
 
     blocks = []
     for entry in blocks_raw:
         try:
             off, size, icount, succs = entry
-            succs = [(int(k), int(t), str(n)) for k, t, n in succs]
+            succs = [(int(k), None if t is None else int(t), str(n)) for k, t, n in succs]
             off, size, icount = int(off) & _U32, int(size) & _U32, int(icount) & _U32
         except (TypeError, ValueError):
             continue  # a malformed stored block (never written by this version): skip, do not fail the page
@@ -257,6 +261,8 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
         for kind, target, tname in succs:
             kind_name = SUCCESSOR_KINDS.get(kind, "indirect")
             if kind_name in ("fallthrough", "taken"):
+                if target is None:
+                    continue  # never written so: skip the edge, do not fail the page
                 target &= _U32
                 addr = (start + target) & _U64
                 out_succ.append({"kind": kind_name, "target_offset": target, "target_address": addr,
@@ -265,7 +271,7 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
             elif kind_name == "tail_call":
                 addr, fid, rname, _ = resolve(target, tname)
                 out_succ.append({"kind": kind_name, "target_offset": None, "target_address": addr,
-                                 "target_address_hex": hex64(addr), "target_name": rname,
+                                 "target_address_hex": None if addr is None else hex64(addr), "target_name": rname,
                                  "target_function_id": fid})
             else:
                 out_succ.append({"kind": kind_name, "target_offset": None, "target_address": None,
@@ -276,11 +282,13 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
     callees = []
     for call in calls_raw:
         try:
-            site, rel, tname, tmodule = int(call[0]) & _U32, int(call[1]), str(call[2]), str(call[3])
+            site, tname, tmodule = int(call[0]) & _U32, str(call[2]), str(call[3])
+            rel = None if call[1] is None else int(call[1])
         except (TypeError, ValueError, IndexError):
             continue
         addr, fid, rname, rmodule = resolve(rel, tname)
-        callees.append({"site_offset": site, "target_address": addr, "target_address_hex": hex64(addr),
+        callees.append({"site_offset": site, "target_address": addr,
+                        "target_address_hex": None if addr is None else hex64(addr),
                         "name": rname, "module": rmodule or tmodule or None, "function_id": fid})
     return {"function": summary,
             "undecodable_offset": fn.undecodable_offset if fn.undecodable else None,

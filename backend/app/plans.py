@@ -7,8 +7,9 @@ is checked (app.plan_check) before anything is stored. Its states:
 
     planning → ready | failed | cancelled
     ready → requested (an operator asks for approval)
-    requested → approved | rejected (an approver who is not the requester decides; the approval pins
-                the code hash and the build id)
+    requested → approved | rejected (an approver who is not the requester decides, and an approval
+                also needs someone other than the plan's maker; the approval pins the code hash and the
+                build id)
     approved → installing (an operator installs: a measurement window before, InstallPlan with the
                approved hash, a window after) → installed | install_failed
     installing → installed | install_failed also by reconciliation, when the flow died with its backend
@@ -26,6 +27,7 @@ are single UPDATEs guarded by the state they leave, so two users racing see one 
 a 409.
 """
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -353,6 +355,29 @@ async def _settle_reverting(db: AsyncSession, row, entry: dict | None, source: s
 
 # The workflow ---------------------------------------------------------------------------------
 
+UNKNOWN_INSTALLS_NAMED = 16  # ids an unknown-installs audit row names; the count says how many there were
+
+
+async def _audit_unknown_installs(db: AsyncSession, host_id: str, ids: list[str]) -> None:
+    """Audit the installs a Hello lists that no plan of the host has: ONE row per host naming how many and
+    the first few ids (an agent may list 1024), and only when the set differs from the one this host's
+    last such row named (the fingerprint of the sorted ids), so reconnects with the same list add none."""
+    if not ids:
+        return
+    fingerprint = hashlib.sha256("\n".join(ids).encode()).hexdigest()
+    last = (await db.execute(text("""
+        SELECT detail->>'ids_sha256' FROM audit_log
+        WHERE action = 'plan_install_unknown' AND actor = :a AND target = :h ORDER BY id DESC LIMIT 1"""),
+        {"a": f"agent:{host_id}", "h": host_id})).scalar_one_or_none()
+    if last == fingerprint:
+        return
+    crud.audit(db, f"agent:{host_id}", "plan_install_unknown", host_id,
+               {"host_id": host_id, "count": len(ids), "plan_ids": ids[:UNKNOWN_INSTALLS_NAMED],
+                "ids_sha256": fingerprint, "reason": "no plan of this host has these ids"})
+    log.warning("host %s lists %d installs that no plan of it has (%s%s)", host_id, len(ids),
+                ", ".join(ids[:3]), ", ..." if len(ids) > 3 else "")
+
+
 class Plans:
     def __init__(self, runtime) -> None:
         self.runtime = runtime
@@ -424,8 +449,13 @@ class Plans:
 
     async def approve(self, db, host_id, plan_id, actor: str) -> dict:
         def check(row):
+            # Two people: the approver is neither the requester nor the plan's maker (a maker who got a
+            # colleague to request must still find a third person to approve).
             if row.requested_by == actor:
                 raise PlanError(403, "The requester cannot approve their own request: another approver must")
+            if row.created_by == actor:
+                raise PlanError(403, "The plan's maker cannot approve it: an approver who neither made nor "
+                                     "requested it must")
             if not row.code_sha256:
                 raise PlanError(409, "The plan has no code to approve")
         return await self._transition(db, host_id, plan_id, ("requested",),
@@ -683,7 +713,8 @@ class Plans:
         is complete (installs_listed: an agent without a state folder, or one that could not read its
         journals, changes no plan). An install is the plan's only if its
         code hash is the approved one and its process the plan's (pid and start time); anything else changes
-        no plan and is audited as `plan_install_unknown`. Plans no flow here runs:
+        no plan and is audited as `plan_install_unknown` (ids no plan has: one row per host summing them up,
+        written again only when the set changes). Plans no flow here runs:
           installing, listed installed           -> installed
           installing, not listed, no command out -> install_failed (a flow that died before or after an
                                                    answer the agent gave; one still out is resent instead)
@@ -707,12 +738,7 @@ class Plans:
                   AND (p.state IN ('installing', 'installed', 'reverting') OR CAST(p.id AS text) = ANY(:ids))
                 FOR UPDATE OF p"""), {"h": host_id, "ids": list(listed)})).all()
             known = {str(r.id) for r in rows}
-            for pid_ in sorted(set(listed) - known):
-                i = listed[pid_]
-                crud.audit(db, f"agent:{host_id}", "plan_install_unknown", pid_,
-                           {"host_id": host_id, "plan_id": pid_, "state": i.state, "pid": i.pid,
-                            "code_sha256": i.code_sha256, "reason": "no plan of this host has this id"})
-                log.warning("host %s lists install %s that no plan of it has", host_id, pid_)
+            await _audit_unknown_installs(db, host_id, sorted(set(listed) - known))
             for r in rows:
                 if str(r.id) in self.tasks:
                     continue

@@ -392,8 +392,10 @@ class BlockPublic(BaseModel):
 
 class CalleePublic(BaseModel):
     site_offset: int
-    target_address: int
-    target_address_hex: str
+    # null: a named callee in another module that is not found by name on this host (the catalog keeps no
+    # address for it: the sending host's module placement is not this host's, and no digest covers it)
+    target_address: int | None
+    target_address_hex: str | None
     name: str | None
     module: str | None
     function_id: int | None

@@ -246,6 +246,21 @@ class _Uvicorn(uvicorn.Server):
         pass  # the process's own handler stops both servers together
 
 
+def http_config(runtime: Runtime, app, settings: Settings, port: int) -> uvicorn.Config:
+    """The HTTP server's configuration. X-Forwarded-For and X-Forwarded-Proto are honoured only from the
+    addresses in HOTPATH_TRUSTED_PROXIES (none by default, whatever uvicorn's FORWARDED_ALLOW_IPS says):
+    otherwise any client, even one on loopback, could pick the address the per-address sign-in limit
+    and the audit log see."""
+    tls: dict = {}
+    if settings.https:
+        tls = {"ssl_certfile": str(settings.https_cert_file or runtime.pki.server_cert_file),
+               "ssl_keyfile": str(settings.https_key_file or runtime.pki.server_key_file)}
+    proxies = settings.trusted_proxy_list
+    return uvicorn.Config(app, host=settings.http_host, port=port, log_level="warning", ws_ping_interval=None,
+                          lifespan="off", limit_concurrency=1000, h11_max_incomplete_event_size=64 * 1024,
+                          proxy_headers=bool(proxies), forwarded_allow_ips=proxies or [], **tls)
+
+
 async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_port: int | None = None):
     """Start the gRPC and HTTP servers; returns (grpc server, uvicorn server, http task, grpc port, http port).
     The enrolment port is in runtime.enroll_port."""
@@ -261,13 +276,7 @@ async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_por
     log.info("listening for agents on %s:%d (mutual TLS) and for enrolment on %s:%d (TLS)", settings.grpc_host,
              bound, settings.grpc_host, enroll_bound)
     app = create_app(runtime, settings.static_dir)
-    tls: dict = {}
-    if settings.https:
-        tls = {"ssl_certfile": str(settings.https_cert_file or runtime.pki.server_cert_file),
-               "ssl_keyfile": str(settings.https_key_file or runtime.pki.server_key_file)}
-    config = uvicorn.Config(app, host=settings.http_host, port=settings.http_port if http_port is None else http_port,
-                            log_level="warning", ws_ping_interval=None, lifespan="off",
-                            limit_concurrency=1000, h11_max_incomplete_event_size=64 * 1024, **tls)
+    config = http_config(runtime, app, settings, settings.http_port if http_port is None else http_port)
     http = _Uvicorn(config)
     http_task = asyncio.create_task(http.serve())
     while not http.started:

@@ -199,6 +199,15 @@ def test_a_process_modules_catalog_hashes_to_its_digest_with_its_build_id(agent)
     ordered = [functions[i] for i in range(len(functions))]
     build = "elf:" + agent.main.build_id
     assert piece_digest(build, agent.main.name, agent.main.base_address, ordered) == agent.main.digest
+    # Its named call targets agree with the functions they name (the backend refuses a piece otherwise).
+    from app.catalog import TargetCheck, check_targets, function_rows
+
+    targets = TargetCheck(agent.main.name)
+    for _ in function_rows("check", agent.main.base_address, ordered, targets):
+        pass
+    problem, _unchecked = check_targets(targets)
+    assert problem is None, problem
+    assert targets.pending, "mx_call calls functions of its own binary"
     agent.functions = {f.name: f for f in ordered}
     assert "mx_branch" in agent.functions and "mx_call" in agent.functions
 

@@ -351,6 +351,19 @@ def test_backend_recomputes_the_agents_catalog_digest(agent):
 
     for i, f in enumerate(functions):
         check_function(f, i)
+    # And every named call and tail-call target the real agent sends agrees with the function it names
+    # where the piece holds it (app.catalog.TargetCheck), so honest pieces are not refused for their targets.
+    from app.catalog import TargetCheck, check_targets, function_rows
+
+    targets = TargetCheck("vmlinux")
+    for _ in function_rows("check", agent.vmlinux.base_address, functions, targets):
+        pass
+    problem, unchecked = check_targets(targets)
+    print(f"\n{len(targets.pending)} named same-module targets checked, {len(unchecked)} whose name the "
+          "piece does not hold (stored without an address)")
+    assert problem is None, problem
+    assert len(targets.pending) > 10000, "the live kernel has many named same-module targets"
+    assert len(unchecked) < len(targets.pending) // 10, (len(unchecked), len(targets.pending))
     functions[len(functions) // 2].blocks[0].size += 1
     assert piece_digest(build, "vmlinux", core_base, functions) != agent.vmlinux.digest
 

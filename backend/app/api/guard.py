@@ -3,9 +3,9 @@
 
 - a request body larger than `max_body_bytes` is refused with 413 before it is read into memory
   (declared by Content-Length, or counted while it streams in);
-- a path, query or JSON body carrying a NUL character, a lone UTF-16 surrogate or bytes that are not
-  UTF-8 is refused with 400 (Postgres text cannot hold NUL, and UTF-8 cannot hold lone surrogates,
-  so such input must never reach a route);
+- a path, query or JSON body (any Content-Type naming JSON, in any letter case, or none) carrying a
+  NUL character, a lone UTF-16 surrogate or bytes that are not UTF-8 is refused with 400 (Postgres
+  text cannot hold NUL, and UTF-8 cannot hold lone surrogates, so such input must never reach a route);
 - every response carries security headers (no sniffing, no framing, no referrer, a same-origin
   content security policy, HSTS over HTTPS, no caching of API answers).
 """
@@ -80,6 +80,10 @@ class RequestGuard:
             return
 
         headers = dict(scope.get("headers") or [])
+        # Media types are case-insensitive (RFC 9110 8.3.1): "APPLICATION/JSON" is JSON to the route. A
+        # body without a Content-Type, or with several, is checked too, whichever header a parser picks.
+        content_types = [v.lower() for k, v in scope.get("headers") or [] if k.lower() == b"content-type"]
+        json_body = not content_types or any(b"json" in v for v in content_types)
         declared = headers.get(b"content-length")
         if declared is not None:
             try:
@@ -106,7 +110,7 @@ class RequestGuard:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        if body and b"json" in headers.get(b"content-type", b""):
+        if body and json_body:
             problem = None
             if b"\x00" in body:
                 problem = "The request body contains a NUL byte"

@@ -4,10 +4,11 @@
 Everything has a default that suits one host running `make run`; deployments override through the
 environment only, so the same image serves docker-compose, systemd and tests.
 """
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -69,12 +70,31 @@ class Settings(BaseSettings):
     login_failures_before_lockout: int = 5
     login_lockout_s: float = 300.0
     login_attempts_per_minute: int = 30
+    # Reverse proxies in front of the HTTP API (addresses or networks, comma-separated, e.g.
+    # "10.0.0.5,192.168.1.0/24"): only a request from one of them has its X-Forwarded-For (the client
+    # address the sign-in limit and the audit log use) and X-Forwarded-Proto honoured. Empty: none.
+    trusted_proxies: str = ""
     audit_retention_days: float = 90.0
     ws_ping_interval_s: float = 20.0
     log_level: str = "INFO"
     # When set, GET /metrics needs "Authorization: Bearer <this token>"; unset, it is open (it carries
     # aggregate counters only: no host ids, function names or users).
     metrics_token: str | None = None
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_addresses(cls, value: str) -> str:
+        for item in (p.strip() for p in value.split(",")):
+            if item:
+                try:
+                    ipaddress.ip_network(item, strict=False)
+                except ValueError:
+                    raise ValueError(f"HOTPATH_TRUSTED_PROXIES: {item!r} is not an IP address or network") from None
+        return value
+
+    @property
+    def trusted_proxy_list(self) -> list[str]:
+        return [p.strip() for p in self.trusted_proxies.split(",") if p.strip()]
 
     @property
     def grpc_max_message_bytes(self) -> int:

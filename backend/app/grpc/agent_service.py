@@ -13,16 +13,18 @@ INVALID_ARGUMENT and the reason, a database outage with UNAVAILABLE, anything el
 a log line, never with the text of an SQL error.
 
 Catalog pieces are content-addressed and stored once: an upload is staged, and stored under its digest
-only when its chunks arrived in order, its function and block counts match Hello and the digest
-recomputed from the content (app.catalog_digest) equals the announced one. While one stream uploads a
-piece, others that have it wait; if the upload fails or its stream ends, another connected host that
-has the piece is asked for it (CatalogRequest).
+only when its chunks arrived in order, its function and block counts match Hello, the digest
+recomputed from the content (app.catalog_digest) equals the announced one, and its named targets agree
+with the functions they name (app.catalog.TargetCheck: what the digest does not cover is not stored).
+While one stream uploads a piece, others that have it wait; if the upload fails or its stream ends,
+another connected host that has the piece is asked for it (CatalogRequest).
 
 Data messages (MetricBatch, MeasurementBatch, DataGap) carry a sequence number per agent instance;
 each is checked and mapped here, stored by the ingest writer in a group commit (app.series.writer),
 stored at most once (delivery_marks) and acknowledged cumulatively once stored. A batch whose time lies
-outside [now - retention, now + max skew] is refused (acknowledged, not stored), recorded as a gap and,
-when it is ahead of our clock, the host is flagged with its clock offset.
+outside [now - retention, now + max skew] is refused (acknowledged, not stored), counted and recorded as
+a gap; the host is flagged with a clock offset by Hello's clock at each connect, or by a run of
+CLOCK_AHEAD_RUN batches in a row ahead of our clock (one refused batch alone flags nothing).
 
 Targets and commands: Hello and TargetsUpdate say which targets the agent serves (the kernel, attached
 processes) with their modules; the catalog pieces of a new target's modules are asked for with
@@ -88,10 +90,16 @@ class Upload:
     function_count: int
     block_count: int
     hasher: PieceHasher
+    targets: catalog.TargetCheck
     next_seq: int = 0
     functions: int = 0
     blocks: int = 0
     started: float = field(default_factory=time.perf_counter)
+
+
+# Data batches in a row, each refused for lying ahead of our clock by more than the skew bound, that flag
+# the host's clock as skewed between two Hellos (each Hello measures the clock itself).
+CLOCK_AHEAD_RUN = 3
 
 
 @dataclass
@@ -110,6 +118,7 @@ class AgentSession:
     uploads: dict[str, Upload] = field(default_factory=dict)  # digest -> upload in progress
     marks: dict[str, int] = field(default_factory=dict)  # instance id -> highest stored seq
     last_end: dict[str, datetime] = field(default_factory=dict)  # instance id -> end of its newest batch
+    ahead_run: int = 0  # data batches in a row refused for lying ahead of our clock (CLOCK_AHEAD_RUN flags)
     measurement_rows: dict[str, int] = field(default_factory=dict)  # measurement id -> its rows
     # measurement id -> its function rows measured with their blocks, with their CFGs (edge checks)
     measurement_shapes: dict[str, dict[int, "measured_edges.FunctionShape"]] = field(default_factory=dict)
@@ -561,7 +570,8 @@ class AgentService:
             build, outside_base = session.piece_keys.get(digest, (session.build, session.core_base))
             upload = Upload(digest=digest, module=ref.name, staging=f"{catalog.STAGING_PREFIX}{uuid.uuid4().hex}",
                             base=ref.base_address, function_count=ref.function_count, block_count=ref.block_count,
-                            hasher=PieceHasher(build, ref.name, ref.function_count, outside_base))
+                            hasher=PieceHasher(build, ref.name, ref.function_count, outside_base),
+                            targets=catalog.TargetCheck(ref.name))
             await catalog.begin_upload(self.runtime.engine, upload.staging, ref.name, ref.function_count,
                                        ref.block_count)
             session.uploads[digest] = upload
@@ -577,7 +587,7 @@ class AgentService:
                                    f"({upload.function_count} functions, {upload.block_count} blocks)")
             upload.hasher.add(chunk.functions)
             stored_fns, _, _ = await catalog.store_chunk(self.runtime.engine, upload.staging, upload.base,
-                                                         chunk.functions)
+                                                         chunk.functions, upload.targets)
             self.runtime.metrics.catalog_functions.inc(stored_fns)
             if chunk.last:
                 await self._finish_upload(session, upload)
@@ -597,6 +607,11 @@ class AgentService:
             await self._audit(f"agent:{session.host_id}", "catalog_rejected", session.host_id,
                               {"digest": digest, "recomputed": actual, "module": upload.module})
             raise InvalidInput(f"catalog {digest[:16]}: its content hashes to {actual[:16]}, not to its digest")
+        wrong = await catalog.verify_targets(self.runtime.engine, upload.staging, upload.targets)
+        if wrong is not None:
+            await self._audit(f"agent:{session.host_id}", "catalog_rejected", session.host_id,
+                              {"digest": digest, "module": upload.module, "reason": wrong[:512]})
+            raise InvalidInput(f"catalog {digest[:16]}: {wrong}")
         session.uploads.pop(digest, None)
         stored = await catalog.promote_upload(self.runtime.engine, upload.staging, digest, upload.module,
                                               upload.function_count, upload.block_count)
@@ -790,6 +805,7 @@ class AgentService:
         skew_ns = int(settings.max_clock_skew_s * 1e9)
         oldest_ns = now_ns - int(settings.sample_retention_hours * 3600e9)
         if not (end_ns > now_ns + skew_ns or start_ns < oldest_ns):
+            session.ahead_run = 0
             return False
         ahead = end_ns > now_ns + skew_ns
         offset_ms = (end_ns - now_ns) // 1_000_000
@@ -800,7 +816,11 @@ class AgentService:
         item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
                               reason=reason))
         item.refused = True
-        item.clock_offset_ms = offset_ms if ahead or instance == session.instance_id else None
+        # One batch says little about the clock: an old one may be spooled data resent after an outage, a
+        # future one a bad stamp among good ones. The clock is measured from Hello at each connect; a
+        # batch flags the host only as the CLOCK_AHEAD_RUN-th in a row lying ahead of our clock.
+        session.ahead_run = session.ahead_run + 1 if ahead else 0
+        item.clock_offset_ms = offset_ms if session.ahead_run >= CLOCK_AHEAD_RUN else None
         log.warning("host %s: %s (batch %s)", session.host_id, reason, seq)
         if item.clock_offset_ms is not None:
             task = asyncio.get_running_loop().create_task(self._publish_host(session.host_id))

@@ -2,6 +2,7 @@
 """Nothing an agent sends is stored before it is checked: a fake agent (tests.scripted_agent) sends
 malformed catalogs, hellos and batches over the real stream; each ends with INVALID_ARGUMENT and a
 reason (never UNKNOWN or SQL text), and nothing of it is stored or shared with other hosts."""
+import asyncio
 import time
 
 import grpc
@@ -114,6 +115,70 @@ async def test_a_forged_piece_is_refused_and_never_shared_with_an_honest_host(ba
     assert found["total"] == 0
     assert await backend.scalar("SELECT count(*) FROM functions WHERE digest = :d", d=digest) == 30
     await honest.close()
+
+
+async def test_a_piece_whose_named_targets_lie_about_their_address_is_refused(backend, client, unique):
+    """The digest covers a named target as (module, function, offset), not its address: a lying agent sends
+    an honest piece whose call and tail call name __x64_sys_read and ksys_read but point at fn_00007. The
+    backend checks each same-module target against the function it names and refuses the piece; an honest
+    host then stores it with the right targets."""
+    tag = f"liar-{unique}"
+    honest_fns = kernel_functions(30)
+    lying = [pb.Function() for _ in honest_fns]
+    for f, real in zip(lying, honest_fns, strict=True):
+        f.CopyFrom(real)
+    wrong = 0xFFFFFFFF81000000 + honest_fns[7].offset
+    lying[0].calls[0].target = wrong
+    lying[0].blocks[2].successors[0].target = wrong
+    liar = await backend.agent(f"liar-{unique}", kernel_tag=tag, modules=[("vmlinux", 0xFFFFFFFF81000000, lying)])
+    await liar.connect(send_catalog=False)
+    name, _base, fns, digest = liar.modules[0]
+    honest = await backend.agent(f"truth-{unique}", kernel_tag=tag,
+                                 modules=[("vmlinux", 0xFFFFFFFF81000000, honest_fns)])
+    assert honest.modules[0][3] == digest, "the lie is outside the digest"
+    await _chunks(liar, digest, name, [(0, True, fns)])
+    # The backend ends the stream as soon as the last chunk is checked (20 s: far beyond a 30-function store).
+    error = await asyncio.wait_for(_ended(liar), 20)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "__x64_sys_read" in error.details() or "ksys_read" in error.details(), error.details()
+    assert await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
+    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'catalog_rejected' "
+                                "AND target = :h", h=f"liar-{unique}") == 1
+    await liar.close()
+
+    await honest.connect()
+    await wait_catalog_complete(client, f"truth-{unique}")
+    found = (await client.get(f"/api/v1/hosts/truth-{unique}/functions", params={"q": "vfs_read"})).json()
+    fid = next(i["id"] for i in found["items"] if i["name"] == "vfs_read")
+    d = (await client.get(f"/api/v1/hosts/truth-{unique}/functions/{fid}")).json()
+    assert d["blocks"][2]["successors"][0]["target_name"] == "ksys_read"
+    assert d["blocks"][2]["successors"][0]["target_address"] == 0xFFFFFFFF81000000 + honest_fns[1].offset
+    assert [(c["name"], c["target_address"]) for c in d["callees"]] == [
+        ("__x64_sys_read", 0xFFFFFFFF81000000 + honest_fns[2].offset)]
+    await honest.close()
+
+
+async def test_fields_outside_the_digest_are_not_stored_from_the_uploader(backend, client, unique):
+    """A call into another module keeps no address (that module's placement is the sending host's, and the
+    digest does not cover it): it is resolved by name, and shown without an address when no module of the
+    host has the name. An undecodable_offset of a decodable function is not stored either."""
+    fns = kernel_functions(10)
+    fns[3].calls.add(site_offset=0x4, target=0xFFFFFFFF81000000 + fns[5].offset, target_name="ext_only_fn",
+                     target_module="othermod")
+    fns[4].undecodable_offset = 0x7  # undecodable is false: the digest ignores it
+    host_id = f"ext-{unique}"
+    agent = await backend.agent(host_id, kernel_tag=f"ext-{unique}", modules=[("vmlinux", 0xFFFFFFFF81000000, fns)])
+    await agent.connect()
+    await wait_catalog_complete(client, host_id)
+    digest = agent.modules[0][3]
+    assert await backend.scalar("SELECT undecodable_offset FROM functions WHERE digest = :d AND index = 4",
+                                d=digest) == 0
+    found = (await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": fns[3].name})).json()
+    fid = next(i["id"] for i in found["items"] if i["name"] == fns[3].name)
+    d = (await client.get(f"/api/v1/hosts/{host_id}/functions/{fid}")).json()
+    assert d["callees"] == [{"site_offset": 4, "target_address": None, "target_address_hex": None,
+                             "name": "ext_only_fn", "module": "othermod", "function_id": None}]
+    await agent.close()
 
 
 @pytest.mark.parametrize("breakage, reason", [

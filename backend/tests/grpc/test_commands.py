@@ -310,15 +310,18 @@ async def test_reconnect_restores_targets_and_measurements_from_hello(backend, c
 
 
 async def test_partial_timestamps_are_refused_like_metric_batches(backend, client, unique):
-    """A measurement interval far ahead of the backend's clock is refused, recorded and flags the host."""
+    """Measurement intervals far ahead of the backend's clock are refused, recorded, and a run of them flags
+    the host."""
+    from app.grpc.agent_service import CLOCK_AHEAD_RUN
     host_id = f"skew-{unique}"
     agent = await _online(backend, client, host_id)
     vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")
     mid = await _measure(client, host_id, agent, [{"digest": vmlinux, "function_index": 4}])
     ahead = int((datetime.now(UTC) + timedelta(hours=2)).timestamp() * 1e9)
-    seq = await agent.send_measurement(mid, ahead, [(0, 5, 0)])
+    for k in range(CLOCK_AHEAD_RUN):
+        seq = await agent.send_measurement(mid, ahead + k * 10**9, [(0, 5, 0)])
     await wait_for_ack(agent, seq)
     assert await backend.scalar("SELECT count(*) FROM measurement_points WHERE measurement_id = :m", m=mid) == 0
     host = (await client.get(f"/api/v1/hosts/{host_id}")).json()
-    assert host["refused_batches"] >= 1 and host["clock_skewed"]
+    assert host["refused_batches"] >= CLOCK_AHEAD_RUN and host["clock_skewed"]
     await agent.close()

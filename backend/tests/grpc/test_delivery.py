@@ -66,25 +66,45 @@ async def test_numbers_that_never_arrive_and_reported_gaps_are_recorded_and_show
     await agent.close()
 
 
-async def test_a_batch_from_2262_is_refused_flags_the_clock_and_does_not_hide_real_data(backend, client, unique):
+async def test_batches_from_2262_are_refused_flag_the_clock_and_do_not_hide_real_data(backend, client, unique):
+    from app.grpc.agent_service import CLOCK_AHEAD_RUN
     host_id = f"future-{unique}"
     agent = await _ready(backend, client, host_id)
     year_2262 = 9_200_000_000 * NS
-    await agent.send_metrics(year_2262, [("vmlinux", 3, 0, 50)])
+    for k in range(CLOCK_AHEAD_RUN):  # a run of batches ahead of our clock: the host's clock is wrong
+        await agent.send_metrics(year_2262 + k * NS, [("vmlinux", 3, 0, 50)])
     now = time.time_ns()
     await agent.send_metrics(now - 3 * NS, [("vmlinux", 0, 0, 7)])
     await agent.send_metrics(now - 2 * NS, [("vmlinux", 1, 0, 5)])
-    await wait_for_ack(agent, 3)
+    await wait_for_ack(agent, CLOCK_AHEAD_RUN + 2)
     assert await backend.scalar("SELECT count(*) FROM sample_intervals WHERE host_id = :h AND ts > now()",
                          h=host_id) == 0
     top = (await client.get(f"/api/v1/hosts/{host_id}/top-functions", params={"window_s": 60})).json()
     assert [(i["name"], i["samples"]) for i in top["items"]] == [("vfs_read", 7), ("ksys_read", 5)]
     host = (await client.get(f"/api/v1/hosts/{host_id}")).json()
     assert host["clock_skewed"] is True and host["clock_offset_ms"] > 10**12
-    assert host["refused_batches"] == 1
+    assert host["refused_batches"] == CLOCK_AHEAD_RUN
     timeline = (await client.get(f"/api/v1/hosts/{host_id}/coverage")).json()
     assert any("clock is about" in g["reason"] for g in timeline["gaps"])
     await agent.close()
+
+
+async def test_one_refused_batch_does_not_flag_a_host_whose_hello_clock_is_right(backend, client, unique):
+    """A batch 25 hours old (spooled data resent after an outage looks the same) and, on another stream, one
+    far ahead among good ones: each is refused, counted and shown as a gap, and neither flags the clock
+    that Hello measured right."""
+    for host_id, stamp in ((f"old-{unique}", time.time_ns() - 25 * 3600 * NS),
+                           (f"ahead1-{unique}", time.time_ns() + 25 * 3600 * NS)):
+        agent = await _ready(backend, client, host_id)
+        await agent.send_metrics(stamp, [("vmlinux", 3, 0, 50)])
+        await agent.send_metrics(time.time_ns() - 2 * NS, [("vmlinux", 1, 0, 5)])
+        await wait_for_ack(agent, 2)
+        host = (await client.get(f"/api/v1/hosts/{host_id}")).json()
+        assert host["refused_batches"] == 1
+        assert host["clock_skewed"] is False and abs(host["clock_offset_ms"]) < 60_000, host
+        assert await backend.scalar("SELECT count(*) FROM data_gaps WHERE host_id = :h AND reason LIKE 'refused:%'",
+                                    h=host_id) == 1
+        await agent.close()
 
 
 async def test_batches_stamped_1677_and_1970_are_refused(backend, client, unique):

@@ -245,6 +245,27 @@ async def test_approval_needs_another_approver_and_install_an_approved_fresh_pla
     await agent.close()
 
 
+async def test_the_maker_cannot_approve_a_plan_someone_else_requested(backend, client, unique):
+    host_id = f"maker-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    op_user = await make_user(client, "operator", unique)
+    ap_user = await make_user(client, "approver", unique)
+    operator = _client_as(backend, await token_for(backend.base_url, *op_user))
+    approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
+    base = f"/api/v1/hosts/{host_id}/plans"
+    async with operator, approver:
+        plan_id = await _make(client, host_id, digest)  # made by admin
+        await _until(client, host_id, plan_id, "ready")
+        r = await operator.post(f"{base}/{plan_id}/request")
+        assert r.status_code == 200 and r.json()["requested_by"] == op_user[0]
+        r = await client.post(f"{base}/{plan_id}/approve")  # the maker, who holds the approver's rights
+        assert r.status_code == 403 and "maker" in r.json()["detail"], r.text
+        assert (await _plan(client, host_id, plan_id))["state"] == "requested"
+        r = await approver.post(f"{base}/{plan_id}/approve")  # a third person
+        assert r.status_code == 200 and r.json()["approved_by"] == ap_user[0], r.text
+    await agent.close()
+
+
 async def test_a_rejected_plan_and_a_stale_plan_are_never_installed(backend, client, unique):
     host_id = f"stale-{unique}"
     agent, digest = await _host_with_process(backend, client, host_id)
@@ -588,9 +609,10 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
             assert [a["action"] for a in trail].count("plan_install_unknown") == 2
             async with backend.runtime.sessionmaker() as db:
                 unknown = (await db.execute(text(
-                    "SELECT count(*) FROM audit_log WHERE action = 'plan_install_unknown' AND target = :t"),
-                    {"t": "not-a-plan-of-this-host"})).scalar_one()
-            assert unknown == 2
+                    "SELECT detail FROM audit_log WHERE action = 'plan_install_unknown' AND target = :t"),
+                    {"t": host_id})).scalars().all()
+            # The id no plan has, listed by both Hellos: one summary row (the same set is not audited again).
+            assert [(u["count"], u["plan_ids"]) for u in unknown] == [(1, ["not-a-plan-of-this-host"])]
             # The agent restarted and lists both installed: the cut-off flow's plan is installed, its command's
             # lost answer recorded.
             await reconnect([listed(p_lost), listed(d)])
@@ -624,6 +646,42 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
         agent.lose_install_answers = False
         agent.hello_installs = None
     await agent.close()
+
+
+async def test_a_hello_listing_1024_unknown_installs_is_audited_once_in_one_row(backend, unique):
+    """An agent that lists 1024 installs no plan has, on every reconnect: one audit row naming the count and
+    a bounded list of ids, none for a reconnect with the same list, one more when the list changes."""
+    from app.agent_input import MAX_INSTALLS
+    from app.proto import pb
+    host_id = f"flood-{unique}"
+    agent = await backend.agent(host_id, kernel_tag=f"k-{host_id}")
+    ids = [f"ghost-{n:04d}" for n in range(MAX_INSTALLS)]
+
+    def installs(names):
+        return [pb.InstalledPlan(plan_id=n, state="installed", pid=4242, start_time=1000, root="f",
+                                 code_sha256="ab" * 32, heap=0x7F0000000000, heap_len=4096) for n in names]
+
+    async def rows():
+        async with backend.runtime.sessionmaker() as db:
+            return (await db.execute(text(
+                "SELECT target, detail FROM audit_log WHERE action = 'plan_install_unknown' AND actor = :a "
+                "ORDER BY id"), {"a": f"agent:{host_id}"})).all()
+
+    try:
+        for listing in (ids, ids, ids[1:]):
+            agent.hello_installs = installs(listing)
+            await agent.connect()
+            await agent.close()
+    finally:
+        await agent.close()
+    found = await rows()
+    assert len(found) == 2, f"{len(found)} audit rows"
+    assert all(target == host_id for target, _ in found)
+    first, second = found[0].detail, found[1].detail
+    named = len(first["plan_ids"])
+    assert 0 < named <= 64, "a bounded list of the ids"
+    assert first["count"] == MAX_INSTALLS and first["plan_ids"] == ids[:named]
+    assert second["count"] == MAX_INSTALLS - 1 and second["plan_ids"] == ids[1:named + 1]
 
 
 async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(backend, client, unique):

@@ -3,15 +3,17 @@
 
 Guessing is slowed two ways: each client address may try `login_attempts_per_minute` times a minute
 (429 beyond), and an account is locked for `login_lockout_s` after `login_failures_before_lockout`
-failures in a row (429 until then, whatever the password; a success resets the count). Unknown
+failures in a row (429 until then, whatever the password; a success resets the count). The count is
+raised atomically before the password is checked, so parallel attempts cannot share a number. Unknown
 usernames are counted the same way in memory, so the answers do not tell which names exist.
 """
 import asyncio
 import time
 from collections import deque
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException, Request, status
+from sqlalchemy import text
 
 from app import crud
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
@@ -44,6 +46,16 @@ def _locked(seconds: float) -> HTTPException:
                          headers={"Retry-After": str(max(1, int(seconds)))})
 
 
+async def _lock_user(session, user, username: str, client: str, seconds: float) -> None:
+    """Lock an account that is not locked yet (audited once per lock), and restart its count."""
+    locked = (await session.execute(text("""
+        UPDATE users SET locked_until = now() + make_interval(secs => :s), failed_logins = 0
+        WHERE id = :id AND (locked_until IS NULL OR locked_until <= now()) RETURNING id"""),
+        {"id": user.id, "s": seconds})).scalar_one_or_none()
+    if locked is not None:
+        crud.audit(session, username, "login_locked", str(user.id), {"client": client, "seconds": seconds})
+
+
 @router.post("/login", response_model=Token, responses={401: {"model": Message}, 429: {"model": Message}, **BAD_BODY})
 async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, session: SessionDep) -> Token:
     """Exchange a username and password for a bearer token."""
@@ -53,35 +65,49 @@ async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, sessi
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, "Too many sign-in attempts from this address",
                             headers={"Retry-After": "60"})
     user = await crud.get_user_by_username(session, body.username)
-    now = datetime.now(UTC)
-    if user is not None and user.locked_until is not None and user.locked_until > now:
-        raise _locked((user.locked_until - now).total_seconds())
-    if user is None:
+    limit = settings.login_failures_before_lockout
+    lockout = settings.login_lockout_s
+    # Each attempt is counted as a failure BEFORE the (slow) password check and cleared on success, so
+    # attempts running in parallel each take their own number: the first `limit` are checked, any beyond
+    # lock the account unchecked. Counting after the check let 25 parallel guesses all be checked.
+    if user is not None:
+        reserved = (await session.execute(text("""
+            UPDATE users SET failed_logins = failed_logins + 1
+            WHERE id = :id AND (locked_until IS NULL OR locked_until <= now())
+            RETURNING failed_logins"""), {"id": user.id})).scalar_one_or_none()
+        if reserved is None or reserved > limit:
+            await _lock_user(session, user, body.username, client, lockout)
+            until = (await session.execute(text("SELECT locked_until FROM users WHERE id = :id"),
+                                           {"id": user.id})).scalar_one_or_none()
+            await session.commit()
+            raise _locked((until - datetime.now(UTC)).total_seconds() if until else lockout)
+        await session.commit()  # visible to the attempts in parallel before the slow check below
+        attempt = reserved
+    else:
         failures, until = _unknown_failures.get(body.username, (0, 0.0))
         if until > time.monotonic():
             raise _locked(until - time.monotonic())
+        attempt = failures + 1
+        if attempt > limit:
+            _unknown_failures[body.username] = (0, time.monotonic() + lockout)
+            raise _locked(lockout)
+        _unknown_failures[body.username] = (attempt, 0.0)
+        if len(_unknown_failures) > 10000:
+            _unknown_failures.clear()
     # scrypt is deliberately slow: keep it off the event loop.
     ok = await asyncio.to_thread(verify_password, body.password, user.password_hash if user else DUMMY_PASSWORD_HASH)
     if user is None or not ok:
-        limit = settings.login_failures_before_lockout
-        if user is not None:
-            user.failed_logins += 1
-            if user.failed_logins >= limit:
-                user.locked_until = now + timedelta(seconds=settings.login_lockout_s)
-                user.failed_logins = 0
-                crud.audit(session, body.username, "login_locked", str(user.id),
-                           {"client": client, "seconds": settings.login_lockout_s})
-        else:
-            failures += 1
-            locked = time.monotonic() + settings.login_lockout_s if failures >= limit else 0.0
-            _unknown_failures[body.username] = (0 if locked else failures, locked)
-            if len(_unknown_failures) > 10000:
-                _unknown_failures.clear()
+        if attempt >= limit:
+            if user is not None:
+                await _lock_user(session, user, body.username, client, lockout)
+            else:
+                _unknown_failures[body.username] = (0, time.monotonic() + lockout)
         crud.audit(session, body.username, "login_failed", None, {"client": client})
         await session.commit()
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "Incorrect username or password",
                             headers={"WWW-Authenticate": "Bearer"})
-    user.failed_logins, user.locked_until = 0, None
+    await session.execute(text("UPDATE users SET failed_logins = 0, locked_until = NULL WHERE id = :id"),
+                          {"id": user.id})
     crud.audit(session, user.username, "login", str(user.id), {"client": client})
     await session.commit()
     token = create_access_token(runtime.secret_key, str(user.id), settings.access_token_minutes)

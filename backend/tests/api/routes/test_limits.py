@@ -70,6 +70,24 @@ async def test_nul_and_lone_surrogates_in_a_login_are_a_400(anon, body):
     assert r.json()["detail"]
 
 
+@pytest.mark.parametrize("content_type", ["APPLICATION/JSON", "Application/Json; charset=UTF-8",
+                                          "application/problem+JSON"])
+async def test_nul_in_a_login_is_a_400_whatever_the_letter_case_of_the_media_type(anon, content_type):
+    body = b'{"username": "ad\\u0000min", "password": "x"}'
+    r = await anon.post("/api/v1/auth/login", content=body, headers={"content-type": content_type})
+    assert r.status_code == 400, r.text
+    assert "NUL" in r.json()["detail"]
+
+
+async def test_a_user_whose_password_holds_a_nul_is_not_created_under_an_upper_case_media_type(client, backend,
+                                                                                              unique):
+    username = f"nul-{unique}"
+    body = orjson.dumps({"username": username, "password": "pass\x00word-long-enough", "role": "viewer"})
+    r = await client.post("/api/v1/users", content=body, headers={"content-type": "APPLICATION/JSON"})
+    assert r.status_code == 400, r.text
+    assert await backend.scalar("SELECT count(*) FROM users WHERE username = :u", u=username) == 0
+
+
 @pytest.mark.parametrize("path", [
     "/api/v1/hosts/a%00b", "/api/v1/hosts/a%ED%A0%80b", "/api/v1/hosts/x/functions?q=%00",
     "/api/v1/hosts/x/functions?module=%ED%A0%80", "/api/v1/hosts/x/functions?q=%FF",
@@ -104,6 +122,28 @@ async def test_wrong_passwords_lock_the_account_and_a_success_needs_the_wait(bac
         assert r.status_code == 200
 
 
+async def test_parallel_wrong_passwords_are_each_counted_and_lock_the_account(backend, client, unique):
+    """25 wrong passwords sent at once over 25 connections: each attempt takes its own number before the
+    password is checked, so exactly `limit` of them are checked (401) and the rest are refused (429),
+    whatever order they run in; the account ends locked."""
+    username, password = await make_user(client, "viewer", unique)
+    limit = backend.runtime.settings.login_failures_before_lockout
+
+    async def attempt(name: str) -> int:
+        async with httpx.AsyncClient(base_url=backend.base_url, timeout=60) as c:
+            return (await c.post("/api/v1/auth/login", json={"username": name, "password": "wrong"})).status_code
+
+    codes = await asyncio.gather(*[attempt(username) for _ in range(25)])
+    assert sorted(codes) == [401] * limit + [429] * (25 - limit), codes
+    assert await backend.scalar("SELECT locked_until > now() FROM users WHERE username = :u", u=username)
+    async with httpx.AsyncClient(base_url=backend.base_url) as c:
+        r = await c.post("/api/v1/auth/login", json={"username": username, "password": password})
+        assert r.status_code == 429, "locked: even the right password waits"
+    # Unknown names are counted the same way (in memory), so parallel guesses do not tell them apart.
+    ghost = await asyncio.gather(*[attempt(f"ghost-par-{unique}") for _ in range(25)])
+    assert sorted(ghost) == [401] * limit + [429] * (25 - limit), ghost
+
+
 async def test_unknown_usernames_lock_the_same_way(anon, unique):
     codes = [(await anon.post("/api/v1/auth/login", json={"username": f"ghost-{unique}", "password": "x"})).status_code
              for _ in range(6)]
@@ -124,6 +164,65 @@ async def test_one_address_is_rate_limited(backend, unique):
         backend.runtime.settings.login_attempts_per_minute = limit
         auth._attempts.clear()
     assert 429 in codes and codes.count(401) <= 8
+
+
+async def test_x_forwarded_for_from_loopback_does_not_escape_the_address_limit(backend, unique):
+    """No proxy is configured (the default): a client on loopback that names a new address in
+    X-Forwarded-For for every attempt is still one address to the limit and to the audit log."""
+    from app.api.routes import auth
+
+    limit = backend.runtime.settings.login_attempts_per_minute
+    backend.runtime.settings.login_attempts_per_minute = 8
+    auth._attempts.clear()
+    try:
+        async with httpx.AsyncClient(base_url=backend.base_url) as c:
+            codes = [(await c.post("/api/v1/auth/login", json={"username": f"xff{i}-{unique}", "password": "x"},
+                                   headers={"X-Forwarded-For": f"203.0.113.{i + 1}"})).status_code
+                     for i in range(12)]
+    finally:
+        backend.runtime.settings.login_attempts_per_minute = limit
+        auth._attempts.clear()
+    assert codes == [401] * 8 + [429] * 4, codes
+    clients = await backend.scalar("SELECT array_agg(DISTINCT detail->>'client') FROM audit_log "
+                                   "WHERE action = 'login_failed' AND actor LIKE :u", u=f"xff%-{unique}")
+    assert clients == ["127.0.0.1"]
+
+
+async def test_x_forwarded_for_is_honoured_from_a_configured_proxy(backend, unique):
+    """A second HTTP server on the same backend, configured as HOTPATH_TRUSTED_PROXIES=127.0.0.1 would
+    configure it: the forwarded address (the rightmost one not itself a proxy) is the client's."""
+    from app.main import create_app
+    from app.server import _Uvicorn, http_config
+
+    settings = backend.runtime.settings.model_copy(update={"trusted_proxies": "127.0.0.1, ::1", "http_port": 0})
+    server = _Uvicorn(http_config(backend.runtime, create_app(backend.runtime), settings, 0))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not task.done(), "the second HTTP server did not start"
+            await asyncio.sleep(0.02)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+            r = await c.post("/api/v1/auth/login", json={"username": f"fwd-{unique}", "password": "x"},
+                             headers={"X-Forwarded-For": "198.51.100.7, 127.0.0.1"})
+            assert r.status_code == 401, r.text
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+    client = await backend.scalar("SELECT detail->>'client' FROM audit_log WHERE action = 'login_failed' "
+                                  "AND actor = :u", u=f"fwd-{unique}")
+    assert client == "198.51.100.7"
+
+
+def test_trusted_proxies_must_be_addresses():
+    from pydantic import ValidationError
+
+    from app.core.config import Settings
+
+    assert Settings(trusted_proxies="10.0.0.5, 192.168.1.0/24").trusted_proxy_list == ["10.0.0.5", "192.168.1.0/24"]
+    assert Settings().trusted_proxy_list == []
+    with pytest.raises(ValidationError, match="not an IP address"):
+        Settings(trusted_proxies="proxy.example")
 
 
 async def test_no_password_reaches_the_log(backend, anon, caplog, unique):

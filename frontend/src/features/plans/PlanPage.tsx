@@ -72,11 +72,14 @@ function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   const [reason, setReason] = useState("");
   const rank = RANK[me?.role ?? "viewer"] ?? 0;
   const own = me?.username === plan.requested_by;
+  const made = me?.username === plan.created_by;
   const can: Record<PlanStep, { ok: boolean; why: string }> = {
     request: { ok: plan.state === "ready" && rank >= 1, why: plan.state !== "ready" ? "only a ready plan is requested" : "needs the operator role" },
-    approve: { ok: plan.state === "requested" && rank >= 2 && !own,
-               why: plan.state !== "requested" ? "nothing is requested" : own ? "you requested it: another approver decides" : "needs the approver role" },
-    reject: { ok: plan.state === "requested" && rank >= 2 && !own, why: "as approve" },
+    approve: { ok: plan.state === "requested" && rank >= 2 && !own && !made,
+               why: plan.state !== "requested" ? "nothing is requested" : own ? "you requested it: another approver decides"
+                 : made ? "you made it: another approver decides" : "needs the approver role" },
+    reject: { ok: plan.state === "requested" && rank >= 2 && !own, why: plan.state !== "requested" ? "nothing is requested"
+                : own ? "you requested it: another approver decides" : "needs the approver role" },
     install: { ok: plan.state === "approved" && rank >= 1, why: plan.state !== "approved" ? "only an approved plan is installed" : "needs the operator role" },
     revert: { ok: plan.state === "installed" && rank >= 1, why: plan.state !== "installed" ? "nothing is installed" : "needs the operator role" },
   };
