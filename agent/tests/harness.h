@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Minimal test harness: each case is a function run by RUN(); it prints
- * "ok - name" or "FAIL - name: reason" (the first failed check), and
- * tests/run.sh sums those lines over every test program.
+ * "ok - name", "FAIL - name: reason" (the first failed check) or, for a case
+ * this machine cannot run, "ok - name # SKIP reason" (TAP's form), and
+ * tests/run.sh sums those lines over every test program: a skip is counted
+ * and listed as skipped, never as passed.
  */
 #ifndef HOTPATH_TEST_HARNESS_H
 #define HOTPATH_TEST_HARNESS_H
@@ -42,7 +44,7 @@ static inline void t_fail(const char *file, int line, const char *fmt, ...)
 			return;                                  \
 		}                                                \
 	} while (0)
-/* The case cannot run on this machine: say why (counts as passed). */
+/* The case cannot run on this machine: say why (counted as skipped, not passed). */
 #define SKIP(...)                                                  \
 	do {                                                       \
 		t_skipped = 1;                                     \

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs each given test (a compiled test program, or a *.sh script), shows
-# every case's "ok"/"FAIL" line, and ends with one "N passed, N failed" line
-# summed over all of them. A test that crashes or exits non-zero without a
-# FAIL line counts as one failure. Exit status 1 if anything failed.
+# every case's "ok"/"FAIL" line, and ends with one "N passed, N failed,
+# N skipped" line summed over all of them. A case printed as
+# "ok - name # SKIP reason" (a case this machine cannot run) is counted as
+# skipped, not passed, and listed with its reason above the summary. A test
+# that crashes or exits non-zero without a FAIL line counts as one failure.
+# Exit status 1 if anything failed.
 set -u
 passed=0
 failed=0
+skipped=0
+skips=()
 for t in "$@"; do
 	echo "# $t"
 	if [[ "$t" == *.sh ]]; then
@@ -16,14 +21,22 @@ for t in "$@"; do
 	fi
 	rc=$?
 	printf '%s\n' "$out"
+	s=$(printf '%s\n' "$out" | grep -cE '^ok - .* # SKIP')
 	p=$(printf '%s\n' "$out" | grep -c '^ok - ')
 	f=$(printf '%s\n' "$out" | grep -c '^FAIL - ')
-	passed=$((passed + p))
+	while IFS= read -r line; do
+		[ -n "$line" ] && skips+=("$(basename "$t"): ${line#ok - }")
+	done < <(printf '%s\n' "$out" | grep -E '^ok - .* # SKIP')
+	passed=$((passed + p - s))
 	failed=$((failed + f))
+	skipped=$((skipped + s))
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 		echo "FAIL - $t: exited with status $rc"
 		failed=$((failed + 1))
 	fi
 done
-echo "$passed passed, $failed failed"
+for s in ${skips[@]+"${skips[@]}"}; do
+	echo "# skipped: $s"
+done
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

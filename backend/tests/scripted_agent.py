@@ -8,7 +8,8 @@ metric batches so the tests can assert exact numbers, and answers InspectFunctio
 deterministic instructions (or an error, or silence, on request). It also plays an agent's targets and
 measurements: attach (a fake process with a catalog of its own), detach, start and stop measurement,
 cancel, with progress and an optional hold so tests can watch a command run. It answers MakePlan with a
-real plan (`hotpathd plan --json` of the group fixture, tests/fixtures/plan_group.json) renamed to the
+real plan (`hotpathd plan --json` of the group fixture, tests/fixtures/plan_group.json, made by
+tests/fixtures/make_plan_group.sh and checked against this build's agent by tests/core/test_fixtures.py) renamed to the
 root and process asked for, which a test may alter through `plan_edit` to play a lying agent, and
 InstallPlan and RevertPlan as an agent that checks the approved hash would (a command sent again gets its
 kept answer, as from the real agent's result store; answers may be lost on request). The real agent is exercised by its

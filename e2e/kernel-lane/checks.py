@@ -5,8 +5,11 @@
 Two sources, both real: the backend's REST API (the guest is a Hotpath host like any other) and the
 framed output the guest's job wrote to its second serial port (guest/jobs.sh). The test module's
 .ko, built on this host and loaded in the guest, is the reference for the agent's view of module
-code. Prints one "ok - " / "FAIL - " / "not run - " line per check, then "lane: P passed, F failed"
-and, last, the lane's summary line. Exit status 1 if a check failed.
+code. Prints one "ok - " / "FAIL - " / "not run - " line per check, then "lane: P passed, F failed,
+S skipped" (S: the checks not run, each with its reason above) and, last, the lane's summary line.
+Exit status 1 if a check failed. "Not run" is only for what no machine running the lane can do; a
+check whose prerequisite the lane should have built or installed (the agent's `measure`, Playwright)
+fails instead.
 
 Timings inside the emulated guest are never printed as performance figures: timer checks state
 relations (wall covers the sleeps, vtime does not), and numbers appear only to explain a failure.
@@ -25,7 +28,7 @@ import urllib.request
 
 
 class NotRun(Exception):
-    """A check that cannot run yet, with the reason."""
+    """A check that no machine running the lane can do, with the reason: counted and shown as skipped."""
 
 
 class Checks:
@@ -425,14 +428,22 @@ def main():
                kernel_refuses, "kernel-refuses-blacklisted", r".")
 
     # -- exact measurement (hotpathd measure) ------------------------------------------------------
+    # The guest carries this tree's own hotpathd, which has `measure` (agent/src/cli/main.c): a guest
+    # without it means the lane built or carried the wrong agent, a failure of each check, not a skip.
+    # Only an agent the caller chose (HOTPATHD, e.g. an older build) makes them a visible skip.
     measure = info.get("measure") == "yes"
-    why = "the guest's hotpathd has no `measure` command yet (the measurement engine, issue 6)"
+    carried = os.environ.get("HOTPATHD")
+    if carried:
+        why = f"the guest's hotpathd ({carried}, carried with HOTPATHD) has no `measure` command"
+    else:
+        why = ("the guest's hotpathd has no `measure` command (`hotpathd measure --help` failed in the guest), "
+               "though this tree's agent has one: the lane carried a stale or broken agent/build/hotpathd")
     if not measure:
         state["why_not"].append(why)
 
     def need_measure():
         if not measure:
-            raise NotRun(why)
+            raise NotRun(why) if carried else AssertionError(why)
 
     def entry_count():
         need_measure()
@@ -566,10 +577,12 @@ def main():
 
 
 def finish(checks, a, state):
+    """The lane's summary lines; the exit status is 1 if a check failed. A check that could not run
+    (NotRun) is counted as skipped, visible in the summary, and does not fail the lane by itself."""
     for why in state["why_not"]:
-        print(f"not run: exact entry and block counts, timers and the agent's refusals: {why}; "
+        print(f"not measured: exact entry and block counts, timers and the agent's refusals: {why}; "
               "they count 0/0 below")
-    print(f"lane: {checks.passed} passed, {checks.failed} failed")
+    print(f"lane: {checks.passed} passed, {checks.failed} failed, {checks.not_run} skipped")
     e, b = state["entry"], state["blocks"]
     print(f"kernel-lane: kernel {a.release}, {state['functions']} functions in {state['modules']} modules, "
           f"entry counts exact {e[0]}/{e[1]}, block counts exact {b[0]}/{b[1]}", flush=True)

@@ -45,7 +45,7 @@ finish() {
 	fi
 	[ -n "$qemu" ] && wait "$qemu" 2>/dev/null
 	if [ "$summarized" = 0 ]; then
-		echo "lane: 0 passed, 1 failed"
+		echo "lane: 0 passed, 1 failed, 0 skipped"
 		echo "kernel-lane: kernel $release, 0 functions in 0 modules, entry counts exact 0/0, block counts exact 0/0"
 	fi
 	[ "$rc" != 0 ] || [ "${LANE_KEEP:-0}" = 1 ] || rm -rf "$run"

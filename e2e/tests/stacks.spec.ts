@@ -2,13 +2,15 @@
 // Call stacks against the live kernel: a flame graph of a time range while a workload this test runs
 // shows the workload's kernel functions above their callers, narrowed to its process; clicking a frame
 // zooms into it and opens its function, whose page lists its callers from the stacks; the pprof
-// download is a real profile (read by the backend's protobuf bindings and by go tool pprof); comparing
+// download is a real profile (read by the backend's protobuf bindings, by go tool pprof where Go is
+// installed, and imported by speedscope's own page in Chromium); comparing
 // two ranges as a differential flame graph shows the workload this test ran in the second one as growth.
 import { test, expect, type APIRequestContext, type Page } from "@playwright/test";
 import { execFileSync, spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { readyHost, startReadLoop, startRandomReadLoop } from "./helpers";
 
 function iso(ms: number): string {
@@ -95,6 +97,8 @@ test("double-clicking a frame opens its function", async ({ page }) => {
 });
 
 test("the pprof download is a profile standard tools read", async ({ page }) => {
+  // Three readers of the download, one of them a whole second page (speedscope) in this browser.
+  test.setTimeout(240_000);
   const { ctx, hostId } = await readyHost();
   const { from, to } = await recordReadLoop(page, ctx, hostId, 6_000, 100);
   await page.goto(`/hosts/${hostId}?tab=flame&from=${iso(from)}&to=${iso(to)}`);
@@ -132,6 +136,22 @@ test("the pprof download is a profile standard tools read", async ({ page }) => 
     expect(raw).toContain("PeriodType: cpu nanoseconds");
     expect(raw).toContain("vfs_read");
   }
+  // And speedscope: its release build from npm (the page its `speedscope FILE` command opens), in this
+  // Chromium, imports the download as a user would (Import), and its Sandwich view lists the workload's
+  // kernel functions.
+  const viewer = await page.context().newPage();
+  const failures: string[] = [];
+  viewer.on("pageerror", (e) => failures.push(String(e)));
+  await viewer.goto(pathToFileURL(join(process.cwd(), "node_modules", "speedscope", "dist", "release", "index.html")).href);
+  await viewer.locator('input[type="file"]').setInputFiles(path);
+  // Its toolbar names the imported file once the import is done (about 3 s here under load).
+  await expect(viewer.locator("body")).toContainText(basename(path), { timeout: 120_000 });
+  await viewer.getByText("Sandwich").click();
+  await expect(viewer.locator("body")).toContainText("Symbol Name", { timeout: 30_000 });
+  await expect(viewer.locator("body")).toContainText("vfs_read");
+  await expect(viewer.locator("body")).toContainText("ksys_read");
+  expect(failures).toEqual([]);
+  await viewer.close();
 });
 
 test("comparing two ranges as a differential flame graph shows the workload this test ran in the second as growth", async ({ page }) => {

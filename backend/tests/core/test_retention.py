@@ -33,3 +33,24 @@ async def test_retention_deletes_old_samples_only(backend, client, unique):
                        "WHERE host_id = :h") == 7
     assert await count("SELECT count(*) FROM sample_intervals WHERE host_id = :h") == 1
     await agent.close()
+
+
+async def test_retention_deletes_audit_records_older_than_90_days_only(backend, unique):
+    """docs/security.md: audit records older than HOTPATH_AUDIT_RETENTION_DAYS (default 90) are deleted.
+    Runs the pass the backend's retention loop runs (maintain_series, with the session's own settings),
+    on records a day either side of the limit."""
+    from app.core.config import Settings
+    from app.server import maintain_series
+
+    assert Settings.model_fields["audit_retention_days"].default == 90
+    assert backend.runtime.settings.audit_retention_days == 90
+    target = f"audit-ret-{unique}"
+    async with backend.runtime.engine.begin() as conn:
+        for days in (91, 89):
+            await conn.execute(text("INSERT INTO audit_log (at, actor, action, target, detail) "
+                                    "VALUES (now() - make_interval(days => :d), 'test', 'retention_probe', :t, "
+                                    "jsonb_build_object('days', :d))"), {"d": days, "t": target})
+    await maintain_series(backend.runtime)
+    kept = await backend.scalar("SELECT coalesce(array_agg((detail->>'days')::int), '{}') FROM audit_log "
+                                "WHERE target = :t", t=target)
+    assert kept == [89]

@@ -295,6 +295,11 @@ async def test_a_malformed_batch_ends_the_stream_and_stores_nothing(backend, cli
 async def test_a_message_over_the_size_limit_ends_the_stream(backend, unique):
     """One stream cannot make the backend hold an arbitrarily large message (the limit follows the plan
     size limit: 17 MiB by default)."""
+    from app.core.config import Settings
+
+    # docs/security.md: 17 MiB per message (the 16 MiB plan limit plus 1 MiB), never below 8 MiB.
+    assert backend.runtime.settings.grpc_max_message_bytes == 17 << 20
+    assert Settings(max_plan_bytes=64 * 1024).grpc_max_message_bytes == 8 << 20
     agent = await backend.agent(f"big-msg-{unique}", kernel_tag=f"bigmsg-{unique}")
     await agent.connect(send_catalog=False)
     name, _base, fns, digest = agent.modules[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from app.proto import pb
+from app.proto import pb, pb_grpc
 from tests.scripted_agent import Credentials, ScriptedAgent, kernel_functions, wait_until
 
 BACKEND_DIR = Path(__file__).resolve().parents[2]
@@ -228,3 +228,71 @@ async def test_whole_kernel_catalog_stores_fast(backend, client, unique):
 async def _host_field(client, host_id, field):
     r = await client.get(f"/api/v1/hosts/{host_id}")
     return r.status_code == 200 and r.json()[field]
+
+
+async def test_streams_beyond_64_per_peer_address_are_refused(backend, unique):
+    """docs/security.md: 64 agent streams per peer address, 4 concurrent calls per connection. Opens
+    streams from 127.0.0.1 (4 calls on each of 16 channels, with a real client certificate) up to the
+    limit, sees each counted by the server, then a 65th refused with RESOURCE_EXHAUSTED before any
+    message is read, and a 5th call on a full connection left waiting, never counted. Closing them frees
+    the address again."""
+    from app.core.config import Settings
+
+    settings = backend.runtime.settings
+    assert Settings.model_fields["agent_streams_per_peer"].default == 64
+    limit = settings.agent_streams_per_peer
+    assert limit == 64
+    peers = backend.runtime.agents.peers
+    address = "ipv4:127.0.0.1"
+    baseline = peers[address]
+    creds = await backend.credentials(f"peer-{unique}")
+    channel_creds = grpc.ssl_channel_credentials(root_certificates=creds.ca_pem, private_key=creds.key_pem,
+                                                 certificate_chain=creds.cert_pem)
+    # Streams that never say Hello are held open, not timed out, while this test opens the rest.
+    hello_timeout, settings.hello_timeout_s = settings.hello_timeout_s, 600.0
+    channels: list[grpc.aio.Channel] = []
+    calls = []
+    try:
+        def stream(channel):
+            call = pb_grpc.AgentServiceStub(channel).Connect()
+            calls.append(call)
+            return call
+
+        while len(calls) < limit - baseline:
+            channel = grpc.aio.secure_channel(backend.grpc_target, channel_creds)
+            channels.append(channel)
+            for _ in range(min(4, limit - baseline - len(calls))):
+                stream(channel)
+        async def counted(n):
+            return peers[address] == n
+
+        await wait_until(lambda: counted(limit), timeout=60)
+        # A 5th call on a connection that carries 4 waits for a free slot: the server never sees it
+        # (were it let through, it would be refused like the next one, and be done).
+        assert limit - baseline >= 4, "other tests left too many streams open"
+        fifth = stream(channels[0])
+        extra = grpc.aio.secure_channel(backend.grpc_target, channel_creds)
+        channels.append(extra)
+        reply = asyncio.ensure_future(stream(extra).read())
+
+        async def answered_or_admitted():
+            return reply.done() or peers[address] > limit
+
+        # Either the server ends the 65th stream, or it admits it (counted): no timing decides which.
+        await wait_until(answered_or_admitted, timeout=60)
+        assert peers[address] == limit, f"a stream beyond {limit} from one address was admitted"
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await reply
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "too many agent streams from this address" in err.value.details()
+        assert not fifth.done()
+    finally:
+        for call in calls:
+            call.cancel()
+        settings.hello_timeout_s = hello_timeout
+    await wait_until(lambda: counted(baseline), timeout=60)
+    for channel in channels:
+        await channel.close()
+    agent = await backend.agent(f"after-{unique}")
+    await agent.connect(send_catalog=False)
+    await agent.close()

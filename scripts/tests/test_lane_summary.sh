@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The kernel lane's summary (e2e/kernel-lane/checks.py): a check that could not run is shown with its
+# reason and counted as skipped in "lane: P passed, F failed, S skipped", never as passed; it does not
+# fail the lane, a failed check does. Drives the lane's own Checks and finish with three checks (no
+# guest needed: this is the counting, not the checks). Run from the repository's root.
+set -u
+py=backend/.venv/bin/python
+[ -x "$py" ] || py=python3
+out=$("$py" - <<'PY'
+import sys
+from types import SimpleNamespace
+sys.path.insert(0, "e2e/kernel-lane")
+import checks as lane
+
+def run(fail):
+    c = lane.Checks()
+    c.run("passes", lambda: None)
+    def cannot():
+        raise lane.NotRun("no such thing on this machine")
+    c.run("cannot run here", cannot)
+    if fail:
+        def fails():
+            raise AssertionError("on purpose")
+        c.run("fails", fails)
+    state = {"functions": 0, "modules": 0, "entry": [0, 0], "blocks": [0, 0], "why_not": []}
+    rc = lane.finish(c, SimpleNamespace(release="6.1.0-test-amd64"), state)
+    print(f"rc={rc}")
+
+run(False)
+run(True)
+PY
+)
+expect() {
+	local name=$1 want=$2
+	if grep -qxF -- "$want" <<<"$out"; then echo "ok - lane summary: $name"; else echo "FAIL - lane summary: $name: no line '$want' in:"; printf '%s\n' "$out" | sed 's/^/#   /'; fi
+}
+expect "a check not run is shown with its reason" "not run - cannot run here: no such thing on this machine"
+expect "it is counted as skipped, not passed" "lane: 1 passed, 0 failed, 1 skipped"
+expect "a skip alone does not fail the lane" "rc=0"
+expect "a failure beside it is counted" "lane: 1 passed, 1 failed, 1 skipped"
+expect "a failure fails the lane" "rc=1"
