@@ -47,7 +47,8 @@ async def user_from_token(runtime: Runtime, session: AsyncSession, token: str | 
         user_id = uuid.UUID(subject)
     except ValueError:
         return None
-    return await crud.get_user(session, user_id)
+    user = await crud.get_user(session, user_id)
+    return None if user is None or user.disabled_at is not None else user  # disabled: its tokens stop at once
 
 
 async def get_current_user(runtime: RuntimeDep, session: SessionDep,

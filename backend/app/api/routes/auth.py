@@ -44,7 +44,8 @@ def _locked(seconds: float) -> HTTPException:
                          headers={"Retry-After": str(max(1, int(seconds)))})
 
 
-@router.post("/login", response_model=Token, responses={401: {"model": Message}, 429: {"model": Message}, **BAD_BODY})
+@router.post("/login", response_model=Token,
+             responses={401: {"model": Message}, 403: {"model": Message}, 429: {"model": Message}, **BAD_BODY})
 async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, session: SessionDep) -> Token:
     """Exchange a username and password for a bearer token."""
     settings = runtime.settings
@@ -81,6 +82,10 @@ async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, sessi
         await session.commit()
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "Incorrect username or password",
                             headers={"WWW-Authenticate": "Bearer"})
+    if user.disabled_at is not None:
+        crud.audit(session, user.username, "login_failed", str(user.id), {"client": client, "reason": "disabled"})
+        await session.commit()
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "This account is disabled")
     user.failed_logins, user.locked_until = 0, None
     crud.audit(session, user.username, "login", str(user.id), {"client": client})
     await session.commit()

@@ -86,8 +86,10 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
                 data = await asyncio.wait_for(queue.get(), timeout=min(interval, left))
             except TimeoutError:
                 async with runtime.sessionmaker() as session:
-                    if await crud.get_user(session, user_id) is None:
-                        await websocket.close(code=CLOSE_UNAUTHENTICATED, reason="the user no longer exists")
+                    current = await crud.get_user(session, user_id)
+                    if current is None or current.disabled_at is not None:
+                        await websocket.close(code=CLOSE_UNAUTHENTICATED,
+                                              reason="the user no longer exists or was disabled")
                         break
                 data = orjson.dumps({"type": "ping", "at": datetime.now(UTC)})
             await websocket.send_text(data.decode())
