@@ -3,8 +3,9 @@
 
 enrolment_requests gains its own id and the SHA-256 fingerprint of the requesting key: a second key
 asking for the same host id is a second request (shown as conflicting), never a replacement of the
-first. Existing rows get their key's fingerprint from their CSR. users gains disabled_at: a disabled
-user cannot sign in or use a token issued before.
+first. Existing rows get their key's fingerprint from their CSR. users gains disabled_at (a disabled
+user cannot sign in or use its tokens) and sessions_valid_after (tokens issued before it, that is
+before a password reset or a disable, are refused).
 """
 import hashlib
 
@@ -41,9 +42,11 @@ def upgrade() -> None:
                     unique=True)
     op.create_index("ix_enrolment_requests_status_at", "enrolment_requests", ["status", "requested_at"])
     op.add_column("users", sa.Column("disabled_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("users", sa.Column("sessions_valid_after", sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("users", "sessions_valid_after")
     op.drop_column("users", "disabled_at")
     op.drop_index("ix_enrolment_requests_status_at", "enrolment_requests")
     op.drop_index("ux_enrolment_requests_host_key", "enrolment_requests")

@@ -64,6 +64,8 @@ async def update_user(user_id: UserId, body: UserUpdate, session: SessionDep, ad
         user.role = role
     if disabled != (user.disabled_at is not None):
         user.disabled_at = datetime.now(UTC) if disabled else None
+        if disabled:  # enabling again does not revive the tokens issued before
+            user.sessions_valid_after = user.disabled_at
         crud.audit(session, admin.username, "user_disabled" if disabled else "user_enabled", str(user.id),
                    {"username": user.username})
     await session.commit()
@@ -73,11 +75,12 @@ async def update_user(user_id: UserId, body: UserUpdate, session: SessionDep, ad
 
 @router.post("/{user_id}/password", status_code=status.HTTP_204_NO_CONTENT, responses={**NOT_FOUND, **BAD_BODY})
 async def reset_password(user_id: UserId, body: PasswordReset, session: SessionDep, admin: AdminUser) -> None:
-    """Set a user's password (and clear a sign-in lockout)."""
+    """Set a user's password, end the user's existing tokens and clear a sign-in lockout."""
     user = await _user(session, user_id)
     # scrypt is deliberately slow: keep it off the event loop.
     user.password_hash = await asyncio.to_thread(hash_password, body.password)
     user.failed_logins, user.locked_until = 0, None
+    user.sessions_valid_after = datetime.now(UTC)  # tokens issued with the old password stop working
     crud.audit(session, admin.username, "user_password_reset", str(user.id), {"username": user.username})
     await session.commit()
 

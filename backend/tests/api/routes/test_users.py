@@ -111,3 +111,27 @@ async def test_the_last_enabled_admin_cannot_be_demoted_or_disabled_even_by_a_ra
             last = client if (await client.get("/api/v1/auth/me")).status_code == 200 else b
             r = await last.patch(f"/api/v1/users/{admin_id}", json={"role": "admin", "disabled": False})
             assert r.status_code == 200
+
+
+async def test_a_password_reset_ends_the_tokens_issued_before(backend, client, unique):
+    """A reset password is often a leaked one: the tokens signed in with it stop working at once."""
+    username, password = await make_user(client, "operator", unique)
+    user_id = await _user_id(client, username)
+    async with _as(backend, await token_for(backend.base_url, username, password)) as old:
+        assert (await old.get("/api/v1/auth/me")).status_code == 200
+        r = await client.post(f"/api/v1/users/{user_id}/password", json={"password": "a-new-password-2"})
+        assert r.status_code == 204
+        assert (await old.get("/api/v1/auth/me")).status_code == 401
+    async with _as(backend, await token_for(backend.base_url, username, "a-new-password-2")) as new:
+        assert (await new.get("/api/v1/auth/me")).status_code == 200
+
+
+async def test_enabling_a_user_again_does_not_revive_its_old_tokens(backend, client, unique):
+    username, password = await make_user(client, "viewer", unique)
+    user_id = await _user_id(client, username)
+    async with _as(backend, await token_for(backend.base_url, username, password)) as old:
+        assert (await client.patch(f"/api/v1/users/{user_id}", json={"disabled": True})).status_code == 200
+        assert (await client.patch(f"/api/v1/users/{user_id}", json={"disabled": False})).status_code == 200
+        assert (await old.get("/api/v1/auth/me")).status_code == 401
+    async with _as(backend, await token_for(backend.base_url, username, password)) as new:
+        assert (await new.get("/api/v1/auth/me")).status_code == 200
