@@ -68,6 +68,9 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     failed_logins: Mapped[int] = mapped_column(Integer, default=0)
     locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Tokens issued before this (a password reset, a disable) are refused.
+    sessions_valid_after: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class AuditLog(Base):
@@ -305,10 +308,13 @@ class EnrolmentToken(Base):
 
 
 class EnrolmentRequest(Base):
-    """A host that asked to enrol without a token, waiting for an admin's decision."""
+    """A key that asked to enrol a host id without a token, waiting for an admin's decision. Several keys
+    may ask for the same host id: each is its own request (a conflict the console shows)."""
 
     __tablename__ = "enrolment_requests"
-    host_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    host_id: Mapped[str] = mapped_column(Text)
+    key_fingerprint: Mapped[str] = mapped_column(Text)  # SHA-256 of the requesting key (SubjectPublicKeyInfo)
     hostname: Mapped[str] = mapped_column(Text)
     csr_pem: Mapped[str] = mapped_column(Text)
     peer: Mapped[str] = mapped_column(Text, default="")

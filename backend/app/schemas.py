@@ -33,6 +33,17 @@ class UserPublic(BaseModel):
 
 class UserDetail(UserPublic):
     created_at: datetime
+    disabled_at: datetime | None = Field(description="when an admin disabled the user (cannot sign in or use "
+                                                     "a token issued before); null while enabled")
+
+
+class UserUpdate(BaseModel):
+    role: Role | None = Field(None, description="the new role")
+    disabled: bool | None = Field(None, description="disable (true) or enable (false) the user")
+
+
+class PasswordReset(BaseModel):
+    password: str = Field(min_length=8, max_length=256)
 
 
 class UserCreate(BaseModel):
@@ -539,13 +550,35 @@ class EnrolmentTokenCreated(EnrolmentTokenPublic):
 
 class EnrolmentRequestPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
+    id: uuid.UUID
     host_id: str
+    key_fingerprint: str = Field(description="SHA-256 (hex) of the requesting key's DER SubjectPublicKeyInfo; "
+                                             "on the host: openssl pkey -in key.pem -pubout -outform DER | sha256sum")
     hostname: str
     peer: str
     requested_at: datetime
     status: Literal["pending", "approved", "rejected"]
     decided_by: str | None
     decided_at: datetime | None
+    conflicting: int = Field(description="how many other keys ask for the same host id and are pending")
+    host_enrolled: bool = Field(description="the host id holds a certificate already (it cannot be approved; "
+                                            "only a token created for this host id can enrol it again)")
+
+
+class EnrolmentRejectMany(BaseModel):
+    request_ids: list[uuid.UUID] | None = Field(None, max_length=5000,
+                                                description="the pending requests to reject")
+    all_pending: bool = Field(False, description="reject every pending request instead")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "EnrolmentRejectMany":
+        if (self.request_ids is None) == (not self.all_pending):
+            raise ValueError("give either request_ids or all_pending: true")
+        return self
+
+
+class EnrolmentRejected(BaseModel):
+    rejected: int = Field(description="how many pending requests were rejected")
 
 
 class TimelinePoint(BaseModel):

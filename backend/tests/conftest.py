@@ -66,8 +66,9 @@ async def backend(database_url, data_dir):
     """The running backend: its runtime, HTTP base URL and gRPC target."""
     settings = Settings(data_dir=data_dir, http_host="127.0.0.1", http_port=0, grpc_host="127.0.0.1", grpc_port=0,
                         command_timeout_s=3.0, ws_ping_interval_s=20.0, database_url=database_url,
-                        # Every test signs in from 127.0.0.1: the per-address limit is tested on its own.
-                        login_attempts_per_minute=100_000)
+                        # Every test signs in and enrols from 127.0.0.1: the per-address limits are tested
+                        # on their own.
+                        login_attempts_per_minute=100_000, enrolment_requests_per_minute=100_000)
     ensure_admin(database_url, data_dir / "admin-password")
     prepared = Prepared(database_url=database_url, secret_key=secrets.token_bytes(32),
                         pki=pki.load_or_create(data_dir / "tls"))

@@ -12,7 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import crud
-from app.core.security import decode_access_token
+from app.core.security import decode_access_token, token_issued_at
 from app.models import ROLES, User
 from app.runtime import Runtime
 
@@ -47,7 +47,14 @@ async def user_from_token(runtime: Runtime, session: AsyncSession, token: str | 
         user_id = uuid.UUID(subject)
     except ValueError:
         return None
-    return await crud.get_user(session, user_id)
+    user = await crud.get_user(session, user_id)
+    if user is None or user.disabled_at is not None:  # disabled: its tokens stop at once
+        return None
+    if user.sessions_valid_after is not None:  # a password reset or a disable ended the older tokens
+        issued = token_issued_at(runtime.secret_key, token)
+        if issued is None or issued < user.sessions_valid_after.timestamp():
+            return None
+    return user
 
 
 async def get_current_user(runtime: RuntimeDep, session: SessionDep,

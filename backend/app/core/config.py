@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     tls_server_names: str = ""  # extra names/IPs for the server certificate, comma-separated
     enrolment_token_hours: float = 24.0
     max_pending_enrolments: int = 1000
+    enrolment_requests_per_minute: int = 20  # new tokenless requests per peer address and minute
+    enrolment_request_ttl_s: float = 24 * 3600.0  # an undecided (or decided, unused) request is then forgotten
     # Per-stream limits: data messages per second (the message size follows max_plan_bytes, below).
     agent_messages_per_s: float = 200.0
     agent_streams_per_peer: int = 64

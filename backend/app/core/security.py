@@ -50,8 +50,10 @@ def _unb64(text: str) -> bytes:
 
 
 def create_access_token(key: bytes, subject: str, minutes: int, now: float | None = None) -> str:
-    issued = int(now if now is not None else time.time())
-    payload = _b64(json.dumps({"sub": subject, "iat": issued, "exp": issued + minutes * 60},
+    at = now if now is not None else time.time()
+    issued = int(at)
+    # iat to the millisecond, so a token signed in just after a password reset is told apart from one before.
+    payload = _b64(json.dumps({"sub": subject, "iat": round(at, 3), "exp": issued + minutes * 60},
                               separators=(",", ":")).encode())
     sig = _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
     return f"{payload}.{sig}"
@@ -79,6 +81,16 @@ def token_expiry(key: bytes, token: str) -> float | None:
         return None
     try:
         return float(json.loads(_unb64(token.split(".")[0]))["exp"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def token_issued_at(key: bytes, token: str) -> float | None:
+    """When a token whose signature is valid was issued (Unix time), else None."""
+    if decode_access_token(key, token) is None:
+        return None
+    try:
+        return float(json.loads(_unb64(token.split(".")[0]))["iat"])
     except (ValueError, KeyError, TypeError):
         return None
 

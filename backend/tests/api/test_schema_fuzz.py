@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.conftest import make_user
 from tests.scripted_agent import wait_catalog_complete, wait_until
 
 
@@ -44,9 +45,14 @@ async def test_rest_api_survives_schema_driven_fuzzing(backend, client, admin_to
         out, _ = await asyncio.wait_for(proc.communicate(), 600)
         text = out.decode(errors="replace")
         assert proc.returncode == 0, text[-6000:]
-        # Then every operation.
+        # Then every operation. The user routes change whom they name (role, disabled, password): they are
+        # pointed at a user of this test's own, so the fuzzing cannot lock the session's admin out.
+        username, _password = await make_user(client, "viewer", f"fuzz-{unique}")
+        user_id = next(u["id"] for u in (await client.get("/api/v1/users")).json() if u["username"] == username)
+        config = tmp_path / "schemathesis-all.toml"
+        config.write_text(f'[parameters]\n"path.user_id" = "{user_id}"\n')
         proc = await asyncio.create_subprocess_exec(
-            str(st), "run", f"{backend.base_url}/api/v1/openapi.json",
+            str(st), "--config-file", str(config), "run", f"{backend.base_url}/api/v1/openapi.json",
             "--header", f"Authorization: Bearer {admin_token}",
             # Not schemathesis' not_a_server_error: the instructions route documents 502/503/504 for an
             # agent that fails, is offline or is slow. An undocumented status, 500 included, still fails

@@ -31,13 +31,44 @@ def test_upgrade_head_on_empty_database_then_downgrade_base(postgres_url):
         engine.dispose()
 
 
-def test_listings_cached_with_a_probes_int3_are_dropped_and_others_kept(postgres_url):
-    """0007: a listing an older agent decoded under a uprobe (int3 at a block start) is no longer served
-    from the cache; a listing without int3 stays."""
-    url = _recreate_database(postgres_url, "hotpath_migrations_0007")
+def test_enrolment_requests_keep_their_key_across_the_per_key_migration(postgres_url):
+    """0007 gives each existing request an id and its key's fingerprint (from its CSR); the downgrade
+    keeps one request per host id."""
+    from sqlalchemy import text
+
+    from app.enrolment import key_fingerprint
+    from tests.scripted_agent import make_csr
+
+    url = _recreate_database(postgres_url, "hotpath_migration_0007")
     engine = create_engine(url)
     try:
         upgrade_database(url, "0006_measurement_edges")
+        _key, csr = make_csr("old-host")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO enrolment_requests (host_id, hostname, csr_pem) "
+                              "VALUES ('old-host', 'o', :c)"), {"c": csr})
+        upgrade_database(url)
+        with engine.connect() as conn:
+            row = conn.execute(text("SELECT id, key_fingerprint, status FROM enrolment_requests")).one()
+        assert row.id is not None and row.key_fingerprint == key_fingerprint(csr) and row.status == "pending"
+        with engine.begin() as conn:
+            _key2, csr2 = make_csr("old-host")
+            conn.execute(text("INSERT INTO enrolment_requests (host_id, key_fingerprint, hostname, csr_pem) "
+                              "VALUES ('old-host', :f, 'o', :c)"), {"f": key_fingerprint(csr2), "c": csr2})
+        downgrade_database(url, "0006_measurement_edges")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM enrolment_requests")).scalar_one() == 1
+    finally:
+        engine.dispose()
+
+
+def test_listings_cached_with_a_probes_int3_are_dropped_and_others_kept(postgres_url):
+    """0008: a listing an older agent decoded under a uprobe (int3 at a block start) is no longer served
+    from the cache; a listing without int3 stays."""
+    url = _recreate_database(postgres_url, "hotpath_migrations_0008")
+    engine = create_engine(url)
+    try:
+        upgrade_database(url, "0007_enrolment_keys_users")
         with engine.begin() as conn:
             conn.execute(text("INSERT INTO catalog_pieces (digest, module, function_count, block_count, complete) "
                               "VALUES ('d1', 'prog', 2, 2, true)"))

@@ -2,9 +2,14 @@
 """Per-host agent identity over the real gRPC and REST servers, with fake agents
 (tests.scripted_agent): enrolment by one-time token or admin approval, a host id usable only with its
 own certificate, re-enrolment replacing the old credential, and retiring and deleting hosts."""
-import grpc
-import pytest
+import asyncio
 
+import grpc
+import httpx
+import pytest
+from sqlalchemy import text
+
+from app import enrolment
 from app.core import pki
 from app.proto import pb
 from tests.conftest import make_user, token_for
@@ -18,6 +23,24 @@ async def _connect_error(agent: ScriptedAgent) -> grpc.aio.AioRpcError:
         await call.read()
     await agent.channel.close()
     return err.value
+
+
+async def _pending(client, host_id: str) -> list[dict]:
+    return [r for r in (await client.get("/api/v1/enrolment-requests")).json()
+            if r["host_id"] == host_id and r["status"] == "pending"]
+
+
+async def _pending_id(client, host_id: str) -> str:
+    mine = await _pending(client, host_id)
+    assert len(mine) == 1, mine
+    return mine[0]["id"]
+
+
+async def _ask(backend, host_id: str, csr=None) -> grpc.StatusCode:
+    """Ask to enrol without a token; the status code of the (always refused) answer."""
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await enroll(backend.enroll_target, backend.ca_pem, host_id, "", csr=csr)
+    return err.value.code()
 
 
 async def test_an_enrolment_token_works_once(backend, unique):
@@ -46,9 +69,13 @@ async def test_a_host_without_a_token_waits_for_an_admin_to_approve_it(backend, 
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "waits for an admin" in err.value.details()
     pending = (await client.get("/api/v1/enrolment-requests")).json()
-    assert any(r["host_id"] == host_id and r["status"] == "pending" for r in pending)
+    mine = [r for r in pending if r["host_id"] == host_id and r["status"] == "pending"]
+    assert len(mine) == 1
+    assert mine[0]["key_fingerprint"] == enrolment.key_fingerprint(csr[1])
+    assert mine[0]["host_enrolled"] is False and mine[0]["conflicting"] == 0
+    assert f"key SHA256:{mine[0]['key_fingerprint']}" in err.value.details()
 
-    r = await client.post(f"/api/v1/enrolment-requests/{host_id}/approve")
+    r = await client.post(f"/api/v1/enrolment-requests/{mine[0]['id']}/approve")
     assert r.status_code == 200 and r.json()["status"] == "approved"
     creds = await enroll(backend.enroll_target, backend.ca_pem, host_id, "", csr=csr)
     agent = ScriptedAgent(backend.grpc_target, creds, host_id, kernel_tag=f"p-{unique}")
@@ -61,11 +88,13 @@ async def test_a_host_without_a_token_waits_for_an_admin_to_approve_it(backend, 
 
 async def test_a_rejected_host_cannot_enrol(backend, client, unique):
     host_id = f"rejected-{unique}"
+    csr = make_csr(host_id)
     with pytest.raises(grpc.aio.AioRpcError):
-        await enroll(backend.enroll_target, backend.ca_pem, host_id, "")
-    assert (await client.post(f"/api/v1/enrolment-requests/{host_id}/reject")).status_code == 200
+        await enroll(backend.enroll_target, backend.ca_pem, host_id, "", csr=csr)
+    request_id = await _pending_id(client, host_id)
+    assert (await client.post(f"/api/v1/enrolment-requests/{request_id}/reject")).status_code == 200
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await enroll(backend.enroll_target, backend.ca_pem, host_id, "")
+        await enroll(backend.enroll_target, backend.ca_pem, host_id, "", csr=csr)
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
@@ -180,3 +209,144 @@ async def test_a_created_token_is_shown_once_with_the_ca_and_can_be_revoked(back
         return await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_token_revoked' "
                                     "AND target = :t", t=body["id"])
     await wait_until(audited)
+
+
+async def test_a_tokenless_request_cannot_take_over_an_enrolled_host(backend, client, unique):
+    """Issue 15, security 2: a new key asking without a token for an enrolled host's id is refused, not
+    queued, so no admin can approve it by mistake, and the real host keeps its certificate."""
+    host_id = f"enrolled-{unique}"
+    creds = await backend.credentials(host_id)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await enroll(backend.enroll_target, backend.ca_pem, host_id, "")
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "enrolled already" in err.value.details() and "token created for this host id" in err.value.details()
+    assert await _pending(client, host_id) == []
+    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_refused' "
+                                "AND target = :h AND detail->>'reason' = 'already enrolled'", h=host_id) == 1
+    agent = ScriptedAgent(backend.grpc_target, creds, host_id, kernel_tag=f"enr-{unique}")
+    assert (await agent.connect(send_catalog=False)).session_id
+    await agent.close()
+
+
+async def test_a_request_left_from_before_enrolment_cannot_be_approved(backend, client, unique):
+    """A pending request whose host id has been enrolled since shows as such and cannot be approved."""
+    host_id = f"stale-{unique}"
+    await backend.credentials(host_id)
+    _key, csr = make_csr(host_id)
+    async with backend.runtime.sessionmaker() as db:  # a row kept from before the host enrolled (an upgrade)
+        from app.models import EnrolmentRequest
+        db.add(EnrolmentRequest(host_id=host_id, key_fingerprint=enrolment.key_fingerprint(csr), hostname="x",
+                                csr_pem=csr, peer="ipv4:10.9.9.9:1"))
+        await db.commit()
+    [request] = await _pending(client, host_id)
+    assert request["host_enrolled"] is True
+    r = await client.post(f"/api/v1/enrolment-requests/{request['id']}/approve")
+    assert r.status_code == 409
+    assert "enrolled already" in r.json()["detail"]
+    assert (await _pending(client, host_id))[0]["status"] == "pending"
+
+
+async def test_a_second_key_for_a_pending_host_is_a_conflict_not_a_replacement(backend, client, unique):
+    """Issue 15, security 3: the first key's request is never overwritten by a second key's; both show,
+    marked conflicting; the key the admin approves gets the certificate and the other is rejected."""
+    host_id = f"conflict-{unique}"
+    first, second = make_csr(host_id), make_csr(host_id)
+    assert await _ask(backend, host_id, first) == grpc.StatusCode.FAILED_PRECONDITION
+    assert await _ask(backend, host_id, second) == grpc.StatusCode.FAILED_PRECONDITION
+    assert await _ask(backend, host_id, first) == grpc.StatusCode.FAILED_PRECONDITION  # asking again adds nothing
+    requests = await _pending(client, host_id)
+    assert sorted(r["key_fingerprint"] for r in requests) == sorted(
+        enrolment.key_fingerprint(c[1]) for c in (first, second))
+    assert [r["conflicting"] for r in requests] == [1, 1]
+    chosen = next(r for r in requests if r["key_fingerprint"] == enrolment.key_fingerprint(first[1]))
+
+    r = await client.post(f"/api/v1/enrolment-requests/{chosen['id']}/approve")
+    assert r.status_code == 200 and r.json()["status"] == "approved"
+    assert await _ask(backend, host_id, second) == grpc.StatusCode.PERMISSION_DENIED
+    creds = await enroll(backend.enroll_target, backend.ca_pem, host_id, "", csr=first)
+    agent = ScriptedAgent(backend.grpc_target, creds, host_id, kernel_tag=f"cf-{unique}")
+    assert (await agent.connect(send_catalog=False)).session_id
+    await agent.close()
+    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_rejected' AND target = :h "
+                                "AND detail->>'key_fingerprint' = :f", h=host_id,
+                                f=enrolment.key_fingerprint(second[1])) == 1
+
+
+async def test_the_pending_cap_holds_under_concurrent_requests(backend, client, unique):
+    """Issue 15, security 7: 40 hosts asking at once against 10 free places leave exactly 10 pending."""
+    settings = backend.runtime.settings
+    cap = settings.max_pending_enrolments
+    pending_before = await backend.scalar("SELECT count(*) FROM enrolment_requests WHERE status = 'pending'")
+    settings.max_pending_enrolments = pending_before + 10
+    try:
+        codes = await asyncio.gather(*(_ask(backend, f"flood-{unique}-{i}") for i in range(40)))
+    finally:
+        settings.max_pending_enrolments = cap
+    assert codes.count(grpc.StatusCode.FAILED_PRECONDITION) == 10
+    assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 30
+    assert await backend.scalar("SELECT count(*) FROM enrolment_requests WHERE status = 'pending'") \
+        == pending_before + 10
+    r = await client.post("/api/v1/enrolment-requests/reject", json={"request_ids": [
+        x["id"] for x in (await client.get("/api/v1/enrolment-requests")).json()
+        if x["host_id"].startswith(f"flood-{unique}-")]})
+    assert r.status_code == 200 and r.json() == {"rejected": 10}
+
+
+async def test_tokenless_requests_are_limited_per_address(backend, unique):
+    """At most enrolment_requests_per_minute new requests per peer address (the test's 8 requests take far
+    less than the minute the window spans)."""
+    settings = backend.runtime.settings
+    limit = settings.enrolment_requests_per_minute
+    settings.enrolment_requests_per_minute = 5
+    enrolment._requests_by_address.times.clear()
+    try:
+        codes = [await _ask(backend, f"rate-{unique}-{i}") for i in range(8)]
+    finally:
+        settings.enrolment_requests_per_minute = limit
+        enrolment._requests_by_address.times.clear()
+    assert codes == [grpc.StatusCode.FAILED_PRECONDITION] * 5 + [grpc.StatusCode.RESOURCE_EXHAUSTED] * 3
+    assert await backend.scalar("SELECT count(*) FROM enrolment_requests WHERE host_id LIKE :p",
+                                p=f"rate-{unique}-%") == 5
+
+
+async def test_expired_requests_are_forgotten_and_free_the_queue(backend, client, unique):
+    """A full queue of stale requests no longer locks out every new host: requests older than the TTL go."""
+    settings = backend.runtime.settings
+    old = f"old-{unique}"
+    assert await _ask(backend, old) == grpc.StatusCode.FAILED_PRECONDITION
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("UPDATE enrolment_requests SET requested_at = now() - make_interval(secs => :s) "
+                                "WHERE host_id = :h"), {"s": settings.enrolment_request_ttl_s + 60, "h": old})
+    cap = settings.max_pending_enrolments
+    # The queue is full, counting the stale request.
+    settings.max_pending_enrolments = await backend.scalar(
+        "SELECT count(*) FROM enrolment_requests WHERE status = 'pending'")
+    try:
+        assert await _ask(backend, f"fresh-{unique}") == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        settings.max_pending_enrolments = cap
+    assert await _pending(client, old) == []
+    assert len(await _pending(client, f"fresh-{unique}")) == 1
+
+
+async def test_an_admin_rejects_pending_requests_in_bulk(backend, client, unique):
+    hosts = [f"bulk-{unique}-{i}" for i in range(3)]
+    for host_id in hosts:
+        assert await _ask(backend, host_id) == grpc.StatusCode.FAILED_PRECONDITION
+    ids = [await _pending_id(client, h) for h in hosts]
+    r = await client.post("/api/v1/enrolment-requests/reject", json={"request_ids": ids[:2]})
+    assert r.status_code == 200 and r.json() == {"rejected": 2}
+    assert [len(await _pending(client, h)) for h in hosts] == [0, 0, 1]
+    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_rejected' "
+                                "AND actor = 'admin' AND target = ANY(:h)", h=hosts[:2]) == 2
+    for body in ({}, {"request_ids": ids, "all_pending": True}):
+        r = await client.post("/api/v1/enrolment-requests/reject", json=body)
+        assert r.status_code == 422
+    username, password = await make_user(client, "approver", unique)
+    async with httpx.AsyncClient(base_url=backend.base_url, headers={
+            "Authorization": f"Bearer {await token_for(backend.base_url, username, password)}"}) as c:
+        assert (await c.post("/api/v1/enrolment-requests/reject", json={"all_pending": True})).status_code == 403
+    assert len(await _pending(client, hosts[2])) == 1
+    r = await client.post("/api/v1/enrolment-requests/reject", json={"all_pending": True})
+    assert r.status_code == 200 and r.json()["rejected"] >= 1
+    assert await backend.scalar("SELECT count(*) FROM enrolment_requests WHERE status = 'pending'") == 0

@@ -6,7 +6,7 @@ import { api, ApiError, unwrap } from "./client";
 import type {
   Comparison, DataCoverage, EnrolmentRequest, EnrolmentToken, EnrolmentTokenCreated, FlameDiffData, FlameGraphData,
   FunctionCalls, FunctionDetail, FunctionSamples, Host, Hotness, InstructionSamples, Instructions, Module, Timeline,
-  TopFunctions, User, Plan, PlanDetail, PlanAuditEntry, Command,
+  TopFunctions, User, UserCreate, UserDetail, UserUpdate, Plan, PlanDetail, PlanAuditEntry, Command,
 } from "./types";
 import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
 
@@ -31,6 +31,7 @@ export const keys = {
   insnSamples: (hostId: string, fid: number, range: string) => ["host", hostId, "samples", fid, "instructions", range] as const,
   enrolmentTokens: ["admin", "enrolment-tokens"] as const,
   enrolmentRequests: ["admin", "enrolment-requests"] as const,
+  users: ["admin", "users"] as const,
 };
 
 /** How a sample view refreshes: live views (a relative range, not paused) follow new samples; the
@@ -390,14 +391,62 @@ export function useRevokeEnrolmentToken() {
 
 export function useDecideEnrolment() {
   const qc = useQueryClient();
-  return useMutation<EnrolmentRequest, Error, { hostId: string; approve: boolean }>({
-    mutationFn: ({ hostId, approve }) =>
-      unwrap(
+  return useMutation<EnrolmentRequest, Error, { requestId: string; approve: boolean }>({
+    mutationFn: ({ requestId, approve }) => {
+      const params = { path: { request_id: requestId } };
+      return unwrap(
         approve
-          ? api.POST("/api/v1/enrolment-requests/{host_id}/approve", { params: { path: { host_id: hostId } } })
-          : api.POST("/api/v1/enrolment-requests/{host_id}/reject", { params: { path: { host_id: hostId } } }),
-      ),
-    onSuccess: () => void qc.invalidateQueries({ queryKey: keys.enrolmentRequests }),
+          ? api.POST("/api/v1/enrolment-requests/{request_id}/approve", { params })
+          : api.POST("/api/v1/enrolment-requests/{request_id}/reject", { params }),
+      );
+    },
+    onSettled: () => void qc.invalidateQueries({ queryKey: keys.enrolmentRequests }),
+  });
+}
+
+/** Reject the listed pending requests, or all of them (`null`). */
+export function useRejectEnrolments() {
+  const qc = useQueryClient();
+  return useMutation<{ rejected: number }, Error, string[] | null>({
+    mutationFn: (ids) =>
+      unwrap(api.POST("/api/v1/enrolment-requests/reject", {
+        body: ids === null ? { all_pending: true } : { request_ids: ids, all_pending: false },
+      })),
+    onSettled: () => void qc.invalidateQueries({ queryKey: keys.enrolmentRequests }),
+  });
+}
+
+export function useUsers(enabled = true) {
+  return useQuery<UserDetail[], Error>({
+    queryKey: keys.users,
+    queryFn: () => unwrap(api.GET("/api/v1/users")),
+    retry,
+    enabled,
+  });
+}
+
+export function useCreateUser() {
+  const qc = useQueryClient();
+  return useMutation<UserDetail, Error, UserCreate>({
+    mutationFn: (body) => unwrap(api.POST("/api/v1/users", { body })),
+    onSuccess: () => void qc.invalidateQueries({ queryKey: keys.users }),
+  });
+}
+
+/** Change a user's role, or disable or enable the user. */
+export function useUpdateUser() {
+  const qc = useQueryClient();
+  return useMutation<UserDetail, Error, { userId: string; change: UserUpdate }>({
+    mutationFn: ({ userId, change }) =>
+      unwrap(api.PATCH("/api/v1/users/{user_id}", { params: { path: { user_id: userId } }, body: change })),
+    onSettled: () => void qc.invalidateQueries({ queryKey: keys.users }),
+  });
+}
+
+export function useResetPassword() {
+  return useMutation<unknown, Error, { userId: string; password: string }>({
+    mutationFn: ({ userId, password }) =>
+      unwrap(api.POST("/api/v1/users/{user_id}/password", { params: { path: { user_id: userId } }, body: { password } })),
   });
 }
 

@@ -6,6 +6,10 @@ import type { components } from "./schema";
 type S = components["schemas"];
 
 export type User = S["UserPublic"];
+export type UserDetail = S["UserDetail"];
+export type UserCreate = S["UserCreate"];
+export type UserUpdate = S["UserUpdate"];
+export type Role = User["role"];
 export type Token = S["Token"];
 export type Host = S["HostPublic"];
 export type Capability = Host["capabilities"][number];

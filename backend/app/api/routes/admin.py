@@ -10,10 +10,19 @@ from app import enrolment
 from app.api.deps import AdminUser, RuntimeDep, SessionDep
 from app.api.responses import BAD_BODY, NOT_FOUND
 from app.api.routes.hosts import HostId
-from app.schemas import EnrolmentRequestPublic, EnrolmentTokenCreate, EnrolmentTokenCreated, EnrolmentTokenPublic
+from app.schemas import (
+    EnrolmentRejected,
+    EnrolmentRejectMany,
+    EnrolmentRequestPublic,
+    EnrolmentTokenCreate,
+    EnrolmentTokenCreated,
+    EnrolmentTokenPublic,
+    Message,
+)
 
 router = APIRouter(tags=["admin"])
 TokenId = Annotated[uuid.UUID, Path(description="An enrolment token's id")]
+RequestId = Annotated[uuid.UUID, Path(description="An enrolment request's id")]
 
 
 @router.post("/enrolment-tokens", response_model=EnrolmentTokenCreated, status_code=status.HTTP_201_CREATED,
@@ -42,27 +51,40 @@ async def revoke_enrolment_token(token_id: TokenId, session: SessionDep, admin: 
 
 
 @router.get("/enrolment-requests", response_model=list[EnrolmentRequestPublic])
-async def list_enrolment_requests(session: SessionDep, _: AdminUser) -> list[EnrolmentRequestPublic]:
-    """Hosts that asked to enrol without a token, pending or decided."""
-    return [EnrolmentRequestPublic.model_validate(r) for r in await enrolment.list_requests(session)]
+async def list_enrolment_requests(session: SessionDep, runtime: RuntimeDep,
+                                  _: AdminUser) -> list[EnrolmentRequestPublic]:
+    """Keys that asked to enrol a host id without a token, pending or decided, with their fingerprints."""
+    rows = await enrolment.list_requests(session, runtime.settings.enrolment_request_ttl_s)
+    return [EnrolmentRequestPublic.model_validate(r) for r in rows]
 
 
-@router.post("/enrolment-requests/{host_id}/approve", response_model=EnrolmentRequestPublic, responses=NOT_FOUND)
-async def approve_enrolment(host_id: HostId, session: SessionDep, admin: AdminUser) -> EnrolmentRequestPublic:
-    """Approve a pending host: its agent receives a certificate the next time it asks."""
-    request = await enrolment.decide(session, host_id, True, admin.username)
-    if request is None:
-        raise HTTPException(404, "No pending enrolment for this host")
-    return EnrolmentRequestPublic.model_validate(request)
+@router.post("/enrolment-requests/reject", response_model=EnrolmentRejected, responses=BAD_BODY)
+async def reject_enrolments(body: EnrolmentRejectMany, session: SessionDep, admin: AdminUser) -> EnrolmentRejected:
+    """Reject many pending requests at once: the ones listed, or all of them."""
+    ids = None if body.all_pending else body.request_ids
+    return EnrolmentRejected(rejected=await enrolment.reject_many(session, ids, admin.username))
 
 
-@router.post("/enrolment-requests/{host_id}/reject", response_model=EnrolmentRequestPublic, responses=NOT_FOUND)
-async def reject_enrolment(host_id: HostId, session: SessionDep, admin: AdminUser) -> EnrolmentRequestPublic:
-    """Reject a pending host."""
-    request = await enrolment.decide(session, host_id, False, admin.username)
-    if request is None:
-        raise HTTPException(404, "No pending enrolment for this host")
-    return EnrolmentRequestPublic.model_validate(request)
+async def _decide(session: SessionDep, request_id: uuid.UUID, approve: bool, actor: str) -> EnrolmentRequestPublic:
+    try:
+        request = await enrolment.decide(session, request_id, approve, actor)
+    except enrolment.DecisionError as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    return EnrolmentRequestPublic.model_validate(await enrolment.get_request(session, request.id))
+
+
+@router.post("/enrolment-requests/{request_id}/approve", response_model=EnrolmentRequestPublic,
+             responses={409: {"model": Message}, **NOT_FOUND})
+async def approve_enrolment(request_id: RequestId, session: SessionDep, admin: AdminUser) -> EnrolmentRequestPublic:
+    """Approve a pending request: its key receives a certificate the next time it asks; other keys pending
+    for the same host id are rejected. A host that is enrolled already cannot be approved (409)."""
+    return await _decide(session, request_id, True, admin.username)
+
+
+@router.post("/enrolment-requests/{request_id}/reject", response_model=EnrolmentRequestPublic, responses=NOT_FOUND)
+async def reject_enrolment(request_id: RequestId, session: SessionDep, admin: AdminUser) -> EnrolmentRequestPublic:
+    """Reject a pending request."""
+    return await _decide(session, request_id, False, admin.username)
 
 
 @router.post("/hosts/{host_id}/retire", status_code=status.HTTP_204_NO_CONTENT, responses=NOT_FOUND)

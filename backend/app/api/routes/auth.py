@@ -56,7 +56,8 @@ async def _lock_user(session, user, username: str, client: str, seconds: float) 
         crud.audit(session, username, "login_locked", str(user.id), {"client": client, "seconds": seconds})
 
 
-@router.post("/login", response_model=Token, responses={401: {"model": Message}, 429: {"model": Message}, **BAD_BODY})
+@router.post("/login", response_model=Token,
+             responses={401: {"model": Message}, 403: {"model": Message}, 429: {"model": Message}, **BAD_BODY})
 async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, session: SessionDep) -> Token:
     """Exchange a username and password for a bearer token."""
     settings = runtime.settings
@@ -106,6 +107,10 @@ async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, sessi
         await session.commit()
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "Incorrect username or password",
                             headers={"WWW-Authenticate": "Bearer"})
+    if user.disabled_at is not None:
+        crud.audit(session, user.username, "login_failed", str(user.id), {"client": client, "reason": "disabled"})
+        await session.commit()
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "This account is disabled")
     await session.execute(text("UPDATE users SET failed_logins = 0, locked_until = NULL WHERE id = :id"),
                           {"id": user.id})
     crud.audit(session, user.username, "login", str(user.id), {"client": client})

@@ -48,7 +48,6 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
     queue = sub.queue
     interval = runtime.settings.ws_ping_interval_s
     expires = token_expiry(runtime.secret_key, token or "") or 0.0
-    user_id = user.id
 
     async def read_client() -> None:
         # Subscriptions; anything else is ignored. Reading also notices the close promptly.
@@ -86,8 +85,9 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
                 data = await asyncio.wait_for(queue.get(), timeout=min(interval, left))
             except TimeoutError:
                 async with runtime.sessionmaker() as session:
-                    if await crud.get_user(session, user_id) is None:
-                        await websocket.close(code=CLOSE_UNAUTHENTICATED, reason="the user no longer exists")
+                    if await user_from_token(runtime, session, token) is None:
+                        await websocket.close(code=CLOSE_UNAUTHENTICATED,
+                                              reason="the user no longer exists, was disabled or its token ended")
                         break
                 data = orjson.dumps({"type": "ping", "at": datetime.now(UTC)})
             await websocket.send_text(data.decode())

@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host identity for admins: create one-time enrolment tokens (the secret is shown once, with the
-// CA certificate and the command that uses them), see and revoke tokens, approve or reject hosts
-// that asked to enrol without a token, and retire or delete hosts.
+// Host identity and users for admins: create one-time enrolment tokens (the secret is shown once, with
+// the CA certificate and the command that uses them), see and revoke tokens, approve or reject keys
+// that asked to enrol a host without a token, retire or delete hosts, and manage users.
 import { useState, type FormEvent } from "react";
 import { Link } from "react-router-dom";
 import {
-  useCreateEnrolmentToken, useDecideEnrolment, useEnrolmentRequests, useEnrolmentTokens, useHosts,
-  useRevokeEnrolmentToken,
+  useCreateEnrolmentToken, useEnrolmentRequests, useEnrolmentTokens, useHosts, useRevokeEnrolmentToken,
 } from "../../api/queries";
 import type { EnrolmentToken, EnrolmentTokenCreated } from "../../api/types";
 import { formatAgo } from "../../lib/format";
 import { HostStatus } from "../hosts/hostParts";
+import { useAuth } from "../auth/AuthContext";
 import { HostAdminActions } from "./HostAdminActions";
+import { PendingEnrolments } from "./PendingEnrolments";
+import { UsersPanel } from "./UsersPanel";
 import { useIsAdmin } from "./useIsAdmin";
 
 function tokenState(t: EnrolmentToken, now = Date.now()): string {
@@ -46,7 +48,7 @@ export function AdminPage() {
   const hosts = useHosts();
   const create = useCreateEnrolmentToken();
   const revoke = useRevokeEnrolmentToken();
-  const decide = useDecideEnrolment();
+  const { session } = useAuth();
   const [note, setNote] = useState("");
   const [hours, setHours] = useState(24);
   const [forHost, setForHost] = useState("");
@@ -58,7 +60,6 @@ export function AdminPage() {
     e.preventDefault();
     create.mutate({ note, hours, host_id: forHost.trim() || null });
   };
-  const pending = (requests.data ?? []).filter((r) => r.status === "pending");
   return (
     <section className="admin-page">
       <h1>Admin</h1>
@@ -97,31 +98,7 @@ export function AdminPage() {
         </tbody>
       </table>
 
-      <h2>Hosts waiting for approval</h2>
-      {decide.isError && <p className="error" role="alert">{decide.error.message}</p>}
-      {pending.length === 0 ? <p className="muted">No host is waiting.</p> : (
-        <table aria-label="Pending enrolments">
-          <thead><tr><th>Host</th><th>Id</th><th>From</th><th>Asked</th><th /></tr></thead>
-          <tbody>
-            {pending.map((r) => (
-              <tr key={r.host_id}>
-                <td>{r.hostname}</td>
-                <td><code>{r.host_id}</code></td>
-                <td>{r.peer}</td>
-                <td>{formatAgo(r.requested_at)}</td>
-                <td>
-                  <button type="button" onClick={() => decide.mutate({ hostId: r.host_id, approve: true })}>
-                    Approve {r.hostname}
-                  </button>{" "}
-                  <button type="button" onClick={() => decide.mutate({ hostId: r.host_id, approve: false })}>
-                    Reject
-                  </button>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <PendingEnrolments requests={requests.data ?? []} />
 
       <h2>Hosts</h2>
       <table aria-label="Hosts">
@@ -142,6 +119,8 @@ export function AdminPage() {
           ))}
         </tbody>
       </table>
+
+      <UsersPanel me={session?.user?.username} />
     </section>
   );
 }

@@ -10,8 +10,8 @@ back the same); nothing else is touched.
 """
 from alembic import op
 
-revision = "0007_uncache_probed_listings"
-down_revision = "0006_measurement_edges"
+revision = "0008_uncache_probed_listings"
+down_revision = "0007_enrolment_keys_users"
 branch_labels = None
 depends_on = None
 
