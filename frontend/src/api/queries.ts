@@ -34,10 +34,12 @@ export const keys = {
 };
 
 /** How a sample view refreshes: live views (a relative range, not paused) follow new samples; the
- *  others are fixed and are not refetched (their `meta.live` is false, which live pushes respect). */
+ *  others are fixed and are not refetched (their `meta.live` is false, which live pushes respect).
+ *  No placeholder data: a refresh of the same range keeps its rows (same query key), but a new range,
+ *  sort or page has no data until its own answer arrives, so nothing is shown under a label it does not
+ *  belong to (views show a busy state meanwhile). */
 export function liveOptions(live: boolean) {
   return {
-    placeholderData: keepPreviousData,
     refetchInterval: live ? LIVE_FALLBACK_MS : (false as const),
     staleTime: live ? 0 : Infinity,
     meta: { live },
@@ -234,7 +236,6 @@ export function useCompare(hostId: string, q: CompareQuery | null) {
     retry,
     enabled: q !== null,
     staleTime: Infinity,
-    placeholderData: keepPreviousData,
   });
 }
 
@@ -256,7 +257,6 @@ const STACKS_LIVE_MS = 10_000;
 
 function stackLiveOptions(live: boolean) {
   return {
-    placeholderData: keepPreviousData,
     refetchInterval: live ? STACKS_LIVE_MS : (false as const),
     staleTime: live ? STACKS_LIVE_MS : Infinity,
     meta: { live: false },
@@ -301,7 +301,6 @@ export function useFlameDiff(hostId: string, q: FlameDiffQuery | null) {
     retry,
     enabled: q !== null,
     staleTime: Infinity,
-    placeholderData: keepPreviousData,
   });
 }
 
