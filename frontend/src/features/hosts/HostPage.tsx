@@ -76,7 +76,7 @@ export function HostPage() {
         <div><dt>L1i</dt><dd><L1iGeometry host={h} /></dd></div>
         <div><dt>Sampling</dt><dd><Sampling host={h} /></dd></div>
         <div><dt>Catalog</dt><dd><CatalogStatus host={h} /></dd></div>
-        <div><dt>Stream</dt><dd>{h.replica ? `held by ${h.replica}` : "never connected"}</dd></div>
+        <div><dt>Stream</dt><dd data-testid="host-stream">{streamText(h)}</dd></div>
       </dl>
       <TargetsPanel hostId={h.id} />
       <div className="toolbar range-bar">
@@ -113,4 +113,10 @@ export function HostPage() {
       </div>
     </section>
   );
+}
+
+/** Who holds the host's agent stream: only an online host's stream is held by a replica. */
+export function streamText(h: { online: boolean; replica?: string | null }): string {
+  if (h.online) return h.replica ? `held by ${h.replica}` : "connected";
+  return h.replica ? `none: the host is offline (last held by ${h.replica})` : "never connected";
 }
