@@ -445,8 +445,9 @@ export function useInstalledPlans(hostId: string, target?: string) {
 
 /** One plan; polled while the agent works on it (planning, installing, reverting) and while its
  *  before/after windows fill. */
-export function usePlan(hostId: string, planId: string) {
+export function usePlan(hostId: string, planId: string, enabled = true) {
   return useQuery<PlanDetail, Error>({
+    enabled,
     queryKey: ["host", hostId, "plan", planId],
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}", {
       params: { path: { host_id: hostId, plan_id: planId } },
