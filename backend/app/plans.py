@@ -62,6 +62,12 @@ class PlanError(Exception):
         self.detail = detail
 
 
+def publish_state(hub, host_id: str, plan_id: str, state: str) -> None:
+    """Tell the consoles showing the host that one of its plans changed state, once the change is
+    committed: an approval shows on the requester's open page at once, not at its next poll."""
+    hub.publish(f"host:{host_id}", {"type": "plan", "host_id": host_id, "plan_id": str(plan_id), "state": state})
+
+
 def _members(plan_json) -> list[str]:
     """The group's function names, root first (the plan was checked when stored: plan_check)."""
     group = plan_json.get("group") if isinstance(plan_json, dict) else None
