@@ -512,6 +512,11 @@ class Plans:
             stop, _ = await cmds.create(db, host_id, "stop_measurement", {"measurement_id": mid}, actor)
             await db.commit()
         await cmds.wait(stop["id"], 60)
+        # The window's figures are final now: open plan pages refresh at once.
+        async with self.runtime.sessionmaker() as db:
+            state = (await db.execute(text("SELECT state FROM plans WHERE id = :id"), {"id": row.id})).scalar()
+        if state is not None:
+            publish_state(self.runtime.hub, host_id, str(row.id), state)
         return mid
 
     async def _install_flow(self, host_id: str, plan_id: uuid.UUID, actor: str) -> None:

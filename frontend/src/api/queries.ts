@@ -9,6 +9,7 @@ import type {
   TopFunctions, User, Plan, PlanDetail, PlanAuditEntry, Command,
 } from "./types";
 import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
+import { planRefreshMs } from "../features/plans/beforeAfter";
 
 export const keys = {
   me: ["me"] as const,
@@ -417,7 +418,6 @@ export function useHostAction() {
 
 // Plans ------------------------------------------------------------------------------------------
 
-const PLAN_BUSY = new Set(["planning", "installing", "reverting"]);
 
 export function usePlans(hostId: string, functionIndex: { digest?: string; index?: number } = {}) {
   return useQuery<Plan[], Error>({
@@ -453,13 +453,7 @@ export function usePlan(hostId: string, planId: string, enabled = true) {
       params: { path: { host_id: hostId, plan_id: planId } },
     })),
     retry,
-    refetchInterval: (q) => {
-      const p = q.state.data;
-      if (!p) return 2000;
-      if (PLAN_BUSY.has(p.state)) return 1000;
-      if (p.state === "installed" && !p.comparison?.after?.calls) return 2000;
-      return 10_000;
-    },
+    refetchInterval: (q) => planRefreshMs(q.state.data),
   });
 }
 
