@@ -36,8 +36,8 @@ test("after a preset change, top functions shows nothing of the old range until 
   release = true;
   for (const r of held.splice(0)) await r.continue();
   await expect(table.getByRole("link").first()).toBeVisible();
+  // (Not aria-busy false: a live view refetches every time new samples are pushed.)
   await expect(page.getByTestId("top-totals")).toContainText("in the last 5 min");
-  await expect(table).toHaveAttribute("aria-busy", "false");
 });
 
 test("Compare opened from a range compares it against the period before, and keeps the flame tab's search out", async ({ page }) => {
@@ -61,8 +61,8 @@ test("Compare opened from a range compares it against the period before, and kee
   await expect(page.getByLabel("Colours")).toContainText("share grew from the baseline (A) to the comparison (B)");
 });
 
-test("the host's code tree starts in the first screen, and a function's CFG gets most of the width with its instructions whole", async ({ page }) => {
-  const { ctx, hostId } = await readyHost();
+test("the host's code tree starts in the first screen", async ({ page }) => {
+  const { hostId } = await readyHost();
   await page.setViewportSize({ width: 1280, height: 1000 });
   await page.goto(`/hosts/${hostId}?tab=code`);
   const tree = page.getByRole("tree", { name: "Code" });
@@ -70,7 +70,11 @@ test("the host's code tree starts in the first screen, and a function's CFG gets
   // The tree used to start at y ≈ 584 of 1000 (under the targets, the timeline and the coverage strip);
   // with the targets below the views it starts about 120 px higher, leaving half the screen to the tree.
   expect((await tree.boundingBox())!.y).toBeLessThan(500);
+});
 
+test("a function's CFG gets most of the width, its instructions fit their panel, its callees are grouped", async ({ page }) => {
+  const { ctx, hostId } = await readyHost();
+  await page.setViewportSize({ width: 1280, height: 1000 });
   // A function with calls and a block with a long instruction: the largest function.
   const largest = (await (await ctx.get(`/api/v1/hosts/${hostId}/functions?sort=blocks&limit=1`)).json()).items[0];
   const detail = await (await ctx.get(`/api/v1/hosts/${hostId}/functions/${largest.id}`)).json();
@@ -79,7 +83,8 @@ test("the host's code tree starts in the first screen, and a function's CFG gets
   const svg = page.locator('svg[aria-label="Control-flow graph"]');
   await expect(page.getByTestId("cfg-block").first()).toBeVisible({ timeout: 60_000 });
   const content = (await page.locator("main").boundingBox())!;
-  expect((await svg.boundingBox())!.width).toBeGreaterThan(0.5 * content.width);
+  // The CFG's column was 60 % of the content at most (the instructions took 40 %): now about two thirds.
+  expect((await svg.boundingBox())!.width).toBeGreaterThan(0.62 * content.width);
   const panel = page.getByRole("region", { name: "Instructions" });
   await expect(panel.getByRole("table")).toBeVisible();
   // Every instruction column fits the panel: nothing is cut off or hidden behind a scroll bar.
