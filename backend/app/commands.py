@@ -276,6 +276,16 @@ class Commands:
                                                              "host_id": host_id})
         if row.kind in ("attach_target", "detach_target"):
             self.runtime.hub.publish(f"host:{host_id}", {"type": "targets", "host_id": host_id})
+        if row.kind in PLAN_KINDS and isinstance(row.params, dict) and row.params.get("plan_id"):
+            await self._publish_plan(host_id, row.params["plan_id"])
+
+    async def _publish_plan(self, host_id: str, plan_id: str) -> None:
+        """A plan command's answer moved its plan (ready, installed, reverted, failed): say so live."""
+        async with self.runtime.sessionmaker() as db:
+            state = (await db.execute(text("SELECT state FROM plans WHERE id = CAST(:id AS uuid) AND host_id = :h"),
+                                      {"id": plan_id, "h": host_id})).scalar()
+        if state is not None:
+            plans.publish_state(self.runtime.hub, host_id, plan_id, state)
 
     async def _effects(self, db: AsyncSession, session, row, result: "pb.CommandResult",
                        state: str) -> tuple[dict[str, Any] | None, str | None]:

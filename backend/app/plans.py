@@ -64,6 +64,12 @@ class PlanError(Exception):
         self.detail = detail
 
 
+def publish_state(hub, host_id: str, plan_id: str, state: str) -> None:
+    """Tell the consoles showing the host that one of its plans changed state, once the change is
+    committed: an approval shows on the requester's open page at once, not at its next poll."""
+    hub.publish(f"host:{host_id}", {"type": "plan", "host_id": host_id, "plan_id": str(plan_id), "state": state})
+
+
 def _members(plan_json) -> list[str]:
     """The group's function names, root first (the plan was checked when stored: plan_check)."""
     group = plan_json.get("group") if isinstance(plan_json, dict) else None
@@ -536,6 +542,11 @@ class Plans:
             stop, _ = await cmds.create(db, host_id, "stop_measurement", {"measurement_id": mid}, actor)
             await db.commit()
         await cmds.wait(stop["id"], 60)
+        # The window's figures are final now: open plan pages refresh at once.
+        async with self.runtime.sessionmaker() as db:
+            state = (await db.execute(text("SELECT state FROM plans WHERE id = :id"), {"id": row.id})).scalar()
+        if state is not None:
+            publish_state(self.runtime.hub, host_id, str(row.id), state)
         return mid
 
     async def _install_flow(self, host_id: str, plan_id: uuid.UUID, actor: str) -> None:

@@ -833,6 +833,14 @@ class MeasurementEvent(BaseModel):
     state: str | None = None
 
 
+class PlanEvent(BaseModel):
+    """A plan of the host changed state (requested, approved, installed, ...): its pages refresh at once."""
+    type: Literal["plan"]
+    host_id: str
+    plan_id: str
+    state: str
+
+
 class Subscribe(BaseModel):
     """What the console sends on the WebSocket: the topics of the views it shows (hosts,
     host:<id>, measurement:<id>); each message replaces the previous set."""
@@ -841,7 +849,7 @@ class Subscribe(BaseModel):
 
 
 LiveEvent = Annotated[HostEvent | SamplesEvent | PingEvent | GapEvent | CommandEvent | TargetsEvent |
-                      MeasurementEvent, Field(discriminator="type")]
+                      MeasurementEvent | PlanEvent, Field(discriminator="type")]
 
 
 PlanState = Literal["planning", "ready", "failed", "cancelled", "requested", "approved", "rejected", "installing",

@@ -51,7 +51,8 @@ test("a process attached from the console shows f's exact count and its branch s
     }, { timeout: 60_000 }).toBeGreaterThan(0);
 
     await row.getByRole("link", { name: "Measure" }).click();
-    await expect(page.getByRole("heading", { name: `Measure ${targetId}` })).toBeVisible();
+    // The page is titled by the process (its command and pid), not by the target's id.
+    await expect(page.getByRole("heading", { level: 1, name: new RegExp(`^Measure \\S+ \\(pid ${proc.pid}\\)$`) })).toBeVisible();
     await page.getByLabel("Find functions").fill("mx_branch");
     await page.getByLabel("Select mx_branch", { exact: true }).check();
     await expect(page.getByLabel("Blocks of mx_branch")).toBeChecked();

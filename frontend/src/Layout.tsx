@@ -16,8 +16,11 @@ export function Layout() {
       <header className="topbar">
         <Link to="/" className="brand">Hotpath</Link>
         <nav aria-label="Main">
-          <Link to="/">All hosts</Link>
-          {user?.role === "admin" && <Link to="/admin">Admin</Link>}
+          {/* A list, with spaces between the items, so the links read as separate words everywhere. */}
+          <ul className="nav-links">
+            <li><Link to="/">All hosts</Link>{" "}</li>
+            {user?.role === "admin" && <li><Link to="/admin">Admin</Link>{" "}</li>}
+          </ul>
         </nav>
         <span className={`live live-${live}`} title="Live updates from the server">
           {live === "open" ? "live" : live === "connecting" ? "connecting…" : "live updates paused"}

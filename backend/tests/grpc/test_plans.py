@@ -470,6 +470,37 @@ async def test_the_live_socket_carries_no_command_and_no_subscription_it_may_not
     await agent.close()
 
 
+async def test_a_plan_change_of_state_is_pushed_to_the_hosts_open_pages_at_once(backend, client, unique):
+    """An open plan page hears its plan's changes on the host's topic as they are committed: the agent's
+    answer (ready), the request and the approval each arrive as a plan event with the new state, well
+    before the page's 10-second poll would have seen them."""
+    from websockets.asyncio.client import connect
+    host_id = f"ws-plan-{unique}"
+    agent, digest = await _host_with_process(backend, client, host_id)
+    ap_user = await make_user(client, "approver", unique)
+    viewer_token = await token_for(backend.base_url, *await make_user(client, "viewer", unique))
+    hub = backend.runtime.hub
+    before = set(hub._subscribers)
+    url = backend.base_url.replace("http://", "ws://") + f"/api/v1/ws?token={viewer_token}"
+    async with connect(url) as ws, _client_as(backend, await token_for(backend.base_url, *ap_user)) as approver:
+        [sub] = await wait_until(lambda: _new_subscribers(hub, before))
+        await ws.send(json.dumps({"type": "subscribe", "topics": [f"host:{host_id}"]}))
+        await wait_until(lambda: _subscribed(sub, f"host:{host_id}"))
+        plan_id = await _approved(client, approver, host_id, digest, 2)
+        states = []
+        while "approved" not in states:
+            got = json.loads(await asyncio.wait_for(ws.recv(), 5))
+            if got.get("type") == "plan":
+                assert got["host_id"] == host_id and got["plan_id"] == plan_id, got
+                states.append(got["state"])
+        assert states == ["planning", "ready", "requested", "approved"], states
+    await agent.close()
+
+
+async def _subscribed(sub, topic):
+    return topic in sub.topics or None
+
+
 async def _new_subscribers(hub, before):
     return [s for s in hub._subscribers if s not in before] or None
 

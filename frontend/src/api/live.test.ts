@@ -59,4 +59,13 @@ describe("live updates", () => {
     expect(predicate(qc.getQueryCache().find({ queryKey: ["host", "host-1", "top", "fixed"] })!)).toBe(false);
 
   });
+
+  it("refreshes an open plan page and the host's plan lists when a plan changes state", () => {
+    const msg = parseLiveMessage('{"type":"plan","host_id":"host-1","plan_id":"p-1","state":"approved"}');
+    expect(msg).toEqual({ type: "plan", host_id: "host-1", plan_id: "p-1", state: "approved" });
+    const qc = new QueryClient();
+    const spy = vi.spyOn(qc, "invalidateQueries");
+    applyLiveMessage(qc, msg!, keyedThrottle(1000));
+    expect(spy.mock.calls.map((c) => c[0]?.queryKey)).toEqual([["host", "host-1", "plan", "p-1"], ["host", "host-1", "plans"]]);
+  });
 });

@@ -4,7 +4,9 @@
 // sends the union as a subscribe message whenever it changes and on every (re)connect. Host messages
 // replace the host in the cache directly (status changes show at once); sample batches mark that
 // host's hotness views stale, refetched at most once per second per host; target, command and
-// measurement events mark their views stale. The socket reconnects with backoff.
+// measurement events mark their views stale; a plan's change of state (approved, installed, ...) marks
+// that plan and the host's plan lists stale, so open plan pages follow at once. The socket reconnects
+// with backoff.
 import { useEffect, useState } from "react";
 import { useQueryClient, type QueryClient } from "@tanstack/react-query";
 import { keys } from "./queries";
@@ -80,6 +82,9 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
     throttle.trigger(`measurement:${mid}`, () => {
       void qc.invalidateQueries({ queryKey: ["host", hostId, "measurement", mid], predicate: (q) => q.meta?.live !== false });
     });
+  } else if (msg.type === "plan") {
+    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "plan", msg.plan_id] });
+    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "plans"] });
   } else if (msg.type === "gap") {
     void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "coverage"] });
   } else if (msg.type === "samples") {
@@ -93,7 +98,7 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
   }
 }
 
-const LIVE_TYPES = new Set(["host", "samples", "gap", "ping", "targets", "command", "measurement"]);
+const LIVE_TYPES = new Set(["host", "samples", "gap", "ping", "targets", "command", "measurement", "plan"]);
 
 export function parseLiveMessage(data: unknown): LiveMessage | null {
   if (typeof data !== "string") return null;

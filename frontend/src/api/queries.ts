@@ -9,6 +9,7 @@ import type {
   TopFunctions, User, UserCreate, UserDetail, UserUpdate, Plan, PlanDetail, PlanAuditEntry, Command,
 } from "./types";
 import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
+import { planRefreshMs } from "../features/plans/beforeAfter";
 
 export const keys = {
   me: ["me"] as const,
@@ -35,10 +36,12 @@ export const keys = {
 };
 
 /** How a sample view refreshes: live views (a relative range, not paused) follow new samples; the
- *  others are fixed and are not refetched (their `meta.live` is false, which live pushes respect). */
+ *  others are fixed and are not refetched (their `meta.live` is false, which live pushes respect).
+ *  No placeholder data: a refresh of the same range keeps its rows (same query key), but a new range,
+ *  sort or page has no data until its own answer arrives, so nothing is shown under a label it does not
+ *  belong to (views show a busy state meanwhile). */
 export function liveOptions(live: boolean) {
   return {
-    placeholderData: keepPreviousData,
     refetchInterval: live ? LIVE_FALLBACK_MS : (false as const),
     staleTime: live ? 0 : Infinity,
     meta: { live },
@@ -237,7 +240,6 @@ export function useCompare(hostId: string, q: CompareQuery | null) {
     retry,
     enabled: q !== null,
     staleTime: Infinity,
-    placeholderData: keepPreviousData,
   });
 }
 
@@ -259,7 +261,6 @@ const STACKS_LIVE_MS = 10_000;
 
 function stackLiveOptions(live: boolean) {
   return {
-    placeholderData: keepPreviousData,
     refetchInterval: live ? STACKS_LIVE_MS : (false as const),
     staleTime: live ? STACKS_LIVE_MS : Infinity,
     meta: { live: false },
@@ -304,7 +305,6 @@ export function useFlameDiff(hostId: string, q: FlameDiffQuery | null) {
     retry,
     enabled: q !== null,
     staleTime: Infinity,
-    placeholderData: keepPreviousData,
   });
 }
 
@@ -469,7 +469,6 @@ export function useHostAction() {
 
 // Plans ------------------------------------------------------------------------------------------
 
-const PLAN_BUSY = new Set(["planning", "installing", "reverting"]);
 
 export function usePlans(hostId: string, functionIndex: { digest?: string; index?: number } = {}) {
   return useQuery<Plan[], Error>({
@@ -497,20 +496,15 @@ export function useInstalledPlans(hostId: string, target?: string) {
 
 /** One plan; polled while the agent works on it (planning, installing, reverting) and while its
  *  before/after windows fill. */
-export function usePlan(hostId: string, planId: string) {
+export function usePlan(hostId: string, planId: string, enabled = true) {
   return useQuery<PlanDetail, Error>({
+    enabled,
     queryKey: ["host", hostId, "plan", planId],
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}", {
       params: { path: { host_id: hostId, plan_id: planId } },
     })),
     retry,
-    refetchInterval: (q) => {
-      const p = q.state.data;
-      if (!p) return 2000;
-      if (PLAN_BUSY.has(p.state)) return 1000;
-      if (p.state === "installed" && !p.comparison?.after?.calls) return 2000;
-      return 10_000;
-    },
+    refetchInterval: (q) => planRefreshMs(q.state.data),
   });
 }
 

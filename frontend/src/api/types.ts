@@ -54,6 +54,7 @@ export type LiveMessage =
   | { type: "targets"; host_id: string }
   | { type: "command"; command: Command }
   | { type: "measurement"; host_id: string; measurement_id: string; interval_start: string; state: string }
+  | (Omit<S["PlanEvent"], "type"> & { type: "plan" })
   | { type: "ping" };
 export type Target = S["TargetPublic"];
 export type Command = S["CommandPublic"];

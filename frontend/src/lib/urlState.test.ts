@@ -15,6 +15,13 @@ describe("view state in the URL", () => {
     expect(defaults.toString()).toBe("from=now-1m&to=now");
   });
 
+  it("keeps the differential flame graph's search and zoom apart from the flame tab's", () => {
+    const v = readHostView(new URLSearchParams("tab=compare&fq=vfs&fzoom=all;do_syscall_64"));
+    expect(v).toMatchObject({ flameQuery: "vfs", flameZoom: "all;do_syscall_64", diffQuery: "", diffZoom: "" });
+    const w = readHostView(writeHostView({ ...v, diffQuery: "tcp", diffZoom: "all;tcp_sendmsg" }));
+    expect(w).toMatchObject({ flameQuery: "vfs", flameZoom: "all;do_syscall_64", diffQuery: "tcp", diffZoom: "all;tcp_sendmsg" });
+  });
+
   it("ignores values it does not know and keeps other parameters", () => {
     const v = readHostView(new URLSearchParams("tab=bogus&sort=colour&page=-2&tsort=x"));
     expect(v).toMatchObject({ tab: "code", treeSort: "hotness", page: 1, topSort: "samples" });

@@ -41,12 +41,15 @@ export interface HostView {
   bHost: string | null;
   /** Live views refresh unless paused. */
   paused: boolean;
-  /** Flame graph tab (and the compare tab's differential flame graph). */
+  /** Flame graph tab (the filter and orientation also serve the compare tab's differential flame graph). */
   filter: StackFilterView;
   flameQuery: string;
   /** The zoomed frame, named by the frames from the root ("a;b;c"). */
   flameZoom: string;
   icicle: boolean;
+  /** Compare tab's differential flame graph: its own search and zoom, so the flame tab's do not leak in. */
+  diffQuery: string;
+  diffZoom: string;
   /** Compare tab: the table or the differential flame graph. */
   compareView: "table" | "flame";
 }
@@ -131,6 +134,8 @@ export function readHostView(p: URLSearchParams): HostView {
     flameQuery: p.get("fq") ?? "",
     flameZoom: p.get("fzoom") ?? "",
     icicle: p.get("forient") === "icicle",
+    diffQuery: p.get("dq") ?? "",
+    diffZoom: p.get("dzoom") ?? "",
     compareView: p.get("cview") === "flame" ? "flame" : "table",
   };
 }
@@ -162,6 +167,8 @@ export function writeHostView(v: HostView, base: URLSearchParams = new URLSearch
   set("fq", v.flameQuery || null);
   set("fzoom", v.flameZoom || null);
   set("forient", v.icicle ? "icicle" : null);
+  set("dq", v.diffQuery || null);
+  set("dzoom", v.diffZoom || null);
   set("cview", v.compareView === "flame" ? "flame" : null);
   return p;
 }

@@ -41,6 +41,7 @@ async def make_plan(host_id: ExistingHost, body: PlanCreate, session: SessionDep
     except plans.PlanError as exc:
         _fail(exc)
     await session.commit()
+    plans.publish_state(runtime.hub, host_id, row["id"], row["state"])
     return FastJSON(row, status_code=202 if created else 200)
 
 
@@ -73,13 +74,14 @@ async def plan_audit(host_id: ExistingHost, plan_id: uuid.UUID, session: Session
     return FastJSON(await plans.audit_trail(session, plan_id))
 
 
-async def _step(coro, session):
+async def _step(coro, session, runtime):
     try:
         out = await coro
     except plans.PlanError as exc:
         await session.rollback()
         _fail(exc)
     await session.commit()
+    plans.publish_state(runtime.hub, out["host_id"], out["id"], out["state"])
     return FastJSON(out)
 
 
@@ -87,7 +89,7 @@ async def _step(coro, session):
 async def request_approval(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
                            user: OperatorUser):
     """Ask for approval of a ready plan."""
-    return await _step(runtime.plans.request(session, host_id, plan_id, user.username), session)
+    return await _step(runtime.plans.request(session, host_id, plan_id, user.username), session, runtime)
 
 
 @router.post("/{plan_id}/approve", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN})
@@ -95,14 +97,14 @@ async def approve(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep
                   user: ApproverUser):
     """Approve a requested plan (not by its requester); the approval names the plan's code hash and
     build id, and only that code is installed."""
-    return await _step(runtime.plans.approve(session, host_id, plan_id, user.username), session)
+    return await _step(runtime.plans.approve(session, host_id, plan_id, user.username), session, runtime)
 
 
 @router.post("/{plan_id}/reject", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN})
 async def reject(host_id: ExistingHost, plan_id: uuid.UUID, body: PlanReject, session: SessionDep,
                  runtime: RuntimeDep, user: ApproverUser):
     """Reject a requested plan (not by its requester)."""
-    return await _step(runtime.plans.reject(session, host_id, plan_id, user.username, body.reason), session)
+    return await _step(runtime.plans.reject(session, host_id, plan_id, user.username, body.reason), session, runtime)
 
 
 @router.post("/{plan_id}/install", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
@@ -110,11 +112,11 @@ async def install(host_id: ExistingHost, plan_id: uuid.UUID, body: PlanInstall, 
                   runtime: RuntimeDep, user: OperatorUser):
     """Install an approved plan that still fits its target: the root is measured for `window_s`
     seconds, the agent installs the approved code, and the root is measured again."""
-    return await _step(runtime.plans.install(session, host_id, plan_id, user.username, body.window_s), session)
+    return await _step(runtime.plans.install(session, host_id, plan_id, user.username, body.window_s), session, runtime)
 
 
 @router.post("/{plan_id}/revert", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
 async def revert(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
                  user: OperatorUser):
     """Take an installed plan out (call sites first, then the entry)."""
-    return await _step(runtime.plans.revert(session, host_id, plan_id, user.username), session)
+    return await _step(runtime.plans.revert(session, host_id, plan_id, user.username), session, runtime)

@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // Two time ranges of a host — or a range of another host — side by side: per function, samples per
-// second in A and in B and the change, largest change first. A is the page's range; B defaults to the
-// period just before it. Relative ranges are pinned to absolute times when the view opens, so the link
-// always reproduces the same comparison. Shown as a table of functions or as a differential flame graph.
+// second in the baseline (A) and in the comparison (B) and the change from the baseline (B − A, so
+// growth reads as growth), largest change first. Opened from a range, that range becomes the comparison
+// and the baseline defaults to the period just before it; the time range above sets the baseline.
+// Relative ranges are pinned to absolute times when the view opens, so the link always reproduces the
+// same comparison. Shown as a table of functions or as a differential flame graph.
 import { useEffect, useMemo } from "react";
 import { Link } from "react-router-dom";
 import { useCompare, useHosts } from "../../api/queries";
 import { formatCount, formatRate, formatShare } from "../../lib/format";
-import { formatRange, resolveRange, type TimeRange } from "../../lib/timeRange";
+import { formatRange, type TimeRange } from "../../lib/timeRange";
 import { rangeSearch, type HostView } from "../../lib/urlState";
 import { TimeRangePicker } from "../time/TimeRangePicker";
-import { previousPeriod } from "./compareModel";
+import { describeChange, pinComparison, previousPeriod } from "./compareModel";
 import { DiffFlameView } from "../flame/DiffFlameView";
 
 export function CompareView({ hostId, view, update }: {
@@ -20,41 +22,40 @@ export function CompareView({ hostId, view, update }: {
 }) {
   const hosts = useHosts();
   const a = view.range;
-  const b: TimeRange = view.bRange ?? previousPeriod(a);
-  // Pin relative ranges (and a defaulted B) to absolute times in the URL.
+  const b: TimeRange = view.bRange ?? a;
+  // Pin relative ranges (and a defaulted baseline) to absolute times in the URL.
   useEffect(() => {
-    if (a.kind === "relative" || b.kind === "relative" || view.bRange === null) {
-      const now = Date.now();
-      const absA = resolveRange(a, now);
-      const absB = resolveRange(b, now);
-      update({ range: { kind: "absolute", ...absA }, bRange: { kind: "absolute", ...absB } }, { push: false });
+    if (a.kind === "relative" || view.bRange === null || view.bRange.kind === "relative") {
+      const { baseline, comparison } = pinComparison(view.range, view.bRange);
+      update({ range: baseline, bRange: comparison }, { push: false });
     }
-  }, [a, b, view.bRange, update]);
+  }, [a, view.range, view.bRange, update]);
 
   const query = useMemo(() => {
-    if (a.kind !== "absolute" || b.kind !== "absolute") return null;
+    if (view.bRange === null || a.kind !== "absolute" || b.kind !== "absolute") return null;
     return {
       a: { from: a.from.toISOString(), to: a.to.toISOString() },
       b: { from: b.from.toISOString(), to: b.to.toISOString() },
       bHost: view.bHost, includeIdle: view.idle, limit: 200,
     };
-  }, [a, b, view.bHost, view.idle]);
+  }, [a, b, view.bRange, view.bHost, view.idle]);
   const cmp = useCompare(hostId, view.compareView === "table" ? query : null);
   const bHostId = view.bHost ?? hostId;
 
   return (
     <div className="compare">
       <div className="compare-ranges">
-        <div><strong>A</strong> (this host): {formatRange(a)} <span className="muted small">— set it with the time range above or by brushing the chart</span></div>
+        <div data-testid="compare-baseline"><strong>Baseline (A)</strong>, this host: {formatRange(a)}{" "}
+          <span className="muted small">— set it with the time range above or by brushing the chart</span></div>
         <div className="toolbar">
-          <TimeRangePicker label="Range B" range={b} onChange={(r) => update({ bRange: r }, { push: true })} />
+          <TimeRangePicker label="Comparison (B)" range={b} onChange={(r) => update({ bRange: r }, { push: true })} />
           <label className="inline-label">
-            Host of B{" "}
+            Host of the comparison{" "}
             <select value={bHostId} onChange={(e) => update({ bHost: e.target.value === hostId ? null : e.target.value }, { push: true })}>
               {(hosts.data ?? []).map((h) => <option key={h.id} value={h.id}>{h.hostname}{h.id === hostId ? " (this host)" : ""}</option>)}
             </select>
           </label>
-          <button type="button" onClick={() => update({ bRange: previousPeriod(a) }, { push: true })}>B = period before A</button>
+          <button type="button" onClick={() => update({ range: previousPeriod(b) }, { push: true })}>Baseline = period before the comparison</button>
           <label className="inline-label">
             <input type="checkbox" checked={view.idle} onChange={(e) => update({ idle: e.target.checked }, { push: true })} />
             include idle-loop functions
@@ -70,21 +71,21 @@ export function CompareView({ hostId, view, update }: {
       {cmp.isError && <p className="error" role="alert">Could not compare: {cmp.error.message}</p>}
       {cmp.data && (
         <p className="muted" data-testid="compare-totals">
-          A: {formatCount(cmp.data.a.total_samples)} samples over {Math.round(cmp.data.a.seconds)} s · B:{" "}
+          Baseline (A): {formatCount(cmp.data.a.total_samples)} samples over {Math.round(cmp.data.a.seconds)} s · comparison (B):{" "}
           {formatCount(cmp.data.b.total_samples)} samples over {Math.round(cmp.data.b.seconds)} s ·{" "}
           {formatCount(cmp.data.functions)} functions had samples in either
         </p>
       )}
-      <table className="grid compare-table" aria-label="Compared functions">
+      <table className="grid compare-table" aria-label="Compared functions" aria-busy={cmp.isFetching}>
         <thead>
           <tr>
             <th scope="col">Function</th>
             <th scope="col">Module</th>
-            <th scope="col" className="num">A samples/s</th>
-            <th scope="col" className="num">B samples/s</th>
-            <th scope="col" className="num" aria-sort="descending">Change (B − A, /s)</th>
-            <th scope="col" className="num">A share</th>
-            <th scope="col" className="num">B share</th>
+            <th scope="col" className="num">Baseline (A) samples/s</th>
+            <th scope="col" className="num">Comparison (B) samples/s</th>
+            <th scope="col" className="num" aria-sort="descending" title="comparison − baseline: + where the function got hotter">Change (B − A, /s)</th>
+            <th scope="col" className="num">Baseline share</th>
+            <th scope="col" className="num">Comparison share</th>
           </tr>
         </thead>
         <tbody>
@@ -92,6 +93,7 @@ export function CompareView({ hostId, view, update }: {
           {cmp.data && cmp.data.items.length === 0 && <tr><td colSpan={7} className="muted">Neither range has kernel samples.</td></tr>}
           {cmp.data?.items.map((it) => {
             const fid = it.b_function_id ?? (view.bHost ? null : it.a_function_id);
+            const change = describeChange(it.a_per_sec, it.b_per_sec, formatRate);
             return (
               <tr key={`${it.module}:${it.name}`}>
                 <td>{fid !== null && fid !== undefined
@@ -100,8 +102,9 @@ export function CompareView({ hostId, view, update }: {
                 <td>{it.module}{" "}</td>
                 <td className="num">{formatRate(it.a_per_sec)}{" "}</td>
                 <td className="num">{formatRate(it.b_per_sec)}{" "}</td>
-                <td className={`num delta ${it.delta_per_sec > 0 ? "up" : it.delta_per_sec < 0 ? "down" : ""}`}>
-                  {it.delta_per_sec > 0 ? "+" : it.delta_per_sec < 0 ? "−" : ""}{formatRate(Math.abs(it.delta_per_sec))}{" "}
+                <td className={`num delta ${change.direction === "grew" ? "up" : change.direction === "shrank" ? "down" : ""}`}
+                  title={`${change.direction} from the baseline to the comparison`}>
+                  {change.text}{" "}
                 </td>
                 <td className="num">{formatShare(it.a_share)}{" "}</td>
                 <td className="num">{formatShare(it.b_share)}</td>

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Two ranges (or two hosts) as one differential flame graph: frames merged across both, each as wide as
-// its average share of the two, red where its share grew from A to B and blue where it shrank. Filters,
-// search and zoom work as in the flame graph.
+// its average share of the two, red where its share grew from the baseline (A) to the comparison (B) and
+// blue where it shrank. Filters, search and zoom work as in the flame graph; search and zoom are this
+// graph's own (dq/dzoom), not the flame tab's.
 import { useCallback, useMemo } from "react";
 import { useFlameDiff } from "../../api/queries";
 import type { FlameDiffData } from "../../api/types";
@@ -12,7 +13,7 @@ import { FlameGraph } from "./FlameGraph";
 import { StackFilterBar } from "./FlameView";
 import type { FlameInput } from "./flameModel";
 import { useFlameLayout } from "./useFlameLayout";
-import { useFlameNavigation } from "./useFlameNavigation";
+import { DIFF_NAV, useFlameNavigation } from "./useFlameNavigation";
 
 export function toDiffInput(d: FlameDiffData): FlameInput {
   return {
@@ -37,29 +38,29 @@ export function DiffFlameView({ hostId, view, update, a, b, bHostId }: {
   const diff = useFlameDiff(hostId, query);
   const input = useMemo(() => (diff.data ? toDiffInput(diff.data) : null), [diff.data]);
   const state = useFlameLayout(input);
-  const { layout, frames, focus, found, onFocus } = useFlameNavigation(state, view, update);
+  const { layout, frames, focus, found, onFocus } = useFlameNavigation(state, view, update, DIFF_NAV);
   const functionHref = useCallback((fid: number) => `/hosts/${encodeURIComponent(bHostId)}/functions/${fid}?${rangeSearch(b)}`, [bHostId, b]);
-  const setFilter = (patch: Partial<StackFilterView>) => update({ filter: { ...view.filter, ...patch }, flameZoom: "" }, { push: true });
+  const setFilter = (patch: Partial<StackFilterView>) => update({ filter: { ...view.filter, ...patch }, diffZoom: "" }, { push: true });
   const d = diff.data;
   return (
     <div className="flame-view">
       <StackFilterBar filter={view.filter} contexts={undefined} onChange={setFilter} />
       <div className="toolbar">
         <input type="search" className="search" aria-label="Search frames" placeholder="Search frames: substring or /regex/"
-          value={view.flameQuery} onChange={(e) => update({ flameQuery: e.target.value }, { push: false })} />
+          value={view.diffQuery} onChange={(e) => update({ diffQuery: e.target.value }, { push: false })} />
         {found && <span className="muted">{formatCount(found.count)} frames match, {formatShare(found.share)} of samples</span>}
         <span className="segmented" role="group" aria-label="Orientation">
           <button type="button" aria-pressed={!view.icicle} onClick={() => update({ icicle: false }, { push: false })}>Flame</button>
           <button type="button" aria-pressed={view.icicle} onClick={() => update({ icicle: true }, { push: false })}>Icicle</button>
         </span>
-        <span className="diff-legend" aria-label="Colours"><span className="swatch grew" /> share grew in B <span className="swatch shrank" /> shrank</span>
+        <span className="diff-legend" aria-label="Colours"><span className="swatch grew" /> share grew from the baseline (A) to the comparison (B) <span className="swatch shrank" /> shrank</span>
       </div>
       {diff.isError && <p className="error" role="alert">Could not compare stacks: {diff.error.message}</p>}
       {state.error && <p className="error" role="alert">The flame graph could not be laid out: {state.error}</p>}
       {diff.isPending && query && <p className="muted">Comparing stacks…</p>}
       {d && (
         <p className="muted small" data-testid="diff-summary">
-          A: {formatCount(d.a_samples)} samples with a stack over {Math.round(d.a.seconds)} s · B: {formatCount(d.b_samples)} over {Math.round(d.b.seconds)} s
+          Baseline (A): {formatCount(d.a_samples)} samples with a stack over {Math.round(d.a.seconds)} s · comparison (B): {formatCount(d.b_samples)} over {Math.round(d.b.seconds)} s
           {d.b_host_id !== d.a_host_id && <> (host {d.b_host_id})</>}
         </p>
       )}

@@ -3,7 +3,7 @@
 // cells wide enough to carry a name as buttons over it, so they can be read, focused and clicked (and
 // found by tests). Flame (root at the bottom) or icicle (root at the top); a click zooms into a frame and
 // shows its details with a link to its function; a double click opens the function. Search highlights
-// matches and dims the rest. A differential graph is coloured by change (red: grew in B, blue: shrank).
+// matches and dims the rest. A differential graph is coloured by change (red: grew from the baseline to the comparison, blue: shrank).
 import { memo, useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState, type MouseEvent } from "react";
 import { Link, useNavigate } from "react-router-dom";
 import { diffColour, frameColour, visibleCells, type Cell, type FlameFrame, type FlameLayout, type SearchResult } from "./flameModel";
@@ -33,9 +33,9 @@ function describe(l: FlameLayout, frames: FlameFrame[], node: number, seconds: n
   if (l.bTotal) {
     const a = l.rootTotal ? l.total[node] / l.rootTotal : 0;
     const b = l.bRootTotal ? l.bTotal[node] / l.bRootTotal : 0;
-    return `${name}: A ${formatCount(l.total[node])} (${formatShare(a)}), B ${formatCount(l.bTotal[node])} (${formatShare(b)}), ` +
+    return `${name}: baseline ${formatCount(l.total[node])} (${formatShare(a)}), comparison ${formatCount(l.bTotal[node])} (${formatShare(b)}), ` +
       `change ${b >= a ? "+" : "−"}${(Math.abs(b - a) * 100).toFixed(1)} points` +
-      (bSeconds ? `, ${formatRate(l.bTotal[node] / bSeconds)} in B` : "");
+      (bSeconds ? `, ${formatRate(l.bTotal[node] / bSeconds)} in the comparison` : "");
   }
   const share = l.rootTotal ? l.total[node] / l.rootTotal : 0;
   return `${name}: ${formatCount(l.total[node])} samples (${formatShare(share)}, ${formatRate(l.total[node] / Math.max(seconds, 1e-3))}), self ${formatCount(l.self[node])}`;

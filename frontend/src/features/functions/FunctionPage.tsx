@@ -24,6 +24,7 @@ import { TimeRangePicker } from "../time/TimeRangePicker";
 import { CfgGraph } from "./CfgGraph";
 import { InstructionsPanel, instructionCounts } from "./InstructionsPanel";
 import { CallersCallees } from "./CallersCallees";
+import { groupCallees } from "./calleesModel";
 import { blockSamplesMap, buildCfgModel, type CfgLayout, type PositionedNode } from "./cfgModel";
 import { findBlock, hottestNode, initialView } from "./cfgView";
 import { NO_DATA_FILL, colourScale, isDarkFill, stickyMax, type ScaleMode } from "./colourScale";
@@ -176,6 +177,7 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
   const hostLink = `/hosts/${encodeURIComponent(hostId)}`;
   const rangeText = formatRange(view.range);
   const blockCount = model.nodes.filter((n) => n.kind === "block").length;
+  const callees = groupCallees(detail.callees);
   return (
     <section className="function-page">
       <p className="crumbs"><Link to={`${hostLink}?${rangeSearch(view.range)}`}>← host</Link> · <Link to={`${hostLink}?tab=code&${rangeSearch(view.range)}`}>code</Link></p>
@@ -281,21 +283,29 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
         )}
       <section className="callees" aria-labelledby="callees-title">
         <h2 id="callees-title">Callees</h2>
-        {detail.callees.length === 0 && <p className="muted">No direct calls.</p>}
-        {detail.callees.length > 0 && (
-          <ul>
-            {detail.callees.map((c) => (
-              <li key={`${c.site_offset}-${c.target_address_hex ?? c.target_address}`}>
-                <span className="muted addr">{formatOffset(c.site_offset)}</span>{" "}
-                {c.function_id !== null && c.function_id !== undefined ? (
-                  <Link to={`${hostLink}/functions/${c.function_id}?${rangeSearch(view.range)}`}>{c.name ?? formatAddress(c.target_address_hex, c.target_address)}</Link>
-                ) : (
-                  <span>{c.name ?? formatAddress(c.target_address_hex, c.target_address)}</span>
-                )}
-                {c.module && c.module !== fn.module && <span className="muted"> [{c.module}]</span>}
-              </li>
-            ))}
-          </ul>
+        {callees.length === 0 && <p className="muted">No direct calls.</p>}
+        {callees.length > 0 && (
+          <table className="grid callee-groups" aria-label="Callees from code">
+            <thead>
+              <tr><th scope="col">Function</th><th scope="col" className="num">Call sites</th><th scope="col">At</th></tr>
+            </thead>
+            <tbody>
+              {callees.map((g) => (
+                <tr key={g.target}>
+                  <td>
+                    {g.functionId !== null ? (
+                      <Link to={`${hostLink}/functions/${g.functionId}?${rangeSearch(view.range)}`}>{g.name ?? formatAddress(g.target, g.address)}</Link>
+                    ) : (
+                      <span className="addr">{g.name ?? formatAddress(g.target, g.address)}</span>
+                    )}
+                    {g.module && g.module !== fn.module && <span className="muted"> [{g.module}]</span>}{" "}
+                  </td>
+                  <td className="num">{formatCount(g.sites.length)}{" "}</td>
+                  <td className="muted addr small">{g.sites.slice(0, 4).map(formatOffset).join(", ")}{g.sites.length > 4 ? ", …" : ""}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
         )}
         {detail.indirect_call_sites.length > 0 && (
           <p>

@@ -62,4 +62,24 @@ describe("host page", () => {
     expect(screen.getByRole("button", { name: "Delete host" })).toBeInTheDocument();
     expect(screen.queryByRole("button", { name: "Retire host" })).toBeNull();
   });
+
+  it("says an offline host's stream is held by no one, and the nav's links read as separate words", async () => {
+    setSession({ token: "t", user: { id: "u", username: "admin", role: "admin" } });
+    vi.stubGlobal("fetch", routeFetch({
+      "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+      "/api/v1/hosts/host-1": () => json(host({ online: false, replica: "replica-a" })),
+      "/api/v1/hosts/host-1/coverage": () => json(timeline()),
+      "/api/v1/hosts/host-1/functions": () => json({ total: 0, items: [] }),
+      "/api/v1/hosts/host-1/modules": () => json([]),
+      "/api/v1/hosts/host-1/hotness": () => json({ window_s: 10, items: [] }),
+    }).fetch);
+    vi.stubGlobal("WebSocket", undefined);
+    renderApp("/hosts/host-1");
+    const stream = await screen.findByTestId("host-stream");
+    expect(stream).toHaveTextContent("none: the host is offline (last held by replica-a)");
+    expect(stream).not.toHaveTextContent(/^held by/);
+    const nav = await screen.findByRole("navigation", { name: "Main" });
+    await vi.waitFor(() => expect(within(nav).getByRole("link", { name: "Admin" })).toBeInTheDocument());
+    expect(nav.textContent).toMatch(/All hosts\s+Admin/);
+  });
 });

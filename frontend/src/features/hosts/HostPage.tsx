@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // One host: its description, the time range every view of it uses (with a chart of the host's
 // samples over time to brush a range from, and pause/resume of live updates), and four tabs: the
-// code-resource tree, the top functions, the flame graph, and a comparison of two ranges. Everything is
-// in the URL.
+// code-resource tree, the top functions, the flame graph, and a comparison of two ranges; then its
+// measurement targets. Everything is in the URL.
 import { useCallback, useRef, type KeyboardEvent } from "react";
 import { Link, useParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
@@ -76,9 +76,8 @@ export function HostPage() {
         <div><dt>L1i</dt><dd><L1iGeometry host={h} /></dd></div>
         <div><dt>Sampling</dt><dd><Sampling host={h} /></dd></div>
         <div><dt>Catalog</dt><dd><CatalogStatus host={h} /></dd></div>
-        <div><dt>Stream</dt><dd>{h.replica ? `held by ${h.replica}` : "never connected"}</dd></div>
+        <div><dt>Stream</dt><dd data-testid="host-stream">{streamText(h)}</dd></div>
       </dl>
-      <TargetsPanel hostId={h.id} />
       <div className="toolbar range-bar">
         <TimeRangePicker range={view.range} onChange={(range) => update({ range, page: 1 }, { push: true })} />
         <LiveBar range={view.range} paused={view.paused} onPause={(paused) => update({ paused }, { push: false })}
@@ -111,6 +110,14 @@ export function HostPage() {
         {tab === "flame" && <FlameView hostId={h.id} view={view} update={update} live={live} />}
         {tab === "compare" && <CompareView hostId={h.id} view={view} update={update} />}
       </div>
+      {/* Below the views, so the code tree and the tables start near the top of the page. */}
+      <TargetsPanel hostId={h.id} />
     </section>
   );
+}
+
+/** Who holds the host's agent stream: only an online host's stream is held by a replica. */
+export function streamText(h: { online: boolean; replica?: string | null }): string {
+  if (h.online) return h.replica ? `held by ${h.replica}` : "connected";
+  return h.replica ? `none: the host is offline (last held by ${h.replica})` : "never connected";
 }

@@ -15,10 +15,10 @@ import { useLiveTopics } from "../../api/live";
 import type { FunctionSummary, MeasurementDetail } from "../../api/types";
 import { CommandStatus } from "./CommandStatus";
 import { MeasureChart } from "./MeasureChart";
-import { METRICS, resourceNames, tableRows, type MetricId } from "./measureModel";
+import { METRICS, metricAvailability, resourceNames, splitColumns, tableRows, type MetricId } from "./measureModel";
 import {
   useFunctionSearch, useMeasurement, useMeasurements, useMeasurementSeries, useMeasurementValues, useStartMeasurement,
-  useStopMeasurement,
+  useStopMeasurement, useTargets,
 } from "./measureQueries";
 
 const WINDOW_S = 60;
@@ -42,15 +42,30 @@ export function MeasurePage() {
     else next.delete("m");
     setParams(next);
   };
-  const pmu = host.data?.capabilities.find((c) => c.name === "hardware_pmu");
+  const targets = useTargets(hostId);
+  const t = targets.data?.find((x) => x.id === target);
+  const kind = t?.kind === "process" || (!t && target !== "kernel") ? "process" : "kernel";
+  const availability = useMemo(() => metricAvailability(kind, host.data?.capabilities ?? []), [kind, host.data]);
   const preset = useMemo(() => readIdList(params.get("fn")), [params]);
+  const hostLink = <Link to={`/hosts/${encodeURIComponent(hostId)}`}>{host.data?.hostname ?? hostId}</Link>;
+  if (targets.data && !t) {
+    return (
+      <section className="notice">
+        <h1>Target not found</h1>
+        <p className="error" role="alert">This host has no target “{target}”: attach a process on the host page first.</p>
+        <p>Back to {hostLink}</p>
+      </section>
+    );
+  }
+  const title = target === "kernel" ? "the kernel" : t?.kind === "process" ? `${t.command} (pid ${t.pid})` : "…";
   return (
     <section className="measure-page">
       <div className="page-head">
-        <h1>Measure {target === "kernel" ? "the kernel" : target}</h1>
-        <Link to={`/hosts/${encodeURIComponent(hostId)}`}>{host.data?.hostname ?? hostId}</Link>
+        <h1>Measure {title}</h1>
+        {hostLink}
+        {t?.kind === "process" && <span className="muted small">target {t.id}</span>}
       </div>
-      <NewMeasurement hostId={hostId} target={target} pmuReason={pmu && !pmu.available ? pmu.detail || "no PMU" : null}
+      <NewMeasurement hostId={hostId} target={target} availability={availability}
         preset={preset} onStarted={setMeasurement} />
       <MeasurementList hostId={hostId} target={target} current={mid} onOpen={setMeasurement} />
       {mid && <MeasurementView hostId={hostId} mid={mid} />}
@@ -85,13 +100,17 @@ function usePresetPicks(hostId: string, target: string, ids: number[], setPicked
   return { pending: details.some((d) => d.isPending), failed };
 }
 
-function NewMeasurement({ hostId, target, pmuReason, preset, onStarted }: {
-  hostId: string; target: string; pmuReason: string | null; preset: number[]; onStarted: (id: string) => void;
+function NewMeasurement({ hostId, target, availability, preset, onStarted }: {
+  hostId: string; target: string; availability: Record<MetricId, string | null>; preset: number[]; onStarted: (id: string) => void;
 }) {
+  const pmuReason = availability.cycles;
   const [q, setQ] = useState("");
   const [picked, setPicked] = useState<Picked[]>([]);
   const presetState = usePresetPicks(hostId, target, preset, setPicked);
-  const [metrics, setMetrics] = useState<Set<MetricId>>(new Set(["count", "wall", "vtime"]));
+  const [wanted, setMetrics] = useState<Set<MetricId>>(new Set(["count", "wall", "vtime"]));
+  // Only what this host can measure is ticked (the host's capabilities may arrive after the first render).
+  const metrics = useMemo(() => new Set([...wanted].filter((m) => availability[m] === null)), [wanted, availability]);
+  const softOff = METRICS.filter((m) => !m.hardware && availability[m.id] !== null);
   const [command, setCommand] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
   const search = useFunctionSearch(hostId, target, q.trim());
@@ -108,8 +127,8 @@ function NewMeasurement({ hostId, target, pmuReason, preset, onStarted }: {
   const onStart = () => {
     setError(null);
     start.mutate({
-      // A hardware metric ticked before the host said it has no PMU is not asked for.
-      target, metrics: [...metrics].filter((id) => pmuReason === null || !METRICS.find((m) => m.id === id)?.hardware), allow_partial: true,
+      // A metric ticked before the host said it cannot measure it is not asked for.
+      target, metrics: [...metrics], allow_partial: true,
       resources: picked.map((p) => ({ digest: p.fn.digest, function_index: p.fn.index, kind: "function", blocks: p.blocks })),
     } as Parameters<typeof start.mutate>[0], {
       onSuccess: (c) => {
@@ -153,12 +172,23 @@ function NewMeasurement({ hostId, target, pmuReason, preset, onStarted }: {
       )}
       <fieldset className="metrics">
         <legend>Metrics</legend>
-        {METRICS.filter((m) => !m.hardware || pmuReason === null).map((m) => (
+        {METRICS.filter((m) => availability[m.id] === null).map((m) => (
           <label key={m.id}>
             <input type="checkbox" checked={metrics.has(m.id)} aria-label={m.label} onChange={() => toggleMetric(m.id)} />
             {m.label}
           </label>
         ))}
+        {softOff.length > 0 && (
+          <fieldset className="metrics-off" disabled aria-label="Unavailable on this host">
+            <legend className="muted">Unavailable on this host</legend>
+            {softOff.map((m) => (
+              <label key={m.id} className="muted" title={availability[m.id] ?? ""}>
+                <input type="checkbox" disabled checked={false} aria-label={m.label} readOnly />
+                {m.label} <span className="small">— {availability[m.id]}</span>
+              </label>
+            ))}
+          </fieldset>
+        )}
         {pmuReason !== null && (
           <fieldset className="metrics-off" disabled aria-describedby="pmu-reason">
             <legend id="pmu-reason" className="muted">Hardware metrics unavailable: {pmuReason}</legend>
@@ -215,7 +245,8 @@ function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
   const shown = useMemo(() => (d?.resources ?? []).slice(0, 16).map((r) => r.index), [d]);
   const series = useMeasurementSeries(hostId, mid, WINDOW_S, shown, live);
   const names = useMemo(() => resourceNames(d?.resources ?? []), [d]);
-  const metrics = useMemo(() => (d?.metrics ?? []) as MetricId[], [d]);
+  const columns = useMemo(() => splitColumns(d?.resources ?? [], (d?.metrics ?? []) as MetricId[]), [d]);
+  const metrics = columns.shown;
   const rows = useMemo(() => tableRows(d?.resources ?? [], metrics, values.data), [d, metrics, values.data]);
   // Function rows measured with their blocks open their CFG with the measurement overlay.
   const cfgLinks = useMemo(() => {
@@ -243,6 +274,13 @@ function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
       <p className="muted small">
         Last {WINDOW_S} s of the measurement: {values.data ? `${values.data.measured_seconds.toFixed(1)} s measured in ${values.data.intervals} intervals` : "…"}
       </p>
+      {columns.unavailable.length > 0 && (
+        <ul className="unavailable-metrics" aria-label="Metrics not measured">
+          {columns.unavailable.map((u) => (
+            <li key={u.metric}><strong>{METRICS.find((x) => x.id === u.metric)?.label ?? u.metric}</strong>: unavailable — {u.reason}</li>
+          ))}
+        </ul>
+      )}
       <table className="data measure-table" aria-label="Measured values">
         <thead>
           <tr><th>Resource</th>{metrics.map((m) => <th key={m}>{METRICS.find((x) => x.id === m)?.label ?? m}</th>)}</tr>
@@ -270,7 +308,7 @@ function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
                     <span className="value">{c.text}</span>
                     {c.detail && <span className="muted small"> · {c.detail}</span>}
                     {c.label && <span className={`label label-${c.label}`}> {c.label}</span>}
-                    {c.unavailable && c.text === "unavailable" && <span className="muted small"> ({c.unavailable})</span>}
+                    {c.unavailable && c.text === "unavailable" && c.unavailable !== c.text && <span className="muted small"> ({c.unavailable})</span>}
                   </td>
                 );
               })}

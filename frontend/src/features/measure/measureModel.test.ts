@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
 import type { MeasuredResource, MeasurementSeries, MeasurementValues } from "../../api/types";
-import { chartSeries, formatDuration, resourceNames, tableRows } from "./measureModel";
+import { chartSeries, formatDuration, metricAvailability, NO_REASON, resourceNames, splitColumns, tableRows } from "./measureModel";
 
 const plan = (metric: string, label: "exact" | "sampled" | "estimate" = "exact", available = true, reason = "") =>
   ({ metric, available, label, mechanism: "uprobe", reason, unit: metric.endsWith("_ns") ? "ns" : "calls" });
@@ -65,5 +65,43 @@ describe("the chart's series", () => {
     expect(chartSeries(series, names, "count")[0].points.map((p) => p.v)).toEqual([10, 20]);
     expect(chartSeries(series, names, "wall")[0].points[0].v).toBe(0.5);
     expect(chartSeries(series, names, "count")[0].name).toBe("f");
+  });
+});
+
+describe("what a host can measure", () => {
+  const cap = (name: string, available: boolean, detail = "") => ({ name, available, detail });
+  // This VM: no kprobes, no fentry/fexit, no PMU; sampling, tracepoints and uprobes work.
+  const vm = [cap("fentry", false, "BPF_PROG_LOAD: EPERM"), cap("fexit", false, "BPF_PROG_LOAD: EPERM"),
+    cap("kprobes", false, "no kprobe PMU"), cap("kretprobes", false, "no kprobe PMU"), cap("perf_sampling", true),
+    cap("hardware_pmu", false, "PMU not available due to virtualization"), cap("uprobes", true), cap("uretprobes", true)];
+
+  it("rules out kernel timers on a host without fentry or kprobes, with the probes' reasons", () => {
+    const a = metricAvailability("kernel", vm);
+    expect(a.count).toBeNull();
+    for (const m of ["wall", "vtime", "concurrency"] as const) {
+      expect(a[m]).toMatch(/needs fentry and fexit, or kprobes and kretprobes/);
+      expect(a[m]).toContain("kprobes: no kprobe PMU");
+    }
+    expect(a.cycles).toBe("PMU not available due to virtualization");
+  });
+
+  it("lets a process on the same host be timed with uprobes", () => {
+    const a = metricAvailability("process", vm);
+    expect([a.count, a.wall, a.vtime, a.concurrency]).toEqual([null, null, null, null]);
+  });
+
+  it("holds nothing against a capability the agent did not report", () => {
+    const a = metricAvailability("kernel", [cap("hardware_pmu", true)]);
+    expect(Object.values(a).every((v) => v === null)).toBe(true);
+  });
+
+  it("states a metric no row can show once, with its reason, instead of a column of unavailable cells", () => {
+    const refused = plan("wall_ns", "exact", false, "timing kernel functions needs fentry or kprobes");
+    const res = [resource(0, "function", [plan("count", "sampled"), refused]),
+      resource(1, "block", [plan("count", "sampled"), { ...refused, reason: "" }], 0x10)];
+    const cols = splitColumns(res, ["count", "wall"]);
+    expect(cols.shown).toEqual(["count"]);
+    expect(cols.unavailable).toEqual([{ metric: "wall", reason: `timing kernel functions needs fentry or kprobes; ${NO_REASON}` }]);
+    expect(tableRows([res[1]], ["wall"], undefined)[0].cells.wall?.unavailable).toBe(NO_REASON);
   });
 });

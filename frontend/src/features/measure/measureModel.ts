@@ -4,7 +4,7 @@
 // the agent's reason) and the chart's series (per resource, a metric per second of each bucket).
 // Values are sums over measured seconds, so rates, per-call values and concurrency are exact ratios
 // of sums (kperfmon's per-invocation forms: wall or vtime over the calls that completed).
-import type { MeasuredResource, MeasurementSeries, MeasurementValues, MetricPlan, SlotValues } from "../../api/types";
+import type { Capability, MeasuredResource, MeasurementSeries, MeasurementValues, MetricPlan, SlotValues } from "../../api/types";
 
 export type MetricId = "count" | "wall" | "vtime" | "concurrency" | "cycles" | "instructions" | "icache_stall"
   | "branch_mispredict";
@@ -25,6 +25,55 @@ const PLAN_NAME: Record<MetricId, string> = {
   count: "count", wall: "wall_ns", vtime: "vtime_ns", concurrency: "concurrency", cycles: "cycles",
   instructions: "instructions", icache_stall: "icache_stall", branch_mispredict: "branch_mispredict",
 };
+
+/** Shown when the agent refused a metric without saying why (never the bare word again). */
+export const NO_REASON = "the agent gave no reason";
+
+/** Why each metric cannot be measured on a target of this kind on this host (null: it can), from the
+ *  capabilities the host's agent reported: a capability reported unavailable rules out the metrics that
+ *  need it; one not reported at all is not held against the host (the agent decides when asked).
+ *  Kernel: a function's calls need fentry or kprobes (without them, only its blocks are counted, by
+ *  sampling); its timers need an entry and an exit probe (fentry and fexit, or kprobes and kretprobes).
+ *  Process: uprobes, and uretprobes for the timers. Hardware metrics need a PMU. */
+export function metricAvailability(kind: "kernel" | "process", caps: Capability[]): Record<MetricId, string | null> {
+  const cap = new Map(caps.map((c) => [c.name, c]));
+  const has = (name: string) => cap.get(name)?.available !== false;
+  const why = (names: string[]) => names.map((n) => `${n}: ${cap.get(n)?.detail || "unavailable"}`).join("; ");
+  let timers: string | null;
+  if (kind === "kernel") {
+    timers = (has("fentry") && has("fexit")) || (has("kprobes") && has("kretprobes")) ? null
+      : `timing kernel functions needs fentry and fexit, or kprobes and kretprobes (${why(
+        ["fentry", "fexit", "kprobes", "kretprobes"].filter((n) => !has(n)))})`;
+  } else {
+    timers = has("uprobes") && has("uretprobes") ? null
+      : `timing process functions needs uprobes and uretprobes (${why(["uprobes", "uretprobes"].filter((n) => !has(n)))})`;
+  }
+  const count = kind === "kernel"
+    ? (has("fentry") || has("kprobes") || has("perf_sampling") ? null : `counting needs fentry, kprobes or sampling (${why(["fentry", "kprobes", "perf_sampling"])})`)
+    : (has("uprobes") ? null : `counting process functions needs uprobes (${why(["uprobes"])})`);
+  const hardware = has("hardware_pmu") ? null : cap.get("hardware_pmu")?.detail || "no PMU";
+  const out = {} as Record<MetricId, string | null>;
+  for (const m of METRICS) out[m.id] = m.hardware ? hardware : m.id === "count" ? count : timers;
+  return out;
+}
+
+/** The table's columns: metrics some row can show, and those no row can, each with its reason once
+ *  (instead of a column of identical "unavailable" cells). */
+export function splitColumns(resources: MeasuredResource[], metrics: MetricId[]):
+  { shown: MetricId[]; unavailable: { metric: MetricId; reason: string }[] } {
+  const shown: MetricId[] = [];
+  const unavailable: { metric: MetricId; reason: string }[] = [];
+  for (const m of metrics) {
+    const plans = resources.map((r) => planOf(r, m));
+    if (resources.length > 0 && plans.every((p) => p !== undefined && !p.available)) {
+      const reasons = [...new Set(plans.map((p) => p!.reason || NO_REASON))];
+      unavailable.push({ metric: m, reason: reasons.join("; ") });
+    } else {
+      shown.push(m);
+    }
+  }
+  return { shown, unavailable };
+}
 
 export interface Cell {
   /** The main number with its unit, e.g. "1,000 calls", "12.5 ms". */
@@ -65,7 +114,7 @@ function resourceName(r: MeasuredResource): string {
 export function cellFor(r: MeasuredResource, m: MetricId, v: SlotValues | undefined, seconds: number): Cell {
   const plan = planOf(r, m);
   if (!plan) return { text: "—", detail: null, label: null, unavailable: "not requested" };
-  if (!plan.available) return { text: "unavailable", detail: null, label: null, unavailable: plan.reason || "unavailable" };
+  if (!plan.available) return { text: "unavailable", detail: null, label: null, unavailable: plan.reason || NO_REASON };
   const label = plan.label;
   const count = v?.count ?? null;
   const exits = v?.exits ?? null;

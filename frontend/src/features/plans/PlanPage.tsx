@@ -9,23 +9,32 @@ import { Link, useParams } from "react-router-dom";
 import { useState } from "react";
 import { useCommand, useMe, usePlan, usePlanAudit, usePlanStep, type PlanStep } from "../../api/queries";
 import type { PlanDetail } from "../../api/types";
+import { ApiError } from "../../api/client";
+import { useLiveTopics } from "../../api/live";
 import { beforeAfterRows, windowText, type Cell } from "./beforeAfter";
 import { useAuth } from "../auth/AuthContext";
 import { HeatLegend, Heatmap } from "./Heatmap";
 import { CodeSideBySide, MemberCfgs } from "./PlanCode";
 import type { MemberView, PlanView } from "./planModel";
 import { usePlanView } from "./usePlanView";
+import { isPlanId, nextStep, stepRules } from "./workflowModel";
 
-const RANK: Record<string, number> = { viewer: 0, operator: 1, approver: 2, admin: 3 };
+
 
 export function PlanPage() {
   const { hostId = "", planId = "" } = useParams();
-  const plan = usePlan(hostId, planId);
-  if (plan.isError) {
+  const wellFormed = isPlanId(planId);
+  // Plan state changes are pushed on the host's topic (approvals show at once, not at the next poll).
+  useLiveTopics([`host:${hostId}`]);
+  const plan = usePlan(hostId, planId, wellFormed);
+  const notFound = !wellFormed || (plan.error instanceof ApiError && plan.error.status === 404);
+  if (notFound || plan.isError) {
     return (
       <section className="notice">
-        <h1>Plan not available</h1>
-        <p className="error" role="alert">{plan.error.message}</p>
+        <h1>{notFound ? "Plan not found" : "Plan not available"}</h1>
+        <p className="error" role="alert">{!wellFormed
+          ? `“${planId}” is not a plan id: plan ids look like 0b6f4c1e-8a3d-4f7a-9c2e-5d1b7e9a4f20.`
+          : notFound ? `This host has no plan ${planId}.` : plan.error?.message}</p>
         <p><Link to={`/hosts/${encodeURIComponent(hostId)}`}>Back to the host</Link></p>
       </section>
     );
@@ -70,22 +79,13 @@ function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   const me = useMe(!!session).data ?? session?.user;
   const step = usePlanStep(hostId, plan.id);
   const [reason, setReason] = useState("");
-  const rank = RANK[me?.role ?? "viewer"] ?? 0;
   const own = me?.username === plan.requested_by;
   const made = me?.username === plan.created_by;
-  const can: Record<PlanStep, { ok: boolean; why: string }> = {
-    request: { ok: plan.state === "ready" && rank >= 1, why: plan.state !== "ready" ? "only a ready plan is requested" : "needs the operator role" },
-    approve: { ok: plan.state === "requested" && rank >= 2 && !own && !made,
-               why: plan.state !== "requested" ? "nothing is requested" : own ? "you requested it: another approver decides"
-                 : made ? "you made it: another approver decides" : "needs the approver role" },
-    reject: { ok: plan.state === "requested" && rank >= 2 && !own, why: plan.state !== "requested" ? "nothing is requested"
-                : own ? "you requested it: another approver decides" : "needs the approver role" },
-    install: { ok: plan.state === "approved" && rank >= 1, why: plan.state !== "approved" ? "only an approved plan is installed" : "needs the operator role" },
-    revert: { ok: plan.state === "installed" && rank >= 1, why: plan.state !== "installed" ? "nothing is installed" : "needs the operator role" },
-  };
+  const can = stepRules(plan.state, me?.role ?? "viewer", own, made);
+  const primary = nextStep(plan.state, can);
   const button = (s: PlanStep, label: string) => (
-    <button type="button" disabled={!can[s].ok || step.isPending} title={can[s].ok ? "" : can[s].why}
-            onClick={() => step.mutate({ step: s, reason, window_s: 5 })}>{label}</button>
+    <button type="button" className={s === primary ? "primary" : undefined} disabled={!can[s].ok || step.isPending}
+            title={can[s].ok ? "" : can[s].why} onClick={() => step.mutate({ step: s, reason, window_s: INSTALL_WINDOW_S })}>{label}</button>
   );
   return (
     <section className="plan-workflow" aria-labelledby="wf-title">
@@ -110,6 +110,9 @@ function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
     </section>
   );
 }
+
+/** The before and after windows of an install, in seconds (docs/plans.md: five seconds each). */
+const INSTALL_WINDOW_S = 5;
 
 function when(t: string | null | undefined) {
   return t ? `at ${new Date(t).toLocaleString()}` : "";

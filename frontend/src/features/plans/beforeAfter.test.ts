@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
 import type { PlanDetail, PlanWindow } from "../../api/types";
-import { beforeAfterRows, windowText } from "./beforeAfter";
+import { beforeAfterRows, planRefreshMs, windowText } from "./beforeAfter";
 
 const NO_PMU = "no hardware PMU: perf_event_open(cycles) failed with ENOENT";
 const window = (over: Partial<PlanWindow>): PlanWindow => ({
@@ -52,5 +52,17 @@ describe("the before/after table", () => {
     expect(beforeAfterRows(plan(null))).toEqual([]);
     expect(windowText(window({ seconds: 5.04, calls: 5123 }))).toBe("5.0 s, 5123 calls");
     expect(windowText(null)).toBe("—");
+  });
+
+  it("says a window still running is partial, and keeps the page refreshing until the window after ends", () => {
+    expect(windowText(window({ state: "running", seconds: 2, calls: 1800 }))).toBe("measuring… 2.0 s, 1800 calls so far");
+    const plan = (state: string, after: ReturnType<typeof window> | null) =>
+      ({ state, after_measurement: after ? "m2" : null, comparison: { before: window({}), after, change: {} } }) as never;
+    // Two seconds into the window after, with calls already: still partial, still refreshed every second.
+    expect(planRefreshMs(plan("installed", window({ state: "running", seconds: 2, calls: 1800 })))).toBe(1000);
+    expect(planRefreshMs(plan("installed", null))).toBe(1000);
+    expect(planRefreshMs(plan("installed", window({ state: "stopped", seconds: 5 })))).toBe(10_000);
+    expect(planRefreshMs(plan("requested", null))).toBe(10_000);
+    expect(planRefreshMs(plan("installing", null))).toBe(1000);
   });
 });

@@ -68,7 +68,27 @@ export function beforeAfterRows(plan: Pick<PlanDetail, "comparison">): BeforeAft
   return rows;
 }
 
-/** The windows' lengths and call counts. */
+/** Measurement states after which a window's figures no longer change. */
+const WINDOW_ENDED = new Set(["stopped", "target_exited", "failed"]);
+
+/** Whether a window has ended (its measurement stopped): until then its figures are partial. */
+export function windowEnded(w: PlanWindow | null | undefined): boolean {
+  return !!w && WINDOW_ENDED.has(w.state);
+}
+
+/** The windows' lengths and call counts; a window still running says so (its seconds so far). */
 export function windowText(w: PlanWindow | null | undefined): string {
-  return w ? `${w.seconds.toFixed(1)} s, ${w.calls ?? 0} calls` : "—";
+  if (!w) return "—";
+  const text = `${w.seconds.toFixed(1)} s, ${w.calls ?? 0} calls`;
+  return windowEnded(w) ? text : `measuring… ${text} so far`;
+}
+
+/** How often the plan page asks for its plan (ms): every second while the agent works on it or a window
+ *  runs (an installed plan's window after fills for its whole length, not only until its first calls),
+ *  else every 10 s (state changes are also pushed). */
+export function planRefreshMs(p: Pick<PlanDetail, "state" | "comparison" | "after_measurement"> | undefined): number {
+  if (!p) return 2000;
+  if (p.state === "planning" || p.state === "installing" || p.state === "reverting") return 1000;
+  if (p.state === "installed" && (!p.after_measurement || !windowEnded(p.comparison?.after))) return 1000;
+  return 10_000;
 }

@@ -80,7 +80,7 @@ export function TopFunctionsView({ hostId, view, update, live }: {
         {exporting && <span className={exporting.startsWith("export failed") ? "error small" : "muted small"} role="status">{exporting}</span>}
       </div>
       {top.isError && <p className="error" role="alert">Could not load top functions: {top.error.message}</p>}
-      <table className="grid top" aria-label="Top functions">
+      <table className="grid top" aria-label="Top functions" aria-busy={top.isFetching}>
         <thead>
           <tr>
             {COLUMNS.map((c, i) => (
@@ -97,8 +97,8 @@ export function TopFunctionsView({ hostId, view, update, live }: {
           </tr>
         </thead>
         <tbody>
-          {top.isPending && (
-            <tr><td colSpan={8} className="muted">Loading…</td></tr>
+          {top.isPending && !top.isError && (
+            <tr><td colSpan={8} className="muted" role="status">Loading {formatRange(view.range)}…</td></tr>
           )}
           {t && items.length === 0 && (
             <tr><td colSpan={8} className="muted">No {view.idle ? "" : "non-idle "}kernel samples in {formatRange(view.range)}.</td></tr>
@@ -126,7 +126,7 @@ export function TopFunctionsView({ hostId, view, update, live }: {
       </table>
       <div className="pager" role="navigation" aria-label="Pages">
         <button type="button" disabled={view.page <= 1} onClick={() => update({ page: view.page - 1 }, { push: true })}>← Previous</button>
-        <span>Page {view.page} of {pages} · {formatCount(t?.functions ?? 0)} functions</span>
+        <span>Page {view.page} of {pages}{t ? ` · ${formatCount(t.functions)} functions` : ""}</span>
         <button type="button" disabled={view.page >= pages} onClick={() => update({ page: view.page + 1 }, { push: true })}>Next →</button>
       </div>
     </div>
