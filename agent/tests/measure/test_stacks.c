@@ -40,13 +40,17 @@ static double now_s(void)
 }
 
 /* A child that reads /dev/zero until it has had `cpu` seconds of CPU (not wall) time, so a loaded machine
- * yields as many samples as an idle one. */
+ * yields as many samples as an idle one. Each read is 4 MiB, so nearly all of the child's time is spent
+ * zeroing the buffer under vfs_read: the entry and exit of the two system calls per iteration (read, and
+ * clock_gettime for the thread's CPU clock, which the vDSO does not serve) cost a few microseconds even with
+ * every mitigation on, against >= 80 us to zero 4 MiB at 50 GB/s. With 64 KiB reads the two were of the same
+ * order and the share under vfs_read was a coin flip around one half (730 and 792 of ~1500 here). */
 static pid_t spawn_reader(double cpu)
 {
 	pid_t pid = fork();
 	if (pid == 0) {
 		raise(SIGSTOP); /* until the sampler runs */
-		static char buf[1 << 16];
+		static char buf[4 << 20];
 		int fd = open("/dev/zero", O_RDONLY);
 		double c0 = thread_cpu_s(), end = now_s() + 20;
 		while (fd >= 0 && thread_cpu_s() - c0 < cpu && now_s() < end)
@@ -131,18 +135,31 @@ static void kernel_chains_of_a_read_loop_map_onto_the_model(void)
 		from_entry += entry ? c->count : 0;
 		into_libc += libc ? c->count : 0;
 	}
-	/* 1.5 s of CPU at 997 Hz: ~1500 samples of the child. */
+	printf("# %llu samples of the child, %llu in the kernel, %llu under vfs_read, %llu from entry, %llu libc\n",
+	       (unsigned long long)mine, (unsigned long long)in_kernel, (unsigned long long)with_vfs_read,
+	       (unsigned long long)from_entry, (unsigned long long)into_libc);
+	/* 1.5 s of CPU at 997 Hz: ~1500 samples of the child (the reader stops on its CPU time, so load does
+	 * not change this); a third of that is the floor. */
 	EXPECT(mine >= 500, "only %llu samples of the reading child", (unsigned long long)mine);
-	EXPECT(with_vfs_read >= mine / 2, "vfs_read in %llu of %llu stacks", (unsigned long long)with_vfs_read,
+	/* Margins. By the workload (see spawn_reader) at least ~94% of the child's time is under vfs_read on
+	 * any machine (5 us of overhead against 80 us of zeroing); measured here 97.4% (1467 of 1507). At the
+	 * 3/4 bound and n >= 500 samples the binomial standard deviation is sqrt(500 * 0.94 * 0.06) = 5.3
+	 * samples, so the bound is (0.94 - 0.75) * 500 / 5.3 = 18 deviations below the expected count: only a
+	 * broken unwinder or model fails it, not load. */
+	EXPECT(with_vfs_read >= mine * 3 / 4, "vfs_read in %llu of %llu stacks", (unsigned long long)with_vfs_read,
 	       (unsigned long long)mine);
 	EXPECT(called_by_ksys_read == with_vfs_read, "vfs_read called from ksys_read in %llu of %llu",
 	       (unsigned long long)called_by_ksys_read, (unsigned long long)with_vfs_read);
 	/* Samples in the kernel came through the system call (the child's user-mode samples have no kernel
-	 * frames). */
+	 * frames). The child enters the kernel otherwise only on a page fault of its own (a few copy-on-write
+	 * pages after fork, microseconds in all): measured 1500 of 1501 here. At 9/10 with >= 450 kernel samples
+	 * the bound is (0.99 - 0.9) * 450 / sqrt(450 * 0.99 * 0.01) = 19 deviations away. */
 	EXPECT(from_entry >= in_kernel * 9 / 10, "only %llu of %llu kernel stacks reach the system call entry",
 	       (unsigned long long)from_entry, (unsigned long long)in_kernel);
-	/* read(2) is called from libc, whose code is mapped from a file: its frame is kept with its mapping. */
-	EXPECT(into_libc >= mine / 2, "libc's read in %llu of %llu stacks", (unsigned long long)into_libc,
+	/* read(2) is called from libc, whose code is mapped from a file: its frame is kept with its mapping.
+	 * Every system call of the child is made from libc (clock_gettime through the vDSO's fallback), so the
+	 * share is at least the kernel's (~97%, measured 1500 of 1507): the same 3/4 bound and derivation. */
+	EXPECT(into_libc >= mine * 3 / 4, "libc's read in %llu of %llu stacks", (unsigned long long)into_libc,
 	       (unsigned long long)mine);
 	hp_sample_interval_free(&iv);
 }
