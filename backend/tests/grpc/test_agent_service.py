@@ -205,24 +205,53 @@ async def test_whole_kernel_catalog_stores_fast(backend, client, unique):
     fns = kernel_functions(120_000)
     a = await backend.agent(f"big-{unique}", kernel_tag=f"big-{unique}",
                       modules=[("vmlinux", 0xFFFFFFFF81000000, fns)], chunk_size=5000)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     await a.connect()
-    await wait_until(lambda: _host_field(client, f"big-{unique}", "catalog_complete"), timeout=120)
+    await wait_until(lambda: _host_field(client, f"big-{unique}", "catalog_complete"), timeout=300)
     elapsed = time.perf_counter() - t0
-    print(f"\nstored 120000 functions / 360000 blocks in {elapsed:.1f} s")
-    assert elapsed < 60
-    t0 = time.perf_counter()
+    cpu_s = time.process_time() - c0
+    # The budget is on this process's CPU time (the backend's parsing and COPY framing, and the fake agent
+    # building the chunks), which waiting for a CPU on a loaded machine does not inflate; the wall time
+    # did: a fixed 60 s bound was reached at 50 s here under stress-ng, for ~10 s on a quiet machine.
+    print(f"\nstored 120000 functions / 360000 blocks in {elapsed:.1f} s, {cpu_s:.1f} s of this process's CPU")
+    assert cpu_s < 15  # 3.5 s measured, idle or under stress-ng
+    # Speed, judged against the same work done by Postgres alone at the same moment (so a machine loaded
+    # by other builds slows both sides alike; each side is the best of three): the search must not cost
+    # much more than one scan of the host's functions with the same LIKE, and the 100k-row page not much
+    # more than Postgres building the same JSON. Fixed bounds (200 ms, 1.5 s) failed at 216 ms and 2.8 s
+    # on a loaded machine.
+    h = {"h": f"big-{unique}"}
+    scan_ms = await _best_ms(3, lambda: backend.scalar(
+        "SELECT count(*) FROM functions f JOIN host_modules hm ON hm.digest = f.digest "
+        "WHERE hm.host_id = :h AND f.name_lc LIKE '%fn\\_1199%'", **h))
+    search_ms = await _best_ms(3, lambda: client.get(f"/api/v1/hosts/big-{unique}/functions",
+                                                     params={"q": "fn_1199", "limit": 100}))
     r = await client.get(f"/api/v1/hosts/big-{unique}/functions", params={"q": "fn_1199", "limit": 100})
-    search_ms = (time.perf_counter() - t0) * 1000
     assert r.status_code == 200 and r.json()["total"] == 10 + 100  # fn_11990..fn_11999 and fn_119900..fn_119999
-    t0 = time.perf_counter()
+    json_ms = await _best_ms(2, lambda: backend.scalar(
+        "SELECT length(json_agg(x)::text) FROM (SELECT f.id, f.name, hm.name AS module, f.digest, f.index, "
+        "hm.base_address + f.\"offset\" AS address, to_hex(hm.base_address + f.\"offset\") AS address_hex, "
+        "f.size, f.block_count, f.undecodable FROM functions f JOIN host_modules hm ON hm.digest = f.digest "
+        "WHERE hm.host_id = :h ORDER BY f.name, f.id LIMIT 100000) x", **h))
+    whole_ms = await _best_ms(2, lambda: client.get(f"/api/v1/hosts/big-{unique}/functions",
+                                                    params={"limit": 100000}))
     r = await client.get(f"/api/v1/hosts/big-{unique}/functions", params={"limit": 100000})
-    whole_ms = (time.perf_counter() - t0) * 1000
     assert r.status_code == 200 and len(r.json()["items"]) == 100000 and r.json()["total"] == 120000
-    print(f"search over 120k: {search_ms:.0f} ms; 100k-row page: {whole_ms:.0f} ms ({len(r.content)} bytes)")
-    assert search_ms < 200
-    assert whole_ms < 1500
+    print(f"search over 120k: {search_ms:.0f} ms (a bare scan {scan_ms:.0f} ms); 100k-row page: {whole_ms:.0f} ms "
+          f"(its JSON in Postgres {json_ms:.0f} ms, {len(r.content)} bytes)")
+    assert search_ms < 4 * scan_ms + 50
+    assert whole_ms < 4 * json_ms + 300
     await a.close()
+
+
+async def _best_ms(n: int, request) -> float:
+    """The shortest of n runs of an awaited request, in ms."""
+    best = float("inf")
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await request()
+        best = min(best, (time.perf_counter() - t0) * 1000)
+    return best
 
 
 async def _host_field(client, host_id, field):
