@@ -318,9 +318,25 @@ def _big_library_holder() -> subprocess.Popen:
     return proc
 
 
+PLAN_S = 3  # the slow command of the test below: longer than its 1.2 s stall bound on any machine
+
+
+def _check_no_stall(arrivals, loop_batches, t0, took, what):
+    """Metric intervals (arrival times) and the running measurement's batches kept coming while a command
+    ran from t0 for `took` seconds: no gap of 1.2 s or more (an interval is 0.3 s; a command run on the
+    stream loop would leave a gap as long as the command), at least half the intervals expected."""
+    gaps = [b - a for a, b in zip([t0, *arrivals], [*arrivals, t0 + took], strict=False)]
+    assert max(gaps) < 1.2, f"metric intervals stalled for {max(gaps):.1f} s while {what} ({took:.1f} s)"
+    expected = int(took / (INTERVAL_MS / 1000))
+    assert len(arrivals) >= expected // 2, (what, len(arrivals), expected)
+    assert len(loop_batches) >= expected // 2 and sum(_totals(loop_batches).values()) > 0, (what, len(loop_batches))
+
+
 def test_commands_run_on_a_worker_while_intervals_keep_flowing(agent, programs):
-    """A slow command (attaching a process that maps LLVM: seconds of parsing) does not hold up the
-    metric intervals, nor the intervals of a measurement already running; it reports progress."""
+    """A slow command does not hold up the metric intervals, nor the intervals of a measurement already
+    running: attaching a process that maps LLVM (seconds of parsing here, reporting progress), and a plan
+    that counts blocks for a set time (PLAN_S of wall time on any machine, so the check does not rest on
+    how fast this one parses)."""
     loop = Fixture(programs / "measured", "loop")
     holder = _big_library_holder()
     try:
@@ -348,18 +364,33 @@ def test_commands_run_on_a_worker_while_intervals_keep_flowing(agent, programs):
         arrivals = [t for t in arrivals if t <= t0 + took]
         loop_batches = _measurement_batches(agent.session, "m-loop", 0.5)
         # An interval is 0.3 s; a command run on the stream loop would leave a gap as long as the
-        # command. The bound allows for a loaded machine (shared by several builds).
-        assert took > 1.2, "the command must take long enough to tell a stall from scheduling noise"
-        gaps = [b - a for a, b in zip([t0, *arrivals], [*arrivals, t0 + took], strict=False)]
-        assert max(gaps) < 1.2, f"metric intervals stalled for {max(gaps):.1f} s while a {took:.1f} s command ran"
-        expected = int(took / (INTERVAL_MS / 1000))
-        assert len(arrivals) >= expected // 2, (len(arrivals), expected)
-        assert len(loop_batches) >= expected // 2 and sum(_totals(loop_batches).values()) > 0
+        # command. The bound allows for a loaded machine (shared by several builds). How long parsing
+        # LLVM takes depends on the machine (a fast one may need less than the bound); the plan below
+        # takes PLAN_S on any machine.
+        _check_no_stall(arrivals, loop_batches, t0, took, "attaching a process that maps LLVM")
         progress = [m for _, m in _others(agent.session, "Progress") if m.command_id == "attach-big"]
         assert progress and all(0 <= p.fraction <= 1 and p.message for p in progress)
         big = res.targets.targets[0]
         _send(agent.session, "detach-big", detach_target=pb.DetachTarget(target=big.id))
         assert _result(agent.session, "detach-big").ok
+        # A plan of the loop's function counts its blocks for PLAN_S seconds of wall time on the worker.
+        while not agent.session.metrics.empty():
+            agent.session.metrics.get()
+        _measurement_batches(agent.session, "m-loop", 0.5)
+        t0 = time.monotonic()
+        _send(agent.session, "plan-slow", make_plan=pb.MakePlan(
+            plan_id="plan-slow", target=loop_target.id, digest=loop_main.digest, function_index=loop_call.index,
+            seconds=PLAN_S))
+        res = _result(agent.session, "plan-slow", timeout=300)
+        took = time.monotonic() - t0
+        assert res.ok, res.error
+        assert took >= PLAN_S, f"the plan answered in {took:.1f} s, before its {PLAN_S} s of counting"
+        arrivals = []
+        while not agent.session.metrics.empty():
+            arrivals.append(agent.session.metrics.get()[0])
+        arrivals = [t for t in arrivals if t <= t0 + took]
+        _check_no_stall(arrivals, _measurement_batches(agent.session, "m-loop", 0.5), t0, took,
+                        f"a plan counting blocks for {PLAN_S} s")
         agent.loop, agent.loop_target, agent.loop_main = loop, loop_target, loop_main
     finally:
         holder.kill()
