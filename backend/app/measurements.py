@@ -138,7 +138,8 @@ def _public(r) -> dict[str, Any]:
             "metrics": r.metrics, "interval_ms": r.interval_ms, "resource_count": r.resource_count,
             "created_by": r.created_by, "created_at": r.created_at, "started_at": r.started_at,
             "ended_at": r.ended_at, "last_ts": r.last_ts,
-            "start_command": str(r.start_command) if r.start_command else None}
+            "start_command": str(r.start_command) if r.start_command else None,
+            "refused_intervals": int(r.refused_intervals), "refusal": r.refusal}
 
 
 async def list_measurements(session: AsyncSession, host_id: str, limit: int) -> list[dict[str, Any]]:

@@ -37,6 +37,8 @@ class Metrics:
         self.catalog_functions = Counter("hotpath_catalog_functions_stored", "Catalog functions stored", registry=r)
         self.ingest_points = Counter("hotpath_ingest_points", "Series points received: block counts of sample "
                                      "intervals and values of measurement intervals", registry=r)
+        self.ingest_refused_intervals = Counter("hotpath_ingest_refused_intervals",
+                                                "Measurement intervals refused for their content", registry=r)
         self.ingest_commits = Counter("hotpath_ingest_commits", "Group commits of the ingest writer", registry=r)
         self.commands_sent = Counter("hotpath_agent_commands", "Commands sent to agents", ["kind"], registry=r)
 

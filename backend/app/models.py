@@ -242,6 +242,9 @@ class Measurement(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     last_ts: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Intervals the backend refused (acknowledged, not stored) and the reason of the last one.
+    refused_intervals: Mapped[int] = mapped_column(BigInteger, default=0)
+    refusal: Mapped[str] = mapped_column(Text, default="")
 
 
 class MeasurementResource(Base):

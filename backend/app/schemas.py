@@ -249,6 +249,8 @@ class MeasurementPublic(BaseModel):
     ended_at: datetime | None
     last_ts: datetime | None
     start_command: str | None
+    refused_intervals: int = Field(0, description="intervals the backend refused (acknowledged, not stored)")
+    refusal: str = Field("", description="why the last refused interval was refused")
 
 
 class MetricPlanPublic(BaseModel):

@@ -24,7 +24,10 @@ each is checked and mapped here, stored by the ingest writer in a group commit (
 stored at most once (delivery_marks) and acknowledged cumulatively once stored. A batch whose time lies
 outside [now - retention, now + max skew] is refused (acknowledged, not stored), counted and recorded as
 a gap; the host is flagged with a clock offset by Hello's clock at each connect, or by a run of
-CLOCK_AHEAD_RUN batches in a row ahead of our clock (one refused batch alone flags nothing).
+CLOCK_AHEAD_RUN batches in a row ahead of our clock (one refused batch alone flags nothing). A
+measurement interval whose content is refused (app.agent_input, app.measured_edges) is refused alone the
+same way, counted on its measurement (refused_intervals, refusal) and logged: the stream goes on, so a
+bad batch that the agent would resend after every reconnect never keeps a host offline.
 
 Targets and commands: Hello and TargetsUpdate say which targets the agent serves (the kernel, attached
 processes) with their modules; the catalog pieces of a new target's modules are asked for with
@@ -963,15 +966,27 @@ class AgentService:
             item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
                                   reason=f"refused: values of measurement {mid[:64]}, which this host does not run"))
             return
-        agent_input.check_measurement_batch(batch, rows)
         edges: tuple = ((), (), (), (), (), ())
-        if batch.edges:
-            shapes = session.measurement_shapes.get(mid)
-            if shapes is None:
-                async with self.runtime.engine.connect() as conn:
-                    shapes = await measured_edges.load_shapes(conn, mid)
-                session.measurement_shapes[mid] = shapes
-            edges = measured_edges.check_edges(batch, shapes)
+        try:
+            agent_input.check_measurement_batch(batch, rows)
+            if batch.edges:
+                shapes = session.measurement_shapes.get(mid)
+                if shapes is None:
+                    async with self.runtime.engine.connect() as conn:
+                        shapes = await measured_edges.load_shapes(conn, mid)
+                    session.measurement_shapes[mid] = shapes
+                edges = measured_edges.check_edges(batch, shapes)
+        except InvalidInput as exc:
+            # Refuse this interval alone: ending the stream would leave the batch unacknowledged, the
+            # agent would resend it on every reconnect and the host would stay offline.
+            why = str(exc)
+            log.warning("host %s: refused an interval of measurement %s (seq %d): %s", session.host_id, mid, seq, why)
+            at = self._clamp(_ns_to_dt(batch.interval_start_unix_ns))
+            item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
+                                  reason=f"refused: {why}"))
+            item.refused_interval = (mid, why)
+            self.runtime.metrics.ingest_refused_intervals.inc()
+            return
         start_ns, end_ns = batch.interval_start_unix_ns, batch.interval_end_unix_ns
         if self._refuse_if_out_of_time(session, start_ns, end_ns, instance, seq, item):
             return

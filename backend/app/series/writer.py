@@ -93,6 +93,8 @@ class Item:
     refused: bool = False
     clock_offset_ms: int | None = None
     measurement: MeasurementUpdate | None = None
+    # A measurement interval refused for its content: (measurement id, reason), counted on the measurement.
+    refused_interval: tuple[str, str] | None = None
     stacks: "stack_store.BatchStacks | None" = None  # the call stacks of the samples' interval
     future: asyncio.Future | None = None
     # The stream the item came from: once one of its items fails (guard.store_failed), its later ones
@@ -304,6 +306,12 @@ class IngestWriter:
             seen = sorted({it.host_id for it in work if not it.refused})
             if seen:
                 await conn.execute(text("UPDATE hosts SET last_seen = now() WHERE id = ANY(:h)"), {"h": seen})
+            refusals = [(it.host_id, it.refused_interval) for it in work if it.refused_interval is not None]
+            if refusals:
+                await conn.execute(text("""
+                    UPDATE measurements SET refused_intervals = refused_intervals + 1, refusal = :r
+                    WHERE id = :m AND host_id = :h"""),
+                    [{"h": h, "m": m, "r": r[:1024]} for h, (m, r) in refusals])
             updates: dict[str, MeasurementUpdate] = {}
             for it in work:
                 if it.measurement is not None:
