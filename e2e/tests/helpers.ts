@@ -65,6 +65,23 @@ export function startRandomReadLoop(): ChildProcess {
   return spawn("dd", ["if=/dev/urandom", "of=/dev/null", "bs=65536"], { stdio: "ignore" });
 }
 
+/** A running process's system (kernel) CPU time in seconds, from /proc/PID/stat (stime, in clock ticks
+ *  of 1/100 s on Linux). The read loop's tests derive their margins from it. */
+export function systemSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" "); // fields from the 3rd (state) on
+  return Number(fields[15 - 3]) / 100; // field 15: stime
+}
+
+/** Wait at least `ms`, then on until the process has `seconds` of kernel CPU time (at most a minute
+ *  more): on a loaded machine a read loop gets less of a core, so it runs longer instead of giving a
+ *  range with too little of it. Returns the kernel seconds it had. */
+export async function runForKernelSeconds(page: Page, pid: number, ms: number, seconds: number): Promise<number> {
+  await page.waitForTimeout(ms);
+  for (let i = 0; i < 60 && systemSeconds(pid) < seconds; i++) await page.waitForTimeout(1000);
+  return systemSeconds(pid);
+}
+
 /** The pid of the running agent, as scripts/run.sh records it. */
 export function agentPid(): number {
   return Number(readFileSync(`${dataDir}/run/agent.pid`, "utf8").trim());
