@@ -92,3 +92,32 @@ export async function openHost(page: Page) {
   await page.goto("/");
   await page.locator(`a[href="/hosts/${machineId}"]`).filter({ hasText: hostname }).first().click();
 }
+
+/** Start a fixture program and wait until it prints "ready" (at most 30 s); its process and output. */
+export async function startReadyProgram(program: string, args: string[]): Promise<{ proc: ChildProcess; out: () => string }> {
+  const proc = spawn(program, args, { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  proc.stdout!.on("data", (d) => (out += d));
+  proc.stderr!.on("data", (d) => (out += d));
+  const end = Date.now() + 30_000;
+  while (!out.includes("ready")) {
+    if (proc.exitCode !== null || Date.now() > end) throw new Error(`the fixture did not start: ${out}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { proc, out: () => out };
+}
+
+/** A host command as the REST API answers it (its result's shape depends on its kind). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type HostCommand = Record<string, any> & { state: string };
+
+/** Poll a host command (its REST path) until it is done, failed or cancelled; the command. */
+export async function waitCommandDone(ctx: APIRequestContext, path: string, timeoutMs = 60_000): Promise<HostCommand> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const c = (await (await ctx.get(path)).json()) as HostCommand;
+    if (["done", "failed", "cancelled"].includes(c.state)) return c;
+    if (Date.now() > end) throw new Error(`command not done: ${JSON.stringify(c)}`);
+    await new Promise((r) => setTimeout(r, 300));
+  }
+}

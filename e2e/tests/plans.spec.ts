@@ -9,11 +9,11 @@
 // installed. On the kernel, Optimize makes an estimate plan from PC samples, and Install is refused
 // with the agent's reason (this kernel forbids code replacement).
 import { test, expect, type APIRequestContext, type Browser, type Page } from "@playwright/test";
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { apiAs, baseURL, readyHost, startReadLoop } from "./helpers";
+import { apiAs, baseURL, readyHost, startReadLoop, startReadyProgram, waitCommandDone } from "./helpers";
 
 const fixtures = join(__dirname, "..", "..", "agent", "tests", "fixtures");
 const approver = { username: `approver-${Date.now()}`, password: "approver-password-e2e" };
@@ -45,27 +45,12 @@ test.afterAll(() => {
 });
 
 /** The fixture running with `threads` worker threads, once every thread has its table of results. */
-async function startFixture(threads = 2): Promise<{ proc: ChildProcess; out: () => string }> {
-  const proc = spawn(program, [String(threads)], { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  proc.stdout!.on("data", (d) => (out += d));
-  proc.stderr!.on("data", (d) => (out += d));
-  const end = Date.now() + 30_000;
-  while (!out.includes("ready")) {
-    if (proc.exitCode !== null || Date.now() > end) throw new Error(`the fixture did not start: ${out}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return { proc, out: () => out };
+function startFixture(threads = 2) {
+  return startReadyProgram(program, [String(threads)]);
 }
 
-async function waitCommand(path: string, timeoutMs = 60_000) {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const c = await (await ctx.get(path)).json();
-    if (["done", "failed", "cancelled"].includes(c.state)) return c;
-    if (Date.now() > end) throw new Error(`command not done: ${JSON.stringify(c)}`);
-    await new Promise((r) => setTimeout(r, 300));
-  }
+function waitCommand(path: string, timeoutMs = 60_000) {
+  return waitCommandDone(ctx, path, timeoutMs);
 }
 
 /** Attach the process through the API (the console has no attach form yet); its target id. */

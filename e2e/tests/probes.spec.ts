@@ -5,11 +5,11 @@
 // probe sites marked; once the measurement stops, the same listings carry no marker. The real agent,
 // backend and Chromium, on the agent's threads fixture built by gcc here.
 import { test, expect, type APIRequestContext } from "@playwright/test";
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { closeSync, mkdtempSync, openSync, readSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readyHost } from "./helpers";
+import { readyHost, startReadyProgram, waitCommandDone } from "./helpers";
 
 const fixtures = join(__dirname, "..", "..", "agent", "tests", "fixtures");
 let ctx: APIRequestContext;
@@ -29,27 +29,12 @@ test.afterAll(() => {
   if (buildDir) rmSync(buildDir, { recursive: true, force: true });
 });
 
-async function startFixture(): Promise<{ proc: ChildProcess; out: () => string }> {
-  const proc = spawn(program, ["2"], { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  proc.stdout!.on("data", (d) => (out += d));
-  proc.stderr!.on("data", (d) => (out += d));
-  const end = Date.now() + 30_000;
-  while (!out.includes("ready")) {
-    if (proc.exitCode !== null || Date.now() > end) throw new Error(`the fixture did not start: ${out}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return { proc, out: () => out };
+function startFixture() {
+  return startReadyProgram(program, ["2"]);
 }
 
-async function waitCommand(path: string) {
-  const end = Date.now() + 60_000;
-  for (;;) {
-    const c = await (await ctx.get(path)).json();
-    if (["done", "failed", "cancelled"].includes(c.state)) return c;
-    if (Date.now() > end) throw new Error(`command not done: ${JSON.stringify(c)}`);
-    await new Promise((r) => setTimeout(r, 300));
-  }
+function waitCommand(path: string) {
+  return waitCommandDone(ctx, path);
 }
 
 async function command(res: Awaited<ReturnType<APIRequestContext["post"]>>) {
