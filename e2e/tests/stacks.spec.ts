@@ -170,7 +170,8 @@ test("comparing two ranges as a differential flame graph shows the workload this
   await page.goto(`/hosts/${hostId}?tab=compare&cview=flame&from=${iso(a0)}&to=${iso(b0)}&b_from=${iso(b0)}&b_to=${iso(b1)}`);
   const graph = page.getByRole("group", { name: "Differential flame graph" });
   await expect(graph).toBeVisible({ timeout: 30_000 });
-  await expect(page.getByTestId("diff-summary")).toContainText("A:");
+  await expect(page.getByTestId("diff-summary")).toContainText("Baseline (A):");
+  await expect(page.getByTestId("diff-summary")).toContainText("comparison (B):");
   await page.getByRole("searchbox", { name: "Search frames" }).fill("chacha");
   const chacha = graph.locator('[data-testid="flame-frame"][data-name="chacha_permute"]').first();
   await expect(chacha).toBeVisible();
