@@ -1,15 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The call-stack series: the only module that reads or writes `stack_defs` and `stack_samples`.
+"""The call-stack series: the only module that reads or writes `stack_defs`, `stack_samples` and
+`stack_samples_1m`.
 
 Storage is compact: a stack's frames are stored once per host (`stack_defs`, keyed by the agent's content
 id, which `stack_id` recomputes), and each interval stores one row per stack with its total and, in
 parallel arrays, its counts per (pid, command, CPU) (`stack_samples`, partitioned by hour like the other
-raw series and dropped by partition after HOTPATH_STACK_RETENTION_HOURS). Rows are written by the ingest
-writer's group commit (`write_many`). Kernel frames are kept as (catalog digest, function index, offset),
-so stacks are stored even before their catalog piece is, and resolve to functions when it is; user frames
-as (file, offset in the file); other frames as addresses.
+raw series and dropped by partition after HOTPATH_STACK_RETENTION_HOURS). Every minute's samples per
+(stack, pid, command, CPU) are summed into `stack_samples_1m` as data arrives: by the rollup task for
+completed minutes, by the writer for stacks arriving below the minute watermark (`add_late`). Rows are
+written by the ingest writer's group commit (`write_many`). Kernel frames are kept as (catalog digest,
+function index, offset), so stacks are stored even before their catalog piece is, and resolve to
+functions when it is; user frames as (file, offset in the file); other frames as addresses.
 
-Reading: every question is over a `TimeRange` and a `StackFilter` (process, command, CPU, and the idle
+Reading: whole minutes below the minute watermark are read from the rollup, the range's edges from the
+raw rows (`_source`), so an hour reads ~60 rows per stack and context, not every interval's. Every
+question is over a `TimeRange` and a `StackFilter` (process, command, CPU, and the idle
 task excluded, included or alone) — a flame graph (a tree of frames merged by function, root first; user
 frames merged by file, since without symbols each return address would be a frame of its own), two
 flame graphs merged for a differential view, a function's callers and callees (and the observed targets
@@ -26,7 +31,7 @@ from array import array
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import orjson
@@ -34,7 +39,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.models import i64_to_u64, u64_to_i64
-from app.series import copytext
+from app.series import copytext, rollups
 
 KERNEL_FUNCTION, KERNEL_ADDRESS, USER_FILE, USER_ADDRESS = 1, 2, 3, 4
 FRAME_KINDS = {KERNEL_FUNCTION: "kernel", KERNEL_ADDRESS: "kernel_address", USER_FILE: "user",
@@ -124,6 +129,31 @@ async def write_many(conn: AsyncConnection, batches: list[tuple[str, datetime, B
                 for sid, total, pids, comms, cpus, counts in data.rows).encode())
 
 
+async def add_late(conn: AsyncConnection, batches: list[tuple[str, datetime, BatchStacks]],
+                   wm_1m: datetime) -> None:
+    """Sum the stacks of batches below the minute watermark into the minute rollup, inside the writer's
+    transaction (which holds the watermark FOR SHARE, so the rollup task cannot sum them too)."""
+    sums: dict[tuple[str, datetime, int, int, str, int], int] = defaultdict(int)
+    for host_id, ts, data in batches:
+        if ts >= wm_1m:
+            continue
+        bucket = ts.replace(second=0, microsecond=0)
+        for sid, _total, pids, comms, cpus, counts in data.rows:
+            for pid, comm, cpu, n in zip(pids, comms, cpus, counts, strict=True):
+                sums[(host_id, bucket, u64_to_i64(sid), pid, comm, cpu)] += n
+    if not sums:
+        return
+    await conn.execute(text("""
+        INSERT INTO stack_samples_1m (host_id, bucket, stack_id, pid, comm, cpu, count)
+        SELECT r.h, r.b, r.id, r.pid, r.comm, r.cpu, r.n
+        FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+            AS r(h text, b timestamptz, id bigint, pid integer, comm text, cpu integer, n bigint)
+        ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
+        DO UPDATE SET count = stack_samples_1m.count + excluded.count"""),
+        {"rows": orjson.dumps([{"h": h, "b": b.isoformat(), "id": i, "pid": p, "comm": c, "cpu": cpu, "n": n}
+                               for (h, b, i, p, c, cpu), n in sums.items()]).decode()})
+
+
 async def known_ids(conn: AsyncConnection, host_id: str, ids: list[int]) -> set[int]:
     """Which of these stack ids the host has defined before."""
     if not ids:
@@ -135,15 +165,16 @@ async def known_ids(conn: AsyncConnection, host_id: str, ids: list[int]) -> set[
 
 async def prune_definitions(conn: AsyncConnection, cutoff: datetime) -> None:
     """Delete definitions no stored row refers to that were not defined again since `cutoff` (the rows
-    themselves go with their time partitions, app.series.partitions)."""
+    themselves, raw and rolled up, go with their time partitions, app.series.partitions)."""
     await conn.execute(text("""
         DELETE FROM stack_defs d WHERE d.seen_at < :c
-          AND NOT EXISTS (SELECT 1 FROM stack_samples s WHERE s.host_id = d.host_id AND s.stack_id = d.stack_id)"""),
+          AND NOT EXISTS (SELECT 1 FROM stack_samples s WHERE s.host_id = d.host_id AND s.stack_id = d.stack_id)
+          AND NOT EXISTS (SELECT 1 FROM stack_samples_1m r WHERE r.host_id = d.host_id AND r.stack_id = d.stack_id)"""),
         {"c": cutoff})
 
 
 async def delete_host(session: AsyncSession, host_id: str) -> None:
-    for table in ("stack_samples", "stack_defs"):
+    for table in ("stack_samples", "stack_samples_1m", "stack_defs"):
         await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
 
 
@@ -170,16 +201,45 @@ class RangeStacks:
     undefined: int  # samples of stacks whose definition is unknown
 
 
-def _unnest(where: str) -> str:
-    return ("FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS u(pid, comm, cpu, n) "
-            f"WHERE s.host_id = :h AND s.ts >= :s AND s.ts < :e{where}")
+_MINUTE = timedelta(minutes=1)
+
+
+def _source(where: str) -> str:
+    """FROM and WHERE of the range's samples as u(stack_id, pid, comm, cpu, n) after the filter `where`:
+    whole minutes [:lo, :hi) from the minute rollup, the rest of [:s, :e) from the raw rows (see _span)."""
+    return f"""FROM (
+        SELECT r.stack_id, r.pid, r.comm, r.cpu, r.count AS n FROM stack_samples_1m r
+        WHERE r.host_id = :h AND r.bucket >= :lo AND r.bucket < :hi
+        UNION ALL
+        SELECT s.stack_id, v.pid, v.comm, v.cpu, v.n
+        FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS v(pid, comm, cpu, n)
+        WHERE s.host_id = :h AND s.ts >= :s AND s.ts < :lo
+        UNION ALL
+        SELECT s.stack_id, v.pid, v.comm, v.cpu, v.n
+        FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS v(pid, comm, cpu, n)
+        WHERE s.host_id = :h AND s.ts >= :hi AND s.ts < :e) u
+        WHERE true{where}"""
+
+
+async def _span(session: AsyncSession, host_id: str, start: datetime, end: datetime) -> dict[str, Any]:
+    """The parameters of `_source`: the whole minutes of [start, end) below the minute watermark are
+    [lo, hi) (empty, at `end`, when there are none). Rollup rows below a watermark read before the query
+    are complete, and the raw rows stay, so a watermark moving meanwhile changes nothing."""
+    wm_1m, _ = await rollups.watermarks(await session.connection())
+    lo = start if start == start.replace(second=0, microsecond=0) else \
+        start.replace(second=0, microsecond=0) + _MINUTE
+    hi = min(end, wm_1m)
+    hi = hi.replace(second=0, microsecond=0)
+    if hi <= lo:
+        lo = hi = end
+    return {"h": host_id, "s": start, "e": end, "lo": lo, "hi": hi}
 
 
 async def _counts(session: AsyncSession, host_id: str, start: datetime, end: datetime,
                   flt: StackFilter) -> dict[int, int]:
     where, params = flt.sql()
-    rows = await session.execute(text(f"SELECT s.stack_id, sum(u.n) AS n {_unnest(where)} GROUP BY s.stack_id"),
-                                 {"h": host_id, "s": start, "e": end, **params})
+    rows = await session.execute(text(f"SELECT u.stack_id, sum(u.n) AS n {_source(where)} GROUP BY u.stack_id"),
+                                 {**await _span(session, host_id, start, end), **params})
     return {i64_to_u64(r.stack_id): int(r.n) for r in rows}
 
 
@@ -255,13 +315,13 @@ async def definitions(session: AsyncSession, host_id: str, ids: list[int]) -> di
 async def contexts(session: AsyncSession, host_id: str, start: datetime, end: datetime) -> dict[str, Any]:
     """Who the range's stack samples belong to (all of them, before any filter): processes, commands,
     CPUs, and the idle task's share."""
-    params = {"h": host_id, "s": start, "e": end}
+    params = await _span(session, host_id, start, end)
     procs = await session.execute(text(f"""
-        SELECT u.pid, u.comm, sum(u.n) AS n {_unnest("")} GROUP BY u.pid, u.comm ORDER BY n DESC, u.pid LIMIT 500"""),
+        SELECT u.pid, u.comm, sum(u.n) AS n {_source("")} GROUP BY u.pid, u.comm ORDER BY n DESC, u.pid LIMIT 500"""),
         params)
     comms = await session.execute(text(f"""
-        SELECT u.comm, sum(u.n) AS n {_unnest("")} GROUP BY u.comm ORDER BY n DESC, u.comm LIMIT 500"""), params)
-    cpus = await session.execute(text(f"SELECT u.cpu, sum(u.n) AS n {_unnest('')} GROUP BY u.cpu ORDER BY u.cpu"),
+        SELECT u.comm, sum(u.n) AS n {_source("")} GROUP BY u.comm ORDER BY n DESC, u.comm LIMIT 500"""), params)
+    cpus = await session.execute(text(f"SELECT u.cpu, sum(u.n) AS n {_source('')} GROUP BY u.cpu ORDER BY u.cpu"),
                                  params)
     proc_list = [{"pid": r.pid, "comm": r.comm, "samples": int(r.n)} for r in procs]
     cpu_list = [{"cpu": r.cpu, "samples": int(r.n)} for r in cpus]
@@ -600,8 +660,8 @@ async def pprof(session: AsyncSession, host_id: str, start: datetime, end: datet
 
     where, params = flt.sql()
     rows = (await session.execute(text(f"""
-        SELECT s.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n {_unnest(where)}
-        GROUP BY 1, 2, 3, 4 ORDER BY n DESC"""), {"h": host_id, "s": start, "e": end, **params})).all()
+        SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n {_source(where)}
+        GROUP BY 1, 2, 3, 4 ORDER BY n DESC"""), {**await _span(session, host_id, start, end), **params})).all()
     defs = await definitions(session, host_id, sorted({i64_to_u64(r.stack_id) for r in rows}))
     p = profile_pb.Profile()
     strings: dict[str, int] = {}

@@ -175,6 +175,7 @@ test("comparing two ranges as a differential flame graph shows the workload this
   const graph = page.getByRole("group", { name: "Differential flame graph" });
   await expect(graph).toBeVisible({ timeout: 30_000 });
   await expect(page.getByTestId("diff-summary")).toContainText("Baseline (A):");
+  await expect(page.getByTestId("diff-summary")).toContainText("comparison (B):");
   await page.getByRole("searchbox", { name: "Search frames" }).fill("chacha");
   const chacha = graph.locator('[data-testid="flame-frame"][data-name="chacha_permute"]').first();
   await expect(chacha).toBeVisible();

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Time partitions of the series: created ahead, dropped whole when past the retention.
 
-Raw tables have one partition per hour (`<table>_pYYYYMMDDHH`), rollups one per day
+Raw tables (and the call stacks' minute rollup) have one partition per hour (`<table>_pYYYYMMDDHH`), rollups one per day
 (`<table>_pYYYYMMDD`); a partition holds [start, start + step). Partitions are made for the whole window
 the backend accepts data for (the retention back, a few hours ahead), so an insert never lacks one.
 Replicas may run this at once: an advisory lock serialises them.
@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.series.layout import RAW_TABLES, ROLLUP_TABLES
+from app.series.layout import HOURLY_TABLES, RAW_TABLES, ROLLUP_TABLES, STACK_TABLES
 
 log = logging.getLogger("hotpath.series")
 HOUR = timedelta(hours=1)
@@ -39,7 +39,7 @@ def partition_start(name: str) -> datetime | None:
 
 
 def step_of(table: str) -> timedelta:
-    return HOUR if table in RAW_TABLES else DAY
+    return HOUR if table in HOURLY_TABLES else DAY
 
 
 async def existing(conn: AsyncConnection, table: str) -> list[str]:
@@ -75,15 +75,15 @@ async def ensure(engine: AsyncEngine, now: datetime, raw_back: timedelta, rollup
 
 async def drop_expired(engine: AsyncEngine, now: datetime, raw_retention: timedelta,
                        rollup_retention: timedelta, stack_retention: timedelta | None = None) -> tuple[int, int]:
-    """Drop the partitions that end before the retention (call stacks: `stack_retention`, at most the raw
-    retention); returns (partitions dropped, sample intervals they held)."""
+    """Drop the partitions that end before the retention (call stacks and their minute rollup:
+    `stack_retention`, at most the raw retention); returns (partitions dropped, sample intervals they held)."""
     stacks = min(raw_retention, stack_retention) if stack_retention is not None else raw_retention
     dropped = rows = 0
     async with engine.begin() as conn:
         await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
         for table in (*RAW_TABLES, *ROLLUP_TABLES):
             step = step_of(table)
-            cutoff = now - (stacks if table == "stack_samples" else raw_retention if step == HOUR
+            cutoff = now - (stacks if table in STACK_TABLES else raw_retention if step == HOUR
                             else rollup_retention)
             for name in await existing(conn, table):
                 start = partition_start(name)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""1-minute and 1-hour rollups of the series, maintained incrementally.
+"""1-minute and 1-hour rollups of the series, maintained incrementally (call stacks: 1-minute only).
 
 `series_state` holds two watermarks: every raw row before `watermark_1m` is summed into the minute
 rollups, every minute rollup before `watermark_1h` into the hour rollups. The rollup task advances them
@@ -101,10 +101,21 @@ def _hour_from_minutes() -> list[str]:
     return [blocks, totals, points]
 
 
+# Call stacks have a minute rollup only (per stack and context; an hour of them is ~60 rows per stack and
+# context). Their late rows are summed by the writer from the batch itself (app.stacks.add_late).
+STACKS_FROM_RAW = """
+    INSERT INTO stack_samples_1m (host_id, bucket, stack_id, pid, comm, cpu, count)
+    SELECT s.host_id, date_trunc('minute', s.ts), s.stack_id, u.pid, u.comm, u.cpu, sum(u.n)
+    FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS u(pid, comm, cpu, n)
+    WHERE s.ts >= :lo AND s.ts < :hi GROUP BY 1, 2, 3, 4, 5, 6
+    ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
+    DO UPDATE SET count = stack_samples_1m.count + excluded.count"""
+
 _RAW_RANGE = "{a}.ts >= :lo AND {a}.ts < :hi"
 MINUTE_FROM_RAW = [_blocks_from_raw("1m", _RAW_RANGE.format(a="s")),
                    _totals_from_raw("1m", _RAW_RANGE.format(a="s")),
-                   _points_from_raw("1m", _RAW_RANGE.format(a="p"))]
+                   _points_from_raw("1m", _RAW_RANGE.format(a="p")),
+                   STACKS_FROM_RAW]
 HOUR_FROM_MINUTES = _hour_from_minutes()
 # Late rows of one writer transaction (its batch token), below a watermark.
 _LATE = "{a}.batch = :batch AND {a}.ts >= :lo AND {a}.ts < :hi"

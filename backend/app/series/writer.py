@@ -270,6 +270,7 @@ class IngestWriter:
                            if it.stacks is not None and it.samples is not None]
                 if stacked:
                     await stack_store.write_many(conn, stacked)
+                    await stack_store.add_late(conn, stacked, wm_1m)
                 for ts in [s.ts for s in sample_rows] + [p.ts for p in point_rows]:
                     if ts < wm_1m and (late_lo is None or ts < late_lo):
                         late_lo = ts

@@ -111,7 +111,7 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
     setHover(c ? { node: c.node, x: e.clientX - r.left, y: e.clientY - r.top } : null);
   };
   // A double-click opens the frame its first click chose: that click zooms, so by the second one
-  // another frame may lie under the pointer.
+  // another frame may lie under the pointer, and that second click (detail 2) must not choose it.
   const clicked = useRef<number | null>(null);
   const choose = (node: number) => {
     clicked.current = node;
@@ -120,7 +120,7 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
   const onCanvasClick = (e: MouseEvent) => {
     const r = (e.currentTarget as HTMLElement).getBoundingClientRect();
     const c = cellAt(e.clientX - r.left, e.clientY - r.top);
-    if (c) choose(c.node);
+    if (c && e.detail < 2) choose(c.node);
   };
   const open = (node: number) => {
     const fid = frames[l.frame[node]]?.function_id;
@@ -146,7 +146,7 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
                 data-testid="flame-frame" data-name={name}
                 style={{ left: c.x, top: top(c.depth), width: c.width - 1, height: ROW - 1 }}
                 aria-label={describe(l, frames, c.node, seconds, bSeconds)}
-                onClick={(e) => { e.stopPropagation(); choose(c.node); }}>
+                onClick={(e) => { e.stopPropagation(); if (e.detail < 2) choose(c.node); }}>
                 {name}
               </button>
             );
