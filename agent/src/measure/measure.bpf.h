@@ -29,7 +29,7 @@ const volatile bool target_tgids_on = false;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1); /* set to the number of slots before load */
+	__uint(max_entries, 1); /* set to twice the number of slots before load: two halves (see armed) */
 	__type(key, __u32);
 	__type(value, struct hp_mp_counts);
 } counts SEC(".maps");
@@ -68,6 +68,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct hp_mp_stats);
 } stats SEC(".maps");
+
+/* Where hits count, set from user space (measure/probes.c): 0 until every
+ * probe of the measurement is attached, then 1 + the first slot of the half
+ * of `counts` that counts now. Probes attached one by one would otherwise
+ * count while their neighbours are not there yet. User space cuts an
+ * interval by switching halves with one write and reading the half it left:
+ * every hit after the switch counts in the other half, so the blocks of a
+ * function are cut at one moment and their counts differ only by the
+ * executions in flight, which is what keeps an interval's flow conserved. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} armed SEC(".maps");
 
 static __always_inline __u32 thread_key(__u32 tid)
 {
@@ -183,7 +198,7 @@ static __always_inline void enter(__u32 slot, __u64 pid_tgid, bool vtime)
 	}
 }
 
-static __always_inline void leave(__u32 slot, __u64 pid_tgid, bool vtime)
+static __always_inline void leave(__u32 slot, __u32 half, __u64 pid_tgid, bool vtime)
 {
 	struct hp_mp_frame_key key = { .thread = thread_key((__u32)pid_tgid), .slot = slot };
 	struct hp_mp_frame *fr = bpf_map_lookup_elem(&frames, &key);
@@ -196,7 +211,8 @@ static __always_inline void leave(__u32 slot, __u64 pid_tgid, bool vtime)
 		return;
 	}
 	__u64 now = bpf_ktime_get_ns(), v = 0;
-	struct hp_mp_counts *c = bpf_map_lookup_elem(&counts, &slot);
+	__u32 at = half + slot;
+	struct hp_mp_counts *c = bpf_map_lookup_elem(&counts, &at);
 	if (c) {
 		c->wall_ns += now - fr->entry_ns;
 		c->exits++;
@@ -212,9 +228,14 @@ static __always_inline int on_probe(const struct hp_mp_probe *p)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	bool vtime = p->flags & HP_MP_VTIME;
+	__u32 zero = 0, *a = bpf_map_lookup_elem(&armed, &zero);
+	/* Nothing counts or opens a timer before the whole measurement is armed. */
+	if (!a || !*a)
+		return 0;
+	__u32 half = *a - 1;
 	/* An exit belongs to an entry that already passed the predicates. */
 	if (p->flags & HP_MP_LEAVE) {
-		leave(p->timer_slot, pid_tgid, vtime);
+		leave(p->timer_slot, half, pid_tgid, vtime);
 		return 0;
 	}
 	if (!passes(pid_tgid))
@@ -223,6 +244,7 @@ static __always_inline int on_probe(const struct hp_mp_probe *p)
 		__u32 slot = p->count_slot[i];
 		if (slot == HP_MP_NO_SLOT)
 			continue;
+		slot += half;
 		struct hp_mp_counts *c = bpf_map_lookup_elem(&counts, &slot);
 		if (c)
 			c->count++;

@@ -6,7 +6,9 @@
  * of offsets); perf-event uprobes and kprobes get a link each; each kernel
  * function timed by trampolines gets its own small object whose maps are the
  * main object's. Any failure detaches everything, so a measurement is either
- * fully armed or not at all.
+ * fully armed or not at all. Probes count nothing until the last one is
+ * attached (the `armed` map): the blocks of a function then count the same
+ * executions, and an interval's block counts conserve flow.
  *
  * Return probes are attached before entry probes (uretprobes, kretprobes and
  * fexit take hold of a call at its entry): a call that enters after its entry
@@ -67,6 +69,12 @@ struct hp_probe_set {
 	struct hp_probe_failure *skipped; /* probes the kernel refused at their location */
 	size_t nskipped, capskipped;
 	int ncpus;
+	/* The counting half of `counts` (0 or 1, see measure.bpf.h's armed),
+	 * whether counting started, each half's sums when last read, and the
+	 * totals of every half as of the last cut (per slot). */
+	uint32_t half;
+	bool counting;
+	struct hp_mp_counts *seen[2], *total;
 };
 
 static int quiet_print(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -118,7 +126,10 @@ struct hp_probe_set *hp_probes_open(const struct hp_probe_config *c, char *err, 
 	s->cfg.target_tgids = NULL;
 	s->ncpus = libbpf_num_possible_cpus();
 	s->table = calloc(c->nprobes ? c->nprobes : 1, sizeof(*s->table));
-	if (!s->table || s->ncpus <= 0) {
+	for (int h = 0; h < 2; h++)
+		s->seen[h] = calloc(c->nslots ? c->nslots : 1, sizeof(*s->seen[h]));
+	s->total = calloc(c->nslots ? c->nslots : 1, sizeof(*s->total));
+	if (!s->table || !s->seen[0] || !s->seen[1] || !s->total || s->ncpus <= 0) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -130,7 +141,7 @@ struct hp_probe_set *hp_probes_open(const struct hp_probe_config *c, char *err, 
 	}
 	struct measure_probes_bpf *k = s->skel;
 	uint32_t frames = c->max_frames ? c->max_frames : 65536;
-	bpf_map__set_max_entries(k->maps.counts, c->nslots ? c->nslots : 1);
+	bpf_map__set_max_entries(k->maps.counts, c->nslots ? 2 * c->nslots : 1);
 	bpf_map__set_max_entries(k->maps.probes, c->nprobes ? c->nprobes : 1);
 	bpf_map__set_max_entries(k->maps.frames, frames);
 	bpf_map__set_max_entries(k->maps.vthreads, frames);
@@ -421,6 +432,7 @@ static int attach_fentry(struct hp_probe_set *s, size_t i, size_t j, uint32_t *f
 		{ k->maps.cpu_state, s->skel->maps.cpu_state },
 		{ k->maps.target_tgids, s->skel->maps.target_tgids },
 		{ k->maps.stats, s->skel->maps.stats },
+		{ k->maps.armed, s->skel->maps.armed },
 	};
 	for (size_t m = 0; m < sizeof(maps) / sizeof(maps[0]); m++)
 		if ((r = bpf_map__reuse_fd(maps[m].mine, bpf_map__fd(maps[m].main)))) {
@@ -525,6 +537,16 @@ int hp_probes_attach(struct hp_probe_set *s, bool keep_going, uint32_t *failed_i
 	if (!r)
 		r = attach_kernel(s, &failed, err, errlen);
 	libbpf_set_print(old);
+	if (!r && !s->counting) {
+		/* Count from now on, in half 0: every probe is in place. */
+		uint32_t zero = 0, on = 1;
+		if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.armed), &zero, &on, BPF_ANY) < 0) {
+			r = -errno;
+			snprintf(err, errlen, "starting the probes' counters failed: %s", strerror(-r));
+		} else {
+			s->counting = true;
+		}
+	}
 	if (!r && s->nskipped && !keep_going) {
 		int e = s->skipped[0].err;
 		failed = s->skipped[0].idx;
@@ -609,28 +631,59 @@ void hp_probes_close(struct hp_probe_set *s)
 	free(s->fds);
 	free(s->table);
 	free(s->skipped);
+	free(s->seen[0]);
+	free(s->seen[1]);
+	free(s->total);
 	free(s);
 }
 
+static uint64_t grown(uint64_t now, uint64_t before)
+{
+	return now > before ? now - before : 0;
+}
+
+/*
+ * Cut: switch the counting half with one write, then read the half left
+ * behind. What it gained since its last read joins the totals. A hit that
+ * looked up the old half just before the switch and lands after this read
+ * is not lost: it is found the next time that half is read.
+ */
 int hp_probes_read_counts(struct hp_probe_set *s, struct hp_mp_counts *out)
 {
+	uint32_t n = s->cfg.nslots, old = s->half, zero = 0;
 	struct hp_mp_counts *percpu = calloc((size_t)s->ncpus, sizeof(*percpu));
 	int fd = bpf_map__fd(s->skel->maps.counts);
 	if (!percpu)
 		return -ENOMEM;
-	for (uint32_t slot = 0; slot < s->cfg.nslots; slot++) {
-		memset(&out[slot], 0, sizeof(out[slot]));
-		if (bpf_map_lookup_elem(fd, &slot, percpu) < 0) {
+	if (s->counting) {
+		uint32_t next = 1 + (1 - old) * n;
+		if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.armed), &zero, &next, BPF_ANY) < 0) {
+			int e = errno;
+			free(percpu);
+			return -e;
+		}
+		s->half = 1 - old;
+	}
+	for (uint32_t slot = 0; slot < n; slot++) {
+		uint32_t at = old * n + slot;
+		struct hp_mp_counts sum = { 0 }, *seen = &s->seen[old][slot], *t = &s->total[slot];
+		if (bpf_map_lookup_elem(fd, &at, percpu) < 0) {
 			int e = errno;
 			free(percpu);
 			return -e;
 		}
 		for (int c = 0; c < s->ncpus; c++) {
-			out[slot].count += percpu[c].count;
-			out[slot].wall_ns += percpu[c].wall_ns;
-			out[slot].vtime_ns += percpu[c].vtime_ns;
-			out[slot].exits += percpu[c].exits;
+			sum.count += percpu[c].count;
+			sum.wall_ns += percpu[c].wall_ns;
+			sum.vtime_ns += percpu[c].vtime_ns;
+			sum.exits += percpu[c].exits;
 		}
+		t->count += grown(sum.count, seen->count);
+		t->wall_ns += grown(sum.wall_ns, seen->wall_ns);
+		t->vtime_ns += grown(sum.vtime_ns, seen->vtime_ns);
+		t->exits += grown(sum.exits, seen->exits);
+		*seen = sum;
+		out[slot] = *t;
 	}
 	free(percpu);
 	return 0;

@@ -86,7 +86,9 @@ void hp_probes_close(struct hp_probe_set *s);
 /* How many probes and BPF links are attached. */
 size_t hp_probes_nlinks(const struct hp_probe_set *s);
 
-/* Counters of every slot, summed over CPUs, into out[nslots]. */
+/* Counters of every slot, summed over CPUs, into out[nslots]: the totals
+ * since counting started, cut at one moment for every slot (each call
+ * switches the half the probes count in, see measure.bpf.h). */
 int hp_probes_read_counts(struct hp_probe_set *s, struct hp_mp_counts *out);
 int hp_probes_read_stats(struct hp_probe_set *s, struct hp_mp_stats *out);
 
