@@ -10,12 +10,20 @@ counts came from different sets of executions, and counters read one row after a
 threads ran cut each row at a different moment; its edges did not add up (issue 15: the backend
 refused it and, before it refused intervals alone, the host stayed offline). More busy threads than
 cores make both show at once; the measurement is armed several times."""
-import subprocess
 import time
 
 import pytest
 from hotpath.v1 import agent_pb2 as pb
-from test_measurements import FIXTURES, Fixture, _catalog, _measurement_batches, _others, _result, _send, _start_agent
+from test_measurements import (
+    Fixture,
+    _catalog,
+    _measurement_batches,
+    _others,
+    _result,
+    _send,
+    _start_agent,
+    compile_threads,
+)
 from test_stream import standin_servers
 
 from app.agent_input import InvalidInput
@@ -28,10 +36,7 @@ STARTED: list[Fixture] = []
 
 @pytest.fixture(scope="module")
 def threads_program(tmp_path_factory):
-    out = tmp_path_factory.mktemp("flow-programs") / "threads"
-    subprocess.run(["gcc", "-O2", "-g", "-pthread", "-Wl,--build-id", f"-I{FIXTURES}", "-o", str(out),
-                    str(FIXTURES / "threads.c")], check=True)
-    return out
+    return compile_threads(tmp_path_factory.mktemp("flow-programs"))
 
 
 @pytest.fixture(scope="module")

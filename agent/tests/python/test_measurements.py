@@ -19,6 +19,14 @@ from hotpath.v1 import agent_pb2 as pb
 from test_stream import GOOD_TOKEN, AgentRun, _get, standin_servers
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def compile_threads(out_dir: pathlib.Path) -> pathlib.Path:
+    """The replacement fixture (threads.c over group.c), compiled by gcc with a GNU build id."""
+    out = out_dir / "threads"
+    subprocess.run(["gcc", "-O2", "-g", "-pthread", "-Wl,--build-id", f"-I{FIXTURES}", "-o", str(out),
+                    str(FIXTURES / "threads.c")], check=True)
+    return out
 # Short intervals, so a stalled stream loop shows as a gap several intervals long.
 INTERVAL_MS = 300
 

@@ -28,21 +28,17 @@ from test_measurements import (
     _start_agent,
     _stop_agent,
     _totals,
+    compile_threads,
 )
 from test_stream import standin_servers
 
-FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 PLAN_SECONDS = 2
 MEMBERS = {"pr_root", "pr_op", "pr_hash", "pr_mix", "pr_fib", "pr_even", "pr_odd", "pr_search", "pr_check"}
 
 
 @pytest.fixture(scope="module")
 def threads_program(tmp_path_factory):
-    """The replacement fixture (threads.c over group.c), compiled by gcc with a GNU build id."""
-    out = tmp_path_factory.mktemp("plan-programs") / "threads"
-    subprocess.run(["gcc", "-O2", "-g", "-pthread", "-Wl,--build-id", f"-I{FIXTURES}", "-o", str(out),
-                    str(FIXTURES / "threads.c")], check=True)
-    return out
+    return compile_threads(tmp_path_factory.mktemp("plan-programs"))
 
 
 @pytest.fixture(scope="module")
