@@ -2,9 +2,9 @@
 // Shared helpers for the browser tests: the stack's coordinates (set by e2e/run.sh), an
 // authenticated API request context for cross-checking what the console shows, and a real
 // kernel workload.
-import { APIRequestContext, Page, request } from "@playwright/test";
+import { APIRequestContext, Page, expect, request } from "@playwright/test";
 import { spawn, ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readSync } from "node:fs";
 
 export const baseURL = process.env.HOTPATH_E2E_URL ?? "http://127.0.0.1:18080";
 export const dataDir = process.env.HOTPATH_E2E_DATA_DIR ?? "";
@@ -119,5 +119,17 @@ export async function waitCommandDone(ctx: APIRequestContext, path: string, time
     if (["done", "failed", "cancelled"].includes(c.state)) return c;
     if (Date.now() > end) throw new Error(`command not done: ${JSON.stringify(c)}`);
     await new Promise((r) => setTimeout(r, 300));
+  }
+}
+
+/** n bytes of a process's memory at an address, through /proc/PID/mem (what the program runs). */
+export function readMem(pid: number, address: bigint, n: number): Buffer {
+  const fd = openSync(`/proc/${pid}/mem`, "r");
+  try {
+    const buf = Buffer.alloc(n);
+    expect(readSync(fd, buf, 0, n, address)).toBe(n);
+    return buf;
+  } finally {
+    closeSync(fd);
   }
 }

@@ -10,10 +10,10 @@
 // with the agent's reason (this kernel forbids code replacement).
 import { test, expect, type APIRequestContext, type Browser, type Page } from "@playwright/test";
 import { execFileSync, spawn } from "node:child_process";
-import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { apiAs, baseURL, readyHost, startReadLoop, startReadyProgram, waitCommandDone } from "./helpers";
+import { apiAs, baseURL, readMem, readyHost, startReadLoop, startReadyProgram, waitCommandDone } from "./helpers";
 
 const fixtures = join(__dirname, "..", "..", "agent", "tests", "fixtures");
 const approver = { username: `approver-${Date.now()}`, password: "approver-password-e2e" };
@@ -91,17 +91,6 @@ async function attachFromConsole(page: Page, pid: number): Promise<string> {
 
 /** An address written in hex, with or without 0x. */
 const hex = (s: string): bigint => BigInt(s.startsWith("0x") ? s : `0x${s}`);
-
-function readMem(pid: number, address: bigint, n: number): Buffer {
-  const fd = openSync(`/proc/${pid}/mem`, "r");
-  try {
-    const buf = Buffer.alloc(n);
-    expect(readSync(fd, buf, 0, n, address)).toBe(n);
-    return buf;
-  } finally {
-    closeSync(fd);
-  }
-}
 
 async function approverPage(browser: Browser, url: string): Promise<Page> {
   const context = await browser.newContext({ baseURL, storageState: { cookies: [], origins: [] } });

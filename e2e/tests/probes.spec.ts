@@ -6,10 +6,10 @@
 // backend and Chromium, on the agent's threads fixture built by gcc here.
 import { test, expect, type APIRequestContext } from "@playwright/test";
 import { execFileSync } from "node:child_process";
-import { closeSync, mkdtempSync, openSync, readSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readyHost, startReadyProgram, waitCommandDone } from "./helpers";
+import { readMem, readyHost, startReadyProgram, waitCommandDone } from "./helpers";
 
 const fixtures = join(__dirname, "..", "..", "agent", "tests", "fixtures");
 let ctx: APIRequestContext;
@@ -52,17 +52,6 @@ async function prRoot(target: string) {
     if (fn) return (await (await ctx.get(`/api/v1/hosts/${hostId}/functions/${fn.id}?target=${target}`)).json()).function;
     if (Date.now() > end) throw new Error(`pr_root not in the catalog of ${target}`);
     await new Promise((r) => setTimeout(r, 500));
-  }
-}
-
-function readMem(pid: number, address: bigint, n: number): Buffer {
-  const fd = openSync(`/proc/${pid}/mem`, "r");
-  try {
-    const buf = Buffer.alloc(n);
-    expect(readSync(fd, buf, 0, n, address)).toBe(n);
-    return buf;
-  } finally {
-    closeSync(fd);
   }
 }
 
