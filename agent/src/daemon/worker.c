@@ -2,7 +2,7 @@
 /*
  * The command worker (see worker.h): a FIFO of jobs under a mutex and a
  * condition variable, one thread taking them in order and handing each to
- * daemon/commands.c. Results are packed once, remembered by id in a ring,
+ * the handler it was started with (the daemon's commands, daemon/commands.c). Results are packed once, remembered by id in a ring,
  * and queued for the stream loop (daemon/replies.c).
  */
 #include <errno.h>
@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "daemon/agent.h"
-#include "daemon/commands.h"
 #include "daemon/log.h"
 #include "daemon/result_store.h"
 #include "daemon/worker.h"
@@ -112,7 +111,7 @@ static void *worker_main(void *arg)
 		w->running = job;
 		pthread_mutex_unlock(&w->lock);
 
-		hp_run_command(ag, job);
+		w->run(ag, job);
 
 		pthread_mutex_lock(&w->lock);
 		w->running = NULL;
@@ -121,10 +120,11 @@ static void *worker_main(void *arg)
 	}
 }
 
-int hp_worker_start(struct agent *ag)
+int hp_worker_start(struct agent *ag, hp_job_handler run)
 {
 	struct hp_worker *w = &ag->worker;
 	memset(w, 0, sizeof(*w));
+	w->run = run;
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->wake, NULL);
 	int r = pthread_create(&w->thread, NULL, worker_main, ag);

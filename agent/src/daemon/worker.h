@@ -34,7 +34,12 @@ struct hp_job {
 	volatile bool cancelled;
 };
 
+/* What the worker does with each job, on its thread (daemon/commands.h's
+ * hp_run_command in the daemon): it ends the job with one hp_job_result. */
+typedef void (*hp_job_handler)(struct agent *ag, struct hp_job *job);
+
 struct hp_worker {
+	hp_job_handler run;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	pthread_t thread;
@@ -50,7 +55,8 @@ struct hp_worker {
 	size_t next_result;
 };
 
-int hp_worker_start(struct agent *ag);
+/* Start the thread, which hands each job to run. */
+int hp_worker_start(struct agent *ag, hp_job_handler run);
 /* Stop after the running command (queued ones are dropped) and free. */
 void hp_worker_stop(struct agent *ag);
 /* Take a command from the stream (copied); answers duplicates and cancels. */
