@@ -32,7 +32,7 @@ int cmd_parse(int argc, char **argv);     /* inspect.c: parse a whole target, pr
 int cmd_run(int argc, char **argv);       /* run.c: connect to the backend and serve it */
 int cmd_enroll(int argc, char **argv);    /* run.c: get this host's certificate from the backend */
 int cmd_sample(int argc, char **argv);    /* sample.c: whole-system PC sampling, locally */
-int cmd_plan(int argc, char **argv);      /* plan.c: a code positioning plan for a root function */
+int cmd_plan(int argc, char **argv);      /* make_plan.c: a code positioning plan for a root function */
 int cmd_install(int argc, char **argv);   /* install.c: a plan's code into a running process */
 int cmd_revert(int argc, char **argv);    /* install.c: take installed code out again */
 int cmd_installed(int argc, char **argv); /* install.c: what the journals say is installed */

@@ -15,7 +15,7 @@
 #include "daemon/commands.h"
 #include "daemon/log.h"
 #include "daemon/measurements.h"
-#include "daemon/plans.h"
+#include "daemon/plan_commands.h"
 #include "daemon/targets.h"
 #include "daemon/worker.h"
 

@@ -28,7 +28,7 @@
 #include "daemon/daemon.h"
 #include "daemon/enroll.h"
 #include "daemon/log.h"
-#include "daemon/plans.h"
+#include "daemon/plan_commands.h"
 #include "daemon/session.h"
 #include "daemon/transport.h"
 #include "host/processes.h"

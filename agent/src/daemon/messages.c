@@ -16,7 +16,7 @@
 #include "daemon/agent.h"
 #include "daemon/log.h"
 #include "daemon/messages.h"
-#include "daemon/plans.h"
+#include "daemon/plan_commands.h"
 #include "daemon/transport.h"
 
 int hp_send_msg(struct hp_stream *st, Hotpath__V1__AgentMessage *m)

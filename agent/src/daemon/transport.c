@@ -37,7 +37,7 @@
 #include <grpc/support/time.h>
 
 #include "daemon/credentials.h"
-#include "daemon/plans.h"
+#include "daemon/plan_commands.h"
 #include "daemon/transport.h"
 
 #define HP_SEND_STALL_MS 30000

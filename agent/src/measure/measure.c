@@ -3,7 +3,7 @@
  * The measurement handle (see measure.h): checks the request, opens the
  * target (the live kernel's model, or the model of a process found by pid or
  * by command name), resolves the resources into rows, plans and arms the
- * probes (plan.c), and then serves reads (readout.c), waits and state under
+ * probes (arm.c), and then serves reads (readout.c), waits and state under
  * one lock. A process target is watched through pidfds: its exit freezes the
  * values at that moment, detaches the probes and ends the measurement.
  */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The measurement handle's insides, shared by the files that implement it:
- * measure.c (open, state, close), plan.c (metrics to mechanisms and probes
+ * measure.c (open, state, close), arm.c (metrics to mechanisms and probes
  * per row) and readout.c (counters to per-interval values, edges). Nothing
  * outside measure/ includes this.
  */
@@ -76,7 +76,7 @@ struct hp_measure {
 	char detail[512];
 };
 
-/* plan.c: decide every row's metrics and build and attach its probes. */
+/* arm.c: decide every row's metrics and build and attach its probes. */
 int hp_measure_plan_rows(struct hp_measure *h, bool allow_partial, char *err, size_t errlen);
 int hp_measure_arm(struct hp_measure *h, const struct hp_probe_config *base, unsigned sample_hz, bool allow_partial,
 		   char *err, size_t errlen);

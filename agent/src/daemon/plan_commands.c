@@ -29,7 +29,7 @@
 #include "daemon/agent.h"
 #include "daemon/log.h"
 #include "daemon/measurements.h"
-#include "daemon/plans.h"
+#include "daemon/plan_commands.h"
 #include "daemon/targets.h"
 #include "daemon/worker.h"
 #include "measure/measure.h"

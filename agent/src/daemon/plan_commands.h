@@ -6,8 +6,8 @@
  * `install`, `revert` and `installed` print. And the replace layer's
  * recovery at start-up, before any command runs.
  */
-#ifndef HOTPATH_DAEMON_PLANS_H
-#define HOTPATH_DAEMON_PLANS_H
+#ifndef HOTPATH_DAEMON_PLAN_COMMANDS_H
+#define HOTPATH_DAEMON_PLAN_COMMANDS_H
 
 #include <stddef.h>
 
