@@ -15,7 +15,7 @@
 #ifndef HOTPATH_DAEMON_AGENT_H
 #define HOTPATH_DAEMON_AGENT_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,7 +70,8 @@ struct agent {
 	const char *state_dir;
 };
 
-/* Set by SIGINT/SIGTERM. */
-extern volatile sig_atomic_t hp_stop_requested;
+/* Set by SIGINT/SIGTERM; read by every thread (lock-free, so a signal
+ * handler may set it). */
+extern _Atomic bool hp_stop_requested;
 
 #endif

@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,12 +38,13 @@
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 4000
 
-volatile sig_atomic_t hp_stop_requested;
+_Static_assert(ATOMIC_BOOL_LOCK_FREE == 2, "a signal handler sets hp_stop_requested");
+_Atomic bool hp_stop_requested;
 
 static void on_signal(int sig)
 {
 	(void)sig;
-	hp_stop_requested = 1;
+	hp_stop_requested = true;
 }
 
 static void install_signals(void)

@@ -14,6 +14,7 @@
 #define HOTPATH_DAEMON_MEASUREMENTS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,7 +38,7 @@ struct hp_measurements {
 	pthread_t thread;
 	bool thread_started;
 	bool initialized;
-	volatile bool stop;
+	_Atomic bool stop; /* set by the stopping thread, read by the measurements' */
 };
 
 int hp_measurements_init(struct hp_measurements *ms, const char *state_dir);

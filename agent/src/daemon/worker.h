@@ -14,6 +14,7 @@
 #define HOTPATH_DAEMON_WORKER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,7 +32,7 @@ struct agent;
 struct hp_job {
 	char id[HP_COMMAND_ID_MAX];
 	Hotpath__V1__Command *cmd; /* unpacked, owned */
-	volatile bool cancelled;
+	_Atomic bool cancelled;    /* set by the stream loop, read by the worker */
 };
 
 /* What the worker does with each job, on its thread (daemon/commands.h's
