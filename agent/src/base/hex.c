@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * Hex digits and hex strings into bytes (see hex.h).
+ * Hex digits and hex strings into bytes and back (see hex.h).
  */
 #include "base/hex.h"
 
@@ -24,4 +24,14 @@ int hp_unhex(const char *s, size_t n, uint8_t *out)
 		out[i] = (uint8_t)(hi << 4 | lo);
 	}
 	return 0;
+}
+
+void hp_hex(const uint8_t *b, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[b[i] >> 4];
+		out[2 * i + 1] = digits[b[i] & 15];
+	}
+	out[2 * n] = 0;
 }

@@ -15,6 +15,9 @@
  * Every change is journaled (journal.h) before it is made; a failed install
  * is reverted before the error is returned, and a journal left by an agent
  * that died is read back by hp_installed_list and finished by hp_revert.
+ * The layer's interface, implemented by install_engine.c (installing),
+ * revert.c, installed.c (the listing, moved code, patches) and plan_file.c
+ * (the plan file), over install_op.c and journal_state.c.
  */
 #ifndef HOTPATH_REPLACE_INSTALL_H
 #define HOTPATH_REPLACE_INSTALL_H

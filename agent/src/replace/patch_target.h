@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Where replacement writes: the target interface. The install and revert
- * engine (install.c) is written against these operations only; a running
- * process implements them with ptrace and /proc/PID/mem (process_target.c),
- * and the kernel module's /dev/hotpath implements the same set (allocate a
+ * engine (install_engine.c, revert.c) is written against these operations
+ * only; a running process implements them with ptrace and /proc/PID/mem
+ * (process_target.c), and the kernel module's /dev/hotpath implements the same set (allocate a
  * code heap near text, write it, redirect an entry, patch a call site,
  * undo, release) in the kernel target.
  *

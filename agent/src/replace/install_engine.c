@@ -1,0 +1,534 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Installing (install.h), written against the target interface only;
+ * reverting is revert.c's, the journals read back journal_state.c's,
+ * the listing installed.c's. One journal per install, in STATE_DIR/replace/:
+ *   ID.plan.json   the plan as installed (for listing, measuring and the
+ *                  second pass)
+ *   ID.journal     records, each durable before its change is made:
+ *     begin      who and what: pid, start time, root, module, build id,
+ *                code hash, address shift
+ *     undo       a change to existing bytes with the original bytes
+ *                (scratch bytes, the entry, a call site)
+ *     heap       the code heap about to be mapped (address, length);
+ *     heap_mapped, unwind_register (intent), unwind_registered, installed,
+ *     revert, restored, unwind_deregister (intent), unwind_deregistered,
+ *     heap_released, heap_kept,
+ *     reverted (the journal is then removed).
+ * Recovery never trusts a record alone: a change counts as made when the
+ * live bytes are its new bytes, as undone when they are the original ones.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "isa/isa.h"
+#include "replace/install.h"
+#include "replace/install_op.h"
+#include "replace/journal.h"
+#include "replace/journal_state.h"
+#include "replace/patch_target.h"
+
+#define REACH      ((int64_t)1 << 31)
+#define HEAP_ALIGN 4096
+
+const char *hp_install_step_name(enum hp_install_step s)
+{
+	static const char *const n[] = {
+		"",      "checked", "journaled", "stopped",      "scratch",      "heap",        "unwind",
+		"entry", "calls",   "installed", "revert_calls", "revert_entry", "revert_heap", "reverted"
+	};
+	return (unsigned)s < sizeof(n) / sizeof(n[0]) ? n[s] : "?";
+}
+
+/* The copy's address of an instruction boundary inside the root's entry
+ * block (decoding the original and the copy side by side), or 0. */
+static uint64_t map_pc(void *ctx, uint64_t pc)
+{
+	struct hp_op *x = ctx;
+	const struct hp_imember *root = &x->p->members[0];
+	uint64_t entry = root->addr + (uint64_t)x->delta;
+	const struct hp_iblock *b0 = NULL;
+
+	for (size_t i = 0; i < root->nblocks; i++)
+		if (root->blocks[i].offset == 0)
+			b0 = &root->blocks[i];
+	if (!b0 || !b0->new_size || pc <= entry || pc >= entry + x->entry_block_len)
+		return 0;
+	uint64_t copy = b0->new_addr - x->p->base;
+	const uint8_t *c = x->image + copy;
+	uint32_t oo = 0, co = 0;
+	while (oo < x->entry_block_len && co < b0->new_size) {
+		struct hp_isa_insn a, b;
+		if (hp_isa_decode(x->entry_block + oo, x->entry_block_len - oo, entry + oo, &a) < 0 ||
+		    hp_isa_decode(c + co, b0->new_size - co, x->heap.addr + copy + co, &b) < 0)
+			return 0;
+		if (a.cls != HP_IC_OTHER || b.cls != HP_IC_OTHER)
+			return 0; /* the block's branch may be laid out otherwise: wait instead */
+		oo += a.len;
+		co += b.len;
+		if (entry + oo == pc)
+			return x->heap.addr + copy + co;
+	}
+	return 0;
+}
+
+static int check_plan(struct hp_op *x, char *err, size_t errlen)
+{
+	const struct hp_iplan *p = x->p;
+	const struct hp_install_opts *o = x->o;
+	int r;
+
+	if (!p->hash[0] || strcmp(p->hash, p->computed)) {
+		snprintf(err, errlen,
+			 "the plan was altered: its code hashes to %s, the plan states %s; only the code as planned "
+			 "(and approved) is installed",
+			 p->computed, p->hash[0] ? p->hash : "no hash");
+		return -EBADMSG;
+	}
+	if (o->approved_hash && strcmp(o->approved_hash, p->computed)) {
+		snprintf(err, errlen, "the plan's code hash %s is not the approved hash %s", p->computed,
+			 o->approved_hash);
+		return -EACCES;
+	}
+	if (o->approve && (r = o->approve(o->approve_ctx, p, err, errlen)) < 0)
+		return r;
+	/* The root's entry takes a 5-byte jump: no other block may start in it. */
+	const struct hp_imember *root = &p->members[0];
+	if (root->size < 5) {
+		snprintf(err, errlen, "%s is %u bytes long: too short for the jump to its copy", root->name,
+			 root->size);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < root->nblocks; i++)
+		if (root->blocks[i].offset > 0 && root->blocks[i].offset < 5) {
+			snprintf(err, errlen,
+				 "%s has a block at +%u, inside the 5 bytes its entry jump would cover: a thread "
+				 "running the original could branch into the jump",
+				 root->name, root->blocks[i].offset);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+static int check_target(struct hp_op *x, char *err, size_t errlen)
+{
+	const struct hp_iplan *p = x->p;
+	uint64_t bias;
+	int r;
+
+	if ((r = x->t.ops->module_base(&x->t, p->module, p->build_id, &bias, err, errlen)) < 0)
+		return r == -ENOENT ? -ESTALE : r;
+	x->delta = (int64_t)(bias - p->module_base);
+	for (size_t i = 0; i < p->nmembers; i++) {
+		const struct hp_imember *mb = &p->members[i];
+		uint8_t *b = malloc(mb->size + 1);
+		char dg[65] = "";
+		if (!b)
+			return -ENOMEM;
+		r = x->t.ops->read(&x->t, mb->addr + (uint64_t)x->delta, b, mb->size);
+		if (r == 0)
+			hp_bytes_digest(b, mb->size, dg);
+		if (i == 0)
+			memcpy(x->entry_block, b,
+			       x->entry_block_len =
+				       mb->size < sizeof(x->entry_block) ? mb->size : sizeof(x->entry_block));
+		free(b);
+		if (r < 0) {
+			snprintf(err, errlen, "cannot read %s in %s: %s", mb->name, x->t.desc, strerror(-r));
+			return r == -EIO ? -ESRCH : r;
+		}
+		if (strcmp(dg, mb->digest)) {
+			snprintf(err, errlen,
+				 "%s in %s is not the code the plan was made from (its bytes hash to %.16s..., the "
+				 "plan's to %.16s...): the target changed since planning%s",
+				 mb->name, x->t.desc, dg, mb->digest,
+				 i == 0 ? " (or a copy is installed already)" : "");
+			return -ESTALE;
+		}
+	}
+	/* The entry block, for moving threads stopped inside the jump's bytes. */
+	for (size_t i = 0; i < p->members[0].nblocks; i++)
+		if (p->members[0].blocks[i].offset == 0 && p->members[0].blocks[i].size < x->entry_block_len)
+			x->entry_block_len = p->members[0].blocks[i].size;
+	return 0;
+}
+
+/* Direct call sites of the root in the model (running addresses). */
+static size_t call_sites(const struct hp_model *m, uint64_t entry, uint64_t **out)
+{
+	size_t n = 0, cap = 0;
+	*out = NULL;
+	for (size_t mi = 0; m && mi < m->nmods; mi++) {
+		const struct hp_module *mod = &m->mods[mi];
+		for (size_t c = 0; c < mod->ncalls; c++) {
+			if (mod->calls[c].target != entry)
+				continue;
+			/* The function owning the call: find by index ranges. */
+			const struct hp_function *f = NULL;
+			size_t lo = 0, hi = mod->nfuncs;
+			while (lo < hi) {
+				size_t mid = (lo + hi) / 2;
+				const struct hp_function *g = &mod->funcs[mid];
+				if (c < g->call_start)
+					hi = mid;
+				else if (c >= g->call_start + g->ncalls)
+					lo = mid + 1;
+				else {
+					f = g;
+					break;
+				}
+			}
+			if (!f)
+				continue;
+			uint64_t site = f->addr + mod->calls[c].site;
+			if (n == cap) {
+				uint64_t *v = realloc(*out, (cap = cap ? cap * 2 : 64) * sizeof(*v));
+				if (!v)
+					return n;
+				*out = v;
+			}
+			(*out)[n++] = site;
+		}
+	}
+	return n;
+}
+
+static int install_inner(struct hp_op *x, char *err, size_t errlen)
+{
+	const struct hp_iplan *p = x->p;
+	const struct hp_install_opts *o = x->o;
+	struct hp_install_result *res = x->res;
+	uint64_t entry = p->members[0].addr + (uint64_t)x->delta, *sites = NULL;
+	size_t nsites = 0;
+	double t0 = hp_now();
+	int r;
+
+	if ((r = x->t.ops->quiesce(&x->t, err, errlen)) < 0)
+		return r;
+	res->stopped_ms = x->t.quiesce_seconds * 1e3;
+	hp_op_step(x, HP_STEP_STOPPED, x->t.desc);
+	/* Scratch bytes the target needs to work. */
+	if ((r = x->t.ops->prepare_scratch(&x->t, &x->scratch, err, errlen)) < 0)
+		return r;
+	if (x->scratch.big_len || x->scratch.len) {
+		if ((r = hp_op_record(x, hp_undo_record(&x->scratch), err, errlen)) < 0)
+			return r;
+		x->scratch_applied = true; /* from here on it may be written */
+		if ((r = x->t.ops->apply(&x->t, &x->scratch, NULL, NULL, err, errlen)) < 0)
+			return r;
+	}
+	hp_op_step(x, HP_STEP_SCRATCH, NULL);
+	/* The heap: within rel32 reach of every reference out of the copy and
+	 * of the entry's jump; call sites join where they fit. */
+	x->image_len = p->unwind_len ? p->unwind_off + p->unwind_len : p->code_len;
+	x->heap.len = (x->image_len + HEAP_ALIGN - 1) & ~(size_t)(HEAP_ALIGN - 1);
+	int64_t lo = INT64_MIN, hi = INT64_MAX;
+	int64_t span = (int64_t)x->heap.len + (1 << 20);
+#define NEED(a)                                 \
+	do {                                    \
+		int64_t a_ = (int64_t)(a);      \
+		if (a_ - REACH + span > lo)     \
+			lo = a_ - REACH + span; \
+		if (a_ + REACH - span < hi)     \
+			hi = a_ + REACH - span; \
+	} while (0)
+	NEED(entry);
+	for (size_t i = 0; i < p->nrelocs; i++)
+		NEED(p->relocs[i].target + (uint64_t)x->delta);
+	if (lo < 0)
+		lo = 0;
+	if (o->patch_calls && o->m) {
+		uint64_t *all = NULL;
+		size_t nall = call_sites(o->m, entry, &all);
+		sites = malloc((nall + 1) * sizeof(*sites));
+		for (size_t i = 0; sites && i < nall; i++) {
+			/* Inside the entry's jump, or out of reach: left calling the entry. */
+			if ((all[i] + 5 > entry && all[i] < entry + 5) || (int64_t)all[i] - REACH + span > hi ||
+			    (int64_t)all[i] + REACH - span < lo) {
+				res->call_sites_skipped++;
+				continue;
+			}
+			sites[nsites++] = all[i];
+		}
+		free(all);
+		for (size_t i = 0; i < nsites; i++)
+			NEED(sites[i]);
+	}
+#undef NEED
+	if (lo >= hi) {
+		snprintf(err, errlen, "the copy's references span more than 2 GiB: no place reaches them all");
+		free(sites);
+		return -ERANGE;
+	}
+	if ((r = x->t.ops->heap_place(&x->t, (uint64_t)lo, (uint64_t)hi, entry, x->heap.len, &x->heap.addr, err,
+				      errlen)) < 0) {
+		free(sites);
+		return r;
+	}
+	x->image = calloc(1, x->heap.len);
+	struct hp_plan tmp = {
+		.base = p->base, .code = p->code, .code_len = p->code_len, .relocs = p->relocs, .nrelocs = p->nrelocs
+	};
+	if (!x->image || hp_plan_relocate(&tmp, x->heap.addr, x->delta, x->image, err, errlen) < 0) {
+		free(sites);
+		return x->image ? -ERANGE : -ENOMEM;
+	}
+	if (p->unwind_len)
+		memcpy(x->image + p->unwind_off, p->unwind, p->unwind_len);
+	x->heap.data_len = p->unwind_len ? 1 : 0; /* asks for a data area; the target sizes it */
+	x->heap.unwind = p->unwind_len ? x->heap.addr + p->unwind_off : 0;
+	if ((r = hp_op_record(x,
+			      json_pack("{s:s, s:o, s:i, s:o}", "op", "heap", "addr", hp_jrec_hex(x->heap.addr), "len",
+					(int)x->heap.len, "unwind", hp_jrec_hex(x->heap.unwind)),
+			      err, errlen)) < 0) {
+		free(sites);
+		return r;
+	}
+	x->heap_mapped = true; /* may be, from here on */
+	if ((r = x->t.ops->heap_map(&x->t, &x->heap, x->image, err, errlen)) < 0) {
+		free(sites);
+		return r;
+	}
+	hp_op_record(x,
+		     json_pack("{s:s, s:o, s:i}", "op", "heap_mapped", "data", hp_jrec_hex(x->heap.data), "data_len",
+			       (int)x->heap.data_len),
+		     err, errlen);
+	res->heap = x->heap.addr;
+	res->heap_len = x->heap.len;
+	hp_op_step(x, HP_STEP_HEAP, NULL);
+	/* Unwind data, registered where the process has an unwinder. */
+	if (x->heap.unwind) {
+		if ((r = hp_op_record(x, json_pack("{s:s}", "op", "unwind_register"), err, errlen)) < 0) {
+			free(sites);
+			return r;
+		}
+		x->unwind_unknown = true;
+		if ((r = x->t.ops->unwind_register(&x->t, &x->heap, err, errlen)) < 0) {
+			/* Refused before the call was made (-EBUSY): nothing registered. */
+			if (r == -EBUSY)
+				x->unwind_unknown = false;
+			free(sites);
+			return r;
+		}
+		x->unwind_unknown = false;
+		hp_op_record(
+			x, json_pack("{s:s, s:b}", "op", "unwind_registered", "registered", x->heap.unwind_registered),
+			err, errlen);
+		res->unwind_registered = x->heap.unwind_registered;
+		snprintf(res->unwind_note, sizeof(res->unwind_note), "%s",
+			 x->heap.unwind_registered ? "registered with the process's unwinder (__register_frame_info)" :
+						     "the process has no unwinder loaded (libgcc_s): nothing to "
+						     "register");
+	} else {
+		snprintf(res->unwind_note, sizeof(res->unwind_note), "the plan has no unwind data");
+	}
+	hp_op_step(x, HP_STEP_UNWIND, NULL);
+	/* The entry. */
+	struct hp_undo u;
+	uint64_t new_entry = x->heap.addr + (p->members[0].new_addr - p->base);
+	double te = hp_now();
+	if ((r = x->t.ops->prepare_entry(&x->t, entry, new_entry, &u, err, errlen)) < 0 ||
+	    (r = hp_op_add_write(x, &u)) < 0 || (r = hp_op_record(x, hp_undo_record(&u), err, errlen)) < 0) {
+		free(sites);
+		return r;
+	}
+	if ((r = x->t.ops->apply(&x->t, &x->writes[x->nwrites - 1], map_pc, x, err, errlen)) < 0) {
+		free(sites);
+		return r;
+	}
+	res->entry_us = (hp_now() - te) * 1e6;
+	res->entry = entry;
+	res->new_entry = new_entry;
+	hp_op_step(x, HP_STEP_ENTRY, NULL);
+	/* Call sites: journaled together, then written. */
+	double tc = hp_now();
+	size_t first = x->nwrites;
+	json_t **recs = calloc(nsites + 1, sizeof(*recs));
+	for (size_t i = 0; recs && i < nsites; i++) {
+		if (x->t.ops->prepare_call(&x->t, sites[i], new_entry, &u, err, errlen) < 0) {
+			res->call_sites_skipped++;
+			continue;
+		}
+		if ((r = hp_op_add_write(x, &u)) < 0)
+			break;
+		recs[x->nwrites - 1 - first] = hp_undo_record(&u);
+	}
+	free(sites);
+	if (!recs) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	if (x->nwrites > first) {
+		r = hp_journal_append(&x->j, recs, x->nwrites - first, err, errlen);
+		for (size_t i = 0; i < x->nwrites - first; i++)
+			json_decref(recs[i]);
+		if (r < 0) {
+			/* Not journaled: not written. */
+			for (size_t k = first; k < x->nwrites; k++)
+				hp_undo_free(&x->writes[k]);
+			x->nwrites = first;
+			free(recs);
+			return r;
+		}
+		for (size_t k = first; k < x->nwrites; k++)
+			if ((r = x->t.ops->apply(&x->t, &x->writes[k], NULL, NULL, err, errlen)) < 0) {
+				free(recs);
+				return r;
+			}
+	}
+	free(recs);
+	res->call_sites = x->nwrites - first;
+	res->calls_ms = (hp_now() - tc) * 1e3;
+	hp_op_step(x, HP_STEP_CALLS, NULL);
+	/* The scratch bytes go back; then the install is complete. */
+	if (x->scratch_applied) {
+		if ((r = x->t.ops->restore(&x->t, &x->scratch, err, errlen)) < 0)
+			return r;
+		x->scratch_applied = false;
+	}
+	if ((r = hp_op_record(x,
+			      json_pack("{s:s, s:o, s:i}", "op", "installed", "new_entry", hp_jrec_hex(new_entry),
+					"calls", (int)res->call_sites),
+			      err, errlen)) < 0)
+		return r;
+	x->t.ops->resume(&x->t);
+	res->pcs_moved = x->t.pcs_moved;
+	res->waits = x->t.waits;
+	res->total_ms = (hp_now() - t0) * 1e3;
+	hp_op_step(x, HP_STEP_INSTALLED, NULL);
+	return 0;
+}
+
+static void sanitize(const char *in, char *out, size_t len)
+{
+	size_t k = 0;
+	for (; *in && k + 1 < len; in++)
+		out[k++] = (*in >= 'a' && *in <= 'z') || (*in >= 'A' && *in <= 'Z') || (*in >= '0' && *in <= '9') ||
+					   *in == '_' ?
+				   *in :
+				   '_';
+	out[k] = 0;
+}
+
+bool hp_install_id_valid(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	if (!n || n > HP_INSTALL_ID_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+		      s[i] == '-' || s[i] == '_'))
+			return false;
+	return true;
+}
+
+int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct hp_install_result *res, char *err,
+	       size_t errlen)
+{
+	struct hp_op x = { .p = p, .o = o, .res = res, .progress = o->progress, .pctx = o->progress_ctx };
+	char dir[4096], name[128], rootname[24], path[4200];
+	uint32_t rnd = 0;
+	int pid = o->pid ? o->pid : p->pid, r;
+	double t0 = hp_now();
+
+	memset(res, 0, sizeof(*res));
+	x.j.fd = -1;
+	if (pid <= 0) {
+		snprintf(err, errlen, "the plan names no process: give --pid");
+		return -EINVAL;
+	}
+	if (o->id && !hp_install_id_valid(o->id)) {
+		snprintf(err, errlen, "an install id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
+		return -EINVAL;
+	}
+	if ((r = check_plan(&x, err, errlen)) < 0)
+		return r;
+	if ((r = hp_patch_target_process(pid, o->pid && o->pid != p->pid ? 0 : p->start_time, &x.t, err, errlen)) < 0)
+		return r;
+	x.have_target = true;
+	snprintf(dir, sizeof(dir), "%s/replace", o->state_dir);
+	/* One install per root and process. */
+	uint64_t start = x.t.instance;
+	if (hp_journal_find(dir, pid, start, p->root, path, sizeof(path)) == 0) {
+		if (!o->replace) {
+			snprintf(err, errlen,
+				 "%s is installed in %s already (%s): revert it first, or install a second pass with "
+				 "--replace",
+				 p->root, x.t.desc, path);
+			hp_op_free(&x);
+			return -EEXIST;
+		}
+		struct hp_install_result rr;
+		x.t.ops->close(&x.t);
+		x.have_target = false;
+		if ((r = hp_revert(o->state_dir, pid, p->root, &rr, o->progress, o->progress_ctx, err, errlen)) < 0)
+			return r;
+		if ((r = hp_patch_target_process(pid, start, &x.t, err, errlen)) < 0)
+			return r;
+		x.have_target = true;
+	}
+	if ((r = check_target(&x, err, errlen)) < 0) {
+		hp_op_free(&x);
+		return r;
+	}
+	res->check_ms = (hp_now() - t0) * 1e3;
+	hp_op_step(&x, HP_STEP_CHECKED, x.t.desc);
+	/* The journal and the plan, durable before anything changes. */
+	if (o->id) {
+		snprintf(res->id, sizeof(res->id), "%s", o->id);
+	} else {
+		getrandom(&rnd, sizeof(rnd), 0);
+		sanitize(p->root, rootname, sizeof(rootname));
+		snprintf(res->id, sizeof(res->id), "hotpath-%d-%s-%08x", pid, rootname, rnd);
+	}
+	snprintf(x.heap.name, sizeof(x.heap.name), "%s", res->id);
+	snprintf(name, sizeof(name), "%s.journal", res->id);
+	if ((r = hp_journal_create(dir, name, &x.j, err, errlen)) < 0) {
+		hp_op_free(&x);
+		return r;
+	}
+	snprintf(res->journal, sizeof(res->journal), "%s", x.j.path);
+	hp_journal_plan_path(x.j.path, path, sizeof(path));
+	json_t *begin = json_pack("{s:s, s:i, s:s, s:i, s:I, s:s, s:s, s:s, s:s, s:I, s:o, s:o, s:s}", "op", "begin",
+				  "version", 1, "id", res->id, "pid", pid, "start_time", (json_int_t)start, "root",
+				  p->root, "module", p->module, "build_id", p->build_id, "hash", p->computed, "delta",
+				  (json_int_t)x.delta, "entry", hp_jrec_hex(p->members[0].addr + (uint64_t)x.delta),
+				  "base", hp_jrec_hex(p->base), "target", x.t.ops->kind);
+	if ((r = hp_write_file_durably(path, p->text, p->text_len, err, errlen)) < 0 ||
+	    (r = hp_op_record(&x, begin, err, errlen)) < 0) {
+		unlink(path);
+		hp_journal_retire(&x.j);
+		hp_op_free(&x);
+		return r;
+	}
+	hp_op_step(&x, HP_STEP_JOURNALED, x.j.path);
+	r = install_inner(&x, err, errlen);
+	if (r < 0) {
+		/* Undo what was done, then say why it failed. */
+		char e2[512];
+		int alive = x.t.ops->alive(&x.t);
+		int u = !alive ? 0 : x.t.ops->quiesce(&x.t, e2, sizeof(e2));
+		if (alive && u == 0)
+			u = hp_op_undo_all(&x, e2, sizeof(e2));
+		x.t.ops->resume(&x.t);
+		if (u == 0 && !(res->heap_kept)) {
+			hp_op_record(&x, json_pack("{s:s}", "op", "reverted"), e2, sizeof(e2));
+			hp_journal_retire(&x.j);
+			unlink(path);
+		} else if (u < 0) {
+			size_t n = strlen(err);
+			snprintf(err + n, errlen - n, "; undoing it failed too (%s): the journal %s keeps what to undo",
+				 e2, x.j.path);
+		}
+		hp_op_free(&x);
+		return r;
+	}
+	hp_op_free(&x);
+	return 0;
+}

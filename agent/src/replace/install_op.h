@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * An install or revert in progress, shared by the engine's two halves
+ * (install_engine.c, revert.c): its target, journal, heap and the writes it made,
+ * and undoing them (calls first, then the entry, then the heap), which both
+ * a failed install and a revert do. Nothing outside replace/ includes this.
+ */
+#ifndef HOTPATH_REPLACE_INSTALL_OP_H
+#define HOTPATH_REPLACE_INSTALL_OP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "replace/install.h"
+#include "replace/journal.h"
+#include "replace/patch_target.h"
+
+/* An install or revert in progress. */
+struct hp_op {
+	const struct hp_iplan *p;
+	const struct hp_install_opts *o;
+	struct hp_patch_target t;
+	bool have_target;
+	struct hp_journal j;
+	int64_t delta; /* running address - planned address */
+	struct hp_heap heap;
+	bool heap_mapped, unwind_intent, unwind_unknown;
+	uint8_t *image;
+	size_t image_len;
+	struct hp_undo scratch;
+	bool scratch_applied;
+	struct hp_undo *writes; /* entry first, then call sites */
+	size_t nwrites;
+	uint8_t entry_block[256]; /* the root's entry block as it was, for moving PCs */
+	uint32_t entry_block_len;
+	struct hp_install_result *res;
+	void (*progress)(void *ctx, enum hp_install_step s, const char *detail);
+	void *pctx;
+};
+
+/* Report step s to the caller's progress callback. */
+void hp_op_step(struct hp_op *x, enum hp_install_step s, const char *detail);
+/* Append rec (taken) to the journal, durably. 0 or a negative errno. */
+int hp_op_record(struct hp_op *x, json_t *rec, char *err, size_t errlen);
+/* The live bytes under u: 0 the original ones, 1 the ones written, 2
+ * neither, -1 unreadable. */
+int hp_op_live_state(struct hp_op *x, const struct hp_undo *u);
+/* Remember a write (entry first, then call sites). 0 or -ENOMEM. */
+int hp_op_add_write(struct hp_op *x, const struct hp_undo *u);
+/* Undo what x made, calls first, then the entry, then the heap. The target
+ * is quiesced. Scratch bytes go back whatever happens. */
+int hp_op_undo_all(struct hp_op *x, char *err, size_t errlen);
+void hp_op_free(struct hp_op *x);
+
+#endif
