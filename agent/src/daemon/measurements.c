@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * The daemon's measurements (see measurements.h). A request names resources
+ * The daemon's measurements (see measurements.h): their lifecycle (start,
+ * read every interval, stop, re-arm, restore after a restart); their batches
+ * are measurement_batch.c's, their files measurement_store.c's, their
+ * protocol messages measurement_proto.c's. A request names resources
  * by (catalog digest, function index, kind, offset); they become the measure
- * layer's resource words as absolute addresses in the target ("0xADDR" for a
- * function or an instruction address, "0xFUNC+0xOFF" for a block), so module
- * names never matter. The armed rows are described once (MeasurementInfo);
+ * layer's parsed resources (measure/spec.h) as absolute addresses in the
+ * target (an address for a function or an instruction, a function's address
+ * and an offset for a block), so module names never matter. The armed rows are described once (MeasurementInfo);
  * batches then refer to them by position, with units and mechanisms interned
  * per batch. One thread reads every due measurement under the registry lock;
  * starting one (slow: probes are attached) happens outside it.
@@ -22,6 +25,9 @@
 
 #include "daemon/agent.h"
 #include "daemon/log.h"
+#include "daemon/measurement_batch.h"
+#include "daemon/measurement_proto.h"
+#include "daemon/measurement_store.h"
 #include "daemon/measurements.h"
 #include "daemon/targets.h"
 #include "daemon/worker.h"
@@ -48,13 +54,6 @@ struct hp_active {
 	struct hp_profile *final;
 };
 
-static int64_t unix_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static bool valid_id(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
@@ -67,79 +66,6 @@ static bool valid_id(const char *s)
 			return false;
 	}
 	return true;
-}
-
-static Hotpath__V1__MeasurementState state_of(enum hp_measure_state s)
-{
-	switch (s) {
-	case HP_MEASURE_ARMED:
-		return HOTPATH__V1__MEASUREMENT_STATE__MEASUREMENT_STATE_ARMED;
-	case HP_MEASURE_RUNNING:
-		return HOTPATH__V1__MEASUREMENT_STATE__MEASUREMENT_STATE_RUNNING;
-	case HP_MEASURE_TARGET_EXITED:
-		return HOTPATH__V1__MEASUREMENT_STATE__MEASUREMENT_STATE_TARGET_EXITED;
-	default:
-		return HOTPATH__V1__MEASUREMENT_STATE__MEASUREMENT_STATE_FAILED;
-	}
-}
-
-/* The proto's metric for a measure-layer metric. */
-static Hotpath__V1__Metric proto_metric(int m)
-{
-	static const Hotpath__V1__Metric map[HP_METRIC_N] = {
-		[HP_METRIC_COUNT] = HOTPATH__V1__METRIC__METRIC_COUNT,
-		[HP_METRIC_WALL] = HOTPATH__V1__METRIC__METRIC_WALL_NS,
-		[HP_METRIC_VTIME] = HOTPATH__V1__METRIC__METRIC_VTIME_NS,
-		[HP_METRIC_CONCURRENCY] = HOTPATH__V1__METRIC__METRIC_CONCURRENCY,
-		[HP_METRIC_CYCLES] = HOTPATH__V1__METRIC__METRIC_CYCLES,
-		[HP_METRIC_INSTRUCTIONS] = HOTPATH__V1__METRIC__METRIC_INSTRUCTIONS,
-		[HP_METRIC_ICACHE_STALL] = HOTPATH__V1__METRIC__METRIC_ICACHE_STALL,
-		[HP_METRIC_BRANCH_MISPREDICT] = HOTPATH__V1__METRIC__METRIC_BRANCH_MISPREDICT,
-	};
-	return m >= 0 && m < HP_METRIC_N ? map[m] : HOTPATH__V1__METRIC__METRIC_UNSPECIFIED;
-}
-
-static void set_detail(Hotpath__V1__MeasurementInfo *info, const char *s)
-{
-	if (info->detail && info->detail != protobuf_c_empty_string)
-		free(info->detail);
-	info->detail = strdup(s ? s : "");
-}
-
-/* ---- persistence ---------------------------------------------------------------------------- */
-
-static void save(struct hp_measurements *ms, const struct hp_active *a)
-{
-	if (!ms->dir[0])
-		return;
-	char path[4400], tmp[4400];
-	snprintf(path, sizeof(path), "%s/%s.pb", ms->dir, a->id);
-	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", ms->dir, a->id);
-	size_t len = hotpath__v1__measurement_info__get_packed_size(a->info);
-	uint8_t *buf = malloc(len ? len : 1);
-	FILE *f = buf ? fopen(tmp, "we") : NULL;
-	bool ok = false;
-	if (f) {
-		hotpath__v1__measurement_info__pack(a->info, buf);
-		ok = fwrite(buf, 1, len, f) == len;
-		ok = fclose(f) == 0 && ok;
-		ok = ok && rename(tmp, path) == 0;
-	}
-	if (!ok) {
-		unlink(tmp);
-		hp_log(false, "cannot keep measurement %s in %s: it will not survive a restart of the agent", a->id,
-		       ms->dir);
-	}
-	free(buf);
-}
-
-static void unsave(struct hp_measurements *ms, const char *id)
-{
-	if (!ms->dir[0])
-		return;
-	char path[4400];
-	snprintf(path, sizeof(path), "%s/%s.pb", ms->dir, id);
-	unlink(path);
 }
 
 int hp_measurements_init(struct hp_measurements *ms, const char *state_dir)
@@ -167,147 +93,6 @@ static void free_active(struct hp_active *a)
 	if (a->info)
 		hotpath__v1__measurement_info__free_unpacked(a->info, NULL);
 	free(a);
-}
-
-/* ---- batches -------------------------------------------------------------------------------- */
-
-/* Strings a batch names by position. */
-struct interned {
-	const char *s[64];
-	size_t n;
-};
-
-static uint32_t intern(struct interned *t, const char *s)
-{
-	for (size_t i = 0; i < t->n; i++)
-		if (strcmp(t->s[i], s) == 0)
-			return (uint32_t)i;
-	if (t->n == sizeof(t->s) / sizeof(t->s[0]))
-		return 0;
-	t->s[t->n] = s;
-	return (uint32_t)t->n++;
-}
-
-static bool add_value(Hotpath__V1__MetricValue *slot, const struct hp_metric_value *v, Hotpath__V1__Metric metric,
-		      struct interned *units, struct interned *mechs)
-{
-	if (!v->present)
-		return false;
-	hotpath__v1__metric_value__init(slot);
-	slot->metric = metric;
-	slot->value = v->value;
-	slot->total = v->total;
-	slot->unit = intern(units, v->unit ? v->unit : "");
-	slot->label = (Hotpath__V1__ValueLabel)(v->label + 1);
-	slot->mechanism = intern(mechs, v->mechanism ? v->mechanism : "");
-	return true;
-}
-
-/* Queue one interval's values in the outbox. Rows whose values are all zero are left out. */
-static int queue_batch(struct agent *ag, const struct hp_active *a, const struct hp_measure_reading *r, int state,
-		       const char *detail)
-{
-	size_t n = r->nrows, per = HP_METRIC_N + 2;
-	Hotpath__V1__ResourceValues *rv = calloc(n ? n : 1, sizeof(*rv));
-	Hotpath__V1__ResourceValues **rvp = calloc(n ? n : 1, sizeof(*rvp));
-	Hotpath__V1__MetricValue *vals = calloc(n ? n * per : 1, sizeof(*vals));
-	Hotpath__V1__MetricValue **valp = calloc(n ? n * per : 1, sizeof(*valp));
-	Hotpath__V1__EdgeCount *ec = NULL, **ecp = NULL;
-	int ret = -ENOMEM;
-	if (!rv || !rvp || !vals || !valp)
-		goto out;
-	struct interned units = { 0 }, mechs = { 0 };
-	size_t nrv = 0;
-	for (size_t i = 0; i < n; i++) {
-		const struct hp_measure_row_values *row = &r->rows[i];
-		Hotpath__V1__MetricValue *v = &vals[i * per];
-		Hotpath__V1__MetricValue **vp = &valp[i * per];
-		size_t k = 0;
-		bool nonzero = row->samples || row->exits;
-		for (int m = 0; m < HP_METRIC_N; m++)
-			if (add_value(&v[k], &row->v[m], proto_metric(m), &units, &mechs)) {
-				nonzero |= v[k].value != 0;
-				vp[k] = &v[k];
-				k++;
-			}
-		if (add_value(&v[k], &row->wall_per_call, HOTPATH__V1__METRIC__METRIC_WALL_PER_CALL_NS, &units, &mechs))
-			vp[k] = &v[k], k++;
-		if (add_value(&v[k], &row->vtime_per_call, HOTPATH__V1__METRIC__METRIC_VTIME_PER_CALL_NS, &units,
-			      &mechs))
-			vp[k] = &v[k], k++;
-		if (!k || !nonzero)
-			continue;
-		hotpath__v1__resource_values__init(&rv[nrv]);
-		rv[nrv].resource = (uint32_t)i;
-		rv[nrv].n_values = k;
-		rv[nrv].values = vp;
-		rv[nrv].samples = row->samples;
-		rv[nrv].exits = row->exits;
-		rvp[nrv] = &rv[nrv];
-		nrv++;
-	}
-	Hotpath__V1__MeasurementBatch b = HOTPATH__V1__MEASUREMENT_BATCH__INIT;
-	b.measurement_id = (char *)a->id;
-	b.interval_start_unix_ns = r->start_unix_ns;
-	b.interval_end_unix_ns = r->end_unix_ns > r->start_unix_ns ? r->end_unix_ns : r->start_unix_ns + 1;
-	b.state = (Hotpath__V1__MeasurementState)state;
-	b.detail = (char *)(detail ? detail : "");
-	b.n_resources = nrv;
-	b.resources = rvp;
-	b.n_units = units.n;
-	b.units = (char **)units.s;
-	b.n_mechanisms = mechs.n;
-	b.mechanisms = (char **)mechs.s;
-	b.samples_total = r->samples_total;
-	b.samples_lost = r->samples_lost;
-	b.frames_dropped = r->frames_dropped;
-	b.exits_unmatched = r->exits_unmatched;
-	/* Edges of the functions measured with their blocks (measure/edges.c);
-	 * edges that carried nothing in the interval are left out. */
-	struct hp_function_edges *fe = NULL;
-	size_t nfe = 0, nedges = 0;
-	if (hp_measure_edges_from(a->h, r, true, &fe, &nfe) < 0)
-		goto out;
-	for (size_t i = 0; i < nfe; i++)
-		nedges += fe[i].edges.nedges;
-	ec = calloc(nedges ? nedges : 1, sizeof(*ec));
-	ecp = calloc(nedges ? nedges : 1, sizeof(*ecp));
-	if (!ec || !ecp)
-		goto out_edges;
-	size_t k = 0;
-	for (size_t i = 0; i < nfe; i++)
-		for (size_t j = 0; j < fe[i].edges.nedges; j++) {
-			const struct hp_edge *e = &fe[i].edges.edges[j];
-			if (!e->count)
-				continue; /* absent means none in this interval, as for values */
-			hotpath__v1__edge_count__init(&ec[k]);
-			ec[k].function_row = (uint32_t)fe[i].function_row;
-			ec[k].from_offset = e->from < fe[i].nblocks ? fe[i].block_offsets[e->from] : 0;
-			ec[k].to_offset = e->to < fe[i].nblocks ? fe[i].block_offsets[e->to] : 0;
-			ec[k].count = e->count;
-			ec[k].kind = (Hotpath__V1__EdgeKind)(e->kind + 1);
-			ec[k].label = fe[i].sampled           ? HOTPATH__V1__EDGE_LABEL__EDGE_LABEL_SAMPLED_ESTIMATE :
-				      e->how == HP_EDGE_EXACT ? HOTPATH__V1__EDGE_LABEL__EDGE_LABEL_EXACT_DERIVED :
-								HOTPATH__V1__EDGE_LABEL__EDGE_LABEL_ESTIMATED;
-			ecp[k] = &ec[k];
-			k++;
-		}
-	b.n_edges = k;
-	b.edges = ecp;
-	Hotpath__V1__AgentMessage msg = HOTPATH__V1__AGENT_MESSAGE__INIT;
-	msg.kind_case = HOTPATH__V1__AGENT_MESSAGE__KIND_MEASUREMENT;
-	msg.measurement = &b;
-	ret = hp_outbox_add(&ag->outbox, &msg, b.interval_start_unix_ns, b.interval_end_unix_ns);
-out_edges:
-	hp_measure_edges_free(fe, nfe);
-out:
-	free(ec);
-	free(ecp);
-	free(rv);
-	free(rvp);
-	free(vals);
-	free(valp);
-	return ret;
 }
 
 /* End a measurement: its last interval (read now) carries the end state. Locked. */
@@ -442,7 +227,7 @@ static void end_active(struct agent *ag, struct hp_active *a, int state, const c
 	if (a->h) {
 		struct hp_measure_reading r;
 		if (hp_measure_read(a->h, &r) == 0) {
-			if (queue_batch(ag, a, &r, state, detail) < 0)
+			if (hp_measurement_queue_batch(&ag->outbox, a->id, a->h, &r, state, detail) < 0)
 				hp_log(false, "measurement %s: out of memory keeping its last interval", a->id);
 			hp_measure_reading_free(&r);
 		}
@@ -451,11 +236,11 @@ static void end_active(struct agent *ag, struct hp_active *a, int state, const c
 		a->h = NULL;
 	}
 	a->info->state = (Hotpath__V1__MeasurementState)state;
-	set_detail(a->info, detail);
-	a->info->ended_unix_ns = unix_ns();
+	hp_measurement_info_set_detail(a->info, detail);
+	a->info->ended_unix_ns = hp_unix_ns();
 	hp_targets_release(&ag->targets, a->target);
 	a->target = NULL;
-	unsave(&ag->measurements, a->id);
+	hp_measurement_unsave(ag->measurements.dir, a->id);
 	hp_log(true, "measurement %s ended: %s", a->id, detail ? detail : "");
 }
 
@@ -473,7 +258,7 @@ static void tick(struct agent *ag, int64_t now_ms)
 		char detail[512] = "";
 		enum hp_measure_state s = hp_measure_state(a->h, detail, sizeof(detail));
 		if (s >= HP_MEASURE_TARGET_EXITED) {
-			end_active(ag, a, state_of(s), detail);
+			end_active(ag, a, hp_measurement_state_proto(s), detail);
 			continue;
 		}
 		struct hp_measure_reading r;
@@ -481,9 +266,9 @@ static void tick(struct agent *ag, int64_t now_ms)
 			hp_log(false, "measurement %s: out of memory reading an interval", a->id);
 			continue;
 		}
-		int st = state_of(r.state);
+		int st = hp_measurement_state_proto(r.state);
 		a->info->state = (Hotpath__V1__MeasurementState)st;
-		if (queue_batch(ag, a, &r, st, "") < 0)
+		if (hp_measurement_queue_batch(&ag->outbox, a->id, a->h, &r, st, "") < 0)
 			hp_log(false, "measurement %s: out of memory keeping an interval", a->id);
 		hp_measure_reading_free(&r);
 	}
@@ -543,172 +328,6 @@ void hp_measurements_free(struct hp_measurements *ms)
 
 /* ---- starting ------------------------------------------------------------------------------- */
 
-/* The measure layer's words for a request's resources, in the target's model. */
-static int request_words(const struct hp_model *m, const Hotpath__V1__StartMeasurement *req, char ***words_out,
-			 bool **blocks_out, char *err, size_t errlen)
-{
-	size_t n = req->n_resources;
-	char **words = calloc(n, sizeof(char *));
-	bool *blocks = calloc(n, sizeof(bool));
-	if (!words || !blocks) {
-		free(words);
-		free(blocks);
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	int ret = 0;
-	for (size_t i = 0; i < n && !ret; i++) {
-		const Hotpath__V1__ResourceRef *rr = req->resources[i];
-		const struct hp_module *mod = NULL;
-		for (size_t k = 0; k < m->nmods && !mod; k++)
-			if (strcmp(m->mods[k].digest, rr->digest ? rr->digest : "") == 0)
-				mod = &m->mods[k];
-		if (!mod) {
-			snprintf(err, errlen, "resource %zu: the target has no module with catalog %.16s", i,
-				 rr->digest ? rr->digest : "");
-			ret = -ENOENT;
-			break;
-		}
-		if (rr->function_index >= mod->nfuncs) {
-			snprintf(err, errlen, "resource %zu: function %u of %s does not exist (%zu functions)", i,
-				 rr->function_index, mod->name, mod->nfuncs);
-			ret = -ENOENT;
-			break;
-		}
-		const struct hp_function *f = &mod->funcs[rr->function_index];
-		char w[64];
-		switch (rr->kind) {
-		case HOTPATH__V1__RESOURCE_KIND__RESOURCE_KIND_FUNCTION:
-			snprintf(w, sizeof(w), "0x%" PRIx64, f->addr);
-			blocks[i] = rr->blocks;
-			break;
-		case HOTPATH__V1__RESOURCE_KIND__RESOURCE_KIND_BLOCK:
-			snprintf(w, sizeof(w), "0x%" PRIx64 "+0x%x", f->addr, rr->offset);
-			break;
-		case HOTPATH__V1__RESOURCE_KIND__RESOURCE_KIND_ADDRESS:
-			if (rr->offset >= f->size) {
-				snprintf(err, errlen, "resource %zu: offset 0x%x is outside %s (size 0x%x)", i,
-					 rr->offset, f->name, f->size);
-				ret = -ENOENT;
-				break;
-			}
-			snprintf(w, sizeof(w), "0x%" PRIx64, f->addr + rr->offset);
-			break;
-		default:
-			snprintf(err, errlen, "resource %zu: unknown resource kind %d", i, (int)rr->kind);
-			ret = -EINVAL;
-			break;
-		}
-		if (!ret && !(words[i] = strdup(w))) {
-			snprintf(err, errlen, "out of memory");
-			ret = -ENOMEM;
-		}
-	}
-	if (ret) {
-		for (size_t i = 0; i < n; i++)
-			free(words[i]);
-		free(words);
-		free(blocks);
-		return ret;
-	}
-	*words_out = words;
-	*blocks_out = blocks;
-	return 0;
-}
-
-/* The armed measurement described as MeasurementInfo (unpacked and owned). */
-static Hotpath__V1__MeasurementInfo *describe(struct hp_measure *h, const struct hp_model *m, const char *target_id,
-					      const Hotpath__V1__StartMeasurement *req, unsigned interval_ms)
-{
-	size_t n = hp_measure_nrows(h);
-	const struct hp_measure_row *rows = hp_measure_rows(h);
-	Hotpath__V1__MeasuredResource *res = calloc(n ? n : 1, sizeof(*res));
-	Hotpath__V1__MeasuredResource **resp = calloc(n ? n : 1, sizeof(*resp));
-	Hotpath__V1__MetricPlan *plans = calloc(n ? n * HP_METRIC_N : 1, sizeof(*plans));
-	Hotpath__V1__MetricPlan **planp = calloc(n ? n * HP_METRIC_N : 1, sizeof(*planp));
-	uint32_t pids32[HP_MEASURE_MAX_PIDS];
-	int pids[HP_MEASURE_MAX_PIDS];
-	Hotpath__V1__MeasurementInfo *out = NULL;
-	if (!res || !resp || !plans || !planp)
-		goto done;
-	for (size_t i = 0; i < n; i++) {
-		const struct hp_measure_row *row = &rows[i];
-		Hotpath__V1__MeasuredResource *r = &res[i];
-		hotpath__v1__measured_resource__init(r);
-		r->digest = (char *)m->mods[row->module_index].digest;
-		r->function_index = row->function_index;
-		bool block = row->kind == HP_ROW_BLOCK;
-		r->kind = block ? HOTPATH__V1__RESOURCE_KIND__RESOURCE_KIND_BLOCK :
-				  HOTPATH__V1__RESOURCE_KIND__RESOURCE_KIND_FUNCTION;
-		r->block_offset = block ? row->block_offset : 0;
-		r->function = (char *)row->function;
-		r->address = block ? row->block_address : row->function_address;
-		r->size = block ? row->block_size : row->function_size;
-		r->function_row = block && row->function_row != HP_ROW_NONE ? row->function_row + 1 : 0;
-		r->metrics = &planp[i * HP_METRIC_N];
-		for (int k = 0; k < HP_METRIC_N; k++) {
-			const struct hp_metric_info *mi = &row->metric[k];
-			if (!mi->requested)
-				continue;
-			Hotpath__V1__MetricPlan *p = &plans[i * HP_METRIC_N + k];
-			hotpath__v1__metric_plan__init(p);
-			p->metric = proto_metric(k);
-			p->available = mi->available;
-			p->label = (Hotpath__V1__ValueLabel)(mi->label + 1);
-			p->mechanism = (char *)(mi->mechanism ? mi->mechanism : "");
-			p->reason = (char *)(mi->reason ? mi->reason : "");
-			p->unit = (char *)(k == HP_METRIC_COUNT && mi->label == HP_LABEL_SAMPLED ?
-						   "samples" :
-						   hp_metric_unit((enum hp_metric)k, block));
-			r->metrics[r->n_metrics++] = p;
-		}
-		resp[i] = r;
-	}
-	Hotpath__V1__MeasurementInfo info = HOTPATH__V1__MEASUREMENT_INFO__INIT;
-	info.measurement_id = req->measurement_id;
-	info.target = (char *)target_id;
-	info.state = HOTPATH__V1__MEASUREMENT_STATE__MEASUREMENT_STATE_ARMED;
-	info.detail = (char *)hp_measure_target_desc(h);
-	info.n_resources = n;
-	info.resources = resp;
-	info.interval_ms = interval_ms;
-	info.started_unix_ns = unix_ns();
-	info.request = (Hotpath__V1__StartMeasurement *)req;
-	size_t np = hp_measure_pids(h, pids, HP_MEASURE_MAX_PIDS);
-	for (size_t i = 0; i < np && i < HP_MEASURE_MAX_PIDS; i++)
-		pids32[i] = (uint32_t)pids[i];
-	info.n_pids = np < HP_MEASURE_MAX_PIDS ? np : HP_MEASURE_MAX_PIDS;
-	info.pids = pids32;
-	/* Pack and unpack: one owned copy that outlives the handle. */
-	size_t len = hotpath__v1__measurement_info__get_packed_size(&info);
-	uint8_t *buf = malloc(len ? len : 1);
-	if (buf) {
-		hotpath__v1__measurement_info__pack(&info, buf);
-		out = hotpath__v1__measurement_info__unpack(NULL, len, buf);
-		free(buf);
-	}
-done:
-	free(res);
-	free(resp);
-	free(plans);
-	free(planp);
-	return out;
-}
-
-/* Whether two descriptions measure the same rows. */
-static bool same_rows(const Hotpath__V1__MeasurementInfo *a, const Hotpath__V1__MeasurementInfo *b)
-{
-	if (a->n_resources != b->n_resources)
-		return false;
-	for (size_t i = 0; i < a->n_resources; i++) {
-		const Hotpath__V1__MeasuredResource *x = a->resources[i], *y = b->resources[i];
-		if (strcmp(x->digest, y->digest) || x->function_index != y->function_index || x->kind != y->kind ||
-		    x->block_offset != y->block_offset)
-			return false;
-	}
-	return true;
-}
-
 static int open_measurement(struct agent *ag, struct hp_target *t, const Hotpath__V1__StartMeasurement *req,
 			    struct hp_measure **out, unsigned *interval_ms, char *err, size_t errlen)
 {
@@ -737,15 +356,15 @@ static int open_measurement(struct agent *ag, struct hp_target *t, const Hotpath
 			 MAX_INTERVAL_MS);
 		return -EINVAL;
 	}
-	char **words = NULL;
+	struct hp_resource_spec *res = NULL;
 	bool *blocks = NULL;
-	int r = request_words(t->model, req, &words, &blocks, err, errlen);
+	int r = hp_measurement_request_resources(t->model, req, &res, &blocks, err, errlen);
 	if (r < 0)
 		return r;
 	struct hp_measure_spec spec = {
 		.target = t->kind == HOTPATH__V1__TARGET_KIND__TARGET_KIND_KERNEL ? HP_MEASURE_KERNEL : HP_MEASURE_PID,
 		.pid = t->pid,
-		.resources = (const char *const *)words,
+		.resource_specs = res,
 		.nresources = req->n_resources,
 		.metrics = mask,
 		.resource_blocks = blocks,
@@ -778,9 +397,7 @@ static int open_measurement(struct agent *ag, struct hp_target *t, const Hotpath
 	r = hp_measure_open(&spec, &env, out, err, errlen);
 	hp_moved_code_free(moved, nmoved);
 	free(bp);
-	for (size_t i = 0; i < req->n_resources; i++)
-		free(words[i]);
-	free(words);
+	free(res);
 	free(blocks);
 	return r < 0 ? -EINVAL : 0;
 }
@@ -812,18 +429,6 @@ static struct hp_active *find(struct hp_measurements *ms, const char *id)
 	return NULL;
 }
 
-static Hotpath__V1__MeasurementInfo *copy_info(const Hotpath__V1__MeasurementInfo *info)
-{
-	size_t len = hotpath__v1__measurement_info__get_packed_size(info);
-	uint8_t *buf = malloc(len ? len : 1);
-	if (!buf)
-		return NULL;
-	hotpath__v1__measurement_info__pack(info, buf);
-	Hotpath__V1__MeasurementInfo *c = hotpath__v1__measurement_info__unpack(NULL, len, buf);
-	free(buf);
-	return c;
-}
-
 int hp_measurements_start(struct agent *ag, struct hp_job *job, const Hotpath__V1__StartMeasurement *req,
 			  Hotpath__V1__MeasurementInfo **info, char *err, size_t errlen)
 {
@@ -836,7 +441,7 @@ int hp_measurements_start(struct agent *ag, struct hp_job *job, const Hotpath__V
 	pthread_mutex_lock(&ms->lock);
 	struct hp_active *have = find(ms, req->measurement_id);
 	if (have)
-		*info = copy_info(have->info);
+		*info = hp_measurement_info_copy(have->info);
 	pthread_mutex_unlock(&ms->lock);
 	if (have)
 		return *info ? 0 : -ENOMEM; /* started before: the same measurement */
@@ -866,7 +471,7 @@ int hp_measurements_start(struct agent *ag, struct hp_job *job, const Hotpath__V
 	}
 	hp_job_progress(ag, job, 0.9, "armed; describing the rows");
 	struct hp_active *a = calloc(1, sizeof(*a));
-	if (!a || !(a->info = describe(h, t->model, t->id, req, interval_ms))) {
+	if (!a || !(a->info = hp_measurement_describe(h, t->model, t->id, req, interval_ms))) {
 		free(a);
 		hp_measure_close(h);
 		hp_targets_release(&ag->targets, t);
@@ -882,8 +487,8 @@ int hp_measurements_start(struct agent *ag, struct hp_job *job, const Hotpath__V
 	pthread_mutex_lock(&ms->lock);
 	bool ok = publish(ms, a);
 	if (ok) {
-		save(ms, a);
-		*info = copy_info(a->info);
+		hp_measurement_save(ms->dir, a->id, a->info);
+		*info = hp_measurement_info_copy(a->info);
 	}
 	pthread_mutex_unlock(&ms->lock);
 	if (!ok) {
@@ -907,7 +512,7 @@ int hp_measurements_stop(struct agent *ag, const char *id, Hotpath__V1__Measurem
 	if (a && a->h)
 		end_active(ag, a, HOTPATH__V1__MEASUREMENT_STATE__MEASUREMENT_STATE_STOPPED, "stopped on request");
 	if (a)
-		*info = copy_info(a->info);
+		*info = hp_measurement_info_copy(a->info);
 	pthread_mutex_unlock(&ms->lock);
 	if (!a) {
 		snprintf(err, errlen, "no measurement %.64s on this agent", id ? id : "");
@@ -966,14 +571,15 @@ int hp_measurements_rearm(struct agent *ag, const char *target_id)
 		Hotpath__V1__MeasurementInfo *now = NULL;
 		if (t && t->state == HOTPATH__V1__TARGET_STATE__TARGET_STATE_ATTACHED && t->model &&
 		    open_measurement(ag, t, rq, &h, &interval_ms, err, sizeof(err)) == 0)
-			now = describe(h, t->model, t->id, rq, interval_ms);
+			now = hp_measurement_describe(h, t->model, t->id, rq, interval_ms);
 		pthread_mutex_lock(&ms->lock);
 		a = find(ms, ids[i]);
-		if (a && a->h && now && same_rows(now, a->info)) {
+		if (a && a->h && now && hp_measurement_same_rows(now, a->info)) {
 			/* The old probes' last interval, then the new ones count on. */
 			struct hp_measure_reading r;
 			if (hp_measure_read(a->h, &r) == 0) {
-				if (queue_batch(ag, a, &r, state_of(r.state), "") < 0)
+				if (hp_measurement_queue_batch(&ag->outbox, a->id, a->h, &r,
+							       hp_measurement_state_proto(r.state), "") < 0)
 					hp_log(false, "measurement %s: out of memory keeping an interval", a->id);
 				hp_measure_reading_free(&r);
 			}
@@ -1007,7 +613,7 @@ int hp_measurements_infos(struct hp_measurements *ms, Hotpath__V1__MeasurementIn
 	Hotpath__V1__MeasurementInfo **v = calloc(ms->n ? ms->n : 1, sizeof(*v));
 	size_t k = 0;
 	for (size_t i = 0; v && i < ms->n; i++)
-		if ((v[k] = copy_info(ms->v[i]->info)))
+		if ((v[k] = hp_measurement_info_copy(ms->v[i]->info)))
 			k++;
 	pthread_mutex_unlock(&ms->lock);
 	*out = v;
@@ -1036,8 +642,8 @@ static void keep_ended(struct hp_measurements *ms, Hotpath__V1__MeasurementInfo 
 	snprintf(a->target_id, sizeof(a->target_id), "%s", info->target);
 	a->info = info;
 	info->state = (Hotpath__V1__MeasurementState)state;
-	set_detail(info, detail);
-	info->ended_unix_ns = unix_ns();
+	hp_measurement_info_set_detail(info, detail);
+	info->ended_unix_ns = hp_unix_ns();
 	if (!publish(ms, a))
 		free_active(a);
 }
@@ -1075,7 +681,8 @@ static void restore_one(struct agent *ag, const char *path)
 	unsigned interval_ms = 0;
 	Hotpath__V1__MeasurementInfo *now = NULL;
 	if (open_measurement(ag, t, saved->request, &h, &interval_ms, err, sizeof(err)) < 0 ||
-	    !(now = describe(h, t->model, t->id, saved->request, interval_ms)) || !same_rows(now, saved)) {
+	    !(now = hp_measurement_describe(h, t->model, t->id, saved->request, interval_ms)) ||
+	    !hp_measurement_same_rows(now, saved)) {
 		if (!err[0])
 			snprintf(err, sizeof(err), "the code changed since it started: its rows differ now");
 		hp_log(false, "measurement %s cannot be armed again: %s", id, err);
@@ -1108,7 +715,7 @@ static void restore_one(struct agent *ag, const char *path)
 	a->next_due_ms = hp_mono_ms() + interval_ms;
 	pthread_mutex_lock(&ms->lock);
 	if (publish(ms, a))
-		save(ms, a);
+		hp_measurement_save(ms->dir, a->id, a->info);
 	else
 		free_active(a);
 	pthread_mutex_unlock(&ms->lock);

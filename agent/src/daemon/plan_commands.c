@@ -72,17 +72,15 @@ static bool is_kernel_id(const char *id)
 
 /* ---- MakePlan ------------------------------------------------------------------------------ */
 
-/* The measure layer's words for the root and its direct callees (calls and
- * tail calls to function entries of the same target, PLT stubs left out:
- * their callee is in another object and stays where it is). */
-static size_t callee_words(const struct hp_model *m, const struct hp_module *mod, const struct hp_function *root,
-			   char words[][24])
+/* The addresses of the root and its direct callees (calls and tail calls
+ * to function entries of the same target, PLT stubs left out: their callee
+ * is in another object and stays where it is). */
+static size_t callee_addresses(const struct hp_model *m, const struct hp_module *mod, const struct hp_function *root,
+			       uint64_t seen[MAX_CALLEES + 1])
 {
-	uint64_t seen[MAX_CALLEES + 1];
 	size_t n = 0;
 
-	seen[n] = root->addr;
-	snprintf(words[n++], 24, "0x%" PRIx64, root->addr);
+	seen[n++] = root->addr;
 	for (uint32_t pass = 0; pass < 2; pass++) {
 		uint32_t lim = pass ? root->nblocks : root->ncalls;
 		for (uint32_t i = 0; i < lim && n <= MAX_CALLEES; i++) {
@@ -105,8 +103,7 @@ static size_t callee_words(const struct hp_model *m, const struct hp_module *mod
 					;
 				if (j < n)
 					continue;
-				seen[n] = g->addr;
-				snprintf(words[n++], 24, "0x%" PRIx64, g->addr);
+				seen[n++] = g->addr;
 			}
 		}
 	}
@@ -147,17 +144,20 @@ static int measure_process(struct agent *ag, struct hp_job *job, struct hp_targe
 			   const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *bp, size_t nbp,
 			   struct hp_profile *out, char *err, size_t errlen)
 {
-	char words[MAX_CALLEES + 1][24];
-	const char *wp[MAX_CALLEES + 1];
-	size_t n = callee_words(m, mod, root, words), nblocks = 0;
+	uint64_t addrs[MAX_CALLEES + 1];
+	struct hp_resource_spec res[MAX_CALLEES + 1];
+	size_t n = callee_addresses(m, mod, root, addrs), nblocks = 0;
 	struct hp_measure *h = NULL;
 
-	for (size_t i = 0; i < n; i++)
-		wp[i] = words[i];
+	memset(res, 0, n * sizeof(*res));
+	for (size_t i = 0; i < n; i++) {
+		res[i].is_address = true;
+		res[i].address = addrs[i];
+	}
 	struct hp_measure_spec spec = {
 		.target = HP_MEASURE_PID,
 		.pid = t->pid,
-		.resources = wp,
+		.resource_specs = res,
 		.nresources = n,
 		.metrics = HP_METRIC_BIT(HP_METRIC_COUNT),
 		.blocks = true,

@@ -36,7 +36,7 @@ const char *hp_measure_state_name(enum hp_measure_state s)
 
 static int check_spec(const struct hp_measure_spec *s, char *err, size_t errlen)
 {
-	if (!s->nresources || !s->resources) {
+	if (!s->nresources || (!s->resources == !s->resource_specs)) {
 		snprintf(err, errlen, "no resources to measure (a function name, function+0xOFF or an address)");
 		return -HP_MEASURE_E_USAGE;
 	}
@@ -171,20 +171,45 @@ static int predicates(struct hp_measure *h, const struct hp_measure_spec *s, str
 	return 0;
 }
 
-static int resolve_rows(struct hp_measure *h, char *err, size_t errlen)
+/* The request's words parsed (spec.h): all of them, or *nparsed up to the
+ * first malformed one, whose reason is in perr. NULL when out of memory. */
+static struct hp_resource_spec *parse_words(const struct hp_measure *h, size_t *nparsed, char *perr, size_t perrlen)
+{
+	struct hp_resource_spec *v = calloc(h->nresources ? h->nresources : 1, sizeof(*v));
+	*nparsed = 0;
+	while (v && *nparsed < h->nresources &&
+	       hp_resource_parse(h->resources[*nparsed], &v[*nparsed], perr, perrlen) == 0)
+		(*nparsed)++;
+	return v;
+}
+
+/* The rows of the request's resources: given parsed, or its words parsed now. */
+static int resolve_rows(struct hp_measure *h, const struct hp_resource_spec *given, char *err, size_t errlen)
 {
 	int why = 0;
-	int r = hp_resolve(h->model, (const char *const *)h->resources, h->nresources,
+	char perr[256] = "";
+	size_t nres = h->nresources;
+	struct hp_resource_spec *parsed = given ? NULL : parse_words(h, &nres, perr, sizeof(perr));
+	if (!given && !parsed) {
+		snprintf(err, errlen, "out of memory");
+		return -HP_MEASURE_E_SYSTEM;
+	}
+	/* Resources before a malformed word are looked up first, so the first
+	 * bad resource of the request is the one reported. */
+	int r = hp_resolve(h->model, given ? given : parsed, (const char *const *)h->resources, nres,
 			   h->word_blocks ? false : h->blocks, h->word_blocks, HP_MEASURE_MAX_ROWS, &h->rows, &h->nrows,
 			   &why, err, errlen);
+	free(parsed);
 	if (r == -ENOMEM) {
 		snprintf(err, errlen, "out of memory");
 		return -HP_MEASURE_E_SYSTEM;
 	}
 	if (r < 0)
-		return why == HP_RESOLVE_BAD_WORD ? -HP_MEASURE_E_USAGE :
-		       why == HP_RESOLVE_TOO_MANY ? -HP_MEASURE_E_LIMIT :
-						    -HP_MEASURE_E_NOT_FOUND;
+		return why == HP_RESOLVE_TOO_MANY ? -HP_MEASURE_E_LIMIT : -HP_MEASURE_E_NOT_FOUND;
+	if (nres < h->nresources) {
+		snprintf(err, errlen, "%s", perr);
+		return -HP_MEASURE_E_USAGE;
+	}
 	size_t n = h->nrows ? h->nrows : 1;
 	h->pub = calloc(n, sizeof(*h->pub));
 	h->sampled_row = calloc(n, sizeof(*h->sampled_row));
@@ -198,6 +223,24 @@ static int resolve_rows(struct hp_measure *h, char *err, size_t errlen)
 	    !h->dead_vtime || !h->last) {
 		snprintf(err, errlen, "out of memory");
 		return -HP_MEASURE_E_SYSTEM;
+	}
+	return 0;
+}
+
+/* The request's resources as words, kept by the handle (rows and messages
+ * name them): its words, or its parsed resources written canonically.
+ * 0 or -HP_MEASURE_E_SYSTEM. */
+static int copy_resources(struct hp_measure *h, const struct hp_measure_spec *s)
+{
+	h->resources = calloc(s->nresources, sizeof(char *));
+	if (!h->resources)
+		return -HP_MEASURE_E_SYSTEM;
+	for (size_t i = 0; i < s->nresources; i++, h->nresources++) {
+		char w[HP_RESOURCE_MAX + 24];
+		if (s->resource_specs)
+			hp_resource_format(&s->resource_specs[i], w, sizeof(w));
+		if (!(h->resources[i] = strdup(s->resource_specs ? w : s->resources[i] ? s->resources[i] : "")))
+			return -HP_MEASURE_E_SYSTEM;
 	}
 	return 0;
 }
@@ -231,18 +274,10 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 	h->metrics = h->requested_metrics = s->metrics & ((1u << HP_METRIC_N) - 1);
 	if (h->metrics & HP_METRICS_TIMERS)
 		h->metrics |= HP_METRIC_BIT(HP_METRIC_COUNT); /* per-call values need the calls */
-	h->resources = calloc(s->nresources, sizeof(char *));
-	if (!h->resources) {
+	if ((r = copy_resources(h, s)) < 0) {
 		snprintf(err, errlen, "out of memory");
-		r = -HP_MEASURE_E_SYSTEM;
 		goto fail;
 	}
-	for (size_t i = 0; i < s->nresources; i++, h->nresources++)
-		if (!(h->resources[i] = strdup(s->resources[i] ? s->resources[i] : ""))) {
-			snprintf(err, errlen, "out of memory");
-			r = -HP_MEASURE_E_SYSTEM;
-			goto fail;
-		}
 	if ((r = open_target(h, s, env, err, errlen)) < 0)
 		goto fail;
 	if (env && env->nmoved && s->target == HP_MEASURE_PID) {
@@ -260,7 +295,7 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 		}
 	}
 	/* Unknown resources are refused before the (slower) capability probes. */
-	if ((r = resolve_rows(h, err, errlen)) < 0)
+	if ((r = resolve_rows(h, s->resource_specs, err, errlen)) < 0)
 		goto fail;
 	if (env && env->caps)
 		h->caps = *env->caps;

@@ -53,7 +53,11 @@ struct hp_measure_spec {
 	enum hp_measure_target_kind target; /* KERNEL, PID or COMM */
 	int pid;                            /* PID: the process */
 	const char *comm;                   /* COMM: every running process with this command name */
-	const char *const *resources;       /* resource words (see spec.h) */
+	/* The resources, one of two ways: words as written (the command line's,
+	 * parsed here, see spec.h), or already parsed (resource_specs, e.g.
+	 * addresses the daemon looked up by catalog and function index). */
+	const char *const *resources;
+	const struct hp_resource_spec *resource_specs;
 	size_t nresources;
 	uint32_t metrics; /* HP_METRIC_BIT set; COUNT is measured with any timer, for per-call values */
 	bool blocks;      /* add a row for every basic block of each function resource */

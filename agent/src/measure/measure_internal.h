@@ -44,7 +44,7 @@ struct hp_measure {
 	struct hp_row *rows; /* resolution result; slot i counts row i */
 	struct hp_measure_row *pub;
 	size_t nrows;
-	char **resources; /* copies of the request's words */
+	char **resources; /* copies of the request's words (parsed ones written canonically) */
 	size_t nresources;
 	/* Metric plans per row kind (function, block), shared by the rows. */
 	struct hp_metric_plan plan[2][HP_METRIC_N];

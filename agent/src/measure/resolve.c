@@ -161,8 +161,9 @@ static bool probeable_block(const struct hp_function *f, const struct hp_block *
 	return !(f->flags & HP_FN_UNREADABLE) && !((f->flags & HP_FN_UNDECODABLE) && b->offset >= f->bad_offset);
 }
 
-int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, bool all_blocks, const bool *word_blocks,
-	       size_t max_rows, struct hp_row **rows_out, size_t *nrows, int *why, char *err, size_t errlen)
+int hp_resolve(const struct hp_model *m, const struct hp_resource_spec *res, const char *const *labels, size_t n,
+	       bool all_blocks, const bool *word_blocks, size_t max_rows, struct hp_row **rows_out, size_t *nrows,
+	       int *why, char *err, size_t errlen)
 {
 	struct rows r = { .max = max_rows };
 	int ret = 0;
@@ -170,46 +171,39 @@ int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, boo
 	*rows_out = NULL;
 	*nrows = 0;
 	for (size_t w = 0; w < n; w++) {
-		struct hp_resource_spec rs;
-		char perr[256];
-		if (hp_resource_parse(words[w], &rs, perr, sizeof(perr)) < 0) {
-			*why = HP_RESOLVE_BAD_WORD;
-			snprintf(err, errlen, "%s", perr);
-			ret = -EINVAL;
-			goto out;
-		}
+		const struct hp_resource_spec *rs = &res[w];
 		const struct hp_module *mod = NULL;
 		const struct hp_function *f = NULL;
 		uint64_t off = 0;
-		bool by_offset = rs.has_offset;
-		if (rs.is_address) {
-			f = hp_model_lookup(m, rs.address, &mod);
+		bool by_offset = rs->has_offset;
+		if (rs->is_address) {
+			f = hp_model_lookup(m, rs->address, &mod);
 			if (!f) {
 				*why = HP_RESOLVE_NOT_FOUND;
-				snprintf(err, errlen, "no function at address 0x%" PRIx64, rs.address);
+				snprintf(err, errlen, "no function at address 0x%" PRIx64, rs->address);
 				ret = -EINVAL;
 				goto out;
 			}
-			if (rs.has_offset) {
+			if (rs->has_offset) {
 				/* 0xADDR+OFF: OFF from the start of the function holding ADDR. */
-				off = rs.offset;
+				off = rs->offset;
 				by_offset = true;
 			} else {
-				off = rs.address - f->addr;
+				off = rs->address - f->addr;
 				by_offset = off != 0;
 			}
 		} else {
 			struct hp_find_hit hits[4];
-			size_t nh = hp_model_find_all(m, rs.name, hits, 4);
+			size_t nh = hp_model_find_all(m, rs->name, hits, 4);
 			if (nh != 1) {
 				*why = HP_RESOLVE_NOT_FOUND;
 				if (!nh) {
-					snprintf(err, errlen, "no function '%s'", rs.name);
+					snprintf(err, errlen, "no function '%s'", rs->name);
 				} else {
 					int k = snprintf(
 						err, errlen,
 						"'%s' names %zu functions; say which with module:name or an address:",
-						rs.name, nh);
+						rs->name, nh);
 					for (size_t i = 0; i < nh && i < 4 && k > 0 && (size_t)k < errlen; i++)
 						k += snprintf(err + k, errlen - (size_t)k, " %s:%s at 0x%" PRIx64,
 							      hits[i].mod->name, hits[i].fn->name, hits[i].fn->addr);
@@ -219,7 +213,7 @@ int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, boo
 			}
 			mod = hits[0].mod;
 			f = hits[0].fn;
-			off = rs.offset;
+			off = rs->offset;
 		}
 		uint32_t mi = (uint32_t)(mod - m->mods), fi = (uint32_t)(f - mod->funcs), idx;
 		bool blocks = all_blocks || (word_blocks && word_blocks[w]);
@@ -228,7 +222,7 @@ int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, boo
 			uint32_t b = off < f->size ? block_of(mod, f, off, &at_start) : HP_ROW_NONE;
 			if (b == HP_ROW_NONE) {
 				*why = HP_RESOLVE_NOT_FOUND;
-				snprintf(err, errlen, "%s: offset 0x%" PRIx64 " is outside %s (size 0x%x)", words[w],
+				snprintf(err, errlen, "%s: offset 0x%" PRIx64 " is outside %s (size 0x%x)", labels[w],
 					 off, f->name, f->size);
 				ret = -EINVAL;
 				goto out;
@@ -240,7 +234,7 @@ int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, boo
 					snprintf(err, errlen,
 						 "%s is not the start of a basic block: it is inside the block %s+0x%x "
 						 "(0x%" PRIx64 ", %u bytes); blocks are measured at their start",
-						 words[w], f->name, bl->offset, f->addr + bl->offset, bl->size);
+						 labels[w], f->name, bl->offset, f->addr + bl->offset, bl->size);
 				else
 					snprintf(
 						err, errlen,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Code resources to measurement rows: each resource word of a request is
- * looked up in the target's code model and becomes a function row, a block
+ * Code resources to measurement rows: each resource of a request (parsed,
+ * spec.h) is looked up in the target's code model and becomes a function row, a block
  * row, or both (a function with --blocks gives its row and one per block,
  * unreachable traps aside).
  * A block is only ever its start: an address or function+OFF inside a block
@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "measure/spec.h"
 #include "model/model.h"
 
 #define HP_ROW_NONE UINT32_MAX
@@ -30,20 +31,21 @@ struct hp_row {
 	bool implicit;     /* a block row added by --blocks rather than named in the request */
 };
 
-enum { HP_RESOLVE_NOT_FOUND = 1, HP_RESOLVE_NOT_A_BLOCK = 2, HP_RESOLVE_BAD_WORD = 3, HP_RESOLVE_TOO_MANY = 4 };
+enum { HP_RESOLVE_NOT_FOUND = 1, HP_RESOLVE_NOT_A_BLOCK = 2, HP_RESOLVE_TOO_MANY = 4 };
 
 /*
- * Resolve n resource words against m; a function word adds its block rows
+ * Resolve n resources against m; a function resource adds its block rows
  * when blocks is set, or when word_blocks (may be NULL) is set for it. Rows
  * come out in request order, a
  * function's block rows right after its function row, without duplicates.
  * Returns 0, -ENOMEM, or -EINVAL with *why set to one of the HP_RESOLVE_
- * codes and err naming the word and the reason (candidates for an ambiguous
+ * codes and err naming the resource (labels[i], as the request wrote it) and the reason (candidates for an ambiguous
  * name, the containing block for an address inside one). At most max_rows
  * rows; more gives HP_RESOLVE_TOO_MANY.
  */
-int hp_resolve(const struct hp_model *m, const char *const *words, size_t n, bool blocks, const bool *word_blocks,
-	       size_t max_rows, struct hp_row **rows, size_t *nrows, int *why, char *err, size_t errlen);
+int hp_resolve(const struct hp_model *m, const struct hp_resource_spec *res, const char *const *labels, size_t n,
+	       bool blocks, const bool *word_blocks, size_t max_rows, struct hp_row **rows, size_t *nrows, int *why,
+	       char *err, size_t errlen);
 
 /*
  * Whether block b of f is an unreachable trap: nothing in the function's CFG

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -607,6 +608,78 @@ static void bad_input_is_refused_with_the_reason(void)
 		       "a process that is gone");
 }
 
+/* Resources given parsed (the daemon's addresses) arm the rows their words
+ * would, named by the words written canonically; a request gives words or
+ * parsed resources, not both; the first bad resource is the one reported,
+ * whether it is malformed or unknown. */
+static void parsed_resources_arm_the_same_rows(void)
+{
+	REQUIRE(fixture, "fixture did not compile");
+	struct child c;
+	const char *args[] = { "calls", "10", NULL };
+	REQUIRE(spawn(fixture, args, &c), "fixture did not start");
+	const char *words[] = { "mx_call", "mx_branch" };
+	struct hp_measure *h = NULL;
+	char err[1024];
+	int r = open_pid(c.pid, words, 2, HP_METRIC_BIT(HP_METRIC_COUNT), true, &h, err, sizeof(err));
+	if (r < 0)
+		kill_child(&c);
+	REQUIRE(r == 0, "open by words: %s", err);
+	const struct hp_measure_row *wr = hp_measure_rows(h);
+	size_t nw = hp_measure_nrows(h), blk = SIZE_MAX;
+	for (size_t i = 0; i < nw && blk == SIZE_MAX; i++)
+		if (wr[i].kind == HP_ROW_BLOCK && !strcmp(wr[i].function, "mx_branch") && wr[i].block_offset)
+			blk = i;
+	if (blk == SIZE_MAX)
+		kill_child(&c);
+	REQUIRE(blk != SIZE_MAX, "no block of mx_branch past its entry among %zu rows", nw);
+	struct hp_resource_spec res[2] = {
+		{ .is_address = true, .address = wr[row_of(h, "mx_call", HP_ROW_FUNCTION, 0)].function_address },
+		{ .is_address = true,
+		  .address = wr[blk].function_address,
+		  .has_offset = true,
+		  .offset = wr[blk].block_offset },
+	};
+	uint32_t want_off = wr[blk].block_offset;
+	char want0[32], want1[48];
+	snprintf(want0, sizeof(want0), "0x%" PRIx64, res[0].address);
+	snprintf(want1, sizeof(want1), "0x%" PRIx64 "+0x%" PRIx32, res[1].address, want_off);
+	struct hp_measure_spec s = { .target = HP_MEASURE_PID,
+				     .pid = c.pid,
+				     .resource_specs = res,
+				     .nresources = 2,
+				     .metrics = HP_METRIC_BIT(HP_METRIC_COUNT) };
+	struct hp_measure_env env = { .caps = &caps };
+	struct hp_measure *p = NULL;
+	r = hp_measure_open(&s, &env, &p, err, sizeof(err));
+	EXPECT(r == 0, "open by parsed resources: %s", err);
+	if (r == 0) {
+		const struct hp_measure_row *pr = hp_measure_rows(p);
+		EXPECT(hp_measure_nrows(p) == 2, "%zu rows for a function and a block", hp_measure_nrows(p));
+		EXPECT(hp_measure_nrows(p) >= 1 && pr[0].kind == HP_ROW_FUNCTION &&
+			       !strcmp(pr[0].function, "mx_call") && !strcmp(pr[0].resource, want0),
+		       "row 0 is %s named %s, not mx_call named %s", hp_measure_nrows(p) ? pr[0].function : "-",
+		       hp_measure_nrows(p) ? pr[0].resource : "-", want0);
+		EXPECT(hp_measure_nrows(p) >= 2 && pr[1].kind == HP_ROW_BLOCK && !strcmp(pr[1].function, "mx_branch") &&
+			       pr[1].block_offset == want_off && !strcmp(pr[1].resource, want1),
+		       "row 1 is not mx_branch's block at +0x%x named %s", want_off, want1);
+	}
+	hp_measure_close(p);
+	hp_measure_close(h);
+	p = NULL;
+	s.resources = words;
+	r = hp_measure_open(&s, &env, &p, err, sizeof(err));
+	EXPECT(r == -HP_MEASURE_E_USAGE, "words and parsed resources together: %d (%s)", r, err);
+	hp_measure_close(p);
+	const char *unknown_first[] = { "no_such_function_xyz", "mx call" },
+		   *bad_first[] = { "mx call", "no_such_function_xyz" };
+	expect_refused(c.pid, unknown_first, 2, HP_METRIC_BIT(HP_METRIC_COUNT), false, HP_MEASURE_E_NOT_FOUND,
+		       "no_such_function_xyz", "an unknown name before a malformed word");
+	expect_refused(c.pid, bad_first, 2, HP_METRIC_BIT(HP_METRIC_COUNT), false, HP_MEASURE_E_USAGE, "space",
+		       "a malformed word before an unknown name");
+	kill_child(&c);
+}
+
 /* Kernel measurements this host cannot make are refused naming the capability and the function's own rules. */
 static void kernel_refusals_name_the_reason(void)
 {
@@ -809,6 +882,7 @@ int main(void)
 	RUN(predicates_filter_in_the_kernel);
 	RUN(comm_target_covers_every_process);
 	RUN(bad_input_is_refused_with_the_reason);
+	RUN(parsed_resources_arm_the_same_rows);
 	RUN(kernel_refusals_name_the_reason);
 	RUN(ten_thousand_resources);
 	RUN(refused_locations_are_named);
