@@ -181,45 +181,24 @@ int hp_journals_list(const char *dir, char ***out, size_t *n)
 	return 0;
 }
 
-int hp_journal_find(const char *dir, int pid, uint64_t start, const char *root, char *path, size_t plen)
+/* The first journal in dir whose state match accepts: 0 with its path and
+ * process, -ENOENT, or list_err when dir cannot be read. */
+static int first_journal(const char *dir, bool (*match)(const struct hp_jstate *s, const void *ctx), const void *ctx,
+			 int list_err, char *path, size_t plen, int *pid)
 {
 	char **js, e[256];
-	size_t n;
-	int found = -ENOENT;
-
-	if (hp_journals_list(dir, &js, &n) < 0)
-		return -ENOENT;
-	for (size_t i = 0; i < n; i++) {
-		struct hp_jstate s;
-		if (found < 0 && hp_jstate_read(js[i], &s, e, sizeof(e)) == 0) {
-			if ((int)hp_jrec_u64(s.begin, "pid") == pid && hp_jrec_u64(s.begin, "start_time") == start &&
-			    !strcmp(json_string_value(json_object_get(s.begin, "root")) ?: "", root) && !s.reverted) {
-				snprintf(path, plen, "%s", js[i]);
-				found = 0;
-			}
-			hp_jstate_free(&s);
-		}
-		free(js[i]);
-	}
-	free(js);
-	return found;
-}
-
-int hp_journal_of_id(const char *dir, const char *id, char *path, size_t plen, int *pid)
-{
-	char **js;
 	size_t n;
 	int r = -ENOENT;
 
 	if (hp_journals_list(dir, &js, &n) < 0)
-		return -EIO;
+		return list_err;
 	for (size_t i = 0; i < n; i++) {
 		struct hp_jstate s;
-		char e[256];
 		if (r == -ENOENT && hp_jstate_read(js[i], &s, e, sizeof(e)) == 0) {
-			if (!strcmp(json_string_value(json_object_get(s.begin, "id")) ?: "", id)) {
+			if (match(&s, ctx)) {
 				snprintf(path, plen, "%s", js[i]);
-				*pid = (int)hp_jrec_u64(s.begin, "pid");
+				if (pid)
+					*pid = (int)hp_jrec_u64(s.begin, "pid");
 				r = 0;
 			}
 			hp_jstate_free(&s);
@@ -228,4 +207,33 @@ int hp_journal_of_id(const char *dir, const char *id, char *path, size_t plen, i
 	}
 	free(js);
 	return r;
+}
+
+struct installed_at {
+	int pid;
+	uint64_t start;
+	const char *root;
+};
+
+static bool is_installed_at(const struct hp_jstate *s, const void *ctx)
+{
+	const struct installed_at *w = ctx;
+	return (int)hp_jrec_u64(s->begin, "pid") == w->pid && hp_jrec_u64(s->begin, "start_time") == w->start &&
+	       !strcmp(json_string_value(json_object_get(s->begin, "root")) ?: "", w->root) && !s->reverted;
+}
+
+int hp_journal_find(const char *dir, int pid, uint64_t start, const char *root, char *path, size_t plen)
+{
+	struct installed_at w = { pid, start, root };
+	return first_journal(dir, is_installed_at, &w, -ENOENT, path, plen, NULL);
+}
+
+static bool has_id(const struct hp_jstate *s, const void *id)
+{
+	return !strcmp(json_string_value(json_object_get(s->begin, "id")) ?: "", id);
+}
+
+int hp_journal_of_id(const char *dir, const char *id, char *path, size_t plen, int *pid)
+{
+	return first_journal(dir, has_id, id, -EIO, path, plen, pid);
 }
