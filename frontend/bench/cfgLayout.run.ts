@@ -8,8 +8,8 @@
 // does in the console's fresh worker.
 import { readFileSync } from "node:fs";
 import { agentFunctionToDetail, parseAgentJson } from "../src/features/functions/agentCfg";
-import { buildCfgModel, layoutInput } from "../src/features/functions/cfgModel";
-import { layeredLayout } from "../src/features/functions/cfgLayout";
+import { buildCfgModel, layoutInput } from "../src/shared/cfg/cfgModel";
+import { layeredLayout } from "../src/shared/cfg/cfgLayout";
 
 const files = process.argv.slice(2);
 const fns = files.map((f) => agentFunctionToDetail(parseAgentJson(readFileSync(f, "utf8"))))

@@ -3,7 +3,7 @@
 // (unit tests in jsdom) it shapes in a macrotask instead.
 import { useEffect, useMemo, useRef, useState } from "react";
 import type { MeasurementCfg } from "../../api/types";
-import type { CfgLayout } from "./cfgModel";
+import type { CfgLayout } from "../../shared/cfg/cfgModel";
 import { shapeOverlay, type MeasuredOverlay, type OverlayGraph } from "./measuredOverlay";
 import type { OverlayReply, OverlayRequest } from "./measuredOverlay.worker";
 
