@@ -6,7 +6,8 @@
 #   python    ruff (lint and import order) and mypy (types), configured in backend/pyproject.toml, over the
 #             backend, its tests, the agent's Python stream tests, the Python benchmarks and the kernel
 #             lane's checks
-#   console   ESLint: typescript-eslint with type information, React hooks rules (frontend/eslint.config.js)
+#   console   ESLint: typescript-eslint with type information, React hooks rules, the console's layers (no
+#             import cycle, no feature importing another; frontend/eslint.config.js)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.tools/bin:$PATH"

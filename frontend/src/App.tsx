@@ -5,7 +5,7 @@ import { Layout } from "./Layout";
 import { LoginPage } from "./features/auth/LoginPage";
 import { RequireAuth } from "./features/auth/RequireAuth";
 import { HostsPage } from "./features/hosts/HostsPage";
-import { HostPage } from "./features/hosts/HostPage";
+import { HostPage } from "./pages/HostPage";
 import { FunctionPage } from "./features/functions/FunctionPage";
 import { AdminPage } from "./features/admin/AdminPage";
 import { MeasurePage } from "./features/measure/MeasurePage";

@@ -2,7 +2,7 @@
 // The signed-in frame: header with navigation, live-update status, the user and sign-out; the
 // live-update socket lives here so it runs exactly while someone is signed in.
 import { Link, Outlet } from "react-router-dom";
-import { useAuth } from "./features/auth/AuthContext";
+import { useAuth } from "./shared/AuthContext";
 import { useLiveUpdates } from "./api/live";
 import { useMe } from "./api/queries";
 

@@ -4,7 +4,7 @@ import { StrictMode } from "react";
 import { createRoot } from "react-dom/client";
 import { BrowserRouter } from "react-router-dom";
 import { QueryClient, QueryClientProvider } from "@tanstack/react-query";
-import { AuthProvider } from "./features/auth/AuthContext";
+import { AuthProvider } from "./shared/AuthContext";
 import { App } from "./App";
 import "./styles.css";
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Server state for every screen, as TanStack Query hooks over the typed client. Query keys start
-// with the host id so a live update for one host refreshes only that host's views.
-import { keepPreviousData, useMutation, useQueries, useQuery, useQueryClient } from "@tanstack/react-query";
+// with the host id so a live update for one host refreshes only that host's views. A query that views
+// ask for in more than one way (one at a time, or many with useQueries) is a `queryOptions` factory
+// (`…Query`) here, and each view adds only its own retry and enabled choices.
+import { keepPreviousData, queryOptions, useMutation, useQueries, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, ApiError, unwrap } from "./client";
 import type {
   Comparison, DataCoverage, EnrolmentRequest, EnrolmentToken, EnrolmentTokenCreated, FlameDiffData, FlameGraphData,
@@ -9,7 +11,6 @@ import type {
   TopFunctions, User, UserCreate, UserDetail, UserUpdate, Plan, PlanDetail, PlanAuditEntry, Command,
 } from "./types";
 import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
-import { planRefreshMs } from "../features/plans/beforeAfter";
 
 export const keys = {
   me: ["me"] as const,
@@ -30,6 +31,9 @@ export const keys = {
   calls: (hostId: string, fid: number, rest: unknown[]) => ["host", hostId, "calls", fid, ...rest] as const,
   // Under "samples", so live pushes refresh it with the function's block samples.
   insnSamples: (hostId: string, fid: number, range: string) => ["host", hostId, "samples", fid, "instructions", range] as const,
+  plans: (hostId: string) => ["host", hostId, "plans"] as const,
+  plan: (hostId: string, planId: string) => ["host", hostId, "plan", planId] as const,
+  command: (hostId: string, commandId: string) => ["host", hostId, "command", commandId] as const,
   enrolmentTokens: ["admin", "enrolment-tokens"] as const,
   enrolmentRequests: ["admin", "enrolment-requests"] as const,
   users: ["admin", "users"] as const,
@@ -113,8 +117,8 @@ export function useCatalogPieces(hostId: string) {
 }
 
 /** A function with its blocks, at its address in `target` (the kernel, or an attached process). */
-export function useFunctionDetail(hostId: string, fid: number, enabled = true, target = "kernel") {
-  return useQuery<FunctionDetail, Error>({
+export const functionDetailQuery = (hostId: string, fid: number, target = "kernel") =>
+  queryOptions<FunctionDetail, Error>({
     queryKey: keys.fn(hostId, fid, target),
     queryFn: () =>
       unwrap(
@@ -122,10 +126,11 @@ export function useFunctionDetail(hostId: string, fid: number, enabled = true, t
           params: { path: { host_id: hostId, function_id: fid }, query: { target } },
         }),
       ),
-    retry,
-    enabled,
     staleTime: Infinity,
   });
+
+export function useFunctionDetail(hostId: string, fid: number, enabled = true, target = "kernel") {
+  return useQuery({ ...functionDetailQuery(hostId, fid, target), retry, enabled });
 }
 
 export function useInstructions(hostId: string, fid: number, enabled: boolean, target = "kernel") {
@@ -146,8 +151,9 @@ export function useInstructions(hostId: string, fid: number, enabled: boolean, t
   });
 }
 
-export function useFunctionSamples(hostId: string, fid: number, range: TimeRange, live: boolean, enabled = true) {
-  return useQuery<FunctionSamples, Error>({
+/** A function's samples per block over the range (a live range follows new samples). */
+export const functionSamplesQuery = (hostId: string, fid: number, range: TimeRange, live: boolean) =>
+  queryOptions<FunctionSamples, Error>({
     queryKey: keys.samples(hostId, fid, rangeKey(range)),
     queryFn: () =>
       unwrap(
@@ -155,10 +161,11 @@ export function useFunctionSamples(hostId: string, fid: number, range: TimeRange
           params: { path: { host_id: hostId, function_id: fid }, query: rangeQuery(range) },
         }),
       ),
-    retry,
-    enabled,
     ...liveOptions(live),
   });
+
+export function useFunctionSamples(hostId: string, fid: number, range: TimeRange, live: boolean, enabled = true) {
+  return useQuery({ ...functionSamplesQuery(hostId, fid, range, live), retry, enabled });
 }
 
 export interface TopQuery {
@@ -472,7 +479,7 @@ export function useHostAction() {
 
 export function usePlans(hostId: string, functionIndex: { digest?: string; index?: number } = {}) {
   return useQuery<Plan[], Error>({
-    queryKey: ["host", hostId, "plans", functionIndex.digest ?? "", functionIndex.index ?? -1],
+    queryKey: [...keys.plans(hostId), functionIndex.digest ?? "", functionIndex.index ?? -1],
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans", {
       params: { path: { host_id: hostId }, query: { digest: functionIndex.digest, function_index: functionIndex.index } },
     })),
@@ -485,7 +492,7 @@ export function usePlans(hostId: string, functionIndex: { digest?: string; index
  *  those functions as running an installed copy. */
 export function useInstalledPlans(hostId: string, target?: string) {
   return useQuery<Plan[], Error>({
-    queryKey: ["host", hostId, "plans", "installed", target ?? ""],
+    queryKey: [...keys.plans(hostId), "installed", target ?? ""],
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans", {
       params: { path: { host_id: hostId }, query: { state: ["installed"], target, limit: 1000 } },
     })),
@@ -494,23 +501,23 @@ export function useInstalledPlans(hostId: string, target?: string) {
   });
 }
 
-/** One plan; polled while the agent works on it (planning, installing, reverting) and while its
- *  before/after windows fill. */
-export function usePlan(hostId: string, planId: string, enabled = true) {
+/** One plan; polled as `refreshMs` says from the plan as it stands (the plans feature polls while the
+ *  agent works on it — planning, installing, reverting — and while its before/after windows fill). */
+export function usePlan(hostId: string, planId: string, enabled: boolean, refreshMs: (p: PlanDetail | undefined) => number | false) {
   return useQuery<PlanDetail, Error>({
     enabled,
-    queryKey: ["host", hostId, "plan", planId],
+    queryKey: keys.plan(hostId, planId),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}", {
       params: { path: { host_id: hostId, plan_id: planId } },
     })),
     retry,
-    refetchInterval: (q) => planRefreshMs(q.state.data),
+    refetchInterval: (q) => refreshMs(q.state.data),
   });
 }
 
 export function usePlanAudit(hostId: string, planId: string, version: string) {
   return useQuery<PlanAuditEntry[], Error>({
-    queryKey: ["host", hostId, "plan", planId, "audit", version],
+    queryKey: [...keys.plan(hostId, planId), "audit", version],
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}/audit", {
       params: { path: { host_id: hostId, plan_id: planId } },
     })),
@@ -518,17 +525,40 @@ export function usePlanAudit(hostId: string, planId: string, version: string) {
   });
 }
 
-export function useCommand(hostId: string, commandId: string | null | undefined, poll: boolean) {
-  return useQuery<Command, Error>({
-    queryKey: ["host", hostId, "command", commandId ?? ""],
+/** A command as it stands (the live channel replaces it on every change); no id, no query. */
+export const commandQuery = (hostId: string, commandId: string | null | undefined) =>
+  queryOptions<Command, Error>({
+    queryKey: keys.command(hostId, commandId ?? ""),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/commands/{command_id}", {
-      params: { path: { host_id: hostId, command_id: commandId! } },
+      params: { path: { host_id: hostId, command_id: commandId ?? "" } },
     })),
     enabled: !!commandId,
-    retry,
-    refetchInterval: poll ? 1000 : false,
+  });
+
+/** A command polled every second while `poll` holds (the plan page's make command). */
+export function useCommand(hostId: string, commandId: string | null | undefined, poll: boolean) {
+  return useQuery({ ...commandQuery(hostId, commandId), retry, refetchInterval: poll ? 1000 : false });
+}
+
+/** The console's id of a plan group's member: the function of that name at that address in the target
+ *  (the first of that name when none is at that address). */
+export function useFunctionIdAt(hostId: string, target: string, m: { fn: string; address: string }, enabled: boolean) {
+  return useQuery<number | null, Error>({
+    queryKey: ["host", hostId, "plan-member", target, m.fn, m.address],
+    queryFn: async () => {
+      const page = await unwrap(api.GET("/api/v1/hosts/{host_id}/functions", {
+        params: { path: { host_id: hostId }, query: { q: m.fn, target, limit: 50 } },
+      }));
+      const named = page.items.filter((f) => f.name === m.fn);
+      const at = named.find((f) => strip0x(f.address_hex) === strip0x(m.address));
+      return (at ?? named[0])?.id ?? null;
+    },
+    enabled,
+    staleTime: Infinity,
   });
 }
+
+const strip0x = (s: string) => s.replace(/^0x/i, "").replace(/^0+(?=.)/, "").toLowerCase();
 
 export function useMakePlan(hostId: string) {
   const qc = useQueryClient();
@@ -537,7 +567,7 @@ export function useMakePlan(hostId: string) {
       params: { path: { host_id: hostId } },
       body: { seconds: 0, join_fraction: 0, stall_threshold: 0, max_functions: 0, ...body },
     })),
-    onSuccess: () => qc.invalidateQueries({ queryKey: ["host", hostId, "plans"] }),
+    onSuccess: () => qc.invalidateQueries({ queryKey: keys.plans(hostId) }),
   });
 }
 
@@ -557,8 +587,8 @@ export function usePlanStep(hostId: string, planId: string) {
       }
     },
     onSuccess: (p) => {
-      qc.setQueryData(["host", hostId, "plan", planId], p);
-      void qc.invalidateQueries({ queryKey: ["host", hostId, "plan", planId] });
+      qc.setQueryData(keys.plan(hostId, planId), p);
+      void qc.invalidateQueries({ queryKey: keys.plan(hostId, planId) });
     },
   });
 }

@@ -3,7 +3,7 @@
 import { render } from "@testing-library/react";
 import { MemoryRouter } from "react-router-dom";
 import { QueryClient, QueryClientProvider } from "@tanstack/react-query";
-import { AuthProvider } from "../features/auth/AuthContext";
+import { AuthProvider } from "../shared/AuthContext";
 import { App } from "../App";
 
 export function renderApp(url: string) {

@@ -9,8 +9,8 @@ import {
 } from "../../api/queries";
 import type { EnrolmentToken, EnrolmentTokenCreated } from "../../api/types";
 import { formatAgo } from "../../lib/format";
-import { HostStatus } from "../hosts/hostParts";
-import { useAuth } from "../auth/AuthContext";
+import { HostStatus } from "../../shared/hostParts";
+import { useAuth } from "../../shared/AuthContext";
 import { HostAdminActions } from "./HostAdminActions";
 import { PendingEnrolments } from "./PendingEnrolments";
 import { UsersPanel } from "./UsersPanel";

@@ -3,7 +3,7 @@
 // returns to the page that asked for a session (or the host list).
 import { useState, type FormEvent } from "react";
 import { Navigate, useLocation, useNavigate } from "react-router-dom";
-import { useAuth } from "./AuthContext";
+import { useAuth } from "../../shared/AuthContext";
 
 export function LoginPage() {
   const { session, signIn } = useAuth();

@@ -2,7 +2,7 @@
 // Route guard: without a session, go to the login page and come back afterwards.
 import type { ReactNode } from "react";
 import { Navigate, useLocation } from "react-router-dom";
-import { useAuth } from "./AuthContext";
+import { useAuth } from "../../shared/AuthContext";
 
 export function RequireAuth({ children }: { children: ReactNode }) {
   const { session } = useAuth();

@@ -4,21 +4,25 @@
 // growth reads as growth), largest change first. Opened from a range, that range becomes the comparison
 // and the baseline defaults to the period just before it; the time range above sets the baseline.
 // Relative ranges are pinned to absolute times when the view opens, so the link always reproduces the
-// same comparison. Shown as a table of functions or as a differential flame graph.
-import { useEffect, useMemo } from "react";
+// same comparison. Shown as a table of functions or as a differential flame graph (drawn by the flame
+// feature: the host page passes it in as `diffFlame`, so this feature does not import that one).
+import { useEffect, useMemo, type ReactNode } from "react";
 import { Link } from "react-router-dom";
 import { useCompare, useHosts } from "../../api/queries";
 import { formatCount, formatRate, formatShare } from "../../lib/format";
 import { formatRange, type TimeRange } from "../../lib/timeRange";
 import { rangeSearch, type HostView } from "../../lib/urlState";
-import { TimeRangePicker } from "../time/TimeRangePicker";
+import { TimeRangePicker } from "../../shared/TimeRangePicker";
 import { describeChange, pinComparison, previousPeriod } from "./compareModel";
-import { DiffFlameView } from "../flame/DiffFlameView";
 
-export function CompareView({ hostId, view, update }: {
+/** What the differential flame graph is drawn from: the two ranges and the comparison's host. */
+export interface DiffFlameProps { a: TimeRange; b: TimeRange; bHostId: string }
+
+export function CompareView({ hostId, view, update, diffFlame }: {
   hostId: string;
   view: HostView;
   update: (patch: Partial<HostView>, options?: { push?: boolean }) => void;
+  diffFlame: (p: DiffFlameProps) => ReactNode;
 }) {
   const hosts = useHosts();
   const a = view.range;
@@ -66,7 +70,7 @@ export function CompareView({ hostId, view, update }: {
         <button type="button" aria-pressed={view.compareView === "table"} onClick={() => update({ compareView: "table" }, { push: true })}>Functions table</button>
         <button type="button" aria-pressed={view.compareView === "flame"} onClick={() => update({ compareView: "flame" }, { push: true })}>Differential flame graph</button>
       </span>
-      {view.compareView === "flame" && <DiffFlameView hostId={hostId} view={view} update={update} a={a} b={b} bHostId={bHostId} />}
+      {view.compareView === "flame" && diffFlame({ a, b, bHostId })}
       {view.compareView === "table" && <>
       {cmp.isError && <p className="error" role="alert">Could not compare: {cmp.error.message}</p>}
       {cmp.data && (

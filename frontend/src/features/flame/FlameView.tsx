@@ -13,7 +13,7 @@ import { FlameGraph } from "./FlameGraph";
 import type { FlameInput } from "./flameModel";
 import { useFlameLayout } from "./useFlameLayout";
 import { useFlameNavigation } from "./useFlameNavigation";
-import { PprofButton } from "./PprofButton";
+import { PprofButton } from "../../shared/PprofButton";
 
 export function toFlameInput(d: FlameGraphData): FlameInput {
   return { frames: d.frames, frame: d.nodes.frame, parent: d.nodes.parent, total: d.nodes.total, self: d.nodes.self };

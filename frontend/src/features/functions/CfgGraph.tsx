@@ -7,8 +7,8 @@
 import { memo, useCallback, useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
 import { Link } from "react-router-dom";
 import { line, curveBasis } from "d3-shape";
-import type { CfgLayout, EdgeKind, PositionedNode } from "./cfgModel";
-import { NO_DATA_FILL, NO_SAMPLES_FILL, legendStops, type ScaleMode } from "./colourScale";
+import type { CfgLayout, EdgeKind, PositionedNode } from "../../shared/cfg/cfgModel";
+import { NO_DATA_FILL, NO_SAMPLES_FILL, legendStops, type ScaleMode } from "../../shared/cfg/colourScale";
 import type { MeasuredOverlay, OverlayBlock, OverlayEdge } from "./measuredOverlay";
 import {
   CULL_THRESHOLD, READABLE_SCALE, TEXT_SCALE, centreOn, edgeBoxes, intersects, nodeRect, visibleRect, type View,
@@ -16,15 +16,8 @@ import {
 import { Minimap, Overview } from "./Minimap";
 import { useZoom } from "./useZoom";
 import { formatCount } from "../../lib/format";
+import { EDGE_STYLE } from "../../shared/cfg/cfgStyle";
 
-export const EDGE_STYLE: Record<EdgeKind, { stroke: string; dash?: string; label: string }> = {
-  fallthrough: { stroke: "#57606a", label: "fallthrough" },
-  taken: { stroke: "#0969da", dash: "6 4", label: "taken branch" },
-  tail_call: { stroke: "#8250df", label: "tail call" },
-  return: { stroke: "#1a7f37", label: "return" },
-  indirect: { stroke: "#cf222e", dash: "2 3", label: "indirect jump" },
-  other: { stroke: "#8c959f", dash: "1 4", label: "other" },
-};
 
 const KINDS = Object.keys(EDGE_STYLE) as EdgeKind[];
 const path = line<{ x: number; y: number }>().x((p) => p.x).y((p) => p.y).curve(curveBasis);

@@ -5,7 +5,8 @@
 // Instructions a running measurement probes are marked; their bytes are the program's own, not the int3.
 import type { Block, Instruction } from "../../api/types";
 import { formatAddress } from "../../lib/address";
-import { instructionsOfBlock } from "./cfgModel";
+import { instructionsOfBlock } from "../../shared/cfg/cfgModel";
+import { ProbeBadge } from "../../shared/ProbeBadge";
 
 /** Samples per instruction of the whole function (offsets from its start). */
 export interface InstructionSampleCounts {
@@ -46,12 +47,6 @@ export function spacedBytes(bytes: string): string {
   const b = bytes.trim();
   if (/\s/.test(b) || !/^[0-9a-fA-F]+$/.test(b)) return b;
   return b.match(/.{1,2}/g)?.join(" ") ?? b;
-}
-
-/** Where a running measurement's probe (an int3 the kernel put in the code) sits: the instruction
- *  listed is the program's own. */
-export function ProbeBadge() {
-  return <span className="badge probe" title="A running measurement's probe sits here; the instruction shown is the program's own">probe</span>;
 }
 
 export function InstructionsPanel({ block, blockHex, instructions, loading, error, samples, onGoHottest }: InstructionsPanelProps) {

@@ -3,7 +3,7 @@
 // graph, with the current view as a rectangle; clicking or dragging moves the view there. And the
 // overview: the same drawing at the view's zoom, used instead of SVG when a large graph is zoomed out.
 import { useEffect, useRef, type PointerEvent } from "react";
-import type { CfgLayout } from "./cfgModel";
+import type { CfgLayout } from "../../shared/cfg/cfgModel";
 import type { View } from "./cfgView";
 
 const MAX_W = 180;

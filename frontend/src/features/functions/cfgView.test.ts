@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
 import { block, sampleDetail, succ } from "../../test/fixtures";
-import { buildCfgModel, blockSamplesMap, layoutCfg } from "./cfgModel";
+import { buildCfgModel, blockSamplesMap, layoutCfg } from "../../shared/cfg/cfgModel";
 import { READABLE_SCALE, findBlock, hottestNode, initialView, intersects, visibleRect } from "./cfgView";
 
 function tallDetail(n: number) {

@@ -3,7 +3,7 @@
 // region), the part of the graph inside the viewport (large graphs draw only that), the hottest block,
 // and the block that holds an address. Pure, so it is tested without a browser.
 import { normalizeHex } from "../../lib/address";
-import type { CfgLayout, PositionedNode } from "./cfgModel";
+import type { CfgLayout, PositionedNode } from "../../shared/cfg/cfgModel";
 
 export interface View {
   k: number;

@@ -5,7 +5,7 @@
 import { useLiveTopics } from "../../api/live";
 import { Link } from "react-router-dom";
 import { useHosts } from "../../api/queries";
-import { CapabilityList, CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "./hostParts";
+import { CapabilityList, CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "../../shared/hostParts";
 
 export function HostsPage() {
   const hosts = useHosts();

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A command's state as it moves (queued, sent, running with the agent's progress, then done, failed or
 // cancelled), with Cancel while it has not finished.
-import { useCancelCommand, useCommand } from "./measureQueries";
+import { useCancelCommand, useCommand } from "../../api/measureQueries";
 
 const FINISHED = new Set(["done", "failed", "cancelled"]);
 

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // A measurement's live time series: one line per resource (a metric per second of each bucket), a
-// time axis, a value axis with its unit, and a legend. Shaping runs in a Web Worker (in a macrotask
-// where none exists); D3 scales and shapes draw into React-owned SVG.
-import { useEffect, useMemo, useRef, useState } from "react";
+// time axis, a value axis with its unit, and a legend. Shaping runs in a Web Worker (shared/useWorker.ts;
+// in a macrotask where none exists); D3 scales and shapes draw into React-owned SVG.
+import { useMemo, useRef, useState } from "react";
 import { scaleLinear, scaleOrdinal, scaleTime } from "d3-scale";
 import { schemeTableau10 } from "d3-scale-chromatic";
 import { line } from "d3-shape";
 import type { MeasurementSeries } from "../../api/types";
+import { useWorker, type WorkerJob } from "../../shared/useWorker";
 import { chartSeries, type ChartSeries } from "./measureModel";
 import type { SeriesReply, SeriesRequest } from "./measure.worker";
 
@@ -15,26 +16,19 @@ const HEIGHT = 220;
 const M = { top: 10, right: 16, bottom: 24, left: 64 };
 const UNITS = { count: "calls/s", wall: "threads (wall s/s)", vtime: "threads on CPU (s/s)" } as const;
 
-let nextId = 1;
+const startWorker = () => new Worker(new URL("./measure.worker.ts", import.meta.url), { type: "module" });
 
 function useShapedSeries(series: MeasurementSeries | undefined, names: Map<number, string>, metric: "count" | "wall" | "vtime") {
   const [shaped, setShaped] = useState<ChartSeries[]>([]);
-  useEffect(() => {
-    if (!series) return;
-    const id = nextId++;
-    if (typeof Worker === "undefined") {
-      const timer = setTimeout(() => setShaped(chartSeries(series, names, metric)), 0);
-      return () => clearTimeout(timer);
-    }
-    const worker = new Worker(new URL("./measure.worker.ts", import.meta.url), { type: "module" });
-    worker.onmessage = (ev: MessageEvent<SeriesReply>) => {
-      if (ev.data.id === id) setShaped(ev.data.shaped);
-      worker.terminate();
-    };
-    const request: SeriesRequest = { id, series, names: [...names], metric };
-    worker.postMessage(request);
-    return () => worker.terminate();
-  }, [series, names, metric]);
+  const job = useMemo((): WorkerJob<Omit<SeriesRequest, "id">, SeriesReply> | null => series ? {
+    request: { series, names: [...names], metric },
+    inline: () => setShaped(chartSeries(series, names, metric)),
+    onReply: (reply) => {
+      setShaped(reply.shaped);
+      return true;
+    },
+  } : null, [series, names, metric]);
+  useWorker(startWorker, job);
   return shaped;
 }
 

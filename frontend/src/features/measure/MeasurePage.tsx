@@ -8,8 +8,7 @@
 import { useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams, useSearchParams } from "react-router-dom";
 import { useQueries } from "@tanstack/react-query";
-import { api, unwrap } from "../../api/client";
-import { keys, useHost } from "../../api/queries";
+import { functionDetailQuery, useHost } from "../../api/queries";
 import { readIdList } from "../../lib/urlState";
 import { useLiveTopics } from "../../api/live";
 import type { FunctionSummary, MeasurementDetail } from "../../api/types";
@@ -19,7 +18,7 @@ import { METRICS, metricAvailability, resourceNames, splitColumns, tableRows, ty
 import {
   useFunctionSearch, useMeasurement, useMeasurements, useMeasurementSeries, useMeasurementValues, useStartMeasurement,
   useStopMeasurement, useTargets,
-} from "./measureQueries";
+} from "../../api/measureQueries";
 
 const WINDOW_S = 60;
 const ENDED = new Set(["target_exited", "stopped", "failed"]);
@@ -76,14 +75,7 @@ export function MeasurePage() {
 /** The functions named in the URL, loaded by id; each is added to the picks once, when it arrives. */
 function usePresetPicks(hostId: string, target: string, ids: number[], setPicked: (f: (old: Picked[]) => Picked[]) => void) {
   const details = useQueries({
-    queries: ids.map((fid) => ({
-      queryKey: keys.fn(hostId, fid, target),
-      queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions/{function_id}", {
-        params: { path: { host_id: hostId, function_id: fid }, query: { target } },
-      })),
-      staleTime: Infinity,
-      retry: false,
-    })),
+    queries: ids.map((fid) => ({ ...functionDetailQuery(hostId, fid, target), retry: false })),
   });
   const seeded = useRef(new Set<number>());
   const loaded = details.flatMap((d) => (d.data ? [d.data.function] : []));

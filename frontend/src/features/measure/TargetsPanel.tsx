@@ -3,7 +3,7 @@
 // measurements; attach a process by pid or command name, detach one, open a target's measurements.
 import { useState, type FormEvent } from "react";
 import { Link } from "react-router-dom";
-import { useAttach, useDetach, useTargets } from "./measureQueries";
+import { useAttach, useDetach, useTargets } from "../../api/measureQueries";
 import { CommandStatus } from "./CommandStatus";
 
 export function TargetsPanel({ hostId }: { hostId: string }) {

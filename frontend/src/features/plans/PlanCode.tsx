@@ -4,40 +4,20 @@
 // chain, cold ones grey — and a member's original disassembly (the agent's InspectFunction, through the
 // function route) beside the emitted code's listing.
 import { useMemo, useState } from "react";
-import { useQuery } from "@tanstack/react-query";
 import { line, curveBasis } from "d3-shape";
-import { api, unwrap } from "../../api/client";
-import { useFunctionDetail, useInstructions } from "../../api/queries";
-import { buildCfgModel, type PositionedNode } from "../functions/cfgModel";
-import { EDGE_STYLE } from "../functions/CfgGraph";
-import { useCfgLayout } from "../functions/useCfgLayout";
-import { ProbeBadge } from "../functions/InstructionsPanel";
+import { useFunctionDetail, useFunctionIdAt, useInstructions } from "../../api/queries";
+import { buildCfgModel, type PositionedNode } from "../../shared/cfg/cfgModel";
+import { EDGE_STYLE } from "../../shared/cfg/cfgStyle";
+import { useCfgLayout } from "../../shared/cfg/useCfgLayout";
+import { ProbeBadge } from "../../shared/ProbeBadge";
 import type { FunctionDetail } from "../../api/types";
 import type { ListingLine, MemberView } from "./planModel";
 
 const edgePath = line<{ x: number; y: number }>().x((p) => p.x).y((p) => p.y).curve(curveBasis);
-const strip0x = (s: string) => s.replace(/^0x/i, "").replace(/^0+(?=.)/, "").toLowerCase();
-
-/** The console's id of a group member: the function of that name at that address in the target. */
-function useMemberId(hostId: string, target: string, m: { fn: string; address: string }, enabled: boolean) {
-  return useQuery<number | null, Error>({
-    queryKey: ["host", hostId, "plan-member", target, m.fn, m.address],
-    queryFn: async () => {
-      const page = await unwrap(api.GET("/api/v1/hosts/{host_id}/functions", {
-        params: { path: { host_id: hostId }, query: { q: m.fn, target, limit: 50 } },
-      }));
-      const named = page.items.filter((f) => f.name === m.fn);
-      const at = named.find((f) => strip0x(f.address_hex) === strip0x(m.address));
-      return (at ?? named[0])?.id ?? null;
-    },
-    enabled,
-    staleTime: Infinity,
-  });
-}
 
 /** One member's CFG coloured by the plan; mounted only while its disclosure is open. */
 function MemberCfgBody({ hostId, target, m }: { hostId: string; target: string; m: MemberView }) {
-  const id = useMemberId(hostId, target, m, true);
+  const id = useFunctionIdAt(hostId, target, m, true);
   const fid = id.data ?? NaN;
   const detail = useFunctionDetail(hostId, fid, Number.isSafeInteger(fid), target);
   if (id.isError || detail.isError) return <p className="error small" role="alert">{(id.error ?? detail.error)?.message}</p>;
@@ -101,7 +81,7 @@ export function MemberCfgs({ hostId, target, members }: { hostId: string; target
 }
 
 function OriginalListing({ hostId, target, m }: { hostId: string; target: string; m: MemberView }) {
-  const id = useMemberId(hostId, target, m, true);
+  const id = useFunctionIdAt(hostId, target, m, true);
   const fid = id.data ?? NaN;
   const ins = useInstructions(hostId, fid, Number.isSafeInteger(fid), target);
   if (id.isError || ins.isError) return <p className="error small" role="alert">{(id.error ?? ins.error)?.message}</p>;

@@ -11,8 +11,8 @@ import { useCommand, useMe, usePlan, usePlanAudit, usePlanStep, type PlanStep } 
 import type { PlanDetail } from "../../api/types";
 import { ApiError } from "../../api/client";
 import { useLiveTopics } from "../../api/live";
-import { beforeAfterRows, windowText, type Cell } from "./beforeAfter";
-import { useAuth } from "../auth/AuthContext";
+import { beforeAfterRows, planRefreshMs, windowText, type Cell } from "./beforeAfter";
+import { useAuth } from "../../shared/AuthContext";
 import { HeatLegend, Heatmap } from "./Heatmap";
 import { CodeSideBySide, MemberCfgs } from "./PlanCode";
 import type { MemberView, PlanView } from "./planModel";
@@ -26,7 +26,7 @@ export function PlanPage() {
   const wellFormed = isPlanId(planId);
   // Plan state changes are pushed on the host's topic (approvals show at once, not at the next poll).
   useLiveTopics([`host:${hostId}`]);
-  const plan = usePlan(hostId, planId, wellFormed);
+  const plan = usePlan(hostId, planId, wellFormed, planRefreshMs);
   const notFound = !wellFormed || (plan.error instanceof ApiError && plan.error.status === 404);
   if (notFound || plan.isError) {
     return (

@@ -11,7 +11,7 @@ import { formatCount, formatRate, formatShare } from "../../lib/format";
 import { formatRange, rangeQuery } from "../../lib/timeRange";
 import { rangeSearch, type HostView, type TopSort } from "../../lib/urlState";
 import { downloadText } from "../../lib/download";
-import { PprofButton } from "../flame/PprofButton";
+import { PprofButton } from "../../shared/PprofButton";
 
 export const PAGE_SIZE = 50;
 

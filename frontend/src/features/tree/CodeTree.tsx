@@ -11,16 +11,15 @@ import { useDeferredValue, useMemo, useRef, useState, type KeyboardEvent } from 
 import { Link, useNavigate } from "react-router-dom";
 import { useQueries } from "@tanstack/react-query";
 import { useVirtualizer } from "@tanstack/react-virtual";
-import { api, unwrap } from "../../api/client";
-import { keys, liveOptions, useCatalogPieces, useHotness, useInstalledPlans } from "../../api/queries";
+import { functionDetailQuery, functionSamplesQuery, useCatalogPieces, useHotness, useInstalledPlans } from "../../api/queries";
 import type { Host } from "../../api/types";
 import { formatAddress } from "../../lib/address";
 import { formatBytes, formatCount, formatRate } from "../../lib/format";
-import { rangeKey, rangeQuery, type TimeRange } from "../../lib/timeRange";
+import type { TimeRange } from "../../lib/timeRange";
 import { MAX_PICKED, measureLink, rangeSearch, type HostView, type TreeSort } from "../../lib/urlState";
-import { blockAddressHex, blockSamplesMap } from "../functions/cfgModel";
-import { InstalledCopyBadge } from "../plans/InstalledCopyBadge";
-import { installedCopies, installedCopyOf, type InstalledCopies } from "../plans/installedCopies";
+import { blockAddressHex, blockSamplesMap } from "../../shared/cfg/cfgModel";
+import { InstalledCopyBadge } from "../../shared/InstalledCopyBadge";
+import { installedCopies, installedCopyOf, type InstalledCopies } from "../../shared/installedCopies";
 import {
   compileQuery, flattenTree, hotnessMap, indexCatalog, summariesFromPieces, type BlockState, type SortKey, type TreeRow,
 } from "./treeModel";
@@ -77,24 +76,10 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
 
   const expandedIds = useMemo(() => [...expanded], [expanded]);
   const details = useQueries({
-    queries: expandedIds.map((fid) => ({
-      queryKey: keys.fn(hostId, fid),
-      queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions/{function_id}", {
-        params: { path: { host_id: hostId, function_id: fid } },
-      })),
-      staleTime: Infinity,
-      retry: false,
-    })),
+    queries: expandedIds.map((fid) => ({ ...functionDetailQuery(hostId, fid), retry: false })),
   });
   const samples = useQueries({
-    queries: expandedIds.map((fid) => ({
-      queryKey: keys.samples(hostId, fid, rangeKey(range)),
-      queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions/{function_id}/samples", {
-        params: { path: { host_id: hostId, function_id: fid }, query: rangeQuery(range) },
-      })),
-      retry: false,
-      ...liveOptions(live),
-    })),
+    queries: expandedIds.map((fid) => ({ ...functionSamplesQuery(hostId, fid, range, live), retry: false })),
   });
   const resultsVersion = [...details, ...samples].map((q) => `${q.dataUpdatedAt}:${q.errorUpdatedAt}`).join(",");
   const blocks = useMemo(() => {

@@ -7,8 +7,8 @@
 // the real size (an extra size, not this kernel). Last line:
 //   console_tree: this kernel's catalog N functions: index X ms, flatten Y ms, search Z ms
 import { readFileSync } from "node:fs";
-import type { FunctionSummary } from "../../api/types";
-import { flattenTree, indexCatalog, type FlattenOptions } from "./treeModel";
+import type { FunctionSummary } from "../src/api/types";
+import { flattenTree, indexCatalog, type FlattenOptions } from "../src/features/tree/treeModel";
 
 interface ParsedFunction { name: string; address: string; size: number; blocks: number; undecodable: boolean }
 interface ParsedModule { name: string; function_list?: ParsedFunction[] }

@@ -5,21 +5,22 @@
 // measurement targets. Everything is in the URL.
 import { useCallback, useRef, type KeyboardEvent } from "react";
 import { Link, useParams } from "react-router-dom";
-import { ApiError } from "../../api/client";
-import { useHost, useTimeline } from "../../api/queries";
-import { readHostView, useUrlView, writeHostView, type HostTab } from "../../lib/urlState";
-import { CodeTree } from "../tree/CodeTree";
-import { TopFunctionsView } from "../top/TopFunctionsView";
-import { CompareView } from "../compare/CompareView";
-import { FlameView } from "../flame/FlameView";
-import { LiveBar } from "../time/LiveBar";
-import { TimeRangePicker } from "../time/TimeRangePicker";
-import { TimelineChart } from "../time/TimelineChart";
-import { GapStrip } from "./GapStrip";
-import { CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "./hostParts";
-import { HostAdminActions } from "../admin/HostAdminActions";
-import { TargetsPanel } from "../measure/TargetsPanel";
-import { useLiveTopics } from "../../api/live";
+import { ApiError } from "../api/client";
+import { useHost, useTimeline } from "../api/queries";
+import { readHostView, useUrlView, writeHostView, type HostTab } from "../lib/urlState";
+import { CodeTree } from "../features/tree/CodeTree";
+import { TopFunctionsView } from "../features/top/TopFunctionsView";
+import { CompareView } from "../features/compare/CompareView";
+import { DiffFlameView } from "../features/flame/DiffFlameView";
+import { FlameView } from "../features/flame/FlameView";
+import { LiveBar } from "../shared/LiveBar";
+import { TimeRangePicker } from "../shared/TimeRangePicker";
+import { TimelineChart } from "../features/time/TimelineChart";
+import { GapStrip } from "../features/hosts/GapStrip";
+import { CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "../shared/hostParts";
+import { HostAdminActions } from "../features/admin/HostAdminActions";
+import { TargetsPanel } from "../features/measure/TargetsPanel";
+import { useLiveTopics } from "../api/live";
 
 const TABS: { id: HostTab; label: string }[] = [
   { id: "code", label: "Code" },
@@ -108,7 +109,8 @@ export function HostPage() {
         {tab === "code" && <CodeTree host={h} view={view} update={update} live={live} />}
         {tab === "top" && <TopFunctionsView hostId={h.id} view={view} update={update} live={live} />}
         {tab === "flame" && <FlameView hostId={h.id} view={view} update={update} live={live} />}
-        {tab === "compare" && <CompareView hostId={h.id} view={view} update={update} />}
+        {tab === "compare" && <CompareView hostId={h.id} view={view} update={update}
+          diffFlame={(d) => <DiffFlameView hostId={h.id} view={view} update={update} {...d} />} />}
       </div>
       {/* Below the views, so the code tree and the tables start near the top of the page. */}
       <TargetsPanel hostId={h.id} />

@@ -2,10 +2,10 @@
 // Downloads the range's call stacks (with the view's filter) as a gzipped pprof profile, which
 // `go tool pprof`, speedscope and other pprof readers open.
 import { useState } from "react";
-import { api, unwrap } from "../../api/client";
-import type { StackFilter } from "../../api/queries";
-import { downloadBlob } from "../../lib/download";
-import { rangeQuery, type TimeRange } from "../../lib/timeRange";
+import { api, unwrap } from "../api/client";
+import type { StackFilter } from "../api/queries";
+import { downloadBlob } from "../lib/download";
+import { rangeQuery, type TimeRange } from "../lib/timeRange";
 
 export function PprofButton({ hostId, range, filter }: { hostId: string; range: TimeRange; filter: StackFilter }) {
   const [status, setStatus] = useState<string | null>(null);

@@ -7,9 +7,9 @@
 // waiting for a core). Files are laid out largest first in one process, so the largest runs cold, as it
 // does in the console's fresh worker.
 import { readFileSync } from "node:fs";
-import { agentFunctionToDetail, parseAgentJson } from "./agentCfg";
-import { buildCfgModel, layoutInput } from "./cfgModel";
-import { layeredLayout } from "./cfgLayout";
+import { agentFunctionToDetail, parseAgentJson } from "../src/features/functions/agentCfg";
+import { buildCfgModel, layoutInput } from "../src/shared/cfg/cfgModel";
+import { layeredLayout } from "../src/shared/cfg/cfgLayout";
 
 const files = process.argv.slice(2);
 const fns = files.map((f) => agentFunctionToDetail(parseAgentJson(readFileSync(f, "utf8"))))

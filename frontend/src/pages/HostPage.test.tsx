@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { screen, within } from "@testing-library/react";
-import { renderApp } from "../../test/render";
-import { host, json, routeFetch } from "../../test/fixtures";
-import { setSession } from "../../api/session";
+import { renderApp } from "../test/render";
+import { host, json, routeFetch } from "../test/fixtures";
+import { setSession } from "../api/session";
 
 function timeline() {
   const end = Date.now();

@@ -3,8 +3,8 @@
 // elsewhere (a 401 anywhere clears the session and the routes send the user to the login page).
 import { createContext, useCallback, useContext, useEffect, useMemo, useState, type ReactNode } from "react";
 import { useQueryClient } from "@tanstack/react-query";
-import { api, unwrap } from "../../api/client";
-import { getSession, onSessionChange, setSession, type Session } from "../../api/session";
+import { api, unwrap } from "../api/client";
+import { getSession, onSessionChange, setSession, type Session } from "../api/session";
 
 interface AuthValue {
   session: Session | null;

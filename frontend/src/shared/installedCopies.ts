@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /** Which functions run an installed copy: the members of the host's installed plans, by the module's
  *  catalog digest (a plan's group lies in its root's module) and the function's name. */
-import type { FunctionSummary, Plan } from "../../api/types";
+import type { FunctionSummary, Plan } from "../api/types";
 
 export type InstalledCopies = ReadonlyMap<string, Plan>;
 

@@ -4,7 +4,7 @@
 import { useState, type FormEvent } from "react";
 import {
   PRESETS, formatRange, fromLocalInput, resolveRange, toLocalInput, MAX_RANGE_S, type TimeRange,
-} from "../../lib/timeRange";
+} from "../lib/timeRange";
 
 export function TimeRangePicker({ range, onChange, label = "Time range" }: {
   range: TimeRange;

@@ -3,16 +3,16 @@
 // Keys start with the host id, so the live channel's target, command and measurement events refresh
 // exactly these views (api/live.ts).
 import { keepPreviousData, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import { api, unwrap } from "../../api/client";
+import { api, unwrap } from "./client";
+import { commandQuery, keys } from "./queries";
 import type {
   MeasurementCfg,
   Command, FunctionsPage, Measurement, MeasurementCreate, MeasurementDetail, MeasurementSeries, MeasurementValues,
   Target,
-} from "../../api/types";
+} from "./types";
 
 export const measureKeys = {
   targets: (hostId: string) => ["host", hostId, "targets"] as const,
-  command: (hostId: string, id: string) => ["host", hostId, "command", id] as const,
   measurements: (hostId: string) => ["host", hostId, "measurements"] as const,
   measurement: (hostId: string, mid: string) => ["host", hostId, "measurement", mid] as const,
   values: (hostId: string, mid: string, windowS: number) => ["host", hostId, "measurement", mid, "values", windowS] as const,
@@ -33,13 +33,10 @@ export function useTargets(hostId: string) {
   });
 }
 
-/** A command as it stands (the live channel replaces it on every change). */
+/** A command polled every 2 s until it ends (done, failed or cancelled). */
 export function useCommand(hostId: string, id: string | null) {
-  return useQuery<Command, Error>({
-    queryKey: measureKeys.command(hostId, id ?? ""),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/commands/{command_id}",
-      { params: { path: { host_id: hostId, command_id: id ?? "" } } })),
-    enabled: !!id,
+  return useQuery({
+    ...commandQuery(hostId, id),
     refetchInterval: (q) => (q.state.data && ["done", "failed", "cancelled"].includes(q.state.data.state) ? false : 2000),
   });
 }
@@ -49,7 +46,7 @@ function useCommandMutation<V>(hostId: string, send: (v: V) => Promise<Command>)
   return useMutation<Command, Error, V>({
     mutationFn: send,
     onSuccess: (cmd) => {
-      qc.setQueryData(measureKeys.command(hostId, cmd.id), cmd);
+      qc.setQueryData(keys.command(hostId, cmd.id), cmd);
       void qc.invalidateQueries({ queryKey: measureKeys.targets(hostId) });
       void qc.invalidateQueries({ queryKey: measureKeys.measurements(hostId) });
     },

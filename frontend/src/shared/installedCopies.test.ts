@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
-import type { Plan } from "../../api/types";
+import type { Plan } from "../api/types";
 import { installedCopies, installedCopyOf } from "./installedCopies";
 
 const plan = (over: Partial<Plan>): Plan => ({ id: "p1", state: "installed", root_digest: "a".repeat(64), root_name: "pr_root",

@@ -2,8 +2,8 @@
 // Small pieces of a host's description shared by the host list and the host page: status,
 // catalog state, cache geometry, sampling and capabilities. Anything the host cannot measure is
 // shown as unavailable with the agent's reason.
-import type { Capability, Host } from "../../api/types";
-import { formatAgo, formatBytes, formatCount } from "../../lib/format";
+import type { Capability, Host } from "../api/types";
+import { formatAgo, formatBytes, formatCount } from "../lib/format";
 
 export function HostStatus({ host }: { host: Host }) {
   if (host.online) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Whether a view follows new samples, with a pause/resume switch and a visible tick at every update
 // (the time of the data shown, so a reader knows how fresh it is).
-import type { TimeRange } from "../../lib/timeRange";
+import type { TimeRange } from "../lib/timeRange";
 
 export function LiveBar({ range, paused, onPause, updatedAt, fetching }: {
   range: TimeRange;
