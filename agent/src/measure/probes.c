@@ -599,11 +599,6 @@ const char *hp_probes_refusal(int e)
 			     "the kernel refused to probe the location (EINVAL)";
 }
 
-size_t hp_probes_nlinks(const struct hp_probe_set *s)
-{
-	return s->nlinks + s->nfds + s->nfobjs;
-}
-
 int hp_probes_sample_filter_fd(const struct hp_probe_set *s)
 {
 	return s->cfg.sample_filter ? bpf_program__fd(s->skel->progs.sample_filter) : -1;

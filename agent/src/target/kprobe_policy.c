@@ -38,7 +38,6 @@ struct hp_kprobe_policy {
 	 * none, and fentry/fexit cannot attach to its functions. */
 	struct btf **mod_btf;
 	uint8_t *mod_btf_state; /* 0 not looked at, 1 loaded, 2 absent */
-	char sources[192];
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -152,15 +151,7 @@ struct hp_kprobe_policy *hp_kprobe_policy_open(struct hp_model *m)
 	p->vmlinux_btf = btf__load_vmlinux_btf();
 	if (libbpf_get_error(p->vmlinux_btf))
 		p->vmlinux_btf = NULL;
-	snprintf(p->sources, sizeof(p->sources), "ftrace sites from %s; kprobe blacklist from %s",
-		 p->ftrace_names ? "tracefs available_filter_functions" : "the functions' entry bytes",
-		 p->blacklist_file ? "debugfs kprobes/blacklist" : "the text section markers in /proc/kallsyms");
 	return p;
-}
-
-const char *hp_kprobe_policy_sources(const struct hp_kprobe_policy *p)
-{
-	return p->sources;
 }
 
 /* The function starts with an ftrace site: nop5 or call rel32, after endbr64 if present. */
