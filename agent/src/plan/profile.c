@@ -383,15 +383,11 @@ int hp_profile_read(const char *path, const struct hp_model *m, struct hp_profil
 		return r;
 	}
 	do {
-		if (len + 65536 > cap) {
-			char *nb = realloc(buf, cap = cap ? cap * 2 : 131072);
-			if (!nb) {
-				free(buf);
-				fclose(fp);
-				snprintf(err, errlen, "out of memory");
-				return -ENOMEM;
-			}
-			buf = nb;
+		if (HP_GROW(buf, cap, len + 65536)) {
+			free(buf);
+			fclose(fp);
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
 		}
 		n = fread(buf + len, 1, cap - len, fp);
 		len += n;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "target/kprobe_policy.h"
 
 struct range {
@@ -29,7 +30,7 @@ struct hp_kprobe_policy {
 	char **ftrace_names; /* sorted; NULL when tracefs is not readable */
 	size_t nftrace;
 	struct range *ranges;
-	size_t nranges;
+	size_t nranges, cap_ranges;
 	bool blacklist_file;
 	struct btf *vmlinux_btf;
 	/* Per module of the model (index 0, vmlinux, unused): its BTF from
@@ -60,13 +61,8 @@ static void read_ftrace_names(struct hp_kprobe_policy *p)
 			line[strcspn(line, " \t\n")] = '\0';
 			if (!line[0])
 				continue;
-			if (p->nftrace == cap) {
-				cap = cap ? cap * 2 : 65536;
-				char **nv = realloc(v, cap * sizeof(*nv));
-				if (!nv)
-					break;
-				v = nv;
-			}
+			if (HP_GROW(v, cap, p->nftrace + 1))
+				break;
 			if (!(v[p->nftrace] = strdup(line)))
 				break;
 			p->nftrace++;
@@ -79,10 +75,9 @@ static void read_ftrace_names(struct hp_kprobe_policy *p)
 
 static int add_range(struct hp_kprobe_policy *p, uint64_t lo, uint64_t hi, const char *why, const char *name)
 {
-	struct range *v = realloc(p->ranges, (p->nranges + 1) * sizeof(*v));
-	if (!v)
+	if (HP_GROW(p->ranges, p->cap_ranges, p->nranges + 1))
 		return -ENOMEM;
-	p->ranges = v;
+	struct range *v = p->ranges;
 	v[p->nranges] = (struct range){ lo, hi, why, "" };
 	snprintf(v[p->nranges].name, sizeof(v[p->nranges].name), "%s", name ? name : "");
 	p->nranges++;
