@@ -191,10 +191,11 @@ int hp_probes_add_user(struct hp_probe_set *s, uint32_t idx, enum hp_mech mech, 
 {
 	if (HP_GROW(s->ureq, s->capureq, s->nureq + 1))
 		return -ENOMEM;
-	char *p = strdup(path);
-	if (!p)
+	struct user_req *q = &s->ureq[s->nureq];
+	*q = (struct user_req){ idx, mech, strdup(path), file_offset, pid };
+	if (!q->path)
 		return -ENOMEM;
-	s->ureq[s->nureq++] = (struct user_req){ idx, mech, p, file_offset, pid };
+	s->nureq++;
 	return 0;
 }
 
@@ -203,10 +204,11 @@ int hp_probes_add_kernel(struct hp_probe_set *s, uint32_t idx, enum hp_mech mech
 {
 	if (HP_GROW(s->kreq, s->capkreq, s->nkreq + 1))
 		return -ENOMEM;
-	char *f = strdup(func ? func : "");
-	if (!f)
+	struct kern_req *q = &s->kreq[s->nkreq];
+	*q = (struct kern_req){ idx, mech, strdup(func ? func : ""), offset, addr };
+	if (!q->func)
 		return -ENOMEM;
-	s->kreq[s->nkreq++] = (struct kern_req){ idx, mech, f, offset, addr };
+	s->nkreq++;
 	return 0;
 }
 

@@ -118,6 +118,8 @@ static int intern_comm(struct hp_stack_table *t, const char *comm)
 {
 	char name[16] = { 0 };
 	uint64_t h = 0xcbf29ce484222325ULL;
+	/* The loop stops at comm's NUL, so "" (a 1-byte array) is read at index 0 only. */
+	// cppcheck-suppress arrayIndexOutOfBoundsCond
 	for (int k = 0; k < 15 && comm[k]; k++) {
 		unsigned char c = (unsigned char)comm[k];
 		name[k] = c >= 0x20 && c < 0x7f ? (char)c : '?';

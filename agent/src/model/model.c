@@ -239,11 +239,12 @@ const struct hp_function *hp_model_lookup(const struct hp_model *m, uint64_t add
 
 const struct hp_block *hp_function_block_at(const struct hp_module *mod, const struct hp_function *f, uint64_t addr)
 {
-	size_t lo = 0, hi = f->nblocks;
+	size_t lo = 0, hi;
 	uint64_t off;
 
 	if (!mod || !f || addr < f->addr || addr - f->addr >= f->size || !f->nblocks)
 		return NULL;
+	hi = f->nblocks;
 	off = addr - f->addr;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;

@@ -160,7 +160,7 @@ void hp_model_free(struct hp_model *m);
 
 /* Find the function containing addr; NULL if none. Sets *mod_out if non-NULL. */
 const struct hp_function *hp_model_lookup(const struct hp_model *m, uint64_t addr, const struct hp_module **mod_out);
-/* Find the block of f containing addr (absolute); NULL if none. */
+/* Find the block of f containing addr (absolute); NULL if none (also when mod or f is NULL). */
 const struct hp_block *hp_function_block_at(const struct hp_module *mod, const struct hp_function *f, uint64_t addr);
 /* Find a function by name ("name" or "module:name"); NULL if none or ambiguous
  * (then *ambiguous is set if non-NULL). */

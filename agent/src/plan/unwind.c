@@ -143,7 +143,7 @@ static void sleb(struct buf *o, int64_t v)
 {
 	for (bool more = true; more;) {
 		uint8_t b = v & 0x7f;
-		v >>= 7;
+		v = v < 0 ? ~(~v >> 7) : v >> 7; /* arithmetic shift without shifting a negative value */
 		more = !((v == 0 && !(b & 0x40)) || (v == -1 && (b & 0x40)));
 		put8(o, b | (more ? 0x80 : 0));
 	}

@@ -68,7 +68,8 @@ static void read_ftrace_names(struct hp_kprobe_policy *p)
 			p->nftrace++;
 		}
 		fclose(f);
-		qsort(v, p->nftrace, sizeof(*v), cmp_str);
+		if (v)
+			qsort(v, p->nftrace, sizeof(*v), cmp_str);
 		p->ftrace_names = v ? v : calloc(1, sizeof(char *));
 	}
 }
