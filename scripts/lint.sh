@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Run every linter and formatter check of the project, each as one test case, and end with one
 # "N passed, N failed" line (scripts/test.sh runs this as its "lint" suite).
-#   agent     clang-format (agent/.clang-format)
+#   agent     clang-format (agent/.clang-format); cppcheck's warning and portability checks (agent/Makefile)
 #   python    ruff (lint and import order) and mypy (types), configured in backend/pyproject.toml, over the
 #             backend, its tests, the agent's Python stream tests, the Python benchmarks and the kernel
 #             lane's checks
@@ -26,6 +26,7 @@ check() {
 }
 
 check "agent: clang-format" make -s -C agent lint
+check "agent: cppcheck" make -s -C agent cppcheck
 py=backend/.venv/bin
 check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench e2e/kernel-lane
 check "python: mypy" bash -c "cd backend && .venv/bin/mypy"

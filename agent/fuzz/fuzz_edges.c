@@ -49,9 +49,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	entry = p < size ? data[p++] : 0;
 	struct hp_edge_result r;
-	bool some_unmeasured = false;
-	for (uint32_t b = 0; b < n; b++)
-		some_unmeasured |= !measured[b];
 	if (hp_edges_derive(&mod, &f, counts, measured, has_entry ? &entry : NULL, &r) < 0)
 		return 0;
 	size_t exact = 0;

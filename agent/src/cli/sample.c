@@ -18,6 +18,7 @@
 #include <time.h>
 #include <sys/resource.h>
 
+#include "base/grow.h"
 #include "cli/commands.h"
 #include "model/model.h"
 #include "target/target.h"
@@ -136,14 +137,8 @@ static int fold_interval(const struct hp_model *m, const struct hp_stack_set *se
 		while (j < fs->n && !(fs->v[j].pid == c->pid && strcmp(fs->v[j].line, line) == 0))
 			j++;
 		if (j == fs->n) {
-			if (fs->n == fs->cap) {
-				size_t cap = fs->cap ? fs->cap * 2 : 256;
-				struct folded *v = realloc(fs->v, cap * sizeof(*v));
-				if (!v)
-					return -ENOMEM;
-				fs->v = v;
-				fs->cap = cap;
-			}
+			if (HP_GROW(fs->v, fs->cap, fs->n + 1))
+				return -ENOMEM;
 			if (!(fs->v[j].line = strdup(line)))
 				return -ENOMEM;
 			fs->v[j].pid = c->pid;

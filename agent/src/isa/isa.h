@@ -45,8 +45,6 @@ typedef bool (*hp_isa_symbolizer)(void *ctx, uint64_t addr, char *buf, size_t le
 int hp_isa_format(const uint8_t *code, size_t len, uint64_t addr, char *text, size_t textlen, hp_isa_symbolizer sym,
 		  void *sym_ctx);
 
-const char *hp_insn_class_name(enum hp_insn_class c);
-
 /* Facts about one instruction that decide whether a kernel can probe it. */
 enum hp_isa_trait {
 	HP_ISA_LOCK = 1u << 0,       /* lock prefix */

@@ -246,10 +246,3 @@ int hp_isa_traits(const uint8_t *code, size_t len, unsigned *traits)
 	*traits = t;
 	return 0;
 }
-
-const char *hp_insn_class_name(enum hp_insn_class c)
-{
-	static const char *const names[] = { "other",         "jcc", "jmp",  "jmp_indirect", "call",
-					     "call_indirect", "ret", "trap", "halt" };
-	return (unsigned)c < sizeof(names) / sizeof(names[0]) ? names[c] : "?";
-}

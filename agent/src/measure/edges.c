@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "measure/edges.h"
 
 const char *hp_edge_kind_name(enum hp_edge_kind k)
@@ -40,14 +41,8 @@ struct net {
 
 static int add_edge(struct net *n, uint32_t from, uint32_t to, uint8_t kind, uint64_t target)
 {
-	if (n->ne == n->cap) {
-		size_t c = n->cap ? n->cap * 2 : 16;
-		struct hp_edge *v = realloc(n->e, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		n->e = v;
-		n->cap = c;
-	}
+	if (HP_GROW(n->e, n->cap, n->ne + 1))
+		return -ENOMEM;
 	n->e[n->ne++] = (struct hp_edge){ .from = from, .to = to, .kind = kind, .target = target };
 	return 0;
 }

@@ -347,11 +347,6 @@ const struct hp_model *hp_measure_model(const struct hp_measure *h)
 	return h->model;
 }
 
-const struct hp_mechanisms *hp_measure_mechanisms(const struct hp_measure *h)
-{
-	return &h->mech;
-}
-
 /* Called with the lock held: notice exited processes; freeze when all are gone. */
 static void check_exit(struct hp_measure *h)
 {

@@ -187,8 +187,6 @@ size_t hp_measure_pids(const struct hp_measure *h, int *pids, size_t max);
 const char *hp_measure_target_desc(const struct hp_measure *h);
 /* The target's code model (kernel release and build id, modules), read-only. */
 const struct hp_model *hp_measure_model(const struct hp_measure *h);
-/* The host's mechanism choices this measurement was planned with. */
-const struct hp_mechanisms *hp_measure_mechanisms(const struct hp_measure *h);
 
 /* Values since the previous hp_measure_read (or open). */
 int hp_measure_read(struct hp_measure *h, struct hp_measure_reading *out);

@@ -5,8 +5,8 @@
  * address it runs at in the copy. A measurement probes the copy where the
  * original no longer runs (the original's entry is a jump, and uprobes
  * read the instruction they replace from the file, not from the patched
- * memory), and a sample or probe hit in the copy is attributed to the
- * original block it was copied from.
+ * memory), and a probe hit in the copy is attributed to the original
+ * block it was copied from.
  */
 #ifndef HOTPATH_MEASURE_MOVED_H
 #define HOTPATH_MEASURE_MOVED_H
@@ -36,8 +36,6 @@ struct hp_moved_code {
 	size_t nfns;
 };
 
-/* The original address of copy address a (inside a copied block), or 0. */
-uint64_t hp_moved_lookup(const struct hp_moved_code *mc, size_t n, uint64_t a);
 /* Where original address orig (a function entry when entry is set, else a
  * block start) of process pid runs now: its copy, 0 when the copy's
  * layout emptied that block, or orig itself when it did not move. */

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "host/caps.h"
 #include "measure/probes.h"
 #include "measure_fentry.skel.h"
@@ -65,7 +66,7 @@ struct hp_probe_set {
 	int *fds; /* uprobe_multi links (raw fds) */
 	size_t nfds, capfds;
 	struct fentry_obj *fobjs;
-	size_t nfobjs;
+	size_t nfobjs, capfobjs;
 	struct hp_probe_failure *skipped; /* probes the kernel refused at their location */
 	size_t nskipped, capskipped;
 	int ncpus;
@@ -188,50 +189,34 @@ int hp_probes_set(struct hp_probe_set *s, uint32_t idx, const struct hp_mp_probe
 int hp_probes_add_user(struct hp_probe_set *s, uint32_t idx, enum hp_mech mech, const char *path, uint64_t file_offset,
 		       int pid)
 {
-	if (s->nureq == s->capureq) {
-		size_t c = s->capureq ? s->capureq * 2 : 64;
-		struct user_req *v = realloc(s->ureq, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		s->ureq = v;
-		s->capureq = c;
-	}
-	char *p = strdup(path);
-	if (!p)
+	if (HP_GROW(s->ureq, s->capureq, s->nureq + 1))
 		return -ENOMEM;
-	s->ureq[s->nureq++] = (struct user_req){ idx, mech, p, file_offset, pid };
+	struct user_req *q = &s->ureq[s->nureq];
+	*q = (struct user_req){ idx, mech, strdup(path), file_offset, pid };
+	if (!q->path)
+		return -ENOMEM;
+	s->nureq++;
 	return 0;
 }
 
 int hp_probes_add_kernel(struct hp_probe_set *s, uint32_t idx, enum hp_mech mech, const char *func, uint64_t offset,
 			 uint64_t addr)
 {
-	if (s->nkreq == s->capkreq) {
-		size_t c = s->capkreq ? s->capkreq * 2 : 64;
-		struct kern_req *v = realloc(s->kreq, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		s->kreq = v;
-		s->capkreq = c;
-	}
-	char *f = strdup(func ? func : "");
-	if (!f)
+	if (HP_GROW(s->kreq, s->capkreq, s->nkreq + 1))
 		return -ENOMEM;
-	s->kreq[s->nkreq++] = (struct kern_req){ idx, mech, f, offset, addr };
+	struct kern_req *q = &s->kreq[s->nkreq];
+	*q = (struct kern_req){ idx, mech, strdup(func ? func : ""), offset, addr };
+	if (!q->func)
+		return -ENOMEM;
+	s->nkreq++;
 	return 0;
 }
 
 static int keep_link(struct hp_probe_set *s, struct bpf_link *l)
 {
-	if (s->nlinks == s->caplinks) {
-		size_t c = s->caplinks ? s->caplinks * 2 : 64;
-		struct bpf_link **v = realloc(s->links, c * sizeof(*v));
-		if (!v) {
-			bpf_link__destroy(l);
-			return -ENOMEM;
-		}
-		s->links = v;
-		s->caplinks = c;
+	if (HP_GROW(s->links, s->caplinks, s->nlinks + 1)) {
+		bpf_link__destroy(l);
+		return -ENOMEM;
 	}
 	s->links[s->nlinks++] = l;
 	return 0;
@@ -239,15 +224,9 @@ static int keep_link(struct hp_probe_set *s, struct bpf_link *l)
 
 static int keep_fd(struct hp_probe_set *s, int fd)
 {
-	if (s->nfds == s->capfds) {
-		size_t c = s->capfds ? s->capfds * 2 : 16;
-		int *v = realloc(s->fds, c * sizeof(*v));
-		if (!v) {
-			close(fd);
-			return -ENOMEM;
-		}
-		s->fds = v;
-		s->capfds = c;
+	if (HP_GROW(s->fds, s->capfds, s->nfds + 1)) {
+		close(fd);
+		return -ENOMEM;
 	}
 	s->fds[s->nfds++] = fd;
 	return 0;
@@ -305,14 +284,8 @@ static bool refused_here(int e)
 
 static int skip_probe(struct hp_probe_set *s, uint32_t idx, int e)
 {
-	if (s->nskipped == s->capskipped) {
-		size_t c = s->capskipped ? s->capskipped * 2 : 16;
-		struct hp_probe_failure *v = realloc(s->skipped, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		s->skipped = v;
-		s->capskipped = c;
-	}
+	if (HP_GROW(s->skipped, s->capskipped, s->nskipped + 1))
+		return -ENOMEM;
 	s->skipped[s->nskipped++] = (struct hp_probe_failure){ idx, e };
 	return 0;
 }
@@ -448,12 +421,10 @@ static int attach_fentry(struct hp_probe_set *s, size_t i, size_t j, uint32_t *f
 			 strerror(-r));
 		return r;
 	}
-	struct fentry_obj *v = realloc(s->fobjs, (s->nfobjs + 1) * sizeof(*v));
-	if (!v) {
+	if (HP_GROW(s->fobjs, s->capfobjs, s->nfobjs + 1)) {
 		measure_fentry_bpf__destroy(k);
 		return -ENOMEM;
 	}
-	s->fobjs = v;
 	struct fentry_obj *o = &s->fobjs[s->nfobjs++];
 	*o = (struct fentry_obj){ k, NULL, NULL };
 	/* fexit before fentry: see the top of this file. */
@@ -597,11 +568,6 @@ const char *hp_probes_refusal(int e)
 		       "nor emulate it: a lock or segment prefix, or a privileged or legacy opcode)" :
 	       e == EILSEQ ? "the kernel refused the location: not an instruction boundary (EILSEQ)" :
 			     "the kernel refused to probe the location (EINVAL)";
-}
-
-size_t hp_probes_nlinks(const struct hp_probe_set *s)
-{
-	return s->nlinks + s->nfds + s->nfobjs;
 }
 
 int hp_probes_sample_filter_fd(const struct hp_probe_set *s)

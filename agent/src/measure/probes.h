@@ -83,9 +83,6 @@ int hp_probes_sample_filter_fd(const struct hp_probe_set *s);
 void hp_probes_forget_tgid(struct hp_probe_set *s, int tgid);
 void hp_probes_close(struct hp_probe_set *s);
 
-/* How many probes and BPF links are attached. */
-size_t hp_probes_nlinks(const struct hp_probe_set *s);
-
 /* Counters of every slot, summed over CPUs, into out[nslots]: the totals
  * since counting started, cut at one moment for every slot (each call
  * switches the half the probes count in, see measure.bpf.h). */

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <bpf/libbpf.h>
 
+#include "base/grow.h"
 #include "host/processes.h"
 #include "measure/measure_internal.h"
 
@@ -304,7 +305,7 @@ int hp_measure_edges_from(struct hp_measure *h, const struct hp_measure_reading 
 			  struct hp_function_edges **out, size_t *nout)
 {
 	struct hp_function_edges *v = NULL;
-	size_t n = 0;
+	size_t n = 0, cap = 0;
 	*out = NULL;
 	*nout = 0;
 	/* Each function row's block rows, as linked lists through next_block. */
@@ -377,14 +378,12 @@ int hp_measure_edges_from(struct hp_measure *h, const struct hp_measure_reading 
 		}
 		const struct hp_metric_value *ec = &r->rows[i].v[HP_METRIC_COUNT];
 		uint64_t entries = ec->total;
-		struct hp_function_edges *nv = realloc(v, (n + 1) * sizeof(*nv));
-		if (!nv) {
+		if (HP_GROW(v, cap, n + 1)) {
 			free(brows);
 			free(counts);
 			free(measured);
 			goto nomem;
 		}
-		v = nv;
 		v[n].function_row = i;
 		v[n].sampled = by_samples;
 		v[n].block_rows = brows;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "isa/isa.h"
 #include "measure/resolve.h"
 #include "measure/spec.h"
@@ -88,14 +89,8 @@ static int add_row(struct rows *r, struct hp_row row, uint32_t *index)
 	}
 	if (r->n >= r->max)
 		return -E2BIG;
-	if (r->n == r->cap) {
-		size_t c = r->cap ? r->cap * 2 : 64;
-		struct hp_row *v = realloc(r->v, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		r->v = v;
-		r->cap = c;
-	}
+	if (HP_GROW(r->v, r->cap, r->n + 1))
+		return -ENOMEM;
 	r->seen[slot] = key + 1;
 	r->seen_row[slot] = (uint32_t)r->n;
 	*index = (uint32_t)r->n;

@@ -355,7 +355,7 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 	}
 	unsigned depth = o->stacks ? (o->stack_depth ? o->stack_depth : DEFAULT_DEPTH) : 0;
 	if (depth > MAX_DEPTH) {
-		snprintf(err, errlen, "stack depth must be at most %u frames, not %u", MAX_DEPTH, depth);
+		snprintf(err, errlen, "stack depth must be at most %d frames, not %u", MAX_DEPTH, depth);
 		return NULL;
 	}
 	struct hp_sampler *s = calloc(1, sizeof(*s));

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "measure/stack_table.h"
 
 #define STACK_INDEX_SIZE (HP_STACKS_PER_INTERVAL * 2)
@@ -117,6 +118,8 @@ static int intern_comm(struct hp_stack_table *t, const char *comm)
 {
 	char name[16] = { 0 };
 	uint64_t h = 0xcbf29ce484222325ULL;
+	/* The loop stops at comm's NUL, so "" (a 1-byte array) is read at index 0 only. */
+	// cppcheck-suppress arrayIndexOutOfBoundsCond
 	for (int k = 0; k < 15 && comm[k]; k++) {
 		unsigned char c = (unsigned char)comm[k];
 		name[k] = c >= 0x20 && c < 0x7f ? (char)c : '?';
@@ -140,17 +143,7 @@ static int intern_comm(struct hp_stack_table *t, const char *comm)
 
 static int reserve_frames(struct hp_stack_table *t, size_t n)
 {
-	if (t->nframes + n <= t->cap_frames)
-		return 0;
-	size_t cap = t->cap_frames ? t->cap_frames * 2 : 4096;
-	while (cap < t->nframes + n)
-		cap *= 2;
-	struct hp_frame *f = realloc(t->frames, cap * sizeof(*f));
-	if (!f)
-		return -ENOMEM;
-	t->frames = f;
-	t->cap_frames = cap;
-	return 0;
+	return HP_GROW(t->frames, t->cap_frames, t->nframes + n) ? -ENOMEM : 0;
 }
 
 static bool same_frames(const struct hp_frame *a, const struct hp_frame *b, size_t n)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "measure/task_info.h"
 
 #define COMM_SLOTS 8192
@@ -237,14 +238,8 @@ static void read_maps(struct hp_task_info *ti, uint32_t pid, struct proc_slot *s
 			continue;
 		char *name = line + name_at;
 		name[strcspn(name, "\n")] = 0;
-		if (slot->nmaps == cap) {
-			size_t ncap = cap ? cap * 2 : 16;
-			struct mapping *m = realloc(slot->maps, ncap * sizeof(*m));
-			if (!m)
-				break;
-			slot->maps = m;
-			cap = ncap;
-		}
+		if (HP_GROW(slot->maps, cap, slot->nmaps + 1))
+			break;
 		const char *p = NULL;
 		if (name_at && *name && (*name == '/' || *name == '[')) {
 			/* Paths travel as protobuf strings: keep them printable ASCII and within the

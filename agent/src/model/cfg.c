@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "model/cfg.h"
+#include "base/grow.h"
 #include "isa/isa.h"
 #include "model/jumptable.h"
 
@@ -31,18 +32,11 @@ struct hp_cfg_insn {
 
 enum { MARK_INSN = 1, MARK_LEADER = 2, MARK_TARGET = 4 };
 
-#define GROW(arr, n, cap, extra)                                         \
-	do {                                                             \
-		if ((n) + (extra) > (cap)) {                             \
-			size_t nc_ = (cap) ? (cap)*2 : 256;              \
-			while (nc_ < (n) + (extra))                      \
-				nc_ *= 2;                                \
-			void *p_ = realloc((arr), nc_ * sizeof(*(arr))); \
-			if (!p_)                                         \
-				return -ENOMEM;                          \
-			(arr) = p_;                                      \
-			(cap) = nc_;                                     \
-		}                                                        \
+/* Room for extra more elements in arr (n in use), or return -ENOMEM. */
+#define GROW(arr, n, cap, extra)                          \
+	do {                                              \
+		if (HP_GROW((arr), (cap), (n) + (extra))) \
+			return -ENOMEM;                   \
 	} while (0)
 
 static bool in_sorted(const uint64_t *v, size_t n, uint64_t x)
@@ -437,6 +431,8 @@ struct src_arrays {
 
 static struct src_arrays arena_src(const struct hp_cfg_arena *a)
 {
+	/* rebuild(mod, NULL, ...) comes with a redo of zeros: no function reads chunks then. */
+	// cppcheck-suppress nullPointer
 	return (struct src_arrays){ a->blocks, a->succs, a->calls, a->icalls, a->jtables, a->jt_targets };
 }
 
@@ -856,7 +852,7 @@ static int refine(struct hp_module *mod, const struct by_name *bn, struct hp_cfg
 	uint8_t *redo = calloc(mod->nfuncs ? mod->nfuncs : 1, 1);
 	uint8_t *seen = NULL;
 	uint32_t *stack = NULL;
-	uint32_t maxb = 0;
+	size_t cap_seen = 0, cap_stack = 0;
 	bool any = false;
 	int err = 0;
 
@@ -880,18 +876,9 @@ static int refine(struct hp_module *mod, const struct by_name *bn, struct hp_cfg
 		for (size_t k = 0; k < mod->nfuncs; k++)
 			if (mod->funcs[k].nblocks > need)
 				need = mod->funcs[k].nblocks;
-		if (need > maxb) {
-			uint8_t *s2 = realloc(seen, need);
-			uint32_t *st2 = s2 ? realloc(stack, need * sizeof(*stack)) : NULL;
-			if (s2)
-				seen = s2;
-			if (st2)
-				stack = st2;
-			if (!s2 || !st2) {
-				err = -ENOMEM;
-				goto out;
-			}
-			maxb = need;
+		if (HP_GROW(seen, cap_seen, need) || HP_GROW(stack, cap_stack, need)) {
+			err = -ENOMEM;
+			goto out;
 		}
 		memset(redo, 0, mod->nfuncs);
 		for (size_t k = 0; k < mod->nfuncs; k++) {
@@ -1029,14 +1016,9 @@ static int parse_only(struct hp_module *mod, struct hp_cfg_env *env, struct addr
 					if (!mod->funcs[bn.v[i]].name[bl])
 						ADD(bn.v[i]);
 			}
-			if (len + 6 > cap_key) {
-				char *k2 = realloc(key, len + 64);
-				if (!k2) {
-					err = -ENOMEM;
-					goto out;
-				}
-				key = k2;
-				cap_key = len + 64;
+			if (HP_GROW(key, cap_key, len + 6)) {
+				err = -ENOMEM;
+				goto out;
 			}
 			memcpy(key, f->name, len);
 			memcpy(key + len, ".cold", 6);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/grow.h"
 #include "isa/isa.h"
 #include "model/model.h"
 
@@ -81,13 +82,11 @@ const char *hp_model_strdup(struct hp_model *m, const char *s)
 
 struct hp_module *hp_model_add_module(struct hp_model *m, const char *name, uint64_t base)
 {
-	struct hp_module *mods = realloc(m->mods, (m->nmods + 1) * sizeof(*mods));
 	struct hp_module *mod;
 
-	if (!mods)
+	if (HP_GROW(m->mods, m->cap_mods, m->nmods + 1))
 		return NULL;
-	m->mods = mods;
-	mod = &mods[m->nmods];
+	mod = &m->mods[m->nmods];
 	memset(mod, 0, sizeof(*mod));
 	mod->name = strdup(name);
 	if (!mod->name)
@@ -101,15 +100,8 @@ int hp_module_add_function(struct hp_module *mod, const char *name, uint64_t add
 {
 	if (!name)
 		return -ENOMEM;
-	if (mod->nfuncs == mod->cap_funcs) {
-		size_t cap = mod->cap_funcs ? mod->cap_funcs * 2 : 1024;
-		struct hp_function *f = realloc(mod->funcs, cap * sizeof(*f));
-
-		if (!f)
-			return -ENOMEM;
-		mod->funcs = f;
-		mod->cap_funcs = cap;
-	}
+	if (HP_GROW(mod->funcs, mod->cap_funcs, mod->nfuncs + 1))
+		return -ENOMEM;
 	if (size > UINT32_MAX)
 		size = UINT32_MAX;
 	mod->funcs[mod->nfuncs++] =
@@ -138,15 +130,8 @@ static int cmp_fn_build(const void *a, const void *b)
 
 static int add_alias(struct hp_model *m, const char *name, uint32_t mod, uint32_t fn)
 {
-	if (m->naliases == m->cap_aliases) {
-		size_t cap = m->cap_aliases ? m->cap_aliases * 2 : 256;
-		struct hp_name_ent *a = realloc(m->aliases, cap * sizeof(*a));
-
-		if (!a)
-			return -ENOMEM;
-		m->aliases = a;
-		m->cap_aliases = cap;
-	}
+	if (HP_GROW(m->aliases, m->cap_aliases, m->naliases + 1))
+		return -ENOMEM;
 	m->aliases[m->naliases++] = (struct hp_name_ent){ name, mod, fn };
 	return 0;
 }
@@ -254,11 +239,12 @@ const struct hp_function *hp_model_lookup(const struct hp_model *m, uint64_t add
 
 const struct hp_block *hp_function_block_at(const struct hp_module *mod, const struct hp_function *f, uint64_t addr)
 {
-	size_t lo = 0, hi = f->nblocks;
+	size_t lo = 0, hi;
 	uint64_t off;
 
 	if (!mod || !f || addr < f->addr || addr - f->addr >= f->size || !f->nblocks)
 		return NULL;
+	hi = f->nblocks;
 	off = addr - f->addr;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;

@@ -116,7 +116,7 @@ struct hp_module {
 	struct hp_plt_target {
 		uint64_t stub, target;
 	} * plt_targets;
-	size_t nplt_targets;
+	size_t nplt_targets, cap_plt_targets;
 	char digest[65];   /* hex SHA-256 of the canonical piece, see hp_module_digest */
 	char build_id[65]; /* hex GNU build id of the module's ELF file (vmlinux: the kernel's); "" if none */
 	void *cfi;         /* its call-frame table (target/unwind.h), owned by the target; NULL if none */
@@ -135,7 +135,7 @@ typedef int (*hp_read_fn)(struct hp_model *m, uint64_t addr, void *buf, size_t l
 struct hp_model {
 	enum hp_target_kind kind;
 	struct hp_module *mods; /* kernel: vmlinux first, then modules */
-	size_t nmods;
+	size_t nmods, cap_mods;
 	char release[128]; /* kernel release, or ELF build id / path */
 	char build_id[65]; /* hex GNU build id, "" if none */
 	hp_read_fn read;
@@ -160,7 +160,7 @@ void hp_model_free(struct hp_model *m);
 
 /* Find the function containing addr; NULL if none. Sets *mod_out if non-NULL. */
 const struct hp_function *hp_model_lookup(const struct hp_model *m, uint64_t addr, const struct hp_module **mod_out);
-/* Find the block of f containing addr (absolute); NULL if none. */
+/* Find the block of f containing addr (absolute); NULL if none (also when mod or f is NULL). */
 const struct hp_block *hp_function_block_at(const struct hp_module *mod, const struct hp_function *f, uint64_t addr);
 /* Find a function by name ("name" or "module:name"); NULL if none or ambiguous
  * (then *ambiguous is set if non-NULL). */

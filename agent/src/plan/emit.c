@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "isa/isa.h"
+#include "plan/pass.h"
 #include "plan/plan.h"
 
 enum term { T_NONE, T_FALL, T_JCC, T_JMP };
@@ -271,14 +273,8 @@ static bool saves_fetch_block(uint64_t at, uint32_t pad, uint32_t size, uint32_t
 
 static int put_reloc(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t target)
 {
-	if (p->nrelocs == *cap) {
-		size_t c = *cap ? *cap * 2 : 64;
-		struct hp_reloc *v = realloc(p->relocs, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		p->relocs = v;
-		*cap = c;
-	}
+	if (HP_GROW(p->relocs, *cap, p->nrelocs + 1))
+		return -ENOMEM;
 	p->relocs[p->nrelocs++] = (struct hp_reloc){ off, target };
 	return 0;
 }
@@ -583,3 +579,10 @@ out:
 	free(E.eb);
 	return r;
 }
+
+static int emit_pass(struct hp_plan_ctx *c)
+{
+	return hp_plan_emit(c->m, c->p, c->err, sizeof(c->err));
+}
+
+const struct hp_plan_pass hp_pass_emit = { "emit", emit_pass };

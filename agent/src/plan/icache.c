@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "plan/pass.h"
 #include "plan/plan.h"
 
 static int cmp_u64(const void *a, const void *b)
@@ -68,3 +69,20 @@ void hp_icache_free(struct hp_icache *ic)
 	ic->lines_per_set = NULL;
 	ic->pieces = NULL;
 }
+
+/* The footprint before and after for the plan's L1i. */
+static int icache_pass(struct hp_plan_ctx *c)
+{
+	struct hp_plan *p = c->p;
+	int r;
+
+	if ((r = hp_icache_compute(&p->before, &p->opts.l1i)) < 0 ||
+	    (r = hp_icache_compute(&p->after, &p->opts.l1i)) < 0)
+		return r;
+	/* One limit for both: the original hot bytes in as few lines as they
+	 * fill. Jumps and padding the layout adds count against it. */
+	p->after.minimum = p->before.minimum;
+	return HP_PASS_NEXT;
+}
+
+const struct hp_plan_pass hp_pass_icache = { "icache", icache_pass };

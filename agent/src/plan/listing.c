@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "isa/isa.h"
 #include "plan/plan.h"
 
@@ -51,14 +52,8 @@ static uint32_t body_len(const uint8_t *fcode, const struct hp_function *f, cons
 
 static int push(struct hp_listing *l, const struct hp_listing_insn *in)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 256;
-		struct hp_listing_insn *v = realloc(l->insns, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		l->insns = v;
-		l->cap = cap;
-	}
+	if (HP_GROW(l->insns, l->cap, l->n + 1))
+		return -ENOMEM;
 	l->insns[l->n++] = *in;
 	return 0;
 }

@@ -23,9 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "host/caps.h"
 #include "isa/isa.h"
 #include "plan/chains.h"
+#include "plan/pass.h"
 #include "plan/plan.h"
 #include "target/target.h"
 
@@ -324,6 +326,7 @@ static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o
 	const struct hp_module *mod = mb->mod;
 	const struct hp_function *f = mb->fn;
 	uint32_t n = f->nblocks, nch = 0;
+	size_t cap_chains = 0;
 	struct hp_chain_block *cb = calloc(n + 1, sizeof(*cb));
 	struct hp_chain_edge *ce = calloc(mb->nedges + 1, sizeof(*ce));
 	uint32_t *order = calloc(n + 1, sizeof(*order));
@@ -352,6 +355,7 @@ static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o
 	mb->chains = calloc(nch + 1, sizeof(*mb->chains));
 	if (!mb->chains)
 		goto out;
+	cap_chains = nch + 1;
 	mb->nchains = nch;
 	for (uint32_t i = 0; i < mb->nhot; i++) {
 		uint32_t b = order[i];
@@ -370,11 +374,9 @@ static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o
 	uint32_t k = mb->nhot;
 	for (uint32_t b = 0; b < n; b++)
 		if (cb[b].hot && chain_of[b] < 0) {
-			struct hp_plan_chain *c = realloc(mb->chains, (mb->nchains + 1) * sizeof(*c));
-			if (!c)
+			if (HP_GROW(mb->chains, cap_chains, mb->nchains + 1))
 				goto out;
-			mb->chains = c;
-			c[mb->nchains] =
+			mb->chains[mb->nchains] =
 				(struct hp_plan_chain){ k, 1, mb->count[b], mod->blocks[f->block_start + b].size };
 			mb->blocks[k++] = (struct hp_plan_block){
 				.index = b, .count = mb->count[b], .hot = true, .chain = (int32_t)mb->nchains++
@@ -424,21 +426,23 @@ static double max_count(const struct hp_prof_fn *pf)
 }
 
 /* Keep f in place with its rule (and detail). */
-static int keep(struct hp_plan *p, const struct hp_function *f, const char *rule, const char *detail)
+static int keep(struct hp_plan_ctx *c, const struct hp_function *f, const char *rule, const char *detail)
 {
-	struct hp_plan_kept *k = realloc(p->kept, (p->nkept + 1) * sizeof(*k));
-	if (!k)
+	struct hp_plan *p = c->p;
+
+	if (HP_GROW(p->kept, c->cap_kept, p->nkept + 1))
 		return -ENOMEM;
-	p->kept = k;
-	k[p->nkept] = (struct hp_plan_kept){ f, rule, "" };
-	snprintf(k[p->nkept++].detail, sizeof(k->detail), "%s", detail);
+	p->kept[p->nkept] = (struct hp_plan_kept){ f, rule, "" };
+	snprintf(p->kept[p->nkept++].detail, sizeof(p->kept->detail), "%s", detail);
 	return 0;
 }
 
 /* Consider callee g reached from member `from`; it joins or is kept. */
-static int consider(struct hp_model *m, struct hp_plan *p, const struct hp_profile *prof, uint32_t from,
-		    const struct hp_function *g, double root_calls)
+static int consider(struct hp_plan_ctx *c, uint32_t from, const struct hp_function *g)
 {
+	struct hp_model *m = c->m;
+	struct hp_plan *p = c->p;
+	const struct hp_profile *prof = c->prof;
 	const struct hp_module *gmod;
 	const struct hp_prof_fn *pf;
 	char detail[160];
@@ -447,7 +451,7 @@ static int consider(struct hp_model *m, struct hp_plan *p, const struct hp_profi
 	if (!g || member_of(p, g) >= 0 || is_kept(p, g))
 		return 0;
 	pf = hp_profile_find(prof, g->addr);
-	if (max_count(pf) <= p->opts.join_fraction * root_calls)
+	if (max_count(pf) <= p->opts.join_fraction * c->root_calls)
 		return 0;
 	if (!hp_model_lookup(m, g->addr, &gmod))
 		return 0;
@@ -455,11 +459,10 @@ static int consider(struct hp_model *m, struct hp_plan *p, const struct hp_profi
 	if (!rule && p->nmembers >= p->opts.max_functions)
 		rule = "the group is full (--max-functions)";
 	if (rule)
-		return keep(p, g, rule, detail);
-	struct hp_plan_member *v = realloc(p->members, (p->nmembers + 1) * sizeof(*v));
-	if (!v)
+		return keep(c, g, rule, detail);
+	if (HP_GROW(p->members, c->cap_members, p->nmembers + 1))
 		return -ENOMEM;
-	p->members = v;
+	struct hp_plan_member *v = p->members;
 	memset(&v[p->nmembers], 0, sizeof(*v));
 	v[p->nmembers].mod = gmod;
 	v[p->nmembers].fn = g;
@@ -502,13 +505,16 @@ static double affinity(const struct hp_plan_member *a, const struct hp_plan_memb
  * outside keep running the original and a copy would put its hot code in
  * the I-cache twice. Repeated until nothing leaves, as a member's leaving
  * takes its calls out of the group. */
-static int drop_shared(struct hp_plan *p)
+static int drop_shared(struct hp_plan_ctx *c)
 {
+	struct hp_plan *p = c->p;
 	char detail[160];
-	bool again = true;
 	int r;
 
-	while (again) {
+	/* Only with exact counts, and not with --min-share 0. */
+	if (c->prof->estimated || !(p->opts.min_caller_share > 0))
+		return HP_PASS_NEXT;
+	for (bool again = true; again;) {
 		again = false;
 		for (size_t i = 1; i < p->nmembers; i++) {
 			struct hp_plan_member *g = &p->members[i];
@@ -524,12 +530,12 @@ static int drop_shared(struct hp_plan *p)
 				 "%.0f of its %.0f calls (%.0f%%) come from the group; a copy would leave its hot "
 				 "code in the I-cache twice",
 				 from_group, calls, 100.0 * from_group / calls);
-			if ((r = keep(p, g->fn, "shared with callers outside the group (--min-share)", detail)) < 0)
+			if ((r = keep(c, g->fn, "shared with callers outside the group (--min-share)", detail)) < 0)
 				return r;
 			size_t w = 0;
-			for (size_t c = 0; c < p->nicalls; c++)
-				if (p->icalls[c].fn != g->fn)
-					p->icalls[w++] = p->icalls[c];
+			for (size_t k = 0; k < p->nicalls; k++)
+				if (p->icalls[k].fn != g->fn)
+					p->icalls[w++] = p->icalls[k];
 			p->nicalls = w;
 			free(g->count);
 			free(g->edges);
@@ -542,8 +548,9 @@ static int drop_shared(struct hp_plan *p)
 	return 0;
 }
 
-static int order_members(struct hp_plan *p)
+static int order_members(struct hp_plan_ctx *c)
 {
+	struct hp_plan *p = c->p;
 	size_t n = p->nmembers;
 	struct hp_plan_member *v = malloc((n + 1) * sizeof(*v));
 	uint8_t *placed = calloc(n + 1, 1);
@@ -575,32 +582,18 @@ static int order_members(struct hp_plan *p)
 	}
 	free(p->members);
 	p->members = v;
+	c->cap_members = n + 1;
 	free(placed);
+	for (size_t i = 0; i < p->nicalls; i++)
+		p->icalls[i].member = (uint32_t)member_of(p, p->icalls[i].fn);
 	return 0;
 }
 
-static void note(struct hp_plan *p, const char *s)
+/* The L1i geometry the I-cache figures are for: the options' or the host's. */
+static int cache_geometry(struct hp_plan_ctx *c)
 {
-	if (p->nnotes < 8)
-		p->notes[p->nnotes++] = s;
-}
+	struct hp_plan *p = c->p;
 
-int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struct hp_module *root_mod,
-		 const struct hp_profile *prof, const struct hp_plan_opts *o, struct hp_plan *p, char *err,
-		 size_t errlen)
-{
-	const struct hp_prof_fn *rpf;
-	char detail[160];
-	const char *rule;
-	double t0 = hp_now(), root_calls;
-	int r;
-
-	memset(p, 0, sizeof(*p));
-	if (o)
-		p->opts = *o;
-	else
-		hp_plan_opts_default(&p->opts);
-	p->profile = prof;
 	if (!p->opts.l1i.line_bytes) {
 		struct hp_hostinfo hi;
 		char e2[200];
@@ -609,13 +602,20 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 	}
 	if (!p->opts.l1i.line_bytes || !p->opts.l1i.ways || !p->opts.l1i.size_bytes) {
 		snprintf(
-			err, errlen,
+			c->err, sizeof(c->err),
 			"the L1 instruction cache geometry is unknown (no sysfs cache entry): give --l1i SIZE,WAYS,LINE");
 		return -ENODATA;
 	}
-	/* 1. Bottleneck check. */
+	return HP_PASS_NEXT;
+}
+
+/* Bottleneck check: whether I-cache stalls can be measured here. */
+static int bottleneck(struct hp_plan_ctx *c)
+{
 	static _Atomic int has_pmu = -1; /* probed once per process */
+	struct hp_plan *p = c->p;
 	int perr = 0;
+
 	if (has_pmu < 0)
 		has_pmu = hp_probe_hw_cycles(&perr);
 	p->stall_measurable = false;
@@ -623,50 +623,73 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 		 has_pmu ? "I-cache stall cycles are not measured yet: the check is not made" :
 			   "not measurable: no hardware PMU on this host (I-cache stall cycles unavailable); "
 			   "planning anyway");
-	/* 2. Counts for the root. */
-	rpf = hp_profile_find(prof, root->addr);
+	return HP_PASS_NEXT;
+}
+
+/* Counts for the root: the plan stops here when there are none, when the
+ * root did not run or cannot move; else the root is the first member. */
+static int root(struct hp_plan_ctx *c)
+{
+	struct hp_plan *p = c->p;
+	const struct hp_profile *prof = c->prof;
+	const struct hp_function *root = c->root;
+	const struct hp_prof_fn *rpf = hp_profile_find(prof, root->addr);
+	char detail[160];
+	const char *rule;
+	int r;
+
 	if (!prof || !rpf) {
 		p->status = HP_PLAN_NO_COUNTS;
 		snprintf(p->message, sizeof(p->message),
 			 "no block counts for %s: measure it first (hotpathd measure, or sample for estimated counts) "
 			 "and pass --profile",
 			 root->name);
-		return 0;
+		return HP_PASS_DONE;
 	}
 	if (max_count(rpf) <= 0) {
 		p->status = HP_PLAN_NOT_HOT;
 		snprintf(p->message, sizeof(p->message), "%s did not run in the profile (%s): nothing to optimize",
 			 root->name, prof->source);
-		return 0;
+		return HP_PASS_DONE;
 	}
-	if ((rule = hp_plan_kept_rule(m, root_mod, root, detail, sizeof(detail)))) {
+	if ((rule = hp_plan_kept_rule(c->m, c->root_mod, root, detail, sizeof(detail)))) {
 		p->status = HP_PLAN_ROOT_KEPT;
 		snprintf(p->message, sizeof(p->message), "%s cannot move: %s%s%s", root->name, rule,
 			 detail[0] ? " " : "", detail);
-		return 0;
+		return HP_PASS_DONE;
 	}
-	p->members = calloc(1, sizeof(*p->members));
-	if (!p->members)
+	if (HP_GROW(p->members, c->cap_members, 1))
 		return -ENOMEM;
-	p->members[0].mod = root_mod;
+	memset(&p->members[0], 0, sizeof(p->members[0]));
+	p->members[0].mod = c->root_mod;
 	p->members[0].fn = root;
 	p->nmembers = 1;
 	if ((r = member_counts(&p->members[0], rpf, prof->estimated)) < 0)
-		goto nomem;
-	root_calls = p->members[0].calls;
-	/* 3. Group, breadth first. */
+		return r;
+	c->root_calls = p->members[0].calls;
+	return HP_PASS_NEXT;
+}
+
+/* Group, breadth first over the calls, tail calls and indirect call sites
+ * of blocks that ran. */
+static int group(struct hp_plan_ctx *c)
+{
+	struct hp_plan *p = c->p;
+	struct hp_model *m = c->m;
+	int r;
+
 	for (size_t i = 0; i < p->nmembers; i++) {
 		const struct hp_module *mod = p->members[i].mod;
 		const struct hp_function *f = p->members[i].fn;
 
-		for (uint32_t c = 0; c < f->ncalls; c++) {
-			const struct hp_call *cl = &mod->calls[f->call_start + c];
+		for (uint32_t k = 0; k < f->ncalls; k++) {
+			const struct hp_call *cl = &mod->calls[f->call_start + k];
 			const struct hp_function *g;
 			if (p->members[i].count[block_index(mod, f, cl->site)] <= 0)
 				continue; /* pruned: reached only from blocks that never ran */
 			g = hp_model_lookup(m, cl->target, NULL);
-			if (g && g->addr == cl->target && (r = consider(m, p, prof, (uint32_t)i, g, root_calls)) < 0)
-				goto nomem;
+			if (g && g->addr == cl->target && (r = consider(c, (uint32_t)i, g)) < 0)
+				return r;
 			f = p->members[i].fn; /* members may have moved */
 			mod = p->members[i].mod;
 		}
@@ -680,37 +703,51 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 				if (sc->kind != HP_SUCC_TAIL_CALL)
 					continue;
 				g = hp_model_lookup(m, sc->target, NULL);
-				if (g && g->addr == sc->target && g != f &&
-				    (r = consider(m, p, prof, (uint32_t)i, g, root_calls)) < 0)
-					goto nomem;
+				if (g && g->addr == sc->target && g != f && (r = consider(c, (uint32_t)i, g)) < 0)
+					return r;
 				f = p->members[i].fn;
 				mod = p->members[i].mod;
 			}
 		}
-		for (uint32_t c = 0; c < f->nicalls; c++) {
-			uint32_t site = mod->icall_sites[f->icall_start + c];
+		for (uint32_t k = 0; k < f->nicalls; k++) {
+			uint32_t site = mod->icall_sites[f->icall_start + k];
 			double cnt = p->members[i].count[block_index(mod, f, site)];
 			if (cnt <= 0)
 				continue;
-			struct hp_plan_icall *v = realloc(p->icalls, (p->nicalls + 1) * sizeof(*v));
-			if (!v)
-				goto nomem;
-			p->icalls = v;
-			v[p->nicalls++] = (struct hp_plan_icall){ f, 0, site, cnt };
+			if (HP_GROW(p->icalls, c->cap_icalls, p->nicalls + 1))
+				return -ENOMEM;
+			p->icalls[p->nicalls++] = (struct hp_plan_icall){ f, 0, site, cnt };
 		}
 	}
-	if (!prof->estimated && p->opts.min_caller_share > 0 && (r = drop_shared(p)) < 0)
-		goto nomem;
-	/* 4. Order by call affinity (root first), then split and chain. */
-	if ((r = order_members(p)) < 0)
-		goto nomem;
-	for (size_t i = 0; i < p->nicalls; i++)
-		p->icalls[i].member = (uint32_t)member_of(p, p->icalls[i].fn);
+	return HP_PASS_NEXT;
+}
+
+/* Split each member into hot and cold chunks and chain its hot blocks. */
+static int layout(struct hp_plan_ctx *c)
+{
+	struct hp_plan *p = c->p;
+	int r;
+
 	for (size_t i = 0; i < p->nmembers; i++) {
 		hp_cfg_signature(p->members[i].mod, p->members[i].fn, p->members[i].signature);
 		if ((r = member_layout(&p->members[i], &p->opts)) < 0)
-			goto nomem;
+			return r;
 	}
+	return HP_PASS_NEXT;
+}
+
+static void note(struct hp_plan *p, const char *s)
+{
+	if (p->nnotes < 8)
+		p->notes[p->nnotes++] = s;
+}
+
+/* What the reader of the plan should know about its counts and unwind data. */
+static int notes(struct hp_plan_ctx *c)
+{
+	struct hp_plan *p = c->p;
+	const struct hp_profile *prof = c->prof;
+
 	if (prof->scope[0]) {
 		snprintf(p->scope_note, sizeof(p->scope_note),
 			 "second pass: counts include only %.150s, measured on the installed copy", prof->scope);
@@ -721,7 +758,7 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 					 "to count at, their counts are derived from their predecessors" :
 					 "block counts are estimates from PC samples (samples per block divided by its "
 					 "instructions)");
-	if (m->kind != HP_TARGET_KERNEL)
+	if (c->m->kind != HP_TARGET_KERNEL)
 		note(p,
 		     "the copy's unwind rows are in its own .eh_frame (code.unwind), to be registered with the "
 		     "code; functions with landing pads or rules it cannot reproduce stay in place");
@@ -729,25 +766,53 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 		note(p,
 		     "ORC unwind data does not cover moved code: stack traces through it are unreliable until the "
 		     "module registers it");
-	/* 5. Emit, verify, measure the footprint. */
-	if ((r = hp_plan_emit(m, p, err, errlen)) < 0 || (r = hp_plan_unwind(m, p, err, errlen)) < 0)
-		return r;
-	p->verified = hp_plan_verify(m, p) && hp_plan_verify_unwind(m, p);
-	if (!p->verified) {
-		p->status = HP_PLAN_REFUSED;
-		snprintf(p->message, sizeof(p->message), "the emitted code failed verification: %s", p->verify_error);
+	return HP_PASS_NEXT;
+}
+
+const struct hp_plan_pass hp_pass_cache_geometry = { "cache-geometry", cache_geometry };
+const struct hp_plan_pass hp_pass_bottleneck = { "bottleneck", bottleneck };
+const struct hp_plan_pass hp_pass_root = { "root", root };
+const struct hp_plan_pass hp_pass_group = { "group", group };
+const struct hp_plan_pass hp_pass_drop_shared = { "drop-shared", drop_shared };
+const struct hp_plan_pass hp_pass_order = { "order", order_members };
+const struct hp_plan_pass hp_pass_layout = { "layout", layout };
+const struct hp_plan_pass hp_pass_notes = { "notes", notes };
+
+/* The passes of every plan, in order. */
+static const struct hp_plan_pass *const passes[] = {
+	&hp_pass_cache_geometry, &hp_pass_bottleneck, &hp_pass_root,   &hp_pass_group,
+	&hp_pass_drop_shared,    &hp_pass_order,      &hp_pass_layout, &hp_pass_notes,
+	&hp_pass_emit,           &hp_pass_unwind,     &hp_pass_verify, &hp_pass_icache,
+};
+
+int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struct hp_module *root_mod,
+		 const struct hp_profile *prof, const struct hp_plan_opts *o, struct hp_plan *p, char *err,
+		 size_t errlen)
+{
+	struct hp_plan_ctx c = { .m = m, .root = root, .root_mod = root_mod, .prof = prof, .p = p };
+	double t0 = hp_now();
+
+	memset(p, 0, sizeof(*p));
+	if (o)
+		p->opts = *o;
+	else
+		hp_plan_opts_default(&p->opts);
+	p->profile = prof;
+	for (size_t i = 0; i < sizeof(passes) / sizeof(passes[0]); i++) {
+		int r = passes[i]->run(&c);
+		if (r == HP_PASS_DONE)
+			return 0;
+		if (r < 0) {
+			if (!c.err[0]) {
+				snprintf(err, errlen, "out of memory while planning");
+				return -ENOMEM;
+			}
+			snprintf(err, errlen, "%s", c.err);
+			return r;
+		}
 	}
-	if ((r = hp_icache_compute(&p->before, &p->opts.l1i)) < 0 ||
-	    (r = hp_icache_compute(&p->after, &p->opts.l1i)) < 0)
-		goto nomem;
-	/* One limit for both: the original hot bytes in as few lines as they
-	 * fill. Jumps and padding the layout adds count against it. */
-	p->after.minimum = p->before.minimum;
 	p->seconds = hp_now() - t0;
 	return 0;
-nomem:
-	snprintf(err, errlen, "out of memory while planning");
-	return -ENOMEM;
 }
 
 void hp_plan_free(struct hp_plan *p)

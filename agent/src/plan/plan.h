@@ -157,11 +157,12 @@ struct hp_plan {
 	char scope_note[256];
 };
 
-/* Make a plan for root in m from profile p (NULL: none measured yet).
- * Returns 0 (see plan->status for not-OK outcomes) or a negative errno
- * with err filled for failures of the agent itself. */
+/* Make plan p for root in m from profile prof (NULL: none measured yet),
+ * running the passes of pass.h. Returns 0 (see p->status for not-OK
+ * outcomes) or a negative errno with err filled for failures of the agent
+ * itself. */
 int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struct hp_module *root_mod,
-		 const struct hp_profile *p, const struct hp_plan_opts *o, struct hp_plan *plan, char *err,
+		 const struct hp_profile *prof, const struct hp_plan_opts *o, struct hp_plan *p, char *err,
 		 size_t errlen);
 void hp_plan_free(struct hp_plan *plan);
 

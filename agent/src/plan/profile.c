@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "base/json_get.h"
 #include "plan/profile.h"
 
@@ -50,11 +51,9 @@ static struct hp_prof_fn *fn_for(struct hp_profile *p, const struct hp_module *m
 	for (size_t i = p->nfns; i-- > 0;)
 		if (p->fns[i].addr == f->addr)
 			return &p->fns[i];
-	struct hp_prof_fn *v = realloc(p->fns, (p->nfns + 1) * sizeof(*v));
-	if (!v)
+	if (HP_GROW(p->fns, p->cap_fns, p->nfns + 1))
 		return NULL;
-	p->fns = v;
-	struct hp_prof_fn *n = &v[p->nfns];
+	struct hp_prof_fn *n = &p->fns[p->nfns];
 	memset(n, 0, sizeof(*n));
 	if (!(n->name = strdup(f->name)))
 		return NULL;
@@ -76,11 +75,9 @@ int hp_profile_add(struct hp_profile *p, const struct hp_module *mod, const stru
 			pf->blocks[i].count += count;
 			return 0;
 		}
-	struct hp_prof_block *v = realloc(pf->blocks, (pf->nblocks + 1) * sizeof(*v));
-	if (!v)
+	if (HP_GROW(pf->blocks, pf->cap_blocks, pf->nblocks + 1))
 		return -ENOMEM;
-	pf->blocks = v;
-	v[pf->nblocks++] = (struct hp_prof_block){ off, count };
+	pf->blocks[pf->nblocks++] = (struct hp_prof_block){ off, count };
 	return 0;
 }
 
@@ -96,11 +93,9 @@ int hp_profile_add_edge(struct hp_profile *p, const struct hp_module *mod, const
 			pf->edges[i].count += count;
 			return 0;
 		}
-	struct hp_prof_edge *v = realloc(pf->edges, (pf->nedges + 1) * sizeof(*v));
-	if (!v)
+	if (HP_GROW(pf->edges, pf->cap_edges, pf->nedges + 1))
 		return -ENOMEM;
-	pf->edges = v;
-	v[pf->nedges++] = (struct hp_prof_edge){ from, to, count };
+	pf->edges[pf->nedges++] = (struct hp_prof_edge){ from, to, count };
 	return 0;
 }
 
@@ -116,13 +111,14 @@ int hp_profile_copy(const struct hp_profile *in, struct hp_profile *out)
 {
 	*out = *in;
 	out->fns = calloc(in->nfns ? in->nfns : 1, sizeof(*out->fns));
-	out->nfns = 0;
+	out->nfns = out->cap_fns = 0; /* 0: no room known, the next push grows */
 	if (!out->fns)
 		return -ENOMEM;
 	for (size_t i = 0; i < in->nfns; i++) {
 		const struct hp_prof_fn *a = &in->fns[i];
 		struct hp_prof_fn *b = &out->fns[out->nfns++];
 		*b = *a;
+		b->cap_blocks = b->cap_edges = 0;
 		b->name = strdup(a->name ? a->name : "");
 		b->blocks = malloc((a->nblocks ? a->nblocks : 1) * sizeof(*b->blocks));
 		b->edges = malloc((a->nedges ? a->nedges : 1) * sizeof(*b->edges));
@@ -387,15 +383,11 @@ int hp_profile_read(const char *path, const struct hp_model *m, struct hp_profil
 		return r;
 	}
 	do {
-		if (len + 65536 > cap) {
-			char *nb = realloc(buf, cap = cap ? cap * 2 : 131072);
-			if (!nb) {
-				free(buf);
-				fclose(fp);
-				snprintf(err, errlen, "out of memory");
-				return -ENOMEM;
-			}
-			buf = nb;
+		if (HP_GROW(buf, cap, len + 65536)) {
+			free(buf);
+			fclose(fp);
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
 		}
 		n = fread(buf + len, 1, cap - len, fp);
 		len += n;
@@ -433,11 +425,9 @@ int hp_profile_merge(const struct hp_profile *in, size_t n, struct hp_profile *o
 				if (out->fns[j].addr == f->addr)
 					o = &out->fns[j];
 			if (!o) {
-				struct hp_prof_fn *v = realloc(out->fns, (out->nfns + 1) * sizeof(*v));
-				if (!v)
+				if (HP_GROW(out->fns, out->cap_fns, out->nfns + 1))
 					return -ENOMEM;
-				out->fns = v;
-				o = &v[out->nfns++];
+				o = &out->fns[out->nfns++];
 				memset(o, 0, sizeof(*o));
 				o->name = strdup(f->name);
 				o->addr = f->addr;
@@ -448,11 +438,9 @@ int hp_profile_merge(const struct hp_profile *in, size_t n, struct hp_profile *o
 				for (j = 0; j < o->nblocks && o->blocks[j].offset != f->blocks[b].offset; j++)
 					;
 				if (j == o->nblocks) {
-					struct hp_prof_block *v = realloc(o->blocks, (o->nblocks + 1) * sizeof(*v));
-					if (!v)
+					if (HP_GROW(o->blocks, o->cap_blocks, o->nblocks + 1))
 						return -ENOMEM;
-					o->blocks = v;
-					v[o->nblocks++] = (struct hp_prof_block){ f->blocks[b].offset, 0 };
+					o->blocks[o->nblocks++] = (struct hp_prof_block){ f->blocks[b].offset, 0 };
 				}
 				o->blocks[j].count += f->blocks[b].count * scale;
 			}
@@ -463,11 +451,10 @@ int hp_profile_merge(const struct hp_profile *in, size_t n, struct hp_profile *o
 				     j++)
 					;
 				if (j == o->nedges) {
-					struct hp_prof_edge *v = realloc(o->edges, (o->nedges + 1) * sizeof(*v));
-					if (!v)
+					if (HP_GROW(o->edges, o->cap_edges, o->nedges + 1))
 						return -ENOMEM;
-					o->edges = v;
-					v[o->nedges++] = (struct hp_prof_edge){ f->edges[e].from, f->edges[e].to, 0 };
+					o->edges[o->nedges++] =
+						(struct hp_prof_edge){ f->edges[e].from, f->edges[e].to, 0 };
 				}
 				o->edges[j].count += f->edges[e].count * scale;
 			}

@@ -31,14 +31,14 @@ struct hp_prof_fn {
 	uint64_t addr;
 	char signature[17]; /* "" when the source had none */
 	struct hp_prof_block *blocks;
-	size_t nblocks;
+	size_t nblocks, cap_blocks; /* capacities: for hp_grow (base/grow.h), 0 when unknown */
 	struct hp_prof_edge *edges;
-	size_t nedges;
+	size_t nedges, cap_edges;
 };
 
 struct hp_profile {
 	struct hp_prof_fn *fns;
-	size_t nfns;
+	size_t nfns, cap_fns;
 	bool estimated;   /* counts estimated from PC samples, not counted */
 	char source[256]; /* what the counts came from */
 	char scope[160];  /* "" for every call; "calls under ROOT" for a second pass */

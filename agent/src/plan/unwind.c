@@ -24,7 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "isa/isa.h"
+#include "plan/pass.h"
 #include "plan/plan.h"
 #include "target/unwind.h"
 
@@ -110,17 +112,9 @@ struct buf {
 
 static void put(struct buf *o, const void *p, size_t n)
 {
-	if (o->n + n > o->cap) {
-		size_t c = o->cap ? o->cap * 2 : 1024;
-		while (c < o->n + n)
-			c *= 2;
-		uint8_t *nb = realloc(o->b, c);
-		if (!nb) {
-			o->oom = true;
-			return;
-		}
-		o->b = nb;
-		o->cap = c;
+	if (HP_GROW(o->b, o->cap, o->n + n)) {
+		o->oom = true;
+		return;
 	}
 	memcpy(o->b + o->n, p, n);
 	o->n += n;
@@ -149,7 +143,7 @@ static void sleb(struct buf *o, int64_t v)
 {
 	for (bool more = true; more;) {
 		uint8_t b = v & 0x7f;
-		v >>= 7;
+		v = v < 0 ? ~(~v >> 7) : v >> 7; /* arithmetic shift without shifting a negative value */
 		more = !((v == 0 && !(b & 0x40)) || (v == -1 && (b & 0x40)));
 		put8(o, b | (more ? 0x80 : 0));
 	}
@@ -414,3 +408,10 @@ out:
 	hp_cfi_close(c);
 	return ok;
 }
+
+static int unwind_pass(struct hp_plan_ctx *c)
+{
+	return hp_plan_unwind(c->m, c->p, c->err, sizeof(c->err));
+}
+
+const struct hp_plan_pass hp_pass_unwind = { "unwind", unwind_pass };

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "isa/isa.h"
+#include "plan/pass.h"
 #include "plan/plan.h"
 
 struct nmap {
@@ -259,3 +260,18 @@ out:
 	free(v.map);
 	return ok;
 }
+
+/* Code and unwind data that fail verification are refused, not an error. */
+static int verify_pass(struct hp_plan_ctx *c)
+{
+	struct hp_plan *p = c->p;
+
+	p->verified = hp_plan_verify(c->m, p) && hp_plan_verify_unwind(c->m, p);
+	if (!p->verified) {
+		p->status = HP_PLAN_REFUSED;
+		snprintf(p->message, sizeof(p->message), "the emitted code failed verification: %s", p->verify_error);
+	}
+	return HP_PASS_NEXT;
+}
+
+const struct hp_plan_pass hp_pass_verify = { "verify", verify_pass };

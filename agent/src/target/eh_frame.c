@@ -36,19 +36,19 @@ static uint64_t eh_uleb(struct ehr *r)
 
 static int64_t eh_sleb(struct ehr *r)
 {
-	int64_t v = 0;
+	uint64_t v = 0; /* unsigned: shifting into the sign bit is defined */
 	int shift = 0;
 	uint8_t b = 0;
 
 	while (r->p < r->end) {
 		b = *r->p++;
 		if (shift < 64)
-			v |= (int64_t)(b & 0x7f) << shift;
+			v |= (uint64_t)(b & 0x7f) << shift;
 		shift += 7;
 		if (!(b & 0x80)) {
 			if (shift < 64 && (b & 0x40))
-				v |= -((int64_t)1 << shift);
-			return v;
+				v |= ~(uint64_t)0 << shift;
+			return (int64_t)v;
 		}
 	}
 	r->bad = true;

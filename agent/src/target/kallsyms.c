@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "isa/isa.h"
 #include "target/kallsyms.h"
 
@@ -92,28 +93,16 @@ static int cmp_u64(const void *a, const void *b)
 
 static int push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
 {
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 64;
-		uint64_t *p = realloc(*v, c * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		*v = p;
-		*cap = c;
-	}
+	if (HP_GROW(*v, *cap, *n + 1))
+		return -ENOMEM;
 	(*v)[(*n)++] = x;
 	return 0;
 }
 
 static int push_data(struct hp_kallsyms *ks, uint32_t mod, uint64_t addr)
 {
-	if (ks->ndata == ks->capdata) {
-		size_t c = ks->capdata ? ks->capdata * 2 : 1024;
-		struct hp_kdata *v = realloc(ks->data, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		ks->data = v;
-		ks->capdata = c;
-	}
+	if (HP_GROW(ks->data, ks->capdata, ks->ndata + 1))
+		return -ENOMEM;
 	ks->data[ks->ndata++] = (struct hp_kdata){ mod, addr };
 	return 0;
 }
@@ -126,11 +115,9 @@ static uint32_t module_index(struct hp_kallsyms *ks, const char *modname)
 	for (i = 0; i < ks->nmods && strcmp(ks->modnames[i], modname); i++)
 		;
 	if (i == ks->nmods) {
-		char **v = realloc(ks->modnames, (ks->nmods + 1) * sizeof(*v));
-		if (!v)
+		if (HP_GROW(ks->modnames, ks->capmods, ks->nmods + 1))
 			return 0;
-		ks->modnames = v;
-		if (!(v[ks->nmods] = strdup(modname)))
+		if (!(ks->modnames[ks->nmods] = strdup(modname)))
 			return 0;
 		ks->nmods++;
 	}
@@ -193,15 +180,9 @@ int hp_kallsyms_read(struct hp_model *m, FILE *fp, struct hp_kallsyms *ks, char 
 			r = push_u64(&ks->ind_thunks, &ks->nind, &ks->capind, addr);
 		if (r < 0)
 			break;
-		if (ks->n == ks->cap) {
-			size_t c = ks->cap ? ks->cap * 2 : 4096;
-			struct hp_ksym *v = realloc(ks->syms, c * sizeof(*v));
-			if (!v) {
-				r = -ENOMEM;
-				break;
-			}
-			ks->syms = v;
-			ks->cap = c;
+		if (HP_GROW(ks->syms, ks->cap, ks->n + 1)) {
+			r = -ENOMEM;
+			break;
 		}
 		bool boundary = has_prefix(name, "__pfx_") || has_prefix(name, "__cfi_");
 		bool label = !strcmp(name, "_text") || !strcmp(name, "_stext") || !strcmp(name, "_etext") ||

@@ -41,7 +41,7 @@ struct hp_kallsyms {
 	struct hp_ksym *syms; /* sorted by (mod, addr) after hp_kallsyms_read */
 	size_t n, cap;
 	char **modnames;
-	size_t nmods;
+	size_t nmods, capmods;
 	struct hp_kdata *data; /* modules only, sorted by (mod, addr) */
 	size_t ndata, capdata;
 	uint64_t text, etext; /* vmlinux's _text and _etext */

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "target/kprobe_policy.h"
 
 struct range {
@@ -29,7 +30,7 @@ struct hp_kprobe_policy {
 	char **ftrace_names; /* sorted; NULL when tracefs is not readable */
 	size_t nftrace;
 	struct range *ranges;
-	size_t nranges;
+	size_t nranges, cap_ranges;
 	bool blacklist_file;
 	struct btf *vmlinux_btf;
 	/* Per module of the model (index 0, vmlinux, unused): its BTF from
@@ -38,7 +39,6 @@ struct hp_kprobe_policy {
 	 * none, and fentry/fexit cannot attach to its functions. */
 	struct btf **mod_btf;
 	uint8_t *mod_btf_state; /* 0 not looked at, 1 loaded, 2 absent */
-	char sources[192];
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -61,29 +61,24 @@ static void read_ftrace_names(struct hp_kprobe_policy *p)
 			line[strcspn(line, " \t\n")] = '\0';
 			if (!line[0])
 				continue;
-			if (p->nftrace == cap) {
-				cap = cap ? cap * 2 : 65536;
-				char **nv = realloc(v, cap * sizeof(*nv));
-				if (!nv)
-					break;
-				v = nv;
-			}
+			if (HP_GROW(v, cap, p->nftrace + 1))
+				break;
 			if (!(v[p->nftrace] = strdup(line)))
 				break;
 			p->nftrace++;
 		}
 		fclose(f);
-		qsort(v, p->nftrace, sizeof(*v), cmp_str);
+		if (v)
+			qsort(v, p->nftrace, sizeof(*v), cmp_str);
 		p->ftrace_names = v ? v : calloc(1, sizeof(char *));
 	}
 }
 
 static int add_range(struct hp_kprobe_policy *p, uint64_t lo, uint64_t hi, const char *why, const char *name)
 {
-	struct range *v = realloc(p->ranges, (p->nranges + 1) * sizeof(*v));
-	if (!v)
+	if (HP_GROW(p->ranges, p->cap_ranges, p->nranges + 1))
 		return -ENOMEM;
-	p->ranges = v;
+	struct range *v = p->ranges;
 	v[p->nranges] = (struct range){ lo, hi, why, "" };
 	snprintf(v[p->nranges].name, sizeof(v[p->nranges].name), "%s", name ? name : "");
 	p->nranges++;
@@ -152,15 +147,7 @@ struct hp_kprobe_policy *hp_kprobe_policy_open(struct hp_model *m)
 	p->vmlinux_btf = btf__load_vmlinux_btf();
 	if (libbpf_get_error(p->vmlinux_btf))
 		p->vmlinux_btf = NULL;
-	snprintf(p->sources, sizeof(p->sources), "ftrace sites from %s; kprobe blacklist from %s",
-		 p->ftrace_names ? "tracefs available_filter_functions" : "the functions' entry bytes",
-		 p->blacklist_file ? "debugfs kprobes/blacklist" : "the text section markers in /proc/kallsyms");
 	return p;
-}
-
-const char *hp_kprobe_policy_sources(const struct hp_kprobe_policy *p)
-{
-	return p->sources;
 }
 
 /* The function starts with an ftrace site: nop5 or call rel32, after endbr64 if present. */

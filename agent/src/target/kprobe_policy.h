@@ -32,8 +32,6 @@ struct hp_kfunc_rules {
 struct hp_kprobe_policy *hp_kprobe_policy_open(struct hp_model *m);
 void hp_kprobe_policy_check(struct hp_kprobe_policy *p, const struct hp_module *mod, const struct hp_function *f,
 			    struct hp_kfunc_rules *out);
-/* Where the answers come from, for messages ("tracefs available_filter_functions", "function entry bytes"). */
-const char *hp_kprobe_policy_sources(const struct hp_kprobe_policy *p);
 void hp_kprobe_policy_free(struct hp_kprobe_policy *p);
 
 #endif

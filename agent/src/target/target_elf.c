@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "isa/isa.h"
 #include "model/cfg.h"
 #include "model/model.h"
@@ -133,7 +134,7 @@ static int sections_where(Elf *elf, bool any_alloc, struct exec_sect **out, size
 {
 	Elf_Scn *scn = NULL;
 	struct exec_sect *v = NULL;
-	size_t cnt = 0;
+	size_t cnt = 0, cap = 0;
 
 	while ((scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr sh;
@@ -142,12 +143,10 @@ static int sections_where(Elf *elf, bool any_alloc, struct exec_sect **out, size
 		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS || !sh.sh_size ||
 		    !(sh.sh_flags & (any_alloc ? SHF_ALLOC : SHF_EXECINSTR)))
 			continue;
-		struct exec_sect *nv = realloc(v, (cnt + 1) * sizeof(*v));
-		if (!nv) {
+		if (HP_GROW(v, cap, cnt + 1)) {
 			free(v);
 			return -ENOMEM;
 		}
-		v = nv;
 		d = elf_getdata(scn, NULL);
 		v[cnt].addr = sh.sh_addr;
 		v[cnt].size = sh.sh_size;
@@ -286,7 +285,7 @@ static int got_names(Elf *elf, struct got_name **out, size_t *nout)
 {
 	Elf_Scn *scn = NULL;
 	struct got_name *v = NULL;
-	size_t n = 0;
+	size_t n = 0, cap = 0;
 
 	while ((scn = elf_nextscn(elf, scn))) {
 		GElf_Shdr sh, symsh;
@@ -325,12 +324,10 @@ static int got_names(Elf *elf, struct got_name **out, size_t *nout)
 			} else {
 				continue;
 			}
-			struct got_name *nv = realloc(v, (n + 1) * sizeof(*v));
-			if (!nv) {
+			if (HP_GROW(v, cap, n + 1)) {
 				free(v);
 				return -ENOMEM;
 			}
-			v = nv;
 			v[n++] = g;
 		}
 	}
@@ -368,11 +365,9 @@ static int cmp_plt_target(const void *a, const void *b)
 
 static int add_plt_target(struct hp_module *mod, uint64_t stub, uint64_t target)
 {
-	struct hp_plt_target *v = realloc(mod->plt_targets, (mod->nplt_targets + 1) * sizeof(*v));
-
-	if (!v)
+	if (HP_GROW(mod->plt_targets, mod->cap_plt_targets, mod->nplt_targets + 1))
 		return -ENOMEM;
-	mod->plt_targets = v;
+	struct hp_plt_target *v = mod->plt_targets;
 	v[mod->nplt_targets++] = (struct hp_plt_target){ stub, target };
 	qsort(v, mod->nplt_targets, sizeof(*v), cmp_plt_target);
 	return 0;

@@ -22,6 +22,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "model/cfg.h"
 #include "host/hostinfo.h"
 #include "target/kallsyms.h"
@@ -204,14 +205,8 @@ static int32_t le32(const uint8_t *p)
 
 static int push_pin(struct hp_kernel_facts *kf, size_t *cap, uint64_t lo, uint64_t hi, const char *rule)
 {
-	if (kf->npinned == *cap) {
-		size_t c = *cap ? *cap * 2 : 64;
-		struct hp_pinned_range *v = realloc(kf->pinned, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		kf->pinned = v;
-		*cap = c;
-	}
+	if (HP_GROW(kf->pinned, *cap, kf->npinned + 1))
+		return -ENOMEM;
 	kf->pinned[kf->npinned++] = (struct hp_pinned_range){ lo, hi, rule };
 	return 0;
 }
@@ -600,7 +595,7 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	struct utsname un;
 	const char *only = NULL;
 	uint64_t *vm_noret = NULL, *seeds = NULL;
-	size_t nvm_noret = 0, nseeds = 0;
+	size_t nvm_noret = 0, nseeds = 0, cap_seeds = 0;
 	double t0 = hp_now();
 	size_t i;
 	int r;
@@ -724,14 +719,12 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
 			goto fail;
 		}
-		uint64_t *v = realloc(seeds, (nseeds + one.noutside + 1) * sizeof(*v));
-		if (!v) {
+		if (HP_GROW(seeds, cap_seeds, nseeds + one.noutside + 1)) {
 			free(one.outside);
 			r = -ENOMEM;
 			snprintf(err, errlen, "out of memory");
 			goto fail;
 		}
-		seeds = v;
 		if (one.noutside)
 			memcpy(seeds + nseeds, one.outside, one.noutside * sizeof(*seeds));
 		nseeds += one.noutside;

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "model/cfg.h"
 #include "model/model.h"
 #include "host/procmaps.h"
@@ -32,7 +33,7 @@ struct pidpriv {
 	int pid;
 	int memfd;
 	struct mapping *maps;
-	size_t nmaps;
+	size_t nmaps, cap_maps;
 	struct hp_byte_patch *overlay; /* original bytes under the agent's patches */
 	size_t noverlay;
 };
@@ -167,12 +168,11 @@ static int read_maps(struct pidpriv *pp, char *err, size_t errlen)
 		file[strcspn(file, "\n")] = 0;
 		if (perms[2] != 'x' || file[0] != '/')
 			continue;
-		struct mapping *v = realloc(pp->maps, (pp->nmaps + 1) * sizeof(*v));
-		if (!v) {
+		if (HP_GROW(pp->maps, pp->cap_maps, pp->nmaps + 1)) {
 			fclose(fp);
 			return -ENOMEM;
 		}
-		pp->maps = v;
+		struct mapping *v = pp->maps;
 		v[pp->nmaps] = (struct mapping){ s, e, off, strdup(file), NULL };
 		if (!v[pp->nmaps].path) {
 			fclose(fp);

@@ -227,8 +227,19 @@ static void t_kernel_warn_continues_bug_ends(void)
 	hp_model_free(m);
 }
 
+/* A lookup that found no function passes NULL on: no block, and no crash
+ * (f was read before the check that it is there). */
+static void t_block_at_without_function(void)
+{
+	struct hp_module mod = { 0 };
+
+	EXPECT(!hp_function_block_at(&mod, NULL, 0x1000), "a block without a function");
+	EXPECT(!hp_function_block_at(NULL, NULL, 0x1000), "a block without a module or function");
+}
+
 int main(void)
 {
+	RUN(t_block_at_without_function);
 	RUN(t_noreturn_calls_end_blocks);
 	RUN(t_cold_fragments_are_linked);
 	RUN(t_plt_callees_are_named);
