@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.gen.plan import Plan as GenPlan
+
 Role = Literal["viewer", "operator", "approver", "admin"]
 SuccessorKindName = Literal["fallthrough", "taken", "tail_call", "indirect", "return"]
 
@@ -965,7 +967,8 @@ class PlanComparison(BaseModel):
 
 
 class PlanDetail(PlanPublic):
-    plan: dict | None = Field(description="The agent's plan (hotpathd plan --json) as the backend checked it")
+    plan: GenPlan | None = Field(description="The agent's plan (hotpathd plan --json) as the backend checked it; "
+                                             "its shape is proto/hotpath/v1/plan.schema.json")
     install_detail: dict | None
     revert_detail: dict | None
     install_command: str | None

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The shaped plan, computed in a Web Worker (in a macrotask where no Worker exists, as in jsdom).
 import { useEffect, useState } from "react";
-import { shapePlan, type PlanView } from "./planModel";
+import { shapePlan, type AgentPlan, type PlanView } from "./planModel";
 import type { ShapeReply } from "./planModel.worker";
 
 let nextId = 1;
 
-export function usePlanView(plan: unknown, estimated: boolean): { view: PlanView | null; error: string | null } {
+export function usePlanView(plan: AgentPlan | null | undefined, estimated: boolean): { view: PlanView | null; error: string | null } {
   const [state, setState] = useState<{ view: PlanView | null; error: string | null }>({ view: null, error: null });
   useEffect(() => {
     if (!plan) {
