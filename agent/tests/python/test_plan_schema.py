@@ -6,6 +6,7 @@ member the installer's reader (agent/src/replace/plan_file.c) reads is a member 
 and a plan cut down to the schema's members alone is read by the installer as the whole plan is (it
 gets as far, and stops at the same check), while a cut plan lacking a member the installer needs is
 refused by its reader. No root needed: nothing is installed."""
+import importlib.util
 import json
 import pathlib
 import re
@@ -21,24 +22,20 @@ PLAN_FILE_C = ROOT / "agent" / "src" / "replace" / "plan_file.c"
 FIXTURE = ROOT / "backend" / "tests" / "fixtures" / "plan_group.json"
 
 
+def _backend_test_helper(name: str):
+    """A helper of the backend's tests, loaded from its file (the backend's tests are no package here)."""
+    path = ROOT / "backend" / "tests" / "core" / "test_fixtures.py"
+    spec = importlib.util.spec_from_file_location("backend_test_fixtures", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
 @pytest.fixture(scope="module")
 def fresh_plan(tmp_path_factory) -> dict:
-    if not HOTPATHD.exists():
-        pytest.fail(f"{HOTPATHD} is missing: run `make -C agent` first")
-    tmp = tmp_path_factory.mktemp("plan-schema")
-    root = "hp_profile_find"
-    nm = subprocess.run(["nm", str(HOTPATHD)], capture_output=True, text=True, check=True).stdout
-    addr = next(f"0x{line.split()[0]}" for line in nm.splitlines() if line.endswith(f" {root}"))
-    profile = tmp / "measure.json"
-    profile.write_text(json.dumps({
-        "resources": [{"function": root, "block": addr, "metrics": {"count": 12}, "labels": {"count": "exact"}}],
-        "edges": [{"from": None, "to": addr, "count": 12, "exact": True}]}))
-    p = subprocess.run([str(HOTPATHD), "plan", "elf", str(HOTPATHD), root, "--profile", str(profile),
-                        "--l1i", "32768,8,64", "--json"], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    plan = json.loads(p.stdout)
-    assert plan["status"] == "ok" and plan["code"]["verified"]
-    return plan
+    """The plan the backend's fixture test makes: offline, from a one-block profile of hp_profile_find."""
+    return _backend_test_helper("_fresh_plan")(tmp_path_factory.mktemp("plan-schema"))
 
 
 def _errors(plan: dict) -> list[str]:
