@@ -12,13 +12,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.agent_input import LABELS, MEASUREMENT_STATES, METRICS, RESOURCE_KINDS
 from app.models import i64_to_u64, u64_to_i64
 from app.proto import pb
-from app.schemas import hex64
+from app.schemas import MeasurementRequest, ResourceRequest, hex64
 
 ACTIVE = ("starting", "armed", "running")
 ENDED = ("target_exited", "stopped", "failed")
@@ -28,26 +29,30 @@ def _dt(ns: int) -> datetime | None:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC) if ns > 0 else None
 
 
-def request_to_pb(req: dict[str, Any]) -> "pb.StartMeasurement":
-    kinds = {v: k for k, v in RESOURCE_KINDS.items()}
-    return pb.StartMeasurement(
-        measurement_id=req["measurement_id"], target=req["target"], metrics=list(req["metrics"]),
-        resources=[pb.ResourceRef(digest=r["digest"], function_index=r["function_index"], kind=kinds[r["kind"]],
-                                  offset=r.get("offset") or 0, blocks=bool(r.get("blocks")))
-                   for r in req["resources"]],
-        where_pid=req.get("where_pid") or 0, where_comm=req.get("where_comm") or "",
-        where_cgroup=req.get("where_cgroup") or "", interval_ms=req.get("interval_ms") or 0,
-        allow_partial=bool(req.get("allow_partial")), sample_hz=req.get("sample_hz") or 0)
+_KIND_PB = {v: k for k, v in RESOURCE_KINDS.items()}
 
 
-def request_from_pb(m: "pb.StartMeasurement") -> dict[str, Any]:
-    return {"measurement_id": m.measurement_id, "target": m.target, "metrics": list(m.metrics),
-            "resources": [{"digest": r.digest, "function_index": r.function_index,
-                           "kind": RESOURCE_KINDS.get(r.kind, "function"), "offset": r.offset, "blocks": r.blocks}
-                          for r in m.resources],
-            "where_pid": m.where_pid or None, "where_comm": m.where_comm or None,
-            "where_cgroup": m.where_cgroup or None, "interval_ms": m.interval_ms or None,
-            "allow_partial": m.allow_partial, "sample_hz": m.sample_hz or None}
+def request_to_pb(req: MeasurementRequest | dict[str, Any]) -> "pb.StartMeasurement":
+    """StartMeasurement of a request (or of its stored JSON): every field by its name, None as zero."""
+    d = MeasurementRequest.model_validate(req).model_dump(exclude_none=True)
+    d["resources"] = [pb.ResourceRef(**{**r, "kind": _KIND_PB[r["kind"]]}) for r in d["resources"]]
+    return pb.StartMeasurement(**d)
+
+
+def request_from_pb(m: "pb.StartMeasurement") -> MeasurementRequest:
+    """The request of a StartMeasurement (an agent's Hello lists it): a zero is None where it may be."""
+    def fields(msg, model: type[BaseModel]) -> dict[str, Any]:
+        out = {}
+        for name, f in model.model_fields.items():
+            v = getattr(msg, name)
+            out[name] = None if f.default is None and not v else v
+        return out
+
+    d = fields(m, MeasurementRequest)
+    d["metrics"] = list(m.metrics)
+    d["resources"] = [{**fields(r, ResourceRequest), "kind": RESOURCE_KINDS.get(r.kind, "function")}
+                      for r in m.resources]
+    return MeasurementRequest.model_validate(d)
 
 
 async def exists(session: AsyncSession, measurement_id: str) -> bool:
@@ -55,8 +60,9 @@ async def exists(session: AsyncSession, measurement_id: str) -> bool:
                                   {"m": measurement_id})).first() is not None
 
 
-async def create(session: AsyncSession, measurement_id: str, host_id: str, request: dict[str, Any],
-                 interval_ms: int, actor: str, command_id) -> None:
+async def create(session: AsyncSession, measurement_id: str, host_id: str,
+                 request: MeasurementRequest | dict[str, Any], interval_ms: int, actor: str, command_id) -> None:
+    request = MeasurementRequest.model_validate(request).model_dump()
     await session.execute(text("""
         INSERT INTO measurements (id, host_id, target_id, state, metrics, request, interval_ms, start_command,
                                   created_by)
@@ -71,8 +77,8 @@ async def store_info(conn: AsyncConnection, host_id: str, info: "pb.MeasurementI
     are not stored yet, and its state (an end state is final)."""
     state = MEASUREMENT_STATES[info.state]
     ended = state in ENDED
-    request = request_from_pb(info.request) if info.HasField("request") else {
-        "measurement_id": info.measurement_id, "target": info.target, "metrics": [], "resources": []}
+    request = (request_from_pb(info.request) if info.HasField("request") else MeasurementRequest(
+        measurement_id=info.measurement_id, target=info.target, metrics=[], resources=[])).model_dump()
     await conn.execute(text("""
         INSERT INTO measurements (id, host_id, target_id, state, detail, metrics, request, interval_ms,
                                   resource_count, created_by, started_at, ended_at)

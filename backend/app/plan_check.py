@@ -3,7 +3,8 @@
 
 An agent is root on its host but the backend trusts nothing it sends. A plan is the JSON of
 `hotpathd plan --json` (docs/agent-cli.md): it must fit the size limit, have the documented shape
-(pydantic models below; members the agent adds later are kept, as the format allows), and hold the
+(the pydantic models app/gen/plan.py generated from proto/hotpath/v1/plan.schema.json; members the
+agent adds later are kept, as the format allows), and hold the
 invariants a console and an installer rely on:
 
 - the root is the function asked for and the group's first member;
@@ -25,151 +26,21 @@ invariants a console and an installer rely on:
 """
 import hashlib
 import struct
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-Hex = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{1,16}$")]
-Count = Annotated[float, Field(ge=0)]
-Size = Annotated[int, Field(ge=0, le=1 << 32)]
-Name = Annotated[str, Field(min_length=1, max_length=1024)]
-HexBytes = Annotated[str, Field(pattern=r"^([0-9a-fA-F]{2})*$")]
-PLAN_STATUSES = ("ok", "no_counts", "not_hot", "root_kept", "refused")
+from app.gen.plan import Plan, PlanCell, PlanCode, PlanICache, PlanMember
+
+Code = PlanCode  # the name the tests and the scripted agent import
 
 
 class PlanInvalid(ValueError):
     """A plan that fails the check: the reason names what is wrong."""
 
 
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class Target(_Open):
-    kind: Literal["kernel", "pid", "elf"]
-    build_id: str = Field("", max_length=128)
-    pid: int | None = Field(None, ge=1, le=2**31 - 1)
-    start_time: int | None = Field(None, ge=0, le=2**63 - 1)
-    module: str | None = Field(None, max_length=4096)
-    module_build_id: str | None = Field(None, max_length=128)
-
-
-class LayoutBlock(_Open):
-    offset: Size
-    size: Size
-    count: Count
-    hot: bool
-    chain: int = Field(ge=-1)
-    new_address: Hex | None = None
-    new_size: Size = 0
-    padding: Size = 0
-
-
-class ChainRow(_Open):
-    chain: int = Field(ge=0)
-    bytes: Size
-    weight: Count
-    blocks: list[Size] = Field(max_length=1_000_000)
-
-
-class EdgeCount(_Open):
-    from_: Size = Field(alias="from")
-    to: Size
-    count: Count
-    source: Literal["measured", "derived_exact", "estimated"]
-
-
-class Member(_Open):
-    function: Name
-    address: Hex
-    size: Size
-    blocks: Size
-    hot_blocks: Size
-    hot_bytes: Size
-    chains: Size
-    cold_bytes: Size
-    jump_table_bytes: Size
-    new_hot_bytes: Size
-    new_cold_bytes: Size
-    chain_table: list[ChainRow]
-    layout: list[LayoutBlock]
-    edge_counts: list[EdgeCount] = []
-
-
-class Totals(_Open):
-    functions: Size
-    hot_bytes: Size
-    cold_bytes: Size
-    jump_table_bytes: Size
-    new_hot_bytes: Size
-    new_cold_bytes: Size
-
-
-class Kept(_Open):
-    function: Name
-    address: Hex
-    rule: str = Field(min_length=1, max_length=4096)
-    detail: str = Field("", max_length=4096)
-
-
-class Cell(_Open):
-    set: Size
-    way: int = Field(ge=0, le=255)
-    line: Hex
-    conflict: bool
-    blocks: list[Name] = Field(max_length=4096)
-
-
-class ICache(_Open):
-    sets: int = Field(ge=1, le=1 << 20)
-    ways: int = Field(ge=1, le=256)
-    line_bytes: int = Field(ge=1, le=4096)
-    hot_bytes: Size
-    hot_lines: Size
-    minimum_lines: Size
-    distance_to_minimum: int
-    ratio: float = Field(ge=0)
-    conflict_sets: Size
-    max_lines_in_a_set: Size
-    cells: list[Cell]
-
-
-class Relocation(_Open):
-    offset: Size
-    target: Hex
-
-
-class Unwind(_Open):
-    offset: Size
-    bytes: Size
-    hex: HexBytes
-
-
-class Code(_Open):
-    base: Hex
-    bytes: Size
-    verified: bool
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    relocations: list[Relocation] = []
-    hex: HexBytes
-    unwind: Unwind | None = None
-
-
-class Plan(_Open):
-    root: Name
-    status: Literal["ok", "no_counts", "not_hot", "root_kept", "refused"]
-    message: str = Field("", max_length=4096)
-    target: Target
-    group: list[Member] = []
-    totals: Totals | None = None
-    kept_in_place: list[Kept] = []
-    icache_before: ICache | None = None
-    icache_after: ICache | None = None
-    code: Code | None = None
-
-
-def code_hash(code: Code) -> str:
+def code_hash(code: PlanCode) -> str:
     """SHA-256 of the code in the agent's canonical form (agent/src/plan/identity.c, hp_code_hash)."""
     body = bytes.fromhex(code.hex)
     unwind = bytes.fromhex(code.unwind.hex) if code.unwind is not None else b""
@@ -184,7 +55,7 @@ def code_hash(code: Code) -> str:
     return h.hexdigest()
 
 
-def _check_member(m: Member) -> None:
+def _check_member(m: PlanMember) -> None:
     fn = m.function
     if len(m.layout) != m.blocks:
         raise PlanInvalid(f"{fn}: {m.blocks} blocks stated, {len(m.layout)} in its layout")
@@ -230,8 +101,8 @@ def _check_member(m: Member) -> None:
             raise PlanInvalid(f"{fn}: an edge count names a block its layout lacks (+{e.from_:#x} → +{e.to:#x})")
 
 
-def _check_icache(name: str, ic: ICache) -> None:
-    per_set: dict[int, list[Cell]] = {}
+def _check_icache(name: str, ic: PlanICache) -> None:
+    per_set: dict[int, list[PlanCell]] = {}
     for c in ic.cells:
         if c.set >= ic.sets:
             raise PlanInvalid(f"{name}: a cell is in set {c.set}; the cache has {ic.sets}")

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.gen.plan import Plan as GenPlan
+
 Role = Literal["viewer", "operator", "approver", "admin"]
 SuccessorKindName = Literal["fallthrough", "taken", "tail_call", "indirect", "return"]
 
@@ -231,6 +233,42 @@ class MeasurementCreate(BaseModel):
         return self
 
 
+    def request(self, measurement_id: str) -> "MeasurementRequest":
+        """The request as it is stored and sent: resources by digest, each metric once."""
+        return MeasurementRequest(
+            measurement_id=measurement_id, target=self.target, metrics=list(dict.fromkeys(self.metrics)),
+            resources=[ResourceRequest(digest=r.digest or self.modules[r.module or 0],
+                                       **r.model_dump(include={"function_index", "kind", "offset", "blocks"}))
+                       for r in self.resources],
+            **self.model_dump(include={"where_pid", "where_comm", "where_cgroup", "interval_ms", "allow_partial"}))
+
+
+class ResourceRequest(BaseModel):
+    """A resource of a measurement request (the proto's ResourceRef): its module by catalog digest."""
+    digest: str
+    function_index: int
+    kind: Literal["function", "block", "address"] = "function"
+    offset: int = 0
+    blocks: bool = False
+
+
+class MeasurementRequest(BaseModel):
+    """A measurement as the backend asks an agent for it: the start command's parameters, the stored
+    request, and the proto's StartMeasurement (app.measurements maps it field by field of the same name;
+    a proto zero is None here where a field may be None). The route's body (MeasurementCreate) checks
+    what a user may ask; a test keeps these fields the proto's."""
+    measurement_id: str
+    target: str
+    metrics: list[str]
+    resources: list[ResourceRequest]
+    where_pid: int | None = None
+    where_comm: str | None = None
+    where_cgroup: str | None = None
+    interval_ms: int | None = None
+    allow_partial: bool = False
+    sample_hz: int | None = None
+
+
 MeasurementState = Literal["starting", "armed", "running", "target_exited", "stopped", "failed"]
 
 
@@ -278,7 +316,7 @@ class MeasuredResourcePublic(BaseModel):
 
 
 class MeasurementDetail(MeasurementPublic):
-    request: dict
+    request: MeasurementRequest
     resources: list[MeasuredResourcePublic]
 
 
@@ -965,7 +1003,8 @@ class PlanComparison(BaseModel):
 
 
 class PlanDetail(PlanPublic):
-    plan: dict | None = Field(description="The agent's plan (hotpathd plan --json) as the backend checked it")
+    plan: GenPlan | None = Field(description="The agent's plan (hotpathd plan --json) as the backend checked it; "
+                                             "its shape is proto/hotpath/v1/plan.schema.json")
     install_detail: dict | None
     revert_detail: dict | None
     install_command: str | None

@@ -4,7 +4,8 @@
  * daemon answers MakePlan with, and the indented text form of the same walk
  * (text leaves out the bulk: per-set cells, chain tables, the code's bytes
  * and listing). One writer for both callers, so the two are byte for byte
- * the same; the format is in docs/agent-cli.md ("hotpathd plan").
+ * the same; the format is in docs/agent-cli.md ("hotpathd plan"), its
+ * shape in proto/hotpath/v1/plan.schema.json: change both with this file.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -60,12 +60,7 @@ async def start_measurement(host_id: ExistingHost, body: MeasurementCreate, sess
     if state != "attached":
         raise HTTPException(409, f"The target has ended ({state})")
     mid = str(body.measurement_id or uuid.uuid4())
-    request = {"measurement_id": mid, "target": body.target, "metrics": list(dict.fromkeys(body.metrics)),
-               "resources": [{"digest": r.digest or body.modules[r.module or 0], "function_index": r.function_index,
-                              "kind": r.kind, "offset": r.offset, "blocks": r.blocks} for r in body.resources],
-               "where_pid": body.where_pid,
-               "where_comm": body.where_comm, "where_cgroup": body.where_cgroup, "interval_ms": body.interval_ms,
-               "allow_partial": body.allow_partial}
+    request = body.request(mid).model_dump()
     try:
         row, created = await runtime.commands.create(session, host_id, "start_measurement", request, user.username,
                                                      body.command_id)

@@ -2,11 +2,11 @@
 // The plan shaping on a real plan (hotpathd plan --json of the group fixture): grids, chains, strips.
 import { describe, expect, it } from "vitest";
 import fixture from "../../../../backend/tests/fixtures/plan_group.json";
-import { heatGrid, shapePlan } from "./planModel";
+import { heatGrid, shapePlan, type AgentPlan } from "./planModel";
 
 describe("shapePlan", () => {
   it("shapes the I-cache grids, the chain table and the group's layout strips of a real plan", () => {
-    const v = shapePlan(fixture, false);
+    const v = shapePlan(fixture as AgentPlan, false); // a JSON import's strings are not the schema's enums
     expect(v.status).toBe("ok");
     expect(v.before!.hotLines).toBe(fixture.icache_before.hot_lines);
     expect(v.before!.cells).toHaveLength(fixture.icache_before.cells.length);

@@ -3,6 +3,7 @@
 // draws: the I-cache grids before and after (sets × ways, conflicting sets beyond their ways), the
 // footprint figures, the chain table, each group function's blocks in layout order coloured hot/cold
 // by chain, the kept-in-place exclusions, and the emitted code as a listing. Pure: it runs in a worker.
+import type { PlanDetail } from "../../api/types";
 
 export interface HeatCell { set: number; way: number; line: string; conflict: boolean; blocks: string[] }
 export interface HeatGrid {
@@ -25,66 +26,61 @@ export interface PlanView {
   bottleneck: string;
 }
 
-type Json = Record<string, unknown>;
-const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
-const str = (v: unknown) => (typeof v === "string" ? v : "");
-const arr = (v: unknown): Json[] => (Array.isArray(v) ? (v as Json[]) : []);
+// The plan's types are generated: proto/hotpath/v1/plan.schema.json → the backend's models → the OpenAPI
+// document → src/api/schema.d.ts. Members the backend's check leaves optional default here as they did
+// before (0, "", none).
+export type AgentPlan = NonNullable<PlanDetail["plan"]>;
+export type AgentICache = NonNullable<AgentPlan["icache_before"]>;
 
-export function heatGrid(ic: unknown): HeatGrid | null {
-  if (!ic || typeof ic !== "object") return null;
-  const o = ic as Json;
-  const cells = arr(o.cells).map((c) => ({
-    set: num(c.set), way: num(c.way), line: str(c.line), conflict: c.conflict === true,
-    blocks: Array.isArray(c.blocks) ? (c.blocks as unknown[]).map(String) : [],
-  }));
-  const ways = Math.max(1, num(o.ways));
-  const fullest = num(o.max_lines_in_a_set);
+export function heatGrid(ic: AgentICache | null | undefined): HeatGrid | null {
+  if (!ic) return null;
+  const cells = ic.cells.map((c) => ({ set: c.set, way: c.way, line: c.line, conflict: c.conflict, blocks: [...c.blocks] }));
+  const ways = Math.max(1, ic.ways);
+  const fullest = ic.max_lines_in_a_set;
   return {
-    sets: Math.max(1, num(o.sets)), ways, columns: Math.max(ways, fullest), lineBytes: num(o.line_bytes),
-    hotLines: num(o.hot_lines), minimum: num(o.minimum_lines), distance: num(o.distance_to_minimum),
-    ratio: num(o.ratio), conflictSets: num(o.conflict_sets), fullest, hotBytes: num(o.hot_bytes), cells,
+    sets: Math.max(1, ic.sets), ways, columns: Math.max(ways, fullest), lineBytes: ic.line_bytes,
+    hotLines: ic.hot_lines, minimum: ic.minimum_lines, distance: ic.distance_to_minimum,
+    ratio: ic.ratio, conflictSets: ic.conflict_sets, fullest, hotBytes: ic.hot_bytes, cells,
   };
 }
 
-export function shapePlan(plan: unknown, estimated: boolean): PlanView {
-  const p = (plan && typeof plan === "object" ? plan : {}) as Json;
-  const group = arr(p.group);
+export function shapePlan(plan: AgentPlan | null | undefined, estimated: boolean): PlanView {
+  const p: Partial<AgentPlan> = plan ?? {};
   const chains: ChainRow[] = [];
-  const members: MemberView[] = group.map((g) => {
-    const fn = str(g.function);
-    for (const c of arr(g.chain_table)) {
-      const offs = Array.isArray(c.blocks) ? (c.blocks as number[]) : [];
-      chains.push({ fn, chain: num(c.chain), bytes: num(c.bytes), weight: num(c.weight),
-                    blocks: offs.map((o) => `+0x${o.toString(16)}`).join(" ") });
+  const members: MemberView[] = (p.group ?? []).map((g) => {
+    const fn = g.function;
+    for (const c of g.chain_table) {
+      chains.push({ fn, chain: c.chain, bytes: c.bytes, weight: c.weight,
+                    blocks: c.blocks.map((o) => `+0x${o.toString(16)}`).join(" ") });
     }
     return {
-      fn, address: str(g.address), newAddress: str(g.new_address) || null, size: num(g.size),
-      hotBytes: num(g.hot_bytes), coldBytes: num(g.cold_bytes), chains: num(g.chains),
-      newHotBytes: num(g.new_hot_bytes), newColdBytes: num(g.new_cold_bytes), jumpTableBytes: num(g.jump_table_bytes),
-      blocks: arr(g.layout).map((b) => ({ offset: num(b.offset), size: num(b.size), count: num(b.count),
-                                          hot: b.hot === true, chain: num(b.chain), newAddress: str(b.new_address) || null })),
+      fn, address: g.address, newAddress: g.new_address || null, size: g.size,
+      hotBytes: g.hot_bytes, coldBytes: g.cold_bytes, chains: g.chains,
+      newHotBytes: g.new_hot_bytes, newColdBytes: g.new_cold_bytes, jumpTableBytes: g.jump_table_bytes,
+      blocks: g.layout.map((b) => ({ offset: b.offset, size: b.size, count: b.count,
+                                     hot: b.hot, chain: b.chain, newAddress: b.new_address || null })),
     };
   });
   chains.sort((a, b) => b.weight - a.weight);
-  const code = (p.code && typeof p.code === "object" ? p.code : {}) as Json;
-  const hex = str(code.hex);
+  const code = p.code;
+  const hex = code?.hex ?? "";
   const hexLines: string[] = [];
-  const base = BigInt(str(code.base) || "0x0");
+  const base = BigInt(code?.base ?? "0x0");
   for (let i = 0; i < hex.length && hexLines.length < 4096; i += 32) {
     const addr = (base + BigInt(i / 2)).toString(16);
     hexLines.push(`0x${addr}  ${hex.slice(i, i + 32).replace(/(..)/g, "$1 ").trim()}`);
   }
-  const listing = Array.isArray(code.listing)
-    ? arr(code.listing).map((l) => ({ address: str(l.address), bytes: str(l.bytes), text: str(l.text), from: str(l.from) }))
+  const listing = code?.listing
+    ? code.listing.map((l) => ({ address: l.address, bytes: l.bytes, text: l.text, from: l.from }))
     : null;
   const totals: Record<string, number> = {};
-  for (const [k, v] of Object.entries((p.totals as Json) ?? {})) totals[k] = num(v);
-  const bn = (p.bottleneck ?? {}) as Json;
+  // Totals is open (the agent adds figures): every member the console shows is a number.
+  for (const [k, v] of Object.entries(p.totals ?? {})) totals[k] = typeof v === "number" ? v : 0;
   return {
-    status: str(p.status), message: str(p.message), root: str(p.root), estimated, verified: code.verified === true,
-    codeBytes: num(code.bytes), before: heatGrid(p.icache_before), after: heatGrid(p.icache_after), chains, members,
-    kept: arr(p.kept_in_place).map((k) => ({ fn: str(k.function), address: str(k.address), rule: str(k.rule), detail: str(k.detail) })),
-    totals, notes: Array.isArray(p.notes) ? (p.notes as unknown[]).map(String) : [], listing, hexLines,
-    bottleneck: str(bn.note),
+    status: p.status ?? "", message: p.message ?? "", root: p.root ?? "", estimated, verified: code?.verified === true,
+    codeBytes: code?.bytes ?? 0, before: heatGrid(p.icache_before), after: heatGrid(p.icache_after), chains, members,
+    kept: (p.kept_in_place ?? []).map((k) => ({ fn: k.function, address: k.address, rule: k.rule, detail: k.detail ?? "" })),
+    totals, notes: [...(p.notes ?? [])], listing, hexLines,
+    bottleneck: p.bottleneck?.note ?? "",
   };
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shapes a plan off the main thread (a plan of a large group holds thousands of blocks and cells).
-import { shapePlan, type PlanView } from "./planModel";
+import { shapePlan, type AgentPlan, type PlanView } from "./planModel";
 
-export interface ShapeRequest { id: number; plan: unknown; estimated: boolean }
+export interface ShapeRequest { id: number; plan: AgentPlan; estimated: boolean }
 export type ShapeReply = { id: number; view: PlanView } | { id: number; error: string };
 
 self.onmessage = (ev: MessageEvent<ShapeRequest>) => {

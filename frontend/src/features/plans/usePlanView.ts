@@ -3,12 +3,12 @@
 // as in jsdom).
 import { useEffect, useMemo, useState } from "react";
 import { useWorker, type WorkerJob } from "../../shared/useWorker";
-import { shapePlan, type PlanView } from "./planModel";
+import { shapePlan, type AgentPlan, type PlanView } from "./planModel";
 import type { ShapeReply, ShapeRequest } from "./planModel.worker";
 
 const startWorker = () => new Worker(new URL("./planModel.worker.ts", import.meta.url), { type: "module" });
 
-export function usePlanView(plan: unknown, estimated: boolean): { view: PlanView | null; error: string | null } {
+export function usePlanView(plan: AgentPlan | null | undefined, estimated: boolean): { view: PlanView | null; error: string | null } {
   const [state, setState] = useState<{ view: PlanView | null; error: string | null }>({ view: null, error: null });
   useEffect(() => {
     if (!plan) setState({ view: null, error: null });
