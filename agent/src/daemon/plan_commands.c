@@ -44,6 +44,7 @@
 #define PLAN_JSON_MAX    HP_PLAN_JSON_MAX
 #define DEFAULT_SECONDS  10
 #define MAX_SECONDS      3600
+#define STRETCH          8 /* a window with no call of the root doubles up to this many times its length */
 /* Direct callees measured with the root at most (the plan's group bound). */
 #define MAX_CALLEES      63
 #define KERNEL_TARGET_ID "kernel"
@@ -137,6 +138,17 @@ static int wait_seconds(struct waiting *w, unsigned seconds, double from, double
 	return 0;
 }
 
+/* How many times the profile saw the function at addr entered (its first block's count). */
+static double entries(const struct hp_profile *p, uint64_t addr)
+{
+	for (size_t i = 0; i < p->nfns; i++)
+		if (p->fns[i].addr == addr)
+			for (size_t k = 0; k < p->fns[i].nblocks; k++)
+				if (p->fns[i].blocks[k].offset == 0)
+					return p->fns[i].blocks[k].count;
+	return 0;
+}
+
 /* Block counts of the root and its direct callees in process target t,
  * counted exactly by uprobes for `seconds`. */
 static int measure_process(struct agent *ag, struct hp_job *job, struct hp_target *t, struct hp_model *m,
@@ -177,21 +189,37 @@ static int measure_process(struct agent *ag, struct hp_job *job, struct hp_targe
 		return -EINVAL;
 	struct waiting w = { ag, job, h };
 	snprintf(msg, sizeof(msg), "counting %s's blocks exactly (uprobes)", root->name);
-	int r = wait_seconds(&w, seconds, 0.15, 0.7, msg);
-	if (r == -ESRCH) {
-		snprintf(err, errlen, "process %d exited while its blocks were counted", t->pid);
-	} else if (r == 0) {
+	/* A window in which the root was never entered plans nothing. Under uprobes every block traps, so a
+	 * function whose calls are long (a B-tree insert under a query driver) may not be entered in the
+	 * asked window on a loaded host: the window then doubles, up to STRETCH times its length. */
+	unsigned waited = 0, step = seconds;
+	int r;
+	for (;;) {
+		r = wait_seconds(&w, step, waited ? 0.7 : 0.15, 0.7, msg);
+		waited += step;
+		if (r == -ESRCH) {
+			snprintf(err, errlen, "process %d exited while its blocks were counted", t->pid);
+			break;
+		}
+		if (r < 0)
+			break;
 		struct hp_measure_reading rd;
 		if (hp_measure_total(h, &rd) < 0) {
 			snprintf(err, errlen, "out of memory reading the counts");
 			r = -ENOMEM;
-		} else {
-			out->weight = 1;
-			r = hp_profile_from_reading(h, &rd, out, &nblocks, err, errlen);
-			hp_measure_reading_free(&rd);
-			snprintf(out->source, sizeof(out->source), "%u s of exact block counts (uprobes) in process %d",
-				 seconds, t->pid);
+			break;
 		}
+		hp_profile_free(out);
+		out->weight = 1;
+		r = hp_profile_from_reading(h, &rd, out, &nblocks, err, errlen);
+		hp_measure_reading_free(&rd);
+		snprintf(out->source, sizeof(out->source), "%u s of exact block counts (uprobes) in process %d", waited,
+			 t->pid);
+		if (r < 0 || entries(out, root->addr) > 0 || waited >= seconds * STRETCH || waited * 2 > MAX_SECONDS)
+			break;
+		step = waited;
+		snprintf(msg, sizeof(msg), "no call of %s in %u s; counting %u s more (uprobes)", root->name, waited,
+			 step);
 	}
 	hp_measure_close(h);
 	return r;

@@ -129,6 +129,38 @@ def test_make_plan_measures_the_root_exactly_and_answers_a_verified_plan_with_pr
     agent.plan_json, agent.plan = res.plan.plan_json, plan
 
 
+def test_a_window_in_which_the_root_never_ran_is_counted_longer_instead_of_planning_nothing(agent, threads_program):
+    """A root whose calls are rare (or slow under uprobes on a loaded host) may not run in the asked window.
+    The fixture here calls pr_root only when the test lets it (SIGUSR1), so the first window certainly sees
+    no call: the agent says so, counts longer, and plans once the root ran."""
+    fixture = Fixture(threads_program, "threads", "1", "gated")
+    STARTED.append(fixture)
+    try:
+        target, main = _attach(agent, fixture, "attach-gated")
+        root = next(f for f in _catalog(agent.session, main.digest).values() if f.name == "pr_root")
+        _others(agent.session, "Progress")
+        _send(agent.session, "plan-gated", make_plan=pb.MakePlan(
+            plan_id="plan-gated", target=target.id, digest=main.digest, function_index=root.index, seconds=1))
+        progress: list = []
+        deadline = time.monotonic() + 60
+        while not any("no call of pr_root in 1 s" in p.message for p in progress):
+            assert time.monotonic() < deadline, [p.message for p in progress]
+            progress += [m for _, m in _others(agent.session, "Progress") if m.command_id == "plan-gated"]
+            time.sleep(0.05)
+        fixture.proc.send_signal(signal.SIGUSR1)  # one round of calls, now
+        res = _result(agent.session, "plan-gated", timeout=120)
+        assert res.ok, res.error
+        plan = json.loads(res.plan.plan_json)
+        assert plan["status"] == "ok" and plan["root"] == "pr_root", plan.get("message")
+        seconds = int(re.match(r"(\d+) s of exact block counts", plan["profile"]["source"]).group(1))
+        assert 2 <= seconds <= 8, plan["profile"]["source"]
+        progress += [m for _, m in _others(agent.session, "Progress") if m.command_id == "plan-gated"]
+        fractions = [p.fraction for p in progress]
+        assert fractions == sorted(fractions), [(p.fraction, p.message) for p in progress]
+    finally:
+        fixture.kill()
+
+
 def test_the_plan_listing_is_the_emitted_code_instruction_by_instruction(agent):
     code = agent.plan["code"]
     listing = code["listing"]
