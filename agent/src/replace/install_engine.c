@@ -472,6 +472,18 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 		if ((r = hp_patch_target_process(pid, start, &x.t, err, errlen)) < 0)
 			return r;
 		x.have_target = true;
+	} else if (hp_journal_find_kept(dir, pid, start, p->root, path, sizeof(path)) == 0) {
+		/* An earlier revert of this root restored its code but kept its heap, a thread being
+		 * still in it: try to free it again now; the install goes on whether it is freed or
+		 * still kept (its journal stays for the next revert, which asks again). */
+		struct hp_install_result kr;
+		x.t.ops->close(&x.t);
+		x.have_target = false;
+		if ((r = hp_revert(o->state_dir, pid, p->root, &kr, NULL, NULL, err, errlen)) < 0)
+			return r;
+		if ((r = hp_patch_target_process(pid, start, &x.t, err, errlen)) < 0)
+			return r;
+		x.have_target = true;
 	}
 	if ((r = check_target(&x, err, errlen)) < 0) {
 		hp_op_free(&x);

@@ -215,17 +215,33 @@ struct installed_at {
 	const char *root;
 };
 
-static bool is_installed_at(const struct hp_jstate *s, const void *ctx)
+static bool is_root_at(const struct hp_jstate *s, const struct installed_at *w)
 {
-	const struct installed_at *w = ctx;
 	return (int)hp_jrec_u64(s->begin, "pid") == w->pid && hp_jrec_u64(s->begin, "start_time") == w->start &&
 	       !strcmp(json_string_value(json_object_get(s->begin, "root")) ?: "", w->root) && !s->reverted;
+}
+
+/* The heap_kept record is written only once a revert has undone every write. */
+static bool is_installed_at(const struct hp_jstate *s, const void *ctx)
+{
+	return is_root_at(s, ctx) && !(s->revert && s->heap_kept);
+}
+
+static bool is_kept_at(const struct hp_jstate *s, const void *ctx)
+{
+	return is_root_at(s, ctx) && s->revert && s->heap_kept;
 }
 
 int hp_journal_find(const char *dir, int pid, uint64_t start, const char *root, char *path, size_t plen)
 {
 	struct installed_at w = { pid, start, root };
 	return first_journal(dir, is_installed_at, &w, -ENOENT, path, plen, NULL);
+}
+
+int hp_journal_find_kept(const char *dir, int pid, uint64_t start, const char *root, char *path, size_t plen)
+{
+	struct installed_at w = { pid, start, root };
+	return first_journal(dir, is_kept_at, &w, -ENOENT, path, plen, NULL);
 }
 
 static bool has_id(const struct hp_jstate *s, const void *id)

@@ -48,8 +48,12 @@ void hp_jstate_free(struct hp_jstate *s);
  * 0 (none when dir does not exist), or a negative errno. */
 int hp_journals_list(const char *dir, char ***out, size_t *n);
 /* The journal in dir of root installed in process pid started at start, and
- * not reverted: 0 with its path, or -ENOENT. */
+ * not reverted (a revert that restored the code but kept the heap, because a
+ * thread was still in it, counts as reverted): 0 with its path, or -ENOENT. */
 int hp_journal_find(const char *dir, int pid, uint64_t start, const char *root, char *path, size_t plen);
+/* The journal in dir of root in process pid started at start whose revert
+ * restored the code but kept the heap: 0 with its path, or -ENOENT. */
+int hp_journal_find_kept(const char *dir, int pid, uint64_t start, const char *root, char *path, size_t plen);
 /* The journal of install id: 0 with its path and process, or -ENOENT. */
 int hp_journal_of_id(const char *dir, const char *id, char *path, size_t plen, int *pid);
 

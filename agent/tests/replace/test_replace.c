@@ -425,6 +425,54 @@ static void t_cycles(void)
 	hp_iplan_free(&p);
 }
 
+/* A revert that restored the code but had to keep the heap (a thread still in the copy; here the
+ * test hook HOTPATH_TEST_HEAP_BUSY stands in for that thread) does not block the next install of
+ * the same root, and the next revert frees both heaps. */
+static void t_install_after_a_kept_heap(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[2048], out[16384], err[512], why[256] = "";
+	const char *st = state_dir("kept");
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 2) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "kept");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet 2>&1", hp(), plan, st);
+	int rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0, "install failed (%d): %s", rc, out);
+	snprintf(cmd, sizeof(cmd), "HOTPATH_TEST_HEAP_BUSY=1 %s revert pid %d --state-dir '%s' --json 2>&1", hp(),
+		 f.pid, st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0 && strstr(out, "reverted_heap_kept"), "the revert did not keep the heap (%d): %s", rc, out);
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "after the revert that kept the heap: %s", why);
+	EXPECT(heaps_mapped(f.pid) == 1 && journals(st) == 1, "%d heaps, %zu journals after the kept revert",
+	       heaps_mapped(f.pid), journals(st));
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --quiet 2>&1", hp(), plan, st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0, "the install after a revert that kept its heap failed (%d): %s", rc, out);
+	usleep(200000);
+	EXPECT(fx_ok(&f), "the process went wrong with the copy installed again: %s", f.errbuf);
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --json 2>&1", hp(), f.pid, st);
+	/* Freed once no thread is in a copy: as in t_kill_agent, revert again while one is kept (30 s bound). */
+	rc = run(cmd, out, sizeof(out));
+	for (double end = hp_now() + 30; rc == 0 && (heaps_mapped(f.pid) || journals(st)) && hp_now() < end;) {
+		usleep(100000);
+		rc = run(cmd, out, sizeof(out));
+	}
+	EXPECT(rc == 0 || rc == 4, "the last revert failed (%d): %s", rc, out);
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "after the last revert: %s", why);
+	EXPECT(heaps_mapped(f.pid) == 0 && journals(st) == 0, "not clean: %d heaps, %zu journals: %s",
+	       heaps_mapped(f.pid), journals(st), out);
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	fx_stop(&f);
+	hp_iplan_free(&p);
+}
+
 /* ---- The agent killed midway ------------------------------------------- */
 
 /* hotpathd install, killed by its test hook when it reaches step kill_at. */
@@ -963,6 +1011,11 @@ int main(void)
 		tu_cleanup();
 		TEST_EXIT();
 	}
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "kept")) {
+		RUN(t_install_after_a_kept_heap);
+		tu_cleanup();
+		TEST_EXIT();
+	}
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "kill")) {
 		RUN(t_kill_agent);
 		tu_cleanup();
@@ -977,6 +1030,7 @@ int main(void)
 	RUN(t_measure_and_second_pass);
 	RUN(t_root_measured_alike_before_and_after);
 	RUN(t_cycles);
+	RUN(t_install_after_a_kept_heap);
 	RUN(t_kill_agent);
 	RUN(t_bad_input);
 	tu_cleanup();
