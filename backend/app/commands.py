@@ -12,26 +12,35 @@ sent or running are sent again — the agent runs an id once and repeats its res
 whose host stays away longer than `command_queue_timeout_s` fails with that reason. Cancel drops a
 queued command at once and asks the agent to stop a sent or running one. Every request, send and end
 is audited with who and when.
+
+What a command's result means beyond the command row belongs to its kind: each kind has its handlers
+(`Commands.handle`), those of targets, measurements and disassemblies here, those of plans registered
+by app.plans, so this module knows no plan.
 """
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app import agent_input, bus, crud, measurements, plans, targets
+from app import agent_input, bus, crud, measurements, targets
 from app.agent_input import InvalidInput
+from app.agents.sessions import AgentRegistry, AgentSession
+from app.core.config import Settings
 from app.core.tasks import cancel_and_wait
+from app.live import LiveHub
+from app.metrics import Metrics
 from app.proto import pb
 
 log = logging.getLogger("hotpath.commands")
 KINDS = ("inspect_function", "attach_target", "detach_target", "start_measurement", "stop_measurement", "cancel",
          "make_plan", "install_plan", "revert_plan", "list_installed")
-PLAN_KINDS = ("make_plan", "install_plan", "revert_plan")
 ACTIVE = ("queued", "sent", "running")
 FINAL = ("done", "failed", "cancelled")
 
@@ -41,6 +50,41 @@ class CommandError(Exception):
         super().__init__(detail)
         self.status = status
         self.detail = detail
+
+
+class HostOffline(Exception):
+    pass
+
+
+class CommandTimeout(Exception):
+    pass
+
+
+class CommandFailed(Exception):
+    pass
+
+
+# What a result changes besides the command: (db, the agent's session, the command row, the result) ->
+# (the result to store, an error that makes it fail).
+OnResult = Callable[[AsyncSession, AgentSession, Any, "pb.CommandResult"], Awaitable[tuple[dict | None, str | None]]]
+
+
+@dataclass
+class KindHandlers:
+    """What one kind of command does with its answer, besides ending the command."""
+
+    on_result: OnResult
+    # once the command ended (done, failed, cancelled or expired), in its transaction
+    on_end: Callable[[AsyncSession, Any], Awaitable[None]] | None = None
+    # once that transaction committed: tell the consoles (host id, command row)
+    published: Callable[[str, Any], Awaitable[None]] | None = None
+    # the JSON a command of this kind carries besides its params (command row) -> text
+    payload: Callable[[Any], Awaitable[str]] | None = None
+
+
+async def _plain(db: AsyncSession, session: AgentSession, row: Any, result: "pb.CommandResult") \
+        -> tuple[dict | None, str | None]:
+    return ({} if result.ok else None), None
 
 
 def public(r) -> dict[str, Any]:
@@ -85,10 +129,30 @@ def to_pb(row, plan_json: str = "") -> "pb.Command":
 
 
 class Commands:
-    def __init__(self, runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], hub: LiveHub,
+                 metrics: Metrics, agents: AgentRegistry, replica_id: str) -> None:
+        self.settings = settings
+        self.sessionmaker = sessionmaker
+        self.hub = hub
+        self.metrics = metrics
+        self.agents = agents
+        self.replica_id = replica_id
         self.waiters: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task | None = None
+        self.handlers: dict[str, KindHandlers] = {}
+        self.handle("inspect_function", self._on_disassembly)
+        self.handle("attach_target", self._on_targets)
+        self.handle("detach_target", self._on_targets)
+        self.handle("start_measurement", self._on_measurement, on_end=self._start_ended)
+        self.handle("stop_measurement", self._on_measurement)
+
+    def handle(self, kind: str, on_result: OnResult, **rest: Any) -> None:
+        """Register what commands of `kind` do with their answers (KindHandlers)."""
+        assert kind in KINDS
+        self.handlers[kind] = KindHandlers(on_result, **rest)
+
+    def _handlers(self, kind: str) -> KindHandlers:
+        return self.handlers.get(kind) or KindHandlers(_plain)
 
     # Requests ------------------------------------------------------------------------------------
 
@@ -110,7 +174,7 @@ class Commands:
             return public(have), False
         crud.audit(db, actor, "command_requested", host_id, {"command_id": str(cid), "kind": kind, "params": params})
         await db.execute(text("SELECT pg_notify(:ch, :h)"), {"ch": bus.COMMANDS, "h": host_id})
-        self.runtime.metrics.commands_sent.labels(kind).inc()
+        self.metrics.commands_sent.labels(kind).inc()
         return public(row), True
 
     async def cancel(self, db: AsyncSession, host_id: str, command_id: uuid.UUID, actor: str) -> dict[str, Any]:
@@ -142,7 +206,7 @@ class Commands:
         try:
             deadline = asyncio.get_running_loop().time() + timeout
             while True:
-                async with self.runtime.sessionmaker() as db:
+                async with self.sessionmaker() as db:
                     row = (await db.execute(text("SELECT * FROM commands WHERE id = :id"),
                                             {"id": uuid.UUID(command_id)})).first()
                 if row is not None and row.state in FINAL:
@@ -159,6 +223,53 @@ class Commands:
         finally:
             self.waiters.pop(command_id, None)
 
+    # Disassemblies -------------------------------------------------------------------------------
+
+    async def inspect_function(self, host_id: str, target: str, digest: str, index: int, actor: str) -> list:
+        """Ask the host's agent (through whichever replica holds its stream) to decode a function; the
+        instructions are cached by the replica that got the answer. Returns
+        [[offset, length, hex, text], ...]."""
+        async with self.sessionmaker() as db:
+            if not (await db.execute(text("SELECT online FROM hosts WHERE id = :h"), {"h": host_id})).scalar():
+                raise HostOffline(host_id)
+            row, _ = await self.create(
+                db, host_id, "inspect_function", {"digest": digest, "function_index": index, "target": target}, actor)
+            await db.commit()
+        await self.dispatch(host_id)
+        done = await self.wait(row["id"], self.settings.command_timeout_s)
+        if done is None:
+            async with self.sessionmaker() as db:
+                await db.execute(text("""
+                    UPDATE commands SET state = 'failed', error = 'no answer within the time allowed',
+                      finished_at = now() WHERE id = :id AND state IN ('queued', 'sent', 'running')"""),
+                    {"id": uuid.UUID(row["id"])})
+                await db.commit()
+            raise CommandTimeout(row["id"])
+        if done["state"] != "done":
+            raise CommandFailed(agent_input.excerpt(done["error"] or done["state"], 300))
+        async with self.sessionmaker() as db:
+            instructions = await crud.cached_instructions(db, digest, index)
+        if instructions is None:
+            raise CommandFailed("the result carried no disassembly")
+        return instructions
+
+    async def cache_instructions(self, digest: str, index: int, result: "pb.CommandResult") -> None:
+        """Check and cache a disassembly an agent returned."""
+        if not result.HasField("disassembly"):
+            raise CommandFailed("the result carried no disassembly")
+        instructions = []
+        for i in result.disassembly.instructions:
+            if i.length > 15 or len(i.bytes) > 15 or i.offset > agent_input.INT32_MAX or len(i.text) > 256 \
+                    or agent_input._CONTROL.search(i.text):
+                raise CommandFailed("the agent sent a malformed instruction")
+            instructions.append([i.offset, i.length, i.bytes.hex(), i.text])
+        async with self.sessionmaker() as db:
+            await db.execute(text("""
+                INSERT INTO instruction_cache (digest, index, instructions) VALUES (:d, :i, CAST(:ins AS jsonb))
+                ON CONFLICT (digest, index) DO NOTHING"""),
+                {"d": digest, "i": index, "ins": orjson.dumps(instructions).decode()})
+            await db.commit()
+
     # Routing -------------------------------------------------------------------------------------
 
     async def on_notify(self, channel: str, payload: str) -> None:
@@ -171,16 +282,16 @@ class Commands:
 
     async def dispatch(self, host_id: str) -> int:
         """Send this host's queued commands if this replica holds its stream; returns how many."""
-        session = self.runtime.agents.sessions.get(host_id)
+        session = self.agents.sessions.get(host_id)
         if session is None or session.closed or not session.welcomed:
             return 0
-        async with self.runtime.sessionmaker() as db:
+        async with self.sessionmaker() as db:
             rows = (await db.execute(text("""
                 UPDATE commands SET state = 'sent', sent_at = now(), replica = :r, sends = sends + 1
                 WHERE host_id = :h AND state = 'queued' RETURNING *"""),
-                {"h": host_id, "r": self.runtime.replica_id})).all()
+                {"h": host_id, "r": self.replica_id})).all()
             for r in rows:
-                crud.audit(db, f"replica:{self.runtime.replica_id}", "command_sent", host_id,
+                crud.audit(db, f"replica:{self.replica_id}", "command_sent", host_id,
                            {"command_id": str(r.id), "kind": r.kind, "requested_by": r.created_by})
             await db.commit()
         for r in sorted(rows, key=lambda r: r.created_at):
@@ -189,25 +300,19 @@ class Commands:
 
     async def resend(self, session) -> None:
         """After a (re)connect: send again what was sent or running (the agent answers an id once)."""
-        async with self.runtime.sessionmaker() as db:
+        async with self.sessionmaker() as db:
             rows = (await db.execute(text("""
                 UPDATE commands SET replica = :r, sends = sends + 1
                 WHERE host_id = :h AND state IN ('sent', 'running') RETURNING *"""),
-                {"h": session.host_id, "r": self.runtime.replica_id})).all()
+                {"h": session.host_id, "r": self.replica_id})).all()
             await db.commit()
         for r in sorted(rows, key=lambda r: r.created_at):
             await self._send(session, r)
         await self.dispatch(session.host_id)
 
     async def _send(self, session, row) -> None:
-        plan_json = ""
-        if row.kind == "install_plan":
-            # The plan as the backend checked and stored it; the agent recomputes its hash and refuses it
-            # unless it is the approved one.
-            async with self.runtime.sessionmaker() as db:
-                stored = (await db.execute(text("SELECT plan_json FROM plans WHERE id = :id"),
-                                           {"id": uuid.UUID(row.params["plan_id"])})).scalar()
-            plan_json = orjson.dumps(stored).decode() if stored is not None else ""
+        payload = self._handlers(row.kind).payload
+        plan_json = await payload(row) if payload is not None else ""
         try:
             await session.send(pb.ServerMessage(command=to_pb(row, plan_json)))
         except Exception:  # noqa: BLE001 - the stream is ending; the command is resent on reconnect
@@ -224,7 +329,7 @@ class Commands:
         agent_input.text(progress.message, "Progress.message", agent_input.MAX_DETAIL, empty=True)
         if not 0 <= progress.fraction <= 1:
             raise InvalidInput("Progress.fraction is outside [0, 1]")
-        async with self.runtime.sessionmaker() as db:
+        async with self.sessionmaker() as db:
             row = (await db.execute(text("""
                 UPDATE commands SET state = 'running', progress = :f, message = :m,
                   started_at = coalesce(started_at, now())
@@ -232,7 +337,7 @@ class Commands:
                 {"id": cid, "h": host_id, "f": progress.fraction, "m": progress.message})).first()
             await db.commit()
         if row is not None:
-            self.runtime.hub.publish(f"host:{host_id}", {"type": "command", "command": _event(row)})
+            self.hub.publish(f"host:{host_id}", {"type": "command", "command": _event(row)})
 
     async def on_result(self, session, result: "pb.CommandResult") -> None:
         host_id = session.host_id
@@ -243,14 +348,14 @@ class Commands:
                         agent_input.excerpt(result.command_id))
             return
         agent_input.text(result.error, "CommandResult.error", agent_input.MAX_DETAIL, empty=True)
-        async with self.runtime.sessionmaker() as db:
+        async with self.sessionmaker() as db:
             row = (await db.execute(text("SELECT * FROM commands WHERE id = :id AND host_id = :h FOR UPDATE"),
                                     {"id": cid, "h": host_id})).first()
             if row is None or row.state in FINAL:
                 await db.rollback()
                 return  # an answer to a command that ended already (sent again after a reconnect)
             state = "cancelled" if result.cancelled else "done" if result.ok else "failed"
-            outcome, error = await self._effects(db, session, row, result, state)
+            outcome, error = await self._handlers(row.kind).on_result(db, session, row, result)
             if error is not None:
                 state = "failed"
             row = (await db.execute(text("""
@@ -269,89 +374,79 @@ class Commands:
         event = self.waiters.get(str(cid))
         if event is not None:
             event.set()
-        self.runtime.hub.publish(f"host:{host_id}", {"type": "command", "command": _event(row)})
+        self.hub.publish(f"host:{host_id}", {"type": "command", "command": _event(row)})
         if row.kind in ("start_measurement", "stop_measurement"):
             mid = row.params.get("measurement_id")
-            self.runtime.hub.publish(f"measurement:{mid}", {"type": "measurement", "measurement_id": mid,
+            self.hub.publish(f"measurement:{mid}", {"type": "measurement", "measurement_id": mid,
                                                              "host_id": host_id})
         if row.kind in ("attach_target", "detach_target"):
-            self.runtime.hub.publish(f"host:{host_id}", {"type": "targets", "host_id": host_id})
-        if row.kind in PLAN_KINDS and isinstance(row.params, dict) and row.params.get("plan_id"):
-            await self._publish_plan(host_id, row.params["plan_id"])
+            self.hub.publish(f"host:{host_id}", {"type": "targets", "host_id": host_id})
+        published = self._handlers(row.kind).published
+        if published is not None:
+            await published(host_id, row)
 
-    async def _publish_plan(self, host_id: str, plan_id: str) -> None:
-        """A plan command's answer moved its plan (ready, installed, reverted, failed): say so live."""
-        async with self.runtime.sessionmaker() as db:
-            state = (await db.execute(text("SELECT state FROM plans WHERE id = CAST(:id AS uuid) AND host_id = :h"),
-                                      {"id": plan_id, "h": host_id})).scalar()
-        if state is not None:
-            plans.publish_state(self.runtime.hub, host_id, plan_id, state)
+    # What results change, by kind ----------------------------------------------------------------
 
-    async def _effects(self, db: AsyncSession, session, row, result: "pb.CommandResult",
-                       state: str) -> tuple[dict[str, Any] | None, str | None]:
-        """What a result changes besides the command: (the result to store, an error that makes it fail)."""
+    async def _on_disassembly(self, db: AsyncSession, session: AgentSession, row: Any,
+                              result: "pb.CommandResult") -> tuple[dict[str, Any] | None, str | None]:
+        if not result.ok:
+            return None, None
+        d = result.disassembly
+        if result.WhichOneof("kind") != "disassembly" or d.digest != row.params["digest"] or \
+                d.function_index != row.params["function_index"]:
+            return None, "the agent's answer is not the disassembly of the function asked for"
+        try:
+            await self.cache_instructions(d.digest, d.function_index, result)
+        except CommandFailed as exc:
+            return None, str(exc)
+        return {"instructions": len(d.instructions)}, None
+
+    async def _on_targets(self, db: AsyncSession, session: AgentSession, row: Any,
+                          result: "pb.CommandResult") -> tuple[dict[str, Any] | None, str | None]:
+        conn = await db.connection()
+        if not result.ok:
+            return None, None
+        if result.WhichOneof("kind") != "targets":
+            return None, "the agent's answer carried no targets"
+        agent_input.check_targets(result.targets.targets)
+        await targets.store(conn, session.host_id, result.targets.targets, complete_list=False)
+        session.add_targets(result.targets.targets)
+        return {"targets": [{"id": t.id, "pid": t.pid, "command": t.command,
+                             "state": agent_input.TARGET_STATES[t.state]} for t in result.targets.targets]}, None
+
+    async def _on_measurement(self, db: AsyncSession, session: AgentSession, row: Any,
+                              result: "pb.CommandResult") -> tuple[dict[str, Any] | None, str | None]:
         kind = row.kind
         conn = await db.connection()
-        if kind == "inspect_function":
-            if not result.ok:
-                return None, None
-            d = result.disassembly
-            if result.WhichOneof("kind") != "disassembly" or d.digest != row.params["digest"] or \
-                    d.function_index != row.params["function_index"]:
-                return None, "the agent's answer is not the disassembly of the function asked for"
-            from app.grpc.agent_service import CommandFailed  # the registry checks and caches it
-            try:
-                await self.runtime.agents.cache_instructions(d.digest, d.function_index, result)
-            except CommandFailed as exc:
-                return None, str(exc)
-            return {"instructions": len(d.instructions)}, None
-        if kind in ("attach_target", "detach_target"):
-            if not result.ok:
-                return None, None
-            if result.WhichOneof("kind") != "targets":
-                return None, "the agent's answer carried no targets"
-            agent_input.check_targets(result.targets.targets)
-            await targets.store(conn, session.host_id, result.targets.targets, complete_list=False)
-            session.add_targets(result.targets.targets)
-            return {"targets": [{"id": t.id, "pid": t.pid, "command": t.command,
-                                 "state": agent_input.TARGET_STATES[t.state]} for t in result.targets.targets]}, None
-        if kind in ("start_measurement", "stop_measurement"):
-            mid = row.params["measurement_id"]
-            if not result.ok:
-                if kind == "start_measurement":
-                    detail = ("cancelled before it was armed" if result.cancelled else
-                              result.error or "refused by the agent")
-                    await measurements.fail(conn, mid, detail)
-                return None, None
-            if result.WhichOneof("kind") != "measurement":
-                return None, "the agent's answer carried no measurement"
-            info = result.measurement
-            agent_input.check_measurement_info(info)
-            if info.measurement_id != mid:
-                raise InvalidInput("a measurement result names another measurement")
-            await measurements.store_info(conn, session.host_id, info)
-            session.measurement_rows[mid] = len(info.resources)
+        mid = row.params["measurement_id"]
+        if not result.ok:
             if kind == "start_measurement":
-                await conn.execute(text("UPDATE measurements SET start_command = :c WHERE id = :m"),
-                                   {"c": row.id, "m": mid})
-            return {"measurement_id": mid, "state": agent_input.MEASUREMENT_STATES[info.state],
-                    "resources": len(info.resources)}, None
-        if kind == "make_plan":
-            return await plans.on_plan_result(db, self.runtime.settings, row, result)
-        if kind == "install_plan":
-            return await plans.on_install_result(db, row, result)
-        if kind == "revert_plan":
-            return await plans.on_revert_result(db, row, result)
-        if kind == "list_installed":
-            return plans.on_list_result(result)
-        return ({} if result.ok else None), None
+                detail = ("cancelled before it was armed" if result.cancelled else
+                          result.error or "refused by the agent")
+                await measurements.fail(conn, mid, detail)
+            return None, None
+        if result.WhichOneof("kind") != "measurement":
+            return None, "the agent's answer carried no measurement"
+        info = result.measurement
+        agent_input.check_measurement_info(info)
+        if info.measurement_id != mid:
+            raise InvalidInput("a measurement result names another measurement")
+        await measurements.store_info(conn, session.host_id, info)
+        session.measurement_rows[mid] = len(info.resources)
+        if kind == "start_measurement":
+            await conn.execute(text("UPDATE measurements SET start_command = :c WHERE id = :m"),
+                               {"c": row.id, "m": mid})
+        return {"measurement_id": mid, "state": agent_input.MEASUREMENT_STATES[info.state],
+                "resources": len(info.resources)}, None
 
-    async def _after_end(self, db: AsyncSession, row) -> None:
-        """A cancelled or failed start leaves its measurement failed; a failed plan command its plan."""
-        if row.kind in PLAN_KINDS:
-            await plans.after_end(db, row)
-            return
-        if row.kind == "start_measurement" and row.state in ("cancelled", "failed"):
+    async def _after_end(self, db: AsyncSession, row: Any) -> None:
+        on_end = self._handlers(row.kind).on_end
+        if on_end is not None:
+            await on_end(db, row)
+
+    async def _start_ended(self, db: AsyncSession, row: Any) -> None:
+        """A cancelled or failed start leaves its measurement failed."""
+        if row.state in ("cancelled", "failed"):
             await measurements.fail(await db.connection(), row.params["measurement_id"],
                                     row.error or f"the start command was {row.state}")
 
@@ -366,7 +461,7 @@ class Commands:
         self._sweeper = None
 
     async def _sweep_loop(self) -> None:
-        interval = self.runtime.settings.command_sweep_interval_s
+        interval = self.settings.command_sweep_interval_s
         while True:
             await asyncio.sleep(interval)
             try:
@@ -377,10 +472,10 @@ class Commands:
     async def sweep(self, now: datetime | None = None) -> None:
         """Send what is queued for this replica's hosts (a notification may have been lost) and fail
         commands whose host stayed away too long."""
-        for host_id in list(self.runtime.agents.sessions):
+        for host_id in list(self.agents.sessions):
             await self.dispatch(host_id)
-        limit = self.runtime.settings.command_queue_timeout_s
-        async with self.runtime.sessionmaker() as db:
+        limit = self.settings.command_queue_timeout_s
+        async with self.sessionmaker() as db:
             rows = (await db.execute(text("""
                 UPDATE commands c SET state = 'failed', finished_at = now(),
                   error = 'the host''s agent was not connected for ' || :limit || ' s; it was not run'

@@ -13,7 +13,7 @@ and sends them in the MeasurementBatch. Nothing in them is taken on trust:
   count in the interval (a block row absent from the batch counted 0), within a tolerance for the
   executions in flight when an interval is cut (IN_FLIGHT + 1% of the count).
 A batch that breaks any of these is refused: nothing of it is stored; the stream goes on (see
-app.grpc.agent_service).
+app.agents.service).
 """
 from dataclasses import dataclass, field
 from typing import Any

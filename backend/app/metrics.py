@@ -9,6 +9,7 @@ only aggregate activity and its label sets stay small. Each runtime has its own 
 backends in one process (the tests) do not share counters.
 """
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -42,10 +43,10 @@ class Metrics:
         self.ingest_commits = Counter("hotpath_ingest_commits", "Group commits of the ingest writer", registry=r)
         self.commands_sent = Counter("hotpath_agent_commands", "Commands sent to agents", ["kind"], registry=r)
 
-    def bind(self, runtime) -> None:
-        """Read the live gauges from the runtime at scrape time."""
-        self.agents_connected.set_function(lambda: len(runtime.agents.sessions) if runtime.agents else 0)
-        self.websockets_open.set_function(lambda: runtime.hub.subscriber_count)
+    def bind(self, agents_connected: Callable[[], float], websockets_open: Callable[[], float]) -> None:
+        """Read the live gauges at scrape time."""
+        self.agents_connected.set_function(agents_connected)
+        self.websockets_open.set_function(websockets_open)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

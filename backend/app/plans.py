@@ -36,10 +36,13 @@ from typing import Any
 
 import orjson
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app import crud, measurements, plan_check, samples
 from app.agent_input import InvalidInput
+from app.commands import CommandError, Commands
+from app.core.config import Settings
+from app.live import LiveHub
 
 log = logging.getLogger("hotpath.plans")
 STALE_FROM = ("ready", "requested", "approved", "install_failed", "installed")
@@ -385,9 +388,50 @@ async def _audit_unknown_installs(db: AsyncSession, host_id: str, ids: list[str]
 
 
 class Plans:
-    def __init__(self, runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], hub: LiveHub,
+                 commands: Commands) -> None:
+        self.settings = settings
+        self.sessionmaker = sessionmaker
+        self.hub = hub
+        self.commands = commands
         self.tasks: dict[str, asyncio.Task] = {}
+        plan_kind = {"on_end": after_end, "published": self._published}
+
+        async def made(db: AsyncSession, session: Any, row: Any, result: Any) -> tuple[dict | None, str | None]:
+            return await on_plan_result(db, settings, row, result)
+
+        async def installed(db: AsyncSession, session: Any, row: Any, result: Any) -> tuple[dict | None, str | None]:
+            return await on_install_result(db, row, result)
+
+        async def reverted(db: AsyncSession, session: Any, row: Any, result: Any) -> tuple[dict | None, str | None]:
+            return await on_revert_result(db, row, result)
+
+        async def listed(db: AsyncSession, session: Any, row: Any, result: Any) -> tuple[dict | None, str | None]:
+            return on_list_result(result)
+
+        commands.handle("make_plan", made, **plan_kind)
+        commands.handle("install_plan", installed, payload=self._plan_json, **plan_kind)
+        commands.handle("revert_plan", reverted, **plan_kind)
+        commands.handle("list_installed", listed)
+
+    async def _plan_json(self, cmd: Any) -> str:
+        """What an install carries: the plan as the backend checked and stored it; the agent recomputes
+        its hash and refuses it unless it is the approved one."""
+        async with self.sessionmaker() as db:
+            stored = (await db.execute(text("SELECT plan_json FROM plans WHERE id = :id"),
+                                       {"id": uuid.UUID(cmd.params["plan_id"])})).scalar()
+        return orjson.dumps(stored).decode() if stored is not None else ""
+
+    async def _published(self, host_id: str, cmd: Any) -> None:
+        """A plan command's answer moved its plan (ready, installed, reverted, failed): say so live."""
+        if not (isinstance(cmd.params, dict) and cmd.params.get("plan_id")):
+            return
+        plan_id = cmd.params["plan_id"]
+        async with self.sessionmaker() as db:
+            state = (await db.execute(text("SELECT state FROM plans WHERE id = CAST(:id AS uuid) AND host_id = :h"),
+                                      {"id": plan_id, "h": host_id})).scalar()
+        if state is not None:
+            publish_state(self.hub, host_id, plan_id, state)
 
     async def create(self, db: AsyncSession, host_id: str, body, actor: str) -> tuple[dict, bool]:
         state = (await db.execute(text("SELECT state FROM host_targets WHERE host_id = :h AND id = :t"),
@@ -417,9 +461,8 @@ class Plans:
                    "measurement_id": body.measurement_id}
         params = {"plan_id": str(plan_id), "target": body.target, "digest": body.digest,
                   "function_index": body.function_index, **options}
-        from app.commands import CommandError
         try:
-            cmd, _ = await self.runtime.commands.create(db, host_id, "make_plan", params, actor)
+            cmd, _ = await self.commands.create(db, host_id, "make_plan", params, actor)
         except CommandError as exc:
             raise PlanError(exc.status, exc.detail) from None
         row = (await db.execute(text("""
@@ -498,9 +541,8 @@ class Plans:
             raise PlanError(404, "Plan not found")
         if row.state != "installed":
             raise PlanError(409, f"The plan is {row.state}; only an installed plan is reverted")
-        from app.commands import CommandError
         try:
-            cmd, _ = await self.runtime.commands.create(db, host_id, "revert_plan",
+            cmd, _ = await self.commands.create(db, host_id, "revert_plan",
                                                         {"plan_id": str(plan_id), "target": row.target_id}, actor)
         except CommandError as exc:
             raise PlanError(exc.status, exc.detail) from None
@@ -527,8 +569,8 @@ class Plans:
                                   "kind": "function", "offset": 0, "blocks": False}],
                    "where_pid": None, "where_comm": None, "where_cgroup": None, "interval_ms": 1000,
                    "allow_partial": True}
-        cmds = self.runtime.commands
-        async with self.runtime.sessionmaker() as db:
+        cmds = self.commands
+        async with self.sessionmaker() as db:
             cmd, _ = await cmds.create(db, host_id, "start_measurement", request, actor)
             await measurements.create(db, mid, host_id, request, 1000, actor, uuid.UUID(cmd["id"]))
             await db.execute(text(f"UPDATE plans SET {which}_measurement = :m, updated_at = now() WHERE id = :id"),
@@ -538,23 +580,23 @@ class Plans:
         if started is None or started["state"] != "done":
             return mid
         await asyncio.sleep(row.window_s or 5)
-        async with self.runtime.sessionmaker() as db:
+        async with self.sessionmaker() as db:
             stop, _ = await cmds.create(db, host_id, "stop_measurement", {"measurement_id": mid}, actor)
             await db.commit()
         await cmds.wait(stop["id"], 60)
         # The window's figures are final now: open plan pages refresh at once.
-        async with self.runtime.sessionmaker() as db:
+        async with self.sessionmaker() as db:
             state = (await db.execute(text("SELECT state FROM plans WHERE id = :id"), {"id": row.id})).scalar()
         if state is not None:
-            publish_state(self.runtime.hub, host_id, str(row.id), state)
+            publish_state(self.hub, host_id, str(row.id), state)
         return mid
 
     async def _install_flow(self, host_id: str, plan_id: uuid.UUID, actor: str) -> None:
         try:
-            async with self.runtime.sessionmaker() as db:
+            async with self.sessionmaker() as db:
                 row = await _row(db, host_id, plan_id)
             await self._window(host_id, row, "before", actor)
-            async with self.runtime.sessionmaker() as db:
+            async with self.sessionmaker() as db:
                 row = await _row(db, host_id, plan_id, lock=True)
                 if row is None or row.state != "installing":
                     await db.rollback()
@@ -566,23 +608,23 @@ class Plans:
                     _audit(db, "system", "plan_stale", row, reason=why, was="installing")
                     await db.commit()
                     return
-                cmd, _ = await self.runtime.commands.create(
+                cmd, _ = await self.commands.create(
                     db, host_id, "install_plan", {"plan_id": str(plan_id), "target": row.target_id,
                                                   "approved_code_sha256": row.approved_code_sha256,
                                                   "entry_only": False}, actor)
                 await db.execute(text("UPDATE plans SET install_command = :c WHERE id = :id"),
                                  {"c": uuid.UUID(cmd["id"]), "id": plan_id})
                 await db.commit()
-            done = await self.runtime.commands.wait(cmd["id"], self.runtime.settings.plan_install_timeout_s)
+            done = await self.commands.wait(cmd["id"], self.settings.plan_install_timeout_s)
             if done is None or done["state"] != "done":
                 return
-            async with self.runtime.sessionmaker() as db:
+            async with self.sessionmaker() as db:
                 row = await _row(db, host_id, plan_id)
             if row is not None and row.state == "installed":
                 await self._window(host_id, row, "after", actor)
         except Exception:  # noqa: BLE001 - the plan says what happened; the flow must not die silently
             log.exception("plan %s: the install flow failed", plan_id)
-            async with self.runtime.sessionmaker() as db:
+            async with self.sessionmaker() as db:
                 row = (await db.execute(text("""
                     UPDATE plans SET state = 'install_failed', error = 'the backend could not run the install',
                       updated_at = now() WHERE id = :id AND state = 'installing' AND install_command IS NULL
@@ -606,8 +648,8 @@ class Plans:
         still lists as installed `installed` again with the error that the revert did not complete. Each
         is audited (`plan_reconciled`). Hosts offline are left for a later round. Returns how many
         changed."""
-        s = self.runtime.settings
-        async with self.runtime.sessionmaker() as db:
+        s = self.settings
+        async with self.sessionmaker() as db:
             rows = (await db.execute(text("""
                 SELECT p.id, p.host_id, p.state, p.install_command, p.revert_command FROM plans p
                 JOIN hosts h ON h.id = p.host_id
@@ -638,8 +680,8 @@ class Plans:
         """A flow that died in a measurement window leaves that measurement running on the agent: stop the
         windows of plans no flow here runs, once older than the window plus the grace (audited as the
         stop command, actor system)."""
-        g = self.runtime.settings.plan_reconcile_grace_s
-        async with self.runtime.sessionmaker() as db:
+        g = self.settings.plan_reconcile_grace_s
+        async with self.sessionmaker() as db:
             rows = (await db.execute(text("""
                 SELECT p.id AS plan_id, m.id AS mid, m.host_id FROM plans p
                 JOIN measurements m ON m.id IN (p.before_measurement, p.after_measurement)
@@ -656,7 +698,7 @@ class Plans:
             for r in rows:
                 if str(r.plan_id) in self.tasks:
                     continue
-                await self.runtime.commands.create(db, r.host_id, "stop_measurement", {"measurement_id": r.mid},
+                await self.commands.create(db, r.host_id, "stop_measurement", {"measurement_id": r.mid},
                                                    "system")
                 stopped += 1
             if stopped:
@@ -664,14 +706,13 @@ class Plans:
             await db.commit()
 
     async def _list_installed(self, host_id: str) -> dict[str, dict] | None:
-        from app.commands import CommandError
         try:
-            async with self.runtime.sessionmaker() as db:
-                cmd, _ = await self.runtime.commands.create(db, host_id, "list_installed", {}, "system")
+            async with self.sessionmaker() as db:
+                cmd, _ = await self.commands.create(db, host_id, "list_installed", {}, "system")
                 await db.commit()
         except CommandError:
             return None
-        done = await self.runtime.commands.wait(cmd["id"], 60)
+        done = await self.commands.wait(cmd["id"], 60)
         if done is None or done["state"] != "done" or not done["result"]:
             log.warning("reconcile: host %s did not list its installs (%s)", host_id,
                         (done or {}).get("error") or "no answer in 60 s")
@@ -682,7 +723,7 @@ class Plans:
         if r.state == "reverting":
             return await self._settle_revert(r, listed)
         entry = listed.get(str(r.id))
-        async with self.runtime.sessionmaker() as db:
+        async with self.sessionmaker() as db:
             row = await _row(db, r.host_id, r.id, lock=True)
             if row is None or row.state != "installing" or row.install_command != r.install_command:
                 return 0
@@ -707,7 +748,7 @@ class Plans:
         """A plan left `reverting` by a RevertPlan whose answer did not come, from the agent's list (which
         answers after the revert, if the agent was given it)."""
         entry = listed.get(str(r.id))
-        async with self.runtime.sessionmaker() as db:
+        async with self.sessionmaker() as db:
             row = await _row(db, r.host_id, r.id, lock=True)
             if row is None or row.state != "reverting" or row.revert_command != r.revert_command:
                 return 0
@@ -740,7 +781,7 @@ class Plans:
         lost"), so it is not sent again. Returns how many plans changed."""
         listed = {i.plan_id: i for i in installs}
         changed = 0
-        async with self.runtime.sessionmaker() as db:
+        async with self.sessionmaker() as db:
             rows = (await db.execute(text("""
                 SELECT p.*, c.state AS cmd_state, rc.state AS revert_cmd_state FROM plans p
                 LEFT JOIN commands c ON c.id = p.install_command
@@ -810,7 +851,7 @@ class Plans:
         return changed
 
     async def reconcile_loop(self) -> None:
-        interval = self.runtime.settings.plan_reconcile_interval_s
+        interval = self.settings.plan_reconcile_interval_s
         await asyncio.sleep(min(5.0, interval))  # let agents reconnect first
         while True:
             try:

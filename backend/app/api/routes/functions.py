@@ -10,7 +10,7 @@ from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, SampleRange
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
-from app.grpc.agent_service import CommandFailed, CommandTimeout, HostOffline
+from app.commands import CommandFailed, CommandTimeout, HostOffline
 from app.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message, hex64
 
 router = APIRouter(prefix="/hosts/{host_id}/functions", tags=["functions"])
@@ -67,7 +67,7 @@ async def function_instructions(host_id: ExistingHost, function_id: FunctionId, 
         actor = user.username
         await session.rollback()  # do not hold a transaction open while the agent works
         try:
-            instructions = await runtime.agents.inspect_function(host_id, target, fn.digest, fn.index, actor)
+            instructions = await runtime.commands.inspect_function(host_id, target, fn.digest, fn.index, actor)
         except HostOffline:
             raise HTTPException(503, "Host is offline") from None
         except CommandTimeout:

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""AgentService: the server end of each agent's long-lived stream (Connect), enrolment (Enroll), and
-the registry of connected agents that routes use to send commands.
+"""AgentService: the server end of each agent's long-lived stream (Connect) and enrolment (Enroll).
+The connected agents' sessions and their registry are app.agents.sessions.
 
 Identity: Connect runs over mutual TLS; the client certificate's common name is the host id, and the
 certificate must be the one issued to that host at its last enrolment (its fingerprint is stored on
@@ -40,18 +40,18 @@ import logging
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
-import orjson
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app import agent_input, catalog, crud, enrolment, measured_edges, measurements, samples, stacks, targets
 from app.agent_input import InvalidInput
+from app.agents.sessions import AgentRegistry, AgentSession, Upload, end_session
 from app.catalog_digest import PieceHasher
 from app.core.pki import fingerprint_pem
 from app.models import Host
@@ -63,18 +63,6 @@ log = logging.getLogger("hotpath.agents")
 SERVICE = "hotpath.v1.AgentService"
 
 
-class HostOffline(Exception):
-    pass
-
-
-class CommandTimeout(Exception):
-    pass
-
-
-class CommandFailed(Exception):
-    pass
-
-
 @dataclass
 class Undecodable:
     """What the stream yields for bytes that do not parse as the message they should be."""
@@ -82,173 +70,9 @@ class Undecodable:
     reason: str
 
 
-@dataclass
-class Upload:
-    """One catalog piece being received on one stream."""
-
-    digest: str
-    module: str
-    staging: str
-    base: int
-    function_count: int
-    block_count: int
-    hasher: PieceHasher
-    targets: catalog.TargetCheck
-    next_seq: int = 0
-    functions: int = 0
-    blocks: int = 0
-    started: float = field(default_factory=time.perf_counter)
-
-
 # Data batches in a row, each refused for lying ahead of our clock by more than the skew bound, that flag
 # the host's clock as skewed between two Hellos (each Hello measures the clock itself).
 CLOCK_AHEAD_RUN = 3
-
-
-@dataclass
-class AgentSession:
-    host_id: str
-    session_id: str
-    peer: str
-    context: grpc.aio.ServicerContext
-    task: asyncio.Task | None
-    instance_id: str = ""
-    build: str = ""
-    core_base: int = 0
-    kernel_digests: list[str] = field(default_factory=list)  # Hello.modules by position
-    refs: dict[str, Any] = field(default_factory=dict)  # digest -> pb.ModuleRef (every target's modules)
-    piece_keys: dict[str, tuple[str, int]] = field(default_factory=dict)  # digest -> (build key, base for "?")
-    uploads: dict[str, Upload] = field(default_factory=dict)  # digest -> upload in progress
-    marks: dict[str, int] = field(default_factory=dict)  # instance id -> highest stored seq
-    last_end: dict[str, datetime] = field(default_factory=dict)  # instance id -> end of its newest batch
-    ahead_run: int = 0  # data batches in a row refused for lying ahead of our clock (CLOCK_AHEAD_RUN flags)
-    measurement_rows: dict[str, int] = field(default_factory=dict)  # measurement id -> its rows
-    # measurement id -> its function rows measured with their blocks, with their CFGs (edge checks)
-    measurement_shapes: dict[str, dict[int, "measured_edges.FunctionShape"]] = field(default_factory=dict)
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    dropped_samples: int = 0
-    known_stacks: set[int] = field(default_factory=set)  # stack ids stored for this host
-    welcomed: bool = False
-    closed: bool = False
-    store_failed: bool = False  # a data message of this stream could not be stored: ack nothing more
-    ending: bool = False  # the stream is being ended for that
-    tokens: float = 0.0
-    refilled: float = field(default_factory=time.monotonic)
-
-    async def send(self, message: "pb.ServerMessage") -> None:
-        async with self.write_lock:
-            await self.context.write(message)
-
-    def add_targets(self, reported) -> None:
-        """Learn the modules of reported targets (pb.Target), so their catalog pieces are accepted."""
-        for t in reported:
-            for m in t.modules:
-                self.refs[m.digest] = m
-                self.piece_keys[m.digest] = (f"elf:{m.build_id}", m.base_address)
-
-
-class AgentRegistry:
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.sessions: dict[str, AgentSession] = {}
-        self.index_maps: dict[str, dict[int, tuple[int, int]]] = {}
-        self.idle_ids: dict[str, set[int]] = {}  # digest -> indexes of its idle-loop functions
-        self.name_cache: dict[int, str] = {}
-        self.piece_owner: dict[str, str] = {}  # digest -> session id of the stream uploading it
-        self.complete: set[str] = set()
-        self.cleanups: set[asyncio.Task] = set()  # disconnects being recorded
-        self.peers: Counter = Counter()  # open streams per peer address
-        self.auth_failures: dict[str, tuple[float, int]] = {}  # peer address -> (window start, count)
-
-    def online(self, host_id: str) -> bool:
-        return host_id in self.sessions
-
-    async def close_all(self) -> None:
-        for session in list(self.sessions.values()):
-            await end_session(session, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
-        if self.cleanups:
-            await asyncio.wait(set(self.cleanups), timeout=5)
-
-    async def end_host(self, host_id: str, reason: str) -> None:
-        """End a host's live stream (the host was retired or deleted)."""
-        session = self.sessions.get(host_id)
-        if session is not None:
-            await end_session(session, grpc.StatusCode.PERMISSION_DENIED, reason)
-
-    async def inspect_function(self, host_id: str, target: str, digest: str, index: int, actor: str) -> list:
-        """Ask the host's agent (through whichever replica holds its stream) to decode a function; the
-        instructions are cached by the replica that got the answer. Returns
-        [[offset, length, hex, text], ...]."""
-        async with self.runtime.sessionmaker() as db:
-            if not (await db.execute(text("SELECT online FROM hosts WHERE id = :h"), {"h": host_id})).scalar():
-                raise HostOffline(host_id)
-            row, _ = await self.runtime.commands.create(
-                db, host_id, "inspect_function", {"digest": digest, "function_index": index, "target": target}, actor)
-            await db.commit()
-        await self.runtime.commands.dispatch(host_id)
-        done = await self.runtime.commands.wait(row["id"], self.runtime.settings.command_timeout_s)
-        if done is None:
-            async with self.runtime.sessionmaker() as db:
-                await db.execute(text("""
-                    UPDATE commands SET state = 'failed', error = 'no answer within the time allowed',
-                      finished_at = now() WHERE id = :id AND state IN ('queued', 'sent', 'running')"""),
-                    {"id": uuid.UUID(row["id"])})
-                await db.commit()
-            raise CommandTimeout(row["id"])
-        if done["state"] != "done":
-            raise CommandFailed(agent_input.excerpt(done["error"] or done["state"], 300))
-        async with self.runtime.sessionmaker() as db:
-            instructions = await crud.cached_instructions(db, digest, index)
-        if instructions is None:
-            raise CommandFailed("the result carried no disassembly")
-        return instructions
-
-    async def cache_instructions(self, digest: str, index: int, result: "pb.CommandResult") -> None:
-        """Check and cache a disassembly an agent returned."""
-        if not result.HasField("disassembly"):
-            raise CommandFailed("the result carried no disassembly")
-        instructions = []
-        for i in result.disassembly.instructions:
-            if i.length > 15 or len(i.bytes) > 15 or i.offset > agent_input.INT32_MAX or len(i.text) > 256 \
-                    or agent_input._CONTROL.search(i.text):
-                raise CommandFailed("the agent sent a malformed instruction")
-            instructions.append([i.offset, i.length, i.bytes.hex(), i.text])
-        async with self.runtime.engine.begin() as conn:
-            await conn.execute(text("""
-                INSERT INTO instruction_cache (digest, index, instructions) VALUES (:d, :i, CAST(:ins AS jsonb))
-                ON CONFLICT (digest, index) DO NOTHING"""),
-                {"d": digest, "i": index, "ins": orjson.dumps(instructions).decode()})
-
-    async def function_ids(self, digest: str) -> dict[int, tuple[int, int]] | None:
-        if digest not in self.complete:
-            return None
-        mapping = self.index_maps.get(digest)
-        if mapping is None:
-            mapping = await catalog.index_map(self.runtime.engine, digest)
-            self.index_maps[digest] = mapping
-            self.idle_ids[digest] = await samples.idle_function_indexes(self.runtime.engine, digest)
-        return mapping
-
-    async def names(self, ids: list[int]) -> dict[int, str]:
-        """Function names by id, cached (for the live samples events)."""
-        missing = [i for i in ids if i not in self.name_cache]
-        if missing:
-            if len(self.name_cache) > 200_000:
-                self.name_cache.clear()
-            self.name_cache.update(await samples.function_names(self.runtime.engine, missing))
-        return {i: self.name_cache.get(i, "") for i in ids}
-
-
-async def end_session(session: AgentSession, code: grpc.StatusCode, reason: str) -> None:
-    """End another handler's stream: send the status to the agent now, then stop that handler.
-    (Cancelling the handler alone does not end the RPC on the wire.)"""
-    session.closed = True
-    try:
-        await session.context.abort(code, reason)
-    except Exception:  # noqa: BLE001, S110 - abort signals by raising, in our task
-        pass
-    if session.task is not None and session.task is not asyncio.current_task():
-        session.task.cancel()
 
 
 def _peer_address(peer: str) -> str:
