@@ -9,15 +9,15 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.agents.sessions import AgentRegistry
-from app.bus import Bus
-from app.commands import Commands
+from app.core.bus import Bus
 from app.core.config import Settings
+from app.core.live import LiveHub
+from app.core.metrics import Metrics
 from app.core.pki import Pki
-from app.live import LiveHub
-from app.metrics import Metrics
-from app.plans import Plans
-from app.series.writer import IngestWriter
+from app.domain.commands import Commands
+from app.domain.plans import Plans
+from app.domain.sessions import AgentRegistry
+from app.storage.ingest import IngestWriter
 
 
 @dataclass

@@ -22,21 +22,21 @@ import orjson
 import uvicorn
 from sqlalchemy import create_engine, text
 
-from app import bus as bus_module
-from app import catalog, crud, samples
 from app.agents.service import create_grpc_server
-from app.agents.sessions import AgentRegistry
-from app.commands import Commands
+from app.api.main import create_app
+from app.core import bus as bus_module
 from app.core import pki as pki_module
 from app.core.config import Settings, normalise_database_url
 from app.core.db import EmbeddedPostgres, make_engine, make_sessionmaker, upgrade_database
+from app.core.live import LiveHub
+from app.core.metrics import Metrics
 from app.core.security import hash_password, read_or_create_secret
-from app.live import LiveHub
-from app.main import create_app
-from app.metrics import Metrics
-from app.plans import Plans
+from app.domain.commands import Commands
+from app.domain.plans import Plans
+from app.domain.sessions import AgentRegistry
 from app.runtime import Runtime
-from app.series.writer import IngestWriter
+from app.storage import catalog, crud, samples
+from app.storage.ingest import IngestWriter
 
 log = logging.getLogger("hotpath")
 

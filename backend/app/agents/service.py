@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """AgentService: the server end of each agent's long-lived stream (Connect) and enrolment (Enroll).
-The connected agents' sessions and their registry are app.agents.sessions.
+The connected agents' sessions and their registry are app.domain.sessions.
 
 Identity: Connect runs over mutual TLS; the client certificate's common name is the host id, and the
 certificate must be the one issued to that host at its last enrolment (its fingerprint is stored on
@@ -8,30 +8,30 @@ the host), so a host id can only be used by its own credential and a retired or 
 come back with an old certificate. Hello must name the same host.
 
 One stream per host: a second stream of the same host replaces the first. Nothing an agent sends is
-stored before it is checked (app.agent_input); a malformed message ends the stream with
+stored before it is checked (app.protocol.agent_input); a malformed message ends the stream with
 INVALID_ARGUMENT and the reason, a database outage with UNAVAILABLE, anything else with INTERNAL and
 a log line, never with the text of an SQL error.
 
 Catalog pieces are content-addressed and stored once: an upload is staged, and stored under its digest
 only when its chunks arrived in order, its function and block counts match Hello, the digest
-recomputed from the content (app.catalog_digest) equals the announced one, and its named targets agree
-with the functions they name (app.catalog.TargetCheck: what the digest does not cover is not stored).
+recomputed from the content (app.protocol.catalog_digest) equals the announced one, and its named targets agree
+with the functions they name (app.storage.catalog.TargetCheck: what the digest does not cover is not stored).
 While one stream uploads a piece, others that have it wait; if the upload fails or its stream ends,
 another connected host that has the piece is asked for it (CatalogRequest).
 
 Data messages (MetricBatch, MeasurementBatch, DataGap) carry a sequence number per agent instance;
-each is checked and mapped here, stored by the ingest writer in a group commit (app.series.writer),
+each is checked and mapped here, stored by the ingest writer in a group commit (app.storage.ingest),
 stored at most once (delivery_marks) and acknowledged cumulatively once stored. A batch whose time lies
 outside [now - retention, now + max skew] is refused (acknowledged, not stored), counted and recorded as
 a gap; the host is flagged with a clock offset by Hello's clock at each connect, or by a run of
 CLOCK_AHEAD_RUN batches in a row ahead of our clock (one refused batch alone flags nothing). A
-measurement interval whose content is refused (app.agent_input, app.measured_edges) is refused alone the
-same way, counted on its measurement (refused_intervals, refusal) and logged: the stream goes on, so a
+measurement interval whose content is refused (app.protocol.agent_input, app.protocol.measured_edges) is
+refused alone the same way, counted on its measurement (refused_intervals, refusal) and logged: the stream goes on, so a
 bad batch that the agent would resend after every reconnect never keeps a host offline.
 
 Targets and commands: Hello and TargetsUpdate say which targets the agent serves (the kernel, attached
 processes) with their modules; the catalog pieces of a new target's modules are asked for with
-CatalogRequest and verified like the kernel's. Commands are stored and routed by app.commands; this
+CatalogRequest and verified like the kernel's. Commands are stored and routed by app.domain.commands; this
 stream sends them, and hands their progress and results back. Hello also lists the agent's
 measurements, which restores the backend's view after any reconnect.
 """
@@ -49,15 +49,17 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from app import agent_input, catalog, crud, enrolment, measured_edges, measurements, samples, stacks, targets
-from app.agent_input import InvalidInput
-from app.agents.sessions import AgentRegistry, AgentSession, Upload, end_session
-from app.catalog_digest import PieceHasher
 from app.core.pki import fingerprint_pem
-from app.models import Host
-from app.proto import pb
+from app.domain import enrolment
+from app.domain.sessions import AgentRegistry, AgentSession, Upload, end_session
+from app.protocol import agent_input, measured_edges
+from app.protocol.agent_input import InvalidInput
+from app.protocol.catalog_digest import PieceHasher
+from app.protocol.proto import pb
 from app.runtime import Runtime
-from app.series.layout import NSLOTS, SLOT
+from app.storage import catalog, crud, measurements, samples, stacks, targets
+from app.storage.models import Host
+from app.storage.series.layout import NSLOTS, SLOT
 
 log = logging.getLogger("hotpath.agents")
 SERVICE = "hotpath.v1.AgentService"
@@ -140,7 +142,8 @@ class AgentService:
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
         try:
-            issued = await enrolment.enroll(self.runtime, request, peer)
+            issued = await enrolment.enroll(self.runtime.settings, self.runtime.sessionmaker, self.runtime.pki, request,
+                                            peer)
         except enrolment.EnrolmentError as exc:
             await context.abort(exc.code, str(exc))
         except (DBAPIError, OSError):

@@ -11,10 +11,10 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import crud
 from app.core.security import decode_access_token, token_issued_at
-from app.models import ROLES, User
 from app.runtime import Runtime
+from app.storage import crud
+from app.storage.models import ROLES, User
 
 _bearer = HTTPBearer(auto_error=False)
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from app.proto import pb
+from app.protocol.proto import pb
 from tests.conftest import make_user, token_for
 from tests.scripted_agent import PROCESS_BUILD_ID, wait_catalog_complete, wait_for_ack, wait_until
 

@@ -6,7 +6,7 @@ stamped outside [now - retention, now + skew] is refused, recorded, and flags th
 without hiding the host's real data."""
 import time
 
-from app.proto import pb
+from app.protocol.proto import pb
 from tests.scripted_agent import wait_catalog_complete, wait_for_ack
 
 NS = 10**9

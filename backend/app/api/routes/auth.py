@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, HTTPException, Request, status
 from sqlalchemy import text
 
-from app import crud
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.responses import BAD_BODY, SIGNED_IN
+from app.api.schemas import LoginRequest, Message, Token, UserPublic
 from app.core.security import DUMMY_PASSWORD_HASH, create_access_token, verify_password
-from app.schemas import LoginRequest, Message, Token, UserPublic
+from app.storage import crud
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 _attempts: dict[str, deque[float]] = {}  # client address -> times of recent attempts

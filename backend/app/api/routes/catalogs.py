@@ -13,10 +13,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 
-from app import crud
 from app.api.deps import CurrentUser, SessionDep
 from app.api.responses import NOT_FOUND
-from app.schemas import CatalogPublic
+from app.api.schemas import CatalogPublic
+from app.storage import crud
 
 router = APIRouter(prefix="/catalogs", tags=["catalogs"])
 Digest = Annotated[str, Path(pattern=r"^[0-9a-f]{1,64}$", description="The piece's digest (lower-case hex SHA-256)")]

@@ -5,13 +5,14 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
-from app import crud, samples
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, SampleRange
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
-from app.commands import CommandFailed, CommandTimeout, HostOffline
-from app.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message, hex64
+from app.api.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message
+from app.domain.commands import CommandFailed, CommandTimeout, HostOffline
+from app.storage import crud, samples
+from app.storage.models import hex64
 
 router = APIRouter(prefix="/hosts/{host_id}/functions", tags=["functions"])
 FunctionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="A function's id in this backend")]

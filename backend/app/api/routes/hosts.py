@@ -4,10 +4,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 
-from app import crud, samples
 from app.api.deps import CurrentUser, SessionDep
 from app.api.responses import NOT_FOUND, FastJSON
-from app.schemas import DataCoverage, HostPublic, ModulePublic
+from app.api.schemas import DataCoverage, HostPublic, ModulePublic
+from app.storage import crud, samples
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 HostId = Annotated[str, Path(min_length=1, max_length=256, description="The host id its agent reports")]

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Code positioning plans of a host, and their approval workflow (app.plans).
+"""Code positioning plans of a host, and their approval workflow (app.domain.plans).
 
 Making a plan, requesting its approval, installing and reverting it need the operator role; approving
 and rejecting need the approver role and a user other than the one who requested it. Installing is
@@ -11,12 +11,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 
-from app import plans
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
 from app.api.responses import NOT_FOUND, FastJSON, Responses
 from app.api.routes.hosts import ExistingHost
-from app.models import User
-from app.schemas import Message, PlanAuditEntry, PlanCreate, PlanDetail, PlanInstall, PlanPublic, PlanReject, PlanState
+from app.api.schemas import (
+    Message,
+    PlanAuditEntry,
+    PlanCreate,
+    PlanDetail,
+    PlanInstall,
+    PlanPublic,
+    PlanReject,
+    PlanState,
+)
+from app.domain import plans
+from app.storage.models import User
 
 router = APIRouter(prefix="/hosts/{host_id}/plans", tags=["plans"])
 OperatorUser = Annotated[User, Depends(require_role("operator"))]

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A host's samples over a time range (`window_s`, or `from` and `to`; see app.api.ranges): top
 functions, per-function hotness, the host's samples over time, two ranges (or two hosts) compared, and
-the profile exported. Every read goes through app.samples."""
+the profile exported. Every read goes through app.storage.samples."""
 import csv
 import io
 from datetime import datetime
@@ -9,13 +9,13 @@ from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
 
-from app import crud, samples, stacks
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, SampleRange, range_spec
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
 from app.api.routes.stacks import Filter
-from app.schemas import Comparison, Hotness, Timeline, TopFunctions
+from app.api.schemas import Comparison, Hotness, Timeline, TopFunctions
+from app.storage import crud, samples, stacks
 
 router = APIRouter(prefix="/hosts/{host_id}", tags=["samples"])
 IncludeIdle = Query(False, description="Rank the kernel's idle-loop functions too (they are counted apart otherwise)")

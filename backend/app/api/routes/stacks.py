@@ -2,19 +2,19 @@
 """A host's call stacks over a time range: the flame graph (filtered by process, command and CPU, with the
 idle task's samples excluded by default, included, or alone), two ranges or two hosts as a differential
 flame graph, a function's callers and callees with the observed targets of its call sites, and its
-samples per instruction. Every read goes through app.stacks (and app.samples for instructions)."""
+samples per instruction. Every read goes through app.storage.stacks (and app.storage.samples for instructions)."""
 from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 
-from app import crud, samples, stacks
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, SampleRange, range_spec
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.functions import FunctionId
 from app.api.routes.hosts import ExistingHost
-from app.schemas import FlameDiff, FlameGraph, FunctionCalls, InstructionSamples
+from app.api.schemas import FlameDiff, FlameGraph, FunctionCalls, InstructionSamples
+from app.storage import crud, samples, stacks
 
 router = APIRouter(prefix="/hosts/{host_id}", tags=["stacks"])
 

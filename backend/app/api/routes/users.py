@@ -10,12 +10,12 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query, status
 from sqlalchemy import select
 
-from app import crud
 from app.api.deps import AdminUser, SessionDep
 from app.api.responses import BAD_BODY, NOT_FOUND
+from app.api.schemas import AuditEntry, Message, PasswordReset, UserCreate, UserDetail, UserUpdate
 from app.core.security import hash_password
-from app.models import User
-from app.schemas import AuditEntry, Message, PasswordReset, UserCreate, UserDetail, UserUpdate
+from app.storage import crud
+from app.storage.models import User
 
 UserId = Annotated[uuid.UUID, Path(description="A user's id")]
 

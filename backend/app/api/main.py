@@ -34,9 +34,9 @@ from app.api.routes import (
     targets,
     users,
 )
-from app.metrics import CONTENT_TYPE, RequestMetrics
+from app.api.schemas import LiveEvent
+from app.core.metrics import CONTENT_TYPE, RequestMetrics
 from app.runtime import Runtime
-from app.schemas import LiveEvent
 
 API_PREFIX = "/api/v1"
 log = logging.getLogger("hotpath.api")
@@ -46,7 +46,7 @@ def operation_id(route: APIRoute) -> str:
     return f"{route.tags[0]}-{route.name}" if route.tags else route.name
 
 
-DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
+DOCS_DIR = Path(__file__).resolve().parents[3] / "docs"
 
 
 def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,

@@ -21,8 +21,8 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.catalog_digest import split_target_name
-from app.proto import pb
+from app.protocol.catalog_digest import split_target_name
+from app.protocol.proto import pb
 
 _MASK = (1 << 64) - 1
 

@@ -8,7 +8,7 @@ protoc writes modules that import each other as `hotpath.v1.*`, so their folder 
 import os
 import sys
 
-_GEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen")
+_GEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gen")
 if _GEN not in sys.path:
     sys.path.insert(0, _GEN)
 

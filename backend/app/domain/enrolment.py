@@ -26,12 +26,14 @@ import grpc
 from cryptography.hazmat.primitives import serialization
 from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app import agent_input, crud, samples
-from app.core.pki import CsrError, parse_csr
-from app.models import EnrolmentRequest, EnrolmentToken, Host
-from app.runtime import Runtime
+from app.core.config import Settings
+from app.core.pki import CsrError, Pki, parse_csr
+from app.domain.sessions import AgentRegistry
+from app.protocol import agent_input
+from app.storage import crud, samples
+from app.storage.models import EnrolmentRequest, EnrolmentToken, Host
 
 log = logging.getLogger("hotpath.enrolment")
 TOKEN_PREFIX = "hpe_"
@@ -107,9 +109,9 @@ async def create_token(session: AsyncSession, actor: str, note: str, hours: floa
     return token, secret
 
 
-async def _issue(runtime: Runtime, db: AsyncSession, host_id: str, hostname: str, csr_pem: str, actor: str,
+async def _issue(pki: Pki, db: AsyncSession, host_id: str, hostname: str, csr_pem: str, actor: str,
                  how: str) -> Issued:
-    certificate, fp, not_after = runtime.pki.sign_host_csr(csr_pem, host_id)
+    certificate, fp, not_after = pki.sign_host_csr(csr_pem, host_id)
     now = datetime.now(UTC)
     values = {"cert_fingerprint": fp, "cert_not_after": not_after, "enrolled_at": now}
     await db.execute(insert(Host).values(id=host_id, hostname=hostname, online=False, **values)
@@ -120,7 +122,8 @@ async def _issue(runtime: Runtime, db: AsyncSession, host_id: str, hostname: str
     return Issued(certificate, not_after)
 
 
-async def enroll(runtime: Runtime, request, peer: str) -> Issued:
+async def enroll(settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], pki: Pki, request,
+                 peer: str) -> Issued:
     """Answer an EnrollRequest: a certificate, or an EnrolmentError saying why not (yet)."""
     try:
         host_id = agent_input.text(request.host_id, "EnrollRequest.host_id", agent_input.MAX_HOST_ID)
@@ -130,7 +133,7 @@ async def enroll(runtime: Runtime, request, peer: str) -> Issued:
         fingerprint = key_fingerprint(request.csr_pem)
     except (agent_input.InvalidInput, CsrError, ValueError) as exc:
         raise EnrolmentError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
-    async with runtime.sessionmaker() as db:
+    async with sessionmaker() as db:
         host = await db.get(Host, host_id)
         if host is not None and host.status == "retired":
             raise EnrolmentError(grpc.StatusCode.PERMISSION_DENIED,
@@ -157,7 +160,7 @@ async def enroll(runtime: Runtime, request, peer: str) -> Issued:
                              {"h": host_id, "i": token.id})
             used = token
             await db.execute(text("DELETE FROM enrolment_requests WHERE host_id = :h"), {"h": host_id})
-            return await _issue(runtime, db, host_id, hostname, request.csr_pem, f"token of {used.created_by}",
+            return await _issue(pki, db, host_id, hostname, request.csr_pem, f"token of {used.created_by}",
                                 "enrolment token")
         if host is not None and host.cert_fingerprint is not None:
             # Only a token created for this host id may replace an enrolled host's credential: an approved
@@ -170,28 +173,28 @@ async def enroll(runtime: Runtime, request, peer: str) -> Issued:
                                  "for this host id (or delete the host first)")
         mine = (await db.execute(select(EnrolmentRequest).where(
             EnrolmentRequest.host_id == host_id, EnrolmentRequest.key_fingerprint == fingerprint))).scalar_one_or_none()
-        if mine is not None and _expired(mine, runtime.settings.enrolment_request_ttl_s):
+        if mine is not None and _expired(mine, settings.enrolment_request_ttl_s):
             await db.delete(mine)
             await db.flush()
             mine = None
         if mine is not None and mine.status == "approved":
             await db.execute(text("DELETE FROM enrolment_requests WHERE host_id = :h"), {"h": host_id})
-            return await _issue(runtime, db, host_id, hostname, request.csr_pem, mine.decided_by or "admin",
+            return await _issue(pki, db, host_id, hostname, request.csr_pem, mine.decided_by or "admin",
                                 "approved by an admin")
         if mine is not None and mine.status == "rejected":
             raise EnrolmentError(grpc.StatusCode.PERMISSION_DENIED,
                                  f"enrolment of host {host_id} with this key was rejected")
         if mine is None:
-            if not _requests_by_address.admit(peer, runtime.settings.enrolment_requests_per_minute):
+            if not _requests_by_address.admit(peer, settings.enrolment_requests_per_minute):
                 raise EnrolmentError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                      "too many enrolment requests from this address; wait a minute or ask an "
                                      "admin for a token")
             # Count and insert under one lock, so concurrent requests cannot pass the cap together.
             await db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PENDING_LOCK})
-            await _delete_expired(db, runtime.settings.enrolment_request_ttl_s)
+            await _delete_expired(db, settings.enrolment_request_ttl_s)
             count = (await db.execute(text(
                 "SELECT count(*) FROM enrolment_requests WHERE status = 'pending'"))).scalar_one()
-            if count >= runtime.settings.max_pending_enrolments:
+            if count >= settings.max_pending_enrolments:
                 await db.commit()
                 raise EnrolmentError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                      "too many enrolments wait for approval; ask an admin for a token")
@@ -311,23 +314,23 @@ async def get_request(session: AsyncSession, request_id: uuid.UUID) -> dict:
     return dict(row)
 
 
-async def retire_host(runtime: Runtime, session: AsyncSession, host_id: str, actor: str) -> bool:
+async def retire_host(agents: AgentRegistry, session: AsyncSession, host_id: str, actor: str) -> bool:
     host = await session.get(Host, host_id)
     if host is None:
         return False
     host.status, host.retired_at, host.cert_fingerprint, host.online = "retired", datetime.now(UTC), None, False
     crud.audit(session, actor, "host_retired", host_id, {"hostname": host.hostname})
     await session.commit()
-    await runtime.agents.end_host(host_id, "this host was retired by an admin")
+    await agents.end_host(host_id, "this host was retired by an admin")
     return True
 
 
-async def delete_host(runtime: Runtime, session: AsyncSession, host_id: str, actor: str) -> bool:
+async def delete_host(agents: AgentRegistry, session: AsyncSession, host_id: str, actor: str) -> bool:
     host = await session.get(Host, host_id)
     if host is None:
         return False
     hostname = host.hostname
-    await runtime.agents.end_host(host_id, "this host was deleted by an admin")
+    await agents.end_host(host_id, "this host was deleted by an admin")
     await samples.delete_host_series(session, host_id)
     await session.execute(text("DELETE FROM enrolment_requests WHERE host_id = :h"), {"h": host_id})
     await session.execute(text("DELETE FROM hosts WHERE id = :h"), {"h": host_id})

@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.agent_input import MAX_COUNT, InvalidInput, excerpt
-from app.proto import pb
+from app.protocol.agent_input import MAX_COUNT, InvalidInput, excerpt
+from app.protocol.proto import pb
 
 EDGE_KINDS = {pb.EDGE_KIND_ENTRY: "entry", pb.EDGE_KIND_FALLTHROUGH: "fallthrough", pb.EDGE_KIND_TAKEN: "taken",
               pb.EDGE_KIND_TAIL_CALL: "tail_call", pb.EDGE_KIND_INDIRECT: "indirect",

@@ -2,7 +2,7 @@
 """The agents connected to this replica: one session per host's stream (what its Hello and uploads
 taught us), and the registry of those sessions with the catalog facts they share (complete pieces,
 index maps, function names). The stream itself is app.agents.service; commands reach a session
-through the registry (app.commands)."""
+through the registry (app.domain.commands)."""
 import asyncio
 import time
 from collections import Counter
@@ -13,9 +13,10 @@ from typing import Any
 import grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import catalog, measured_edges, samples
-from app.catalog_digest import PieceHasher
-from app.proto import pb
+from app.protocol import measured_edges
+from app.protocol.catalog_digest import PieceHasher
+from app.protocol.proto import pb
+from app.storage import catalog, samples
 
 
 @dataclass

@@ -38,8 +38,8 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.models import i64_to_u64, u64_to_i64
-from app.series import copytext, rollups
+from app.storage.models import i64_to_u64, u64_to_i64
+from app.storage.series import copytext, rollups
 
 KERNEL_FUNCTION, KERNEL_ADDRESS, USER_FILE, USER_ADDRESS = 1, 2, 3, 4
 FRAME_KINDS = {KERNEL_FUNCTION: "kernel", KERNEL_ADDRESS: "kernel_address", USER_FILE: "user",
@@ -165,7 +165,7 @@ async def known_ids(conn: AsyncConnection, host_id: str, ids: list[int]) -> set[
 
 async def prune_definitions(conn: AsyncConnection, cutoff: datetime) -> None:
     """Delete definitions no stored row refers to that were not defined again since `cutoff` (the rows
-    themselves, raw and rolled up, go with their time partitions, app.series.partitions)."""
+    themselves, raw and rolled up, go with their time partitions, app.storage.series.partitions)."""
     await conn.execute(text("""
         DELETE FROM stack_defs d WHERE d.seen_at < :c
           AND NOT EXISTS (SELECT 1 FROM stack_samples s WHERE s.host_id = d.host_id AND s.stack_id = d.stack_id)
@@ -656,7 +656,7 @@ async def pprof(session: AsyncSession, host_id: str, start: datetime, end: datet
     a function per kernel function (or per user address, named file+offset), a mapping per module.
     Built in one pass over the stacks' frames; kernel names and addresses are filled in afterwards with
     one query."""
-    from app.proto import profile_pb  # generated from Google's profile.proto by the build
+    from app.protocol.proto import profile_pb  # generated from Google's profile.proto by the build
 
     where, params = flt.sql()
     rows = (await session.execute(text(f"""

@@ -777,7 +777,7 @@ class AuditEntry(BaseModel):
     detail: dict
 
 
-# WebSocket messages (added to the OpenAPI document's schemas by app.main, so the client has types).
+# WebSocket messages (added to the OpenAPI document's schemas by app.api.main, so the client has types).
 class SamplesTopItem(BaseModel):
     function_id: int
     name: str
@@ -980,7 +980,3 @@ class PlanAuditEntry(BaseModel):
     action: str
     target: str | None
     detail: dict
-
-
-def hex64(value: int) -> str:
-    return format(value, "x")

@@ -6,7 +6,7 @@ A command is a row in `commands` from the moment a user asks for it: `queued`, t
 holding the host's stream sent it), `running` (the agent reported progress), and `done`, `failed` or
 `cancelled`. Its id is the client's idempotency key: asking again with the same id returns the same
 command instead of a second one. Any replica may accept the request: it stores the row and notifies
-`hotpath_commands` (app.bus); the replica that holds the stream claims queued rows (an atomic update,
+`hotpath_commands` (app.core.bus); the replica that holds the stream claims queued rows (an atomic update,
 so only one sends) and sends them. After a reconnect (of the agent or of a backend), commands still
 sent or running are sent again — the agent runs an id once and repeats its result. A queued command
 whose host stays away longer than `command_queue_timeout_s` fails with that reason. Cancel drops a
@@ -15,7 +15,7 @@ is audited with who and when.
 
 What a command's result means beyond the command row belongs to its kind: each kind has its handlers
 (`Commands.handle`), those of targets, measurements and disassemblies here, those of plans registered
-by app.plans, so this module knows no plan.
+by app.domain.plans, so this module knows no plan.
 """
 import asyncio
 import logging
@@ -29,14 +29,16 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app import agent_input, bus, crud, measurements, targets
-from app.agent_input import InvalidInput
-from app.agents.sessions import AgentRegistry, AgentSession
+from app.core import bus
 from app.core.config import Settings
+from app.core.live import LiveHub
+from app.core.metrics import Metrics
 from app.core.tasks import cancel_and_wait
-from app.live import LiveHub
-from app.metrics import Metrics
-from app.proto import pb
+from app.domain.sessions import AgentRegistry, AgentSession
+from app.protocol import agent_input
+from app.protocol.agent_input import InvalidInput
+from app.protocol.proto import pb
+from app.storage import crud, measurements, targets
 
 log = logging.getLogger("hotpath.commands")
 KINDS = ("inspect_function", "attach_target", "detach_target", "start_measurement", "stop_measurement", "cancel",

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.series.layout import HOURLY_TABLES, RAW_TABLES, ROLLUP_TABLES, STACK_TABLES
+from app.storage.series.layout import HOURLY_TABLES, RAW_TABLES, ROLLUP_TABLES, STACK_TABLES
 
 log = logging.getLogger("hotpath.series")
 HOUR = timedelta(hours=1)

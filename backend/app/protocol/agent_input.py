@@ -10,7 +10,7 @@ starts). A message that breaks a rule raises InvalidInput with a reason the stre
 import itertools
 import re
 
-from app.proto import pb
+from app.protocol.proto import pb
 
 MAX_HOST_ID = 128
 MAX_HOSTNAME = 255
@@ -104,7 +104,7 @@ def check_hello(hello: "pb.Hello") -> None:
 
 def check_installs(installs) -> None:
     """Hello.installs: what the agent's journals hold. Shape only; whether an install is the approved plan
-    is the plans workflow's check (app.plans.Plans.on_hello)."""
+    is the plans workflow's check (app.domain.plans.Plans.on_hello)."""
     if len(installs) > MAX_INSTALLS:
         raise InvalidInput(f"Hello lists {len(installs)} installs (at most {MAX_INSTALLS})")
     seen: set[str] = set()
@@ -215,10 +215,10 @@ def check_batch(batch: "pb.MetricBatch") -> None:
 
 
 def check_stacks(st: "pb.StackSamples", total_samples: int):
-    """Check a batch's stacks and return them ready to store (app.stacks.BatchStacks): each definition's
+    """Check a batch's stacks and return them ready to store (app.storage.stacks.BatchStacks): each definition's
     id recomputed from its frames, its modules gathered per stack, and the counts grouped per stack.
     Kernel frames' function indexes are checked against the catalog by the caller."""
-    from app import stacks as stack_store
+    from app.storage import stacks as stack_store
 
     if len(st.stacks) > MAX_STACKS:
         raise InvalidInput(f"StackSamples has {len(st.stacks)} stacks (at most {MAX_STACKS})")

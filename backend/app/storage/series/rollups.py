@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS
+from app.storage.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS
 
 log = logging.getLogger("hotpath.series")
 LOCK_KEY = 0x68707072  # "hppr": one rollup task at a time across replicas
@@ -102,7 +102,7 @@ def _hour_from_minutes() -> list[str]:
 
 
 # Call stacks have a minute rollup only (per stack and context; an hour of them is ~60 rows per stack and
-# context). Their late rows are summed by the writer from the batch itself (app.stacks.add_late).
+# context). Their late rows are summed by the writer from the batch itself (app.storage.stacks.add_late).
 STACKS_FROM_RAW = """
     INSERT INTO stack_samples_1m (host_id, bucket, stack_id, pid, comm, cpu, count)
     SELECT s.host_id, date_trunc('minute', s.ts), s.stack_id, u.pid, u.comm, u.cpu, sum(u.n)

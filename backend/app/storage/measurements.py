@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Measurements as the backend records them: the request, the rows the agent armed (each with how its
 metrics are served), and the state, from `starting` (the start command is on its way) to `armed`,
-`running`, and an end (`target_exited`, `stopped`, `failed`). The values are series (app.samples).
+`running`, and an end (`target_exited`, `stopped`, `failed`). The values are series (app.storage.samples).
 
 The agent is the authority on what runs: its Hello lists every measurement it runs or ended in its
 current run, so after any reconnect the backend updates states and rows from it; a measurement the
@@ -15,10 +15,9 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.agent_input import LABELS, MEASUREMENT_STATES, METRICS, RESOURCE_KINDS
-from app.models import i64_to_u64, u64_to_i64
-from app.proto import pb
-from app.schemas import hex64
+from app.protocol.agent_input import LABELS, MEASUREMENT_STATES, METRICS, RESOURCE_KINDS
+from app.protocol.proto import pb
+from app.storage.models import hex64, i64_to_u64, u64_to_i64
 
 ACTIVE = ("starting", "armed", "running")
 ENDED = ("target_exited", "stopped", "failed")

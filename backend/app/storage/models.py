@@ -6,7 +6,7 @@ digest however many hosts run it, and functions are keyed by (digest, index). A 
 which pieces it has loaded and where (host_modules). The searchable columns of a function live in the
 narrow `functions` table; its blocks, successors and calls live in `function_code` so that scanning
 120k names does not read a million blocks. The time series (samples, measurement points) live in
-partitioned tables that only app.samples and app.series touch; they have no ORM models.
+partitioned tables that only app.storage.samples and app.storage.series touch; they have no ORM models.
 Unsigned 64-bit addresses are stored in BIGINT columns as their two's-complement bit pattern.
 """
 import uuid
@@ -40,6 +40,11 @@ def u64_to_i64(value: int) -> int:
 
 def i64_to_u64(value: int) -> int:
     return value + (1 << 64) if value < 0 else value
+
+
+def hex64(value: int) -> str:
+    """An unsigned 64-bit value as the API shows it: lower-case hex without 0x."""
+    return format(value, "x")
 
 
 class U64(TypeDecorator):
@@ -223,7 +228,7 @@ class Command(Base):
 
 
 class Measurement(Base):
-    """A measurement on one target of one host; its values live in the series (app.samples)."""
+    """A measurement on one target of one host; its values live in the series (app.storage.samples)."""
 
     __tablename__ = "measurements"
     __table_args__ = (Index("ix_measurements_host_created", "host_id", "created_at"),)
@@ -267,7 +272,7 @@ class MeasurementResource(Base):
 
 
 class SeriesState(Base):
-    """How far the series' rollups reach (app.series.rollups)."""
+    """How far the series' rollups reach (app.storage.series.rollups)."""
 
     __tablename__ = "series_state"
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -290,7 +295,7 @@ class StackDef(Base):
 
 
 # stack_samples (one row per host, interval and stack, per-context counts in arrays) is range-partitioned
-# by time like the other series; it is described by its migration and read and written by app.stacks.
+# by time like the other series; it is described by its migration and read and written by app.storage.stacks.
 
 
 class EnrolmentToken(Base):
@@ -359,7 +364,7 @@ class Plan(Base):
     """A code positioning plan an agent made for a root function of one target, and its workflow:
     planning → ready | failed | cancelled; requested → approved | rejected; installing → installed |
     install_failed; reverting → reverted; stale when the target it was made for is gone or changed.
-    plan_json is the agent's plan as the backend validated it (app.plan_check); every change is audited."""
+    plan_json is the agent's plan as the backend validated it (app.domain.plan_check); every change is audited."""
 
     __tablename__ = "plans"
     __table_args__ = (Index("ix_plans_host_created", "host_id", "created_at"),

@@ -3,7 +3,7 @@
 with an approval in front of every install).
 
 A plan is made by the host's agent (the MakePlan command) for a root function of a target; the answer
-is checked (app.plan_check) before anything is stored. Its states:
+is checked (app.domain.plan_check) before anything is stored. Its states:
 
     planning → ready | failed | cancelled
     ready → requested (an operator asks for approval)
@@ -38,11 +38,12 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app import crud, measurements, plan_check, samples
-from app.agent_input import InvalidInput
-from app.commands import CommandError, Commands
 from app.core.config import Settings
-from app.live import LiveHub
+from app.core.live import LiveHub
+from app.domain import plan_check
+from app.domain.commands import CommandError, Commands
+from app.protocol.agent_input import InvalidInput
+from app.storage import crud, measurements, samples
 
 log = logging.getLogger("hotpath.plans")
 STALE_FROM = ("ready", "requested", "approved", "install_failed", "installed")
@@ -158,7 +159,7 @@ async def refresh_stale(db, host_id: str, plan_id: uuid.UUID | None = None) -> N
             _audit(db, "system", "plan_stale", changed, reason=why, was=r.state)
 
 
-# What agents answer (called by app.commands inside the result's transaction) ---------------------
+# What agents answer (called by app.domain.commands inside the result's transaction) ---------------------
 
 async def _identity_mismatch(db: AsyncSession, row, plan) -> str | None:
     """The plan's module and build id against what the agent reported for the target."""

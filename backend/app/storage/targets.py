@@ -13,10 +13,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.agent_input import TARGET_KINDS, TARGET_STATES
-from app.models import i64_to_u64, u64_to_i64
-from app.proto import pb
-from app.schemas import hex64
+from app.protocol.agent_input import TARGET_KINDS, TARGET_STATES
+from app.protocol.proto import pb
+from app.storage.models import hex64, i64_to_u64, u64_to_i64
 
 
 def _dt(ns: int) -> datetime | None:

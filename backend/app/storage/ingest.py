@@ -25,9 +25,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import stacks as stack_store
 from app.core.tasks import cancel_and_wait
-from app.series import copytext, partitions, rollups
+from app.storage import stacks as stack_store
+from app.storage.series import copytext, partitions, rollups
 
 log = logging.getLogger("hotpath.ingest")
 
@@ -67,7 +67,7 @@ class PointRow:
     state: int
     resources: Sequence[int]
     vals: Sequence[float | None]
-    # The interval's edge counts (app.measured_edges), as parallel columns: function row, from and to
+    # The interval's edge counts (app.protocol.measured_edges), as parallel columns: function row, from and to
     # block offsets (-1: none), EdgeKind, EdgeLabel, count.
     edges: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int]] = (
         (), (), (), (), (), ())
@@ -240,7 +240,7 @@ class IngestWriter:
                 driver = raw.driver_connection
                 assert driver is not None
                 async with driver.cursor() as cur:
-                    # Rows are written as COPY text built by joins (app.series.copytext), one write per table.
+                    # Rows are written as COPY text built by joins (app.storage.series.copytext), one write per table.
                     if sample_rows:
                         async with cur.copy(
                                 "COPY sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, "

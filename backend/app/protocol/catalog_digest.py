@@ -13,7 +13,7 @@ outside every known function, so KASLR does not change the digest.
 import hashlib
 import struct
 
-from app.proto import pb
+from app.protocol.proto import pb
 
 VERSION = "hotpath-catalog-v1"
 _U32 = struct.Struct("<I")

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Write the API's OpenAPI document to a file: `python -m app.openapi OUT` (default: stdout).
+"""Write the API's OpenAPI document to a file: `python -m app.api.openapi OUT` (default: stdout).
 The console generates its TypeScript client from it."""
 import json
 import sys
 
-from app.main import create_app
+from app.api.main import create_app
 
 
 def main(argv: list[str]) -> int:

@@ -3,7 +3,7 @@
 (`sample_intervals` and its rollups) and the measurements' points (`measurement_points` and its
 rollups).
 
-Storage is `app.series`: raw rows partitioned by hour (one row per host and interval, block counts in
+Storage is `app.storage.series`: raw rows partitioned by hour (one row per host and interval, block counts in
 arrays; one row per measurement and interval), 1-minute and 1-hour rollups maintained incrementally,
 retention by dropping partitions, and the ingest writer that stores every agent's data messages in
 group commits. Reading: every question the console asks, each over a `TimeRange` — top functions,
@@ -11,7 +11,7 @@ per-function and per-block counts, hotness, the host's samples over time, two ra
 measurement's values and its series. A range is read from the coarsest rollup that covers whole
 buckets of it (hours, then minutes) and from the raw rows for the rest, so a day costs about as much
 as a few minutes. Routes never touch the tables, so moving the series to another engine changes this
-module and `app.series` only, not the routes' contracts.
+module and `app.storage.series` only, not the routes' contracts.
 
 A range is either the last `window_s` seconds of the host's own samples (measured against the newest
 interval the host reported, never against this server's clock, so a host whose clock differs still shows
@@ -38,10 +38,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app import stacks as stack_store
-from app.series import partitions, rollups
-from app.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS
-from app.series.writer import IngestWriter, Item, MeasurementUpdate, PointRow, SampleRow
+from app.storage import stacks as stack_store
+from app.storage.ingest import IngestWriter, Item, MeasurementUpdate, PointRow, SampleRow
+from app.storage.series import partitions, rollups
+from app.storage.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS
 
 __all__ = ["IngestWriter", "Item", "MeasurementUpdate", "PointRow", "SampleRow"]
 
@@ -267,7 +267,7 @@ async def prune_samples(engine: AsyncEngine, retention_hours: float, now: dateti
 
 
 async def roll_up(engine: AsyncEngine, now: datetime | None = None, lag_s: float = 10.0) -> tuple[int, int]:
-    """Advance the minute and hour rollups over completed buckets (see app.series.rollups)."""
+    """Advance the minute and hour rollups over completed buckets (see app.storage.series.rollups)."""
     return await rollups.run_once(engine, now, lag_s)
 
 

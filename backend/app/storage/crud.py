@@ -3,7 +3,7 @@
 
 The hot read paths (whole-kernel function lists, catalogs, detail) are single SQL statements returning
 plain rows and dicts, not ORM objects: a kernel has ~120k functions and the console may ask for all of
-them at once. The sample series is read through `app.samples` only.
+them at once. The sample series is read through `app.storage.samples` only.
 """
 import uuid
 from typing import Any
@@ -12,10 +12,9 @@ import orjson
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import samples, targets
 from app.core.security import hash_password
-from app.models import AuditLog, Host, User, i64_to_u64
-from app.schemas import hex64
+from app.storage import samples, targets
+from app.storage.models import AuditLog, Host, User, hex64, i64_to_u64
 
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
@@ -224,7 +223,7 @@ async def function_detail(session: AsyncSession, host_id: str, function_id: int,
     # Resolve targets outside the function: first as a function of this module at that offset (exact,
     # and immune to duplicate static names), then by name in any of the host's modules.
     # A named target outside the module (or not checked against the piece) is stored without an address
-    # (app.catalog.TargetCheck): it is found by name only.
+    # (app.storage.catalog.TargetCheck): it is found by name only.
     rel_targets = {s[1] for b in blocks_raw for s in b[3] if s[0] == 3 and isinstance(s[1], int)}
     rel_targets |= {c[1] for c in calls_raw if isinstance(c[1], int)}
     by_offset: dict[int, tuple[int, str]] = {}

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The time series' storage: partitions, rollups, the ingest writer and the range planner.
 
-Only `app.samples` (the series' one public module) and the server's maintenance tasks use this
+Only `app.storage.samples` (the series' one public module) and the server's maintenance tasks use this
 package; routes never do. Layout (see the migration 0003 and docs/architecture.md):
 
 - `sample_intervals` (raw): one row per host and metric interval, the interval's block counts in
