@@ -9,7 +9,7 @@ import uuid
 from typing import Any
 
 import orjson
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.security import hash_password
@@ -338,10 +338,6 @@ async def probe_offsets(session: AsyncSession, host_id: str, target: str, digest
                       WHERE (e.value->>'available')::boolean AND mech = ANY(:mechs))"""),
         {"h": host_id, "t": target, "d": digest, "i": index, "mechs": list(_PROBE_MECHANISMS)})
     return sorted(int(r[0]) for r in rows if r[0] is not None)
-
-
-async def count_users(session: AsyncSession) -> int:
-    return (await session.execute(select(func.count()).select_from(User))).scalar_one()
 
 
 # Catalog pieces for the console ------------------------------------------------------------------

@@ -659,8 +659,3 @@ async def measurement_series(session: AsyncSession, measurement_id: str, r: Time
     return {**r.public(), "step_s": step,
             "buckets": [{"t": t, "seconds": s} for t, s in sorted(buckets.items())],
             "series": [{"resource": res, "points": pts} for res, pts in series.items()]}
-
-
-async def delete_measurement_series(session: AsyncSession, measurement_id: str) -> None:
-    for table in ("measurement_points", "measurement_points_1m", "measurement_points_1h"):
-        await session.execute(text(f"DELETE FROM {table} WHERE measurement_id = :m"), {"m": measurement_id})
