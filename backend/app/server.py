@@ -35,7 +35,7 @@ from app.domain.commands import Commands
 from app.domain.plans import Plans
 from app.domain.sessions import AgentRegistry
 from app.runtime import Runtime
-from app.storage import catalog, crud, samples
+from app.storage import catalog, hosts, samples
 from app.storage.ingest import IngestWriter
 
 log = logging.getLogger("hotpath")
@@ -110,7 +110,7 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
         metrics.ingest_commits.inc()
 
     writer = IngestWriter(engine, on_commit=committed)
-    crud.set_clock_skew(settings.max_clock_skew_s)
+    hosts.set_clock_skew(settings.max_clock_skew_s)
     metrics.bind(lambda: len(agents.sessions), lambda: hub.subscriber_count)
     return Runtime(settings=settings, engine=engine, sessionmaker=sessionmaker, secret_key=prepared.secret_key,
                    pki=prepared.pki, replica_id=replica, hub=hub, metrics=metrics, agents=agents, commands=commands,

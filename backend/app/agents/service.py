@@ -57,7 +57,8 @@ from app.protocol.agent_input import InvalidInput
 from app.protocol.catalog_digest import PieceHasher
 from app.protocol.proto import pb
 from app.runtime import Runtime
-from app.storage import catalog, crud, measurements, samples, stacks, targets
+from app.storage import audit_log, catalog, measurements, samples, stacks, targets
+from app.storage import hosts as host_store
 from app.storage.models import Host
 from app.storage.series.layout import NSLOTS, SLOT
 
@@ -109,12 +110,12 @@ class AgentService:
 
     async def _audit(self, actor: str, action: str, target: str | None, detail: dict) -> None:
         async with self.runtime.sessionmaker() as db:
-            crud.audit(db, actor, action, target, detail)
+            audit_log.record(db, actor, action, target, detail)
             await db.commit()
 
     async def _publish_host(self, host_id: str) -> None:
         async with self.runtime.sessionmaker() as db:
-            host = await crud.get_host_public(db, host_id)
+            host = await host_store.get_host_public(db, host_id)
         if host is not None:
             self.runtime.hub.publish("hosts", {"type": "host", "host": host})
             self.runtime.hub.publish(f"host:{host_id}", {"type": "host", "host": host})
@@ -302,7 +303,7 @@ class AgentService:
                 SELECT instance_id, seq FROM delivery_marks WHERE host_id = :h ORDER BY updated_at DESC LIMIT 32"""),
                 {"h": hello.host_id})
             session.marks = {r.instance_id: r.seq for r in marks}
-            crud.audit(db, f"agent:{hello.host_id}", "agent_connected", hello.host_id,
+            audit_log.record(db, f"agent:{hello.host_id}", "agent_connected", hello.host_id,
                        {"session_id": session.session_id, "peer": session.peer, "hostname": hello.hostname,
                         "agent_version": hello.agent_version, "replica": self.runtime.replica_id,
                         "clock_offset_ms": offset_ms})
@@ -853,7 +854,7 @@ class AgentService:
                     await db.execute(text("UPDATE hosts SET online = false, last_seen = now() "
                                           "WHERE id = :h AND session_id = :s"),
                                      {"h": session.host_id, "s": session.session_id})
-                crud.audit(db, f"agent:{session.host_id}", "agent_disconnected", session.host_id,
+                audit_log.record(db, f"agent:{session.host_id}", "agent_disconnected", session.host_id,
                            {"session_id": session.session_id, "replaced": replaced,
                             "dropped_samples": session.dropped_samples})
                 await db.commit()

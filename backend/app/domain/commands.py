@@ -38,7 +38,7 @@ from app.domain.sessions import AgentRegistry, AgentSession
 from app.protocol import agent_input
 from app.protocol.agent_input import InvalidInput
 from app.protocol.proto import pb
-from app.storage import crud, measurements, targets
+from app.storage import audit_log, functions, measurements, targets
 
 log = logging.getLogger("hotpath.commands")
 KINDS = ("inspect_function", "attach_target", "detach_target", "start_measurement", "stop_measurement", "cancel",
@@ -174,7 +174,8 @@ class Commands:
             if have.host_id != host_id or have.kind != kind:
                 raise CommandError(409, "A command with this id exists for another host or of another kind")
             return public(have), False
-        crud.audit(db, actor, "command_requested", host_id, {"command_id": str(cid), "kind": kind, "params": params})
+        audit_log.record(db, actor, "command_requested", host_id,
+                         {"command_id": str(cid), "kind": kind, "params": params})
         await db.execute(text("SELECT pg_notify(:ch, :h)"), {"ch": bus.COMMANDS, "h": host_id})
         self.metrics.commands_sent.labels(kind).inc()
         return public(row), True
@@ -188,7 +189,8 @@ class Commands:
             raise CommandError(409, f"The command has ended ({row.state})")
         if row.kind == "cancel":
             raise CommandError(409, "A cancel cannot be cancelled")
-        crud.audit(db, actor, "command_cancel_requested", host_id, {"command_id": str(command_id), "state": row.state})
+        audit_log.record(db, actor, "command_cancel_requested", host_id,
+                         {"command_id": str(command_id), "state": row.state})
         if row.state == "queued":
             row = (await db.execute(text("""
                 UPDATE commands SET state = 'cancelled', cancel_requested = true, finished_at = now(),
@@ -250,7 +252,7 @@ class Commands:
         if done["state"] != "done":
             raise CommandFailed(agent_input.excerpt(done["error"] or done["state"], 300))
         async with self.sessionmaker() as db:
-            instructions = await crud.cached_instructions(db, digest, index)
+            instructions = await functions.cached_instructions(db, digest, index)
         if instructions is None:
             raise CommandFailed("the result carried no disassembly")
         return instructions
@@ -293,7 +295,7 @@ class Commands:
                 WHERE host_id = :h AND state = 'queued' RETURNING *"""),
                 {"h": host_id, "r": self.replica_id})).all()
             for r in rows:
-                crud.audit(db, f"replica:{self.replica_id}", "command_sent", host_id,
+                audit_log.record(db, f"replica:{self.replica_id}", "command_sent", host_id,
                            {"command_id": str(r.id), "kind": r.kind, "requested_by": r.created_by})
             await db.commit()
         for r in sorted(rows, key=lambda r: r.created_at):
@@ -369,7 +371,7 @@ class Commands:
                  "e": error if error is not None else (None if result.ok else
                                                        result.error or "the agent gave no reason")})).one()
             await self._after_end(db, row)
-            crud.audit(db, f"agent:{host_id}", "command_finished", host_id,
+            audit_log.record(db, f"agent:{host_id}", "command_finished", host_id,
                        {"command_id": str(cid), "kind": row.kind, "state": state, "error": row.error})
             await db.execute(text("SELECT pg_notify(:ch, :id)"), {"ch": bus.COMMAND_DONE, "id": str(cid)})
             await db.commit()
@@ -488,7 +490,7 @@ class Commands:
                 RETURNING c.*"""), {"limit": limit, "now": now})).all()
             for r in rows:
                 await self._after_end(db, r)
-                crud.audit(db, "system", "command_expired", r.host_id, {"command_id": str(r.id), "kind": r.kind})
+                audit_log.record(db, "system", "command_expired", r.host_id, {"command_id": str(r.id), "kind": r.kind})
                 await db.execute(text("SELECT pg_notify(:ch, :id)"), {"ch": bus.COMMAND_DONE, "id": str(r.id)})
             await db.commit()
 

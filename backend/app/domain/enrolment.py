@@ -32,7 +32,7 @@ from app.core.config import Settings
 from app.core.pki import CsrError, Pki, parse_csr
 from app.domain.sessions import AgentRegistry
 from app.protocol import agent_input
-from app.storage import crud, samples
+from app.storage import audit_log, samples
 from app.storage.models import EnrolmentRequest, EnrolmentToken, Host
 
 log = logging.getLogger("hotpath.enrolment")
@@ -103,7 +103,7 @@ async def create_token(session: AsyncSession, actor: str, note: str, hours: floa
     token = EnrolmentToken(id=uuid.uuid4(), token_hash=hash_token(secret), note=note, host_id=host_id,
                            created_by=actor, expires_at=datetime.now(UTC) + timedelta(hours=hours))
     session.add(token)
-    crud.audit(session, actor, "enrolment_token_created", str(token.id),
+    audit_log.record(session, actor, "enrolment_token_created", str(token.id),
                {"note": note, "hours": hours, "host_id": host_id})
     await session.flush()
     return token, secret
@@ -116,7 +116,7 @@ async def _issue(pki: Pki, db: AsyncSession, host_id: str, hostname: str, csr_pe
     values = {"cert_fingerprint": fp, "cert_not_after": not_after, "enrolled_at": now}
     await db.execute(insert(Host).values(id=host_id, hostname=hostname, online=False, **values)
                      .on_conflict_do_update(index_elements=[Host.id], set_=values))
-    crud.audit(db, actor, "host_enrolled", host_id, {"how": how, "fingerprint": fp, "hostname": hostname})
+    audit_log.record(db, actor, "host_enrolled", host_id, {"how": how, "fingerprint": fp, "hostname": hostname})
     await db.commit()
     log.info("host %s enrolled (%s)", host_id, how)
     return Issued(certificate, not_after)
@@ -144,14 +144,14 @@ async def enroll(settings: Settings, sessionmaker: async_sessionmaker[AsyncSessi
                 WHERE token_hash = :t AND used_at IS NULL AND revoked_at IS NULL AND expires_at > now()
                 FOR UPDATE"""), {"t": hash_token(request.token)})).first()
             if token is None or (token.host_id is not None and token.host_id != host_id):
-                crud.audit(db, f"agent@{peer}", "enrolment_refused", host_id, {"reason": "bad token"})
+                audit_log.record(db, f"agent@{peer}", "enrolment_refused", host_id, {"reason": "bad token"})
                 await db.commit()
                 raise EnrolmentError(grpc.StatusCode.UNAUTHENTICATED,
                                      "the enrolment token is unknown, used, revoked, expired or for another host")
             if host is not None and host.cert_fingerprint is not None and token.host_id != host_id:
                 # A token for any host must not replace a host's credential: that would let its holder
                 # take over an enrolled host.
-                crud.audit(db, f"agent@{peer}", "enrolment_refused", host_id, {"reason": "already enrolled"})
+                audit_log.record(db, f"agent@{peer}", "enrolment_refused", host_id, {"reason": "already enrolled"})
                 await db.commit()
                 raise EnrolmentError(grpc.StatusCode.PERMISSION_DENIED,
                                      f"host {host_id} is enrolled already: enrolling it again needs a token created "
@@ -165,7 +165,7 @@ async def enroll(settings: Settings, sessionmaker: async_sessionmaker[AsyncSessi
         if host is not None and host.cert_fingerprint is not None:
             # Only a token created for this host id may replace an enrolled host's credential: an approved
             # tokenless request would hand the host's identity to whoever asked.
-            crud.audit(db, f"agent@{peer}", "enrolment_refused", host_id,
+            audit_log.record(db, f"agent@{peer}", "enrolment_refused", host_id,
                        {"reason": "already enrolled", "key_fingerprint": fingerprint})
             await db.commit()
             raise EnrolmentError(grpc.StatusCode.PERMISSION_DENIED,
@@ -208,7 +208,7 @@ async def enroll(settings: Settings, sessionmaker: async_sessionmaker[AsyncSessi
                                      f"(key SHA256:{fingerprint})")
             db.add(EnrolmentRequest(id=uuid.uuid4(), host_id=host_id, key_fingerprint=fingerprint, hostname=hostname,
                                     csr_pem=request.csr_pem, peer=peer[:256]))
-            crud.audit(db, f"agent@{peer}", "enrolment_requested", host_id,
+            audit_log.record(db, f"agent@{peer}", "enrolment_requested", host_id,
                        {"hostname": hostname, "key_fingerprint": fingerprint, "other_keys": others[0]})
         else:
             mine.hostname, mine.peer = hostname, peer[:256]
@@ -249,12 +249,12 @@ async def decide(session: AsyncSession, request_id: uuid.UUID, approve: bool, ac
             EnrolmentRequest.status == "pending").with_for_update())).scalars().all()
         for other in others:
             other.status, other.decided_by, other.decided_at = "rejected", actor, now
-            crud.audit(session, actor, "enrolment_rejected", other.host_id,
+            audit_log.record(session, actor, "enrolment_rejected", other.host_id,
                        {"hostname": other.hostname, "key_fingerprint": other.key_fingerprint,
                         "reason": f"another key ({request.key_fingerprint}) was approved for this host id"})
     request.status = "approved" if approve else "rejected"
     request.decided_by, request.decided_at = actor, now
-    crud.audit(session, actor, "enrolment_approved" if approve else "enrolment_rejected", request.host_id,
+    audit_log.record(session, actor, "enrolment_approved" if approve else "enrolment_rejected", request.host_id,
                {"hostname": request.hostname, "key_fingerprint": request.key_fingerprint})
     await session.commit()
     return request
@@ -269,7 +269,7 @@ async def reject_many(session: AsyncSession, request_ids: list[uuid.UUID] | None
     now = datetime.now(UTC)
     for request in requests:
         request.status, request.decided_by, request.decided_at = "rejected", actor, now
-        crud.audit(session, actor, "enrolment_rejected", request.host_id,
+        audit_log.record(session, actor, "enrolment_rejected", request.host_id,
                    {"hostname": request.hostname, "key_fingerprint": request.key_fingerprint, "bulk": True})
     await session.commit()
     return len(requests)
@@ -286,7 +286,7 @@ async def revoke_token(session: AsyncSession, token_id: uuid.UUID, actor: str) -
         return False
     if token.revoked_at is None and token.used_at is None:
         token.revoked_at = datetime.now(UTC)
-        crud.audit(session, actor, "enrolment_token_revoked", str(token_id), {"note": token.note})
+        audit_log.record(session, actor, "enrolment_token_revoked", str(token_id), {"note": token.note})
     await session.commit()
     return True
 
@@ -319,7 +319,7 @@ async def retire_host(agents: AgentRegistry, session: AsyncSession, host_id: str
     if host is None:
         return False
     host.status, host.retired_at, host.cert_fingerprint, host.online = "retired", datetime.now(UTC), None, False
-    crud.audit(session, actor, "host_retired", host_id, {"hostname": host.hostname})
+    audit_log.record(session, actor, "host_retired", host_id, {"hostname": host.hostname})
     await session.commit()
     await agents.end_host(host_id, "this host was retired by an admin")
     return True
@@ -334,6 +334,6 @@ async def delete_host(agents: AgentRegistry, session: AsyncSession, host_id: str
     await samples.delete_host_series(session, host_id)
     await session.execute(text("DELETE FROM enrolment_requests WHERE host_id = :h"), {"h": host_id})
     await session.execute(text("DELETE FROM hosts WHERE id = :h"), {"h": host_id})
-    crud.audit(session, actor, "host_deleted", host_id, {"hostname": hostname})
+    audit_log.record(session, actor, "host_deleted", host_id, {"hostname": hostname})
     await session.commit()
     return True

@@ -43,7 +43,7 @@ from app.core.live import LiveHub
 from app.domain import plan_check
 from app.domain.commands import CommandError, Commands
 from app.protocol.agent_input import InvalidInput
-from app.storage import crud, measurements, samples
+from app.storage import audit_log, measurements, samples
 
 log = logging.getLogger("hotpath.plans")
 STALE_FROM = ("ready", "requested", "approved", "install_failed", "installed")
@@ -107,7 +107,7 @@ def public(r, detail: bool = False) -> dict[str, Any]:
 
 
 def _audit(db, actor: str, action: str, row, **extra) -> None:
-    crud.audit(db, actor, action, str(row.id), {"plan_id": str(row.id), "host_id": row.host_id,
+    audit_log.record(db, actor, action, str(row.id), {"plan_id": str(row.id), "host_id": row.host_id,
                                                   "root": row.root_name, "code_sha256": row.code_sha256, **extra})
 
 
@@ -381,7 +381,7 @@ async def _audit_unknown_installs(db: AsyncSession, host_id: str, ids: list[str]
         {"a": f"agent:{host_id}", "h": host_id})).scalar_one_or_none()
     if last == fingerprint:
         return
-    crud.audit(db, f"agent:{host_id}", "plan_install_unknown", host_id,
+    audit_log.record(db, f"agent:{host_id}", "plan_install_unknown", host_id,
                {"host_id": host_id, "count": len(ids), "plan_ids": ids[:UNKNOWN_INSTALLS_NAMED],
                 "ids_sha256": fingerprint, "reason": "no plan of this host has these ids"})
     log.warning("host %s lists %d installs that no plan of it has (%s%s)", host_id, len(ids),

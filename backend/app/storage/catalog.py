@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import orjson
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.protocol.catalog_digest import split_target_name
 from app.protocol.proto import pb
@@ -202,3 +202,29 @@ async def index_map(engine: AsyncEngine, digest: str) -> dict[int, tuple[int, in
     async with engine.connect() as conn:
         rows = await conn.execute(text("SELECT index, id, size FROM functions WHERE digest = :d"), {"d": digest})
         return {r[0]: (r[1], r[2]) for r in rows}
+
+
+# Catalog pieces for the console ------------------------------------------------------------------
+
+async def catalog_document(session: AsyncSession, digest: str) -> bytes | None:
+    """A complete catalog piece as the CatalogPublic JSON document, built by Postgres; None when the
+    piece is unknown or still arriving (a partial piece must never be cached as the piece)."""
+    row = (await session.execute(text("""
+        SELECT cp.module, (SELECT json_build_object(
+                   'digest', CAST(:d AS text), 'module', cp.module, 'function_count', count(*),
+                   'ids', coalesce(json_agg(f.id ORDER BY f."offset", f.index), '[]'::json),
+                   'names', coalesce(json_agg(f.name ORDER BY f."offset", f.index), '[]'::json),
+                   'offsets', coalesce(json_agg(f."offset" ORDER BY f."offset", f.index), '[]'::json),
+                   'sizes', coalesce(json_agg(f.size ORDER BY f."offset", f.index), '[]'::json),
+                   'block_counts', coalesce(json_agg(f.block_count ORDER BY f."offset", f.index), '[]'::json),
+                   'undecodable', '[]'::json,
+                   'undecodable_ids', coalesce(json_agg(f.id) FILTER (WHERE f.undecodable), '[]'::json))::text
+               FROM functions f WHERE f.digest = :d) AS doc
+        FROM catalog_pieces cp WHERE cp.digest = :d AND cp.complete"""), {"d": digest})).first()
+    if row is None:
+        return None
+    doc = orjson.loads(row.doc)
+    # Positions rather than ids, so the console marks them without a lookup.
+    bad = set(doc.pop("undecodable_ids"))
+    doc["undecodable"] = [i for i, fid in enumerate(doc["ids"]) if fid in bad] if bad else []
+    return orjson.dumps(doc)

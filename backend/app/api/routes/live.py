@@ -25,7 +25,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from app.api.deps import user_from_token
 from app.core.security import token_expiry
-from app.storage import crud
+from app.storage import hosts
 
 router = APIRouter(tags=["live"])
 log = logging.getLogger("hotpath.live")
@@ -71,7 +71,7 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
             runtime.hub.set_topics(sub, topics)
             if "hosts" in new:
                 async with runtime.sessionmaker() as session:
-                    for host in await crud.list_hosts(session):
+                    for host in await hosts.list_hosts(session):
                         sub.put(orjson.dumps({"type": "host", "host": host}))
 
     reader = asyncio.create_task(read_client())

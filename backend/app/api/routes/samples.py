@@ -15,7 +15,7 @@ from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
 from app.api.routes.stacks import Filter
 from app.api.schemas import Comparison, Hotness, Timeline, TopFunctions
-from app.storage import crud, samples, stacks
+from app.storage import hosts, samples, stacks
 
 router = APIRouter(prefix="/hosts/{host_id}", tags=["samples"])
 IncludeIdle = Query(False, description="Rank the kernel's idle-loop functions too (they are counted apart otherwise)")
@@ -59,7 +59,7 @@ async def compare(host_id: ExistingHost, session: SessionDep, runtime: RuntimeDe
     spec_a = range_spec(runtime, None, a_from, a_to, "range A")
     spec_b = range_spec(runtime, None, b_from, b_to, "range B")
     other = b_host or host_id
-    if other != host_id and not await crud.host_exists(session, other):
+    if other != host_id and not await hosts.host_exists(session, other):
         raise HTTPException(404, "Host of range B not found")
     assert spec_a.start is not None and spec_a.end is not None  # both ends are required for a comparison
     assert spec_b.start is not None and spec_b.end is not None
@@ -83,7 +83,7 @@ async def export_profile(host_id: ExistingHost, session: SessionDep, _: CurrentU
     stamp = lambda d: d.strftime("%Y%m%dT%H%M%SZ")  # noqa: E731 - local helper
     if format == "pprof":
         r = await samples.resolve(session, host_id, spec) or samples.empty_range(spec)
-        host = await crud.get_host_public(session, host_id)
+        host = await hosts.get_host_public(session, host_id)
         if include_idle:
             flt = stacks.StackFilter(pid=flt.pid, comm=flt.comm, cpu=flt.cpu, idle="include")
         body = await stacks.pprof(session, host_id, r.start, r.end, flt,

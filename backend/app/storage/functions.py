@@ -1,128 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Reads and writes used by the routes and the agent service.
+"""A host's functions: the searchable, sortable page over the whole catalog, one function's detail
+(blocks, successors, callers), cached disassemblies and the offsets probes patch.
 
-The hot read paths (whole-kernel function lists, catalogs, detail) are single SQL statements returning
-plain rows and dicts, not ORM objects: a kernel has ~120k functions and the console may ask for all of
-them at once. The sample series is read through `app.storage.samples` only.
+The hot read paths (whole-kernel function lists, detail) are single SQL statements returning plain rows
+and dicts, not ORM objects: a kernel has ~120k functions and the console may ask for all of them at once.
+The sample series is read through `app.storage.samples` only.
 """
-import uuid
 from typing import Any
 
-import orjson
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.security import hash_password
-from app.storage import samples, targets
-from app.storage.models import AuditLog, Host, User, hex64, i64_to_u64
+from app.storage import samples
+from app.storage.models import hex64, i64_to_u64
 
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
 SUCCESSOR_KINDS = {1: "fallthrough", 2: "taken", 3: "tail_call", 4: "indirect", 5: "return"}
 _SIGN_FLIP = "(-9223372036854775808)::bigint"
-
-
-# Users and audit ---------------------------------------------------------------------------------
-
-async def get_user_by_username(session: AsyncSession, username: str) -> User | None:
-    return (await session.execute(select(User).where(User.username == username))).scalar_one_or_none()
-
-
-async def get_user(session: AsyncSession, user_id: uuid.UUID) -> User | None:
-    return await session.get(User, user_id)
-
-
-async def create_user(session: AsyncSession, username: str, password: str, role: str) -> User:
-    user = User(id=uuid.uuid4(), username=username, password_hash=hash_password(password), role=role)
-    session.add(user)
-    await session.flush()
-    return user
-
-
-async def enabled_admin_ids_locked(session: AsyncSession) -> list[uuid.UUID]:
-    """The enabled admins' ids, their rows locked until the transaction ends, so two admins demoting or
-    disabling each other at once cannot both pass a check that one admin stays."""
-    return list((await session.execute(select(User.id).where(User.role == "admin", User.disabled_at.is_(None))
-                                       .order_by(User.id).with_for_update())).scalars())
-
-
-async def list_users(session: AsyncSession) -> list[User]:
-    return list((await session.execute(select(User).order_by(User.username))).scalars())
-
-
-def audit(session: AsyncSession, actor: str, action: str, target: str | None = None,
-          detail: dict[str, Any] | None = None) -> None:
-    session.add(AuditLog(actor=actor, action=action, target=target, detail=detail or {}))
-
-
-async def list_audit(session: AsyncSession, limit: int, action: str | None) -> list[AuditLog]:
-    stmt = select(AuditLog).order_by(AuditLog.id.desc()).limit(limit)
-    if action:
-        stmt = stmt.where(AuditLog.action == action)
-    return list((await session.execute(stmt)).scalars())
-
-
-# Hosts -------------------------------------------------------------------------------------------
-
-_HOST_SQL = """
-SELECT h.*, count(hm.name) AS module_count,
-       coalesce(bool_and(coalesce(cp.complete, false)), false) AS all_complete,
-       coalesce(sum(hm.function_count), 0) AS fn_count, coalesce(sum(hm.block_count), 0) AS blk_count
-FROM hosts h
-LEFT JOIN host_modules hm ON hm.host_id = h.id AND hm.target_id = 'kernel'
-LEFT JOIN catalog_pieces cp ON cp.digest = hm.digest
-{where}
-GROUP BY h.id
-ORDER BY h.hostname, h.id
-"""
-
-
-_skew_ms = 120_000  # set from the settings by set_clock_skew
-
-
-def set_clock_skew(seconds: float) -> None:
-    global _skew_ms
-    _skew_ms = int(seconds * 1000)
-
-
-def _host_public(row) -> dict[str, Any]:
-    m = row._mapping
-    l1i = m["l1i"]
-    return {
-        "id": m["id"], "hostname": m["hostname"], "kernel_release": m["kernel_release"],
-        "kernel_build_id": m["kernel_build_id"], "cpu_model": m["cpu_model"], "cpu_count": m["cpu_count"],
-        "l1i": l1i if l1i else None, "capabilities": m["capabilities"] or [],
-        "agent_version": m["agent_version"], "online": m["online"], "last_seen": m["last_seen"],
-        "connected_at": m["connected_at"],
-        "catalog_complete": bool(m["module_count"] and m["all_complete"]),
-        "function_count": int(m["fn_count"]), "block_count": int(m["blk_count"]),
-        "sample_frequency_hz": m["sample_frequency_hz"], "sample_event": m["sample_event"],
-        "status": m["status"], "enrolled": m["cert_fingerprint"] is not None, "cert_not_after": m["cert_not_after"],
-        "replica": m["replica"], "clock_offset_ms": m["clock_offset_ms"],
-        "clock_skewed": m["clock_offset_ms"] is not None and abs(m["clock_offset_ms"]) > _skew_ms,
-        "refused_batches": int(m["refused_batches"]),
-    }
-
-
-async def list_hosts(session: AsyncSession) -> list[dict[str, Any]]:
-    rows = await session.execute(text(_HOST_SQL.format(where="")))
-    return [_host_public(r) for r in rows]
-
-
-async def get_host_public(session: AsyncSession, host_id: str) -> dict[str, Any] | None:
-    rows = (await session.execute(text(_HOST_SQL.format(where="WHERE h.id = :h")), {"h": host_id})).all()
-    return _host_public(rows[0]) if rows else None
-
-
-async def host_exists(session: AsyncSession, host_id: str) -> bool:
-    return (await session.get(Host, host_id)) is not None
-
-
-async def list_modules(session: AsyncSession, host_id: str, target_id: str = "kernel") -> list[dict[str, Any]]:
-    return await targets.list_modules(session, host_id, target_id)
-
-
-# Functions ---------------------------------------------------------------------------------------
 
 def _like_pattern(q: str) -> str:
     return "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
@@ -338,29 +233,3 @@ async def probe_offsets(session: AsyncSession, host_id: str, target: str, digest
                       WHERE (e.value->>'available')::boolean AND mech = ANY(:mechs))"""),
         {"h": host_id, "t": target, "d": digest, "i": index, "mechs": list(_PROBE_MECHANISMS)})
     return sorted(int(r[0]) for r in rows if r[0] is not None)
-
-
-# Catalog pieces for the console ------------------------------------------------------------------
-
-async def catalog_document(session: AsyncSession, digest: str) -> bytes | None:
-    """A complete catalog piece as the CatalogPublic JSON document, built by Postgres; None when the
-    piece is unknown or still arriving (a partial piece must never be cached as the piece)."""
-    row = (await session.execute(text("""
-        SELECT cp.module, (SELECT json_build_object(
-                   'digest', CAST(:d AS text), 'module', cp.module, 'function_count', count(*),
-                   'ids', coalesce(json_agg(f.id ORDER BY f."offset", f.index), '[]'::json),
-                   'names', coalesce(json_agg(f.name ORDER BY f."offset", f.index), '[]'::json),
-                   'offsets', coalesce(json_agg(f."offset" ORDER BY f."offset", f.index), '[]'::json),
-                   'sizes', coalesce(json_agg(f.size ORDER BY f."offset", f.index), '[]'::json),
-                   'block_counts', coalesce(json_agg(f.block_count ORDER BY f."offset", f.index), '[]'::json),
-                   'undecodable', '[]'::json,
-                   'undecodable_ids', coalesce(json_agg(f.id) FILTER (WHERE f.undecodable), '[]'::json))::text
-               FROM functions f WHERE f.digest = :d) AS doc
-        FROM catalog_pieces cp WHERE cp.digest = :d AND cp.complete"""), {"d": digest})).first()
-    if row is None:
-        return None
-    doc = orjson.loads(row.doc)
-    # Positions rather than ids, so the console marks them without a lookup.
-    bad = set(doc.pop("undecodable_ids"))
-    doc["undecodable"] = [i for i, fid in enumerate(doc["ids"]) if fid in bad] if bad else []
-    return orjson.dumps(doc)
