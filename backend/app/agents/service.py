@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""AgentService: the server end of each agent's long-lived stream (Connect) and enrolment (Enroll).
-The connected agents' sessions and their registry are app.domain.sessions.
+"""AgentService: the server end of each agent's long-lived stream (Connect) and enrolment (Enroll),
+in parts by job: this module (identity, Hello, the stream's loop and end, the gRPC server), catalog
+staging (app.agents.catalog_staging), data mapping (app.agents.data), clock checks (app.agents.clock),
+throttling (app.agents.throttle), what they share (app.agents.base). The connected agents' sessions and
+their registry are app.domain.sessions.
 
 Identity: Connect runs over mutual TLS; the client certificate's common name is the host id, and the
 certificate must be the one issued to that host at its last enrolment (its fingerprint is stored on
@@ -39,28 +42,26 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 import grpc
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from app.agents.catalog_staging import CatalogStaging
+from app.agents.data import DataMapping
+from app.agents.throttle import Throttling, peer_address
 from app.core.pki import fingerprint_pem
 from app.domain import enrolment
-from app.domain.sessions import AgentRegistry, AgentSession, Upload, end_session
-from app.protocol import agent_input, measured_edges
+from app.domain.sessions import AgentSession, end_session
+from app.protocol import agent_input
 from app.protocol.agent_input import InvalidInput
-from app.protocol.catalog_digest import PieceHasher
 from app.protocol.proto import pb
 from app.runtime import Runtime
-from app.storage import audit_log, catalog, measurements, samples, stacks, targets
-from app.storage import hosts as host_store
+from app.storage import audit_log, measurements, targets
 from app.storage.models import Host
-from app.storage.series.layout import NSLOTS, SLOT
 
 log = logging.getLogger("hotpath.agents")
 SERVICE = "hotpath.v1.AgentService"
@@ -73,16 +74,6 @@ class Undecodable:
     reason: str
 
 
-# Data batches in a row, each refused for lying ahead of our clock by more than the skew bound, that flag
-# the host's clock as skewed between two Hellos (each Hello measures the clock itself).
-CLOCK_AHEAD_RUN = 3
-
-
-def _peer_address(peer: str) -> str:
-    """'ipv4:127.0.0.1:5555' -> 'ipv4:127.0.0.1' (the address without the port)."""
-    return peer.rsplit(":", 1)[0] if peer.count(":") >= 2 else peer
-
-
 def _certificate(context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
     """(common name, SHA-256 fingerprint) of the verified client certificate, if any."""
     auth = context.auth_context() or {}
@@ -92,49 +83,8 @@ def _certificate(context: grpc.aio.ServicerContext) -> tuple[str | None, str | N
     return name, (fingerprint_pem(pems[0]) if pems else None)
 
 
-def _ns_to_dt(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
-
-
-# MetricValue.metric -> its slot in the series (concurrency and per-call values are derived, not stored).
-_METRIC_SLOT = {pb.METRIC_COUNT: SLOT["count"], pb.METRIC_WALL_NS: SLOT["wall_ns"],
-                pb.METRIC_VTIME_NS: SLOT["vtime_ns"], pb.METRIC_CYCLES: SLOT["cycles"],
-                pb.METRIC_INSTRUCTIONS: SLOT["instructions"], pb.METRIC_ICACHE_STALL: SLOT["icache_stall"],
-                pb.METRIC_BRANCH_MISPREDICT: SLOT["branch_mispredict"]}
-
-
-class AgentService:
-    def __init__(self, runtime: Runtime, registry: AgentRegistry) -> None:
-        self.runtime = runtime
-        self.registry = registry
-
-    async def _audit(self, actor: str, action: str, target: str | None, detail: dict) -> None:
-        async with self.runtime.sessionmaker() as db:
-            audit_log.record(db, actor, action, target, detail)
-            await db.commit()
-
-    async def _publish_host(self, host_id: str) -> None:
-        async with self.runtime.sessionmaker() as db:
-            host = await host_store.get_host_public(db, host_id)
-        if host is not None:
-            self.runtime.hub.publish("hosts", {"type": "host", "host": host})
-            self.runtime.hub.publish(f"host:{host_id}", {"type": "host", "host": host})
-
-    async def _reject(self, context, peer: str, code: grpc.StatusCode, reason: str, host_id: str | None) -> None:
-        """End an unauthenticated stream; audit it, at most one record per peer address and minute."""
-        address = _peer_address(peer)
-        now = time.monotonic()
-        start, count = self.registry.auth_failures.get(address, (now, 0))
-        if now - start > 60:
-            start, count = now, 0
-        self.registry.auth_failures[address] = (start, count + 1)
-        if count == 0:
-            log.warning("agent rejected from %s: %s", peer, reason)
-            try:
-                await self._audit(f"agent@{address}", "agent_auth_failed", host_id, {"peer": peer, "reason": reason})
-            except (DBAPIError, OSError):
-                log.warning("could not audit a rejected agent: the database is unavailable")
-        await context.abort(code, reason)
+class AgentService(CatalogStaging, DataMapping, Throttling):
+    """The AgentService: Enroll, and Connect from Hello to the stream's end."""
 
     # Enrolment ------------------------------------------------------------------------------------
 
@@ -157,7 +107,7 @@ class AgentService:
 
     async def Connect(self, request_iterator, context: grpc.aio.ServicerContext):  # noqa: N802 - gRPC name
         peer = context.peer() or "unknown"
-        address = _peer_address(peer)
+        address = peer_address(peer)
         if self.registry.peers[address] >= self.runtime.settings.agent_streams_per_peer:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many agent streams from this address")
         self.registry.peers[address] += 1
@@ -314,19 +264,6 @@ class AgentService:
         missing = [d for d in session.refs if d not in complete]
         return missing, dict(session.marks)
 
-    async def _throttle(self, session: AgentSession) -> None:
-        """At most agent_messages_per_s data messages per second (bursts of ten seconds' worth): a
-        stream above it is slowed down, and gRPC's flow control pushes back on the agent."""
-        rate = self.runtime.settings.agent_messages_per_s
-        now = time.monotonic()
-        session.tokens = min(rate * 10, session.tokens + (now - session.refilled) * rate)
-        session.refilled = now
-        if session.tokens < 1:
-            await asyncio.sleep((1 - session.tokens) / rate)
-            session.tokens = 1
-            session.refilled = time.monotonic()
-        session.tokens -= 1
-
     async def _serve(self, session: AgentSession, context) -> None:
         while True:
             message = await self._read(context)
@@ -349,496 +286,9 @@ class AgentService:
             else:
                 raise InvalidInput("empty AgentMessage")
 
-    async def _on_targets(self, session: AgentSession, update: "pb.TargetsUpdate") -> None:
-        """The agent's targets changed: record them, and ask for the new modules' catalog pieces."""
-        agent_input.check_targets(update.targets)
-        async with self.runtime.engine.begin() as conn:
-            await targets.store(conn, session.host_id, update.targets, complete_list=True)
-        session.add_targets(t for t in update.targets if t.state == pb.TARGET_STATE_ATTACHED)
-        await self.request_missing(session)
-        self.runtime.hub.publish(f"host:{session.host_id}", {"type": "targets", "host_id": session.host_id})
-
-    async def request_missing(self, session: AgentSession) -> None:
-        """Ask this stream for the catalog pieces of its modules that nobody stored or is uploading."""
-        registry = self.registry
-        candidates = [d for d in session.refs if d not in registry.complete and d not in session.uploads]
-        if not candidates:
-            return
-        async with self.runtime.engine.connect() as conn:
-            stored = {r[0] for r in await conn.execute(text(
-                "SELECT digest FROM catalog_pieces WHERE digest = ANY(:d) AND complete"), {"d": candidates})}
-        registry.complete |= stored
-        live = {s.session_id for s in registry.sessions.values()}
-        wanted = [d for d in candidates if d not in stored and registry.piece_owner.get(d) not in live]
-        if wanted:
-            await session.send(pb.ServerMessage(catalog_request=pb.CatalogRequest(digests=wanted)))
-
     # Catalog pieces -------------------------------------------------------------------------------
 
-    async def _on_chunk(self, session: AgentSession, chunk: "pb.CatalogChunk") -> None:
-        registry = self.registry
-        digest = chunk.digest
-        ref = session.refs.get(digest)
-        if ref is None:
-            raise InvalidInput(f"catalog chunk for digest {agent_input.excerpt(digest, 16)} "
-                               "that Hello did not announce")
-        if chunk.module != ref.name:
-            raise InvalidInput(f"catalog chunk for {digest[:16]} names module {agent_input.excerpt(chunk.module)}, "
-                               f"Hello named {agent_input.excerpt(ref.name)}")
-        upload = session.uploads.get(digest)
-        if upload is None:
-            if digest in registry.complete:
-                return  # another host stored it meanwhile
-            if chunk.seq != 0:
-                owner = registry.piece_owner.get(digest)
-                if owner is not None and owner != session.session_id:
-                    return  # chunks of a piece this stream was told to leave to another one
-                raise InvalidInput(f"catalog chunk {chunk.seq} of {digest[:16]} arrived before chunk 0")
-            owner = registry.piece_owner.get(digest)
-            if owner is not None and any(s.session_id == owner for s in registry.sessions.values()):
-                return  # another stream is uploading this piece; we ask this one again if that fails
-            registry.piece_owner[digest] = session.session_id
-            build, outside_base = session.piece_keys.get(digest, (session.build, session.core_base))
-            upload = Upload(digest=digest, module=ref.name, staging=f"{catalog.STAGING_PREFIX}{uuid.uuid4().hex}",
-                            base=ref.base_address, function_count=ref.function_count, block_count=ref.block_count,
-                            hasher=PieceHasher(build, ref.name, ref.function_count, outside_base),
-                            targets=catalog.TargetCheck(ref.name))
-            await catalog.begin_upload(self.runtime.engine, upload.staging, ref.name, ref.function_count,
-                                       ref.block_count)
-            session.uploads[digest] = upload
-        try:
-            if chunk.seq != upload.next_seq:
-                raise InvalidInput(f"catalog chunk {chunk.seq} of {digest[:16]} where {upload.next_seq} was due")
-            upload.next_seq += 1
-            for f in chunk.functions:
-                upload.blocks += agent_input.check_function(f, upload.functions)
-                upload.functions += 1
-            if upload.functions > upload.function_count or upload.blocks > upload.block_count:
-                raise InvalidInput(f"catalog {digest[:16]} holds more functions or blocks than Hello announced "
-                                   f"({upload.function_count} functions, {upload.block_count} blocks)")
-            upload.hasher.add(chunk.functions)
-            stored_fns, _, _ = await catalog.store_chunk(self.runtime.engine, upload.staging, upload.base,
-                                                         chunk.functions, upload.targets)
-            self.runtime.metrics.catalog_functions.inc(stored_fns)
-            if chunk.last:
-                await self._finish_upload(session, upload)
-        except BaseException:
-            session.uploads.pop(digest, None)
-            await self._abandon_upload(session, upload, "failed")
-            raise
-
-    async def _finish_upload(self, session: AgentSession, upload: Upload) -> None:
-        digest = upload.digest
-        if upload.functions != upload.function_count or upload.blocks != upload.block_count:
-            raise InvalidInput(f"catalog {digest[:16]} ended after {upload.functions} functions and "
-                               f"{upload.blocks} blocks; Hello announced {upload.function_count} and "
-                               f"{upload.block_count}")
-        actual = upload.hasher.hexdigest()
-        if actual != digest:
-            await self._audit(f"agent:{session.host_id}", "catalog_rejected", session.host_id,
-                              {"digest": digest, "recomputed": actual, "module": upload.module})
-            raise InvalidInput(f"catalog {digest[:16]}: its content hashes to {actual[:16]}, not to its digest")
-        wrong = await catalog.verify_targets(self.runtime.engine, upload.staging, upload.targets)
-        if wrong is not None:
-            await self._audit(f"agent:{session.host_id}", "catalog_rejected", session.host_id,
-                              {"digest": digest, "module": upload.module, "reason": wrong[:512]})
-            raise InvalidInput(f"catalog {digest[:16]}: {wrong}")
-        session.uploads.pop(digest, None)
-        stored = await catalog.promote_upload(self.runtime.engine, upload.staging, digest, upload.module,
-                                              upload.function_count, upload.block_count)
-        self.registry.complete.add(digest)
-        self.registry.piece_owner.pop(digest, None)
-        log.info("catalog %s: %s (%s) %d functions in %.2f s from host %s",
-                 "stored" if stored else "already stored", upload.module, digest[:16], upload.functions,
-                 time.perf_counter() - upload.started, session.host_id)
-        async with self.runtime.sessionmaker() as db:
-            hosts = (await db.execute(text("SELECT DISTINCT host_id FROM host_modules WHERE digest = :d"),
-                                      {"d": digest})).scalars().all()
-        for host_id in hosts:
-            await self._publish_host(host_id)
-
-    async def _abandon_upload(self, session: AgentSession, upload: Upload, why: str) -> None:
-        """Discard an upload that failed or whose stream ended, and ask another host that has the piece."""
-        if self.registry.piece_owner.get(upload.digest) == session.session_id:
-            self.registry.piece_owner.pop(upload.digest, None)
-        try:
-            await asyncio.shield(catalog.discard_upload(self.runtime.engine, upload.staging))
-        except (DBAPIError, OSError):
-            log.warning("could not discard the staged catalog %s now; it is removed at the next start",
-                        upload.staging)
-        log.info("catalog %s (%s) from host %s %s after %d functions: discarded", upload.module,
-                 upload.digest[:16], session.host_id, why, upload.functions)
-        for other in list(self.registry.sessions.values()):
-            if other is not session and other.welcomed and not other.closed and upload.digest in other.refs:
-                try:
-                    await other.send(pb.ServerMessage(catalog_request=pb.CatalogRequest(digests=[upload.digest])))
-                    self.registry.piece_owner[upload.digest] = other.session_id
-                    other.uploads.pop(upload.digest, None)
-                    log.info("asked host %s for catalog %s", other.host_id, upload.digest[:16])
-                    break
-                except Exception:  # noqa: BLE001 - that stream is ending too; try the next one
-                    continue
-
     # Data messages: metric batches and gaps ----------------------------------------------------
-
-    async def _on_data(self, session: AgentSession, message: "pb.AgentMessage", kind: str) -> None:
-        instance = message.instance_id or session.instance_id
-        if instance and not agent_input.INSTANCE_RE.match(instance):
-            raise InvalidInput("AgentMessage.instance_id must be 1 to 64 letters, digits, '-' or '_'")
-        seq = message.seq
-        if seq and not instance:
-            raise InvalidInput("a numbered message needs an instance id (Hello.instance_id)")
-        parsed_stacks = None
-        if kind == "gap":
-            if not seq:
-                raise InvalidInput("a DataGap must carry a sequence number")
-            agent_input.check_gap(message.gap, seq)
-        elif kind == "metrics":
-            agent_input.check_batch(message.metrics)
-            parsed_stacks = (agent_input.check_stacks(message.metrics.stacks, message.metrics.total_samples)
-                             if message.metrics.HasField("stacks") else None)
-        mark = 0
-        if seq:
-            if instance not in session.marks:
-                async with self.runtime.engine.connect() as conn:
-                    found = (await conn.execute(text(
-                        "SELECT seq FROM delivery_marks WHERE host_id = :h AND instance_id = :i"),
-                        {"h": session.host_id, "i": instance})).scalar_one_or_none()
-                session.marks[instance] = found or 0
-            mark = session.marks[instance]
-            if seq <= mark:
-                await session.send(pb.ServerMessage(ack=pb.Ack(instance_id=instance, seq=mark)))
-                return  # stored before: a resend after a reconnect
-        gaps: list[dict] = []
-        covered_from = message.gap.first_seq if kind == "gap" else seq
-        if seq and covered_from > mark + 1:
-            # Sequence numbers the agent neither sent nor reported as dropped.
-            start = session.last_end.get(instance)
-            end = _ns_to_dt(message.gap.start_unix_ns if kind == "gap" else
-                            message.metrics.interval_start_unix_ns if kind == "metrics" else
-                            message.measurement.interval_start_unix_ns)
-            gaps.append(dict(start=min(start or end, end), end=end, instance=instance, first_seq=mark + 1,
-                             messages=covered_from - mark - 1, source="backend",
-                             reason=f"sequence numbers {mark + 1}..{covered_from - 1} never arrived"))
-        item = samples.Item(host_id=session.host_id, mark=(instance, seq) if seq else None, gaps=gaps, guard=session)
-        if kind == "gap":
-            g = message.gap
-            gaps.append(dict(start=_ns_to_dt(g.start_unix_ns), end=_ns_to_dt(max(g.end_unix_ns, g.start_unix_ns)),
-                             instance=instance, first_seq=g.first_seq, messages=g.messages, source="agent",
-                             reason=g.reason or "dropped by the agent"))
-            for gap in gaps:
-                gap["start"], gap["end"] = self._clamp(gap["start"]), self._clamp(gap["end"])
-        elif kind == "metrics":
-            await self._map_metrics(session, message.metrics, instance, seq, item, parsed_stacks)
-        else:
-            await self._map_measurement(session, message.measurement, instance, seq, item)
-        if seq:
-            session.marks[instance] = seq
-        future = await self.runtime.writer.submit(item)
-        future.add_done_callback(lambda f: self._stored(session, item, instance, seq, f))
-
-    def _stored(self, session: AgentSession, item: "samples.Item", instance: str, seq: int,
-                future: asyncio.Future) -> None:
-        """A data message was stored (or not): acknowledge it, publish what views want to see."""
-        if future.cancelled() or future.exception() is not None:
-            session.store_failed = True  # nothing after it may be acknowledged
-            session.known_stacks.clear()  # definitions it carried may not be stored
-            if not session.ending:
-                session.ending = True
-                exc = None if future.cancelled() else future.exception()
-                log.warning("host %s: a data message could not be stored (%s); ending the stream", session.host_id,
-                            type(exc).__name__ if exc else "cancelled")
-                task = asyncio.get_running_loop().create_task(end_session(
-                    session, grpc.StatusCode.UNAVAILABLE, "the backend cannot reach its database; try again"))
-                self.registry.cleanups.add(task)
-                task.add_done_callback(self.registry.cleanups.discard)
-            return
-        if session.store_failed or session.closed:
-            return
-        task = asyncio.get_running_loop().create_task(self._after_store(session, item, instance, seq))
-        self.registry.cleanups.add(task)
-        task.add_done_callback(self.registry.cleanups.discard)
-
-    async def _after_store(self, session: AgentSession, item: "samples.Item", instance: str, seq: int) -> None:
-        try:
-            if seq:
-                await session.send(pb.ServerMessage(ack=pb.Ack(instance_id=instance, seq=seq)))
-        except Exception:  # noqa: BLE001, S110 - the stream ended: the agent resends, stored once
-            return
-        hub = self.runtime.hub
-        topic = f"host:{session.host_id}"
-        if item.samples is not None and hub.wants(topic):
-            s = item.samples
-            per_fn: Counter = Counter()
-            for fid, count in zip(s.function_ids, s.counts, strict=True):
-                per_fn[fid] += count
-            top = per_fn.most_common(20)
-            names = await self.registry.names([fid for fid, _ in top])
-            hub.publish(topic, {"type": "samples", "host_id": session.host_id, "interval_start": s.ts,
-                                "total_samples": s.totals[0],
-                                "top": [{"function_id": fid, "name": names.get(fid, ""), "samples": c}
-                                        for fid, c in top]})
-        if item.points is not None:
-            m = item.measurement
-            assert m is not None
-            hub.publish(f"measurement:{item.points.measurement_id}", {
-                "type": "measurement", "measurement_id": item.points.measurement_id, "host_id": session.host_id,
-                "interval_start": item.points.ts, "state": m.state})
-            if m.ended:
-                hub.publish(topic, {"type": "targets", "host_id": session.host_id})
-        if item.gaps:
-            hub.publish(topic, {"type": "gap", "host_id": session.host_id})
-
-    def _clamp(self, ts: datetime) -> datetime:
-        """Keep a reported time within the window we accept data for (a gap's time is the agent's)."""
-        now = datetime.now(UTC)
-        low = now - timedelta(hours=self.runtime.settings.sample_retention_hours)
-        high = now + timedelta(seconds=self.runtime.settings.max_clock_skew_s)
-        return min(max(ts, low), high)
-
-    async def _check_stack_frames(self, session: AgentSession, parsed: "stacks.BatchStacks") -> None:
-        """Kernel frames must name functions of catalog pieces this host runs (or a stored piece), within
-        the function's bytes when the piece is stored."""
-        counts: dict[str, int] = {}
-        for _, modules, flat in parsed.defs:
-            for k in range(0, len(flat), 3):
-                kind, digest, _ = modules[flat[k]]
-                if kind != stacks.KERNEL_FUNCTION:
-                    continue
-                if digest not in counts:
-                    ref = session.refs.get(digest)
-                    if ref is not None:
-                        counts[digest] = ref.function_count
-                    else:
-                        async with self.runtime.engine.connect() as conn:
-                            found = (await conn.execute(text(
-                                "SELECT function_count FROM catalog_pieces WHERE digest = :d AND complete"),
-                                {"d": digest})).scalar_one_or_none()
-                        if found is None:
-                            raise InvalidInput(f"a stack frame names catalog {digest[:16]}, which this host does "
-                                               "not run and no host has sent")
-                        counts[digest] = found
-                fn, off = flat[k + 1], flat[k + 2]
-                if fn >= counts[digest]:
-                    raise InvalidInput(f"a stack frame names function {fn} of catalog {digest[:16]}, which has "
-                                       f"{counts[digest]}")
-                mapping = await self.registry.function_ids(digest)
-                entry = mapping.get(fn) if mapping is not None else None
-                if entry is not None and off > entry[1]:
-                    raise InvalidInput(f"a stack frame at offset {off:#x} of function {fn}, which is "
-                                       f"{entry[1]:#x} bytes long")
-
-    def _refuse_if_out_of_time(self, session: AgentSession, start_ns: int, end_ns: int, instance: str, seq: int,
-                               item: "samples.Item") -> bool:
-        """Refuse (record a gap, flag the clock) a batch outside [now - retention, now + skew]."""
-        settings = self.runtime.settings
-        now_ns = time.time_ns()
-        skew_ns = int(settings.max_clock_skew_s * 1e9)
-        oldest_ns = now_ns - int(settings.sample_retention_hours * 3600e9)
-        if not (end_ns > now_ns + skew_ns or start_ns < oldest_ns):
-            session.ahead_run = 0
-            return False
-        ahead = end_ns > now_ns + skew_ns
-        offset_ms = (end_ns - now_ns) // 1_000_000
-        reason = (f"refused: the host's clock is about {offset_ms / 1000:+.0f} s ahead of the backend's"
-                  if ahead else "refused: the interval is older than the sample retention "
-                  f"({settings.sample_retention_hours:g} h) by the backend's clock")
-        at = self._clamp(_ns_to_dt(max(min(start_ns, now_ns + skew_ns), oldest_ns)))
-        item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
-                              reason=reason))
-        item.refused = True
-        # One batch says little about the clock: an old one may be spooled data resent after an outage, a
-        # future one a bad stamp among good ones. The clock is measured from Hello at each connect; a
-        # batch flags the host only as the CLOCK_AHEAD_RUN-th in a row lying ahead of our clock.
-        session.ahead_run = session.ahead_run + 1 if ahead else 0
-        item.clock_offset_ms = offset_ms if session.ahead_run >= CLOCK_AHEAD_RUN else None
-        log.warning("host %s: %s (batch %s)", session.host_id, reason, seq)
-        if item.clock_offset_ms is not None:
-            task = asyncio.get_running_loop().create_task(self._publish_host(session.host_id))
-            self.registry.cleanups.add(task)
-            task.add_done_callback(self.registry.cleanups.discard)
-        return True
-
-    async def _map_metrics(self, session: AgentSession, batch: "pb.MetricBatch", instance: str, seq: int,
-                           item: "samples.Item", parsed_stacks: "stacks.BatchStacks | None" = None) -> None:
-        """Check a metric batch against what Hello announced and map it to function ids."""
-        start_ns = batch.interval_start_unix_ns
-        end_ns = start_ns + batch.interval_ms * 1_000_000
-        if self._refuse_if_out_of_time(session, start_ns, end_ns, instance, seq, item):
-            return
-        digests = session.kernel_digests
-        maps: list[dict[int, tuple[int, int]] | None] = []
-        idle_sets: list[set[int]] = []
-        for digest in digests:
-            maps.append(await self.registry.function_ids(digest))
-            idle_sets.append(self.registry.idle_ids.get(digest, set()))
-        counts_of = [session.refs[d].function_count for d in digests]
-        # Block entries in arrival order; a key seen again (another entry of the same block and context)
-        # adds to its position, and then its instruction counts are merged (rare: agents send one each).
-        position: dict[tuple[int, int, bool], int] = {}
-        function_ids: list[int] = []
-        block_offsets: list[int] = []
-        counts: list[int] = []
-        idles: list[bool] = []
-        insns: list[tuple[int, Any, Any]] = []  # (position, offsets, counts)
-        merged = False
-        dropped = 0
-        nmods = len(digests)
-        by_context = batch.idle_by_context
-        for b in batch.blocks:
-            mi = b.module_index
-            if mi >= nmods:
-                raise InvalidInput(f"samples for module {mi}, which Hello did not list ({nmods} modules)")
-            fi = b.function_index
-            if fi >= counts_of[mi]:
-                raise InvalidInput(f"samples for function {fi} of module {mi}, which has {counts_of[mi]}")
-            mapping = maps[mi]
-            entry = mapping.get(fi) if mapping is not None else None
-            if entry is None:
-                dropped += b.count  # the piece is not stored yet
-                continue
-            off = b.block_offset
-            size = entry[1]
-            if off >= max(size, 1):
-                raise InvalidInput(f"samples for block offset {off:#x} of function {fi}, "
-                                   f"which is {size:#x} bytes long")
-            # An agent that does not report context: the idle loop by name.
-            idle = b.idle if by_context else fi in idle_sets[mi]
-            key = (entry[0], off, idle)
-            pos = position.get(key)
-            if pos is None:
-                pos = position[key] = len(counts)
-                function_ids.append(entry[0])
-                block_offsets.append(off)
-                counts.append(b.count)
-                idles.append(idle)
-            else:
-                counts[pos] += b.count
-                merged = True
-            ioffs = b.instruction_offsets
-            if ioffs:
-                if off + ioffs[-1] >= size:
-                    raise InvalidInput(f"instruction samples past the end of function {fi}")
-                insns.append((pos, ioffs, b.instruction_counts))
-        stack_samples = stack_dropped = 0
-        if parsed_stacks is not None:
-            await self._check_stack_frames(session, parsed_stacks)
-            stack_samples, stack_dropped = batch.stacks.stack_samples, batch.stacks.dropped_samples
-            defined = {d[0] for d in parsed_stacks.defs}
-            unknown = [r[0] for r in parsed_stacks.rows
-                       if r[0] not in defined and r[0] not in session.known_stacks]
-            if unknown:
-                async with self.runtime.engine.connect() as conn:
-                    found = await stacks.known_ids(conn, session.host_id, unknown)
-                session.known_stacks |= found
-                missing = set(unknown) - found
-                if missing:
-                    # Stacks whose definition this host never sent (or the backend forgot): counted, not stored.
-                    lost = sum(r[1] for r in parsed_stacks.rows if r[0] in missing)
-                    parsed_stacks.rows = [r for r in parsed_stacks.rows if r[0] not in missing]
-                    stack_samples -= lost
-                    stack_dropped += lost
-                    log.warning("host %s: %d samples of %d undefined stack(s) not stored", session.host_id, lost,
-                                len(missing))
-        session.dropped_samples += dropped
-        metrics = self.runtime.metrics
-        metrics.ingest_batches.inc()
-        metrics.ingest_samples.inc(batch.total_samples)
-        metrics.ingest_dropped.inc(dropped)
-        metrics.ingest_points.inc(len(counts))
-        insn_index: list[int] = []
-        insn_offsets: list[int] = []
-        insn_counts: list[int] = []
-        if merged and insns:
-            per_pc: dict[int, Counter] = {}
-            for pos, ioffs, icounts in insns:
-                c = per_pc.setdefault(pos, Counter())
-                for o, n in zip(ioffs, icounts, strict=True):
-                    c[o] += n
-            insns = [(pos, sorted(c), [c[o] for o in sorted(c)]) for pos, c in sorted(per_pc.items())]
-        for pos, ioffs, icounts in insns:  # positions are 1-based in the stored arrays
-            insn_index.extend([pos + 1] * len(ioffs))
-            insn_offsets.extend(ioffs)
-            insn_counts.extend(icounts)
-        idle_samples = batch.idle_samples if by_context else sum(c for c, i in zip(counts, idles, strict=True) if i)
-        item.samples = samples.SampleRow(
-            host_id=session.host_id, ts=_ns_to_dt(start_ns), interval_ms=batch.interval_ms,
-            totals=(batch.total_samples, batch.user_samples, batch.unmapped_samples, batch.lost_samples, dropped,
-                    idle_samples),
-            idle_by_context=batch.idle_by_context, stack_samples=stack_samples, stack_dropped=stack_dropped,
-            function_ids=function_ids, block_offsets=block_offsets, counts=counts, idles=idles,
-            insn_index=insn_index, insn_offsets=insn_offsets, insn_counts=insn_counts)
-        if parsed_stacks is not None and (parsed_stacks.defs or parsed_stacks.rows):
-            item.stacks = parsed_stacks
-            # Known from now on: items are stored in order, and when one fails the stream ends and
-            # forgets what it knew (see _stored), so a later batch may refer to these definitions.
-            if len(session.known_stacks) > 500_000:
-                session.known_stacks.clear()
-            session.known_stacks |= {d[0] for d in parsed_stacks.defs}
-        session.last_end[instance] = _ns_to_dt(end_ns)
-
-    async def _map_measurement(self, session: AgentSession, batch: "pb.MeasurementBatch", instance: str, seq: int,
-                               item: "samples.Item") -> None:
-        """Check a measurement batch against its measurement's rows and turn it into one points row."""
-        mid = batch.measurement_id
-        if not agent_input.MEASUREMENT_ID_RE.match(mid):
-            raise InvalidInput("MeasurementBatch.measurement_id must be 1 to 64 letters, digits, '-' or '_'")
-        rows = session.measurement_rows.get(mid)
-        if rows is None:
-            async with self.runtime.engine.connect() as conn:
-                rows = await measurements.rows_of(conn, session.host_id, mid)
-            if rows is not None:
-                session.measurement_rows[mid] = rows
-        if rows is None:
-            at = self._clamp(_ns_to_dt(batch.interval_start_unix_ns))
-            item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
-                                  reason=f"refused: values of measurement {mid[:64]}, which this host does not run"))
-            return
-        edges: tuple = ((), (), (), (), (), ())
-        try:
-            agent_input.check_measurement_batch(batch, rows)
-            if batch.edges:
-                shapes = session.measurement_shapes.get(mid)
-                if shapes is None:
-                    async with self.runtime.engine.connect() as conn:
-                        shapes = await measured_edges.load_shapes(conn, mid)
-                    session.measurement_shapes[mid] = shapes
-                edges = measured_edges.check_edges(batch, shapes)
-        except InvalidInput as exc:
-            # Refuse this interval alone: ending the stream would leave the batch unacknowledged, the
-            # agent would resend it on every reconnect and the host would stay offline.
-            why = str(exc)
-            log.warning("host %s: refused an interval of measurement %s (seq %d): %s", session.host_id, mid, seq, why)
-            at = self._clamp(_ns_to_dt(batch.interval_start_unix_ns))
-            item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
-                                  reason=f"refused: {why}"))
-            item.refused_interval = (mid, why)
-            self.runtime.metrics.ingest_refused_intervals.inc()
-            return
-        start_ns, end_ns = batch.interval_start_unix_ns, batch.interval_end_unix_ns
-        if self._refuse_if_out_of_time(session, start_ns, end_ns, instance, seq, item):
-            return
-        resources: list[int] = []
-        vals: list[float | None] = []
-        for rv in batch.resources:
-            slot: list[float | None] = [None] * NSLOTS
-            for v in rv.values:
-                k = _METRIC_SLOT.get(v.metric)
-                if k is not None:
-                    slot[k] = v.value
-            slot[SLOT["exits"]] = float(rv.exits) if rv.exits else None
-            slot[SLOT["samples"]] = float(rv.samples) if rv.samples else None
-            resources.append(rv.resource)
-            vals.extend(slot)
-        ts = _ns_to_dt(start_ns)
-        state = agent_input.MEASUREMENT_STATES[batch.state]
-        item.points = samples.PointRow(host_id=session.host_id, measurement_id=mid, ts=ts,
-                                       seconds=(end_ns - start_ns) / 1e9, state=batch.state, resources=resources,
-                                       vals=vals, edges=edges)
-        item.measurement = samples.MeasurementUpdate(measurement_id=mid, state=state, detail=batch.detail,
-                                                     last_ts=ts, ended=state in measurements.ENDED)
-        self.runtime.metrics.ingest_points.inc(len(vals))
-        session.last_end[instance] = _ns_to_dt(end_ns)
 
     async def _disconnect(self, session: AgentSession) -> None:
         session.closed = True

@@ -67,7 +67,7 @@ async def test_numbers_that_never_arrive_and_reported_gaps_are_recorded_and_show
 
 
 async def test_batches_from_2262_are_refused_flag_the_clock_and_do_not_hide_real_data(backend, client, unique):
-    from app.agents.service import CLOCK_AHEAD_RUN
+    from app.agents.clock import CLOCK_AHEAD_RUN
     host_id = f"future-{unique}"
     agent = await _ready(backend, client, host_id)
     year_2262 = 9_200_000_000 * NS
