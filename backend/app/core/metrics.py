@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -55,17 +56,17 @@ class Metrics:
 class RequestMetrics:
     """ASGI middleware counting and timing every HTTP request by its matched route template."""
 
-    def __init__(self, app, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         status = {"code": 500}
 
-        async def send_status(message) -> None:
+        async def send_status(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)
@@ -80,7 +81,7 @@ class RequestMetrics:
             self.metrics.http_seconds.labels(method, template).observe(time.perf_counter() - t0)
 
 
-def route_template(scope) -> str:
+def route_template(scope: Scope) -> str:
     """The matched route as a template: the request path with each path parameter's segment replaced
     by its name ("/api/v1/hosts/{host_id}"); "unmatched" for 404s, "console" for the console's files."""
     if scope.get("route") is None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import text
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core import bus
@@ -89,14 +90,14 @@ async def _plain(db: AsyncSession, session: AgentSession, row: Any, result: "pb.
     return ({} if result.ok else None), None
 
 
-def public(r) -> dict[str, Any]:
+def public(r: Row[Any]) -> dict[str, Any]:
     return {"id": str(r.id), "host_id": r.host_id, "kind": r.kind, "params": r.params, "state": r.state,
             "progress": r.progress, "message": r.message, "result": r.result, "error": r.error,
             "created_by": r.created_by, "created_at": r.created_at, "sent_at": r.sent_at,
             "started_at": r.started_at, "finished_at": r.finished_at, "cancel_requested": r.cancel_requested}
 
 
-def to_pb(row, plan_json: str = "") -> "pb.Command":
+def to_pb(row: Row[Any], plan_json: str = "") -> "pb.Command":
     """The command for the agent; an install carries the plan's JSON (kept in plans, not in params)."""
     p = row.params
     c = pb.Command(id=str(row.id))
@@ -302,7 +303,7 @@ class Commands:
             await self._send(session, r)
         return len(rows)
 
-    async def resend(self, session) -> None:
+    async def resend(self, session: AgentSession) -> None:
         """After a (re)connect: send again what was sent or running (the agent answers an id once)."""
         async with self.sessionmaker() as db:
             rows = (await db.execute(text("""
@@ -314,7 +315,7 @@ class Commands:
             await self._send(session, r)
         await self.dispatch(session.host_id)
 
-    async def _send(self, session, row) -> None:
+    async def _send(self, session: AgentSession, row: Row[Any]) -> None:
         payload = self._handlers(row.kind).payload
         plan_json = await payload(row) if payload is not None else ""
         try:
@@ -343,7 +344,7 @@ class Commands:
         if row is not None:
             self.hub.publish(f"host:{host_id}", {"type": "command", "command": _event(row)})
 
-    async def on_result(self, session, result: "pb.CommandResult") -> None:
+    async def on_result(self, session: AgentSession, result: "pb.CommandResult") -> None:
         host_id = session.host_id
         try:
             cid = uuid.UUID(result.command_id)
@@ -495,7 +496,7 @@ class Commands:
             await db.commit()
 
 
-def _event(row) -> dict[str, Any]:
+def _event(row: Row[Any]) -> dict[str, Any]:
     return {"id": str(row.id), "host_id": row.host_id, "kind": row.kind, "state": row.state,
             "progress": row.progress, "message": row.message, "error": row.error}
 

@@ -32,6 +32,7 @@ from app.core.config import Settings
 from app.core.pki import CsrError, Pki, parse_csr
 from app.domain.sessions import AgentRegistry
 from app.protocol import agent_input
+from app.protocol.proto import pb
 from app.storage import audit_log, samples
 from app.storage.models import EnrolmentRequest, EnrolmentToken, Host
 
@@ -122,8 +123,8 @@ async def _issue(pki: Pki, db: AsyncSession, host_id: str, hostname: str, csr_pe
     return Issued(certificate, not_after)
 
 
-async def enroll(settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], pki: Pki, request,
-                 peer: str) -> Issued:
+async def enroll(settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], pki: Pki,
+                 request: "pb.EnrollRequest", peer: str) -> Issued:
     """Answer an EnrollRequest: a certificate, or an EnrolmentError saying why not (yet)."""
     try:
         host_id = agent_input.text(request.host_id, "EnrollRequest.host_id", agent_input.MAX_HOST_ID)

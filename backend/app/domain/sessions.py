@@ -6,6 +6,7 @@ through the registry (app.domain.commands)."""
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -71,7 +72,7 @@ class AgentSession:
         async with self.write_lock:
             await self.context.write(message)
 
-    def add_targets(self, reported) -> None:
+    def add_targets(self, reported: Iterable["pb.Target"]) -> None:
         """Learn the modules of reported targets (pb.Target), so their catalog pieces are accepted."""
         for t in reported:
             for m in t.modules:

@@ -12,6 +12,7 @@ outside every known function, so KASLR does not change the digest.
 """
 import hashlib
 import struct
+from collections.abc import Iterable
 
 from app.protocol.proto import pb
 
@@ -55,7 +56,7 @@ class PieceHasher:
         fname, off = split if split is not None else (name, 0)
         out.append(_str(module) + _str(fname) + _U64.pack(off & _MASK))
 
-    def add(self, functions) -> None:
+    def add(self, functions: Iterable["pb.Function"]) -> None:
         """Feed the functions of one chunk."""
         out: list[bytes] = []
         for f in functions:

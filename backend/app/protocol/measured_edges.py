@@ -16,6 +16,7 @@ A batch that breaks any of these is refused: nothing of it is stored; the stream
 app.agents.service).
 """
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -150,7 +151,8 @@ def check_edges(b: "pb.MeasurementBatch", shapes: dict[int, FunctionShape]) -> t
     return cols
 
 
-async def edge_counts(session: AsyncSession, measurement_id: str, function_row: int, start, end) -> dict[str, Any]:
+async def edge_counts(session: AsyncSession, measurement_id: str, function_row: int, start: datetime,
+                      end: datetime) -> dict[str, Any]:
     """A function row's edges' counts summed over the raw intervals starting in [start, end), with
     their labels (the weakest label seen wins), and the intervals that carried edges."""
     rows = await session.execute(text("""

@@ -14,7 +14,7 @@ refers to: nobody sees them, and a piece that fails is deleted whole. Verificati
 the real digest in one transaction; a piece that another upload completed first is simply dropped.
 """
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import orjson
@@ -64,7 +64,12 @@ def _target(check: TargetCheck, base: int, target: int, name: str, module: str, 
     return rel
 
 
-def function_rows(digest: str, base: int, functions: Iterable["pb.Function"], check: TargetCheck):
+# (functions row, function_code row, block count)
+FunctionRows = tuple[tuple[str, int, str, int, int, int, bool, int], tuple[str, int, str, str, str], int]
+
+
+def function_rows(digest: str, base: int, functions: Iterable["pb.Function"],
+                  check: TargetCheck) -> Iterator[FunctionRows]:
     """Yield (functions row, function_code row, block count) per function of a chunk; named targets are
     stored as TargetCheck says and noted for its verification when the piece is complete."""
     tail_call = pb.SUCCESSOR_KIND_TAIL_CALL
@@ -123,7 +128,7 @@ async def verify_targets(engine: AsyncEngine, staging: str, check: TargetCheck) 
     return None
 
 
-async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions,
+async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions: Iterable["pb.Function"],
                       check: TargetCheck) -> tuple[int, int, float]:
     """Write one chunk; returns (functions, blocks, seconds)."""
     t0 = time.perf_counter()
@@ -145,8 +150,8 @@ async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions,
                     await copy.write_row(row)
             async with cur.copy("COPY function_code (digest, index, blocks, calls, indirect_call_sites) "
                                 "FROM STDIN") as copy:
-                for row in code_rows:
-                    await copy.write_row(row)
+                for code_row in code_rows:
+                    await copy.write_row(code_row)
     return len(fn_rows), blocks, time.perf_counter() - t0
 
 

@@ -9,6 +9,7 @@ The sample series is read through `app.storage.samples` only.
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.storage import samples
@@ -81,7 +82,9 @@ async def functions_page(session: AsyncSession, host_id: str, q: str | None, mod
     return b'{"total":%d,"items":%s}' % (int(total), row.items.encode())
 
 
-async def get_host_function(session: AsyncSession, host_id: str, function_id: int, target_id: str = "kernel"):
+# A row or None, typed Any: its column `index` would read as the tuple method Row.index.
+async def get_host_function(session: AsyncSession, host_id: str, function_id: int,
+                            target_id: str = "kernel") -> Any:
     """The function with this id if it belongs to one of the modules of the host's target, with its module
     placement there (one binary mapped by two processes is loaded at two addresses)."""
     return (await session.execute(text("""
@@ -91,7 +94,7 @@ async def get_host_function(session: AsyncSession, host_id: str, function_id: in
         WHERE f.id = :fid"""), {"h": host_id, "fid": function_id, "t": target_id})).first()
 
 
-def summary_from_row(r, samples_per_sec: float) -> dict[str, Any]:
+def summary_from_row(r: Row[Any], samples_per_sec: float) -> dict[str, Any]:
     base = i64_to_u64(r.base_address)
     addr = (base + r.offset) & 0xFFFFFFFFFFFFFFFF
     return {"id": r.id, "name": r.name, "module": r.module, "digest": r.digest, "index": r.index,

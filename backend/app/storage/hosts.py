@@ -4,6 +4,7 @@
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.storage import targets
@@ -30,7 +31,7 @@ def set_clock_skew(seconds: float) -> None:
     _skew_ms = int(seconds * 1000)
 
 
-def _host_public(row) -> dict[str, Any]:
+def _host_public(row: Row[Any]) -> dict[str, Any]:
     m = row._mapping
     l1i = m["l1i"]
     return {

@@ -15,7 +15,7 @@ backend's memory growing.
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -113,7 +113,8 @@ class Item:
 
 
 class IngestWriter:
-    def __init__(self, engine: AsyncEngine, queue_items: int = 20_000, on_commit=None) -> None:
+    def __init__(self, engine: AsyncEngine, queue_items: int = 20_000,
+                 on_commit: Callable[[list[Item], float], None] | None = None) -> None:
         self.engine = engine
         self.queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=queue_items)
         self.on_commit = on_commit  # callback(items, seconds) after each commit, for metrics

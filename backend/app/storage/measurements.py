@@ -8,11 +8,13 @@ current run, so after any reconnect the backend updates states and rows from it;
 backend thinks active that the agent does not list has ended without a final word (failed, with the
 reason). A batch's state moves a measurement forward; an end state is final.
 """
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from sqlalchemy import text
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.protocol.agent_input import LABELS, MEASUREMENT_STATES, METRICS, RESOURCE_KINDS
@@ -55,7 +57,7 @@ async def exists(session: AsyncSession, measurement_id: str) -> bool:
 
 
 async def create(session: AsyncSession, measurement_id: str, host_id: str, request: dict[str, Any],
-                 interval_ms: int, actor: str, command_id) -> None:
+                 interval_ms: int, actor: str, command_id: uuid.UUID) -> None:
     await session.execute(text("""
         INSERT INTO measurements (id, host_id, target_id, state, metrics, request, interval_ms, start_command,
                                   created_by)
@@ -132,7 +134,7 @@ async def rows_of(conn: AsyncConnection, host_id: str, measurement_id: str) -> i
     return None if row is None else int(row[0])
 
 
-def _public(r) -> dict[str, Any]:
+def _public(r: Row[Any]) -> dict[str, Any]:
     return {"id": r.id, "host_id": r.host_id, "target_id": r.target_id, "state": r.state, "detail": r.detail,
             "metrics": r.metrics, "interval_ms": r.interval_ms, "resource_count": r.resource_count,
             "created_by": r.created_by, "created_at": r.created_at, "started_at": r.started_at,

@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.storage import stacks as stack_store
@@ -602,7 +603,7 @@ async def measurement_range(session: AsyncSession, measurement_id: str, spec: Ra
     return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
 
 
-def _slot_dict(row) -> dict[str, float | None]:
+def _slot_dict(row: Row[Any]) -> dict[str, float | None]:
     m = row._mapping  # by key: Row.count is a method
     return {name: (float(m[name]) if m[name] is not None else None) for name in SLOTS}
 

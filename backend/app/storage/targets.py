@@ -7,6 +7,7 @@ attach and detach). Reported targets are upserted; a process target the agent no
 that carry them (attached ones): an ended target keeps its modules, so its measurements' rows still
 find their functions and addresses.
 """
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,8 +23,8 @@ def _dt(ns: int) -> datetime | None:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC) if ns > 0 else None
 
 
-async def store(conn: AsyncConnection, host_id: str, targets, complete_list: bool,
-                kernel_modules=None) -> None:
+async def store(conn: AsyncConnection, host_id: str, targets: Sequence["pb.Target"], complete_list: bool,
+                kernel_modules: Sequence["pb.ModuleRef"] | None = None) -> None:
     """Upsert reported targets (pb.Target) and the modules of those that carry them. With
     complete_list, process targets not reported are marked gone. kernel_modules (Hello.modules)
     replace the kernel target's modules."""
@@ -51,7 +52,8 @@ async def store(conn: AsyncConnection, host_id: str, targets, complete_list: boo
             {"h": host_id, "ids": [t.id for t in targets]})
 
 
-async def _replace_modules(conn: AsyncConnection, host_id: str, target_id: str, modules) -> None:
+async def _replace_modules(conn: AsyncConnection, host_id: str, target_id: str,
+                           modules: Sequence["pb.ModuleRef"]) -> None:
     await conn.execute(text("DELETE FROM host_modules WHERE host_id = :h AND target_id = :t"),
                        {"h": host_id, "t": target_id})
     if not modules:
