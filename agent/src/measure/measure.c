@@ -236,10 +236,13 @@ static int copy_resources(struct hp_measure *h, const struct hp_measure_spec *s)
 	if (!h->resources)
 		return -HP_MEASURE_E_SYSTEM;
 	for (size_t i = 0; i < s->nresources; i++, h->nresources++) {
-		char w[HP_RESOURCE_MAX + 24];
-		if (s->resource_specs)
+		char w[HP_RESOURCE_MAX + 24] = "";
+		const char *word = s->resources && s->resources[i] ? s->resources[i] : "";
+		if (s->resource_specs) {
 			hp_resource_format(&s->resource_specs[i], w, sizeof(w));
-		if (!(h->resources[i] = strdup(s->resource_specs ? w : s->resources[i] ? s->resources[i] : "")))
+			word = w;
+		}
+		if (!(h->resources[i] = strdup(word)))
 			return -HP_MEASURE_E_SYSTEM;
 	}
 	return 0;

@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The measurement request is one pydantic model (app.schemas.MeasurementRequest): the route's body
-resolves to it, it is the start command's parameters and the stored request, and app.measurements maps
+"""The measurement request is one pydantic model (app.protocol.measurement_request.MeasurementRequest): the route's body
+resolves to it, it is the start command's parameters and the stored request, and app.storage.measurements maps
 it to and from the proto's StartMeasurement by field name. Its fields are the proto's, both ways, so a
 field added on one side only fails here; a request survives the trip through the proto unchanged."""
 import pytest
 
-from app.measurements import request_from_pb, request_to_pb
-from app.proto import pb
-from app.schemas import MeasurementCreate, MeasurementRequest, ResourceRequest
+from app.api.schemas import MeasurementCreate
+from app.protocol.measurement_request import MeasurementRequest, ResourceRequest
+from app.protocol.proto import pb
+from app.storage.measurements import request_from_pb, request_to_pb
 
 D1, D2 = "a" * 64, "b" * 64
 

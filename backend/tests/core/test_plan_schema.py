@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The plan's one schema (proto/hotpath/v1/plan.schema.json) and the pydantic models generated from it
-(app/gen/plan.py, by app/schema_gen.py) say the same thing: the real plan of tests/fixtures accepted by
+(app/gen/plan.py, by app/protocol/schema_gen.py) say the same thing: the real plan of tests/fixtures accepted by
 both, and each of a set of broken plans refused by both; the built module is what the schema generates
 now; and the generator refuses a schema keyword it does not understand instead of dropping it."""
 import copy
@@ -11,8 +11,8 @@ import jsonschema_rs
 import pytest
 from pydantic import ValidationError
 
-from app import schema_gen
 from app.gen import plan as gen_plan
+from app.protocol import schema_gen
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO / "proto" / "hotpath" / "v1" / "plan.schema.json"
