@@ -140,6 +140,13 @@ async def test_flame_graph_filters_by_process_command_cpu_and_shows_idle_alone(c
     url = f"/api/v1/hosts/{host.host_id}/flamegraph"
     by_pid = (await client.get(url, params={**rng(10, 20), "pid": 200})).json()
     assert by_pid["samples"] == 50 and set(tree_paths(by_pid)) == {(), ("fn_00007",), ("fn_00007", "do_sys_open")}
+    # Who the samples belong to is counted before the filter (read in the same pass as the filter's stacks).
+    ctx = by_pid["contexts"]
+    assert ctx["all_samples"] == 700 and ctx["idle_samples"] == 300
+    assert [(p["pid"], p["comm"], p["samples"]) for p in ctx["processes"]] == [(100, "dd", 350), (0, "swapper", 300),
+                                                                              (200, "cat", 50)]
+    assert [(c["comm"], c["samples"]) for c in ctx["commands"]] == [("dd", 350), ("swapper", 300), ("cat", 50)]
+    assert sum(c["samples"] for c in ctx["cpus"]) == 700
     by_comm = (await client.get(url, params={**rng(10, 20), "comm": "dd"})).json()
     assert by_comm["samples"] == 350
     by_cpu = (await client.get(url, params={**rng(10, 20), "cpu": 1})).json()
