@@ -322,10 +322,12 @@ async def _counts_and_contexts(session: AsyncSession, host_id: str, start: datet
     of a flame graph's answer."""
     where, params = flt.sql()
     matches = where.removeprefix(" AND ") or "true"
+    # Summed per stack and context first (in parallel: grouping sets are not), then grouped three ways.
     rows = await session.execute(text(f"""
         SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n, sum(u.n) FILTER (WHERE {matches}) AS f,
                grouping(u.stack_id) AS no_stack, grouping(u.cpu) AS no_cpu
-        {_source("")} GROUP BY GROUPING SETS ((u.stack_id), (u.pid, u.comm), (u.cpu))"""),
+        FROM (SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n {_source("")} GROUP BY 1, 2, 3, 4) u
+        GROUP BY GROUPING SETS ((u.stack_id), (u.pid, u.comm), (u.cpu))"""),
         {**await _span(session, host_id, start, end), **params})
     counts: dict[int, int] = {}
     procs: list[tuple[int, str, int]] = []
