@@ -49,6 +49,9 @@ test("a flame graph of a time range shows a running workload's functions above t
   await expect(page.getByRole("tab", { name: "Flame graph" })).toHaveAttribute("aria-selected", "true");
   const graph = page.getByRole("group", { name: /^Flame graph of / });
   await expect(graph).toBeVisible({ timeout: 30_000 });
+  // Laid out in the worker, every cell drawn on the canvas (which says how many it drew).
+  await expect(page.getByTestId("flame-summary")).toContainText("in a worker");
+  await expect(page.getByTestId("flame-canvas")).toHaveAttribute("data-cells", /^[1-9][0-9]*$/);
   // The process filter came from the link; the summary counts only its samples.
   await expect(page.getByRole("combobox", { name: "Process" })).toHaveValue(String(pid));
   const vfs = graph.locator('[data-testid="flame-frame"][data-name="vfs_read"]');
