@@ -35,11 +35,9 @@ import httpx  # noqa: E402
 from app.catalog_digest import piece_digest  # noqa: E402
 from app.proto import pb, pb_grpc  # noqa: E402
 from app.stacks import stack_id  # noqa: E402
+from tests.backend_process import Backend  # noqa: E402
 from tests.scripted_agent import enroll, kernel_functions  # noqa: E402
 
-HTTP = int(os.environ.get("HOTPATH_FLAME_HTTP_PORT", "8290"))
-GRPC = int(os.environ.get("HOTPATH_FLAME_GRPC_PORT", "50261"))
-URL = f"http://127.0.0.1:{HTTP}"
 MINUTES = int(os.environ.get("HOTPATH_FLAME_MINUTES", "60"))
 RATE = 440_000 // 300  # samples a second: issue 15's 440k samples in 5 minutes
 FUNCTIONS = 20000
@@ -75,7 +73,7 @@ class CallGraph:
         self.weights = [1 / (k + 1) ** 0.9 for k in range(len(self.stacks))]
 
 
-async def seed(api: httpx.AsyncClient, ca: bytes) -> tuple[str, int, int, int]:
+async def seed(backend: Backend, api: httpx.AsyncClient) -> tuple[str, int, int, int]:
     """Enrol a host and send MINUTES minutes of stacks ending now; its id, the range's ends (ms) and the
     samples sent (the idle task's left out)."""
     fns = kernel_functions(FUNCTIONS)
@@ -84,8 +82,8 @@ async def seed(api: httpx.AsyncClient, ca: bytes) -> tuple[str, int, int, int]:
     graph = CallGraph(digest, 30_000 if MINUTES >= 30 else 3_000, rng)
     host_id = f"flame-{uuid.uuid4().hex[:8]}"
     token = (await api.post("/api/v1/enrolment-tokens", json={"note": "bench/flame", "hours": 1})).json()["token"]
-    creds = await enroll(f"127.0.0.1:{GRPC + 1}", ca, host_id, token)
-    channel = grpc.aio.secure_channel(f"127.0.0.1:{GRPC}", grpc.ssl_channel_credentials(
+    creds = await enroll(f"127.0.0.1:{backend.enroll}", (backend.data / "tls" / "ca.pem").read_bytes(), host_id, token)
+    channel = grpc.aio.secure_channel(f"127.0.0.1:{backend.grpc}", grpc.ssl_channel_credentials(
         root_certificates=creds.ca_pem, private_key=creds.key_pem, certificate_chain=creds.cert_pem))
     call = pb_grpc.AgentServiceStub(channel).Connect()
     instance = uuid.uuid4().hex
@@ -164,33 +162,15 @@ def iso(ms: int) -> str:
 
 async def main() -> None:
     data = Path(tempfile.mkdtemp(prefix="hotpath-flame-"))
-    env = dict(os.environ, HOTPATH_DATA_DIR=str(data), HOTPATH_HTTP_PORT=str(HTTP), HOTPATH_GRPC_PORT=str(GRPC),
-               HOTPATH_HTTP_HOST="127.0.0.1", HOTPATH_GRPC_HOST="127.0.0.1", HOTPATH_LOG_LEVEL="WARNING",
-               HOTPATH_STATIC_DIR=str(ROOT / "frontend" / "dist"))
-    env.pop("DATABASE_URL", None)
-    log = open(data / "backend.log", "ab")  # noqa: SIM115, ASYNC230 - the child keeps it
-    # HOTPATH_FLAME_PROFILE=FILE: run the backend under cProfile (stats written to FILE when it stops).
-    profile = os.environ.get("HOTPATH_FLAME_PROFILE")
-    prof = ["-m", "cProfile", "-o", profile] if profile else []
-    backend = subprocess.Popen([sys.executable, *prof, "-m", "app"], cwd=ROOT / "backend", env=env,  # noqa: ASYNC220
-                               stdout=log, stderr=log)
+    os.environ.update(HOTPATH_STATIC_DIR=str(ROOT / "frontend" / "dist"), HOTPATH_LOG_LEVEL="WARNING")
+    backend = Backend(data)  # on free ports, as the backend's own tests start one
     done = False
     try:
-        for _ in range(600):
-            try:
-                healthy = httpx.get(f"{URL}/api/v1/health", timeout=2).status_code == 200  # noqa: ASYNC210
-                if healthy and (data / "admin-password").exists():
-                    break
-            except httpx.HTTPError:
-                pass
-            if backend.poll() is not None:
-                raise SystemExit(f"the backend exited; see {data / 'backend.log'}")
-            await asyncio.sleep(0.2)
+        await backend.start()
         password = (data / "admin-password").read_text().strip()
-        token = httpx.post(f"{URL}/api/v1/auth/login",  # noqa: ASYNC210
-                           json={"username": "admin", "password": password}).json()["access_token"]
-        api = httpx.AsyncClient(base_url=URL, headers={"Authorization": f"Bearer {token}"}, timeout=120)
-        host_id, start_ms, end_ms, sent = await seed(api, (data / "tls" / "ca.pem").read_bytes())
+        api = await backend.admin()
+        api.timeout = httpx.Timeout(120)
+        host_id, start_ms, end_ms, sent = await seed(backend, api)
         query = f"/api/v1/hosts/{host_id}/flamegraph?from={iso(start_ms)}&to={iso(end_ms)}"
         times = []
         body = b""
@@ -209,10 +189,12 @@ async def main() -> None:
             f"{len(gzip.compress(body, 6)) / 1024:.0f} KiB gzipped")
         await api.aclose()
         out = subprocess.run(  # noqa: ASYNC221 - nothing else runs meanwhile
+            # Results in a folder of its own: Playwright empties its output folder when it starts.
             ["npx", "playwright", "test", "--config", "playwright.bench.config.ts", "--no-deps", "--project=bench",
-             "bench/flame.spec.ts"], cwd=ROOT / "e2e", capture_output=True, text=True,
-            env=dict(os.environ, HOTPATH_E2E_URL=URL, HOTPATH_E2E_ADMIN_PASSWORD=password, HOTPATH_FLAME_HOST=host_id,
-                     HOTPATH_FLAME_FROM=iso(start_ms), HOTPATH_FLAME_TO=iso(end_ms)))
+             f"--output={data / 'playwright'}", "bench/flame.spec.ts"],
+            cwd=ROOT / "e2e", capture_output=True, text=True,
+            env=dict(os.environ, HOTPATH_E2E_URL=backend.url, HOTPATH_E2E_ADMIN_PASSWORD=password,
+                     HOTPATH_FLAME_HOST=host_id, HOTPATH_FLAME_FROM=iso(start_ms), HOTPATH_FLAME_TO=iso(end_ms)))
         lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip().startswith("flame ")]
         for ln in lines:
             say(ln)
@@ -228,11 +210,8 @@ async def main() -> None:
               f"drawn in {drawn:.0f} ms, longest task {longest:.0f} ms ({verdict})")
         done = True
     finally:
-        backend.send_signal(signal.SIGTERM)
-        try:
-            backend.wait(30)
-        except subprocess.TimeoutExpired:
-            backend.kill()
+        if backend.proc is not None and backend.proc.returncode is None:
+            await backend.kill(signal.SIGTERM)
         if done:
             shutil.rmtree(data, ignore_errors=True)
         else:

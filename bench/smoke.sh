@@ -52,7 +52,6 @@ run_one() {
 	echo "[bench smoke] $name ..." >&2
 	HOTPATH_CHAOS_HTTP_PORT=$http HOTPATH_CHAOS_GRPC_PORT=$grpc \
 		HOTPATH_INGEST_HTTP_PORT=$((http + 1)) HOTPATH_INGEST_GRPC_PORT=$((grpc + 2)) \
-		HOTPATH_FLAME_HTTP_PORT=$((http + 1)) HOTPATH_FLAME_GRPC_PORT=$((grpc + 2)) \
 		HOTPATH_E2E_HTTP_PORT=$((http + 2)) HOTPATH_E2E_GRPC_PORT=$((grpc + 4)) \
 		timeout -k 10 "$limit" "./bench/$name" --smoke >"$logs/$name.log" 2>&1
 	rc=$?
