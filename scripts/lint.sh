@@ -5,7 +5,8 @@
 #   agent     clang-format (agent/.clang-format)
 #   python    ruff (lint and import order) and mypy (types), configured in backend/pyproject.toml, over the
 #             backend, its tests, the agent's Python stream tests, the Python benchmarks and the kernel
-#             lane's checks
+#             lane's checks; import-linter (lint-imports): the layers of backend/app and no import cycles
+#             between the modules of a package, also configured in backend/pyproject.toml
 #   console   ESLint: typescript-eslint with type information, React hooks rules (frontend/eslint.config.js)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,7 @@ check "agent: clang-format" make -s -C agent lint
 py=backend/.venv/bin
 check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench e2e/kernel-lane
 check "python: mypy" bash -c "cd backend && .venv/bin/mypy"
+check "python: layers" bash -c "cd backend && .venv/bin/lint-imports --no-cache"
 check "console: eslint" bash -c 'cd frontend && npx eslint --max-warnings 0 .'
 
 echo "$passed passed, $failed failed"

@@ -4,22 +4,20 @@ session factory, signing key, the certificate authority, this replica's id, the 
 registry of connected agents, the commands service, the ingest writer, the replicas' bus and the
 backend's own metrics.
 Routes reach it through `request.app.state.runtime`; tests build their own."""
+import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.core.bus import Bus
 from app.core.config import Settings
-from app.live import LiveHub
-from app.metrics import Metrics
-
-if TYPE_CHECKING:
-    from app.bus import Bus
-    from app.commands import Commands
-    from app.core.pki import Pki
-    from app.grpc.agent_service import AgentRegistry
-    from app.plans import Plans
-    from app.series.writer import IngestWriter
+from app.core.live import LiveHub
+from app.core.metrics import Metrics
+from app.core.pki import Pki
+from app.domain.commands import Commands
+from app.domain.plans import Plans
+from app.domain.sessions import AgentRegistry
+from app.storage.ingest import IngestWriter
 
 
 @dataclass
@@ -28,15 +26,15 @@ class Runtime:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
     secret_key: bytes
-    pki: "Pki"
+    pki: Pki
     replica_id: str
+    hub: LiveHub
+    metrics: Metrics
+    agents: AgentRegistry
+    commands: Commands
+    plans: Plans
+    writer: IngestWriter
+    database_url: str
     enroll_port: int = 0  # where agents enrol, once the gRPC server listens
-    hub: LiveHub = field(default_factory=LiveHub)
-    metrics: Metrics = field(default_factory=Metrics)
-    agents: "AgentRegistry" = None  # type: ignore[assignment]  # set by app.server.build_runtime
-    commands: "Commands" = None  # type: ignore[assignment]  # set by app.server.build_runtime
-    plans: "Plans" = None  # type: ignore[assignment]  # set by app.server.build_runtime
-    writer: "IngestWriter" = None  # type: ignore[assignment]  # set by app.server.build_runtime
-    bus: "Bus | None" = None  # started with the servers
-    database_url: str = ""
-    background: list = field(default_factory=list)  # the servers' background tasks
+    bus: Bus | None = None  # started with the servers
+    background: list[asyncio.Task] = field(default_factory=list)  # the servers' background tasks

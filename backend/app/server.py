@@ -22,18 +22,21 @@ import orjson
 import uvicorn
 from sqlalchemy import create_engine, text
 
-from app import bus as bus_module
-from app import catalog, crud, samples
-from app.commands import Commands
+from app.agents.service import create_grpc_server
+from app.api.main import create_app
+from app.core import bus as bus_module
 from app.core import pki as pki_module
 from app.core.config import Settings, normalise_database_url
 from app.core.db import EmbeddedPostgres, make_engine, make_sessionmaker, upgrade_database
+from app.core.live import LiveHub
+from app.core.metrics import Metrics
 from app.core.security import hash_password, read_or_create_secret
-from app.grpc.agent_service import AgentRegistry, create_grpc_server
-from app.main import create_app
-from app.plans import Plans
+from app.domain.commands import Commands
+from app.domain.plans import Plans
+from app.domain.sessions import AgentRegistry
 from app.runtime import Runtime
-from app.series.writer import IngestWriter
+from app.storage import catalog, hosts, samples
+from app.storage.ingest import IngestWriter
 
 log = logging.getLogger("hotpath")
 
@@ -98,20 +101,20 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
     assert prepared.pki is not None
     engine = make_engine(prepared.database_url)
     replica = settings.replica_id or f"{socket.gethostname()}:{settings.grpc_port}"
-    runtime = Runtime(settings=settings, engine=engine, sessionmaker=make_sessionmaker(engine),
-                      secret_key=prepared.secret_key, pki=prepared.pki, replica_id=replica)
-    runtime.agents = AgentRegistry(runtime)
-    runtime.commands = Commands(runtime)
-    runtime.plans = Plans(runtime)
+    sessionmaker = make_sessionmaker(engine)
+    hub, metrics, agents = LiveHub(), Metrics(), AgentRegistry(engine)
+    commands = Commands(settings, sessionmaker, hub, metrics, agents, replica)
+    plans = Plans(settings, sessionmaker, hub, commands)
 
     def committed(items, seconds: float) -> None:
-        runtime.metrics.ingest_commits.inc()
+        metrics.ingest_commits.inc()
 
-    runtime.writer = IngestWriter(engine, on_commit=committed)
-    runtime.database_url = prepared.database_url
-    crud.set_clock_skew(settings.max_clock_skew_s)
-    runtime.metrics.bind(runtime)
-    return runtime
+    writer = IngestWriter(engine, on_commit=committed)
+    hosts.set_clock_skew(settings.max_clock_skew_s)
+    metrics.bind(lambda: len(agents.sessions), lambda: hub.subscriber_count)
+    return Runtime(settings=settings, engine=engine, sessionmaker=sessionmaker, secret_key=prepared.secret_key,
+                   pki=prepared.pki, replica_id=replica, hub=hub, metrics=metrics, agents=agents, commands=commands,
+                   plans=plans, writer=writer, database_url=prepared.database_url)
 
 
 async def reset_presence(runtime: Runtime) -> None:

@@ -29,10 +29,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from app import enrolment
-from app.catalog_digest import piece_digest
-from app.proto import pb, pb_grpc
-from app.stacks import stack_id
+from app.domain import enrolment
+from app.protocol.catalog_digest import piece_digest
+from app.protocol.proto import pb, pb_grpc
+from app.storage.stacks import stack_id
 
 PLAN_FIXTURE = Path(__file__).parent / "fixtures" / "plan_group.json"
 KERNEL_BASE = 0xFFFFFFFF81000000
@@ -501,7 +501,7 @@ class ScriptedAgent:
         if kind == "install_plan":
             ip = command.install_plan
             plan = json.loads(ip.plan_json)
-            from app.plan_check import Code, code_hash
+            from app.domain.plan_check import Code, code_hash
             have = code_hash(Code.model_validate(plan["code"]))
             if have != ip.approved_code_sha256 or have != plan["code"]["sha256"]:
                 detail = {"status": "refused", "root": plan["root"], "error": "the plan's code is not the approved one"}

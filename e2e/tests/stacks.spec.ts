@@ -120,7 +120,7 @@ test("the pprof download is a profile standard tools read", async ({ page }) => 
   writeFileSync(script, [
     "import gzip, json, sys",
     "sys.path.insert(0, 'backend')",
-    "from app.proto import profile_pb",
+    "from app.protocol.proto import profile_pb",
     "p = profile_pb.Profile.FromString(gzip.decompress(open(sys.argv[1], 'rb').read()))",
     "st = p.string_table",
     "names = {f.id: st[f.name] for f in p.function}",

@@ -3,7 +3,7 @@
 
 The real hotpathd measures pr_root (agent/tests/fixtures/group.c) with its blocks while three threads
 of the threads fixture call it in a loop; the scripted backend stand-in of test_stream.py receives the
-intervals, and each one is checked by the backend's own checker (app.measured_edges.check_edges),
+intervals, and each one is checked by the backend's own checker (app.protocol.measured_edges.check_edges),
 which refuses an interval whose edges do not conserve flow at a measured block. Probes attached one
 by one used to count while their neighbours were not attached yet, so the first interval's block
 counts came from different sets of executions, and counters read one row after another while the
@@ -26,8 +26,8 @@ from test_measurements import (
 )
 from test_stream import standin_servers
 
-from app.agent_input import InvalidInput
-from app.measured_edges import FunctionShape, check_edges, shape_edges
+from app.protocol.agent_input import InvalidInput
+from app.protocol.measured_edges import FunctionShape, check_edges, shape_edges
 
 ARMINGS = 4
 THREADS = 8  # more busy threads than cores: the agent reads its counters while they run

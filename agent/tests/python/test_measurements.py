@@ -200,7 +200,7 @@ def test_attach_a_process_by_pid_announces_a_target_with_its_modules(agent, prog
 
 
 def test_a_process_modules_catalog_hashes_to_its_digest_with_its_build_id(agent):
-    from app.catalog_digest import piece_digest
+    from app.protocol.catalog_digest import piece_digest
 
     functions = _catalog(agent.session, agent.main.digest)
     assert len(functions) == agent.main.function_count
@@ -208,7 +208,7 @@ def test_a_process_modules_catalog_hashes_to_its_digest_with_its_build_id(agent)
     build = "elf:" + agent.main.build_id
     assert piece_digest(build, agent.main.name, agent.main.base_address, ordered) == agent.main.digest
     # Its named call targets agree with the functions they name (the backend refuses a piece otherwise).
-    from app.catalog import TargetCheck, check_targets, function_rows
+    from app.storage.catalog import TargetCheck, check_targets, function_rows
 
     targets = TargetCheck(agent.main.name)
     for _ in function_rows("check", agent.main.base_address, ordered, targets):

@@ -338,22 +338,22 @@ def test_welcome_with_missing_digest_yields_the_catalog(agent):
 
 
 def test_backend_recomputes_the_agents_catalog_digest(agent):
-    """The backend's canonical encoding (app.catalog_digest) gives the real agent's digest for the
+    """The backend's canonical encoding (app.protocol.catalog_digest) gives the real agent's digest for the
     live kernel's whole catalog, so honest pieces verify and anything else does not."""
-    from app.catalog_digest import piece_digest
+    from app.protocol.catalog_digest import piece_digest
 
     functions = [agent.catalog[i] for i in range(len(agent.catalog))]
     build = agent.hello.kernel_build_id or agent.hello.kernel_release
     core_base = agent.hello.modules[0].base_address
     assert piece_digest(build, "vmlinux", core_base, functions) == agent.vmlinux.digest
     # And every function the real agent sends passes the backend's checks of the model's invariants.
-    from app.agent_input import check_function
+    from app.protocol.agent_input import check_function
 
     for i, f in enumerate(functions):
         check_function(f, i)
     # And every named call and tail-call target the real agent sends agrees with the function it names
-    # where the piece holds it (app.catalog.TargetCheck), so honest pieces are not refused for their targets.
-    from app.catalog import TargetCheck, check_targets, function_rows
+    # where the piece holds it (app.storage.catalog.TargetCheck), so honest pieces are not refused for their targets.
+    from app.storage.catalog import TargetCheck, check_targets, function_rows
 
     targets = TargetCheck("vmlinux")
     for _ in function_rows("check", agent.vmlinux.base_address, functions, targets):
@@ -424,7 +424,7 @@ def test_stacks_travel_with_ids_the_backend_recomputes_and_definitions_stop_once
     samples, and a stack defined in an acknowledged batch is later counted by id alone. A process spinning
     in one known chain (main -> cc_outer -> cc_middle -> cc_inner) keeps some stacks recurring even when a
     loaded machine never runs its idle task."""
-    from app.agent_input import check_batch, check_stacks
+    from app.protocol.agent_input import check_batch, check_stacks
     fixture = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "callchain.c"
     spin = tmp_path / "callchain"
     subprocess.run(["gcc", "-O1", "-fno-omit-frame-pointer", "-fno-inline", "-o", str(spin), str(fixture)],

@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from app.core.config import normalise_database_url
-from app.models import Base
+from app.storage.models import Base
 
 config = context.config
 target_metadata = Base.metadata

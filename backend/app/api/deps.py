@@ -11,10 +11,10 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import crud
 from app.core.security import decode_access_token, token_issued_at
-from app.models import ROLES, User
 from app.runtime import Runtime
+from app.storage import users
+from app.storage.models import ROLES, User
 
 _bearer = HTTPBearer(auto_error=False)
 
@@ -47,7 +47,7 @@ async def user_from_token(runtime: Runtime, session: AsyncSession, token: str | 
         user_id = uuid.UUID(subject)
     except ValueError:
         return None
-    user = await crud.get_user(session, user_id)
+    user = await users.get_user(session, user_id)
     if user is None or user.disabled_at is not None:  # disabled: its tokens stop at once
         return None
     if user.sessions_valid_after is not None:  # a password reset or a disable ended the older tokens

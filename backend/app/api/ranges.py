@@ -10,8 +10,8 @@ from fastapi import Depends, HTTPException, Query
 
 from app.api.deps import RuntimeDep
 from app.api.responses import Responses
-from app.samples import RangeSpec
-from app.schemas import Message
+from app.api.schemas import Message
+from app.storage.samples import RangeSpec
 
 DEFAULT_WINDOW_S = 10
 BAD_RANGE: Responses = {400: {"model": Message, "description": "The time range is not valid"}}

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from app.schemas import Message
+from app.api.schemas import Message
 
 # Error responses every route of a kind can give, for the OpenAPI document (each carries {"detail": ...}).
 Responses = dict[int | str, dict[str, Any]]

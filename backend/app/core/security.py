@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
@@ -95,7 +96,7 @@ def token_issued_at(key: bytes, token: str) -> float | None:
         return None
 
 
-def read_or_create_secret(path: Path, make) -> str:
+def read_or_create_secret(path: Path, make: Callable[[], str]) -> str:
     """Read a secret file, creating it with mode 0600 on first use (O_EXCL so two starts cannot race)."""
     try:
         return path.read_text().strip()

@@ -36,7 +36,7 @@ def test_enrolment_requests_keep_their_key_across_the_per_key_migration(postgres
     keeps one request per host id."""
     from sqlalchemy import text
 
-    from app.enrolment import key_fingerprint
+    from app.domain.enrolment import key_fingerprint
     from tests.scripted_agent import make_csr
 
     url = _recreate_database(postgres_url, "hotpath_migration_0007")

@@ -4,7 +4,7 @@ import time
 
 from sqlalchemy import text
 
-from app.samples import prune_samples
+from app.storage.samples import prune_samples
 from tests.scripted_agent import wait_until
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
-from app.proto import pb
+from app.protocol.proto import pb
 from tests.backend_process import BACKEND_DIR, Backend, _postgres_gone, _started
 from tests.conftest import _recreate_database
 from tests.scripted_agent import ScriptedAgent, wait_for_ack, wait_until

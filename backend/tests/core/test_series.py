@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from app import samples
-from app.series import partitions, rollups
-from app.series.layout import SLOTS
-from app.series.writer import Item, PointRow, SampleRow
+from app.storage import samples
+from app.storage.ingest import Item, PointRow, SampleRow
+from app.storage.series import partitions, rollups
+from app.storage.series.layout import SLOTS
 from tests.scripted_agent import wait_until
 
 T0 = datetime(2001, 1, 1, 12, 0, tzinfo=UTC)
@@ -206,10 +206,10 @@ async def test_measurement_rollups_keep_every_slot_and_the_measured_seconds(back
 
 
 async def test_rows_written_as_copy_text_read_back_exactly_whatever_their_text(backend, unique):
-    """The writer builds COPY text itself (app.series.copytext): command names with quotes, backslashes,
+    """The writer builds COPY text itself (app.storage.series.copytext): command names with quotes, backslashes,
     tabs, commas, braces, NULL-like words and non-ASCII, long arrays, idle flags, instruction counts and
     missing measurement values all read back as written."""
-    from app.stacks import BatchStacks
+    from app.storage.stacks import BatchStacks
     host = f"copy-{unique}"
     ts = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     comms = ['a"b', "back\\slash", "tab\there", "com,ma", "{brace}", "NULL", "ünï", "new\nline", ""]

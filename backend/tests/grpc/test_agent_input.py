@@ -8,7 +8,7 @@ import time
 import grpc
 import pytest
 
-from app.proto import pb
+from app.protocol.proto import pb
 from tests.scripted_agent import kernel_functions, wait_catalog_complete, wait_until
 
 
@@ -339,7 +339,7 @@ def _cpu(b):
 
 def _rehash(b):
     """Give the edited first stack the id its frames hash to, so the check under test is the one that fails."""
-    from app.stacks import stack_id
+    from app.storage.stacks import stack_id
     s = b.stacks.stacks[0]
     mods = b.stacks.modules
     s.id = stack_id([(1, mods[f.module].digest, f.function_index, f.offset) if mods[f.module].kind == 1 else

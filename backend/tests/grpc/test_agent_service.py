@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from app.proto import pb, pb_grpc
+from app.protocol.proto import pb, pb_grpc
 from tests.scripted_agent import Credentials, ScriptedAgent, kernel_functions, wait_until
 
 BACKEND_DIR = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from app.proto import pb
+from app.protocol.proto import pb
 from tests.conftest import make_user, token_for
 from tests.scripted_agent import PROCESS_BUILD_ID, wait_catalog_complete, wait_for_ack, wait_until
 
@@ -313,7 +313,7 @@ async def test_reconnect_restores_targets_and_measurements_from_hello(backend, c
 async def test_partial_timestamps_are_refused_like_metric_batches(backend, client, unique):
     """Measurement intervals far ahead of the backend's clock are refused, recorded, and a run of them flags
     the host."""
-    from app.grpc.agent_service import CLOCK_AHEAD_RUN
+    from app.agents.clock import CLOCK_AHEAD_RUN
     host_id = f"skew-{unique}"
     agent = await _online(backend, client, host_id)
     vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")

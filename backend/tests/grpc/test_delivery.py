@@ -6,7 +6,7 @@ stamped outside [now - retention, now + skew] is refused, recorded, and flags th
 without hiding the host's real data."""
 import time
 
-from app.proto import pb
+from app.protocol.proto import pb
 from tests.scripted_agent import wait_catalog_complete, wait_for_ack
 
 NS = 10**9
@@ -67,7 +67,7 @@ async def test_numbers_that_never_arrive_and_reported_gaps_are_recorded_and_show
 
 
 async def test_batches_from_2262_are_refused_flag_the_clock_and_do_not_hide_real_data(backend, client, unique):
-    from app.grpc.agent_service import CLOCK_AHEAD_RUN
+    from app.agents.clock import CLOCK_AHEAD_RUN
     host_id = f"future-{unique}"
     agent = await _ready(backend, client, host_id)
     year_2262 = 9_200_000_000 * NS

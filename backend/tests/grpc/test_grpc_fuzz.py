@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from app.proto import pb
+from app.protocol.proto import pb
 
 EXAMPLES = int(os.environ.get("HOTPATH_GRPC_FUZZ_EXAMPLES", "60"))
 BAD_CODES = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
@@ -131,7 +131,7 @@ def plausible_batch(draw):
 def plausible_stacks(draw, total: int):
     """Stacks close to real ones: ids that match their frames (or not), frames in the host's catalog or
     past it, user files, addresses, counts that add up (or not)."""
-    from app.stacks import stack_id
+    from app.storage.stacks import stack_id
     digest = draw(_HEX)
     modules = [pb.FrameModule(kind=1, digest=digest, name="vmlinux"), pb.FrameModule(kind=3, name=draw(_TEXT)),
                pb.FrameModule(kind=draw(st.integers(0, 5)))]

@@ -9,9 +9,9 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from app import enrolment
 from app.core import pki
-from app.proto import pb
+from app.domain import enrolment
+from app.protocol.proto import pb
 from tests.conftest import make_user, token_for
 from tests.scripted_agent import Credentials, ScriptedAgent, enroll, make_csr, new_token, wait_until
 
@@ -234,7 +234,7 @@ async def test_a_request_left_from_before_enrolment_cannot_be_approved(backend, 
     await backend.credentials(host_id)
     _key, csr = make_csr(host_id)
     async with backend.runtime.sessionmaker() as db:  # a row kept from before the host enrolled (an upgrade)
-        from app.models import EnrolmentRequest
+        from app.storage.models import EnrolmentRequest
         db.add(EnrolmentRequest(host_id=host_id, key_fingerprint=enrolment.key_fingerprint(csr), hostname="x",
                                 csr_pem=csr, peer="ipv4:10.9.9.9:1"))
         await db.commit()

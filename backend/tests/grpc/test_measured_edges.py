@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from app.proto import pb
+from app.protocol.proto import pb
 from tests.grpc.test_commands import _measure, _online
 from tests.scripted_agent import wait_for_ack
 
@@ -95,8 +95,8 @@ async def test_an_agent_lying_about_edges_is_refused_and_nothing_is_stored(backe
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from app.agent_input import InvalidInput  # noqa: E402
-from app.measured_edges import IN_FLIGHT, FunctionShape, check_edges, shape_edges  # noqa: E402
+from app.protocol.agent_input import InvalidInput  # noqa: E402
+from app.protocol.measured_edges import IN_FLIGHT, FunctionShape, check_edges, shape_edges  # noqa: E402
 
 _BLOCKS = [[0, 16, 4, [[1, 16, ""], [2, 32, ""]]], [16, 16, 3, [[1, 32, ""]]], [32, 16, 2, [[3, -5, "ksys_read"]]]]
 _SHAPE = FunctionShape(row=0, edges=shape_edges(_BLOCKS), block_rows={0: 1, 16: 2, 32: 3}, basis="exact")

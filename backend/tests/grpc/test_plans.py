@@ -15,7 +15,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from app.plan_check import Code, code_hash
+from app.domain.plan_check import Code, code_hash
 from tests.conftest import make_user, token_for
 from tests.scripted_agent import PLAN_FIXTURE, wait_for_ack, wait_until
 
@@ -592,7 +592,7 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
     """The agent lists what its journals hold in Hello (the real agent's side: agent/tests/python/test_plans.py);
     the backend settles plans no flow runs from it on each connect, and trusts a listing only when it is the
     approved plan in the plan's process. The agent here is the scripted fake."""
-    from app.proto import pb
+    from app.protocol.proto import pb
     host_id = f"hello-{unique}"
     agent, digest = await _host_with_process(backend, client, host_id)
     ap_user = await make_user(client, "approver", unique)
@@ -682,8 +682,8 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
 async def test_a_hello_listing_1024_unknown_installs_is_audited_once_in_one_row(backend, unique):
     """An agent that lists 1024 installs no plan has, on every reconnect: one audit row naming the count and
     a bounded list of ids, none for a reconnect with the same list, one more when the list changes."""
-    from app.agent_input import MAX_INSTALLS
-    from app.proto import pb
+    from app.protocol.agent_input import MAX_INSTALLS
+    from app.protocol.proto import pb
     host_id = f"flood-{unique}"
     agent = await backend.agent(host_id, kernel_tag=f"k-{host_id}")
     ids = [f"ghost-{n:04d}" for n in range(MAX_INSTALLS)]
@@ -721,7 +721,7 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
     and every Hello settle it from what the agent reports — gone → `reverted`, still installed → `installed`
     with the error that the revert did not complete — and a revert the agent runs again and answers
     `nothing_installed` agrees with them. The agent here is the scripted fake."""
-    from app.proto import pb
+    from app.protocol.proto import pb
     host_id = f"unrevert-{unique}"
     agent, digest, approver, base, plans, grace = await _reconcile_setup(backend, client, unique, host_id)
 

@@ -6,7 +6,7 @@ online and the next, consistent interval is stored. Real backend and Postgres, a
 real stream."""
 import time
 
-from app.proto import pb
+from app.protocol.proto import pb
 from tests.grpc.test_commands import _measure, _online
 from tests.grpc.test_measured_edges import VALUES, _edges
 from tests.scripted_agent import wait_for_ack

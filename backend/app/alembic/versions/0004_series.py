@@ -9,7 +9,7 @@
 - measurements and measurement_resources: what a measurement measures (its rows, each with how its
   metrics are served) and where it is.
 - The series are range-partitioned by time (hourly raw partitions, daily rollup partitions, created
-  ahead and dropped whole for retention by app.series): sample_intervals holds one row per host and
+  ahead and dropped whole for retention by app.storage.series): sample_intervals holds one row per host and
   interval with the interval's totals (idle and stack samples included) and its block counts in
   parallel arrays (with each block's idle flag, and the per-instruction counts as arrays naming their
   block by position); it replaces block_samples and interval_totals. measurement_points holds one row per
@@ -205,7 +205,7 @@ def upgrade() -> None:
         ) PARTITION BY RANGE (ts)""")
     op.execute("CREATE INDEX ix_stack_samples_host_ts ON stack_samples (host_id, ts)")
 
-    # Partitions for the data being moved and for the next hours (app.series keeps them ahead).
+    # Partitions for the data being moved and for the next hours (app.storage.series keeps them ahead).
     bind = op.get_bind()
     oldest = bind.execute(sa.text("""
         SELECT least((SELECT min(ts) FROM interval_totals),

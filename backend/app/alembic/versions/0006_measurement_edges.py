@@ -2,7 +2,7 @@
 """Edge counts of measured functions, alongside their values.
 
 measurement_points gains six parallel arrays, one element per CFG edge the agent derived in that
-interval (app.measured_edges checks them): the function's row, the from and to block offsets (-1 where
+interval (app.protocol.measured_edges checks them): the function's row, the from and to block offsets (-1 where
 the edge enters or leaves the function), the edge kind and label (the proto's EdgeKind and EdgeLabel
 numbers) and the count. They live in the same hourly partitions as the values, so retention drops them
 with their interval; the rollups do not carry them (edge counts are read from raw intervals).

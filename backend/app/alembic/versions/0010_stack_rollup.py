@@ -3,8 +3,8 @@
 
 A flame graph of an hour read every interval's row of every stack (3600 rows per stack at 1 s); whole
 minutes below the rollups' minute watermark are now read from `stack_samples_1m` (at most 60 rows per
-stack and context), the edges of the range from the raw rows (app.stacks). The rollup is kept like the
-other minute rollups (app.series.rollups): by the rollup task as minutes complete, and by the ingest
+stack and context), the edges of the range from the raw rows (app.storage.stacks). The rollup is kept like the
+other minute rollups (app.storage.series.rollups): by the rollup task as minutes complete, and by the ingest
 writer for stacks that arrive below the watermark. Partitioned by hour like the raw stacks, and dropped
 with them (the stacks' retention). Stacks already stored below the watermark are summed here.
 

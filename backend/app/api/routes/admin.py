@@ -6,11 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
 
-from app import enrolment
 from app.api.deps import AdminUser, RuntimeDep, SessionDep
 from app.api.responses import BAD_BODY, NOT_FOUND
 from app.api.routes.hosts import HostId
-from app.schemas import (
+from app.api.schemas import (
     EnrolmentRejected,
     EnrolmentRejectMany,
     EnrolmentRequestPublic,
@@ -19,6 +18,7 @@ from app.schemas import (
     EnrolmentTokenPublic,
     Message,
 )
+from app.domain import enrolment
 
 router = APIRouter(tags=["admin"])
 TokenId = Annotated[uuid.UUID, Path(description="An enrolment token's id")]
@@ -90,12 +90,12 @@ async def reject_enrolment(request_id: RequestId, session: SessionDep, admin: Ad
 @router.post("/hosts/{host_id}/retire", status_code=status.HTTP_204_NO_CONTENT, responses=NOT_FOUND)
 async def retire_host(host_id: HostId, session: SessionDep, runtime: RuntimeDep, admin: AdminUser) -> None:
     """Retire a host: its certificate stops working and its stream ends; its data stays."""
-    if not await enrolment.retire_host(runtime, session, host_id, admin.username):
+    if not await enrolment.retire_host(runtime.agents, session, host_id, admin.username):
         raise HTTPException(404, "Host not found")
 
 
 @router.delete("/hosts/{host_id}", status_code=status.HTTP_204_NO_CONTENT, responses=NOT_FOUND)
 async def delete_host(host_id: HostId, session: SessionDep, runtime: RuntimeDep, admin: AdminUser) -> None:
     """Delete a host with its samples, gaps and modules (shared catalog pieces stay)."""
-    if not await enrolment.delete_host(runtime, session, host_id, admin.username):
+    if not await enrolment.delete_host(runtime.agents, session, host_id, admin.username):
         raise HTTPException(404, "Host not found")

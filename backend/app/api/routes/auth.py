@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, HTTPException, Request, status
 from sqlalchemy import text
 
-from app import crud
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.responses import BAD_BODY, SIGNED_IN
+from app.api.schemas import LoginRequest, Message, Token, UserPublic
 from app.core.security import DUMMY_PASSWORD_HASH, create_access_token, verify_password
-from app.schemas import LoginRequest, Message, Token, UserPublic
+from app.storage import audit_log, users
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 _attempts: dict[str, deque[float]] = {}  # client address -> times of recent attempts
@@ -53,7 +53,7 @@ async def _lock_user(session, user, username: str, client: str, seconds: float) 
         WHERE id = :id AND (locked_until IS NULL OR locked_until <= now()) RETURNING id"""),
         {"id": user.id, "s": seconds})).scalar_one_or_none()
     if locked is not None:
-        crud.audit(session, username, "login_locked", str(user.id), {"client": client, "seconds": seconds})
+        audit_log.record(session, username, "login_locked", str(user.id), {"client": client, "seconds": seconds})
 
 
 @router.post("/login", response_model=Token,
@@ -65,7 +65,7 @@ async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, sessi
     if _too_many(client, settings.login_attempts_per_minute):
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, "Too many sign-in attempts from this address",
                             headers={"Retry-After": "60"})
-    user = await crud.get_user_by_username(session, body.username)
+    user = await users.get_user_by_username(session, body.username)
     limit = settings.login_failures_before_lockout
     lockout = settings.login_lockout_s
     # Each attempt is counted as a failure BEFORE the (slow) password check and cleared on success, so
@@ -103,17 +103,17 @@ async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, sessi
                 await _lock_user(session, user, body.username, client, lockout)
             else:
                 _unknown_failures[body.username] = (0, time.monotonic() + lockout)
-        crud.audit(session, body.username, "login_failed", None, {"client": client})
+        audit_log.record(session, body.username, "login_failed", None, {"client": client})
         await session.commit()
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "Incorrect username or password",
                             headers={"WWW-Authenticate": "Bearer"})
     if user.disabled_at is not None:
-        crud.audit(session, user.username, "login_failed", str(user.id), {"client": client, "reason": "disabled"})
+        audit_log.record(session, user.username, "login_failed", str(user.id), {"client": client, "reason": "disabled"})
         await session.commit()
         raise HTTPException(status.HTTP_403_FORBIDDEN, "This account is disabled")
     await session.execute(text("UPDATE users SET failed_logins = 0, locked_until = NULL WHERE id = :id"),
                           {"id": user.id})
-    crud.audit(session, user.username, "login", str(user.id), {"client": client})
+    audit_log.record(session, user.username, "login", str(user.id), {"client": client})
     await session.commit()
     token = create_access_token(runtime.secret_key, str(user.id), settings.access_token_minutes)
     return Token(access_token=token, user=UserPublic.model_validate(user))

@@ -13,10 +13,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 
-from app import crud
 from app.api.deps import CurrentUser, SessionDep
 from app.api.responses import NOT_FOUND
-from app.schemas import CatalogPublic
+from app.api.schemas import CatalogPublic
+from app.storage import catalog
 
 router = APIRouter(prefix="/catalogs", tags=["catalogs"])
 Digest = Annotated[str, Path(pattern=r"^[0-9a-f]{1,64}$", description="The piece's digest (lower-case hex SHA-256)")]
@@ -50,7 +50,7 @@ async def get_catalog(digest: Digest, request: Request, session: SessionDep, _: 
         return Response(status_code=304, headers=headers)
     entry = _cached(digest)
     if entry is None:
-        body = await crud.catalog_document(session, digest)
+        body = await catalog.catalog_document(session, digest)
         if body is None:
             raise HTTPException(404, "Catalog piece not found (or not yet complete)")
         entry = _remember(digest, body)

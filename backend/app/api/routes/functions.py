@@ -5,13 +5,14 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
-from app import crud, samples
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, SampleRange
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
-from app.grpc.agent_service import CommandFailed, CommandTimeout, HostOffline
-from app.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message, hex64
+from app.api.schemas import FunctionDetail, FunctionSamples, FunctionsPage, InstructionsPublic, Message
+from app.domain.commands import CommandFailed, CommandTimeout, HostOffline
+from app.storage import functions, samples
+from app.storage.models import hex64
 
 router = APIRouter(prefix="/hosts/{host_id}/functions", tags=["functions"])
 FunctionId = Annotated[int, Path(ge=1, le=2**63 - 1, description="A function's id in this backend")]
@@ -28,7 +29,7 @@ async def list_functions(host_id: ExistingHost, session: SessionDep, _: CurrentU
                          offset: int = Query(0, ge=0, le=2**31 - 1), limit: int = Query(100, ge=1, le=100000),
                          target: str = TargetQuery):
     """Search and page through a host's functions; exact name matches come first."""
-    body = await crud.functions_page(session, host_id, q or None, module, sort, spec, offset, limit, target)
+    body = await functions.functions_page(session, host_id, q or None, module, sort, spec, offset, limit, target)
     return Response(body, media_type="application/json")
 
 
@@ -36,7 +37,7 @@ async def list_functions(host_id: ExistingHost, session: SessionDep, _: CurrentU
 async def get_function(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser,
                        spec: SampleRange, target: str = TargetQuery):
     """A function with its basic blocks, successors and callees (at its address in the target)."""
-    detail = await crud.function_detail(session, host_id, function_id, spec, target)
+    detail = await functions.function_detail(session, host_id, function_id, spec, target)
     if detail is None:
         raise HTTPException(404, "Function not found")
     return FastJSON(detail)
@@ -46,7 +47,7 @@ async def get_function(host_id: ExistingHost, function_id: FunctionId, session: 
 async def function_samples(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser,
                            spec: SampleRange):
     """Samples per basic block of a function in the range."""
-    if await crud.get_host_function(session, host_id, function_id) is None:
+    if await functions.get_host_function(session, host_id, function_id) is None:
         raise HTTPException(404, "Function not found")
     return FastJSON(await samples.function_samples(session, host_id, function_id, spec))
 
@@ -57,17 +58,17 @@ async def function_instructions(host_id: ExistingHost, function_id: FunctionId, 
                                 runtime: RuntimeDep, user: CurrentUser, target: str = TargetQuery):
     """The instructions of a function, from the cache or decoded by the host's agent: the program's own
     code (the agent reads the bytes under any probe), with where a running measurement's probe sits."""
-    fn = await crud.get_host_function(session, host_id, function_id, target)
+    fn = await functions.get_host_function(session, host_id, function_id, target)
     if fn is None:
         raise HTTPException(404, "Function not found")
-    start = crud.summary_from_row(fn, 0.0)["address"]
-    instructions = await crud.cached_instructions(session, fn.digest, fn.index)
+    start = functions.summary_from_row(fn, 0.0)["address"]
+    instructions = await functions.cached_instructions(session, fn.digest, fn.index)
     cached = instructions is not None
     if not cached:
         actor = user.username
         await session.rollback()  # do not hold a transaction open while the agent works
         try:
-            instructions = await runtime.agents.inspect_function(host_id, target, fn.digest, fn.index, actor)
+            instructions = await runtime.commands.inspect_function(host_id, target, fn.digest, fn.index, actor)
         except HostOffline:
             raise HTTPException(503, "Host is offline") from None
         except CommandTimeout:
@@ -75,7 +76,7 @@ async def function_instructions(host_id: ExistingHost, function_id: FunctionId, 
         except CommandFailed as exc:
             raise HTTPException(502, f"The agent could not decode the function: {exc}") from None
     assert instructions is not None
-    probes = await crud.probe_offsets(session, host_id, target, fn.digest, fn.index)
+    probes = await functions.probe_offsets(session, host_id, target, fn.digest, fn.index)
     at = set(probes)
     out = []
     for off, length, hexbytes, text in instructions:

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from app.api.deps import RuntimeDep
-from app.schemas import HealthStatus, Message
+from app.api.schemas import HealthStatus, Message
 
 router = APIRouter(prefix="/health", tags=["health"])
 

@@ -4,10 +4,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 
-from app import crud, samples
 from app.api.deps import CurrentUser, SessionDep
 from app.api.responses import NOT_FOUND, FastJSON
-from app.schemas import DataCoverage, HostPublic, ModulePublic
+from app.api.schemas import DataCoverage, HostPublic, ModulePublic
+from app.storage import hosts, samples
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 HostId = Annotated[str, Path(min_length=1, max_length=256, description="The host id its agent reports")]
@@ -16,7 +16,7 @@ HostId = Annotated[str, Path(min_length=1, max_length=256, description="The host
 async def existing_host(host_id: HostId, session: SessionDep, _: CurrentUser) -> str:
     """The path's host id, once the caller is signed in (401 first, so existence is not revealed) and
     the host is known (404 otherwise)."""
-    if not await crud.host_exists(session, host_id):
+    if not await hosts.host_exists(session, host_id):
         raise HTTPException(404, "Host not found")
     return host_id
 
@@ -27,13 +27,13 @@ ExistingHost = Annotated[str, Depends(existing_host)]
 @router.get("", response_model=list[HostPublic])
 async def list_hosts(session: SessionDep, _: CurrentUser):
     """Every host that has ever connected, online or not."""
-    return FastJSON(await crud.list_hosts(session))
+    return FastJSON(await hosts.list_hosts(session))
 
 
 @router.get("/{host_id}", response_model=HostPublic, responses=NOT_FOUND)
 async def get_host(host_id: HostId, session: SessionDep, _: CurrentUser):
     """One host."""
-    host = await crud.get_host_public(session, host_id)
+    host = await hosts.get_host_public(session, host_id)
     if host is None:
         raise HTTPException(404, "Host not found")
     return FastJSON(host)
@@ -45,7 +45,7 @@ async def list_modules(host_id: ExistingHost, session: SessionDep, _: CurrentUse
                                            pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$",
                                            description="The target: the kernel, or an attached process")):
     """The code modules a host's target has loaded, with whether their catalog is stored."""
-    return FastJSON(await crud.list_modules(session, host_id, target))
+    return FastJSON(await hosts.list_modules(session, host_id, target))
 
 
 

@@ -3,7 +3,7 @@
 
 The console sends `{"type": "subscribe", "topics": [...]}` with the topics of its views (`hosts`,
 `host:<id>`, `measurement:<id>`; each message replaces the set) and receives only their events (see
-app.live): host changes, a host's per-interval sample summaries, gaps, targets and commands, a
+app.core.live): host changes, a host's per-interval sample summaries, gaps, targets and commands, a
 measurement's intervals. Subscribing to `hosts` first sends every host as it stands.
 
 Browsers cannot set headers on a WebSocket, so the access token comes as the `token` query parameter;
@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 import orjson
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from app import crud
 from app.api.deps import user_from_token
 from app.core.security import token_expiry
+from app.storage import hosts
 
 router = APIRouter(tags=["live"])
 log = logging.getLogger("hotpath.live")
@@ -71,7 +71,7 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
             runtime.hub.set_topics(sub, topics)
             if "hosts" in new:
                 async with runtime.sessionmaker() as session:
-                    for host in await crud.list_hosts(session):
+                    for host in await hosts.list_hosts(session):
                         sub.put(orjson.dumps({"type": "host", "host": host}))
 
     reader = asyncio.create_task(read_client())

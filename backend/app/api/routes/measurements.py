@@ -2,8 +2,8 @@
 """Measurements: kperfmon's metrics on code resources of a host's targets, started and stopped from
 the console, their rows (how each metric is served), and their values over a time range — the live
 table (sums per resource over the range, and the newest interval) and the charts (per resource, per
-round bucket). Starting and stopping are commands (app.commands); the values are series
-(app.samples). A request names resources by catalog identity (digest, function index, block or
+round bucket). Starting and stopping are commands (app.domain.commands); the values are series
+(app.storage.samples). A request names resources by catalog identity (digest, function index, block or
 instruction offset), never by module name.
 """
 import uuid
@@ -12,14 +12,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 
-from app import commands, measured_edges, measurements, samples, targets
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
 from app.api.ranges import BAD_RANGE, FromQuery, ToQuery, WindowQuery, range_spec
 from app.api.responses import NOT_FOUND, FastJSON, Responses
 from app.api.routes.hosts import ExistingHost
 from app.api.routes.targets import ACCEPTED, CONFLICT, command_response
-from app.models import User
-from app.schemas import (
+from app.api.schemas import (
     CommandPublic,
     MeasurementCfg,
     MeasurementCreate,
@@ -29,6 +27,10 @@ from app.schemas import (
     MeasurementValues,
     Message,
 )
+from app.domain import commands
+from app.protocol import measured_edges
+from app.storage import measurements, samples, targets
+from app.storage.models import User
 
 router = APIRouter(prefix="/hosts/{host_id}/measurements", tags=["measurements"])
 OperatorUser = Annotated[User, Depends(require_role("operator"))]

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Code positioning plans of a host, and their approval workflow (app.plans).
+"""Code positioning plans of a host, and their approval workflow (app.domain.plans).
 
 Making a plan, requesting its approval, installing and reverting it need the operator role; approving
 and rejecting need the approver role and a user other than the one who requested it. Installing is
@@ -11,12 +11,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 
-from app import plans
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
 from app.api.responses import NOT_FOUND, FastJSON, Responses
 from app.api.routes.hosts import ExistingHost
-from app.models import User
-from app.schemas import Message, PlanAuditEntry, PlanCreate, PlanDetail, PlanInstall, PlanPublic, PlanReject, PlanState
+from app.api.schemas import (
+    Message,
+    PlanAuditEntry,
+    PlanCreate,
+    PlanDetail,
+    PlanInstall,
+    PlanPublic,
+    PlanReject,
+    PlanState,
+)
+from app.domain import plan_records, plan_views, plans
+from app.storage.models import User
 
 router = APIRouter(prefix="/hosts/{host_id}/plans", tags=["plans"])
 OperatorUser = Annotated[User, Depends(require_role("operator"))]
@@ -41,7 +50,7 @@ async def make_plan(host_id: ExistingHost, body: PlanCreate, session: SessionDep
     except plans.PlanError as exc:
         _fail(exc)
     await session.commit()
-    plans.publish_state(runtime.hub, host_id, row["id"], row["state"])
+    plan_records.publish_state(runtime.hub, host_id, row["id"], row["state"])
     return FastJSON(row, status_code=202 if created else 200)
 
 
@@ -53,14 +62,14 @@ async def list_plans(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
                      state: list[PlanState] | None = Query(None, description="Only plans in these states"),
                      limit: int = Query(50, ge=1, le=1000)):
     """The host's plans, newest first (without their JSON; with their group's function names)."""
-    return FastJSON(await plans.list_plans(session, host_id, limit, target, digest, function_index, state))
+    return FastJSON(await plan_views.list_plans(session, host_id, limit, target, digest, function_index, state))
 
 
 @router.get("/{plan_id}", response_model=PlanDetail, responses=NOT_FOUND)
 async def get_plan(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, _: CurrentUser):
     """One plan with the agent's plan JSON, the install's and revert's details, and the root's figures
     before and after the install."""
-    out = await plans.get_plan(session, host_id, plan_id)
+    out = await plan_views.get_plan(session, host_id, plan_id)
     if out is None:
         raise HTTPException(404, "Plan not found")
     return FastJSON(out)
@@ -69,9 +78,9 @@ async def get_plan(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDe
 @router.get("/{plan_id}/audit", response_model=list[PlanAuditEntry], responses=NOT_FOUND)
 async def plan_audit(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, _: CurrentUser):
     """Who did what to the plan, and when, oldest first."""
-    if await plans.get_plan(session, host_id, plan_id) is None:
+    if await plan_views.get_plan(session, host_id, plan_id) is None:
         raise HTTPException(404, "Plan not found")
-    return FastJSON(await plans.audit_trail(session, plan_id))
+    return FastJSON(await plan_views.audit_trail(session, plan_id))
 
 
 async def _step(coro, session, runtime):
@@ -81,7 +90,7 @@ async def _step(coro, session, runtime):
         await session.rollback()
         _fail(exc)
     await session.commit()
-    plans.publish_state(runtime.hub, out["host_id"], out["id"], out["state"])
+    plan_records.publish_state(runtime.hub, out["host_id"], out["id"], out["state"])
     return FastJSON(out)
 
 

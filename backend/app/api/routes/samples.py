@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A host's samples over a time range (`window_s`, or `from` and `to`; see app.api.ranges): top
 functions, per-function hotness, the host's samples over time, two ranges (or two hosts) compared, and
-the profile exported. Every read goes through app.samples."""
+the profile exported. Every read goes through app.storage.samples."""
 import csv
 import io
 from datetime import datetime
@@ -9,13 +9,13 @@ from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
 
-from app import crud, samples, stacks
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, SampleRange, range_spec
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
 from app.api.routes.stacks import Filter
-from app.schemas import Comparison, Hotness, Timeline, TopFunctions
+from app.api.schemas import Comparison, Hotness, Timeline, TopFunctions
+from app.storage import hosts, samples, stacks
 
 router = APIRouter(prefix="/hosts/{host_id}", tags=["samples"])
 IncludeIdle = Query(False, description="Rank the kernel's idle-loop functions too (they are counted apart otherwise)")
@@ -59,7 +59,7 @@ async def compare(host_id: ExistingHost, session: SessionDep, runtime: RuntimeDe
     spec_a = range_spec(runtime, None, a_from, a_to, "range A")
     spec_b = range_spec(runtime, None, b_from, b_to, "range B")
     other = b_host or host_id
-    if other != host_id and not await crud.host_exists(session, other):
+    if other != host_id and not await hosts.host_exists(session, other):
         raise HTTPException(404, "Host of range B not found")
     assert spec_a.start is not None and spec_a.end is not None  # both ends are required for a comparison
     assert spec_b.start is not None and spec_b.end is not None
@@ -83,7 +83,7 @@ async def export_profile(host_id: ExistingHost, session: SessionDep, _: CurrentU
     stamp = lambda d: d.strftime("%Y%m%dT%H%M%SZ")  # noqa: E731 - local helper
     if format == "pprof":
         r = await samples.resolve(session, host_id, spec) or samples.empty_range(spec)
-        host = await crud.get_host_public(session, host_id)
+        host = await hosts.get_host_public(session, host_id)
         if include_idle:
             flt = stacks.StackFilter(pid=flt.pid, comm=flt.comm, cpu=flt.cpu, idle="include")
         body = await stacks.pprof(session, host_id, r.start, r.end, flt,

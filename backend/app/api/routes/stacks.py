@@ -2,19 +2,19 @@
 """A host's call stacks over a time range: the flame graph (filtered by process, command and CPU, with the
 idle task's samples excluded by default, included, or alone), two ranges or two hosts as a differential
 flame graph, a function's callers and callees with the observed targets of its call sites, and its
-samples per instruction. Every read goes through app.stacks (and app.samples for instructions)."""
+samples per instruction. Every read goes through app.storage.stacks (and app.storage.samples for instructions)."""
 from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 
-from app import crud, samples, stacks
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, SampleRange, range_spec
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.functions import FunctionId
 from app.api.routes.hosts import ExistingHost
-from app.schemas import FlameDiff, FlameGraph, FunctionCalls, InstructionSamples
+from app.api.schemas import FlameDiff, FlameGraph, FunctionCalls, InstructionSamples
+from app.storage import functions, hosts, samples, stacks
 
 router = APIRouter(prefix="/hosts/{host_id}", tags=["stacks"])
 
@@ -56,7 +56,7 @@ async def flame_diff(host_id: ExistingHost, session: SessionDep, runtime: Runtim
     spec_a = range_spec(runtime, None, a_from, a_to, "range A")
     spec_b = range_spec(runtime, None, b_from, b_to, "range B")
     other = b_host or host_id
-    if other != host_id and not await crud.host_exists(session, other):
+    if other != host_id and not await hosts.host_exists(session, other):
         raise HTTPException(404, "Host of range B not found")
     assert spec_a.start and spec_a.end and spec_b.start and spec_b.end  # both ends are required here
     a, b = samples.TimeRange(spec_a.start, spec_a.end), samples.TimeRange(spec_b.start, spec_b.end)
@@ -69,10 +69,10 @@ async def function_calls(host_id: ExistingHost, function_id: FunctionId, session
                          spec: SampleRange, flt: Filter):
     """Who called the function and what it called, from the range's stacks, and the callees observed at
     each of its call sites (the targets of its indirect calls among them)."""
-    fn = await crud.get_host_function(session, host_id, function_id)
+    fn = await functions.get_host_function(session, host_id, function_id)
     if fn is None:
         raise HTTPException(404, "Function not found")
-    sites = await crud.call_sites(session, fn.digest, fn.index)
+    sites = await functions.call_sites(session, fn.digest, fn.index)
     r = await _range(session, host_id, spec)
     calls = await stacks.function_calls(session, host_id, fn.digest, fn.index, r.start, r.end, flt, sites)
     return FastJSON({**r.public(), "function_id": function_id, **calls})
@@ -83,6 +83,6 @@ async def function_calls(host_id: ExistingHost, function_id: FunctionId, session
 async def instruction_samples(host_id: ExistingHost, function_id: FunctionId, session: SessionDep,
                               _: CurrentUser, spec: SampleRange):
     """Samples per instruction of the function in the range (offsets from its start), like perf annotate."""
-    if await crud.get_host_function(session, host_id, function_id) is None:
+    if await functions.get_host_function(session, host_id, function_id) is None:
         raise HTTPException(404, "Function not found")
     return FastJSON(await samples.instruction_samples(session, host_id, function_id, spec))

@@ -12,12 +12,13 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 
-from app import commands, targets
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
 from app.api.responses import NOT_FOUND, FastJSON, Responses
 from app.api.routes.hosts import ExistingHost
-from app.models import User
-from app.schemas import AttachRequest, CommandPublic, Message, TargetPublic
+from app.api.schemas import AttachRequest, CommandPublic, Message, TargetPublic
+from app.domain import commands
+from app.storage import targets
+from app.storage.models import User
 
 router = APIRouter(prefix="/hosts/{host_id}", tags=["targets"])
 OperatorUser = Annotated[User, Depends(require_role("operator"))]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from app.proto import pb
+from app.protocol.proto import pb
 from tests.scripted_agent import KERNEL_BASE, MODULE_BASE, wait_catalog_complete, wait_for_ack, wait_until
 
 

@@ -191,7 +191,7 @@ async def test_x_forwarded_for_from_loopback_does_not_escape_the_address_limit(b
 async def test_x_forwarded_for_is_honoured_from_a_configured_proxy(backend, unique):
     """A second HTTP server on the same backend, configured as HOTPATH_TRUSTED_PROXIES=127.0.0.1 would
     configure it: the forwarded address (the rightmost one not itself a proxy) is the client's."""
-    from app.main import create_app
+    from app.api.main import create_app
     from app.server import _Uvicorn, http_config
 
     settings = backend.runtime.settings.model_copy(update={"trusted_proxies": "127.0.0.1, ::1", "http_port": 0})

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from app.proto import profile_pb
+from app.protocol.proto import profile_pb
 from tests.scripted_agent import KERNEL_BASE, kernel_functions, wait_catalog_complete, wait_until
 
 VFS_READ, KSYS_READ, SYS_READ, VFS_READ_ITER, RW_VERIFY, DO_SYS_OPEN = range(6)
@@ -305,7 +305,7 @@ async def test_pprof_export_is_read_by_go_tool_pprof(client, host, tmp_path):
 
 
 async def test_stacks_past_retention_are_pruned_with_their_unused_definitions(backend, client, host):
-    from app.samples import prune_samples
+    from app.storage.samples import prune_samples
     await send_phases(host)
     await stored(client, host, rng(0, 20), 1100)
     async with backend.runtime.engine.begin() as conn:
@@ -346,7 +346,7 @@ async def test_samples_of_exiting_tasks_are_kept_under_pid_minus_one(client, hos
 
 
 async def test_stacks_may_be_kept_shorter_than_samples(backend, client, host):
-    from app.samples import prune_samples
+    from app.storage.samples import prune_samples
     await send_phases(host)
     await stored(client, host, rng(0, 20), 1100)
     # Samples kept 3 h, stacks 1 h: two hours later the stacks are gone, the block samples are not.
@@ -364,7 +364,7 @@ async def test_whole_minutes_are_read_from_the_minute_rollup_with_late_stacks_su
     """An hour's flame graph must not read every interval's row (issue 15): whole minutes below the
     minute watermark come from stack_samples_1m, kept by the rollup task and, for stacks arriving below
     the watermark, by the writer. Deleting the raw rows afterwards shows what the whole minute is read from."""
-    from app.series import rollups
+    from app.storage.series import rollups
     await send_phases(host)
     await stored(client, host, rng(0, 20), 1100)
     await rollups.run_once(backend.runtime.engine)  # T0's minute is long complete

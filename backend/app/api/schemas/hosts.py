@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Hosts, their modules and the coverage of their data."""
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class CacheGeometry(BaseModel):
+    size_bytes: int
+    line_bytes: int
+    ways: int
+
+
+class Capability(BaseModel):
+    name: str
+    available: bool
+    detail: str
+
+
+class HostPublic(BaseModel):
+    id: str
+    hostname: str
+    kernel_release: str
+    kernel_build_id: str
+    cpu_model: str
+    cpu_count: int
+    l1i: CacheGeometry | None
+    capabilities: list[Capability]
+    agent_version: str
+    online: bool
+    last_seen: datetime | None
+    connected_at: datetime | None
+    catalog_complete: bool
+    function_count: int
+    block_count: int
+    sample_frequency_hz: int
+    sample_event: str
+    status: Literal["active", "retired"] = Field(description="retired hosts cannot connect until deleted")
+    enrolled: bool = Field(description="the host holds a current certificate")
+    cert_not_after: datetime | None
+    replica: str | None = Field(description="the backend replica that holds (or last held) the host's stream")
+    clock_offset_ms: int | None = Field(description="the host's clock minus the backend's, measured at connect "
+                                                    "or from a refused batch")
+    clock_skewed: bool = Field(description="the clock offset exceeds the bound batches are accepted within")
+    refused_batches: int = Field(description="metric batches refused because their time was out of bounds")
+
+
+class ModulePublic(BaseModel):
+    name: str
+    digest: str = Field(description="The module's catalog piece: the same binary shares one everywhere")
+    base_address: int
+    base_address_hex: str
+    function_count: int
+    block_count: int
+    complete: bool
+    build_id: str = Field("", description="GNU build id of the module's ELF file (vmlinux: the kernel's)")
+    target_id: str = Field("kernel", description="The target (kernel or process) that loaded it")
+
+
+class CoverageBucket(BaseModel):
+    start: datetime
+    covered_ms: int = Field(description="milliseconds of the bucket covered by stored metric intervals")
+
+
+class GapPublic(BaseModel):
+    id: int
+    start: datetime
+    end: datetime
+    messages: int
+    reason: str
+    source: Literal["agent", "backend"]
+
+
+class DataCoverage(BaseModel):
+    start: datetime
+    end: datetime
+    bucket_s: int
+    buckets: list[CoverageBucket]
+    gaps: list[GapPublic]

@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Code positioning plans: requests, their state, windows and comparison, audit trail."""
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PlanState = Literal["planning", "ready", "failed", "cancelled", "requested", "approved", "rejected", "installing",
+                    "installed", "install_failed", "reverting", "reverted", "stale"]
+
+
+class PlanCreate(BaseModel):
+    """Ask the host's agent to plan the re-layout of a root function (and its hot callees)."""
+    model_config = ConfigDict(extra="forbid")
+    target: str = Field("kernel", min_length=1, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$")
+    digest: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="The root's module (catalog digest)")
+    function_index: int | None = Field(None, ge=0, le=2**31 - 1)
+    function_id: int | None = Field(None, ge=1, le=2**62, description="Or the root as the console names it")
+    seconds: int = Field(0, ge=0, le=600, description="How long to count blocks (0: the agent's default, 10)")
+    join_fraction: float = Field(0, ge=0, le=1, description="0: the agent's default (0.05)")
+    stall_threshold: float = Field(0, ge=0, le=1, description="0: the agent's default (0.10)")
+    max_functions: int = Field(0, ge=0, le=4096, description="0: the agent's default (64)")
+    measurement_id: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_-]+$",
+                                       description="Use this measurement's block counts instead of measuring anew")
+    plan_id: uuid.UUID | None = Field(None, description="Idempotency key: the same id returns the same plan")
+
+    @model_validator(mode="after")
+    def _root_named(self) -> "PlanCreate":
+        if (self.function_id is None) == (self.digest is None or self.function_index is None):
+            raise ValueError("name the root by digest and function_index, or by function_id")
+        return self
+
+
+class PlanReject(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field("", max_length=2000, pattern=r"^[^\x00-\x08\x0b-\x1f\x7f]*$")
+
+
+class PlanInstall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    window_s: int = Field(5, ge=1, le=600, description="Seconds the root is measured before and after the install")
+
+
+class PlanPublic(BaseModel):
+    id: str
+    host_id: str
+    target_id: str
+    root_digest: str
+    root_function_index: int
+    root_name: str
+    options: dict
+    state: PlanState
+    error: str | None
+    plan_status: str | None = Field(description="The plan's own status: ok, no_counts, not_hot, root_kept, refused")
+    estimated: bool = Field(description="Block counts were sampled: the plan's counts are estimates")
+    code_sha256: str | None
+    build_id: str | None
+    target_pid: int | None
+    target_start_time: int | None
+    target_module: str | None
+    kernel_build_id: str | None
+    make_command: str | None
+    created_by: str
+    created_at: datetime
+    ready_at: datetime | None
+    requested_by: str | None
+    requested_at: datetime | None
+    approved_by: str | None
+    approved_at: datetime | None
+    approved_code_sha256: str | None
+    approved_build_id: str | None
+    rejected_by: str | None
+    rejected_at: datetime | None
+    reject_reason: str | None
+    install_by: str | None
+    installed_at: datetime | None
+    revert_by: str | None
+    reverted_at: datetime | None
+    stale_reason: str | None
+    window_s: int | None
+    before_measurement: str | None
+    after_measurement: str | None
+    updated_at: datetime
+    members: list[str] = Field(description="The group's functions by name, root first (the plan's group; empty "
+                                           "until the plan is made)")
+
+
+class PlanSpread(BaseModel):
+    min: float
+    max: float
+    intervals: int = Field(description="How many of the window's intervals the range is over")
+
+
+class PlanWindow(BaseModel):
+    measurement_id: str
+    state: str
+    detail: str
+    seconds: float
+    calls: float | None
+    calls_per_s: float | None
+    wall_ns_per_call: float | None
+    vtime_ns_per_call: float | None
+    cycles_per_call: float | None = None
+    instructions_per_call: float | None = None
+    icache_stall_per_call: float | None = None
+    branch_mispredict_per_call: float | None = None
+    unavailable: dict[str, str] = Field(description="Metrics the host could not measure, with the reason")
+    spread: dict[str, PlanSpread] = Field(default_factory=dict,
+                                          description="Per figure, its range over the window's intervals")
+
+
+class PlanComparison(BaseModel):
+    before: PlanWindow | None
+    after: PlanWindow | None
+    change: dict[str, float | None] = Field(description="(after - before) / before per figure")
+
+
+class PlanDetail(PlanPublic):
+    plan: dict | None = Field(description="The agent's plan (hotpathd plan --json) as the backend checked it")
+    install_detail: dict | None
+    revert_detail: dict | None
+    install_command: str | None
+    revert_command: str | None
+    comparison: PlanComparison | None
+
+
+class PlanAuditEntry(BaseModel):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str | None
+    detail: dict

@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Call stacks: flame graphs and their differences, a function's callers and callees, instruction samples."""
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from app.api.schemas.common import RangePublic
+
+
+class StackFilterPublic(BaseModel):
+    """The samples a stack view covers: one process, command or CPU (null: any), and the idle task's
+    samples excluded (default), included, or alone."""
+    pid: int | None
+    comm: str | None
+    cpu: int | None
+    idle: Literal["exclude", "include", "only"]
+
+
+class FramePublic(BaseModel):
+    """A frame of a flame graph: kernel frames merged by function (function_id set once the catalog is
+    stored), user frames by file and offset, others by address."""
+    name: str
+    module: str
+    kind: Literal["kernel", "kernel_address", "user", "user_address"]
+    function_id: int | None
+
+
+class FlameNodes(BaseModel):
+    """The tree in pre-order, one entry per node in each array: its frame (index into frames), its parent
+    (index into these arrays; -1 for the root, which stands for all samples and has frame -1), its
+    samples (total: with everything it called) and self samples. Children follow their parent, heaviest
+    first."""
+    frame: list[int]
+    parent: list[int]
+    total: list[int]
+    self: list[int]
+
+
+class ProcessSamples(BaseModel):
+    pid: int = Field(description="0: the idle task; -1: tasks that were exiting when sampled")
+    comm: str
+    samples: int
+
+
+class CommandSamples(BaseModel):
+    comm: str
+    samples: int
+
+
+class CpuSamples(BaseModel):
+    cpu: int
+    samples: int
+
+
+class StackContexts(BaseModel):
+    """Whose stack samples the range holds, before any filter (for the filter menus)."""
+    processes: list[ProcessSamples]
+    commands: list[CommandSamples]
+    cpus: list[CpuSamples]
+    all_samples: int
+    idle_samples: int = Field(description="The idle task's (pid 0) samples")
+
+
+class FlameGraph(RangePublic):
+    filter: StackFilterPublic
+    samples: int = Field(description="Samples the filter selects (the root's total plus undefined_samples)")
+    undefined_samples: int = Field(description="Samples of stacks whose frames the host never sent")
+    folded_samples: int = Field(description="Samples of nodes folded into their parent to bound the tree's size")
+    frames: list[FramePublic]
+    nodes: FlameNodes
+    contexts: StackContexts
+
+
+class FlameDiffNodes(BaseModel):
+    """Like FlameNodes, with totals and self samples for range A and range B."""
+    frame: list[int]
+    parent: list[int]
+    a_total: list[int]
+    b_total: list[int]
+    a_self: list[int]
+    b_self: list[int]
+
+
+class FlameDiff(BaseModel):
+    a: RangePublic
+    b: RangePublic
+    a_host_id: str
+    b_host_id: str
+    filter: StackFilterPublic
+    a_samples: int
+    b_samples: int
+    folded_samples: int
+    frames: list[FramePublic]
+    nodes: FlameDiffNodes
+
+
+class CallPeer(BaseModel):
+    """A caller or callee seen in the range's stacks, with the samples of stacks where it was one."""
+    name: str
+    module: str
+    kind: Literal["kernel", "kernel_address", "user", "user_address"]
+    function_id: int | None
+    samples: int
+
+
+class CallSiteTargets(BaseModel):
+    """The callees observed at one call site of the function (for an indirect site: its observed targets)."""
+    site_offset: int
+    indirect: bool
+    callees: list[CallPeer]
+
+
+class FunctionCalls(RangePublic):
+    function_id: int
+    filter: StackFilterPublic
+    samples: int = Field(description="Samples with a stack the filter selects")
+    inclusive_samples: int
+    self_samples: int
+    callers: list[CallPeer]
+    callees: list[CallPeer]
+    call_sites: list[CallSiteTargets]
+
+
+class InstructionSamplesItem(BaseModel):
+    offset: int = Field(description="The instruction's offset from the function start")
+    samples: int
+    samples_per_sec: float
+
+
+class InstructionSamples(RangePublic):
+    function_id: int
+    total: int = Field(description="The function's samples in the range")
+    counted: int = Field(description="Of those, the samples whose instruction is known")
+    items: list[InstructionSamplesItem]

@@ -1,2 +1,0 @@
-# SPDX-License-Identifier: Apache-2.0
-"""The gRPC side of the backend: the AgentService that agents stream to."""

@@ -1,0 +1,335 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The ingest writer: every data message of every agent stream of this process, stored in group
+commits.
+
+Agent streams hand over checked, mapped data (`Item`s) and go on reading; one task takes what has
+queued (up to a limit, after waiting a few milliseconds for more) and writes it in ONE transaction:
+one COPY per raw table (a sample interval is one row whatever its number of blocks), the delivery marks
+as one upsert, gaps, host presence, measurement states, and the rollups of rows that arrived below a
+watermark. Each item's future completes when its transaction has committed, so a stream acknowledges a
+batch only once it is stored; a failed transaction fails every item in it (their streams end with
+UNAVAILABLE and the agents resend). The queue is bounded: when the database falls behind, streams wait
+in `submit`, stop reading, and gRPC's flow control slows the agents down (backpressure) instead of the
+backend's memory growing.
+"""
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.tasks import cancel_and_wait
+from app.storage import stacks as stack_store
+from app.storage.series import copytext, partitions, rollups
+
+log = logging.getLogger("hotpath.ingest")
+
+MAX_ITEMS_PER_COMMIT = 2000
+MAX_POINTS_PER_COMMIT = 400_000
+GATHER_S = 0.005  # after the first item, wait this long for more to share the commit
+
+
+@dataclass(slots=True)
+class SampleRow:
+    """One host's metric interval: totals, parallel arrays of block counts (with, per block, whether its
+    samples were the idle task's; a block seen in both contexts has one entry each way), and the
+    per-instruction counts as parallel arrays that name their block by its 1-based position."""
+    host_id: str
+    ts: datetime
+    interval_ms: int
+    totals: tuple[int, int, int, int, int, int]  # total, user, unmapped, lost, dropped, idle
+    function_ids: Sequence[int]
+    block_offsets: Sequence[int]
+    counts: Sequence[int]
+    idles: Sequence[bool] | None = None  # None: no block is idle
+    insn_index: Sequence[int] = ()
+    insn_offsets: Sequence[int] = ()
+    insn_counts: Sequence[int] = ()
+    idle_by_context: bool = False
+    stack_samples: int = 0
+    stack_dropped: int = 0
+
+
+@dataclass(slots=True)
+class PointRow:
+    """One measurement's interval: the rows with values and their SLOTS-wide values."""
+    host_id: str
+    measurement_id: str
+    ts: datetime
+    seconds: float
+    state: int
+    resources: Sequence[int]
+    vals: Sequence[float | None]
+    # The interval's edge counts (app.protocol.measured_edges), as parallel columns: function row, from and to
+    # block offsets (-1: none), EdgeKind, EdgeLabel, count.
+    edges: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int]] = (
+        (), (), (), (), (), ())
+
+
+@dataclass(slots=True)
+class MeasurementUpdate:
+    """What a batch tells about its measurement's state."""
+    measurement_id: str
+    state: str
+    detail: str
+    last_ts: datetime
+    ended: bool
+
+
+@dataclass
+class Item:
+    host_id: str
+    samples: SampleRow | None = None
+    points: PointRow | None = None
+    mark: tuple[str, int] | None = None
+    gaps: list[dict[str, Any]] = field(default_factory=list)
+    refused: bool = False
+    clock_offset_ms: int | None = None
+    measurement: MeasurementUpdate | None = None
+    # A measurement interval refused for its content: (measurement id, reason), counted on the measurement.
+    refused_interval: tuple[str, str] | None = None
+    stacks: "stack_store.BatchStacks | None" = None  # the call stacks of the samples' interval
+    future: asyncio.Future | None = None
+    # The stream the item came from: once one of its items fails (guard.store_failed), its later ones
+    # fail too without being stored, so a cumulative acknowledgement never skips a lost message.
+    guard: Any = None
+
+    def size(self) -> int:
+        n = 1
+        if self.samples is not None:
+            n += len(self.samples.counts) + len(self.samples.insn_counts)
+        if self.stacks is not None:
+            n += len(self.stacks.rows)
+        if self.points is not None:
+            n += len(self.points.vals) + len(self.points.edges[0])
+        return n
+
+
+class IngestWriter:
+    def __init__(self, engine: AsyncEngine, queue_items: int = 20_000,
+                 on_commit: Callable[[list[Item], float], None] | None = None) -> None:
+        self.engine = engine
+        self.queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=queue_items)
+        self.on_commit = on_commit  # callback(items, seconds) after each commit, for metrics
+        self._task: asyncio.Task | None = None
+        self.commits = 0
+        self.points = 0
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="ingest-writer")
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._task)
+        self._task = None
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if item.future is not None and not item.future.done():
+                item.future.set_exception(ConnectionError("the backend is stopping"))
+
+    async def submit(self, item: Item) -> asyncio.Future:
+        """Queue an item (waits while the queue is full); its future completes once it is stored."""
+        item.future = asyncio.get_running_loop().create_future()
+        await self.queue.put(item)
+        return item.future
+
+    async def write(self, item: Item) -> None:
+        """Queue an item and wait until it is stored."""
+        await (await self.submit(item))
+
+    async def drain(self) -> None:
+        """Wait until everything queued so far is stored (or failed)."""
+        marker = Item(host_id="")
+        fut = await self.submit(marker)
+        try:
+            await fut
+        except Exception:  # noqa: BLE001, S110 - a failed commit is its items' business
+            pass
+
+    async def _run(self) -> None:
+        while True:
+            first = await self.queue.get()
+            items, points = [first], first.size()
+            deadline = time.monotonic() + GATHER_S
+            while len(items) < MAX_ITEMS_PER_COMMIT and points < MAX_POINTS_PER_COMMIT:
+                try:
+                    item = self.queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    try:
+                        item = await asyncio.wait_for(self.queue.get(), left)
+                    except TimeoutError:
+                        break
+                items.append(item)
+                points += item.size()
+            t0 = time.perf_counter()
+            doomed = [it for it in items if getattr(it.guard, "store_failed", False)]
+            if doomed:
+                for it in doomed:
+                    if it.future is not None and not it.future.done():
+                        it.future.set_exception(ConnectionError("an earlier message of this stream was not stored"))
+                items = [it for it in items if not getattr(it.guard, "store_failed", False)]
+            try:
+                try:
+                    await self._commit(items)
+                except (DBAPIError, psycopg.Error) as exc:
+                    # COPY runs on the driver's connection: its errors arrive unwrapped.
+                    state = getattr(getattr(exc, "orig", exc), "sqlstate", None)
+                    if state != "23514" or not await self._add_partitions(items):
+                        raise
+                    await self._commit(items)  # the partition a row needed was missing: once more
+            except asyncio.CancelledError:
+                for it in items:
+                    if it.future is not None and not it.future.done():
+                        it.future.set_exception(ConnectionError("the backend is stopping"))
+                raise
+            except Exception as exc:  # noqa: BLE001 - every item learns; their streams end and resend
+                log.warning("storing %d data message(s) failed: %s", len(items), type(exc).__name__)
+                log.debug("storing failed: %s", exc)
+                for it in items:
+                    if it.guard is not None:
+                        it.guard.store_failed = True
+                    if it.future is not None and not it.future.done():
+                        it.future.set_exception(exc)
+                continue
+            self.commits += 1
+            self.points += points - len(items)
+            for it in items:
+                if it.future is not None and not it.future.done():
+                    it.future.set_result(None)
+            if self.on_commit is not None:
+                self.on_commit(items, time.perf_counter() - t0)
+
+    async def _add_partitions(self, items: list[Item]) -> bool:
+        """Create the partitions the items' times need (a retention pass with a shorter retention, or
+        a clock far off, can leave one missing); False if there is nothing to create."""
+        times = [it.samples.ts for it in items if it.samples is not None] + \
+                [it.points.ts for it in items if it.points is not None]
+        if not times:
+            return False
+        now = datetime.now(UTC)
+        back = max(now - min(times), timedelta(0)) + timedelta(hours=1)
+        ahead = max(max(times) - now, timedelta(0)) + timedelta(hours=1)
+        created = await partitions.ensure(self.engine, now, back, timedelta(days=1) + back,
+                                          raw_ahead=ahead + timedelta(hours=3), rollup_ahead=ahead + timedelta(days=2))
+        log.debug("partitions for %s..%s: %d created", min(times), max(times), created)
+        return created > 0
+
+    async def _commit(self, items: list[Item]) -> None:
+        sample_rows = [it.samples for it in items if it.samples is not None]
+        point_rows = [it.points for it in items if it.points is not None]
+        work = [it for it in items if it.host_id]
+        if not work:
+            return
+        async with self.engine.begin() as conn:
+            batch = 0
+            late_lo: datetime | None = None
+            wm_1m = wm_1h = None
+            if sample_rows or point_rows:
+                wm_1m, wm_1h = await rollups.watermarks(conn, for_share=True)
+                batch = (await conn.execute(text("SELECT nextval('series_batch_seq')"))).scalar_one()
+                raw = await conn.get_raw_connection()
+                driver = raw.driver_connection
+                assert driver is not None
+                async with driver.cursor() as cur:
+                    # Rows are written as COPY text built by joins (app.storage.series.copytext), one write per table.
+                    if sample_rows:
+                        async with cur.copy(
+                                "COPY sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, "
+                                "unmapped_samples, lost_samples, dropped_samples, idle_samples, idle_by_context, "
+                                "stack_samples, stack_dropped_samples, function_ids, block_offsets, counts, idles, "
+                                "insn_index, insn_offsets, insn_counts, batch) FROM STDIN") as copy:
+                            await copy.write("".join(copytext.row((
+                                copytext.field(s.host_id), copytext.ts(s.ts), str(s.interval_ms),
+                                *map(str, s.totals), "t" if s.idle_by_context else "f", str(s.stack_samples),
+                                str(s.stack_dropped), copytext.ints(s.function_ids), copytext.ints(s.block_offsets),
+                                copytext.ints(s.counts),
+                                copytext.bools(s.idles) if s.idles is not None else
+                                copytext.bools([False] * len(s.counts)),
+                                copytext.ints(s.insn_index), copytext.ints(s.insn_offsets),
+                                copytext.ints(s.insn_counts), str(batch))) for s in sample_rows).encode())
+                    if point_rows:
+                        async with cur.copy(
+                                "COPY measurement_points (host_id, measurement_id, ts, seconds, state, resources, "
+                                "vals, edge_rows, edge_from, edge_to, edge_kinds, edge_labels, edge_counts, "
+                                "batch) FROM STDIN") as copy:
+                            await copy.write("".join(copytext.row((
+                                copytext.field(p.host_id), copytext.field(p.measurement_id), copytext.ts(p.ts),
+                                repr(float(p.seconds)), str(p.state), copytext.ints(p.resources),
+                                copytext.floats(p.vals), *map(copytext.ints, p.edges), str(batch)))
+                                for p in point_rows).encode())
+                stacked = [(it.host_id, it.samples.ts, it.stacks) for it in items
+                           if it.stacks is not None and it.samples is not None]
+                if stacked:
+                    await stack_store.write_many(conn, stacked)
+                    await stack_store.add_late(conn, stacked, wm_1m)
+                for ts in [s.ts for s in sample_rows] + [p.ts for p in point_rows]:
+                    if ts < wm_1m and (late_lo is None or ts < late_lo):
+                        late_lo = ts
+                if late_lo is not None:
+                    await rollups.add_late(conn, batch, late_lo, bool(sample_rows), bool(point_rows), wm_1m, wm_1h)
+            marks: dict[tuple[str, str], int] = {}
+            for it in work:
+                if it.mark is not None:
+                    key = (it.host_id, it.mark[0])
+                    marks[key] = max(marks.get(key, 0), it.mark[1])
+            if marks:
+                keys = list(marks)
+                await conn.execute(text("""
+                    INSERT INTO delivery_marks (host_id, instance_id, seq, updated_at)
+                    SELECT h, i, s, now() FROM unnest(CAST(:h AS text[]), CAST(:i AS text[]), CAST(:s AS bigint[]))
+                        AS u(h, i, s)
+                    ON CONFLICT (host_id, instance_id) DO UPDATE
+                    SET seq = greatest(delivery_marks.seq, excluded.seq), updated_at = now()"""),
+                    {"h": [k[0] for k in keys], "i": [k[1] for k in keys], "s": [marks[k] for k in keys]})
+            gaps = [(it.host_id, g) for it in work for g in it.gaps]
+            if gaps:
+                await conn.execute(text("""
+                    INSERT INTO data_gaps (host_id, start_ts, end_ts, instance_id, first_seq, messages, reason, source)
+                    VALUES (:h, :s, :e, :i, :f, :m, :r, :src)"""),
+                    [{"h": h, "s": g["start"], "e": g["end"], "i": g["instance"], "f": g["first_seq"],
+                      "m": g["messages"], "r": g["reason"][:1024], "src": g["source"]} for h, g in gaps])
+            for it in work:
+                if it.refused:
+                    await conn.execute(text("""
+                        UPDATE hosts SET refused_batches = refused_batches + 1, last_seen = now(),
+                          clock_offset_ms = coalesce(:o, clock_offset_ms),
+                          clock_checked_at = CASE WHEN :o IS NULL THEN clock_checked_at ELSE now() END
+                        WHERE id = :h"""), {"h": it.host_id, "o": it.clock_offset_ms})
+            seen = sorted({it.host_id for it in work if not it.refused})
+            if seen:
+                await conn.execute(text("UPDATE hosts SET last_seen = now() WHERE id = ANY(:h)"), {"h": seen})
+            refusals = [(it.host_id, it.refused_interval) for it in work if it.refused_interval is not None]
+            if refusals:
+                await conn.execute(text("""
+                    UPDATE measurements SET refused_intervals = refused_intervals + 1, refusal = :r
+                    WHERE id = :m AND host_id = :h"""),
+                    [{"h": h, "m": m, "r": r[:1024]} for h, (m, r) in refusals])
+            updates: dict[str, MeasurementUpdate] = {}
+            for it in work:
+                if it.measurement is not None:
+                    m = it.measurement
+                    have = updates.get(m.measurement_id)
+                    if have is None or have.last_ts <= m.last_ts or m.ended:
+                        updates[m.measurement_id] = m
+            if updates:
+                await conn.execute(text("""
+                    UPDATE measurements SET
+                      state = CASE WHEN state IN ('target_exited', 'stopped', 'failed') AND NOT :ended
+                                   THEN state ELSE :state END,
+                      detail = CASE WHEN :ended OR :detail <> '' THEN :detail ELSE detail END,
+                      last_ts = greatest(last_ts, :ts),
+                      started_at = coalesce(started_at, :ts),
+                      ended_at = CASE WHEN :ended THEN coalesce(ended_at, now()) ELSE ended_at END
+                    WHERE id = :id"""),
+                    [{"id": m.measurement_id, "state": m.state, "detail": m.detail, "ts": m.last_ts,
+                      "ended": m.ended} for m in updates.values()])

@@ -1,0 +1,175 @@
+# SPDX-License-Identifier: Apache-2.0
+"""1-minute and 1-hour rollups of the series, maintained incrementally (call stacks: 1-minute only).
+
+`series_state` holds two watermarks: every raw row before `watermark_1m` is summed into the minute
+rollups, every minute rollup before `watermark_1h` into the hour rollups. The rollup task advances them
+over completed buckets (a short lag behind the clock lets the interval in flight arrive), one set-based
+statement per table. Data that arrives late (an agent resending after a reconnect) lands below a
+watermark: the ingest writer then adds that transaction's own rows (found by their `batch` token) to the
+rollups in the same transaction. The writer reads the watermarks FOR SHARE and the task updates them
+FOR UPDATE, so a row is summed exactly once, by one or the other, and a reader sees rollups equal to
+the raw sums at every commit.
+"""
+import logging
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.storage.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS
+
+log = logging.getLogger("hotpath.series")
+LOCK_KEY = 0x68707072  # "hppr": one rollup task at a time across replicas
+MAX_STEP = timedelta(hours=6)  # raw time summed per statement, so one pass stays bounded
+
+_TOTALS = ("total_samples", "user_samples", "unmapped_samples", "lost_samples", "dropped_samples", "idle_samples",
+           "stack_samples", "stack_dropped_samples")
+
+
+def _nullable_add(col: str, table: str) -> str:
+    return (f"{col} = CASE WHEN {table}.{col} IS NULL THEN excluded.{col} WHEN excluded.{col} IS NULL "
+            f"THEN {table}.{col} ELSE {table}.{col} + excluded.{col} END")
+
+
+def _blocks_from_raw(grain: str, where: str) -> str:
+    trunc = "minute" if grain == "1m" else "hour"
+    return f"""
+        INSERT INTO sample_blocks_{grain} (host_id, bucket, function_id, block_offset, count, idle_count)
+        SELECT s.host_id, date_trunc('{trunc}', s.ts), u.f, u.o, sum(u.c), coalesce(sum(u.c) FILTER (WHERE u.i), 0)
+        FROM sample_intervals s, unnest(s.function_ids, s.block_offsets, s.counts, s.idles) AS u(f, o, c, i)
+        WHERE {where} GROUP BY 1, 2, 3, 4
+        ON CONFLICT (host_id, bucket, function_id, block_offset)
+        DO UPDATE SET count = sample_blocks_{grain}.count + excluded.count,
+                      idle_count = sample_blocks_{grain}.idle_count + excluded.idle_count"""
+
+
+def _totals_from_raw(grain: str, where: str) -> str:
+    trunc = "minute" if grain == "1m" else "hour"
+    cols = ", ".join(_TOTALS)
+    sums = ", ".join(f"sum(s.{c})" for c in _TOTALS)
+    upd = ", ".join(f"{c} = sample_totals_{grain}.{c} + excluded.{c}" for c in ("covered_ms", *_TOTALS))
+    return f"""
+        INSERT INTO sample_totals_{grain} (host_id, bucket, covered_ms, {cols})
+        SELECT s.host_id, date_trunc('{trunc}', s.ts), sum(s.interval_ms), {sums}
+        FROM sample_intervals s WHERE {where} GROUP BY 1, 2
+        ON CONFLICT (host_id, bucket) DO UPDATE SET {upd}"""
+
+
+def _points_from_raw(grain: str, where: str) -> str:
+    trunc = "minute" if grain == "1m" else "hour"
+    cols = ", ".join(SLOTS)
+    vals = ", ".join(f"sum(p.vals[(r.i - 1) * {NSLOTS} + {k + 1}])" for k in range(NSLOTS))
+    cover = ", ".join(["count(*)::float8"] + ["NULL::float8"] * (NSLOTS - 1))
+    upd = ", ".join([f"seconds = measurement_points_{grain}.seconds + excluded.seconds"] +
+                    [_nullable_add(c, f"measurement_points_{grain}") for c in SLOTS])
+    return f"""
+        INSERT INTO measurement_points_{grain} (host_id, measurement_id, bucket, resource, seconds, {cols})
+        SELECT p.host_id, p.measurement_id, date_trunc('{trunc}', p.ts), r.res, sum(p.seconds), {vals}
+        FROM measurement_points p, unnest(p.resources) WITH ORDINALITY AS r(res, i)
+        WHERE {where} GROUP BY 1, 2, 3, 4
+        UNION ALL
+        SELECT p.host_id, p.measurement_id, date_trunc('{trunc}', p.ts), {COVERAGE_RESOURCE}, sum(p.seconds), {cover}
+        FROM measurement_points p WHERE {where} GROUP BY 1, 2, 3
+        ON CONFLICT (measurement_id, bucket, resource) DO UPDATE SET {upd}"""
+
+
+def _hour_from_minutes() -> list[str]:
+    blocks = """
+        INSERT INTO sample_blocks_1h (host_id, bucket, function_id, block_offset, count, idle_count)
+        SELECT host_id, date_trunc('hour', bucket), function_id, block_offset, sum(count), sum(idle_count)
+        FROM sample_blocks_1m WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3, 4
+        ON CONFLICT (host_id, bucket, function_id, block_offset)
+        DO UPDATE SET count = sample_blocks_1h.count + excluded.count,
+                      idle_count = sample_blocks_1h.idle_count + excluded.idle_count"""
+    cols = ", ".join(("covered_ms", *_TOTALS))
+    sums = ", ".join(f"sum({c})" for c in ("covered_ms", *_TOTALS))
+    upd = ", ".join(f"{c} = sample_totals_1h.{c} + excluded.{c}" for c in ("covered_ms", *_TOTALS))
+    totals = f"""
+        INSERT INTO sample_totals_1h (host_id, bucket, {cols})
+        SELECT host_id, date_trunc('hour', bucket), {sums}
+        FROM sample_totals_1m WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2
+        ON CONFLICT (host_id, bucket) DO UPDATE SET {upd}"""
+    pcols = ", ".join(("seconds", *SLOTS))
+    psums = ", ".join(f"sum({c})" for c in ("seconds", *SLOTS))
+    pupd = ", ".join(["seconds = measurement_points_1h.seconds + excluded.seconds"] +
+                     [_nullable_add(c, "measurement_points_1h") for c in SLOTS])
+    points = f"""
+        INSERT INTO measurement_points_1h (host_id, measurement_id, bucket, resource, {pcols})
+        SELECT host_id, measurement_id, date_trunc('hour', bucket), resource, {psums}
+        FROM measurement_points_1m WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3, 4
+        ON CONFLICT (measurement_id, bucket, resource) DO UPDATE SET {pupd}"""
+    return [blocks, totals, points]
+
+
+# Call stacks have a minute rollup only (per stack and context; an hour of them is ~60 rows per stack and
+# context). Their late rows are summed by the writer from the batch itself (app.storage.stacks.add_late).
+STACKS_FROM_RAW = """
+    INSERT INTO stack_samples_1m (host_id, bucket, stack_id, pid, comm, cpu, count)
+    SELECT s.host_id, date_trunc('minute', s.ts), s.stack_id, u.pid, u.comm, u.cpu, sum(u.n)
+    FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS u(pid, comm, cpu, n)
+    WHERE s.ts >= :lo AND s.ts < :hi GROUP BY 1, 2, 3, 4, 5, 6
+    ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
+    DO UPDATE SET count = stack_samples_1m.count + excluded.count"""
+
+_RAW_RANGE = "{a}.ts >= :lo AND {a}.ts < :hi"
+MINUTE_FROM_RAW = [_blocks_from_raw("1m", _RAW_RANGE.format(a="s")),
+                   _totals_from_raw("1m", _RAW_RANGE.format(a="s")),
+                   _points_from_raw("1m", _RAW_RANGE.format(a="p")),
+                   STACKS_FROM_RAW]
+HOUR_FROM_MINUTES = _hour_from_minutes()
+# Late rows of one writer transaction (its batch token), below a watermark.
+_LATE = "{a}.batch = :batch AND {a}.ts >= :lo AND {a}.ts < :hi"
+LATE_SAMPLES = {g: [_blocks_from_raw(g, _LATE.format(a="s")), _totals_from_raw(g, _LATE.format(a="s"))]
+                for g in ("1m", "1h")}
+LATE_POINTS = {g: [_points_from_raw(g, _LATE.format(a="p"))] for g in ("1m", "1h")}
+
+
+def _floor_minute(t: datetime) -> datetime:
+    return t.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+async def watermarks(conn: AsyncConnection, for_share: bool = False) -> tuple[datetime, datetime]:
+    lock = " FOR SHARE" if for_share else ""
+    row = (await conn.execute(text(
+        f"SELECT watermark_1m, watermark_1h FROM series_state WHERE name = 'rollups'{lock}"))).one()
+    return row.watermark_1m, row.watermark_1h
+
+
+async def add_late(conn: AsyncConnection, batch: int, lo: datetime, samples: bool, points: bool,
+                   wm_1m: datetime, wm_1h: datetime) -> None:
+    """Sum the rows this transaction wrote (batch token) below the watermarks into the rollups."""
+    for grain, hi in (("1m", wm_1m), ("1h", wm_1h)):
+        if lo >= hi:
+            continue
+        statements = (LATE_SAMPLES[grain] if samples else []) + (LATE_POINTS[grain] if points else [])
+        for sql in statements:
+            await conn.execute(text(sql), {"batch": batch, "lo": lo, "hi": hi})
+
+
+async def run_once(engine: AsyncEngine, now: datetime | None = None, lag_s: float = 10.0) -> tuple[int, int]:
+    """Advance the rollups over completed buckets; returns the minutes and hours summed (0, 0 when
+    another replica holds the task)."""
+    now = now or datetime.now(UTC)
+    minutes = hours = 0
+    async with engine.begin() as conn:
+        if not (await conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": LOCK_KEY})).scalar_one():
+            return 0, 0
+        wm_1m, wm_1h = (await conn.execute(text(
+            "SELECT watermark_1m, watermark_1h FROM series_state WHERE name = 'rollups' FOR UPDATE"))).one()
+        target = _floor_minute(now - timedelta(seconds=lag_s))
+        while wm_1m < target:
+            hi = min(target, wm_1m + MAX_STEP)
+            for sql in MINUTE_FROM_RAW:
+                await conn.execute(text(sql), {"lo": wm_1m, "hi": hi})
+            minutes += int((hi - wm_1m).total_seconds() // 60)
+            wm_1m = hi
+        hour_target = wm_1m.replace(minute=0)
+        if hour_target > wm_1h:
+            for sql in HOUR_FROM_MINUTES:
+                await conn.execute(text(sql), {"lo": wm_1h, "hi": hour_target})
+            hours = int((hour_target - wm_1h).total_seconds() // 3600)
+            wm_1h = hour_target
+        await conn.execute(text("""
+            UPDATE series_state SET watermark_1m = :m, watermark_1h = :h WHERE name = 'rollups'"""),
+            {"m": wm_1m, "h": wm_1h})
+    return minutes, hours

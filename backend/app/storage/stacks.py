@@ -1,0 +1,829 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The call-stack series: the only module that reads or writes `stack_defs`, `stack_samples` and
+`stack_samples_1m`.
+
+Storage is compact: a stack's frames are stored once per host (`stack_defs`, keyed by the agent's content
+id, which `stack_id` recomputes), and each interval stores one row per stack with its total and, in
+parallel arrays, its counts per (pid, command, CPU) (`stack_samples`, partitioned by hour like the other
+raw series and dropped by partition after HOTPATH_STACK_RETENTION_HOURS). Every minute's samples per
+(stack, pid, command, CPU) are summed into `stack_samples_1m` as data arrives: by the rollup task for
+completed minutes, by the writer for stacks arriving below the minute watermark (`add_late`). Rows are
+written by the ingest writer's group commit (`write_many`). Kernel frames are kept as (catalog digest,
+function index, offset), so stacks are stored even before their catalog piece is, and resolve to
+functions when it is; user frames as (file, offset in the file); other frames as addresses.
+
+Reading: whole minutes below the minute watermark are read from the rollup, the range's edges from the
+raw rows (`_source`), so an hour reads ~60 rows per stack and context, not every interval's. Every
+question is over a `TimeRange` and a `StackFilter` (process, command, CPU, and the idle
+task excluded, included or alone) — a flame graph (a tree of frames merged by function, root first; user
+frames merged by file, since without symbols each return address would be a frame of its own), two
+flame graphs merged for a differential view, a function's callers and callees (and the observed targets
+of its indirect call sites), inclusive samples per function, and a pprof profile (which keeps every
+address). Trees are built in Python from the range's distinct stacks (sorted root first, so each path
+adds only the frames it does not share with the one before: `build_tree`); each stack's frames are
+resolved once per process (`StackPaths`), so a refreshed view only reads the stacks that are new. A
+flame graph reads its stacks and who they belong to (processes, commands, CPUs) in one pass. Routes never
+touch the tables, so moving the series elsewhere changes this module only.
+"""
+import gzip
+import hashlib
+import os
+import struct
+from array import array
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import orjson
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.storage.models import i64_to_u64, u64_to_i64
+from app.storage.series import copytext, rollups
+
+KERNEL_FUNCTION, KERNEL_ADDRESS, USER_FILE, USER_ADDRESS = 1, 2, 3, 4
+FRAME_KINDS = {KERNEL_FUNCTION: "kernel", KERNEL_ADDRESS: "kernel_address", USER_FILE: "user",
+               USER_ADDRESS: "user_address"}
+IdleMode = Literal["exclude", "include", "only"]
+# A tree larger than this is cut: frames below a share of the root's samples are folded into their parent.
+MAX_NODES = 150_000
+
+
+def stack_id(frames: Iterable[tuple[int, str, int, int]]) -> int:
+    """The content id of a stack (frames leaf first as (kind, module key, function index, offset)): the
+    first 8 bytes of the SHA-256 of the canonical encoding, little-endian (see proto Stack.id)."""
+    h = hashlib.sha256()
+    for kind, key, fn, offset in frames:
+        k = key.encode()
+        h.update(struct.pack("<BI", kind, len(k)) + k + struct.pack("<IQ", fn, offset))
+    return int.from_bytes(h.digest()[:8], "little")
+
+
+@dataclass(frozen=True)
+class StackFilter:
+    """Which samples a question is about: one process, one command name, one CPU (None: any), and what
+    to do with the idle task's samples."""
+    pid: int | None = None
+    comm: str | None = None
+    cpu: int | None = None
+    idle: IdleMode = "exclude"
+
+    def sql(self) -> tuple[str, dict[str, Any]]:
+        where = []
+        params: dict[str, Any] = {}
+        if self.pid is not None:
+            where.append("u.pid = :f_pid")
+            params["f_pid"] = self.pid
+        if self.comm is not None:
+            where.append("u.comm = :f_comm")
+            params["f_comm"] = self.comm
+        if self.cpu is not None:
+            where.append("u.cpu = :f_cpu")
+            params["f_cpu"] = self.cpu
+        if self.idle == "exclude":
+            where.append("u.pid <> 0")
+        elif self.idle == "only":
+            where.append("u.pid = 0")
+        return (" AND " + " AND ".join(where)) if where else "", params
+
+    def public(self) -> dict[str, Any]:
+        return {"pid": self.pid, "comm": self.comm, "cpu": self.cpu, "idle": self.idle}
+
+
+@dataclass
+class BatchStacks:
+    """The stacks of one metric batch, checked, ready to store: definitions (id, modules, flattened
+    frames) and per-stack rows (id, total, pids, comms, cpus, counts)."""
+    defs: list[tuple[int, list, list[int]]] = field(default_factory=list)
+    rows: list[tuple[int, int, list[int], list[str], list[int], list[int]]] = field(default_factory=list)
+
+
+# Writing ------------------------------------------------------------------------------------------
+
+async def write(conn: AsyncConnection, host_id: str, ts: datetime, data: BatchStacks) -> None:
+    """Store one batch's stacks inside the caller's transaction (see write_many)."""
+    await write_many(conn, [(host_id, ts, data)])
+
+
+async def write_many(conn: AsyncConnection, batches: list[tuple[str, datetime, BatchStacks]]) -> None:
+    """Store the stacks of many batches inside the caller's transaction (the ingest writer's group
+    commit): every definition in one upsert (refreshing seen_at of known ones), every row in one COPY."""
+    defs = {(host_id, i): (m, f) for host_id, _, data in batches for i, m, f in data.defs}
+    if defs:
+        await conn.execute(text("""
+            INSERT INTO stack_defs (host_id, stack_id, modules, frames, seen_at)
+            SELECT d.h, d.id, CAST(d.modules AS jsonb), d.frames, now()
+            FROM jsonb_to_recordset(CAST(:defs AS jsonb)) AS d(h text, id bigint, modules text, frames bigint[])
+            ON CONFLICT (host_id, stack_id) DO UPDATE SET seen_at = now()"""),
+            {"defs": orjson.dumps([{"h": h, "id": u64_to_i64(i), "modules": orjson.dumps(m).decode(), "frames": f}
+                                   for (h, i), (m, f) in sorted(defs.items())]).decode()})
+    if any(data.rows for _, _, data in batches):
+        raw = await conn.get_raw_connection()
+        assert raw.driver_connection is not None
+        sql = "COPY stack_samples (host_id, ts, stack_id, count, pids, comms, cpus, counts) FROM STDIN"
+        async with raw.driver_connection.cursor() as cur, cur.copy(sql) as copy:
+            await copy.write("".join(
+                copytext.row((host, stamp, str(u64_to_i64(sid)), str(total), copytext.ints(pids),
+                              copytext.texts(comms), copytext.ints(cpus), copytext.ints(counts)))
+                for host, stamp, data in ((copytext.field(h), copytext.ts(t), d) for h, t, d in batches)
+                for sid, total, pids, comms, cpus, counts in data.rows).encode())
+
+
+async def add_late(conn: AsyncConnection, batches: list[tuple[str, datetime, BatchStacks]],
+                   wm_1m: datetime) -> None:
+    """Sum the stacks of batches below the minute watermark into the minute rollup, inside the writer's
+    transaction (which holds the watermark FOR SHARE, so the rollup task cannot sum them too)."""
+    sums: dict[tuple[str, datetime, int, int, str, int], int] = defaultdict(int)
+    for host_id, ts, data in batches:
+        if ts >= wm_1m:
+            continue
+        bucket = ts.replace(second=0, microsecond=0)
+        for sid, _total, pids, comms, cpus, counts in data.rows:
+            for pid, comm, cpu, n in zip(pids, comms, cpus, counts, strict=True):
+                sums[(host_id, bucket, u64_to_i64(sid), pid, comm, cpu)] += n
+    if not sums:
+        return
+    await conn.execute(text("""
+        INSERT INTO stack_samples_1m (host_id, bucket, stack_id, pid, comm, cpu, count)
+        SELECT r.h, r.b, r.id, r.pid, r.comm, r.cpu, r.n
+        FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+            AS r(h text, b timestamptz, id bigint, pid integer, comm text, cpu integer, n bigint)
+        ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
+        DO UPDATE SET count = stack_samples_1m.count + excluded.count"""),
+        {"rows": orjson.dumps([{"h": h, "b": b.isoformat(), "id": i, "pid": p, "comm": c, "cpu": cpu, "n": n}
+                               for (h, b, i, p, c, cpu), n in sums.items()]).decode()})
+
+
+async def known_ids(conn: AsyncConnection, host_id: str, ids: list[int]) -> set[int]:
+    """Which of these stack ids the host has defined before."""
+    if not ids:
+        return set()
+    rows = await conn.execute(text("SELECT stack_id FROM stack_defs WHERE host_id = :h AND stack_id = ANY(:ids)"),
+                              {"h": host_id, "ids": [u64_to_i64(i) for i in ids]})
+    return {i64_to_u64(r[0]) for r in rows}
+
+
+async def prune_definitions(conn: AsyncConnection, cutoff: datetime) -> None:
+    """Delete definitions no stored row refers to that were not defined again since `cutoff` (the rows
+    themselves, raw and rolled up, go with their time partitions, app.storage.series.partitions)."""
+    await conn.execute(text("""
+        DELETE FROM stack_defs d WHERE d.seen_at < :c
+          AND NOT EXISTS (SELECT 1 FROM stack_samples s WHERE s.host_id = d.host_id AND s.stack_id = d.stack_id)
+          AND NOT EXISTS (SELECT 1 FROM stack_samples_1m r WHERE r.host_id = d.host_id AND r.stack_id = d.stack_id)"""),
+        {"c": cutoff})
+
+
+async def delete_host(session: AsyncSession, host_id: str) -> None:
+    for table in ("stack_samples", "stack_samples_1m", "stack_defs"):
+        await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
+
+
+# Reading: stacks of a range -------------------------------------------------------------------------
+
+@dataclass
+class Frame:
+    """A frame as trees show it: merged by function (kernel) or by address (elsewhere)."""
+    key: tuple
+    name: str
+    module: str
+    kind: str
+    function_id: int | None = None
+
+
+@dataclass
+class RangeStacks:
+    """A range's stacks after the filter: per stack id its samples, and per id its frames (leaf first,
+    as (frame index into `frames`, offset))."""
+    counts: dict[int, int]
+    stacks: dict[int, list[tuple[int, int]]]
+    frames: list[Frame]
+    total: int  # samples of the filter (sum of counts, undefined stacks included)
+    undefined: int  # samples of stacks whose definition is unknown
+
+
+_MINUTE = timedelta(minutes=1)
+
+
+def _source(where: str) -> str:
+    """FROM and WHERE of the range's samples as u(stack_id, pid, comm, cpu, n) after the filter `where`:
+    whole minutes [:lo, :hi) from the minute rollup, the rest of [:s, :e) from the raw rows (see _span)."""
+    return f"""FROM (
+        SELECT r.stack_id, r.pid, r.comm, r.cpu, r.count AS n FROM stack_samples_1m r
+        WHERE r.host_id = :h AND r.bucket >= :lo AND r.bucket < :hi
+        UNION ALL
+        SELECT s.stack_id, v.pid, v.comm, v.cpu, v.n
+        FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS v(pid, comm, cpu, n)
+        WHERE s.host_id = :h AND s.ts >= :s AND s.ts < :lo
+        UNION ALL
+        SELECT s.stack_id, v.pid, v.comm, v.cpu, v.n
+        FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS v(pid, comm, cpu, n)
+        WHERE s.host_id = :h AND s.ts >= :hi AND s.ts < :e) u
+        WHERE true{where}"""
+
+
+async def _span(session: AsyncSession, host_id: str, start: datetime, end: datetime) -> dict[str, Any]:
+    """The parameters of `_source`: the whole minutes of [start, end) below the minute watermark are
+    [lo, hi) (empty, at `end`, when there are none). Rollup rows below a watermark read before the query
+    are complete, and the raw rows stay, so a watermark moving meanwhile changes nothing."""
+    wm_1m, _ = await rollups.watermarks(await session.connection())
+    lo = start if start == start.replace(second=0, microsecond=0) else \
+        start.replace(second=0, microsecond=0) + _MINUTE
+    hi = min(end, wm_1m)
+    hi = hi.replace(second=0, microsecond=0)
+    if hi <= lo:
+        lo = hi = end
+    return {"h": host_id, "s": start, "e": end, "lo": lo, "hi": hi}
+
+
+async def _counts(session: AsyncSession, host_id: str, start: datetime, end: datetime,
+                  flt: StackFilter) -> dict[int, int]:
+    where, params = flt.sql()
+    rows = await session.execute(text(f"SELECT u.stack_id, sum(u.n) AS n {_source(where)} GROUP BY u.stack_id"),
+                                 {**await _span(session, host_id, start, end), **params})
+    return {i64_to_u64(r.stack_id): int(r.n) for r in rows}
+
+
+class FrameResolver:
+    """Turns stored frames into `Frame`s, merging kernel frames by function, and resolving catalog
+    (digest, index) pairs to function ids and names in one query per batch of stacks."""
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.index: dict[tuple, int] = {}
+
+    def _get(self, key: tuple, make) -> int:
+        i = self.index.get(key)
+        if i is None:
+            i = len(self.frames)
+            self.index[key] = i
+            self.frames.append(make())
+        return i
+
+    async def resolve(self, session: AsyncSession, host_id: str,
+                      defs: dict[int, tuple[list, list[int]]]) -> dict[int, list[tuple[int, int]]]:
+        pairs: set[tuple[str, int]] = set()
+        for modules, flat in defs.values():
+            for k in range(0, len(flat), 3):
+                m = modules[flat[k]] if 0 <= flat[k] < len(modules) else None
+                if m and m[0] == KERNEL_FUNCTION:
+                    pairs.add((m[1], flat[k + 1]))
+        names: dict[tuple[str, int], tuple[int, str]] = {}
+        if pairs:
+            ds, ix = zip(*pairs, strict=True)
+            rows = await session.execute(text("""
+                SELECT f.id, f.digest, f.index AS fn_index, f.name FROM functions f
+                JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
+                {"d": list(ds), "i": list(ix)})
+            names = {(r.digest, r.fn_index): (r.id, r.name) for r in rows}
+        out: dict[int, list[tuple[int, int]]] = {}
+        for sid, (modules, flat) in defs.items():
+            frames = []
+            for k in range(0, len(flat), 3):
+                mi, fn, off = flat[k], flat[k + 1], i64_to_u64(flat[k + 2])
+                kind, mkey, mname = modules[mi] if 0 <= mi < len(modules) else (USER_ADDRESS, "", "")
+                frames.append((self._frame(kind, mkey, mname, fn, off, names), off))
+            out[sid] = frames
+        return out
+
+    def _frame(self, kind: int, mkey: str, mname: str, fn: int, off: int,
+               names: dict[tuple[str, int], tuple[int, str]]) -> int:
+        if kind == KERNEL_FUNCTION:
+            hit = names.get((mkey, fn))
+            return self._get(("k", mkey, fn), lambda: Frame(
+                ("k", mkey, fn), hit[1] if hit else f"{mname or mkey[:12]}#{fn}", mname or "vmlinux", "kernel",
+                hit[0] if hit else None))
+        if kind == USER_FILE:
+            base = os.path.basename(mkey) or mkey
+            return self._get(("u", mkey, off), lambda: Frame(("u", mkey, off), f"{base}+{off:#x}", mkey, "user"))
+        if kind == KERNEL_ADDRESS:
+            return self._get(("ka", off), lambda: Frame(("ka", off), f"{off:#x}", "[kernel]", "kernel_address"))
+        return self._get(("ua", off), lambda: Frame(("ua", off), f"{off:#x}", "[unknown]", "user_address"))
+
+
+async def definitions(session: AsyncSession, host_id: str, ids: list[int]) -> dict[int, tuple[list, list[int]]]:
+    out: dict[int, tuple[list, list[int]]] = {}
+    for k in range(0, len(ids), 20000):
+        chunk = [u64_to_i64(i) for i in ids[k:k + 20000]]
+        rows = await session.execute(text("""
+            SELECT stack_id, modules::text AS modules, frames FROM stack_defs
+            WHERE host_id = :h AND stack_id = ANY(:ids)"""), {"h": host_id, "ids": chunk})
+        for r in rows:
+            out[i64_to_u64(r.stack_id)] = (orjson.loads(r.modules), r.frames)
+    return out
+
+
+async def _counts_and_contexts(session: AsyncSession, host_id: str, start: datetime, end: datetime,
+                               flt: StackFilter) -> tuple[dict[int, int], dict[str, Any]]:
+    """The filter's samples per stack id (as `_counts`) and who all the range's samples belong to (before
+    any filter: processes, commands, CPUs, and the idle task's share), in one pass over the samples: an
+    hour is ~60 rollup rows per stack and context, and reading them once instead of four times is most
+    of a flame graph's answer."""
+    where, params = flt.sql()
+    matches = where.removeprefix(" AND ") or "true"
+    # Summed per stack and context first (in parallel: grouping sets are not), then grouped three ways.
+    rows = await session.execute(text(f"""
+        SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n, sum(u.n) FILTER (WHERE {matches}) AS f,
+               grouping(u.stack_id) AS no_stack, grouping(u.cpu) AS no_cpu
+        FROM (SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n {_source("")} GROUP BY 1, 2, 3, 4) u
+        GROUP BY GROUPING SETS ((u.stack_id), (u.pid, u.comm), (u.cpu))"""),
+        {**await _span(session, host_id, start, end), **params})
+    counts: dict[int, int] = {}
+    procs: list[tuple[int, str, int]] = []
+    comms: dict[str, int] = defaultdict(int)
+    cpus: list[tuple[int, int]] = []
+    for r in rows:
+        if not r.no_stack:
+            if r.f is not None:
+                counts[i64_to_u64(r.stack_id)] = int(r.f)
+        elif r.no_cpu:
+            procs.append((r.pid, r.comm, int(r.n)))
+            comms[r.comm] += int(r.n)
+        else:
+            cpus.append((r.cpu, int(r.n)))
+    procs.sort(key=lambda p: (-p[2], p[0]))
+    ctx = {"processes": [{"pid": pid, "comm": comm, "samples": n} for pid, comm, n in procs[:500]],
+           "commands": [{"comm": c, "samples": n} for c, n in sorted(comms.items(), key=lambda c: (-c[1], c[0]))[:500]],
+           "cpus": [{"cpu": cpu, "samples": n} for cpu, n in sorted(cpus)],
+           "all_samples": sum(n for _, n in cpus), "idle_samples": sum(n for pid, _, n in procs if pid == 0)}
+    return counts, ctx
+
+
+# Trees ------------------------------------------------------------------------------------------
+
+def build_tree(sides: list[dict[bytes, int]], max_nodes: int = MAX_NODES) -> dict[str, Any]:
+    """Merge the paths of one or more ranges (each path: frame ids leaf first, packed as array('I') bytes,
+    with its samples) into one tree in pre-order, root first, children by samples (of all sides)
+    descending; per node and side its total and self samples. Nodes beyond max_nodes are folded into their
+    parent (counted in `folded`).
+
+    An hour holds tens of thousands of distinct paths of ~20 frames, too many to walk frame by frame in
+    Python: the paths are sorted root first, so each one shares its longest common prefix with the one
+    before it (found by comparing byte prefixes) and only its remaining frames are new nodes, appended
+    with list operations; nodes are numbered in that order (a parent before its children, ties broken
+    by it). Samples are added at each path's end and summed up the tree in one backward pass."""
+    nsides = len(sides)
+    by_path: dict[bytes, list[int]] = {}
+    for si, side in enumerate(sides):
+        for packed, count in side.items():
+            path = array("I")
+            path.frombytes(packed)
+            path.reverse()
+            by_path.setdefault(path.tobytes(), [0] * nsides)[si] += count
+    frame_of = [-1]
+    parent = [-1]
+    ends: list[tuple[int, list[int]]] = []
+    chain: list[int] = []  # the previous path's nodes, root's child first
+    prev = b""
+    for rooted in sorted(by_path):
+        # Common prefix with the previous path, in frames (4 bytes each): a binary search on byte prefixes.
+        lo, hi = 0, min(len(rooted), len(prev)) // 4
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if rooted[:4 * mid] == prev[:4 * mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        depth = len(rooted) // 4
+        if depth > lo:
+            first = len(frame_of)
+            path = array("I")
+            path.frombytes(rooted[4 * lo:])
+            frame_of.extend(path)
+            parent.append(chain[lo - 1] if lo else 0)
+            parent.extend(range(first, first + depth - lo - 1))
+            del chain[lo:]
+            chain.extend(range(first, first + depth - lo))
+        ends.append((chain[depth - 1] if depth else 0, by_path[rooted]))
+        prev = rooted
+    n = len(frame_of)
+    selfs = [[0] * n for _ in range(nsides)]
+    for node, counts in ends:
+        for si in range(nsides):
+            selfs[si][node] += counts[si]
+    totals = []
+    for own in selfs:
+        total = own.copy()
+        for i in range(n - 1, 0, -1):
+            total[parent[i]] += total[i]
+        totals.append(total)
+    weight = totals[0] if nsides == 1 else [sum(t) for t in zip(*totals, strict=True)]
+    # Heaviest first, ties in node order (a parent before its children, so the kept set is a tree).
+    order = sorted(range(1, n), key=weight.__getitem__, reverse=True)
+    folded = 0
+    if n > max_nodes:
+        keep = [True] * n
+        dropped = order[max_nodes - 1:]
+        del order[max_nodes - 1:]
+        for i in dropped:
+            keep[i] = False
+        for i in dropped:
+            if keep[parent[i]]:
+                for si in range(nsides):
+                    selfs[si][parent[i]] += totals[si][i]
+                folded += weight[i]
+    kids: list[list[int] | None] = [None] * n
+    for i in order:
+        k = kids[parent[i]]
+        if k is None:
+            kids[parent[i]] = [i]
+        else:
+            k.append(i)
+    pos = [0] * n
+    visited: list[int] = []  # the kept nodes in pre-order
+    out_parent: list[int] = []
+    stack = [0]
+    while stack:
+        node = stack.pop()
+        pos[node] = len(visited)
+        visited.append(node)
+        out_parent.append(pos[parent[node]] if node else -1)
+        k = kids[node]
+        if k is not None:
+            stack.extend(reversed(k))
+    return {"frame": [frame_of[v] for v in visited], "parent": out_parent,
+            "total": [[t[v] for v in visited] for t in totals], "self": [[o[v] for v in visited] for o in selfs],
+            "folded": folded}
+
+
+class StackPaths:
+    """Each stack as the trees see it — its frames as interned frame ids, leaf first, user frames merged
+    by file (consecutive ones into one) and addresses outside known code by kind — cached per process.
+    A stack id names its frames for good (content-addressed), so an entry never goes stale; the cache is
+    bounded (least recently used out), and a kernel frame whose catalog piece was not stored yet is named
+    again once it is."""
+
+    def __init__(self, limit: int = 400_000) -> None:
+        self.limit = limit
+        self.keys: dict[tuple, int] = {}
+        self.frames: list[Frame] = []
+        self.unresolved: set[int] = set()
+        self.paths: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+
+    def _frame(self, key: tuple, make) -> int:
+        i = self.keys.get(key)
+        if i is None:
+            i = self.keys[key] = len(self.frames)
+            self.frames.append(make())
+            if key[0] == "k":
+                self.unresolved.add(i)
+        return i
+
+    def _intern(self, kind: int, mkey: str, mname: str, fn: int) -> int:
+        if kind == KERNEL_FUNCTION:
+            return self._frame(("k", mkey, fn), lambda: Frame(("k", mkey, fn), f"{mname or mkey[:12]}#{fn}",
+                                                              mname or "vmlinux", "kernel"))
+        if kind == USER_FILE:
+            return self._frame(("u", mkey), lambda: Frame(("u", mkey), os.path.basename(mkey) or mkey, mkey, "user"))
+        if kind == KERNEL_ADDRESS:
+            return self._frame(("ka",), lambda: Frame(("ka",), "[kernel code outside known functions]", "[kernel]",
+                                                      "kernel_address"))
+        return self._frame(("ua",), lambda: Frame(("ua",), "[user code outside mapped files]", "[unknown]",
+                                                  "user_address"))
+
+    async def load(self, session: AsyncSession, host_id: str, ids: Iterable[int]) -> dict[int, bytes]:
+        """The paths of these stacks (those with a definition)."""
+        out: dict[int, bytes] = {}
+        missing = []
+        for sid in ids:
+            packed = self.paths.get((host_id, sid))
+            if packed is None:
+                missing.append(sid)
+            else:
+                self.paths.move_to_end((host_id, sid))
+                out[sid] = packed
+        defs = await definitions(session, host_id, missing)
+        for sid, (modules, flat) in defs.items():
+            path = array("I")
+            for k in range(0, len(flat), 3):
+                mi = flat[k]
+                kind, mkey, mname = modules[mi] if 0 <= mi < len(modules) else (USER_ADDRESS, "", "")
+                fi = self._intern(kind, mkey, mname, flat[k + 1])
+                # Consecutive frames of one file without symbols are one frame: they cannot be told apart.
+                if kind != KERNEL_FUNCTION and path and path[-1] == fi:
+                    continue
+                path.append(fi)
+            packed = out[sid] = path.tobytes()
+            self.paths[(host_id, sid)] = packed
+        while len(self.paths) > self.limit:
+            self.paths.popitem(last=False)
+        await self._name(session, out.values())
+        return out
+
+    async def _name(self, session: AsyncSession, paths: Iterable[bytes]) -> None:
+        """Give kernel frames of these paths not named yet their function's name and id."""
+        if not self.unresolved:
+            return
+        wanted: set[int] = set()
+        for packed in paths:
+            path = array("I")
+            path.frombytes(packed)
+            wanted.update(fi for fi in path if fi in self.unresolved)
+        if not wanted:
+            return
+        pairs = [(self.frames[i].key[1], self.frames[i].key[2]) for i in wanted]
+        ds, ix = zip(*pairs, strict=True)
+        rows = await session.execute(text("""
+            SELECT f.id, f.digest, f.index AS fn_index, f.name FROM functions f
+            JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
+            {"d": list(ds), "i": list(ix)})
+        for r in rows:
+            i = self.keys[("k", r.digest, r.fn_index)]
+            self.frames[i].name, self.frames[i].function_id = r.name, r.id
+            self.unresolved.discard(i)
+
+
+_PATHS = StackPaths()
+
+
+async def _merged_paths(session: AsyncSession, host_id: str, start: datetime, end: datetime,
+                        flt: StackFilter, counts: dict[int, int] | None = None) -> tuple[dict[bytes, int], int, int]:
+    """The range's samples per distinct path (stacks that differ only below the trees' merging are one
+    path), the samples of the filter, and those of stacks without a definition (`counts`: the filter's
+    samples per stack when the caller read them already)."""
+    if counts is None:
+        counts = await _counts(session, host_id, start, end, flt)
+    paths = await _PATHS.load(session, host_id, counts)
+    merged: dict[bytes, int] = defaultdict(int)
+    undefined = 0
+    for sid, n in counts.items():
+        packed = paths.get(sid)
+        if packed is None:
+            undefined += n
+        else:
+            merged[packed] += n
+    return dict(merged), sum(counts.values()), undefined
+
+
+def _local_frames(tree: dict[str, Any]) -> list[dict[str, Any]]:
+    """Renumber a tree's frames (process-wide ids) to positions in the response's frame list."""
+    local: dict[int, int] = {}
+    frames: list[Frame] = []
+    out: list[int] = []
+    for fi in tree["frame"]:
+        if fi < 0:
+            out.append(-1)
+            continue
+        j = local.get(fi)
+        if j is None:
+            j = local[fi] = len(frames)
+            frames.append(_PATHS.frames[fi])
+        out.append(j)
+    tree["frame"] = out
+    return _frames_public(frames)
+
+
+def _frames_public(frames: list[Frame]) -> list[dict[str, Any]]:
+    return [{"name": f.name, "module": f.module, "kind": f.kind, "function_id": f.function_id} for f in frames]
+
+
+async def flame_graph(session: AsyncSession, host_id: str, start: datetime, end: datetime,
+                      flt: StackFilter) -> dict[str, Any]:
+    counts, ctx = await _counts_and_contexts(session, host_id, start, end, flt)
+    merged, total, undefined = await _merged_paths(session, host_id, start, end, flt, counts)
+    tree = build_tree([merged])
+    frames = _local_frames(tree)
+    return {"filter": flt.public(), "samples": total, "undefined_samples": undefined, "frames": frames,
+            "nodes": {"frame": tree["frame"], "parent": tree["parent"], "total": tree["total"][0],
+                      "self": tree["self"][0]},
+            "folded_samples": tree["folded"], "contexts": ctx}
+
+
+async def flame_diff(session: AsyncSession, host_a: str, a: tuple[datetime, datetime], host_b: str,
+                     b: tuple[datetime, datetime], flt: StackFilter) -> dict[str, Any]:
+    ma, ta, _ = await _merged_paths(session, host_a, a[0], a[1], flt)
+    # Kernel frames of another host merge with A's when they name the same function of the same piece.
+    mb, tb, _ = await _merged_paths(session, host_b, b[0], b[1], flt)
+    tree = build_tree([ma, mb])
+    frames = _local_frames(tree)
+    return {"filter": flt.public(), "a_samples": ta, "b_samples": tb, "frames": frames,
+            "nodes": {"frame": tree["frame"], "parent": tree["parent"], "a_total": tree["total"][0],
+                      "b_total": tree["total"][1], "a_self": tree["self"][0], "b_self": tree["self"][1]},
+            "folded_samples": tree["folded"]}
+
+
+# Functions from stacks -------------------------------------------------------------------------------
+
+async def inclusive_by_function(session: AsyncSession, host_id: str, start: datetime, end: datetime,
+                                include_idle: bool) -> tuple[dict[int, int], dict[int, int], int]:
+    """Per function id: samples whose stack contains it (inclusive, once per sample however deep the
+    recursion) and samples whose leaf it is (self); and the samples with a stack in the range."""
+    merged, total, _ = await _merged_paths(session, host_id, start, end,
+                                           StackFilter(idle="include" if include_idle else "exclude"))
+    incl: dict[int, int] = defaultdict(int)
+    own: dict[int, int] = defaultdict(int)
+    frames = _PATHS.frames
+    for packed, count in merged.items():
+        path = array("I")
+        path.frombytes(packed)
+        seen = set()
+        for fi in path:
+            fid = frames[fi].function_id
+            if fid is not None and fid not in seen:
+                seen.add(fid)
+                incl[fid] += count
+        if path:
+            leaf = frames[path[0]].function_id
+            if leaf is not None:
+                own[leaf] += count
+    return dict(incl), dict(own), total
+
+
+def _call_site(sites: list[tuple[int, bool]], return_offset: int) -> tuple[int, bool] | None:
+    """The call instruction a return address follows: the last call site before it."""
+    best = None
+    for site, indirect in sites:
+        if site < return_offset and (best is None or site > best[0]):
+            best = (site, indirect)
+    return best
+
+
+async def function_calls(session: AsyncSession, host_id: str, digest: str, index: int, start: datetime,
+                         end: datetime, flt: StackFilter, sites: list[tuple[int, bool]]) -> dict[str, Any]:
+    """Callers and callees of one function from the range's stacks, and per call site (sites: its
+    offsets, and whether each is indirect) the callees observed there. The stacks that contain the
+    function are found through the cached paths; only those are read with their offsets."""
+    counts = await _counts(session, host_id, start, end, flt)
+    paths = await _PATHS.load(session, host_id, counts)
+    fi = _PATHS.keys.get(("k", digest, index))
+    containing = []
+    if fi is not None:
+        needle = array("I", [fi]).tobytes()
+        for sid, packed in paths.items():
+            if needle in packed:
+                path = array("I")
+                path.frombytes(packed)
+                if fi in path:
+                    containing.append(sid)
+    resolver = FrameResolver()
+    stacks = await resolver.resolve(session, host_id, await definitions(session, host_id, containing))
+    rs = RangeStacks({sid: counts[sid] for sid in stacks}, stacks, resolver.frames, sum(counts.values()), 0)
+    target = ("k", digest, index)
+    inclusive = self_samples = 0
+    callers: dict[int, int] = defaultdict(int)
+    callees: dict[int, int] = defaultdict(int)
+    at_site: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for sid, count in rs.counts.items():
+        frames = rs.stacks[sid]
+        positions = [i for i, (fi, _) in enumerate(frames) if rs.frames[fi].key == target]
+        if not positions:
+            continue
+        inclusive += count
+        if positions[0] == 0:
+            self_samples += count
+        seen_callers, seen_callees, seen_sites = set(), set(), set()
+        for i in positions:
+            if i + 1 < len(frames):
+                seen_callers.add(frames[i + 1][0])
+            if i > 0:
+                callee = frames[i - 1][0]
+                seen_callees.add(callee)
+                hit = _call_site(sites, frames[i][1])
+                if hit is not None:
+                    seen_sites.add((hit[0], callee))
+        for c in seen_callers:
+            callers[c] += count
+        for c in seen_callees:
+            callees[c] += count
+        for site, callee in seen_sites:
+            at_site[site][callee] += count
+
+    def listing(counter: dict[int, int]) -> list[dict[str, Any]]:
+        order = sorted(counter.items(), key=lambda kv: (-kv[1], rs.frames[kv[0]].name))
+        return [{"name": rs.frames[fi].name, "module": rs.frames[fi].module, "kind": rs.frames[fi].kind,
+                 "function_id": rs.frames[fi].function_id, "samples": n} for fi, n in order]
+
+    indirect = {s for s, ind in sites if ind}
+    call_sites = [{"site_offset": s, "indirect": s in indirect, "callees": listing(at_site[s])}
+                  for s in sorted(at_site)]
+    return {"filter": flt.public(), "samples": rs.total, "inclusive_samples": inclusive,
+            "self_samples": self_samples, "callers": listing(callers), "callees": listing(callees),
+            "call_sites": call_sites}
+
+
+# pprof ------------------------------------------------------------------------------------------
+
+async def pprof(session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter,
+                frequency_hz: int) -> bytes:
+    """The range's stacks as a gzipped pprof profile (profile.proto): one sample per (stack, pid, command,
+    CPU) with values [samples, cpu nanoseconds] and labels pid, comm, cpu; a location per frame address,
+    a function per kernel function (or per user address, named file+offset), a mapping per module.
+    Built in one pass over the stacks' frames; kernel names and addresses are filled in afterwards with
+    one query."""
+    from app.protocol.proto import profile_pb  # generated from Google's profile.proto by the build
+
+    where, params = flt.sql()
+    rows = (await session.execute(text(f"""
+        SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n {_source(where)}
+        GROUP BY 1, 2, 3, 4 ORDER BY n DESC"""), {**await _span(session, host_id, start, end), **params})).all()
+    defs = await definitions(session, host_id, sorted({i64_to_u64(r.stack_id) for r in rows}))
+    p = profile_pb.Profile()
+    strings: dict[str, int] = {}
+
+    def s(value: str) -> int:
+        i = strings.get(value)
+        if i is None:
+            i = strings[value] = len(p.string_table)
+            p.string_table.append(value)
+        return i
+
+    s("")
+    period = max(1, round(1e9 / max(1, frequency_hz)))
+    p.sample_type.add(type=s("samples"), unit=s("count"))
+    p.sample_type.add(type=s("cpu"), unit=s("nanoseconds"))
+    p.period_type.type, p.period_type.unit, p.period = s("cpu"), s("nanoseconds"), period
+    p.default_sample_type = s("cpu")
+    p.time_nanos = int(start.timestamp() * 1e9)
+    p.duration_nanos = int((end - start).total_seconds() * 1e9)
+    p.comment.append(s(f"hotpath: host {host_id}, {start.isoformat()} to {end.isoformat()}"))
+
+    mappings: dict[str, int] = {}
+    functions: dict[tuple, int] = {}
+    locations: dict[tuple, int] = {}
+    kernel_locs: list[tuple[int, str, int, int]] = []  # (location index, digest, function index, offset)
+    kernel_fns: dict[tuple[str, int], int] = {}  # (digest, index) -> function index in p.function
+
+    def mapping(key: str, name: str) -> int:
+        mid = mappings.get(key)
+        if mid is None:
+            mid = mappings[key] = len(p.mapping) + 1
+            p.mapping.add(id=mid, filename=s(name), has_functions=True)
+        return mid
+
+    def function(key: tuple, name: str, module: str) -> int:
+        fid = functions.get(key)
+        if fid is None:
+            fid = functions[key] = len(p.function) + 1
+            p.function.add(id=fid, name=s(name), system_name=s(name), filename=s(module))
+        return fid
+
+    def location(kind: int, mkey: str, mname: str, fn: int, off: int) -> int:
+        off &= 0xFFFFFFFFFFFFFFFF
+        if kind == KERNEL_FUNCTION:
+            mid = mapping(mkey, "[kernel.kallsyms]" if mname in ("", "vmlinux") else f"[{mname}]")
+            fid = function(("k", mkey, fn), f"{mname or 'vmlinux'}#{fn}", mname or "vmlinux")
+            kernel_fns[(mkey, fn)] = fid - 1
+            kernel_locs.append((len(p.location), mkey, fn, off))
+            addr = 0  # filled in below from the host's module base and the function's offset
+        elif kind == USER_FILE:
+            mid = mapping("u:" + mkey, mkey)
+            fid = function(("u", mkey, off), f"{os.path.basename(mkey) or mkey}+{off:#x}", mkey)
+            addr = off
+        else:
+            name = "[kernel]" if kind == KERNEL_ADDRESS else "[unknown]"
+            mid = mapping(name, name)
+            fid = function(("a", off), f"{off:#x}", name)
+            addr = off
+        loc = p.location.add(id=len(p.location) + 1, mapping_id=mid, address=addr)
+        loc.line.add(function_id=fid)
+        return loc.id
+
+    stack_locs: dict[int, list[int]] = {}
+    for sid, (modules, flat) in defs.items():
+        out = []
+        for k in range(0, len(flat), 3):
+            mi, fn, off = flat[k], flat[k + 1], flat[k + 2]
+            kind, mkey, mname = modules[mi] if 0 <= mi < len(modules) else (USER_ADDRESS, "", "")
+            key = (kind, mkey, fn, off)
+            lid = locations.get(key)
+            if lid is None:
+                lid = locations[key] = location(kind, mkey, mname, fn, off)
+            out.append(lid)
+        stack_locs[sid] = out
+
+    # Kernel functions' names, and their locations' addresses on this host.
+    if kernel_fns:
+        bases = {r.digest: i64_to_u64(r.base_address) for r in await session.execute(text(
+            "SELECT digest, base_address FROM host_modules WHERE host_id = :h"), {"h": host_id})}
+        ds, ix = zip(*kernel_fns, strict=True)
+        found: dict[tuple[str, int], int] = {}
+        for r in await session.execute(text("""
+                SELECT f.digest, f.index AS fn_index, f."offset", f.name FROM functions f
+                JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
+                {"d": list(ds), "i": list(ix)}):
+            found[(r.digest, r.fn_index)] = r.offset
+            f = p.function[kernel_fns[(r.digest, r.fn_index)]]
+            f.name = f.system_name = s(r.name)
+        for li, digest, fn, off in kernel_locs:
+            p.location[li].address = (bases.get(digest, 0) + found.get((digest, fn), 0) + off) & 0xFFFFFFFFFFFFFFFF
+        for digest, mid in mappings.items():
+            if digest in bases:
+                p.mapping[mid - 1].memory_start = bases[digest]
+                hi = max((p.location[li].address for li, d, _, _ in kernel_locs if d == digest), default=bases[digest])
+                p.mapping[mid - 1].memory_limit = hi + 1
+    for m in p.mapping:
+        if not m.memory_limit:
+            m.memory_limit = 0xFFFFFFFFFFFFFFFF
+
+    k_pid, k_comm, k_cpu = s("pid"), s("comm"), s("cpu")
+    for r in rows:
+        locs = stack_locs.get(i64_to_u64(r.stack_id))
+        if not locs:
+            continue
+        n = int(r.n)
+        sample = p.sample.add(location_id=locs, value=[n, n * period])
+        sample.label.add(key=k_pid, num=r.pid)
+        sample.label.add(key=k_comm, str=s(r.comm))
+        sample.label.add(key=k_cpu, num=r.cpu)
+    return gzip.compress(p.SerializeToString(), compresslevel=6, mtime=0)
