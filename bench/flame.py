@@ -34,7 +34,7 @@ import httpx  # noqa: E402
 
 from app.catalog_digest import piece_digest  # noqa: E402
 from app.proto import pb, pb_grpc  # noqa: E402
-from app.stacks import stack_id  # noqa: E402
+from app.storage.stacks import stack_id  # noqa: E402
 from tests.backend_process import Backend  # noqa: E402
 from tests.scripted_agent import enroll, kernel_functions  # noqa: E402
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""app.stacks.build_tree, the flame graph's merge of a range's paths, against the plainest reference: per
+"""app.storage.stacks.build_tree, the flame graph's merge of a range's paths, against the plainest reference: per
 root-first prefix of every path, the samples of the paths through it (total) and ending at it (self),
 per side. Random paths that share prefixes (as call stacks do), a path that is a prefix of another, the
 empty path, two sides, and a tree folded to fewer nodes."""
@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from app.stacks import build_tree
+from app.storage.stacks import build_tree
 
 
 def _paths(rng: random.Random, count: int) -> dict[bytes, int]:
