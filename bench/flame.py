@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT / "backend"))
 import grpc  # noqa: E402
 import httpx  # noqa: E402
 
-from app.catalog_digest import piece_digest  # noqa: E402
-from app.proto import pb, pb_grpc  # noqa: E402
+from app.protocol.catalog_digest import piece_digest  # noqa: E402
+from app.protocol.proto import pb, pb_grpc  # noqa: E402
 from app.storage.stacks import stack_id  # noqa: E402
 from tests.backend_process import Backend  # noqa: E402
 from tests.scripted_agent import enroll, kernel_functions  # noqa: E402
