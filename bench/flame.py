@@ -184,7 +184,7 @@ async def main() -> None:
         if fg["samples"] != sent:
             raise SystemExit(f"the flame graph counts {fg['samples']} samples, {sent} were sent")
         answer = sorted(times)[1]
-        say(f"answer {times[0]:.0f} ms first, {answer:.0f} ms median of 3; {len(fg['nodes']['frame']):,} nodes, "
+        say(f"answer {times[0]:.0f} ms first, {answer:.0f} ms median of 3; {len(fg['paths']['length']):,} paths, "
             f"{len(fg['frames']):,} frames; reply {len(body) / 1024:.0f} KiB, "
             f"{len(gzip.compress(body, 6)) / 1024:.0f} KiB gzipped")
         await api.aclose()
@@ -205,7 +205,7 @@ async def main() -> None:
         drawn, longest = (float(figures[k].split()[0]) for k in ("flame drawn", "flame longest task"))
         verdict = (f"{'meets' if drawn < GOAL_MS else 'OVER'} the {GOAL_MS} ms goal, "
                    f"longest task {'meets' if longest < TASK_MS else 'OVER'} the {TASK_MS} ms goal")
-        print(f"flame: {sent} samples, {len(fg['nodes']['frame'])} nodes, answer {answer:.0f} ms, "
+        print(f"flame: {sent} samples, {len(fg['paths']['length'])} paths, answer {answer:.0f} ms, "
               f"reply {len(body) / 1024:.0f} KiB ({len(gzip.compress(body, 6)) / 1024:.0f} KiB gzip), "
               f"drawn in {drawn:.0f} ms, longest task {longest:.0f} ms ({verdict})")
         done = True

@@ -30,7 +30,8 @@ export function FlameView({ hostId, view, update, live }: {
   const functionHref = useCallback((fid: number) => `/hosts/${encodeURIComponent(hostId)}/functions/${fid}?${rangeSearch(view.range)}`,
     [hostId, view.range]);
   const setFilter = (patch: Partial<StackFilterView>) => update({ filter: { ...view.filter, ...patch }, flameZoom: "" }, { push: true });
-  const d = fg.data?.summary;
+  const loaded = fg.data;
+  const d = loaded?.summary;
 
   return (
     <div className="flame-view">
@@ -46,13 +47,13 @@ export function FlameView({ hostId, view, update, live }: {
         <PprofButton hostId={hostId} range={view.range} filter={filter} />
       </div>
       {fg.isError && <p className="error" role="alert">Could not load the flame graph: {fg.error.message}</p>}
-      {d && (
+      {loaded && d && (
         <p className="muted small" data-testid="flame-summary">
           {formatCount(d.samples)} samples with a call stack in {formatRange(view.range)}
           {view.filter.idle === "exclude" && d.contexts.idle_samples > 0 && <> · idle task {formatCount(d.contexts.idle_samples)} samples ({formatShare(d.contexts.all_samples ? d.contexts.idle_samples / d.contexts.all_samples : 0)}) not shown</>}
           {d.undefined_samples > 0 && <> · {formatCount(d.undefined_samples)} of stacks the host never defined</>}
-          {d.folded_samples > 0 && <> · {formatCount(d.folded_samples)} in frames folded to keep the graph small</>}
-          {fg.data && <> · read and laid out in {Math.round(fg.data.ms)} ms in a worker</>}
+          {loaded.folded > 0 && <> · {formatCount(loaded.folded)} in frames folded to keep the graph small</>}
+          <> · read, merged and laid out in {Math.round(loaded.ms)} ms in a worker</>
         </p>
       )}
       {fg.isPending && <p className="muted">Loading stacks…</p>}

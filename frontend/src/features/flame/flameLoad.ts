@@ -1,34 +1,35 @@
 // SPDX-License-Identifier: Apache-2.0
 // The flame graph's reply read off the main thread: the reply's bytes go to a worker (transferred, not
-// copied), which parses the JSON (megabytes for an hour) and lays the tree out, and posts back what the
-// page shows: the reply without its tree, the frames, and the layout's typed arrays (transferred). Where
-// no Worker exists (jsdom) the same work runs in the calling task.
+// copied), which parses the JSON (megabytes for an hour), merges the range's distinct paths into the tree
+// (flameTree.ts) and lays it out, and posts back what the page shows: the reply without its paths, the
+// frames, the samples folded to bound the tree, and the layout's typed arrays (transferred). Where no
+// Worker exists (jsdom) the same work runs in the calling task.
 import type { FlameGraphData } from "../../api/types";
-import { layoutFlame, type FlameFrame, type FlameInput, type FlameLayout } from "./flameModel";
+import { layoutFlame, type FlameFrame, type FlameLayout } from "./flameModel";
+import { buildTree } from "./flameTree";
 import type { FlameReply, FlameRequest } from "./flame.worker";
 
-/** The flame graph's reply without its tree: what the page shows around the graph. */
-export type FlameSummary = Omit<FlameGraphData, "frames" | "nodes">;
+/** The flame graph's reply without its paths: what the page shows around the graph. */
+export type FlameSummary = Omit<FlameGraphData, "frames" | "paths">;
 
 export interface LoadedFlame {
   summary: FlameSummary;
   frames: FlameFrame[];
   layout: FlameLayout;
-  /** Time to parse and lay out, in the worker. */
+  /** Samples of the nodes folded into their parents to bound the tree's size. */
+  folded: number;
+  /** Time to parse, build the tree and lay it out, in the worker. */
   ms: number;
 }
 
-export function toFlameInput(d: FlameGraphData): FlameInput {
-  return { frames: d.frames, frame: d.nodes.frame, parent: d.nodes.parent, total: d.nodes.total, self: d.nodes.self };
-}
-
-/** Parse a flame graph reply (UTF-8 JSON) and lay its tree out. */
+/** Parse a flame graph reply (UTF-8 JSON), merge its paths into the tree and lay it out. */
 export function loadFlame(body: ArrayBuffer): LoadedFlame {
   const t0 = performance.now();
   const d = JSON.parse(new TextDecoder().decode(body)) as FlameGraphData;
-  const layout = layoutFlame(toFlameInput(d));
-  const { frames, nodes: _nodes, ...summary } = d;
-  return { summary, frames, layout, ms: performance.now() - t0 };
+  const { frames, paths, ...summary } = d;
+  const tree = buildTree(paths);
+  const layout = layoutFlame({ frames, frame: tree.frame, parent: tree.parent, total: tree.total, self: tree.self });
+  return { summary, frames, layout, folded: tree.folded, ms: performance.now() - t0 };
 }
 
 /** The typed arrays of a layout, to transfer rather than copy. */
