@@ -32,12 +32,13 @@ declare -A pattern=(
 	[chaos]="^chaos: [0-9]+ batches sent, [0-9]+ stored, [0-9]+ gaps shown, $num s to recover, [0-9]+ bad rows stored$"
 	[plan]="^plan: [0-9]+ functions, [0-9]+ blocks, $num ms, hot lines [0-9]+ \(minimum [0-9]+, ratio $num\)$"
 	[replace_cycles]="^replace cycles: [0-9]+ cycles in $num s, install $num ms, revert $num ms \(averages\), results verified [0-9]+, no wrong result$"
+	[flame]="^flame: [0-9]+ samples, [0-9]+ paths, answer $num ms, reply [0-9]+ KiB \([0-9]+ KiB gzip\), drawn in $num ms, longest task $num ms \((meets|OVER) the 1000 ms goal, longest task (meets|OVER) the 100 ms goal\)$"
 	[replace]="^replace: install $num µs \(entry\), $num ms \([0-9]+ call sites\), revert $num µs, speedup per call -?$num%, end to end -?$num%$"
 )
 # Two lanes run side by side to keep the suite short: the benchmarks that start a whole stack (a backend
 # and its Postgres, one at a time) and the rest. Their figures disturb each other, which a smoke run does
 # not mind: it checks that each benchmark still runs to its summary line.
-stacks=(catalog_load ingest chaos)
+stacks=(catalog_load ingest chaos flame)
 rest=(kernel_parse sampling_overhead stack_sampling probe_cost console_tree cfg_layout plan replace_cycles replace)
 order=("${rest[@]}" "${stacks[@]}")
 if [ $# -gt 0 ]; then order=("$@") stacks=() rest=("$@"); fi

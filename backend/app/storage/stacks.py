@@ -15,12 +15,15 @@ functions when it is; user frames as (file, offset in the file); other frames as
 Reading: whole minutes below the minute watermark are read from the rollup, the range's edges from the
 raw rows (`_source`), so an hour reads ~60 rows per stack and context, not every interval's. Every
 question is over a `TimeRange` and a `StackFilter` (process, command, CPU, and the idle
-task excluded, included or alone) — a flame graph (a tree of frames merged by function, root first; user
-frames merged by file, since without symbols each return address would be a frame of its own), two
-flame graphs merged for a differential view, a function's callers and callees (and the observed targets
+task excluded, included or alone) — a flame graph (the range's distinct paths of frames merged by
+function, root first, with their samples, which the console merges into the tree; user frames merged by
+file, since without symbols each return address would be a frame of its own), two flame graphs merged
+into one tree for a differential view, a function's callers and callees (and the observed targets
 of its indirect call sites), inclusive samples per function, and a pprof profile (which keeps every
-address). Trees are built in Python from the range's distinct stacks; each stack's frames are resolved
-once per process (`StackPaths`), so a refreshed view only reads the stacks that are new. Routes never
+address). The differential tree is built in Python from the range's distinct stacks (sorted root first, so each path
+adds only the frames it does not share with the one before: `build_tree`); each stack's frames are
+resolved once per process (`StackPaths`), so a refreshed view only reads the stacks that are new. A
+flame graph reads its stacks and who they belong to (processes, commands, CPUs) in one pass. Routes never
 touch the tables, so moving the series elsewhere changes this module only.
 """
 import gzip
@@ -312,22 +315,40 @@ async def definitions(session: AsyncSession, host_id: str, ids: list[int]) -> di
     return out
 
 
-async def contexts(session: AsyncSession, host_id: str, start: datetime, end: datetime) -> dict[str, Any]:
-    """Who the range's stack samples belong to (all of them, before any filter): processes, commands,
-    CPUs, and the idle task's share."""
-    params = await _span(session, host_id, start, end)
-    procs = await session.execute(text(f"""
-        SELECT u.pid, u.comm, sum(u.n) AS n {_source("")} GROUP BY u.pid, u.comm ORDER BY n DESC, u.pid LIMIT 500"""),
-        params)
-    comms = await session.execute(text(f"""
-        SELECT u.comm, sum(u.n) AS n {_source("")} GROUP BY u.comm ORDER BY n DESC, u.comm LIMIT 500"""), params)
-    cpus = await session.execute(text(f"SELECT u.cpu, sum(u.n) AS n {_source('')} GROUP BY u.cpu ORDER BY u.cpu"),
-                                 params)
-    proc_list = [{"pid": r.pid, "comm": r.comm, "samples": int(r.n)} for r in procs]
-    cpu_list = [{"cpu": r.cpu, "samples": int(r.n)} for r in cpus]
-    return {"processes": proc_list, "commands": [{"comm": r.comm, "samples": int(r.n)} for r in comms],
-            "cpus": cpu_list, "all_samples": sum(c["samples"] for c in cpu_list),
-            "idle_samples": sum(p["samples"] for p in proc_list if p["pid"] == 0)}
+async def _counts_and_contexts(session: AsyncSession, host_id: str, start: datetime, end: datetime,
+                               flt: StackFilter) -> tuple[dict[int, int], dict[str, Any]]:
+    """The filter's samples per stack id (as `_counts`) and who all the range's samples belong to (before
+    any filter: processes, commands, CPUs, and the idle task's share), in one pass over the samples: an
+    hour is ~60 rollup rows per stack and context, and reading them once instead of four times is most
+    of a flame graph's answer."""
+    where, params = flt.sql()
+    matches = where.removeprefix(" AND ") or "true"
+    # Summed per stack and context first (in parallel: grouping sets are not), then grouped three ways.
+    rows = await session.execute(text(f"""
+        SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n, sum(u.n) FILTER (WHERE {matches}) AS f,
+               grouping(u.stack_id) AS no_stack, grouping(u.cpu) AS no_cpu
+        FROM (SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n {_source("")} GROUP BY 1, 2, 3, 4) u
+        GROUP BY GROUPING SETS ((u.stack_id), (u.pid, u.comm), (u.cpu))"""),
+        {**await _span(session, host_id, start, end), **params})
+    counts: dict[int, int] = {}
+    procs: list[tuple[int, str, int]] = []
+    comms: dict[str, int] = defaultdict(int)
+    cpus: list[tuple[int, int]] = []
+    for r in rows:
+        if not r.no_stack:
+            if r.f is not None:
+                counts[i64_to_u64(r.stack_id)] = int(r.f)
+        elif r.no_cpu:
+            procs.append((r.pid, r.comm, int(r.n)))
+            comms[r.comm] += int(r.n)
+        else:
+            cpus.append((r.cpu, int(r.n)))
+    procs.sort(key=lambda p: (-p[2], p[0]))
+    ctx = {"processes": [{"pid": pid, "comm": comm, "samples": n} for pid, comm, n in procs[:500]],
+           "commands": [{"comm": c, "samples": n} for c, n in sorted(comms.items(), key=lambda c: (-c[1], c[0]))[:500]],
+           "cpus": [{"cpu": cpu, "samples": n} for cpu, n in sorted(cpus)],
+           "all_samples": sum(n for _, n in cpus), "idle_samples": sum(n for pid, _, n in procs if pid == 0)}
+    return counts, ctx
 
 
 # Trees ------------------------------------------------------------------------------------------
@@ -336,62 +357,95 @@ def build_tree(sides: list[dict[bytes, int]], max_nodes: int = MAX_NODES) -> dic
     """Merge the paths of one or more ranges (each path: frame ids leaf first, packed as array('I') bytes,
     with its samples) into one tree in pre-order, root first, children by samples (of all sides)
     descending; per node and side its total and self samples. Nodes beyond max_nodes are folded into their
-    parent (counted in `folded`)."""
+    parent (counted in `folded`).
+
+    An hour holds tens of thousands of distinct paths of ~20 frames, too many to walk frame by frame in
+    Python: the paths are sorted root first, so each one shares its longest common prefix with the one
+    before it (found by comparing byte prefixes) and only its remaining frames are new nodes, appended
+    with list operations; nodes are numbered in that order (a parent before its children, ties broken
+    by it). Samples are added at each path's end and summed up the tree in one backward pass."""
     nsides = len(sides)
-    children: list[dict[int, int]] = [{}]
-    frame_of = [-1]
-    parent = [-1]
-    totals = [[0] * nsides]
-    selfs = [[0] * nsides]
+    by_path: dict[bytes, list[int]] = {}
     for si, side in enumerate(sides):
         for packed, count in side.items():
             path = array("I")
             path.frombytes(packed)
-            node = 0
-            totals[0][si] += count
-            for fi in reversed(path):
-                nxt = children[node].get(fi)
-                if nxt is None:
-                    nxt = len(frame_of)
-                    children[node][fi] = nxt
-                    children.append({})
-                    frame_of.append(fi)
-                    parent.append(node)
-                    totals.append([0] * nsides)
-                    selfs.append([0] * nsides)
-                totals[nxt][si] += count
-                node = nxt
-            selfs[node][si] += count
+            path.reverse()
+            by_path.setdefault(path.tobytes(), [0] * nsides)[si] += count
+    frame_of = [-1]
+    parent = [-1]
+    ends: list[tuple[int, list[int]]] = []
+    chain: list[int] = []  # the previous path's nodes, root's child first
+    prev = b""
+    for rooted in sorted(by_path):
+        # Common prefix with the previous path, in frames (4 bytes each): a binary search on byte prefixes.
+        lo, hi = 0, min(len(rooted), len(prev)) // 4
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if rooted[:4 * mid] == prev[:4 * mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        depth = len(rooted) // 4
+        if depth > lo:
+            first = len(frame_of)
+            path = array("I")
+            path.frombytes(rooted[4 * lo:])
+            frame_of.extend(path)
+            parent.append(chain[lo - 1] if lo else 0)
+            parent.extend(range(first, first + depth - lo - 1))
+            del chain[lo:]
+            chain.extend(range(first, first + depth - lo))
+        ends.append((chain[depth - 1] if depth else 0, by_path[rooted]))
+        prev = rooted
     n = len(frame_of)
-    keep = [True] * n
+    selfs = [[0] * n for _ in range(nsides)]
+    for node, counts in ends:
+        for si in range(nsides):
+            selfs[si][node] += counts[si]
+    totals = []
+    for own in selfs:
+        total = own.copy()
+        for i in range(n - 1, 0, -1):
+            total[parent[i]] += total[i]
+        totals.append(total)
+    weight = totals[0] if nsides == 1 else [sum(t) for t in zip(*totals, strict=True)]
+    # Heaviest first, ties in node order (a parent before its children, so the kept set is a tree).
+    order = sorted(range(1, n), key=weight.__getitem__, reverse=True)
     folded = 0
     if n > max_nodes:
-        # Keep the heaviest nodes (a node is never lighter than its children, so the kept set is a tree).
-        order = sorted(range(1, n), key=lambda i: -sum(totals[i]))
-        for i in order[max_nodes - 1:]:
+        keep = [True] * n
+        dropped = order[max_nodes - 1:]
+        del order[max_nodes - 1:]
+        for i in dropped:
             keep[i] = False
-        for i in range(n - 1, 0, -1):
-            if not keep[i] and keep[parent[i]]:
-                for s in range(nsides):
-                    selfs[parent[i]][s] += totals[i][s]
-                folded += sum(totals[i])
-    out_frame: list[int] = []
+        for i in dropped:
+            if keep[parent[i]]:
+                for si in range(nsides):
+                    selfs[si][parent[i]] += totals[si][i]
+                folded += weight[i]
+    kids: list[list[int] | None] = [None] * n
+    for i in order:
+        k = kids[parent[i]]
+        if k is None:
+            kids[parent[i]] = [i]
+        else:
+            k.append(i)
+    pos = [0] * n
+    visited: list[int] = []  # the kept nodes in pre-order
     out_parent: list[int] = []
-    out_total: list[list[int]] = [[] for _ in range(nsides)]
-    out_self: list[list[int]] = [[] for _ in range(nsides)]
-    stack = [(0, -1)]
+    stack = [0]
     while stack:
-        node, par = stack.pop()
-        pos = len(out_frame)
-        out_frame.append(frame_of[node])
-        out_parent.append(par)
-        for s in range(nsides):
-            out_total[s].append(totals[node][s])
-            out_self[s].append(selfs[node][s])
-        kids = [c for c in children[node].values() if keep[c]]
-        kids.sort(key=lambda c: (sum(totals[c]), -c))  # reversed by the stack: heaviest first
-        stack.extend((c, pos) for c in kids)
-    return {"frame": out_frame, "parent": out_parent, "total": out_total, "self": out_self, "folded": folded}
+        node = stack.pop()
+        pos[node] = len(visited)
+        visited.append(node)
+        out_parent.append(pos[parent[node]] if node else -1)
+        k = kids[node]
+        if k is not None:
+            stack.extend(reversed(k))
+    return {"frame": [frame_of[v] for v in visited], "parent": out_parent,
+            "total": [[t[v] for v in visited] for t in totals], "self": [[o[v] for v in visited] for o in selfs],
+            "folded": folded}
 
 
 class StackPaths:
@@ -485,10 +539,12 @@ _PATHS = StackPaths()
 
 
 async def _merged_paths(session: AsyncSession, host_id: str, start: datetime, end: datetime,
-                        flt: StackFilter) -> tuple[dict[bytes, int], int, int]:
+                        flt: StackFilter, counts: dict[int, int] | None = None) -> tuple[dict[bytes, int], int, int]:
     """The range's samples per distinct path (stacks that differ only below the trees' merging are one
-    path), the samples of the filter, and those of stacks without a definition."""
-    counts = await _counts(session, host_id, start, end, flt)
+    path), the samples of the filter, and those of stacks without a definition (`counts`: the filter's
+    samples per stack when the caller read them already)."""
+    if counts is None:
+        counts = await _counts(session, host_id, start, end, flt)
     paths = await _PATHS.load(session, host_id, counts)
     merged: dict[bytes, int] = defaultdict(int)
     undefined = 0
@@ -525,14 +581,25 @@ def _frames_public(frames: list[Frame]) -> list[dict[str, Any]]:
 
 async def flame_graph(session: AsyncSession, host_id: str, start: datetime, end: datetime,
                       flt: StackFilter) -> dict[str, Any]:
-    merged, total, undefined = await _merged_paths(session, host_id, start, end, flt)
-    tree = build_tree([merged])
-    frames = _local_frames(tree)
-    ctx = await contexts(session, host_id, start, end)
-    return {"filter": flt.public(), "samples": total, "undefined_samples": undefined, "frames": frames,
-            "nodes": {"frame": tree["frame"], "parent": tree["parent"], "total": tree["total"][0],
-                      "self": tree["self"][0]},
-            "folded_samples": tree["folded"], "contexts": ctx}
+    """The range's distinct paths (frames root first, as positions in the reply's frame list) with their
+    samples, and who the samples belong to; the console merges the paths into the tree (an hour's tree
+    has ~300,000 nodes: built here it took longer than reading the samples)."""
+    counts, ctx = await _counts_and_contexts(session, host_id, start, end, flt)
+    merged, total, undefined = await _merged_paths(session, host_id, start, end, flt, counts)
+    rooted = array("I")
+    lengths = []
+    for packed in merged:
+        path = array("I")
+        path.frombytes(packed)
+        path.reverse()
+        rooted.extend(path)
+        lengths.append(len(path))
+    used = sorted(set(rooted))
+    local = {fi: j for j, fi in enumerate(used)}
+    return {"filter": flt.public(), "samples": total, "undefined_samples": undefined,
+            "frames": _frames_public([_PATHS.frames[fi] for fi in used]),
+            "paths": {"frame": [local[fi] for fi in rooted], "length": lengths, "samples": list(merged.values())},
+            "contexts": ctx}
 
 
 async def flame_diff(session: AsyncSession, host_a: str, a: tuple[datetime, datetime], host_b: str,

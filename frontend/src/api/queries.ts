@@ -6,7 +6,7 @@
 import { keepPreviousData, queryOptions, useMutation, useQueries, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, ApiError, unwrap } from "./client";
 import type {
-  Comparison, DataCoverage, EnrolmentRequest, EnrolmentToken, EnrolmentTokenCreated, FlameDiffData, FlameGraphData,
+  Comparison, DataCoverage, EnrolmentRequest, EnrolmentToken, EnrolmentTokenCreated, FlameDiffData,
   FunctionCalls, FunctionDetail, FunctionSamples, Host, Hotness, InstructionSamples, Instructions, Module, Timeline,
   TopFunctions, User, UserCreate, UserDetail, UserUpdate, Plan, PlanDetail, PlanAuditEntry, Command,
 } from "./types";
@@ -274,15 +274,22 @@ function stackLiveOptions(live: boolean) {
   };
 }
 
-export function useFlameGraph(hostId: string, range: TimeRange, live: boolean, filter: StackFilter, enabled = true) {
-  return useQuery<FlameGraphData, Error>({
+/** The flame graph, its reply's bytes unparsed and handed to `read` (the flame feature parses them in a
+ *  worker: an hour's reply is megabytes of JSON), whose result is cached. */
+export function useFlameGraph<T>(hostId: string, range: TimeRange, live: boolean, filter: StackFilter,
+  read: (body: ArrayBuffer, signal: AbortSignal) => Promise<T>, enabled = true) {
+  return useQuery<T, Error>({
     queryKey: keys.flame(hostId, [rangeKey(range), filter.pid, filter.comm, filter.cpu, filter.idle]),
-    queryFn: () =>
-      unwrap(
+    queryFn: async ({ signal }) => {
+      const body = await unwrap(
         api.GET("/api/v1/hosts/{host_id}/flamegraph", {
           params: { path: { host_id: hostId }, query: { ...rangeQuery(range), ...filterQuery(filter) } },
+          parseAs: "arrayBuffer",
+          signal,
         }),
-      ),
+      );
+      return read(body, signal);
+    },
     retry,
     enabled,
     ...stackLiveOptions(live),

@@ -25,15 +25,14 @@ class FramePublic(BaseModel):
     function_id: int | None
 
 
-class FlameNodes(BaseModel):
-    """The tree in pre-order, one entry per node in each array: its frame (index into frames), its parent
-    (index into these arrays; -1 for the root, which stands for all samples and has frame -1), its
-    samples (total: with everything it called) and self samples. Children follow their parent, heaviest
-    first."""
+class FlamePaths(BaseModel):
+    """The range's distinct call paths after the filter (stacks that differ only below the merging by
+    function are one path): `frame` holds every path's frames (indices into frames) root first, one path
+    after the other; path k has `length[k]` frames and `samples[k]` samples. The console merges them into
+    the tree (a path may be empty: samples of the root itself)."""
     frame: list[int]
-    parent: list[int]
-    total: list[int]
-    self: list[int]
+    length: list[int]
+    samples: list[int]
 
 
 class ProcessSamples(BaseModel):
@@ -65,14 +64,16 @@ class FlameGraph(RangePublic):
     filter: StackFilterPublic
     samples: int = Field(description="Samples the filter selects (the root's total plus undefined_samples)")
     undefined_samples: int = Field(description="Samples of stacks whose frames the host never sent")
-    folded_samples: int = Field(description="Samples of nodes folded into their parent to bound the tree's size")
     frames: list[FramePublic]
-    nodes: FlameNodes
+    paths: FlamePaths
     contexts: StackContexts
 
 
 class FlameDiffNodes(BaseModel):
-    """Like FlameNodes, with totals and self samples for range A and range B."""
+    """The tree of both ranges in pre-order, one entry per node in each array: its frame (index into
+    frames), its parent (index into these arrays; -1 for the root, which stands for all samples and has
+    frame -1), and its samples (total: with everything it called) and self samples in range A and in range
+    B. Children follow their parent, heaviest first."""
     frame: list[int]
     parent: list[int]
     a_total: list[int]

@@ -73,16 +73,28 @@ async def stored(client, agent, params, expect_total):
     return await wait_until(ready)
 
 
-def tree_paths(fg: dict) -> dict[tuple[str, ...], tuple[int, int]]:
-    """{root-first names: (total, self)} of a flame graph's nodes."""
+def distinct_paths(fg: dict) -> dict[tuple[str, ...], int]:
+    """{root-first names: samples} of a flame graph's paths, checking that each path is sent once."""
     names = [f["name"] for f in fg["frames"]]
-    n = fg["nodes"]
-    paths: list[tuple[str, ...]] = []
-    out = {}
-    for i, (fr, par) in enumerate(zip(n["frame"], n["parent"], strict=True)):
-        path = () if par < 0 else paths[par] + (names[fr],)
-        paths.append(path)
-        out[path] = (n["total"][i], n["self"][i])
+    p = fg["paths"]
+    assert len(p["length"]) == len(p["samples"]) and sum(p["length"]) == len(p["frame"])
+    out: dict[tuple[str, ...], int] = {}
+    at = 0
+    for length, n in zip(p["length"], p["samples"], strict=True):
+        path = tuple(names[f] for f in p["frame"][at:at + length])
+        at += length
+        assert path not in out, f"{path} sent twice"
+        out[path] = n
+    return out
+
+
+def tree_paths(fg: dict) -> dict[tuple[str, ...], tuple[int, int]]:
+    """{root-first names: (total, self)} of the tree a flame graph's paths make (the console's merge)."""
+    out: dict[tuple[str, ...], tuple[int, int]] = {(): (0, 0)}
+    for path, n in distinct_paths(fg).items():
+        for k in range(len(path) + 1):
+            total, own = out.get(path[:k], (0, 0))
+            out[path[:k]] = (total + n, own + (n if k == len(path) else 0))
     return out
 
 
@@ -128,10 +140,9 @@ async def test_flame_graph_merges_frames_by_function_root_first_with_idle_exclud
     assert frames["vfs_read"]["kind"] == "kernel" and frames["vfs_read"]["function_id"] is not None
     libc = frames["libc.so.6"]
     assert libc["kind"] == "user" and libc["module"] == "/usr/lib/libc.so.6"
-    # Children come heaviest first.
-    n = fg["nodes"]
-    kids = [i for i, p in enumerate(n["parent"]) if p == 0]
-    assert [n["total"][i] for i in kids] == sorted((n["total"][i] for i in kids), reverse=True)
+    # Stacks that differ only below the merging by function (vfs_read at three offsets) are one path.
+    assert distinct_paths(fg)[user_root + kernel] == 100
+    assert sum(distinct_paths(fg).values()) == fg["samples"] - fg["undefined_samples"]
 
 
 async def test_flame_graph_filters_by_process_command_cpu_and_shows_idle_alone(client, host):
@@ -140,6 +151,13 @@ async def test_flame_graph_filters_by_process_command_cpu_and_shows_idle_alone(c
     url = f"/api/v1/hosts/{host.host_id}/flamegraph"
     by_pid = (await client.get(url, params={**rng(10, 20), "pid": 200})).json()
     assert by_pid["samples"] == 50 and set(tree_paths(by_pid)) == {(), ("fn_00007",), ("fn_00007", "do_sys_open")}
+    # Who the samples belong to is counted before the filter (read in the same pass as the filter's stacks).
+    ctx = by_pid["contexts"]
+    assert ctx["all_samples"] == 700 and ctx["idle_samples"] == 300
+    assert [(p["pid"], p["comm"], p["samples"]) for p in ctx["processes"]] == [(100, "dd", 350), (0, "swapper", 300),
+                                                                              (200, "cat", 50)]
+    assert [(c["comm"], c["samples"]) for c in ctx["commands"]] == [("dd", 350), ("swapper", 300), ("cat", 50)]
+    assert sum(c["samples"] for c in ctx["cpus"]) == 700
     by_comm = (await client.get(url, params={**rng(10, 20), "comm": "dd"})).json()
     assert by_comm["samples"] == 350
     by_cpu = (await client.get(url, params={**rng(10, 20), "cpu": 1})).json()

@@ -91,6 +91,7 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
       ctx.fillRect(c.x, y, Math.max(c.width - (c.width > 3 ? 1 : 0), 0.5), ROW - 1);
     }
     ctx.globalAlpha = 1;
+    canvas.dataset.cells = String(cells.length); // what was drawn, for tests and bench/flame
   }, [cells, width, height, colourOf, search, top]);
 
   // Cells wide enough for a name: buttons over the canvas.

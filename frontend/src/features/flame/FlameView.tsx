@@ -2,22 +2,20 @@
 // The host's flame graph for the page's time range: filtered by process, command and CPU, the idle task's
 // samples left out by default (their count shown, one click to include them or see them alone), search
 // with the share of samples it matches, flame or icicle, zoom kept in the URL by the frames' names, and
-// the range's stacks downloadable as pprof. The tree is laid out in a worker.
-import { useCallback, useMemo, useState } from "react";
+// the range's stacks downloadable as pprof. The reply is parsed and its tree laid out in a worker.
+import { useCallback, useState } from "react";
 import { useFlameGraph, type StackFilter } from "../../api/queries";
-import type { FlameGraphData, StackContexts } from "../../api/types";
+import type { StackContexts } from "../../api/types";
 import { formatCount, formatShare } from "../../lib/format";
 import { formatRange } from "../../lib/timeRange";
 import { rangeSearch, type HostView, type IdleMode, type StackFilterView } from "../../lib/urlState";
 import { FlameGraph } from "./FlameGraph";
-import type { FlameInput } from "./flameModel";
-import { useFlameLayout } from "./useFlameLayout";
+import { loadFlameInWorker } from "./flameLoad";
+import type { FlameFrame } from "./flameModel";
 import { useFlameNavigation } from "./useFlameNavigation";
 import { PprofButton } from "../../shared/PprofButton";
 
-export function toFlameInput(d: FlameGraphData): FlameInput {
-  return { frames: d.frames, frame: d.nodes.frame, parent: d.nodes.parent, total: d.nodes.total, self: d.nodes.self };
-}
+const NO_FRAMES: FlameFrame[] = [];
 
 export function FlameView({ hostId, view, update, live }: {
   hostId: string;
@@ -26,14 +24,14 @@ export function FlameView({ hostId, view, update, live }: {
   live: boolean;
 }) {
   const filter: StackFilter = view.filter;
-  const fg = useFlameGraph(hostId, view.range, live, filter);
-  const input = useMemo(() => (fg.data ? toFlameInput(fg.data) : null), [fg.data]);
-  const state = useFlameLayout(input);
-  const { layout, frames, focus, found, onFocus } = useFlameNavigation(state, view, update);
+  const fg = useFlameGraph(hostId, view.range, live, filter, loadFlameInWorker);
+  const { layout, frames, focus, found, onFocus } = useFlameNavigation({ layout: fg.data?.layout ?? null, frames: fg.data?.frames ?? NO_FRAMES },
+    view, update);
   const functionHref = useCallback((fid: number) => `/hosts/${encodeURIComponent(hostId)}/functions/${fid}?${rangeSearch(view.range)}`,
     [hostId, view.range]);
   const setFilter = (patch: Partial<StackFilterView>) => update({ filter: { ...view.filter, ...patch }, flameZoom: "" }, { push: true });
-  const d = fg.data;
+  const loaded = fg.data;
+  const d = loaded?.summary;
 
   return (
     <div className="flame-view">
@@ -49,14 +47,13 @@ export function FlameView({ hostId, view, update, live }: {
         <PprofButton hostId={hostId} range={view.range} filter={filter} />
       </div>
       {fg.isError && <p className="error" role="alert">Could not load the flame graph: {fg.error.message}</p>}
-      {state.error && <p className="error" role="alert">The flame graph could not be laid out: {state.error}</p>}
-      {d && (
+      {loaded && d && (
         <p className="muted small" data-testid="flame-summary">
           {formatCount(d.samples)} samples with a call stack in {formatRange(view.range)}
           {view.filter.idle === "exclude" && d.contexts.idle_samples > 0 && <> · idle task {formatCount(d.contexts.idle_samples)} samples ({formatShare(d.contexts.all_samples ? d.contexts.idle_samples / d.contexts.all_samples : 0)}) not shown</>}
           {d.undefined_samples > 0 && <> · {formatCount(d.undefined_samples)} of stacks the host never defined</>}
-          {d.folded_samples > 0 && <> · {formatCount(d.folded_samples)} in frames folded to keep the graph small</>}
-          {state.ms !== null && <> · laid out in {Math.round(state.ms)} ms in a worker</>}
+          {loaded.folded > 0 && <> · {formatCount(loaded.folded)} in frames folded to keep the graph small</>}
+          <> · read, merged and laid out in {Math.round(loaded.ms)} ms in a worker</>
         </p>
       )}
       {fg.isPending && <p className="muted">Loading stacks…</p>}

@@ -1,25 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
-// Lays a flame graph out off the main thread: receives the API's tree, posts back the layout's typed
-// arrays (transferred, not copied), so a tree of a hundred thousand frames never blocks the page.
+// Flame graph work off the main thread, so a tree of a hundred thousand frames never blocks the page:
+// "layout" lays out a tree already parsed (the differential graph's); "load" parses a flame graph reply's
+// bytes and lays its tree out (flameLoad.ts). Layouts' typed arrays are posted back transferred, not copied.
 import { layoutFlame, type FlameInput, type FlameLayout } from "./flameModel";
+import { layoutBuffers, loadFlame, type LoadedFlame } from "./flameLoad";
 
-export interface FlameRequest {
-  id: number;
-  input: FlameInput;
-}
+export type FlameRequest = { id: number; type: "layout"; input: FlameInput } | { id: number; type: "load"; body: ArrayBuffer };
 
-export type FlameReply = { id: number; type: "done"; layout: FlameLayout; ms: number } | { id: number; type: "error"; message: string };
+export type FlameReply =
+  | { id: number; type: "done"; layout: FlameLayout; ms: number }
+  | { id: number; type: "loaded"; loaded: LoadedFlame }
+  | { id: number; type: "error"; message: string };
 
 self.onmessage = (ev: MessageEvent<FlameRequest>) => {
-  const { id, input } = ev.data;
-  const t0 = performance.now();
+  const req = ev.data;
+  const post = (reply: FlameReply, transfer: ArrayBuffer[] = []) => (self as unknown as Worker).postMessage(reply, transfer);
   try {
-    const layout = layoutFlame(input);
-    const buffers = [layout.frame, layout.parent, layout.depth, layout.end, layout.x0, layout.w, layout.total, layout.self,
-      layout.delta, layout.bTotal, layout.bSelf].filter((a): a is NonNullable<typeof a> => a !== null).map((a) => a.buffer);
-    (self as unknown as Worker).postMessage({ id, type: "done", layout, ms: performance.now() - t0 } satisfies FlameReply,
-      buffers as ArrayBuffer[]);
+    if (req.type === "load") {
+      const loaded = loadFlame(req.body);
+      post({ id: req.id, type: "loaded", loaded }, layoutBuffers(loaded.layout));
+    } else {
+      const t0 = performance.now();
+      const layout = layoutFlame(req.input);
+      post({ id: req.id, type: "done", layout, ms: performance.now() - t0 }, layoutBuffers(layout));
+    }
   } catch (e) {
-    (self as unknown as Worker).postMessage({ id, type: "error", message: e instanceof Error ? e.message : String(e) } satisfies FlameReply);
+    post({ id: req.id, type: "error", message: e instanceof Error ? e.message : String(e) });
   }
 };

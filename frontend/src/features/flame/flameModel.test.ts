@@ -86,7 +86,7 @@ describe("visibleCells", () => {
 
   it("scales to a hundred thousand nodes", () => {
     // A pre-order tree: 999 children of the root with 100 one-sample leaves each.
-    const pre: FlameInput = { frames, frame: [-1], parent: [-1], total: [999 * 100], self: [0] };
+    const pre = { frames, frame: [-1], parent: [-1], total: [999 * 100], self: [0] } satisfies FlameInput;
     for (let k = 0; k < 999; k++) {
       const p = pre.frame.length;
       pre.frame.push(k % 5);

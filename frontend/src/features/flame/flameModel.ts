@@ -14,16 +14,17 @@ export interface FlameFrame {
   function_id: number | null;
 }
 
-/** A tree as the API sends it. For a differential graph `total`/`self` are range A's and `bTotal`/`bSelf`
- *  range B's. */
+/** A tree in pre-order, children heaviest first (flameTree.ts builds the flame graph's from the API's
+ *  paths; the differential graph's comes from the API as such). For a differential graph `total`/`self`
+ *  are range A's and `bTotal`/`bSelf` range B's. */
 export interface FlameInput {
   frames: FlameFrame[];
-  frame: number[];
-  parent: number[];
-  total: number[];
-  self: number[];
-  bTotal?: number[];
-  bSelf?: number[];
+  frame: ArrayLike<number>;
+  parent: ArrayLike<number>;
+  total: ArrayLike<number>;
+  self: ArrayLike<number>;
+  bTotal?: ArrayLike<number>;
+  bSelf?: ArrayLike<number>;
 }
 
 export interface FlameLayout {

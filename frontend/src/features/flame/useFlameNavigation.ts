@@ -13,10 +13,10 @@ export const FLAME_NAV = { query: "flameQuery", zoom: "flameZoom" } as const;
 export const DIFF_NAV = { query: "diffQuery", zoom: "diffZoom" } as const;
 export type FlameNavFields = typeof FLAME_NAV | typeof DIFF_NAV;
 
-export function useFlameNavigation(state: FlameLayoutState, view: HostView,
+export function useFlameNavigation(state: Pick<FlameLayoutState, "layout" | "frames">, view: HostView,
   update: (patch: Partial<HostView>, options?: { push?: boolean }) => void, fields: FlameNavFields = FLAME_NAV) {
   const layout = state.layout;
-  const frames = useMemo(() => state.input?.frames ?? [], [state.input]);
+  const frames = state.frames;
   const zoom = view[fields.zoom];
   const query = view[fields.query];
   const focus = useMemo(() => (layout ? findPath(layout, frames, zoom) : 0), [layout, frames, zoom]);
