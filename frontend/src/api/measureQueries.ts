@@ -37,14 +37,6 @@ export function useTargets(hostId: string) {
   return useQuery(targetsQuery(hostId));
 }
 
-/** A command polled every 2 s until it ends (done, failed or cancelled). */
-export function useCommand(hostId: string, id: string | null) {
-  return useQuery({
-    ...commandQuery(hostId, id),
-    refetchInterval: (q) => (q.state.data && ["done", "failed", "cancelled"].includes(q.state.data.state) ? false : 2000),
-  });
-}
-
 function useCommandMutation<V>(hostId: string, send: (v: V) => Promise<Command>) {
   const qc = useQueryClient();
   return useMutation<Command, Error, V>({

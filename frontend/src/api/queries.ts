@@ -579,8 +579,16 @@ export const commandQuery = (hostId: string, commandId: string | null | undefine
   });
 
 /** A command polled every second while `poll` holds (the plan page's make command). */
-export function useCommand(hostId: string, commandId: string | null | undefined, poll: boolean) {
+export function useCommandPolledWhile(hostId: string, commandId: string | null | undefined, poll: boolean) {
   return useQuery({ ...commandQuery(hostId, commandId), retry, refetchInterval: poll ? 1000 : false });
+}
+
+/** A command polled every 2 s until it ends (done, failed or cancelled): the measure page's commands. */
+export function useCommandUntilEnded(hostId: string, commandId: string | null) {
+  return useQuery({
+    ...commandQuery(hostId, commandId),
+    refetchInterval: (q) => (q.state.data && ["done", "failed", "cancelled"].includes(q.state.data.state) ? false : 2000),
+  });
 }
 
 /** The console's id of a plan group's member: the function of that name at that address in the target
