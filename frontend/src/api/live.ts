@@ -9,8 +9,9 @@
 // with backoff.
 import { useEffect, useState } from "react";
 import { useQueryClient, type QueryClient } from "@tanstack/react-query";
-import { keys } from "./queries";
-import type { Host, LiveMessage } from "./types";
+import { measureKeys } from "./measureQueries";
+import { commandQuery, hostQuery, hostsQuery, keys, modulesQuery } from "./queries";
+import type { LiveMessage } from "./types";
 import { keyedThrottle, type KeyedThrottle } from "../lib/throttle";
 
 export type LiveState = "connecting" | "open" | "closed";
@@ -54,7 +55,7 @@ export function useLiveTopics(topics: (string | null | undefined)[]): void {
 export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: KeyedThrottle): void {
   if (msg.type === "host") {
     const host = msg.host;
-    qc.setQueryData<Host[]>(keys.hosts, (old) => {
+    qc.setQueryData(hostsQuery().queryKey, (old) => {
       if (!old) return old;
       const i = old.findIndex((h) => h.id === host.id);
       if (i < 0) return [...old, host];
@@ -62,37 +63,36 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
       next[i] = host;
       return next;
     });
-    qc.setQueryData<Host>(keys.host(host.id), host);
+    qc.setQueryData(hostQuery(host.id).queryKey, host);
     // A newly complete catalog is worth fetching (pieces are content-addressed, so only the module
     // list can change).
-    if (host.catalog_complete) void qc.invalidateQueries({ queryKey: keys.modules(host.id) });
+    if (host.catalog_complete) void qc.invalidateQueries({ queryKey: modulesQuery(host.id).queryKey });
   } else if (msg.type === "targets") {
-    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "targets"] });
-    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "measurements"] });
+    void qc.invalidateQueries({ queryKey: measureKeys.targets(msg.host_id) });
+    void qc.invalidateQueries({ queryKey: measureKeys.measurements(msg.host_id) });
   } else if (msg.type === "command") {
     const hostId = msg.command.host_id;
-    qc.setQueryData(["host", hostId, "command", msg.command.id], msg.command);
-    void qc.invalidateQueries({ queryKey: ["host", hostId, "commands"] });
+    qc.setQueryData(commandQuery(hostId, msg.command.id).queryKey, msg.command);
     if (msg.command.state === "done" || msg.command.state === "failed") {
-      void qc.invalidateQueries({ queryKey: ["host", hostId, "targets"] });
-      void qc.invalidateQueries({ queryKey: ["host", hostId, "measurements"] });
+      void qc.invalidateQueries({ queryKey: measureKeys.targets(hostId) });
+      void qc.invalidateQueries({ queryKey: measureKeys.measurements(hostId) });
     }
   } else if (msg.type === "measurement") {
     const { host_id: hostId, measurement_id: mid } = msg;
     throttle.trigger(`measurement:${mid}`, () => {
-      void qc.invalidateQueries({ queryKey: ["host", hostId, "measurement", mid], predicate: (q) => q.meta?.live !== false });
+      void qc.invalidateQueries({ queryKey: measureKeys.measurement(hostId, mid), predicate: (q) => q.meta?.live !== false });
     });
   } else if (msg.type === "plan") {
-    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "plan", msg.plan_id] });
-    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "plans"] });
+    void qc.invalidateQueries({ queryKey: keys.plan(msg.host_id, msg.plan_id) });
+    void qc.invalidateQueries({ queryKey: keys.plans(msg.host_id) });
   } else if (msg.type === "gap") {
-    void qc.invalidateQueries({ queryKey: ["host", msg.host_id, "coverage"] });
+    void qc.invalidateQueries({ queryKey: keys.coverageAll(msg.host_id) });
   } else if (msg.type === "samples") {
     const hostId = msg.host_id;
     throttle.trigger(`samples:${hostId}`, () => {
-      for (const part of ["top", "hotness", "samples", "timeline"]) {
+      for (const queryKey of [keys.topAll(hostId), keys.hotnessAll(hostId), keys.samplesAll(hostId), keys.timelineAll(hostId)]) {
         // Paused views and fixed (absolute) ranges stay as they are.
-        void qc.invalidateQueries({ queryKey: ["host", hostId, part], predicate: (q) => q.meta?.live !== false });
+        void qc.invalidateQueries({ queryKey, predicate: (q) => q.meta?.live !== false });
       }
     });
   }
@@ -131,7 +131,7 @@ export function useLiveUpdates(token: string | null): LiveState {
         setState("open");
         sendTopics();
         // Whatever was pushed while disconnected is caught up by one refresh.
-        void qc.invalidateQueries({ queryKey: keys.hosts });
+        void qc.invalidateQueries({ queryKey: hostsQuery().queryKey });
       };
       socket.onmessage = (ev) => {
         const msg = parseLiveMessage(ev.data);

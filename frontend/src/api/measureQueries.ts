@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Server state of targets, commands and measurements, as TanStack Query hooks over the typed client.
+// Server state of targets, commands and measurements, as `queryOptions` factories (`…Query`) and their
+// hooks over the typed client (see queries.ts).
 // Keys start with the host id, so the live channel's target, command and measurement events refresh
 // exactly these views (api/live.ts).
-import { keepPreviousData, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { keepPreviousData, queryOptions, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap } from "./client";
-import { commandQuery, keys } from "./queries";
+import { commandQuery } from "./queries";
 import type {
   MeasurementCfg,
   Command, FunctionsPage, Measurement, MeasurementCreate, MeasurementDetail, MeasurementSeries, MeasurementValues,
@@ -25,20 +26,15 @@ export const measureKeys = {
 /** Fallback refresh while the WebSocket is down; pushes refresh sooner. */
 const FALLBACK_MS = 5000;
 
-export function useTargets(hostId: string) {
-  return useQuery<Target[], Error>({
+export const targetsQuery = (hostId: string) =>
+  queryOptions<Target[], Error>({
     queryKey: measureKeys.targets(hostId),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/targets", { params: { path: { host_id: hostId } } })),
     refetchInterval: FALLBACK_MS,
   });
-}
 
-/** A command polled every 2 s until it ends (done, failed or cancelled). */
-export function useCommand(hostId: string, id: string | null) {
-  return useQuery({
-    ...commandQuery(hostId, id),
-    refetchInterval: (q) => (q.state.data && ["done", "failed", "cancelled"].includes(q.state.data.state) ? false : 2000),
-  });
+export function useTargets(hostId: string) {
+  return useQuery(targetsQuery(hostId));
 }
 
 function useCommandMutation<V>(hostId: string, send: (v: V) => Promise<Command>) {
@@ -46,9 +42,9 @@ function useCommandMutation<V>(hostId: string, send: (v: V) => Promise<Command>)
   return useMutation<Command, Error, V>({
     mutationFn: send,
     onSuccess: (cmd) => {
-      qc.setQueryData(keys.command(hostId, cmd.id), cmd);
-      void qc.invalidateQueries({ queryKey: measureKeys.targets(hostId) });
-      void qc.invalidateQueries({ queryKey: measureKeys.measurements(hostId) });
+      qc.setQueryData(commandQuery(hostId, cmd.id).queryKey, cmd);
+      void qc.invalidateQueries({ queryKey: targetsQuery(hostId).queryKey });
+      void qc.invalidateQueries({ queryKey: measurementsQuery(hostId).queryKey });
     },
   });
 }
@@ -81,27 +77,33 @@ export function useStopMeasurement(hostId: string) {
       { params: { path: { host_id: hostId, measurement_id: mid } } })));
 }
 
-export function useMeasurements(hostId: string) {
-  return useQuery<Measurement[], Error>({
+export const measurementsQuery = (hostId: string) =>
+  queryOptions<Measurement[], Error>({
     queryKey: measureKeys.measurements(hostId),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements", { params: { path: { host_id: hostId } } })),
     refetchInterval: FALLBACK_MS,
   });
+
+export function useMeasurements(hostId: string) {
+  return useQuery(measurementsQuery(hostId));
 }
 
-export function useMeasurement(hostId: string, mid: string | null) {
-  return useQuery<MeasurementDetail, Error>({
+export const measurementQuery = (hostId: string, mid: string | null) =>
+  queryOptions<MeasurementDetail, Error>({
     queryKey: measureKeys.measurement(hostId, mid ?? ""),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}",
       { params: { path: { host_id: hostId, measurement_id: mid ?? "" } } })),
     enabled: !!mid,
     refetchInterval: FALLBACK_MS,
   });
+
+export function useMeasurement(hostId: string, mid: string | null) {
+  return useQuery(measurementQuery(hostId, mid));
 }
 
 /** The live table's numbers: sums over the last `windowS` seconds of the measurement. */
-export function useMeasurementValues(hostId: string, mid: string | null, windowS: number, live: boolean) {
-  return useQuery<MeasurementValues, Error>({
+export const measurementValuesQuery = (hostId: string, mid: string | null, windowS: number, live: boolean) =>
+  queryOptions<MeasurementValues, Error>({
     queryKey: measureKeys.values(hostId, mid ?? "", windowS),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/values",
       { params: { path: { host_id: hostId, measurement_id: mid ?? "" }, query: { window_s: windowS } } })),
@@ -111,11 +113,14 @@ export function useMeasurementValues(hostId: string, mid: string | null, windowS
     staleTime: live ? 0 : Infinity,
     meta: { live },
   });
+
+export function useMeasurementValues(hostId: string, mid: string | null, windowS: number, live: boolean) {
+  return useQuery(measurementValuesQuery(hostId, mid, windowS, live));
 }
 
-export function useMeasurementSeries(hostId: string, mid: string | null, windowS: number, resources: number[],
-  live: boolean) {
-  return useQuery<MeasurementSeries, Error>({
+export const measurementSeriesQuery = (hostId: string, mid: string | null, windowS: number, resources: number[],
+  live: boolean) =>
+  queryOptions<MeasurementSeries, Error>({
     queryKey: measureKeys.series(hostId, mid ?? "", windowS, resources),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/series", {
       params: { path: { host_id: hostId, measurement_id: mid ?? "" },
@@ -127,10 +132,14 @@ export function useMeasurementSeries(hostId: string, mid: string | null, windowS
     staleTime: live ? 0 : Infinity,
     meta: { live },
   });
+
+export function useMeasurementSeries(hostId: string, mid: string | null, windowS: number, resources: number[],
+  live: boolean) {
+  return useQuery(measurementSeriesQuery(hostId, mid, windowS, resources, live));
 }
 
-export function useFunctionSearch(hostId: string, target: string, q: string) {
-  return useQuery<FunctionsPage, Error>({
+export const functionSearchQuery = (hostId: string, target: string, q: string) =>
+  queryOptions<FunctionsPage, Error>({
     queryKey: measureKeys.search(hostId, target, q),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions", {
       params: { path: { host_id: hostId }, query: { q, target, limit: 50 } },
@@ -138,14 +147,17 @@ export function useFunctionSearch(hostId: string, target: string, q: string) {
     enabled: q.length > 0,
     placeholderData: keepPreviousData,
   });
+
+export function useFunctionSearch(hostId: string, target: string, q: string) {
+  return useQuery(functionSearchQuery(hostId, target, q));
 }
 
 /** The whole day up to the measurement's newest interval: the longest range the route serves. */
 export const CFG_WINDOW_S = 86400;
 
 /** A measured function's block counts and derived edge counts (the CFG overlay). */
-export function useMeasurementCfg(hostId: string, mid: string | null, row: number | null, live: boolean) {
-  return useQuery<MeasurementCfg, Error>({
+export const measurementCfgQuery = (hostId: string, mid: string | null, row: number | null, live: boolean) =>
+  queryOptions<MeasurementCfg, Error>({
     queryKey: measureKeys.cfg(hostId, mid ?? "", row ?? -1),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/cfg", {
       params: { path: { host_id: hostId, measurement_id: mid ?? "" },
@@ -156,4 +168,7 @@ export function useMeasurementCfg(hostId: string, mid: string | null, row: numbe
     refetchInterval: live ? FALLBACK_MS : false,
     meta: { live },
   });
+
+export function useMeasurementCfg(hostId: string, mid: string | null, row: number | null, live: boolean) {
+  return useQuery(measurementCfgQuery(hostId, mid, row, live));
 }

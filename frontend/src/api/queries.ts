@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Server state for every screen, as TanStack Query hooks over the typed client. Query keys start
-// with the host id so a live update for one host refreshes only that host's views. A query that views
-// ask for in more than one way (one at a time, or many with useQueries) is a `queryOptions` factory
-// (`…Query`) here, and each view adds only its own retry and enabled choices.
+// with the host id so a live update for one host refreshes only that host's views. Every query is a
+// `queryOptions` factory (`…Query`: key, fetch and freshness), and its hook (`use…`) adds only the
+// view's retry and enabled choices; views that ask for many at once use the factory with useQueries.
+// Keys come only from `keys` (the factories' keys and the prefixes that invalidations name).
 import { keepPreviousData, queryOptions, useMutation, useQueries, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, ApiError, unwrap } from "./client";
 import type {
@@ -16,6 +17,12 @@ export const keys = {
   me: ["me"] as const,
   hosts: ["hosts"] as const,
   host: (hostId: string) => ["host", hostId] as const,
+  // Prefixes of one host's queries of a kind (each key of that kind starts so), for invalidations.
+  topAll: (hostId: string) => ["host", hostId, "top"] as const,
+  hotnessAll: (hostId: string) => ["host", hostId, "hotness"] as const,
+  samplesAll: (hostId: string) => ["host", hostId, "samples"] as const,
+  timelineAll: (hostId: string) => ["host", hostId, "timeline"] as const,
+  coverageAll: (hostId: string) => ["host", hostId, "coverage"] as const,
   modules: (hostId: string) => ["host", hostId, "modules"] as const,
   catalog: (digest: string) => ["catalog", digest] as const,
   fn: (hostId: string, fid: number, target = "kernel") => ["host", hostId, "function", fid, target] as const,
@@ -32,7 +39,12 @@ export const keys = {
   // Under "samples", so live pushes refresh it with the function's block samples.
   insnSamples: (hostId: string, fid: number, range: string) => ["host", hostId, "samples", fid, "instructions", range] as const,
   plans: (hostId: string) => ["host", hostId, "plans"] as const,
+  planList: (hostId: string, digest: string, index: number) => ["host", hostId, "plans", digest, index] as const,
+  installedPlans: (hostId: string, target: string) => ["host", hostId, "plans", "installed", target] as const,
   plan: (hostId: string, planId: string) => ["host", hostId, "plan", planId] as const,
+  planAudit: (hostId: string, planId: string, version: string) => ["host", hostId, "plan", planId, "audit", version] as const,
+  planMember: (hostId: string, target: string, fn: string, address: string) =>
+    ["host", hostId, "plan-member", target, fn, address] as const,
   command: (hostId: string, commandId: string) => ["host", hostId, "command", commandId] as const,
   enrolmentTokens: ["admin", "enrolment-tokens"] as const,
   enrolmentRequests: ["admin", "enrolment-requests"] as const,
@@ -61,42 +73,48 @@ function retry(count: number, error: unknown): boolean {
 /** Fallback refresh for live views, in case the WebSocket is down; pushes refresh sooner. */
 const LIVE_FALLBACK_MS = 5000;
 
-export function useMe(enabled: boolean) {
-  return useQuery<User, Error>({
+export const meQuery = () =>
+  queryOptions<User, Error>({
     queryKey: keys.me,
     queryFn: () => unwrap(api.GET("/api/v1/auth/me")),
-    enabled,
-    retry,
     staleTime: 60_000,
   });
+
+export function useMe(enabled: boolean) {
+  return useQuery({ ...meQuery(), enabled, retry });
 }
 
-export function useHosts() {
-  return useQuery<Host[], Error>({
+export const hostsQuery = () =>
+  queryOptions<Host[], Error>({
     queryKey: keys.hosts,
     queryFn: () => unwrap(api.GET("/api/v1/hosts")),
-    retry,
     refetchInterval: 10_000,
   });
+
+export function useHosts() {
+  return useQuery({ ...hostsQuery(), retry });
 }
 
-export function useHost(hostId: string) {
-  return useQuery<Host, Error>({
+export const hostQuery = (hostId: string) =>
+  queryOptions<Host, Error>({
     queryKey: keys.host(hostId),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}", { params: { path: { host_id: hostId } } })),
-    retry,
     refetchInterval: 10_000,
   });
+
+export function useHost(hostId: string) {
+  return useQuery({ ...hostQuery(hostId), retry });
 }
 
-export function useModules(hostId: string, enabled = true) {
-  return useQuery<Module[], Error>({
+export const modulesQuery = (hostId: string) =>
+  queryOptions<Module[], Error>({
     queryKey: keys.modules(hostId),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/modules", { params: { path: { host_id: hostId } } })),
-    retry,
-    enabled,
     staleTime: 60_000,
   });
+
+export function useModules(hostId: string, enabled = true) {
+  return useQuery({ ...modulesQuery(hostId), retry, enabled });
 }
 
 /** A host's catalog: its modules, then each complete module's content-addressed piece. The pieces
@@ -104,17 +122,18 @@ export function useModules(hostId: string, enabled = true) {
 export function useCatalogPieces(hostId: string) {
   const modules = useModules(hostId);
   const complete = (modules.data ?? []).filter((m) => m.complete);
-  const pieces = useQueries({
-    queries: complete.map((m) => ({
-      queryKey: keys.catalog(m.digest),
-      queryFn: () => unwrap(api.GET("/api/v1/catalogs/{digest}", { params: { path: { digest: m.digest } } })),
-      staleTime: Infinity,
-      gcTime: Infinity,
-      retry,
-    })),
-  });
+  const pieces = useQueries({ queries: complete.map((m) => ({ ...catalogPieceQuery(m.digest), retry })) });
   return { modules, complete, pieces };
 }
+
+/** One module's content-addressed catalog piece: it never changes, so it is kept for the session. */
+export const catalogPieceQuery = (digest: string) =>
+  queryOptions({
+    queryKey: keys.catalog(digest),
+    queryFn: () => unwrap(api.GET("/api/v1/catalogs/{digest}", { params: { path: { digest } } })),
+    staleTime: Infinity,
+    gcTime: Infinity,
+  });
 
 /** A function with its blocks, at its address in `target` (the kernel, or an attached process). */
 export const functionDetailQuery = (hostId: string, fid: number, target = "kernel") =>
@@ -133,8 +152,8 @@ export function useFunctionDetail(hostId: string, fid: number, enabled = true, t
   return useQuery({ ...functionDetailQuery(hostId, fid, target), retry, enabled });
 }
 
-export function useInstructions(hostId: string, fid: number, enabled: boolean, target = "kernel") {
-  return useQuery<Instructions, Error>({
+export const instructionsQuery = (hostId: string, fid: number, target = "kernel") =>
+  queryOptions<Instructions, Error>({
     queryKey: keys.instructions(hostId, fid, target),
     queryFn: () =>
       unwrap(
@@ -142,13 +161,14 @@ export function useInstructions(hostId: string, fid: number, enabled: boolean, t
           params: { path: { host_id: hostId, function_id: fid }, query: { target } },
         }),
       ),
-    // 502/503/504 carry a reason the panel shows; retrying an offline host only delays it.
-    retry: false,
-    enabled,
     // The instructions are the build's (the backend caches them), but where a measurement's probe sits
     // is live: a panel opened again, or the window refocused, after 5 s asks again (served from the cache).
     staleTime: 5_000,
   });
+
+export function useInstructions(hostId: string, fid: number, enabled: boolean, target = "kernel") {
+  // 502/503/504 carry a reason the panel shows; retrying an offline host only delays it.
+  return useQuery({ ...instructionsQuery(hostId, fid, target), retry: false, enabled });
 }
 
 /** A function's samples per block over the range (a live range follows new samples). */
@@ -176,8 +196,8 @@ export interface TopQuery {
   includeIdle: boolean;
 }
 
-export function useTopFunctions(hostId: string, range: TimeRange, live: boolean, q: TopQuery) {
-  return useQuery<TopFunctions, Error>({
+export const topFunctionsQuery = (hostId: string, range: TimeRange, live: boolean, q: TopQuery) =>
+  queryOptions<TopFunctions, Error>({
     queryKey: keys.top(hostId, rangeKey(range), [q.limit, q.offset, q.sort, q.desc, q.includeIdle]),
     queryFn: () =>
       unwrap(
@@ -189,13 +209,15 @@ export function useTopFunctions(hostId: string, range: TimeRange, live: boolean,
           },
         }),
       ),
-    retry,
     ...liveOptions(live),
   });
+
+export function useTopFunctions(hostId: string, range: TimeRange, live: boolean, q: TopQuery) {
+  return useQuery({ ...topFunctionsQuery(hostId, range, live, q), retry });
 }
 
-export function useHotness(hostId: string, range: TimeRange, live: boolean, enabled = true) {
-  return useQuery<Hotness, Error>({
+export const hotnessQuery = (hostId: string, range: TimeRange, live: boolean) =>
+  queryOptions<Hotness, Error>({
     queryKey: keys.hotness(hostId, rangeKey(range)),
     queryFn: () =>
       unwrap(
@@ -203,14 +225,15 @@ export function useHotness(hostId: string, range: TimeRange, live: boolean, enab
           params: { path: { host_id: hostId }, query: rangeQuery(range) },
         }),
       ),
-    retry,
-    enabled,
     ...liveOptions(live),
   });
+
+export function useHotness(hostId: string, range: TimeRange, live: boolean, enabled = true) {
+  return useQuery({ ...hotnessQuery(hostId, range, live), retry, enabled });
 }
 
-export function useTimeline(hostId: string, range: TimeRange, live: boolean, points = 240) {
-  return useQuery<Timeline, Error>({
+export const timelineQuery = (hostId: string, range: TimeRange, live: boolean, points = 240) =>
+  queryOptions<Timeline, Error>({
     queryKey: keys.timeline(hostId, rangeKey(range)),
     queryFn: () =>
       unwrap(
@@ -218,9 +241,11 @@ export function useTimeline(hostId: string, range: TimeRange, live: boolean, poi
           params: { path: { host_id: hostId }, query: { ...rangeQuery(range), points } },
         }),
       ),
-    retry,
     ...liveOptions(live),
   });
+
+export function useTimeline(hostId: string, range: TimeRange, live: boolean, points = 240) {
+  return useQuery({ ...timelineQuery(hostId, range, live, points), retry });
 }
 
 export interface CompareQuery {
@@ -231,8 +256,8 @@ export interface CompareQuery {
   limit: number;
 }
 
-export function useCompare(hostId: string, q: CompareQuery | null) {
-  return useQuery<Comparison, Error>({
+export const compareQuery = (hostId: string, q: CompareQuery | null) =>
+  queryOptions<Comparison, Error>({
     queryKey: keys.compare(hostId, [q]),
     queryFn: () =>
       unwrap(
@@ -244,10 +269,12 @@ export function useCompare(hostId: string, q: CompareQuery | null) {
           },
         }),
       ),
-    retry,
     enabled: q !== null,
     staleTime: Infinity,
   });
+
+export function useCompare(hostId: string, q: CompareQuery | null) {
+  return useQuery({ ...compareQuery(hostId, q), retry });
 }
 
 /** Which samples a stack view covers (see the API's StackFilter). */
@@ -276,9 +303,9 @@ function stackLiveOptions(live: boolean) {
 
 /** The flame graph, its reply's bytes unparsed and handed to `read` (the flame feature parses them in a
  *  worker: an hour's reply is megabytes of JSON), whose result is cached. */
-export function useFlameGraph<T>(hostId: string, range: TimeRange, live: boolean, filter: StackFilter,
-  read: (body: ArrayBuffer, signal: AbortSignal) => Promise<T>, enabled = true) {
-  return useQuery<T, Error>({
+export const flameGraphQuery = <T>(hostId: string, range: TimeRange, live: boolean, filter: StackFilter,
+  read: (body: ArrayBuffer, signal: AbortSignal) => Promise<T>) =>
+  queryOptions<T, Error>({
     queryKey: keys.flame(hostId, [rangeKey(range), filter.pid, filter.comm, filter.cpu, filter.idle]),
     queryFn: async ({ signal }) => {
       const body = await unwrap(
@@ -290,10 +317,12 @@ export function useFlameGraph<T>(hostId: string, range: TimeRange, live: boolean
       );
       return read(body, signal);
     },
-    retry,
-    enabled,
     ...stackLiveOptions(live),
   });
+
+export function useFlameGraph<T>(hostId: string, range: TimeRange, live: boolean, filter: StackFilter,
+  read: (body: ArrayBuffer, signal: AbortSignal) => Promise<T>, enabled = true) {
+  return useQuery({ ...flameGraphQuery(hostId, range, live, filter, read), retry, enabled });
 }
 
 export interface FlameDiffQuery {
@@ -303,8 +332,8 @@ export interface FlameDiffQuery {
   filter: StackFilter;
 }
 
-export function useFlameDiff(hostId: string, q: FlameDiffQuery | null) {
-  return useQuery<FlameDiffData, Error>({
+export const flameDiffQuery = (hostId: string, q: FlameDiffQuery | null) =>
+  queryOptions<FlameDiffData, Error>({
     queryKey: keys.flameDiff(hostId, [q]),
     queryFn: () =>
       unwrap(
@@ -316,14 +345,16 @@ export function useFlameDiff(hostId: string, q: FlameDiffQuery | null) {
           },
         }),
       ),
-    retry,
     enabled: q !== null,
     staleTime: Infinity,
   });
+
+export function useFlameDiff(hostId: string, q: FlameDiffQuery | null) {
+  return useQuery({ ...flameDiffQuery(hostId, q), retry });
 }
 
-export function useFunctionCalls(hostId: string, fid: number, range: TimeRange, live: boolean, filter: StackFilter, enabled = true) {
-  return useQuery<FunctionCalls, Error>({
+export const functionCallsQuery = (hostId: string, fid: number, range: TimeRange, live: boolean, filter: StackFilter) =>
+  queryOptions<FunctionCalls, Error>({
     queryKey: keys.calls(hostId, fid, [rangeKey(range), filter.pid, filter.comm, filter.cpu, filter.idle]),
     queryFn: () =>
       unwrap(
@@ -331,14 +362,15 @@ export function useFunctionCalls(hostId: string, fid: number, range: TimeRange, 
           params: { path: { host_id: hostId, function_id: fid }, query: { ...rangeQuery(range), ...filterQuery(filter) } },
         }),
       ),
-    retry,
-    enabled,
     ...stackLiveOptions(live),
   });
+
+export function useFunctionCalls(hostId: string, fid: number, range: TimeRange, live: boolean, filter: StackFilter, enabled = true) {
+  return useQuery({ ...functionCallsQuery(hostId, fid, range, live, filter), retry, enabled });
 }
 
-export function useInstructionSamples(hostId: string, fid: number, range: TimeRange, live: boolean, enabled = true) {
-  return useQuery<InstructionSamples, Error>({
+export const instructionSamplesQuery = (hostId: string, fid: number, range: TimeRange, live: boolean) =>
+  queryOptions<InstructionSamples, Error>({
     queryKey: keys.insnSamples(hostId, fid, rangeKey(range)),
     queryFn: () =>
       unwrap(
@@ -346,15 +378,16 @@ export function useInstructionSamples(hostId: string, fid: number, range: TimeRa
           params: { path: { host_id: hostId, function_id: fid }, query: rangeQuery(range) },
         }),
       ),
-    retry,
-    enabled,
     ...liveOptions(live),
   });
+
+export function useInstructionSamples(hostId: string, fid: number, range: TimeRange, live: boolean, enabled = true) {
+  return useQuery({ ...instructionSamplesQuery(hostId, fid, range, live), retry, enabled });
 }
 
 /** Data coverage and recorded gaps of a host's recent period, for the gaps strip. */
-export function useDataCoverage(hostId: string, windowS: number, buckets = 120) {
-  return useQuery<DataCoverage, Error>({
+export const dataCoverageQuery = (hostId: string, windowS: number, buckets = 120) =>
+  queryOptions<DataCoverage, Error>({
     queryKey: keys.coverage(hostId, windowS),
     queryFn: () =>
       unwrap(
@@ -362,36 +395,40 @@ export function useDataCoverage(hostId: string, windowS: number, buckets = 120) 
           params: { path: { host_id: hostId }, query: { window_s: windowS, buckets } },
         }),
       ),
-    retry,
     placeholderData: keepPreviousData,
     refetchInterval: 10_000,
   });
+
+export function useDataCoverage(hostId: string, windowS: number, buckets = 120) {
+  return useQuery({ ...dataCoverageQuery(hostId, windowS, buckets), retry });
 }
 
-export function useEnrolmentTokens(enabled = true) {
-  return useQuery<EnrolmentToken[], Error>({
+export const enrolmentTokensQuery = () =>
+  queryOptions<EnrolmentToken[], Error>({
     queryKey: keys.enrolmentTokens,
     queryFn: () => unwrap(api.GET("/api/v1/enrolment-tokens")),
-    retry,
-    enabled,
   });
+
+export function useEnrolmentTokens(enabled = true) {
+  return useQuery({ ...enrolmentTokensQuery(), retry, enabled });
 }
 
-export function useEnrolmentRequests(enabled = true) {
-  return useQuery<EnrolmentRequest[], Error>({
+export const enrolmentRequestsQuery = () =>
+  queryOptions<EnrolmentRequest[], Error>({
     queryKey: keys.enrolmentRequests,
     queryFn: () => unwrap(api.GET("/api/v1/enrolment-requests")),
-    retry,
-    enabled,
     refetchInterval: 5000,
   });
+
+export function useEnrolmentRequests(enabled = true) {
+  return useQuery({ ...enrolmentRequestsQuery(), retry, enabled });
 }
 
 export function useCreateEnrolmentToken() {
   const qc = useQueryClient();
   return useMutation<EnrolmentTokenCreated, Error, { note: string; hours: number; host_id?: string | null }>({
     mutationFn: (body) => unwrap(api.POST("/api/v1/enrolment-tokens", { body })),
-    onSuccess: () => void qc.invalidateQueries({ queryKey: keys.enrolmentTokens }),
+    onSuccess: () => void qc.invalidateQueries({ queryKey: enrolmentTokensQuery().queryKey }),
   });
 }
 
@@ -399,7 +436,7 @@ export function useRevokeEnrolmentToken() {
   const qc = useQueryClient();
   return useMutation<unknown, Error, string>({
     mutationFn: (id) => unwrap(api.DELETE("/api/v1/enrolment-tokens/{token_id}", { params: { path: { token_id: id } } })),
-    onSuccess: () => void qc.invalidateQueries({ queryKey: keys.enrolmentTokens }),
+    onSuccess: () => void qc.invalidateQueries({ queryKey: enrolmentTokensQuery().queryKey }),
   });
 }
 
@@ -414,7 +451,7 @@ export function useDecideEnrolment() {
           : api.POST("/api/v1/enrolment-requests/{request_id}/reject", { params }),
       );
     },
-    onSettled: () => void qc.invalidateQueries({ queryKey: keys.enrolmentRequests }),
+    onSettled: () => void qc.invalidateQueries({ queryKey: enrolmentRequestsQuery().queryKey }),
   });
 }
 
@@ -426,24 +463,25 @@ export function useRejectEnrolments() {
       unwrap(api.POST("/api/v1/enrolment-requests/reject", {
         body: ids === null ? { all_pending: true } : { request_ids: ids, all_pending: false },
       })),
-    onSettled: () => void qc.invalidateQueries({ queryKey: keys.enrolmentRequests }),
+    onSettled: () => void qc.invalidateQueries({ queryKey: enrolmentRequestsQuery().queryKey }),
   });
 }
 
-export function useUsers(enabled = true) {
-  return useQuery<UserDetail[], Error>({
+export const usersQuery = () =>
+  queryOptions<UserDetail[], Error>({
     queryKey: keys.users,
     queryFn: () => unwrap(api.GET("/api/v1/users")),
-    retry,
-    enabled,
   });
+
+export function useUsers(enabled = true) {
+  return useQuery({ ...usersQuery(), retry, enabled });
 }
 
 export function useCreateUser() {
   const qc = useQueryClient();
   return useMutation<UserDetail, Error, UserCreate>({
     mutationFn: (body) => unwrap(api.POST("/api/v1/users", { body })),
-    onSuccess: () => void qc.invalidateQueries({ queryKey: keys.users }),
+    onSuccess: () => void qc.invalidateQueries({ queryKey: usersQuery().queryKey }),
   });
 }
 
@@ -453,7 +491,7 @@ export function useUpdateUser() {
   return useMutation<UserDetail, Error, { userId: string; change: UserUpdate }>({
     mutationFn: ({ userId, change }) =>
       unwrap(api.PATCH("/api/v1/users/{user_id}", { params: { path: { user_id: userId } }, body: change })),
-    onSettled: () => void qc.invalidateQueries({ queryKey: keys.users }),
+    onSettled: () => void qc.invalidateQueries({ queryKey: usersQuery().queryKey }),
   });
 }
 
@@ -475,8 +513,8 @@ export function useHostAction() {
           : api.DELETE("/api/v1/hosts/{host_id}", { params: { path: { host_id: hostId } } }),
       ),
     onSuccess: (_data, { hostId }) => {
-      void qc.invalidateQueries({ queryKey: keys.hosts });
-      void qc.invalidateQueries({ queryKey: keys.host(hostId) });
+      void qc.invalidateQueries({ queryKey: hostsQuery().queryKey });
+      void qc.invalidateQueries({ queryKey: hostQuery(hostId).queryKey });
     },
   });
 }
@@ -484,52 +522,58 @@ export function useHostAction() {
 // Plans ------------------------------------------------------------------------------------------
 
 
-export function usePlans(hostId: string, functionIndex: { digest?: string; index?: number } = {}) {
-  return useQuery<Plan[], Error>({
-    queryKey: [...keys.plans(hostId), functionIndex.digest ?? "", functionIndex.index ?? -1],
+export const plansQuery = (hostId: string, functionIndex: { digest?: string; index?: number } = {}) =>
+  queryOptions<Plan[], Error>({
+    queryKey: keys.planList(hostId, functionIndex.digest ?? "", functionIndex.index ?? -1),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans", {
       params: { path: { host_id: hostId }, query: { digest: functionIndex.digest, function_index: functionIndex.index } },
     })),
-    retry,
     refetchInterval: 5000,
   });
+
+export function usePlans(hostId: string, functionIndex: { digest?: string; index?: number } = {}) {
+  return useQuery({ ...plansQuery(hostId, functionIndex), retry });
 }
 
 /** The host's installed plans (of one target, or all), with their group's functions: the console marks
  *  those functions as running an installed copy. */
-export function useInstalledPlans(hostId: string, target?: string) {
-  return useQuery<Plan[], Error>({
-    queryKey: [...keys.plans(hostId), "installed", target ?? ""],
+export const installedPlansQuery = (hostId: string, target?: string) =>
+  queryOptions<Plan[], Error>({
+    queryKey: keys.installedPlans(hostId, target ?? ""),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans", {
       params: { path: { host_id: hostId }, query: { state: ["installed"], target, limit: 1000 } },
     })),
-    retry: false,
     refetchInterval: 10000,
   });
+
+export function useInstalledPlans(hostId: string, target?: string) {
+  return useQuery({ ...installedPlansQuery(hostId, target), retry: false });
 }
 
 /** One plan; polled as `refreshMs` says from the plan as it stands (the plans feature polls while the
  *  agent works on it — planning, installing, reverting — and while its before/after windows fill). */
-export function usePlan(hostId: string, planId: string, enabled: boolean, refreshMs: (p: PlanDetail | undefined) => number | false) {
-  return useQuery<PlanDetail, Error>({
-    enabled,
+export const planQuery = (hostId: string, planId: string) =>
+  queryOptions<PlanDetail, Error>({
     queryKey: keys.plan(hostId, planId),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}", {
       params: { path: { host_id: hostId, plan_id: planId } },
     })),
-    retry,
-    refetchInterval: (q) => refreshMs(q.state.data),
   });
+
+export function usePlan(hostId: string, planId: string, enabled: boolean, refreshMs: (p: PlanDetail | undefined) => number | false) {
+  return useQuery({ ...planQuery(hostId, planId), enabled, retry, refetchInterval: (q) => refreshMs(q.state.data) });
 }
 
-export function usePlanAudit(hostId: string, planId: string, version: string) {
-  return useQuery<PlanAuditEntry[], Error>({
-    queryKey: [...keys.plan(hostId, planId), "audit", version],
+export const planAuditQuery = (hostId: string, planId: string, version: string) =>
+  queryOptions<PlanAuditEntry[], Error>({
+    queryKey: keys.planAudit(hostId, planId, version),
     queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}/audit", {
       params: { path: { host_id: hostId, plan_id: planId } },
     })),
-    retry,
   });
+
+export function usePlanAudit(hostId: string, planId: string, version: string) {
+  return useQuery({ ...planAuditQuery(hostId, planId, version), retry });
 }
 
 /** A command as it stands (the live channel replaces it on every change); no id, no query. */
@@ -543,15 +587,23 @@ export const commandQuery = (hostId: string, commandId: string | null | undefine
   });
 
 /** A command polled every second while `poll` holds (the plan page's make command). */
-export function useCommand(hostId: string, commandId: string | null | undefined, poll: boolean) {
+export function useCommandPolledWhile(hostId: string, commandId: string | null | undefined, poll: boolean) {
   return useQuery({ ...commandQuery(hostId, commandId), retry, refetchInterval: poll ? 1000 : false });
+}
+
+/** A command polled every 2 s until it ends (done, failed or cancelled): the measure page's commands. */
+export function useCommandUntilEnded(hostId: string, commandId: string | null) {
+  return useQuery({
+    ...commandQuery(hostId, commandId),
+    refetchInterval: (q) => (q.state.data && ["done", "failed", "cancelled"].includes(q.state.data.state) ? false : 2000),
+  });
 }
 
 /** The console's id of a plan group's member: the function of that name at that address in the target
  *  (the first of that name when none is at that address). */
-export function useFunctionIdAt(hostId: string, target: string, m: { fn: string; address: string }, enabled: boolean) {
-  return useQuery<number | null, Error>({
-    queryKey: ["host", hostId, "plan-member", target, m.fn, m.address],
+export const functionIdAtQuery = (hostId: string, target: string, m: { fn: string; address: string }) =>
+  queryOptions<number | null, Error>({
+    queryKey: keys.planMember(hostId, target, m.fn, m.address),
     queryFn: async () => {
       const page = await unwrap(api.GET("/api/v1/hosts/{host_id}/functions", {
         params: { path: { host_id: hostId }, query: { q: m.fn, target, limit: 50 } },
@@ -560,9 +612,11 @@ export function useFunctionIdAt(hostId: string, target: string, m: { fn: string;
       const at = named.find((f) => strip0x(f.address_hex) === strip0x(m.address));
       return (at ?? named[0])?.id ?? null;
     },
-    enabled,
     staleTime: Infinity,
   });
+
+export function useFunctionIdAt(hostId: string, target: string, m: { fn: string; address: string }, enabled: boolean) {
+  return useQuery({ ...functionIdAtQuery(hostId, target, m), enabled });
 }
 
 const strip0x = (s: string) => s.replace(/^0x/i, "").replace(/^0+(?=.)/, "").toLowerCase();
@@ -594,7 +648,8 @@ export function usePlanStep(hostId: string, planId: string) {
       }
     },
     onSuccess: (p) => {
-      qc.setQueryData(keys.plan(hostId, planId), p);
+      qc.setQueryData(planQuery(hostId, planId).queryKey, p);
+      // The plan and what hangs under its key (its audit).
       void qc.invalidateQueries({ queryKey: keys.plan(hostId, planId) });
     },
   });

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // A command's state as it moves (queued, sent, running with the agent's progress, then done, failed or
 // cancelled), with Cancel while it has not finished.
-import { useCancelCommand, useCommand } from "../../api/measureQueries";
+import { useCancelCommand } from "../../api/measureQueries";
+import { useCommandUntilEnded } from "../../api/queries";
 
 const FINISHED = new Set(["done", "failed", "cancelled"]);
 
 export function CommandStatus({ hostId, id, what }: { hostId: string; id: string | null; what: string }) {
-  const cmd = useCommand(hostId, id);
+  const cmd = useCommandUntilEnded(hostId, id);
   const cancel = useCancelCommand(hostId);
   if (!id) return null;
   const c = cmd.data;

@@ -7,7 +7,7 @@
 // what, the root's figures before and after the install, and the plan's audit trail.
 import { Link, useParams } from "react-router-dom";
 import { useState } from "react";
-import { useCommand, useMe, usePlan, usePlanAudit, usePlanStep, type PlanStep } from "../../api/queries";
+import { useCommandPolledWhile, useMe, usePlan, usePlanAudit, usePlanStep, type PlanStep } from "../../api/queries";
 import type { PlanDetail } from "../../api/types";
 import { ApiError } from "../../api/client";
 import { useLiveTopics } from "../../api/live";
@@ -45,7 +45,7 @@ export function PlanPage() {
 
 function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   const shaped = usePlanView(plan.plan, plan.estimated);
-  const make = useCommand(hostId, plan.make_command, plan.state === "planning");
+  const make = useCommandPolledWhile(hostId, plan.make_command, plan.state === "planning");
   return (
     <section className="plan-page">
       <p className="crumbs"><Link to={`/hosts/${encodeURIComponent(hostId)}`}>← host</Link></p>
