@@ -115,7 +115,7 @@ def _add_metrics_route(app: FastAPI, runtime: Runtime) -> None:
     token = runtime.settings.metrics_token
 
     @app.get("/metrics", include_in_schema=False)
-    async def metrics(request: Request):
+    async def metrics(request: Request) -> Response:
         if token and request.headers.get("authorization", "") != f"Bearer {token}":
             raise HTTPException(401, "Not authenticated", headers={"WWW-Authenticate": "Bearer"})
         return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE)
@@ -126,7 +126,7 @@ def _mount_docs(app: FastAPI, root: Path) -> None:
     first screen. Public, like the login page: it describes the software, not any host."""
 
     @app.get("/docs/{name:path}", include_in_schema=False)
-    async def docs(name: str):
+    async def docs(name: str) -> FileResponse:
         candidate = (root / (name or "architecture.md")).resolve()
         if not candidate.is_relative_to(root) or not candidate.is_file():
             raise HTTPException(404, "No such document")
@@ -139,7 +139,7 @@ def _mount_console(app: FastAPI, root: Path) -> None:
     index = root / "index.html"
 
     @app.get("/{path:path}", include_in_schema=False)
-    async def console(path: str):
+    async def console(path: str) -> FileResponse:
         if path in ("api", "metrics") or path.startswith(("api/", "docs/")):
             raise HTTPException(404, "Not found")
         candidate = (root / path).resolve()

@@ -69,7 +69,8 @@ class CommandFailed(Exception):
 
 # What a result changes besides the command: (db, the agent's session, the command row, the result) ->
 # (the result to store, an error that makes it fail).
-OnResult = Callable[[AsyncSession, AgentSession, Any, "pb.CommandResult"], Awaitable[tuple[dict | None, str | None]]]
+Answer = tuple[dict[str, Any] | None, str | None]
+OnResult = Callable[[AsyncSession, AgentSession, Any, "pb.CommandResult"], Awaitable[Answer]]
 
 
 @dataclass
@@ -86,7 +87,7 @@ class KindHandlers:
 
 
 async def _plain(db: AsyncSession, session: AgentSession, row: Any, result: "pb.CommandResult") \
-        -> tuple[dict | None, str | None]:
+        -> Answer:
     return ({} if result.ok else None), None
 
 
