@@ -164,7 +164,7 @@ async def rollup_loop(runtime: Runtime) -> None:
                         settings.rollup_interval_s)
 
 
-async def start_background(runtime: Runtime) -> list[asyncio.Task]:
+async def start_background(runtime: Runtime) -> list[asyncio.Task[None]]:
     """The ingest writer, the replicas' bus, the command sweep, and the series' upkeep."""
     await maintain_series(runtime)  # partitions for the accepted window before any data arrives
     runtime.writer.start()
@@ -185,7 +185,7 @@ async def start_background(runtime: Runtime) -> list[asyncio.Task]:
     runtime.bus = bus_module.Bus(runtime.database_url, runtime.replica_id, on_note)
     runtime.bus.start()
 
-    def fanout(topic: str, event: dict) -> None:
+    def fanout(topic: str, event: dict[str, Any]) -> None:
         payload = bus_module.live_payload(runtime.replica_id, topic, event)
         task = asyncio.get_running_loop().create_task(_notify(runtime, payload))
         runtime.agents.cleanups.add(task)
@@ -221,7 +221,7 @@ async def _notify(runtime: Runtime, payload: str) -> None:
         pass
 
 
-async def stop_background(runtime: Runtime, tasks: list[asyncio.Task]) -> None:
+async def stop_background(runtime: Runtime, tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         task.cancel()
     runtime.hub.fanout = None

@@ -20,7 +20,8 @@ _bearer = HTTPBearer(auto_error=False)
 
 
 def get_runtime(request: Request) -> Runtime:
-    return request.app.state.runtime
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]

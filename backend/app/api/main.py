@@ -8,6 +8,7 @@ echo the input back.
 """
 import logging
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -153,7 +154,7 @@ def _document_live_events(app: FastAPI) -> None:
     a WebSocket route), so the console's generated client has them as types."""
     plain = app.openapi
 
-    def openapi() -> dict:
+    def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = plain()
             adapter = TypeAdapter(LiveEvent)

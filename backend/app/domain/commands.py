@@ -142,7 +142,7 @@ class Commands:
         self.agents = agents
         self.replica_id = replica_id
         self.waiters: dict[str, asyncio.Event] = {}
-        self._sweeper: asyncio.Task | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self.handlers: dict[str, KindHandlers] = {}
         self.handle("inspect_function", self._on_disassembly)
         self.handle("attach_target", self._on_targets)
@@ -231,7 +231,7 @@ class Commands:
 
     # Disassemblies -------------------------------------------------------------------------------
 
-    async def inspect_function(self, host_id: str, target: str, digest: str, index: int, actor: str) -> list:
+    async def inspect_function(self, host_id: str, target: str, digest: str, index: int, actor: str) -> list[Any]:
         """Ask the host's agent (through whichever replica holds its stream) to decode a function; the
         instructions are cached by the replica that got the answer. Returns
         [[offset, length, hex, text], ...]."""

@@ -8,7 +8,7 @@ command id: the same id again returns the same command (idempotent). Changing wh
 the operator role; every request is audited.
 """
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 
@@ -27,7 +27,7 @@ CONFLICT: Responses = {409: {"model": Message, "description": "The command id is
 ACCEPTED: Responses = {202: {"model": CommandPublic, "description": "The command, stored and on its way to the agent"}}
 
 
-def command_response(row: dict, created: bool) -> Response:
+def command_response(row: dict[str, Any], created: bool) -> Response:
     """202 for a new command, 200 for one that existed with this id."""
     return FastJSON(row, status_code=202 if created else 200)
 
