@@ -29,7 +29,7 @@ import os
 import struct
 from array import array
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -251,7 +251,7 @@ class FrameResolver:
         self.frames: list[Frame] = []
         self.index: dict[tuple, int] = {}
 
-    def _get(self, key: tuple, make) -> int:
+    def _get(self, key: tuple, make: Callable[[], Frame]) -> int:
         i = self.index.get(key)
         if i is None:
             i = len(self.frames)
@@ -408,7 +408,7 @@ class StackPaths:
         self.unresolved: set[int] = set()
         self.paths: OrderedDict[tuple[str, int], bytes] = OrderedDict()
 
-    def _frame(self, key: tuple, make) -> int:
+    def _frame(self, key: tuple, make: Callable[[], Frame]) -> int:
         i = self.keys.get(key)
         if i is None:
             i = self.keys[key] = len(self.frames)
