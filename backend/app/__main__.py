@@ -12,8 +12,8 @@ import logging
 import signal
 import sys
 
-from app.core.config import get_settings
-from app.server import build_runtime, prepare, serve
+from app.core.config import Settings, get_settings
+from app.server import Prepared, build_runtime, prepare, serve
 
 
 def main() -> int:
@@ -37,7 +37,7 @@ def main() -> int:
     return 0
 
 
-async def _run(settings, prepared) -> None:
+async def _run(settings: Settings, prepared: Prepared) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -37,4 +37,4 @@ class Runtime:
     database_url: str
     enroll_port: int = 0  # where agents enrol, once the gRPC server listens
     bus: Bus | None = None  # started with the servers
-    background: list[asyncio.Task] = field(default_factory=list)  # the servers' background tasks
+    background: list[asyncio.Task[None]] = field(default_factory=list)  # the servers' background tasks

@@ -17,9 +17,12 @@ import secrets
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import grpc
 import orjson
 import uvicorn
+from fastapi import FastAPI
 from sqlalchemy import create_engine, text
 
 from app.agents.service import create_grpc_server
@@ -36,7 +39,7 @@ from app.domain.plans import Plans
 from app.domain.sessions import AgentRegistry
 from app.runtime import Runtime
 from app.storage import catalog, hosts, samples
-from app.storage.ingest import IngestWriter
+from app.storage.ingest import IngestWriter, Item
 
 log = logging.getLogger("hotpath")
 
@@ -106,7 +109,7 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
     commands = Commands(settings, sessionmaker, hub, metrics, agents, replica)
     plans = Plans(settings, sessionmaker, hub, commands)
 
-    def committed(items, seconds: float) -> None:
+    def committed(items: list[Item], seconds: float) -> None:
         metrics.ingest_commits.inc()
 
     writer = IngestWriter(engine, on_commit=committed)
@@ -161,7 +164,7 @@ async def rollup_loop(runtime: Runtime) -> None:
                         settings.rollup_interval_s)
 
 
-async def start_background(runtime: Runtime) -> list[asyncio.Task]:
+async def start_background(runtime: Runtime) -> list[asyncio.Task[None]]:
     """The ingest writer, the replicas' bus, the command sweep, and the series' upkeep."""
     await maintain_series(runtime)  # partitions for the accepted window before any data arrives
     runtime.writer.start()
@@ -182,7 +185,7 @@ async def start_background(runtime: Runtime) -> list[asyncio.Task]:
     runtime.bus = bus_module.Bus(runtime.database_url, runtime.replica_id, on_note)
     runtime.bus.start()
 
-    def fanout(topic: str, event: dict) -> None:
+    def fanout(topic: str, event: dict[str, Any]) -> None:
         payload = bus_module.live_payload(runtime.replica_id, topic, event)
         task = asyncio.get_running_loop().create_task(_notify(runtime, payload))
         runtime.agents.cleanups.add(task)
@@ -218,7 +221,7 @@ async def _notify(runtime: Runtime, payload: str) -> None:
         pass
 
 
-async def stop_background(runtime: Runtime, tasks: list[asyncio.Task]) -> None:
+async def stop_background(runtime: Runtime, tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         task.cancel()
     runtime.hub.fanout = None
@@ -249,12 +252,12 @@ class _Uvicorn(uvicorn.Server):
         pass  # the process's own handler stops both servers together
 
 
-def http_config(runtime: Runtime, app, settings: Settings, port: int) -> uvicorn.Config:
+def http_config(runtime: Runtime, app: FastAPI, settings: Settings, port: int) -> uvicorn.Config:
     """The HTTP server's configuration. X-Forwarded-For and X-Forwarded-Proto are honoured only from the
     addresses in HOTPATH_TRUSTED_PROXIES (none by default, whatever uvicorn's FORWARDED_ALLOW_IPS says):
     otherwise any client, even one on loopback, could pick the address the per-address sign-in limit
     and the audit log see."""
-    tls: dict = {}
+    tls: dict[str, Any] = {}
     if settings.https:
         tls = {"ssl_certfile": str(settings.https_cert_file or runtime.pki.server_cert_file),
                "ssl_keyfile": str(settings.https_key_file or runtime.pki.server_key_file)}
@@ -264,7 +267,8 @@ def http_config(runtime: Runtime, app, settings: Settings, port: int) -> uvicorn
                           proxy_headers=bool(proxies), forwarded_allow_ips=proxies or [], **tls)
 
 
-async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_port: int | None = None):
+async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_port: int | None = None) \
+        -> tuple[grpc.aio.Server, "_Uvicorn", asyncio.Task[None], int, int]:
     """Start the gRPC and HTTP servers; returns (grpc server, uvicorn server, http task, grpc port, http port).
     The enrolment port is in runtime.enroll_port."""
     settings = runtime.settings
@@ -294,7 +298,8 @@ async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_por
     return grpc_server, http, http_task, bound, http_port
 
 
-async def stop_servers(runtime: Runtime, grpc_server, http, http_task) -> None:
+async def stop_servers(runtime: Runtime, grpc_server: grpc.aio.Server, http: "_Uvicorn",
+                       http_task: asyncio.Task[None]) -> None:
     await runtime.agents.close_all()
     await grpc_server.stop(grace=2)
     await stop_background(runtime, runtime.background)

@@ -2,6 +2,7 @@
 """What every part of the agents' stream shares: the runtime, the registry of sessions, the audit log
 and the hosts' live events.
 """
+from typing import Any
 
 from app.domain.sessions import AgentRegistry
 from app.runtime import Runtime
@@ -14,7 +15,7 @@ class StreamBase:
         self.runtime = runtime
         self.registry = registry
 
-    async def _audit(self, actor: str, action: str, target: str | None, detail: dict) -> None:
+    async def _audit(self, actor: str, action: str, target: str | None, detail: dict[str, Any]) -> None:
         async with self.runtime.sessionmaker() as db:
             audit_log.record(db, actor, action, target, detail)
             await db.commit()

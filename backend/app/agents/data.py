@@ -58,7 +58,7 @@ class DataMapping(ClockChecks):
             if seq <= mark:
                 await session.send(pb.ServerMessage(ack=pb.Ack(instance_id=instance, seq=mark)))
                 return  # stored before: a resend after a reconnect
-        gaps: list[dict] = []
+        gaps: list[dict[str, Any]] = []
         covered_from = message.gap.first_seq if kind == "gap" else seq
         if seq and covered_from > mark + 1:
             # Sequence numbers the agent neither sent nor reported as dropped.
@@ -87,7 +87,7 @@ class DataMapping(ClockChecks):
         future.add_done_callback(lambda f: self._stored(session, item, instance, seq, f))
 
     def _stored(self, session: AgentSession, item: "samples.Item", instance: str, seq: int,
-                future: asyncio.Future) -> None:
+                future: asyncio.Future[None]) -> None:
         """A data message was stored (or not): acknowledge it, publish what views want to see."""
         if future.cancelled() or future.exception() is not None:
             session.store_failed = True  # nothing after it may be acknowledged
@@ -118,7 +118,7 @@ class DataMapping(ClockChecks):
         topic = f"host:{session.host_id}"
         if item.samples is not None and hub.wants(topic):
             s = item.samples
-            per_fn: Counter = Counter()
+            per_fn: Counter[int] = Counter()
             for fid, count in zip(s.function_ids, s.counts, strict=True):
                 per_fn[fid] += count
             top = per_fn.most_common(20)
@@ -261,7 +261,7 @@ class DataMapping(ClockChecks):
         insn_offsets: list[int] = []
         insn_counts: list[int] = []
         if merged and insns:
-            per_pc: dict[int, Counter] = {}
+            per_pc: dict[int, Counter[int]] = {}
             for pos, ioffs, icounts in insns:
                 c = per_pc.setdefault(pos, Counter())
                 for o, n in zip(ioffs, icounts, strict=True):
@@ -305,7 +305,7 @@ class DataMapping(ClockChecks):
             item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
                                   reason=f"refused: values of measurement {mid[:64]}, which this host does not run"))
             return
-        edges: tuple = ((), (), (), (), (), ())
+        edges: tuple[Any, ...] = ((), (), (), (), (), ())
         try:
             agent_input.check_measurement_batch(batch, rows)
             if batch.edges:

@@ -42,10 +42,13 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -88,7 +91,8 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
 
     # Enrolment ------------------------------------------------------------------------------------
 
-    async def Enroll(self, request, context: grpc.aio.ServicerContext):  # noqa: N802 - gRPC name
+    async def Enroll(self, request: "pb.EnrollRequest | Undecodable",  # noqa: N802 - gRPC name
+                     context: grpc.aio.ServicerContext) -> "pb.EnrollResponse":
         peer = context.peer() or "unknown"
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
@@ -105,7 +109,8 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
 
     # The stream -----------------------------------------------------------------------------------
 
-    async def Connect(self, request_iterator, context: grpc.aio.ServicerContext):  # noqa: N802 - gRPC name
+    async def Connect(self, request_iterator: AsyncIterator["pb.AgentMessage | Undecodable"],  # noqa: N802 - gRPC name
+                      context: grpc.aio.ServicerContext) -> None:
         peer = context.peer() or "unknown"
         address = peer_address(peer)
         if self.registry.peers[address] >= self.runtime.settings.agent_streams_per_peer:
@@ -133,7 +138,8 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
             if self.registry.peers[address] <= 0:
                 del self.registry.peers[address]
 
-    async def _read(self, context, timeout: float | None = None):
+    async def _read(self, context: grpc.aio.ServicerContext,
+                    timeout: float | None = None) -> Any:  # an AgentMessage or grpc.aio.EOF
         message = await (asyncio.wait_for(context.read(), timeout) if timeout else context.read())
         if isinstance(message, Undecodable):
             raise InvalidInput(message.reason)
@@ -264,7 +270,7 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
         missing = [d for d in session.refs if d not in complete]
         return missing, dict(session.marks)
 
-    async def _serve(self, session: AgentSession, context) -> None:
+    async def _serve(self, session: AgentSession, context: grpc.aio.ServicerContext) -> None:
         while True:
             message = await self._read(context)
             if message is grpc.aio.EOF:
@@ -316,8 +322,8 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
             log.warning("recording the disconnect of host %s failed", session.host_id)
 
 
-def _decoder(message_type):
-    def decode(data: bytes):
+def _decoder(message_type: type[Message]) -> Callable[[bytes], Message | Undecodable]:
+    def decode(data: bytes) -> Message | Undecodable:
         try:
             return message_type.FromString(data)
         except Exception as exc:  # noqa: BLE001 - any parse failure is the sender's malformed message

@@ -4,7 +4,7 @@
 Roles are ordered viewer < operator < approver < admin; a gate admits its role and every higher one.
 """
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
@@ -20,7 +20,8 @@ _bearer = HTTPBearer(auto_error=False)
 
 
 def get_runtime(request: Request) -> Runtime:
-    return request.app.state.runtime
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
@@ -68,7 +69,7 @@ async def get_current_user(runtime: RuntimeDep, session: SessionDep,
 CurrentUser = Annotated[User, Depends(get_current_user)]
 
 
-def require_role(minimum: str):
+def require_role(minimum: str) -> Callable[[User], Awaitable[User]]:
     rank = ROLES.index(minimum)
 
     async def gate(user: CurrentUser) -> User:

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 import orjson
+from starlette.types import ASGIApp, Message, Receive, Send
 
 Scope = dict[str, Any]
 
@@ -51,18 +52,18 @@ def _has_nul(value: Any) -> bool:
 
 
 class RequestGuard:
-    def __init__(self, app, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
         self.app = app
         self.max_body = max_body_bytes
 
-    async def _refuse(self, send, status: int, detail: str) -> None:
+    async def _refuse(self, send: Send, status: int, detail: str) -> None:
         body = orjson.dumps({"detail": detail})
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close"), *SECURITY_HEADERS]})
         await send({"type": "http.response.body", "body": body})
 
-    async def __call__(self, scope: Scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
@@ -131,7 +132,7 @@ class RequestGuard:
                 return
         replayed = False
 
-        async def replay():
+        async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
@@ -140,7 +141,7 @@ class RequestGuard:
 
         https = scope.get("scheme") == "https"
 
-        async def send_with_headers(message):
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 extra = list(SECURITY_HEADERS)
                 if https:

@@ -8,6 +8,7 @@ echo the input back.
 """
 import logging
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -115,7 +116,7 @@ def _add_metrics_route(app: FastAPI, runtime: Runtime) -> None:
     token = runtime.settings.metrics_token
 
     @app.get("/metrics", include_in_schema=False)
-    async def metrics(request: Request):
+    async def metrics(request: Request) -> Response:
         if token and request.headers.get("authorization", "") != f"Bearer {token}":
             raise HTTPException(401, "Not authenticated", headers={"WWW-Authenticate": "Bearer"})
         return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE)
@@ -126,7 +127,7 @@ def _mount_docs(app: FastAPI, root: Path) -> None:
     first screen. Public, like the login page: it describes the software, not any host."""
 
     @app.get("/docs/{name:path}", include_in_schema=False)
-    async def docs(name: str):
+    async def docs(name: str) -> FileResponse:
         candidate = (root / (name or "architecture.md")).resolve()
         if not candidate.is_relative_to(root) or not candidate.is_file():
             raise HTTPException(404, "No such document")
@@ -139,7 +140,7 @@ def _mount_console(app: FastAPI, root: Path) -> None:
     index = root / "index.html"
 
     @app.get("/{path:path}", include_in_schema=False)
-    async def console(path: str):
+    async def console(path: str) -> FileResponse:
         if path in ("api", "metrics") or path.startswith(("api/", "docs/")):
             raise HTTPException(404, "Not found")
         candidate = (root / path).resolve()
@@ -153,7 +154,7 @@ def _document_live_events(app: FastAPI) -> None:
     a WebSocket route), so the console's generated client has them as types."""
     plain = app.openapi
 
-    def openapi() -> dict:
+    def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = plain()
             adapter = TypeAdapter(LiveEvent)

@@ -11,6 +11,7 @@ from fastapi import Depends, HTTPException, Query
 from app.api.deps import RuntimeDep
 from app.api.responses import Responses
 from app.api.schemas import Message
+from app.runtime import Runtime
 from app.storage.samples import RangeSpec
 
 DEFAULT_WINDOW_S = 10
@@ -26,7 +27,7 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def range_spec(runtime, window_s: int | None, start: datetime | None, end: datetime | None,
+def range_spec(runtime: Runtime, window_s: int | None, start: datetime | None, end: datetime | None,
                what: str = "range") -> RangeSpec:
     if start is None and end is None:
         return RangeSpec(window_s=window_s or DEFAULT_WINDOW_S)

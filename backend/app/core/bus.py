@@ -12,6 +12,7 @@ commands by polling, so a notification lost while the bus reconnects delays a co
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 import psycopg
@@ -39,7 +40,7 @@ class Bus:
         self.url = psycopg_url(url)
         self.replica_id = replica_id
         self.handler = handler
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
     def start(self) -> None:
@@ -74,7 +75,7 @@ class Bus:
                 delay = min(delay * 2, 5.0)
 
 
-def live_payload(replica_id: str, topic: str, event: dict) -> str:
+def live_payload(replica_id: str, topic: str, event: dict[str, Any]) -> str:
     """A live event for other replicas; events too large for a notification go as a bare signal of
     their type and topic (the console then asks the REST API)."""
     data = orjson.dumps({"r": replica_id, "t": topic, "e": event}).decode()

@@ -71,7 +71,7 @@ class EmbeddedPostgres:
         self.pgdata = pgdata.resolve() if pgdata.exists() else pgdata
         self.watchdog = watchdog
         self._server: Any = None  # pgserver.PostgresServer, imported lazily
-        self._watchdog: subprocess.Popen | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
         self.url = ""
 
     def start(self) -> str:

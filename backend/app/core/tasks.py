@@ -2,9 +2,10 @@
 """Background asyncio tasks of the backend's long-lived parts (bus, ingest writer, command sweeper)."""
 import asyncio
 import contextlib
+from typing import Any
 
 
-async def cancel_and_wait(task: asyncio.Task | None) -> None:
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
     """Cancel a background task and wait until it has ended; nothing if there is none."""
     if task is None:
         return

@@ -69,7 +69,8 @@ class CommandFailed(Exception):
 
 # What a result changes besides the command: (db, the agent's session, the command row, the result) ->
 # (the result to store, an error that makes it fail).
-OnResult = Callable[[AsyncSession, AgentSession, Any, "pb.CommandResult"], Awaitable[tuple[dict | None, str | None]]]
+Answer = tuple[dict[str, Any] | None, str | None]
+OnResult = Callable[[AsyncSession, AgentSession, Any, "pb.CommandResult"], Awaitable[Answer]]
 
 
 @dataclass
@@ -86,7 +87,7 @@ class KindHandlers:
 
 
 async def _plain(db: AsyncSession, session: AgentSession, row: Any, result: "pb.CommandResult") \
-        -> tuple[dict | None, str | None]:
+        -> Answer:
     return ({} if result.ok else None), None
 
 
@@ -141,7 +142,7 @@ class Commands:
         self.agents = agents
         self.replica_id = replica_id
         self.waiters: dict[str, asyncio.Event] = {}
-        self._sweeper: asyncio.Task | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self.handlers: dict[str, KindHandlers] = {}
         self.handle("inspect_function", self._on_disassembly)
         self.handle("attach_target", self._on_targets)
@@ -230,7 +231,7 @@ class Commands:
 
     # Disassemblies -------------------------------------------------------------------------------
 
-    async def inspect_function(self, host_id: str, target: str, digest: str, index: int, actor: str) -> list:
+    async def inspect_function(self, host_id: str, target: str, digest: str, index: int, actor: str) -> list[Any]:
         """Ask the host's agent (through whichever replica holds its stream) to decode a function; the
         instructions are cached by the replica that got the answer. Returns
         [[offset, length, hex, text], ...]."""

@@ -21,6 +21,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 from cryptography.hazmat.primitives import serialization
@@ -229,7 +230,8 @@ async def _delete_expired(db: AsyncSession, ttl_s: float) -> int:
     result = await db.execute(text("""
         DELETE FROM enrolment_requests
         WHERE coalesce(decided_at, requested_at) < now() - make_interval(secs => :ttl)"""), {"ttl": ttl_s})
-    return result.rowcount  # type: ignore[attr-defined]
+    deleted: int = result.rowcount  # type: ignore[attr-defined]
+    return deleted
 
 
 async def decide(session: AsyncSession, request_id: uuid.UUID, approve: bool, actor: str) -> EnrolmentRequest:
@@ -301,7 +303,7 @@ _REQUESTS = """
     FROM enrolment_requests r LEFT JOIN hosts h ON h.id = r.host_id"""
 
 
-async def list_requests(session: AsyncSession, ttl_s: float) -> list[dict]:
+async def list_requests(session: AsyncSession, ttl_s: float) -> list[dict[str, Any]]:
     """The newest requests (expired ones are forgotten first), each with how many other keys ask for the
     same host id and whether that host holds a certificate already."""
     await _delete_expired(session, ttl_s)
@@ -310,7 +312,7 @@ async def list_requests(session: AsyncSession, ttl_s: float) -> list[dict]:
     return [dict(r) for r in rows.mappings()]
 
 
-async def get_request(session: AsyncSession, request_id: uuid.UUID) -> dict:
+async def get_request(session: AsyncSession, request_id: uuid.UUID) -> dict[str, Any]:
     row = (await session.execute(text(_REQUESTS + " WHERE r.id = :i"), {"i": request_id})).mappings().one()
     return dict(row)
 

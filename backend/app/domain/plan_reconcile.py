@@ -6,20 +6,24 @@ import asyncio
 import hashlib
 import logging
 import uuid
+from collections.abc import Iterable
+from typing import Any
 
 import orjson
 from sqlalchemy import text
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.domain.commands import CommandError, Commands
 from app.domain.plan_records import ACTIVE_COMMAND, audit, find
+from app.protocol.proto import pb
 from app.storage import audit_log
 
 log = logging.getLogger("hotpath.plans")
 
 
-async def _reconciled(db: AsyncSession, new, command: uuid.UUID | None, why: str, was: str) -> int:
+async def _reconciled(db: AsyncSession, new: Row[Any], command: uuid.UUID | None, why: str, was: str) -> int:
     """Close a reconciliation: the command whose answer was lost fails with the reason, the step is
     audited and committed."""
     if command is not None:
@@ -32,7 +36,8 @@ async def _reconciled(db: AsyncSession, new, command: uuid.UUID | None, why: str
     return 1
 
 
-async def _settle_reverting(db: AsyncSession, row, entry: dict | None, source: str):
+async def _settle_reverting(db: AsyncSession, row: Row[Any], entry: dict[str, Any] | None,
+                            source: str) -> tuple[Row[Any], str]:
     """A `reverting` plan whose RevertPlan answer is lost, settled from what the agent reports of it
     (`entry`: its listing in `source`, or None when not listed): no longer installed (not listed, or
     listed with a kept heap or a gone process) → `reverted`; still installed → `installed` again, with
@@ -84,7 +89,7 @@ class Reconciliation:
     settings: Settings
     sessionmaker: async_sessionmaker[AsyncSession]
     commands: Commands
-    tasks: dict[str, asyncio.Task]
+    tasks: dict[str, asyncio.Task[None]]
 
     async def reconcile(self) -> int:
         """Settle plans left `installing` by a flow that no longer runs (the backend was stopped or died
@@ -156,7 +161,7 @@ class Reconciliation:
                 log.info("reconcile: stopping %d measurement window(s) their install flow left running", stopped)
             await db.commit()
 
-    async def _list_installed(self, host_id: str) -> dict[str, dict] | None:
+    async def _list_installed(self, host_id: str) -> dict[str, dict[str, Any]] | None:
         try:
             async with self.sessionmaker() as db:
                 cmd, _ = await self.commands.create(db, host_id, "list_installed", {}, "system")
@@ -170,7 +175,7 @@ class Reconciliation:
             return None
         return {x["id"]: x for x in done["result"]["installed"]}
 
-    async def _settle(self, r, listed: dict[str, dict]) -> int:
+    async def _settle(self, r: Row[Any], listed: dict[str, dict[str, Any]]) -> int:
         if r.state == "reverting":
             return await self._settle_revert(r, listed)
         entry = listed.get(str(r.id))
@@ -195,7 +200,7 @@ class Reconciliation:
                     WHERE id = :id RETURNING *"""), {"id": r.id, "e": why})).one()
             return await _reconciled(db, new, r.install_command, why, "installing")
 
-    async def _settle_revert(self, r, listed: dict[str, dict]) -> int:
+    async def _settle_revert(self, r: Row[Any], listed: dict[str, dict[str, Any]]) -> int:
         """A plan left `reverting` by a RevertPlan whose answer did not come, from the agent's list (which
         answers after the revert, if the agent was given it)."""
         entry = listed.get(str(r.id))
@@ -208,7 +213,7 @@ class Reconciliation:
             new, why = await _settle_reverting(db, row, entry, "its ListInstalled")
             return await _reconciled(db, new, r.revert_command, why, "reverting")
 
-    async def on_hello(self, host_id: str, installs) -> int:
+    async def on_hello(self, host_id: str, installs: Iterable["pb.InstalledPlan"]) -> int:
         """Settle this host's plans from Hello.installs (checked for shape by agent_input.check_installs): the
         installs the agent's journals hold after its start-up recovery; called only when Hello says the list
         is complete (installs_listed: an agent without a state folder, or one that could not read its

@@ -6,7 +6,10 @@ import uuid
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.live import LiveHub
 from app.storage import audit_log
 
 log = logging.getLogger("hotpath.plans")
@@ -17,19 +20,19 @@ FINAL = ("failed", "cancelled", "rejected", "reverted", "stale")
 ACTIVE_COMMAND = ("queued", "sent", "running")
 
 
-def publish_state(hub, host_id: str, plan_id: str, state: str) -> None:
+def publish_state(hub: LiveHub, host_id: str, plan_id: str, state: str) -> None:
     """Tell the consoles showing the host that one of its plans changed state, once the change is
     committed: an approval shows on the requester's open page at once, not at its next poll."""
     hub.publish(f"host:{host_id}", {"type": "plan", "host_id": host_id, "plan_id": str(plan_id), "state": state})
 
 
-def _members(plan_json) -> list[str]:
+def _members(plan_json: Any) -> list[str]:
     """The group's function names, root first (the plan was checked when stored: plan_check)."""
     group = plan_json.get("group") if isinstance(plan_json, dict) else None
     return [g["function"] for g in group or () if isinstance(g, dict) and isinstance(g.get("function"), str)]
 
 
-def public(r, detail: bool = False) -> dict[str, Any]:
+def public(r: Row[Any], detail: bool = False) -> dict[str, Any]:
     out = {"id": str(r.id), "host_id": r.host_id, "target_id": r.target_id, "root_digest": r.root_digest,
            "root_function_index": r.root_function_index, "root_name": r.root_name, "options": r.options,
            "state": r.state, "error": r.error, "plan_status": r.plan_status, "estimated": r.estimated,
@@ -55,17 +58,17 @@ def public(r, detail: bool = False) -> dict[str, Any]:
     return out
 
 
-def audit(db, actor: str, action: str, row, **extra) -> None:
+def audit(db: AsyncSession, actor: str, action: str, row: Row[Any], **extra: Any) -> None:
     audit_log.record(db, actor, action, str(row.id), {"plan_id": str(row.id), "host_id": row.host_id,
                                                   "root": row.root_name, "code_sha256": row.code_sha256, **extra})
 
 
-async def find(db, host_id: str, plan_id: uuid.UUID, lock: bool = False):
+async def find(db: AsyncSession, host_id: str, plan_id: uuid.UUID, lock: bool = False) -> Row[Any] | None:
     return (await db.execute(text("SELECT * FROM plans WHERE id = :id AND host_id = :h"
                                   + (" FOR UPDATE" if lock else "")), {"id": plan_id, "h": host_id})).first()
 
 
-async def stale_reason(db, row) -> str | None:
+async def stale_reason(db: AsyncSession, row: Row[Any]) -> str | None:
     """Why a plan no longer fits its target (None: it still does)."""
     t = (await db.execute(text("SELECT state, pid FROM host_targets WHERE host_id = :h AND id = :t"),
                           {"h": row.host_id, "t": row.target_id})).first()
@@ -90,7 +93,7 @@ async def stale_reason(db, row) -> str | None:
     return None
 
 
-async def refresh_stale(db, host_id: str, plan_id: uuid.UUID | None = None) -> None:
+async def refresh_stale(db: AsyncSession, host_id: str, plan_id: uuid.UUID | None = None) -> None:
     """Mark the host's plans that no longer fit their target stale (audited); the caller commits."""
     rows = (await db.execute(text("SELECT * FROM plans WHERE host_id = :h AND state = ANY(:s)"
                                   + (" AND id = :id" if plan_id else "")),

@@ -8,16 +8,21 @@ from typing import Any
 
 import orjson
 from sqlalchemy import text
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.config import Settings
 from app.domain import plan_check
+from app.domain.commands import Answer
 from app.domain.plan_records import audit
+from app.gen.plan import Plan
 from app.protocol.agent_input import InvalidInput
+from app.protocol.proto import pb
 
 log = logging.getLogger("hotpath.plans")
 
 
-async def _identity_mismatch(db: AsyncSession, row, plan) -> str | None:
+async def _identity_mismatch(db: AsyncSession, row: Row[Any], plan: Plan) -> str | None:
     """The plan's module and build id against what the agent reported for the target."""
     t = plan.target
     if t.kind == "kernel":
@@ -37,7 +42,7 @@ async def _identity_mismatch(db: AsyncSession, row, plan) -> str | None:
     return None
 
 
-async def on_plan_result(db: AsyncSession, settings, cmd, result) -> tuple[dict | None, str | None]:
+async def on_plan_result(db: AsyncSession, settings: Settings, cmd: Row[Any], result: "pb.CommandResult") -> Answer:
     """Check a MakePlan answer and store the plan, or fail it with the reason; nothing unchecked is kept."""
     plan_id = uuid.UUID(cmd.params["plan_id"])
     row = (await db.execute(text("SELECT * FROM plans WHERE id = :id FOR UPDATE"), {"id": plan_id})).first()
@@ -97,7 +102,7 @@ def _detail_json(text_: str, what: str) -> dict[str, Any]:
     return v
 
 
-async def on_install_result(db: AsyncSession, cmd, result) -> tuple[dict | None, str | None]:
+async def on_install_result(db: AsyncSession, cmd: Row[Any], result: "pb.CommandResult") -> Answer:
     plan_id = uuid.UUID(cmd.params["plan_id"])
     row = (await db.execute(text("SELECT * FROM plans WHERE id = :id FOR UPDATE"), {"id": plan_id})).first()
     if row is None or row.state != "installing":
@@ -118,7 +123,7 @@ async def on_install_result(db: AsyncSession, cmd, result) -> tuple[dict | None,
     return {"plan_id": str(plan_id), "status": status}, None
 
 
-async def on_revert_result(db: AsyncSession, cmd, result) -> tuple[dict | None, str | None]:
+async def on_revert_result(db: AsyncSession, cmd: Row[Any], result: "pb.CommandResult") -> Answer:
     plan_id = uuid.UUID(cmd.params["plan_id"])
     row = (await db.execute(text("SELECT * FROM plans WHERE id = :id FOR UPDATE"), {"id": plan_id})).first()
     if row is None or row.state != "reverting":
@@ -143,7 +148,7 @@ async def on_revert_result(db: AsyncSession, cmd, result) -> tuple[dict | None, 
     return {"plan_id": str(plan_id), "status": status}, None
 
 
-def on_list_result(result) -> tuple[dict | None, str | None]:
+def on_list_result(result: "pb.CommandResult") -> Answer:
     """A ListInstalled answer: the agent's installs (from its journals), checked for shape."""
     if not result.ok:
         return None, None
@@ -157,7 +162,7 @@ def on_list_result(result) -> tuple[dict | None, str | None]:
     return {"installed": listed}, None
 
 
-async def after_end(db: AsyncSession, cmd) -> None:
+async def after_end(db: AsyncSession, cmd: Row[Any]) -> None:
     """A plan command that failed or was cancelled leaves its plan in the matching state."""
     if cmd.state not in ("failed", "cancelled"):
         return

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain.plan_records import find, public, refresh_stale
@@ -118,7 +119,7 @@ def _figures(v: dict[str, float | None], seconds: float, unavailable: dict[str, 
     return out
 
 
-async def comparison(db: AsyncSession, host_id: str, row) -> dict[str, Any] | None:
+async def comparison(db: AsyncSession, host_id: str, row: Row[Any]) -> dict[str, Any] | None:
     """The root before and after the install (KernInst Figure 4): calls per second, wall and vtime per
     call and the hardware counters per call in each window, each with its spread, and each figure's
     change."""

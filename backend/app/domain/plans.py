@@ -29,15 +29,17 @@ a 409.
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from sqlalchemy import text
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.live import LiveHub
-from app.domain.commands import CommandError, Commands
+from app.domain.commands import Answer, CommandError, Commands
 from app.domain.plan_reconcile import Reconciliation
 from app.domain.plan_records import audit, find, public, publish_state, refresh_stale, stale_reason
 from app.domain.plan_results import after_end, on_install_result, on_list_result, on_plan_result, on_revert_result
@@ -73,19 +75,19 @@ class Plans(Reconciliation):
         self.sessionmaker = sessionmaker
         self.hub = hub
         self.commands = commands
-        self.tasks: dict[str, asyncio.Task] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
         plan_kind = {"on_end": after_end, "published": self._published}
 
-        async def made(db: AsyncSession, session: Any, row: Any, result: Any) -> tuple[dict | None, str | None]:
+        async def made(db: AsyncSession, session: Any, row: Any, result: Any) -> Answer:
             return await on_plan_result(db, settings, row, result)
 
-        async def installed(db: AsyncSession, session: Any, row: Any, result: Any) -> tuple[dict | None, str | None]:
+        async def installed(db: AsyncSession, session: Any, row: Any, result: Any) -> Answer:
             return await on_install_result(db, row, result)
 
-        async def reverted(db: AsyncSession, session: Any, row: Any, result: Any) -> tuple[dict | None, str | None]:
+        async def reverted(db: AsyncSession, session: Any, row: Any, result: Any) -> Answer:
             return await on_revert_result(db, row, result)
 
-        async def listed(db: AsyncSession, session: Any, row: Any, result: Any) -> tuple[dict | None, str | None]:
+        async def listed(db: AsyncSession, session: Any, row: Any, result: Any) -> Answer:
             return on_list_result(result)
 
         commands.handle("make_plan", made, **plan_kind)
@@ -112,7 +114,7 @@ class Plans(Reconciliation):
         if state is not None:
             publish_state(self.hub, host_id, plan_id, state)
 
-    async def create(self, db: AsyncSession, host_id: str, body, actor: str) -> tuple[dict, bool]:
+    async def create(self, db: AsyncSession, host_id: str, body: Any, actor: str) -> tuple[dict[str, Any], bool]:
         state = (await db.execute(text("SELECT state FROM host_targets WHERE host_id = :h AND id = :t"),
                                   {"h": host_id, "t": body.target})).scalar()
         if state is None:
@@ -154,7 +156,8 @@ class Plans(Reconciliation):
         return public(row), True
 
     async def _transition(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, frm: tuple[str, ...],
-                          sql_set: str, params: dict, actor: str, action: str, check=None, **extra) -> dict:
+                          sql_set: str, params: dict[str, Any], actor: str, action: str,
+                          check: Callable[[Row[Any]], None] | None = None, **extra: Any) -> dict[str, Any]:
         await refresh_stale(db, host_id, plan_id)
         row = await find(db, host_id, plan_id, lock=True)
         if row is None:
@@ -170,13 +173,13 @@ class Plans(Reconciliation):
         audit(db, actor, action, changed, was=row.state, **extra)
         return public(changed, detail=True)
 
-    async def request(self, db, host_id, plan_id, actor: str) -> dict:
+    async def request(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str) -> dict[str, Any]:
         return await self._transition(db, host_id, plan_id, ("ready",),
                                       "state = 'requested', requested_by = :by, requested_at = now()",
                                       {"by": actor}, actor, "plan_request")
 
-    async def approve(self, db, host_id, plan_id, actor: str) -> dict:
-        def check(row):
+    async def approve(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str) -> dict[str, Any]:
+        def check(row: Row[Any]) -> None:
             # Two people: the approver is neither the requester nor the plan's maker (a maker who got a
             # colleague to request must still find a third person to approve).
             if row.requested_by == actor:
@@ -191,8 +194,9 @@ class Plans(Reconciliation):
                                       "approved_code_sha256 = code_sha256, approved_build_id = build_id",
                                       {"by": actor}, actor, "plan_approve", check)
 
-    async def reject(self, db, host_id, plan_id, actor: str, reason: str) -> dict:
-        def check(row):
+    async def reject(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str,
+                     reason: str) -> dict[str, Any]:
+        def check(row: Row[Any]) -> None:
             if row.requested_by == actor:
                 raise PlanError(403, "The requester cannot decide their own request: another approver must")
         return await self._transition(db, host_id, plan_id, ("requested",),
@@ -200,8 +204,9 @@ class Plans(Reconciliation):
                                       "reject_reason = :r", {"by": actor, "r": reason}, actor, "plan_reject",
                                       check, reason=reason)
 
-    async def install(self, db, host_id, plan_id, actor: str, window_s: int) -> dict:
-        def check(row):
+    async def install(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str,
+                      window_s: int) -> dict[str, Any]:
+        def check(row: Row[Any]) -> None:
             if not row.approved_by or row.approved_code_sha256 != row.code_sha256 or \
                     row.approved_build_id != row.build_id:
                 raise PlanError(409, "The plan's code or build id is not the one approved")
@@ -213,7 +218,7 @@ class Plans(Reconciliation):
         self._spawn(host_id, plan_id, actor)
         return out
 
-    async def revert(self, db, host_id, plan_id, actor: str) -> dict:
+    async def revert(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str) -> dict[str, Any]:
         await refresh_stale(db, host_id, plan_id)
         row = await find(db, host_id, plan_id, lock=True)
         if row is None:
@@ -239,7 +244,7 @@ class Plans(Reconciliation):
         self.tasks[str(plan_id)] = task
         task.add_done_callback(lambda _t: self.tasks.pop(str(plan_id), None))
 
-    async def _window(self, host_id: str, row, which: str, actor: str) -> str | None:
+    async def _window(self, host_id: str, row: Row[Any], which: str, actor: str) -> str | None:
         """Measure the root for the plan's window (count, wall and vtime); the measurement's id, or None
         when it could not start (its failure is on the measurement)."""
         mid = str(uuid.uuid4())
@@ -274,6 +279,7 @@ class Plans(Reconciliation):
         try:
             async with self.sessionmaker() as db:
                 row = await find(db, host_id, plan_id)
+            assert row is not None  # (install() found it; if it is gone, the flow fails as before)
             await self._window(host_id, row, "before", actor)
             async with self.sessionmaker() as db:
                 row = await find(db, host_id, plan_id, lock=True)

@@ -44,7 +44,7 @@ class AgentSession:
     session_id: str
     peer: str
     context: grpc.aio.ServicerContext
-    task: asyncio.Task | None
+    task: asyncio.Task[None] | None
     instance_id: str = ""
     build: str = ""
     core_base: int = 0
@@ -89,8 +89,8 @@ class AgentRegistry:
         self.name_cache: dict[int, str] = {}
         self.piece_owner: dict[str, str] = {}  # digest -> session id of the stream uploading it
         self.complete: set[str] = set()
-        self.cleanups: set[asyncio.Task] = set()  # disconnects being recorded
-        self.peers: Counter = Counter()  # open streams per peer address
+        self.cleanups: set[asyncio.Task[None]] = set()  # disconnects being recorded
+        self.peers: Counter[str] = Counter()  # open streams per peer address
         self.auth_failures: dict[str, tuple[float, int]] = {}  # peer address -> (window start, count)
 
     def online(self, host_id: str) -> bool:

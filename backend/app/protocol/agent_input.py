@@ -9,8 +9,13 @@ starts). A message that breaks a rule raises InvalidInput with a reason the stre
 """
 import itertools
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from app.protocol.proto import pb
+
+if TYPE_CHECKING:
+    from app.storage.stacks import BatchStacks
 
 MAX_HOST_ID = 128
 MAX_HOSTNAME = 255
@@ -102,7 +107,7 @@ def check_hello(hello: "pb.Hello") -> None:
     check_installs(hello.installs)
 
 
-def check_installs(installs) -> None:
+def check_installs(installs: Sequence["pb.InstalledPlan"]) -> None:
     """Hello.installs: what the agent's journals hold. Shape only; whether an install is the approved plan
     is the plans workflow's check (app.domain.plans.Plans.on_hello)."""
     if len(installs) > MAX_INSTALLS:
@@ -214,7 +219,7 @@ def check_batch(batch: "pb.MetricBatch") -> None:
         raise InvalidInput("MetricBatch: idle block samples exceed idle_samples")
 
 
-def check_stacks(st: "pb.StackSamples", total_samples: int):
+def check_stacks(st: "pb.StackSamples", total_samples: int) -> "BatchStacks":
     """Check a batch's stacks and return them ready to store (app.storage.stacks.BatchStacks): each definition's
     id recomputed from its frames, its modules gathered per stack, and the counts grouped per stack.
     Kernel frames' function indexes are checked against the catalog by the caller."""
@@ -346,7 +351,7 @@ def check_target(t: "pb.Target") -> None:
         names.add(m.name)
 
 
-def check_targets(targets) -> None:
+def check_targets(targets: Sequence["pb.Target"]) -> None:
     if len(targets) > MAX_TARGETS:
         raise InvalidInput(f"{len(targets)} targets (at most {MAX_TARGETS})")
     seen: set[str] = set()

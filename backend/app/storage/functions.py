@@ -213,7 +213,7 @@ async def call_sites(session: AsyncSession, digest: str, index: int) -> list[tup
     return sites
 
 
-async def cached_instructions(session: AsyncSession, digest: str, index: int) -> list | None:
+async def cached_instructions(session: AsyncSession, digest: str, index: int) -> list[Any] | None:
     return (await session.execute(text("SELECT instructions FROM instruction_cache WHERE digest = :d AND index = :i"),
                                   {"d": digest, "i": index})).scalar_one_or_none()
 

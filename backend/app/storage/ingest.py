@@ -96,7 +96,7 @@ class Item:
     # A measurement interval refused for its content: (measurement id, reason), counted on the measurement.
     refused_interval: tuple[str, str] | None = None
     stacks: "stack_store.BatchStacks | None" = None  # the call stacks of the samples' interval
-    future: asyncio.Future | None = None
+    future: asyncio.Future[None] | None = None
     # The stream the item came from: once one of its items fails (guard.store_failed), its later ones
     # fail too without being stored, so a cumulative acknowledgement never skips a lost message.
     guard: Any = None
@@ -118,7 +118,7 @@ class IngestWriter:
         self.engine = engine
         self.queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=queue_items)
         self.on_commit = on_commit  # callback(items, seconds) after each commit, for metrics
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.commits = 0
         self.points = 0
 
@@ -134,7 +134,7 @@ class IngestWriter:
             if item.future is not None and not item.future.done():
                 item.future.set_exception(ConnectionError("the backend is stopping"))
 
-    async def submit(self, item: Item) -> asyncio.Future:
+    async def submit(self, item: Item) -> asyncio.Future[None]:
         """Queue an item (waits while the queue is full); its future completes once it is stored."""
         item.future = asyncio.get_running_loop().create_future()
         await self.queue.put(item)

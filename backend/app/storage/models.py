@@ -48,7 +48,7 @@ def hex64(value: int) -> str:
     return format(value, "x")
 
 
-class U64(TypeDecorator):
+class U64(TypeDecorator[int]):
     """An unsigned 64-bit integer kept bit-for-bit in a signed BIGINT column."""
 
     impl = BigInteger

@@ -403,10 +403,11 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
 
 async def _ranked_count(session: AsyncSession, host_id: str, r: TimeRange, include_idle: bool) -> int:
     hot_sql, params = await function_work_sql(session, r, include_idle)
-    return (await session.execute(text(f"""
+    n: int = (await session.execute(text(f"""
         WITH hot AS ({hot_sql})
         SELECT count(*) FROM hot JOIN functions f ON f.id = hot.function_id WHERE hot.s > 0"""),
         {**params, "h": host_id})).scalar_one()
+    return n
 
 
 async def hotness(session: AsyncSession, host_id: str, spec: RangeSpec) -> dict[str, Any]:

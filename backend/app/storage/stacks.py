@@ -32,7 +32,7 @@ import os
 import struct
 from array import array
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -254,7 +254,7 @@ class FrameResolver:
         self.frames: list[Frame] = []
         self.index: dict[tuple, int] = {}
 
-    def _get(self, key: tuple, make) -> int:
+    def _get(self, key: tuple, make: Callable[[], Frame]) -> int:
         i = self.index.get(key)
         if i is None:
             i = len(self.frames)
@@ -462,7 +462,7 @@ class StackPaths:
         self.unresolved: set[int] = set()
         self.paths: OrderedDict[tuple[str, int], bytes] = OrderedDict()
 
-    def _frame(self, key: tuple, make) -> int:
+    def _frame(self, key: tuple, make: Callable[[], Frame]) -> int:
         i = self.keys.get(key)
         if i is None:
             i = self.keys[key] = len(self.frames)

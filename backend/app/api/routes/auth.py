@@ -14,12 +14,14 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException, Request, status
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.responses import BAD_BODY, SIGNED_IN
 from app.api.schemas import LoginRequest, Message, Token, UserPublic
 from app.core.security import DUMMY_PASSWORD_HASH, create_access_token, verify_password
 from app.storage import audit_log, users
+from app.storage.models import User
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 _attempts: dict[str, deque[float]] = {}  # client address -> times of recent attempts
@@ -46,7 +48,7 @@ def _locked(seconds: float) -> HTTPException:
                          headers={"Retry-After": str(max(1, int(seconds)))})
 
 
-async def _lock_user(session, user, username: str, client: str, seconds: float) -> None:
+async def _lock_user(session: AsyncSession, user: User, username: str, client: str, seconds: float) -> None:
     """Lock an account that is not locked yet (audited once per lock), and restart its count."""
     locked = (await session.execute(text("""
         UPDATE users SET locked_until = now() + make_interval(secs => :s), failed_logins = 0

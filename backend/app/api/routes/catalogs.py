@@ -42,7 +42,7 @@ def _remember(digest: str, body: bytes) -> tuple[bytes, bytes]:
 
 @router.get("/{digest}", response_model=CatalogPublic,
             responses={**NOT_FOUND, 304: {"description": "Not modified: the copy the client holds is this piece"}})
-async def get_catalog(digest: Digest, request: Request, session: SessionDep, _: CurrentUser):
+async def get_catalog(digest: Digest, request: Request, session: SessionDep, _: CurrentUser) -> Response:
     """One complete catalog piece in columns (functions in address order), cacheable forever."""
     etag = f'"{digest}"'
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding"}

@@ -27,7 +27,7 @@ async def list_functions(host_id: ExistingHost, session: SessionDep, _: CurrentU
                          module: str | None = Query(None, max_length=4096),
                          sort: Literal["name", "address", "hotness", "blocks"] = "name",
                          offset: int = Query(0, ge=0, le=2**31 - 1), limit: int = Query(100, ge=1, le=100000),
-                         target: str = TargetQuery):
+                         target: str = TargetQuery) -> Response:
     """Search and page through a host's functions; exact name matches come first."""
     body = await functions.functions_page(session, host_id, q or None, module, sort, spec, offset, limit, target)
     return Response(body, media_type="application/json")
@@ -35,7 +35,7 @@ async def list_functions(host_id: ExistingHost, session: SessionDep, _: CurrentU
 
 @router.get("/{function_id}", response_model=FunctionDetail, responses={**NOT_FOUND, **BAD_RANGE})
 async def get_function(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser,
-                       spec: SampleRange, target: str = TargetQuery):
+                       spec: SampleRange, target: str = TargetQuery) -> FastJSON:
     """A function with its basic blocks, successors and callees (at its address in the target)."""
     detail = await functions.function_detail(session, host_id, function_id, spec, target)
     if detail is None:
@@ -45,7 +45,7 @@ async def get_function(host_id: ExistingHost, function_id: FunctionId, session: 
 
 @router.get("/{function_id}/samples", response_model=FunctionSamples, responses={**NOT_FOUND, **BAD_RANGE})
 async def function_samples(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser,
-                           spec: SampleRange):
+                           spec: SampleRange) -> FastJSON:
     """Samples per basic block of a function in the range."""
     if await functions.get_host_function(session, host_id, function_id) is None:
         raise HTTPException(404, "Function not found")
@@ -55,7 +55,7 @@ async def function_samples(host_id: ExistingHost, function_id: FunctionId, sessi
 @router.get("/{function_id}/instructions", response_model=InstructionsPublic,
             responses={**NOT_FOUND, 502: {"model": Message}, 503: {"model": Message}, 504: {"model": Message}})
 async def function_instructions(host_id: ExistingHost, function_id: FunctionId, session: SessionDep,
-                                runtime: RuntimeDep, user: CurrentUser, target: str = TargetQuery):
+                                runtime: RuntimeDep, user: CurrentUser, target: str = TargetQuery) -> FastJSON:
     """The instructions of a function, from the cache or decoded by the host's agent: the program's own
     code (the agent reads the bytes under any probe), with where a running measurement's probe sits."""
     fn = await functions.get_host_function(session, host_id, function_id, target)

@@ -14,7 +14,7 @@ router = APIRouter(prefix="/health", tags=["health"])
 
 
 @router.get("", response_model=HealthStatus, responses={503: {"model": Message}})
-async def health(runtime: RuntimeDep):
+async def health(runtime: RuntimeDep) -> HealthStatus | JSONResponse:
     """Report that the API and its database answer."""
     try:
         async with asyncio.timeout(5):

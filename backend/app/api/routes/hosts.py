@@ -25,13 +25,13 @@ ExistingHost = Annotated[str, Depends(existing_host)]
 
 
 @router.get("", response_model=list[HostPublic])
-async def list_hosts(session: SessionDep, _: CurrentUser):
+async def list_hosts(session: SessionDep, _: CurrentUser) -> FastJSON:
     """Every host that has ever connected, online or not."""
     return FastJSON(await hosts.list_hosts(session))
 
 
 @router.get("/{host_id}", response_model=HostPublic, responses=NOT_FOUND)
-async def get_host(host_id: HostId, session: SessionDep, _: CurrentUser):
+async def get_host(host_id: HostId, session: SessionDep, _: CurrentUser) -> FastJSON:
     """One host."""
     host = await hosts.get_host_public(session, host_id)
     if host is None:
@@ -43,7 +43,7 @@ async def get_host(host_id: HostId, session: SessionDep, _: CurrentUser):
 async def list_modules(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
                        target: str = Query("kernel", min_length=1, max_length=64,
                                            pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$",
-                                           description="The target: the kernel, or an attached process")):
+                                           description="The target: the kernel, or an attached process")) -> FastJSON:
     """The code modules a host's target has loaded, with whether their catalog is stored."""
     return FastJSON(await hosts.list_modules(session, host_id, target))
 
@@ -52,7 +52,7 @@ async def list_modules(host_id: ExistingHost, session: SessionDep, _: CurrentUse
 @router.get("/{host_id}/coverage", response_model=DataCoverage, responses=NOT_FOUND)
 async def coverage(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
                    window_s: int = Query(3600, ge=60, le=86400, description="Length of the period, ending now"),
-                   buckets: int = Query(120, ge=10, le=1000)):
+                   buckets: int = Query(120, ge=10, le=1000)) -> FastJSON:
     """How much of each stretch of the recent period has data, and the gaps recorded in it (data the
     agent had to drop, batches that never arrived, batches refused for the host's clock)."""
     return FastJSON(await samples.coverage(session, host_id, window_s, buckets))

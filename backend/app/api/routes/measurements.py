@@ -10,7 +10,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
 from app.api.ranges import BAD_RANGE, FromQuery, ToQuery, WindowQuery, range_spec
@@ -50,7 +50,7 @@ ExistingMeasurement = Annotated[str, Depends(existing_measurement)]
 @router.post("", response_model=CommandPublic,
              responses={**NOT_FOUND, **CONFLICT, **ACCEPTED, **TOO_MANY})
 async def start_measurement(host_id: ExistingHost, body: MeasurementCreate, session: SessionDep, runtime: RuntimeDep,
-                            user: OperatorUser):
+                            user: OperatorUser) -> Response:
     """Start measuring resources of a target; answers with the start command (its result names the
     measurement's rows). The measurement's id is `params.measurement_id`."""
     limit = runtime.settings.max_measurement_resources
@@ -79,21 +79,22 @@ async def start_measurement(host_id: ExistingHost, body: MeasurementCreate, sess
 
 @router.get("", response_model=list[MeasurementPublic], responses=NOT_FOUND)
 async def list_measurements(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
-                            limit: int = Query(50, ge=1, le=1000)):
+                            limit: int = Query(50, ge=1, le=1000)) -> FastJSON:
     """The host's measurements, newest first."""
     return FastJSON(await measurements.list_measurements(session, host_id, limit))
 
 
 @router.get("/{measurement_id}", response_model=MeasurementDetail, responses=NOT_FOUND)
 async def get_measurement(host_id: ExistingHost, measurement_id: ExistingMeasurement, session: SessionDep,
-                          _: CurrentUser):
+                          _: CurrentUser) -> FastJSON:
     """One measurement with its rows and how each metric of each row is served (or why not)."""
     return FastJSON(await measurements.get(session, host_id, measurement_id))
 
 
 @router.post("/{measurement_id}/stop", response_model=CommandPublic, responses={**NOT_FOUND, **CONFLICT, **ACCEPTED})
 async def stop_measurement(host_id: ExistingHost, measurement_id: ExistingMeasurement, session: SessionDep,
-                           runtime: RuntimeDep, user: OperatorUser, command_id: uuid.UUID | None = Query(None)):
+                           runtime: RuntimeDep, user: OperatorUser,
+                           command_id: uuid.UUID | None = Query(None)) -> Response:
     """Stop a measurement; its data stays."""
     m = await measurements.get(session, host_id, measurement_id)
     assert m is not None
@@ -111,7 +112,7 @@ async def stop_measurement(host_id: ExistingHost, measurement_id: ExistingMeasur
 @router.get("/{measurement_id}/values", response_model=MeasurementValues, responses={**NOT_FOUND, **BAD_RANGE})
 async def measurement_values(host_id: ExistingHost, measurement_id: ExistingMeasurement, session: SessionDep,
                              runtime: RuntimeDep, _: CurrentUser, window_s: int | None = WindowQuery,
-                             from_: datetime | None = FromQuery, to: datetime | None = ToQuery):
+                             from_: datetime | None = FromQuery, to: datetime | None = ToQuery) -> FastJSON:
     """Per resource, its values summed over the range (window_s: the last N seconds of the
     measurement's own intervals), the range's measured seconds, and the newest interval's values."""
     spec = range_spec(runtime, window_s, from_, to)
@@ -127,7 +128,7 @@ async def measurement_series(host_id: ExistingHost, measurement_id: ExistingMeas
                              resources: str = Query(min_length=1, max_length=2000, pattern=r"^\d+(,\d+)*$",
                                                     description="Row indexes, comma-separated (at most 64)"),
                              points: int = Query(300, ge=10, le=2000), window_s: int | None = WindowQuery,
-                             from_: datetime | None = FromQuery, to: datetime | None = ToQuery):
+                             from_: datetime | None = FromQuery, to: datetime | None = ToQuery) -> FastJSON:
     """Per resource, its values summed per round bucket of the range, with each bucket's measured
     seconds (rates, concurrency and per-call values are sums over seconds or counts)."""
     wanted = sorted({int(x) for x in resources.split(",")})
@@ -143,7 +144,7 @@ async def measurement_cfg(host_id: ExistingHost, measurement_id: ExistingMeasure
                           runtime: RuntimeDep, _: CurrentUser,
                           function_row: int = Query(ge=0, le=2**31 - 1, description="The function's row"),
                           window_s: int | None = WindowQuery, from_: datetime | None = FromQuery,
-                          to: datetime | None = ToQuery):
+                          to: datetime | None = ToQuery) -> FastJSON:
     """A function measured with its blocks: each block's count summed over the range (null where there
     is no data) and the edge counts the agent derived from them (exact-derived, estimated, or sampled
     estimates), for the CFG overlay."""

@@ -7,9 +7,11 @@ allowed only for an approved plan that still fits its target; the agent is sent 
 hash and refuses anything else. Reading plans and their audit trail needs a signed-in user.
 """
 import uuid
-from typing import Annotated
+from collections.abc import Awaitable
+from typing import Annotated, Any, NoReturn
 
 from fastapi import APIRouter, Depends, HTTPException, Query
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
 from app.api.responses import NOT_FOUND, FastJSON, Responses
@@ -25,6 +27,7 @@ from app.api.schemas import (
     PlanState,
 )
 from app.domain import plan_records, plan_views, plans
+from app.runtime import Runtime
 from app.storage.models import User
 
 router = APIRouter(prefix="/hosts/{host_id}/plans", tags=["plans"])
@@ -35,13 +38,13 @@ FORBIDDEN: Responses = {403: {"model": Message, "description": "The role is miss
 ACCEPTED: Responses = {202: {"model": PlanPublic, "description": "The plan, being made by the agent"}}
 
 
-def _fail(exc: plans.PlanError):
+def _fail(exc: plans.PlanError) -> NoReturn:
     raise HTTPException(exc.status, exc.detail) from None
 
 
 @router.post("", response_model=PlanPublic, responses={**NOT_FOUND, **CONFLICT, **ACCEPTED})
 async def make_plan(host_id: ExistingHost, body: PlanCreate, session: SessionDep, runtime: RuntimeDep,
-                    user: OperatorUser):
+                    user: OperatorUser) -> FastJSON:
     """Ask the host's agent for a plan of the root function; the plan is `planning` until the agent
     answers and the backend has checked the answer (`ready`, or `failed` with the reason). Follow it
     with GET /plans/{id} or its make command."""
@@ -60,13 +63,13 @@ async def list_plans(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
                      digest: str | None = Query(None, pattern=r"^[0-9a-f]{64}$"),
                      function_index: int | None = Query(None, ge=0, le=2**31 - 1),
                      state: list[PlanState] | None = Query(None, description="Only plans in these states"),
-                     limit: int = Query(50, ge=1, le=1000)):
+                     limit: int = Query(50, ge=1, le=1000)) -> FastJSON:
     """The host's plans, newest first (without their JSON; with their group's function names)."""
     return FastJSON(await plan_views.list_plans(session, host_id, limit, target, digest, function_index, state))
 
 
 @router.get("/{plan_id}", response_model=PlanDetail, responses=NOT_FOUND)
-async def get_plan(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, _: CurrentUser):
+async def get_plan(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, _: CurrentUser) -> FastJSON:
     """One plan with the agent's plan JSON, the install's and revert's details, and the root's figures
     before and after the install."""
     out = await plan_views.get_plan(session, host_id, plan_id)
@@ -76,14 +79,14 @@ async def get_plan(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDe
 
 
 @router.get("/{plan_id}/audit", response_model=list[PlanAuditEntry], responses=NOT_FOUND)
-async def plan_audit(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, _: CurrentUser):
+async def plan_audit(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, _: CurrentUser) -> FastJSON:
     """Who did what to the plan, and when, oldest first."""
     if await plan_views.get_plan(session, host_id, plan_id) is None:
         raise HTTPException(404, "Plan not found")
     return FastJSON(await plan_views.audit_trail(session, plan_id))
 
 
-async def _step(coro, session, runtime):
+async def _step(coro: Awaitable[dict[str, Any]], session: AsyncSession, runtime: Runtime) -> FastJSON:
     try:
         out = await coro
     except plans.PlanError as exc:
@@ -96,14 +99,14 @@ async def _step(coro, session, runtime):
 
 @router.post("/{plan_id}/request", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
 async def request_approval(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
-                           user: OperatorUser):
+                           user: OperatorUser) -> FastJSON:
     """Ask for approval of a ready plan."""
     return await _step(runtime.plans.request(session, host_id, plan_id, user.username), session, runtime)
 
 
 @router.post("/{plan_id}/approve", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN})
 async def approve(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
-                  user: ApproverUser):
+                  user: ApproverUser) -> FastJSON:
     """Approve a requested plan (not by its requester); the approval names the plan's code hash and
     build id, and only that code is installed."""
     return await _step(runtime.plans.approve(session, host_id, plan_id, user.username), session, runtime)
@@ -111,14 +114,14 @@ async def approve(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep
 
 @router.post("/{plan_id}/reject", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN})
 async def reject(host_id: ExistingHost, plan_id: uuid.UUID, body: PlanReject, session: SessionDep,
-                 runtime: RuntimeDep, user: ApproverUser):
+                 runtime: RuntimeDep, user: ApproverUser) -> FastJSON:
     """Reject a requested plan (not by its requester)."""
     return await _step(runtime.plans.reject(session, host_id, plan_id, user.username, body.reason), session, runtime)
 
 
 @router.post("/{plan_id}/install", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
 async def install(host_id: ExistingHost, plan_id: uuid.UUID, body: PlanInstall, session: SessionDep,
-                  runtime: RuntimeDep, user: OperatorUser):
+                  runtime: RuntimeDep, user: OperatorUser) -> FastJSON:
     """Install an approved plan that still fits its target: the root is measured for `window_s`
     seconds, the agent installs the approved code, and the root is measured again."""
     return await _step(runtime.plans.install(session, host_id, plan_id, user.username, body.window_s), session, runtime)
@@ -126,6 +129,6 @@ async def install(host_id: ExistingHost, plan_id: uuid.UUID, body: PlanInstall, 
 
 @router.post("/{plan_id}/revert", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
 async def revert(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
-                 user: OperatorUser):
+                 user: OperatorUser) -> FastJSON:
     """Take an installed plan out (call sites first, then the entry)."""
     return await _step(runtime.plans.revert(session, host_id, plan_id, user.username), session, runtime)

@@ -4,6 +4,7 @@ functions, per-function hotness, the host's samples over time, two ranges (or tw
 the profile exported. Every read goes through app.storage.samples."""
 import csv
 import io
+from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
 
@@ -26,7 +27,7 @@ EXPORT_ROWS = 100000
 async def top_functions(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
                         limit: int = Query(50, ge=1, le=10000), offset: int = Query(0, ge=0, le=1_000_000),
                         sort: Literal["samples", "inclusive", "name", "module"] = "samples",
-                        order: Literal["desc", "asc"] = "desc", include_idle: bool = IncludeIdle):
+                        order: Literal["desc", "asc"] = "desc", include_idle: bool = IncludeIdle) -> FastJSON:
     """Functions by self samples (or inclusive samples, from call stacks) in the range, with the host's totals
     (all, user, kernel, idle)."""
     return FastJSON(await samples.top_functions(session, host_id, spec, limit, offset, sort, order == "desc",
@@ -34,14 +35,14 @@ async def top_functions(host_id: ExistingHost, session: SessionDep, _: CurrentUs
 
 
 @router.get("/hotness", response_model=Hotness, responses={**NOT_FOUND, **BAD_RANGE})
-async def hotness(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange):
+async def hotness(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange) -> FastJSON:
     """Samples per second of every function that had samples in the range."""
     return FastJSON(await samples.hotness(session, host_id, spec))
 
 
 @router.get("/timeline", response_model=Timeline, responses={**NOT_FOUND, **BAD_RANGE})
 async def timeline(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
-                   points: int = Query(300, ge=10, le=2000, description="At most this many buckets")):
+                   points: int = Query(300, ge=10, le=2000, description="At most this many buckets")) -> FastJSON:
     """The host's samples over time (all, user, kernel, idle) in round buckets."""
     return FastJSON(await samples.timeline(session, host_id, spec, points))
 
@@ -54,7 +55,7 @@ async def compare(host_id: ExistingHost, session: SessionDep, runtime: RuntimeDe
                   b_to: datetime = Query(description="End of range B (exclusive)"),
                   b_host: str | None = Query(None, min_length=1, max_length=256,
                                              description="Host of range B (default: the same host)"),
-                  limit: int = Query(200, ge=1, le=10000), include_idle: bool = IncludeIdle):
+                  limit: int = Query(200, ge=1, le=10000), include_idle: bool = IncludeIdle) -> FastJSON:
     """Per-function samples per second in range A and range B, largest change first."""
     spec_a = range_spec(runtime, None, a_from, a_to, "range A")
     spec_b = range_spec(runtime, None, b_from, b_to, "range B")
@@ -78,9 +79,9 @@ async def export_profile(host_id: ExistingHost, session: SessionDep, _: CurrentU
                          format: Literal["csv", "pprof"] = Query(
                              "csv", description="csv: top functions; pprof: call stacks (gzipped profile.proto, "
                                                 "read by go tool pprof, speedscope and other pprof tools)"),
-                         include_idle: bool = IncludeIdle):
+                         include_idle: bool = IncludeIdle) -> Response:
     """Download the host's profile for a range: top functions as CSV, or its call stacks as pprof."""
-    stamp = lambda d: d.strftime("%Y%m%dT%H%M%SZ")  # noqa: E731 - local helper
+    stamp: Callable[[datetime], str] = lambda d: d.strftime("%Y%m%dT%H%M%SZ")  # noqa: E731 - local helper
     if format == "pprof":
         r = await samples.resolve(session, host_id, spec) or samples.empty_range(spec)
         host = await hosts.get_host_public(session, host_id)

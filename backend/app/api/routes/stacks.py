@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, SampleRange, range_spec
@@ -33,12 +34,13 @@ def stack_filter(pid: int | None = Query(None, ge=-1, le=2**31 - 1,
 Filter = Annotated[stacks.StackFilter, Depends(stack_filter)]
 
 
-async def _range(session, host_id: str, spec: samples.RangeSpec) -> samples.TimeRange:
+async def _range(session: AsyncSession, host_id: str, spec: samples.RangeSpec) -> samples.TimeRange:
     return await samples.resolve(session, host_id, spec) or samples.empty_range(spec)
 
 
 @router.get("/flamegraph", response_model=FlameGraph, responses={**NOT_FOUND, **BAD_RANGE})
-async def flame_graph(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange, flt: Filter):
+async def flame_graph(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
+                      flt: Filter) -> FastJSON:
     """The host's call stacks in the range as one tree, root first, frames merged by function."""
     r = await _range(session, host_id, spec)
     return FastJSON({**r.public(), **await stacks.flame_graph(session, host_id, r.start, r.end, flt)})
@@ -51,7 +53,7 @@ async def flame_diff(host_id: ExistingHost, session: SessionDep, runtime: Runtim
                      b_from: datetime = Query(description="Start of range B"),
                      b_to: datetime = Query(description="End of range B (exclusive)"),
                      b_host: str | None = Query(None, min_length=1, max_length=256,
-                                                description="Host of range B (default: the same host)")):
+                                                description="Host of range B (default: the same host)")) -> FastJSON:
     """Range A and range B (of this host or another) merged into one tree with both ranges' samples."""
     spec_a = range_spec(runtime, None, a_from, a_to, "range A")
     spec_b = range_spec(runtime, None, b_from, b_to, "range B")
@@ -66,7 +68,7 @@ async def flame_diff(host_id: ExistingHost, session: SessionDep, runtime: Runtim
 
 @router.get("/functions/{function_id}/calls", response_model=FunctionCalls, responses={**NOT_FOUND, **BAD_RANGE})
 async def function_calls(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser,
-                         spec: SampleRange, flt: Filter):
+                         spec: SampleRange, flt: Filter) -> FastJSON:
     """Who called the function and what it called, from the range's stacks, and the callees observed at
     each of its call sites (the targets of its indirect calls among them)."""
     fn = await functions.get_host_function(session, host_id, function_id)
@@ -81,7 +83,7 @@ async def function_calls(host_id: ExistingHost, function_id: FunctionId, session
 @router.get("/functions/{function_id}/instruction-samples", response_model=InstructionSamples,
             responses={**NOT_FOUND, **BAD_RANGE})
 async def instruction_samples(host_id: ExistingHost, function_id: FunctionId, session: SessionDep,
-                              _: CurrentUser, spec: SampleRange):
+                              _: CurrentUser, spec: SampleRange) -> FastJSON:
     """Samples per instruction of the function in the range (offsets from its start), like perf annotate."""
     if await functions.get_host_function(session, host_id, function_id) is None:
         raise HTTPException(404, "Function not found")

@@ -8,7 +8,7 @@ command id: the same id again returns the same command (idempotent). Changing wh
 the operator role; every request is audited.
 """
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 
@@ -27,20 +27,20 @@ CONFLICT: Responses = {409: {"model": Message, "description": "The command id is
 ACCEPTED: Responses = {202: {"model": CommandPublic, "description": "The command, stored and on its way to the agent"}}
 
 
-def command_response(row: dict, created: bool) -> Response:
+def command_response(row: dict[str, Any], created: bool) -> Response:
     """202 for a new command, 200 for one that existed with this id."""
     return FastJSON(row, status_code=202 if created else 200)
 
 
 @router.get("/targets", response_model=list[TargetPublic], responses=NOT_FOUND)
-async def list_targets(host_id: ExistingHost, session: SessionDep, _: CurrentUser):
+async def list_targets(host_id: ExistingHost, session: SessionDep, _: CurrentUser) -> FastJSON:
     """What the host's agent serves: the kernel and the processes attached (with those that ended)."""
     return FastJSON(await targets.list_targets(session, host_id))
 
 
 @router.post("/targets", response_model=CommandPublic, responses={**NOT_FOUND, **CONFLICT, **ACCEPTED})
 async def attach_target(host_id: ExistingHost, body: AttachRequest, session: SessionDep, runtime: RuntimeDep,
-                        user: OperatorUser):
+                        user: OperatorUser) -> Response:
     """Attach a running process (by pid, or every process with a command name) as a target."""
     params = {"pid": body.pid} if body.pid is not None else {"command": body.command}
     try:
@@ -55,7 +55,7 @@ async def attach_target(host_id: ExistingHost, body: AttachRequest, session: Ses
 @router.delete("/targets/{target_id}", response_model=CommandPublic,
                responses={**NOT_FOUND, **CONFLICT, **ACCEPTED})
 async def detach_target(host_id: ExistingHost, target_id: TargetId, session: SessionDep, runtime: RuntimeDep,
-                        user: OperatorUser, command_id: uuid.UUID | None = Query(None)):
+                        user: OperatorUser, command_id: uuid.UUID | None = Query(None)) -> Response:
     """Detach a process target: its measurements stop (their data is kept)."""
     if target_id == "kernel":
         raise HTTPException(409, "The kernel target cannot be detached")
@@ -73,13 +73,13 @@ async def detach_target(host_id: ExistingHost, target_id: TargetId, session: Ses
 @router.get("/commands", response_model=list[CommandPublic], responses=NOT_FOUND)
 async def list_commands(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
                         state: Literal["queued", "sent", "running", "done", "failed", "cancelled"] | None = None,
-                        limit: int = Query(50, ge=1, le=1000)):
+                        limit: int = Query(50, ge=1, le=1000)) -> FastJSON:
     """The host's commands, newest first."""
     return FastJSON(await commands.list_commands(session, host_id, limit, state))
 
 
 @router.get("/commands/{command_id}", response_model=CommandPublic, responses=NOT_FOUND)
-async def get_command(host_id: ExistingHost, command_id: uuid.UUID, session: SessionDep, _: CurrentUser):
+async def get_command(host_id: ExistingHost, command_id: uuid.UUID, session: SessionDep, _: CurrentUser) -> FastJSON:
     """One command: its state, progress and result."""
     row = await commands.get_command(session, host_id, command_id)
     if row is None:
@@ -89,7 +89,7 @@ async def get_command(host_id: ExistingHost, command_id: uuid.UUID, session: Ses
 
 @router.post("/commands/{command_id}/cancel", response_model=CommandPublic, responses={**NOT_FOUND, **CONFLICT})
 async def cancel_command(host_id: ExistingHost, command_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
-                         user: OperatorUser):
+                         user: OperatorUser) -> FastJSON:
     """Cancel a command: a queued one at once, a sent or running one by asking the agent to stop it."""
     try:
         row = await runtime.commands.cancel(session, host_id, command_id, user.username)

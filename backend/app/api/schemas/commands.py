@@ -2,7 +2,7 @@
 """Targets (the kernel, attached processes) and the commands sent to agents."""
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -52,11 +52,11 @@ class CommandPublic(BaseModel):
     id: str
     host_id: str
     kind: CommandKind
-    params: dict
+    params: dict[str, Any]
     state: CommandState
     progress: float | None = Field(description="Completed fraction the agent reported, 0..1")
     message: str = Field(description="What the agent is doing, as it last reported")
-    result: dict | None
+    result: dict[str, Any] | None
     error: str | None
     created_by: str
     created_at: datetime

@@ -2,7 +2,7 @@
 """Code positioning plans: requests, their state, windows and comparison, audit trail."""
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -51,7 +51,7 @@ class PlanPublic(BaseModel):
     root_digest: str
     root_function_index: int
     root_name: str
-    options: dict
+    options: dict[str, Any]
     state: PlanState
     error: str | None
     plan_status: str | None = Field(description="The plan's own status: ok, no_counts, not_hot, root_kept, refused")
@@ -121,8 +121,8 @@ class PlanComparison(BaseModel):
 class PlanDetail(PlanPublic):
     plan: GenPlan | None = Field(description="The agent's plan (hotpathd plan --json) as the backend checked it; "
                                              "its shape is proto/hotpath/v1/plan.schema.json")
-    install_detail: dict | None
-    revert_detail: dict | None
+    install_detail: dict[str, Any] | None
+    revert_detail: dict[str, Any] | None
     install_command: str | None
     revert_command: str | None
     comparison: PlanComparison | None
@@ -134,4 +134,4 @@ class PlanAuditEntry(BaseModel):
     actor: str
     action: str
     target: str | None
-    detail: dict
+    detail: dict[str, Any]

@@ -2,7 +2,7 @@
 """Sign-in, users and the audit log."""
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -59,4 +59,4 @@ class AuditEntry(BaseModel):
     actor: str
     action: str
     target: str | None
-    detail: dict
+    detail: dict[str, Any]
