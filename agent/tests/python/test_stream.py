@@ -387,15 +387,19 @@ def test_metric_batches_arrive_every_interval(agent):
     # The intervals tile time in the agent's own clock: each starts where the one before ended (its
     # interval_ms is that length, rounded to the ms). How far apart they arrive here, and how long one is,
     # depend on when the machine lets the agent's timer run (a loaded machine delays a tick), so the length
-    # is bounded by a hang's, not by the 1 s aimed at.
+    # is bounded by a hang's, not by the 1 s aimed at. The ticks aim at a fixed schedule (one interval
+    # after the last aim, restarted from now when a whole interval was missed), so a tick late by L makes
+    # its interval L longer and the next one L shorter, L under one interval: one interval may be short
+    # (550 ms was seen under load), but two consecutive ones always span more than one interval.
     for (_, a), (_, b) in itertools.pairwise(batches):
         assert abs(b.interval_start_unix_ns - (a.interval_start_unix_ns + a.interval_ms * 1_000_000)) <= 1_000_000, \
             (a.interval_start_unix_ns, a.interval_ms, b.interval_start_unix_ns)
+        assert a.interval_ms + b.interval_ms > 1000 - 2, (a.interval_ms, b.interval_ms)  # 2: ms rounding
     now_ns = time.time_ns()
     mapped = 0
     for _, b in batches:
         assert b.total_samples > 0
-        assert 900 <= b.interval_ms <= 5000
+        assert 0 < b.interval_ms <= 5000
         assert abs(now_ns - b.interval_start_unix_ns) < 30e9
         assert b.user_samples + b.unmapped_samples <= b.total_samples
         assert sum(s.count for s in b.blocks) + b.user_samples + b.unmapped_samples == b.total_samples
