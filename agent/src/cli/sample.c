@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +25,15 @@
 #include "target/target.h"
 #include "measure/sampler.h"
 
-static volatile sig_atomic_t stop_sampling;
+/* _Atomic, not volatile sig_atomic_t: the process has threads (the
+ * model's CFG build, the sampler's), any of which may run the handler. */
+_Static_assert(ATOMIC_BOOL_LOCK_FREE == 2, "a signal handler sets stop_sampling");
+static _Atomic bool stop_sampling;
 
 static void on_signal(int sig)
 {
 	(void)sig;
-	stop_sampling = 1;
+	stop_sampling = true;
 }
 
 static void usage(FILE *f)

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "daemon/result_store.h"
 
 #define MAX_RESULT_BYTES (1u << 20)
@@ -49,12 +50,8 @@ static void prune(const char *dir)
 		if (!strstr(e->d_name, ".result") || strlen(e->d_name) >= sizeof(all->name) ||
 		    fstatat(dirfd(d), e->d_name, &st, 0) < 0)
 			continue;
-		if (n == cap) {
-			struct kept *more = realloc(all, (cap = cap ? 2 * cap : 64) * sizeof(*all));
-			if (!more)
-				break;
-			all = more;
-		}
+		if (HP_GROW(all, cap, n + 1))
+			break;
 		snprintf(all[n].name, sizeof(all[n].name), "%s", e->d_name);
 		all[n++].mtime = st.st_mtime;
 	}
