@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/grow.h"
+#include "base/hex.h"
 #include "daemon/outbox.h"
 
 static const char *intern(struct hp_outbox *ob, const char *id)
@@ -244,8 +245,7 @@ int hp_outbox_init(struct hp_outbox *ob, const char *spool_dir, size_t mem_max, 
 		snprintf(err, errlen, "cannot draw a random instance id: %s", strerror(errno));
 		return -EIO;
 	}
-	for (size_t i = 0; i < sizeof(rnd); i++)
-		snprintf(ob->instance + 2 * i, 3, "%02x", rnd[i]);
+	hp_hex(rnd, sizeof(rnd), ob->instance);
 	if (!intern(ob, ob->instance))
 		return -ENOMEM;
 	if (spool_dir && disk_max) {

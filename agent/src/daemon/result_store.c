@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/grow.h"
+#include "base/hex.h"
 #include "daemon/result_store.h"
 
 #define MAX_RESULT_BYTES (1u << 20)
@@ -27,8 +28,7 @@ static int path_of(const char *state_dir, const char *id, char *out, size_t len)
 	if (!EVP_Digest(id, strlen(id), md, &mdlen, EVP_sha256(), NULL))
 		return -EIO;
 	char hex[2 * EVP_MAX_MD_SIZE + 1];
-	for (unsigned i = 0; i < mdlen; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	hp_hex(md, mdlen, hex);
 	int n = snprintf(out, len, "%s/results/%s.result", state_dir, hex);
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
