@@ -63,7 +63,7 @@ void json_arr_end(struct json *j)
 	close_(j, ']');
 }
 
-static void raw_str(FILE *fp, const char *s)
+void json_quote(FILE *fp, const char *s)
 {
 	fputc('"', fp);
 	for (; *s; s++) {
@@ -86,7 +86,7 @@ static void raw_str(FILE *fp, const char *s)
 void json_key(struct json *j, const char *key)
 {
 	sep(j);
-	raw_str(j->fp, key);
+	json_quote(j->fp, key);
 	fputc(':', j->fp);
 	j->after_key = true;
 }
@@ -95,7 +95,7 @@ void json_str(struct json *j, const char *s)
 {
 	sep(j);
 	if (s)
-		raw_str(j->fp, s);
+		json_quote(j->fp, s);
 	else
 		fputs("null", j->fp);
 }

@@ -19,6 +19,8 @@ struct json {
 };
 
 void json_init(struct json *j, FILE *fp);
+/* s as a quoted JSON string at fp, escaped; for output written by hand. */
+void json_quote(FILE *fp, const char *s);
 void json_obj_begin(struct json *j);
 void json_obj_end(struct json *j);
 void json_arr_begin(struct json *j);

@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 
 #include "cli/commands.h"
+#include "base/hex.h"
 #include "base/json.h"
 #include "daemon/catalog.h"
 #include "model/model.h"
@@ -284,8 +285,7 @@ static void print_function(struct hp_model *m, const struct hp_module *mod, cons
 		for (; ii < ninsn && insns[ii].addr < start + bl->size; ii++) {
 			char hex[31] = "";
 
-			for (k = 0; k < insns[ii].len; k++)
-				sprintf(hex + 2 * k, "%02x", insns[ii].bytes[k]);
+			hp_hex(insns[ii].bytes, insns[ii].len, hex);
 			if (as_json) {
 				json_obj_begin(&j);
 				json_ku64(&j, "address", insns[ii].addr);

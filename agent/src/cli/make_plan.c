@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "cli/commands.h"
 #include "measure/sampler.h"
 #include "plan/plan.h"
@@ -117,15 +118,11 @@ static int read_text(const char *path, char **out, size_t *len, char *err, size_
 	}
 	while ((n = fread(buf + *len, 1, cap - *len, fp)) > 0) {
 		*len += n;
-		if (*len == cap) {
-			char *nb = cap < (256u << 20) ? realloc(buf, cap *= 2) : NULL;
-			if (!nb) {
-				snprintf(err, errlen, "%s is too large", path);
-				free(buf);
-				fclose(fp);
-				return -1;
-			}
-			buf = nb;
+		if (*len == cap && (cap >= (256u << 20) || HP_GROW(buf, cap, cap + 1))) {
+			snprintf(err, errlen, "%s is too large", path);
+			free(buf);
+			fclose(fp);
+			return -1;
 		}
 	}
 	fclose(fp);

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,12 +85,15 @@ static const char usage_text[] =
 	"             permission, too many resources), 2 usage, 3 no such process,\n"
 	"             function or block start\n";
 
-static volatile sig_atomic_t stop_window;
+/* _Atomic, not volatile sig_atomic_t: the process has threads (the
+ * model's CFG build, the sampler's), any of which may run the handler. */
+_Static_assert(ATOMIC_BOOL_LOCK_FREE == 2, "a signal handler sets stop_window");
+static _Atomic bool stop_window;
 
 static void on_signal(int sig)
 {
 	(void)sig;
-	stop_window = 1;
+	stop_window = true;
 }
 
 static double mono_s(void)

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,17 +20,21 @@
 #include <sys/resource.h>
 
 #include "base/grow.h"
+#include "base/json.h"
 #include "cli/commands.h"
 #include "model/model.h"
 #include "target/target.h"
 #include "measure/sampler.h"
 
-static volatile sig_atomic_t stop_sampling;
+/* _Atomic, not volatile sig_atomic_t: the process has threads (the
+ * model's CFG build, the sampler's), any of which may run the handler. */
+_Static_assert(ATOMIC_BOOL_LOCK_FREE == 2, "a signal handler sets stop_sampling");
+static _Atomic bool stop_sampling;
 
 static void on_signal(int sig)
 {
 	(void)sig;
-	stop_sampling = 1;
+	stop_sampling = true;
 }
 
 static void usage(FILE *f)
@@ -65,21 +70,6 @@ static double mono_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void json_str(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20)
-			printf("\\u%04x", c);
-		else
-			putchar(c);
-	}
-	putchar('"');
 }
 
 struct hot {
@@ -321,9 +311,9 @@ int cmd_sample(int argc, char **argv)
 			const struct hp_module *mod = &m->mods[hot[i].mod];
 			const struct hp_function *f = &mod->funcs[hot[i].fn];
 			printf("%s{\"module\": ", i ? ", " : "");
-			json_str(mod->name);
+			json_quote(stdout, mod->name);
 			printf(", \"function\": ");
-			json_str(f->name);
+			json_quote(stdout, f->name);
 			printf(", \"index\": %u, \"address\": %llu, \"samples\": %llu, \"share\": %.6f, "
 			       "\"samples_per_second\": %.3f}",
 			       hot[i].fn, (unsigned long long)f->addr, (unsigned long long)hot[i].count,
@@ -335,7 +325,7 @@ int cmd_sample(int argc, char **argv)
 			       (unsigned long long)fs.samples, (unsigned long long)fs.dropped);
 			for (size_t i = 0; i < nfolded; i++) {
 				printf("%s{\"folded\": ", i ? ", " : "");
-				json_str(fs.v[i].line);
+				json_quote(stdout, fs.v[i].line);
 				printf(", \"pid\": %u, \"idle\": %s, \"samples\": %llu}", fs.v[i].pid,
 				       fs.v[i].pid == 0 ? "true" : "false", (unsigned long long)fs.v[i].count);
 			}

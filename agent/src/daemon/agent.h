@@ -49,7 +49,7 @@ struct agent {
 	/* Catalog pieces still to send on the current stream: digests, and the
 	 * target whose module is being cut into chunks (referenced). */
 	char (*catalog_queue)[65];
-	size_t ncatalog, catalog_pos;
+	size_t ncatalog, catalog_pos, cap_catalog;
 	struct hp_catalog_iter catalog_it;
 	struct hp_target *catalog_target;
 	bool catalog_active;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <openssl/evp.h>
 
+#include "base/hex.h"
 #include "daemon/catalog.h"
 #include "hotpath/v1/agent.pb-c.h"
 
@@ -149,8 +150,7 @@ int hp_catalog_digest(const struct hp_model *m, size_t mod_idx, char out[65])
 	EVP_MD_CTX_free(h.ctx);
 	if (ok != 1 || mdlen != 32)
 		return -EIO;
-	for (unsigned i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
+	hp_hex(md, 32, out);
 	return 0;
 }
 

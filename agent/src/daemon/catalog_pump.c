@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "daemon/agent.h"
 #include "daemon/catalog_pump.h"
 #include "daemon/log.h"
@@ -48,10 +49,8 @@ static bool enqueue(struct agent *ag, const char *digest)
 	for (size_t q = ag->catalog_pos; q < ag->ncatalog; q++)
 		if (strcmp(ag->catalog_queue[q], digest) == 0)
 			return true;
-	void *grown = realloc(ag->catalog_queue, (ag->ncatalog + 1) * sizeof(*ag->catalog_queue));
-	if (!grown)
+	if (HP_GROW(ag->catalog_queue, ag->cap_catalog, ag->ncatalog + 1))
 		return true;
-	ag->catalog_queue = grown;
 	snprintf(ag->catalog_queue[ag->ncatalog++], sizeof(*ag->catalog_queue), "%s", digest);
 	return true;
 }

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "daemon/agent.h"
 #include "daemon/log.h"
 #include "daemon/measurement_batch.h"
@@ -204,14 +205,8 @@ int hp_measurements_probe_bytes(struct agent *ag, const char *target_id, struct 
 			int b = file_byte(a->target->pid, at, path, sizeof(path), &fd);
 			if (b < 0)
 				continue;
-			if (*n == cap) {
-				size_t nc = cap ? cap * 2 : 64;
-				struct hp_byte_patch *v = realloc(*out, nc * sizeof(*v));
-				if (!v)
-					goto out;
-				*out = v;
-				cap = nc;
-			}
+			if (HP_GROW(*out, cap, *n + 1))
+				goto out;
 			(*out)[(*n)++] = (struct hp_byte_patch){ .addr = at, .len = 1, .bytes = { (uint8_t)b } };
 		}
 	}
@@ -737,13 +732,8 @@ int hp_measurements_restore(struct agent *ag)
 		size_t l = strlen(de->d_name);
 		if (de->d_name[0] == '.' || l < 4 || strcmp(de->d_name + l - 3, ".pb") != 0)
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 16;
-			void *p = realloc(paths, cap * sizeof(*paths));
-			if (!p)
-				break;
-			paths = p;
-		}
+		if (HP_GROW(paths, cap, n + 1))
+			break;
 		snprintf(paths[n++], sizeof(*paths), "%s/%s", ms->dir, de->d_name);
 	}
 	closedir(d);

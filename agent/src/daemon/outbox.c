@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/grow.h"
+#include "base/hex.h"
 #include "daemon/outbox.h"
 
 static const char *intern(struct hp_outbox *ob, const char *id)
@@ -62,15 +64,7 @@ static int reserve(struct hp_outbox *ob)
 		ob->n -= ob->head;
 		ob->head = 0;
 	}
-	if (ob->n < ob->cap)
-		return 0;
-	size_t cap = ob->cap ? ob->cap * 2 : 256;
-	struct hp_outbox_entry *e = realloc(ob->e, cap * sizeof(*e));
-	if (!e)
-		return -ENOMEM;
-	ob->e = e;
-	ob->cap = cap;
-	return 0;
+	return HP_GROW(ob->e, ob->cap, ob->n + 1) ? -ENOMEM : 0;
 }
 
 /* Let go of an entry's payload (memory or file). */
@@ -170,13 +164,8 @@ static void load_spool(struct hp_outbox *ob)
 		snprintf(path, sizeof(path), "%s/%s", ob->dir, de->d_name);
 		if (stat(path, &sb) < 0)
 			continue;
-		if (nfiles == cap) {
-			cap = cap ? cap * 2 : 64;
-			struct loaded *f = realloc(files, cap * sizeof(*f));
-			if (!f)
-				break;
-			files = f;
-		}
+		if (HP_GROW(files, cap, nfiles + 1))
+			break;
 		const char *dash = strrchr(de->d_name, '-');
 		files[nfiles].mtime = sb.st_mtime;
 		files[nfiles].seq = dash ? strtoull(dash + 1, NULL, 10) : 0;
@@ -256,8 +245,7 @@ int hp_outbox_init(struct hp_outbox *ob, const char *spool_dir, size_t mem_max, 
 		snprintf(err, errlen, "cannot draw a random instance id: %s", strerror(errno));
 		return -EIO;
 	}
-	for (size_t i = 0; i < sizeof(rnd); i++)
-		snprintf(ob->instance + 2 * i, 3, "%02x", rnd[i]);
+	hp_hex(rnd, sizeof(rnd), ob->instance);
 	if (!intern(ob, ob->instance))
 		return -ENOMEM;
 	if (spool_dir && disk_max) {

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/grow.h"
+#include "base/hex.h"
 #include "daemon/result_store.h"
 
 #define MAX_RESULT_BYTES (1u << 20)
@@ -26,8 +28,7 @@ static int path_of(const char *state_dir, const char *id, char *out, size_t len)
 	if (!EVP_Digest(id, strlen(id), md, &mdlen, EVP_sha256(), NULL))
 		return -EIO;
 	char hex[2 * EVP_MAX_MD_SIZE + 1];
-	for (unsigned i = 0; i < mdlen; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	hp_hex(md, mdlen, hex);
 	int n = snprintf(out, len, "%s/results/%s.result", state_dir, hex);
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
@@ -49,12 +50,8 @@ static void prune(const char *dir)
 		if (!strstr(e->d_name, ".result") || strlen(e->d_name) >= sizeof(all->name) ||
 		    fstatat(dirfd(d), e->d_name, &st, 0) < 0)
 			continue;
-		if (n == cap) {
-			struct kept *more = realloc(all, (cap = cap ? 2 * cap : 64) * sizeof(*all));
-			if (!more)
-				break;
-			all = more;
-		}
+		if (HP_GROW(all, cap, n + 1))
+			break;
 		snprintf(all[n].name, sizeof(all[n].name), "%s", e->d_name);
 		all[n++].mtime = st.st_mtime;
 	}

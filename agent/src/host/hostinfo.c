@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <sys/utsname.h>
 
+#include "base/hex.h"
 #include "host/hostinfo.h"
 
 static int read_small_file(const char *path, char *buf, size_t len)
@@ -47,8 +48,7 @@ int hp_parse_build_id_notes(const uint8_t *buf, size_t len, char *out, size_t ou
 		const uint8_t *name = buf + off, *desc = buf + off + name_pad;
 		/* NT_GNU_BUILD_ID = 3, owner "GNU\0". */
 		if (type == 3 && namesz == 4 && memcmp(name, "GNU", 4) == 0 && descsz > 0 && descsz * 2 + 1 <= outlen) {
-			for (uint32_t i = 0; i < descsz; i++)
-				snprintf(out + 2 * i, 3, "%02x", desc[i]);
+			hp_hex(desc, descsz, out);
 			return 0;
 		}
 		off += name_pad + desc_pad;

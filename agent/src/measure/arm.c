@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "host/procmaps.h"
 #include "isa/isa.h"
 #include "measure/measure_internal.h"
@@ -28,13 +29,9 @@ static const char *intern(struct hp_measure *h, const char *s)
 	for (size_t i = 0; i < h->ninterned; i++)
 		if (!strcmp(h->interned[i], s))
 			return h->interned[i];
-	char **v = realloc(h->interned, (h->ninterned + 1) * sizeof(*v));
-	if (!v)
+	if (HP_GROW(h->interned, h->cap_interned, h->ninterned + 1) || !(h->interned[h->ninterned] = strdup(s)))
 		return "";
-	h->interned = v;
-	if (!(v[h->ninterned] = strdup(s)))
-		return "";
-	return v[h->ninterned++];
+	return h->interned[h->ninterned++];
 }
 
 static void set_plan(struct hp_metric_plan *p, enum hp_mech entry, enum hp_mech exit, enum hp_mech sw,
@@ -326,28 +323,15 @@ struct probe_build {
 	uint32_t *row_of; /* probe -> row it belongs to (for errors) */
 	uint64_t *addr;   /* probe -> absolute address */
 	uint8_t *mech;    /* probe -> enum hp_mech */
-	size_t n, cap;
+	size_t n;
+	size_t cap_table, cap_row_of, cap_addr, cap_mech; /* hp_grow's, one per array */
 };
 
 static int new_probe(struct probe_build *b, size_t row, uint64_t addr, enum hp_mech mech, struct hp_mp_probe p)
 {
-	if (b->n == b->cap) {
-		size_t c = b->cap ? b->cap * 2 : 64;
-		struct hp_mp_probe *t = realloc(b->table, c * sizeof(*t));
-		uint32_t *ro = t ? realloc(b->row_of, c * sizeof(*ro)) : NULL;
-		uint64_t *ad = ro ? realloc(b->addr, c * sizeof(*ad)) : NULL;
-		uint8_t *me = ad ? realloc(b->mech, c * sizeof(*me)) : NULL;
-		if (t)
-			b->table = t;
-		if (ro)
-			b->row_of = ro;
-		if (ad)
-			b->addr = ad;
-		if (!me)
-			return -ENOMEM;
-		b->mech = me;
-		b->cap = c;
-	}
+	if (HP_GROW(b->table, b->cap_table, b->n + 1) || HP_GROW(b->row_of, b->cap_row_of, b->n + 1) ||
+	    HP_GROW(b->addr, b->cap_addr, b->n + 1) || HP_GROW(b->mech, b->cap_mech, b->n + 1))
+		return -ENOMEM;
 	b->table[b->n] = p;
 	b->row_of[b->n] = (uint32_t)row;
 	b->addr[b->n] = addr;

@@ -51,7 +51,7 @@ struct hp_measure {
 	bool *sampled_row;             /* rows whose count comes from the sampler */
 	uint8_t *row_entry, *row_exit; /* each row's probe mechanisms (enum hp_mech) */
 	char **interned;               /* mechanism names and reasons, one copy each */
-	size_t ninterned;
+	size_t ninterned, cap_interned;
 
 	struct hp_probe_set *probes;
 	struct hp_sampler *sampler;

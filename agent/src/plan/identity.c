@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hex.h"
 #include "plan/plan.h"
 
 static void put64(EVP_MD_CTX *c, uint64_t v)
@@ -21,12 +22,6 @@ static void put64(EVP_MD_CTX *c, uint64_t v)
 	for (int i = 0; i < 8; i++)
 		b[i] = (uint8_t)(v >> (8 * i));
 	EVP_DigestUpdate(c, b, 8);
-}
-
-static void hexify(const uint8_t *md, unsigned n, char *out)
-{
-	for (unsigned i = 0; i < n; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
 int hp_code_hash(const struct hp_code_image *ci, char out[65])
@@ -58,7 +53,7 @@ int hp_code_hash(const struct hp_code_image *ci, char out[65])
 	EVP_MD_CTX_free(c);
 	if (ok != 1)
 		return -EIO;
-	hexify(md, n, out);
+	hp_hex(md, n, out);
 	return 0;
 }
 
@@ -71,7 +66,7 @@ int hp_bytes_digest(const uint8_t *bytes, size_t len, char out[65])
 		out[0] = 0;
 		return -EIO;
 	}
-	hexify(md, n, out);
+	hp_hex(md, n, out);
 	return 0;
 }
 

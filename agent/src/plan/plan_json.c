@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/hex.h"
 #include "base/json.h"
 #include "host/processes.h"
 #include "isa/isa.h"
@@ -331,9 +332,7 @@ static void write_listing(struct rw *w, struct hp_model *m, const struct hp_plan
 		const uint8_t *c = p->code + (in->addr - p->base);
 		if (hp_isa_format(c, in->len, in->addr, text, sizeof(text), symbolize, &sc) < 0)
 			snprintf(text, sizeof(text), "(bad)");
-		for (unsigned k = 0; k < in->len && k < 31; k++)
-			sprintf(hex + 2 * k, "%02x", c[k]);
-		hex[2 * (in->len < 31 ? in->len : 31)] = 0;
+		hp_hex(c, in->len < 31 ? in->len : 31, hex);
 		if (in->origin == HP_LISTING_ORIGINAL)
 			snprintf(from, sizeof(from), "%s+0x%x", p->members[in->member].fn->name, in->offset);
 		else
@@ -567,10 +566,8 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		}
 		rw_arr_end(w);
 		char *hex = malloc(p->code_len * 2 + 1);
-		for (size_t i = 0; hex && i < p->code_len; i++)
-			sprintf(hex + 2 * i, "%02x", p->code[i]);
 		if (hex)
-			hex[p->code_len * 2] = 0;
+			hp_hex(p->code, p->code_len, hex);
 		rw_str(w, "hex", hex ? hex : "");
 		free(hex);
 		write_listing(w, m, p);
@@ -583,10 +580,8 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		rw_u64(w, "fdes", p->unwind_fdes);
 		if (w->json) {
 			char *hex = malloc(p->unwind_len * 2 + 1);
-			for (size_t i = 0; hex && i < p->unwind_len; i++)
-				sprintf(hex + 2 * i, "%02x", p->unwind[i]);
 			if (hex)
-				hex[p->unwind_len * 2] = 0;
+				hp_hex(p->unwind, p->unwind_len, hex);
 			rw_str(w, "hex", hex ? hex : "");
 			free(hex);
 		}

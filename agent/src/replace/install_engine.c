@@ -27,6 +27,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "isa/isa.h"
 #include "replace/install.h"
 #include "replace/install_op.h"
@@ -187,12 +188,8 @@ static size_t call_sites(const struct hp_model *m, uint64_t entry, uint64_t **ou
 			if (!f)
 				continue;
 			uint64_t site = f->addr + mod->calls[c].site;
-			if (n == cap) {
-				uint64_t *v = realloc(*out, (cap = cap ? cap * 2 : 64) * sizeof(*v));
-				if (!v)
-					return n;
-				*out = v;
-			}
+			if (HP_GROW(*out, cap, n + 1))
+				return n;
 			(*out)[n++] = site;
 		}
 	}

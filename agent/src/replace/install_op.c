@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "model/model.h"
 #include "replace/install_op.h"
 #include "replace/journal_state.h"
@@ -173,10 +174,8 @@ void hp_op_free(struct hp_op *x)
 
 int hp_op_add_write(struct hp_op *x, const struct hp_undo *u)
 {
-	struct hp_undo *v = realloc(x->writes, (x->nwrites + 1) * sizeof(*v));
-	if (!v)
+	if (HP_GROW(x->writes, x->cap_writes, x->nwrites + 1))
 		return -ENOMEM;
-	x->writes = v;
-	v[x->nwrites++] = *u;
+	x->writes[x->nwrites++] = *u;
 	return 0;
 }

@@ -32,7 +32,7 @@ struct hp_op {
 	struct hp_undo scratch;
 	bool scratch_applied;
 	struct hp_undo *writes; /* entry first, then call sites */
-	size_t nwrites;
+	size_t nwrites, cap_writes;
 	uint8_t entry_block[256]; /* the root's entry block as it was, for moving PCs */
 	uint32_t entry_block_len;
 	struct hp_install_result *res;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "host/processes.h"
 #include "replace/install.h"
 #include "replace/journal_state.h"
@@ -174,13 +175,8 @@ int hp_installed_patches(const char *state_dir, int pid, struct hp_byte_patch **
 					if (hp_undo_from_record(s.undo[k], &u) < 0)
 						continue;
 					if (u.kind != HP_UNDO_SCRATCH) {
-						if (*n == cap) {
-							struct hp_byte_patch *v =
-								realloc(*out, (cap = cap ? cap * 2 : 16) * sizeof(*v));
-							if (!v)
-								break;
-							*out = v;
-						}
+						if (HP_GROW(*out, cap, *n + 1))
+							break;
 						struct hp_byte_patch *bp = &(*out)[(*n)++];
 						bp->addr = u.addr;
 						bp->len = u.len;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "base/hex.h"
 #include "base/json_get.h"
 #include "replace/journal.h"
@@ -165,12 +166,8 @@ int hp_journals_list(const char *dir, char ***out, size_t *n)
 		size_t l = strlen(e->d_name);
 		if (l < 9 || strcmp(e->d_name + l - 8, ".journal"))
 			continue;
-		if (*n == cap) {
-			char **v = realloc(*out, (cap = cap ? cap * 2 : 16) * sizeof(*v));
-			if (!v)
-				break;
-			*out = v;
-		}
+		if (HP_GROW(*out, cap, *n + 1))
+			break;
 		char *p = malloc(strlen(dir) + l + 2);
 		if (!p)
 			break;

@@ -30,6 +30,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "host/processes.h"
 #include "host/procmaps.h"
 #include "isa/isa.h"
@@ -148,13 +149,9 @@ static int read_maps(int pid, struct map **out, size_t *n)
 			snprintf(m.path, sizeof(m.path), "%s", line + k);
 			m.path[strcspn(m.path, "\n")] = 0;
 		}
-		if (*n == cap) {
-			struct map *v = realloc(*out, (cap = cap ? cap * 2 : 64) * sizeof(*v));
-			if (!v) {
-				fclose(fp);
-				return -ENOMEM;
-			}
-			*out = v;
+		if (HP_GROW(*out, cap, *n + 1)) {
+			fclose(fp);
+			return -ENOMEM;
 		}
 		(*out)[(*n)++] = m;
 	}

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "model/model.h"
 #include "replace/world.h"
 
@@ -37,14 +38,8 @@ static ssize_t find(const struct hp_world *w, pid_t tid)
 
 static int add(struct hp_world *w, pid_t tid)
 {
-	if (w->n == w->cap) {
-		size_t c = w->cap ? w->cap * 2 : 16;
-		struct hp_thread *v = realloc(w->t, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		w->t = v;
-		w->cap = c;
-	}
+	if (HP_GROW(w->t, w->cap, w->n + 1))
+		return -ENOMEM;
 	memset(&w->t[w->n], 0, sizeof(w->t[0]));
 	w->t[w->n++].tid = tid;
 	return 0;
@@ -176,12 +171,8 @@ static int list_tasks(pid_t pid, pid_t **out, size_t *n)
 	while (*out && (e = readdir(d))) {
 		if (e->d_name[0] < '0' || e->d_name[0] > '9')
 			continue;
-		if (*n == cap) {
-			pid_t *v = realloc(*out, (cap *= 2) * sizeof(pid_t));
-			if (!v)
-				break;
-			*out = v;
-		}
+		if (HP_GROW(*out, cap, *n + 1))
+			break;
 		(*out)[(*n)++] = (pid_t)atoi(e->d_name);
 	}
 	closedir(d);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/grow.h"
+#include "base/hex.h"
 #include "isa/isa.h"
 #include "model/cfg.h"
 #include "model/model.h"
@@ -120,8 +121,7 @@ void hp_elf_build_id(Elf *elf, char *out)
 			if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
 			    !memcmp((char *)d->d_buf + noff, "GNU", 4) && nh.n_descsz <= 32 &&
 			    doff + nh.n_descsz <= d->d_size) {
-				for (size_t i = 0; i < nh.n_descsz; i++)
-					sprintf(out + 2 * i, "%02x", ((uint8_t *)d->d_buf)[doff + i]);
+				hp_hex((const uint8_t *)d->d_buf + doff, nh.n_descsz, out);
 				return;
 			}
 		}
