@@ -1,19 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The call-stack series: the only module that reads or writes `stack_defs`, `stack_samples` and
-`stack_samples_1m`.
+"""The call-stack series: the only module that reads or writes `stack_defs`, `stack_samples`,
+`stack_samples_1m` and `stack_samples_10m`.
 
 Storage is compact: a stack's frames are stored once per host (`stack_defs`, keyed by the agent's content
 id, which `stack_id` recomputes), and each interval stores one row per stack with its total and, in
 parallel arrays, its counts per (pid, command, CPU) (`stack_samples`, partitioned by hour like the other
 raw series and dropped by partition after HOTPATH_STACK_RETENTION_HOURS). Every minute's samples per
-(stack, pid, command, CPU) are summed into `stack_samples_1m` as data arrives: by the rollup task for
-completed minutes, by the writer for stacks arriving below the minute watermark (`add_late`). Rows are
+(stack, pid, command, CPU) are summed into `stack_samples_1m`, and every ten minutes' (UTC-aligned) into
+`stack_samples_10m`, as data arrives: by the rollup task for completed minutes, by the writer for stacks
+arriving below the minute watermark (`add_late`), so both rollups equal the raw sums at every commit. Rows are
 written by the ingest writer's group commit (`write_many`). Kernel frames are kept as (catalog digest,
 function index, offset), so stacks are stored even before their catalog piece is, and resolve to
 functions when it is; user frames as (file, offset in the file); other frames as addresses.
 
-Reading: whole minutes below the minute watermark are read from the rollup, the range's edges from the
-raw rows (`_source`), so an hour reads ~60 rows per stack and context, not every interval's. Every
+Reading: whole ten minutes below the minute watermark are read from the ten-minute rollup, the other
+whole minutes from the minute rollup, the range's edges from the raw rows (`_source`), so an hour reads
+~6 to 24 rows per stack and context, not every interval's. Every
 question is over a `TimeRange` and a `StackFilter` (process, command, CPU, and the idle
 task excluded, included or alone) — a flame graph (the range's distinct paths of frames merged by
 function, root first, with their samples, which the console merges into the tree; user frames merged by
@@ -34,7 +36,7 @@ from array import array
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import orjson
@@ -134,8 +136,8 @@ async def write_many(conn: AsyncConnection, batches: list[tuple[str, datetime, B
 
 async def add_late(conn: AsyncConnection, batches: list[tuple[str, datetime, BatchStacks]],
                    wm_1m: datetime) -> None:
-    """Sum the stacks of batches below the minute watermark into the minute rollup, inside the writer's
-    transaction (which holds the watermark FOR SHARE, so the rollup task cannot sum them too)."""
+    """Sum the stacks of batches below the minute watermark into the minute and ten-minute rollups, inside
+    the writer's transaction (which holds the watermark FOR SHARE, so the rollup task cannot sum them too)."""
     sums: dict[tuple[str, datetime, int, int, str, int], int] = defaultdict(int)
     for host_id, ts, data in batches:
         if ts >= wm_1m:
@@ -146,15 +148,19 @@ async def add_late(conn: AsyncConnection, batches: list[tuple[str, datetime, Bat
                 sums[(host_id, bucket, u64_to_i64(sid), pid, comm, cpu)] += n
     if not sums:
         return
-    await conn.execute(text("""
-        INSERT INTO stack_samples_1m (host_id, bucket, stack_id, pid, comm, cpu, count)
-        SELECT r.h, r.b, r.id, r.pid, r.comm, r.cpu, r.n
-        FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-            AS r(h text, b timestamptz, id bigint, pid integer, comm text, cpu integer, n bigint)
-        ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
-        DO UPDATE SET count = stack_samples_1m.count + excluded.count"""),
-        {"rows": orjson.dumps([{"h": h, "b": b.isoformat(), "id": i, "pid": p, "comm": c, "cpu": cpu, "n": n}
-                               for (h, b, i, p, c, cpu), n in sums.items()]).decode()})
+    tens: dict[tuple[str, datetime, int, int, str, int], int] = defaultdict(int)
+    for (h, b, i, p, c, cpu), n in sums.items():
+        tens[(h, ten_minutes(b), i, p, c, cpu)] += n
+    for table, rows in (("stack_samples_1m", sums), ("stack_samples_10m", tens)):
+        await conn.execute(text(f"""
+            INSERT INTO {table} (host_id, bucket, stack_id, pid, comm, cpu, count)
+            SELECT r.h, r.b, r.id, r.pid, r.comm, r.cpu, r.n
+            FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+                AS r(h text, b timestamptz, id bigint, pid integer, comm text, cpu integer, n bigint)
+            ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
+            DO UPDATE SET count = {table}.count + excluded.count"""),
+            {"rows": orjson.dumps([{"h": h, "b": b.isoformat(), "id": i, "pid": p, "comm": c, "cpu": cpu, "n": n}
+                                   for (h, b, i, p, c, cpu), n in rows.items()]).decode()})
 
 
 async def known_ids(conn: AsyncConnection, host_id: str, ids: list[int]) -> set[int]:
@@ -172,12 +178,14 @@ async def prune_definitions(conn: AsyncConnection, cutoff: datetime) -> None:
     await conn.execute(text("""
         DELETE FROM stack_defs d WHERE d.seen_at < :c
           AND NOT EXISTS (SELECT 1 FROM stack_samples s WHERE s.host_id = d.host_id AND s.stack_id = d.stack_id)
-          AND NOT EXISTS (SELECT 1 FROM stack_samples_1m r WHERE r.host_id = d.host_id AND r.stack_id = d.stack_id)"""),
+          AND NOT EXISTS (SELECT 1 FROM stack_samples_1m r WHERE r.host_id = d.host_id AND r.stack_id = d.stack_id)
+          AND NOT EXISTS (SELECT 1 FROM stack_samples_10m t
+                          WHERE t.host_id = d.host_id AND t.stack_id = d.stack_id)"""),
         {"c": cutoff})
 
 
 async def delete_host(session: AsyncSession, host_id: str) -> None:
-    for table in ("stack_samples", "stack_samples_1m", "stack_defs"):
+    for table in ("stack_samples", "stack_samples_1m", "stack_samples_10m", "stack_defs"):
         await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
 
 
@@ -205,29 +213,42 @@ class RangeStacks:
 
 
 _MINUTE = timedelta(minutes=1)
+_TEN = timedelta(minutes=10)
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # the origin of the ten-minute buckets (date_bin's in the SQL)
+
+
+def ten_minutes(t: datetime) -> datetime:
+    """The start of the ten-minute bucket holding `t` (UTC-aligned, as date_bin('10 minutes', t, 2000-01-01))."""
+    return t - (t - _EPOCH) % _TEN
+
+
+def _raw(lo: str, hi: str) -> str:
+    return f"""SELECT s.stack_id, v.pid, v.comm, v.cpu, v.n
+        FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS v(pid, comm, cpu, n)
+        WHERE s.host_id = :h AND s.ts >= :{lo} AND s.ts < :{hi}"""
+
+
+def _rolled(table: str, lo: str, hi: str) -> str:
+    return f"""SELECT r.stack_id, r.pid, r.comm, r.cpu, r.count AS n FROM {table} r
+        WHERE r.host_id = :h AND r.bucket >= :{lo} AND r.bucket < :{hi}"""
 
 
 def _source(where: str) -> str:
     """FROM and WHERE of the range's samples as u(stack_id, pid, comm, cpu, n) after the filter `where`:
-    whole minutes [:lo, :hi) from the minute rollup, the rest of [:s, :e) from the raw rows (see _span)."""
-    return f"""FROM (
-        SELECT r.stack_id, r.pid, r.comm, r.cpu, r.count AS n FROM stack_samples_1m r
-        WHERE r.host_id = :h AND r.bucket >= :lo AND r.bucket < :hi
-        UNION ALL
-        SELECT s.stack_id, v.pid, v.comm, v.cpu, v.n
-        FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS v(pid, comm, cpu, n)
-        WHERE s.host_id = :h AND s.ts >= :s AND s.ts < :lo
-        UNION ALL
-        SELECT s.stack_id, v.pid, v.comm, v.cpu, v.n
-        FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS v(pid, comm, cpu, n)
-        WHERE s.host_id = :h AND s.ts >= :hi AND s.ts < :e) u
+    whole ten minutes [:lo10, :hi10) from the ten-minute rollup, the other whole minutes of [:lo, :hi) from
+    the minute rollup, the rest of [:s, :e) from the raw rows (see _span)."""
+    parts = [_rolled("stack_samples_10m", "lo10", "hi10"), _rolled("stack_samples_1m", "lo", "lo10"),
+             _rolled("stack_samples_1m", "hi10", "hi"), _raw("s", "lo"), _raw("hi", "e")]
+    return f"""FROM ({" UNION ALL ".join(parts)}) u
         WHERE true{where}"""
 
 
 async def _span(session: AsyncSession, host_id: str, start: datetime, end: datetime) -> dict[str, Any]:
     """The parameters of `_source`: the whole minutes of [start, end) below the minute watermark are
-    [lo, hi) (empty, at `end`, when there are none). Rollup rows below a watermark read before the query
-    are complete, and the raw rows stay, so a watermark moving meanwhile changes nothing."""
+    [lo, hi) (empty, at `end`, when there are none), and the whole ten minutes within them [lo10, hi10)
+    (empty, at `hi`, when there are none). Both rollups are summed in the same transactions (the rollup
+    task's, the writer's for late stacks), rollup rows below a watermark read before the query are
+    complete, and the raw rows stay, so a watermark moving meanwhile changes nothing."""
     wm_1m, _ = await rollups.watermarks(await session.connection())
     lo = start if start == start.replace(second=0, microsecond=0) else \
         start.replace(second=0, microsecond=0) + _MINUTE
@@ -235,7 +256,11 @@ async def _span(session: AsyncSession, host_id: str, start: datetime, end: datet
     hi = hi.replace(second=0, microsecond=0)
     if hi <= lo:
         lo = hi = end
-    return {"h": host_id, "s": start, "e": end, "lo": lo, "hi": hi}
+    lo10 = lo if ten_minutes(lo) == lo else ten_minutes(lo) + _TEN
+    hi10 = ten_minutes(hi)
+    if hi10 <= lo10:
+        lo10 = hi10 = hi
+    return {"h": host_id, "s": start, "e": end, "lo": lo, "hi": hi, "lo10": lo10, "hi10": hi10}
 
 
 async def _counts(session: AsyncSession, host_id: str, start: datetime, end: datetime,

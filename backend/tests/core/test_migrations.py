@@ -81,3 +81,26 @@ def test_listings_cached_with_a_probes_int3_are_dropped_and_others_kept(postgres
         assert left == [1]
     finally:
         engine.dispose()
+
+
+def test_the_stacks_minute_rollup_already_stored_is_summed_into_ten_minutes(postgres_url):
+    """0011 sums the minute rollup's rows into UTC-aligned ten-minute buckets, per stack and context."""
+    url = _recreate_database(postgres_url, "hotpath_migrations_0011")
+    engine = create_engine(url)
+    try:
+        upgrade_database(url, "0010_stack_rollup")
+        with engine.begin() as conn:
+            hour = conn.execute(text("SELECT date_trunc('hour', now())")).scalar_one()
+            conn.execute(text("""
+                INSERT INTO stack_samples_1m (host_id, bucket, stack_id, pid, comm, cpu, count)
+                SELECT 'h', :t + m * interval '1 minute', 5, 1, 'a', m % 2, m + 1 FROM generate_series(0, 24) m"""),
+                {"t": hour})
+        upgrade_database(url)
+        with engine.connect() as conn:
+            rows = conn.execute(text("""
+                SELECT extract(minute FROM bucket)::int, cpu, count FROM stack_samples_10m ORDER BY 1, 2""")).all()
+        # Minutes 0-9, 10-19 and 20-24 of the hour, counts m + 1 split by m's parity (the CPU).
+        assert [tuple(r) for r in rows] == [(0, 0, 25), (0, 1, 30), (10, 0, 75), (10, 1, 80), (20, 0, 69),
+                                            (20, 1, 46)]
+    finally:
+        engine.dispose()

@@ -240,3 +240,41 @@ async def test_rows_written_as_copy_text_read_back_exactly_whatever_their_text(b
     assert [r.comms for r in stored] == [[c, "x"] for c in comms]
     assert all(r.pids == [1, -1] for r in stored)
     assert point.seconds == 1.25 and point.vals == vals
+
+
+async def test_stack_rollups_equal_the_raw_sums_for_late_and_current_stacks(backend, unique):
+    """The call stacks' minute and ten-minute rollups hold the raw rows' sums per (bucket, stack, pid, command,
+    CPU): for stacks the rollup task sums (the ten minutes from the minutes it has just summed, into buckets
+    summed before) and for stacks arriving below the watermark (the writer)."""
+    from app.storage.stacks import BatchStacks
+    host_id = f"rstk-{unique}"
+    engine = backend.runtime.engine
+    await rollups.run_once(engine)  # whatever other tests left, summed first
+    now = datetime.now(UTC).replace(microsecond=0)
+
+    async def write(ts: datetime, i: int) -> None:
+        rows = [(5, i + 2, [1, 2], ["a", "b"], [0, 1], [i + 1, 1]), (6 + i % 2, 3, [1], ["a"], [i % 4], [3])]
+        await backend.runtime.writer.write(Item(host_id=host_id, samples=SampleRow(
+            host_id=host_id, ts=ts, interval_ms=1000, totals=(1, 0, 0, 0, 0, 0), function_ids=[], block_offsets=[],
+            counts=[]), stacks=BatchStacks(rows=rows)))
+
+    late_start = (now - timedelta(hours=3)).replace(minute=8, second=30)
+    for i in range(20):  # late: 08:30 to 13:15 of an hour three hours back, over two ten-minute buckets
+        await write(late_start + timedelta(seconds=15 * i), i)
+    for i in range(12):  # current: the last three minutes, summed by the rollup task
+        await write(now - timedelta(minutes=3) + timedelta(seconds=15 * i), i)
+    await rollups.run_once(engine, now=now + timedelta(minutes=2), lag_s=0)
+    for i in range(3):  # late again, into buckets already summed
+        await write(late_start + timedelta(seconds=5 + 60 * i), 7)
+
+    async with engine.connect() as conn:
+        ten = "date_bin('10 minutes', s.ts, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
+        for table, bucket in (("stack_samples_1m", "date_trunc('minute', s.ts)"), ("stack_samples_10m", ten)):
+            raw = {tuple(r[:5]): r[5] for r in await conn.execute(text(f"""
+                SELECT {bucket}, s.stack_id, u.pid, u.comm, u.cpu, sum(u.n)
+                FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS u(pid, comm, cpu, n)
+                WHERE s.host_id = :h GROUP BY 1, 2, 3, 4, 5"""), {"h": host_id})}
+            rolled = {tuple(r[:5]): r[5] for r in await conn.execute(text(f"""
+                SELECT bucket, stack_id, pid, comm, cpu, count FROM {table} WHERE host_id = :h"""), {"h": host_id})}
+            assert raw and rolled == raw, table
+    assert len({k[0] for k in rolled}) >= 3  # two late ten minutes, one or two current

@@ -13,12 +13,12 @@ COVERAGE_RESOURCE = -1
 
 RAW_TABLES = ("sample_intervals", "measurement_points", "stack_samples")
 ROLLUP_TABLES = ("sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m", "sample_totals_1h",
-                 "measurement_points_1m", "measurement_points_1h", "stack_samples_1m")
+                 "measurement_points_1m", "measurement_points_1h", "stack_samples_1m", "stack_samples_10m")
 # Tables whose partitions follow the call stacks' retention rather than the raw or rollup one. The stacks'
-# minute rollup is partitioned by hour like the raw stacks, so both go at once (and with them, in time,
-# the definitions no row refers to).
-STACK_TABLES = ("stack_samples", "stack_samples_1m")
-HOURLY_TABLES = (*RAW_TABLES, "stack_samples_1m")
+# minute and ten-minute rollups are partitioned by hour like the raw stacks, so all go at once (and with
+# them, in time, the definitions no row refers to).
+STACK_TABLES = ("stack_samples", "stack_samples_1m", "stack_samples_10m")
+HOURLY_TABLES = (*RAW_TABLES, "stack_samples_1m", "stack_samples_10m")
 
 # Measurement states, as stored (and as measurement_points.state numbers, the proto's values).
 MEASUREMENT_STATES = {1: "armed", 2: "running", 3: "target_exited", 4: "stopped", 5: "failed"}

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""1-minute and 1-hour rollups of the series, maintained incrementally (call stacks: 1-minute only).
+"""1-minute and 1-hour rollups of the series, maintained incrementally (call stacks: 1 and 10 minutes).
 
 `series_state` holds two watermarks: every raw row before `watermark_1m` is summed into the minute
 rollups, every minute rollup before `watermark_1h` into the hour rollups. The rollup task advances them
@@ -101,8 +101,9 @@ def _hour_from_minutes() -> list[str]:
     return [blocks, totals, points]
 
 
-# Call stacks have a minute rollup only (per stack and context; an hour of them is ~60 rows per stack and
-# context). Their late rows are summed by the writer from the batch itself (app.storage.stacks.add_late).
+# Call stacks have a minute and a ten-minute rollup (per stack and context; an hour of them is ~6 rows per
+# stack and context), both summed below the minute watermark: the ten minutes from the minutes this pass
+# summed. Their late rows are summed by the writer from the batch itself (app.storage.stacks.add_late).
 STACKS_FROM_RAW = """
     INSERT INTO stack_samples_1m (host_id, bucket, stack_id, pid, comm, cpu, count)
     SELECT s.host_id, date_trunc('minute', s.ts), s.stack_id, u.pid, u.comm, u.cpu, sum(u.n)
@@ -110,12 +111,19 @@ STACKS_FROM_RAW = """
     WHERE s.ts >= :lo AND s.ts < :hi GROUP BY 1, 2, 3, 4, 5, 6
     ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
     DO UPDATE SET count = stack_samples_1m.count + excluded.count"""
+STACKS_10M_FROM_MINUTES = """
+    INSERT INTO stack_samples_10m (host_id, bucket, stack_id, pid, comm, cpu, count)
+    SELECT r.host_id, date_bin('10 minutes', r.bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00'), r.stack_id, r.pid,
+           r.comm, r.cpu, sum(r.count)
+    FROM stack_samples_1m r WHERE r.bucket >= :lo AND r.bucket < :hi GROUP BY 1, 2, 3, 4, 5, 6
+    ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
+    DO UPDATE SET count = stack_samples_10m.count + excluded.count"""
 
 _RAW_RANGE = "{a}.ts >= :lo AND {a}.ts < :hi"
 MINUTE_FROM_RAW = [_blocks_from_raw("1m", _RAW_RANGE.format(a="s")),
                    _totals_from_raw("1m", _RAW_RANGE.format(a="s")),
                    _points_from_raw("1m", _RAW_RANGE.format(a="p")),
-                   STACKS_FROM_RAW]
+                   STACKS_FROM_RAW, STACKS_10M_FROM_MINUTES]
 HOUR_FROM_MINUTES = _hour_from_minutes()
 # Late rows of one writer transaction (its batch token), below a watermark.
 _LATE = "{a}.batch = :batch AND {a}.ts >= :lo AND {a}.ts < :hi"

@@ -402,3 +402,62 @@ async def test_whole_minutes_are_read_from_the_minute_rollup_with_late_stacks_su
         assert tree_paths(a) == tree_paths(b) and a["contexts"] == b["contexts"] and a["samples"] == b["samples"]
     # The edges of a range are read raw: with the raw rows gone, a range within the minute is empty.
     assert (await client.get(url, params=rng(0, 30))).json()["samples"] == 0
+
+
+async def test_whole_ten_minutes_are_read_from_the_ten_minute_rollup_with_the_same_answer(backend, client, host,
+                                                                                        monkeypatch):
+    """An hour's flame graph reads whole ten minutes from stack_samples_10m (~6 rows per stack and context
+    instead of 60): kept with the minute rollup by the rollup task and, for late stacks, by the writer. Any
+    range, aligned or not, with any filter, answers exactly as from the minutes alone and from the raw rows."""
+    from app.storage import stacks
+    from app.storage.series import rollups
+    base = stacks.ten_minutes(T0) - timedelta(minutes=30)
+    sent = 0
+    for k in range(16):  # every 150 s and 7 s from base: 40 minutes over five ten-minute buckets
+        samples = [(READ, 100, "dd", 0, k + 1), (IDLE, 0, "swapper", 1, 3), (OPEN, 200, "cat", k % 2, 2)]
+        await host.send_batch(host.stack_batch(ns(base + timedelta(seconds=150 * k + 7)), samples,
+                                               define=None if k == 0 else set()))
+        sent += k + 6
+    await stored(client, host, {"from": base.isoformat(), "to": (base + timedelta(hours=1)).isoformat()}, sent)
+    await rollups.run_once(backend.runtime.engine)
+    # A late stack (below the minute watermark) in a ten-minute bucket already summed.
+    await host.send_batch(host.stack_batch(ns(base + timedelta(seconds=605)), [(READ, 100, "dd", 1, 9)], define=set()))
+    await stored(client, host, {"from": base.isoformat(), "to": (base + timedelta(hours=1)).isoformat()}, sent + 9)
+    async with backend.runtime.engine.connect() as conn:
+        tens = (await conn.execute(text("SELECT count(*), sum(count) FROM stack_samples_10m WHERE host_id = :h"),
+                                   {"h": host.host_id})).one()
+        regrouped = (await conn.execute(text("""
+            SELECT count(*) FROM (SELECT 1 FROM stack_samples_1m WHERE host_id = :h
+                GROUP BY date_bin('10 minutes', bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00'), stack_id, pid, comm,
+                         cpu) g"""), {"h": host.host_id})).scalar_one()
+    assert tens == (regrouped, sent + 9)
+    span = stacks._span
+
+    async def minutes_only(*args):
+        p = await span(*args)
+        return {**p, "lo10": p["hi"], "hi10": p["hi"]}
+
+    async def raw_only(*args):
+        p = await span(*args)
+        return {**p, "lo": p["e"], "hi": p["e"], "lo10": p["e"], "hi10": p["e"]}
+
+    url = f"/api/v1/hosts/{host.host_id}/flamegraph"
+    ranges = [(0, 2400), (0, 600), (600, 1800), (7, 1207), (60, 1799), (599, 1201), (300, 900), (605, 606),
+              (-300, 3600)]
+    filters: list[dict] = [{}, {"idle": "include"}, {"idle": "only"}, {"cpu": 1}, {"comm": "cat"}, {"pid": 100}]
+
+    async def graphs() -> list[tuple]:
+        out = []
+        for a, b in ranges:
+            r = {"from": (base + timedelta(seconds=a)).isoformat(), "to": (base + timedelta(seconds=b)).isoformat()}
+            for q in filters:
+                fg = (await client.get(url, params={**r, **q})).json()
+                out.append((a, b, q, fg["samples"], tree_paths(fg), fg["contexts"]))
+        return out
+    ten = await graphs()
+    monkeypatch.setattr(stacks, "_span", minutes_only)
+    minute = await graphs()
+    monkeypatch.setattr(stacks, "_span", raw_only)
+    raw = await graphs()
+    assert ten == minute == raw
+    assert ten[0][3] == sent + 9 - 16 * 3  # the idle task's samples apart
