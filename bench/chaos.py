@@ -8,6 +8,7 @@ Last line, exactly: `chaos: B batches sent, B stored, G gaps shown, R s to recov
 with the measured values (R is the slower of the two recoveries: from the restart of the killed
 component until the agent's stream is back and a new batch is stored).
 """
+
 import asyncio
 import os
 import re
@@ -50,12 +51,23 @@ class Stack:
         self.admin_token = ""
 
     def start_backend(self) -> None:
-        env = dict(os.environ, HOTPATH_DATA_DIR=str(self.data), HOTPATH_HTTP_PORT=str(HTTP),
-                   HOTPATH_GRPC_PORT=str(GRPC), HOTPATH_HTTP_HOST="127.0.0.1", HOTPATH_GRPC_HOST="127.0.0.1")
+        env = dict(
+            os.environ,
+            HOTPATH_DATA_DIR=str(self.data),
+            HOTPATH_HTTP_PORT=str(HTTP),
+            HOTPATH_GRPC_PORT=str(GRPC),
+            HOTPATH_HTTP_HOST="127.0.0.1",
+            HOTPATH_GRPC_HOST="127.0.0.1",
+        )
         env.pop("DATABASE_URL", None)
         log = open(self.data / "backend.log", "ab")  # noqa: SIM115 - the child keeps it
-        self.backend = subprocess.Popen([str(ROOT / "backend" / ".venv" / "bin" / "python"), "-m", "app"],
-                                        cwd=ROOT / "backend", env=env, stdout=log, stderr=log)
+        self.backend = subprocess.Popen(
+            [str(ROOT / "backend" / ".venv" / "bin" / "python"), "-m", "app"],
+            cwd=ROOT / "backend",
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
 
     def health(self) -> int:
         try:
@@ -89,15 +101,28 @@ class Stack:
         (self.data / "enroll-ca.pem").write_text(created["ca_pem"])
         log = open(self.data / "agent.log", "ab")  # noqa: SIM115 - the child keeps it
         self.agent = subprocess.Popen(
-            [str(HOTPATHD), "run", "--server", f"127.0.0.1:{GRPC}", "--state-dir", str(self.data / "agent-state"),
-             "--enroll-token-file", str(self.data / "enroll-token"), "--ca-file", str(self.data / "enroll-ca.pem")],
-            stdout=log, stderr=log)
+            [
+                str(HOTPATHD),
+                "run",
+                "--server",
+                f"127.0.0.1:{GRPC}",
+                "--state-dir",
+                str(self.data / "agent-state"),
+                "--enroll-token-file",
+                str(self.data / "enroll-token"),
+                "--ca-file",
+                str(self.data / "enroll-ca.pem"),
+            ],
+            stdout=log,
+            stderr=log,
+        )
 
     def db(self) -> psycopg.Connection:
         """The embedded Postgres, found through its postmaster.pid (port and socket folder)."""
         lines = (self.data / "pgdata" / "postmaster.pid").read_text().split("\n")
-        return psycopg.connect(host=lines[4], port=int(lines[3]), user="postgres", dbname="postgres",
-                               autocommit=True, connect_timeout=3)
+        return psycopg.connect(
+            host=lines[4], port=int(lines[3]), user="postgres", dbname="postgres", autocommit=True, connect_timeout=3
+        )
 
     def query(self, sql: str, *params):
         for _ in range(50):
@@ -167,21 +192,47 @@ class FakeAgent:
             for a, b in zip(forged, f, strict=True):
                 a.CopyFrom(b)
             forged[2].name = "FAKE_do_not_trust"
-            return [pb.AgentMessage(catalog_chunk=pb.CatalogChunk(digest=digest, module=name, seq=0, last=True,
-                                                                  functions=forged))]
+            return [
+                pb.AgentMessage(
+                    catalog_chunk=pb.CatalogChunk(digest=digest, module=name, seq=0, last=True, functions=forged)
+                )
+            ]
 
         def future_batch(agent):
-            return [pb.AgentMessage(seq=1, instance_id=agent.instance_id, metrics=pb.MetricBatch(
-                interval_start_unix_ns=9_200_000_000 * 10**9, interval_ms=1000, total_samples=5,
-                blocks=[pb.BlockSamples(module_index=0, function_index=0, block_offset=0, count=5)]))]
+            return [
+                pb.AgentMessage(
+                    seq=1,
+                    instance_id=agent.instance_id,
+                    metrics=pb.MetricBatch(
+                        interval_start_unix_ns=9_200_000_000 * 10**9,
+                        interval_ms=1000,
+                        total_samples=5,
+                        blocks=[pb.BlockSamples(module_index=0, function_index=0, block_offset=0, count=5)],
+                    ),
+                )
+            ]
 
         def huge_count(agent):
-            return [pb.AgentMessage(seq=2, instance_id=agent.instance_id, metrics=pb.MetricBatch(
-                interval_start_unix_ns=time.time_ns(), interval_ms=1000, total_samples=(1 << 63),
-                blocks=[pb.BlockSamples(module_index=0, function_index=0, block_offset=0, count=(1 << 63))]))]
+            return [
+                pb.AgentMessage(
+                    seq=2,
+                    instance_id=agent.instance_id,
+                    metrics=pb.MetricBatch(
+                        interval_start_unix_ns=time.time_ns(),
+                        interval_ms=1000,
+                        total_samples=(1 << 63),
+                        blocks=[pb.BlockSamples(module_index=0, function_index=0, block_offset=0, count=(1 << 63))],
+                    ),
+                )
+            ]
 
-        return [(impersonate, None), (nul_hostname, None), (None, forged_catalog), (None, future_batch),
-                (None, huge_count)], fns
+        return [
+            (impersonate, None),
+            (nul_hostname, None),
+            (None, forged_catalog),
+            (None, future_batch),
+            (None, huge_count),
+        ], fns
 
     async def run(self) -> None:
         attacks, fns = self.attacks()
@@ -189,8 +240,13 @@ class FakeAgent:
         while not self.stop:
             hello_edit, messages = attacks[i % len(attacks)]
             i += 1
-            agent = ScriptedAgent(f"127.0.0.1:{GRPC}", self.creds, self.fake_id, kernel_tag=f"chaos-{i}",
-                                  modules=[("vmlinux", 0xFFFFFFFF81000000, fns)])
+            agent = ScriptedAgent(
+                f"127.0.0.1:{GRPC}",
+                self.creds,
+                self.fake_id,
+                kernel_tag=f"chaos-{i}",
+                modules=[("vmlinux", 0xFFFFFFFF81000000, fns)],
+            )
             self.digests.add(agent.modules[0][3])
             hello = agent.hello()
             if hello_edit:
@@ -227,10 +283,14 @@ def bad_rows(stack: Stack, fake: "FakeAgent") -> int:
     checks = [
         # The series are partitioned (migration 0004_series): one sample_intervals row per host and
         # interval, with its block counts in arrays; the rollups per minute hold what it adds up to.
-        ("SELECT count(*) FROM sample_intervals WHERE ts > now() + interval '5 minutes' "
-         "OR ts < now() - interval '1 day'",),
-        ("SELECT count(*) FROM sample_blocks_1m WHERE bucket > now() + interval '5 minutes' "
-         "OR bucket < now() - interval '1 day'",),
+        (
+            "SELECT count(*) FROM sample_intervals WHERE ts > now() + interval '5 minutes' "
+            "OR ts < now() - interval '1 day'",
+        ),
+        (
+            "SELECT count(*) FROM sample_blocks_1m WHERE bucket > now() + interval '5 minutes' "
+            "OR bucket < now() - interval '1 day'",
+        ),
         ("SELECT count(*) FROM sample_intervals WHERE host_id = %s", fake.fake_id),
         ("SELECT count(*) FROM sample_blocks_1m WHERE host_id = %s", fake.fake_id),
         ("SELECT count(*) FROM sample_intervals WHERE total_samples >= %s", 1 << 62),
@@ -256,8 +316,10 @@ async def main() -> int:
         stack.wait_healthy()
         stack.start_agent()
         end = time.monotonic() + 180
-        stored_sql = ("SELECT count(*) FROM hosts h JOIN host_modules hm ON hm.host_id = h.id "
-                      "JOIN catalog_pieces cp ON cp.digest = hm.digest AND cp.complete WHERE h.id = %s")
+        stored_sql = (
+            "SELECT count(*) FROM hosts h JOIN host_modules hm ON hm.host_id = h.id "
+            "JOIN catalog_pieces cp ON cp.digest = hm.digest AND cp.complete WHERE h.id = %s"
+        )
         while not stack.query(stored_sql, hid)[0]:
             if time.monotonic() > end:
                 raise SystemExit("the agent's catalog was not stored within 180 s")
@@ -308,8 +370,11 @@ async def main() -> int:
         say(f"agent instances: {instances[0]}; batches held by the agent at the end: {still_held}")
         for g in timeline["gaps"]:
             say(f"gap: {g['start']} .. {g['end']}: {g['reason']} ({g['messages']} batches, {g['source']})")
-        print(f"chaos: {sent} batches sent, {stored} stored, {gaps} gaps shown, {max(r1, r2):.1f} s to recover, "
-              f"{bad} bad rows stored", flush=True)
+        print(
+            f"chaos: {sent} batches sent, {stored} stored, {gaps} gaps shown, {max(r1, r2):.1f} s to recover, "
+            f"{bad} bad rows stored",
+            flush=True,
+        )
         return 0
     finally:
         fake.stop = True

@@ -12,6 +12,7 @@ main-thread task. Last line:
   flame: N samples, S stacks, answer X ms, reply K KiB (G KiB gzip), drawn in D ms, longest task L ms
 followed by whether each figure meets its goal (answer+draw < 1 s, every task < 100 ms).
 """
+
 import asyncio
 import gzip
 import json
@@ -67,8 +68,9 @@ class CallGraph:
                 path.append(kids[min(len(kids) - 1, int(rng.paretovariate(1.5)) - 1)])
             frames = [(fn, 0x4 if k else rng.choice((0x4, 0x14, 0x24))) for k, fn in enumerate(reversed(path))]
             sid = stack_id((1, digest, fn, off) for fn, off in frames)
-            seen[sid] = pb.Stack(id=sid, frames=[pb.Frame(module=0, function_index=fn, offset=off)
-                                                 for fn, off in frames])
+            seen[sid] = pb.Stack(
+                id=sid, frames=[pb.Frame(module=0, function_index=fn, offset=off) for fn, off in frames]
+            )
         self.stacks = list(seen.values())
         self.weights = [1 / (k + 1) ** 0.9 for k in range(len(self.stacks))]
 
@@ -83,23 +85,58 @@ async def seed(backend: Backend, api: httpx.AsyncClient) -> tuple[str, int, int,
     host_id = f"flame-{uuid.uuid4().hex[:8]}"
     token = (await api.post("/api/v1/enrolment-tokens", json={"note": "bench/flame", "hours": 1})).json()["token"]
     creds = await enroll(f"127.0.0.1:{backend.enroll}", (backend.data / "tls" / "ca.pem").read_bytes(), host_id, token)
-    channel = grpc.aio.secure_channel(f"127.0.0.1:{backend.grpc}", grpc.ssl_channel_credentials(
-        root_certificates=creds.ca_pem, private_key=creds.key_pem, certificate_chain=creds.cert_pem))
+    channel = grpc.aio.secure_channel(
+        f"127.0.0.1:{backend.grpc}",
+        grpc.ssl_channel_credentials(
+            root_certificates=creds.ca_pem, private_key=creds.key_pem, certificate_chain=creds.cert_pem
+        ),
+    )
     call = pb_grpc.AgentServiceStub(channel).Connect()
     instance = uuid.uuid4().hex
-    await call.write(pb.AgentMessage(hello=pb.Hello(
-        host_id=host_id, hostname=host_id, kernel_release="6.18.0-bench", kernel_build_id=BUILD_ID, cpu_model="bench",
-        cpu_count=2, agent_version="bench", metric_interval_ms=1000, sample_frequency_hz=997, sample_event="cpu-clock",
-        instance_id=instance, clock_unix_ns=time.time_ns(),
-        modules=[pb.ModuleRef(name="vmlinux", digest=digest, base_address=KERNEL_BASE, function_count=len(fns),
-                              block_count=sum(len(f.blocks) for f in fns), build_id=BUILD_ID)],
-        targets=[pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED)])))
+    await call.write(
+        pb.AgentMessage(
+            hello=pb.Hello(
+                host_id=host_id,
+                hostname=host_id,
+                kernel_release="6.18.0-bench",
+                kernel_build_id=BUILD_ID,
+                cpu_model="bench",
+                cpu_count=2,
+                agent_version="bench",
+                metric_interval_ms=1000,
+                sample_frequency_hz=997,
+                sample_event="cpu-clock",
+                instance_id=instance,
+                clock_unix_ns=time.time_ns(),
+                modules=[
+                    pb.ModuleRef(
+                        name="vmlinux",
+                        digest=digest,
+                        base_address=KERNEL_BASE,
+                        function_count=len(fns),
+                        block_count=sum(len(f.blocks) for f in fns),
+                        build_id=BUILD_ID,
+                    )
+                ],
+                targets=[pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED)],
+            )
+        )
+    )
     welcome = await call.read()
     if welcome is grpc.aio.EOF:
         raise SystemExit("the stream ended before Welcome")
     for i in range(0, len(fns), 2000):
-        await call.write(pb.AgentMessage(catalog_chunk=pb.CatalogChunk(
-            digest=digest, module="vmlinux", seq=i // 2000, last=i + 2000 >= len(fns), functions=fns[i:i + 2000])))
+        await call.write(
+            pb.AgentMessage(
+                catalog_chunk=pb.CatalogChunk(
+                    digest=digest,
+                    module="vmlinux",
+                    seq=i // 2000,
+                    last=i + 2000 >= len(fns),
+                    functions=fns[i : i + 2000],
+                )
+            )
+        )
     acked = [0]
     progress = asyncio.Event()
 
@@ -143,14 +180,22 @@ async def seed(backend: Backend, api: httpx.AsyncClient) -> tuple[str, int, int,
             st.counts.add(stack_id=stack.id, pid=pid, comm=comm, cpu=cpu, count=n)
             idle += n if pid == 0 else 0
         sent += RATE - idle
-        batch = pb.MetricBatch(interval_start_unix_ns=(start_ms + sec * 1000) * 10**6, interval_ms=1000,
-                               total_samples=RATE, unmapped_samples=RATE, idle_samples=idle, idle_by_context=True,
-                               stacks=st)
+        batch = pb.MetricBatch(
+            interval_start_unix_ns=(start_ms + sec * 1000) * 10**6,
+            interval_ms=1000,
+            total_samples=RATE,
+            unmapped_samples=RATE,
+            idle_samples=idle,
+            idle_by_context=True,
+            stacks=st,
+        )
         await call.write(pb.AgentMessage(seq=seq, instance_id=instance, metrics=batch))
         await acked_up_to(seq - 200)  # at most 200 batches in flight
     await acked_up_to(seq)
-    say(f"sent {seq} one-second batches ({sent:,} samples without the idle task's, {len(defined):,} distinct "
-        f"stacks) in {time.monotonic() - t0:.0f} s")
+    say(
+        f"sent {seq} one-second batches ({sent:,} samples without the idle task's, {len(defined):,} distinct "
+        f"stacks) in {time.monotonic() - t0:.0f} s"
+    )
     reader.cancel()
     await channel.close()
     return host_id, start_ms, end_ms, sent
@@ -184,17 +229,37 @@ async def main() -> None:
         if fg["samples"] != sent:
             raise SystemExit(f"the flame graph counts {fg['samples']} samples, {sent} were sent")
         answer = sorted(times)[1]
-        say(f"answer {times[0]:.0f} ms first, {answer:.0f} ms median of 3; {len(fg['paths']['length']):,} paths, "
+        say(
+            f"answer {times[0]:.0f} ms first, {answer:.0f} ms median of 3; {len(fg['paths']['length']):,} paths, "
             f"{len(fg['frames']):,} frames; reply {len(body) / 1024:.0f} KiB, "
-            f"{len(gzip.compress(body, 6)) / 1024:.0f} KiB gzipped")
+            f"{len(gzip.compress(body, 6)) / 1024:.0f} KiB gzipped"
+        )
         await api.aclose()
         out = subprocess.run(  # noqa: ASYNC221 - nothing else runs meanwhile
             # Results in a folder of its own: Playwright empties its output folder when it starts.
-            ["npx", "playwright", "test", "--config", "playwright.bench.config.ts", "--no-deps", "--project=bench",
-             f"--output={data / 'playwright'}", "bench/flame.spec.ts"],
-            cwd=ROOT / "e2e", capture_output=True, text=True,
-            env=dict(os.environ, HOTPATH_E2E_URL=backend.url, HOTPATH_E2E_ADMIN_PASSWORD=password,
-                     HOTPATH_FLAME_HOST=host_id, HOTPATH_FLAME_FROM=iso(start_ms), HOTPATH_FLAME_TO=iso(end_ms)))
+            [
+                "npx",
+                "playwright",
+                "test",
+                "--config",
+                "playwright.bench.config.ts",
+                "--no-deps",
+                "--project=bench",
+                f"--output={data / 'playwright'}",
+                "bench/flame.spec.ts",
+            ],
+            cwd=ROOT / "e2e",
+            capture_output=True,
+            text=True,
+            env=dict(
+                os.environ,
+                HOTPATH_E2E_URL=backend.url,
+                HOTPATH_E2E_ADMIN_PASSWORD=password,
+                HOTPATH_FLAME_HOST=host_id,
+                HOTPATH_FLAME_FROM=iso(start_ms),
+                HOTPATH_FLAME_TO=iso(end_ms),
+            ),
+        )
         lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip().startswith("flame ")]
         for ln in lines:
             say(ln)
@@ -203,11 +268,15 @@ async def main() -> None:
             print(out.stdout[-4000:], out.stderr[-2000:], sep="\n", file=sys.stderr)
             raise SystemExit("the browser part failed")
         drawn, longest = (float(figures[k].split()[0]) for k in ("flame drawn", "flame longest task"))
-        verdict = (f"{'meets' if drawn < GOAL_MS else 'OVER'} the {GOAL_MS} ms goal, "
-                   f"longest task {'meets' if longest < TASK_MS else 'OVER'} the {TASK_MS} ms goal")
-        print(f"flame: {sent} samples, {len(fg['paths']['length'])} paths, answer {answer:.0f} ms, "
-              f"reply {len(body) / 1024:.0f} KiB ({len(gzip.compress(body, 6)) / 1024:.0f} KiB gzip), "
-              f"drawn in {drawn:.0f} ms, longest task {longest:.0f} ms ({verdict})")
+        verdict = (
+            f"{'meets' if drawn < GOAL_MS else 'OVER'} the {GOAL_MS} ms goal, "
+            f"longest task {'meets' if longest < TASK_MS else 'OVER'} the {TASK_MS} ms goal"
+        )
+        print(
+            f"flame: {sent} samples, {len(fg['paths']['length'])} paths, answer {answer:.0f} ms, "
+            f"reply {len(body) / 1024:.0f} KiB ({len(gzip.compress(body, 6)) / 1024:.0f} KiB gzip), "
+            f"drawn in {drawn:.0f} ms, longest task {longest:.0f} ms ({verdict})"
+        )
         done = True
     finally:
         if backend.proc is not None and backend.proc.returncode is None:

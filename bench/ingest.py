@@ -23,6 +23,7 @@ the largest N whose stored rate is at least 95 % of what the hosts sent and whos
     ingest: P points/s stored by one backend process, knee at N hosts, REST p99 X ms
 Ports: HOTPATH_INGEST_HTTP_PORT (8280) and HOTPATH_INGEST_GRPC_PORT (50251, enrolment on the next).
 """
+
 import asyncio
 import json
 import math
@@ -125,8 +126,9 @@ class Host:
             fns = [rng.randrange(FUNCTIONS) for _ in range(rng.randint(3, 12))]
             frames = [(f, 0x4 if k else rng.choice((0x4, 0x14, 0x24))) for k, f in enumerate(fns)]
             sid = stack_id((1, digest, f, off) for f, off in frames)
-            pool.append(pb.Stack(id=sid, frames=[pb.Frame(module=0, function_index=f, offset=off)
-                                                 for f, off in frames]))
+            pool.append(
+                pb.Stack(id=sid, frames=[pb.Frame(module=0, function_index=f, offset=off) for f, off in frames])
+            )
         self.defined: set[int] = set()
         for _ in range(8):
             b = pb.MetricBatch(interval_ms=1000, idle_by_context=True)
@@ -141,8 +143,15 @@ class Host:
                 idle += c if is_idle else 0
                 first = rng.randint(1, c)  # samples spread over up to two instructions of the block
                 offsets, counts = ([0, 4], [first, c - first]) if first < c else ([0], [c])
-                b.blocks.add(module_index=0, function_index=fi, block_offset=off, count=c, idle=is_idle,
-                             instruction_offsets=offsets, instruction_counts=counts)
+                b.blocks.add(
+                    module_index=0,
+                    function_index=fi,
+                    block_offset=off,
+                    count=c,
+                    idle=is_idle,
+                    instruction_offsets=offsets,
+                    instruction_counts=counts,
+                )
             b.total_samples = total + 50
             b.user_samples = 50
             b.idle_samples = idle
@@ -152,43 +161,94 @@ class Host:
         self.functions = functions
 
     async def connect(self, digest: str) -> None:
-        creds = grpc.ssl_channel_credentials(root_certificates=self.creds.ca_pem, private_key=self.creds.key_pem,
-                                             certificate_chain=self.creds.cert_pem)
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.creds.ca_pem, private_key=self.creds.key_pem, certificate_chain=self.creds.cert_pem
+        )
         self.channel = grpc.aio.secure_channel(f"127.0.0.1:{GRPC}", creds)
         self.call = pb_grpc.AgentServiceStub(self.channel).Connect()
         fns = self.functions
-        await self.call.write(pb.AgentMessage(hello=pb.Hello(
-            host_id=self.host_id, hostname=self.host_id, kernel_release="6.18.0-bench", kernel_build_id=BUILD_ID,
-            cpu_model="bench", cpu_count=2, agent_version="bench", metric_interval_ms=1000, sample_frequency_hz=997,
-            sample_event="cpu-clock", instance_id=self.instance, clock_unix_ns=time.time_ns(),
-            modules=[pb.ModuleRef(name="vmlinux", digest=digest, base_address=KERNEL_BASE,
-                                  function_count=len(fns), block_count=sum(len(f.blocks) for f in fns),
-                                  build_id=BUILD_ID)],
-            targets=[pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED)],
-            measurements=[self.measurement_info(digest)] if self.measuring else [])))
+        await self.call.write(
+            pb.AgentMessage(
+                hello=pb.Hello(
+                    host_id=self.host_id,
+                    hostname=self.host_id,
+                    kernel_release="6.18.0-bench",
+                    kernel_build_id=BUILD_ID,
+                    cpu_model="bench",
+                    cpu_count=2,
+                    agent_version="bench",
+                    metric_interval_ms=1000,
+                    sample_frequency_hz=997,
+                    sample_event="cpu-clock",
+                    instance_id=self.instance,
+                    clock_unix_ns=time.time_ns(),
+                    modules=[
+                        pb.ModuleRef(
+                            name="vmlinux",
+                            digest=digest,
+                            base_address=KERNEL_BASE,
+                            function_count=len(fns),
+                            block_count=sum(len(f.blocks) for f in fns),
+                            build_id=BUILD_ID,
+                        )
+                    ],
+                    targets=[pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED)],
+                    measurements=[self.measurement_info(digest)] if self.measuring else [],
+                )
+            )
+        )
         welcome = await self.call.read()
         if welcome is grpc.aio.EOF:
             raise SystemExit(f"{self.host_id}: the stream ended before Welcome")
         if welcome.welcome.missing_digests:
             for i in range(0, len(fns), 2000):
-                await self.call.write(pb.AgentMessage(catalog_chunk=pb.CatalogChunk(
-                    digest=digest, module="vmlinux", seq=i // 2000, last=i + 2000 >= len(fns),
-                    functions=fns[i:i + 2000])))
+                await self.call.write(
+                    pb.AgentMessage(
+                        catalog_chunk=pb.CatalogChunk(
+                            digest=digest,
+                            module="vmlinux",
+                            seq=i // 2000,
+                            last=i + 2000 >= len(fns),
+                            functions=fns[i : i + 2000],
+                        )
+                    )
+                )
         self.reader = asyncio.create_task(self.read_acks())
 
     def measurement_info(self, digest: str) -> "pb.MeasurementInfo":
-        plans = [pb.MetricPlan(metric=pb.METRIC_COUNT, available=True, label=pb.VALUE_LABEL_EXACT,
-                               mechanism="fentry", unit="calls"),
-                 pb.MetricPlan(metric=pb.METRIC_WALL_NS, available=True, label=pb.VALUE_LABEL_EXACT,
-                               mechanism="fentry+fexit", unit="ns")]
-        rows = [pb.MeasuredResource(digest=digest, function_index=i, kind=pb.RESOURCE_KIND_FUNCTION,
-                                    function=self.functions[i].name, address=KERNEL_BASE + self.functions[i].offset,
-                                    size=self.functions[i].size, metrics=plans) for i in range(MEASURE_ROWS)]
-        return pb.MeasurementInfo(measurement_id=f"m-{self.host_id}", target="kernel",
-                                  state=pb.MEASUREMENT_STATE_RUNNING, resources=rows, interval_ms=1000,
-                                  started_unix_ns=time.time_ns(), request=pb.StartMeasurement(
-                                      measurement_id=f"m-{self.host_id}", target="kernel",
-                                      metrics=["count", "wall"]))
+        plans = [
+            pb.MetricPlan(
+                metric=pb.METRIC_COUNT, available=True, label=pb.VALUE_LABEL_EXACT, mechanism="fentry", unit="calls"
+            ),
+            pb.MetricPlan(
+                metric=pb.METRIC_WALL_NS,
+                available=True,
+                label=pb.VALUE_LABEL_EXACT,
+                mechanism="fentry+fexit",
+                unit="ns",
+            ),
+        ]
+        rows = [
+            pb.MeasuredResource(
+                digest=digest,
+                function_index=i,
+                kind=pb.RESOURCE_KIND_FUNCTION,
+                function=self.functions[i].name,
+                address=KERNEL_BASE + self.functions[i].offset,
+                size=self.functions[i].size,
+                metrics=plans,
+            )
+            for i in range(MEASURE_ROWS)
+        ]
+        return pb.MeasurementInfo(
+            measurement_id=f"m-{self.host_id}",
+            target="kernel",
+            state=pb.MEASUREMENT_STATE_RUNNING,
+            resources=rows,
+            interval_ms=1000,
+            started_unix_ns=time.time_ns(),
+            request=pb.StartMeasurement(measurement_id=f"m-{self.host_id}", target="kernel", metrics=["count", "wall"]),
+        )
 
     async def read_acks(self) -> None:
         try:
@@ -227,14 +287,34 @@ class Host:
         self.sent[self.seq] = BLOCKS
         if self.measuring:
             self.seq += 1
-            values = [pb.ResourceValues(resource=r, exits=100 + r, values=[
-                pb.MetricValue(metric=pb.METRIC_COUNT, value=100 + r, total=100 + r, unit=0, label=1, mechanism=0),
-                pb.MetricValue(metric=pb.METRIC_WALL_NS, value=5e5 + r, total=500000 + r, unit=1, label=1,
-                               mechanism=1)]) for r in range(MEASURE_ROWS)]
-            mb = pb.AgentMessage(seq=self.seq, instance_id=self.instance, measurement=pb.MeasurementBatch(
-                measurement_id=f"m-{self.host_id}", interval_start_unix_ns=start_ns,
-                interval_end_unix_ns=start_ns + 10**9, state=pb.MEASUREMENT_STATE_RUNNING, resources=values,
-                units=["calls", "ns"], mechanisms=["fentry", "fentry+fexit"]))
+            values = [
+                pb.ResourceValues(
+                    resource=r,
+                    exits=100 + r,
+                    values=[
+                        pb.MetricValue(
+                            metric=pb.METRIC_COUNT, value=100 + r, total=100 + r, unit=0, label=1, mechanism=0
+                        ),
+                        pb.MetricValue(
+                            metric=pb.METRIC_WALL_NS, value=5e5 + r, total=500000 + r, unit=1, label=1, mechanism=1
+                        ),
+                    ],
+                )
+                for r in range(MEASURE_ROWS)
+            ]
+            mb = pb.AgentMessage(
+                seq=self.seq,
+                instance_id=self.instance,
+                measurement=pb.MeasurementBatch(
+                    measurement_id=f"m-{self.host_id}",
+                    interval_start_unix_ns=start_ns,
+                    interval_end_unix_ns=start_ns + 10**9,
+                    state=pb.MEASUREMENT_STATE_RUNNING,
+                    resources=values,
+                    units=["calls", "ns"],
+                    mechanisms=["fentry", "fentry+fexit"],
+                ),
+            )
             await self.call.write(mb)
             self.sent[self.seq] = MEASURE_ROWS * 3  # count, wall_ns, exits per row
             points += MEASURE_ROWS * 3
@@ -273,10 +353,14 @@ def probe_main(token: str, host_ids: list[str], out: str, rate: float) -> None:
     with open(out, "a") as f:
         while True:
             hid = rng.choice(host_ids) if host_ids else ""
-            path, params = rng.choice([("/api/v1/hosts", {}),
-                                       (f"/api/v1/hosts/{hid}/top-functions", {"window_s": 60, "limit": 50}),
-                                       (f"/api/v1/hosts/{hid}/timeline", {"window_s": 300}),
-                                       (f"/api/v1/hosts/{hid}/functions", {"q": "fn_001", "limit": 50})])
+            path, params = rng.choice(
+                [
+                    ("/api/v1/hosts", {}),
+                    (f"/api/v1/hosts/{hid}/top-functions", {"window_s": 60, "limit": 50}),
+                    (f"/api/v1/hosts/{hid}/timeline", {"window_s": 300}),
+                    (f"/api/v1/hosts/{hid}/functions", {"q": "fn_001", "limit": 50}),
+                ]
+            )
             t0 = time.perf_counter()
             try:
                 code = client.get(path, params=params).status_code
@@ -302,16 +386,28 @@ def percentile(values: list[float], q: float) -> float:
 
 async def main() -> None:
     data = Path(tempfile.mkdtemp(prefix="hotpath-ingest-"))
-    env = dict(os.environ, HOTPATH_DATA_DIR=str(data), HOTPATH_HTTP_PORT=str(HTTP), HOTPATH_GRPC_PORT=str(GRPC),
-               HOTPATH_HTTP_HOST="127.0.0.1", HOTPATH_GRPC_HOST="127.0.0.1", HOTPATH_LOG_LEVEL="WARNING",
-               HOTPATH_AGENT_STREAMS_PER_PEER="1000")
+    env = dict(
+        os.environ,
+        HOTPATH_DATA_DIR=str(data),
+        HOTPATH_HTTP_PORT=str(HTTP),
+        HOTPATH_GRPC_PORT=str(GRPC),
+        HOTPATH_HTTP_HOST="127.0.0.1",
+        HOTPATH_GRPC_HOST="127.0.0.1",
+        HOTPATH_LOG_LEVEL="WARNING",
+        HOTPATH_AGENT_STREAMS_PER_PEER="1000",
+    )
     env.pop("DATABASE_URL", None)
     log = open(data / "backend.log", "ab")  # noqa: SIM115, ASYNC230 - the child keeps it
     # HOTPATH_INGEST_PROFILE=FILE: run the backend under cProfile (stats written to FILE when it stops).
     profile = os.environ.get("HOTPATH_INGEST_PROFILE")
     prof = ["-m", "cProfile", "-o", profile] if profile else []
-    backend = subprocess.Popen([sys.executable, *prof, "-m", "app"],  # noqa: ASYNC220 - before any load
-                               cwd=ROOT / "backend", env=env, stdout=log, stderr=log)
+    backend = subprocess.Popen(  # noqa: ASYNC220 - before any load
+        [sys.executable, *prof, "-m", "app"],
+        cwd=ROOT / "backend",
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
     probe = None
     try:
         for _ in range(600):
@@ -331,9 +427,11 @@ async def main() -> None:
         ca = (data / "tls" / "ca.pem").read_bytes()
         fns = kernel_functions(FUNCTIONS)
         digest = piece_digest(BUILD_ID, "vmlinux", KERNEL_BASE, fns)
-        say(f"backend pid {backend.pid}; catalog of {FUNCTIONS} functions ({digest[:12]}); {BLOCKS} blocks per "
+        say(
+            f"backend pid {backend.pid}; catalog of {FUNCTIONS} functions ({digest[:12]}); {BLOCKS} blocks per "
             f"interval with idle context and instruction counts, {STACKS} stack rows per interval, "
-            f"{MEASURE_ROWS}-row measurement on every fourth host; REST {REST_RATE:g}/s")
+            f"{MEASURE_ROWS}-row measurement on every fourth host; REST {REST_RATE:g}/s"
+        )
         hosts: list[Host] = []
         offered = [0]
         stop = asyncio.Event()
@@ -351,8 +449,17 @@ async def main() -> None:
                 if len(hosts) % 20 == 0 or len(hosts) == n:
                     say(f"{len(hosts)} hosts connected")
             if probe is None:
-                probe = subprocess.Popen([sys.executable, __file__, "--probe", token,  # noqa: ASYNC220
-                                          str(probe_out), str(REST_RATE), *[h.host_id for h in hosts[:10]]])
+                probe = subprocess.Popen(  # noqa: ASYNC220
+                    [
+                        sys.executable,
+                        __file__,
+                        "--probe",
+                        token,
+                        str(probe_out),
+                        str(REST_RATE),
+                        *[h.host_id for h in hosts[:10]],
+                    ]
+                )
             await asyncio.sleep(WARM_S)
             pg = postgres_pids(data / "pgdata")  # connections opened since the last step count too
             a0 = sum(h.acked_points for h in hosts)
@@ -375,9 +482,11 @@ async def main() -> None:
             per_core = stored / cores if cores > 0 else 0
             results.append((n, stored, sent, p99, cores, per_core))
             share = stored / max(sent, 1)
-            say(f"{n:4d} hosts: sent {sent:9.0f} points/s, stored {stored:9.0f} points/s ({share:.0%}), "
+            say(
+                f"{n:4d} hosts: sent {sent:9.0f} points/s, stored {stored:9.0f} points/s ({share:.0%}), "
                 f"backend {cores:.2f} cores ({per_core:,.0f} points/s per core), Postgres {pg_cores:.2f} cores, "
-                f"REST p50 {ms(p50)} p99 {ms(p99)} ({len(lat)} requests)")
+                f"REST p50 {ms(p50)} p99 {ms(p99)} ({len(lat)} requests)"
+            )
             if stored < 0.8 * sent or p99 > 2000:
                 say("saturated; stopping the ramp")
                 break
@@ -387,14 +496,18 @@ async def main() -> None:
         ok_rate = [r for r in results if r[1] >= 0.95 * r[2]]
         knee = good[-1] if good else (ok_rate[0] if ok_rate else results[0])
         best = max(results, key=lambda r: r[1])
-        say(f"highest stored rate: {best[1]:,.0f} points/s at {best[0]} hosts (REST p99 {ms(best[3])}); "
-            f"at the knee the backend used {knee[4]:.2f} cores: {knee[5]:,.0f} points/s per backend core")
+        say(
+            f"highest stored rate: {best[1]:,.0f} points/s at {best[0]} hosts (REST p99 {ms(best[3])}); "
+            f"at the knee the backend used {knee[4]:.2f} cores: {knee[5]:,.0f} points/s per backend core"
+        )
         for h in hosts:
             if h.channel is not None:
                 await h.channel.close()
         await api.aclose()
-        print(f"ingest: {knee[1]:.0f} points/s stored by one backend process, knee at {knee[0]} hosts, "
-              f"REST p99 {ms(knee[3])}")
+        print(
+            f"ingest: {knee[1]:.0f} points/s stored by one backend process, knee at {knee[0]} hosts, "
+            f"REST p99 {ms(knee[3])}"
+        )
     finally:
         if probe is not None:
             probe.kill()

@@ -3,7 +3,7 @@
 # Run every linter and formatter check of the project, each as one test case, and end with one
 # "N passed, N failed" line (scripts/test.sh runs this as its "lint" suite).
 #   agent     clang-format (agent/.clang-format); cppcheck's warning and portability checks (agent/Makefile)
-#   python    ruff (lint and import order) and mypy (types), configured in backend/pyproject.toml, over the
+#   python    ruff (lint, import order and format --check) and mypy (strict types), configured in backend/pyproject.toml, over the
 #             backend, its tests, the agent's Python stream tests, the Python benchmarks and the kernel
 #             lane's checks; import-linter (lint-imports): the layers of backend/app and no import cycles
 #             between the modules of a package, also configured in backend/pyproject.toml
@@ -30,6 +30,8 @@ check "agent: clang-format" make -s -C agent lint
 check "agent: cppcheck" make -s -C agent cppcheck
 py=backend/.venv/bin
 check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench e2e/kernel-lane
+check "python: ruff format" "$py/ruff" format --check --config backend/pyproject.toml backend agent/tests/python bench \
+	e2e/kernel-lane
 check "python: mypy" bash -c "cd backend && .venv/bin/mypy"
 check "python: layers" bash -c "cd backend && .venv/bin/lint-imports --no-cache"
 check "console: eslint" bash -c 'cd frontend && npx eslint --max-warnings 0 .'

@@ -7,6 +7,7 @@ serves HTTP (uvicorn) and the agents' gRPC server in one event loop until SIGTER
 stops cleanly: agent streams closed, servers stopped, and the embedded Postgres stopped if this
 process started it (a watchdog stops it too if this process is killed).
 """
+
 import asyncio
 import logging
 import signal
@@ -18,8 +19,9 @@ from app.server import Prepared, build_runtime, prepare, serve
 
 def main() -> int:
     settings = get_settings()
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     # pgserver narrates every pg_ctl call at INFO; keep only its warnings.
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     log = logging.getLogger("hotpath")

@@ -4,6 +4,7 @@ session factory, signing key, the certificate authority, this replica's id, the 
 registry of connected agents, the commands service, the ingest writer, the replicas' bus and the
 backend's own metrics.
 Routes reach it through `request.app.state.runtime`; tests build their own."""
+
 import asyncio
 from dataclasses import dataclass, field
 

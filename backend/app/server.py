@@ -10,6 +10,7 @@ partitions) and rollup tasks, and the embedded Postgres's supervisor, until `sto
 Presence comes from live streams: at start this replica marks offline every host whose stream it
 held (they reconnect within seconds), and staged catalog uploads a stopped backend left are removed.
 """
+
 import asyncio
 import logging
 import os
@@ -90,10 +91,19 @@ def ensure_admin(url: str, password_file: Path) -> None:
             if exists:
                 return
             password = read_or_create_secret(password_file, lambda: secrets.token_urlsafe(12))
-            conn.execute(text("INSERT INTO users (id, username, password_hash, role) "
-                              "VALUES (gen_random_uuid(), 'admin', :p, 'admin')"), {"p": hash_password(password)})
-            conn.execute(text("INSERT INTO audit_log (actor, action, target, detail) "
-                              "VALUES ('system', 'user_created', 'admin', '{\"role\": \"admin\"}'::jsonb)"))
+            conn.execute(
+                text(
+                    "INSERT INTO users (id, username, password_hash, role) "
+                    "VALUES (gen_random_uuid(), 'admin', :p, 'admin')"
+                ),
+                {"p": hash_password(password)},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO audit_log (actor, action, target, detail) "
+                    "VALUES ('system', 'user_created', 'admin', '{\"role\": \"admin\"}'::jsonb)"
+                )
+            )
         os.chmod(password_file, 0o600)
         log.info("created user 'admin'; its password is in %s", password_file)
     finally:
@@ -115,18 +125,32 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
     writer = IngestWriter(engine, on_commit=committed)
     hosts.set_clock_skew(settings.max_clock_skew_s)
     metrics.bind(lambda: len(agents.sessions), lambda: hub.subscriber_count)
-    return Runtime(settings=settings, engine=engine, sessionmaker=sessionmaker, secret_key=prepared.secret_key,
-                   pki=prepared.pki, replica_id=replica, hub=hub, metrics=metrics, agents=agents, commands=commands,
-                   plans=plans, writer=writer, database_url=prepared.database_url)
+    return Runtime(
+        settings=settings,
+        engine=engine,
+        sessionmaker=sessionmaker,
+        secret_key=prepared.secret_key,
+        pki=prepared.pki,
+        replica_id=replica,
+        hub=hub,
+        metrics=metrics,
+        agents=agents,
+        commands=commands,
+        plans=plans,
+        writer=writer,
+        database_url=prepared.database_url,
+    )
 
 
 async def reset_presence(runtime: Runtime) -> None:
     """Mark offline the hosts whose streams this replica held before it (re)started, and drop catalog
     uploads that a stopped backend left half done."""
     async with runtime.engine.begin() as conn:
-        result = await conn.execute(text("""
+        result = await conn.execute(
+            text("""
             UPDATE hosts SET online = false WHERE online AND (replica = :r OR replica IS NULL)"""),
-            {"r": runtime.replica_id})
+            {"r": runtime.replica_id},
+        )
     if result.rowcount:
         log.info("marked %d host(s) offline until their agents reconnect", result.rowcount)
     stale = await catalog.discard_stale_uploads(runtime.engine, older_than_s=0)
@@ -136,9 +160,13 @@ async def reset_presence(runtime: Runtime) -> None:
 
 async def maintain_series(runtime: Runtime) -> int:
     settings = runtime.settings
-    return await samples.maintain(runtime.engine, settings.sample_retention_hours, settings.rollup_retention_hours,
-                                  audit_retention_days=settings.audit_retention_days,
-                                  stack_retention_hours=settings.stack_retention_hours)
+    return await samples.maintain(
+        runtime.engine,
+        settings.sample_retention_hours,
+        settings.rollup_retention_hours,
+        audit_retention_days=settings.audit_retention_days,
+        stack_retention_hours=settings.stack_retention_hours,
+    )
 
 
 async def retention_loop(runtime: Runtime) -> None:
@@ -149,8 +177,10 @@ async def retention_loop(runtime: Runtime) -> None:
         try:
             await maintain_series(runtime)
         except Exception:  # noqa: BLE001 - try again next round
-            log.warning("retention pass failed (the database may be restarting); next round in %g s",
-                        settings.retention_interval_s)
+            log.warning(
+                "retention pass failed (the database may be restarting); next round in %g s",
+                settings.retention_interval_s,
+            )
 
 
 async def rollup_loop(runtime: Runtime) -> None:
@@ -160,8 +190,9 @@ async def rollup_loop(runtime: Runtime) -> None:
         try:
             await samples.roll_up(runtime.engine, lag_s=settings.rollup_lag_s)
         except Exception:  # noqa: BLE001 - try again next round
-            log.warning("rollup pass failed (the database may be restarting); next round in %g s",
-                        settings.rollup_interval_s)
+            log.warning(
+                "rollup pass failed (the database may be restarting); next round in %g s", settings.rollup_interval_s
+            )
 
 
 async def start_background(runtime: Runtime) -> list[asyncio.Task[None]]:
@@ -208,8 +239,12 @@ async def start_background(runtime: Runtime) -> list[asyncio.Task[None]]:
     hub.fanout = fanout
     hub.announce = announce
     runtime.commands.start()
-    return [asyncio.create_task(retention_loop(runtime)), asyncio.create_task(rollup_loop(runtime)),
-            asyncio.create_task(refresh_interest()), asyncio.create_task(runtime.plans.reconcile_loop())]
+    return [
+        asyncio.create_task(retention_loop(runtime)),
+        asyncio.create_task(rollup_loop(runtime)),
+        asyncio.create_task(refresh_interest()),
+        asyncio.create_task(runtime.plans.reconcile_loop()),
+    ]
 
 
 async def _notify(runtime: Runtime, payload: str) -> None:
@@ -259,16 +294,29 @@ def http_config(runtime: Runtime, app: FastAPI, settings: Settings, port: int) -
     and the audit log see."""
     tls: dict[str, Any] = {}
     if settings.https:
-        tls = {"ssl_certfile": str(settings.https_cert_file or runtime.pki.server_cert_file),
-               "ssl_keyfile": str(settings.https_key_file or runtime.pki.server_key_file)}
+        tls = {
+            "ssl_certfile": str(settings.https_cert_file or runtime.pki.server_cert_file),
+            "ssl_keyfile": str(settings.https_key_file or runtime.pki.server_key_file),
+        }
     proxies = settings.trusted_proxy_list
-    return uvicorn.Config(app, host=settings.http_host, port=port, log_level="warning", ws_ping_interval=None,
-                          lifespan="off", limit_concurrency=1000, h11_max_incomplete_event_size=64 * 1024,
-                          proxy_headers=bool(proxies), forwarded_allow_ips=proxies or [], **tls)
+    return uvicorn.Config(
+        app,
+        host=settings.http_host,
+        port=port,
+        log_level="warning",
+        ws_ping_interval=None,
+        lifespan="off",
+        limit_concurrency=1000,
+        h11_max_incomplete_event_size=64 * 1024,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or [],
+        **tls,
+    )
 
 
-async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_port: int | None = None) \
-        -> tuple[grpc.aio.Server, "_Uvicorn", asyncio.Task[None], int, int]:
+async def start_servers(
+    runtime: Runtime, http_port: int | None = None, grpc_port: int | None = None
+) -> tuple[grpc.aio.Server, "_Uvicorn", asyncio.Task[None], int, int]:
     """Start the gRPC and HTTP servers; returns (grpc server, uvicorn server, http task, grpc port, http port).
     The enrolment port is in runtime.enroll_port."""
     settings = runtime.settings
@@ -276,12 +324,18 @@ async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_por
     enroll = settings.enroll_port or (port + 1 if port else 0)
     await reset_presence(runtime)
     runtime.background = await start_background(runtime)
-    grpc_server, bound, enroll_bound = create_grpc_server(runtime, f"{settings.grpc_host}:{port}",
-                                                          f"{settings.grpc_host}:{enroll}")
+    grpc_server, bound, enroll_bound = create_grpc_server(
+        runtime, f"{settings.grpc_host}:{port}", f"{settings.grpc_host}:{enroll}"
+    )
     await grpc_server.start()
     runtime.enroll_port = enroll_bound
-    log.info("listening for agents on %s:%d (mutual TLS) and for enrolment on %s:%d (TLS)", settings.grpc_host,
-             bound, settings.grpc_host, enroll_bound)
+    log.info(
+        "listening for agents on %s:%d (mutual TLS) and for enrolment on %s:%d (TLS)",
+        settings.grpc_host,
+        bound,
+        settings.grpc_host,
+        enroll_bound,
+    )
     app = create_app(runtime, settings.static_dir)
     config = http_config(runtime, app, settings, settings.http_port if http_port is None else http_port)
     http = _Uvicorn(config)
@@ -292,14 +346,19 @@ async def start_servers(runtime: Runtime, http_port: int | None = None, grpc_por
             raise RuntimeError("the HTTP server stopped during start-up")
         await asyncio.sleep(0.02)
     http_port = http.servers[0].sockets[0].getsockname()[1]
-    log.info("serving the API%s on %s://%s:%d/", " and console" if settings.static_dir and
-             (settings.static_dir / "index.html").is_file() else "", "https" if settings.https else "http",
-             settings.http_host, http_port)
+    log.info(
+        "serving the API%s on %s://%s:%d/",
+        " and console" if settings.static_dir and (settings.static_dir / "index.html").is_file() else "",
+        "https" if settings.https else "http",
+        settings.http_host,
+        http_port,
+    )
     return grpc_server, http, http_task, bound, http_port
 
 
-async def stop_servers(runtime: Runtime, grpc_server: grpc.aio.Server, http: "_Uvicorn",
-                       http_task: asyncio.Task[None]) -> None:
+async def stop_servers(
+    runtime: Runtime, grpc_server: grpc.aio.Server, http: "_Uvicorn", http_task: asyncio.Task[None]
+) -> None:
     await runtime.agents.close_all()
     await grpc_server.stop(grace=2)
     await stop_background(runtime, runtime.background)

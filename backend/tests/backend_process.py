@@ -2,6 +2,7 @@
 """Backends as real processes for the tests that need them (crash recovery, replicas): `python -m app`
 on free ports with a data folder of its own, and a fixture that never leaves one (or its Postgres)
 running, whatever failed."""
+
 import asyncio
 import os
 import signal
@@ -38,14 +39,21 @@ class Backend:
         self.url = f"{'https' if https else 'http'}://127.0.0.1:{self.http}"
 
     async def start(self) -> None:
-        env = dict(os.environ, HOTPATH_DATA_DIR=str(self.data), HOTPATH_HTTP_PORT=str(self.http),
-                   HOTPATH_GRPC_PORT=str(self.grpc), HOTPATH_ENROLL_PORT=str(self.enroll),
-                   HOTPATH_HTTP_HOST="127.0.0.1", HOTPATH_GRPC_HOST="127.0.0.1",
-                   HOTPATH_HTTPS="1" if self.https else "0")
+        env = dict(
+            os.environ,
+            HOTPATH_DATA_DIR=str(self.data),
+            HOTPATH_HTTP_PORT=str(self.http),
+            HOTPATH_GRPC_PORT=str(self.grpc),
+            HOTPATH_ENROLL_PORT=str(self.enroll),
+            HOTPATH_HTTP_HOST="127.0.0.1",
+            HOTPATH_GRPC_HOST="127.0.0.1",
+            HOTPATH_HTTPS="1" if self.https else "0",
+        )
         env.pop("DATABASE_URL", None)
         log = open(self.data / "backend.log", "ab")  # noqa: SIM115, ASYNC230 - the child keeps it
-        self.proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "app", cwd=BACKEND_DIR, env=env,
-                                                         stdout=log, stderr=log)
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app", cwd=BACKEND_DIR, env=env, stdout=log, stderr=log
+        )
         _started.append(self.proc)
         await self.wait_health(200, 120)
 

@@ -2,6 +2,7 @@
 """Test fixtures: ONE real Postgres per test session (embedded pgserver in a temporary folder, or the
 server at DATABASE_URL), a database migrated with Alembic, and the real backend — HTTP and gRPC servers
 on free loopback ports in the session's event loop — exactly as `python -m app` assembles it."""
+
 import os
 import secrets
 import shutil
@@ -64,14 +65,24 @@ def data_dir():
 @pytest.fixture(scope="session")
 async def backend(database_url, data_dir):
     """The running backend: its runtime, HTTP base URL and gRPC target."""
-    settings = Settings(data_dir=data_dir, http_host="127.0.0.1", http_port=0, grpc_host="127.0.0.1", grpc_port=0,
-                        command_timeout_s=3.0, ws_ping_interval_s=20.0, database_url=database_url,
-                        # Every test signs in and enrols from 127.0.0.1: the per-address limits are tested
-                        # on their own.
-                        login_attempts_per_minute=100_000, enrolment_requests_per_minute=100_000)
+    settings = Settings(
+        data_dir=data_dir,
+        http_host="127.0.0.1",
+        http_port=0,
+        grpc_host="127.0.0.1",
+        grpc_port=0,
+        command_timeout_s=3.0,
+        ws_ping_interval_s=20.0,
+        database_url=database_url,
+        # Every test signs in and enrols from 127.0.0.1: the per-address limits are tested
+        # on their own.
+        login_attempts_per_minute=100_000,
+        enrolment_requests_per_minute=100_000,
+    )
     ensure_admin(database_url, data_dir / "admin-password")
-    prepared = Prepared(database_url=database_url, secret_key=secrets.token_bytes(32),
-                        pki=pki.load_or_create(data_dir / "tls"))
+    prepared = Prepared(
+        database_url=database_url, secret_key=secrets.token_bytes(32), pki=pki.load_or_create(data_dir / "tls")
+    )
     runtime = build_runtime(settings, prepared)
     grpc_server, http, http_task, grpc_port, http_port = await start_servers(runtime)
 
@@ -85,8 +96,9 @@ async def backend(database_url, data_dir):
 
         async def credentials(self, host_id: str) -> Credentials:
             """Enrol `host_id` with a fresh one-time token for it, as an agent would."""
-            return await enroll(self.enroll_target, self.ca_pem, host_id,
-                                await new_token(self.runtime, host_id=host_id))
+            return await enroll(
+                self.enroll_target, self.ca_pem, host_id, await new_token(self.runtime, host_id=host_id)
+            )
 
         async def agent(self, host_id: str, **kwargs) -> ScriptedAgent:
             """A fake agent for `host_id`, enrolled and ready to connect."""
@@ -119,8 +131,9 @@ async def admin_token(backend) -> str:
 @pytest.fixture
 async def client(backend, admin_token):
     """An HTTP client signed in as admin."""
-    async with httpx.AsyncClient(base_url=backend.base_url, timeout=30,
-                                 headers={"Authorization": f"Bearer {admin_token}"}) as c:
+    async with httpx.AsyncClient(
+        base_url=backend.base_url, timeout=30, headers={"Authorization": f"Bearer {admin_token}"}
+    ) as c:
         yield c
 
 

@@ -15,6 +15,7 @@ InstallPlan and RevertPlan as an agent that checks the approved hash would (a co
 kept answer, as from the real agent's result store; answers may be lost on request). The real agent is exercised by its
 own stream test, the browser tests and bench/chaos.
 """
+
 import asyncio
 import hashlib
 import json
@@ -50,22 +51,45 @@ def kernel_functions(count: int) -> list["pb.Function"]:
         size = 0x30 + (i % 7) * 0x10
         third = size - 0x20
         blocks = [
-            pb.Block(offset=0, size=0x10, instruction_count=4, successors=[
-                pb.Successor(kind=pb.SUCCESSOR_KIND_FALLTHROUGH, target=0x10),
-                pb.Successor(kind=pb.SUCCESSOR_KIND_TAKEN, target=0x20)]),
-            pb.Block(offset=0x10, size=0x10, instruction_count=3, successors=[
-                pb.Successor(kind=pb.SUCCESSOR_KIND_FALLTHROUGH, target=0x20)]),
-            pb.Block(offset=0x20, size=third, instruction_count=2, successors=[
-                pb.Successor(kind=pb.SUCCESSOR_KIND_RETURN)]),
+            pb.Block(
+                offset=0,
+                size=0x10,
+                instruction_count=4,
+                successors=[
+                    pb.Successor(kind=pb.SUCCESSOR_KIND_FALLTHROUGH, target=0x10),
+                    pb.Successor(kind=pb.SUCCESSOR_KIND_TAKEN, target=0x20),
+                ],
+            ),
+            pb.Block(
+                offset=0x10,
+                size=0x10,
+                instruction_count=3,
+                successors=[pb.Successor(kind=pb.SUCCESSOR_KIND_FALLTHROUGH, target=0x20)],
+            ),
+            pb.Block(
+                offset=0x20, size=third, instruction_count=2, successors=[pb.Successor(kind=pb.SUCCESSOR_KIND_RETURN)]
+            ),
         ]
         calls = []
         if i == 0:
             del blocks[2].successors[:]
-            blocks[2].successors.append(pb.Successor(kind=pb.SUCCESSOR_KIND_TAIL_CALL, target=0,
-                                                     target_name="ksys_read", target_module="vmlinux"))
+            blocks[2].successors.append(
+                pb.Successor(
+                    kind=pb.SUCCESSOR_KIND_TAIL_CALL, target=0, target_name="ksys_read", target_module="vmlinux"
+                )
+            )
             calls = [pb.Call(site_offset=0x8, target=0, target_name="__x64_sys_read", target_module="vmlinux")]
-        out.append(pb.Function(index=i, name=name, offset=offset, size=size, blocks=blocks, calls=calls,
-                               indirect_call_sites=[0xC] if i == 0 else []))
+        out.append(
+            pb.Function(
+                index=i,
+                name=name,
+                offset=offset,
+                size=size,
+                blocks=blocks,
+                calls=calls,
+                indirect_call_sites=[0xC] if i == 0 else [],
+            )
+        )
         offset += size
     # Absolute targets on this host for the tail call and the call of function 0.
     out[0].blocks[2].successors[0].target = KERNEL_BASE + out[1].offset
@@ -74,9 +98,20 @@ def kernel_functions(count: int) -> list["pb.Function"]:
 
 
 def module_functions(count: int) -> list["pb.Function"]:
-    return [pb.Function(index=i, name=f"mod_fn_{i}", offset=0x100 * i, size=0x40, blocks=[
-        pb.Block(offset=0, size=0x40, instruction_count=5, successors=[pb.Successor(kind=pb.SUCCESSOR_KIND_RETURN)])])
-        for i in range(count)]
+    return [
+        pb.Function(
+            index=i,
+            name=f"mod_fn_{i}",
+            offset=0x100 * i,
+            size=0x40,
+            blocks=[
+                pb.Block(
+                    offset=0, size=0x40, instruction_count=5, successors=[pb.Successor(kind=pb.SUCCESSOR_KIND_RETURN)]
+                )
+            ],
+        )
+        for i in range(count)
+    ]
 
 
 PROCESS_BASE = 0x555555554000
@@ -88,14 +123,37 @@ def process_functions(count: int = 6) -> list["pb.Function"]:
     """A fake process's executable: functions of 3 blocks (entry, body, exit), like the kernel's."""
     out = []
     for i in range(count):
-        out.append(pb.Function(index=i, name=f"srv_fn_{i}", offset=0x1000 + 0x100 * i, size=0x40, blocks=[
-            pb.Block(offset=0, size=0x10, instruction_count=3, successors=[
-                pb.Successor(kind=pb.SUCCESSOR_KIND_FALLTHROUGH, target=0x10),
-                pb.Successor(kind=pb.SUCCESSOR_KIND_TAKEN, target=0x20)]),
-            pb.Block(offset=0x10, size=0x10, instruction_count=2, successors=[
-                pb.Successor(kind=pb.SUCCESSOR_KIND_FALLTHROUGH, target=0x20)]),
-            pb.Block(offset=0x20, size=0x20, instruction_count=4, successors=[
-                pb.Successor(kind=pb.SUCCESSOR_KIND_RETURN)])]))
+        out.append(
+            pb.Function(
+                index=i,
+                name=f"srv_fn_{i}",
+                offset=0x1000 + 0x100 * i,
+                size=0x40,
+                blocks=[
+                    pb.Block(
+                        offset=0,
+                        size=0x10,
+                        instruction_count=3,
+                        successors=[
+                            pb.Successor(kind=pb.SUCCESSOR_KIND_FALLTHROUGH, target=0x10),
+                            pb.Successor(kind=pb.SUCCESSOR_KIND_TAKEN, target=0x20),
+                        ],
+                    ),
+                    pb.Block(
+                        offset=0x10,
+                        size=0x10,
+                        instruction_count=2,
+                        successors=[pb.Successor(kind=pb.SUCCESSOR_KIND_FALLTHROUGH, target=0x20)],
+                    ),
+                    pb.Block(
+                        offset=0x20,
+                        size=0x20,
+                        instruction_count=4,
+                        successors=[pb.Successor(kind=pb.SUCCESSOR_KIND_RETURN)],
+                    ),
+                ],
+            )
+        )
     return out
 
 
@@ -116,11 +174,14 @@ class Credentials:
 def make_csr(host_id: str, common_name: str | None = None) -> tuple[bytes, str]:
     """A fresh P-256 key and a CSR for it; returns (key PEM, CSR PEM)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    csr = (x509.CertificateSigningRequestBuilder()
-           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or host_id)]))
-           .sign(key, hashes.SHA256()))
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or host_id)]))
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return key_pem, csr.public_bytes(serialization.Encoding.PEM).decode()
 
 
@@ -131,21 +192,37 @@ async def new_token(runtime, note: str = "scripted agent", host_id: str | None =
     return secret
 
 
-async def enroll(enroll_target: str, ca_pem: bytes, host_id: str, token: str, hostname: str | None = None,
-                 csr: tuple[bytes, str] | None = None) -> Credentials:
+async def enroll(
+    enroll_target: str,
+    ca_pem: bytes,
+    host_id: str,
+    token: str,
+    hostname: str | None = None,
+    csr: tuple[bytes, str] | None = None,
+) -> Credentials:
     """Enrol like an agent: EnrollRequest over server-authenticated TLS; returns the credentials."""
     key_pem, csr_pem = csr or make_csr(host_id)
     async with grpc.aio.secure_channel(enroll_target, grpc.ssl_channel_credentials(root_certificates=ca_pem)) as ch:
         stub = pb_grpc.AgentServiceStub(ch)
-        reply = await stub.Enroll(pb.EnrollRequest(host_id=host_id, hostname=hostname or f"host-{host_id}",
-                                                   token=token, csr_pem=csr_pem), timeout=20)
+        reply = await stub.Enroll(
+            pb.EnrollRequest(host_id=host_id, hostname=hostname or f"host-{host_id}", token=token, csr_pem=csr_pem),
+            timeout=20,
+        )
     return Credentials(key_pem=key_pem, cert_pem=reply.certificate_pem.encode(), ca_pem=reply.ca_pem.encode())
 
 
 class ScriptedAgent:
-    def __init__(self, target: str, credentials: Credentials | None, host_id: str, hostname: str | None = None,
-                 modules: list[tuple[str, int, list]] | None = None, chunk_size: int = 500,
-                 kernel_tag: str = "build-1", process_build_id: str = PROCESS_BUILD_ID) -> None:
+    def __init__(
+        self,
+        target: str,
+        credentials: Credentials | None,
+        host_id: str,
+        hostname: str | None = None,
+        modules: list[tuple[str, int, list]] | None = None,
+        chunk_size: int = 500,
+        kernel_tag: str = "build-1",
+        process_build_id: str = PROCESS_BUILD_ID,
+    ) -> None:
         self.target, self.credentials, self.host_id = target, credentials, host_id
         self.hostname = hostname or f"host-{host_id}"
         self.build_id = build_id_of(kernel_tag)
@@ -155,8 +232,9 @@ class ScriptedAgent:
         if modules is None:
             modules = [("vmlinux", KERNEL_BASE, kernel_functions(50)), ("hotmod", MODULE_BASE, module_functions(4))]
         core_base = modules[0][1] if modules else 0
-        self.modules = [(name, base, fns, piece_digest(self.build_id, name, core_base, fns))
-                        for name, base, fns in modules]
+        self.modules = [
+            (name, base, fns, piece_digest(self.build_id, name, core_base, fns)) for name, base, fns in modules
+        ]
         self.chunk_size = chunk_size
         self.channel: grpc.aio.Channel | None = None
         self.call = None
@@ -169,8 +247,12 @@ class ScriptedAgent:
         # piece no other test stored passes its own.
         fns = process_functions()
         self.process_build_id = process_build_id
-        self.process = (PROCESS_MODULE, PROCESS_BASE, fns,
-                        piece_digest("elf:" + process_build_id, PROCESS_MODULE, PROCESS_BASE, fns))
+        self.process = (
+            PROCESS_MODULE,
+            PROCESS_BASE,
+            fns,
+            piece_digest("elf:" + process_build_id, PROCESS_MODULE, PROCESS_BASE, fns),
+        )
         self.targets: dict[str, pb.Target] = {}
         self.measurements: dict[str, pb.MeasurementInfo] = {}
         self.hold: asyncio.Event | None = None  # commands report progress and wait for it when set
@@ -197,30 +279,52 @@ class ScriptedAgent:
 
     def hello(self) -> "pb.Hello":
         return pb.Hello(
-            host_id=self.host_id, hostname=self.hostname, kernel_release="6.18.0-test", kernel_build_id=self.build_id,
-            cpu_model="Test CPU @ 2.0GHz", cpu_count=2,
+            host_id=self.host_id,
+            hostname=self.hostname,
+            kernel_release="6.18.0-test",
+            kernel_build_id=self.build_id,
+            cpu_model="Test CPU @ 2.0GHz",
+            cpu_count=2,
             l1i=pb.CacheGeometry(size_bytes=32768, line_bytes=64, ways=8),
-            capabilities=[pb.Capability(name="kernel_text_read", available=True, detail="bpf_probe_read_kernel"),
-                          pb.Capability(name="hardware_pmu", available=False,
-                                        detail="PMU not available: perf_event_open gave ENOENT")],
-            modules=[pb.ModuleRef(name=n, digest=d, base_address=b, function_count=len(f),
-                                  block_count=sum(len(x.blocks) for x in f)) for n, b, f, d in self.modules],
-            agent_version="0.1.0-scripted", metric_interval_ms=1000, sample_frequency_hz=99, sample_event="cpu-clock",
-            parse_seconds=0.5, instance_id=self.instance_id, clock_unix_ns=time.time_ns(),
-            targets=[pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED),
-                     *self.targets.values()],
+            capabilities=[
+                pb.Capability(name="kernel_text_read", available=True, detail="bpf_probe_read_kernel"),
+                pb.Capability(
+                    name="hardware_pmu", available=False, detail="PMU not available: perf_event_open gave ENOENT"
+                ),
+            ],
+            modules=[
+                pb.ModuleRef(
+                    name=n, digest=d, base_address=b, function_count=len(f), block_count=sum(len(x.blocks) for x in f)
+                )
+                for n, b, f, d in self.modules
+            ],
+            agent_version="0.1.0-scripted",
+            metric_interval_ms=1000,
+            sample_frequency_hz=99,
+            sample_event="cpu-clock",
+            parse_seconds=0.5,
+            instance_id=self.instance_id,
+            clock_unix_ns=time.time_ns(),
+            targets=[
+                pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED),
+                *self.targets.values(),
+            ],
             measurements=list(self.measurements.values()),
-            installs=self.hello_installs or [], installs_listed=self.hello_installs is not None)
+            installs=self.hello_installs or [],
+            installs_listed=self.hello_installs is not None,
+        )
 
     def open(self, target: str | None = None, credentials: Credentials | None = None):
         """Open the stream over mutual TLS with this agent's credentials (or the ones given)."""
         creds = credentials or self.credentials
         assert creds is not None, "enrol first"
-        channel_creds = grpc.ssl_channel_credentials(root_certificates=creds.ca_pem, private_key=creds.key_pem or None,
-                                                     certificate_chain=creds.cert_pem or None)
+        channel_creds = grpc.ssl_channel_credentials(
+            root_certificates=creds.ca_pem, private_key=creds.key_pem or None, certificate_chain=creds.cert_pem or None
+        )
         # As the real agent's channel (daemon/transport.c): an InstallPlan of the largest plan fits.
-        self.channel = grpc.aio.secure_channel(target or self.target, channel_creds,
-                                               options=[("grpc.max_receive_message_length", 17 << 20)])
+        self.channel = grpc.aio.secure_channel(
+            target or self.target, channel_creds, options=[("grpc.max_receive_message_length", 17 << 20)]
+        )
         stub = pb_grpc.AgentServiceStub(self.channel)
         self.call = stub.Connect()
         return self.call
@@ -242,23 +346,44 @@ class ScriptedAgent:
         for name, _base, fns, digest in [*self.modules, self.process]:
             if digest not in digests:
                 continue
-            chunks = [fns[i:i + self.chunk_size] for i in range(0, len(fns), self.chunk_size)] or [[]]
+            chunks = [fns[i : i + self.chunk_size] for i in range(0, len(fns), self.chunk_size)] or [[]]
             for seq, part in enumerate(chunks):
-                await self.call.write(pb.AgentMessage(catalog_chunk=pb.CatalogChunk(
-                    digest=digest, module=name, seq=seq, last=seq == len(chunks) - 1, functions=part)))
+                await self.call.write(
+                    pb.AgentMessage(
+                        catalog_chunk=pb.CatalogChunk(
+                            digest=digest, module=name, seq=seq, last=seq == len(chunks) - 1, functions=part
+                        )
+                    )
+                )
 
-    async def send_metrics(self, interval_start_ns: int, blocks: list[tuple[str, int, int, int]],
-                           total: int | None = None, user: int = 0, seq: int | None = None) -> int:
+    async def send_metrics(
+        self,
+        interval_start_ns: int,
+        blocks: list[tuple[str, int, int, int]],
+        total: int | None = None,
+        user: int = 0,
+        seq: int | None = None,
+    ) -> int:
         """Send one batch; numbered (the next sequence number unless `seq` is given; 0 = unnumbered)."""
         counted = sum(b[3] for b in blocks)
         if seq is None:
             self.seq += 1
             seq = self.seq
-        await self.call.write(pb.AgentMessage(seq=seq, metrics=pb.MetricBatch(
-            interval_start_unix_ns=interval_start_ns, interval_ms=1000,
-            blocks=[pb.BlockSamples(module_index=self.module_index(m), function_index=i, block_offset=o, count=c)
-                    for m, i, o, c in blocks],
-            total_samples=total if total is not None else counted + user, user_samples=user)))
+        await self.call.write(
+            pb.AgentMessage(
+                seq=seq,
+                metrics=pb.MetricBatch(
+                    interval_start_unix_ns=interval_start_ns,
+                    interval_ms=1000,
+                    blocks=[
+                        pb.BlockSamples(module_index=self.module_index(m), function_index=i, block_offset=o, count=c)
+                        for m, i, o, c in blocks
+                    ],
+                    total_samples=total if total is not None else counted + user,
+                    user_samples=user,
+                ),
+            )
+        )
         return seq
 
     def module_index(self, name: str) -> int:
@@ -268,6 +393,7 @@ class ScriptedAgent:
             if n == name:
                 return i
         return len(self.modules) + 7
+
     async def send_batch(self, batch: "pb.MetricBatch", seq: int | None = None) -> int:
         """Send a prepared batch, numbered like send_metrics."""
         if seq is None:
@@ -276,8 +402,12 @@ class ScriptedAgent:
         await self.call.write(pb.AgentMessage(seq=seq, metrics=batch))
         return seq
 
-    def stack_batch(self, interval_start_ns: int, samples: list[tuple[list[tuple], int, str, int, int]],
-                    define: set[int] | None = None) -> "pb.MetricBatch":
+    def stack_batch(
+        self,
+        interval_start_ns: int,
+        samples: list[tuple[list[tuple], int, str, int, int]],
+        define: set[int] | None = None,
+    ) -> "pb.MetricBatch":
         """A batch with call stacks, as the agent builds one. samples: (frames leaf first, pid, comm, cpu,
         count); a frame is ("k", function index, offset) in the first module (vmlinux), ("m", index, offset)
         in the second, ("u", path, file offset), ("ka", address) or ("ua", address). Kernel leaves are also
@@ -295,8 +425,11 @@ class ScriptedAgent:
                 elif key[0] == "u":
                     modules.append(pb.FrameModule(kind=pb.FRAME_KIND_USER_FILE, name=key[1]))
                 else:
-                    modules.append(pb.FrameModule(kind=pb.FRAME_KIND_KERNEL_ADDRESS if key[0] == "ka"
-                                                  else pb.FRAME_KIND_USER_ADDRESS))
+                    modules.append(
+                        pb.FrameModule(
+                            kind=pb.FRAME_KIND_KERNEL_ADDRESS if key[0] == "ka" else pb.FRAME_KIND_USER_ADDRESS
+                        )
+                    )
             return module_pos[key]
 
         stacks: dict[int, pb.Stack] = {}
@@ -332,24 +465,47 @@ class ScriptedAgent:
                 per_pc[leaf[2] - block] = per_pc.get(leaf[2] - block, 0) + count
             elif leaf[0] in ("u", "ua"):
                 user += count
-        block_samples = [pb.BlockSamples(module_index=self.module_index(m), function_index=i, block_offset=o, idle=idl,
-                                         count=sum(pcs.values()), instruction_offsets=sorted(pcs),
-                                         instruction_counts=[pcs[k] for k in sorted(pcs)])
-                         for (m, i, o, idl), pcs in blocks.items()]
+        block_samples = [
+            pb.BlockSamples(
+                module_index=self.module_index(m),
+                function_index=i,
+                block_offset=o,
+                idle=idl,
+                count=sum(pcs.values()),
+                instruction_offsets=sorted(pcs),
+                instruction_counts=[pcs[k] for k in sorted(pcs)],
+            )
+            for (m, i, o, idl), pcs in blocks.items()
+        ]
         total = sum(c.count for c in counts)
         unmapped = total - user - sum(b.count for b in block_samples)
         return pb.MetricBatch(
-            interval_start_unix_ns=interval_start_ns, interval_ms=1000, blocks=block_samples, total_samples=total,
-            user_samples=user, unmapped_samples=unmapped, idle_samples=idle, idle_by_context=True,
-            stacks=pb.StackSamples(stacks=[s for sid, s in stacks.items() if define is None or sid in define],
-                                   modules=modules, comms=comms, counts=counts, stack_samples=total, max_depth=64))
+            interval_start_unix_ns=interval_start_ns,
+            interval_ms=1000,
+            blocks=block_samples,
+            total_samples=total,
+            user_samples=user,
+            unmapped_samples=unmapped,
+            idle_samples=idle,
+            idle_by_context=True,
+            stacks=pb.StackSamples(
+                stacks=[s for sid, s in stacks.items() if define is None or sid in define],
+                modules=modules,
+                comms=comms,
+                counts=counts,
+                stack_samples=total,
+                max_depth=64,
+            ),
+        )
 
     @staticmethod
     def instructions_for(index: int) -> list["pb.Instruction"]:
-        return [pb.Instruction(offset=0, length=4, text="endbr64", bytes=bytes.fromhex("f30f1efa")),
-                pb.Instruction(offset=4, length=1, text="push rbp", bytes=b"\x55"),
-                pb.Instruction(offset=5, length=3, text=f"mov eax, {index:#x}", bytes=bytes([0xb8, index & 0xFF, 0])),
-                pb.Instruction(offset=8, length=1, text="ret", bytes=b"\xc3")]
+        return [
+            pb.Instruction(offset=0, length=4, text="endbr64", bytes=bytes.fromhex("f30f1efa")),
+            pb.Instruction(offset=4, length=1, text="push rbp", bytes=b"\x55"),
+            pb.Instruction(offset=5, length=3, text=f"mov eax, {index:#x}", bytes=bytes([0xB8, index & 0xFF, 0])),
+            pb.Instruction(offset=8, length=1, text="ret", bytes=b"\xc3"),
+        ]
 
     async def _answer_commands(self) -> None:
         while True:
@@ -372,8 +528,13 @@ class ScriptedAgent:
                 known = target in self.running
                 if known:
                     self.cancelled.add(target)
-                await self.call.write(pb.AgentMessage(result=pb.CommandResult(
-                    command_id=msg.command.id, ok=known, error="" if known else "not running")))
+                await self.call.write(
+                    pb.AgentMessage(
+                        result=pb.CommandResult(
+                            command_id=msg.command.id, ok=known, error="" if known else "not running"
+                        )
+                    )
+                )
                 continue
             if msg.command.id in self.kept:
                 await self.call.write(pb.AgentMessage(result=self.kept[msg.command.id]))
@@ -389,18 +550,27 @@ class ScriptedAgent:
                 result = pb.CommandResult(command_id=msg.command.id, ok=False, error="function not in the model")
             else:
                 base = next(b for _n, b, _f, d in self.modules if d == ins.digest)
-                fn = next(f for _n, _b, fs, d in self.modules if d == ins.digest for f in fs
-                          if f.index == ins.function_index)
-                result = pb.CommandResult(command_id=msg.command.id, ok=True, disassembly=pb.FunctionDisassembly(
-                    digest=ins.digest, function_index=ins.function_index, address=base + fn.offset,
-                    instructions=self.instructions_for(ins.function_index)))
+                fn = next(
+                    f for _n, _b, fs, d in self.modules if d == ins.digest for f in fs if f.index == ins.function_index
+                )
+                result = pb.CommandResult(
+                    command_id=msg.command.id,
+                    ok=True,
+                    disassembly=pb.FunctionDisassembly(
+                        digest=ins.digest,
+                        function_index=ins.function_index,
+                        address=base + fn.offset,
+                        instructions=self.instructions_for(ins.function_index),
+                    ),
+                )
             await self.call.write(pb.AgentMessage(result=result))
 
     async def _run(self, command: "pb.Command") -> None:
         try:
             if self.hold is not None:
-                await self.call.write(pb.AgentMessage(progress=pb.Progress(
-                    command_id=command.id, fraction=0.5, message="halfway")))
+                await self.call.write(
+                    pb.AgentMessage(progress=pb.Progress(command_id=command.id, fraction=0.5, message="halfway"))
+                )
                 while not self.hold.is_set() and command.id not in self.cancelled:  # noqa: ASYNC110 - two conditions
                     await asyncio.sleep(0.02)
             if command.id in self.cancelled:
@@ -421,45 +591,109 @@ class ScriptedAgent:
 
     def target_for(self, pid: int) -> "pb.Target":
         name, base, fns, digest = self.process
-        return pb.Target(id=f"p{pid}-1000", kind=pb.TARGET_KIND_PROCESS, pid=pid, command="fake-server",
-                         executable=name, state=pb.TARGET_STATE_ATTACHED, attached_unix_ns=time.time_ns(),
-                         modules=[pb.ModuleRef(name=name, digest=digest, base_address=base, function_count=len(fns),
-                                               block_count=sum(len(f.blocks) for f in fns),
-                                               build_id=self.process_build_id)])
+        return pb.Target(
+            id=f"p{pid}-1000",
+            kind=pb.TARGET_KIND_PROCESS,
+            pid=pid,
+            command="fake-server",
+            executable=name,
+            state=pb.TARGET_STATE_ATTACHED,
+            attached_unix_ns=time.time_ns(),
+            modules=[
+                pb.ModuleRef(
+                    name=name,
+                    digest=digest,
+                    base_address=base,
+                    function_count=len(fns),
+                    block_count=sum(len(f.blocks) for f in fns),
+                    build_id=self.process_build_id,
+                )
+            ],
+        )
 
     def rows_for(self, req: "pb.StartMeasurement") -> list["pb.MeasuredResource"]:
         """Rows as an agent arms them: a function (and its blocks when asked), or one block."""
         rows: list[pb.MeasuredResource] = []
-        plans = [pb.MetricPlan(metric=pb.METRIC_COUNT, available=True, label=pb.VALUE_LABEL_EXACT,
-                               mechanism="uprobe_multi", unit="calls")]
+        plans = [
+            pb.MetricPlan(
+                metric=pb.METRIC_COUNT,
+                available=True,
+                label=pb.VALUE_LABEL_EXACT,
+                mechanism="uprobe_multi",
+                unit="calls",
+            )
+        ]
         if "wall" in req.metrics:
-            plans.append(pb.MetricPlan(metric=pb.METRIC_WALL_NS, available=True, label=pb.VALUE_LABEL_EXACT,
-                                       mechanism="uprobe_multi+uretprobe_multi", unit="ns"))
+            plans.append(
+                pb.MetricPlan(
+                    metric=pb.METRIC_WALL_NS,
+                    available=True,
+                    label=pb.VALUE_LABEL_EXACT,
+                    mechanism="uprobe_multi+uretprobe_multi",
+                    unit="ns",
+                )
+            )
         # Like the real agent on these VMs: the hardware counters are unavailable, with the reason.
-        for name, metric in (("cycles", pb.METRIC_CYCLES), ("instructions", pb.METRIC_INSTRUCTIONS),
-                             ("icache_stall", pb.METRIC_ICACHE_STALL),
-                             ("branch_mispredict", pb.METRIC_BRANCH_MISPREDICT)):
+        for name, metric in (
+            ("cycles", pb.METRIC_CYCLES),
+            ("instructions", pb.METRIC_INSTRUCTIONS),
+            ("icache_stall", pb.METRIC_ICACHE_STALL),
+            ("branch_mispredict", pb.METRIC_BRANCH_MISPREDICT),
+        ):
             if name in req.metrics:
-                plans.append(pb.MetricPlan(metric=metric, available=False, label=pb.VALUE_LABEL_EXACT,
-                                           reason="no hardware PMU: perf_event_open(cycles) failed with ENOENT"))
+                plans.append(
+                    pb.MetricPlan(
+                        metric=metric,
+                        available=False,
+                        label=pb.VALUE_LABEL_EXACT,
+                        reason="no hardware PMU: perf_event_open(cycles) failed with ENOENT",
+                    )
+                )
         every = [*self.modules, self.process]
         for r in req.resources:
             _n, base, fns, _d = next(m for m in every if m[3] == r.digest)
             f = fns[r.function_index]
             if r.kind == pb.RESOURCE_KIND_BLOCK:
-                rows.append(pb.MeasuredResource(
-                    digest=r.digest, function_index=f.index, kind=pb.RESOURCE_KIND_BLOCK, block_offset=r.offset,
-                    function=f.name, address=base + f.offset + r.offset, size=0x10, metrics=plans[:1]))
+                rows.append(
+                    pb.MeasuredResource(
+                        digest=r.digest,
+                        function_index=f.index,
+                        kind=pb.RESOURCE_KIND_BLOCK,
+                        block_offset=r.offset,
+                        function=f.name,
+                        address=base + f.offset + r.offset,
+                        size=0x10,
+                        metrics=plans[:1],
+                    )
+                )
                 continue
-            rows.append(pb.MeasuredResource(digest=r.digest, function_index=f.index, kind=pb.RESOURCE_KIND_FUNCTION,
-                                            function=f.name, address=base + f.offset, size=f.size, metrics=plans))
+            rows.append(
+                pb.MeasuredResource(
+                    digest=r.digest,
+                    function_index=f.index,
+                    kind=pb.RESOURCE_KIND_FUNCTION,
+                    function=f.name,
+                    address=base + f.offset,
+                    size=f.size,
+                    metrics=plans,
+                )
+            )
             if r.blocks:
                 row = len(rows)
                 for b in f.blocks:
-                    rows.append(pb.MeasuredResource(
-                        digest=r.digest, function_index=f.index, kind=pb.RESOURCE_KIND_BLOCK, block_offset=b.offset,
-                        function=f.name, address=base + f.offset + b.offset, size=b.size, function_row=row,
-                        metrics=plans[:1]))
+                    rows.append(
+                        pb.MeasuredResource(
+                            digest=r.digest,
+                            function_index=f.index,
+                            kind=pb.RESOURCE_KIND_BLOCK,
+                            block_offset=b.offset,
+                            function=f.name,
+                            address=base + f.offset + b.offset,
+                            size=b.size,
+                            function_row=row,
+                            metrics=plans[:1],
+                        )
+                    )
         return rows
 
     async def answer(self, command: "pb.Command") -> "pb.CommandResult":
@@ -469,9 +703,16 @@ class ScriptedAgent:
             pid = command.attach_target.pid or 4242
             t = self.target_for(pid)
             self.targets[t.id] = t
-            await self.call.write(pb.AgentMessage(targets=pb.TargetsUpdate(
-                targets=[pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED),
-                         *self.targets.values()])))
+            await self.call.write(
+                pb.AgentMessage(
+                    targets=pb.TargetsUpdate(
+                        targets=[
+                            pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED),
+                            *self.targets.values(),
+                        ]
+                    )
+                )
+            )
             return pb.CommandResult(command_id=command.id, ok=True, targets=pb.TargetsUpdate(targets=[t]))
         if kind == "detach_target":
             t = self.targets.get(command.detach_target.target)
@@ -483,10 +724,15 @@ class ScriptedAgent:
             req = command.start_measurement
             info = self.measurements.get(req.measurement_id)
             if info is None:
-                info = pb.MeasurementInfo(measurement_id=req.measurement_id, target=req.target,
-                                          state=pb.MEASUREMENT_STATE_ARMED, resources=self.rows_for(req),
-                                          interval_ms=req.interval_ms or 1000, started_unix_ns=time.time_ns(),
-                                          request=req)
+                info = pb.MeasurementInfo(
+                    measurement_id=req.measurement_id,
+                    target=req.target,
+                    state=pb.MEASUREMENT_STATE_ARMED,
+                    resources=self.rows_for(req),
+                    interval_ms=req.interval_ms or 1000,
+                    started_unix_ns=time.time_ns(),
+                    request=req,
+                )
                 self.measurements[req.measurement_id] = info
             return pb.CommandResult(command_id=command.id, ok=True, measurement=info)
         if kind == "stop_measurement":
@@ -502,31 +748,63 @@ class ScriptedAgent:
             ip = command.install_plan
             plan = json.loads(ip.plan_json)
             from app.domain.plan_check import Code, code_hash
+
             have = code_hash(Code.model_validate(plan["code"]))
             if have != ip.approved_code_sha256 or have != plan["code"]["sha256"]:
                 detail = {"status": "refused", "root": plan["root"], "error": "the plan's code is not the approved one"}
-                return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
-                    plan_id=ip.plan_id, status="refused", detail_json=json.dumps(detail)))
+                return pb.CommandResult(
+                    command_id=command.id,
+                    ok=True,
+                    install=pb.InstallResult(plan_id=ip.plan_id, status="refused", detail_json=json.dumps(detail)),
+                )
             self.installed[ip.plan_id] = have
-            detail = {"status": "installed", "root": plan["root"], "code_sha256": have, "heap": "0x7f0000000000",
-                      "call_sites": 3, "timings": {"entry_us": 61.0, "total_ms": 4.2}}
-            return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
-                plan_id=ip.plan_id, status="installed", detail_json=json.dumps(detail)))
+            detail = {
+                "status": "installed",
+                "root": plan["root"],
+                "code_sha256": have,
+                "heap": "0x7f0000000000",
+                "call_sites": 3,
+                "timings": {"entry_us": 61.0, "total_ms": 4.2},
+            }
+            return pb.CommandResult(
+                command_id=command.id,
+                ok=True,
+                install=pb.InstallResult(plan_id=ip.plan_id, status="installed", detail_json=json.dumps(detail)),
+            )
         if kind == "list_installed":
-            listed = [{"id": pid, "state": "installed", "pid": 4242, "code_sha256": h, "heap": "0x7f0000000000"}
-                      for pid, h in self.installed.items()]
-            return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
-                status="listed", detail_json=json.dumps({"status": "listed", "installed": listed})))
+            listed = [
+                {"id": pid, "state": "installed", "pid": 4242, "code_sha256": h, "heap": "0x7f0000000000"}
+                for pid, h in self.installed.items()
+            ]
+            return pb.CommandResult(
+                command_id=command.id,
+                ok=True,
+                install=pb.InstallResult(
+                    status="listed", detail_json=json.dumps({"status": "listed", "installed": listed})
+                ),
+            )
         if kind == "revert_plan":
             rp = command.revert_plan
             if self.installed.pop(rp.plan_id, None):
-                return pb.CommandResult(command_id=command.id, ok=True, install=pb.InstallResult(
-                    plan_id=rp.plan_id, status="reverted", detail_json=json.dumps({"status": "reverted"})))
+                return pb.CommandResult(
+                    command_id=command.id,
+                    ok=True,
+                    install=pb.InstallResult(
+                        plan_id=rp.plan_id, status="reverted", detail_json=json.dumps({"status": "reverted"})
+                    ),
+                )
             # As the real agent: a revert of an id its journals do not hold fails, saying so.
             error = f"nothing is installed under the id {rp.plan_id}"
-            return pb.CommandResult(command_id=command.id, ok=False, error=error, install=pb.InstallResult(
-                plan_id=rp.plan_id, status="nothing_installed",
-                detail_json=json.dumps({"status": "nothing_installed", "error": error})))
+            return pb.CommandResult(
+                command_id=command.id,
+                ok=False,
+                error=error,
+                install=pb.InstallResult(
+                    plan_id=rp.plan_id,
+                    status="nothing_installed",
+                    detail_json=json.dumps({"status": "nothing_installed", "error": error}),
+                ),
+            )
         return pb.CommandResult(command_id=command.id, ok=False, error="unsupported command")
 
     def plan_answer(self, command: "pb.Command") -> "pb.CommandResult":
@@ -541,18 +819,34 @@ class ScriptedAgent:
         plan = json.loads(text)
         if mp.target != "kernel":
             pid, start = mp.target[1:].split("-")
-            plan["target"].update(pid=int(pid), start_time=int(start), module=PROCESS_MODULE,
-                                  module_build_id=self.process_build_id)
+            plan["target"].update(
+                pid=int(pid), start_time=int(start), module=PROCESS_MODULE, module_build_id=self.process_build_id
+            )
         edited = self.plan_edit(plan) if self.plan_edit else None
         out = edited if isinstance(edited, str) else json.dumps(plan)
         code = plan.get("code") or {}
-        return pb.CommandResult(command_id=command.id, ok=True, plan=pb.PlanResult(
-            plan_id=mp.plan_id, plan_json=out, code_sha256=code.get("sha256", ""),
-            build_id=plan["target"].get("module_build_id") or plan["target"].get("build_id", "")))
+        return pb.CommandResult(
+            command_id=command.id,
+            ok=True,
+            plan=pb.PlanResult(
+                plan_id=mp.plan_id,
+                plan_json=out,
+                code_sha256=code.get("sha256", ""),
+                build_id=plan["target"].get("module_build_id") or plan["target"].get("build_id", ""),
+            ),
+        )
 
-    async def send_measurement(self, measurement_id: str, start_ns: int, values: list[tuple[int, int, float]],
-                               state: int = pb.MEASUREMENT_STATE_RUNNING, seconds: float = 1.0, detail: str = "",
-                               seq: int | None = None, edges: list["pb.EdgeCount"] | None = None) -> int:
+    async def send_measurement(
+        self,
+        measurement_id: str,
+        start_ns: int,
+        values: list[tuple[int, int, float]],
+        state: int = pb.MEASUREMENT_STATE_RUNNING,
+        seconds: float = 1.0,
+        detail: str = "",
+        seq: int | None = None,
+        edges: list["pb.EdgeCount"] | None = None,
+    ) -> int:
         """One interval of a measurement: values are (row, count, wall_ns) (wall 0 = not measured); edges
         as the agent derives them."""
         if seq is None:
@@ -560,18 +854,40 @@ class ScriptedAgent:
             seq = self.seq
         resources = []
         for row, count, wall in values:
-            vals = [pb.MetricValue(metric=pb.METRIC_COUNT, value=count, total=count, unit=0,
-                                   label=pb.VALUE_LABEL_EXACT, mechanism=0)]
+            vals = [
+                pb.MetricValue(
+                    metric=pb.METRIC_COUNT, value=count, total=count, unit=0, label=pb.VALUE_LABEL_EXACT, mechanism=0
+                )
+            ]
             if wall:
-                vals.append(pb.MetricValue(metric=pb.METRIC_WALL_NS, value=wall, total=int(wall), unit=1,
-                                           label=pb.VALUE_LABEL_EXACT, mechanism=0))
+                vals.append(
+                    pb.MetricValue(
+                        metric=pb.METRIC_WALL_NS,
+                        value=wall,
+                        total=int(wall),
+                        unit=1,
+                        label=pb.VALUE_LABEL_EXACT,
+                        mechanism=0,
+                    )
+                )
             resources.append(pb.ResourceValues(resource=row, values=vals, exits=count if wall else 0))
-        await self.call.write(pb.AgentMessage(seq=seq, measurement=pb.MeasurementBatch(
-            measurement_id=measurement_id, interval_start_unix_ns=start_ns,
-            interval_end_unix_ns=start_ns + int(seconds * 1e9), state=state, detail=detail, resources=resources,
-            units=["calls", "ns"], mechanisms=["uprobe_multi"], edges=edges or [])))
+        await self.call.write(
+            pb.AgentMessage(
+                seq=seq,
+                measurement=pb.MeasurementBatch(
+                    measurement_id=measurement_id,
+                    interval_start_unix_ns=start_ns,
+                    interval_end_unix_ns=start_ns + int(seconds * 1e9),
+                    state=state,
+                    detail=detail,
+                    resources=resources,
+                    units=["calls", "ns"],
+                    mechanisms=["uprobe_multi"],
+                    edges=edges or [],
+                ),
+            )
+        )
         return seq
-
 
     async def close(self) -> None:
         """End the stream as an agent that exits cleanly does."""
@@ -603,13 +919,16 @@ async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
 
 async def wait_catalog_complete(client, host_id: str, timeout: float = 10.0) -> None:
     """Until the backend reports the host's catalog stored complete (GET /hosts/{id})."""
+
     async def complete():
         r = await client.get(f"/api/v1/hosts/{host_id}")
         return r.status_code == 200 and r.json()["catalog_complete"]
+
     await wait_until(complete, timeout)
 
 
 async def wait_for_ack(agent: ScriptedAgent, seq: int, timeout: float = 10.0) -> None:
     async def acked():
         return any(a.seq >= seq and a.instance_id == agent.instance_id for a in agent.acks)
+
     await wait_until(acked, timeout)

@@ -14,6 +14,7 @@ fails instead.
 Timings inside the emulated guest are never printed as performance figures: timer checks state
 relations (wall covers the sleeps, vtime does not), and numbers appear only to explain a failure.
 """
+
 import argparse
 import json
 import math
@@ -60,6 +61,7 @@ class Checks:
 # ---------------------------------------------------------------------------------------------
 # The guest's results channel
 
+
 def parse_results(text):
     """Frames ("@@begin NAME" ... "@@end NAME rc=N"), "@@info k=v ..." pairs, and whether "@@done" came."""
     frames, info, done = {}, {}, False
@@ -94,8 +96,9 @@ def cfg(inspect):
     start = inspect["function"]["address"]
     out = {}
     for b in inspect["blocks"]:
-        out[b["start"] - start] = [(s["kind"], s["target"] - start if s["kind"] in ("taken", "fallthrough") else None)
-                                   for s in b["successors"]]
+        out[b["start"] - start] = [
+            (s["kind"], s["target"] - start if s["kind"] in ("taken", "fallthrough") else None) for s in b["successors"]
+        ]
     return start, out
 
 
@@ -127,6 +130,7 @@ def json_object(text):
 # ---------------------------------------------------------------------------------------------
 # REST
 
+
 class Api:
     def __init__(self, url, password, deadline):
         self.url = url.rstrip("/") + "/api/v1"
@@ -156,6 +160,7 @@ class Api:
 
 # ---------------------------------------------------------------------------------------------
 # The test module's .ko: the reference for the agent's view of module code
+
 
 def ko_functions(ko):
     """{name: (section, offset, size, [instruction offsets])} for the functions the kernel keeps
@@ -192,6 +197,7 @@ def ko_functions(ko):
 
 # ---------------------------------------------------------------------------------------------
 
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", required=True)
@@ -222,15 +228,21 @@ def main():
     checks.run("the guest booted the fetched kernel and ran its test job", job_finished)
 
     def guest_host():
-        hosts = api.poll("the guest online in the backend with its whole catalog", lambda: [
-            h for h in api.get("/hosts")
-            if h["hostname"] == a.guest_hostname and h["online"] and h["catalog_complete"]])
+        hosts = api.poll(
+            "the guest online in the backend with its whole catalog",
+            lambda: [
+                h
+                for h in api.get("/hosts")
+                if h["hostname"] == a.guest_hostname and h["online"] and h["catalog_complete"]
+            ],
+        )
         h = hosts[0]
         state["host"] = h
         assert h["kernel_release"] == a.release, f"kernel {h['kernel_release']}"
         state["functions"] = h["function_count"]
-        return (f"{h['hostname']} online, kernel {h['kernel_release']}, {h['function_count']} functions, "
-                "catalog complete")
+        return (
+            f"{h['hostname']} online, kernel {h['kernel_release']}, {h['function_count']} functions, catalog complete"
+        )
 
     if not checks.run("the guest is a Hotpath host: online, kernel 6.1, catalog uploaded", guest_host):
         return finish(checks, a, state)
@@ -252,14 +264,16 @@ def main():
         must = ["kallsyms", "bpf_text_read", "perf_sampling", "tracepoints", "kprobes", "kernel_code_replacement"]
         missing = [n for n in must if not caps.get(n, {}).get("available")]
         assert not missing, "unavailable or absent: " + ", ".join(
-            f"{n} ({caps[n]['detail']})" if n in caps else n for n in missing)
+            f"{n} ({caps[n]['detail']})" if n in caps else n for n in missing
+        )
         # Mechanisms the 6.1 kernel has, whatever name the agent reports them under.
         for n, c in caps.items():
             if re.search(r"fentry|fexit|kretprobe|livepatch", n):
                 assert c["available"], f"{n} unavailable: {c['detail']}"
         pmu = caps.get("hardware_pmu")
-        assert pmu and not pmu["available"] and pmu["detail"], \
+        assert pmu and not pmu["available"] and pmu["detail"], (
             "QEMU's emulated CPU has no PMU, yet hardware_pmu is not reported unavailable with a reason"
+        )
         available = ", ".join(sorted(n for n, c in caps.items() if c["available"]))
         return f"{available}; hardware_pmu unavailable with its reason"
 
@@ -356,10 +370,13 @@ def main():
         into = sum(1 for d in every if into_vmlinux(d))
         assert into >= len(every) // 2, f"only {into} of {len(every)} module functions call into vmlinux"
         d = next(d for (m, name, _), d in details.items() if m == "hotpath_lane" and name == "lane_read")
-        assert any(c["name"] == "lane_step" and c["module"] == "hotpath_lane" for c in d["callees"]), \
+        assert any(c["name"] == "lane_step" and c["module"] == "hotpath_lane" for c in d["callees"]), (
             "lane_read does not call lane_step"
-        return (f"lane_step -> ktime_get, lane_nap -> msleep (tail call); {into} of {len(every)} module functions "
-                "reach vmlinux")
+        )
+        return (
+            f"lane_step -> ktime_get, lane_nap -> msleep (tail call); {into} of {len(every)} module functions "
+            "reach vmlinux"
+        )
 
     checks.run("module functions have callees into vmlinux", callees)
 
@@ -377,18 +394,26 @@ def main():
             if f is last:
                 assert f["size"] == size, f"{name}, the module's last function: {f['size']} bytes, the .ko says {size}"
             lost = sorted(set(starts) - agent)
-            assert not lost, (f"{name}: instructions at {[hex(o) for o in lost[:5]]} per objdump are not "
-                              "instruction starts for the agent")
-        return (f"{len(ko)} functions of hotpath_lane.ko: sizes and instruction starts agree with objdump; "
-                f"the last ({last['name']}) ends where its code does, not in the loader's fill")
+            assert not lost, (
+                f"{name}: instructions at {[hex(o) for o in lost[:5]]} per objdump are not "
+                "instruction starts for the agent"
+            )
+        return (
+            f"{len(ko)} functions of hotpath_lane.ko: sizes and instruction starts agree with objdump; "
+            f"the last ({last['name']}) ends where its code does, not in the loader's fill"
+        )
 
     checks.run("hotpath_lane as the agent reads it matches its .ko (instructions via the stream)", against_ko)
 
     def hotness():
         def hot():
             top = api.get(f"/hosts/{hid}/top-functions?window_s=15&limit=200")
-            return [i for i in top["items"]
-                    if i["samples"] > 0 and (i["module"] == "hotpath_lane" or i["name"] == "vfs_read")]
+            return [
+                i
+                for i in top["items"]
+                if i["samples"] > 0 and (i["module"] == "hotpath_lane" or i["name"] == "vfs_read")
+            ]
+
         items = api.poll("samples in the test module or vfs_read from the guest's workload", hot, interval=2.0)
         return "live samples in " + ", ".join(sorted({f"{i['module']}:{i['name']}" for i in items})[:4])
 
@@ -397,20 +422,34 @@ def main():
     def browser():
         if not os.path.isdir(os.path.join(a.e2e, "node_modules", "@playwright")):
             raise AssertionError("Playwright is not installed in e2e/: run ./scripts/install-deps.sh test")
-        env = dict(os.environ, HOTPATH_E2E_URL=a.url, HOTPATH_E2E_ADMIN_PASSWORD=api.password,
-                   LANE_GUEST_HOSTNAME=a.guest_hostname, LANE_HOST_HOSTNAME=socket.gethostname(),
-                   LANE_RELEASE=a.release, LANE_PLAYWRIGHT_OUTPUT=os.path.join(a.run, "playwright"))
+        env = dict(
+            os.environ,
+            HOTPATH_E2E_URL=a.url,
+            HOTPATH_E2E_ADMIN_PASSWORD=api.password,
+            LANE_GUEST_HOSTNAME=a.guest_hostname,
+            LANE_HOST_HOSTNAME=socket.gethostname(),
+            LANE_RELEASE=a.release,
+            LANE_PLAYWRIGHT_OUTPUT=os.path.join(a.run, "playwright"),
+        )
         left = max(30, int(a.deadline - time.time()))
         try:
-            p = subprocess.run(["npx", "playwright", "test", "-c", "kernel-lane/playwright.config.ts"], cwd=a.e2e,
-                               env=env, capture_output=True, text=True, timeout=left)
+            p = subprocess.run(
+                ["npx", "playwright", "test", "-c", "kernel-lane/playwright.config.ts"],
+                cwd=a.e2e,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=left,
+            )
         except subprocess.TimeoutExpired:
             raise AssertionError(f"Playwright did not finish within {left} s") from None
         if p.returncode != 0:
             print(p.stdout[-3000:] + p.stderr[-1000:])
             raise AssertionError(f"Playwright failed (status {p.returncode}); its output is above")
-        return ("Chromium: the host list shows both, the guest's tree has hotpath_lane, lane_step's CFG and "
-                "instructions draw")
+        return (
+            "Chromium: the host list shows both, the guest's tree has hotpath_lane, lane_step's CFG and "
+            "instructions draw"
+        )
 
     checks.run("the console shows the guest beside this host, with its module code", browser)
 
@@ -421,11 +460,19 @@ def main():
         assert re.search(pattern, out), f"unexpected reason: {out}"
         return out.split("|")[0].replace("refused:", "refused with").strip()
 
-    checks.run("the guest kernel refuses a kprobe at vfs_read+1 (not an instruction boundary)", kernel_refuses,
-               "kernel-refuses-unaligned", r"multibyte|instruction boundary|EILSEQ")
-    checks.run(f"the guest kernel refuses a kprobe in a blacklisted function ({info.get('blacklisted', '?')}, "
-               f"block {info.get('blacklisted-block', '?')})",
-               kernel_refuses, "kernel-refuses-blacklisted", r".")
+    checks.run(
+        "the guest kernel refuses a kprobe at vfs_read+1 (not an instruction boundary)",
+        kernel_refuses,
+        "kernel-refuses-unaligned",
+        r"multibyte|instruction boundary|EILSEQ",
+    )
+    checks.run(
+        f"the guest kernel refuses a kprobe in a blacklisted function ({info.get('blacklisted', '?')}, "
+        f"block {info.get('blacklisted-block', '?')})",
+        kernel_refuses,
+        "kernel-refuses-blacklisted",
+        r".",
+    )
 
     # -- exact measurement (hotpathd measure) ------------------------------------------------------
     # The guest carries this tree's own hotpathd, which has `measure` (agent/src/cli/main.c): a guest
@@ -436,8 +483,10 @@ def main():
     if carried:
         why = f"the guest's hotpathd ({carried}, carried with HOTPATHD) has no `measure` command"
     else:
-        why = ("the guest's hotpathd has no `measure` command (`hotpathd measure --help` failed in the guest), "
-               "though this tree's agent has one: the lane carried a stale or broken agent/build/hotpathd")
+        why = (
+            "the guest's hotpathd has no `measure` command (`hotpathd measure --help` failed in the guest), "
+            "though this tree's agent has one: the lane carried a stale or broken agent/build/hotpathd"
+        )
     if not measure:
         state["why_not"].append(why)
 
@@ -455,8 +504,10 @@ def main():
         assert rows, f"no vfs_read row: {out[-400:]}"
         got = rows[0]["metrics"]["count"]
         assert exact(rows[0]), f"the count is labelled {rows[0]['labels']['count']}, not exact"
-        assert got == n, (f"vfs_read entered {got} times by pid {info['entry-pid']}, which made exactly {n} read() "
-                          f"calls ({armed_line(out)})")
+        assert got == n, (
+            f"vfs_read entered {got} times by pid {info['entry-pid']}, which made exactly {n} read() "
+            f"calls ({armed_line(out)})"
+        )
         state["entry"][0] += 1
         return f"{got} = {n} read() calls of pid {info['entry-pid']}"
 
@@ -472,11 +523,15 @@ def main():
         # every fourth call, the other side on the rest.
         succ = dict(blocks[0])
         assert set(succ) == {"taken", "fallthrough"}, f"lane_step's entry block ends in {sorted(succ)}, not a branch"
-        calls = {b["start"] - start for b in inspect["blocks"]
-                 if any("ktime_get" in i.get("text", "") for i in b.get("instructions", []))}
+        calls = {
+            b["start"] - start
+            for b in inspect["blocks"]
+            if any("ktime_get" in i.get("text", "") for i in b.get("instructions", []))
+        }
         sides = [succ["taken"], succ["fallthrough"]]
-        assert len([o for o in sides if o in calls]) == 1, \
+        assert len([o for o in sides if o in calls]) == 1, (
             "cannot tell which side of lane_step's branch calls ktime_get"
+        )
         q_side = sides[0] if sides[0] in calls else sides[1]
         other = sides[1] if q_side == sides[0] else sides[0]
         expect = {0: n, q_side: quarter, other: n - quarter}
@@ -515,14 +570,16 @@ def main():
             inner = [t for _, t in succs if t is not None]
             # Out: a block runs as often as its successors together when it is their only predecessor.
             if inner and len(inner) == len(succs) and all(preds[t] == [o] for t in inner):
-                assert counts.get(o) == sum(counts.get(t, 0) for t in inner), \
+                assert counts.get(o) == sum(counts.get(t, 0) for t in inner), (
                     f"+{o:#x} ran {counts.get(o)} times, its successors {[counts.get(t) for t in inner]}"
+                )
                 checked += 1
             # In: as often as its predecessors together when it is the only successor of each (the
             # entry block also runs on every call from outside).
             if o and preds[o] and all(len(blocks[p]) == 1 for p in preds[o]):
-                assert counts.get(o) == sum(counts.get(p, 0) for p in preds[o]), \
+                assert counts.get(o) == sum(counts.get(p, 0) for p in preds[o]), (
                     f"+{o:#x} ran {counts.get(o)} times, its predecessors {[counts.get(p) for p in preds[o]]}"
+                )
                 checked += 1
         assert checked, "no block of lane_step could be checked"
         return f"{checked} flow equations hold on lane_step"
@@ -540,8 +597,10 @@ def main():
         assert m["count"] == k, f"count {m['count']}, expected {k} ({armed_line(out)})"
         # msleep(ms) sleeps at least ms; the thread is off the CPU for almost all of it.
         ok = m["wall_ns"] >= k * ms * 1_000_000 and m["vtime_ns"] < m["wall_ns"] / 4
-        assert ok, (f"wall {m['wall_ns']} ns, vtime {m['vtime_ns']} ns for {k} sleeps of {ms} ms "
-                    "(emulated guest: not a performance figure)")
+        assert ok, (
+            f"wall {m['wall_ns']} ns, vtime {m['vtime_ns']} ns for {k} sleeps of {ms} ms "
+            "(emulated guest: not a performance figure)"
+        )
         return f"{k} entries; wall covers the {k} x {ms} ms sleeps, vtime stays below a quarter of wall"
 
     checks.run("wall and virtualized timers differ as expected on a function that sleeps", timers)
@@ -556,23 +615,34 @@ def main():
         if rc == 0:
             try:
                 d = json_object(out)
-                how = (f"measured with {json.dumps(d.get('mechanisms'))}, labels "
-                       f"{json.dumps([r.get('labels') for r in d.get('resources', [])])}, without the kernel's reason")
+                how = (
+                    f"measured with {json.dumps(d.get('mechanisms'))}, labels "
+                    f"{json.dumps([r.get('labels') for r in d.get('resources', [])])}, without the kernel's reason"
+                )
             except (AssertionError, ValueError):
                 how = out[-300:]
             raise AssertionError(f"the agent accepted it: {how}")
         said = out.strip().split("\n")[-1][:240]
-        assert (reason and reason in out) or re.search(pattern, out, re.I), \
+        assert (reason and reason in out) or re.search(pattern, out, re.I), (
             f"the agent's refusal does not carry the kernel's reason ({reason}): {said}"
+        )
         return said
 
-    checks.run("the agent refuses a probe at vfs_read+1 with the kernel's reason "
-               "(or its own equivalent: not a block start)", agent_refuses,
-               "agent-refuses-unaligned", "kernel-refuses-unaligned",
-               r"instruction boundary|EILSEQ|not the start of a basic block")
-    checks.run(f"the agent refuses a probe in a blacklisted function ({info.get('blacklisted', '?')}) "
-               "with the kernel's reason", agent_refuses,
-               "agent-refuses-blacklisted", "kernel-refuses-blacklisted", r"blacklist")
+    checks.run(
+        "the agent refuses a probe at vfs_read+1 with the kernel's reason (or its own equivalent: not a block start)",
+        agent_refuses,
+        "agent-refuses-unaligned",
+        "kernel-refuses-unaligned",
+        r"instruction boundary|EILSEQ|not the start of a basic block",
+    )
+    checks.run(
+        f"the agent refuses a probe in a blacklisted function ({info.get('blacklisted', '?')}) "
+        "with the kernel's reason",
+        agent_refuses,
+        "agent-refuses-blacklisted",
+        "kernel-refuses-blacklisted",
+        r"blacklist",
+    )
     return finish(checks, a, state)
 
 
@@ -580,12 +650,16 @@ def finish(checks, a, state):
     """The lane's summary lines; the exit status is 1 if a check failed. A check that could not run
     (NotRun) is counted as skipped, visible in the summary, and does not fail the lane by itself."""
     for why in state["why_not"]:
-        print(f"not measured: exact entry and block counts, timers and the agent's refusals: {why}; "
-              "they count 0/0 below")
+        print(
+            f"not measured: exact entry and block counts, timers and the agent's refusals: {why}; they count 0/0 below"
+        )
     print(f"lane: {checks.passed} passed, {checks.failed} failed, {checks.not_run} skipped")
     e, b = state["entry"], state["blocks"]
-    print(f"kernel-lane: kernel {a.release}, {state['functions']} functions in {state['modules']} modules, "
-          f"entry counts exact {e[0]}/{e[1]}, block counts exact {b[0]}/{b[1]}", flush=True)
+    print(
+        f"kernel-lane: kernel {a.release}, {state['functions']} functions in {state['modules']} modules, "
+        f"entry counts exact {e[0]}/{e[1]}, block counts exact {b[0]}/{b[1]}",
+        flush=True,
+    )
     return 1 if checks.failed else 0
 
 

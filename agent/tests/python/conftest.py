@@ -4,6 +4,7 @@ Python messages generated from proto/hotpath/v1/agent.proto. The backend's
 build generates them into backend/app/gen; when that is missing or older than
 the proto, they are generated here into a temporary directory, so these tests
 do not depend on build order."""
+
 import os
 import pathlib
 import subprocess
@@ -25,8 +26,15 @@ def _gen_dir() -> pathlib.Path:
         return BACKEND_GEN
     out = pathlib.Path(tempfile.mkdtemp(prefix="hotpath-gen-"))
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}", f"--python_out={out}", f"--grpc_python_out={out}",
-         "hotpath/v1/agent.proto"],
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{PROTO_DIR}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+            "hotpath/v1/agent.proto",
+        ],
         check=True,
     )
     for d in (out / "hotpath", out / "hotpath" / "v1"):

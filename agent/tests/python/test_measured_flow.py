@@ -10,6 +10,7 @@ counts came from different sets of executions, and counters read one row after a
 threads ran cut each row at a different moment; its edges did not add up (issue 15: the backend
 refused it and, before it refused intervals alone, the host stayed offline). More busy threads than
 cores make both show at once; the measurement is armed several times."""
+
 import time
 
 import pytest
@@ -66,22 +67,37 @@ def test_a_busy_functions_block_intervals_conserve_flow_from_the_first_one(agent
     main = next(m for m in target.modules if m.name.endswith("/threads"))
     _others(agent.session, "TargetsUpdate")
     pr_root = next(f for f in _catalog(agent.session, main.digest).values() if f.name == "pr_root")
-    blocks = [[b.offset, b.size, b.instruction_count, [[s.kind, s.target, s.target_name] for s in b.successors]]
-              for b in pr_root.blocks]
+    blocks = [
+        [b.offset, b.size, b.instruction_count, [[s.kind, s.target, s.target_name] for s in b.successors]]
+        for b in pr_root.blocks
+    ]
     checked = 0
     for k in range(ARMINGS):
         mid = f"m-flow-{k}"
-        _send(agent.session, f"start-{mid}", start_measurement=pb.StartMeasurement(
-            measurement_id=mid, target=target.id, metrics=["count"],
-            resources=[pb.ResourceRef(digest=main.digest, function_index=pr_root.index,
-                                      kind=pb.RESOURCE_KIND_FUNCTION, blocks=True)]))
+        _send(
+            agent.session,
+            f"start-{mid}",
+            start_measurement=pb.StartMeasurement(
+                measurement_id=mid,
+                target=target.id,
+                metrics=["count"],
+                resources=[
+                    pb.ResourceRef(
+                        digest=main.digest, function_index=pr_root.index, kind=pb.RESOURCE_KIND_FUNCTION, blocks=True
+                    )
+                ],
+            ),
+        )
         res = _result(agent.session, f"start-{mid}")
         assert res.ok, res.error
         rows = list(res.measurement.resources)
         assert rows[0].function == "pr_root" and rows[0].kind == pb.RESOURCE_KIND_FUNCTION
-        shape = FunctionShape(row=0, edges=shape_edges(blocks), basis="exact",
-                              block_rows={r.block_offset: i for i, r in enumerate(rows)
-                                          if r.kind == pb.RESOURCE_KIND_BLOCK})
+        shape = FunctionShape(
+            row=0,
+            edges=shape_edges(blocks),
+            basis="exact",
+            block_rows={r.block_offset: i for i, r in enumerate(rows) if r.kind == pb.RESOURCE_KIND_BLOCK},
+        )
         assert len(shape.block_rows) == len(pr_root.blocks), "every block of pr_root is probed"
         batches = _measurement_batches(agent.session, mid, 20, until=lambda bs: sum(bool(b.edges) for b in bs) >= 3)
         _send(agent.session, f"stop-{mid}", stop_measurement=pb.StopMeasurement(measurement_id=mid))

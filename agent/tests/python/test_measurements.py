@@ -7,6 +7,7 @@ while metric intervals keep flowing, commands are idempotent and cancellable, an
 arms its measurements again from its state folder (or reports that their process is gone).
 
 The tests run in file order against one agent, like the stream test."""
+
 import os
 import pathlib
 import signal
@@ -24,9 +25,23 @@ FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 def compile_threads(out_dir: pathlib.Path) -> pathlib.Path:
     """The replacement fixture (threads.c over group.c), compiled by gcc with a GNU build id."""
     out = out_dir / "threads"
-    subprocess.run(["gcc", "-O2", "-g", "-pthread", "-Wl,--build-id", f"-I{FIXTURES}", "-o", str(out),
-                    str(FIXTURES / "threads.c")], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            "-g",
+            "-pthread",
+            "-Wl,--build-id",
+            f"-I{FIXTURES}",
+            "-o",
+            str(out),
+            str(FIXTURES / "threads.c"),
+        ],
+        check=True,
+    )
     return out
+
+
 # Short intervals, so a stalled stream loop shows as a gap several intervals long.
 INTERVAL_MS = 300
 
@@ -35,10 +50,13 @@ INTERVAL_MS = 300
 def programs(tmp_path_factory):
     """The measured fixture and the 10,000-block fixture, compiled by gcc (with a GNU build id)."""
     out = tmp_path_factory.mktemp("programs")
-    subprocess.run(["gcc", "-O2", "-g", "-pthread", "-Wl,--build-id", "-o", str(out / "measured"),
-                    str(FIXTURES / "measured.c")], check=True)
-    subprocess.run(["gcc", "-O0", "-Wl,--build-id", "-o", str(out / "many"), str(FIXTURES / "manyblocks.c")],
-                   check=True)
+    subprocess.run(
+        ["gcc", "-O2", "-g", "-pthread", "-Wl,--build-id", "-o", str(out / "measured"), str(FIXTURES / "measured.c")],
+        check=True,
+    )
+    subprocess.run(
+        ["gcc", "-O0", "-Wl,--build-id", "-o", str(out / "many"), str(FIXTURES / "manyblocks.c")], check=True
+    )
     return out
 
 
@@ -76,10 +94,27 @@ def _start_agent(hotpathd, standin, state: pathlib.Path, log_path: pathlib.Path,
     env.pop("HOTPATH_ENROLL_TOKEN", None)
     with open(log_path, "a") as log:
         proc = subprocess.Popen(
-            [str(hotpathd), "run", "--server", f"127.0.0.1:{port}", "--enroll-server", f"127.0.0.1:{enroll_port}",
-             "--state-dir", str(state), "--enroll-token-file", str(token_file), "--ca-file", str(ca),
-             "--interval-ms", str(INTERVAL_MS), *extra],
-            stdout=log, stderr=subprocess.STDOUT, env=env)
+            [
+                str(hotpathd),
+                "run",
+                "--server",
+                f"127.0.0.1:{port}",
+                "--enroll-server",
+                f"127.0.0.1:{enroll_port}",
+                "--state-dir",
+                str(state),
+                "--enroll-token-file",
+                str(token_file),
+                "--ca-file",
+                str(ca),
+                "--interval-ms",
+                str(INTERVAL_MS),
+                *extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     run = AgentRun(proc, log_path, backend)
     run.state = state
     run.session = _get(backend.sessions, 90, "accepted stream")
@@ -245,9 +280,16 @@ def _resource(agent, name: str, kind=pb.RESOURCE_KIND_FUNCTION, offset=0, blocks
 
 def test_a_measurement_counts_exactly_and_ends_with_the_process_keeping_its_data(agent):
     mid = "m-exact"
-    _send(agent.session, "start-1", start_measurement=pb.StartMeasurement(
-        measurement_id=mid, target=agent.target.id, metrics=["count", "wall", "vtime"],
-        resources=[_resource(agent, "mx_branch", blocks=True), _resource(agent, "mx_call")]))
+    _send(
+        agent.session,
+        "start-1",
+        start_measurement=pb.StartMeasurement(
+            measurement_id=mid,
+            target=agent.target.id,
+            metrics=["count", "wall", "vtime"],
+            resources=[_resource(agent, "mx_branch", blocks=True), _resource(agent, "mx_call")],
+        ),
+    )
     res = _result(agent.session, "start-1")
     assert res.ok, res.error
     info = res.measurement
@@ -265,8 +307,9 @@ def test_a_measurement_counts_exactly_and_ends_with_the_process_keeping_its_data
     time.sleep(1.2)
     os.kill(agent.fixture.pid, signal.SIGUSR1)
     assert "1000" in agent.fixture.finish()
-    batches = _measurement_batches(agent.session, mid, 20,
-                                   until=lambda bs: any(b.state == pb.MEASUREMENT_STATE_TARGET_EXITED for b in bs))
+    batches = _measurement_batches(
+        agent.session, mid, 20, until=lambda bs: any(b.state == pb.MEASUREMENT_STATE_TARGET_EXITED for b in bs)
+    )
     assert batches and batches[-1].state == pb.MEASUREMENT_STATE_TARGET_EXITED, [b.state for b in batches]
     assert "exited" in batches[-1].detail
     counts = _totals(batches)
@@ -277,8 +320,12 @@ def test_a_measurement_counts_exactly_and_ends_with_the_process_keeping_its_data
     # Each batch carries the edges the agent derives from that interval's exact block counts (KernInst
     # section 4): exact-derived, between CFG successors of mx_branch, with the calls entering and
     # returning and the 250/750 split on the two sides of the branch.
-    succ = {(b.offset, s.target) for b in branch.blocks for s in b.successors
-            if s.kind in (pb.SUCCESSOR_KIND_FALLTHROUGH, pb.SUCCESSOR_KIND_TAKEN)}
+    succ = {
+        (b.offset, s.target)
+        for b in branch.blocks
+        for s in b.successors
+        if s.kind in (pb.SUCCESSOR_KIND_FALLTHROUGH, pb.SUCCESSOR_KIND_TAKEN)
+    }
     edges: dict[tuple[int, int, int], int] = {}
     for b in batches:
         for e in b.edges:
@@ -302,8 +349,7 @@ def test_a_measurement_counts_exactly_and_ends_with_the_process_keeping_its_data
     ended = None
     while time.monotonic() < deadline and ended is None:
         for _, u in _others(agent.session, "TargetsUpdate"):
-            ended = next((t for t in u.targets if t.id == agent.target.id and t.state == pb.TARGET_STATE_EXITED),
-                         ended)
+            ended = next((t for t in u.targets if t.id == agent.target.id and t.state == pb.TARGET_STATE_EXITED), ended)
         time.sleep(0.1)
     assert ended is not None and "exited" in ended.detail
     assert not list((agent.state / "measurements").glob(f"{mid}.pb")), "an ended measurement is not re-armed"
@@ -318,8 +364,10 @@ def _big_library_holder() -> subprocess.Popen:
     libdir = pathlib.Path("/usr/lib/x86_64-linux-gnu")
     libs = sorted({str(p) for pattern in BIG_LIBRARIES for p in libdir.glob(pattern)})
     assert libs, "clang's libLLVM is installed with the agent's build dependencies"
-    code = ("import ctypes, sys, time\nfor lib in sys.argv[1:]: ctypes.CDLL(lib)\n"
-            "print('ready', flush=True)\ntime.sleep(600)")
+    code = (
+        "import ctypes, sys, time\nfor lib in sys.argv[1:]: ctypes.CDLL(lib)\n"
+        "print('ready', flush=True)\ntime.sleep(600)"
+    )
     proc = subprocess.Popen(["python3", "-c", code, *libs], stdout=subprocess.PIPE, text=True)
     STARTED.append(proc)
     assert proc.stdout.readline().strip() == "ready"
@@ -352,10 +400,20 @@ def test_commands_run_on_a_worker_while_intervals_keep_flowing(agent, programs):
         loop_target = _result(agent.session, "attach-loop").targets.targets[0]
         loop_main = next(m for m in loop_target.modules if m.name.endswith("/measured"))
         loop_call = agent.functions["mx_call"]
-        _send(agent.session, "start-loop", start_measurement=pb.StartMeasurement(
-            measurement_id="m-loop", target=loop_target.id, metrics=["count"],
-            resources=[pb.ResourceRef(digest=loop_main.digest, function_index=loop_call.index,
-                                      kind=pb.RESOURCE_KIND_FUNCTION)]))
+        _send(
+            agent.session,
+            "start-loop",
+            start_measurement=pb.StartMeasurement(
+                measurement_id="m-loop",
+                target=loop_target.id,
+                metrics=["count"],
+                resources=[
+                    pb.ResourceRef(
+                        digest=loop_main.digest, function_index=loop_call.index, kind=pb.RESOURCE_KIND_FUNCTION
+                    )
+                ],
+            ),
+        )
         assert _result(agent.session, "start-loop").ok
         _measurement_batches(agent.session, "m-loop", 5, until=lambda bs: len(bs) >= 1)
         while not agent.session.metrics.empty():
@@ -386,9 +444,17 @@ def test_commands_run_on_a_worker_while_intervals_keep_flowing(agent, programs):
             agent.session.metrics.get()
         _measurement_batches(agent.session, "m-loop", 0.5)
         t0 = time.monotonic()
-        _send(agent.session, "plan-slow", make_plan=pb.MakePlan(
-            plan_id="plan-slow", target=loop_target.id, digest=loop_main.digest, function_index=loop_call.index,
-            seconds=PLAN_S))
+        _send(
+            agent.session,
+            "plan-slow",
+            make_plan=pb.MakePlan(
+                plan_id="plan-slow",
+                target=loop_target.id,
+                digest=loop_main.digest,
+                function_index=loop_call.index,
+                seconds=PLAN_S,
+            ),
+        )
         res = _result(agent.session, "plan-slow", timeout=300)
         took = time.monotonic() - t0
         assert res.ok, res.error
@@ -397,8 +463,13 @@ def test_commands_run_on_a_worker_while_intervals_keep_flowing(agent, programs):
         while not agent.session.metrics.empty():
             arrivals.append(agent.session.metrics.get()[0])
         arrivals = [t for t in arrivals if t <= t0 + took]
-        _check_no_stall(arrivals, _measurement_batches(agent.session, "m-loop", 0.5), t0, took,
-                        f"a plan counting blocks for {PLAN_S} s")
+        _check_no_stall(
+            arrivals,
+            _measurement_batches(agent.session, "m-loop", 0.5),
+            t0,
+            took,
+            f"a plan counting blocks for {PLAN_S} s",
+        )
         agent.loop, agent.loop_target, agent.loop_main = loop, loop_target, loop_main
     finally:
         holder.kill()
@@ -418,10 +489,19 @@ def test_ten_thousand_resources_in_one_request_are_served(agent, programs):
         fns = _catalog(agent.session, many_main.digest)
         mb = next(f for f in fns.values() if f.name == "mb_many")
         assert len(mb.blocks) > 10000
-        big = [pb.ResourceRef(digest=many_main.digest, function_index=mb.index, kind=pb.RESOURCE_KIND_BLOCK,
-                              offset=b.offset) for b in mb.blocks[1:10001]]
-        _send(agent.session, "start-big", start_measurement=pb.StartMeasurement(
-            measurement_id="m-big", target=many_target.id, metrics=["count"], resources=big))
+        big = [
+            pb.ResourceRef(
+                digest=many_main.digest, function_index=mb.index, kind=pb.RESOURCE_KIND_BLOCK, offset=b.offset
+            )
+            for b in mb.blocks[1:10001]
+        ]
+        _send(
+            agent.session,
+            "start-big",
+            start_measurement=pb.StartMeasurement(
+                measurement_id="m-big", target=many_target.id, metrics=["count"], resources=big
+            ),
+        )
         res = _result(agent.session, "start-big", timeout=180)
         assert res.ok, res.error
         assert len(res.measurement.resources) == 10000
@@ -431,8 +511,9 @@ def test_ten_thousand_resources_in_one_request_are_served(agent, programs):
             _send(agent.session, f"stop-{mid}", stop_measurement=pb.StopMeasurement(measurement_id=mid))
             res = _result(agent.session, f"stop-{mid}")
             assert res.ok and res.measurement.state == pb.MEASUREMENT_STATE_STOPPED
-        last = _measurement_batches(agent.session, "m-loop", 3,
-                                    until=lambda bs: any(b.state == pb.MEASUREMENT_STATE_STOPPED for b in bs))
+        last = _measurement_batches(
+            agent.session, "m-loop", 3, until=lambda bs: any(b.state == pb.MEASUREMENT_STATE_STOPPED for b in bs)
+        )
         assert last and last[-1].state == pb.MEASUREMENT_STATE_STOPPED
         _send(agent.session, "detach-many", detach_target=pb.DetachTarget(target=many_target.id))
         assert _result(agent.session, "detach-many").ok
@@ -476,25 +557,49 @@ def test_cancel_drops_a_queued_command_and_answers_for_both(agent, programs):
 def test_bad_measurement_requests_are_refused_with_the_reason(agent):
     sess = agent.session
     loop_call = agent.functions["mx_call"]
-    ref = pb.ResourceRef(digest=agent.loop_main.digest, function_index=loop_call.index,
-                         kind=pb.RESOURCE_KIND_FUNCTION)
+    ref = pb.ResourceRef(digest=agent.loop_main.digest, function_index=loop_call.index, kind=pb.RESOURCE_KIND_FUNCTION)
     cases = {
-        "no target": (pb.StartMeasurement(measurement_id="b1", target="p1-1", metrics=["count"], resources=[ref]),
-                      "no target"),
-        "bad id": (pb.StartMeasurement(measurement_id="../x", target=agent.loop_target.id, metrics=["count"],
-                                       resources=[ref]), "measurement id"),
-        "no metric": (pb.StartMeasurement(measurement_id="b2", target=agent.loop_target.id, metrics=["bogus"],
-                                          resources=[ref]), "unknown metric"),
-        "pmu": (pb.StartMeasurement(measurement_id="b3", target=agent.loop_target.id, metrics=["cycles"],
-                                    resources=[ref]), "cycles"),
-        "inside a block": (pb.StartMeasurement(
-            measurement_id="b4", target=agent.loop_target.id, metrics=["count"],
-            resources=[pb.ResourceRef(digest=agent.loop_main.digest, function_index=loop_call.index,
-                                      kind=pb.RESOURCE_KIND_ADDRESS, offset=1)]), "not the start of a basic block"),
-        "unknown module": (pb.StartMeasurement(
-            measurement_id="b5", target=agent.loop_target.id, metrics=["count"],
-            resources=[pb.ResourceRef(digest="0" * 64, function_index=0, kind=pb.RESOURCE_KIND_FUNCTION)]),
-            "no module"),
+        "no target": (
+            pb.StartMeasurement(measurement_id="b1", target="p1-1", metrics=["count"], resources=[ref]),
+            "no target",
+        ),
+        "bad id": (
+            pb.StartMeasurement(measurement_id="../x", target=agent.loop_target.id, metrics=["count"], resources=[ref]),
+            "measurement id",
+        ),
+        "no metric": (
+            pb.StartMeasurement(measurement_id="b2", target=agent.loop_target.id, metrics=["bogus"], resources=[ref]),
+            "unknown metric",
+        ),
+        "pmu": (
+            pb.StartMeasurement(measurement_id="b3", target=agent.loop_target.id, metrics=["cycles"], resources=[ref]),
+            "cycles",
+        ),
+        "inside a block": (
+            pb.StartMeasurement(
+                measurement_id="b4",
+                target=agent.loop_target.id,
+                metrics=["count"],
+                resources=[
+                    pb.ResourceRef(
+                        digest=agent.loop_main.digest,
+                        function_index=loop_call.index,
+                        kind=pb.RESOURCE_KIND_ADDRESS,
+                        offset=1,
+                    )
+                ],
+            ),
+            "not the start of a basic block",
+        ),
+        "unknown module": (
+            pb.StartMeasurement(
+                measurement_id="b5",
+                target=agent.loop_target.id,
+                metrics=["count"],
+                resources=[pb.ResourceRef(digest="0" * 64, function_index=0, kind=pb.RESOURCE_KIND_FUNCTION)],
+            ),
+            "no module",
+        ),
     }
     for name, (req, needle) in cases.items():
         _send(sess, f"bad-{name}", start_measurement=req)
@@ -505,10 +610,20 @@ def test_bad_measurement_requests_are_refused_with_the_reason(agent):
 def test_a_restarted_agent_arms_its_measurements_again_from_the_state_folder(agent, hotpathd, standin):
     sess = agent.session
     loop_call = agent.functions["mx_call"]
-    _send(sess, "start-keep", start_measurement=pb.StartMeasurement(
-        measurement_id="m-keep", target=agent.loop_target.id, metrics=["count", "wall"],
-        resources=[pb.ResourceRef(digest=agent.loop_main.digest, function_index=loop_call.index,
-                                  kind=pb.RESOURCE_KIND_FUNCTION)]))
+    _send(
+        sess,
+        "start-keep",
+        start_measurement=pb.StartMeasurement(
+            measurement_id="m-keep",
+            target=agent.loop_target.id,
+            metrics=["count", "wall"],
+            resources=[
+                pb.ResourceRef(
+                    digest=agent.loop_main.digest, function_index=loop_call.index, kind=pb.RESOURCE_KIND_FUNCTION
+                )
+            ],
+        ),
+    )
     info = _result(sess, "start-keep").measurement
     assert _measurement_batches(sess, "m-keep", 5, until=lambda bs: len(bs) >= 1)
     assert (agent.state / "measurements" / "m-keep.pb").exists()
@@ -519,8 +634,9 @@ def test_a_restarted_agent_arms_its_measurements_again_from_the_state_folder(age
     assert agent.loop_target.id in targets and targets[agent.loop_target.id].state == pb.TARGET_STATE_ATTACHED
     kept = {m.measurement_id: m for m in agent.hello.measurements}
     assert "m-keep" in kept and kept["m-keep"].state in (pb.MEASUREMENT_STATE_ARMED, pb.MEASUREMENT_STATE_RUNNING)
-    assert [(r.digest, r.function_index, r.kind) for r in kept["m-keep"].resources] == \
-        [(r.digest, r.function_index, r.kind) for r in info.resources]
+    assert [(r.digest, r.function_index, r.kind) for r in kept["m-keep"].resources] == [
+        (r.digest, r.function_index, r.kind) for r in info.resources
+    ]
     assert kept["m-keep"].started_unix_ns == info.started_unix_ns
     batches = _measurement_batches(agent.session, "m-keep", 10, until=lambda bs: sum(_totals(bs).values()) > 100)
     assert sum(_totals(batches).values()) > 100, "the loop calls mx_call every millisecond"
@@ -545,23 +661,43 @@ def test_sampled_kernel_blocks_carry_edges_labelled_sampled_estimates(agent):
     edge of vfs_read's CFG, while `dd` reads one byte per read(2)."""
     vmlinux = next(m for m in agent.hello.modules if m.name == "vmlinux")
     vfs_read = next(f for f in _catalog(agent.session, vmlinux.digest).values() if f.name == "vfs_read")
-    succ = {(b.offset, s.target) for b in vfs_read.blocks for s in b.successors
-            if s.kind in (pb.SUCCESSOR_KIND_FALLTHROUGH, pb.SUCCESSOR_KIND_TAKEN)}
+    succ = {
+        (b.offset, s.target)
+        for b in vfs_read.blocks
+        for s in b.successors
+        if s.kind in (pb.SUCCESSOR_KIND_FALLTHROUGH, pb.SUCCESSOR_KIND_TAKEN)
+    }
     loop = subprocess.Popen(["dd", "if=/dev/zero", "of=/dev/null", "bs=1"], stderr=subprocess.DEVNULL)
     STARTED.append(loop)
     try:
-        _send(agent.session, "start-k", start_measurement=pb.StartMeasurement(
-            measurement_id="m-kernel-edges", target="kernel", metrics=["count"], allow_partial=True,
-            resources=[pb.ResourceRef(digest=vmlinux.digest, function_index=vfs_read.index,
-                                      kind=pb.RESOURCE_KIND_FUNCTION, blocks=True)]))
+        _send(
+            agent.session,
+            "start-k",
+            start_measurement=pb.StartMeasurement(
+                measurement_id="m-kernel-edges",
+                target="kernel",
+                metrics=["count"],
+                allow_partial=True,
+                resources=[
+                    pb.ResourceRef(
+                        digest=vmlinux.digest,
+                        function_index=vfs_read.index,
+                        kind=pb.RESOURCE_KIND_FUNCTION,
+                        blocks=True,
+                    )
+                ],
+            ),
+        )
         res = _result(agent.session, "start-k")
         assert res.ok, res.error
         rows = list(res.measurement.resources)
         blocks = [r for r in rows if r.kind == pb.RESOURCE_KIND_BLOCK]
-        assert blocks and all({p.metric: p for p in r.metrics}[pb.METRIC_COUNT].label == pb.VALUE_LABEL_SAMPLED
-                              for r in blocks)
-        batches = _measurement_batches(agent.session, "m-kernel-edges", 30,
-                                       until=lambda bs: sum(len(b.edges) for b in bs) >= 3)
+        assert blocks and all(
+            {p.metric: p for p in r.metrics}[pb.METRIC_COUNT].label == pb.VALUE_LABEL_SAMPLED for r in blocks
+        )
+        batches = _measurement_batches(
+            agent.session, "m-kernel-edges", 30, until=lambda bs: sum(len(b.edges) for b in bs) >= 3
+        )
     finally:
         loop.kill()
         loop.wait()

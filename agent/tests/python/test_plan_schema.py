@@ -6,6 +6,7 @@ member the installer's reader (agent/src/replace/plan_file.c) reads is a member 
 and a plan cut down to the schema's members alone is read by the installer as the whole plan is (it
 gets as far, and stops at the same check), while a cut plan lacking a member the installer needs is
 refused by its reader. No root needed: nothing is installed."""
+
 import importlib.util
 import json
 import pathlib
@@ -39,8 +40,10 @@ def fresh_plan(tmp_path_factory) -> dict:
 
 
 def _errors(plan: dict) -> list[str]:
-    return [f"{'/'.join(map(str, e.instance_path))}: {e.message}"
-            for e in jsonschema_rs.validator_for(SCHEMA).iter_errors(plan)]
+    return [
+        f"{'/'.join(map(str, e.instance_path))}: {e.message}"
+        for e in jsonschema_rs.validator_for(SCHEMA).iter_errors(plan)
+    ]
 
 
 def _node(ref_or_node: dict) -> dict:
@@ -60,8 +63,12 @@ def _schema_only(value, node: dict):
 def _install_answer(plan: dict, tmp_path: pathlib.Path) -> tuple[int, str]:
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
-    p = subprocess.run([str(HOTPATHD), "install", str(path), "--state-dir", str(tmp_path / "state"), "--quiet"],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [str(HOTPATHD), "install", str(path), "--state-dir", str(tmp_path / "state"), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return p.returncode, p.stderr.replace(str(path), "PLAN")
 
 

@@ -9,6 +9,7 @@ agent killed in the middle of an install is restarted and leaves nothing half-do
 the kernel are refused with their reasons.
 
 The tests run in file order against one agent, like the stream test."""
+
 import json
 import pathlib
 import re
@@ -103,9 +104,17 @@ def test_attach_the_fixture_and_find_its_root(agent, threads_program):
 
 def test_make_plan_measures_the_root_exactly_and_answers_a_verified_plan_with_progress(agent):
     _others(agent.session, "Progress")
-    _send(agent.session, "plan-1", make_plan=pb.MakePlan(
-        plan_id="plan-1", target=agent.target.id, digest=agent.main.digest, function_index=agent.root.index,
-        seconds=PLAN_SECONDS))
+    _send(
+        agent.session,
+        "plan-1",
+        make_plan=pb.MakePlan(
+            plan_id="plan-1",
+            target=agent.target.id,
+            digest=agent.main.digest,
+            function_index=agent.root.index,
+            seconds=PLAN_SECONDS,
+        ),
+    )
     res = _result(agent.session, "plan-1", timeout=120)
     assert res.ok, res.error
     assert res.WhichOneof("kind") == "plan" and res.plan.plan_id == "plan-1"
@@ -139,8 +148,13 @@ def test_a_window_in_which_the_root_never_ran_is_counted_longer_instead_of_plann
         target, main = _attach(agent, fixture, "attach-gated")
         root = next(f for f in _catalog(agent.session, main.digest).values() if f.name == "pr_root")
         _others(agent.session, "Progress")
-        _send(agent.session, "plan-gated", make_plan=pb.MakePlan(
-            plan_id="plan-gated", target=target.id, digest=main.digest, function_index=root.index, seconds=1))
+        _send(
+            agent.session,
+            "plan-gated",
+            make_plan=pb.MakePlan(
+                plan_id="plan-gated", target=target.id, digest=main.digest, function_index=root.index, seconds=1
+            ),
+        )
         progress: list = []
         deadline = time.monotonic() + 60
         while not any("no call of pr_root in 1 s" in p.message for p in progress):
@@ -180,21 +194,54 @@ def test_the_plan_listing_is_the_emitted_code_instruction_by_instruction(agent):
 def test_the_daemons_plan_equals_hotpathd_plan_on_the_same_profile(agent, hotpathd):
     path = agent.tmp / "daemon-plan.json"
     path.write_text(agent.plan_json)
-    out = subprocess.run([str(hotpathd), "plan", "pid", str(agent.fixture.pid), "pr_root", "--profile", str(path),
-                          "--state-dir", str(agent.state), "--json"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            str(hotpathd),
+            "plan",
+            "pid",
+            str(agent.fixture.pid),
+            "pr_root",
+            "--profile",
+            str(path),
+            "--state-dir",
+            str(agent.state),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     cli = json.loads(out.stdout)
-    for key in ("status", "target", "options", "group", "totals", "kept_in_place", "indirect_calls",
-                "icache_before", "icache_after", "code"):
+    for key in (
+        "status",
+        "target",
+        "options",
+        "group",
+        "totals",
+        "kept_in_place",
+        "indirect_calls",
+        "icache_before",
+        "icache_after",
+        "code",
+    ):
         assert cli[key] == agent.plan[key], key
-    assert [f["blocks"] for f in cli["profile"]["functions"]] == \
-        [f["blocks"] for f in agent.plan["profile"]["functions"]]
+    assert [f["blocks"] for f in cli["profile"]["functions"]] == [
+        f["blocks"] for f in agent.plan["profile"]["functions"]
+    ]
 
 
 def _install(agent, cid: str, plan_json: str, approved: str, target: str | None = None) -> pb.CommandResult:
-    _send(agent.session, cid, install_plan=pb.InstallPlan(
-        plan_id="plan-1", plan_json=plan_json, approved_code_sha256=approved,
-        target=target if target is not None else agent.target.id))
+    _send(
+        agent.session,
+        cid,
+        install_plan=pb.InstallPlan(
+            plan_id="plan-1",
+            plan_json=plan_json,
+            approved_code_sha256=approved,
+            target=target if target is not None else agent.target.id,
+        ),
+    )
     return _result(agent.session, cid, timeout=60)
 
 
@@ -202,8 +249,11 @@ def test_an_install_without_the_approved_hash_is_refused_and_changes_nothing(age
     pid, entry = agent.fixture.pid, int(agent.plan["group"][0]["address"], 16)
     agent.entry, agent.original = entry, _mem(pid, entry, 16)
     maps = _maps(pid)
-    for cid, approved in (("inst-nohash", ""), ("inst-wrong", "0" * 64),
-                          ("inst-short", agent.plan["code"]["sha256"][:32])):
+    for cid, approved in (
+        ("inst-nohash", ""),
+        ("inst-wrong", "0" * 64),
+        ("inst-short", agent.plan["code"]["sha256"][:32]),
+    ):
         res = _install(agent, cid, agent.plan_json, approved)
         assert not res.ok and res.install.status == "refused", (cid, res.error)
         assert json.loads(res.install.detail_json)["status"] == "refused"
@@ -240,17 +290,28 @@ def test_the_approved_install_runs_the_copy_in_the_process_and_reverts_to_the_or
     _alive_and_checking(agent.fixture, 1.0)
     # A measurement of the root while the copy is installed counts the calls where they run now: the
     # callers were patched to call the copy, so a probe on the original entry alone would count nothing.
-    _send(agent.session, "m-copy", start_measurement=pb.StartMeasurement(
-        measurement_id="m-copy", target=agent.target.id, metrics=["count"],
-        resources=[pb.ResourceRef(digest=agent.main.digest, function_index=agent.root.index,
-                                  kind=pb.RESOURCE_KIND_FUNCTION)]))
+    _send(
+        agent.session,
+        "m-copy",
+        start_measurement=pb.StartMeasurement(
+            measurement_id="m-copy",
+            target=agent.target.id,
+            metrics=["count"],
+            resources=[
+                pb.ResourceRef(
+                    digest=agent.main.digest, function_index=agent.root.index, kind=pb.RESOURCE_KIND_FUNCTION
+                )
+            ],
+        ),
+    )
     started = _result(agent.session, "m-copy")
     assert started.ok, started.error
     time.sleep(1.5)
     _send(agent.session, "m-copy-stop", stop_measurement=pb.StopMeasurement(measurement_id="m-copy"))
     assert _result(agent.session, "m-copy-stop").ok
-    batches = _measurement_batches(agent.session, "m-copy", 20,
-                                   until=lambda bs: any(b.state == pb.MEASUREMENT_STATE_STOPPED for b in bs))
+    batches = _measurement_batches(
+        agent.session, "m-copy", 20, until=lambda bs: any(b.state == pb.MEASUREMENT_STATE_STOPPED for b in bs)
+    )
     assert _totals(batches).get(0, 0) > 1000, "the copy's calls are counted for the root's row"
     _alive_and_checking(agent.fixture)
     # The listing names it; a second install of the same plan is refused.
@@ -284,9 +345,16 @@ def test_an_agent_killed_in_the_middle_of_an_install_leaves_nothing_half_done(ag
     dying = _start_agent(hotpathd, standin, agent.state, agent.tmp / "agent.log")
     monkeypatch.delenv("HOTPATH_TEST_KILL_AT")
     agent.session = dying.session
-    _send(dying.session, "inst-die", install_plan=pb.InstallPlan(
-        plan_id="plan-1", plan_json=agent.plan_json, approved_code_sha256=agent.plan["code"]["sha256"],
-        target=agent.target.id))
+    _send(
+        dying.session,
+        "inst-die",
+        install_plan=pb.InstallPlan(
+            plan_id="plan-1",
+            plan_json=agent.plan_json,
+            approved_code_sha256=agent.plan["code"]["sha256"],
+            target=agent.target.id,
+        ),
+    )
     assert dying.proc.wait(timeout=60) == -signal.SIGKILL
     assert _journals(agent.state) == ["plan-1.journal"], "the journal records the half-done install"
     assert _mem(pid, agent.entry, 1) == b"\xe9", "the entry was spliced before the agent died"
@@ -306,8 +374,14 @@ def test_an_agent_killed_in_the_middle_of_an_install_leaves_nothing_half_done(ag
 
 
 def _same_result(a: pb.CommandResult, b: pb.CommandResult) -> None:
-    assert (a.command_id, a.ok, a.error, a.install.plan_id, a.install.status, a.install.detail_json) == \
-        (b.command_id, b.ok, b.error, b.install.plan_id, b.install.status, b.install.detail_json)
+    assert (a.command_id, a.ok, a.error, a.install.plan_id, a.install.status, a.install.detail_json) == (
+        b.command_id,
+        b.ok,
+        b.error,
+        b.install.plan_id,
+        b.install.status,
+        b.install.detail_json,
+    )
 
 
 def test_a_restarted_agent_reports_its_installs_in_hello_and_a_replayed_install_runs_once(agent, hotpathd, standin):
@@ -328,8 +402,13 @@ def test_a_restarted_agent_reports_its_installs_in_hello_and_a_replayed_install_
         assert _journals(agent.state) == ["plan-1.journal"] and journal.read_bytes() == journal_bytes
 
     # Replayed in the same run: the remembered answer, nothing installed again.
-    _send(agent.session, "inst-hello", install_plan=pb.InstallPlan(
-        plan_id="plan-1", plan_json=agent.plan_json, approved_code_sha256=sha, target=agent.target.id))
+    _send(
+        agent.session,
+        "inst-hello",
+        install_plan=pb.InstallPlan(
+            plan_id="plan-1", plan_json=agent.plan_json, approved_code_sha256=sha, target=agent.target.id
+        ),
+    )
     _same_result(_result(agent.session, "inst-hello", timeout=60), first)
     nothing_written()
     # kill -9 the agent; the copy keeps running in the process.
@@ -348,8 +427,13 @@ def test_a_restarted_agent_reports_its_installs_in_hello_and_a_replayed_install_
     assert agent.main.digest in [m.digest for m in again.modules]
     nothing_written()
     # Replayed after the restart: the answer kept in the state folder, nothing installed again.
-    _send(agent.session, "inst-hello", install_plan=pb.InstallPlan(
-        plan_id="plan-1", plan_json=agent.plan_json, approved_code_sha256=sha, target=agent.target.id))
+    _send(
+        agent.session,
+        "inst-hello",
+        install_plan=pb.InstallPlan(
+            plan_id="plan-1", plan_json=agent.plan_json, approved_code_sha256=sha, target=agent.target.id
+        ),
+    )
     _same_result(_result(agent.session, "inst-hello", timeout=60), first)
     assert "kept result is sent again" in restarted.log()
     nothing_written()
@@ -358,8 +442,10 @@ def test_a_restarted_agent_reports_its_installs_in_hello_and_a_replayed_install_
     altered["code"] = dict(agent.plan["code"])
     h = altered["code"]["hex"]
     altered["code"]["hex"] = h[:40] + ("00" if h[40:42] != "00" else "01") + h[42:]
-    for cid, plan_json, approved in (("inst-replay-altered", json.dumps(altered), sha),
-                                     ("inst-replay-other-hash", agent.plan_json, "1" * 64)):
+    for cid, plan_json, approved in (
+        ("inst-replay-altered", json.dumps(altered), sha),
+        ("inst-replay-other-hash", agent.plan_json, "1" * 64),
+    ):
         res = _install(agent, cid, plan_json, approved)
         assert not res.ok and res.install.status == "refused", (cid, res.error)
         nothing_written()
@@ -378,15 +464,37 @@ def _plan_blocks(plan: dict) -> dict[int, float]:
 
 def test_a_plan_from_a_measurement_of_this_agent_uses_its_counts_running_and_ended(agent):
     sess = agent.session
-    _send(sess, "start-m", start_measurement=pb.StartMeasurement(
-        measurement_id="m-plan", target=agent.target.id, metrics=["count"],
-        resources=[pb.ResourceRef(digest=agent.main.digest, function_index=agent.root.index,
-                                  kind=pb.RESOURCE_KIND_FUNCTION, blocks=True)]))
+    _send(
+        sess,
+        "start-m",
+        start_measurement=pb.StartMeasurement(
+            measurement_id="m-plan",
+            target=agent.target.id,
+            metrics=["count"],
+            resources=[
+                pb.ResourceRef(
+                    digest=agent.main.digest,
+                    function_index=agent.root.index,
+                    kind=pb.RESOURCE_KIND_FUNCTION,
+                    blocks=True,
+                )
+            ],
+        ),
+    )
     assert _result(sess, "start-m").ok
     time.sleep(1.5)
     _others(sess, "Progress")
-    _send(sess, "plan-m", make_plan=pb.MakePlan(plan_id="plan-m", target=agent.target.id, digest=agent.main.digest,
-                                                function_index=agent.root.index, measurement_id="m-plan"))
+    _send(
+        sess,
+        "plan-m",
+        make_plan=pb.MakePlan(
+            plan_id="plan-m",
+            target=agent.target.id,
+            digest=agent.main.digest,
+            function_index=agent.root.index,
+            measurement_id="m-plan",
+        ),
+    )
     res = _result(sess, "plan-m", timeout=60)
     assert res.ok, res.error
     plan = json.loads(res.plan.plan_json)
@@ -397,14 +505,32 @@ def test_a_plan_from_a_measurement_of_this_agent_uses_its_counts_running_and_end
     # Ended: the counts it had when it stopped still make a plan.
     _send(sess, "stop-m", stop_measurement=pb.StopMeasurement(measurement_id="m-plan"))
     assert _result(sess, "stop-m").ok
-    _send(sess, "plan-m2", make_plan=pb.MakePlan(plan_id="plan-m2", target=agent.target.id, digest=agent.main.digest,
-                                                 function_index=agent.root.index, measurement_id="m-plan"))
+    _send(
+        sess,
+        "plan-m2",
+        make_plan=pb.MakePlan(
+            plan_id="plan-m2",
+            target=agent.target.id,
+            digest=agent.main.digest,
+            function_index=agent.root.index,
+            measurement_id="m-plan",
+        ),
+    )
     res = _result(sess, "plan-m2", timeout=60)
     assert res.ok, res.error
     ended = _plan_blocks(json.loads(res.plan.plan_json))
     assert set(ended) == set(running) and all(ended[o] >= running[o] for o in running)
-    _send(sess, "plan-nom", make_plan=pb.MakePlan(plan_id="plan-nom", target=agent.target.id, digest=agent.main.digest,
-                                                  function_index=agent.root.index, measurement_id="m-none"))
+    _send(
+        sess,
+        "plan-nom",
+        make_plan=pb.MakePlan(
+            plan_id="plan-nom",
+            target=agent.target.id,
+            digest=agent.main.digest,
+            function_index=agent.root.index,
+            measurement_id="m-none",
+        ),
+    )
     assert "no measurement m-none" in _result(sess, "plan-nom").error
 
 
@@ -424,8 +550,11 @@ def _counts_after(sess, mid: str, since_ns: int, want: float) -> float:
     """The measurement's counts (all its rows) in intervals that began after since_ns, waiting (20 s at most)
     until they exceed want."""
     batches = _measurement_batches(
-        sess, mid, 20,
-        until=lambda bs: sum(_totals([b for b in bs if b.interval_start_unix_ns >= since_ns]).values()) > want)
+        sess,
+        mid,
+        20,
+        until=lambda bs: sum(_totals([b for b in bs if b.interval_start_unix_ns >= since_ns]).values()) > want,
+    )
     return sum(_totals([b for b in batches if b.interval_start_unix_ns >= since_ns]).values())
 
 
@@ -438,10 +567,23 @@ def test_plan_install_and_revert_while_the_root_is_measured_keep_the_program_and
     sess, pid, entry, size = agent.session, agent.fixture.pid, agent.entry, agent.root.size
     own = _file_bytes(pid, entry, size)
     assert _mem(pid, entry, size) == own, "no probe in pr_root before the measurement"
-    _send(sess, "m-along", start_measurement=pb.StartMeasurement(
-        measurement_id="m-along", target=agent.target.id, metrics=["count"],
-        resources=[pb.ResourceRef(digest=agent.main.digest, function_index=agent.root.index,
-                                  kind=pb.RESOURCE_KIND_FUNCTION, blocks=True)]))
+    _send(
+        sess,
+        "m-along",
+        start_measurement=pb.StartMeasurement(
+            measurement_id="m-along",
+            target=agent.target.id,
+            metrics=["count"],
+            resources=[
+                pb.ResourceRef(
+                    digest=agent.main.digest,
+                    function_index=agent.root.index,
+                    kind=pb.RESOURCE_KIND_FUNCTION,
+                    blocks=True,
+                )
+            ],
+        ),
+    )
     started = _result(sess, "m-along")
     assert started.ok, started.error
     # The probes are real: the kernel wrote int3 into the process's text at the root's block starts.
@@ -449,15 +591,21 @@ def test_plan_install_and_revert_while_the_root_is_measured_keep_the_program_and
     sites = sorted(i for i in range(size) if probed[i] == 0xCC and own[i] != 0xCC)
     assert 0 in sites and set(sites) <= {b.offset for b in agent.root.blocks}, sites
     # The disassembly is the program's own code: the daemon's answer to InspectFunction ...
-    _send(sess, "insp-along", inspect_function=pb.InspectFunction(
-        digest=agent.main.digest, function_index=agent.root.index, target=agent.target.id))
+    _send(
+        sess,
+        "insp-along",
+        inspect_function=pb.InspectFunction(
+            digest=agent.main.digest, function_index=agent.root.index, target=agent.target.id
+        ),
+    )
     dis = _result(sess, "insp-along")
     assert dis.ok, dis.error
     assert b"".join(i.bytes for i in dis.disassembly.instructions) == own
     assert not any(i.text.startswith("int3") for i in dis.disassembly.instructions)
     # ... and `hotpathd inspect`, which marks where the probes sit.
-    out = subprocess.run([str(hotpathd), "inspect", "pid", str(pid), "pr_root", "--json"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [str(hotpathd), "inspect", "pid", str(pid), "pr_root", "--json"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     cli = json.loads(out.stdout)
     insns = sorted((i for b in cli["blocks"] for i in b["instructions"]), key=lambda i: i["address"])
@@ -466,15 +614,30 @@ def test_plan_install_and_revert_while_the_root_is_measured_keep_the_program_and
     assert sorted(i["address"] - entry for i in insns if i["probe"]) == sites
     time.sleep(1.0)
     # Plan from the measurement, install it: the bytes the install checks are the program's own.
-    _send(sess, "plan-along", make_plan=pb.MakePlan(plan_id="plan-p", target=agent.target.id,
-                                                    digest=agent.main.digest, function_index=agent.root.index,
-                                                    measurement_id="m-along"))
+    _send(
+        sess,
+        "plan-along",
+        make_plan=pb.MakePlan(
+            plan_id="plan-p",
+            target=agent.target.id,
+            digest=agent.main.digest,
+            function_index=agent.root.index,
+            measurement_id="m-along",
+        ),
+    )
     res = _result(sess, "plan-along", timeout=120)
     assert res.ok, res.error
     plan = json.loads(res.plan.plan_json)
-    _send(sess, "inst-along", install_plan=pb.InstallPlan(
-        plan_id="plan-p", plan_json=res.plan.plan_json, approved_code_sha256=plan["code"]["sha256"],
-        target=agent.target.id))
+    _send(
+        sess,
+        "inst-along",
+        install_plan=pb.InstallPlan(
+            plan_id="plan-p",
+            plan_json=res.plan.plan_json,
+            approved_code_sha256=plan["code"]["sha256"],
+            target=agent.target.id,
+        ),
+    )
     inst = _result(sess, "inst-along", timeout=60)
     assert inst.ok, inst.error
     installed_ns = time.time_ns()
@@ -495,8 +658,9 @@ def test_plan_install_and_revert_while_the_root_is_measured_keep_the_program_and
     assert _result(sess, "m-along-stop").ok
     # No probe is left behind: the program's own bytes, and the disassembly shows no probe.
     assert _mem(pid, entry, size) == own
-    out = subprocess.run([str(hotpathd), "inspect", "pid", str(pid), "pr_root", "--json"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [str(hotpathd), "inspect", "pid", str(pid), "pr_root", "--json"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and json.loads(out.stdout)["probes"] == [], out.stderr
     assert _journals(agent.state) == []
     _alive_and_checking(agent.fixture)
@@ -505,12 +669,21 @@ def test_plan_install_and_revert_while_the_root_is_measured_keep_the_program_and
 def test_a_kernel_plan_samples_pcs_and_is_labelled_an_estimate(agent):
     vmlinux = agent.hello.modules[0]
     functions = {f.name: f for f in _catalog(agent.session, vmlinux.digest).values()}
-    reader = subprocess.Popen(["dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=200000000"],
-                              stderr=subprocess.DEVNULL)
+    reader = subprocess.Popen(
+        ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=200000000"], stderr=subprocess.DEVNULL
+    )
     try:
-        _send(agent.session, "plan-k", make_plan=pb.MakePlan(
-            plan_id="plan-k", target="kernel", digest=vmlinux.digest, function_index=functions["vfs_read"].index,
-            seconds=2))
+        _send(
+            agent.session,
+            "plan-k",
+            make_plan=pb.MakePlan(
+                plan_id="plan-k",
+                target="kernel",
+                digest=vmlinux.digest,
+                function_index=functions["vfs_read"].index,
+                seconds=2,
+            ),
+        )
         res = _result(agent.session, "plan-k", timeout=120)
     finally:
         reader.kill()
@@ -536,12 +709,20 @@ def test_a_dead_target_and_the_kernel_are_refused_with_their_reasons(agent, thre
     fixture.kill()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if any(t.id == target.id and t.state == pb.TARGET_STATE_EXITED
-               for _, u in _others(agent.session, "TargetsUpdate") for t in u.targets):
+        if any(
+            t.id == target.id and t.state == pb.TARGET_STATE_EXITED
+            for _, u in _others(agent.session, "TargetsUpdate")
+            for t in u.targets
+        ):
             break
         time.sleep(0.2)
-    _send(agent.session, "plan-dead", make_plan=pb.MakePlan(
-        plan_id="plan-dead", target=target.id, digest=main.digest, function_index=agent.root.index, seconds=1))
+    _send(
+        agent.session,
+        "plan-dead",
+        make_plan=pb.MakePlan(
+            plan_id="plan-dead", target=target.id, digest=main.digest, function_index=agent.root.index, seconds=1
+        ),
+    )
     res = _result(agent.session, "plan-dead")
     assert not res.ok and ("ended" in res.error or "exited" in res.error), res.error
     res = _install(agent, "inst-dead", agent.plan_json, agent.plan["code"]["sha256"], target=target.id)
@@ -553,10 +734,16 @@ def test_a_dead_target_and_the_kernel_are_refused_with_their_reasons(agent, thre
     if not cap.available:
         assert cap.detail and cap.detail in res.error, (cap.detail, res.error)
     # Bad input: an id that cannot name a journal, a function index out of range.
-    _send(agent.session, "plan-badid", make_plan=pb.MakePlan(
-        plan_id="../x", target="kernel", digest=agent.hello.modules[0].digest, function_index=0))
+    _send(
+        agent.session,
+        "plan-badid",
+        make_plan=pb.MakePlan(plan_id="../x", target="kernel", digest=agent.hello.modules[0].digest, function_index=0),
+    )
     assert "plan id" in _result(agent.session, "plan-badid").error
     vmlinux = agent.hello.modules[0]
-    _send(agent.session, "plan-range", make_plan=pb.MakePlan(
-        plan_id="p-range", target="kernel", digest=vmlinux.digest, function_index=10 ** 8))
+    _send(
+        agent.session,
+        "plan-range",
+        make_plan=pb.MakePlan(plan_id="p-range", target="kernel", digest=vmlinux.digest, function_index=10**8),
+    )
     assert "out of range" in _result(agent.session, "plan-range").error

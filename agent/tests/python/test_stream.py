@@ -9,6 +9,7 @@ commands, cancelling the stream) are driven by each test step, so every
 message the agent sends can be checked. The tests run in file order against
 one agent process, because the agent parses the whole kernel once at
 start-up, exactly as in production."""
+
 import ctypes
 import errno
 import itertools
@@ -37,11 +38,11 @@ def _kernel_build_id() -> str:
     data = pathlib.Path("/sys/kernel/notes").read_bytes()
     off = 0
     while off + 12 <= len(data):
-        namesz, descsz, ntype = (int.from_bytes(data[off + i:off + i + 4], "little") for i in (0, 4, 8))
+        namesz, descsz, ntype = (int.from_bytes(data[off + i : off + i + 4], "little") for i in (0, 4, 8))
         off += 12
-        name = data[off:off + namesz]
+        name = data[off : off + namesz]
         off += (namesz + 3) & ~3
-        desc = data[off:off + descsz]
+        desc = data[off : off + descsz]
         off += (descsz + 3) & ~3
         if ntype == 3 and name.rstrip(b"\0") == b"GNU":
             return desc.hex()
@@ -64,8 +65,12 @@ class Session:
 
     def route(self, msg: pb.AgentMessage) -> None:
         kind = msg.WhichOneof("kind")
-        target = {"hello": self.hello, "metrics": self.metrics, "catalog_chunk": self.chunks,
-                  "result": self.results}.get(kind, self.other)
+        target = {
+            "hello": self.hello,
+            "metrics": self.metrics,
+            "catalog_chunk": self.chunks,
+            "result": self.results,
+        }.get(kind, self.other)
         target.put((time.monotonic(), getattr(msg, kind) if kind else msg))
         if kind == "metrics":
             self.raw_metrics.put(msg)  # with its sequence number and instance id
@@ -92,8 +97,9 @@ class ScriptedBackend:
         if request.token != GOOD_TOKEN:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "the enrolment token is unknown, used, revoked or expired")
         cert, _fp, not_after = self.pki.sign_host_csr(request.csr_pem, request.host_id)
-        return pb.EnrollResponse(certificate_pem=cert, ca_pem=self.pki.ca_pem.decode(),
-                                 not_after_unix=int(not_after.timestamp()))
+        return pb.EnrollResponse(
+            certificate_pem=cert, ca_pem=self.pki.ca_pem.decode(), not_after_unix=int(not_after.timestamp())
+        )
 
     def connect(self, request_iterator, context):
         names = (context.auth_context() or {}).get("x509_common_name") or []
@@ -155,22 +161,29 @@ def standin_servers(tmp: pathlib.Path):
 
     authority = pki.load_or_create(tmp / "tls")
     backend = ScriptedBackend(authority)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
-                         options=[("grpc.max_receive_message_length", 8 << 20)])
-    handler = grpc.method_handlers_generic_handler("hotpath.v1.AgentService", {
-        "Connect": grpc.stream_stream_rpc_method_handler(
-            backend.connect,
-            request_deserializer=pb.AgentMessage.FromString,
-            response_serializer=pb.ServerMessage.SerializeToString),
-        "Enroll": grpc.unary_unary_rpc_method_handler(
-            backend.enroll,
-            request_deserializer=pb.EnrollRequest.FromString,
-            response_serializer=pb.EnrollResponse.SerializeToString),
-    })
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8), options=[("grpc.max_receive_message_length", 8 << 20)]
+    )
+    handler = grpc.method_handlers_generic_handler(
+        "hotpath.v1.AgentService",
+        {
+            "Connect": grpc.stream_stream_rpc_method_handler(
+                backend.connect,
+                request_deserializer=pb.AgentMessage.FromString,
+                response_serializer=pb.ServerMessage.SerializeToString,
+            ),
+            "Enroll": grpc.unary_unary_rpc_method_handler(
+                backend.enroll,
+                request_deserializer=pb.EnrollRequest.FromString,
+                response_serializer=pb.EnrollResponse.SerializeToString,
+            ),
+        },
+    )
     server.add_generic_rpc_handlers((handler,))
     pair = [(authority.server_key_pem, authority.server_cert_pem)]
-    port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(
-        pair, root_certificates=authority.ca_pem, require_client_auth=True))
+    port = server.add_secure_port(
+        "127.0.0.1:0", grpc.ssl_server_credentials(pair, root_certificates=authority.ca_pem, require_client_auth=True)
+    )
     enroll_port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(pair))
     server.start()
     yield backend, port, enroll_port, tmp / "tls" / "ca.pem"
@@ -182,9 +195,24 @@ def test_a_refused_enrolment_token_stops_the_agent_with_the_reason(hotpathd, sta
     bad = tmp_path / "token"
     bad.write_text("hpe_not-a-token\n")
     proc = subprocess.run(
-        [str(hotpathd), "run", "--server", f"127.0.0.1:{port}", "--enroll-server", f"127.0.0.1:{enroll_port}",
-         "--state-dir", str(tmp_path / "state"), "--enroll-token-file", str(bad), "--ca-file", str(ca)],
-        capture_output=True, text=True, timeout=60)
+        [
+            str(hotpathd),
+            "run",
+            "--server",
+            f"127.0.0.1:{port}",
+            "--enroll-server",
+            f"127.0.0.1:{enroll_port}",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--enroll-token-file",
+            str(bad),
+            "--ca-file",
+            str(ca),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "UNAUTHENTICATED: the enrolment token is unknown" in proc.stderr
     request = _get(backend.enrolments, 1, "enrolment request")
@@ -207,17 +235,32 @@ def agent(hotpathd, standin, tmp_path_factory):
     env.pop("HOTPATH_ENROLL_TOKEN", None)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [str(hotpathd), "run", "--server", f"127.0.0.1:{port}", "--enroll-server", f"127.0.0.1:{enroll_port}",
-             "--state-dir", str(tmp / "state"), "--enroll-token-file", str(token_file), "--ca-file", str(ca),
-             "--interval-ms", "1000"],
-            stdout=log, stderr=subprocess.STDOUT, env=env)
+            [
+                str(hotpathd),
+                "run",
+                "--server",
+                f"127.0.0.1:{port}",
+                "--enroll-server",
+                f"127.0.0.1:{enroll_port}",
+                "--state-dir",
+                str(tmp / "state"),
+                "--enroll-token-file",
+                str(token_file),
+                "--ca-file",
+                str(ca),
+                "--interval-ms",
+                "1000",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     run = AgentRun(proc, log_path, backend)
     run.state = tmp / "state"
     yield run
     if proc.poll() is None:
         proc.kill()
         proc.wait()
-
 
 
 def _host_has_pmu() -> bool:
@@ -239,6 +282,7 @@ def _module_loading_errno() -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall(313, -1, b"", 0)
     return ctypes.get_errno()
+
 
 def test_agent_enrols_with_its_token_and_connects_as_its_host(agent):
     request = _get(agent.backend.enrolments, 60, "enrolment request")
@@ -298,7 +342,7 @@ def test_hello_describes_this_host(agent):
     agent.vmlinux = hello.modules[0]
     assert re.fullmatch(r"[0-9a-f]{64}", agent.vmlinux.digest)
     assert agent.vmlinux.function_count > 10000
-    assert agent.vmlinux.base_address >= 0xffffffff80000000
+    assert agent.vmlinux.base_address >= 0xFFFFFFFF80000000
     # Only after the Welcome does the agent send anything but Hello.
     assert agent.session.chunks.empty() and agent.session.metrics.empty()
 
@@ -359,8 +403,10 @@ def test_backend_recomputes_the_agents_catalog_digest(agent):
     for _ in function_rows("check", agent.vmlinux.base_address, functions, targets):
         pass
     problem, unchecked = check_targets(targets)
-    print(f"\n{len(targets.pending)} named same-module targets checked, {len(unchecked)} whose name the "
-          "piece does not hold (stored without an address)")
+    print(
+        f"\n{len(targets.pending)} named same-module targets checked, {len(unchecked)} whose name the "
+        "piece does not hold (stored without an address)"
+    )
     assert problem is None, problem
     assert len(targets.pending) > 10000, "the live kernel has many named same-module targets"
     assert len(unchecked) < len(targets.pending) // 10, (len(unchecked), len(targets.pending))
@@ -371,8 +417,9 @@ def test_backend_recomputes_the_agents_catalog_digest(agent):
 def test_parse_json_prints_the_catalog_digest_the_upload_uses(agent, hotpathd):
     """`hotpathd parse kernel --json` prints each module's catalog digest: the one the agent announced
     in Hello and sent with the catalog chunks, which the backend recomputed from them above."""
-    out = subprocess.run([str(hotpathd), "parse", "kernel", "--json"], capture_output=True, text=True, timeout=300,
-                         check=True)
+    out = subprocess.run(
+        [str(hotpathd), "parse", "kernel", "--json"], capture_output=True, text=True, timeout=300, check=True
+    )
     parsed = json.loads(out.stdout)
     assert [m["name"] for m in parsed["modules"]] == [m.name for m in agent.hello.modules]
     for printed, announced in zip(parsed["modules"], agent.hello.modules, strict=True):
@@ -392,8 +439,11 @@ def test_metric_batches_arrive_every_interval(agent):
     # its interval L longer and the next one L shorter, L under one interval: one interval may be short
     # (550 ms was seen under load), but two consecutive ones always span more than one interval.
     for (_, a), (_, b) in itertools.pairwise(batches):
-        assert abs(b.interval_start_unix_ns - (a.interval_start_unix_ns + a.interval_ms * 1_000_000)) <= 1_000_000, \
-            (a.interval_start_unix_ns, a.interval_ms, b.interval_start_unix_ns)
+        assert abs(b.interval_start_unix_ns - (a.interval_start_unix_ns + a.interval_ms * 1_000_000)) <= 1_000_000, (
+            a.interval_start_unix_ns,
+            a.interval_ms,
+            b.interval_start_unix_ns,
+        )
         assert a.interval_ms + b.interval_ms > 1000 - 2, (a.interval_ms, b.interval_ms)  # 2: ms rounding
     now_ns = time.time_ns()
     mapped = 0
@@ -429,10 +479,10 @@ def test_stacks_travel_with_ids_the_backend_recomputes_and_definitions_stop_once
     in one known chain (main -> cc_outer -> cc_middle -> cc_inner) keeps some stacks recurring even when a
     loaded machine never runs its idle task."""
     from app.protocol.agent_input import check_batch, check_stacks
+
     fixture = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "callchain.c"
     spin = tmp_path / "callchain"
-    subprocess.run(["gcc", "-O1", "-fno-omit-frame-pointer", "-fno-inline", "-o", str(spin), str(fixture)],
-                   check=True)
+    subprocess.run(["gcc", "-O1", "-fno-omit-frame-pointer", "-fno-inline", "-o", str(spin), str(fixture)], check=True)
     spinner = subprocess.Popen([str(spin), "30"])
     try:
         sess = agent.session
@@ -483,8 +533,9 @@ def _command(sess, cid, **kind):
 
 def test_inspect_function_returns_vfs_read_instructions(agent):
     fn = next(f for f in agent.catalog.values() if f.name == "vfs_read")
-    res = _command(agent.session, "c-1",
-                   inspect_function=pb.InspectFunction(digest=agent.vmlinux.digest, function_index=fn.index))
+    res = _command(
+        agent.session, "c-1", inspect_function=pb.InspectFunction(digest=agent.vmlinux.digest, function_index=fn.index)
+    )
     assert res.ok, res.error
     d = res.disassembly
     assert d.digest == agent.vmlinux.digest and d.function_index == fn.index
@@ -502,8 +553,9 @@ def test_inspect_function_returns_vfs_read_instructions(agent):
 
 def test_bad_commands_fail_with_a_clear_error(agent):
     sess = agent.session
-    res = _command(sess, "c-2", inspect_function=pb.InspectFunction(digest=agent.vmlinux.digest,
-                                                                    function_index=1 << 30))
+    res = _command(
+        sess, "c-2", inspect_function=pb.InspectFunction(digest=agent.vmlinux.digest, function_index=1 << 30)
+    )
     assert not res.ok and "out of range" in res.error
     res = _command(sess, "c-3", inspect_function=pb.InspectFunction(digest="0" * 64, function_index=0))
     assert not res.ok and "no target of this agent has the module" in res.error
@@ -531,12 +583,16 @@ def test_agent_reconnects_after_the_server_cancels_and_resends_what_was_not_ackn
     assert hello.instance_id == agent.hello.instance_id, "same run of the agent, same numbering"
     # Acknowledge the first of the three in the Welcome: only the other two may come again.
     first = unacked[0]
-    sess.send(pb.ServerMessage(welcome=pb.Welcome(session_id="s-2", missing_digests=[],
-                                                  acks=[pb.Ack(instance_id=hello.instance_id, seq=first.seq)])))
+    sess.send(
+        pb.ServerMessage(
+            welcome=pb.Welcome(
+                session_id="s-2", missing_digests=[], acks=[pb.Ack(instance_id=hello.instance_id, seq=first.seq)]
+            )
+        )
+    )
     resent = [_get(sess.raw_metrics, 5, "resent batch") for _ in range(2)]
     assert [m.seq for m in resent] == [m.seq for m in unacked[1:]]
-    assert [m.metrics.interval_start_unix_ns for m in resent] == [m.metrics.interval_start_unix_ns
-                                                                  for m in unacked[1:]]
+    assert [m.metrics.interval_start_unix_ns for m in resent] == [m.metrics.interval_start_unix_ns for m in unacked[1:]]
     fresh = _get(sess.raw_metrics, 5, "new batch on the new stream")
     assert fresh.seq > unacked[-1].seq
     assert sess.chunks.empty(), "no catalog chunks when nothing is missing"

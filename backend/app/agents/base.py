@@ -2,6 +2,7 @@
 """What every part of the agents' stream shares: the runtime, the registry of sessions, the audit log
 and the hosts' live events.
 """
+
 from typing import Any
 
 from app.domain.sessions import AgentRegistry

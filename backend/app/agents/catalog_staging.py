@@ -2,6 +2,7 @@
 """Catalog pieces from agents: staged per upload, stored under their digest once complete and verified,
 asked for again from another host that has them when an upload fails or its stream ends.
 """
+
 import asyncio
 import logging
 import time
@@ -38,8 +39,12 @@ class CatalogStaging(StreamBase):
         if not candidates:
             return
         async with self.runtime.engine.connect() as conn:
-            stored = {r[0] for r in await conn.execute(text(
-                "SELECT digest FROM catalog_pieces WHERE digest = ANY(:d) AND complete"), {"d": candidates})}
+            stored = {
+                r[0]
+                for r in await conn.execute(
+                    text("SELECT digest FROM catalog_pieces WHERE digest = ANY(:d) AND complete"), {"d": candidates}
+                )
+            }
         registry.complete |= stored
         live = {s.session_id for s in registry.sessions.values()}
         wanted = [d for d in candidates if d not in stored and registry.piece_owner.get(d) not in live]
@@ -51,11 +56,14 @@ class CatalogStaging(StreamBase):
         digest = chunk.digest
         ref = session.refs.get(digest)
         if ref is None:
-            raise InvalidInput(f"catalog chunk for digest {agent_input.excerpt(digest, 16)} "
-                               "that Hello did not announce")
+            raise InvalidInput(
+                f"catalog chunk for digest {agent_input.excerpt(digest, 16)} that Hello did not announce"
+            )
         if chunk.module != ref.name:
-            raise InvalidInput(f"catalog chunk for {digest[:16]} names module {agent_input.excerpt(chunk.module)}, "
-                               f"Hello named {agent_input.excerpt(ref.name)}")
+            raise InvalidInput(
+                f"catalog chunk for {digest[:16]} names module {agent_input.excerpt(chunk.module)}, "
+                f"Hello named {agent_input.excerpt(ref.name)}"
+            )
         upload = session.uploads.get(digest)
         if upload is None:
             if digest in registry.complete:
@@ -70,12 +78,19 @@ class CatalogStaging(StreamBase):
                 return  # another stream is uploading this piece; we ask this one again if that fails
             registry.piece_owner[digest] = session.session_id
             build, outside_base = session.piece_keys.get(digest, (session.build, session.core_base))
-            upload = Upload(digest=digest, module=ref.name, staging=f"{catalog.STAGING_PREFIX}{uuid.uuid4().hex}",
-                            base=ref.base_address, function_count=ref.function_count, block_count=ref.block_count,
-                            hasher=PieceHasher(build, ref.name, ref.function_count, outside_base),
-                            targets=catalog.TargetCheck(ref.name))
-            await catalog.begin_upload(self.runtime.engine, upload.staging, ref.name, ref.function_count,
-                                       ref.block_count)
+            upload = Upload(
+                digest=digest,
+                module=ref.name,
+                staging=f"{catalog.STAGING_PREFIX}{uuid.uuid4().hex}",
+                base=ref.base_address,
+                function_count=ref.function_count,
+                block_count=ref.block_count,
+                hasher=PieceHasher(build, ref.name, ref.function_count, outside_base),
+                targets=catalog.TargetCheck(ref.name),
+            )
+            await catalog.begin_upload(
+                self.runtime.engine, upload.staging, ref.name, ref.function_count, ref.block_count
+            )
             session.uploads[digest] = upload
         try:
             if chunk.seq != upload.next_seq:
@@ -85,11 +100,14 @@ class CatalogStaging(StreamBase):
                 upload.blocks += agent_input.check_function(f, upload.functions)
                 upload.functions += 1
             if upload.functions > upload.function_count or upload.blocks > upload.block_count:
-                raise InvalidInput(f"catalog {digest[:16]} holds more functions or blocks than Hello announced "
-                                   f"({upload.function_count} functions, {upload.block_count} blocks)")
+                raise InvalidInput(
+                    f"catalog {digest[:16]} holds more functions or blocks than Hello announced "
+                    f"({upload.function_count} functions, {upload.block_count} blocks)"
+                )
             upload.hasher.add(chunk.functions)
-            stored_fns, _, _ = await catalog.store_chunk(self.runtime.engine, upload.staging, upload.base,
-                                                         chunk.functions, upload.targets)
+            stored_fns, _, _ = await catalog.store_chunk(
+                self.runtime.engine, upload.staging, upload.base, chunk.functions, upload.targets
+            )
             self.runtime.metrics.catalog_functions.inc(stored_fns)
             if chunk.last:
                 await self._finish_upload(session, upload)
@@ -101,30 +119,50 @@ class CatalogStaging(StreamBase):
     async def _finish_upload(self, session: AgentSession, upload: Upload) -> None:
         digest = upload.digest
         if upload.functions != upload.function_count or upload.blocks != upload.block_count:
-            raise InvalidInput(f"catalog {digest[:16]} ended after {upload.functions} functions and "
-                               f"{upload.blocks} blocks; Hello announced {upload.function_count} and "
-                               f"{upload.block_count}")
+            raise InvalidInput(
+                f"catalog {digest[:16]} ended after {upload.functions} functions and "
+                f"{upload.blocks} blocks; Hello announced {upload.function_count} and "
+                f"{upload.block_count}"
+            )
         actual = upload.hasher.hexdigest()
         if actual != digest:
-            await self._audit(f"agent:{session.host_id}", "catalog_rejected", session.host_id,
-                              {"digest": digest, "recomputed": actual, "module": upload.module})
+            await self._audit(
+                f"agent:{session.host_id}",
+                "catalog_rejected",
+                session.host_id,
+                {"digest": digest, "recomputed": actual, "module": upload.module},
+            )
             raise InvalidInput(f"catalog {digest[:16]}: its content hashes to {actual[:16]}, not to its digest")
         wrong = await catalog.verify_targets(self.runtime.engine, upload.staging, upload.targets)
         if wrong is not None:
-            await self._audit(f"agent:{session.host_id}", "catalog_rejected", session.host_id,
-                              {"digest": digest, "module": upload.module, "reason": wrong[:512]})
+            await self._audit(
+                f"agent:{session.host_id}",
+                "catalog_rejected",
+                session.host_id,
+                {"digest": digest, "module": upload.module, "reason": wrong[:512]},
+            )
             raise InvalidInput(f"catalog {digest[:16]}: {wrong}")
         session.uploads.pop(digest, None)
-        stored = await catalog.promote_upload(self.runtime.engine, upload.staging, digest, upload.module,
-                                              upload.function_count, upload.block_count)
+        stored = await catalog.promote_upload(
+            self.runtime.engine, upload.staging, digest, upload.module, upload.function_count, upload.block_count
+        )
         self.registry.complete.add(digest)
         self.registry.piece_owner.pop(digest, None)
-        log.info("catalog %s: %s (%s) %d functions in %.2f s from host %s",
-                 "stored" if stored else "already stored", upload.module, digest[:16], upload.functions,
-                 time.perf_counter() - upload.started, session.host_id)
+        log.info(
+            "catalog %s: %s (%s) %d functions in %.2f s from host %s",
+            "stored" if stored else "already stored",
+            upload.module,
+            digest[:16],
+            upload.functions,
+            time.perf_counter() - upload.started,
+            session.host_id,
+        )
         async with self.runtime.sessionmaker() as db:
-            hosts = (await db.execute(text("SELECT DISTINCT host_id FROM host_modules WHERE digest = :d"),
-                                      {"d": digest})).scalars().all()
+            hosts = (
+                (await db.execute(text("SELECT DISTINCT host_id FROM host_modules WHERE digest = :d"), {"d": digest}))
+                .scalars()
+                .all()
+            )
         for host_id in hosts:
             await self._publish_host(host_id)
 
@@ -135,10 +173,15 @@ class CatalogStaging(StreamBase):
         try:
             await asyncio.shield(catalog.discard_upload(self.runtime.engine, upload.staging))
         except (DBAPIError, OSError):
-            log.warning("could not discard the staged catalog %s now; it is removed at the next start",
-                        upload.staging)
-        log.info("catalog %s (%s) from host %s %s after %d functions: discarded", upload.module,
-                 upload.digest[:16], session.host_id, why, upload.functions)
+            log.warning("could not discard the staged catalog %s now; it is removed at the next start", upload.staging)
+        log.info(
+            "catalog %s (%s) from host %s %s after %d functions: discarded",
+            upload.module,
+            upload.digest[:16],
+            session.host_id,
+            why,
+            upload.functions,
+        )
         for other in list(self.registry.sessions.values()):
             if other is not session and other.welcomed and not other.closed and upload.digest in other.refs:
                 try:

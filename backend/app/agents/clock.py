@@ -3,6 +3,7 @@
 refused (acknowledged, not stored), counted and recorded as a gap; a run of CLOCK_AHEAD_RUN of them ahead of
 our clock flags the host's clock between two Hellos.
 """
+
 import asyncio
 import logging
 import time
@@ -32,8 +33,9 @@ class ClockChecks(StreamBase):
         high = now + timedelta(seconds=self.runtime.settings.max_clock_skew_s)
         return min(max(ts, low), high)
 
-    def _refuse_if_out_of_time(self, session: AgentSession, start_ns: int, end_ns: int, instance: str, seq: int,
-                               item: "samples.Item") -> bool:
+    def _refuse_if_out_of_time(
+        self, session: AgentSession, start_ns: int, end_ns: int, instance: str, seq: int, item: "samples.Item"
+    ) -> bool:
         """Refuse (record a gap, flag the clock) a batch outside [now - retention, now + skew]."""
         settings = self.runtime.settings
         now_ns = time.time_ns()
@@ -44,12 +46,16 @@ class ClockChecks(StreamBase):
             return False
         ahead = end_ns > now_ns + skew_ns
         offset_ms = (end_ns - now_ns) // 1_000_000
-        reason = (f"refused: the host's clock is about {offset_ms / 1000:+.0f} s ahead of the backend's"
-                  if ahead else "refused: the interval is older than the sample retention "
-                  f"({settings.sample_retention_hours:g} h) by the backend's clock")
+        reason = (
+            f"refused: the host's clock is about {offset_ms / 1000:+.0f} s ahead of the backend's"
+            if ahead
+            else "refused: the interval is older than the sample retention "
+            f"({settings.sample_retention_hours:g} h) by the backend's clock"
+        )
         at = self._clamp(ns_to_dt(max(min(start_ns, now_ns + skew_ns), oldest_ns)))
-        item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
-                              reason=reason))
+        item.gaps.append(
+            dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend", reason=reason)
+        )
         item.refused = True
         # One batch says little about the clock: an old one may be spooled data resent after an outage, a
         # future one a bad stamp among good ones. The clock is measured from Hello at each connect; a

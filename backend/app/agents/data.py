@@ -2,6 +2,7 @@
 """Data messages (MetricBatch, MeasurementBatch, DataGap): checked, mapped to the series' rows, handed to
 the ingest writer and acknowledged once stored, at most once per (instance, seq).
 """
+
 import asyncio
 import logging
 from collections import Counter
@@ -21,12 +22,16 @@ from app.storage.series.layout import NSLOTS, SLOT
 log = logging.getLogger("hotpath.agents")
 
 
-
 # MetricValue.metric -> its slot in the series (concurrency and per-call values are derived, not stored).
-_METRIC_SLOT = {pb.METRIC_COUNT: SLOT["count"], pb.METRIC_WALL_NS: SLOT["wall_ns"],
-                pb.METRIC_VTIME_NS: SLOT["vtime_ns"], pb.METRIC_CYCLES: SLOT["cycles"],
-                pb.METRIC_INSTRUCTIONS: SLOT["instructions"], pb.METRIC_ICACHE_STALL: SLOT["icache_stall"],
-                pb.METRIC_BRANCH_MISPREDICT: SLOT["branch_mispredict"]}
+_METRIC_SLOT = {
+    pb.METRIC_COUNT: SLOT["count"],
+    pb.METRIC_WALL_NS: SLOT["wall_ns"],
+    pb.METRIC_VTIME_NS: SLOT["vtime_ns"],
+    pb.METRIC_CYCLES: SLOT["cycles"],
+    pb.METRIC_INSTRUCTIONS: SLOT["instructions"],
+    pb.METRIC_ICACHE_STALL: SLOT["icache_stall"],
+    pb.METRIC_BRANCH_MISPREDICT: SLOT["branch_mispredict"],
+}
 
 
 class DataMapping(ClockChecks):
@@ -44,15 +49,21 @@ class DataMapping(ClockChecks):
             agent_input.check_gap(message.gap, seq)
         elif kind == "metrics":
             agent_input.check_batch(message.metrics)
-            parsed_stacks = (agent_input.check_stacks(message.metrics.stacks, message.metrics.total_samples)
-                             if message.metrics.HasField("stacks") else None)
+            parsed_stacks = (
+                agent_input.check_stacks(message.metrics.stacks, message.metrics.total_samples)
+                if message.metrics.HasField("stacks")
+                else None
+            )
         mark = 0
         if seq:
             if instance not in session.marks:
                 async with self.runtime.engine.connect() as conn:
-                    found = (await conn.execute(text(
-                        "SELECT seq FROM delivery_marks WHERE host_id = :h AND instance_id = :i"),
-                        {"h": session.host_id, "i": instance})).scalar_one_or_none()
+                    found = (
+                        await conn.execute(
+                            text("SELECT seq FROM delivery_marks WHERE host_id = :h AND instance_id = :i"),
+                            {"h": session.host_id, "i": instance},
+                        )
+                    ).scalar_one_or_none()
                 session.marks[instance] = found or 0
             mark = session.marks[instance]
             if seq <= mark:
@@ -63,18 +74,38 @@ class DataMapping(ClockChecks):
         if seq and covered_from > mark + 1:
             # Sequence numbers the agent neither sent nor reported as dropped.
             start = session.last_end.get(instance)
-            end = ns_to_dt(message.gap.start_unix_ns if kind == "gap" else
-                            message.metrics.interval_start_unix_ns if kind == "metrics" else
-                            message.measurement.interval_start_unix_ns)
-            gaps.append(dict(start=min(start or end, end), end=end, instance=instance, first_seq=mark + 1,
-                             messages=covered_from - mark - 1, source="backend",
-                             reason=f"sequence numbers {mark + 1}..{covered_from - 1} never arrived"))
+            end = ns_to_dt(
+                message.gap.start_unix_ns
+                if kind == "gap"
+                else message.metrics.interval_start_unix_ns
+                if kind == "metrics"
+                else message.measurement.interval_start_unix_ns
+            )
+            gaps.append(
+                dict(
+                    start=min(start or end, end),
+                    end=end,
+                    instance=instance,
+                    first_seq=mark + 1,
+                    messages=covered_from - mark - 1,
+                    source="backend",
+                    reason=f"sequence numbers {mark + 1}..{covered_from - 1} never arrived",
+                )
+            )
         item = samples.Item(host_id=session.host_id, mark=(instance, seq) if seq else None, gaps=gaps, guard=session)
         if kind == "gap":
             g = message.gap
-            gaps.append(dict(start=ns_to_dt(g.start_unix_ns), end=ns_to_dt(max(g.end_unix_ns, g.start_unix_ns)),
-                             instance=instance, first_seq=g.first_seq, messages=g.messages, source="agent",
-                             reason=g.reason or "dropped by the agent"))
+            gaps.append(
+                dict(
+                    start=ns_to_dt(g.start_unix_ns),
+                    end=ns_to_dt(max(g.end_unix_ns, g.start_unix_ns)),
+                    instance=instance,
+                    first_seq=g.first_seq,
+                    messages=g.messages,
+                    source="agent",
+                    reason=g.reason or "dropped by the agent",
+                )
+            )
             for gap in gaps:
                 gap["start"], gap["end"] = self._clamp(gap["start"]), self._clamp(gap["end"])
         elif kind == "metrics":
@@ -86,8 +117,9 @@ class DataMapping(ClockChecks):
         future = await self.runtime.writer.submit(item)
         future.add_done_callback(lambda f: self._stored(session, item, instance, seq, f))
 
-    def _stored(self, session: AgentSession, item: "samples.Item", instance: str, seq: int,
-                future: asyncio.Future[None]) -> None:
+    def _stored(
+        self, session: AgentSession, item: "samples.Item", instance: str, seq: int, future: asyncio.Future[None]
+    ) -> None:
         """A data message was stored (or not): acknowledge it, publish what views want to see."""
         if future.cancelled() or future.exception() is not None:
             session.store_failed = True  # nothing after it may be acknowledged
@@ -95,10 +127,16 @@ class DataMapping(ClockChecks):
             if not session.ending:
                 session.ending = True
                 exc = None if future.cancelled() else future.exception()
-                log.warning("host %s: a data message could not be stored (%s); ending the stream", session.host_id,
-                            type(exc).__name__ if exc else "cancelled")
-                task = asyncio.get_running_loop().create_task(end_session(
-                    session, grpc.StatusCode.UNAVAILABLE, "the backend cannot reach its database; try again"))
+                log.warning(
+                    "host %s: a data message could not be stored (%s); ending the stream",
+                    session.host_id,
+                    type(exc).__name__ if exc else "cancelled",
+                )
+                task = asyncio.get_running_loop().create_task(
+                    end_session(
+                        session, grpc.StatusCode.UNAVAILABLE, "the backend cannot reach its database; try again"
+                    )
+                )
                 self.registry.cleanups.add(task)
                 task.add_done_callback(self.registry.cleanups.discard)
             return
@@ -123,16 +161,29 @@ class DataMapping(ClockChecks):
                 per_fn[fid] += count
             top = per_fn.most_common(20)
             names = await self.registry.names([fid for fid, _ in top])
-            hub.publish(topic, {"type": "samples", "host_id": session.host_id, "interval_start": s.ts,
-                                "total_samples": s.totals[0],
-                                "top": [{"function_id": fid, "name": names.get(fid, ""), "samples": c}
-                                        for fid, c in top]})
+            hub.publish(
+                topic,
+                {
+                    "type": "samples",
+                    "host_id": session.host_id,
+                    "interval_start": s.ts,
+                    "total_samples": s.totals[0],
+                    "top": [{"function_id": fid, "name": names.get(fid, ""), "samples": c} for fid, c in top],
+                },
+            )
         if item.points is not None:
             m = item.measurement
             assert m is not None
-            hub.publish(f"measurement:{item.points.measurement_id}", {
-                "type": "measurement", "measurement_id": item.points.measurement_id, "host_id": session.host_id,
-                "interval_start": item.points.ts, "state": m.state})
+            hub.publish(
+                f"measurement:{item.points.measurement_id}",
+                {
+                    "type": "measurement",
+                    "measurement_id": item.points.measurement_id,
+                    "host_id": session.host_id,
+                    "interval_start": item.points.ts,
+                    "state": m.state,
+                },
+            )
             if m.ended:
                 hub.publish(topic, {"type": "targets", "host_id": session.host_id})
         if item.gaps:
@@ -153,25 +204,39 @@ class DataMapping(ClockChecks):
                         counts[digest] = ref.function_count
                     else:
                         async with self.runtime.engine.connect() as conn:
-                            found = (await conn.execute(text(
-                                "SELECT function_count FROM catalog_pieces WHERE digest = :d AND complete"),
-                                {"d": digest})).scalar_one_or_none()
+                            found = (
+                                await conn.execute(
+                                    text("SELECT function_count FROM catalog_pieces WHERE digest = :d AND complete"),
+                                    {"d": digest},
+                                )
+                            ).scalar_one_or_none()
                         if found is None:
-                            raise InvalidInput(f"a stack frame names catalog {digest[:16]}, which this host does "
-                                               "not run and no host has sent")
+                            raise InvalidInput(
+                                f"a stack frame names catalog {digest[:16]}, which this host does "
+                                "not run and no host has sent"
+                            )
                         counts[digest] = found
                 fn, off = flat[k + 1], flat[k + 2]
                 if fn >= counts[digest]:
-                    raise InvalidInput(f"a stack frame names function {fn} of catalog {digest[:16]}, which has "
-                                       f"{counts[digest]}")
+                    raise InvalidInput(
+                        f"a stack frame names function {fn} of catalog {digest[:16]}, which has {counts[digest]}"
+                    )
                 mapping = await self.registry.function_ids(digest)
                 entry = mapping.get(fn) if mapping is not None else None
                 if entry is not None and off > entry[1]:
-                    raise InvalidInput(f"a stack frame at offset {off:#x} of function {fn}, which is "
-                                       f"{entry[1]:#x} bytes long")
+                    raise InvalidInput(
+                        f"a stack frame at offset {off:#x} of function {fn}, which is {entry[1]:#x} bytes long"
+                    )
 
-    async def _map_metrics(self, session: AgentSession, batch: "pb.MetricBatch", instance: str, seq: int,
-                           item: "samples.Item", parsed_stacks: "stacks.BatchStacks | None" = None) -> None:
+    async def _map_metrics(
+        self,
+        session: AgentSession,
+        batch: "pb.MetricBatch",
+        instance: str,
+        seq: int,
+        item: "samples.Item",
+        parsed_stacks: "stacks.BatchStacks | None" = None,
+    ) -> None:
         """Check a metric batch against what Hello announced and map it to function ids."""
         start_ns = batch.interval_start_unix_ns
         end_ns = start_ns + batch.interval_ms * 1_000_000
@@ -211,8 +276,7 @@ class DataMapping(ClockChecks):
             off = b.block_offset
             size = entry[1]
             if off >= max(size, 1):
-                raise InvalidInput(f"samples for block offset {off:#x} of function {fi}, "
-                                   f"which is {size:#x} bytes long")
+                raise InvalidInput(f"samples for block offset {off:#x} of function {fi}, which is {size:#x} bytes long")
             # An agent that does not report context: the idle loop by name.
             idle = b.idle if by_context else fi in idle_sets[mi]
             key = (entry[0], off, idle)
@@ -236,8 +300,7 @@ class DataMapping(ClockChecks):
             await self._check_stack_frames(session, parsed_stacks)
             stack_samples, stack_dropped = batch.stacks.stack_samples, batch.stacks.dropped_samples
             defined = {d[0] for d in parsed_stacks.defs}
-            unknown = [r[0] for r in parsed_stacks.rows
-                       if r[0] not in defined and r[0] not in session.known_stacks]
+            unknown = [r[0] for r in parsed_stacks.rows if r[0] not in defined and r[0] not in session.known_stacks]
             if unknown:
                 async with self.runtime.engine.connect() as conn:
                     found = await stacks.known_ids(conn, session.host_id, unknown)
@@ -249,8 +312,9 @@ class DataMapping(ClockChecks):
                     parsed_stacks.rows = [r for r in parsed_stacks.rows if r[0] not in missing]
                     stack_samples -= lost
                     stack_dropped += lost
-                    log.warning("host %s: %d samples of %d undefined stack(s) not stored", session.host_id, lost,
-                                len(missing))
+                    log.warning(
+                        "host %s: %d samples of %d undefined stack(s) not stored", session.host_id, lost, len(missing)
+                    )
         session.dropped_samples += dropped
         metrics = self.runtime.metrics
         metrics.ingest_batches.inc()
@@ -273,12 +337,28 @@ class DataMapping(ClockChecks):
             insn_counts.extend(icounts)
         idle_samples = batch.idle_samples if by_context else sum(c for c, i in zip(counts, idles, strict=True) if i)
         item.samples = samples.SampleRow(
-            host_id=session.host_id, ts=ns_to_dt(start_ns), interval_ms=batch.interval_ms,
-            totals=(batch.total_samples, batch.user_samples, batch.unmapped_samples, batch.lost_samples, dropped,
-                    idle_samples),
-            idle_by_context=batch.idle_by_context, stack_samples=stack_samples, stack_dropped=stack_dropped,
-            function_ids=function_ids, block_offsets=block_offsets, counts=counts, idles=idles,
-            insn_index=insn_index, insn_offsets=insn_offsets, insn_counts=insn_counts)
+            host_id=session.host_id,
+            ts=ns_to_dt(start_ns),
+            interval_ms=batch.interval_ms,
+            totals=(
+                batch.total_samples,
+                batch.user_samples,
+                batch.unmapped_samples,
+                batch.lost_samples,
+                dropped,
+                idle_samples,
+            ),
+            idle_by_context=batch.idle_by_context,
+            stack_samples=stack_samples,
+            stack_dropped=stack_dropped,
+            function_ids=function_ids,
+            block_offsets=block_offsets,
+            counts=counts,
+            idles=idles,
+            insn_index=insn_index,
+            insn_offsets=insn_offsets,
+            insn_counts=insn_counts,
+        )
         if parsed_stacks is not None and (parsed_stacks.defs or parsed_stacks.rows):
             item.stacks = parsed_stacks
             # Known from now on: items are stored in order, and when one fails the stream ends and
@@ -288,8 +368,9 @@ class DataMapping(ClockChecks):
             session.known_stacks |= {d[0] for d in parsed_stacks.defs}
         session.last_end[instance] = ns_to_dt(end_ns)
 
-    async def _map_measurement(self, session: AgentSession, batch: "pb.MeasurementBatch", instance: str, seq: int,
-                               item: "samples.Item") -> None:
+    async def _map_measurement(
+        self, session: AgentSession, batch: "pb.MeasurementBatch", instance: str, seq: int, item: "samples.Item"
+    ) -> None:
         """Check a measurement batch against its measurement's rows and turn it into one points row."""
         mid = batch.measurement_id
         if not agent_input.MEASUREMENT_ID_RE.match(mid):
@@ -302,8 +383,17 @@ class DataMapping(ClockChecks):
                 session.measurement_rows[mid] = rows
         if rows is None:
             at = self._clamp(ns_to_dt(batch.interval_start_unix_ns))
-            item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
-                                  reason=f"refused: values of measurement {mid[:64]}, which this host does not run"))
+            item.gaps.append(
+                dict(
+                    start=at,
+                    end=at,
+                    instance=instance,
+                    first_seq=seq,
+                    messages=1,
+                    source="backend",
+                    reason=f"refused: values of measurement {mid[:64]}, which this host does not run",
+                )
+            )
             return
         edges: tuple[Any, ...] = ((), (), (), (), (), ())
         try:
@@ -321,8 +411,17 @@ class DataMapping(ClockChecks):
             why = str(exc)
             log.warning("host %s: refused an interval of measurement %s (seq %d): %s", session.host_id, mid, seq, why)
             at = self._clamp(ns_to_dt(batch.interval_start_unix_ns))
-            item.gaps.append(dict(start=at, end=at, instance=instance, first_seq=seq, messages=1, source="backend",
-                                  reason=f"refused: {why}"))
+            item.gaps.append(
+                dict(
+                    start=at,
+                    end=at,
+                    instance=instance,
+                    first_seq=seq,
+                    messages=1,
+                    source="backend",
+                    reason=f"refused: {why}",
+                )
+            )
             item.refused_interval = (mid, why)
             self.runtime.metrics.ingest_refused_intervals.inc()
             return
@@ -343,10 +442,18 @@ class DataMapping(ClockChecks):
             vals.extend(slot)
         ts = ns_to_dt(start_ns)
         state = agent_input.MEASUREMENT_STATES[batch.state]
-        item.points = samples.PointRow(host_id=session.host_id, measurement_id=mid, ts=ts,
-                                       seconds=(end_ns - start_ns) / 1e9, state=batch.state, resources=resources,
-                                       vals=vals, edges=edges)
-        item.measurement = samples.MeasurementUpdate(measurement_id=mid, state=state, detail=batch.detail,
-                                                     last_ts=ts, ended=state in measurements.ENDED)
+        item.points = samples.PointRow(
+            host_id=session.host_id,
+            measurement_id=mid,
+            ts=ts,
+            seconds=(end_ns - start_ns) / 1e9,
+            state=batch.state,
+            resources=resources,
+            vals=vals,
+            edges=edges,
+        )
+        item.measurement = samples.MeasurementUpdate(
+            measurement_id=mid, state=state, detail=batch.detail, last_ts=ts, ended=state in measurements.ENDED
+        )
         self.runtime.metrics.ingest_points.inc(len(vals))
         session.last_end[instance] = ns_to_dt(end_ns)

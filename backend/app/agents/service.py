@@ -38,6 +38,7 @@ CatalogRequest and verified like the kernel's. Commands are stored and routed by
 stream sends them, and hands their progress and results back. Hello also lists the agent's
 measurements, which restores the backend's view after any reconnect.
 """
+
 import asyncio
 import logging
 import time
@@ -91,26 +92,36 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
 
     # Enrolment ------------------------------------------------------------------------------------
 
-    async def Enroll(self, request: "pb.EnrollRequest | Undecodable",  # noqa: N802 - gRPC name
-                     context: grpc.aio.ServicerContext) -> "pb.EnrollResponse":
+    async def Enroll(  # noqa: N802 - gRPC name
+        self,
+        request: "pb.EnrollRequest | Undecodable",
+        context: grpc.aio.ServicerContext,
+    ) -> "pb.EnrollResponse":
         peer = context.peer() or "unknown"
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
         try:
-            issued = await enrolment.enroll(self.runtime.settings, self.runtime.sessionmaker, self.runtime.pki, request,
-                                            peer)
+            issued = await enrolment.enroll(
+                self.runtime.settings, self.runtime.sessionmaker, self.runtime.pki, request, peer
+            )
         except enrolment.EnrolmentError as exc:
             await context.abort(exc.code, str(exc))
         except (DBAPIError, OSError):
             log.exception("enrolment failed")
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the backend cannot reach its database; try again")
-        return pb.EnrollResponse(certificate_pem=issued.certificate_pem, ca_pem=self.runtime.pki.ca_pem.decode(),
-                                 not_after_unix=int(issued.not_after.timestamp()))
+        return pb.EnrollResponse(
+            certificate_pem=issued.certificate_pem,
+            ca_pem=self.runtime.pki.ca_pem.decode(),
+            not_after_unix=int(issued.not_after.timestamp()),
+        )
 
     # The stream -----------------------------------------------------------------------------------
 
-    async def Connect(self, request_iterator: AsyncIterator["pb.AgentMessage | Undecodable"],  # noqa: N802 - gRPC name
-                      context: grpc.aio.ServicerContext) -> None:
+    async def Connect(  # noqa: N802 - gRPC name
+        self,
+        request_iterator: AsyncIterator["pb.AgentMessage | Undecodable"],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
         peer = context.peer() or "unknown"
         address = peer_address(peer)
         if self.registry.peers[address] >= self.runtime.settings.agent_streams_per_peer:
@@ -138,8 +149,9 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
             if self.registry.peers[address] <= 0:
                 del self.registry.peers[address]
 
-    async def _read(self, context: grpc.aio.ServicerContext,
-                    timeout: float | None = None) -> Any:  # an AgentMessage or grpc.aio.EOF
+    async def _read(
+        self, context: grpc.aio.ServicerContext, timeout: float | None = None
+    ) -> Any:  # an AgentMessage or grpc.aio.EOF
         message = await (asyncio.wait_for(context.read(), timeout) if timeout else context.read())
         if isinstance(message, Undecodable):
             raise InvalidInput(message.reason)
@@ -149,18 +161,33 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
         settings = self.runtime.settings
         cert_host, cert_fp = _certificate(context)
         if cert_host is None or cert_fp is None:
-            await self._reject(context, peer, grpc.StatusCode.UNAUTHENTICATED,
-                               "no client certificate: enrol this agent first (hotpathd enroll)", None)
+            await self._reject(
+                context,
+                peer,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "no client certificate: enrol this agent first (hotpathd enroll)",
+                None,
+            )
         async with self.runtime.sessionmaker() as db:
             host = await db.get(Host, cert_host)
         if host is None or host.cert_fingerprint != cert_fp:
-            await self._reject(context, peer, grpc.StatusCode.UNAUTHENTICATED,
-                               "this certificate is not the current credential of its host "
-                               "(deleted, retired or enrolled again): enrol again", cert_host)
+            await self._reject(
+                context,
+                peer,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "this certificate is not the current credential of its host "
+                "(deleted, retired or enrolled again): enrol again",
+                cert_host,
+            )
         assert host is not None
         if host.status == "retired":
-            await self._reject(context, peer, grpc.StatusCode.PERMISSION_DENIED,
-                               "this host is retired; an admin must delete it before it can enrol again", cert_host)
+            await self._reject(
+                context,
+                peer,
+                grpc.StatusCode.PERMISSION_DENIED,
+                "this host is retired; an admin must delete it before it can enrol again",
+                cert_host,
+            )
         try:
             first = await self._read(context, settings.hello_timeout_s)
         except TimeoutError:
@@ -170,19 +197,31 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
         hello = first.hello
         agent_input.check_hello(hello)
         if hello.host_id != cert_host:
-            await self._reject(context, peer, grpc.StatusCode.PERMISSION_DENIED,
-                               "Hello.host_id is not the host named by this agent's certificate", cert_host)
+            await self._reject(
+                context,
+                peer,
+                grpc.StatusCode.PERMISSION_DENIED,
+                "Hello.host_id is not the host named by this agent's certificate",
+                cert_host,
+            )
         received_ns = time.time_ns()
 
         build = hello.kernel_build_id or hello.kernel_release
         core_base = hello.modules[0].base_address if hello.modules else 0
-        session = AgentSession(host_id=hello.host_id, session_id=str(uuid.uuid4()), peer=peer, context=context,
-                               task=asyncio.current_task(), instance_id=hello.instance_id,
-                               build=build, core_base=core_base,
-                               kernel_digests=[m.digest for m in hello.modules],
-                               refs={m.digest: m for m in hello.modules},
-                               piece_keys={m.digest: (build, core_base) for m in hello.modules},
-                               tokens=settings.agent_messages_per_s * 10)
+        session = AgentSession(
+            host_id=hello.host_id,
+            session_id=str(uuid.uuid4()),
+            peer=peer,
+            context=context,
+            task=asyncio.current_task(),
+            instance_id=hello.instance_id,
+            build=build,
+            core_base=core_base,
+            kernel_digests=[m.digest for m in hello.modules],
+            refs={m.digest: m for m in hello.modules},
+            piece_keys={m.digest: (build, core_base) for m in hello.modules},
+            tokens=settings.agent_messages_per_s * 10,
+        )
         session.add_targets(t for t in hello.targets if t.state == pb.TARGET_STATE_ATTACHED)
         previous = self.registry.sessions.get(hello.host_id)
         self.registry.sessions[hello.host_id] = session
@@ -198,14 +237,28 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
                     await self.runtime.plans.on_hello(hello.host_id, hello.installs)
             except Exception:  # noqa: BLE001 - the periodic reconciliation settles them later
                 log.exception("host %s: plans not reconciled from its Hello", hello.host_id)
-            await session.send(pb.ServerMessage(welcome=pb.Welcome(
-                session_id=session.session_id, missing_digests=missing,
-                acks=[pb.Ack(instance_id=i, seq=s) for i, s in acks.items()])))
+            await session.send(
+                pb.ServerMessage(
+                    welcome=pb.Welcome(
+                        session_id=session.session_id,
+                        missing_digests=missing,
+                        acks=[pb.Ack(instance_id=i, seq=s) for i, s in acks.items()],
+                    )
+                )
+            )
             session.welcomed = True
-            log.info("agent connected: host %s (%s) session %s from %s, %d modules, %d target(s), "
-                     "%d measurement(s), %d catalog pieces missing", hello.host_id, hello.hostname,
-                     session.session_id, peer, len(hello.modules), len(hello.targets), len(hello.measurements),
-                     len(missing))
+            log.info(
+                "agent connected: host %s (%s) session %s from %s, %d modules, %d target(s), "
+                "%d measurement(s), %d catalog pieces missing",
+                hello.host_id,
+                hello.hostname,
+                session.session_id,
+                peer,
+                len(hello.modules),
+                len(hello.targets),
+                len(hello.measurements),
+                len(missing),
+            )
             await self._publish_host(hello.host_id)
             self.runtime.hub.publish(f"host:{hello.host_id}", {"type": "targets", "host_id": hello.host_id})
             await self.runtime.commands.resend(session)
@@ -219,50 +272,85 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
             cleanup.add_done_callback(self.registry.cleanups.discard)
             await asyncio.shield(cleanup)
 
-    async def _register(self, hello: "pb.Hello", session: AgentSession,
-                        received_ns: int) -> tuple[list[str], dict[str, int]]:
+    async def _register(
+        self, hello: "pb.Hello", session: AgentSession, received_ns: int
+    ) -> tuple[list[str], dict[str, int]]:
         now = datetime.now(UTC)
-        l1i = ({"size_bytes": hello.l1i.size_bytes, "line_bytes": hello.l1i.line_bytes, "ways": hello.l1i.ways}
-               if hello.HasField("l1i") else None)
+        l1i = (
+            {"size_bytes": hello.l1i.size_bytes, "line_bytes": hello.l1i.line_bytes, "ways": hello.l1i.ways}
+            if hello.HasField("l1i")
+            else None
+        )
         offset_ms = (hello.clock_unix_ns - received_ns) // 1_000_000 if hello.clock_unix_ns else None
-        values = dict(hostname=hello.hostname, kernel_release=hello.kernel_release,
-                      kernel_build_id=hello.kernel_build_id, cpu_model=hello.cpu_model, cpu_count=hello.cpu_count,
-                      l1i=l1i, capabilities=[{"name": c.name, "available": c.available, "detail": c.detail}
-                                             for c in hello.capabilities],
-                      agent_version=hello.agent_version, metric_interval_ms=hello.metric_interval_ms or 1000,
-                      sample_frequency_hz=hello.sample_frequency_hz, sample_event=hello.sample_event,
-                      parse_seconds=hello.parse_seconds, online=True, last_seen=now, connected_at=now,
-                      session_id=session.session_id, replica=self.runtime.replica_id,
-                      clock_offset_ms=offset_ms, clock_checked_at=now if offset_ms is not None else None)
+        values = dict(
+            hostname=hello.hostname,
+            kernel_release=hello.kernel_release,
+            kernel_build_id=hello.kernel_build_id,
+            cpu_model=hello.cpu_model,
+            cpu_count=hello.cpu_count,
+            l1i=l1i,
+            capabilities=[{"name": c.name, "available": c.available, "detail": c.detail} for c in hello.capabilities],
+            agent_version=hello.agent_version,
+            metric_interval_ms=hello.metric_interval_ms or 1000,
+            sample_frequency_hz=hello.sample_frequency_hz,
+            sample_event=hello.sample_event,
+            parse_seconds=hello.parse_seconds,
+            online=True,
+            last_seen=now,
+            connected_at=now,
+            session_id=session.session_id,
+            replica=self.runtime.replica_id,
+            clock_offset_ms=offset_ms,
+            clock_checked_at=now if offset_ms is not None else None,
+        )
         # Writes of an earlier stream of this host still in the writer's queue go first, so the
         # delivery marks read below are final.
         await self.runtime.writer.drain()
         async with self.runtime.sessionmaker() as db:
-            await db.execute(insert(Host).values(id=hello.host_id, **values).on_conflict_do_update(
-                index_elements=[Host.id], set_=values))
+            await db.execute(
+                insert(Host)
+                .values(id=hello.host_id, **values)
+                .on_conflict_do_update(index_elements=[Host.id], set_=values)
+            )
             conn = await db.connection()
-            reported = list(hello.targets) or [pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL,
-                                                         state=pb.TARGET_STATE_ATTACHED)]
+            reported = list(hello.targets) or [
+                pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED)
+            ]
             await targets.store(conn, hello.host_id, reported, complete_list=True, kernel_modules=hello.modules)
             for info in hello.measurements:
                 await measurements.store_info(conn, hello.host_id, info)
                 session.measurement_rows[info.measurement_id] = len(info.resources)
-            ended = await measurements.end_unreported(conn, hello.host_id,
-                                                      [m.measurement_id for m in hello.measurements])
+            ended = await measurements.end_unreported(
+                conn, hello.host_id, [m.measurement_id for m in hello.measurements]
+            )
             if ended:
-                log.warning("host %s: %d measurement(s) the agent no longer runs marked failed", hello.host_id,
-                            len(ended))
-            rows = await db.execute(text("SELECT digest FROM catalog_pieces WHERE digest = ANY(:d) AND complete"),
-                                    {"d": list(session.refs)})
+                log.warning(
+                    "host %s: %d measurement(s) the agent no longer runs marked failed", hello.host_id, len(ended)
+                )
+            rows = await db.execute(
+                text("SELECT digest FROM catalog_pieces WHERE digest = ANY(:d) AND complete"), {"d": list(session.refs)}
+            )
             complete = {r.digest for r in rows}
-            marks = await db.execute(text("""
+            marks = await db.execute(
+                text("""
                 SELECT instance_id, seq FROM delivery_marks WHERE host_id = :h ORDER BY updated_at DESC LIMIT 32"""),
-                {"h": hello.host_id})
+                {"h": hello.host_id},
+            )
             session.marks = {r.instance_id: r.seq for r in marks}
-            audit_log.record(db, f"agent:{hello.host_id}", "agent_connected", hello.host_id,
-                       {"session_id": session.session_id, "peer": session.peer, "hostname": hello.hostname,
-                        "agent_version": hello.agent_version, "replica": self.runtime.replica_id,
-                        "clock_offset_ms": offset_ms})
+            audit_log.record(
+                db,
+                f"agent:{hello.host_id}",
+                "agent_connected",
+                hello.host_id,
+                {
+                    "session_id": session.session_id,
+                    "peer": session.peer,
+                    "hostname": hello.hostname,
+                    "agent_version": hello.agent_version,
+                    "replica": self.runtime.replica_id,
+                    "clock_offset_ms": offset_ms,
+                },
+            )
             await db.commit()
         if offset_ms is not None and abs(offset_ms) > self.runtime.settings.max_clock_skew_s * 1000:
             log.warning("host %s: its clock is %+.1f s off ours", hello.host_id, offset_ms / 1000)
@@ -307,15 +395,28 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
         try:
             async with self.runtime.sessionmaker() as db:
                 if not replaced:
-                    await db.execute(text("UPDATE hosts SET online = false, last_seen = now() "
-                                          "WHERE id = :h AND session_id = :s"),
-                                     {"h": session.host_id, "s": session.session_id})
-                audit_log.record(db, f"agent:{session.host_id}", "agent_disconnected", session.host_id,
-                           {"session_id": session.session_id, "replaced": replaced,
-                            "dropped_samples": session.dropped_samples})
+                    await db.execute(
+                        text("UPDATE hosts SET online = false, last_seen = now() WHERE id = :h AND session_id = :s"),
+                        {"h": session.host_id, "s": session.session_id},
+                    )
+                audit_log.record(
+                    db,
+                    f"agent:{session.host_id}",
+                    "agent_disconnected",
+                    session.host_id,
+                    {
+                        "session_id": session.session_id,
+                        "replaced": replaced,
+                        "dropped_samples": session.dropped_samples,
+                    },
+                )
                 await db.commit()
-            log.info("agent disconnected: host %s session %s%s", session.host_id, session.session_id,
-                     " (replaced by a newer stream)" if replaced else "")
+            log.info(
+                "agent disconnected: host %s session %s%s",
+                session.host_id,
+                session.session_id,
+                " (replaced by a newer stream)" if replaced else "",
+            )
             if not replaced:
                 await self._publish_host(session.host_id)
         except Exception:  # noqa: BLE001 - shutting down, or the database is gone; presence resets at start
@@ -328,18 +429,26 @@ def _decoder(message_type: type[Message]) -> Callable[[bytes], Message | Undecod
             return message_type.FromString(data)
         except Exception as exc:  # noqa: BLE001 - any parse failure is the sender's malformed message
             return Undecodable(f"the {message_type.DESCRIPTOR.name} does not decode: {str(exc)[:120]}")
+
     return decode
 
 
 def _handlers(service: AgentService) -> grpc.GenericRpcHandler:
-    return grpc.method_handlers_generic_handler(SERVICE, {
-        "Connect": grpc.stream_stream_rpc_method_handler(
-            service.Connect, request_deserializer=_decoder(pb.AgentMessage),
-            response_serializer=pb.ServerMessage.SerializeToString),
-        "Enroll": grpc.unary_unary_rpc_method_handler(
-            service.Enroll, request_deserializer=_decoder(pb.EnrollRequest),
-            response_serializer=pb.EnrollResponse.SerializeToString),
-    })
+    return grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "Connect": grpc.stream_stream_rpc_method_handler(
+                service.Connect,
+                request_deserializer=_decoder(pb.AgentMessage),
+                response_serializer=pb.ServerMessage.SerializeToString,
+            ),
+            "Enroll": grpc.unary_unary_rpc_method_handler(
+                service.Enroll,
+                request_deserializer=_decoder(pb.EnrollRequest),
+                response_serializer=pb.EnrollResponse.SerializeToString,
+            ),
+        },
+    )
 
 
 def create_grpc_server(runtime: Runtime, bind: str, enroll_bind: str) -> tuple[grpc.aio.Server, int, int]:
@@ -347,19 +456,24 @@ def create_grpc_server(runtime: Runtime, bind: str, enroll_bind: str) -> tuple[g
     on `enroll_bind` (host:port, port 0 picks one); returns (server, agent port, enrolment port)."""
     settings = runtime.settings
     limit = settings.grpc_max_message_bytes
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
-                                      ("grpc.max_send_message_length", limit),
-                                      ("grpc.max_concurrent_streams", 4),
-                                      ("grpc.max_metadata_size", 16 * 1024),
-                                      ("grpc.keepalive_time_ms", 30000),
-                                      ("grpc.keepalive_timeout_ms", 10000),
-                                      ("grpc.keepalive_permit_without_calls", 1),
-                                      ("grpc.http2.min_ping_interval_without_data_ms", 10000)])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_concurrent_streams", 4),
+            ("grpc.max_metadata_size", 16 * 1024),
+            ("grpc.keepalive_time_ms", 30000),
+            ("grpc.keepalive_timeout_ms", 10000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10000),
+        ]
+    )
     server.add_generic_rpc_handlers((_handlers(AgentService(runtime, runtime.agents)),))
     pki = runtime.pki
     pair = [(pki.server_key_pem, pki.server_cert_pem)]
-    port = server.add_secure_port(bind, grpc.ssl_server_credentials(pair, root_certificates=pki.ca_pem,
-                                                                    require_client_auth=True))
+    port = server.add_secure_port(
+        bind, grpc.ssl_server_credentials(pair, root_certificates=pki.ca_pem, require_client_auth=True)
+    )
     if port == 0:
         raise RuntimeError(f"cannot listen for agents on {bind}")
     enroll_port = server.add_secure_port(enroll_bind, grpc.ssl_server_credentials(pair))

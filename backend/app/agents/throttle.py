@@ -2,6 +2,7 @@
 """Limits on agents' streams: unauthenticated streams refused and audited at most once per peer address
 and minute, and each stream's message rate.
 """
+
 import asyncio
 import logging
 import time
@@ -21,8 +22,9 @@ def peer_address(peer: str) -> str:
 
 
 class Throttling(StreamBase):
-    async def _reject(self, context: grpc.aio.ServicerContext, peer: str,
-                      code: grpc.StatusCode, reason: str, host_id: str | None) -> None:
+    async def _reject(
+        self, context: grpc.aio.ServicerContext, peer: str, code: grpc.StatusCode, reason: str, host_id: str | None
+    ) -> None:
         """End an unauthenticated stream; audit it, at most one record per peer address and minute."""
         address = peer_address(peer)
         now = time.monotonic()

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Alembic environment: runs migrations online against the URL the backend (or DATABASE_URL) gives."""
+
 import os
 
 from alembic import context

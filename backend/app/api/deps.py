@@ -3,6 +3,7 @@
 
 Roles are ordered viewer < operator < approver < admin; a gate admits its role and every higher one.
 """
+
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
@@ -34,8 +35,9 @@ async def get_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
 
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 
-_UNAUTHENTICATED = HTTPException(status.HTTP_401_UNAUTHORIZED, "Not authenticated",
-                                 headers={"WWW-Authenticate": "Bearer"})
+_UNAUTHENTICATED = HTTPException(
+    status.HTTP_401_UNAUTHORIZED, "Not authenticated", headers={"WWW-Authenticate": "Bearer"}
+)
 
 
 async def user_from_token(runtime: Runtime, session: AsyncSession, token: str | None) -> User | None:
@@ -58,8 +60,11 @@ async def user_from_token(runtime: Runtime, session: AsyncSession, token: str | 
     return user
 
 
-async def get_current_user(runtime: RuntimeDep, session: SessionDep,
-                           credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> User:
+async def get_current_user(
+    runtime: RuntimeDep,
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> User:
     user = await user_from_token(runtime, session, credentials.credentials if credentials else None)
     if user is None:
         raise _UNAUTHENTICATED

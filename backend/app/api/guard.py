@@ -9,6 +9,7 @@
 - every response carries security headers (no sniffing, no framing, no referrer, a same-origin
   content security policy, HSTS over HTTPS, no caching of API answers).
 """
+
 import json
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -24,9 +25,12 @@ SECURITY_HEADERS = [
     (b"referrer-policy", b"no-referrer"),
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
-    (b"content-security-policy", b"default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "
-                                 b"style-src 'self' 'unsafe-inline'; object-src 'none'; frame-ancestors 'none'; "
-                                 b"base-uri 'self'"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "
+        b"style-src 'self' 'unsafe-inline'; object-src 'none'; frame-ancestors 'none'; "
+        b"base-uri 'self'",
+    ),
 ]
 
 
@@ -58,17 +62,28 @@ class RequestGuard:
 
     async def _refuse(self, send: Send, status: int, detail: str) -> None:
         body = orjson.dumps({"detail": detail})
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close"), *SECURITY_HEADERS]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                    *SECURITY_HEADERS,
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        for what, raw in (("path", scope.get("raw_path") or scope["path"].encode(errors="surrogateescape")),
-                          ("query", scope.get("query_string", b""))):
+        for what, raw in (
+            ("path", scope.get("raw_path") or scope["path"].encode(errors="surrogateescape")),
+            ("query", scope.get("query_string", b"")),
+        ):
             problem = _bad_text(raw)
             if problem:
                 if scope["type"] == "websocket":
@@ -149,8 +164,10 @@ class RequestGuard:
                 if scope["path"].startswith("/api/"):
                     extra.append((b"cache-control", b"no-store"))
                 present = {k.lower() for k, _ in message.get("headers", [])}
-                message = {**message, "headers": [*message.get("headers", []),
-                                                  *[(k, v) for k, v in extra if k not in present]]}
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), *[(k, v) for k, v in extra if k not in present]],
+                }
             await send(message)
 
         await self.app(scope, replay, send_with_headers)

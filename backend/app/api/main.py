@@ -6,6 +6,7 @@ Behind the request guard (body limit, NUL and surrogate refusal, security header
 is down or restarting answers 503 on every route; validation errors (422) name the fields and never
 echo the input back.
 """
+
 import logging
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,19 @@ def operation_id(route: APIRoute) -> str:
 DOCS_DIR = Path(__file__).resolve().parents[3] / "docs"
 
 
-def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
-               docs_dir: Path | None = DOCS_DIR) -> FastAPI:
-    app = FastAPI(title="Hotpath", version="0.1.0", generate_unique_id_function=operation_id,
-                  openapi_url=f"{API_PREFIX}/openapi.json", docs_url=f"{API_PREFIX}/docs", redoc_url=None,
-                  description="Web performance console for hot kernel paths: hosts, their targets and code "
-                              "catalog, live sample hotness, measurements, and agent commands.")
+def create_app(
+    runtime: Runtime | None = None, static_dir: Path | None = None, docs_dir: Path | None = DOCS_DIR
+) -> FastAPI:
+    app = FastAPI(
+        title="Hotpath",
+        version="0.1.0",
+        generate_unique_id_function=operation_id,
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+        description="Web performance console for hot kernel paths: hosts, their targets and code "
+        "catalog, live sample hotness, measurements, and agent commands.",
+    )
     app.state.runtime = runtime
     api = APIRouter(prefix=API_PREFIX, responses=GUARDED)
     api.include_router(health.router)
@@ -91,14 +99,17 @@ def create_app(runtime: Runtime | None = None, static_dir: Path | None = None,
 
 def _install_error_handlers(app: FastAPI) -> None:
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": list(e.get("loc", ()))[:6], "msg": str(e.get("msg", ""))[:200], "type": e.get("type", "")}
-                  for e in exc.errors()[:20]]
+        errors = [
+            {"loc": list(e.get("loc", ()))[:6], "msg": str(e.get("msg", ""))[:200], "type": e.get("type", "")}
+            for e in exc.errors()[:20]
+        ]
         return JSONResponse({"detail": errors}, status_code=422)
 
     async def database_down(request: Request, exc: Exception) -> JSONResponse:
         log.warning("%s %s: the database is unavailable (%s)", request.method, request.url.path, type(exc).__name__)
-        return JSONResponse({"detail": "The database is unavailable; try again shortly"}, status_code=503,
-                            headers={"Retry-After": "2"})
+        return JSONResponse(
+            {"detail": "The database is unavailable; try again shortly"}, status_code=503, headers={"Retry-After": "2"}
+        )
 
     async def database_error(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, DBAPIError) and exc.connection_invalidated:

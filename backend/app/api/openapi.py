@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Write the API's OpenAPI document to a file: `python -m app.api.openapi OUT` (default: stdout).
 The console generates its TypeScript client from it."""
+
 import json
 import sys
 

@@ -3,6 +3,7 @@
 the host's own samples) or `from` and `to` (an absolute interval, ISO 8601; without a zone, UTC).
 Validated here once: `to` after `from`, a span no longer than the retention (at least one hour), and
 never both forms at once."""
+
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -17,8 +18,13 @@ from app.storage.samples import RangeSpec
 DEFAULT_WINDOW_S = 10
 BAD_RANGE: Responses = {400: {"model": Message, "description": "The time range is not valid"}}
 
-WindowQuery = Query(None, ge=1, le=86400, description="The last N seconds of the host's samples, ending at its "
-                                                      "newest interval (default 10 when no from/to is given)")
+WindowQuery = Query(
+    None,
+    ge=1,
+    le=86400,
+    description="The last N seconds of the host's samples, ending at its "
+    "newest interval (default 10 when no from/to is given)",
+)
 FromQuery = Query(None, alias="from", description="Start of an absolute range (ISO 8601; UTC if no zone)")
 ToQuery = Query(None, description="End of an absolute range, exclusive (ISO 8601; UTC if no zone)")
 
@@ -27,8 +33,9 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def range_spec(runtime: Runtime, window_s: int | None, start: datetime | None, end: datetime | None,
-               what: str = "range") -> RangeSpec:
+def range_spec(
+    runtime: Runtime, window_s: int | None, start: datetime | None, end: datetime | None, what: str = "range"
+) -> RangeSpec:
     if start is None and end is None:
         return RangeSpec(window_s=window_s or DEFAULT_WINDOW_S)
     if window_s is not None:
@@ -48,8 +55,12 @@ def range_spec(runtime: Runtime, window_s: int | None, start: datetime | None, e
     return RangeSpec(start=start, end=end)
 
 
-def _sample_range(runtime: RuntimeDep, window_s: int | None = WindowQuery,
-                  from_: datetime | None = FromQuery, to: datetime | None = ToQuery) -> RangeSpec:
+def _sample_range(
+    runtime: RuntimeDep,
+    window_s: int | None = WindowQuery,
+    from_: datetime | None = FromQuery,
+    to: datetime | None = ToQuery,
+) -> RangeSpec:
     return range_spec(runtime, window_s, from_, to)
 
 

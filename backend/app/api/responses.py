@@ -5,6 +5,7 @@ The large read paths (a whole kernel's function list is ~120k rows) build plain 
 through this class, skipping per-row model validation; the routes still declare their response model
 so the OpenAPI document and the console's generated client describe the exact shape.
 """
+
 from typing import Any
 
 import orjson
@@ -16,8 +17,10 @@ from app.api.schemas import Message
 Responses = dict[int | str, dict[str, Any]]
 NOT_FOUND: Responses = {404: {"model": Message, "description": "No such host, function or resource"}}
 SIGNED_IN: Responses = {401: {"model": Message, "description": "Not signed in, or the token expired"}}
-ADMIN_ONLY: Responses = {**SIGNED_IN,
-                         403: {"model": Message, "description": "The signed-in user's role does not allow this"}}
+ADMIN_ONLY: Responses = {
+    **SIGNED_IN,
+    403: {"model": Message, "description": "The signed-in user's role does not allow this"},
+}
 # What the request guard and the database handler can answer on any route.
 GUARDED: Responses = {
     400: {"model": Message, "description": "A NUL character, lone surrogate or invalid UTF-8 in the request"},

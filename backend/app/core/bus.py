@@ -9,6 +9,7 @@ inspect) wakes up. Live events for the console's WebSockets travel on `hotpath_l
 connected to any replica sees every host. Notifications are hints: the command sweep also finds queued
 commands by polling, so a notification lost while the bus reconnects delays a command, never loses it.
 """
+
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
@@ -69,8 +70,9 @@ class Bus:
                 raise
             except Exception as exc:  # noqa: BLE001 - the database restarts; listen again
                 self.connected.clear()
-                log.warning("the replicas' bus lost its connection (%s); reconnecting in %.1f s",
-                            type(exc).__name__, delay)
+                log.warning(
+                    "the replicas' bus lost its connection (%s); reconnecting in %.1f s", type(exc).__name__, delay
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
@@ -80,6 +82,7 @@ def live_payload(replica_id: str, topic: str, event: dict[str, Any]) -> str:
     their type and topic (the console then asks the REST API)."""
     data = orjson.dumps({"r": replica_id, "t": topic, "e": event}).decode()
     if len(data) > MAX_PAYLOAD:
-        data = orjson.dumps({"r": replica_id, "t": topic, "e": {"type": event.get("type", "signal"),
-                                                                 "truncated": True}}).decode()
+        data = orjson.dumps(
+            {"r": replica_id, "t": topic, "e": {"type": event.get("type", "signal"), "truncated": True}}
+        ).decode()
     return data

@@ -4,6 +4,7 @@
 Everything has a default that suits one host running `make run`; deployments override through the
 environment only, so the same image serves docker-compose, systemd and tests.
 """
+
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
@@ -21,8 +22,9 @@ class Settings(BaseSettings):
     grpc_host: str = "0.0.0.0"
     grpc_port: int = 50051
     static_dir: Path | None = None
-    database_url: str | None = Field(default=None,
-                                     validation_alias=AliasChoices("DATABASE_URL", "HOTPATH_DATABASE_URL"))
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("DATABASE_URL", "HOTPATH_DATABASE_URL")
+    )
     sample_retention_hours: float = 24.0
     # Call stacks are kept as long as the samples unless set shorter (HOTPATH_STACK_RETENTION_HOURS): a
     # host running many short-lived or JIT-compiled programs defines hundreds of new stacks a second.
@@ -115,5 +117,5 @@ def normalise_database_url(url: str) -> str:
     """Make SQLAlchemy use psycopg 3 whatever scheme the URL was given with."""
     for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     raise ValueError(f"unsupported database URL scheme: {url.split(':', 1)[0]} (expected postgresql://)")

@@ -8,6 +8,7 @@ Postgres that died, stops it on shutdown with `pg_ctl stop -m fast`, and leaves 
 process (app.core.pg_watchdog) that stops it if the backend is killed. A DATABASE_URL server is never
 touched.
 """
+
 import logging
 import os
 import signal
@@ -48,8 +49,14 @@ def stop_postgres(pgdata: Path, system_user: str | None) -> None:
     from pgserver._commands import POSTGRES_BIN_PATH
 
     try:
-        subprocess.run([str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w", "-t", "20", "-m", "fast", "stop"],
-                       user=system_user, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        subprocess.run(
+            [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w", "-t", "20", "-m", "fast", "stop"],
+            user=system_user,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+        )
     except (subprocess.SubprocessError, OSError):
         log.warning("pg_ctl stop failed; signalling the postmaster %d", pid)
         for sig in (signal.SIGTERM, signal.SIGQUIT, signal.SIGKILL):
@@ -95,9 +102,19 @@ class EmbeddedPostgres:
         self.url = normalise_database_url(self._server.get_uri())
         if self.watchdog and (self._watchdog is None or self._watchdog.poll() is not None):
             self._watchdog = subprocess.Popen(
-                [sys.executable, "-m", "app.core.pg_watchdog", str(os.getpid()), str(self.pgdata),
-                 self._server.system_user or ""], cwd=BACKEND_DIR, start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "app.core.pg_watchdog",
+                    str(os.getpid()),
+                    str(self.pgdata),
+                    self._server.system_user or "",
+                ],
+                cwd=BACKEND_DIR,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
         return self.url
 
     def running(self) -> bool:

@@ -13,6 +13,7 @@ socket on another replica wants is handed to `fanout` (the bus), so a browser co
 replica sees every host, and events from other replicas come back through `deliver`. An event nobody
 wants anywhere costs nothing.
 """
+
 import asyncio
 import time
 from collections.abc import Callable

@@ -8,6 +8,7 @@ templates (`/api/v1/hosts/{host_id}`), never host ids, function names or users, 
 only aggregate activity and its label sets stay small. Each runtime has its own registry, so several
 backends in one process (the tests) do not share counters.
 """
+
 import time
 from collections.abc import Callable
 
@@ -22,25 +23,38 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.http_requests = Counter("hotpath_http_requests", "HTTP requests answered",
-                                     ["method", "route", "status"], registry=r)
-        self.http_seconds = Histogram("hotpath_http_request_duration_seconds", "Time to answer an HTTP request",
-                                      ["method", "route"], registry=r,
-                                      buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-        self.agents_connected = Gauge("hotpath_agents_connected", "Agents with an open stream to this backend",
-                                      registry=r)
-        self.websockets_open = Gauge("hotpath_console_websockets", "Console live-update WebSockets open",
-                                     registry=r)
+        self.http_requests = Counter(
+            "hotpath_http_requests", "HTTP requests answered", ["method", "route", "status"], registry=r
+        )
+        self.http_seconds = Histogram(
+            "hotpath_http_request_duration_seconds",
+            "Time to answer an HTTP request",
+            ["method", "route"],
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.agents_connected = Gauge(
+            "hotpath_agents_connected", "Agents with an open stream to this backend", registry=r
+        )
+        self.websockets_open = Gauge("hotpath_console_websockets", "Console live-update WebSockets open", registry=r)
         self.ingest_batches = Counter("hotpath_ingest_batches", "Metric batches received from agents", registry=r)
-        self.ingest_samples = Counter("hotpath_ingest_samples", "Samples received from agents (all, by host totals)",
-                                      registry=r)
-        self.ingest_dropped = Counter("hotpath_ingest_dropped_samples",
-                                      "Samples dropped because their catalog piece was not stored yet", registry=r)
+        self.ingest_samples = Counter(
+            "hotpath_ingest_samples", "Samples received from agents (all, by host totals)", registry=r
+        )
+        self.ingest_dropped = Counter(
+            "hotpath_ingest_dropped_samples",
+            "Samples dropped because their catalog piece was not stored yet",
+            registry=r,
+        )
         self.catalog_functions = Counter("hotpath_catalog_functions_stored", "Catalog functions stored", registry=r)
-        self.ingest_points = Counter("hotpath_ingest_points", "Series points received: block counts of sample "
-                                     "intervals and values of measurement intervals", registry=r)
-        self.ingest_refused_intervals = Counter("hotpath_ingest_refused_intervals",
-                                                "Measurement intervals refused for their content", registry=r)
+        self.ingest_points = Counter(
+            "hotpath_ingest_points",
+            "Series points received: block counts of sample intervals and values of measurement intervals",
+            registry=r,
+        )
+        self.ingest_refused_intervals = Counter(
+            "hotpath_ingest_refused_intervals", "Measurement intervals refused for their content", registry=r
+        )
         self.ingest_commits = Counter("hotpath_ingest_commits", "Group commits of the ingest writer", registry=r)
         self.commands_sent = Counter("hotpath_agent_commands", "Commands sent to agents", ["kind"], registry=r)
 

@@ -6,6 +6,7 @@ The backend starts this process in a session of its own, so a signal to the back
 does not reach it. It polls its parent; when the parent is gone (even after SIGKILL, which no handler
 sees) it stops the Postgres of PGDATA and exits. A clean backend stop terminates it first.
 """
+
 import os
 import sys
 import time

@@ -8,6 +8,7 @@ Enrolment signs an agent's certificate signing request for its host id (subject 
 client-authentication use only; the agent's private key never leaves its host. The CA key file is
 mode 0600 and is the installation's root of trust: whoever holds it can mint host identities.
 """
+
 import datetime as dt
 import hashlib
 import ipaddress
@@ -56,22 +57,33 @@ class Pki:
         csr = parse_csr(csr_pem, host_id)
         now = dt.datetime.now(dt.UTC)
         not_after = now + dt.timedelta(days=HOST_DAYS)
-        cert = (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host_id)]))
-                .issuer_name(self.ca_cert.subject)
-                .public_key(csr.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - dt.timedelta(minutes=5))
-                .not_valid_after(not_after)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, content_commitment=False,
-                                             data_encipherment=False, key_agreement=True, key_cert_sign=False,
-                                             crl_sign=False, encipher_only=False, decipher_only=False),
-                               critical=True)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-                .sign(self.ca_key, hashes.SHA256()))
-        return (cert.public_bytes(serialization.Encoding.PEM).decode(), fingerprint(cert),
-                cert.not_valid_after_utc)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host_id)]))
+            .issuer_name(self.ca_cert.subject)
+            .public_key(csr.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_encipherment=False,
+                    content_commitment=False,
+                    data_encipherment=False,
+                    key_agreement=True,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(self.ca_key, hashes.SHA256())
+        )
+        return (cert.public_bytes(serialization.Encoding.PEM).decode(), fingerprint(cert), cert.not_valid_after_utc)
 
 
 def parse_csr(csr_pem: str, host_id: str) -> x509.CertificateSigningRequest:
@@ -118,8 +130,9 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _server_names(extra: str) -> list[str]:
@@ -154,16 +167,31 @@ def load_or_create(folder: Path, extra_server_names: str = "") -> Pki:
     else:
         ca_key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Hotpath installation CA")])
-        ca_cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(ca_key.public_key())
-                   .serial_number(x509.random_serial_number())
-                   .not_valid_before(now - dt.timedelta(minutes=5))
-                   .not_valid_after(now + dt.timedelta(days=365 * CA_YEARS))
-                   .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                   .add_extension(x509.KeyUsage(digital_signature=False, key_encipherment=False,
-                                                content_commitment=False, data_encipherment=False,
-                                                key_agreement=False, key_cert_sign=True, crl_sign=True,
-                                                encipher_only=False, decipher_only=False), critical=True)
-                   .sign(ca_key, hashes.SHA256()))
+        ca_cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=365 * CA_YEARS))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=False,
+                    key_encipherment=False,
+                    content_commitment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
         _write_private(ca_key_file, _pem_key(ca_key))
         ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
         os.chmod(ca_file, 0o644)
@@ -177,22 +205,34 @@ def load_or_create(folder: Path, extra_server_names: str = "") -> Pki:
             have = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         except x509.ExtensionNotFound:
             have = None
-        fresh = (have == _san(names) and cert.issuer == ca_cert.subject
-                 and cert.not_valid_after_utc > now + dt.timedelta(days=30))
+        fresh = (
+            have == _san(names)
+            and cert.issuer == ca_cert.subject
+            and cert.not_valid_after_utc > now + dt.timedelta(days=30)
+        )
     if not fresh:
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Hotpath backend")]))
-                .issuer_name(ca_cert.subject).public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - dt.timedelta(minutes=5))
-                .not_valid_after(now + dt.timedelta(days=SERVER_DAYS))
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-                .add_extension(_san(names), critical=False)
-                .sign(ca_key, hashes.SHA256()))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Hotpath backend")]))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=SERVER_DAYS))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(_san(names), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
         _write_private(key_file, _pem_key(key))
-        _write_private(cert_file, cert.public_bytes(serialization.Encoding.PEM) + ca_cert.public_bytes(
-            serialization.Encoding.PEM))
-    return Pki(folder=folder, ca_key=ca_key, ca_cert=ca_cert, server_key_pem=key_file.read_bytes(),
-               server_cert_pem=cert_file.read_bytes())
+        _write_private(
+            cert_file, cert.public_bytes(serialization.Encoding.PEM) + ca_cert.public_bytes(serialization.Encoding.PEM)
+        )
+    return Pki(
+        folder=folder,
+        ca_key=ca_key,
+        ca_cert=ca_cert,
+        server_key_pem=key_file.read_bytes(),
+        server_cert_pem=cert_file.read_bytes(),
+    )

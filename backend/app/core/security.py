@@ -6,6 +6,7 @@ Passwords are hashed with scrypt (memory-hard, in the standard library). Access 
 so no session table is needed; the user is still loaded on every request so a deleted user or a role
 change takes effect at once. Every secret comparison is constant-time.
 """
+
 import base64
 import hashlib
 import hmac
@@ -30,8 +31,9 @@ def verify_password(password: str, stored: str) -> bool:
         scheme, n, r, p, salt_hex, digest_hex = stored.split("$")
         if scheme != "scrypt":
             return False
-        digest = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt_hex), n=int(n), r=int(r), p=int(p),
-                                dklen=len(digest_hex) // 2)
+        digest = hashlib.scrypt(
+            password.encode(), salt=bytes.fromhex(salt_hex), n=int(n), r=int(r), p=int(p), dklen=len(digest_hex) // 2
+        )
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(digest.hex(), digest_hex)
@@ -54,8 +56,9 @@ def create_access_token(key: bytes, subject: str, minutes: int, now: float | Non
     at = now if now is not None else time.time()
     issued = int(at)
     # iat to the millisecond, so a token signed in just after a password reset is told apart from one before.
-    payload = _b64(json.dumps({"sub": subject, "iat": round(at, 3), "exp": issued + minutes * 60},
-                              separators=(",", ":")).encode())
+    payload = _b64(
+        json.dumps({"sub": subject, "iat": round(at, 3), "exp": issued + minutes * 60}, separators=(",", ":")).encode()
+    )
     sig = _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
     return f"{payload}.{sig}"
 

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Background asyncio tasks of the backend's long-lived parts (bus, ingest writer, command sweeper)."""
+
 import asyncio
 import contextlib
 from typing import Any

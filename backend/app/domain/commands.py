@@ -17,6 +17,7 @@ What a command's result means beyond the command row belongs to its kind: each k
 (`Commands.handle`), those of targets, measurements and disassemblies here, those of plans registered
 by app.domain.plans, so this module knows no plan.
 """
+
 import asyncio
 import logging
 import uuid
@@ -42,8 +43,18 @@ from app.protocol.proto import pb
 from app.storage import audit_log, functions, measurements, targets
 
 log = logging.getLogger("hotpath.commands")
-KINDS = ("inspect_function", "attach_target", "detach_target", "start_measurement", "stop_measurement", "cancel",
-         "make_plan", "install_plan", "revert_plan", "list_installed")
+KINDS = (
+    "inspect_function",
+    "attach_target",
+    "detach_target",
+    "start_measurement",
+    "stop_measurement",
+    "cancel",
+    "make_plan",
+    "install_plan",
+    "revert_plan",
+    "list_installed",
+)
 ACTIVE = ("queued", "sent", "running")
 FINAL = ("done", "failed", "cancelled")
 
@@ -86,16 +97,28 @@ class KindHandlers:
     payload: Callable[[Any], Awaitable[str]] | None = None
 
 
-async def _plain(db: AsyncSession, session: AgentSession, row: Any, result: "pb.CommandResult") \
-        -> Answer:
+async def _plain(db: AsyncSession, session: AgentSession, row: Any, result: "pb.CommandResult") -> Answer:
     return ({} if result.ok else None), None
 
 
 def public(r: Row[Any]) -> dict[str, Any]:
-    return {"id": str(r.id), "host_id": r.host_id, "kind": r.kind, "params": r.params, "state": r.state,
-            "progress": r.progress, "message": r.message, "result": r.result, "error": r.error,
-            "created_by": r.created_by, "created_at": r.created_at, "sent_at": r.sent_at,
-            "started_at": r.started_at, "finished_at": r.finished_at, "cancel_requested": r.cancel_requested}
+    return {
+        "id": str(r.id),
+        "host_id": r.host_id,
+        "kind": r.kind,
+        "params": r.params,
+        "state": r.state,
+        "progress": r.progress,
+        "message": r.message,
+        "result": r.result,
+        "error": r.error,
+        "created_by": r.created_by,
+        "created_at": r.created_at,
+        "sent_at": r.sent_at,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+        "cancel_requested": r.cancel_requested,
+    }
 
 
 def to_pb(row: Row[Any], plan_json: str = "") -> "pb.Command":
@@ -103,8 +126,9 @@ def to_pb(row: Row[Any], plan_json: str = "") -> "pb.Command":
     p = row.params
     c = pb.Command(id=str(row.id))
     if row.kind == "inspect_function":
-        c.inspect_function.CopyFrom(pb.InspectFunction(digest=p["digest"], function_index=p["function_index"],
-                                                       target=p.get("target") or ""))
+        c.inspect_function.CopyFrom(
+            pb.InspectFunction(digest=p["digest"], function_index=p["function_index"], target=p.get("target") or "")
+        )
     elif row.kind == "attach_target":
         c.attach_target.CopyFrom(pb.AttachTarget(pid=p.get("pid") or 0, command=p.get("command") or ""))
     elif row.kind == "detach_target":
@@ -116,15 +140,29 @@ def to_pb(row: Row[Any], plan_json: str = "") -> "pb.Command":
     elif row.kind == "cancel":
         c.cancel.CopyFrom(pb.CancelCommand(command_id=p["command_id"]))
     elif row.kind == "make_plan":
-        c.make_plan.CopyFrom(pb.MakePlan(
-            plan_id=p["plan_id"], target=p["target"], digest=p["digest"], function_index=p["function_index"],
-            seconds=p.get("seconds") or 0, join_fraction=p.get("join_fraction") or 0,
-            stall_threshold=p.get("stall_threshold") or 0, max_functions=p.get("max_functions") or 0,
-            measurement_id=p.get("measurement_id") or ""))
+        c.make_plan.CopyFrom(
+            pb.MakePlan(
+                plan_id=p["plan_id"],
+                target=p["target"],
+                digest=p["digest"],
+                function_index=p["function_index"],
+                seconds=p.get("seconds") or 0,
+                join_fraction=p.get("join_fraction") or 0,
+                stall_threshold=p.get("stall_threshold") or 0,
+                max_functions=p.get("max_functions") or 0,
+                measurement_id=p.get("measurement_id") or "",
+            )
+        )
     elif row.kind == "install_plan":
-        c.install_plan.CopyFrom(pb.InstallPlan(plan_id=p["plan_id"], plan_json=plan_json,
-                                               approved_code_sha256=p["approved_code_sha256"], target=p["target"],
-                                               entry_only=bool(p.get("entry_only"))))
+        c.install_plan.CopyFrom(
+            pb.InstallPlan(
+                plan_id=p["plan_id"],
+                plan_json=plan_json,
+                approved_code_sha256=p["approved_code_sha256"],
+                target=p["target"],
+                entry_only=bool(p.get("entry_only")),
+            )
+        )
     elif row.kind == "revert_plan":
         c.revert_plan.CopyFrom(pb.RevertPlan(plan_id=p["plan_id"], target=p["target"]))
     elif row.kind == "list_installed":
@@ -133,8 +171,15 @@ def to_pb(row: Row[Any], plan_json: str = "") -> "pb.Command":
 
 
 class Commands:
-    def __init__(self, settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], hub: LiveHub,
-                 metrics: Metrics, agents: AgentRegistry, replica_id: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        hub: LiveHub,
+        metrics: Metrics,
+        agents: AgentRegistry,
+        replica_id: str,
+    ) -> None:
         self.settings = settings
         self.sessionmaker = sessionmaker
         self.hub = hub
@@ -160,43 +205,65 @@ class Commands:
 
     # Requests ------------------------------------------------------------------------------------
 
-    async def create(self, db: AsyncSession, host_id: str, kind: str, params: dict[str, Any], actor: str,
-                     command_id: uuid.UUID | None = None) -> tuple[dict[str, Any], bool]:
+    async def create(
+        self,
+        db: AsyncSession,
+        host_id: str,
+        kind: str,
+        params: dict[str, Any],
+        actor: str,
+        command_id: uuid.UUID | None = None,
+    ) -> tuple[dict[str, Any], bool]:
         """Store a command (or find the one with this id); returns (command, created). The caller
         commits; the notification goes out with the commit."""
         assert kind in KINDS
         cid = command_id or uuid.uuid4()
-        row = (await db.execute(text("""
+        row = (
+            await db.execute(
+                text("""
             INSERT INTO commands (id, host_id, kind, params, state, created_by)
             VALUES (:id, :h, :k, CAST(:p AS jsonb), 'queued', :by)
             ON CONFLICT (id) DO NOTHING RETURNING *"""),
-            {"id": cid, "h": host_id, "k": kind, "p": orjson.dumps(params).decode(), "by": actor})).first()
+                {"id": cid, "h": host_id, "k": kind, "p": orjson.dumps(params).decode(), "by": actor},
+            )
+        ).first()
         if row is None:
             have = (await db.execute(text("SELECT * FROM commands WHERE id = :id"), {"id": cid})).one()
             if have.host_id != host_id or have.kind != kind:
                 raise CommandError(409, "A command with this id exists for another host or of another kind")
             return public(have), False
-        audit_log.record(db, actor, "command_requested", host_id,
-                         {"command_id": str(cid), "kind": kind, "params": params})
+        audit_log.record(
+            db, actor, "command_requested", host_id, {"command_id": str(cid), "kind": kind, "params": params}
+        )
         await db.execute(text("SELECT pg_notify(:ch, :h)"), {"ch": bus.COMMANDS, "h": host_id})
         self.metrics.commands_sent.labels(kind).inc()
         return public(row), True
 
     async def cancel(self, db: AsyncSession, host_id: str, command_id: uuid.UUID, actor: str) -> dict[str, Any]:
-        row = (await db.execute(text("SELECT * FROM commands WHERE id = :id AND host_id = :h FOR UPDATE"),
-                                {"id": command_id, "h": host_id})).first()
+        row = (
+            await db.execute(
+                text("SELECT * FROM commands WHERE id = :id AND host_id = :h FOR UPDATE"),
+                {"id": command_id, "h": host_id},
+            )
+        ).first()
         if row is None:
             raise CommandError(404, "Command not found")
         if row.state in FINAL:
             raise CommandError(409, f"The command has ended ({row.state})")
         if row.kind == "cancel":
             raise CommandError(409, "A cancel cannot be cancelled")
-        audit_log.record(db, actor, "command_cancel_requested", host_id,
-                         {"command_id": str(command_id), "state": row.state})
+        audit_log.record(
+            db, actor, "command_cancel_requested", host_id, {"command_id": str(command_id), "state": row.state}
+        )
         if row.state == "queued":
-            row = (await db.execute(text("""
+            row = (
+                await db.execute(
+                    text("""
                 UPDATE commands SET state = 'cancelled', cancel_requested = true, finished_at = now(),
-                  error = 'cancelled before it was sent' WHERE id = :id RETURNING *"""), {"id": command_id})).one()
+                  error = 'cancelled before it was sent' WHERE id = :id RETURNING *"""),
+                    {"id": command_id},
+                )
+            ).one()
             await self._after_end(db, row)
             await db.execute(text("SELECT pg_notify(:ch, :id)"), {"ch": bus.COMMAND_DONE, "id": str(command_id)})
             return public(row)
@@ -213,8 +280,9 @@ class Commands:
             deadline = asyncio.get_running_loop().time() + timeout
             while True:
                 async with self.sessionmaker() as db:
-                    row = (await db.execute(text("SELECT * FROM commands WHERE id = :id"),
-                                            {"id": uuid.UUID(command_id)})).first()
+                    row = (
+                        await db.execute(text("SELECT * FROM commands WHERE id = :id"), {"id": uuid.UUID(command_id)})
+                    ).first()
                 if row is not None and row.state in FINAL:
                     return public(row)
                 left = deadline - asyncio.get_running_loop().time()
@@ -239,16 +307,19 @@ class Commands:
             if not (await db.execute(text("SELECT online FROM hosts WHERE id = :h"), {"h": host_id})).scalar():
                 raise HostOffline(host_id)
             row, _ = await self.create(
-                db, host_id, "inspect_function", {"digest": digest, "function_index": index, "target": target}, actor)
+                db, host_id, "inspect_function", {"digest": digest, "function_index": index, "target": target}, actor
+            )
             await db.commit()
         await self.dispatch(host_id)
         done = await self.wait(row["id"], self.settings.command_timeout_s)
         if done is None:
             async with self.sessionmaker() as db:
-                await db.execute(text("""
+                await db.execute(
+                    text("""
                     UPDATE commands SET state = 'failed', error = 'no answer within the time allowed',
                       finished_at = now() WHERE id = :id AND state IN ('queued', 'sent', 'running')"""),
-                    {"id": uuid.UUID(row["id"])})
+                    {"id": uuid.UUID(row["id"])},
+                )
                 await db.commit()
             raise CommandTimeout(row["id"])
         if done["state"] != "done":
@@ -265,15 +336,22 @@ class Commands:
             raise CommandFailed("the result carried no disassembly")
         instructions = []
         for i in result.disassembly.instructions:
-            if i.length > 15 or len(i.bytes) > 15 or i.offset > agent_input.INT32_MAX or len(i.text) > 256 \
-                    or agent_input._CONTROL.search(i.text):
+            if (
+                i.length > 15
+                or len(i.bytes) > 15
+                or i.offset > agent_input.INT32_MAX
+                or len(i.text) > 256
+                or agent_input._CONTROL.search(i.text)
+            ):
                 raise CommandFailed("the agent sent a malformed instruction")
             instructions.append([i.offset, i.length, i.bytes.hex(), i.text])
         async with self.sessionmaker() as db:
-            await db.execute(text("""
+            await db.execute(
+                text("""
                 INSERT INTO instruction_cache (digest, index, instructions) VALUES (:d, :i, CAST(:ins AS jsonb))
                 ON CONFLICT (digest, index) DO NOTHING"""),
-                {"d": digest, "i": index, "ins": orjson.dumps(instructions).decode()})
+                {"d": digest, "i": index, "ins": orjson.dumps(instructions).decode()},
+            )
             await db.commit()
 
     # Routing -------------------------------------------------------------------------------------
@@ -292,13 +370,22 @@ class Commands:
         if session is None or session.closed or not session.welcomed:
             return 0
         async with self.sessionmaker() as db:
-            rows = (await db.execute(text("""
+            rows = (
+                await db.execute(
+                    text("""
                 UPDATE commands SET state = 'sent', sent_at = now(), replica = :r, sends = sends + 1
                 WHERE host_id = :h AND state = 'queued' RETURNING *"""),
-                {"h": host_id, "r": self.replica_id})).all()
+                    {"h": host_id, "r": self.replica_id},
+                )
+            ).all()
             for r in rows:
-                audit_log.record(db, f"replica:{self.replica_id}", "command_sent", host_id,
-                           {"command_id": str(r.id), "kind": r.kind, "requested_by": r.created_by})
+                audit_log.record(
+                    db,
+                    f"replica:{self.replica_id}",
+                    "command_sent",
+                    host_id,
+                    {"command_id": str(r.id), "kind": r.kind, "requested_by": r.created_by},
+                )
             await db.commit()
         for r in sorted(rows, key=lambda r: r.created_at):
             await self._send(session, r)
@@ -307,10 +394,14 @@ class Commands:
     async def resend(self, session: AgentSession) -> None:
         """After a (re)connect: send again what was sent or running (the agent answers an id once)."""
         async with self.sessionmaker() as db:
-            rows = (await db.execute(text("""
+            rows = (
+                await db.execute(
+                    text("""
                 UPDATE commands SET replica = :r, sends = sends + 1
                 WHERE host_id = :h AND state IN ('sent', 'running') RETURNING *"""),
-                {"h": session.host_id, "r": self.replica_id})).all()
+                    {"h": session.host_id, "r": self.replica_id},
+                )
+            ).all()
             await db.commit()
         for r in sorted(rows, key=lambda r: r.created_at):
             await self._send(session, r)
@@ -330,17 +421,22 @@ class Commands:
         try:
             cid = uuid.UUID(progress.command_id)
         except ValueError:
-            raise InvalidInput(f"Progress for a command id that is not a UUID: "
-                               f"{agent_input.excerpt(progress.command_id)}") from None
+            raise InvalidInput(
+                f"Progress for a command id that is not a UUID: {agent_input.excerpt(progress.command_id)}"
+            ) from None
         agent_input.text(progress.message, "Progress.message", agent_input.MAX_DETAIL, empty=True)
         if not 0 <= progress.fraction <= 1:
             raise InvalidInput("Progress.fraction is outside [0, 1]")
         async with self.sessionmaker() as db:
-            row = (await db.execute(text("""
+            row = (
+                await db.execute(
+                    text("""
                 UPDATE commands SET state = 'running', progress = :f, message = :m,
                   started_at = coalesce(started_at, now())
                 WHERE id = :id AND host_id = :h AND state IN ('sent', 'running') RETURNING *"""),
-                {"id": cid, "h": host_id, "f": progress.fraction, "m": progress.message})).first()
+                    {"id": cid, "h": host_id, "f": progress.fraction, "m": progress.message},
+                )
+            ).first()
             await db.commit()
         if row is not None:
             self.hub.publish(f"host:{host_id}", {"type": "command", "command": _event(row)})
@@ -350,13 +446,17 @@ class Commands:
         try:
             cid = uuid.UUID(result.command_id)
         except ValueError:
-            log.warning("host %s: result for a command id that is not ours: %s", host_id,
-                        agent_input.excerpt(result.command_id))
+            log.warning(
+                "host %s: result for a command id that is not ours: %s", host_id, agent_input.excerpt(result.command_id)
+            )
             return
         agent_input.text(result.error, "CommandResult.error", agent_input.MAX_DETAIL, empty=True)
         async with self.sessionmaker() as db:
-            row = (await db.execute(text("SELECT * FROM commands WHERE id = :id AND host_id = :h FOR UPDATE"),
-                                    {"id": cid, "h": host_id})).first()
+            row = (
+                await db.execute(
+                    text("SELECT * FROM commands WHERE id = :id AND host_id = :h FOR UPDATE"), {"id": cid, "h": host_id}
+                )
+            ).first()
             if row is None or row.state in FINAL:
                 await db.rollback()
                 return  # an answer to a command that ended already (sent again after a reconnect)
@@ -364,17 +464,31 @@ class Commands:
             outcome, error = await self._handlers(row.kind).on_result(db, session, row, result)
             if error is not None:
                 state = "failed"
-            row = (await db.execute(text("""
+            row = (
+                await db.execute(
+                    text("""
                 UPDATE commands SET state = :s, result = CAST(:r AS jsonb), error = :e, finished_at = now(),
                   progress = CASE WHEN :done THEN 1 ELSE progress END
                 WHERE id = :id RETURNING *"""),
-                {"id": cid, "s": state, "done": state == "done",
-                 "r": orjson.dumps(outcome).decode() if outcome is not None else None,
-                 "e": error if error is not None else (None if result.ok else
-                                                       result.error or "the agent gave no reason")})).one()
+                    {
+                        "id": cid,
+                        "s": state,
+                        "done": state == "done",
+                        "r": orjson.dumps(outcome).decode() if outcome is not None else None,
+                        "e": error
+                        if error is not None
+                        else (None if result.ok else result.error or "the agent gave no reason"),
+                    },
+                )
+            ).one()
             await self._after_end(db, row)
-            audit_log.record(db, f"agent:{host_id}", "command_finished", host_id,
-                       {"command_id": str(cid), "kind": row.kind, "state": state, "error": row.error})
+            audit_log.record(
+                db,
+                f"agent:{host_id}",
+                "command_finished",
+                host_id,
+                {"command_id": str(cid), "kind": row.kind, "state": state, "error": row.error},
+            )
             await db.execute(text("SELECT pg_notify(:ch, :id)"), {"ch": bus.COMMAND_DONE, "id": str(cid)})
             await db.commit()
         event = self.waiters.get(str(cid))
@@ -383,8 +497,7 @@ class Commands:
         self.hub.publish(f"host:{host_id}", {"type": "command", "command": _event(row)})
         if row.kind in ("start_measurement", "stop_measurement"):
             mid = row.params.get("measurement_id")
-            self.hub.publish(f"measurement:{mid}", {"type": "measurement", "measurement_id": mid,
-                                                             "host_id": host_id})
+            self.hub.publish(f"measurement:{mid}", {"type": "measurement", "measurement_id": mid, "host_id": host_id})
         if row.kind in ("attach_target", "detach_target"):
             self.hub.publish(f"host:{host_id}", {"type": "targets", "host_id": host_id})
         published = self._handlers(row.kind).published
@@ -393,13 +506,17 @@ class Commands:
 
     # What results change, by kind ----------------------------------------------------------------
 
-    async def _on_disassembly(self, db: AsyncSession, session: AgentSession, row: Any,
-                              result: "pb.CommandResult") -> tuple[dict[str, Any] | None, str | None]:
+    async def _on_disassembly(
+        self, db: AsyncSession, session: AgentSession, row: Any, result: "pb.CommandResult"
+    ) -> tuple[dict[str, Any] | None, str | None]:
         if not result.ok:
             return None, None
         d = result.disassembly
-        if result.WhichOneof("kind") != "disassembly" or d.digest != row.params["digest"] or \
-                d.function_index != row.params["function_index"]:
+        if (
+            result.WhichOneof("kind") != "disassembly"
+            or d.digest != row.params["digest"]
+            or d.function_index != row.params["function_index"]
+        ):
             return None, "the agent's answer is not the disassembly of the function asked for"
         try:
             await self.cache_instructions(d.digest, d.function_index, result)
@@ -407,8 +524,9 @@ class Commands:
             return None, str(exc)
         return {"instructions": len(d.instructions)}, None
 
-    async def _on_targets(self, db: AsyncSession, session: AgentSession, row: Any,
-                          result: "pb.CommandResult") -> tuple[dict[str, Any] | None, str | None]:
+    async def _on_targets(
+        self, db: AsyncSession, session: AgentSession, row: Any, result: "pb.CommandResult"
+    ) -> tuple[dict[str, Any] | None, str | None]:
         conn = await db.connection()
         if not result.ok:
             return None, None
@@ -417,18 +535,22 @@ class Commands:
         agent_input.check_targets(result.targets.targets)
         await targets.store(conn, session.host_id, result.targets.targets, complete_list=False)
         session.add_targets(result.targets.targets)
-        return {"targets": [{"id": t.id, "pid": t.pid, "command": t.command,
-                             "state": agent_input.TARGET_STATES[t.state]} for t in result.targets.targets]}, None
+        return {
+            "targets": [
+                {"id": t.id, "pid": t.pid, "command": t.command, "state": agent_input.TARGET_STATES[t.state]}
+                for t in result.targets.targets
+            ]
+        }, None
 
-    async def _on_measurement(self, db: AsyncSession, session: AgentSession, row: Any,
-                              result: "pb.CommandResult") -> tuple[dict[str, Any] | None, str | None]:
+    async def _on_measurement(
+        self, db: AsyncSession, session: AgentSession, row: Any, result: "pb.CommandResult"
+    ) -> tuple[dict[str, Any] | None, str | None]:
         kind = row.kind
         conn = await db.connection()
         mid = row.params["measurement_id"]
         if not result.ok:
             if kind == "start_measurement":
-                detail = ("cancelled before it was armed" if result.cancelled else
-                          result.error or "refused by the agent")
+                detail = "cancelled before it was armed" if result.cancelled else result.error or "refused by the agent"
                 await measurements.fail(conn, mid, detail)
             return None, None
         if result.WhichOneof("kind") != "measurement":
@@ -440,10 +562,14 @@ class Commands:
         await measurements.store_info(conn, session.host_id, info)
         session.measurement_rows[mid] = len(info.resources)
         if kind == "start_measurement":
-            await conn.execute(text("UPDATE measurements SET start_command = :c WHERE id = :m"),
-                               {"c": row.id, "m": mid})
-        return {"measurement_id": mid, "state": agent_input.MEASUREMENT_STATES[info.state],
-                "resources": len(info.resources)}, None
+            await conn.execute(
+                text("UPDATE measurements SET start_command = :c WHERE id = :m"), {"c": row.id, "m": mid}
+            )
+        return {
+            "measurement_id": mid,
+            "state": agent_input.MEASUREMENT_STATES[info.state],
+            "resources": len(info.resources),
+        }, None
 
     async def _after_end(self, db: AsyncSession, row: Any) -> None:
         on_end = self._handlers(row.kind).on_end
@@ -453,8 +579,9 @@ class Commands:
     async def _start_ended(self, db: AsyncSession, row: Any) -> None:
         """A cancelled or failed start leaves its measurement failed."""
         if row.state in ("cancelled", "failed"):
-            await measurements.fail(await db.connection(), row.params["measurement_id"],
-                                    row.error or f"the start command was {row.state}")
+            await measurements.fail(
+                await db.connection(), row.params["measurement_id"], row.error or f"the start command was {row.state}"
+            )
 
     # Upkeep --------------------------------------------------------------------------------------
 
@@ -482,14 +609,19 @@ class Commands:
             await self.dispatch(host_id)
         limit = self.settings.command_queue_timeout_s
         async with self.sessionmaker() as db:
-            rows = (await db.execute(text("""
+            rows = (
+                await db.execute(
+                    text("""
                 UPDATE commands c SET state = 'failed', finished_at = now(),
                   error = 'the host''s agent was not connected for ' || :limit || ' s; it was not run'
                 FROM hosts h
                 WHERE c.host_id = h.id AND c.state IN ('queued', 'sent') AND NOT h.online
                   AND coalesce(c.sent_at, c.created_at) < coalesce(CAST(:now AS timestamptz), now())
                       - make_interval(secs => :limit)
-                RETURNING c.*"""), {"limit": limit, "now": now})).all()
+                RETURNING c.*"""),
+                    {"limit": limit, "now": now},
+                )
+            ).all()
             for r in rows:
                 await self._after_end(db, r)
                 audit_log.record(db, "system", "command_expired", r.host_id, {"command_id": str(r.id), "kind": r.kind})
@@ -498,19 +630,30 @@ class Commands:
 
 
 def _event(row: Row[Any]) -> dict[str, Any]:
-    return {"id": str(row.id), "host_id": row.host_id, "kind": row.kind, "state": row.state,
-            "progress": row.progress, "message": row.message, "error": row.error}
+    return {
+        "id": str(row.id),
+        "host_id": row.host_id,
+        "kind": row.kind,
+        "state": row.state,
+        "progress": row.progress,
+        "message": row.message,
+        "error": row.error,
+    }
 
 
 async def list_commands(session: AsyncSession, host_id: str, limit: int, state: str | None) -> list[dict[str, Any]]:
     where = "host_id = :h" + (" AND state = :s" if state else "")
-    rows = await session.execute(text(f"SELECT * FROM commands WHERE {where} ORDER BY created_at DESC LIMIT :l"),
-                                 {"h": host_id, "s": state, "l": limit})
+    rows = await session.execute(
+        text(f"SELECT * FROM commands WHERE {where} ORDER BY created_at DESC LIMIT :l"),
+        {"h": host_id, "s": state, "l": limit},
+    )
     return [public(r) for r in rows]
 
 
 async def get_command(session: AsyncSession, host_id: str, command_id: uuid.UUID) -> dict[str, Any] | None:
-    row = (await session.execute(text("SELECT * FROM commands WHERE id = :id AND host_id = :h"),
-                                 {"id": command_id, "h": host_id})).first()
+    row = (
+        await session.execute(
+            text("SELECT * FROM commands WHERE id = :id AND host_id = :h"), {"id": command_id, "h": host_id}
+        )
+    ).first()
     return public(row) if row else None
-

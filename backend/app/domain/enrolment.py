@@ -13,6 +13,7 @@ created for its host id. Issuing a certificate stores its
 fingerprint on the host: from then on only that certificate can open the host's stream, so enrolling
 again replaces the old credential, and retiring or deleting the host revokes it.
 """
+
 import hashlib
 import logging
 import secrets
@@ -93,39 +94,53 @@ def key_fingerprint(csr_pem: str) -> str:
     `openssl pkey -in key.pem -pubout -outform DER | sha256sum` gives the same."""
     from cryptography import x509
 
-    key = x509.load_pem_x509_csr(csr_pem.encode()).public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    key = (
+        x509.load_pem_x509_csr(csr_pem.encode())
+        .public_key()
+        .public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return hashlib.sha256(key).hexdigest()
 
 
-async def create_token(session: AsyncSession, actor: str, note: str, hours: float,
-                       host_id: str | None = None) -> tuple[EnrolmentToken, str]:
+async def create_token(
+    session: AsyncSession, actor: str, note: str, hours: float, host_id: str | None = None
+) -> tuple[EnrolmentToken, str]:
     """A new one-time token (for one host id, if given); the secret is returned once and never stored."""
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = EnrolmentToken(id=uuid.uuid4(), token_hash=hash_token(secret), note=note, host_id=host_id,
-                           created_by=actor, expires_at=datetime.now(UTC) + timedelta(hours=hours))
+    token = EnrolmentToken(
+        id=uuid.uuid4(),
+        token_hash=hash_token(secret),
+        note=note,
+        host_id=host_id,
+        created_by=actor,
+        expires_at=datetime.now(UTC) + timedelta(hours=hours),
+    )
     session.add(token)
-    audit_log.record(session, actor, "enrolment_token_created", str(token.id),
-               {"note": note, "hours": hours, "host_id": host_id})
+    audit_log.record(
+        session, actor, "enrolment_token_created", str(token.id), {"note": note, "hours": hours, "host_id": host_id}
+    )
     await session.flush()
     return token, secret
 
 
-async def _issue(pki: Pki, db: AsyncSession, host_id: str, hostname: str, csr_pem: str, actor: str,
-                 how: str) -> Issued:
+async def _issue(pki: Pki, db: AsyncSession, host_id: str, hostname: str, csr_pem: str, actor: str, how: str) -> Issued:
     certificate, fp, not_after = pki.sign_host_csr(csr_pem, host_id)
     now = datetime.now(UTC)
     values = {"cert_fingerprint": fp, "cert_not_after": not_after, "enrolled_at": now}
-    await db.execute(insert(Host).values(id=host_id, hostname=hostname, online=False, **values)
-                     .on_conflict_do_update(index_elements=[Host.id], set_=values))
+    await db.execute(
+        insert(Host)
+        .values(id=host_id, hostname=hostname, online=False, **values)
+        .on_conflict_do_update(index_elements=[Host.id], set_=values)
+    )
     audit_log.record(db, actor, "host_enrolled", host_id, {"how": how, "fingerprint": fp, "hostname": hostname})
     await db.commit()
     log.info("host %s enrolled (%s)", host_id, how)
     return Issued(certificate, not_after)
 
 
-async def enroll(settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], pki: Pki,
-                 request: "pb.EnrollRequest", peer: str) -> Issued:
+async def enroll(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], pki: Pki, request: "pb.EnrollRequest", peer: str
+) -> Issued:
     """Answer an EnrollRequest: a certificate, or an EnrolmentError saying why not (yet)."""
     try:
         host_id = agent_input.text(request.host_id, "EnrollRequest.host_id", agent_input.MAX_HOST_ID)
@@ -138,86 +153,141 @@ async def enroll(settings: Settings, sessionmaker: async_sessionmaker[AsyncSessi
     async with sessionmaker() as db:
         host = await db.get(Host, host_id)
         if host is not None and host.status == "retired":
-            raise EnrolmentError(grpc.StatusCode.PERMISSION_DENIED,
-                                 f"host {host_id} is retired; an admin must delete it before it can enrol again")
+            raise EnrolmentError(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"host {host_id} is retired; an admin must delete it before it can enrol again",
+            )
         if request.token:
-            token = (await db.execute(text("""
+            token = (
+                await db.execute(
+                    text("""
                 SELECT id, host_id, created_by FROM enrolment_tokens
                 WHERE token_hash = :t AND used_at IS NULL AND revoked_at IS NULL AND expires_at > now()
-                FOR UPDATE"""), {"t": hash_token(request.token)})).first()
+                FOR UPDATE"""),
+                    {"t": hash_token(request.token)},
+                )
+            ).first()
             if token is None or (token.host_id is not None and token.host_id != host_id):
                 audit_log.record(db, f"agent@{peer}", "enrolment_refused", host_id, {"reason": "bad token"})
                 await db.commit()
-                raise EnrolmentError(grpc.StatusCode.UNAUTHENTICATED,
-                                     "the enrolment token is unknown, used, revoked, expired or for another host")
+                raise EnrolmentError(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    "the enrolment token is unknown, used, revoked, expired or for another host",
+                )
             if host is not None and host.cert_fingerprint is not None and token.host_id != host_id:
                 # A token for any host must not replace a host's credential: that would let its holder
                 # take over an enrolled host.
                 audit_log.record(db, f"agent@{peer}", "enrolment_refused", host_id, {"reason": "already enrolled"})
                 await db.commit()
-                raise EnrolmentError(grpc.StatusCode.PERMISSION_DENIED,
-                                     f"host {host_id} is enrolled already: enrolling it again needs a token created "
-                                     "for this host id (or delete the host first)")
-            await db.execute(text("UPDATE enrolment_tokens SET used_at = now(), used_by_host = :h WHERE id = :i"),
-                             {"h": host_id, "i": token.id})
+                raise EnrolmentError(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"host {host_id} is enrolled already: enrolling it again needs a token created "
+                    "for this host id (or delete the host first)",
+                )
+            await db.execute(
+                text("UPDATE enrolment_tokens SET used_at = now(), used_by_host = :h WHERE id = :i"),
+                {"h": host_id, "i": token.id},
+            )
             used = token
             await db.execute(text("DELETE FROM enrolment_requests WHERE host_id = :h"), {"h": host_id})
-            return await _issue(pki, db, host_id, hostname, request.csr_pem, f"token of {used.created_by}",
-                                "enrolment token")
+            return await _issue(
+                pki, db, host_id, hostname, request.csr_pem, f"token of {used.created_by}", "enrolment token"
+            )
         if host is not None and host.cert_fingerprint is not None:
             # Only a token created for this host id may replace an enrolled host's credential: an approved
             # tokenless request would hand the host's identity to whoever asked.
-            audit_log.record(db, f"agent@{peer}", "enrolment_refused", host_id,
-                       {"reason": "already enrolled", "key_fingerprint": fingerprint})
+            audit_log.record(
+                db,
+                f"agent@{peer}",
+                "enrolment_refused",
+                host_id,
+                {"reason": "already enrolled", "key_fingerprint": fingerprint},
+            )
             await db.commit()
-            raise EnrolmentError(grpc.StatusCode.PERMISSION_DENIED,
-                                 f"host {host_id} is enrolled already: enrolling it again needs a token created "
-                                 "for this host id (or delete the host first)")
-        mine = (await db.execute(select(EnrolmentRequest).where(
-            EnrolmentRequest.host_id == host_id, EnrolmentRequest.key_fingerprint == fingerprint))).scalar_one_or_none()
+            raise EnrolmentError(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"host {host_id} is enrolled already: enrolling it again needs a token created "
+                "for this host id (or delete the host first)",
+            )
+        mine = (
+            await db.execute(
+                select(EnrolmentRequest).where(
+                    EnrolmentRequest.host_id == host_id, EnrolmentRequest.key_fingerprint == fingerprint
+                )
+            )
+        ).scalar_one_or_none()
         if mine is not None and _expired(mine, settings.enrolment_request_ttl_s):
             await db.delete(mine)
             await db.flush()
             mine = None
         if mine is not None and mine.status == "approved":
             await db.execute(text("DELETE FROM enrolment_requests WHERE host_id = :h"), {"h": host_id})
-            return await _issue(pki, db, host_id, hostname, request.csr_pem, mine.decided_by or "admin",
-                                "approved by an admin")
+            return await _issue(
+                pki, db, host_id, hostname, request.csr_pem, mine.decided_by or "admin", "approved by an admin"
+            )
         if mine is not None and mine.status == "rejected":
-            raise EnrolmentError(grpc.StatusCode.PERMISSION_DENIED,
-                                 f"enrolment of host {host_id} with this key was rejected")
+            raise EnrolmentError(
+                grpc.StatusCode.PERMISSION_DENIED, f"enrolment of host {host_id} with this key was rejected"
+            )
         if mine is None:
             if not _requests_by_address.admit(peer, settings.enrolment_requests_per_minute):
-                raise EnrolmentError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                     "too many enrolment requests from this address; wait a minute or ask an "
-                                     "admin for a token")
+                raise EnrolmentError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "too many enrolment requests from this address; wait a minute or ask an admin for a token",
+                )
             # Count and insert under one lock, so concurrent requests cannot pass the cap together.
             await db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PENDING_LOCK})
             await _delete_expired(db, settings.enrolment_request_ttl_s)
-            count = (await db.execute(text(
-                "SELECT count(*) FROM enrolment_requests WHERE status = 'pending'"))).scalar_one()
+            count = (
+                await db.execute(text("SELECT count(*) FROM enrolment_requests WHERE status = 'pending'"))
+            ).scalar_one()
             if count >= settings.max_pending_enrolments:
                 await db.commit()
-                raise EnrolmentError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                     "too many enrolments wait for approval; ask an admin for a token")
-            others = (await db.execute(text(
-                "SELECT count(*) FILTER (WHERE key_fingerprint <> :f), count(*) FILTER (WHERE key_fingerprint = :f) "
-                "FROM enrolment_requests WHERE host_id = :h"), {"h": host_id, "f": fingerprint})).one()
+                raise EnrolmentError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "too many enrolments wait for approval; ask an admin for a token",
+                )
+            others = (
+                await db.execute(
+                    text(
+                        "SELECT count(*) FILTER (WHERE key_fingerprint <> :f), "
+                        "count(*) FILTER (WHERE key_fingerprint = :f) "
+                        "FROM enrolment_requests WHERE host_id = :h"
+                    ),
+                    {"h": host_id, "f": fingerprint},
+                )
+            ).one()
             if others[1]:  # the same key asked concurrently and won the lock: nothing to add
                 await db.commit()
-                raise EnrolmentError(grpc.StatusCode.FAILED_PRECONDITION,
-                                     f"host {host_id} waits for an admin to approve its enrolment in the console "
-                                     f"(key SHA256:{fingerprint})")
-            db.add(EnrolmentRequest(id=uuid.uuid4(), host_id=host_id, key_fingerprint=fingerprint, hostname=hostname,
-                                    csr_pem=request.csr_pem, peer=peer[:256]))
-            audit_log.record(db, f"agent@{peer}", "enrolment_requested", host_id,
-                       {"hostname": hostname, "key_fingerprint": fingerprint, "other_keys": others[0]})
+                raise EnrolmentError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"host {host_id} waits for an admin to approve its enrolment in the console "
+                    f"(key SHA256:{fingerprint})",
+                )
+            db.add(
+                EnrolmentRequest(
+                    id=uuid.uuid4(),
+                    host_id=host_id,
+                    key_fingerprint=fingerprint,
+                    hostname=hostname,
+                    csr_pem=request.csr_pem,
+                    peer=peer[:256],
+                )
+            )
+            audit_log.record(
+                db,
+                f"agent@{peer}",
+                "enrolment_requested",
+                host_id,
+                {"hostname": hostname, "key_fingerprint": fingerprint, "other_keys": others[0]},
+            )
         else:
             mine.hostname, mine.peer = hostname, peer[:256]
         await db.commit()
-    raise EnrolmentError(grpc.StatusCode.FAILED_PRECONDITION,
-                         f"host {host_id} waits for an admin to approve its enrolment in the console "
-                         f"(key SHA256:{fingerprint})")
+    raise EnrolmentError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"host {host_id} waits for an admin to approve its enrolment in the console (key SHA256:{fingerprint})",
+    )
 
 
 def _expired(request: EnrolmentRequest, ttl_s: float) -> bool:
@@ -227,9 +297,12 @@ def _expired(request: EnrolmentRequest, ttl_s: float) -> bool:
 
 async def _delete_expired(db: AsyncSession, ttl_s: float) -> int:
     """Forget requests older than the TTL (pending ones by when they asked, decided ones by the decision)."""
-    result = await db.execute(text("""
+    result = await db.execute(
+        text("""
         DELETE FROM enrolment_requests
-        WHERE coalesce(decided_at, requested_at) < now() - make_interval(secs => :ttl)"""), {"ttl": ttl_s})
+        WHERE coalesce(decided_at, requested_at) < now() - make_interval(secs => :ttl)"""),
+        {"ttl": ttl_s},
+    )
     deleted: int = result.rowcount  # type: ignore[attr-defined]
     return deleted
 
@@ -237,28 +310,55 @@ async def _delete_expired(db: AsyncSession, ttl_s: float) -> int:
 async def decide(session: AsyncSession, request_id: uuid.UUID, approve: bool, actor: str) -> EnrolmentRequest:
     """Approve or reject one pending request. Approving one key rejects the other keys that asked for the
     same host id; a host that is enrolled already cannot be approved (it needs a token for its id)."""
-    request = (await session.execute(select(EnrolmentRequest).where(EnrolmentRequest.id == request_id)
-                                     .with_for_update())).scalar_one_or_none()
+    request = (
+        await session.execute(select(EnrolmentRequest).where(EnrolmentRequest.id == request_id).with_for_update())
+    ).scalar_one_or_none()
     if request is None or request.status != "pending":
         raise DecisionError(404, "No pending enrolment request with this id")
     now = datetime.now(UTC)
     if approve:
         host = await session.get(Host, request.host_id)
         if host is not None and host.cert_fingerprint is not None:
-            raise DecisionError(409, f"Host {request.host_id} is enrolled already: create a token for its host id "
-                                     "to enrol it again")
-        others = (await session.execute(select(EnrolmentRequest).where(
-            EnrolmentRequest.host_id == request.host_id, EnrolmentRequest.id != request.id,
-            EnrolmentRequest.status == "pending").with_for_update())).scalars().all()
+            raise DecisionError(
+                409, f"Host {request.host_id} is enrolled already: create a token for its host id to enrol it again"
+            )
+        others = (
+            (
+                await session.execute(
+                    select(EnrolmentRequest)
+                    .where(
+                        EnrolmentRequest.host_id == request.host_id,
+                        EnrolmentRequest.id != request.id,
+                        EnrolmentRequest.status == "pending",
+                    )
+                    .with_for_update()
+                )
+            )
+            .scalars()
+            .all()
+        )
         for other in others:
             other.status, other.decided_by, other.decided_at = "rejected", actor, now
-            audit_log.record(session, actor, "enrolment_rejected", other.host_id,
-                       {"hostname": other.hostname, "key_fingerprint": other.key_fingerprint,
-                        "reason": f"another key ({request.key_fingerprint}) was approved for this host id"})
+            audit_log.record(
+                session,
+                actor,
+                "enrolment_rejected",
+                other.host_id,
+                {
+                    "hostname": other.hostname,
+                    "key_fingerprint": other.key_fingerprint,
+                    "reason": f"another key ({request.key_fingerprint}) was approved for this host id",
+                },
+            )
     request.status = "approved" if approve else "rejected"
     request.decided_by, request.decided_at = actor, now
-    audit_log.record(session, actor, "enrolment_approved" if approve else "enrolment_rejected", request.host_id,
-               {"hostname": request.hostname, "key_fingerprint": request.key_fingerprint})
+    audit_log.record(
+        session,
+        actor,
+        "enrolment_approved" if approve else "enrolment_rejected",
+        request.host_id,
+        {"hostname": request.hostname, "key_fingerprint": request.key_fingerprint},
+    )
     await session.commit()
     return request
 
@@ -272,15 +372,21 @@ async def reject_many(session: AsyncSession, request_ids: list[uuid.UUID] | None
     now = datetime.now(UTC)
     for request in requests:
         request.status, request.decided_by, request.decided_at = "rejected", actor, now
-        audit_log.record(session, actor, "enrolment_rejected", request.host_id,
-                   {"hostname": request.hostname, "key_fingerprint": request.key_fingerprint, "bulk": True})
+        audit_log.record(
+            session,
+            actor,
+            "enrolment_rejected",
+            request.host_id,
+            {"hostname": request.hostname, "key_fingerprint": request.key_fingerprint, "bulk": True},
+        )
     await session.commit()
     return len(requests)
 
 
 async def list_tokens(session: AsyncSession) -> list[EnrolmentToken]:
-    return list((await session.execute(select(EnrolmentToken).order_by(EnrolmentToken.created_at.desc())
-                                       .limit(200))).scalars())
+    return list(
+        (await session.execute(select(EnrolmentToken).order_by(EnrolmentToken.created_at.desc()).limit(200))).scalars()
+    )
 
 
 async def revoke_token(session: AsyncSession, token_id: uuid.UUID, actor: str) -> bool:

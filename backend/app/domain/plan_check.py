@@ -24,6 +24,7 @@ invariants a console and an installer rely on:
 - the target is the one asked for (a process's pid and start time as in its target id), and the build
   id PlanResult names is the plan's module build id (kernel: its build id).
 """
+
 import hashlib
 import struct
 from typing import Any
@@ -68,17 +69,19 @@ def _check_member(m: PlanMember) -> None:
     for b in m.layout:
         new = int(b.new_address, 16) if b.new_address else 0
         if new < placed:
-            raise PlanInvalid(f"{fn}: block +{b.offset:#x} is out of layout order (its new address is below the "
-                              f"end of the block before it)")
+            raise PlanInvalid(
+                f"{fn}: block +{b.offset:#x} is out of layout order (its new address is below the "
+                f"end of the block before it)"
+            )
         placed = new + b.new_size
         if b.offset + b.size > m.size:
             raise PlanInvalid(f"{fn}: block +{b.offset:#x} ({b.size} bytes) ends past the function's {m.size} bytes")
         if b.chain >= len(m.chain_table):
-            raise PlanInvalid(f"{fn}: block +{b.offset:#x} names chain {b.chain}; the function has "
-                              f"{len(m.chain_table)}")
+            raise PlanInvalid(
+                f"{fn}: block +{b.offset:#x} names chain {b.chain}; the function has {len(m.chain_table)}"
+            )
         if b.hot != (b.chain >= 0):
-            raise PlanInvalid(f"{fn}: block +{b.offset:#x} is {'hot' if b.hot else 'cold'} but its chain is "
-                              f"{b.chain}")
+            raise PlanInvalid(f"{fn}: block +{b.offset:#x} is {'hot' if b.hot else 'cold'} but its chain is {b.chain}")
     if len(m.chain_table) != m.chains:
         raise PlanInvalid(f"{fn}: {m.chains} chains stated, {len(m.chain_table)} in its chain table")
     offsets = {b.offset for b in m.layout}
@@ -89,10 +92,13 @@ def _check_member(m: PlanMember) -> None:
             if o not in offsets:
                 raise PlanInvalid(f"{fn}: chain {c.chain} names block +{o:#x}, which its layout lacks")
     hot = [b for b in m.layout if b.hot]
-    sums = {"hot_blocks": len(hot), "hot_bytes": sum(b.size for b in hot),
-            "cold_bytes": sum(b.size for b in m.layout if not b.hot),
-            "new_hot_bytes": sum(b.new_size + b.padding for b in hot),
-            "new_cold_bytes": sum(b.new_size + b.padding for b in m.layout if not b.hot)}
+    sums = {
+        "hot_blocks": len(hot),
+        "hot_bytes": sum(b.size for b in hot),
+        "cold_bytes": sum(b.size for b in m.layout if not b.hot),
+        "new_hot_bytes": sum(b.new_size + b.padding for b in hot),
+        "new_cold_bytes": sum(b.new_size + b.padding for b in m.layout if not b.hot),
+    }
     for key, value in sums.items():
         if getattr(m, key) != value:
             raise PlanInvalid(f"{fn}: {key} is {getattr(m, key)}, its layout sums to {value}")
@@ -116,8 +122,9 @@ def _check_icache(name: str, ic: PlanICache) -> None:
             raise PlanInvalid(f"{name}: set {s} does not number its lines 0..{len(cells) - 1} once each")
         conflict = len(cells) > ic.ways
         if any(c.conflict != conflict for c in cells):
-            raise PlanInvalid(f"{name}: set {s} holds {len(cells)} lines in {ic.ways} ways but its cells say "
-                              f"conflict={not conflict}")
+            raise PlanInvalid(
+                f"{name}: set {s} holds {len(cells)} lines in {ic.ways} ways but its cells say conflict={not conflict}"
+            )
         conflicts += conflict
         fullest = max(fullest, len(cells))
     if len(ic.cells) != ic.hot_lines:
@@ -128,8 +135,9 @@ def _check_icache(name: str, ic: PlanICache) -> None:
         raise PlanInvalid(f"{name}: distance_to_minimum is not hot_lines - minimum_lines")
 
 
-def check(text: str, *, root_name: str, target_id: str, code_sha256: str, build_id: str,
-          max_bytes: int) -> tuple[dict[str, Any], Plan]:
+def check(
+    text: str, *, root_name: str, target_id: str, code_sha256: str, build_id: str, max_bytes: int
+) -> tuple[dict[str, Any], Plan]:
     """Parse and check a plan; returns (the JSON as a dict, its model), or raises PlanInvalid."""
     if len(text.encode()) > max_bytes:
         raise PlanInvalid(f"the plan is {len(text.encode())} bytes; at most {max_bytes} are accepted")
@@ -144,8 +152,9 @@ def check(text: str, *, root_name: str, target_id: str, code_sha256: str, build_
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
-        raise PlanInvalid(f"the plan's {where or 'shape'} is malformed: {first['msg']} "
-                          f"({exc.error_count()} problem(s))") from None
+        raise PlanInvalid(
+            f"the plan's {where or 'shape'} is malformed: {first['msg']} ({exc.error_count()} problem(s))"
+        ) from None
     if plan.root != root_name:
         raise PlanInvalid(f"the plan is for {plan.root}, not {root_name} as asked")
     t = plan.target
@@ -155,8 +164,9 @@ def check(text: str, *, root_name: str, target_id: str, code_sha256: str, build_
     else:
         pid, start = (int(x) for x in target_id[1:].split("-", 1))
         if t.kind != "pid" or t.pid != pid or t.start_time != start:
-            raise PlanInvalid(f"the plan is for {t.kind} {t.pid} (started {t.start_time}), not the process "
-                              f"{target_id} as asked")
+            raise PlanInvalid(
+                f"the plan is for {t.kind} {t.pid} (started {t.start_time}), not the process {target_id} as asked"
+            )
     plan_build = (t.module_build_id or t.build_id) if t.kind != "kernel" else t.build_id
     if build_id != plan_build:
         raise PlanInvalid(f"the result names build id {build_id!r}; the plan's is {plan_build!r}")
@@ -189,8 +199,12 @@ def check(text: str, *, root_name: str, target_id: str, code_sha256: str, build_
     if code.unwind is not None and (code.unwind.offset < code.bytes or len(code.unwind.hex) != 2 * code.unwind.bytes):
         raise PlanInvalid("the unwind data overlaps the code or its length disagrees with its bytes")
     base = int(code.base, 16)
-    spans = sorted((int(b.new_address, 16), b.new_size, m.function, b.offset)
-                   for m in plan.group for b in m.layout if b.new_address)
+    spans = sorted(
+        (int(b.new_address, 16), b.new_size, m.function, b.offset)
+        for m in plan.group
+        for b in m.layout
+        if b.new_address
+    )
     placed = base
     for new, size, fn, off in spans:
         if new < placed or new + size > base + code.bytes:

@@ -2,6 +2,7 @@
 """Reconciliation of plans with what agents report: plans an install flow left `installing` (the flow
 died with its backend), reverts whose answer was lost, and the installs every Hello lists.
 """
+
 import asyncio
 import hashlib
 import logging
@@ -27,36 +28,51 @@ async def _reconciled(db: AsyncSession, new: Row[Any], command: uuid.UUID | None
     """Close a reconciliation: the command whose answer was lost fails with the reason, the step is
     audited and committed."""
     if command is not None:
-        await db.execute(text("""
+        await db.execute(
+            text("""
             UPDATE commands SET state = 'failed', finished_at = now(), error = :e
-            WHERE id = :c AND state IN ('sent', 'running')"""), {"c": command, "e": f"its answer was lost: {why}"})
+            WHERE id = :c AND state IN ('sent', 'running')"""),
+            {"c": command, "e": f"its answer was lost: {why}"},
+        )
     audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was=was)
     await db.commit()
     log.info("plan %s reconciled: %s (%s)", new.id, new.state, why)
     return 1
 
 
-async def _settle_reverting(db: AsyncSession, row: Row[Any], entry: dict[str, Any] | None,
-                            source: str) -> tuple[Row[Any], str]:
+async def _settle_reverting(
+    db: AsyncSession, row: Row[Any], entry: dict[str, Any] | None, source: str
+) -> tuple[Row[Any], str]:
     """A `reverting` plan whose RevertPlan answer is lost, settled from what the agent reports of it
     (`entry`: its listing in `source`, or None when not listed): no longer installed (not listed, or
     listed with a kept heap or a gone process) → `reverted`; still installed → `installed` again, with
     the error that the revert did not complete. Returns (the changed row, the reason)."""
     if entry is None or entry.get("state") in ("heap_kept", "process_gone"):
-        why = ("settled from the agent's report: " +
-               (f"{source} does not list the plan (the revert finished, the agent's start-up recovery "
-                "finished it, or its process exited)" if entry is None else
-                f"{source} lists the plan as {entry.get('state')}"))
-        new = (await db.execute(text("""
+        why = "settled from the agent's report: " + (
+            f"{source} does not list the plan (the revert finished, the agent's start-up recovery "
+            "finished it, or its process exited)"
+            if entry is None
+            else f"{source} lists the plan as {entry.get('state')}"
+        )
+        new = (
+            await db.execute(
+                text("""
             UPDATE plans SET state = 'reverted', reverted_at = now(), revert_detail = CAST(:d AS jsonb),
               error = NULL, updated_at = now()
             WHERE id = :id RETURNING *"""),
-            {"id": row.id, "d": orjson.dumps({"status": "reconciled", "reason": why, "listed": entry}).decode()})).one()
+                {"id": row.id, "d": orjson.dumps({"status": "reconciled", "reason": why, "listed": entry}).decode()},
+            )
+        ).one()
     else:
         why = f"the revert did not complete: {source} still lists the plan as installed"
-        new = (await db.execute(text("""
+        new = (
+            await db.execute(
+                text("""
             UPDATE plans SET state = 'installed', error = :e, updated_at = now()
-            WHERE id = :id RETURNING *"""), {"id": row.id, "e": why})).one()
+            WHERE id = :id RETURNING *"""),
+                {"id": row.id, "e": why},
+            )
+        ).one()
     return new, why
 
 
@@ -70,17 +86,36 @@ async def _audit_unknown_installs(db: AsyncSession, host_id: str, ids: list[str]
     if not ids:
         return
     fingerprint = hashlib.sha256("\n".join(ids).encode()).hexdigest()
-    last = (await db.execute(text("""
+    last = (
+        await db.execute(
+            text("""
         SELECT detail->>'ids_sha256' FROM audit_log
         WHERE action = 'plan_install_unknown' AND actor = :a AND target = :h ORDER BY id DESC LIMIT 1"""),
-        {"a": f"agent:{host_id}", "h": host_id})).scalar_one_or_none()
+            {"a": f"agent:{host_id}", "h": host_id},
+        )
+    ).scalar_one_or_none()
     if last == fingerprint:
         return
-    audit_log.record(db, f"agent:{host_id}", "plan_install_unknown", host_id,
-               {"host_id": host_id, "count": len(ids), "plan_ids": ids[:UNKNOWN_INSTALLS_NAMED],
-                "ids_sha256": fingerprint, "reason": "no plan of this host has these ids"})
-    log.warning("host %s lists %d installs that no plan of it has (%s%s)", host_id, len(ids),
-                ", ".join(ids[:3]), ", ..." if len(ids) > 3 else "")
+    audit_log.record(
+        db,
+        f"agent:{host_id}",
+        "plan_install_unknown",
+        host_id,
+        {
+            "host_id": host_id,
+            "count": len(ids),
+            "plan_ids": ids[:UNKNOWN_INSTALLS_NAMED],
+            "ids_sha256": fingerprint,
+            "reason": "no plan of this host has these ids",
+        },
+    )
+    log.warning(
+        "host %s lists %d installs that no plan of it has (%s%s)",
+        host_id,
+        len(ids),
+        ", ".join(ids[:3]),
+        ", ..." if len(ids) > 3 else "",
+    )
 
 
 class Reconciliation:
@@ -106,7 +141,9 @@ class Reconciliation:
         changed."""
         s = self.settings
         async with self.sessionmaker() as db:
-            rows = (await db.execute(text("""
+            rows = (
+                await db.execute(
+                    text("""
                 SELECT p.id, p.host_id, p.state, p.install_command, p.revert_command FROM plans p
                 JOIN hosts h ON h.id = p.host_id
                 LEFT JOIN commands c ON c.id = p.install_command
@@ -120,7 +157,9 @@ class Reconciliation:
                    AND p.updated_at < now() - make_interval(secs => :g)
                    AND (rc.state IS NULL OR rc.state <> 'queued')
                    AND (rc.sent_at IS NULL OR rc.sent_at < now() - make_interval(secs => :g))))"""),
-                {"g": s.plan_reconcile_grace_s})).all()
+                    {"g": s.plan_reconcile_grace_s},
+                )
+            ).all()
         rows = [r for r in rows if str(r.id) not in self.tasks]
         await self._stop_orphan_windows()
         changed = 0
@@ -138,7 +177,9 @@ class Reconciliation:
         stop command, actor system)."""
         g = self.settings.plan_reconcile_grace_s
         async with self.sessionmaker() as db:
-            rows = (await db.execute(text("""
+            rows = (
+                await db.execute(
+                    text("""
                 SELECT p.id AS plan_id, m.id AS mid, m.host_id FROM plans p
                 JOIN measurements m ON m.id IN (p.before_measurement, p.after_measurement)
                 JOIN hosts h ON h.id = m.host_id
@@ -149,13 +190,14 @@ class Reconciliation:
                   AND NOT EXISTS (
                     SELECT 1 FROM commands c WHERE c.host_id = m.host_id AND c.kind = 'stop_measurement'
                       AND c.params->>'measurement_id' = m.id AND c.state IN ('queued', 'sent', 'running'))"""),
-                {"g": g})).all()
+                    {"g": g},
+                )
+            ).all()
             stopped = 0
             for r in rows:
                 if str(r.plan_id) in self.tasks:
                     continue
-                await self.commands.create(db, r.host_id, "stop_measurement", {"measurement_id": r.mid},
-                                                   "system")
+                await self.commands.create(db, r.host_id, "stop_measurement", {"measurement_id": r.mid}, "system")
                 stopped += 1
             if stopped:
                 log.info("reconcile: stopping %d measurement window(s) their install flow left running", stopped)
@@ -170,8 +212,11 @@ class Reconciliation:
             return None
         done = await self.commands.wait(cmd["id"], 60)
         if done is None or done["state"] != "done" or not done["result"]:
-            log.warning("reconcile: host %s did not list its installs (%s)", host_id,
-                        (done or {}).get("error") or "no answer in 60 s")
+            log.warning(
+                "reconcile: host %s did not list its installs (%s)",
+                host_id,
+                (done or {}).get("error") or "no answer in 60 s",
+            )
             return None
         return {x["id"]: x for x in done["result"]["installed"]}
 
@@ -187,17 +232,30 @@ class Reconciliation:
                 return 0  # the agent is still on it, or recovering it at start-up: a later round
             lost = "the backend stopped during the install flow"
             if entry is not None:
-                new = (await db.execute(text("""
+                new = (
+                    await db.execute(
+                        text("""
                     UPDATE plans SET state = 'installed', installed_at = coalesce(installed_at, now()),
                       install_detail = CAST(:d AS jsonb), error = NULL, updated_at = now()
-                    WHERE id = :id RETURNING *"""), {"id": r.id, "d": orjson.dumps(entry).decode()})).one()
+                    WHERE id = :id RETURNING *"""),
+                        {"id": r.id, "d": orjson.dumps(entry).decode()},
+                    )
+                ).one()
                 why = f"{lost}; the agent lists the plan as installed"
             else:
-                why = (f"{lost} before it sent the install" if r.install_command is None else
-                       f"{lost} and the install's answer was lost; the agent does not list the plan as installed")
-                new = (await db.execute(text("""
+                why = (
+                    f"{lost} before it sent the install"
+                    if r.install_command is None
+                    else f"{lost} and the install's answer was lost; the agent does not list the plan as installed"
+                )
+                new = (
+                    await db.execute(
+                        text("""
                     UPDATE plans SET state = 'install_failed', error = :e, updated_at = now()
-                    WHERE id = :id RETURNING *"""), {"id": r.id, "e": why})).one()
+                    WHERE id = :id RETURNING *"""),
+                        {"id": r.id, "e": why},
+                    )
+                ).one()
             return await _reconciled(db, new, r.install_command, why, "installing")
 
     async def _settle_revert(self, r: Row[Any], listed: dict[str, dict[str, Any]]) -> int:
@@ -236,56 +294,105 @@ class Reconciliation:
         listed = {i.plan_id: i for i in installs}
         changed = 0
         async with self.sessionmaker() as db:
-            rows = (await db.execute(text("""
+            rows = (
+                await db.execute(
+                    text("""
                 SELECT p.*, c.state AS cmd_state, rc.state AS revert_cmd_state FROM plans p
                 LEFT JOIN commands c ON c.id = p.install_command
                 LEFT JOIN commands rc ON rc.id = p.revert_command
                 WHERE p.host_id = :h
                   AND (p.state IN ('installing', 'installed', 'reverting') OR CAST(p.id AS text) = ANY(:ids))
-                FOR UPDATE OF p"""), {"h": host_id, "ids": list(listed)})).all()
+                FOR UPDATE OF p"""),
+                    {"h": host_id, "ids": list(listed)},
+                )
+            ).all()
             known = {str(r.id) for r in rows}
             await _audit_unknown_installs(db, host_id, sorted(set(listed) - known))
             for r in rows:
                 if str(r.id) in self.tasks:
                     continue
                 i = listed.get(str(r.id))
-                if i is not None and (i.code_sha256 != r.approved_code_sha256 or i.pid != r.target_pid
-                                      or i.start_time != r.target_start_time):
-                    audit(db, f"agent:{host_id}", "plan_install_unknown", r, state=i.state, pid=i.pid,
-                           listed_code_sha256=i.code_sha256,
-                           reason="the install is not the approved plan in the plan's process")
-                    log.warning("host %s lists install %s that is not the approved plan in its process",
-                                host_id, r.id)
+                if i is not None and (
+                    i.code_sha256 != r.approved_code_sha256
+                    or i.pid != r.target_pid
+                    or i.start_time != r.target_start_time
+                ):
+                    audit(
+                        db,
+                        f"agent:{host_id}",
+                        "plan_install_unknown",
+                        r,
+                        state=i.state,
+                        pid=i.pid,
+                        listed_code_sha256=i.code_sha256,
+                        reason="the install is not the approved plan in the plan's process",
+                    )
+                    log.warning("host %s lists install %s that is not the approved plan in its process", host_id, r.id)
                     continue
-                entry = None if i is None else {
-                    "id": i.plan_id, "state": i.state, "pid": i.pid, "start_time": i.start_time, "root": i.root,
-                    "code_sha256": i.code_sha256, "heap": f"0x{i.heap:x}", "heap_len": i.heap_len}
+                entry = (
+                    None
+                    if i is None
+                    else {
+                        "id": i.plan_id,
+                        "state": i.state,
+                        "pid": i.pid,
+                        "start_time": i.start_time,
+                        "root": i.root,
+                        "code_sha256": i.code_sha256,
+                        "heap": f"0x{i.heap:x}",
+                        "heap_len": i.heap_len,
+                    }
+                )
                 new, why = None, None
                 if r.state == "installing" and i is not None and i.state == "installed":
-                    new = (await db.execute(text("""
+                    new = (
+                        await db.execute(
+                            text("""
                         UPDATE plans SET state = 'installed', installed_at = coalesce(installed_at, now()),
                           install_detail = CAST(:d AS jsonb), error = NULL, updated_at = now()
-                        WHERE id = :id RETURNING *"""), {"id": r.id, "d": orjson.dumps(entry).decode()})).one()
+                        WHERE id = :id RETURNING *"""),
+                            {"id": r.id, "d": orjson.dumps(entry).decode()},
+                        )
+                    ).one()
                     why = "the agent's Hello lists the plan as installed"
-                elif (r.state == "installing" and i is None
-                      and (r.install_command is None or r.cmd_state in ("done", "failed", "cancelled"))):
+                elif (
+                    r.state == "installing"
+                    and i is None
+                    and (r.install_command is None or r.cmd_state in ("done", "failed", "cancelled"))
+                ):
                     why = "no install flow runs and the agent's Hello does not list the plan as installed"
-                    new = (await db.execute(text("""
+                    new = (
+                        await db.execute(
+                            text("""
                         UPDATE plans SET state = 'install_failed', error = :e, updated_at = now()
-                        WHERE id = :id RETURNING *"""), {"id": r.id, "e": why})).one()
+                        WHERE id = :id RETURNING *"""),
+                            {"id": r.id, "e": why},
+                        )
+                    ).one()
                 elif r.state == "installed" and (i is None or i.state in ("heap_kept", "process_gone")):
-                    why = ("the agent's Hello does not list the plan: its journal is gone (reverted at the "
-                           "agent's start-up, or its process exited)" if i is None else
-                           f"the agent's Hello lists the plan as {i.state}")
-                    new = (await db.execute(text("""
+                    why = (
+                        "the agent's Hello does not list the plan: its journal is gone (reverted at the "
+                        "agent's start-up, or its process exited)"
+                        if i is None
+                        else f"the agent's Hello lists the plan as {i.state}"
+                    )
+                    new = (
+                        await db.execute(
+                            text("""
                         UPDATE plans SET state = 'reverted', reverted_at = now(),
                           revert_detail = CAST(:d AS jsonb), updated_at = now()
                         WHERE id = :id RETURNING *"""),
-                        {"id": r.id, "d": orjson.dumps({"status": "reconciled", "reason": why,
-                                                         "listed": entry}).decode()})).one()
+                            {
+                                "id": r.id,
+                                "d": orjson.dumps({"status": "reconciled", "reason": why, "listed": entry}).decode(),
+                            },
+                        )
+                    ).one()
                 elif r.state == "reverting" and (
-                        i is None or i.state in ("heap_kept", "process_gone")
-                        or (i.state == "installed" and r.revert_cmd_state not in ACTIVE_COMMAND)):
+                    i is None
+                    or i.state in ("heap_kept", "process_gone")
+                    or (i.state == "installed" and r.revert_cmd_state not in ACTIVE_COMMAND)
+                ):
                     new, why = await _settle_reverting(db, r, entry, "the agent's Hello")
                 if new is None:
                     continue
@@ -293,12 +400,13 @@ class Reconciliation:
                 if lost is not None:
                     # Its answer, if the agent kept one, is not wanted any more: the command is not sent
                     # again, and a replay of it that still comes is an answer to an ended command.
-                    await db.execute(text("""
+                    await db.execute(
+                        text("""
                         UPDATE commands SET state = 'failed', finished_at = now(), error = :e
                         WHERE id = :c AND state IN ('queued', 'sent', 'running')"""),
-                        {"c": lost, "e": f"its answer was lost: {why}"})
-                audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was=r.state,
-                       source="hello")
+                        {"c": lost, "e": f"its answer was lost: {why}"},
+                    )
+                audit(db, "system", "plan_reconciled", new, result=new.state, reason=why, was=r.state, source="hello")
                 log.info("plan %s reconciled from Hello: %s (%s)", r.id, new.state, why)
                 changed += 1
             await db.commit()

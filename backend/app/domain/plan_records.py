@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A plan as stored: its public shape, its audit records, its live event, whether it went stale.
-"""
+"""A plan as stored: its public shape, its audit records, its live event, whether it went stale."""
+
 import logging
 import uuid
 from typing import Any
@@ -33,22 +33,48 @@ def _members(plan_json: Any) -> list[str]:
 
 
 def public(r: Row[Any], detail: bool = False) -> dict[str, Any]:
-    out = {"id": str(r.id), "host_id": r.host_id, "target_id": r.target_id, "root_digest": r.root_digest,
-           "root_function_index": r.root_function_index, "root_name": r.root_name, "options": r.options,
-           "state": r.state, "error": r.error, "plan_status": r.plan_status, "estimated": r.estimated,
-           "code_sha256": r.code_sha256, "build_id": r.build_id, "target_pid": r.target_pid,
-           "target_start_time": r.target_start_time, "target_module": r.target_module,
-           "kernel_build_id": r.kernel_build_id,
-           "make_command": str(r.make_command) if r.make_command else None,
-           "created_by": r.created_by, "created_at": r.created_at, "ready_at": r.ready_at,
-           "requested_by": r.requested_by, "requested_at": r.requested_at, "approved_by": r.approved_by,
-           "approved_at": r.approved_at, "approved_code_sha256": r.approved_code_sha256,
-           "approved_build_id": r.approved_build_id, "rejected_by": r.rejected_by, "rejected_at": r.rejected_at,
-           "reject_reason": r.reject_reason, "install_by": r.install_by, "installed_at": r.installed_at,
-           "revert_by": r.revert_by, "reverted_at": r.reverted_at, "stale_reason": r.stale_reason,
-           "window_s": r.window_s, "before_measurement": r.before_measurement,
-           "after_measurement": r.after_measurement, "updated_at": r.updated_at,
-           "members": _members(r.plan_json)}
+    out = {
+        "id": str(r.id),
+        "host_id": r.host_id,
+        "target_id": r.target_id,
+        "root_digest": r.root_digest,
+        "root_function_index": r.root_function_index,
+        "root_name": r.root_name,
+        "options": r.options,
+        "state": r.state,
+        "error": r.error,
+        "plan_status": r.plan_status,
+        "estimated": r.estimated,
+        "code_sha256": r.code_sha256,
+        "build_id": r.build_id,
+        "target_pid": r.target_pid,
+        "target_start_time": r.target_start_time,
+        "target_module": r.target_module,
+        "kernel_build_id": r.kernel_build_id,
+        "make_command": str(r.make_command) if r.make_command else None,
+        "created_by": r.created_by,
+        "created_at": r.created_at,
+        "ready_at": r.ready_at,
+        "requested_by": r.requested_by,
+        "requested_at": r.requested_at,
+        "approved_by": r.approved_by,
+        "approved_at": r.approved_at,
+        "approved_code_sha256": r.approved_code_sha256,
+        "approved_build_id": r.approved_build_id,
+        "rejected_by": r.rejected_by,
+        "rejected_at": r.rejected_at,
+        "reject_reason": r.reject_reason,
+        "install_by": r.install_by,
+        "installed_at": r.installed_at,
+        "revert_by": r.revert_by,
+        "reverted_at": r.reverted_at,
+        "stale_reason": r.stale_reason,
+        "window_s": r.window_s,
+        "before_measurement": r.before_measurement,
+        "after_measurement": r.after_measurement,
+        "updated_at": r.updated_at,
+        "members": _members(r.plan_json),
+    }
     if detail:
         out["plan"] = r.plan_json
         out["install_detail"] = r.install_detail
@@ -59,24 +85,44 @@ def public(r: Row[Any], detail: bool = False) -> dict[str, Any]:
 
 
 def audit(db: AsyncSession, actor: str, action: str, row: Row[Any], **extra: Any) -> None:
-    audit_log.record(db, actor, action, str(row.id), {"plan_id": str(row.id), "host_id": row.host_id,
-                                                  "root": row.root_name, "code_sha256": row.code_sha256, **extra})
+    audit_log.record(
+        db,
+        actor,
+        action,
+        str(row.id),
+        {
+            "plan_id": str(row.id),
+            "host_id": row.host_id,
+            "root": row.root_name,
+            "code_sha256": row.code_sha256,
+            **extra,
+        },
+    )
 
 
 async def find(db: AsyncSession, host_id: str, plan_id: uuid.UUID, lock: bool = False) -> Row[Any] | None:
-    return (await db.execute(text("SELECT * FROM plans WHERE id = :id AND host_id = :h"
-                                  + (" FOR UPDATE" if lock else "")), {"id": plan_id, "h": host_id})).first()
+    return (
+        await db.execute(
+            text("SELECT * FROM plans WHERE id = :id AND host_id = :h" + (" FOR UPDATE" if lock else "")),
+            {"id": plan_id, "h": host_id},
+        )
+    ).first()
 
 
 async def stale_reason(db: AsyncSession, row: Row[Any]) -> str | None:
     """Why a plan no longer fits its target (None: it still does)."""
-    t = (await db.execute(text("SELECT state, pid FROM host_targets WHERE host_id = :h AND id = :t"),
-                          {"h": row.host_id, "t": row.target_id})).first()
+    t = (
+        await db.execute(
+            text("SELECT state, pid FROM host_targets WHERE host_id = :h AND id = :t"),
+            {"h": row.host_id, "t": row.target_id},
+        )
+    ).first()
     if t is None:
         return f"the target {row.target_id} is gone"
     if t.state != "attached":
-        return f"the target {row.target_id} has {t.state}" + (" (the installed copy went with it)"
-                                                              if row.state == "installed" else "")
+        return f"the target {row.target_id} has {t.state}" + (
+            " (the installed copy went with it)" if row.state == "installed" else ""
+        )
     if row.target_id == "kernel":
         kb = (await db.execute(text("SELECT kernel_build_id FROM hosts WHERE id = :h"), {"h": row.host_id})).scalar()
         if row.kernel_build_id and kb and kb != row.kernel_build_id:
@@ -85,9 +131,13 @@ async def stale_reason(db: AsyncSession, row: Row[Any]) -> str | None:
     if row.target_pid is not None and row.target_id != f"p{row.target_pid}-{row.target_start_time}":
         return f"the plan is for pid {row.target_pid} started at {row.target_start_time}, not {row.target_id}"
     if row.target_module and row.build_id:
-        mb = (await db.execute(text("""
+        mb = (
+            await db.execute(
+                text("""
             SELECT build_id FROM host_modules WHERE host_id = :h AND target_id = :t AND name = :n"""),
-            {"h": row.host_id, "t": row.target_id, "n": row.target_module})).scalar()
+                {"h": row.host_id, "t": row.target_id, "n": row.target_module},
+            )
+        ).scalar()
         if mb is not None and mb and mb != row.build_id:
             return f"{row.target_module} has build id {mb} now, not {row.build_id}"
     return None
@@ -95,15 +145,23 @@ async def stale_reason(db: AsyncSession, row: Row[Any]) -> str | None:
 
 async def refresh_stale(db: AsyncSession, host_id: str, plan_id: uuid.UUID | None = None) -> None:
     """Mark the host's plans that no longer fit their target stale (audited); the caller commits."""
-    rows = (await db.execute(text("SELECT * FROM plans WHERE host_id = :h AND state = ANY(:s)"
-                                  + (" AND id = :id" if plan_id else "")),
-                             {"h": host_id, "s": list(STALE_FROM), "id": plan_id})).all()
+    rows = (
+        await db.execute(
+            text("SELECT * FROM plans WHERE host_id = :h AND state = ANY(:s)" + (" AND id = :id" if plan_id else "")),
+            {"h": host_id, "s": list(STALE_FROM), "id": plan_id},
+        )
+    ).all()
     for r in rows:
         why = await stale_reason(db, r)
         if why is None:
             continue
-        changed = (await db.execute(text("""
+        changed = (
+            await db.execute(
+                text("""
             UPDATE plans SET state = 'stale', stale_reason = :w, updated_at = now()
-            WHERE id = :id AND state = :s RETURNING *"""), {"id": r.id, "s": r.state, "w": why})).first()
+            WHERE id = :id AND state = :s RETURNING *"""),
+                {"id": r.id, "s": r.state, "w": why},
+            )
+        ).first()
         if changed is not None:
             audit(db, "system", "plan_stale", changed, reason=why, was=r.state)

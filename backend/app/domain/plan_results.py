@@ -2,6 +2,7 @@
 """What agents answer to plan commands (MakePlan, InstallPlan, RevertPlan, ListInstalled), checked and
 applied inside the result's transaction; the handlers app.domain.plans registers with app.domain.commands.
 """
+
 import logging
 import uuid
 from typing import Any
@@ -31,14 +32,20 @@ async def _identity_mismatch(db: AsyncSession, row: Row[Any], plan: Plan) -> str
             return f"the agent's plan was refused: it is for kernel build {t.build_id}, the host runs {kb}"
         return None
     if t.module:
-        mb = (await db.execute(text("""
+        mb = (
+            await db.execute(
+                text("""
             SELECT build_id FROM host_modules WHERE host_id = :h AND target_id = :t AND name = :n"""),
-            {"h": row.host_id, "t": row.target_id, "n": t.module})).scalar()
+                {"h": row.host_id, "t": row.target_id, "n": t.module},
+            )
+        ).scalar()
         if mb is None:
             return f"the agent's plan was refused: the target has no module {t.module}"
         if mb and mb != (t.module_build_id or ""):
-            return (f"the agent's plan was refused: {t.module} has build id {mb} on the target, the plan says "
-                    f"{t.module_build_id}")
+            return (
+                f"the agent's plan was refused: {t.module} has build id {mb} on the target, the plan says "
+                f"{t.module_build_id}"
+            )
     return None
 
 
@@ -56,9 +63,14 @@ async def on_plan_result(db: AsyncSession, settings: Settings, cmd: Row[Any], re
     else:
         pr = result.plan
         try:
-            raw, plan = plan_check.check(pr.plan_json, root_name=row.root_name, target_id=row.target_id,
-                                         code_sha256=pr.code_sha256, build_id=pr.build_id,
-                                         max_bytes=settings.max_plan_bytes)
+            raw, plan = plan_check.check(
+                pr.plan_json,
+                root_name=row.root_name,
+                target_id=row.target_id,
+                code_sha256=pr.code_sha256,
+                build_id=pr.build_id,
+                max_bytes=settings.max_plan_bytes,
+            )
         except plan_check.PlanInvalid as exc:
             why = f"the agent's plan was refused: {exc}"
         else:
@@ -69,21 +81,45 @@ async def on_plan_result(db: AsyncSession, settings: Settings, cmd: Row[Any], re
             error = None if plan.status == "ok" else f"no plan ({plan.status}): {plan.message}"
             profile = raw.get("profile")
             estimated = bool(profile.get("estimated")) if isinstance(profile, dict) else False
-            changed = (await db.execute(text("""
+            changed = (
+                await db.execute(
+                    text("""
                 UPDATE plans SET state = :s, error = :e, plan_json = CAST(:j AS jsonb), plan_status = :ps,
                   estimated = :est, code_sha256 = :h, build_id = :b, target_pid = :pid, target_start_time = :st,
                   target_module = :mod, kernel_build_id = :kb, ready_at = now(), updated_at = now()
                 WHERE id = :id RETURNING *"""),
-                {"id": plan_id, "s": state, "e": error, "j": orjson.dumps(raw).decode(), "ps": plan.status,
-                 "est": estimated, "h": pr.code_sha256 or None, "b": pr.build_id or None, "pid": t.pid,
-                 "st": t.start_time, "mod": t.module, "kb": t.build_id if t.kind == "kernel" else None})).one()
-            audit(db, f"agent:{row.host_id}", "plan_ready" if state == "ready" else "plan_not_made", changed,
-                   status=plan.status)
+                    {
+                        "id": plan_id,
+                        "s": state,
+                        "e": error,
+                        "j": orjson.dumps(raw).decode(),
+                        "ps": plan.status,
+                        "est": estimated,
+                        "h": pr.code_sha256 or None,
+                        "b": pr.build_id or None,
+                        "pid": t.pid,
+                        "st": t.start_time,
+                        "mod": t.module,
+                        "kb": t.build_id if t.kind == "kernel" else None,
+                    },
+                )
+            ).one()
+            audit(
+                db,
+                f"agent:{row.host_id}",
+                "plan_ready" if state == "ready" else "plan_not_made",
+                changed,
+                status=plan.status,
+            )
             return {"plan_id": str(plan_id), "status": plan.status, "code_sha256": pr.code_sha256}, None
     assert why is not None
-    changed = (await db.execute(text("""
+    changed = (
+        await db.execute(
+            text("""
         UPDATE plans SET state = 'failed', error = :e, updated_at = now() WHERE id = :id RETURNING *"""),
-        {"id": plan_id, "e": why[:4000]})).one()
+            {"id": plan_id, "e": why[:4000]},
+        )
+    ).one()
     audit(db, "system", "plan_refused", changed, reason=why[:4000])
     return None, why
 
@@ -115,10 +151,14 @@ async def on_install_result(db: AsyncSession, cmd: Row[Any], result: "pb.Command
     status = result.install.status
     if status != "installed":
         return None, f"the agent did not install it ({status}): {detail.get('error') or ''}".strip()
-    changed = (await db.execute(text("""
+    changed = (
+        await db.execute(
+            text("""
         UPDATE plans SET state = 'installed', installed_at = now(), install_detail = CAST(:d AS jsonb),
           error = NULL, updated_at = now() WHERE id = :id RETURNING *"""),
-        {"id": plan_id, "d": orjson.dumps(detail).decode()})).one()
+            {"id": plan_id, "d": orjson.dumps(detail).decode()},
+        )
+    ).one()
     audit(db, f"agent:{row.host_id}", "plan_installed", changed, status=status)
     return {"plan_id": str(plan_id), "status": status}, None
 
@@ -140,10 +180,14 @@ async def on_revert_result(db: AsyncSession, cmd: Row[Any], result: "pb.CommandR
     status = result.install.status
     if status not in ("reverted", "reverted_heap_kept", "nothing_installed"):
         return None, f"the agent did not revert it ({status}): {detail.get('error') or ''}".strip()
-    changed = (await db.execute(text("""
+    changed = (
+        await db.execute(
+            text("""
         UPDATE plans SET state = 'reverted', reverted_at = now(), revert_detail = CAST(:d AS jsonb),
           error = NULL, updated_at = now() WHERE id = :id RETURNING *"""),
-        {"id": plan_id, "d": orjson.dumps({**detail, "status": status}).decode()})).one()
+            {"id": plan_id, "d": orjson.dumps({**detail, "status": status}).decode()},
+        )
+    ).one()
     audit(db, f"agent:{row.host_id}", "plan_reverted", changed, status=status)
     return {"plan_id": str(plan_id), "status": status}, None
 
@@ -156,8 +200,9 @@ def on_list_result(result: "pb.CommandResult") -> Answer:
         return None, "the agent's answer is not a list of installs"
     detail = _detail_json(result.install.detail_json, "InstallResult")
     listed = detail.get("installed")
-    if not isinstance(listed, list) or not all(isinstance(x, dict) and isinstance(x.get("id"), str) and
-                                               isinstance(x.get("state"), str) for x in listed):
+    if not isinstance(listed, list) or not all(
+        isinstance(x, dict) and isinstance(x.get("id"), str) and isinstance(x.get("state"), str) for x in listed
+    ):
         return None, "the agent's list of installs is malformed (installed: [{id, state, ...}])"
     return {"installed": listed}, None
 
@@ -169,17 +214,23 @@ async def after_end(db: AsyncSession, cmd: Row[Any]) -> None:
     plan_id = uuid.UUID(cmd.params["plan_id"])
     why = cmd.error or f"the command was {cmd.state}"
     if cmd.kind == "make_plan":
-        sql = ("UPDATE plans SET state = :s, error = coalesce(error, :e), updated_at = now() "
-               "WHERE id = :id AND state = 'planning' RETURNING *")
+        sql = (
+            "UPDATE plans SET state = :s, error = coalesce(error, :e), updated_at = now() "
+            "WHERE id = :id AND state = 'planning' RETURNING *"
+        )
         params = {"s": "cancelled" if cmd.state == "cancelled" else "failed"}
         action = "plan_not_made"
     elif cmd.kind == "install_plan":
-        sql = ("UPDATE plans SET state = 'install_failed', error = :e, updated_at = now() "
-               "WHERE id = :id AND state = 'installing' RETURNING *")
+        sql = (
+            "UPDATE plans SET state = 'install_failed', error = :e, updated_at = now() "
+            "WHERE id = :id AND state = 'installing' RETURNING *"
+        )
         params, action = {}, "plan_install_failed"
     elif cmd.kind == "revert_plan":
-        sql = ("UPDATE plans SET state = 'installed', error = :e, updated_at = now() "
-               "WHERE id = :id AND state = 'reverting' RETURNING *")
+        sql = (
+            "UPDATE plans SET state = 'installed', error = :e, updated_at = now() "
+            "WHERE id = :id AND state = 'reverting' RETURNING *"
+        )
         params, action = {}, "plan_revert_failed"
     else:
         return

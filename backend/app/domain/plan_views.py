@@ -2,6 +2,7 @@
 """Plans as the console reads them: lists, one plan with its comparison of the windows before and after
 its install, its audit trail.
 """
+
 import logging
 import uuid
 from collections.abc import Sequence
@@ -19,18 +20,28 @@ log = logging.getLogger("hotpath.plans")
 
 
 # Per-call figures of a window: (figure, series slot, metric).
-PER_CALL = (("wall_ns_per_call", "wall_ns", "wall"), ("vtime_ns_per_call", "vtime_ns", "vtime"),
-            ("cycles_per_call", "cycles", "cycles"), ("instructions_per_call", "instructions", "instructions"),
-            ("icache_stall_per_call", "icache_stall", "icache_stall"),
-            ("branch_mispredict_per_call", "branch_mispredict", "branch_mispredict"))
+PER_CALL = (
+    ("wall_ns_per_call", "wall_ns", "wall"),
+    ("vtime_ns_per_call", "vtime_ns", "vtime"),
+    ("cycles_per_call", "cycles", "cycles"),
+    ("instructions_per_call", "instructions", "instructions"),
+    ("icache_stall_per_call", "icache_stall", "icache_stall"),
+    ("branch_mispredict_per_call", "branch_mispredict", "branch_mispredict"),
+)
 
 
 FIGURES = ("calls_per_s", *(f for f, _, _ in PER_CALL))
 
 
-async def list_plans(db: AsyncSession, host_id: str, limit: int, target: str | None,
-                     digest: str | None, function_index: int | None,
-                     states: Sequence[str] | None = None) -> list[dict[str, Any]]:
+async def list_plans(
+    db: AsyncSession,
+    host_id: str,
+    limit: int,
+    target: str | None,
+    digest: str | None,
+    function_index: int | None,
+    states: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
     await refresh_stale(db, host_id)
     await db.commit()
     where, params = ["host_id = :h"], {"h": host_id, "l": limit}
@@ -46,8 +57,9 @@ async def list_plans(db: AsyncSession, host_id: str, limit: int, target: str | N
     if function_index is not None:
         where.append("root_function_index = :i")
         params["i"] = function_index
-    rows = await db.execute(text(f"SELECT * FROM plans WHERE {' AND '.join(where)} ORDER BY created_at DESC LIMIT :l"),
-                            params)
+    rows = await db.execute(
+        text(f"SELECT * FROM plans WHERE {' AND '.join(where)} ORDER BY created_at DESC LIMIT :l"), params
+    )
     return [public(r) for r in rows]
 
 
@@ -63,11 +75,15 @@ async def get_plan(db: AsyncSession, host_id: str, plan_id: uuid.UUID) -> dict[s
 
 
 async def audit_trail(db: AsyncSession, plan_id: uuid.UUID) -> list[dict[str, Any]]:
-    rows = await db.execute(text("""
+    rows = await db.execute(
+        text("""
         SELECT id, at, actor, action, target, detail FROM audit_log WHERE target = :t ORDER BY id"""),
-        {"t": str(plan_id)})
-    return [{"id": r.id, "at": r.at, "actor": r.actor, "action": r.action, "target": r.target, "detail": r.detail}
-            for r in rows]
+        {"t": str(plan_id)},
+    )
+    return [
+        {"id": r.id, "at": r.at, "actor": r.actor, "action": r.action, "target": r.target, "detail": r.detail}
+        for r in rows
+    ]
 
 
 async def _window_figures(db: AsyncSession, host_id: str, mid: str | None) -> dict[str, Any] | None:
@@ -78,8 +94,16 @@ async def _window_figures(db: AsyncSession, host_id: str, mid: str | None) -> di
     m = await measurements.get(db, host_id, mid)
     if m is None:
         return None
-    out: dict[str, Any] = {"measurement_id": mid, "state": m["state"], "detail": m["detail"], "seconds": 0.0,
-                           "calls": None, "unavailable": {}, "spread": {}, **{f: None for f in FIGURES}}
+    out: dict[str, Any] = {
+        "measurement_id": mid,
+        "state": m["state"],
+        "detail": m["detail"],
+        "seconds": 0.0,
+        "calls": None,
+        "unavailable": {},
+        "spread": {},
+        **{f: None for f in FIGURES},
+    }
     if m["resources"]:
         for metric in m["resources"][0]["metrics"]:
             if not metric.get("available"):

@@ -26,6 +26,7 @@ Every transition is audited with who and when (action `plan_*`, target = the pla
 are single UPDATEs guarded by the state they leave, so two users racing see one succeed and the other
 a 409.
 """
+
 import asyncio
 import logging
 import uuid
@@ -69,8 +70,9 @@ class PlanError(Exception):
 
 
 class Plans(Reconciliation):
-    def __init__(self, settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], hub: LiveHub,
-                 commands: Commands) -> None:
+    def __init__(
+        self, settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], hub: LiveHub, commands: Commands
+    ) -> None:
         self.settings = settings
         self.sessionmaker = sessionmaker
         self.hub = hub
@@ -99,8 +101,11 @@ class Plans(Reconciliation):
         """What an install carries: the plan as the backend checked and stored it; the agent recomputes
         its hash and refuses it unless it is the approved one."""
         async with self.sessionmaker() as db:
-            stored = (await db.execute(text("SELECT plan_json FROM plans WHERE id = :id"),
-                                       {"id": uuid.UUID(cmd.params["plan_id"])})).scalar()
+            stored = (
+                await db.execute(
+                    text("SELECT plan_json FROM plans WHERE id = :id"), {"id": uuid.UUID(cmd.params["plan_id"])}
+                )
+            ).scalar()
         return orjson.dumps(stored).decode() if stored is not None else ""
 
     async def _published(self, host_id: str, cmd: Any) -> None:
@@ -109,55 +114,99 @@ class Plans(Reconciliation):
             return
         plan_id = cmd.params["plan_id"]
         async with self.sessionmaker() as db:
-            state = (await db.execute(text("SELECT state FROM plans WHERE id = CAST(:id AS uuid) AND host_id = :h"),
-                                      {"id": plan_id, "h": host_id})).scalar()
+            state = (
+                await db.execute(
+                    text("SELECT state FROM plans WHERE id = CAST(:id AS uuid) AND host_id = :h"),
+                    {"id": plan_id, "h": host_id},
+                )
+            ).scalar()
         if state is not None:
             publish_state(self.hub, host_id, plan_id, state)
 
     async def create(self, db: AsyncSession, host_id: str, body: Any, actor: str) -> tuple[dict[str, Any], bool]:
-        state = (await db.execute(text("SELECT state FROM host_targets WHERE host_id = :h AND id = :t"),
-                                  {"h": host_id, "t": body.target})).scalar()
+        state = (
+            await db.execute(
+                text("SELECT state FROM host_targets WHERE host_id = :h AND id = :t"), {"h": host_id, "t": body.target}
+            )
+        ).scalar()
         if state is None:
             raise PlanError(404, "Target not found")
         if state != "attached":
             raise PlanError(409, f"The target has ended ({state})")
         if body.function_id is not None:
-            named = (await db.execute(text("SELECT digest, index FROM functions WHERE id = :i"),
-                                      {"i": body.function_id})).first()
+            named = (
+                await db.execute(text("SELECT digest, index FROM functions WHERE id = :i"), {"i": body.function_id})
+            ).first()
             if named is None:
                 raise PlanError(404, "Function not found")
             body.digest, body.function_index = named.digest, named.index
-        fn = (await db.execute(text("""
+        fn = (
+            await db.execute(
+                text("""
             SELECT f.name FROM functions f JOIN host_modules hm ON hm.digest = f.digest
             WHERE hm.host_id = :h AND hm.target_id = :t AND f.digest = :d AND f.index = :i LIMIT 1"""),
-            {"h": host_id, "t": body.target, "d": body.digest, "i": body.function_index})).scalar()
+                {"h": host_id, "t": body.target, "d": body.digest, "i": body.function_index},
+            )
+        ).scalar()
         if fn is None:
             raise PlanError(404, "The target has no such function (module digest and function index)")
         plan_id = body.plan_id or uuid.uuid4()
         have = await find(db, host_id, plan_id)
         if have is not None:
             return public(have), False
-        options = {"seconds": body.seconds, "join_fraction": body.join_fraction,
-                   "stall_threshold": body.stall_threshold, "max_functions": body.max_functions,
-                   "measurement_id": body.measurement_id}
-        params = {"plan_id": str(plan_id), "target": body.target, "digest": body.digest,
-                  "function_index": body.function_index, **options}
+        options = {
+            "seconds": body.seconds,
+            "join_fraction": body.join_fraction,
+            "stall_threshold": body.stall_threshold,
+            "max_functions": body.max_functions,
+            "measurement_id": body.measurement_id,
+        }
+        params = {
+            "plan_id": str(plan_id),
+            "target": body.target,
+            "digest": body.digest,
+            "function_index": body.function_index,
+            **options,
+        }
         try:
             cmd, _ = await self.commands.create(db, host_id, "make_plan", params, actor)
         except CommandError as exc:
             raise PlanError(exc.status, exc.detail) from None
-        row = (await db.execute(text("""
+        row = (
+            await db.execute(
+                text("""
             INSERT INTO plans (id, host_id, target_id, root_digest, root_function_index, root_name, options, state,
                                make_command, created_by)
             VALUES (:id, :h, :t, :d, :i, :n, CAST(:o AS jsonb), 'planning', :c, :by) RETURNING *"""),
-            {"id": plan_id, "h": host_id, "t": body.target, "d": body.digest, "i": body.function_index, "n": fn,
-             "o": orjson.dumps(options).decode(), "c": uuid.UUID(cmd["id"]), "by": actor})).one()
+                {
+                    "id": plan_id,
+                    "h": host_id,
+                    "t": body.target,
+                    "d": body.digest,
+                    "i": body.function_index,
+                    "n": fn,
+                    "o": orjson.dumps(options).decode(),
+                    "c": uuid.UUID(cmd["id"]),
+                    "by": actor,
+                },
+            )
+        ).one()
         audit(db, actor, "plan_create", row, target=body.target)
         return public(row), True
 
-    async def _transition(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, frm: tuple[str, ...],
-                          sql_set: str, params: dict[str, Any], actor: str, action: str,
-                          check: Callable[[Row[Any]], None] | None = None, **extra: Any) -> dict[str, Any]:
+    async def _transition(
+        self,
+        db: AsyncSession,
+        host_id: str,
+        plan_id: uuid.UUID,
+        frm: tuple[str, ...],
+        sql_set: str,
+        params: dict[str, Any],
+        actor: str,
+        action: str,
+        check: Callable[[Row[Any]], None] | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
         await refresh_stale(db, host_id, plan_id)
         row = await find(db, host_id, plan_id, lock=True)
         if row is None:
@@ -167,16 +216,26 @@ class Plans(Reconciliation):
             raise PlanError(409, f"The plan is {row.state}{why}; this needs it {' or '.join(frm)}")
         if check is not None:
             check(row)
-        changed = (await db.execute(text(f"UPDATE plans SET {sql_set}, updated_at = now() "
-                                         f"WHERE id = :id AND state = :was RETURNING *"),
-                                    {"id": plan_id, "was": row.state, **params})).one()
+        changed = (
+            await db.execute(
+                text(f"UPDATE plans SET {sql_set}, updated_at = now() WHERE id = :id AND state = :was RETURNING *"),
+                {"id": plan_id, "was": row.state, **params},
+            )
+        ).one()
         audit(db, actor, action, changed, was=row.state, **extra)
         return public(changed, detail=True)
 
     async def request(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str) -> dict[str, Any]:
-        return await self._transition(db, host_id, plan_id, ("ready",),
-                                      "state = 'requested', requested_by = :by, requested_at = now()",
-                                      {"by": actor}, actor, "plan_request")
+        return await self._transition(
+            db,
+            host_id,
+            plan_id,
+            ("ready",),
+            "state = 'requested', requested_by = :by, requested_at = now()",
+            {"by": actor},
+            actor,
+            "plan_request",
+        )
 
     async def approve(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str) -> dict[str, Any]:
         def check(row: Row[Any]) -> None:
@@ -185,35 +244,68 @@ class Plans(Reconciliation):
             if row.requested_by == actor:
                 raise PlanError(403, "The requester cannot approve their own request: another approver must")
             if row.created_by == actor:
-                raise PlanError(403, "The plan's maker cannot approve it: an approver who neither made nor "
-                                     "requested it must")
+                raise PlanError(
+                    403, "The plan's maker cannot approve it: an approver who neither made nor requested it must"
+                )
             if not row.code_sha256:
                 raise PlanError(409, "The plan has no code to approve")
-        return await self._transition(db, host_id, plan_id, ("requested",),
-                                      "state = 'approved', approved_by = :by, approved_at = now(), "
-                                      "approved_code_sha256 = code_sha256, approved_build_id = build_id",
-                                      {"by": actor}, actor, "plan_approve", check)
 
-    async def reject(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str,
-                     reason: str) -> dict[str, Any]:
+        return await self._transition(
+            db,
+            host_id,
+            plan_id,
+            ("requested",),
+            "state = 'approved', approved_by = :by, approved_at = now(), "
+            "approved_code_sha256 = code_sha256, approved_build_id = build_id",
+            {"by": actor},
+            actor,
+            "plan_approve",
+            check,
+        )
+
+    async def reject(
+        self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str, reason: str
+    ) -> dict[str, Any]:
         def check(row: Row[Any]) -> None:
             if row.requested_by == actor:
                 raise PlanError(403, "The requester cannot decide their own request: another approver must")
-        return await self._transition(db, host_id, plan_id, ("requested",),
-                                      "state = 'rejected', rejected_by = :by, rejected_at = now(), "
-                                      "reject_reason = :r", {"by": actor, "r": reason}, actor, "plan_reject",
-                                      check, reason=reason)
 
-    async def install(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str,
-                      window_s: int) -> dict[str, Any]:
+        return await self._transition(
+            db,
+            host_id,
+            plan_id,
+            ("requested",),
+            "state = 'rejected', rejected_by = :by, rejected_at = now(), reject_reason = :r",
+            {"by": actor, "r": reason},
+            actor,
+            "plan_reject",
+            check,
+            reason=reason,
+        )
+
+    async def install(
+        self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str, window_s: int
+    ) -> dict[str, Any]:
         def check(row: Row[Any]) -> None:
-            if not row.approved_by or row.approved_code_sha256 != row.code_sha256 or \
-                    row.approved_build_id != row.build_id:
+            if (
+                not row.approved_by
+                or row.approved_code_sha256 != row.code_sha256
+                or row.approved_build_id != row.build_id
+            ):
                 raise PlanError(409, "The plan's code or build id is not the one approved")
-        out = await self._transition(db, host_id, plan_id, ("approved",),
-                                     "state = 'installing', install_by = :by, window_s = :w, error = NULL",
-                                     {"by": actor, "w": window_s}, actor, "plan_install_requested", check,
-                                     window_s=window_s)
+
+        out = await self._transition(
+            db,
+            host_id,
+            plan_id,
+            ("approved",),
+            "state = 'installing', install_by = :by, window_s = :w, error = NULL",
+            {"by": actor, "w": window_s},
+            actor,
+            "plan_install_requested",
+            check,
+            window_s=window_s,
+        )
         await db.commit()
         self._spawn(host_id, plan_id, actor)
         return out
@@ -226,14 +318,19 @@ class Plans(Reconciliation):
         if row.state != "installed":
             raise PlanError(409, f"The plan is {row.state}; only an installed plan is reverted")
         try:
-            cmd, _ = await self.commands.create(db, host_id, "revert_plan",
-                                                        {"plan_id": str(plan_id), "target": row.target_id}, actor)
+            cmd, _ = await self.commands.create(
+                db, host_id, "revert_plan", {"plan_id": str(plan_id), "target": row.target_id}, actor
+            )
         except CommandError as exc:
             raise PlanError(exc.status, exc.detail) from None
-        changed = (await db.execute(text("""
+        changed = (
+            await db.execute(
+                text("""
             UPDATE plans SET state = 'reverting', revert_by = :by, revert_command = :c, updated_at = now()
             WHERE id = :id AND state = 'installed' RETURNING *"""),
-            {"id": plan_id, "by": actor, "c": uuid.UUID(cmd["id"])})).one()
+                {"id": plan_id, "by": actor, "c": uuid.UUID(cmd["id"])},
+            )
+        ).one()
         audit(db, actor, "plan_revert_requested", changed)
         return public(changed, detail=True)
 
@@ -248,17 +345,33 @@ class Plans(Reconciliation):
         """Measure the root for the plan's window (count, wall and vtime); the measurement's id, or None
         when it could not start (its failure is on the measurement)."""
         mid = str(uuid.uuid4())
-        request = {"measurement_id": mid, "target": row.target_id, "metrics": ROOT_METRICS,
-                   "resources": [{"digest": row.root_digest, "function_index": row.root_function_index,
-                                  "kind": "function", "offset": 0, "blocks": False}],
-                   "where_pid": None, "where_comm": None, "where_cgroup": None, "interval_ms": 1000,
-                   "allow_partial": True}
+        request = {
+            "measurement_id": mid,
+            "target": row.target_id,
+            "metrics": ROOT_METRICS,
+            "resources": [
+                {
+                    "digest": row.root_digest,
+                    "function_index": row.root_function_index,
+                    "kind": "function",
+                    "offset": 0,
+                    "blocks": False,
+                }
+            ],
+            "where_pid": None,
+            "where_comm": None,
+            "where_cgroup": None,
+            "interval_ms": 1000,
+            "allow_partial": True,
+        }
         cmds = self.commands
         async with self.sessionmaker() as db:
             cmd, _ = await cmds.create(db, host_id, "start_measurement", request, actor)
             await measurements.create(db, mid, host_id, request, 1000, actor, uuid.UUID(cmd["id"]))
-            await db.execute(text(f"UPDATE plans SET {which}_measurement = :m, updated_at = now() WHERE id = :id"),
-                             {"m": mid, "id": row.id})
+            await db.execute(
+                text(f"UPDATE plans SET {which}_measurement = :m, updated_at = now() WHERE id = :id"),
+                {"m": mid, "id": row.id},
+            )
             await db.commit()
         started = await cmds.wait(cmd["id"], 60)
         if started is None or started["state"] != "done":
@@ -288,17 +401,30 @@ class Plans(Reconciliation):
                     return
                 why = await stale_reason(db, row)
                 if why is not None:
-                    await db.execute(text("""UPDATE plans SET state = 'stale', stale_reason = :w, updated_at = now()
-                                             WHERE id = :id"""), {"id": plan_id, "w": why})
+                    await db.execute(
+                        text("""UPDATE plans SET state = 'stale', stale_reason = :w, updated_at = now()
+                                             WHERE id = :id"""),
+                        {"id": plan_id, "w": why},
+                    )
                     audit(db, "system", "plan_stale", row, reason=why, was="installing")
                     await db.commit()
                     return
                 cmd, _ = await self.commands.create(
-                    db, host_id, "install_plan", {"plan_id": str(plan_id), "target": row.target_id,
-                                                  "approved_code_sha256": row.approved_code_sha256,
-                                                  "entry_only": False}, actor)
-                await db.execute(text("UPDATE plans SET install_command = :c WHERE id = :id"),
-                                 {"c": uuid.UUID(cmd["id"]), "id": plan_id})
+                    db,
+                    host_id,
+                    "install_plan",
+                    {
+                        "plan_id": str(plan_id),
+                        "target": row.target_id,
+                        "approved_code_sha256": row.approved_code_sha256,
+                        "entry_only": False,
+                    },
+                    actor,
+                )
+                await db.execute(
+                    text("UPDATE plans SET install_command = :c WHERE id = :id"),
+                    {"c": uuid.UUID(cmd["id"]), "id": plan_id},
+                )
                 await db.commit()
             done = await self.commands.wait(cmd["id"], self.settings.plan_install_timeout_s)
             if done is None or done["state"] != "done":
@@ -310,19 +436,22 @@ class Plans(Reconciliation):
         except Exception:  # noqa: BLE001 - the plan says what happened; the flow must not die silently
             log.exception("plan %s: the install flow failed", plan_id)
             async with self.sessionmaker() as db:
-                row = (await db.execute(text("""
+                row = (
+                    await db.execute(
+                        text("""
                     UPDATE plans SET state = 'install_failed', error = 'the backend could not run the install',
                       updated_at = now() WHERE id = :id AND state = 'installing' AND install_command IS NULL
-                    RETURNING *"""), {"id": plan_id})).first()
+                    RETURNING *"""),
+                        {"id": plan_id},
+                    )
+                ).first()
                 if row is not None:
                     audit(db, "system", "plan_install_failed", row, reason="backend error")
                 await db.commit()
 
     # Reconciliation: plans an install flow left installing ---------------------------------------
 
-
     # Reconciliation from Hello: what the agent's journals hold on every connect ----------------------
-
 
     async def stop(self) -> None:
         for t in list(self.tasks.values()):
@@ -335,5 +464,3 @@ class Plans(Reconciliation):
 
 
 # Reading --------------------------------------------------------------------------------------
-
-

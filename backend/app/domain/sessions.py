@@ -3,6 +3,7 @@
 taught us), and the registry of those sessions with the catalog facts they share (complete pieces,
 index maps, function names). The stream itself is app.agents.service; commands reach a session
 through the registry (app.domain.commands)."""
+
 import asyncio
 import time
 from collections import Counter
@@ -126,6 +127,7 @@ class AgentRegistry:
                 self.name_cache.clear()
             self.name_cache.update(await samples.function_names(self.engine, missing))
         return {i: self.name_cache.get(i, "") for i in ids}
+
 
 async def end_session(session: AgentSession, code: grpc.StatusCode, reason: str) -> None:
     """End another handler's stream: send the status to the agent now, then stop that handler.

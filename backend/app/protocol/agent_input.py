@@ -7,6 +7,7 @@ model's invariants (they tile the function exactly; fallthrough and taken succes
 starts). A message that breaks a rule raises InvalidInput with a reason the stream ends with
 (INVALID_ARGUMENT); the reason names the field and never echoes more than a short excerpt.
 """
+
 import itertools
 import re
 from collections.abc import Sequence
@@ -133,8 +134,10 @@ def check_installs(installs: Sequence["pb.InstalledPlan"]) -> None:
 def check_function(f: "pb.Function", expected_index: int) -> int:
     """Check one catalog function against the model's invariants; returns its block count."""
     if f.index != expected_index:
-        raise InvalidInput(f"function index {f.index} where {expected_index} was due "
-                           "(functions must be consecutive from 0, in chunk order)")
+        raise InvalidInput(
+            f"function index {f.index} where {expected_index} was due "
+            "(functions must be consecutive from 0, in chunk order)"
+        )
     text(f.name, f"function {f.index} name", MAX_SYMBOL)
     where = f"function {f.index} ({excerpt(f.name)})"
     if f.size > INT32_MAX:
@@ -147,8 +150,7 @@ def check_function(f: "pb.Function", expected_index: int) -> int:
     end = 0
     for b in f.blocks:
         if b.offset != end:
-            raise InvalidInput(f"{where}: blocks do not tile the function (block at {b.offset:#x}, "
-                               f"expected {end:#x})")
+            raise InvalidInput(f"{where}: blocks do not tile the function (block at {b.offset:#x}, expected {end:#x})")
         if b.size == 0:
             raise InvalidInput(f"{where}: empty block at {b.offset:#x}")
         starts.add(b.offset)
@@ -163,8 +165,9 @@ def check_function(f: "pb.Function", expected_index: int) -> int:
         for s in b.successors:
             if s.kind in (KIND_FALLTHROUGH, KIND_TAKEN):
                 if s.target not in starts:
-                    raise InvalidInput(f"{where}: successor of block {b.offset:#x} targets {s.target:#x}, "
-                                       "not a block start")
+                    raise InvalidInput(
+                        f"{where}: successor of block {b.offset:#x} targets {s.target:#x}, not a block start"
+                    )
             elif s.kind == KIND_TAIL_CALL:
                 text(s.target_name, f"{where}: tail-call target name", MAX_SYMBOL + 20, empty=True)
                 text(s.target_module, f"{where}: tail-call target module", MAX_SYMBOL, empty=True)
@@ -267,8 +270,11 @@ def check_stacks(st: "pb.StackSamples", total_samples: int) -> "BatchStacks":
                 raise InvalidInput(f"stack {s.id:#x}: a frame's function index or offset is out of range")
             canonical.append((kind, key, f.function_index, f.offset))
             # Addresses may exceed 2^63: stored as their 64-bit two's complement, like every address.
-            flat += [own.setdefault(f.module, len(own)), f.function_index,
-                     f.offset - (1 << 64) if f.offset >= (1 << 63) else f.offset]
+            flat += [
+                own.setdefault(f.module, len(own)),
+                f.function_index,
+                f.offset - (1 << 64) if f.offset >= (1 << 63) else f.offset,
+            ]
         if stack_store.stack_id(canonical) != s.id:
             raise InvalidInput(f"stack {s.id:#x}: its frames hash to another id")
         if s.id not in defined:
@@ -312,8 +318,18 @@ MEASUREMENT_ID_RE = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
 TARGET_KINDS = {1: "kernel", 2: "process"}
 TARGET_STATES = {1: "attached", 2: "exited", 3: "detached"}
 RESOURCE_KINDS = {1: "function", 2: "block", 3: "address"}
-METRICS = {1: "count", 2: "wall_ns", 3: "vtime_ns", 4: "concurrency", 5: "wall_per_call_ns",
-           6: "vtime_per_call_ns", 7: "cycles", 8: "instructions", 9: "icache_stall", 10: "branch_mispredict"}
+METRICS = {
+    1: "count",
+    2: "wall_ns",
+    3: "vtime_ns",
+    4: "concurrency",
+    5: "wall_per_call_ns",
+    6: "vtime_per_call_ns",
+    7: "cycles",
+    8: "instructions",
+    9: "icache_stall",
+    10: "branch_mispredict",
+}
 LABELS = {1: "exact", 2: "sampled", 3: "estimate"}
 MEASUREMENT_STATES = {1: "armed", 2: "running", 3: "target_exited", 4: "stopped", 5: "failed"}
 MAX_VALUE = float(1 << 62)

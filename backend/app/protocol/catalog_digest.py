@@ -10,6 +10,7 @@ endian; references to code elsewhere (tail-call and call targets) are "module", 
 offset into that function, or "?", "", u64 offset from the first module's base when the target lies
 outside every known function, so KASLR does not change the digest.
 """
+
 import hashlib
 import struct
 from collections.abc import Iterable
@@ -61,8 +62,15 @@ class PieceHasher:
         out: list[bytes] = []
         for f in functions:
             out.append(_str(f.name))
-            out.append(_FN_HEAD.pack(f.offset, f.size, 1 if f.undecodable else 0,
-                                     f.undecodable_offset if f.undecodable else 0, len(f.blocks)))
+            out.append(
+                _FN_HEAD.pack(
+                    f.offset,
+                    f.size,
+                    1 if f.undecodable else 0,
+                    f.undecodable_offset if f.undecodable else 0,
+                    len(f.blocks),
+                )
+            )
             for b in f.blocks:
                 out.append(_BLOCK.pack(b.offset, b.size, b.instruction_count, len(b.successors)))
                 for s in b.successors:

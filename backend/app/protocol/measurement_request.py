@@ -4,6 +4,7 @@ request, and the proto's StartMeasurement (app.storage.measurements maps it fiel
 name; a proto zero is None here where a field may be None). The REST body (app.api.schemas'
 MeasurementCreate) checks what a user may ask and turns into this; a test keeps these fields the
 proto's."""
+
 from typing import Literal
 
 from pydantic import BaseModel
@@ -11,6 +12,7 @@ from pydantic import BaseModel
 
 class ResourceRequest(BaseModel):
     """A resource of a measurement request (the proto's ResourceRef): its module by catalog digest."""
+
     digest: str
     function_index: int
     kind: Literal["function", "block", "address"] = "function"

@@ -12,18 +12,24 @@ whose name is a Python keyword gets a trailing underscore and the JSON name as i
 strict, as JSON Schema is: "yes" is not a boolean, "5" is not an integer.
 docs/decisions.md says why this is a small script rather than datamodel-code-generator.
 """
+
 import json
 import keyword
 import pathlib
 import sys
 from typing import Any
 
-_SCALAR_KEYS = {"type", "description", "pattern", "minLength", "maxLength", "minimum", "maximum", "enum",
-                "default"}
+_SCALAR_KEYS = {"type", "description", "pattern", "minLength", "maxLength", "minimum", "maximum", "enum", "default"}
 _OBJECT_KEYS = {"type", "description", "additionalProperties", "required", "properties"}
 _PROPERTY_KEYS = _SCALAR_KEYS | {"$ref", "items", "maxItems"}
-_CONSTRAINTS = {"pattern": "pattern", "minLength": "min_length", "maxLength": "max_length", "minimum": "ge",
-                "maximum": "le", "maxItems": "max_length"}
+_CONSTRAINTS = {
+    "pattern": "pattern",
+    "minLength": "min_length",
+    "maxLength": "max_length",
+    "minimum": "ge",
+    "maximum": "le",
+    "maxItems": "max_length",
+}
 _PY = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}
 
 
@@ -68,15 +74,24 @@ def _type(where: str, node: dict[str, Any]) -> tuple[str, list[str]]:
 
 def generate(schema: dict[str, Any], source: str) -> str:
     """The Python module of the schema's $defs, in their order (a model may name one defined later)."""
-    out = ["# SPDX-License-Identifier: Apache-2.0",
-           f"# Generated from {source} by app/protocol/schema_gen.py (make -C backend proto).",
-           "# Do not edit: change the schema.", "# ruff: noqa: E501",
-           "from __future__ import annotations", "", "from typing import Annotated, Literal", "",
-           "from pydantic import BaseModel, ConfigDict, Field", "", "",
-           "def _may_be_absent(schema: dict) -> None:",
-           '    """A default is what the backend reads for a missing member; the stored JSON (what the API',
-           '    returns) may lack it, so the OpenAPI document names no default (a client must not rely on it)."""',
-           '    schema.pop("default", None)', ""]
+    out = [
+        "# SPDX-License-Identifier: Apache-2.0",
+        f"# Generated from {source} by app/protocol/schema_gen.py (make -C backend proto).",
+        "# Do not edit: change the schema.",
+        "# ruff: noqa: E501",
+        "from __future__ import annotations",
+        "",
+        "from typing import Annotated, Literal",
+        "",
+        "from pydantic import BaseModel, ConfigDict, Field",
+        "",
+        "",
+        "def _may_be_absent(schema: dict) -> None:",
+        '    """A default is what the backend reads for a missing member; the stored JSON (what the API',
+        '    returns) may lack it, so the OpenAPI document names no default (a client must not rely on it)."""',
+        '    schema.pop("default", None)',
+        "",
+    ]
     for name, node in schema["$defs"].items():
         if node.get("type") != "object":
             _only(name, node, _SCALAR_KEYS)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The audit log: who did what, when, to what.
-"""
+"""The audit log: who did what, when, to what."""
+
 from typing import Any
 
 from sqlalchemy import select
@@ -9,8 +9,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.storage.models import AuditLog
 
 
-def record(session: AsyncSession, actor: str, action: str, target: str | None = None,
-           detail: dict[str, Any] | None = None) -> None:
+def record(
+    session: AsyncSession, actor: str, action: str, target: str | None = None, detail: dict[str, Any] | None = None
+) -> None:
     session.add(AuditLog(actor=actor, action=action, target=target, detail=detail or {}))
 
 

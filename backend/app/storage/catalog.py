@@ -13,6 +13,7 @@ recomputed from the content) its rows live under a staging key of its own, which
 refers to: nobody sees them, and a piece that fails is deleted whole. Verification moves the rows to
 the real digest in one transaction; a piece that another upload completed first is simply dropped.
 """
+
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -50,8 +51,9 @@ class TargetCheck:
     pending: list[tuple[str, int, int, int, str, list[str]]] = field(default_factory=list)
 
 
-def _target(check: TargetCheck, base: int, target: int, name: str, module: str, index: int, column: str,
-            path: list[str]) -> int | None:
+def _target(
+    check: TargetCheck, base: int, target: int, name: str, module: str, index: int, column: str, path: list[str]
+) -> int | None:
     """The address to store for one call or tail-call target (relative to the module base), or None."""
     if not name:
         return _signed(target - base)
@@ -68,8 +70,9 @@ def _target(check: TargetCheck, base: int, target: int, name: str, module: str, 
 FunctionRows = tuple[tuple[str, int, str, int, int, int, bool, int], tuple[str, int, str, str, str], int]
 
 
-def function_rows(digest: str, base: int, functions: Iterable["pb.Function"],
-                  check: TargetCheck) -> Iterator[FunctionRows]:
+def function_rows(
+    digest: str, base: int, functions: Iterable["pb.Function"], check: TargetCheck
+) -> Iterator[FunctionRows]:
     """Yield (functions row, function_code row, block count) per function of a chunk; named targets are
     stored as TargetCheck says and noted for its verification when the piece is complete."""
     tail_call = pb.SUCCESSOR_KIND_TAIL_CALL
@@ -80,20 +83,47 @@ def function_rows(digest: str, base: int, functions: Iterable["pb.Function"],
             succs = []
             for si, s in enumerate(b.successors):
                 if s.kind == tail_call:
-                    succs.append((s.kind, _target(check, base, s.target, s.target_name, s.target_module, f.index,
-                                                  "blocks", [str(bi), "3", str(si), "1"]), s.target_name))
+                    succs.append(
+                        (
+                            s.kind,
+                            _target(
+                                check,
+                                base,
+                                s.target,
+                                s.target_name,
+                                s.target_module,
+                                f.index,
+                                "blocks",
+                                [str(bi), "3", str(si), "1"],
+                            ),
+                            s.target_name,
+                        )
+                    )
                 else:
                     succs.append((s.kind, s.target, ""))
             blocks.append((b.offset, b.size, b.instruction_count, succs))
-        calls = [(c.site_offset, _target(check, base, c.target, c.target_name, c.target_module, f.index, "calls",
-                                         [str(ci), "1"]), c.target_name, c.target_module)
-                 for ci, c in enumerate(f.calls)]
+        calls = [
+            (
+                c.site_offset,
+                _target(check, base, c.target, c.target_name, c.target_module, f.index, "calls", [str(ci), "1"]),
+                c.target_name,
+                c.target_module,
+            )
+            for ci, c in enumerate(f.calls)
+        ]
         # The digest covers undecodable_offset only for an undecodable function: store nothing else.
         undecodable_offset = f.undecodable_offset if f.undecodable else 0
-        yield ((digest, f.index, f.name, _signed(f.offset), f.size, len(blocks), f.undecodable, undecodable_offset),
-               (digest, f.index, orjson.dumps(blocks).decode(), orjson.dumps(calls).decode(),
-                orjson.dumps(list(f.indirect_call_sites)).decode()),
-               len(blocks))
+        yield (
+            (digest, f.index, f.name, _signed(f.offset), f.size, len(blocks), f.undecodable, undecodable_offset),
+            (
+                digest,
+                f.index,
+                orjson.dumps(blocks).decode(),
+                orjson.dumps(calls).decode(),
+                orjson.dumps(list(f.indirect_call_sites)).decode(),
+            ),
+            len(blocks),
+        )
 
 
 def check_targets(check: TargetCheck) -> tuple[str | None, list[tuple[int, str, list[str]]]]:
@@ -107,8 +137,10 @@ def check_targets(check: TargetCheck) -> tuple[str | None, list[tuple[int, str, 
             continue
         if all(_signed(start + off) != rel for start in starts):
             where = f"{fname}+{off:#x}" if off else fname
-            return (f"function {index} names target {where} at {rel:#x} from the module base, but {fname} "
-                    f"starts at {', '.join(f'{x:#x}' for x in starts[:4])}"), unchecked
+            return (
+                f"function {index} names target {where} at {rel:#x} from the module base, but {fname} "
+                f"starts at {', '.join(f'{x:#x}' for x in starts[:4])}"
+            ), unchecked
     return None, unchecked
 
 
@@ -122,14 +154,19 @@ async def verify_targets(engine: AsyncEngine, staging: str, check: TargetCheck) 
         rows = [{"s": staging, "i": index, "p": path} for index, col, path in unchecked if col == column]
         if rows:
             async with engine.begin() as conn:
-                await conn.execute(text(
-                    f"UPDATE function_code SET {column} = jsonb_set({column}, CAST(:p AS text[]), 'null') "
-                    "WHERE digest = :s AND index = :i"), rows)
+                await conn.execute(
+                    text(
+                        f"UPDATE function_code SET {column} = jsonb_set({column}, CAST(:p AS text[]), 'null') "
+                        "WHERE digest = :s AND index = :i"
+                    ),
+                    rows,
+                )
     return None
 
 
-async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions: Iterable["pb.Function"],
-                      check: TargetCheck) -> tuple[int, int, float]:
+async def store_chunk(
+    engine: AsyncEngine, digest: str, base: int, functions: Iterable["pb.Function"], check: TargetCheck
+) -> tuple[int, int, float]:
     """Write one chunk; returns (functions, blocks, seconds)."""
     t0 = time.perf_counter()
     fn_rows, code_rows, blocks = [], [], 0
@@ -144,12 +181,15 @@ async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions: It
         driver = raw.driver_connection
         assert driver is not None
         async with driver.cursor() as cur:
-            async with cur.copy('COPY functions (digest, index, name, "offset", size, block_count, undecodable, '
-                                'undecodable_offset) FROM STDIN') as copy:
+            async with cur.copy(
+                'COPY functions (digest, index, name, "offset", size, block_count, undecodable, '
+                "undecodable_offset) FROM STDIN"
+            ) as copy:
                 for row in fn_rows:
                     await copy.write_row(row)
-            async with cur.copy("COPY function_code (digest, index, blocks, calls, indirect_call_sites) "
-                                "FROM STDIN") as copy:
+            async with cur.copy(
+                "COPY function_code (digest, index, blocks, calls, indirect_call_sites) FROM STDIN"
+            ) as copy:
                 for code_row in code_rows:
                     await copy.write_row(code_row)
     return len(fn_rows), blocks, time.perf_counter() - t0
@@ -158,14 +198,15 @@ async def store_chunk(engine: AsyncEngine, digest: str, base: int, functions: It
 STAGING_PREFIX = "staging-"
 
 
-async def begin_upload(engine: AsyncEngine, staging: str, module: str, function_count: int,
-                       block_count: int) -> None:
+async def begin_upload(engine: AsyncEngine, staging: str, module: str, function_count: int, block_count: int) -> None:
     """Create the staging piece one upload writes its chunks under."""
     async with engine.begin() as conn:
-        await conn.execute(text("""
+        await conn.execute(
+            text("""
             INSERT INTO catalog_pieces (digest, module, function_count, block_count, complete, stored_at)
             VALUES (:s, :m, :f, :b, false, now())"""),
-            {"s": staging, "m": module, "f": function_count, "b": block_count})
+            {"s": staging, "m": module, "f": function_count, "b": block_count},
+        )
 
 
 async def discard_upload(engine: AsyncEngine, staging: str) -> None:
@@ -177,24 +218,33 @@ async def discard_upload(engine: AsyncEngine, staging: str) -> None:
 async def discard_stale_uploads(engine: AsyncEngine, older_than_s: float = 0) -> int:
     """Delete staging pieces left by a backend that stopped mid-upload."""
     async with engine.begin() as conn:
-        result = await conn.execute(text("""
+        result = await conn.execute(
+            text("""
             DELETE FROM catalog_pieces WHERE digest LIKE 'staging-%'
-            AND coalesce(stored_at, now()) <= now() - make_interval(secs => :age)"""), {"age": older_than_s})
+            AND coalesce(stored_at, now()) <= now() - make_interval(secs => :age)"""),
+            {"age": older_than_s},
+        )
         return result.rowcount or 0
 
 
-async def promote_upload(engine: AsyncEngine, staging: str, digest: str, module: str, function_count: int,
-                         block_count: int) -> bool:
+async def promote_upload(
+    engine: AsyncEngine, staging: str, digest: str, module: str, function_count: int, block_count: int
+) -> bool:
     """Move a verified upload to its digest; False if the piece was already complete (rows dropped)."""
     async with engine.begin() as conn:
-        inserted = (await conn.execute(text("""
+        inserted = (
+            await conn.execute(
+                text("""
             INSERT INTO catalog_pieces (digest, module, function_count, block_count, complete, stored_at)
             VALUES (:d, :m, :f, :b, true, now()) ON CONFLICT (digest) DO NOTHING RETURNING digest"""),
-            {"d": digest, "m": module, "f": function_count, "b": block_count})).first()
+                {"d": digest, "m": module, "f": function_count, "b": block_count},
+            )
+        ).first()
         if inserted is not None:
             await conn.execute(text("UPDATE functions SET digest = :d WHERE digest = :s"), {"d": digest, "s": staging})
-            await conn.execute(text("UPDATE function_code SET digest = :d WHERE digest = :s"),
-                               {"d": digest, "s": staging})
+            await conn.execute(
+                text("UPDATE function_code SET digest = :d WHERE digest = :s"), {"d": digest, "s": staging}
+            )
         await conn.execute(text("DELETE FROM catalog_pieces WHERE digest = :s"), {"s": staging})
     if inserted is not None:
         async with engine.begin() as conn:
@@ -211,10 +261,13 @@ async def index_map(engine: AsyncEngine, digest: str) -> dict[int, tuple[int, in
 
 # Catalog pieces for the console ------------------------------------------------------------------
 
+
 async def catalog_document(session: AsyncSession, digest: str) -> bytes | None:
     """A complete catalog piece as the CatalogPublic JSON document, built by Postgres; None when the
     piece is unknown or still arriving (a partial piece must never be cached as the piece)."""
-    row = (await session.execute(text("""
+    row = (
+        await session.execute(
+            text("""
         SELECT cp.module, (SELECT json_build_object(
                    'digest', CAST(:d AS text), 'module', cp.module, 'function_count', count(*),
                    'ids', coalesce(json_agg(f.id ORDER BY f."offset", f.index), '[]'::json),
@@ -225,7 +278,10 @@ async def catalog_document(session: AsyncSession, digest: str) -> bytes | None:
                    'undecodable', '[]'::json,
                    'undecodable_ids', coalesce(json_agg(f.id) FILTER (WHERE f.undecodable), '[]'::json))::text
                FROM functions f WHERE f.digest = :d) AS doc
-        FROM catalog_pieces cp WHERE cp.digest = :d AND cp.complete"""), {"d": digest})).first()
+        FROM catalog_pieces cp WHERE cp.digest = :d AND cp.complete"""),
+            {"d": digest},
+        )
+    ).first()
     if row is None:
         return None
     doc = orjson.loads(row.doc)

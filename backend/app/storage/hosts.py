@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Hosts as the console lists them, with their loaded modules.
-"""
+"""Hosts as the console lists them, with their loaded modules."""
+
 from typing import Any
 
 from sqlalchemy import text
@@ -35,16 +35,28 @@ def _host_public(row: Row[Any]) -> dict[str, Any]:
     m = row._mapping
     l1i = m["l1i"]
     return {
-        "id": m["id"], "hostname": m["hostname"], "kernel_release": m["kernel_release"],
-        "kernel_build_id": m["kernel_build_id"], "cpu_model": m["cpu_model"], "cpu_count": m["cpu_count"],
-        "l1i": l1i if l1i else None, "capabilities": m["capabilities"] or [],
-        "agent_version": m["agent_version"], "online": m["online"], "last_seen": m["last_seen"],
+        "id": m["id"],
+        "hostname": m["hostname"],
+        "kernel_release": m["kernel_release"],
+        "kernel_build_id": m["kernel_build_id"],
+        "cpu_model": m["cpu_model"],
+        "cpu_count": m["cpu_count"],
+        "l1i": l1i if l1i else None,
+        "capabilities": m["capabilities"] or [],
+        "agent_version": m["agent_version"],
+        "online": m["online"],
+        "last_seen": m["last_seen"],
         "connected_at": m["connected_at"],
         "catalog_complete": bool(m["module_count"] and m["all_complete"]),
-        "function_count": int(m["fn_count"]), "block_count": int(m["blk_count"]),
-        "sample_frequency_hz": m["sample_frequency_hz"], "sample_event": m["sample_event"],
-        "status": m["status"], "enrolled": m["cert_fingerprint"] is not None, "cert_not_after": m["cert_not_after"],
-        "replica": m["replica"], "clock_offset_ms": m["clock_offset_ms"],
+        "function_count": int(m["fn_count"]),
+        "block_count": int(m["blk_count"]),
+        "sample_frequency_hz": m["sample_frequency_hz"],
+        "sample_event": m["sample_event"],
+        "status": m["status"],
+        "enrolled": m["cert_fingerprint"] is not None,
+        "cert_not_after": m["cert_not_after"],
+        "replica": m["replica"],
+        "clock_offset_ms": m["clock_offset_ms"],
         "clock_skewed": m["clock_offset_ms"] is not None and abs(m["clock_offset_ms"]) > _skew_ms,
         "refused_batches": int(m["refused_batches"]),
     }

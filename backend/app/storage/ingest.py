@@ -12,6 +12,7 @@ UNAVAILABLE and the agents resend). The queue is bounded: when the database fall
 in `submit`, stop reading, and gRPC's flow control slows the agents down (backpressure) instead of the
 backend's memory growing.
 """
+
 import asyncio
 import logging
 import time
@@ -41,6 +42,7 @@ class SampleRow:
     """One host's metric interval: totals, parallel arrays of block counts (with, per block, whether its
     samples were the idle task's; a block seen in both contexts has one entry each way), and the
     per-instruction counts as parallel arrays that name their block by its 1-based position."""
+
     host_id: str
     ts: datetime
     interval_ms: int
@@ -60,6 +62,7 @@ class SampleRow:
 @dataclass(slots=True)
 class PointRow:
     """One measurement's interval: the rows with values and their SLOTS-wide values."""
+
     host_id: str
     measurement_id: str
     ts: datetime
@@ -70,12 +73,19 @@ class PointRow:
     # The interval's edge counts (app.protocol.measured_edges), as parallel columns: function row, from and to
     # block offsets (-1: none), EdgeKind, EdgeLabel, count.
     edges: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int], Sequence[int]] = (
-        (), (), (), (), (), ())
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+    )
 
 
 @dataclass(slots=True)
 class MeasurementUpdate:
     """What a batch tells about its measurement's state."""
+
     measurement_id: str
     state: str
     detail: str
@@ -113,8 +123,12 @@ class Item:
 
 
 class IngestWriter:
-    def __init__(self, engine: AsyncEngine, queue_items: int = 20_000,
-                 on_commit: Callable[[list[Item], float], None] | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        queue_items: int = 20_000,
+        on_commit: Callable[[list[Item], float], None] | None = None,
+    ) -> None:
         self.engine = engine
         self.queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=queue_items)
         self.on_commit = on_commit  # callback(items, seconds) after each commit, for metrics
@@ -212,15 +226,22 @@ class IngestWriter:
     async def _add_partitions(self, items: list[Item]) -> bool:
         """Create the partitions the items' times need (a retention pass with a shorter retention, or
         a clock far off, can leave one missing); False if there is nothing to create."""
-        times = [it.samples.ts for it in items if it.samples is not None] + \
-                [it.points.ts for it in items if it.points is not None]
+        times = [it.samples.ts for it in items if it.samples is not None] + [
+            it.points.ts for it in items if it.points is not None
+        ]
         if not times:
             return False
         now = datetime.now(UTC)
         back = max(now - min(times), timedelta(0)) + timedelta(hours=1)
         ahead = max(max(times) - now, timedelta(0)) + timedelta(hours=1)
-        created = await partitions.ensure(self.engine, now, back, timedelta(days=1) + back,
-                                          raw_ahead=ahead + timedelta(hours=3), rollup_ahead=ahead + timedelta(days=2))
+        created = await partitions.ensure(
+            self.engine,
+            now,
+            back,
+            timedelta(days=1) + back,
+            raw_ahead=ahead + timedelta(hours=3),
+            rollup_ahead=ahead + timedelta(days=2),
+        )
         log.debug("partitions for %s..%s: %d created", min(times), max(times), created)
         return created > 0
 
@@ -244,31 +265,66 @@ class IngestWriter:
                     # Rows are written as COPY text built by joins (app.storage.series.copytext), one write per table.
                     if sample_rows:
                         async with cur.copy(
-                                "COPY sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, "
-                                "unmapped_samples, lost_samples, dropped_samples, idle_samples, idle_by_context, "
-                                "stack_samples, stack_dropped_samples, function_ids, block_offsets, counts, idles, "
-                                "insn_index, insn_offsets, insn_counts, batch) FROM STDIN") as copy:
-                            await copy.write("".join(copytext.row((
-                                copytext.field(s.host_id), copytext.ts(s.ts), str(s.interval_ms),
-                                *map(str, s.totals), "t" if s.idle_by_context else "f", str(s.stack_samples),
-                                str(s.stack_dropped), copytext.ints(s.function_ids), copytext.ints(s.block_offsets),
-                                copytext.ints(s.counts),
-                                copytext.bools(s.idles) if s.idles is not None else
-                                copytext.bools([False] * len(s.counts)),
-                                copytext.ints(s.insn_index), copytext.ints(s.insn_offsets),
-                                copytext.ints(s.insn_counts), str(batch))) for s in sample_rows).encode())
+                            "COPY sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, "
+                            "unmapped_samples, lost_samples, dropped_samples, idle_samples, idle_by_context, "
+                            "stack_samples, stack_dropped_samples, function_ids, block_offsets, counts, idles, "
+                            "insn_index, insn_offsets, insn_counts, batch) FROM STDIN"
+                        ) as copy:
+                            await copy.write(
+                                "".join(
+                                    copytext.row(
+                                        (
+                                            copytext.field(s.host_id),
+                                            copytext.ts(s.ts),
+                                            str(s.interval_ms),
+                                            *map(str, s.totals),
+                                            "t" if s.idle_by_context else "f",
+                                            str(s.stack_samples),
+                                            str(s.stack_dropped),
+                                            copytext.ints(s.function_ids),
+                                            copytext.ints(s.block_offsets),
+                                            copytext.ints(s.counts),
+                                            copytext.bools(s.idles)
+                                            if s.idles is not None
+                                            else copytext.bools([False] * len(s.counts)),
+                                            copytext.ints(s.insn_index),
+                                            copytext.ints(s.insn_offsets),
+                                            copytext.ints(s.insn_counts),
+                                            str(batch),
+                                        )
+                                    )
+                                    for s in sample_rows
+                                ).encode()
+                            )
                     if point_rows:
                         async with cur.copy(
-                                "COPY measurement_points (host_id, measurement_id, ts, seconds, state, resources, "
-                                "vals, edge_rows, edge_from, edge_to, edge_kinds, edge_labels, edge_counts, "
-                                "batch) FROM STDIN") as copy:
-                            await copy.write("".join(copytext.row((
-                                copytext.field(p.host_id), copytext.field(p.measurement_id), copytext.ts(p.ts),
-                                repr(float(p.seconds)), str(p.state), copytext.ints(p.resources),
-                                copytext.floats(p.vals), *map(copytext.ints, p.edges), str(batch)))
-                                for p in point_rows).encode())
-                stacked = [(it.host_id, it.samples.ts, it.stacks) for it in items
-                           if it.stacks is not None and it.samples is not None]
+                            "COPY measurement_points (host_id, measurement_id, ts, seconds, state, resources, "
+                            "vals, edge_rows, edge_from, edge_to, edge_kinds, edge_labels, edge_counts, "
+                            "batch) FROM STDIN"
+                        ) as copy:
+                            await copy.write(
+                                "".join(
+                                    copytext.row(
+                                        (
+                                            copytext.field(p.host_id),
+                                            copytext.field(p.measurement_id),
+                                            copytext.ts(p.ts),
+                                            repr(float(p.seconds)),
+                                            str(p.state),
+                                            copytext.ints(p.resources),
+                                            copytext.floats(p.vals),
+                                            *map(copytext.ints, p.edges),
+                                            str(batch),
+                                        )
+                                    )
+                                    for p in point_rows
+                                ).encode()
+                            )
+                stacked = [
+                    (it.host_id, it.samples.ts, it.stacks)
+                    for it in items
+                    if it.stacks is not None and it.samples is not None
+                ]
                 if stacked:
                     await stack_store.write_many(conn, stacked)
                     await stack_store.add_late(conn, stacked, wm_1m)
@@ -284,36 +340,56 @@ class IngestWriter:
                     marks[key] = max(marks.get(key, 0), it.mark[1])
             if marks:
                 keys = list(marks)
-                await conn.execute(text("""
+                await conn.execute(
+                    text("""
                     INSERT INTO delivery_marks (host_id, instance_id, seq, updated_at)
                     SELECT h, i, s, now() FROM unnest(CAST(:h AS text[]), CAST(:i AS text[]), CAST(:s AS bigint[]))
                         AS u(h, i, s)
                     ON CONFLICT (host_id, instance_id) DO UPDATE
                     SET seq = greatest(delivery_marks.seq, excluded.seq), updated_at = now()"""),
-                    {"h": [k[0] for k in keys], "i": [k[1] for k in keys], "s": [marks[k] for k in keys]})
+                    {"h": [k[0] for k in keys], "i": [k[1] for k in keys], "s": [marks[k] for k in keys]},
+                )
             gaps = [(it.host_id, g) for it in work for g in it.gaps]
             if gaps:
-                await conn.execute(text("""
+                await conn.execute(
+                    text("""
                     INSERT INTO data_gaps (host_id, start_ts, end_ts, instance_id, first_seq, messages, reason, source)
                     VALUES (:h, :s, :e, :i, :f, :m, :r, :src)"""),
-                    [{"h": h, "s": g["start"], "e": g["end"], "i": g["instance"], "f": g["first_seq"],
-                      "m": g["messages"], "r": g["reason"][:1024], "src": g["source"]} for h, g in gaps])
+                    [
+                        {
+                            "h": h,
+                            "s": g["start"],
+                            "e": g["end"],
+                            "i": g["instance"],
+                            "f": g["first_seq"],
+                            "m": g["messages"],
+                            "r": g["reason"][:1024],
+                            "src": g["source"],
+                        }
+                        for h, g in gaps
+                    ],
+                )
             for it in work:
                 if it.refused:
-                    await conn.execute(text("""
+                    await conn.execute(
+                        text("""
                         UPDATE hosts SET refused_batches = refused_batches + 1, last_seen = now(),
                           clock_offset_ms = coalesce(:o, clock_offset_ms),
                           clock_checked_at = CASE WHEN :o IS NULL THEN clock_checked_at ELSE now() END
-                        WHERE id = :h"""), {"h": it.host_id, "o": it.clock_offset_ms})
+                        WHERE id = :h"""),
+                        {"h": it.host_id, "o": it.clock_offset_ms},
+                    )
             seen = sorted({it.host_id for it in work if not it.refused})
             if seen:
                 await conn.execute(text("UPDATE hosts SET last_seen = now() WHERE id = ANY(:h)"), {"h": seen})
             refusals = [(it.host_id, it.refused_interval) for it in work if it.refused_interval is not None]
             if refusals:
-                await conn.execute(text("""
+                await conn.execute(
+                    text("""
                     UPDATE measurements SET refused_intervals = refused_intervals + 1, refusal = :r
                     WHERE id = :m AND host_id = :h"""),
-                    [{"h": h, "m": m, "r": r[:1024]} for h, (m, r) in refusals])
+                    [{"h": h, "m": m, "r": r[:1024]} for h, (m, r) in refusals],
+                )
             updates: dict[str, MeasurementUpdate] = {}
             for it in work:
                 if it.measurement is not None:
@@ -322,7 +398,8 @@ class IngestWriter:
                     if have is None or have.last_ts <= m.last_ts or m.ended:
                         updates[m.measurement_id] = m
             if updates:
-                await conn.execute(text("""
+                await conn.execute(
+                    text("""
                     UPDATE measurements SET
                       state = CASE WHEN state IN ('target_exited', 'stopped', 'failed') AND NOT :ended
                                    THEN state ELSE :state END,
@@ -331,5 +408,14 @@ class IngestWriter:
                       started_at = coalesce(started_at, :ts),
                       ended_at = CASE WHEN :ended THEN coalesce(ended_at, now()) ELSE ended_at END
                     WHERE id = :id"""),
-                    [{"id": m.measurement_id, "state": m.state, "detail": m.detail, "ts": m.last_ts,
-                      "ended": m.ended} for m in updates.values()])
+                    [
+                        {
+                            "id": m.measurement_id,
+                            "state": m.state,
+                            "detail": m.detail,
+                            "ts": m.last_ts,
+                            "ended": m.ended,
+                        }
+                        for m in updates.values()
+                    ],
+                )

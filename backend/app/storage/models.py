@@ -9,6 +9,7 @@ narrow `functions` table; its blocks, successors and calls live in `function_cod
 partitioned tables that only app.storage.samples and app.storage.series touch; they have no ORM models.
 Unsigned 64-bit addresses are stored in BIGINT columns as their two's-complement bit pattern.
 """
+
 import uuid
 from datetime import datetime
 from typing import Any
@@ -146,9 +147,11 @@ class CatalogPiece(Base):
 
 class Function(Base):
     __tablename__ = "functions"
-    __table_args__ = (UniqueConstraint("digest", "index", name="uq_functions_digest_index"),
-                      Index("ix_functions_name", "name"),
-                      Index("ix_functions_digest_offset", "digest", "offset"))
+    __table_args__ = (
+        UniqueConstraint("digest", "index", name="uq_functions_digest_index"),
+        Index("ix_functions_name", "name"),
+        Index("ix_functions_digest_offset", "digest", "offset"),
+    )
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     digest: Mapped[str] = mapped_column(ForeignKey("catalog_pieces.digest", ondelete="CASCADE"))
     index: Mapped[int] = mapped_column(Integer)
@@ -207,8 +210,10 @@ class Command(Base):
     idempotency key; every state change is recorded here and audited."""
 
     __tablename__ = "commands"
-    __table_args__ = (Index("ix_commands_host_state", "host_id", "state"),
-                      Index("ix_commands_host_created", "host_id", "created_at"))
+    __table_args__ = (
+        Index("ix_commands_host_state", "host_id", "state"),
+        Index("ix_commands_host_created", "host_id", "created_at"),
+    )
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(32))
@@ -258,8 +263,7 @@ class MeasurementResource(Base):
     metric, whether it is served, its label, mechanism, unit, and the reason when it is not."""
 
     __tablename__ = "measurement_resources"
-    measurement_id: Mapped[str] = mapped_column(ForeignKey("measurements.id", ondelete="CASCADE"),
-                                                primary_key=True)
+    measurement_id: Mapped[str] = mapped_column(ForeignKey("measurements.id", ondelete="CASCADE"), primary_key=True)
     idx: Mapped[int] = mapped_column(Integer, primary_key=True)
     digest: Mapped[str] = mapped_column(String(64))
     function_index: Mapped[int] = mapped_column(Integer)
@@ -368,8 +372,10 @@ class Plan(Base):
     plan_json is the agent's plan as the backend validated it (app.domain.plan_check); every change is audited."""
 
     __tablename__ = "plans"
-    __table_args__ = (Index("ix_plans_host_created", "host_id", "created_at"),
-                      Index("ix_plans_host_target_state", "host_id", "target_id", "state"))
+    __table_args__ = (
+        Index("ix_plans_host_created", "host_id", "created_at"),
+        Index("ix_plans_host_target_state", "host_id", "target_id", "state"),
+    )
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
     target_id: Mapped[str] = mapped_column(String(64))

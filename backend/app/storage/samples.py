@@ -30,6 +30,7 @@ Samples for a module whose catalog piece is not yet stored cannot be mapped to a
 dropped and counted (the interval's dropped_samples, and the agent session's counter), because an
 interval's hotness is only useful while it is recent and the catalog arrives within seconds.
 """
+
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -48,9 +49,11 @@ __all__ = ["IngestWriter", "Item", "MeasurementUpdate", "PointRow", "SampleRow"]
 
 # The kernel's idle loop on x86-64: the functions a sampled CPU is in when it has nothing to run
 # (halted, polling or in a cpuidle driver). Matched against whole names.
-IDLE_FUNCTION_RE = (r"^(pv_native_safe_halt|native_safe_halt|native_halt|default_idle|default_idle_call|"
-                    r"arch_cpu_idle|cpu_idle_poll|do_idle|poll_idle|acpi_safe_halt|acpi_idle_.*|intel_idle.*|"
-                    r"mwait_idle.*|amd_e400_idle|cpuidle_enter.*|xen_safe_halt|hlt_play_dead)$")
+IDLE_FUNCTION_RE = (
+    r"^(pv_native_safe_halt|native_safe_halt|native_halt|default_idle|default_idle_call|"
+    r"arch_cpu_idle|cpu_idle_poll|do_idle|poll_idle|acpi_safe_halt|acpi_idle_.*|intel_idle.*|"
+    r"mwait_idle.*|amd_e400_idle|cpuidle_enter.*|xen_safe_halt|hlt_play_dead)$"
+)
 
 # Steps of the timeline's buckets, in seconds: a range is cut into at most `points` buckets of the
 # smallest step that allows it, so bucket edges stay on round times.
@@ -60,6 +63,7 @@ NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 1
 @dataclass(frozen=True)
 class RangeSpec:
     """What a request asked for: the last `window_s` seconds, or an absolute [start, end)."""
+
     window_s: int | None = None
     start: datetime | None = None
     end: datetime | None = None
@@ -86,9 +90,13 @@ async def resolve(session: AsyncSession, host_id: str, spec: RangeSpec) -> TimeR
     """The absolute range a spec means for this host; None for a window on a host with no samples."""
     if spec.start is not None and spec.end is not None:
         return TimeRange(spec.start, spec.end)
-    row = (await session.execute(text("""
+    row = (
+        await session.execute(
+            text("""
         SELECT ts, interval_ms FROM sample_intervals WHERE host_id = :h ORDER BY ts DESC LIMIT 1"""),
-        {"h": host_id})).first()
+            {"h": host_id},
+        )
+    ).first()
     if row is None:
         return None
     end = row.ts + timedelta(milliseconds=row.interval_ms)
@@ -101,7 +109,6 @@ def empty_range(spec: RangeSpec) -> TimeRange:
         return TimeRange(spec.start, spec.end)
     end = datetime.now(UTC)
     return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
-
 
 
 # Where a range is read from -----------------------------------------------------------------------
@@ -120,8 +127,9 @@ def _ceil(t: datetime, step: timedelta) -> datetime:
     return f if f == t else f + step
 
 
-def plan(start: datetime, end: datetime, wm_1m: datetime, wm_1h: datetime,
-         grain: timedelta | None = None) -> list[tuple[str, datetime, datetime]]:
+def plan(
+    start: datetime, end: datetime, wm_1m: datetime, wm_1h: datetime, grain: timedelta | None = None
+) -> list[tuple[str, datetime, datetime]]:
     """Cut [start, end) into spans read from the hour rollups, the minute rollups and the raw rows:
     whole hours below the hour watermark, whole minutes below the minute watermark, raw rows for the
     rest. `grain` limits the rollups used (a 30 s timeline bucket cannot come from a minute rollup)."""
@@ -151,8 +159,12 @@ async def _watermarks(session: AsyncSession) -> tuple[datetime, datetime]:
     return await rollups.watermarks(await session.connection())
 
 
-def _blocks_sql(spans: list[tuple[str, datetime, datetime]], host_param: str = "h", prefix: str = "",
-                function_param: str | None = None) -> tuple[str, dict[str, Any]]:
+def _blocks_sql(
+    spans: list[tuple[str, datetime, datetime]],
+    host_param: str = "h",
+    prefix: str = "",
+    function_param: str | None = None,
+) -> tuple[str, dict[str, Any]]:
     """A SELECT of (function_id, block_offset, count, idle_count, t) over the spans: idle_count of count
     are the idle task's; t is the interval's or bucket's start."""
     parts: list[str] = []
@@ -171,13 +183,23 @@ def _blocks_sql(spans: list[tuple[str, datetime, datetime]], host_param: str = "
             parts.append(f"""SELECT function_id, block_offset, count, idle_count, bucket AS t FROM sample_blocks_{src}
                 WHERE host_id = :{host_param} AND bucket >= :{a} AND bucket < :{b}{fn}""")
     if not parts:
-        return ("SELECT NULL::bigint AS function_id, NULL::integer AS block_offset, 0::bigint AS count, "
-                "0::bigint AS idle_count, NULL::timestamptz AS t WHERE false"), params
+        return (
+            "SELECT NULL::bigint AS function_id, NULL::integer AS block_offset, 0::bigint AS count, "
+            "0::bigint AS idle_count, NULL::timestamptz AS t WHERE false"
+        ), params
     return " UNION ALL ".join(parts), params
 
 
-_TOTAL_COLS = ("total_samples", "user_samples", "unmapped_samples", "lost_samples", "dropped_samples", "idle_samples",
-               "stack_samples", "stack_dropped_samples")
+_TOTAL_COLS = (
+    "total_samples",
+    "user_samples",
+    "unmapped_samples",
+    "lost_samples",
+    "dropped_samples",
+    "idle_samples",
+    "stack_samples",
+    "stack_dropped_samples",
+)
 
 
 def _totals_sql(spans: list[tuple[str, datetime, datetime]]) -> tuple[str, dict[str, Any]]:
@@ -189,11 +211,15 @@ def _totals_sql(spans: list[tuple[str, datetime, datetime]]) -> tuple[str, dict[
         a, b = f"tlo{i}", f"thi{i}"
         params[a], params[b] = lo, hi
         if src == "raw":
-            parts.append(f"SELECT ts AS t, interval_ms::bigint AS ms, {cols} FROM sample_intervals "
-                         f"WHERE host_id = :h AND ts >= :{a} AND ts < :{b}")
+            parts.append(
+                f"SELECT ts AS t, interval_ms::bigint AS ms, {cols} FROM sample_intervals "
+                f"WHERE host_id = :h AND ts >= :{a} AND ts < :{b}"
+            )
         else:
-            parts.append(f"SELECT bucket AS t, covered_ms AS ms, {cols} FROM sample_totals_{src} "
-                         f"WHERE host_id = :h AND bucket >= :{a} AND bucket < :{b}")
+            parts.append(
+                f"SELECT bucket AS t, covered_ms AS ms, {cols} FROM sample_totals_{src} "
+                f"WHERE host_id = :h AND bucket >= :{a} AND bucket < :{b}"
+            )
     if not parts:
         zero = ", ".join(f"0::bigint AS {c}" for c in _TOTAL_COLS)
         return f"SELECT NULL::timestamptz AS t, 0::bigint AS ms, {zero} WHERE false", params
@@ -202,39 +228,74 @@ def _totals_sql(spans: list[tuple[str, datetime, datetime]]) -> tuple[str, dict[
 
 # Coverage and gaps -------------------------------------------------------------------------------
 
+
 async def coverage(session: AsyncSession, host_id: str, window_s: int, buckets: int) -> dict[str, Any]:
     """Coverage of the last `window_s` seconds (by our clock) in `buckets` buckets, and the recorded gaps."""
     bucket_s = max(1, window_s // buckets)
     end = (await session.execute(text("SELECT now()"))).scalar_one()
     start = end - timedelta(seconds=bucket_s * buckets)
-    rows = await session.execute(text("""
+    rows = await session.execute(
+        text("""
         SELECT floor(extract(epoch FROM (ts - :start)) / :b)::int AS i, sum(interval_ms)::bigint AS ms
         FROM sample_intervals WHERE host_id = :h AND ts >= :start AND ts < :end GROUP BY 1"""),
-        {"h": host_id, "start": start, "end": end, "b": bucket_s})
+        {"h": host_id, "start": start, "end": end, "b": bucket_s},
+    )
     covered = {r.i: int(r.ms) for r in rows}
-    gaps = await session.execute(text("""
+    gaps = await session.execute(
+        text("""
         SELECT id, start_ts, end_ts, messages, reason, source FROM data_gaps
-        WHERE host_id = :h AND end_ts >= :start ORDER BY start_ts LIMIT 500"""), {"h": host_id, "start": start})
-    return {"start": start, "end": end, "bucket_s": bucket_s,
-            "buckets": [{"start": start + timedelta(seconds=i * bucket_s),
-                         "covered_ms": min(covered.get(i, 0), bucket_s * 1000)} for i in range(buckets)],
-            "gaps": [{"id": g.id, "start": g.start_ts, "end": g.end_ts, "messages": g.messages, "reason": g.reason,
-                      "source": g.source} for g in gaps]}
+        WHERE host_id = :h AND end_ts >= :start ORDER BY start_ts LIMIT 500"""),
+        {"h": host_id, "start": start},
+    )
+    return {
+        "start": start,
+        "end": end,
+        "bucket_s": bucket_s,
+        "buckets": [
+            {"start": start + timedelta(seconds=i * bucket_s), "covered_ms": min(covered.get(i, 0), bucket_s * 1000)}
+            for i in range(buckets)
+        ],
+        "gaps": [
+            {
+                "id": g.id,
+                "start": g.start_ts,
+                "end": g.end_ts,
+                "messages": g.messages,
+                "reason": g.reason,
+                "source": g.source,
+            }
+            for g in gaps
+        ],
+    }
 
 
 async def delete_host_series(session: AsyncSession, host_id: str) -> None:
     """Delete a host's series (its gaps, measurements and commands go with its host row)."""
-    for table in ("sample_intervals", "sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m",
-                  "sample_totals_1h", "measurement_points", "measurement_points_1m", "measurement_points_1h"):
+    for table in (
+        "sample_intervals",
+        "sample_blocks_1m",
+        "sample_blocks_1h",
+        "sample_totals_1m",
+        "sample_totals_1h",
+        "measurement_points",
+        "measurement_points_1m",
+        "measurement_points_1h",
+    ):
         await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
     await stack_store.delete_host(session, host_id)
 
 
 # Maintenance: partitions, retention, rollups ------------------------------------------------------
 
-async def maintain(engine: AsyncEngine, retention_hours: float, rollup_retention_hours: float | None = None,
-                   now: datetime | None = None, audit_retention_days: float | None = None,
-                   stack_retention_hours: float | None = None) -> int:
+
+async def maintain(
+    engine: AsyncEngine,
+    retention_hours: float,
+    rollup_retention_hours: float | None = None,
+    now: datetime | None = None,
+    audit_retention_days: float | None = None,
+    stack_retention_hours: float | None = None,
+) -> int:
     """Create the partitions the accepted window needs, drop those past the retention (raw rows after
     `retention_hours`, call stacks after `stack_retention_hours` when shorter, rollups after
     `rollup_retention_hours`, default the same), and delete stack definitions nothing refers to, gaps,
@@ -250,19 +311,29 @@ async def maintain(engine: AsyncEngine, retention_hours: float, rollup_retention
     async with engine.begin() as conn:
         await stack_store.prune_definitions(conn, now - min(raw, stack_keep or raw))
         await conn.execute(text("DELETE FROM data_gaps WHERE end_ts < :c"), {"c": cutoff})
-        await conn.execute(text("DELETE FROM delivery_marks WHERE updated_at < :c"),
-                           {"c": now - timedelta(hours=max(retention_hours, 24) * 2)})
-        await conn.execute(text("""
+        await conn.execute(
+            text("DELETE FROM delivery_marks WHERE updated_at < :c"),
+            {"c": now - timedelta(hours=max(retention_hours, 24) * 2)},
+        )
+        await conn.execute(
+            text("""
             DELETE FROM commands WHERE finished_at < :c AND state IN ('done', 'failed', 'cancelled')"""),
-            {"c": now - max(raw, timedelta(days=7))})
+            {"c": now - max(raw, timedelta(days=7))},
+        )
         if audit_retention_days is not None:
-            await conn.execute(text("DELETE FROM audit_log WHERE at < :c"),
-                               {"c": now - timedelta(days=audit_retention_days)})
+            await conn.execute(
+                text("DELETE FROM audit_log WHERE at < :c"), {"c": now - timedelta(days=audit_retention_days)}
+            )
     return rows
 
 
-async def prune_samples(engine: AsyncEngine, retention_hours: float, now: datetime | None = None,
-                        audit_retention_days: float | None = None, stack_retention_hours: float | None = None) -> int:
+async def prune_samples(
+    engine: AsyncEngine,
+    retention_hours: float,
+    now: datetime | None = None,
+    audit_retention_days: float | None = None,
+    stack_retention_hours: float | None = None,
+) -> int:
     """Retention: drop the series partitions past `retention_hours` (see maintain)."""
     return await maintain(engine, retention_hours, None, now, audit_retention_days, stack_retention_hours)
 
@@ -283,12 +354,15 @@ async def function_names(engine: AsyncEngine, ids: list[int]) -> dict[int, str]:
 async def idle_function_indexes(engine: AsyncEngine, digest: str) -> set[int]:
     """Indexes of a catalog piece's idle-loop functions (counted as idle when samples are stored)."""
     async with engine.connect() as conn:
-        rows = await conn.execute(text("SELECT index FROM functions WHERE digest = :d AND name ~ :idle"),
-                                  {"d": digest, "idle": IDLE_FUNCTION_RE})
+        rows = await conn.execute(
+            text("SELECT index FROM functions WHERE digest = :d AND name ~ :idle"),
+            {"d": digest, "idle": IDLE_FUNCTION_RE},
+        )
         return {r[0] for r in rows}
 
 
 # Reading samples ----------------------------------------------------------------------------------
+
 
 async def function_totals_sql(session: AsyncSession, r: TimeRange | None) -> tuple[str, dict[str, Any]]:
     """A SELECT of (function_id, s) — samples per function in the range — for other queries to join
@@ -305,9 +379,12 @@ async def function_work_sql(session: AsyncSession, r: TimeRange, include_idle: b
     left out unless include_idle), of all its samples the idle task's, and all of them."""
     wm_1m, wm_1h = await _watermarks(session)
     src, params = _blocks_sql(plan(r.start, r.end, wm_1m, wm_1h), prefix="fw")
-    return (f"""SELECT function_id, sum(count) - CASE WHEN :include_idle THEN 0 ELSE sum(idle_count) END AS s,
+    return (
+        f"""SELECT function_id, sum(count) - CASE WHEN :include_idle THEN 0 ELSE sum(idle_count) END AS s,
                        sum(idle_count) AS idle_s, sum(count) AS all_s
-                FROM ({src}) AS b GROUP BY function_id""", {**params, "include_idle": include_idle})
+                FROM ({src}) AS b GROUP BY function_id""",
+        {**params, "include_idle": include_idle},
+    )
 
 
 async def totals(session: AsyncSession, host_id: str, r: TimeRange) -> dict[str, int]:
@@ -315,15 +392,26 @@ async def totals(session: AsyncSession, host_id: str, r: TimeRange) -> dict[str,
     outside known functions, lost; and how many samples carried a call stack."""
     wm_1m, wm_1h = await _watermarks(session)
     src, params = _totals_sql(plan(r.start, r.end, wm_1m, wm_1h))
-    row = (await session.execute(text(f"""
+    row = (
+        await session.execute(
+            text(f"""
         SELECT coalesce(sum(total_samples), 0) AS total, coalesce(sum(user_samples), 0) AS "user",
                coalesce(sum(unmapped_samples), 0) AS unmapped, coalesce(sum(lost_samples), 0) AS lost,
                coalesce(sum(idle_samples), 0) AS idle, coalesce(sum(stack_samples), 0) AS stacks
-        FROM ({src}) AS t"""), {**params, "h": host_id})).one()
+        FROM ({src}) AS t"""),
+            {**params, "h": host_id},
+        )
+    ).one()
     total, user = int(row.total), int(row.user)
-    return {"total_samples": total, "user_samples": user, "kernel_samples": total - user,
-            "idle_samples": int(row.idle), "unmapped_samples": int(row.unmapped), "lost_samples": int(row.lost),
-            "stack_samples": int(row.stacks)}
+    return {
+        "total_samples": total,
+        "user_samples": user,
+        "kernel_samples": total - user,
+        "idle_samples": int(row.idle),
+        "unmapped_samples": int(row.unmapped),
+        "lost_samples": int(row.lost),
+        "stack_samples": int(row.stacks),
+    }
 
 
 _TOP_SORTS = {
@@ -333,16 +421,34 @@ _TOP_SORTS = {
 }
 
 
-async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, limit: int, offset: int = 0,
-                        sort: str = "samples", descending: bool = True, include_idle: bool = False) -> dict[str, Any]:
+async def top_functions(
+    session: AsyncSession,
+    host_id: str,
+    spec: RangeSpec,
+    limit: int,
+    offset: int = 0,
+    sort: str = "samples",
+    descending: bool = True,
+    include_idle: bool = False,
+) -> dict[str, Any]:
     """Functions by self samples in the range (or by inclusive samples, from call stacks); share is of
     all samples of the host (kernel and user). inclusive_samples is null when the range has no stacks."""
     r = await resolve(session, host_id, spec)
     if r is None:
         out = empty_range(spec)
-        return {**out.public(), "window_s": spec.window_s or round(out.seconds), "total_samples": 0,
-                "user_samples": 0, "kernel_samples": 0, "idle_samples": 0, "unmapped_samples": 0, "lost_samples": 0,
-                "stack_samples": 0, "functions": 0, "items": []}
+        return {
+            **out.public(),
+            "window_s": spec.window_s or round(out.seconds),
+            "total_samples": 0,
+            "user_samples": 0,
+            "kernel_samples": 0,
+            "idle_samples": 0,
+            "unmapped_samples": 0,
+            "lost_samples": 0,
+            "stack_samples": 0,
+            "functions": 0,
+            "items": [],
+        }
     sums = await totals(session, host_id, r)
     inclusive: dict[int, int] | None = None
     if sums["stack_samples"] > 0:
@@ -351,7 +457,9 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
     hot_sql, params = await function_work_sql(session, r, include_idle)
     order = _TOP_SORTS["samples" if sort == "inclusive" else sort].format(dir="DESC" if descending else "ASC")
     page = "" if by_inclusive else "LIMIT :limit OFFSET :offset"
-    rows = (await session.execute(text(f"""
+    rows = (
+        await session.execute(
+            text(f"""
         WITH hot AS ({hot_sql})
         SELECT hot.function_id, hot.s, f.name, coalesce(hm.name, '') AS module,
                coalesce(hot.idle_s, 0) * 2 > hot.all_s AS idle,
@@ -364,23 +472,36 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
         LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h AND hm.target_id = 'kernel'
         WHERE hot.s > 0
         ORDER BY {order} {page}"""),
-        {**params, "h": host_id, "limit": limit, "offset": offset})).all()
+            {**params, "h": host_id, "limit": limit, "offset": offset},
+        )
+    ).all()
     total = sums["total_samples"]
     items = []
     for row in rows:
         s = int(row.s)
-        items.append({"function_id": row.function_id, "name": row.name, "module": row.module,
-                      "address": int(row.address) if row.address is not None else None,
-                      "address_hex": row.address_hex, "samples": s, "samples_per_sec": s / r.seconds,
-                      "share": (s / total) if total else 0.0, "idle": bool(row.idle),
-                      "inclusive_samples": (max(inclusive.get(row.function_id, 0), s)
-                                            if inclusive is not None else None)})
+        items.append(
+            {
+                "function_id": row.function_id,
+                "name": row.name,
+                "module": row.module,
+                "address": int(row.address) if row.address is not None else None,
+                "address_hex": row.address_hex,
+                "samples": s,
+                "samples_per_sec": s / r.seconds,
+                "share": (s / total) if total else 0.0,
+                "idle": bool(row.idle),
+                "inclusive_samples": (max(inclusive.get(row.function_id, 0), s) if inclusive is not None else None),
+            }
+        )
     if by_inclusive:
         assert inclusive is not None
         # Functions that only call (no self samples) rank by what they include too.
         have = {i["function_id"] for i in items}
         extra = [fid for fid in inclusive if fid not in have]
-        for row in (await session.execute(text("""
+        for row in (
+            (
+                await session.execute(
+                    text("""
                 SELECT f.id AS function_id, f.name, coalesce(hm.name, '') AS module,
                        CASE WHEN hm.base_address + f."offset" < 0
                             THEN (hm.base_address + f."offset")::numeric + 18446744073709551616
@@ -388,14 +509,30 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
                        to_hex(hm.base_address + f."offset") AS address_hex
                 FROM functions f
                 LEFT JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h AND hm.target_id = 'kernel'
-                WHERE f.id = ANY(:ids)"""), {"h": host_id, "ids": extra})).all() if extra else []:
-            items.append({"function_id": row.function_id, "name": row.name, "module": row.module,
-                          "address": int(row.address) if row.address is not None else None,
-                          "address_hex": row.address_hex, "samples": 0, "samples_per_sec": 0.0, "share": 0.0,
-                          "idle": False, "inclusive_samples": inclusive[row.function_id]})
+                WHERE f.id = ANY(:ids)"""),
+                    {"h": host_id, "ids": extra},
+                )
+            ).all()
+            if extra
+            else []
+        ):
+            items.append(
+                {
+                    "function_id": row.function_id,
+                    "name": row.name,
+                    "module": row.module,
+                    "address": int(row.address) if row.address is not None else None,
+                    "address_hex": row.address_hex,
+                    "samples": 0,
+                    "samples_per_sec": 0.0,
+                    "share": 0.0,
+                    "idle": False,
+                    "inclusive_samples": inclusive[row.function_id],
+                }
+            )
         items.sort(key=lambda i: (-i["inclusive_samples"] if descending else i["inclusive_samples"], i["name"]))
         n = len(items)
-        items = items[offset:offset + limit]
+        items = items[offset : offset + limit]
     else:
         n = int(rows[0].n) if rows else await _ranked_count(session, host_id, r, include_idle) if offset else 0
     return {**r.public(), "window_s": spec.window_s or round(r.seconds), **sums, "functions": n, "items": items}
@@ -403,10 +540,14 @@ async def top_functions(session: AsyncSession, host_id: str, spec: RangeSpec, li
 
 async def _ranked_count(session: AsyncSession, host_id: str, r: TimeRange, include_idle: bool) -> int:
     hot_sql, params = await function_work_sql(session, r, include_idle)
-    n: int = (await session.execute(text(f"""
+    n: int = (
+        await session.execute(
+            text(f"""
         WITH hot AS ({hot_sql})
         SELECT count(*) FROM hot JOIN functions f ON f.id = hot.function_id WHERE hot.s > 0"""),
-        {**params, "h": host_id})).scalar_one()
+            {**params, "h": host_id},
+        )
+    ).scalar_one()
     return n
 
 
@@ -428,8 +569,11 @@ async def function_rate(session: AsyncSession, host_id: str, function_id: int, s
         return 0.0
     wm_1m, wm_1h = await _watermarks(session)
     src, params = _blocks_sql(plan(r.start, r.end, wm_1m, wm_1h), function_param="fid")
-    s = (await session.execute(text(f"SELECT coalesce(sum(count), 0) FROM ({src}) AS b"),
-                               {**params, "h": host_id, "fid": function_id})).scalar_one()
+    s = (
+        await session.execute(
+            text(f"SELECT coalesce(sum(count), 0) FROM ({src}) AS b"), {**params, "h": host_id, "fid": function_id}
+        )
+    ).scalar_one()
     return float(s) / r.seconds
 
 
@@ -441,20 +585,27 @@ async def function_samples(session: AsyncSession, host_id: str, function_id: int
     if r is not None:
         wm_1m, wm_1h = await _watermarks(session)
         src, params = _blocks_sql(plan(r.start, r.end, wm_1m, wm_1h), function_param="fid")
-        rows = await session.execute(text(f"""
+        rows = await session.execute(
+            text(f"""
             SELECT block_offset, sum(count) AS s FROM ({src}) AS b GROUP BY block_offset ORDER BY block_offset"""),
-            {**params, "h": host_id, "fid": function_id})
+            {**params, "h": host_id, "fid": function_id},
+        )
         for row in rows:
             total += int(row.s)
-            blocks.append({"offset": row.block_offset, "samples": int(row.s),
-                           "samples_per_sec": float(row.s) / r.seconds})
+            blocks.append(
+                {"offset": row.block_offset, "samples": int(row.s), "samples_per_sec": float(row.s) / r.seconds}
+            )
     out = r or empty_range(spec)
-    return {**out.public(), "function_id": function_id, "window_s": spec.window_s or round(out.seconds),
-            "total": total, "blocks": blocks}
+    return {
+        **out.public(),
+        "function_id": function_id,
+        "window_s": spec.window_s or round(out.seconds),
+        "total": total,
+        "blocks": blocks,
+    }
 
 
-async def instruction_samples(session: AsyncSession, host_id: str, function_id: int,
-                              spec: RangeSpec) -> dict[str, Any]:
+async def instruction_samples(session: AsyncSession, host_id: str, function_id: int, spec: RangeSpec) -> dict[str, Any]:
     """Samples per instruction of one function in the range (offsets from the function start), like perf
     annotate; `counted` of `total` samples have a known instruction (older agents counted blocks only).
     Read from the raw intervals only (rollups keep blocks, not instructions), so a range older than the
@@ -463,16 +614,26 @@ async def instruction_samples(session: AsyncSession, host_id: str, function_id: 
     items, total, counted = [], 0, 0
     if r is not None:
         params = {"h": host_id, "fid": function_id, "s": r.start, "e": r.end}
-        total = int((await session.execute(text("""
+        total = int(
+            (
+                await session.execute(
+                    text("""
             SELECT coalesce(sum(u.c), 0)
             FROM sample_intervals s, unnest(s.function_ids, s.counts) AS u(f, c)
-            WHERE s.host_id = :h AND s.ts >= :s AND s.ts < :e AND u.f = :fid"""), params)).scalar_one())
-        rows = await session.execute(text("""
+            WHERE s.host_id = :h AND s.ts >= :s AND s.ts < :e AND u.f = :fid"""),
+                    params,
+                )
+            ).scalar_one()
+        )
+        rows = await session.execute(
+            text("""
             SELECT s.block_offsets[v.i] + v.o AS off, sum(v.c) AS n
             FROM sample_intervals s, unnest(s.insn_index, s.insn_offsets, s.insn_counts) AS v(i, o, c)
             WHERE s.host_id = :h AND s.ts >= :s AND s.ts < :e AND s.function_ids[v.i] = :fid
               AND :fid = ANY(s.function_ids)
-            GROUP BY 1 ORDER BY 1"""), params)
+            GROUP BY 1 ORDER BY 1"""),
+            params,
+        )
         for row in rows:
             counted += int(row.n)
             items.append({"offset": int(row.off), "samples": int(row.n), "samples_per_sec": int(row.n) / r.seconds})
@@ -496,21 +657,33 @@ async def timeline(session: AsyncSession, host_id: str, spec: RangeSpec, points:
     origin = datetime(2000, 1, 1, tzinfo=UTC)
     wm_1m, wm_1h = await _watermarks(session)
     src, params = _totals_sql(plan(r.start, r.end, wm_1m, wm_1h, grain=timedelta(seconds=step)))
-    rows = await session.execute(text(f"""
+    rows = await session.execute(
+        text(f"""
         SELECT date_bin(:step, t, :origin) AS b, sum(total_samples) AS total, sum(user_samples) AS "user",
                sum(unmapped_samples) AS unmapped, sum(ms) AS ms, sum(idle_samples) AS idle
         FROM ({src}) AS t GROUP BY b ORDER BY b"""),
-        {**params, "h": host_id, "step": timedelta(seconds=step), "origin": origin})
+        {**params, "h": host_id, "step": timedelta(seconds=step), "origin": origin},
+    )
     out = []
     for row in rows:
         total, user = int(row.total), int(row.user)
-        out.append({"t": row.b, "seconds": int(row.ms) / 1000.0, "total": total, "user": user,
-                    "kernel": total - user, "idle": int(row.idle), "unmapped": int(row.unmapped)})
+        out.append(
+            {
+                "t": row.b,
+                "seconds": int(row.ms) / 1000.0,
+                "total": total,
+                "user": user,
+                "kernel": total - user,
+                "idle": int(row.idle),
+                "unmapped": int(row.unmapped),
+            }
+        )
     return {**r.public(), "step_s": step, "points": out}
 
 
-async def compare(session: AsyncSession, host_a: str, a: TimeRange, host_b: str, b: TimeRange, limit: int,
-                  include_idle: bool = False) -> dict[str, Any]:
+async def compare(
+    session: AsyncSession, host_a: str, a: TimeRange, host_b: str, b: TimeRange, limit: int, include_idle: bool = False
+) -> dict[str, Any]:
     """Per-function samples per second in two ranges (of one host or two), matched by module and name,
     largest change first."""
     sums_a = await totals(session, host_a, a)
@@ -518,7 +691,8 @@ async def compare(session: AsyncSession, host_a: str, a: TimeRange, host_b: str,
     wm_1m, wm_1h = await _watermarks(session)
     src_a, params_a = _blocks_sql(plan(a.start, a.end, wm_1m, wm_1h), host_param="ha", prefix="a")
     src_b, params_b = _blocks_sql(plan(b.start, b.end, wm_1m, wm_1h), host_param="hb", prefix="b")
-    rows = await session.execute(text(f"""
+    rows = await session.execute(
+        text(f"""
         WITH ha AS (SELECT function_id, sum(count) - CASE WHEN :include_idle THEN 0 ELSE sum(idle_count) END AS s,
                            sum(idle_count) AS idle_s, sum(count) AS all_s FROM ({src_a}) AS x GROUP BY function_id),
              hb AS (SELECT function_id, sum(count) - CASE WHEN :include_idle THEN 0 ELSE sum(idle_count) END AS s,
@@ -540,26 +714,51 @@ async def compare(session: AsyncSession, host_a: str, a: TimeRange, host_b: str,
         FROM na FULL JOIN nb ON na.name = nb.name AND na.module = nb.module
         ORDER BY abs(coalesce(nb.s, 0) / :bsec - coalesce(na.s, 0) / :asec) DESC, 1
         LIMIT :limit"""),
-        {**params_a, **params_b, "ha": host_a, "hb": host_b, "asec": a.seconds, "bsec": b.seconds,
-         "include_idle": include_idle, "limit": limit})
+        {
+            **params_a,
+            **params_b,
+            "ha": host_a,
+            "hb": host_b,
+            "asec": a.seconds,
+            "bsec": b.seconds,
+            "include_idle": include_idle,
+            "limit": limit,
+        },
+    )
     ta, tb = sums_a["total_samples"], sums_b["total_samples"]
     items, n = [], 0
     for row in rows:
         n = int(row.n)
         sa, sb = int(row.a_s), int(row.b_s)
         ra, rb = sa / a.seconds, sb / b.seconds
-        items.append({"name": row.name, "module": row.module, "idle": bool(row.idle),
-                      "a_function_id": row.a_fid, "b_function_id": row.b_fid,
-                      "a_samples": sa, "b_samples": sb, "a_per_sec": ra, "b_per_sec": rb, "delta_per_sec": rb - ra,
-                      "a_share": sa / ta if ta else 0.0, "b_share": sb / tb if tb else 0.0})
-    return {"a": {"host_id": host_a, **a.public(), **sums_a}, "b": {"host_id": host_b, **b.public(), **sums_b},
-            "functions": n, "items": items}
+        items.append(
+            {
+                "name": row.name,
+                "module": row.module,
+                "idle": bool(row.idle),
+                "a_function_id": row.a_fid,
+                "b_function_id": row.b_fid,
+                "a_samples": sa,
+                "b_samples": sb,
+                "a_per_sec": ra,
+                "b_per_sec": rb,
+                "delta_per_sec": rb - ra,
+                "a_share": sa / ta if ta else 0.0,
+                "b_share": sb / tb if tb else 0.0,
+            }
+        )
+    return {
+        "a": {"host_id": host_a, **a.public(), **sums_a},
+        "b": {"host_id": host_b, **b.public(), **sums_b},
+        "functions": n,
+        "items": items,
+    }
 
 
 # Reading measurements ----------------------------------------------------------------------------
 
-def _points_sql(spans: list[tuple[str, datetime, datetime]], resources: list[int] | None
-                ) -> tuple[str, dict[str, Any]]:
+
+def _points_sql(spans: list[tuple[str, datetime, datetime]], resources: list[int] | None) -> tuple[str, dict[str, Any]]:
     """A SELECT of (resource, t, seconds, <SLOTS>) over the spans for measurement :m; resource -1 rows
     carry the measured seconds (and the intervals, in `count`). `resources` limits the rows (the
     coverage rows always come)."""
@@ -581,8 +780,7 @@ def _points_sql(spans: list[tuple[str, datetime, datetime]], resources: list[int
             parts.append(f"""SELECT {COVERAGE_RESOURCE} AS resource, p.ts AS t, p.seconds, {cover}
                 FROM measurement_points p WHERE p.measurement_id = :m AND p.ts >= :{a} AND p.ts < :{b}""")
         else:
-            only = (f" AND (resource = ANY(:res) OR resource = {COVERAGE_RESOURCE})"
-                    if resources is not None else "")
+            only = f" AND (resource = ANY(:res) OR resource = {COVERAGE_RESOURCE})" if resources is not None else ""
             parts.append(f"""SELECT resource, bucket AS t, seconds, {slots} FROM measurement_points_{src}
                 WHERE measurement_id = :m AND bucket >= :{a} AND bucket < :{b}{only}""")
     if not parts:
@@ -595,9 +793,13 @@ async def measurement_range(session: AsyncSession, measurement_id: str, spec: Ra
     """The absolute range a spec means for a measurement: `window_s` back from its newest interval."""
     if spec.start is not None and spec.end is not None:
         return TimeRange(spec.start, spec.end)
-    row = (await session.execute(text("""
+    row = (
+        await session.execute(
+            text("""
         SELECT ts, seconds FROM measurement_points WHERE measurement_id = :m ORDER BY ts DESC LIMIT 1"""),
-        {"m": measurement_id})).first()
+            {"m": measurement_id},
+        )
+    ).first()
     if row is None:
         return None
     end = row.ts + timedelta(seconds=row.seconds)
@@ -615,42 +817,55 @@ async def measurement_values(session: AsyncSession, measurement_id: str, r: Time
     wm_1m, wm_1h = await _watermarks(session)
     src, params = _points_sql(plan(r.start, r.end, wm_1m, wm_1h), None)
     sums = ", ".join(f"sum({n}) AS {n}" for n in SLOTS)
-    rows = await session.execute(text(f"""
+    rows = await session.execute(
+        text(f"""
         SELECT resource, sum(seconds) AS seconds, {sums} FROM ({src}) AS p GROUP BY resource ORDER BY resource"""),
-        {**params, "m": measurement_id})
+        {**params, "m": measurement_id},
+    )
     seconds, intervals, per = 0.0, 0, []
     for row in rows:
         if row.resource == COVERAGE_RESOURCE:
             seconds, intervals = float(row.seconds or 0), int(row._mapping["count"] or 0)
         else:
             per.append({"resource": int(row.resource), "values": _slot_dict(row)})
-    last = (await session.execute(text("""
+    last = (
+        await session.execute(
+            text("""
         SELECT ts, seconds, state, resources, vals FROM measurement_points
-        WHERE measurement_id = :m ORDER BY ts DESC LIMIT 1"""), {"m": measurement_id})).first()
+        WHERE measurement_id = :m ORDER BY ts DESC LIMIT 1"""),
+            {"m": measurement_id},
+        )
+    ).first()
     latest = None
     if last is not None:
         values = []
         for i, res in enumerate(last.resources):
-            chunk = last.vals[i * NSLOTS:(i + 1) * NSLOTS]
-            values.append({"resource": int(res), "values": {n: (float(v) if v is not None else None)
-                                                            for n, v in zip(SLOTS, chunk, strict=False)}})
+            chunk = last.vals[i * NSLOTS : (i + 1) * NSLOTS]
+            values.append(
+                {
+                    "resource": int(res),
+                    "values": {n: (float(v) if v is not None else None) for n, v in zip(SLOTS, chunk, strict=False)},
+                }
+            )
         latest = {"start": last.ts, "seconds": float(last.seconds), "resources": values}
     return {**r.public(), "measured_seconds": seconds, "intervals": intervals, "resources": per, "latest": latest}
 
 
-async def measurement_series(session: AsyncSession, measurement_id: str, r: TimeRange, resources: list[int],
-                             points: int) -> dict[str, Any]:
+async def measurement_series(
+    session: AsyncSession, measurement_id: str, r: TimeRange, resources: list[int], points: int
+) -> dict[str, Any]:
     """Per resource, its values summed per round bucket of the range (at most `points` buckets), with
     each bucket's measured seconds (the divisor of rates and concurrency)."""
     step = timeline_step(r.seconds, points)
     wm_1m, wm_1h = await _watermarks(session)
     src, params = _points_sql(plan(r.start, r.end, wm_1m, wm_1h, grain=timedelta(seconds=step)), resources)
     sums = ", ".join(f"sum({n}) AS {n}" for n in SLOTS)
-    rows = await session.execute(text(f"""
+    rows = await session.execute(
+        text(f"""
         SELECT resource, date_bin(:step, t, :origin) AS b, sum(seconds) AS seconds, {sums}
         FROM ({src}) AS p GROUP BY resource, b ORDER BY resource, b"""),
-        {**params, "m": measurement_id, "step": timedelta(seconds=step),
-         "origin": datetime(2000, 1, 1, tzinfo=UTC)})
+        {**params, "m": measurement_id, "step": timedelta(seconds=step), "origin": datetime(2000, 1, 1, tzinfo=UTC)},
+    )
     buckets: dict[datetime, float] = {}
     series: dict[int, list[dict[str, Any]]] = {res: [] for res in resources}
     for row in rows:
@@ -658,6 +873,9 @@ async def measurement_series(session: AsyncSession, measurement_id: str, r: Time
             buckets[row.b] = float(row.seconds or 0)
         elif row.resource in series:
             series[row.resource].append({"t": row.b, "values": _slot_dict(row)})
-    return {**r.public(), "step_s": step,
-            "buckets": [{"t": t, "seconds": s} for t, s in sorted(buckets.items())],
-            "series": [{"resource": res, "points": pts} for res, pts in series.items()]}
+    return {
+        **r.public(),
+        "step_s": step,
+        "buckets": [{"t": t, "seconds": s} for t, s in sorted(buckets.items())],
+        "series": [{"resource": res, "points": pts} for res, pts in series.items()],
+    }

@@ -28,6 +28,7 @@ resolved once per process (`StackPaths`), so a refreshed view only reads the sta
 flame graph reads its stacks and who they belong to (processes, commands, CPUs) in one pass. Routes never
 touch the tables, so moving the series elsewhere changes this module only.
 """
+
 import gzip
 import hashlib
 import os
@@ -47,8 +48,12 @@ from app.storage.models import i64_to_u64, u64_to_i64
 from app.storage.series import copytext, rollups
 
 KERNEL_FUNCTION, KERNEL_ADDRESS, USER_FILE, USER_ADDRESS = 1, 2, 3, 4
-FRAME_KINDS = {KERNEL_FUNCTION: "kernel", KERNEL_ADDRESS: "kernel_address", USER_FILE: "user",
-               USER_ADDRESS: "user_address"}
+FRAME_KINDS = {
+    KERNEL_FUNCTION: "kernel",
+    KERNEL_ADDRESS: "kernel_address",
+    USER_FILE: "user",
+    USER_ADDRESS: "user_address",
+}
 IdleMode = Literal["exclude", "include", "only"]
 # A tree larger than this is cut: frames below a share of the root's samples are folded into their parent.
 MAX_NODES = 150_000
@@ -68,6 +73,7 @@ def stack_id(frames: Iterable[tuple[int, str, int, int]]) -> int:
 class StackFilter:
     """Which samples a question is about: one process, one command name, one CPU (None: any), and what
     to do with the idle task's samples."""
+
     pid: int | None = None
     comm: str | None = None
     cpu: int | None = None
@@ -99,11 +105,13 @@ class StackFilter:
 class BatchStacks:
     """The stacks of one metric batch, checked, ready to store: definitions (id, modules, flattened
     frames) and per-stack rows (id, total, pids, comms, cpus, counts)."""
+
     defs: list[tuple[int, list, list[int]]] = field(default_factory=list)
     rows: list[tuple[int, int, list[int], list[str], list[int], list[int]]] = field(default_factory=list)
 
 
 # Writing ------------------------------------------------------------------------------------------
+
 
 async def write(conn: AsyncConnection, host_id: str, ts: datetime, data: BatchStacks) -> None:
     """Store one batch's stacks inside the caller's transaction (see write_many)."""
@@ -115,27 +123,47 @@ async def write_many(conn: AsyncConnection, batches: list[tuple[str, datetime, B
     commit): every definition in one upsert (refreshing seen_at of known ones), every row in one COPY."""
     defs = {(host_id, i): (m, f) for host_id, _, data in batches for i, m, f in data.defs}
     if defs:
-        await conn.execute(text("""
+        await conn.execute(
+            text("""
             INSERT INTO stack_defs (host_id, stack_id, modules, frames, seen_at)
             SELECT d.h, d.id, CAST(d.modules AS jsonb), d.frames, now()
             FROM jsonb_to_recordset(CAST(:defs AS jsonb)) AS d(h text, id bigint, modules text, frames bigint[])
             ON CONFLICT (host_id, stack_id) DO UPDATE SET seen_at = now()"""),
-            {"defs": orjson.dumps([{"h": h, "id": u64_to_i64(i), "modules": orjson.dumps(m).decode(), "frames": f}
-                                   for (h, i), (m, f) in sorted(defs.items())]).decode()})
+            {
+                "defs": orjson.dumps(
+                    [
+                        {"h": h, "id": u64_to_i64(i), "modules": orjson.dumps(m).decode(), "frames": f}
+                        for (h, i), (m, f) in sorted(defs.items())
+                    ]
+                ).decode()
+            },
+        )
     if any(data.rows for _, _, data in batches):
         raw = await conn.get_raw_connection()
         assert raw.driver_connection is not None
         sql = "COPY stack_samples (host_id, ts, stack_id, count, pids, comms, cpus, counts) FROM STDIN"
         async with raw.driver_connection.cursor() as cur, cur.copy(sql) as copy:
-            await copy.write("".join(
-                copytext.row((host, stamp, str(u64_to_i64(sid)), str(total), copytext.ints(pids),
-                              copytext.texts(comms), copytext.ints(cpus), copytext.ints(counts)))
-                for host, stamp, data in ((copytext.field(h), copytext.ts(t), d) for h, t, d in batches)
-                for sid, total, pids, comms, cpus, counts in data.rows).encode())
+            await copy.write(
+                "".join(
+                    copytext.row(
+                        (
+                            host,
+                            stamp,
+                            str(u64_to_i64(sid)),
+                            str(total),
+                            copytext.ints(pids),
+                            copytext.texts(comms),
+                            copytext.ints(cpus),
+                            copytext.ints(counts),
+                        )
+                    )
+                    for host, stamp, data in ((copytext.field(h), copytext.ts(t), d) for h, t, d in batches)
+                    for sid, total, pids, comms, cpus, counts in data.rows
+                ).encode()
+            )
 
 
-async def add_late(conn: AsyncConnection, batches: list[tuple[str, datetime, BatchStacks]],
-                   wm_1m: datetime) -> None:
+async def add_late(conn: AsyncConnection, batches: list[tuple[str, datetime, BatchStacks]], wm_1m: datetime) -> None:
     """Sum the stacks of batches below the minute watermark into the minute and ten-minute rollups, inside
     the writer's transaction (which holds the watermark FOR SHARE, so the rollup task cannot sum them too)."""
     sums: dict[tuple[str, datetime, int, int, str, int], int] = defaultdict(int)
@@ -152,36 +180,48 @@ async def add_late(conn: AsyncConnection, batches: list[tuple[str, datetime, Bat
     for (h, b, i, p, c, cpu), n in sums.items():
         tens[(h, ten_minutes(b), i, p, c, cpu)] += n
     for table, rows in (("stack_samples_1m", sums), ("stack_samples_10m", tens)):
-        await conn.execute(text(f"""
+        await conn.execute(
+            text(f"""
             INSERT INTO {table} (host_id, bucket, stack_id, pid, comm, cpu, count)
             SELECT r.h, r.b, r.id, r.pid, r.comm, r.cpu, r.n
             FROM jsonb_to_recordset(CAST(:rows AS jsonb))
                 AS r(h text, b timestamptz, id bigint, pid integer, comm text, cpu integer, n bigint)
             ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
             DO UPDATE SET count = {table}.count + excluded.count"""),
-            {"rows": orjson.dumps([{"h": h, "b": b.isoformat(), "id": i, "pid": p, "comm": c, "cpu": cpu, "n": n}
-                                   for (h, b, i, p, c, cpu), n in rows.items()]).decode()})
+            {
+                "rows": orjson.dumps(
+                    [
+                        {"h": h, "b": b.isoformat(), "id": i, "pid": p, "comm": c, "cpu": cpu, "n": n}
+                        for (h, b, i, p, c, cpu), n in rows.items()
+                    ]
+                ).decode()
+            },
+        )
 
 
 async def known_ids(conn: AsyncConnection, host_id: str, ids: list[int]) -> set[int]:
     """Which of these stack ids the host has defined before."""
     if not ids:
         return set()
-    rows = await conn.execute(text("SELECT stack_id FROM stack_defs WHERE host_id = :h AND stack_id = ANY(:ids)"),
-                              {"h": host_id, "ids": [u64_to_i64(i) for i in ids]})
+    rows = await conn.execute(
+        text("SELECT stack_id FROM stack_defs WHERE host_id = :h AND stack_id = ANY(:ids)"),
+        {"h": host_id, "ids": [u64_to_i64(i) for i in ids]},
+    )
     return {i64_to_u64(r[0]) for r in rows}
 
 
 async def prune_definitions(conn: AsyncConnection, cutoff: datetime) -> None:
     """Delete definitions no stored row refers to that were not defined again since `cutoff` (the rows
     themselves, raw and rolled up, go with their time partitions, app.storage.series.partitions)."""
-    await conn.execute(text("""
+    await conn.execute(
+        text("""
         DELETE FROM stack_defs d WHERE d.seen_at < :c
           AND NOT EXISTS (SELECT 1 FROM stack_samples s WHERE s.host_id = d.host_id AND s.stack_id = d.stack_id)
           AND NOT EXISTS (SELECT 1 FROM stack_samples_1m r WHERE r.host_id = d.host_id AND r.stack_id = d.stack_id)
           AND NOT EXISTS (SELECT 1 FROM stack_samples_10m t
                           WHERE t.host_id = d.host_id AND t.stack_id = d.stack_id)"""),
-        {"c": cutoff})
+        {"c": cutoff},
+    )
 
 
 async def delete_host(session: AsyncSession, host_id: str) -> None:
@@ -191,9 +231,11 @@ async def delete_host(session: AsyncSession, host_id: str) -> None:
 
 # Reading: stacks of a range -------------------------------------------------------------------------
 
+
 @dataclass
 class Frame:
     """A frame as trees show it: merged by function (kernel) or by address (elsewhere)."""
+
     key: tuple
     name: str
     module: str
@@ -205,6 +247,7 @@ class Frame:
 class RangeStacks:
     """A range's stacks after the filter: per stack id its samples, and per id its frames (leaf first,
     as (frame index into `frames`, offset))."""
+
     counts: dict[int, int]
     stacks: dict[int, list[tuple[int, int]]]
     frames: list[Frame]
@@ -237,8 +280,13 @@ def _source(where: str) -> str:
     """FROM and WHERE of the range's samples as u(stack_id, pid, comm, cpu, n) after the filter `where`:
     whole ten minutes [:lo10, :hi10) from the ten-minute rollup, the other whole minutes of [:lo, :hi) from
     the minute rollup, the rest of [:s, :e) from the raw rows (see _span)."""
-    parts = [_rolled("stack_samples_10m", "lo10", "hi10"), _rolled("stack_samples_1m", "lo", "lo10"),
-             _rolled("stack_samples_1m", "hi10", "hi"), _raw("s", "lo"), _raw("hi", "e")]
+    parts = [
+        _rolled("stack_samples_10m", "lo10", "hi10"),
+        _rolled("stack_samples_1m", "lo", "lo10"),
+        _rolled("stack_samples_1m", "hi10", "hi"),
+        _raw("s", "lo"),
+        _raw("hi", "e"),
+    ]
     return f"""FROM ({" UNION ALL ".join(parts)}) u
         WHERE true{where}"""
 
@@ -250,8 +298,7 @@ async def _span(session: AsyncSession, host_id: str, start: datetime, end: datet
     task's, the writer's for late stacks), rollup rows below a watermark read before the query are
     complete, and the raw rows stay, so a watermark moving meanwhile changes nothing."""
     wm_1m, _ = await rollups.watermarks(await session.connection())
-    lo = start if start == start.replace(second=0, microsecond=0) else \
-        start.replace(second=0, microsecond=0) + _MINUTE
+    lo = start if start == start.replace(second=0, microsecond=0) else start.replace(second=0, microsecond=0) + _MINUTE
     hi = min(end, wm_1m)
     hi = hi.replace(second=0, microsecond=0)
     if hi <= lo:
@@ -263,11 +310,14 @@ async def _span(session: AsyncSession, host_id: str, start: datetime, end: datet
     return {"h": host_id, "s": start, "e": end, "lo": lo, "hi": hi, "lo10": lo10, "hi10": hi10}
 
 
-async def _counts(session: AsyncSession, host_id: str, start: datetime, end: datetime,
-                  flt: StackFilter) -> dict[int, int]:
+async def _counts(
+    session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter
+) -> dict[int, int]:
     where, params = flt.sql()
-    rows = await session.execute(text(f"SELECT u.stack_id, sum(u.n) AS n {_source(where)} GROUP BY u.stack_id"),
-                                 {**await _span(session, host_id, start, end), **params})
+    rows = await session.execute(
+        text(f"SELECT u.stack_id, sum(u.n) AS n {_source(where)} GROUP BY u.stack_id"),
+        {**await _span(session, host_id, start, end), **params},
+    )
     return {i64_to_u64(r.stack_id): int(r.n) for r in rows}
 
 
@@ -287,8 +337,9 @@ class FrameResolver:
             self.frames.append(make())
         return i
 
-    async def resolve(self, session: AsyncSession, host_id: str,
-                      defs: dict[int, tuple[list, list[int]]]) -> dict[int, list[tuple[int, int]]]:
+    async def resolve(
+        self, session: AsyncSession, host_id: str, defs: dict[int, tuple[list, list[int]]]
+    ) -> dict[int, list[tuple[int, int]]]:
         pairs: set[tuple[str, int]] = set()
         for modules, flat in defs.values():
             for k in range(0, len(flat), 3):
@@ -298,10 +349,12 @@ class FrameResolver:
         names: dict[tuple[str, int], tuple[int, str]] = {}
         if pairs:
             ds, ix = zip(*pairs, strict=True)
-            rows = await session.execute(text("""
+            rows = await session.execute(
+                text("""
                 SELECT f.id, f.digest, f.index AS fn_index, f.name FROM functions f
                 JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
-                {"d": list(ds), "i": list(ix)})
+                {"d": list(ds), "i": list(ix)},
+            )
             names = {(r.digest, r.fn_index): (r.id, r.name) for r in rows}
         out: dict[int, list[tuple[int, int]]] = {}
         for sid, (modules, flat) in defs.items():
@@ -313,13 +366,21 @@ class FrameResolver:
             out[sid] = frames
         return out
 
-    def _frame(self, kind: int, mkey: str, mname: str, fn: int, off: int,
-               names: dict[tuple[str, int], tuple[int, str]]) -> int:
+    def _frame(
+        self, kind: int, mkey: str, mname: str, fn: int, off: int, names: dict[tuple[str, int], tuple[int, str]]
+    ) -> int:
         if kind == KERNEL_FUNCTION:
             hit = names.get((mkey, fn))
-            return self._get(("k", mkey, fn), lambda: Frame(
-                ("k", mkey, fn), hit[1] if hit else f"{mname or mkey[:12]}#{fn}", mname or "vmlinux", "kernel",
-                hit[0] if hit else None))
+            return self._get(
+                ("k", mkey, fn),
+                lambda: Frame(
+                    ("k", mkey, fn),
+                    hit[1] if hit else f"{mname or mkey[:12]}#{fn}",
+                    mname or "vmlinux",
+                    "kernel",
+                    hit[0] if hit else None,
+                ),
+            )
         if kind == USER_FILE:
             base = os.path.basename(mkey) or mkey
             return self._get(("u", mkey, off), lambda: Frame(("u", mkey, off), f"{base}+{off:#x}", mkey, "user"))
@@ -331,17 +392,21 @@ class FrameResolver:
 async def definitions(session: AsyncSession, host_id: str, ids: list[int]) -> dict[int, tuple[list, list[int]]]:
     out: dict[int, tuple[list, list[int]]] = {}
     for k in range(0, len(ids), 20000):
-        chunk = [u64_to_i64(i) for i in ids[k:k + 20000]]
-        rows = await session.execute(text("""
+        chunk = [u64_to_i64(i) for i in ids[k : k + 20000]]
+        rows = await session.execute(
+            text("""
             SELECT stack_id, modules::text AS modules, frames FROM stack_defs
-            WHERE host_id = :h AND stack_id = ANY(:ids)"""), {"h": host_id, "ids": chunk})
+            WHERE host_id = :h AND stack_id = ANY(:ids)"""),
+            {"h": host_id, "ids": chunk},
+        )
         for r in rows:
             out[i64_to_u64(r.stack_id)] = (orjson.loads(r.modules), r.frames)
     return out
 
 
-async def _counts_and_contexts(session: AsyncSession, host_id: str, start: datetime, end: datetime,
-                               flt: StackFilter) -> tuple[dict[int, int], dict[str, Any]]:
+async def _counts_and_contexts(
+    session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter
+) -> tuple[dict[int, int], dict[str, Any]]:
     """The filter's samples per stack id (as `_counts`) and who all the range's samples belong to (before
     any filter: processes, commands, CPUs, and the idle task's share), in one pass over the samples: an
     hour is ~60 rollup rows per stack and context, and reading them once instead of four times is most
@@ -349,12 +414,14 @@ async def _counts_and_contexts(session: AsyncSession, host_id: str, start: datet
     where, params = flt.sql()
     matches = where.removeprefix(" AND ") or "true"
     # Summed per stack and context first (in parallel: grouping sets are not), then grouped three ways.
-    rows = await session.execute(text(f"""
+    rows = await session.execute(
+        text(f"""
         SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n, sum(u.n) FILTER (WHERE {matches}) AS f,
                grouping(u.stack_id) AS no_stack, grouping(u.cpu) AS no_cpu
         FROM (SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n {_source("")} GROUP BY 1, 2, 3, 4) u
         GROUP BY GROUPING SETS ((u.stack_id), (u.pid, u.comm), (u.cpu))"""),
-        {**await _span(session, host_id, start, end), **params})
+        {**await _span(session, host_id, start, end), **params},
+    )
     counts: dict[int, int] = {}
     procs: list[tuple[int, str, int]] = []
     comms: dict[str, int] = defaultdict(int)
@@ -369,14 +436,18 @@ async def _counts_and_contexts(session: AsyncSession, host_id: str, start: datet
         else:
             cpus.append((r.cpu, int(r.n)))
     procs.sort(key=lambda p: (-p[2], p[0]))
-    ctx = {"processes": [{"pid": pid, "comm": comm, "samples": n} for pid, comm, n in procs[:500]],
-           "commands": [{"comm": c, "samples": n} for c, n in sorted(comms.items(), key=lambda c: (-c[1], c[0]))[:500]],
-           "cpus": [{"cpu": cpu, "samples": n} for cpu, n in sorted(cpus)],
-           "all_samples": sum(n for _, n in cpus), "idle_samples": sum(n for pid, _, n in procs if pid == 0)}
+    ctx = {
+        "processes": [{"pid": pid, "comm": comm, "samples": n} for pid, comm, n in procs[:500]],
+        "commands": [{"comm": c, "samples": n} for c, n in sorted(comms.items(), key=lambda c: (-c[1], c[0]))[:500]],
+        "cpus": [{"cpu": cpu, "samples": n} for cpu, n in sorted(cpus)],
+        "all_samples": sum(n for _, n in cpus),
+        "idle_samples": sum(n for pid, _, n in procs if pid == 0),
+    }
     return counts, ctx
 
 
 # Trees ------------------------------------------------------------------------------------------
+
 
 def build_tree(sides: list[dict[bytes, int]], max_nodes: int = MAX_NODES) -> dict[str, Any]:
     """Merge the paths of one or more ranges (each path: frame ids leaf first, packed as array('I') bytes,
@@ -407,7 +478,7 @@ def build_tree(sides: list[dict[bytes, int]], max_nodes: int = MAX_NODES) -> dic
         lo, hi = 0, min(len(rooted), len(prev)) // 4
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if rooted[:4 * mid] == prev[:4 * mid]:
+            if rooted[: 4 * mid] == prev[: 4 * mid]:
                 lo = mid
             else:
                 hi = mid - 1
@@ -415,7 +486,7 @@ def build_tree(sides: list[dict[bytes, int]], max_nodes: int = MAX_NODES) -> dic
         if depth > lo:
             first = len(frame_of)
             path = array("I")
-            path.frombytes(rooted[4 * lo:])
+            path.frombytes(rooted[4 * lo :])
             frame_of.extend(path)
             parent.append(chain[lo - 1] if lo else 0)
             parent.extend(range(first, first + depth - lo - 1))
@@ -440,8 +511,8 @@ def build_tree(sides: list[dict[bytes, int]], max_nodes: int = MAX_NODES) -> dic
     folded = 0
     if n > max_nodes:
         keep = [True] * n
-        dropped = order[max_nodes - 1:]
-        del order[max_nodes - 1:]
+        dropped = order[max_nodes - 1 :]
+        del order[max_nodes - 1 :]
         for i in dropped:
             keep[i] = False
         for i in dropped:
@@ -468,9 +539,13 @@ def build_tree(sides: list[dict[bytes, int]], max_nodes: int = MAX_NODES) -> dic
         k = kids[node]
         if k is not None:
             stack.extend(reversed(k))
-    return {"frame": [frame_of[v] for v in visited], "parent": out_parent,
-            "total": [[t[v] for v in visited] for t in totals], "self": [[o[v] for v in visited] for o in selfs],
-            "folded": folded}
+    return {
+        "frame": [frame_of[v] for v in visited],
+        "parent": out_parent,
+        "total": [[t[v] for v in visited] for t in totals],
+        "self": [[o[v] for v in visited] for o in selfs],
+        "folded": folded,
+    }
 
 
 class StackPaths:
@@ -498,15 +573,19 @@ class StackPaths:
 
     def _intern(self, kind: int, mkey: str, mname: str, fn: int) -> int:
         if kind == KERNEL_FUNCTION:
-            return self._frame(("k", mkey, fn), lambda: Frame(("k", mkey, fn), f"{mname or mkey[:12]}#{fn}",
-                                                              mname or "vmlinux", "kernel"))
+            return self._frame(
+                ("k", mkey, fn),
+                lambda: Frame(("k", mkey, fn), f"{mname or mkey[:12]}#{fn}", mname or "vmlinux", "kernel"),
+            )
         if kind == USER_FILE:
             return self._frame(("u", mkey), lambda: Frame(("u", mkey), os.path.basename(mkey) or mkey, mkey, "user"))
         if kind == KERNEL_ADDRESS:
-            return self._frame(("ka",), lambda: Frame(("ka",), "[kernel code outside known functions]", "[kernel]",
-                                                      "kernel_address"))
-        return self._frame(("ua",), lambda: Frame(("ua",), "[user code outside mapped files]", "[unknown]",
-                                                  "user_address"))
+            return self._frame(
+                ("ka",), lambda: Frame(("ka",), "[kernel code outside known functions]", "[kernel]", "kernel_address")
+            )
+        return self._frame(
+            ("ua",), lambda: Frame(("ua",), "[user code outside mapped files]", "[unknown]", "user_address")
+        )
 
     async def load(self, session: AsyncSession, host_id: str, ids: Iterable[int]) -> dict[int, bytes]:
         """The paths of these stacks (those with a definition)."""
@@ -550,10 +629,12 @@ class StackPaths:
             return
         pairs = [(self.frames[i].key[1], self.frames[i].key[2]) for i in wanted]
         ds, ix = zip(*pairs, strict=True)
-        rows = await session.execute(text("""
+        rows = await session.execute(
+            text("""
             SELECT f.id, f.digest, f.index AS fn_index, f.name FROM functions f
             JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
-            {"d": list(ds), "i": list(ix)})
+            {"d": list(ds), "i": list(ix)},
+        )
         for r in rows:
             i = self.keys[("k", r.digest, r.fn_index)]
             self.frames[i].name, self.frames[i].function_id = r.name, r.id
@@ -563,8 +644,14 @@ class StackPaths:
 _PATHS = StackPaths()
 
 
-async def _merged_paths(session: AsyncSession, host_id: str, start: datetime, end: datetime,
-                        flt: StackFilter, counts: dict[int, int] | None = None) -> tuple[dict[bytes, int], int, int]:
+async def _merged_paths(
+    session: AsyncSession,
+    host_id: str,
+    start: datetime,
+    end: datetime,
+    flt: StackFilter,
+    counts: dict[int, int] | None = None,
+) -> tuple[dict[bytes, int], int, int]:
     """The range's samples per distinct path (stacks that differ only below the trees' merging are one
     path), the samples of the filter, and those of stacks without a definition (`counts`: the filter's
     samples per stack when the caller read them already)."""
@@ -604,8 +691,9 @@ def _frames_public(frames: list[Frame]) -> list[dict[str, Any]]:
     return [{"name": f.name, "module": f.module, "kind": f.kind, "function_id": f.function_id} for f in frames]
 
 
-async def flame_graph(session: AsyncSession, host_id: str, start: datetime, end: datetime,
-                      flt: StackFilter) -> dict[str, Any]:
+async def flame_graph(
+    session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter
+) -> dict[str, Any]:
     """The range's distinct paths (frames root first, as positions in the reply's frame list) with their
     samples, and who the samples belong to; the console merges the paths into the tree (an hour's tree
     has ~300,000 nodes: built here it took longer than reading the samples)."""
@@ -621,33 +709,57 @@ async def flame_graph(session: AsyncSession, host_id: str, start: datetime, end:
         lengths.append(len(path))
     used = sorted(set(rooted))
     local = {fi: j for j, fi in enumerate(used)}
-    return {"filter": flt.public(), "samples": total, "undefined_samples": undefined,
-            "frames": _frames_public([_PATHS.frames[fi] for fi in used]),
-            "paths": {"frame": [local[fi] for fi in rooted], "length": lengths, "samples": list(merged.values())},
-            "contexts": ctx}
+    return {
+        "filter": flt.public(),
+        "samples": total,
+        "undefined_samples": undefined,
+        "frames": _frames_public([_PATHS.frames[fi] for fi in used]),
+        "paths": {"frame": [local[fi] for fi in rooted], "length": lengths, "samples": list(merged.values())},
+        "contexts": ctx,
+    }
 
 
-async def flame_diff(session: AsyncSession, host_a: str, a: tuple[datetime, datetime], host_b: str,
-                     b: tuple[datetime, datetime], flt: StackFilter) -> dict[str, Any]:
+async def flame_diff(
+    session: AsyncSession,
+    host_a: str,
+    a: tuple[datetime, datetime],
+    host_b: str,
+    b: tuple[datetime, datetime],
+    flt: StackFilter,
+) -> dict[str, Any]:
     ma, ta, _ = await _merged_paths(session, host_a, a[0], a[1], flt)
     # Kernel frames of another host merge with A's when they name the same function of the same piece.
     mb, tb, _ = await _merged_paths(session, host_b, b[0], b[1], flt)
     tree = build_tree([ma, mb])
     frames = _local_frames(tree)
-    return {"filter": flt.public(), "a_samples": ta, "b_samples": tb, "frames": frames,
-            "nodes": {"frame": tree["frame"], "parent": tree["parent"], "a_total": tree["total"][0],
-                      "b_total": tree["total"][1], "a_self": tree["self"][0], "b_self": tree["self"][1]},
-            "folded_samples": tree["folded"]}
+    return {
+        "filter": flt.public(),
+        "a_samples": ta,
+        "b_samples": tb,
+        "frames": frames,
+        "nodes": {
+            "frame": tree["frame"],
+            "parent": tree["parent"],
+            "a_total": tree["total"][0],
+            "b_total": tree["total"][1],
+            "a_self": tree["self"][0],
+            "b_self": tree["self"][1],
+        },
+        "folded_samples": tree["folded"],
+    }
 
 
 # Functions from stacks -------------------------------------------------------------------------------
 
-async def inclusive_by_function(session: AsyncSession, host_id: str, start: datetime, end: datetime,
-                                include_idle: bool) -> tuple[dict[int, int], dict[int, int], int]:
+
+async def inclusive_by_function(
+    session: AsyncSession, host_id: str, start: datetime, end: datetime, include_idle: bool
+) -> tuple[dict[int, int], dict[int, int], int]:
     """Per function id: samples whose stack contains it (inclusive, once per sample however deep the
     recursion) and samples whose leaf it is (self); and the samples with a stack in the range."""
-    merged, total, _ = await _merged_paths(session, host_id, start, end,
-                                           StackFilter(idle="include" if include_idle else "exclude"))
+    merged, total, _ = await _merged_paths(
+        session, host_id, start, end, StackFilter(idle="include" if include_idle else "exclude")
+    )
     incl: dict[int, int] = defaultdict(int)
     own: dict[int, int] = defaultdict(int)
     frames = _PATHS.frames
@@ -676,8 +788,16 @@ def _call_site(sites: list[tuple[int, bool]], return_offset: int) -> tuple[int, 
     return best
 
 
-async def function_calls(session: AsyncSession, host_id: str, digest: str, index: int, start: datetime,
-                         end: datetime, flt: StackFilter, sites: list[tuple[int, bool]]) -> dict[str, Any]:
+async def function_calls(
+    session: AsyncSession,
+    host_id: str,
+    digest: str,
+    index: int,
+    start: datetime,
+    end: datetime,
+    flt: StackFilter,
+    sites: list[tuple[int, bool]],
+) -> dict[str, Any]:
     """Callers and callees of one function from the range's stacks, and per call site (sites: its
     offsets, and whether each is indirect) the callees observed there. The stacks that contain the
     function are found through the cached paths; only those are read with their offsets."""
@@ -728,21 +848,38 @@ async def function_calls(session: AsyncSession, host_id: str, digest: str, index
 
     def listing(counter: dict[int, int]) -> list[dict[str, Any]]:
         order = sorted(counter.items(), key=lambda kv: (-kv[1], rs.frames[kv[0]].name))
-        return [{"name": rs.frames[fi].name, "module": rs.frames[fi].module, "kind": rs.frames[fi].kind,
-                 "function_id": rs.frames[fi].function_id, "samples": n} for fi, n in order]
+        return [
+            {
+                "name": rs.frames[fi].name,
+                "module": rs.frames[fi].module,
+                "kind": rs.frames[fi].kind,
+                "function_id": rs.frames[fi].function_id,
+                "samples": n,
+            }
+            for fi, n in order
+        ]
 
     indirect = {s for s, ind in sites if ind}
-    call_sites = [{"site_offset": s, "indirect": s in indirect, "callees": listing(at_site[s])}
-                  for s in sorted(at_site)]
-    return {"filter": flt.public(), "samples": rs.total, "inclusive_samples": inclusive,
-            "self_samples": self_samples, "callers": listing(callers), "callees": listing(callees),
-            "call_sites": call_sites}
+    call_sites = [
+        {"site_offset": s, "indirect": s in indirect, "callees": listing(at_site[s])} for s in sorted(at_site)
+    ]
+    return {
+        "filter": flt.public(),
+        "samples": rs.total,
+        "inclusive_samples": inclusive,
+        "self_samples": self_samples,
+        "callers": listing(callers),
+        "callees": listing(callees),
+        "call_sites": call_sites,
+    }
 
 
 # pprof ------------------------------------------------------------------------------------------
 
-async def pprof(session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter,
-                frequency_hz: int) -> bytes:
+
+async def pprof(
+    session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter, frequency_hz: int
+) -> bytes:
     """The range's stacks as a gzipped pprof profile (profile.proto): one sample per (stack, pid, command,
     CPU) with values [samples, cpu nanoseconds] and labels pid, comm, cpu; a location per frame address,
     a function per kernel function (or per user address, named file+offset), a mapping per module.
@@ -751,9 +888,14 @@ async def pprof(session: AsyncSession, host_id: str, start: datetime, end: datet
     from app.protocol.proto import profile_pb  # generated from Google's profile.proto by the build
 
     where, params = flt.sql()
-    rows = (await session.execute(text(f"""
+    rows = (
+        await session.execute(
+            text(f"""
         SELECT u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n {_source(where)}
-        GROUP BY 1, 2, 3, 4 ORDER BY n DESC"""), {**await _span(session, host_id, start, end), **params})).all()
+        GROUP BY 1, 2, 3, 4 ORDER BY n DESC"""),
+            {**await _span(session, host_id, start, end), **params},
+        )
+    ).all()
     defs = await definitions(session, host_id, sorted({i64_to_u64(r.stack_id) for r in rows}))
     p = profile_pb.Profile()
     strings: dict[str, int] = {}
@@ -831,14 +973,20 @@ async def pprof(session: AsyncSession, host_id: str, start: datetime, end: datet
 
     # Kernel functions' names, and their locations' addresses on this host.
     if kernel_fns:
-        bases = {r.digest: i64_to_u64(r.base_address) for r in await session.execute(text(
-            "SELECT digest, base_address FROM host_modules WHERE host_id = :h"), {"h": host_id})}
+        bases = {
+            r.digest: i64_to_u64(r.base_address)
+            for r in await session.execute(
+                text("SELECT digest, base_address FROM host_modules WHERE host_id = :h"), {"h": host_id}
+            )
+        }
         ds, ix = zip(*kernel_fns, strict=True)
         found: dict[tuple[str, int], int] = {}
-        for r in await session.execute(text("""
+        for r in await session.execute(
+            text("""
                 SELECT f.digest, f.index AS fn_index, f."offset", f.name FROM functions f
                 JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
-                {"d": list(ds), "i": list(ix)}):
+            {"d": list(ds), "i": list(ix)},
+        ):
             found[(r.digest, r.fn_index)] = r.offset
             f = p.function[kernel_fns[(r.digest, r.fn_index)]]
             f.name = f.system_name = s(r.name)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Users: sign-in lookups, creation, the admins left.
-"""
+"""Users: sign-in lookups, creation, the admins left."""
+
 import uuid
 
 from sqlalchemy import select
@@ -28,8 +28,16 @@ async def create_user(session: AsyncSession, username: str, password: str, role:
 async def enabled_admin_ids_locked(session: AsyncSession) -> list[uuid.UUID]:
     """The enabled admins' ids, their rows locked until the transaction ends, so two admins demoting or
     disabling each other at once cannot both pass a check that one admin stays."""
-    return list((await session.execute(select(User.id).where(User.role == "admin", User.disabled_at.is_(None))
-                                       .order_by(User.id).with_for_update())).scalars())
+    return list(
+        (
+            await session.execute(
+                select(User.id)
+                .where(User.role == "admin", User.disabled_at.is_(None))
+                .order_by(User.id)
+                .with_for_update()
+            )
+        ).scalars()
+    )
 
 
 async def list_users(session: AsyncSession) -> list[User]:

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """GET /metrics: Prometheus text with request counts by route template (never by host id), latency
 histograms, connected agents and ingested samples."""
+
 import time
 
 from tests.scripted_agent import wait_catalog_complete, wait_until

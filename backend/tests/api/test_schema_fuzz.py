@@ -5,6 +5,7 @@ with a message, never an undocumented status such as 500, and every response mus
 documented schema. A second run fuzzes the call-stack routes (flame graphs, callers and callees,
 instruction samples, the pprof export) with the path fixed to a host and function that have stacks, so
 their filters and ranges are exercised against real data rather than answered with 404."""
+
 import asyncio
 import sys
 import time
@@ -24,24 +25,44 @@ async def test_rest_api_survives_schema_driven_fuzzing(backend, client, admin_to
         now = time.time_ns()
         stack = [("k", 0, 0x4), ("k", 1, 0x18), ("u", "/usr/bin/dd", 0x1234)]
         for i in range(5):
-            await agent.send_batch(agent.stack_batch(now - (i + 2) * 10**9, [
-                (stack, 100, "dd", 0, 7), (stack[1:], 100, "dd", 1, 2), ([("k", 9, 0x8)], 0, "swapper", 1, 5)]))
+            await agent.send_batch(
+                agent.stack_batch(
+                    now - (i + 2) * 10**9,
+                    [(stack, 100, "dd", 0, 7), (stack[1:], 100, "dd", 1, 2), ([("k", 9, 0x8)], 0, "swapper", 1, 5)],
+                )
+            )
         fid = await wait_until(_function_id(client, f"fuzz-{unique}", "vfs_read"))
 
         async def stacks_stored():
             r = await client.get(f"/api/v1/hosts/fuzz-{unique}/flamegraph", params={"window_s": 3600})
             return r.json()["samples"] == 5 * 9
+
         await wait_until(stacks_stored)
         config = tmp_path / "schemathesis.toml"
         config.write_text(f'[parameters]\n"path.host_id" = "fuzz-{unique}"\n"path.function_id" = {fid}\n')
         proc = await asyncio.create_subprocess_exec(
-            str(st), "--config-file", str(config), "run", f"{backend.base_url}/api/v1/openapi.json",
-            "--header", f"Authorization: Bearer {admin_token}",
-            "--checks", "status_code_conformance,content_type_conformance,response_schema_conformance",
-            "--phases", "examples,coverage,fuzzing", "--max-examples", "40", "--seed", "2",
-            "--include-path-regex", "/(flamegraph|calls|instruction-samples|profile|top-functions)",
-            "--report-dir", str(tmp_path),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            str(st),
+            "--config-file",
+            str(config),
+            "run",
+            f"{backend.base_url}/api/v1/openapi.json",
+            "--header",
+            f"Authorization: Bearer {admin_token}",
+            "--checks",
+            "status_code_conformance,content_type_conformance,response_schema_conformance",
+            "--phases",
+            "examples,coverage,fuzzing",
+            "--max-examples",
+            "40",
+            "--seed",
+            "2",
+            "--include-path-regex",
+            "/(flamegraph|calls|instruction-samples|profile|top-functions)",
+            "--report-dir",
+            str(tmp_path),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         out, _ = await asyncio.wait_for(proc.communicate(), 600)
         text = out.decode(errors="replace")
         assert proc.returncode == 0, text[-6000:]
@@ -52,15 +73,31 @@ async def test_rest_api_survives_schema_driven_fuzzing(backend, client, admin_to
         config = tmp_path / "schemathesis-all.toml"
         config.write_text(f'[parameters]\n"path.user_id" = "{user_id}"\n')
         proc = await asyncio.create_subprocess_exec(
-            str(st), "--config-file", str(config), "run", f"{backend.base_url}/api/v1/openapi.json",
-            "--header", f"Authorization: Bearer {admin_token}",
+            str(st),
+            "--config-file",
+            str(config),
+            "run",
+            f"{backend.base_url}/api/v1/openapi.json",
+            "--header",
+            f"Authorization: Bearer {admin_token}",
             # Not schemathesis' not_a_server_error: the instructions route documents 502/503/504 for an
             # agent that fails, is offline or is slow. An undocumented status, 500 included, still fails
             # status_code_conformance.
-            "--checks", "status_code_conformance,content_type_conformance,response_schema_conformance",
-            "--phases", "examples,coverage,fuzzing", "--max-examples", "25", "--seed", "1",
-            "--exclude-path", "/api/v1/ws", "--report-dir", str(tmp_path),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            "--checks",
+            "status_code_conformance,content_type_conformance,response_schema_conformance",
+            "--phases",
+            "examples,coverage,fuzzing",
+            "--max-examples",
+            "25",
+            "--seed",
+            "1",
+            "--exclude-path",
+            "/api/v1/ws",
+            "--report-dir",
+            str(tmp_path),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         out, _ = await asyncio.wait_for(proc.communicate(), 600)
         text = out.decode(errors="replace")
         assert proc.returncode == 0, text[-6000:]
@@ -72,4 +109,5 @@ def _function_id(client, host_id: str, name: str):
     async def find():
         r = await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": name, "limit": 5})
         return next((f["id"] for f in r.json()["items"] if f["name"] == name), None)
+
     return find

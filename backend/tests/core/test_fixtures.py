@@ -5,6 +5,7 @@ plan from agent/build/hotpathd has, and no member it no longer writes. The fresh
 (`hotpathd plan elf` of hotpathd's own hp_profile_find from a one-block profile, no root needed); only
 the target's kind-specific members (pid, start_time of a process target) may differ. When this fails,
 regenerate the fixture with tests/fixtures/make_plan_group.sh."""
+
 import json
 import subprocess
 from pathlib import Path
@@ -56,11 +57,22 @@ def _fresh_plan(tmp_path: Path) -> dict:
     nm = subprocess.run(["nm", str(HOTPATHD)], capture_output=True, text=True, check=True).stdout
     addr = next(f"0x{line.split()[0]}" for line in nm.splitlines() if line.endswith(f" {root}"))
     profile = tmp_path / "measure.json"
-    profile.write_text(json.dumps({
-        "resources": [{"function": root, "block": addr, "metrics": {"count": 12}, "labels": {"count": "exact"}}],
-        "edges": [{"from": None, "to": addr, "count": 12, "exact": True}]}))
-    p = subprocess.run([str(HOTPATHD), "plan", "elf", str(HOTPATHD), root, "--profile", str(profile),
-                        "--l1i", "32768,8,64", "--json"], capture_output=True, text=True, timeout=120)
+    profile.write_text(
+        json.dumps(
+            {
+                "resources": [
+                    {"function": root, "block": addr, "metrics": {"count": 12}, "labels": {"count": "exact"}}
+                ],
+                "edges": [{"from": None, "to": addr, "count": 12, "exact": True}],
+            }
+        )
+    )
+    p = subprocess.run(
+        [str(HOTPATHD), "plan", "elf", str(HOTPATHD), root, "--profile", str(profile), "--l1i", "32768,8,64", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     plan = json.loads(p.stdout)
     assert plan["status"] == "ok" and plan["code"]["verified"]
@@ -71,5 +83,7 @@ def test_plan_fixture_has_the_shape_this_builds_agent_writes(tmp_path):
     fixture = json.loads(FIXTURE.read_text())
     assert fixture["status"] == "ok" and fixture["target"]["kind"] == "pid" and len(fixture["group"]) > 1
     problems = list(_differences(_shape(fixture), _shape(_fresh_plan(tmp_path))))
-    assert not problems, ("tests/fixtures/plan_group.json is stale (regenerate it with "
-                          "tests/fixtures/make_plan_group.sh):\n" + "\n".join(problems))
+    assert not problems, (
+        "tests/fixtures/plan_group.json is stale (regenerate it with "
+        "tests/fixtures/make_plan_group.sh):\n" + "\n".join(problems)
+    )

@@ -1,15 +1,41 @@
 # SPDX-License-Identifier: Apache-2.0
 """The Alembic migrations apply to an empty database and downgrade back to nothing."""
+
 from sqlalchemy import create_engine, inspect, text
 
 from app.core.db import downgrade_database, upgrade_database
 from tests.conftest import _recreate_database
 
-TABLES = {"users", "audit_log", "hosts", "host_modules", "catalog_pieces", "functions", "function_code",
-          "instruction_cache", "sample_intervals", "measurement_points", "sample_blocks_1m", "sample_blocks_1h",
-          "sample_totals_1m", "sample_totals_1h", "measurement_points_1m", "measurement_points_1h", "series_state",
-          "host_targets", "commands", "measurements", "measurement_resources", "enrolment_tokens",
-          "enrolment_requests", "delivery_marks", "data_gaps", "plans", "stack_defs", "stack_samples"}
+TABLES = {
+    "users",
+    "audit_log",
+    "hosts",
+    "host_modules",
+    "catalog_pieces",
+    "functions",
+    "function_code",
+    "instruction_cache",
+    "sample_intervals",
+    "measurement_points",
+    "sample_blocks_1m",
+    "sample_blocks_1h",
+    "sample_totals_1m",
+    "sample_totals_1h",
+    "measurement_points_1m",
+    "measurement_points_1h",
+    "series_state",
+    "host_targets",
+    "commands",
+    "measurements",
+    "measurement_resources",
+    "enrolment_tokens",
+    "enrolment_requests",
+    "delivery_marks",
+    "data_gaps",
+    "plans",
+    "stack_defs",
+    "stack_samples",
+}
 
 
 def test_upgrade_head_on_empty_database_then_downgrade_base(postgres_url):
@@ -45,16 +71,23 @@ def test_enrolment_requests_keep_their_key_across_the_per_key_migration(postgres
         upgrade_database(url, "0006_measurement_edges")
         _key, csr = make_csr("old-host")
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO enrolment_requests (host_id, hostname, csr_pem) "
-                              "VALUES ('old-host', 'o', :c)"), {"c": csr})
+            conn.execute(
+                text("INSERT INTO enrolment_requests (host_id, hostname, csr_pem) VALUES ('old-host', 'o', :c)"),
+                {"c": csr},
+            )
         upgrade_database(url)
         with engine.connect() as conn:
             row = conn.execute(text("SELECT id, key_fingerprint, status FROM enrolment_requests")).one()
         assert row.id is not None and row.key_fingerprint == key_fingerprint(csr) and row.status == "pending"
         with engine.begin() as conn:
             _key2, csr2 = make_csr("old-host")
-            conn.execute(text("INSERT INTO enrolment_requests (host_id, key_fingerprint, hostname, csr_pem) "
-                              "VALUES ('old-host', :f, 'o', :c)"), {"f": key_fingerprint(csr2), "c": csr2})
+            conn.execute(
+                text(
+                    "INSERT INTO enrolment_requests (host_id, key_fingerprint, hostname, csr_pem) "
+                    "VALUES ('old-host', :f, 'o', :c)"
+                ),
+                {"f": key_fingerprint(csr2), "c": csr2},
+            )
         downgrade_database(url, "0006_measurement_edges")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM enrolment_requests")).scalar_one() == 1
@@ -70,11 +103,17 @@ def test_listings_cached_with_a_probes_int3_are_dropped_and_others_kept(postgres
     try:
         upgrade_database(url, "0007_enrolment_keys_users")
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO catalog_pieces (digest, module, function_count, block_count, complete) "
-                              "VALUES ('d1', 'prog', 2, 2, true)"))
-            conn.execute(text("""INSERT INTO instruction_cache (digest, index, instructions) VALUES
+            conn.execute(
+                text(
+                    "INSERT INTO catalog_pieces (digest, module, function_count, block_count, complete) "
+                    "VALUES ('d1', 'prog', 2, 2, true)"
+                )
+            )
+            conn.execute(
+                text("""INSERT INTO instruction_cache (digest, index, instructions) VALUES
                 ('d1', 0, '[[0, 1, "cc", "int3"], [1, 1, "56", "push rsi"]]'),
-                ('d1', 1, '[[0, 2, "4156", "push r14"], [2, 1, "c3", "ret"]]')"""))
+                ('d1', 1, '[[0, 2, "4156", "push r14"], [2, 1, "c3", "ret"]]')""")
+            )
         upgrade_database(url)
         with engine.connect() as conn:
             left = conn.execute(text("SELECT index FROM instruction_cache ORDER BY index")).scalars().all()
@@ -91,16 +130,19 @@ def test_the_stacks_minute_rollup_already_stored_is_summed_into_ten_minutes(post
         upgrade_database(url, "0010_stack_rollup")
         with engine.begin() as conn:
             hour = conn.execute(text("SELECT date_trunc('hour', now())")).scalar_one()
-            conn.execute(text("""
+            conn.execute(
+                text("""
                 INSERT INTO stack_samples_1m (host_id, bucket, stack_id, pid, comm, cpu, count)
                 SELECT 'h', :t + m * interval '1 minute', 5, 1, 'a', m % 2, m + 1 FROM generate_series(0, 24) m"""),
-                {"t": hour})
+                {"t": hour},
+            )
         upgrade_database(url)
         with engine.connect() as conn:
-            rows = conn.execute(text("""
-                SELECT extract(minute FROM bucket)::int, cpu, count FROM stack_samples_10m ORDER BY 1, 2""")).all()
+            rows = conn.execute(
+                text("""
+                SELECT extract(minute FROM bucket)::int, cpu, count FROM stack_samples_10m ORDER BY 1, 2""")
+            ).all()
         # Minutes 0-9, 10-19 and 20-24 of the hour, counts m + 1 split by m's parity (the CPU).
-        assert [tuple(r) for r in rows] == [(0, 0, 25), (0, 1, 30), (10, 0, 75), (10, 1, 80), (20, 0, 69),
-                                            (20, 1, 46)]
+        assert [tuple(r) for r in rows] == [(0, 0, 25), (0, 1, 30), (10, 0, 75), (10, 1, 80), (20, 0, 69), (20, 1, 46)]
     finally:
         engine.dispose()

@@ -3,6 +3,7 @@
 (app/gen/plan.py, by app/protocol/schema_gen.py) say the same thing: the real plan of tests/fixtures accepted by
 both, and each of a set of broken plans refused by both; the built module is what the schema generates
 now; and the generator refuses a schema keyword it does not understand instead of dropping it."""
+
 import copy
 import json
 from pathlib import Path
@@ -39,6 +40,7 @@ def _set(path: str, value):
             del node[last]
         else:
             node[int(last) if isinstance(node, list) else last] = value
+
     return change
 
 
@@ -93,10 +95,15 @@ def test_the_built_models_are_what_the_schema_generates_now():
     assert Path(gen_plan.__file__).read_text() == schema_gen.generate(SCHEMA, "proto/hotpath/v1/plan.schema.json")
 
 
-@pytest.mark.parametrize("node", [{"type": "object", "oneOf": []},
-                                  {"type": "object", "properties": {"a": {"type": "string", "format": "uri"}}},
-                                  {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}},
-                                  {"type": "object", "required": ["a"]}])
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"type": "object", "oneOf": []},
+        {"type": "object", "properties": {"a": {"type": "string", "format": "uri"}}},
+        {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}},
+        {"type": "object", "required": ["a"]},
+    ],
+)
 def test_the_generator_refuses_what_it_does_not_understand(node):
     with pytest.raises(schema_gen.SchemaError):
         schema_gen.generate({"$defs": {"X": node}}, "x")

@@ -2,6 +2,7 @@
 """Crash recovery with real processes: a backend (`python -m app`, its own embedded Postgres and data
 folder) killed with SIGKILL, its Postgres killed with SIGKILL, and a clean stop. A fake agent
 (tests.scripted_agent) holds a stream meanwhile."""
+
 import asyncio
 import os
 import signal

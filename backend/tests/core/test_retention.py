@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Sample retention deletes intervals older than the configured hours and keeps newer ones."""
+
 import time
 
 from sqlalchemy import text
@@ -20,7 +21,7 @@ async def test_retention_deletes_old_samples_only(backend, client, unique):
     now = time.time_ns()
     # Both within the 24 h the backend accepts; retention of 10 h then removes only the older one.
     await agent.send_metrics(now - 20 * 3600 * 10**9, [("vmlinux", 0, 0, 5)])  # 20 h ago
-    await agent.send_metrics(now - 2 * 3600 * 10**9, [("vmlinux", 0, 0, 7)])   # 2 h ago
+    await agent.send_metrics(now - 2 * 3600 * 10**9, [("vmlinux", 0, 0, 7)])  # 2 h ago
 
     async def count(sql):
         async with backend.runtime.engine.connect() as conn:
@@ -29,8 +30,9 @@ async def test_retention_deletes_old_samples_only(backend, client, unique):
     await wait_until(lambda: count("SELECT count(*) = 2 FROM sample_intervals WHERE host_id = :h"))
     deleted = await prune_samples(backend.runtime.engine, retention_hours=10)
     assert deleted >= 1
-    assert await count("SELECT coalesce(sum(c), 0) FROM sample_intervals s, unnest(s.counts) AS c "
-                       "WHERE host_id = :h") == 7
+    assert (
+        await count("SELECT coalesce(sum(c), 0) FROM sample_intervals s, unnest(s.counts) AS c WHERE host_id = :h") == 7
+    )
     assert await count("SELECT count(*) FROM sample_intervals WHERE host_id = :h") == 1
     await agent.close()
 
@@ -47,10 +49,16 @@ async def test_retention_deletes_audit_records_older_than_90_days_only(backend, 
     target = f"audit-ret-{unique}"
     async with backend.runtime.engine.begin() as conn:
         for days in (91, 89):
-            await conn.execute(text("INSERT INTO audit_log (at, actor, action, target, detail) "
-                                    "VALUES (now() - make_interval(days => :d), 'test', 'retention_probe', :t, "
-                                    "jsonb_build_object('days', :d))"), {"d": days, "t": target})
+            await conn.execute(
+                text(
+                    "INSERT INTO audit_log (at, actor, action, target, detail) "
+                    "VALUES (now() - make_interval(days => :d), 'test', 'retention_probe', :t, "
+                    "jsonb_build_object('days', :d))"
+                ),
+                {"d": days, "t": target},
+            )
     await maintain_series(backend.runtime)
-    kept = await backend.scalar("SELECT coalesce(array_agg((detail->>'days')::int), '{}') FROM audit_log "
-                                "WHERE target = :t", t=target)
+    kept = await backend.scalar(
+        "SELECT coalesce(array_agg((detail->>'days')::int), '{}') FROM audit_log WHERE target = :t", t=target
+    )
     assert kept == [89]

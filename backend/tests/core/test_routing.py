@@ -4,6 +4,7 @@ held by A, the console talks to B. A command accepted by B is sent by A (Postgre
 its result is visible through B, a quick command (inspect) answered on A wakes the request waiting on
 B, and a WebSocket on B receives the samples of a host whose stream A holds. Also: a backend restart
 (SIGKILL) — the agent reconnects and its measurement continues."""
+
 import asyncio
 import json
 import os
@@ -32,13 +33,22 @@ class Replica(Backend):
 
     async def start(self) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, HOTPATH_DATA_DIR=str(self.data), HOTPATH_HTTP_PORT=str(self.http),
-                   HOTPATH_GRPC_PORT=str(self.grpc), HOTPATH_ENROLL_PORT=str(self.enroll),
-                   HOTPATH_HTTP_HOST="127.0.0.1", HOTPATH_GRPC_HOST="127.0.0.1", HOTPATH_HTTPS="0",
-                   DATABASE_URL=self.database_url, HOTPATH_REPLICA_ID=self.replica)
+        env = dict(
+            os.environ,
+            HOTPATH_DATA_DIR=str(self.data),
+            HOTPATH_HTTP_PORT=str(self.http),
+            HOTPATH_GRPC_PORT=str(self.grpc),
+            HOTPATH_ENROLL_PORT=str(self.enroll),
+            HOTPATH_HTTP_HOST="127.0.0.1",
+            HOTPATH_GRPC_HOST="127.0.0.1",
+            HOTPATH_HTTPS="0",
+            DATABASE_URL=self.database_url,
+            HOTPATH_REPLICA_ID=self.replica,
+        )
         log = open(self.data / "backend.log", "ab")  # noqa: SIM115, ASYNC230 - the child keeps it
-        self.proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "app", cwd=BACKEND_DIR, env=env,
-                                                         stdout=log, stderr=log)
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app", cwd=BACKEND_DIR, env=env, stdout=log, stderr=log
+        )
         _started.append(self.proc)
         await self.wait_health(200, 120)
 
@@ -63,6 +73,7 @@ async def _until(client, url, pred, timeout=20.0):
     async def ok():
         r = await client.get(url)
         return r.json() if r.status_code == 200 and pred(r.json()) else None
+
     return await wait_until(ok, timeout)
 
 
@@ -76,8 +87,7 @@ async def test_a_command_accepted_by_one_replica_is_sent_by_the_one_holding_the_
         assert (await cb.get(f"/api/v1/hosts/{host_id}")).json()["replica"] == "replica-a"
         r = await cb.post(f"/api/v1/hosts/{host_id}/targets", json={"pid": 99})
         assert r.status_code == 202
-        done = await _until(cb, f"/api/v1/hosts/{host_id}/commands/{r.json()['id']}",
-                            lambda c: c["state"] == "done")
+        done = await _until(cb, f"/api/v1/hosts/{host_id}/commands/{r.json()['id']}", lambda c: c["state"] == "done")
         assert done["result"]["targets"][0]["id"] == "p99-1000"
         assert [c.id for c in agent.commands] == [r.json()["id"]]
         # A quick command through B: B waits, A gets the answer, B wakes up (no polling delay needed).
@@ -129,8 +139,10 @@ async def test_after_a_backend_restart_the_agent_reconnects_and_its_measurement_
     async with await backend.admin() as c:
         await _until(c, f"/api/v1/hosts/{host_id}", lambda h: h["catalog_complete"])
         vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")
-        r = await c.post(f"/api/v1/hosts/{host_id}/measurements",
-                         json={"resources": [{"digest": vmlinux, "function_index": 0}], "metrics": ["count"]})
+        r = await c.post(
+            f"/api/v1/hosts/{host_id}/measurements",
+            json={"resources": [{"digest": vmlinux, "function_index": 0}], "metrics": ["count"]},
+        )
         mid = r.json()["params"]["measurement_id"]
         await _until(c, f"/api/v1/hosts/{host_id}/commands/{r.json()['id']}", lambda x: x["state"] == "done")
     now = time.time_ns() // 10**9 * 10**9

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Password hashing and signed tokens."""
+
 from app.core.security import (
     create_access_token,
     decode_access_token,

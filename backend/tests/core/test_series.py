@@ -3,6 +3,7 @@
 deleted), the range planner cuts ranges into hour, minute and raw spans, the rollups equal the raw
 sums (for data the rollup task sums and for data that arrives late, below the watermarks), and the
 routes' answers are the same whichever spans a range is read from."""
+
 import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -31,29 +32,50 @@ async def test_partitions_are_created_ahead_and_dropped_whole(backend):
     raw = [p for p in await _partitions(engine, "sample_intervals") if p.startswith("sample_intervals_p2001")]
     assert raw == [f"sample_intervals_p20010101{h:02d}" for h in range(10, 15)]  # 2 h back, until 3 h ahead
     daily = [p for p in await _partitions(engine, "sample_blocks_1m") if "_p200" in p]
-    assert daily == ["sample_blocks_1m_p20001231", "sample_blocks_1m_p20010101", "sample_blocks_1m_p20010102",
-                     "sample_blocks_1m_p20010103"]
+    assert daily == [
+        "sample_blocks_1m_p20001231",
+        "sample_blocks_1m_p20010101",
+        "sample_blocks_1m_p20010102",
+        "sample_blocks_1m_p20010103",
+    ]
     assert await partitions.ensure(engine, T0, timedelta(hours=2), timedelta(days=1)) == 0, "idempotent"
     async with engine.begin() as conn:
-        await conn.execute(text("""
+        await conn.execute(
+            text("""
             INSERT INTO sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, unmapped_samples,
                 lost_samples, dropped_samples, idle_samples, function_ids, block_offsets, counts, batch)
-            VALUES ('old', :ts, 1000, 1, 0, 0, 0, 0, 0, '{1}', '{0}', '{1}', 0)"""), {"ts": T0 - timedelta(hours=1)})
+            VALUES ('old', :ts, 1000, 1, 0, 0, 0, 0, 0, '{1}', '{0}', '{1}', 0)"""),
+            {"ts": T0 - timedelta(hours=1)},
+        )
         # Postgres puts the row in the partition of its hour.
-        where = (await conn.execute(text("SELECT tableoid::regclass::text FROM sample_intervals WHERE host_id = 'old'"))
-                 ).scalar_one()
+        where = (
+            await conn.execute(text("SELECT tableoid::regclass::text FROM sample_intervals WHERE host_id = 'old'"))
+        ).scalar_one()
         assert where == "sample_intervals_p2001010111"
-    _dropped, rows = await partitions.drop_expired(engine, T0 + timedelta(days=1), timedelta(hours=12),
-                                                  timedelta(hours=36))
+    _dropped, rows = await partitions.drop_expired(
+        engine, T0 + timedelta(days=1), timedelta(hours=12), timedelta(hours=36)
+    )
     assert rows == 1
     assert not [p for p in await _partitions(engine, "sample_intervals") if p.startswith("sample_intervals_p2001")]
-    assert [p for p in await _partitions(engine, "sample_blocks_1m") if "_p200" in p] == \
-        ["sample_blocks_1m_p20010101", "sample_blocks_1m_p20010102", "sample_blocks_1m_p20010103"]
+    assert [p for p in await _partitions(engine, "sample_blocks_1m") if "_p200" in p] == [
+        "sample_blocks_1m_p20010101",
+        "sample_blocks_1m_p20010102",
+        "sample_blocks_1m_p20010103",
+    ]
     # The present's partitions are untouched, and nothing was deleted row by row.
-    assert any(p.startswith(f"sample_intervals_p{datetime.now(UTC):%Y%m%d}")
-               for p in await _partitions(engine, "sample_intervals"))
-    for table in ("sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m", "sample_totals_1h",
-                  "measurement_points_1m", "measurement_points_1h", "measurement_points"):
+    assert any(
+        p.startswith(f"sample_intervals_p{datetime.now(UTC):%Y%m%d}")
+        for p in await _partitions(engine, "sample_intervals")
+    )
+    for table in (
+        "sample_blocks_1m",
+        "sample_blocks_1h",
+        "sample_totals_1m",
+        "sample_totals_1h",
+        "measurement_points_1m",
+        "measurement_points_1h",
+        "measurement_points",
+    ):
         await partitions.drop_expired(engine, T0 + timedelta(days=5), timedelta(hours=1), timedelta(hours=1))
         assert not [p for p in await _partitions(engine, table) if "_p200" in p]
 
@@ -65,8 +87,13 @@ def test_the_planner_reads_whole_hours_and_minutes_from_rollups_and_the_edges_ra
     end = datetime(2026, 5, 1, 15, 50, 10, tzinfo=UTC)
     got = samples.plan(start, end, wm_1m, wm_1h)
     h = lambda hh, mm=0, ss=0: datetime(2026, 5, 1, hh, mm, ss, tzinfo=UTC)  # noqa: E731
-    assert got == [("1h", h(13), h(15)), ("1m", h(12, 31), h(13)), ("1m", h(15), h(15, 42)),
-                   ("raw", start, h(12, 31)), ("raw", h(15, 42), end)]
+    assert got == [
+        ("1h", h(13), h(15)),
+        ("1m", h(12, 31), h(13)),
+        ("1m", h(15), h(15, 42)),
+        ("raw", start, h(12, 31)),
+        ("raw", h(15, 42), end),
+    ]
     spans = sorted((lo, hi) for _, lo, hi in got)
     assert spans[0][0] == start and spans[-1][1] == end
     assert all(a[1] == b[0] for a, b in itertools.pairwise(spans)), "the spans tile the range"
@@ -80,9 +107,20 @@ def test_the_planner_reads_whole_hours_and_minutes_from_rollups_and_the_edges_ra
 async def _write(backend, host_id, rows: list[tuple[datetime, list[tuple[int, int, int]]]], points=None) -> None:
     items = []
     for ts, blocks in rows:
-        items.append(Item(host_id=host_id, samples=SampleRow(
-            host_id=host_id, ts=ts, interval_ms=1000, totals=(sum(b[2] for b in blocks) + 1, 1, 0, 0, 0, 0),
-            function_ids=[b[0] for b in blocks], block_offsets=[b[1] for b in blocks], counts=[b[2] for b in blocks])))
+        items.append(
+            Item(
+                host_id=host_id,
+                samples=SampleRow(
+                    host_id=host_id,
+                    ts=ts,
+                    interval_ms=1000,
+                    totals=(sum(b[2] for b in blocks) + 1, 1, 0, 0, 0, 0),
+                    function_ids=[b[0] for b in blocks],
+                    block_offsets=[b[1] for b in blocks],
+                    counts=[b[2] for b in blocks],
+                ),
+            )
+        )
     for p in points or []:
         items.append(Item(host_id=host_id, points=p))
     for it in items:
@@ -93,19 +131,43 @@ async def _raw_vs_rollups(backend, host_id, grain):
     async with backend.runtime.engine.connect() as conn:
         trunc = "minute" if grain == "1m" else "hour"
         wm = (await rollups.watermarks(conn))[0 if grain == "1m" else 1]
-        raw = {(r[0], r[1], r[2]): r[3] for r in await conn.execute(text(f"""
+        raw = {
+            (r[0], r[1], r[2]): r[3]
+            for r in await conn.execute(
+                text(f"""
             SELECT date_trunc('{trunc}', s.ts), u.f, u.o, sum(u.c) FROM sample_intervals s,
                    unnest(s.function_ids, s.block_offsets, s.counts) AS u(f, o, c)
-            WHERE s.host_id = :h AND s.ts < :wm GROUP BY 1, 2, 3"""), {"h": host_id, "wm": wm})}
-        rolled = {(r[0], r[1], r[2]): r[3] for r in await conn.execute(text(f"""
+            WHERE s.host_id = :h AND s.ts < :wm GROUP BY 1, 2, 3"""),
+                {"h": host_id, "wm": wm},
+            )
+        }
+        rolled = {
+            (r[0], r[1], r[2]): r[3]
+            for r in await conn.execute(
+                text(f"""
             SELECT bucket, function_id, block_offset, count FROM sample_blocks_{grain}
-            WHERE host_id = :h"""), {"h": host_id})}
-        raw_totals = {r[0]: tuple(r[1:]) for r in await conn.execute(text(f"""
+            WHERE host_id = :h"""),
+                {"h": host_id},
+            )
+        }
+        raw_totals = {
+            r[0]: tuple(r[1:])
+            for r in await conn.execute(
+                text(f"""
             SELECT date_trunc('{trunc}', ts), sum(total_samples), sum(user_samples), sum(interval_ms)
-            FROM sample_intervals WHERE host_id = :h AND ts < :wm GROUP BY 1"""), {"h": host_id, "wm": wm})}
-        rolled_totals = {r[0]: tuple(r[1:]) for r in await conn.execute(text(f"""
+            FROM sample_intervals WHERE host_id = :h AND ts < :wm GROUP BY 1"""),
+                {"h": host_id, "wm": wm},
+            )
+        }
+        rolled_totals = {
+            r[0]: tuple(r[1:])
+            for r in await conn.execute(
+                text(f"""
             SELECT bucket, total_samples, user_samples, covered_ms FROM sample_totals_{grain}
-            WHERE host_id = :h"""), {"h": host_id})}
+            WHERE host_id = :h"""),
+                {"h": host_id},
+            )
+        }
     return raw, rolled, raw_totals, rolled_totals
 
 
@@ -116,8 +178,9 @@ async def test_rollups_equal_the_raw_sums_for_late_and_current_data(backend, uni
     now = datetime.now(UTC).replace(microsecond=0)
     # Late data: hours before the watermarks (an agent resending after a long disconnect).
     late_start = (now - timedelta(hours=3)).replace(minute=58, second=30)
-    late = [(late_start + timedelta(seconds=15 * i), [(10 + i % 3, 0x10 * (i % 2), i + 1), (99, 0, 2)])
-            for i in range(20)]
+    late = [
+        (late_start + timedelta(seconds=15 * i), [(10 + i % 3, 0x10 * (i % 2), i + 1), (99, 0, 2)]) for i in range(20)
+    ]
     await _write(backend, host_id, late)
     # Current data, then the rollup task catches up with it.
     cur_start = now - timedelta(minutes=3)
@@ -133,8 +196,9 @@ async def test_rollups_equal_the_raw_sums_for_late_and_current_data(backend, uni
     raw, rolled, _, _ = await _raw_vs_rollups(backend, host_id, "1m")
     assert rolled == raw
     bucket = late_start.replace(second=0)
-    before = sum(c for ts, blocks in late for f, o, c in blocks
-                 if ts.replace(second=0) == bucket and f == 10 and o == 0)
+    before = sum(
+        c for ts, blocks in late for f, o, c in blocks if ts.replace(second=0) == bucket and f == 10 and o == 0
+    )
     assert rolled[(bucket, 10, 0)] == before + 1000
 
 
@@ -147,9 +211,15 @@ async def test_routes_answer_the_same_from_rollups_as_from_raw_rows(backend, cli
 
     async def stored():
         async with backend.runtime.sessionmaker() as s:
-            return [r[0] for r in await s.execute(text("""
+            return [
+                r[0]
+                for r in await s.execute(
+                    text("""
                 SELECT f.id FROM functions f JOIN host_modules hm ON hm.digest = f.digest AND hm.host_id = :h
-                ORDER BY f.index LIMIT 3"""), {"h": host_id})]
+                ORDER BY f.index LIMIT 3"""),
+                    {"h": host_id},
+                )
+            ]
 
     fids = await wait_until(stored)
     now = datetime.now(UTC).replace(microsecond=0)
@@ -180,8 +250,9 @@ async def test_measurement_rollups_keep_every_slot_and_the_measured_seconds(back
     host_id = f"mroll-{unique}"
     engine = backend.runtime.engine
     async with engine.begin() as conn:
-        await conn.execute(text("INSERT INTO hosts (id, hostname) VALUES (:h, 'x') ON CONFLICT DO NOTHING"),
-                           {"h": host_id})
+        await conn.execute(
+            text("INSERT INTO hosts (id, hostname) VALUES (:h, 'x') ON CONFLICT DO NOTHING"), {"h": host_id}
+        )
     mid = str(uuid.uuid4())
     start = (datetime.now(UTC) - timedelta(hours=2)).replace(second=0, microsecond=0)
     nslots = len(SLOTS)
@@ -189,8 +260,17 @@ async def test_measurement_rollups_keep_every_slot_and_the_measured_seconds(back
     for i in range(90):
         vals = [float(i), float(10 * i), None, None, None, None, None, float(i), None]  # count, wall, exits
         vals2 = [1.0] + [None] * (nslots - 1)
-        pts.append(PointRow(host_id=host_id, measurement_id=mid, ts=start + timedelta(seconds=i), seconds=1.0,
-                            state=2, resources=[0, 3], vals=vals + vals2))
+        pts.append(
+            PointRow(
+                host_id=host_id,
+                measurement_id=mid,
+                ts=start + timedelta(seconds=i),
+                seconds=1.0,
+                state=2,
+                resources=[0, 3],
+                vals=vals + vals2,
+            )
+        )
     await _write(backend, host_id, [], pts)
     await rollups.run_once(engine)
     r = samples.TimeRange(start, start + timedelta(seconds=90))
@@ -210,29 +290,57 @@ async def test_rows_written_as_copy_text_read_back_exactly_whatever_their_text(b
     tabs, commas, braces, NULL-like words and non-ASCII, long arrays, idle flags, instruction counts and
     missing measurement values all read back as written."""
     from app.storage.stacks import BatchStacks
+
     host = f"copy-{unique}"
     ts = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     comms = ['a"b', "back\\slash", "tab\there", "com,ma", "{brace}", "NULL", "ünï", "new\nline", ""]
     stacks = BatchStacks(rows=[(7 + i, 2, [1, -1], [c, "x"], [0, 1], [1, 1]) for i, c in enumerate(comms)])
     n = 5000
-    row = SampleRow(host_id=host, ts=ts, interval_ms=1000, totals=(3 * n, 0, 0, 0, 0, n),
-                    function_ids=list(range(n)), block_offsets=[i % 64 for i in range(n)], counts=[3] * n,
-                    idles=[i % 3 == 0 for i in range(n)], insn_index=[1, 1, n], insn_offsets=[0, 4, 2],
-                    insn_counts=[1, 2, 3], idle_by_context=True, stack_samples=2 * len(comms))
+    row = SampleRow(
+        host_id=host,
+        ts=ts,
+        interval_ms=1000,
+        totals=(3 * n, 0, 0, 0, 0, n),
+        function_ids=list(range(n)),
+        block_offsets=[i % 64 for i in range(n)],
+        counts=[3] * n,
+        idles=[i % 3 == 0 for i in range(n)],
+        insn_index=[1, 1, n],
+        insn_offsets=[0, 4, 2],
+        insn_counts=[1, 2, 3],
+        idle_by_context=True,
+        stack_samples=2 * len(comms),
+    )
     mid = f"m-{unique}"
     vals = [1.5, None, 2e18, 0.1] + [None] * (len(SLOTS) - 4)
     await backend.runtime.writer.write(Item(host_id=host, samples=row, stacks=stacks))
-    await backend.runtime.writer.write(Item(host_id=host, points=PointRow(
-        host_id=host, measurement_id=mid, ts=ts, seconds=1.25, state=2, resources=[0], vals=vals)))
+    await backend.runtime.writer.write(
+        Item(
+            host_id=host,
+            points=PointRow(host_id=host, measurement_id=mid, ts=ts, seconds=1.25, state=2, resources=[0], vals=vals),
+        )
+    )
     async with backend.runtime.engine.connect() as conn:
-        got = (await conn.execute(text("""
+        got = (
+            await conn.execute(
+                text("""
             SELECT function_ids, block_offsets, counts, idles, insn_index, insn_offsets, insn_counts, idle_samples,
-                   idle_by_context, stack_samples FROM sample_intervals WHERE host_id = :h"""), {"h": host})).one()
-        stored = (await conn.execute(text("""
+                   idle_by_context, stack_samples FROM sample_intervals WHERE host_id = :h"""),
+                {"h": host},
+            )
+        ).one()
+        stored = (
+            await conn.execute(
+                text("""
             SELECT stack_id, comms, pids FROM stack_samples WHERE host_id = :h ORDER BY stack_id"""),
-            {"h": host})).all()
-        point = (await conn.execute(text("SELECT seconds, vals FROM measurement_points WHERE measurement_id = :m"),
-                                    {"m": mid})).one()
+                {"h": host},
+            )
+        ).all()
+        point = (
+            await conn.execute(
+                text("SELECT seconds, vals FROM measurement_points WHERE measurement_id = :m"), {"m": mid}
+            )
+        ).one()
     assert got.function_ids == list(range(n)) and got.counts == [3] * n
     assert got.idles == [i % 3 == 0 for i in range(n)]
     assert (got.insn_index, got.insn_offsets, got.insn_counts) == ([1, 1, n], [0, 4, 2], [1, 2, 3])
@@ -247,6 +355,7 @@ async def test_stack_rollups_equal_the_raw_sums_for_late_and_current_stacks(back
     CPU): for stacks the rollup task sums (the ten minutes from the minutes it has just summed, into buckets
     summed before) and for stacks arriving below the watermark (the writer)."""
     from app.storage.stacks import BatchStacks
+
     host_id = f"rstk-{unique}"
     engine = backend.runtime.engine
     await rollups.run_once(engine)  # whatever other tests left, summed first
@@ -254,9 +363,21 @@ async def test_stack_rollups_equal_the_raw_sums_for_late_and_current_stacks(back
 
     async def write(ts: datetime, i: int) -> None:
         rows = [(5, i + 2, [1, 2], ["a", "b"], [0, 1], [i + 1, 1]), (6 + i % 2, 3, [1], ["a"], [i % 4], [3])]
-        await backend.runtime.writer.write(Item(host_id=host_id, samples=SampleRow(
-            host_id=host_id, ts=ts, interval_ms=1000, totals=(1, 0, 0, 0, 0, 0), function_ids=[], block_offsets=[],
-            counts=[]), stacks=BatchStacks(rows=rows)))
+        await backend.runtime.writer.write(
+            Item(
+                host_id=host_id,
+                samples=SampleRow(
+                    host_id=host_id,
+                    ts=ts,
+                    interval_ms=1000,
+                    totals=(1, 0, 0, 0, 0, 0),
+                    function_ids=[],
+                    block_offsets=[],
+                    counts=[],
+                ),
+                stacks=BatchStacks(rows=rows),
+            )
+        )
 
     late_start = (now - timedelta(hours=3)).replace(minute=8, second=30)
     for i in range(20):  # late: 08:30 to 13:15 of an hour three hours back, over two ten-minute buckets
@@ -270,11 +391,23 @@ async def test_stack_rollups_equal_the_raw_sums_for_late_and_current_stacks(back
     async with engine.connect() as conn:
         ten = "date_bin('10 minutes', s.ts, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
         for table, bucket in (("stack_samples_1m", "date_trunc('minute', s.ts)"), ("stack_samples_10m", ten)):
-            raw = {tuple(r[:5]): r[5] for r in await conn.execute(text(f"""
+            raw = {
+                tuple(r[:5]): r[5]
+                for r in await conn.execute(
+                    text(f"""
                 SELECT {bucket}, s.stack_id, u.pid, u.comm, u.cpu, sum(u.n)
                 FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS u(pid, comm, cpu, n)
-                WHERE s.host_id = :h GROUP BY 1, 2, 3, 4, 5"""), {"h": host_id})}
-            rolled = {tuple(r[:5]): r[5] for r in await conn.execute(text(f"""
-                SELECT bucket, stack_id, pid, comm, cpu, count FROM {table} WHERE host_id = :h"""), {"h": host_id})}
+                WHERE s.host_id = :h GROUP BY 1, 2, 3, 4, 5"""),
+                    {"h": host_id},
+                )
+            }
+            rolled = {
+                tuple(r[:5]): r[5]
+                for r in await conn.execute(
+                    text(f"""
+                SELECT bucket, stack_id, pid, comm, cpu, count FROM {table} WHERE host_id = :h"""),
+                    {"h": host_id},
+                )
+            }
             assert raw and rolled == raw, table
     assert len({k[0] for k in rolled}) >= 3  # two late ten minutes, one or two current

@@ -3,6 +3,7 @@
 root-first prefix of every path, the samples of the paths through it (total) and ending at it (self),
 per side. Random paths that share prefixes (as call stacks do), a path that is a prefix of another, the
 empty path, two sides, and a tree folded to fewer nodes."""
+
 import random
 from array import array
 from collections import defaultdict
@@ -81,5 +82,4 @@ def test_a_tree_over_the_limit_keeps_the_heaviest_nodes_and_folds_the_rest_into_
 
 
 def test_empty_ranges_are_a_root_alone():
-    assert build_tree([{}, {}]) == {"frame": [-1], "parent": [-1], "total": [[0], [0]], "self": [[0], [0]],
-                                    "folded": 0}
+    assert build_tree([{}, {}]) == {"frame": [-1], "parent": [-1], "total": [[0], [0]], "self": [[0], [0]], "folded": 0}

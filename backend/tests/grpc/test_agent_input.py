@@ -2,6 +2,7 @@
 """Nothing an agent sends is stored before it is checked: a fake agent (tests.scripted_agent) sends
 malformed catalogs, hellos and batches over the real stream; each ends with INVALID_ARGUMENT and a
 reason (never UNKNOWN or SQL text), and nothing of it is stored or shared with other hosts."""
+
 import asyncio
 import time
 
@@ -38,13 +39,17 @@ async def _hello_only(backend, host_id, hello_edit):
 
 async def _chunks(agent, digest, module, chunks):
     for seq, last, fns in chunks:
-        await agent.call.write(pb.AgentMessage(catalog_chunk=pb.CatalogChunk(
-            digest=digest, module=module, seq=seq, last=last, functions=fns)))
+        await agent.call.write(
+            pb.AgentMessage(
+                catalog_chunk=pb.CatalogChunk(digest=digest, module=module, seq=seq, last=last, functions=fns)
+            )
+        )
 
 
 async def test_chunks_out_of_order_end_the_stream_and_store_nothing(backend, unique):
-    agent = await backend.agent(f"order-{unique}", kernel_tag=f"order-{unique}",
-                                modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(30))])
+    agent = await backend.agent(
+        f"order-{unique}", kernel_tag=f"order-{unique}", modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(30))]
+    )
     await agent.connect(send_catalog=False)
     name, _base, fns, digest = agent.modules[0]
     await _chunks(agent, digest, name, [(1, False, fns[10:20]), (0, False, fns[:10]), (2, True, fns[20:])])
@@ -57,8 +62,9 @@ async def test_chunks_out_of_order_end_the_stream_and_store_nothing(backend, uni
 
 
 async def test_a_skipped_chunk_ends_the_stream(backend, unique):
-    agent = await backend.agent(f"skip-{unique}", kernel_tag=f"skip-{unique}",
-                                modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(30))])
+    agent = await backend.agent(
+        f"skip-{unique}", kernel_tag=f"skip-{unique}", modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(30))]
+    )
     await agent.connect(send_catalog=False)
     name, _base, fns, digest = agent.modules[0]
     await _chunks(agent, digest, name, [(0, False, fns[:10]), (2, True, fns[20:])])
@@ -70,8 +76,9 @@ async def test_a_skipped_chunk_ends_the_stream(backend, unique):
 
 
 async def test_an_empty_last_chunk_does_not_complete_a_piece_announced_with_functions(backend, unique):
-    agent = await backend.agent(f"empty-{unique}", kernel_tag=f"empty-{unique}",
-                                modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(30))])
+    agent = await backend.agent(
+        f"empty-{unique}", kernel_tag=f"empty-{unique}", modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(30))]
+    )
     await agent.connect(send_catalog=False)
     name, _base, _fns, digest = agent.modules[0]
     await _chunks(agent, digest, name, [(0, True, [])])
@@ -88,8 +95,9 @@ async def test_a_forged_piece_is_refused_and_never_shared_with_an_honest_host(ba
     real functions only."""
     tag = f"forge-{unique}"
     honest_fns = kernel_functions(30)
-    forger = await backend.agent(f"forger-{unique}", kernel_tag=tag,
-                                 modules=[("vmlinux", 0xFFFFFFFF81000000, honest_fns)])
+    forger = await backend.agent(
+        f"forger-{unique}", kernel_tag=tag, modules=[("vmlinux", 0xFFFFFFFF81000000, honest_fns)]
+    )
     await forger.connect(send_catalog=False)
     name, _base, fns, digest = forger.modules[0]
     forged = [pb.Function() for _ in fns]
@@ -101,12 +109,17 @@ async def test_a_forged_piece_is_refused_and_never_shared_with_an_honest_host(ba
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "hashes to" in error.details()
     assert await backend.scalar("SELECT count(*) FROM functions WHERE name = 'FAKE_do_not_trust'") == 0
-    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'catalog_rejected' "
-                                "AND target = :h", h=f"forger-{unique}") == 1
+    assert (
+        await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'catalog_rejected' AND target = :h", h=f"forger-{unique}"
+        )
+        == 1
+    )
     await forger.close()
 
-    honest = await backend.agent(f"honest-{unique}", kernel_tag=tag,
-                                 modules=[("vmlinux", 0xFFFFFFFF81000000, honest_fns)])
+    honest = await backend.agent(
+        f"honest-{unique}", kernel_tag=tag, modules=[("vmlinux", 0xFFFFFFFF81000000, honest_fns)]
+    )
     welcome = await honest.connect()
     assert list(welcome.missing_digests) == [digest], "the forged upload must not count as stored"
 
@@ -133,8 +146,9 @@ async def test_a_piece_whose_named_targets_lie_about_their_address_is_refused(ba
     liar = await backend.agent(f"liar-{unique}", kernel_tag=tag, modules=[("vmlinux", 0xFFFFFFFF81000000, lying)])
     await liar.connect(send_catalog=False)
     name, _base, fns, digest = liar.modules[0]
-    honest = await backend.agent(f"truth-{unique}", kernel_tag=tag,
-                                 modules=[("vmlinux", 0xFFFFFFFF81000000, honest_fns)])
+    honest = await backend.agent(
+        f"truth-{unique}", kernel_tag=tag, modules=[("vmlinux", 0xFFFFFFFF81000000, honest_fns)]
+    )
     assert honest.modules[0][3] == digest, "the lie is outside the digest"
     await _chunks(liar, digest, name, [(0, True, fns)])
     # The backend ends the stream as soon as the last chunk is checked (20 s: far beyond a 30-function store).
@@ -142,8 +156,12 @@ async def test_a_piece_whose_named_targets_lie_about_their_address_is_refused(ba
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "__x64_sys_read" in error.details() or "ksys_read" in error.details(), error.details()
     assert await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 0
-    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'catalog_rejected' "
-                                "AND target = :h", h=f"liar-{unique}") == 1
+    assert (
+        await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'catalog_rejected' AND target = :h", h=f"liar-{unique}"
+        )
+        == 1
+    )
     await liar.close()
 
     await honest.connect()
@@ -154,7 +172,8 @@ async def test_a_piece_whose_named_targets_lie_about_their_address_is_refused(ba
     assert d["blocks"][2]["successors"][0]["target_name"] == "ksys_read"
     assert d["blocks"][2]["successors"][0]["target_address"] == 0xFFFFFFFF81000000 + honest_fns[1].offset
     assert [(c["name"], c["target_address"]) for c in d["callees"]] == [
-        ("__x64_sys_read", 0xFFFFFFFF81000000 + honest_fns[2].offset)]
+        ("__x64_sys_read", 0xFFFFFFFF81000000 + honest_fns[2].offset)
+    ]
     await honest.close()
 
 
@@ -163,38 +182,52 @@ async def test_fields_outside_the_digest_are_not_stored_from_the_uploader(backen
     digest does not cover it): it is resolved by name, and shown without an address when no module of the
     host has the name. An undecodable_offset of a decodable function is not stored either."""
     fns = kernel_functions(10)
-    fns[3].calls.add(site_offset=0x4, target=0xFFFFFFFF81000000 + fns[5].offset, target_name="ext_only_fn",
-                     target_module="othermod")
+    fns[3].calls.add(
+        site_offset=0x4, target=0xFFFFFFFF81000000 + fns[5].offset, target_name="ext_only_fn", target_module="othermod"
+    )
     fns[4].undecodable_offset = 0x7  # undecodable is false: the digest ignores it
     host_id = f"ext-{unique}"
     agent = await backend.agent(host_id, kernel_tag=f"ext-{unique}", modules=[("vmlinux", 0xFFFFFFFF81000000, fns)])
     await agent.connect()
     await wait_catalog_complete(client, host_id)
     digest = agent.modules[0][3]
-    assert await backend.scalar("SELECT undecodable_offset FROM functions WHERE digest = :d AND index = 4",
-                                d=digest) == 0
+    assert (
+        await backend.scalar("SELECT undecodable_offset FROM functions WHERE digest = :d AND index = 4", d=digest) == 0
+    )
     found = (await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": fns[3].name})).json()
     fid = next(i["id"] for i in found["items"] if i["name"] == fns[3].name)
     d = (await client.get(f"/api/v1/hosts/{host_id}/functions/{fid}")).json()
-    assert d["callees"] == [{"site_offset": 4, "target_address": None, "target_address_hex": None,
-                             "name": "ext_only_fn", "module": "othermod", "function_id": None}]
+    assert d["callees"] == [
+        {
+            "site_offset": 4,
+            "target_address": None,
+            "target_address_hex": None,
+            "name": "ext_only_fn",
+            "module": "othermod",
+            "function_id": None,
+        }
+    ]
     await agent.close()
 
 
-@pytest.mark.parametrize("breakage, reason", [
-    (lambda f: setattr(f.blocks[1], "offset", 0x18), "do not tile"),
-    (lambda f: setattr(f.blocks[2], "size", f.blocks[2].size + 0x100), "blocks cover"),
-    (lambda f: setattr(f.blocks[0].successors[1], "target", 0x22), "not a block start"),
-    (lambda f: setattr(f, "name", "bad\x00name"), "NUL or control character"),
-    (lambda f: setattr(f, "size", 1 << 31), "out of range"),
-    (lambda f: setattr(f.blocks[0], "size", 0), "empty block"),
-    (lambda f: setattr(f.blocks[0].successors[0], "kind", 9), "unknown successor kind"),
-    (lambda f: f.calls.add(site_offset=0xFFFFFFFF), "outside the function"),
-])
+@pytest.mark.parametrize(
+    "breakage, reason",
+    [
+        (lambda f: setattr(f.blocks[1], "offset", 0x18), "do not tile"),
+        (lambda f: setattr(f.blocks[2], "size", f.blocks[2].size + 0x100), "blocks cover"),
+        (lambda f: setattr(f.blocks[0].successors[1], "target", 0x22), "not a block start"),
+        (lambda f: setattr(f, "name", "bad\x00name"), "NUL or control character"),
+        (lambda f: setattr(f, "size", 1 << 31), "out of range"),
+        (lambda f: setattr(f.blocks[0], "size", 0), "empty block"),
+        (lambda f: setattr(f.blocks[0].successors[0], "kind", 9), "unknown successor kind"),
+        (lambda f: f.calls.add(site_offset=0xFFFFFFFF), "outside the function"),
+    ],
+)
 async def test_a_function_breaking_the_model_ends_the_stream(backend, unique, breakage, reason):
     fns = kernel_functions(10)
-    agent = await backend.agent(f"bad-{unique}", kernel_tag=f"bad-{unique}-{reason}",
-                                modules=[("vmlinux", 0xFFFFFFFF81000000, fns)])
+    agent = await backend.agent(
+        f"bad-{unique}", kernel_tag=f"bad-{unique}-{reason}", modules=[("vmlinux", 0xFFFFFFFF81000000, fns)]
+    )
     await agent.connect(send_catalog=False)
     name, _base, sent, digest = agent.modules[0]
     broken = [pb.Function() for _ in sent]
@@ -210,8 +243,11 @@ async def test_a_function_breaking_the_model_ends_the_stream(backend, unique, br
 
 
 async def test_duplicate_function_indexes_end_the_stream(backend, unique):
-    agent = await backend.agent(f"dupidx-{unique}", kernel_tag=f"dupidx-{unique}",
-                                modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(10))])
+    agent = await backend.agent(
+        f"dupidx-{unique}",
+        kernel_tag=f"dupidx-{unique}",
+        modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(10))],
+    )
     await agent.connect(send_catalog=False)
     name, _base, fns, digest = agent.modules[0]
     twice = [pb.Function() for _ in fns]
@@ -225,22 +261,33 @@ async def test_duplicate_function_indexes_end_the_stream(backend, unique):
     await agent.close()
 
 
-@pytest.mark.parametrize("edit, reason", [
-    (lambda h: setattr(h, "hostname", "x" * 1_000_000), "Hello.hostname is 1000000 characters"),
-    (lambda h: setattr(h, "hostname", "host\x00name"), "NUL or control character"),
-    (lambda h: h.modules.extend(pb.ModuleRef(name=f"m{i}", digest="ab" * 32) for i in range(20_000)),
-     "modules (at most 4096)"),
-    (lambda h: setattr(h.modules[0], "function_count", 1 << 31), "more functions or blocks than allowed"),
-    (lambda h: h.installs.add(plan_id="../../etc", state="installed", pid=1), "InstalledPlan.plan_id must be"),
-    (lambda h: h.installs.add(plan_id="p1", state="owned", pid=1), "install p1: unknown state"),
-    (lambda h: h.installs.add(plan_id="p1", state="installed", pid=1, code_sha256="XY" * 32),
-     "code_sha256 is not 64 lowercase hex"),
-    (lambda h: h.installs.add(plan_id="p1", state="installed", pid=0), "install p1: pid 0 is out of range"),
-    (lambda h: [h.installs.add(plan_id="p1", state="installed", pid=1) for _ in range(2)],
-     "install p1 is listed twice"),
-    (lambda h: [h.installs.add(plan_id=f"p{i}", state="installed", pid=1) for i in range(1025)],
-     "installs (at most 1024)"),
-])
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (lambda h: setattr(h, "hostname", "x" * 1_000_000), "Hello.hostname is 1000000 characters"),
+        (lambda h: setattr(h, "hostname", "host\x00name"), "NUL or control character"),
+        (
+            lambda h: h.modules.extend(pb.ModuleRef(name=f"m{i}", digest="ab" * 32) for i in range(20_000)),
+            "modules (at most 4096)",
+        ),
+        (lambda h: setattr(h.modules[0], "function_count", 1 << 31), "more functions or blocks than allowed"),
+        (lambda h: h.installs.add(plan_id="../../etc", state="installed", pid=1), "InstalledPlan.plan_id must be"),
+        (lambda h: h.installs.add(plan_id="p1", state="owned", pid=1), "install p1: unknown state"),
+        (
+            lambda h: h.installs.add(plan_id="p1", state="installed", pid=1, code_sha256="XY" * 32),
+            "code_sha256 is not 64 lowercase hex",
+        ),
+        (lambda h: h.installs.add(plan_id="p1", state="installed", pid=0), "install p1: pid 0 is out of range"),
+        (
+            lambda h: [h.installs.add(plan_id="p1", state="installed", pid=1) for _ in range(2)],
+            "install p1 is listed twice",
+        ),
+        (
+            lambda h: [h.installs.add(plan_id=f"p{i}", state="installed", pid=1) for i in range(1025)],
+            "installs (at most 1024)",
+        ),
+    ],
+)
 async def test_a_malformed_hello_ends_the_stream_before_anything_is_stored(backend, unique, edit, reason):
     host_id = f"hello-{unique}"
     error = await _hello_only(backend, host_id, edit)
@@ -255,10 +302,14 @@ async def test_bytes_that_are_not_a_message_end_the_stream_with_invalid_argument
     decode; the stream ends with INVALID_ARGUMENT, not UNKNOWN."""
     agent = await backend.agent(f"raw-{unique}")
     creds = agent.credentials
-    channel = grpc.aio.secure_channel(backend.grpc_target, grpc.ssl_channel_credentials(
-        creds.ca_pem, creds.key_pem, creds.cert_pem))
-    call = channel.stream_stream("/hotpath.v1.AgentService/Connect", request_serializer=lambda b: b,
-                                 response_deserializer=pb.ServerMessage.FromString)()
+    channel = grpc.aio.secure_channel(
+        backend.grpc_target, grpc.ssl_channel_credentials(creds.ca_pem, creds.key_pem, creds.cert_pem)
+    )
+    call = channel.stream_stream(
+        "/hotpath.v1.AgentService/Connect",
+        request_serializer=lambda b: b,
+        response_deserializer=pb.ServerMessage.FromString,
+    )()
     # AgentMessage{hello: Hello{host_id: b"\xff\xfe"}}: field 1 (hello), field 1 (host_id) with bad UTF-8.
     await call.write(bytes([0x0A, 0x04, 0x0A, 0x02, 0xFF, 0xFE]))
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -268,15 +319,18 @@ async def test_bytes_that_are_not_a_message_end_the_stream_with_invalid_argument
     await channel.close()
 
 
-@pytest.mark.parametrize("blocks, total, reason", [
-    ([("vmlinux", 0, 0, 1 << 63)], 1 << 40, "BlockSamples.count"),
-    ([("vmlinux", 1 << 31, 0, 1)], None, "out of range"),
-    ([("vmlinux", 0, 0xFFFFFFFF, 1)], None, "out of range"),
-    ([("vmlinux", 0, 0x1000, 1)], None, "bytes long"),
-    ([("vmlinux", 49, 0, 1), ("vmlinux", 0, 0, 5)], 2, "exceed total_samples"),
-    ([("nosuchmodule", 0, 0, 1)], None, "Hello did not list"),
-    ([("vmlinux", 50, 0, 1)], None, "which has 50"),
-])
+@pytest.mark.parametrize(
+    "blocks, total, reason",
+    [
+        ([("vmlinux", 0, 0, 1 << 63)], 1 << 40, "BlockSamples.count"),
+        ([("vmlinux", 1 << 31, 0, 1)], None, "out of range"),
+        ([("vmlinux", 0, 0xFFFFFFFF, 1)], None, "out of range"),
+        ([("vmlinux", 0, 0x1000, 1)], None, "bytes long"),
+        ([("vmlinux", 49, 0, 1), ("vmlinux", 0, 0, 5)], 2, "exceed total_samples"),
+        ([("nosuchmodule", 0, 0, 1)], None, "Hello did not list"),
+        ([("vmlinux", 50, 0, 1)], None, "which has 50"),
+    ],
+)
 async def test_a_malformed_batch_ends_the_stream_and_stores_nothing(backend, client, unique, blocks, total, reason):
     host_id = f"batch-{unique}"
     agent = await backend.agent(host_id, kernel_tag=f"batch-{unique}")
@@ -306,8 +360,9 @@ async def test_a_message_over_the_size_limit_ends_the_stream(backend, unique):
     huge = pb.Function()
     huge.CopyFrom(fns[0])
     huge.name = "n" * (backend.runtime.settings.grpc_max_message_bytes + (1 << 20))
-    await agent.call.write(pb.AgentMessage(catalog_chunk=pb.CatalogChunk(digest=digest, module=name, seq=0,
-                                                                         last=True, functions=[huge])))
+    await agent.call.write(
+        pb.AgentMessage(catalog_chunk=pb.CatalogChunk(digest=digest, module=name, seq=0, last=True, functions=[huge]))
+    )
     error = await _ended(agent)
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     await agent.close()
@@ -340,10 +395,17 @@ def _cpu(b):
 def _rehash(b):
     """Give the edited first stack the id its frames hash to, so the check under test is the one that fails."""
     from app.storage.stacks import stack_id
+
     s = b.stacks.stacks[0]
     mods = b.stacks.modules
-    s.id = stack_id([(1, mods[f.module].digest, f.function_index, f.offset) if mods[f.module].kind == 1 else
-                     (3, mods[f.module].name, 0, f.offset) for f in s.frames])
+    s.id = stack_id(
+        [
+            (1, mods[f.module].digest, f.function_index, f.offset)
+            if mods[f.module].kind == 1
+            else (3, mods[f.module].name, 0, f.offset)
+            for f in s.frames
+        ]
+    )
     b.stacks.counts[0].stack_id = s.id
 
 
@@ -370,18 +432,21 @@ def _idle(b):
     b.idle_samples = b.total_samples + 1
 
 
-@pytest.mark.parametrize("edit, reason", [
-    (_forge_id, "hash to another id"),
-    (_frame_module, "not in StackSamples.modules"),
-    (_sum, "do not sum to stack_samples"),
-    (_comm, "control character"),
-    (_cpu, "out of range"),
-    (_function_beyond_catalog, "which has 50"),
-    (_offset_beyond_function, "bytes long"),
-    (_unknown_digest, "does not run and no host has sent"),
-    (_instructions, "sum to count"),
-    (_idle, "idle_samples exceeds"),
-])
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (_forge_id, "hash to another id"),
+        (_frame_module, "not in StackSamples.modules"),
+        (_sum, "do not sum to stack_samples"),
+        (_comm, "control character"),
+        (_cpu, "out of range"),
+        (_function_beyond_catalog, "which has 50"),
+        (_offset_beyond_function, "bytes long"),
+        (_unknown_digest, "does not run and no host has sent"),
+        (_instructions, "sum to count"),
+        (_idle, "idle_samples exceeds"),
+    ],
+)
 async def test_a_malformed_stack_batch_ends_the_stream_and_stores_nothing(backend, client, unique, edit, reason):
     host_id = f"stk-bad-{unique}"
     agent = await backend.agent(host_id, kernel_tag=f"stk-bad-{unique}")
@@ -406,16 +471,16 @@ async def test_samples_of_a_stack_never_defined_are_counted_as_dropped_not_store
 
     await wait_catalog_complete(client, host_id)
     t = time.time_ns() - 5 * 10**9
-    seq = await agent.send_batch(agent.stack_batch(t, [(STACK, 42, "dd", 0, 3), (STACK[1:], 42, "dd", 0, 2)],
-                                                   define=set()))
+    seq = await agent.send_batch(
+        agent.stack_batch(t, [(STACK, 42, "dd", 0, 3), (STACK[1:], 42, "dd", 0, 2)], define=set())
+    )
 
     async def acked():
         return any(a.seq >= seq for a in agent.acks)
 
     await wait_until(acked)
     assert await backend.scalar("SELECT count(*) FROM stack_samples WHERE host_id = :h", h=host_id) == 0
-    assert await backend.scalar("SELECT stack_dropped_samples FROM sample_intervals WHERE host_id = :h",
-                         h=host_id) == 5
+    assert await backend.scalar("SELECT stack_dropped_samples FROM sample_intervals WHERE host_id = :h", h=host_id) == 5
     # Once defined, the same id is stored, and later batches may refer to it without its frames.
     seq = await agent.send_batch(agent.stack_batch(t + 10**9, [(STACK, 42, "dd", 0, 3)]))
     seq = await agent.send_batch(agent.stack_batch(t + 2 * 10**9, [(STACK, 42, "dd", 1, 4)], define=set()))

@@ -2,6 +2,7 @@
 """AgentService.Connect over a real gRPC channel to the in-process server, driven by the scripted
 agent: authentication, registration, content-addressed catalog storage, disconnect and reconnect,
 replacement of a stream by a newer one, and samples for pieces not yet stored."""
+
 import asyncio
 import os
 import signal
@@ -90,8 +91,12 @@ async def test_hello_registers_host_online_and_catalog_is_stored_once(backend, c
     assert await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest = :d", d=digest) == 1
     host_b = (await client.get(f"/api/v1/hosts/b-{unique}")).json()
     assert host_b["catalog_complete"] is True and host_b["online"] is True
-    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'agent_connected' AND target = :h",
-                         h=f"b-{unique}") == 1
+    assert (
+        await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'agent_connected' AND target = :h", h=f"b-{unique}"
+        )
+        == 1
+    )
     await a.close()
     await b.close()
 
@@ -111,8 +116,12 @@ async def test_stream_end_marks_offline_keeps_data_and_reconnect_is_online(backe
     assert host["last_seen"] is not None and host["catalog_complete"] is True
     found = (await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": "vfs_read"})).json()
     assert found["total"] == 2  # vfs_read and vfs_read_iter are kept while offline
-    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' "
-                                "AND target = :h", h=host_id) == 1
+    assert (
+        await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' AND target = :h", h=host_id
+        )
+        == 1
+    )
 
     again = await backend.agent(host_id, kernel_tag=f"k-{unique}")
     welcome = await again.connect()
@@ -144,8 +153,17 @@ async def test_agent_process_killed_mid_stream_shows_offline_and_data_is_kept(ba
     for name, data in (("key", creds.key_pem), ("cert", creds.cert_pem), ("ca", creds.ca_pem)):
         (tmp_path / name).write_bytes(data)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", KILLED_AGENT, backend.grpc_target, str(tmp_path), host_id, f"k-{unique}",
-        cwd=BACKEND_DIR, stdout=asyncio.subprocess.PIPE, env=dict(os.environ))
+        sys.executable,
+        "-c",
+        KILLED_AGENT,
+        backend.grpc_target,
+        str(tmp_path),
+        host_id,
+        f"k-{unique}",
+        cwd=BACKEND_DIR,
+        stdout=asyncio.subprocess.PIPE,
+        env=dict(os.environ),
+    )
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), 30)
         assert line.strip() == b"connected"
@@ -163,8 +181,12 @@ async def test_agent_process_killed_mid_stream_shows_offline_and_data_is_kept(ba
     assert host["catalog_complete"] is True
     found = (await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": "vfs_read"})).json()
     assert found["total"] == 2
-    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' "
-                                "AND target = :h", h=host_id) == 1
+    assert (
+        await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'agent_disconnected' AND target = :h", h=host_id
+        )
+        == 1
+    )
 
 
 async def test_second_stream_with_same_host_id_replaces_the_first(backend, client, unique):
@@ -191,20 +213,26 @@ async def test_samples_for_a_piece_not_yet_stored_are_dropped_and_counted(backen
     await a.send_metrics(ts, [("vmlinux", 0, 0, 7)])
 
     async def recorded():
-        return await backend.scalar("SELECT coalesce(sum(dropped_samples), 0) FROM sample_intervals "
-                                    "WHERE host_id = :h", h=host_id)
+        return await backend.scalar(
+            "SELECT coalesce(sum(dropped_samples), 0) FROM sample_intervals WHERE host_id = :h", h=host_id
+        )
 
     assert await wait_until(recorded) == 7
-    assert await backend.scalar("SELECT coalesce(sum(cardinality(counts)), 0) FROM sample_intervals "
-                         "WHERE host_id = :h", h=host_id) == 0
+    assert (
+        await backend.scalar(
+            "SELECT coalesce(sum(cardinality(counts)), 0) FROM sample_intervals WHERE host_id = :h", h=host_id
+        )
+        == 0
+    )
     await a.close()
 
 
 async def test_whole_kernel_catalog_stores_fast(backend, client, unique):
     """A kernel-sized piece (120k functions, 360k blocks) arrives in chunks and is stored."""
     fns = kernel_functions(120_000)
-    a = await backend.agent(f"big-{unique}", kernel_tag=f"big-{unique}",
-                      modules=[("vmlinux", 0xFFFFFFFF81000000, fns)], chunk_size=5000)
+    a = await backend.agent(
+        f"big-{unique}", kernel_tag=f"big-{unique}", modules=[("vmlinux", 0xFFFFFFFF81000000, fns)], chunk_size=5000
+    )
     t0, c0 = time.perf_counter(), time.process_time()
     await a.connect()
     await wait_until(lambda: _host_field(client, f"big-{unique}", "catalog_complete"), timeout=300)
@@ -221,24 +249,36 @@ async def test_whole_kernel_catalog_stores_fast(backend, client, unique):
     # more than Postgres building the same JSON. Fixed bounds (200 ms, 1.5 s) failed at 216 ms and 2.8 s
     # on a loaded machine.
     h = {"h": f"big-{unique}"}
-    scan_ms = await _best_ms(3, lambda: backend.scalar(
-        "SELECT count(*) FROM functions f JOIN host_modules hm ON hm.digest = f.digest "
-        "WHERE hm.host_id = :h AND f.name_lc LIKE '%fn\\_1199%'", **h))
-    search_ms = await _best_ms(3, lambda: client.get(f"/api/v1/hosts/big-{unique}/functions",
-                                                     params={"q": "fn_1199", "limit": 100}))
+    scan_ms = await _best_ms(
+        3,
+        lambda: backend.scalar(
+            "SELECT count(*) FROM functions f JOIN host_modules hm ON hm.digest = f.digest "
+            "WHERE hm.host_id = :h AND f.name_lc LIKE '%fn\\_1199%'",
+            **h,
+        ),
+    )
+    search_ms = await _best_ms(
+        3, lambda: client.get(f"/api/v1/hosts/big-{unique}/functions", params={"q": "fn_1199", "limit": 100})
+    )
     r = await client.get(f"/api/v1/hosts/big-{unique}/functions", params={"q": "fn_1199", "limit": 100})
     assert r.status_code == 200 and r.json()["total"] == 10 + 100  # fn_11990..fn_11999 and fn_119900..fn_119999
-    json_ms = await _best_ms(2, lambda: backend.scalar(
-        "SELECT length(json_agg(x)::text) FROM (SELECT f.id, f.name, hm.name AS module, f.digest, f.index, "
-        "hm.base_address + f.\"offset\" AS address, to_hex(hm.base_address + f.\"offset\") AS address_hex, "
-        "f.size, f.block_count, f.undecodable FROM functions f JOIN host_modules hm ON hm.digest = f.digest "
-        "WHERE hm.host_id = :h ORDER BY f.name, f.id LIMIT 100000) x", **h))
-    whole_ms = await _best_ms(2, lambda: client.get(f"/api/v1/hosts/big-{unique}/functions",
-                                                    params={"limit": 100000}))
+    json_ms = await _best_ms(
+        2,
+        lambda: backend.scalar(
+            "SELECT length(json_agg(x)::text) FROM (SELECT f.id, f.name, hm.name AS module, f.digest, f.index, "
+            'hm.base_address + f."offset" AS address, to_hex(hm.base_address + f."offset") AS address_hex, '
+            "f.size, f.block_count, f.undecodable FROM functions f JOIN host_modules hm ON hm.digest = f.digest "
+            "WHERE hm.host_id = :h ORDER BY f.name, f.id LIMIT 100000) x",
+            **h,
+        ),
+    )
+    whole_ms = await _best_ms(2, lambda: client.get(f"/api/v1/hosts/big-{unique}/functions", params={"limit": 100000}))
     r = await client.get(f"/api/v1/hosts/big-{unique}/functions", params={"limit": 100000})
     assert r.status_code == 200 and len(r.json()["items"]) == 100000 and r.json()["total"] == 120000
-    print(f"search over 120k: {search_ms:.0f} ms (a bare scan {scan_ms:.0f} ms); 100k-row page: {whole_ms:.0f} ms "
-          f"(its JSON in Postgres {json_ms:.0f} ms, {len(r.content)} bytes)")
+    print(
+        f"search over 120k: {search_ms:.0f} ms (a bare scan {scan_ms:.0f} ms); 100k-row page: {whole_ms:.0f} ms "
+        f"(its JSON in Postgres {json_ms:.0f} ms, {len(r.content)} bytes)"
+    )
     assert search_ms < 4 * scan_ms + 50
     assert whole_ms < 4 * json_ms + 300
     await a.close()
@@ -275,13 +315,15 @@ async def test_streams_beyond_64_per_peer_address_are_refused(backend, unique):
     address = "ipv4:127.0.0.1"
     baseline = peers[address]
     creds = await backend.credentials(f"peer-{unique}")
-    channel_creds = grpc.ssl_channel_credentials(root_certificates=creds.ca_pem, private_key=creds.key_pem,
-                                                 certificate_chain=creds.cert_pem)
+    channel_creds = grpc.ssl_channel_credentials(
+        root_certificates=creds.ca_pem, private_key=creds.key_pem, certificate_chain=creds.cert_pem
+    )
     # Streams that never say Hello are held open, not timed out, while this test opens the rest.
     hello_timeout, settings.hello_timeout_s = settings.hello_timeout_s, 600.0
     channels: list[grpc.aio.Channel] = []
     calls = []
     try:
+
         def stream(channel):
             call = pb_grpc.AgentServiceStub(channel).Connect()
             calls.append(call)
@@ -292,6 +334,7 @@ async def test_streams_beyond_64_per_peer_address_are_refused(backend, unique):
             channels.append(channel)
             for _ in range(min(4, limit - baseline - len(calls))):
                 stream(channel)
+
         async def counted(n):
             return peers[address] == n
 

@@ -6,6 +6,7 @@ for an offline host wait and fail after the queue timeout; attach records a targ
 process's catalog (digest verified with the module's build id); a measurement's rows and values are
 stored and served, malformed measurement data ends the stream and stores nothing, and 10,000
 resources in one request are served without a hang."""
+
 import asyncio
 import hashlib
 import time
@@ -38,6 +39,7 @@ async def _until_state(client, host_id, cid, *states, timeout=10.0):
     async def reached():
         c = await _command(client, host_id, cid)
         return c if c["state"] in states else None
+
     return await wait_until(reached, timeout)
 
 
@@ -57,8 +59,9 @@ async def test_attach_goes_queued_sent_running_done_with_progress_and_audit(back
     agent.hold.set()
     done = await _until_state(client, host_id, cid, "done")
     assert done["progress"] == 1 and done["finished_at"] and done["error"] is None
-    assert done["result"]["targets"] == [{"id": "p4242-1000", "pid": 4242, "command": "fake-server",
-                                          "state": "attached"}]
+    assert done["result"]["targets"] == [
+        {"id": "p4242-1000", "pid": 4242, "command": "fake-server", "state": "attached"}
+    ]
     targets = (await client.get(f"/api/v1/hosts/{host_id}/targets")).json()
     assert [t["id"] for t in targets] == ["kernel", "p4242-1000"]
     assert targets[1]["state"] == "attached" and targets[1]["module_count"] == 1
@@ -72,8 +75,9 @@ async def test_attach_goes_queued_sent_running_done_with_progress_and_audit(back
     mods = await wait_until(stored)
     assert mods[0]["name"] == name and mods[0]["digest"] == digest and mods[0]["build_id"] == build_id
     assert build_id != PROCESS_BUILD_ID and digest in agent.sent_catalogs
-    page = (await client.get(f"/api/v1/hosts/{host_id}/functions",
-                             params={"target": "p4242-1000", "q": "srv_fn_3"})).json()
+    page = (
+        await client.get(f"/api/v1/hosts/{host_id}/functions", params={"target": "p4242-1000", "q": "srv_fn_3"})
+    ).json()
     assert page["total"] == 1 and page["items"][0]["address"] == 0x555555554000 + 0x1000 + 0x300
     kernel_page = (await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": "srv_fn_3"})).json()
     assert kernel_page["total"] == 0, "a process's functions are not the kernel's"
@@ -137,8 +141,10 @@ async def test_commands_wait_for_an_offline_host_and_fail_after_the_queue_timeou
     stale = (await client.post(f"/api/v1/hosts/{host_id}/targets", json={"pid": 22})).json()
     # The second one is older than the queue timeout (as if an hour passed); the sweep fails it.
     async with backend.runtime.engine.begin() as conn:
-        await conn.execute(text("UPDATE commands SET created_at = now() - interval '1 hour' WHERE id = :id"),
-                           {"id": uuid.UUID(stale["id"])})
+        await conn.execute(
+            text("UPDATE commands SET created_at = now() - interval '1 hour' WHERE id = :id"),
+            {"id": uuid.UUID(stale["id"])},
+        )
     await backend.runtime.commands.sweep()
     failed = await _command(client, host_id, stale["id"])
     assert failed["state"] == "failed" and "not connected" in failed["error"]
@@ -157,16 +163,21 @@ async def test_changing_what_an_agent_does_needs_the_operator_role(backend, clie
     headers = {"Authorization": f"Bearer {token}"}
     r = await client.post(f"/api/v1/hosts/{host_id}/targets", json={"pid": 5}, headers=headers)
     assert r.status_code == 403
-    r = await client.post(f"/api/v1/hosts/{host_id}/measurements", headers=headers, json={
-        "resources": [{"digest": "0" * 64, "function_index": 0}], "metrics": ["count"]})
+    r = await client.post(
+        f"/api/v1/hosts/{host_id}/measurements",
+        headers=headers,
+        json={"resources": [{"digest": "0" * 64, "function_index": 0}], "metrics": ["count"]},
+    )
     assert r.status_code == 403
     assert (await client.get(f"/api/v1/hosts/{host_id}/targets", headers=headers)).status_code == 200
     await agent.close()
 
 
 async def _measure(client, host_id, agent, resources, metrics=("count", "wall"), **extra):
-    r = await client.post(f"/api/v1/hosts/{host_id}/measurements",
-                          json={"target": "kernel", "resources": resources, "metrics": list(metrics), **extra})
+    r = await client.post(
+        f"/api/v1/hosts/{host_id}/measurements",
+        json={"target": "kernel", "resources": resources, "metrics": list(metrics), **extra},
+    )
     assert r.status_code == 202, r.text
     cid = r.json()["id"]
     mid = r.json()["params"]["measurement_id"]
@@ -182,26 +193,34 @@ async def test_a_measurements_rows_and_values_are_stored_and_served(backend, cli
     mid = await _measure(client, host_id, agent, [{"digest": vmlinux, "function_index": 0, "blocks": True}])
     m = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}")).json()
     assert m["state"] == "armed" and m["resource_count"] == 4 and m["created_by"] == "admin"
-    assert [(r["kind"], r["block_offset"]) for r in m["resources"]] == [("function", None), ("block", 0),
-                                                                        ("block", 0x10), ("block", 0x20)]
+    assert [(r["kind"], r["block_offset"]) for r in m["resources"]] == [
+        ("function", None),
+        ("block", 0),
+        ("block", 0x10),
+        ("block", 0x20),
+    ]
     assert m["resources"][0]["function"] == "vfs_read" and m["resources"][0]["function_id"] is not None
     plans = {p["metric"]: p for p in m["resources"][0]["metrics"]}
     assert plans["count"]["label"] == "exact" and plans["wall_ns"]["unit"] == "ns"
     assert m["resources"][1]["function_row"] == 0
     now = time.time_ns() // 10**9 * 10**9
     for i in range(5):
-        seq = await agent.send_measurement(mid, now - (5 - i) * 10**9, [(0, 100, 5e6), (1, 100, 0), (2, 40, 0),
-                                                                           (3, 100, 0)])
+        seq = await agent.send_measurement(
+            mid, now - (5 - i) * 10**9, [(0, 100, 5e6), (1, 100, 0), (2, 40, 0), (3, 100, 0)]
+        )
     await wait_for_ack(agent, seq)
-    values = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}/values",
-                               params={"window_s": 60})).json()
+    values = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}/values", params={"window_s": 60})).json()
     sums = {v["resource"]: v["values"] for v in values["resources"]}
     assert sums[0]["count"] == 500 and sums[0]["wall_ns"] == 25e6 and sums[0]["exits"] == 500
     assert sums[2]["count"] == 200 and sums[2]["wall_ns"] is None
     assert values["intervals"] == 5 and values["measured_seconds"] == pytest.approx(5.0)
     assert values["latest"]["resources"][0]["values"]["count"] == 100
-    series = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}/series",
-                               params={"resources": "0,2", "window_s": 60, "points": 60})).json()
+    series = (
+        await client.get(
+            f"/api/v1/hosts/{host_id}/measurements/{mid}/series",
+            params={"resources": "0,2", "window_s": 60, "points": 60},
+        )
+    ).json()
     assert series["step_s"] == 1 and len(series["buckets"]) == 5
     assert [p["values"]["count"] for p in series["series"][1]["points"]] == [40] * 5
     state = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}")).json()["state"]
@@ -210,8 +229,9 @@ async def test_a_measurements_rows_and_values_are_stored_and_served(backend, cli
     r = await client.post(f"/api/v1/hosts/{host_id}/measurements/{mid}/stop")
     assert r.status_code == 202
     await _until_state(client, host_id, r.json()["id"], "done")
-    seq = await agent.send_measurement(mid, now, [(0, 1, 1e3)], state=pb.MEASUREMENT_STATE_STOPPED,
-                                       detail="stopped on request")
+    seq = await agent.send_measurement(
+        mid, now, [(0, 1, 1e3)], state=pb.MEASUREMENT_STATE_STOPPED, detail="stopped on request"
+    )
     await wait_for_ack(agent, seq)
     m = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}")).json()
     assert m["state"] == "stopped" and m["ended_at"] is not None
@@ -219,24 +239,36 @@ async def test_a_measurements_rows_and_values_are_stored_and_served(backend, cli
     await agent.close()
 
 
-@pytest.mark.parametrize("mutate, reason", [
-    (lambda b: b.resources[0].__setattr__("resource", 99), "does not exist"),
-    (lambda b: b.resources[0].values[0].__setattr__("unit", 7), "unit or mechanism"),
-    (lambda b: b.resources[0].values[0].__setattr__("value", float("nan")), "out of range"),
-    (lambda b: b.resources[0].values[0].__setattr__("metric", 99), "unknown metric"),
-    (lambda b: b.__setattr__("interval_end_unix_ns", b.interval_start_unix_ns), "empty"),
-    (lambda b: b.units.append("x\x01"), "control character"),
-])
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda b: b.resources[0].__setattr__("resource", 99), "does not exist"),
+        (lambda b: b.resources[0].values[0].__setattr__("unit", 7), "unit or mechanism"),
+        (lambda b: b.resources[0].values[0].__setattr__("value", float("nan")), "out of range"),
+        (lambda b: b.resources[0].values[0].__setattr__("metric", 99), "unknown metric"),
+        (lambda b: b.__setattr__("interval_end_unix_ns", b.interval_start_unix_ns), "empty"),
+        (lambda b: b.units.append("x\x01"), "control character"),
+    ],
+)
 async def test_malformed_measurement_data_is_refused_alone_and_stores_nothing(backend, client, unique, mutate, reason):
     host_id = f"badm-{unique}"
     agent = await _online(backend, client, host_id)
     vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")
     mid = await _measure(client, host_id, agent, [{"digest": vmlinux, "function_index": 1}])
     batch = pb.MeasurementBatch(
-        measurement_id=mid, interval_start_unix_ns=time.time_ns() - 10**9, interval_end_unix_ns=time.time_ns(),
-        state=pb.MEASUREMENT_STATE_RUNNING, units=["calls"], mechanisms=["uprobe_multi"],
-        resources=[pb.ResourceValues(resource=0, values=[pb.MetricValue(metric=pb.METRIC_COUNT, value=3, total=3,
-                                                                        label=pb.VALUE_LABEL_EXACT)])])
+        measurement_id=mid,
+        interval_start_unix_ns=time.time_ns() - 10**9,
+        interval_end_unix_ns=time.time_ns(),
+        state=pb.MEASUREMENT_STATE_RUNNING,
+        units=["calls"],
+        mechanisms=["uprobe_multi"],
+        resources=[
+            pb.ResourceValues(
+                resource=0,
+                values=[pb.MetricValue(metric=pb.METRIC_COUNT, value=3, total=3, label=pb.VALUE_LABEL_EXACT)],
+            )
+        ],
+    )
     mutate(batch)
     await agent.call.write(pb.AgentMessage(seq=1, measurement=batch))
     # Refused alone: acknowledged (never resent), recorded with the reason, the stream goes on.
@@ -262,11 +294,15 @@ async def test_ten_thousand_resources_in_one_request_are_served_and_more_are_ref
     host_id = f"tenk-{unique}"
     agent = await _online(backend, client, host_id)
     vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")
-    resources = [{"module": 0, "function_index": i % 50, "kind": "block", "offset": (i // 50) * 0x10 % 0x30}
-                 for i in range(10_000)]
+    resources = [
+        {"module": 0, "function_index": i % 50, "kind": "block", "offset": (i // 50) * 0x10 % 0x30}
+        for i in range(10_000)
+    ]
     t0 = time.monotonic()
-    r = await client.post(f"/api/v1/hosts/{host_id}/measurements",
-                          json={"modules": [vmlinux], "resources": resources, "metrics": ["count"]})
+    r = await client.post(
+        f"/api/v1/hosts/{host_id}/measurements",
+        json={"modules": [vmlinux], "resources": resources, "metrics": ["count"]},
+    )
     assert r.status_code == 202, r.text[:300]
 
     async def delivered():
@@ -277,9 +313,10 @@ async def test_ten_thousand_resources_in_one_request_are_served_and_more_are_ref
     assert {x.digest for x in cmd.start_measurement.resources} == {vmlinux}
     done = await _until_state(client, host_id, r.json()["id"], "done", "failed", timeout=30)
     assert done["result"]["resources"] == 10_000
-    too_many = await client.post(f"/api/v1/hosts/{host_id}/measurements",
-                                 json={"modules": [vmlinux], "resources": resources + resources[:1],
-                                       "metrics": ["count"]})
+    too_many = await client.post(
+        f"/api/v1/hosts/{host_id}/measurements",
+        json={"modules": [vmlinux], "resources": resources + resources[:1], "metrics": ["count"]},
+    )
     assert too_many.status_code == 413 and "at most 10000" in too_many.json()["detail"]
     await agent.close()
 
@@ -314,6 +351,7 @@ async def test_partial_timestamps_are_refused_like_metric_batches(backend, clien
     """Measurement intervals far ahead of the backend's clock are refused, recorded, and a run of them flags
     the host."""
     from app.agents.clock import CLOCK_AHEAD_RUN
+
     host_id = f"skew-{unique}"
     agent = await _online(backend, client, host_id)
     vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")

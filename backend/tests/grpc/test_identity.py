@@ -2,6 +2,7 @@
 """Per-host agent identity over the real gRPC and REST servers, with fake agents
 (tests.scripted_agent): enrolment by one-time token or admin approval, a host id usable only with its
 own certificate, re-enrolment replacing the old credential, and retiring and deleting hosts."""
+
 import asyncio
 
 import grpc
@@ -26,8 +27,11 @@ async def _connect_error(agent: ScriptedAgent) -> grpc.aio.AioRpcError:
 
 
 async def _pending(client, host_id: str) -> list[dict]:
-    return [r for r in (await client.get("/api/v1/enrolment-requests")).json()
-            if r["host_id"] == host_id and r["status"] == "pending"]
+    return [
+        r
+        for r in (await client.get("/api/v1/enrolment-requests")).json()
+        if r["host_id"] == host_id and r["status"] == "pending"
+    ]
 
 
 async def _pending_id(client, host_id: str) -> str:
@@ -55,8 +59,13 @@ async def test_an_enrolment_token_works_once(backend, unique):
 
 async def test_a_csr_for_another_host_id_is_refused(backend, unique):
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await enroll(backend.enroll_target, backend.ca_pem, f"me-{unique}", await new_token(backend.runtime),
-                     csr=make_csr(f"me-{unique}", common_name=f"someone-else-{unique}"))
+        await enroll(
+            backend.enroll_target,
+            backend.ca_pem,
+            f"me-{unique}",
+            await new_token(backend.runtime),
+            csr=make_csr(f"me-{unique}", common_name=f"someone-else-{unique}"),
+        )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "common name must be the host id" in err.value.details()
 
@@ -82,8 +91,12 @@ async def test_a_host_without_a_token_waits_for_an_admin_to_approve_it(backend, 
     welcome = await agent.connect(send_catalog=False)
     assert welcome.session_id
     await agent.close()
-    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_approved' "
-                                "AND target = :h", h=host_id) == 1
+    assert (
+        await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'enrolment_approved' AND target = :h", h=host_id
+        )
+        == 1
+    )
 
 
 async def test_a_rejected_host_cannot_enrol(backend, client, unique):
@@ -137,8 +150,12 @@ async def test_a_token_for_any_host_cannot_take_over_an_enrolled_host(backend, u
     await agent.close()
     # A token created for another host id is refused for this one.
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await enroll(backend.enroll_target, backend.ca_pem, f"new-{unique}",
-                     await new_token(backend.runtime, host_id=f"other-{unique}"))
+        await enroll(
+            backend.enroll_target,
+            backend.ca_pem,
+            f"new-{unique}",
+            await new_token(backend.runtime, host_id=f"other-{unique}"),
+        )
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
@@ -173,8 +190,12 @@ async def test_retire_ends_the_stream_and_revokes_then_delete_removes_the_host(b
     assert (await client.get(f"/api/v1/hosts/{host_id}")).status_code == 404
     assert (await client.delete(f"/api/v1/hosts/{host_id}")).status_code == 404
     for action in ("host_retired", "host_deleted"):
-        assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = :a AND target = :h",
-                             a=action, h=host_id) == 1
+        assert (
+            await backend.scalar(
+                "SELECT count(*) FROM audit_log WHERE action = :a AND target = :h", a=action, h=host_id
+            )
+            == 1
+        )
     # Deleted, the host may enrol afresh.
     again = await backend.agent(host_id, kernel_tag=f"ret-{unique}")
     assert (await again.connect()).session_id
@@ -206,8 +227,10 @@ async def test_a_created_token_is_shown_once_with_the_ca_and_can_be_revoked(back
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
     async def audited():
-        return await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_token_revoked' "
-                                    "AND target = :t", t=body["id"])
+        return await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'enrolment_token_revoked' AND target = :t", t=body["id"]
+        )
+
     await wait_until(audited)
 
 
@@ -221,8 +244,14 @@ async def test_a_tokenless_request_cannot_take_over_an_enrolled_host(backend, cl
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "enrolled already" in err.value.details() and "token created for this host id" in err.value.details()
     assert await _pending(client, host_id) == []
-    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_refused' "
-                                "AND target = :h AND detail->>'reason' = 'already enrolled'", h=host_id) == 1
+    assert (
+        await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'enrolment_refused' "
+            "AND target = :h AND detail->>'reason' = 'already enrolled'",
+            h=host_id,
+        )
+        == 1
+    )
     agent = ScriptedAgent(backend.grpc_target, creds, host_id, kernel_tag=f"enr-{unique}")
     assert (await agent.connect(send_catalog=False)).session_id
     await agent.close()
@@ -235,8 +264,16 @@ async def test_a_request_left_from_before_enrolment_cannot_be_approved(backend, 
     _key, csr = make_csr(host_id)
     async with backend.runtime.sessionmaker() as db:  # a row kept from before the host enrolled (an upgrade)
         from app.storage.models import EnrolmentRequest
-        db.add(EnrolmentRequest(host_id=host_id, key_fingerprint=enrolment.key_fingerprint(csr), hostname="x",
-                                csr_pem=csr, peer="ipv4:10.9.9.9:1"))
+
+        db.add(
+            EnrolmentRequest(
+                host_id=host_id,
+                key_fingerprint=enrolment.key_fingerprint(csr),
+                hostname="x",
+                csr_pem=csr,
+                peer="ipv4:10.9.9.9:1",
+            )
+        )
         await db.commit()
     [request] = await _pending(client, host_id)
     assert request["host_enrolled"] is True
@@ -256,7 +293,8 @@ async def test_a_second_key_for_a_pending_host_is_a_conflict_not_a_replacement(b
     assert await _ask(backend, host_id, first) == grpc.StatusCode.FAILED_PRECONDITION  # asking again adds nothing
     requests = await _pending(client, host_id)
     assert sorted(r["key_fingerprint"] for r in requests) == sorted(
-        enrolment.key_fingerprint(c[1]) for c in (first, second))
+        enrolment.key_fingerprint(c[1]) for c in (first, second)
+    )
     assert [r["conflicting"] for r in requests] == [1, 1]
     chosen = next(r for r in requests if r["key_fingerprint"] == enrolment.key_fingerprint(first[1]))
 
@@ -267,9 +305,15 @@ async def test_a_second_key_for_a_pending_host_is_a_conflict_not_a_replacement(b
     agent = ScriptedAgent(backend.grpc_target, creds, host_id, kernel_tag=f"cf-{unique}")
     assert (await agent.connect(send_catalog=False)).session_id
     await agent.close()
-    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_rejected' AND target = :h "
-                                "AND detail->>'key_fingerprint' = :f", h=host_id,
-                                f=enrolment.key_fingerprint(second[1])) == 1
+    assert (
+        await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'enrolment_rejected' AND target = :h "
+            "AND detail->>'key_fingerprint' = :f",
+            h=host_id,
+            f=enrolment.key_fingerprint(second[1]),
+        )
+        == 1
+    )
 
 
 async def test_the_pending_cap_holds_under_concurrent_requests(backend, client, unique):
@@ -284,11 +328,19 @@ async def test_the_pending_cap_holds_under_concurrent_requests(backend, client, 
         settings.max_pending_enrolments = cap
     assert codes.count(grpc.StatusCode.FAILED_PRECONDITION) == 10
     assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 30
-    assert await backend.scalar("SELECT count(*) FROM enrolment_requests WHERE status = 'pending'") \
-        == pending_before + 10
-    r = await client.post("/api/v1/enrolment-requests/reject", json={"request_ids": [
-        x["id"] for x in (await client.get("/api/v1/enrolment-requests")).json()
-        if x["host_id"].startswith(f"flood-{unique}-")]})
+    assert (
+        await backend.scalar("SELECT count(*) FROM enrolment_requests WHERE status = 'pending'") == pending_before + 10
+    )
+    r = await client.post(
+        "/api/v1/enrolment-requests/reject",
+        json={
+            "request_ids": [
+                x["id"]
+                for x in (await client.get("/api/v1/enrolment-requests")).json()
+                if x["host_id"].startswith(f"flood-{unique}-")
+            ]
+        },
+    )
     assert r.status_code == 200 and r.json() == {"rejected": 10}
 
 
@@ -305,8 +357,9 @@ async def test_tokenless_requests_are_limited_per_address(backend, unique):
         settings.enrolment_requests_per_minute = limit
         enrolment._requests_by_address.times.clear()
     assert codes == [grpc.StatusCode.FAILED_PRECONDITION] * 5 + [grpc.StatusCode.RESOURCE_EXHAUSTED] * 3
-    assert await backend.scalar("SELECT count(*) FROM enrolment_requests WHERE host_id LIKE :p",
-                                p=f"rate-{unique}-%") == 5
+    assert (
+        await backend.scalar("SELECT count(*) FROM enrolment_requests WHERE host_id LIKE :p", p=f"rate-{unique}-%") == 5
+    )
 
 
 async def test_expired_requests_are_forgotten_and_free_the_queue(backend, client, unique):
@@ -315,12 +368,15 @@ async def test_expired_requests_are_forgotten_and_free_the_queue(backend, client
     old = f"old-{unique}"
     assert await _ask(backend, old) == grpc.StatusCode.FAILED_PRECONDITION
     async with backend.runtime.engine.begin() as conn:
-        await conn.execute(text("UPDATE enrolment_requests SET requested_at = now() - make_interval(secs => :s) "
-                                "WHERE host_id = :h"), {"s": settings.enrolment_request_ttl_s + 60, "h": old})
+        await conn.execute(
+            text("UPDATE enrolment_requests SET requested_at = now() - make_interval(secs => :s) WHERE host_id = :h"),
+            {"s": settings.enrolment_request_ttl_s + 60, "h": old},
+        )
     cap = settings.max_pending_enrolments
     # The queue is full, counting the stale request.
     settings.max_pending_enrolments = await backend.scalar(
-        "SELECT count(*) FROM enrolment_requests WHERE status = 'pending'")
+        "SELECT count(*) FROM enrolment_requests WHERE status = 'pending'"
+    )
     try:
         assert await _ask(backend, f"fresh-{unique}") == grpc.StatusCode.FAILED_PRECONDITION
     finally:
@@ -337,14 +393,22 @@ async def test_an_admin_rejects_pending_requests_in_bulk(backend, client, unique
     r = await client.post("/api/v1/enrolment-requests/reject", json={"request_ids": ids[:2]})
     assert r.status_code == 200 and r.json() == {"rejected": 2}
     assert [len(await _pending(client, h)) for h in hosts] == [0, 0, 1]
-    assert await backend.scalar("SELECT count(*) FROM audit_log WHERE action = 'enrolment_rejected' "
-                                "AND actor = 'admin' AND target = ANY(:h)", h=hosts[:2]) == 2
+    assert (
+        await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'enrolment_rejected' "
+            "AND actor = 'admin' AND target = ANY(:h)",
+            h=hosts[:2],
+        )
+        == 2
+    )
     for body in ({}, {"request_ids": ids, "all_pending": True}):
         r = await client.post("/api/v1/enrolment-requests/reject", json=body)
         assert r.status_code == 422
     username, password = await make_user(client, "approver", unique)
-    async with httpx.AsyncClient(base_url=backend.base_url, headers={
-            "Authorization": f"Bearer {await token_for(backend.base_url, username, password)}"}) as c:
+    async with httpx.AsyncClient(
+        base_url=backend.base_url,
+        headers={"Authorization": f"Bearer {await token_for(backend.base_url, username, password)}"},
+    ) as c:
         assert (await c.post("/api/v1/enrolment-requests/reject", json={"all_pending": True})).status_code == 403
     assert len(await _pending(client, hosts[2])) == 1
     r = await client.post("/api/v1/enrolment-requests/reject", json={"all_pending": True})

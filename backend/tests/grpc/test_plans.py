@@ -8,6 +8,7 @@ target identity, and audited; malformed and lying plans are refused with the rea
 is stored; the workflow's rules hold (requester ≠ approver, the approver role, install only of an
 approved plan that still fits its target); an install measures the root before and after and the
 agent receives the approved hash; revert; every step is in the plan's audit trail with who did it."""
+
 import asyncio
 import json
 import time
@@ -48,12 +49,15 @@ async def _until(client, host_id, plan_id, *states, timeout=15.0):
     async def reached():
         p = await _plan(client, host_id, plan_id)
         return p if p["state"] in states else None
+
     return await wait_until(reached, timeout)
 
 
 async def _make(client, host_id, digest, index=2):
-    r = await client.post(f"/api/v1/hosts/{host_id}/plans", json={"target": TARGET, "digest": digest,
-                                                                  "function_index": index, "seconds": 1})
+    r = await client.post(
+        f"/api/v1/hosts/{host_id}/plans",
+        json={"target": TARGET, "digest": digest, "function_index": index, "seconds": 1},
+    )
     assert r.status_code == 202, r.text
     assert r.json()["state"] == "planning" and r.json()["root_name"] == f"srv_fn_{index}"
     return r.json()["id"]
@@ -61,6 +65,7 @@ async def _make(client, host_id, digest, index=2):
 
 def _client_as(backend, token):
     import httpx
+
     return httpx.AsyncClient(base_url=backend.base_url, timeout=30, headers={"Authorization": f"Bearer {token}"})
 
 
@@ -90,14 +95,17 @@ def _set(path, value):
         for k in path[:-1]:
             node = node[k]
         node[path[-1]] = value
+
     return edit
 
 
 def _rehash(edit):
     """An edit that keeps the code hash consistent, so only the invariant it breaks is wrong."""
+
     def both(plan):
         edit(plan)
         plan["code"]["sha256"] = code_hash(Code.model_validate(plan["code"]))
+
     return both
 
 
@@ -235,13 +243,20 @@ async def test_approval_needs_another_approver_and_install_an_approved_fresh_pla
         assert (await operator.post(f"{base}/{plan_id}/revert")).status_code == 409
         trail = (await operator.get(f"{base}/{plan_id}/audit")).json()
         steps = [(a["action"], a["actor"]) for a in trail]
-        for step in [("plan_create", op_user[0]), ("plan_ready", f"agent:{host_id}"), ("plan_request", ap_user[0]),
-                     ("plan_approve", "admin"), ("plan_install_requested", op_user[0]),
-                     ("plan_installed", f"agent:{host_id}"), ("plan_revert_requested", op_user[0]),
-                     ("plan_reverted", f"agent:{host_id}")]:
+        for step in [
+            ("plan_create", op_user[0]),
+            ("plan_ready", f"agent:{host_id}"),
+            ("plan_request", ap_user[0]),
+            ("plan_approve", "admin"),
+            ("plan_install_requested", op_user[0]),
+            ("plan_installed", f"agent:{host_id}"),
+            ("plan_revert_requested", op_user[0]),
+            ("plan_reverted", f"agent:{host_id}"),
+        ]:
             assert step in steps, (step, steps)
-        assert all(a["detail"]["code_sha256"] == FIXTURE["code"]["sha256"]
-                   for a in trail if a["action"] != "plan_create")
+        assert all(
+            a["detail"]["code_sha256"] == FIXTURE["code"]["sha256"] for a in trail if a["action"] != "plan_create"
+        )
     await agent.close()
 
 
@@ -297,8 +312,11 @@ async def test_a_rejected_plan_and_a_stale_plan_are_never_installed(backend, cli
         assert p["state"] == "stale" and "detached" in p["stale_reason"]
     assert not any(c.WhichOneof("kind") == "install_plan" for c in agent.commands)
     async with backend.runtime.engine.connect() as conn:
-        n = (await conn.execute(text("SELECT count(*) FROM audit_log WHERE target = :t AND action = 'plan_stale'"),
-                                {"t": second})).scalar_one()
+        n = (
+            await conn.execute(
+                text("SELECT count(*) FROM audit_log WHERE target = :t AND action = 'plan_stale'"), {"t": second}
+            )
+        ).scalar_one()
     assert n == 1
     await agent.close()
 
@@ -334,8 +352,10 @@ async def test_every_plan_write_route_is_denied_without_its_role_and_its_state(b
     InstallPlan or RevertPlan reaches the agent (the scripted fake, which records every command)."""
     host_id = f"deny-{unique}"
     agent, digest = await _host_with_process(backend, client, host_id)
-    users = {role: _client_as(backend, await token_for(backend.base_url, *await make_user(client, role, unique)))
-             for role in ("viewer", "operator", "approver")}
+    users = {
+        role: _client_as(backend, await token_for(backend.base_url, *await make_user(client, role, unique)))
+        for role in ("viewer", "operator", "approver")
+    }
     viewer, operator, approver = users["viewer"], users["operator"], users["approver"]
     base = f"/api/v1/hosts/{host_id}/plans"
     try:
@@ -362,8 +382,13 @@ async def test_every_plan_write_route_is_denied_without_its_role_and_its_state(b
         window = {"window_s": 1}
         for state in plans:
             # A viewer may do nothing, in any state.
-            for step, body in (("request", None), ("approve", None), ("reject", {"reason": "x"}),
-                               ("install", window), ("revert", None)):
+            for step, body in (
+                ("request", None),
+                ("approve", None),
+                ("reject", {"reason": "x"}),
+                ("install", window),
+                ("revert", None),
+            ):
                 await refused(viewer, step, state, 403, body)
             # An operator may not decide.
             await refused(operator, "approve", state, 403)
@@ -388,8 +413,9 @@ async def test_every_plan_write_route_is_denied_without_its_role_and_its_state(b
         assert (await client.post(f"{base}/{own}/approve")).status_code == 403
         assert (await client.post(f"{base}/{own}/reject", json={"reason": "x"})).status_code == 403
         assert (await client.post(f"{base}/{own}/install", json=window)).status_code == 409
-        assert (await viewer.post(base, json={"target": TARGET, "digest": digest, "function_index": 1})).status_code \
-            == 403
+        assert (
+            await viewer.post(base, json={"target": TARGET, "digest": digest, "function_index": 1})
+        ).status_code == 403
         # Nothing changed and nothing reached the agent.
         assert {s: (await _plan(client, host_id, p))["state"] for s, p in plans.items()} == before
         assert {s: len((await client.get(f"{base}/{p}/audit")).json()) for s, p in plans.items()} == trails
@@ -409,14 +435,17 @@ async def test_the_live_socket_carries_no_command_and_no_subscription_it_may_not
     approved with the same audit trail, nothing reaches the agent (the scripted fake), only the valid topic
     is subscribed, and the socket keeps serving it. A binary frame closes the socket (1003)."""
     from websockets.asyncio.client import connect
+
     host_id = f"ws-deny-{unique}"
     agent, digest = await _host_with_process(backend, client, host_id)
     ap_user = await make_user(client, "approver", unique)
     op_user = await make_user(client, "operator", unique)
     viewer_token = await token_for(backend.base_url, *await make_user(client, "viewer", unique))
     base = f"/api/v1/hosts/{host_id}/plans"
-    async with _client_as(backend, await token_for(backend.base_url, *ap_user)) as approver, \
-            _client_as(backend, await token_for(backend.base_url, *op_user)) as operator:
+    async with (
+        _client_as(backend, await token_for(backend.base_url, *ap_user)) as approver,
+        _client_as(backend, await token_for(backend.base_url, *op_user)) as operator,
+    ):
         plan_id = await _approved(operator, approver, host_id, digest, 2)
     trail = (await client.get(f"{base}/{plan_id}/audit")).json()
     sent = len(agent.commands)
@@ -429,21 +458,37 @@ async def test_the_live_socket_carries_no_command_and_no_subscription_it_may_not
             {"type": "install", "plan_id": plan_id, "host_id": host_id, "window_s": 1},
             {"type": "approve", "plan_id": plan_id},
             {"type": "revert", "plan_id": plan_id},
-            {"type": "command", "host_id": host_id, "kind": "install_plan",
-             "params": {"plan_id": plan_id, "approved_code_sha256": "0" * 64}},
+            {
+                "type": "command",
+                "host_id": host_id,
+                "kind": "install_plan",
+                "params": {"plan_id": plan_id, "approved_code_sha256": "0" * 64},
+            },
             {"type": "subscribe", "topics": [f"host:{host_id}"], "action": "install", "plan_id": plan_id},
-            {"type": "subscribe", "topics": [f"plan:{plan_id}", "commands", "host:x\nkind:install",
-                                             "measurement:../../x", *[f"host:h{i}" for i in range(200)],
-                                             f"host:{host_id}"]},
-            ["install", plan_id], "install " + plan_id, 42, None,
+            {
+                "type": "subscribe",
+                "topics": [
+                    f"plan:{plan_id}",
+                    "commands",
+                    "host:x\nkind:install",
+                    "measurement:../../x",
+                    *[f"host:h{i}" for i in range(200)],
+                    f"host:{host_id}",
+                ],
+            },
+            ["install", plan_id],
+            "install " + plan_id,
+            42,
+            None,
         ]
         for msg in shaped:
             await ws.send(json.dumps(msg))
         await ws.send("{not json")
         # The last valid subscribe wins: only well-formed topics, at most 64, the plan: and path ones dropped.
         await asyncio.sleep(0.5)
-        assert len(sub.topics) <= 64 and all(t == "hosts" or t.startswith(("host:h", "host:" + host_id))
-                                             for t in sub.topics), sub.topics
+        assert len(sub.topics) <= 64 and all(
+            t == "hosts" or t.startswith(("host:h", "host:" + host_id)) for t in sub.topics
+        ), sub.topics
         assert not any(t.startswith(("plan:", "commands", "measurement:..")) or "\n" in t for t in sub.topics)
         # The socket still serves: its host's events arrive after all that.
         await ws.send(json.dumps({"type": "subscribe", "topics": [f"host:{host_id}"]}))
@@ -456,6 +501,7 @@ async def test_the_live_socket_carries_no_command_and_no_subscription_it_may_not
             assert got.get("type") in ("host", "ping"), got
     # A binary frame is refused: the socket is closed with 1003 (unsupported data).
     from websockets.exceptions import ConnectionClosed
+
     async with connect(url) as ws:
         await ws.send(b"\x00install " + plan_id.encode())
         with pytest.raises(ConnectionClosed) as closed:
@@ -475,6 +521,7 @@ async def test_a_plan_change_of_state_is_pushed_to_the_hosts_open_pages_at_once(
     answer (ready), the request and the approval each arrive as a plan event with the new state, well
     before the page's 10-second poll would have seen them."""
     from websockets.asyncio.client import connect
+
     host_id = f"ws-plan-{unique}"
     agent, digest = await _host_with_process(backend, client, host_id)
     ap_user = await make_user(client, "approver", unique)
@@ -521,8 +568,14 @@ async def _reconcile_setup(backend, client, unique, host_id):
     agent, digest = await _host_with_process(backend, client, host_id)
     ap_user = await make_user(client, "approver", unique)
     approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
-    return (agent, digest, approver, f"/api/v1/hosts/{host_id}/plans", backend.runtime.plans,
-            backend.runtime.settings.plan_reconcile_grace_s)
+    return (
+        agent,
+        digest,
+        approver,
+        f"/api/v1/hosts/{host_id}/plans",
+        backend.runtime.plans,
+        backend.runtime.settings.plan_reconcile_grace_s,
+    )
 
 
 async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agents_list(backend, client, unique):
@@ -574,8 +627,11 @@ async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agen
                 return m if m["state"] == "stopped" else None
 
             await wait_until(window_stopped, timeout=10)
-            stops = [c for c in agent.commands if c.WhichOneof("kind") == "stop_measurement"
-                     and c.stop_measurement.measurement_id == window]
+            stops = [
+                c
+                for c in agent.commands
+                if c.WhichOneof("kind") == "stop_measurement" and c.stop_measurement.measurement_id == window
+            ]
             assert stops, "the orphaned window was stopped by the reconciliation"
             # Settled plans are left alone; the installed one reverts as usual.
             assert await plans.reconcile() == 0
@@ -593,6 +649,7 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
     the backend settles plans no flow runs from it on each connect, and trusts a listing only when it is the
     approved plan in the plan's process. The agent here is the scripted fake."""
     from app.protocol.proto import pb
+
     host_id = f"hello-{unique}"
     agent, digest = await _host_with_process(backend, client, host_id)
     ap_user = await make_user(client, "approver", unique)
@@ -614,9 +671,16 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
             d, p_lost = await _plan(client, host_id, done), await _plan(client, host_id, lost)
 
             def listed(p, **over):
-                fields = dict(plan_id=p["id"], state="installed", pid=p["target_pid"],
-                              start_time=p["target_start_time"], root=p["root_name"],
-                              code_sha256=p["approved_code_sha256"], heap=0x7F0000000000, heap_len=4096)
+                fields = dict(
+                    plan_id=p["id"],
+                    state="installed",
+                    pid=p["target_pid"],
+                    start_time=p["target_start_time"],
+                    root=p["root_name"],
+                    code_sha256=p["approved_code_sha256"],
+                    heap=0x7F0000000000,
+                    heap_len=4096,
+                )
                 return pb.InstalledPlan(**{**fields, **over})
 
             async def reconnect(installs):
@@ -630,18 +694,35 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
             assert (await _plan(client, host_id, done))["state"] == "installed"
             # Listings that are not the approved plan in its process, and an install no plan has, change
             # nothing and are audited.
-            await reconnect([listed(p_lost, code_sha256="ab" * 32), listed(d, pid=d["target_pid"] + 1),
-                             listed(d, plan_id="not-a-plan-of-this-host")])
-            await reconnect([listed(p_lost, start_time=p_lost["target_start_time"] + 1), listed(d),
-                             listed(d, plan_id="not-a-plan-of-this-host")])
+            await reconnect(
+                [
+                    listed(p_lost, code_sha256="ab" * 32),
+                    listed(d, pid=d["target_pid"] + 1),
+                    listed(d, plan_id="not-a-plan-of-this-host"),
+                ]
+            )
+            await reconnect(
+                [
+                    listed(p_lost, start_time=p_lost["target_start_time"] + 1),
+                    listed(d),
+                    listed(d, plan_id="not-a-plan-of-this-host"),
+                ]
+            )
             assert (await _plan(client, host_id, lost))["state"] == "installing"
             assert (await _plan(client, host_id, done))["state"] == "installed"
             trail = (await client.get(f"{base}/{lost}/audit")).json()
             assert [a["action"] for a in trail].count("plan_install_unknown") == 2
             async with backend.runtime.sessionmaker() as db:
-                unknown = (await db.execute(text(
-                    "SELECT detail FROM audit_log WHERE action = 'plan_install_unknown' AND target = :t"),
-                    {"t": host_id})).scalars().all()
+                unknown = (
+                    (
+                        await db.execute(
+                            text("SELECT detail FROM audit_log WHERE action = 'plan_install_unknown' AND target = :t"),
+                            {"t": host_id},
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
             # The id no plan has, listed by both Hellos: one summary row (the same set is not audited again).
             assert [(u["count"], u["plan_ids"]) for u in unknown] == [(1, ["not-a-plan-of-this-host"])]
             # The agent restarted and lists both installed: the cut-off flow's plan is installed, its command's
@@ -664,7 +745,8 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
             # Listed again: nothing changes (each plan settled once).
             await reconnect([listed(p_lost), listed(d)])
             assert [a["action"] for a in (await client.get(f"{base}/{lost}/audit")).json()].count(
-                "plan_reconciled") == 1
+                "plan_reconciled"
+            ) == 1
             # The journals no longer hold them (reverted by the agent's start-up recovery, or the process
             # exited; a kept heap): both are reverted, with the reason.
             await reconnect([listed(d, state="heap_kept")])
@@ -684,19 +766,37 @@ async def test_a_hello_listing_1024_unknown_installs_is_audited_once_in_one_row(
     a bounded list of ids, none for a reconnect with the same list, one more when the list changes."""
     from app.protocol.agent_input import MAX_INSTALLS
     from app.protocol.proto import pb
+
     host_id = f"flood-{unique}"
     agent = await backend.agent(host_id, kernel_tag=f"k-{host_id}")
     ids = [f"ghost-{n:04d}" for n in range(MAX_INSTALLS)]
 
     def installs(names):
-        return [pb.InstalledPlan(plan_id=n, state="installed", pid=4242, start_time=1000, root="f",
-                                 code_sha256="ab" * 32, heap=0x7F0000000000, heap_len=4096) for n in names]
+        return [
+            pb.InstalledPlan(
+                plan_id=n,
+                state="installed",
+                pid=4242,
+                start_time=1000,
+                root="f",
+                code_sha256="ab" * 32,
+                heap=0x7F0000000000,
+                heap_len=4096,
+            )
+            for n in names
+        ]
 
     async def rows():
         async with backend.runtime.sessionmaker() as db:
-            return (await db.execute(text(
-                "SELECT target, detail FROM audit_log WHERE action = 'plan_install_unknown' AND actor = :a "
-                "ORDER BY id"), {"a": f"agent:{host_id}"})).all()
+            return (
+                await db.execute(
+                    text(
+                        "SELECT target, detail FROM audit_log WHERE action = 'plan_install_unknown' AND actor = :a "
+                        "ORDER BY id"
+                    ),
+                    {"a": f"agent:{host_id}"},
+                )
+            ).all()
 
     try:
         for listing in (ids, ids, ids[1:]):
@@ -712,7 +812,7 @@ async def test_a_hello_listing_1024_unknown_installs_is_audited_once_in_one_row(
     named = len(first["plan_ids"])
     assert 0 < named <= 64, "a bounded list of the ids"
     assert first["count"] == MAX_INSTALLS and first["plan_ids"] == ids[:named]
-    assert second["count"] == MAX_INSTALLS - 1 and second["plan_ids"] == ids[1:named + 1]
+    assert second["count"] == MAX_INSTALLS - 1 and second["plan_ids"] == ids[1 : named + 1]
 
 
 async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(backend, client, unique):
@@ -722,6 +822,7 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
     with the error that the revert did not complete — and a revert the agent runs again and answers
     `nothing_installed` agrees with them. The agent here is the scripted fake."""
     from app.protocol.proto import pb
+
     host_id = f"unrevert-{unique}"
     agent, digest, approver, base, plans, grace = await _reconcile_setup(backend, client, unique, host_id)
 
@@ -793,9 +894,20 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
             # after: on a loaded machine the flow had ended, and that Hello rightly reverted c.)
             await _true(lambda: c not in plans.tasks, timeout=30)  # as on a loaded machine: c's flow has ended
             pc = await _plan(client, host_id, c)
-            await reconnect([pb.InstalledPlan(
-                plan_id=c, state="installed", pid=pc["target_pid"], start_time=pc["target_start_time"],
-                root=pc["root_name"], code_sha256=pc["approved_code_sha256"], heap=0x7F0000000000, heap_len=4096)])
+            await reconnect(
+                [
+                    pb.InstalledPlan(
+                        plan_id=c,
+                        state="installed",
+                        pid=pc["target_pid"],
+                        start_time=pc["target_start_time"],
+                        root=pc["root_name"],
+                        code_sha256=pc["approved_code_sha256"],
+                        heap=0x7F0000000000,
+                        heap_len=4096,
+                    )
+                ]
+            )
             assert (await _plan(client, host_id, c))["state"] == "installed"
             p = await _plan(client, host_id, b)
             assert p["state"] == "reverted" and "settled from the agent's report" in p["revert_detail"]["reason"], p
@@ -829,6 +941,7 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
 async def _true(cond, timeout):
     async def check():
         return cond()
+
     return await wait_until(check, timeout)
 
 
@@ -861,7 +974,8 @@ async def test_a_16_mib_plan_fits_the_stream_both_ways(backend, client, unique):
         assert (await client.post(f"{base}/{plan_id}/install", json={"window_s": 1})).status_code == 200
         p = await _until(client, host_id, plan_id, "installed", "install_failed", timeout=30)
         assert p["state"] == "installed", p["error"]
-        sent = next(c for c in agent.commands if c.WhichOneof("kind") == "install_plan"
-                    and c.install_plan.plan_id == plan_id)
+        sent = next(
+            c for c in agent.commands if c.WhichOneof("kind") == "install_plan" and c.install_plan.plan_id == plan_id
+        )
         assert len(sent.install_plan.plan_json) > (16 << 20) - (64 << 10)  # as stored: compact JSON
     await agent.close()

@@ -4,6 +4,7 @@ the agent does not resend it after every reconnect), nothing of it is stored, th
 the measurement and recorded as a data gap with its reason, and the stream goes on: the host stays
 online and the next, consistent interval is stored. Real backend and Postgres, a scripted agent on the
 real stream."""
+
 import time
 
 from app.protocol.proto import pb

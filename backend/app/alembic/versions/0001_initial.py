@@ -6,6 +6,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2025-01-01
 """
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
@@ -82,8 +83,7 @@ def upgrade() -> None:
     op.create_table(
         "functions",
         sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=True),
-        sa.Column("digest", sa.String(64), sa.ForeignKey("catalog_pieces.digest", ondelete="CASCADE"),
-                  nullable=False),
+        sa.Column("digest", sa.String(64), sa.ForeignKey("catalog_pieces.digest", ondelete="CASCADE"), nullable=False),
         sa.Column("index", sa.Integer, nullable=False),
         sa.Column("name", sa.Text, nullable=False),
         # Kernel symbols are ASCII; a stored lower-case copy lets substring search use LIKE, several
@@ -111,8 +111,9 @@ def upgrade() -> None:
     """)
     op.create_table(
         "function_code",
-        sa.Column("digest", sa.String(64), sa.ForeignKey("catalog_pieces.digest", ondelete="CASCADE"),
-                  primary_key=True),
+        sa.Column(
+            "digest", sa.String(64), sa.ForeignKey("catalog_pieces.digest", ondelete="CASCADE"), primary_key=True
+        ),
         sa.Column("index", sa.Integer, primary_key=True),
         sa.Column("blocks", pg.JSONB, nullable=False),
         sa.Column("calls", pg.JSONB, nullable=False),
@@ -120,8 +121,9 @@ def upgrade() -> None:
     )
     op.create_table(
         "instruction_cache",
-        sa.Column("digest", sa.String(64), sa.ForeignKey("catalog_pieces.digest", ondelete="CASCADE"),
-                  primary_key=True),
+        sa.Column(
+            "digest", sa.String(64), sa.ForeignKey("catalog_pieces.digest", ondelete="CASCADE"), primary_key=True
+        ),
         sa.Column("index", sa.Integer, primary_key=True),
         sa.Column("instructions", pg.JSONB, nullable=False),
         sa.Column("stored_at", TZ, nullable=False, server_default=sa.func.now()),
@@ -151,6 +153,16 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("interval_totals", "block_samples", "instruction_cache", "function_code", "functions",
-                  "host_modules", "catalog_pieces", "hosts", "audit_log", "users"):
+    for table in (
+        "interval_totals",
+        "block_samples",
+        "instruction_cache",
+        "function_code",
+        "functions",
+        "host_modules",
+        "catalog_pieces",
+        "hosts",
+        "audit_log",
+        "users",
+    ):
         op.drop_table(table)

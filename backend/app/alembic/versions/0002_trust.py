@@ -10,6 +10,7 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-23
 """
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
@@ -92,6 +93,15 @@ def downgrade() -> None:
     for column in ("failed_logins", "locked_until"):
         op.drop_column("users", column)
     op.drop_constraint("ck_hosts_status", "hosts")
-    for column in ("status", "retired_at", "replica", "clock_offset_ms", "clock_checked_at", "refused_batches",
-                   "cert_fingerprint", "cert_not_after", "enrolled_at"):
+    for column in (
+        "status",
+        "retired_at",
+        "replica",
+        "clock_offset_ms",
+        "clock_checked_at",
+        "refused_batches",
+        "cert_fingerprint",
+        "cert_not_after",
+        "enrolled_at",
+    ):
         op.drop_column("hosts", column)

@@ -11,6 +11,7 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-23
 """
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
@@ -22,9 +23,11 @@ depends_on = None
 
 TZ = sa.DateTime(timezone=True)
 # The name heuristic of earlier versions, for samples stored without their context.
-IDLE_FUNCTION_RE = (r"^(pv_native_safe_halt|native_safe_halt|native_halt|default_idle|default_idle_call|"
-                    r"arch_cpu_idle|cpu_idle_poll|do_idle|poll_idle|acpi_safe_halt|acpi_idle_.*|intel_idle.*|"
-                    r"mwait_idle.*|amd_e400_idle|cpuidle_enter.*|xen_safe_halt|hlt_play_dead)$")
+IDLE_FUNCTION_RE = (
+    r"^(pv_native_safe_halt|native_safe_halt|native_halt|default_idle|default_idle_call|"
+    r"arch_cpu_idle|cpu_idle_poll|do_idle|poll_idle|acpi_safe_halt|acpi_idle_.*|intel_idle.*|"
+    r"mwait_idle.*|amd_e400_idle|cpuidle_enter.*|xen_safe_halt|hlt_play_dead)$"
+)
 
 
 def upgrade() -> None:
@@ -32,14 +35,18 @@ def upgrade() -> None:
     op.add_column("block_samples", sa.Column("insn_offsets", pg.ARRAY(sa.Integer)))
     op.add_column("block_samples", sa.Column("insn_counts", pg.ARRAY(sa.BigInteger)))
     op.add_column("interval_totals", sa.Column("idle_samples", sa.BigInteger, nullable=False, server_default="0"))
-    op.add_column("interval_totals", sa.Column("idle_by_context", sa.Boolean, nullable=False,
-                                               server_default=sa.false()))
+    op.add_column(
+        "interval_totals", sa.Column("idle_by_context", sa.Boolean, nullable=False, server_default=sa.false())
+    )
     op.add_column("interval_totals", sa.Column("stack_samples", sa.BigInteger, nullable=False, server_default="0"))
-    op.add_column("interval_totals", sa.Column("stack_dropped_samples", sa.BigInteger, nullable=False,
-                                               server_default="0"))
-    op.execute(sa.text("""
+    op.add_column(
+        "interval_totals", sa.Column("stack_dropped_samples", sa.BigInteger, nullable=False, server_default="0")
+    )
+    op.execute(
+        sa.text("""
         UPDATE block_samples SET idle = true
-        WHERE function_id IN (SELECT id FROM functions WHERE name ~ :re)""").bindparams(re=IDLE_FUNCTION_RE))
+        WHERE function_id IN (SELECT id FROM functions WHERE name ~ :re)""").bindparams(re=IDLE_FUNCTION_RE)
+    )
     op.execute("""
         UPDATE interval_totals it SET idle_samples = s.n
         FROM (SELECT host_id, ts, sum(count) AS n FROM block_samples WHERE idle GROUP BY host_id, ts) s

@@ -25,6 +25,7 @@ Revision ID: 0004_series
 Revises: 0003 (0003_stacks)
 Create Date: 2026-11-24
 """
+
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
@@ -38,10 +39,25 @@ depends_on = None
 
 TZ = sa.DateTime(timezone=True)
 RAW = ("sample_intervals", "measurement_points", "stack_samples")
-ROLLUPS = ("sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m", "sample_totals_1h",
-           "measurement_points_1m", "measurement_points_1h")
-SLOTS = ("count", "wall_ns", "vtime_ns", "cycles", "instructions", "icache_stall", "branch_mispredict", "exits",
-         "samples")
+ROLLUPS = (
+    "sample_blocks_1m",
+    "sample_blocks_1h",
+    "sample_totals_1m",
+    "sample_totals_1h",
+    "measurement_points_1m",
+    "measurement_points_1h",
+)
+SLOTS = (
+    "count",
+    "wall_ns",
+    "vtime_ns",
+    "cycles",
+    "instructions",
+    "icache_stall",
+    "branch_mispredict",
+    "exits",
+    "samples",
+)
 
 
 def _partitions(table: str, start: datetime, end: datetime, hourly: bool) -> None:
@@ -51,8 +67,10 @@ def _partitions(table: str, start: datetime, end: datetime, hourly: bool) -> Non
         t = t.replace(hour=0)
     while t < end:
         name = f"{table}_p{t:%Y%m%d%H}" if hourly else f"{table}_p{t:%Y%m%d}"
-        op.execute(f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} "
-                   f"FOR VALUES FROM ('{t.isoformat()}') TO ('{(t + step).isoformat()}')")
+        op.execute(
+            f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} "
+            f"FOR VALUES FROM ('{t.isoformat()}') TO ('{(t + step).isoformat()}')"
+        )
         t += step
 
 
@@ -99,8 +117,9 @@ def upgrade() -> None:
         sa.Column("replica", sa.Text),
         sa.Column("sends", sa.Integer, nullable=False, server_default="0"),
         sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
-        sa.CheckConstraint("state in ('queued','sent','running','done','failed','cancelled')",
-                           name="ck_commands_state"),
+        sa.CheckConstraint(
+            "state in ('queued','sent','running','done','failed','cancelled')", name="ck_commands_state"
+        ),
     )
     op.create_index("ix_commands_host_state", "commands", ["host_id", "state"])
     op.create_index("ix_commands_host_created", "commands", ["host_id", "created_at"])
@@ -122,14 +141,16 @@ def upgrade() -> None:
         sa.Column("started_at", TZ),
         sa.Column("ended_at", TZ),
         sa.Column("last_ts", TZ),
-        sa.CheckConstraint("state in ('starting','armed','running','target_exited','stopped','failed')",
-                           name="ck_measurements_state"),
+        sa.CheckConstraint(
+            "state in ('starting','armed','running','target_exited','stopped','failed')", name="ck_measurements_state"
+        ),
     )
     op.create_index("ix_measurements_host_created", "measurements", ["host_id", "created_at"])
     op.create_table(
         "measurement_resources",
-        sa.Column("measurement_id", sa.String(64), sa.ForeignKey("measurements.id", ondelete="CASCADE"),
-                  primary_key=True),
+        sa.Column(
+            "measurement_id", sa.String(64), sa.ForeignKey("measurements.id", ondelete="CASCADE"), primary_key=True
+        ),
         sa.Column("idx", sa.Integer, primary_key=True),
         sa.Column("digest", sa.String(64), nullable=False),
         sa.Column("function_index", sa.Integer, nullable=False),
@@ -169,8 +190,10 @@ def upgrade() -> None:
                 host_id text NOT NULL, bucket timestamptz NOT NULL, function_id bigint NOT NULL,
                 block_offset integer NOT NULL, count bigint NOT NULL, idle_count bigint NOT NULL DEFAULT 0
             ) PARTITION BY RANGE (bucket)""")
-        op.execute(f"CREATE UNIQUE INDEX ux_sample_blocks_{grain} ON sample_blocks_{grain} "
-                   "(host_id, bucket, function_id, block_offset)")
+        op.execute(
+            f"CREATE UNIQUE INDEX ux_sample_blocks_{grain} ON sample_blocks_{grain} "
+            "(host_id, bucket, function_id, block_offset)"
+        )
         op.execute(f"CREATE INDEX ix_sample_blocks_{grain}_fn ON sample_blocks_{grain} (host_id, function_id, bucket)")
         op.execute(f"""
             CREATE TABLE sample_totals_{grain} (
@@ -186,8 +209,10 @@ def upgrade() -> None:
                 host_id text NOT NULL, measurement_id text NOT NULL, bucket timestamptz NOT NULL,
                 resource integer NOT NULL, seconds float8 NOT NULL, {slots}
             ) PARTITION BY RANGE (bucket)""")
-        op.execute(f"CREATE UNIQUE INDEX ux_measurement_points_{grain} ON measurement_points_{grain} "
-                   "(measurement_id, bucket, resource)")
+        op.execute(
+            f"CREATE UNIQUE INDEX ux_measurement_points_{grain} ON measurement_points_{grain} "
+            "(measurement_id, bucket, resource)"
+        )
     op.execute("CREATE SEQUENCE series_batch_seq")
     op.create_table(
         "series_state",
@@ -207,9 +232,11 @@ def upgrade() -> None:
 
     # Partitions for the data being moved and for the next hours (app.storage.series keeps them ahead).
     bind = op.get_bind()
-    oldest = bind.execute(sa.text("""
+    oldest = bind.execute(
+        sa.text("""
         SELECT least((SELECT min(ts) FROM interval_totals),
-                     (SELECT min(ts) FROM stack_samples_unpartitioned))""")).scalar()
+                     (SELECT min(ts) FROM stack_samples_unpartitioned))""")
+    ).scalar()
     now = datetime.now(UTC)
     start = min(oldest, now) if oldest is not None else now
     for table in RAW:
@@ -242,8 +269,10 @@ def upgrade() -> None:
                   FROM stack_samples_unpartitioned""")
     op.drop_table("stack_samples_unpartitioned")
     start_1m = start.replace(second=0, microsecond=0)
-    bind.execute(sa.text("INSERT INTO series_state (name, watermark_1m, watermark_1h) VALUES ('rollups', :m, :h)"),
-                 {"m": start_1m, "h": start_1m.replace(minute=0)})
+    bind.execute(
+        sa.text("INSERT INTO series_state (name, watermark_1m, watermark_1h) VALUES ('rollups', :m, :h)"),
+        {"m": start_1m, "h": start_1m.replace(minute=0)},
+    )
     op.drop_table("block_samples")
     op.drop_table("interval_totals")
 

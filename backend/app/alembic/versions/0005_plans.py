@@ -13,6 +13,7 @@ Revision ID: 0005_plans
 Revises: 0004_series
 Create Date: 2026-11-25
 """
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg

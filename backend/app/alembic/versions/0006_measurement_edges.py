@@ -7,6 +7,7 @@ the edge enters or leaves the function), the edge kind and label (the proto's Ed
 numbers) and the count. They live in the same hourly partitions as the values, so retention drops them
 with their interval; the rollups do not carry them (edge counts are read from raw intervals).
 """
+
 from alembic import op
 
 revision = "0006_measurement_edges"
@@ -14,8 +15,14 @@ down_revision = "0005_plans"
 branch_labels = None
 depends_on = None
 
-COLUMNS = (("edge_rows", "integer"), ("edge_from", "integer"), ("edge_to", "integer"), ("edge_kinds", "smallint"),
-           ("edge_labels", "smallint"), ("edge_counts", "bigint"))
+COLUMNS = (
+    ("edge_rows", "integer"),
+    ("edge_from", "integer"),
+    ("edge_to", "integer"),
+    ("edge_kinds", "smallint"),
+    ("edge_labels", "smallint"),
+    ("edge_counts", "bigint"),
+)
 
 
 def upgrade() -> None:

@@ -7,6 +7,7 @@ first. Existing rows get their key's fingerprint from their CSR. users gains dis
 user cannot sign in or use its tokens) and sessions_valid_after (tokens issued before it, that is
 before a password reset or a disable, are refused).
 """
+
 import hashlib
 
 import sqlalchemy as sa
@@ -21,8 +22,11 @@ depends_on = None
 
 
 def _fingerprint(csr_pem: str) -> str:
-    key = x509.load_pem_x509_csr(csr_pem.encode()).public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    key = (
+        x509.load_pem_x509_csr(csr_pem.encode())
+        .public_key()
+        .public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return hashlib.sha256(key).hexdigest()
 
 
@@ -36,10 +40,10 @@ def upgrade() -> None:
             fp = _fingerprint(row.csr_pem)
         except ValueError:
             fp = "unreadable-" + str(row.id)
-        bind.execute(sa.text("UPDATE enrolment_requests SET key_fingerprint = :f WHERE id = :i"),
-                     {"f": fp, "i": row.id})
-    op.create_index("ux_enrolment_requests_host_key", "enrolment_requests", ["host_id", "key_fingerprint"],
-                    unique=True)
+        bind.execute(
+            sa.text("UPDATE enrolment_requests SET key_fingerprint = :f WHERE id = :i"), {"f": fp, "i": row.id}
+        )
+    op.create_index("ux_enrolment_requests_host_key", "enrolment_requests", ["host_id", "key_fingerprint"], unique=True)
     op.create_index("ix_enrolment_requests_status_at", "enrolment_requests", ["status", "requested_at"])
     op.add_column("users", sa.Column("disabled_at", sa.DateTime(timezone=True), nullable=True))
     op.add_column("users", sa.Column("sessions_valid_after", sa.DateTime(timezone=True), nullable=True))

@@ -8,6 +8,7 @@ measurement stopped. Agents now read the program's own bytes under a probe. Ever
 int3 in it is dropped, so it is decoded again on demand (a listing whose int3 is the program's own comes
 back the same); nothing else is touched.
 """
+
 from alembic import op
 
 revision = "0008_uncache_probed_listings"

@@ -6,6 +6,7 @@ measurement lacks, ...) used to end the agent's stream unacknowledged, so the ag
 reconnect and the host stayed offline. It is now refused alone: acknowledged, not stored, counted here
 and recorded as a data gap.
 """
+
 import sqlalchemy as sa
 from alembic import op
 

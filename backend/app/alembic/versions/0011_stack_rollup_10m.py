@@ -13,6 +13,7 @@ Revision ID: 0011_stack_rollup_10m
 Revises: 0010_stack_rollup
 Create Date: 2026-11-26
 """
+
 from datetime import UTC, datetime, timedelta
 
 from alembic import op
@@ -30,16 +31,20 @@ def upgrade() -> None:
             host_id text NOT NULL, bucket timestamptz NOT NULL, stack_id bigint NOT NULL, pid integer NOT NULL,
             comm text NOT NULL, cpu integer NOT NULL, count bigint NOT NULL
         ) PARTITION BY RANGE (bucket)""")
-    op.execute("CREATE UNIQUE INDEX ux_stack_samples_10m ON stack_samples_10m "
-               "(host_id, bucket, stack_id, pid, comm, cpu)")
+    op.execute(
+        "CREATE UNIQUE INDEX ux_stack_samples_10m ON stack_samples_10m (host_id, bucket, stack_id, pid, comm, cpu)"
+    )
     bind = op.get_bind()
-    oldest = bind.execute(text(
-        "SELECT least((SELECT min(ts) FROM stack_samples), (SELECT min(bucket) FROM stack_samples_1m))")).scalar()
+    oldest = bind.execute(
+        text("SELECT least((SELECT min(ts) FROM stack_samples), (SELECT min(bucket) FROM stack_samples_1m))")
+    ).scalar()
     now = datetime.now(UTC)
     t = (min(oldest, now) if oldest is not None else now).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     while t < now + timedelta(hours=3):
-        op.execute(f"CREATE TABLE stack_samples_10m_p{t:%Y%m%d%H} PARTITION OF stack_samples_10m "
-                   f"FOR VALUES FROM ('{t.isoformat()}') TO ('{(t + timedelta(hours=1)).isoformat()}')")
+        op.execute(
+            f"CREATE TABLE stack_samples_10m_p{t:%Y%m%d%H} PARTITION OF stack_samples_10m "
+            f"FOR VALUES FROM ('{t.isoformat()}') TO ('{(t + timedelta(hours=1)).isoformat()}')"
+        )
         t += timedelta(hours=1)
     op.execute("""
         INSERT INTO stack_samples_10m (host_id, bucket, stack_id, pid, comm, cpu, count)

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Host identity, for admins: one-time enrolment tokens, pending enrolments to approve or reject,
 and retiring or deleting hosts. Every action is audited."""
+
 import uuid
 from typing import Annotated
 
@@ -25,16 +26,22 @@ TokenId = Annotated[uuid.UUID, Path(description="An enrolment token's id")]
 RequestId = Annotated[uuid.UUID, Path(description="An enrolment request's id")]
 
 
-@router.post("/enrolment-tokens", response_model=EnrolmentTokenCreated, status_code=status.HTTP_201_CREATED,
-             responses=BAD_BODY)
-async def create_enrolment_token(body: EnrolmentTokenCreate, session: SessionDep, runtime: RuntimeDep,
-                                 admin: AdminUser) -> EnrolmentTokenCreated:
+@router.post(
+    "/enrolment-tokens", response_model=EnrolmentTokenCreated, status_code=status.HTTP_201_CREATED, responses=BAD_BODY
+)
+async def create_enrolment_token(
+    body: EnrolmentTokenCreate, session: SessionDep, runtime: RuntimeDep, admin: AdminUser
+) -> EnrolmentTokenCreated:
     """Create a one-time enrolment token (shown only in this answer) with the CA agents trust."""
     token, secret = await enrolment.create_token(session, admin.username, body.note, body.hours, body.host_id)
     await session.commit()
     await session.refresh(token)
-    return EnrolmentTokenCreated(**EnrolmentTokenPublic.model_validate(token).model_dump(), token=secret,
-                                 ca_pem=runtime.pki.ca_pem.decode(), enroll_port=runtime.enroll_port)
+    return EnrolmentTokenCreated(
+        **EnrolmentTokenPublic.model_validate(token).model_dump(),
+        token=secret,
+        ca_pem=runtime.pki.ca_pem.decode(),
+        enroll_port=runtime.enroll_port,
+    )
 
 
 @router.get("/enrolment-tokens", response_model=list[EnrolmentTokenPublic])
@@ -51,8 +58,9 @@ async def revoke_enrolment_token(token_id: TokenId, session: SessionDep, admin: 
 
 
 @router.get("/enrolment-requests", response_model=list[EnrolmentRequestPublic])
-async def list_enrolment_requests(session: SessionDep, runtime: RuntimeDep,
-                                  _: AdminUser) -> list[EnrolmentRequestPublic]:
+async def list_enrolment_requests(
+    session: SessionDep, runtime: RuntimeDep, _: AdminUser
+) -> list[EnrolmentRequestPublic]:
     """Keys that asked to enrol a host id without a token, pending or decided, with their fingerprints."""
     rows = await enrolment.list_requests(session, runtime.settings.enrolment_request_ttl_s)
     return [EnrolmentRequestPublic.model_validate(r) for r in rows]
@@ -73,8 +81,11 @@ async def _decide(session: SessionDep, request_id: uuid.UUID, approve: bool, act
     return EnrolmentRequestPublic.model_validate(await enrolment.get_request(session, request.id))
 
 
-@router.post("/enrolment-requests/{request_id}/approve", response_model=EnrolmentRequestPublic,
-             responses={409: {"model": Message}, **NOT_FOUND})
+@router.post(
+    "/enrolment-requests/{request_id}/approve",
+    response_model=EnrolmentRequestPublic,
+    responses={409: {"model": Message}, **NOT_FOUND},
+)
 async def approve_enrolment(request_id: RequestId, session: SessionDep, admin: AdminUser) -> EnrolmentRequestPublic:
     """Approve a pending request: its key receives a certificate the next time it asks; other keys pending
     for the same host id are rejected. A host that is enrolled already cannot be approved (409)."""

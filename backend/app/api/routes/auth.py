@@ -7,6 +7,7 @@ failures in a row (429 until then, whatever the password; a success resets the c
 raised atomically before the password is checked, so parallel attempts cannot share a number. Unknown
 usernames are counted the same way in memory, so the answers do not tell which names exist.
 """
+
 import asyncio
 import time
 from collections import deque
@@ -43,30 +44,42 @@ def _too_many(client: str, per_minute: int) -> bool:
 
 
 def _locked(seconds: float) -> HTTPException:
-    return HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,
-                         f"Too many failed sign-ins; try again in {max(1, int(seconds))} s",
-                         headers={"Retry-After": str(max(1, int(seconds)))})
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        f"Too many failed sign-ins; try again in {max(1, int(seconds))} s",
+        headers={"Retry-After": str(max(1, int(seconds)))},
+    )
 
 
 async def _lock_user(session: AsyncSession, user: User, username: str, client: str, seconds: float) -> None:
     """Lock an account that is not locked yet (audited once per lock), and restart its count."""
-    locked = (await session.execute(text("""
+    locked = (
+        await session.execute(
+            text("""
         UPDATE users SET locked_until = now() + make_interval(secs => :s), failed_logins = 0
         WHERE id = :id AND (locked_until IS NULL OR locked_until <= now()) RETURNING id"""),
-        {"id": user.id, "s": seconds})).scalar_one_or_none()
+            {"id": user.id, "s": seconds},
+        )
+    ).scalar_one_or_none()
     if locked is not None:
         audit_log.record(session, username, "login_locked", str(user.id), {"client": client, "seconds": seconds})
 
 
-@router.post("/login", response_model=Token,
-             responses={401: {"model": Message}, 403: {"model": Message}, 429: {"model": Message}, **BAD_BODY})
+@router.post(
+    "/login",
+    response_model=Token,
+    responses={401: {"model": Message}, 403: {"model": Message}, 429: {"model": Message}, **BAD_BODY},
+)
 async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, session: SessionDep) -> Token:
     """Exchange a username and password for a bearer token."""
     settings = runtime.settings
     client = request.client.host if request.client else "unknown"
     if _too_many(client, settings.login_attempts_per_minute):
-        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, "Too many sign-in attempts from this address",
-                            headers={"Retry-After": "60"})
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            "Too many sign-in attempts from this address",
+            headers={"Retry-After": "60"},
+        )
     user = await users.get_user_by_username(session, body.username)
     limit = settings.login_failures_before_lockout
     lockout = settings.login_lockout_s
@@ -74,14 +87,20 @@ async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, sessi
     # attempts running in parallel each take their own number: the first `limit` are checked, any beyond
     # lock the account unchecked. Counting after the check let 25 parallel guesses all be checked.
     if user is not None:
-        reserved = (await session.execute(text("""
+        reserved = (
+            await session.execute(
+                text("""
             UPDATE users SET failed_logins = failed_logins + 1
             WHERE id = :id AND (locked_until IS NULL OR locked_until <= now())
-            RETURNING failed_logins"""), {"id": user.id})).scalar_one_or_none()
+            RETURNING failed_logins"""),
+                {"id": user.id},
+            )
+        ).scalar_one_or_none()
         if reserved is None or reserved > limit:
             await _lock_user(session, user, body.username, client, lockout)
-            until = (await session.execute(text("SELECT locked_until FROM users WHERE id = :id"),
-                                           {"id": user.id})).scalar_one_or_none()
+            until = (
+                await session.execute(text("SELECT locked_until FROM users WHERE id = :id"), {"id": user.id})
+            ).scalar_one_or_none()
             await session.commit()
             raise _locked((until - datetime.now(UTC)).total_seconds() if until else lockout)
         await session.commit()  # visible to the attempts in parallel before the slow check below
@@ -107,14 +126,16 @@ async def login(body: LoginRequest, request: Request, runtime: RuntimeDep, sessi
                 _unknown_failures[body.username] = (0, time.monotonic() + lockout)
         audit_log.record(session, body.username, "login_failed", None, {"client": client})
         await session.commit()
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "Incorrect username or password",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, "Incorrect username or password", headers={"WWW-Authenticate": "Bearer"}
+        )
     if user.disabled_at is not None:
         audit_log.record(session, user.username, "login_failed", str(user.id), {"client": client, "reason": "disabled"})
         await session.commit()
         raise HTTPException(status.HTTP_403_FORBIDDEN, "This account is disabled")
-    await session.execute(text("UPDATE users SET failed_logins = 0, locked_until = NULL WHERE id = :id"),
-                          {"id": user.id})
+    await session.execute(
+        text("UPDATE users SET failed_logins = 0, locked_until = NULL WHERE id = :id"), {"id": user.id}
+    )
     audit_log.record(session, user.username, "login", str(user.id), {"client": client})
     await session.commit()
     token = create_access_token(runtime.secret_key, str(user.id), settings.access_token_minutes)

@@ -7,6 +7,7 @@ max-age=one year, immutable`, so a browser asks once and a second visit download
 revalidation with If-None-Match gets 304. The document is built once per process, gzip-compressed once,
 and kept in a small cache, so cold visits of many consoles cost one database read.
 """
+
 import gzip
 from collections import OrderedDict
 from typing import Annotated
@@ -40,8 +41,11 @@ def _remember(digest: str, body: bytes) -> tuple[bytes, bytes]:
     return entry
 
 
-@router.get("/{digest}", response_model=CatalogPublic,
-            responses={**NOT_FOUND, 304: {"description": "Not modified: the copy the client holds is this piece"}})
+@router.get(
+    "/{digest}",
+    response_model=CatalogPublic,
+    responses={**NOT_FOUND, 304: {"description": "Not modified: the copy the client holds is this piece"}},
+)
 async def get_catalog(digest: Digest, request: Request, session: SessionDep, _: CurrentUser) -> Response:
     """One complete catalog piece in columns (functions in address order), cacheable forever."""
     etag = f'"{digest}"'

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Liveness: answers without authentication so scripts and load balancers can wait for the backend.
 503 while the database does not answer (for example while it restarts)."""
+
 import asyncio
 
 from fastapi import APIRouter

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Hosts known to the backend and their loaded modules (with the catalog digest of each)."""
+
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
@@ -40,19 +41,30 @@ async def get_host(host_id: HostId, session: SessionDep, _: CurrentUser) -> Fast
 
 
 @router.get("/{host_id}/modules", response_model=list[ModulePublic], responses=NOT_FOUND)
-async def list_modules(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
-                       target: str = Query("kernel", min_length=1, max_length=64,
-                                           pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$",
-                                           description="The target: the kernel, or an attached process")) -> FastJSON:
+async def list_modules(
+    host_id: ExistingHost,
+    session: SessionDep,
+    _: CurrentUser,
+    target: str = Query(
+        "kernel",
+        min_length=1,
+        max_length=64,
+        pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$",
+        description="The target: the kernel, or an attached process",
+    ),
+) -> FastJSON:
     """The code modules a host's target has loaded, with whether their catalog is stored."""
     return FastJSON(await hosts.list_modules(session, host_id, target))
 
 
-
 @router.get("/{host_id}/coverage", response_model=DataCoverage, responses=NOT_FOUND)
-async def coverage(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
-                   window_s: int = Query(3600, ge=60, le=86400, description="Length of the period, ending now"),
-                   buckets: int = Query(120, ge=10, le=1000)) -> FastJSON:
+async def coverage(
+    host_id: ExistingHost,
+    session: SessionDep,
+    _: CurrentUser,
+    window_s: int = Query(3600, ge=60, le=86400, description="Length of the period, ending now"),
+    buckets: int = Query(120, ge=10, le=1000),
+) -> FastJSON:
     """How much of each stretch of the recent period has data, and the gaps recorded in it (data the
     agent had to drop, batches that never arrived, batches refused for the host's clock)."""
     return FastJSON(await samples.coverage(session, host_id, window_s, buckets))

@@ -14,6 +14,7 @@ The socket is read-only: subscribe is the one message it reads. Anything else (a
 malformed JSON, topics that are not one of the three forms) is ignored and changes nothing; a binary
 frame closes the socket with code 1003. Every action goes through REST, with its role and state checks.
 """
+
 import asyncio
 import logging
 import re
@@ -86,8 +87,10 @@ async def live(websocket: WebSocket, token: str | None = None) -> None:
             except TimeoutError:
                 async with runtime.sessionmaker() as session:
                     if await user_from_token(runtime, session, token) is None:
-                        await websocket.close(code=CLOSE_UNAUTHENTICATED,
-                                              reason="the user no longer exists, was disabled or its token ended")
+                        await websocket.close(
+                            code=CLOSE_UNAUTHENTICATED,
+                            reason="the user no longer exists, was disabled or its token ended",
+                        )
                         break
                 data = orjson.dumps({"type": "ping", "at": datetime.now(UTC)})
             await websocket.send_text(data.decode())

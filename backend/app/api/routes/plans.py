@@ -6,6 +6,7 @@ and rejecting need the approver role and a user other than the one who requested
 allowed only for an approved plan that still fits its target; the agent is sent the approved code
 hash and refuses anything else. Reading plans and their audit trail needs a signed-in user.
 """
+
 import uuid
 from collections.abc import Awaitable
 from typing import Annotated, Any, NoReturn
@@ -43,8 +44,9 @@ def _fail(exc: plans.PlanError) -> NoReturn:
 
 
 @router.post("", response_model=PlanPublic, responses={**NOT_FOUND, **CONFLICT, **ACCEPTED})
-async def make_plan(host_id: ExistingHost, body: PlanCreate, session: SessionDep, runtime: RuntimeDep,
-                    user: OperatorUser) -> FastJSON:
+async def make_plan(
+    host_id: ExistingHost, body: PlanCreate, session: SessionDep, runtime: RuntimeDep, user: OperatorUser
+) -> FastJSON:
     """Ask the host's agent for a plan of the root function; the plan is `planning` until the agent
     answers and the backend has checked the answer (`ready`, or `failed` with the reason). Follow it
     with GET /plans/{id} or its make command."""
@@ -58,12 +60,16 @@ async def make_plan(host_id: ExistingHost, body: PlanCreate, session: SessionDep
 
 
 @router.get("", response_model=list[PlanPublic], responses=NOT_FOUND)
-async def list_plans(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
-                     target: str | None = Query(None, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$"),
-                     digest: str | None = Query(None, pattern=r"^[0-9a-f]{64}$"),
-                     function_index: int | None = Query(None, ge=0, le=2**31 - 1),
-                     state: list[PlanState] | None = Query(None, description="Only plans in these states"),
-                     limit: int = Query(50, ge=1, le=1000)) -> FastJSON:
+async def list_plans(
+    host_id: ExistingHost,
+    session: SessionDep,
+    _: CurrentUser,
+    target: str | None = Query(None, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$"),
+    digest: str | None = Query(None, pattern=r"^[0-9a-f]{64}$"),
+    function_index: int | None = Query(None, ge=0, le=2**31 - 1),
+    state: list[PlanState] | None = Query(None, description="Only plans in these states"),
+    limit: int = Query(50, ge=1, le=1000),
+) -> FastJSON:
     """The host's plans, newest first (without their JSON; with their group's function names)."""
     return FastJSON(await plan_views.list_plans(session, host_id, limit, target, digest, function_index, state))
 
@@ -98,37 +104,52 @@ async def _step(coro: Awaitable[dict[str, Any]], session: AsyncSession, runtime:
 
 
 @router.post("/{plan_id}/request", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
-async def request_approval(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
-                           user: OperatorUser) -> FastJSON:
+async def request_approval(
+    host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep, user: OperatorUser
+) -> FastJSON:
     """Ask for approval of a ready plan."""
     return await _step(runtime.plans.request(session, host_id, plan_id, user.username), session, runtime)
 
 
 @router.post("/{plan_id}/approve", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN})
-async def approve(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
-                  user: ApproverUser) -> FastJSON:
+async def approve(
+    host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep, user: ApproverUser
+) -> FastJSON:
     """Approve a requested plan (not by its requester); the approval names the plan's code hash and
     build id, and only that code is installed."""
     return await _step(runtime.plans.approve(session, host_id, plan_id, user.username), session, runtime)
 
 
 @router.post("/{plan_id}/reject", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN})
-async def reject(host_id: ExistingHost, plan_id: uuid.UUID, body: PlanReject, session: SessionDep,
-                 runtime: RuntimeDep, user: ApproverUser) -> FastJSON:
+async def reject(
+    host_id: ExistingHost,
+    plan_id: uuid.UUID,
+    body: PlanReject,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    user: ApproverUser,
+) -> FastJSON:
     """Reject a requested plan (not by its requester)."""
     return await _step(runtime.plans.reject(session, host_id, plan_id, user.username, body.reason), session, runtime)
 
 
 @router.post("/{plan_id}/install", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
-async def install(host_id: ExistingHost, plan_id: uuid.UUID, body: PlanInstall, session: SessionDep,
-                  runtime: RuntimeDep, user: OperatorUser) -> FastJSON:
+async def install(
+    host_id: ExistingHost,
+    plan_id: uuid.UUID,
+    body: PlanInstall,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    user: OperatorUser,
+) -> FastJSON:
     """Install an approved plan that still fits its target: the root is measured for `window_s`
     seconds, the agent installs the approved code, and the root is measured again."""
     return await _step(runtime.plans.install(session, host_id, plan_id, user.username, body.window_s), session, runtime)
 
 
 @router.post("/{plan_id}/revert", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})
-async def revert(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
-                 user: OperatorUser) -> FastJSON:
+async def revert(
+    host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep, user: OperatorUser
+) -> FastJSON:
     """Take an installed plan out (call sites first, then the entry)."""
     return await _step(runtime.plans.revert(session, host_id, plan_id, user.username), session, runtime)

@@ -3,6 +3,7 @@
 idle task's samples excluded by default, included, or alone), two ranges or two hosts as a differential
 flame graph, a function's callers and callees with the observed targets of its call sites, and its
 samples per instruction. Every read goes through app.storage.stacks (and app.storage.samples for instructions)."""
+
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -20,14 +21,16 @@ from app.storage import functions, hosts, samples, stacks
 router = APIRouter(prefix="/hosts/{host_id}", tags=["stacks"])
 
 
-def stack_filter(pid: int | None = Query(None, ge=-1, le=2**31 - 1,
-                                         description="Only this process (pid; -1: tasks that were exiting)"),
-                 comm: str | None = Query(None, min_length=1, max_length=64,
-                                          description="Only threads with this command name"),
-                 cpu: int | None = Query(None, ge=0, le=65535, description="Only this CPU"),
-                 idle: Literal["exclude", "include", "only"] = Query(
-                     "exclude", description="The idle task's samples (pid 0): left out, included, or alone")
-                 ) -> stacks.StackFilter:
+def stack_filter(
+    pid: int | None = Query(
+        None, ge=-1, le=2**31 - 1, description="Only this process (pid; -1: tasks that were exiting)"
+    ),
+    comm: str | None = Query(None, min_length=1, max_length=64, description="Only threads with this command name"),
+    cpu: int | None = Query(None, ge=0, le=65535, description="Only this CPU"),
+    idle: Literal["exclude", "include", "only"] = Query(
+        "exclude", description="The idle task's samples (pid 0): left out, included, or alone"
+    ),
+) -> stacks.StackFilter:
     return stacks.StackFilter(pid=pid, comm=comm, cpu=cpu, idle=idle)
 
 
@@ -39,21 +42,29 @@ async def _range(session: AsyncSession, host_id: str, spec: samples.RangeSpec) -
 
 
 @router.get("/flamegraph", response_model=FlameGraph, responses={**NOT_FOUND, **BAD_RANGE})
-async def flame_graph(host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange,
-                      flt: Filter) -> FastJSON:
+async def flame_graph(
+    host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange, flt: Filter
+) -> FastJSON:
     """The host's call stacks in the range as one tree, root first, frames merged by function."""
     r = await _range(session, host_id, spec)
     return FastJSON({**r.public(), **await stacks.flame_graph(session, host_id, r.start, r.end, flt)})
 
 
 @router.get("/flamegraph/diff", response_model=FlameDiff, responses={**NOT_FOUND, **BAD_RANGE})
-async def flame_diff(host_id: ExistingHost, session: SessionDep, runtime: RuntimeDep, _: CurrentUser, flt: Filter,
-                     a_from: datetime = Query(description="Start of range A"),
-                     a_to: datetime = Query(description="End of range A (exclusive)"),
-                     b_from: datetime = Query(description="Start of range B"),
-                     b_to: datetime = Query(description="End of range B (exclusive)"),
-                     b_host: str | None = Query(None, min_length=1, max_length=256,
-                                                description="Host of range B (default: the same host)")) -> FastJSON:
+async def flame_diff(
+    host_id: ExistingHost,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    _: CurrentUser,
+    flt: Filter,
+    a_from: datetime = Query(description="Start of range A"),
+    a_to: datetime = Query(description="End of range A (exclusive)"),
+    b_from: datetime = Query(description="Start of range B"),
+    b_to: datetime = Query(description="End of range B (exclusive)"),
+    b_host: str | None = Query(
+        None, min_length=1, max_length=256, description="Host of range B (default: the same host)"
+    ),
+) -> FastJSON:
     """Range A and range B (of this host or another) merged into one tree with both ranges' samples."""
     spec_a = range_spec(runtime, None, a_from, a_to, "range A")
     spec_b = range_spec(runtime, None, b_from, b_to, "range B")
@@ -67,8 +78,9 @@ async def flame_diff(host_id: ExistingHost, session: SessionDep, runtime: Runtim
 
 
 @router.get("/functions/{function_id}/calls", response_model=FunctionCalls, responses={**NOT_FOUND, **BAD_RANGE})
-async def function_calls(host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser,
-                         spec: SampleRange, flt: Filter) -> FastJSON:
+async def function_calls(
+    host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser, spec: SampleRange, flt: Filter
+) -> FastJSON:
     """Who called the function and what it called, from the range's stacks, and the callees observed at
     each of its call sites (the targets of its indirect calls among them)."""
     fn = await functions.get_host_function(session, host_id, function_id)
@@ -80,10 +92,14 @@ async def function_calls(host_id: ExistingHost, function_id: FunctionId, session
     return FastJSON({**r.public(), "function_id": function_id, **calls})
 
 
-@router.get("/functions/{function_id}/instruction-samples", response_model=InstructionSamples,
-            responses={**NOT_FOUND, **BAD_RANGE})
-async def instruction_samples(host_id: ExistingHost, function_id: FunctionId, session: SessionDep,
-                              _: CurrentUser, spec: SampleRange) -> FastJSON:
+@router.get(
+    "/functions/{function_id}/instruction-samples",
+    response_model=InstructionSamples,
+    responses={**NOT_FOUND, **BAD_RANGE},
+)
+async def instruction_samples(
+    host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser, spec: SampleRange
+) -> FastJSON:
     """Samples per instruction of the function in the range (offsets from its start), like perf annotate."""
     if await functions.get_host_function(session, host_id, function_id) is None:
         raise HTTPException(404, "Function not found")

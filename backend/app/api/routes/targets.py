@@ -7,6 +7,7 @@ Attaching and detaching are commands for the host's agent: the request is stored
 command id: the same id again returns the same command (idempotent). Changing what an agent does needs
 the operator role; every request is audited.
 """
+
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -39,31 +40,39 @@ async def list_targets(host_id: ExistingHost, session: SessionDep, _: CurrentUse
 
 
 @router.post("/targets", response_model=CommandPublic, responses={**NOT_FOUND, **CONFLICT, **ACCEPTED})
-async def attach_target(host_id: ExistingHost, body: AttachRequest, session: SessionDep, runtime: RuntimeDep,
-                        user: OperatorUser) -> Response:
+async def attach_target(
+    host_id: ExistingHost, body: AttachRequest, session: SessionDep, runtime: RuntimeDep, user: OperatorUser
+) -> Response:
     """Attach a running process (by pid, or every process with a command name) as a target."""
     params = {"pid": body.pid} if body.pid is not None else {"command": body.command}
     try:
-        row, created = await runtime.commands.create(session, host_id, "attach_target", params, user.username,
-                                                     body.command_id)
+        row, created = await runtime.commands.create(
+            session, host_id, "attach_target", params, user.username, body.command_id
+        )
     except commands.CommandError as exc:
         raise HTTPException(exc.status, exc.detail) from None
     await session.commit()
     return command_response(row, created)
 
 
-@router.delete("/targets/{target_id}", response_model=CommandPublic,
-               responses={**NOT_FOUND, **CONFLICT, **ACCEPTED})
-async def detach_target(host_id: ExistingHost, target_id: TargetId, session: SessionDep, runtime: RuntimeDep,
-                        user: OperatorUser, command_id: uuid.UUID | None = Query(None)) -> Response:
+@router.delete("/targets/{target_id}", response_model=CommandPublic, responses={**NOT_FOUND, **CONFLICT, **ACCEPTED})
+async def detach_target(
+    host_id: ExistingHost,
+    target_id: TargetId,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    user: OperatorUser,
+    command_id: uuid.UUID | None = Query(None),
+) -> Response:
     """Detach a process target: its measurements stop (their data is kept)."""
     if target_id == "kernel":
         raise HTTPException(409, "The kernel target cannot be detached")
     if await targets.target_exists(session, host_id, target_id) is None:
         raise HTTPException(404, "Target not found")
     try:
-        row, created = await runtime.commands.create(session, host_id, "detach_target", {"target": target_id},
-                                                     user.username, command_id)
+        row, created = await runtime.commands.create(
+            session, host_id, "detach_target", {"target": target_id}, user.username, command_id
+        )
     except commands.CommandError as exc:
         raise HTTPException(exc.status, exc.detail) from None
     await session.commit()
@@ -71,9 +80,13 @@ async def detach_target(host_id: ExistingHost, target_id: TargetId, session: Ses
 
 
 @router.get("/commands", response_model=list[CommandPublic], responses=NOT_FOUND)
-async def list_commands(host_id: ExistingHost, session: SessionDep, _: CurrentUser,
-                        state: Literal["queued", "sent", "running", "done", "failed", "cancelled"] | None = None,
-                        limit: int = Query(50, ge=1, le=1000)) -> FastJSON:
+async def list_commands(
+    host_id: ExistingHost,
+    session: SessionDep,
+    _: CurrentUser,
+    state: Literal["queued", "sent", "running", "done", "failed", "cancelled"] | None = None,
+    limit: int = Query(50, ge=1, le=1000),
+) -> FastJSON:
     """The host's commands, newest first."""
     return FastJSON(await commands.list_commands(session, host_id, limit, state))
 
@@ -88,8 +101,9 @@ async def get_command(host_id: ExistingHost, command_id: uuid.UUID, session: Ses
 
 
 @router.post("/commands/{command_id}/cancel", response_model=CommandPublic, responses={**NOT_FOUND, **CONFLICT})
-async def cancel_command(host_id: ExistingHost, command_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep,
-                         user: OperatorUser) -> FastJSON:
+async def cancel_command(
+    host_id: ExistingHost, command_id: uuid.UUID, session: SessionDep, runtime: RuntimeDep, user: OperatorUser
+) -> FastJSON:
     """Cancel a command: a queued one at once, a sent or running one by asking the agent to stop it."""
     try:
         row = await runtime.commands.cancel(session, host_id, command_id, user.username)

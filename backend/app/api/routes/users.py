@@ -2,6 +2,7 @@
 """User management (admin only): create, change role, disable or enable, reset password; and the audit
 log. Every change is audited with who made it. No change may leave the installation without an enabled
 admin (409)."""
+
 import asyncio
 import uuid
 from datetime import UTC, datetime
@@ -29,15 +30,17 @@ async def list_users(session: SessionDep, _: AdminUser) -> list[UserDetail]:
     return [UserDetail.model_validate(u) for u in await users.list_users(session)]
 
 
-@router.post("", response_model=UserDetail, status_code=status.HTTP_201_CREATED,
-             responses={409: {"model": Message}, **BAD_BODY})
+@router.post(
+    "", response_model=UserDetail, status_code=status.HTTP_201_CREATED, responses={409: {"model": Message}, **BAD_BODY}
+)
 async def create_user(body: UserCreate, session: SessionDep, admin: AdminUser) -> UserDetail:
     """Create a user with a role."""
     if await users.get_user_by_username(session, body.username) is not None:
         raise HTTPException(status.HTTP_409_CONFLICT, "Username already exists")
     user = await users.create_user(session, body.username, body.password, body.role)
-    audit_log.record(session, admin.username, "user_created", str(user.id),
-                     {"username": user.username, "role": user.role})
+    audit_log.record(
+        session, admin.username, "user_created", str(user.id), {"username": user.username, "role": user.role}
+    )
     await session.commit()
     await session.refresh(user)
     return UserDetail.model_validate(user)
@@ -60,15 +63,25 @@ async def update_user(user_id: UserId, body: UserUpdate, session: SessionDep, ad
     if user.id in admins and (role != "admin" or disabled) and len(admins) <= 1:
         raise HTTPException(status.HTTP_409_CONFLICT, "This is the last enabled admin: make another admin first")
     if role != user.role:
-        audit_log.record(session, admin.username, "user_role_changed", str(user.id),
-                   {"username": user.username, "from": user.role, "to": role})
+        audit_log.record(
+            session,
+            admin.username,
+            "user_role_changed",
+            str(user.id),
+            {"username": user.username, "from": user.role, "to": role},
+        )
         user.role = role
     if disabled != (user.disabled_at is not None):
         user.disabled_at = datetime.now(UTC) if disabled else None
         if disabled:  # enabling again does not revive the tokens issued before
             user.sessions_valid_after = user.disabled_at
-        audit_log.record(session, admin.username, "user_disabled" if disabled else "user_enabled", str(user.id),
-                   {"username": user.username})
+        audit_log.record(
+            session,
+            admin.username,
+            "user_disabled" if disabled else "user_enabled",
+            str(user.id),
+            {"username": user.username},
+        )
     await session.commit()
     await session.refresh(user)
     return UserDetail.model_validate(user)
@@ -87,7 +100,8 @@ async def reset_password(user_id: UserId, body: PasswordReset, session: SessionD
 
 
 @audit_router.get("", response_model=list[AuditEntry])
-async def list_audit(session: SessionDep, _: AdminUser, limit: int = Query(100, ge=1, le=1000),
-                     action: str | None = None) -> list[AuditEntry]:
+async def list_audit(
+    session: SessionDep, _: AdminUser, limit: int = Query(100, ge=1, le=1000), action: str | None = None
+) -> list[AuditEntry]:
     """The newest audit records, optionally of one action."""
     return [AuditEntry.model_validate(a) for a in await audit_log.recent(session, limit, action)]

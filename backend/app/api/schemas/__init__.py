@@ -8,6 +8,7 @@ case hex without "0x" — because JavaScript loses the low bits of integers abov
 
 One module per domain; every shape is imported from here (app.api.schemas).
 """
+
 from app.api.schemas.commands import (
     AttachRequest,
     CommandKind,

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Targets (the kernel, attached processes) and the commands sent to agents."""
+
 import uuid
 from datetime import datetime
 from typing import Any, Literal
@@ -28,6 +29,7 @@ class TargetPublic(BaseModel):
 
 class AttachRequest(BaseModel):
     """Attach a running process by pid, or every process with a command name."""
+
     model_config = ConfigDict(extra="forbid")
     pid: int | None = Field(None, ge=1, le=2**30)
     command: str | None = Field(None, min_length=1, max_length=15, pattern=r"^[^\x00-\x1f\x7f]+$")
@@ -43,9 +45,18 @@ class AttachRequest(BaseModel):
 CommandState = Literal["queued", "sent", "running", "done", "failed", "cancelled"]
 
 
-CommandKind = Literal["inspect_function", "attach_target", "detach_target", "start_measurement",
-                      "stop_measurement", "cancel", "make_plan", "install_plan", "revert_plan",
-                      "list_installed"]
+CommandKind = Literal[
+    "inspect_function",
+    "attach_target",
+    "detach_target",
+    "start_measurement",
+    "stop_measurement",
+    "cancel",
+    "make_plan",
+    "install_plan",
+    "revert_plan",
+    "list_installed",
+]
 
 
 class CommandPublic(BaseModel):

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Enrolment tokens and requests."""
+
 import uuid
 from datetime import datetime
 from typing import Literal
@@ -10,9 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class EnrolmentTokenCreate(BaseModel):
     note: str = Field("", max_length=200, description="what the token is for, for the list")
     hours: float = Field(24.0, gt=0, le=24 * 30, description="how long the token stays valid")
-    host_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$",
-                                description="only this host may use the token; needed to enrol a host that "
-                                            "holds a certificate already (a new key, a reinstalled agent)")
+    host_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="only this host may use the token; needed to enrol a host that "
+        "holds a certificate already (a new key, a reinstalled agent)",
+    )
 
 
 class EnrolmentTokenPublic(BaseModel):
@@ -38,8 +44,10 @@ class EnrolmentRequestPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     id: uuid.UUID
     host_id: str
-    key_fingerprint: str = Field(description="SHA-256 (hex) of the requesting key's DER SubjectPublicKeyInfo; "
-                                             "on the host: openssl pkey -in key.pem -pubout -outform DER | sha256sum")
+    key_fingerprint: str = Field(
+        description="SHA-256 (hex) of the requesting key's DER SubjectPublicKeyInfo; "
+        "on the host: openssl pkey -in key.pem -pubout -outform DER | sha256sum"
+    )
     hostname: str
     peer: str
     requested_at: datetime
@@ -47,13 +55,14 @@ class EnrolmentRequestPublic(BaseModel):
     decided_by: str | None
     decided_at: datetime | None
     conflicting: int = Field(description="how many other keys ask for the same host id and are pending")
-    host_enrolled: bool = Field(description="the host id holds a certificate already (it cannot be approved; "
-                                            "only a token created for this host id can enrol it again)")
+    host_enrolled: bool = Field(
+        description="the host id holds a certificate already (it cannot be approved; "
+        "only a token created for this host id can enrol it again)"
+    )
 
 
 class EnrolmentRejectMany(BaseModel):
-    request_ids: list[uuid.UUID] | None = Field(None, max_length=5000,
-                                                description="the pending requests to reject")
+    request_ids: list[uuid.UUID] | None = Field(None, max_length=5000, description="the pending requests to reject")
     all_pending: bool = Field(False, description="reject every pending request instead")
 
     @model_validator(mode="after")

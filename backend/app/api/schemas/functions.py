@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Functions: the catalog page, one function's detail and disassembly, its samples, catalog pieces."""
+
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -72,8 +73,10 @@ class InstructionPublic(BaseModel):
     length: int
     bytes: str
     text: str
-    probe: bool = Field(description="A running measurement's probe sits on this instruction (the bytes shown "
-                                    "are the program's own, not the probe's int3)")
+    probe: bool = Field(
+        description="A running measurement's probe sits on this instruction (the bytes shown "
+        "are the program's own, not the probe's int3)"
+    )
 
 
 class InstructionsPublic(BaseModel):
@@ -82,8 +85,10 @@ class InstructionsPublic(BaseModel):
     address_hex: str
     cached: bool
     instructions: list[InstructionPublic]
-    probes: list[int] = Field(description="Offsets where the host's armed or running measurements of this "
-                                          "target have a probe in the function now")
+    probes: list[int] = Field(
+        description="Offsets where the host's armed or running measurements of this "
+        "target have a probe in the function now"
+    )
 
 
 class BlockSamplesPublic(BaseModel):
@@ -103,6 +108,7 @@ class CatalogPublic(BaseModel):
     """One content-addressed catalog piece (a module of one build) in columns, in address order.
     Offsets are relative to the module's base; add a host's base_address (GET /hosts/{id}/modules) for
     addresses. It never changes, so it is served with immutable caching."""
+
     digest: str
     module: str
     function_count: int
@@ -112,4 +118,5 @@ class CatalogPublic(BaseModel):
     sizes: list[int]
     block_counts: list[int]
     undecodable: list[int] = Field(
-        description="Positions (in these columns) of functions the agent could not decode whole")
+        description="Positions (in these columns) of functions the agent could not decode whole"
+    )

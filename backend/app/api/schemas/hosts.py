@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Hosts, their modules and the coverage of their data."""
+
 from datetime import datetime
 from typing import Literal
 
@@ -40,8 +41,9 @@ class HostPublic(BaseModel):
     enrolled: bool = Field(description="the host holds a current certificate")
     cert_not_after: datetime | None
     replica: str | None = Field(description="the backend replica that holds (or last held) the host's stream")
-    clock_offset_ms: int | None = Field(description="the host's clock minus the backend's, measured at connect "
-                                                    "or from a refused batch")
+    clock_offset_ms: int | None = Field(
+        description="the host's clock minus the backend's, measured at connect or from a refused batch"
+    )
     clock_skewed: bool = Field(description="the clock offset exceeds the bound batches are accepted within")
     refused_batches: int = Field(description="metric batches refused because their time was out of bounds")
 

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """WebSocket messages (added to the OpenAPI document's schemas by app.api.main, so the client has types)."""
+
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -69,6 +70,7 @@ class MeasurementEvent(BaseModel):
 
 class PlanEvent(BaseModel):
     """A plan of the host changed state (requested, approved, installed, ...): its pages refresh at once."""
+
     type: Literal["plan"]
     host_id: str
     plan_id: str
@@ -78,9 +80,12 @@ class PlanEvent(BaseModel):
 class Subscribe(BaseModel):
     """What the console sends on the WebSocket: the topics of the views it shows (hosts,
     host:<id>, measurement:<id>); each message replaces the previous set."""
+
     type: Literal["subscribe"]
     topics: list[str] = Field(max_length=64)
 
 
-LiveEvent = Annotated[HostEvent | SamplesEvent | PingEvent | GapEvent | CommandEvent | TargetsEvent |
-                      MeasurementEvent | PlanEvent, Field(discriminator="type")]
+LiveEvent = Annotated[
+    HostEvent | SamplesEvent | PingEvent | GapEvent | CommandEvent | TargetsEvent | MeasurementEvent | PlanEvent,
+    Field(discriminator="type"),
+]

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Measurements: their requests, state, values, series and measured control-flow graphs."""
+
 import uuid
 from datetime import datetime
 from typing import Annotated, Literal
@@ -9,14 +10,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from app.api.schemas.common import RangePublic
 from app.protocol.measurement_request import MeasurementRequest, ResourceRequest
 
-MetricName = Literal["count", "wall", "vtime", "concurrency", "cycles", "instructions", "icache_stall",
-                     "branch_mispredict"]
+MetricName = Literal[
+    "count", "wall", "vtime", "concurrency", "cycles", "instructions", "icache_stall", "branch_mispredict"
+]
 
 
 class ResourceRefIn(BaseModel):
     """A code resource by catalog identity: a function, one of its blocks, or an instruction address.
     The module is its catalog digest, or (more compact for long requests) its position in the request's
     `modules`."""
+
     model_config = ConfigDict(extra="forbid")
     digest: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     module: int | None = Field(None, ge=0, le=255, description="Position of the digest in the request's modules")
@@ -30,7 +33,8 @@ class MeasurementCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     target: str = Field("kernel", min_length=1, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$")
     modules: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
-        [], max_length=256, description="Catalog digests resources may name by position")
+        [], max_length=256, description="Catalog digests resources may name by position"
+    )
     resources: list[ResourceRefIn] = Field(min_length=1)
     metrics: list[MetricName] = Field(min_length=1, max_length=8)
     where_pid: int | None = Field(None, ge=1, le=2**30)
@@ -40,7 +44,6 @@ class MeasurementCreate(BaseModel):
     allow_partial: bool = Field(False, description="serve what the host can, the rest unavailable with reasons")
     command_id: uuid.UUID | None = Field(None, description="Idempotency key of the start command")
     measurement_id: uuid.UUID | None = Field(None, description="The measurement's id (default: a new one)")
-
 
     @model_validator(mode="after")
     def _modules_named(self) -> "MeasurementCreate":
@@ -54,11 +57,18 @@ class MeasurementCreate(BaseModel):
     def request(self, measurement_id: str) -> MeasurementRequest:
         """The request as it is stored and sent: resources by digest, each metric once."""
         return MeasurementRequest(
-            measurement_id=measurement_id, target=self.target, metrics=list(dict.fromkeys(self.metrics)),
-            resources=[ResourceRequest(digest=r.digest or self.modules[r.module or 0],
-                                       **r.model_dump(include={"function_index", "kind", "offset", "blocks"}))
-                       for r in self.resources],
-            **self.model_dump(include={"where_pid", "where_comm", "where_cgroup", "interval_ms", "allow_partial"}))
+            measurement_id=measurement_id,
+            target=self.target,
+            metrics=list(dict.fromkeys(self.metrics)),
+            resources=[
+                ResourceRequest(
+                    digest=r.digest or self.modules[r.module or 0],
+                    **r.model_dump(include={"function_index", "kind", "offset", "blocks"}),
+                )
+                for r in self.resources
+            ],
+            **self.model_dump(include={"where_pid", "where_comm", "where_cgroup", "interval_ms", "allow_partial"}),
+        )
 
 
 MeasurementState = Literal["starting", "armed", "running", "target_exited", "stopped", "failed"]
@@ -116,6 +126,7 @@ class SlotValues(BaseModel):
     """Additive values (sums over the period; null where the metric has no value): count (calls,
     executions or samples), wall_ns, vtime_ns, hardware counters, exits (timed calls completed) and
     samples (sampled rows)."""
+
     count: float | None
     wall_ns: float | None
     vtime_ns: float | None
@@ -139,8 +150,7 @@ class LatestInterval(BaseModel):
 
 
 class MeasurementValues(RangePublic):
-    measured_seconds: float = Field(description="Interval time inside the range: the divisor of rates and "
-                                                "concurrency")
+    measured_seconds: float = Field(description="Interval time inside the range: the divisor of rates and concurrency")
     intervals: int
     resources: list[ResourceValues]
     latest: LatestInterval | None
@@ -149,22 +159,24 @@ class MeasurementValues(RangePublic):
 class MeasuredBlock(BaseModel):
     offset: int = Field(description="Offset from the function start")
     row: int | None = Field(description="The block's row in the measurement; null: not measured")
-    count: float | None = Field(description="Executions (exact) or samples (sampled) summed over the range; "
-                                            "null: no data (the block is not a row, or no interval in the range)")
+    count: float | None = Field(
+        description="Executions (exact) or samples (sampled) summed over the range; "
+        "null: no data (the block is not a row, or no interval in the range)"
+    )
     label: str | None = Field(description="exact, sampled or estimate: how the count was taken")
 
 
 class MeasuredEdge(BaseModel):
     from_offset: int | None = Field(description="The from block's offset; null: the edge enters the function")
     to_offset: int | None = Field(description="The to block's offset; null: the edge leaves the function")
-    kind: str = Field(description="entry, fallthrough, taken, tail_call, indirect, return, no_successor or "
-                                  "indirect_in")
+    kind: str = Field(description="entry, fallthrough, taken, tail_call, indirect, return, no_successor or indirect_in")
     label: str = Field(description="exact_derived, estimated or sampled_estimate (the weakest in the range)")
     count: int = Field(description="Summed over the range's intervals (samples for sampled_estimate)")
 
 
 class MeasurementCfg(RangePublic):
     """A measured function's block counts and the edge counts the agent derived, over a range."""
+
     function_row: int
     function_id: int | None
     function: str

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Code positioning plans: requests, their state, windows and comparison, audit trail."""
+
 import uuid
 from datetime import datetime
 from typing import Any, Literal
@@ -8,12 +9,26 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.gen.plan import Plan as GenPlan
 
-PlanState = Literal["planning", "ready", "failed", "cancelled", "requested", "approved", "rejected", "installing",
-                    "installed", "install_failed", "reverting", "reverted", "stale"]
+PlanState = Literal[
+    "planning",
+    "ready",
+    "failed",
+    "cancelled",
+    "requested",
+    "approved",
+    "rejected",
+    "installing",
+    "installed",
+    "install_failed",
+    "reverting",
+    "reverted",
+    "stale",
+]
 
 
 class PlanCreate(BaseModel):
     """Ask the host's agent to plan the re-layout of a root function (and its hot callees)."""
+
     model_config = ConfigDict(extra="forbid")
     target: str = Field("kernel", min_length=1, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$")
     digest: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="The root's module (catalog digest)")
@@ -23,8 +38,13 @@ class PlanCreate(BaseModel):
     join_fraction: float = Field(0, ge=0, le=1, description="0: the agent's default (0.05)")
     stall_threshold: float = Field(0, ge=0, le=1, description="0: the agent's default (0.10)")
     max_functions: int = Field(0, ge=0, le=4096, description="0: the agent's default (64)")
-    measurement_id: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_-]+$",
-                                       description="Use this measurement's block counts instead of measuring anew")
+    measurement_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[0-9A-Za-z_-]+$",
+        description="Use this measurement's block counts instead of measuring anew",
+    )
     plan_id: uuid.UUID | None = Field(None, description="Idempotency key: the same id returns the same plan")
 
     @model_validator(mode="after")
@@ -84,8 +104,9 @@ class PlanPublic(BaseModel):
     before_measurement: str | None
     after_measurement: str | None
     updated_at: datetime
-    members: list[str] = Field(description="The group's functions by name, root first (the plan's group; empty "
-                                           "until the plan is made)")
+    members: list[str] = Field(
+        description="The group's functions by name, root first (the plan's group; empty until the plan is made)"
+    )
 
 
 class PlanSpread(BaseModel):
@@ -108,8 +129,9 @@ class PlanWindow(BaseModel):
     icache_stall_per_call: float | None = None
     branch_mispredict_per_call: float | None = None
     unavailable: dict[str, str] = Field(description="Metrics the host could not measure, with the reason")
-    spread: dict[str, PlanSpread] = Field(default_factory=dict,
-                                          description="Per figure, its range over the window's intervals")
+    spread: dict[str, PlanSpread] = Field(
+        default_factory=dict, description="Per figure, its range over the window's intervals"
+    )
 
 
 class PlanComparison(BaseModel):
@@ -119,8 +141,10 @@ class PlanComparison(BaseModel):
 
 
 class PlanDetail(PlanPublic):
-    plan: GenPlan | None = Field(description="The agent's plan (hotpathd plan --json) as the backend checked it; "
-                                             "its shape is proto/hotpath/v1/plan.schema.json")
+    plan: GenPlan | None = Field(
+        description="The agent's plan (hotpathd plan --json) as the backend checked it; "
+        "its shape is proto/hotpath/v1/plan.schema.json"
+    )
     install_detail: dict[str, Any] | None
     revert_detail: dict[str, Any] | None
     install_command: str | None

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Sample reads: totals, top functions, hotness, timelines and comparisons."""
+
 from datetime import datetime
 
 from pydantic import BaseModel, Field
@@ -10,14 +11,16 @@ from app.api.schemas.common import RangePublic
 class SampleTotals(BaseModel):
     """Whole-host totals of a range. kernel = total − user; idle is the part of kernel spent in the idle
     loop; unmapped is kernel samples outside any known function; lost is what the sampler dropped."""
+
     total_samples: int
     user_samples: int
     kernel_samples: int
     idle_samples: int
     unmapped_samples: int
     lost_samples: int
-    stack_samples: int = Field(0, description="Samples whose call stack is stored (the base of inclusive counts "
-                                              "and flame graphs)")
+    stack_samples: int = Field(
+        0, description="Samples whose call stack is stored (the base of inclusive counts and flame graphs)"
+    )
 
 
 class TopFunctionItem(BaseModel):
@@ -29,11 +32,15 @@ class TopFunctionItem(BaseModel):
     samples: int
     samples_per_sec: float
     share: float = Field(description="Share of all samples of the host in the range (kernel and user)")
-    idle: bool = Field(description="Most of its samples were the idle task's (those are left out of rankings "
-                                   "unless include_idle)")
-    inclusive_samples: int | None = Field(None, description="Samples whose call stack contains the function "
-                                                            "(itself or anything it called); null when the range has "
-                                                            "no stacks")
+    idle: bool = Field(
+        description="Most of its samples were the idle task's (those are left out of rankings unless include_idle)"
+    )
+    inclusive_samples: int | None = Field(
+        None,
+        description="Samples whose call stack contains the function "
+        "(itself or anything it called); null when the range has "
+        "no stacks",
+    )
 
 
 class TopFunctions(RangePublic, SampleTotals):

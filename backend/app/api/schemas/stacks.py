@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Call stacks: flame graphs and their differences, a function's callers and callees, instruction samples."""
+
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -10,6 +11,7 @@ from app.api.schemas.common import RangePublic
 class StackFilterPublic(BaseModel):
     """The samples a stack view covers: one process, command or CPU (null: any), and the idle task's
     samples excluded (default), included, or alone."""
+
     pid: int | None
     comm: str | None
     cpu: int | None
@@ -19,6 +21,7 @@ class StackFilterPublic(BaseModel):
 class FramePublic(BaseModel):
     """A frame of a flame graph: kernel frames merged by function (function_id set once the catalog is
     stored), user frames by file and offset, others by address."""
+
     name: str
     module: str
     kind: Literal["kernel", "kernel_address", "user", "user_address"]
@@ -30,6 +33,7 @@ class FlamePaths(BaseModel):
     function are one path): `frame` holds every path's frames (indices into frames) root first, one path
     after the other; path k has `length[k]` frames and `samples[k]` samples. The console merges them into
     the tree (a path may be empty: samples of the root itself)."""
+
     frame: list[int]
     length: list[int]
     samples: list[int]
@@ -53,6 +57,7 @@ class CpuSamples(BaseModel):
 
 class StackContexts(BaseModel):
     """Whose stack samples the range holds, before any filter (for the filter menus)."""
+
     processes: list[ProcessSamples]
     commands: list[CommandSamples]
     cpus: list[CpuSamples]
@@ -74,6 +79,7 @@ class FlameDiffNodes(BaseModel):
     frames), its parent (index into these arrays; -1 for the root, which stands for all samples and has
     frame -1), and its samples (total: with everything it called) and self samples in range A and in range
     B. Children follow their parent, heaviest first."""
+
     frame: list[int]
     parent: list[int]
     a_total: list[int]
@@ -97,6 +103,7 @@ class FlameDiff(BaseModel):
 
 class CallPeer(BaseModel):
     """A caller or callee seen in the range's stacks, with the samples of stacks where it was one."""
+
     name: str
     module: str
     kind: Literal["kernel", "kernel_address", "user", "user_address"]
@@ -106,6 +113,7 @@ class CallPeer(BaseModel):
 
 class CallSiteTargets(BaseModel):
     """The callees observed at one call site of the function (for an indirect site: its observed targets)."""
+
     site_offset: int
     indirect: bool
     callees: list[CallPeer]

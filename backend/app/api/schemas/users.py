@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Sign-in, users and the audit log."""
+
 import uuid
 from datetime import datetime
 from typing import Any, Literal
@@ -23,8 +24,9 @@ class UserPublic(BaseModel):
 
 class UserDetail(UserPublic):
     created_at: datetime
-    disabled_at: datetime | None = Field(description="when an admin disabled the user (cannot sign in or use "
-                                                     "a token issued before); null while enabled")
+    disabled_at: datetime | None = Field(
+        description="when an admin disabled the user (cannot sign in or use a token issued before); null while enabled"
+    )
 
 
 class UserUpdate(BaseModel):

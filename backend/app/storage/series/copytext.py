@@ -8,6 +8,7 @@ made it the largest cost of ingest; numbers and booleans never need quoting, so 
 built by one `join`. Text (host ids, command names) is quoted and escaped here as COPY and array
 literals require. Measured by bench/ingest.
 """
+
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 

@@ -4,16 +4,33 @@
 # The additive values of one measurement row in one interval, in this order in measurement_points.vals
 # and as columns of the rollups. Concurrency and per-call values are derived from them (wall_ns over the
 # measured seconds, wall_ns and vtime_ns over count), so rollups stay exact sums.
-SLOTS = ("count", "wall_ns", "vtime_ns", "cycles", "instructions", "icache_stall", "branch_mispredict", "exits",
-         "samples")
+SLOTS = (
+    "count",
+    "wall_ns",
+    "vtime_ns",
+    "cycles",
+    "instructions",
+    "icache_stall",
+    "branch_mispredict",
+    "exits",
+    "samples",
+)
 SLOT = {name: i for i, name in enumerate(SLOTS)}
 NSLOTS = len(SLOTS)
 # measurement_points_* rows with this resource carry the measured seconds (and intervals, in `count`).
 COVERAGE_RESOURCE = -1
 
 RAW_TABLES = ("sample_intervals", "measurement_points", "stack_samples")
-ROLLUP_TABLES = ("sample_blocks_1m", "sample_blocks_1h", "sample_totals_1m", "sample_totals_1h",
-                 "measurement_points_1m", "measurement_points_1h", "stack_samples_1m", "stack_samples_10m")
+ROLLUP_TABLES = (
+    "sample_blocks_1m",
+    "sample_blocks_1h",
+    "sample_totals_1m",
+    "sample_totals_1h",
+    "measurement_points_1m",
+    "measurement_points_1h",
+    "stack_samples_1m",
+    "stack_samples_10m",
+)
 # Tables whose partitions follow the call stacks' retention rather than the raw or rollup one. The stacks'
 # minute and ten-minute rollups are partitioned by hour like the raw stacks, so all go at once (and with
 # them, in time, the definitions no row refers to).

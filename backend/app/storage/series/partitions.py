@@ -6,6 +6,7 @@ Raw tables (and the call stacks' minute rollup) have one partition per hour (`<t
 the backend accepts data for (the retention back, a few hours ahead), so an insert never lacks one.
 Replicas may run this at once: an advisory lock serialises them.
 """
+
 import logging
 import re
 from datetime import UTC, datetime, timedelta
@@ -43,14 +44,23 @@ def step_of(table: str) -> timedelta:
 
 
 async def existing(conn: AsyncConnection, table: str) -> list[str]:
-    rows = await conn.execute(text("""
+    rows = await conn.execute(
+        text("""
         SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-        JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = :t ORDER BY c.relname"""), {"t": table})
+        JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = :t ORDER BY c.relname"""),
+        {"t": table},
+    )
     return [r[0] for r in rows]
 
 
-async def ensure(engine: AsyncEngine, now: datetime, raw_back: timedelta, rollup_back: timedelta,
-                 raw_ahead: timedelta = timedelta(hours=3), rollup_ahead: timedelta = timedelta(days=2)) -> int:
+async def ensure(
+    engine: AsyncEngine,
+    now: datetime,
+    raw_back: timedelta,
+    rollup_back: timedelta,
+    raw_ahead: timedelta = timedelta(hours=3),
+    rollup_ahead: timedelta = timedelta(days=2),
+) -> int:
     """Create every missing partition from `back` before now to `ahead` after it; returns how many."""
     created = 0
     async with engine.begin() as conn:
@@ -63,9 +73,12 @@ async def ensure(engine: AsyncEngine, now: datetime, raw_back: timedelta, rollup
             while t < end:
                 name = partition_name(table, t, step)
                 if name not in have:
-                    await conn.execute(text(
-                        f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} "
-                        f"FOR VALUES FROM ('{t.isoformat()}') TO ('{(t + step).isoformat()}')"))
+                    await conn.execute(
+                        text(
+                            f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} "
+                            f"FOR VALUES FROM ('{t.isoformat()}') TO ('{(t + step).isoformat()}')"
+                        )
+                    )
                     created += 1
                 t += step
     if created:
@@ -73,8 +86,13 @@ async def ensure(engine: AsyncEngine, now: datetime, raw_back: timedelta, rollup
     return created
 
 
-async def drop_expired(engine: AsyncEngine, now: datetime, raw_retention: timedelta,
-                       rollup_retention: timedelta, stack_retention: timedelta | None = None) -> tuple[int, int]:
+async def drop_expired(
+    engine: AsyncEngine,
+    now: datetime,
+    raw_retention: timedelta,
+    rollup_retention: timedelta,
+    stack_retention: timedelta | None = None,
+) -> tuple[int, int]:
     """Drop the partitions that end before the retention (call stacks and their minute rollup:
     `stack_retention`, at most the raw retention); returns (partitions dropped, sample intervals they held)."""
     stacks = min(raw_retention, stack_retention) if stack_retention is not None else raw_retention
@@ -83,8 +101,7 @@ async def drop_expired(engine: AsyncEngine, now: datetime, raw_retention: timede
         await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
         for table in (*RAW_TABLES, *ROLLUP_TABLES):
             step = step_of(table)
-            cutoff = now - (stacks if table in STACK_TABLES else raw_retention if step == HOUR
-                            else rollup_retention)
+            cutoff = now - (stacks if table in STACK_TABLES else raw_retention if step == HOUR else rollup_retention)
             for name in await existing(conn, table):
                 start = partition_start(name)
                 if start is None or start + step > cutoff:

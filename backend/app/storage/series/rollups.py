@@ -10,6 +10,7 @@ rollups in the same transaction. The writer reads the watermarks FOR SHARE and t
 FOR UPDATE, so a row is summed exactly once, by one or the other, and a reader sees rollups equal to
 the raw sums at every commit.
 """
+
 import logging
 from datetime import UTC, datetime, timedelta
 
@@ -22,13 +23,23 @@ log = logging.getLogger("hotpath.series")
 LOCK_KEY = 0x68707072  # "hppr": one rollup task at a time across replicas
 MAX_STEP = timedelta(hours=6)  # raw time summed per statement, so one pass stays bounded
 
-_TOTALS = ("total_samples", "user_samples", "unmapped_samples", "lost_samples", "dropped_samples", "idle_samples",
-           "stack_samples", "stack_dropped_samples")
+_TOTALS = (
+    "total_samples",
+    "user_samples",
+    "unmapped_samples",
+    "lost_samples",
+    "dropped_samples",
+    "idle_samples",
+    "stack_samples",
+    "stack_dropped_samples",
+)
 
 
 def _nullable_add(col: str, table: str) -> str:
-    return (f"{col} = CASE WHEN {table}.{col} IS NULL THEN excluded.{col} WHEN excluded.{col} IS NULL "
-            f"THEN {table}.{col} ELSE {table}.{col} + excluded.{col} END")
+    return (
+        f"{col} = CASE WHEN {table}.{col} IS NULL THEN excluded.{col} WHEN excluded.{col} IS NULL "
+        f"THEN {table}.{col} ELSE {table}.{col} + excluded.{col} END"
+    )
 
 
 def _blocks_from_raw(grain: str, where: str) -> str:
@@ -60,8 +71,10 @@ def _points_from_raw(grain: str, where: str) -> str:
     cols = ", ".join(SLOTS)
     vals = ", ".join(f"sum(p.vals[(r.i - 1) * {NSLOTS} + {k + 1}])" for k in range(NSLOTS))
     cover = ", ".join(["count(*)::float8"] + ["NULL::float8"] * (NSLOTS - 1))
-    upd = ", ".join([f"seconds = measurement_points_{grain}.seconds + excluded.seconds"] +
-                    [_nullable_add(c, f"measurement_points_{grain}") for c in SLOTS])
+    upd = ", ".join(
+        [f"seconds = measurement_points_{grain}.seconds + excluded.seconds"]
+        + [_nullable_add(c, f"measurement_points_{grain}") for c in SLOTS]
+    )
     return f"""
         INSERT INTO measurement_points_{grain} (host_id, measurement_id, bucket, resource, seconds, {cols})
         SELECT p.host_id, p.measurement_id, date_trunc('{trunc}', p.ts), r.res, sum(p.seconds), {vals}
@@ -91,8 +104,10 @@ def _hour_from_minutes() -> list[str]:
         ON CONFLICT (host_id, bucket) DO UPDATE SET {upd}"""
     pcols = ", ".join(("seconds", *SLOTS))
     psums = ", ".join(f"sum({c})" for c in ("seconds", *SLOTS))
-    pupd = ", ".join(["seconds = measurement_points_1h.seconds + excluded.seconds"] +
-                     [_nullable_add(c, "measurement_points_1h") for c in SLOTS])
+    pupd = ", ".join(
+        ["seconds = measurement_points_1h.seconds + excluded.seconds"]
+        + [_nullable_add(c, "measurement_points_1h") for c in SLOTS]
+    )
     points = f"""
         INSERT INTO measurement_points_1h (host_id, measurement_id, bucket, resource, {pcols})
         SELECT host_id, measurement_id, date_trunc('hour', bucket), resource, {psums}
@@ -120,15 +135,19 @@ STACKS_10M_FROM_MINUTES = """
     DO UPDATE SET count = stack_samples_10m.count + excluded.count"""
 
 _RAW_RANGE = "{a}.ts >= :lo AND {a}.ts < :hi"
-MINUTE_FROM_RAW = [_blocks_from_raw("1m", _RAW_RANGE.format(a="s")),
-                   _totals_from_raw("1m", _RAW_RANGE.format(a="s")),
-                   _points_from_raw("1m", _RAW_RANGE.format(a="p")),
-                   STACKS_FROM_RAW, STACKS_10M_FROM_MINUTES]
+MINUTE_FROM_RAW = [
+    _blocks_from_raw("1m", _RAW_RANGE.format(a="s")),
+    _totals_from_raw("1m", _RAW_RANGE.format(a="s")),
+    _points_from_raw("1m", _RAW_RANGE.format(a="p")),
+    STACKS_FROM_RAW,
+    STACKS_10M_FROM_MINUTES,
+]
 HOUR_FROM_MINUTES = _hour_from_minutes()
 # Late rows of one writer transaction (its batch token), below a watermark.
 _LATE = "{a}.batch = :batch AND {a}.ts >= :lo AND {a}.ts < :hi"
-LATE_SAMPLES = {g: [_blocks_from_raw(g, _LATE.format(a="s")), _totals_from_raw(g, _LATE.format(a="s"))]
-                for g in ("1m", "1h")}
+LATE_SAMPLES = {
+    g: [_blocks_from_raw(g, _LATE.format(a="s")), _totals_from_raw(g, _LATE.format(a="s"))] for g in ("1m", "1h")
+}
 LATE_POINTS = {g: [_points_from_raw(g, _LATE.format(a="p"))] for g in ("1m", "1h")}
 
 
@@ -138,13 +157,15 @@ def _floor_minute(t: datetime) -> datetime:
 
 async def watermarks(conn: AsyncConnection, for_share: bool = False) -> tuple[datetime, datetime]:
     lock = " FOR SHARE" if for_share else ""
-    row = (await conn.execute(text(
-        f"SELECT watermark_1m, watermark_1h FROM series_state WHERE name = 'rollups'{lock}"))).one()
+    row = (
+        await conn.execute(text(f"SELECT watermark_1m, watermark_1h FROM series_state WHERE name = 'rollups'{lock}"))
+    ).one()
     return row.watermark_1m, row.watermark_1h
 
 
-async def add_late(conn: AsyncConnection, batch: int, lo: datetime, samples: bool, points: bool,
-                   wm_1m: datetime, wm_1h: datetime) -> None:
+async def add_late(
+    conn: AsyncConnection, batch: int, lo: datetime, samples: bool, points: bool, wm_1m: datetime, wm_1h: datetime
+) -> None:
     """Sum the rows this transaction wrote (batch token) below the watermarks into the rollups."""
     for grain, hi in (("1m", wm_1m), ("1h", wm_1h)):
         if lo >= hi:
@@ -162,8 +183,11 @@ async def run_once(engine: AsyncEngine, now: datetime | None = None, lag_s: floa
     async with engine.begin() as conn:
         if not (await conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": LOCK_KEY})).scalar_one():
             return 0, 0
-        wm_1m, wm_1h = (await conn.execute(text(
-            "SELECT watermark_1m, watermark_1h FROM series_state WHERE name = 'rollups' FOR UPDATE"))).one()
+        wm_1m, wm_1h = (
+            await conn.execute(
+                text("SELECT watermark_1m, watermark_1h FROM series_state WHERE name = 'rollups' FOR UPDATE")
+            )
+        ).one()
         target = _floor_minute(now - timedelta(seconds=lag_s))
         while wm_1m < target:
             hi = min(target, wm_1m + MAX_STEP)
@@ -177,7 +201,9 @@ async def run_once(engine: AsyncEngine, now: datetime | None = None, lag_s: floa
                 await conn.execute(text(sql), {"lo": wm_1h, "hi": hour_target})
             hours = int((hour_target - wm_1h).total_seconds() // 3600)
             wm_1h = hour_target
-        await conn.execute(text("""
+        await conn.execute(
+            text("""
             UPDATE series_state SET watermark_1m = :m, watermark_1h = :h WHERE name = 'rollups'"""),
-            {"m": wm_1m, "h": wm_1h})
+            {"m": wm_1m, "h": wm_1h},
+        )
     return minutes, hours

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Sign-in, bearer tokens, the role gate on user management, and the audit records they leave."""
+
 from sqlalchemy import text
 
 from tests.conftest import make_user, token_for
@@ -29,8 +30,11 @@ async def test_login_with_wrong_password_is_401_and_audited(anon, backend):
     r = await anon.post("/api/v1/auth/login", json={"username": "nobody-at-all", "password": "x"})
     assert r.status_code == 401
     async with backend.runtime.engine.connect() as conn:
-        n = (await conn.execute(text("SELECT count(*) FROM audit_log WHERE action = 'login_failed' "
-                                     "AND actor = 'nobody-at-all'"))).scalar_one()
+        n = (
+            await conn.execute(
+                text("SELECT count(*) FROM audit_log WHERE action = 'login_failed' AND actor = 'nobody-at-all'")
+            )
+        ).scalar_one()
     assert n == 1
 
 
@@ -53,8 +57,9 @@ async def test_viewer_reads_hosts_but_cannot_create_users(client, backend, uniqu
     headers = {"Authorization": f"Bearer {token}"}
     r = await client.get("/api/v1/hosts", headers=headers)
     assert r.status_code == 200
-    r = await client.post("/api/v1/users", headers=headers,
-                          json={"username": f"x-{unique}", "password": "long-enough-1", "role": "admin"})
+    r = await client.post(
+        "/api/v1/users", headers=headers, json={"username": f"x-{unique}", "password": "long-enough-1", "role": "admin"}
+    )
     assert r.status_code == 403
     r = await client.get("/api/v1/users", headers=headers)
     assert r.status_code == 403

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Catalog pieces by digest: columns in address order, immutable caching (ETag = digest, 304 on
 revalidation), gzip when the client accepts it; a piece still arriving is not served."""
+
 import gzip
 
 import httpx

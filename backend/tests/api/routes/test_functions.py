@@ -2,6 +2,7 @@
 """The function routes over a catalog the scripted agent stored: search, paging, sorting, module filter,
 detail with blocks/successors/callees, per-block samples, hotness and top functions, and instructions
 fetched from the live agent once and then served from the cache."""
+
 import time
 
 import pytest
@@ -93,14 +94,29 @@ async def test_function_detail_blocks_successors_callees(client, host):
     assert tail["kind"] == "tail_call" and tail["target_name"] == "ksys_read"
     assert tail["target_function_id"] == ksys["id"] and tail["target_address"] == ksys["address"]
     assert tail["target_address_hex"] == ksys["address_hex"]
-    assert d["callees"] == [{"site_offset": 8, "target_address": sys_read["address"],
-                             "target_address_hex": sys_read["address_hex"], "name": "__x64_sys_read",
-                             "module": "vmlinux", "function_id": sys_read["id"]}]
+    assert d["callees"] == [
+        {
+            "site_offset": 8,
+            "target_address": sys_read["address"],
+            "target_address_hex": sys_read["address_hex"],
+            "name": "__x64_sys_read",
+            "module": "vmlinux",
+            "function_id": sys_read["id"],
+        }
+    ]
     assert d["indirect_call_sites"] == [0xC]
     other = await _fid(client, host.host_id, "fn_00010")
     ret = (await client.get(f"/api/v1/hosts/{host.host_id}/functions/{other['id']}")).json()["blocks"][2]
-    assert ret["successors"] == [{"kind": "return", "target_offset": None, "target_address": None,
-                                  "target_address_hex": None, "target_name": None, "target_function_id": None}]
+    assert ret["successors"] == [
+        {
+            "kind": "return",
+            "target_offset": None,
+            "target_address": None,
+            "target_address_hex": None,
+            "target_name": None,
+            "target_function_id": None,
+        }
+    ]
 
 
 async def test_unknown_function_and_host_are_404(client, host):
@@ -124,13 +140,15 @@ async def test_function_of_another_hosts_catalog_is_404(backend, client, host, u
     await other.close()
 
 
-
 async def test_metric_batches_rank_top_functions_and_hotness(client, host):
     now = time.time_ns() // 1_000_000_000 * 1_000_000_000
     # Three 1-s intervals: vfs_read 30+30+30, ksys_read 10+10+10 (two blocks), mod_fn_1 5 only in the
     # oldest interval, plus user-space samples counted only in the totals.
-    await host.send_metrics(now - 2_000_000_000, [("vmlinux", 0, 0, 20), ("vmlinux", 0, 0x10, 10),
-                                                  ("vmlinux", 1, 0, 10), ("hotmod", 1, 0, 5)], user=5)
+    await host.send_metrics(
+        now - 2_000_000_000,
+        [("vmlinux", 0, 0, 20), ("vmlinux", 0, 0x10, 10), ("vmlinux", 1, 0, 10), ("hotmod", 1, 0, 5)],
+        user=5,
+    )
     await host.send_metrics(now - 1_000_000_000, [("vmlinux", 0, 0, 30), ("vmlinux", 1, 0x20, 10)], user=5)
     await host.send_metrics(now, [("vmlinux", 0, 0x20, 30), ("vmlinux", 1, 0, 10)], user=5)
     url = f"/api/v1/hosts/{host.host_id}"
@@ -215,7 +233,8 @@ async def test_instructions_of_offline_host_uncached_is_503(backend, client, uni
 
 
 async def test_instructions_mark_where_a_running_measurement_probes_and_stop_marking_when_it_stops(
-        backend, client, unique):
+    backend, client, unique
+):
     """A probe is live state, never part of the cached listing: the markers come and go with the
     measurement, the instructions stay the program's own."""
     from tests.grpc.test_commands import _measure, _online, _until_state
@@ -234,13 +253,18 @@ async def test_instructions_mark_where_a_running_measurement_probes_and_stop_mar
     assert [i["offset"] for i in during["instructions"] if i["probe"]] == [0]
     assert [i["bytes"] for i in during["instructions"]] == [i["bytes"] for i in before["instructions"]]
     # Another target's measurement does not mark the kernel's listing.
-    other = (await client.get(url, params={"target": "p4242-1000"}))
+    other = await client.get(url, params={"target": "p4242-1000"})
     assert other.status_code == 404 or other.json()["probes"] == []
     r = await client.post(f"/api/v1/hosts/{host_id}/measurements/{mid}/stop")
     assert r.status_code == 202
     await _until_state(client, host_id, r.json()["id"], "done")
-    seq = await agent.send_measurement(mid, time.time_ns() // 10**9 * 10**9, [(0, 1, 1e3)],
-                                       state=pb.MEASUREMENT_STATE_STOPPED, detail="stopped on request")
+    seq = await agent.send_measurement(
+        mid,
+        time.time_ns() // 10**9 * 10**9,
+        [(0, 1, 1e3)],
+        state=pb.MEASUREMENT_STATE_STOPPED,
+        detail="stopped on request",
+    )
     await wait_for_ack(agent, seq)
     after = (await client.get(url)).json()
     assert after["probes"] == [] and not any(i["probe"] for i in after["instructions"])

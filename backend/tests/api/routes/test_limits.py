@@ -3,6 +3,7 @@
 anywhere in a request, 422s that do not echo their input, login rate limits and lockout, security
 headers, WebSocket sessions that end with their token, no password in the logs, and a stored bad
 value that cannot make a route fail."""
+
 import asyncio
 import json
 import logging
@@ -35,16 +36,20 @@ async def _raw_post(base_url: str, head: bytes, body_parts: list[bytes]) -> byte
 
 
 async def test_a_200_mb_login_body_is_refused_before_it_is_read(backend):
-    head = (b"POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 209715200\r\n\r\n")
+    head = (
+        b"POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 209715200\r\n\r\n"
+    )
     response = await _raw_post(backend.base_url, head, [b"{" + b" " * 1000])
     assert response.startswith(b"HTTP/1.1 413"), response[:200]
     assert b"larger than" in response
 
 
 async def test_a_streamed_body_over_the_limit_is_refused(backend):
-    head = (b"POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n")
+    head = (
+        b"POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
     chunk = b"10000\r\n" + b"y" * 0x10000 + b"\r\n"
     response = await _raw_post(backend.base_url, head, [chunk] * 40)
     assert response.startswith(b"HTTP/1.1 413"), response[:200]
@@ -58,20 +63,24 @@ async def test_a_422_does_not_echo_the_input(anon):
     assert "zzzz" not in r.text
 
 
-@pytest.mark.parametrize("body", [
-    b'{"username": "ad\\u0000min", "password": "x"}',
-    b'{"username": "admin", "password": "\\ud800"}',
-    b'{"username": "admin\x00", "password": "x"}',
-    b'{"username": "\xff\xfe", "password": "x"}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"username": "ad\\u0000min", "password": "x"}',
+        b'{"username": "admin", "password": "\\ud800"}',
+        b'{"username": "admin\x00", "password": "x"}',
+        b'{"username": "\xff\xfe", "password": "x"}',
+    ],
+)
 async def test_nul_and_lone_surrogates_in_a_login_are_a_400(anon, body):
     r = await anon.post("/api/v1/auth/login", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.json()["detail"]
 
 
-@pytest.mark.parametrize("content_type", ["APPLICATION/JSON", "Application/Json; charset=UTF-8",
-                                          "application/problem+JSON"])
+@pytest.mark.parametrize(
+    "content_type", ["APPLICATION/JSON", "Application/Json; charset=UTF-8", "application/problem+JSON"]
+)
 async def test_nul_in_a_login_is_a_400_whatever_the_letter_case_of_the_media_type(anon, content_type):
     body = b'{"username": "ad\\u0000min", "password": "x"}'
     r = await anon.post("/api/v1/auth/login", content=body, headers={"content-type": content_type})
@@ -79,8 +88,7 @@ async def test_nul_in_a_login_is_a_400_whatever_the_letter_case_of_the_media_typ
     assert "NUL" in r.json()["detail"]
 
 
-async def test_a_user_whose_password_holds_a_nul_is_not_created_under_an_upper_case_media_type(client, backend,
-                                                                                              unique):
+async def test_a_user_whose_password_holds_a_nul_is_not_created_under_an_upper_case_media_type(client, backend, unique):
     username = f"nul-{unique}"
     body = orjson.dumps({"username": username, "password": "pass\x00word-long-enough", "role": "viewer"})
     r = await client.post("/api/v1/users", content=body, headers={"content-type": "APPLICATION/JSON"})
@@ -88,10 +96,16 @@ async def test_a_user_whose_password_holds_a_nul_is_not_created_under_an_upper_c
     assert await backend.scalar("SELECT count(*) FROM users WHERE username = :u", u=username) == 0
 
 
-@pytest.mark.parametrize("path", [
-    "/api/v1/hosts/a%00b", "/api/v1/hosts/a%ED%A0%80b", "/api/v1/hosts/x/functions?q=%00",
-    "/api/v1/hosts/x/functions?module=%ED%A0%80", "/api/v1/hosts/x/functions?q=%FF",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/hosts/a%00b",
+        "/api/v1/hosts/a%ED%A0%80b",
+        "/api/v1/hosts/x/functions?q=%00",
+        "/api/v1/hosts/x/functions?module=%ED%A0%80",
+        "/api/v1/hosts/x/functions?q=%FF",
+    ],
+)
 async def test_nul_and_lone_surrogates_in_paths_and_queries_are_a_400(client, path):
     r = await client.get(path)
     assert r.status_code == 400, r.text
@@ -109,14 +123,17 @@ async def test_security_headers_on_api_and_console(client):
 async def test_wrong_passwords_lock_the_account_and_a_success_needs_the_wait(backend, client, unique):
     username, password = await make_user(client, "viewer", unique)
     async with httpx.AsyncClient(base_url=backend.base_url) as c:
-        codes = [(await c.post("/api/v1/auth/login", json={"username": username, "password": "wrong"})).status_code
-                 for _ in range(6)]
+        codes = [
+            (await c.post("/api/v1/auth/login", json={"username": username, "password": "wrong"})).status_code
+            for _ in range(6)
+        ]
         assert codes[:5] == [401] * 5 and codes[5] == 429
         r = await c.post("/api/v1/auth/login", json={"username": username, "password": password})
         assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
     async with backend.runtime.engine.begin() as conn:
-        await conn.execute(text("UPDATE users SET locked_until = now() - interval '1 s' WHERE username = :u"),
-                           {"u": username})
+        await conn.execute(
+            text("UPDATE users SET locked_until = now() - interval '1 s' WHERE username = :u"), {"u": username}
+        )
     async with httpx.AsyncClient(base_url=backend.base_url) as c:
         r = await c.post("/api/v1/auth/login", json={"username": username, "password": password})
         assert r.status_code == 200
@@ -145,8 +162,10 @@ async def test_parallel_wrong_passwords_are_each_counted_and_lock_the_account(ba
 
 
 async def test_unknown_usernames_lock_the_same_way(anon, unique):
-    codes = [(await anon.post("/api/v1/auth/login", json={"username": f"ghost-{unique}", "password": "x"})).status_code
-             for _ in range(6)]
+    codes = [
+        (await anon.post("/api/v1/auth/login", json={"username": f"ghost-{unique}", "password": "x"})).status_code
+        for _ in range(6)
+    ]
     assert codes[:5] == [401] * 5 and codes[5] == 429
 
 
@@ -158,8 +177,10 @@ async def test_one_address_is_rate_limited(backend, unique):
     auth._attempts.clear()
     try:
         async with httpx.AsyncClient(base_url=backend.base_url) as c:
-            codes = [(await c.post("/api/v1/auth/login", json={"username": f"r{i}-{unique}", "password": "x"}))
-                     .status_code for i in range(12)]
+            codes = [
+                (await c.post("/api/v1/auth/login", json={"username": f"r{i}-{unique}", "password": "x"})).status_code
+                for i in range(12)
+            ]
     finally:
         backend.runtime.settings.login_attempts_per_minute = limit
         auth._attempts.clear()
@@ -176,15 +197,24 @@ async def test_x_forwarded_for_from_loopback_does_not_escape_the_address_limit(b
     auth._attempts.clear()
     try:
         async with httpx.AsyncClient(base_url=backend.base_url) as c:
-            codes = [(await c.post("/api/v1/auth/login", json={"username": f"xff{i}-{unique}", "password": "x"},
-                                   headers={"X-Forwarded-For": f"203.0.113.{i + 1}"})).status_code
-                     for i in range(12)]
+            codes = [
+                (
+                    await c.post(
+                        "/api/v1/auth/login",
+                        json={"username": f"xff{i}-{unique}", "password": "x"},
+                        headers={"X-Forwarded-For": f"203.0.113.{i + 1}"},
+                    )
+                ).status_code
+                for i in range(12)
+            ]
     finally:
         backend.runtime.settings.login_attempts_per_minute = limit
         auth._attempts.clear()
     assert codes == [401] * 8 + [429] * 4, codes
-    clients = await backend.scalar("SELECT array_agg(DISTINCT detail->>'client') FROM audit_log "
-                                   "WHERE action = 'login_failed' AND actor LIKE :u", u=f"xff%-{unique}")
+    clients = await backend.scalar(
+        "SELECT array_agg(DISTINCT detail->>'client') FROM audit_log WHERE action = 'login_failed' AND actor LIKE :u",
+        u=f"xff%-{unique}",
+    )
     assert clients == ["127.0.0.1"]
 
 
@@ -203,14 +233,18 @@ async def test_x_forwarded_for_is_honoured_from_a_configured_proxy(backend, uniq
             await asyncio.sleep(0.02)
         port = server.servers[0].sockets[0].getsockname()[1]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
-            r = await c.post("/api/v1/auth/login", json={"username": f"fwd-{unique}", "password": "x"},
-                             headers={"X-Forwarded-For": "198.51.100.7, 127.0.0.1"})
+            r = await c.post(
+                "/api/v1/auth/login",
+                json={"username": f"fwd-{unique}", "password": "x"},
+                headers={"X-Forwarded-For": "198.51.100.7, 127.0.0.1"},
+            )
             assert r.status_code == 401, r.text
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)
-    client = await backend.scalar("SELECT detail->>'client' FROM audit_log WHERE action = 'login_failed' "
-                                  "AND actor = :u", u=f"fwd-{unique}")
+    client = await backend.scalar(
+        "SELECT detail->>'client' FROM audit_log WHERE action = 'login_failed' AND actor = :u", u=f"fwd-{unique}"
+    )
     assert client == "198.51.100.7"
 
 
@@ -229,8 +263,13 @@ async def test_no_password_reaches_the_log(backend, anon, caplog, unique):
     secret = f"Secret-{unique}-pw"
     with caplog.at_level(logging.DEBUG):
         await anon.post("/api/v1/auth/login", json={"username": f"nobody-{unique}", "password": secret})
-        await anon.post("/api/v1/auth/login", json={"username": f"nobody-{unique}", "password": secret + "\ud800"
-                                                    .encode("utf-8", "surrogatepass").decode("latin-1")})
+        await anon.post(
+            "/api/v1/auth/login",
+            json={
+                "username": f"nobody-{unique}",
+                "password": secret + "\ud800".encode("utf-8", "surrogatepass").decode("latin-1"),
+            },
+        )
         raw = b'{"username": "x", "password": "' + secret.encode() + b'\\ud800"}'
         await anon.post("/api/v1/auth/login", content=raw, headers={"content-type": "application/json"})
     assert secret not in caplog.text
@@ -260,11 +299,18 @@ async def test_a_stored_bad_block_cannot_make_the_function_route_fail(backend, c
     await wait_catalog_complete(client, f"badrow-{unique}")
     digest = agent.modules[0][3]
     async with backend.runtime.engine.begin() as conn:
-        await conn.execute(text("UPDATE function_code SET blocks = CAST(:b AS jsonb) WHERE digest = :d AND index = 0"),
-                           {"d": digest, "b": json.dumps([[0xFFFFFFFF, 16, 1, [[1, 0xFFFFFFFF, ""]]], "garbage",
-                                                          [0, 0x10, 2, [[9, 1 << 70, None]]]])})
-        fid = (await conn.execute(text("SELECT id FROM functions WHERE digest = :d AND index = 0"),
-                                  {"d": digest})).scalar_one()
+        await conn.execute(
+            text("UPDATE function_code SET blocks = CAST(:b AS jsonb) WHERE digest = :d AND index = 0"),
+            {
+                "d": digest,
+                "b": json.dumps(
+                    [[0xFFFFFFFF, 16, 1, [[1, 0xFFFFFFFF, ""]]], "garbage", [0, 0x10, 2, [[9, 1 << 70, None]]]]
+                ),
+            },
+        )
+        fid = (
+            await conn.execute(text("SELECT id FROM functions WHERE digest = :d AND index = 0"), {"d": digest})
+        ).scalar_one()
     r = await client.get(f"/api/v1/hosts/badrow-{unique}/functions/{fid}")
     assert r.status_code == 200, r.text
     assert all(b["address"] < 1 << 64 for b in orjson.loads(r.content)["blocks"])

@@ -2,6 +2,7 @@
 """The live WebSocket: a bad token is refused with close code 4401; a signed-in console subscribes to the
 topics of its views and receives their events (a host event when an agent connects, a samples event for
 each metric batch), and nothing of topics it did not subscribe to."""
+
 import asyncio
 import json
 import time
@@ -46,8 +47,9 @@ async def test_host_and_samples_events_are_pushed(backend, client, admin_token, 
         await agent.connect()
         event = await _next(ws, lambda m: m["type"] == "host" and m["host"]["id"] == host_id)
         assert event["host"]["online"] is True and event["host"]["hostname"] == f"host-{host_id}"
-        done = await _next(ws, lambda m: m["type"] == "host" and m["host"]["id"] == host_id
-                           and m["host"]["catalog_complete"])
+        done = await _next(
+            ws, lambda m: m["type"] == "host" and m["host"]["id"] == host_id and m["host"]["catalog_complete"]
+        )
         assert done["host"]["function_count"] == 54
 
         start = time.time_ns() // 1_000_000_000 * 1_000_000_000
@@ -58,8 +60,7 @@ async def test_host_and_samples_events_are_pushed(backend, client, admin_token, 
         assert samples["interval_start"].startswith(time.strftime("%Y-%m-%dT", time.gmtime(start / 1e9)))
 
         await agent.close()
-        gone = await _next(ws, lambda m: m["type"] == "host" and m["host"]["id"] == host_id
-                           and not m["host"]["online"])
+        gone = await _next(ws, lambda m: m["type"] == "host" and m["host"]["id"] == host_id and not m["host"]["online"])
         assert gone["host"]["catalog_complete"] is True
 
 
@@ -67,16 +68,20 @@ async def test_a_view_receives_only_the_topics_it_subscribed_to(backend, client,
     """A socket that shows another host's page gets none of this host's samples; one that shows the host
     list gets its host events but not its samples."""
     host_id = f"wsv-{unique}"
-    async with connect(_ws_url(backend, admin_token)) as other, connect(_ws_url(backend, admin_token)) as listing, \
-            connect(_ws_url(backend, admin_token)) as page:
+    async with (
+        connect(_ws_url(backend, admin_token)) as other,
+        connect(_ws_url(backend, admin_token)) as listing,
+        connect(_ws_url(backend, admin_token)) as page,
+    ):
         await _subscribe(other, "host:no-such-host")
         await _subscribe(listing, "hosts")
         await _subscribe(page, f"host:{host_id}")
         await asyncio.sleep(0.2)
         agent = await backend.agent(host_id, kernel_tag=f"wsv-{unique}")
         await agent.connect()
-        await _next(listing, lambda m: m["type"] == "host" and m["host"]["id"] == host_id
-                    and m["host"]["catalog_complete"])
+        await _next(
+            listing, lambda m: m["type"] == "host" and m["host"]["id"] == host_id and m["host"]["catalog_complete"]
+        )
         start = time.time_ns() // 1_000_000_000 * 1_000_000_000
         await agent.send_metrics(start, [("vmlinux", 0, 0, 4)])
         samples = await _next(page, lambda m: m["type"] == "samples")

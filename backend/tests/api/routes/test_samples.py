@@ -2,6 +2,7 @@
 """The sample-series routes over metric batches the scripted agent sent at known times: absolute ranges
 and their validation, idle samples counted apart, sorting and paging of top functions, the timeline's
 buckets, two ranges compared, and the CSV export."""
+
 import csv
 import io
 from datetime import UTC, datetime, timedelta
@@ -17,8 +18,7 @@ IDLE_INDEX = 10  # renamed to the idle loop's function
 async def host(backend, client, unique):
     fns = kernel_functions(60)
     fns[IDLE_INDEX].name = "pv_native_safe_halt"
-    agent = await backend.agent(f"ser-{unique}", kernel_tag=f"ser-{unique}",
-                          modules=[("vmlinux", KERNEL_BASE, fns)])
+    agent = await backend.agent(f"ser-{unique}", kernel_tag=f"ser-{unique}", modules=[("vmlinux", KERNEL_BASE, fns)])
     await agent.connect()
 
     await wait_catalog_complete(client, f"ser-{unique}")
@@ -40,8 +40,11 @@ async def send_two_phases(agent):
     for i in range(10):
         await agent.send_metrics(ns(T0 + timedelta(seconds=i)), [("vmlinux", 0, 0, 5), ("vmlinux", IDLE_INDEX, 0, 50)])
     for i in range(10, 20):
-        await agent.send_metrics(ns(T0 + timedelta(seconds=i)), [("vmlinux", 0, 0, 5), ("vmlinux", 1, 0x10, 20),
-                                                                 ("vmlinux", IDLE_INDEX, 0, 20)], user=10)
+        await agent.send_metrics(
+            ns(T0 + timedelta(seconds=i)),
+            [("vmlinux", 0, 0, 5), ("vmlinux", 1, 0x10, 20), ("vmlinux", IDLE_INDEX, 0, 20)],
+            user=10,
+        )
 
 
 def rng(a: int, b: int) -> dict:
@@ -129,8 +132,10 @@ async def test_compare_two_ranges_puts_the_created_difference_first(client, host
     await send_two_phases(host)
     await wait_until(lambda: _total(client, f"/api/v1/hosts/{host.host_id}/top-functions", rng(0, 20), 1100))
     a, b = rng(0, 10), rng(10, 20)
-    r = await client.get(f"/api/v1/hosts/{host.host_id}/compare",
-                         params={"a_from": a["from"], "a_to": a["to"], "b_from": b["from"], "b_to": b["to"]})
+    r = await client.get(
+        f"/api/v1/hosts/{host.host_id}/compare",
+        params={"a_from": a["from"], "a_to": a["to"], "b_from": b["from"], "b_to": b["to"]},
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     first = body["items"][0]
@@ -140,12 +145,15 @@ async def test_compare_two_ranges_puts_the_created_difference_first(client, host
     assert vfs["delta_per_sec"] == 0
     assert all(not i["idle"] for i in body["items"])
     assert body["a"]["idle_samples"] == 500 and body["b"]["user_samples"] == 100
-    bad = await client.get(f"/api/v1/hosts/{host.host_id}/compare",
-                           params={"a_from": a["to"], "a_to": a["from"], "b_from": b["from"], "b_to": b["to"]})
+    bad = await client.get(
+        f"/api/v1/hosts/{host.host_id}/compare",
+        params={"a_from": a["to"], "a_to": a["from"], "b_from": b["from"], "b_to": b["to"]},
+    )
     assert bad.status_code == 400 and "range A" in bad.json()["detail"]
-    other = await client.get(f"/api/v1/hosts/{host.host_id}/compare",
-                             params={"a_from": a["from"], "a_to": a["to"], "b_from": b["from"], "b_to": b["to"],
-                                     "b_host": "no-such-host"})
+    other = await client.get(
+        f"/api/v1/hosts/{host.host_id}/compare",
+        params={"a_from": a["from"], "a_to": a["to"], "b_from": b["from"], "b_to": b["to"], "b_host": "no-such-host"},
+    )
     assert other.status_code == 404
 
 
@@ -157,8 +165,10 @@ async def test_csv_export_parses_and_matches_top_functions(client, host):
     assert r.headers["content-type"].startswith("text/csv")
     assert 'filename="hotpath-' in r.headers["content-disposition"]
     rows = list(csv.DictReader(io.StringIO(r.text)))
-    assert [(x["rank"], x["function"], x["samples"]) for x in rows] == [("1", "ksys_read", "200"),
-                                                                       ("2", "vfs_read", "100")]
+    assert [(x["rank"], x["function"], x["samples"]) for x in rows] == [
+        ("1", "ksys_read", "200"),
+        ("2", "vfs_read", "100"),
+    ]
     assert float(rows[0]["share_of_all_samples"]) == pytest.approx(200 / 1100, rel=1e-5)
     assert rows[0]["address"].startswith("0xffffffff81")
     bad = await client.get(f"/api/v1/hosts/{host.host_id}/profile", params={"format": "pdf"})

@@ -5,6 +5,7 @@ host), flame graphs of a range merged by function with filters and idle apart, c
 function with the observed targets of its indirect call site, differential flame graphs of two ranges and
 of two hosts, inclusive and self samples in top functions, per-instruction samples, and the pprof export
 read back with the protobuf bindings and with `go tool pprof`."""
+
 import asyncio
 import gzip
 import shutil
@@ -22,12 +23,27 @@ INDIRECT_TARGET = 12  # fn_00012: what vfs_read's indirect call site (0xC) reach
 T0 = (datetime.now(UTC) - timedelta(hours=2)).replace(second=0, microsecond=0)
 
 # vfs_read's indirect call site is at 0xC, its direct call at 0x8: return addresses just after them.
-READ = [("k", VFS_READ, 0x4), ("k", KSYS_READ, 0x18), ("k", SYS_READ, 0x14), ("k", ENTRY, 0x20),
-        ("u", "/usr/lib/libc.so.6", 0x11a2b)]
-READ_DEEPER = [("k", INDIRECT_TARGET, 0x10), ("k", VFS_READ, 0xE), ("k", KSYS_READ, 0x18), ("k", SYS_READ, 0x14),
-               ("k", ENTRY, 0x20)]
-READ_DIRECT = [("k", RW_VERIFY, 0x2), ("k", VFS_READ, 0xA), ("k", KSYS_READ, 0x18), ("k", SYS_READ, 0x14),
-               ("k", ENTRY, 0x20)]
+READ = [
+    ("k", VFS_READ, 0x4),
+    ("k", KSYS_READ, 0x18),
+    ("k", SYS_READ, 0x14),
+    ("k", ENTRY, 0x20),
+    ("u", "/usr/lib/libc.so.6", 0x11A2B),
+]
+READ_DEEPER = [
+    ("k", INDIRECT_TARGET, 0x10),
+    ("k", VFS_READ, 0xE),
+    ("k", KSYS_READ, 0x18),
+    ("k", SYS_READ, 0x14),
+    ("k", ENTRY, 0x20),
+]
+READ_DIRECT = [
+    ("k", RW_VERIFY, 0x2),
+    ("k", VFS_READ, 0xA),
+    ("k", KSYS_READ, 0x18),
+    ("k", SYS_READ, 0x14),
+    ("k", ENTRY, 0x20),
+]
 IDLE = [("k", 20, 0x8), ("k", 21, 0x30), ("ka", 0xFFFFFFFF8378DA21)]
 OPEN = [("k", DO_SYS_OPEN, 0x6), ("k", ENTRY, 0x20)]
 
@@ -67,9 +83,13 @@ async def send_phases(agent):
 
 async def stored(client, agent, params, expect_total):
     async def ready():
-        t = (await client.get(f"/api/v1/hosts/{agent.host_id}/top-functions", params={**params, "include_idle": True,
-                                                                                        "limit": 1})).json()
+        t = (
+            await client.get(
+                f"/api/v1/hosts/{agent.host_id}/top-functions", params={**params, "include_idle": True, "limit": 1}
+            )
+        ).json()
         return t if t["total_samples"] == expect_total else None
+
     return await wait_until(ready)
 
 
@@ -81,7 +101,7 @@ def distinct_paths(fg: dict) -> dict[tuple[str, ...], int]:
     out: dict[tuple[str, ...], int] = {}
     at = 0
     for length, n in zip(p["length"], p["samples"], strict=True):
-        path = tuple(names[f] for f in p["frame"][at:at + length])
+        path = tuple(names[f] for f in p["frame"][at : at + length])
         at += length
         assert path not in out, f"{path} sent twice"
         out[path] = n
@@ -102,16 +122,23 @@ async def test_stacks_are_stored_once_per_host_and_one_row_per_interval_and_stac
     await send_phases(host)
     await stored(client, host, rng(0, 20), 10 * 40 + 10 * 70)
     async with backend.runtime.engine.connect() as conn:
-        defs = (await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"),
-                                   {"h": host.host_id})).scalar_one()
-        rows = (await conn.execute(text("""
+        defs = (
+            await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"), {"h": host.host_id})
+        ).scalar_one()
+        rows = (
+            await conn.execute(
+                text("""
             SELECT ts, count, pids, comms, cpus, counts FROM stack_samples WHERE host_id = :h ORDER BY ts, count"""),
-            {"h": host.host_id})).all()
+                {"h": host.host_id},
+            )
+        ).all()
     assert defs == 5  # READ, IDLE, READ_DEEPER, OPEN, READ_DIRECT: once each, whatever the batches
     assert len(rows) == 10 * 2 + 10 * 5  # one row per interval and stack
     first = [r for r in rows if r.ts == T0]
     assert sorted((r.count, r.pids, r.comms, r.cpus, r.counts) for r in first) == [
-        (10, [100], ["dd"], [0], [10]), (30, [0], ["swapper"], [1], [30])]
+        (10, [100], ["dd"], [0], [10]),
+        (30, [0], ["swapper"], [1], [30]),
+    ]
 
 
 async def test_flame_graph_merges_frames_by_function_root_first_with_idle_excluded(client, host):
@@ -134,7 +161,10 @@ async def test_flame_graph_merges_frames_by_function_root_first_with_idle_exclud
     assert not any("fn_00020" in p for p in paths), "the idle task is excluded by default"
     assert fg["contexts"]["idle_samples"] == 300
     assert {(p["pid"], p["comm"], p["samples"]) for p in fg["contexts"]["processes"]} == {
-        (100, "dd", 350), (200, "cat", 50), (0, "swapper", 300)}
+        (100, "dd", 350),
+        (200, "cat", 50),
+        (0, "swapper", 300),
+    }
     assert [c["cpu"] for c in fg["contexts"]["cpus"]] == [0, 1]
     frames = {f["name"]: f for f in fg["frames"]}
     assert frames["vfs_read"]["kind"] == "kernel" and frames["vfs_read"]["function_id"] is not None
@@ -154,8 +184,11 @@ async def test_flame_graph_filters_by_process_command_cpu_and_shows_idle_alone(c
     # Who the samples belong to is counted before the filter (read in the same pass as the filter's stacks).
     ctx = by_pid["contexts"]
     assert ctx["all_samples"] == 700 and ctx["idle_samples"] == 300
-    assert [(p["pid"], p["comm"], p["samples"]) for p in ctx["processes"]] == [(100, "dd", 350), (0, "swapper", 300),
-                                                                              (200, "cat", 50)]
+    assert [(p["pid"], p["comm"], p["samples"]) for p in ctx["processes"]] == [
+        (100, "dd", 350),
+        (0, "swapper", 300),
+        (200, "cat", 50),
+    ]
     assert [(c["comm"], c["samples"]) for c in ctx["commands"]] == [("dd", 350), ("swapper", 300), ("cat", 50)]
     assert sum(c["samples"] for c in ctx["cpus"]) == 700
     by_comm = (await client.get(url, params={**rng(10, 20), "comm": "dd"})).json()
@@ -187,8 +220,11 @@ async def test_callers_callees_and_observed_targets_of_an_indirect_call_site(cli
     assert sites[0xC]["indirect"] and [(c["name"], c["samples"]) for c in sites[0xC]["callees"]] == [("fn_00012", 200)]
     assert not sites[0x8]["indirect"] and [c["name"] for c in sites[0x8]["callees"]] == ["rw_verify_area"]
     assert all(c["function_id"] for c in calls["callees"])
-    only_cat = (await client.get(f"/api/v1/hosts/{host.host_id}/functions/{vfs_read}/calls",
-                                 params={**rng(10, 20), "comm": "cat"})).json()
+    only_cat = (
+        await client.get(
+            f"/api/v1/hosts/{host.host_id}/functions/{vfs_read}/calls", params={**rng(10, 20), "comm": "cat"}
+        )
+    ).json()
     assert only_cat["inclusive_samples"] == 0 and only_cat["callers"] == []
     missing = await client.get(f"/api/v1/hosts/{host.host_id}/functions/999999999/calls", params=rng(10, 20))
     assert missing.status_code == 404
@@ -218,17 +254,23 @@ async def test_differential_flame_graph_of_two_ranges_and_of_two_hosts(backend, 
         await other.send_batch(other.stack_batch(ns(T0), [(READ, 7, "dd", 0, 3)]))
 
         async def both():
-            d = (await client.get(f"/api/v1/hosts/{host.host_id}/flamegraph/diff", params={
-                **params, "b_from": a["from"], "b_to": a["to"], "b_host": other.host_id})).json()
+            d = (
+                await client.get(
+                    f"/api/v1/hosts/{host.host_id}/flamegraph/diff",
+                    params={**params, "b_from": a["from"], "b_to": a["to"], "b_host": other.host_id},
+                )
+            ).json()
             return d if d["b_samples"] == 3 else None
+
         d = await wait_until(both)
         assert (d["a_samples"], d["b_samples"]) == (100, 3)
         assert d["b_host_id"] == other.host_id
         assert len(d["nodes"]["frame"]) == 6  # one tree: the same frames merged
     finally:
         await other.close()
-    assert (await client.get(f"/api/v1/hosts/{host.host_id}/flamegraph/diff",
-                             params={**params, "b_host": "no-such-host"})).status_code == 404
+    assert (
+        await client.get(f"/api/v1/hosts/{host.host_id}/flamegraph/diff", params={**params, "b_host": "no-such-host"})
+    ).status_code == 404
 
 
 async def test_top_functions_have_inclusive_and_self_samples_and_sort_by_inclusive(client, host):
@@ -241,7 +283,10 @@ async def test_top_functions_have_inclusive_and_self_samples_and_sort_by_inclusi
     assert top["stack_samples"] == 700
     by_incl = (await client.get(url, params={**rng(10, 20), "sort": "inclusive", "limit": 3})).json()
     assert [(i["name"], i["inclusive_samples"]) for i in by_incl["items"]] == [
-        ("fn_00007", 400), ("__x64_sys_read", 350), ("ksys_read", 350)]
+        ("fn_00007", 400),
+        ("__x64_sys_read", 350),
+        ("ksys_read", 350),
+    ]
     assert by_incl["items"][0]["samples"] == 0  # the entry only calls
     assert by_incl["functions"] == 7  # every kernel function with samples; user frames are not functions
 
@@ -252,13 +297,15 @@ async def test_instruction_samples_of_a_function(client, host):
     fg = (await client.get(f"/api/v1/hosts/{host.host_id}/flamegraph", params=rng(10, 20))).json()
     vfs_read = next(f["function_id"] for f in fg["frames"] if f["name"] == "vfs_read")
     target = next(f["function_id"] for f in fg["frames"] if f["name"] == "fn_00012")
-    ins = (await client.get(f"/api/v1/hosts/{host.host_id}/functions/{target}/instruction-samples",
-                            params=rng(10, 20))).json()
+    ins = (
+        await client.get(f"/api/v1/hosts/{host.host_id}/functions/{target}/instruction-samples", params=rng(10, 20))
+    ).json()
     assert (ins["total"], ins["counted"]) == (200, 200)
     assert [(i["offset"], i["samples"]) for i in ins["items"]] == [(0x10, 200)]
     assert ins["items"][0]["samples_per_sec"] == 20.0
-    leaf = (await client.get(f"/api/v1/hosts/{host.host_id}/functions/{vfs_read}/instruction-samples",
-                             params=rng(0, 20))).json()
+    leaf = (
+        await client.get(f"/api/v1/hosts/{host.host_id}/functions/{vfs_read}/instruction-samples", params=rng(0, 20))
+    ).json()
     assert [(i["offset"], i["samples"]) for i in leaf["items"]] == [(0x4, 200)]
 
 
@@ -271,8 +318,10 @@ async def test_pprof_export_parses_with_the_protobuf_bindings(client, host):
     assert r.headers["content-disposition"].endswith('.pb.gz"')
     prof = profile_pb.Profile.FromString(gzip.decompress(r.content))
     st = prof.string_table
-    assert st[0] == "" and [(st[t.type], st[t.unit]) for t in prof.sample_type] == [("samples", "count"),
-                                                                                      ("cpu", "nanoseconds")]
+    assert st[0] == "" and [(st[t.type], st[t.unit]) for t in prof.sample_type] == [
+        ("samples", "count"),
+        ("cpu", "nanoseconds"),
+    ]
     assert prof.period == round(1e9 / 99)  # the scripted agent samples at 99 Hz
     assert sum(s.value[0] for s in prof.sample) == 400  # idle excluded, as in the flame graph
     funcs = {f.id: st[f.name] for f in prof.function}
@@ -284,12 +333,23 @@ async def test_pprof_export_parses_with_the_protobuf_bindings(client, host):
         stacks[names, labels["pid"], labels["comm"], labels["cpu"]] = s.value[0]
     assert stacks[("fn_00012", "vfs_read", "ksys_read", "__x64_sys_read", "fn_00007"), 100, "dd", 1] == 200
     # Kernel locations are addresses on the host: the module base + the function + the frame offset.
-    vfs = next(loc for loc in prof.location if funcs[loc.line[0].function_id] == "vfs_read"
-               and loc.address == KERNEL_BASE + kernel_functions(50)[VFS_READ].offset + 0xE)
+    vfs = next(
+        loc
+        for loc in prof.location
+        if funcs[loc.line[0].function_id] == "vfs_read"
+        and loc.address == KERNEL_BASE + kernel_functions(50)[VFS_READ].offset + 0xE
+    )
     assert st[next(m for m in prof.mapping if m.id == vfs.mapping_id).filename] == "[kernel.kallsyms]"
-    with_idle = profile_pb.Profile.FromString(gzip.decompress((await client.get(
-        f"/api/v1/hosts/{host.host_id}/profile",
-        params={**rng(10, 20), "format": "pprof", "idle": "include"})).content))
+    with_idle = profile_pb.Profile.FromString(
+        gzip.decompress(
+            (
+                await client.get(
+                    f"/api/v1/hosts/{host.host_id}/profile",
+                    params={**rng(10, 20), "format": "pprof", "idle": "include"},
+                )
+            ).content
+        )
+    )
     assert sum(s.value[0] for s in with_idle.sample) == 700
 
 
@@ -317,27 +377,33 @@ async def test_pprof_export_is_read_by_go_tool_pprof(client, host, tmp_path):
 
 async def test_stacks_past_retention_are_pruned_with_their_unused_definitions(backend, client, host):
     from app.storage.samples import prune_samples
+
     await send_phases(host)
     await stored(client, host, rng(0, 20), 1100)
     async with backend.runtime.engine.begin() as conn:
-        await conn.execute(text("UPDATE stack_defs SET seen_at = now() - interval '3 hours' WHERE host_id = :h"),
-                           {"h": host.host_id})
+        await conn.execute(
+            text("UPDATE stack_defs SET seen_at = now() - interval '3 hours' WHERE host_id = :h"), {"h": host.host_id}
+        )
     await prune_samples(backend.runtime.engine, retention_hours=2, now=T0 + timedelta(hours=2, seconds=10))
     async with backend.runtime.engine.connect() as conn:
-        rows = (await conn.execute(text("SELECT min(ts) FROM stack_samples WHERE host_id = :h"),
-                                   {"h": host.host_id})).scalar_one()
-        defs = (await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"),
-                                   {"h": host.host_id})).scalar_one()
+        rows = (
+            await conn.execute(text("SELECT min(ts) FROM stack_samples WHERE host_id = :h"), {"h": host.host_id})
+        ).scalar_one()
+        defs = (
+            await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"), {"h": host.host_id})
+        ).scalar_one()
     # Stack rows go with their hour's partition: the hour of T0 ends after the cutoff, so it stays whole.
     assert rows == T0
     assert defs == 5  # every stack is still referenced
     hour_end = T0.replace(minute=0) + timedelta(hours=1)
     await prune_samples(backend.runtime.engine, retention_hours=2, now=hour_end + timedelta(hours=2, seconds=1))
     async with backend.runtime.engine.connect() as conn:
-        rows = (await conn.execute(text("SELECT count(*) FROM stack_samples WHERE host_id = :h"),
-                                   {"h": host.host_id})).scalar_one()
-        left = (await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"),
-                                   {"h": host.host_id})).scalar_one()
+        rows = (
+            await conn.execute(text("SELECT count(*) FROM stack_samples WHERE host_id = :h"), {"h": host.host_id})
+        ).scalar_one()
+        left = (
+            await conn.execute(text("SELECT count(*) FROM stack_defs WHERE host_id = :h"), {"h": host.host_id})
+        ).scalar_one()
     assert rows == 0
     assert left == 0
 
@@ -348,6 +414,7 @@ async def test_samples_of_exiting_tasks_are_kept_under_pid_minus_one(client, hos
 
     async def acked():
         return any(a.seq >= seq for a in host.acks)
+
     await wait_until(acked)
     url = f"/api/v1/hosts/{host.host_id}/flamegraph"
     fg = (await client.get(url, params=rng(0, 1))).json()
@@ -358,16 +425,18 @@ async def test_samples_of_exiting_tasks_are_kept_under_pid_minus_one(client, hos
 
 async def test_stacks_may_be_kept_shorter_than_samples(backend, client, host):
     from app.storage.samples import prune_samples
+
     await send_phases(host)
     await stored(client, host, rng(0, 20), 1100)
     # Samples kept 3 h, stacks 1 h: two hours later the stacks are gone, the block samples are not.
-    await prune_samples(backend.runtime.engine, retention_hours=3, now=T0 + timedelta(hours=2),
-                        stack_retention_hours=1)
+    await prune_samples(backend.runtime.engine, retention_hours=3, now=T0 + timedelta(hours=2), stack_retention_hours=1)
     async with backend.runtime.engine.connect() as conn:
-        stack_rows = (await conn.execute(text("SELECT count(*) FROM stack_samples WHERE host_id = :h"),
-                                         {"h": host.host_id})).scalar_one()
-        block_rows = (await conn.execute(text("SELECT count(*) FROM sample_intervals WHERE host_id = :h"),
-                                         {"h": host.host_id})).scalar_one()
+        stack_rows = (
+            await conn.execute(text("SELECT count(*) FROM stack_samples WHERE host_id = :h"), {"h": host.host_id})
+        ).scalar_one()
+        block_rows = (
+            await conn.execute(text("SELECT count(*) FROM sample_intervals WHERE host_id = :h"), {"h": host.host_id})
+        ).scalar_one()
     assert stack_rows == 0 and block_rows > 0
 
 
@@ -376,6 +445,7 @@ async def test_whole_minutes_are_read_from_the_minute_rollup_with_late_stacks_su
     minute watermark come from stack_samples_1m, kept by the rollup task and, for stacks arriving below
     the watermark, by the writer. Deleting the raw rows afterwards shows what the whole minute is read from."""
     from app.storage.series import rollups
+
     await send_phases(host)
     await stored(client, host, rng(0, 20), 1100)
     await rollups.run_once(backend.runtime.engine)  # T0's minute is long complete
@@ -383,16 +453,26 @@ async def test_whole_minutes_are_read_from_the_minute_rollup_with_late_stacks_su
     await host.send_batch(host.stack_batch(ns(T0 + timedelta(seconds=30)), [(READ, 100, "dd", 0, 7)], define=set()))
     await stored(client, host, rng(0, 31), 1107)
     async with backend.runtime.engine.connect() as conn:
-        rolled = (await conn.execute(text("""
+        rolled = (
+            await conn.execute(
+                text("""
             SELECT bucket, pid, comm, cpu, count FROM stack_samples_1m WHERE host_id = :h ORDER BY count, comm"""),
-            {"h": host.host_id})).all()
-    assert [tuple(r) for r in rolled] == [(T0, 200, "cat", 0, 50), (T0, 100, "dd", 0, 50), (T0, 100, "dd", 1, 200),
-                                          (T0, 100, "dd", 0, 207), (T0, 0, "swapper", 1, 600)]
+                {"h": host.host_id},
+            )
+        ).all()
+    assert [tuple(r) for r in rolled] == [
+        (T0, 200, "cat", 0, 50),
+        (T0, 100, "dd", 0, 50),
+        (T0, 100, "dd", 1, 200),
+        (T0, 100, "dd", 0, 207),
+        (T0, 0, "swapper", 1, 600),
+    ]
     url = f"/api/v1/hosts/{host.host_id}/flamegraph"
     filters: list[dict] = [{}, {"idle": "only"}, {"cpu": 1}, {"comm": "cat"}]
 
     async def graphs() -> list[dict]:
         return [(await client.get(url, params={**rng(0, 60), **q})).json() for q in filters]
+
     before = await graphs()
     assert [fg["samples"] for fg in before] == [507, 600, 200, 50]
     async with backend.runtime.engine.begin() as conn:
@@ -404,19 +484,22 @@ async def test_whole_minutes_are_read_from_the_minute_rollup_with_late_stacks_su
     assert (await client.get(url, params=rng(0, 30))).json()["samples"] == 0
 
 
-async def test_whole_ten_minutes_are_read_from_the_ten_minute_rollup_with_the_same_answer(backend, client, host,
-                                                                                        monkeypatch):
+async def test_whole_ten_minutes_are_read_from_the_ten_minute_rollup_with_the_same_answer(
+    backend, client, host, monkeypatch
+):
     """An hour's flame graph reads whole ten minutes from stack_samples_10m (~6 rows per stack and context
     instead of 60): kept with the minute rollup by the rollup task and, for late stacks, by the writer. Any
     range, aligned or not, with any filter, answers exactly as from the minutes alone and from the raw rows."""
     from app.storage import stacks
     from app.storage.series import rollups
+
     base = stacks.ten_minutes(T0) - timedelta(minutes=30)
     sent = 0
     for k in range(16):  # every 150 s and 7 s from base: 40 minutes over five ten-minute buckets
         samples = [(READ, 100, "dd", 0, k + 1), (IDLE, 0, "swapper", 1, 3), (OPEN, 200, "cat", k % 2, 2)]
-        await host.send_batch(host.stack_batch(ns(base + timedelta(seconds=150 * k + 7)), samples,
-                                               define=None if k == 0 else set()))
+        await host.send_batch(
+            host.stack_batch(ns(base + timedelta(seconds=150 * k + 7)), samples, define=None if k == 0 else set())
+        )
         sent += k + 6
     await stored(client, host, {"from": base.isoformat(), "to": (base + timedelta(hours=1)).isoformat()}, sent)
     await rollups.run_once(backend.runtime.engine)
@@ -424,12 +507,20 @@ async def test_whole_ten_minutes_are_read_from_the_ten_minute_rollup_with_the_sa
     await host.send_batch(host.stack_batch(ns(base + timedelta(seconds=605)), [(READ, 100, "dd", 1, 9)], define=set()))
     await stored(client, host, {"from": base.isoformat(), "to": (base + timedelta(hours=1)).isoformat()}, sent + 9)
     async with backend.runtime.engine.connect() as conn:
-        tens = (await conn.execute(text("SELECT count(*), sum(count) FROM stack_samples_10m WHERE host_id = :h"),
-                                   {"h": host.host_id})).one()
-        regrouped = (await conn.execute(text("""
+        tens = (
+            await conn.execute(
+                text("SELECT count(*), sum(count) FROM stack_samples_10m WHERE host_id = :h"), {"h": host.host_id}
+            )
+        ).one()
+        regrouped = (
+            await conn.execute(
+                text("""
             SELECT count(*) FROM (SELECT 1 FROM stack_samples_1m WHERE host_id = :h
                 GROUP BY date_bin('10 minutes', bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00'), stack_id, pid, comm,
-                         cpu) g"""), {"h": host.host_id})).scalar_one()
+                         cpu) g"""),
+                {"h": host.host_id},
+            )
+        ).scalar_one()
     assert tens == (regrouped, sent + 9)
     span = stacks._span
 
@@ -442,8 +533,17 @@ async def test_whole_ten_minutes_are_read_from_the_ten_minute_rollup_with_the_sa
         return {**p, "lo": p["e"], "hi": p["e"], "lo10": p["e"], "hi10": p["e"]}
 
     url = f"/api/v1/hosts/{host.host_id}/flamegraph"
-    ranges = [(0, 2400), (0, 600), (600, 1800), (7, 1207), (60, 1799), (599, 1201), (300, 900), (605, 606),
-              (-300, 3600)]
+    ranges = [
+        (0, 2400),
+        (0, 600),
+        (600, 1800),
+        (7, 1207),
+        (60, 1799),
+        (599, 1201),
+        (300, 900),
+        (605, 606),
+        (-300, 3600),
+    ]
     filters: list[dict] = [{}, {"idle": "include"}, {"idle": "only"}, {"cpu": 1}, {"comm": "cat"}, {"pid": 100}]
 
     async def graphs() -> list[tuple]:
@@ -454,6 +554,7 @@ async def test_whole_ten_minutes_are_read_from_the_ten_minute_rollup_with_the_sa
                 fg = (await client.get(url, params={**r, **q})).json()
                 out.append((a, b, q, fg["samples"], tree_paths(fg), fg["contexts"]))
         return out
+
     ten = await graphs()
     monkeypatch.setattr(stacks, "_span", minutes_only)
     minute = await graphs()

@@ -2,6 +2,7 @@
 """User management by admins over the real REST server: roles change at once, a disabled user can neither
 sign in nor use a token issued before, passwords are reset, every change is audited with who made it, and
 no change leaves the installation without an enabled admin, also when two admins race."""
+
 import asyncio
 
 import httpx
@@ -20,8 +21,10 @@ async def _user_id(client, username: str) -> str:
 async def _audited(backend, action: str, user_id: str) -> list[str]:
     async with backend.runtime.engine.connect() as conn:
         from sqlalchemy import text
-        rows = await conn.execute(text("SELECT actor FROM audit_log WHERE action = :a AND target = :t"),
-                                  {"a": action, "t": user_id})
+
+        rows = await conn.execute(
+            text("SELECT actor FROM audit_log WHERE action = :a AND target = :t"), {"a": action, "t": user_id}
+        )
         return [r.actor for r in rows]
 
 
@@ -51,7 +54,8 @@ async def test_a_disabled_user_cannot_sign_in_or_use_an_existing_token(backend, 
         assert (await c.get("/api/v1/auth/me")).status_code == 401
         assert (await c.get("/api/v1/hosts")).status_code == 401
     r = await httpx.AsyncClient(base_url=backend.base_url).post(
-        "/api/v1/auth/login", json={"username": username, "password": password})
+        "/api/v1/auth/login", json={"username": username, "password": password}
+    )
     assert r.status_code == 403 and r.json()["detail"] == "This account is disabled"
     r = await client.patch(f"/api/v1/users/{user_id}", json={"disabled": False})
     assert r.status_code == 200 and r.json()["disabled_at"] is None
@@ -89,8 +93,9 @@ async def test_the_last_enabled_admin_cannot_be_demoted_or_disabled_even_by_a_ra
     """Two admins demote each other at once: one succeeds, the other is refused (409), one admin is left."""
     users = (await client.get("/api/v1/users")).json()
     # Admins other tests left behind are disabled, so exactly two enabled admins remain: "admin" and B.
-    leftovers = [u["id"] for u in users if u["role"] == "admin" and u["username"] != "admin"
-                 and u["disabled_at"] is None]
+    leftovers = [
+        u["id"] for u in users if u["role"] == "admin" and u["username"] != "admin" and u["disabled_at"] is None
+    ]
     for user_id in leftovers:
         assert (await client.patch(f"/api/v1/users/{user_id}", json={"disabled": True})).status_code == 200
     b_name, b_password = await make_user(client, "admin", unique)
@@ -99,7 +104,8 @@ async def test_the_last_enabled_admin_cannot_be_demoted_or_disabled_even_by_a_ra
         try:
             first, second = await asyncio.gather(
                 client.patch(f"/api/v1/users/{b_id}", json={"role": "viewer"}),
-                b.patch(f"/api/v1/users/{admin_id}", json={"disabled": True}))
+                b.patch(f"/api/v1/users/{admin_id}", json={"disabled": True}),
+            )
             assert sorted([first.status_code, second.status_code]) == [200, 409]
             assert "last enabled admin" in (first if first.status_code == 409 else second).json()["detail"]
             last, last_id = (client, admin_id) if first.status_code == 200 else (b, b_id)
