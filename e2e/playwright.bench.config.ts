@@ -10,6 +10,11 @@ export default defineConfig({
   timeout: 300_000,
   projects: [
     { name: "setup", testMatch: /tests\/auth\.setup\.ts/ },
-    { name: "bench", testMatch: /bench\/.*\.spec\.ts/, dependencies: ["setup"], use: { storageState: "test-results/.auth/admin.json" } },
+    {
+      name: "bench",
+      testMatch: /bench\/.*\.spec\.ts/,
+      dependencies: ["setup"],
+      use: { storageState: "test-results/.auth/admin.json" },
+    },
   ],
 });

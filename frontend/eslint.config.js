@@ -57,15 +57,27 @@ function layerZones() {
   const app = ["./src/App.tsx", "./src/Layout.tsx", "./src/main.tsx"];
   const features = readdirSync(new URL("./src/features", import.meta.url));
   return [
-    { target: "./src/lib", from: ["./src/api", "./src/shared", "./src/features", "./src/pages", ...app],
-      message: "lib/ holds pure helpers: it imports no other layer." },
-    { target: "./src/api", from: ["./src/shared", "./src/features", "./src/pages", ...app],
-      message: "api/ imports only lib/." },
-    { target: "./src/shared", from: ["./src/features", "./src/pages", ...app],
-      message: "shared/ imports only api/ and lib/: move what a feature and shared/ both need into shared/." },
+    {
+      target: "./src/lib",
+      from: ["./src/api", "./src/shared", "./src/features", "./src/pages", ...app],
+      message: "lib/ holds pure helpers: it imports no other layer.",
+    },
+    {
+      target: "./src/api",
+      from: ["./src/shared", "./src/features", "./src/pages", ...app],
+      message: "api/ imports only lib/.",
+    },
+    {
+      target: "./src/shared",
+      from: ["./src/features", "./src/pages", ...app],
+      message: "shared/ imports only api/ and lib/: move what a feature and shared/ both need into shared/.",
+    },
     ...features.map((f) => ({
-      target: `./src/features/${f}`, from: ["./src/features", "./src/pages", ...app], except: [`./${f}`],
-      message: "A feature imports shared/, api/ and lib/, never another feature: move what two features use " +
+      target: `./src/features/${f}`,
+      from: ["./src/features", "./src/pages", ...app],
+      except: [`./${f}`],
+      message:
+        "A feature imports shared/, api/ and lib/, never another feature: move what two features use " +
         "into shared/, or compose them in pages/.",
     })),
   ];

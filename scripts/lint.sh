@@ -3,12 +3,13 @@
 # Run every linter and formatter check of the project, each as one test case, and end with one
 # "N passed, N failed" line (scripts/test.sh runs this as its "lint" suite).
 #   agent     clang-format (agent/.clang-format); cppcheck's warning and portability checks (agent/Makefile)
-#   python    ruff (lint, import order and format --check) and mypy (strict types), configured in backend/pyproject.toml, over the
-#             backend, its tests, the agent's Python stream tests, the Python benchmarks and the kernel
-#             lane's checks; import-linter (lint-imports): the layers of backend/app and no import cycles
-#             between the modules of a package, also configured in backend/pyproject.toml
-#   console   ESLint: typescript-eslint with type information, React hooks rules, the console's layers (no
-#             import cycle, no feature importing another; frontend/eslint.config.js)
+#   python    ruff (lint, import order, format --check) and mypy (strict types), configured in
+#             backend/pyproject.toml, over the backend, its tests, the agent's Python stream tests, the
+#             Python benchmarks and the kernel lane's checks; import-linter (lint-imports): the layers of
+#             backend/app and no import cycles between the modules of a package, also in that file
+#   console   Prettier (.prettierrc.json at the top: the console and the browser tests; `npm run format`
+#             in frontend/ rewrites), ESLint: typescript-eslint with type information, React hooks rules,
+#             the console's layers (no import cycle, no feature importing another; frontend/eslint.config.js)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.tools/bin:$PATH"
@@ -35,6 +36,8 @@ check "python: ruff format" "$py/ruff" format --check --config backend/pyproject
 check "python: mypy" bash -c "cd backend && .venv/bin/mypy"
 check "python: layers" bash -c "cd backend && .venv/bin/lint-imports --no-cache"
 check "console: eslint" bash -c 'cd frontend && npx eslint --max-warnings 0 .'
+check "typescript: prettier" frontend/node_modules/.bin/prettier --check --log-level warn \
+	"frontend/src/**/*.{ts,tsx,css}" "frontend/bench/**/*.ts" "frontend/*.{ts,js}" "e2e/**/*.ts" "e2e/*.ts"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -6,15 +6,24 @@
 import { test, expect, type Page } from "@playwright/test";
 import { readyHost } from "../tests/helpers";
 
-interface Load { ms: number; total: number; catalog: number; catalogBody: number }
+interface Load {
+  ms: number;
+  total: number;
+  catalog: number;
+  catalogBody: number;
+}
 
 async function openTree(page: Page, url: string, count: string): Promise<Load> {
   await page.goto(url);
-  const ms = await page.waitForFunction((c) => {
-    const tree = document.querySelector('[role="tree"]');
-    const rows = document.querySelectorAll('[role="treeitem"]').length;
-    return tree && rows > 1 && document.body.textContent!.includes(`${c} functions`) ? performance.now() : 0;
-  }, count, { timeout: 120_000, polling: 10 });
+  const ms = await page.waitForFunction(
+    (c) => {
+      const tree = document.querySelector('[role="tree"]');
+      const rows = document.querySelectorAll('[role="treeitem"]').length;
+      return tree && rows > 1 && document.body.textContent!.includes(`${c} functions`) ? performance.now() : 0;
+    },
+    count,
+    { timeout: 120_000, polling: 10 },
+  );
   const entries = await page.evaluate(() => {
     const res = performance.getEntriesByType("resource") as PerformanceResourceTiming[];
     const nav = performance.getEntriesByType("navigation") as PerformanceNavigationTiming[];
@@ -43,11 +52,21 @@ test("catalog load, cold and warm", async ({ page, context }) => {
   const cold = await openTree(page, url, count);
   const warm = await openTree(page, url, count);
   expect(warm.catalog).toBe(0);
-  const raw = await ctx.get(`/api/v1/hosts/${hostId}/functions?limit=100000&sort=address`, { headers: { "Accept-Encoding": "identity" } });
+  const raw = await ctx.get(`/api/v1/hosts/${hostId}/functions?limit=100000&sort=address`, {
+    headers: { "Accept-Encoding": "identity" },
+  });
   const oldBytes = (await raw.body()).length;
   console.log(`catalog_load functions: ${host.function_count} in ${mods.length} piece(s)`);
-  console.log(`catalog_load cold: ${kb(cold.total)} transferred (catalog ${kb(cold.catalog)} gzip of ${kb(cold.catalogBody)} JSON), tree usable ${Math.round(cold.ms)} ms after navigation start`);
-  console.log(`catalog_load warm: ${kb(warm.total)} transferred (catalog ${kb(warm.catalog)}: from the browser's cache), tree usable ${Math.round(warm.ms)} ms after navigation start`);
-  console.log(`catalog_load before: the whole-catalog list the console fetched on every visit is ${kb(oldBytes)} of JSON`);
-  console.log(`catalog_load: ${host.function_count} functions, cold ${kb(cold.total)} in ${Math.round(cold.ms)} ms, warm ${kb(warm.total)} in ${Math.round(warm.ms)} ms`);
+  console.log(
+    `catalog_load cold: ${kb(cold.total)} transferred (catalog ${kb(cold.catalog)} gzip of ${kb(cold.catalogBody)} JSON), tree usable ${Math.round(cold.ms)} ms after navigation start`,
+  );
+  console.log(
+    `catalog_load warm: ${kb(warm.total)} transferred (catalog ${kb(warm.catalog)}: from the browser's cache), tree usable ${Math.round(warm.ms)} ms after navigation start`,
+  );
+  console.log(
+    `catalog_load before: the whole-catalog list the console fetched on every visit is ${kb(oldBytes)} of JSON`,
+  );
+  console.log(
+    `catalog_load: ${host.function_count} functions, cold ${kb(cold.total)} in ${Math.round(cold.ms)} ms, warm ${kb(warm.total)} in ${Math.round(warm.ms)} ms`,
+  );
 });

@@ -7,7 +7,9 @@
 import { test, expect } from "@playwright/test";
 
 declare global {
-  interface Window { __longtasks: number[] }
+  interface Window {
+    __longtasks: number[];
+  }
 }
 
 test.use({ storageState: { cookies: [], origins: [] } });
@@ -33,15 +35,21 @@ test("flame graph of a seeded hour", async ({ page }) => {
   for (let round = 0; round < 2; round++) {
     await page.goto(`/hosts/${encodeURIComponent(host)}?tab=flame&from=${from}&to=${to}`);
     // The canvas says how many cells it drew once it has drawn them.
-    const ms = await page.waitForFunction(() => {
-      const c = document.querySelector('[data-testid="flame-canvas"]') as HTMLCanvasElement | null;
-      return c && Number(c.dataset.cells) > 1 ? performance.now() : 0;
-    }, undefined, { timeout: 300_000, polling: "raf" });
+    const ms = await page.waitForFunction(
+      () => {
+        const c = document.querySelector('[data-testid="flame-canvas"]') as HTMLCanvasElement | null;
+        return c && Number(c.dataset.cells) > 1 ? performance.now() : 0;
+      },
+      undefined,
+      { timeout: 300_000, polling: "raf" },
+    );
     drawn.push(Math.round(await ms.jsonValue()));
     await page.waitForTimeout(500); // tasks that end after the first drawing (labels, tooltips) count too
     longest.push(Math.round(await page.evaluate(() => Math.max(0, ...window.__longtasks))));
     const cells = await page.getByTestId("flame-canvas").getAttribute("data-cells");
-    console.log(`flame round ${round + 1}: drawn ${drawn[round]} ms after navigation start, ${cells} cells, longest task ${longest[round]} ms`);
+    console.log(
+      `flame round ${round + 1}: drawn ${drawn[round]} ms after navigation start, ${cells} cells, longest task ${longest[round]} ms`,
+    );
   }
   console.log(`flame drawn: ${drawn[1]} ms (second visit)`);
   console.log(`flame longest task: ${Math.max(...longest)} ms (both visits)`);

@@ -12,7 +12,10 @@ const password = process.env.HOTPATH_E2E_ADMIN_PASSWORD ?? "";
 test("both hosts side by side, and the guest's module code in its tree", async ({ page, baseURL }) => {
   const anon = await request.newContext({ baseURL });
   const login = await (await anon.post("/api/v1/auth/login", { data: { username: "admin", password } })).json();
-  const api = await request.newContext({ baseURL, extraHTTPHeaders: { Authorization: `Bearer ${login.access_token}` } });
+  const api = await request.newContext({
+    baseURL,
+    extraHTTPHeaders: { Authorization: `Bearer ${login.access_token}` },
+  });
   const hosts = await (await api.get("/api/v1/hosts")).json();
   const guestHost = hosts.find((h: { hostname: string; online: boolean }) => h.hostname === guest && h.online);
   expect(guestHost, "the guest is an online host").toBeTruthy();

@@ -29,8 +29,18 @@ test("a host that asks to enrol is approved in the console, gets its certificate
   const ctx = await api();
   const hostId = `e2e-new-${Date.now()}`;
   const state = mkdtempSync(join(tmpdir(), "hotpath-e2e-agent-"));
-  const args = ["enroll", "--server", `127.0.0.1:${grpcPort}`, "--ca-file", `${dataDir}/tls/ca.pem`,
-                "--state-dir", state, "--host-id", hostId, "--no-wait"];
+  const args = [
+    "enroll",
+    "--server",
+    `127.0.0.1:${grpcPort}`,
+    "--ca-file",
+    `${dataDir}/tls/ca.pem`,
+    "--state-dir",
+    state,
+    "--host-id",
+    hostId,
+    "--no-wait",
+  ];
   try {
     // Without a token the backend records the request; the agent is told to wait (exit status 4).
     const first = spawnSync(hotpathd, args, { encoding: "utf8", env: { ...process.env, HOTPATH_ENROLL_TOKEN: "" } });
@@ -65,8 +75,18 @@ test("a host that asks to enrol is approved in the console, gets its certificate
 
 /** Ask to enrol without a token from its own state folder (its own key); the exit status and stderr. */
 function askToEnrol(hostId: string, state: string) {
-  const args = ["enroll", "--server", `127.0.0.1:${grpcPort}`, "--ca-file", `${dataDir}/tls/ca.pem`,
-                "--state-dir", state, "--host-id", hostId, "--no-wait"];
+  const args = [
+    "enroll",
+    "--server",
+    `127.0.0.1:${grpcPort}`,
+    "--ca-file",
+    `${dataDir}/tls/ca.pem`,
+    "--state-dir",
+    state,
+    "--host-id",
+    hostId,
+    "--no-wait",
+  ];
   return spawnSync(hotpathd, args, { encoding: "utf8", env: { ...process.env, HOTPATH_ENROLL_TOKEN: "" } });
 }
 
@@ -76,7 +96,9 @@ function keyFingerprint(stderr: string): string {
   return m[1];
 }
 
-test("a new key cannot take over an enrolled host, and two keys for one host id show as a conflict", async ({ page }) => {
+test("a new key cannot take over an enrolled host, and two keys for one host id show as a conflict", async ({
+  page,
+}) => {
   const { ctx, hostId: enrolledId } = await readyHost();
   const hostId = `e2e-conflict-${Date.now()}`;
   const states = [0, 1, 2].map(() => mkdtempSync(join(tmpdir(), "hotpath-e2e-agent-")));
@@ -115,8 +137,12 @@ test("a new key cannot take over an enrolled host, and two keys for one host id 
     expect(again2.status).not.toBe(0);
     expect(again2.stderr).toContain("enrolled already");
     const audit = await (await ctx.get("/api/v1/audit?action=enrolment_rejected&limit=1000")).json();
-    expect(audit.some((a: { target: string; detail: { key_fingerprint?: string } }) =>
-      a.target === hostId && a.detail.key_fingerprint === fp2)).toBe(true);
+    expect(
+      audit.some(
+        (a: { target: string; detail: { key_fingerprint?: string } }) =>
+          a.target === hostId && a.detail.key_fingerprint === fp2,
+      ),
+    ).toBe(true);
   } finally {
     await ctx.delete(`/api/v1/hosts/${hostId}`);
     for (const s of states) rmSync(s, { recursive: true, force: true });

@@ -13,23 +13,37 @@ function iso(ms: number): string {
 
 async function waitForSampledUntil(ctx: Awaited<ReturnType<typeof api>>, hostId: string, until: number) {
   // The agent sends one batch per second; wait until the host's samples reach `until`.
-  await expect.poll(async () => {
-    const t = await (await ctx.get(`/api/v1/hosts/${hostId}/timeline?window_s=10&points=10`)).json();
-    return Date.parse(t.to);
-  }, { timeout: 30_000 }).toBeGreaterThanOrEqual(until);
+  await expect
+    .poll(
+      async () => {
+        const t = await (await ctx.get(`/api/v1/hosts/${hostId}/timeline?window_s=10&points=10`)).json();
+        return Date.parse(t.to);
+      },
+      { timeout: 30_000 },
+    )
+    .toBeGreaterThanOrEqual(until);
 }
 
 /** A closed range of `seconds` ending a little before now in which the host's samples are stored per
  *  function (on a fresh stack the first seconds' samples arrive before the catalog and are dropped). */
 async function rangeWithSamples(ctx: Awaited<ReturnType<typeof api>>, hostId: string, seconds: number) {
   let range = { from: 0, to: 0 };
-  await expect.poll(async () => {
-    const to = Date.now() - 3_000;
-    range = { from: to - seconds * 1000, to };
-    await waitForSampledUntil(ctx, hostId, to);
-    const top = await (await ctx.get(`/api/v1/hosts/${hostId}/top-functions?from=${iso(range.from)}&to=${iso(to)}&include_idle=true&limit=5`)).json();
-    return top.items.length;
-  }, { timeout: 90_000, intervals: [2_000] }).toBeGreaterThanOrEqual(3);
+  await expect
+    .poll(
+      async () => {
+        const to = Date.now() - 3_000;
+        range = { from: to - seconds * 1000, to };
+        await waitForSampledUntil(ctx, hostId, to);
+        const top = await (
+          await ctx.get(
+            `/api/v1/hosts/${hostId}/top-functions?from=${iso(range.from)}&to=${iso(to)}&include_idle=true&limit=5`,
+          )
+        ).json();
+        return top.items.length;
+      },
+      { timeout: 90_000, intervals: [2_000] },
+    )
+    .toBeGreaterThanOrEqual(3);
   return range;
 }
 
@@ -41,15 +55,29 @@ test("the largest kernel function opens with blocks visible and readable", async
   await expect(page.getByRole("heading", { name: largest.name })).toBeVisible();
   const svg = page.locator('svg[aria-label="Control-flow graph"]');
   await expect(page.getByTestId("cfg-block").first()).toBeVisible({ timeout: 60_000 });
-  await expect(page.getByTestId("layout-time")).toContainText(`laid out ${largest.block_count.toLocaleString("en-US")} blocks`);
+  await expect(page.getByTestId("layout-time")).toContainText(
+    `laid out ${largest.block_count.toLocaleString("en-US")} blocks`,
+  );
   const frame = (await svg.boundingBox())!;
   // Blocks inside the visible drawing, with labels at least 9 px tall on screen.
-  const boxes = await page.getByTestId("cfg-block").evaluateAll((els) => els.map((el) => {
-    const r = el.getBoundingClientRect();
-    const t = el.querySelector("text.addr")?.getBoundingClientRect();
-    return { x: r.x, y: r.y, w: r.width, h: r.height, text: t ? t.height : 0, label: el.querySelector("text.addr")?.textContent ?? "" };
-  }));
-  const inside = boxes.filter((b) => b.x >= frame.x && b.y >= frame.y && b.x + b.w <= frame.x + frame.width && b.y + b.h <= frame.y + frame.height);
+  const boxes = await page.getByTestId("cfg-block").evaluateAll((els) =>
+    els.map((el) => {
+      const r = el.getBoundingClientRect();
+      const t = el.querySelector("text.addr")?.getBoundingClientRect();
+      return {
+        x: r.x,
+        y: r.y,
+        w: r.width,
+        h: r.height,
+        text: t ? t.height : 0,
+        label: el.querySelector("text.addr")?.textContent ?? "",
+      };
+    }),
+  );
+  const inside = boxes.filter(
+    (b) =>
+      b.x >= frame.x && b.y >= frame.y && b.x + b.w <= frame.x + frame.width && b.y + b.h <= frame.y + frame.height,
+  );
   expect(inside.length).toBeGreaterThanOrEqual(3);
   for (const b of inside) {
     expect(b.text).toBeGreaterThanOrEqual(9);
@@ -72,7 +100,9 @@ test("the largest kernel function opens with blocks visible and readable", async
   await expect(page.getByRole("navigation", { name: /Minimap/ })).toBeVisible();
 });
 
-test("a deep link with a time range reproduces the view after a reload, and Back restores the previous view", async ({ page }) => {
+test("a deep link with a time range reproduces the view after a reload, and Back restores the previous view", async ({
+  page,
+}) => {
   const { ctx, hostId } = await readyHost();
   const { from, to } = await rangeWithSamples(ctx, hostId, 60);
   const link = `/hosts/${hostId}?tab=top&from=${iso(from)}&to=${iso(to)}&tsort=name&tdir=asc&idle=1`;
@@ -106,10 +136,14 @@ test("a deep link with a time range reproduces the view after a reload, and Back
   expect(await shown(page)).toEqual(before);
 
   // A function view with a range, a selected block and the log scale.
-  const fn = (await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=vfs_read&limit=5`)).json()).items.find((f: { name: string }) => f.name === "vfs_read");
+  const fn = (await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=vfs_read&limit=5`)).json()).items.find(
+    (f: { name: string }) => f.name === "vfs_read",
+  );
   const detail = await (await ctx.get(`/api/v1/hosts/${hostId}/functions/${fn.id}`)).json();
   const blk = detail.blocks[2];
-  await page.goto(`/hosts/${hostId}/functions/${fn.id}?from=${iso(from)}&to=${iso(to)}&block=0x${blk.offset.toString(16)}&scale=log`);
+  await page.goto(
+    `/hosts/${hostId}/functions/${fn.id}?from=${iso(from)}&to=${iso(to)}&block=0x${blk.offset.toString(16)}&scale=log`,
+  );
   const panel = page.getByRole("region", { name: "Instructions" });
   await expect(panel).toContainText(blk.address_hex);
   await page.reload();
@@ -143,7 +177,11 @@ test("comparing two ranges shows the workload this test ran in the second one", 
   await expect(row).toBeVisible();
   await expect(row.locator("td.delta")).toHaveClass(/\bup\b/);
   await expect(row.locator("td.delta")).toHaveText(/^\+/);
-  const cmp = await (await ctx.get(`/api/v1/hosts/${hostId}/compare?a_from=${iso(a0)}&a_to=${iso(b0)}&b_from=${iso(b0)}&b_to=${iso(b1)}&limit=100`)).json();
+  const cmp = await (
+    await ctx.get(
+      `/api/v1/hosts/${hostId}/compare?a_from=${iso(a0)}&a_to=${iso(b0)}&b_from=${iso(b0)}&b_to=${iso(b1)}&limit=100`,
+    )
+  ).json();
   const chacha = cmp.items.find((i: { name: string }) => i.name === "chacha_permute");
   // Margin from the workload: the loop's kernel time is sampled at 997 Hz, most of it in chacha_permute
   // (reading /dev/urandom is generating ChaCha20 output), so B holds at least kernelSeconds x 997 x 1/2 of
@@ -168,8 +206,12 @@ test("the CSV export of top functions parses and matches the table", async ({ pa
   expect(lines[0]).toBe("rank,function,module,address,samples,samples_per_sec,share_of_all_samples,idle");
   const rows = lines.slice(1).map((l) => l.split(","));
   expect(rows.length).toBeGreaterThan(0);
-  const top = await (await ctx.get(`/api/v1/hosts/${hostId}/top-functions?from=${iso(from)}&to=${iso(to)}&limit=10`)).json();
-  expect(rows.slice(0, top.items.length).map((r) => [r[1], Number(r[4])])).toEqual(top.items.map((i: { name: string; samples: number }) => [i.name, i.samples]));
+  const top = await (
+    await ctx.get(`/api/v1/hosts/${hostId}/top-functions?from=${iso(from)}&to=${iso(to)}&limit=10`)
+  ).json();
+  expect(rows.slice(0, top.items.length).map((r) => [r[1], Number(r[4])])).toEqual(
+    top.items.map((i: { name: string; samples: number }) => [i.name, i.samples]),
+  );
   for (const r of rows) {
     expect(Number(r[0])).toBeGreaterThan(0);
     expect(r[3]).toMatch(/^0x[0-9a-f]+$/);
@@ -181,9 +223,16 @@ test("a second visit takes the catalog from the browser's cache", async ({ page 
   const { hostId } = await readyHost();
   await page.goto(`/hosts/${hostId}`);
   await expect(page.getByRole("treeitem").first()).toBeVisible({ timeout: 30_000 });
-  const catalogs = () => page.evaluate(() => performance.getEntriesByType("resource")
-    .filter((e) => e.name.includes("/api/v1/catalogs/"))
-    .map((e) => ({ transfer: (e as PerformanceResourceTiming).transferSize, body: (e as PerformanceResourceTiming).decodedBodySize })));
+  const catalogs = () =>
+    page.evaluate(() =>
+      performance
+        .getEntriesByType("resource")
+        .filter((e) => e.name.includes("/api/v1/catalogs/"))
+        .map((e) => ({
+          transfer: (e as PerformanceResourceTiming).transferSize,
+          body: (e as PerformanceResourceTiming).decodedBodySize,
+        })),
+    );
   const first = await catalogs();
   expect(first.length).toBeGreaterThan(0);
   await page.reload();

@@ -25,7 +25,9 @@ test("searching vfs_read finds it in the tree and its CFG draws", async ({ page 
   await item.getByRole("link", { name: "vfs_read", exact: true }).click();
 
   await expect(page.getByRole("heading", { name: "vfs_read" })).toBeVisible();
-  const cfg = page.getByRole("img", { name: "Control-flow graph" }).or(page.locator('svg[aria-label="Control-flow graph"]'));
+  const cfg = page
+    .getByRole("img", { name: "Control-flow graph" })
+    .or(page.locator('svg[aria-label="Control-flow graph"]'));
   await expect(cfg.first()).toBeVisible();
   await expect(page.getByTestId("cfg-block")).toHaveCount(fn.block_count);
 

@@ -31,7 +31,10 @@ export async function thisHostId(ctx: APIRequestContext): Promise<string> {
   const hosts = await (await ctx.get("/api/v1/hosts")).json();
   const machineId = readFileSync("/etc/machine-id", "utf8").trim();
   const h = hosts.find((x: { id: string }) => x.id === machineId);
-  if (!h) throw new Error(`host ${hostname} not registered; hosts: ${JSON.stringify(hosts.map((x: { hostname: string }) => x.hostname))}`);
+  if (!h)
+    throw new Error(
+      `host ${hostname} not registered; hosts: ${JSON.stringify(hosts.map((x: { hostname: string }) => x.hostname))}`,
+    );
   return h.id;
 }
 
@@ -94,7 +97,10 @@ export async function openHost(page: Page) {
 }
 
 /** Start a fixture program and wait until it prints "ready" (at most 30 s); its process and output. */
-export async function startReadyProgram(program: string, args: string[]): Promise<{ proc: ChildProcess; out: () => string }> {
+export async function startReadyProgram(
+  program: string,
+  args: string[],
+): Promise<{ proc: ChildProcess; out: () => string }> {
   const proc = spawn(program, args, { stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   proc.stdout!.on("data", (d) => (out += d));

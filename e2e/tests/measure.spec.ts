@@ -45,18 +45,26 @@ test("a process attached from the console shows f's exact count and its branch s
     expect(targetId).toMatch(new RegExp(`^p${proc.pid}-`));
 
     // The process's catalog must be stored before its functions can be found.
-    await expect.poll(async () => {
-      const r = await ctx.get(`/api/v1/hosts/${hostId}/functions?q=mx_branch&target=${targetId}&limit=5`);
-      return r.ok() ? (await r.json()).total : 0;
-    }, { timeout: 60_000 }).toBeGreaterThan(0);
+    await expect
+      .poll(
+        async () => {
+          const r = await ctx.get(`/api/v1/hosts/${hostId}/functions?q=mx_branch&target=${targetId}&limit=5`);
+          return r.ok() ? (await r.json()).total : 0;
+        },
+        { timeout: 60_000 },
+      )
+      .toBeGreaterThan(0);
 
     await row.getByRole("link", { name: "Measure" }).click();
     // The page is titled by the process (its command and pid), not by the target's id.
-    await expect(page.getByRole("heading", { level: 1, name: new RegExp(`^Measure \\S+ \\(pid ${proc.pid}\\)$`) })).toBeVisible();
+    await expect(
+      page.getByRole("heading", { level: 1, name: new RegExp(`^Measure \\S+ \\(pid ${proc.pid}\\)$`) }),
+    ).toBeVisible();
     await page.getByLabel("Find functions").fill("mx_branch");
     await page.getByLabel("Select mx_branch", { exact: true }).check();
     await expect(page.getByLabel("Blocks of mx_branch")).toBeChecked();
-    for (const m of ["Count", "Wall time", "Virtual time (on CPU)"]) await expect(page.getByLabel(m, { exact: true })).toBeChecked();
+    for (const m of ["Count", "Wall time", "Virtual time (on CPU)"])
+      await expect(page.getByLabel(m, { exact: true })).toBeChecked();
     await page.getByRole("button", { name: "Start" }).click();
     await expect(page.getByRole("status", { name: "Start command" })).toContainText("done", { timeout: 60_000 });
     await expect(page.getByLabel("Measurement state")).toHaveText(/armed|running/, { timeout: 30_000 });
@@ -70,7 +78,8 @@ test("a process attached from the console shows f's exact count and its branch s
     await expect(fn.locator("td[data-metric='wall']")).toContainText(/\d+(\.\d+)? (ns|µs|ms|s)\b.*\/call/);
     await expect(fn.locator("td[data-metric='vtime']")).toContainText(/\/call/);
     const blockCounts = table.locator("tr.block-row td[data-metric='count'] .value");
-    await expect.poll(async () => (await blockCounts.allTextContents()).sort(), { timeout: 30_000 })
+    await expect
+      .poll(async () => (await blockCounts.allTextContents()).sort(), { timeout: 30_000 })
       .toEqual(expect.arrayContaining(["250 executions", "750 executions"]));
     await expect(page.getByLabel("Measurement state")).toHaveText("target_exited", { timeout: 30_000 });
     // The chart draws a line for the function from the measurement's series, with a legend.
@@ -89,11 +98,19 @@ test("a process attached from the console shows f's exact count and its branch s
     await expect(cfgBlocks.filter({ hasText: "250 executions · exact" })).toHaveCount(1);
     await expect(cfgBlocks.filter({ hasText: "1,000 executions · exact" }).first()).toBeVisible();
     const edgeCounts = page.locator("[data-testid=cfg-edge-count]");
-    await expect.poll(async () => edgeCounts.evaluateAll((els) => els.map((e) => `${e.getAttribute("data-count")} ${e.getAttribute("data-label")}`)))
+    await expect
+      .poll(async () =>
+        edgeCounts.evaluateAll((els) =>
+          els.map((e) => `${e.getAttribute("data-count")} ${e.getAttribute("data-label")}`),
+        ),
+      )
       .toEqual(expect.arrayContaining(["250 exact", "750 exact"]));
     // Thicker for more executions: the 750 side is drawn wider than the 250 side.
     const width = async (count: number) => {
-      const id = await edgeCounts.and(page.locator(`[data-count="${count}"]`)).first().getAttribute("data-edge");
+      const id = await edgeCounts
+        .and(page.locator(`[data-count="${count}"]`))
+        .first()
+        .getAttribute("data-edge");
       return Number(await page.locator(`path[data-edge="${id}"]`).getAttribute("stroke-width"));
     };
     expect(await width(750)).toBeGreaterThan(await width(250));

@@ -32,8 +32,17 @@ test.beforeAll(async () => {
   program = join(buildDir, "threads");
   // Without the unwinder check: the install's measurement windows time pr_root with uretprobes, which
   // replace return addresses on the stack, so backtrace() inside would see other frames.
-  execFileSync("gcc", ["-O2", "-g", "-pthread", "-Wl,--build-id", "-DPR_NO_UNWIND", `-I${fixtures}`, "-o", program,
-                       join(fixtures, "threads.c")]);
+  execFileSync("gcc", [
+    "-O2",
+    "-g",
+    "-pthread",
+    "-Wl,--build-id",
+    "-DPR_NO_UNWIND",
+    `-I${fixtures}`,
+    "-o",
+    program,
+    join(fixtures, "threads.c"),
+  ]);
   // The second user, with the approver role, made through the admin API.
   const made = await ctx.post("/api/v1/users", { data: { ...approver, role: "approver" } });
   expect(made.status(), await made.text()).toBe(201);
@@ -71,7 +80,8 @@ async function functionNamed(target: string, name: string) {
   for (;;) {
     const page = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=${name}&target=${target}`)).json();
     const fn = (page.items ?? []).find((f: { name: string }) => f.name === name);
-    if (fn) return (await (await ctx.get(`/api/v1/hosts/${hostId}/functions/${fn.id}?target=${target}`)).json()).function;
+    if (fn)
+      return (await (await ctx.get(`/api/v1/hosts/${hostId}/functions/${fn.id}?target=${target}`)).json()).function;
     if (Date.now() > end) throw new Error(`${name} not in the catalog of ${target}`);
     await new Promise((r) => setTimeout(r, 500));
   }
@@ -157,7 +167,9 @@ async function installFromConsole(page: Page) {
   await expect(calls.locator("td").nth(0)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: 60_000 });
   await expect(calls.locator("td").nth(1)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: 60_000 });
   await expect(calls.locator("td").nth(2)).toHaveText(/^-?\d+\.\d%$/);
-  await expect(table.getByRole("row").filter({ hasText: "Window" }).locator("td").nth(1)).toHaveText(/\d+\.\d s, [1-9]\d* calls/);
+  await expect(table.getByRole("row").filter({ hasText: "Window" }).locator("td").nth(1)).toHaveText(
+    /\d+\.\d s, [1-9]\d* calls/,
+  );
   return table;
 }
 
@@ -174,13 +186,25 @@ async function screenshotPlan(page: Page, name: string) {
 /** The audit trail on the plan's page names every step and who took it. */
 async function expectFullAudit(page: Page) {
   const audit = page.getByTestId("plan-audit");
-  for (const what of ["create", "ready", "request", "approve", "install requested", "installed", "revert requested", "reverted"]) {
+  for (const what of [
+    "create",
+    "ready",
+    "request",
+    "approve",
+    "install requested",
+    "installed",
+    "revert requested",
+    "reverted",
+  ]) {
     await expect(audit.getByRole("cell", { name: what, exact: true })).toHaveCount(1);
   }
   await expect(audit.getByRole("row").filter({ hasText: approver.username })).toContainText("approve");
 }
 
-test("a process's hot function: optimize, approve by another user, install, measure, revert", async ({ page, browser }) => {
+test("a process's hot function: optimize, approve by another user, install, measure, revert", async ({
+  page,
+  browser,
+}) => {
   test.setTimeout(300_000);
   const fx = await startFixture();
   const pid = fx.proc.pid!;
@@ -214,11 +238,17 @@ test("a process's hot function: optimize, approve by another user, install, meas
     await expect(wall.locator("td").nth(0)).toHaveText(/^\d+ ns$|^unavailable/);
     // Once the window after has stopped (its uprobe sits on the entry meanwhile), the entry jumps to the
     // copy, which is mapped from the plan's memfd.
-    await expect.poll(async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json())
-      .comparison?.after?.state, { timeout: 60_000 }).toBe("stopped");
+    await expect
+      .poll(
+        async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json()).comparison?.after?.state,
+        { timeout: 60_000 },
+      )
+      .toBe("stopped");
     const plan = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
     const heap = hex(plan.install_detail.heap);
-    const mapped = readFileSync(`/proc/${pid}/maps`, "utf8").split("\n").filter((l) => hex(l.split("-")[0] || "0") === heap);
+    const mapped = readFileSync(`/proc/${pid}/maps`, "utf8")
+      .split("\n")
+      .filter((l) => hex(l.split("-")[0] || "0") === heap);
     expect(mapped.length, readFileSync(`/proc/${pid}/maps`, "utf8")).toBe(1);
     expect(mapped[0]).toContain("r-xp");
     expect(mapped[0]).toContain(planId);
@@ -275,7 +305,10 @@ test("a process's hot function: optimize, approve by another user, install, meas
 function startSqlite(driver: string) {
   const proc = spawn(driver, [], { stdio: ["pipe", "pipe", "pipe"] });
   const sums = new Map<string, number>();
-  let buf = "", err = "", ready = false, stopping = false;
+  let buf = "",
+    err = "",
+    ready = false,
+    stopping = false;
   proc.stdout!.on("data", (d) => {
     buf += d;
     for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
@@ -292,7 +325,10 @@ function startSqlite(driver: string) {
   proc.stderr!.on("data", (d) => (err += d));
   const rounds = () => [...sums.values()].reduce((a, b) => a + b, 0);
   return {
-    proc, sums, rounds, err: () => err,
+    proc,
+    sums,
+    rounds,
+    err: () => err,
     async started() {
       const end = Date.now() + 30_000;
       while (!ready || rounds() < 1) {
@@ -307,11 +343,17 @@ function startSqlite(driver: string) {
   };
 }
 
-test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the console, approve, install, before/after, revert", async ({ page, browser }) => {
+test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the console, approve, install, before/after, revert", async ({
+  page,
+  browser,
+}) => {
   test.setTimeout(480_000);
   // SQLite's amalgamation from the libsqlite3-sys crate, built with -O2 once and cached in bench/out.
-  const driver = execFileSync(join(__dirname, "..", "..", "bench", "replace_sqlite", "build"),
-    { encoding: "utf8", timeout: 300_000, stdio: ["ignore", "pipe", "inherit"] }).trim();
+  const driver = execFileSync(join(__dirname, "..", "..", "bench", "replace_sqlite", "build"), {
+    encoding: "utf8",
+    timeout: 300_000,
+    stdio: ["ignore", "pipe", "inherit"],
+  }).trim();
   const sq = startSqlite(driver);
   const pid = sq.proc.pid!;
   try {
@@ -338,14 +380,24 @@ test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the consol
       await expect(row.locator("td").nth(3)).toHaveText(/^\d+–\d+ ns \(\d+ s\) → \d+–\d+ ns \(\d+ s\)$/);
     }
     const host = await (await ctx.get(`/api/v1/hosts/${hostId}`)).json();
-    const pmu = (host.capabilities ?? []).some((c: { name: string; available: boolean }) => c.name === "hardware_pmu" && c.available);
+    const pmu = (host.capabilities ?? []).some(
+      (c: { name: string; available: boolean }) => c.name === "hardware_pmu" && c.available,
+    );
     if (pmu) {
-      await expect(table.getByRole("row").filter({ hasText: "Cycles per call" }).locator("td").nth(0)).toHaveText(/^\d+ cycles$/);
+      await expect(table.getByRole("row").filter({ hasText: "Cycles per call" }).locator("td").nth(0)).toHaveText(
+        /^\d+ cycles$/,
+      );
     } else {
-      await expect(table.getByRole("row").filter({ hasText: "Hardware counters" }).locator("td")).toHaveText(/^unavailable \(.*PMU.*\)$/);
+      await expect(table.getByRole("row").filter({ hasText: "Hardware counters" }).locator("td")).toHaveText(
+        /^unavailable \(.*PMU.*\)$/,
+      );
     }
-    await expect.poll(async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json())
-      .comparison?.after?.state, { timeout: 60_000 }).toBe("stopped");
+    await expect
+      .poll(
+        async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json()).comparison?.after?.state,
+        { timeout: 60_000 },
+      )
+      .toBe("stopped");
     const plan = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
     const head = readMem(pid, entry, 5);
     expect(head[0], "the entry jumps to the copy").toBe(0xe9);
@@ -377,7 +429,9 @@ test("a plan whose process exited is stale and cannot be installed", async ({ pa
   try {
     const target = await attach(pid);
     const root = await prRoot(target);
-    const made = await ctx.post(`/api/v1/hosts/${hostId}/plans`, { data: { target, function_id: root.id, seconds: 2 } });
+    const made = await ctx.post(`/api/v1/hosts/${hostId}/plans`, {
+      data: { target, function_id: root.id, seconds: 2 },
+    });
     expect(made.ok(), await made.text()).toBe(true);
     const planId = (await made.json()).id;
     const planPath = `/api/v1/hosts/${hostId}/plans/${planId}`;
@@ -399,7 +453,9 @@ test("a plan whose process exited is stale and cannot be installed", async ({ pa
   }
 });
 
-test("a kernel function's plan is an estimate, and installing it is refused with the agent's reason", async ({ page }) => {
+test("a kernel function's plan is an estimate, and installing it is refused with the agent's reason", async ({
+  page,
+}) => {
   test.setTimeout(240_000);
   const found = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=vfs_read&limit=50`)).json();
   const fn = found.items.find((f: { name: string }) => f.name === "vfs_read");

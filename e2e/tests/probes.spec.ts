@@ -21,8 +21,17 @@ test.beforeAll(async () => {
   ({ ctx, hostId } = await readyHost());
   buildDir = mkdtempSync(join(tmpdir(), "hotpath-e2e-probes-"));
   program = join(buildDir, "threads");
-  execFileSync("gcc", ["-O2", "-g", "-pthread", "-Wl,--build-id", "-DPR_NO_UNWIND", `-I${fixtures}`, "-o", program,
-                       join(fixtures, "threads.c")]);
+  execFileSync("gcc", [
+    "-O2",
+    "-g",
+    "-pthread",
+    "-Wl,--build-id",
+    "-DPR_NO_UNWIND",
+    `-I${fixtures}`,
+    "-o",
+    program,
+    join(fixtures, "threads.c"),
+  ]);
 });
 
 test.afterAll(() => {
@@ -49,13 +58,16 @@ async function prRoot(target: string) {
   for (;;) {
     const page = await (await ctx.get(`/api/v1/hosts/${hostId}/functions?q=pr_root&target=${target}`)).json();
     const fn = (page.items ?? []).find((f: { name: string }) => f.name === "pr_root");
-    if (fn) return (await (await ctx.get(`/api/v1/hosts/${hostId}/functions/${fn.id}?target=${target}`)).json()).function;
+    if (fn)
+      return (await (await ctx.get(`/api/v1/hosts/${hostId}/functions/${fn.id}?target=${target}`)).json()).function;
     if (Date.now() > end) throw new Error(`pr_root not in the catalog of ${target}`);
     await new Promise((r) => setTimeout(r, 500));
   }
 }
 
-test("the instruction panel and the plan's Original listing show the program's code with probes marked", async ({ page }) => {
+test("the instruction panel and the plan's Original listing show the program's code with probes marked", async ({
+  page,
+}) => {
   test.setTimeout(240_000);
   const fx = await startFixture();
   const pid = fx.proc.pid!;
@@ -71,9 +83,11 @@ test("the instruction panel and the plan's Original listing show the program's c
     // A measurement of pr_root's calls: its uprobe on the entry is an int3 in the process's text. (Its
     // function row only: with its blocks, the agent's first interval's derived edges can fail the
     // backend's flow check and end the stream, a defect of its own, reported with issue 15.)
-    const started = await command(await ctx.post(`/api/v1/hosts/${hostId}/measurements`, {
-      data: { target, resources: [{ digest: root.digest, function_index: root.index }], metrics: ["count"] },
-    }));
+    const started = await command(
+      await ctx.post(`/api/v1/hosts/${hostId}/measurements`, {
+        data: { target, resources: [{ digest: root.digest, function_index: root.index }], metrics: ["count"] },
+      }),
+    );
     mid = started.params.measurement_id;
     expect(readMem(pid, entry, 1)[0], "the probe's int3 is in the process's memory").toBe(0xcc);
     expect(own).not.toBe(0xcc);

@@ -18,11 +18,25 @@ function iso(ms: number): string {
 }
 
 /** Wait until the host's stack samples cover [from, to) with at least `min` samples of process `pid`. */
-async function waitForStacks(ctx: APIRequestContext, hostId: string, from: number, to: number, pid: number, min: number) {
-  await expect.poll(async () => {
-    const fg = await (await ctx.get(`/api/v1/hosts/${hostId}/flamegraph?from=${iso(from)}&to=${iso(to)}&pid=${pid}`)).json();
-    return fg.samples ?? 0;
-  }, { timeout: 60_000, intervals: [2_000] }).toBeGreaterThanOrEqual(min);
+async function waitForStacks(
+  ctx: APIRequestContext,
+  hostId: string,
+  from: number,
+  to: number,
+  pid: number,
+  min: number,
+) {
+  await expect
+    .poll(
+      async () => {
+        const fg = await (
+          await ctx.get(`/api/v1/hosts/${hostId}/flamegraph?from=${iso(from)}&to=${iso(to)}&pid=${pid}`)
+        ).json();
+        return fg.samples ?? 0;
+      },
+      { timeout: 60_000, intervals: [2_000] },
+    )
+    .toBeGreaterThanOrEqual(min);
 }
 
 /** Run a read loop (dd reading /dev/zero a byte at a time: vfs_read called from ksys_read) for `ms`,
@@ -42,7 +56,9 @@ async function recordReadLoop(page: Page, ctx: APIRequestContext, hostId: string
   return { from, to, pid };
 }
 
-test("a flame graph of a time range shows a running workload's functions above their callers, for its process", async ({ page }) => {
+test("a flame graph of a time range shows a running workload's functions above their callers, for its process", async ({
+  page,
+}) => {
   const { ctx, hostId } = await readyHost();
   const { from, to, pid } = await recordReadLoop(page, ctx, hostId, 10_000, 200);
   await page.goto(`/hosts/${hostId}?tab=flame&from=${iso(from)}&to=${iso(to)}&pid=${pid}`);
@@ -92,11 +108,16 @@ test("double-clicking a frame opens its function", async ({ page }) => {
   const { ctx, hostId } = await readyHost();
   const { from, to, pid } = await recordReadLoop(page, ctx, hostId, 6_000, 100);
   await page.goto(`/hosts/${hostId}?tab=flame&from=${iso(from)}&to=${iso(to)}&pid=${pid}&forient=icicle`);
-  const frame = page.getByRole("group", { name: /^Flame graph of / }).locator('[data-testid="flame-frame"][data-name="ksys_read"]').first();
+  const frame = page
+    .getByRole("group", { name: /^Flame graph of / })
+    .locator('[data-testid="flame-frame"][data-name="ksys_read"]')
+    .first();
   await expect(frame).toBeVisible({ timeout: 30_000 });
   await frame.dblclick();
   await expect(page.getByRole("heading", { name: "ksys_read", level: 1 })).toBeVisible();
-  await expect(page).toHaveURL(new RegExp(`from=${encodeURIComponent(iso(from)).replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`));
+  await expect(page).toHaveURL(
+    new RegExp(`from=${encodeURIComponent(iso(from)).replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`),
+  );
 });
 
 test("the pprof download is a profile standard tools read", async ({ page }) => {
@@ -117,17 +138,20 @@ test("the pprof download is a profile standard tools read", async ({ page }) => 
   // The backend's bindings, generated from Google's profile.proto, read it back.
   const dir = mkdtempSync(join(tmpdir(), "hotpath-pprof-"));
   const script = join(dir, "read.py");
-  writeFileSync(script, [
-    "import gzip, json, sys",
-    "sys.path.insert(0, 'backend')",
-    "from app.protocol.proto import profile_pb",
-    "p = profile_pb.Profile.FromString(gzip.decompress(open(sys.argv[1], 'rb').read()))",
-    "st = p.string_table",
-    "names = {f.id: st[f.name] for f in p.function}",
-    "locs = {l.id: names[l.line[0].function_id] for l in p.location}",
-    "frames = sorted({locs[i] for s in p.sample for i in s.location_id})",
-    "print(json.dumps({'types': [st[t.type] for t in p.sample_type], 'samples': sum(s.value[0] for s in p.sample), 'frames': frames}))",
-  ].join("\n"));
+  writeFileSync(
+    script,
+    [
+      "import gzip, json, sys",
+      "sys.path.insert(0, 'backend')",
+      "from app.protocol.proto import profile_pb",
+      "p = profile_pb.Profile.FromString(gzip.decompress(open(sys.argv[1], 'rb').read()))",
+      "st = p.string_table",
+      "names = {f.id: st[f.name] for f in p.function}",
+      "locs = {l.id: names[l.line[0].function_id] for l in p.location}",
+      "frames = sorted({locs[i] for s in p.sample for i in s.location_id})",
+      "print(json.dumps({'types': [st[t.type] for t in p.sample_type], 'samples': sum(s.value[0] for s in p.sample), 'frames': frames}))",
+    ].join("\n"),
+  );
   const parsed = JSON.parse(execFileSync("backend/.venv/bin/python", [script, path], { cwd: "..", encoding: "utf8" }));
   expect(parsed.types).toEqual(["samples", "cpu"]);
   expect(parsed.samples).toBeGreaterThan(100);
@@ -135,7 +159,11 @@ test("the pprof download is a profile standard tools read", async ({ page }) => 
   // And go tool pprof, where the Go toolchain is installed.
   const go = spawnSync("go", ["version"], { encoding: "utf8" });
   if (go.status === 0) {
-    const raw = execFileSync("go", ["tool", "pprof", "-raw", path], { encoding: "utf8", timeout: 120_000, maxBuffer: 256 << 20 });
+    const raw = execFileSync("go", ["tool", "pprof", "-raw", path], {
+      encoding: "utf8",
+      timeout: 120_000,
+      maxBuffer: 256 << 20,
+    });
     expect(raw).toContain("PeriodType: cpu nanoseconds");
     expect(raw).toContain("vfs_read");
   }
@@ -145,7 +173,9 @@ test("the pprof download is a profile standard tools read", async ({ page }) => 
   const viewer = await page.context().newPage();
   const failures: string[] = [];
   viewer.on("pageerror", (e) => failures.push(String(e)));
-  await viewer.goto(pathToFileURL(join(process.cwd(), "node_modules", "speedscope", "dist", "release", "index.html")).href);
+  await viewer.goto(
+    pathToFileURL(join(process.cwd(), "node_modules", "speedscope", "dist", "release", "index.html")).href,
+  );
   await viewer.locator('input[type="file"]').setInputFiles(path);
   // Its toolbar names the imported file once the import is done (about 3 s here under load).
   await expect(viewer.locator("body")).toContainText(basename(path), { timeout: 120_000 });
@@ -157,7 +187,9 @@ test("the pprof download is a profile standard tools read", async ({ page }) => 
   await viewer.close();
 });
 
-test("comparing two ranges as a differential flame graph shows the workload this test ran in the second as growth", async ({ page }) => {
+test("comparing two ranges as a differential flame graph shows the workload this test ran in the second as growth", async ({
+  page,
+}) => {
   const { ctx, hostId } = await readyHost();
   const a0 = Date.now();
   await page.waitForTimeout(10_000);
@@ -174,7 +206,9 @@ test("comparing two ranges as a differential flame graph shows the workload this
   // loaded machine gives it less of a core; still less after a minute more means it was starved.
   expect(kernelSeconds, "the read loop's kernel CPU seconds in B").toBeGreaterThan(2);
   await waitForStacks(ctx, hostId, b0, b1, loop.pid!, 200);
-  await page.goto(`/hosts/${hostId}?tab=compare&cview=flame&from=${iso(a0)}&to=${iso(b0)}&b_from=${iso(b0)}&b_to=${iso(b1)}`);
+  await page.goto(
+    `/hosts/${hostId}?tab=compare&cview=flame&from=${iso(a0)}&to=${iso(b0)}&b_from=${iso(b0)}&b_to=${iso(b1)}`,
+  );
   const graph = page.getByRole("group", { name: "Differential flame graph" });
   await expect(graph).toBeVisible({ timeout: 30_000 });
   await expect(page.getByTestId("diff-summary")).toContainText("Baseline (A):");
@@ -182,12 +216,20 @@ test("comparing two ranges as a differential flame graph shows the workload this
   // Which chacha function the kernel's samples land in varies (chacha_permute, or chacha_block_generic
   // where the permutation is inlined or its own cell too narrow to label): the check is on the chacha
   // frame with the most samples in B, whichever it is.
-  const diff = await (await ctx.get(`/api/v1/hosts/${hostId}/flamegraph/diff?a_from=${iso(a0)}&a_to=${iso(b0)}&b_from=${iso(b0)}&b_to=${iso(b1)}`)).json();
+  const diff = await (
+    await ctx.get(
+      `/api/v1/hosts/${hostId}/flamegraph/diff?a_from=${iso(a0)}&a_to=${iso(b0)}&b_from=${iso(b0)}&b_to=${iso(b1)}`,
+    )
+  ).json();
   const sums = (i: number) => {
     const nodes = diff.nodes.frame.map((f: number, k: number) => (f === i ? k : -1)).filter((k: number) => k >= 0);
-    return { a: nodes.reduce((s: number, k: number) => s + diff.nodes.a_total[k], 0), b: nodes.reduce((s: number, k: number) => s + diff.nodes.b_total[k], 0) };
+    return {
+      a: nodes.reduce((s: number, k: number) => s + diff.nodes.a_total[k], 0),
+      b: nodes.reduce((s: number, k: number) => s + diff.nodes.b_total[k], 0),
+    };
   };
-  const candidates = diff.frames.map((f: { name: string }, i: number) => ({ name: f.name, ...sums(i) }))
+  const candidates = diff.frames
+    .map((f: { name: string }, i: number) => ({ name: f.name, ...sums(i) }))
     .filter((f: { name: string }) => f.name.startsWith("chacha")) as { name: string; a: number; b: number }[];
   expect(candidates.length, "chacha frames in the differential graph").toBeGreaterThan(0);
   const top = candidates.reduce((x, y) => (y.b > x.b ? y : x));

@@ -6,13 +6,21 @@
 import { test, expect, type Route } from "@playwright/test";
 import { readyHost } from "./helpers";
 
-test("after a preset change, top functions shows nothing of the old range until the new one arrives", async ({ page }) => {
+test("after a preset change, top functions shows nothing of the old range until the new one arrives", async ({
+  page,
+}) => {
   test.setTimeout(240_000);
   const { ctx, hostId } = await readyHost();
   // On a fresh stack the first seconds' samples arrive before the catalog: wait until the last minute
   // has ranked functions, so the 1-minute table has rows to lose.
-  await expect.poll(async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/top-functions?window_s=60&include_idle=true&limit=5`)).json()).items.length,
-    { timeout: 90_000, intervals: [2_000] }).toBeGreaterThan(0);
+  await expect
+    .poll(
+      async () =>
+        (await (await ctx.get(`/api/v1/hosts/${hostId}/top-functions?window_s=60&include_idle=true&limit=5`)).json())
+          .items.length,
+      { timeout: 90_000, intervals: [2_000] },
+    )
+    .toBeGreaterThan(0);
   // Hold the 5-minute answer until the test has looked at the table: the wait is the test's, not the
   // server's, so what the table shows meanwhile does not depend on load.
   const held: Route[] = [];
@@ -40,14 +48,19 @@ test("after a preset change, top functions shows nothing of the old range until 
   await expect(page.getByTestId("top-totals")).toContainText("in the last 5 min");
 });
 
-test("Compare opened from a range compares it against the period before, and keeps the flame tab's search out", async ({ page }) => {
+test("Compare opened from a range compares it against the period before, and keeps the flame tab's search out", async ({
+  page,
+}) => {
   const { hostId } = await readyHost();
   await page.goto(`/hosts/${hostId}?tab=compare&from=now-1m&to=now&fq=no_such_frame&fzoom=all`);
   // The page's range (the last minute) is the comparison; the baseline is the minute before it.
   await expect(page).toHaveURL(/b_from=/);
   const url = new URL(page.url());
   const baseline = { from: Date.parse(url.searchParams.get("from")!), to: Date.parse(url.searchParams.get("to")!) };
-  const comparison = { from: Date.parse(url.searchParams.get("b_from")!), to: Date.parse(url.searchParams.get("b_to")!) };
+  const comparison = {
+    from: Date.parse(url.searchParams.get("b_from")!),
+    to: Date.parse(url.searchParams.get("b_to")!),
+  };
   expect(comparison.to - comparison.from).toBe(60_000);
   expect(baseline.to).toBe(comparison.from);
   expect(comparison.to).toBeGreaterThan(Date.now() - 60_000);
@@ -72,7 +85,9 @@ test("the host's code tree starts in the first screen", async ({ page }) => {
   expect((await tree.boundingBox())!.y).toBeLessThan(500);
 });
 
-test("a function's CFG gets most of the width, its instructions fit their panel, its callees are grouped", async ({ page }) => {
+test("a function's CFG gets most of the width, its instructions fit their panel, its callees are grouped", async ({
+  page,
+}) => {
   const { ctx, hostId } = await readyHost();
   await page.setViewportSize({ width: 1280, height: 1000 });
   // A function with calls and a block with a long instruction: the largest function.
@@ -93,7 +108,9 @@ test("a function's CFG gets most of the width, its instructions fit their panel,
 
   // Callees from code: one row per called function, however many sites call it.
   const callees = page.getByRole("table", { name: "Callees from code" });
-  const names = await callees.getByRole("row").evaluateAll((rows) => rows.slice(1).map((r) => r.querySelector("td")?.textContent?.trim()));
+  const names = await callees
+    .getByRole("row")
+    .evaluateAll((rows) => rows.slice(1).map((r) => r.querySelector("td")?.textContent?.trim()));
   expect(names.length).toBeGreaterThan(0);
   expect(new Set(names).size).toBe(names.length);
 });

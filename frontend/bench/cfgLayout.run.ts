@@ -12,7 +12,8 @@ import { buildCfgModel, layoutInput } from "../src/shared/cfg/cfgModel";
 import { layeredLayout } from "../src/shared/cfg/cfgLayout";
 
 const files = process.argv.slice(2);
-const fns = files.map((f) => agentFunctionToDetail(parseAgentJson(readFileSync(f, "utf8"))))
+const fns = files
+  .map((f) => agentFunctionToDetail(parseAgentJson(readFileSync(f, "utf8"))))
   .sort((a, b) => b.blocks.length - a.blocks.length);
 let max = 0;
 let maxWall = 0;
@@ -27,10 +28,17 @@ for (const detail of fns) {
   const cpu = (c.user + c.system) / 1000;
   max = Math.max(max, cpu);
   maxWall = Math.max(maxWall, wall);
-  console.log(`${detail.function.name.padEnd(44)} ${String(detail.blocks.length).padStart(5)} blocks ${cpu.toFixed(0).padStart(6)} ms CPU ` +
-    `${wall.toFixed(0).padStart(6)} ms wall  ${r.ranks} ranks, ${r.dummies} dummies, ${r.crossings} crossings, ` +
-    `${Math.round(r.width)}x${Math.round(r.height)} px`);
+  console.log(
+    `${detail.function.name.padEnd(44)} ${String(detail.blocks.length).padStart(5)} blocks ${cpu.toFixed(0).padStart(6)} ms CPU ` +
+      `${wall.toFixed(0).padStart(6)} ms wall  ${r.ranks} ranks, ${r.dummies} dummies, ${r.crossings} crossings, ` +
+      `${Math.round(r.width)}x${Math.round(r.height)} px`,
+  );
 }
-console.log(`largest wall time ${Math.round(maxWall)} ms; load average now ${(await import("node:os")).loadavg().map((l) => l.toFixed(1)).join(" ")}`);
+console.log(
+  `largest wall time ${Math.round(maxWall)} ms; load average now ${(await import("node:os"))
+    .loadavg()
+    .map((l) => l.toFixed(1))
+    .join(" ")}`,
+);
 const largest = fns.length ? fns[0].blocks.length : 0;
 console.log(`cfg_layout: ${fns.length} functions, largest ${largest} blocks, max ${Math.round(max)} ms`);

@@ -10,16 +10,28 @@ import { readFileSync } from "node:fs";
 import type { FunctionSummary } from "../src/api/types";
 import { flattenTree, indexCatalog, type FlattenOptions } from "../src/features/tree/treeModel";
 
-interface ParsedFunction { name: string; address: string; size: number; blocks: number; undecodable: boolean }
-interface ParsedModule { name: string; function_list?: ParsedFunction[] }
+interface ParsedFunction {
+  name: string;
+  address: string;
+  size: number;
+  blocks: number;
+  undecodable: boolean;
+}
+interface ParsedModule {
+  name: string;
+  function_list?: ParsedFunction[];
+}
 
 const [file, iterArg] = process.argv.slice(2);
 if (!file) throw new Error("usage: treeModel.run.ts PARSE_JSON [ITERATIONS]");
 const iterations = Number(iterArg ?? "20");
-if (!Number.isInteger(iterations) || iterations < 1) throw new Error(`ITERATIONS must be a positive integer, not ${iterArg}`);
+if (!Number.isInteger(iterations) || iterations < 1)
+  throw new Error(`ITERATIONS must be a positive integer, not ${iterArg}`);
 
 // Addresses are 64-bit integers: read them as strings, exactly.
-const parsed = JSON.parse(readFileSync(file, "utf8").replace(/("address"\s*:\s*)(\d+)/g, '$1"$2"')) as { modules: ParsedModule[] };
+const parsed = JSON.parse(readFileSync(file, "utf8").replace(/("address"\s*:\s*)(\d+)/g, '$1"$2"')) as {
+  modules: ParsedModule[];
+};
 let id = 0;
 const real: FunctionSummary[] = [];
 for (const m of parsed.modules) {
@@ -27,15 +39,29 @@ for (const m of parsed.modules) {
   m.function_list.forEach((f, index) => {
     const addr = BigInt(f.address);
     real.push({
-      id: ++id, name: f.name, module: m.name, digest: "0".repeat(64), index, address: Number(addr),
-      address_hex: addr.toString(16), size: f.size, block_count: f.blocks, samples_per_sec: 0, undecodable: f.undecodable,
+      id: ++id,
+      name: f.name,
+      module: m.name,
+      digest: "0".repeat(64),
+      index,
+      address: Number(addr),
+      address_hex: addr.toString(16),
+      size: f.size,
+      block_count: f.blocks,
+      samples_per_sec: 0,
+      undecodable: f.undecodable,
     });
   });
 }
 if (!real.length) throw new Error(`${file} lists no functions`);
 
 const base: FlattenOptions = {
-  query: "", sort: "name", hotness: null, collapsedModules: new Set(), expandedFunctions: new Set(), blocks: new Map(),
+  query: "",
+  sort: "name",
+  hotness: null,
+  collapsedModules: new Set(),
+  expandedFunctions: new Set(),
+  blocks: new Map(),
 };
 
 function median(f: () => void): number {
@@ -54,25 +80,43 @@ function measure(label: string, catalog: FunctionSummary[], query: string) {
   const rows = flattenTree(index, base).length;
   const hits = flattenTree(index, { ...base, query }).length;
   const t = {
-    index: median(() => { indexCatalog(catalog); }),
-    flatten: median(() => { flattenTree(index, base); }),
-    search: median(() => { flattenTree(index, { ...base, query }); }),
+    index: median(() => {
+      indexCatalog(catalog);
+    }),
+    flatten: median(() => {
+      flattenTree(index, base);
+    }),
+    search: median(() => {
+      flattenTree(index, { ...base, query });
+    }),
   };
-  console.log(`${label}: ${catalog.length} functions in ${index.modules.length} module(s), ${rows} rows: index ${t.index.toFixed(1)} ms, ` +
-    `flatten sorted by name ${t.flatten.toFixed(1)} ms, search '${query}' (${hits} rows) ${t.search.toFixed(1)} ms ` +
-    `(medians of ${iterations})`);
+  console.log(
+    `${label}: ${catalog.length} functions in ${index.modules.length} module(s), ${rows} rows: index ${t.index.toFixed(1)} ms, ` +
+      `flatten sorted by name ${t.flatten.toFixed(1)} ms, search '${query}' (${hits} rows) ${t.search.toFixed(1)} ms ` +
+      `(medians of ${iterations})`,
+  );
   return t;
 }
 
 // A search a user would type on a real kernel: the first four letters of a common name prefix.
 const mine = measure("this kernel's catalog", real, "tcp_");
 const synthetic = Array.from({ length: 2 * real.length }, (_, i): FunctionSummary => ({
-  id: i + 1, name: `fn_${(i * 7919) % (2 * real.length)}`, module: "vmlinux", digest: "0".repeat(64), index: i,
-  address: 0, address_hex: (0xffffffff81000000n + BigInt(i * 64)).toString(16), size: 64, block_count: 3,
-  samples_per_sec: 0, undecodable: false,
+  id: i + 1,
+  name: `fn_${(i * 7919) % (2 * real.length)}`,
+  module: "vmlinux",
+  digest: "0".repeat(64),
+  index: i,
+  address: 0,
+  address_hex: (0xffffffff81000000n + BigInt(i * 64)).toString(16),
+  size: 64,
+  block_count: 3,
+  samples_per_sec: 0,
+  undecodable: false,
 }));
 measure("synthetic catalog, twice this kernel's size (an extra size, not a real kernel)", synthetic, "fn_1199");
 const within = Math.max(mine.flatten, mine.search) < 50 ? "within" : "over";
 console.log(`target: a keystroke re-flattens in under ~50 ms on this kernel's catalog: ${within} it`);
-console.log(`console_tree: this kernel's catalog ${real.length} functions: index ${mine.index.toFixed(1)} ms, ` +
-  `flatten ${mine.flatten.toFixed(1)} ms, search ${mine.search.toFixed(1)} ms`);
+console.log(
+  `console_tree: this kernel's catalog ${real.length} functions: index ${mine.index.toFixed(1)} ms, ` +
+    `flatten ${mine.flatten.toFixed(1)} ms, search ${mine.search.toFixed(1)} ms`,
+);

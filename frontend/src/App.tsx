@@ -15,7 +15,13 @@ export function App() {
   return (
     <Routes>
       <Route path="/login" element={<LoginPage />} />
-      <Route element={<RequireAuth><Layout /></RequireAuth>}>
+      <Route
+        element={
+          <RequireAuth>
+            <Layout />
+          </RequireAuth>
+        }
+      >
         <Route index element={<HostsPage />} />
         <Route path="hosts/:hostId" element={<HostPage />} />
         <Route path="hosts/:hostId/functions/:functionId" element={<FunctionPage />} />
@@ -32,7 +38,9 @@ function NotFound() {
   return (
     <section className="notice">
       <h1>Page not found</h1>
-      <p><Link to="/">Back to the host list</Link></p>
+      <p>
+        <Link to="/">Back to the host list</Link>
+      </p>
     </section>
   );
 }

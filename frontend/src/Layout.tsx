@@ -14,12 +14,20 @@ export function Layout() {
   return (
     <div className="app">
       <header className="topbar">
-        <Link to="/" className="brand">Hotpath</Link>
+        <Link to="/" className="brand">
+          Hotpath
+        </Link>
         <nav aria-label="Main">
           {/* A list, with spaces between the items, so the links read as separate words everywhere. */}
           <ul className="nav-links">
-            <li><Link to="/">All hosts</Link>{" "}</li>
-            {user?.role === "admin" && <li><Link to="/admin">Admin</Link>{" "}</li>}
+            <li>
+              <Link to="/">All hosts</Link>{" "}
+            </li>
+            {user?.role === "admin" && (
+              <li>
+                <Link to="/admin">Admin</Link>{" "}
+              </li>
+            )}
           </ul>
         </nav>
         <span className={`live live-${live}`} title="Live updates from the server">
@@ -31,7 +39,9 @@ export function Layout() {
             {user.username} <span className="muted">({user.role})</span>
           </span>
         )}
-        <button type="button" className="link-button" onClick={signOut}>Sign out</button>
+        <button type="button" className="link-button" onClick={signOut}>
+          Sign out
+        </button>
       </header>
       <main className="content">
         <Outlet />

@@ -12,7 +12,9 @@ describe("live updates", () => {
   afterEach(() => vi.useRealTimers());
 
   it("builds the WebSocket URL on the page's origin with the token", () => {
-    expect(liveUrl("a b", { protocol: "https:", host: "console.example:8443" })).toBe("wss://console.example:8443/api/v1/ws?token=a%20b");
+    expect(liveUrl("a b", { protocol: "https:", host: "console.example:8443" })).toBe(
+      "wss://console.example:8443/api/v1/ws?token=a%20b",
+    );
     expect(liveUrl("t", { protocol: "http:", host: "127.0.0.1:8080" })).toBe("ws://127.0.0.1:8080/api/v1/ws?token=t");
   });
 
@@ -28,7 +30,10 @@ describe("live updates", () => {
     qc.setQueryData<Host[]>(keys.hosts, [host(), host({ id: "host-2", hostname: "box2" })]);
     const offline = host({ online: false });
     applyLiveMessage(qc, { type: "host", host: offline }, keyedThrottle(1000));
-    expect(qc.getQueryData<Host[]>(keys.hosts)?.map((h) => [h.id, h.online])).toEqual([["host-1", false], ["host-2", true]]);
+    expect(qc.getQueryData<Host[]>(keys.hosts)?.map((h) => [h.id, h.online])).toEqual([
+      ["host-1", false],
+      ["host-2", true],
+    ]);
     expect(qc.getQueryData<Host>(keys.host("host-1"))?.online).toBe(false);
     applyLiveMessage(qc, { type: "host", host: host({ id: "host-3" }) }, keyedThrottle(1000));
     expect(qc.getQueryData<Host[]>(keys.hosts)).toHaveLength(3);
@@ -40,7 +45,12 @@ describe("live updates", () => {
     const throttle = keyedThrottle(1000);
     const msg = { type: "samples" as const, host_id: "host-1", interval_start: "", total_samples: 5, top: [] };
     for (let i = 0; i < 5; i++) applyLiveMessage(qc, msg, throttle);
-    expect(spy.mock.calls.map((c) => c[0]?.queryKey)).toEqual([["host", "host-1", "top"], ["host", "host-1", "hotness"], ["host", "host-1", "samples"], ["host", "host-1", "timeline"]]);
+    expect(spy.mock.calls.map((c) => c[0]?.queryKey)).toEqual([
+      ["host", "host-1", "top"],
+      ["host", "host-1", "hotness"],
+      ["host", "host-1", "samples"],
+      ["host", "host-1", "timeline"],
+    ]);
     vi.advanceTimersByTime(1000);
     expect(spy).toHaveBeenCalledTimes(8);
   });
@@ -49,15 +59,26 @@ describe("live updates", () => {
     const qc = new QueryClient();
     let liveCalls = 0;
     let fixedCalls = 0;
-    const live = qc.fetchQuery({ queryKey: ["host", "host-1", "top", "live"], queryFn: () => ++liveCalls, meta: { live: true } });
-    const fixed = qc.fetchQuery({ queryKey: ["host", "host-1", "top", "fixed"], queryFn: () => ++fixedCalls, meta: { live: false } });
+    const live = qc.fetchQuery({
+      queryKey: ["host", "host-1", "top", "live"],
+      queryFn: () => ++liveCalls,
+      meta: { live: true },
+    });
+    const fixed = qc.fetchQuery({
+      queryKey: ["host", "host-1", "top", "fixed"],
+      queryFn: () => ++fixedCalls,
+      meta: { live: false },
+    });
     await Promise.all([live, fixed]);
     const spy = vi.spyOn(qc, "invalidateQueries");
-    applyLiveMessage(qc, { type: "samples", host_id: "host-1", interval_start: "", total_samples: 5, top: [] }, keyedThrottle(1000));
+    applyLiveMessage(
+      qc,
+      { type: "samples", host_id: "host-1", interval_start: "", total_samples: 5, top: [] },
+      keyedThrottle(1000),
+    );
     const predicate = spy.mock.calls[0][0]!.predicate!;
     expect(predicate(qc.getQueryCache().find({ queryKey: ["host", "host-1", "top", "live"] })!)).toBe(true);
     expect(predicate(qc.getQueryCache().find({ queryKey: ["host", "host-1", "top", "fixed"] })!)).toBe(false);
-
   });
 
   it("refreshes an open plan page and the host's plan lists when a plan changes state", () => {
@@ -66,6 +87,9 @@ describe("live updates", () => {
     const qc = new QueryClient();
     const spy = vi.spyOn(qc, "invalidateQueries");
     applyLiveMessage(qc, msg!, keyedThrottle(1000));
-    expect(spy.mock.calls.map((c) => c[0]?.queryKey)).toEqual([["host", "host-1", "plan", "p-1"], ["host", "host-1", "plans"]]);
+    expect(spy.mock.calls.map((c) => c[0]?.queryKey)).toEqual([
+      ["host", "host-1", "plan", "p-1"],
+      ["host", "host-1", "plans"],
+    ]);
   });
 });

@@ -35,7 +35,10 @@ function topicsChanged() {
 
 /** Subscribe the live socket to these topics while the calling view is mounted. */
 export function useLiveTopics(topics: (string | null | undefined)[]): void {
-  const key = topics.filter((t): t is string => !!t).sort().join("\n");
+  const key = topics
+    .filter((t): t is string => !!t)
+    .sort()
+    .join("\n");
   useEffect(() => {
     const list = key ? key.split("\n") : [];
     for (const t of list) topicCounts.set(t, (topicCounts.get(t) ?? 0) + 1);
@@ -80,7 +83,10 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
   } else if (msg.type === "measurement") {
     const { host_id: hostId, measurement_id: mid } = msg;
     throttle.trigger(`measurement:${mid}`, () => {
-      void qc.invalidateQueries({ queryKey: measureKeys.measurement(hostId, mid), predicate: (q) => q.meta?.live !== false });
+      void qc.invalidateQueries({
+        queryKey: measureKeys.measurement(hostId, mid),
+        predicate: (q) => q.meta?.live !== false,
+      });
     });
   } else if (msg.type === "plan") {
     void qc.invalidateQueries({ queryKey: keys.plan(msg.host_id, msg.plan_id) });
@@ -90,7 +96,12 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
   } else if (msg.type === "samples") {
     const hostId = msg.host_id;
     throttle.trigger(`samples:${hostId}`, () => {
-      for (const queryKey of [keys.topAll(hostId), keys.hotnessAll(hostId), keys.samplesAll(hostId), keys.timelineAll(hostId)]) {
+      for (const queryKey of [
+        keys.topAll(hostId),
+        keys.hotnessAll(hostId),
+        keys.samplesAll(hostId),
+        keys.timelineAll(hostId),
+      ]) {
         // Paused views and fixed (absolute) ranges stay as they are.
         void qc.invalidateQueries({ queryKey, predicate: (q) => q.meta?.live !== false });
       }

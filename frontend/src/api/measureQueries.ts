@@ -8,7 +8,13 @@ import { api, unwrap } from "./client";
 import { commandQuery } from "./queries";
 import type {
   MeasurementCfg,
-  Command, FunctionsPage, Measurement, MeasurementCreate, MeasurementDetail, MeasurementSeries, MeasurementValues,
+  Command,
+  FunctionsPage,
+  Measurement,
+  MeasurementCreate,
+  MeasurementDetail,
+  MeasurementSeries,
+  MeasurementValues,
   Target,
 } from "./types";
 
@@ -16,7 +22,8 @@ export const measureKeys = {
   targets: (hostId: string) => ["host", hostId, "targets"] as const,
   measurements: (hostId: string) => ["host", hostId, "measurements"] as const,
   measurement: (hostId: string, mid: string) => ["host", hostId, "measurement", mid] as const,
-  values: (hostId: string, mid: string, windowS: number) => ["host", hostId, "measurement", mid, "values", windowS] as const,
+  values: (hostId: string, mid: string, windowS: number) =>
+    ["host", hostId, "measurement", mid, "values", windowS] as const,
   series: (hostId: string, mid: string, windowS: number, res: number[]) =>
     ["host", hostId, "measurement", mid, "series", windowS, res.join(",")] as const,
   search: (hostId: string, target: string, q: string) => ["host", hostId, "fn-search", target, q] as const,
@@ -51,30 +58,44 @@ function useCommandMutation<V>(hostId: string, send: (v: V) => Promise<Command>)
 
 export function useAttach(hostId: string) {
   return useCommandMutation(hostId, (by: { pid?: number; command?: string }) =>
-    unwrap(api.POST("/api/v1/hosts/{host_id}/targets", { params: { path: { host_id: hostId } }, body: by })));
+    unwrap(api.POST("/api/v1/hosts/{host_id}/targets", { params: { path: { host_id: hostId } }, body: by })),
+  );
 }
 
 export function useDetach(hostId: string) {
   return useCommandMutation(hostId, (targetId: string) =>
-    unwrap(api.DELETE("/api/v1/hosts/{host_id}/targets/{target_id}",
-      { params: { path: { host_id: hostId, target_id: targetId } } })));
+    unwrap(
+      api.DELETE("/api/v1/hosts/{host_id}/targets/{target_id}", {
+        params: { path: { host_id: hostId, target_id: targetId } },
+      }),
+    ),
+  );
 }
 
 export function useCancelCommand(hostId: string) {
   return useCommandMutation(hostId, (id: string) =>
-    unwrap(api.POST("/api/v1/hosts/{host_id}/commands/{command_id}/cancel",
-      { params: { path: { host_id: hostId, command_id: id } } })));
+    unwrap(
+      api.POST("/api/v1/hosts/{host_id}/commands/{command_id}/cancel", {
+        params: { path: { host_id: hostId, command_id: id } },
+      }),
+    ),
+  );
 }
 
 export function useStartMeasurement(hostId: string) {
   return useCommandMutation(hostId, (body: MeasurementCreate) =>
-    unwrap(api.POST("/api/v1/hosts/{host_id}/measurements", { params: { path: { host_id: hostId } }, body })));
+    unwrap(api.POST("/api/v1/hosts/{host_id}/measurements", { params: { path: { host_id: hostId } }, body })),
+  );
 }
 
 export function useStopMeasurement(hostId: string) {
   return useCommandMutation(hostId, (mid: string) =>
-    unwrap(api.POST("/api/v1/hosts/{host_id}/measurements/{measurement_id}/stop",
-      { params: { path: { host_id: hostId, measurement_id: mid } } })));
+    unwrap(
+      api.POST("/api/v1/hosts/{host_id}/measurements/{measurement_id}/stop", {
+        params: { path: { host_id: hostId, measurement_id: mid } },
+      }),
+    ),
+  );
 }
 
 export const measurementsQuery = (hostId: string) =>
@@ -91,8 +112,12 @@ export function useMeasurements(hostId: string) {
 export const measurementQuery = (hostId: string, mid: string | null) =>
   queryOptions<MeasurementDetail, Error>({
     queryKey: measureKeys.measurement(hostId, mid ?? ""),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}",
-      { params: { path: { host_id: hostId, measurement_id: mid ?? "" } } })),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}", {
+          params: { path: { host_id: hostId, measurement_id: mid ?? "" } },
+        }),
+      ),
     enabled: !!mid,
     refetchInterval: FALLBACK_MS,
   });
@@ -105,8 +130,12 @@ export function useMeasurement(hostId: string, mid: string | null) {
 export const measurementValuesQuery = (hostId: string, mid: string | null, windowS: number, live: boolean) =>
   queryOptions<MeasurementValues, Error>({
     queryKey: measureKeys.values(hostId, mid ?? "", windowS),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/values",
-      { params: { path: { host_id: hostId, measurement_id: mid ?? "" }, query: { window_s: windowS } } })),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/values", {
+          params: { path: { host_id: hostId, measurement_id: mid ?? "" }, query: { window_s: windowS } },
+        }),
+      ),
     enabled: !!mid,
     placeholderData: keepPreviousData,
     refetchInterval: live ? FALLBACK_MS : false,
@@ -118,14 +147,24 @@ export function useMeasurementValues(hostId: string, mid: string | null, windowS
   return useQuery(measurementValuesQuery(hostId, mid, windowS, live));
 }
 
-export const measurementSeriesQuery = (hostId: string, mid: string | null, windowS: number, resources: number[],
-  live: boolean) =>
+export const measurementSeriesQuery = (
+  hostId: string,
+  mid: string | null,
+  windowS: number,
+  resources: number[],
+  live: boolean,
+) =>
   queryOptions<MeasurementSeries, Error>({
     queryKey: measureKeys.series(hostId, mid ?? "", windowS, resources),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/series", {
-      params: { path: { host_id: hostId, measurement_id: mid ?? "" },
-        query: { window_s: windowS, resources: resources.join(","), points: 120 } },
-    })),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/series", {
+          params: {
+            path: { host_id: hostId, measurement_id: mid ?? "" },
+            query: { window_s: windowS, resources: resources.join(","), points: 120 },
+          },
+        }),
+      ),
     enabled: !!mid && resources.length > 0,
     placeholderData: keepPreviousData,
     refetchInterval: live ? FALLBACK_MS : false,
@@ -133,17 +172,25 @@ export const measurementSeriesQuery = (hostId: string, mid: string | null, windo
     meta: { live },
   });
 
-export function useMeasurementSeries(hostId: string, mid: string | null, windowS: number, resources: number[],
-  live: boolean) {
+export function useMeasurementSeries(
+  hostId: string,
+  mid: string | null,
+  windowS: number,
+  resources: number[],
+  live: boolean,
+) {
   return useQuery(measurementSeriesQuery(hostId, mid, windowS, resources, live));
 }
 
 export const functionSearchQuery = (hostId: string, target: string, q: string) =>
   queryOptions<FunctionsPage, Error>({
     queryKey: measureKeys.search(hostId, target, q),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/functions", {
-      params: { path: { host_id: hostId }, query: { q, target, limit: 50 } },
-    })),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/functions", {
+          params: { path: { host_id: hostId }, query: { q, target, limit: 50 } },
+        }),
+      ),
     enabled: q.length > 0,
     placeholderData: keepPreviousData,
   });
@@ -159,10 +206,15 @@ export const CFG_WINDOW_S = 86400;
 export const measurementCfgQuery = (hostId: string, mid: string | null, row: number | null, live: boolean) =>
   queryOptions<MeasurementCfg, Error>({
     queryKey: measureKeys.cfg(hostId, mid ?? "", row ?? -1),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/cfg", {
-      params: { path: { host_id: hostId, measurement_id: mid ?? "" },
-        query: { function_row: row ?? 0, window_s: CFG_WINDOW_S } },
-    })),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/measurements/{measurement_id}/cfg", {
+          params: {
+            path: { host_id: hostId, measurement_id: mid ?? "" },
+            query: { function_row: row ?? 0, window_s: CFG_WINDOW_S },
+          },
+        }),
+      ),
     enabled: !!mid && row !== null,
     placeholderData: keepPreviousData,
     refetchInterval: live ? FALLBACK_MS : false,

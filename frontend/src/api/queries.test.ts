@@ -4,10 +4,25 @@
 import { describe, expect, it } from "vitest";
 import type { QueryKey } from "@tanstack/react-query";
 import {
-  dataCoverageQuery, functionSamplesQuery, hotnessQuery, installedPlansQuery, instructionSamplesQuery, keys, planAuditQuery,
-  planQuery, plansQuery, timelineQuery, topFunctionsQuery,
+  dataCoverageQuery,
+  functionSamplesQuery,
+  hotnessQuery,
+  installedPlansQuery,
+  instructionSamplesQuery,
+  keys,
+  planAuditQuery,
+  planQuery,
+  plansQuery,
+  timelineQuery,
+  topFunctionsQuery,
 } from "./queries";
-import { measureKeys, measurementCfgQuery, measurementQuery, measurementSeriesQuery, measurementValuesQuery } from "./measureQueries";
+import {
+  measureKeys,
+  measurementCfgQuery,
+  measurementQuery,
+  measurementSeriesQuery,
+  measurementValuesQuery,
+} from "./measureQueries";
 import type { TimeRange } from "../lib/timeRange";
 
 const under = (key: QueryKey, prefix: QueryKey) => expect(key.slice(0, prefix.length)).toEqual(prefix);
@@ -31,8 +46,10 @@ describe("query keys", () => {
     under(planQuery("h", "p").queryKey, keys.plan("h", "p"));
     under(planAuditQuery("h", "p", "v").queryKey, keys.plan("h", "p"));
     for (const q of [
-      measurementQuery("h", "m"), measurementValuesQuery("h", "m", 60, true),
-      measurementSeriesQuery("h", "m", 60, [1, 2], true), measurementCfgQuery("h", "m", 0, true),
+      measurementQuery("h", "m"),
+      measurementValuesQuery("h", "m", 60, true),
+      measurementSeriesQuery("h", "m", 60, [1, 2], true),
+      measurementCfgQuery("h", "m", 0, true),
     ]) {
       under(q.queryKey, measureKeys.measurement("h", "m"));
     }

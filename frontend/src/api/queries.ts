@@ -4,12 +4,40 @@
 // `queryOptions` factory (`…Query`: key, fetch and freshness), and its hook (`use…`) adds only the
 // view's retry and enabled choices; views that ask for many at once use the factory with useQueries.
 // Keys come only from `keys` (the factories' keys and the prefixes that invalidations name).
-import { keepPreviousData, queryOptions, useMutation, useQueries, useQuery, useQueryClient } from "@tanstack/react-query";
+import {
+  keepPreviousData,
+  queryOptions,
+  useMutation,
+  useQueries,
+  useQuery,
+  useQueryClient,
+} from "@tanstack/react-query";
 import { api, ApiError, unwrap } from "./client";
 import type {
-  Comparison, DataCoverage, EnrolmentRequest, EnrolmentToken, EnrolmentTokenCreated, FlameDiffData,
-  FunctionCalls, FunctionDetail, FunctionSamples, Host, Hotness, InstructionSamples, Instructions, Module, Timeline,
-  TopFunctions, User, UserCreate, UserDetail, UserUpdate, Plan, PlanDetail, PlanAuditEntry, Command,
+  Comparison,
+  DataCoverage,
+  EnrolmentRequest,
+  EnrolmentToken,
+  EnrolmentTokenCreated,
+  FlameDiffData,
+  FunctionCalls,
+  FunctionDetail,
+  FunctionSamples,
+  Host,
+  Hotness,
+  InstructionSamples,
+  Instructions,
+  Module,
+  Timeline,
+  TopFunctions,
+  User,
+  UserCreate,
+  UserDetail,
+  UserUpdate,
+  Plan,
+  PlanDetail,
+  PlanAuditEntry,
+  Command,
 } from "./types";
 import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
 
@@ -26,7 +54,8 @@ export const keys = {
   modules: (hostId: string) => ["host", hostId, "modules"] as const,
   catalog: (digest: string) => ["catalog", digest] as const,
   fn: (hostId: string, fid: number, target = "kernel") => ["host", hostId, "function", fid, target] as const,
-  instructions: (hostId: string, fid: number, target = "kernel") => ["host", hostId, "function", fid, target, "instructions"] as const,
+  instructions: (hostId: string, fid: number, target = "kernel") =>
+    ["host", hostId, "function", fid, target, "instructions"] as const,
   samples: (hostId: string, fid: number, range: string) => ["host", hostId, "samples", fid, range] as const,
   top: (hostId: string, range: string, rest: unknown[] = []) => ["host", hostId, "top", range, ...rest] as const,
   hotness: (hostId: string, range: string) => ["host", hostId, "hotness", range] as const,
@@ -37,12 +66,14 @@ export const keys = {
   flameDiff: (hostId: string, rest: unknown[]) => ["host", hostId, "flame-diff", ...rest] as const,
   calls: (hostId: string, fid: number, rest: unknown[]) => ["host", hostId, "calls", fid, ...rest] as const,
   // Under "samples", so live pushes refresh it with the function's block samples.
-  insnSamples: (hostId: string, fid: number, range: string) => ["host", hostId, "samples", fid, "instructions", range] as const,
+  insnSamples: (hostId: string, fid: number, range: string) =>
+    ["host", hostId, "samples", fid, "instructions", range] as const,
   plans: (hostId: string) => ["host", hostId, "plans"] as const,
   planList: (hostId: string, digest: string, index: number) => ["host", hostId, "plans", digest, index] as const,
   installedPlans: (hostId: string, target: string) => ["host", hostId, "plans", "installed", target] as const,
   plan: (hostId: string, planId: string) => ["host", hostId, "plan", planId] as const,
-  planAudit: (hostId: string, planId: string, version: string) => ["host", hostId, "plan", planId, "audit", version] as const,
+  planAudit: (hostId: string, planId: string, version: string) =>
+    ["host", hostId, "plan", planId, "audit", version] as const,
   planMember: (hostId: string, target: string, fn: string, address: string) =>
     ["host", hostId, "plan-member", target, fn, address] as const,
   command: (hostId: string, commandId: string) => ["host", hostId, "command", commandId] as const,
@@ -204,8 +235,14 @@ export const topFunctionsQuery = (hostId: string, range: TimeRange, live: boolea
         api.GET("/api/v1/hosts/{host_id}/top-functions", {
           params: {
             path: { host_id: hostId },
-            query: { ...rangeQuery(range), limit: q.limit, offset: q.offset, sort: q.sort, order: q.desc ? "desc" : "asc",
-                     include_idle: q.includeIdle },
+            query: {
+              ...rangeQuery(range),
+              limit: q.limit,
+              offset: q.offset,
+              sort: q.sort,
+              order: q.desc ? "desc" : "asc",
+              include_idle: q.includeIdle,
+            },
           },
         }),
       ),
@@ -264,8 +301,15 @@ export const compareQuery = (hostId: string, q: CompareQuery | null) =>
         api.GET("/api/v1/hosts/{host_id}/compare", {
           params: {
             path: { host_id: hostId },
-            query: { a_from: q!.a.from, a_to: q!.a.to, b_from: q!.b.from, b_to: q!.b.to, b_host: q!.bHost ?? undefined,
-                     include_idle: q!.includeIdle, limit: q!.limit },
+            query: {
+              a_from: q!.a.from,
+              a_to: q!.a.to,
+              b_from: q!.b.from,
+              b_to: q!.b.to,
+              b_host: q!.bHost ?? undefined,
+              include_idle: q!.includeIdle,
+              limit: q!.limit,
+            },
           },
         }),
       ),
@@ -303,8 +347,13 @@ function stackLiveOptions(live: boolean) {
 
 /** The flame graph, its reply's bytes unparsed and handed to `read` (the flame feature parses them in a
  *  worker: an hour's reply is megabytes of JSON), whose result is cached. */
-export const flameGraphQuery = <T>(hostId: string, range: TimeRange, live: boolean, filter: StackFilter,
-  read: (body: ArrayBuffer, signal: AbortSignal) => Promise<T>) =>
+export const flameGraphQuery = <T>(
+  hostId: string,
+  range: TimeRange,
+  live: boolean,
+  filter: StackFilter,
+  read: (body: ArrayBuffer, signal: AbortSignal) => Promise<T>,
+) =>
   queryOptions<T, Error>({
     queryKey: keys.flame(hostId, [rangeKey(range), filter.pid, filter.comm, filter.cpu, filter.idle]),
     queryFn: async ({ signal }) => {
@@ -320,8 +369,14 @@ export const flameGraphQuery = <T>(hostId: string, range: TimeRange, live: boole
     ...stackLiveOptions(live),
   });
 
-export function useFlameGraph<T>(hostId: string, range: TimeRange, live: boolean, filter: StackFilter,
-  read: (body: ArrayBuffer, signal: AbortSignal) => Promise<T>, enabled = true) {
+export function useFlameGraph<T>(
+  hostId: string,
+  range: TimeRange,
+  live: boolean,
+  filter: StackFilter,
+  read: (body: ArrayBuffer, signal: AbortSignal) => Promise<T>,
+  enabled = true,
+) {
   return useQuery({ ...flameGraphQuery(hostId, range, live, filter, read), retry, enabled });
 }
 
@@ -340,8 +395,14 @@ export const flameDiffQuery = (hostId: string, q: FlameDiffQuery | null) =>
         api.GET("/api/v1/hosts/{host_id}/flamegraph/diff", {
           params: {
             path: { host_id: hostId },
-            query: { a_from: q!.a.from, a_to: q!.a.to, b_from: q!.b.from, b_to: q!.b.to, b_host: q!.bHost ?? undefined,
-                     ...filterQuery(q!.filter) },
+            query: {
+              a_from: q!.a.from,
+              a_to: q!.a.to,
+              b_from: q!.b.from,
+              b_to: q!.b.to,
+              b_host: q!.bHost ?? undefined,
+              ...filterQuery(q!.filter),
+            },
           },
         }),
       ),
@@ -359,13 +420,23 @@ export const functionCallsQuery = (hostId: string, fid: number, range: TimeRange
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/hosts/{host_id}/functions/{function_id}/calls", {
-          params: { path: { host_id: hostId, function_id: fid }, query: { ...rangeQuery(range), ...filterQuery(filter) } },
+          params: {
+            path: { host_id: hostId, function_id: fid },
+            query: { ...rangeQuery(range), ...filterQuery(filter) },
+          },
         }),
       ),
     ...stackLiveOptions(live),
   });
 
-export function useFunctionCalls(hostId: string, fid: number, range: TimeRange, live: boolean, filter: StackFilter, enabled = true) {
+export function useFunctionCalls(
+  hostId: string,
+  fid: number,
+  range: TimeRange,
+  live: boolean,
+  filter: StackFilter,
+  enabled = true,
+) {
   return useQuery({ ...functionCallsQuery(hostId, fid, range, live, filter), retry, enabled });
 }
 
@@ -435,7 +506,8 @@ export function useCreateEnrolmentToken() {
 export function useRevokeEnrolmentToken() {
   const qc = useQueryClient();
   return useMutation<unknown, Error, string>({
-    mutationFn: (id) => unwrap(api.DELETE("/api/v1/enrolment-tokens/{token_id}", { params: { path: { token_id: id } } })),
+    mutationFn: (id) =>
+      unwrap(api.DELETE("/api/v1/enrolment-tokens/{token_id}", { params: { path: { token_id: id } } })),
     onSuccess: () => void qc.invalidateQueries({ queryKey: enrolmentTokensQuery().queryKey }),
   });
 }
@@ -460,9 +532,11 @@ export function useRejectEnrolments() {
   const qc = useQueryClient();
   return useMutation<{ rejected: number }, Error, string[] | null>({
     mutationFn: (ids) =>
-      unwrap(api.POST("/api/v1/enrolment-requests/reject", {
-        body: ids === null ? { all_pending: true } : { request_ids: ids, all_pending: false },
-      })),
+      unwrap(
+        api.POST("/api/v1/enrolment-requests/reject", {
+          body: ids === null ? { all_pending: true } : { request_ids: ids, all_pending: false },
+        }),
+      ),
     onSettled: () => void qc.invalidateQueries({ queryKey: enrolmentRequestsQuery().queryKey }),
   });
 }
@@ -498,7 +572,9 @@ export function useUpdateUser() {
 export function useResetPassword() {
   return useMutation<unknown, Error, { userId: string; password: string }>({
     mutationFn: ({ userId, password }) =>
-      unwrap(api.POST("/api/v1/users/{user_id}/password", { params: { path: { user_id: userId } }, body: { password } })),
+      unwrap(
+        api.POST("/api/v1/users/{user_id}/password", { params: { path: { user_id: userId } }, body: { password } }),
+      ),
   });
 }
 
@@ -521,13 +597,18 @@ export function useHostAction() {
 
 // Plans ------------------------------------------------------------------------------------------
 
-
 export const plansQuery = (hostId: string, functionIndex: { digest?: string; index?: number } = {}) =>
   queryOptions<Plan[], Error>({
     queryKey: keys.planList(hostId, functionIndex.digest ?? "", functionIndex.index ?? -1),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans", {
-      params: { path: { host_id: hostId }, query: { digest: functionIndex.digest, function_index: functionIndex.index } },
-    })),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/plans", {
+          params: {
+            path: { host_id: hostId },
+            query: { digest: functionIndex.digest, function_index: functionIndex.index },
+          },
+        }),
+      ),
     refetchInterval: 5000,
   });
 
@@ -540,9 +621,12 @@ export function usePlans(hostId: string, functionIndex: { digest?: string; index
 export const installedPlansQuery = (hostId: string, target?: string) =>
   queryOptions<Plan[], Error>({
     queryKey: keys.installedPlans(hostId, target ?? ""),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans", {
-      params: { path: { host_id: hostId }, query: { state: ["installed"], target, limit: 1000 } },
-    })),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/plans", {
+          params: { path: { host_id: hostId }, query: { state: ["installed"], target, limit: 1000 } },
+        }),
+      ),
     refetchInterval: 10000,
   });
 
@@ -555,21 +639,32 @@ export function useInstalledPlans(hostId: string, target?: string) {
 export const planQuery = (hostId: string, planId: string) =>
   queryOptions<PlanDetail, Error>({
     queryKey: keys.plan(hostId, planId),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}", {
-      params: { path: { host_id: hostId, plan_id: planId } },
-    })),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}", {
+          params: { path: { host_id: hostId, plan_id: planId } },
+        }),
+      ),
   });
 
-export function usePlan(hostId: string, planId: string, enabled: boolean, refreshMs: (p: PlanDetail | undefined) => number | false) {
+export function usePlan(
+  hostId: string,
+  planId: string,
+  enabled: boolean,
+  refreshMs: (p: PlanDetail | undefined) => number | false,
+) {
   return useQuery({ ...planQuery(hostId, planId), enabled, retry, refetchInterval: (q) => refreshMs(q.state.data) });
 }
 
 export const planAuditQuery = (hostId: string, planId: string, version: string) =>
   queryOptions<PlanAuditEntry[], Error>({
     queryKey: keys.planAudit(hostId, planId, version),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}/audit", {
-      params: { path: { host_id: hostId, plan_id: planId } },
-    })),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}/audit", {
+          params: { path: { host_id: hostId, plan_id: planId } },
+        }),
+      ),
   });
 
 export function usePlanAudit(hostId: string, planId: string, version: string) {
@@ -580,9 +675,12 @@ export function usePlanAudit(hostId: string, planId: string, version: string) {
 export const commandQuery = (hostId: string, commandId: string | null | undefined) =>
   queryOptions<Command, Error>({
     queryKey: keys.command(hostId, commandId ?? ""),
-    queryFn: () => unwrap(api.GET("/api/v1/hosts/{host_id}/commands/{command_id}", {
-      params: { path: { host_id: hostId, command_id: commandId ?? "" } },
-    })),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/commands/{command_id}", {
+          params: { path: { host_id: hostId, command_id: commandId ?? "" } },
+        }),
+      ),
     enabled: !!commandId,
   });
 
@@ -595,7 +693,8 @@ export function useCommandPolledWhile(hostId: string, commandId: string | null |
 export function useCommandUntilEnded(hostId: string, commandId: string | null) {
   return useQuery({
     ...commandQuery(hostId, commandId),
-    refetchInterval: (q) => (q.state.data && ["done", "failed", "cancelled"].includes(q.state.data.state) ? false : 2000),
+    refetchInterval: (q) =>
+      q.state.data && ["done", "failed", "cancelled"].includes(q.state.data.state) ? false : 2000,
   });
 }
 
@@ -605,9 +704,11 @@ export const functionIdAtQuery = (hostId: string, target: string, m: { fn: strin
   queryOptions<number | null, Error>({
     queryKey: keys.planMember(hostId, target, m.fn, m.address),
     queryFn: async () => {
-      const page = await unwrap(api.GET("/api/v1/hosts/{host_id}/functions", {
-        params: { path: { host_id: hostId }, query: { q: m.fn, target, limit: 50 } },
-      }));
+      const page = await unwrap(
+        api.GET("/api/v1/hosts/{host_id}/functions", {
+          params: { path: { host_id: hostId }, query: { q: m.fn, target, limit: 50 } },
+        }),
+      );
       const named = page.items.filter((f) => f.name === m.fn);
       const at = named.find((f) => strip0x(f.address_hex) === strip0x(m.address));
       return (at ?? named[0])?.id ?? null;
@@ -619,15 +720,22 @@ export function useFunctionIdAt(hostId: string, target: string, m: { fn: string;
   return useQuery({ ...functionIdAtQuery(hostId, target, m), enabled });
 }
 
-const strip0x = (s: string) => s.replace(/^0x/i, "").replace(/^0+(?=.)/, "").toLowerCase();
+const strip0x = (s: string) =>
+  s
+    .replace(/^0x/i, "")
+    .replace(/^0+(?=.)/, "")
+    .toLowerCase();
 
 export function useMakePlan(hostId: string) {
   const qc = useQueryClient();
   return useMutation<Plan, Error, { target: string; function_id: number; seconds?: number }>({
-    mutationFn: (body) => unwrap(api.POST("/api/v1/hosts/{host_id}/plans", {
-      params: { path: { host_id: hostId } },
-      body: { seconds: 0, join_fraction: 0, stall_threshold: 0, max_functions: 0, ...body },
-    })),
+    mutationFn: (body) =>
+      unwrap(
+        api.POST("/api/v1/hosts/{host_id}/plans", {
+          params: { path: { host_id: hostId } },
+          body: { seconds: 0, join_fraction: 0, stall_threshold: 0, max_functions: 0, ...body },
+        }),
+      ),
     onSuccess: () => qc.invalidateQueries({ queryKey: keys.plans(hostId) }),
   });
 }
@@ -640,11 +748,20 @@ export function usePlanStep(hostId: string, planId: string) {
     mutationFn: ({ step, reason, window_s }) => {
       const params = { path: { host_id: hostId, plan_id: planId } };
       switch (step) {
-        case "request": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/request", { params }));
-        case "approve": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/approve", { params }));
-        case "reject": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/reject", { params, body: { reason: reason ?? "" } }));
-        case "install": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/install", { params, body: { window_s: window_s ?? 5 } }));
-        case "revert": return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/revert", { params }));
+        case "request":
+          return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/request", { params }));
+        case "approve":
+          return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/approve", { params }));
+        case "reject":
+          return unwrap(
+            api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/reject", { params, body: { reason: reason ?? "" } }),
+          );
+        case "install":
+          return unwrap(
+            api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/install", { params, body: { window_s: window_s ?? 5 } }),
+          );
+        case "revert":
+          return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/revert", { params }));
       }
     },
     onSuccess: (p) => {

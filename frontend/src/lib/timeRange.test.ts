@@ -1,8 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
 import {
-  DEFAULT_RANGE, formatDuration, formatRange, fromLocalInput, parseDuration, parseRange, rangeKey, rangeParams, rangeQuery,
-  resolveRange, sameRange, toLocalInput,
+  DEFAULT_RANGE,
+  formatDuration,
+  formatRange,
+  fromLocalInput,
+  parseDuration,
+  parseRange,
+  rangeKey,
+  rangeParams,
+  rangeQuery,
+  resolveRange,
+  sameRange,
+  toLocalInput,
 } from "./timeRange";
 
 describe("time ranges", () => {
@@ -18,9 +28,15 @@ describe("time ranges", () => {
 
   it("reads absolute ranges from ISO instants or epoch milliseconds, and writes ISO", () => {
     const r = parseRange("2026-11-23T14:00:00Z", "2026-11-23T14:05:00Z");
-    expect(r).toEqual({ kind: "absolute", from: new Date("2026-11-23T14:00:00Z"), to: new Date("2026-11-23T14:05:00Z") });
+    expect(r).toEqual({
+      kind: "absolute",
+      from: new Date("2026-11-23T14:00:00Z"),
+      to: new Date("2026-11-23T14:05:00Z"),
+    });
     expect(rangeParams(r)).toEqual({ from: "2026-11-23T14:00:00.000Z", to: "2026-11-23T14:05:00.000Z" });
-    expect(parseRange(String(Date.parse("2026-11-23T14:00:00Z")), String(Date.parse("2026-11-23T14:00:10Z")))).toMatchObject({ kind: "absolute" });
+    expect(
+      parseRange(String(Date.parse("2026-11-23T14:00:00Z")), String(Date.parse("2026-11-23T14:00:10Z"))),
+    ).toMatchObject({ kind: "absolute" });
     expect(sameRange(parseRange(rangeParams(r).from, rangeParams(r).to), r)).toBe(true);
   });
 
@@ -41,11 +57,16 @@ describe("time ranges", () => {
 
   it("resolves relative ranges against now, and prints ranges for people", () => {
     const now = Date.parse("2026-11-23T14:00:00Z");
-    expect(resolveRange({ kind: "relative", seconds: 60 }, now)).toEqual({ from: new Date(now - 60_000), to: new Date(now) });
+    expect(resolveRange({ kind: "relative", seconds: 60 }, now)).toEqual({
+      from: new Date(now - 60_000),
+      to: new Date(now),
+    });
     expect(formatRange({ kind: "relative", seconds: 900 })).toBe("the last 15 min");
     expect(formatRange({ kind: "relative", seconds: 120 })).toBe("the last 2m");
     const local = new Date(2026, 10, 23, 14, 0, 5);
-    expect(formatRange({ kind: "absolute", from: local, to: new Date(2026, 10, 23, 14, 5, 0) })).toBe("2026-11-23 14:00:05 – 14:05:00");
+    expect(formatRange({ kind: "absolute", from: local, to: new Date(2026, 10, 23, 14, 5, 0) })).toBe(
+      "2026-11-23 14:00:05 – 14:05:00",
+    );
     expect(toLocalInput(local)).toBe("2026-11-23T14:00:05");
     expect(fromLocalInput("2026-11-23T14:00:05")).toEqual(local);
     expect(fromLocalInput("14:00")).toBeNull();

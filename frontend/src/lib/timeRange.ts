@@ -3,9 +3,7 @@
 // `from=now-15m&to=now`, moving with the host's newest samples) or absolute (`from` and `to` as ISO
 // 8601 instants, a fixed window such as an incident). Pure: parsing, printing, and the API's query.
 
-export type TimeRange =
-  | { kind: "relative"; seconds: number }
-  | { kind: "absolute"; from: Date; to: Date };
+export type TimeRange = { kind: "relative"; seconds: number } | { kind: "absolute"; from: Date; to: Date };
 
 export const PRESETS: { label: string; seconds: number }[] = [
   { label: "10 s", seconds: 10 },

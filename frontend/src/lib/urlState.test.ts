@@ -1,15 +1,40 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
-import { MAX_PICKED, measureLink, readFunctionView, readHostView, readIdList, writeFunctionView, writeHostView } from "./urlState";
+import {
+  MAX_PICKED,
+  measureLink,
+  readFunctionView,
+  readHostView,
+  readIdList,
+  writeFunctionView,
+  writeHostView,
+} from "./urlState";
 
 describe("view state in the URL", () => {
   it("round-trips every part of a host view and leaves defaults out", () => {
-    const p = new URLSearchParams("tab=compare&from=2026-11-23T14:00:00.000Z&to=2026-11-23T14:05:00.000Z&q=vfs_*&sort=size&dir=asc&hot=1" +
-      "&tsort=name&tdir=asc&page=3&idle=1&b_from=2026-11-23T13:55:00.000Z&b_to=2026-11-23T14:00:00.000Z&b_host=h2&paused=1");
+    const p = new URLSearchParams(
+      "tab=compare&from=2026-11-23T14:00:00.000Z&to=2026-11-23T14:05:00.000Z&q=vfs_*&sort=size&dir=asc&hot=1" +
+        "&tsort=name&tdir=asc&page=3&idle=1&b_from=2026-11-23T13:55:00.000Z&b_to=2026-11-23T14:00:00.000Z&b_host=h2&paused=1",
+    );
     const v = readHostView(p);
-    expect(v).toMatchObject({ tab: "compare", q: "vfs_*", treeSort: "size", treeDesc: false, hotOnly: true, topSort: "name",
-      topDesc: false, page: 3, idle: true, bHost: "h2", paused: true });
-    expect(v.range).toEqual({ kind: "absolute", from: new Date("2026-11-23T14:00:00Z"), to: new Date("2026-11-23T14:05:00Z") });
+    expect(v).toMatchObject({
+      tab: "compare",
+      q: "vfs_*",
+      treeSort: "size",
+      treeDesc: false,
+      hotOnly: true,
+      topSort: "name",
+      topDesc: false,
+      page: 3,
+      idle: true,
+      bHost: "h2",
+      paused: true,
+    });
+    expect(v.range).toEqual({
+      kind: "absolute",
+      from: new Date("2026-11-23T14:00:00Z"),
+      to: new Date("2026-11-23T14:05:00Z"),
+    });
     expect(readHostView(writeHostView(v))).toEqual(v);
     const defaults = writeHostView(readHostView(new URLSearchParams()));
     expect(defaults.toString()).toBe("from=now-1m&to=now");
@@ -19,7 +44,12 @@ describe("view state in the URL", () => {
     const v = readHostView(new URLSearchParams("tab=compare&fq=vfs&fzoom=all;do_syscall_64"));
     expect(v).toMatchObject({ flameQuery: "vfs", flameZoom: "all;do_syscall_64", diffQuery: "", diffZoom: "" });
     const w = readHostView(writeHostView({ ...v, diffQuery: "tcp", diffZoom: "all;tcp_sendmsg" }));
-    expect(w).toMatchObject({ flameQuery: "vfs", flameZoom: "all;do_syscall_64", diffQuery: "tcp", diffZoom: "all;tcp_sendmsg" });
+    expect(w).toMatchObject({
+      flameQuery: "vfs",
+      flameZoom: "all;do_syscall_64",
+      diffQuery: "tcp",
+      diffZoom: "all;tcp_sendmsg",
+    });
   });
 
   it("ignores values it does not know and keeps other parameters", () => {

@@ -214,11 +214,17 @@ export interface UpdateOptions {
 }
 
 /** A typed view kept in the URL: read on every render, written with push or replace. */
-export function useUrlView<V>(read: (p: URLSearchParams) => V, write: (v: V, base: URLSearchParams) => URLSearchParams) {
+export function useUrlView<V>(
+  read: (p: URLSearchParams) => V,
+  write: (v: V, base: URLSearchParams) => URLSearchParams,
+) {
   const [params, setParams] = useSearchParams();
   const view = useMemo(() => read(params), [params, read]);
-  const update = useCallback((patch: Partial<V>, options: UpdateOptions = {}) => {
-    setParams((prev) => write({ ...read(prev), ...patch }, prev), { replace: !(options.push ?? true) });
-  }, [setParams, read, write]);
+  const update = useCallback(
+    (patch: Partial<V>, options: UpdateOptions = {}) => {
+      setParams((prev) => write({ ...read(prev), ...patch }, prev), { replace: !(options.push ?? true) });
+    },
+    [setParams, read, write],
+  );
   return [view, update] as const;
 }

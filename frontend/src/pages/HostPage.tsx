@@ -39,7 +39,10 @@ export function HostPage() {
   const tabRefs = useRef<(HTMLButtonElement | null)[]>([]);
   const live = view.range.kind === "relative" && !view.paused;
   const timeline = useTimeline(hostId, view.range, live);
-  const onBrush = useCallback((from: Date, to: Date) => update({ range: { kind: "absolute", from, to }, page: 1 }, { push: true }), [update]);
+  const onBrush = useCallback(
+    (from: Date, to: Date) => update({ range: { kind: "absolute", from, to }, page: 1 }, { push: true }),
+    [update],
+  );
 
   const select = (id: TabId) => update({ tab: id }, { push: true });
   const onKey = (e: KeyboardEvent, i: number) => {
@@ -55,8 +58,14 @@ export function HostPage() {
     return (
       <section className="notice">
         <h1>{notFound ? "Host not found" : "Could not load host"}</h1>
-        {!notFound && <p className="error" role="alert">{host.error.message}</p>}
-        <p><Link to="/">Back to the host list</Link></p>
+        {!notFound && (
+          <p className="error" role="alert">
+            {host.error.message}
+          </p>
+        )}
+        <p>
+          <Link to="/">Back to the host list</Link>
+        </p>
       </section>
     );
   }
@@ -72,26 +81,63 @@ export function HostPage() {
         <HostAdminActions host={h} />
       </div>
       <dl className="facts">
-        <div><dt>Kernel</dt><dd>{h.kernel_release}</dd></div>
-        <div><dt>CPU</dt><dd>{h.cpu_model} × {h.cpu_count}</dd></div>
-        <div><dt>L1i</dt><dd><L1iGeometry host={h} /></dd></div>
-        <div><dt>Sampling</dt><dd><Sampling host={h} /></dd></div>
-        <div><dt>Catalog</dt><dd><CatalogStatus host={h} /></dd></div>
-        <div><dt>Stream</dt><dd data-testid="host-stream">{streamText(h)}</dd></div>
+        <div>
+          <dt>Kernel</dt>
+          <dd>{h.kernel_release}</dd>
+        </div>
+        <div>
+          <dt>CPU</dt>
+          <dd>
+            {h.cpu_model} × {h.cpu_count}
+          </dd>
+        </div>
+        <div>
+          <dt>L1i</dt>
+          <dd>
+            <L1iGeometry host={h} />
+          </dd>
+        </div>
+        <div>
+          <dt>Sampling</dt>
+          <dd>
+            <Sampling host={h} />
+          </dd>
+        </div>
+        <div>
+          <dt>Catalog</dt>
+          <dd>
+            <CatalogStatus host={h} />
+          </dd>
+        </div>
+        <div>
+          <dt>Stream</dt>
+          <dd data-testid="host-stream">{streamText(h)}</dd>
+        </div>
       </dl>
       <div className="toolbar range-bar">
         <TimeRangePicker range={view.range} onChange={(range) => update({ range, page: 1 }, { push: true })} />
-        <LiveBar range={view.range} paused={view.paused} onPause={(paused) => update({ paused }, { push: false })}
-          updatedAt={timeline.dataUpdatedAt} fetching={timeline.isFetching} />
+        <LiveBar
+          range={view.range}
+          paused={view.paused}
+          onPause={(paused) => update({ paused }, { push: false })}
+          updatedAt={timeline.dataUpdatedAt}
+          fetching={timeline.isFetching}
+        />
       </div>
       <TimelineChart data={timeline.data} onBrush={onBrush} />
-      {timeline.isError && <p className="error small" role="alert">Samples over time unavailable: {timeline.error.message}</p>}
+      {timeline.isError && (
+        <p className="error small" role="alert">
+          Samples over time unavailable: {timeline.error.message}
+        </p>
+      )}
       <GapStrip hostId={h.id} />
       <div role="tablist" aria-label="Host views" className="tabs">
         {TABS.map((t, i) => (
           <button
             key={t.id}
-            ref={(el) => { tabRefs.current[i] = el; }}
+            ref={(el) => {
+              tabRefs.current[i] = el;
+            }}
             type="button"
             role="tab"
             id={`tab-${t.id}`}
@@ -109,8 +155,14 @@ export function HostPage() {
         {tab === "code" && <CodeTree host={h} view={view} update={update} live={live} />}
         {tab === "top" && <TopFunctionsView hostId={h.id} view={view} update={update} live={live} />}
         {tab === "flame" && <FlameView hostId={h.id} view={view} update={update} live={live} />}
-        {tab === "compare" && <CompareView hostId={h.id} view={view} update={update}
-          diffFlame={(d) => <DiffFlameView hostId={h.id} view={view} update={update} {...d} />} />}
+        {tab === "compare" && (
+          <CompareView
+            hostId={h.id}
+            view={view}
+            update={update}
+            diffFlame={(d) => <DiffFlameView hostId={h.id} view={view} update={update} {...d} />}
+          />
+        )}
       </div>
       {/* Below the views, so the code tree and the tables start near the top of the page. */}
       <TargetsPanel hostId={h.id} />

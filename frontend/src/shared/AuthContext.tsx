@@ -18,11 +18,14 @@ export function AuthProvider({ children }: { children: ReactNode }) {
   const [session, setState] = useState<Session | null>(() => getSession());
   const qc = useQueryClient();
   useEffect(() => onSessionChange(setState), []);
-  const signIn = useCallback(async (username: string, password: string) => {
-    const token = await unwrap(api.POST("/api/v1/auth/login", { body: { username, password } }));
-    qc.clear();
-    setSession({ token: token.access_token, user: token.user });
-  }, [qc]);
+  const signIn = useCallback(
+    async (username: string, password: string) => {
+      const token = await unwrap(api.POST("/api/v1/auth/login", { body: { username, password } }));
+      qc.clear();
+      setSession({ token: token.access_token, user: token.user });
+    },
+    [qc],
+  );
   const signOut = useCallback(() => {
     setSession(null);
     qc.clear();

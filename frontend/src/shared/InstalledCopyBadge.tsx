@@ -6,8 +6,11 @@ import type { Plan } from "../api/types";
 export function InstalledCopyBadge({ hostId, plan }: { hostId: string; plan: Plan }) {
   const what = plan.root_name === plan.members[0] ? `the group of ${plan.root_name}` : "an installed group";
   return (
-    <Link className="badge installed-copy" to={`/hosts/${encodeURIComponent(hostId)}/plans/${plan.id}`}
-          title={`Runs an installed copy: ${what} (plan ${plan.id.slice(0, 8)}, installed by ${plan.install_by ?? "?"})`}>
+    <Link
+      className="badge installed-copy"
+      to={`/hosts/${encodeURIComponent(hostId)}/plans/${plan.id}`}
+      title={`Runs an installed copy: ${what} (plan ${plan.id.slice(0, 8)}, installed by ${plan.install_by ?? "?"})`}
+    >
       installed copy
     </Link>
   );

@@ -3,7 +3,13 @@
 // (the time of the data shown, so a reader knows how fresh it is).
 import type { TimeRange } from "../lib/timeRange";
 
-export function LiveBar({ range, paused, onPause, updatedAt, fetching }: {
+export function LiveBar({
+  range,
+  paused,
+  onPause,
+  updatedAt,
+  fetching,
+}: {
   range: TimeRange;
   paused: boolean;
   onPause: (paused: boolean) => void;
@@ -16,8 +22,12 @@ export function LiveBar({ range, paused, onPause, updatedAt, fetching }: {
     <div className="live-bar" aria-live="polite">
       {relative ? (
         <>
-          <button type="button" aria-pressed={paused} onClick={() => onPause(!paused)}
-            title={paused ? "Resume live updates" : "Pause: keep this view as it is"}>
+          <button
+            type="button"
+            aria-pressed={paused}
+            onClick={() => onPause(!paused)}
+            title={paused ? "Resume live updates" : "Pause: keep this view as it is"}
+          >
             {paused ? "▶ Resume" : "❚❚ Pause"}
           </button>
           <span className={`tick${paused ? " paused" : ""}`} key={updatedAt} data-testid="update-tick">
@@ -25,7 +35,9 @@ export function LiveBar({ range, paused, onPause, updatedAt, fetching }: {
           </span>
         </>
       ) : (
-        <span className="tick fixed" data-testid="update-tick">fixed range · loaded {time}</span>
+        <span className="tick fixed" data-testid="update-tick">
+          fixed range · loaded {time}
+        </span>
       )}
       {fetching && <span className="muted small">updating…</span>}
     </div>

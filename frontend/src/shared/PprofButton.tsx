@@ -15,8 +15,14 @@ export function PprofButton({ hostId, range, filter }: { hostId: string; range: 
       const res = await api.GET("/api/v1/hosts/{host_id}/profile", {
         params: {
           path: { host_id: hostId },
-          query: { ...rangeQuery(range), format: "pprof", pid: filter.pid ?? undefined, comm: filter.comm ?? undefined,
-                   cpu: filter.cpu ?? undefined, idle: filter.idle },
+          query: {
+            ...rangeQuery(range),
+            format: "pprof",
+            pid: filter.pid ?? undefined,
+            comm: filter.comm ?? undefined,
+            cpu: filter.cpu ?? undefined,
+            idle: filter.idle,
+          },
         },
         parseAs: "blob",
       });
@@ -30,8 +36,14 @@ export function PprofButton({ hostId, range, filter }: { hostId: string; range: 
   };
   return (
     <>
-      <button type="button" onClick={() => void download()} title="gzipped profile.proto: go tool pprof, speedscope">Download pprof</button>
-      {status && <span className={status.startsWith("export failed") ? "error small" : "muted small"} role="status">{status}</span>}
+      <button type="button" onClick={() => void download()} title="gzipped profile.proto: go tool pprof, speedscope">
+        Download pprof
+      </button>
+      {status && (
+        <span className={status.startsWith("export failed") ? "error small" : "muted small"} role="status">
+          {status}
+        </span>
+      )}
     </>
   );
 }

@@ -5,5 +5,12 @@
 /** Where a running measurement's probe (an int3 the kernel put in the code) sits: the instruction
  *  listed is the program's own. */
 export function ProbeBadge() {
-  return <span className="badge probe" title="A running measurement's probe sits here; the instruction shown is the program's own">probe</span>;
+  return (
+    <span
+      className="badge probe"
+      title="A running measurement's probe sits here; the instruction shown is the program's own"
+    >
+      probe
+    </span>
+  );
 }

@@ -3,10 +3,20 @@
 // new samples) or an absolute from–to (local time) such as an incident window.
 import { useState, type FormEvent } from "react";
 import {
-  PRESETS, formatRange, fromLocalInput, resolveRange, toLocalInput, MAX_RANGE_S, type TimeRange,
+  PRESETS,
+  formatRange,
+  fromLocalInput,
+  resolveRange,
+  toLocalInput,
+  MAX_RANGE_S,
+  type TimeRange,
 } from "../lib/timeRange";
 
-export function TimeRangePicker({ range, onChange, label = "Time range" }: {
+export function TimeRangePicker({
+  range,
+  onChange,
+  label = "Time range",
+}: {
   range: TimeRange;
   onChange: (r: TimeRange) => void;
   label?: string;
@@ -39,21 +49,41 @@ export function TimeRangePicker({ range, onChange, label = "Time range" }: {
 
   return (
     <div className="range-picker">
-      <span className="toolbar-label" id={`${id}-label`}>{label}</span>
+      <span className="toolbar-label" id={`${id}-label`}>
+        {label}
+      </span>
       <div role="group" aria-labelledby={`${id}-label`} className="segmented">
         {PRESETS.map((p) => (
-          <button key={p.seconds} type="button" aria-pressed={range.kind === "relative" && range.seconds === p.seconds}
-            onClick={() => onChange({ kind: "relative", seconds: p.seconds })}>{p.label}</button>
+          <button
+            key={p.seconds}
+            type="button"
+            aria-pressed={range.kind === "relative" && range.seconds === p.seconds}
+            onClick={() => onChange({ kind: "relative", seconds: p.seconds })}
+          >
+            {p.label}
+          </button>
         ))}
-        <button type="button" aria-pressed={range.kind === "absolute"} aria-expanded={custom} onClick={openCustom}>Custom…</button>
+        <button type="button" aria-pressed={range.kind === "absolute"} aria-expanded={custom} onClick={openCustom}>
+          Custom…
+        </button>
       </div>
-      <span className="range-label" data-testid={`${id}-text`}>{formatRange(range)}</span>
+      <span className="range-label" data-testid={`${id}-text`}>
+        {formatRange(range)}
+      </span>
       {custom && (
         <form className="range-custom" onSubmit={apply} aria-label={`${label}: from and to`}>
-          <label>From <input type="datetime-local" step="1" value={from} onChange={(e) => setFrom(e.target.value)} /></label>
-          <label>To <input type="datetime-local" step="1" value={to} onChange={(e) => setTo(e.target.value)} /></label>
+          <label>
+            From <input type="datetime-local" step="1" value={from} onChange={(e) => setFrom(e.target.value)} />
+          </label>
+          <label>
+            To <input type="datetime-local" step="1" value={to} onChange={(e) => setTo(e.target.value)} />
+          </label>
           <button type="submit">Apply</button>
-          {error && <span className="error small" role="alert">{error}</span>}
+          {error && (
+            <span className="error small" role="alert">
+              {error}
+            </span>
+          )}
         </form>
       )}
     </div>

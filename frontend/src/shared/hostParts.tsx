@@ -20,22 +20,36 @@ export function HostStatus({ host }: { host: Host }) {
 export function HostFlags({ host }: { host: Host }) {
   const flags: { key: string; text: string; title: string }[] = [];
   if (host.status === "retired") {
-    flags.push({ key: "retired", text: "retired", title: "Its certificate no longer works; delete the host to let it enrol again" });
+    flags.push({
+      key: "retired",
+      text: "retired",
+      title: "Its certificate no longer works; delete the host to let it enrol again",
+    });
   } else if (!host.enrolled) {
     flags.push({ key: "unenrolled", text: "not enrolled", title: "The host holds no current certificate" });
   }
   if (host.clock_skewed && host.clock_offset_ms != null) {
-    flags.push({ key: "clock", text: `clock ${formatOffset(host.clock_offset_ms)}`,
-                 title: "The host's clock differs from the backend's beyond the bound; batches outside it are refused" });
+    flags.push({
+      key: "clock",
+      text: `clock ${formatOffset(host.clock_offset_ms)}`,
+      title: "The host's clock differs from the backend's beyond the bound; batches outside it are refused",
+    });
   }
   if (host.refused_batches > 0) {
-    flags.push({ key: "refused", text: `${formatCount(host.refused_batches)} batches refused`,
-                 title: "Metric batches refused because their time was out of bounds; see the gaps" });
+    flags.push({
+      key: "refused",
+      text: `${formatCount(host.refused_batches)} batches refused`,
+      title: "Metric batches refused because their time was out of bounds; see the gaps",
+    });
   }
   if (flags.length === 0) return null;
   return (
     <span className="host-flags">
-      {flags.map((f) => <span key={f.key} className={`flag flag-${f.key}`} title={f.title}>{f.text}</span>)}
+      {flags.map((f) => (
+        <span key={f.key} className={`flag flag-${f.key}`} title={f.title}>
+          {f.text}
+        </span>
+      ))}
     </span>
   );
 }
@@ -52,7 +66,11 @@ export function formatOffset(ms: number): string {
 
 export function CatalogStatus({ host }: { host: Host }) {
   if (host.catalog_complete) {
-    return <span>{formatCount(host.function_count)} functions, {formatCount(host.block_count)} blocks</span>;
+    return (
+      <span>
+        {formatCount(host.function_count)} functions, {formatCount(host.block_count)} blocks
+      </span>
+    );
   }
   if (!host.online) return <span className="muted">catalog incomplete (host offline)</span>;
   return <span className="muted">loading catalog…</span>;
@@ -64,7 +82,11 @@ function capability(host: Host, name: string): Capability | undefined {
 
 export function L1iGeometry({ host }: { host: Host }) {
   if (host.l1i) {
-    return <span>{formatBytes(host.l1i.size_bytes)}, {host.l1i.line_bytes} B lines, {host.l1i.ways}-way</span>;
+    return (
+      <span>
+        {formatBytes(host.l1i.size_bytes)}, {host.l1i.line_bytes} B lines, {host.l1i.ways}-way
+      </span>
+    );
   }
   const why = capability(host, "l1i_geometry")?.detail || "the agent did not report it";
   return <Unavailable reason={why} />;
@@ -72,7 +94,11 @@ export function L1iGeometry({ host }: { host: Host }) {
 
 export function Sampling({ host }: { host: Host }) {
   if (host.sample_frequency_hz && host.sample_event) {
-    return <span>{host.sample_event} at {formatCount(host.sample_frequency_hz)} Hz</span>;
+    return (
+      <span>
+        {host.sample_event} at {formatCount(host.sample_frequency_hz)} Hz
+      </span>
+    );
   }
   const cap = host.capabilities.find((c) => c.name.includes("sampl") && !c.available);
   return <Unavailable reason={cap?.detail || "the agent reported no sampling source"} />;
@@ -88,7 +114,9 @@ export function Unavailable({ reason }: { reason: string }) {
 
 export function CapabilityList({ capabilities }: { capabilities: Capability[] }) {
   if (capabilities.length === 0) return <span className="muted">none reported</span>;
-  const sorted = capabilities.slice().sort((a, b) => Number(b.available) - Number(a.available) || a.name.localeCompare(b.name));
+  const sorted = capabilities
+    .slice()
+    .sort((a, b) => Number(b.available) - Number(a.available) || a.name.localeCompare(b.name));
   return (
     <ul className="capabilities">
       {sorted.map((c) => (
@@ -97,7 +125,10 @@ export function CapabilityList({ capabilities }: { capabilities: Capability[] })
           {c.available ? (
             <span className="cap-state">{c.detail ? ` — ${c.detail}` : " — available"}</span>
           ) : (
-            <span className="cap-state"> — unavailable: <span className="reason">{c.detail || "no reason given"}</span></span>
+            <span className="cap-state">
+              {" "}
+              — unavailable: <span className="reason">{c.detail || "no reason given"}</span>
+            </span>
           )}
         </li>
       ))}

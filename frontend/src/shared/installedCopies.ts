@@ -17,6 +17,9 @@ export function installedCopies(plans: readonly Plan[] | undefined): InstalledCo
 }
 
 /** The installed plan whose group holds this function, if any. */
-export function installedCopyOf(copies: InstalledCopies, fn: Pick<FunctionSummary, "digest" | "name">): Plan | undefined {
+export function installedCopyOf(
+  copies: InstalledCopies,
+  fn: Pick<FunctionSummary, "digest" | "name">,
+): Plan | undefined {
   return copies.get(key(fn.digest, fn.name));
 }

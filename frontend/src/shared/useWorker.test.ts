@@ -10,16 +10,31 @@ class FakeWorker {
   terminated = false;
   onmessage: ((ev: MessageEvent) => void) | null = null;
   onerror: ((ev: ErrorEvent) => void) | null = null;
-  constructor() { FakeWorker.made.push(this); }
-  postMessage(m: { id: number; n: number }) { this.sent.push(m); }
-  terminate() { this.terminated = true; }
-  reply(data: unknown) { this.onmessage?.({ data } as MessageEvent); }
+  constructor() {
+    FakeWorker.made.push(this);
+  }
+  postMessage(m: { id: number; n: number }) {
+    this.sent.push(m);
+  }
+  terminate() {
+    this.terminated = true;
+  }
+  reply(data: unknown) {
+    this.onmessage?.({ data } as MessageEvent);
+  }
 }
 
 const create = () => new FakeWorker() as unknown as Worker;
 
 function job(n: number, got: number[], last = true): WorkerJob<{ n: number }, { id: number; v: number }> {
-  return { request: { n }, inline: () => got.push(-n), onReply: (r) => { got.push(r.v); return last; } };
+  return {
+    request: { n },
+    inline: () => got.push(-n),
+    onReply: (r) => {
+      got.push(r.v);
+      return last;
+    },
+  };
 }
 
 afterEach(() => {
@@ -51,7 +66,9 @@ describe("useWorker", () => {
   it("keeps one worker for every job when asked, ending it on unmount", () => {
     vi.stubGlobal("Worker", FakeWorker);
     const got: number[] = [];
-    const { rerender, unmount } = renderHook(({ j }) => useWorker(create, j, true), { initialProps: { j: job(1, got) } });
+    const { rerender, unmount } = renderHook(({ j }) => useWorker(create, j, true), {
+      initialProps: { j: job(1, got) },
+    });
     rerender({ j: job(2, got) });
     expect(FakeWorker.made).toHaveLength(1);
     const w = FakeWorker.made[0];

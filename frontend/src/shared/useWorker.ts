@@ -30,10 +30,13 @@ export function useWorker<Req extends object, Reply extends { id: number }>(
   keep = false,
 ): void {
   const kept = useRef<Worker | null>(null);
-  useEffect(() => () => {
-    kept.current?.terminate();
-    kept.current = null;
-  }, []);
+  useEffect(
+    () => () => {
+      kept.current?.terminate();
+      kept.current = null;
+    },
+    [],
+  );
   useEffect(() => {
     if (!job) return;
     job.start?.();

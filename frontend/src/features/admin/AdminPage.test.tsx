@@ -8,16 +8,33 @@ import { setSession } from "../../api/session";
 
 const ADMIN = { id: "u", username: "admin", role: "admin" as const };
 const token = {
-  id: "11111111-1111-1111-1111-111111111111", note: "rack 4", host_id: null, created_by: "admin",
-  created_at: new Date().toISOString(), expires_at: new Date(Date.now() + 3600_000).toISOString(),
-  used_at: null, used_by_host: null, revoked_at: null,
+  id: "11111111-1111-1111-1111-111111111111",
+  note: "rack 4",
+  host_id: null,
+  created_by: "admin",
+  created_at: new Date().toISOString(),
+  expires_at: new Date(Date.now() + 3600_000).toISOString(),
+  used_at: null,
+  used_by_host: null,
+  revoked_at: null,
 };
 
 const REQ_ID = "22222222-2222-2222-2222-222222222222";
 function request(over: Record<string, unknown> = {}) {
-  return { id: REQ_ID, host_id: "m-1", key_fingerprint: "ab".repeat(32), hostname: "newbox", peer: "ipv4:10.0.2.15:4000",
-           requested_at: new Date().toISOString(), status: "pending", decided_by: null, decided_at: null,
-           conflicting: 0, host_enrolled: false, ...over };
+  return {
+    id: REQ_ID,
+    host_id: "m-1",
+    key_fingerprint: "ab".repeat(32),
+    hostname: "newbox",
+    peer: "ipv4:10.0.2.15:4000",
+    requested_at: new Date().toISOString(),
+    status: "pending",
+    decided_by: null,
+    decided_at: null,
+    conflicting: 0,
+    host_enrolled: false,
+    ...over,
+  };
 }
 const USERS = [
   { ...ADMIN, created_at: new Date().toISOString(), disabled_at: null },
@@ -28,7 +45,8 @@ function admin(extra: Record<string, (req: Request) => Response | Promise<Respon
   setSession({ token: "t", user: ADMIN });
   const f = routeFetch({
     "/api/v1/auth/me": () => json(ADMIN),
-    "/api/v1/hosts": () => json([host(), host({ id: "h2", hostname: "old-box", status: "retired", enrolled: false, online: false })]),
+    "/api/v1/hosts": () =>
+      json([host(), host({ id: "h2", hostname: "old-box", status: "retired", enrolled: false, online: false })]),
     "/api/v1/enrolment-tokens": () => json([token]),
     "/api/v1/enrolment-requests": () => json([request()]),
     "/api/v1/users": () => json(USERS),
@@ -48,8 +66,16 @@ describe("admin page", () => {
       "POST /api/v1/enrolment-tokens": async (req) => {
         const body = await req.json();
         sent = body;
-        return json({ ...token, note: body.note, token: "hpe_secret-shown-once", ca_pem: "-----BEGIN CERTIFICATE-----\nX\n",
-                      enroll_port: 50052 }, 201);
+        return json(
+          {
+            ...token,
+            note: body.note,
+            token: "hpe_secret-shown-once",
+            ca_pem: "-----BEGIN CERTIFICATE-----\nX\n",
+            enroll_port: 50052,
+          },
+          201,
+        );
       },
     });
     renderApp("/admin");
@@ -84,11 +110,18 @@ describe("admin page", () => {
     const enrolled = "44444444-4444-4444-4444-444444444444";
     let sent: unknown = null;
     admin({
-      "/api/v1/enrolment-requests": () => json([
-        request({ conflicting: 1 }),
-        request({ id: other, key_fingerprint: "cd".repeat(32), peer: "ipv4:203.0.113.9:555", conflicting: 1 }),
-        request({ id: enrolled, host_id: "web-1", hostname: "web-1", key_fingerprint: "ef".repeat(32), host_enrolled: true }),
-      ]),
+      "/api/v1/enrolment-requests": () =>
+        json([
+          request({ conflicting: 1 }),
+          request({ id: other, key_fingerprint: "cd".repeat(32), peer: "ipv4:203.0.113.9:555", conflicting: 1 }),
+          request({
+            id: enrolled,
+            host_id: "web-1",
+            hostname: "web-1",
+            key_fingerprint: "ef".repeat(32),
+            host_enrolled: true,
+          }),
+        ]),
       "POST /api/v1/enrolment-requests/reject": async (req) => {
         sent = await req.json();
         return json({ rejected: 1 });
@@ -136,7 +169,9 @@ describe("admin page", () => {
     await userEvent.type(within(form).getByLabelText("Password"), "long-enough-1");
     await userEvent.selectOptions(within(form).getByLabelText("Role"), "operator");
     await userEvent.click(within(form).getByRole("button", { name: "Create user" }));
-    await waitFor(() => expect(bodies.create).toEqual([{ username: "new-op", password: "long-enough-1", role: "operator" }]));
+    await waitFor(() =>
+      expect(bodies.create).toEqual([{ username: "new-op", password: "long-enough-1", role: "operator" }]),
+    );
 
     const users = screen.getByRole("table", { name: "Users" });
     await userEvent.selectOptions(within(users).getByLabelText("Role of olga"), "approver");
@@ -176,10 +211,13 @@ describe("admin page", () => {
 
   it("is closed to other roles", async () => {
     setSession({ token: "t", user: { id: "v", username: "viewer", role: "viewer" } });
-    vi.stubGlobal("fetch", routeFetch({
-      "/api/v1/auth/me": () => json({ id: "v", username: "viewer", role: "viewer" }),
-      "/api/v1/hosts": () => json([]),
-    }).fetch);
+    vi.stubGlobal(
+      "fetch",
+      routeFetch({
+        "/api/v1/auth/me": () => json({ id: "v", username: "viewer", role: "viewer" }),
+        "/api/v1/hosts": () => json([]),
+      }).fetch,
+    );
     vi.stubGlobal("WebSocket", undefined);
     renderApp("/admin");
     expect(await screen.findByText("This page needs the admin role.")).toBeInTheDocument();

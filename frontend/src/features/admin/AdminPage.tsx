@@ -5,7 +5,11 @@
 import { useState, type FormEvent } from "react";
 import { Link } from "react-router-dom";
 import {
-  useCreateEnrolmentToken, useEnrolmentRequests, useEnrolmentTokens, useHosts, useRevokeEnrolmentToken,
+  useCreateEnrolmentToken,
+  useEnrolmentRequests,
+  useEnrolmentTokens,
+  useHosts,
+  useRevokeEnrolmentToken,
 } from "../../api/queries";
 import type { EnrolmentToken, EnrolmentTokenCreated } from "../../api/types";
 import { formatAgo } from "../../lib/format";
@@ -54,7 +58,12 @@ export function AdminPage() {
   const [forHost, setForHost] = useState("");
 
   if (!isAdmin) {
-    return <section className="notice"><h1>Admin</h1><p>This page needs the admin role.</p></section>;
+    return (
+      <section className="notice">
+        <h1>Admin</h1>
+        <p>This page needs the admin role.</p>
+      </section>
+    );
   }
   const submit = (e: FormEvent) => {
     e.preventDefault();
@@ -66,7 +75,9 @@ export function AdminPage() {
 
       <h2>Enrolment tokens</h2>
       <form onSubmit={submit} className="token-form">
-        <label>Note <input value={note} maxLength={200} onChange={(e) => setNote(e.target.value)} /></label>
+        <label>
+          Note <input value={note} maxLength={200} onChange={(e) => setNote(e.target.value)} />
+        </label>
         <label title="Needed to enrol again a host that holds a certificate already">
           For host id (optional)
           <input value={forHost} maxLength={128} onChange={(e) => setForHost(e.target.value)} />
@@ -75,22 +86,40 @@ export function AdminPage() {
           Valid for (hours)
           <input type="number" min={1} max={720} value={hours} onChange={(e) => setHours(Number(e.target.value))} />
         </label>
-        <button type="submit" disabled={create.isPending}>Create enrolment token</button>
+        <button type="submit" disabled={create.isPending}>
+          Create enrolment token
+        </button>
       </form>
-      {create.isError && <p className="error" role="alert">{create.error.message}</p>}
+      {create.isError && (
+        <p className="error" role="alert">
+          {create.error.message}
+        </p>
+      )}
       {create.data && <CreatedToken created={create.data} />}
       <table aria-label="Enrolment tokens">
-        <thead><tr><th>Note</th><th>For host</th><th>Created</th><th>State</th><th /></tr></thead>
+        <thead>
+          <tr>
+            <th>Note</th>
+            <th>For host</th>
+            <th>Created</th>
+            <th>State</th>
+            <th />
+          </tr>
+        </thead>
         <tbody>
           {(tokens.data ?? []).map((t) => (
             <tr key={t.id}>
               <td>{t.note || <span className="muted">no note</span>}</td>
               <td>{t.host_id ? <code>{t.host_id}</code> : <span className="muted">any new host</span>}</td>
-              <td>{t.created_by}, {formatAgo(t.created_at)}</td>
+              <td>
+                {t.created_by}, {formatAgo(t.created_at)}
+              </td>
               <td>{tokenState(t)}</td>
               <td>
                 {!t.used_at && !t.revoked_at && (
-                  <button type="button" onClick={() => revoke.mutate(t.id)}>Revoke</button>
+                  <button type="button" onClick={() => revoke.mutate(t.id)}>
+                    Revoke
+                  </button>
                 )}
               </td>
             </tr>
@@ -102,19 +131,37 @@ export function AdminPage() {
 
       <h2>Hosts</h2>
       <table aria-label="Hosts">
-        <thead><tr><th>Host</th><th>Id</th><th>Status</th><th>Identity</th><th /></tr></thead>
+        <thead>
+          <tr>
+            <th>Host</th>
+            <th>Id</th>
+            <th>Status</th>
+            <th>Identity</th>
+            <th />
+          </tr>
+        </thead>
         <tbody>
           {(hosts.data ?? []).map((h) => (
             <tr key={h.id}>
-              <td><Link to={`/hosts/${encodeURIComponent(h.id)}`}>{h.hostname}</Link></td>
-              <td><code>{h.id}</code></td>
-              <td><HostStatus host={h} /></td>
               <td>
-                {h.status === "retired" ? "retired" : h.enrolled
-                  ? `certificate until ${h.cert_not_after ? new Date(h.cert_not_after).toLocaleDateString() : "?"}`
-                  : "not enrolled"}
+                <Link to={`/hosts/${encodeURIComponent(h.id)}`}>{h.hostname}</Link>
               </td>
-              <td><HostAdminActions host={h} afterDelete={null} /></td>
+              <td>
+                <code>{h.id}</code>
+              </td>
+              <td>
+                <HostStatus host={h} />
+              </td>
+              <td>
+                {h.status === "retired"
+                  ? "retired"
+                  : h.enrolled
+                    ? `certificate until ${h.cert_not_after ? new Date(h.cert_not_after).toLocaleDateString() : "?"}`
+                    : "not enrolled"}
+              </td>
+              <td>
+                <HostAdminActions host={h} afterDelete={null} />
+              </td>
             </tr>
           ))}
         </tbody>

@@ -14,20 +14,27 @@ export function HostAdminActions({ host, afterDelete = "/" }: { host: Host; afte
   const [confirming, setConfirming] = useState<"retire" | "delete" | null>(null);
   if (!isAdmin) return null;
   const run = (what: "retire" | "delete") =>
-    action.mutate({ hostId: host.id, action: what }, {
-      onSuccess: () => {
-        setConfirming(null);
-        if (what === "delete" && afterDelete) navigate(afterDelete);
+    action.mutate(
+      { hostId: host.id, action: what },
+      {
+        onSuccess: () => {
+          setConfirming(null);
+          if (what === "delete" && afterDelete) navigate(afterDelete);
+        },
       },
-    });
+    );
   return (
     <span className="host-admin">
       {confirming === null ? (
         <>
           {host.status !== "retired" && (
-            <button type="button" onClick={() => setConfirming("retire")}>Retire host</button>
+            <button type="button" onClick={() => setConfirming("retire")}>
+              Retire host
+            </button>
           )}
-          <button type="button" className="danger" onClick={() => setConfirming("delete")}>Delete host</button>
+          <button type="button" className="danger" onClick={() => setConfirming("delete")}>
+            Delete host
+          </button>
         </>
       ) : (
         <span role="group" aria-label={`Confirm ${confirming}`}>
@@ -37,10 +44,16 @@ export function HostAdminActions({ host, afterDelete = "/" }: { host: Host; afte
           <button type="button" className="danger" disabled={action.isPending} onClick={() => run(confirming)}>
             {confirming === "retire" ? "Retire" : "Delete"}
           </button>
-          <button type="button" onClick={() => setConfirming(null)}>Cancel</button>
+          <button type="button" onClick={() => setConfirming(null)}>
+            Cancel
+          </button>
         </span>
       )}
-      {action.isError && <span className="error" role="alert">{action.error.message}</span>}
+      {action.isError && (
+        <span className="error" role="alert">
+          {action.error.message}
+        </span>
+      )}
     </span>
   );
 }

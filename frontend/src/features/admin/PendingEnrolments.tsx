@@ -38,42 +38,77 @@ export function PendingEnrolments({ requests }: { requests: EnrolmentRequest[] }
   return (
     <>
       <h2>Hosts waiting for approval</h2>
-      {error && <p className="error" role="alert">{error.message}</p>}
+      {error && (
+        <p className="error" role="alert">
+          {error.message}
+        </p>
+      )}
       {rejectMany.data && <p role="status">Rejected {rejectMany.data.rejected} requests.</p>}
-      {pending.length === 0 ? <p className="muted">No host is waiting.</p> : (
+      {pending.length === 0 ? (
+        <p className="muted">No host is waiting.</p>
+      ) : (
         <>
           <div className="bulk-actions">
-            <button type="button" disabled={chosen.length === 0 || rejectMany.isPending}
-                    onClick={() => rejectMany.mutate(chosen, { onSuccess: () => setSelected(new Set()) })}>
+            <button
+              type="button"
+              disabled={chosen.length === 0 || rejectMany.isPending}
+              onClick={() => rejectMany.mutate(chosen, { onSuccess: () => setSelected(new Set()) })}
+            >
               Reject selected ({chosen.length})
             </button>
-            <button type="button" disabled={rejectMany.isPending}
-                    onClick={() => rejectMany.mutate(null, { onSuccess: () => setSelected(new Set()) })}>
+            <button
+              type="button"
+              disabled={rejectMany.isPending}
+              onClick={() => rejectMany.mutate(null, { onSuccess: () => setSelected(new Set()) })}
+            >
               Reject all pending ({pending.length})
             </button>
           </div>
           <table aria-label="Pending enrolments">
             <thead>
-              <tr><th /><th>Host</th><th>Id</th><th>Key (SHA-256)</th><th>From</th><th>Asked</th><th /></tr>
+              <tr>
+                <th />
+                <th>Host</th>
+                <th>Id</th>
+                <th>Key (SHA-256)</th>
+                <th>From</th>
+                <th>Asked</th>
+                <th />
+              </tr>
             </thead>
             <tbody>
               {pending.map((r) => (
                 <tr key={r.id} className={r.host_enrolled || r.conflicting > 0 ? "warn" : undefined}>
                   <td>
-                    <input type="checkbox" aria-label={`Select ${r.host_id} key ${r.key_fingerprint.slice(0, 16)}`}
-                           checked={selected.has(r.id)} onChange={(e) => toggle(r.id, e.target.checked)} />
+                    <input
+                      type="checkbox"
+                      aria-label={`Select ${r.host_id} key ${r.key_fingerprint.slice(0, 16)}`}
+                      checked={selected.has(r.id)}
+                      onChange={(e) => toggle(r.id, e.target.checked)}
+                    />
                   </td>
                   <td>{r.hostname}</td>
-                  <td><code>{r.host_id}</code> <Flags r={r} /></td>
-                  <td><code className="fingerprint">{r.key_fingerprint}</code></td>
+                  <td>
+                    <code>{r.host_id}</code> <Flags r={r} />
+                  </td>
+                  <td>
+                    <code className="fingerprint">{r.key_fingerprint}</code>
+                  </td>
                   <td>{r.peer}</td>
                   <td>{formatAgo(r.requested_at)}</td>
                   <td>
-                    <button type="button" disabled={r.host_enrolled}
-                            title={r.host_enrolled
-                              ? "This host holds a certificate: only a token created for its host id can enrol it again"
-                              : r.conflicting > 0 ? "Approving this key rejects the other keys for this host id" : undefined}
-                            onClick={() => decide.mutate({ requestId: r.id, approve: true })}>
+                    <button
+                      type="button"
+                      disabled={r.host_enrolled}
+                      title={
+                        r.host_enrolled
+                          ? "This host holds a certificate: only a token created for its host id can enrol it again"
+                          : r.conflicting > 0
+                            ? "Approving this key rejects the other keys for this host id"
+                            : undefined
+                      }
+                      onClick={() => decide.mutate({ requestId: r.id, approve: true })}
+                    >
                       Approve {r.hostname}
                     </button>{" "}
                     <button type="button" onClick={() => decide.mutate({ requestId: r.id, approve: false })}>

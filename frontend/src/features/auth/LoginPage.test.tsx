@@ -14,7 +14,11 @@ describe("login", () => {
       "POST /api/v1/auth/login": async (req) => {
         const body = await req.json();
         if (body.password !== "s3cret") return json({ detail: "Incorrect username or password" }, 401);
-        return json({ access_token: "tok", token_type: "bearer", user: { id: "u1", username: "admin", role: "admin" } });
+        return json({
+          access_token: "tok",
+          token_type: "bearer",
+          user: { id: "u1", username: "admin", role: "admin" },
+        });
       },
       "/api/v1/auth/me": () => json({ id: "u1", username: "admin", role: "admin" }),
       "/api/v1/hosts": () => json([host()]),

@@ -34,15 +34,37 @@ export function LoginPage() {
   return (
     <main className="login">
       <form className="login-form" onSubmit={(e) => void submit(e)} aria-labelledby="login-title">
-        <p className="brand-large" id="login-title">Hotpath</p>
+        <p className="brand-large" id="login-title">
+          Hotpath
+        </p>
         <label htmlFor="login-username">Username</label>
-        <input id="login-username" name="username" autoComplete="username" required value={username}
-          onChange={(e) => setUsername(e.target.value)} autoFocus />
+        <input
+          id="login-username"
+          name="username"
+          autoComplete="username"
+          required
+          value={username}
+          onChange={(e) => setUsername(e.target.value)}
+          autoFocus
+        />
         <label htmlFor="login-password">Password</label>
-        <input id="login-password" name="password" type="password" autoComplete="current-password" required
-          value={password} onChange={(e) => setPassword(e.target.value)} />
-        <button type="submit" disabled={busy}>Sign in</button>
-        {error && <p className="error" role="alert">{error}</p>}
+        <input
+          id="login-password"
+          name="password"
+          type="password"
+          autoComplete="current-password"
+          required
+          value={password}
+          onChange={(e) => setPassword(e.target.value)}
+        />
+        <button type="submit" disabled={busy}>
+          Sign in
+        </button>
+        {error && (
+          <p className="error" role="alert">
+            {error}
+          </p>
+        )}
       </form>
     </main>
   );

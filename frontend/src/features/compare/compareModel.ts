@@ -13,8 +13,11 @@ export function previousPeriod(a: TimeRange, now: number = Date.now()): TimeRang
 
 /** The pinned periods of a comparison: with no comparison range yet, the page's range becomes the
  *  comparison and the baseline the period before it; relative ranges are pinned to `now`. */
-export function pinComparison(range: TimeRange, bRange: TimeRange | null, now: number = Date.now()):
-  { baseline: TimeRange & { kind: "absolute" }; comparison: TimeRange & { kind: "absolute" } } {
+export function pinComparison(
+  range: TimeRange,
+  bRange: TimeRange | null,
+  now: number = Date.now(),
+): { baseline: TimeRange & { kind: "absolute" }; comparison: TimeRange & { kind: "absolute" } } {
   if (bRange === null) {
     const comparison = { kind: "absolute" as const, ...resolveRange(range, now) };
     return { baseline: previousPeriod(comparison) as TimeRange & { kind: "absolute" }, comparison };
@@ -28,8 +31,11 @@ export function pinComparison(range: TimeRange, bRange: TimeRange | null, now: n
 export type Direction = "grew" | "shrank" | "held";
 
 /** A change from the baseline to the comparison (per second), as the table shows it. */
-export function describeChange(baselinePerSec: number, comparisonPerSec: number, format: (v: number) => string):
-  { change: number; direction: Direction; text: string } {
+export function describeChange(
+  baselinePerSec: number,
+  comparisonPerSec: number,
+  format: (v: number) => string,
+): { change: number; direction: Direction; text: string } {
   const change = comparisonPerSec - baselinePerSec;
   const direction: Direction = change > 0 ? "grew" : change < 0 ? "shrank" : "held";
   const sign = direction === "grew" ? "+" : direction === "shrank" ? "−" : "";

@@ -17,12 +17,24 @@ import { DIFF_NAV, useFlameNavigation } from "./useFlameNavigation";
 
 export function toDiffInput(d: FlameDiffData): FlameInput {
   return {
-    frames: d.frames, frame: d.nodes.frame, parent: d.nodes.parent, total: d.nodes.a_total, self: d.nodes.a_self,
-    bTotal: d.nodes.b_total, bSelf: d.nodes.b_self,
+    frames: d.frames,
+    frame: d.nodes.frame,
+    parent: d.nodes.parent,
+    total: d.nodes.a_total,
+    self: d.nodes.a_self,
+    bTotal: d.nodes.b_total,
+    bSelf: d.nodes.b_self,
   };
 }
 
-export function DiffFlameView({ hostId, view, update, a, b, bHostId }: {
+export function DiffFlameView({
+  hostId,
+  view,
+  update,
+  a,
+  b,
+  bHostId,
+}: {
   hostId: string;
   view: HostView;
   update: (patch: Partial<HostView>, options?: { push?: boolean }) => void;
@@ -32,42 +44,86 @@ export function DiffFlameView({ hostId, view, update, a, b, bHostId }: {
 }) {
   const query = useMemo(() => {
     if (a.kind !== "absolute" || b.kind !== "absolute") return null;
-    return { a: { from: a.from.toISOString(), to: a.to.toISOString() }, b: { from: b.from.toISOString(), to: b.to.toISOString() },
-             bHost: view.bHost, filter: view.filter };
+    return {
+      a: { from: a.from.toISOString(), to: a.to.toISOString() },
+      b: { from: b.from.toISOString(), to: b.to.toISOString() },
+      bHost: view.bHost,
+      filter: view.filter,
+    };
   }, [a, b, view.bHost, view.filter]);
   const diff = useFlameDiff(hostId, query);
   const input = useMemo(() => (diff.data ? toDiffInput(diff.data) : null), [diff.data]);
   const state = useFlameLayout(input);
   const { layout, frames, focus, found, onFocus } = useFlameNavigation(state, view, update, DIFF_NAV);
-  const functionHref = useCallback((fid: number) => `/hosts/${encodeURIComponent(bHostId)}/functions/${fid}?${rangeSearch(b)}`, [bHostId, b]);
-  const setFilter = (patch: Partial<StackFilterView>) => update({ filter: { ...view.filter, ...patch }, diffZoom: "" }, { push: true });
+  const functionHref = useCallback(
+    (fid: number) => `/hosts/${encodeURIComponent(bHostId)}/functions/${fid}?${rangeSearch(b)}`,
+    [bHostId, b],
+  );
+  const setFilter = (patch: Partial<StackFilterView>) =>
+    update({ filter: { ...view.filter, ...patch }, diffZoom: "" }, { push: true });
   const d = diff.data;
   return (
     <div className="flame-view">
       <StackFilterBar filter={view.filter} contexts={undefined} onChange={setFilter} />
       <div className="toolbar">
-        <input type="search" className="search" aria-label="Search frames" placeholder="Search frames: substring or /regex/"
-          value={view.diffQuery} onChange={(e) => update({ diffQuery: e.target.value }, { push: false })} />
-        {found && <span className="muted">{formatCount(found.count)} frames match, {formatShare(found.share)} of samples</span>}
+        <input
+          type="search"
+          className="search"
+          aria-label="Search frames"
+          placeholder="Search frames: substring or /regex/"
+          value={view.diffQuery}
+          onChange={(e) => update({ diffQuery: e.target.value }, { push: false })}
+        />
+        {found && (
+          <span className="muted">
+            {formatCount(found.count)} frames match, {formatShare(found.share)} of samples
+          </span>
+        )}
         <span className="segmented" role="group" aria-label="Orientation">
-          <button type="button" aria-pressed={!view.icicle} onClick={() => update({ icicle: false }, { push: false })}>Flame</button>
-          <button type="button" aria-pressed={view.icicle} onClick={() => update({ icicle: true }, { push: false })}>Icicle</button>
+          <button type="button" aria-pressed={!view.icicle} onClick={() => update({ icicle: false }, { push: false })}>
+            Flame
+          </button>
+          <button type="button" aria-pressed={view.icicle} onClick={() => update({ icicle: true }, { push: false })}>
+            Icicle
+          </button>
         </span>
-        <span className="diff-legend" aria-label="Colours"><span className="swatch grew" /> share grew from the baseline (A) to the comparison (B) <span className="swatch shrank" /> shrank</span>
+        <span className="diff-legend" aria-label="Colours">
+          <span className="swatch grew" /> share grew from the baseline (A) to the comparison (B){" "}
+          <span className="swatch shrank" /> shrank
+        </span>
       </div>
-      {diff.isError && <p className="error" role="alert">Could not compare stacks: {diff.error.message}</p>}
-      {state.error && <p className="error" role="alert">The flame graph could not be laid out: {state.error}</p>}
+      {diff.isError && (
+        <p className="error" role="alert">
+          Could not compare stacks: {diff.error.message}
+        </p>
+      )}
+      {state.error && (
+        <p className="error" role="alert">
+          The flame graph could not be laid out: {state.error}
+        </p>
+      )}
       {diff.isPending && query && <p className="muted">Comparing stacks…</p>}
       {d && (
         <p className="muted small" data-testid="diff-summary">
-          Baseline (A): {formatCount(d.a_samples)} samples with a stack over {Math.round(d.a.seconds)} s · comparison (B): {formatCount(d.b_samples)} over {Math.round(d.b.seconds)} s
+          Baseline (A): {formatCount(d.a_samples)} samples with a stack over {Math.round(d.a.seconds)} s · comparison
+          (B): {formatCount(d.b_samples)} over {Math.round(d.b.seconds)} s
           {d.b_host_id !== d.a_host_id && <> (host {d.b_host_id})</>}
         </p>
       )}
       {d && d.a_samples + d.b_samples === 0 && <p className="muted">Neither range has call stacks for this filter.</p>}
       {layout && d && d.a_samples + d.b_samples > 0 && (
-        <FlameGraph layout={layout} frames={frames} orientation={view.icicle ? "icicle" : "flame"} focus={focus} onFocus={onFocus}
-          search={found} functionHref={functionHref} seconds={d.a.seconds} bSeconds={d.b.seconds} label="Differential flame graph" />
+        <FlameGraph
+          layout={layout}
+          frames={frames}
+          orientation={view.icicle ? "icicle" : "flame"}
+          focus={focus}
+          onFocus={onFocus}
+          search={found}
+          functionHref={functionHref}
+          seconds={d.a.seconds}
+          bSeconds={d.b.seconds}
+          label="Differential flame graph"
+        />
       )}
     </div>
   );

@@ -12,12 +12,29 @@ const frames: FlameFrame[] = [
   { name: "vfs_read", module: "vmlinux", kind: "kernel", function_id: 3 },
 ];
 // root(100) → entry(100) → ksys_read(60) → vfs_read(60)
-const layout = layoutFlame({ frames, frame: [-1, 0, 1, 2], parent: [-1, 0, 1, 2], total: [100, 100, 60, 60], self: [0, 40, 0, 60] });
+const layout = layoutFlame({
+  frames,
+  frame: [-1, 0, 1, 2],
+  parent: [-1, 0, 1, 2],
+  total: [100, 100, 60, 60],
+  self: [0, 40, 0, 60],
+});
 
 function Graph() {
   const [focus, setFocus] = useState(0);
-  return <FlameGraph layout={layout} frames={frames} orientation="icicle" focus={focus} onFocus={setFocus} search={null}
-    functionHref={(id) => `/fn/${id}`} seconds={1} label="Flame graph of a test" />;
+  return (
+    <FlameGraph
+      layout={layout}
+      frames={frames}
+      orientation="icicle"
+      focus={focus}
+      onFocus={setFocus}
+      search={null}
+      functionHref={(id) => `/fn/${id}`}
+      seconds={1}
+      label="Flame graph of a test"
+    />
+  );
 }
 
 function Fn() {
@@ -36,7 +53,14 @@ describe("FlameGraph", () => {
   });
 
   it("opens, on a double click, the frame its first click chose, whatever lies under the second", () => {
-    render(<MemoryRouter><Routes><Route path="/" element={<Graph />} /><Route path="/fn/:id" element={<Fn />} /></Routes></MemoryRouter>);
+    render(
+      <MemoryRouter>
+        <Routes>
+          <Route path="/" element={<Graph />} />
+          <Route path="/fn/:id" element={<Fn />} />
+        </Routes>
+      </MemoryRouter>,
+    );
     const frame = (name: string) => screen.getAllByTestId("flame-frame").find((b) => b.dataset.name === name)!;
     // The first click zooms into ksys_read, so the second click of the double click lands on another
     // frame (in Chromium, the one the zoom moved under the pointer): the browser's click with detail 2.

@@ -6,7 +6,15 @@
 // matches and dims the rest. A differential graph is coloured by change (red: grew from the baseline to the comparison, blue: shrank).
 import { memo, useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState, type MouseEvent } from "react";
 import { Link, useNavigate } from "react-router-dom";
-import { diffColour, frameColour, visibleCells, type Cell, type FlameFrame, type FlameLayout, type SearchResult } from "./flameModel";
+import {
+  diffColour,
+  frameColour,
+  visibleCells,
+  type Cell,
+  type FlameFrame,
+  type FlameLayout,
+  type SearchResult,
+} from "./flameModel";
 import { formatCount, formatRate, formatShare } from "../../lib/format";
 
 export const ROW = 18;
@@ -29,13 +37,15 @@ export interface FlameGraphProps {
 }
 
 function describe(l: FlameLayout, frames: FlameFrame[], node: number, seconds: number, bSeconds?: number): string {
-  const name = node === 0 ? "all samples" : frames[l.frame[node]]?.name ?? "?";
+  const name = node === 0 ? "all samples" : (frames[l.frame[node]]?.name ?? "?");
   if (l.bTotal) {
     const a = l.rootTotal ? l.total[node] / l.rootTotal : 0;
     const b = l.bRootTotal ? l.bTotal[node] / l.bRootTotal : 0;
-    return `${name}: baseline ${formatCount(l.total[node])} (${formatShare(a)}), comparison ${formatCount(l.bTotal[node])} (${formatShare(b)}), ` +
+    return (
+      `${name}: baseline ${formatCount(l.total[node])} (${formatShare(a)}), comparison ${formatCount(l.bTotal[node])} (${formatShare(b)}), ` +
       `change ${b >= a ? "+" : "−"}${(Math.abs(b - a) * 100).toFixed(1)} points` +
-      (bSeconds ? `, ${formatRate(l.bTotal[node] / bSeconds)} in the comparison` : "");
+      (bSeconds ? `, ${formatRate(l.bTotal[node] / bSeconds)} in the comparison` : "")
+    );
   }
   const share = l.rootTotal ? l.total[node] / l.rootTotal : 0;
   return `${name}: ${formatCount(l.total[node])} samples (${formatShare(share)}, ${formatRate(l.total[node] / Math.max(seconds, 1e-3))}), self ${formatCount(l.self[node])}`;
@@ -68,8 +78,14 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
     const el = scrollRef.current;
     if (el) el.scrollTop = orientation === "flame" ? el.scrollHeight : 0;
   }, [orientation, l, height]);
-  const top = useCallback((depth: number) => (orientation === "icicle" ? depth * ROW : height - (depth + 1) * ROW), [orientation, height]);
-  const colourOf = useMemo(() => (l.delta ? diffColour(l) : (node: number) => frameColour(frames[l.frame[node]])), [l, frames]);
+  const top = useCallback(
+    (depth: number) => (orientation === "icicle" ? depth * ROW : height - (depth + 1) * ROW),
+    [orientation, height],
+  );
+  const colourOf = useMemo(
+    () => (l.delta ? diffColour(l) : (node: number) => frameColour(frames[l.frame[node]])),
+    [l, frames],
+  );
 
   useEffect(() => {
     const canvas = canvasRef.current;
@@ -97,14 +113,17 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
   // Cells wide enough for a name: buttons over the canvas.
   const labelled = useMemo(() => cells.filter((c) => c.width >= LABEL_MIN_PX).slice(0, MAX_BUTTONS), [cells]);
 
-  const cellAt = useCallback((x: number, y: number): Cell | null => {
-    for (let i = cells.length - 1; i >= 0; i--) {
-      const c = cells[i];
-      const t = top(c.depth);
-      if (x >= c.x && x < c.x + c.width && y >= t && y < t + ROW) return c;
-    }
-    return null;
-  }, [cells, top]);
+  const cellAt = useCallback(
+    (x: number, y: number): Cell | null => {
+      for (let i = cells.length - 1; i >= 0; i--) {
+        const c = cells[i];
+        const t = top(c.depth);
+        if (x >= c.x && x < c.x + c.width && y >= t && y < t + ROW) return c;
+      }
+      return null;
+    },
+    [cells, top],
+  );
 
   const onCanvasMove = (e: MouseEvent) => {
     const r = (e.currentTarget as HTMLElement).getBoundingClientRect();
@@ -130,55 +149,104 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
 
   return (
     <div className="flame-graph">
-      <FrameDetails l={l} frames={frames} node={focus} functionHref={functionHref} seconds={seconds} bSeconds={bSeconds} onFocus={onFocus} />
+      <FrameDetails
+        l={l}
+        frames={frames}
+        node={focus}
+        functionHref={functionHref}
+        seconds={seconds}
+        bSeconds={bSeconds}
+        onFocus={onFocus}
+      />
       <div ref={scrollRef} className="flame-scroll">
-      <div ref={wrapRef} className="flame-canvas-wrap" style={{ height }} role="group" aria-label={label}
-        onMouseMove={onCanvasMove} onMouseLeave={() => setHover(null)} onClick={onCanvasClick}
-        onDoubleClick={() => {
-          if (clicked.current !== null) open(clicked.current);
-        }}>
-        <canvas ref={canvasRef} style={{ width, height }} aria-hidden="true" data-testid="flame-canvas" />
-        <div className="flame-labels">
-          {labelled.map((c) => {
-            const f = frames[l.frame[c.node]];
-            const name = c.node === 0 ? "all" : f?.name ?? "?";
-            return (
-              <button key={c.node} type="button" className={`flame-cell${focus === c.node ? " focused" : ""}`}
-                data-testid="flame-frame" data-name={name}
-                style={{ left: c.x, top: top(c.depth), width: c.width - 1, height: ROW - 1 }}
-                aria-label={describe(l, frames, c.node, seconds, bSeconds)}
-                onClick={(e) => { e.stopPropagation(); if (e.detail < 2) choose(c.node); }}>
-                {name}
-              </button>
-            );
-          })}
-        </div>
-        {hover && (
-          <div className="flame-tooltip" role="tooltip" style={{ left: Math.min(hover.x + 12, Math.max(0, width - 360)), top: hover.y + 14 }}>
-            {describe(l, frames, hover.node, seconds, bSeconds)}
-            {hover.node > 0 && <div className="muted small">{frames[l.frame[hover.node]]?.module}</div>}
+        <div
+          ref={wrapRef}
+          className="flame-canvas-wrap"
+          style={{ height }}
+          role="group"
+          aria-label={label}
+          onMouseMove={onCanvasMove}
+          onMouseLeave={() => setHover(null)}
+          onClick={onCanvasClick}
+          onDoubleClick={() => {
+            if (clicked.current !== null) open(clicked.current);
+          }}
+        >
+          <canvas ref={canvasRef} style={{ width, height }} aria-hidden="true" data-testid="flame-canvas" />
+          <div className="flame-labels">
+            {labelled.map((c) => {
+              const f = frames[l.frame[c.node]];
+              const name = c.node === 0 ? "all" : (f?.name ?? "?");
+              return (
+                <button
+                  key={c.node}
+                  type="button"
+                  className={`flame-cell${focus === c.node ? " focused" : ""}`}
+                  data-testid="flame-frame"
+                  data-name={name}
+                  style={{ left: c.x, top: top(c.depth), width: c.width - 1, height: ROW - 1 }}
+                  aria-label={describe(l, frames, c.node, seconds, bSeconds)}
+                  onClick={(e) => {
+                    e.stopPropagation();
+                    if (e.detail < 2) choose(c.node);
+                  }}
+                >
+                  {name}
+                </button>
+              );
+            })}
           </div>
-        )}
-      </div>
+          {hover && (
+            <div
+              className="flame-tooltip"
+              role="tooltip"
+              style={{ left: Math.min(hover.x + 12, Math.max(0, width - 360)), top: hover.y + 14 }}
+            >
+              {describe(l, frames, hover.node, seconds, bSeconds)}
+              {hover.node > 0 && <div className="muted small">{frames[l.frame[hover.node]]?.module}</div>}
+            </div>
+          )}
+        </div>
       </div>
     </div>
   );
 });
 
-function FrameDetails({ l, frames, node, functionHref, seconds, bSeconds, onFocus }: {
-  l: FlameLayout; frames: FlameFrame[]; node: number; functionHref: (fid: number) => string; seconds: number; bSeconds?: number;
+function FrameDetails({
+  l,
+  frames,
+  node,
+  functionHref,
+  seconds,
+  bSeconds,
+  onFocus,
+}: {
+  l: FlameLayout;
+  frames: FlameFrame[];
+  node: number;
+  functionHref: (fid: number) => string;
+  seconds: number;
+  bSeconds?: number;
   onFocus: (node: number) => void;
 }) {
-  if (node <= 0 || node >= l.n) return <p className="muted small flame-details">Click a frame to zoom into it; double-click opens its function.</p>;
+  if (node <= 0 || node >= l.n)
+    return <p className="muted small flame-details">Click a frame to zoom into it; double-click opens its function.</p>;
   const f = frames[l.frame[node]];
   return (
     <div className="flame-details" role="status" aria-label="Selected frame">
-      <strong className="addr">{f?.name}</strong> <span className="muted">{f?.module}</span> · {describe(l, frames, node, seconds, bSeconds)}{" "}
-      {f?.function_id !== null && f?.function_id !== undefined
-        ? <Link to={functionHref(f.function_id)}>Open function</Link>
-        : <span className="muted">(not a function of a stored catalog)</span>}{" "}
-      <button type="button" onClick={() => onFocus(l.parent[node] > 0 ? l.parent[node] : 0)}>Zoom out</button>{" "}
-      <button type="button" onClick={() => onFocus(0)}>Reset zoom</button>
+      <strong className="addr">{f?.name}</strong> <span className="muted">{f?.module}</span> ·{" "}
+      {describe(l, frames, node, seconds, bSeconds)}{" "}
+      {f?.function_id !== null && f?.function_id !== undefined ? (
+        <Link to={functionHref(f.function_id)}>Open function</Link>
+      ) : (
+        <span className="muted">(not a function of a stored catalog)</span>
+      )}{" "}
+      <button type="button" onClick={() => onFocus(l.parent[node] > 0 ? l.parent[node] : 0)}>
+        Zoom out
+      </button>{" "}
+      <button type="button" onClick={() => onFocus(0)}>
+        Reset zoom
+      </button>
     </div>
   );
 }

@@ -5,7 +5,8 @@
 import { layoutFlame, type FlameInput, type FlameLayout } from "./flameModel";
 import { layoutBuffers, loadFlame, type LoadedFlame } from "./flameLoad";
 
-export type FlameRequest = { id: number; type: "layout"; input: FlameInput } | { id: number; type: "load"; body: ArrayBuffer };
+export type FlameRequest =
+  { id: number; type: "layout"; input: FlameInput } | { id: number; type: "load"; body: ArrayBuffer };
 
 export type FlameReply =
   | { id: number; type: "done"; layout: FlameLayout; ms: number }
@@ -14,7 +15,8 @@ export type FlameReply =
 
 self.onmessage = (ev: MessageEvent<FlameRequest>) => {
   const req = ev.data;
-  const post = (reply: FlameReply, transfer: ArrayBuffer[] = []) => (self as unknown as Worker).postMessage(reply, transfer);
+  const post = (reply: FlameReply, transfer: ArrayBuffer[] = []) =>
+    (self as unknown as Worker).postMessage(reply, transfer);
   try {
     if (req.type === "load") {
       const loaded = loadFlame(req.body);

@@ -34,8 +34,20 @@ export function loadFlame(body: ArrayBuffer): LoadedFlame {
 
 /** The typed arrays of a layout, to transfer rather than copy. */
 export function layoutBuffers(layout: FlameLayout): ArrayBuffer[] {
-  return [layout.frame, layout.parent, layout.depth, layout.end, layout.x0, layout.w, layout.total, layout.self,
-    layout.delta, layout.bTotal, layout.bSelf].filter((a): a is NonNullable<typeof a> => a !== null)
+  return [
+    layout.frame,
+    layout.parent,
+    layout.depth,
+    layout.end,
+    layout.x0,
+    layout.w,
+    layout.total,
+    layout.self,
+    layout.delta,
+    layout.bTotal,
+    layout.bSelf,
+  ]
+    .filter((a): a is NonNullable<typeof a> => a !== null)
     .map((a) => a.buffer as ArrayBuffer);
 }
 
@@ -47,9 +59,15 @@ export function loadFlameInWorker(body: ArrayBuffer, signal?: AbortSignal): Prom
   return new Promise((resolve, reject) => {
     const id = nextId++;
     const worker = new Worker(new URL("./flame.worker.ts", import.meta.url), { type: "module" });
-    const stop = () => { worker.terminate(); reject(new Error("aborted")); };
+    const stop = () => {
+      worker.terminate();
+      reject(new Error("aborted"));
+    };
     signal?.addEventListener("abort", stop, { once: true });
-    const finish = () => { signal?.removeEventListener("abort", stop); worker.terminate(); };
+    const finish = () => {
+      signal?.removeEventListener("abort", stop);
+      worker.terminate();
+    };
     worker.onmessage = (ev: MessageEvent<FlameReply>) => {
       const m = ev.data;
       if (m.id !== id) return;
@@ -57,7 +75,10 @@ export function loadFlameInWorker(body: ArrayBuffer, signal?: AbortSignal): Prom
       if (m.type === "loaded") resolve(m.loaded);
       else if (m.type === "error") reject(new Error(`the flame graph could not be read: ${m.message}`));
     };
-    worker.onerror = (ev) => { finish(); reject(new Error(ev.message || "the flame graph worker failed")); };
+    worker.onerror = (ev) => {
+      finish();
+      reject(new Error(ev.message || "the flame graph worker failed"));
+    };
     worker.postMessage({ id, type: "load", body } satisfies FlameRequest, [body]);
   });
 }

@@ -1,8 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
 import {
-  diffColour, findPath, frameColour, isAncestorOrSelf, layoutFlame, matcher, pathOf, search, visibleCells,
-  type FlameFrame, type FlameInput,
+  diffColour,
+  findPath,
+  frameColour,
+  isAncestorOrSelf,
+  layoutFlame,
+  matcher,
+  pathOf,
+  search,
+  visibleCells,
+  type FlameFrame,
+  type FlameInput,
 } from "./flameModel";
 
 const frames: FlameFrame[] = [
@@ -60,7 +69,15 @@ describe("layoutFlame", () => {
     const [r, , b] = colour(4).match(/\d+/g)!.map(Number);
     expect(r).toBeGreaterThan(b);
     // A frame only in B is still visible.
-    const onlyB = layoutFlame({ frames, frame: [-1, 0], parent: [-1, 0], total: [10, 0], self: [10, 0], bTotal: [10, 10], bSelf: [0, 10] });
+    const onlyB = layoutFlame({
+      frames,
+      frame: [-1, 0],
+      parent: [-1, 0],
+      total: [10, 0],
+      self: [10, 0],
+      bTotal: [10, 10],
+      bSelf: [0, 10],
+    });
     expect(onlyB.w[1]).toBeCloseTo(0.5);
   });
 });
@@ -72,7 +89,7 @@ describe("visibleCells", () => {
     expect(cells.map((c) => c.node)).toEqual([0, 1, 2, 3]);
     expect(cells[0].width).toBe(1000);
     expect(cells[2]).toMatchObject({ node: 2, x: 0, width: 1000, depth: 2 });
-    expect(cells[3].width).toBeCloseTo(1000 * 40 / 60);
+    expect(cells[3].width).toBeCloseTo((1000 * 40) / 60);
     // Siblings of the focus are not drawn.
     expect(cells.some((c) => c.node === 4 || c.node === 5)).toBe(false);
   });

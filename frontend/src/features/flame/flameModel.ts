@@ -97,7 +97,23 @@ export function layoutFlame(input: FlameInput): FlameLayout {
     delta = new Float64Array(n);
     for (let i = 0; i < n; i++) delta[i] = (rootB > 0 ? bTotal[i] / rootB : 0) - (rootA > 0 ? total[i] / rootA : 0);
   }
-  return { n, frame, parent, depth, end, x0, w, total, self, maxDepth, delta, bTotal, bSelf, rootTotal: rootA, bRootTotal: rootB };
+  return {
+    n,
+    frame,
+    parent,
+    depth,
+    end,
+    x0,
+    w,
+    total,
+    self,
+    maxDepth,
+    delta,
+    bTotal,
+    bSelf,
+    rootTotal: rootA,
+    bRootTotal: rootB,
+  };
 }
 
 /** Whether a is b or one of b's ancestors. */
@@ -227,7 +243,8 @@ function hash(name: string): number {
 export function frameColour(f: FlameFrame | undefined): string {
   if (!f) return "#d0d7de";
   const t = hash(f.name);
-  if (f.kind === "kernel") return `hsl(${Math.round(8 + 40 * t)}, ${Math.round(78 + 12 * t)}%, ${Math.round(58 + 10 * t)}%)`;
+  if (f.kind === "kernel")
+    return `hsl(${Math.round(8 + 40 * t)}, ${Math.round(78 + 12 * t)}%, ${Math.round(58 + 10 * t)}%)`;
   if (f.kind === "user") return `hsl(${Math.round(95 + 40 * t)}, 45%, ${Math.round(55 + 12 * t)}%)`;
   return `hsl(210, 8%, ${Math.round(70 + 12 * t)}%)`;
 }

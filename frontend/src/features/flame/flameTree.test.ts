@@ -80,9 +80,14 @@ describe("buildTree", () => {
 
   it("builds the same tree as the reference for random paths, and keeps samples when cut", () => {
     let seed = 7;
-    const rand = (n: number) => { seed = (seed * 1103515245 + 12345) % 2 ** 31; return seed % n; };
+    const rand = (n: number) => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
     const list: [number[], number][] = Array.from({ length: 400 }, () => [
-      Array.from({ length: 1 + rand(12) }, () => rand(9)), 1 + rand(50)]);
+      Array.from({ length: 1 + rand(12) }, () => rand(9)),
+      1 + rand(50),
+    ]);
     const t = buildTree(flat(list));
     expect(byPath(t)).toEqual(reference(list));
     expect(heaviestFirst(t)).toBe(true);

@@ -80,7 +80,13 @@ export function buildTree(paths: FlamePaths, maxNodes = MAX_NODES): FlameTree {
   const fill = count.slice(0, n);
   for (const i of keep) kids[fill[parentOf[i]]++] = i;
   const m = keep.length + 1;
-  const out = { frame: new Int32Array(m), parent: new Int32Array(m), total: new Float64Array(m), self: new Float64Array(m), folded };
+  const out = {
+    frame: new Int32Array(m),
+    parent: new Int32Array(m),
+    total: new Float64Array(m),
+    self: new Float64Array(m),
+    folded,
+  };
   const pos = new Int32Array(n);
   const stack = [0];
   let next = 0;

@@ -13,16 +13,23 @@ export const FLAME_NAV = { query: "flameQuery", zoom: "flameZoom" } as const;
 export const DIFF_NAV = { query: "diffQuery", zoom: "diffZoom" } as const;
 export type FlameNavFields = typeof FLAME_NAV | typeof DIFF_NAV;
 
-export function useFlameNavigation(state: Pick<FlameLayoutState, "layout" | "frames">, view: HostView,
-  update: (patch: Partial<HostView>, options?: { push?: boolean }) => void, fields: FlameNavFields = FLAME_NAV) {
+export function useFlameNavigation(
+  state: Pick<FlameLayoutState, "layout" | "frames">,
+  view: HostView,
+  update: (patch: Partial<HostView>, options?: { push?: boolean }) => void,
+  fields: FlameNavFields = FLAME_NAV,
+) {
   const layout = state.layout;
   const frames = state.frames;
   const zoom = view[fields.zoom];
   const query = view[fields.query];
   const focus = useMemo(() => (layout ? findPath(layout, frames, zoom) : 0), [layout, frames, zoom]);
   const found = useMemo(() => (layout ? search(layout, frames, query) : null), [layout, frames, query]);
-  const onFocus = useCallback((node: number) => {
-    if (layout) update({ [fields.zoom]: node > 0 ? pathOf(layout, frames, node) : "" }, { push: true });
-  }, [layout, frames, update, fields.zoom]);
+  const onFocus = useCallback(
+    (node: number) => {
+      if (layout) update({ [fields.zoom]: node > 0 ? pathOf(layout, frames, node) : "" }, { push: true });
+    },
+    [layout, frames, update, fields.zoom],
+  );
   return { layout, frames, focus, found, onFocus };
 }

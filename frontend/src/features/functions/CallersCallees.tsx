@@ -12,21 +12,48 @@ import { rangeSearch } from "../../lib/urlState";
 
 const FILTER = { pid: null, comm: null, cpu: null, idle: "include" as const };
 
-function PeerList({ peers, total, hostId, range, label }: { peers: CallPeer[]; total: number; hostId: string; range: TimeRange; label: string }) {
+function PeerList({
+  peers,
+  total,
+  hostId,
+  range,
+  label,
+}: {
+  peers: CallPeer[];
+  total: number;
+  hostId: string;
+  range: TimeRange;
+  label: string;
+}) {
   if (peers.length === 0) return <p className="muted">None in the range's stacks.</p>;
   return (
     <table className="grid calls" aria-label={label}>
       <thead>
-        <tr><th scope="col">Function</th><th scope="col">Module</th><th scope="col" className="num">Samples</th><th scope="col" className="num">Share</th></tr>
+        <tr>
+          <th scope="col">Function</th>
+          <th scope="col">Module</th>
+          <th scope="col" className="num">
+            Samples
+          </th>
+          <th scope="col" className="num">
+            Share
+          </th>
+        </tr>
       </thead>
       <tbody>
         {peers.map((p) => (
           <tr key={`${p.kind}:${p.module}:${p.name}`}>
-            <td className="addr">{p.function_id !== null && p.function_id !== undefined
-              ? <Link to={`/hosts/${encodeURIComponent(hostId)}/functions/${p.function_id}?${rangeSearch(range)}`}>{p.name}</Link>
-              : p.name}{" "}</td>
-            <td className="muted">{p.module}{" "}</td>
-            <td className="num">{formatCount(p.samples)}{" "}</td>
+            <td className="addr">
+              {p.function_id !== null && p.function_id !== undefined ? (
+                <Link to={`/hosts/${encodeURIComponent(hostId)}/functions/${p.function_id}?${rangeSearch(range)}`}>
+                  {p.name}
+                </Link>
+              ) : (
+                p.name
+              )}{" "}
+            </td>
+            <td className="muted">{p.module} </td>
+            <td className="num">{formatCount(p.samples)} </td>
             <td className="num">{formatShare(total ? p.samples / total : 0)}</td>
           </tr>
         ))}
@@ -35,7 +62,17 @@ function PeerList({ peers, total, hostId, range, label }: { peers: CallPeer[]; t
   );
 }
 
-export function CallersCallees({ hostId, functionId, range, live }: { hostId: string; functionId: number; range: TimeRange; live: boolean }) {
+export function CallersCallees({
+  hostId,
+  functionId,
+  range,
+  live,
+}: {
+  hostId: string;
+  functionId: number;
+  range: TimeRange;
+  live: boolean;
+}) {
   const calls = useFunctionCalls(hostId, functionId, range, live, FILTER);
   const c = calls.data;
   const indirect = c?.call_sites.filter((s) => s.indirect && s.callees.length > 0) ?? [];
@@ -46,8 +83,8 @@ export function CallersCallees({ hostId, functionId, range, live }: { hostId: st
       {calls.isPending && <p className="muted">Loading stacks…</p>}
       {c && (
         <p className="muted" data-testid="calls-summary">
-          In {formatCount(c.inclusive_samples)} of {formatCount(c.samples)} sampled stacks ({formatShare(c.samples ? c.inclusive_samples / c.samples : 0)}),
-          {" "}{formatCount(c.self_samples)} in its own code
+          In {formatCount(c.inclusive_samples)} of {formatCount(c.samples)} sampled stacks (
+          {formatShare(c.samples ? c.inclusive_samples / c.samples : 0)}), {formatCount(c.self_samples)} in its own code
         </p>
       )}
       {c && c.samples > 0 && (
@@ -68,7 +105,13 @@ export function CallersCallees({ hostId, functionId, range, live }: { hostId: st
           {indirect.map((s) => (
             <div key={s.site_offset} className="indirect-site">
               <span className="addr">call at {formatOffset(s.site_offset)}</span>
-              <PeerList peers={s.callees} total={c!.inclusive_samples} hostId={hostId} range={range} label={`Targets of the call at ${formatOffset(s.site_offset)}`} />
+              <PeerList
+                peers={s.callees}
+                total={c!.inclusive_samples}
+                hostId={hostId}
+                range={range}
+                label={`Targets of the call at ${formatOffset(s.site_offset)}`}
+              />
             </div>
           ))}
         </>

@@ -11,16 +11,26 @@ import type { CfgLayout, EdgeKind, PositionedNode } from "../../shared/cfg/cfgMo
 import { NO_DATA_FILL, NO_SAMPLES_FILL, legendStops, type ScaleMode } from "../../shared/cfg/colourScale";
 import type { MeasuredOverlay, OverlayBlock, OverlayEdge } from "./measuredOverlay";
 import {
-  CULL_THRESHOLD, READABLE_SCALE, TEXT_SCALE, centreOn, edgeBoxes, intersects, nodeRect, visibleRect, type View,
+  CULL_THRESHOLD,
+  READABLE_SCALE,
+  TEXT_SCALE,
+  centreOn,
+  edgeBoxes,
+  intersects,
+  nodeRect,
+  visibleRect,
+  type View,
 } from "./cfgView";
 import { Minimap, Overview } from "./Minimap";
 import { useZoom } from "./useZoom";
 import { formatCount } from "../../lib/format";
 import { EDGE_STYLE } from "../../shared/cfg/cfgStyle";
 
-
 const KINDS = Object.keys(EDGE_STYLE) as EdgeKind[];
-const path = line<{ x: number; y: number }>().x((p) => p.x).y((p) => p.y).curve(curveBasis);
+const path = line<{ x: number; y: number }>()
+  .x((p) => p.x)
+  .y((p) => p.y)
+  .curve(curveBasis);
 
 export interface ColourLegendInfo {
   mode: ScaleMode;
@@ -62,7 +72,22 @@ export interface CfgGraphProps {
 }
 
 export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
-  const { layout, hostId, colour, dark, legend, selected, onSelect, focus, entryId, hottestId, onScaleMode, onFind, onGoHottest, measured } = props;
+  const {
+    layout,
+    hostId,
+    colour,
+    dark,
+    legend,
+    selected,
+    onSelect,
+    focus,
+    entryId,
+    hottestId,
+    onScaleMode,
+    onFind,
+    onGoHottest,
+    measured,
+  } = props;
   const mBlocks = useMemo(() => (measured ? new Map<string, OverlayBlock>(measured.overlay.blocks) : null), [measured]);
   const mEdges = useMemo(() => (measured ? new Map<string, OverlayEdge>(measured.overlay.edges) : null), [measured]);
   const svgRef = useRef<SVGSVGElement>(null);
@@ -78,10 +103,13 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
   const boxes = useMemo(() => edgeBoxes(layout), [layout]);
   const large = layout.nodes.length > CULL_THRESHOLD;
 
-  const centreNode = useCallback((id: string) => {
-    const n = byId.get(id);
-    if (n) setView(centreOn(nodeRect(n), Math.max(READABLE_SCALE, Math.min(1.5, view.k)), size.width, size.height));
-  }, [byId, setView, size, view.k]);
+  const centreNode = useCallback(
+    (id: string) => {
+      const n = byId.get(id);
+      if (n) setView(centreOn(nodeRect(n), Math.max(READABLE_SCALE, Math.min(1.5, view.k)), size.width, size.height));
+    },
+    [byId, setView, size, view.k],
+  );
 
   const focusSeq = focus?.seq;
   const focusId = focus?.id;
@@ -93,7 +121,10 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
   }, [focusSeq, focusId, centreNode]);
 
   const fit = () => {
-    const k = Math.max(0.02, Math.min(1.25, size.width / Math.max(1, layout.width), size.height / Math.max(1, layout.height)));
+    const k = Math.max(
+      0.02,
+      Math.min(1.25, size.width / Math.max(1, layout.width), size.height / Math.max(1, layout.height)),
+    );
     setView({ k, x: (size.width - layout.width * k) / 2, y: (size.height - layout.height * k) / 2 });
   };
 
@@ -113,17 +144,23 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
     const r = visibleRect(view, size.width, size.height);
     return {
       nodes: layout.nodes.filter((n) => intersects(nodeRect(n), r)),
-      edges: layout.edges.filter((e) => { const b = boxes.get(e.id); return !b || intersects(b, r); }),
+      edges: layout.edges.filter((e) => {
+        const b = boxes.get(e.id);
+        return !b || intersects(b, r);
+      }),
     };
   }, [large, overview, layout, view, size, boxes]);
   const showText = !large || view.k >= TEXT_SCALE;
 
-  const onKey = useCallback((e: KeyboardEvent, node: PositionedNode) => {
-    if (e.key === "Enter" || e.key === " ") {
-      e.preventDefault();
-      onSelect(node);
-    }
-  }, [onSelect]);
+  const onKey = useCallback(
+    (e: KeyboardEvent, node: PositionedNode) => {
+      if (e.key === "Enter" || e.key === " ") {
+        e.preventDefault();
+        onSelect(node);
+      }
+    },
+    [onSelect],
+  );
   const submitFind = (e: FormEvent) => {
     e.preventDefault();
     const err = onFind(findText);
@@ -133,33 +170,68 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
   return (
     <div className="cfg">
       <div className="toolbar cfg-tools">
-        <button type="button" onClick={() => zoomBy(1.25)} aria-label="Zoom in">+</button>
-        <button type="button" onClick={() => zoomBy(0.8)} aria-label="Zoom out">−</button>
-        <button type="button" onClick={fit}>Fit</button>
-        <button type="button" onClick={() => entryId && centreNode(entryId)} disabled={!entryId}>Entry</button>
-        <button type="button" onClick={onGoHottest} disabled={!hottestId}>Go to hottest block</button>
+        <button type="button" onClick={() => zoomBy(1.25)} aria-label="Zoom in">
+          +
+        </button>
+        <button type="button" onClick={() => zoomBy(0.8)} aria-label="Zoom out">
+          −
+        </button>
+        <button type="button" onClick={fit}>
+          Fit
+        </button>
+        <button type="button" onClick={() => entryId && centreNode(entryId)} disabled={!entryId}>
+          Entry
+        </button>
+        <button type="button" onClick={onGoHottest} disabled={!hottestId}>
+          Go to hottest block
+        </button>
         <form className="find-block" onSubmit={submitFind} role="search" aria-label="Find a block">
           <input
-            type="search" aria-label="Block address" placeholder="block address or +offset" value={findText}
-            onChange={(e) => { setFindText(e.target.value); setFindError(null); }}
+            type="search"
+            aria-label="Block address"
+            placeholder="block address or +offset"
+            value={findText}
+            onChange={(e) => {
+              setFindText(e.target.value);
+              setFindError(null);
+            }}
           />
           <button type="submit">Find</button>
-          {findError && <span className="error small" role="alert">{findError}</span>}
+          {findError && (
+            <span className="error small" role="alert">
+              {findError}
+            </span>
+          )}
         </form>
-        <span className="toolbar-label" id="scale-label">Colour scale</span>
+        <span className="toolbar-label" id="scale-label">
+          Colour scale
+        </span>
         <div role="group" aria-labelledby="scale-label" className="segmented">
           {(["linear", "log"] as const).map((m) => (
-            <button key={m} type="button" aria-pressed={legend.mode === m} onClick={() => onScaleMode(m)}>{m}</button>
+            <button key={m} type="button" aria-pressed={legend.mode === m} onClick={() => onScaleMode(m)}>
+              {m}
+            </button>
           ))}
         </div>
-        <span className="muted small">{formatCount(layout.nodes.filter((n) => n.kind === "block").length)} blocks · drag to pan, scroll to zoom</span>
+        <span className="muted small">
+          {formatCount(layout.nodes.filter((n) => n.kind === "block").length)} blocks · drag to pan, scroll to zoom
+        </span>
       </div>
       <div className="cfg-stage">
         <svg ref={svgRef} className="cfg-svg" aria-label="Control-flow graph" role="img">
           <defs>
             {KINDS.map((k) => (
-              <marker key={k} id={`arrow-${k}`} viewBox="0 0 10 10" refX="9" refY="5" markerWidth="10" markerHeight="10"
-                markerUnits="userSpaceOnUse" orient="auto-start-reverse">
+              <marker
+                key={k}
+                id={`arrow-${k}`}
+                viewBox="0 0 10 10"
+                refX="9"
+                refY="5"
+                markerWidth="10"
+                markerHeight="10"
+                markerUnits="userSpaceOnUse"
+                orient="auto-start-reverse"
+              >
                 <path d="M 0 0 L 10 5 L 0 10 z" fill={EDGE_STYLE[k].stroke} />
               </marker>
             ))}
@@ -187,8 +259,16 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
                   const mid = e.points[Math.floor(e.points.length / 2)];
                   if (!m || !mid) return null;
                   return (
-                    <text key={e.id} x={mid.x + 6} y={mid.y - 4} className="edge-count" data-testid="cfg-edge-count"
-                      data-edge={e.id} data-count={m.count} data-label={m.label}>
+                    <text
+                      key={e.id}
+                      x={mid.x + 6}
+                      y={mid.y - 4}
+                      className="edge-count"
+                      data-testid="cfg-edge-count"
+                      data-edge={e.id}
+                      data-count={m.count}
+                      data-label={m.label}
+                    >
                       {formatCount(m.count)} · {m.label}
                     </text>
                   );
@@ -199,13 +279,31 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
               {visible.nodes.map((n) =>
                 n.kind === "block" ? (
                   mBlocks && measured ? (
-                    <BlockNode key={n.id} node={n} fill={measured.colour(mBlocks.get(n.id)?.count ?? null)}
-                      dark={measured.dark(mBlocks.get(n.id)?.count ?? null)} selected={selected === n.id}
-                      hot={hottestId === n.id} showText={showText} onSelect={onSelect} onKey={onKey}
-                      measured={mBlocks.get(n.id) ?? { count: null, label: "unknown" }} unit={measured.overlay.unit} />
+                    <BlockNode
+                      key={n.id}
+                      node={n}
+                      fill={measured.colour(mBlocks.get(n.id)?.count ?? null)}
+                      dark={measured.dark(mBlocks.get(n.id)?.count ?? null)}
+                      selected={selected === n.id}
+                      hot={hottestId === n.id}
+                      showText={showText}
+                      onSelect={onSelect}
+                      onKey={onKey}
+                      measured={mBlocks.get(n.id) ?? { count: null, label: "unknown" }}
+                      unit={measured.overlay.unit}
+                    />
                   ) : (
-                    <BlockNode key={n.id} node={n} fill={colour(n.samples)} dark={dark(n.samples)} selected={selected === n.id}
-                      hot={hottestId === n.id} showText={showText} onSelect={onSelect} onKey={onKey} />
+                    <BlockNode
+                      key={n.id}
+                      node={n}
+                      fill={colour(n.samples)}
+                      dark={dark(n.samples)}
+                      selected={selected === n.id}
+                      hot={hottestId === n.id}
+                      showText={showText}
+                      onSelect={onSelect}
+                      onKey={onKey}
+                    />
                   )
                 ) : (
                   <ExitNode key={n.id} node={n} hostId={hostId} showText={showText} />
@@ -215,15 +313,28 @@ export const CfgGraph = memo(function CfgGraph(props: CfgGraphProps) {
           </g>
         </svg>
         {overview && <Overview layout={layout} colour={colour} view={view} size={size} />}
-        <Minimap layout={layout} colour={colour} view={view} size={size}
-          onNavigate={(x, y) => setView({ k: view.k, x: size.width / 2 - x * view.k, y: size.height / 2 - y * view.k })} />
+        <Minimap
+          layout={layout}
+          colour={colour}
+          view={view}
+          size={size}
+          onNavigate={(x, y) => setView({ k: view.k, x: size.width / 2 - x * view.k, y: size.height / 2 - y * view.k })}
+        />
       </div>
       <div className="legends">
         <ul className="legend" aria-label="Edge kinds">
           {KINDS.map((k) => (
             <li key={k}>
               <svg width="34" height="10" aria-hidden="true">
-                <line x1="1" y1="5" x2="33" y2="5" stroke={EDGE_STYLE[k].stroke} strokeWidth="2" strokeDasharray={EDGE_STYLE[k].dash} />
+                <line
+                  x1="1"
+                  y1="5"
+                  x2="33"
+                  y2="5"
+                  stroke={EDGE_STYLE[k].stroke}
+                  strokeWidth="2"
+                  strokeDasharray={EDGE_STYLE[k].dash}
+                />
               </svg>{" "}
               {EDGE_STYLE[k].label}
             </li>
@@ -249,10 +360,29 @@ interface BlockNodeProps {
   unit?: string;
 }
 
-const BlockNode = memo(function BlockNode({ node: n, fill, dark, selected, hot, showText, onSelect, onKey, measured, unit }: BlockNodeProps) {
+const BlockNode = memo(function BlockNode({
+  node: n,
+  fill,
+  dark,
+  selected,
+  hot,
+  showText,
+  onSelect,
+  onKey,
+  measured,
+  unit,
+}: BlockNodeProps) {
   const count = measured
-    ? measured.count === null ? "no data" : `${formatCount(measured.count)} ${unit} · ${measured.label}`
-    : n.samples === null ? "samples unavailable" : n.samples === 0 ? "no samples" : n.samples === 1 ? "1 sample" : `${formatCount(n.samples)} samples`;
+    ? measured.count === null
+      ? "no data"
+      : `${formatCount(measured.count)} ${unit} · ${measured.label}`
+    : n.samples === null
+      ? "samples unavailable"
+      : n.samples === 0
+        ? "no samples"
+        : n.samples === 1
+          ? "1 sample"
+          : `${formatCount(n.samples)} samples`;
   // A measured count with its unit and label can outgrow a block sized for its address: squeeze it in.
   const fits = (count.length + 1) * 6.6 <= n.width - 8;
   return (
@@ -268,12 +398,25 @@ const BlockNode = memo(function BlockNode({ node: n, fill, dark, selected, hot, 
     >
       <title>{measured ? count : n.samples === null ? "samples unavailable" : `${n.samples} samples`}</title>
       <rect width={n.width} height={n.height} rx={3} fill={fill} />
-      {showText && n.lines.map((l, i) => (
-        <text key={i} x={n.width / 2} y={8 + 15 * i + 11} textAnchor="middle" className={i === 0 ? "addr" : "sub"}>{i > 0 ? " " : ""}{l}</text>
-      ))}
+      {showText &&
+        n.lines.map((l, i) => (
+          <text key={i} x={n.width / 2} y={8 + 15 * i + 11} textAnchor="middle" className={i === 0 ? "addr" : "sub"}>
+            {i > 0 ? " " : ""}
+            {l}
+          </text>
+        ))}
       {showText && (
-        <text x={n.width / 2} y={8 + 15 * n.lines.length + 11} textAnchor="middle" className="count"
-          textLength={fits ? undefined : n.width - 8} lengthAdjust="spacingAndGlyphs"> {count}</text>
+        <text
+          x={n.width / 2}
+          y={8 + 15 * n.lines.length + 11}
+          textAnchor="middle"
+          className="count"
+          textLength={fits ? undefined : n.width - 8}
+          lengthAdjust="spacingAndGlyphs"
+        >
+          {" "}
+          {count}
+        </text>
       )}
     </g>
   );
@@ -288,9 +431,12 @@ function ExitNode({ node, hostId, showText }: { node: PositionedNode; hostId: st
         rx={node.kind === "return" ? node.height / 2 : 3}
         className={`exit exit-${node.kind}`}
       />
-      {showText && node.lines.map((l, i) => (
-        <text key={i} x={node.width / 2} y={8 + 15 * i + 11} textAnchor="middle" className={i === 0 ? "sub" : "addr"}>{l}</text>
-      ))}
+      {showText &&
+        node.lines.map((l, i) => (
+          <text key={i} x={node.width / 2} y={8 + 15 * i + 11} textAnchor="middle" className={i === 0 ? "sub" : "addr"}>
+            {l}
+          </text>
+        ))}
     </>
   );
   const transform = `translate(${node.x - node.width / 2},${node.y - node.height / 2})`;
@@ -301,7 +447,11 @@ function ExitNode({ node, hostId, showText }: { node: PositionedNode; hostId: st
       </g>
     );
   }
-  return <g transform={transform} className="cfg-node exit-node">{shape}</g>;
+  return (
+    <g transform={transform} className="cfg-node exit-node">
+      {shape}
+    </g>
+  );
 }
 
 function ColourLegend({ colour, legend }: { colour: (s: number | null) => string; legend: ColourLegendInfo }) {
@@ -309,7 +459,9 @@ function ColourLegend({ colour, legend }: { colour: (s: number | null) => string
   if (legend.total === 0) {
     return (
       <div className="colour-legend" aria-label="Block colour: samples per block">
-        <svg width="14" height="14" aria-hidden="true"><rect x="0" y="1" width="14" height="12" fill={NO_SAMPLES_FILL} stroke="#bbb" /></svg>
+        <svg width="14" height="14" aria-hidden="true">
+          <rect x="0" y="1" width="14" height="12" fill={NO_SAMPLES_FILL} stroke="#bbb" />
+        </svg>
         <span className="small">no samples in {legend.rangeLabel}</span>
       </div>
     );
@@ -317,14 +469,22 @@ function ColourLegend({ colour, legend }: { colour: (s: number | null) => string
   const stops = legendStops(legend.mode, legend.max, 7);
   return (
     <div className="colour-legend" aria-label="Block colour: samples per block">
-      <span className="small">samples per block, {legend.rangeLabel} ({legend.mode}):</span>
+      <span className="small">
+        samples per block, {legend.rangeLabel} ({legend.mode}):
+      </span>
       <svg width={20 + 6 * 22} height="14" aria-hidden="true">
         <rect x="0" y="1" width="14" height="12" fill={NO_SAMPLES_FILL} stroke="#bbb" />
         {stops.slice(1).map((v, i) => (
           <rect key={i} x={20 + i * 22} y="1" width="22" height="12" fill={colour(Math.max(1, v))} />
         ))}
       </svg>
-      <span className="small">0 · {stops.slice(1).map((v) => formatCount(v)).join(" · ")}</span>
+      <span className="small">
+        0 ·{" "}
+        {stops
+          .slice(1)
+          .map((v) => formatCount(v))
+          .join(" · ")}
+      </span>
     </div>
   );
 }
@@ -332,12 +492,13 @@ function ColourLegend({ colour, legend }: { colour: (s: number | null) => string
 function MeasurementLegend({ measured }: { measured: MeasuredInfo }) {
   const { overlay, mode, max, colour } = measured;
   const stops = legendStops(mode, max, 7);
-  const what = overlay.unit === "samples" ? "sampled PC counts (time in each block, not executions)" : "executions, exact";
+  const what =
+    overlay.unit === "samples" ? "sampled PC counts (time in each block, not executions)" : "executions, exact";
   return (
     <div className="colour-legend measured-legend" aria-label="Measurement legend">
       <span className="small">
-        Measurement {measured.measurementId}, {measured.rangeLabel}: block {what} ({mode});
-        edge width by count, edges {overlay.unit === "samples" ? "sampled estimates" : "derived from the block counts (exact or estimate)"}
+        Measurement {measured.measurementId}, {measured.rangeLabel}: block {what} ({mode}); edge width by count, edges{" "}
+        {overlay.unit === "samples" ? "sampled estimates" : "derived from the block counts (exact or estimate)"}
       </span>
       <svg width={20 + 20 + 6 * 22} height="14" aria-hidden="true">
         <rect x="0" y="1" width="14" height="12" fill={NO_DATA_FILL} stroke="#888" />
@@ -346,10 +507,20 @@ function MeasurementLegend({ measured }: { measured: MeasuredInfo }) {
           <rect key={i} x={40 + i * 22} y="1" width="22" height="12" fill={colour(Math.max(1, v))} />
         ))}
       </svg>
-      <span className="small">no data · 0 · {stops.slice(1).map((v) => formatCount(v)).join(" · ")}</span>
+      <span className="small">
+        no data · 0 ·{" "}
+        {stops
+          .slice(1)
+          .map((v) => formatCount(v))
+          .join(" · ")}
+      </span>
       {overlay.notes.length > 0 && (
         <ul className="small" aria-label="Measured edges not drawn">
-          {overlay.notes.map((n, i) => <li key={i} data-node={n.node}>{/^b\d+$/.test(n.node) ? `+0x${Number(n.node.slice(1)).toString(16)}` : n.node}: {n.text}</li>)}
+          {overlay.notes.map((n, i) => (
+            <li key={i} data-node={n.node}>
+              {/^b\d+$/.test(n.node) ? `+0x${Number(n.node.slice(1)).toString(16)}` : n.node}: {n.text}
+            </li>
+          ))}
         </ul>
       )}
     </div>

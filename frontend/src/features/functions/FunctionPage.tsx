@@ -10,7 +10,15 @@ import { useLiveTopics } from "../../api/live";
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useNavigate, useParams, useSearchParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
-import { useFunctionDetail, useFunctionSamples, useInstalledPlans, useInstructionSamples, useInstructions, useMakePlan, useMe } from "../../api/queries";
+import {
+  useFunctionDetail,
+  useFunctionSamples,
+  useInstalledPlans,
+  useInstructionSamples,
+  useInstructions,
+  useMakePlan,
+  useMe,
+} from "../../api/queries";
 import { InstalledCopyBadge } from "../../shared/InstalledCopyBadge";
 import { installedCopies, installedCopyOf } from "../../shared/installedCopies";
 import { useAuth } from "../../shared/AuthContext";
@@ -48,7 +56,11 @@ export function FunctionPage() {
       <section className="notice">
         <h1>{msg}</h1>
         <p>
-          {msg === "Host not found" ? <Link to="/">Back to the host list</Link> : <Link to={hostLink}>Back to the host</Link>}
+          {msg === "Host not found" ? (
+            <Link to="/">Back to the host list</Link>
+          ) : (
+            <Link to={hostLink}>Back to the host</Link>
+          )}
         </p>
       </section>
     );
@@ -57,8 +69,12 @@ export function FunctionPage() {
     return (
       <section className="notice">
         <h1>Could not load the function</h1>
-        <p className="error" role="alert">{detail.error.message}</p>
-        <p><Link to={hostLink}>Back to the host</Link></p>
+        <p className="error" role="alert">
+          {detail.error.message}
+        </p>
+        <p>
+          <Link to={hostLink}>Back to the host</Link>
+        </p>
       </section>
     );
   }
@@ -78,7 +94,10 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
   const instructionsWanted = view.block !== null;
   const instructions = useInstructions(hostId, fn.id, instructionsWanted, target);
   const insnSamples = useInstructionSamples(hostId, fn.id, view.range, live, kernel);
-  const insnCounts = useMemo(() => (insnSamples.data ? instructionCounts(insnSamples.data.items) : null), [insnSamples.data]);
+  const insnCounts = useMemo(
+    () => (insnSamples.data ? instructionCounts(insnSamples.data.items) : null),
+    [insnSamples.data],
+  );
 
   // The layout depends only on the code; sample counts only recolour it.
   const model = useMemo(() => buildCfgModel(detail, null), [detail]);
@@ -93,7 +112,7 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
     let max = 0;
     const nodes = base.nodes.map((n) => {
       if (n.kind !== "block" || !n.block) return n;
-      const s = sampleMap ? sampleMap.get(n.block.offset) ?? 0 : null;
+      const s = sampleMap ? (sampleMap.get(n.block.offset) ?? 0) : null;
       if (s !== null) max = Math.max(max, s);
       return { ...n, samples: s };
     });
@@ -124,7 +143,10 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
     if (!overlay || !overlayOn || !mid || !mcfg.data) return null;
     const base = colourScale(mode, mMax);
     return {
-      overlay, mode, max: mMax, measurementId: mid,
+      overlay,
+      mode,
+      max: mMax,
+      measurementId: mid,
       rangeLabel: `${new Date(mcfg.data.from).toLocaleTimeString()}–${new Date(mcfg.data.to).toLocaleTimeString()}`,
       colour: (c: number | null) => (c === null ? NO_DATA_FILL : base(c)),
       dark: (c: number | null) => isDarkFill(mode, mMax, c),
@@ -140,26 +162,37 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
   const [focus, setFocus] = useState<{ id: string; seq: number } | null>(null);
   const focusOn = useCallback((id: string) => setFocus((f) => ({ id, seq: (f?.seq ?? 0) + 1 })), []);
 
-  const onSelect = useCallback((n: PositionedNode) => {
-    if (n.block) update({ block: n.block.offset }, { push: true });
-  }, [update]);
+  const onSelect = useCallback(
+    (n: PositionedNode) => {
+      if (n.block) update({ block: n.block.offset }, { push: true });
+    },
+    [update],
+  );
   // The first view uses the hottest block known when the layout arrives; later samples do not move it.
   const firstHottest = useRef<string | null>(null);
   if (firstHottest.current === null && hottest) firstHottest.current = hottest.id;
   // A linked block (block= in the URL) is what the first view shows.
   const blockAtLoad = useRef(view.block);
-  const makeInitial = useCallback((layout: CfgLayout, w: number, h: number) => {
-    const linked = layout.nodes.find((n) => n.kind === "block" && n.block?.offset === blockAtLoad.current);
-    return linked ? initialView(layout, w, h, linked.id, linked.id) : initialView(layout, w, h, entryId, firstHottest.current);
-  }, [entryId]);
-  const onFind = useCallback((q: string) => {
-    if (!coloured) return "The graph is still being laid out.";
-    const n = findBlock(coloured.layout.nodes, fn.address_hex, q);
-    if (!n) return `No block of ${fn.name} holds ${q.trim() || "that"}.`;
-    update({ block: n.block!.offset }, { push: true });
-    focusOn(n.id);
-    return null;
-  }, [coloured, fn.address_hex, fn.name, update, focusOn]);
+  const makeInitial = useCallback(
+    (layout: CfgLayout, w: number, h: number) => {
+      const linked = layout.nodes.find((n) => n.kind === "block" && n.block?.offset === blockAtLoad.current);
+      return linked
+        ? initialView(layout, w, h, linked.id, linked.id)
+        : initialView(layout, w, h, entryId, firstHottest.current);
+    },
+    [entryId],
+  );
+  const onFind = useCallback(
+    (q: string) => {
+      if (!coloured) return "The graph is still being laid out.";
+      const n = findBlock(coloured.layout.nodes, fn.address_hex, q);
+      if (!n) return `No block of ${fn.name} holds ${q.trim() || "that"}.`;
+      update({ block: n.block!.offset }, { push: true });
+      focusOn(n.id);
+      return null;
+    },
+    [coloured, fn.address_hex, fn.name, update, focusOn],
+  );
   const goHottest = useCallback(() => {
     if (!hottest) return;
     update({ block: hottest.block!.offset }, { push: true });
@@ -168,7 +201,9 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
   const goHottestInstruction = useCallback(() => {
     const off = insnCounts?.hottest;
     if (off === null || off === undefined || !coloured) return;
-    const n = coloured.layout.nodes.find((x) => x.kind === "block" && x.block && off >= x.block.offset && off < x.block.offset + x.block.size);
+    const n = coloured.layout.nodes.find(
+      (x) => x.kind === "block" && x.block && off >= x.block.offset && off < x.block.offset + x.block.size,
+    );
     if (!n) return;
     update({ block: n.block!.offset }, { push: true });
     focusOn(n.id);
@@ -180,31 +215,59 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
   const callees = groupCallees(detail.callees);
   return (
     <section className="function-page">
-      <p className="crumbs"><Link to={`${hostLink}?${rangeSearch(view.range)}`}>← host</Link> · <Link to={`${hostLink}?tab=code&${rangeSearch(view.range)}`}>code</Link></p>
+      <p className="crumbs">
+        <Link to={`${hostLink}?${rangeSearch(view.range)}`}>← host</Link> ·{" "}
+        <Link to={`${hostLink}?tab=code&${rangeSearch(view.range)}`}>code</Link>
+      </p>
       <h1>{fn.name}</h1>
       <OptimizeButton hostId={hostId} functionId={fn.id} />
       <InstalledCopy hostId={hostId} target={target} fn={fn} />
       <dl className="facts">
-        <div><dt>Module</dt><dd>{fn.module}</dd></div>
-        <div><dt>Address</dt><dd className="addr">{formatAddress(fn.address_hex, fn.address)}</dd></div>
-        <div><dt>Size</dt><dd>{formatBytes(fn.size)}</dd></div>
-        <div><dt>Basic blocks</dt><dd>{fn.block_count}</dd></div>
+        <div>
+          <dt>Module</dt>
+          <dd>{fn.module}</dd>
+        </div>
+        <div>
+          <dt>Address</dt>
+          <dd className="addr">{formatAddress(fn.address_hex, fn.address)}</dd>
+        </div>
+        <div>
+          <dt>Size</dt>
+          <dd>{formatBytes(fn.size)}</dd>
+        </div>
+        <div>
+          <dt>Basic blocks</dt>
+          <dd>{fn.block_count}</dd>
+        </div>
         <div>
           <dt>Samples ({rangeText})</dt>
           <dd>
-            {!kernel
-              ? <ProcessSamplesNote hostId={hostId} target={target} functionId={fn.id} />
-              : samples.data
-              ? <>{formatCount(samples.data.total)} <span className="muted">({formatRate(samples.data.total / Math.max(1e-3, samples.data.seconds))})</span></>
-              : samples.isError
-                ? <span className="unavailable">unavailable <span className="reason">({samples.error.message})</span></span>
-                : "…"}
+            {!kernel ? (
+              <ProcessSamplesNote hostId={hostId} target={target} functionId={fn.id} />
+            ) : samples.data ? (
+              <>
+                {formatCount(samples.data.total)}{" "}
+                <span className="muted">({formatRate(samples.data.total / Math.max(1e-3, samples.data.seconds))})</span>
+              </>
+            ) : samples.isError ? (
+              <span className="unavailable">
+                unavailable <span className="reason">({samples.error.message})</span>
+              </span>
+            ) : (
+              "…"
+            )}
           </dd>
         </div>
       </dl>
       <div className="toolbar range-bar">
         <TimeRangePicker range={view.range} onChange={(range) => update({ range }, { push: true })} />
-        <LiveBar range={view.range} paused={paused} onPause={setPaused} updatedAt={samples.dataUpdatedAt} fetching={samples.isFetching} />
+        <LiveBar
+          range={view.range}
+          paused={paused}
+          onPause={setPaused}
+          updatedAt={samples.dataUpdatedAt}
+          fetching={samples.isFetching}
+        />
       </div>
       {mid && mRow !== null && (
         <div className="toolbar measurement-bar" role="group" aria-label="Measurement overlay">
@@ -215,11 +278,17 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
           {mcfg.data && (
             <span className="small" data-testid="measurement-range">
               {mcfg.data.function}: {mcfg.data.intervals} intervals from {new Date(mcfg.data.from).toLocaleString()} to{" "}
-              {new Date(mcfg.data.to).toLocaleString()} · blocks {mcfg.data.basis === "sampled" ? "sampled" : mcfg.data.basis === "exact" ? "exact" : "not counted"}
-              {" "}· edges {mcfg.data.edges.length ? (mcfg.data.basis === "sampled" ? "sampled estimates" : "derived") : "none yet"}
+              {new Date(mcfg.data.to).toLocaleString()} · blocks{" "}
+              {mcfg.data.basis === "sampled" ? "sampled" : mcfg.data.basis === "exact" ? "exact" : "not counted"} ·
+              edges{" "}
+              {mcfg.data.edges.length ? (mcfg.data.basis === "sampled" ? "sampled estimates" : "derived") : "none yet"}
             </span>
           )}
-          {mcfg.isError && <span className="error small" role="alert">Measurement unavailable: {mcfg.error.message}</span>}
+          {mcfg.isError && (
+            <span className="error small" role="alert">
+              Measurement unavailable: {mcfg.error.message}
+            </span>
+          )}
         </div>
       )}
       {fn.undecodable && (
@@ -237,16 +306,29 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
           {blockCount === 0 ? (
             <p className="muted">No basic blocks were found.</p>
           ) : layoutState.error ? (
-            <p className="error" role="alert">The graph could not be laid out: {layoutState.error}</p>
+            <p className="error" role="alert">
+              The graph could not be laid out: {layoutState.error}
+            </p>
           ) : !coloured ? (
-            <LayoutProgress blocks={blockCount} phase={layoutState.phase} fraction={layoutState.fraction} startedAt={layoutState.startedAt} />
+            <LayoutProgress
+              blocks={blockCount}
+              phase={layoutState.phase}
+              fraction={layoutState.fraction}
+              startedAt={layoutState.startedAt}
+            />
           ) : (
             <CfgGraph
               layout={coloured.layout}
               hostId={hostId}
               colour={colour}
               dark={dark}
-              legend={{ mode, max: scaleMax, total: samples.data?.total ?? 0, samplesKnown: sampleMap !== null, rangeLabel: rangeText }}
+              legend={{
+                mode,
+                max: scaleMax,
+                total: samples.data?.total ?? 0,
+                samplesKnown: sampleMap !== null,
+                rangeLabel: rangeText,
+              }}
               selected={selectedNode?.id ?? null}
               onSelect={onSelect}
               focus={focus}
@@ -260,7 +342,9 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
             />
           )}
           {layoutState.ms !== null && coloured && (
-            <p className="muted small" data-testid="layout-time">laid out {formatCount(blockCount)} blocks in {Math.round(layoutState.ms)} ms (in a worker)</p>
+            <p className="muted small" data-testid="layout-time">
+              laid out {formatCount(blockCount)} blocks in {Math.round(layoutState.ms)} ms (in a worker)
+            </p>
           )}
         </div>
         <InstructionsPanel
@@ -273,35 +357,46 @@ function FunctionView({ hostId, detail, target }: { hostId: string; detail: Func
           onGoHottest={goHottestInstruction}
         />
       </div>
-      {kernel
-        ? <CallersCallees hostId={hostId} functionId={fn.id} range={view.range} live={live} />
-        : (
-          <section className="callers-callees" id="calls" aria-labelledby="calls-title">
-            <h2 id="calls-title">Callers and callees</h2>
-            <ProcessSamplesNote hostId={hostId} target={target} functionId={fn.id} />
-          </section>
-        )}
+      {kernel ? (
+        <CallersCallees hostId={hostId} functionId={fn.id} range={view.range} live={live} />
+      ) : (
+        <section className="callers-callees" id="calls" aria-labelledby="calls-title">
+          <h2 id="calls-title">Callers and callees</h2>
+          <ProcessSamplesNote hostId={hostId} target={target} functionId={fn.id} />
+        </section>
+      )}
       <section className="callees" aria-labelledby="callees-title">
         <h2 id="callees-title">Callees</h2>
         {callees.length === 0 && <p className="muted">No direct calls.</p>}
         {callees.length > 0 && (
           <table className="grid callee-groups" aria-label="Callees from code">
             <thead>
-              <tr><th scope="col">Function</th><th scope="col" className="num">Call sites</th><th scope="col">At</th></tr>
+              <tr>
+                <th scope="col">Function</th>
+                <th scope="col" className="num">
+                  Call sites
+                </th>
+                <th scope="col">At</th>
+              </tr>
             </thead>
             <tbody>
               {callees.map((g) => (
                 <tr key={g.target}>
                   <td>
                     {g.functionId !== null ? (
-                      <Link to={`${hostLink}/functions/${g.functionId}?${rangeSearch(view.range)}`}>{g.name ?? formatAddress(g.target, g.address)}</Link>
+                      <Link to={`${hostLink}/functions/${g.functionId}?${rangeSearch(view.range)}`}>
+                        {g.name ?? formatAddress(g.target, g.address)}
+                      </Link>
                     ) : (
                       <span className="addr">{g.name ?? formatAddress(g.target, g.address)}</span>
                     )}
                     {g.module && g.module !== fn.module && <span className="muted"> [{g.module}]</span>}{" "}
                   </td>
-                  <td className="num">{formatCount(g.sites.length)}{" "}</td>
-                  <td className="muted addr small">{g.sites.slice(0, 4).map(formatOffset).join(", ")}{g.sites.length > 4 ? ", …" : ""}</td>
+                  <td className="num">{formatCount(g.sites.length)} </td>
+                  <td className="muted addr small">
+                    {g.sites.slice(0, 4).map(formatOffset).join(", ")}
+                    {g.sites.length > 4 ? ", …" : ""}
+                  </td>
                 </tr>
               ))}
             </tbody>
@@ -323,7 +418,12 @@ function InstalledCopy({ hostId, target, fn }: { hostId: string; target: string;
   const installed = useInstalledPlans(hostId, target);
   const copies = useMemo(() => installedCopies(installed.data), [installed.data]);
   const plan = installedCopyOf(copies, fn);
-  return plan ? <>{" "}<InstalledCopyBadge hostId={hostId} plan={plan} /></> : null;
+  return plan ? (
+    <>
+      {" "}
+      <InstalledCopyBadge hostId={hostId} plan={plan} />
+    </>
+  ) : null;
 }
 
 /** "Optimize…": asks the host's agent for a plan of this function (operators), then opens the plan. */
@@ -336,17 +436,40 @@ function OptimizeButton({ hostId, functionId }: { hostId: string; functionId: nu
   const allowed = me?.role === "operator" || me?.role === "approver" || me?.role === "admin";
   return (
     <span className="optimize">
-      <button type="button" disabled={!allowed || make.isPending} title={allowed ? "Plan the re-layout of this function and its hot callees" : "needs the operator role"}
-              onClick={() => make.mutate({ target: search.get("target") ?? "kernel", function_id: functionId },
-                                         { onSuccess: (p) => navigate(`/hosts/${encodeURIComponent(hostId)}/plans/${p.id}`) })}>
+      <button
+        type="button"
+        disabled={!allowed || make.isPending}
+        title={allowed ? "Plan the re-layout of this function and its hot callees" : "needs the operator role"}
+        onClick={() =>
+          make.mutate(
+            { target: search.get("target") ?? "kernel", function_id: functionId },
+            { onSuccess: (p) => navigate(`/hosts/${encodeURIComponent(hostId)}/plans/${p.id}`) },
+          )
+        }
+      >
         {make.isPending ? "Asking the agent…" : "Optimize…"}
       </button>
-      {make.isError && <span className="error small" role="alert"> {make.error.message}</span>}
+      {make.isError && (
+        <span className="error small" role="alert">
+          {" "}
+          {make.error.message}
+        </span>
+      )}
     </span>
   );
 }
 
-function LayoutProgress({ blocks, phase, fraction, startedAt }: { blocks: number; phase: string; fraction: number; startedAt: number }) {
+function LayoutProgress({
+  blocks,
+  phase,
+  fraction,
+  startedAt,
+}: {
+  blocks: number;
+  phase: string;
+  fraction: number;
+  startedAt: number;
+}) {
   const [now, setNow] = useState(() => performance.now());
   // The elapsed time moves while the worker runs.
   useEffect(() => {
@@ -356,7 +479,9 @@ function LayoutProgress({ blocks, phase, fraction, startedAt }: { blocks: number
   const elapsed = Math.max(0, now - startedAt) / 1000;
   return (
     <div className="layout-progress" role="status" aria-live="polite">
-      <p>Laying out {formatCount(blocks)} blocks… {phase} ({elapsed.toFixed(1)} s)</p>
+      <p>
+        Laying out {formatCount(blocks)} blocks… {phase} ({elapsed.toFixed(1)} s)
+      </p>
       <progress max={1} value={fraction} aria-label="Layout progress" />
     </div>
   );

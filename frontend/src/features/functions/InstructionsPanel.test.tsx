@@ -6,7 +6,15 @@ import { block } from "../../test/fixtures";
 
 const ins = [
   { offset: 0, address: 0, address_hex: "ffffffff81234560", length: 1, bytes: "55", text: "push rbp", probe: false },
-  { offset: 1, address: 0, address_hex: "ffffffff81234561", length: 3, bytes: "4889e5", text: "mov rbp, rsp", probe: false },
+  {
+    offset: 1,
+    address: 0,
+    address_hex: "ffffffff81234561",
+    length: 3,
+    bytes: "4889e5",
+    text: "mov rbp, rsp",
+    probe: false,
+  },
   { offset: 4, address: 0, address_hex: "ffffffff81234564", length: 1, bytes: "c3", text: "ret", probe: false },
 ];
 
@@ -17,7 +25,15 @@ describe("instructions panel", () => {
   });
 
   it("lists only the selected block's instructions with exact addresses and spaced bytes", () => {
-    render(<InstructionsPanel block={block(0, 4, [], "ffffffff81234560")} blockHex="ffffffff81234560" instructions={ins} loading={false} error={null} />);
+    render(
+      <InstructionsPanel
+        block={block(0, 4, [], "ffffffff81234560")}
+        blockHex="ffffffff81234560"
+        instructions={ins}
+        loading={false}
+        error={null}
+      />,
+    );
     const panel = screen.getByRole("region", { name: "Instructions" });
     expect(panel).toHaveTextContent("Block 0xffffffff81234560 · size 4");
     const rows = within(panel).getAllByRole("row").slice(1);
@@ -29,7 +45,15 @@ describe("instructions panel", () => {
 
   it("marks the instruction a running measurement probes, with the program's own bytes, and says so", () => {
     const probed = ins.map((i) => ({ ...i, probe: i.offset === 0 }));
-    render(<InstructionsPanel block={block(0, 4, [], "ffffffff81234560")} blockHex="ffffffff81234560" instructions={probed} loading={false} error={null} />);
+    render(
+      <InstructionsPanel
+        block={block(0, 4, [], "ffffffff81234560")}
+        blockHex="ffffffff81234560"
+        instructions={probed}
+        loading={false}
+        error={null}
+      />,
+    );
     const panel = screen.getByRole("region", { name: "Instructions" });
     const rows = within(panel).getAllByRole("row").slice(1);
     expect(rows.map((r) => r.textContent)).toEqual([
@@ -41,7 +65,15 @@ describe("instructions panel", () => {
   });
 
   it("marks no probe where none sits", () => {
-    render(<InstructionsPanel block={block(0, 4, [], "ffffffff81234560")} blockHex="ffffffff81234560" instructions={ins} loading={false} error={null} />);
+    render(
+      <InstructionsPanel
+        block={block(0, 4, [], "ffffffff81234560")}
+        blockHex="ffffffff81234560"
+        instructions={ins}
+        loading={false}
+        error={null}
+      />,
+    );
     const panel = screen.getByRole("region", { name: "Instructions" });
     expect(within(panel).queryByText("probe")).toBeNull();
     expect(within(panel).queryByTestId("probe-note")).toBeNull();
@@ -49,9 +81,19 @@ describe("instructions panel", () => {
 
   it("shows loading, then the server's reason when the host cannot be read", () => {
     const b = block(0, 4, []);
-    const { rerender } = render(<InstructionsPanel block={b} blockHex={b.address_hex} instructions={undefined} loading error={null} />);
+    const { rerender } = render(
+      <InstructionsPanel block={b} blockHex={b.address_hex} instructions={undefined} loading error={null} />,
+    );
     expect(screen.getByText("Loading instructions…")).toBeInTheDocument();
-    rerender(<InstructionsPanel block={b} blockHex={b.address_hex} instructions={undefined} loading={false} error="Host is offline" />);
+    rerender(
+      <InstructionsPanel
+        block={b}
+        blockHex={b.address_hex}
+        instructions={undefined}
+        loading={false}
+        error="Host is offline"
+      />,
+    );
     expect(screen.getByRole("alert")).toHaveTextContent("Instructions unavailable: Host is offline");
   });
 
@@ -63,11 +105,23 @@ describe("instructions panel", () => {
 
 describe("instruction samples", () => {
   it("shows each instruction's samples and marks the function's hottest", () => {
-    const samples = instructionCounts([{ offset: 1, samples: 30 }, { offset: 4, samples: 30 }, { offset: 0, samples: 5 }]);
+    const samples = instructionCounts([
+      { offset: 1, samples: 30 },
+      { offset: 4, samples: 30 },
+      { offset: 0, samples: 5 },
+    ]);
     expect(samples.hottest).toBe(1); // a tie goes to the lower offset
     expect(samples.total).toBe(65);
-    render(<InstructionsPanel block={block(0, 5, [], "ffffffff81234560")} blockHex="ffffffff81234560" instructions={ins}
-      loading={false} error={null} samples={samples} />);
+    render(
+      <InstructionsPanel
+        block={block(0, 5, [], "ffffffff81234560")}
+        blockHex="ffffffff81234560"
+        instructions={ins}
+        loading={false}
+        error={null}
+        samples={samples}
+      />,
+    );
     const panel = screen.getByRole("region", { name: "Instructions" });
     const rows = within(panel).getAllByRole("row").slice(1);
     expect(rows.map((r) => r.textContent)).toEqual([
@@ -81,8 +135,19 @@ describe("instruction samples", () => {
 
   it("offers to show the hottest instruction when it lies in another block", () => {
     let asked = 0;
-    render(<InstructionsPanel block={block(4, 1, [], "ffffffff81234564")} blockHex="ffffffff81234564" instructions={ins}
-      loading={false} error={null} samples={instructionCounts([{ offset: 1, samples: 3 }])} onGoHottest={() => { asked++; }} />);
+    render(
+      <InstructionsPanel
+        block={block(4, 1, [], "ffffffff81234564")}
+        blockHex="ffffffff81234564"
+        instructions={ins}
+        loading={false}
+        error={null}
+        samples={instructionCounts([{ offset: 1, samples: 3 }])}
+        onGoHottest={() => {
+          asked++;
+        }}
+      />,
+    );
     screen.getByRole("button", { name: "show it" }).click();
     expect(asked).toBe(1);
   });

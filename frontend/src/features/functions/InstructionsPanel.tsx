@@ -37,7 +37,12 @@ export function instructionCounts(items: readonly { offset: number; samples: num
   for (const it of items) {
     counts.set(it.offset, it.samples);
     total += it.samples;
-    if (hottest === null || it.samples > counts.get(hottest)! || (it.samples === counts.get(hottest) && it.offset < hottest)) hottest = it.offset;
+    if (
+      hottest === null ||
+      it.samples > counts.get(hottest)! ||
+      (it.samples === counts.get(hottest) && it.offset < hottest)
+    )
+      hottest = it.offset;
   }
   return { counts, hottest, total };
 }
@@ -49,10 +54,19 @@ export function spacedBytes(bytes: string): string {
   return b.match(/.{1,2}/g)?.join(" ") ?? b;
 }
 
-export function InstructionsPanel({ block, blockHex, instructions, loading, error, samples, onGoHottest }: InstructionsPanelProps) {
+export function InstructionsPanel({
+  block,
+  blockHex,
+  instructions,
+  loading,
+  error,
+  samples,
+  onGoHottest,
+}: InstructionsPanelProps) {
   const rows = block && instructions ? instructionsOfBlock(instructions, block) : [];
   const max = samples ? Math.max(1, ...samples.counts.values()) : 1;
-  const hottestHere = samples?.hottest !== null && samples?.hottest !== undefined && rows.some((r) => r.offset === samples.hottest);
+  const hottestHere =
+    samples?.hottest !== null && samples?.hottest !== undefined && rows.some((r) => r.offset === samples.hottest);
   return (
     <section aria-label="Instructions" role="region" className="instructions">
       <h2>Instructions</h2>
@@ -65,27 +79,46 @@ export function InstructionsPanel({ block, blockHex, instructions, loading, erro
       )}
       {samples && samples.hottest !== null && (
         <p className="small" data-testid="hottest-instruction">
-          Hottest instruction: +0x{samples.hottest.toString(16)} ({samples.counts.get(samples.hottest)} of {samples.total} samples)
-          {!hottestHere && onGoHottest && <> · <button type="button" className="link-button" onClick={onGoHottest}>show it</button></>}
+          Hottest instruction: +0x{samples.hottest.toString(16)} ({samples.counts.get(samples.hottest)} of{" "}
+          {samples.total} samples)
+          {!hottestHere && onGoHottest && (
+            <>
+              {" "}
+              ·{" "}
+              <button type="button" className="link-button" onClick={onGoHottest}>
+                show it
+              </button>
+            </>
+          )}
         </p>
       )}
-      {samples && samples.total === 0 && block && <p className="muted small">No per-instruction samples in this range.</p>}
+      {samples && samples.total === 0 && block && (
+        <p className="muted small">No per-instruction samples in this range.</p>
+      )}
       {block && loading && <p className="muted">Loading instructions…</p>}
-      {block && error && <p className="error" role="alert">Instructions unavailable: {error}</p>}
+      {block && error && (
+        <p className="error" role="alert">
+          Instructions unavailable: {error}
+        </p>
+      )}
       {block && !loading && !error && instructions && rows.length === 0 && (
         <p className="muted">The agent returned no instructions for this block.</p>
       )}
       {rows.some((r) => r.probe) && (
         <p className="muted small" data-testid="probe-note">
-          A running measurement's probe sits on {rows.filter((r) => r.probe).length} instruction(s) here, marked
-          probe; the bytes shown are the program's own.
+          A running measurement's probe sits on {rows.filter((r) => r.probe).length} instruction(s) here, marked probe;
+          the bytes shown are the program's own.
         </p>
       )}
       {rows.length > 0 && (
         <table className="grid insns">
           <thead>
             <tr>
-              {samples && <th scope="col" className="num">Samples</th>}
+              {samples && (
+                <th scope="col" className="num">
+                  Samples
+                </th>
+              )}
               <th scope="col">Address</th>
               <th scope="col">Bytes</th>
               <th scope="col">Instruction</th>
@@ -96,18 +129,35 @@ export function InstructionsPanel({ block, blockHex, instructions, loading, erro
               const n = samples?.counts.get(ins.offset) ?? 0;
               const hot = samples?.hottest === ins.offset;
               return (
-                <tr key={ins.offset} className={[hot ? "hottest" : "", ins.probe ? "probed" : ""].join(" ").trim() || undefined}
-                    aria-current={hot ? "true" : undefined}>
+                <tr
+                  key={ins.offset}
+                  className={[hot ? "hottest" : "", ins.probe ? "probed" : ""].join(" ").trim() || undefined}
+                  aria-current={hot ? "true" : undefined}
+                >
                   {samples && (
                     <td className="num insn-samples">
                       {hot && <span className="badge hot">hottest</span>}
-                      {n > 0 && <span className="insn-bar" style={{ width: `${Math.max(2, (n / max) * 40)}px` }} aria-hidden="true" />}
+                      {n > 0 && (
+                        <span
+                          className="insn-bar"
+                          style={{ width: `${Math.max(2, (n / max) * 40)}px` }}
+                          aria-hidden="true"
+                        />
+                      )}
                       {n > 0 ? n : ""}{" "}
                     </td>
                   )}
-                  <td className="addr">{formatAddress(ins.address_hex, ins.address)}{" "}</td>
-                  <td className="bytes">{spacedBytes(ins.bytes)}{" "}</td>
-                  <td className="asm">{ins.text}{ins.probe && <> <ProbeBadge /></>}</td>
+                  <td className="addr">{formatAddress(ins.address_hex, ins.address)} </td>
+                  <td className="bytes">{spacedBytes(ins.bytes)} </td>
+                  <td className="asm">
+                    {ins.text}
+                    {ins.probe && (
+                      <>
+                        {" "}
+                        <ProbeBadge />
+                      </>
+                    )}
+                  </td>
                 </tr>
               );
             })}

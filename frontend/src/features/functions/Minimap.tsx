@@ -9,7 +9,13 @@ import type { View } from "./cfgView";
 const MAX_W = 180;
 const MAX_H = 180;
 
-export function Minimap({ layout, colour, view, size, onNavigate }: {
+export function Minimap({
+  layout,
+  colour,
+  view,
+  size,
+  onNavigate,
+}: {
   layout: CfgLayout;
   colour: (samples: number | null) => string;
   view: View;
@@ -27,7 +33,12 @@ export function Minimap({ layout, colour, view, size, onNavigate }: {
     ctx.clearRect(0, 0, w, h);
     for (const n of layout.nodes) {
       ctx.fillStyle = n.kind === "block" ? colour(n.samples) : "#c8ccd1";
-      ctx.fillRect((n.x - n.width / 2) * s, (n.y - n.height / 2) * s, Math.max(1, n.width * s), Math.max(1, n.height * s));
+      ctx.fillRect(
+        (n.x - n.width / 2) * s,
+        (n.y - n.height / 2) * s,
+        Math.max(1, n.width * s),
+        Math.max(1, n.height * s),
+      );
     }
   }, [layout, colour, s, w, h]);
 
@@ -43,9 +54,17 @@ export function Minimap({ layout, colour, view, size, onNavigate }: {
 
   return (
     <div
-      className="minimap" style={{ width: w, height: h }} aria-label="Minimap: click to move the view" role="navigation"
-      onPointerDown={(e) => { e.currentTarget.setPointerCapture(e.pointerId); go(e); }}
-      onPointerMove={(e) => { if (e.buttons & 1) go(e); }}
+      className="minimap"
+      style={{ width: w, height: h }}
+      aria-label="Minimap: click to move the view"
+      role="navigation"
+      onPointerDown={(e) => {
+        e.currentTarget.setPointerCapture(e.pointerId);
+        go(e);
+      }}
+      onPointerMove={(e) => {
+        if (e.buttons & 1) go(e);
+      }}
     >
       <canvas ref={canvasRef} width={w} height={h} />
       <div className="minimap-view" style={{ left: vx, top: vy, width: vw, height: vh }} />
@@ -54,7 +73,12 @@ export function Minimap({ layout, colour, view, size, onNavigate }: {
 }
 
 /** The graph drawn on a canvas over the SVG at the current view (blocks and edges, no text). */
-export function Overview({ layout, colour, view, size }: {
+export function Overview({
+  layout,
+  colour,
+  view,
+  size,
+}: {
   layout: CfgLayout;
   colour: (samples: number | null) => string;
   view: View;
@@ -82,7 +106,14 @@ export function Overview({ layout, colour, view, size }: {
     }
   }, [layout, colour, view, size, ratio]);
   return (
-    <canvas ref={canvasRef} className="cfg-overview" data-testid="cfg-overview" width={size.width * ratio} height={size.height * ratio}
-      style={{ width: size.width, height: size.height }} aria-hidden="true" />
+    <canvas
+      ref={canvasRef}
+      className="cfg-overview"
+      data-testid="cfg-overview"
+      width={size.width * ratio}
+      height={size.height * ratio}
+      style={{ width: size.width, height: size.height }}
+      aria-hidden="true"
+    />
   );
 }

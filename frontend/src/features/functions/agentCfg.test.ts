@@ -10,8 +10,11 @@ describe("agent inspect JSON", () => {
         {"kind": "tail_call", "target": 18446744071586001440, "target_name": "g"}]},
         {"start": 18446744071586012033, "size": 16, "instructions": [{}], "successors": [{"kind": "return"}]}]}`;
     const d = agentFunctionToDetail(parseAgentJson(text));
-    expect(d.function.address_hex).toBe((18446744071586012017n).toString(16));
-    expect(d.blocks.map((b) => [b.offset, b.instruction_count])).toEqual([[0, 2], [16, 1]]);
+    expect(d.function.address_hex).toBe(18446744071586012017n.toString(16));
+    expect(d.blocks.map((b) => [b.offset, b.instruction_count])).toEqual([
+      [0, 2],
+      [16, 1],
+    ]);
     expect(d.blocks[0].successors[0]).toMatchObject({ kind: "taken", target_offset: 16 });
     expect(d.blocks[0].successors[1]).toMatchObject({ kind: "tail_call", target_offset: null, target_name: "g" });
   });

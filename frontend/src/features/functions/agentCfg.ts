@@ -4,8 +4,17 @@
 // 64-bit integers in that JSON; they are read as text before parsing so no bit is lost.
 import type { FunctionDetail } from "../../api/types";
 
-interface AgentSuccessor { kind: string; target?: string | null; target_name?: string | null }
-interface AgentBlock { start: string; size: number; instructions: unknown[]; successors: AgentSuccessor[] }
+interface AgentSuccessor {
+  kind: string;
+  target?: string | null;
+  target_name?: string | null;
+}
+interface AgentBlock {
+  start: string;
+  size: number;
+  instructions: unknown[];
+  successors: AgentSuccessor[];
+}
 interface AgentFunction {
   function: { name: string; module: string; address: string; size: number };
   blocks: AgentBlock[];
@@ -23,7 +32,10 @@ export function agentFunctionToDetail(fn: AgentFunction, id = 1): FunctionDetail
   const blocks = fn.blocks.map((b) => {
     const addr = BigInt(b.start);
     return {
-      offset: Number(addr - start), address: Number(addr), address_hex: addr.toString(16), size: b.size,
+      offset: Number(addr - start),
+      address: Number(addr),
+      address_hex: addr.toString(16),
+      size: b.size,
       instruction_count: b.instructions.length,
       successors: b.successors.map((s) => {
         const target = s.target !== undefined && s.target !== null ? BigInt(s.target) : null;
@@ -33,17 +45,29 @@ export function agentFunctionToDetail(fn: AgentFunction, id = 1): FunctionDetail
           target_offset: inside ? Number(target - start) : null,
           target_address: target !== null ? Number(target) : null,
           target_address_hex: target !== null ? target.toString(16) : null,
-          target_name: s.target_name ?? null, target_function_id: null,
+          target_name: s.target_name ?? null,
+          target_function_id: null,
         };
       }),
     };
   });
   return {
     function: {
-      id, name: fn.function.name, module: fn.function.module, digest: "", index: 0, address: Number(start),
+      id,
+      name: fn.function.name,
+      module: fn.function.module,
+      digest: "",
+      index: 0,
+      address: Number(start),
       address_hex: start.toString(16),
-      size: fn.function.size, block_count: blocks.length, samples_per_sec: 0, undecodable: false,
+      size: fn.function.size,
+      block_count: blocks.length,
+      samples_per_sec: 0,
+      undecodable: false,
     },
-    undecodable_offset: null, blocks, callees: [], indirect_call_sites: [],
+    undecodable_offset: null,
+    blocks,
+    callees: [],
+    indirect_call_sites: [],
   };
 }

@@ -21,11 +21,19 @@ export interface CalleeGroup {
 export function groupCallees(callees: readonly Callee[]): CalleeGroup[] {
   const byTarget = new Map<string, CalleeGroup>();
   for (const c of callees) {
-    const key = c.target_address_hex ?? (c.target_address !== null ? String(c.target_address)
-      : `${c.module ?? ""}:${c.name ?? ""}`);
+    const key =
+      c.target_address_hex ??
+      (c.target_address !== null ? String(c.target_address) : `${c.module ?? ""}:${c.name ?? ""}`);
     let g = byTarget.get(key);
     if (!g) {
-      g = { target: key, address: c.target_address, name: c.name, module: c.module, functionId: c.function_id ?? null, sites: [] };
+      g = {
+        target: key,
+        address: c.target_address,
+        name: c.name,
+        module: c.module,
+        functionId: c.function_id ?? null,
+        sites: [],
+      };
       byTarget.set(key, g);
     }
     g.sites.push(c.site_offset);
@@ -33,7 +41,11 @@ export function groupCallees(callees: readonly Callee[]): CalleeGroup[] {
   const out = [...byTarget.values()];
   for (const g of out) g.sites.sort((a, b) => a - b);
   // Most-called first; then named before unresolved addresses, by name.
-  out.sort((a, b) => b.sites.length - a.sites.length || Number(a.name === null) - Number(b.name === null)
-    || (a.name ?? a.target).localeCompare(b.name ?? b.target));
+  out.sort(
+    (a, b) =>
+      b.sites.length - a.sites.length ||
+      Number(a.name === null) - Number(b.name === null) ||
+      (a.name ?? a.target).localeCompare(b.name ?? b.target),
+  );
   return out;
 }

@@ -6,7 +6,9 @@ import { READABLE_SCALE, findBlock, hottestNode, initialView, intersects, visibl
 
 function tallDetail(n: number) {
   const d = sampleDetail();
-  d.blocks = Array.from({ length: n }, (_, i) => block(i * 16, 16, i + 1 < n ? [succ("fallthrough", (i + 1) * 16)] : [succ("return", null)]));
+  d.blocks = Array.from({ length: n }, (_, i) =>
+    block(i * 16, 16, i + 1 < n ? [succ("fallthrough", (i + 1) * 16)] : [succ("return", null)]),
+  );
   return d;
 }
 

@@ -54,8 +54,13 @@ export function centreOn(rect: Rect, k: number, vw: number, vh: number): View {
 
 /** The first view: readable, showing the entry block and the hottest block together when both fit,
  *  else the hottest block (with samples) or the entry at the top; small graphs are shown whole. */
-export function initialView(layout: CfgLayout, vw: number, vh: number, entryId: string | null,
-                            hottestId: string | null): View {
+export function initialView(
+  layout: CfgLayout,
+  vw: number,
+  vh: number,
+  entryId: string | null,
+  hottestId: string | null,
+): View {
   const w = Math.max(1, layout.width);
   const h = Math.max(1, layout.height);
   const whole = Math.min(1.25, vw / w, vh / h);
@@ -70,7 +75,8 @@ export function initialView(layout: CfgLayout, vw: number, vh: number, entryId: 
   if (hot && entry) {
     const both = union(nodeRect(entry), nodeRect(hot));
     const pad = 40;
-    if ((both.x1 - both.x0 + 2 * pad) * k <= vw && (both.y1 - both.y0 + 2 * pad) * k <= vh) return noGapAbove(centreOn(both, k, vw, vh));
+    if ((both.x1 - both.x0 + 2 * pad) * k <= vw && (both.y1 - both.y0 + 2 * pad) * k <= vh)
+      return noGapAbove(centreOn(both, k, vw, vh));
     return noGapAbove(centreOn(nodeRect(hot), k, vw, vh));
   }
   if (!entry) return { k, x: 0, y: 0 };
@@ -81,7 +87,12 @@ export function initialView(layout: CfgLayout, vw: number, vh: number, entryId: 
 
 /** The part of the drawing in the viewport, in layout coordinates, grown by `margin` screen pixels. */
 export function visibleRect(v: View, vw: number, vh: number, margin = 200): Rect {
-  return { x0: (-v.x - margin) / v.k, y0: (-v.y - margin) / v.k, x1: (vw - v.x + margin) / v.k, y1: (vh - v.y + margin) / v.k };
+  return {
+    x0: (-v.x - margin) / v.k,
+    y0: (-v.y - margin) / v.k,
+    x1: (vw - v.x + margin) / v.k,
+    y1: (vh - v.y + margin) / v.k,
+  };
 }
 
 export function intersects(a: Rect, b: Rect): boolean {
@@ -93,7 +104,8 @@ export function edgeBoxes(layout: CfgLayout): Map<string, Rect> {
   const out = new Map<string, Rect>();
   for (const e of layout.edges) {
     let r: Rect = { x0: Infinity, y0: Infinity, x1: -Infinity, y1: -Infinity };
-    for (const p of e.points) r = { x0: Math.min(r.x0, p.x), y0: Math.min(r.y0, p.y), x1: Math.max(r.x1, p.x), y1: Math.max(r.y1, p.y) };
+    for (const p of e.points)
+      r = { x0: Math.min(r.x0, p.x), y0: Math.min(r.y0, p.y), x1: Math.max(r.x1, p.x), y1: Math.max(r.y1, p.y) };
     out.set(e.id, r);
   }
   return out;

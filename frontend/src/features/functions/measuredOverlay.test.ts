@@ -6,24 +6,38 @@ import type { MeasurementCfg } from "../../api/types";
 // mx_branch's shape: b0 branches to b16 (taken) or falls through to b8; both reach b24, which returns.
 const graph: OverlayGraph = {
   nodes: [
-    { id: "b0", kind: "block", offset: 0 }, { id: "b8", kind: "block", offset: 8 },
-    { id: "b16", kind: "block", offset: 16 }, { id: "b24", kind: "block", offset: 24 },
-    { id: "b32", kind: "block", offset: 32 }, { id: "exit:return", kind: "return", offset: null },
+    { id: "b0", kind: "block", offset: 0 },
+    { id: "b8", kind: "block", offset: 8 },
+    { id: "b16", kind: "block", offset: 16 },
+    { id: "b24", kind: "block", offset: 24 },
+    { id: "b32", kind: "block", offset: 32 },
+    { id: "exit:return", kind: "return", offset: null },
   ],
   edges: [
-    { id: "b0->b8:fallthrough", source: "b0", kind: "fallthrough" }, { id: "b0->b16:taken", source: "b0", kind: "taken" },
-    { id: "b8->b24:fallthrough", source: "b8", kind: "fallthrough" }, { id: "b16->b24:taken", source: "b16", kind: "taken" },
+    { id: "b0->b8:fallthrough", source: "b0", kind: "fallthrough" },
+    { id: "b0->b16:taken", source: "b0", kind: "taken" },
+    { id: "b8->b24:fallthrough", source: "b8", kind: "fallthrough" },
+    { id: "b16->b24:taken", source: "b16", kind: "taken" },
     { id: "b24->exit:return:return", source: "b24", kind: "return" },
   ],
 };
 
 function cfg(over: Partial<MeasurementCfg> = {}): MeasurementCfg {
   return {
-    from: "2026-01-01T00:00:00Z", to: "2026-01-01T00:01:00Z", seconds: 60, function_row: 0, function_id: 1,
-    function: "mx_branch", basis: "exact", intervals: 3, edge_intervals: 3,
+    from: "2026-01-01T00:00:00Z",
+    to: "2026-01-01T00:01:00Z",
+    seconds: 60,
+    function_row: 0,
+    function_id: 1,
+    function: "mx_branch",
+    basis: "exact",
+    intervals: 3,
+    edge_intervals: 3,
     blocks: [
-      { offset: 0, row: 1, count: 1000, label: "exact" }, { offset: 8, row: 2, count: 750, label: "exact" },
-      { offset: 16, row: 3, count: 250, label: "exact" }, { offset: 24, row: 4, count: 1000, label: "exact" },
+      { offset: 0, row: 1, count: 1000, label: "exact" },
+      { offset: 8, row: 2, count: 750, label: "exact" },
+      { offset: 16, row: 3, count: 250, label: "exact" },
+      { offset: 24, row: 4, count: 1000, label: "exact" },
       { offset: 32, row: 5, count: 0, label: "exact" },
     ],
     edges: [

@@ -87,20 +87,37 @@ export function shapeOverlay(graph: OverlayGraph, cfg: MeasurementCfg): Measured
     const to = e.to_offset !== null && e.to_offset !== undefined ? blockNode.get(e.to_offset) : undefined;
     let id: string | undefined;
     if ((e.kind === "fallthrough" || e.kind === "taken") && from && to) id = `${from}->${to}:${e.kind}`;
-    else if ((e.kind === "return" || e.kind === "tail_call" || e.kind === "indirect") && from) id = byKey.get(`${from}|${e.kind}`);
+    else if ((e.kind === "return" || e.kind === "tail_call" || e.kind === "indirect") && from)
+      id = byKey.get(`${from}|${e.kind}`);
     if (id) {
       const prev = edges.get(id);
       const count = (prev?.count ?? 0) + e.count;
-      edges.set(id, { count, label: prev && prev.label !== label ? "estimate" : label, width: edgeWidth(count, maxEdge) });
+      edges.set(id, {
+        count,
+        label: prev && prev.label !== label ? "estimate" : label,
+        width: edgeWidth(count, maxEdge),
+      });
       continue;
     }
     const node = to ?? from;
     if (!node) continue;
-    const what = e.kind === "entry" ? "entered" : e.kind === "indirect_in" ? "entered indirectly" : e.kind === "no_successor" ? "ends without successor" : e.kind.replace("_", " ");
+    const what =
+      e.kind === "entry"
+        ? "entered"
+        : e.kind === "indirect_in"
+          ? "entered indirectly"
+          : e.kind === "no_successor"
+            ? "ends without successor"
+            : e.kind.replace("_", " ");
     notes.push({ node, text: `${what} ${e.count.toLocaleString("en-US")} · ${label}` });
   }
   return {
-    blocks, edges: [...edges], notes, maxBlock, maxEdge,
-    unit: cfg.basis === "sampled" ? "samples" : "executions", basis: cfg.basis,
+    blocks,
+    edges: [...edges],
+    notes,
+    maxBlock,
+    maxEdge,
+    unit: cfg.basis === "sampled" ? "samples" : "executions",
+    basis: cfg.basis,
   };
 }

@@ -12,21 +12,31 @@ const startWorker = () => new Worker(new URL("./measuredOverlay.worker.ts", impo
 
 export function useMeasuredOverlay(layout: CfgLayout | null, cfg: MeasurementCfg | undefined): MeasuredOverlay | null {
   const [overlay, setOverlay] = useState<MeasuredOverlay | null>(null);
-  const graph = useMemo<OverlayGraph | null>(() => layout && {
-    nodes: layout.nodes.map((n) => ({ id: n.id, kind: n.kind, offset: n.block?.offset ?? null })),
-    edges: layout.edges.map((e) => ({ id: e.id, source: e.source, kind: e.kind })),
-  }, [layout]);
+  const graph = useMemo<OverlayGraph | null>(
+    () =>
+      layout && {
+        nodes: layout.nodes.map((n) => ({ id: n.id, kind: n.kind, offset: n.block?.offset ?? null })),
+        edges: layout.edges.map((e) => ({ id: e.id, source: e.source, kind: e.kind })),
+      },
+    [layout],
+  );
   useEffect(() => {
     if (!graph || !cfg) setOverlay(null);
   }, [graph, cfg]);
-  const job = useMemo((): WorkerJob<Omit<OverlayRequest, "id">, OverlayReply> | null => graph && cfg ? {
-    request: { graph, cfg },
-    inline: () => setOverlay(shapeOverlay(graph, cfg)),
-    onReply: (reply) => {
-      setOverlay(reply.overlay);
-      return true;
-    },
-  } : null, [graph, cfg]);
+  const job = useMemo(
+    (): WorkerJob<Omit<OverlayRequest, "id">, OverlayReply> | null =>
+      graph && cfg
+        ? {
+            request: { graph, cfg },
+            inline: () => setOverlay(shapeOverlay(graph, cfg)),
+            onReply: (reply) => {
+              setOverlay(reply.overlay);
+              return true;
+            },
+          }
+        : null,
+    [graph, cfg],
+  );
   useWorker(startWorker, job, true);
   return overlay;
 }

@@ -29,12 +29,15 @@ export function useZoom(
   const initialRef = useRef(initial);
   initialRef.current = initial;
 
-  const setView = useCallback((v: View) => {
-    const svg = svgRef.current;
-    const z = behavior.current;
-    if (!svg || !z) return;
-    select(svg).call((s) => z.transform(s, zoomIdentity.translate(v.x, v.y).scale(v.k)));
-  }, [svgRef]);
+  const setView = useCallback(
+    (v: View) => {
+      const svg = svgRef.current;
+      const z = behavior.current;
+      if (!svg || !z) return;
+      select(svg).call((s) => z.transform(s, zoomIdentity.translate(v.x, v.y).scale(v.k)));
+    },
+    [svgRef],
+  );
 
   useEffect(() => {
     const svg = svgRef.current;
@@ -44,7 +47,10 @@ export function useZoom(
     setSize({ width: w, height: h });
     const z = zoom<SVGSVGElement, unknown>()
       // An explicit extent: the default reads SVG length properties some DOMs lack.
-      .extent(() => [[0, 0], [svg.clientWidth || 800, svg.clientHeight || 560]])
+      .extent(() => [
+        [0, 0],
+        [svg.clientWidth || 800, svg.clientHeight || 560],
+      ])
       .scaleExtent([MIN_SCALE, MAX_SCALE])
       .on("zoom", (event: D3ZoomEvent<SVGSVGElement, unknown>) => {
         const t = event.transform;
@@ -70,11 +76,14 @@ export function useZoom(
     };
   }, [svgRef, groupRef, resetKey]);
 
-  const zoomBy = useCallback((factor: number) => {
-    const svg = svgRef.current;
-    const z = behavior.current;
-    if (svg && z) select(svg).call((s) => z.scaleBy(s, factor));
-  }, [svgRef]);
+  const zoomBy = useCallback(
+    (factor: number) => {
+      const svg = svgRef.current;
+      const z = behavior.current;
+      if (svg && z) select(svg).call((s) => z.scaleBy(s, factor));
+    },
+    [svgRef],
+  );
 
   return { view, size, setView, zoomBy };
 }

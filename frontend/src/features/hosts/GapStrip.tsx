@@ -17,7 +17,12 @@ const WINDOWS = [
 export function GapStrip({ hostId }: { hostId: string }) {
   const [windowS, setWindowS] = useState(3600);
   const timeline = useDataCoverage(hostId, windowS);
-  if (timeline.isError) return <p className="error" role="alert">Could not load the timeline: {timeline.error.message}</p>;
+  if (timeline.isError)
+    return (
+      <p className="error" role="alert">
+        Could not load the timeline: {timeline.error.message}
+      </p>
+    );
   if (!timeline.data) return <p className="muted">Loading the timeline…</p>;
   const strip = stripModel(timeline.data);
   const time = (iso: string) => new Date(iso).toLocaleTimeString();
@@ -27,29 +32,56 @@ export function GapStrip({ hostId }: { hostId: string }) {
         <span>
           Data over the last{" "}
           <select aria-label="Period" value={windowS} onChange={(e) => setWindowS(Number(e.target.value))}>
-            {WINDOWS.map((w) => <option key={w.s} value={w.s}>{w.label}</option>)}
+            {WINDOWS.map((w) => (
+              <option key={w.s} value={w.s}>
+                {w.label}
+              </option>
+            ))}
           </select>
-          : {(strip.coverage * 100).toFixed(0)} % covered, {strip.gaps.length === 0 ? "no gaps recorded" :
-            `${strip.gaps.length} gap${strip.gaps.length === 1 ? "" : "s"} recorded`}
+          : {(strip.coverage * 100).toFixed(0)} % covered,{" "}
+          {strip.gaps.length === 0
+            ? "no gaps recorded"
+            : `${strip.gaps.length} gap${strip.gaps.length === 1 ? "" : "s"} recorded`}
         </span>
       </div>
-      <svg role="img" aria-label="Data coverage and gaps" viewBox="0 0 1000 24" preserveAspectRatio="none"
-           className="gap-strip-svg">
+      <svg
+        role="img"
+        aria-label="Data coverage and gaps"
+        viewBox="0 0 1000 24"
+        preserveAspectRatio="none"
+        className="gap-strip-svg"
+      >
         {strip.buckets.map((b, i) => (
-          <rect key={i} data-testid="strip-bucket" data-coverage={b.coverage} x={b.x * 1000} y={4}
-                width={b.width * 1000} height={16} className={`cov-${b.coverage}`}>
+          <rect
+            key={i}
+            data-testid="strip-bucket"
+            data-coverage={b.coverage}
+            x={b.x * 1000}
+            y={4}
+            width={b.width * 1000}
+            height={16}
+            className={`cov-${b.coverage}`}
+          >
             <title>{`${(b.coveredMs / 1000).toFixed(0)} s of data`}</title>
           </rect>
         ))}
         {strip.gaps.map((g, i) => (
-          <rect key={`g${i}`} data-testid="strip-gap" x={g.x * 1000} y={0} width={g.width * 1000} height={24}
-                className={`gap gap-${g.source}`}>
+          <rect
+            key={`g${i}`}
+            data-testid="strip-gap"
+            x={g.x * 1000}
+            y={0}
+            width={g.width * 1000}
+            height={24}
+            className={`gap gap-${g.source}`}
+          >
             <title>{`gap: ${g.reason}`}</title>
           </rect>
         ))}
       </svg>
       <div className="gap-strip-axis muted">
-        <span>{time(timeline.data.start)}</span><span>{time(timeline.data.end)}</span>
+        <span>{time(timeline.data.start)}</span>
+        <span>{time(timeline.data.end)}</span>
       </div>
       {strip.gaps.length > 0 && (
         <ul className="gap-list" aria-label="Recorded gaps">

@@ -10,11 +10,22 @@ describe("hosts page", () => {
 
   it("lists each host with kernel, status, catalog and the reason for each unavailable capability", async () => {
     setSession({ token: "t", user: { id: "u", username: "admin", role: "admin" } });
-    const offline = host({ id: "h2", hostname: "box2", online: false, catalog_complete: false, l1i: null, sample_frequency_hz: 0, sample_event: "" });
-    vi.stubGlobal("fetch", routeFetch({
-      "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
-      "/api/v1/hosts": () => json([host(), offline]),
-    }).fetch);
+    const offline = host({
+      id: "h2",
+      hostname: "box2",
+      online: false,
+      catalog_complete: false,
+      l1i: null,
+      sample_frequency_hz: 0,
+      sample_event: "",
+    });
+    vi.stubGlobal(
+      "fetch",
+      routeFetch({
+        "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+        "/api/v1/hosts": () => json([host(), offline]),
+      }).fetch,
+    );
     vi.stubGlobal("WebSocket", undefined);
     renderApp("/");
     expect(await screen.findByRole("heading", { name: "Hosts" })).toBeInTheDocument();
@@ -38,13 +49,18 @@ describe("hosts page", () => {
 
   it("shows the server's reason when the host list cannot be loaded", { timeout: 10_000 }, async () => {
     setSession({ token: "t", user: null });
-    vi.stubGlobal("fetch", routeFetch({
-      "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
-      "/api/v1/hosts": () => json({ detail: "Database unavailable" }, 500),
-    }).fetch);
+    vi.stubGlobal(
+      "fetch",
+      routeFetch({
+        "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+        "/api/v1/hosts": () => json({ detail: "Database unavailable" }, 500),
+      }).fetch,
+    );
     vi.stubGlobal("WebSocket", undefined);
     renderApp("/");
     // Server errors are retried twice with backoff before the message shows.
-    expect(await screen.findByRole("alert", {}, { timeout: 8000 })).toHaveTextContent("Could not load hosts: Database unavailable");
+    expect(await screen.findByRole("alert", {}, { timeout: 8000 })).toHaveTextContent(
+      "Could not load hosts: Database unavailable",
+    );
   });
 });

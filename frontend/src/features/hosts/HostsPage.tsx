@@ -15,10 +15,10 @@ export function HostsPage() {
       <section className="intro" aria-labelledby="intro-title">
         <h1 id="intro-title">Hotpath</h1>
         <p>
-          A performance console for hot kernel paths. An agent on each host parses the running kernel into
-          modules, functions and basic blocks, and samples every CPU to tell which of them are hot. Pick a host
-          to search its whole kernel, rank its hottest functions over any time range, compare two ranges, and
-          read a function's control-flow graph coloured by where the CPU spends its time.
+          A performance console for hot kernel paths. An agent on each host parses the running kernel into modules,
+          functions and basic blocks, and samples every CPU to tell which of them are hot. Pick a host to search its
+          whole kernel, rank its hottest functions over any time range, compare two ranges, and read a function's
+          control-flow graph coloured by where the CPU spends its time.
         </p>
         <p>
           Documentation: <a href="/docs/architecture.md">architecture</a> · <a href="/docs/agent-cli.md">agent CLI</a> ·{" "}
@@ -28,9 +28,15 @@ export function HostsPage() {
       </section>
       <h1>Hosts</h1>
       {hosts.isPending && <p className="muted">Loading hosts…</p>}
-      {hosts.isError && <p className="error" role="alert">Could not load hosts: {hosts.error.message}</p>}
+      {hosts.isError && (
+        <p className="error" role="alert">
+          Could not load hosts: {hosts.error.message}
+        </p>
+      )}
       {hosts.data && hosts.data.length === 0 && (
-        <p className="muted">No agent has connected yet. Start <code>hotpathd run --server HOST:PORT</code> on a host.</p>
+        <p className="muted">
+          No agent has connected yet. Start <code>hotpathd run --server HOST:PORT</code> on a host.
+        </p>
       )}
       {hosts.data && hosts.data.length > 0 && (
         <table className="grid hosts">
@@ -50,15 +56,29 @@ export function HostsPage() {
             {hosts.data.map((h) => (
               <tr key={h.id}>
                 {/* The spaces keep cell texts apart in the row's text, so values read as whole words. */}
-                <td><Link to={`/hosts/${encodeURIComponent(h.id)}`}>{h.hostname}</Link>{" "}
-                  <div className="muted small">agent {h.agent_version}</div>{" "}</td>
-                <td>{h.kernel_release}{" "}</td>
-                <td>{h.cpu_model} <span className="muted">× {h.cpu_count}</span>{" "}</td>
-                <td><L1iGeometry host={h} />{" "}</td>
-                <td><HostStatus host={h} />{" "}<HostFlags host={h} /></td>
-                <td><CatalogStatus host={h} />{" "}</td>
-                <td><Sampling host={h} />{" "}</td>
-                <td><CapabilityList capabilities={h.capabilities} /></td>
+                <td>
+                  <Link to={`/hosts/${encodeURIComponent(h.id)}`}>{h.hostname}</Link>{" "}
+                  <div className="muted small">agent {h.agent_version}</div>{" "}
+                </td>
+                <td>{h.kernel_release} </td>
+                <td>
+                  {h.cpu_model} <span className="muted">× {h.cpu_count}</span>{" "}
+                </td>
+                <td>
+                  <L1iGeometry host={h} />{" "}
+                </td>
+                <td>
+                  <HostStatus host={h} /> <HostFlags host={h} />
+                </td>
+                <td>
+                  <CatalogStatus host={h} />{" "}
+                </td>
+                <td>
+                  <Sampling host={h} />{" "}
+                </td>
+                <td>
+                  <CapabilityList capabilities={h.capabilities} />
+                </td>
               </tr>
             ))}
           </tbody>

@@ -23,11 +23,37 @@ describe("the time strip's model", () => {
   });
 
   it("places gaps on the axis, clipped to the period, and keeps a zero-length refusal visible", () => {
-    const s = stripModel(timeline([10_000, 0, 0, 10_000], [
-      { id: 1, start: "2026-11-23T10:00:10Z", end: "2026-11-23T10:00:30Z", messages: 20, reason: "buffer full", source: "agent" },
-      { id: 2, start: "2026-11-23T09:00:00Z", end: "2026-11-23T10:00:05Z", messages: 3, reason: "never arrived", source: "backend" },
-      { id: 3, start: "2026-11-23T10:00:35Z", end: "2026-11-23T10:00:35Z", messages: 1, reason: "clock ahead", source: "backend" },
-    ]));
+    const s = stripModel(
+      timeline(
+        [10_000, 0, 0, 10_000],
+        [
+          {
+            id: 1,
+            start: "2026-11-23T10:00:10Z",
+            end: "2026-11-23T10:00:30Z",
+            messages: 20,
+            reason: "buffer full",
+            source: "agent",
+          },
+          {
+            id: 2,
+            start: "2026-11-23T09:00:00Z",
+            end: "2026-11-23T10:00:05Z",
+            messages: 3,
+            reason: "never arrived",
+            source: "backend",
+          },
+          {
+            id: 3,
+            start: "2026-11-23T10:00:35Z",
+            end: "2026-11-23T10:00:35Z",
+            messages: 1,
+            reason: "clock ahead",
+            source: "backend",
+          },
+        ],
+      ),
+    );
     expect(s.gaps).toHaveLength(3);
     expect(s.gaps[0].x).toBeCloseTo(0.25);
     expect(s.gaps[0].width).toBeCloseTo(0.5);
@@ -38,9 +64,21 @@ describe("the time strip's model", () => {
   });
 
   it("drops gaps entirely after the period", () => {
-    const s = stripModel(timeline([10_000], [
-      { id: 1, start: "2026-11-23T11:00:00Z", end: "2026-11-23T11:00:10Z", messages: 1, reason: "later", source: "agent" },
-    ]));
+    const s = stripModel(
+      timeline(
+        [10_000],
+        [
+          {
+            id: 1,
+            start: "2026-11-23T11:00:00Z",
+            end: "2026-11-23T11:00:10Z",
+            messages: 1,
+            reason: "later",
+            source: "agent",
+          },
+        ],
+      ),
+    );
     expect(s.gaps).toHaveLength(0);
   });
 });

@@ -53,8 +53,15 @@ export function stripModel(t: DataCoverage): Strip {
       const a = Math.max(start, Date.parse(g.start));
       const z = Math.min(end, Math.max(Date.parse(g.end), a));
       const x = (a - start) / span;
-      return { x: Math.min(x, 1 - MIN_GAP_WIDTH), width: Math.max(MIN_GAP_WIDTH, (z - a) / span), reason: g.reason,
-               messages: g.messages, source: g.source, start: g.start, end: g.end };
+      return {
+        x: Math.min(x, 1 - MIN_GAP_WIDTH),
+        width: Math.max(MIN_GAP_WIDTH, (z - a) / span),
+        reason: g.reason,
+        messages: g.messages,
+        source: g.source,
+        start: g.start,
+        end: g.end,
+      };
     });
   return { buckets, gaps, coverage: covered / n };
 }

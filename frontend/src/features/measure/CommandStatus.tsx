@@ -15,15 +15,28 @@ export function CommandStatus({ hostId, id, what }: { hostId: string; id: string
   const finished = FINISHED.has(c.state);
   return (
     <div className="command-status" role="status" aria-label={`${what} command`}>
-      <span className={`pill state-${c.state}`}>{what}: {c.state}</span>
+      <span className={`pill state-${c.state}`}>
+        {what}: {c.state}
+      </span>
       {c.progress !== null && !finished && (
-        <progress max={1} value={c.progress} aria-label={`${what} progress`}>{Math.round(c.progress * 100)} %</progress>
+        <progress max={1} value={c.progress} aria-label={`${what} progress`}>
+          {Math.round(c.progress * 100)} %
+        </progress>
       )}
       {c.message && <span className="muted small"> {c.message}</span>}
-      {c.error && <span className="error small" role="alert"> {c.error}</span>}
+      {c.error && (
+        <span className="error small" role="alert">
+          {" "}
+          {c.error}
+        </span>
+      )}
       {!finished && (
-        <button type="button" className="small" disabled={cancel.isPending || c.cancel_requested}
-          onClick={() => cancel.mutate(c.id)}>
+        <button
+          type="button"
+          className="small"
+          disabled={cancel.isPending || c.cancel_requested}
+          onClick={() => cancel.mutate(c.id)}
+        >
           {c.cancel_requested ? "Cancelling…" : "Cancel"}
         </button>
       )}

@@ -18,21 +18,35 @@ const UNITS = { count: "calls/s", wall: "threads (wall s/s)", vtime: "threads on
 
 const startWorker = () => new Worker(new URL("./measure.worker.ts", import.meta.url), { type: "module" });
 
-function useShapedSeries(series: MeasurementSeries | undefined, names: Map<number, string>, metric: "count" | "wall" | "vtime") {
+function useShapedSeries(
+  series: MeasurementSeries | undefined,
+  names: Map<number, string>,
+  metric: "count" | "wall" | "vtime",
+) {
   const [shaped, setShaped] = useState<ChartSeries[]>([]);
-  const job = useMemo((): WorkerJob<Omit<SeriesRequest, "id">, SeriesReply> | null => series ? {
-    request: { series, names: [...names], metric },
-    inline: () => setShaped(chartSeries(series, names, metric)),
-    onReply: (reply) => {
-      setShaped(reply.shaped);
-      return true;
-    },
-  } : null, [series, names, metric]);
+  const job = useMemo(
+    (): WorkerJob<Omit<SeriesRequest, "id">, SeriesReply> | null =>
+      series
+        ? {
+            request: { series, names: [...names], metric },
+            inline: () => setShaped(chartSeries(series, names, metric)),
+            onReply: (reply) => {
+              setShaped(reply.shaped);
+              return true;
+            },
+          }
+        : null,
+    [series, names, metric],
+  );
   useWorker(startWorker, job);
   return shaped;
 }
 
-export function MeasureChart({ series, names, metric }: {
+export function MeasureChart({
+  series,
+  names,
+  metric,
+}: {
   series: MeasurementSeries | undefined;
   names: Map<number, string>;
   metric: "count" | "wall" | "vtime";
@@ -40,29 +54,56 @@ export function MeasureChart({ series, names, metric }: {
   const shaped = useShapedSeries(series, names, metric);
   const from = series ? Date.parse(series.from) : 0;
   const to = series ? Date.parse(series.to) : 1;
-  const x = useMemo(() => scaleTime().domain([new Date(from), new Date(to)]).range([M.left, WIDTH - M.right]), [from, to]);
+  const x = useMemo(
+    () =>
+      scaleTime()
+        .domain([new Date(from), new Date(to)])
+        .range([M.left, WIDTH - M.right]),
+    [from, to],
+  );
   const max = Math.max(1e-9, ...shaped.flatMap((s) => s.points.map((p) => p.v)));
-  const y = useMemo(() => scaleLinear().domain([0, max]).nice().range([HEIGHT - M.bottom, M.top]), [max]);
+  const y = useMemo(
+    () =>
+      scaleLinear()
+        .domain([0, max])
+        .nice()
+        .range([HEIGHT - M.bottom, M.top]),
+    [max],
+  );
   const colour = scaleOrdinal<number, string>(schemeTableau10);
-  const path = line<{ t: number; v: number }>().x((p) => x(new Date(p.t))).y((p) => y(p.v));
+  const path = line<{ t: number; v: number }>()
+    .x((p) => x(new Date(p.t)))
+    .y((p) => y(p.v));
   const ref = useRef<SVGSVGElement>(null);
   return (
     <figure className="measure-chart" aria-label={`${metric} over time`}>
-      <svg ref={ref} viewBox={`0 0 ${WIDTH} ${HEIGHT}`} width="100%" role="img" aria-label={`${metric} per second of each resource`}>
+      <svg
+        ref={ref}
+        viewBox={`0 0 ${WIDTH} ${HEIGHT}`}
+        width="100%"
+        role="img"
+        aria-label={`${metric} per second of each resource`}
+      >
         <g className="axis" aria-hidden="true">
           {x.ticks(6).map((t) => (
             <g key={t.getTime()} transform={`translate(${x(t)},0)`}>
               <line y1={HEIGHT - M.bottom} y2={HEIGHT - M.bottom + 4} stroke="currentColor" />
-              <text y={HEIGHT - 6} textAnchor="middle" fontSize="10">{t.toLocaleTimeString()}</text>
+              <text y={HEIGHT - 6} textAnchor="middle" fontSize="10">
+                {t.toLocaleTimeString()}
+              </text>
             </g>
           ))}
           {y.ticks(4).map((v) => (
             <g key={v} transform={`translate(0,${y(v)})`}>
               <line x1={M.left - 4} x2={WIDTH - M.right} stroke="currentColor" opacity={0.15} />
-              <text x={M.left - 6} dy="0.32em" textAnchor="end" fontSize="10">{v.toLocaleString()}</text>
+              <text x={M.left - 6} dy="0.32em" textAnchor="end" fontSize="10">
+                {v.toLocaleString()}
+              </text>
             </g>
           ))}
-          <text x={12} y={M.top + 2} fontSize="10" transform={`rotate(90 12 ${M.top + 2})`}>{UNITS[metric]}</text>
+          <text x={12} y={M.top + 2} fontSize="10" transform={`rotate(90 12 ${M.top + 2})`}>
+            {UNITS[metric]}
+          </text>
         </g>
         {shaped.map((s) => (
           <g key={s.resource} className="series" data-resource={s.resource}>
@@ -83,7 +124,8 @@ export function MeasureChart({ series, names, metric }: {
             return (
               <li key={s.resource}>
                 <span className="swatch" style={{ background: colour(s.resource) }} aria-hidden="true" />
-                {s.name}{last ? `: ${last.v.toLocaleString(undefined, { maximumSignificantDigits: 4 })} ${UNITS[metric]}` : ""}
+                {s.name}
+                {last ? `: ${last.v.toLocaleString(undefined, { maximumSignificantDigits: 4 })} ${UNITS[metric]}` : ""}
               </li>
             );
           })}

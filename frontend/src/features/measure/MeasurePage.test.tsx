@@ -10,19 +10,33 @@ const HARDWARE = ["Cycles", "Instructions", "I-cache stall cycles", "Branch-misp
 
 const TARGETS = [
   { id: "kernel", kind: "kernel", state: "attached", detail: "", pid: null, command: null, active_measurements: 0 },
-  { id: "p4242-1000", kind: "process", state: "attached", detail: "", pid: 4242, command: "nginx", active_measurements: 0 },
+  {
+    id: "p4242-1000",
+    kind: "process",
+    state: "attached",
+    detail: "",
+    pid: 4242,
+    command: "nginx",
+    active_measurements: 0,
+  },
 ];
 
-function stub(pmu: { available: boolean; detail: string }, more: { name: string; available: boolean; detail: string }[] = [],
-              targets: unknown[] | null = null) {
+function stub(
+  pmu: { available: boolean; detail: string },
+  more: { name: string; available: boolean; detail: string }[] = [],
+  targets: unknown[] | null = null,
+) {
   setSession({ token: "t", user: { id: "u", username: "admin", role: "admin" } });
   const h = host({ capabilities: [{ name: "hardware_pmu", ...pmu }, ...more] });
-  vi.stubGlobal("fetch", routeFetch({
-    "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
-    "/api/v1/hosts/host-1": () => json(h),
-    "/api/v1/hosts/host-1/measurements": () => json([]),
-    ...(targets ? { "/api/v1/hosts/host-1/targets": () => json(targets) } : {}),
-  }).fetch);
+  vi.stubGlobal(
+    "fetch",
+    routeFetch({
+      "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+      "/api/v1/hosts/host-1": () => json(h),
+      "/api/v1/hosts/host-1/measurements": () => json([]),
+      ...(targets ? { "/api/v1/hosts/host-1/targets": () => json(targets) } : {}),
+    }).fetch,
+  );
   vi.stubGlobal("WebSocket", undefined);
 }
 
@@ -58,8 +72,16 @@ describe("measure page metrics", () => {
 
   it("does not tick kernel timers on a host without fentry or kprobes, and says why once", async () => {
     const off = (name: string, detail: string) => ({ name, available: false, detail });
-    stub({ available: false, detail: "no PMU" },
-      [off("fentry", "EPERM"), off("fexit", "EPERM"), off("kprobes", "no kprobe PMU"), off("kretprobes", "no kprobe PMU")], TARGETS);
+    stub(
+      { available: false, detail: "no PMU" },
+      [
+        off("fentry", "EPERM"),
+        off("fexit", "EPERM"),
+        off("kprobes", "no kprobe PMU"),
+        off("kretprobes", "no kprobe PMU"),
+      ],
+      TARGETS,
+    );
     renderApp("/hosts/host-1/measure?target=kernel");
     const group = await screen.findByRole("group", { name: "Unavailable on this host" });
     for (const label of ["Wall time", "Virtual time (on CPU)", "Concurrency"]) {

@@ -16,8 +16,14 @@ import { CommandStatus } from "./CommandStatus";
 import { MeasureChart } from "./MeasureChart";
 import { METRICS, metricAvailability, resourceNames, splitColumns, tableRows, type MetricId } from "./measureModel";
 import {
-  useFunctionSearch, useMeasurement, useMeasurements, useMeasurementSeries, useMeasurementValues, useStartMeasurement,
-  useStopMeasurement, useTargets,
+  useFunctionSearch,
+  useMeasurement,
+  useMeasurements,
+  useMeasurementSeries,
+  useMeasurementValues,
+  useStartMeasurement,
+  useStopMeasurement,
+  useTargets,
 } from "../../api/measureQueries";
 
 const WINDOW_S = 60;
@@ -51,7 +57,9 @@ export function MeasurePage() {
     return (
       <section className="notice">
         <h1>Target not found</h1>
-        <p className="error" role="alert">This host has no target “{target}”: attach a process on the host page first.</p>
+        <p className="error" role="alert">
+          This host has no target “{target}”: attach a process on the host page first.
+        </p>
         <p>Back to {hostLink}</p>
       </section>
     );
@@ -64,8 +72,13 @@ export function MeasurePage() {
         {hostLink}
         {t?.kind === "process" && <span className="muted small">target {t.id}</span>}
       </div>
-      <NewMeasurement hostId={hostId} target={target} availability={availability}
-        preset={preset} onStarted={setMeasurement} />
+      <NewMeasurement
+        hostId={hostId}
+        target={target}
+        availability={availability}
+        preset={preset}
+        onStarted={setMeasurement}
+      />
       <MeasurementList hostId={hostId} target={target} current={mid} onOpen={setMeasurement} />
       {mid && <MeasurementView hostId={hostId} mid={mid} />}
     </section>
@@ -73,7 +86,12 @@ export function MeasurePage() {
 }
 
 /** The functions named in the URL, loaded by id; each is added to the picks once, when it arrives. */
-function usePresetPicks(hostId: string, target: string, ids: number[], setPicked: (f: (old: Picked[]) => Picked[]) => void) {
+function usePresetPicks(
+  hostId: string,
+  target: string,
+  ids: number[],
+  setPicked: (f: (old: Picked[]) => Picked[]) => void,
+) {
   const details = useQueries({
     queries: ids.map((fid) => ({ ...functionDetailQuery(hostId, fid, target), retry: false })),
   });
@@ -84,7 +102,10 @@ function usePresetPicks(hostId: string, target: string, ids: number[], setPicked
     const fresh = loaded.filter((f) => !seeded.current.has(f.id));
     if (fresh.length === 0) return;
     for (const f of fresh) seeded.current.add(f.id);
-    setPicked((old) => [...old, ...fresh.filter((f) => !old.some((p) => p.fn.id === f.id)).map((fn) => ({ fn, blocks: true }))]);
+    setPicked((old) => [
+      ...old,
+      ...fresh.filter((f) => !old.some((p) => p.fn.id === f.id)).map((fn) => ({ fn, blocks: true })),
+    ]);
     // `loaded` is a new array every render; the ids say when it changed.
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [loadedKey, setPicked]);
@@ -92,8 +113,18 @@ function usePresetPicks(hostId: string, target: string, ids: number[], setPicked
   return { pending: details.some((d) => d.isPending), failed };
 }
 
-function NewMeasurement({ hostId, target, availability, preset, onStarted }: {
-  hostId: string; target: string; availability: Record<MetricId, string | null>; preset: number[]; onStarted: (id: string) => void;
+function NewMeasurement({
+  hostId,
+  target,
+  availability,
+  preset,
+  onStarted,
+}: {
+  hostId: string;
+  target: string;
+  availability: Record<MetricId, string | null>;
+  preset: number[];
+  onStarted: (id: string) => void;
 }) {
   const pmuReason = availability.cycles;
   const [q, setQ] = useState("");
@@ -107,46 +138,81 @@ function NewMeasurement({ hostId, target, availability, preset, onStarted }: {
   const [error, setError] = useState<string | null>(null);
   const search = useFunctionSearch(hostId, target, q.trim());
   const start = useStartMeasurement(hostId);
-  const toggleMetric = (id: MetricId) => setMetrics((old) => {
-    const next = new Set(old);
-    if (next.has(id)) next.delete(id);
-    else next.add(id);
-    return next;
-  });
+  const toggleMetric = (id: MetricId) =>
+    setMetrics((old) => {
+      const next = new Set(old);
+      if (next.has(id)) next.delete(id);
+      else next.add(id);
+      return next;
+    });
   const isPicked = (f: FunctionSummary) => picked.some((p) => p.fn.id === f.id);
   const toggle = (f: FunctionSummary) =>
     setPicked((old) => (isPicked(f) ? old.filter((p) => p.fn.id !== f.id) : [...old, { fn: f, blocks: true }]));
   const onStart = () => {
     setError(null);
-    start.mutate({
-      // A metric ticked before the host said it cannot measure it is not asked for.
-      target, metrics: [...metrics], allow_partial: true,
-      resources: picked.map((p) => ({ digest: p.fn.digest, function_index: p.fn.index, kind: "function", blocks: p.blocks })),
-    } as Parameters<typeof start.mutate>[0], {
-      onSuccess: (c) => {
-        setCommand(c.id);
-        const id = (c.params as { measurement_id?: string }).measurement_id;
-        if (id) onStarted(id);
+    start.mutate(
+      {
+        // A metric ticked before the host said it cannot measure it is not asked for.
+        target,
+        metrics: [...metrics],
+        allow_partial: true,
+        resources: picked.map((p) => ({
+          digest: p.fn.digest,
+          function_index: p.fn.index,
+          kind: "function",
+          blocks: p.blocks,
+        })),
+      } as Parameters<typeof start.mutate>[0],
+      {
+        onSuccess: (c) => {
+          setCommand(c.id);
+          const id = (c.params as { measurement_id?: string }).measurement_id;
+          if (id) onStarted(id);
+        },
+        onError: (e) => setError(e.message),
       },
-      onError: (e) => setError(e.message),
-    });
+    );
   };
   return (
     <section className="new-measurement" aria-labelledby="new-m-title">
       <h2 id="new-m-title">New measurement</h2>
-      <label>Find functions <input type="search" value={q} onChange={(e) => setQ(e.target.value)}
-        placeholder="function name" aria-label="Find functions" /></label>
-      {search.isError && <p className="error small" role="alert">{search.error.message}</p>}
+      <label>
+        Find functions{" "}
+        <input
+          type="search"
+          value={q}
+          onChange={(e) => setQ(e.target.value)}
+          placeholder="function name"
+          aria-label="Find functions"
+        />
+      </label>
+      {search.isError && (
+        <p className="error small" role="alert">
+          {search.error.message}
+        </p>
+      )}
       {presetState.pending && <p className="muted small">Loading the selected functions…</p>}
       {presetState.failed.length > 0 && (
-        <p className="error small" role="alert">Could not load a selected function: {presetState.failed.join("; ")}</p>
+        <p className="error small" role="alert">
+          Could not load a selected function: {presetState.failed.join("; ")}
+        </p>
       )}
       {q.trim() && (
         <ul className="pick-list" aria-label="Functions found">
           {(search.data?.items ?? []).map((f) => (
             <li key={f.id}>
-              <label><input type="checkbox" checked={isPicked(f)} onChange={() => toggle(f)} aria-label={`Select ${f.name}`} />
-                {f.name} <span className="muted small">{f.module} · {f.block_count} blocks</span></label>
+              <label>
+                <input
+                  type="checkbox"
+                  checked={isPicked(f)}
+                  onChange={() => toggle(f)}
+                  aria-label={`Select ${f.name}`}
+                />
+                {f.name}{" "}
+                <span className="muted small">
+                  {f.module} · {f.block_count} blocks
+                </span>
+              </label>
             </li>
           ))}
         </ul>
@@ -154,10 +220,19 @@ function NewMeasurement({ hostId, target, availability, preset, onStarted }: {
       {picked.length > 0 && (
         <ul className="picked" aria-label="Selected resources">
           {picked.map((p) => (
-            <li key={p.fn.id}>{p.fn.name}
-              <label className="small"><input type="checkbox" checked={p.blocks} aria-label={`Blocks of ${p.fn.name}`}
-                onChange={() => setPicked((old) => old.map((o) => (o.fn.id === p.fn.id ? { ...o, blocks: !o.blocks } : o)))} />
-                and its {p.fn.block_count} blocks</label>
+            <li key={p.fn.id}>
+              {p.fn.name}
+              <label className="small">
+                <input
+                  type="checkbox"
+                  checked={p.blocks}
+                  aria-label={`Blocks of ${p.fn.name}`}
+                  onChange={() =>
+                    setPicked((old) => old.map((o) => (o.fn.id === p.fn.id ? { ...o, blocks: !o.blocks } : o)))
+                  }
+                />
+                and its {p.fn.block_count} blocks
+              </label>
             </li>
           ))}
         </ul>
@@ -166,7 +241,12 @@ function NewMeasurement({ hostId, target, availability, preset, onStarted }: {
         <legend>Metrics</legend>
         {METRICS.filter((m) => availability[m.id] === null).map((m) => (
           <label key={m.id}>
-            <input type="checkbox" checked={metrics.has(m.id)} aria-label={m.label} onChange={() => toggleMetric(m.id)} />
+            <input
+              type="checkbox"
+              checked={metrics.has(m.id)}
+              aria-label={m.label}
+              onChange={() => toggleMetric(m.id)}
+            />
             {m.label}
           </label>
         ))}
@@ -183,7 +263,9 @@ function NewMeasurement({ hostId, target, availability, preset, onStarted }: {
         )}
         {pmuReason !== null && (
           <fieldset className="metrics-off" disabled aria-describedby="pmu-reason">
-            <legend id="pmu-reason" className="muted">Hardware metrics unavailable: {pmuReason}</legend>
+            <legend id="pmu-reason" className="muted">
+              Hardware metrics unavailable: {pmuReason}
+            </legend>
             {METRICS.filter((m) => m.hardware).map((m) => (
               <label key={m.id} className="muted">
                 <input type="checkbox" disabled checked={false} aria-label={m.label} readOnly />
@@ -196,14 +278,26 @@ function NewMeasurement({ hostId, target, availability, preset, onStarted }: {
       <button type="button" disabled={picked.length === 0 || metrics.size === 0 || start.isPending} onClick={onStart}>
         Start
       </button>
-      {error && <p className="error small" role="alert">{error}</p>}
+      {error && (
+        <p className="error small" role="alert">
+          {error}
+        </p>
+      )}
       <CommandStatus hostId={hostId} id={command} what="Start" />
     </section>
   );
 }
 
-function MeasurementList({ hostId, target, current, onOpen }: {
-  hostId: string; target: string; current: string | null; onOpen: (id: string) => void;
+function MeasurementList({
+  hostId,
+  target,
+  current,
+  onOpen,
+}: {
+  hostId: string;
+  target: string;
+  current: string | null;
+  onOpen: (id: string) => void;
 }) {
   const list = useMeasurements(hostId);
   const mine = (list.data ?? []).filter((m) => m.target_id === target);
@@ -243,39 +337,67 @@ function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
   // Function rows measured with their blocks open their CFG with the measurement overlay.
   const cfgLinks = useMemo(() => {
     const res = d?.resources ?? [];
-    const withBlocks = new Set(res.filter((r) => r.kind === "block" && r.function_row !== null).map((r) => r.function_row));
-    return new Map(res.filter((r) => r.kind === "function" && withBlocks.has(r.index) && r.function_id != null)
-      .map((r) => [r.index, r.function_id as number]));
+    const withBlocks = new Set(
+      res.filter((r) => r.kind === "block" && r.function_row !== null).map((r) => r.function_row),
+    );
+    return new Map(
+      res
+        .filter((r) => r.kind === "function" && withBlocks.has(r.index) && r.function_id != null)
+        .map((r) => [r.index, r.function_id as number]),
+    );
   }, [d]);
-  if (detail.isError) return <p className="error" role="alert">Measurement unavailable: {detail.error.message}</p>;
+  if (detail.isError)
+    return (
+      <p className="error" role="alert">
+        Measurement unavailable: {detail.error.message}
+      </p>
+    );
   if (!d) return <p className="muted">Loading measurement…</p>;
   return (
     <section className="measurement" aria-labelledby="m-title" data-measurement={mid}>
       <div className="page-head">
         <h2 id="m-title">Measurement</h2>
-        <span className={`pill state-${d.state}`} aria-label="Measurement state">{d.state}</span>
+        <span className={`pill state-${d.state}`} aria-label="Measurement state">
+          {d.state}
+        </span>
         {d.detail && <span className="muted small">{d.detail}</span>}
-        <button type="button" onClick={() => setPaused((p) => !p)} aria-pressed={paused}>{paused ? "Resume" : "Pause"}</button>
+        <button type="button" onClick={() => setPaused((p) => !p)} aria-pressed={paused}>
+          {paused ? "Resume" : "Pause"}
+        </button>
         {!ended && (
-          <button type="button" disabled={stop.isPending} onClick={() => stop.mutate(mid, { onSuccess: (c) => setStopCommand(c.id) })}>
+          <button
+            type="button"
+            disabled={stop.isPending}
+            onClick={() => stop.mutate(mid, { onSuccess: (c) => setStopCommand(c.id) })}
+          >
             Stop
           </button>
         )}
       </div>
       <CommandStatus hostId={hostId} id={stopCommand} what="Stop" />
       <p className="muted small">
-        Last {WINDOW_S} s of the measurement: {values.data ? `${values.data.measured_seconds.toFixed(1)} s measured in ${values.data.intervals} intervals` : "…"}
+        Last {WINDOW_S} s of the measurement:{" "}
+        {values.data
+          ? `${values.data.measured_seconds.toFixed(1)} s measured in ${values.data.intervals} intervals`
+          : "…"}
       </p>
       {columns.unavailable.length > 0 && (
         <ul className="unavailable-metrics" aria-label="Metrics not measured">
           {columns.unavailable.map((u) => (
-            <li key={u.metric}><strong>{METRICS.find((x) => x.id === u.metric)?.label ?? u.metric}</strong>: unavailable — {u.reason}</li>
+            <li key={u.metric}>
+              <strong>{METRICS.find((x) => x.id === u.metric)?.label ?? u.metric}</strong>: unavailable — {u.reason}
+            </li>
           ))}
         </ul>
       )}
       <table className="data measure-table" aria-label="Measured values">
         <thead>
-          <tr><th>Resource</th>{metrics.map((m) => <th key={m}>{METRICS.find((x) => x.id === m)?.label ?? m}</th>)}</tr>
+          <tr>
+            <th>Resource</th>
+            {metrics.map((m) => (
+              <th key={m}>{METRICS.find((x) => x.id === m)?.label ?? m}</th>
+            ))}
+          </tr>
         </thead>
         <tbody>
           {rows.map((r) => (
@@ -285,8 +407,11 @@ function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
                 {cfgLinks.get(r.index) !== undefined && (
                   <>
                     {" "}
-                    <Link className="small" aria-label={`CFG of ${r.name}`}
-                      to={`/hosts/${encodeURIComponent(hostId)}/functions/${cfgLinks.get(r.index)}?measurement=${encodeURIComponent(mid)}&row=${r.index}&target=${encodeURIComponent(d.target_id)}`}>
+                    <Link
+                      className="small"
+                      aria-label={`CFG of ${r.name}`}
+                      to={`/hosts/${encodeURIComponent(hostId)}/functions/${cfgLinks.get(r.index)}?measurement=${encodeURIComponent(mid)}&row=${r.index}&target=${encodeURIComponent(d.target_id)}`}
+                    >
                       CFG
                     </Link>
                   </>
@@ -300,7 +425,9 @@ function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
                     <span className="value">{c.text}</span>
                     {c.detail && <span className="muted small"> · {c.detail}</span>}
                     {c.label && <span className={`label label-${c.label}`}> {c.label}</span>}
-                    {c.unavailable && c.text === "unavailable" && c.unavailable !== c.text && <span className="muted small"> ({c.unavailable})</span>}
+                    {c.unavailable && c.text === "unavailable" && c.unavailable !== c.text && (
+                      <span className="muted small"> ({c.unavailable})</span>
+                    )}
                   </td>
                 );
               })}
@@ -309,12 +436,18 @@ function MeasurementView({ hostId, mid }: { hostId: string; mid: string }) {
         </tbody>
       </table>
       <div className="toolbar">
-        <label>Chart <select value={chartMetric} onChange={(e) => setChartMetric(e.target.value as "count" | "wall" | "vtime")}
-          aria-label="Chart metric">
-          <option value="count">count per second</option>
-          <option value="wall">wall time per second</option>
-          <option value="vtime">virtual time per second</option>
-        </select></label>
+        <label>
+          Chart{" "}
+          <select
+            value={chartMetric}
+            onChange={(e) => setChartMetric(e.target.value as "count" | "wall" | "vtime")}
+            aria-label="Chart metric"
+          >
+            <option value="count">count per second</option>
+            <option value="wall">wall time per second</option>
+            <option value="vtime">virtual time per second</option>
+          </select>
+        </label>
       </div>
       <MeasureChart series={series.data} names={names} metric={chartMetric} />
     </section>

@@ -18,5 +18,8 @@ export interface SeriesReply {
 
 self.onmessage = (ev: MessageEvent<SeriesRequest>) => {
   const { id, series, names, metric } = ev.data;
-  (self as unknown as Worker).postMessage({ id, shaped: chartSeries(series, new Map(names), metric) } satisfies SeriesReply);
+  (self as unknown as Worker).postMessage({
+    id,
+    shaped: chartSeries(series, new Map(names), metric),
+  } satisfies SeriesReply);
 };

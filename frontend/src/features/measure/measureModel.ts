@@ -4,10 +4,17 @@
 // the agent's reason) and the chart's series (per resource, a metric per second of each bucket).
 // Values are sums over measured seconds, so rates, per-call values and concurrency are exact ratios
 // of sums (kperfmon's per-invocation forms: wall or vtime over the calls that completed).
-import type { Capability, MeasuredResource, MeasurementSeries, MeasurementValues, MetricPlan, SlotValues } from "../../api/types";
+import type {
+  Capability,
+  MeasuredResource,
+  MeasurementSeries,
+  MeasurementValues,
+  MetricPlan,
+  SlotValues,
+} from "../../api/types";
 
-export type MetricId = "count" | "wall" | "vtime" | "concurrency" | "cycles" | "instructions" | "icache_stall"
-  | "branch_mispredict";
+export type MetricId =
+  "count" | "wall" | "vtime" | "concurrency" | "cycles" | "instructions" | "icache_stall" | "branch_mispredict";
 
 export const METRICS: { id: MetricId; label: string; hardware: boolean }[] = [
   { id: "count", label: "Count", hardware: false },
@@ -22,8 +29,14 @@ export const METRICS: { id: MetricId; label: string; hardware: boolean }[] = [
 
 /** The plan names of a requested metric (the agent reports wall_ns, vtime_ns). */
 const PLAN_NAME: Record<MetricId, string> = {
-  count: "count", wall: "wall_ns", vtime: "vtime_ns", concurrency: "concurrency", cycles: "cycles",
-  instructions: "instructions", icache_stall: "icache_stall", branch_mispredict: "branch_mispredict",
+  count: "count",
+  wall: "wall_ns",
+  vtime: "vtime_ns",
+  concurrency: "concurrency",
+  cycles: "cycles",
+  instructions: "instructions",
+  icache_stall: "icache_stall",
+  branch_mispredict: "branch_mispredict",
 };
 
 /** Shown when the agent refused a metric without saying why (never the bare word again). */
@@ -41,16 +54,26 @@ export function metricAvailability(kind: "kernel" | "process", caps: Capability[
   const why = (names: string[]) => names.map((n) => `${n}: ${cap.get(n)?.detail || "unavailable"}`).join("; ");
   let timers: string | null;
   if (kind === "kernel") {
-    timers = (has("fentry") && has("fexit")) || (has("kprobes") && has("kretprobes")) ? null
-      : `timing kernel functions needs fentry and fexit, or kprobes and kretprobes (${why(
-        ["fentry", "fexit", "kprobes", "kretprobes"].filter((n) => !has(n)))})`;
+    timers =
+      (has("fentry") && has("fexit")) || (has("kprobes") && has("kretprobes"))
+        ? null
+        : `timing kernel functions needs fentry and fexit, or kprobes and kretprobes (${why(
+            ["fentry", "fexit", "kprobes", "kretprobes"].filter((n) => !has(n)),
+          )})`;
   } else {
-    timers = has("uprobes") && has("uretprobes") ? null
-      : `timing process functions needs uprobes and uretprobes (${why(["uprobes", "uretprobes"].filter((n) => !has(n)))})`;
+    timers =
+      has("uprobes") && has("uretprobes")
+        ? null
+        : `timing process functions needs uprobes and uretprobes (${why(["uprobes", "uretprobes"].filter((n) => !has(n)))})`;
   }
-  const count = kind === "kernel"
-    ? (has("fentry") || has("kprobes") || has("perf_sampling") ? null : `counting needs fentry, kprobes or sampling (${why(["fentry", "kprobes", "perf_sampling"])})`)
-    : (has("uprobes") ? null : `counting process functions needs uprobes (${why(["uprobes"])})`);
+  const count =
+    kind === "kernel"
+      ? has("fentry") || has("kprobes") || has("perf_sampling")
+        ? null
+        : `counting needs fentry, kprobes or sampling (${why(["fentry", "kprobes", "perf_sampling"])})`
+      : has("uprobes")
+        ? null
+        : `counting process functions needs uprobes (${why(["uprobes"])})`;
   const hardware = has("hardware_pmu") ? null : cap.get("hardware_pmu")?.detail || "no PMU";
   const out = {} as Record<MetricId, string | null>;
   for (const m of METRICS) out[m.id] = m.hardware ? hardware : m.id === "count" ? count : timers;
@@ -59,8 +82,10 @@ export function metricAvailability(kind: "kernel" | "process", caps: Capability[
 
 /** The table's columns: metrics some row can show, and those no row can, each with its reason once
  *  (instead of a column of identical "unavailable" cells). */
-export function splitColumns(resources: MeasuredResource[], metrics: MetricId[]):
-  { shown: MetricId[]; unavailable: { metric: MetricId; reason: string }[] } {
+export function splitColumns(
+  resources: MeasuredResource[],
+  metrics: MetricId[],
+): { shown: MetricId[]; unavailable: { metric: MetricId; reason: string }[] } {
   const shown: MetricId[] = [];
   const unavailable: { metric: MetricId; reason: string }[] = [];
   for (const m of metrics) {
@@ -123,15 +148,23 @@ export function cellFor(r: MeasuredResource, m: MetricId, v: SlotValues | undefi
     if (count === null) return { text: "0", detail: null, label, unavailable: null };
     const unit = label === "sampled" ? "samples" : r.kind === "block" ? "executions" : "calls";
     const rate = perSecond(count);
-    return { text: `${nf.format(count)} ${unit}`, detail: rate === null ? null : `${nf3.format(rate)} /s`, label,
-      unavailable: null };
+    return {
+      text: `${nf.format(count)} ${unit}`,
+      detail: rate === null ? null : `${nf3.format(rate)} /s`,
+      label,
+      unavailable: null,
+    };
   }
   if (m === "wall" || m === "vtime") {
     const ns = (m === "wall" ? v?.wall_ns : v?.vtime_ns) ?? null;
     if (ns === null) return { text: "0 ns", detail: null, label, unavailable: null };
     const calls = exits ?? count;
-    return { text: formatDuration(ns), detail: calls ? `${formatDuration(ns / calls)}/call` : null, label,
-      unavailable: null };
+    return {
+      text: formatDuration(ns),
+      detail: calls ? `${formatDuration(ns / calls)}/call` : null,
+      label,
+      unavailable: null,
+    };
   }
   if (m === "concurrency") {
     const ns = v?.wall_ns ?? null;
@@ -143,7 +176,11 @@ export function cellFor(r: MeasuredResource, m: MetricId, v: SlotValues | undefi
 }
 
 /** The live table: resources × the measurement's metrics, over the values' range. */
-export function tableRows(resources: MeasuredResource[], metrics: MetricId[], values: MeasurementValues | undefined): TableRow[] {
+export function tableRows(
+  resources: MeasuredResource[],
+  metrics: MetricId[],
+  values: MeasurementValues | undefined,
+): TableRow[] {
   const byIndex = new Map((values?.resources ?? []).map((rv) => [rv.resource, rv.values]));
   const seconds = values?.measured_seconds ?? 0;
   return resources.map((r) => ({
@@ -163,7 +200,11 @@ export interface ChartSeries {
 
 /** Per resource, the metric per second of each bucket (count: calls/s; wall, vtime: thread-seconds
  *  per second, i.e. concurrency). Buckets without measured time are left out (a gap, not a zero). */
-export function chartSeries(series: MeasurementSeries, names: Map<number, string>, metric: "count" | "wall" | "vtime"): ChartSeries[] {
+export function chartSeries(
+  series: MeasurementSeries,
+  names: Map<number, string>,
+  metric: "count" | "wall" | "vtime",
+): ChartSeries[] {
   const seconds = new Map(series.buckets.map((b) => [Date.parse(b.t), b.seconds]));
   return series.series.map((s) => ({
     resource: s.resource,

@@ -14,8 +14,19 @@ describe("plan page", () => {
     const routes = routeFetch({
       "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
       "/api/v1/hosts/host-1": () => json(host()),
-      "/api/v1/hosts/host-1/plans/made-up": () => json({ detail: [{ type: "uuid_parsing", loc: ["path", "plan_id"],
-        msg: "Input should be a valid UUID, invalid character: expected an optional prefix of `urn:uuid:` followed by [0-9a-fA-F-], found `m` at 1" }] }, 422),
+      "/api/v1/hosts/host-1/plans/made-up": () =>
+        json(
+          {
+            detail: [
+              {
+                type: "uuid_parsing",
+                loc: ["path", "plan_id"],
+                msg: "Input should be a valid UUID, invalid character: expected an optional prefix of `urn:uuid:` followed by [0-9a-fA-F-], found `m` at 1",
+              },
+            ],
+          },
+          422,
+        ),
     });
     vi.stubGlobal("fetch", routes.fetch);
     vi.stubGlobal("WebSocket", undefined);
@@ -28,10 +39,13 @@ describe("plan page", () => {
   it("says so when the host has no plan with a well-formed id", async () => {
     setSession({ token: "t", user: { id: "u", username: "admin", role: "admin" } });
     const id = "0b6f4c1e-8a3d-4f7a-9c2e-5d1b7e9a4f20";
-    vi.stubGlobal("fetch", routeFetch({
-      "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
-      [`/api/v1/hosts/host-1/plans/${id}`]: () => json({ detail: "Plan not found" }, 404),
-    }).fetch);
+    vi.stubGlobal(
+      "fetch",
+      routeFetch({
+        "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+        [`/api/v1/hosts/host-1/plans/${id}`]: () => json({ detail: "Plan not found" }, 404),
+      }).fetch,
+    );
     vi.stubGlobal("WebSocket", undefined);
     renderApp(`/hosts/host-1/plans/${id}`);
     expect(await screen.findByRole("heading", { level: 1, name: "Plan not found" })).toBeInTheDocument();

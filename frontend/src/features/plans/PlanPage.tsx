@@ -19,8 +19,6 @@ import type { MemberView, PlanView } from "./planModel";
 import { usePlanView } from "./usePlanView";
 import { isPlanId, nextStep, stepRules } from "./workflowModel";
 
-
-
 export function PlanPage() {
   const { hostId = "", planId = "" } = useParams();
   const wellFormed = isPlanId(planId);
@@ -32,10 +30,16 @@ export function PlanPage() {
     return (
       <section className="notice">
         <h1>{notFound ? "Plan not found" : "Plan not available"}</h1>
-        <p className="error" role="alert">{!wellFormed
-          ? `“${planId}” is not a plan id: plan ids look like 0b6f4c1e-8a3d-4f7a-9c2e-5d1b7e9a4f20.`
-          : notFound ? `This host has no plan ${planId}.` : plan.error?.message}</p>
-        <p><Link to={`/hosts/${encodeURIComponent(hostId)}`}>Back to the host</Link></p>
+        <p className="error" role="alert">
+          {!wellFormed
+            ? `“${planId}” is not a plan id: plan ids look like 0b6f4c1e-8a3d-4f7a-9c2e-5d1b7e9a4f20.`
+            : notFound
+              ? `This host has no plan ${planId}.`
+              : plan.error?.message}
+        </p>
+        <p>
+          <Link to={`/hosts/${encodeURIComponent(hostId)}`}>Back to the host</Link>
+        </p>
       </section>
     );
   }
@@ -48,14 +52,43 @@ function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   const make = useCommandPolledWhile(hostId, plan.make_command, plan.state === "planning");
   return (
     <section className="plan-page">
-      <p className="crumbs"><Link to={`/hosts/${encodeURIComponent(hostId)}`}>← host</Link></p>
+      <p className="crumbs">
+        <Link to={`/hosts/${encodeURIComponent(hostId)}`}>← host</Link>
+      </p>
       <h1>Plan for {plan.root_name}</h1>
       <dl className="facts">
-        <div><dt>State</dt><dd data-testid="plan-state" className={`plan-state ${plan.state}`}>{plan.state}</dd></div>
-        <div><dt>Target</dt><dd>{plan.target_id}</dd></div>
-        <div><dt>Code hash</dt><dd className="addr" title={plan.code_sha256 ?? ""}>{plan.code_sha256 ? plan.code_sha256.slice(0, 16) + "…" : "—"}</dd></div>
-        <div><dt>Build id</dt><dd className="addr">{plan.build_id ?? "—"}</dd></div>
-        <div><dt>Counts</dt><dd>{plan.estimated ? <span className="estimate">estimated (sampled)</span> : plan.plan ? "exact (probes)" : "—"}</dd></div>
+        <div>
+          <dt>State</dt>
+          <dd data-testid="plan-state" className={`plan-state ${plan.state}`}>
+            {plan.state}
+          </dd>
+        </div>
+        <div>
+          <dt>Target</dt>
+          <dd>{plan.target_id}</dd>
+        </div>
+        <div>
+          <dt>Code hash</dt>
+          <dd className="addr" title={plan.code_sha256 ?? ""}>
+            {plan.code_sha256 ? plan.code_sha256.slice(0, 16) + "…" : "—"}
+          </dd>
+        </div>
+        <div>
+          <dt>Build id</dt>
+          <dd className="addr">{plan.build_id ?? "—"}</dd>
+        </div>
+        <div>
+          <dt>Counts</dt>
+          <dd>
+            {plan.estimated ? (
+              <span className="estimate">estimated (sampled)</span>
+            ) : plan.plan ? (
+              "exact (probes)"
+            ) : (
+              "—"
+            )}
+          </dd>
+        </div>
       </dl>
       {plan.state === "planning" && (
         <div className="layout-progress" role="status" aria-live="polite">
@@ -63,11 +96,23 @@ function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
           <progress max={1} value={make.data?.progress ?? undefined} aria-label="Plan progress" />
         </div>
       )}
-      {plan.error && <p className="error" role="alert">{plan.error}</p>}
-      {plan.stale_reason && <p className="warning" role="note">Stale: {plan.stale_reason}</p>}
+      {plan.error && (
+        <p className="error" role="alert">
+          {plan.error}
+        </p>
+      )}
+      {plan.stale_reason && (
+        <p className="warning" role="note">
+          Stale: {plan.stale_reason}
+        </p>
+      )}
       <Workflow hostId={hostId} plan={plan} />
       <Comparison plan={plan} />
-      {shaped.error && <p className="error" role="alert">The plan could not be shown: {shaped.error}</p>}
+      {shaped.error && (
+        <p className="error" role="alert">
+          The plan could not be shown: {shaped.error}
+        </p>
+      )}
       {shaped.view && <PlanFigures view={shaped.view} hostId={hostId} target={plan.target_id} />}
       <AuditTrail hostId={hostId} plan={plan} />
     </section>
@@ -84,29 +129,71 @@ function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   const can = stepRules(plan.state, me?.role ?? "viewer", own, made);
   const primary = nextStep(plan.state, can);
   const button = (s: PlanStep, label: string) => (
-    <button type="button" className={s === primary ? "primary" : undefined} disabled={!can[s].ok || step.isPending}
-            title={can[s].ok ? "" : can[s].why} onClick={() => step.mutate({ step: s, reason, window_s: INSTALL_WINDOW_S })}>{label}</button>
+    <button
+      type="button"
+      className={s === primary ? "primary" : undefined}
+      disabled={!can[s].ok || step.isPending}
+      title={can[s].ok ? "" : can[s].why}
+      onClick={() => step.mutate({ step: s, reason, window_s: INSTALL_WINDOW_S })}
+    >
+      {label}
+    </button>
   );
   return (
     <section className="plan-workflow" aria-labelledby="wf-title">
       <h2 id="wf-title">Approval and install</h2>
       <ol className="wf-steps">
-        <li>Made by {plan.created_by} {when(plan.created_at)}</li>
-        {plan.requested_by && <li>Requested by {plan.requested_by} {when(plan.requested_at)}</li>}
-        {plan.approved_by && <li>Approved by {plan.approved_by} {when(plan.approved_at)} (code {plan.approved_code_sha256?.slice(0, 12)}…, build {plan.approved_build_id?.slice(0, 12)}…)</li>}
-        {plan.rejected_by && <li>Rejected by {plan.rejected_by} {when(plan.rejected_at)}{plan.reject_reason ? `: ${plan.reject_reason}` : ""}</li>}
-        {plan.install_by && <li>Install by {plan.install_by}{plan.installed_at ? `, installed ${when(plan.installed_at)}` : ""}</li>}
-        {plan.revert_by && <li>Revert by {plan.revert_by}{plan.reverted_at ? `, reverted ${when(plan.reverted_at)}` : ""}</li>}
+        <li>
+          Made by {plan.created_by} {when(plan.created_at)}
+        </li>
+        {plan.requested_by && (
+          <li>
+            Requested by {plan.requested_by} {when(plan.requested_at)}
+          </li>
+        )}
+        {plan.approved_by && (
+          <li>
+            Approved by {plan.approved_by} {when(plan.approved_at)} (code {plan.approved_code_sha256?.slice(0, 12)}…,
+            build {plan.approved_build_id?.slice(0, 12)}…)
+          </li>
+        )}
+        {plan.rejected_by && (
+          <li>
+            Rejected by {plan.rejected_by} {when(plan.rejected_at)}
+            {plan.reject_reason ? `: ${plan.reject_reason}` : ""}
+          </li>
+        )}
+        {plan.install_by && (
+          <li>
+            Install by {plan.install_by}
+            {plan.installed_at ? `, installed ${when(plan.installed_at)}` : ""}
+          </li>
+        )}
+        {plan.revert_by && (
+          <li>
+            Revert by {plan.revert_by}
+            {plan.reverted_at ? `, reverted ${when(plan.reverted_at)}` : ""}
+          </li>
+        )}
       </ol>
       <div className="toolbar">
         {button("request", "Request approval")}
         {button("approve", "Approve")}
-        <input aria-label="Reason to reject" placeholder="reason (reject)" value={reason} onChange={(e) => setReason(e.target.value)} />
+        <input
+          aria-label="Reason to reject"
+          placeholder="reason (reject)"
+          value={reason}
+          onChange={(e) => setReason(e.target.value)}
+        />
         {button("reject", "Reject")}
         {button("install", "Install")}
         {button("revert", "Revert")}
       </div>
-      {step.isError && <p className="error" role="alert">{step.error.message}</p>}
+      {step.isError && (
+        <p className="error" role="alert">
+          {step.error.message}
+        </p>
+      )}
     </section>
   );
 }
@@ -122,21 +209,49 @@ function Comparison({ plan }: { plan: PlanDetail }) {
   const rows = beforeAfterRows(plan);
   if (!rows.length) return null;
   const c = plan.comparison!;
-  const td = (x: Cell) => <td className={x.unavailable ? "unavailable" : undefined} title={x.unavailable}>{x.text}</td>;
+  const td = (x: Cell) => (
+    <td className={x.unavailable ? "unavailable" : undefined} title={x.unavailable}>
+      {x.text}
+    </td>
+  );
   return (
     <section aria-labelledby="cmp-title">
       <h2 id="cmp-title">{plan.root_name} before and after the install</h2>
       <table className="data" data-testid="before-after">
-        <thead><tr><th /><th>Before</th><th>After</th><th>Change</th><th>Spread over 1 s intervals (before → after)</th></tr></thead>
+        <thead>
+          <tr>
+            <th />
+            <th>Before</th>
+            <th>After</th>
+            <th>Change</th>
+            <th>Spread over 1 s intervals (before → after)</th>
+          </tr>
+        </thead>
         <tbody>
           {rows.map((r) => (
             <tr key={r.key}>
               <th scope="row">{r.label}</th>
-              {r.key === "hardware" ? <td colSpan={4} className="unavailable">{r.before.text}</td>
-                : <>{td(r.before)}{td(r.after)}<td>{r.change}</td><td className="muted">{r.spread}</td></>}
+              {r.key === "hardware" ? (
+                <td colSpan={4} className="unavailable">
+                  {r.before.text}
+                </td>
+              ) : (
+                <>
+                  {td(r.before)}
+                  {td(r.after)}
+                  <td>{r.change}</td>
+                  <td className="muted">{r.spread}</td>
+                </>
+              )}
             </tr>
           ))}
-          <tr><th scope="row">Window</th><td>{windowText(c.before)}</td><td>{windowText(c.after)}</td><td /><td /></tr>
+          <tr>
+            <th scope="row">Window</th>
+            <td>{windowText(c.before)}</td>
+            <td>{windowText(c.after)}</td>
+            <td />
+            <td />
+          </tr>
         </tbody>
       </table>
     </section>
@@ -146,9 +261,17 @@ function Comparison({ plan }: { plan: PlanDetail }) {
 function PlanFigures({ view, hostId, target }: { view: PlanView; hostId: string; target: string }) {
   return (
     <>
-      {view.status !== "ok" && <p className="warning" role="note">No plan ({view.status}): {view.message}</p>}
+      {view.status !== "ok" && (
+        <p className="warning" role="note">
+          No plan ({view.status}): {view.message}
+        </p>
+      )}
       {view.bottleneck && <p className="muted small">Bottleneck check: {view.bottleneck}</p>}
-      {view.estimated && <p className="estimate" role="note">Block counts were sampled: counts, chains and hot lines are estimates.</p>}
+      {view.estimated && (
+        <p className="estimate" role="note">
+          Block counts were sampled: counts, chains and hot lines are estimates.
+        </p>
+      )}
       {view.before && view.after && (
         <section aria-labelledby="ic-title">
           <h2 id="ic-title">I-cache footprint</h2>
@@ -158,12 +281,32 @@ function PlanFigures({ view, hostId, target }: { view: PlanView; hostId: string;
           </div>
           <HeatLegend lineBytes={view.before.lineBytes} ways={view.before.ways} />
           <table className="data" data-testid="footprint">
-            <thead><tr><th /><th>Hot lines</th><th>Minimum</th><th>Ratio</th><th>Distance</th><th>Conflicting sets</th></tr></thead>
+            <thead>
+              <tr>
+                <th />
+                <th>Hot lines</th>
+                <th>Minimum</th>
+                <th>Ratio</th>
+                <th>Distance</th>
+                <th>Conflicting sets</th>
+              </tr>
+            </thead>
             <tbody>
-              {[["Before", view.before], ["After", view.after]].map(([l, g]) => {
+              {[
+                ["Before", view.before],
+                ["After", view.after],
+              ].map(([l, g]) => {
                 const grid = g as typeof view.before;
-                return <tr key={l as string}><th scope="row">{l as string}</th><td>{grid.hotLines}</td><td>{grid.minimum}</td>
-                  <td>{grid.ratio.toFixed(2)}</td><td>{grid.distance}</td><td>{grid.conflictSets}</td></tr>;
+                return (
+                  <tr key={l as string}>
+                    <th scope="row">{l as string}</th>
+                    <td>{grid.hotLines}</td>
+                    <td>{grid.minimum}</td>
+                    <td>{grid.ratio.toFixed(2)}</td>
+                    <td>{grid.distance}</td>
+                    <td>{grid.conflictSets}</td>
+                  </tr>
+                );
               })}
             </tbody>
           </table>
@@ -172,45 +315,119 @@ function PlanFigures({ view, hostId, target }: { view: PlanView; hostId: string;
       <section aria-labelledby="group-title">
         <h2 id="group-title">Group ({view.members.length} functions)</h2>
         <table className="data">
-          <thead><tr><th>Function</th><th>Hot bytes</th><th>Chains</th><th>Cold bytes</th><th>Jump tables</th><th>New hot</th><th>New cold</th></tr></thead>
+          <thead>
+            <tr>
+              <th>Function</th>
+              <th>Hot bytes</th>
+              <th>Chains</th>
+              <th>Cold bytes</th>
+              <th>Jump tables</th>
+              <th>New hot</th>
+              <th>New cold</th>
+            </tr>
+          </thead>
           <tbody>
-            {view.members.map((m) => <tr key={m.fn}><td>{m.fn}</td><td>{m.hotBytes}</td><td>{m.chains}</td><td>{m.coldBytes}</td><td>{m.jumpTableBytes}</td><td>{m.newHotBytes}</td><td>{m.newColdBytes}</td></tr>)}
-            <tr className="totals"><th scope="row">Totals</th><td>{view.totals.hot_bytes}</td><td /><td>{view.totals.cold_bytes}</td><td>{view.totals.jump_table_bytes}</td><td>{view.totals.new_hot_bytes}</td><td>{view.totals.new_cold_bytes}</td></tr>
+            {view.members.map((m) => (
+              <tr key={m.fn}>
+                <td>{m.fn}</td>
+                <td>{m.hotBytes}</td>
+                <td>{m.chains}</td>
+                <td>{m.coldBytes}</td>
+                <td>{m.jumpTableBytes}</td>
+                <td>{m.newHotBytes}</td>
+                <td>{m.newColdBytes}</td>
+              </tr>
+            ))}
+            <tr className="totals">
+              <th scope="row">Totals</th>
+              <td>{view.totals.hot_bytes}</td>
+              <td />
+              <td>{view.totals.cold_bytes}</td>
+              <td>{view.totals.jump_table_bytes}</td>
+              <td>{view.totals.new_hot_bytes}</td>
+              <td>{view.totals.new_cold_bytes}</td>
+            </tr>
           </tbody>
         </table>
-        {view.members.map((m) => <LayoutStrip key={m.fn} m={m} />)}
+        {view.members.map((m) => (
+          <LayoutStrip key={m.fn} m={m} />
+        ))}
       </section>
       <MemberCfgs hostId={hostId} target={target} members={view.members} />
       <section aria-labelledby="chains-title">
         <h2 id="chains-title">Chains</h2>
         <table className="data" data-testid="chain-table">
-          <thead><tr><th>Function</th><th>Chain</th><th>Bytes</th><th>Weight{view.estimated ? " (estimate)" : ""}</th><th>Blocks</th></tr></thead>
+          <thead>
+            <tr>
+              <th>Function</th>
+              <th>Chain</th>
+              <th>Bytes</th>
+              <th>Weight{view.estimated ? " (estimate)" : ""}</th>
+              <th>Blocks</th>
+            </tr>
+          </thead>
           <tbody>
-            {view.chains.slice(0, 500).map((c) => <tr key={`${c.fn}:${c.chain}`}><td>{c.fn}</td><td>{c.chain}</td><td>{c.bytes}</td><td>{c.weight}</td><td className="addr">{c.blocks}</td></tr>)}
+            {view.chains.slice(0, 500).map((c) => (
+              <tr key={`${c.fn}:${c.chain}`}>
+                <td>{c.fn}</td>
+                <td>{c.chain}</td>
+                <td>{c.bytes}</td>
+                <td>{c.weight}</td>
+                <td className="addr">{c.blocks}</td>
+              </tr>
+            ))}
           </tbody>
         </table>
       </section>
       <section aria-labelledby="kept-title">
         <h2 id="kept-title">Kept in place</h2>
-        {view.kept.length === 0 ? <p className="muted">Every hot callee moves with the group.</p> : (
+        {view.kept.length === 0 ? (
+          <p className="muted">Every hot callee moves with the group.</p>
+        ) : (
           <table className="data" data-testid="kept">
-            <thead><tr><th>Function</th><th>Address</th><th>Rule</th><th>Detail</th></tr></thead>
-            <tbody>{view.kept.map((k) => <tr key={k.fn + k.address}><td>{k.fn}</td><td className="addr">{k.address}</td><td>{k.rule}</td><td>{k.detail}</td></tr>)}</tbody>
+            <thead>
+              <tr>
+                <th>Function</th>
+                <th>Address</th>
+                <th>Rule</th>
+                <th>Detail</th>
+              </tr>
+            </thead>
+            <tbody>
+              {view.kept.map((k) => (
+                <tr key={k.fn + k.address}>
+                  <td>{k.fn}</td>
+                  <td className="addr">{k.address}</td>
+                  <td>{k.rule}</td>
+                  <td>{k.detail}</td>
+                </tr>
+              ))}
+            </tbody>
           </table>
         )}
       </section>
       <section aria-labelledby="code-title">
-        <h2 id="code-title">Emitted code ({view.codeBytes} bytes, {view.verified ? "verified" : "NOT verified"})</h2>
+        <h2 id="code-title">
+          Emitted code ({view.codeBytes} bytes, {view.verified ? "verified" : "NOT verified"})
+        </h2>
         {view.listing ? (
           <CodeSideBySide hostId={hostId} target={target} members={view.members} listing={view.listing} />
         ) : (
           <>
             <p className="muted small">This agent sends the code's bytes without a listing; they are shown as bytes.</p>
-            <pre className="hexdump" data-testid="code-hex">{view.hexLines.join("\n")}</pre>
+            <pre className="hexdump" data-testid="code-hex">
+              {view.hexLines.join("\n")}
+            </pre>
           </>
         )}
       </section>
-      {view.notes.length > 0 && <ul className="muted small">{view.notes.map((n) => <li key={n}>{n}</li>)}</ul>}
+      {view.notes.length > 0 && (
+        <ul className="muted small">
+          {view.notes.map((n) => (
+            <li key={n}>{n}</li>
+          ))}
+        </ul>
+      )}
     </>
   );
 }
@@ -221,14 +438,27 @@ function LayoutStrip({ m }: { m: MemberView }) {
   let x = 0;
   return (
     <figure className="layout-strip">
-      <figcaption className="small">{m.fn} <span className="muted">{m.address} → {m.newAddress ?? "?"}</span></figcaption>
+      <figcaption className="small">
+        {m.fn}{" "}
+        <span className="muted">
+          {m.address} → {m.newAddress ?? "?"}
+        </span>
+      </figcaption>
       <svg width={600} height={14} role="img" aria-label={`${m.fn}: blocks in layout order`}>
         {m.blocks.map((b) => {
           const w = (b.size / total) * 600;
-          const r = <rect key={b.offset} x={x} y={0} width={Math.max(1, w - 0.5)} height={14}
-                          className={b.hot ? `blk hot c${b.chain % 8}` : "blk cold"}>
-            <title>{`+0x${b.offset.toString(16)} (${b.size} bytes) ${b.hot ? `chain ${b.chain}` : "cold"}, count ${b.count}`}</title>
-          </rect>;
+          const r = (
+            <rect
+              key={b.offset}
+              x={x}
+              y={0}
+              width={Math.max(1, w - 0.5)}
+              height={14}
+              className={b.hot ? `blk hot c${b.chain % 8}` : "blk cold"}
+            >
+              <title>{`+0x${b.offset.toString(16)} (${b.size} bytes) ${b.hot ? `chain ${b.chain}` : "cold"}, count ${b.count}`}</title>
+            </rect>
+          );
           x += w;
           return r;
         })}
@@ -243,8 +473,22 @@ function AuditTrail({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
     <section aria-labelledby="audit-title">
       <h2 id="audit-title">Audit trail</h2>
       <table className="data" data-testid="plan-audit">
-        <thead><tr><th>When</th><th>Who</th><th>What</th></tr></thead>
-        <tbody>{(audit.data ?? []).map((a) => <tr key={a.id}><td>{new Date(a.at).toLocaleString()}</td><td>{a.actor}</td><td>{a.action.replace(/^plan_/, "").replace(/_/g, " ")}</td></tr>)}</tbody>
+        <thead>
+          <tr>
+            <th>When</th>
+            <th>Who</th>
+            <th>What</th>
+          </tr>
+        </thead>
+        <tbody>
+          {(audit.data ?? []).map((a) => (
+            <tr key={a.id}>
+              <td>{new Date(a.at).toLocaleString()}</td>
+              <td>{a.actor}</td>
+              <td>{a.action.replace(/^plan_/, "").replace(/_/g, " ")}</td>
+            </tr>
+          ))}
+        </tbody>
       </table>
     </section>
   );

@@ -6,26 +6,61 @@
 // row that gives the reason once.
 import type { PlanDetail, PlanWindow } from "../../api/types";
 
-type Figure = "calls_per_s" | "wall_ns_per_call" | "vtime_ns_per_call" | "cycles_per_call" | "instructions_per_call"
-  | "icache_stall_per_call" | "branch_mispredict_per_call";
+type Figure =
+  | "calls_per_s"
+  | "wall_ns_per_call"
+  | "vtime_ns_per_call"
+  | "cycles_per_call"
+  | "instructions_per_call"
+  | "icache_stall_per_call"
+  | "branch_mispredict_per_call";
 
 const FIGURES: { key: Figure; label: string; unit: string; digits: number; metric: string; hardware?: true }[] = [
   { key: "calls_per_s", label: "Calls per second", unit: "/s", digits: 1, metric: "count" },
   { key: "wall_ns_per_call", label: "Wall time per call", unit: "ns", digits: 0, metric: "wall" },
   { key: "vtime_ns_per_call", label: "Virtual time per call", unit: "ns", digits: 0, metric: "vtime" },
   { key: "cycles_per_call", label: "Cycles per call", unit: "cycles", digits: 0, metric: "cycles", hardware: true },
-  { key: "instructions_per_call", label: "Instructions per call", unit: "instructions", digits: 0, metric: "instructions",
-    hardware: true },
-  { key: "icache_stall_per_call", label: "I-cache stall cycles per call", unit: "cycles", digits: 0, metric: "icache_stall",
-    hardware: true },
-  { key: "branch_mispredict_per_call", label: "Branch-mispredict cycles per call", unit: "cycles", digits: 0,
-    metric: "branch_mispredict", hardware: true },
+  {
+    key: "instructions_per_call",
+    label: "Instructions per call",
+    unit: "instructions",
+    digits: 0,
+    metric: "instructions",
+    hardware: true,
+  },
+  {
+    key: "icache_stall_per_call",
+    label: "I-cache stall cycles per call",
+    unit: "cycles",
+    digits: 0,
+    metric: "icache_stall",
+    hardware: true,
+  },
+  {
+    key: "branch_mispredict_per_call",
+    label: "Branch-mispredict cycles per call",
+    unit: "cycles",
+    digits: 0,
+    metric: "branch_mispredict",
+    hardware: true,
+  },
 ];
 
-export interface Cell { text: string; unavailable?: string }
-export interface BeforeAfterRow { key: string; label: string; before: Cell; after: Cell; change: string; spread: string }
+export interface Cell {
+  text: string;
+  unavailable?: string;
+}
+export interface BeforeAfterRow {
+  key: string;
+  label: string;
+  before: Cell;
+  after: Cell;
+  change: string;
+  spread: string;
+}
 
-const num = (v: number, digits: number) => v.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits, useGrouping: false });
+const num = (v: number, digits: number) =>
+  v.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits, useGrouping: false });
 
 function cell(w: PlanWindow | null | undefined, f: (typeof FIGURES)[number]): Cell {
   if (!w) return { text: "not measured" };
@@ -49,21 +84,37 @@ export function beforeAfterRows(plan: Pick<PlanDetail, "comparison">): BeforeAft
   const hardware = FIGURES.filter((f) => f.hardware);
   // The agent names the metric first ("cycles timer unavailable: no hardware PMU: ..."): the same
   // reason once that name is taken off.
-  const reasons = new Set(hardware.flatMap((f) => [c.before, c.after].map((w) =>
-    (w?.unavailable[f.metric] ?? "").replace(new RegExp(`^${f.metric} timer unavailable: `), ""))));
+  const reasons = new Set(
+    hardware.flatMap((f) =>
+      [c.before, c.after].map((w) =>
+        (w?.unavailable[f.metric] ?? "").replace(new RegExp(`^${f.metric} timer unavailable: `), ""),
+      ),
+    ),
+  );
   const folded = reasons.size === 1 && !reasons.has("");
   for (const f of FIGURES) {
     if (f.hardware && folded) continue;
     const change = c.change[f.key];
-    rows.push({ key: f.key, label: f.label, before: cell(c.before, f), after: cell(c.after, f),
+    rows.push({
+      key: f.key,
+      label: f.label,
+      before: cell(c.before, f),
+      after: cell(c.after, f),
       change: change === null || change === undefined ? "—" : `${(change * 100).toFixed(1)}%`,
-      spread: `${spreadOf(c.before, f)} → ${spreadOf(c.after, f)}` });
+      spread: `${spreadOf(c.before, f)} → ${spreadOf(c.after, f)}`,
+    });
   }
   if (folded) {
     const why = [...reasons][0];
     const text = `unavailable (${why})`;
-    rows.push({ key: "hardware", label: "Hardware counters (cycles, instructions, I-cache stall, branch mispredict)",
-      before: { text, unavailable: why }, after: { text, unavailable: why }, change: "—", spread: "—" });
+    rows.push({
+      key: "hardware",
+      label: "Hardware counters (cycles, instructions, I-cache stall, branch mispredict)",
+      before: { text, unavailable: why },
+      after: { text, unavailable: why },
+      change: "—",
+      spread: "—",
+    });
   }
   return rows;
 }

@@ -20,15 +20,29 @@ describe("shapePlan", () => {
     expect(v.hexLines[0].startsWith(fixture.code.base)).toBe(true);
     // The agent's plans carry the emitted code as a listing (the fixture is made by this build's agent).
     expect(v.listing).toHaveLength(fixture.code.listing.length);
-    expect(v.listing![0]).toEqual({ address: fixture.code.listing[0].address, bytes: fixture.code.listing[0].bytes,
-                                     text: fixture.code.listing[0].text, from: fixture.code.listing[0].from });
+    expect(v.listing![0]).toEqual({
+      address: fixture.code.listing[0].address,
+      bytes: fixture.code.listing[0].bytes,
+      text: fixture.code.listing[0].text,
+      from: fixture.code.listing[0].from,
+    });
     expect(v.verified).toBe(true);
   });
 
   it("widens a grid past its ways where a set conflicts", () => {
-    const g = heatGrid({ sets: 2, ways: 2, line_bytes: 64, hot_lines: 3, max_lines_in_a_set: 3, minimum_lines: 2,
-                         distance_to_minimum: 1, ratio: 1.5, conflict_sets: 1, hot_bytes: 100,
-                         cells: [0, 1, 2].map((w) => ({ set: 0, way: w, line: "0x0", conflict: true, blocks: ["f+0x0"] })) });
+    const g = heatGrid({
+      sets: 2,
+      ways: 2,
+      line_bytes: 64,
+      hot_lines: 3,
+      max_lines_in_a_set: 3,
+      minimum_lines: 2,
+      distance_to_minimum: 1,
+      ratio: 1.5,
+      conflict_sets: 1,
+      hot_bytes: 100,
+      cells: [0, 1, 2].map((w) => ({ set: 0, way: w, line: "0x0", conflict: true, blocks: ["f+0x0"] })),
+    });
     expect(g!.columns).toBe(3);
     expect(g!.cells.every((c) => c.conflict)).toBe(true);
   });

@@ -5,24 +5,77 @@
 // by chain, the kept-in-place exclusions, and the emitted code as a listing. Pure: it runs in a worker.
 import type { PlanDetail } from "../../api/types";
 
-export interface HeatCell { set: number; way: number; line: string; conflict: boolean; blocks: string[] }
+export interface HeatCell {
+  set: number;
+  way: number;
+  line: string;
+  conflict: boolean;
+  blocks: string[];
+}
 export interface HeatGrid {
-  sets: number; ways: number; columns: number; lineBytes: number;
-  hotLines: number; minimum: number; distance: number; ratio: number; conflictSets: number; fullest: number;
-  hotBytes: number; cells: HeatCell[];
+  sets: number;
+  ways: number;
+  columns: number;
+  lineBytes: number;
+  hotLines: number;
+  minimum: number;
+  distance: number;
+  ratio: number;
+  conflictSets: number;
+  fullest: number;
+  hotBytes: number;
+  cells: HeatCell[];
 }
-export interface ChainRow { fn: string; chain: number; bytes: number; weight: number; blocks: string }
-export interface StripBlock { offset: number; size: number; count: number; hot: boolean; chain: number; newAddress: string | null }
+export interface ChainRow {
+  fn: string;
+  chain: number;
+  bytes: number;
+  weight: number;
+  blocks: string;
+}
+export interface StripBlock {
+  offset: number;
+  size: number;
+  count: number;
+  hot: boolean;
+  chain: number;
+  newAddress: string | null;
+}
 export interface MemberView {
-  fn: string; address: string; newAddress: string | null; size: number; hotBytes: number; coldBytes: number;
-  chains: number; newHotBytes: number; newColdBytes: number; jumpTableBytes: number; blocks: StripBlock[];
+  fn: string;
+  address: string;
+  newAddress: string | null;
+  size: number;
+  hotBytes: number;
+  coldBytes: number;
+  chains: number;
+  newHotBytes: number;
+  newColdBytes: number;
+  jumpTableBytes: number;
+  blocks: StripBlock[];
 }
-export interface ListingLine { address: string; bytes: string; text: string; from: string }
+export interface ListingLine {
+  address: string;
+  bytes: string;
+  text: string;
+  from: string;
+}
 export interface PlanView {
-  status: string; message: string; root: string; estimated: boolean; verified: boolean; codeBytes: number;
-  before: HeatGrid | null; after: HeatGrid | null; chains: ChainRow[]; members: MemberView[];
+  status: string;
+  message: string;
+  root: string;
+  estimated: boolean;
+  verified: boolean;
+  codeBytes: number;
+  before: HeatGrid | null;
+  after: HeatGrid | null;
+  chains: ChainRow[];
+  members: MemberView[];
   kept: { fn: string; address: string; rule: string; detail: string }[];
-  totals: Record<string, number>; notes: string[]; listing: ListingLine[] | null; hexLines: string[];
+  totals: Record<string, number>;
+  notes: string[];
+  listing: ListingLine[] | null;
+  hexLines: string[];
   bottleneck: string;
 }
 
@@ -34,13 +87,28 @@ export type AgentICache = NonNullable<AgentPlan["icache_before"]>;
 
 export function heatGrid(ic: AgentICache | null | undefined): HeatGrid | null {
   if (!ic) return null;
-  const cells = ic.cells.map((c) => ({ set: c.set, way: c.way, line: c.line, conflict: c.conflict, blocks: [...c.blocks] }));
+  const cells = ic.cells.map((c) => ({
+    set: c.set,
+    way: c.way,
+    line: c.line,
+    conflict: c.conflict,
+    blocks: [...c.blocks],
+  }));
   const ways = Math.max(1, ic.ways);
   const fullest = ic.max_lines_in_a_set;
   return {
-    sets: Math.max(1, ic.sets), ways, columns: Math.max(ways, fullest), lineBytes: ic.line_bytes,
-    hotLines: ic.hot_lines, minimum: ic.minimum_lines, distance: ic.distance_to_minimum,
-    ratio: ic.ratio, conflictSets: ic.conflict_sets, fullest, hotBytes: ic.hot_bytes, cells,
+    sets: Math.max(1, ic.sets),
+    ways,
+    columns: Math.max(ways, fullest),
+    lineBytes: ic.line_bytes,
+    hotLines: ic.hot_lines,
+    minimum: ic.minimum_lines,
+    distance: ic.distance_to_minimum,
+    ratio: ic.ratio,
+    conflictSets: ic.conflict_sets,
+    fullest,
+    hotBytes: ic.hot_bytes,
+    cells,
   };
 }
 
@@ -50,15 +118,33 @@ export function shapePlan(plan: AgentPlan | null | undefined, estimated: boolean
   const members: MemberView[] = (p.group ?? []).map((g) => {
     const fn = g.function;
     for (const c of g.chain_table) {
-      chains.push({ fn, chain: c.chain, bytes: c.bytes, weight: c.weight,
-                    blocks: c.blocks.map((o) => `+0x${o.toString(16)}`).join(" ") });
+      chains.push({
+        fn,
+        chain: c.chain,
+        bytes: c.bytes,
+        weight: c.weight,
+        blocks: c.blocks.map((o) => `+0x${o.toString(16)}`).join(" "),
+      });
     }
     return {
-      fn, address: g.address, newAddress: g.new_address || null, size: g.size,
-      hotBytes: g.hot_bytes, coldBytes: g.cold_bytes, chains: g.chains,
-      newHotBytes: g.new_hot_bytes, newColdBytes: g.new_cold_bytes, jumpTableBytes: g.jump_table_bytes,
-      blocks: g.layout.map((b) => ({ offset: b.offset, size: b.size, count: b.count,
-                                     hot: b.hot, chain: b.chain, newAddress: b.new_address || null })),
+      fn,
+      address: g.address,
+      newAddress: g.new_address || null,
+      size: g.size,
+      hotBytes: g.hot_bytes,
+      coldBytes: g.cold_bytes,
+      chains: g.chains,
+      newHotBytes: g.new_hot_bytes,
+      newColdBytes: g.new_cold_bytes,
+      jumpTableBytes: g.jump_table_bytes,
+      blocks: g.layout.map((b) => ({
+        offset: b.offset,
+        size: b.size,
+        count: b.count,
+        hot: b.hot,
+        chain: b.chain,
+        newAddress: b.new_address || null,
+      })),
     };
   });
   chains.sort((a, b) => b.weight - a.weight);
@@ -68,7 +154,12 @@ export function shapePlan(plan: AgentPlan | null | undefined, estimated: boolean
   const base = BigInt(code?.base ?? "0x0");
   for (let i = 0; i < hex.length && hexLines.length < 4096; i += 32) {
     const addr = (base + BigInt(i / 2)).toString(16);
-    hexLines.push(`0x${addr}  ${hex.slice(i, i + 32).replace(/(..)/g, "$1 ").trim()}`);
+    hexLines.push(
+      `0x${addr}  ${hex
+        .slice(i, i + 32)
+        .replace(/(..)/g, "$1 ")
+        .trim()}`,
+    );
   }
   const listing = code?.listing
     ? code.listing.map((l) => ({ address: l.address, bytes: l.bytes, text: l.text, from: l.from }))
@@ -77,10 +168,26 @@ export function shapePlan(plan: AgentPlan | null | undefined, estimated: boolean
   // Totals is open (the agent adds figures): every member the console shows is a number.
   for (const [k, v] of Object.entries(p.totals ?? {})) totals[k] = typeof v === "number" ? v : 0;
   return {
-    status: p.status ?? "", message: p.message ?? "", root: p.root ?? "", estimated, verified: code?.verified === true,
-    codeBytes: code?.bytes ?? 0, before: heatGrid(p.icache_before), after: heatGrid(p.icache_after), chains, members,
-    kept: (p.kept_in_place ?? []).map((k) => ({ fn: k.function, address: k.address, rule: k.rule, detail: k.detail ?? "" })),
-    totals, notes: [...(p.notes ?? [])], listing, hexLines,
+    status: p.status ?? "",
+    message: p.message ?? "",
+    root: p.root ?? "",
+    estimated,
+    verified: code?.verified === true,
+    codeBytes: code?.bytes ?? 0,
+    before: heatGrid(p.icache_before),
+    after: heatGrid(p.icache_after),
+    chains,
+    members,
+    kept: (p.kept_in_place ?? []).map((k) => ({
+      fn: k.function,
+      address: k.address,
+      rule: k.rule,
+      detail: k.detail ?? "",
+    })),
+    totals,
+    notes: [...(p.notes ?? [])],
+    listing,
+    hexLines,
     bottleneck: p.bottleneck?.note ?? "",
   };
 }

@@ -8,20 +8,29 @@ import type { ShapeReply, ShapeRequest } from "./planModel.worker";
 
 const startWorker = () => new Worker(new URL("./planModel.worker.ts", import.meta.url), { type: "module" });
 
-export function usePlanView(plan: AgentPlan | null | undefined, estimated: boolean): { view: PlanView | null; error: string | null } {
+export function usePlanView(
+  plan: AgentPlan | null | undefined,
+  estimated: boolean,
+): { view: PlanView | null; error: string | null } {
   const [state, setState] = useState<{ view: PlanView | null; error: string | null }>({ view: null, error: null });
   useEffect(() => {
     if (!plan) setState({ view: null, error: null });
   }, [plan, estimated]);
-  const job = useMemo((): WorkerJob<Omit<ShapeRequest, "id">, ShapeReply> | null => plan ? {
-    request: { plan, estimated },
-    inline: () => setState({ view: shapePlan(plan, estimated), error: null }),
-    onReply: (reply) => {
-      setState("view" in reply ? { view: reply.view, error: null } : { view: null, error: reply.error });
-      return true;
-    },
-    onError: (message) => setState({ view: null, error: message || "the plan could not be shaped" }),
-  } : null, [plan, estimated]);
+  const job = useMemo(
+    (): WorkerJob<Omit<ShapeRequest, "id">, ShapeReply> | null =>
+      plan
+        ? {
+            request: { plan, estimated },
+            inline: () => setState({ view: shapePlan(plan, estimated), error: null }),
+            onReply: (reply) => {
+              setState("view" in reply ? { view: reply.view, error: null } : { view: null, error: reply.error });
+              return true;
+            },
+            onError: (message) => setState({ view: null, error: message || "the plan could not be shaped" }),
+          }
+        : null,
+    [plan, estimated],
+  );
   useWorker(startWorker, job);
   return state;
 }

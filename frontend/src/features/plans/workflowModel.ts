@@ -17,20 +17,42 @@ export type StepRules = Record<PlanStep, { ok: boolean; why: string }>;
 export function stepRules(state: string, role: string, own: boolean, made = false): StepRules {
   const rank = RANK[role] ?? 0;
   return {
-    request: { ok: state === "ready" && rank >= 1, why: state !== "ready" ? "only a ready plan is requested" : "needs the operator role" },
-    approve: { ok: state === "requested" && rank >= 2 && !own && !made,
-               why: state !== "requested" ? "nothing is requested" : own ? "you requested it: another approver decides"
-                 : made ? "you made it: another approver decides" : "needs the approver role" },
+    request: {
+      ok: state === "ready" && rank >= 1,
+      why: state !== "ready" ? "only a ready plan is requested" : "needs the operator role",
+    },
+    approve: {
+      ok: state === "requested" && rank >= 2 && !own && !made,
+      why:
+        state !== "requested"
+          ? "nothing is requested"
+          : own
+            ? "you requested it: another approver decides"
+            : made
+              ? "you made it: another approver decides"
+              : "needs the approver role",
+    },
     reject: { ok: state === "requested" && rank >= 2 && !own, why: "as approve" },
-    install: { ok: state === "approved" && rank >= 1, why: state !== "approved" ? "only an approved plan is installed" : "needs the operator role" },
-    revert: { ok: state === "installed" && rank >= 1, why: state !== "installed" ? "nothing is installed" : "needs the operator role" },
+    install: {
+      ok: state === "approved" && rank >= 1,
+      why: state !== "approved" ? "only an approved plan is installed" : "needs the operator role",
+    },
+    revert: {
+      ok: state === "installed" && rank >= 1,
+      why: state !== "installed" ? "nothing is installed" : "needs the operator role",
+    },
   };
 }
 
 /** The step the plan waits for, when the user may take it: the page's one primary button. Reject is
  *  never the primary step (approving is what a request asks for). */
 export function nextStep(state: string, rules: StepRules): PlanStep | null {
-  const next: Record<string, PlanStep> = { ready: "request", requested: "approve", approved: "install", installed: "revert" };
+  const next: Record<string, PlanStep> = {
+    ready: "request",
+    requested: "approve",
+    approved: "install",
+    installed: "revert",
+  };
   const step = next[state];
   return step && rules[step].ok ? step : null;
 }

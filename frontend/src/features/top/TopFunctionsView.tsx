@@ -20,19 +20,33 @@ const COLUMNS: { key: TopSort | null; label: string; num?: boolean; title?: stri
   { key: "name", label: "Function" },
   { key: "module", label: "Module" },
   { key: "samples", label: "Self (samples)", num: true, title: "samples in the function's own code" },
-  { key: "inclusive", label: "Inclusive (samples)", num: true, title: "samples whose call stack contains the function" },
+  {
+    key: "inclusive",
+    label: "Inclusive (samples)",
+    num: true,
+    title: "samples whose call stack contains the function",
+  },
   { key: "samples", label: "Self/s", num: true },
   { key: "samples", label: "Share of all samples", num: true },
 ];
 
-export function TopFunctionsView({ hostId, view, update, live }: {
+export function TopFunctionsView({
+  hostId,
+  view,
+  update,
+  live,
+}: {
   hostId: string;
   view: HostView;
   update: (patch: Partial<HostView>, options?: { push?: boolean }) => void;
   live: boolean;
 }) {
   const top = useTopFunctions(hostId, view.range, live, {
-    limit: PAGE_SIZE, offset: (view.page - 1) * PAGE_SIZE, sort: view.topSort, desc: view.topDesc, includeIdle: view.idle,
+    limit: PAGE_SIZE,
+    offset: (view.page - 1) * PAGE_SIZE,
+    sort: view.topSort,
+    desc: view.topDesc,
+    includeIdle: view.idle,
   });
   const [exporting, setExporting] = useState<string | null>(null);
   const items = top.data?.items ?? [];
@@ -48,7 +62,10 @@ export function TopFunctionsView({ hostId, view, update, live }: {
     setExporting("exporting…");
     try {
       const res = await api.GET("/api/v1/hosts/{host_id}/profile", {
-        params: { path: { host_id: hostId }, query: { ...rangeQuery(view.range), format: "csv", include_idle: view.idle } },
+        params: {
+          path: { host_id: hostId },
+          query: { ...rangeQuery(view.range), format: "csv", include_idle: view.idle },
+        },
         parseAs: "text",
       });
       const text = await unwrap(Promise.resolve(res));
@@ -67,54 +84,110 @@ export function TopFunctionsView({ hostId, view, update, live }: {
         {t && (
           <span className="totals" data-testid="top-totals">
             {formatCount(t.total_samples)} samples in {formatRange(view.range)}: kernel {formatCount(t.kernel_samples)}{" "}
-            (idle {formatCount(t.idle_samples)}, {formatShare(t.total_samples ? t.idle_samples / t.total_samples : 0)}), user{" "}
-            {formatCount(t.user_samples)} ({formatShare(t.total_samples ? t.user_samples / t.total_samples : 0)})
+            (idle {formatCount(t.idle_samples)}, {formatShare(t.total_samples ? t.idle_samples / t.total_samples : 0)}),
+            user {formatCount(t.user_samples)} ({formatShare(t.total_samples ? t.user_samples / t.total_samples : 0)})
           </span>
         )}
         <label className="inline-label">
-          <input type="checkbox" checked={view.idle} onChange={(e) => update({ idle: e.target.checked, page: 1 }, { push: true })} />
+          <input
+            type="checkbox"
+            checked={view.idle}
+            onChange={(e) => update({ idle: e.target.checked, page: 1 }, { push: true })}
+          />
           rank idle-loop functions too
         </label>
-        <button type="button" onClick={() => void exportCsv()}>Export CSV</button>
-        <PprofButton hostId={hostId} range={view.range} filter={{ pid: null, comm: null, cpu: null, idle: view.idle ? "include" : "exclude" }} />
-        {exporting && <span className={exporting.startsWith("export failed") ? "error small" : "muted small"} role="status">{exporting}</span>}
+        <button type="button" onClick={() => void exportCsv()}>
+          Export CSV
+        </button>
+        <PprofButton
+          hostId={hostId}
+          range={view.range}
+          filter={{ pid: null, comm: null, cpu: null, idle: view.idle ? "include" : "exclude" }}
+        />
+        {exporting && (
+          <span className={exporting.startsWith("export failed") ? "error small" : "muted small"} role="status">
+            {exporting}
+          </span>
+        )}
       </div>
-      {top.isError && <p className="error" role="alert">Could not load top functions: {top.error.message}</p>}
+      {top.isError && (
+        <p className="error" role="alert">
+          Could not load top functions: {top.error.message}
+        </p>
+      )}
       <table className="grid top" aria-label="Top functions" aria-busy={top.isFetching}>
         <thead>
           <tr>
             {COLUMNS.map((c, i) => (
-              <th key={i} scope="col" className={c.num ? "num" : undefined}
-                aria-sort={c.key && c.key === view.topSort && (i !== 5 && i !== 6) ? (view.topDesc ? "descending" : "ascending") : undefined}>
+              <th
+                key={i}
+                scope="col"
+                className={c.num ? "num" : undefined}
+                aria-sort={
+                  c.key && c.key === view.topSort && i !== 5 && i !== 6
+                    ? view.topDesc
+                      ? "descending"
+                      : "ascending"
+                    : undefined
+                }
+              >
                 {c.key ? (
                   <button type="button" className="th-sort" title={c.title} onClick={() => sortBy(c.key!)}>
-                    {c.label}{c.key === view.topSort && i === COLUMNS.findIndex((x) => x.key === c.key) ? (view.topDesc ? " ▼" : " ▲") : ""}
+                    {c.label}
+                    {c.key === view.topSort && i === COLUMNS.findIndex((x) => x.key === c.key)
+                      ? view.topDesc
+                        ? " ▼"
+                        : " ▲"
+                      : ""}
                   </button>
-                ) : c.label}
+                ) : (
+                  c.label
+                )}
               </th>
             ))}
-            <th scope="col" className="bar-col"><span className="visually-hidden">Share bar</span></th>
+            <th scope="col" className="bar-col">
+              <span className="visually-hidden">Share bar</span>
+            </th>
           </tr>
         </thead>
         <tbody>
           {top.isPending && !top.isError && (
-            <tr><td colSpan={8} className="muted" role="status">Loading {formatRange(view.range)}…</td></tr>
+            <tr>
+              <td colSpan={8} className="muted" role="status">
+                Loading {formatRange(view.range)}…
+              </td>
+            </tr>
           )}
           {t && items.length === 0 && (
-            <tr><td colSpan={8} className="muted">No {view.idle ? "" : "non-idle "}kernel samples in {formatRange(view.range)}.</td></tr>
+            <tr>
+              <td colSpan={8} className="muted">
+                No {view.idle ? "" : "non-idle "}kernel samples in {formatRange(view.range)}.
+              </td>
+            </tr>
           )}
           {items.map((f, i) => (
             <tr key={f.function_id}>
               {/* The spaces keep cell texts apart in the row's text, so names read as whole words. */}
-              <td className="num">{(view.page - 1) * PAGE_SIZE + i + 1}{" "}</td>
-              <td><Link to={`/hosts/${encodeURIComponent(hostId)}/functions/${f.function_id}?${rangeSearch(view.range)}`}>{f.name}</Link>
-                {f.idle && <span className="badge idle">idle</span>}{" "}</td>
-              <td>{f.module}{" "}</td>
-              <td className="num">{formatCount(f.samples)}{" "}</td>
-              <td className="num">{f.inclusive_samples === null || f.inclusive_samples === undefined
-                ? <span className="muted" title="no call stacks in this range">–</span> : formatCount(f.inclusive_samples)}{" "}</td>
-              <td className="num">{formatRate(f.samples_per_sec)}{" "}</td>
-              <td className="num">{formatShare(f.share)}{" "}</td>
+              <td className="num">{(view.page - 1) * PAGE_SIZE + i + 1} </td>
+              <td>
+                <Link to={`/hosts/${encodeURIComponent(hostId)}/functions/${f.function_id}?${rangeSearch(view.range)}`}>
+                  {f.name}
+                </Link>
+                {f.idle && <span className="badge idle">idle</span>}{" "}
+              </td>
+              <td>{f.module} </td>
+              <td className="num">{formatCount(f.samples)} </td>
+              <td className="num">
+                {f.inclusive_samples === null || f.inclusive_samples === undefined ? (
+                  <span className="muted" title="no call stacks in this range">
+                    –
+                  </span>
+                ) : (
+                  formatCount(f.inclusive_samples)
+                )}{" "}
+              </td>
+              <td className="num">{formatRate(f.samples_per_sec)} </td>
+              <td className="num">{formatShare(f.share)} </td>
               <td className="bar-col">
                 <div className="bar" aria-hidden="true">
                   <div className="bar-fill" style={{ width: `${maxShare > 0 ? (f.share / maxShare) * 100 : 0}%` }} />
@@ -125,9 +198,20 @@ export function TopFunctionsView({ hostId, view, update, live }: {
         </tbody>
       </table>
       <div className="pager" role="navigation" aria-label="Pages">
-        <button type="button" disabled={view.page <= 1} onClick={() => update({ page: view.page - 1 }, { push: true })}>← Previous</button>
-        <span>Page {view.page} of {pages}{t ? ` · ${formatCount(t.functions)} functions` : ""}</span>
-        <button type="button" disabled={view.page >= pages} onClick={() => update({ page: view.page + 1 }, { push: true })}>Next →</button>
+        <button type="button" disabled={view.page <= 1} onClick={() => update({ page: view.page - 1 }, { push: true })}>
+          ← Previous
+        </button>
+        <span>
+          Page {view.page} of {pages}
+          {t ? ` · ${formatCount(t.functions)} functions` : ""}
+        </span>
+        <button
+          type="button"
+          disabled={view.page >= pages}
+          onClick={() => update({ page: view.page + 1 }, { push: true })}
+        >
+          Next →
+        </button>
       </div>
     </div>
   );

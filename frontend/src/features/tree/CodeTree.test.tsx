@@ -9,15 +9,48 @@ import { setSession } from "../../api/session";
 // Two content-addressed pieces: vmlinux at ffffffff81000000 and ext4 at ffffffffc0000000 (offsets are
 // relative to each module's base on this host).
 const modules = [
-  { name: "vmlinux", digest: "aa".repeat(32), base_address: 0, base_address_hex: "ffffffff81000000", function_count: 4, block_count: 9, complete: true },
-  { name: "ext4", digest: "bb".repeat(32), base_address: 0, base_address_hex: "ffffffffc0000000", function_count: 1, block_count: 3, complete: true },
+  {
+    name: "vmlinux",
+    digest: "aa".repeat(32),
+    base_address: 0,
+    base_address_hex: "ffffffff81000000",
+    function_count: 4,
+    block_count: 9,
+    complete: true,
+  },
+  {
+    name: "ext4",
+    digest: "bb".repeat(32),
+    base_address: 0,
+    base_address_hex: "ffffffffc0000000",
+    function_count: 1,
+    block_count: 3,
+    complete: true,
+  },
 ];
 const pieces: Record<string, unknown> = {
-  [modules[0].digest]: { digest: modules[0].digest, module: "vmlinux", function_count: 4, ids: [9, 7, 8, 11],
-    names: ["ksys_read", "vfs_read", "vfs_readv", "__SCT__preempt_schedule"], offsets: [0x230000, 0x234560, 0x300000, 0x400000],
-    sizes: [64, 64, 64, 8], block_counts: [3, 4, 3, 1], undecodable: [] },
-  [modules[1].digest]: { digest: modules[1].digest, module: "ext4", function_count: 1, ids: [10], names: ["ext4_file_read_iter"],
-    offsets: [0x10000], sizes: [64], block_counts: [3], undecodable: [] },
+  [modules[0].digest]: {
+    digest: modules[0].digest,
+    module: "vmlinux",
+    function_count: 4,
+    ids: [9, 7, 8, 11],
+    names: ["ksys_read", "vfs_read", "vfs_readv", "__SCT__preempt_schedule"],
+    offsets: [0x230000, 0x234560, 0x300000, 0x400000],
+    sizes: [64, 64, 64, 8],
+    block_counts: [3, 4, 3, 1],
+    undecodable: [],
+  },
+  [modules[1].digest]: {
+    digest: modules[1].digest,
+    module: "ext4",
+    function_count: 1,
+    ids: [10],
+    names: ["ext4_file_read_iter"],
+    offsets: [0x10000],
+    sizes: [64],
+    block_counts: [3],
+    undecodable: [],
+  },
 };
 
 function stub() {
@@ -29,16 +62,51 @@ function stub() {
     [`/api/v1/catalogs/${modules[0].digest}`]: () => json(pieces[modules[0].digest]),
     [`/api/v1/catalogs/${modules[1].digest}`]: () => json(pieces[modules[1].digest]),
     "/api/v1/hosts/host-1/hotness": () => json({ window_s: 10, items: [{ function_id: 9, samples_per_sec: 123 }] }),
-    "/api/v1/hosts/host-1/timeline": () => json({ from: "2026-01-01T00:00:00Z", to: "2026-01-01T00:01:00Z", seconds: 60, step_s: 1, points: [] }),
+    "/api/v1/hosts/host-1/timeline": () =>
+      json({ from: "2026-01-01T00:00:00Z", to: "2026-01-01T00:01:00Z", seconds: 60, step_s: 1, points: [] }),
     "/api/v1/hosts/host-1/functions/7": () => json(sampleDetail()),
-    "/api/v1/hosts/host-1/functions/9": () => json({ ...sampleDetail(), function: fnSummary({ id: 9, name: "ksys_read", block_count: 3 }) }),
-    "/api/v1/hosts/host-1/functions/7/samples": () => json({ function_id: 7, window_s: 10, total: 5, blocks: [{ offset: 0, samples: 5, samples_per_sec: 0.5 }] }),
-    "/api/v1/hosts/host-1/top-functions": () => json({ window_s: 10, from: "2026-01-01T00:00:00Z", to: "2026-01-01T00:00:10Z",
-      seconds: 10, total_samples: 100, user_samples: 0, kernel_samples: 100, idle_samples: 0, unmapped_samples: 0, lost_samples: 0, functions: 2,
-      items: [
-        { function_id: 9, name: "ksys_read", module: "vmlinux", address: 0, address_hex: "ffffffff81230000", samples: 60, samples_per_sec: 6, share: 0.6, idle: false },
-        { function_id: 7, name: "vfs_read", module: "vmlinux", address: 0, address_hex: "ffffffff81234560", samples: 40, samples_per_sec: 4, share: 0.4, idle: false },
-      ] }),
+    "/api/v1/hosts/host-1/functions/9": () =>
+      json({ ...sampleDetail(), function: fnSummary({ id: 9, name: "ksys_read", block_count: 3 }) }),
+    "/api/v1/hosts/host-1/functions/7/samples": () =>
+      json({ function_id: 7, window_s: 10, total: 5, blocks: [{ offset: 0, samples: 5, samples_per_sec: 0.5 }] }),
+    "/api/v1/hosts/host-1/top-functions": () =>
+      json({
+        window_s: 10,
+        from: "2026-01-01T00:00:00Z",
+        to: "2026-01-01T00:00:10Z",
+        seconds: 10,
+        total_samples: 100,
+        user_samples: 0,
+        kernel_samples: 100,
+        idle_samples: 0,
+        unmapped_samples: 0,
+        lost_samples: 0,
+        functions: 2,
+        items: [
+          {
+            function_id: 9,
+            name: "ksys_read",
+            module: "vmlinux",
+            address: 0,
+            address_hex: "ffffffff81230000",
+            samples: 60,
+            samples_per_sec: 6,
+            share: 0.6,
+            idle: false,
+          },
+          {
+            function_id: 7,
+            name: "vfs_read",
+            module: "vmlinux",
+            address: 0,
+            address_hex: "ffffffff81234560",
+            samples: 40,
+            samples_per_sec: 4,
+            share: 0.4,
+            idle: false,
+          },
+        ],
+      }),
   });
   vi.stubGlobal("fetch", routes.fetch);
   vi.stubGlobal("WebSocket", undefined);
@@ -79,9 +147,13 @@ describe("host page", () => {
     await user.type(screen.getByRole("searchbox", { name: "Search functions" }), "VFS_READ");
     // The search input stays responsive: filtering renders as a deferred update.
     await vi.waitFor(() =>
-      expect(screen.getAllByRole("treeitem").map((i) => i.getAttribute("aria-level"))).toEqual(["1", "2", "2"]));
+      expect(screen.getAllByRole("treeitem").map((i) => i.getAttribute("aria-level"))).toEqual(["1", "2", "2"]),
+    );
     const item = screen.getByRole("treeitem", { name: /\bvfs_read\b/ });
-    expect(within(item).getByRole("link", { name: "vfs_read" })).toHaveAttribute("href", "/hosts/host-1/functions/7?from=now-1m&to=now");
+    expect(within(item).getByRole("link", { name: "vfs_read" })).toHaveAttribute(
+      "href",
+      "/hosts/host-1/functions/7?from=now-1m&to=now",
+    );
     expect(item).toHaveTextContent("0xffffffff81234560");
     // One request per piece in all: searching never goes back to the server.
     expect(catalogRequests()).toHaveLength(2);
@@ -93,7 +165,9 @@ describe("host page", () => {
     await vi.waitFor(() => expect(treeNames().filter((t) => /vfs_read/.test(t))).toHaveLength(2));
     await user.clear(search);
     await user.type(search, "/^k.*_read$/");
-    await vi.waitFor(() => expect(screen.getAllByRole("treeitem").map((i) => i.getAttribute("aria-level"))).toEqual(["1", "2"]));
+    await vi.waitFor(() =>
+      expect(screen.getAllByRole("treeitem").map((i) => i.getAttribute("aria-level"))).toEqual(["1", "2"]),
+    );
     expect(screen.getByRole("treeitem", { name: /ksys_read/ })).toBeInTheDocument();
     await user.clear(search);
     await user.type(search, "0xffffffff81234570");
@@ -120,7 +194,12 @@ describe("host page", () => {
     await user.click(vfs.querySelector(".twisty")!);
     await screen.findByText("5 samples");
     const blocks = screen.getAllByRole("treeitem").filter((r) => r.getAttribute("aria-level") === "3");
-    expect(blocks.map((b) => b.textContent?.trim().slice(0, 18))).toEqual(["0xffffffff81234560", "0xffffffff81234570", "0xffffffff81234578", "0xffffffff81234590"]);
+    expect(blocks.map((b) => b.textContent?.trim().slice(0, 18))).toEqual([
+      "0xffffffff81234560",
+      "0xffffffff81234570",
+      "0xffffffff81234578",
+      "0xffffffff81234590",
+    ]);
   });
 
   it("ticks functions for measurement by mouse and keyboard, keeps them in the URL and opens the measure page with them picked", async () => {
@@ -144,7 +223,13 @@ describe("host page", () => {
     await user.click(screen.getByRole("button", { name: "Measure selected" }));
     expect(await screen.findByRole("heading", { name: "Measure the kernel" })).toBeInTheDocument();
     const picked = await screen.findByRole("list", { name: "Selected resources" });
-    await vi.waitFor(() => expect(within(picked).getAllByRole("listitem").map((li) => li.textContent?.split("and its")[0])).toEqual(["vfs_read", "ksys_read"]));
+    await vi.waitFor(() =>
+      expect(
+        within(picked)
+          .getAllByRole("listitem")
+          .map((li) => li.textContent?.split("and its")[0]),
+      ).toEqual(["vfs_read", "ksys_read"]),
+    );
     expect(within(picked).getByRole("checkbox", { name: "Blocks of vfs_read" })).toBeChecked();
   });
 
@@ -160,7 +245,10 @@ describe("host page", () => {
     expect(rows[0]).toHaveTextContent("1 ksys_read vmlinux 60 – 6.00/s 60.0 %");
     // Whole-word matching on a row's text, as a browser test would do it.
     expect(rows[1].textContent).toMatch(/\bvfs_read\b/);
-    expect(within(rows[1]).getByRole("link", { name: "vfs_read" })).toHaveAttribute("href", "/hosts/host-1/functions/7?from=now-1m&to=now");
+    expect(within(rows[1]).getByRole("link", { name: "vfs_read" })).toHaveAttribute(
+      "href",
+      "/hosts/host-1/functions/7?from=now-1m&to=now",
+    );
     // The range of every view: the last minute unless the URL says otherwise; the tab is in the URL.
     expect(screen.getByRole("button", { name: "1 min" })).toHaveAttribute("aria-pressed", "true");
     expect(screen.getByTestId("top-totals")).toHaveTextContent("100 samples in the last 1 min");
@@ -168,7 +256,10 @@ describe("host page", () => {
 
   it("says so when the host is unknown", async () => {
     setSession({ token: "t", user: null });
-    vi.stubGlobal("fetch", routeFetch({ "/api/v1/auth/me": () => json({ id: "u", username: "a", role: "admin" }) }).fetch);
+    vi.stubGlobal(
+      "fetch",
+      routeFetch({ "/api/v1/auth/me": () => json({ id: "u", username: "a", role: "admin" }) }).fetch,
+    );
     vi.stubGlobal("WebSocket", undefined);
     renderApp("/hosts/nope");
     expect(await screen.findByRole("heading", { name: "Host not found" })).toBeInTheDocument();

@@ -11,7 +11,13 @@ import { useDeferredValue, useMemo, useRef, useState, type KeyboardEvent } from 
 import { Link, useNavigate } from "react-router-dom";
 import { useQueries } from "@tanstack/react-query";
 import { useVirtualizer } from "@tanstack/react-virtual";
-import { functionDetailQuery, functionSamplesQuery, useCatalogPieces, useHotness, useInstalledPlans } from "../../api/queries";
+import {
+  functionDetailQuery,
+  functionSamplesQuery,
+  useCatalogPieces,
+  useHotness,
+  useInstalledPlans,
+} from "../../api/queries";
 import type { Host } from "../../api/types";
 import { formatAddress } from "../../lib/address";
 import { formatBytes, formatCount, formatRate } from "../../lib/format";
@@ -21,7 +27,14 @@ import { blockAddressHex, blockSamplesMap } from "../../shared/cfg/cfgModel";
 import { InstalledCopyBadge } from "../../shared/InstalledCopyBadge";
 import { installedCopies, installedCopyOf, type InstalledCopies } from "../../shared/installedCopies";
 import {
-  compileQuery, flattenTree, hotnessMap, indexCatalog, summariesFromPieces, type BlockState, type SortKey, type TreeRow,
+  compileQuery,
+  flattenTree,
+  hotnessMap,
+  indexCatalog,
+  summariesFromPieces,
+  type BlockState,
+  type SortKey,
+  type TreeRow,
 } from "./treeModel";
 
 const ROW_HEIGHT = 26;
@@ -87,7 +100,12 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
     expandedIds.forEach((fid, i) => {
       const d = details[i];
       const s = samples[i];
-      if (d?.data) m.set(fid, { status: "ready", blocks: d.data.blocks, samples: s?.data ? blockSamplesMap(s.data.blocks) : null });
+      if (d?.data)
+        m.set(fid, {
+          status: "ready",
+          blocks: d.data.blocks,
+          samples: s?.data ? blockSamplesMap(s.data.blocks) : null,
+        });
       else if (d?.error) m.set(fid, { status: "error", message: d.error.message });
       else m.set(fid, { status: "loading" });
     });
@@ -98,10 +116,18 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
 
   const matcher = useMemo(() => compileQuery(deferredQuery), [deferredQuery]);
   const rows = useMemo(
-    () => flattenTree(index, {
-      query: deferredQuery, sort, descending: view.treeDesc, hotOnly: view.hotOnly, hotness: hot, collapsedModules: collapsed,
-      expandedFunctions: expanded, expandedGroups: openGroups, blocks,
-    }),
+    () =>
+      flattenTree(index, {
+        query: deferredQuery,
+        sort,
+        descending: view.treeDesc,
+        hotOnly: view.hotOnly,
+        hotness: hot,
+        collapsedModules: collapsed,
+        expandedFunctions: expanded,
+        expandedGroups: openGroups,
+        blocks,
+      }),
     [index, deferredQuery, sort, view.treeDesc, view.hotOnly, hot, collapsed, expanded, openGroups, blocks],
   );
 
@@ -153,14 +179,29 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
   const onKeyDown = (e: KeyboardEvent<HTMLDivElement>) => {
     if (!activeRow) return;
     const expandable = activeRow.kind === "module" || activeRow.kind === "function" || activeRow.kind === "group";
-    const isOpen = activeRow.kind === "module" || activeRow.kind === "function" || activeRow.kind === "group" ? activeRow.expanded : false;
+    const isOpen =
+      activeRow.kind === "module" || activeRow.kind === "function" || activeRow.kind === "group"
+        ? activeRow.expanded
+        : false;
     switch (e.key) {
-      case "ArrowDown": moveTo(activeIndex + 1); break;
-      case "ArrowUp": moveTo(activeIndex - 1); break;
-      case "Home": moveTo(0); break;
-      case "End": moveTo(rows.length - 1); break;
-      case "PageDown": moveTo(activeIndex + 20); break;
-      case "PageUp": moveTo(activeIndex - 20); break;
+      case "ArrowDown":
+        moveTo(activeIndex + 1);
+        break;
+      case "ArrowUp":
+        moveTo(activeIndex - 1);
+        break;
+      case "Home":
+        moveTo(0);
+        break;
+      case "End":
+        moveTo(rows.length - 1);
+        break;
+      case "PageDown":
+        moveTo(activeIndex + 20);
+        break;
+      case "PageUp":
+        moveTo(activeIndex - 20);
+        break;
       case "ArrowRight":
         if (expandable && !isOpen) toggle(activeRow, true);
         else moveTo(activeIndex + 1);
@@ -169,7 +210,11 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
         if (expandable && isOpen) toggle(activeRow, false);
         else {
           // Go to the parent: the nearest row above with a lower level.
-          for (let i = activeIndex - 1; i >= 0; i--) if (rows[i].level < activeRow.level) { moveTo(i); break; }
+          for (let i = activeIndex - 1; i >= 0; i--)
+            if (rows[i].level < activeRow.level) {
+              moveTo(i);
+              break;
+            }
         }
         break;
       case " ":
@@ -196,9 +241,14 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
     if (key === sort) update({ treeDesc: !view.treeDesc }, { push: true });
     else update({ treeSort: key, treeDesc: key === "hotness" || key === "size" || key === "blocks" }, { push: true });
   };
-  const searchHint = matcher.kind === "address" ? "function holding this address"
-    : matcher.kind === "pattern" ? `${matcher.source} match`
-    : matcher.kind === "invalid" ? null : null;
+  const searchHint =
+    matcher.kind === "address"
+      ? "function holding this address"
+      : matcher.kind === "pattern"
+        ? `${matcher.source} match`
+        : matcher.kind === "invalid"
+          ? null
+          : null;
 
   return (
     <div className="code-tree">
@@ -208,7 +258,10 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
           aria-label="Search functions"
           placeholder="name, glob (vfs_*), /regex/ or 0xaddress"
           value={query}
-          onChange={(e) => { update({ q: e.target.value }, { push: false }); setActive(0); }}
+          onChange={(e) => {
+            update({ q: e.target.value }, { push: false });
+            setActive(0);
+          }}
           className="search"
         />
         <label className="inline-label">
@@ -222,7 +275,11 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
           </select>
         </label>
         <label className="inline-label">
-          <input type="checkbox" checked={view.hotOnly} onChange={(e) => update({ hotOnly: e.target.checked }, { push: true })} />
+          <input
+            type="checkbox"
+            checked={view.hotOnly}
+            onChange={(e) => update({ hotOnly: e.target.checked }, { push: true })}
+          />
           hot only (samples in range)
         </label>
         <span className="muted" aria-live="polite">
@@ -232,24 +289,42 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
               : `${formatCount(loaded)} functions`
             : ""}
         </span>
-        {matcher.kind === "invalid" && <span className="error small" role="alert">Not a regular expression: {matcher.message}</span>}
+        {matcher.kind === "invalid" && (
+          <span className="error small" role="alert">
+            Not a regular expression: {matcher.message}
+          </span>
+        )}
         {hotness.isError && <span className="error small">hotness unavailable: {hotness.error.message}</span>}
       </div>
       {view.picked.length > 0 && (
         <div className="toolbar selection-bar" role="region" aria-label="Selected functions">
           <span aria-live="polite">{formatCount(view.picked.length)} selected</span>
-          <button type="button" onClick={() => navigate(measureLink(hostId, "kernel", view.picked))}>Measure selected</button>
-          <button type="button" onClick={() => update({ picked: [] }, { push: true })}>Clear</button>
-          {view.picked.length >= MAX_PICKED && <span className="muted small">at most {MAX_PICKED} functions per selection</span>}
+          <button type="button" onClick={() => navigate(measureLink(hostId, "kernel", view.picked))}>
+            Measure selected
+          </button>
+          <button type="button" onClick={() => update({ picked: [] }, { push: true })}>
+            Clear
+          </button>
+          {view.picked.length >= MAX_PICKED && (
+            <span className="muted small">at most {MAX_PICKED} functions per selection</span>
+          )}
         </div>
       )}
-      {(modules.isPending || (completeModules.length > 0 && !allLoaded && !pieceError)) && <p className="muted">Loading the function catalog…</p>}
-      {pieceError && <p className="error" role="alert">Could not load functions: {pieceError.message}</p>}
+      {(modules.isPending || (completeModules.length > 0 && !allLoaded && !pieceError)) && (
+        <p className="muted">Loading the function catalog…</p>
+      )}
+      {pieceError && (
+        <p className="error" role="alert">
+          Could not load functions: {pieceError.message}
+        </p>
+      )}
       {modules.data && !host.catalog_complete && (
         <p className="muted">loading catalog… the agent is still sending it; the tree refreshes when it is complete.</p>
       )}
       {allLoaded && host.catalog_complete && loaded < total && (
-        <p className="muted">Showing {formatCount(loaded)} of {formatCount(total)} functions.</p>
+        <p className="muted">
+          Showing {formatCount(loaded)} of {formatCount(total)} functions.
+        </p>
       )}
       {(allLoaded || (modules.data && completeModules.length === 0)) && (
         <>
@@ -257,9 +332,16 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
             <span className="twisty" />
             <span className="pick" aria-hidden="true" />
             {COLUMNS.map((c) => (
-              <button key={c.key} type="button" className={`col ${c.className}`} onClick={() => sortBy(c.key)}
-                aria-label={`Sort by ${c.label.toLowerCase()}`} aria-pressed={sort === c.key}>
-                {c.label}{c.unit && <span className="unit"> ({c.key === "hotness" ? c.unit : c.unit})</span>}
+              <button
+                key={c.key}
+                type="button"
+                className={`col ${c.className}`}
+                onClick={() => sortBy(c.key)}
+                aria-label={`Sort by ${c.label.toLowerCase()}`}
+                aria-pressed={sort === c.key}
+              >
+                {c.label}
+                {c.unit && <span className="unit"> ({c.key === "hotness" ? c.unit : c.unit})</span>}
                 {sort === c.key ? (view.treeDesc ? " ▼" : " ▲") : ""}
               </button>
             ))}
@@ -274,7 +356,13 @@ export function CodeTree({ host, view, update, live }: CodeTreeProps) {
             onKeyDown={onKeyDown}
           >
             {rows.length === 0 && (
-              <p className="muted pad">{deferredQuery.trim() ? `No function matches “${deferredQuery.trim()}”.` : view.hotOnly ? "No function has samples in this range." : "The catalog is empty."}</p>
+              <p className="muted pad">
+                {deferredQuery.trim()
+                  ? `No function matches “${deferredQuery.trim()}”.`
+                  : view.hotOnly
+                    ? "No function has samples in this range."
+                    : "The catalog is empty."}
+              </p>
             )}
             <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
               {virtualizer.getVirtualItems().map((v) => {
@@ -339,34 +427,62 @@ function TreeRowView({ row, hostId, range, copies, picked, onPick, top, active, 
       <span
         className="twisty"
         aria-hidden="true"
-        onClick={expandable ? (e) => { e.stopPropagation(); onSelect(); onToggle(); } : undefined}
+        onClick={
+          expandable
+            ? (e) => {
+                e.stopPropagation();
+                onSelect();
+                onToggle();
+              }
+            : undefined
+        }
       >
         {expandable ? (row.expanded ? "▾" : "▸") : ""}
       </span>
       {row.kind === "function" && (
-        <input type="checkbox" className="pick" checked={picked} aria-label={`Select ${row.fn.name} for measurement`}
-          onChange={() => onPick(row.fn.id)} onClick={(e) => e.stopPropagation()} onKeyDown={(e) => e.stopPropagation()} />
-      )}
-      {" "}<RowContent row={row} hostId={hostId} range={range} copies={copies} />
+        <input
+          type="checkbox"
+          className="pick"
+          checked={picked}
+          aria-label={`Select ${row.fn.name} for measurement`}
+          onChange={() => onPick(row.fn.id)}
+          onClick={(e) => e.stopPropagation()}
+          onKeyDown={(e) => e.stopPropagation()}
+        />
+      )}{" "}
+      <RowContent row={row} hostId={hostId} range={range} copies={copies} />
     </div>
   );
 }
 
-function RowContent({ row, hostId, range, copies }: { row: TreeRow; hostId: string; range: TimeRange; copies: InstalledCopies }) {
+function RowContent({
+  row,
+  hostId,
+  range,
+  copies,
+}: {
+  row: TreeRow;
+  hostId: string;
+  range: TimeRange;
+  copies: InstalledCopies;
+}) {
   switch (row.kind) {
     case "group":
       return (
         <>
-          <span className="group-name">{row.label}</span>
-          {" "}<span className="muted">{formatCount(row.count)} stubs</span>
-          {" "}<span className="cell rate">{row.samplesPerSec === null ? "" : formatRate(row.samplesPerSec)}</span>
+          <span className="group-name">{row.label}</span> <span className="muted">{formatCount(row.count)} stubs</span>{" "}
+          <span className="cell rate">{row.samplesPerSec === null ? "" : formatRate(row.samplesPerSec)}</span>
         </>
       );
     case "module":
       return (
         <>
-          <span className="mod-name">{row.name}</span>
-          {" "}<span className="muted">{row.shown === row.total ? `${formatCount(row.total)} functions` : `${formatCount(row.shown)} of ${formatCount(row.total)} functions`}</span>
+          <span className="mod-name">{row.name}</span>{" "}
+          <span className="muted">
+            {row.shown === row.total
+              ? `${formatCount(row.total)} functions`
+              : `${formatCount(row.shown)} of ${formatCount(row.total)} functions`}
+          </span>
         </>
       );
     case "function": {
@@ -374,17 +490,37 @@ function RowContent({ row, hostId, range, copies }: { row: TreeRow; hostId: stri
       const copy = installedCopyOf(copies, fn);
       return (
         <>
-          <Link className="fn-name" to={`/hosts/${encodeURIComponent(hostId)}/functions/${fn.id}?${rangeSearch(range)}`}>{fn.name}</Link>
-          {" "}<span className="cell addr">{formatAddress(fn.address_hex, fn.address)}</span>
-          {" "}<span className="cell size" title={`${fn.size} bytes`}>{formatBytes(fn.size)}</span>
-          {" "}<span className="cell blocks">{fn.block_count} blocks</span>
-          {" "}<span className="cell rate">
-            {row.samplesPerSec === null
-              ? <span className="unavailable" title="no sample data from this host">unavailable</span>
-              : formatRate(row.samplesPerSec)}
-          </span>
-          {" "}{fn.undecodable && <span className="badge" title="the agent could not decode all of this function's bytes">undecodable</span>}
-          {copy && <>{" "}<InstalledCopyBadge hostId={hostId} plan={copy} /></>}
+          <Link
+            className="fn-name"
+            to={`/hosts/${encodeURIComponent(hostId)}/functions/${fn.id}?${rangeSearch(range)}`}
+          >
+            {fn.name}
+          </Link>{" "}
+          <span className="cell addr">{formatAddress(fn.address_hex, fn.address)}</span>{" "}
+          <span className="cell size" title={`${fn.size} bytes`}>
+            {formatBytes(fn.size)}
+          </span>{" "}
+          <span className="cell blocks">{fn.block_count} blocks</span>{" "}
+          <span className="cell rate">
+            {row.samplesPerSec === null ? (
+              <span className="unavailable" title="no sample data from this host">
+                unavailable
+              </span>
+            ) : (
+              formatRate(row.samplesPerSec)
+            )}
+          </span>{" "}
+          {fn.undecodable && (
+            <span className="badge" title="the agent could not decode all of this function's bytes">
+              undecodable
+            </span>
+          )}
+          {copy && (
+            <>
+              {" "}
+              <InstalledCopyBadge hostId={hostId} plan={copy} />
+            </>
+          )}
         </>
       );
     }
@@ -392,10 +528,13 @@ function RowContent({ row, hostId, range, copies }: { row: TreeRow; hostId: stri
       const hex = blockAddressHex(null, row.block);
       return (
         <>
-          {" "}<span className="cell addr">{formatAddress(hex, row.block.address)}</span>
-          {" "}<span className="cell">size {row.block.size}</span>
-          {" "}<span className="cell">{row.block.instruction_count} instructions</span>
-          {" "}<span className="cell rate">{row.samples === null ? "samples unavailable" : `${formatCount(row.samples)} samples`}</span>
+          {" "}
+          <span className="cell addr">{formatAddress(hex, row.block.address)}</span>{" "}
+          <span className="cell">size {row.block.size}</span>{" "}
+          <span className="cell">{row.block.instruction_count} instructions</span>{" "}
+          <span className="cell rate">
+            {row.samples === null ? "samples unavailable" : `${formatCount(row.samples)} samples`}
+          </span>
         </>
       );
     }

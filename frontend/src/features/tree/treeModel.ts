@@ -11,7 +11,11 @@ export type SortKey = "name" | "address" | "hotness" | "size" | "blocks";
 export const STUB_GROUPS: { key: string; label: string; test: RegExp }[] = [
   { key: "static_call", label: "static-call trampolines", test: /^__SCT__/ },
   { key: "tracepoint", label: "tracepoint iterators and stubs", test: /^__(traceiter|probestub)_/ },
-  { key: "thunk", label: "retpoline and return thunks", test: /^__x86_indirect_|^__x86_return_thunk$|_return_thunk$|^its_.*thunk/ },
+  {
+    key: "thunk",
+    label: "retpoline and return thunks",
+    test: /^__x86_indirect_|^__x86_return_thunk$|_return_thunk$|^its_.*thunk/,
+  },
 ];
 
 export function stubGroupOf(name: string): string | null {
@@ -34,7 +38,11 @@ export function compileQuery(query: string): Matcher {
   const regex = /^\/(.+)\/([a-z]*)$/.exec(q);
   if (regex) {
     try {
-      return { kind: "pattern", re: new RegExp(regex[1], regex[2].includes("i") ? regex[2] : `${regex[2]}i`), source: "regex" };
+      return {
+        kind: "pattern",
+        re: new RegExp(regex[1], regex[2].includes("i") ? regex[2] : `${regex[2]}i`),
+        source: "regex",
+      };
     } catch (e) {
       return { kind: "invalid", message: e instanceof Error ? e.message : "not a regular expression" };
     }
@@ -43,7 +51,10 @@ export function compileQuery(query: string): Matcher {
     return { kind: "address", value: BigInt(q.toLowerCase().startsWith("0x") ? q : `0x${q}`) };
   }
   if (/[*?]/.test(q)) {
-    const body = q.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".");
+    const body = q
+      .replace(/[.+^${}()|[\]\\]/g, "\\$&")
+      .replace(/\*/g, ".*")
+      .replace(/\?/g, ".");
     return { kind: "pattern", re: new RegExp(`^${body}$`, "i"), source: "glob" };
   }
   return { kind: "substring", text: q.toLowerCase() };
@@ -51,10 +62,14 @@ export function compileQuery(query: string): Matcher {
 
 function matches(m: Matcher, fn: FunctionSummary, lower: string): boolean {
   switch (m.kind) {
-    case "all": return true;
-    case "substring": return lower.includes(m.text);
-    case "pattern": return m.re.test(fn.name);
-    case "invalid": return false;
+    case "all":
+      return true;
+    case "substring":
+      return lower.includes(m.text);
+    case "pattern":
+      return m.re.test(fn.name);
+    case "invalid":
+      return false;
     case "address": {
       const start = BigInt(`0x${fn.address_hex}`);
       return m.value >= start && m.value < start + BigInt(Math.max(1, fn.size));
@@ -80,11 +95,60 @@ export type BlockState =
   | { status: "ready"; blocks: Block[]; samples: Map<number, number> | null };
 
 export type TreeRow =
-  | { kind: "module"; key: string; level: 1; name: string; shown: number; total: number; expanded: boolean; posinset: number; setsize: number }
-  | { kind: "group"; key: string; level: 2; module: string; group: string; label: string; count: number; samplesPerSec: number | null; expanded: boolean; posinset: number; setsize: number }
-  | { kind: "function"; key: string; level: 2 | 3; fn: FunctionSummary; samplesPerSec: number | null; expanded: boolean; posinset: number; setsize: number }
-  | { kind: "block"; key: string; level: 3 | 4; fnId: number; block: Block; samples: number | null; posinset: number; setsize: number }
-  | { kind: "status"; key: string; level: 3 | 4; fnId: number; text: string; error: boolean; posinset: number; setsize: number };
+  | {
+      kind: "module";
+      key: string;
+      level: 1;
+      name: string;
+      shown: number;
+      total: number;
+      expanded: boolean;
+      posinset: number;
+      setsize: number;
+    }
+  | {
+      kind: "group";
+      key: string;
+      level: 2;
+      module: string;
+      group: string;
+      label: string;
+      count: number;
+      samplesPerSec: number | null;
+      expanded: boolean;
+      posinset: number;
+      setsize: number;
+    }
+  | {
+      kind: "function";
+      key: string;
+      level: 2 | 3;
+      fn: FunctionSummary;
+      samplesPerSec: number | null;
+      expanded: boolean;
+      posinset: number;
+      setsize: number;
+    }
+  | {
+      kind: "block";
+      key: string;
+      level: 3 | 4;
+      fnId: number;
+      block: Block;
+      samples: number | null;
+      posinset: number;
+      setsize: number;
+    }
+  | {
+      kind: "status";
+      key: string;
+      level: 3 | 4;
+      fnId: number;
+      text: string;
+      error: boolean;
+      posinset: number;
+      setsize: number;
+    };
 
 function byNameCmp(a: FunctionSummary, b: FunctionSummary): number {
   return a.name < b.name ? -1 : a.name > b.name ? 1 : a.id - b.id;
@@ -117,8 +181,14 @@ export function indexCatalog(functions: readonly FunctionSummary[]): CatalogInde
     const placed = list.slice().sort(byAddressCmp);
     byName.set(mod, named);
     byAddress.set(mod, placed);
-    lowerByName.set(mod, named.map((fn) => fn.name.toLowerCase()));
-    lowerByAddress.set(mod, placed.map((fn) => fn.name.toLowerCase()));
+    lowerByName.set(
+      mod,
+      named.map((fn) => fn.name.toLowerCase()),
+    );
+    lowerByAddress.set(
+      mod,
+      placed.map((fn) => fn.name.toLowerCase()),
+    );
   }
   return { modules: [...groups.keys()].sort(moduleOrder), byName, byAddress, lowerByName, lowerByAddress };
 }
@@ -129,7 +199,10 @@ export function rateOf(fn: FunctionSummary, hotness: ReadonlyMap<number, number>
   return fn.samples_per_sec ?? null;
 }
 
-const SORT_VALUE: Record<Exclude<SortKey, "name" | "address">, (fn: FunctionSummary, hot: ReadonlyMap<number, number> | null) => number> = {
+const SORT_VALUE: Record<
+  Exclude<SortKey, "name" | "address">,
+  (fn: FunctionSummary, hot: ReadonlyMap<number, number> | null) => number
+> = {
   hotness: (fn, hot) => rateOf(fn, hot) ?? -1,
   size: (fn) => fn.size,
   blocks: (fn) => fn.block_count,
@@ -192,8 +265,14 @@ export function flattenTree(index: CatalogIndex, opts: FlattenOptions): TreeRow[
   const pushFunction = (fn: FunctionSummary, level: 2 | 3, posinset: number, setsize: number) => {
     const fnExpanded = opts.expandedFunctions.has(fn.id);
     rows.push({
-      kind: "function", key: `f:${fn.id}`, level, fn, samplesPerSec: rateOf(fn, opts.hotness),
-      expanded: fnExpanded, posinset, setsize,
+      kind: "function",
+      key: `f:${fn.id}`,
+      level,
+      fn,
+      samplesPerSec: rateOf(fn, opts.hotness),
+      expanded: fnExpanded,
+      posinset,
+      setsize,
     });
     if (!fnExpanded) return;
     const inner = (level + 1) as 3 | 4;
@@ -202,27 +281,53 @@ export function flattenTree(index: CatalogIndex, opts: FlattenOptions): TreeRow[
       const sorted = state.blocks.slice().sort((a, b) => a.offset - b.offset);
       sorted.forEach((block, bi) => {
         rows.push({
-          kind: "block", key: `b:${fn.id}:${block.offset}`, level: inner, fnId: fn.id, block,
-          samples: state.samples ? state.samples.get(block.offset) ?? 0 : null,
-          posinset: bi + 1, setsize: sorted.length,
+          kind: "block",
+          key: `b:${fn.id}:${block.offset}`,
+          level: inner,
+          fnId: fn.id,
+          block,
+          samples: state.samples ? (state.samples.get(block.offset) ?? 0) : null,
+          posinset: bi + 1,
+          setsize: sorted.length,
         });
       });
       if (sorted.length === 0) {
-        rows.push({ kind: "status", key: `s:${fn.id}`, level: inner, fnId: fn.id, text: "no basic blocks", error: false, posinset: 1, setsize: 1 });
+        rows.push({
+          kind: "status",
+          key: `s:${fn.id}`,
+          level: inner,
+          fnId: fn.id,
+          text: "no basic blocks",
+          error: false,
+          posinset: 1,
+          setsize: 1,
+        });
       }
     } else {
       rows.push({
-        kind: "status", key: `s:${fn.id}`, level: inner, fnId: fn.id,
+        kind: "status",
+        key: `s:${fn.id}`,
+        level: inner,
+        fnId: fn.id,
         text: state.status === "loading" ? "loading blocks…" : state.message,
-        error: state.status === "error", posinset: 1, setsize: 1,
+        error: state.status === "error",
+        posinset: 1,
+        setsize: 1,
       });
     }
   };
   visibleModules.forEach(({ name, fns }, mi) => {
     const expanded = !opts.collapsedModules.has(name);
     rows.push({
-      kind: "module", key: `m:${name}`, level: 1, name, shown: fns.length,
-      total: index.byName.get(name)?.length ?? 0, expanded, posinset: mi + 1, setsize: visibleModules.length,
+      kind: "module",
+      key: `m:${name}`,
+      level: 1,
+      name,
+      shown: fns.length,
+      total: index.byName.get(name)?.length ?? 0,
+      expanded,
+      posinset: mi + 1,
+      setsize: visibleModules.length,
     });
     if (!expanded) return;
     // Stubs go into their groups; a group sits where its first member would be.
@@ -230,9 +335,15 @@ export function flattenTree(index: CatalogIndex, opts: FlattenOptions): TreeRow[
     const items: ({ fn: FunctionSummary } | { group: string })[] = [];
     for (const fn of fns) {
       const g = opts.expandedGroups === undefined ? null : stubGroupOf(fn.name);
-      if (g === null) { items.push({ fn }); continue; }
+      if (g === null) {
+        items.push({ fn });
+        continue;
+      }
       let list = groups.get(g);
-      if (!list) { groups.set(g, (list = [])); items.push({ group: g }); }
+      if (!list) {
+        groups.set(g, (list = []));
+        items.push({ group: g });
+      }
       list.push(fn);
     }
     items.forEach((item, i) => {
@@ -247,8 +358,17 @@ export function flattenTree(index: CatalogIndex, opts: FlattenOptions): TreeRow[
         if (r !== null) rate = (rate ?? 0) + r;
       }
       rows.push({
-        kind: "group", key: `g:${gkey}`, level: 2, module: name, group: item.group, label: def.label,
-        count: members.length, samplesPerSec: rate, expanded: open, posinset: i + 1, setsize: items.length,
+        kind: "group",
+        key: `g:${gkey}`,
+        level: 2,
+        module: name,
+        group: item.group,
+        label: def.label,
+        count: members.length,
+        samplesPerSec: rate,
+        expanded: open,
+        posinset: i + 1,
+        setsize: items.length,
       });
       if (open) members.forEach((fn, k) => pushFunction(fn, 3, k + 1, members.length));
     });
@@ -259,7 +379,16 @@ export function flattenTree(index: CatalogIndex, opts: FlattenOptions): TreeRow[
 /** Functions from content-addressed catalog pieces (columns, offsets relative to each module's base
  *  on this host), as the tree's summaries. Addresses are exact: computed in BigInt from the base. */
 export function summariesFromPieces(
-  pieces: readonly { module: string; digest?: string; ids: number[]; names: string[]; offsets: number[]; sizes: number[]; block_counts: number[]; undecodable: number[] }[],
+  pieces: readonly {
+    module: string;
+    digest?: string;
+    ids: number[];
+    names: string[];
+    offsets: number[];
+    sizes: number[];
+    block_counts: number[];
+    undecodable: number[];
+  }[],
   baseHex: ReadonlyMap<string, string>,
 ): FunctionSummary[] {
   const out: FunctionSummary[] = [];
@@ -269,11 +398,17 @@ export function summariesFromPieces(
     for (let i = 0; i < p.ids.length; i++) {
       const addr = (base + BigInt(p.offsets[i])) & 0xffffffffffffffffn;
       out.push({
-        id: p.ids[i], name: p.names[i], module: p.module, digest: p.digest ?? "",
+        id: p.ids[i],
+        name: p.names[i],
+        module: p.module,
+        digest: p.digest ?? "",
         index: -1, // the columns are in address order; the catalog index comes with the function's detail
         address: Number(addr),
         address_hex: addr.toString(16),
-        size: p.sizes[i], block_count: p.block_counts[i], samples_per_sec: 0, undecodable: bad.has(i),
+        size: p.sizes[i],
+        block_count: p.block_counts[i],
+        samples_per_sec: 0,
+        undecodable: bad.has(i),
       });
     }
   }

@@ -3,7 +3,12 @@ import { describe, expect, it } from "vitest";
 import { countCrossings, layeredLayout, type LayoutEdgeIn, type LayoutNodeIn } from "./cfgLayout";
 
 const node = (id: string, width = 100, height = 40): LayoutNodeIn => ({ id, width, height });
-const edge = (source: string, target: string, weight = 1): LayoutEdgeIn => ({ id: `${source}->${target}`, source, target, weight });
+const edge = (source: string, target: string, weight = 1): LayoutEdgeIn => ({
+  id: `${source}->${target}`,
+  source,
+  target,
+  weight,
+});
 
 /** A function-shaped graph: a chain of `n` blocks, each also branching a few blocks ahead, and loops back. */
 function syntheticCfg(n: number): { nodes: LayoutNodeIn[]; edges: LayoutEdgeIn[] } {
@@ -32,7 +37,13 @@ function overlaps(r: ReturnType<typeof layeredLayout>, nodes: LayoutNodeIn[]): b
 describe("layered CFG layout", () => {
   it("puts the entry on top and every forward edge's target below its source", () => {
     const nodes = [node("entry"), node("a"), node("b"), node("join"), node("ret", 60, 30)];
-    const edges = [edge("entry", "a", 4), edge("entry", "b"), edge("a", "join", 4), edge("b", "join"), edge("join", "ret")];
+    const edges = [
+      edge("entry", "a", 4),
+      edge("entry", "b"),
+      edge("a", "join", 4),
+      edge("b", "join"),
+      edge("join", "ret"),
+    ];
     const r = layeredLayout(nodes, edges, "entry");
     const y = (id: string) => r.positions.get(id)!.y;
     expect(y("entry")).toBeLessThan(y("a"));
@@ -87,9 +98,35 @@ describe("layered CFG layout", () => {
 
   it("counts crossings between two layers exactly", () => {
     // u0→v1 and u1→v0 cross once; u0→v0 and u1→v1 do not.
-    const verts = [{ order: 0, down: [3] }, { order: 1, down: [2] }, { order: 0, down: [] }, { order: 1, down: [] }];
-    expect(countCrossings([[0, 1], [2, 3]], verts)).toBe(1);
-    const straight = [{ order: 0, down: [2] }, { order: 1, down: [3] }, { order: 0, down: [] }, { order: 1, down: [] }];
-    expect(countCrossings([[0, 1], [2, 3]], straight)).toBe(0);
+    const verts = [
+      { order: 0, down: [3] },
+      { order: 1, down: [2] },
+      { order: 0, down: [] },
+      { order: 1, down: [] },
+    ];
+    expect(
+      countCrossings(
+        [
+          [0, 1],
+          [2, 3],
+        ],
+        verts,
+      ),
+    ).toBe(1);
+    const straight = [
+      { order: 0, down: [2] },
+      { order: 1, down: [3] },
+      { order: 0, down: [] },
+      { order: 1, down: [] },
+    ];
+    expect(
+      countCrossings(
+        [
+          [0, 1],
+          [2, 3],
+        ],
+        straight,
+      ),
+    ).toBe(0);
   });
 });

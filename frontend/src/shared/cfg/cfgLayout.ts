@@ -33,7 +33,12 @@ export interface LayoutOptions {
 }
 
 export const DEFAULT_LAYOUT_OPTIONS: LayoutOptions = {
-  nodeSep: 28, rankSep: 40, edgeSep: 12, margin: 20, sweeps: 8, coordinatePasses: 8,
+  nodeSep: 28,
+  rankSep: 40,
+  edgeSep: 12,
+  margin: 20,
+  sweeps: 8,
+  coordinatePasses: 8,
 };
 
 export interface Point {
@@ -163,7 +168,15 @@ export function layeredLayout(
   // 3. Dummy vertices on edges that span several ranks; a chain per edge in ranking direction.
   onProgress?.("routing long edges", 0.15);
   const verts: Vertex[] = nodes.map((nd, i) => ({
-    width: nd.width, height: nd.height, rank: rank[i], order: 0, x: 0, up: [], upW: [], down: [], downW: [],
+    width: nd.width,
+    height: nd.height,
+    rank: rank[i],
+    order: 0,
+    x: 0,
+    up: [],
+    upW: [],
+    down: [],
+    downW: [],
   }));
   const chains: number[][] = [];
   for (const e of es) {
@@ -207,7 +220,12 @@ export function layeredLayout(
   visit(start);
   for (const v of dfsOrder) visit(v);
   for (let v = 0; v < verts.length; v++) visit(v);
-  const setOrders = () => layers.forEach((l) => l.forEach((v, i) => { verts[v].order = i; }));
+  const setOrders = () =>
+    layers.forEach((l) =>
+      l.forEach((v, i) => {
+        verts[v].order = i;
+      }),
+    );
   setOrders();
 
   // 5. Fewer crossings: barycentre sweeps, keeping the best ordering seen.
@@ -230,7 +248,9 @@ export function layeredLayout(
         }
       }
       layer.sort((a, b) => key.get(a)! - key.get(b)! || verts[a].order - verts[b].order);
-      layer.forEach((v, i) => { verts[v].order = i; });
+      layer.forEach((v, i) => {
+        verts[v].order = i;
+      });
     }
     const c = countCrossings(layers, verts);
     if (c < bestCrossings) {
@@ -239,7 +259,9 @@ export function layeredLayout(
     }
     onProgress?.("ordering", 0.3 + 0.4 * ((s + 1) / opt.sweeps));
   }
-  best.forEach((l, r) => { layers[r] = l; });
+  best.forEach((l, r) => {
+    layers[r] = l;
+  });
   setOrders();
 
   // 6. x coordinates: pack each layer, then alternate passes pulling every vertex towards the
@@ -305,7 +327,11 @@ export function layeredLayout(
   return {
     width: maxX - minX + 2 * opt.margin,
     height: y - opt.rankSep + opt.margin,
-    positions, routes, ranks: maxRank + 1, dummies, crossings: bestCrossings,
+    positions,
+    routes,
+    ranks: maxRank + 1,
+    dummies,
+    crossings: bestCrossings,
   };
 }
 
@@ -318,7 +344,13 @@ function range(from: number, to: number, step = 1): number[] {
 /** Place one layer: each vertex wants the weighted mean x of its neighbours on one side (or both);
  *  the closest placement keeping the order and minimum gaps is found exactly by pooling adjacent
  *  violators (isotonic regression on x minus the cumulative gaps). */
-function placeLayer(layer: number[], verts: Vertex[], gap: (a: number, b: number) => number, downward: boolean, both: boolean) {
+function placeLayer(
+  layer: number[],
+  verts: Vertex[],
+  gap: (a: number, b: number) => number,
+  downward: boolean,
+  both: boolean,
+) {
   const m = layer.length;
   if (m === 0) return;
   const target = new Float64Array(m);

@@ -12,8 +12,15 @@ export interface LayoutRequest {
 
 export type LayoutReply =
   | { id: number; type: "progress"; phase: string; fraction: number }
-  | { id: number; type: "done"; width: number; height: number; positions: [string, { x: number; y: number }][];
-      routes: [string, { x: number; y: number }[]][]; ms: number }
+  | {
+      id: number;
+      type: "done";
+      width: number;
+      height: number;
+      positions: [string, { x: number; y: number }][];
+      routes: [string, { x: number; y: number }[]][];
+      ms: number;
+    }
   | { id: number; type: "error"; message: string };
 
 self.onmessage = (ev: MessageEvent<LayoutRequest>) => {
@@ -21,9 +28,18 @@ self.onmessage = (ev: MessageEvent<LayoutRequest>) => {
   const post = (m: LayoutReply) => (self as unknown as Worker).postMessage(m);
   const t0 = performance.now();
   try {
-    const r = layeredLayout(nodes, edges, entry, {}, (phase, fraction) => post({ id, type: "progress", phase, fraction }));
-    post({ id, type: "done", width: r.width, height: r.height, positions: [...r.positions], routes: [...r.routes],
-           ms: performance.now() - t0 });
+    const r = layeredLayout(nodes, edges, entry, {}, (phase, fraction) =>
+      post({ id, type: "progress", phase, fraction }),
+    );
+    post({
+      id,
+      type: "done",
+      width: r.width,
+      height: r.height,
+      positions: [...r.positions],
+      routes: [...r.routes],
+      ms: performance.now() - t0,
+    });
   } catch (e) {
     post({ id, type: "error", message: e instanceof Error ? e.message : String(e) });
   }

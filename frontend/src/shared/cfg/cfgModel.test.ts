@@ -1,7 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
 import { sampleDetail, block, succ } from "../../test/fixtures";
-import { blockSamplesMap, buildCfgModel, edgeKind, instructionsOfBlock, layoutCfg, NO_SAMPLES_FILL, sampleColour } from "./cfgModel";
+import {
+  blockSamplesMap,
+  buildCfgModel,
+  edgeKind,
+  instructionsOfBlock,
+  layoutCfg,
+  NO_SAMPLES_FILL,
+  sampleColour,
+} from "./cfgModel";
 
 describe("CFG model", () => {
   it("makes one node per basic block, labelled with its hex address and size", () => {
@@ -44,7 +52,13 @@ describe("CFG model", () => {
   });
 
   it("colours blocks by samples: domain up to the hottest block, neutral for none", () => {
-    const model = buildCfgModel(sampleDetail(), blockSamplesMap([{ offset: 0, samples: 3 }, { offset: 0x30, samples: 12 }]));
+    const model = buildCfgModel(
+      sampleDetail(),
+      blockSamplesMap([
+        { offset: 0, samples: 3 },
+        { offset: 0x30, samples: 12 },
+      ]),
+    );
     expect(model.maxSamples).toBe(12);
     expect(model.nodes.find((n) => n.id === "b16")?.samples).toBe(0);
     const colour = sampleColour(model.maxSamples);

@@ -7,7 +7,11 @@ import { colourScale, NO_SAMPLES_FILL } from "./colourScale";
 import type { Block, FunctionDetail } from "../../api/types";
 import { addOffset, formatAddress } from "../../lib/address";
 import {
-  layeredLayout, type LayoutEdgeIn, type LayoutNodeIn, type LayoutProgress, type LayoutResult,
+  layeredLayout,
+  type LayoutEdgeIn,
+  type LayoutNodeIn,
+  type LayoutProgress,
+  type LayoutResult,
 } from "./cfgLayout";
 
 /** Above this many blocks each returning block gets its own return exit beside it: one shared exit
@@ -98,10 +102,15 @@ export function buildCfgModel(detail: FunctionDetail, samples: ReadonlyMap<numbe
 
   for (const block of blocks) {
     const hex = blockAddressHex(detail.function.address_hex, block);
-    const s = samples ? samples.get(block.offset) ?? 0 : null;
+    const s = samples ? (samples.get(block.offset) ?? 0) : null;
     if (s !== null) maxSamples = Math.max(maxSamples, s);
     const node = addNode({
-      id: `b${block.offset}`, kind: "block", block, addressHex: hex, samples: s, functionId: null,
+      id: `b${block.offset}`,
+      kind: "block",
+      block,
+      addressHex: hex,
+      samples: s,
+      functionId: null,
       lines: [formatAddress(hex, block.address), `size ${block.size}`],
     });
     node.height += COUNT_LINE_H;
@@ -117,15 +126,34 @@ export function buildCfgModel(detail: FunctionDetail, samples: ReadonlyMap<numbe
         addEdge(src, `b${succ.target_offset}`, kind);
         return;
       }
-      const targetText = succ.target_name ?? (succ.target_address_hex || succ.target_address != null
-        ? formatAddress(succ.target_address_hex, succ.target_address) : null);
+      const targetText =
+        succ.target_name ??
+        (succ.target_address_hex || succ.target_address != null
+          ? formatAddress(succ.target_address_hex, succ.target_address)
+          : null);
       if (kind === "return") {
         const id = large ? `exit:return:${block.offset}` : "exit:return";
-        addNode({ id, kind: "return", lines: ["return"], block: null, addressHex: null, samples: null, functionId: null });
+        addNode({
+          id,
+          kind: "return",
+          lines: ["return"],
+          block: null,
+          addressHex: null,
+          samples: null,
+          functionId: null,
+        });
         addEdge(src, id, "return");
       } else if (kind === "indirect") {
         const id = `exit:indirect:${block.offset}`;
-        addNode({ id, kind: "indirect", lines: ["indirect jump"], block: null, addressHex: null, samples: null, functionId: null });
+        addNode({
+          id,
+          kind: "indirect",
+          lines: ["indirect jump"],
+          block: null,
+          addressHex: null,
+          samples: null,
+          functionId: null,
+        });
         addEdge(src, id, "indirect");
       } else {
         // A tail call, or a branch whose target lies outside this function's blocks.
@@ -133,7 +161,11 @@ export function buildCfgModel(detail: FunctionDetail, samples: ReadonlyMap<numbe
         const nodeKind: NodeKind = kind === "tail_call" ? "tail_call" : "external";
         const id = `exit:${nodeKind}:${key}`;
         addNode({
-          id, kind: nodeKind, block: null, addressHex: succ.target_address_hex ?? null, samples: null,
+          id,
+          kind: nodeKind,
+          block: null,
+          addressHex: succ.target_address_hex ?? null,
+          samples: null,
           functionId: succ.target_function_id ?? null,
           lines: [nodeKind === "tail_call" ? "tail call" : "leaves function", targetText ?? "unknown target"],
         });
@@ -174,11 +206,20 @@ export function layoutCfg(model: CfgModel, onProgress?: LayoutProgress): CfgLayo
 }
 
 /** What the layout needs of a model: node sizes, weighted edges, the entry block. */
-export function layoutInput(model: CfgModel): { nodes: LayoutNodeIn[]; edges: LayoutEdgeIn[]; entry: string | undefined } {
+export function layoutInput(model: CfgModel): {
+  nodes: LayoutNodeIn[];
+  edges: LayoutEdgeIn[];
+  entry: string | undefined;
+} {
   return {
     nodes: model.nodes.map((n) => ({ id: n.id, width: n.width, height: n.height })),
     // Fallthrough is the straight-line path: weight it so it stays vertical.
-    edges: model.edges.map((e) => ({ id: e.id, source: e.source, target: e.target, weight: e.kind === "fallthrough" ? 4 : 1 })),
+    edges: model.edges.map((e) => ({
+      id: e.id,
+      source: e.source,
+      target: e.target,
+      weight: e.kind === "fallthrough" ? 4 : 1,
+    })),
     entry: model.nodes.find((n) => n.kind === "block")?.id,
   };
 }

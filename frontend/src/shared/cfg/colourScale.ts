@@ -32,10 +32,15 @@ const ramp = (t: number) => interpolateYlOrRd(0.12 + 0.88 * Math.max(0, Math.min
 /** Colour of a block with `samples` on a scale whose domain ends at `max`. */
 export function colourScale(mode: ScaleMode, max: number): (samples: number | null) => string {
   if (mode === "log") {
-    const log = scaleLog().domain([1, Math.max(2, max)]).range([0, 1]).clamp(true);
+    const log = scaleLog()
+      .domain([1, Math.max(2, max)])
+      .range([0, 1])
+      .clamp(true);
     return (s) => (s && s > 0 ? ramp(log(s)) : NO_SAMPLES_FILL);
   }
-  const lin = scaleSequential(ramp).domain([0, Math.max(1, max)]).clamp(true);
+  const lin = scaleSequential(ramp)
+    .domain([0, Math.max(1, max)])
+    .clamp(true);
   return (s) => (s && s > 0 ? lin(s) : NO_SAMPLES_FILL);
 }
 

@@ -21,7 +21,14 @@ export function useCfgLayout(model: CfgModel): LayoutState {
   const [state, setState] = useState<LayoutState>(() => initial());
   const empty = model.nodes.length === 0;
   useEffect(() => {
-    if (empty) setState({ ...initial(), layout: { width: 0, height: 0, nodes: [], edges: [] }, ms: 0, phase: "done", fraction: 1 });
+    if (empty)
+      setState({
+        ...initial(),
+        layout: { width: 0, height: 0, nodes: [], edges: [] },
+        ms: 0,
+        phase: "done",
+        fraction: 1,
+      });
   }, [model, empty]);
   const job = useMemo((): WorkerJob<Omit<LayoutRequest, "id">, LayoutReply> | null => {
     if (empty) return null;
@@ -40,7 +47,12 @@ export function useCfgLayout(model: CfgModel): LayoutState {
         if (m.type === "progress") setState((s) => ({ ...s, phase: m.phase, fraction: m.fraction }));
         else if (m.type === "error") setState((s) => ({ ...s, error: m.message }));
         else {
-          const layout = assembleLayout(model, { width: m.width, height: m.height, positions: new Map(m.positions), routes: new Map(m.routes) });
+          const layout = assembleLayout(model, {
+            width: m.width,
+            height: m.height,
+            positions: new Map(m.positions),
+            routes: new Map(m.routes),
+          });
           setState({ layout, phase: "done", fraction: 1, startedAt, ms: m.ms, error: null });
           return true;
         }
