@@ -141,11 +141,10 @@ static int wait_seconds(struct waiting *w, unsigned seconds, double from, double
 /* How many times the profile saw the function at addr entered (its first block's count). */
 static double entries(const struct hp_profile *p, uint64_t addr)
 {
-	for (size_t i = 0; i < p->nfns; i++)
-		if (p->fns[i].addr == addr)
-			for (size_t k = 0; k < p->fns[i].nblocks; k++)
-				if (p->fns[i].blocks[k].offset == 0)
-					return p->fns[i].blocks[k].count;
+	const struct hp_prof_fn *f = hp_profile_find(p, addr);
+	for (size_t k = 0; f && k < f->nblocks; k++)
+		if (f->blocks[k].offset == 0)
+			return f->blocks[k].count;
 	return 0;
 }
 
