@@ -452,31 +452,23 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 	snprintf(dir, sizeof(dir), "%s/replace", o->state_dir);
 	/* One install per root and process. */
 	uint64_t start = x.t.instance;
-	if (hp_journal_find(dir, pid, start, p->root, path, sizeof(path)) == 0) {
-		if (!o->replace) {
-			snprintf(err, errlen,
-				 "%s is installed in %s already (%s): revert it first, or install a second pass with "
-				 "--replace",
-				 p->root, x.t.desc, path);
-			hp_op_free(&x);
-			return -EEXIST;
-		}
+	bool installed = hp_journal_find(dir, pid, start, p->root, path, sizeof(path)) == 0;
+	if (installed && !o->replace) {
+		snprintf(err, errlen,
+			 "%s is installed in %s already (%s): revert it first, or install a second pass with --replace",
+			 p->root, x.t.desc, path);
+		hp_op_free(&x);
+		return -EEXIST;
+	}
+	/* A second pass reverts the installed copy first. A revert of this root that restored
+	 * its code but kept its heap (a thread still in it) is asked again too; the install goes
+	 * on whether that heap is freed or still kept (its journal stays for the next revert). */
+	if (installed || hp_journal_find_kept(dir, pid, start, p->root, path, sizeof(path)) == 0) {
 		struct hp_install_result rr;
 		x.t.ops->close(&x.t);
 		x.have_target = false;
-		if ((r = hp_revert(o->state_dir, pid, p->root, &rr, o->progress, o->progress_ctx, err, errlen)) < 0)
-			return r;
-		if ((r = hp_patch_target_process(pid, start, &x.t, err, errlen)) < 0)
-			return r;
-		x.have_target = true;
-	} else if (hp_journal_find_kept(dir, pid, start, p->root, path, sizeof(path)) == 0) {
-		/* An earlier revert of this root restored its code but kept its heap, a thread being
-		 * still in it: try to free it again now; the install goes on whether it is freed or
-		 * still kept (its journal stays for the next revert, which asks again). */
-		struct hp_install_result kr;
-		x.t.ops->close(&x.t);
-		x.have_target = false;
-		if ((r = hp_revert(o->state_dir, pid, p->root, &kr, NULL, NULL, err, errlen)) < 0)
+		if ((r = hp_revert(o->state_dir, pid, p->root, &rr, installed ? o->progress : NULL,
+				   installed ? o->progress_ctx : NULL, err, errlen)) < 0)
 			return r;
 		if ((r = hp_patch_target_process(pid, start, &x.t, err, errlen)) < 0)
 			return r;
