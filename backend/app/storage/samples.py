@@ -86,10 +86,20 @@ def interval_start(unix_ns: int) -> datetime:
     return datetime.fromtimestamp(unix_ns / 1e9, tz=UTC)
 
 
+def _absolute(spec: RangeSpec) -> TimeRange | None:
+    """The spec's own range when it gives both ends, else None (it is a window)."""
+    return TimeRange(spec.start, spec.end) if spec.start is not None and spec.end is not None else None
+
+
+def _window_to(spec: RangeSpec, end: datetime) -> TimeRange:
+    """The spec's window (`window_s`, 10 s when unset) ending at `end`."""
+    return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
+
+
 async def resolve(session: AsyncSession, host_id: str, spec: RangeSpec) -> TimeRange | None:
     """The absolute range a spec means for this host; None for a window on a host with no samples."""
-    if spec.start is not None and spec.end is not None:
-        return TimeRange(spec.start, spec.end)
+    if (absolute := _absolute(spec)) is not None:
+        return absolute
     row = (
         await session.execute(
             text("""
@@ -99,16 +109,12 @@ async def resolve(session: AsyncSession, host_id: str, spec: RangeSpec) -> TimeR
     ).first()
     if row is None:
         return None
-    end = row.ts + timedelta(milliseconds=row.interval_ms)
-    return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
+    return _window_to(spec, row.ts + timedelta(milliseconds=row.interval_ms))
 
 
 def empty_range(spec: RangeSpec) -> TimeRange:
     """A range for a host without samples, so responses still say what they cover."""
-    if spec.start is not None and spec.end is not None:
-        return TimeRange(spec.start, spec.end)
-    end = datetime.now(UTC)
-    return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
+    return _absolute(spec) or _window_to(spec, datetime.now(UTC))
 
 
 # Where a range is read from -----------------------------------------------------------------------
@@ -791,8 +797,8 @@ def _points_sql(spans: list[tuple[str, datetime, datetime]], resources: list[int
 
 async def measurement_range(session: AsyncSession, measurement_id: str, spec: RangeSpec) -> TimeRange | None:
     """The absolute range a spec means for a measurement: `window_s` back from its newest interval."""
-    if spec.start is not None and spec.end is not None:
-        return TimeRange(spec.start, spec.end)
+    if (absolute := _absolute(spec)) is not None:
+        return absolute
     row = (
         await session.execute(
             text("""
@@ -802,8 +808,7 @@ async def measurement_range(session: AsyncSession, measurement_id: str, spec: Ra
     ).first()
     if row is None:
         return None
-    end = row.ts + timedelta(seconds=row.seconds)
-    return TimeRange(end - timedelta(seconds=spec.window_s or 10), end)
+    return _window_to(spec, row.ts + timedelta(seconds=row.seconds))
 
 
 def _slot_dict(row: Row[Any]) -> dict[str, float | None]:
