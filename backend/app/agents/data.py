@@ -368,6 +368,23 @@ class DataMapping(ClockChecks):
             session.known_stacks |= {d[0] for d in parsed_stacks.defs}
         session.last_end[instance] = ns_to_dt(end_ns)
 
+    def _refuse_interval(
+        self, batch: "pb.MeasurementBatch", instance: str, seq: int, item: "samples.Item", why: str
+    ) -> None:
+        """Record a measurement interval refused alone as a backend gap at its start, with the reason."""
+        at = self._clamp(ns_to_dt(batch.interval_start_unix_ns))
+        item.gaps.append(
+            dict(
+                start=at,
+                end=at,
+                instance=instance,
+                first_seq=seq,
+                messages=1,
+                source="backend",
+                reason=f"refused: {why}",
+            )
+        )
+
     async def _map_measurement(
         self, session: AgentSession, batch: "pb.MeasurementBatch", instance: str, seq: int, item: "samples.Item"
     ) -> None:
@@ -382,17 +399,8 @@ class DataMapping(ClockChecks):
             if rows is not None:
                 session.measurement_rows[mid] = rows
         if rows is None:
-            at = self._clamp(ns_to_dt(batch.interval_start_unix_ns))
-            item.gaps.append(
-                dict(
-                    start=at,
-                    end=at,
-                    instance=instance,
-                    first_seq=seq,
-                    messages=1,
-                    source="backend",
-                    reason=f"refused: values of measurement {mid[:64]}, which this host does not run",
-                )
+            self._refuse_interval(
+                batch, instance, seq, item, f"values of measurement {mid[:64]}, which this host does not run"
             )
             return
         edges: tuple[Any, ...] = ((), (), (), (), (), ())
@@ -410,18 +418,7 @@ class DataMapping(ClockChecks):
             # agent would resend it on every reconnect and the host would stay offline.
             why = str(exc)
             log.warning("host %s: refused an interval of measurement %s (seq %d): %s", session.host_id, mid, seq, why)
-            at = self._clamp(ns_to_dt(batch.interval_start_unix_ns))
-            item.gaps.append(
-                dict(
-                    start=at,
-                    end=at,
-                    instance=instance,
-                    first_seq=seq,
-                    messages=1,
-                    source="backend",
-                    reason=f"refused: {why}",
-                )
-            )
+            self._refuse_interval(batch, instance, seq, item, why)
             item.refused_interval = (mid, why)
             self.runtime.metrics.ingest_refused_intervals.inc()
             return
