@@ -40,6 +40,31 @@ async def _reconciled(db: AsyncSession, new: Row[Any], command: uuid.UUID | None
     return 1
 
 
+async def _set_installed(db: AsyncSession, plan_id: uuid.UUID, entry: dict[str, Any] | None) -> Row[Any]:
+    """The plan is installed, as the agent lists it (`entry`, kept as the install's detail)."""
+    return (
+        await db.execute(
+            text("""
+        UPDATE plans SET state = 'installed', installed_at = coalesce(installed_at, now()),
+          install_detail = CAST(:d AS jsonb), error = NULL, updated_at = now()
+        WHERE id = :id RETURNING *"""),
+            {"id": plan_id, "d": orjson.dumps(entry).decode()},
+        )
+    ).one()
+
+
+async def _set_install_failed(db: AsyncSession, plan_id: uuid.UUID, why: str) -> Row[Any]:
+    """The plan's install failed, for the reason `why`."""
+    return (
+        await db.execute(
+            text("""
+        UPDATE plans SET state = 'install_failed', error = :e, updated_at = now()
+        WHERE id = :id RETURNING *"""),
+            {"id": plan_id, "e": why},
+        )
+    ).one()
+
+
 async def _settle_reverting(
     db: AsyncSession, row: Row[Any], entry: dict[str, Any] | None, source: str
 ) -> tuple[Row[Any], str]:
@@ -232,15 +257,7 @@ class Reconciliation:
                 return 0  # the agent is still on it, or recovering it at start-up: a later round
             lost = "the backend stopped during the install flow"
             if entry is not None:
-                new = (
-                    await db.execute(
-                        text("""
-                    UPDATE plans SET state = 'installed', installed_at = coalesce(installed_at, now()),
-                      install_detail = CAST(:d AS jsonb), error = NULL, updated_at = now()
-                    WHERE id = :id RETURNING *"""),
-                        {"id": r.id, "d": orjson.dumps(entry).decode()},
-                    )
-                ).one()
+                new = await _set_installed(db, r.id, entry)
                 why = f"{lost}; the agent lists the plan as installed"
             else:
                 why = (
@@ -248,14 +265,7 @@ class Reconciliation:
                     if r.install_command is None
                     else f"{lost} and the install's answer was lost; the agent does not list the plan as installed"
                 )
-                new = (
-                    await db.execute(
-                        text("""
-                    UPDATE plans SET state = 'install_failed', error = :e, updated_at = now()
-                    WHERE id = :id RETURNING *"""),
-                        {"id": r.id, "e": why},
-                    )
-                ).one()
+                new = await _set_install_failed(db, r.id, why)
             return await _reconciled(db, new, r.install_command, why, "installing")
 
     async def _settle_revert(self, r: Row[Any], listed: dict[str, dict[str, Any]]) -> int:
@@ -345,15 +355,7 @@ class Reconciliation:
                 )
                 new, why = None, None
                 if r.state == "installing" and i is not None and i.state == "installed":
-                    new = (
-                        await db.execute(
-                            text("""
-                        UPDATE plans SET state = 'installed', installed_at = coalesce(installed_at, now()),
-                          install_detail = CAST(:d AS jsonb), error = NULL, updated_at = now()
-                        WHERE id = :id RETURNING *"""),
-                            {"id": r.id, "d": orjson.dumps(entry).decode()},
-                        )
-                    ).one()
+                    new = await _set_installed(db, r.id, entry)
                     why = "the agent's Hello lists the plan as installed"
                 elif (
                     r.state == "installing"
@@ -361,14 +363,7 @@ class Reconciliation:
                     and (r.install_command is None or r.cmd_state in ("done", "failed", "cancelled"))
                 ):
                     why = "no install flow runs and the agent's Hello does not list the plan as installed"
-                    new = (
-                        await db.execute(
-                            text("""
-                        UPDATE plans SET state = 'install_failed', error = :e, updated_at = now()
-                        WHERE id = :id RETURNING *"""),
-                            {"id": r.id, "e": why},
-                        )
-                    ).one()
+                    new = await _set_install_failed(db, r.id, why)
                 elif r.state == "installed" and (i is None or i.state in ("heap_kept", "process_gone")):
                     why = (
                         "the agent's Hello does not list the plan: its journal is gone (reverted at the "
