@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 import orjson
 from sqlalchemy import text
@@ -43,7 +43,7 @@ from app.protocol.proto import pb
 from app.storage import audit_log, functions, measurements, targets
 
 log = logging.getLogger("hotpath.commands")
-KINDS = (
+CommandKind = Literal[
     "inspect_function",
     "attach_target",
     "detach_target",
@@ -54,7 +54,8 @@ KINDS = (
     "install_plan",
     "revert_plan",
     "list_installed",
-)
+]
+KINDS: tuple[str, ...] = get_args(CommandKind)  # the kinds the API's shapes name too (api/schemas/commands.py)
 ACTIVE = ("queued", "sent", "running")
 FINAL = ("done", "failed", "cancelled")
 

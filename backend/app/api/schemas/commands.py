@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.domain.commands import CommandKind as CommandKind  # the one list of kinds, re-exported for the API
+
 TargetKind = Literal["kernel", "process"]
 
 
@@ -43,20 +45,6 @@ class AttachRequest(BaseModel):
 
 
 CommandState = Literal["queued", "sent", "running", "done", "failed", "cancelled"]
-
-
-CommandKind = Literal[
-    "inspect_function",
-    "attach_target",
-    "detach_target",
-    "start_measurement",
-    "stop_measurement",
-    "cancel",
-    "make_plan",
-    "install_plan",
-    "revert_plan",
-    "list_installed",
-]
 
 
 class CommandPublic(BaseModel):
