@@ -8,12 +8,14 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Query
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import RuntimeDep
 from app.api.responses import Responses
 from app.api.schemas import Message
 from app.runtime import Runtime
-from app.storage.samples import RangeSpec
+from app.storage import hosts
+from app.storage.samples import RangeSpec, TimeRange
 
 DEFAULT_WINDOW_S = 10
 BAD_RANGE: Responses = {400: {"model": Message, "description": "The time range is not valid"}}
@@ -27,6 +29,12 @@ WindowQuery = Query(
 )
 FromQuery = Query(None, alias="from", description="Start of an absolute range (ISO 8601; UTC if no zone)")
 ToQuery = Query(None, description="End of an absolute range, exclusive (ISO 8601; UTC if no zone)")
+# A comparison's two ranges (A on the route's host, B on it or on `b_host`), both absolute.
+AFromQuery = Query(description="Start of range A")
+AToQuery = Query(description="End of range A (exclusive)")
+BFromQuery = Query(description="Start of range B")
+BToQuery = Query(description="End of range B (exclusive)")
+BHostQuery = Query(None, min_length=1, max_length=256, description="Host of range B (default: the same host)")
 
 
 def _utc(value: datetime) -> datetime:
@@ -65,3 +73,23 @@ def _sample_range(
 
 
 SampleRange = Annotated[RangeSpec, Depends(_sample_range)]
+
+
+async def two_ranges(
+    runtime: Runtime,
+    session: AsyncSession,
+    host_id: str,
+    a: tuple[datetime, datetime],
+    b: tuple[datetime, datetime],
+    b_host: str | None,
+) -> tuple[TimeRange, str, TimeRange]:
+    """A comparison's ranges, each checked as `range_spec` checks one, and range B's host (404 when it
+    is another host that does not exist): (range A, B's host, range B)."""
+    spec_a = range_spec(runtime, None, a[0], a[1], "range A")
+    spec_b = range_spec(runtime, None, b[0], b[1], "range B")
+    other = b_host or host_id
+    if other != host_id and not await hosts.host_exists(session, other):
+        raise HTTPException(404, "Host of range B not found")
+    assert spec_a.start is not None and spec_a.end is not None  # both ends are required for a comparison
+    assert spec_b.start is not None and spec_b.end is not None
+    return TimeRange(spec_a.start, spec_a.end), other, TimeRange(spec_b.start, spec_b.end)

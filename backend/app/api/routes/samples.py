@@ -9,10 +9,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Query, Response
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
-from app.api.ranges import BAD_RANGE, SampleRange, range_spec
+from app.api.ranges import BAD_RANGE, AFromQuery, AToQuery, BFromQuery, BHostQuery, BToQuery, SampleRange, two_ranges
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
 from app.api.routes.stacks import Filter
@@ -67,26 +67,16 @@ async def compare(
     session: SessionDep,
     runtime: RuntimeDep,
     _: CurrentUser,
-    a_from: datetime = Query(description="Start of range A"),
-    a_to: datetime = Query(description="End of range A (exclusive)"),
-    b_from: datetime = Query(description="Start of range B"),
-    b_to: datetime = Query(description="End of range B (exclusive)"),
-    b_host: str | None = Query(
-        None, min_length=1, max_length=256, description="Host of range B (default: the same host)"
-    ),
+    a_from: datetime = AFromQuery,
+    a_to: datetime = AToQuery,
+    b_from: datetime = BFromQuery,
+    b_to: datetime = BToQuery,
+    b_host: str | None = BHostQuery,
     limit: int = Query(200, ge=1, le=10000),
     include_idle: bool = IncludeIdle,
 ) -> FastJSON:
     """Per-function samples per second in range A and range B, largest change first."""
-    spec_a = range_spec(runtime, None, a_from, a_to, "range A")
-    spec_b = range_spec(runtime, None, b_from, b_to, "range B")
-    other = b_host or host_id
-    if other != host_id and not await hosts.host_exists(session, other):
-        raise HTTPException(404, "Host of range B not found")
-    assert spec_a.start is not None and spec_a.end is not None  # both ends are required for a comparison
-    assert spec_b.start is not None and spec_b.end is not None
-    a = samples.TimeRange(spec_a.start, spec_a.end)
-    b = samples.TimeRange(spec_b.start, spec_b.end)
+    a, other, b = await two_ranges(runtime, session, host_id, (a_from, a_to), (b_from, b_to), b_host)
     return FastJSON(await samples.compare(session, host_id, a, other, b, limit, include_idle))
 
 

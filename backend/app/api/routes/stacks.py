@@ -11,12 +11,12 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
-from app.api.ranges import BAD_RANGE, SampleRange, range_spec
+from app.api.ranges import BAD_RANGE, AFromQuery, AToQuery, BFromQuery, BHostQuery, BToQuery, SampleRange, two_ranges
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.functions import FunctionId
 from app.api.routes.hosts import ExistingHost
 from app.api.schemas import FlameDiff, FlameGraph, FunctionCalls, InstructionSamples
-from app.storage import functions, hosts, samples, stacks
+from app.storage import functions, samples, stacks
 
 router = APIRouter(prefix="/hosts/{host_id}", tags=["stacks"])
 
@@ -57,22 +57,14 @@ async def flame_diff(
     runtime: RuntimeDep,
     _: CurrentUser,
     flt: Filter,
-    a_from: datetime = Query(description="Start of range A"),
-    a_to: datetime = Query(description="End of range A (exclusive)"),
-    b_from: datetime = Query(description="Start of range B"),
-    b_to: datetime = Query(description="End of range B (exclusive)"),
-    b_host: str | None = Query(
-        None, min_length=1, max_length=256, description="Host of range B (default: the same host)"
-    ),
+    a_from: datetime = AFromQuery,
+    a_to: datetime = AToQuery,
+    b_from: datetime = BFromQuery,
+    b_to: datetime = BToQuery,
+    b_host: str | None = BHostQuery,
 ) -> FastJSON:
     """Range A and range B (of this host or another) merged into one tree with both ranges' samples."""
-    spec_a = range_spec(runtime, None, a_from, a_to, "range A")
-    spec_b = range_spec(runtime, None, b_from, b_to, "range B")
-    other = b_host or host_id
-    if other != host_id and not await hosts.host_exists(session, other):
-        raise HTTPException(404, "Host of range B not found")
-    assert spec_a.start and spec_a.end and spec_b.start and spec_b.end  # both ends are required here
-    a, b = samples.TimeRange(spec_a.start, spec_a.end), samples.TimeRange(spec_b.start, spec_b.end)
+    a, other, b = await two_ranges(runtime, session, host_id, (a_from, a_to), (b_from, b_to), b_host)
     diff = await stacks.flame_diff(session, host_id, (a.start, a.end), other, (b.start, b.end), flt)
     return FastJSON({"a": a.public(), "b": b.public(), "a_host_id": host_id, "b_host_id": other, **diff})
 
