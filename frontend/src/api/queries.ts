@@ -285,10 +285,23 @@ export function useTimeline(hostId: string, range: TimeRange, live: boolean, poi
   return useQuery({ ...timelineQuery(hostId, range, live, points), retry });
 }
 
-export interface CompareQuery {
+/** A comparison's two absolute ranges: A on the host in the path, B on it or on `bHost`. */
+export interface TwoRanges {
   a: { from: string; to: string };
   b: { from: string; to: string };
   bHost: string | null;
+}
+
+/** The query parameters of two ranges, as /compare and /flamegraph/diff take them. */
+const twoRangesQuery = (q: TwoRanges) => ({
+  a_from: q.a.from,
+  a_to: q.a.to,
+  b_from: q.b.from,
+  b_to: q.b.to,
+  b_host: q.bHost ?? undefined,
+});
+
+export interface CompareQuery extends TwoRanges {
   includeIdle: boolean;
   limit: number;
 }
@@ -302,11 +315,7 @@ export const compareQuery = (hostId: string, q: CompareQuery | null) =>
           params: {
             path: { host_id: hostId },
             query: {
-              a_from: q!.a.from,
-              a_to: q!.a.to,
-              b_from: q!.b.from,
-              b_to: q!.b.to,
-              b_host: q!.bHost ?? undefined,
+              ...twoRangesQuery(q!),
               include_idle: q!.includeIdle,
               limit: q!.limit,
             },
@@ -380,10 +389,7 @@ export function useFlameGraph<T>(
   return useQuery({ ...flameGraphQuery(hostId, range, live, filter, read), retry, enabled });
 }
 
-export interface FlameDiffQuery {
-  a: { from: string; to: string };
-  b: { from: string; to: string };
-  bHost: string | null;
+export interface FlameDiffQuery extends TwoRanges {
   filter: StackFilter;
 }
 
@@ -396,11 +402,7 @@ export const flameDiffQuery = (hostId: string, q: FlameDiffQuery | null) =>
           params: {
             path: { host_id: hostId },
             query: {
-              a_from: q!.a.from,
-              a_to: q!.a.to,
-              b_from: q!.b.from,
-              b_to: q!.b.to,
-              b_host: q!.bHost ?? undefined,
+              ...twoRangesQuery(q!),
               ...filterQuery(q!.filter),
             },
           },
