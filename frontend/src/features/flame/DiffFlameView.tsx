@@ -6,11 +6,11 @@
 import { useCallback, useMemo } from "react";
 import { useFlameDiff } from "../../api/queries";
 import type { FlameDiffData } from "../../api/types";
-import { formatCount, formatShare } from "../../lib/format";
+import { formatCount } from "../../lib/format";
 import { rangeSearch, type HostView, type StackFilterView } from "../../lib/urlState";
 import type { TimeRange } from "../../lib/timeRange";
 import { FlameGraph } from "./FlameGraph";
-import { StackFilterBar } from "./FlameView";
+import { FrameSearch, StackFilterBar } from "./FlameView";
 import type { FlameInput } from "./flameModel";
 import { useFlameLayout } from "./useFlameLayout";
 import { DIFF_NAV, useFlameNavigation } from "./useFlameNavigation";
@@ -66,27 +66,13 @@ export function DiffFlameView({
     <div className="flame-view">
       <StackFilterBar filter={view.filter} contexts={undefined} onChange={setFilter} />
       <div className="toolbar">
-        <input
-          type="search"
-          className="search"
-          aria-label="Search frames"
-          placeholder="Search frames: substring or /regex/"
-          value={view.diffQuery}
-          onChange={(e) => update({ diffQuery: e.target.value }, { push: false })}
+        <FrameSearch
+          query={view.diffQuery}
+          onQuery={(q) => update({ diffQuery: q }, { push: false })}
+          found={found}
+          icicle={view.icicle}
+          onIcicle={(icicle) => update({ icicle }, { push: false })}
         />
-        {found && (
-          <span className="muted">
-            {formatCount(found.count)} frames match, {formatShare(found.share)} of samples
-          </span>
-        )}
-        <span className="segmented" role="group" aria-label="Orientation">
-          <button type="button" aria-pressed={!view.icicle} onClick={() => update({ icicle: false }, { push: false })}>
-            Flame
-          </button>
-          <button type="button" aria-pressed={view.icicle} onClick={() => update({ icicle: true }, { push: false })}>
-            Icicle
-          </button>
-        </span>
         <span className="diff-legend" aria-label="Colours">
           <span className="swatch grew" /> share grew from the baseline (A) to the comparison (B){" "}
           <span className="swatch shrank" /> shrank

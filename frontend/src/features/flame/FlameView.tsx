@@ -11,7 +11,7 @@ import { formatRange } from "../../lib/timeRange";
 import { rangeSearch, type HostView, type IdleMode, type StackFilterView } from "../../lib/urlState";
 import { FlameGraph } from "./FlameGraph";
 import { loadFlameInWorker } from "./flameLoad";
-import type { FlameFrame } from "./flameModel";
+import type { FlameFrame, SearchResult } from "./flameModel";
 import { useFlameNavigation } from "./useFlameNavigation";
 import { PprofButton } from "../../shared/PprofButton";
 
@@ -48,27 +48,14 @@ export function FlameView({
     <div className="flame-view">
       <StackFilterBar filter={view.filter} contexts={d?.contexts} onChange={setFilter} />
       <div className="toolbar">
-        <input
-          type="search"
-          className="search"
-          aria-label="Search frames"
-          placeholder="Search frames: substring or /regex/"
-          value={view.flameQuery}
-          onChange={(e) => update({ flameQuery: e.target.value }, { push: false })}
+        <FrameSearch
+          query={view.flameQuery}
+          onQuery={(q) => update({ flameQuery: q }, { push: false })}
+          found={found}
+          matchesTestId="flame-matches"
+          icicle={view.icicle}
+          onIcicle={(icicle) => update({ icicle }, { push: false })}
         />
-        {found && (
-          <span className="muted" data-testid="flame-matches">
-            {formatCount(found.count)} frames match, {formatShare(found.share)} of samples
-          </span>
-        )}
-        <span className="segmented" role="group" aria-label="Orientation">
-          <button type="button" aria-pressed={!view.icicle} onClick={() => update({ icicle: false }, { push: false })}>
-            Flame
-          </button>
-          <button type="button" aria-pressed={view.icicle} onClick={() => update({ icicle: true }, { push: false })}>
-            Icicle
-          </button>
-        </span>
         <PprofButton hostId={hostId} range={view.range} filter={filter} />
       </div>
       {fg.isError && (
@@ -112,6 +99,49 @@ export function FlameView({
         />
       )}
     </div>
+  );
+}
+
+/** The flame graphs' search (with the share of samples it matches) and their flame/icicle switch. */
+export function FrameSearch({
+  query,
+  onQuery,
+  found,
+  matchesTestId,
+  icicle,
+  onIcicle,
+}: {
+  query: string;
+  onQuery: (query: string) => void;
+  found: SearchResult | null;
+  matchesTestId?: string;
+  icicle: boolean;
+  onIcicle: (icicle: boolean) => void;
+}) {
+  return (
+    <>
+      <input
+        type="search"
+        className="search"
+        aria-label="Search frames"
+        placeholder="Search frames: substring or /regex/"
+        value={query}
+        onChange={(e) => onQuery(e.target.value)}
+      />
+      {found && (
+        <span className="muted" data-testid={matchesTestId}>
+          {formatCount(found.count)} frames match, {formatShare(found.share)} of samples
+        </span>
+      )}
+      <span className="segmented" role="group" aria-label="Orientation">
+        <button type="button" aria-pressed={!icicle} onClick={() => onIcicle(false)}>
+          Flame
+        </button>
+        <button type="button" aria-pressed={icicle} onClick={() => onIcicle(true)}>
+          Icicle
+        </button>
+      </span>
+    </>
   );
 }
 
