@@ -43,7 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from app.storage import stacks as stack_store
 from app.storage.ingest import IngestWriter, Item, MeasurementUpdate, PointRow, SampleRow
 from app.storage.series import partitions, rollups
-from app.storage.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS
+from app.storage.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS, TOTALS
 
 __all__ = ["IngestWriter", "Item", "MeasurementUpdate", "PointRow", "SampleRow"]
 
@@ -196,16 +196,7 @@ def _blocks_sql(
     return " UNION ALL ".join(parts), params
 
 
-_TOTAL_COLS = (
-    "total_samples",
-    "user_samples",
-    "unmapped_samples",
-    "lost_samples",
-    "dropped_samples",
-    "idle_samples",
-    "stack_samples",
-    "stack_dropped_samples",
-)
+_TOTAL_COLS = TOTALS
 
 
 def _totals_sql(spans: list[tuple[str, datetime, datetime]]) -> tuple[str, dict[str, Any]]:

@@ -20,6 +20,18 @@ NSLOTS = len(SLOTS)
 # measurement_points_* rows with this resource carry the measured seconds (and intervals, in `count`).
 COVERAGE_RESOURCE = -1
 
+# The per-interval sample counts of sample_intervals, summed as they are into sample_totals_1m/_1h.
+TOTALS = (
+    "total_samples",
+    "user_samples",
+    "unmapped_samples",
+    "lost_samples",
+    "dropped_samples",
+    "idle_samples",
+    "stack_samples",
+    "stack_dropped_samples",
+)
+
 RAW_TABLES = ("sample_intervals", "measurement_points", "stack_samples")
 ROLLUP_TABLES = (
     "sample_blocks_1m",

@@ -17,22 +17,13 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.storage.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS
+from app.storage.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS, TOTALS
 
 log = logging.getLogger("hotpath.series")
 LOCK_KEY = 0x68707072  # "hppr": one rollup task at a time across replicas
 MAX_STEP = timedelta(hours=6)  # raw time summed per statement, so one pass stays bounded
 
-_TOTALS = (
-    "total_samples",
-    "user_samples",
-    "unmapped_samples",
-    "lost_samples",
-    "dropped_samples",
-    "idle_samples",
-    "stack_samples",
-    "stack_dropped_samples",
-)
+_TOTALS = TOTALS
 
 
 def _nullable_add(col: str, table: str) -> str:
