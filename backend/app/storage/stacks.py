@@ -224,6 +224,23 @@ async def prune_definitions(conn: AsyncConnection, cutoff: datetime) -> None:
     )
 
 
+async def _functions_by_key(
+    session: AsyncSession, pairs: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[int, str]]:
+    """Kernel functions by (catalog digest, index): their id and name, in one query; unknown keys left out."""
+    keys = list(pairs)
+    if not keys:
+        return {}
+    ds, ix = zip(*keys, strict=True)
+    rows = await session.execute(
+        text("""
+        SELECT f.id, f.digest, f.index AS fn_index, f.name FROM functions f
+        JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
+        {"d": list(ds), "i": list(ix)},
+    )
+    return {(r.digest, r.fn_index): (r.id, r.name) for r in rows}
+
+
 async def delete_host(session: AsyncSession, host_id: str) -> None:
     for table in ("stack_samples", "stack_samples_1m", "stack_samples_10m", "stack_defs"):
         await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
@@ -346,16 +363,7 @@ class FrameResolver:
                 m = modules[flat[k]] if 0 <= flat[k] < len(modules) else None
                 if m and m[0] == KERNEL_FUNCTION:
                     pairs.add((m[1], flat[k + 1]))
-        names: dict[tuple[str, int], tuple[int, str]] = {}
-        if pairs:
-            ds, ix = zip(*pairs, strict=True)
-            rows = await session.execute(
-                text("""
-                SELECT f.id, f.digest, f.index AS fn_index, f.name FROM functions f
-                JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
-                {"d": list(ds), "i": list(ix)},
-            )
-            names = {(r.digest, r.fn_index): (r.id, r.name) for r in rows}
+        names = await _functions_by_key(session, pairs)
         out: dict[int, list[tuple[int, int]]] = {}
         for sid, (modules, flat) in defs.items():
             frames = []
@@ -628,16 +636,9 @@ class StackPaths:
         if not wanted:
             return
         pairs = [(self.frames[i].key[1], self.frames[i].key[2]) for i in wanted]
-        ds, ix = zip(*pairs, strict=True)
-        rows = await session.execute(
-            text("""
-            SELECT f.id, f.digest, f.index AS fn_index, f.name FROM functions f
-            JOIN unnest(CAST(:d AS text[]), CAST(:i AS int[])) AS q(d, i) ON f.digest = q.d AND f.index = q.i"""),
-            {"d": list(ds), "i": list(ix)},
-        )
-        for r in rows:
-            i = self.keys[("k", r.digest, r.fn_index)]
-            self.frames[i].name, self.frames[i].function_id = r.name, r.id
+        for (digest, fn_index), (fid, name) in (await _functions_by_key(session, pairs)).items():
+            i = self.keys[("k", digest, fn_index)]
+            self.frames[i].name, self.frames[i].function_id = name, fid
             self.unresolved.discard(i)
 
 
