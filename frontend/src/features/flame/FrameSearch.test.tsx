@@ -13,7 +13,7 @@ describe("FrameSearch (the flame graph's and the differential flame graph's sear
       <FrameSearch
         query="vfs"
         onQuery={onQuery}
-        found={{ count: 3, share: 0.25 }}
+        found={{ matches: new Uint8Array(0), count: 3, samples: 25, share: 0.25 }}
         matchesTestId="flame-matches"
         icicle={false}
         onIcicle={onIcicle}
