@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { QueryClient } from "@tanstack/react-query";
+import { QueryClient, QueryObserver } from "@tanstack/react-query";
 import { applyLiveMessage, liveUrl, parseLiveMessage } from "./live";
 import { keys } from "./queries";
 import { keyedThrottle } from "../lib/throttle";
@@ -53,6 +53,46 @@ describe("live updates", () => {
     ]);
     vi.advanceTimersByTime(1000);
     expect(spy).toHaveBeenCalledTimes(8);
+  });
+
+  it("lets a live view's running refetch finish when samples are pushed faster than it answers", async () => {
+    // (Real timers: the query cache schedules its notifications with setTimeout.)
+    vi.useRealTimers();
+    const qc = new QueryClient();
+    const answers: ((n: number) => void)[] = [];
+    const aborted: boolean[] = [];
+    const observer = new QueryObserver(qc, {
+      queryKey: ["host", "host-1", "top", "live"],
+      queryFn: ({ signal }) =>
+        new Promise<number>((resolve) => {
+          const i = answers.length;
+          aborted.push(false);
+          signal.addEventListener("abort", () => (aborted[i] = true));
+          answers.push(resolve);
+        }),
+      meta: { live: true },
+    });
+    const stop = observer.subscribe(() => {});
+    await vi.waitFor(() => expect(answers).toHaveLength(1));
+    answers[0](1);
+    await vi.waitFor(() => expect(observer.getCurrentResult().data).toBe(1));
+    const push = () =>
+      applyLiveMessage(
+        qc,
+        { type: "samples", host_id: "host-1", interval_start: "", total_samples: 5, top: [] },
+        keyedThrottle(1000),
+      );
+    // The first push starts a refetch; two more arrive while the server is still answering it.
+    push();
+    await vi.waitFor(() => expect(answers).toHaveLength(2));
+    push();
+    push();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(aborted).toEqual([false, false]);
+    expect(answers).toHaveLength(2);
+    answers[1](2);
+    await vi.waitFor(() => expect(observer.getCurrentResult().data).toBe(2));
+    stop();
   });
 
   it("leaves paused views and fixed ranges alone", async () => {

@@ -54,6 +54,12 @@ export function useLiveTopics(topics: (string | null | undefined)[]): void {
   }, [key]);
 }
 
+/** Pushed data marks live views stale about once a second. A refetch that is still running is left to
+ * finish rather than cancelled and restarted: when an answer takes longer than the push interval (a
+ * loaded server, a long range), cancelling would restart it forever and the view would never show
+ * the new data. The next push after it finishes refetches again. */
+const LET_RUNNING_FETCHES_FINISH = { cancelRefetch: false } as const;
+
 /** Apply one pushed message to the query cache. */
 export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: KeyedThrottle): void {
   if (msg.type === "host") {
@@ -83,10 +89,10 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
   } else if (msg.type === "measurement") {
     const { host_id: hostId, measurement_id: mid } = msg;
     throttle.trigger(`measurement:${mid}`, () => {
-      void qc.invalidateQueries({
-        queryKey: measureKeys.measurement(hostId, mid),
-        predicate: (q) => q.meta?.live !== false,
-      });
+      void qc.invalidateQueries(
+        { queryKey: measureKeys.measurement(hostId, mid), predicate: (q) => q.meta?.live !== false },
+        LET_RUNNING_FETCHES_FINISH,
+      );
     });
   } else if (msg.type === "plan") {
     void qc.invalidateQueries({ queryKey: keys.plan(msg.host_id, msg.plan_id) });
@@ -103,7 +109,7 @@ export function applyLiveMessage(qc: QueryClient, msg: LiveMessage, throttle: Ke
         keys.timelineAll(hostId),
       ]) {
         // Paused views and fixed (absolute) ranges stay as they are.
-        void qc.invalidateQueries({ queryKey, predicate: (q) => q.meta?.live !== false });
+        void qc.invalidateQueries({ queryKey, predicate: (q) => q.meta?.live !== false }, LET_RUNNING_FETCHES_FINISH);
       }
     });
   }
