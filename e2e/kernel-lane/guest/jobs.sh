@@ -40,25 +40,34 @@ probed() {
 
 # measured NAME GO ARGS...: run `hotpathd measure kernel ARGS --json` in the background, wait until
 # it is armed (at most LANE_ARM_TIMEOUT s), then create GO so the waiting lanework starts its counted
-# calls, and wait for the measurement's JSON. Armed means: the kernel lists a probe on NAME, or the
-# agent says so (its "... armed ..." line on stderr); the first output line says which, so a count
-# that comes out wrong tells whether the kernel ever had a probe there.
+# calls, and wait for the measurement's JSON. Armed means the agent says so (its "... armed ..." line
+# on stderr): counting starts only once every probe of the measurement is armed, so the kernel listing
+# a probe on NAME (the first of several, with --blocks) is not enough. The first output line says
+# whether the kernel lists a probe on NAME too, so a count that comes out wrong tells whether the
+# kernel ever had a probe there.
 measured() {
 	sym=$1 go=$2
 	shift 2
-	hotpathd measure kernel "$@" --json >/tmp/measure.out 2>/tmp/measure.err &
+	# Emptied here, not by the background job's redirection: the loop below must not read the
+	# previous measurement's "armed" before the new job has truncated the file.
+	: >/tmp/measure.out
+	: >/tmp/measure.err
+	hotpathd measure kernel "$@" --json >>/tmp/measure.out 2>>/tmp/measure.err &
 	m=$!
 	i=0
-	while ! probed "$sym" && ! grep -q armed /tmp/measure.err && kill -0 $m 2>/dev/null &&
-		[ $i -lt $((LANE_ARM_TIMEOUT * 10)) ]; do
+	while ! grep -q armed /tmp/measure.err && kill -0 $m 2>/dev/null && [ $i -lt $((LANE_ARM_TIMEOUT * 10)) ]; do
 		sleep 0.1
 		i=$((i + 1))
 	done
 	sleep 0.2
-	if probed "$sym"; then
-		echo "armed after $((i * 100)) ms: the kernel lists a probe on $sym"
-	elif grep -q armed /tmp/measure.err; then
-		echo "armed after $((i * 100)) ms by the agent's word, but the kernel lists no probe on $sym"
+	if grep -q armed /tmp/measure.err; then
+		if probed "$sym"; then
+			echo "armed after $((i * 100)) ms: the agent says so and the kernel lists a probe on $sym"
+		else
+			echo "armed after $((i * 100)) ms by the agent's word, but the kernel lists no probe on $sym"
+		fi
+	elif probed "$sym"; then
+		echo "not armed after $((i * 100)) ms by the agent's word, though the kernel lists a probe on $sym"
 	else
 		echo "not armed after $((i * 100)) ms: no probe on $sym"
 	fi
