@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -372,6 +373,55 @@ static uint8_t *read_site_table(struct kpriv *kp, uint64_t lo, uint64_t hi, size
 	return tab;
 }
 
+/* How many bytes are read at a site to check its form. */
+#define SITE_PEEK 8
+
+/* Whether the sites of a decoded site table (n entries of size bytes at
+ * sites, each starting with its site's address) are where the table says:
+ * the first 32 in a row, then a spread over the rest (64 at most), are read
+ * and form() tells whether the bytes read at one of them (SITE_PEEK, put in
+ * canonical form in place) were one of its forms; 9 in 10 of those read must
+ * be. */
+static bool sites_recognized(struct kpriv *kp, const void *sites, size_t n, size_t size,
+			     size_t (*form)(uint8_t *b, const void *site))
+{
+	size_t good = 0, tried = 0;
+
+	for (size_t i = 0, seen = 0; i < n && seen < 64; i += seen < 32 ? 1 : n / 32 + 1, seen++) {
+		const void *site = (const uint8_t *)sites + i * size;
+		uint8_t b[SITE_PEEK];
+		uint64_t code;
+
+		memcpy(&code, site, sizeof(code));
+		if (kernel_read_raw(kp, code, b, sizeof(b)) < 0)
+			continue;
+		tried++;
+		good += form(b, site);
+	}
+	return tried && good * 10 >= tried * 9;
+}
+
+_Static_assert(offsetof(struct hp_static_branch, code) == 0, "a jump entry starts with its site");
+_Static_assert(offsetof(struct hp_static_call, code) == 0, "a static call site starts with its site");
+
+static size_t branch_form(uint8_t *b, const void *site)
+{
+	const struct hp_static_branch *e = site;
+	struct hp_static_branch_stats st;
+	uint64_t one;
+
+	return hp_static_branch_canonicalize(b, e->code, SITE_PEEK, e, 1, &one, &st);
+}
+
+static size_t call_form(uint8_t *b, const void *site)
+{
+	const struct hp_static_call *e = site;
+	struct hp_static_branch_stats st;
+	uint64_t one;
+
+	return hp_static_call_canonicalize(b, e->code, SITE_PEEK, e, 1, &one, &st);
+}
+
 /* vmlinux's jump table. Its layout is taken as right only if the sites of
  * a sample of its entries in [text, etext) hold the NOP or the JMP to the
  * entry's target, as every site does. */
@@ -380,7 +430,6 @@ static void read_jump_table(struct kpriv *kp, const uint64_t *mk, uint64_t text,
 	struct hp_kernel_facts *kf = &kp->facts;
 	uint64_t lo = mk[HP_KMARK_JUMP_START], hi = mk[HP_KMARK_JUMP_STOP];
 	struct hp_static_branch *v = NULL;
-	size_t good = 0, tried = 0;
 	uint8_t *tab =
 		read_site_table(kp, lo, hi, HP_JUMP_ENTRY_SIZE, text, etext, "jump labels", "__start___jump_table");
 	long n;
@@ -393,17 +442,7 @@ static void read_jump_table(struct kpriv *kp, const uint64_t *mk, uint64_t text,
 		free(v);
 		return;
 	}
-	/* The first 32 sites in a row, then a spread over the rest. */
-	for (size_t i = 0, seen = 0; i < (size_t)n && seen < 64; i += seen < 32 ? 1 : (size_t)n / 32 + 1, seen++) {
-		uint8_t b[8];
-		struct hp_static_branch_stats st;
-		uint64_t one;
-		if (kernel_read_raw(kp, v[i].code, b, sizeof(b)) < 0)
-			continue;
-		tried++;
-		good += hp_static_branch_canonicalize(b, v[i].code, sizeof(b), &v[i], 1, &one, &st);
-	}
-	if (!tried || good * 10 < tried * 9) {
+	if (!sites_recognized(kp, v, (size_t)n, sizeof(*v), branch_form)) {
 		note(kf, "%s: the jump table's layout was not recognized (%s); sites are decoded as they are now",
 		     "jump labels", EPROTO);
 		free(v);
@@ -421,7 +460,6 @@ static void read_static_calls(struct kpriv *kp, const uint64_t *mk, uint64_t tex
 	struct hp_kernel_facts *kf = &kp->facts;
 	uint64_t lo = mk[HP_KMARK_SCALL_START], hi = mk[HP_KMARK_SCALL_STOP];
 	struct hp_static_call *v = NULL;
-	size_t good = 0, tried = 0;
 	uint8_t *tab = read_site_table(kp, lo, hi, HP_STATIC_CALL_SITE_SIZE, text, etext, "static calls",
 				       "__start_static_call_sites");
 	long n;
@@ -434,16 +472,7 @@ static void read_static_calls(struct kpriv *kp, const uint64_t *mk, uint64_t tex
 		free(v);
 		return;
 	}
-	for (size_t i = 0, seen = 0; i < (size_t)n && seen < 64; i += seen < 32 ? 1 : (size_t)n / 32 + 1, seen++) {
-		uint8_t b[8];
-		struct hp_static_branch_stats st;
-		uint64_t one;
-		if (kernel_read_raw(kp, v[i].code, b, sizeof(b)) < 0)
-			continue;
-		tried++;
-		good += hp_static_call_canonicalize(b, v[i].code, sizeof(b), &v[i], 1, &one, &st);
-	}
-	if (!tried || good * 10 < tried * 9) {
+	if (!sites_recognized(kp, v, (size_t)n, sizeof(*v), call_form)) {
 		note(kf,
 		     "%s: the static call site table's layout was not recognized (%s); sites are decoded as they are now",
 		     "static calls", EPROTO);
