@@ -3,7 +3,7 @@
 `stack_samples_1m` and `stack_samples_10m`.
 
 Storage is compact: a stack's frames are stored once per host (`stack_defs`, keyed by the agent's content
-id, which `stack_id` recomputes), and each interval stores one row per stack with its total and, in
+id, which app.protocol.stack_defs recomputes), and each interval stores one row per stack with its total and, in
 parallel arrays, its counts per (pid, command, CPU) (`stack_samples`, partitioned by hour like the other
 raw series and dropped by partition after HOTPATH_STACK_RETENTION_HOURS). Every minute's samples per
 (stack, pid, command, CPU) are summed into `stack_samples_1m`, and every ten minutes' (UTC-aligned) into
@@ -30,13 +30,11 @@ touch the tables, so moving the series elsewhere changes this module only.
 """
 
 import gzip
-import hashlib
 import os
-import struct
 from array import array
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -44,6 +42,7 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app.protocol.stack_defs import BatchStacks
 from app.storage.models import i64_to_u64, u64_to_i64
 from app.storage.series import copytext, rollups
 
@@ -57,16 +56,6 @@ FRAME_KINDS = {
 IdleMode = Literal["exclude", "include", "only"]
 # A tree larger than this is cut: frames below a share of the root's samples are folded into their parent.
 MAX_NODES = 150_000
-
-
-def stack_id(frames: Iterable[tuple[int, str, int, int]]) -> int:
-    """The content id of a stack (frames leaf first as (kind, module key, function index, offset)): the
-    first 8 bytes of the SHA-256 of the canonical encoding, little-endian (see proto Stack.id)."""
-    h = hashlib.sha256()
-    for kind, key, fn, offset in frames:
-        k = key.encode()
-        h.update(struct.pack("<BI", kind, len(k)) + k + struct.pack("<IQ", fn, offset))
-    return int.from_bytes(h.digest()[:8], "little")
 
 
 @dataclass(frozen=True)
@@ -99,15 +88,6 @@ class StackFilter:
 
     def public(self) -> dict[str, Any]:
         return {"pid": self.pid, "comm": self.comm, "cpu": self.cpu, "idle": self.idle}
-
-
-@dataclass
-class BatchStacks:
-    """The stacks of one metric batch, checked, ready to store: definitions (id, modules, flattened
-    frames) and per-stack rows (id, total, pids, comms, cpus, counts)."""
-
-    defs: list[tuple[int, list, list[int]]] = field(default_factory=list)
-    rows: list[tuple[int, int, list[int], list[str], list[int], list[int]]] = field(default_factory=list)
 
 
 # Writing ------------------------------------------------------------------------------------------
