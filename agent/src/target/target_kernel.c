@@ -13,7 +13,6 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -21,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
-#include <unistd.h>
 
 #include "base/grow.h"
 #include "model/cfg.h"
@@ -150,16 +148,9 @@ static int kernel_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 static void module_build_id(const char *name, char *out, size_t outlen)
 {
 	char path[320];
-	uint8_t buf[1024];
-	out[0] = '\0';
+
 	snprintf(path, sizeof(path), "/sys/module/%s/notes/.note.gnu.build-id", name);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	ssize_t n = read(fd, buf, sizeof(buf));
-	close(fd);
-	if (n > 0)
-		hp_parse_build_id_notes(buf, (size_t)n, out, outlen);
+	hp_notes_file_build_id(path, out, outlen);
 }
 
 static void kernel_free_priv(struct hp_model *m)
