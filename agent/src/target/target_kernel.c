@@ -210,6 +210,48 @@ static int cmp_pin(const void *a, const void *b)
 	return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+/* Whether a table's layout is right: the entries of a sample of its n (the
+ * first 32 in a row, then a spread over the rest, 64 at most) are as the
+ * layout says, 9 in 10 of those that say anything. check(ctx, i) is 1 if
+ * entry i is as expected, 0 if not, and -1 if it says nothing (its code
+ * could not be read, or was freed). */
+static bool layout_holds(size_t n, int (*check)(void *ctx, size_t i), void *ctx)
+{
+	size_t good = 0, tried = 0;
+
+	for (size_t i = 0, seen = 0; i < n && seen < 64; i += seen < 32 ? 1 : n / 32 + 1, seen++) {
+		int c = check(ctx, i);
+
+		if (c < 0)
+			continue;
+		tried++;
+		good += (size_t)c;
+	}
+	return tried && good * 10 >= tried * 9;
+}
+
+/* The bug table read as entries of esz bytes. */
+struct bug_layout {
+	struct kpriv *kp;
+	const uint8_t *tab;
+	uint64_t lo;
+	size_t esz;
+};
+
+/* Whether entry i's trap address holds a ud instruction. */
+static int bug_entry_ok(void *ctx, size_t i)
+{
+	const struct bug_layout *l = ctx;
+	uint64_t at = l->lo + i * l->esz + (int64_t)le32(l->tab + i * l->esz);
+	uint8_t b[2];
+
+	/* Entries in freed init text do not read, or read as zeros: they say
+	 * nothing. */
+	if (kernel_read_raw(l->kp, at, b, 2) < 0 || (b[0] == 0 && b[1] == 0))
+		return -1;
+	return b[0] == 0x0f && (b[1] == 0x0b || b[1] == 0xb9 || b[1] == 0xff);
+}
+
 /* Which traps are WARN()s: the bug table's entries are (relative trap
  * address, ..., u16 line, u16 flags); its size differs between kernel
  * versions, so the layout whose addresses all land on ud instructions wins. */
@@ -234,23 +276,10 @@ static void read_bug_table(struct kpriv *kp, const uint64_t *mk)
 		return;
 	}
 	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
-		size_t esz = sizes[si], n = (hi - lo) / esz, good = 0, tried = 0;
+		size_t esz = sizes[si], n = (hi - lo) / esz;
+		struct bug_layout layout = { kp, tab, lo, esz };
 
-		if ((hi - lo) % esz)
-			continue;
-		/* The first 32 entries in a row, then a spread over the rest. */
-		size_t seen = 0;
-		for (size_t i = 0; i < n && seen < 64; i += seen < 32 ? 1 : n / 32 + 1, tried++, seen++) {
-			uint8_t b[2];
-			uint64_t at = lo + i * esz + (int64_t)le32(tab + i * esz);
-			/* Entries in freed init text do not read, or read as zeros:
-			 * they say nothing. */
-			if (kernel_read_raw(kp, at, b, 2) < 0 || (b[0] == 0 && b[1] == 0))
-				tried--;
-			else if (b[0] == 0x0f && (b[1] == 0x0b || b[1] == 0xb9 || b[1] == 0xff))
-				good++;
-		}
-		if (!tried || good * 10 < tried * 9)
+		if ((hi - lo) % esz || !layout_holds(n, bug_entry_ok, &layout))
 			continue;
 		kf->warn_traps = malloc(n * sizeof(uint64_t));
 		if (!kf->warn_traps)
@@ -367,29 +396,28 @@ static uint8_t *read_site_table(struct kpriv *kp, uint64_t lo, uint64_t hi, size
 /* How many bytes are read at a site to check its form. */
 #define SITE_PEEK 8
 
-/* Whether the sites of a decoded site table (n entries of size bytes at
- * sites, each starting with its site's address) are where the table says:
- * the first 32 in a row, then a spread over the rest (64 at most), are read
- * and form() tells whether the bytes read at one of them (SITE_PEEK, put in
- * canonical form in place) were one of its forms; 9 in 10 of those read must
- * be. */
-static bool sites_recognized(struct kpriv *kp, const void *sites, size_t n, size_t size,
-			     size_t (*form)(uint8_t *b, const void *site))
+/* A decoded site table: entries of size bytes at sites, each starting with
+ * its site's address; form() puts the SITE_PEEK bytes read at one in
+ * canonical form in place and returns 1 if they were one of its forms. */
+struct site_layout {
+	struct kpriv *kp;
+	const void *sites;
+	size_t size;
+	size_t (*form)(uint8_t *b, const void *site);
+};
+
+/* Whether site i holds one of its forms; -1 if it could not be read. */
+static int site_ok(void *ctx, size_t i)
 {
-	size_t good = 0, tried = 0;
+	const struct site_layout *l = ctx;
+	const void *site = (const uint8_t *)l->sites + i * l->size;
+	uint8_t b[SITE_PEEK];
+	uint64_t code;
 
-	for (size_t i = 0, seen = 0; i < n && seen < 64; i += seen < 32 ? 1 : n / 32 + 1, seen++) {
-		const void *site = (const uint8_t *)sites + i * size;
-		uint8_t b[SITE_PEEK];
-		uint64_t code;
-
-		memcpy(&code, site, sizeof(code));
-		if (kernel_read_raw(kp, code, b, sizeof(b)) < 0)
-			continue;
-		tried++;
-		good += form(b, site);
-	}
-	return tried && good * 10 >= tried * 9;
+	memcpy(&code, site, sizeof(code));
+	if (kernel_read_raw(l->kp, code, b, sizeof(b)) < 0)
+		return -1;
+	return (int)l->form(b, site);
 }
 
 _Static_assert(offsetof(struct hp_static_branch, code) == 0, "a jump entry starts with its site");
@@ -433,7 +461,7 @@ static void read_jump_table(struct kpriv *kp, const uint64_t *mk, uint64_t text,
 		free(v);
 		return;
 	}
-	if (!sites_recognized(kp, v, (size_t)n, sizeof(*v), branch_form)) {
+	if (!layout_holds((size_t)n, site_ok, &(struct site_layout){ kp, v, sizeof(*v), branch_form })) {
 		note(kf, "%s: the jump table's layout was not recognized (%s); sites are decoded as they are now",
 		     "jump labels", EPROTO);
 		free(v);
@@ -463,7 +491,7 @@ static void read_static_calls(struct kpriv *kp, const uint64_t *mk, uint64_t tex
 		free(v);
 		return;
 	}
-	if (!sites_recognized(kp, v, (size_t)n, sizeof(*v), call_form)) {
+	if (!layout_holds((size_t)n, site_ok, &(struct site_layout){ kp, v, sizeof(*v), call_form })) {
 		note(kf,
 		     "%s: the static call site table's layout was not recognized (%s); sites are decoded as they are now",
 		     "static calls", EPROTO);
