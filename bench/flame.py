@@ -35,7 +35,7 @@ import httpx  # noqa: E402
 
 from app.protocol.catalog_digest import piece_digest  # noqa: E402
 from app.protocol.proto import pb, pb_grpc  # noqa: E402
-from app.storage.stacks import stack_id  # noqa: E402
+from app.protocol.stack_defs import stack_id  # noqa: E402
 from tests.backend_process import Backend  # noqa: E402
 from tests.scripted_agent import enroll, kernel_functions  # noqa: E402
 

@@ -33,7 +33,7 @@ from cryptography.x509.oid import NameOID
 from app.domain import enrolment
 from app.protocol.catalog_digest import piece_digest
 from app.protocol.proto import pb, pb_grpc
-from app.storage.stacks import stack_id
+from app.protocol.stack_defs import stack_id
 
 PLAN_FIXTURE = Path(__file__).parent / "fixtures" / "plan_group.json"
 KERNEL_BASE = 0xFFFFFFFF81000000

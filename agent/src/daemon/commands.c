@@ -19,15 +19,6 @@
 #include "daemon/targets.h"
 #include "daemon/worker.h"
 
-static void fail(struct agent *ag, struct hp_job *job, const char *error)
-{
-	Hotpath__V1__CommandResult r = HOTPATH__V1__COMMAND_RESULT__INIT;
-	r.ok = false;
-	r.cancelled = hp_job_cancelled(job);
-	r.error = (char *)error;
-	hp_job_result(ag, job, &r);
-}
-
 static void inspect_function(struct agent *ag, struct hp_job *job, const Hotpath__V1__InspectFunction *cmd)
 {
 	char err[512];
@@ -36,7 +27,7 @@ static void inspect_function(struct agent *ag, struct hp_job *job, const Hotpath
 	if (!t) {
 		snprintf(err, sizeof(err), "no target of this agent has the module with catalog %.64s",
 			 cmd->digest ? cmd->digest : "");
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	const struct hp_module *mod = &t->model->mods[mi];
@@ -44,7 +35,7 @@ static void inspect_function(struct agent *ag, struct hp_job *job, const Hotpath
 		snprintf(err, sizeof(err), "function index %u out of range: module %s has %zu functions",
 			 cmd->function_index, mod->name, mod->nfuncs);
 		hp_targets_release(&ag->targets, t);
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	const struct hp_function *f = &mod->funcs[cmd->function_index];
@@ -55,7 +46,7 @@ static void inspect_function(struct agent *ag, struct hp_job *job, const Hotpath
 		char msg[700];
 		snprintf(msg, sizeof(msg), "cannot disassemble %s: %s", f->name, err[0] ? err : strerror(-n));
 		hp_targets_release(&ag->targets, t);
-		fail(ag, job, msg);
+		hp_job_fail(ag, job, msg);
 		return;
 	}
 	Hotpath__V1__FunctionDisassembly d = HOTPATH__V1__FUNCTION_DISASSEMBLY__INIT;
@@ -65,7 +56,7 @@ static void inspect_function(struct agent *ag, struct hp_job *job, const Hotpath
 	Hotpath__V1__Instruction *in = calloc(n ? (size_t)n : 1, sizeof(*in));
 	Hotpath__V1__Instruction **inp = calloc(n ? (size_t)n : 1, sizeof(*inp));
 	if (!in || !inp) {
-		fail(ag, job, "out of memory");
+		hp_job_fail(ag, job, "out of memory");
 	} else {
 		for (int i = 0; i < n; i++) {
 			hotpath__v1__instruction__init(&in[i]);
@@ -96,7 +87,7 @@ static void targets_result(struct agent *ag, struct hp_job *job, struct hp_targe
 	Hotpath__V1__TargetsUpdate u;
 	void *mem = NULL;
 	if (hp_targets_fill(&ag->targets, ts, n, &u, &mem) < 0) {
-		fail(ag, job, "out of memory");
+		hp_job_fail(ag, job, "out of memory");
 		return;
 	}
 	Hotpath__V1__CommandResult r = HOTPATH__V1__COMMAND_RESULT__INIT;
@@ -129,7 +120,7 @@ static void attach_target(struct agent *ag, struct hp_job *job, const Hotpath__V
 	int n;
 	bool by_name = cmd->command && *cmd->command;
 	if (by_name == (cmd->pid != 0)) {
-		fail(ag, job, "attach names either a pid or a command name");
+		hp_job_fail(ag, job, "attach names either a pid or a command name");
 		return;
 	}
 	char what[96];
@@ -149,7 +140,7 @@ static void attach_target(struct agent *ag, struct hp_job *job, const Hotpath__V
 			n = 1;
 	}
 	if (n < 0) {
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	if (hp_job_cancelled(job)) {
@@ -170,18 +161,18 @@ static void detach_target(struct agent *ag, struct hp_job *job, const Hotpath__V
 	if (!t || strcmp(t->id, id) != 0) {
 		hp_targets_release(&ag->targets, t);
 		snprintf(err, sizeof(err), "no target %.60s", id);
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	if (t->kind == HOTPATH__V1__TARGET_KIND__TARGET_KIND_KERNEL) {
 		hp_targets_release(&ag->targets, t);
-		fail(ag, job, "the kernel target cannot be detached");
+		hp_job_fail(ag, job, "the kernel target cannot be detached");
 		return;
 	}
 	hp_measurements_stop_target(ag, id, "its target was detached");
 	if (hp_targets_detach(&ag->targets, id, err, sizeof(err)) < 0) {
 		hp_targets_release(&ag->targets, t);
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	announce_targets(ag);
@@ -204,7 +195,7 @@ static void start_measurement(struct agent *ag, struct hp_job *job, const Hotpat
 	char err[1024] = "";
 	Hotpath__V1__MeasurementInfo *info = NULL;
 	if (hp_measurements_start(ag, job, cmd, &info, err, sizeof(err)) < 0) {
-		fail(ag, job, err[0] ? err : "out of memory");
+		hp_job_fail(ag, job, err[0] ? err : "out of memory");
 		return;
 	}
 	measurement_result(ag, job, info);
@@ -215,7 +206,7 @@ static void stop_measurement(struct agent *ag, struct hp_job *job, const Hotpath
 	char err[256] = "";
 	Hotpath__V1__MeasurementInfo *info = NULL;
 	if (hp_measurements_stop(ag, cmd->measurement_id, &info, err, sizeof(err)) < 0) {
-		fail(ag, job, err[0] ? err : "out of memory");
+		hp_job_fail(ag, job, err[0] ? err : "out of memory");
 		return;
 	}
 	measurement_result(ag, job, info);
@@ -247,7 +238,7 @@ void hp_run_command(struct agent *ag, struct hp_job *job)
 		hp_run_plan_command(ag, job);
 		break;
 	default:
-		fail(ag, job, "unsupported command");
+		hp_job_fail(ag, job, "unsupported command");
 		break;
 	}
 }

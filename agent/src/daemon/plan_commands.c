@@ -49,20 +49,11 @@
 #define MAX_CALLEES      63
 #define KERNEL_TARGET_ID "kernel"
 
-static void fail(struct agent *ag, struct hp_job *job, const char *error)
-{
-	Hotpath__V1__CommandResult r = HOTPATH__V1__COMMAND_RESULT__INIT;
-	r.ok = false;
-	r.cancelled = hp_job_cancelled(job);
-	r.error = (char *)error;
-	hp_job_result(ag, job, &r);
-}
-
 static bool cancelled(struct agent *ag, struct hp_job *job)
 {
 	if (!hp_job_cancelled(job))
 		return false;
-	fail(ag, job, "cancelled");
+	hp_job_fail(ag, job, "cancelled");
 	return true;
 }
 
@@ -287,13 +278,13 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 
 	if (!hp_install_id_valid(c->plan_id)) {
 		snprintf(err, sizeof(err), "a plan id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	if (seconds > MAX_SECONDS || plan_options(c, &o, err, sizeof(err)) < 0) {
 		if (!err[0])
 			snprintf(err, sizeof(err), "seconds is at most %d", MAX_SECONDS);
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	hp_job_progress(ag, job, 0.02, "finding the root in the target's model");
@@ -310,7 +301,7 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 				 c->digest ? c->digest : "");
 		hp_targets_release(&ag->targets, named);
 		hp_targets_release(&ag->targets, t);
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	bool kernel = t->kind == HOTPATH__V1__TARGET_KIND__TARGET_KIND_KERNEL;
@@ -376,7 +367,7 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 		r = measure_process(ag, job, t, m, mod, root, seconds, moved, nmoved, bp, nbp, &prof, err, sizeof(err));
 	}
 	if (r == -ECANCELED) {
-		fail(ag, job, "cancelled");
+		hp_job_fail(ag, job, "cancelled");
 		goto out;
 	}
 	if (r < 0)
@@ -417,7 +408,7 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 	       res.ok ? "verified" : "no plan", plan.nmembers, plan.code_len);
 	goto out;
 fail:
-	fail(ag, job, err[0] ? err : "out of memory");
+	hp_job_fail(ag, job, err[0] ? err : "out of memory");
 out:
 	free(json);
 	hp_plan_free(&plan);
@@ -657,12 +648,12 @@ static void revert_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1_
 
 	if (!hp_install_id_valid(c->plan_id)) {
 		snprintf(err, sizeof(err), "a plan id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	if (is_kernel_id(c->target)) {
 		kernel_refusal(ag, err, sizeof(err));
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	/* The install must be of the named target's process (when it still runs). */
@@ -677,7 +668,7 @@ static void revert_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1_
 				 ins[i].pid, c->target);
 			free(ins);
 			hp_targets_release(&ag->targets, t);
-			fail(ag, job, err);
+			hp_job_fail(ag, job, err);
 			return;
 		}
 	free(ins);
@@ -708,7 +699,7 @@ static void list_installed(struct agent *ag, struct hp_job *job)
 	struct hp_installed *ins = NULL;
 
 	if (hp_installed_list(ag->state_dir, &ins, &n, err, sizeof(err)) < 0) {
-		fail(ag, job, err);
+		hp_job_fail(ag, job, err);
 		return;
 	}
 	FILE *fp = open_memstream(&detail, &dlen);
@@ -725,7 +716,7 @@ void hp_run_plan_command(struct agent *ag, struct hp_job *job)
 {
 	const Hotpath__V1__Command *c = job->cmd;
 	if (!ag->state_dir) {
-		fail(ag, job, "the agent runs without a state folder: nothing can be journaled");
+		hp_job_fail(ag, job, "the agent runs without a state folder: nothing can be journaled");
 		return;
 	}
 	switch (c->kind_case) {
@@ -742,7 +733,7 @@ void hp_run_plan_command(struct agent *ag, struct hp_job *job)
 		list_installed(ag, job);
 		break;
 	default:
-		fail(ag, job, "unsupported command");
+		hp_job_fail(ag, job, "unsupported command");
 		break;
 	}
 }

@@ -84,6 +84,15 @@ void hp_job_result(struct agent *ag, const struct hp_job *job, Hotpath__V1__Comm
 	push_result(ag, job->id, r, true, changes_a_process(job->cmd));
 }
 
+void hp_job_fail(struct agent *ag, const struct hp_job *job, const char *error)
+{
+	Hotpath__V1__CommandResult r = HOTPATH__V1__COMMAND_RESULT__INIT;
+	r.ok = false;
+	r.cancelled = hp_job_cancelled(job);
+	r.error = (char *)error;
+	hp_job_result(ag, job, &r);
+}
+
 static void simple_result(struct agent *ag, const char *id, bool ok, bool cancelled, const char *error, bool remember)
 {
 	Hotpath__V1__CommandResult r = HOTPATH__V1__COMMAND_RESULT__INIT;

@@ -68,5 +68,7 @@ bool hp_job_cancelled(const struct hp_job *job);
 void hp_job_progress(struct agent *ag, const struct hp_job *job, double fraction, const char *message);
 /* Send (and remember) the job's one result. r->command_id is filled in. */
 void hp_job_result(struct agent *ag, const struct hp_job *job, Hotpath__V1__CommandResult *r);
+/* The job's result as a failure with this error (cancelled if the job was). */
+void hp_job_fail(struct agent *ag, const struct hp_job *job, const char *error);
 
 #endif

@@ -56,17 +56,22 @@ int hp_parse_build_id_notes(const uint8_t *buf, size_t len, char *out, size_t ou
 	return -ENOENT;
 }
 
-void hp_kernel_build_id(char *out, size_t outlen)
+void hp_notes_file_build_id(const char *path, char *out, size_t outlen)
 {
 	uint8_t buf[4096];
 	out[0] = '\0';
-	int fd = open("/sys/kernel/notes", O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
 	ssize_t n = read(fd, buf, sizeof(buf));
 	close(fd);
 	if (n > 0)
 		hp_parse_build_id_notes(buf, (size_t)n, out, outlen);
+}
+
+void hp_kernel_build_id(char *out, size_t outlen)
+{
+	hp_notes_file_build_id("/sys/kernel/notes", out, outlen);
 }
 
 static void cpu_model(char *out, size_t outlen)

@@ -35,6 +35,11 @@ int hp_hostinfo_collect(struct hp_hostinfo *hi, const char *host_id_override, ch
  * /sys/kernel/notes). Returns 0 and writes hex into out, or -ENOENT. */
 int hp_parse_build_id_notes(const uint8_t *buf, size_t len, char *out, size_t outlen);
 
+/* The GNU build id in a file of ELF notes (/sys/kernel/notes, a loaded
+ * module's /sys/module/NAME/notes/.note.gnu.build-id), as hex; "" if the
+ * file cannot be read or has none. */
+void hp_notes_file_build_id(const char *path, char *out, size_t outlen);
+
 /* The running kernel's GNU build id from /sys/kernel/notes, as hex; "" if it has none. */
 void hp_kernel_build_id(char *out, size_t outlen);
 

@@ -13,14 +13,13 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
-#include <unistd.h>
 
 #include "base/grow.h"
 #include "model/cfg.h"
@@ -149,16 +148,9 @@ static int kernel_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 static void module_build_id(const char *name, char *out, size_t outlen)
 {
 	char path[320];
-	uint8_t buf[1024];
-	out[0] = '\0';
+
 	snprintf(path, sizeof(path), "/sys/module/%s/notes/.note.gnu.build-id", name);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	ssize_t n = read(fd, buf, sizeof(buf));
-	close(fd);
-	if (n > 0)
-		hp_parse_build_id_notes(buf, (size_t)n, out, outlen);
+	hp_notes_file_build_id(path, out, outlen);
 }
 
 static void kernel_free_priv(struct hp_model *m)
@@ -218,6 +210,48 @@ static int cmp_pin(const void *a, const void *b)
 	return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+/* Whether a table's layout is right: the entries of a sample of its n (the
+ * first 32 in a row, then a spread over the rest, 64 at most) are as the
+ * layout says, 9 in 10 of those that say anything. check(ctx, i) is 1 if
+ * entry i is as expected, 0 if not, and -1 if it says nothing (its code
+ * could not be read, or was freed). */
+static bool layout_holds(size_t n, int (*check)(void *ctx, size_t i), void *ctx)
+{
+	size_t good = 0, tried = 0;
+
+	for (size_t i = 0, seen = 0; i < n && seen < 64; i += seen < 32 ? 1 : n / 32 + 1, seen++) {
+		int c = check(ctx, i);
+
+		if (c < 0)
+			continue;
+		tried++;
+		good += (size_t)c;
+	}
+	return tried && good * 10 >= tried * 9;
+}
+
+/* The bug table read as entries of esz bytes. */
+struct bug_layout {
+	struct kpriv *kp;
+	const uint8_t *tab;
+	uint64_t lo;
+	size_t esz;
+};
+
+/* Whether entry i's trap address holds a ud instruction. */
+static int bug_entry_ok(void *ctx, size_t i)
+{
+	const struct bug_layout *l = ctx;
+	uint64_t at = l->lo + i * l->esz + (int64_t)le32(l->tab + i * l->esz);
+	uint8_t b[2];
+
+	/* Entries in freed init text do not read, or read as zeros: they say
+	 * nothing. */
+	if (kernel_read_raw(l->kp, at, b, 2) < 0 || (b[0] == 0 && b[1] == 0))
+		return -1;
+	return b[0] == 0x0f && (b[1] == 0x0b || b[1] == 0xb9 || b[1] == 0xff);
+}
+
 /* Which traps are WARN()s: the bug table's entries are (relative trap
  * address, ..., u16 line, u16 flags); its size differs between kernel
  * versions, so the layout whose addresses all land on ud instructions wins. */
@@ -242,23 +276,10 @@ static void read_bug_table(struct kpriv *kp, const uint64_t *mk)
 		return;
 	}
 	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
-		size_t esz = sizes[si], n = (hi - lo) / esz, good = 0, tried = 0;
+		size_t esz = sizes[si], n = (hi - lo) / esz;
+		struct bug_layout layout = { kp, tab, lo, esz };
 
-		if ((hi - lo) % esz)
-			continue;
-		/* The first 32 entries in a row, then a spread over the rest. */
-		size_t seen = 0;
-		for (size_t i = 0; i < n && seen < 64; i += seen < 32 ? 1 : n / 32 + 1, tried++, seen++) {
-			uint8_t b[2];
-			uint64_t at = lo + i * esz + (int64_t)le32(tab + i * esz);
-			/* Entries in freed init text do not read, or read as zeros:
-			 * they say nothing. */
-			if (kernel_read_raw(kp, at, b, 2) < 0 || (b[0] == 0 && b[1] == 0))
-				tried--;
-			else if (b[0] == 0x0f && (b[1] == 0x0b || b[1] == 0xb9 || b[1] == 0xff))
-				good++;
-		}
-		if (!tried || good * 10 < tried * 9)
+		if ((hi - lo) % esz || !layout_holds(n, bug_entry_ok, &layout))
 			continue;
 		kf->warn_traps = malloc(n * sizeof(uint64_t));
 		if (!kf->warn_traps)
@@ -372,6 +393,54 @@ static uint8_t *read_site_table(struct kpriv *kp, uint64_t lo, uint64_t hi, size
 	return tab;
 }
 
+/* How many bytes are read at a site to check its form. */
+#define SITE_PEEK 8
+
+/* A decoded site table: entries of size bytes at sites, each starting with
+ * its site's address; form() puts the SITE_PEEK bytes read at one in
+ * canonical form in place and returns 1 if they were one of its forms. */
+struct site_layout {
+	struct kpriv *kp;
+	const void *sites;
+	size_t size;
+	size_t (*form)(uint8_t *b, const void *site);
+};
+
+/* Whether site i holds one of its forms; -1 if it could not be read. */
+static int site_ok(void *ctx, size_t i)
+{
+	const struct site_layout *l = ctx;
+	const void *site = (const uint8_t *)l->sites + i * l->size;
+	uint8_t b[SITE_PEEK];
+	uint64_t code;
+
+	memcpy(&code, site, sizeof(code));
+	if (kernel_read_raw(l->kp, code, b, sizeof(b)) < 0)
+		return -1;
+	return (int)l->form(b, site);
+}
+
+_Static_assert(offsetof(struct hp_static_branch, code) == 0, "a jump entry starts with its site");
+_Static_assert(offsetof(struct hp_static_call, code) == 0, "a static call site starts with its site");
+
+static size_t branch_form(uint8_t *b, const void *site)
+{
+	const struct hp_static_branch *e = site;
+	struct hp_static_branch_stats st;
+	uint64_t one;
+
+	return hp_static_branch_canonicalize(b, e->code, SITE_PEEK, e, 1, &one, &st);
+}
+
+static size_t call_form(uint8_t *b, const void *site)
+{
+	const struct hp_static_call *e = site;
+	struct hp_static_branch_stats st;
+	uint64_t one;
+
+	return hp_static_call_canonicalize(b, e->code, SITE_PEEK, e, 1, &one, &st);
+}
+
 /* vmlinux's jump table. Its layout is taken as right only if the sites of
  * a sample of its entries in [text, etext) hold the NOP or the JMP to the
  * entry's target, as every site does. */
@@ -380,7 +449,6 @@ static void read_jump_table(struct kpriv *kp, const uint64_t *mk, uint64_t text,
 	struct hp_kernel_facts *kf = &kp->facts;
 	uint64_t lo = mk[HP_KMARK_JUMP_START], hi = mk[HP_KMARK_JUMP_STOP];
 	struct hp_static_branch *v = NULL;
-	size_t good = 0, tried = 0;
 	uint8_t *tab =
 		read_site_table(kp, lo, hi, HP_JUMP_ENTRY_SIZE, text, etext, "jump labels", "__start___jump_table");
 	long n;
@@ -393,17 +461,7 @@ static void read_jump_table(struct kpriv *kp, const uint64_t *mk, uint64_t text,
 		free(v);
 		return;
 	}
-	/* The first 32 sites in a row, then a spread over the rest. */
-	for (size_t i = 0, seen = 0; i < (size_t)n && seen < 64; i += seen < 32 ? 1 : (size_t)n / 32 + 1, seen++) {
-		uint8_t b[8];
-		struct hp_static_branch_stats st;
-		uint64_t one;
-		if (kernel_read_raw(kp, v[i].code, b, sizeof(b)) < 0)
-			continue;
-		tried++;
-		good += hp_static_branch_canonicalize(b, v[i].code, sizeof(b), &v[i], 1, &one, &st);
-	}
-	if (!tried || good * 10 < tried * 9) {
+	if (!layout_holds((size_t)n, site_ok, &(struct site_layout){ kp, v, sizeof(*v), branch_form })) {
 		note(kf, "%s: the jump table's layout was not recognized (%s); sites are decoded as they are now",
 		     "jump labels", EPROTO);
 		free(v);
@@ -421,7 +479,6 @@ static void read_static_calls(struct kpriv *kp, const uint64_t *mk, uint64_t tex
 	struct hp_kernel_facts *kf = &kp->facts;
 	uint64_t lo = mk[HP_KMARK_SCALL_START], hi = mk[HP_KMARK_SCALL_STOP];
 	struct hp_static_call *v = NULL;
-	size_t good = 0, tried = 0;
 	uint8_t *tab = read_site_table(kp, lo, hi, HP_STATIC_CALL_SITE_SIZE, text, etext, "static calls",
 				       "__start_static_call_sites");
 	long n;
@@ -434,16 +491,7 @@ static void read_static_calls(struct kpriv *kp, const uint64_t *mk, uint64_t tex
 		free(v);
 		return;
 	}
-	for (size_t i = 0, seen = 0; i < (size_t)n && seen < 64; i += seen < 32 ? 1 : (size_t)n / 32 + 1, seen++) {
-		uint8_t b[8];
-		struct hp_static_branch_stats st;
-		uint64_t one;
-		if (kernel_read_raw(kp, v[i].code, b, sizeof(b)) < 0)
-			continue;
-		tried++;
-		good += hp_static_call_canonicalize(b, v[i].code, sizeof(b), &v[i], 1, &one, &st);
-	}
-	if (!tried || good * 10 < tried * 9) {
+	if (!layout_holds((size_t)n, site_ok, &(struct site_layout){ kp, v, sizeof(*v), call_form })) {
 		note(kf,
 		     "%s: the static call site table's layout was not recognized (%s); sites are decoded as they are now",
 		     "static calls", EPROTO);

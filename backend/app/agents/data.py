@@ -16,6 +16,7 @@ from app.domain.sessions import AgentSession, end_session
 from app.protocol import agent_input, measured_edges
 from app.protocol.agent_input import InvalidInput
 from app.protocol.proto import pb
+from app.protocol.stack_defs import BatchStacks
 from app.storage import measurements, samples, stacks
 from app.storage.series.layout import NSLOTS, SLOT
 
@@ -189,7 +190,7 @@ class DataMapping(ClockChecks):
         if item.gaps:
             hub.publish(topic, {"type": "gap", "host_id": session.host_id})
 
-    async def _check_stack_frames(self, session: AgentSession, parsed: "stacks.BatchStacks") -> None:
+    async def _check_stack_frames(self, session: AgentSession, parsed: BatchStacks) -> None:
         """Kernel frames must name functions of catalog pieces this host runs (or a stored piece), within
         the function's bytes when the piece is stored."""
         counts: dict[str, int] = {}
@@ -235,7 +236,7 @@ class DataMapping(ClockChecks):
         instance: str,
         seq: int,
         item: "samples.Item",
-        parsed_stacks: "stacks.BatchStacks | None" = None,
+        parsed_stacks: BatchStacks | None = None,
     ) -> None:
         """Check a metric batch against what Hello announced and map it to function ids."""
         start_ns = batch.interval_start_unix_ns

@@ -11,12 +11,9 @@ starts). A message that breaks a rule raises InvalidInput with a reason the stre
 import itertools
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from app.protocol.proto import pb
-
-if TYPE_CHECKING:
-    from app.storage.stacks import BatchStacks
+from app.protocol.stack_defs import BatchStacks, FrameModule, stack_id
 
 MAX_HOST_ID = 128
 MAX_HOSTNAME = 255
@@ -222,12 +219,10 @@ def check_batch(batch: "pb.MetricBatch") -> None:
         raise InvalidInput("MetricBatch: idle block samples exceed idle_samples")
 
 
-def check_stacks(st: "pb.StackSamples", total_samples: int) -> "BatchStacks":
-    """Check a batch's stacks and return them ready to store (app.storage.stacks.BatchStacks): each definition's
+def check_stacks(st: "pb.StackSamples", total_samples: int) -> BatchStacks:
+    """Check a batch's stacks and return them ready to store (BatchStacks): each definition's
     id recomputed from its frames, its modules gathered per stack, and the counts grouped per stack.
     Kernel frames' function indexes are checked against the catalog by the caller."""
-    from app.storage import stacks as stack_store
-
     if len(st.stacks) > MAX_STACKS:
         raise InvalidInput(f"StackSamples has {len(st.stacks)} stacks (at most {MAX_STACKS})")
     if len(st.modules) > MAX_FRAME_MODULES or len(st.comms) > MAX_STACK_COUNTS:
@@ -236,7 +231,7 @@ def check_stacks(st: "pb.StackSamples", total_samples: int) -> "BatchStacks":
         raise InvalidInput(f"StackSamples has {len(st.counts)} counts (at most {MAX_STACK_COUNTS})")
     if st.max_depth > 1024 or st.dropped_samples > MAX_COUNT or st.depth_limited_samples > st.stack_samples:
         raise InvalidInput("StackSamples: max_depth, dropped_samples or depth_limited_samples is out of range")
-    modules = []
+    modules: list[FrameModule] = []
     for m in st.modules:
         if m.kind not in FRAME_KINDS:
             raise InvalidInput(f"FrameModule kind {m.kind} is unknown")
@@ -251,7 +246,7 @@ def check_stacks(st: "pb.StackSamples", total_samples: int) -> "BatchStacks":
         else:
             modules.append((m.kind, "", ""))
     comms = [text(c, "StackSamples.comms entry", MAX_COMM, empty=True) for c in st.comms]
-    out = stack_store.BatchStacks()
+    out = BatchStacks()
     defined: set[int] = set()
     nframes = 0
     for s in st.stacks:
@@ -275,11 +270,11 @@ def check_stacks(st: "pb.StackSamples", total_samples: int) -> "BatchStacks":
                 f.function_index,
                 f.offset - (1 << 64) if f.offset >= (1 << 63) else f.offset,
             ]
-        if stack_store.stack_id(canonical) != s.id:
+        if stack_id(canonical) != s.id:
             raise InvalidInput(f"stack {s.id:#x}: its frames hash to another id")
         if s.id not in defined:
             defined.add(s.id)
-            out.defs.append((s.id, [list(modules[m]) for m in own], flat))
+            out.defs.append((s.id, [modules[m] for m in own], flat))
     rows: dict[int, tuple[list[int], list[str], list[int], list[int]]] = {}
     counted = 0
     for c in st.counts:

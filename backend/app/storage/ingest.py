@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.tasks import cancel_and_wait
+from app.protocol.stack_defs import BatchStacks
 from app.storage import stacks as stack_store
 from app.storage.series import copytext, partitions, rollups
 
@@ -105,7 +106,7 @@ class Item:
     measurement: MeasurementUpdate | None = None
     # A measurement interval refused for its content: (measurement id, reason), counted on the measurement.
     refused_interval: tuple[str, str] | None = None
-    stacks: "stack_store.BatchStacks | None" = None  # the call stacks of the samples' interval
+    stacks: BatchStacks | None = None  # the call stacks of the samples' interval
     future: asyncio.Future[None] | None = None
     # The stream the item came from: once one of its items fails (guard.store_failed), its later ones
     # fail too without being stored, so a cumulative acknowledgement never skips a lost message.

@@ -3,7 +3,7 @@
 `stack_samples_1m` and `stack_samples_10m`.
 
 Storage is compact: a stack's frames are stored once per host (`stack_defs`, keyed by the agent's content
-id, which `stack_id` recomputes), and each interval stores one row per stack with its total and, in
+id, which app.protocol.stack_defs recomputes), and each interval stores one row per stack with its total and, in
 parallel arrays, its counts per (pid, command, CPU) (`stack_samples`, partitioned by hour like the other
 raw series and dropped by partition after HOTPATH_STACK_RETENTION_HOURS). Every minute's samples per
 (stack, pid, command, CPU) are summed into `stack_samples_1m`, and every ten minutes' (UTC-aligned) into
@@ -30,13 +30,11 @@ touch the tables, so moving the series elsewhere changes this module only.
 """
 
 import gzip
-import hashlib
 import os
-import struct
 from array import array
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -44,6 +42,7 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app.protocol.stack_defs import BatchStacks
 from app.storage.models import i64_to_u64, u64_to_i64
 from app.storage.series import copytext, rollups
 
@@ -57,16 +56,6 @@ FRAME_KINDS = {
 IdleMode = Literal["exclude", "include", "only"]
 # A tree larger than this is cut: frames below a share of the root's samples are folded into their parent.
 MAX_NODES = 150_000
-
-
-def stack_id(frames: Iterable[tuple[int, str, int, int]]) -> int:
-    """The content id of a stack (frames leaf first as (kind, module key, function index, offset)): the
-    first 8 bytes of the SHA-256 of the canonical encoding, little-endian (see proto Stack.id)."""
-    h = hashlib.sha256()
-    for kind, key, fn, offset in frames:
-        k = key.encode()
-        h.update(struct.pack("<BI", kind, len(k)) + k + struct.pack("<IQ", fn, offset))
-    return int.from_bytes(h.digest()[:8], "little")
 
 
 @dataclass(frozen=True)
@@ -99,15 +88,6 @@ class StackFilter:
 
     def public(self) -> dict[str, Any]:
         return {"pid": self.pid, "comm": self.comm, "cpu": self.cpu, "idle": self.idle}
-
-
-@dataclass
-class BatchStacks:
-    """The stacks of one metric batch, checked, ready to store: definitions (id, modules, flattened
-    frames) and per-stack rows (id, total, pids, comms, cpus, counts)."""
-
-    defs: list[tuple[int, list, list[int]]] = field(default_factory=list)
-    rows: list[tuple[int, int, list[int], list[str], list[int], list[int]]] = field(default_factory=list)
 
 
 # Writing ------------------------------------------------------------------------------------------
@@ -249,11 +229,19 @@ async def delete_host(session: AsyncSession, host_id: str) -> None:
 # Reading: stacks of a range -------------------------------------------------------------------------
 
 
+# What a frame is merged by: ("k", catalog digest, function index) for a kernel function, ("u", file) or
+# ("u", file, offset) for user code, other code by its kind ("ka", "ua"; "a" in pprof) and maybe its address.
+FrameKey = tuple[str | int, ...]
+# A stack's definition as stored: its modules as the JSON column gives them ([kind, key, name] each) and
+# its frames flattened (module position, function index, offset).
+StoredStack = tuple[list[Any], list[int]]
+
+
 @dataclass
 class Frame:
     """A frame as trees show it: merged by function (kernel) or by address (elsewhere)."""
 
-    key: tuple
+    key: FrameKey
     name: str
     module: str
     kind: str
@@ -344,9 +332,9 @@ class FrameResolver:
 
     def __init__(self) -> None:
         self.frames: list[Frame] = []
-        self.index: dict[tuple, int] = {}
+        self.index: dict[FrameKey, int] = {}
 
-    def _get(self, key: tuple, make: Callable[[], Frame]) -> int:
+    def _get(self, key: FrameKey, make: Callable[[], Frame]) -> int:
         i = self.index.get(key)
         if i is None:
             i = len(self.frames)
@@ -355,7 +343,7 @@ class FrameResolver:
         return i
 
     async def resolve(
-        self, session: AsyncSession, host_id: str, defs: dict[int, tuple[list, list[int]]]
+        self, session: AsyncSession, host_id: str, defs: dict[int, StoredStack]
     ) -> dict[int, list[tuple[int, int]]]:
         pairs: set[tuple[str, int]] = set()
         for modules, flat in defs.values():
@@ -397,8 +385,8 @@ class FrameResolver:
         return self._get(("ua", off), lambda: Frame(("ua", off), f"{off:#x}", "[unknown]", "user_address"))
 
 
-async def definitions(session: AsyncSession, host_id: str, ids: list[int]) -> dict[int, tuple[list, list[int]]]:
-    out: dict[int, tuple[list, list[int]]] = {}
+async def definitions(session: AsyncSession, host_id: str, ids: list[int]) -> dict[int, StoredStack]:
+    out: dict[int, StoredStack] = {}
     for k in range(0, len(ids), 20000):
         chunk = [u64_to_i64(i) for i in ids[k : k + 20000]]
         rows = await session.execute(
@@ -565,12 +553,12 @@ class StackPaths:
 
     def __init__(self, limit: int = 400_000) -> None:
         self.limit = limit
-        self.keys: dict[tuple, int] = {}
+        self.keys: dict[FrameKey, int] = {}
         self.frames: list[Frame] = []
         self.unresolved: set[int] = set()
         self.paths: OrderedDict[tuple[str, int], bytes] = OrderedDict()
 
-    def _frame(self, key: tuple, make: Callable[[], Frame]) -> int:
+    def _frame(self, key: FrameKey, make: Callable[[], Frame]) -> int:
         i = self.keys.get(key)
         if i is None:
             i = self.keys[key] = len(self.frames)
@@ -635,7 +623,7 @@ class StackPaths:
             wanted.update(fi for fi in path if fi in self.unresolved)
         if not wanted:
             return
-        pairs = [(self.frames[i].key[1], self.frames[i].key[2]) for i in wanted]
+        pairs = [(str(self.frames[i].key[1]), int(self.frames[i].key[2])) for i in wanted]  # ("k", digest, index)
         for (digest, fn_index), (fid, name) in (await _functions_by_key(session, pairs)).items():
             i = self.keys[("k", digest, fn_index)]
             self.frames[i].name, self.frames[i].function_id = name, fid
@@ -919,8 +907,8 @@ async def pprof(
     p.comment.append(s(f"hotpath: host {host_id}, {start.isoformat()} to {end.isoformat()}"))
 
     mappings: dict[str, int] = {}
-    functions: dict[tuple, int] = {}
-    locations: dict[tuple, int] = {}
+    functions: dict[FrameKey, int] = {}
+    locations: dict[tuple[int, str, int, int], int] = {}
     kernel_locs: list[tuple[int, str, int, int]] = []  # (location index, digest, function index, offset)
     kernel_fns: dict[tuple[str, int], int] = {}  # (digest, index) -> function index in p.function
 
@@ -931,7 +919,7 @@ async def pprof(
             p.mapping.add(id=mid, filename=s(name), has_functions=True)
         return mid
 
-    def function(key: tuple, name: str, module: str) -> int:
+    def function(key: FrameKey, name: str, module: str) -> int:
         fid = functions.get(key)
         if fid is None:
             fid = functions[key] = len(p.function) + 1
@@ -957,7 +945,7 @@ async def pprof(
             addr = off
         loc = p.location.add(id=len(p.location) + 1, mapping_id=mid, address=addr)
         loc.line.add(function_id=fid)
-        return loc.id
+        return int(loc.id)
 
     stack_locs: dict[int, list[int]] = {}
     for sid, (modules, flat) in defs.items():

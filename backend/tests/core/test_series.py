@@ -289,7 +289,7 @@ async def test_rows_written_as_copy_text_read_back_exactly_whatever_their_text(b
     """The writer builds COPY text itself (app.storage.series.copytext): command names with quotes, backslashes,
     tabs, commas, braces, NULL-like words and non-ASCII, long arrays, idle flags, instruction counts and
     missing measurement values all read back as written."""
-    from app.storage.stacks import BatchStacks
+    from app.protocol.stack_defs import BatchStacks
 
     host = f"copy-{unique}"
     ts = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
@@ -354,7 +354,7 @@ async def test_stack_rollups_equal_the_raw_sums_for_late_and_current_stacks(back
     """The call stacks' minute and ten-minute rollups hold the raw rows' sums per (bucket, stack, pid, command,
     CPU): for stacks the rollup task sums (the ten minutes from the minutes it has just summed, into buckets
     summed before) and for stacks arriving below the watermark (the writer)."""
-    from app.storage.stacks import BatchStacks
+    from app.protocol.stack_defs import BatchStacks
 
     host_id = f"rstk-{unique}"
     engine = backend.runtime.engine

@@ -394,7 +394,7 @@ def _cpu(b):
 
 def _rehash(b):
     """Give the edited first stack the id its frames hash to, so the check under test is the one that fails."""
-    from app.storage.stacks import stack_id
+    from app.protocol.stack_defs import stack_id
 
     s = b.stacks.stacks[0]
     mods = b.stacks.modules

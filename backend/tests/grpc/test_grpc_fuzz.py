@@ -154,7 +154,7 @@ def plausible_batch(draw):
 def plausible_stacks(draw, total: int):
     """Stacks close to real ones: ids that match their frames (or not), frames in the host's catalog or
     past it, user files, addresses, counts that add up (or not)."""
-    from app.storage.stacks import stack_id
+    from app.protocol.stack_defs import stack_id
 
     digest = draw(_HEX)
     modules = [
