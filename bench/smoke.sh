@@ -7,8 +7,9 @@
 # A benchmark whose real peer is missing here (perf, SQLite's sources, valgrind) ends with
 #   NAME: peer unavailable: REASON
 # which is shown as a visible skip with its reason, never as a pass. Ends with
-# "N passed, N failed, K skipped (peer unavailable)". bench/replace's SQLite part runs only when its
-# driver is already built (the e2e suite's plan tests build it; `make test` runs this suite after them).
+# "N passed, N failed, K skipped (peer unavailable)". bench/replace's SQLite part and bench/layout_vs_bolt
+# run only when SQLite's driver is already built (the e2e suite's plan tests build it; `make test` runs
+# this suite after them).
 # Ports: HOTPATH_SMOKE_HTTP_PORT (18380) and HOTPATH_SMOKE_GRPC_PORT (15351); the benchmarks that start a
 # backend use them and the next few (each one enrols agents on its gRPC port + 1).
 # Usage: bench/smoke.sh [NAME...]   (default: all)
@@ -19,6 +20,7 @@ grpc=${HOTPATH_SMOKE_GRPC_PORT:-15351}
 limit=${HOTPATH_SMOKE_TIMEOUT:-300} # seconds per benchmark before it counts as failed
 num='[0-9]+([.][0-9]+)?'
 k="($num ns|unavailable)" # a probe kind's figure
+f="([-+]$num%|unavailable)" # a layout's change in percent
 declare -A pattern=(
 	[kernel_parse]="^kernel_parse: [0-9]+ functions, [0-9]+ blocks, $num s, [0-9]+ MiB$"
 	[sampling_overhead]="^sampling_overhead: hotpathd $num% of one CPU, perf record $num% of one CPU, ratio $num \(median of [0-9]+ interleaved pairs, min $num, max $num\); whole system [-+]$num% of a syscall-bound workload's throughput per CPU-second \([-+]$num% wall\)$"
@@ -34,12 +36,15 @@ declare -A pattern=(
 	[replace_cycles]="^replace cycles: [0-9]+ cycles in $num s, install $num ms, revert $num ms \(averages\), results verified [0-9]+, no wrong result$"
 	[flame]="^flame: [0-9]+ samples, [0-9]+ paths, answer $num ms, reply [0-9]+ KiB \([0-9]+ KiB gzip\), drawn in $num ms, longest task $num ms \((meets|OVER) the 1000 ms goal, longest task (meets|OVER) the 100 ms goal\)$"
 	[replace]="^replace: install $num µs \(entry\), $num ms \([0-9]+ call sites\), revert $num µs, speedup per call -?$num%, end to end -?$num%$"
+	# each figure measured or "unavailable", the reasons after the line's figures
+	[layout_vs_bolt]="^layout: [0-9]+ programs, Hotpath $f end to end \(I1 $f\), BOLT $f \(I1 $f\), ratio (-?$num|unavailable)(; unavailable: .+)?$"
 )
 # Two lanes run side by side to keep the suite short: the benchmarks that start a whole stack (a backend
 # and its Postgres, one at a time) and the rest. Their figures disturb each other, which a smoke run does
 # not mind: it checks that each benchmark still runs to its summary line.
 stacks=(catalog_load ingest chaos flame)
-rest=(kernel_parse sampling_overhead stack_sampling probe_cost console_tree cfg_layout plan replace_cycles replace)
+rest=(kernel_parse sampling_overhead stack_sampling probe_cost console_tree cfg_layout plan replace_cycles replace
+	layout_vs_bolt)
 order=("${rest[@]}" "${stacks[@]}")
 if [ $# -gt 0 ]; then order=("$@") stacks=() rest=("$@"); fi
 logs=$(mktemp -d /tmp/hotpath-bench-smoke.XXXXXX)

@@ -1,0 +1,202 @@
+# SPDX-License-Identifier: Apache-2.0
+"""SQLite's workload driver (build and driver.c beside this file) driven live, as bench/replace and
+bench/layout_vs_bolt drive it: built or found, its rounds timed, its root and callees measured and planned
+by hotpathd, an installed copy dumped for cachegrind, and cachegrind's I1 misses of a few passes."""
+
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Callable
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
+HP = os.path.join(TOP, "agent", "build", "hotpathd")
+BUILD = os.path.join(HERE, "build")
+
+
+class PeerUnavailable(Exception):
+    """The real program (or a peer tool) cannot be had on this machine: said so, never a figure."""
+
+
+def hp(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run([HP, *args], text=True, capture_output=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"hotpathd {' '.join(args)}: {r.stderr.strip()[-400:]}")
+    return r
+
+
+def sqlite_driver(cache: str, smoke: bool) -> str:
+    """The SQLite workload driver, built (and cached in CACHE) by build beside this file. Exit status 3 of
+    the build is its "SQLite's source cannot be fetched here"; anything else that fails is an error. A
+    smoke run does not compile SQLite: it takes the driver only when it is built already."""
+    if smoke:
+        driver = os.path.join(cache, "sqlite-driver")
+        newest = max(os.path.getmtime(BUILD), os.path.getmtime(os.path.join(HERE, "driver.c")))
+        if not os.access(driver, os.X_OK) or os.path.getmtime(driver) < newest:
+            raise PeerUnavailable(
+                f"the SQLite driver is not built in {cache} (a smoke run does not compile SQLite; "
+                "bench/replace_sqlite/build does)"
+            )
+        return driver
+    r = subprocess.run([BUILD, cache], text=True, capture_output=True)
+    if r.returncode == 3:
+        raise PeerUnavailable(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no SQLite source")
+    if r.returncode != 0:
+        raise RuntimeError(f"bench/replace_sqlite/build failed (exit {r.returncode}): {r.stderr.strip()[-600:]}")
+    return r.stdout.strip()
+
+
+class Driver:
+    """One driver process: `round(n)` runs n workload passes and gives their thread CPU ns and checksum."""
+
+    def __init__(self, path: str, env: dict | None = None) -> None:
+        self.p = subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        assert self.p.stdin and self.p.stdout
+        self.stdin, self.stdout = self.p.stdin, self.p.stdout
+        if self.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the SQLite driver {path} did not start")
+        self.lock = threading.Lock()
+
+    def round(self, n: int) -> tuple[int, str]:
+        with self.lock:
+            self.stdin.write(f"run {n}\n")
+            self.stdin.flush()
+            parts = self.stdout.readline().split()
+        if len(parts) < 6:
+            raise RuntimeError(f"the SQLite driver (pid {self.p.pid}) stopped answering")
+        return int(parts[3]), parts[5]  # thread CPU ns, checksum
+
+    def busy(self, stop: threading.Event, n: int = 2) -> None:
+        while not stop.is_set():
+            self.round(n)
+
+    def close(self) -> None:
+        try:
+            self.stdin.write("quit\n")
+            self.stdin.flush()
+        except BrokenPipeError:
+            pass
+        self.p.wait(timeout=10)
+
+
+def callees(pid: int, root: str, depth: int = 2, limit: int = 60) -> list[str]:
+    seen, frontier = [root], [root]
+    for _ in range(depth):
+        nxt = []
+        for fn in frontier:
+            r = hp("inspect", "pid", str(pid), fn, "--json", check=False)
+            if r.returncode:
+                continue
+            for c in json.loads(r.stdout).get("callees", []):
+                name = c.get("name") or ""
+                if name and "@plt" not in name and name not in seen and len(seen) < limit:
+                    seen.append(name)
+                    nxt.append(name)
+        frontier = nxt
+    return seen
+
+
+def while_busy(drv: Driver, fn: Callable[[], Any]) -> Any:
+    stop = threading.Event()
+    t = threading.Thread(target=drv.busy, args=(stop,))
+    t.start()
+    try:
+        return fn()
+    finally:
+        stop.set()
+        t.join()
+
+
+def plan_root(
+    drv: Driver, root: str, work: str, measure_s: int, log: Callable[..., None], depth: int = 2
+) -> tuple[str, dict]:
+    """Hotpath's plan for ROOT in the running driver: the root and its callees (DEPTH levels) measured
+    exactly (block counts) while the driver runs, then planned. Gives the plan file and its JSON."""
+    pid = drv.p.pid
+    names = callees(pid, root, depth)
+    prof = os.path.join(work, "sqlite.profile.json")
+    plan = os.path.join(work, "sqlite.plan.json")
+    # The root runs in some phases of a workload pass only; on a busy machine a short window can
+    # fall between them. Then the window doubles (the count is exact, so the first window in which
+    # the root ran gives a plan), up to 32 times measure_s. Counts start once every probe is armed
+    # (not while the driver still runs half-probed, which used to fill a short window), and with
+    # all the group's blocks probed a pass of the driver takes many seconds on a loaded machine.
+    seconds = measure_s
+    while True:
+        log(f"measuring {root} and {len(names) - 1} callees (exact block counts) for {seconds} s ...")
+        with open(prof, "w") as f:
+            f.write(
+                while_busy(
+                    drv,
+                    lambda s=seconds: (
+                        hp(
+                            "measure", "pid", str(pid), *names, "--blocks", "--seconds", str(s), "--json", "--partial"
+                        ).stdout
+                    ),
+                )
+            )
+        with open(plan, "w") as f:
+            f.write(hp("plan", "pid", str(pid), root, "--profile", prof, "--json", check=False).stdout)
+        with open(plan) as f:
+            p = json.load(f)
+        if p["status"] not in ("no_counts", "not_hot") or seconds >= 32 * measure_s:
+            break
+        log(f"no plan yet ({p['status']}: {p.get('message')}); measuring longer")
+        seconds *= 2
+    if p["status"] != "ok":
+        raise RuntimeError(f"no plan for {root}: {p.get('message')}")
+    log(
+        f"plan: {len(p['group'])} functions {[g['function'] for g in p['group']]}, hot bytes "
+        f"{p['totals']['hot_bytes']}, I-cache hot lines {p['icache_before']['hot_lines']} -> "
+        f"{p['icache_after']['hot_lines']} (minimum {p['icache_after']['minimum_lines']})"
+    )
+    return plan, p
+
+
+def dump_install(pid: int, state: str, out: str) -> None:
+    """The installed copy of PID (its heap and every patched range) in the file driver.c's HOTPATH_REPLAY reads."""
+    ins = json.loads(hp("installed", "--state-dir", state, "--json").stdout)["installed"]
+    mine = [i for i in ins if i["pid"] == pid]
+    heap, size = int(mine[0]["heap"], 16), mine[0]["heap_bytes"]
+    with open(f"/proc/{pid}/mem", "rb") as m:
+        m.seek(heap)
+        image = m.read(size)
+    patches = []
+    with open(mine[0]["journal"], "rb") as j:
+        journal = j.read()
+    for line in journal.split(b"\n"):
+        if not line.startswith(b"HPJ1"):
+            continue
+        rec = json.loads(line.split(b" ", 3)[3])
+        if rec.get("op") == "undo" and rec.get("kind") in ("entry", "call"):
+            patches.append((int(rec["addr"], 16), rec["now"]))
+    with open(out, "wb") as f:
+        f.write(f"heap {heap:x} {size:x}\n".encode())
+        f.write(image)
+        for a, now in patches:
+            f.write(f"\npatch {a:x} {len(now) // 2}:{now}".encode())
+        f.write(b"\n")
+
+
+def cachegrind(driver: str, env: dict | None, work: str, tag: str, passes: int = 3) -> tuple[int, int]:
+    """Instructions and simulated I1 misses of PASSES workload passes of DRIVER under cachegrind."""
+    out = os.path.join(work, f"cg.{tag}")
+    cmds = os.path.join(work, "cg.cmds")
+    with open(cmds, "w") as f:
+        f.write(f"run {passes}\nquit\n")
+    with open(cmds) as stdin:
+        subprocess.run(
+            ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}", driver],
+            stdin=stdin,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            check=True,
+        )
+    summary = subprocess.run(["cg_annotate", out], text=True, capture_output=True, check=True).stdout
+    line = next(x for x in summary.splitlines() if "PROGRAM TOTALS" in x)
+    nums = [int(x.replace(",", "")) for x in line.split() if x.replace(",", "").isdigit()]
+    # Events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw
+    return nums[0], nums[1]
