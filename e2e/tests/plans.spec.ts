@@ -8,7 +8,7 @@
 // units; Revert brings the original bytes back. A plan whose process exited is stale and cannot be
 // installed. On the kernel, Optimize makes an estimate plan from PC samples, and Install is refused
 // with the agent's reason (this kernel forbids code replacement).
-import { test, expect, type APIRequestContext, type Browser, type Page } from "@playwright/test";
+import { test, expect, type APIRequestContext, type Browser, type Page, type Response } from "@playwright/test";
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -116,15 +116,36 @@ async function approverPage(browser: Browser, url: string): Promise<Page> {
 
 const planState = (page: Page) => page.getByTestId("plan-state");
 
+/** Clicks "Optimize…" on a function's page and waits until the console has opened the new plan; its path.
+ * The click's POST stores the plan and its command and answers at once (202): the agent makes the plan
+ * afterwards, so neither wait depends on the plan's workload and both keep expect's default bound. The
+ * answer is checked first, so a refusal or a stalled backend reads as such, not as a URL that stayed. */
+async function clickOptimize(page: Page): Promise<string> {
+  let answer: Response | undefined;
+  const made = (r: Response) =>
+    r.request().method() === "POST" && /^\/api\/v1\/hosts\/[^/]+\/plans$/.test(new URL(r.url()).pathname);
+  const listen = (r: Response) => {
+    if (made(r)) answer = r;
+  };
+  page.on("response", listen);
+  try {
+    await page.getByRole("button", { name: "Optimize…" }).click();
+    await expect.poll(() => answer?.status(), { message: "the POST of Optimize… was answered" }).toBeDefined();
+  } finally {
+    page.off("response", listen);
+  }
+  expect(answer!.status(), await answer!.text()).toBe(202);
+  await expect(page).toHaveURL(/\/plans\/[0-9a-f-]{36}$/);
+  return new URL(page.url()).pathname;
+}
+
 /** Optimize… on a process function's page: progress while the agent counts the blocks, then the ready
  * plan, made from exact counts. The plan's path and id. */
 async function optimizeFromConsole(page: Page, target: string, root: { id: string; name: string }) {
   await page.setViewportSize({ width: 1400, height: 1000 });
   await page.goto(`/hosts/${hostId}/functions/${root.id}?target=${target}`);
   await expect(page.getByRole("heading", { name: root.name })).toBeVisible();
-  await page.getByRole("button", { name: "Optimize…" }).click();
-  await expect(page).toHaveURL(/\/plans\/[0-9a-f-]{36}$/);
-  const planUrl = new URL(page.url()).pathname;
+  const planUrl = await clickOptimize(page);
   await expect(page.getByRole("progressbar", { name: "Plan progress" })).toBeVisible();
   await expect(planState(page)).toHaveText("ready", { timeout: 150_000 });
   // Made from exact counts: both heatmaps, the root in the chain table, the emitted code verified.
@@ -464,9 +485,7 @@ test("a kernel function's plan is an estimate, and installing it is refused with
   try {
     await page.goto(`/hosts/${hostId}/functions/${fn.id}`);
     await expect(page.getByRole("heading", { name: "vfs_read" })).toBeVisible();
-    await page.getByRole("button", { name: "Optimize…" }).click();
-    await expect(page).toHaveURL(/\/plans\/[0-9a-f-]{36}$/);
-    const planId = new URL(page.url()).pathname.split("/").pop()!;
+    const planId = (await clickOptimize(page)).split("/").pop()!;
     await expect(planState(page)).toHaveText("ready", { timeout: 120_000 });
     await expect(page.getByText("estimated (sampled)")).toBeVisible();
     await expect(page.getByRole("note").filter({ hasText: "Block counts were sampled" })).toBeVisible();

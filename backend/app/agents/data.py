@@ -50,11 +50,13 @@ class DataMapping(ClockChecks):
             agent_input.check_gap(message.gap, seq)
         elif kind == "metrics":
             agent_input.check_batch(message.metrics)
-            parsed_stacks = (
-                agent_input.check_stacks(message.metrics.stacks, message.metrics.total_samples)
-                if message.metrics.HasField("stacks")
-                else None
-            )
+            if message.metrics.HasField("stacks"):
+                # Checking a batch's stacks (every frame, every stack id rehashed) is the heaviest part of
+                # ingest: in a worker thread, so the event loop keeps serving the API and the other
+                # streams meanwhile (a read loop's kernel stacks held it for seconds at a time).
+                parsed_stacks = await asyncio.to_thread(
+                    agent_input.check_stacks, message.metrics.stacks, message.metrics.total_samples
+                )
         mark = 0
         if seq:
             if instance not in session.marks:

@@ -4,13 +4,15 @@ malformed catalogs, hellos and batches over the real stream; each ends with INVA
 reason (never UNKNOWN or SQL text), and nothing of it is stored or shared with other hosts."""
 
 import asyncio
+import threading
 import time
 
 import grpc
 import pytest
 
+from app.protocol import agent_input
 from app.protocol.proto import pb
-from tests.scripted_agent import kernel_functions, wait_catalog_complete, wait_until
+from tests.scripted_agent import kernel_functions, wait_catalog_complete, wait_for_ack, wait_until
 
 
 async def _ended(agent) -> grpc.aio.AioRpcError:
@@ -486,4 +488,32 @@ async def test_samples_of_a_stack_never_defined_are_counted_as_dropped_not_store
     seq = await agent.send_batch(agent.stack_batch(t + 2 * 10**9, [(STACK, 42, "dd", 1, 4)], define=set()))
     await wait_until(acked)
     assert await backend.scalar("SELECT sum(count) FROM stack_samples WHERE host_id = :h", h=host_id) == 7
+    await agent.close()
+
+
+async def test_a_batch_s_stacks_are_checked_while_the_event_loop_goes_on_serving(backend, client, unique, monkeypatch):
+    """Checking a batch's stacks (every frame, every id rehashed) is ingest's heaviest step: it runs beside
+    the event loop, not on it, so the API and the other streams are served meanwhile (under a read loop's
+    kernel stacks it held the loop for seconds, and an "Optimize…" click waited behind it)."""
+    host_id = f"stk-loop-{unique}"
+    agent = await backend.agent(host_id, kernel_tag=f"stk-loop-{unique}")
+    await agent.connect()
+    await wait_catalog_complete(client, host_id)
+    loop = asyncio.get_running_loop()
+    served: list[bool] = []
+    check = agent_input.check_stacks
+
+    def checking(stacks, total_samples):
+        # A callback for the loop, waited for here: on the loop's own thread it could not run before this
+        # check returns, and the wait would end unserved after its bound.
+        ran = threading.Event()
+        loop.call_soon_threadsafe(ran.set)
+        served.append(ran.wait(30))
+        return check(stacks, total_samples)
+
+    monkeypatch.setattr(agent_input, "check_stacks", checking)
+    seq = await agent.send_batch(agent.stack_batch(time.time_ns() - 2 * 10**9, [(STACK, 42, "dd", 0, 3)]))
+    await wait_for_ack(agent, seq, timeout=60)
+    assert served == [True], "the event loop ran nothing while the batch's stacks were checked"
+    assert await backend.scalar("SELECT sum(count) FROM stack_samples WHERE host_id = :h", h=host_id) == 3
     await agent.close()
