@@ -307,6 +307,10 @@ def http_config(runtime: Runtime, app: FastAPI, settings: Settings, port: int) -
         ws_ping_interval=None,
         lifespan="off",
         limit_concurrency=1000,
+        # An idle keep-alive connection is closed after 75 s, not uvicorn's 5: a client that reuses its
+        # connection just as the server closes it gets a reset (seen from the browser tests' API client),
+        # and 75 s outlasts the idle pauses of a console's polling and is the usual proxies' idle window.
+        timeout_keep_alive=75,
         h11_max_incomplete_event_size=64 * 1024,
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or [],

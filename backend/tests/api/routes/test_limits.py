@@ -55,6 +55,28 @@ async def test_a_streamed_body_over_the_limit_is_refused(backend):
     assert response.startswith(b"HTTP/1.1 413"), response[:200]
 
 
+async def test_an_idle_keep_alive_connection_outlives_a_short_pause(backend):
+    """A client reusing a connection after a few seconds' pause must find it open: a server that closes
+    idle connections after 5 s races every client that reuses one at that moment (a reset, not an
+    answer). The server keeps them 75 s; 6 s of idle is past the old limit and far inside the new."""
+    host, port = backend.base_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    request = b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
+    try:
+        for pause in (0, 6):
+            await asyncio.sleep(pause)
+            writer.write(request)
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = int(
+                next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")).split(b":")[1]
+            )
+            await reader.readexactly(length)
+    finally:
+        writer.close()
+
+
 async def test_a_422_does_not_echo_the_input(anon):
     big = "z" * 900_000
     r = await anon.post("/api/v1/auth/login", json={"username": big, "password": "p"})
