@@ -298,7 +298,7 @@ async def main() -> None:
     finally:
         if backend.proc is not None and backend.proc.returncode is None:
             await backend.kill(signal.SIGTERM)
-        if done:
+        if done and os.environ.get("HOTPATH_FLAME_KEEP") != "1":
             shutil.rmtree(data, ignore_errors=True)
         else:
             say(f"the backend's data and log are kept in {data}")
