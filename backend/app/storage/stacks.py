@@ -19,7 +19,8 @@ whole minutes from the minute rollup, the range's edges from the raw rows (`_sou
 question is over a `TimeRange` and a `StackFilter` (process, command, CPU, and the idle
 task excluded, included or alone) — a flame graph (the range's distinct paths of frames merged by
 function, root first, with their samples, which the console merges into the tree; user frames merged by
-file, since without symbols each return address would be a frame of its own), two flame graphs merged
+file, since without symbols each return address would be a frame of its own; or the same by stack id,
+each stack's samples apart from its frames, which the console asks for once and keeps), two flame graphs merged
 into one tree for a differential view, a function's callers and callees (and the observed targets
 of its indirect call sites), inclusive samples per function, and a pprof profile (which keeps every
 address). The differential tree is built in Python from the range's distinct stacks (sorted root first, so each path
