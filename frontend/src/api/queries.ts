@@ -354,26 +354,43 @@ function stackLiveOptions(live: boolean) {
   };
 }
 
-/** The flame graph, its reply's bytes unparsed and handed to `read` (the flame feature parses them in a
- *  worker: an hour's reply is megabytes of JSON), whose result is cached. */
+/** The flame graph by stack id (/flamegraph/stacks), its reply's bytes unparsed and handed to `read` (the
+ *  flame feature parses them in a worker and asks, through `definitions`, for the frames of the stacks it
+ *  has not seen), whose result is cached. */
+export interface FlameStacksSource {
+  hostId: string;
+  definitions: (ids: string[], signal?: AbortSignal) => Promise<ArrayBuffer>;
+  signal: AbortSignal;
+}
+
 export const flameGraphQuery = <T>(
   hostId: string,
   range: TimeRange,
   live: boolean,
   filter: StackFilter,
-  read: (body: ArrayBuffer, signal: AbortSignal) => Promise<T>,
+  read: (body: ArrayBuffer, src: FlameStacksSource) => Promise<T>,
 ) =>
   queryOptions<T, Error>({
     queryKey: keys.flame(hostId, [rangeKey(range), filter.pid, filter.comm, filter.cpu, filter.idle]),
     queryFn: async ({ signal }) => {
+      const path = { host_id: hostId };
       const body = await unwrap(
-        api.GET("/api/v1/hosts/{host_id}/flamegraph", {
-          params: { path: { host_id: hostId }, query: { ...rangeQuery(range), ...filterQuery(filter) } },
+        api.GET("/api/v1/hosts/{host_id}/flamegraph/stacks", {
+          params: { path, query: { ...rangeQuery(range), ...filterQuery(filter) } },
           parseAs: "arrayBuffer",
           signal,
         }),
       );
-      return read(body, signal);
+      const definitions = (ids: string[], s?: AbortSignal) =>
+        unwrap(
+          api.POST("/api/v1/hosts/{host_id}/flamegraph/definitions", {
+            params: { path },
+            body: { ids },
+            parseAs: "arrayBuffer",
+            signal: s,
+          }),
+        );
+      return read(body, { hostId, definitions, signal });
     },
     ...stackLiveOptions(live),
   });
@@ -383,7 +400,7 @@ export function useFlameGraph<T>(
   range: TimeRange,
   live: boolean,
   filter: StackFilter,
-  read: (body: ArrayBuffer, signal: AbortSignal) => Promise<T>,
+  read: (body: ArrayBuffer, src: FlameStacksSource) => Promise<T>,
   enabled = true,
 ) {
   return useQuery({ ...flameGraphQuery(hostId, range, live, filter, read), retry, enabled });

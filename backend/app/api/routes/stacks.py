@@ -12,10 +12,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, AFromQuery, AToQuery, BFromQuery, BHostQuery, BToQuery, SampleRange, two_ranges
-from app.api.responses import NOT_FOUND, FastJSON
+from app.api.responses import BAD_BODY, NOT_FOUND, FastJSON
 from app.api.routes.functions import FunctionId
 from app.api.routes.hosts import ExistingHost
-from app.api.schemas import FlameDiff, FlameGraph, FunctionCalls, InstructionSamples
+from app.api.schemas import (
+    FlameDefinitions,
+    FlameDefinitionsRequest,
+    FlameDiff,
+    FlameGraph,
+    FlameStacks,
+    FunctionCalls,
+    InstructionSamples,
+)
 from app.storage import functions, samples, stacks
 
 router = APIRouter(prefix="/hosts/{host_id}", tags=["stacks"])
@@ -48,6 +56,25 @@ async def flame_graph(
     """The host's call stacks in the range as one tree, root first, frames merged by function."""
     r = await _range(session, host_id, spec)
     return FastJSON({**r.public(), **await stacks.flame_graph(session, host_id, r.start, r.end, flt)})
+
+
+@router.get("/flamegraph/stacks", response_model=FlameStacks, responses={**NOT_FOUND, **BAD_RANGE})
+async def flame_stacks(
+    host_id: ExistingHost, session: SessionDep, _: CurrentUser, spec: SampleRange, flt: Filter
+) -> FastJSON:
+    """The flame graph by stack id: each stack's samples in the range, without its frames (the console
+    asks /flamegraph/definitions for the stacks it has not seen and keeps them)."""
+    r = await _range(session, host_id, spec)
+    return FastJSON({**r.public(), **await stacks.flame_stacks(session, host_id, r.start, r.end, flt)})
+
+
+@router.post("/flamegraph/definitions", response_model=FlameDefinitions, responses={**NOT_FOUND, **BAD_BODY})
+async def flame_definitions(
+    host_id: ExistingHost, session: SessionDep, _: CurrentUser, body: FlameDefinitionsRequest
+) -> FastJSON:
+    """These stacks' frames, root first and merged by function as in the flame graph (stacks without a
+    definition are left out)."""
+    return FastJSON(await stacks.flame_definitions(session, host_id, body.ids))
 
 
 @router.get("/flamegraph/diff", response_model=FlameDiff, responses={**NOT_FOUND, **BAD_RANGE})

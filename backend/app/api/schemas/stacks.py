@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Call stacks: flame graphs and their differences, a function's callers and callees, instruction samples."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
@@ -72,6 +72,50 @@ class FlameGraph(RangePublic):
     frames: list[FramePublic]
     paths: FlamePaths
     contexts: StackContexts
+
+
+StackId = Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]
+
+
+class FlameStackCounts(BaseModel):
+    """The range's stacks with a definition after the filter: stack k is `id[k]` (its content id, 16
+    hexadecimal digits: a 64-bit number does not fit a JSON reader's doubles) with `samples[k]` samples."""
+
+    id: list[str]
+    samples: list[int]
+
+
+class FlameStacks(RangePublic):
+    """A flame graph by stack id: the counts of every view, the frames of each stack asked for once
+    (/flamegraph/definitions) and kept by the console for the page's life (a stack id names its frames
+    for good)."""
+
+    filter: StackFilterPublic
+    samples: int = Field(description="Samples the filter selects (those of stacks plus undefined_samples)")
+    undefined_samples: int = Field(description="Samples of stacks whose frames the host never sent")
+    stacks: FlameStackCounts
+    contexts: StackContexts
+
+
+class FlameDefinitionsRequest(BaseModel):
+    ids: list[StackId] = Field(max_length=400_000, description="Stack ids as /flamegraph/stacks gives them")
+
+
+class FlameStackPaths(BaseModel):
+    """Stack k is `id[k]`; its frames (indices into frames, merged by function as in the flame graph) are
+    the next `length[k]` entries of `frame`, root first."""
+
+    id: list[str]
+    length: list[int]
+    frame: list[int]
+
+
+class FlameDefinitions(BaseModel):
+    """The frames of the stacks asked for that have a definition (others are left out). A kernel frame
+    whose function_id is null is not named yet (its catalog piece was not stored): ask again later."""
+
+    frames: list[FramePublic]
+    stacks: FlameStackPaths
 
 
 class FlameDiffNodes(BaseModel):

@@ -9,6 +9,7 @@ read back with the protobuf bindings and with `go tool pprof`."""
 import asyncio
 import gzip
 import shutil
+from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -204,6 +205,37 @@ async def test_flame_graph_filters_by_process_command_cpu_and_shows_idle_alone(c
     assert phase_a["samples"] == 100 and ("fn_00007", "do_sys_open") not in tree_paths(phase_a)
     assert (await client.get(url, params={**rng(0, 10), "idle": "sometimes"})).status_code == 422
     assert (await client.get(url, params={**rng(0, 10), "cpu": -1})).status_code == 422
+
+
+async def test_flame_graph_by_stack_id_with_definitions_asked_once_makes_the_same_tree(client, host):
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    url = f"/api/v1/hosts/{host.host_id}/flamegraph"
+    known: dict[str, tuple[str, ...]] = {}  # the console's cache: a stack's names, root first
+    for params in (rng(10, 20), {**rng(10, 20), "pid": 200}, {**rng(0, 20), "idle": "include"}, rng(0, 10)):
+        fg = (await client.get(url, params=params)).json()
+        st = (await client.get(f"{url}/stacks", params=params)).json()
+        assert {k: v for k, v in st.items() if k != "stacks"} == {
+            k: v for k, v in fg.items() if k not in ("frames", "paths")
+        }
+        counts = st["stacks"]
+        assert len(set(counts["id"])) == len(counts["id"]) == len(counts["samples"])
+        missing = [i for i in counts["id"] if i not in known]
+        r = await client.post(f"{url}/definitions", json={"ids": [*missing, "00000000000000ff"]})
+        assert r.status_code == 200
+        defs = r.json()
+        names = [f["name"] for f in defs["frames"]]
+        assert sorted(defs["stacks"]["id"]) == sorted(missing), "only the stacks asked for, those with a definition"
+        at = 0
+        for sid, length in zip(defs["stacks"]["id"], defs["stacks"]["length"], strict=True):
+            known[sid] = tuple(names[f] for f in defs["stacks"]["frame"][at : at + length])
+            at += length
+        merged: dict[tuple[str, ...], int] = defaultdict(int)
+        for sid, n in zip(counts["id"], counts["samples"], strict=True):
+            merged[known[sid]] += n
+        assert merged == distinct_paths(fg)
+    bad = await client.post(f"{url}/definitions", json={"ids": ["not-an-id"]})
+    assert bad.status_code == 422
 
 
 async def test_callers_callees_and_observed_targets_of_an_indirect_call_site(client, host):

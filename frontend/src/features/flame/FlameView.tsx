@@ -2,7 +2,8 @@
 // The host's flame graph for the page's time range: filtered by process, command and CPU, the idle task's
 // samples left out by default (their count shown, one click to include them or see them alone), search
 // with the share of samples it matches, flame or icicle, zoom kept in the URL by the frames' names, and
-// the range's stacks downloadable as pprof. The reply is parsed and its tree laid out in a worker.
+// the range's stacks downloadable as pprof. The reply is parsed and its tree laid out in a worker, which
+// keeps the stacks' frames it fetched for the page's life (flameLoad.ts).
 import { useCallback, useState } from "react";
 import { useFlameGraph, type StackFilter } from "../../api/queries";
 import type { StackContexts } from "../../api/types";
@@ -76,6 +77,7 @@ export function FlameView({
           {d.undefined_samples > 0 && <> · {formatCount(d.undefined_samples)} of stacks the host never defined</>}
           {loaded.folded > 0 && <> · {formatCount(loaded.folded)} in frames folded to keep the graph small</>}
           <> · read, merged and laid out in {Math.round(loaded.ms)} ms in a worker</>
+          {loaded.asked > 0 && <> · frames of {formatCount(loaded.asked)} stacks fetched</>}
         </p>
       )}
       {fg.isPending && <p className="muted">Loading stacks…</p>}

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Lays a flame graph out in a Web Worker (where none exists, as in jsdom, in a macrotask instead) and
-// keeps the last layout on screen while a newer one is computed, so live refreshes do not flicker.
-import { useEffect, useState } from "react";
+// Lays a flame graph out in a Web Worker (shared/useWorker.ts; where none exists, as in jsdom, in a
+// macrotask instead) and keeps the last layout on screen while a newer one is computed, so live refreshes
+// do not flicker.
+import { useMemo, useState } from "react";
+import { useWorker, type WorkerJob } from "../../shared/useWorker";
 import { layoutFlame, type FlameFrame, type FlameInput, type FlameLayout } from "./flameModel";
 import type { FlameReply, FlameRequest } from "./flame.worker";
 
@@ -13,32 +15,26 @@ export interface FlameLayoutState {
   error: string | null;
 }
 
-let nextId = 1;
+const startWorker = () => new Worker(new URL("./flame.worker.ts", import.meta.url), { type: "module" });
 
 export function useFlameLayout(input: FlameInput | null): FlameLayoutState {
   const [state, setState] = useState<FlameLayoutState>({ layout: null, frames: [], ms: null, error: null });
-  useEffect(() => {
-    if (!input) return;
-    const id = nextId++;
-    if (typeof Worker === "undefined") {
-      const timer = setTimeout(() => {
+  const job = useMemo((): WorkerJob<Omit<Extract<FlameRequest, { type: "layout" }>, "id">, FlameReply> | null => {
+    if (!input) return null;
+    return {
+      request: { type: "layout", input },
+      inline: () => {
         const t0 = performance.now();
         setState({ layout: layoutFlame(input), frames: input.frames, ms: performance.now() - t0, error: null });
-      }, 0);
-      return () => clearTimeout(timer);
-    }
-    const worker = new Worker(new URL("./flame.worker.ts", import.meta.url), { type: "module" });
-    worker.onmessage = (ev: MessageEvent<FlameReply>) => {
-      const m = ev.data;
-      if (m.id !== id) return;
-      if (m.type === "done") setState({ layout: m.layout, frames: input.frames, ms: m.ms, error: null });
-      else if (m.type === "error") setState((s) => ({ ...s, error: m.message }));
-      worker.terminate();
+      },
+      onReply: (m) => {
+        if (m.type === "done") setState({ layout: m.layout, frames: input.frames, ms: m.ms, error: null });
+        else if (m.type === "error") setState((s) => ({ ...s, error: m.message }));
+        return true;
+      },
+      onError: (message) => setState((s) => ({ ...s, error: message || "the flame graph worker failed" })),
     };
-    worker.onerror = (ev) => setState((s) => ({ ...s, error: ev.message || "the flame graph worker failed" }));
-    const request: FlameRequest = { id, type: "layout", input };
-    worker.postMessage(request);
-    return () => worker.terminate();
   }, [input]);
+  useWorker(startWorker, job);
   return state;
 }
