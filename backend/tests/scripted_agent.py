@@ -905,7 +905,14 @@ class ScriptedAgent:
             await self.channel.close()
 
 
-async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05):
+# How long a test waits for something that is bound to happen (a state reached, a message delivered)
+# before it calls it a hang. Not a speed check: a passing test goes on as soon as the condition holds,
+# and on a loaded machine (three test runs and a stress load on 2 cores) a command's round trip through
+# the backend, Postgres' notifications and an agent took more than 10 s.
+HANG_S = 60.0
+
+
+async def wait_until(predicate, timeout: float = HANG_S, interval: float = 0.05):
     """Poll an async predicate until it returns a truthy value; fail with the last value otherwise."""
     end = time.monotonic() + timeout
     while True:

@@ -20,7 +20,7 @@ from websockets.asyncio.client import connect
 from app.protocol.proto import pb
 from tests.backend_process import BACKEND_DIR, Backend, _postgres_gone, _started
 from tests.conftest import _recreate_database
-from tests.scripted_agent import ScriptedAgent, wait_for_ack, wait_until
+from tests.scripted_agent import HANG_S, ScriptedAgent, wait_for_ack, wait_until
 
 
 class Replica(Backend):
@@ -69,7 +69,7 @@ async def replicas(postgres_url, data_folder):
             await r.kill(signal.SIGTERM)
 
 
-async def _until(client, url, pred, timeout=20.0):
+async def _until(client, url, pred, timeout=HANG_S):
     async def ok():
         r = await client.get(url)
         return r.json() if r.status_code == 200 and pred(r.json()) else None

@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from app.protocol.proto import pb
 from tests.conftest import make_user, token_for
-from tests.scripted_agent import PROCESS_BUILD_ID, wait_catalog_complete, wait_for_ack, wait_until
+from tests.scripted_agent import HANG_S, PROCESS_BUILD_ID, wait_catalog_complete, wait_for_ack, wait_until
 
 
 async def _online(backend, client, host_id, **kwargs):
@@ -35,7 +35,7 @@ async def _command(client, host_id, cid):
     return r.json()
 
 
-async def _until_state(client, host_id, cid, *states, timeout=10.0):
+async def _until_state(client, host_id, cid, *states, timeout=HANG_S):
     async def reached():
         c = await _command(client, host_id, cid)
         return c if c["state"] in states else None
@@ -311,7 +311,7 @@ async def test_ten_thousand_resources_in_one_request_are_served_and_more_are_ref
     cmd = await wait_until(delivered, 30)
     assert len(cmd.start_measurement.resources) == 10_000 and time.monotonic() - t0 < 30
     assert {x.digest for x in cmd.start_measurement.resources} == {vmlinux}
-    done = await _until_state(client, host_id, r.json()["id"], "done", "failed", timeout=30)
+    done = await _until_state(client, host_id, r.json()["id"], "done", "failed", timeout=HANG_S)
     assert done["result"]["resources"] == 10_000
     too_many = await client.post(
         f"/api/v1/hosts/{host_id}/measurements",

@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from app.domain.plan_check import Code, code_hash
 from tests.conftest import make_user, token_for
-from tests.scripted_agent import PLAN_FIXTURE, wait_for_ack, wait_until
+from tests.scripted_agent import HANG_S, PLAN_FIXTURE, wait_for_ack, wait_until
 
 FIXTURE = json.loads(PLAN_FIXTURE.read_text())
 TARGET = "p4242-1000"
@@ -45,7 +45,7 @@ async def _plan(client, host_id, plan_id):
     return r.json()
 
 
-async def _until(client, host_id, plan_id, *states, timeout=15.0):
+async def _until(client, host_id, plan_id, *states, timeout=HANG_S):
     async def reached():
         p = await _plan(client, host_id, plan_id)
         return p if p["state"] in states else None
@@ -203,7 +203,7 @@ async def test_approval_needs_another_approver_and_install_an_approved_fresh_pla
         now = time.time_ns()
         seq = await agent.send_measurement(before, now - 10**9, [(0, 1000, 4e6)])
         await wait_for_ack(agent, seq)
-        p = await _until(client, host_id, plan_id, "installed", "install_failed", timeout=20)
+        p = await _until(client, host_id, plan_id, "installed", "install_failed", timeout=HANG_S)
         assert p["state"] == "installed", p["error"]
         assert p["install_detail"]["call_sites"] == 3 and p["installed_at"]
         sent = next(c for c in agent.commands if c.WhichOneof("kind") == "install_plan")
@@ -589,11 +589,11 @@ async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agen
             # cancelled, as on shutdown) before it hears.
             agent.lose_install_answers = True
             assert (await client.post(f"{base}/{lost}/install", json={"window_s": 1})).status_code == 200
-            await _true(lambda: lost in agent.installed, timeout=20)
+            await _true(lambda: lost in agent.installed, timeout=HANG_S)
             await plans.stop()
             # The other is cut off in its window before, before any InstallPlan went out.
             assert (await client.post(f"{base}/{unsent}/install", json={"window_s": 1})).status_code == 200
-            await wait_until(lambda: _plan_field(client, host_id, unsent, "before_measurement"), timeout=10)
+            await wait_until(lambda: _plan_field(client, host_id, unsent, "before_measurement"), timeout=HANG_S)
             await plans.stop()
             assert (await _plan(client, host_id, lost))["state"] == "installing"
             assert (await _plan(client, host_id, unsent))["state"] == "installing"
@@ -626,7 +626,7 @@ async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agen
                 m = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{window}")).json()
                 return m if m["state"] == "stopped" else None
 
-            await wait_until(window_stopped, timeout=10)
+            await wait_until(window_stopped, timeout=HANG_S)
             stops = [
                 c
                 for c in agent.commands
@@ -661,11 +661,11 @@ async def test_plans_are_settled_from_the_installs_every_hello_lists(backend, cl
             done = await _approved(client, approver, host_id, digest, 2)
             lost = await _approved(client, approver, host_id, digest, 3)
             assert (await client.post(f"{base}/{done}/install", json={"window_s": 1})).status_code == 200
-            await _until(client, host_id, done, "installed", timeout=30)
+            await _until(client, host_id, done, "installed", timeout=HANG_S)
             # The second install's answer is lost and its flow cut off (as by a backend stop).
             agent.lose_install_answers = True
             assert (await client.post(f"{base}/{lost}/install", json={"window_s": 1})).status_code == 200
-            await _true(lambda: lost in agent.installed, timeout=20)
+            await _true(lambda: lost in agent.installed, timeout=HANG_S)
             await plans.stop()
             assert (await _plan(client, host_id, lost))["state"] == "installing"
             d, p_lost = await _plan(client, host_id, done), await _plan(client, host_id, lost)
@@ -835,7 +835,7 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
         r = await client.post(f"{base}/{plan_id}/revert")
         assert r.status_code == 200 and r.json()["state"] == "reverting", r.text
         p = await _plan(client, host_id, plan_id)
-        await _true(lambda: any(c.id == p["revert_command"] for c in agent.commands), timeout=10)
+        await _true(lambda: any(c.id == p["revert_command"] for c in agent.commands), timeout=HANG_S)
         return p["revert_command"]
 
     async def last_reconciled(plan_id):
@@ -847,7 +847,7 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
             ids = [await _approved(client, approver, host_id, digest, i) for i in (2, 3, 4)]
             for plan_id in ids:
                 assert (await client.post(f"{base}/{plan_id}/install", json={"window_s": 1})).status_code == 200
-                assert (await _until(client, host_id, plan_id, "installed", timeout=30))["state"] == "installed"
+                assert (await _until(client, host_id, plan_id, "installed", timeout=HANG_S))["state"] == "installed"
             a, b, c = ids
 
             # The RevertPlan is lost before the agent runs it: its list, once the answer is overdue, still
@@ -873,7 +873,7 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
             agent.drop_revert_commands = False
             agent.lose_revert_answers = True
             await reverting(a)
-            await _true(lambda: a not in agent.installed, timeout=10)
+            await _true(lambda: a not in agent.installed, timeout=HANG_S)
             await plans.reconcile()
             p = await _plan(client, host_id, a)
             assert p["state"] == "reverted" and p["revert_detail"]["status"] == "reconciled", p
@@ -886,13 +886,13 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
             # The agent dies after a revert, before it kept its answer, and comes back: its Hello does not
             # list the plan, which is reverted before Welcome; the command is not sent again.
             second = await reverting(b)
-            await _true(lambda: b not in agent.installed, timeout=10)
+            await _true(lambda: b not in agent.installed, timeout=HANG_S)
             agent.lose_revert_answers = False
             sent_before = sum(x.id == second for x in agent.commands)
             # The Hello is the agent's truth: c is still installed, so it is listed. (This Hello once listed
             # nothing, which passed only while c's install flow, which on_hello skips, was still in its window
             # after: on a loaded machine the flow had ended, and that Hello rightly reverted c.)
-            await _true(lambda: c not in plans.tasks, timeout=30)  # as on a loaded machine: c's flow has ended
+            await _true(lambda: c not in plans.tasks, timeout=HANG_S)  # as on a loaded machine: c's flow has ended
             pc = await _plan(client, host_id, c)
             await reconnect(
                 [
@@ -923,7 +923,7 @@ async def test_reverts_whose_answer_was_lost_are_settled_from_the_agents_report(
             # agent runs it and answers that nothing is installed under the plan's id — reverted too.
             agent.lose_revert_answers = True
             third = await reverting(c)
-            await _true(lambda: c not in agent.installed, timeout=10)
+            await _true(lambda: c not in agent.installed, timeout=HANG_S)
             agent.lose_revert_answers = False
             await reconnect(None)
             p = await _until(client, host_id, c, "reverted", "installed")
@@ -972,7 +972,7 @@ async def test_a_16_mib_plan_fits_the_stream_both_ways(backend, client, unique):
         agent.plan_edit = None
         base = f"/api/v1/hosts/{host_id}/plans"
         assert (await client.post(f"{base}/{plan_id}/install", json={"window_s": 1})).status_code == 200
-        p = await _until(client, host_id, plan_id, "installed", "install_failed", timeout=30)
+        p = await _until(client, host_id, plan_id, "installed", "install_failed", timeout=HANG_S)
         assert p["state"] == "installed", p["error"]
         sent = next(
             c for c in agent.commands if c.WhichOneof("kind") == "install_plan" and c.install_plan.plan_id == plan_id
