@@ -206,7 +206,7 @@ async def enroll(
         stub = pb_grpc.AgentServiceStub(ch)
         reply = await stub.Enroll(
             pb.EnrollRequest(host_id=host_id, hostname=hostname or f"host-{host_id}", token=token, csr_pem=csr_pem),
-            timeout=20,
+            timeout=HANG_S,
         )
     return Credentials(key_pem=key_pem, cert_pem=reply.certificate_pem.encode(), ca_pem=reply.ca_pem.encode())
 

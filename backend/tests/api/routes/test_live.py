@@ -11,12 +11,14 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from tests.scripted_agent import HANG_S
+
 
 def _ws_url(backend, token):
     return backend.base_url.replace("http://", "ws://") + f"/api/v1/ws?token={token}"
 
 
-async def _next(ws, predicate, timeout=10.0):
+async def _next(ws, predicate, timeout=HANG_S):
     end = time.monotonic() + timeout
     while True:
         left = end - time.monotonic()
