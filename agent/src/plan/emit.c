@@ -20,6 +20,7 @@
 
 #include "base/grow.h"
 #include "isa/isa.h"
+#include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
 
@@ -34,6 +35,7 @@ struct eblock {
 	uint32_t member, bi;
 	uint64_t orig; /* original address */
 	uint32_t orig_size;
+	uint32_t pre;      /* a counter increment before the body (instrument.h) */
 	uint32_t body_len; /* original bytes of the body */
 	uint8_t term;
 	int8_t cond;
@@ -152,7 +154,7 @@ static void widen(struct eblock *e, uint8_t *w, bool *grew)
  * whether each branch reaches with its width. */
 static uint32_t term_size(const struct emitter *E, struct eblock *e, int32_t next, bool check, bool *grew)
 {
-	uint64_t at = e->addr + e->body_len;
+	uint64_t at = e->addr + e->pre + e->body_len;
 	uint32_t n = 0;
 
 	switch (e->term) {
@@ -221,7 +223,7 @@ static bool lay_out(struct emitter *E, bool check)
 		e->pad = e->align ? (uint32_t)((F - at % F) % F) : 0;
 		at += e->pad;
 		e->addr = at;
-		e->size = e->body_len + term_size(E, e, i + 1 < E->n ? (int32_t)i + 1 : -1, false, &grew);
+		e->size = e->pre + e->body_len + term_size(E, e, i + 1 < E->n ? (int32_t)i + 1 : -1, false, &grew);
 		at += e->size;
 	}
 	if (check)
@@ -338,6 +340,8 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 							   .bi = mb->blocks[j].index,
 							   .orig = mb->fn->addr + bl->offset,
 							   .orig_size = bl->size,
+							   .pre = hp_instrument_prefix_len(p, (uint32_t)i,
+											   mb->blocks[j].index),
 							   .w1 = HP_W_SHORT,
 							   .w2 = HP_W_SHORT };
 				E.index[i][mb->blocks[j].index] = (int32_t)k++;
@@ -438,6 +442,11 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 		if (e->pad && hp_isa_nop_fill(p->code + (at - e->pad - p->base), e->pad) < 0)
 			goto enc_fail;
 		p->pad_bytes += e->pad;
+		if (e->pre) {
+			if (hp_instrument_write(p, e->member, e->bi, at, p->code + (at - p->base)) != (int)e->pre)
+				goto enc_fail;
+			at += e->pre;
+		}
 		while (off < end) {
 			struct hp_isa_insn in;
 			uint8_t rel = 0;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "isa/isa.h"
+#include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
 
@@ -167,6 +168,11 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 			struct hp_isa_insn oi = { 0 }, ni;
 			uint64_t o_taken = 0;
 			int o_cond = -2; /* -2 none, -1 jmp, else jcc condition */
+			/* An instrumented copy's counter increment comes first. */
+			int pre = hp_instrument_check(p, (uint32_t)i, mb->blocks[j].index, na);
+			if (pre < 0)
+				FAIL("%s: block 0x%" PRIx64 " does not start with its counter", f->name, oa);
+			na += (uint64_t)pre;
 
 			/* Body: every original instruction but a final direct branch. */
 			while (oa < oend) {
