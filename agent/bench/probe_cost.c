@@ -15,9 +15,10 @@
  * Inline counters (replace/counters.h, `measure --blocks --inline`): a child
  * process runs a tight loop (one 4-instruction block per iteration) and
  * reports its CPU ns per iteration; the loop is run plain, with a counted
- * copy installed (locked increments, then plain ones), and with uprobes at
- * its blocks (the agent's block count); the cost of one counter is the
- * difference per iteration (one counted block each), the slowdowns are the
+ * copy installed (counters on edges, the default: the loop's self edge is
+ * counted in a stub; locked increments, then plain ones), and with uprobes
+ * at its blocks (the agent's block count); the cost of one counter is the
+ * difference per iteration (one counter each), the slowdowns are the
  * ratios to the plain loop. The counted copy's count of the loop block is
  * checked against the iterations run.
  *
@@ -324,12 +325,12 @@ static double counted_run(struct child *c, struct hp_model *m, const struct hp_m
 		return NAN;
 	}
 	double ns = NAN;
-	if (hp_counted_install(c->pid, m, state, &f, &mod, 1, plain, &cn, err, sizeof(err)) < 0) {
+	if (hp_counted_install(c->pid, m, state, &f, &mod, 1, plain, false, &cn, err, sizeof(err)) < 0) {
 		snprintf(why, wlen, "inline counters: %.400s", err);
 	} else {
 		ns = child_ns_per_iter(c, n);
 		uint64_t counts[8] = { 0 };
-		if (f->nblocks > 8 || hp_counted_read(&cn, 0, counts, err, sizeof(err)) < 0) {
+		if (f->nblocks > 8 || hp_counted_read(&cn, 0, counts, NULL, err, sizeof(err)) < 0) {
 			snprintf(why, wlen, "inline counters: %.400s", f->nblocks > 8 ? "unexpected blocks" : err);
 			ns = NAN;
 		} else if (counts[1] != 3 * (uint64_t)n) {

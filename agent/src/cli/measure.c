@@ -22,6 +22,7 @@
 
 #include "cli/commands.h"
 #include "base/json.h"
+#include "plan/instrument.h"
 #include "replace/counters.h"
 #include "replace/install.h"
 #include "measure/measure.h"
@@ -65,6 +66,8 @@ static const char usage_text[] =
 	"                   reverted after it. RESOURCEs are function names\n"
 	"  --plain          with --inline: increments without a lock prefix (cheaper;\n"
 	"                   exact only while one thread at a time runs the function)\n"
+	"  --every-block    with --inline: a counter before every block, instead of on\n"
+	"                   the edges off a spanning tree (block counts derived)\n"
 	"  --pid P          count only in process P\n"
 	"  --comm C         count only in threads named C\n"
 	"  --cgroup G       count only in cgroup v2 G (a path, absolute or under the\n"
@@ -123,7 +126,7 @@ struct args {
 	const char **words;
 	unsigned seconds;
 	bool json;
-	bool inline_counts, plain;
+	bool inline_counts, plain, every_block;
 	const char *state_dir;
 };
 
@@ -151,6 +154,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->inline_counts = true;
 		} else if (!strcmp(o, "--plain")) {
 			a->plain = true;
+		} else if (!strcmp(o, "--every-block")) {
+			a->every_block = true;
 		} else if (!strcmp(o, "--partial")) {
 			a->spec.allow_partial = true;
 		} else if (!strcmp(o, "--state-dir")) {
@@ -214,8 +219,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		return usage_error("missing RESOURCE (a function name, function+0xOFF or an address)");
 	a->spec.resources = pos + first;
 	a->spec.nresources = npos - first;
-	if (a->plain && !a->inline_counts)
-		return usage_error("--plain goes with --inline");
+	if ((a->plain || a->every_block) && !a->inline_counts)
+		return usage_error("--plain and --every-block go with --inline");
 	if (a->inline_counts &&
 	    (a->spec.target != HP_MEASURE_PID || !a->spec.blocks || a->spec.metrics != HP_METRIC_BIT(HP_METRIC_COUNT) ||
 	     a->spec.where_pid || a->spec.where_comm || a->spec.where_cgroup || a->spec.sample_hz))
@@ -644,6 +649,36 @@ static void report(struct out *o, const struct source *s, const struct args *a, 
 	json_obj_end(&o->j);
 }
 
+/* With counters on edges, every edge of the report whose ends are one
+ * counting edge (two blocks, or the entry, or a block's only way out) has
+ * its count from the counters, exact, whatever the block counts alone
+ * allow deriving. */
+static void edges_as_counted(struct hp_edge_result *er, const struct hp_counter_edge *ce, uint32_t nce,
+			     const uint64_t *ec)
+{
+	for (size_t k = 0; k < er->nedges; k++) {
+		struct hp_edge *e = &er->edges[k];
+		uint32_t from = e->from == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : e->from,
+			 to = e->to == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : e->to;
+		size_t same = 0;
+		for (size_t j = 0; j < er->nedges; j++) {
+			uint32_t f2 = er->edges[j].from == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : er->edges[j].from,
+				 t2 = er->edges[j].to == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : er->edges[j].to;
+			same += f2 == from && t2 == to;
+		}
+		if (same != 1 || (from == HP_COUNTER_OUTSIDE && e->kind != HP_EDGE_ENTRY))
+			continue; /* two edges the counters see as one, or an indirect arrival */
+		for (uint32_t j = 0; j < nce; j++)
+			if (ce[j].from == from && ce[j].to == to) {
+				if (e->how != HP_EDGE_EXACT)
+					er->nexact++;
+				e->count = e->low = e->high = ec[j];
+				e->how = HP_EDGE_EXACT;
+				break;
+			}
+	}
+}
+
 /* A window of inline counters (--inline): counted copies installed for the
  * window (replace/counters.h), their counters read live, the copies
  * reverted, then the report --blocks gives, with the mechanism
@@ -663,6 +698,9 @@ static int measure_inline(const struct args *a)
 	struct hp_measure_reading rd = { 0 };
 	struct hp_function_edges *fe = NULL;
 	size_t nrows = 0;
+	uint64_t **ecounts = NULL;
+	struct hp_counter_edge **cedges = NULL;
+	uint32_t *ncedges = NULL;
 
 	hp_installed_patches(a->state_dir, pid, &bp, &nbp);
 	struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
@@ -704,7 +742,7 @@ static int measure_inline(const struct args *a)
 	snprintf(desc, sizeof(desc), "process %d (%s)", pid, comm);
 	struct timespec ts0, ts1;
 	clock_gettime(CLOCK_REALTIME, &ts0);
-	r = hp_counted_install(pid, m, a->state_dir, fns, mods, n, a->plain, &c, err, sizeof(err));
+	r = hp_counted_install(pid, m, a->state_dir, fns, mods, n, a->plain, a->every_block, &c, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "hotpathd measure: %s\n", err);
 		rc = r == -ESRCH ? HP_EXIT_NOT_FOUND : HP_EXIT_ERROR;
@@ -727,13 +765,29 @@ static int measure_inline(const struct args *a)
 	double secs = mono_s() - t0;
 	clock_gettime(CLOCK_REALTIME, &ts1);
 	counts = calloc(n + 1, sizeof(*counts));
-	for (size_t i = 0; counts && i < n && !gone; i++) {
+	ecounts = calloc(n + 1, sizeof(*ecounts));
+	cedges = calloc(n + 1, sizeof(*cedges));
+	ncedges = calloc(n + 1, sizeof(*ncedges));
+	if (!counts || !ecounts || !cedges || !ncedges) {
+		fprintf(stderr, "hotpathd measure: out of memory\n");
+		goto revert;
+	}
+	for (size_t i = 0; i < n && !gone; i++) {
+		const struct hp_instrument *ins = c.fns[i].plan.instrument;
 		counts[i] = calloc(fns[i]->nblocks + 1, sizeof(uint64_t));
-		if (!counts[i] || (r = hp_counted_read(&c, i, counts[i], err, sizeof(err))) < 0) {
-			fprintf(stderr, "hotpathd measure: %s\n", counts[i] ? err : "out of memory");
+		if (ins->edges) { /* the counted edges, kept for the report */
+			ncedges[i] = ins->ncedges;
+			cedges[i] = malloc((ins->ncedges + 1) * sizeof(*cedges[i]));
+			ecounts[i] = calloc(ins->ncedges + 1, sizeof(uint64_t));
+		}
+		if (!counts[i] || (ins->edges && (!cedges[i] || !ecounts[i])) ||
+		    (r = hp_counted_read(&c, i, counts[i], ecounts[i], err, sizeof(err))) < 0) {
+			fprintf(stderr, "hotpathd measure: %s\n", r < 0 ? err : "out of memory");
 			gone = r == -ESRCH;
 			goto revert;
 		}
+		if (cedges[i])
+			memcpy(cedges[i], ins->cedges, ins->ncedges * sizeof(*cedges[i]));
 	}
 	if (gone) {
 		fprintf(stderr,
@@ -814,6 +868,8 @@ revert:
 		uint64_t entries = counts[i][0];
 		if (hp_edges_derive(mod, f, counts[i], NULL, &entries, &fe[i].edges) < 0)
 			goto out;
+		if (ecounts[i])
+			edges_as_counted(&fe[i].edges, cedges[i], ncedges[i], ecounts[i]);
 	}
 	struct source src = { .rows = rows, .m = m, .desc = desc, .st = HP_MEASURE_RUNNING, .npids = 1 };
 	src.pids[0] = pid;
@@ -826,9 +882,15 @@ out:
 		hp_measure_edges_free(fe, n);
 	free(rd.rows);
 	free(rows);
-	for (size_t i = 0; counts && i < n; i++)
-		free(counts[i]);
+	for (size_t i = 0; i < n; i++) {
+		free(counts ? counts[i] : NULL);
+		free(ecounts ? ecounts[i] : NULL);
+		free(cedges ? cedges[i] : NULL);
+	}
 	free(counts);
+	free(ecounts);
+	free(cedges);
+	free(ncedges);
 	free(fns);
 	free(mods);
 	hp_model_free(m);

@@ -327,7 +327,8 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 		const struct hp_function *last = &mod->funcs[mod->nfuncs - 1];
 		p->base = (last->addr + last->size + 0xffff) & ~(uint64_t)0xfff;
 	}
-	E.eb = calloc(total + 1, sizeof(*E.eb));
+	uint32_t nstubs = p->instrument ? p->instrument->nstubs : 0;
+	E.eb = calloc(total + nstubs + 1, sizeof(*E.eb));
 	if (!E.eb)
 		goto out;
 	/* Hot chunks of every member, then cold chunks. */
@@ -351,6 +352,30 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 	for (size_t i = 0; i < E.n; i++)
 		if ((r = classify(&E, &E.eb[i], err, errlen)) < 0)
 			goto out;
+	/* Counter stubs (instrument.h) after the blocks: the jcc's side goes through its stub. */
+	for (uint32_t s = 0; s < nstubs; s++) {
+		const struct hp_counter_stub *st = &p->instrument->stubs[s];
+		uint32_t bi = p->instrument->nblocks + s;
+		struct eblock *u = &E.eb[E.index[0][st->from]];
+		E.eb[E.n] = (struct eblock){ .bi = bi,
+					     .orig = p->members[0].fn->addr,
+					     .pre = hp_instrument_prefix_len(p, 0, bi),
+					     .term = T_JMP,
+					     .cond = -1,
+					     .taken = { E.index[0][st->to], 0 },
+					     .w1 = HP_W_SHORT,
+					     .w2 = HP_W_SHORT };
+		if (u->term != T_JCC || (st->taken ? u->taken.eb : u->fall.eb) != E.index[0][st->to]) {
+			snprintf(err, errlen, "a counter stub's edge is not its block's branch");
+			r = -EINVAL;
+			goto out;
+		}
+		if (st->taken)
+			u->taken = (struct dest){ (int32_t)E.n, 0 };
+		else
+			u->fall = (struct dest){ (int32_t)E.n, 0 };
+		E.n++;
+	}
 	/* Alignment of hot chain heads reached by a jump (Gorton's rule): only
 	 * where it saves a fetch block, within the padding bounds. Decided in
 	 * layout order with the padding chosen so far; then, once branches are

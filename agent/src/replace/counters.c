@@ -14,15 +14,15 @@
 #include "plan/plan_json.h"
 #include "replace/counters.h"
 
-static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain, char *err,
-		       size_t errlen)
+static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain, bool every_block,
+		       char *err, size_t errlen)
 {
 	struct hp_iplan ip;
 	char *text = NULL;
 	size_t len = 0;
 	int r;
 
-	if ((r = hp_instrument_plan(m, cf->mod, cf->fn, !plain, 0, &cf->plan, err, errlen)) < 0)
+	if ((r = hp_instrument_plan(m, cf->mod, cf->fn, !plain, every_block, 0, &cf->plan, err, errlen)) < 0)
 		return r;
 	if (cf->plan.status != HP_PLAN_OK) {
 		snprintf(err, errlen, "%s", cf->plan.message);
@@ -50,8 +50,8 @@ static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_count
 }
 
 int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
-		       const struct hp_module *const *mods, size_t n, bool plain, struct hp_counted *out, char *err,
-		       size_t errlen)
+		       const struct hp_module *const *mods, size_t n, bool plain, bool every_block,
+		       struct hp_counted *out, char *err, size_t errlen)
 {
 	memset(out, 0, sizeof(*out));
 	out->pid = pid;
@@ -66,7 +66,7 @@ int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const
 		out->fns[i].fn = fns[i];
 		out->fns[i].mod = mods[i];
 		char e[1024];
-		int r = install_one(out, m, &out->fns[i], plain, e, sizeof(e));
+		int r = install_one(out, m, &out->fns[i], plain, every_block, e, sizeof(e));
 		if (r < 0) {
 			snprintf(err, errlen, "%s: %s", fns[i]->name, e);
 			char e2[512];
@@ -81,23 +81,37 @@ int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const
 	return 0;
 }
 
-int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, char *err, size_t errlen)
+int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, uint64_t *edge_counts, char *err,
+		    size_t errlen)
 {
 	const struct hp_counted_fn *cf = &c->fns[i];
-	size_t want = (size_t)cf->fn->nblocks * sizeof(uint64_t);
-	struct iovec local = { counts, want }, remote = { (void *)(uintptr_t)cf->counters, want };
+	const struct hp_instrument *ins = cf->plan.instrument;
+	size_t want = (size_t)ins->nslots * sizeof(uint64_t);
+	uint64_t *slots = calloc(ins->nslots + 1, sizeof(uint64_t));
 
+	if (!slots) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
 	if (!cf->installed) {
+		free(slots);
 		snprintf(err, errlen, "%s has no counted copy installed", cf->fn->name);
 		return -ENOENT;
 	}
+	struct iovec local = { slots, want }, remote = { (void *)(uintptr_t)cf->counters, want };
 	ssize_t got = process_vm_readv(c->pid, &local, 1, &remote, 1, 0);
-	if (got == (ssize_t)want)
-		return 0;
-	int e = got < 0 ? errno : EIO;
-	snprintf(err, errlen, "reading the counters of %s in process %d: %s", cf->fn->name, c->pid,
-		 e == ESRCH ? "the process exited" : strerror(e));
-	return e == ESRCH ? -ESRCH : -e;
+	if (got != (ssize_t)want) {
+		int e = got < 0 ? errno : EIO;
+		free(slots);
+		snprintf(err, errlen, "reading the counters of %s in process %d: %s", cf->fn->name, c->pid,
+			 e == ESRCH ? "the process exited" : strerror(e));
+		return e == ESRCH ? -ESRCH : -e;
+	}
+	int r = hp_instrument_counts(ins, slots, counts, ins->edges ? edge_counts : NULL);
+	free(slots);
+	if (r < 0)
+		snprintf(err, errlen, "%s: the counted edges do not give every block's count", cf->fn->name);
+	return r;
 }
 
 int hp_counted_revert(struct hp_counted *c, char *err, size_t errlen)

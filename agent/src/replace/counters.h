@@ -38,17 +38,22 @@ struct hp_counted {
 
 /*
  * Install counted copies of fns[0..n) (functions of m, the model of process
- * pid) with lock-prefixed increments unless plain. All or nothing: on an
+ * pid) with lock-prefixed increments unless plain, on a spanning tree's
+ * complement of edges unless every_block (plan/instrument.h). All or nothing: on an
  * error every copy installed so far is reverted and err says which function
  * and why (-ESRCH: the process is gone; -EPERM: a function cannot move, or
  * its copy failed verification; other errnos from the install).
  */
 int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
-		       const struct hp_module *const *mods, size_t n, bool plain, struct hp_counted *out, char *err,
-		       size_t errlen);
-/* The counts of function i's blocks now (counts[fn->nblocks]): 0, or -ESRCH
+		       const struct hp_module *const *mods, size_t n, bool plain, bool every_block,
+		       struct hp_counted *out, char *err, size_t errlen);
+/* The counts of function i's blocks now (counts[fn->nblocks], derived from
+ * the counted edges by flow conservation) and, when counted on edges and
+ * edge_counts is not NULL, of its counting edges (edge_counts[ncedges] in
+ * the plan's instrument->cedges order): 0, or -ESRCH
  * when the process is gone, other negative errnos with err filled. */
-int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, char *err, size_t errlen);
+int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, uint64_t *edge_counts, char *err,
+		    size_t errlen);
 /* Revert every copy (in reverse order of install) and free c: 0, or the
  * first error (err filled); a process that exited leaves nothing to revert. */
 int hp_counted_revert(struct hp_counted *c, char *err, size_t errlen);

@@ -8,6 +8,8 @@
  *  - The model marks that block's flags live (and no other), and its
  *    instrumented copy keeps them there; the verifier refuses a copy whose
  *    counter was altered.
+ *  - Counted on edges (a spanning tree's complement), fx_loop needs 3 counters
+ *    for 7 blocks, and fx_crit's critical edges go through stubs, verified.
  *  - Measured inline for a window, every block count and edge is exact, the
  *    program's output is unchanged, and the copy is gone afterwards (no
  *    heap, no journal) with the program still right.
@@ -125,7 +127,7 @@ static void t_flags_live_and_verified(void)
 			EXPECT(!live[b], "fx_flags+0x%x has flags live (%#x): nothing there reads them", off, live[b]);
 	}
 	struct hp_plan p;
-	REQUIRE(hp_instrument_plan(m, mod, f, true, 0, &p, err, sizeof(err)) == 0, "plan: %s", err);
+	REQUIRE(hp_instrument_plan(m, mod, f, true, true, 0, &p, err, sizeof(err)) == 0, "plan: %s", err);
 	EXPECT(p.status == HP_PLAN_OK && p.verified, "not verified: %s", p.message);
 	EXPECT(p.instrument->kept_flags == 1, "%u blocks keep the flags, not 1", p.instrument->kept_flags);
 	/* The verifier can fail: an increment of another counter is refused. */
@@ -134,15 +136,35 @@ static void t_flags_live_and_verified(void)
 	EXPECT(strstr(p.verify_error, "counter"), "why: %s", p.verify_error);
 	hp_instrument_plan_free(&p);
 	const struct hp_function *loop = hp_model_find(m, "fx_loop", &mod, &amb);
-	REQUIRE(loop && hp_instrument_plan(m, mod, loop, false, 0, &p, err, sizeof(err)) == 0, "loop plan: %s", err);
+	REQUIRE(loop && hp_instrument_plan(m, mod, loop, false, true, 0, &p, err, sizeof(err)) == 0, "loop plan: %s",
+		err);
 	EXPECT(p.verified && p.instrument->kept_flags == 0, "fx_loop: verified %d, %u blocks keep flags", p.verified,
 	       p.instrument->kept_flags);
+	hp_instrument_plan_free(&p);
+	/* On edges: fx_loop needs 3 counters for its 7 blocks (the loop's back
+	 * edge in the tree), none on the loop head; fx_crit's critical edges
+	 * need stubs, which verify; a stub pointing elsewhere is refused. */
+	REQUIRE(hp_instrument_plan(m, mod, loop, true, false, 0, &p, err, sizeof(err)) == 0, "edges: %s", err);
+	EXPECT(p.verified && p.instrument->edges && p.instrument->nslots == 3 && p.instrument->block_slot[1] < 0,
+	       "fx_loop on edges: verified %d, edges %d, %u counters", p.verified, p.instrument->edges,
+	       p.instrument->nslots);
+	hp_instrument_plan_free(&p);
+	const struct hp_function *crit = hp_model_find(m, "fx_crit", &mod, &amb);
+	REQUIRE(crit && hp_instrument_plan(m, mod, crit, true, false, 0, &p, err, sizeof(err)) == 0, "crit: %s", err);
+	EXPECT(p.verified && p.instrument->edges && p.instrument->nstubs > 0, "fx_crit: verified %d (%s), %u stubs",
+	       p.verified, p.verify_error, p.instrument->nstubs);
+	if (p.instrument->nstubs) {
+		uint64_t a = p.instrument->stubs[0].addr - p.base;
+		int len = (int)hp_instrument_prefix_len(&p, 0, p.instrument->nblocks);
+		p.code[a + (uint64_t)len + 1] ^= 1; /* the stub's jump lands elsewhere */
+		EXPECT(!hp_plan_verify(m, &p), "a stub jumping elsewhere was verified");
+	}
 	hp_instrument_plan_free(&p);
 	hp_model_free(m);
 }
 
 /* Run `hotpathd measure ... --inline` in the background; its stdout and stderr on pipes. */
-static pid_t measure_start(int pid, const char *state, int *out, int *errfd)
+static pid_t measure_start(int pid, const char *state, bool every_block, int *out, int *errfd)
 {
 	int o[2], e[2];
 	char p[16];
@@ -156,8 +178,9 @@ static pid_t measure_start(int pid, const char *state, int *out, int *errfd)
 		dup2(e[1], 2);
 		close(o[0]);
 		close(e[0]);
-		execl(hp(), hp(), "measure", "pid", p, "fx_flags", "fx_loop", "--blocks", "--inline", "--json",
-		      "--seconds", "3600", "--state-dir", state, (char *)NULL);
+		execl(hp(), hp(), "measure", "pid", p, "fx_flags", "fx_loop", "fx_crit", "--blocks", "--inline",
+		      "--json", "--seconds", "3600", "--state-dir", state, every_block ? "--every-block" : "--inline",
+		      (char *)NULL);
 		_exit(127);
 	}
 	close(o[1]);
@@ -181,17 +204,32 @@ static uint64_t count_of(json_t *res, const char *fn, long off)
 	return UINT64_MAX;
 }
 
-static void t_inline_counts_exact(void)
+/* The count of the edge from +from to +to of fn in the report, or UINT64_MAX. */
+static uint64_t edge_of(json_t *j, const char *fn, long from, long to)
+{
+	size_t i;
+	json_t *e;
+	json_array_foreach(json_object_get(j, "edges"), i, e)
+	{
+		if (!strcmp(json_string_value(json_object_get(e, "function")), fn) &&
+		    json_integer_value(json_object_get(e, "from_offset")) == from &&
+		    json_integer_value(json_object_get(e, "to_offset")) == to)
+			return (uint64_t)json_integer_value(json_object_get(e, "count"));
+	}
+	return UINT64_MAX;
+}
+
+static void inline_counts_exact(bool every_block)
 {
 	struct fx f;
 	char state[300], line[512], cmd[600];
 
 	REQUIRE(fixture(), "the fixture does not compile");
-	snprintf(state, sizeof(state), "%s/state-exact", tu_tmpdir());
+	snprintf(state, sizeof(state), "%s/state-exact%d", tu_tmpdir(), every_block);
 	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
-	EXPECT(fx_round(&f) == 66000, "the original's sum");
+	EXPECT(fx_round(&f) == 83250, "the original's sum");
 	int out, errfd;
-	pid_t mp = measure_start(f.pid, state, &out, &errfd);
+	pid_t mp = measure_start(f.pid, state, every_block, &out, &errfd);
 	REQUIRE(mp > 0, "fork");
 	bool armed = false;
 	while (!armed && read_line(errfd, line, sizeof(line), 120000) == 0)
@@ -214,7 +252,7 @@ static void t_inline_counts_exact(void)
 	waitpid(mp, &st, 0);
 	close(out);
 	close(errfd);
-	EXPECT(sum == 66000, "the program's output changed under the counters: %ld", sum);
+	EXPECT(sum == 83250, "the program's output changed under the counters: %ld", sum);
 	EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0, "measure exited %d", WEXITSTATUS(st));
 	json_t *j = json_loads(json, 0, NULL);
 	if (j) {
@@ -233,6 +271,19 @@ static void t_inline_counts_exact(void)
 			EXPECT(count_of(res, "fx_loop", lo[i]) == lc[i],
 			       "fx_loop+%ld counted %" PRIu64 ", not %" PRIu64, lo[i], count_of(res, "fx_loop", lo[i]),
 			       lc[i]);
+		/* fx_crit: 750 calls each of x = 0, 1, 2, 3. */
+		const long co[] = { -1, 0, 13, 22, 25 };
+		const uint64_t cc[] = { 3000, 3000, 1500, 2250, 3000 };
+		for (int i = 0; i < 5; i++)
+			EXPECT(count_of(res, "fx_crit", co[i]) == cc[i],
+			       "fx_crit+%ld counted %" PRIu64 ", not %" PRIu64, co[i], count_of(res, "fx_crit", co[i]),
+			       cc[i]);
+		const long ef[] = { 0, 0, 13, 13, 22 }, et[] = { 13, 22, 22, 25, 25 };
+		const uint64_t ec[] = { 1500, 1500, 750, 750, 2250 };
+		for (int i = 0; i < 5; i++)
+			EXPECT(edge_of(j, "fx_crit", ef[i], et[i]) == ec[i],
+			       "fx_crit's edge +%ld -> +%ld counted %" PRIu64 ", not %" PRIu64, ef[i], et[i],
+			       edge_of(j, "fx_crit", ef[i], et[i]), ec[i]);
 		EXPECT(json_real_value(json_object_get(j, "exact_edge_share")) == 1.0, "not every edge exact");
 		EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(j, "mechanisms"), "block_count")),
 			       "inline_counter"),
@@ -245,8 +296,20 @@ static void t_inline_counts_exact(void)
 	snprintf(cmd, sizeof(cmd),
 		 "grep -c 'memfd:hotpath' /proc/%d/maps >/dev/null || ls '%s'/replace | grep -q journal", f.pid, state);
 	EXPECT(system(cmd) != 0, "something of the copy is left after the window");
-	EXPECT(fx_round(&f) == 66000, "the sum after the revert");
+	EXPECT(fx_round(&f) == 83250, "the sum after the revert");
 	fx_stop(&f);
+}
+
+/* Counters on edges (the default); at every block, where fx_flags+0x9 (live
+ * flags) has one. */
+static void t_inline_counts_exact(void)
+{
+	inline_counts_exact(false);
+}
+
+static void t_inline_counts_exact_every_block(void)
+{
+	inline_counts_exact(true);
 }
 
 static void t_inline_refusals(void)
@@ -267,7 +330,7 @@ static void t_inline_refusals(void)
 	       "fx_tiny was not refused with the reason: %d %s", WEXITSTATUS(st), out);
 	snprintf(cmd, sizeof(cmd), "grep -q 'memfd:hotpath' /proc/%d/maps", f.pid);
 	EXPECT(system(cmd) != 0, "a heap was left by a refused install");
-	EXPECT(fx_round(&f) == 66000, "the sum after the refusal");
+	EXPECT(fx_round(&f) == 83250, "the sum after the refusal");
 	int dead = f.pid;
 	fx_stop(&f);
 	snprintf(cmd, sizeof(cmd), "%s measure pid %d fx_flags --blocks --inline --seconds 1 --state-dir '%s' 2>&1",
@@ -288,6 +351,7 @@ int main(void)
 		TEST_EXIT();
 	}
 	RUN(t_inline_counts_exact);
+	RUN(t_inline_counts_exact_every_block);
 	RUN(t_inline_refusals);
 	tu_cleanup();
 	TEST_EXIT();
