@@ -108,6 +108,16 @@ static void on_signal(int sig)
 	stop_window = true;
 }
 
+/* Ctrl-C (and SIGTERM) end the window early. */
+static void end_window_on_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
 static double mono_s(void)
 {
 	struct timespec ts;
@@ -749,11 +759,7 @@ static int measure_inline(const struct args *a)
 		goto out;
 	}
 	double t0 = mono_s();
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	end_window_on_signals();
 	fprintf(stderr, "measuring %s: %zu rows armed (inline counters, %s) for %u s (Ctrl-C ends the window early)\n",
 		desc, nrows, a->plain ? "plain increments" : "locked increments", a->seconds);
 	bool gone = false;
@@ -942,11 +948,7 @@ int cmd_measure(int argc, char **argv)
 		       r == -HP_MEASURE_E_USAGE     ? HP_EXIT_USAGE :
 						      HP_EXIT_ERROR;
 	}
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	end_window_on_signals();
 	/* On stderr in both forms: scripts wait for "armed" before starting the workload. */
 	fprintf(stderr, "measuring %s: %zu row%s armed for %u s (Ctrl-C ends the window early)\n",
 		hp_measure_target_desc(h), hp_measure_nrows(h), hp_measure_nrows(h) == 1 ? "" : "s", a.seconds);
