@@ -12,11 +12,22 @@
  * way through the measurement API. Kinds this host refuses are listed with the
  * kernel's reason.
  *
+ * Inline counters (replace/counters.h, `measure --blocks --inline`): a child
+ * process runs a tight loop (one 4-instruction block per iteration) and
+ * reports its CPU ns per iteration; the loop is run plain, with a counted
+ * copy installed (counters on edges, the default: the loop's self edge is
+ * counted in a stub; locked increments, then plain ones), and with uprobes
+ * at its blocks (the agent's block count); the cost of one counter is the
+ * difference per iteration (one counter each), the slowdowns are the
+ * ratios to the plain loop. The counted copy's count of the loop block is
+ * checked against the iterations run.
+ *
  * usage: probe_cost [SECONDS_PER_KIND]   (default 2)
  */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +36,14 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include "host/caps.h"
 #include "host/procmaps.h"
 #include "measure/measure.h"
+#include "replace/counters.h"
+#include "target/target.h"
 #include "trigger.skel.h"
 
 /* The probed code: a nop (emulated by uprobes) and a lea (single-stepped out of line). */
@@ -37,6 +53,13 @@ __asm__(".text\n"
 	".size bench_lea, .-bench_lea\n");
 long bench_nop(long x);
 long bench_lea(long x);
+/* The tight loop: a 5-byte entry block (room for the entry jump), then one
+ * block per iteration. */
+__asm__(".globl bench_tight\n.type bench_tight,@function\nbench_tight:\n"
+	"\txor %eax, %eax\n\txor %ecx, %ecx\n\tnop\n"
+	"1:\tadd %rcx, %rax\n\tinc %rcx\n\tcmp %rdi, %rcx\n\tjb 1b\n\tret\n"
+	".size bench_tight, .-bench_tight\n");
+long bench_tight(long n);
 
 enum trigger { CALL_NOP, CALL_LEA, SYSCALL };
 
@@ -239,6 +262,155 @@ static double measure_agent(const char *name, uint32_t metrics, const char *ref)
 	return ns;
 }
 
+/* The child running the tight loop: for each n it reads, runs bench_tight(n)
+ * and writes back its CPU ns. */
+struct child {
+	pid_t pid;
+	int cmd, res;
+};
+
+static int child_start(struct child *c)
+{
+	int a[2], b[2];
+	if (pipe(a) < 0 || pipe(b) < 0)
+		return -1;
+	c->pid = fork();
+	if (c->pid == 0) {
+		long n;
+		close(a[1]);
+		close(b[0]);
+		while (read(a[0], &n, sizeof(n)) == sizeof(n)) {
+			double c0 = now_s(CLOCK_THREAD_CPUTIME_ID);
+			sink += bench_tight(n);
+			double ns = (now_s(CLOCK_THREAD_CPUTIME_ID) - c0) * 1e9;
+			if (write(b[1], &ns, sizeof(ns)) != sizeof(ns))
+				break;
+		}
+		_exit(0);
+	}
+	close(a[0]);
+	close(b[1]);
+	c->cmd = a[1];
+	c->res = b[0];
+	return c->pid > 0 ? 0 : -1;
+}
+
+/* CPU ns per iteration of the child's loop over n iterations (best of 3: the least disturbed). */
+static double child_ns_per_iter(struct child *c, long n)
+{
+	double best = INFINITY;
+	for (int i = 0; i < 3; i++) {
+		double ns;
+		if (write(c->cmd, &n, sizeof(n)) != sizeof(n) || read(c->res, &ns, sizeof(ns)) != sizeof(ns))
+			return NAN;
+		if (ns / (double)n < best)
+			best = ns / (double)n;
+	}
+	return best;
+}
+
+struct inline_figures {
+	double base_ns, inline_ns, plain_ns, uprobe_ns; /* per iteration; NAN when unavailable */
+	char why[512];
+};
+
+/* One counted window: install, run, check the loop block's count, revert. */
+static double counted_run(struct child *c, struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
+			  bool plain, long n, char *why, size_t wlen)
+{
+	char state[] = "/tmp/hotpath-probe-cost-XXXXXX", err[1024];
+	struct hp_counted cn;
+	if (!mkdtemp(state)) {
+		snprintf(why, wlen, "no state folder");
+		return NAN;
+	}
+	double ns = NAN;
+	if (hp_counted_install(c->pid, m, state, &f, &mod, 1, plain, false, &cn, err, sizeof(err)) < 0) {
+		snprintf(why, wlen, "inline counters: %.400s", err);
+	} else {
+		ns = child_ns_per_iter(c, n);
+		uint64_t counts[8] = { 0 };
+		if (f->nblocks > 8 || hp_counted_read(&cn, 0, counts, NULL, err, sizeof(err)) < 0) {
+			snprintf(why, wlen, "inline counters: %.400s", f->nblocks > 8 ? "unexpected blocks" : err);
+			ns = NAN;
+		} else if (counts[1] != 3 * (uint64_t)n) {
+			snprintf(why, wlen, "inline counters: the loop block counted %" PRIu64 ", not %ld", counts[1],
+				 3 * n);
+			ns = NAN;
+		}
+		if (hp_counted_revert(&cn, err, sizeof(err)) < 0) {
+			snprintf(why, wlen, "inline counters: %.400s", err);
+			ns = NAN;
+		}
+	}
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", state);
+	return ns;
+}
+
+static void measure_inline(struct inline_figures *r)
+{
+	struct child c;
+	struct hp_model *m = NULL;
+	char err[1024];
+	long n = (long)(seconds_per_kind * 2e8); /* about a second per run unmeasured */
+
+	r->base_ns = r->inline_ns = r->plain_ns = r->uprobe_ns = NAN;
+	snprintf(r->why, sizeof(r->why), "not measured");
+	if (child_start(&c) < 0) {
+		snprintf(r->why, sizeof(r->why), "fork: %s", strerror(errno));
+		return;
+	}
+	struct hp_open_opts oo = { .only_function = "bench_tight", .quiet = true };
+	const struct hp_module *mod = NULL;
+	const struct hp_function *f = NULL;
+	bool amb;
+	if (hp_model_open_pid(c.pid, &oo, &m, err, sizeof(err)) < 0 ||
+	    !(f = hp_model_find(m, "bench_tight", &mod, &amb))) {
+		snprintf(r->why, sizeof(r->why), "no model of the loop: %.400s", m ? "bench_tight not found" : err);
+		goto out;
+	}
+	r->base_ns = child_ns_per_iter(&c, n);
+	r->inline_ns = counted_run(&c, m, mod, f, false, n, r->why, sizeof(r->why));
+	r->plain_ns = counted_run(&c, m, mod, f, true, n, r->why, sizeof(r->why));
+	/* Uprobes trap at every block: a thousandth of the iterations. */
+	const char *res[] = { "bench_tight" };
+	struct hp_measure_spec spec = { .target = HP_MEASURE_PID,
+					.pid = c.pid,
+					.resources = res,
+					.nresources = 1,
+					.blocks = true,
+					.metrics = HP_METRIC_BIT(HP_METRIC_COUNT) };
+	struct hp_measure *h = NULL;
+	if (hp_measure_open(&spec, NULL, &h, err, sizeof(err)) < 0) {
+		snprintf(r->why, sizeof(r->why), "uprobes: %.400s", err);
+	} else {
+		r->uprobe_ns = child_ns_per_iter(&c, n / 1000 > 1000 ? n / 1000 : 1000);
+		hp_measure_close(h);
+	}
+	printf("\ninline counters: a tight loop (one block per iteration) in a child process, CPU ns per iteration\n");
+	printf("%-40s %12.2f\n", "plain loop", r->base_ns);
+	printf("%-40s %12.2f   %.2fx\n", "counted inline (lock inc)", r->inline_ns, r->inline_ns / r->base_ns);
+	printf("%-40s %12.2f   %.2fx\n", "counted inline (plain inc)", r->plain_ns, r->plain_ns / r->base_ns);
+	printf("%-40s %12.2f   %.0fx\n", "counted by uprobes (--blocks)", r->uprobe_ns, r->uprobe_ns / r->base_ns);
+out:
+	hp_model_free(m);
+	close(c.cmd);
+	close(c.res);
+	kill(c.pid, SIGKILL);
+	waitpid(c.pid, NULL, 0);
+}
+
+static void print_x(const char *name, double ns, double base, const char *last)
+{
+	if (!isnan(ns) && !isnan(base) && base > 0)
+		printf(" %s %.2fx%s", name, ns / base, last);
+	else
+		printf(" %s unavailable%s", name, last);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -282,6 +454,10 @@ int main(int argc, char **argv)
 	double timer_ns =
 		measure_agent("hotpathd wall+vtime", HP_METRIC_BIT(HP_METRIC_WALL) | HP_METRIC_BIT(HP_METRIC_VTIME),
 			      "agent programs, entry+exit per call");
+	struct inline_figures in;
+	measure_inline(&in);
+	if (isnan(in.inline_ns) || isnan(in.plain_ns) || isnan(in.uprobe_ns))
+		printf("inline counters: %s\n", in.why);
 	/* Only what was measured in this run gets a figure; the rest says unavailable (its row above
 	 * says why). */
 	printf("\nprobe_cost:");
@@ -296,8 +472,16 @@ int main(int argc, char **argv)
 	else
 		printf(" hotpathd count unavailable,");
 	if (!isnan(timer_ns))
-		printf(" wall+vtime %.0f ns/call\n", timer_ns);
+		printf(" wall+vtime %.0f ns/call,", timer_ns);
 	else
-		printf(" wall+vtime unavailable\n");
+		printf(" wall+vtime unavailable,");
+	if (!isnan(in.inline_ns) && !isnan(in.base_ns))
+		printf(" inline counter %.2f ns/block;", in.inline_ns - in.base_ns);
+	else
+		printf(" inline counter unavailable;");
+	printf(" tight loop");
+	print_x("inline", in.inline_ns, in.base_ns, ",");
+	print_x("plain", in.plain_ns, in.base_ns, ",");
+	print_x("uprobes", in.uprobe_ns, in.base_ns, "\n");
 	return 0;
 }

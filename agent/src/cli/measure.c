@@ -18,9 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "base/json.h"
+#include "plan/instrument.h"
+#include "replace/counters.h"
 #include "replace/install.h"
 #include "measure/measure.h"
 
@@ -56,6 +59,15 @@ static const char usage_text[] =
 	"                   timers also count calls, for per-call values (ns/call)\n"
 	"  --blocks         also measure every basic block of each function; exact\n"
 	"                   block counts give edge counts (KernInst flow conservation)\n"
+	"  --inline         (pid targets, with --blocks, count only) count blocks with\n"
+	"                   counters spliced into an installed copy of each function\n"
+	"                   instead of uprobes: no trap per block; the copy is installed\n"
+	"                   like a plan (journal, entry, call sites) for the window and\n"
+	"                   reverted after it. RESOURCEs are function names\n"
+	"  --plain          with --inline: increments without a lock prefix (cheaper;\n"
+	"                   exact only while one thread at a time runs the function)\n"
+	"  --every-block    with --inline: a counter before every block, instead of on\n"
+	"                   the edges off a spanning tree (block counts derived)\n"
 	"  --pid P          count only in process P\n"
 	"  --comm C         count only in threads named C\n"
 	"  --cgroup G       count only in cgroup v2 G (a path, absolute or under the\n"
@@ -96,6 +108,16 @@ static void on_signal(int sig)
 	stop_window = true;
 }
 
+/* Ctrl-C (and SIGTERM) end the window early. */
+static void end_window_on_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
 static double mono_s(void)
 {
 	struct timespec ts;
@@ -114,6 +136,7 @@ struct args {
 	const char **words;
 	unsigned seconds;
 	bool json;
+	bool inline_counts, plain, every_block;
 	const char *state_dir;
 };
 
@@ -137,6 +160,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->json = true;
 		} else if (!strcmp(o, "--blocks")) {
 			a->spec.blocks = true;
+		} else if (!strcmp(o, "--inline")) {
+			a->inline_counts = true;
+		} else if (!strcmp(o, "--plain")) {
+			a->plain = true;
+		} else if (!strcmp(o, "--every-block")) {
+			a->every_block = true;
 		} else if (!strcmp(o, "--partial")) {
 			a->spec.allow_partial = true;
 		} else if (!strcmp(o, "--state-dir")) {
@@ -200,6 +229,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 		return usage_error("missing RESOURCE (a function name, function+0xOFF or an address)");
 	a->spec.resources = pos + first;
 	a->spec.nresources = npos - first;
+	if ((a->plain || a->every_block) && !a->inline_counts)
+		return usage_error("--plain and --every-block go with --inline");
+	if (a->inline_counts &&
+	    (a->spec.target != HP_MEASURE_PID || !a->spec.blocks || a->spec.metrics != HP_METRIC_BIT(HP_METRIC_COUNT) ||
+	     a->spec.where_pid || a->spec.where_comm || a->spec.where_cgroup || a->spec.sample_hz))
+		return usage_error(
+			"--inline counts the blocks of a pid target's functions: it takes --blocks, the count "
+			"metric only, and no predicates");
 	return 0;
 }
 
@@ -506,15 +543,35 @@ static void report_mechanisms(struct out *o, const struct hp_measure_row *rows, 
 		printf("\n");
 }
 
-static void report(struct out *o, struct hp_measure *h, const struct args *a, const struct hp_measure_reading *r,
+/* What a report is about: a measurement's handle, or inline counters. */
+struct source {
+	const struct hp_measure_row *rows;
+	const struct hp_model *m;
+	const char *desc;
+	enum hp_measure_state st;
+	char detail[512];
+	int pids[HP_MEASURE_MAX_PIDS];
+	size_t npids;
+};
+
+static void source_of(struct hp_measure *h, struct source *s)
+{
+	s->rows = hp_measure_rows(h);
+	s->m = hp_measure_model(h);
+	s->desc = hp_measure_target_desc(h);
+	s->st = hp_measure_state(h, s->detail, sizeof(s->detail));
+	s->npids = hp_measure_pids(h, s->pids, HP_MEASURE_MAX_PIDS);
+}
+
+static void report(struct out *o, const struct source *s, const struct args *a, const struct hp_measure_reading *r,
 		   const struct hp_function_edges *fe, size_t nfe)
 {
-	const struct hp_measure_row *rows = hp_measure_rows(h);
-	const struct hp_model *m = hp_measure_model(h);
-	char detail[512];
-	enum hp_measure_state st = hp_measure_state(h, detail, sizeof(detail));
-	int pids[HP_MEASURE_MAX_PIDS];
-	size_t npids = hp_measure_pids(h, pids, HP_MEASURE_MAX_PIDS);
+	const struct hp_measure_row *rows = s->rows;
+	const struct hp_model *m = s->m;
+	const char *detail = s->detail;
+	enum hp_measure_state st = s->st;
+	const int *pids = s->pids;
+	size_t npids = s->npids;
 	bool any_block = false, sampled_blocks = false;
 	for (size_t i = 0; i < r->nrows; i++)
 		if (rows[i].kind == HP_ROW_BLOCK) {
@@ -527,8 +584,8 @@ static void report(struct out *o, struct hp_measure *h, const struct args *a, co
 		a->spec.metrics | ((a->spec.metrics & HP_METRICS_TIMERS) ? HP_METRIC_BIT(HP_METRIC_COUNT) : 0);
 	hp_metrics_format(metrics, mlist, sizeof(mlist));
 	if (!o->json) {
-		printf("measured %s for %.3f s: %s%s%s\n", hp_measure_target_desc(h), r->seconds,
-		       hp_measure_state_name(st), detail[0] ? ": " : "", detail);
+		printf("measured %s for %.3f s: %s%s%s\n", s->desc, r->seconds, hp_measure_state_name(st),
+		       detail[0] ? ": " : "", detail);
 		report_mechanisms(o, rows, r->nrows, metrics);
 		report_rows(o, rows, r, metrics);
 		report_edges(o, rows, fe, nfe, any_block, sampled_blocks);
@@ -549,7 +606,7 @@ static void report(struct out *o, struct hp_measure *h, const struct args *a, co
 		  a->spec.target == HP_MEASURE_KERNEL ? "kernel" :
 		  a->spec.target == HP_MEASURE_PID    ? "pid" :
 							"comm");
-	json_kstr(&o->j, "description", hp_measure_target_desc(h));
+	json_kstr(&o->j, "description", s->desc);
 	if (a->spec.target == HP_MEASURE_KERNEL) {
 		json_kstr(&o->j, "release", m->release);
 		json_kstr(&o->j, "build_id", m->build_id);
@@ -602,6 +659,250 @@ static void report(struct out *o, struct hp_measure *h, const struct args *a, co
 	json_obj_end(&o->j);
 }
 
+/* With counters on edges, every edge of the report whose ends are one
+ * counting edge (two blocks, or the entry, or a block's only way out) has
+ * its count from the counters, exact, whatever the block counts alone
+ * allow deriving. */
+static void edges_as_counted(struct hp_edge_result *er, const struct hp_counter_edge *ce, uint32_t nce,
+			     const uint64_t *ec)
+{
+	for (size_t k = 0; k < er->nedges; k++) {
+		struct hp_edge *e = &er->edges[k];
+		uint32_t from = e->from == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : e->from,
+			 to = e->to == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : e->to;
+		size_t same = 0;
+		for (size_t j = 0; j < er->nedges; j++) {
+			uint32_t f2 = er->edges[j].from == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : er->edges[j].from,
+				 t2 = er->edges[j].to == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : er->edges[j].to;
+			same += f2 == from && t2 == to;
+		}
+		if (same != 1 || (from == HP_COUNTER_OUTSIDE && e->kind != HP_EDGE_ENTRY))
+			continue; /* two edges the counters see as one, or an indirect arrival */
+		for (uint32_t j = 0; j < nce; j++)
+			if (ce[j].from == from && ce[j].to == to) {
+				if (e->how != HP_EDGE_EXACT)
+					er->nexact++;
+				e->count = e->low = e->high = ec[j];
+				e->how = HP_EDGE_EXACT;
+				break;
+			}
+	}
+}
+
+/* A window of inline counters (--inline): counted copies installed for the
+ * window (replace/counters.h), their counters read live, the copies
+ * reverted, then the report --blocks gives, with the mechanism
+ * inline_counter. A process that exits during the window takes its
+ * counters with it: that is an error, not a partial report. */
+static int measure_inline(const struct args *a)
+{
+	char err[2048], comm[64] = "?", desc[128];
+	int pid = a->spec.pid, rc = HP_EXIT_ERROR, r;
+	size_t n = a->spec.nresources;
+	struct hp_byte_patch *bp = NULL;
+	size_t nbp = 0;
+	struct hp_model *m = NULL;
+	struct hp_counted c = { 0 };
+	uint64_t **counts = NULL;
+	struct hp_measure_row *rows = NULL;
+	struct hp_measure_reading rd = { 0 };
+	struct hp_function_edges *fe = NULL;
+	size_t nrows = 0;
+	uint64_t **ecounts = NULL;
+	struct hp_counter_edge **cedges = NULL;
+	uint32_t *ncedges = NULL;
+
+	hp_installed_patches(a->state_dir, pid, &bp, &nbp);
+	struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
+	r = hp_model_open_pid(pid, &oo, &m, err, sizeof(err));
+	free(bp);
+	if (r < 0) {
+		fprintf(stderr, "hotpathd measure: %s\n", err);
+		return r == -ESRCH || r == -ENOENT ? HP_EXIT_NOT_FOUND : HP_EXIT_ERROR;
+	}
+	const struct hp_function **fns = calloc(n + 1, sizeof(*fns));
+	const struct hp_module **mods = calloc(n + 1, sizeof(*mods));
+	if (!fns || !mods)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		bool amb = false;
+		fns[i] = hp_model_find(m, a->spec.resources[i], &mods[i], &amb);
+		if (!fns[i]) {
+			fprintf(stderr, "hotpathd measure: %s: %s\n", a->spec.resources[i],
+				amb ? "ambiguous name (use module:name)" :
+				      "no such function (--inline counts whole functions: give their names)");
+			rc = HP_EXIT_NOT_FOUND;
+			goto out;
+		}
+		for (size_t k = 0; k < i; k++)
+			if (fns[k] == fns[i]) {
+				fprintf(stderr, "hotpathd measure: %s is named twice\n", fns[i]->name);
+				rc = HP_EXIT_USAGE;
+				goto out;
+			}
+		nrows += 1 + fns[i]->nblocks;
+	}
+	snprintf(err, sizeof(err), "/proc/%d/comm", pid);
+	FILE *cf = fopen(err, "r");
+	if (cf) {
+		if (fgets(comm, sizeof(comm), cf))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(cf);
+	}
+	snprintf(desc, sizeof(desc), "process %d (%s)", pid, comm);
+	struct timespec ts0, ts1;
+	clock_gettime(CLOCK_REALTIME, &ts0);
+	r = hp_counted_install(pid, m, a->state_dir, fns, mods, n, a->plain, a->every_block, &c, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "hotpathd measure: %s\n", err);
+		rc = r == -ESRCH ? HP_EXIT_NOT_FOUND : HP_EXIT_ERROR;
+		goto out;
+	}
+	double t0 = mono_s();
+	end_window_on_signals();
+	fprintf(stderr, "measuring %s: %zu rows armed (inline counters, %s) for %u s (Ctrl-C ends the window early)\n",
+		desc, nrows, a->plain ? "plain increments" : "locked increments", a->seconds);
+	bool gone = false;
+	while (!stop_window && !gone && mono_s() < t0 + a->seconds) {
+		struct timespec nap = { 0, 100 * 1000 * 1000 };
+		nanosleep(&nap, NULL);
+		gone = kill(pid, 0) < 0 && errno == ESRCH;
+	}
+	double secs = mono_s() - t0;
+	clock_gettime(CLOCK_REALTIME, &ts1);
+	counts = calloc(n + 1, sizeof(*counts));
+	ecounts = calloc(n + 1, sizeof(*ecounts));
+	cedges = calloc(n + 1, sizeof(*cedges));
+	ncedges = calloc(n + 1, sizeof(*ncedges));
+	if (!counts || !ecounts || !cedges || !ncedges) {
+		fprintf(stderr, "hotpathd measure: out of memory\n");
+		goto revert;
+	}
+	for (size_t i = 0; i < n && !gone; i++) {
+		const struct hp_instrument *ins = c.fns[i].plan.instrument;
+		counts[i] = calloc(fns[i]->nblocks + 1, sizeof(uint64_t));
+		if (ins->edges) { /* the counted edges, kept for the report */
+			ncedges[i] = ins->ncedges;
+			cedges[i] = malloc((ins->ncedges + 1) * sizeof(*cedges[i]));
+			ecounts[i] = calloc(ins->ncedges + 1, sizeof(uint64_t));
+		}
+		if (!counts[i] || (ins->edges && (!cedges[i] || !ecounts[i])) ||
+		    (r = hp_counted_read(&c, i, counts[i], ecounts[i], err, sizeof(err))) < 0) {
+			fprintf(stderr, "hotpathd measure: %s\n", r < 0 ? err : "out of memory");
+			gone = r == -ESRCH;
+			goto revert;
+		}
+		if (cedges[i])
+			memcpy(cedges[i], ins->cedges, ins->ncedges * sizeof(*cedges[i]));
+	}
+	if (gone) {
+		fprintf(stderr,
+			"hotpathd measure: process %d exited during the window: its inline counters went with it\n",
+			pid);
+		rc = HP_EXIT_NOT_FOUND;
+		goto revert;
+	}
+	rc = HP_EXIT_OK;
+revert:
+	if (hp_counted_revert(&c, err, sizeof(err)) < 0 && !gone) {
+		fprintf(stderr, "hotpathd measure: %s\n", err);
+		rc = HP_EXIT_ERROR;
+	}
+	if (rc != HP_EXIT_OK)
+		goto out;
+	/* The rows and values --blocks reports, from the counters. */
+	rc = HP_EXIT_ERROR;
+	rows = calloc(nrows + 1, sizeof(*rows));
+	rd.rows = calloc(nrows + 1, sizeof(*rd.rows));
+	fe = calloc(n + 1, sizeof(*fe));
+	if (!rows || !rd.rows || !fe)
+		goto out;
+	rd.nrows = nrows;
+	rd.seconds = secs;
+	rd.state = HP_MEASURE_RUNNING;
+	rd.start_unix_ns = (int64_t)ts0.tv_sec * 1000000000 + ts0.tv_nsec;
+	rd.end_unix_ns = (int64_t)ts1.tv_sec * 1000000000 + ts1.tv_nsec;
+	const char *mech = hp_mech_name(HP_MECH_INLINE_COUNTER);
+	size_t row = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct hp_function *f = fns[i];
+		const struct hp_module *mod = mods[i];
+		size_t frow = row;
+		fe[i].function_row = frow;
+		fe[i].nblocks = f->nblocks;
+		fe[i].block_rows = malloc((f->nblocks + 1) * sizeof(uint32_t));
+		fe[i].block_offsets = malloc((f->nblocks + 1) * sizeof(uint32_t));
+		if (!fe[i].block_rows || !fe[i].block_offsets)
+			goto out;
+		for (uint32_t b = 0; b <= f->nblocks; b++, row++) {
+			struct hp_measure_row *p = &rows[row];
+			bool block = b > 0;
+			const struct hp_block *bl = block ? &mod->blocks[f->block_start + b - 1] : NULL;
+			uint64_t v = counts[i][block ? b - 1 :
+						       0]; /* the function row: hits of its entry, as a probe counts */
+			p->kind = block ? HP_ROW_BLOCK : HP_ROW_FUNCTION;
+			p->resource = a->spec.resources[i];
+			p->function = f->name;
+			p->module = mod->name;
+			p->module_index = (uint32_t)(mod - m->mods);
+			p->function_index = (uint32_t)(f - mod->funcs);
+			p->function_address = f->addr;
+			p->function_size = f->size;
+			p->function_row = block ? (uint32_t)frow : HP_ROW_NONE;
+			if (block) {
+				p->block_address = f->addr + bl->offset;
+				p->block_offset = bl->offset;
+				p->block_size = bl->size;
+				fe[i].block_rows[b - 1] = (uint32_t)row;
+				fe[i].block_offsets[b - 1] = bl->offset;
+			}
+			p->run_address = block ? p->block_address : p->function_address;
+			p->metric[HP_METRIC_COUNT] = (struct hp_metric_info){ .requested = true,
+									      .available = true,
+									      .label = HP_LABEL_EXACT,
+									      .mechanism = mech,
+									      .reason = "" };
+			rd.rows[row].v[HP_METRIC_COUNT] = (struct hp_metric_value){
+				.present = true,
+				.value = (double)v,
+				.total = v,
+				.unit = hp_metric_unit(HP_METRIC_COUNT, block),
+				.label = HP_LABEL_EXACT,
+				.mechanism = mech,
+			};
+		}
+		uint64_t entries = counts[i][0];
+		if (hp_edges_derive(mod, f, counts[i], NULL, &entries, &fe[i].edges) < 0)
+			goto out;
+		if (ecounts[i])
+			edges_as_counted(&fe[i].edges, cedges[i], ncedges[i], ecounts[i]);
+	}
+	struct source src = { .rows = rows, .m = m, .desc = desc, .st = HP_MEASURE_RUNNING, .npids = 1 };
+	src.pids[0] = pid;
+	snprintf(src.detail, sizeof(src.detail), "counted inline in an installed copy, reverted after the window");
+	struct out o = { .json = a->json };
+	report(&o, &src, a, &rd, fe, n);
+	rc = HP_EXIT_OK;
+out:
+	if (fe)
+		hp_measure_edges_free(fe, n);
+	free(rd.rows);
+	free(rows);
+	for (size_t i = 0; i < n; i++) {
+		free(counts ? counts[i] : NULL);
+		free(ecounts ? ecounts[i] : NULL);
+		free(cedges ? cedges[i] : NULL);
+	}
+	free(counts);
+	free(ecounts);
+	free(cedges);
+	free(ncedges);
+	free(fns);
+	free(mods);
+	hp_model_free(m);
+	return rc;
+}
+
 int cmd_measure(int argc, char **argv)
 {
 	struct args a;
@@ -617,6 +918,11 @@ int cmd_measure(int argc, char **argv)
 	}
 	char err[2048];
 	struct hp_measure *h = NULL;
+	if (a.inline_counts) {
+		rc = measure_inline(&a);
+		free(a.words);
+		return rc;
+	}
 	/* Installed copies in the process: measured where they run. */
 	struct hp_measure_env env = { 0 };
 	struct hp_moved_code *moved = NULL;
@@ -642,11 +948,7 @@ int cmd_measure(int argc, char **argv)
 		       r == -HP_MEASURE_E_USAGE     ? HP_EXIT_USAGE :
 						      HP_EXIT_ERROR;
 	}
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	end_window_on_signals();
 	/* On stderr in both forms: scripts wait for "armed" before starting the workload. */
 	fprintf(stderr, "measuring %s: %zu row%s armed for %u s (Ctrl-C ends the window early)\n",
 		hp_measure_target_desc(h), hp_measure_nrows(h), hp_measure_nrows(h) == 1 ? "" : "s", a.seconds);
@@ -675,7 +977,9 @@ int cmd_measure(int argc, char **argv)
 		goto out;
 	}
 	struct out o = { .json = a.json };
-	report(&o, h, &a, &tot, fe, nfe);
+	struct source src;
+	source_of(h, &src);
+	report(&o, &src, &a, &tot, fe, nfe);
 	hp_measure_edges_free(fe, nfe);
 	hp_measure_reading_free(&tot);
 	rc = HP_EXIT_OK;

@@ -142,4 +142,21 @@ int hp_isa_relocate(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t
 /* Fill n bytes with the longest multi-byte nops. Returns 0 or -1. */
 int hp_isa_nop_fill(uint8_t *out, size_t n);
 
+/* The status flags (CF, PF, AF, ZF, SF, OF as their EFLAGS bits) the
+ * instruction at code reads, and writes (a flag left undefined counts as
+ * written). Returns 0 or -1 when the bytes do not decode. */
+#define HP_ISA_STATUS_FLAGS 0x8d5u
+int hp_isa_flags(const uint8_t *code, size_t len, unsigned *reads, unsigned *writes);
+/*
+ * A counter increment placed at addr: "inc qword [counter]" (rip-relative,
+ * with a lock prefix when lock), and when keep_flags, wrapped so that the
+ * status flags survive it: "lea rsp, [rsp-red_zone]; pushfq; inc; popfq;
+ * lea rsp, [rsp+red_zone]" (red_zone 128 in user code, where the bytes
+ * below rsp may be live; 0 in the kernel). Its length does not depend on
+ * the addresses (the displacement is always 32 bits); *disp_at gets the
+ * offset of that displacement in out. Returns the length or -1.
+ */
+int hp_isa_encode_counter(bool lock, bool keep_flags, uint32_t red_zone, uint64_t addr, uint64_t counter, uint8_t *out,
+			  size_t outlen, uint32_t *disp_at);
+
 #endif

@@ -246,3 +246,26 @@ int hp_isa_traits(const uint8_t *code, size_t len, unsigned *traits)
 	*traits = t;
 	return 0;
 }
+
+int hp_isa_flags(const uint8_t *code, size_t len, unsigned *reads, unsigned *writes)
+{
+	ZydisDecoderContext ctx;
+	ZydisDecodedInstruction in;
+
+	pthread_once(&init_once, isa_init);
+	if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&decoder, &ctx, code, len, &in)))
+		return -1;
+	*reads = *writes = 0;
+	if (in.cpu_flags) {
+		*reads = in.cpu_flags->tested & HP_ISA_STATUS_FLAGS;
+		*writes =
+			(in.cpu_flags->modified | in.cpu_flags->set_0 | in.cpu_flags->set_1 | in.cpu_flags->undefined) &
+			HP_ISA_STATUS_FLAGS;
+	}
+	/* pushf reads every flag, popf writes every one (Zydis lists them
+	 * among the modified/tested flags as well; this keeps it explicit). */
+	if (in.mnemonic == ZYDIS_MNEMONIC_PUSHFQ || in.mnemonic == ZYDIS_MNEMONIC_PUSHF ||
+	    in.mnemonic == ZYDIS_MNEMONIC_LAHF)
+		*reads |= HP_ISA_STATUS_FLAGS;
+	return 0;
+}

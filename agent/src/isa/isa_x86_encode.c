@@ -140,3 +140,75 @@ int hp_isa_nop_fill(uint8_t *out, size_t n)
 {
 	return n == 0 || ZYAN_SUCCESS(ZydisEncoderNopFill(out, n)) ? 0 : -1;
 }
+
+/* One instruction of the counter sequence: encoded by Zydis at addr. */
+static int encode_one(ZydisEncoderRequest *req, uint64_t addr, uint8_t *out, size_t outlen)
+{
+	ZyanUSize n = outlen;
+
+	req->machine_mode = ZYDIS_MACHINE_MODE_LONG_64;
+	if (!ZYAN_SUCCESS(ZydisEncoderEncodeInstructionAbsolute(req, out, &n, addr)))
+		return -1;
+	return (int)n;
+}
+
+static int encode_lea_rsp(int32_t delta, uint64_t addr, uint8_t *out, size_t outlen)
+{
+	ZydisEncoderRequest req;
+
+	memset(&req, 0, sizeof(req));
+	req.mnemonic = ZYDIS_MNEMONIC_LEA;
+	req.operand_count = 2;
+	req.operands[0].type = ZYDIS_OPERAND_TYPE_REGISTER;
+	req.operands[0].reg.value = ZYDIS_REGISTER_RSP;
+	req.operands[1].type = ZYDIS_OPERAND_TYPE_MEMORY;
+	req.operands[1].mem.base = ZYDIS_REGISTER_RSP;
+	req.operands[1].mem.displacement = delta;
+	req.operands[1].mem.size = 8;
+	return encode_one(&req, addr, out, outlen);
+}
+
+static int encode_plain(ZydisMnemonic mn, uint64_t addr, uint8_t *out, size_t outlen)
+{
+	ZydisEncoderRequest req;
+
+	memset(&req, 0, sizeof(req));
+	req.mnemonic = mn;
+	return encode_one(&req, addr, out, outlen);
+}
+
+int hp_isa_encode_counter(bool lock, bool keep_flags, uint32_t red_zone, uint64_t addr, uint64_t counter, uint8_t *out,
+			  size_t outlen, uint32_t *disp_at)
+{
+	ZydisEncoderRequest req;
+	size_t at = 0;
+	int n;
+
+	pthread_once(&init_once, encode_init);
+#define PUT(expr)                     \
+	do {                          \
+		if ((n = (expr)) < 0) \
+			return -1;    \
+		at += (size_t)n;      \
+	} while (0)
+	if (keep_flags && red_zone)
+		PUT(encode_lea_rsp(-(int32_t)red_zone, addr + at, out + at, outlen - at));
+	if (keep_flags)
+		PUT(encode_plain(ZYDIS_MNEMONIC_PUSHFQ, addr + at, out + at, outlen - at));
+	memset(&req, 0, sizeof(req));
+	req.mnemonic = ZYDIS_MNEMONIC_INC;
+	req.prefixes = lock ? ZYDIS_ATTRIB_HAS_LOCK : 0;
+	req.operand_count = 1;
+	req.operands[0].type = ZYDIS_OPERAND_TYPE_MEMORY;
+	req.operands[0].mem.base = ZYDIS_REGISTER_RIP;
+	req.operands[0].mem.displacement = (ZyanI64)counter;
+	req.operands[0].mem.size = 8;
+	PUT(encode_one(&req, addr + at, out + at, outlen - at));
+	*disp_at = (uint32_t)(at - 4); /* inc m64 has no immediate: the displacement ends it */
+	if (keep_flags)
+		PUT(encode_plain(ZYDIS_MNEMONIC_POPFQ, addr + at, out + at, outlen - at));
+	if (keep_flags && red_zone)
+		PUT(encode_lea_rsp((int32_t)red_zone, addr + at, out + at, outlen - at));
+#undef PUT
+	return (int)at;
+}

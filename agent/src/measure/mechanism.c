@@ -26,6 +26,7 @@ const char *hp_mech_name(enum hp_mech m)
 		[HP_MECH_RAW_TP] = "raw_tp",
 		[HP_MECH_TRACEPOINT] = "tracepoint",
 		[HP_MECH_SAMPLING] = "perf_sampling",
+		[HP_MECH_INLINE_COUNTER] = "inline_counter",
 	};
 	return (unsigned)m < HP_MECH_N ? names[m] : "?";
 }

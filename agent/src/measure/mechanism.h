@@ -38,6 +38,7 @@ enum hp_mech {
 	HP_MECH_RAW_TP,
 	HP_MECH_TRACEPOINT,
 	HP_MECH_SAMPLING,
+	HP_MECH_INLINE_COUNTER, /* counters spliced into an installed copy (replace/counters.h) */
 	HP_MECH_N
 };
 /* "uprobe_multi", "uprobe", ..., "tp_btf", "raw_tp", "tracepoint", "perf_sampling". */

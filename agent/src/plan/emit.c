@@ -20,6 +20,7 @@
 
 #include "base/grow.h"
 #include "isa/isa.h"
+#include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
 
@@ -34,6 +35,7 @@ struct eblock {
 	uint32_t member, bi;
 	uint64_t orig; /* original address */
 	uint32_t orig_size;
+	uint32_t pre;      /* a counter increment before the body (instrument.h) */
 	uint32_t body_len; /* original bytes of the body */
 	uint8_t term;
 	int8_t cond;
@@ -152,7 +154,7 @@ static void widen(struct eblock *e, uint8_t *w, bool *grew)
  * whether each branch reaches with its width. */
 static uint32_t term_size(const struct emitter *E, struct eblock *e, int32_t next, bool check, bool *grew)
 {
-	uint64_t at = e->addr + e->body_len;
+	uint64_t at = e->addr + e->pre + e->body_len;
 	uint32_t n = 0;
 
 	switch (e->term) {
@@ -221,7 +223,7 @@ static bool lay_out(struct emitter *E, bool check)
 		e->pad = e->align ? (uint32_t)((F - at % F) % F) : 0;
 		at += e->pad;
 		e->addr = at;
-		e->size = e->body_len + term_size(E, e, i + 1 < E->n ? (int32_t)i + 1 : -1, false, &grew);
+		e->size = e->pre + e->body_len + term_size(E, e, i + 1 < E->n ? (int32_t)i + 1 : -1, false, &grew);
 		at += e->size;
 	}
 	if (check)
@@ -325,7 +327,8 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 		const struct hp_function *last = &mod->funcs[mod->nfuncs - 1];
 		p->base = (last->addr + last->size + 0xffff) & ~(uint64_t)0xfff;
 	}
-	E.eb = calloc(total + 1, sizeof(*E.eb));
+	uint32_t nstubs = p->instrument ? p->instrument->nstubs : 0;
+	E.eb = calloc(total + nstubs + 1, sizeof(*E.eb));
 	if (!E.eb)
 		goto out;
 	/* Hot chunks of every member, then cold chunks. */
@@ -338,6 +341,8 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 							   .bi = mb->blocks[j].index,
 							   .orig = mb->fn->addr + bl->offset,
 							   .orig_size = bl->size,
+							   .pre = hp_instrument_prefix_len(p, (uint32_t)i,
+											   mb->blocks[j].index),
 							   .w1 = HP_W_SHORT,
 							   .w2 = HP_W_SHORT };
 				E.index[i][mb->blocks[j].index] = (int32_t)k++;
@@ -347,6 +352,30 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 	for (size_t i = 0; i < E.n; i++)
 		if ((r = classify(&E, &E.eb[i], err, errlen)) < 0)
 			goto out;
+	/* Counter stubs (instrument.h) after the blocks: the jcc's side goes through its stub. */
+	for (uint32_t s = 0; s < nstubs; s++) {
+		const struct hp_counter_stub *st = &p->instrument->stubs[s];
+		uint32_t bi = p->instrument->nblocks + s;
+		struct eblock *u = &E.eb[E.index[0][st->from]];
+		E.eb[E.n] = (struct eblock){ .bi = bi,
+					     .orig = p->members[0].fn->addr,
+					     .pre = hp_instrument_prefix_len(p, 0, bi),
+					     .term = T_JMP,
+					     .cond = -1,
+					     .taken = { E.index[0][st->to], 0 },
+					     .w1 = HP_W_SHORT,
+					     .w2 = HP_W_SHORT };
+		if (u->term != T_JCC || (st->taken ? u->taken.eb : u->fall.eb) != E.index[0][st->to]) {
+			snprintf(err, errlen, "a counter stub's edge is not its block's branch");
+			r = -EINVAL;
+			goto out;
+		}
+		if (st->taken)
+			u->taken = (struct dest){ (int32_t)E.n, 0 };
+		else
+			u->fall = (struct dest){ (int32_t)E.n, 0 };
+		E.n++;
+	}
 	/* Alignment of hot chain heads reached by a jump (Gorton's rule): only
 	 * where it saves a fetch block, within the padding bounds. Decided in
 	 * layout order with the padding chosen so far; then, once branches are
@@ -438,6 +467,11 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 		if (e->pad && hp_isa_nop_fill(p->code + (at - e->pad - p->base), e->pad) < 0)
 			goto enc_fail;
 		p->pad_bytes += e->pad;
+		if (e->pre) {
+			if (hp_instrument_write(p, e->member, e->bi, at, p->code + (at - p->base)) != (int)e->pre)
+				goto enc_fail;
+			at += e->pre;
+		}
 		while (off < end) {
 			struct hp_isa_insn in;
 			uint8_t rel = 0;

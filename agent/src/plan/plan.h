@@ -17,6 +17,8 @@
 #include "model/model.h"
 #include "plan/profile.h"
 
+struct hp_instrument;
+
 struct hp_plan_opts {
 	double join_fraction;         /* a callee joins with a block run > this x root calls (0.05) */
 	double min_caller_share;      /* ... and when this share of its calls come from the group (0.5) */
@@ -155,6 +157,8 @@ struct hp_plan {
 	const char *notes[8];
 	int nnotes;
 	char scope_note[256];
+	/* Counters spliced into the copy (plan/instrument.h); NULL for a layout. */
+	struct hp_instrument *instrument;
 };
 
 /* Make plan p for root in m from profile prof (NULL: none measured yet),

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "isa/isa.h"
+#include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
 
@@ -150,8 +151,10 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 			     v.map[k].new_addr);
 		at += v.map[k].size;
 	}
-	if (at != p->base + p->code_len)
-		FAIL("the code ends at 0x%" PRIx64 ", the blocks at 0x%" PRIx64, p->base + p->code_len, at);
+	if (at != hp_instrument_blocks_end(p))
+		FAIL("the code ends at 0x%" PRIx64 ", the blocks at 0x%" PRIx64, hp_instrument_blocks_end(p), at);
+	if (p->instrument && !hp_instrument_verify_stubs(p, p->verify_error, sizeof(p->verify_error)))
+		goto out;
 
 	for (size_t i = 0; i < p->nmembers; i++) {
 		const struct hp_plan_member *mb = &p->members[i];
@@ -167,6 +170,11 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 			struct hp_isa_insn oi = { 0 }, ni;
 			uint64_t o_taken = 0;
 			int o_cond = -2; /* -2 none, -1 jmp, else jcc condition */
+			/* An instrumented copy's counter increment comes first. */
+			int pre = hp_instrument_check(p, (uint32_t)i, mb->blocks[j].index, na);
+			if (pre < 0)
+				FAIL("%s: block 0x%" PRIx64 " does not start with its counter", f->name, oa);
+			na += (uint64_t)pre;
 
 			/* Body: every original instruction but a final direct branch. */
 			while (oa < oend) {
@@ -225,6 +233,8 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 			}
 			if (na != nend)
 				FAIL("%s: block 0x%" PRIx64 " has extra bytes", f->name, f->addr + bl->offset);
+			for (int k = 0; k < nd; k++) /* a counted edge goes through its stub */
+				e_dest[k] = hp_instrument_through_stub(p, mb->blocks[j].index, e_dest[k]);
 			if (e_cond >= 0 && nd == 1)
 				e_dest[nd++] = nend; /* the jcc's fallthrough */
 			else if (nd == 0 && (o_falls || o_cond == -1))

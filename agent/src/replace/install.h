@@ -68,6 +68,12 @@ struct hp_iplan {
 	char computed[65]; /* recomputed from the code */
 	char *text;        /* the JSON itself */
 	size_t text_len;
+	/* An instrumented copy's counter area (plan/instrument.h), set by its
+	 * maker, not read from JSON: counters_len bytes at counters_off from the
+	 * copy's start, mapped read+write with the code heap (the code stays
+	 * read+exec); 0: none. */
+	uint64_t counters_off;
+	size_t counters_len;
 };
 
 /* Parse a plan's JSON; refuses plans that are not ok and verified. */

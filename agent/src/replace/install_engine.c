@@ -59,7 +59,9 @@ static uint64_t map_pc(void *ctx, uint64_t pc)
 	for (size_t i = 0; i < root->nblocks; i++)
 		if (root->blocks[i].offset == 0)
 			b0 = &root->blocks[i];
-	if (!b0 || !b0->new_size || pc <= entry || pc >= entry + x->entry_block_len)
+	/* An instrumented copy's blocks start with their counter: no
+	 * instruction-for-instruction match; wait instead. */
+	if (x->p->counters_len || !b0 || !b0->new_size || pc <= entry || pc >= entry + x->entry_block_len)
 		return 0;
 	uint64_t copy = b0->new_addr - x->p->base;
 	const uint8_t *c = x->image + copy;
@@ -225,6 +227,17 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	 * of the entry's jump; call sites join where they fit. */
 	x->image_len = p->unwind_len ? p->unwind_off + p->unwind_len : p->code_len;
 	x->heap.len = (x->image_len + HEAP_ALIGN - 1) & ~(size_t)(HEAP_ALIGN - 1);
+	if (p->counters_len) {
+		/* The counter area right after the code, where its RIP-relative increments reach it. */
+		if (p->counters_off < x->heap.len || p->counters_off % HEAP_ALIGN || p->counters_len % HEAP_ALIGN) {
+			snprintf(err, errlen,
+				 "the counter area at +0x%" PRIx64 " overlaps the copy or is not page aligned",
+				 p->counters_off);
+			return -EINVAL;
+		}
+		x->heap.rw_off = p->counters_off;
+		x->heap.len = p->counters_off + p->counters_len;
+	}
 	int64_t lo = INT64_MIN, hi = INT64_MAX;
 	int64_t span = (int64_t)x->heap.len + (1 << 20);
 #define NEED(a)                                 \

@@ -41,6 +41,7 @@ struct hp_heap {
 	char name[64]; /* unique per install: how leftovers are found after a crash */
 	uint64_t addr;
 	size_t len;
+	size_t rw_off; /* from here to len the heap is read+write (counters), not exec; 0: none */
 	uint64_t data; /* writable area, 0 when none */
 	size_t data_len;
 	uint64_t unwind; /* the registered .eh_frame, 0 when none */

@@ -370,6 +370,17 @@ static int pheap_map(struct hp_patch_target *t, struct hp_heap *h, const uint8_t
 	syscall_in(p, SYS_close, a4, 1, &x, e2, sizeof(e2));
 	if (rc < 0)
 		return rc;
+	if (h->rw_off && h->rw_off < h->len) {
+		/* Counters: writable, not executable (a private mapping: the memfd stays as written). */
+		uint64_t a7[3] = { h->addr + h->rw_off, h->len - h->rw_off, PROT_READ | PROT_WRITE };
+		if ((rc = syscall_in(p, SYS_mprotect, a7, 3, &r, err, errlen)) < 0)
+			return rc;
+		if (r < 0) {
+			snprintf(err, errlen, "mprotect of the counter area in process %d: %s", p->pid,
+				 strerror((int)-r));
+			return (int)r;
+		}
+	}
 	if (h->data_len) {
 		h->data_len = DATA_CALL + hp_inject_call_area();
 		uint64_t a5[6] = {

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Inline block counters (counters.h): instrumented copies through the
+ * install engine, counters read with process_vm_readv.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "plan/instrument.h"
+#include "plan/plan_json.h"
+#include "replace/counters.h"
+
+static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain, bool every_block,
+		       char *err, size_t errlen)
+{
+	struct hp_iplan ip;
+	char *text = NULL;
+	size_t len = 0;
+	int r;
+
+	if ((r = hp_instrument_plan(m, cf->mod, cf->fn, !plain, every_block, 0, &cf->plan, err, errlen)) < 0)
+		return r;
+	if (cf->plan.status != HP_PLAN_OK) {
+		snprintf(err, errlen, "%s", cf->plan.message);
+		return -EPERM;
+	}
+	if ((r = hp_plan_json(m, &cf->plan, cf->fn, c->pid, &text, &len)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return r;
+	}
+	r = hp_iplan_parse(text, len, &ip, err, errlen);
+	free(text);
+	if (r < 0)
+		return r;
+	ip.counters_off = cf->plan.instrument->area_off;
+	ip.counters_len = hp_instrument_area_len(&cf->plan);
+	struct hp_install_opts o = { .state_dir = c->state_dir, .pid = c->pid, .patch_calls = true, .m = m };
+	r = hp_install(&ip, &o, &cf->res, err, errlen);
+	uint64_t off = ip.counters_off;
+	hp_iplan_free(&ip);
+	if (r < 0)
+		return r;
+	cf->installed = true;
+	cf->counters = cf->res.heap + off;
+	return 0;
+}
+
+int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
+		       const struct hp_module *const *mods, size_t n, bool plain, bool every_block,
+		       struct hp_counted *out, char *err, size_t errlen)
+{
+	memset(out, 0, sizeof(*out));
+	out->pid = pid;
+	snprintf(out->state_dir, sizeof(out->state_dir), "%s", state_dir);
+	out->fns = calloc(n + 1, sizeof(*out->fns));
+	if (!out->fns) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	out->n = n;
+	for (size_t i = 0; i < n; i++) {
+		out->fns[i].fn = fns[i];
+		out->fns[i].mod = mods[i];
+		char e[1024];
+		int r = install_one(out, m, &out->fns[i], plain, every_block, e, sizeof(e));
+		if (r < 0) {
+			snprintf(err, errlen, "%s: %s", fns[i]->name, e);
+			char e2[512];
+			if (hp_counted_revert(out, e2, sizeof(e2)) < 0) {
+				size_t k = strlen(err);
+				snprintf(err + k, errlen - k, "; reverting the copies installed before it failed: %s",
+					 e2);
+			}
+			return r;
+		}
+	}
+	return 0;
+}
+
+int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, uint64_t *edge_counts, char *err,
+		    size_t errlen)
+{
+	const struct hp_counted_fn *cf = &c->fns[i];
+	const struct hp_instrument *ins = cf->plan.instrument;
+	size_t want = (size_t)ins->nslots * sizeof(uint64_t);
+	uint64_t *slots = calloc(ins->nslots + 1, sizeof(uint64_t));
+
+	if (!slots) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	if (!cf->installed) {
+		free(slots);
+		snprintf(err, errlen, "%s has no counted copy installed", cf->fn->name);
+		return -ENOENT;
+	}
+	struct iovec local = { slots, want }, remote = { (void *)(uintptr_t)cf->counters, want };
+	ssize_t got = process_vm_readv(c->pid, &local, 1, &remote, 1, 0);
+	if (got != (ssize_t)want) {
+		int e = got < 0 ? errno : EIO;
+		free(slots);
+		snprintf(err, errlen, "reading the counters of %s in process %d: %s", cf->fn->name, c->pid,
+			 e == ESRCH ? "the process exited" : strerror(e));
+		return e == ESRCH ? -ESRCH : -e;
+	}
+	int r = hp_instrument_counts(ins, slots, counts, ins->edges ? edge_counts : NULL);
+	free(slots);
+	if (r < 0)
+		snprintf(err, errlen, "%s: the counted edges do not give every block's count", cf->fn->name);
+	return r;
+}
+
+int hp_counted_revert(struct hp_counted *c, char *err, size_t errlen)
+{
+	int first = 0;
+
+	for (size_t k = c->n; k-- > 0;) {
+		struct hp_counted_fn *cf = &c->fns[k];
+		if (cf->installed) {
+			struct hp_install_result rr;
+			int pid = c->pid;
+			char e[512];
+			int r = hp_revert_id(c->state_dir, cf->res.id, &pid, &rr, NULL, NULL, e, sizeof(e));
+			if (r < 0 && !first) {
+				first = r;
+				snprintf(err, errlen, "reverting the counted copy of %s: %s", cf->fn->name, e);
+			}
+			cf->installed = r < 0;
+		}
+		hp_instrument_plan_free(&cf->plan);
+	}
+	free(c->fns);
+	c->fns = NULL;
+	c->n = 0;
+	return first;
+}

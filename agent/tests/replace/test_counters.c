@@ -1,0 +1,358 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Inline block counters (plan/instrument.h, replace/counters.h, `hotpathd
+ * measure --blocks --inline`) on a real process: the fixture
+ * (tests/fixtures/counted.c) runs two assembly functions whose block counts
+ * are known exactly per line it is sent, one with a block whose first
+ * instruction reads the flags the block before it set.
+ *  - The model marks that block's flags live (and no other), and its
+ *    instrumented copy keeps them there; the verifier refuses a copy whose
+ *    counter was altered.
+ *  - Counted on edges (a spanning tree's complement), fx_loop needs 3 counters
+ *    for 7 blocks, and fx_crit's critical edges go through stubs, verified.
+ *  - Measured inline for a window, every block count and edge is exact, the
+ *    program's output is unchanged, and the copy is gone afterwards (no
+ *    heap, no journal) with the program still right.
+ *  - A function too short for the entry jump, and a process that exited,
+ *    are refused with the reason, nothing installed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "plan/instrument.h"
+#include "target/target.h"
+#include "test_util.h"
+
+static const char *hp(void)
+{
+	return getenv("HOTPATHD") ? getenv("HOTPATHD") : "build/hotpathd";
+}
+
+static const char *fixture(void)
+{
+	static const char *path;
+	if (!path)
+		path = tu_compile("counted.c", "counted", "-O2 -g");
+	return path;
+}
+
+/* The fixture with a pipe to its stdin and one from its stdout. */
+struct fx {
+	pid_t pid;
+	int in, out;
+};
+
+static int read_line(int fd, char *buf, size_t len, int timeout_ms)
+{
+	size_t n = 0;
+	while (n + 1 < len) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		if (poll(&p, 1, timeout_ms) <= 0 || read(fd, buf + n, 1) != 1)
+			return -1;
+		if (buf[n] == '\n')
+			break;
+		n++;
+	}
+	buf[n] = 0;
+	return 0;
+}
+
+static int fx_start(struct fx *f)
+{
+	int i[2], o[2];
+	char line[64];
+
+	if (pipe(i) < 0 || pipe(o) < 0)
+		return -1;
+	f->pid = fork();
+	if (f->pid == 0) {
+		dup2(i[0], 0);
+		dup2(o[1], 1);
+		close(i[1]);
+		close(o[0]);
+		execl(fixture(), fixture(), (char *)NULL);
+		_exit(127);
+	}
+	close(i[0]);
+	close(o[1]);
+	f->in = i[1];
+	f->out = o[0];
+	return read_line(f->out, line, sizeof(line), 60000) == 0 && !strcmp(line, "ready") ? 0 : -1;
+}
+
+/* One round of the fixture's work: its printed sum. */
+static long fx_round(struct fx *f)
+{
+	char line[64];
+	if (write(f->in, "go\n", 3) != 3 || read_line(f->out, line, sizeof(line), 60000) < 0)
+		return -1;
+	return strtol(line, NULL, 10);
+}
+
+static void fx_stop(struct fx *f)
+{
+	close(f->in);
+	close(f->out);
+	kill(f->pid, SIGKILL);
+	waitpid(f->pid, NULL, 0);
+}
+
+static void t_flags_live_and_verified(void)
+{
+	struct hp_model *m = NULL;
+	struct hp_open_opts oo = { .quiet = true };
+	char err[512];
+
+	REQUIRE(fixture(), "the fixture does not compile");
+	REQUIRE(hp_model_open_elf(fixture(), &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
+	const struct hp_module *mod;
+	bool amb;
+	const struct hp_function *f = hp_model_find(m, "fx_flags", &mod, &amb);
+	REQUIRE(f && f->nblocks == 5, "fx_flags has %u blocks, not 5", f ? f->nblocks : 0);
+	uint8_t code[64];
+	unsigned live[5];
+	REQUIRE(m->read(m, f->addr, code, f->size) == 0, "reading fx_flags");
+	REQUIRE(hp_flags_live_in(mod, f, code, live) == 0, "liveness");
+	for (uint32_t b = 0; b < 5; b++) {
+		uint32_t off = mod->blocks[f->block_start + b].offset;
+		if (off == 9)
+			EXPECT(live[b] & 0x880, "the jl block (+9) reads SF and OF, live %#x", live[b]);
+		else
+			EXPECT(!live[b], "fx_flags+0x%x has flags live (%#x): nothing there reads them", off, live[b]);
+	}
+	struct hp_plan p;
+	REQUIRE(hp_instrument_plan(m, mod, f, true, true, 0, &p, err, sizeof(err)) == 0, "plan: %s", err);
+	EXPECT(p.status == HP_PLAN_OK && p.verified, "not verified: %s", p.message);
+	EXPECT(p.instrument->kept_flags == 1, "%u blocks keep the flags, not 1", p.instrument->kept_flags);
+	/* The verifier can fail: an increment of another counter is refused. */
+	p.code[p.instrument->disp[0]] ^= 8;
+	EXPECT(!hp_plan_verify(m, &p), "a counter pointing elsewhere was verified");
+	EXPECT(strstr(p.verify_error, "counter"), "why: %s", p.verify_error);
+	hp_instrument_plan_free(&p);
+	const struct hp_function *loop = hp_model_find(m, "fx_loop", &mod, &amb);
+	REQUIRE(loop && hp_instrument_plan(m, mod, loop, false, true, 0, &p, err, sizeof(err)) == 0, "loop plan: %s",
+		err);
+	EXPECT(p.verified && p.instrument->kept_flags == 0, "fx_loop: verified %d, %u blocks keep flags", p.verified,
+	       p.instrument->kept_flags);
+	hp_instrument_plan_free(&p);
+	/* On edges: fx_loop needs 3 counters for its 7 blocks (the loop's back
+	 * edge in the tree), none on the loop head; fx_crit's critical edges
+	 * need stubs, which verify; a stub pointing elsewhere is refused. */
+	REQUIRE(hp_instrument_plan(m, mod, loop, true, false, 0, &p, err, sizeof(err)) == 0, "edges: %s", err);
+	EXPECT(p.verified && p.instrument->edges && p.instrument->nslots == 3 && p.instrument->block_slot[1] < 0,
+	       "fx_loop on edges: verified %d, edges %d, %u counters", p.verified, p.instrument->edges,
+	       p.instrument->nslots);
+	hp_instrument_plan_free(&p);
+	const struct hp_function *crit = hp_model_find(m, "fx_crit", &mod, &amb);
+	REQUIRE(crit && hp_instrument_plan(m, mod, crit, true, false, 0, &p, err, sizeof(err)) == 0, "crit: %s", err);
+	EXPECT(p.verified && p.instrument->edges && p.instrument->nstubs > 0, "fx_crit: verified %d (%s), %u stubs",
+	       p.verified, p.verify_error, p.instrument->nstubs);
+	if (p.instrument->nstubs) {
+		uint64_t a = p.instrument->stubs[0].addr - p.base;
+		int len = (int)hp_instrument_prefix_len(&p, 0, p.instrument->nblocks);
+		p.code[a + (uint64_t)len + 1] ^= 1; /* the stub's jump lands elsewhere */
+		EXPECT(!hp_plan_verify(m, &p), "a stub jumping elsewhere was verified");
+	}
+	hp_instrument_plan_free(&p);
+	hp_model_free(m);
+}
+
+/* Run `hotpathd measure ... --inline` in the background; its stdout and stderr on pipes. */
+static pid_t measure_start(int pid, const char *state, bool every_block, int *out, int *errfd)
+{
+	int o[2], e[2];
+	char p[16];
+
+	if (pipe(o) < 0 || pipe(e) < 0)
+		return -1;
+	snprintf(p, sizeof(p), "%d", pid);
+	pid_t c = fork();
+	if (c == 0) {
+		dup2(o[1], 1);
+		dup2(e[1], 2);
+		close(o[0]);
+		close(e[0]);
+		execl(hp(), hp(), "measure", "pid", p, "fx_flags", "fx_loop", "fx_crit", "--blocks", "--inline",
+		      "--json", "--seconds", "3600", "--state-dir", state, every_block ? "--every-block" : "--inline",
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(o[1]);
+	close(e[1]);
+	*out = o[0];
+	*errfd = e[0];
+	return c;
+}
+
+static uint64_t count_of(json_t *res, const char *fn, long off)
+{
+	size_t i;
+	json_t *r;
+	json_array_foreach(res, i, r)
+	{
+		json_t *bo = json_object_get(r, "block_offset");
+		if (!strcmp(json_string_value(json_object_get(r, "function")), fn) &&
+		    (off < 0 ? !bo : bo && json_integer_value(bo) == off))
+			return (uint64_t)json_integer_value(json_object_get(json_object_get(r, "metrics"), "count"));
+	}
+	return UINT64_MAX;
+}
+
+/* The count of the edge from +from to +to of fn in the report, or UINT64_MAX. */
+static uint64_t edge_of(json_t *j, const char *fn, long from, long to)
+{
+	size_t i;
+	json_t *e;
+	json_array_foreach(json_object_get(j, "edges"), i, e)
+	{
+		if (!strcmp(json_string_value(json_object_get(e, "function")), fn) &&
+		    json_integer_value(json_object_get(e, "from_offset")) == from &&
+		    json_integer_value(json_object_get(e, "to_offset")) == to)
+			return (uint64_t)json_integer_value(json_object_get(e, "count"));
+	}
+	return UINT64_MAX;
+}
+
+static void inline_counts_exact(bool every_block)
+{
+	struct fx f;
+	char state[300], line[512], cmd[600];
+
+	REQUIRE(fixture(), "the fixture does not compile");
+	snprintf(state, sizeof(state), "%s/state-exact%d", tu_tmpdir(), every_block);
+	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
+	EXPECT(fx_round(&f) == 83250, "the original's sum");
+	int out, errfd;
+	pid_t mp = measure_start(f.pid, state, every_block, &out, &errfd);
+	REQUIRE(mp > 0, "fork");
+	bool armed = false;
+	while (!armed && read_line(errfd, line, sizeof(line), 120000) == 0)
+		armed = strstr(line, "armed") != NULL;
+	if (!armed) {
+		kill(mp, SIGKILL);
+		waitpid(mp, NULL, 0);
+		fx_stop(&f);
+		REQUIRE(false, "the measurement was not armed: %s", line);
+	}
+	long sum = fx_round(&f); /* ROUNDS rounds, counted */
+	kill(mp, SIGINT);
+	static char json[1 << 20];
+	size_t n = 0;
+	ssize_t k;
+	while (n + 1 < sizeof(json) && (k = read(out, json + n, sizeof(json) - 1 - n)) > 0)
+		n += (size_t)k;
+	json[n] = 0;
+	int st = 0;
+	waitpid(mp, &st, 0);
+	close(out);
+	close(errfd);
+	EXPECT(sum == 83250, "the program's output changed under the counters: %ld", sum);
+	EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0, "measure exited %d", WEXITSTATUS(st));
+	json_t *j = json_loads(json, 0, NULL);
+	if (j) {
+		json_t *res = json_object_get(j, "resources");
+		/* fx_flags: 3000 calls; 1000 each of a == b, a < b, a > b. */
+		const long fo[] = { -1, 0, 9, 11, 17, 23 };
+		const uint64_t fc[] = { 3000, 3000, 2000, 1000, 1000, 1000 };
+		for (int i = 0; i < 6; i++)
+			EXPECT(count_of(res, "fx_flags", fo[i]) == fc[i],
+			       "fx_flags+%ld counted %" PRIu64 ", not %" PRIu64, fo[i],
+			       count_of(res, "fx_flags", fo[i]), fc[i]);
+		/* fx_loop(40), 3000 calls: 41 tests of the bound, 10 of 40 steps add. */
+		const long lo[] = { -1, 0, 5, 9, 14, 19, 22, 26 };
+		const uint64_t lc[] = { 3000, 3000, 123000, 120000, 30000, 90000, 120000, 3000 };
+		for (int i = 0; i < 8; i++)
+			EXPECT(count_of(res, "fx_loop", lo[i]) == lc[i],
+			       "fx_loop+%ld counted %" PRIu64 ", not %" PRIu64, lo[i], count_of(res, "fx_loop", lo[i]),
+			       lc[i]);
+		/* fx_crit: 750 calls each of x = 0, 1, 2, 3. */
+		const long co[] = { -1, 0, 13, 22, 25 };
+		const uint64_t cc[] = { 3000, 3000, 1500, 2250, 3000 };
+		for (int i = 0; i < 5; i++)
+			EXPECT(count_of(res, "fx_crit", co[i]) == cc[i],
+			       "fx_crit+%ld counted %" PRIu64 ", not %" PRIu64, co[i], count_of(res, "fx_crit", co[i]),
+			       cc[i]);
+		const long ef[] = { 0, 0, 13, 13, 22 }, et[] = { 13, 22, 22, 25, 25 };
+		const uint64_t ec[] = { 1500, 1500, 750, 750, 2250 };
+		for (int i = 0; i < 5; i++)
+			EXPECT(edge_of(j, "fx_crit", ef[i], et[i]) == ec[i],
+			       "fx_crit's edge +%ld -> +%ld counted %" PRIu64 ", not %" PRIu64, ef[i], et[i],
+			       edge_of(j, "fx_crit", ef[i], et[i]), ec[i]);
+		EXPECT(json_real_value(json_object_get(j, "exact_edge_share")) == 1.0, "not every edge exact");
+		EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(j, "mechanisms"), "block_count")),
+			       "inline_counter"),
+		       "mechanism");
+		json_decref(j);
+	} else {
+		EXPECT(false, "measure printed no JSON: %.200s", json);
+	}
+	/* Reverted: no heap in the process, no journal, the original runs right. */
+	snprintf(cmd, sizeof(cmd),
+		 "grep -c 'memfd:hotpath' /proc/%d/maps >/dev/null || ls '%s'/replace | grep -q journal", f.pid, state);
+	EXPECT(system(cmd) != 0, "something of the copy is left after the window");
+	EXPECT(fx_round(&f) == 83250, "the sum after the revert");
+	fx_stop(&f);
+}
+
+/* Counters on edges (the default); at every block, where fx_flags+0x9 (live
+ * flags) has one. */
+static void t_inline_counts_exact(void)
+{
+	inline_counts_exact(false);
+}
+
+static void t_inline_counts_exact_every_block(void)
+{
+	inline_counts_exact(true);
+}
+
+static void t_inline_refusals(void)
+{
+	struct fx f;
+	char state[300], cmd[900], out[2048] = "";
+
+	REQUIRE(fixture(), "the fixture does not compile");
+	snprintf(state, sizeof(state), "%s/state-refused", tu_tmpdir());
+	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
+	snprintf(cmd, sizeof(cmd), "%s measure pid %d fx_tiny --blocks --inline --seconds 1 --state-dir '%s' 2>&1",
+		 hp(), f.pid, state);
+	FILE *fp = popen(cmd, "r");
+	size_t n = fp ? fread(out, 1, sizeof(out) - 1, fp) : 0;
+	out[n] = 0;
+	int st = fp ? pclose(fp) : -1;
+	EXPECT(WEXITSTATUS(st) == 1 && strstr(out, "fx_tiny") && strstr(out, "too short"),
+	       "fx_tiny was not refused with the reason: %d %s", WEXITSTATUS(st), out);
+	snprintf(cmd, sizeof(cmd), "grep -q 'memfd:hotpath' /proc/%d/maps", f.pid);
+	EXPECT(system(cmd) != 0, "a heap was left by a refused install");
+	EXPECT(fx_round(&f) == 83250, "the sum after the refusal");
+	int dead = f.pid;
+	fx_stop(&f);
+	snprintf(cmd, sizeof(cmd), "%s measure pid %d fx_flags --blocks --inline --seconds 1 --state-dir '%s' 2>&1",
+		 hp(), dead, state);
+	fp = popen(cmd, "r");
+	n = fp ? fread(out, 1, sizeof(out) - 1, fp) : 0;
+	out[n] = 0;
+	st = fp ? pclose(fp) : -1;
+	EXPECT(WEXITSTATUS(st) == 3 && out[0], "a dead process: exit %d, %s", WEXITSTATUS(st), out);
+}
+
+int main(void)
+{
+	RUN(t_flags_live_and_verified);
+	if (geteuid() != 0) {
+		printf("ok - inline counters # SKIP needs root (ptrace of other processes)\n");
+		tu_cleanup();
+		TEST_EXIT();
+	}
+	RUN(t_inline_counts_exact);
+	RUN(t_inline_counts_exact_every_block);
+	RUN(t_inline_refusals);
+	tu_cleanup();
+	TEST_EXIT();
+}
