@@ -58,6 +58,24 @@ static bool module_is(const struct hp_module *mod, const char *name)
 	return a >= b && !strcmp(mod->name + a - b, name) && (a == b || name[0] == '/' || mod->name[a - b - 1] == '/');
 }
 
+/* Why f's entry cannot take the 5-byte jump to its copy that installs a
+ * hot set (every member's entry is spliced), or NULL. Kernel plans splice
+ * no entries this way. */
+static const char *entry_rule(const struct hp_model *m, const struct hp_module *mod, const struct hp_function *f)
+{
+	if (m->kind == HP_TARGET_KERNEL)
+		return NULL;
+	if (f->size < 5)
+		return "shorter than the 5-byte jump to its copy: its entry cannot be redirected";
+	for (uint32_t b = 1; b < f->nblocks; b++) {
+		uint32_t off = mod->blocks[f->block_start + b].offset;
+		if (off > 0 && off < 5)
+			return "a block starts inside the 5 bytes its entry jump would cover: its entry cannot be "
+			       "redirected";
+	}
+	return NULL;
+}
+
 static int hot_set(struct hp_plan_ctx *c)
 {
 	struct hp_plan *p = c->p;
@@ -129,6 +147,8 @@ static int hot_set(struct hp_plan_ctx *c)
 	for (size_t i = 0; i < n && covered < p->opts.hot_share * total; i++) {
 		const char *rule = hp_plan_kept_rule(c->m, v[i].mod, v[i].f, detail, sizeof(detail));
 		covered += v[i].work;
+		if (!rule && (rule = entry_rule(c->m, v[i].mod, v[i].f)))
+			detail[0] = 0;
 		if (!rule && p->nmembers >= p->opts.max_functions)
 			rule = "the hot set is full (--max-functions)";
 		if (rule)
