@@ -166,8 +166,9 @@ static char *slurp(const char *path, size_t *len)
 	return b;
 }
 
-/* The fixture measured and planned by the command line; path of the plan. */
-static const char *make_plan(pid_t pid, const char *name)
+/* The fixture measured and planned by the command line for WHAT (a root, or
+ * --hot-set); path of the plan. */
+static const char *make_plan_for(pid_t pid, const char *name, const char *what)
 {
 	static char plan[16][400];
 	static int slot;
@@ -177,9 +178,14 @@ static const char *make_plan(pid_t pid, const char *name)
 	snprintf(p, 400, "%s/%s.plan.json", tu_tmpdir(), name);
 	snprintf(cmd, sizeof(cmd),
 		 "%s measure pid %d pr_root pr_op pr_hash pr_mix pr_fib pr_even pr_odd pr_search pr_check --blocks "
-		 "--seconds 1 --json > '%s' 2>/dev/null && %s plan pid %d pr_root --profile '%s' --json > '%s'",
-		 hp(), pid, prof, hp(), pid, prof, p);
+		 "--seconds 1 --json > '%s' 2>/dev/null && %s plan pid %d %s --profile '%s' --json > '%s'",
+		 hp(), pid, prof, hp(), pid, what, prof, p);
 	return system(cmd) == 0 ? p : NULL;
+}
+
+static const char *make_plan(pid_t pid, const char *name)
+{
+	return make_plan_for(pid, name, "pr_root");
 }
 
 static const char *state_dir(const char *name)
@@ -341,18 +347,13 @@ static void t_hot_set_install_revert(void)
 {
 	struct fx f;
 	struct hp_iplan p;
-	char cmd[4096], out[16384], err[512], why[256] = "", prof[400], plan[400];
+	char cmd[4096], out[16384], err[512] = "", why[256] = "";
 	const char *st = state_dir("hotset");
 
 	REQUIRE(fixture(), "gcc failed");
 	REQUIRE(fx_start(&f, fixture(), 3) == 0, "the fixture did not start");
-	snprintf(prof, sizeof(prof), "%s/hotset.profile.json", tu_tmpdir());
-	snprintf(plan, sizeof(plan), "%s/hotset.plan.json", tu_tmpdir());
-	snprintf(cmd, sizeof(cmd),
-		 "%s measure pid %d pr_root pr_op pr_hash pr_mix pr_fib pr_even pr_odd pr_search pr_check --blocks "
-		 "--seconds 1 --json > '%s' 2>/dev/null && %s plan pid %d --hot-set --profile '%s' --json > '%s'",
-		 hp(), f.pid, prof, hp(), f.pid, prof, plan);
-	if (system(cmd) != 0 || load_plan(plan, &p, err, sizeof(err)) < 0) {
+	const char *plan = make_plan_for(f.pid, "hotset", "--hot-set");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
 		fx_stop(&f);
 		REQUIRE(0, "no hot-set plan: %s", err);
 	}
