@@ -43,6 +43,9 @@ static const char plan_usage[] =
 	"                       workloads, each normalised then weighted by W (default 1)\n"
 	"  --sample SECONDS     kernel, or a process's threads: sample PCs now and estimate\n"
 	"                       block counts (samples per block / its instructions)\n"
+	"  --hz N               samples per second per CPU, or per thread of a process\n"
+	"                       (default 997; 9973 for a process: a block that runs is\n"
+	"                       then less often left without a sample, and so cold)\n"
 	"whole hot set (no ROOT):\n"
 	"  --hot-set            plan every function of the smallest set covering --share of\n"
 	"                       the profile's work (at most --max-functions, default %u\n"
@@ -80,10 +83,16 @@ static const char plan_usage[] =
 	"exit status: 0 plan made and verified, 1 error or verification failed, 2 usage,\n"
 	"             3 ROOT not found, 4 no plan (no counts, root not hot, root cannot move)\n";
 
+/* A process's threads are sampled more often than the whole system: one
+ * process's code, sampled at 997 Hz for seconds, leaves blocks that run
+ * without a sample, and a plan then lays them out cold. */
+#define PROCESS_HZ 9973
+
 /* Estimated block counts from PC samples taken now. */
-static int sample_profile(struct hp_model *m, int pid, unsigned secs, struct hp_profile *out, char *err, size_t errlen)
+static int sample_profile(struct hp_model *m, int pid, unsigned secs, unsigned hz, struct hp_profile *out, char *err,
+			  size_t errlen)
 {
-	struct hp_sampler_opts so = { .pid = pid };
+	struct hp_sampler_opts so = { .pid = pid, .frequency = hz };
 	struct hp_sampler *s = hp_sampler_open(m, &so, err, errlen);
 	struct hp_sample_interval iv;
 	int r;
@@ -101,8 +110,8 @@ static int sample_profile(struct hp_model *m, int pid, unsigned secs, struct hp_
 	}
 	r = hp_profile_from_samples(m, &iv, out);
 	if (pid)
-		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples of process %d", secs,
-			 hp_sampler_event(s), pid);
+		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples of process %d (%" PRIu64 " at %u Hz)",
+			 secs, hp_sampler_event(s), pid, iv.total, hz);
 	else
 		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples", secs, hp_sampler_event(s));
 	hp_sample_interval_free(&iv);
@@ -151,7 +160,7 @@ int cmd_plan(int argc, char **argv)
 	char *text = NULL;
 	size_t tlen = 0;
 	int npos = 0, nprof = 0, i, need, rc = HP_EXIT_ERROR, plan_pid = 0;
-	unsigned sample_secs = 0;
+	unsigned sample_secs = 0, hz = 0;
 	bool json = false, max_given = false;
 	struct hp_plan_opts o;
 	struct hp_model *m = NULL;
@@ -183,6 +192,8 @@ int cmd_plan(int argc, char **argv)
 			}
 			profiles[nprof++] = argv[++i];
 		} else if (!strcmp(a, "--sample") && hp_parse_uint(v, 1, 3600, &sample_secs) == 0) {
+			i++;
+		} else if (!strcmp(a, "--hz") && hp_parse_uint(v, 1, 100000, &hz) == 0) {
 			i++;
 		} else if (!strcmp(a, "--join") || !strcmp(a, "--stall") || !strcmp(a, "--min-share") ||
 			   !strcmp(a, "--share")) {
@@ -361,7 +372,11 @@ int cmd_plan(int argc, char **argv)
 		prof[i].weight = wgt;
 	}
 	if (sample_secs) {
-		if (sample_profile(m, plan_pid, sample_secs, &prof[0], err, sizeof(err)) < 0) {
+		if (sample_profile(m, plan_pid, sample_secs,
+				   hz       ? hz :
+				   plan_pid ? PROCESS_HZ :
+					      997,
+				   &prof[0], err, sizeof(err)) < 0) {
 			fprintf(stderr, "hotpathd plan: %s\n", err);
 			goto out;
 		}
