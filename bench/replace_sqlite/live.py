@@ -155,6 +155,29 @@ def plan_root(
     return plan, p
 
 
+def plan_hot_set(drv: Driver, work: str, sample_s: int, log: Callable[..., None]) -> tuple[str, dict]:
+    """Hotpath's whole-hot-set plan of the running driver: its threads' PCs sampled for SAMPLE_S seconds
+    while it runs (estimated block counts, no probes), every hot function of the driver's own file
+    planned together (`hotpathd plan pid PID --hot-set`). Gives the plan file and its JSON."""
+    pid = drv.p.pid
+    plan = os.path.join(work, "sqlite.hotset.json")
+    module = os.path.basename(os.path.realpath(f"/proc/{pid}/exe"))
+    log(f"sampling the driver's PCs for {sample_s} s and planning its hot set ...")
+    args = ["plan", "pid", str(pid), "--hot-set", "--sample", str(sample_s), "--module", module, "--json"]
+    out = while_busy(drv, lambda: hp(*args, check=False).stdout)
+    with open(plan, "w") as f:
+        f.write(out)
+    p = json.loads(out)
+    if p["status"] != "ok":
+        raise RuntimeError(f"no hot-set plan: {p.get('message')}")
+    log(
+        f"plan: hot set of {len(p['group'])} functions (root {p['root']}), {len(p['kept_in_place'])} kept in "
+        f"place, hot bytes {p['totals']['hot_bytes']}, I-cache hot lines {p['icache_before']['hot_lines']} -> "
+        f"{p['icache_after']['hot_lines']} (minimum {p['icache_after']['minimum_lines']})"
+    )
+    return plan, p
+
+
 def dump_install(pid: int, state: str, out: str) -> None:
     """The installed copy of PID (its heap and every patched range) in the file driver.c's HOTPATH_REPLAY reads."""
     ins = json.loads(hp("installed", "--state-dir", state, "--json").stdout)["installed"]

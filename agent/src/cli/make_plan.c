@@ -30,6 +30,7 @@ static const char plan_usage[] =
 	"usage: hotpathd plan kernel ROOT [options]\n"
 	"       hotpathd plan pid PID ROOT [options]\n"
 	"       hotpathd plan elf PATH ROOT [options]\n"
+	"       hotpathd plan pid PID --hot-set (--sample SECONDS | --profile FILE) [options]\n"
 	"\n"
 	"Plan the re-layout of ROOT and its hot callees (KernInst's code positioning):\n"
 	"group, hot/cold splitting, basic-block chains, call-affinity order, fetch-block\n"
@@ -40,8 +41,18 @@ static const char plan_usage[] =
 	"  --profile FILE[:W]   block (and edge) counts: `hotpathd measure --json` output,\n"
 	"                       a saved profile, or a plan's JSON; repeat to merge several\n"
 	"                       workloads, each normalised then weighted by W (default 1)\n"
-	"  --sample SECONDS     kernel only: sample PCs now and estimate block counts\n"
-	"                       (samples per block / its instructions)\n"
+	"  --sample SECONDS     kernel, or a process's threads: sample PCs now and estimate\n"
+	"                       block counts (samples per block / its instructions)\n"
+	"  --hz N               samples per second per CPU, or per thread of a process\n"
+	"                       (default 997; 9973 for a process: a block that runs is\n"
+	"                       then less often left without a sample, and so cold)\n"
+	"whole hot set (no ROOT):\n"
+	"  --hot-set            plan every function of the smallest set covering --share of\n"
+	"                       the profile's work (at most --max-functions, default %u\n"
+	"                       here); shared callees are copied; C3 function order\n"
+	"  --share F            the share of the work the hot set covers (default 0.99)\n"
+	"  --module NAME        the module whose hot set (path, or its end); default: the\n"
+	"                       module with the most work in the profile\n"
 	"second pass (re-plan an installed group from calls under its root):\n"
 	"  --second-pass PLAN   PLAN is the installed plan's JSON; it is made again from its\n"
 	"                       saved inputs and must match. --profile then gives counts\n"
@@ -63,7 +74,7 @@ static const char plan_usage[] =
 	"  --fetch N            fetch block bytes for alignment (16)\n"
 	"  --max-pad N          most padding before one aligned block (7)\n"
 	"  --no-align           no alignment padding\n"
-	"  --max-functions N    group size bound (64)\n"
+	"  --max-functions N    group size bound (64; hot sets: %u)\n"
 	"  --base ADDR          lay the code out at ADDR (default: a page past the root's module)\n"
 	"output:\n"
 	"  --json               one JSON object (format in docs/agent-cli.md)\n"
@@ -72,10 +83,16 @@ static const char plan_usage[] =
 	"exit status: 0 plan made and verified, 1 error or verification failed, 2 usage,\n"
 	"             3 ROOT not found, 4 no plan (no counts, root not hot, root cannot move)\n";
 
+/* A process's threads are sampled more often than the whole system: one
+ * process's code, sampled at 997 Hz for seconds, leaves blocks that run
+ * without a sample, and a plan then lays them out cold. */
+#define PROCESS_HZ 9973
+
 /* Estimated block counts from PC samples taken now. */
-static int sample_profile(struct hp_model *m, unsigned secs, struct hp_profile *out, char *err, size_t errlen)
+static int sample_profile(struct hp_model *m, int pid, unsigned secs, unsigned hz, struct hp_profile *out, char *err,
+			  size_t errlen)
 {
-	struct hp_sampler_opts so = { 0 };
+	struct hp_sampler_opts so = { .pid = pid, .frequency = hz };
 	struct hp_sampler *s = hp_sampler_open(m, &so, err, errlen);
 	struct hp_sample_interval iv;
 	int r;
@@ -92,7 +109,11 @@ static int sample_profile(struct hp_model *m, unsigned secs, struct hp_profile *
 		return -EIO;
 	}
 	r = hp_profile_from_samples(m, &iv, out);
-	snprintf(out->source, sizeof(out->source), "%u s of %s PC samples", secs, hp_sampler_event(s));
+	if (pid)
+		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples of process %d (%" PRIu64 " at %u Hz)",
+			 secs, hp_sampler_event(s), pid, iv.total, hz);
+	else
+		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples", secs, hp_sampler_event(s));
 	hp_sample_interval_free(&iv);
 	hp_sampler_close(s);
 	if (r < 0)
@@ -139,8 +160,8 @@ int cmd_plan(int argc, char **argv)
 	char *text = NULL;
 	size_t tlen = 0;
 	int npos = 0, nprof = 0, i, need, rc = HP_EXIT_ERROR, plan_pid = 0;
-	unsigned sample_secs = 0;
-	bool json = false;
+	unsigned sample_secs = 0, hz = 0;
+	bool json = false, max_given = false;
 	struct hp_plan_opts o;
 	struct hp_model *m = NULL;
 	struct hp_profile prof[16], merged = { 0 };
@@ -153,12 +174,14 @@ int cmd_plan(int argc, char **argv)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		unsigned u;
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			fputs(plan_usage, stdout);
+			fprintf(stdout, plan_usage, HP_HOT_SET_MAX_FUNCTIONS, HP_HOT_SET_MAX_FUNCTIONS);
 			return HP_EXIT_OK;
 		} else if (!strcmp(a, "--json")) {
 			json = true;
 		} else if (!strcmp(a, "--no-align")) {
 			o.no_align = true;
+		} else if (!strcmp(a, "--hot-set")) {
+			o.hot_set = true;
 		} else if (!v && a[0] == '-' && a[1]) {
 			fprintf(stderr, "hotpathd plan: %s needs a value (see 'hotpathd plan --help')\n", a);
 			return HP_EXIT_USAGE;
@@ -170,7 +193,10 @@ int cmd_plan(int argc, char **argv)
 			profiles[nprof++] = argv[++i];
 		} else if (!strcmp(a, "--sample") && hp_parse_uint(v, 1, 3600, &sample_secs) == 0) {
 			i++;
-		} else if (!strcmp(a, "--join") || !strcmp(a, "--stall") || !strcmp(a, "--min-share")) {
+		} else if (!strcmp(a, "--hz") && hp_parse_uint(v, 1, 100000, &hz) == 0) {
+			i++;
+		} else if (!strcmp(a, "--join") || !strcmp(a, "--stall") || !strcmp(a, "--min-share") ||
+			   !strcmp(a, "--share")) {
 			char *e;
 			double d = strtod(v, &e);
 			if (*e || d < 0 || d > 1) {
@@ -179,6 +205,7 @@ int cmd_plan(int argc, char **argv)
 			}
 			*(!strcmp(a, "--join")      ? &o.join_fraction :
 			  !strcmp(a, "--min-share") ? &o.min_caller_share :
+			  !strcmp(a, "--share")     ? &o.hot_share :
 						      &o.stall_threshold) = d;
 			i++;
 		} else if (!strcmp(a, "--l1i")) {
@@ -198,6 +225,7 @@ int cmd_plan(int argc, char **argv)
 			i++;
 		} else if (!strcmp(a, "--max-functions") && hp_parse_uint(v, 1, 4096, &u) == 0) {
 			o.max_functions = u;
+			max_given = true;
 			i++;
 		} else if (!strcmp(a, "--base")) {
 			char *e;
@@ -207,6 +235,8 @@ int cmd_plan(int argc, char **argv)
 				return HP_EXIT_USAGE;
 			}
 			i++;
+		} else if (!strcmp(a, "--module")) {
+			o.hot_module = argv[++i];
 		} else if (!strcmp(a, "--code")) {
 			code_path = argv[++i];
 		} else if (!strcmp(a, "--second-pass")) {
@@ -232,25 +262,36 @@ int cmd_plan(int argc, char **argv)
 		}
 	}
 	if (npos < 1) {
-		fputs(plan_usage, stderr);
+		fprintf(stderr, plan_usage, HP_HOT_SET_MAX_FUNCTIONS, HP_HOT_SET_MAX_FUNCTIONS);
 		return HP_EXIT_USAGE;
 	}
 	need = !strcmp(pos[0], "kernel") ? 2 : (!strcmp(pos[0], "elf") || !strcmp(pos[0], "pid")) ? 3 : 0;
+	if (need && o.hot_set)
+		need--; /* no ROOT */
 	if (!need || npos != need) {
-		fprintf(stderr, "hotpathd plan: expected kernel ROOT, pid PID ROOT or elf PATH ROOT\n");
+		fprintf(stderr,
+			"hotpathd plan: expected kernel ROOT, pid PID ROOT or elf PATH ROOT (with "
+			"--hot-set: no ROOT)\n");
 		return HP_EXIT_USAGE;
 	}
+	if (o.hot_set && second) {
+		fprintf(stderr, "hotpathd plan: --second-pass re-plans a root's group, not a hot set\n");
+		return HP_EXIT_USAGE;
+	}
+	if (o.hot_set && !max_given)
+		o.max_functions = HP_HOT_SET_MAX_FUNCTIONS;
 	if (second && (nprof != 1 || sample_secs)) {
 		fprintf(stderr, "hotpathd plan: --second-pass takes exactly one --profile: the counts on the copy\n");
 		return HP_EXIT_USAGE;
 	}
-	if (sample_secs && need != 2) {
-		fprintf(stderr, "hotpathd plan: --sample is for the kernel; give --profile for processes and files\n");
+	bool kernel = !strcmp(pos[0], "kernel");
+	if (sample_secs && !kernel && strcmp(pos[0], "pid")) {
+		fprintf(stderr, "hotpathd plan: --sample is for the kernel and processes; give --profile for files\n");
 		return HP_EXIT_USAGE;
 	}
 	struct hp_open_opts oo = { .quiet = true };
 	int r;
-	if (need == 2)
+	if (kernel)
 		r = hp_model_open_kernel(&oo, &m, err, sizeof(err));
 	else if (!strcmp(pos[0], "elf"))
 		r = hp_model_open_elf(pos[1], &oo, &m, err, sizeof(err));
@@ -274,10 +315,10 @@ int cmd_plan(int argc, char **argv)
 		fprintf(stderr, "hotpathd plan: %s\n", err);
 		return HP_EXIT_ERROR;
 	}
-	const struct hp_module *mod;
+	const struct hp_module *mod = NULL;
 	bool amb = false;
-	const struct hp_function *root = hp_model_find(m, pos[need - 1], &mod, &amb);
-	if (!root) {
+	const struct hp_function *root = o.hot_set ? NULL : hp_model_find(m, pos[need - 1], &mod, &amb);
+	if (!root && !o.hot_set) {
 		fprintf(stderr, "hotpathd plan: %s: %s\n", pos[need - 1],
 			amb ? "ambiguous name (use module:name)" : "no such function");
 		rc = HP_EXIT_NOT_FOUND;
@@ -331,7 +372,11 @@ int cmd_plan(int argc, char **argv)
 		prof[i].weight = wgt;
 	}
 	if (sample_secs) {
-		if (sample_profile(m, sample_secs, &prof[0], err, sizeof(err)) < 0) {
+		if (sample_profile(m, plan_pid, sample_secs,
+				   hz       ? hz :
+				   plan_pid ? PROCESS_HZ :
+					      997,
+				   &prof[0], err, sizeof(err)) < 0) {
 			fprintf(stderr, "hotpathd plan: %s\n", err);
 			goto out;
 		}
@@ -352,6 +397,8 @@ int cmd_plan(int argc, char **argv)
 		fprintf(stderr, "hotpathd plan: %s\n", err);
 		goto out;
 	}
+	if (o.hot_set && plan.nmembers)
+		root = plan.members[0].fn; /* the first laid out names the plan */
 	hp_plan_report(stdout, json, m, &plan, root, plan_pid);
 	if (code_path && plan.code) {
 		FILE *fp = fopen(code_path, "wb");

@@ -15,6 +15,7 @@
  * the idle task (pid 0, "swapper"), so a sample with pid 0 is idle whatever
  * function it hit (an interrupt handled while idle included).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -67,6 +68,7 @@ struct ring {
 
 struct hp_sampler {
 	const struct hp_model *m;
+	int pid; /* 0: whole system; else one process's threads, user samples */
 	struct ring *rings;
 	unsigned nrings;
 	size_t page_size;
@@ -134,7 +136,9 @@ static void count_ip(struct hp_sampler *s, uint64_t ip, uint16_t misc, bool idle
 	switch (misc & PERF_RECORD_MISC_CPUMODE_MASK) {
 	case PERF_RECORD_MISC_USER:
 		t->user++;
-		return;
+		if (!s->pid)
+			return;
+		break; /* a process's sample: its model has its user code */
 	case PERF_RECORD_MISC_KERNEL:
 		break;
 	default: /* hypervisor or guest: outside this kernel's model */
@@ -341,6 +345,24 @@ static int table_init(struct table *t)
 	return t->slots && t->used ? 0 : -ENOMEM;
 }
 
+/* The thread ids of process pid (its /proc/PID/task), at most max: how
+ * many, or a negative errno. */
+static int process_threads(int pid, int *tids, int max)
+{
+	char path[64];
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -errno;
+	for (struct dirent *e; (e = readdir(d)) && n < max;)
+		if (e->d_name[0] >= '1' && e->d_name[0] <= '9')
+			tids[n++] = atoi(e->d_name);
+	closedir(d);
+	return n;
+}
+
 struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sampler_opts *o, char *err, size_t errlen)
 {
 	struct hp_sampler_opts def = { 0 };
@@ -383,11 +405,17 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 		}
 	}
 	int cpus[1024];
-	int ncpu = hp_online_cpus(cpus, 1024);
+	int ncpu = o->pid ? process_threads(o->pid, cpus, 1024) : hp_online_cpus(cpus, 1024);
 	if (ncpu <= 0) {
-		snprintf(err, errlen, "cannot read the online CPU list: %s", strerror(ncpu < 0 ? -ncpu : ENOENT));
+		if (o->pid)
+			snprintf(err, errlen, "cannot list the threads of process %d: %s", o->pid,
+				 strerror(ncpu < 0 ? -ncpu : ENOENT));
+		else
+			snprintf(err, errlen, "cannot read the online CPU list: %s",
+				 strerror(ncpu < 0 ? -ncpu : ENOENT));
 		goto fail;
 	}
+	s->pid = o->pid;
 	s->rings = calloc((size_t)ncpu, sizeof(*s->rings));
 	if (!s->rings) {
 		snprintf(err, errlen, "out of memory");
@@ -409,12 +437,17 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 		a.comm = 1; /* COMM records keep thread names current */
 	}
 	a.disabled = 1;
+	a.exclude_kernel = o->pid ? 1 : 0; /* a process's own code only */
 	a.watermark = 1;
 	a.wakeup_watermark = (uint32_t)(pages * s->page_size / 2);
 	for (int i = 0; i < ncpu; i++) {
 		struct ring *r = &s->rings[s->nrings];
 		r->cpu = cpus[i];
-		r->fd = (int)syscall(SYS_perf_event_open, &a, -1, cpus[i], -1, PERF_FLAG_FD_CLOEXEC);
+		/* A process: cpus[] holds its thread ids, each followed on any CPU. */
+		r->fd = (int)syscall(SYS_perf_event_open, &a, o->pid ? cpus[i] : -1, o->pid ? -1 : cpus[i], -1,
+				     PERF_FLAG_FD_CLOEXEC);
+		if (r->fd < 0 && o->pid && errno == ESRCH)
+			continue; /* the thread ended since the listing */
 		if (r->fd < 0) {
 			int e = errno;
 			if (e == EACCES || e == EPERM)
@@ -446,6 +479,10 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 				 strerror(errno));
 			goto fail;
 		}
+	}
+	if (!s->nrings) {
+		snprintf(err, errlen, "process %d has no threads left to sample", o->pid);
+		goto fail;
 	}
 	s->stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (s->stop_fd < 0) {

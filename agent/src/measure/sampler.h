@@ -7,7 +7,8 @@
  * (module, function, basic block, instruction), apart for the idle task, and
  * each call chain into the interval's table of distinct stacks
  * (measure/stack_table.h). Consumers take the counts interval by interval with
- * hp_sampler_take.
+ * hp_sampler_take. With opts.pid, one process instead: one user-only event
+ * per thread, its samples counted into that process's model.
  */
 #ifndef HOTPATH_SAMPLER_H
 #define HOTPATH_SAMPLER_H
@@ -32,6 +33,10 @@ struct hp_sampler_opts {
 	 * predicates). Used when use_filter is set. */
 	bool use_filter;
 	int filter_prog_fd;
+	/* 0: the whole system (one event per CPU, kernel samples). Else one
+	 * process: one user-only event per thread it has when the sampler
+	 * opens, each user sample counted in m, which is that process's model. */
+	int pid;
 };
 
 /* Samples of one instruction of a block: its offset from the block start. */

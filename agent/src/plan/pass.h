@@ -44,5 +44,22 @@ extern const struct hp_plan_pass hp_pass_emit;                             /* em
 extern const struct hp_plan_pass hp_pass_unwind;                           /* unwind.c */
 extern const struct hp_plan_pass hp_pass_verify;                           /* verify.c */
 extern const struct hp_plan_pass hp_pass_icache;                           /* icache.c */
+/* Hot-set plans run hot_set in place of root, group and drop_shared, and c3 in place of order. */
+extern const struct hp_plan_pass hp_pass_hot_set; /* hot_set.c */
+extern const struct hp_plan_pass hp_pass_c3;      /* c3.c */
+
+/* Shared by the passes (plan.c). */
+/* A new member for f of mod with profile pf (NULL: no counts), its counts
+ * and edges made: 0 or -ENOMEM. parent: the member that reached it. */
+int hp_plan_add_member(struct hp_plan_ctx *c, const struct hp_module *mod, const struct hp_function *f,
+		       const struct hp_function *parent, const struct hp_prof_fn *pf);
+/* Keep f in place with its rule: 0 or -ENOMEM. */
+int hp_plan_keep(struct hp_plan_ctx *c, const struct hp_function *f, const char *rule, const char *detail);
+/* Member i's indirect call sites that ran, into p->icalls: 0 or -ENOMEM. */
+int hp_plan_member_icalls(struct hp_plan_ctx *c, size_t i);
+/* Counts of the blocks of member a that call or tail-call the function at addr. */
+double hp_plan_calls_to(const struct hp_plan_member *a, uint64_t addr);
+/* Point p->icalls at the members' places after a reorder. */
+void hp_plan_renumber_icalls(struct hp_plan *p);
 
 #endif

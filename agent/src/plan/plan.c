@@ -42,6 +42,7 @@ void hp_plan_opts_default(struct hp_plan_opts *o)
 	o->max_pad_share = 0.05;
 	o->max_functions = 64;
 	o->small_block = 8;
+	o->hot_share = 0.99;
 }
 
 static const char *const returns_twice[] = { "setjmp", "_setjmp",    "sigsetjmp", "__sigsetjmp",
@@ -425,8 +426,7 @@ static double max_count(const struct hp_prof_fn *pf)
 	return m;
 }
 
-/* Keep f in place with its rule (and detail). */
-static int keep(struct hp_plan_ctx *c, const struct hp_function *f, const char *rule, const char *detail)
+int hp_plan_keep(struct hp_plan_ctx *c, const struct hp_function *f, const char *rule, const char *detail)
 {
 	struct hp_plan *p = c->p;
 
@@ -459,20 +459,26 @@ static int consider(struct hp_plan_ctx *c, uint32_t from, const struct hp_functi
 	if (!rule && p->nmembers >= p->opts.max_functions)
 		rule = "the group is full (--max-functions)";
 	if (rule)
-		return keep(c, g, rule, detail);
-	if (HP_GROW(p->members, c->cap_members, p->nmembers + 1))
-		return -ENOMEM;
-	struct hp_plan_member *v = p->members;
-	memset(&v[p->nmembers], 0, sizeof(*v));
-	v[p->nmembers].mod = gmod;
-	v[p->nmembers].fn = g;
-	v[p->nmembers].parent = p->members[from].fn;
-	p->nmembers++;
-	return member_counts(&v[p->nmembers - 1], pf, prof->estimated);
+		return hp_plan_keep(c, g, rule, detail);
+	return hp_plan_add_member(c, gmod, g, p->members[from].fn, pf);
 }
 
-/* Counts of the blocks of member a that call or tail-call the function at addr. */
-static double calls_to(const struct hp_plan_member *a, uint64_t addr)
+int hp_plan_add_member(struct hp_plan_ctx *c, const struct hp_module *mod, const struct hp_function *f,
+		       const struct hp_function *parent, const struct hp_prof_fn *pf)
+{
+	struct hp_plan *p = c->p;
+
+	if (HP_GROW(p->members, c->cap_members, p->nmembers + 1))
+		return -ENOMEM;
+	struct hp_plan_member *v = &p->members[p->nmembers++];
+	memset(v, 0, sizeof(*v));
+	v->mod = mod;
+	v->fn = f;
+	v->parent = parent;
+	return member_counts(v, pf, c->prof->estimated);
+}
+
+double hp_plan_calls_to(const struct hp_plan_member *a, uint64_t addr)
 {
 	const struct hp_module *mod = a->mod;
 	const struct hp_function *f = a->fn;
@@ -496,7 +502,7 @@ static double calls_to(const struct hp_plan_member *a, uint64_t addr)
 /* Call affinity: counts of the blocks of a that call or tail-call b. */
 static double affinity(const struct hp_plan_member *a, const struct hp_plan_member *b)
 {
-	return calls_to(a, b->fn->addr);
+	return hp_plan_calls_to(a, b->fn->addr);
 }
 
 /* Shared callees leave the group: with exact counts, a member (not the
@@ -523,14 +529,15 @@ static int drop_shared(struct hp_plan_ctx *c)
 				continue;
 			double calls = g->count[entry], from_group = 0;
 			for (size_t j = 0; j < p->nmembers; j++)
-				from_group += calls_to(&p->members[j], g->fn->addr);
+				from_group += hp_plan_calls_to(&p->members[j], g->fn->addr);
 			if (calls <= 0 || from_group >= p->opts.min_caller_share * calls)
 				continue;
 			snprintf(detail, sizeof(detail),
 				 "%.0f of its %.0f calls (%.0f%%) come from the group; a copy would leave its hot "
 				 "code in the I-cache twice",
 				 from_group, calls, 100.0 * from_group / calls);
-			if ((r = keep(c, g->fn, "shared with callers outside the group (--min-share)", detail)) < 0)
+			if ((r = hp_plan_keep(c, g->fn, "shared with callers outside the group (--min-share)",
+					      detail)) < 0)
 				return r;
 			size_t w = 0;
 			for (size_t k = 0; k < p->nicalls; k++)
@@ -584,9 +591,14 @@ static int order_members(struct hp_plan_ctx *c)
 	p->members = v;
 	c->cap_members = n + 1;
 	free(placed);
+	hp_plan_renumber_icalls(p);
+	return 0;
+}
+
+void hp_plan_renumber_icalls(struct hp_plan *p)
+{
 	for (size_t i = 0; i < p->nicalls; i++)
 		p->icalls[i].member = (uint32_t)member_of(p, p->icalls[i].fn);
-	return 0;
 }
 
 /* The L1i geometry the I-cache figures are for: the options' or the host's. */
@@ -658,13 +670,7 @@ static int root(struct hp_plan_ctx *c)
 			 detail[0] ? " " : "", detail);
 		return HP_PASS_DONE;
 	}
-	if (HP_GROW(p->members, c->cap_members, 1))
-		return -ENOMEM;
-	memset(&p->members[0], 0, sizeof(p->members[0]));
-	p->members[0].mod = c->root_mod;
-	p->members[0].fn = root;
-	p->nmembers = 1;
-	if ((r = member_counts(&p->members[0], rpf, prof->estimated)) < 0)
+	if ((r = hp_plan_add_member(c, c->root_mod, root, NULL, rpf)) < 0)
 		return r;
 	c->root_calls = p->members[0].calls;
 	return HP_PASS_NEXT;
@@ -709,17 +715,28 @@ static int group(struct hp_plan_ctx *c)
 				mod = p->members[i].mod;
 			}
 		}
-		for (uint32_t k = 0; k < f->nicalls; k++) {
-			uint32_t site = mod->icall_sites[f->icall_start + k];
-			double cnt = p->members[i].count[block_index(mod, f, site)];
-			if (cnt <= 0)
-				continue;
-			if (HP_GROW(p->icalls, c->cap_icalls, p->nicalls + 1))
-				return -ENOMEM;
-			p->icalls[p->nicalls++] = (struct hp_plan_icall){ f, 0, site, cnt };
-		}
+		if ((r = hp_plan_member_icalls(c, i)) < 0)
+			return r;
 	}
 	return HP_PASS_NEXT;
+}
+
+int hp_plan_member_icalls(struct hp_plan_ctx *c, size_t i)
+{
+	struct hp_plan *p = c->p;
+	const struct hp_module *mod = p->members[i].mod;
+	const struct hp_function *f = p->members[i].fn;
+
+	for (uint32_t k = 0; k < f->nicalls; k++) {
+		uint32_t site = mod->icall_sites[f->icall_start + k];
+		double cnt = p->members[i].count[block_index(mod, f, site)];
+		if (cnt <= 0)
+			continue;
+		if (HP_GROW(p->icalls, c->cap_icalls, p->nicalls + 1))
+			return -ENOMEM;
+		p->icalls[p->nicalls++] = (struct hp_plan_icall){ f, (uint32_t)i, site, cnt };
+	}
+	return 0;
 }
 
 /* Split each member into hot and cold chunks and chain its hot blocks. */
@@ -785,6 +802,12 @@ static const struct hp_plan_pass *const passes[] = {
 	&hp_pass_emit,           &hp_pass_unwind,     &hp_pass_verify, &hp_pass_icache,
 };
 
+/* A whole hot set's: its members chosen from the profile, C3 order. */
+static const struct hp_plan_pass *const hot_set_passes[] = {
+	&hp_pass_cache_geometry, &hp_pass_bottleneck, &hp_pass_hot_set, &hp_pass_c3,     &hp_pass_layout,
+	&hp_pass_notes,          &hp_pass_emit,       &hp_pass_unwind,  &hp_pass_verify, &hp_pass_icache,
+};
+
 int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struct hp_module *root_mod,
 		 const struct hp_profile *prof, const struct hp_plan_opts *o, struct hp_plan *p, char *err,
 		 size_t errlen)
@@ -798,8 +821,11 @@ int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struc
 	else
 		hp_plan_opts_default(&p->opts);
 	p->profile = prof;
-	for (size_t i = 0; i < sizeof(passes) / sizeof(passes[0]); i++) {
-		int r = passes[i]->run(&c);
+	const struct hp_plan_pass *const *list = p->opts.hot_set ? hot_set_passes : passes;
+	size_t npasses = p->opts.hot_set ? sizeof(hot_set_passes) / sizeof(hot_set_passes[0]) :
+					   sizeof(passes) / sizeof(passes[0]);
+	for (size_t i = 0; i < npasses; i++) {
+		int r = list[i]->run(&c);
 		if (r == HP_PASS_DONE)
 			return 0;
 		if (r < 0) {

@@ -31,7 +31,16 @@ struct hp_plan_opts {
 	uint64_t base;          /* where the emitted code is laid out; 0 = after the root's module */
 	uint32_t max_functions; /* group size bound (64) */
 	uint32_t small_block;   /* "small" for the isolated-predecessor rule, bytes (8) */
+	/* Whole hot set (hot_set.c): no root given; every function of the
+	 * profile in the smallest set covering hot_share of its work joins
+	 * (at most max_functions), shared callees copied, C3 order (c3.c). */
+	bool hot_set;
+	double hot_share;       /* (0.99) */
+	const char *hot_module; /* the module whose hot set (its path, or the end of it); NULL: the hottest */
 };
+
+/* max_functions for a hot set when none is given. */
+#define HP_HOT_SET_MAX_FUNCTIONS 512u
 
 void hp_plan_opts_default(struct hp_plan_opts *o);
 
@@ -162,7 +171,8 @@ struct hp_plan {
 };
 
 /* Make plan p for root in m from profile prof (NULL: none measured yet),
- * running the passes of pass.h. Returns 0 (see p->status for not-OK
+ * running the passes of pass.h. With o->hot_set, root and root_mod are
+ * NULL: the hottest member becomes the plan's root. Returns 0 (see p->status for not-OK
  * outcomes) or a negative errno with err filled for failures of the agent
  * itself. */
 int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struct hp_module *root_mod,

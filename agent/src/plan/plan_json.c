@@ -378,8 +378,10 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	static const char *const src[] = { "measured", "derived_exact", "estimated" };
 	char buf[128];
 
+	if (!root && p->nmembers)
+		root = p->members[0].fn; /* a hot set's: the first laid out */
 	rw_obj(w, NULL);
-	rw_str(w, "root", root->name);
+	rw_str(w, "root", root ? root->name : "(hot set)");
 	rw_str(w, "status", status_name(p->status));
 	if (p->message[0])
 		rw_str(w, "message", p->message);
@@ -420,6 +422,10 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_num(w, "max_pad_share", p->opts.max_pad_share, 4);
 	rw_u64(w, "max_functions", p->opts.max_functions);
 	rw_u64(w, "small_block", p->opts.small_block);
+	if (p->opts.hot_set) {
+		rw_bool(w, "hot_set", true);
+		rw_num(w, "hot_share", p->opts.hot_share, 4);
+	}
 	rw_obj_end(w);
 	if (p->status != HP_PLAN_OK && p->status != HP_PLAN_REFUSED) {
 		rw_obj_end(w);

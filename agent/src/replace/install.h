@@ -7,7 +7,8 @@
  *     bytes it was made from) -> journal -> quiesce -> code heap within
  *     reach of every reference -> copy re-based, unwind data registered ->
  *     root's entry spliced to jump to the copy -> the root's static call
- *     sites call the copy -> resume.
+ *     sites call the copy -> resume. A hot-set plan (options.hot_set) has
+ *     every member's entry spliced and every member's call sites redirected.
  *   revert: call sites restored first, then the entry, so the copy stays
  *     reachable until the end; the heap is freed only when no thread can be
  *     inside it (else left mapped, and the record says so).
@@ -64,6 +65,7 @@ struct hp_iplan {
 	size_t nrelocs;
 	struct hp_imember *members;
 	size_t nmembers;
+	bool hot_set;      /* options.hot_set: every member's entry is spliced, not only the root's */
 	char hash[65];     /* code.sha256 as the plan states it */
 	char computed[65]; /* recomputed from the code */
 	char *text;        /* the JSON itself */
@@ -131,6 +133,7 @@ struct hp_install_result {
 	char journal[4096];
 	uint64_t heap, heap_len, new_entry, entry;
 	size_t call_sites, call_sites_skipped;
+	size_t entries; /* entries spliced: 1, or a hot set's members */
 	bool unwind_registered;
 	char unwind_note[200];
 	double check_ms, entry_us, calls_ms, total_ms, stopped_ms;

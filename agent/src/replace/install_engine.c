@@ -81,6 +81,12 @@ static uint64_t map_pc(void *ctx, uint64_t pc)
 	return 0;
 }
 
+/* How many members have their entry spliced: the root, or a hot set's every member. */
+static size_t spliced(const struct hp_iplan *p)
+{
+	return p->hot_set ? p->nmembers : 1;
+}
+
 static int check_plan(struct hp_op *x, char *err, size_t errlen)
 {
 	const struct hp_iplan *p = x->p;
@@ -101,21 +107,24 @@ static int check_plan(struct hp_op *x, char *err, size_t errlen)
 	}
 	if (o->approve && (r = o->approve(o->approve_ctx, p, err, errlen)) < 0)
 		return r;
-	/* The root's entry takes a 5-byte jump: no other block may start in it. */
-	const struct hp_imember *root = &p->members[0];
-	if (root->size < 5) {
-		snprintf(err, errlen, "%s is %u bytes long: too short for the jump to its copy", root->name,
-			 root->size);
-		return -EINVAL;
-	}
-	for (size_t i = 0; i < root->nblocks; i++)
-		if (root->blocks[i].offset > 0 && root->blocks[i].offset < 5) {
-			snprintf(err, errlen,
-				 "%s has a block at +%u, inside the 5 bytes its entry jump would cover: a thread "
-				 "running the original could branch into the jump",
-				 root->name, root->blocks[i].offset);
+	/* The root's entry (a hot set's: every member's) takes a 5-byte jump:
+	 * no other block may start in it. */
+	for (size_t k = 0; k < spliced(p); k++) {
+		const struct hp_imember *root = &p->members[k];
+		if (root->size < 5) {
+			snprintf(err, errlen, "%s is %u bytes long: too short for the jump to its copy", root->name,
+				 root->size);
 			return -EINVAL;
 		}
+		for (size_t i = 0; i < root->nblocks; i++)
+			if (root->blocks[i].offset > 0 && root->blocks[i].offset < 5) {
+				snprintf(err, errlen,
+					 "%s has a block at +%u, inside the 5 bytes its entry jump would cover: a "
+					 "thread running the original could branch into the jump",
+					 root->name, root->blocks[i].offset);
+				return -EINVAL;
+			}
+	}
 	return 0;
 }
 
@@ -162,15 +171,25 @@ static int check_target(struct hp_op *x, char *err, size_t errlen)
 	return 0;
 }
 
-/* Direct call sites of the root in the model (running addresses). */
-static size_t call_sites(const struct hp_model *m, uint64_t entry, uint64_t **out)
+static int cmp_u64(const void *a, const void *b)
 {
-	size_t n = 0, cap = 0;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Direct call sites in the model (running addresses) of the n entries
+ * (sorted): each site and the index in entries of the one it calls. */
+static size_t call_sites(const struct hp_model *m, const uint64_t *entries, size_t nent, uint64_t **out,
+			 uint32_t **which)
+{
+	size_t n = 0, cap = 0, cap2 = 0;
 	*out = NULL;
+	*which = NULL;
 	for (size_t mi = 0; m && mi < m->nmods; mi++) {
 		const struct hp_module *mod = &m->mods[mi];
 		for (size_t c = 0; c < mod->ncalls; c++) {
-			if (mod->calls[c].target != entry)
+			const uint64_t *e = bsearch(&mod->calls[c].target, entries, nent, sizeof(*entries), cmp_u64);
+			if (!e)
 				continue;
 			/* The function owning the call: find by index ranges. */
 			const struct hp_function *f = NULL;
@@ -190,8 +209,9 @@ static size_t call_sites(const struct hp_model *m, uint64_t entry, uint64_t **ou
 			if (!f)
 				continue;
 			uint64_t site = f->addr + mod->calls[c].site;
-			if (HP_GROW(*out, cap, n + 1))
+			if (HP_GROW(*out, cap, n + 1) || HP_GROW(*which, cap2, n + 1))
 				return n;
+			(*which)[n] = (uint32_t)(e - entries);
 			(*out)[n++] = site;
 		}
 	}
@@ -204,7 +224,8 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	const struct hp_install_opts *o = x->o;
 	struct hp_install_result *res = x->res;
 	uint64_t entry = p->members[0].addr + (uint64_t)x->delta, *sites = NULL;
-	size_t nsites = 0;
+	size_t nsites = 0, nent = spliced(p);
+	uint32_t *site_to = NULL; /* the member each site calls */
 	double t0 = hp_now();
 	int r;
 
@@ -248,37 +269,68 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 		if (a_ + REACH - span < hi)     \
 			hi = a_ + REACH - span; \
 	} while (0)
-	NEED(entry);
+	/* The spliced entries (running addresses), sorted, and their members. */
+	uint64_t *ent = malloc((nent + 1) * sizeof(*ent)), *ent_sorted = malloc((nent + 1) * sizeof(*ent));
+	uint32_t *ent_member = malloc((nent + 1) * sizeof(*ent_member));
+	if (!ent || !ent_sorted || !ent_member) {
+		free(ent);
+		free(ent_sorted);
+		free(ent_member);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < nent; k++) {
+		ent[k] = ent_sorted[k] = p->members[k].addr + (uint64_t)x->delta;
+		NEED(ent[k]);
+	}
+	qsort(ent_sorted, nent, sizeof(*ent_sorted), cmp_u64);
+	for (size_t k = 0; k < nent; k++)
+		for (size_t j = 0; j < nent; j++)
+			if (ent[j] == ent_sorted[k])
+				ent_member[k] = (uint32_t)j;
 	for (size_t i = 0; i < p->nrelocs; i++)
 		NEED(p->relocs[i].target + (uint64_t)x->delta);
 	if (lo < 0)
 		lo = 0;
 	if (o->patch_calls && o->m) {
 		uint64_t *all = NULL;
-		size_t nall = call_sites(o->m, entry, &all);
+		uint32_t *to = NULL;
+		size_t nall = call_sites(o->m, ent_sorted, nent, &all, &to);
 		sites = malloc((nall + 1) * sizeof(*sites));
-		for (size_t i = 0; sites && i < nall; i++) {
-			/* Inside the entry's jump, or out of reach: left calling the entry. */
-			if ((all[i] + 5 > entry && all[i] < entry + 5) || (int64_t)all[i] - REACH + span > hi ||
-			    (int64_t)all[i] + REACH - span < lo) {
+		site_to = malloc((nall + 1) * sizeof(*site_to));
+		for (size_t i = 0; sites && site_to && i < nall; i++) {
+			/* Inside an entry's jump, or out of reach: left calling the entry. */
+			const uint64_t *in = NULL;
+			for (size_t k = 0; k < nent && !in; k++)
+				if (all[i] + 5 > ent_sorted[k] && all[i] < ent_sorted[k] + 5)
+					in = &ent_sorted[k];
+			if (in || (int64_t)all[i] - REACH + span > hi || (int64_t)all[i] + REACH - span < lo) {
 				res->call_sites_skipped++;
 				continue;
 			}
+			site_to[nsites] = ent_member[to[i]];
 			sites[nsites++] = all[i];
 		}
 		free(all);
+		free(to);
 		for (size_t i = 0; i < nsites; i++)
 			NEED(sites[i]);
 	}
+	free(ent_sorted);
+	free(ent_member);
 #undef NEED
 	if (lo >= hi) {
 		snprintf(err, errlen, "the copy's references span more than 2 GiB: no place reaches them all");
 		free(sites);
+		free(site_to);
+		free(ent);
 		return -ERANGE;
 	}
 	if ((r = x->t.ops->heap_place(&x->t, (uint64_t)lo, (uint64_t)hi, entry, x->heap.len, &x->heap.addr, err,
 				      errlen)) < 0) {
 		free(sites);
+		free(site_to);
+		free(ent);
 		return r;
 	}
 	x->image = calloc(1, x->heap.len);
@@ -287,6 +339,8 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	};
 	if (!x->image || hp_plan_relocate(&tmp, x->heap.addr, x->delta, x->image, err, errlen) < 0) {
 		free(sites);
+		free(site_to);
+		free(ent);
 		return x->image ? -ERANGE : -ENOMEM;
 	}
 	if (p->unwind_len)
@@ -298,11 +352,15 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 					(int)x->heap.len, "unwind", hp_jrec_hex(x->heap.unwind)),
 			      err, errlen)) < 0) {
 		free(sites);
+		free(site_to);
+		free(ent);
 		return r;
 	}
 	x->heap_mapped = true; /* may be, from here on */
 	if ((r = x->t.ops->heap_map(&x->t, &x->heap, x->image, err, errlen)) < 0) {
 		free(sites);
+		free(site_to);
+		free(ent);
 		return r;
 	}
 	hp_op_record(x,
@@ -316,6 +374,8 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	if (x->heap.unwind) {
 		if ((r = hp_op_record(x, json_pack("{s:s}", "op", "unwind_register"), err, errlen)) < 0) {
 			free(sites);
+			free(site_to);
+			free(ent);
 			return r;
 		}
 		x->unwind_unknown = true;
@@ -324,6 +384,8 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 			if (r == -EBUSY)
 				x->unwind_unknown = false;
 			free(sites);
+			free(site_to);
+			free(ent);
 			return r;
 		}
 		x->unwind_unknown = false;
@@ -339,20 +401,25 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 		snprintf(res->unwind_note, sizeof(res->unwind_note), "the plan has no unwind data");
 	}
 	hp_op_step(x, HP_STEP_UNWIND, NULL);
-	/* The entry. */
+	/* The entries: the root's (moving a thread stopped inside its jump's
+	 * bytes), then a hot set's other members' (waiting for such a thread). */
 	struct hp_undo u;
 	uint64_t new_entry = x->heap.addr + (p->members[0].new_addr - p->base);
 	double te = hp_now();
-	if ((r = x->t.ops->prepare_entry(&x->t, entry, new_entry, &u, err, errlen)) < 0 ||
-	    (r = hp_op_add_write(x, &u)) < 0 || (r = hp_op_record(x, hp_undo_record(&u), err, errlen)) < 0) {
-		free(sites);
-		return r;
+	for (size_t k = 0; k < nent; k++) {
+		uint64_t to = x->heap.addr + (p->members[k].new_addr - p->base);
+		if ((r = x->t.ops->prepare_entry(&x->t, ent[k], to, &u, err, errlen)) < 0 ||
+		    (r = hp_op_add_write(x, &u)) < 0 || (r = hp_op_record(x, hp_undo_record(&u), err, errlen)) < 0 ||
+		    (r = x->t.ops->apply(&x->t, &x->writes[x->nwrites - 1], k ? NULL : map_pc, x, err, errlen)) < 0) {
+			free(sites);
+			free(site_to);
+			free(ent);
+			return r;
+		}
+		if (!k)
+			res->entry_us = (hp_now() - te) * 1e6;
+		res->entries++;
 	}
-	if ((r = x->t.ops->apply(&x->t, &x->writes[x->nwrites - 1], map_pc, x, err, errlen)) < 0) {
-		free(sites);
-		return r;
-	}
-	res->entry_us = (hp_now() - te) * 1e6;
 	res->entry = entry;
 	res->new_entry = new_entry;
 	hp_op_step(x, HP_STEP_ENTRY, NULL);
@@ -361,7 +428,8 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	size_t first = x->nwrites;
 	json_t **recs = calloc(nsites + 1, sizeof(*recs));
 	for (size_t i = 0; recs && i < nsites; i++) {
-		if (x->t.ops->prepare_call(&x->t, sites[i], new_entry, &u, err, errlen) < 0) {
+		uint64_t to = x->heap.addr + (p->members[site_to[i]].new_addr - p->base);
+		if (x->t.ops->prepare_call(&x->t, sites[i], to, &u, err, errlen) < 0) {
 			res->call_sites_skipped++;
 			continue;
 		}
@@ -370,6 +438,8 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 		recs[x->nwrites - 1 - first] = hp_undo_record(&u);
 	}
 	free(sites);
+	free(site_to);
+	free(ent);
 	if (!recs) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;

@@ -42,6 +42,7 @@ void hp_install_json_installed(FILE *fp, const struct hp_iplan *plan, int pid, c
 	khex(&j, "entry", res->entry);
 	khex(&j, "new_entry", res->new_entry);
 	json_ku64(&j, "call_sites", res->call_sites);
+	json_ku64(&j, "entries", res->entries);
 	json_ku64(&j, "call_sites_skipped", res->call_sites_skipped);
 	json_key(&j, "unwind");
 	json_obj_begin(&j);

@@ -65,10 +65,12 @@ static int undo_all_inner(struct hp_op *x, char *err, size_t errlen)
 	int r, bad = 0;
 	double t0 = hp_now();
 
+	bool entries = false; /* a hot set's several entries: one step */
 	hp_op_step(x, HP_STEP_REVERT_CALLS, NULL);
 	for (size_t k = x->nwrites; k-- > 0;) {
 		struct hp_undo *u = &x->writes[k];
-		if (u->kind == HP_UNDO_ENTRY) {
+		if (u->kind == HP_UNDO_ENTRY && !entries) {
+			entries = true;
 			if (x->res)
 				x->res->revert_calls_ms = (hp_now() - t0) * 1e3;
 			hp_op_step(x, HP_STEP_REVERT_ENTRY, NULL);

@@ -31,7 +31,7 @@ struct hp_op {
 	size_t image_len;
 	struct hp_undo scratch;
 	bool scratch_applied;
-	struct hp_undo *writes; /* entry first, then call sites */
+	struct hp_undo *writes; /* entries first (the root's, then a hot set's others), then call sites */
 	size_t nwrites, cap_writes;
 	uint8_t entry_block[256]; /* the root's entry block as it was, for moving PCs */
 	uint32_t entry_block_len;
@@ -47,7 +47,7 @@ int hp_op_record(struct hp_op *x, json_t *rec, char *err, size_t errlen);
 /* The live bytes under u: 0 the original ones, 1 the ones written, 2
  * neither, -1 unreadable. */
 int hp_op_live_state(struct hp_op *x, const struct hp_undo *u);
-/* Remember a write (entry first, then call sites). 0 or -ENOMEM. */
+/* Remember a write (entries first, then call sites). 0 or -ENOMEM. */
 int hp_op_add_write(struct hp_op *x, const struct hp_undo *u);
 /* Undo what x made, calls first, then the entry, then the heap. The target
  * is quiesced. Scratch bytes go back whatever happens. */

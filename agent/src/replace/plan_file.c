@@ -85,6 +85,7 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 		 json_string_value(json_object_get(tg, "module_build_id"))  ?:
 			 json_string_value(json_object_get(tg, "build_id")) ?:
 									      "");
+	p->hot_set = json_is_true(json_object_get(json_object_get(root, "options"), "hot_set"));
 	code = json_object_get(root, "code");
 	if (!json_is_true(json_object_get(code, "verified"))) {
 		snprintf(err, errlen, "the plan's code was not verified: it is not installed");

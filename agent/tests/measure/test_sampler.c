@@ -3,10 +3,15 @@
  * Whole-system sampling against the live kernel: while this process keeps a
  * CPU busy reading /dev/zero, the sampler must see samples, attribute them to
  * real basic blocks of the model (on the read path among them), keep its
- * totals consistent, and start a fresh interval on every take.
+ * totals consistent, and start a fresh interval on every take. One process's
+ * threads: a child spinning in a function of this program, sampled through
+ * its own model, has its samples on that function's blocks.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,6 +123,80 @@ static void bad_options_are_refused(void)
 	hp_sampler_close(s);
 }
 
+static volatile unsigned long spun;
+
+__attribute__((noinline)) static void spin(void)
+{
+	for (;;)
+		for (unsigned i = 0; i < 1000; i++)
+			spun += i ^ (spun >> 3);
+}
+
+static void *spin_thread(void *arg)
+{
+	(void)arg;
+	spin();
+	return NULL;
+}
+
+static void a_process_is_sampled_in_its_model(void)
+{
+	pid_t child = fork();
+	if (child == 0) {
+		pthread_t t;
+		pthread_create(&t, NULL, spin_thread, NULL);
+		spin();
+	}
+	REQUIRE(child > 0, "fork: %s", strerror(errno));
+	struct hp_open_opts oo = { .quiet = true };
+	struct hp_model *m = NULL;
+	char err[256] = "";
+	struct hp_sampler_opts so = { .pid = child };
+	struct hp_sampler *s = NULL;
+	struct hp_sample_interval iv = { 0 };
+	clockid_t clk;
+	int r = hp_model_open_pid(child, &oo, &m, err, sizeof(err));
+	if (r == 0)
+		s = hp_sampler_open(m, &so, err, sizeof(err));
+	if (s && clock_getcpuclockid(child, &clk) == 0) {
+		/* Until the child had 1.5 s of CPU (not wall) time: a loaded
+		 * machine that schedules it less yields as many samples. */
+		struct timespec cpu, ts = { 0, 50 * 1000000L };
+		double end = now_s() + 30, cpu0;
+		clock_gettime(clk, &cpu);
+		cpu0 = cpu.tv_sec + cpu.tv_nsec / 1e9;
+		do {
+			nanosleep(&ts, NULL);
+			clock_gettime(clk, &cpu);
+		} while (cpu.tv_sec + cpu.tv_nsec / 1e9 - cpu0 < 1.5 && now_s() < end);
+		hp_sampler_take(s, &iv);
+	}
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	hp_sampler_close(s);
+	REQUIRE(r == 0, "model of the child: %s", err);
+	REQUIRE(s, "sampler: %s", err);
+	const struct hp_module *smod;
+	const struct hp_function *sf = hp_model_find(m, "spin", &smod, NULL);
+	REQUIRE(sf, "spin not in the child's model");
+	uint64_t in_spin = 0, in_blocks = 0;
+	for (size_t i = 0; i < iv.nblocks; i++) {
+		const struct hp_module *mod = &m->mods[iv.blocks[i].mod];
+		in_blocks += iv.blocks[i].count;
+		if (&mod->funcs[iv.blocks[i].fn] == sf)
+			in_spin += iv.blocks[i].count;
+	}
+	EXPECT(iv.total >= 500, "only %llu samples in 1.5 s of the child's CPU time", (unsigned long long)iv.total);
+	EXPECT(in_blocks + iv.unmapped == iv.user && iv.user == iv.total,
+	       "%llu in blocks + %llu unmapped, %llu user of %llu: not all user samples of the process",
+	       (unsigned long long)in_blocks, (unsigned long long)iv.unmapped, (unsigned long long)iv.user,
+	       (unsigned long long)iv.total);
+	EXPECT(in_spin >= iv.total / 2, "only %llu of %llu samples in spin", (unsigned long long)in_spin,
+	       (unsigned long long)iv.total);
+	hp_sample_interval_free(&iv);
+	hp_model_free(m);
+}
+
 int main(void)
 {
 	char err[256] = "";
@@ -127,6 +206,7 @@ int main(void)
 	RUN(samples_map_onto_real_blocks);
 	RUN(take_starts_a_new_interval);
 	RUN(bad_options_are_refused);
+	RUN(a_process_is_sampled_in_its_model);
 	hp_model_free(kernel);
 	TEST_EXIT();
 }

@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "model/model.h"
+#include "plan/c3.h"
 #include "plan/chains.h"
 #include "isa/isa.h"
 #include "plan/plan.h"
@@ -435,6 +436,76 @@ static void t_plan_keeps_code_found_by_address(void)
 	found_case("-O2 -fexceptions -fno-PIE -no-pie", "found_nopie");
 }
 
+/* C3 on a call graph whose clustering is known: f1 joins its caller f0, f3
+ * its caller f1, f2 (cooler, big) f0's cluster while it fits a page; f5's
+ * caller f4 is too big to share a page with it. Clusters densest first:
+ * {f5} (40/300), {f0 f1 f3 f2} (245/3400), {f4} (50/3900). */
+static void t_c3_order(void)
+{
+	static const struct hp_c3_fn f[] = { { 100, 100 }, { 80, 200 },  { 5, 3000 },
+					     { 60, 100 },  { 50, 3900 }, { 40, 300 } };
+	static const struct hp_c3_call calls[] = {
+		{ 0, 1, 90 }, { 0, 2, 5 }, { 1, 3, 70 }, { 4, 5, 40 }, { 3, 3, 99 }
+	};
+	static const uint32_t want[] = { 5, 0, 1, 3, 2, 4 };
+	uint32_t order[6];
+
+	REQUIRE(hp_c3_order(f, 6, calls, 5, 4096, order) == 0, "out of memory");
+	for (int i = 0; i < 6; i++)
+		EXPECT(order[i] == want[i], "position %d holds f%u, want f%u", i, order[i], want[i]);
+	/* With no page limit to speak of, f5 joins f4: one cluster less. */
+	REQUIRE(hp_c3_order(f, 6, calls, 5, 1 << 20, order) == 0, "out of memory");
+	EXPECT(order[4] == 4 && order[5] == 5, "f5 did not follow its caller f4: f%u f%u", order[4], order[5]);
+}
+
+/* A hot-set plan: no root given; every function of the profile that can
+ * move is a member (shared callees too), what cannot is kept with its rule,
+ * the first laid out names the plan, and the code verifies. */
+static void t_hot_set_plan(void)
+{
+	static const char *const names[] = { "pr_root", "pr_op", "pr_mix", "pr_hash", "pr_search", "pr_table", NULL };
+	struct hp_model *m = open_fixture("group.c", "plan_hot", "-O2");
+	struct hp_plan_opts o;
+	struct hp_profile prof;
+	struct hp_plan plan;
+	char err[256];
+
+	REQUIRE(m, "gcc or open failed");
+	profile_all(m, names, 10, &prof);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	o.hot_set = true;
+	o.hot_share = 1;
+	REQUIRE(hp_plan_make(m, NULL, NULL, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(plan.status == HP_PLAN_OK && plan.verified, "plan %d: %s %s", plan.status, plan.message,
+	       plan.verify_error);
+	EXPECT(plan.nmembers == 5, "%zu members, want the 5 that can move", plan.nmembers);
+	const struct hp_plan_kept *k = kept(&plan, "pr_table");
+	EXPECT(plan.nkept == 1 && k && strstr(k->rule, "switch table"), "pr_table not kept by its rule (%zu kept)",
+	       plan.nkept);
+	for (const char *const *n = names; *n; n++) {
+		bool in = false;
+		for (size_t i = 0; i < plan.nmembers; i++)
+			in |= !strcmp(plan.members[i].fn->name, *n);
+		EXPECT(in || !strcmp(*n, "pr_table"), "%s is not a member", *n);
+	}
+	hp_plan_free(&plan);
+	/* A share below 1 leaves the coolest out; --max-functions bounds the set. */
+	o.max_functions = 2;
+	REQUIRE(hp_plan_make(m, NULL, NULL, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(plan.nmembers == 2 && plan.verified, "%zu members with --max-functions 2", plan.nmembers);
+	EXPECT(kept(&plan, "pr_op") || kept(&plan, "pr_mix") || kept(&plan, "pr_hash") || kept(&plan, "pr_search"),
+	       "nothing was kept for a full hot set");
+	hp_plan_free(&plan);
+	hp_profile_free(&prof);
+	/* No counts: no plan, and no crash without a root. */
+	memset(&prof, 0, sizeof(prof));
+	REQUIRE(hp_plan_make(m, NULL, NULL, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(plan.status == HP_PLAN_NO_COUNTS, "status %d without counts", plan.status);
+	hp_plan_free(&plan);
+	hp_model_free(m);
+}
+
 int main(void)
 {
 	RUN(t_chain_perfect_partner);
@@ -446,6 +517,8 @@ int main(void)
 	RUN(t_profile_reads_measure_report);
 	RUN(t_plan_without_counts_or_heat);
 	RUN(t_plan_keeps_code_found_by_address);
+	RUN(t_c3_order);
+	RUN(t_hot_set_plan);
 	tu_cleanup();
 	TEST_EXIT();
 }

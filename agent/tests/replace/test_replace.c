@@ -8,6 +8,8 @@
  * plan comes from `hotpathd measure --blocks` and `hotpathd plan`.
  *  - hotpathd install / installed / revert: the copy runs (memfd heap, entry
  *    jump, call sites), and everything is put back (bytes, heap, journal).
+ *  - A whole hot set (plan --hot-set): one heap, every member's entry
+ *    jumping to its copy, install/revert cycles, bytes as before.
  *  - Cycles of install and revert through the library under load, with
  *    threads inside the root at the stops, results checked throughout,
  *    original bytes at the end (HOTPATH_REPLACE_CYCLES, default 300;
@@ -164,8 +166,9 @@ static char *slurp(const char *path, size_t *len)
 	return b;
 }
 
-/* The fixture measured and planned by the command line; path of the plan. */
-static const char *make_plan(pid_t pid, const char *name)
+/* The fixture measured and planned by the command line for WHAT (a root, or
+ * --hot-set); path of the plan. */
+static const char *make_plan_for(pid_t pid, const char *name, const char *what)
 {
 	static char plan[16][400];
 	static int slot;
@@ -175,9 +178,14 @@ static const char *make_plan(pid_t pid, const char *name)
 	snprintf(p, 400, "%s/%s.plan.json", tu_tmpdir(), name);
 	snprintf(cmd, sizeof(cmd),
 		 "%s measure pid %d pr_root pr_op pr_hash pr_mix pr_fib pr_even pr_odd pr_search pr_check --blocks "
-		 "--seconds 1 --json > '%s' 2>/dev/null && %s plan pid %d pr_root --profile '%s' --json > '%s'",
-		 hp(), pid, prof, hp(), pid, prof, p);
+		 "--seconds 1 --json > '%s' 2>/dev/null && %s plan pid %d %s --profile '%s' --json > '%s'",
+		 hp(), pid, prof, hp(), pid, what, prof, p);
 	return system(cmd) == 0 ? p : NULL;
+}
+
+static const char *make_plan(pid_t pid, const char *name)
+{
+	return make_plan_for(pid, name, "pr_root");
 }
 
 static const char *state_dir(const char *name)
@@ -328,6 +336,67 @@ static void t_install_revert_cli(void)
 	unsigned long v = fx_stop(&f);
 	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
 	printf("# cli: %zu functions installed and reverted, %lu calls verified\n", p.nmembers, v);
+	hp_iplan_free(&p);
+}
+
+/* A whole hot set: planned from the fixture's exact counts with --hot-set
+ * (no root), installed as one heap with every member's entry jumping to its
+ * copy, results checked, several install/revert cycles, and every byte as
+ * before at the end. */
+static void t_hot_set_install_revert(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[4096], out[16384], err[512] = "", why[256] = "";
+	const char *st = state_dir("hotset");
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 3) == 0, "the fixture did not start");
+	const char *plan = make_plan_for(f.pid, "hotset", "--hot-set");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no hot-set plan: %s", err);
+	}
+	EXPECT(p.hot_set && p.nmembers >= 5, "a hot set of %zu members (hot_set %d)", p.nmembers, p.hot_set);
+	for (int cycle = 0; cycle < 10; cycle++) {
+		snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --json --quiet", hp(), plan, st);
+		int rc = run(cmd, out, sizeof(out));
+		json_error_t je;
+		json_t *j = json_loads(out, 0, &je);
+		EXPECT(rc == 0 && j && json_integer_value(json_object_get(j, "entries")) == (json_int_t)p.nmembers,
+		       "cycle %d: install failed or did not splice every entry (%d): %s", cycle, rc, out);
+		uint64_t heap = strtoull(json_string_value(json_object_get(j, "heap")) ?: "0", NULL, 0);
+		json_decref(j);
+		/* Every member's entry jumps to its copy in the one heap. */
+		char mp[64];
+		snprintf(mp, sizeof(mp), "/proc/%d/mem", f.pid);
+		int fd = open(mp, O_RDONLY), bad = 0;
+		for (size_t i = 0; fd >= 0 && i < p.nmembers; i++) {
+			uint8_t b[5];
+			uint64_t want = heap + (p.members[i].new_addr - p.base);
+			if (pread(fd, b, 5, (off_t)p.members[i].addr) != 5 || b[0] != 0xe9 ||
+			    p.members[i].addr + 5 + (uint64_t)(int64_t) * (int32_t *)(b + 1) != want)
+				EXPECT(bad++, "cycle %d: %s's entry does not jump to its copy", cycle,
+				       p.members[i].name);
+		}
+		if (fd >= 0)
+			close(fd);
+		EXPECT(heaps_mapped(f.pid) == 1, "cycle %d: %d heaps mapped, want one", cycle, heaps_mapped(f.pid));
+		usleep(100000);
+		EXPECT(fx_ok(&f), "cycle %d: the process went wrong with the hot set installed: %s", cycle, f.errbuf);
+		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --json --quiet", hp(), f.pid, st);
+		rc = run(cmd, out, sizeof(out));
+		EXPECT(rc == 0 && strstr(out, "\"reverted\""), "cycle %d: revert failed (%d): %s", cycle, rc, out);
+		EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "cycle %d: %s", cycle, why);
+		if (!fx_ok(&f))
+			break;
+	}
+	EXPECT(heaps_mapped(f.pid) == 0, "a code heap is still mapped after the revert");
+	EXPECT(journals(st) == 0, "a journal is left after the revert");
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	unsigned long v = fx_stop(&f);
+	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
+	printf("# hot set: %zu functions, one heap, 10 install/revert cycles, %lu calls verified\n", p.nmembers, v);
 	hp_iplan_free(&p);
 }
 
@@ -1021,12 +1090,18 @@ int main(void)
 		tu_cleanup();
 		TEST_EXIT();
 	}
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "hotset")) {
+		RUN(t_hot_set_install_revert);
+		tu_cleanup();
+		TEST_EXIT();
+	}
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "measured")) {
 		RUN(t_root_measured_alike_before_and_after);
 		tu_cleanup();
 		TEST_EXIT();
 	}
 	RUN(t_install_revert_cli);
+	RUN(t_hot_set_install_revert);
 	RUN(t_measure_and_second_pass);
 	RUN(t_root_measured_alike_before_and_after);
 	RUN(t_cycles);
