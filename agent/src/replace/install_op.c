@@ -37,10 +37,14 @@ int hp_op_live_state(struct hp_op *x, const struct hp_undo *u)
 		free(b);
 		return s;
 	}
+	/* Our own bytes first, as they are: the written ones may hold 0xcc,
+	 * which the target's read would take for a breakpoint and hide. */
+	if (x->t.ops->read_raw && x->t.ops->read_raw(&x->t, u->addr, live, len) == 0 && !memcmp(live, u->now, len))
+		return 1; /* changed by us */
 	if (x->t.ops->read(&x->t, u->addr, live, len) < 0)
 		return -1;
 	if (!memcmp(live, u->orig, len))
-		return 0; /* original */
+		return 0; /* original (a breakpoint placed on it since is not ours to judge) */
 	if (!memcmp(live, u->now, len))
 		return 1; /* changed by us */
 	return 2;         /* neither */

@@ -66,6 +66,10 @@ struct hp_patch_ops {
 	/* Let it run again. */
 	void (*resume)(struct hp_patch_target *t);
 	int (*read)(struct hp_patch_target *t, uint64_t addr, void *buf, size_t len);
+	/* The bytes as they are, breakpoints included (read hides a uprobe's
+	 * int3 as the file's byte, which would also hide an int3-valued byte of
+	 * our own writes: a rel32 holding 0xcc). NULL: read is raw already. */
+	int (*read_raw)(struct hp_patch_target *t, uint64_t addr, void *buf, size_t len);
 	/* Scratch bytes the target needs while quiesced (len 0: none). */
 	int (*prepare_scratch)(struct hp_patch_target *t, struct hp_undo *u, char *err, size_t errlen);
 	/* A free, page-aligned place for len bytes within [lo, hi), nearest to near. */

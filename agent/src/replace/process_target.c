@@ -118,6 +118,12 @@ static int pread_target(struct hp_patch_target *t, uint64_t addr, void *buf, siz
 	return r == -ESRCH ? -ESRCH : 0;
 }
 
+static int pread_raw(struct hp_patch_target *t, uint64_t addr, void *buf, size_t len)
+{
+	ssize_t n = pread(P(t)->mem, buf, len, (off_t)addr);
+	return n == (ssize_t)len ? 0 : n < 0 ? -errno : -EIO;
+}
+
 /* One line of /proc/PID/maps. */
 struct map {
 	uint64_t lo, hi, off;
@@ -843,6 +849,7 @@ static const struct hp_patch_ops process_ops = {
 	.quiesce = pquiesce,
 	.resume = presume,
 	.read = pread_target,
+	.read_raw = pread_raw,
 	.prepare_scratch = pprepare_scratch,
 	.heap_place = pheap_place,
 	.heap_map = pheap_map,

@@ -10,6 +10,10 @@
  *    jump, call sites), and everything is put back (bytes, heap, journal).
  *  - A whole hot set (plan --hot-set): one heap, every member's entry
  *    jumping to its copy, install/revert cycles, bytes as before.
+ *  - A revert knows its own written bytes when they hold 0xcc (a rel32 of
+ *    a call site often does), which a read that hides uprobes' int3 bytes
+ *    would show as the file's: they are restored, not left as "changed by
+ *    something else".
  *  - Cycles of install and revert through the library under load, with
  *    threads inside the root at the stops, results checked throughout,
  *    original bytes at the end (HOTPATH_REPLACE_CYCLES, default 300;
@@ -39,6 +43,7 @@
 #include "harness.h"
 #include "plan/plan.h"
 #include "replace/install.h"
+#include "replace/install_op.h"
 #include "replace/world.h"
 #include "target/target.h"
 #include "test_util.h"
@@ -397,6 +402,57 @@ static void t_hot_set_install_revert(void)
 	unsigned long v = fx_stop(&f);
 	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
 	printf("# hot set: %zu functions, one heap, 10 install/revert cycles, %lu calls verified\n", p.nmembers, v);
+	hp_iplan_free(&p);
+}
+
+/* Bytes we wrote that hold 0xcc (a call site's rel32 to the heap often
+ * does) are ours, not a breakpoint: a revert must see them as written.
+ * Before the fix the target's read (which shows a uprobe's int3 as the
+ * file's byte) made them "neither original nor installed", and a hot set's
+ * revert (thousands of call sites) left some redirected. */
+static void t_own_bytes_holding_int3_values(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	struct hp_op x;
+	struct hp_undo u;
+	char err[512] = "";
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 1) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "int3");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	memset(&x, 0, sizeof(x));
+	memset(&u, 0, sizeof(u));
+	int r = hp_patch_target_process(f.pid, 0, &x.t, err, sizeof(err));
+	EXPECT(r == 0, "no process target: %s", err);
+	if (r == 0 && (r = x.t.ops->quiesce(&x.t, err, sizeof(err))) == 0) {
+		/* The root's entry, while every thread is stopped: a call whose
+		 * rel32 is 0xcc bytes, then put back before anything runs. */
+		u.kind = HP_UNDO_CALL;
+		u.len = 5;
+		u.addr = p.members[0].addr;
+		EXPECT(x.t.ops->read(&x.t, u.addr, u.orig, u.len) == 0, "cannot read the root's bytes");
+		const uint8_t now[5] = { 0xe8, 0xcc, 0x10, 0xcc, 0xff };
+		memcpy(u.now, now, sizeof(now));
+		EXPECT(hp_op_live_state(&x, &u) == 0, "the untouched bytes are not the original ones");
+		EXPECT(x.t.ops->apply(&x.t, &u, NULL, NULL, err, sizeof(err)) == 0, "write: %s", err);
+		int s = hp_op_live_state(&x, &u);
+		EXPECT(s == 1, "bytes written with 0xcc in them read as state %d (want 1, ours)", s);
+		EXPECT(x.t.ops->restore(&x.t, &u, err, sizeof(err)) == 0, "restore: %s", err);
+		EXPECT(hp_op_live_state(&x, &u) == 0, "the restored bytes are not the original ones");
+		x.t.ops->resume(&x.t);
+	} else if (r == 0) {
+		EXPECT(0, "cannot stop the fixture: %s", err);
+	}
+	if (x.t.ops)
+		x.t.ops->close(&x.t);
+	usleep(100000);
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	fx_stop(&f);
 	hp_iplan_free(&p);
 }
 
@@ -1090,6 +1146,11 @@ int main(void)
 		tu_cleanup();
 		TEST_EXIT();
 	}
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "int3")) {
+		RUN(t_own_bytes_holding_int3_values);
+		tu_cleanup();
+		TEST_EXIT();
+	}
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "hotset")) {
 		RUN(t_hot_set_install_revert);
 		tu_cleanup();
@@ -1101,6 +1162,7 @@ int main(void)
 		TEST_EXIT();
 	}
 	RUN(t_install_revert_cli);
+	RUN(t_own_bytes_holding_int3_values);
 	RUN(t_hot_set_install_revert);
 	RUN(t_measure_and_second_pass);
 	RUN(t_root_measured_alike_before_and_after);
