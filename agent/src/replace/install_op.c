@@ -113,6 +113,13 @@ static int undo_all_inner(struct hp_op *x, char *err, size_t errlen)
 			busy = 1; /* a test hook: a revert that must keep the heap, at will */
 			snprintf(why, sizeof(why), "the test hook HOTPATH_TEST_HEAP_BUSY holds it");
 		}
+		if (!busy && bad) {
+			/* Bytes we could not put back may still reach the copy. */
+			busy = 1;
+			snprintf(why, sizeof(why),
+				 "bytes it had patched were changed by something else and left alone, and may still "
+				 "reach it");
+		}
 		if (!busy && x->unwind_unknown) {
 			busy = 1;
 			snprintf(

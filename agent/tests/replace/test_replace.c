@@ -13,7 +13,8 @@
  *  - A revert knows its own written bytes when they hold 0xcc (a rel32 of
  *    a call site often does), which a read that hides uprobes' int3 bytes
  *    would show as the file's: they are restored, not left as "changed by
- *    something else".
+ *    something else", and bytes something else did change keep the heap
+ *    mapped (they may still reach it) until a later revert finishes.
  *  - Cycles of install and revert through the library under load, with
  *    threads inside the root at the stops, results checked throughout,
  *    original bytes at the end (HOTPATH_REPLACE_CYCLES, default 300;
@@ -61,7 +62,8 @@ struct fx {
 	size_t errlen;
 };
 
-static int fx_start(struct fx *f, const char *path, int threads)
+/* gated: its workers call the root only when let (SIGUSR1), see threads.c. */
+static int fx_start_mode(struct fx *f, const char *path, int threads, bool gated)
 {
 	int o[2], e[2];
 	char n[16];
@@ -76,7 +78,7 @@ static int fx_start(struct fx *f, const char *path, int threads)
 		dup2(e[1], 2);
 		close(o[0]);
 		close(e[0]);
-		execl(path, path, "threads", n, (char *)NULL);
+		execl(path, path, "threads", n, gated ? "gated" : (char *)NULL, (char *)NULL);
 		_exit(127);
 	}
 	close(o[1]);
@@ -90,6 +92,11 @@ static int fx_start(struct fx *f, const char *path, int threads)
 	if (poll(&p, 1, 20000) <= 0 || read(f->out, buf, sizeof(buf) - 1) <= 0 || strncmp(buf, "ready", 5))
 		return -1;
 	return 0;
+}
+
+static int fx_start(struct fx *f, const char *path, int threads)
+{
+	return fx_start_mode(f, path, threads, false);
 }
 
 /* 1 while the fixture runs and has reported nothing wrong. */
@@ -451,6 +458,64 @@ static void t_own_bytes_holding_int3_values(void)
 	if (x.t.ops)
 		x.t.ops->close(&x.t);
 	usleep(100000);
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	fx_stop(&f);
+	hp_iplan_free(&p);
+}
+
+/* Patched bytes that something else changed are left alone by a revert,
+ * and the heap they may still reach stays mapped: the revert fails with the
+ * reason, and a later revert, once the bytes are ours again, finishes. The
+ * fixture is gated: its workers sleep outside the copy (so only the changed
+ * bytes can keep the heap) and never run the entry while it holds bytes no
+ * one may run. Before the fix the first revert released the heap. */
+static void t_revert_keeps_the_heap_when_bytes_were_changed(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[2048], out[16384], err[512] = "", why[256] = "", mp[64];
+	const char *st = state_dir("changed");
+	uint8_t ours[5], other[5] = { 0xe9, 0, 0, 0, 0 };
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 2) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "changed");
+	fx_stop(&f);
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0)
+		REQUIRE(0, "no plan: %s", err);
+	REQUIRE(fx_start_mode(&f, fixture(), 2, true) == 0, "the gated fixture did not start");
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --pid %d --state-dir '%s' --json --quiet", hp(), plan, f.pid, st);
+	int rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0, "install failed (%d): %s", rc, out);
+	/* Another process of the same binary: its own load address. */
+	json_error_t je;
+	json_t *j = json_loads(out, 0, &je);
+	uint64_t entry = strtoull(json_string_value(json_object_get(j, "entry")) ?: "0", NULL, 0);
+	json_decref(j);
+	uint64_t delta = entry ? entry - p.members[0].addr : 0;
+	for (size_t i = 0; i < p.nmembers; i++)
+		p.members[i].addr += delta;
+	snprintf(mp, sizeof(mp), "/proc/%d/mem", f.pid);
+	int fd = open(mp, O_RDWR);
+	EXPECT(fd >= 0 && pread(fd, ours, 5, (off_t)p.members[0].addr) == 5 && ours[0] == 0xe9,
+	       "the root's entry does not jump to the copy");
+	EXPECT(fd >= 0 && pwrite(fd, other, 5, (off_t)p.members[0].addr) == 5, "cannot change the entry");
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --json --quiet 2>&1", hp(), f.pid, st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc != 0 && strstr(out, "neither the original nor the installed"),
+	       "a revert over changed bytes did not fail with the reason (%d): %s", rc, out);
+	EXPECT(heaps_mapped(f.pid) == 1, "the heap was released while changed bytes may still reach it");
+	/* The bytes are ours again: a revert finishes. */
+	EXPECT(fd >= 0 && pwrite(fd, ours, 5, (off_t)p.members[0].addr) == 5, "cannot put the entry back");
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0, "the second revert failed (%d): %s", rc, out);
+	EXPECT(heaps_mapped(f.pid) == 0, "the heap is still mapped after the second revert");
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "%s", why);
+	EXPECT(journals(st) == 0, "a journal is left after the second revert");
+	if (fd >= 0)
+		close(fd);
+	kill(f.pid, SIGUSR1); /* one round of calls through the original code */
+	usleep(300000);
 	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
 	fx_stop(&f);
 	hp_iplan_free(&p);
@@ -1148,6 +1213,7 @@ int main(void)
 	}
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "int3")) {
 		RUN(t_own_bytes_holding_int3_values);
+		RUN(t_revert_keeps_the_heap_when_bytes_were_changed);
 		tu_cleanup();
 		TEST_EXIT();
 	}
@@ -1163,6 +1229,7 @@ int main(void)
 	}
 	RUN(t_install_revert_cli);
 	RUN(t_own_bytes_holding_int3_values);
+	RUN(t_revert_keeps_the_heap_when_bytes_were_changed);
 	RUN(t_hot_set_install_revert);
 	RUN(t_measure_and_second_pass);
 	RUN(t_root_measured_alike_before_and_after);
