@@ -33,7 +33,7 @@ declare -A pattern=(
 	[ingest]="^ingest: $num points/s stored by one backend process, knee at [0-9]+ hosts, REST p99 ($num ms|unavailable \(no REST answer in the window\))$"
 	[chaos]="^chaos: [0-9]+ batches sent, [0-9]+ stored, [0-9]+ gaps shown, $num s to recover, [0-9]+ bad rows stored$"
 	[plan]="^plan: [0-9]+ functions, [0-9]+ blocks, $num ms, hot lines [0-9]+ \(minimum [0-9]+, ratio $num\)$"
-	[replace_cycles]="^replace cycles: [0-9]+ cycles in $num s, install $num ms, revert $num ms \(averages\), results verified [0-9]+, no wrong result$"
+	[replace_cycles]="^replace cycles: [0-9]+ cycles in $num s, install $num ms, revert $num ms \(averages\), results verified [0-9]+, no wrong result; (SQLite hot set: [0-9]+ cycles of [0-9]+ functions \([0-9]+ entries, [0-9]+ call sites\), install $num ms, revert $num ms \(medians\), [0-9]+ rounds checked, no wrong result|SQLite hot set unavailable: .+)$"
 	[flame]="^flame: [0-9]+ samples, [0-9]+ stacks, answer $num ms, reply [0-9]+ KiB \([0-9]+ KiB gzip\), definitions $num ms [0-9]+ KiB, drawn in $num ms, warm view $num ms, longest task $num ms \((meets|OVER) the 1000 ms goal, longest task (meets|OVER) the 100 ms goal\)$"
 	[replace]="^replace: install $num µs \(entry\), $num ms \([0-9]+ call sites\), revert $num µs, speedup per call -?$num%, end to end -?$num%$"
 	# each figure measured or "unavailable", the reasons after the line's figures
