@@ -101,6 +101,11 @@ class FlameStacks(RangePublic):
         "enrolment, its catalog pieces as this database numbers them): definitions kept under another "
         "value must be asked for again",
     )
+    definitions: "FlameDefinitions | None" = Field(
+        None,
+        description="With definitions=true: every stack's frames, as /flamegraph/definitions gives them (for "
+        "a console that keeps none of the host's, one request instead of two)",
+    )
 
 
 class FlameDefinitionsRequest(BaseModel):
@@ -122,6 +127,9 @@ class FlameDefinitions(BaseModel):
 
     frames: list[FramePublic]
     stacks: FlameStackPaths
+
+
+FlameStacks.model_rebuild()  # its definitions are a FlameDefinitions, defined after it
 
 
 class FlameDiffNodes(BaseModel):

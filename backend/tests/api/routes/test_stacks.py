@@ -236,6 +236,21 @@ async def test_flame_graph_by_stack_id_with_definitions_asked_once_makes_the_sam
         assert merged == distinct_paths(fg)
     bad = await client.post(f"{url}/definitions", json={"ids": ["not-an-id"]})
     assert bad.status_code == 422
+    # A console that keeps none of the host's: the same reply with every stack's frames in it, as the
+    # definitions of all its stacks asked for apart.
+    st = (await client.get(f"{url}/stacks", params=rng(0, 20))).json()
+    assert "definitions" not in st
+    r = await client.get(f"{url}/stacks", params={**rng(0, 20), "definitions": "true"})
+    assert r.headers["content-encoding"] == "gzip"  # by the route, at gzip's fastest level
+    plain = await client.get(
+        f"{url}/stacks", params={**rng(0, 20), "definitions": "true"}, headers={"Accept-Encoding": "identity"}
+    )
+    assert "content-encoding" not in plain.headers and plain.json() == r.json()
+    both = r.json()
+    inline = both.pop("definitions")
+    assert both == st
+    assert inline == (await client.post(f"{url}/definitions", json={"ids": st["stacks"]["id"]})).json()
+    assert sorted(inline["stacks"]["id"]) == sorted(st["stacks"]["id"])
 
 
 async def test_flame_stacks_catalog_key_changes_with_what_definitions_depend_on(backend, client, host):
