@@ -11,12 +11,14 @@ import { formatCount, formatShare } from "../../lib/format";
 import { formatRange } from "../../lib/timeRange";
 import { rangeSearch, type HostView, type IdleMode, type StackFilterView } from "../../lib/urlState";
 import { FlameGraph } from "./FlameGraph";
-import { loadFlameInWorker, prepareFlame } from "./flameLoad";
+import { keepsDefinitions, loadFlameInWorker, prepareFlame } from "./flameLoad";
 import type { FlameFrame, SearchResult } from "./flameModel";
 import { useFlameNavigation } from "./useFlameNavigation";
 import { PprofButton } from "../../shared/PprofButton";
 
 const NO_FRAMES: FlameFrame[] = [];
+/** A page whose browser keeps none of the host's definitions asks for them with the samples. */
+const needsDefinitions = (hostId: string) => !keepsDefinitions(hostId);
 
 export function FlameView({
   hostId,
@@ -32,7 +34,7 @@ export function FlameView({
   const filter: StackFilter = view.filter;
   // The worker starts, and reads what the browser kept of the host, while the samples are asked for.
   useEffect(() => prepareFlame(hostId), [hostId]);
-  const fg = useFlameGraph(hostId, view.range, live, filter, loadFlameInWorker);
+  const fg = useFlameGraph(hostId, view.range, live, filter, loadFlameInWorker, true, needsDefinitions);
   const { layout, frames, focus, found, onFocus } = useFlameNavigation(
     { layout: fg.data?.layout ?? null, frames: fg.data?.frames ?? NO_FRAMES },
     view,

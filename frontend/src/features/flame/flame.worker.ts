@@ -37,7 +37,7 @@ self.onmessage = async (ev: MessageEvent<FlameRequest>) => {
   const finish = (load: FlameLoad, defs: ArrayBuffer | null, asked: number) => {
     const loaded = load.finish(defs, asked);
     post({ id: req.id, type: "loaded", loaded }, layoutBuffers(loaded.layout));
-    if (defs) void kept.save(load, defs);
+    if (asked) void kept.save(load, defs);
   };
   try {
     if (req.type === "open") {
@@ -47,13 +47,13 @@ self.onmessage = async (ev: MessageEvent<FlameRequest>) => {
       const load = await kept.read(req.hostId, req.body);
       if (!reading.delete(req.id)) return; // dropped meanwhile
       const missing = load.missing();
-      if (!missing.length) return finish(load, null, 0);
+      if (!missing.length) return finish(load, null, load.inlined);
       loads.set(req.id, { load, asked: missing.length });
       post({ id: req.id, type: "missing", ids: missing });
     } else if (req.type === "definitions") {
       const view = loads.get(req.id);
       loads.delete(req.id);
-      if (view) finish(view.load, req.body, view.asked);
+      if (view) finish(view.load, req.body, view.asked + view.load.inlined);
     } else if (req.type === "drop") {
       loads.delete(req.id);
       reading.delete(req.id);

@@ -69,6 +69,16 @@ describe("FlameLoad", () => {
     expect(loaded.layout).toEqual(want());
   });
 
+  it("keeps the definitions a reply carries (asked with definitions=true): asks for none, the same tree", () => {
+    const l = new FlameLoad(new StackCache(), "h1", encode({ ...reply, definitions }));
+    l.defineInline();
+    expect(l.missing()).toEqual([]);
+    const loaded = l.finish(null, l.inlined);
+    expect(loaded.asked).toBe(2);
+    expect(loaded.layout).toEqual(want());
+    expect(loaded.summary).not.toHaveProperty("definitions");
+  });
+
   it("names every typed array of a layout for transfer, once each", () => {
     const l = load(new StackCache()).loaded.layout;
     const buffers = layoutBuffers(l);

@@ -19,7 +19,7 @@ import type { DefinitionStore } from "./flameStore";
 import type { FlameReply, FlameRequest } from "./flame.worker";
 
 /** The flame graph's reply without its stacks: what the page shows around the graph. */
-export type FlameSummary = Omit<FlameStacksData, "stacks" | "catalog">;
+export type FlameSummary = Omit<FlameStacksData, "stacks" | "catalog" | "definitions">;
 
 export interface LoadedFlame {
   summary: FlameSummary;
@@ -58,10 +58,28 @@ export class FlameLoad {
     this.ms = performance.now() - t0;
   }
 
+  /** Stacks whose definitions came in the reply itself (asked for with definitions=true). */
+  inlined = 0;
+
+  /** Keep the definitions the reply carries, if it was asked for with them. */
+  defineInline(): void {
+    const defs = this.reply.definitions;
+    if (!defs) return;
+    const t0 = performance.now();
+    this.cache.define(this.scope, defs);
+    this.inlined = defs.stacks.id.length;
+    this.ms += performance.now() - t0;
+  }
+
   /** The ids of the view's stacks whose definitions must be asked for. */
   missing(): string[] {
     const t0 = performance.now();
-    const ids = this.cache.missing(this.scope, this.reply.stacks.id);
+    let ids = this.cache.missing(this.scope, this.reply.stacks.id);
+    if (this.reply.definitions) {
+      // Those the reply carried are as new as can be, even with a frame not named yet.
+      const got = new Set(this.reply.definitions.stacks.id);
+      ids = ids.filter((id) => !got.has(id));
+    }
     this.ms += performance.now() - t0;
     return ids;
   }
@@ -71,7 +89,7 @@ export class FlameLoad {
   finish(definitions: ArrayBuffer | null, asked: number): LoadedFlame {
     const t0 = performance.now();
     if (definitions) this.cache.define(this.scope, decode<FlameDefinitionsData>(definitions));
-    const { stacks, catalog: _catalog, ...summary } = this.reply;
+    const { stacks, catalog: _catalog, definitions: _definitions, ...summary } = this.reply;
     const { frames, paths } = this.cache.paths(this.scope, stacks);
     const tree = buildTree(paths);
     const layout = layoutFlame({ frames, frame: tree.frame, parent: tree.parent, total: tree.total, self: tree.self });
@@ -117,13 +135,16 @@ export class KeptDefinitions {
       this.restoring.set(hostId, Promise.resolve(null));
       void this.store?.drop(hostId).catch(() => undefined);
     }
+    load.defineInline();
     return load;
   }
 
-  /** Keep a definitions reply the view asked for in the store too (after the view is drawn); a store
-   *  that fails keeps nothing. */
-  async save(load: FlameLoad, definitions: ArrayBuffer): Promise<void> {
-    await this.store?.save(load.hostId, load.reply.catalog, definitions).catch(() => undefined);
+  /** Keep the definitions the view asked for (a definitions reply, else those its reply carried) in the
+   *  store too (after the view is drawn); a store that fails keeps nothing. */
+  async save(load: FlameLoad, definitions: ArrayBuffer | null): Promise<void> {
+    const inline = load.reply.definitions;
+    for (const body of [inline && new TextEncoder().encode(JSON.stringify(inline)).buffer, definitions])
+      if (body) await this.store?.save(load.hostId, load.reply.catalog, body).catch(() => undefined);
   }
 }
 
@@ -152,7 +173,37 @@ async function loadInline(body: ArrayBuffer, src: FlameSource): Promise<LoadedFl
   const load = await inline.read(src.hostId, body);
   const missing = load.missing();
   const defs = missing.length ? await src.definitions(missing, src.signal) : null;
-  return load.finish(defs, missing.length);
+  return load.finish(defs, missing.length || load.inlined);
+}
+
+// Which hosts this browser keeps definitions of, as the page's thread can tell at once (localStorage:
+// the worker's IndexedDB is read only once the worker runs): a view of a host not listed asks for every
+// stack's frames with its samples, one request instead of two. Only a hint: a host listed whose
+// definitions the storage no longer keeps has them asked for apart, as missing ones always are.
+const KEPT_HINT = "hotpath-flame-kept";
+const KEPT_HOSTS = 256;
+
+function keptHosts(): string[] {
+  try {
+    const v: unknown = JSON.parse(localStorage.getItem(KEPT_HINT) ?? "[]");
+    return Array.isArray(v) ? v.filter((h): h is string => typeof h === "string") : [];
+  } catch {
+    return [];
+  }
+}
+
+/** Whether this browser keeps (as far as the page can tell) the definitions of the host's stacks. */
+export function keepsDefinitions(hostId: string): boolean {
+  return typeof indexedDB !== "undefined" && typeof Worker !== "undefined" && keptHosts().includes(hostId);
+}
+
+function markKept(hostId: string): void {
+  try {
+    const hosts = [...keptHosts().filter((h) => h !== hostId), hostId].slice(-KEPT_HOSTS);
+    localStorage.setItem(KEPT_HINT, JSON.stringify(hosts));
+  } catch {
+    // No storage: every view asks for the frames with its samples.
+  }
 }
 
 let worker: Worker | null = null;
@@ -216,6 +267,7 @@ export function loadFlameInWorker(body: ArrayBuffer, src: FlameSource): Promise<
       done();
       if (m.type === "loaded") {
         performance.mark(LOADED_MARK);
+        if (m.loaded.asked > 0) markKept(src.hostId); // the worker saves what it was sent
         resolve(m.loaded);
       } else if (m.type === "error") reject(new Error(`the flame graph could not be read: ${m.message}`));
     });

@@ -104,6 +104,18 @@ describe("KeptDefinitions over the browser's storage", () => {
     expect(second.loaded.layout).toEqual(first.loaded.layout);
   });
 
+  it("keeps the definitions a reply carried for the next page too", async () => {
+    const factory = new IDBFactory();
+    const kept = new KeptDefinitions(new StackCache(), new IdbStore(factory));
+    const load = await kept.read("h1", encode({ ...reply("00000000000000c1"), definitions: defs(2) }));
+    expect(load.missing()).toEqual([]);
+    const first = load.finish(null, load.inlined);
+    await kept.save(load, null);
+    const next = await view(factory, "00000000000000c1", 2);
+    expect(next.missing).toEqual([]);
+    expect(next.loaded.layout).toEqual(first.layout);
+  });
+
   it("never shows definitions kept under another catalog key: it asks again and drops them", async () => {
     const factory = new IDBFactory();
     await view(factory, "00000000000000c1", 2);
