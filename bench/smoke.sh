@@ -34,7 +34,7 @@ declare -A pattern=(
 	[chaos]="^chaos: [0-9]+ batches sent, [0-9]+ stored, [0-9]+ gaps shown, $num s to recover, [0-9]+ bad rows stored$"
 	[plan]="^plan: [0-9]+ functions, [0-9]+ blocks, $num ms, hot lines [0-9]+ \(minimum [0-9]+, ratio $num\)$"
 	[replace_cycles]="^replace cycles: [0-9]+ cycles in $num s, install $num ms, revert $num ms \(averages\), results verified [0-9]+, no wrong result; (SQLite hot set: [0-9]+ cycles of [0-9]+ functions \([0-9]+ entries, [0-9]+ call sites\), install $num ms, revert $num ms \(medians\), [0-9]+ rounds checked, no wrong result|SQLite hot set unavailable: .+)$"
-	[flame]="^flame: [0-9]+ samples, [0-9]+ stacks, answer $num ms, reply [0-9]+ KiB \([0-9]+ KiB gzip\), definitions $num ms [0-9]+ KiB, drawn in $num ms, warm view $num ms, longest task $num ms \((meets|OVER) the 1000 ms goal, longest task (meets|OVER) the 100 ms goal\)$"
+	[flame]="^flame: [0-9]+ samples, [0-9]+ stacks, answer $num ms, reply [0-9]+ KiB \([0-9]+ KiB gzip\), definitions $num ms [0-9]+ KiB, drawn cold $num ms, drawn warm storage $num ms, warm view $num ms, longest task $num ms \(cold (meets|OVER) the 1000 ms goal, warm storage (meets|OVER) it, longest task (meets|OVER) the 100 ms goal\)$"
 	[replace]="^replace: install $num µs \(entry\), $num ms \([0-9]+ call sites\), revert $num µs, speedup per call -?$num%, end to end -?$num%$"
 	# each figure measured or "unavailable", the reasons after the line's figures
 	[layout_vs_bolt]="^layout: [0-9]+ programs, Hotpath $f end to end \(I1 $f\), BOLT $f \(I1 $f\), ratio (-?$num|unavailable)(; unavailable: .+)?$"

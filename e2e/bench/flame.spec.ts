@@ -1,10 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench/flame: the flame graph of the host and range bench/flame.py seeded (HOTPATH_FLAME_HOST, _FROM,
-// _TO), opened in Chromium twice (the second visit with the console's code in the browser's cache):
-// time from navigation start until the canvas is drawn; then a second view in the same page (the flame
-// worker's stack definitions kept): time from the link until drawn; and every main-thread task over 50 ms
-// (a long-task PerformanceObserver). Signs in by itself: it runs without the setup project, whose
-// wait for this machine's catalog the seeded host does not need.
+// _TO), opened in Chromium on four new pages: the first visit (the browser never saw this host; the
+// host page's code may not be in its cache yet), a new page with the browser's storage of the host
+// emptied first but its hint left (cold, two requests: the definitions asked for apart, for
+// comparison), one with both emptied (cold: the console's code cached, nothing of the host kept, the
+// definitions asked for with the samples), and one with the storage the previous one left (warm
+// storage: the definitions kept in IndexedDB). Each: time from
+// navigation start until the canvas is drawn, and where it went (the page until the samples' request,
+// that request, the definitions' request, the worker, the drawing: the Resource Timing entries and the
+// console's "hotpath:flame-loaded" mark). Then a second view in the same page (the range a second
+// shorter): time from the link until drawn; and every main-thread task over 50 ms (a long-task
+// PerformanceObserver). Signs in by itself: it runs without the setup project, whose wait for this
+// machine's catalog the seeded host does not need.
 import { test, expect } from "@playwright/test";
 
 declare global {
@@ -33,7 +40,25 @@ test("flame graph of a seeded hour", async ({ page }) => {
   });
   const drawn: number[] = [];
   const longest: number[] = [];
-  for (let round = 0; round < 2; round++) {
+  // "cold, two requests": the storage emptied but its hint left saying the host is kept, so the page
+  // asks for the samples alone and then for the definitions apart (as before the hint), for comparison.
+  const rounds = ["first visit", "cold, two requests", "cold", "warm storage"];
+  for (let round = 0; round < rounds.length; round++) {
+    if (rounds[round].startsWith("cold")) {
+      // Empty what the first visit kept of this host (the console's IndexedDB and its localStorage
+      // hint), from a page of the origin that holds no flame worker.
+      await page.goto("/");
+      await page.evaluate(
+        (round) =>
+          new Promise<void>((resolve, reject) => {
+            if (round === 2) localStorage.removeItem("hotpath-flame-kept");
+            const r = indexedDB.deleteDatabase("hotpath-flame");
+            r.onsuccess = () => resolve();
+            r.onerror = () => reject(new Error("could not empty the console's storage"));
+          }),
+        round,
+      );
+    }
     await page.goto(`/hosts/${encodeURIComponent(host)}?tab=flame&from=${from}&to=${to}`);
     // The canvas says how many cells it drew once it has drawn them.
     const ms = await page.waitForFunction(
@@ -45,12 +70,31 @@ test("flame graph of a seeded hour", async ({ page }) => {
       { timeout: 300_000, polling: "raf" },
     );
     drawn.push(Math.round(await ms.jsonValue()));
+    const parts = await page.evaluate((at) => {
+      const res = performance.getEntriesByType("resource") as PerformanceResourceTiming[];
+      const last = (part: string) => res.filter((e) => e.name.includes(part)).at(-1);
+      const stacks = last("/flamegraph/stacks");
+      const defs = last("/flamegraph/definitions");
+      const loaded = performance.getEntriesByName("hotpath:flame-loaded").at(-1)?.startTime;
+      if (!stacks || loaded === undefined) return "not measured (no samples request or no loaded mark)";
+      const answered = Math.max(stacks.responseEnd, defs?.responseEnd ?? 0);
+      const r = (v: number) => Math.round(v);
+      return (
+        `page ${r(stacks.startTime)} ms, samples ${r(stacks.responseEnd - stacks.startTime)} ms, ` +
+        (defs
+          ? `definitions ${r(defs.responseEnd - defs.startTime)} ms (asked ${r(defs.startTime - stacks.responseEnd)} ms after the samples), `
+          : "definitions none asked, ") +
+        `worker ${r(loaded - answered)} ms, draw ${r(at - loaded)} ms`
+      );
+    }, drawn[round]);
     await page.waitForTimeout(500); // tasks that end after the first drawing (labels, tooltips) count too
     longest.push(Math.round(await page.evaluate(() => Math.max(0, ...window.__longtasks))));
     const cells = await page.getByTestId("flame-canvas").getAttribute("data-cells");
+    const said = await page.getByTestId("flame-summary").textContent();
     console.log(
-      `flame round ${round + 1}: drawn ${drawn[round]} ms after navigation start, ${cells} cells, longest task ${longest[round]} ms`,
+      `flame round ${round + 1} (${rounds[round]}): drawn ${drawn[round]} ms after navigation start, ${cells} cells, longest task ${longest[round]} ms; summary: ${said}`,
     );
+    console.log(`flame ${rounds[round]} parts: ${parts}`);
   }
   // A second view in the same page (the range a second shorter: a new reply, the same stacks), reached
   // as a link would, without loading the page again: the flame worker keeps the stacks' definitions.
@@ -75,8 +119,10 @@ test("flame graph of a seeded hour", async ({ page }) => {
   await page.waitForTimeout(500);
   longest.push(Math.round(await page.evaluate(() => Math.max(0, ...window.__longtasks))));
   const summary = await page.getByTestId("flame-summary").textContent();
-  console.log(`flame round 3 (same page): drawn ${Math.round(warm)} ms after the link, summary: ${summary}`);
-  console.log(`flame drawn: ${drawn[1]} ms (second visit)`);
+  console.log(`flame round 5 (same page): drawn ${Math.round(warm)} ms after the link, summary: ${summary}`);
+  console.log(`flame drawn cold, two requests: ${drawn[1]} ms (a new page, no definitions kept, asked apart)`);
+  console.log(`flame drawn cold: ${drawn[2]} ms (a new page, no definitions kept)`);
+  console.log(`flame drawn warm storage: ${drawn[3]} ms (a new page, definitions kept in the browser's storage)`);
   console.log(`flame warm view: ${Math.round(warm)} ms (a second view in the same page)`);
-  console.log(`flame longest task: ${Math.max(...longest)} ms (all three views)`);
+  console.log(`flame longest task: ${Math.max(...longest)} ms (all five views)`);
 });

@@ -20,7 +20,8 @@ question is over a `TimeRange` and a `StackFilter` (process, command, CPU, and t
 task excluded, included or alone) — a flame graph (the range's distinct paths of frames merged by
 function, root first, with their samples, which the console merges into the tree; user frames merged by
 file, since without symbols each return address would be a frame of its own; or the same by stack id,
-each stack's samples apart from its frames, which the console asks for once and keeps), two flame graphs merged
+each stack's samples apart from its frames, which the console asks for once and keeps under the host's
+`catalog_key`), two flame graphs merged
 into one tree for a differential view, a function's callers and callees (and the observed targets
 of its indirect call sites), inclusive samples per function, and a pprof profile (which keeps every
 address). The differential tree is built in Python from the range's distinct stacks (sorted root first, so each path
@@ -31,6 +32,7 @@ touch the tables, so moving the series elsewhere changes this module only.
 """
 
 import gzip
+import hashlib
 import os
 from array import array
 from collections import OrderedDict, defaultdict
@@ -716,8 +718,35 @@ async def flame_graph(
     }
 
 
+# Bumped whenever what `flame_definitions` makes of a stack changes (frames merged otherwise, a field
+# added), so definitions a console kept from an older backend are not used.
+DEFINITIONS_FORMAT = 1
+
+
+async def catalog_key(session: AsyncSession, host_id: str) -> str:
+    """What the host's stack definitions depend on beyond their ids, as 16 hexadecimal digits: the
+    definitions' format, when the host enrolled, and each module piece it has loaded with the id its first
+    function got in this database (frames carry function ids, which another database numbers otherwise;
+    a piece not stored yet leaves kernel frames unnamed). A console keeps definitions under the host and
+    this key, so a database restored or replaced, a host enrolled again or a new kernel never shows
+    definitions kept from before."""
+    rows = await session.execute(
+        text("""
+        SELECT h.enrolled_at, m.target_id, m.name, m.digest,
+               (SELECT f.id FROM functions f WHERE f.digest = m.digest ORDER BY f.index LIMIT 1) AS first_id
+        FROM hosts h LEFT JOIN host_modules m ON m.host_id = h.id
+        WHERE h.id = :h ORDER BY m.target_id, m.name"""),
+        {"h": host_id},
+    )
+    h = hashlib.sha256(f"{DEFINITIONS_FORMAT}\0{host_id}".encode())
+    for r in rows:
+        enrolled = r.enrolled_at.isoformat() if r.enrolled_at else ""
+        h.update(f"\0{enrolled}\0{r.target_id}\0{r.name}\0{r.digest}\0{r.first_id}".encode())
+    return h.hexdigest()[:16]
+
+
 async def flame_stacks(
-    session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter
+    session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter, definitions: bool = False
 ) -> dict[str, Any]:
     """The flame graph by stack id: the filter's samples per stack that has a definition (ids as 16
     hexadecimal digits), and who the samples belong to, without any stack's frames (`flame_definitions`
@@ -730,21 +759,28 @@ async def flame_stacks(
             ids.append(f"{sid:016x}")
             samples.append(n)
     total = sum(counts.values())
-    return {
+    out = {
         "filter": flt.public(),
         "samples": total,
         "undefined_samples": total - sum(samples),
         "stacks": {"id": ids, "samples": samples},
         "contexts": ctx,
+        "catalog": await catalog_key(session, host_id),
     }
+    if definitions:  # a console that keeps none of the host's: one request instead of two
+        out["definitions"] = _definitions({sid: paths[sid] for sid in counts if sid in paths})
+    return out
+
+
+def _definitions(paths: dict[int, bytes]) -> dict[str, Any]:
+    frames, rooted, lengths = _rooted(paths.values())
+    return {"frames": frames, "stacks": {"id": [f"{sid:016x}" for sid in paths], "length": lengths, "frame": rooted}}
 
 
 async def flame_definitions(session: AsyncSession, host_id: str, ids: list[str]) -> dict[str, Any]:
     """The paths of these stacks (ids as `flame_stacks` gives them) that have a definition, root first,
     merged by function as the flame graph's, with the frames they use."""
-    paths = await _PATHS.load(session, host_id, dict.fromkeys(int(i, 16) for i in ids))
-    frames, rooted, lengths = _rooted(paths.values())
-    return {"frames": frames, "stacks": {"id": [f"{sid:016x}" for sid in paths], "length": lengths, "frame": rooted}}
+    return _definitions(await _PATHS.load(session, host_id, dict.fromkeys(int(i, 16) for i in ids)))
 
 
 async def flame_diff(

@@ -369,6 +369,8 @@ export const flameGraphQuery = <T>(
   live: boolean,
   filter: StackFilter,
   read: (body: ArrayBuffer, src: FlameStacksSource) => Promise<T>,
+  /** Whether to ask for every stack's frames in the same reply (the reader keeps none of the host's). */
+  withDefinitions: (hostId: string) => boolean = () => false,
 ) =>
   queryOptions<T, Error>({
     queryKey: keys.flame(hostId, [rangeKey(range), filter.pid, filter.comm, filter.cpu, filter.idle]),
@@ -376,7 +378,10 @@ export const flameGraphQuery = <T>(
       const path = { host_id: hostId };
       const body = await unwrap(
         api.GET("/api/v1/hosts/{host_id}/flamegraph/stacks", {
-          params: { path, query: { ...rangeQuery(range), ...filterQuery(filter) } },
+          params: {
+            path,
+            query: { ...rangeQuery(range), ...filterQuery(filter), definitions: withDefinitions(hostId) || undefined },
+          },
           parseAs: "arrayBuffer",
           signal,
         }),
@@ -402,8 +407,9 @@ export function useFlameGraph<T>(
   filter: StackFilter,
   read: (body: ArrayBuffer, src: FlameStacksSource) => Promise<T>,
   enabled = true,
+  withDefinitions?: (hostId: string) => boolean,
 ) {
-  return useQuery({ ...flameGraphQuery(hostId, range, live, filter, read), retry, enabled });
+  return useQuery({ ...flameGraphQuery(hostId, range, live, filter, read, withDefinitions), retry, enabled });
 }
 
 export interface FlameDiffQuery extends TwoRanges {

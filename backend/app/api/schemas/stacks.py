@@ -87,14 +87,25 @@ class FlameStackCounts(BaseModel):
 
 class FlameStacks(RangePublic):
     """A flame graph by stack id: the counts of every view, the frames of each stack asked for once
-    (/flamegraph/definitions) and kept by the console for the page's life (a stack id names its frames
-    for good)."""
+    (/flamegraph/definitions) and kept by the console under the host and `catalog` (a stack id names its
+    frames for good in one database and catalog)."""
 
     filter: StackFilterPublic
     samples: int = Field(description="Samples the filter selects (those of stacks plus undefined_samples)")
     undefined_samples: int = Field(description="Samples of stacks whose frames the host never sent")
     stacks: FlameStackCounts
     contexts: StackContexts
+    catalog: str = Field(
+        pattern=r"^[0-9a-f]{16}$",
+        description="What the host's definitions depend on beyond their ids (the format, the host's "
+        "enrolment, its catalog pieces as this database numbers them): definitions kept under another "
+        "value must be asked for again",
+    )
+    definitions: "FlameDefinitions | None" = Field(
+        None,
+        description="With definitions=true: every stack's frames, as /flamegraph/definitions gives them (for "
+        "a console that keeps none of the host's, one request instead of two)",
+    )
 
 
 class FlameDefinitionsRequest(BaseModel):
@@ -116,6 +127,9 @@ class FlameDefinitions(BaseModel):
 
     frames: list[FramePublic]
     stacks: FlameStackPaths
+
+
+FlameStacks.model_rebuild()  # its definitions are a FlameDefinitions, defined after it
 
 
 class FlameDiffNodes(BaseModel):

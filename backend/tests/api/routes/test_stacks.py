@@ -215,7 +215,7 @@ async def test_flame_graph_by_stack_id_with_definitions_asked_once_makes_the_sam
     for params in (rng(10, 20), {**rng(10, 20), "pid": 200}, {**rng(0, 20), "idle": "include"}, rng(0, 10)):
         fg = (await client.get(url, params=params)).json()
         st = (await client.get(f"{url}/stacks", params=params)).json()
-        assert {k: v for k, v in st.items() if k != "stacks"} == {
+        assert {k: v for k, v in st.items() if k not in ("stacks", "catalog")} == {
             k: v for k, v in fg.items() if k not in ("frames", "paths")
         }
         counts = st["stacks"]
@@ -236,6 +236,55 @@ async def test_flame_graph_by_stack_id_with_definitions_asked_once_makes_the_sam
         assert merged == distinct_paths(fg)
     bad = await client.post(f"{url}/definitions", json={"ids": ["not-an-id"]})
     assert bad.status_code == 422
+    # A console that keeps none of the host's: the same reply with every stack's frames in it, as the
+    # definitions of all its stacks asked for apart.
+    st = (await client.get(f"{url}/stacks", params=rng(0, 20))).json()
+    assert "definitions" not in st
+    r = await client.get(f"{url}/stacks", params={**rng(0, 20), "definitions": "true"})
+    assert r.headers["content-encoding"] == "gzip"  # by the route, at gzip's fastest level
+    plain = await client.get(
+        f"{url}/stacks", params={**rng(0, 20), "definitions": "true"}, headers={"Accept-Encoding": "identity"}
+    )
+    assert "content-encoding" not in plain.headers and plain.json() == r.json()
+    both = r.json()
+    inline = both.pop("definitions")
+    assert both == st
+    assert inline == (await client.post(f"{url}/definitions", json={"ids": st["stacks"]["id"]})).json()
+    assert sorted(inline["stacks"]["id"]) == sorted(st["stacks"]["id"])
+
+
+async def test_flame_stacks_catalog_key_changes_with_what_definitions_depend_on(backend, client, host):
+    """The key a console keeps a host's definitions under: the same for every view of the host, another
+    once the host enrolled again or loaded a module (its frames might be named or numbered otherwise)."""
+    await send_phases(host)
+    await stored(client, host, rng(0, 20), 1100)
+    url = f"/api/v1/hosts/{host.host_id}/flamegraph/stacks"
+
+    async def key(params=None) -> str:
+        r = await client.get(url, params=params or rng(0, 20))
+        assert r.status_code == 200
+        return r.json()["catalog"]
+
+    first = await key()
+    assert len(first) == 16 and int(first, 16) >= 0
+    assert await key({**rng(0, 10), "pid": 100}) == first, "one key for every view of the host"
+    h = {"h": host.host_id}
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("UPDATE hosts SET enrolled_at = enrolled_at + interval '1 second' WHERE id = :h"), h)
+    enrolled_again = await key()
+    assert enrolled_again != first
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(
+            text("""
+            INSERT INTO host_modules (host_id, target_id, name, build_id, digest, base_address, function_count,
+                                      block_count, position)
+            VALUES (:h, 'kernel', 'hotpath_test_mod', '', :d, 0, 1, 1, 99)"""),
+            {**h, "d": "ab" * 32},
+        )
+    assert await key() not in (first, enrolled_again)
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM host_modules WHERE host_id = :h AND name = 'hotpath_test_mod'"), h)
+    assert await key() == enrolled_again, "the key is what the host's definitions depend on, nothing else"
 
 
 async def test_callers_callees_and_observed_targets_of_an_indirect_call_site(client, host):

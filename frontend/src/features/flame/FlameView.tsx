@@ -3,20 +3,22 @@
 // samples left out by default (their count shown, one click to include them or see them alone), search
 // with the share of samples it matches, flame or icicle, zoom kept in the URL by the frames' names, and
 // the range's stacks downloadable as pprof. The reply is parsed and its tree laid out in a worker, which
-// keeps the stacks' frames it fetched for the page's life (flameLoad.ts).
-import { useCallback, useState } from "react";
+// keeps the stacks' frames it fetched for the page's life and in the browser's storage (flameLoad.ts).
+import { useCallback, useEffect, useState } from "react";
 import { useFlameGraph, type StackFilter } from "../../api/queries";
 import type { StackContexts } from "../../api/types";
 import { formatCount, formatShare } from "../../lib/format";
 import { formatRange } from "../../lib/timeRange";
 import { rangeSearch, type HostView, type IdleMode, type StackFilterView } from "../../lib/urlState";
 import { FlameGraph } from "./FlameGraph";
-import { loadFlameInWorker } from "./flameLoad";
+import { keepsDefinitions, loadFlameInWorker, prepareFlame } from "./flameLoad";
 import type { FlameFrame, SearchResult } from "./flameModel";
 import { useFlameNavigation } from "./useFlameNavigation";
 import { PprofButton } from "../../shared/PprofButton";
 
 const NO_FRAMES: FlameFrame[] = [];
+/** A page whose browser keeps none of the host's definitions asks for them with the samples. */
+const needsDefinitions = (hostId: string) => !keepsDefinitions(hostId);
 
 export function FlameView({
   hostId,
@@ -30,7 +32,9 @@ export function FlameView({
   live: boolean;
 }) {
   const filter: StackFilter = view.filter;
-  const fg = useFlameGraph(hostId, view.range, live, filter, loadFlameInWorker);
+  // The worker starts, and reads what the browser kept of the host, while the samples are asked for.
+  useEffect(() => prepareFlame(hostId), [hostId]);
+  const fg = useFlameGraph(hostId, view.range, live, filter, loadFlameInWorker, true, needsDefinitions);
   const { layout, frames, focus, found, onFocus } = useFlameNavigation(
     { layout: fg.data?.layout ?? null, frames: fg.data?.frames ?? NO_FRAMES },
     view,

@@ -21,6 +21,7 @@ const reply: FlameStacksData = {
     all_samples: 120,
     idle_samples: 10,
   },
+  catalog: "00000000000000c1",
 };
 
 const frames: FlameDefinitionsData["frames"] = [
@@ -37,7 +38,8 @@ const encode = (v: unknown) => new TextEncoder().encode(JSON.stringify(v)).buffe
 
 function load(cache: StackCache) {
   const l = new FlameLoad(cache, "h1", encode(reply));
-  return { missing: l.missing, loaded: l.finish(l.missing.length ? encode(definitions) : null) };
+  const missing = l.missing();
+  return { missing, loaded: l.finish(missing.length ? encode(definitions) : null, missing.length) };
 }
 
 const want = () =>
@@ -47,7 +49,7 @@ describe("FlameLoad", () => {
   it("parses a reply's bytes, asks for its stacks' definitions and lays out their paths' tree", () => {
     const { missing, loaded } = load(new StackCache());
     expect(missing).toEqual(reply.stacks.id);
-    const { stacks: _stacks, ...summary } = reply;
+    const { stacks: _stacks, catalog: _catalog, ...summary } = reply;
     expect(loaded.summary).toEqual(summary);
     expect(loaded.frames).toEqual(frames);
     expect(loaded.layout).toEqual(want());
@@ -65,6 +67,16 @@ describe("FlameLoad", () => {
     expect(loaded.frames).toEqual(first.frames);
     expect(loaded.layout).toEqual(first.layout);
     expect(loaded.layout).toEqual(want());
+  });
+
+  it("keeps the definitions a reply carries (asked with definitions=true): asks for none, the same tree", () => {
+    const l = new FlameLoad(new StackCache(), "h1", encode({ ...reply, definitions }));
+    l.defineInline();
+    expect(l.missing()).toEqual([]);
+    const loaded = l.finish(null, l.inlined);
+    expect(loaded.asked).toBe(2);
+    expect(loaded.layout).toEqual(want());
+    expect(loaded.summary).not.toHaveProperty("definitions");
   });
 
   it("names every typed array of a layout for transfer, once each", () => {
