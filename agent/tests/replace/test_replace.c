@@ -8,6 +8,8 @@
  * plan comes from `hotpathd measure --blocks` and `hotpathd plan`.
  *  - hotpathd install / installed / revert: the copy runs (memfd heap, entry
  *    jump, call sites), and everything is put back (bytes, heap, journal).
+ *  - A function with a switch table (fixtures/dispatch.c): its copy, with its
+ *    own table, installed and reverted while every case is checked.
  *  - A whole hot set (plan --hot-set): one heap, every member's entry
  *    jumping to its copy, install/revert cycles, bytes as before.
  *  - Cycles of install and revert through the library under load, with
@@ -397,6 +399,71 @@ static void t_hot_set_install_revert(void)
 	unsigned long v = fx_stop(&f);
 	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
 	printf("# hot set: %zu functions, one heap, 10 install/revert cycles, %lu calls verified\n", p.nmembers, v);
+	hp_iplan_free(&p);
+}
+
+/* A function dispatching through a switch table (dispatch.c, -fPIE: a
+ * table of 4-byte offsets) measured, planned, installed into the running
+ * fixture and reverted, three times: its copy runs through its own table
+ * while the fixture checks every case (and indexes beyond the bound)
+ * against the original's results; every byte as before at the end. */
+static void t_switch_table_install_revert(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[4096], out[16384], err[512] = "", why[256] = "", prof[400], plan[400];
+	const char *st = state_dir("switch");
+	const char *bin = tu_compile("dispatch.c", "dispatch", "-O2 -fPIE -pie");
+
+	REQUIRE(bin, "gcc failed");
+	REQUIRE(fx_start(&f, bin, 0) == 0, "the fixture did not start");
+	snprintf(prof, sizeof(prof), "%s/switch.profile.json", tu_tmpdir());
+	snprintf(plan, sizeof(plan), "%s/switch.plan.json", tu_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "%s measure pid %d dp_op --blocks --seconds 1 --json > '%s' 2>/dev/null && %s plan pid %d dp_op "
+		 "--profile '%s' --json > '%s'",
+		 hp(), f.pid, prof, hp(), f.pid, prof, plan);
+	if (system(cmd) != 0 || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan for dp_op: %s", err);
+	}
+	EXPECT(p.nmembers == 1 && !strcmp(p.members[0].name, "dp_op"), "the plan has %zu members", p.nmembers);
+	for (int cycle = 0; cycle < 3; cycle++) {
+		snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --json --quiet", hp(), plan, st);
+		int rc = run(cmd, out, sizeof(out));
+		json_error_t je;
+		json_t *j = json_loads(out, 0, &je);
+		EXPECT(rc == 0 && j && !strcmp(json_string_value(json_object_get(j, "status")) ?: "", "installed"),
+		       "cycle %d: install failed (%d): %s", cycle, rc, out);
+		uint64_t heap = strtoull(json_string_value(json_object_get(j, "heap")) ?: "0", NULL, 0);
+		json_decref(j);
+		EXPECT(heaps_mapped(f.pid) == 1, "cycle %d: the code heap is not mapped", cycle);
+		/* dp_op's entry jumps to its copy. */
+		uint8_t b[5];
+		char mp[64];
+		snprintf(mp, sizeof(mp), "/proc/%d/mem", f.pid);
+		int fd = open(mp, O_RDONLY);
+		EXPECT(fd >= 0 && pread(fd, b, 5, (off_t)p.members[0].addr) == 5 && b[0] == 0xe9 &&
+			       p.members[0].addr + 5 + (uint64_t)(int64_t) * (int32_t *)(b + 1) ==
+				       heap + (p.members[0].new_addr - p.base),
+		       "cycle %d: dp_op's entry does not jump to its copy", cycle);
+		if (fd >= 0)
+			close(fd);
+		usleep(300000);
+		EXPECT(fx_ok(&f), "cycle %d: the process went wrong with the copy installed: %s", cycle, f.errbuf);
+		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --json --quiet", hp(), f.pid, st);
+		rc = run(cmd, out, sizeof(out));
+		EXPECT(rc == 0 && strstr(out, "\"reverted\""), "cycle %d: revert failed (%d): %s", cycle, rc, out);
+		EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "cycle %d: %s", cycle, why);
+		if (!fx_ok(&f))
+			break;
+	}
+	EXPECT(heaps_mapped(f.pid) == 0, "a code heap is still mapped after the revert");
+	EXPECT(journals(st) == 0, "a journal is left after the revert");
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	unsigned long v = fx_stop(&f);
+	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
+	printf("# switch table: dp_op installed and reverted 3 times, %lu calls verified\n", v);
 	hp_iplan_free(&p);
 }
 
@@ -1095,6 +1162,11 @@ int main(void)
 		tu_cleanup();
 		TEST_EXIT();
 	}
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "switch")) {
+		RUN(t_switch_table_install_revert);
+		tu_cleanup();
+		TEST_EXIT();
+	}
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "measured")) {
 		RUN(t_root_measured_alike_before_and_after);
 		tu_cleanup();
@@ -1102,6 +1174,7 @@ int main(void)
 	}
 	RUN(t_install_revert_cli);
 	RUN(t_hot_set_install_revert);
+	RUN(t_switch_table_install_revert);
 	RUN(t_measure_and_second_pass);
 	RUN(t_root_measured_alike_before_and_after);
 	RUN(t_cycles);
