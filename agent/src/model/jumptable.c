@@ -12,6 +12,27 @@
 
 #define WINDOW 16
 
+/* Does "cmp r, imm" at d[c] bound the index register at the jump (before
+ * position end)? When r is the index itself, unless something writes it
+ * after the check and before the entry's load; or when the index is a copy
+ * of r made there (mov or movzx, as "movzx ecx, dl" in SQLite's VDBE loop). */
+static bool index_bounded(const struct hp_isa_detail *d, size_t c, size_t end, uint16_t index)
+{
+	uint16_t r = d[c].op[0].reg;
+	bool bounded = r == index;
+
+	for (size_t i = c + 2; i < end; i++) {
+		const struct hp_isa_detail *x = &d[i];
+		if (x->nops == 2 && x->op[1].kind == HP_OP_MEM && x->op[1].index == index)
+			break; /* the entry's load: what follows is past the index */
+		if (x->nops < 1 || x->op[0].kind != HP_OP_REG || x->op[0].reg != index)
+			continue;
+		bounded = (x->mnem == HP_MN_MOV || x->mnem == HP_MN_MOVZX) && x->nops == 2 &&
+			  x->op[1].kind == HP_OP_REG && x->op[1].reg == r;
+	}
+	return bounded;
+}
+
 /* The bound: the last "cmp r, imm" directly followed by ja or jae before
  * position end, where r is the index register (or any register when the
  * index was copied, e.g. "mov eax, edi"). */
@@ -23,8 +44,12 @@ static bool find_bound(const struct hp_isa_detail *d, size_t end, uint16_t index
 			continue;
 		if (d[i + 1].mnem != HP_MN_JA && d[i + 1].mnem != HP_MN_JAE)
 			continue;
-		*exact = d[i].op[0].reg == index;
+		*exact = index_bounded(d, i, end, index);
+		/* ja/jae compare unsigned: the immediate as an operand-size unsigned value
+		 * ("cmp dl, 0xb8" holds -72 sign-extended). */
 		int64_t lim = d[i].op[1].imm;
+		if (d[i].op[0].bytes && d[i].op[0].bytes < 8)
+			lim &= (int64_t)((1ull << (8 * d[i].op[0].bytes)) - 1);
 		uint64_t cnt = d[i + 1].mnem == HP_MN_JA ? (uint64_t)lim + 1 : (uint64_t)lim;
 		if (lim < 0 || cnt == 0 || cnt > HP_JT_MAX_ENTRIES)
 			return false;
