@@ -74,6 +74,7 @@ enum hp_isa_mnem {
 	HP_MN_JAE, /* unsigned above or equal */
 	HP_MN_CALL,
 	HP_MN_NOP,
+	HP_MN_MOVZX,
 };
 
 enum hp_isa_op_kind { HP_OP_NONE = 0, HP_OP_REG, HP_OP_MEM, HP_OP_IMM };

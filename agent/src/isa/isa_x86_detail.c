@@ -51,6 +51,8 @@ static uint8_t mnem_of(const ZydisDecodedInstruction *in)
 		return HP_MN_CALL;
 	case ZYDIS_MNEMONIC_NOP:
 		return HP_MN_NOP;
+	case ZYDIS_MNEMONIC_MOVZX:
+		return HP_MN_MOVZX;
 	default:
 		return HP_MN_OTHER;
 	}

@@ -144,7 +144,9 @@ static int resolve_table(const struct hp_cfg_env *env, const uint8_t *code, stru
 							    .table_addr = m.table,
 							    .entry_size = m.entry_size,
 							    .relative = m.relative,
-							    .target_start = (uint32_t)a->njt_targets };
+							    .target_start = (uint32_t)a->njt_targets,
+							    .base_site = offs[m.base_at],
+							    .exact = m.exact };
 	a->njt_targets += m.nentries;
 	return 1;
 }

@@ -12,10 +12,31 @@
 
 #define WINDOW 16
 
+/* Does "cmp r, imm" at d[c] bound the index register at the jump (before
+ * position end)? When r is the index itself, unless something writes it
+ * after the check and before the entry's load; or when the index is a copy
+ * of r made there (mov or movzx, as "movzx ecx, dl" in SQLite's VDBE loop). */
+static bool index_bounded(const struct hp_isa_detail *d, size_t c, size_t end, uint16_t index)
+{
+	uint16_t r = d[c].op[0].reg;
+	bool bounded = r == index;
+
+	for (size_t i = c + 2; i < end; i++) {
+		const struct hp_isa_detail *x = &d[i];
+		if (x->nops == 2 && x->op[1].kind == HP_OP_MEM && x->op[1].index == index)
+			break; /* the entry's load: what follows is past the index */
+		if (x->nops < 1 || x->op[0].kind != HP_OP_REG || x->op[0].reg != index)
+			continue;
+		bounded = (x->mnem == HP_MN_MOV || x->mnem == HP_MN_MOVZX) && x->nops == 2 &&
+			  x->op[1].kind == HP_OP_REG && x->op[1].reg == r;
+	}
+	return bounded;
+}
+
 /* The bound: the last "cmp r, imm" directly followed by ja or jae before
  * position end, where r is the index register (or any register when the
  * index was copied, e.g. "mov eax, edi"). */
-static bool find_bound(const struct hp_isa_detail *d, size_t end, uint16_t index, uint32_t *n)
+static bool find_bound(const struct hp_isa_detail *d, size_t end, uint16_t index, uint32_t *n, bool *exact)
 {
 	for (size_t i = end; i-- > 0;) {
 		if (d[i].mnem != HP_MN_CMP || i + 1 >= end || d[i].nops != 2 || d[i].op[0].kind != HP_OP_REG ||
@@ -23,8 +44,12 @@ static bool find_bound(const struct hp_isa_detail *d, size_t end, uint16_t index
 			continue;
 		if (d[i + 1].mnem != HP_MN_JA && d[i + 1].mnem != HP_MN_JAE)
 			continue;
-		(void)index;
+		*exact = index_bounded(d, i, end, index);
+		/* ja/jae compare unsigned: the immediate as an operand-size unsigned value
+		 * ("cmp dl, 0xb8" holds -72 sign-extended). */
 		int64_t lim = d[i].op[1].imm;
+		if (d[i].op[0].bytes && d[i].op[0].bytes < 8)
+			lim &= (int64_t)((1ull << (8 * d[i].op[0].bytes)) - 1);
 		uint64_t cnt = d[i + 1].mnem == HP_MN_JA ? (uint64_t)lim + 1 : (uint64_t)lim;
 		if (lim < 0 || cnt == 0 || cnt > HP_JT_MAX_ENTRIES)
 			return false;
@@ -34,10 +59,11 @@ static bool find_bound(const struct hp_isa_detail *d, size_t end, uint16_t index
 	return false;
 }
 
-bool hp_jt_recognize(const uint8_t *code, uint32_t size, uint64_t faddr, const uint32_t *offs, size_t n,
-		     struct hp_jt_match *out)
+/* The table's shape; *index gets the index register and *k the window's
+ * length (the jump is d[*k - 1]). */
+static bool shape(const uint8_t *code, uint32_t size, uint64_t faddr, const uint32_t *offs, size_t n,
+		  struct hp_jt_match *out, struct hp_isa_detail *d, size_t *kk, uint16_t *index)
 {
-	struct hp_isa_detail d[WINDOW];
 	size_t first = n > WINDOW ? n - WINDOW : 0, k = 0, i;
 
 	if (n == 0)
@@ -45,6 +71,7 @@ bool hp_jt_recognize(const uint8_t *code, uint32_t size, uint64_t faddr, const u
 	for (i = first; i < n; i++, k++)
 		if (hp_isa_decode_detail(code + offs[i], size - offs[i], faddr + offs[i], &d[k]) < 0)
 			return false;
+	*kk = k;
 	const struct hp_isa_detail *jmp = &d[k - 1];
 	if (jmp->mnem != HP_MN_JMP || jmp->nops != 1)
 		return false;
@@ -55,7 +82,9 @@ bool hp_jt_recognize(const uint8_t *code, uint32_t size, uint64_t faddr, const u
 	    jmp->op[0].scale == 8 && jmp->op[0].disp > 0) {
 		out->table = (uint64_t)jmp->op[0].disp;
 		out->entry_size = 8;
-		return find_bound(d, k - 1, jmp->op[0].index, &out->nentries);
+		out->base_at = (uint32_t)(first + k - 1);
+		*index = jmp->op[0].index;
+		return true;
 	}
 	if (jmp->op[0].kind != HP_OP_REG)
 		return false;
@@ -70,7 +99,9 @@ bool hp_jt_recognize(const uint8_t *code, uint32_t size, uint64_t faddr, const u
 		    x->op[1].scale == 8 && x->op[1].disp > 0) {
 			out->table = (uint64_t)x->op[1].disp;
 			out->entry_size = 8;
-			return find_bound(d, k - 1, x->op[1].index, &out->nentries);
+			out->base_at = (uint32_t)(first + i);
+			*index = x->op[1].index;
+			return true;
 		}
 		/* add r, base */
 		if (x->mnem == HP_MN_ADD && x->nops == 2 && x->op[0].kind == HP_OP_REG && x->op[1].kind == HP_OP_REG &&
@@ -95,11 +126,34 @@ bool hp_jt_recognize(const uint8_t *code, uint32_t size, uint64_t faddr, const u
 					out->table = (uint64_t)y->op[1].disp;
 					out->entry_size = 4;
 					out->relative = true;
-					return find_bound(d, k - 1, idx, &out->nentries);
+					out->base_at = (uint32_t)(first + j);
+					*index = idx;
+					return true;
 				}
 			}
 			return false;
 		}
 	}
 	return false;
+}
+
+bool hp_jt_recognize_shape(const uint8_t *code, uint32_t size, uint64_t faddr, const uint32_t *offs, size_t n,
+			   struct hp_jt_match *out)
+{
+	struct hp_isa_detail d[WINDOW];
+	size_t k;
+	uint16_t index;
+
+	return shape(code, size, faddr, offs, n, out, d, &k, &index);
+}
+
+bool hp_jt_recognize(const uint8_t *code, uint32_t size, uint64_t faddr, const uint32_t *offs, size_t n,
+		     struct hp_jt_match *out)
+{
+	struct hp_isa_detail d[WINDOW];
+	size_t k;
+	uint16_t index;
+
+	return shape(code, size, faddr, offs, n, out, d, &k, &index) &&
+	       find_bound(d, k - 1, index, &out->nentries, &out->exact);
 }

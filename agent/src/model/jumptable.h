@@ -22,6 +22,8 @@ struct hp_jt_match {
 	uint32_t nentries;  /* from the bound check */
 	uint8_t entry_size; /* 4 or 8 */
 	bool relative;      /* entries are offsets from table */
+	uint32_t base_at;   /* index into offs of the instruction naming the table (the lea, or the load) */
+	bool exact;         /* the bound check compares the index register itself */
 };
 
 /* Tables larger than this are not believed. */
@@ -32,5 +34,9 @@ struct hp_jt_match {
  * Returns true and fills *out when the sequence is one of the patterns. */
 bool hp_jt_recognize(const uint8_t *code, uint32_t size, uint64_t faddr, const uint32_t *offs, size_t n,
 		     struct hp_jt_match *out);
+/* The same without the bound check (nentries 0, exact false): how a copy
+ * whose bound check lies in another block is recognized again. */
+bool hp_jt_recognize_shape(const uint8_t *code, uint32_t size, uint64_t faddr, const uint32_t *offs, size_t n,
+			   struct hp_jt_match *out);
 
 #endif

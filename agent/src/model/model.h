@@ -91,6 +91,8 @@ struct hp_jump_table {
 	uint8_t entry_size;    /* 4 (offsets from table_addr) or 8 (absolute addresses) */
 	uint8_t relative;      /* entries are offsets from table_addr */
 	uint32_t target_start; /* index into hp_module.jt_targets */
+	uint32_t base_site;    /* offset of the instruction naming the table (the lea, or the load) */
+	uint8_t exact;         /* the bound check compares the index register itself */
 };
 
 struct hp_module {

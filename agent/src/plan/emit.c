@@ -10,7 +10,13 @@
  * jump. Branches start short and are relaxed to near until every one
  * reaches (lengths only grow, so this ends). Chain heads reached by jumps
  * are aligned to the fetch block when that saves a fetch block and the
- * padding is small.
+ * padding is small. Switch tables are emitted after the instructions: for
+ * each resolved table (4-byte offsets from its base, as gcc and clang emit
+ * them for position-independent code), a new table of offsets from itself
+ * to the copies of its targets, and the lea naming the table in the jump's
+ * block is retargeted to it; the bound check before the jump stays as it
+ * was. (hp_plan_kept_rule keeps functions whose tables are not of this
+ * kind.)
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -55,6 +61,7 @@ struct emitter {
 	size_t n;
 	int32_t **index; /* per member: block index -> eblock */
 	uint8_t **code;  /* per member: original bytes */
+	uint64_t **tab;  /* per member: the new address of each of its tables */
 };
 
 static struct dest resolve(const struct emitter *E, uint32_t member, uint64_t a)
@@ -85,6 +92,62 @@ static uint64_t call_target(const struct emitter *E, uint64_t a)
 static uint64_t dest_addr(const struct emitter *E, struct dest d)
 {
 	return d.eb >= 0 ? E->eb[d.eb].addr : d.ext;
+}
+
+/* The table of member i whose base the instruction at off names, or -1. */
+static int table_based_at(const struct emitter *E, size_t i, uint32_t off)
+{
+	const struct hp_plan_member *mb = &E->p->members[i];
+
+	for (uint32_t t = 0; t < mb->fn->njt; t++)
+		if (mb->mod->jtables[mb->fn->jt_start + t].base_site == off)
+			return (int)t;
+	return -1;
+}
+
+/* Place the members' tables after the instructions (text_len set): 8-aligned, in
+ * member order. Returns the bytes of code with them, or 0 when out of memory. */
+static size_t place_tables(struct emitter *E)
+{
+	struct hp_plan *p = E->p;
+	size_t at = (p->text_len + 7) & ~(size_t)7, n = 0;
+
+	for (size_t i = 0; i < p->nmembers; i++) {
+		const struct hp_plan_member *mb = &p->members[i];
+		if (!(E->tab[i] = calloc(mb->fn->njt + 1, sizeof(uint64_t))))
+			return 0;
+		for (uint32_t t = 0; t < mb->fn->njt; t++, n++) {
+			E->tab[i][t] = p->base + at;
+			at += (size_t)mb->mod->jtables[mb->fn->jt_start + t].nentries * 4;
+		}
+	}
+	return n ? at : p->text_len;
+}
+
+/* Fill the tables: each entry the offset from its table to the copy of the
+ * original entry's target. */
+static int write_tables(struct emitter *E, char *err, size_t errlen)
+{
+	struct hp_plan *p = E->p;
+
+	memset(p->code + p->text_len, 0xcc, p->code_len - p->text_len);
+	for (size_t i = 0; i < p->nmembers; i++) {
+		const struct hp_plan_member *mb = &p->members[i];
+		for (uint32_t t = 0; t < mb->fn->njt; t++) {
+			const struct hp_jump_table *jt = &mb->mod->jtables[mb->fn->jt_start + t];
+			for (uint32_t k = 0; k < jt->nentries; k++) {
+				struct dest d = resolve(E, (uint32_t)i, mb->mod->jt_targets[jt->target_start + k]);
+				if (d.eb < 0) {
+					snprintf(err, errlen, "%s: entry %u of the table at 0x%" PRIx64 " is no block",
+						 mb->fn->name, k, jt->table_addr);
+					return -EINVAL;
+				}
+				int32_t v = (int32_t)(int64_t)(E->eb[d.eb].addr - E->tab[i][t]);
+				memcpy(p->code + (E->tab[i][t] - p->base) + 4 * k, &v, 4);
+			}
+		}
+	}
+	return 0;
 }
 
 /* Classify block ending; fills body_len, term, cond, taken, fall. */
@@ -302,7 +365,8 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 
 	E.index = calloc(p->nmembers + 1, sizeof(*E.index));
 	E.code = calloc(p->nmembers + 1, sizeof(*E.code));
-	if (!E.index || !E.code)
+	E.tab = calloc(p->nmembers + 1, sizeof(*E.tab));
+	if (!E.index || !E.code || !E.tab)
 		goto out;
 	for (size_t i = 0; i < p->nmembers; i++) {
 		const struct hp_function *f = p->members[i].fn;
@@ -442,7 +506,9 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 			changed = true;
 		}
 	}
-	p->code_len = E.n ? E.eb[E.n - 1].addr + E.eb[E.n - 1].size - p->base : 0;
+	p->text_len = E.n ? E.eb[E.n - 1].addr + E.eb[E.n - 1].size - p->base : 0;
+	if (!(p->code_len = place_tables(&E)) && p->text_len)
+		goto out;
 	const struct hp_function *under = overlapped(m, p->base, p->base + p->code_len);
 	if (under || p->base + p->code_len < p->base) {
 		snprintf(err, errlen, "the code cannot be laid out at 0x%" PRIx64 ": it would cover %s", p->base,
@@ -500,7 +566,18 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 				r = -ERANGE;
 				goto out;
 			}
-			if (rel) {
+			int tab = table_based_at(&E, e->member, off);
+			if (tab >= 0) {
+				/* The lea of a table: to the copy's table, inside the code. */
+				int32_t d = (int32_t)(int64_t)(E.tab[e->member][tab] - (at + (uint64_t)n));
+				if (!rel) {
+					snprintf(err, errlen, "%s+0x%x: the table's base is not rip-relative", f->name,
+						 off);
+					r = -EINVAL;
+					goto out;
+				}
+				memcpy(p->code + (at - p->base) + rel, &d, 4);
+			} else if (rel) {
 				uint64_t t;
 				int32_t d;
 				memcpy(&d, p->code + (at - p->base) + rel, 4);
@@ -561,6 +638,9 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 			goto out;
 		}
 	}
+	if ((r = write_tables(&E, err, errlen)) < 0)
+		goto out;
+	r = -ENOMEM;
 	/* Record the layout in the plan. */
 	for (size_t i = 0; i < p->nmembers; i++) {
 		struct hp_plan_member *mb = &p->members[i];
@@ -607,7 +687,10 @@ out:
 	for (size_t i = 0; E.index && i < p->nmembers; i++) {
 		free(E.index[i]);
 		free(E.code[i]);
+		if (E.tab)
+			free(E.tab[i]);
 	}
+	free(E.tab);
 	free(E.index);
 	free(E.code);
 	free(E.eb);

@@ -157,7 +157,7 @@ int hp_instrument_check(const struct hp_plan *p, uint32_t member, uint32_t bi, u
 uint64_t hp_instrument_blocks_end(const struct hp_plan *p)
 {
 	const struct hp_instrument *ins = p->instrument;
-	return ins && ins->nstubs ? ins->stubs[0].addr : p->base + p->code_len;
+	return ins && ins->nstubs ? ins->stubs[0].addr : hp_plan_text_end(p);
 }
 
 /* The jump ending the stub at a (after its counter): its target, or 0. */
@@ -197,9 +197,9 @@ bool hp_instrument_verify_stubs(const struct hp_plan *p, char *why, size_t wlen)
 		}
 		at = end;
 	}
-	if (at != p->base + p->code_len) {
+	if (at != hp_plan_text_end(p)) {
 		snprintf(why, wlen, "bytes after the stubs: the code ends at 0x%" PRIx64 ", the stubs at 0x%" PRIx64,
-			 p->base + p->code_len, at);
+			 hp_plan_text_end(p), at);
 		return false;
 	}
 	return true;

@@ -60,6 +60,25 @@ static bool name_is(const char *name, const char *const *list)
 	return false;
 }
 
+/* The copy's tables are reached only through the lea of each jump's
+ * block, which the emitter retargets: any other rip-relative reference to
+ * a table would read the original's. */
+static const char *table_reference_rule(const struct hp_module *mod, const struct hp_function *f, const uint8_t *code,
+					uint32_t off)
+{
+	struct hp_isa_detail d;
+
+	if (hp_isa_decode_detail(code + off, f->size - off, f->addr + off, &d) < 0 || !d.has_rip_ref)
+		return NULL;
+	for (uint32_t t = 0; t < f->njt; t++) {
+		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
+		if (d.rip_target >= jt->table_addr && d.rip_target < jt->table_addr + jt->nentries * jt->entry_size &&
+		    (off != jt->base_site || d.rip_target != jt->table_addr || d.mnem != HP_MN_LEA))
+			return "switch table read by an instruction other than its jump's lea";
+	}
+	return NULL;
+}
+
 const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
 			      char *detail, size_t dlen)
 {
@@ -79,10 +98,20 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 		       "come back to the original";
 	if (f->flags & HP_FN_UNRESOLVED_JUMP)
 		return "indirect jump that is not a resolved switch table";
-	if (f->njt) {
-		snprintf(detail, dlen, "%u table(s)", f->njt);
-		return "switch table: tables are not rewritten, so the function is not moved";
+	for (uint32_t t = 0; t < f->njt; t++) {
+		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
+		const struct hp_block *at_jump = hp_function_block_at(mod, f, f->addr + jt->site);
+		snprintf(detail, dlen, "the table at 0x%" PRIx64 ", its jump at +0x%x", jt->table_addr, jt->site);
+		if (!jt->relative || jt->entry_size != 4)
+			return "switch table of absolute addresses: such tables are not rewritten, so the function is not "
+			       "moved";
+		if (!jt->exact)
+			return "switch table whose bound check is not on its index register: its size is not known "
+			       "exactly";
+		if (!at_jump || hp_function_block_at(mod, f, f->addr + jt->base_site) != at_jump)
+			return "switch table whose base is set outside its jump's block";
 	}
+	detail[0] = 0;
 	if (f->flags & HP_FN_STATIC_BRANCH)
 		return "jump-label site (static key): the kernel rewrites it in place when the key flips, a copy would "
 		       "keep one state";
@@ -119,6 +148,8 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 			snprintf(detail, dlen, "at +0x%x", off);
 			rule = "branch without an inverse or a near form (loop, jrcxz, xbegin)";
 		}
+		if (f->njt && !rule && (rule = table_reference_rule(mod, f, code, off)))
+			snprintf(detail, dlen, "at +0x%x", off);
 		off += in.len;
 	}
 	free(code);

@@ -150,6 +150,10 @@ struct hp_plan {
 	uint64_t base;
 	uint8_t *code;
 	size_t code_len;
+	/* Bytes of instructions at the start of code; the members' switch
+	 * tables (4-byte offsets from each table, for the copies of their
+	 * targets) follow, 8-aligned, up to code_len. 0: code_len. */
+	size_t text_len;
 	struct hp_reloc *relocs;
 	size_t nrelocs;
 	uint32_t pad_bytes, added_jumps, inverted, removed_jumps;
@@ -169,6 +173,12 @@ struct hp_plan {
 	/* Counters spliced into the copy (plan/instrument.h); NULL for a layout. */
 	struct hp_instrument *instrument;
 };
+
+/* The end of the emitted instructions: where the switch tables begin. */
+static inline uint64_t hp_plan_text_end(const struct hp_plan *p)
+{
+	return p->base + (p->text_len ? p->text_len : p->code_len);
+}
 
 /* Make plan p for root in m from profile prof (NULL: none measured yet),
  * running the passes of pass.h. With o->hot_set, root and root_mod are

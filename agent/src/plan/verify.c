@@ -10,7 +10,9 @@
  * the plan's layout order with only nops between them. A block that was
  * only a jump to the block now after it takes no bytes: control reaching
  * its place must lead, through such empty blocks in layout order, to the
- * block that really runs there.
+ * block that really runs there. A switch table's jump is recognized again in
+ * the copy: its block's lea names a table after the instructions whose every
+ * entry reaches the copy of the original entry's target.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 
 #include "isa/isa.h"
+#include "model/jumptable.h"
 #include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
@@ -101,6 +104,57 @@ static uint64_t copy_of(const struct hp_plan *p, uint64_t a)
 	return a;
 }
 
+/* The table of f whose lea is at off (base) or whose jump is at off, or NULL. */
+static const struct hp_jump_table *table_of(const struct hp_plan_member *mb, uint32_t off, bool base)
+{
+	for (uint32_t t = 0; t < mb->fn->njt; t++) {
+		const struct hp_jump_table *jt = &mb->mod->jtables[mb->fn->jt_start + t];
+		if ((base ? jt->base_site : jt->site) == off)
+			return jt;
+	}
+	return NULL;
+}
+
+/* Both "lea reg, [rip + disp32]", the same bytes but the displacement;
+ * *ta and *tb get the addresses they name. */
+static bool same_lea(const uint8_t *a, size_t alen, uint64_t aaddr, const uint8_t *b, size_t blen, uint64_t baddr,
+		     uint64_t *ta, uint64_t *tb)
+{
+	struct hp_isa_detail x, y;
+
+	if (hp_isa_decode_detail(a, alen, aaddr, &x) < 0 || hp_isa_decode_detail(b, blen, baddr, &y) < 0 ||
+	    x.mnem != HP_MN_LEA || y.mnem != HP_MN_LEA || x.len != y.len || x.len < 4 || !x.has_rip_ref ||
+	    !y.has_rip_ref || memcmp(a, b, x.len - 4u))
+		return false;
+	*ta = x.rip_target;
+	*tb = y.rip_target;
+	return true;
+}
+
+/* The copy's table at the jump ending a block, recognized from the copy's
+ * instructions at offs (offsets in the code, the jump last): it must lie
+ * after the instructions, and each entry must reach the copy of the
+ * original entry's target. NULL, or why not. */
+static const char *check_table(const struct vctx *v, const struct hp_plan_member *mb, const struct hp_jump_table *jt,
+			       const uint32_t *offs, size_t n)
+{
+	const struct hp_plan *p = v->p;
+	struct hp_jt_match m;
+
+	if (!hp_jt_recognize_shape(p->code, (uint32_t)p->code_len, p->base, offs, n, &m) || !m.relative ||
+	    m.entry_size != 4)
+		return "is no longer a recognizable table jump";
+	if (m.table < hp_plan_text_end(p) || m.table + (uint64_t)jt->nentries * 4 > p->base + p->code_len)
+		return "reads a table that is not after the instructions";
+	for (uint32_t k = 0; k < jt->nentries; k++) {
+		int32_t e;
+		memcpy(&e, p->code + (m.table - p->base) + 4 * k, 4);
+		if (!lands(v, m.table + (uint64_t)(int64_t)e, mb->mod->jt_targets[jt->target_start + k], -1))
+			return "has an entry that does not reach the copy of its original target";
+	}
+	return NULL;
+}
+
 /* Record why the code is refused and stop. */
 #define FAIL(...)                                                                \
 	do {                                                                     \
@@ -151,7 +205,7 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 			     v.map[k].new_addr);
 		at += v.map[k].size;
 	}
-	if (at != hp_instrument_blocks_end(p))
+	if (at != hp_instrument_blocks_end(p) || hp_plan_text_end(p) > p->base + p->code_len)
 		FAIL("the code ends at 0x%" PRIx64 ", the blocks at 0x%" PRIx64, hp_instrument_blocks_end(p), at);
 	if (p->instrument && !hp_instrument_verify_stubs(p, p->verify_error, sizeof(p->verify_error)))
 		goto out;
@@ -168,7 +222,9 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 			uint64_t na = mb->blocks[j].new_addr, nend = na + mb->blocks[j].new_size;
 			uint64_t oa = f->addr + bl->offset, oend = oa + bl->size;
 			struct hp_isa_insn oi = { 0 }, ni;
-			uint64_t o_taken = 0;
+			uint64_t o_taken = 0, o_last = 0;
+			uint32_t noffs[16];
+			size_t nn = 0;
 			int o_cond = -2; /* -2 none, -1 jmp, else jcc condition */
 			/* An instrumented copy's counter increment comes first. */
 			int pre = hp_instrument_check(p, (uint32_t)i, mb->blocks[j].index, na);
@@ -192,18 +248,37 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 					     f->addr + bl->offset);
 				const uint8_t *nb = p->code + (na - p->base);
 				uint64_t ta, tb;
+				const struct hp_jump_table *jt = table_of(mb, (uint32_t)(oa - f->addr), true);
+				bool table_base = false;
 				if (hp_isa_decode(nb, nend - na, na, &ni) < 0 ||
-				    !hp_isa_same_operation(ob, oi.len, oa, nb, ni.len, na, &ta, &tb))
+				    !(hp_isa_same_operation(ob, oi.len, oa, nb, ni.len, na, &ta, &tb) ||
+				      (jt && (table_base = same_lea(ob, oi.len, oa, nb, ni.len, na, &ta, &tb)))))
 					FAIL("%s: 0x%" PRIx64 " is not emitted as the same operation at 0x%" PRIx64,
 					     f->name, oa, na);
-				if (ta && tb != (oi.cls == HP_IC_CALL ? copy_of(p, ta) : ta))
+				/* A table's lea names the copy's table (checked at its jump). */
+				if (table_base &&
+				    (ta != jt->table_addr || tb < hp_plan_text_end(p) || tb >= p->base + p->code_len))
+					FAIL("%s: the lea of the table at 0x%" PRIx64 " names 0x%" PRIx64
+					     ", not a table after the copy's instructions",
+					     f->name, jt->table_addr, tb);
+				if (ta && !table_base && tb != (oi.cls == HP_IC_CALL ? copy_of(p, ta) : ta))
 					FAIL("%s: 0x%" PRIx64 " reaches 0x%" PRIx64 " in the copy, 0x%" PRIx64
 					     " originally",
 					     f->name, oa, tb, ta);
 				p->verified_insns++;
+				if (nn == 16)
+					memmove(noffs, noffs + 1, --nn * sizeof(*noffs));
+				noffs[nn++] = (uint32_t)(na - p->base);
+				o_last = oa;
 				oa += oi.len;
 				na += ni.len;
 			}
+			const struct hp_jump_table *jt = nn ? table_of(mb, (uint32_t)(o_last - f->addr), false) : NULL;
+			const char *why = jt ? check_table(&v, mb, jt, noffs, nn) : NULL;
+			if (why)
+				FAIL("%s: the table jump at 0x%" PRIx64 " %s", f->name, o_last, why);
+			if (jt)
+				p->verified_edges += jt->nentries;
 			/* Successors. */
 			bool o_falls = false;
 			for (uint16_t s = 0; s < bl->nsucc; s++) {

@@ -4,11 +4,14 @@
  * (named and proven) end their blocks, .cold fragments are linked to their
  * functions with the jumps between them landing on block starts, PLT stubs
  * are named, and on the live kernel WARN traps continue while BUG traps and
- * __stack_chk_fail calls end their blocks.
+ * __stack_chk_fail calls end their blocks. A switch table's bound is exact
+ * only when its check compares the index register or the register the index
+ * was copied from (SQLite's VDBE loop: cmp dl, 0xb8; ja; ...; movzx ecx, dl).
  */
 #include <inttypes.h>
 
 #include "harness.h"
+#include "model/jumptable.h"
 #include "model/model.h"
 #include "target/target.h"
 #include "test_common.h"
@@ -237,9 +240,31 @@ static void t_block_at_without_function(void)
 	EXPECT(!hp_function_block_at(NULL, NULL, 0x1000), "a block without a module or function");
 }
 
+/* cmp dl, 0xb8; ja; lea rsi, [rip + 0x100]; movzx ecx, SRC; movsxd rax,
+ * [rsi + rcx*4]; add rax, rsi; jmp rax: exact when SRC is dl, not when al. */
+static void t_table_bound_through_a_copy(void)
+{
+	for (int src_dl = 1; src_dl >= 0; src_dl--) {
+		uint8_t code[] = { 0x80, 0xfa, 0xb8, 0x77, 0x00,
+				   0x48, 0x8d, 0x35, 0x00, 0x01,
+				   0x00, 0x00, 0x0f, 0xb6, src_dl ? 0xca : 0xc8,
+				   0x48, 0x63, 0x04, 0x8e, 0x48,
+				   0x01, 0xf0, 0xff, 0xe0 };
+		const uint32_t offs[] = { 0, 3, 5, 12, 15, 19, 22 };
+		struct hp_jt_match jm;
+
+		REQUIRE(hp_jt_recognize(code, sizeof(code), 0x1000, offs, 7, &jm), "the table jump is not recognized");
+		EXPECT(jm.relative && jm.entry_size == 4 && jm.nentries == 0xb9 && jm.table == 0x1000 + 12 + 0x100 &&
+			       jm.base_at == 2,
+		       "table 0x%" PRIx64 ", %u entries, base at %u", jm.table, jm.nentries, jm.base_at);
+		EXPECT(jm.exact == (bool)src_dl, "movzx ecx, %s: exact %d", src_dl ? "dl" : "al", jm.exact);
+	}
+}
+
 int main(void)
 {
 	RUN(t_block_at_without_function);
+	RUN(t_table_bound_through_a_copy);
 	RUN(t_noreturn_calls_end_blocks);
 	RUN(t_cold_fragments_are_linked);
 	RUN(t_plt_callees_are_named);

@@ -5,7 +5,8 @@
  * plans on programs compiled here: emitted code verified, stale profiles
  * refused naming the function, a root without counts or not run reported
  * as such, code the program finds by address kept in place with its rule,
- * and the copy's unwind data checked.
+ * and the copy's unwind data checked; a switch table re-emitted for the
+ * copy, and a wrong entry in it refused.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -152,6 +153,67 @@ static void t_plan_elf_is_verified(void)
 	}
 	hp_plan_free(&plan);
 	hp_profile_free(&prof);
+	hp_model_free(m);
+}
+
+/* A dense switch compiled -fPIE dispatches through a table of 4-byte
+ * offsets: the model resolves it exactly, the function moves, the copy gets
+ * its own table after the code, and a wrong entry is refused by verify. */
+static void t_plan_rewrites_switch_table(void)
+{
+	struct hp_model *m = open_fixture("dispatch.c", "plan_jt", "-O2 -fPIE -pie");
+	static const char *const names[] = { "dp_op", NULL };
+	struct hp_plan_opts o;
+	struct hp_profile prof;
+	struct hp_plan plan;
+	const struct hp_module *mod;
+	char err[256], detail[160];
+
+	REQUIRE(m, "gcc or open failed");
+	const struct hp_function *f = hp_model_find(m, "dp_op", &mod, NULL);
+	REQUIRE(f && f->njt == 1, "dp_op has %u resolved tables, want 1", f ? f->njt : 0);
+	const struct hp_jump_table *jt = &mod->jtables[f->jt_start];
+	EXPECT(jt->relative && jt->entry_size == 4 && jt->exact && jt->nentries == 20 && jt->base_site < jt->site,
+	       "table: relative %d, entry %u, exact %d, %u entries, lea +0x%x, jump +0x%x", jt->relative,
+	       jt->entry_size, jt->exact, jt->nentries, jt->base_site, jt->site);
+	const char *rule = hp_plan_kept_rule(m, mod, f, detail, sizeof(detail));
+	EXPECT(!rule, "dp_op is kept: %s (%s)", rule, detail);
+	profile_all(m, names, 10, &prof);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	REQUIRE(hp_plan_make(m, f, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	REQUIRE(plan.status == HP_PLAN_OK && plan.verified, "plan %d: %s", plan.status, plan.message);
+	size_t tab = (plan.text_len + 7) & ~(size_t)7;
+	EXPECT(plan.code_len == tab + 4 * jt->nentries, "code %zu bytes, instructions %zu, want a table of %u after",
+	       plan.code_len, plan.text_len, jt->nentries);
+	EXPECT(plan.verified_edges >= jt->nentries, "verified %zu edges", plan.verified_edges);
+	/* Each entry reaches the copy of its target. */
+	for (uint32_t k = 0; k < jt->nentries; k++) {
+		int32_t e;
+		uint64_t want = 0, orig = mod->jt_targets[jt->target_start + k];
+		memcpy(&e, plan.code + tab + 4 * k, 4);
+		for (uint32_t j = 0; j < plan.members[0].nblocks; j++)
+			if (f->addr + mod->blocks[f->block_start + plan.members[0].blocks[j].index].offset == orig)
+				want = plan.members[0].blocks[j].new_addr;
+		EXPECT(plan.base + tab + (uint64_t)(int64_t)e == want,
+		       "entry %u reaches 0x%" PRIx64 ", want 0x%" PRIx64, k, plan.base + tab + (uint64_t)(int64_t)e,
+		       want);
+	}
+	/* Entry 0 (case 0) made to reach case 1's copy: refused. */
+	int32_t e1;
+	memcpy(&e1, plan.code + tab + 4, 4);
+	memcpy(plan.code + tab, &e1, 4);
+	EXPECT(!hp_plan_verify(m, &plan) && strstr(plan.verify_error, "does not reach the copy of its original target"),
+	       "a wrong table entry passed verification: %s", plan.verify_error);
+	hp_plan_free(&plan);
+	hp_profile_free(&prof);
+	hp_model_free(m);
+	/* Position-dependent code jumps through absolute addresses: kept, with the rule. */
+	REQUIRE((m = open_fixture("dispatch.c", "plan_jt_abs", "-O2 -fno-pie -no-pie")), "gcc or open failed");
+	f = hp_model_find(m, "dp_op", &mod, NULL);
+	REQUIRE(f && f->njt == 1 && !mod->jtables[f->jt_start].relative, "no absolute table resolved in dp_op");
+	rule = hp_plan_kept_rule(m, mod, f, detail, sizeof(detail));
+	EXPECT(rule && strstr(rule, "absolute"), "dp_op with an absolute table: %s", rule ? rule : "moves");
 	hp_model_free(m);
 }
 
@@ -479,15 +541,13 @@ static void t_hot_set_plan(void)
 	REQUIRE(hp_plan_make(m, NULL, NULL, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
 	EXPECT(plan.status == HP_PLAN_OK && plan.verified, "plan %d: %s %s", plan.status, plan.message,
 	       plan.verify_error);
-	EXPECT(plan.nmembers == 5, "%zu members, want the 5 that can move", plan.nmembers);
-	const struct hp_plan_kept *k = kept(&plan, "pr_table");
-	EXPECT(plan.nkept == 1 && k && strstr(k->rule, "switch table"), "pr_table not kept by its rule (%zu kept)",
-	       plan.nkept);
+	/* pr_table's switch table (4-byte offsets, -fPIE) is rewritten: it moves too. */
+	EXPECT(plan.nmembers == 6 && plan.nkept == 0, "%zu members (%zu kept), want all 6", plan.nmembers, plan.nkept);
 	for (const char *const *n = names; *n; n++) {
 		bool in = false;
 		for (size_t i = 0; i < plan.nmembers; i++)
 			in |= !strcmp(plan.members[i].fn->name, *n);
-		EXPECT(in || !strcmp(*n, "pr_table"), "%s is not a member", *n);
+		EXPECT(in, "%s is not a member", *n);
 	}
 	hp_plan_free(&plan);
 	/* A share below 1 leaves the coolest out; --max-functions bounds the set. */
@@ -512,6 +572,7 @@ int main(void)
 	RUN(t_chain_isolated_small_predecessor);
 	RUN(t_chain_should_follow);
 	RUN(t_plan_elf_is_verified);
+	RUN(t_plan_rewrites_switch_table);
 	RUN(t_plan_listing_names_each_instructions_original);
 	RUN(t_plan_refuses_stale_profile);
 	RUN(t_profile_reads_measure_report);

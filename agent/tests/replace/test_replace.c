@@ -8,6 +8,8 @@
  * plan comes from `hotpathd measure --blocks` and `hotpathd plan`.
  *  - hotpathd install / installed / revert: the copy runs (memfd heap, entry
  *    jump, call sites), and everything is put back (bytes, heap, journal).
+ *  - A function with a switch table (fixtures/dispatch.c): its copy, with its
+ *    own table, installed and reverted while every case is checked.
  *  - A whole hot set (plan --hot-set): one heap, every member's entry
  *    jumping to its copy, install/revert cycles, bytes as before.
  *  - A revert knows its own written bytes when they hold 0xcc (a rel32 of
@@ -351,6 +353,50 @@ static void t_install_revert_cli(void)
 	hp_iplan_free(&p);
 }
 
+/* n cycles of install and revert of plan (p) in the running fixture f:
+ * every member's entry jumping to its copy in one heap, results checked,
+ * and every byte, heap and journal gone after each revert. */
+static void install_revert_cycles(struct fx *f, const struct hp_iplan *p, const char *plan, const char *st, int n)
+{
+	char cmd[4096], out[16384], why[256] = "";
+
+	for (int cycle = 0; cycle < n; cycle++) {
+		snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --json --quiet", hp(), plan, st);
+		int rc = run(cmd, out, sizeof(out));
+		json_error_t je;
+		json_t *j = json_loads(out, 0, &je);
+		EXPECT(rc == 0 && j && json_integer_value(json_object_get(j, "entries")) == (json_int_t)p->nmembers,
+		       "cycle %d: install failed or did not splice every entry (%d): %s", cycle, rc, out);
+		uint64_t heap = strtoull(json_string_value(json_object_get(j, "heap")) ?: "0", NULL, 0);
+		json_decref(j);
+		/* Every member's entry jumps to its copy in the one heap. */
+		char mp[64];
+		snprintf(mp, sizeof(mp), "/proc/%d/mem", f->pid);
+		int fd = open(mp, O_RDONLY), bad = 0;
+		for (size_t i = 0; fd >= 0 && i < p->nmembers; i++) {
+			uint8_t b[5];
+			uint64_t want = heap + (p->members[i].new_addr - p->base);
+			if (pread(fd, b, 5, (off_t)p->members[i].addr) != 5 || b[0] != 0xe9 ||
+			    p->members[i].addr + 5 + (uint64_t)(int64_t) * (int32_t *)(b + 1) != want)
+				EXPECT(bad++, "cycle %d: %s's entry does not jump to its copy", cycle,
+				       p->members[i].name);
+		}
+		if (fd >= 0)
+			close(fd);
+		EXPECT(heaps_mapped(f->pid) == 1, "cycle %d: %d heaps mapped, want one", cycle, heaps_mapped(f->pid));
+		usleep(100000);
+		EXPECT(fx_ok(f), "cycle %d: the process went wrong with the copy installed: %s", cycle, f->errbuf);
+		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --json --quiet", hp(), f->pid, st);
+		rc = run(cmd, out, sizeof(out));
+		EXPECT(rc == 0 && strstr(out, "\"reverted\""), "cycle %d: revert failed (%d): %s", cycle, rc, out);
+		EXPECT(members_original(f->pid, p, why, sizeof(why)) == 0, "cycle %d: %s", cycle, why);
+		if (!fx_ok(f))
+			break;
+	}
+	EXPECT(heaps_mapped(f->pid) == 0, "a code heap is still mapped after the revert");
+	EXPECT(journals(st) == 0, "a journal is left after the revert");
+}
+
 /* A whole hot set: planned from the fixture's exact counts with --hot-set
  * (no root), installed as one heap with every member's entry jumping to its
  * copy, results checked, several install/revert cycles, and every byte as
@@ -359,7 +405,7 @@ static void t_hot_set_install_revert(void)
 {
 	struct fx f;
 	struct hp_iplan p;
-	char cmd[4096], out[16384], err[512] = "", why[256] = "";
+	char err[512] = "";
 	const char *st = state_dir("hotset");
 
 	REQUIRE(fixture(), "gcc failed");
@@ -370,41 +416,7 @@ static void t_hot_set_install_revert(void)
 		REQUIRE(0, "no hot-set plan: %s", err);
 	}
 	EXPECT(p.hot_set && p.nmembers >= 5, "a hot set of %zu members (hot_set %d)", p.nmembers, p.hot_set);
-	for (int cycle = 0; cycle < 10; cycle++) {
-		snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --json --quiet", hp(), plan, st);
-		int rc = run(cmd, out, sizeof(out));
-		json_error_t je;
-		json_t *j = json_loads(out, 0, &je);
-		EXPECT(rc == 0 && j && json_integer_value(json_object_get(j, "entries")) == (json_int_t)p.nmembers,
-		       "cycle %d: install failed or did not splice every entry (%d): %s", cycle, rc, out);
-		uint64_t heap = strtoull(json_string_value(json_object_get(j, "heap")) ?: "0", NULL, 0);
-		json_decref(j);
-		/* Every member's entry jumps to its copy in the one heap. */
-		char mp[64];
-		snprintf(mp, sizeof(mp), "/proc/%d/mem", f.pid);
-		int fd = open(mp, O_RDONLY), bad = 0;
-		for (size_t i = 0; fd >= 0 && i < p.nmembers; i++) {
-			uint8_t b[5];
-			uint64_t want = heap + (p.members[i].new_addr - p.base);
-			if (pread(fd, b, 5, (off_t)p.members[i].addr) != 5 || b[0] != 0xe9 ||
-			    p.members[i].addr + 5 + (uint64_t)(int64_t) * (int32_t *)(b + 1) != want)
-				EXPECT(bad++, "cycle %d: %s's entry does not jump to its copy", cycle,
-				       p.members[i].name);
-		}
-		if (fd >= 0)
-			close(fd);
-		EXPECT(heaps_mapped(f.pid) == 1, "cycle %d: %d heaps mapped, want one", cycle, heaps_mapped(f.pid));
-		usleep(100000);
-		EXPECT(fx_ok(&f), "cycle %d: the process went wrong with the hot set installed: %s", cycle, f.errbuf);
-		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --json --quiet", hp(), f.pid, st);
-		rc = run(cmd, out, sizeof(out));
-		EXPECT(rc == 0 && strstr(out, "\"reverted\""), "cycle %d: revert failed (%d): %s", cycle, rc, out);
-		EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "cycle %d: %s", cycle, why);
-		if (!fx_ok(&f))
-			break;
-	}
-	EXPECT(heaps_mapped(f.pid) == 0, "a code heap is still mapped after the revert");
-	EXPECT(journals(st) == 0, "a journal is left after the revert");
+	install_revert_cycles(&f, &p, plan, st, 10);
 	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
 	unsigned long v = fx_stop(&f);
 	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
@@ -518,6 +530,40 @@ static void t_revert_keeps_the_heap_when_bytes_were_changed(void)
 	usleep(300000);
 	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
 	fx_stop(&f);
+	hp_iplan_free(&p);
+}
+
+/* A function dispatching through a switch table (dispatch.c, -fPIE: a
+ * table of 4-byte offsets) measured, planned, installed into the running
+ * fixture and reverted, three times: its copy runs through its own table
+ * while the fixture checks every case (and indexes beyond the bound)
+ * against the original's results; every byte as before at the end. */
+static void t_switch_table_install_revert(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[4096], err[512] = "", prof[400], plan[400];
+	const char *st = state_dir("switch");
+	const char *bin = tu_compile("dispatch.c", "dispatch", "-O2 -fPIE -pie");
+
+	REQUIRE(bin, "gcc failed");
+	REQUIRE(fx_start(&f, bin, 0) == 0, "the fixture did not start");
+	snprintf(prof, sizeof(prof), "%s/switch.profile.json", tu_tmpdir());
+	snprintf(plan, sizeof(plan), "%s/switch.plan.json", tu_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "%s measure pid %d dp_op --blocks --seconds 1 --json > '%s' 2>/dev/null && %s plan pid %d dp_op "
+		 "--profile '%s' --json > '%s'",
+		 hp(), f.pid, prof, hp(), f.pid, prof, plan);
+	if (system(cmd) != 0 || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan for dp_op: %s", err);
+	}
+	EXPECT(p.nmembers == 1 && !strcmp(p.members[0].name, "dp_op"), "the plan has %zu members", p.nmembers);
+	install_revert_cycles(&f, &p, plan, st, 3);
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	unsigned long v = fx_stop(&f);
+	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
+	printf("# switch table: dp_op installed and reverted 3 times, %lu calls verified\n", v);
 	hp_iplan_free(&p);
 }
 
@@ -1222,6 +1268,11 @@ int main(void)
 		tu_cleanup();
 		TEST_EXIT();
 	}
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "switch")) {
+		RUN(t_switch_table_install_revert);
+		tu_cleanup();
+		TEST_EXIT();
+	}
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "measured")) {
 		RUN(t_root_measured_alike_before_and_after);
 		tu_cleanup();
@@ -1231,6 +1282,7 @@ int main(void)
 	RUN(t_own_bytes_holding_int3_values);
 	RUN(t_revert_keeps_the_heap_when_bytes_were_changed);
 	RUN(t_hot_set_install_revert);
+	RUN(t_switch_table_install_revert);
 	RUN(t_measure_and_second_pass);
 	RUN(t_root_measured_alike_before_and_after);
 	RUN(t_cycles);
