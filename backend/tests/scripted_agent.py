@@ -36,6 +36,8 @@ from app.protocol.proto import pb, pb_grpc
 from app.protocol.stack_defs import stack_id
 
 PLAN_FIXTURE = Path(__file__).parent / "fixtures" / "plan_group.json"
+# The process function a hot-set plan lays out first (and so its root).
+HOT_SET_FIRST = 3
 KERNEL_BASE = 0xFFFFFFFF81000000
 MODULE_BASE = 0xFFFFFFFFC0A00000
 SPECIAL = ["vfs_read", "ksys_read", "__x64_sys_read", "vfs_read_iter", "rw_verify_area", "do_sys_open"]
@@ -811,12 +813,19 @@ class ScriptedAgent:
         """A real plan of the group fixture, renamed to the root and process asked for."""
         mp = command.make_plan
         every = [*self.modules, self.process]
-        fns = next((m[2] for m in every if m[3] == mp.digest), None)
-        if fns is None or mp.function_index >= len(fns):
+        if mp.hot_set:  # the process's hot set: its function HOT_SET_FIRST laid out first
+            if mp.target == "kernel" or mp.digest not in ("", self.process[3]):
+                return pb.CommandResult(command_id=command.id, ok=False, error="no such process module")
+            fns, index = self.process[2], HOT_SET_FIRST
+        else:
+            fns, index = next((m[2] for m in every if m[3] == mp.digest), None), mp.function_index
+        if fns is None or index >= len(fns):
             return pb.CommandResult(command_id=command.id, ok=False, error="root not found")
-        root = fns[mp.function_index].name
+        root = fns[index].name
         text = PLAN_FIXTURE.read_text().replace('"pr_root', f'"{root}')
         plan = json.loads(text)
+        if mp.hot_set:
+            plan["options"].update(hot_set=True, hot_share=0.99)
         if mp.target != "kernel":
             pid, start = mp.target[1:].split("-")
             plan["target"].update(

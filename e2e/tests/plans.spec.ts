@@ -6,7 +6,8 @@
 // the approver role approves; Install puts the copy into the process (its memfd mapping in
 // /proc/PID/maps, the entry jumping to it, every result still right) with the before/after table in
 // units; Revert brings the original bytes back. A plan whose process exited is stale and cannot be
-// installed. On the kernel, Optimize makes an estimate plan from PC samples, and Install is refused
+// installed. SQLite's driver is optimized both ways: one root from its function page, and its whole hot
+// set (sampled) from its process page, each approved, installed, compared and reverted. On the kernel, Optimize makes an estimate plan from PC samples, and Install is refused
 // with the agent's reason (this kernel forbids code replacement).
 import { test, expect, type APIRequestContext, type Browser, type Page, type Response } from "@playwright/test";
 import { execFileSync, spawn } from "node:child_process";
@@ -120,7 +121,7 @@ const planState = (page: Page) => page.getByTestId("plan-state");
  * The click's POST stores the plan and its command and answers at once (202): the agent makes the plan
  * afterwards, so neither wait depends on the plan's workload and both keep expect's default bound. The
  * answer is checked first, so a refusal or a stalled backend reads as such, not as a URL that stayed. */
-async function clickOptimize(page: Page): Promise<string> {
+async function clickOptimize(page: Page, button = "Optimize…"): Promise<string> {
   let answer: Response | undefined;
   const made = (r: Response) =>
     r.request().method() === "POST" && /^\/api\/v1\/hosts\/[^/]+\/plans$/.test(new URL(r.url()).pathname);
@@ -129,8 +130,8 @@ async function clickOptimize(page: Page): Promise<string> {
   };
   page.on("response", listen);
   try {
-    await page.getByRole("button", { name: "Optimize…" }).click();
-    await expect.poll(() => answer?.status(), { message: "the POST of Optimize… was answered" }).toBeDefined();
+    await page.getByRole("button", { name: button }).click();
+    await expect.poll(() => answer?.status(), { message: `the POST of ${button} was answered` }).toBeDefined();
   } finally {
     page.off("response", listen);
   }
@@ -323,7 +324,13 @@ test("a process's hot function: optimize, approve by another user, install, meas
 /** The benchmark's real program: SQLite's query workload driver (bench/replace_sqlite/build), asked for
  * rounds of two workload passes one after another for as long as it runs. Each round prints a checksum
  * of its query results, the same in every round while the code is right. */
-function startSqlite(driver: string) {
+function startSqlite() {
+  // SQLite's amalgamation from the libsqlite3-sys crate, built with -O2 once and cached in bench/out.
+  const driver = execFileSync(join(__dirname, "..", "..", "bench", "replace_sqlite", "build"), {
+    encoding: "utf8",
+    timeout: 300_000,
+    stdio: ["ignore", "pipe", "inherit"],
+  }).trim();
   const proc = spawn(driver, [], { stdio: ["pipe", "pipe", "pipe"] });
   const sums = new Map<string, number>();
   let buf = "",
@@ -369,13 +376,7 @@ test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the consol
   browser,
 }) => {
   test.setTimeout(480_000);
-  // SQLite's amalgamation from the libsqlite3-sys crate, built with -O2 once and cached in bench/out.
-  const driver = execFileSync(join(__dirname, "..", "..", "bench", "replace_sqlite", "build"), {
-    encoding: "utf8",
-    timeout: 300_000,
-    stdio: ["ignore", "pipe", "inherit"],
-  }).trim();
-  const sq = startSqlite(driver);
+  const sq = startSqlite();
   const pid = sq.proc.pid!;
   try {
     await sq.started();
@@ -432,6 +433,94 @@ test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the consol
     await page.getByRole("button", { name: "Revert" }).click();
     await expect(planState(page)).toHaveText("reverted", { timeout: 60_000 });
     expect(readMem(pid, entry, 16).equals(original), "the original bytes are back").toBe(true);
+    const roundsReverted = sq.rounds();
+    await expect.poll(() => sq.rounds(), { timeout: 30_000 }).toBeGreaterThan(roundsReverted + 5);
+    expect(sq.proc.exitCode, sq.err()).toBeNull();
+    expect([...sq.sums.keys()], "every round's checksum is the same").toHaveLength(1);
+    await expectFullAudit(page);
+  } finally {
+    sq.stop();
+  }
+});
+
+test("the benchmark program, SQLite: optimize its whole hot set from the console, approve, install, before/after, revert", async ({
+  page,
+  browser,
+}) => {
+  // Runs through the plan, the approval, the install (every member's entry spliced) and the before/after
+  // with the workload's results unchanged, then fails at the revert: reverting SQLite's whole hot set
+  // leaves a redirected call site alone ("the bytes at … are neither the original nor the installed
+  // ones") yet unmaps the copy, and the driver dies of SIGSEGV. `hotpathd plan pid PID --hot-set
+  // --sample 3`, `hotpathd install`, `hotpathd revert pid PID` does the same without the console: a
+  // defect of the replace layer's revert of a hot set, to be fixed there; then this runs again.
+  test.fixme(true, "reverting SQLite's whole hot set crashes the driver (replace layer), see above");
+  test.setTimeout(600_000);
+  const sq = startSqlite();
+  const pid = sq.proc.pid!;
+  try {
+    await sq.started();
+    const target = await attachFromConsole(page, pid);
+    await functionNamed(target, "sqlite3BtreeInsert"); // the driver's catalog is stored
+    // The process's page: "Optimize hot set" with the seconds of PC samples.
+    const seconds = 5;
+    await page.setViewportSize({ width: 1400, height: 1000 });
+    await page.goto(`/hosts/${hostId}/measure?target=${target}`);
+    await page.getByRole("spinbutton", { name: "Seconds of PC samples" }).fill(String(seconds));
+    const planUrl = await clickOptimize(page, "Optimize hot set");
+    const planId = planUrl.split("/").pop()!;
+    await expect(page.getByRole("heading", { level: 1, name: `Hot set of ${target}` })).toBeVisible();
+    // The agent samples for the seconds asked, then plans every hot function; waiting is bounded by
+    // what the agent reports doing, not by a guess: while it plans, the make command is running.
+    await expect
+      .poll(
+        async () => {
+          const p = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
+          if (p.state !== "planning") return p.state;
+          const c = await (await ctx.get(`/api/v1/hosts/${hostId}/commands/${p.make_command}`)).json();
+          return ["done", "failed", "cancelled"].includes(c.state) ? `command ${c.state}` : "planning";
+        },
+        { timeout: 300_000, intervals: [1000] },
+      )
+      .toBe("ready");
+    await expect(planState(page)).toHaveText("ready");
+    const made = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
+    expect(made.hot_set).toBe(true);
+    expect(made.plan.options.hot_set).toBe(true);
+    expect(made.members.length, JSON.stringify(made.members)).toBeGreaterThan(2);
+    expect(made.root_name).toBe(made.members[0]);
+    await expect(page.getByTestId("plan-kind")).toHaveText(
+      new RegExp(
+        `^whole hot set: ${made.members.length} functions, first laid out ${made.root_name}; \\d+ kept in place$`,
+      ),
+    );
+    await expect(page.getByText("estimated (sampled)")).toBeVisible();
+    await expect(page.getByTestId("heatmap-after")).toBeVisible();
+    await expect(page.getByRole("heading", { name: `Group (${made.members.length} functions)` })).toBeVisible();
+    const entries = made.plan.group.map((g: { address: string }) => hex(g.address));
+    const originals = entries.map((a: bigint) => readMem(pid, a, 5));
+
+    await requestAndApprove(page, browser, planUrl, planId);
+    const roundsBefore = sq.rounds();
+    await installFromConsole(page);
+    const plan = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
+    expect(plan.install_detail.entries, "every member's entry is spliced").toBe(made.members.length);
+    for (const a of entries) expect(readMem(pid, a, 1)[0], `the entry at ${a.toString(16)} jumps`).toBe(0xe9);
+    // The window after ends before the revert (its probes are in the copy's code).
+    await expect
+      .poll(
+        async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json()).comparison?.after?.state,
+        { timeout: 60_000 },
+      )
+      .toBe("stopped");
+    // The workload kept running through the copies, with the same results in every round.
+    await expect.poll(() => sq.rounds(), { timeout: 60_000 }).toBeGreaterThan(roundsBefore + 10);
+    expect([...sq.sums.keys()], "every round's checksum is the same").toHaveLength(1);
+
+    await page.getByRole("button", { name: "Revert" }).click();
+    await expect(planState(page)).toHaveText("reverted", { timeout: 60_000 });
+    entries.forEach((a: bigint, i: number) =>
+      expect(readMem(pid, a, 5).equals(originals[i]), "the original bytes are back").toBe(true),
+    );
     const roundsReverted = sq.rounds();
     await expect.poll(() => sq.rounds(), { timeout: 30_000 }).toBeGreaterThan(roundsReverted + 5);
     expect(sq.proc.exitCode, sq.err()).toBeNull();

@@ -83,44 +83,6 @@ static const char plan_usage[] =
 	"exit status: 0 plan made and verified, 1 error or verification failed, 2 usage,\n"
 	"             3 ROOT not found, 4 no plan (no counts, root not hot, root cannot move)\n";
 
-/* A process's threads are sampled more often than the whole system: one
- * process's code, sampled at 997 Hz for seconds, leaves blocks that run
- * without a sample, and a plan then lays them out cold. */
-#define PROCESS_HZ 9973
-
-/* Estimated block counts from PC samples taken now. */
-static int sample_profile(struct hp_model *m, int pid, unsigned secs, unsigned hz, struct hp_profile *out, char *err,
-			  size_t errlen)
-{
-	struct hp_sampler_opts so = { .pid = pid, .frequency = hz };
-	struct hp_sampler *s = hp_sampler_open(m, &so, err, errlen);
-	struct hp_sample_interval iv;
-	int r;
-
-	memset(out, 0, sizeof(*out));
-	out->weight = 1;
-	out->estimated = true;
-	if (!s)
-		return -EPERM;
-	sleep(secs);
-	if (hp_sampler_take(s, &iv) < 0) {
-		hp_sampler_close(s);
-		snprintf(err, errlen, "sampling failed");
-		return -EIO;
-	}
-	r = hp_profile_from_samples(m, &iv, out);
-	if (pid)
-		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples of process %d (%" PRIu64 " at %u Hz)",
-			 secs, hp_sampler_event(s), pid, iv.total, hz);
-	else
-		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples", secs, hp_sampler_event(s));
-	hp_sample_interval_free(&iv);
-	hp_sampler_close(s);
-	if (r < 0)
-		snprintf(err, errlen, "out of memory");
-	return r;
-}
-
 /* The whole of a file, for JSON inputs. */
 static int read_text(const char *path, char **out, size_t *len, char *err, size_t errlen)
 {
@@ -372,11 +334,11 @@ int cmd_plan(int argc, char **argv)
 		prof[i].weight = wgt;
 	}
 	if (sample_secs) {
-		if (sample_profile(m, plan_pid, sample_secs,
-				   hz       ? hz :
-				   plan_pid ? PROCESS_HZ :
-					      997,
-				   &prof[0], err, sizeof(err)) < 0) {
+		if (hp_profile_sample(m, plan_pid, sample_secs,
+				      hz       ? hz :
+				      plan_pid ? HP_PROCESS_SAMPLE_HZ :
+						 997,
+				      NULL, NULL, &prof[0], err, sizeof(err)) < 0) {
 			fprintf(stderr, "hotpathd plan: %s\n", err);
 			goto out;
 		}

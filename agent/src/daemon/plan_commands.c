@@ -8,6 +8,10 @@
  *                 its direct callees in a process, PC samples in the
  *                 kernel, an estimate) -> plan -> its JSON as
  *                 `hotpathd plan --json` writes it (plan/plan_json.h).
+ *                 With hot_set, a process's whole hot set instead: no
+ *                 root, its threads' PCs sampled now (as `hotpathd plan
+ *                 pid PID --hot-set --sample S`), the module the digest
+ *                 names (or, with no digest, the hottest) planned whole.
  *   InstallPlan   the approved hash must be the one recomputed from the
  *                 plan's code; the target must be the plan's process -> the
  *                 replace layer's install, named by the plan's id.
@@ -215,32 +219,31 @@ static int measure_process(struct agent *ag, struct hp_job *job, struct hp_targe
 	return r;
 }
 
-/* The kernel's block counts estimated from PC samples for `seconds`. */
-static int sample_kernel(struct agent *ag, struct hp_job *job, unsigned seconds, struct hp_profile *out, char *err,
-			 size_t errlen)
-{
-	struct hp_sampler_opts so = { 0 };
-	struct hp_sampler *s = hp_sampler_open(ag->model, &so, err, errlen);
-	struct hp_sample_interval iv;
-	struct waiting w = { ag, job, NULL };
-	int r;
+/* PC samples taken for seconds (hp_profile_sample), with progress. */
+struct sample_wait {
+	struct waiting w;
+	const char *what;
+};
 
-	if (!s)
-		return -EPERM;
-	r = wait_seconds(&w, seconds, 0.1, 0.7, "sampling kernel PCs (estimated block counts)");
-	if (r == 0 && hp_sampler_take(s, &iv) < 0) {
-		snprintf(err, errlen, "sampling failed");
-		r = -EIO;
-	} else if (r == 0) {
-		out->weight = 1;
-		r = hp_profile_from_samples(ag->model, &iv, out);
-		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples", seconds, hp_sampler_event(s));
-		hp_sample_interval_free(&iv);
-		if (r < 0)
-			snprintf(err, errlen, "out of memory");
-	}
-	hp_sampler_close(s);
-	return r;
+static int sample_wait(void *ctx, unsigned secs)
+{
+	struct sample_wait *sw = ctx;
+	return wait_seconds(&sw->w, secs, 0.1, 0.7, sw->what);
+}
+
+/* Estimated block counts from PC samples for `seconds`: of the kernel (pid
+ * 0, m the kernel's model) or of process pid's threads. */
+static int sample_now(struct agent *ag, struct hp_job *job, const struct hp_model *m, int pid, unsigned seconds,
+		      struct hp_profile *out, char *err, size_t errlen)
+{
+	char what[160];
+	if (pid)
+		snprintf(what, sizeof(what), "sampling process %d's PCs at %u Hz (estimated block counts)", pid,
+			 HP_PROCESS_SAMPLE_HZ);
+	else
+		snprintf(what, sizeof(what), "sampling kernel PCs (estimated block counts)");
+	struct sample_wait sw = { { ag, job, NULL }, what };
+	return hp_profile_sample(m, pid, seconds, pid ? HP_PROCESS_SAMPLE_HZ : 0, sample_wait, &sw, out, err, errlen);
 }
 
 static int plan_options(const Hotpath__V1__MakePlan *c, struct hp_plan_opts *o, char *err, size_t errlen)
@@ -260,6 +263,13 @@ static int plan_options(const Hotpath__V1__MakePlan *c, struct hp_plan_opts *o, 
 		o->stall_threshold = c->stall_threshold;
 	if (c->max_functions)
 		o->max_functions = c->max_functions;
+	else if (c->hot_set)
+		o->max_functions = HP_HOT_SET_MAX_FUNCTIONS;
+	o->hot_set = c->hot_set;
+	if (c->hot_set && c->measurement_id && *c->measurement_id) {
+		snprintf(err, errlen, "a hot-set plan samples the process now: it takes no measurement_id");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -287,9 +297,18 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 		hp_job_fail(ag, job, err);
 		return;
 	}
-	hp_job_progress(ag, job, 0.02, "finding the root in the target's model");
+	if (c->hot_set && is_kernel_id(c->target)) {
+		hp_job_fail(ag, job, "a hot-set plan is of a process: the kernel's hot set is not planned yet");
+		return;
+	}
+	/* A hot set's digest names its module; none: the module with the most samples. */
+	bool whole = c->hot_set && !(c->digest && *c->digest);
+	hp_job_progress(ag, job, 0.02,
+			c->hot_set ? "finding the process in the agent's targets" :
+				     "finding the root in the target's model");
 	const char *want = is_kernel_id(c->target) ? KERNEL_TARGET_ID : c->target;
-	struct hp_target *t = hp_targets_by_digest(&ag->targets, c->digest ? c->digest : "", want, &mi);
+	struct hp_target *t = whole ? hp_targets_get(&ag->targets, want) :
+				      hp_targets_by_digest(&ag->targets, c->digest ? c->digest : "", want, &mi);
 	if (!t || strcmp(t->id, want)) {
 		struct hp_target *named = hp_targets_get(&ag->targets, want);
 		if (!named || strcmp(named->id, want))
@@ -310,13 +329,15 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 		snprintf(err, sizeof(err), "target %s has ended: %s", t->id, t->detail);
 		goto fail;
 	}
-	const struct hp_module *mod = &m->mods[mi];
-	if (c->function_index >= mod->nfuncs) {
+	const struct hp_module *mod = whole ? NULL : &m->mods[mi];
+	if (c->hot_set)
+		o.hot_module = mod ? mod->name : NULL;
+	else if (c->function_index >= mod->nfuncs) {
 		snprintf(err, sizeof(err), "function index %u out of range: module %s has %zu functions",
 			 c->function_index, mod->name, mod->nfuncs);
 		goto fail;
 	}
-	const struct hp_function *root = &mod->funcs[c->function_index];
+	const struct hp_function *root = c->hot_set ? NULL : &mod->funcs[c->function_index];
 	if (!kernel) {
 		/* Copies installed in the process: plan its code as it was before
 		 * their patches, and count blocks that moved in their copies. The
@@ -346,9 +367,8 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 				snprintf(err, sizeof(err), "cannot read process %d's code: %s", t->pid, e2);
 				goto fail;
 			}
-			root = hp_model_lookup(own, root->addr, &mod);
 			m = own;
-			if (!root) {
+			if (root && !(root = hp_model_lookup(own, root->addr, &mod))) {
 				snprintf(err, sizeof(err), "the root is no longer in process %d's code", t->pid);
 				goto fail;
 			}
@@ -361,8 +381,8 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 		snprintf(msg, sizeof(msg), "reading the block counts of measurement %.64s", c->measurement_id);
 		hp_job_progress(ag, job, 0.1, msg);
 		r = hp_measurements_profile(ag, c->measurement_id, t->id, &prof, err, sizeof(err));
-	} else if (kernel) {
-		r = sample_kernel(ag, job, seconds, &prof, err, sizeof(err));
+	} else if (kernel || c->hot_set) {
+		r = sample_now(ag, job, m, kernel ? 0 : t->pid, seconds, &prof, err, sizeof(err));
 	} else {
 		r = measure_process(ag, job, t, m, mod, root, seconds, moved, nmoved, bp, nbp, &prof, err, sizeof(err));
 	}
@@ -374,10 +394,18 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 		goto fail;
 	if (cancelled(ag, job))
 		goto out;
-	snprintf(msg, sizeof(msg), "planning %s: group, chains, layout, emitted code verified", root->name);
+	if (root)
+		snprintf(msg, sizeof(msg), "planning %s: group, chains, layout, emitted code verified", root->name);
+	else
+		snprintf(msg, sizeof(msg),
+			 "planning process %d's hot set: members, chains, C3 order, emitted code verified", t->pid);
 	hp_job_progress(ag, job, 0.75, msg);
 	if ((r = hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err))) < 0)
 		goto fail;
+	if (c->hot_set && plan.nmembers) {
+		root = plan.members[0].fn; /* the first laid out names the plan */
+		mod = plan.members[0].mod;
+	}
 	hp_job_progress(ag, job, 0.95, "writing the plan");
 	if (hp_plan_json(m, &plan, root, kernel ? 0 : t->pid, &json, &len) < 0) {
 		snprintf(err, sizeof(err), "out of memory writing the plan");
@@ -392,7 +420,8 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 	}
 	char hash[65] = "", bid[65] = "";
 	hp_plan_code_sha256(&plan, hash);
-	hp_plan_module_build_id(m, mod, kernel ? 0 : t->pid, root->addr, bid);
+	if (root)
+		hp_plan_module_build_id(m, mod, kernel ? 0 : t->pid, root->addr, bid);
 	Hotpath__V1__PlanResult pr = HOTPATH__V1__PLAN_RESULT__INIT;
 	pr.plan_id = c->plan_id;
 	pr.plan_json = json;
@@ -404,7 +433,8 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 	res.kind_case = HOTPATH__V1__COMMAND_RESULT__KIND_PLAN;
 	res.plan = &pr;
 	hp_job_result(ag, job, &res);
-	hp_log(true, "plan %s of %s on %s: %s (%zu functions, %zu code bytes)", c->plan_id, root->name, t->id,
+	hp_log(true, "plan %s of %s%s on %s: %s (%zu functions, %zu code bytes)", c->plan_id,
+	       c->hot_set ? "the hot set from " : "", root ? root->name : "nothing hot", t->id,
 	       res.ok ? "verified" : "no plan", plan.nmembers, plan.code_len);
 	goto out;
 fail:

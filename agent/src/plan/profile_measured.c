@@ -7,11 +7,14 @@
  * (exact counts as they are, sampled counts as samples per instruction and
  * the profile an estimate, rows no probe served skipped, only edges derived
  * exactly between two blocks of one function); and an interval of PC
- * samples as estimated block counts (samples per block / its instructions).
+ * samples as estimated block counts (samples per block / its instructions),
+ * or such samples taken now.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "measure/measure.h"
 #include "measure/sampler.h"
@@ -92,4 +95,44 @@ int hp_profile_from_samples(const struct hp_model *m, const struct hp_sample_int
 			return -ENOMEM;
 	}
 	return 0;
+}
+
+int hp_profile_sample(const struct hp_model *m, int pid, unsigned secs, unsigned hz, hp_sample_wait_fn wait, void *ctx,
+		      struct hp_profile *out, char *err, size_t errlen)
+{
+	struct hp_sampler_opts so = { .pid = pid, .frequency = hz };
+	struct hp_sampler *s;
+	struct hp_sample_interval iv;
+	int r = 0;
+
+	memset(out, 0, sizeof(*out));
+	out->weight = 1;
+	out->estimated = true;
+	s = hp_sampler_open(m, &so, err, errlen);
+	if (!s)
+		return -EPERM;
+	if (wait)
+		r = wait(ctx, secs);
+	else
+		sleep(secs);
+	if (r < 0) {
+		hp_sampler_close(s);
+		return r;
+	}
+	if (hp_sampler_take(s, &iv) < 0) {
+		hp_sampler_close(s);
+		snprintf(err, errlen, "sampling failed");
+		return -EIO;
+	}
+	r = hp_profile_from_samples(m, &iv, out);
+	if (pid)
+		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples of process %d (%" PRIu64 " at %u Hz)",
+			 secs, hp_sampler_event(s), pid, iv.total, hz);
+	else
+		snprintf(out->source, sizeof(out->source), "%u s of %s PC samples", secs, hp_sampler_event(s));
+	hp_sample_interval_free(&iv);
+	hp_sampler_close(s);
+	if (r < 0)
+		snprintf(err, errlen, "out of memory");
+	return r;
 }

@@ -337,6 +337,75 @@ def test_the_approved_install_runs_the_copy_in_the_process_and_reverts_to_the_or
     assert not rev2.ok and rev2.install.status == "nothing_installed"
 
 
+def test_a_hot_set_plan_samples_the_process_and_its_install_splices_every_members_entry(agent):
+    """MakePlan with hot_set: the process's PCs sampled (no root), the module the digest names planned
+    whole, the answer a plan `hotpathd install` takes; InstallPlan splices every member's entry (its
+    answer counts them) and RevertPlan puts every entry back."""
+    pid = agent.fixture.pid
+    _others(agent.session, "Progress")
+    _send(
+        agent.session,
+        "plan-hs",
+        make_plan=pb.MakePlan(
+            plan_id="plan-hs", target=agent.target.id, digest=agent.main.digest, seconds=PLAN_SECONDS, hot_set=True
+        ),
+    )
+    res = _result(agent.session, "plan-hs", timeout=120)
+    assert res.ok, res.error
+    plan = json.loads(res.plan.plan_json)
+    assert plan["status"] == "ok" and plan["options"]["hot_set"] is True
+    assert plan["profile"]["estimated"] is True and f"PC samples of process {pid}" in plan["profile"]["source"]
+    assert plan["target"]["module"] == agent.main.name and res.plan.build_id == agent.main.build_id
+    group = [g["function"] for g in plan["group"]]
+    assert plan["root"] == group[0] and len(group) > 1 and "pr_root" in group
+    assert res.plan.code_sha256 == plan["code"]["sha256"]
+    progress = [m.message for _, m in _others(agent.session, "Progress") if m.command_id == "plan-hs"]
+    assert any(f"sampling process {pid}'s PCs" in m for m in progress), progress
+    assert any("hot set" in m for m in progress), progress
+    entries = {g["function"]: int(g["address"], 16) for g in plan["group"]}
+    kept = {k["function"] for k in plan.get("kept_in_place", [])}
+    originals = {f: _mem(pid, a, 5) for f, a in entries.items()}
+    _send(
+        agent.session,
+        "inst-hs",
+        install_plan=pb.InstallPlan(
+            plan_id="plan-hs",
+            plan_json=res.plan.plan_json,
+            approved_code_sha256=res.plan.code_sha256,
+            target=agent.target.id,
+        ),
+    )
+    ins = _result(agent.session, "inst-hs", timeout=60)
+    assert ins.ok, ins.error
+    detail = json.loads(ins.install.detail_json)
+    assert detail["status"] == "installed" and detail["entries"] == len(group), detail
+    for f, a in entries.items():
+        if f not in kept:
+            assert _mem(pid, a, 1)[0] == 0xE9, f"{f}'s entry jumps to its copy"
+    _alive_and_checking(agent.fixture, 1.0)
+    _send(agent.session, "revert-hs", revert_plan=pb.RevertPlan(plan_id="plan-hs", target=agent.target.id))
+    rev = _result(agent.session, "revert-hs", timeout=60)
+    assert rev.ok and rev.install.status in ("reverted", "reverted_heap_kept"), rev.error
+    assert {f: _mem(pid, a, 5) for f, a in entries.items()} == originals
+    assert _journals(agent.state) == []
+    _alive_and_checking(agent.fixture)
+
+
+def test_hot_set_requests_the_agent_cannot_serve_are_refused_with_the_reason(agent):
+    for cid, mp in (
+        ("hs-kernel", pb.MakePlan(plan_id="hs-k", target="kernel", seconds=1, hot_set=True)),
+        (
+            "hs-measured",
+            pb.MakePlan(plan_id="hs-m", target=agent.target.id, seconds=1, hot_set=True, measurement_id="m-copy"),
+        ),
+        ("hs-nodigest", pb.MakePlan(plan_id="hs-d", target=agent.target.id, digest="ab" * 32, seconds=1, hot_set=True)),
+    ):
+        _send(agent.session, cid, make_plan=mp)
+        res = _result(agent.session, cid)
+        assert not res.ok, cid
+        assert {"hs-kernel": "kernel", "hs-measured": "measurement_id", "hs-nodigest": "no module"}[cid] in res.error
+
+
 def test_an_agent_killed_in_the_middle_of_an_install_leaves_nothing_half_done(agent, hotpathd, standin, monkeypatch):
     pid = agent.fixture.pid
     _stop_agent(agent)

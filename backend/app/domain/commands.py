@@ -145,13 +145,14 @@ def to_pb(row: Row[Any], plan_json: str = "") -> "pb.Command":
             pb.MakePlan(
                 plan_id=p["plan_id"],
                 target=p["target"],
-                digest=p["digest"],
-                function_index=p["function_index"],
+                digest=p["digest"] or "",
+                function_index=p["function_index"] or 0,
                 seconds=p.get("seconds") or 0,
                 join_fraction=p.get("join_fraction") or 0,
                 stall_threshold=p.get("stall_threshold") or 0,
                 max_functions=p.get("max_functions") or 0,
                 measurement_id=p.get("measurement_id") or "",
+                hot_set=bool(p.get("hot_set")),
             )
         )
     elif row.kind == "install_plan":

@@ -7,7 +7,8 @@ An agent is root on its host but the backend trusts nothing it sends. A plan is 
 agent adds later are kept, as the format allows), and hold the
 invariants a console and an installer rely on:
 
-- the root is the function asked for and the group's first member;
+- the root is the function asked for and the group's first member; a hot set's plan (no root asked)
+  says so in its options (`hot_set`), and only it does;
 - every layout block lies inside its function (offset + size <= the function's size), blocks are in
   ascending, non-overlapping order, counts are non-negative, and a block's chain names a chain of its
   function's chain table (or -1: cold); every chain's blocks are blocks of the layout;
@@ -136,9 +137,16 @@ def _check_icache(name: str, ic: PlanICache) -> None:
 
 
 def check(
-    text: str, *, root_name: str, target_id: str, code_sha256: str, build_id: str, max_bytes: int
+    text: str,
+    *,
+    root_name: str | None,
+    target_id: str,
+    code_sha256: str,
+    build_id: str,
+    max_bytes: int,
 ) -> tuple[dict[str, Any], Plan]:
-    """Parse and check a plan; returns (the JSON as a dict, its model), or raises PlanInvalid."""
+    """Parse and check a plan; returns (the JSON as a dict, its model), or raises PlanInvalid.
+    root_name None: a hot set was asked for, and the plan's root is the first function it laid out."""
     if len(text.encode()) > max_bytes:
         raise PlanInvalid(f"the plan is {len(text.encode())} bytes; at most {max_bytes} are accepted")
     try:
@@ -155,8 +163,17 @@ def check(
         raise PlanInvalid(
             f"the plan's {where or 'shape'} is malformed: {first['msg']} ({exc.error_count()} problem(s))"
         ) from None
-    if plan.root != root_name:
+    options = raw.get("options")
+    hot_set = isinstance(options, dict) and options.get("hot_set") is True
+    if hot_set != (root_name is None):
+        raise PlanInvalid(
+            "the plan is of a hot set, not of the root asked for"
+            if hot_set
+            else "the plan is of one root, not of the hot set asked for"
+        )
+    if root_name is not None and plan.root != root_name:
         raise PlanInvalid(f"the plan is for {plan.root}, not {root_name} as asked")
+    root_name = plan.root
     t = plan.target
     if target_id == "kernel":
         if t.kind != "kernel":

@@ -32,6 +32,11 @@ def _members(plan_json: Any) -> list[str]:
     return [g["function"] for g in group or () if isinstance(g, dict) and isinstance(g.get("function"), str)]
 
 
+def is_hot_set(r: Row[Any]) -> bool:
+    """Whether the plan was asked for as a process's whole hot set (PlanCreate.hot_set)."""
+    return isinstance(r.options, dict) and bool(r.options.get("hot_set"))
+
+
 def public(r: Row[Any], detail: bool = False) -> dict[str, Any]:
     out = {
         "id": str(r.id),
@@ -74,6 +79,7 @@ def public(r: Row[Any], detail: bool = False) -> dict[str, Any]:
         "after_measurement": r.after_measurement,
         "updated_at": r.updated_at,
         "members": _members(r.plan_json),
+        "hot_set": is_hot_set(r),
     }
     if detail:
         out["plan"] = r.plan_json

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.config import Settings
 from app.domain import plan_check
 from app.domain.commands import Answer
-from app.domain.plan_records import audit
+from app.domain.plan_records import audit, is_hot_set
 from app.gen.plan import Plan
 from app.protocol.agent_input import InvalidInput
 from app.protocol.proto import pb
@@ -49,6 +49,25 @@ async def _identity_mismatch(db: AsyncSession, row: Row[Any], plan: Plan) -> str
     return None
 
 
+async def _hot_set_root(db: AsyncSession, row: Row[Any], plan: Plan) -> tuple[str | None, tuple[str, int] | None]:
+    """A hot set's root (the first function laid out) in the target's catalog: (why not, (digest, index))."""
+    if plan.status != "ok":
+        return None, None
+    found = (
+        await db.execute(
+            text("""
+        SELECT f.digest, f.index FROM host_modules hm JOIN functions f ON f.digest = hm.digest
+        WHERE hm.host_id = :h AND hm.target_id = :t AND hm.name = :n AND f.name = :f
+          AND (:d = '' OR hm.digest = :d)
+        ORDER BY f.index LIMIT 1"""),
+            {"h": row.host_id, "t": row.target_id, "n": plan.target.module or "", "f": plan.root, "d": row.root_digest},
+        )
+    ).first()
+    if found is None:
+        return f"the agent's plan was refused: its first function {plan.root} is not in the module asked for", None
+    return None, (str(found[0]), int(found[1]))
+
+
 async def on_plan_result(db: AsyncSession, settings: Settings, cmd: Row[Any], result: "pb.CommandResult") -> Answer:
     """Check a MakePlan answer and store the plan, or fail it with the reason; nothing unchecked is kept."""
     plan_id = uuid.UUID(cmd.params["plan_id"])
@@ -65,7 +84,7 @@ async def on_plan_result(db: AsyncSession, settings: Settings, cmd: Row[Any], re
         try:
             raw, plan = plan_check.check(
                 pr.plan_json,
-                root_name=row.root_name,
+                root_name=None if is_hot_set(row) else row.root_name,
                 target_id=row.target_id,
                 code_sha256=pr.code_sha256,
                 build_id=pr.build_id,
@@ -75,6 +94,11 @@ async def on_plan_result(db: AsyncSession, settings: Settings, cmd: Row[Any], re
             why = f"the agent's plan was refused: {exc}"
         else:
             why = await _identity_mismatch(db, row, plan)
+        root = (row.root_digest, row.root_function_index, row.root_name)
+        if why is None and is_hot_set(row):
+            why, found = await _hot_set_root(db, row, plan)
+            if found is not None:
+                root = (*found, plan.root)
         if why is None:
             t = plan.target
             state = "ready" if plan.status == "ok" else "failed"
@@ -86,10 +110,14 @@ async def on_plan_result(db: AsyncSession, settings: Settings, cmd: Row[Any], re
                     text("""
                 UPDATE plans SET state = :s, error = :e, plan_json = CAST(:j AS jsonb), plan_status = :ps,
                   estimated = :est, code_sha256 = :h, build_id = :b, target_pid = :pid, target_start_time = :st,
-                  target_module = :mod, kernel_build_id = :kb, ready_at = now(), updated_at = now()
+                  target_module = :mod, kernel_build_id = :kb, ready_at = now(), updated_at = now(),
+                  root_digest = :rd, root_function_index = :ri, root_name = :rn
                 WHERE id = :id RETURNING *"""),
                     {
                         "id": plan_id,
+                        "rd": root[0],
+                        "ri": root[1],
+                        "rn": root[2],
                         "s": state,
                         "e": error,
                         "j": orjson.dumps(raw).decode(),

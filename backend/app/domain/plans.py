@@ -2,8 +2,10 @@
 """Code positioning plans and their approval workflow (KernInst's code positioning and replacement,
 with an approval in front of every install).
 
-A plan is made by the host's agent (the MakePlan command) for a root function of a target; the answer
-is checked (app.domain.plan_check) before anything is stored. Its states:
+A plan is made by the host's agent (the MakePlan command) for a root function of a target, or for a
+process's whole hot set (no root asked: the plan's first function laid out becomes its root when the
+answer is stored, and the install's windows measure that function); the answer is checked
+(app.domain.plan_check) before anything is stored. Its states:
 
     planning → ready | failed | cancelled
     ready → requested (an operator asks for approval)
@@ -47,6 +49,8 @@ from app.domain.plan_results import after_end, on_install_result, on_list_result
 from app.storage import measurements
 
 log = logging.getLogger("hotpath.plans")
+# A hot-set plan's root until its answer names the first function laid out (the agent's own name for it).
+HOT_SET_ROOT = "(hot set)"
 # The root's figures in the windows before and after an install (KernInst's Figure 4): calls, wall and
 # virtualized time, and the hardware counters where the host has a PMU (asked with allow_partial, so a
 # host without one reports them unavailable with its reason instead of refusing the window).
@@ -133,6 +137,8 @@ class Plans(Reconciliation):
             raise PlanError(404, "Target not found")
         if state != "attached":
             raise PlanError(409, f"The target has ended ({state})")
+        if body.hot_set:
+            return await self._create(db, host_id, body, actor, await self._hot_set_module(db, host_id, body))
         if body.function_id is not None:
             named = (
                 await db.execute(text("SELECT digest, index FROM functions WHERE id = :i"), {"i": body.function_id})
@@ -150,6 +156,25 @@ class Plans(Reconciliation):
         ).scalar()
         if fn is None:
             raise PlanError(404, "The target has no such function (module digest and function index)")
+        return await self._create(db, host_id, body, actor, fn)
+
+    async def _hot_set_module(self, db: AsyncSession, host_id: str, body: Any) -> str:
+        """A hot-set request's module must be one of the target's (when named); the root's name until
+        the plan names its first function."""
+        if body.digest is not None:
+            named = (
+                await db.execute(
+                    text("SELECT 1 FROM host_modules WHERE host_id = :h AND target_id = :t AND digest = :d LIMIT 1"),
+                    {"h": host_id, "t": body.target, "d": body.digest},
+                )
+            ).scalar()
+            if named is None:
+                raise PlanError(404, "The target has no module with that catalog digest")
+        return HOT_SET_ROOT
+
+    async def _create(
+        self, db: AsyncSession, host_id: str, body: Any, actor: str, fn: str
+    ) -> tuple[dict[str, Any], bool]:
         plan_id = body.plan_id or uuid.uuid4()
         have = await find(db, host_id, plan_id)
         if have is not None:
@@ -161,6 +186,8 @@ class Plans(Reconciliation):
             "max_functions": body.max_functions,
             "measurement_id": body.measurement_id,
         }
+        if body.hot_set:
+            options["hot_set"] = True
         params = {
             "plan_id": str(plan_id),
             "target": body.target,
@@ -182,8 +209,8 @@ class Plans(Reconciliation):
                     "id": plan_id,
                     "h": host_id,
                     "t": body.target,
-                    "d": body.digest,
-                    "i": body.function_index,
+                    "d": body.digest or "",
+                    "i": -1 if body.hot_set else body.function_index,
                     "n": fn,
                     "o": orjson.dumps(options).decode(),
                     "c": uuid.UUID(cmd["id"]),

@@ -753,12 +753,13 @@ const strip0x = (s: string) =>
 
 export function useMakePlan(hostId: string) {
   const qc = useQueryClient();
-  return useMutation<Plan, Error, { target: string; function_id: number; seconds?: number }>({
+  // A root (function_id), or with hot_set the target process's whole hot set (seconds of samples).
+  return useMutation<Plan, Error, { target: string; function_id?: number; hot_set?: boolean; seconds?: number }>({
     mutationFn: (body) =>
       unwrap(
         api.POST("/api/v1/hosts/{host_id}/plans", {
           params: { path: { host_id: hostId } },
-          body: { seconds: 0, join_fraction: 0, stall_threshold: 0, max_functions: 0, ...body },
+          body: { seconds: 0, join_fraction: 0, stall_threshold: 0, max_functions: 0, hot_set: false, ...body },
         }),
       ),
     onSuccess: () => qc.invalidateQueries({ queryKey: keys.plans(hostId) }),

@@ -26,8 +26,14 @@ PlanState = Literal[
 ]
 
 
+# The longest a hot-set request samples: the agent holds its command worker for that long.
+HOT_SET_MAX_SECONDS = 120
+
+
 class PlanCreate(BaseModel):
-    """Ask the host's agent to plan the re-layout of a root function (and its hot callees)."""
+    """Ask the host's agent to plan the re-layout of a root function (and its hot callees), or, with
+    hot_set, of a process's whole hot set (its threads' PCs sampled for `seconds`; no root: digest, if
+    given, names the module, and the first function laid out becomes the plan's root)."""
 
     model_config = ConfigDict(extra="forbid")
     target: str = Field("kernel", min_length=1, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$")
@@ -46,9 +52,22 @@ class PlanCreate(BaseModel):
         description="Use this measurement's block counts instead of measuring anew",
     )
     plan_id: uuid.UUID | None = Field(None, description="Idempotency key: the same id returns the same plan")
+    hot_set: bool = Field(
+        False,
+        description="Plan the process's whole hot set from PC samples taken for `seconds` (1 to "
+        f"{HOT_SET_MAX_SECONDS}); a process target only; no root (digest alone may name the module)",
+    )
 
     @model_validator(mode="after")
     def _root_named(self) -> "PlanCreate":
+        if self.hot_set:
+            if self.target == "kernel":
+                raise ValueError("a hot-set plan is of a process target: the kernel's hot set is not planned yet")
+            if self.function_id is not None or self.function_index is not None or self.measurement_id is not None:
+                raise ValueError("a hot-set plan names no root and no measurement (digest alone names the module)")
+            if not 1 <= self.seconds <= HOT_SET_MAX_SECONDS:
+                raise ValueError(f"a hot-set plan samples for 1 to {HOT_SET_MAX_SECONDS} seconds")
+            return self
         if (self.function_id is None) == (self.digest is None or self.function_index is None):
             raise ValueError("name the root by digest and function_index, or by function_id")
         return self
@@ -106,6 +125,9 @@ class PlanPublic(BaseModel):
     updated_at: datetime
     members: list[str] = Field(
         description="The group's functions by name, root first (the plan's group; empty until the plan is made)"
+    )
+    hot_set: bool = Field(
+        False, description="A whole hot set's plan (PlanCreate.hot_set): members counts its functions"
     )
 
 

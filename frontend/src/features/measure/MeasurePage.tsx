@@ -13,6 +13,7 @@ import { readIdList } from "../../lib/urlState";
 import { useLiveTopics } from "../../api/live";
 import type { FunctionSummary, MeasurementDetail } from "../../api/types";
 import { CommandStatus } from "./CommandStatus";
+import { OptimizeHotSet } from "./OptimizeHotSet";
 import { MeasureChart } from "./MeasureChart";
 import { METRICS, metricAvailability, resourceNames, splitColumns, tableRows, type MetricId } from "./measureModel";
 import {
@@ -72,6 +73,7 @@ export function MeasurePage() {
         {hostLink}
         {t?.kind === "process" && <span className="muted small">target {t.id}</span>}
       </div>
+      {t?.kind === "process" && t.state === "attached" && <OptimizeHotSet hostId={hostId} target={t.id} />}
       <NewMeasurement
         hostId={hostId}
         target={target}

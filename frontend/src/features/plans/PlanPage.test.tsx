@@ -4,6 +4,8 @@ import { screen } from "@testing-library/react";
 import { renderApp } from "../../test/render";
 import { host, json, routeFetch } from "../../test/fixtures";
 import { setSession } from "../../api/session";
+import type { PlanDetail } from "../../api/types";
+import { planKind } from "./PlanPage";
 
 describe("plan page", () => {
   afterEach(() => vi.unstubAllGlobals());
@@ -50,5 +52,13 @@ describe("plan page", () => {
     renderApp(`/hosts/host-1/plans/${id}`);
     expect(await screen.findByRole("heading", { level: 1, name: "Plan not found" })).toBeInTheDocument();
     expect(screen.getByRole("alert")).toHaveTextContent(`This host has no plan ${id}.`);
+  });
+
+  it("labels a hot-set plan with its functions and those kept in place", () => {
+    const base = { hot_set: true, members: ["a", "b", "c"], root_name: "a", plan: null } as unknown as PlanDetail;
+    expect(planKind(base)).toBe("whole hot set (being sampled and planned)");
+    const made = { ...base, plan: { kept_in_place: [{ function: "loop" }] } } as unknown as PlanDetail;
+    expect(planKind(made)).toBe("whole hot set: 3 functions, first laid out a; 1 kept in place");
+    expect(planKind({ ...made, hot_set: false })).toBe("one root and its hot callees");
   });
 });

@@ -47,6 +47,14 @@ export function PlanPage() {
   return <PlanBody hostId={hostId} plan={plan.data} />;
 }
 
+/** What the plan covers: a whole hot set (its functions, those kept in place) or one root's group. */
+export function planKind(plan: PlanDetail): string {
+  if (!plan.hot_set) return "one root and its hot callees";
+  if (!plan.plan) return "whole hot set (being sampled and planned)";
+  const kept = (plan.plan as { kept_in_place?: unknown[] }).kept_in_place?.length ?? 0;
+  return `whole hot set: ${plan.members.length} functions, first laid out ${plan.root_name}; ${kept} kept in place`;
+}
+
 function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   const shaped = usePlanView(plan.plan, plan.estimated);
   const make = useCommandPolledWhile(hostId, plan.make_command, plan.state === "planning");
@@ -55,8 +63,12 @@ function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
       <p className="crumbs">
         <Link to={`/hosts/${encodeURIComponent(hostId)}`}>← host</Link>
       </p>
-      <h1>Plan for {plan.root_name}</h1>
+      <h1>{plan.hot_set ? `Hot set of ${plan.target_id}` : `Plan for ${plan.root_name}`}</h1>
       <dl className="facts">
+        <div>
+          <dt>Kind</dt>
+          <dd data-testid="plan-kind">{planKind(plan)}</dd>
+        </div>
         <div>
           <dt>State</dt>
           <dd data-testid="plan-state" className={`plan-state ${plan.state}`}>
