@@ -283,6 +283,21 @@ async def main() -> None:
             f"KiB gzipped), {len(json.loads(defs)['frames']):,} frames"
         )
         await api.aclose()
+        # The flame worker's steps on these replies, timed apart in Node (frontend/bench/flameLoad.run.ts).
+        (data / "stacks-with-definitions.json").write_bytes(r.content)
+        (data / "stacks.json").write_bytes(body)
+        steps = subprocess.run(  # noqa: ASYNC221 - nothing else runs meanwhile
+            ["npx", "--no-install", "vite-node", "bench/flameLoad.run.ts"]
+            + [str(data / f) for f in ("stacks-with-definitions.json", "stacks.json")],
+            cwd=ROOT / "frontend",
+            capture_output=True,
+            text=True,
+        )
+        for ln in steps.stdout.splitlines():
+            if ln.startswith("flame worker"):
+                say(ln)
+        if steps.returncode != 0:
+            say(f"the worker's steps were not timed: {steps.stderr.strip()[-500:]}")
         out = subprocess.run(  # noqa: ASYNC221 - nothing else runs meanwhile
             # Results in a folder of its own: Playwright empties its output folder when it starts.
             [
