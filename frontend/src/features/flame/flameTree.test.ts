@@ -97,4 +97,26 @@ describe("buildTree", () => {
     expect(cut.self.reduce((a, b) => a + b, 0)).toBe(cut.total[0]);
     expect(heaviestFirst(cut)).toBe(true);
   });
+
+  it("orders and cuts whole totals (sorted as one number each) as the comparator does other totals", () => {
+    let seed = 11;
+    const rand = (n: number) => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
+    // Few distinct sample counts: many ties, broken by node number in both orders.
+    const list: [number[], number][] = Array.from({ length: 600 }, () => [
+      Array.from({ length: 1 + rand(10) }, () => rand(7)),
+      1 + rand(3),
+    ]);
+    const halved: [number[], number][] = list.map(([f, n]) => [f, n / 2]); // not whole: the comparator's
+    for (const max of [Infinity, 150]) {
+      const whole = buildTree(flat(list), max);
+      const half = buildTree(flat(halved), max);
+      expect(Array.from(half.frame)).toEqual(Array.from(whole.frame));
+      expect(Array.from(half.parent)).toEqual(Array.from(whole.parent));
+      expect(Array.from(half.total)).toEqual(Array.from(whole.total, (v) => v / 2));
+      expect(half.folded).toBe(whole.folded / 2);
+    }
+  });
 });
