@@ -24,7 +24,8 @@ test.use({ storageState: { cookies: [], origins: [] } });
 
 /** What a Chromium trace (Trace Event format) says ran in each main-thread task of 50 ms or more: the
  *  task's length and its longest events (script evaluated, function called, style, layout, paint,
- *  garbage collection), each with the script or function it names. */
+ *  garbage collection), each with the script or function it names, and when it started against the
+ *  console's "hotpath:flame-loaded" mark (the worker's tree back on the page). */
 function longTasks(trace: Buffer): string[] {
   type Data = { url?: string; functionName?: string; type?: string };
   type Ev = {
@@ -43,6 +44,7 @@ function longTasks(trace: Buffer): string[] {
       .map((e) => `${e.pid}:${e.tid}`),
   );
   const onMain = events.filter((e) => e.ph === "X" && e.dur !== undefined && main.has(`${e.pid}:${e.tid}`));
+  const loaded = events.find((e) => e.name === "hotpath:flame-loaded")?.ts;
   const out: string[] = [];
   for (const task of onMain.filter((e) => e.name === "RunTask" && e.dur! >= 50_000)) {
     const inside = onMain
@@ -63,7 +65,9 @@ function longTasks(trace: Buffer): string[] {
         const what = [d.url?.replace(/^.*\//, ""), d.functionName, d.type].filter(Boolean).join(" ");
         return `${e.name}${what ? ` (${what})` : ""} ${Math.round(e.dur! / 1000)} ms`;
       });
-    out.push(`${Math.round(task.dur! / 1000)} ms: ${inside.join(", ") || "no event of 5 ms or more inside"}`);
+    const when =
+      loaded === undefined ? "" : ` (starting ${Math.round((task.ts - loaded) / 1000)} ms from the loaded mark)`;
+    out.push(`${Math.round(task.dur! / 1000)} ms${when}: ${inside.join(", ") || "no event of 5 ms or more inside"}`);
   }
   return out;
 }
@@ -108,7 +112,14 @@ test("flame graph of a seeded hour", async ({ page, browser }) => {
     // The first visit is traced (Chromium's timeline), to say what its long tasks ran.
     if (round === 0)
       await browser.startTracing(page, {
-        categories: ["toplevel", "devtools.timeline", "disabled-by-default-devtools.timeline", "v8", "v8.execute"],
+        categories: [
+          "blink.user_timing",
+          "toplevel",
+          "devtools.timeline",
+          "disabled-by-default-devtools.timeline",
+          "v8",
+          "v8.execute",
+        ],
       });
     await page.goto(`/hosts/${encodeURIComponent(host)}?tab=flame&from=${from}&to=${to}`);
     // The canvas says how many cells it drew once it has drawn them.
