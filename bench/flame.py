@@ -11,7 +11,9 @@ size raw and gzipped) and for every stack's definitions once (what a view asks f
 worker keeps none yet), and opens it in Chromium (e2e/bench/flame.spec.ts): time from navigation to the
 drawn graph on a new page of a browser that keeps nothing of this host (cold) and on a new page of one that
 kept its definitions (warm storage), each with its parts (page, samples, definitions, worker, drawing),
-time of a second view in the same page (the worker's definitions kept), and the longest main-thread task.
+time of a second view in the same page (the worker's definitions kept), and the longest main-thread task
+(the first visit's tasks of 50 ms or more also as its Chromium trace shows them); and the flame worker's
+steps on the same replies, timed apart in Node (frontend/bench/flameLoad.run.ts).
 Last line:
   flame: N samples, S stacks, answer X ms, reply K KiB (G KiB gzip), definitions Y ms Z KiB,
   drawn cold C ms, drawn warm storage D ms, warm view W ms, longest task L ms
@@ -283,6 +285,21 @@ async def main() -> None:
             f"KiB gzipped), {len(json.loads(defs)['frames']):,} frames"
         )
         await api.aclose()
+        # The flame worker's steps on these replies, timed apart in Node (frontend/bench/flameLoad.run.ts).
+        (data / "stacks-with-definitions.json").write_bytes(r.content)
+        (data / "stacks.json").write_bytes(body)
+        steps = subprocess.run(  # noqa: ASYNC221 - nothing else runs meanwhile
+            ["npx", "--no-install", "vite-node", "bench/flameLoad.run.ts"]
+            + [str(data / f) for f in ("stacks-with-definitions.json", "stacks.json")],
+            cwd=ROOT / "frontend",
+            capture_output=True,
+            text=True,
+        )
+        for ln in steps.stdout.splitlines():
+            if ln.startswith("flame worker"):
+                say(ln)
+        if steps.returncode != 0:
+            say(f"the worker's steps were not timed: {steps.stderr.strip()[-500:]}")
         out = subprocess.run(  # noqa: ASYNC221 - nothing else runs meanwhile
             # Results in a folder of its own: Playwright empties its output folder when it starts.
             [

@@ -22,7 +22,57 @@ declare global {
 
 test.use({ storageState: { cookies: [], origins: [] } });
 
-test("flame graph of a seeded hour", async ({ page }) => {
+/** What a Chromium trace (Trace Event format) says ran in each main-thread task of 50 ms or more: the
+ *  task's length and its longest events (script evaluated, function called, style, layout, paint,
+ *  garbage collection), each with the script or function it names, and when it started against the
+ *  console's "hotpath:flame-loaded" mark (the worker's tree back on the page). */
+function longTasks(trace: Buffer): string[] {
+  type Data = { url?: string; functionName?: string; type?: string };
+  type Ev = {
+    name: string;
+    ph: string;
+    ts: number;
+    dur?: number;
+    pid: number;
+    tid: number;
+    args?: { name?: string; data?: Data; beginData?: Data };
+  };
+  const events = (JSON.parse(trace.toString()) as { traceEvents: Ev[] }).traceEvents;
+  const main = new Set(
+    events
+      .filter((e) => e.ph === "M" && e.name === "thread_name" && e.args?.name === "CrRendererMain")
+      .map((e) => `${e.pid}:${e.tid}`),
+  );
+  const onMain = events.filter((e) => e.ph === "X" && e.dur !== undefined && main.has(`${e.pid}:${e.tid}`));
+  const loaded = events.find((e) => e.name === "hotpath:flame-loaded")?.ts;
+  const out: string[] = [];
+  for (const task of onMain.filter((e) => e.name === "RunTask" && e.dur! >= 50_000)) {
+    const inside = onMain
+      .filter(
+        (e) =>
+          e !== task &&
+          e.pid === task.pid &&
+          e.tid === task.tid &&
+          e.ts >= task.ts &&
+          e.ts + e.dur! <= task.ts + task.dur! &&
+          !e.name.endsWith("RunTask") &&
+          e.dur! >= 5_000,
+      )
+      .sort((a, b) => b.dur! - a.dur!)
+      .slice(0, 8)
+      .map((e) => {
+        const d = e.args?.data ?? e.args?.beginData ?? {};
+        const what = [d.url?.replace(/^.*\//, ""), d.functionName, d.type].filter(Boolean).join(" ");
+        return `${e.name}${what ? ` (${what})` : ""} ${Math.round(e.dur! / 1000)} ms`;
+      });
+    const when =
+      loaded === undefined ? "" : ` (starting ${Math.round((task.ts - loaded) / 1000)} ms from the loaded mark)`;
+    out.push(`${Math.round(task.dur! / 1000)} ms${when}: ${inside.join(", ") || "no event of 5 ms or more inside"}`);
+  }
+  return out;
+}
+
+test("flame graph of a seeded hour", async ({ page, browser }) => {
   test.setTimeout(600_000);
   const host = process.env.HOTPATH_FLAME_HOST!;
   const from = process.env.HOTPATH_FLAME_FROM!;
@@ -59,6 +109,18 @@ test("flame graph of a seeded hour", async ({ page }) => {
         round,
       );
     }
+    // The first visit is traced (Chromium's timeline), to say what its long tasks ran.
+    if (round === 0)
+      await browser.startTracing(page, {
+        categories: [
+          "blink.user_timing",
+          "toplevel",
+          "devtools.timeline",
+          "disabled-by-default-devtools.timeline",
+          "v8",
+          "v8.execute",
+        ],
+      });
     await page.goto(`/hosts/${encodeURIComponent(host)}?tab=flame&from=${from}&to=${to}`);
     // The canvas says how many cells it drew once it has drawn them.
     const ms = await page.waitForFunction(
@@ -89,6 +151,9 @@ test("flame graph of a seeded hour", async ({ page }) => {
     }, drawn[round]);
     await page.waitForTimeout(500); // tasks that end after the first drawing (labels, tooltips) count too
     longest.push(Math.round(await page.evaluate(() => Math.max(0, ...window.__longtasks))));
+    if (round === 0)
+      for (const t of longTasks(await browser.stopTracing()))
+        console.log(`flame first visit's long task (traced): ${t}`);
     const cells = await page.getByTestId("flame-canvas").getAttribute("data-cells");
     const said = await page.getByTestId("flame-summary").textContent();
     console.log(

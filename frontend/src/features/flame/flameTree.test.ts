@@ -42,6 +42,14 @@ function heaviestFirst(t: FlameTree): boolean {
   return true;
 }
 
+/** A repeatable random integer below n, from a linear congruential generator. */
+function seeded(seed: number): (n: number) => number {
+  return (n) => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed % n;
+  };
+}
+
 describe("buildTree", () => {
   const paths: [number[], number][] = [
     [[0, 1, 2], 40], // entry → ksys_read → vfs_read
@@ -79,11 +87,7 @@ describe("buildTree", () => {
   });
 
   it("builds the same tree as the reference for random paths, and keeps samples when cut", () => {
-    let seed = 7;
-    const rand = (n: number) => {
-      seed = (seed * 1103515245 + 12345) % 2 ** 31;
-      return seed % n;
-    };
+    const rand = seeded(7);
     const list: [number[], number][] = Array.from({ length: 400 }, () => [
       Array.from({ length: 1 + rand(12) }, () => rand(9)),
       1 + rand(50),
@@ -96,5 +100,23 @@ describe("buildTree", () => {
     expect(cut.total[0]).toBe(t.total[0]);
     expect(cut.self.reduce((a, b) => a + b, 0)).toBe(cut.total[0]);
     expect(heaviestFirst(cut)).toBe(true);
+  });
+
+  it("orders and cuts whole totals (sorted as one number each) as the comparator does other totals", () => {
+    const rand = seeded(11);
+    // Few distinct sample counts: many ties, broken by node number in both orders.
+    const list: [number[], number][] = Array.from({ length: 600 }, () => [
+      Array.from({ length: 1 + rand(10) }, () => rand(7)),
+      1 + rand(3),
+    ]);
+    const halved: [number[], number][] = list.map(([f, n]) => [f, n / 2]); // not whole: the comparator's
+    for (const max of [Infinity, 150]) {
+      const whole = buildTree(flat(list), max);
+      const half = buildTree(flat(halved), max);
+      expect(Array.from(half.frame)).toEqual(Array.from(whole.frame));
+      expect(Array.from(half.parent)).toEqual(Array.from(whole.parent));
+      expect(Array.from(half.total)).toEqual(Array.from(whole.total, (v) => v / 2));
+      expect(half.folded).toBe(whole.folded / 2);
+    }
   });
 });

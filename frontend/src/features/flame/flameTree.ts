@@ -26,37 +26,44 @@ export interface FlameTree {
 export const MAX_NODES = 150_000;
 
 export function buildTree(paths: FlamePaths, maxNodes = MAX_NODES): FlameTree {
-  // Merge: node 0 is the root; a node's children found by (node, frame). Nodes are numbered as first
-  // seen, so a parent's number is below its children's.
-  const frameOf: number[] = [-1];
-  const parentOf: number[] = [-1];
-  const own: number[] = [0];
-  const child = new Map<number, number>();
-  let width = 1;
-  for (let k = 0; k < paths.frame.length; k++) width = Math.max(width, paths.frame[k] + 2);
+  // Merge: node 0 is the root; a node's children found by (node, frame) in an open-addressing hash table
+  // of typed arrays (a Map keyed by node * frames + frame held numbers past the small-integer range,
+  // slow to hash). Nodes are numbered as first seen, so a parent's number is below its children's.
+  const steps = paths.frame.length;
+  const frameOf = new Int32Array(steps + 1);
+  const parentOf = new Int32Array(steps + 1);
+  const own = new Float64Array(steps + 1);
+  frameOf[0] = parentOf[0] = -1;
+  let slots = 1024;
+  while (slots < 2 * (steps + 1)) slots *= 2;
+  const mask = slots - 1;
+  const slotNode = new Int32Array(slots).fill(-1);
+  const slotFrame = new Int32Array(slots);
+  const slotChild = new Int32Array(slots);
+  let n = 1;
   let at = 0;
   for (let p = 0; p < paths.length.length; p++) {
     let node = 0;
     for (const stop = at + paths.length[p]; at < stop; at++) {
-      const key = node * width + paths.frame[at] + 1;
-      let next = child.get(key);
-      if (next === undefined) {
-        next = frameOf.length;
-        child.set(key, next);
-        frameOf.push(paths.frame[at]);
-        parentOf.push(node);
-        own.push(0);
+      const f = paths.frame[at];
+      let h = (Math.imul(node, 0x9e3779b1) ^ Math.imul(f + 1, 0x85ebca6b)) & mask;
+      while (slotNode[h] !== -1 && (slotNode[h] !== node || slotFrame[h] !== f)) h = (h + 1) & mask;
+      if (slotNode[h] === -1) {
+        slotNode[h] = node;
+        slotFrame[h] = f;
+        slotChild[h] = n;
+        frameOf[n] = f;
+        parentOf[n] = node;
+        n++;
       }
-      node = next;
+      node = slotChild[h];
     }
     own[node] += paths.samples[p];
   }
-  const n = frameOf.length;
-  const total = Float64Array.from(own);
-  const self = Float64Array.from(own);
+  const total = own.slice(0, n);
+  const self = own.slice(0, n);
   for (let i = n - 1; i > 0; i--) total[parentOf[i]] += total[i];
-  // Heaviest first, ties by number (a parent before its children, so the kept nodes are a tree).
-  const order = Array.from({ length: n - 1 }, (_, i) => i + 1).sort((a, b) => total[b] - total[a] || a - b);
+  const order = heaviestFirst(total);
   let folded = 0;
   let keep = order;
   if (n > maxNodes) {
@@ -101,4 +108,25 @@ export function buildTree(paths: FlamePaths, maxNodes = MAX_NODES): FlameTree {
     for (let c = count[node + 1] - 1; c >= count[node]; c--) stack.push(kids[c]);
   }
   return out;
+}
+
+/** Nodes 1 .. n - 1 by total, heaviest first, ties by number (a parent before its children, so the kept
+ *  nodes are a tree). Whole totals (samples) sort as one number each, total * 2^bits + (2^bits - 1 -
+ *  node), in a typed array's numeric sort, several times faster than a comparator's on an hour's
+ *  ~300,000 nodes; other totals, or keys past 2^53, sort with the comparator. */
+function heaviestFirst(total: Float64Array): number[] {
+  const n = total.length;
+  let bits = 1;
+  while (2 ** bits < n) bits++;
+  const scale = 2 ** bits;
+  let exact = true;
+  for (let i = 1; i < n && exact; i++)
+    exact = Number.isInteger(total[i]) && total[i] >= 0 && total[i] * scale < 2 ** 53;
+  if (!exact) return Array.from({ length: n - 1 }, (_, i) => i + 1).sort((a, b) => total[b] - total[a] || a - b);
+  const keys = new Float64Array(n - 1);
+  for (let i = 1; i < n; i++) keys[i - 1] = total[i] * scale + (scale - 1 - i);
+  keys.sort();
+  const order = new Array<number>(n - 1);
+  for (let j = 0; j < n - 1; j++) order[j] = scale - 1 - (keys[n - 2 - j] % scale);
+  return order;
 }
