@@ -53,6 +53,10 @@ static const char plan_usage[] =
 	"  --share F            the share of the work the hot set covers (default 0.99)\n"
 	"  --module NAME        the module whose hot set (path, or its end); default: the\n"
 	"                       module with the most work in the profile\n"
+	"  --resident FILE      a profile (as --profile reads) of more hot code that stays in\n"
+	"                       place, e.g. the samples a hot set was chosen from: the copy\n"
+	"                       starts where in its page its hot lines share the fewest\n"
+	"                       L1i sets with that code's (and the profile's non-members')\n"
 	"second pass (re-plan an installed group from calls under its root):\n"
 	"  --second-pass PLAN   PLAN is the installed plan's JSON; it is made again from its\n"
 	"                       saved inputs and must match. --profile then gives counts\n"
@@ -126,7 +130,8 @@ int cmd_plan(int argc, char **argv)
 	bool json = false, max_given = false;
 	struct hp_plan_opts o;
 	struct hp_model *m = NULL;
-	struct hp_profile prof[16], merged = { 0 };
+	struct hp_profile prof[16], merged = { 0 }, resident = { 0 };
+	const char *resident_path = NULL;
 	struct hp_plan plan = { 0 };
 	char err[512];
 
@@ -199,6 +204,8 @@ int cmd_plan(int argc, char **argv)
 			i++;
 		} else if (!strcmp(a, "--module")) {
 			o.hot_module = argv[++i];
+		} else if (!strcmp(a, "--resident")) {
+			resident_path = argv[++i];
 		} else if (!strcmp(a, "--code")) {
 			code_path = argv[++i];
 		} else if (!strcmp(a, "--second-pass")) {
@@ -344,6 +351,13 @@ int cmd_plan(int argc, char **argv)
 		}
 		nprof = 1;
 	}
+	if (resident_path) {
+		if (hp_profile_read(resident_path, m, &resident, err, sizeof(err)) < 0) {
+			fprintf(stderr, "hotpathd plan: %s\n", err);
+			goto out;
+		}
+		o.resident = &resident;
+	}
 	if (nprof == 1)
 		use = &prof[0];
 	else if (nprof > 1) {
@@ -381,6 +395,7 @@ out:
 	for (i = 0; i < 16; i++)
 		hp_profile_free(&prof[i]);
 	hp_profile_free(&merged);
+	hp_profile_free(&resident);
 	hp_model_free(m);
 	return rc;
 }

@@ -3,7 +3,8 @@
  * C3 function ordering (c3.h), and the hot-set plan's order pass over its
  * members: work is a member's counts times its blocks' instructions, size
  * its hot bytes (the blocks that ran, the entry always), a call's count the
- * counts of the caller's blocks that call or tail-call the callee.
+ * counts of the caller's blocks that call or tail-call the callee. Then
+ * the place pass: where in its page the copy starts (hp_place_offset).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -158,3 +159,89 @@ out:
 }
 
 const struct hp_plan_pass hp_pass_c3 = { "c3", c3 };
+
+uint32_t hp_place_offset(const uint32_t *resident, uint32_t sets, uint32_t ways, uint32_t line, uint64_t hot_bytes)
+{
+	uint64_t nl = (hot_bytes + line - 1) / line, full = nl / sets, part = nl % sets;
+	uint64_t best_over = UINT64_MAX, best_shared = UINT64_MAX;
+	uint32_t best = 0;
+
+	for (uint32_t o = 0; o < sets; o++) {
+		uint64_t over = 0, shared = 0;
+		for (uint32_t s = 0; s < sets; s++) {
+			uint64_t mine = full + ((s + sets - o) % sets < part), with = mine + resident[s];
+			/* The lines beyond the set's ways that this code adds. */
+			over += (with > ways ? with - ways : 0) - (resident[s] > ways ? resident[s] - ways : 0);
+			shared += mine * resident[s];
+		}
+		if (over < best_over || (over == best_over && shared < best_shared)) {
+			best_over = over;
+			best_shared = shared;
+			best = o;
+		}
+	}
+	return best * line;
+}
+
+/* The place pass of a hot-set plan: the copy's start within its page, so
+ * that its hot part (the members' hot chunks, laid out first and
+ * contiguous) avoids the L1i sets the hot code that stays in place fills:
+ * the profile's functions that are not members (those kept in place, hot
+ * callers outside, other modules), and those of opts.resident. A base given
+ * (--base, or a second pass's saved one) stays. The hot part's size is its
+ * blocks' original bytes: emission adds jumps and alignment, so this is an
+ * estimate; the icache pass reports the result. */
+static int place(struct hp_plan_ctx *c)
+{
+	struct hp_plan *p = c->p;
+	const struct hp_cache_geometry *g = &p->opts.l1i;
+	uint32_t sets = g->line_bytes && g->ways ? g->size_bytes / (g->line_bytes * g->ways) : 0;
+	const struct hp_profile *src[2] = { c->prof, p->opts.resident };
+	uint64_t hot = 0;
+
+	if (p->opts.base || !sets || !p->nmembers || c->m->kind == HP_TARGET_KERNEL)
+		return HP_PASS_NEXT;
+	uint32_t *resident = calloc(sets, sizeof(*resident));
+	if (!resident)
+		return -ENOMEM;
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; src[k] && i < src[k]->nfns; i++) {
+			const struct hp_prof_fn *pf = &src[k]->fns[i];
+			bool member = false;
+			for (size_t j = 0; j < p->nmembers && !member; j++)
+				member = p->members[j].fn->addr == pf->addr;
+			const struct hp_module *mod;
+			const struct hp_function *f = hp_model_lookup(c->m, pf->addr, &mod);
+			if (member || !f || f->addr != pf->addr)
+				continue;
+			/* Lines, not blocks: count each hot line once. */
+			uint64_t prev = UINT64_MAX;
+			for (size_t b = 0; b < pf->nblocks; b++) {
+				const struct hp_block *bl =
+					hp_function_block_at(mod, f, f->addr + pf->blocks[b].offset);
+				if (!bl || !(pf->blocks[b].count > 0) || !bl->size)
+					continue;
+				uint64_t a = f->addr + bl->offset;
+				for (uint64_t l = a / g->line_bytes; l <= (a + bl->size - 1) / g->line_bytes; l++)
+					if (l != prev) {
+						resident[l % sets]++;
+						prev = l;
+					}
+			}
+		}
+	for (size_t i = 0; i < p->nmembers; i++) {
+		const struct hp_plan_member *mb = &p->members[i];
+		for (uint32_t j = 0; j < mb->nhot; j++)
+			hot += mb->mod->blocks[mb->fn->block_start + mb->blocks[j].index].size;
+	}
+	uint32_t off = hp_place_offset(resident, sets, g->ways, g->line_bytes, hot);
+	free(resident);
+	/* Where emit would lay it out (a page after the end of the first
+	 * member's module text), moved by off within that page. */
+	const struct hp_module *mod = p->members[0].mod;
+	const struct hp_function *last = &mod->funcs[mod->nfuncs - 1];
+	p->base = ((last->addr + last->size + 0xffff) & ~(uint64_t)0xfff) + off;
+	return HP_PASS_NEXT;
+}
+
+const struct hp_plan_pass hp_pass_place = { "place", place };

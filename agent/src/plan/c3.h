@@ -30,4 +30,12 @@ struct hp_c3_call {
 int hp_c3_order(const struct hp_c3_fn *f, size_t n, const struct hp_c3_call *calls, size_t ncalls, uint32_t page,
 		uint32_t *order);
 
+/* Where code whose first hot_bytes are hot (contiguous from its start)
+ * should start, as an offset from a page boundary: a multiple of the line
+ * below one way (sets x line bytes), chosen so its hot lines add as few as
+ * possible to the sets the hot code staying in place fills beyond their
+ * ways (resident[s]: hot lines of that code mapping to set s). Ties: the
+ * fewest resident lines shared, then the smallest offset. */
+uint32_t hp_place_offset(const uint32_t *resident, uint32_t sets, uint32_t ways, uint32_t line, uint64_t hot_bytes);
+
 #endif

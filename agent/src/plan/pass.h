@@ -47,6 +47,7 @@ extern const struct hp_plan_pass hp_pass_icache;                           /* ic
 /* Hot-set plans run hot_set in place of root, group and drop_shared, and c3 in place of order. */
 extern const struct hp_plan_pass hp_pass_hot_set; /* hot_set.c */
 extern const struct hp_plan_pass hp_pass_c3;      /* c3.c */
+extern const struct hp_plan_pass hp_pass_place;   /* c3.c */
 
 /* Shared by the passes (plan.c). */
 /* A new member for f of mod with profile pf (NULL: no counts), its counts

@@ -37,6 +37,9 @@ struct hp_plan_opts {
 	bool hot_set;
 	double hot_share;       /* (0.99) */
 	const char *hot_module; /* the module whose hot set (its path, or the end of it); NULL: the hottest */
+	/* More hot code that stays in place, for where the copy starts (c3.c's
+	 * place pass): its functions that are not members. NULL: none. */
+	const struct hp_profile *resident;
 };
 
 /* max_functions for a hot set when none is given. */

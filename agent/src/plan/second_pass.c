@@ -223,6 +223,10 @@ int hp_profile_under_root(const struct hp_plan *first, uint64_t installed_base, 
 	}
 	for (i = 0; i < first->nmembers; i++)
 		n += first->members[i].nblocks;
+	/* Where the copy's code runs: installed_base is its heap (a page
+	 * boundary) or the plan's base, and the code starts base's offset in
+	 * its page into the heap (install_engine.c). */
+	uint64_t origin = (installed_base & ~0xfffull) + (first->base & 0xfffull);
 	pl = calloc(n + 1, sizeof(*pl));
 	count = calloc(first->nmembers + 1, sizeof(*count));
 	known = calloc(first->nmembers + 1, sizeof(*known));
@@ -236,8 +240,8 @@ int hp_profile_under_root(const struct hp_plan *first, uint64_t installed_base, 
 		if (!count[i] || !known[i])
 			goto nomem;
 		for (uint32_t j = 0; j < mb->nblocks; j++) {
-			pl[n++] = (struct placed){ mb->blocks[j].new_addr - first->base + installed_base, (uint32_t)i,
-						   j, mb->blocks[j].new_size };
+			pl[n++] = (struct placed){ mb->blocks[j].new_addr - first->base + origin, (uint32_t)i, j,
+						   mb->blocks[j].new_size };
 			known[i][mb->blocks[j].index] = mb->blocks[j].new_size > 0;
 		}
 	}

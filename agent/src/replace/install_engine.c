@@ -37,6 +37,11 @@
 
 #define REACH      ((int64_t)1 << 31)
 #define HEAP_ALIGN 4096
+/* A plan's code may start inside a page (a hot set's place pass picks where
+ * in it, for the L1i sets): the heap starts at the page boundary before it,
+ * so the code is that many bytes into the heap. */
+#define LEAD(p)    ((p)->base & (HEAP_ALIGN - 1))
+#define ORIGIN(p)  ((p)->base - LEAD(p))
 
 const char *hp_install_step_name(enum hp_install_step s)
 {
@@ -63,7 +68,7 @@ static uint64_t map_pc(void *ctx, uint64_t pc)
 	 * instruction-for-instruction match; wait instead. */
 	if (x->p->counters_len || !b0 || !b0->new_size || pc <= entry || pc >= entry + x->entry_block_len)
 		return 0;
-	uint64_t copy = b0->new_addr - x->p->base;
+	uint64_t copy = b0->new_addr - ORIGIN(x->p);
 	const uint8_t *c = x->image + copy;
 	uint32_t oo = 0, co = 0;
 	while (oo < x->entry_block_len && co < b0->new_size) {
@@ -246,7 +251,7 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	hp_op_step(x, HP_STEP_SCRATCH, NULL);
 	/* The heap: within rel32 reach of every reference out of the copy and
 	 * of the entry's jump; call sites join where they fit. */
-	x->image_len = p->unwind_len ? p->unwind_off + p->unwind_len : p->code_len;
+	x->image_len = LEAD(p) + (p->unwind_len ? p->unwind_off + p->unwind_len : p->code_len);
 	x->heap.len = (x->image_len + HEAP_ALIGN - 1) & ~(size_t)(HEAP_ALIGN - 1);
 	if (p->counters_len) {
 		/* The counter area right after the code, where its RIP-relative increments reach it. */
@@ -337,16 +342,17 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	struct hp_plan tmp = {
 		.base = p->base, .code = p->code, .code_len = p->code_len, .relocs = p->relocs, .nrelocs = p->nrelocs
 	};
-	if (!x->image || hp_plan_relocate(&tmp, x->heap.addr, x->delta, x->image, err, errlen) < 0) {
+	if (!x->image ||
+	    hp_plan_relocate(&tmp, x->heap.addr + LEAD(p), x->delta, x->image + LEAD(p), err, errlen) < 0) {
 		free(sites);
 		free(site_to);
 		free(ent);
 		return x->image ? -ERANGE : -ENOMEM;
 	}
 	if (p->unwind_len)
-		memcpy(x->image + p->unwind_off, p->unwind, p->unwind_len);
+		memcpy(x->image + LEAD(p) + p->unwind_off, p->unwind, p->unwind_len);
 	x->heap.data_len = p->unwind_len ? 1 : 0; /* asks for a data area; the target sizes it */
-	x->heap.unwind = p->unwind_len ? x->heap.addr + p->unwind_off : 0;
+	x->heap.unwind = p->unwind_len ? x->heap.addr + LEAD(p) + p->unwind_off : 0;
 	if ((r = hp_op_record(x,
 			      json_pack("{s:s, s:o, s:i, s:o}", "op", "heap", "addr", hp_jrec_hex(x->heap.addr), "len",
 					(int)x->heap.len, "unwind", hp_jrec_hex(x->heap.unwind)),
@@ -404,10 +410,10 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	/* The entries: the root's (moving a thread stopped inside its jump's
 	 * bytes), then a hot set's other members' (waiting for such a thread). */
 	struct hp_undo u;
-	uint64_t new_entry = x->heap.addr + (p->members[0].new_addr - p->base);
+	uint64_t new_entry = x->heap.addr + (p->members[0].new_addr - ORIGIN(p));
 	double te = hp_now();
 	for (size_t k = 0; k < nent; k++) {
-		uint64_t to = x->heap.addr + (p->members[k].new_addr - p->base);
+		uint64_t to = x->heap.addr + (p->members[k].new_addr - ORIGIN(p));
 		if ((r = x->t.ops->prepare_entry(&x->t, ent[k], to, &u, err, errlen)) < 0 ||
 		    (r = hp_op_add_write(x, &u)) < 0 || (r = hp_op_record(x, hp_undo_record(&u), err, errlen)) < 0 ||
 		    (r = x->t.ops->apply(&x->t, &x->writes[x->nwrites - 1], k ? NULL : map_pc, x, err, errlen)) < 0) {
@@ -428,7 +434,7 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	size_t first = x->nwrites;
 	json_t **recs = calloc(nsites + 1, sizeof(*recs));
 	for (size_t i = 0; recs && i < nsites; i++) {
-		uint64_t to = x->heap.addr + (p->members[site_to[i]].new_addr - p->base);
+		uint64_t to = x->heap.addr + (p->members[site_to[i]].new_addr - ORIGIN(p));
 		if (x->t.ops->prepare_call(&x->t, sites[i], to, &u, err, errlen) < 0) {
 			res->call_sites_skipped++;
 			continue;

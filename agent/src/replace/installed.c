@@ -127,6 +127,7 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
 		mc->pid = pid;
 		mc->heap = ins[i].heap;
 		mc->heap_len = ins[i].heap_len;
+		/* Copy addresses: the code starts base's offset in its page into the heap. */
 		size_t nb = 0;
 		for (size_t m = 0; m < p.nmembers; m++)
 			nb += p.members[m].nblocks;
@@ -135,13 +136,14 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
 		for (size_t m = 0; mc->fns && m < p.nmembers; m++)
 			mc->fns[mc->nfns++] =
 				(struct hp_moved_fn){ p.members[m].addr + (uint64_t)delta,
-						      p.members[m].new_addr - p.base + mc->heap, p.members[m].size };
+						      p.members[m].new_addr - (p.base & ~0xfffull) + mc->heap,
+						      p.members[m].size };
 		for (size_t m = 0; mc->blocks && m < p.nmembers; m++)
 			for (size_t b = 0; b < p.members[m].nblocks; b++) {
 				const struct hp_iblock *bl = &p.members[m].blocks[b];
 				mc->blocks[mc->nblocks++] = (struct hp_moved_block){
 					.orig = p.members[m].addr + (uint64_t)delta + bl->offset,
-					.copy = bl->new_size ? bl->new_addr - p.base + mc->heap : 0,
+					.copy = bl->new_size ? bl->new_addr - (p.base & ~0xfffull) + mc->heap : 0,
 					.size = bl->new_size,
 					.offset = bl->offset,
 					.member = (uint32_t)m,

@@ -520,6 +520,34 @@ static void t_c3_order(void)
 	EXPECT(order[4] == 4 && order[5] == 5, "f5 did not follow its caller f4: f%u f%u", order[4], order[5]);
 }
 
+/* Where a hot set's copy starts in its page (c3.c's place pass), on a
+ * known conflict: a 32 KB 8-way L1i of 64-byte lines (64 sets), sets 0..15
+ * full of hot code that stays in place. */
+static void t_place_offset(void)
+{
+	uint32_t resident[64] = { 0 };
+
+	EXPECT(hp_place_offset(resident, 64, 8, 64, 1024) == 0, "nothing in place: not at the page's start");
+	for (int s = 0; s < 16; s++)
+		resident[s] = 8;
+	/* 16 hot lines at offset 0 would overfill sets 0..15: the first free set. */
+	uint32_t o = hp_place_offset(resident, 64, 8, 64, 1024);
+	EXPECT(o == 16 * 64, "16 hot lines start at +%u, want +1024 (set 16)", o);
+	/* 48 lines fit sets 16..63 only. */
+	o = hp_place_offset(resident, 64, 8, 64, 48 * 64);
+	EXPECT(o == 16 * 64, "48 hot lines start at +%u, want +1024", o);
+	/* More than a way: one line in every set, and the 10 left over off the busy sets. */
+	for (int s = 0; s < 16; s++)
+		resident[s] = 7;
+	o = hp_place_offset(resident, 64, 8, 64, 74 * 64);
+	EXPECT(o == 16 * 64, "74 hot lines start at +%u, want +1024", o);
+	/* Nowhere free: the fewest lines over the ways, then the fewest shared. */
+	for (int s = 0; s < 64; s++)
+		resident[s] = s < 60 ? 8 : 4;
+	o = hp_place_offset(resident, 64, 8, 64, 4 * 64);
+	EXPECT(o == 60 * 64, "4 hot lines start at +%u, want +3840 (sets 60..63 have room)", o);
+}
+
 /* A hot-set plan: no root given; every function of the profile that can
  * move is a member (shared callees too), what cannot is kept with its rule,
  * the first laid out names the plan, and the code verifies. */
@@ -579,6 +607,7 @@ int main(void)
 	RUN(t_plan_without_counts_or_heat);
 	RUN(t_plan_keeps_code_found_by_address);
 	RUN(t_c3_order);
+	RUN(t_place_offset);
 	RUN(t_hot_set_plan);
 	tu_cleanup();
 	TEST_EXIT();

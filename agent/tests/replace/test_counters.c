@@ -15,6 +15,9 @@
  *    heap, no journal) with the program still right.
  *  - A function too short for the entry jump, and a process that exited,
  *    are refused with the reason, nothing installed.
+ *  - A revert knows its own bytes when they hold 0xcc (a rel32 byte of a
+ *    redirected call), which the process target reads as a probe's int3
+ *    and shows as the file's byte: seen with ~100 functions counted at once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +29,7 @@
 
 #include "harness.h"
 #include "plan/instrument.h"
+#include "replace/install_op.h"
 #include "target/target.h"
 #include "test_util.h"
 
@@ -342,8 +346,44 @@ static void t_inline_refusals(void)
 	EXPECT(WEXITSTATUS(st) == 3 && out[0], "a dead process: exit %d, %s", WEXITSTATUS(st), out);
 }
 
+/* A process target's read as process_target.c does it: a 0xcc in memory
+ * where the file has another byte reads as the file's byte (a probe's int3
+ * hidden). */
+static uint8_t fake_mem[5], fake_file[5];
+
+static int fake_read(struct hp_patch_target *t, uint64_t addr, void *buf, size_t len)
+{
+	uint8_t *b = buf;
+	for (size_t k = 0; k < len; k++)
+		b[k] = fake_mem[addr + k] == 0xcc && fake_file[addr + k] != 0xcc ? fake_file[addr + k] :
+										   fake_mem[addr + k];
+	return 0;
+}
+
+static void t_revert_knows_its_0xcc(void)
+{
+	static const struct hp_patch_ops ops = { .kind = "fake", .read = fake_read };
+	struct hp_op x = { 0 };
+	x.t.ops = &ops;
+	/* The call at sqlite3_create_collation16+0x5f redirected to a heap whose
+	 * rel32 has a 0xcc byte (as measured: reverting ~100 counted copies). */
+	struct hp_undo u = { .kind = HP_UNDO_CALL, .len = 5, .addr = 0 };
+	memcpy(u.orig, "\xe8\x9c\x79\xfc\xff", 5);
+	memcpy(u.now, "\xe8\xcc\x47\xeb\xff", 5);
+	memcpy(fake_file, u.orig, 5);
+	memcpy(fake_mem, u.orig, 5);
+	EXPECT(hp_op_live_state(&x, &u) == 0, "the original bytes read as original");
+	memcpy(fake_mem, u.now, 5);
+	EXPECT(hp_op_live_state(&x, &u) == 1, "the installed call with a 0xcc byte reads as someone else's");
+	memcpy(fake_mem, "\xe8\xcc\x47\xeb\xfe", 5);
+	EXPECT(hp_op_live_state(&x, &u) == 2, "bytes changed by someone else read as ours");
+	memcpy(fake_mem, "\xe8\x11\x47\xeb\xff", 5);
+	EXPECT(hp_op_live_state(&x, &u) == 2, "another byte where ours is 0xcc reads as ours");
+}
+
 int main(void)
 {
+	RUN(t_revert_knows_its_0xcc);
 	RUN(t_flags_live_and_verified);
 	if (geteuid() != 0) {
 		printf("ok - inline counters # SKIP needs root (ptrace of other processes)\n");
