@@ -447,13 +447,6 @@ test("the benchmark program, SQLite: optimize its whole hot set from the console
   page,
   browser,
 }) => {
-  // Runs through the plan, the approval, the install (every member's entry spliced) and the before/after
-  // with the workload's results unchanged, then fails at the revert: reverting SQLite's whole hot set
-  // leaves a redirected call site alone ("the bytes at … are neither the original nor the installed
-  // ones") yet unmaps the copy, and the driver dies of SIGSEGV. `hotpathd plan pid PID --hot-set
-  // --sample 3`, `hotpathd install`, `hotpathd revert pid PID` does the same without the console: a
-  // defect of the replace layer's revert of a hot set, to be fixed there; then this runs again.
-  test.fixme(true, "reverting SQLite's whole hot set crashes the driver (replace layer), see above");
   test.setTimeout(600_000);
   const sq = startSqlite();
   const pid = sq.proc.pid!;
