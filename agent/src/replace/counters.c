@@ -14,8 +14,9 @@
 #include "plan/plan_json.h"
 #include "replace/counters.h"
 
-static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain, bool every_block,
-		       char *err, size_t errlen)
+/* One counted copy, planned from the model, installed. */
+static int install_plan(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain,
+			bool every_block, const struct hp_byte_patch *orig, size_t norig, char *err, size_t errlen)
 {
 	struct hp_iplan ip;
 	char *text = NULL;
@@ -38,7 +39,9 @@ static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_count
 		return r;
 	ip.counters_off = cf->plan.instrument->area_off;
 	ip.counters_len = hp_instrument_area_len(&cf->plan);
-	struct hp_install_opts o = { .state_dir = c->state_dir, .pid = c->pid, .patch_calls = true, .m = m };
+	struct hp_install_opts o = {
+		.state_dir = c->state_dir, .pid = c->pid, .patch_calls = true, .m = m, .orig = orig, .norig = norig
+	};
 	r = hp_install(&ip, &o, &cf->res, err, errlen);
 	uint64_t off = ip.counters_off;
 	hp_iplan_free(&ip);
@@ -47,6 +50,30 @@ static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_count
 	cf->installed = true;
 	cf->counters = cf->res.heap + off;
 	return 0;
+}
+
+static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain, bool every_block,
+		       char *err, size_t errlen)
+{
+	struct hp_byte_patch *orig = NULL;
+	size_t norig = 0;
+	int r;
+
+	/* The copy is made from the original code: the copies installed before
+	 * it redirected call sites, maybe in this function. Read as they are,
+	 * such a call would go straight to the other copy's heap (freed at its
+	 * revert while this copy may still run), and where its rel32 holds a
+	 * 0xcc byte the reader takes it for a probe's int3 and gives the file's
+	 * byte: a call to an address in neither (the busy SQLite driver's
+	 * crash with ~100 functions counted at once). */
+	if (hp_installed_patches(c->state_dir, c->pid, &orig, &norig) < 0 || hp_model_set_overlay(m, orig, norig) < 0) {
+		free(orig);
+		snprintf(err, errlen, "cannot read the patches of the copies installed before it");
+		return -EIO;
+	}
+	r = install_plan(c, m, cf, plain, every_block, orig, norig, err, errlen);
+	free(orig);
+	return r;
 }
 
 int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,

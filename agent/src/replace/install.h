@@ -112,10 +112,16 @@ enum hp_install_step {
 const char *hp_install_step_name(enum hp_install_step s);
 
 struct hp_install_opts {
-	const char *state_dir;     /* journals and saved plans (STATE_DIR/replace) */
-	int pid;                   /* 0: the plan's process */
-	bool patch_calls;          /* also make the root's static call sites call the copy */
-	const struct hp_model *m;  /* the target's model (call sites); NULL: entry only */
+	const char *state_dir;    /* journals and saved plans (STATE_DIR/replace) */
+	int pid;                  /* 0: the plan's process */
+	bool patch_calls;         /* also make the root's static call sites call the copy */
+	const struct hp_model *m; /* the target's model (call sites); NULL: entry only */
+	/* The original bytes under the caller's own installs' patches in this
+	 * process (hp_installed_patches), as the model the plan was made from
+	 * read them: the members' code is checked against the plan with these
+	 * in place of the patched bytes. */
+	const struct hp_byte_patch *orig;
+	size_t norig;
 	const char *approved_hash; /* if set, the code hash must be this */
 	hp_approve_fn approve;     /* if set, asked before anything is written */
 	void *approve_ctx;

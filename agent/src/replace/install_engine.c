@@ -149,8 +149,10 @@ static int check_target(struct hp_op *x, char *err, size_t errlen)
 		if (!b)
 			return -ENOMEM;
 		r = x->t.ops->read(&x->t, mb->addr + (uint64_t)x->delta, b, mb->size);
-		if (r == 0)
+		if (r == 0) {
+			hp_byte_patches_apply(x->o->orig, x->o->norig, mb->addr + (uint64_t)x->delta, b, mb->size);
 			hp_bytes_digest(b, mb->size, dg);
+		}
 		if (i == 0)
 			memcpy(x->entry_block, b,
 			       x->entry_block_len =

@@ -25,6 +25,9 @@ struct hp_byte_patch {
 	uint8_t bytes[16];
 };
 
+/* Put the bytes of patches p[0..n) into what was read of [addr, addr+len). */
+void hp_byte_patches_apply(const struct hp_byte_patch *p, size_t n, uint64_t addr, void *buf, size_t len);
+
 /* Options for opening a model. */
 struct hp_open_opts {
 	const char *only_function; /* parse just this function (fast CLI path); NULL = all */
@@ -42,6 +45,12 @@ struct hp_open_opts {
 int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen);
 int hp_model_open_elf(const char *path, const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen);
 int hp_model_open_pid(int pid, const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen);
+
+/* A process model's overlay replaced by p[0..n) (copied): for a caller that
+ * patches the process while it plans from the model (inline counters install
+ * one copy after another), so later reads still give the original code.
+ * 0, -ENOMEM; 0 and nothing done for the kernel and ELF targets. */
+int hp_model_set_overlay(struct hp_model *m, const struct hp_byte_patch *p, size_t n);
 
 /* Where breakpoints sit in [addr, addr+len) of a process target's code: a
  * uprobe (a running measurement's, or another tool's) or a debugger's int3,

@@ -38,15 +38,31 @@ struct pidpriv {
 	size_t noverlay;
 };
 
-/* Put the original bytes back into what was read of [addr, addr+len). */
-static void apply_overlay(const struct pidpriv *pp, uint64_t addr, void *buf, size_t len)
+void hp_byte_patches_apply(const struct hp_byte_patch *p, size_t n, uint64_t addr, void *buf, size_t len)
 {
-	for (size_t i = 0; i < pp->noverlay; i++) {
-		const struct hp_byte_patch *o = &pp->overlay[i];
+	for (size_t i = 0; i < n; i++) {
+		const struct hp_byte_patch *o = &p[i];
 		for (uint8_t k = 0; k < o->len; k++)
 			if (o->addr + k >= addr && o->addr + k < addr + len)
 				((uint8_t *)buf)[o->addr + k - addr] = o->bytes[k];
 	}
+}
+
+int hp_model_set_overlay(struct hp_model *m, const struct hp_byte_patch *p, size_t n)
+{
+	struct pidpriv *pp = m->priv;
+	struct hp_byte_patch *c = NULL;
+
+	if (m->kind != HP_TARGET_PID || !pp)
+		return 0;
+	if (n && !(c = malloc(n * sizeof(*c))))
+		return -ENOMEM;
+	if (n)
+		memcpy(c, p, n * sizeof(*c));
+	free(pp->overlay);
+	pp->overlay = c;
+	pp->noverlay = n;
+	return 0;
 }
 
 static int pid_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
@@ -69,7 +85,8 @@ static int pid_read(struct hp_model *m, uint64_t addr, void *buf, size_t len)
 	int r = hp_unprobe_bytes(pp->pid, addr, buf, len, NULL, 0);
 	if (r == -ESRCH)
 		return r;
-	apply_overlay(pp, addr, buf, len);
+	/* The original bytes under the agent's patches. */
+	hp_byte_patches_apply(pp->overlay, pp->noverlay, addr, buf, len);
 	return 0;
 }
 

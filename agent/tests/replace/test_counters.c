@@ -25,10 +25,12 @@
 #include <jansson.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 
 #include "harness.h"
 #include "plan/instrument.h"
+#include "replace/counters.h"
 #include "replace/install_op.h"
 #include "target/target.h"
 #include "test_util.h"
@@ -346,6 +348,74 @@ static void t_inline_refusals(void)
 	EXPECT(WEXITSTATUS(st) == 3 && out[0], "a dead process: exit %d, %s", WEXITSTATUS(st), out);
 }
 
+/* The fixture's answer to one line (LINE "go\n" or "calls\n"), or -1. */
+static long fx_ask(struct fx *f, const char *line)
+{
+	char out[64];
+	if (write(f->in, line, strlen(line)) != (ssize_t)strlen(line) || read_line(f->out, out, sizeof(out), 60000) < 0)
+		return -1;
+	return strtol(out, NULL, 10);
+}
+
+/* Does [code, code+len) at running address at hold a 5-byte call to to? */
+static bool calls_to(const uint8_t *code, size_t len, uint64_t at, uint64_t to)
+{
+	for (size_t k = 0; k + 5 <= len; k++) {
+		int32_t rel;
+		memcpy(&rel, code + k + 1, 4);
+		if (code[k] == 0xe8 && at + k + 5 + (uint64_t)(int64_t)rel == to)
+			return true;
+	}
+	return false;
+}
+
+/* Two functions counted at once, one calling the other (fx_calls, then
+ * fx_loop's call site in it): the second copy is made after the first
+ * install redirected that call to the first copy. It must be made from the
+ * original code, calling fx_loop's entry: made from the live bytes, it
+ * called the first copy's heap directly, and where that call's rel32 held a
+ * 0xcc byte the reader took it for a probe's int3 and gave the file's byte,
+ * so the copy called an address in neither (the SQLite driver's crash with
+ * ~100 functions counted at once). */
+static void t_inline_copy_from_original_code(void)
+{
+	struct fx f;
+	char state[300], err[1024];
+	struct hp_model *m = NULL;
+	struct hp_counted c = { 0 };
+	struct hp_open_opts oo = { .quiet = true };
+
+	REQUIRE(fixture(), "the fixture does not compile");
+	snprintf(state, sizeof(state), "%s/state-two", tu_tmpdir());
+	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
+	EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls before");
+	REQUIRE(hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
+	const struct hp_module *mods[2];
+	const struct hp_function *fns[2] = { hp_model_find(m, "fx_loop", &mods[0], NULL),
+					     hp_model_find(m, "fx_calls", &mods[1], NULL) };
+	REQUIRE(fns[0] && fns[1], "the fixture's functions");
+	int r = hp_counted_install(f.pid, m, state, fns, mods, 2, false, false, &c, err, sizeof(err));
+	EXPECT(r == 0, "installing both: %s", err);
+	if (r == 0) {
+		const struct hp_install_result *a = &c.fns[0].res, *b = &c.fns[1].res;
+		static uint8_t copy[1 << 16];
+		size_t len = b->heap_len < sizeof(copy) ? b->heap_len : sizeof(copy);
+		struct iovec lo = { copy, len }, re = { (void *)(uintptr_t)b->heap, len };
+		EXPECT(process_vm_readv(f.pid, &lo, 1, &re, 1, 0) == (ssize_t)len, "reading fx_calls' copy");
+		EXPECT(calls_to(copy, len, b->heap, a->entry),
+		       "fx_calls' copy does not call fx_loop's entry 0x%" PRIx64, a->entry);
+		EXPECT(!calls_to(copy, len, b->heap, a->new_entry),
+		       "fx_calls' copy calls fx_loop's copy 0x%" PRIx64 " directly (made from the patched bytes)",
+		       a->new_entry);
+		EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls counted");
+		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
+	}
+	EXPECT(hp_counted_revert(&c, err, sizeof(err)) == 0, "revert: %s", err);
+	EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls after");
+	hp_model_free(m);
+	fx_stop(&f);
+}
+
 /* A process target's read as process_target.c does it: a 0xcc in memory
  * where the file has another byte reads as the file's byte (a probe's int3
  * hidden). */
@@ -393,6 +463,7 @@ int main(void)
 	RUN(t_inline_counts_exact);
 	RUN(t_inline_counts_exact_every_block);
 	RUN(t_inline_refusals);
+	RUN(t_inline_copy_from_original_code);
 	tu_cleanup();
 	TEST_EXIT();
 }
