@@ -215,11 +215,9 @@ def count_exact(
     done: list[float] = []  # wall-clock ends of 2-pass rounds
     stop = threading.Event()
 
-    # Rounds of 2 passes, as while_busy runs them. With 1-pass rounds (the driver more often in a
-    # read of its stdin) the driver crashed during the counting (installs or window) in 7 of 9
-    # tries, jumping to an unmapped address (twice the first byte of a page, as a heap's address
-    # is): an issue of the install engine not found here (docs/decisions.md); with 2-pass rounds
-    # it did not happen in the runs made.
+    # Rounds of 2 passes, as while_busy runs them. With 1-pass rounds the driver crashed during the
+    # counting in 7 of 9 tries: a counted copy was made from bytes the copies installed before it
+    # had patched (docs/decisions.md, "The hot set planned from exact counts"); fixed in the agent.
     def busy() -> None:
         while not stop.is_set():
             drv.round(2)
