@@ -34,7 +34,8 @@ from test_measurements import (
 from test_stream import standin_servers
 
 PLAN_SECONDS = 2
-MEMBERS = {"pr_root", "pr_op", "pr_hash", "pr_mix", "pr_fib", "pr_even", "pr_odd", "pr_search", "pr_check"}
+# pr_table dispatches through a switch table, which moves with a table of its own in position-independent code
+MEMBERS = {"pr_root", "pr_op", "pr_hash", "pr_mix", "pr_fib", "pr_even", "pr_odd", "pr_search", "pr_check", "pr_table"}
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +179,12 @@ def test_a_window_in_which_the_root_never_ran_is_counted_longer_instead_of_plann
 def test_the_plan_listing_is_the_emitted_code_instruction_by_instruction(agent):
     code = agent.plan["code"]
     listing = code["listing"]
-    assert "".join(i["bytes"] for i in listing) == code["hex"], "the listing covers the code, in order"
+    joined = "".join(i["bytes"] for i in listing)
+    assert code["hex"].startswith(joined), "the listing covers the code's instructions, in order"
+    # After the instructions come only the copies' switch tables (each 8-aligned), which are not code.
+    tail = (len(code["hex"]) - len(joined)) // 2
+    tables = sum(g.get("jump_table_bytes", 0) for g in agent.plan["group"])
+    assert tail == 0 or (tables > 0 and tail <= tables + 8 * len(agent.plan["group"])), (tail, tables)
     addrs = [int(i["address"], 16) for i in listing]
     assert addrs[0] == int(code["base"], 16) and addrs == sorted(addrs)
     origins = {i["from"] for i in listing}
