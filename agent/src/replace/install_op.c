@@ -45,14 +45,9 @@ int hp_op_live_state(struct hp_op *x, const struct hp_undo *u)
 		return -1;
 	if (!memcmp(live, u->orig, len))
 		return 0; /* original (a breakpoint placed on it since is not ours to judge) */
-	/* A target without a raw read shows a probe's int3 (0xcc) as the byte
-	 * the file has there (process_target.c), so a 0xcc we wrote (a rel32
-	 * byte of a redirected call or entry jump) reads back as the original
-	 * byte at that place: that is still ours. */
-	for (size_t k = 0; k < len; k++)
-		if (live[k] != u->now[k] && !(u->now[k] == 0xcc && live[k] == u->orig[k]))
-			return 2; /* neither */
-	return 1;                 /* changed by us */
+	if (!memcmp(live, u->now, len))
+		return 1; /* changed by us (a target whose read is raw) */
+	return 2;         /* neither */
 }
 
 static int undo_all_inner(struct hp_op *x, char *err, size_t errlen);

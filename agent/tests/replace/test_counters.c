@@ -416,9 +416,9 @@ static void t_inline_copy_from_original_code(void)
 	fx_stop(&f);
 }
 
-/* A process target's read as process_target.c does it: a 0xcc in memory
- * where the file has another byte reads as the file's byte (a probe's int3
- * hidden). */
+/* A process target's reads as process_target.c does them: read shows a 0xcc
+ * in memory where the file has another byte as the file's byte (a probe's
+ * int3 hidden); read_raw shows memory as it is. */
 static uint8_t fake_mem[5], fake_file[5];
 
 static int fake_read(struct hp_patch_target *t, uint64_t addr, void *buf, size_t len)
@@ -430,9 +430,15 @@ static int fake_read(struct hp_patch_target *t, uint64_t addr, void *buf, size_t
 	return 0;
 }
 
+static int fake_read_raw(struct hp_patch_target *t, uint64_t addr, void *buf, size_t len)
+{
+	memcpy(buf, fake_mem + addr, len);
+	return 0;
+}
+
 static void t_revert_knows_its_0xcc(void)
 {
-	static const struct hp_patch_ops ops = { .kind = "fake", .read = fake_read };
+	static const struct hp_patch_ops ops = { .kind = "fake", .read = fake_read, .read_raw = fake_read_raw };
 	struct hp_op x = { 0 };
 	x.t.ops = &ops;
 	/* The call at sqlite3_create_collation16+0x5f redirected to a heap whose
