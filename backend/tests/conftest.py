@@ -78,6 +78,10 @@ async def backend(database_url, data_dir):
         # on their own.
         login_attempts_per_minute=100_000,
         enrolment_requests_per_minute=100_000,
+        # The retention loop's pass would run at a moment of its own choosing (every 5 minutes by
+        # default), dropping the partitions of the past a test has just made: tests that need the
+        # pass run it themselves (test_retention), at a known time.
+        retention_interval_s=86_400.0,
     )
     ensure_admin(database_url, data_dir / "admin-password")
     prepared = Prepared(

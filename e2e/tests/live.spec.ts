@@ -26,8 +26,10 @@ test("a read loop makes the kernel's read path climb the top functions", async (
   const loop = startReadLoop();
   try {
     const readRow = table.getByRole("row").filter({ hasText: new RegExp(`\\b(${READ_PATH.join("|")})\\b`) });
-    await expect(readRow.first()).toBeVisible({ timeout: 30_000 });
-    await expect.poll(() => bestReadPathRank(ctx, hostId), { timeout: 30_000 }).toBeLessThanOrEqual(10);
+    // The table refreshes itself as batches arrive (every few seconds); a loaded machine makes the
+    // agent's batches and the page's rendering late, so the bound is a hang bound, not a speed check.
+    await expect(readRow.first()).toBeVisible({ timeout: 90_000 });
+    await expect.poll(() => bestReadPathRank(ctx, hostId), { timeout: 90_000 }).toBeLessThanOrEqual(10);
   } finally {
     loop.kill();
   }

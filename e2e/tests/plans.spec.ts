@@ -59,7 +59,14 @@ function startFixture(threads = 2) {
   return startReadyProgram(program, [String(threads)]);
 }
 
-function waitCommand(path: string, timeoutMs = 60_000) {
+// How long a wait for what is bound to happen (a state the server reaches, a page that shows it) may
+// take before it is called a hang: not a speed check, a passing test goes on as soon as it holds. In
+// three loaded runs of the whole suite at once (load average ~20 on 2 cores) a hot set's plan page
+// (120 functions) took more than the default 20 s to show a state change, and an
+// attach waited a minute for the agent to start it.
+const HANG_MS = 90_000;
+
+function waitCommand(path: string, timeoutMs = HANG_MS) {
   return waitCommandDone(ctx, path, timeoutMs);
 }
 
@@ -99,12 +106,6 @@ async function attachFromConsole(page: Page, pid: number): Promise<string> {
   await expect(row.locator("td").nth(2)).toHaveText(/^attached/, { timeout: 60_000 });
   return (await row.getAttribute("data-target"))!;
 }
-
-// How long a wait for what is bound to happen (a state the server reaches, a page that shows it) may
-// take before it is called a hang: not a speed check, a passing test goes on as soon as it holds. In
-// three loaded runs of the whole suite at once (load average ~20 on 2 cores) a hot set's plan page
-// (120 functions) took more than the default 20 s to show a state change.
-const HANG_MS = 90_000;
 
 /** An address written in hex, with or without 0x. */
 const hex = (s: string): bigint => BigInt(s.startsWith("0x") ? s : `0x${s}`);
