@@ -26,6 +26,22 @@ E = pb.EdgeCount
 EXACT = pb.EDGE_LABEL_EXACT_DERIVED
 
 
+def _edge(row, kind, count, frm=None, to=None):
+    """An exact-derived edge of a function row (from and to: block offsets, where the kind has them)."""
+    return E(function_row=row, kind=kind, from_offset=frm or 0, to_offset=to or 0, count=count, label=EXACT)
+
+
+async def _measure_blocks(client, host_id, target, refs):
+    """Start a count measurement of functions with their blocks; its id once the agent armed it."""
+    resources = [{"digest": d, "function_index": i, "blocks": True} for d, i in refs]
+    r = await client.post(
+        f"/api/v1/hosts/{host_id}/measurements", json={"target": target, "resources": resources, "metrics": ["count"]}
+    )
+    assert r.status_code == 202, r.text
+    assert (await _until_state(client, host_id, r.json()["id"], "done", "failed"))["state"] == "done"
+    return r.json()["params"]["measurement_id"]
+
+
 def _fn(index, name, offset, blocks, undecodable=False):
     """blocks: (offset, size, instructions, [(kind, target)])."""
     return pb.Function(
@@ -145,25 +161,14 @@ async def test_kernel_functions_rank_by_share_hot_lines_and_jump_density(client,
 
 async def test_an_exact_block_count_measurement_gives_the_taken_share_and_the_hot_blocks(backend, client, kernel_host):
     host_id = kernel_host.host_id
-    vmlinux = kernel_host.modules[0][3]
-    r = await client.post(
-        f"/api/v1/hosts/{host_id}/measurements",
-        json={
-            "target": "kernel",
-            "resources": [{"digest": vmlinux, "function_index": 1, "blocks": True}],
-            "metrics": ["count"],
-        },
-    )
-    assert r.status_code == 202, r.text
-    mid = r.json()["params"]["measurement_id"]
-    assert (await _until_state(client, host_id, r.json()["id"], "done", "failed"))["state"] == "done"
+    mid = await _measure_blocks(client, host_id, "kernel", [(kernel_host.modules[0][3], 1)])
     # beta called 100 times: 75 fall through 0x00 -> 0x10, 25 jump to 0x40; all leave 0x40 by its tail call.
     edges = [
-        E(function_row=0, kind=pb.EDGE_KIND_ENTRY, to_offset=0, count=100, label=EXACT),
-        E(function_row=0, kind=pb.EDGE_KIND_FALLTHROUGH, from_offset=0, to_offset=0x10, count=75, label=EXACT),
-        E(function_row=0, kind=pb.EDGE_KIND_TAKEN, from_offset=0, to_offset=0x40, count=25, label=EXACT),
-        E(function_row=0, kind=pb.EDGE_KIND_FALLTHROUGH, from_offset=0x10, to_offset=0x40, count=75, label=EXACT),
-        E(function_row=0, kind=pb.EDGE_KIND_TAIL_CALL, from_offset=0x40, count=100, label=EXACT),
+        _edge(0, pb.EDGE_KIND_ENTRY, 100, to=0),
+        _edge(0, pb.EDGE_KIND_FALLTHROUGH, 75, 0, 0x10),
+        _edge(0, pb.EDGE_KIND_TAKEN, 25, 0, 0x40),
+        _edge(0, pb.EDGE_KIND_FALLTHROUGH, 75, 0x10, 0x40),
+        _edge(0, pb.EDGE_KIND_TAIL_CALL, 100, 0x40),
     ]
     seq = await kernel_host.send_measurement(
         mid, time.time_ns() - 2 * 10**9, [(0, 100, 0), (1, 100, 0), (2, 75, 0), (3, 100, 0)], edges=edges
@@ -196,43 +201,16 @@ async def test_a_process_ranks_its_measured_functions_and_marks_what_a_plan_kept
     assert r.status_code == 202, r.text
     plan = await _until(client, host_id, r.json()["id"], "ready", "failed")
     assert plan["state"] == "ready", plan["error"]
-    r = await client.post(
-        f"/api/v1/hosts/{host_id}/measurements",
-        json={
-            "target": TARGET,
-            "resources": [
-                {"digest": digest, "function_index": 0, "blocks": True},
-                {"digest": digest, "function_index": 1, "blocks": True},
-            ],
-            "metrics": ["count"],
-        },
-    )
-    assert r.status_code == 202, r.text
-    mid = r.json()["params"]["measurement_id"]
-    assert (await _until_state(client, host_id, r.json()["id"], "done", "failed"))["state"] == "done"
+    mid = await _measure_blocks(client, host_id, TARGET, [(digest, 0), (digest, 1)])
 
     def calls(row, n, jumped):
         """srv_fn_*: block 0 falls through to 0x10 or jumps to 0x20; 0x10 falls through to 0x20."""
         return [
-            E(function_row=row, kind=pb.EDGE_KIND_ENTRY, to_offset=0, count=n, label=EXACT),
-            E(
-                function_row=row,
-                kind=pb.EDGE_KIND_FALLTHROUGH,
-                from_offset=0,
-                to_offset=0x10,
-                count=n - jumped,
-                label=EXACT,
-            ),
-            E(function_row=row, kind=pb.EDGE_KIND_TAKEN, from_offset=0, to_offset=0x20, count=jumped, label=EXACT),
-            E(
-                function_row=row,
-                kind=pb.EDGE_KIND_FALLTHROUGH,
-                from_offset=0x10,
-                to_offset=0x20,
-                count=n - jumped,
-                label=EXACT,
-            ),
-            E(function_row=row, kind=pb.EDGE_KIND_RETURN, from_offset=0x20, count=n, label=EXACT),
+            _edge(row, pb.EDGE_KIND_ENTRY, n, to=0),
+            _edge(row, pb.EDGE_KIND_FALLTHROUGH, n - jumped, 0, 0x10),
+            _edge(row, pb.EDGE_KIND_TAKEN, jumped, 0, 0x20),
+            _edge(row, pb.EDGE_KIND_FALLTHROUGH, n - jumped, 0x10, 0x20),
+            _edge(row, pb.EDGE_KIND_RETURN, n, 0x20),
         ]
 
     # srv_fn_0: 10 calls, 6 jump; srv_fn_1 (rows 4..7): 20 calls, none jumps.
