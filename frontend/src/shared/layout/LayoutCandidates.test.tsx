@@ -75,6 +75,36 @@ function stub(role: "viewer" | "operator") {
         total_samples: 175,
         items: ITEMS,
       }),
+    "/api/v1/hosts/host-1/targets": () =>
+      json([
+        { id: "kernel", kind: "kernel", state: "attached", detail: "", pid: null, command: null },
+        { id: "p77-1", kind: "process", state: "attached", detail: "", pid: 77, command: "server" },
+      ]),
+    "/api/v1/hosts/host-1/measurements": () => json([]),
+    "/api/v1/hosts/host-1/targets/p77-1/layout-candidates": () =>
+      json({
+        from: "2026-11-26T10:00:00Z",
+        to: "2026-11-26T10:01:00Z",
+        seconds: 60,
+        target_id: "p77-1",
+        weight: "exact_counts",
+        l1i: null,
+        total_samples: null,
+        items: [
+          candidate({
+            function_id: 21,
+            name: "srv_loop",
+            samples: null,
+            share: null,
+            counted_share: 0.75,
+            hot_lines: null,
+            l1i_share: null,
+            taken_share: 0.6,
+            hot_basis: "exact_counts",
+            unavailable: ["L1i figures unavailable: the host reported no L1i geometry"],
+          }),
+        ],
+      }),
     "POST /api/v1/hosts/host-1/plans": () => json({ id: PLAN_ID, state: "planning", hot_set: false }, 202),
     [`/api/v1/hosts/host-1/plans/${PLAN_ID}`]: () => json({ detail: "Plan not found" }, 404),
   });
@@ -124,6 +154,25 @@ describe("layout candidates", () => {
     await screen.findByRole("heading", { level: 1, name: "Plan not found" });
     const post = requests.find((r) => r.method === "POST" && r.url.endsWith("/plans"));
     expect(await post!.clone().json()).toMatchObject({ target: "kernel", function_id: 2, hot_set: false });
+  });
+});
+
+describe("layout candidates of a process", () => {
+  afterEach(() => vi.unstubAllGlobals());
+
+  it("are on its measure page, weighted by the measured instructions, with dashes for what the host lacks", async () => {
+    const requests = stub("operator");
+    renderApp("/hosts/host-1/measure?target=p77-1");
+    const table = await screen.findByRole("table", { name: "Layout candidates" });
+    const row = (await within(table).findByRole("link", { name: "srv_loop" })).closest("tr")!;
+    expect(row).toHaveTextContent("75.0 %");
+    expect(row).toHaveTextContent("60 %");
+    expect(within(row).getAllByRole("cell")[4]).toHaveTextContent("–");
+    expect(screen.getByText(/The host reported no L1i geometry/)).toBeInTheDocument();
+    await userEvent.click(within(row).getByRole("button", { name: "Optimize srv_loop" }));
+    await screen.findByRole("heading", { level: 1, name: "Plan not found" });
+    const post = requests.find((r) => r.method === "POST" && r.url.endsWith("/plans"));
+    expect(await post!.clone().json()).toMatchObject({ target: "p77-1", function_id: 21 });
   });
 });
 
