@@ -142,8 +142,12 @@ def reason(row: dict[str, Any]) -> str:
     elif row["counted_share"] is not None:
         parts.append(f"{row['counted_share'] * 100:.1f}% of the measured functions' instructions")
     if f["hot_lines"] is not None:
-        parts.append(f"{f['hot_lines']} hot lines ({f['l1i_share'] * 100:.2f}% of the L1i)")
-    if f["branch_density"] is not None:
+        n = f["hot_lines"]
+        parts.append(
+            f"{n} hot line{'' if n == 1 else 's'} ({f['l1i_share'] * 100:.2f}% of the L1i, "
+            f"{f['minimum_lines']} if packed)"
+        )
+    if f["hot_jumps"]:
         parts.append(f"{f['branch_density']:.1f} jumps per 64 B")
     if f["taken_share"] is not None:
         parts.append(f"{f['taken_share'] * 100:.0f}% of jumps taken")
