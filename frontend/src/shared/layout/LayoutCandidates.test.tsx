@@ -130,7 +130,7 @@ describe("layout candidates", () => {
     expect(names(table)).toEqual(["alpha", "beta", "gamma"]);
     const alpha = within(table).getAllByRole("row")[1];
     expect(alpha).toHaveTextContent("0.690");
-    expect(alpha).toHaveTextContent("34.0 %");
+    expect(alpha).toHaveTextContent("34.00 %");
     expect(alpha).toHaveTextContent("2 (0.39 %)");
     expect(alpha).toHaveTextContent("10.0% of samples; 2 hot lines");
     const gamma = within(table).getAllByRole("row")[3];
@@ -165,7 +165,7 @@ describe("layout candidates of a process", () => {
     renderApp("/hosts/host-1/measure?target=p77-1");
     const table = await screen.findByRole("table", { name: "Layout candidates" });
     const row = (await within(table).findByRole("link", { name: "srv_loop" })).closest("tr")!;
-    expect(row).toHaveTextContent("75.0 %");
+    expect(row).toHaveTextContent("75.00 %");
     expect(row).toHaveTextContent("60 %");
     expect(within(row).getAllByRole("cell")[4]).toHaveTextContent("–");
     expect(screen.getByText(/The host reported no L1i geometry/)).toBeInTheDocument();

@@ -140,7 +140,7 @@ export function LayoutCandidates({
                 )}{" "}
               </td>
               <td className="num">{figure(f.score, 3)} </td>
-              <td className="num">{percent(weight)} </td>
+              <td className="num">{percent(weight, 2)} </td>
               <td className="num" title={f.l1i_share === null ? f.unavailable.join("; ") : undefined}>
                 {f.hot_lines === null ? "–" : `${formatCount(f.hot_lines)} (${percent(f.l1i_share, 2)})`}{" "}
               </td>
