@@ -5,7 +5,8 @@
 // count + wall + vtime, releases the program, and reads the exact count and the branch split in the
 // live table, with the chart drawn from the measurement's series; then opens mx_branch's CFG with the
 // measurement drawn over it: the 250 and 750 blocks and the edge counts the agent derived from them.
-import { test, expect } from "@playwright/test";
+// A second test ranks the measured function in the measure page's Layout candidates table.
+import { test, expect, type APIRequestContext, type Page } from "@playwright/test";
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -28,41 +29,48 @@ function startMeasured(dir: string, n: number): Promise<ChildProcess> {
   });
 }
 
+/** Attach the fixture by pid on the host page, wait for its catalog, and open its measure page with
+ *  mx_branch and its blocks picked; returns the target's id. */
+async function attachAndPick(page: Page, ctx: APIRequestContext, hostId: string, proc: ChildProcess): Promise<string> {
+  await openHost(page);
+  const targets = page.getByRole("region", { name: "Targets" });
+  await targets.getByLabel("Process id or command name").fill(String(proc.pid));
+  await targets.getByRole("button", { name: "Attach" }).click();
+  await expect(targets.getByRole("status", { name: "Attach command" })).toContainText("done", { timeout: 60_000 });
+  const row = targets.locator("tr", { hasText: `pid ${proc.pid}` });
+  await expect(row).toContainText("attached");
+  const targetId = await row.getAttribute("data-target");
+  expect(targetId).toMatch(new RegExp(`^p${proc.pid}-`));
+
+  // The process's catalog must be stored before its functions can be found.
+  await expect
+    .poll(
+      async () => {
+        const r = await ctx.get(`/api/v1/hosts/${hostId}/functions?q=mx_branch&target=${targetId}&limit=5`);
+        return r.ok() ? (await r.json()).total : 0;
+      },
+      { timeout: 60_000 },
+    )
+    .toBeGreaterThan(0);
+
+  await row.getByRole("link", { name: "Measure" }).click();
+  // The page is titled by the process (its command and pid), not by the target's id.
+  await expect(
+    page.getByRole("heading", { level: 1, name: new RegExp(`^Measure \\S+ \\(pid ${proc.pid}\\)$`) }),
+  ).toBeVisible();
+  await page.getByLabel("Find functions").fill("mx_branch");
+  await page.getByLabel("Select mx_branch", { exact: true }).check();
+  await expect(page.getByLabel("Blocks of mx_branch")).toBeChecked();
+  return targetId!;
+}
+
 test("a process attached from the console shows f's exact count and its branch split", async ({ page }) => {
   test.setTimeout(180_000);
   const { ctx, hostId } = await readyHost();
   const dir = mkdtempSync(join(tmpdir(), "hotpath-e2e-measured-"));
   const proc = await startMeasured(dir, 1000);
   try {
-    await openHost(page);
-    const targets = page.getByRole("region", { name: "Targets" });
-    await targets.getByLabel("Process id or command name").fill(String(proc.pid));
-    await targets.getByRole("button", { name: "Attach" }).click();
-    await expect(targets.getByRole("status", { name: "Attach command" })).toContainText("done", { timeout: 60_000 });
-    const row = targets.locator("tr", { hasText: `pid ${proc.pid}` });
-    await expect(row).toContainText("attached");
-    const targetId = await row.getAttribute("data-target");
-    expect(targetId).toMatch(new RegExp(`^p${proc.pid}-`));
-
-    // The process's catalog must be stored before its functions can be found.
-    await expect
-      .poll(
-        async () => {
-          const r = await ctx.get(`/api/v1/hosts/${hostId}/functions?q=mx_branch&target=${targetId}&limit=5`);
-          return r.ok() ? (await r.json()).total : 0;
-        },
-        { timeout: 60_000 },
-      )
-      .toBeGreaterThan(0);
-
-    await row.getByRole("link", { name: "Measure" }).click();
-    // The page is titled by the process (its command and pid), not by the target's id.
-    await expect(
-      page.getByRole("heading", { level: 1, name: new RegExp(`^Measure \\S+ \\(pid ${proc.pid}\\)$`) }),
-    ).toBeVisible();
-    await page.getByLabel("Find functions").fill("mx_branch");
-    await page.getByLabel("Select mx_branch", { exact: true }).check();
-    await expect(page.getByLabel("Blocks of mx_branch")).toBeChecked();
+    await attachAndPick(page, ctx, hostId, proc);
     for (const m of ["Count", "Wall time", "Virtual time (on CPU)"])
       await expect(page.getByLabel(m, { exact: true })).toBeChecked();
     await page.getByRole("button", { name: "Start" }).click();
@@ -115,6 +123,33 @@ test("a process attached from the console shows f's exact count and its branch s
     };
     expect(await width(750)).toBeGreaterThan(await width(250));
     await expect(page.getByLabel("Measurement legend")).toContainText("executions, exact");
+  } finally {
+    proc.kill();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a measured process function is ranked in the layout candidates with its exact taken share", async ({ page }) => {
+  test.setTimeout(180_000);
+  const { ctx, hostId } = await readyHost();
+  const dir = mkdtempSync(join(tmpdir(), "hotpath-e2e-layout-"));
+  const proc = await startMeasured(dir, 1000);
+  try {
+    await attachAndPick(page, ctx, hostId, proc);
+    await page.getByRole("button", { name: "Start" }).click();
+    await expect(page.getByRole("status", { name: "Start command" })).toContainText("done", { timeout: 60_000 });
+    await expect(page.getByLabel("Measurement state")).toHaveText(/armed|running/, { timeout: 30_000 });
+    process.kill(proc.pid!, "SIGUSR1");
+    await expect(page.getByLabel("Measurement state")).toHaveText("target_exited", { timeout: 60_000 });
+
+    // The only function measured with its blocks: all of the measured instructions are its own, and its
+    // jumps' taken share comes from the edges derived from the exact counts.
+    const table = page.getByRole("table", { name: "Layout candidates" });
+    const row = table.getByRole("row").filter({ has: page.getByRole("link", { name: "mx_branch", exact: true }) });
+    await expect(row).toContainText("100.0% of the measured functions' instructions", { timeout: 60_000 });
+    await expect(row).toContainText(/\d+% of jumps taken/);
+    await expect(row).toContainText(/\d+ hot lines? \(\d+\.\d+% of the L1i, \d+ if packed\)/);
+    await expect(row.getByRole("button", { name: "Optimize mx_branch" })).toBeEnabled();
   } finally {
     proc.kill();
     rmSync(dir, { recursive: true, force: true });

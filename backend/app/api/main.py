@@ -28,6 +28,7 @@ from app.api.routes import (
     functions,
     health,
     hosts,
+    layout,
     live,
     measurements,
     plans,
@@ -77,6 +78,7 @@ def create_app(
     api.include_router(stacks.router, responses=SIGNED_IN)
     api.include_router(catalogs.router, responses=SIGNED_IN)
     api.include_router(targets.router, responses=ADMIN_ONLY)
+    api.include_router(layout.router, responses=SIGNED_IN)
     api.include_router(measurements.router, responses=ADMIN_ONLY)
     api.include_router(plans.router, responses=ADMIN_ONLY)
     api.include_router(live.router)  # a WebSocket only: it closes with code 4401 without a valid token

@@ -535,6 +535,26 @@ async def top_functions(
     return {**r.public(), "window_s": spec.window_s or round(r.seconds), **sums, "functions": n, "items": items}
 
 
+async def hot_blocks(session: AsyncSession, host_id: str, r: TimeRange, limit: int) -> dict[int, dict[int, int]]:
+    """The `limit` functions with the most samples in the range (the idle task's left out), each with
+    its samples per block offset (blocks without samples absent)."""
+    wm_1m, wm_1h = await _watermarks(session)
+    src, params = _blocks_sql(plan(r.start, r.end, wm_1m, wm_1h), prefix="hb")
+    rows = await session.execute(
+        text(f"""
+        WITH per AS (SELECT function_id, block_offset, sum(count) - sum(idle_count) AS s
+                     FROM ({src}) AS b GROUP BY function_id, block_offset),
+             top AS (SELECT function_id FROM per GROUP BY function_id HAVING sum(s) > 0
+                     ORDER BY sum(s) DESC, function_id LIMIT :limit)
+        SELECT per.function_id, per.block_offset, per.s FROM per JOIN top USING (function_id) WHERE per.s > 0"""),
+        {**params, "h": host_id, "limit": limit},
+    )
+    out: dict[int, dict[int, int]] = {}
+    for row in rows:
+        out.setdefault(int(row.function_id), {})[int(row.block_offset)] = int(row.s)
+    return out
+
+
 async def _ranked_count(session: AsyncSession, host_id: str, r: TimeRange, include_idle: bool) -> int:
     hot_sql, params = await function_work_sql(session, r, include_idle)
     n: int = (
@@ -875,3 +895,50 @@ async def measurement_series(
         "buckets": [{"t": t, "seconds": s} for t, s in sorted(buckets.items())],
         "series": [{"resource": res, "points": pts} for res, pts in series.items()],
     }
+
+
+async def newest_block_edges(
+    session: AsyncSession, host_id: str, target_id: str, keys: list[tuple[str, int]] | None
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Per catalog function (digest, index) of the target — those in `keys`, or every one when None —
+    measured with its blocks counted exactly and with edges stored: the newest such measurement's id and
+    its edges' counts summed over its raw intervals, as (from offset, to offset, kind, weakest label,
+    count) with the stored EdgeKind and EdgeLabel numbers (-1: no block on that side)."""
+    only = ""
+    params: dict[str, Any] = {"h": host_id, "t": target_id}
+    if keys is not None:
+        if not keys:
+            return {}
+        only = (
+            "JOIN unnest(CAST(:kd AS text[]), CAST(:ki AS int[])) AS q(d, i) "
+            "ON q.d = mr.digest AND q.i = mr.function_index"
+        )
+        params["kd"], params["ki"] = [k[0] for k in keys], [k[1] for k in keys]
+    rows = await session.execute(
+        text(f"""
+        WITH fr AS (
+            SELECT DISTINCT ON (mr.digest, mr.function_index) m.id AS mid, mr.idx AS row, mr.digest,
+                   mr.function_index
+            FROM measurements m JOIN measurement_resources mr ON mr.measurement_id = m.id
+            {only}
+            WHERE m.host_id = :h AND m.target_id = :t AND mr.kind = 'function'
+              AND EXISTS (SELECT 1 FROM measurement_resources b
+                          WHERE b.measurement_id = m.id AND b.kind = 'block' AND b.function_row = mr.idx
+                            AND b.metrics -> 'count' ->> 'label' = 'exact')
+              AND EXISTS (SELECT 1 FROM measurement_points p
+                          WHERE p.measurement_id = m.id AND mr.idx = ANY(p.edge_rows))
+            ORDER BY mr.digest, mr.function_index, m.created_at DESC, m.id)
+        SELECT fr.digest, fr.function_index, fr.mid, e.f AS src, e.t AS dst, e.k AS kind, max(e.l) AS label,
+               sum(e.c) AS n
+        FROM fr JOIN measurement_points p ON p.measurement_id = fr.mid,
+             unnest(p.edge_rows, p.edge_from, p.edge_to, p.edge_kinds, p.edge_labels, p.edge_counts)
+               AS e(r, f, t, k, l, c)
+        WHERE e.r = fr.row
+        GROUP BY fr.digest, fr.function_index, fr.mid, e.f, e.t, e.k"""),
+        params,
+    )
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        entry = out.setdefault((row.digest, int(row.function_index)), {"measurement_id": row.mid, "edges": []})
+        entry["edges"].append((int(row.src), int(row.dst), int(row.kind), int(row.label), int(row.n)))
+    return out

@@ -27,6 +27,7 @@ import type {
   Hotness,
   InstructionSamples,
   Instructions,
+  LayoutCandidates,
   Module,
   Timeline,
   TopFunctions,
@@ -59,6 +60,8 @@ export const keys = {
   samples: (hostId: string, fid: number, range: string) => ["host", hostId, "samples", fid, range] as const,
   top: (hostId: string, range: string, rest: unknown[] = []) => ["host", hostId, "top", range, ...rest] as const,
   hotness: (hostId: string, range: string) => ["host", hostId, "hotness", range] as const,
+  // Under "top": live sample pushes refresh the ranking with the top functions.
+  layout: (hostId: string, target: string, range: string) => ["host", hostId, "top", "layout", target, range] as const,
   timeline: (hostId: string, range: string) => ["host", hostId, "timeline", range] as const,
   compare: (hostId: string, rest: unknown[]) => ["host", hostId, "compare", ...rest] as const,
   coverage: (hostId: string, windowS: number) => ["host", hostId, "coverage", windowS] as const,
@@ -251,6 +254,22 @@ export const topFunctionsQuery = (hostId: string, range: TimeRange, live: boolea
 
 export function useTopFunctions(hostId: string, range: TimeRange, live: boolean, q: TopQuery) {
   return useQuery({ ...topFunctionsQuery(hostId, range, live, q), retry });
+}
+
+export const layoutCandidatesQuery = (hostId: string, target: string, range: TimeRange, live: boolean) =>
+  queryOptions<LayoutCandidates, Error>({
+    queryKey: keys.layout(hostId, target, rangeKey(range)),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/hosts/{host_id}/targets/{target_id}/layout-candidates", {
+          params: { path: { host_id: hostId, target_id: target }, query: rangeQuery(range) },
+        }),
+      ),
+    ...liveOptions(live),
+  });
+
+export function useLayoutCandidates(hostId: string, target: string, range: TimeRange, live: boolean) {
+  return useQuery({ ...layoutCandidatesQuery(hostId, target, range, live), retry });
 }
 
 export const hotnessQuery = (hostId: string, range: TimeRange, live: boolean) =>

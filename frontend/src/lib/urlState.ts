@@ -6,8 +6,8 @@ import { useCallback, useMemo } from "react";
 import { useSearchParams } from "react-router-dom";
 import { parseRange, rangeParams, type TimeRange } from "./timeRange";
 
-export type HostTab = "code" | "top" | "flame" | "compare";
-export const HOST_TABS: HostTab[] = ["code", "top", "flame", "compare"];
+export type HostTab = "code" | "top" | "flame" | "compare" | "layout";
+export const HOST_TABS: HostTab[] = ["code", "top", "flame", "compare", "layout"];
 
 export type TreeSort = "hotness" | "name" | "address" | "size" | "blocks";
 export type TopSort = "samples" | "inclusive" | "name" | "module";

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // One host: its description, the time range every view of it uses (with a chart of the host's
-// samples over time to brush a range from, and pause/resume of live updates), and four tabs: the
-// code-resource tree, the top functions, the flame graph, and a comparison of two ranges; then its
-// measurement targets. Everything is in the URL.
+// samples over time to brush a range from, and pause/resume of live updates), and five tabs: the
+// code-resource tree, the top functions, the flame graph, a comparison of two ranges, and the layout
+// candidates (what re-layout could gain); then its measurement targets. Everything is in the URL.
 import { useCallback, useRef, type KeyboardEvent } from "react";
 import { Link, useParams } from "react-router-dom";
 import { ApiError } from "../api/client";
@@ -20,6 +20,7 @@ import { GapStrip } from "../features/hosts/GapStrip";
 import { CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "../shared/hostParts";
 import { HostAdminActions } from "../features/admin/HostAdminActions";
 import { TargetsPanel } from "../features/measure/TargetsPanel";
+import { LayoutCandidates } from "../shared/layout/LayoutCandidates";
 import { useLiveTopics } from "../api/live";
 
 const TABS: { id: HostTab; label: string }[] = [
@@ -27,6 +28,7 @@ const TABS: { id: HostTab; label: string }[] = [
   { id: "top", label: "Top functions" },
   { id: "flame", label: "Flame graph" },
   { id: "compare", label: "Compare" },
+  { id: "layout", label: "Layout candidates" },
 ];
 type TabId = HostTab;
 
@@ -163,6 +165,7 @@ export function HostPage() {
             diffFlame={(d) => <DiffFlameView hostId={h.id} view={view} update={update} {...d} />}
           />
         )}
+        {tab === "layout" && <LayoutCandidates hostId={h.id} target="kernel" range={view.range} live={live} />}
       </div>
       {/* Below the views, so the code tree and the tables start near the top of the page. */}
       <TargetsPanel hostId={h.id} />

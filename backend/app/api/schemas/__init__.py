@@ -51,6 +51,7 @@ from app.api.schemas.hosts import (
     HostPublic,
     ModulePublic,
 )
+from app.api.schemas.layout import KeptRule, LayoutCandidate, LayoutCandidates
 from app.api.schemas.live import (
     CommandEvent,
     CommandSummary,
@@ -201,7 +202,10 @@ __all__ = [
     "InstructionSamples",
     "InstructionSamplesItem",
     "InstructionsPublic",
+    "KeptRule",
     "LatestInterval",
+    "LayoutCandidate",
+    "LayoutCandidates",
     "LiveEvent",
     "LoginFailure",
     "LoginRequest",

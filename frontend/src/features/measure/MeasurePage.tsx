@@ -14,6 +14,8 @@ import { useLiveTopics } from "../../api/live";
 import type { FunctionSummary, MeasurementDetail } from "../../api/types";
 import { CommandStatus } from "./CommandStatus";
 import { OptimizeHotSet } from "./OptimizeHotSet";
+import { LayoutCandidates } from "../../shared/layout/LayoutCandidates";
+import { DEFAULT_RANGE } from "../../lib/timeRange";
 import { MeasureChart } from "./MeasureChart";
 import { METRICS, metricAvailability, resourceNames, splitColumns, tableRows, type MetricId } from "./measureModel";
 import {
@@ -82,6 +84,7 @@ export function MeasurePage() {
         onStarted={setMeasurement}
       />
       <MeasurementList hostId={hostId} target={target} current={mid} onOpen={setMeasurement} />
+      {t?.kind === "process" && <LayoutCandidates hostId={hostId} target={t.id} range={DEFAULT_RANGE} live />}
       {mid && <MeasurementView hostId={hostId} mid={mid} />}
     </section>
   );
