@@ -5,10 +5,13 @@
  * to the load of the table entry, the entry's base to its lea, and the index
  * to the nearest "cmp index, limit" that guards the jump with ja/jae.
  */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "isa/isa.h"
 #include "model/jumptable.h"
+#include "model/model.h"
 
 #define WINDOW 16
 
@@ -127,11 +130,26 @@ static bool shape(const uint8_t *code, uint32_t size, uint64_t faddr, const uint
 					out->entry_size = 4;
 					out->relative = true;
 					out->base_at = (uint32_t)(first + j);
+					out->base_reg = base;
 					*index = idx;
 					return true;
 				}
+				/* Anything else setting base before its load: the lea that
+				 * matters is not in the window (or not a lea at all). */
+				if (loaded &&
+				    hp_isa_writes_reg(code + offs[first + j], size - offs[first + j], base) != 0)
+					break;
 			}
-			return false;
+			/* The base is set before the window: hoisted (found over the CFG). */
+			if (!loaded || base == r)
+				return false;
+			out->entry_size = 4;
+			out->relative = true;
+			out->hoisted = true;
+			out->base_at = (uint32_t)(first + i);
+			out->base_reg = base;
+			*index = idx;
+			return true;
 		}
 	}
 	return false;
@@ -156,4 +174,206 @@ bool hp_jt_recognize(const uint8_t *code, uint32_t size, uint64_t faddr, const u
 
 	return shape(code, size, faddr, offs, n, out, d, &k, &index) &&
 	       find_bound(d, k - 1, index, &out->nentries, &out->exact);
+}
+
+/* The block of g holding address a, or g->nblocks (blocks in address order). */
+static size_t block_holding(const struct hp_jt_graph *g, uint64_t a)
+{
+	size_t lo = 0, hi = g->nblocks;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (g->end[mid] <= a)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < g->nblocks && a >= g->start[lo] ? lo : g->nblocks;
+}
+
+int hp_jt_graph_of(const struct hp_module *mod, const struct hp_function *f, struct hp_jt_graph *g)
+{
+	size_t n = f->nblocks, np = 0;
+	uint32_t *fill = NULL;
+
+	memset(g, 0, sizeof(*g));
+	g->nblocks = n;
+	g->complete = true;
+	g->start = malloc((n + 1) * sizeof(*g->start));
+	g->end = malloc((n + 1) * sizeof(*g->end));
+	g->pred_start = calloc(n + 1, sizeof(*g->pred_start));
+	g->entry = calloc(n + 1, 1);
+	fill = calloc(n + 1, sizeof(*fill));
+	if (!g->start || !g->end || !g->pred_start || !g->entry || !fill)
+		goto nomem;
+	for (size_t b = 0; b < n; b++) {
+		const struct hp_block *bl = &mod->blocks[f->block_start + b];
+		g->start[b] = f->addr + bl->offset;
+		g->end[b] = g->start[b] + bl->size;
+	}
+	/* Two passes over the successors: count, then place. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t b = 0; b < n; b++) {
+			const struct hp_block *bl = &mod->blocks[f->block_start + b];
+			for (uint16_t s = 0; s < bl->nsucc; s++) {
+				const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
+				size_t t;
+				if (sc->kind == HP_SUCC_INDIRECT) {
+					g->complete = false;
+					continue;
+				}
+				if (sc->kind == HP_SUCC_TAIL_CALL) {
+					/* Into the middle of f (of an instruction): an entry. */
+					if (pass == 0 && sc->target > f->addr && sc->target < f->addr + f->size &&
+					    (t = block_holding(g, sc->target)) < n)
+						g->entry[t] = 1;
+					continue;
+				}
+				if (sc->kind != HP_SUCC_TAKEN && sc->kind != HP_SUCC_FALLTHROUGH)
+					continue;
+				if ((t = block_holding(g, f->addr + sc->target)) >= n)
+					continue;
+				if (pass == 0)
+					g->pred_start[t + 1]++, np++;
+				else
+					g->pred[g->pred_start[t] + fill[t]++] = (uint32_t)b;
+			}
+		}
+		if (pass == 0) {
+			for (size_t b = 0; b < n; b++)
+				g->pred_start[b + 1] += g->pred_start[b];
+			if (!(g->pred = malloc((np + 1) * sizeof(*g->pred))))
+				goto nomem;
+		}
+	}
+	if (n)
+		g->entry[0] = 1;
+	/* Jumps and calls of other functions (its .cold part) into f. */
+	for (size_t k = 0; k < mod->nfuncs; k++) {
+		const struct hp_function *o = &mod->funcs[k];
+		if (o == f)
+			continue;
+		for (uint32_t b = 0; b < o->nblocks; b++) {
+			const struct hp_block *bl = &mod->blocks[o->block_start + b];
+			for (uint16_t s = 0; s < bl->nsucc; s++) {
+				const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
+				size_t t;
+				if (sc->kind == HP_SUCC_TAIL_CALL && (t = block_holding(g, sc->target)) < n)
+					g->entry[t] = 1;
+			}
+		}
+		for (uint32_t c = 0; c < o->ncalls; c++) {
+			size_t t = block_holding(g, mod->calls[o->call_start + c].target);
+			if (t < n && t > 0)
+				g->entry[t] = 1;
+		}
+	}
+	free(fill);
+	return 0;
+nomem:
+	free(fill);
+	hp_jt_graph_free(g);
+	return -ENOMEM;
+}
+
+void hp_jt_graph_free(struct hp_jt_graph *g)
+{
+	free(g->start);
+	free(g->end);
+	free(g->pred_start);
+	free(g->pred);
+	free(g->entry);
+	memset(g, 0, sizeof(*g));
+}
+
+enum { W_NONE, W_LEA, W_OTHER };
+
+/* The last write to base in [from, to) of g's code: none, a "lea base,
+ * [rip + T]" (*t, *at), or anything else (or bytes that do not decode). */
+static int last_write(const struct hp_jt_graph *g, uint64_t from, uint64_t to, uint16_t base, uint64_t *t, uint64_t *at)
+{
+	int last = W_NONE;
+
+	while (from < to) {
+		const uint8_t *c = g->code + (from - g->addr);
+		size_t room = g->addr + g->len - from;
+		struct hp_isa_detail d;
+		int w = hp_isa_writes_reg(c, room, base);
+
+		if (w < 0 || hp_isa_decode_detail(c, room, from, &d) < 0)
+			return W_OTHER;
+		if (w) {
+			last = W_OTHER;
+			if (d.mnem == HP_MN_LEA && d.nops == 2 && d.op[0].kind == HP_OP_REG && d.op[0].bytes == 8 &&
+			    d.op[1].kind == HP_OP_MEM && d.op[1].rip && d.has_rip_ref) {
+				last = W_LEA;
+				*t = d.rip_target;
+				*at = from;
+			}
+		}
+		from += d.len;
+	}
+	return last;
+}
+
+bool hp_jt_base_reaches(const struct hp_jt_graph *g, size_t b, uint64_t use, uint16_t base, uint64_t *table,
+			uint64_t *lea)
+{
+	uint8_t *seen = calloc(g->nblocks + 1, 1);
+	uint32_t *stack = malloc((g->nblocks + 1) * sizeof(*stack));
+	size_t sp = 0;
+	uint64_t t = 0, at = 0;
+	bool ok = seen && stack && b < g->nblocks && base, found = false;
+
+	*table = *lea = 0;
+	/* The use's own block up to the use, then whole predecessors. */
+	for (bool first = true; ok; first = false) {
+		int w = last_write(g, g->start[b], first ? use : g->end[b], base, &t, &at);
+		if (w == W_OTHER || (w == W_LEA && found && t != *table)) {
+			ok = false;
+			break;
+		}
+		if (w == W_LEA) {
+			if (!found || at < *lea)
+				*lea = at;
+			*table = t;
+			found = true;
+		} else if (g->entry[b]) {
+			ok = false; /* reached from outside with base unknown */
+			break;
+		} else {
+			for (uint32_t p = g->pred_start[b]; p < g->pred_start[b + 1]; p++)
+				if (!seen[g->pred[p]]) {
+					seen[g->pred[p]] = 1;
+					stack[sp++] = g->pred[p];
+				}
+		}
+		if (!sp)
+			break;
+		b = stack[--sp];
+	}
+	free(seen);
+	free(stack);
+	return ok && found;
+}
+
+int hp_jt_base_of(const struct hp_module *mod, const struct hp_function *f, const uint8_t *code, uint32_t off)
+{
+	struct hp_isa_detail d;
+	bool decoded = false;
+
+	for (uint32_t t = 0; t < f->njt; t++) {
+		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
+		if (jt->base_site == off)
+			return (int)t;
+		if (!jt->hoisted)
+			continue;
+		if (!decoded && hp_isa_decode_detail(code + off, f->size - off, f->addr + off, &d) < 0)
+			return -1;
+		decoded = true;
+		if (d.mnem == HP_MN_LEA && d.nops == 2 && d.op[0].kind == HP_OP_REG && d.op[0].bytes == 8 &&
+		    d.has_rip_ref && d.op[1].kind == HP_OP_MEM && d.op[1].rip && d.rip_target == jt->table_addr)
+			return (int)t;
+	}
+	return -1;
 }

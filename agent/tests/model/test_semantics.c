@@ -7,10 +7,13 @@
  * __stack_chk_fail calls end their blocks. A switch table's bound is exact
  * only when its check compares the index register or the register the index
  * was copied from (SQLite's VDBE loop: cmp dl, 0xb8; ja; ...; movzx ecx, dl).
+ * A table whose lea is hoisted before its loop is resolved by following its
+ * base register back over the CFG.
  */
 #include <inttypes.h>
 
 #include "harness.h"
+#include "isa/isa.h"
 #include "model/jumptable.h"
 #include "model/model.h"
 #include "target/target.h"
@@ -261,10 +264,82 @@ static void t_table_bound_through_a_copy(void)
 	}
 }
 
+/* Following a table's base back over a CFG: block 3 reads rcx (movsxd rax,
+ * [rcx+rax*4]; add rax, rcx; jmp rax) and is reached from the blocks in
+ * preds; block 0 and block 1 each set rcx with a lea of the same table,
+ * block 2 writes it otherwise (mov rcx, rdx or a call), block 4 sets it to
+ * another table. */
+static void t_table_base_followed_back(void)
+{
+	static const uint8_t code[] = { 0x48, 0x8d, 0x0d, 0x00, 0x01, 0x00, 0x00, /* 0: lea rcx, [rip+0x100] */
+					0x48, 0x8d, 0x0d, 0xf9, 0x00, 0x00, 0x00, /* 7: lea rcx, [rip+0xf9] */
+					0x48, 0x89, 0xd1,                         /* 14: mov rcx, rdx */
+					0x48, 0x63, 0x04, 0x81,                   /* 17: movsxd rax, [rcx+rax*4] */
+					0x48, 0x01, 0xc8,                         /* 21: add rax, rcx */
+					0xff, 0xe0,                               /* 24: jmp rax */
+					0x48, 0x8d, 0x0d, 0x00, 0x02, 0x00, 0x00, /* 26: lea rcx, [rip+0x200] */
+					0xe8, 0x00, 0x00, 0x00, 0x00 };           /* 33: call (next) */
+	uint64_t start[] = { 0x1000, 0x1007, 0x100e, 0x1011, 0x101a, 0x1021 };
+	uint64_t end[] = { 0x1007, 0x100e, 0x1011, 0x101a, 0x1021, 0x1026 };
+	static const struct {
+		uint32_t preds[2];
+		bool entry3, ok;
+		const char *what;
+	} cases[] = {
+		{ { 0, 1 }, false, true, "two leas of one table" },
+		{ { 0, 2 }, false, false, "a lea and a mov" },
+		{ { 0, 5 }, false, false, "a lea and a call (rcx is the callee's to change)" },
+		{ { 1, 4 }, false, false, "leas of two tables" },
+		{ { 0, 1 }, true, false, "reached from outside as well" },
+	};
+
+	struct hp_isa_detail lea0;
+	REQUIRE(hp_isa_decode_detail(code, sizeof(code), 0x1000, &lea0) == 0, "lea does not decode");
+	uint16_t rcx = lea0.op[0].reg;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		uint32_t pred_start[] = { 0, 0, 0, 0, 2, 2, 2 }, pred[2] = { cases[c].preds[0], cases[c].preds[1] };
+		uint8_t entry[6] = { 1, 1, 1, cases[c].entry3, 1, 1 };
+		struct hp_jt_graph g = { code, 0x1000, sizeof(code), 6, start, end, pred_start, pred, entry, true };
+		uint64_t table, lea;
+		bool ok = hp_jt_base_reaches(&g, 3, 0x1015, rcx, &table, &lea);
+		EXPECT(ok == cases[c].ok, "%s: %s", cases[c].what, ok ? "proved" : "not proved");
+		if (ok)
+			EXPECT(table == 0x1107 && lea == 0x1000, "%s: table 0x%" PRIx64 ", lea 0x%" PRIx64,
+			       cases[c].what, table, lea);
+	}
+}
+
+/* A switch in a loop whose table's lea gcc hoisted before the loop
+ * (fixtures/hoisted.c, -O2 -fPIE): resolved by following its base register
+ * back over the CFG, its ten cases successors of the jump. */
+static void t_hoisted_table_is_resolved(void)
+{
+	struct hp_model *m = open_fixture("hoisted.c", "hoisted", "-O2 -fPIE -pie");
+	const struct hp_module *mod;
+
+	REQUIRE(m, "gcc or open failed");
+	const struct hp_function *f = hp_model_find(m, "hs_run", &mod, NULL);
+	REQUIRE(f, "hs_run not found");
+	EXPECT(!(f->flags & HP_FN_UNRESOLVED_JUMP) && f->njt == 1, "hs_run: %u tables, unresolved jump %d", f->njt,
+	       !!(f->flags & HP_FN_UNRESOLVED_JUMP));
+	if (f->njt == 1) {
+		const struct hp_jump_table *jt = &mod->jtables[f->jt_start];
+		const struct hp_block *at = hp_function_block_at(mod, f, f->addr + jt->site);
+		EXPECT(jt->hoisted && jt->relative && jt->exact && jt->nentries == 10 && at && at->nsucc == 10 &&
+			       hp_function_block_at(mod, f, f->addr + jt->base_site) != at &&
+			       jt->site - jt->base_site > 32,
+		       "table: hoisted %d, exact %d, %u entries, %u successors, lea +0x%x, jump +0x%x", jt->hoisted,
+		       jt->exact, jt->nentries, at ? at->nsucc : 0, jt->base_site, jt->site);
+	}
+	hp_model_free(m);
+}
+
 int main(void)
 {
 	RUN(t_block_at_without_function);
 	RUN(t_table_bound_through_a_copy);
+	RUN(t_table_base_followed_back);
+	RUN(t_hoisted_table_is_resolved);
 	RUN(t_noreturn_calls_end_blocks);
 	RUN(t_cold_fragments_are_linked);
 	RUN(t_plt_callees_are_named);

@@ -217,6 +217,69 @@ static void t_plan_rewrites_switch_table(void)
 	hp_model_free(m);
 }
 
+/* A switch whose table's lea gcc hoisted before its loop (hoisted.c,
+ * -fPIE): the function moves, the lea before the loop names the copy's
+ * table, every entry reaches the copy of its target; a copy whose lea still
+ * names the original's table is refused. */
+static void t_plan_rewrites_hoisted_table(void)
+{
+	struct hp_model *m = open_fixture("hoisted.c", "plan_hoisted", "-O2 -fPIE -pie");
+	static const char *const names[] = { "hs_run", NULL };
+	struct hp_plan_opts o;
+	struct hp_profile prof;
+	struct hp_plan plan;
+	const struct hp_module *mod;
+	char err[256], detail[160];
+
+	REQUIRE(m, "gcc or open failed");
+	const struct hp_function *f = hp_model_find(m, "hs_run", &mod, NULL);
+	REQUIRE(f && f->njt == 1 && mod->jtables[f->jt_start].hoisted, "hs_run has %u resolved tables, want 1 hoisted",
+		f ? f->njt : 0);
+	const struct hp_jump_table *jt = &mod->jtables[f->jt_start];
+	const char *rule = hp_plan_kept_rule(m, mod, f, detail, sizeof(detail));
+	EXPECT(!rule, "hs_run is kept: %s (%s)", rule, detail);
+	profile_all(m, names, 10, &prof);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	REQUIRE(hp_plan_make(m, f, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	REQUIRE(plan.status == HP_PLAN_OK && plan.verified, "plan %d: %s", plan.status, plan.message);
+	size_t tab = (plan.text_len + 7) & ~(size_t)7;
+	EXPECT(plan.code_len == tab + 4 * jt->nentries, "code %zu bytes, instructions %zu, want a table of %u after",
+	       plan.code_len, plan.text_len, jt->nentries);
+	uint64_t lea_at = 0;
+	for (uint32_t k = 0; k < jt->nentries; k++) {
+		int32_t e;
+		uint64_t want = 0, orig = mod->jt_targets[jt->target_start + k];
+		memcpy(&e, plan.code + tab + 4 * k, 4);
+		for (uint32_t j = 0; j < plan.members[0].nblocks; j++) {
+			const struct hp_block *bl = &mod->blocks[f->block_start + plan.members[0].blocks[j].index];
+			if (f->addr + bl->offset == orig)
+				want = plan.members[0].blocks[j].new_addr;
+			if (jt->base_site >= bl->offset && jt->base_site < bl->offset + bl->size)
+				lea_at = plan.members[0].blocks[j].new_addr + (jt->base_site - bl->offset);
+		}
+		EXPECT(plan.base + tab + (uint64_t)(int64_t)e == want,
+		       "entry %u reaches 0x%" PRIx64 ", want 0x%" PRIx64, k, plan.base + tab + (uint64_t)(int64_t)e,
+		       want);
+	}
+	/* The copy's lea (lea r64, [rip+disp32]: 7 bytes) names the copy's table; made to name the original's: refused. */
+	REQUIRE(lea_at, "the lea's block is not in the plan");
+	uint8_t *lea = plan.code + (lea_at - plan.base);
+	int32_t d;
+	memcpy(&d, lea + 3, 4);
+	EXPECT(lea_at + 7 + (uint64_t)(int64_t)d == plan.base + tab,
+	       "the copy's lea names 0x%" PRIx64 ", want 0x%" PRIx64, lea_at + 7 + (uint64_t)(int64_t)d,
+	       plan.base + tab);
+	d = (int32_t)(int64_t)(jt->table_addr - (lea_at + 7));
+	memcpy(lea + 3, &d, 4);
+	EXPECT(!hp_plan_verify(m, &plan) &&
+		       strstr(plan.verify_error, "reads a table that is not after the instructions"),
+	       "a copy reading the original's table passed verification: %s", plan.verify_error);
+	hp_plan_free(&plan);
+	hp_profile_free(&prof);
+	hp_model_free(m);
+}
+
 /* The listing: every emitted byte listed once, in order; each instruction
  * copied from an original is that original's operation (the same bytes
  * where nothing relative changed; a jcc may be inverted and a branch
@@ -601,6 +664,7 @@ int main(void)
 	RUN(t_chain_should_follow);
 	RUN(t_plan_elf_is_verified);
 	RUN(t_plan_rewrites_switch_table);
+	RUN(t_plan_rewrites_hoisted_table);
 	RUN(t_plan_listing_names_each_instructions_original);
 	RUN(t_plan_refuses_stale_profile);
 	RUN(t_profile_reads_measure_report);
