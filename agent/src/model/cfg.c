@@ -928,59 +928,79 @@ static bool table_jump(const uint8_t *code, const struct hp_function *f, const s
 	return hp_jt_recognize(code, f->size, f->addr, offs + (i >= 15 ? i - 15 : 0), i >= 15 ? 16 : i + 1, m);
 }
 
-/* Guesses for f's unresolved table jumps (appended to h). 1 if any, 0, or -ENOMEM. */
-static int guess_tables(const struct hp_module *mod, const struct hp_function *f, const uint8_t *code, struct hints *h)
-{
-	struct hp_jt_graph g;
+/* What following a function's base registers needs: its instructions and
+ * its graph, made on first use; the module's jump and call targets, once. */
+struct walk {
+	const struct hp_module *mod;
+	const struct hp_function *f;
+	const uint8_t *code;
+	uint32_t *offs;
 	size_t n;
-	uint32_t *offs = insn_offsets(code, f, &n);
+	struct hp_jt_graph g;
+	bool ready;
+	uint64_t **foreign;
+	size_t *nforeign;
+};
+
+static int walk_ready(struct walk *w)
+{
+	if (w->ready)
+		return 0;
+	if (!*w->foreign && hp_jt_foreign(w->mod, w->foreign, w->nforeign) < 0)
+		return -ENOMEM;
+	if (!(w->offs = insn_offsets(w->code, w->f, &w->n)) ||
+	    hp_jt_graph_of(w->mod, w->f, *w->foreign, *w->nforeign, &w->g) < 0)
+		return -ENOMEM;
+	w->g.code = w->code;
+	w->g.addr = w->f->addr;
+	w->g.len = w->f->size;
+	w->ready = true;
+	return 0;
+}
+
+static void walk_free(struct walk *w)
+{
+	if (w->ready)
+		hp_jt_graph_free(&w->g);
+	free(w->offs);
+}
+
+/* Guesses for w's function's unresolved table jumps (appended to h). 1 if
+ * any, 0, or -ENOMEM. */
+static int guess_tables(struct walk *w, struct hints *h)
+{
+	const struct hp_module *mod = w->mod;
+	const struct hp_function *f = w->f;
 	int found = 0;
 
-	if (!offs || hp_jt_graph_of(mod, f, &g) < 0) {
-		free(offs);
-		return -ENOMEM;
-	}
-	g.code = code;
-	g.addr = f->addr;
-	g.len = f->size;
-	for (uint32_t b = 0; b < f->nblocks; b++) {
+	for (uint32_t b = 0; b < f->nblocks && found >= 0; b++) {
 		const struct hp_block *bl = &mod->blocks[f->block_start + b];
 		struct hp_jt_match m;
 		uint64_t jump, table, lea;
 		bool indirect = false;
 		for (uint16_t s = 0; s < bl->nsucc; s++)
 			indirect |= mod->succs[bl->succ_start + s].kind == HP_SUCC_INDIRECT;
-		if (!indirect || !table_jump(code, f, bl, offs, n, &m, &jump) || !m.hoisted ||
-		    !hp_jt_base_reaches(&g, b, jump, m.base_reg, &table, &lea))
+		if (!indirect)
 			continue;
-		if (HP_GROW(h->v, h->cap, h->n + 1)) {
-			found = -ENOMEM;
-			break;
-		}
+		if (walk_ready(w) < 0 || HP_GROW(h->v, h->cap, h->n + 1))
+			return -ENOMEM;
+		if (!table_jump(w->code, f, bl, w->offs, w->n, &m, &jump) || !m.hoisted ||
+		    !hp_jt_base_reaches(&w->g, b, jump, m.base_reg, &table, &lea))
+			continue;
 		h->v[h->n++] = (struct hp_jt_hint){ jump, table, lea };
 		found = 1;
 	}
-	hp_jt_graph_free(&g);
-	free(offs);
 	return found;
 }
 
-/* Every table of f whose base is set outside its jump's block proved over
- * f's complete CFG (and so marked hoisted)? -ENOMEM when out of memory. */
-static int prove_tables(struct hp_module *mod, struct hp_function *f, const uint8_t *code)
+/* Every table of w's function whose base is set outside its jump's block
+ * proved over the function's complete CFG (and so marked hoisted)? 1 or 0,
+ * -ENOMEM when out of memory. */
+static int prove_tables(struct walk *w, struct hp_module *mod)
 {
-	struct hp_jt_graph g;
-	size_t n;
-	uint32_t *offs = insn_offsets(code, f, &n);
+	const struct hp_function *f = w->f;
 	int ok = 1;
 
-	if (!offs || hp_jt_graph_of(mod, f, &g) < 0) {
-		free(offs);
-		return -ENOMEM;
-	}
-	g.code = code;
-	g.addr = f->addr;
-	g.len = f->size;
 	for (uint32_t t = 0; t < f->njt && ok; t++) {
 		struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
 		const struct hp_block *bl = hp_function_block_at(mod, f, f->addr + jt->site);
@@ -988,51 +1008,61 @@ static int prove_tables(struct hp_module *mod, struct hp_function *f, const uint
 		uint64_t jump, table, lea;
 		if (!jt->relative || (hp_function_block_at(mod, f, f->addr + jt->base_site) == bl && !jt->hoisted))
 			continue;
+		if (walk_ready(w) < 0)
+			return -ENOMEM;
 		for (uint32_t u = 0; u < f->njt; u++)
 			if (u != t && mod->jtables[f->jt_start + u].table_addr == jt->table_addr)
 				ok = 0; /* one table, two jumps: which copy a lea names would be ambiguous */
-		ok = ok && g.complete && bl && table_jump(code, f, bl, offs, n, &m, &jump) &&
+		ok = ok && w->g.complete && bl && table_jump(w->code, f, bl, w->offs, w->n, &m, &jump) &&
 		     jump == f->addr + jt->site &&
-		     hp_jt_base_reaches(&g, (size_t)(bl - &mod->blocks[f->block_start]), jump, m.base_reg, &table,
+		     hp_jt_base_reaches(&w->g, (size_t)(bl - &mod->blocks[f->block_start]), jump, m.base_reg, &table,
 					&lea) &&
 		     table == jt->table_addr;
 		if (ok)
 			jt->hoisted = 1;
 	}
-	hp_jt_graph_free(&g);
-	free(offs);
 	return ok;
+}
+
+/* Has f a table whose base is set outside its jump's block? */
+static bool base_elsewhere(const struct hp_module *mod, const struct hp_function *f)
+{
+	for (uint32_t t = 0; t < f->njt; t++) {
+		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
+		if (jt->hoisted || hp_function_block_at(mod, f, f->addr + jt->site) !=
+					   hp_function_block_at(mod, f, f->addr + jt->base_site))
+			return true;
+	}
+	return false;
 }
 
 static int hoist_tables(struct hp_module *mod, struct hp_cfg_env *env, hp_bytes_fn bytes, void *ctx, uint8_t *redo)
 {
 	struct hints h = { 0 };
+	uint64_t *foreign = NULL;
+	size_t nforeign = 0;
 	bool any = false;
 	int err = 0;
 
 	memset(redo, 0, mod->nfuncs);
-	for (size_t k = 0; k < mod->nfuncs; k++) {
+	for (size_t k = 0; k < mod->nfuncs && !err; k++) {
 		struct hp_function *f = &mod->funcs[k];
-		const uint8_t *code;
-		int e = 0, r;
-		if (!f->nblocks || (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE)) ||
-		    !(code = bytes(ctx, mod, f, &e)))
+		struct walk w = { mod, f, NULL, .foreign = &foreign, .nforeign = &nforeign };
+		bool unresolved = f->flags & HP_FN_UNRESOLVED_JUMP, elsewhere = base_elsewhere(mod, f);
+		int e = 0, r = 0;
+		if (!f->nblocks || (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE)) || (!unresolved && !elsewhere) ||
+		    !(w.code = bytes(ctx, mod, f, &e)))
 			continue;
 		/* Tables resolved in the window whose lea is in another block. */
-		if (f->njt && (r = prove_tables(mod, f, code)) < 0) {
+		if (elsewhere && (r = prove_tables(&w, mod)) < 0)
 			err = r;
-			goto out;
-		}
-		if (!(f->flags & HP_FN_UNRESOLVED_JUMP))
-			continue;
-		if ((r = guess_tables(mod, f, code, &h)) < 0) {
+		else if (unresolved && (r = guess_tables(&w, &h)) < 0)
 			err = r;
-			goto out;
-		}
-		if (r)
+		else if (unresolved && r)
 			redo[k] = any = 1;
+		walk_free(&w);
 	}
-	if (!any)
+	if (err || !any)
 		goto out;
 	qsort(h.v, h.n, sizeof(*h.v), cmp_hint);
 	env->jt_hints = h.v;
@@ -1041,32 +1071,34 @@ static int hoist_tables(struct hp_module *mod, struct hp_cfg_env *env, hp_bytes_
 		goto out;
 	/* Proved, or parsed again without its hints. */
 	any = false;
-	for (size_t k = 0; k < mod->nfuncs; k++) {
+	for (size_t k = 0; k < mod->nfuncs && !err; k++) {
 		struct hp_function *f = &mod->funcs[k];
-		const uint8_t *code;
+		struct walk w = { mod, f, NULL, .foreign = &foreign, .nforeign = &nforeign };
 		int e = 0, r = 0;
 		if (!redo[k])
 			continue;
 		redo[k] = 0;
-		if ((code = bytes(ctx, mod, f, &e)) && (r = prove_tables(mod, f, code)) < 0) {
+		if ((w.code = bytes(ctx, mod, f, &e)))
+			r = prove_tables(&w, mod);
+		walk_free(&w);
+		if (r < 0)
 			err = r;
-			goto out;
-		}
-		if (r > 0)
+		if (r != 0)
 			continue;
-		size_t w = 0;
+		size_t keep = 0;
 		for (size_t i = 0; i < h.n; i++)
 			if (h.v[i].jump < f->addr || h.v[i].jump >= f->addr + f->size)
-				h.v[w++] = h.v[i];
-		h.n = env->njt_hints = w;
+				h.v[keep++] = h.v[i];
+		h.n = env->njt_hints = keep;
 		redo[k] = any = 1;
 	}
-	if (any)
+	if (!err && any)
 		err = reparse(mod, env, bytes, ctx, redo);
 out:
 	env->jt_hints = NULL;
 	env->njt_hints = 0;
 	free(h.v);
+	free(foreign);
 	return err;
 }
 

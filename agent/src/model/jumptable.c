@@ -191,7 +191,33 @@ static size_t block_holding(const struct hp_jt_graph *g, uint64_t a)
 	return lo < g->nblocks && a >= g->start[lo] ? lo : g->nblocks;
 }
 
-int hp_jt_graph_of(const struct hp_module *mod, const struct hp_function *f, struct hp_jt_graph *g)
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int hp_jt_foreign(const struct hp_module *mod, uint64_t **out, size_t *n)
+{
+	size_t k = 0, cap = mod->ncalls + 1;
+
+	for (size_t i = 0; i < mod->nsuccs; i++)
+		cap += mod->succs[i].kind == HP_SUCC_TAIL_CALL;
+	if (!(*out = malloc(cap * sizeof(**out))))
+		return -ENOMEM;
+	for (size_t i = 0; i < mod->nsuccs; i++)
+		if (mod->succs[i].kind == HP_SUCC_TAIL_CALL)
+			(*out)[k++] = mod->succs[i].target;
+	for (size_t i = 0; i < mod->ncalls; i++)
+		(*out)[k++] = mod->calls[i].target;
+	qsort(*out, k, sizeof(**out), cmp_u64);
+	*n = k;
+	return 0;
+}
+
+int hp_jt_graph_of(const struct hp_module *mod, const struct hp_function *f, const uint64_t *foreign, size_t nforeign,
+		   struct hp_jt_graph *g)
 {
 	size_t n = f->nblocks, np = 0;
 	uint32_t *fill = NULL;
@@ -249,7 +275,20 @@ int hp_jt_graph_of(const struct hp_module *mod, const struct hp_function *f, str
 	if (n)
 		g->entry[0] = 1;
 	/* Jumps and calls of other functions (its .cold part) into f. */
-	for (size_t k = 0; k < mod->nfuncs; k++) {
+	if (foreign) {
+		size_t lo = 0, hi = nforeign;
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			if (foreign[mid] <= f->addr)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		for (size_t t; lo < nforeign && foreign[lo] < f->addr + f->size; lo++)
+			if ((t = block_holding(g, foreign[lo])) < n)
+				g->entry[t] = 1;
+	}
+	for (size_t k = 0; !foreign && k < mod->nfuncs; k++) {
 		const struct hp_function *o = &mod->funcs[k];
 		if (o == f)
 			continue;

@@ -70,9 +70,15 @@ struct hp_jt_graph {
 
 /* f's graph from the model (its blocks at their addresses; code left NULL
  * for the caller): predecessors from its successors inside f, entries its
- * first block and every block another function's jump or call lands in.
- * 0, or -ENOMEM. */
-int hp_jt_graph_of(const struct hp_module *mod, const struct hp_function *f, struct hp_jt_graph *g);
+ * first block and every block another function's jump or call lands in:
+ * the sorted addresses in foreign (every jump and call target of the
+ * module, hp_jt_foreign), or with foreign NULL found by a scan of the
+ * module. 0, or -ENOMEM. */
+int hp_jt_graph_of(const struct hp_module *mod, const struct hp_function *f, const uint64_t *foreign, size_t nforeign,
+		   struct hp_jt_graph *g);
+/* Every direct call's target and every jump's target outside its own
+ * function's blocks, sorted: *out (malloc'd), *n. 0, or -ENOMEM. */
+int hp_jt_foreign(const struct hp_module *mod, uint64_t **out, size_t *n);
 void hp_jt_graph_free(struct hp_jt_graph *g);
 
 /* Does every path that reaches the instruction at use (in block b) from an

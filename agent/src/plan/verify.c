@@ -155,7 +155,7 @@ static const char *check_table(const struct vctx *v, const struct hp_plan_member
 		bool ok;
 		if (!jt->hoisted)
 			return "reads a base set outside its block, which the model did not prove";
-		if (hp_jt_graph_of(mb->mod, mb->fn, &g) < 0)
+		if (hp_jt_graph_of(mb->mod, mb->fn, NULL, 0, &g) < 0)
 			return "cannot be followed back (out of memory)";
 		g.code = p->code;
 		g.addr = p->base;
