@@ -267,8 +267,8 @@ static void t_table_bound_through_a_copy(void)
 /* Following a table's base back over a CFG: block 3 reads rcx (movsxd rax,
  * [rcx+rax*4]; add rax, rcx; jmp rax) and is reached from the blocks in
  * preds; block 0 and block 1 each set rcx with a lea of the same table,
- * block 2 writes it otherwise (mov rcx, rdx or a call), block 4 sets it to
- * another table. */
+ * block 2 writes it otherwise (mov rcx, rdx), block 5 calls (after block
+ * 0's lea), block 4 sets it to another table. */
 static void t_table_base_followed_back(void)
 {
 	static const uint8_t code[] = { 0x48, 0x8d, 0x0d, 0x00, 0x01, 0x00, 0x00, /* 0: lea rcx, [rip+0x100] */
@@ -297,8 +297,9 @@ static void t_table_base_followed_back(void)
 	REQUIRE(hp_isa_decode_detail(code, sizeof(code), 0x1000, &lea0) == 0, "lea does not decode");
 	uint16_t rcx = lea0.op[0].reg;
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-		uint32_t pred_start[] = { 0, 0, 0, 0, 2, 2, 2 }, pred[2] = { cases[c].preds[0], cases[c].preds[1] };
-		uint8_t entry[6] = { 1, 1, 1, cases[c].entry3, 1, 1 };
+		/* Block 5 (the call) is reached from block 0 only. */
+		uint32_t pred_start[] = { 0, 0, 0, 0, 2, 2, 3 }, pred[3] = { cases[c].preds[0], cases[c].preds[1], 0 };
+		uint8_t entry[6] = { 1, 1, 1, cases[c].entry3, 1, 0 };
 		struct hp_jt_graph g = { code, 0x1000, sizeof(code), 6, start, end, pred_start, pred, entry, true };
 		uint64_t table, lea;
 		bool ok = hp_jt_base_reaches(&g, 3, 0x1015, rcx, &table, &lea);
@@ -311,7 +312,8 @@ static void t_table_base_followed_back(void)
 
 /* A switch in a loop whose table's lea gcc hoisted before the loop
  * (fixtures/hoisted.c, -O2 -fPIE): resolved by following its base register
- * back over the CFG, its ten cases successors of the jump. */
+ * back over the CFG, its ten cases successors of the jump; through calls
+ * only when the base is a register the ABI has a callee keep. */
 static void t_hoisted_table_is_resolved(void)
 {
 	struct hp_model *m = open_fixture("hoisted.c", "hoisted", "-O2 -fPIE -pie");
@@ -331,6 +333,18 @@ static void t_hoisted_table_is_resolved(void)
 		       "table: hoisted %d, exact %d, %u entries, %u successors, lea +0x%x, jump +0x%x", jt->hoisted,
 		       jt->exact, jt->nentries, at ? at->nsucc : 0, jt->base_site, jt->site);
 	}
+	/* hs_calls' base is r10 across calls to hs_put: not proved, the ABI lets a callee change r10. */
+	f = hp_model_find(m, "hs_calls", &mod, NULL);
+	REQUIRE(f, "hs_calls not found");
+	EXPECT((f->flags & HP_FN_UNRESOLVED_JUMP) && f->njt == 0, "hs_calls (r10 across calls): %u tables", f->njt);
+	hp_model_free(m);
+	/* With -fno-ipa-ra its base is r12, which a callee keeps: proved through the calls. */
+	REQUIRE((m = open_fixture("hoisted.c", "hoisted_noipara", "-O2 -fPIE -pie -fno-ipa-ra")), "gcc or open failed");
+	f = hp_model_find(m, "hs_calls", &mod, NULL);
+	REQUIRE(f, "hs_calls not found");
+	EXPECT(!(f->flags & HP_FN_UNRESOLVED_JUMP) && f->njt == 1 && mod->jtables[f->jt_start].hoisted,
+	       "hs_calls (r12 across calls): %u tables, unresolved jump %d", f->njt,
+	       !!(f->flags & HP_FN_UNRESOLVED_JUMP));
 	hp_model_free(m);
 }
 
