@@ -115,6 +115,11 @@ static bool shape(const uint8_t *code, uint32_t size, uint64_t faddr, const uint
 			for (size_t j = i; j-- > 0;) {
 				const struct hp_isa_detail *y = &d[j];
 
+				/* Base set between its load and the add: not this pattern. */
+				if (!loaded &&
+				    hp_isa_writes_reg(code + offs[first + j], size - offs[first + j], base) != 0 &&
+				    !(y->mnem == HP_MN_MOVSXD && y->op[0].kind == HP_OP_REG && y->op[0].reg == r))
+					return false;
 				/* movsxd r, dword [base + idx*4] */
 				if (!loaded && y->mnem == HP_MN_MOVSXD && y->op[0].kind == HP_OP_REG &&
 				    y->op[0].reg == r && y->op[1].kind == HP_OP_MEM && y->op[1].base == base &&
@@ -198,6 +203,13 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* How control from elsewhere comes into block t at address a: at its start
+ * (1), or in its middle (2: nothing in the block says what base holds there). */
+static uint8_t entry_kind(const struct hp_jt_graph *g, size_t t, uint64_t a)
+{
+	return g->entry[t] == 2 || a != g->start[t] ? 2 : 1;
+}
+
 int hp_jt_foreign(const struct hp_module *mod, uint64_t **out, size_t *n)
 {
 	size_t k = 0, cap = mod->ncalls + 1;
@@ -252,7 +264,7 @@ int hp_jt_graph_of(const struct hp_module *mod, const struct hp_function *f, con
 					/* Into the middle of f (of an instruction): an entry. */
 					if (pass == 0 && sc->target > f->addr && sc->target < f->addr + f->size &&
 					    (t = block_holding(g, sc->target)) < n)
-						g->entry[t] = 1;
+						g->entry[t] = entry_kind(g, t, sc->target);
 					continue;
 				}
 				if (sc->kind != HP_SUCC_TAKEN && sc->kind != HP_SUCC_FALLTHROUGH)
@@ -286,7 +298,7 @@ int hp_jt_graph_of(const struct hp_module *mod, const struct hp_function *f, con
 		}
 		for (size_t t; lo < nforeign && foreign[lo] < f->addr + f->size; lo++)
 			if ((t = block_holding(g, foreign[lo])) < n)
-				g->entry[t] = 1;
+				g->entry[t] = entry_kind(g, t, foreign[lo]);
 	}
 	for (size_t k = 0; !foreign && k < mod->nfuncs; k++) {
 		const struct hp_function *o = &mod->funcs[k];
@@ -298,13 +310,14 @@ int hp_jt_graph_of(const struct hp_module *mod, const struct hp_function *f, con
 				const struct hp_succ *sc = &mod->succs[bl->succ_start + s];
 				size_t t;
 				if (sc->kind == HP_SUCC_TAIL_CALL && (t = block_holding(g, sc->target)) < n)
-					g->entry[t] = 1;
+					g->entry[t] = entry_kind(g, t, sc->target);
 			}
 		}
 		for (uint32_t c = 0; c < o->ncalls; c++) {
-			size_t t = block_holding(g, mod->calls[o->call_start + c].target);
-			if (t < n && t > 0)
-				g->entry[t] = 1;
+			uint64_t to = mod->calls[o->call_start + c].target;
+			size_t t = block_holding(g, to);
+			if (t < n && to != f->addr)
+				g->entry[t] = entry_kind(g, t, to);
 		}
 	}
 	free(fill);
@@ -368,7 +381,7 @@ bool hp_jt_base_reaches(const struct hp_jt_graph *g, size_t b, uint64_t use, uin
 	/* The use's own block up to the use, then whole predecessors. */
 	for (bool first = true; ok; first = false) {
 		int w = last_write(g, g->start[b], first ? use : g->end[b], base, &t, &at);
-		if (w == W_OTHER || (w == W_LEA && found && t != *table)) {
+		if (w == W_OTHER || (w == W_LEA && found && t != *table) || g->entry[b] == 2) {
 			ok = false;
 			break;
 		}

@@ -56,7 +56,8 @@ bool hp_jt_recognize_shape(const uint8_t *code, uint32_t size, uint64_t faddr, c
  * [start[b], end[b]) of code (which holds [addr, addr + len)); its
  * predecessors are pred[pred_start[b] .. pred_start[b + 1]); entry[b] says
  * control may come into it from outside the graph (a function's entry, a
- * jump from another function or fragment). */
+ * jump from another function or fragment): 1 at its start, 2 somewhere in
+ * its middle (a path through it is then never proved). */
 struct hp_jt_graph {
 	const uint8_t *code;
 	uint64_t addr;

@@ -264,6 +264,22 @@ static void t_table_bound_through_a_copy(void)
 	}
 }
 
+/* lea rsi, [rip+0x100]; movsxd rax, [rsi+rcx*4]; (mov rsi, rdx;) add rax,
+ * rsi; jmp rax: the shape of a table jump only when nothing sets rsi
+ * between its load and the add. */
+static void t_table_base_set_before_the_add(void)
+{
+	static const uint8_t code[] = { 0x48, 0x8d, 0x35, 0x00, 0x01, 0x00, 0x00, 0x48, 0x63, 0x04,
+					0x8e, 0x48, 0x89, 0xd6, 0x48, 0x01, 0xf0, 0xff, 0xe0 };
+	const uint32_t with_mov[] = { 0, 7, 11, 14, 17 }, without[] = { 0, 7, 14, 17 };
+	struct hp_jt_match jm;
+
+	EXPECT(hp_jt_recognize_shape(code, sizeof(code), 0x1000, without, 4, &jm) && !jm.hoisted && jm.table == 0x1107,
+	       "lea; movsxd; add; jmp is not the table jump it is");
+	EXPECT(!hp_jt_recognize_shape(code, sizeof(code), 0x1000, with_mov, 5, &jm),
+	       "a base set between the load and the add passed for a table jump");
+}
+
 /* Following a table's base back over a CFG: block 3 reads rcx (movsxd rax,
  * [rcx+rax*4]; add rax, rcx; jmp rax) and is reached from the blocks in
  * preds; block 0 and block 1 each set rcx with a lea of the same table,
@@ -283,14 +299,16 @@ static void t_table_base_followed_back(void)
 	uint64_t end[] = { 0x1007, 0x100e, 0x1011, 0x101a, 0x1021, 0x1026 };
 	static const struct {
 		uint32_t preds[2];
-		bool entry3, ok;
+		uint8_t entry1, entry3;
+		bool ok;
 		const char *what;
 	} cases[] = {
-		{ { 0, 1 }, false, true, "two leas of one table" },
-		{ { 0, 2 }, false, false, "a lea and a mov" },
-		{ { 0, 5 }, false, false, "a lea and a call (rcx is the callee's to change)" },
-		{ { 1, 4 }, false, false, "leas of two tables" },
-		{ { 0, 1 }, true, false, "reached from outside as well" },
+		{ { 0, 1 }, 1, 0, true, "two leas of one table" },
+		{ { 0, 2 }, 1, 0, false, "a lea and a mov" },
+		{ { 0, 5 }, 1, 0, false, "a lea and a call (rcx is the callee's to change)" },
+		{ { 1, 4 }, 1, 0, false, "leas of two tables" },
+		{ { 0, 1 }, 1, 1, false, "reached from outside as well" },
+		{ { 0, 1 }, 2, 0, false, "a block with a lea entered from elsewhere in its middle" },
 	};
 
 	struct hp_isa_detail lea0;
@@ -299,7 +317,7 @@ static void t_table_base_followed_back(void)
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		/* Block 5 (the call) is reached from block 0 only. */
 		uint32_t pred_start[] = { 0, 0, 0, 0, 2, 2, 3 }, pred[3] = { cases[c].preds[0], cases[c].preds[1], 0 };
-		uint8_t entry[6] = { 1, 1, 1, cases[c].entry3, 1, 0 };
+		uint8_t entry[6] = { 1, cases[c].entry1, 1, cases[c].entry3, 1, 0 };
 		struct hp_jt_graph g = { code, 0x1000, sizeof(code), 6, start, end, pred_start, pred, entry, true };
 		uint64_t table, lea;
 		bool ok = hp_jt_base_reaches(&g, 3, 0x1015, rcx, &table, &lea);
@@ -352,6 +370,7 @@ int main(void)
 {
 	RUN(t_block_at_without_function);
 	RUN(t_table_bound_through_a_copy);
+	RUN(t_table_base_set_before_the_add);
 	RUN(t_table_base_followed_back);
 	RUN(t_hoisted_table_is_resolved);
 	RUN(t_noreturn_calls_end_blocks);
