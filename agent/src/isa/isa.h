@@ -102,6 +102,13 @@ struct hp_isa_detail {
 /* Decode one instruction with its operands. Returns 0 or -1. Thread-safe. */
 int hp_isa_decode_detail(const uint8_t *code, size_t len, uint64_t addr, struct hp_isa_detail *out);
 
+/* Does the instruction at code write the register reg (a widened register as
+ * in hp_isa_detail; a write to any part of it counts, implicit operands
+ * too)? A call counts as writing the registers the x86-64 System V ABI
+ * lets a callee change (rax, rcx, rdx, rsi, rdi, r8-r11). 1 yes, 0 no, -1
+ * the bytes do not decode. Thread-safe. */
+int hp_isa_writes_reg(const uint8_t *code, size_t len, uint16_t reg);
+
 /*
  * Compare two instructions for the emitter's verifier: true when they are
  * the same operation on the same operands, where a rip-relative memory

@@ -115,6 +115,27 @@ int hp_isa_decode_detail(const uint8_t *code, size_t len, uint64_t addr, struct 
 	return 0;
 }
 
+int hp_isa_writes_reg(const uint8_t *code, size_t len, uint16_t reg)
+{
+	static const ZydisRegister clobbered[] = { ZYDIS_REGISTER_RAX, ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_RDX,
+						   ZYDIS_REGISTER_RSI, ZYDIS_REGISTER_RDI, ZYDIS_REGISTER_R8,
+						   ZYDIS_REGISTER_R9,  ZYDIS_REGISTER_R10, ZYDIS_REGISTER_R11 };
+	ZydisDecodedInstruction in;
+	ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+
+	if (decode_full(code, len, &in, ops) < 0)
+		return -1;
+	if (in.meta.category == ZYDIS_CATEGORY_CALL)
+		for (size_t i = 0; i < sizeof(clobbered) / sizeof(clobbered[0]); i++)
+			if (reg == clobbered[i])
+				return 1;
+	for (int i = 0; i < in.operand_count; i++)
+		if (ops[i].type == ZYDIS_OPERAND_TYPE_REGISTER && (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) &&
+		    widen(ops[i].reg.value) == reg)
+			return 1;
+	return 0;
+}
+
 /* Absolute target of a relative immediate (branch or call), or 0. */
 static uint64_t rel_target(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops, uint64_t addr)
 {

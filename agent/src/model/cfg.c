@@ -100,6 +100,21 @@ static bool ends_block(uint8_t cls)
 	return cls == HP_IC_JCC || cls == HP_IC_JMP || cls == HP_IC_JMP_IND || cls == HP_IC_RET || cls == HP_IC_TRAP;
 }
 
+/* The hint for the table jump at address jump, or NULL. */
+static const struct hp_jt_hint *jt_hint(const struct hp_cfg_env *env, uint64_t jump)
+{
+	size_t lo = 0, hi = env->njt_hints;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (env->jt_hints[mid].jump < jump)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < env->njt_hints && env->jt_hints[lo].jump == jump ? &env->jt_hints[lo] : NULL;
+}
+
 /* Try to resolve the indirect jump insns[j] as a switch table: on success
  * the table and its targets are appended to a and the targets marked as
  * leaders. Returns 1 resolved, 0 not a table, or -ENOMEM. */
@@ -109,6 +124,7 @@ static int resolve_table(const struct hp_cfg_env *env, const uint8_t *code, stru
 	uint32_t offs[16];
 	size_t n = 0, lo = j >= 15 ? j - 15 : 0, k;
 	struct hp_jt_match m;
+	const struct hp_jt_hint *h = NULL;
 	uint8_t buf[8];
 
 	if (!env || !env->read_data)
@@ -117,6 +133,13 @@ static int resolve_table(const struct hp_cfg_env *env, const uint8_t *code, stru
 		offs[n++] = a->insns[k].off;
 	if (!hp_jt_recognize(code, limit, f->addr, offs, n, &m))
 		return 0;
+	if (m.hoisted) {
+		/* Its base is set before the window: only as hp_cfg_parse_module proved. */
+		h = jt_hint(env, f->addr + a->insns[j].off);
+		if (!h || h->lea < f->addr || h->lea >= f->addr + limit)
+			return 0;
+		m.table = h->table;
+	}
 	GROW(a->jt_targets, a->njt_targets, a->cap_jt_targets, m.nentries);
 	for (k = 0; k < m.nentries; k++) {
 		uint64_t t;
@@ -139,14 +162,16 @@ static int resolve_table(const struct hp_cfg_env *env, const uint8_t *code, stru
 	for (k = 0; k < m.nentries; k++)
 		a->marks[a->jt_targets[a->njt_targets + k] - f->addr] |= MARK_LEADER | MARK_TARGET;
 	GROW(a->jtables, a->njtables, a->cap_jtables, 1);
-	a->jtables[a->njtables++] = (struct hp_jump_table){ .site = a->insns[j].off,
-							    .nentries = m.nentries,
-							    .table_addr = m.table,
-							    .entry_size = m.entry_size,
-							    .relative = m.relative,
-							    .target_start = (uint32_t)a->njt_targets,
-							    .base_site = offs[m.base_at],
-							    .exact = m.exact };
+	a->jtables[a->njtables++] =
+		(struct hp_jump_table){ .site = a->insns[j].off,
+					.nentries = m.nentries,
+					.table_addr = m.table,
+					.entry_size = m.entry_size,
+					.relative = m.relative,
+					.target_start = (uint32_t)a->njt_targets,
+					.base_site = h ? (uint32_t)(h->lea - f->addr) : offs[m.base_at],
+					.exact = m.exact,
+					.hoisted = m.hoisted };
 	a->njt_targets += m.nentries;
 	return 1;
 }
@@ -845,6 +870,238 @@ static int link_fragments(struct hp_module *mod, const struct by_name *bn, struc
 	return 0;
 }
 
+/* ---- Switch tables whose base is set outside the jump's block ----------
+ * (SQLite's record-header loop: the lea before the loop, the jump at its
+ * end.) First a guess per unresolved table jump: the leas its base comes
+ * from, followed back over the CFG without the table's own edges (its
+ * cases, only reached through it, are dead ends then). The functions are
+ * parsed again with the guesses as hints, which makes their tables' targets
+ * blocks; then each table is proved over the complete CFG, its own edges
+ * included (by induction over the run: while every earlier dispatch read
+ * this table, control followed these edges, so the next one reads it too).
+ * A function whose proof fails is parsed again without its hints. */
+struct hints {
+	struct hp_jt_hint *v;
+	size_t n, cap;
+};
+
+static int cmp_hint(const void *a, const void *b)
+{
+	uint64_t x = ((const struct hp_jt_hint *)a)->jump, y = ((const struct hp_jt_hint *)b)->jump;
+
+	return x < y ? -1 : x > y;
+}
+
+/* f's instruction offsets (a linear sweep), *n of them; NULL when out of memory. */
+static uint32_t *insn_offsets(const uint8_t *code, const struct hp_function *f, size_t *n)
+{
+	uint32_t *v = malloc(((size_t)f->size + 1) * sizeof(*v)), off = 0;
+	struct hp_isa_insn d;
+
+	*n = 0;
+	while (v && off < f->size && hp_isa_decode(code + off, f->size - off, f->addr + off, &d) == 0) {
+		v[(*n)++] = off;
+		off += d.len;
+	}
+	return v;
+}
+
+/* The table jump ending block b of f (offs: its instructions): recognized
+ * from the instructions before it; *jump gets its address. */
+static bool table_jump(const uint8_t *code, const struct hp_function *f, const struct hp_block *bl,
+		       const uint32_t *offs, size_t n, struct hp_jt_match *m, uint64_t *jump)
+{
+	size_t lo = 0, hi = n, i;
+
+	/* The last instruction starting before the block's end. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (offs[mid] < bl->offset + bl->size)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo || offs[lo - 1] < bl->offset)
+		return false;
+	i = lo - 1;
+	*jump = f->addr + offs[i];
+	return hp_jt_recognize(code, f->size, f->addr, offs + (i >= 15 ? i - 15 : 0), i >= 15 ? 16 : i + 1, m);
+}
+
+/* What following a function's base registers needs: its instructions and
+ * its graph, made on first use; the module's jump and call targets, once. */
+struct walk {
+	const struct hp_module *mod;
+	const struct hp_function *f;
+	const uint8_t *code;
+	uint32_t *offs;
+	size_t n;
+	struct hp_jt_graph g;
+	bool ready;
+	uint64_t **foreign;
+	size_t *nforeign;
+};
+
+static int walk_ready(struct walk *w)
+{
+	if (w->ready)
+		return 0;
+	if (!*w->foreign && hp_jt_foreign(w->mod, w->foreign, w->nforeign) < 0)
+		return -ENOMEM;
+	if (!(w->offs = insn_offsets(w->code, w->f, &w->n)) ||
+	    hp_jt_graph_of(w->mod, w->f, *w->foreign, *w->nforeign, &w->g) < 0)
+		return -ENOMEM;
+	w->g.code = w->code;
+	w->g.addr = w->f->addr;
+	w->g.len = w->f->size;
+	w->ready = true;
+	return 0;
+}
+
+static void walk_free(struct walk *w)
+{
+	if (w->ready)
+		hp_jt_graph_free(&w->g);
+	free(w->offs);
+}
+
+/* Guesses for w's function's unresolved table jumps (appended to h). 1 if
+ * any, 0, or -ENOMEM. */
+static int guess_tables(struct walk *w, struct hints *h)
+{
+	const struct hp_module *mod = w->mod;
+	const struct hp_function *f = w->f;
+	int found = 0;
+
+	for (uint32_t b = 0; b < f->nblocks && found >= 0; b++) {
+		const struct hp_block *bl = &mod->blocks[f->block_start + b];
+		struct hp_jt_match m;
+		uint64_t jump, table, lea;
+		bool indirect = false;
+		for (uint16_t s = 0; s < bl->nsucc; s++)
+			indirect |= mod->succs[bl->succ_start + s].kind == HP_SUCC_INDIRECT;
+		if (!indirect)
+			continue;
+		if (walk_ready(w) < 0 || HP_GROW(h->v, h->cap, h->n + 1))
+			return -ENOMEM;
+		if (!table_jump(w->code, f, bl, w->offs, w->n, &m, &jump) || !m.hoisted ||
+		    !hp_jt_base_reaches(&w->g, b, jump, m.base_reg, &table, &lea))
+			continue;
+		h->v[h->n++] = (struct hp_jt_hint){ jump, table, lea };
+		found = 1;
+	}
+	return found;
+}
+
+/* Every table of w's function whose base is set outside its jump's block
+ * proved over the function's complete CFG (and so marked hoisted)? 1 or 0,
+ * -ENOMEM when out of memory. */
+static int prove_tables(struct walk *w, struct hp_module *mod)
+{
+	const struct hp_function *f = w->f;
+	int ok = 1;
+
+	for (uint32_t t = 0; t < f->njt && ok; t++) {
+		struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
+		const struct hp_block *bl = hp_function_block_at(mod, f, f->addr + jt->site);
+		struct hp_jt_match m;
+		uint64_t jump, table, lea;
+		if (!jt->relative || (hp_function_block_at(mod, f, f->addr + jt->base_site) == bl && !jt->hoisted))
+			continue;
+		if (walk_ready(w) < 0)
+			return -ENOMEM;
+		for (uint32_t u = 0; u < f->njt; u++)
+			if (u != t && mod->jtables[f->jt_start + u].table_addr == jt->table_addr)
+				ok = 0; /* one table, two jumps: which copy a lea names would be ambiguous */
+		ok = ok && w->g.complete && bl && table_jump(w->code, f, bl, w->offs, w->n, &m, &jump) &&
+		     jump == f->addr + jt->site &&
+		     hp_jt_base_reaches(&w->g, (size_t)(bl - &mod->blocks[f->block_start]), jump, m.base_reg, &table,
+					&lea) &&
+		     table == jt->table_addr;
+		if (ok)
+			jt->hoisted = 1;
+	}
+	return ok;
+}
+
+/* Has f a table whose base is set outside its jump's block? */
+static bool base_elsewhere(const struct hp_module *mod, const struct hp_function *f)
+{
+	for (uint32_t t = 0; t < f->njt; t++) {
+		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
+		if (jt->hoisted || hp_function_block_at(mod, f, f->addr + jt->site) !=
+					   hp_function_block_at(mod, f, f->addr + jt->base_site))
+			return true;
+	}
+	return false;
+}
+
+static int hoist_tables(struct hp_module *mod, struct hp_cfg_env *env, hp_bytes_fn bytes, void *ctx, uint8_t *redo)
+{
+	struct hints h = { 0 };
+	uint64_t *foreign = NULL;
+	size_t nforeign = 0;
+	bool any = false;
+	int err = 0;
+
+	memset(redo, 0, mod->nfuncs);
+	for (size_t k = 0; k < mod->nfuncs && !err; k++) {
+		struct hp_function *f = &mod->funcs[k];
+		struct walk w = { mod, f, NULL, .foreign = &foreign, .nforeign = &nforeign };
+		bool unresolved = f->flags & HP_FN_UNRESOLVED_JUMP, elsewhere = base_elsewhere(mod, f);
+		int e = 0, r = 0;
+		if (!f->nblocks || (f->flags & (HP_FN_UNDECODABLE | HP_FN_UNREADABLE)) || (!unresolved && !elsewhere) ||
+		    !(w.code = bytes(ctx, mod, f, &e)))
+			continue;
+		/* Tables resolved in the window whose lea is in another block. */
+		if (elsewhere && (r = prove_tables(&w, mod)) < 0)
+			err = r;
+		else if (unresolved && (r = guess_tables(&w, &h)) < 0)
+			err = r;
+		else if (unresolved && r)
+			redo[k] = any = 1;
+		walk_free(&w);
+	}
+	if (err || !any)
+		goto out;
+	qsort(h.v, h.n, sizeof(*h.v), cmp_hint);
+	env->jt_hints = h.v;
+	env->njt_hints = h.n;
+	if ((err = reparse(mod, env, bytes, ctx, redo)) < 0)
+		goto out;
+	/* Proved, or parsed again without its hints. */
+	any = false;
+	for (size_t k = 0; k < mod->nfuncs && !err; k++) {
+		struct hp_function *f = &mod->funcs[k];
+		struct walk w = { mod, f, NULL, .foreign = &foreign, .nforeign = &nforeign };
+		int e = 0, r = 0;
+		if (!redo[k])
+			continue;
+		redo[k] = 0;
+		if ((w.code = bytes(ctx, mod, f, &e)))
+			r = prove_tables(&w, mod);
+		walk_free(&w);
+		if (r < 0)
+			err = r;
+		if (r != 0)
+			continue;
+		size_t keep = 0;
+		for (size_t i = 0; i < h.n; i++)
+			if (h.v[i].jump < f->addr || h.v[i].jump >= f->addr + f->size)
+				h.v[keep++] = h.v[i];
+		h.n = env->njt_hints = keep;
+		redo[k] = any = 1;
+	}
+	if (!err && any)
+		err = reparse(mod, env, bytes, ctx, redo);
+out:
+	env->jt_hints = NULL;
+	env->njt_hints = 0;
+	free(h.v);
+	free(foreign);
+	return err;
+}
+
 /* Everything after the first parse: fragments, then functions that never
  * return until a fixed point. */
 static int refine(struct hp_module *mod, const struct by_name *bn, struct hp_cfg_env *env, struct addrs *noret,
@@ -909,6 +1166,7 @@ static int refine(struct hp_module *mod, const struct by_name *bn, struct hp_cfg
 		if ((err = reparse(mod, env, bytes, ctx, redo)) < 0)
 			goto out;
 	}
+	err = hoist_tables(mod, env, bytes, ctx, redo);
 out:
 	env->extra_leaders = NULL;
 	env->nextra_leaders = 0;

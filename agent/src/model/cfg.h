@@ -52,6 +52,13 @@ struct hp_cfg_env {
 	 * marks its function HP_FN_STATIC_CALL. */
 	const uint64_t *static_calls;
 	size_t nstatic_calls;
+	/* Switch tables whose lea is hoisted out of the jump's window: the table
+	 * (and the first lea setting its base) of each jump address, sorted by
+	 * jump; hp_cfg_parse_module finds them and proves them over the CFG. */
+	const struct hp_jt_hint {
+		uint64_t jump, table, lea;
+	} * jt_hints;
+	size_t njt_hints;
 	/* Reader for switch tables; NULL leaves table jumps unresolved. */
 	hp_data_fn read_data;
 	void *data_ctx;

@@ -93,6 +93,10 @@ struct hp_jump_table {
 	uint32_t target_start; /* index into hp_module.jt_targets */
 	uint32_t base_site;    /* offset of the instruction naming the table (the lea, or the load) */
 	uint8_t exact;         /* the bound check compares the index register itself */
+	/* The base is set outside the jump's block: every path to the jump was
+	 * followed back over the CFG to a lea of table_addr (jumptable.h), and
+	 * every such lea names the table; base_site is the first of them. */
+	uint8_t hoisted;
 };
 
 struct hp_module {

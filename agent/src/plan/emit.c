@@ -14,8 +14,9 @@
  * each resolved table (4-byte offsets from its base, as gcc and clang emit
  * them for position-independent code), a new table of offsets from itself
  * to the copies of its targets, and the lea naming the table in the jump's
- * block is retargeted to it; the bound check before the jump stays as it
- * was. (hp_plan_kept_rule keeps functions whose tables are not of this
+ * block (for a table whose lea is hoisted out of that block, every lea of
+ * its address: the model proved they are what the jump reads) is retargeted
+ * to it; the bound check before the jump stays as it was. (hp_plan_kept_rule keeps functions whose tables are not of this
  * kind.)
  */
 #include <errno.h>
@@ -26,6 +27,7 @@
 
 #include "base/grow.h"
 #include "isa/isa.h"
+#include "model/jumptable.h"
 #include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
@@ -99,10 +101,7 @@ static int table_based_at(const struct emitter *E, size_t i, uint32_t off)
 {
 	const struct hp_plan_member *mb = &E->p->members[i];
 
-	for (uint32_t t = 0; t < mb->fn->njt; t++)
-		if (mb->mod->jtables[mb->fn->jt_start + t].base_site == off)
-			return (int)t;
-	return -1;
+	return hp_jt_base_of(mb->mod, mb->fn, E->code[i], off);
 }
 
 /* Place the members' tables after the instructions (text_len set): 8-aligned, in

@@ -26,6 +26,7 @@
 #include "base/grow.h"
 #include "host/caps.h"
 #include "isa/isa.h"
+#include "model/jumptable.h"
 #include "plan/chains.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
@@ -61,8 +62,9 @@ static bool name_is(const char *name, const char *const *list)
 }
 
 /* The copy's tables are reached only through the lea of each jump's
- * block, which the emitter retargets: any other rip-relative reference to
- * a table would read the original's. */
+ * block (of a hoisted table: the leas of its address), which the emitter
+ * retargets: any other rip-relative reference to a table would read the
+ * original's. */
 static const char *table_reference_rule(const struct hp_module *mod, const struct hp_function *f, const uint8_t *code,
 					uint32_t off)
 {
@@ -73,7 +75,7 @@ static const char *table_reference_rule(const struct hp_module *mod, const struc
 	for (uint32_t t = 0; t < f->njt; t++) {
 		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
 		if (d.rip_target >= jt->table_addr && d.rip_target < jt->table_addr + jt->nentries * jt->entry_size &&
-		    (off != jt->base_site || d.rip_target != jt->table_addr || d.mnem != HP_MN_LEA))
+		    hp_jt_base_of(mod, f, code, off) != (int)t)
 			return "switch table read by an instruction other than its jump's lea";
 	}
 	return NULL;
@@ -108,7 +110,7 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 		if (!jt->exact)
 			return "switch table whose bound check is not on its index register: its size is not known "
 			       "exactly";
-		if (!at_jump || hp_function_block_at(mod, f, f->addr + jt->base_site) != at_jump)
+		if (!at_jump || (hp_function_block_at(mod, f, f->addr + jt->base_site) != at_jump && !jt->hoisted))
 			return "switch table whose base is set outside its jump's block";
 	}
 	detail[0] = 0;

@@ -11,8 +11,10 @@
  * only a jump to the block now after it takes no bytes: control reaching
  * its place must lead, through such empty blocks in layout order, to the
  * block that really runs there. A switch table's jump is recognized again in
- * the copy: its block's lea names a table after the instructions whose every
- * entry reaches the copy of the original entry's target.
+ * the copy: its block's lea (for a table whose lea the model proved hoisted
+ * out of that block, the leas found by following the base register back
+ * over the copy) names a table after the instructions whose every entry
+ * reaches the copy of the original entry's target.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -104,12 +106,12 @@ static uint64_t copy_of(const struct hp_plan *p, uint64_t a)
 	return a;
 }
 
-/* The table of f whose lea is at off (base) or whose jump is at off, or NULL. */
-static const struct hp_jump_table *table_of(const struct hp_plan_member *mb, uint32_t off, bool base)
+/* The table of f whose jump is at off, or NULL. */
+static const struct hp_jump_table *table_of(const struct hp_plan_member *mb, uint32_t off)
 {
 	for (uint32_t t = 0; t < mb->fn->njt; t++) {
 		const struct hp_jump_table *jt = &mb->mod->jtables[mb->fn->jt_start + t];
-		if ((base ? jt->base_site : jt->site) == off)
+		if (jt->site == off)
 			return jt;
 	}
 	return NULL;
@@ -136,7 +138,7 @@ static bool same_lea(const uint8_t *a, size_t alen, uint64_t aaddr, const uint8_
  * after the instructions, and each entry must reach the copy of the
  * original entry's target. NULL, or why not. */
 static const char *check_table(const struct vctx *v, const struct hp_plan_member *mb, const struct hp_jump_table *jt,
-			       const uint32_t *offs, size_t n)
+			       const uint32_t *offs, size_t n, uint32_t bi)
 {
 	const struct hp_plan *p = v->p;
 	struct hp_jt_match m;
@@ -144,6 +146,30 @@ static const char *check_table(const struct vctx *v, const struct hp_plan_member
 	if (!hp_jt_recognize_shape(p->code, (uint32_t)p->code_len, p->base, offs, n, &m) || !m.relative ||
 	    m.entry_size != 4)
 		return "is no longer a recognizable table jump";
+	if (m.hoisted) {
+		/* Its base set in other blocks: followed back over the copy as the
+		 * model did over the original (the copy's edges are checked to be
+		 * the original's), every lea on the way naming one table. */
+		struct hp_jt_graph g;
+		uint64_t lea;
+		bool ok;
+		if (!jt->hoisted)
+			return "reads a base set outside its block, which the model did not prove";
+		if (hp_jt_graph_of(mb->mod, mb->fn, NULL, 0, &g) < 0)
+			return "cannot be followed back (out of memory)";
+		g.code = p->code;
+		g.addr = p->base;
+		g.len = p->code_len;
+		for (uint32_t j = 0; j < mb->nblocks; j++) {
+			g.start[mb->blocks[j].index] = mb->blocks[j].new_addr;
+			g.end[mb->blocks[j].index] = mb->blocks[j].new_addr + mb->blocks[j].new_size;
+		}
+		ok = mb->nblocks == g.nblocks &&
+		     hp_jt_base_reaches(&g, bi, p->base + offs[n - 1], m.base_reg, &m.table, &lea);
+		hp_jt_graph_free(&g);
+		if (!ok)
+			return "reads a base that is not set by leas of one table on every path to it";
+	}
 	if (m.table < hp_plan_text_end(p) || m.table + (uint64_t)jt->nentries * 4 > p->base + p->code_len)
 		return "reads a table that is not after the instructions";
 	for (uint32_t k = 0; k < jt->nentries; k++) {
@@ -248,7 +274,8 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 					     f->addr + bl->offset);
 				const uint8_t *nb = p->code + (na - p->base);
 				uint64_t ta, tb;
-				const struct hp_jump_table *jt = table_of(mb, (uint32_t)(oa - f->addr), true);
+				int bt = hp_jt_base_of(mb->mod, f, orig, (uint32_t)(oa - f->addr));
+				const struct hp_jump_table *jt = bt >= 0 ? &mb->mod->jtables[f->jt_start + bt] : NULL;
 				bool table_base = false;
 				if (hp_isa_decode(nb, nend - na, na, &ni) < 0 ||
 				    !(hp_isa_same_operation(ob, oi.len, oa, nb, ni.len, na, &ta, &tb) ||
@@ -273,8 +300,8 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 				oa += oi.len;
 				na += ni.len;
 			}
-			const struct hp_jump_table *jt = nn ? table_of(mb, (uint32_t)(o_last - f->addr), false) : NULL;
-			const char *why = jt ? check_table(&v, mb, jt, noffs, nn) : NULL;
+			const struct hp_jump_table *jt = nn ? table_of(mb, (uint32_t)(o_last - f->addr)) : NULL;
+			const char *why = jt ? check_table(&v, mb, jt, noffs, nn, mb->blocks[j].index) : NULL;
 			if (why)
 				FAIL("%s: the table jump at 0x%" PRIx64 " %s", f->name, o_last, why);
 			if (jt)

@@ -7,10 +7,13 @@
  * __stack_chk_fail calls end their blocks. A switch table's bound is exact
  * only when its check compares the index register or the register the index
  * was copied from (SQLite's VDBE loop: cmp dl, 0xb8; ja; ...; movzx ecx, dl).
+ * A table whose lea is hoisted before its loop is resolved by following its
+ * base register back over the CFG.
  */
 #include <inttypes.h>
 
 #include "harness.h"
+#include "isa/isa.h"
 #include "model/jumptable.h"
 #include "model/model.h"
 #include "target/target.h"
@@ -261,10 +264,115 @@ static void t_table_bound_through_a_copy(void)
 	}
 }
 
+/* lea rsi, [rip+0x100]; movsxd rax, [rsi+rcx*4]; (mov rsi, rdx;) add rax,
+ * rsi; jmp rax: the shape of a table jump only when nothing sets rsi
+ * between its load and the add. */
+static void t_table_base_set_before_the_add(void)
+{
+	static const uint8_t code[] = { 0x48, 0x8d, 0x35, 0x00, 0x01, 0x00, 0x00, 0x48, 0x63, 0x04,
+					0x8e, 0x48, 0x89, 0xd6, 0x48, 0x01, 0xf0, 0xff, 0xe0 };
+	const uint32_t with_mov[] = { 0, 7, 11, 14, 17 }, without[] = { 0, 7, 14, 17 };
+	struct hp_jt_match jm;
+
+	EXPECT(hp_jt_recognize_shape(code, sizeof(code), 0x1000, without, 4, &jm) && !jm.hoisted && jm.table == 0x1107,
+	       "lea; movsxd; add; jmp is not the table jump it is");
+	EXPECT(!hp_jt_recognize_shape(code, sizeof(code), 0x1000, with_mov, 5, &jm),
+	       "a base set between the load and the add passed for a table jump");
+}
+
+/* Following a table's base back over a CFG: block 3 reads rcx (movsxd rax,
+ * [rcx+rax*4]; add rax, rcx; jmp rax) and is reached from the blocks in
+ * preds; block 0 and block 1 each set rcx with a lea of the same table,
+ * block 2 writes it otherwise (mov rcx, rdx), block 5 calls (after block
+ * 0's lea), block 4 sets it to another table. */
+static void t_table_base_followed_back(void)
+{
+	static const uint8_t code[] = { 0x48, 0x8d, 0x0d, 0x00, 0x01, 0x00, 0x00, /* 0: lea rcx, [rip+0x100] */
+					0x48, 0x8d, 0x0d, 0xf9, 0x00, 0x00, 0x00, /* 7: lea rcx, [rip+0xf9] */
+					0x48, 0x89, 0xd1,                         /* 14: mov rcx, rdx */
+					0x48, 0x63, 0x04, 0x81,                   /* 17: movsxd rax, [rcx+rax*4] */
+					0x48, 0x01, 0xc8,                         /* 21: add rax, rcx */
+					0xff, 0xe0,                               /* 24: jmp rax */
+					0x48, 0x8d, 0x0d, 0x00, 0x02, 0x00, 0x00, /* 26: lea rcx, [rip+0x200] */
+					0xe8, 0x00, 0x00, 0x00, 0x00 };           /* 33: call (next) */
+	uint64_t start[] = { 0x1000, 0x1007, 0x100e, 0x1011, 0x101a, 0x1021 };
+	uint64_t end[] = { 0x1007, 0x100e, 0x1011, 0x101a, 0x1021, 0x1026 };
+	static const struct {
+		uint32_t preds[2];
+		uint8_t entry1, entry3;
+		bool ok;
+		const char *what;
+	} cases[] = {
+		{ { 0, 1 }, 1, 0, true, "two leas of one table" },
+		{ { 0, 2 }, 1, 0, false, "a lea and a mov" },
+		{ { 0, 5 }, 1, 0, false, "a lea and a call (rcx is the callee's to change)" },
+		{ { 1, 4 }, 1, 0, false, "leas of two tables" },
+		{ { 0, 1 }, 1, 1, false, "reached from outside as well" },
+		{ { 0, 1 }, 2, 0, false, "a block with a lea entered from elsewhere in its middle" },
+	};
+
+	struct hp_isa_detail lea0;
+	REQUIRE(hp_isa_decode_detail(code, sizeof(code), 0x1000, &lea0) == 0, "lea does not decode");
+	uint16_t rcx = lea0.op[0].reg;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		/* Block 5 (the call) is reached from block 0 only. */
+		uint32_t pred_start[] = { 0, 0, 0, 0, 2, 2, 3 }, pred[3] = { cases[c].preds[0], cases[c].preds[1], 0 };
+		uint8_t entry[6] = { 1, cases[c].entry1, 1, cases[c].entry3, 1, 0 };
+		struct hp_jt_graph g = { code, 0x1000, sizeof(code), 6, start, end, pred_start, pred, entry, true };
+		uint64_t table, lea;
+		bool ok = hp_jt_base_reaches(&g, 3, 0x1015, rcx, &table, &lea);
+		EXPECT(ok == cases[c].ok, "%s: %s", cases[c].what, ok ? "proved" : "not proved");
+		if (ok)
+			EXPECT(table == 0x1107 && lea == 0x1000, "%s: table 0x%" PRIx64 ", lea 0x%" PRIx64,
+			       cases[c].what, table, lea);
+	}
+}
+
+/* A switch in a loop whose table's lea gcc hoisted before the loop
+ * (fixtures/hoisted.c, -O2 -fPIE): resolved by following its base register
+ * back over the CFG, its ten cases successors of the jump; through calls
+ * only when the base is a register the ABI has a callee keep. */
+static void t_hoisted_table_is_resolved(void)
+{
+	struct hp_model *m = open_fixture("hoisted.c", "hoisted", "-O2 -fPIE -pie");
+	const struct hp_module *mod;
+
+	REQUIRE(m, "gcc or open failed");
+	const struct hp_function *f = hp_model_find(m, "hs_run", &mod, NULL);
+	REQUIRE(f, "hs_run not found");
+	EXPECT(!(f->flags & HP_FN_UNRESOLVED_JUMP) && f->njt == 1, "hs_run: %u tables, unresolved jump %d", f->njt,
+	       !!(f->flags & HP_FN_UNRESOLVED_JUMP));
+	if (f->njt == 1) {
+		const struct hp_jump_table *jt = &mod->jtables[f->jt_start];
+		const struct hp_block *at = hp_function_block_at(mod, f, f->addr + jt->site);
+		EXPECT(jt->hoisted && jt->relative && jt->exact && jt->nentries == 10 && at && at->nsucc == 10 &&
+			       hp_function_block_at(mod, f, f->addr + jt->base_site) != at &&
+			       jt->site - jt->base_site > 32,
+		       "table: hoisted %d, exact %d, %u entries, %u successors, lea +0x%x, jump +0x%x", jt->hoisted,
+		       jt->exact, jt->nentries, at ? at->nsucc : 0, jt->base_site, jt->site);
+	}
+	/* hs_calls' base is r10 across calls to hs_put: not proved, the ABI lets a callee change r10. */
+	f = hp_model_find(m, "hs_calls", &mod, NULL);
+	REQUIRE(f, "hs_calls not found");
+	EXPECT((f->flags & HP_FN_UNRESOLVED_JUMP) && f->njt == 0, "hs_calls (r10 across calls): %u tables", f->njt);
+	hp_model_free(m);
+	/* With -fno-ipa-ra its base is r12, which a callee keeps: proved through the calls. */
+	REQUIRE((m = open_fixture("hoisted.c", "hoisted_noipara", "-O2 -fPIE -pie -fno-ipa-ra")), "gcc or open failed");
+	f = hp_model_find(m, "hs_calls", &mod, NULL);
+	REQUIRE(f, "hs_calls not found");
+	EXPECT(!(f->flags & HP_FN_UNRESOLVED_JUMP) && f->njt == 1 && mod->jtables[f->jt_start].hoisted,
+	       "hs_calls (r12 across calls): %u tables, unresolved jump %d", f->njt,
+	       !!(f->flags & HP_FN_UNRESOLVED_JUMP));
+	hp_model_free(m);
+}
+
 int main(void)
 {
 	RUN(t_block_at_without_function);
 	RUN(t_table_bound_through_a_copy);
+	RUN(t_table_base_set_before_the_add);
+	RUN(t_table_base_followed_back);
+	RUN(t_hoisted_table_is_resolved);
 	RUN(t_noreturn_calls_end_blocks);
 	RUN(t_cold_fragments_are_linked);
 	RUN(t_plt_callees_are_named);

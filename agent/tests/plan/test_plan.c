@@ -156,6 +156,54 @@ static void t_plan_elf_is_verified(void)
 	hp_model_free(m);
 }
 
+/* Where the copy in plan (one member, f) has the original's byte at offset off of f. */
+static uint64_t copy_at(const struct hp_plan *plan, const struct hp_module *mod, const struct hp_function *f,
+			uint32_t off)
+{
+	for (uint32_t j = 0; j < plan->members[0].nblocks; j++) {
+		const struct hp_block *bl = &mod->blocks[f->block_start + plan->members[0].blocks[j].index];
+		if (off >= bl->offset && off < bl->offset + bl->size)
+			return plan->members[0].blocks[j].new_addr + (off - bl->offset);
+	}
+	return 0;
+}
+
+/* f, whose one table is f's first, planned from every block counted: not
+ * kept, verified, its code the instructions then the copy's table, each
+ * entry reaching the copy of its original target. The table's offset in
+ * the code, or 0 when the plan failed. */
+static size_t plan_table(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
+			 const char *const *names, struct hp_profile *prof, struct hp_plan *plan)
+{
+	const struct hp_jump_table *jt = &mod->jtables[f->jt_start];
+	struct hp_plan_opts o;
+	char err[256], detail[160];
+	const char *rule = hp_plan_kept_rule(m, mod, f, detail, sizeof(detail));
+
+	EXPECT(!rule, "%s is kept: %s (%s)", f->name, rule, detail);
+	profile_all(m, names, 10, prof);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	if (hp_plan_make(m, f, mod, prof, &o, plan, err, sizeof(err)) < 0 || plan->status != HP_PLAN_OK ||
+	    !plan->verified) {
+		EXPECT(0, "no verified plan for %s: %s %s", f->name, err, plan->message);
+		return 0;
+	}
+	size_t tab = (plan->text_len + 7) & ~(size_t)7;
+	EXPECT(plan->code_len == tab + 4 * jt->nentries, "code %zu bytes, instructions %zu, want a table of %u after",
+	       plan->code_len, plan->text_len, jt->nentries);
+	EXPECT(plan->verified_edges >= jt->nentries, "verified %zu edges", plan->verified_edges);
+	for (uint32_t k = 0; k < jt->nentries; k++) {
+		int32_t e;
+		uint64_t want = copy_at(plan, mod, f, (uint32_t)(mod->jt_targets[jt->target_start + k] - f->addr));
+		memcpy(&e, plan->code + tab + 4 * k, 4);
+		EXPECT(plan->base + tab + (uint64_t)(int64_t)e == want,
+		       "entry %u reaches 0x%" PRIx64 ", want 0x%" PRIx64, k, plan->base + tab + (uint64_t)(int64_t)e,
+		       want);
+	}
+	return tab;
+}
+
 /* A dense switch compiled -fPIE dispatches through a table of 4-byte
  * offsets: the model resolves it exactly, the function moves, the copy gets
  * its own table after the code, and a wrong entry is refused by verify. */
@@ -163,11 +211,10 @@ static void t_plan_rewrites_switch_table(void)
 {
 	struct hp_model *m = open_fixture("dispatch.c", "plan_jt", "-O2 -fPIE -pie");
 	static const char *const names[] = { "dp_op", NULL };
-	struct hp_plan_opts o;
 	struct hp_profile prof;
 	struct hp_plan plan;
 	const struct hp_module *mod;
-	char err[256], detail[160];
+	char detail[160];
 
 	REQUIRE(m, "gcc or open failed");
 	const struct hp_function *f = hp_model_find(m, "dp_op", &mod, NULL);
@@ -176,29 +223,8 @@ static void t_plan_rewrites_switch_table(void)
 	EXPECT(jt->relative && jt->entry_size == 4 && jt->exact && jt->nentries == 20 && jt->base_site < jt->site,
 	       "table: relative %d, entry %u, exact %d, %u entries, lea +0x%x, jump +0x%x", jt->relative,
 	       jt->entry_size, jt->exact, jt->nentries, jt->base_site, jt->site);
-	const char *rule = hp_plan_kept_rule(m, mod, f, detail, sizeof(detail));
-	EXPECT(!rule, "dp_op is kept: %s (%s)", rule, detail);
-	profile_all(m, names, 10, &prof);
-	hp_plan_opts_default(&o);
-	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
-	REQUIRE(hp_plan_make(m, f, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
-	REQUIRE(plan.status == HP_PLAN_OK && plan.verified, "plan %d: %s", plan.status, plan.message);
-	size_t tab = (plan.text_len + 7) & ~(size_t)7;
-	EXPECT(plan.code_len == tab + 4 * jt->nentries, "code %zu bytes, instructions %zu, want a table of %u after",
-	       plan.code_len, plan.text_len, jt->nentries);
-	EXPECT(plan.verified_edges >= jt->nentries, "verified %zu edges", plan.verified_edges);
-	/* Each entry reaches the copy of its target. */
-	for (uint32_t k = 0; k < jt->nentries; k++) {
-		int32_t e;
-		uint64_t want = 0, orig = mod->jt_targets[jt->target_start + k];
-		memcpy(&e, plan.code + tab + 4 * k, 4);
-		for (uint32_t j = 0; j < plan.members[0].nblocks; j++)
-			if (f->addr + mod->blocks[f->block_start + plan.members[0].blocks[j].index].offset == orig)
-				want = plan.members[0].blocks[j].new_addr;
-		EXPECT(plan.base + tab + (uint64_t)(int64_t)e == want,
-		       "entry %u reaches 0x%" PRIx64 ", want 0x%" PRIx64, k, plan.base + tab + (uint64_t)(int64_t)e,
-		       want);
-	}
+	size_t tab = plan_table(m, mod, f, names, &prof, &plan);
+	REQUIRE(tab, "dp_op was not planned");
 	/* Entry 0 (case 0) made to reach case 1's copy: refused. */
 	int32_t e1;
 	memcpy(&e1, plan.code + tab + 4, 4);
@@ -212,8 +238,46 @@ static void t_plan_rewrites_switch_table(void)
 	REQUIRE((m = open_fixture("dispatch.c", "plan_jt_abs", "-O2 -fno-pie -no-pie")), "gcc or open failed");
 	f = hp_model_find(m, "dp_op", &mod, NULL);
 	REQUIRE(f && f->njt == 1 && !mod->jtables[f->jt_start].relative, "no absolute table resolved in dp_op");
-	rule = hp_plan_kept_rule(m, mod, f, detail, sizeof(detail));
+	const char *rule = hp_plan_kept_rule(m, mod, f, detail, sizeof(detail));
 	EXPECT(rule && strstr(rule, "absolute"), "dp_op with an absolute table: %s", rule ? rule : "moves");
+	hp_model_free(m);
+}
+
+/* A switch whose table's lea gcc hoisted before its loop (hoisted.c,
+ * -fPIE): the function moves, the lea before the loop names the copy's
+ * table, every entry reaches the copy of its target; a copy whose lea still
+ * names the original's table is refused. */
+static void t_plan_rewrites_hoisted_table(void)
+{
+	struct hp_model *m = open_fixture("hoisted.c", "plan_hoisted", "-O2 -fPIE -pie");
+	static const char *const names[] = { "hs_run", NULL };
+	struct hp_profile prof;
+	struct hp_plan plan;
+	const struct hp_module *mod;
+
+	REQUIRE(m, "gcc or open failed");
+	const struct hp_function *f = hp_model_find(m, "hs_run", &mod, NULL);
+	REQUIRE(f && f->njt == 1 && mod->jtables[f->jt_start].hoisted, "hs_run has %u resolved tables, want 1 hoisted",
+		f ? f->njt : 0);
+	const struct hp_jump_table *jt = &mod->jtables[f->jt_start];
+	size_t tab = plan_table(m, mod, f, names, &prof, &plan);
+	REQUIRE(tab, "hs_run was not planned");
+	/* The copy's lea (lea r64, [rip+disp32]: 7 bytes) names the copy's table; made to name the original's: refused. */
+	uint64_t lea_at = copy_at(&plan, mod, f, jt->base_site);
+	REQUIRE(lea_at, "the lea's block is not in the plan");
+	uint8_t *lea = plan.code + (lea_at - plan.base);
+	int32_t d;
+	memcpy(&d, lea + 3, 4);
+	EXPECT(lea_at + 7 + (uint64_t)(int64_t)d == plan.base + tab,
+	       "the copy's lea names 0x%" PRIx64 ", want 0x%" PRIx64, lea_at + 7 + (uint64_t)(int64_t)d,
+	       plan.base + tab);
+	d = (int32_t)(int64_t)(jt->table_addr - (lea_at + 7));
+	memcpy(lea + 3, &d, 4);
+	EXPECT(!hp_plan_verify(m, &plan) &&
+		       strstr(plan.verify_error, "reads a table that is not after the instructions"),
+	       "a copy reading the original's table passed verification: %s", plan.verify_error);
+	hp_plan_free(&plan);
+	hp_profile_free(&prof);
 	hp_model_free(m);
 }
 
@@ -601,6 +665,7 @@ int main(void)
 	RUN(t_chain_should_follow);
 	RUN(t_plan_elf_is_verified);
 	RUN(t_plan_rewrites_switch_table);
+	RUN(t_plan_rewrites_hoisted_table);
 	RUN(t_plan_listing_names_each_instructions_original);
 	RUN(t_plan_refuses_stale_profile);
 	RUN(t_profile_reads_measure_report);

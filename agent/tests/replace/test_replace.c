@@ -8,8 +8,9 @@
  * plan comes from `hotpathd measure --blocks` and `hotpathd plan`.
  *  - hotpathd install / installed / revert: the copy runs (memfd heap, entry
  *    jump, call sites), and everything is put back (bytes, heap, journal).
- *  - A function with a switch table (fixtures/dispatch.c): its copy, with its
- *    own table, installed and reverted while every case is checked.
+ *  - A function with a switch table (fixtures/dispatch.c), and one whose
+ *    table's lea is hoisted before its loop (fixtures/hoisted.c): its copy,
+ *    with its own table, installed and reverted while every case is checked.
  *  - A whole hot set (plan --hot-set): one heap, every member's entry
  *    jumping to its copy, install/revert cycles, bytes as before.
  *  - A revert knows its own written bytes when they hold 0xcc (a rel32 of
@@ -533,38 +534,52 @@ static void t_revert_keeps_the_heap_when_bytes_were_changed(void)
 	hp_iplan_free(&p);
 }
 
-/* A function dispatching through a switch table (dispatch.c, -fPIE: a
- * table of 4-byte offsets) measured, planned, installed into the running
- * fixture and reverted, three times: its copy runs through its own table
- * while the fixture checks every case (and indexes beyond the bound)
- * against the original's results; every byte as before at the end. */
-static void t_switch_table_install_revert(void)
+/* fn of fixture src (compiled -O2 -fPIE) measured, planned, installed
+ * into the running fixture and reverted, three times, while the fixture
+ * checks its results against the original's; every byte as before at the
+ * end. */
+static void table_install_revert(const char *src, const char *name, const char *fn)
 {
 	struct fx f;
 	struct hp_iplan p;
 	char cmd[4096], err[512] = "", prof[400], plan[400];
-	const char *st = state_dir("switch");
-	const char *bin = tu_compile("dispatch.c", "dispatch", "-O2 -fPIE -pie");
+	const char *st = state_dir(name);
+	const char *bin = tu_compile(src, name, "-O2 -fPIE -pie");
 
 	REQUIRE(bin, "gcc failed");
 	REQUIRE(fx_start(&f, bin, 0) == 0, "the fixture did not start");
-	snprintf(prof, sizeof(prof), "%s/switch.profile.json", tu_tmpdir());
-	snprintf(plan, sizeof(plan), "%s/switch.plan.json", tu_tmpdir());
+	snprintf(prof, sizeof(prof), "%s/%s.profile.json", tu_tmpdir(), name);
+	snprintf(plan, sizeof(plan), "%s/%s.plan.json", tu_tmpdir(), name);
 	snprintf(cmd, sizeof(cmd),
-		 "%s measure pid %d dp_op --blocks --seconds 1 --json > '%s' 2>/dev/null && %s plan pid %d dp_op "
+		 "%s measure pid %d %s --blocks --seconds 1 --json > '%s' 2>/dev/null && %s plan pid %d %s "
 		 "--profile '%s' --json > '%s'",
-		 hp(), f.pid, prof, hp(), f.pid, prof, plan);
+		 hp(), f.pid, fn, prof, hp(), f.pid, fn, prof, plan);
 	if (system(cmd) != 0 || load_plan(plan, &p, err, sizeof(err)) < 0) {
 		fx_stop(&f);
-		REQUIRE(0, "no plan for dp_op: %s", err);
+		REQUIRE(0, "no plan for %s: %s", fn, err);
 	}
-	EXPECT(p.nmembers == 1 && !strcmp(p.members[0].name, "dp_op"), "the plan has %zu members", p.nmembers);
+	EXPECT(p.nmembers == 1 && !strcmp(p.members[0].name, fn), "the plan has %zu members", p.nmembers);
 	install_revert_cycles(&f, &p, plan, st, 3);
 	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
 	unsigned long v = fx_stop(&f);
 	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
-	printf("# switch table: dp_op installed and reverted 3 times, %lu calls verified\n", v);
+	printf("# %s: %s installed and reverted 3 times, %lu calls verified\n", name, fn, v);
 	hp_iplan_free(&p);
+}
+
+/* A function dispatching through a switch table (dispatch.c, -fPIE: a
+ * table of 4-byte offsets): its copy runs through its own table while the
+ * fixture checks every case (and indexes beyond the bound). */
+static void t_switch_table_install_revert(void)
+{
+	table_install_revert("dispatch.c", "switch", "dp_op");
+}
+
+/* A switch whose table's lea is hoisted before its loop (hoisted.c): the
+ * copy's lea before the loop names the copy's table. */
+static void t_hoisted_table_install_revert(void)
+{
+	table_install_revert("hoisted.c", "hoisted", "hs_run");
 }
 
 /* ---- Cycles under load ---------------------------------------------------- */
@@ -1270,6 +1285,7 @@ int main(void)
 	}
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "switch")) {
 		RUN(t_switch_table_install_revert);
+		RUN(t_hoisted_table_install_revert);
 		tu_cleanup();
 		TEST_EXIT();
 	}
@@ -1283,6 +1299,7 @@ int main(void)
 	RUN(t_revert_keeps_the_heap_when_bytes_were_changed);
 	RUN(t_hot_set_install_revert);
 	RUN(t_switch_table_install_revert);
+	RUN(t_hoisted_table_install_revert);
 	RUN(t_measure_and_second_pass);
 	RUN(t_root_measured_alike_before_and_after);
 	RUN(t_cycles);
