@@ -336,6 +336,11 @@ int cmd_installed(int argc, char **argv)
 		if (h->detail[0])
 			printf("           %s\n", h->detail);
 	}
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++)
+		kept += (!pid || ins[i].pid == (int)pid) && !strcmp(ins[i].state, "heap_kept");
+	if (kept)
+		printf("%zu code heap%s kept mapped after a revert, waiting for release\n", kept, kept == 1 ? "" : "s");
 	if (!shown)
 		printf("nothing installed (journals in %s/replace)\n", state);
 	free(ins);
