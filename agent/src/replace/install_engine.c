@@ -595,7 +595,8 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 		x.have_target = false;
 		if ((r = hp_revert(o->state_dir, pid, p->root, &rr, o->progress, o->progress_ctx, err, errlen)) < 0)
 			return r;
-		res->kept_waiting = rr.kept_waiting + rr.heap_kept;
+		res->kept_released += rr.kept_released; /* its revert asked again (its own kept heap counted) */
+		res->kept_waiting = rr.kept_waiting;
 		if ((r = hp_patch_target_process(pid, start, &x.t, err, errlen)) < 0)
 			return r;
 		x.have_target = true;
