@@ -59,7 +59,9 @@ static const char revert_usage[] =
 	"Revert what is installed in process PID (only ROOT's group when given): call\n"
 	"sites first, then the entry, so the copy stays reachable until the end; the\n"
 	"code heap is unmapped once no thread's program counter or stack points into it\n"
-	"(otherwise it stays mapped, and `hotpathd installed` says so). Also finishes\n"
+	"(otherwise it stays mapped, and `hotpathd installed` says so; every later\n"
+	"install and revert in the process asks again). Installs in one process revert\n"
+	"in any order: bytes another install wrote over are left to it. Also finishes\n"
 	"installs and reverts an agent left behind when it died, from their journals,\n"
 	"and removes the journals of processes that exited.\n"
 	"\n"
@@ -336,6 +338,11 @@ int cmd_installed(int argc, char **argv)
 		if (h->detail[0])
 			printf("           %s\n", h->detail);
 	}
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++)
+		kept += (!pid || ins[i].pid == (int)pid) && !strcmp(ins[i].state, "heap_kept");
+	if (kept)
+		printf("%zu code heap%s kept mapped after a revert, waiting for release\n", kept, kept == 1 ? "" : "s");
 	if (!shown)
 		printf("nothing installed (journals in %s/replace)\n", state);
 	free(ins);

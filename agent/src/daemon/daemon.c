@@ -294,7 +294,7 @@ int hp_daemon_run(const struct hp_daemon_opts *o)
 	restored = hp_measurements_restore(&ag);
 	if (restored)
 		hp_log(true, "armed %d measurement(s) again that the previous run left running", restored);
-	if (hp_worker_start(&ag, hp_run_command) < 0 || hp_measurements_run(&ag) < 0) {
+	if (hp_worker_start(&ag, hp_run_command, hp_plans_idle, HP_PLANS_IDLE_MS) < 0 || hp_measurements_run(&ag) < 0) {
 		hp_log(false, "cannot start the agent's threads");
 		goto out;
 	}

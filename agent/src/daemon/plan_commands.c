@@ -17,6 +17,8 @@
  *                 replace layer's install, named by the plan's id.
  *   RevertPlan    that install out (call sites first, then the entry).
  *   ListInstalled the journals.
+ * And, when no command has come for HP_PLANS_IDLE_MS, the heaps reverts
+ * kept mapped asked again (hp_plans_idle).
  *
  * Each phase sends Progress; a cancel is honoured between phases (and, for
  * an install, up to the moment before anything is written, through the
@@ -778,6 +780,14 @@ static void recovered(void *ctx, const struct hp_installed *h, int r, const char
 	else
 		hp_log(true, "install %s of %s in process %d (%s) reverted from its journal%s%s", h->id, h->root,
 		       h->pid, h->state, err && err[0] ? "; " : "", err ? err : "");
+}
+
+void hp_plans_idle(struct agent *ag)
+{
+	size_t released = 0, waiting = 0;
+	if (ag->state_dir && hp_release_kept(ag->state_dir, 0, NULL, &released, &waiting) == 0 && released)
+		hp_log(true, "released %zu code heap(s) a revert had kept mapped (%zu still waiting)", released,
+		       waiting);
 }
 
 int hp_plans_recover(struct agent *ag)

@@ -27,6 +27,13 @@ void hp_run_plan_command(struct agent *ag, struct hp_job *job);
  * (replace/install.h, hp_replace_recover), logging each. Returns how many. */
 int hp_plans_recover(struct agent *ag);
 
+/* Heaps reverts kept mapped (a thread could still be in the copy) are asked
+ * again when the command worker has been idle this long (replace/install.h,
+ * hp_release_kept), besides at every install and revert. */
+#define HP_PLANS_IDLE_MS 10000
+/* The worker's idle call: every process's kept heaps asked again, releases logged. */
+void hp_plans_idle(struct agent *ag);
+
 /* The installs the journals hold, for Hello.installs: *out (an array of n
  * pointers, freed with hp_plans_hello_free). 1 when that is the complete
  * list (Hello.installs_listed), 0 when the journals could not be read (or

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "daemon/agent.h"
 #include "daemon/log.h"
@@ -108,8 +109,25 @@ static void *worker_main(void *arg)
 	struct hp_worker *w = &ag->worker;
 	for (;;) {
 		pthread_mutex_lock(&w->lock);
-		while (!w->stop && !w->n)
-			pthread_cond_wait(&w->wake, &w->lock);
+		while (!w->stop && !w->n) {
+			if (!w->idle) {
+				pthread_cond_wait(&w->wake, &w->lock);
+				continue;
+			}
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += w->idle_ms / 1000;
+			until.tv_nsec += (long)(w->idle_ms % 1000) * 1000000;
+			if (until.tv_nsec >= 1000000000) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000;
+			}
+			if (pthread_cond_timedwait(&w->wake, &w->lock, &until) == ETIMEDOUT && !w->stop && !w->n) {
+				pthread_mutex_unlock(&w->lock);
+				w->idle(ag);
+				pthread_mutex_lock(&w->lock);
+			}
+		}
 		if (w->stop) {
 			pthread_mutex_unlock(&w->lock);
 			return NULL;
@@ -129,11 +147,13 @@ static void *worker_main(void *arg)
 	}
 }
 
-int hp_worker_start(struct agent *ag, hp_job_handler run)
+int hp_worker_start(struct agent *ag, hp_job_handler run, hp_idle_handler idle, int idle_ms)
 {
 	struct hp_worker *w = &ag->worker;
 	memset(w, 0, sizeof(*w));
 	w->run = run;
+	w->idle = idle_ms > 0 ? idle : NULL;
+	w->idle_ms = idle_ms;
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->wake, NULL);
 	int r = pthread_create(&w->thread, NULL, worker_main, ag);

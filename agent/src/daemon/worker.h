@@ -39,8 +39,13 @@ struct hp_job {
  * hp_run_command in the daemon): it ends the job with one hp_job_result. */
 typedef void (*hp_job_handler)(struct agent *ag, struct hp_job *job);
 
+/* What the worker does when no command has come for a while (may be NULL). */
+typedef void (*hp_idle_handler)(struct agent *ag);
+
 struct hp_worker {
 	hp_job_handler run;
+	hp_idle_handler idle;
+	int idle_ms;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	pthread_t thread;
@@ -56,8 +61,9 @@ struct hp_worker {
 	size_t next_result;
 };
 
-/* Start the thread, which hands each job to run. */
-int hp_worker_start(struct agent *ag, hp_job_handler run);
+/* Start the thread, which hands each job to run, and calls idle (may be
+ * NULL) after every idle_ms without a command. */
+int hp_worker_start(struct agent *ag, hp_job_handler run, hp_idle_handler idle, int idle_ms);
 /* Stop after the running command (queued ones are dropped) and free. */
 void hp_worker_stop(struct agent *ag);
 /* Take a command from the stream (copied); answers duplicates and cancels. */

@@ -146,6 +146,9 @@ struct hp_install_result {
 	double revert_calls_ms, revert_entry_us, revert_total_ms;
 	bool heap_kept;
 	char heap_note[400];
+	/* Heaps earlier reverts kept (a thread could still be in the copy),
+	 * asked again by this install or revert: released now, still waiting. */
+	size_t kept_released, kept_waiting;
 	unsigned pcs_moved, waits; /* threads inside bytes being written: moved to the copy, or waited for */
 };
 
@@ -170,15 +173,28 @@ struct hp_installed {
 	char state[24]; /* installed, installing, reverting, heap_kept, process_gone */
 	uint64_t entry, new_entry, heap, heap_len, base;
 	size_t writes_made, writes;
-	char detail[300];
+	char detail[512];
 };
 int hp_installed_list(const char *state_dir, struct hp_installed **out, size_t *n, char *err, size_t errlen);
 
 /* Revert the install(s) of process pid (root NULL: every one), finishing
- * interrupted installs and reverts from their journals. */
+ * interrupted installs and reverts from their journals, in any order: bytes
+ * another install wrote over since are left to it, and bytes this one wrote
+ * over another's go back to that install's. Then the process's kept heaps
+ * are asked again (hp_release_kept). */
 int hp_revert(const char *state_dir, int pid, const char *root, struct hp_install_result *res,
 	      void (*progress)(void *ctx, enum hp_install_step s, const char *detail), void *ctx, char *err,
 	      size_t errlen);
+
+/* Ask again about the heaps that reverts kept mapped (a thread could still
+ * be in the copy: its PC, or a word on its stack, in the heap): of process
+ * pid (0: every process), all but the journal except (may be NULL). One look
+ * each, no waiting; a heap no thread can be in now is released and its
+ * journal removed (as is the journal of a process that exited). Counts
+ * into *released and *waiting. hp_install and the reverts call it for their
+ * process; the daemon calls it periodically. 0, or -EIO when the journals
+ * cannot be listed. */
+int hp_release_kept(const char *state_dir, int pid, const char *except, size_t *released, size_t *waiting);
 
 /* Revert the install named id (hp_install_opts.id), finishing it if it was
  * interrupted; *pid gets its process. -ENOENT when no journal has that id. */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/grow.h"
@@ -133,6 +134,17 @@ static int check_plan(struct hp_op *x, char *err, size_t errlen)
 	return 0;
 }
 
+/* The original bytes of [addr, addr + len) under the other installs' writes, into buf. */
+static void others_original(const struct hp_op *x, uint64_t addr, uint8_t *buf, size_t len)
+{
+	for (size_t i = 0; i < x->nothers; i++) {
+		const struct hp_jwrite *o = &x->others[i];
+		for (uint8_t k = 0; k < o->len; k++)
+			if (o->addr + k >= addr && o->addr + k < addr + len)
+				buf[o->addr + k - addr] = o->orig[k];
+	}
+}
+
 static int check_target(struct hp_op *x, char *err, size_t errlen)
 {
 	const struct hp_iplan *p = x->p;
@@ -150,7 +162,10 @@ static int check_target(struct hp_op *x, char *err, size_t errlen)
 			return -ENOMEM;
 		r = x->t.ops->read(&x->t, mb->addr + (uint64_t)x->delta, b, mb->size);
 		if (r == 0) {
+			/* The original bytes under the patches of what is installed
+			 * (the caller's, and every journal's in this process). */
 			hp_byte_patches_apply(x->o->orig, x->o->norig, mb->addr + (uint64_t)x->delta, b, mb->size);
+			others_original(x, mb->addr + (uint64_t)x->delta, b, mb->size);
 			hp_bytes_digest(b, mb->size, dg);
 		}
 		if (i == 0)
@@ -164,10 +179,10 @@ static int check_target(struct hp_op *x, char *err, size_t errlen)
 		}
 		if (strcmp(dg, mb->digest)) {
 			snprintf(err, errlen,
-				 "%s in %s is not the code the plan was made from (its bytes hash to %.16s..., the "
-				 "plan's to %.16s...): the target changed since planning%s",
-				 mb->name, x->t.desc, dg, mb->digest,
-				 i == 0 ? " (or a copy is installed already)" : "");
+				 "the plan is stale: %s in %s is not the code the plan was made from (its bytes, "
+				 "with what is installed read as the original, hash to %.16s..., the plan's to "
+				 "%.16s...): the target changed since planning",
+				 mb->name, x->t.desc, dg, mb->digest);
 			return -ESTALE;
 		}
 	}
@@ -223,6 +238,22 @@ static size_t call_sites(const struct hp_model *m, const uint64_t *entries, size
 		}
 	}
 	return n;
+}
+
+/* An entry written over another install's write of the same bytes keeps
+ * that install's original bytes; one that would cover another's only in
+ * part is refused (a revert of either would leave neither whole). */
+static int entry_under_others(struct hp_op *x, struct hp_undo *u, const char *name, char *err, size_t errlen)
+{
+	if (hp_op_under_others(x, u) == 0)
+		return 0;
+	snprintf(err, errlen,
+		 "%s's entry jump at 0x%" PRIx64
+		 " would cover part of bytes another install patched: revert that "
+		 "install first",
+		 name, u->addr);
+	hp_undo_free(u);
+	return -EBUSY;
 }
 
 static int install_inner(struct hp_op *x, char *err, size_t errlen)
@@ -356,8 +387,9 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	x->heap.data_len = p->unwind_len ? 1 : 0; /* asks for a data area; the target sizes it */
 	x->heap.unwind = p->unwind_len ? x->heap.addr + LEAD(p) + p->unwind_off : 0;
 	if ((r = hp_op_record(x,
-			      json_pack("{s:s, s:o, s:i, s:o}", "op", "heap", "addr", hp_jrec_hex(x->heap.addr), "len",
-					(int)x->heap.len, "unwind", hp_jrec_hex(x->heap.unwind)),
+			      json_pack("{s:s, s:o, s:i, s:o, s:s}", "op", "heap", "addr", hp_jrec_hex(x->heap.addr),
+					"len", (int)x->heap.len, "unwind", hp_jrec_hex(x->heap.unwind), "name",
+					x->heap.name),
 			      err, errlen)) < 0) {
 		free(sites);
 		free(site_to);
@@ -417,6 +449,7 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	for (size_t k = 0; k < nent; k++) {
 		uint64_t to = x->heap.addr + (p->members[k].new_addr - ORIGIN(p));
 		if ((r = x->t.ops->prepare_entry(&x->t, ent[k], to, &u, err, errlen)) < 0 ||
+		    (r = entry_under_others(x, &u, p->members[k].name, err, errlen)) < 0 ||
 		    (r = hp_op_add_write(x, &u)) < 0 || (r = hp_op_record(x, hp_undo_record(&u), err, errlen)) < 0 ||
 		    (r = x->t.ops->apply(&x->t, &x->writes[x->nwrites - 1], k ? NULL : map_pc, x, err, errlen)) < 0) {
 			free(sites);
@@ -437,7 +470,7 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	json_t **recs = calloc(nsites + 1, sizeof(*recs));
 	for (size_t i = 0; recs && i < nsites; i++) {
 		uint64_t to = x->heap.addr + (p->members[site_to[i]].new_addr - ORIGIN(p));
-		if (x->t.ops->prepare_call(&x->t, sites[i], to, &u, err, errlen) < 0) {
+		if (x->t.ops->prepare_call(&x->t, sites[i], to, &u, err, errlen) < 0 || hp_op_under_others(x, &u) < 0) {
 			res->call_sites_skipped++;
 			continue;
 		}
@@ -537,6 +570,8 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 	}
 	if ((r = check_plan(&x, err, errlen)) < 0)
 		return r;
+	/* Heaps earlier reverts in this process kept are asked again first. */
+	hp_release_kept(o->state_dir, pid, NULL, &res->kept_released, &res->kept_waiting);
 	if ((r = hp_patch_target_process(pid, o->pid && o->pid != p->pid ? 0 : p->start_time, &x.t, err, errlen)) < 0)
 		return r;
 	x.have_target = true;
@@ -551,19 +586,27 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 		hp_op_free(&x);
 		return -EEXIST;
 	}
-	/* A second pass reverts the installed copy first. A revert of this root that restored
-	 * its code but kept its heap (a thread still in it) is asked again too; the install goes
-	 * on whether that heap is freed or still kept (its journal stays for the next revert). */
-	if (installed || hp_journal_find_kept(dir, pid, start, p->root, path, sizeof(path)) == 0) {
+	/* A second pass reverts the installed copy first. (A heap a revert kept
+	 * never blocks an install: asked again above, the install goes on whether
+	 * it is freed or still kept, its journal staying for a later retry.) */
+	if (installed) {
 		struct hp_install_result rr;
 		x.t.ops->close(&x.t);
 		x.have_target = false;
-		if ((r = hp_revert(o->state_dir, pid, p->root, &rr, installed ? o->progress : NULL,
-				   installed ? o->progress_ctx : NULL, err, errlen)) < 0)
+		if ((r = hp_revert(o->state_dir, pid, p->root, &rr, o->progress, o->progress_ctx, err, errlen)) < 0)
 			return r;
+		res->kept_released += rr.kept_released; /* its revert asked again (its own kept heap counted) */
+		res->kept_waiting = rr.kept_waiting;
 		if ((r = hp_patch_target_process(pid, start, &x.t, err, errlen)) < 0)
 			return r;
 		x.have_target = true;
+	}
+	/* What the other installs in this process wrote: read as the original
+	 * bytes by the plan's check, and written over (not under) by this one. */
+	if ((r = hp_op_load_others(&x, dir, pid, start, NULL)) < 0) {
+		snprintf(err, errlen, "cannot read the journals in %s: %s", dir, strerror(-r));
+		hp_op_free(&x);
+		return r;
 	}
 	if ((r = check_target(&x, err, errlen)) < 0) {
 		hp_op_free(&x);
@@ -581,17 +624,30 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 	}
 	snprintf(x.heap.name, sizeof(x.heap.name), "%s", res->id);
 	snprintf(name, sizeof(name), "%s.journal", res->id);
-	if ((r = hp_journal_create(dir, name, &x.j, err, errlen)) < 0) {
+	r = hp_journal_create(dir, name, &x.j, err, errlen);
+	if (r == -EEXIST && o->id) {
+		/* The id's earlier install, reverted with its heap kept: this one's
+		 * journal and heap get a name of their own (the id stays the id). */
+		getrandom(&rnd, sizeof(rnd), 0);
+		snprintf(x.heap.name, sizeof(x.heap.name), "%.48s-%08x", res->id, rnd);
+		snprintf(name, sizeof(name), "%s.journal", x.heap.name);
+		r = hp_journal_create(dir, name, &x.j, err, errlen);
+	}
+	if (r < 0) {
 		hp_op_free(&x);
 		return r;
 	}
 	snprintf(res->journal, sizeof(res->journal), "%s", x.j.path);
 	hp_journal_plan_path(x.j.path, path, sizeof(path));
-	json_t *begin = json_pack("{s:s, s:i, s:s, s:i, s:I, s:s, s:s, s:s, s:s, s:I, s:o, s:o, s:s}", "op", "begin",
-				  "version", 1, "id", res->id, "pid", pid, "start_time", (json_int_t)start, "root",
-				  p->root, "module", p->module, "build_id", p->build_id, "hash", p->computed, "delta",
-				  (json_int_t)x.delta, "entry", hp_jrec_hex(p->members[0].addr + (uint64_t)x.delta),
-				  "base", hp_jrec_hex(p->base), "target", x.t.ops->kind);
+	/* seq orders installs whose writes are the same bytes (a revert puts back the latest one under it). */
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	json_t *begin = json_pack(
+		"{s:s, s:i, s:s, s:i, s:I, s:s, s:s, s:s, s:s, s:I, s:o, s:o, s:s, s:I}", "op", "begin", "version", 1,
+		"id", res->id, "pid", pid, "start_time", (json_int_t)start, "root", p->root, "module", p->module,
+		"build_id", p->build_id, "hash", p->computed, "delta", (json_int_t)x.delta, "entry",
+		hp_jrec_hex(p->members[0].addr + (uint64_t)x.delta), "base", hp_jrec_hex(p->base), "target",
+		x.t.ops->kind, "seq", (json_int_t)((int64_t)now.tv_sec * 1000000000 + now.tv_nsec));
 	if ((r = hp_write_file_durably(path, p->text, p->text_len, err, errlen)) < 0 ||
 	    (r = hp_op_record(&x, begin, err, errlen)) < 0) {
 		unlink(path);

@@ -24,6 +24,16 @@ static void kdouble(struct json *j, const char *k, double v, int decimals)
 	json_double(j, v, decimals);
 }
 
+/* Heaps earlier reverts kept in the process, asked again by this install or revert. */
+static void kept_heaps(struct json *j, const struct hp_install_result *res)
+{
+	json_key(j, "kept_heaps");
+	json_obj_begin(j);
+	json_ku64(j, "released", res->kept_released);
+	json_ku64(j, "waiting", res->kept_waiting);
+	json_obj_end(j);
+}
+
 void hp_install_json_installed(FILE *fp, const struct hp_iplan *plan, int pid, const struct hp_install_result *res)
 {
 	struct json j;
@@ -59,6 +69,7 @@ void hp_install_json_installed(FILE *fp, const struct hp_iplan *plan, int pid, c
 	kdouble(&j, "total_ms", res->total_ms, 3);
 	json_obj_end(&j);
 	json_kstr(&j, "journal", res->journal);
+	kept_heaps(&j, res);
 	json_obj_end(&j);
 }
 
@@ -99,6 +110,7 @@ void hp_revert_json(FILE *fp, int r, int pid, const struct hp_install_result *re
 	kdouble(&j, "revert_calls_ms", res->revert_calls_ms, 3);
 	kdouble(&j, "revert_entry_us", res->revert_entry_us, 1);
 	kdouble(&j, "revert_total_ms", res->revert_total_ms, 3);
+	kept_heaps(&j, res);
 	json_obj_end(&j);
 }
 

@@ -27,7 +27,7 @@ int hp_op_record(struct hp_op *x, json_t *rec, char *err, size_t errlen)
 
 int hp_op_live_state(struct hp_op *x, const struct hp_undo *u)
 {
-	uint8_t live[HP_UNDO_MAX];
+	uint8_t live[HP_UNDO_MAX], raw[HP_UNDO_MAX];
 	size_t len = u->big_len ? u->big_len : u->len;
 	if (u->big_len) {
 		uint8_t *b = malloc(len);
@@ -39,7 +39,8 @@ int hp_op_live_state(struct hp_op *x, const struct hp_undo *u)
 	}
 	/* Our own bytes first, as they are: the written ones may hold 0xcc,
 	 * which the target's read would take for a breakpoint and hide. */
-	if (x->t.ops->read_raw && x->t.ops->read_raw(&x->t, u->addr, live, len) == 0 && !memcmp(live, u->now, len))
+	bool have_raw = x->t.ops->read_raw && x->t.ops->read_raw(&x->t, u->addr, raw, len) == 0;
+	if (have_raw && !memcmp(raw, u->now, len))
 		return 1; /* changed by us */
 	if (x->t.ops->read(&x->t, u->addr, live, len) < 0)
 		return -1;
@@ -47,7 +48,46 @@ int hp_op_live_state(struct hp_op *x, const struct hp_undo *u)
 		return 0; /* original (a breakpoint placed on it since is not ours to judge) */
 	if (!memcmp(live, u->now, len))
 		return 1; /* changed by us (a target whose read is raw) */
-	return 2;         /* neither */
+	for (size_t i = 0; i < x->nothers; i++) {
+		const struct hp_jwrite *o = &x->others[i];
+		if (o->addr == u->addr && o->len == len &&
+		    (!memcmp(live, o->now, len) || (have_raw && !memcmp(raw, o->now, len))))
+			return 3; /* another install wrote over ours: its revert puts the bytes back */
+	}
+	return 2; /* neither */
+}
+
+/* The install whose bytes a revert of u puts back: the latest other install
+ * still in place that wrote the same bytes (u was written over it), or NULL
+ * (the original bytes). */
+static const struct hp_jwrite *under(const struct hp_op *x, const struct hp_undo *u)
+{
+	const struct hp_jwrite *best = NULL;
+	for (size_t i = 0; i < x->nothers; i++) {
+		const struct hp_jwrite *o = &x->others[i];
+		if (o->active && o->addr == u->addr && o->len == u->len && (!best || o->seq > best->seq))
+			best = o;
+	}
+	return best;
+}
+
+int hp_op_under_others(const struct hp_op *x, struct hp_undo *u)
+{
+	for (size_t i = 0; i < x->nothers; i++) {
+		const struct hp_jwrite *o = &x->others[i];
+		if (o->addr == u->addr && o->len == u->len) {
+			if (!memcmp(u->orig, o->now, u->len))
+				memcpy(u->orig, o->orig, u->len);
+		} else if (o->active && o->addr < u->addr + u->len && u->addr < o->addr + o->len) {
+			return -EBUSY;
+		}
+	}
+	return 0;
+}
+
+int hp_op_load_others(struct hp_op *x, const char *dir, int pid, uint64_t start, const char *self)
+{
+	return hp_journal_writes(dir, pid, start, self, &x->others, &x->nothers, &x->cap_others);
 }
 
 static int undo_all_inner(struct hp_op *x, char *err, size_t errlen);
@@ -82,7 +122,13 @@ static int undo_all_inner(struct hp_op *x, char *err, size_t errlen)
 		double t1 = hp_now();
 		int s = hp_op_live_state(x, u);
 		if (s == 1) {
-			if ((r = x->t.ops->restore(&x->t, u, err, errlen)) < 0)
+			/* Back to what was there: the original, or the bytes of an
+			 * install still in place that u was written over. */
+			struct hp_undo back = *u;
+			const struct hp_jwrite *o = under(x, u);
+			if (o)
+				memcpy(back.orig, o->now, u->len);
+			if ((r = x->t.ops->restore(&x->t, &back, err, errlen)) < 0)
 				return r;
 			hp_op_record(x, json_pack("{s:s, s:o}", "op", "restored", "addr", hp_jrec_hex(u->addr)), why,
 				     sizeof(why));
@@ -99,15 +145,16 @@ static int undo_all_inner(struct hp_op *x, char *err, size_t errlen)
 	hp_op_step(x, HP_STEP_REVERT_HEAP, NULL);
 	if (x->heap_mapped) {
 		uint64_t hi = x->heap.addr + x->heap.len;
-		int busy = 0;
-		for (int k = 0; k < 40 && (busy = x->t.ops->in_use(&x->t, x->heap.addr, hi, why, sizeof(why))) == 1;
-		     k++) {
-			/* Threads in the copy leave it as their calls return. */
+		int busy = x->t.ops->in_use(&x->t, x->heap.addr, hi, why, sizeof(why));
+		/* Threads in the copy leave it as their calls return: wait a
+		 * little (a kept heap asked again looks once). */
+		for (int k = 0; busy == 1 && k < (x->retry ? 0 : 40); k++) {
 			x->t.ops->resume(&x->t);
 			usleep(k < 10 ? 200 : 2000);
 			if ((r = x->t.ops->quiesce(&x->t, err, errlen)) < 0)
 				return r;
 			x->scratch_applied = false;
+			busy = x->t.ops->in_use(&x->t, x->heap.addr, hi, why, sizeof(why));
 		}
 		if (!busy && getenv("HOTPATH_TEST_HEAP_BUSY")) {
 			busy = 1; /* a test hook: a revert that must keep the heap, at will */
@@ -160,7 +207,9 @@ static int undo_all_inner(struct hp_op *x, char *err, size_t errlen)
 				snprintf(x->res->heap_note, sizeof(x->res->heap_note),
 					 "the code heap at 0x%" PRIx64 " stays mapped: %s", x->heap.addr, why);
 			}
-			hp_op_record(x, json_pack("{s:s, s:s}", "op", "heap_kept", "why", why), why, sizeof(why));
+			if (!x->retry) /* journaled once: a retry that keeps it again adds nothing */
+				hp_op_record(x, json_pack("{s:s, s:s}", "op", "heap_kept", "why", why), why,
+					     sizeof(why));
 		}
 	}
 	if (x->scratch_applied) {
@@ -178,6 +227,7 @@ void hp_op_free(struct hp_op *x)
 	for (size_t k = 0; k < x->nwrites; k++)
 		hp_undo_free(&x->writes[k]);
 	free(x->writes);
+	free(x->others);
 	hp_undo_free(&x->scratch);
 	free(x->image);
 	if (x->have_target)

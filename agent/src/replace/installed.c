@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/grow.h"
 #include "host/processes.h"
 #include "replace/install.h"
 #include "replace/journal_state.h"
@@ -70,9 +69,14 @@ int hp_installed_list(const char *state_dir, struct hp_installed **out, size_t *
 					    s.installed ? "installed" :
 							  "installing";
 			snprintf(h->state, sizeof(h->state), "%s", state);
+			char kept[sizeof(h->detail)];
+			snprintf(kept, sizeof(kept),
+				 "reverted; its code heap stays mapped, waiting for release (asked again at every "
+				 "install and revert in the process, and by the daemon periodically): %s",
+				 s.kept_why);
 			snprintf(h->detail, sizeof(h->detail), "%s",
 				 !alive       ? "the process exited; `hotpathd revert` removes the journal" :
-				 s.heap_kept  ? s.kept_why :
+				 s.heap_kept  ? kept :
 				 s.revert     ? "a revert was interrupted: `hotpathd revert` finishes it" :
 				 !s.installed ? "an install was interrupted: `hotpathd revert` undoes it" :
 						"");
@@ -159,37 +163,24 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
 
 int hp_installed_patches(const char *state_dir, int pid, struct hp_byte_patch **out, size_t *n)
 {
-	char dir[4096], **js;
-	size_t nj, cap = 0;
+	char dir[4096];
+	struct hp_jwrite *w = NULL;
+	size_t nw = 0, cap = 0;
 
 	*out = NULL;
 	*n = 0;
 	snprintf(dir, sizeof(dir), "%s/replace", state_dir);
-	if (hp_journals_list(dir, &js, &nj) < 0)
-		return -EIO;
-	for (size_t i = 0; i < nj; i++) {
-		struct hp_jstate s;
-		char e[256];
-		if (hp_jstate_read(js[i], &s, e, sizeof(e)) == 0) {
-			if ((int)hp_jrec_u64(s.begin, "pid") == pid)
-				for (size_t k = 0; k < s.nundo; k++) {
-					struct hp_undo u;
-					if (hp_undo_from_record(s.undo[k], &u) < 0)
-						continue;
-					if (u.kind != HP_UNDO_SCRATCH) {
-						if (HP_GROW(*out, cap, *n + 1))
-							break;
-						struct hp_byte_patch *bp = &(*out)[(*n)++];
-						bp->addr = u.addr;
-						bp->len = u.len;
-						memcpy(bp->bytes, u.orig, u.len);
-					}
-					hp_undo_free(&u);
-				}
-			hp_jstate_free(&s);
-		}
-		free(js[i]);
+	int r = hp_journal_writes(dir, pid, 0, NULL, &w, &nw, &cap);
+	if (r == -EIO || (nw && !(*out = calloc(nw, sizeof(**out))))) {
+		free(w);
+		return r == -EIO ? r : -ENOMEM;
 	}
-	free(js);
+	for (size_t i = 0; i < nw; i++) {
+		(*out)[i].addr = w[i].addr;
+		(*out)[i].len = w[i].len;
+		memcpy((*out)[i].bytes, w[i].orig, w[i].len);
+	}
+	*n = nw;
+	free(w);
 	return 0;
 }

@@ -112,6 +112,9 @@ int hp_jstate_read(const char *path, struct hp_jstate *s, char *err, size_t errl
 			s->heap.addr = hp_jrec_u64(r, "addr");
 			s->heap.len = (size_t)hp_jrec_u64(r, "len");
 			s->heap.unwind = hp_jrec_u64(r, "unwind");
+			/* Its name, when not the install's id (a kept heap of the same id was mapped). */
+			snprintf(s->heap.name, sizeof(s->heap.name), "%s",
+				 json_string_value(json_object_get(r, "name")) ?: "");
 			s->heap_mapped = true;
 		} else if (!strcmp(op, "heap_mapped")) {
 			s->heap.data = hp_jrec_u64(r, "data");
@@ -224,21 +227,10 @@ static bool is_installed_at(const struct hp_jstate *s, const void *ctx)
 	return is_root_at(s, ctx) && !(s->revert && s->heap_kept);
 }
 
-static bool is_kept_at(const struct hp_jstate *s, const void *ctx)
-{
-	return is_root_at(s, ctx) && s->revert && s->heap_kept;
-}
-
 int hp_journal_find(const char *dir, int pid, uint64_t start, const char *root, char *path, size_t plen)
 {
 	struct installed_at w = { pid, start, root };
 	return first_journal(dir, is_installed_at, &w, -ENOENT, path, plen, NULL);
-}
-
-int hp_journal_find_kept(const char *dir, int pid, uint64_t start, const char *root, char *path, size_t plen)
-{
-	struct installed_at w = { pid, start, root };
-	return first_journal(dir, is_kept_at, &w, -ENOENT, path, plen, NULL);
 }
 
 static bool has_id(const struct hp_jstate *s, const void *id)
@@ -246,7 +238,54 @@ static bool has_id(const struct hp_jstate *s, const void *id)
 	return !strcmp(json_string_value(json_object_get(s->begin, "id")) ?: "", id);
 }
 
+static bool has_id_installed(const struct hp_jstate *s, const void *id)
+{
+	return has_id(s, id) && !(s->revert && s->heap_kept);
+}
+
 int hp_journal_of_id(const char *dir, const char *id, char *path, size_t plen, int *pid)
 {
-	return first_journal(dir, has_id, id, -EIO, path, plen, pid);
+	/* The install itself before a revert of it that kept its heap. */
+	int r = first_journal(dir, has_id_installed, id, -EIO, path, plen, pid);
+	return r == -ENOENT ? first_journal(dir, has_id, id, -EIO, path, plen, pid) : r;
+}
+
+int hp_journal_writes(const char *dir, int pid, uint64_t start, const char *except, struct hp_jwrite **out, size_t *n,
+		      size_t *cap)
+{
+	char **js;
+	size_t nj;
+	int r = 0;
+
+	if (hp_journals_list(dir, &js, &nj) < 0)
+		return -EIO; /* (no folder: none, and 0) */
+	for (size_t i = 0; i < nj; i++) {
+		struct hp_jstate s;
+		char e[256];
+		if (r == 0 && (!except || strcmp(js[i], except)) && hp_jstate_read(js[i], &s, e, sizeof(e)) == 0) {
+			if ((int)hp_jrec_u64(s.begin, "pid") == pid &&
+			    (!start || hp_jrec_u64(s.begin, "start_time") == start))
+				for (size_t k = 0; k < s.nundo && r == 0; k++) {
+					struct hp_undo u;
+					if (hp_undo_from_record(s.undo[k], &u) < 0)
+						continue;
+					if (u.kind != HP_UNDO_SCRATCH && HP_GROW(*out, *cap, *n + 1)) {
+						r = -ENOMEM;
+					} else if (u.kind != HP_UNDO_SCRATCH) {
+						struct hp_jwrite *w = &(*out)[(*n)++];
+						w->addr = u.addr;
+						w->len = u.len;
+						memcpy(w->orig, u.orig, u.len);
+						memcpy(w->now, u.now, u.len);
+						w->seq = hp_jrec_u64(s.begin, "seq");
+						w->active = !s.revert;
+					}
+					hp_undo_free(&u);
+				}
+			hp_jstate_free(&s);
+		}
+		free(js[i]);
+	}
+	free(js);
+	return r;
 }

@@ -51,10 +51,25 @@ int hp_journals_list(const char *dir, char ***out, size_t *n);
  * not reverted (a revert that restored the code but kept the heap, because a
  * thread was still in it, counts as reverted): 0 with its path, or -ENOENT. */
 int hp_journal_find(const char *dir, int pid, uint64_t start, const char *root, char *path, size_t plen);
-/* The journal in dir of root in process pid started at start whose revert
- * restored the code but kept the heap: 0 with its path, or -ENOENT. */
-int hp_journal_find_kept(const char *dir, int pid, uint64_t start, const char *root, char *path, size_t plen);
-/* The journal of install id: 0 with its path and process, or -ENOENT. */
+/* A change to existing code (an entry or a call site) a journal records:
+ * installs compose, so two may have written the same bytes (a hot set's
+ * member entry, then a later plan's root; a call site both redirect). */
+struct hp_jwrite {
+	uint64_t addr;
+	uint8_t len;
+	uint8_t orig[HP_UNDO_MAX], now[HP_UNDO_MAX];
+	uint64_t seq; /* its install's order (the begin record's "seq") */
+	bool active;  /* its install is not being reverted: its bytes may be put back */
+};
+/* The writes the journals in dir record in process pid (started at start;
+ * 0: any start), all but the journal except's (may be NULL), appended to
+ * *out (n of them, capacity *cap). 0, -EIO when dir cannot be listed, or
+ * -ENOMEM (what was read stays). */
+int hp_journal_writes(const char *dir, int pid, uint64_t start, const char *except, struct hp_jwrite **out, size_t *n,
+		      size_t *cap);
+
+/* The journal of install id (the one installed before one whose revert kept
+ * its heap): 0 with its path and process, or -ENOENT. */
 int hp_journal_of_id(const char *dir, const char *id, char *path, size_t plen, int *pid);
 
 #endif

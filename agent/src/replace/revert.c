@@ -64,7 +64,16 @@ static int revert_one(const char *path, const struct hp_install_opts *o, struct 
 			goto out;
 	}
 	x.heap = s.heap;
-	snprintf(x.heap.name, sizeof(x.heap.name), "%s", res->id);
+	if (!x.heap.name[0])
+		snprintf(x.heap.name, sizeof(x.heap.name), "%s", res->id);
+	x.retry = s.revert && s.heap_kept;
+	/* Bytes this install wrote may be another's now (written over), or go back to another's. */
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/replace", o->state_dir);
+	if ((r = hp_op_load_others(&x, dir, pid, hp_jrec_u64(s.begin, "start_time"), path)) < 0) {
+		snprintf(err, errlen, "cannot read the journals in %s: %s", dir, strerror(-r));
+		goto out;
+	}
 	x.heap.unwind_registered = s.unwind_registered;
 	x.unwind_unknown = s.unwind_intent && !s.unwind_done;
 	x.heap_mapped = s.heap_mapped && !s.heap_released;
@@ -73,7 +82,7 @@ static int revert_one(const char *path, const struct hp_install_opts *o, struct 
 	if (x.heap_mapped) {
 		/* Is it really there? (An interrupted install may not have mapped it.) */
 		struct hp_heap found = { 0 };
-		if (!x.t.ops->heap_find(&x.t, res->id, &found) || !found.addr) {
+		if (!x.t.ops->heap_find(&x.t, x.heap.name, &found) || !found.addr) {
 			x.heap_mapped = false;
 			x.unwind_unknown = false;
 		} else if (!x.heap.data && found.data) {
@@ -117,6 +126,39 @@ out:
 	return r;
 }
 
+int hp_release_kept(const char *state_dir, int pid, const char *except, size_t *released, size_t *waiting)
+{
+	struct hp_install_opts o = { .state_dir = state_dir };
+	char dir[4096], **js;
+	size_t n;
+
+	*released = *waiting = 0;
+	snprintf(dir, sizeof(dir), "%s/replace", state_dir);
+	if (hp_journals_list(dir, &js, &n) < 0)
+		return -EIO;
+	for (size_t i = 0; i < n; i++) {
+		struct hp_jstate s;
+		char e[512];
+		bool kept = false;
+		if ((!except || strcmp(js[i], except)) && hp_jstate_read(js[i], &s, e, sizeof(e)) == 0) {
+			kept = s.revert && s.heap_kept && (!pid || (int)hp_jrec_u64(s.begin, "pid") == pid);
+			hp_jstate_free(&s);
+		}
+		if (kept) {
+			struct hp_install_result res;
+			memset(&res, 0, sizeof(res));
+			int r = revert_one(js[i], &o, &res, e, sizeof(e));
+			if (r == 1 || (r == 0 && !res.heap_kept))
+				(*released)++;
+			else
+				(*waiting)++;
+		}
+		free(js[i]);
+	}
+	free(js);
+	return 0;
+}
+
 int hp_revert(const char *state_dir, int pid, const char *root, struct hp_install_result *res,
 	      void (*progress)(void *ctx, enum hp_install_step s, const char *detail), void *ctx, char *err,
 	      size_t errlen)
@@ -156,6 +198,8 @@ int hp_revert(const char *state_dir, int pid, const char *root, struct hp_instal
 			 root ? root : "");
 		return -ENOENT;
 	}
+	/* Heaps reverts kept, of other roots too, asked again (one look each). */
+	hp_release_kept(state_dir, pid, NULL, &res->kept_released, &res->kept_waiting);
 	return r;
 }
 
@@ -176,6 +220,11 @@ int hp_revert_id(const char *state_dir, const char *id, int *pid, struct hp_inst
 		return r;
 	}
 	r = revert_one(path, &o, res, err, errlen);
+	if (*pid > 0) {
+		/* Heaps other reverts kept asked again (one look each); this one's counts as waiting. */
+		hp_release_kept(state_dir, *pid, path, &res->kept_released, &res->kept_waiting);
+		res->kept_waiting += r >= 0 && res->heap_kept;
+	}
 	return r < 0 ? r : 0;
 }
 
