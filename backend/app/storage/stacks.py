@@ -489,11 +489,11 @@ async def _part_sums(
     session: AsyncSession, span: dict[str, Any], flt: StackFilter, tens: list[datetime], minutes: list[datetime]
 ) -> dict[Part, _Sums]:
     """The `_Sums` of these closed blocks (ten-minute buckets, minutes) and of the range's raw edges
-    ((0, None)), in one pass: each part's rows grouped per stack and per context with grouping sets, and
-    each part's groups sent as one row of arrays (an hour's blocks hold ~170,000 stacks' sums; as rows
-    they took longer to read than the pass)."""
+    ((0, None)): the filter's rows of each part as one row of arrays, summed per stack here, and each
+    part's samples per context grouped by the database. A rollup row is one stack and context already,
+    so grouping the ~200,000 rows of an hour's blocks per part and stack in the database only sorted them
+    (1.6 times the old pass over the whole range on the bench's hour; this, about the same as that pass)."""
     where, params = flt.sql()
-    matches = where.removeprefix(" AND ") or "true"
     parts = [
         f"""SELECT 0 AS g, NULL::timestamptz AS b, u.* FROM ({_raw("s", "lo")} UNION ALL {_raw("hi", "e")}) u""",
     ]
@@ -505,39 +505,38 @@ async def _part_sums(
         parts.append(
             f"SELECT 1, r.bucket, r.stack_id, r.pid, r.comm, r.cpu, r.count {_rollup_part('stack_samples_1m', 'm')}"
         )
-    stack, ctx = "x.by_ctx = 0 AND x.f IS NOT NULL", "x.by_ctx = 1"
-    rows = await session.execute(
-        text(f"""
-        SELECT x.g, x.b, array_agg(x.stack_id) FILTER (WHERE {stack}) AS ids,
-               array_agg(x.f) FILTER (WHERE {stack}) AS counts, array_agg(x.pid) FILTER (WHERE {ctx}) AS pids,
-               array_agg(x.comm) FILTER (WHERE {ctx}) AS comms, array_agg(x.cpu) FILTER (WHERE {ctx}) AS cpus,
-               array_agg(x.n) FILTER (WHERE {ctx}) AS ns
-        FROM (SELECT u.g, u.b, u.stack_id, u.pid, u.comm, u.cpu, sum(u.n) AS n,
-                     sum(u.n) FILTER (WHERE {matches}) AS f, grouping(u.stack_id) AS by_ctx
-              FROM ({" UNION ALL ".join(parts)}) u
-              GROUP BY GROUPING SETS ((u.g, u.b, u.stack_id), (u.g, u.b, u.pid, u.comm, u.cpu))) x
-        GROUP BY x.g, x.b"""),
-        {
-            **span,
-            **params,
-            "t": tens,
-            "t_lo": min(tens, default=span["e"]),
-            "t_hi": max(tens, default=span["e"]) + _TEN,
-            "m": minutes,
-            "m_lo": min(minutes, default=span["e"]),
-            "m_hi": max(minutes, default=span["e"]) + _MINUTE,
-        },
-    )
+    source = f"FROM ({' UNION ALL '.join(parts)}) u"
+    matching = f"{source} WHERE true{where}"
+    bind = {
+        **span,
+        **params,
+        "t": tens,
+        "t_lo": min(tens, default=span["e"]),
+        "t_hi": max(tens, default=span["e"]) + _TEN,
+        "m": minutes,
+        "m_lo": min(minutes, default=span["e"]),
+        "m_hi": max(minutes, default=span["e"]) + _MINUTE,
+    }
     out: dict[Part, _Sums] = {(0, None): _Sums.empty()}
     out.update({(10, b): _Sums.empty() for b in tens})
     out.update({(1, b): _Sums.empty() for b in minutes})
+    rows = await session.execute(
+        text(f"SELECT u.g, u.b, array_agg(u.stack_id) AS ids, array_agg(u.n) AS ns {matching} GROUP BY 1, 2"),
+        bind,
+    )
     for r in rows:
-        procs: dict[tuple[int, str], int] = defaultdict(int)
-        cpus: dict[int, int] = defaultdict(int)
-        for pid, comm, cpu, n in zip(r.pids or (), r.comms or (), r.cpus or (), r.ns or (), strict=True):
-            procs[(pid, comm)] += int(n)
-            cpus[cpu] += int(n)
-        out[(r.g, r.b)] = _Sums(array("q", r.ids or ()), array("q", map(int, r.counts or ())), dict(procs), dict(cpus))
+        sums: dict[int, int] = defaultdict(int)
+        for sid, n in zip(r.ids, r.ns, strict=True):
+            sums[sid] += n
+        out[(r.g, r.b)].ids.extend(sums.keys())
+        out[(r.g, r.b)].counts.extend(sums.values())
+    rows = await session.execute(
+        text(f"SELECT u.g, u.b, u.pid, u.comm, u.cpu, sum(u.n) AS n {source} GROUP BY 1, 2, 3, 4, 5"), bind
+    )
+    for r in rows:
+        part = out[(r.g, r.b)]
+        part.procs[(r.pid, r.comm)] = part.procs.get((r.pid, r.comm), 0) + int(r.n)
+        part.cpus[r.cpu] = part.cpus.get(r.cpu, 0) + int(r.n)
     return out
 
 
