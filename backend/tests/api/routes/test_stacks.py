@@ -643,3 +643,75 @@ async def test_whole_ten_minutes_are_read_from_the_ten_minute_rollup_with_the_sa
     raw = await graphs()
     assert ten == minute == raw
     assert ten[0][3] == sent + 9 - 16 * 3  # the idle task's samples apart
+
+
+async def test_closed_blocks_sums_are_kept_by_version_and_late_or_dropped_rows_are_read_again(
+    backend, client, host, monkeypatch
+):
+    """A flame graph keeps what each closed block of its range (whole ten minutes, other whole minutes)
+    adds under a filter, by the block's version (issue 15: an hour drawn in under a second), so a second
+    view reads only the range's raw edges. A late batch summed into a closed ten minutes gives that block
+    a new version: the next view reads it again and counts the late samples (kept sums alone would not).
+    A block whose rows are gone without a new version (retention drops partitions) is read, not kept."""
+    from app.storage import stacks
+    from app.storage.series import rollups
+
+    base = stacks.ten_minutes(T0) - timedelta(minutes=30)
+    sent = 0
+    for k in range(10):  # every 150 s and 7 s from base: 25 minutes over three ten-minute buckets
+        samples = [(READ, 100, "dd", 0, k + 1), (OPEN, 200, "cat", k % 2, 2)]
+        await host.send_batch(
+            host.stack_batch(ns(base + timedelta(seconds=150 * k + 7)), samples, define=None if k == 0 else set())
+        )
+        sent += k + 3
+    whole = {"from": base.isoformat(), "to": (base + timedelta(hours=1)).isoformat()}
+    await stored(client, host, whole, sent)
+    await rollups.run_once(backend.runtime.engine)
+    read: list[tuple[list[datetime], list[datetime]]] = []
+    part_sums = stacks._part_sums
+
+    async def spy(session, span, flt, tens, minutes):
+        read.append((list(tens), list(minutes)))
+        return await part_sums(session, span, flt, tens, minutes)
+
+    monkeypatch.setattr(stacks, "_part_sums", spy)
+    url = f"/api/v1/hosts/{host.host_id}/flamegraph/stacks"
+    # Two whole ten minutes, five other whole minutes, 30 s read raw.
+    r = {"from": base.isoformat(), "to": (base + timedelta(minutes=25, seconds=30)).isoformat()}
+    tens = [base, base + timedelta(minutes=10)]
+    minutes = [base + timedelta(minutes=20 + m) for m in range(5)]
+
+    async def view(**q) -> dict:
+        got = await client.get(url, params={**r, **q})
+        assert got.status_code == 200
+        return got.json()
+
+    first = await view()
+    assert read[-1] == (tens, minutes)
+    assert first["samples"] == sent
+    again = await view()
+    assert read[-1] == ([], [])  # every block kept: only the edges were read
+    assert again == first
+    cat = await view(comm="cat")  # another filter: its own sums
+    assert read[-1] == (tens, minutes) and cat["samples"] == 20
+    assert (await view(comm="cat")) == cat and read[-1] == ([], [])
+
+    # A late stack (below the minute watermark) into the first ten minutes, kept already.
+    await host.send_batch(host.stack_batch(ns(base + timedelta(seconds=65)), [(READ, 100, "dd", 1, 9)], define=set()))
+    await stored(client, host, whole, sent + 9)
+    late = await view()
+    assert late["samples"] == sent + 9
+    assert read[-1] == ([base], [])
+    assert late["contexts"]["cpus"] == [
+        {"cpu": cpu, "samples": n}
+        for cpu, n in ((0, first["contexts"]["cpus"][0]["samples"]), (1, first["contexts"]["cpus"][1]["samples"] + 9))
+    ]
+    cat_late = await view(comm="cat")  # the late stack is not cat's: its stacks are the same, its menus not
+    assert read[-1] == ([base], []) and cat_late["stacks"] == cat["stacks"] and cat_late["samples"] == 20
+
+    # Rows gone without a write (as when retention drops an hour's partitions): nothing kept is shown.
+    async with backend.runtime.engine.begin() as conn:
+        for table in ("stack_samples_10m", "stack_samples_1m"):
+            await conn.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host.host_id})
+    gone = await view()
+    assert read[-1] == (tens, minutes) and gone["samples"] == 0

@@ -82,32 +82,42 @@ export const FlameGraph = memo(function FlameGraph(props: FlameGraphProps) {
     (depth: number) => (orientation === "icicle" ? depth * ROW : height - (depth + 1) * ROW),
     [orientation, height],
   );
-  const colourOf = useMemo(
-    () => (l.delta ? diffColour(l) : (node: number) => frameColour(frames[l.frame[node]])),
-    [l, frames],
-  );
+  const colourOf = useMemo(() => {
+    if (l.delta) return diffColour(l);
+    const byFrame = new Map<number, string>(); // a frame's colour is made once, not once per cell
+    return (node: number) => {
+      const fi = l.frame[node];
+      let colour = byFrame.get(fi);
+      if (colour === undefined) byFrame.set(fi, (colour = frameColour(frames[fi])));
+      return colour;
+    };
+  }, [l, frames]);
 
   useEffect(() => {
     const canvas = canvasRef.current;
-    if (!canvas || width <= 0) return;
-    const dpr = window.devicePixelRatio || 1;
-    canvas.width = Math.round(width * dpr);
-    canvas.height = Math.round(height * dpr);
-    const ctx = canvas.getContext("2d");
-    if (!ctx) return;
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, width, height);
-    ctx.font = "11px ui-monospace, SFMono-Regular, 'DejaVu Sans Mono', monospace";
-    ctx.textBaseline = "middle";
-    for (const c of cells) {
-      const dim = search !== null && c.node !== 0 && !search.matches[c.node];
-      ctx.globalAlpha = dim ? 0.25 : 1;
-      ctx.fillStyle = c.node === 0 ? "#eaeef2" : search?.matches[c.node] ? "#bf3989" : colourOf(c.node);
-      const y = top(c.depth);
-      ctx.fillRect(c.x, y, Math.max(c.width - (c.width > 3 ? 1 : 0), 0.5), ROW - 1);
-    }
-    ctx.globalAlpha = 1;
-    canvas.dataset.cells = String(cells.length); // what was drawn, for tests and bench/flame
+    const ctx = canvas?.getContext("2d");
+    if (!canvas || !ctx || width <= 0) return;
+    // Drawn in the next animation frame, a task apart from the render that laid the cells and labels
+    // out, so neither holds the page's thread as long as both (issue 15: no task over 100 ms).
+    const frame = requestAnimationFrame(() => {
+      const dpr = window.devicePixelRatio || 1;
+      canvas.width = Math.round(width * dpr);
+      canvas.height = Math.round(height * dpr);
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      ctx.clearRect(0, 0, width, height);
+      ctx.font = "11px ui-monospace, SFMono-Regular, 'DejaVu Sans Mono', monospace";
+      ctx.textBaseline = "middle";
+      for (const c of cells) {
+        const dim = search !== null && c.node !== 0 && !search.matches[c.node];
+        ctx.globalAlpha = dim ? 0.25 : 1;
+        ctx.fillStyle = c.node === 0 ? "#eaeef2" : search?.matches[c.node] ? "#bf3989" : colourOf(c.node);
+        const y = top(c.depth);
+        ctx.fillRect(c.x, y, Math.max(c.width - (c.width > 3 ? 1 : 0), 0.5), ROW - 1);
+      }
+      ctx.globalAlpha = 1;
+      canvas.dataset.cells = String(cells.length); // what was drawn, for tests and bench/flame
+    });
+    return () => cancelAnimationFrame(frame);
   }, [cells, width, height, colourOf, search, top]);
 
   // Cells wide enough for a name: buttons over the canvas.
