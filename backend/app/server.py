@@ -17,6 +17,7 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from app.domain.commands import Commands
 from app.domain.plans import Plans
 from app.domain.sessions import AgentRegistry
 from app.runtime import Runtime
-from app.storage import catalog, hosts, samples
+from app.storage import catalog, hosts, samples, stacks
 from app.storage.ingest import IngestWriter, Item
 
 log = logging.getLogger("hotpath")
@@ -189,6 +190,8 @@ async def rollup_loop(runtime: Runtime) -> None:
         await asyncio.sleep(settings.rollup_interval_s)
         try:
             await samples.roll_up(runtime.engine, lag_s=settings.rollup_lag_s)
+            async with runtime.sessionmaker() as session:
+                await stacks.keep_closed_blocks(session, datetime.now(UTC))
         except Exception:  # noqa: BLE001 - try again next round
             log.warning(
                 "rollup pass failed (the database may be restarting); next round in %g s", settings.rollup_interval_s

@@ -547,6 +547,43 @@ def _rollup_part(table: str, name: str) -> str:
         AND r.bucket = ANY(:{name})"""
 
 
+async def keep_closed_blocks(
+    session: AsyncSession, now: datetime, back: timedelta = timedelta(hours=1), budget: int = 36
+) -> int:
+    """Sum, under the flame graph's default filter, the closed ten-minute blocks of the last `back` whose
+    sums are not kept under their current version, at most `budget` blocks (the oldest hosts' first), and
+    keep them (`BlockSums`), as the rollup task closes them: a host's first flame graph of the last hour
+    then reads only its raw edges, not every block. Nothing is summed while the kept sums fill half their
+    bound (a fleet's hour would otherwise push out what views keep, and be summed again and again).
+    Returns the blocks summed."""
+    if _BLOCKS.kept > _BLOCKS.limit // 2:
+        return 0
+    wm_1m, _ = await rollups.watermarks(await session.connection())
+    hi10 = ten_minutes(min(now, wm_1m).replace(second=0, microsecond=0))
+    rows = await session.execute(
+        text("""
+        SELECT b.host_id, b.bucket, b.version FROM stack_blocks b
+        WHERE b.bucket >= :lo AND b.bucket < :hi
+          AND EXISTS (SELECT 1 FROM stack_samples_10m t WHERE t.host_id = b.host_id AND t.bucket = b.bucket)
+        ORDER BY b.host_id, b.bucket"""),
+        {"lo": ten_minutes(now - back), "hi": hi10},
+    )
+    flt = StackFilter()
+    missing: dict[str, dict[datetime, int]] = defaultdict(dict)
+    for r in rows:
+        if budget > 0 and _BLOCKS.get((r.host_id, 10, r.bucket, r.version, flt)) is None:
+            missing[r.host_id][r.bucket] = r.version
+            budget -= 1
+    for host_id, versions in missing.items():
+        # An empty range at the end of the blocks: no raw edges, no minutes, only these ten minutes.
+        span = {"h": host_id, "s": hi10, "e": hi10, "lo": hi10, "hi": hi10, "lo10": hi10, "hi10": hi10}
+        read = await _part_sums(session, span, flt, sorted(versions), [])
+        for (g, block), sums in read.items():
+            if g == 10 and block is not None:
+                _BLOCKS.put((host_id, g, block, versions[block], flt), sums)
+    return sum(len(v) for v in missing.values())
+
+
 async def _counts_and_contexts(
     session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter
 ) -> tuple[dict[int, int], dict[str, Any]]:
