@@ -645,6 +645,40 @@ async def test_whole_ten_minutes_are_read_from_the_ten_minute_rollup_with_the_sa
     assert ten[0][3] == sent + 9 - 16 * 3  # the idle task's samples apart
 
 
+async def _three_buckets(backend, client, host, base: datetime, dd: int, cat: int) -> int:
+    """Send ten batches every 150 s and 7 s from base (25 minutes over three ten-minute buckets): dd's
+    reads (dd + k samples in the k-th) and cat's opens (cat samples each), then roll them up; the samples
+    sent."""
+    from app.storage.series import rollups
+
+    sent = 0
+    for k in range(10):
+        samples = [(READ, 100, "dd", 0, k + dd), (OPEN, 200, "cat", k % 2, cat)]
+        await host.send_batch(
+            host.stack_batch(ns(base + timedelta(seconds=150 * k + 7)), samples, define=None if k == 0 else set())
+        )
+        sent += k + dd + cat
+    whole = {"from": base.isoformat(), "to": (base + timedelta(hours=1)).isoformat()}
+    await stored(client, host, whole, sent)
+    await rollups.run_once(backend.runtime.engine)
+    return sent
+
+
+def _spy_part_sums(monkeypatch) -> list[tuple[list[datetime], list[datetime]]]:
+    """Which ten minutes and minutes each flame graph reads from the rollups (stacks._part_sums' calls)."""
+    from app.storage import stacks
+
+    read: list[tuple[list[datetime], list[datetime]]] = []
+    part_sums = stacks._part_sums
+
+    async def spy(session, span, flt, tens, minutes):
+        read.append((list(tens), list(minutes)))
+        return await part_sums(session, span, flt, tens, minutes)
+
+    monkeypatch.setattr(stacks, "_part_sums", spy)
+    return read
+
+
 async def test_closed_blocks_sums_are_kept_by_version_and_late_or_dropped_rows_are_read_again(
     backend, client, host, monkeypatch
 ):
@@ -654,27 +688,11 @@ async def test_closed_blocks_sums_are_kept_by_version_and_late_or_dropped_rows_a
     a new version: the next view reads it again and counts the late samples (kept sums alone would not).
     A block whose rows are gone without a new version (retention drops partitions) is read, not kept."""
     from app.storage import stacks
-    from app.storage.series import rollups
 
     base = stacks.ten_minutes(T0) - timedelta(minutes=30)
-    sent = 0
-    for k in range(10):  # every 150 s and 7 s from base: 25 minutes over three ten-minute buckets
-        samples = [(READ, 100, "dd", 0, k + 1), (OPEN, 200, "cat", k % 2, 2)]
-        await host.send_batch(
-            host.stack_batch(ns(base + timedelta(seconds=150 * k + 7)), samples, define=None if k == 0 else set())
-        )
-        sent += k + 3
+    sent = await _three_buckets(backend, client, host, base, dd=1, cat=2)
     whole = {"from": base.isoformat(), "to": (base + timedelta(hours=1)).isoformat()}
-    await stored(client, host, whole, sent)
-    await rollups.run_once(backend.runtime.engine)
-    read: list[tuple[list[datetime], list[datetime]]] = []
-    part_sums = stacks._part_sums
-
-    async def spy(session, span, flt, tens, minutes):
-        read.append((list(tens), list(minutes)))
-        return await part_sums(session, span, flt, tens, minutes)
-
-    monkeypatch.setattr(stacks, "_part_sums", spy)
+    read = _spy_part_sums(monkeypatch)
     url = f"/api/v1/hosts/{host.host_id}/flamegraph/stacks"
     # Two whole ten minutes, five other whole minutes, 30 s read raw.
     r = {"from": base.isoformat(), "to": (base + timedelta(minutes=25, seconds=30)).isoformat()}
@@ -725,19 +743,9 @@ async def test_the_rollup_task_keeps_the_last_hours_closed_blocks_so_a_first_vie
     flame graph of a range reads only its edges and other minutes, and shows the same samples as a view
     that read every block; another filter still reads its own blocks."""
     from app.storage import stacks
-    from app.storage.series import rollups
 
     base = stacks.ten_minutes(T0) + timedelta(minutes=50)
-    sent = 0
-    for k in range(10):  # every 150 s and 7 s from base: 25 minutes over three ten-minute buckets
-        samples = [(READ, 100, "dd", 0, k + 2), (OPEN, 200, "cat", k % 2, 1)]
-        await host.send_batch(
-            host.stack_batch(ns(base + timedelta(seconds=150 * k + 7)), samples, define=None if k == 0 else set())
-        )
-        sent += k + 3
-    whole = {"from": base.isoformat(), "to": (base + timedelta(hours=1)).isoformat()}
-    await stored(client, host, whole, sent)
-    await rollups.run_once(backend.runtime.engine)
+    sent = await _three_buckets(backend, client, host, base, dd=2, cat=1)
     tens = [base, base + timedelta(minutes=10)]
     async with backend.runtime.sessionmaker() as session:
         # As the task would at base + 30 min (the backend's own task may have summed some of them already:
@@ -746,14 +754,7 @@ async def test_the_rollup_task_keeps_the_last_hours_closed_blocks_so_a_first_vie
         await stacks.keep_closed_blocks(session, base + timedelta(minutes=30))
         assert await stacks.keep_closed_blocks(session, base + timedelta(minutes=30)) == 0, "kept already"
 
-    read: list[tuple[list[datetime], list[datetime]]] = []
-    part_sums = stacks._part_sums
-
-    async def spy(session, span, flt, tens, minutes):
-        read.append((list(tens), list(minutes)))
-        return await part_sums(session, span, flt, tens, minutes)
-
-    monkeypatch.setattr(stacks, "_part_sums", spy)
+    read = _spy_part_sums(monkeypatch)
     url = f"/api/v1/hosts/{host.host_id}/flamegraph/stacks"
     r = {"from": base.isoformat(), "to": (base + timedelta(minutes=25, seconds=30)).isoformat()}
     minutes = [base + timedelta(minutes=20 + m) for m in range(5)]
