@@ -240,6 +240,10 @@ class ScriptedAgent:
         self.chunk_size = chunk_size
         self.channel: grpc.aio.Channel | None = None
         self.call = None
+        # gRPC's aio stream takes one write at a time: the command tasks, the reader and the test write
+        # through `write`, one after the other (a second write at once fails, and a command task's
+        # answer was lost so: a cancelled command never reached "cancelled").
+        self._write_lock = asyncio.Lock()
         self.welcome: pb.Welcome | None = None
         self.commands: list[pb.Command] = []
         self.answer_mode = "ok"  # "ok", "error" or "silent"
@@ -334,7 +338,7 @@ class ScriptedAgent:
     async def connect(self, send_catalog: bool = True) -> "pb.Welcome":
         """Open the stream, say Hello, read Welcome and send the missing catalog pieces."""
         self.open()
-        await self.call.write(pb.AgentMessage(hello=self.hello()))
+        await self.write(pb.AgentMessage(hello=self.hello()))
         reply = await self.call.read()
         assert reply is not grpc.aio.EOF, "stream ended before Welcome"
         self.welcome = reply.welcome
@@ -350,7 +354,7 @@ class ScriptedAgent:
                 continue
             chunks = [fns[i : i + self.chunk_size] for i in range(0, len(fns), self.chunk_size)] or [[]]
             for seq, part in enumerate(chunks):
-                await self.call.write(
+                await self.write(
                     pb.AgentMessage(
                         catalog_chunk=pb.CatalogChunk(
                             digest=digest, module=name, seq=seq, last=seq == len(chunks) - 1, functions=part
@@ -371,7 +375,7 @@ class ScriptedAgent:
         if seq is None:
             self.seq += 1
             seq = self.seq
-        await self.call.write(
+        await self.write(
             pb.AgentMessage(
                 seq=seq,
                 metrics=pb.MetricBatch(
@@ -396,12 +400,17 @@ class ScriptedAgent:
                 return i
         return len(self.modules) + 7
 
+    async def write(self, msg: "pb.AgentMessage") -> None:
+        """Send one message on the stream, after any other write under way."""
+        async with self._write_lock:
+            await self.call.write(msg)
+
     async def send_batch(self, batch: "pb.MetricBatch", seq: int | None = None) -> int:
         """Send a prepared batch, numbered like send_metrics."""
         if seq is None:
             self.seq += 1
             seq = self.seq
-        await self.call.write(pb.AgentMessage(seq=seq, metrics=batch))
+        await self.write(pb.AgentMessage(seq=seq, metrics=batch))
         return seq
 
     def stack_batch(
@@ -530,7 +539,7 @@ class ScriptedAgent:
                 known = target in self.running
                 if known:
                     self.cancelled.add(target)
-                await self.call.write(
+                await self.write(
                     pb.AgentMessage(
                         result=pb.CommandResult(
                             command_id=msg.command.id, ok=known, error="" if known else "not running"
@@ -539,7 +548,7 @@ class ScriptedAgent:
                 )
                 continue
             if msg.command.id in self.kept:
-                await self.call.write(pb.AgentMessage(result=self.kept[msg.command.id]))
+                await self.write(pb.AgentMessage(result=self.kept[msg.command.id]))
                 continue
             if msg.command.WhichOneof("kind") == "revert_plan" and self.drop_revert_commands:
                 continue
@@ -565,12 +574,12 @@ class ScriptedAgent:
                         instructions=self.instructions_for(ins.function_index),
                     ),
                 )
-            await self.call.write(pb.AgentMessage(result=result))
+            await self.write(pb.AgentMessage(result=result))
 
     async def _run(self, command: "pb.Command") -> None:
         try:
             if self.hold is not None:
-                await self.call.write(
+                await self.write(
                     pb.AgentMessage(progress=pb.Progress(command_id=command.id, fraction=0.5, message="halfway"))
                 )
                 while not self.hold.is_set() and command.id not in self.cancelled:  # noqa: ASYNC110 - two conditions
@@ -585,7 +594,7 @@ class ScriptedAgent:
                 return
             if command.WhichOneof("kind") in ("install_plan", "revert_plan"):
                 self.kept[command.id] = result
-            await self.call.write(pb.AgentMessage(result=result))
+            await self.write(pb.AgentMessage(result=result))
         except grpc.aio.AioRpcError:
             pass
         finally:
@@ -705,7 +714,7 @@ class ScriptedAgent:
             pid = command.attach_target.pid or 4242
             t = self.target_for(pid)
             self.targets[t.id] = t
-            await self.call.write(
+            await self.write(
                 pb.AgentMessage(
                     targets=pb.TargetsUpdate(
                         targets=[
@@ -880,7 +889,7 @@ class ScriptedAgent:
                     )
                 )
             resources.append(pb.ResourceValues(resource=row, values=vals, exits=count if wall else 0))
-        await self.call.write(
+        await self.write(
             pb.AgentMessage(
                 seq=seq,
                 measurement=pb.MeasurementBatch(

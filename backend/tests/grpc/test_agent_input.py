@@ -41,7 +41,7 @@ async def _hello_only(backend, host_id, hello_edit):
 
 async def _chunks(agent, digest, module, chunks):
     for seq, last, fns in chunks:
-        await agent.call.write(
+        await agent.write(
             pb.AgentMessage(
                 catalog_chunk=pb.CatalogChunk(digest=digest, module=module, seq=seq, last=last, functions=fns)
             )
@@ -362,7 +362,7 @@ async def test_a_message_over_the_size_limit_ends_the_stream(backend, unique):
     huge = pb.Function()
     huge.CopyFrom(fns[0])
     huge.name = "n" * (backend.runtime.settings.grpc_max_message_bytes + (1 << 20))
-    await agent.call.write(
+    await agent.write(
         pb.AgentMessage(catalog_chunk=pb.CatalogChunk(digest=digest, module=name, seq=0, last=True, functions=[huge]))
     )
     error = await _ended(agent)

@@ -270,7 +270,7 @@ async def test_malformed_measurement_data_is_refused_alone_and_stores_nothing(ba
         ],
     )
     mutate(batch)
-    await agent.call.write(pb.AgentMessage(seq=1, measurement=batch))
+    await agent.write(pb.AgentMessage(seq=1, measurement=batch))
     # Refused alone: acknowledged (never resent), recorded with the reason, the stream goes on.
     await wait_for_ack(agent, 1)
     assert not agent._reader.done()

@@ -57,7 +57,7 @@ async def test_numbers_that_never_arrive_and_reported_gaps_are_recorded_and_show
     await agent.send_metrics(start, [("vmlinux", 0, 0, 1)], seq=1)
     await agent.send_metrics(start + 5 * NS, [("vmlinux", 0, 0, 1)], seq=5)  # 2..4 never came
     # The agent reports that 6..9 were dropped (its buffer was full); 10 arrives.
-    await agent.call.write(
+    await agent.write(
         pb.AgentMessage(
             seq=9,
             instance_id=agent.instance_id,
