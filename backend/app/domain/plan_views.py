@@ -69,6 +69,11 @@ async def get_plan(db: AsyncSession, host_id: str, plan_id: uuid.UUID) -> dict[s
     row = await find(db, host_id, plan_id)
     if row is None:
         return None
+    return await detail(db, host_id, row)
+
+
+async def detail(db: AsyncSession, host_id: str, row: Row[Any]) -> dict[str, Any]:
+    """A plan as PlanDetail gives it (GET's answer and every step's): its record and its comparison."""
     out = public(row, detail=True)
     out["comparison"] = await comparison(db, host_id, row)
     return out

@@ -46,7 +46,7 @@ from app.domain.commands import Answer, CommandError, Commands
 from app.domain.plan_reconcile import Reconciliation
 from app.domain.plan_records import audit, find, public, publish_state, refresh_stale, stale_reason
 from app.domain.plan_results import after_end, on_install_result, on_list_result, on_plan_result, on_revert_result
-from app.domain.plan_views import comparison
+from app.domain.plan_views import detail
 from app.storage import measurements
 
 log = logging.getLogger("hotpath.plans")
@@ -251,7 +251,7 @@ class Plans(Reconciliation):
             )
         ).one()
         audit(db, actor, action, changed, was=row.state, **extra)
-        return await _detail(db, host_id, changed)
+        return await detail(db, host_id, changed)
 
     async def request(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str) -> dict[str, Any]:
         return await self._transition(
@@ -360,7 +360,7 @@ class Plans(Reconciliation):
             )
         ).one()
         audit(db, actor, "plan_revert_requested", changed)
-        return await _detail(db, host_id, changed)
+        return await detail(db, host_id, changed)
 
     # Install: a window before, the install, a window after --------------------------------------
 
@@ -492,10 +492,3 @@ class Plans(Reconciliation):
 
 
 # Reading --------------------------------------------------------------------------------------
-
-
-async def _detail(db: AsyncSession, host_id: str, row: Row[Any]) -> dict[str, Any]:
-    """A plan as a step's answer gives it: the whole of PlanDetail, as GET gives it (its comparison too)."""
-    out = public(row, detail=True)
-    out["comparison"] = await comparison(db, host_id, row)
-    return out
