@@ -155,6 +155,11 @@ void hp_jstate_free(struct hp_jstate *s)
 	free(s->undo);
 }
 
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 int hp_journals_list(const char *dir, char ***out, size_t *n)
 {
 	DIR *d = opendir(dir);
@@ -178,6 +183,8 @@ int hp_journals_list(const char *dir, char ***out, size_t *n)
 		(*out)[(*n)++] = p;
 	}
 	closedir(d);
+	if (*n > 1) /* in name order, not the directory's: reverts of several go in one order every time */
+		qsort(*out, *n, sizeof(**out), by_name);
 	return 0;
 }
 

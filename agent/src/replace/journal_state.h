@@ -44,7 +44,7 @@ struct hp_jstate {
 int hp_jstate_read(const char *path, struct hp_jstate *s, char *err, size_t errlen);
 void hp_jstate_free(struct hp_jstate *s);
 
-/* The paths of the *.journal files in dir (malloc'd, each and the array);
+/* The paths of the *.journal files in dir, in name order (malloc'd, each and the array);
  * 0 (none when dir does not exist), or a negative errno. */
 int hp_journals_list(const char *dir, char ***out, size_t *n);
 /* The journal in dir of root installed in process pid started at start, and

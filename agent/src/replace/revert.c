@@ -18,8 +18,8 @@
 #include "replace/patch_target.h"
 
 /* Revert one journal's install. */
-static int revert_one(const char *path, const struct hp_install_opts *o, struct hp_install_result *res, char *err,
-		      size_t errlen)
+static int revert_journal(const char *path, const struct hp_install_opts *o, struct hp_install_result *res, char *err,
+			  size_t errlen)
 {
 	struct hp_jstate s;
 	struct hp_op x = { .res = res, .progress = o->progress, .pctx = o->progress_ctx };
@@ -123,6 +123,21 @@ static int revert_one(const char *path, const struct hp_install_opts *o, struct 
 out:
 	hp_jstate_free(&s);
 	hp_op_free(&x);
+	return r;
+}
+
+/* Revert one journal's install, into res, which may sum several journals'
+ * (hp_revert): whether this journal's heap is kept is its own, so a heap an
+ * earlier journal kept does not leave this journal unretired; res says
+ * whether any was. */
+static int revert_one(const char *path, const struct hp_install_opts *o, struct hp_install_result *res, char *err,
+		      size_t errlen)
+{
+	bool kept_before = res->heap_kept;
+
+	res->heap_kept = false;
+	int r = revert_journal(path, o, res, err, errlen);
+	res->heap_kept = res->heap_kept || kept_before;
 	return r;
 }
 

@@ -28,7 +28,8 @@
  *    pr_mix's plan) reverted in either order, the text as the file's after.
  *  - A heap kept by a revert while a worker is parked in the copy blocks
  *    neither the same plan (same id) nor another; once the worker has left,
- *    a later revert or the daemon's periodic retry releases it.
+ *    a later revert or the daemon's periodic retry releases it. Reverting
+ *    all of a process's installs when one heap is kept retires the others.
  *  - The agent killed (SIGKILL) at every step of install and revert and at
  *    random moments: the process stays correct, `hotpathd installed` shows
  *    what is left, `hotpathd revert` brings it back to clean.
@@ -1014,6 +1015,82 @@ static bool park_in_copy(struct fx *f, uint64_t heap, uint64_t len)
 	return false;
 }
 
+/* Reverting every install of a process (hp_revert without a root) when the
+ * first journal's heap is kept (a worker parked in its copy) and the next
+ * one's is freed: each journal is judged alone. Before, the first's kept
+ * heap made the revert leave the second's journal behind (reverted, heap
+ * freed, never retired), where it blocked that root's next install for good
+ * (CI saw "0 heaps, 1 journals" at the end of t_kept_heap_retried). */
+static void t_revert_all_with_a_heap_kept(void)
+{
+	struct fx f;
+	struct hp_iplan p, q;
+	char err[512] = "", why[256] = "";
+	const char *st = state_dir("all");
+	struct hp_install_result ra, rb, rr;
+	struct hp_installed *ins = NULL;
+	size_t n = 0;
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start_mode(&f, fixture(), 3, "park") == 0, "the fixture did not start");
+	const char *plan = make_plan_st(f.pid, "all-root", "pr_root", NULL);
+	const char *plan2 = make_plan_st(f.pid, "all-search", "pr_search", NULL);
+	if (!plan || !plan2 || load_plan(plan, &p, err, sizeof(err)) < 0 ||
+	    load_plan(plan2, &q, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plans: %s", err);
+	}
+	struct hp_open_opts oo = { .quiet = true };
+	struct hp_model *m = NULL;
+	if (hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "%s", err);
+	}
+	/* Journals are listed in name order: ...-a-kept is reverted before ...-b-freed. */
+	struct hp_install_opts oa = { .state_dir = st, .patch_calls = true, .m = m, .id = "hotpath-a-kept" };
+	struct hp_install_opts ob = { .state_dir = st, .patch_calls = true, .m = m, .id = "hotpath-b-freed" };
+	int r = hp_install(&p, &oa, &ra, err, sizeof(err));
+	EXPECT(r == 0, "install of pr_root: %s", err);
+	int r2 = r == 0 ? hp_install(&q, &ob, &rb, err, sizeof(err)) : -1;
+	EXPECT(r2 == 0, "install of pr_search: %s", err);
+	bool parked = r == 0 && r2 == 0 && park_in_copy(&f, ra.heap, ra.heap_len);
+	EXPECT(parked, "no worker parked inside pr_root's copy");
+	if (parked) {
+		EXPECT(hp_revert(st, f.pid, NULL, &rr, NULL, NULL, err, sizeof(err)) == 0 && rr.heap_kept,
+		       "the revert of both: kept %d: %s", rr.heap_kept, err);
+		/* Every journal left is a kept heap's, waiting for release (pr_search's may
+		 * be kept too, if a worker was inside its copy); none is a finished revert. */
+		EXPECT(hp_installed_list(st, &ins, &n, err, sizeof(err)) == 0 && n >= 1, "installed: %s", err);
+		for (size_t i = 0; ins && i < n; i++)
+			EXPECT(!strcmp(ins[i].state, "heap_kept"), "the journal of %s is left in the state %s: %s",
+			       ins[i].id, ins[i].state, ins[i].detail);
+		EXPECT(heaps_mapped(f.pid) == (int)n, "%d heaps mapped for %zu journals", heaps_mapped(f.pid), n);
+		free(ins);
+		/* pr_search installs again at once. */
+		struct hp_install_opts oc = { .state_dir = st, .patch_calls = true, .m = m, .id = "hotpath-c-again" };
+		EXPECT(hp_install(&q, &oc, &rb, err, sizeof(err)) == 0, "pr_search's install after the revert: %s",
+		       err);
+		int pid = 0;
+		EXPECT(hp_revert_id(st, "hotpath-c-again", &pid, &rr, NULL, NULL, err, sizeof(err)) == 0,
+		       "its revert: %s", err);
+		kill(f.pid, SIGHUP);
+		EXPECT(fx_wait_for(&f, "left"), "the parked worker did not leave");
+	}
+	size_t rel = 0, wait = 1;
+	for (double end = hp_now() + 30; wait && hp_now() < end; usleep(100000))
+		hp_release_kept(st, f.pid, NULL, &rel, &wait);
+	EXPECT(heaps_mapped(f.pid) == 0 && journals(st) == 0, "%d heaps, %zu journals at the end", heaps_mapped(f.pid),
+	       journals(st));
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "%s", why);
+	EXPECT(text_is_the_files(f.pid, why, sizeof(why)) == 0, "at the end: %s", why);
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	unsigned long v = fx_stop(&f);
+	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
+	hp_model_free(m);
+	hp_iplan_free(&p);
+	hp_iplan_free(&q);
+}
+
 /* A revert while a thread is parked inside the copy (return addresses into
  * it on its stack) restores the bytes and keeps the heap; that kept heap
  * blocks nothing (the same plan installed again under the same id, as the
@@ -1685,6 +1762,7 @@ int main(void)
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "compose")) {
 		RUN(t_installs_compose);
 		RUN(t_kept_heap_retried);
+		RUN(t_revert_all_with_a_heap_kept);
 		tu_cleanup();
 		TEST_EXIT();
 	}
@@ -1727,6 +1805,7 @@ int main(void)
 	RUN(t_install_after_a_kept_heap);
 	RUN(t_installs_compose);
 	RUN(t_kept_heap_retried);
+	RUN(t_revert_all_with_a_heap_kept);
 	RUN(t_kill_agent);
 	RUN(t_bad_input);
 	tu_cleanup();
