@@ -138,9 +138,10 @@ int hp_cgroup_id(const char *path, uint64_t *id, char *err, size_t errlen)
 	return 0;
 }
 
-/* Fields first..first+n-1 (numbered from 1, after the command name: 3 or
- * more) of /proc/PID/stat as numbers. 0, or -ESRCH. */
-static int stat_fields(int pid, int first, int n, uint64_t *out)
+/* Fields first..first+n-1 (numbered from 1, after the command name: 4 or
+ * more) of /proc/PID/stat as numbers, and its state (field 3) into *state
+ * (may be NULL). 0, or -ESRCH. */
+static int stat_fields(int pid, int first, int n, uint64_t *out, char *state)
 {
 	char path[64], buf[1024];
 	int fd;
@@ -156,8 +157,10 @@ static int stat_fields(int pid, int first, int n, uint64_t *out)
 	buf[len] = 0;
 	/* The command name may hold spaces and parentheses: fields follow the last ')'. */
 	char *p = strrchr(buf, ')');
-	if (!p)
+	if (!p || !p[1] || !p[2])
 		return -ESRCH;
+	if (state)
+		*state = p[2];
 	/* ") S ppid ...": field 3 is the state; skip to field first. */
 	for (int field = 2; field < first; field++)
 		if (!(p = strchr(p + 1, ' ')))
@@ -173,14 +176,21 @@ static int stat_fields(int pid, int first, int n, uint64_t *out)
 
 int hp_process_start_time(int pid, uint64_t *ticks)
 {
-	return stat_fields(pid, 22, 1, ticks);
+	return stat_fields(pid, 22, 1, ticks, NULL);
 }
 
 int hp_process_cpu_ticks(int pid, uint64_t *ticks)
 {
 	uint64_t f[2]; /* utime, stime */
-	if (stat_fields(pid, 14, 2, f) < 0)
+	if (stat_fields(pid, 14, 2, f, NULL) < 0)
 		return -ESRCH;
 	*ticks = f[0] + f[1];
 	return 0;
+}
+
+int hp_process_running(int pid, uint64_t start)
+{
+	uint64_t st = 0;
+	char state = 0;
+	return stat_fields(pid, 22, 1, &st, &state) == 0 && st == start && state != 'Z' && state != 'X';
 }

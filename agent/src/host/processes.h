@@ -38,6 +38,11 @@ int hp_process_start_time(int pid, uint64_t *ticks);
  * second). 0 with *ticks, or -ESRCH. */
 int hp_process_cpu_ticks(int pid, uint64_t *ticks);
 
+/* Whether process pid, started at tick start (hp_process_start_time), still
+ * runs: 1, or 0 when it exited (a zombie its parent has not reaped yet
+ * included). */
+int hp_process_running(int pid, uint64_t start);
+
 /* Whether thread tid of process tgid still exists (1), not (0). */
 int hp_thread_alive(int tgid, int tid);
 

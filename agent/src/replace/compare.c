@@ -60,6 +60,11 @@ static int find_install(const char *state_dir, const char *id, struct hp_install
 	return r;
 }
 
+static bool alive(const struct run *x)
+{
+	return hp_process_running(x->c->pid, x->start_time) == 1;
+}
+
 /* The install's state after an error, as the journals say it. */
 static void state_now(struct run *x)
 {
@@ -69,14 +74,8 @@ static void state_now(struct run *x)
 		snprintf(x->c->state, sizeof(x->c->state), "%s", h.state);
 	else
 		snprintf(x->c->state, sizeof(x->c->state), "%s", "reverted");
-	if (hp_process_start_time(x->c->pid, &(uint64_t){ 0 }) < 0)
+	if (!alive(x))
 		snprintf(x->c->state, sizeof(x->c->state), "%s", "process_gone");
-}
-
-static bool alive(const struct run *x)
-{
-	uint64_t st = 0;
-	return hp_process_start_time(x->c->pid, &st) == 0 && st == x->start_time;
 }
 
 static int gone(struct run *x, const char *when, char *err, size_t errlen)
