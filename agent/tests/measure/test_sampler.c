@@ -140,7 +140,8 @@ static void *spin_thread(void *arg)
 	return NULL;
 }
 
-static void a_process_is_sampled_in_its_model(void)
+/* A child of this process spinning in spin on two threads. */
+static pid_t spinning_child(void)
 {
 	pid_t child = fork();
 	if (child == 0) {
@@ -148,6 +149,30 @@ static void a_process_is_sampled_in_its_model(void)
 		pthread_create(&t, NULL, spin_thread, NULL);
 		spin();
 	}
+	return child;
+}
+
+/* Wait until process child has had seconds of CPU (not wall) time, so
+ * that a loaded machine that schedules it less yields as many samples (30 s
+ * at most). 0, or -1 when its CPU clock cannot be read. */
+static int cpu_time_passes(pid_t child, double seconds)
+{
+	clockid_t clk;
+	struct timespec cpu, ts = { 0, 50 * 1000000L };
+	double end = now_s() + 30, cpu0;
+	if (clock_getcpuclockid(child, &clk) != 0 || clock_gettime(clk, &cpu) != 0)
+		return -1;
+	cpu0 = cpu.tv_sec + cpu.tv_nsec / 1e9;
+	do {
+		nanosleep(&ts, NULL);
+		clock_gettime(clk, &cpu);
+	} while (cpu.tv_sec + cpu.tv_nsec / 1e9 - cpu0 < seconds && now_s() < end);
+	return 0;
+}
+
+static void a_process_is_sampled_in_its_model(void)
+{
+	pid_t child = spinning_child();
 	REQUIRE(child > 0, "fork: %s", strerror(errno));
 	struct hp_open_opts oo = { .quiet = true };
 	struct hp_model *m = NULL;
@@ -155,23 +180,11 @@ static void a_process_is_sampled_in_its_model(void)
 	struct hp_sampler_opts so = { .pid = child };
 	struct hp_sampler *s = NULL;
 	struct hp_sample_interval iv = { 0 };
-	clockid_t clk;
 	int r = hp_model_open_pid(child, &oo, &m, err, sizeof(err));
 	if (r == 0)
 		s = hp_sampler_open(m, &so, err, sizeof(err));
-	if (s && clock_getcpuclockid(child, &clk) == 0) {
-		/* Until the child had 1.5 s of CPU (not wall) time: a loaded
-		 * machine that schedules it less yields as many samples. */
-		struct timespec cpu, ts = { 0, 50 * 1000000L };
-		double end = now_s() + 30, cpu0;
-		clock_gettime(clk, &cpu);
-		cpu0 = cpu.tv_sec + cpu.tv_nsec / 1e9;
-		do {
-			nanosleep(&ts, NULL);
-			clock_gettime(clk, &cpu);
-		} while (cpu.tv_sec + cpu.tv_nsec / 1e9 - cpu0 < 1.5 && now_s() < end);
+	if (s && cpu_time_passes(child, 1.5) == 0)
 		hp_sampler_take(s, &iv);
-	}
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	hp_sampler_close(s);
@@ -209,12 +222,7 @@ static void a_process_is_counted_in_ranges_without_a_model(void)
 	struct hp_sampler_opts bad = { .frequency = 997 };
 	EXPECT(!hp_sampler_open(NULL, &bad, err, sizeof(err)) && strstr(err, "without a model"),
 	       "the whole system was sampled without a model: %s", err);
-	pid_t child = fork();
-	if (child == 0) {
-		pthread_t t;
-		pthread_create(&t, NULL, spin_thread, NULL);
-		spin();
-	}
+	pid_t child = spinning_child();
 	REQUIRE(child > 0, "fork: %s", strerror(errno));
 	/* spin's loop is a few dozen bytes: 256 from its entry hold it (and spin_thread's call, never returning). */
 	struct hp_pc_range ranges[] = { { (uint64_t)(uintptr_t)spin, (uint64_t)(uintptr_t)spin + 256 },
@@ -227,20 +235,10 @@ static void a_process_is_counted_in_ranges_without_a_model(void)
 	struct hp_sampler_opts so = { .pid = child, .ranges = ranges, .nranges = 1 };
 	struct hp_sampler_opts so2 = { .pid = child, .ranges = ranges + 1, .nranges = 1 };
 	struct hp_sampler *s2 = NULL;
-	clockid_t clk;
 	s = hp_sampler_open(NULL, &so, err, sizeof(err));
 	if (s)
 		s2 = hp_sampler_open(NULL, &so2, err, sizeof(err));
-	if (s && s2 && clock_getcpuclockid(child, &clk) == 0) {
-		/* Until the child had 1 s of CPU time, however loaded the machine. */
-		struct timespec cpu, ts = { 0, 50 * 1000000L };
-		double end = now_s() + 30, cpu0;
-		clock_gettime(clk, &cpu);
-		cpu0 = cpu.tv_sec + cpu.tv_nsec / 1e9;
-		do {
-			nanosleep(&ts, NULL);
-			clock_gettime(clk, &cpu);
-		} while (cpu.tv_sec + cpu.tv_nsec / 1e9 - cpu0 < 1.0 && now_s() < end);
+	if (s && s2 && cpu_time_passes(child, 1.0) == 0) {
 		hp_sampler_take(s, &in);
 		hp_sampler_take(s2, &none);
 	}
