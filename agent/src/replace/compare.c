@@ -56,7 +56,7 @@ static int find_install(const char *state_dir, const char *id, struct hp_install
 		}
 	free(ins);
 	if (r < 0)
-		snprintf(err, errlen, "nothing is installed under the id %s (see `hotpathd installed`)", id);
+		snprintf(err, errlen, "%s is not installed: no journal has that id (see `hotpathd installed`)", id);
 	return r;
 }
 

@@ -1842,7 +1842,7 @@ static void t_compare(void)
 	/* Refused: an id not installed, bad options. */
 	snprintf(cmd, sizeof(cmd), "%s compare --id no-such-plan --state-dir '%s' 2>&1", hp(), st);
 	rc = run(cmd, out, sizeof(out));
-	EXPECT(rc == 4 && strstr(out, "nothing is installed under the id no-such-plan"), "(%d) %s", rc, out);
+	EXPECT(rc == 4 && strstr(out, "no-such-plan is not installed"), "(%d) %s", rc, out);
 	snprintf(cmd, sizeof(cmd), "%s compare --id %s --pairs 1 --state-dir '%s' 2>&1", hp(), id, st);
 	EXPECT(run(cmd, out, sizeof(out)) == 2 && strstr(out, "2..50"), "one pair was accepted: %s", out);
 	snprintf(cmd, sizeof(cmd), "%s compare --id %s --window 0.1 --state-dir '%s' 2>&1", hp(), id, st);
