@@ -18,7 +18,7 @@
 enum { EXIT_GONE = 3, EXIT_STATE = 4 };
 
 static const char usage[] =
-	"usage: hotpathd compare --id ID [--pairs N] [--window S] [--json] [--state-dir DIR]\n"
+	"usage: hotpathd compare --id ID [--pairs N] [--window S] [--json] [--quiet] [--state-dir DIR]\n"
 	"\n"
 	"Measure what an installed plan changes while the process runs as it is: in N\n"
 	"pairs of windows of S seconds the plan is reverted (arm \"original\") and installed\n"
