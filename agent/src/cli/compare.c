@@ -123,7 +123,8 @@ int cmd_compare(int argc, char **argv)
 				     .ctx = &l };
 	struct hp_compare c;
 	int r = hp_compare_run(&o, &c, err, sizeof(err));
-	if (json && (r == 0 || c.nwindows)) {
+	/* The JSON also when it ended early, once the install was found: the windows measured, the state. */
+	if (json && (r == 0 || c.pid)) {
 		hp_compare_json(stdout, &c);
 		fputc('\n', stdout);
 	} else if (r == 0) {

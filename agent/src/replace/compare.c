@@ -237,6 +237,7 @@ int hp_compare_run(const struct hp_compare_opts *o, struct hp_compare *c, char *
 	int r;
 
 	memset(c, 0, sizeof(*c));
+	hp_compare_summarize(NULL, 0, &c->summary); /* "insufficient" until windows are measured */
 	snprintf(c->state, sizeof(c->state), "%s", "installed");
 	c->pairs = o->pairs ? o->pairs : HP_COMPARE_PAIRS_DEFAULT;
 	c->window_seconds = o->window_seconds > 0 ? o->window_seconds : HP_COMPARE_WINDOW_DEFAULT;
