@@ -5,7 +5,8 @@
  * real basic blocks of the model (on the read path among them), keep its
  * totals consistent, and start a fresh interval on every take. One process's
  * threads: a child spinning in a function of this program, sampled through
- * its own model, has its samples on that function's blocks.
+ * its own model, has its samples on that function's blocks, and counted
+ * in an address range without a model, in that range.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -139,7 +140,8 @@ static void *spin_thread(void *arg)
 	return NULL;
 }
 
-static void a_process_is_sampled_in_its_model(void)
+/* A child of this process spinning in spin on two threads. */
+static pid_t spinning_child(void)
 {
 	pid_t child = fork();
 	if (child == 0) {
@@ -147,6 +149,30 @@ static void a_process_is_sampled_in_its_model(void)
 		pthread_create(&t, NULL, spin_thread, NULL);
 		spin();
 	}
+	return child;
+}
+
+/* Wait until process child has had seconds of CPU (not wall) time, so
+ * that a loaded machine that schedules it less yields as many samples (30 s
+ * at most). 0, or -1 when its CPU clock cannot be read. */
+static int cpu_time_passes(pid_t child, double seconds)
+{
+	clockid_t clk;
+	struct timespec cpu, ts = { 0, 50 * 1000000L };
+	double end = now_s() + 30, cpu0;
+	if (clock_getcpuclockid(child, &clk) != 0 || clock_gettime(clk, &cpu) != 0)
+		return -1;
+	cpu0 = cpu.tv_sec + cpu.tv_nsec / 1e9;
+	do {
+		nanosleep(&ts, NULL);
+		clock_gettime(clk, &cpu);
+	} while (cpu.tv_sec + cpu.tv_nsec / 1e9 - cpu0 < seconds && now_s() < end);
+	return 0;
+}
+
+static void a_process_is_sampled_in_its_model(void)
+{
+	pid_t child = spinning_child();
 	REQUIRE(child > 0, "fork: %s", strerror(errno));
 	struct hp_open_opts oo = { .quiet = true };
 	struct hp_model *m = NULL;
@@ -154,23 +180,11 @@ static void a_process_is_sampled_in_its_model(void)
 	struct hp_sampler_opts so = { .pid = child };
 	struct hp_sampler *s = NULL;
 	struct hp_sample_interval iv = { 0 };
-	clockid_t clk;
 	int r = hp_model_open_pid(child, &oo, &m, err, sizeof(err));
 	if (r == 0)
 		s = hp_sampler_open(m, &so, err, sizeof(err));
-	if (s && clock_getcpuclockid(child, &clk) == 0) {
-		/* Until the child had 1.5 s of CPU (not wall) time: a loaded
-		 * machine that schedules it less yields as many samples. */
-		struct timespec cpu, ts = { 0, 50 * 1000000L };
-		double end = now_s() + 30, cpu0;
-		clock_gettime(clk, &cpu);
-		cpu0 = cpu.tv_sec + cpu.tv_nsec / 1e9;
-		do {
-			nanosleep(&ts, NULL);
-			clock_gettime(clk, &cpu);
-		} while (cpu.tv_sec + cpu.tv_nsec / 1e9 - cpu0 < 1.5 && now_s() < end);
+	if (s && cpu_time_passes(child, 1.5) == 0)
 		hp_sampler_take(s, &iv);
-	}
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	hp_sampler_close(s);
@@ -197,16 +211,71 @@ static void a_process_is_sampled_in_its_model(void)
 	hp_model_free(m);
 }
 
+/* One process's samples in given ranges, counted apart by a sampler without
+ * a model (the interleaved comparison's): a child spinning in spin has most
+ * of them in spin's bytes (this program's, at the same address in the
+ * fork), none in a range it never runs, and every sample unmapped; without a
+ * model, whole-system sampling and call chains are refused. */
+static void a_process_is_counted_in_ranges_without_a_model(void)
+{
+	char err[256] = "";
+	struct hp_sampler_opts bad = { .frequency = 997 };
+	EXPECT(!hp_sampler_open(NULL, &bad, err, sizeof(err)) && strstr(err, "without a model"),
+	       "the whole system was sampled without a model: %s", err);
+	pid_t child = spinning_child();
+	REQUIRE(child > 0, "fork: %s", strerror(errno));
+	/* spin's loop is a few dozen bytes: 256 from its entry hold it (and spin_thread's call, never returning). */
+	struct hp_pc_range ranges[] = { { (uint64_t)(uintptr_t)spin, (uint64_t)(uintptr_t)spin + 256 },
+					{ 0x1000, 0x2000 } };
+	struct hp_sampler_opts stacks = { .pid = child, .ranges = ranges, .nranges = 1, .stacks = true };
+	struct hp_sampler *s = hp_sampler_open(NULL, &stacks, err, sizeof(err));
+	EXPECT(!s, "call chains were sampled without a model");
+	hp_sampler_close(s);
+	struct hp_sample_interval in = { 0 }, none = { 0 };
+	struct hp_sampler_opts so = { .pid = child, .ranges = ranges, .nranges = 1 };
+	struct hp_sampler_opts so2 = { .pid = child, .ranges = ranges + 1, .nranges = 1 };
+	struct hp_sampler *s2 = NULL;
+	s = hp_sampler_open(NULL, &so, err, sizeof(err));
+	if (s)
+		s2 = hp_sampler_open(NULL, &so2, err, sizeof(err));
+	if (s && s2 && cpu_time_passes(child, 1.0) == 0) {
+		hp_sampler_take(s, &in);
+		hp_sampler_take(s2, &none);
+	}
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	hp_sampler_close(s);
+	hp_sampler_close(s2);
+	REQUIRE(s && s2, "sampler: %s", err);
+	EXPECT(in.total >= 300, "only %llu samples in 1 s of the child's CPU time", (unsigned long long)in.total);
+	EXPECT(in.in_ranges >= in.total / 2 && in.in_ranges <= in.total, "%llu of %llu samples in spin",
+	       (unsigned long long)in.in_ranges, (unsigned long long)in.total);
+	EXPECT(in.unmapped == in.total && in.nblocks == 0, "samples mapped without a model");
+	EXPECT(none.total > 0 && none.in_ranges == 0, "%llu of %llu samples in a range never run",
+	       (unsigned long long)none.in_ranges, (unsigned long long)none.total);
+	hp_sample_interval_free(&in);
+	hp_sample_interval_free(&none);
+}
+
 int main(void)
 {
 	char err[256] = "";
 	struct hp_open_opts o = { .quiet = true };
 	if (hp_model_open_kernel(&o, &kernel, err, sizeof(err)) < 0)
 		fprintf(stderr, "cannot open the kernel model: %s\n", err);
+	/* HOTPATH_SAMPLER_ONLY=process: one process's sampling only (no kernel workload). */
+	const char *only = getenv("HOTPATH_SAMPLER_ONLY");
+	if (only && !strcmp(only, "process")) {
+		RUN(a_process_is_sampled_in_its_model);
+		RUN(a_process_is_counted_in_ranges_without_a_model);
+		hp_model_free(kernel);
+		TEST_EXIT();
+	}
 	RUN(samples_map_onto_real_blocks);
 	RUN(take_starts_a_new_interval);
 	RUN(bad_options_are_refused);
 	RUN(a_process_is_sampled_in_its_model);
+	RUN(a_process_is_counted_in_ranges_without_a_model);
 	hp_model_free(kernel);
 	TEST_EXIT();
 }
