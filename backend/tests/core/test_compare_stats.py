@@ -9,6 +9,7 @@ import pytest
 
 from app.domain import compare_stats
 from app.domain.compare_stats import CompareInvalid, check, summarize
+from tests.grpc.test_plans import _set as _edit  # one way to set a value at a path of a JSON answer
 
 PLAN = "3f1e1c1a-0000-4000-8000-000000000001"
 
@@ -95,16 +96,6 @@ def test_a_well_formed_answer_passes_and_its_summary_is_not_read():
     assert ws == a["windows"]
     a["summary"] = {"verdict": "slower", "change": 9.9}
     assert check(a, PLAN, 2, 1.0, 1234) == ws
-
-
-def _edit(path, value):
-    def edit(a):
-        node = a
-        for k in path[:-1]:
-            node = node[k]
-        node[path[-1]] = value
-
-    return edit
 
 
 def _swap_arms(a):
