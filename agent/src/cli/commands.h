@@ -36,5 +36,6 @@ int cmd_plan(int argc, char **argv);      /* make_plan.c: a code positioning pla
 int cmd_install(int argc, char **argv);   /* install.c: a plan's code into a running process */
 int cmd_revert(int argc, char **argv);    /* install.c: take installed code out again */
 int cmd_installed(int argc, char **argv); /* install.c: what the journals say is installed */
+int cmd_compare(int argc, char **argv);   /* compare.c: an installed plan against the original, interleaved */
 
 #endif

@@ -18,6 +18,7 @@ struct command {
 
 static const struct command commands[] = {
 	{ "caps", cmd_caps, "probe this host's capabilities and show the mechanism chosen per metric" },
+	{ "compare", cmd_compare, "compare an installed plan with the original code, windows interleaved" },
 	{ "enroll", cmd_enroll, "give this host its identity: a certificate from the backend's CA" },
 	{ "install", cmd_install, "install a plan's code into a running process (journaled, revertible)" },
 	{ "installed", cmd_installed, "list installed code from the journals, interrupted installs included" },

@@ -13,6 +13,7 @@
 
 #include "daemon/agent.h"
 #include "daemon/commands.h"
+#include "daemon/compare_command.h"
 #include "daemon/log.h"
 #include "daemon/measurements.h"
 #include "daemon/plan_commands.h"
@@ -236,6 +237,9 @@ void hp_run_command(struct agent *ag, struct hp_job *job)
 	case HOTPATH__V1__COMMAND__KIND_REVERT_PLAN:
 	case HOTPATH__V1__COMMAND__KIND_LIST_INSTALLED:
 		hp_run_plan_command(ag, job);
+		break;
+	case HOTPATH__V1__COMMAND__KIND_COMPARE_PLAN:
+		hp_run_compare_command(ag, job);
 		break;
 	default:
 		hp_job_fail(ag, job, "unsupported command");

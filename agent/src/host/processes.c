@@ -138,28 +138,59 @@ int hp_cgroup_id(const char *path, uint64_t *id, char *err, size_t errlen)
 	return 0;
 }
 
-int hp_process_start_time(int pid, uint64_t *ticks)
+/* Fields first..first+n-1 (numbered from 1, after the command name: 4 or
+ * more) of /proc/PID/stat as numbers, and its state (field 3) into *state
+ * (may be NULL). 0, or -ESRCH. */
+static int stat_fields(int pid, int first, int n, uint64_t *out, char *state)
 {
 	char path[64], buf[1024];
 	int fd;
-	ssize_t n;
+	ssize_t len;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 		return -ESRCH;
-	n = read(fd, buf, sizeof(buf) - 1);
+	len = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
-	if (n <= 0)
+	if (len <= 0)
 		return -ESRCH;
-	buf[n] = 0;
+	buf[len] = 0;
 	/* The command name may hold spaces and parentheses: fields follow the last ')'. */
 	char *p = strrchr(buf, ')');
-	if (!p)
+	if (!p || !p[1] || !p[2])
 		return -ESRCH;
-	/* ") S ppid ...": field 3 is the state; skip to field 22. */
-	for (int field = 2; field < 22; field++)
+	if (state)
+		*state = p[2];
+	/* ") S ppid ...": field 3 is the state; skip to field first. */
+	for (int field = 2; field < first; field++)
 		if (!(p = strchr(p + 1, ' ')))
 			return -ESRCH;
-	*ticks = strtoull(p + 1, NULL, 10);
+	for (int i = 0; i < n; i++) {
+		if (!p)
+			return -ESRCH;
+		out[i] = strtoull(p + 1, NULL, 10);
+		p = strchr(p + 1, ' ');
+	}
 	return 0;
+}
+
+int hp_process_start_time(int pid, uint64_t *ticks)
+{
+	return stat_fields(pid, 22, 1, ticks, NULL);
+}
+
+int hp_process_cpu_ticks(int pid, uint64_t *ticks)
+{
+	uint64_t f[2]; /* utime, stime */
+	if (stat_fields(pid, 14, 2, f, NULL) < 0)
+		return -ESRCH;
+	*ticks = f[0] + f[1];
+	return 0;
+}
+
+int hp_process_running(int pid, uint64_t start)
+{
+	uint64_t st = 0;
+	char state = 0;
+	return stat_fields(pid, 22, 1, &st, &state) == 0 && st == start && state != 'Z' && state != 'X';
 }

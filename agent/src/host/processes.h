@@ -33,6 +33,16 @@ int hp_pidfd_open(int pid);
  * the pid. 0 with *ticks, or -ESRCH. */
 int hp_process_start_time(int pid, uint64_t *ticks);
 
+/* The CPU time process pid's threads have used (fields 14 and 15 of
+ * /proc/PID/stat, utime + stime: clock ticks, sysconf(_SC_CLK_TCK) a
+ * second). 0 with *ticks, or -ESRCH. */
+int hp_process_cpu_ticks(int pid, uint64_t *ticks);
+
+/* Whether process pid, started at tick start (hp_process_start_time), still
+ * runs: 1, or 0 when it exited (a zombie its parent has not reaped yet
+ * included). */
+int hp_process_running(int pid, uint64_t start);
+
 /* Whether thread tid of process tgid still exists (1), not (0). */
 int hp_thread_alive(int tgid, int tid);
 

@@ -56,7 +56,7 @@ struct table {
 	struct slot *slots;
 	uint32_t *used; /* indices of occupied slots, for O(n) harvest and clear */
 	uint32_t nused;
-	uint64_t total, user, unmapped, lost, idle;
+	uint64_t total, user, unmapped, lost, idle, in_ranges;
 };
 
 struct ring {
@@ -69,6 +69,8 @@ struct ring {
 struct hp_sampler {
 	const struct hp_model *m;
 	int pid; /* 0: whole system; else one process's threads, user samples */
+	const struct hp_pc_range *ranges;
+	size_t nranges;
 	struct ring *rings;
 	unsigned nrings;
 	size_t page_size;
@@ -138,6 +140,15 @@ static void count_ip(struct hp_sampler *s, uint64_t ip, uint16_t misc, bool idle
 		t->user++;
 		if (!s->pid)
 			return;
+		for (size_t i = 0; i < s->nranges; i++)
+			if (ip >= s->ranges[i].lo && ip < s->ranges[i].hi) {
+				t->in_ranges++;
+				break;
+			}
+		if (!s->m) {
+			t->unmapped++;
+			return;
+		}
 		break; /* a process's sample: its model has its user code */
 	case PERF_RECORD_MISC_KERNEL:
 		break;
@@ -380,6 +391,10 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 		snprintf(err, errlen, "stack depth must be at most %d frames, not %u", MAX_DEPTH, depth);
 		return NULL;
 	}
+	if (!m && (!o->pid || depth)) {
+		snprintf(err, errlen, "a sampler without a model samples one process's totals and ranges only");
+		return NULL;
+	}
 	struct hp_sampler *s = calloc(1, sizeof(*s));
 	if (!s) {
 		snprintf(err, errlen, "out of memory");
@@ -416,6 +431,8 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 		goto fail;
 	}
 	s->pid = o->pid;
+	s->ranges = o->ranges;
+	s->nranges = o->nranges;
 	s->rings = calloc((size_t)ncpu, sizeof(*s->rings));
 	if (!s->rings) {
 		snprintf(err, errlen, "out of memory");
@@ -562,11 +579,12 @@ int hp_sampler_take(struct hp_sampler *s, struct hp_sample_interval *out)
 	out->unmapped = t->unmapped;
 	out->lost = t->lost;
 	out->idle = t->idle;
+	out->in_ranges = t->in_ranges;
 	int r = harvest_blocks(t, out);
 	for (uint32_t i = 0; i < t->nused; i++)
 		t->slots[t->used[i]] = (struct slot){ 0 };
 	t->nused = 0;
-	t->total = t->user = t->unmapped = t->lost = t->idle = 0;
+	t->total = t->user = t->unmapped = t->lost = t->idle = t->in_ranges = 0;
 	if (s->stacks) {
 		if (hp_stack_table_take(s->stacks, &out->stacks) < 0)
 			r = -ENOMEM;

@@ -22,6 +22,11 @@
 
 struct hp_sampler;
 
+/* Addresses [lo, hi) of a process's code. */
+struct hp_pc_range {
+	uint64_t lo, hi;
+};
+
 struct hp_sampler_opts {
 	unsigned frequency;   /* samples per second per CPU; 0 = 997 */
 	bool force_cpu_clock; /* use cpu-clock even if a PMU exists */
@@ -37,6 +42,13 @@ struct hp_sampler_opts {
 	 * process: one user-only event per thread it has when the sampler
 	 * opens, each user sample counted in m, which is that process's model. */
 	int pid;
+	/* A process's samples whose PC falls in one of these ranges are also
+	 * counted apart (hp_sample_interval.in_ranges); the array is the
+	 * caller's and must outlive the sampler. With ranges and without call
+	 * chains, a process sampler may have no model (m NULL): it counts the
+	 * totals and the ranges only. */
+	const struct hp_pc_range *ranges;
+	size_t nranges;
 };
 
 /* Samples of one instruction of a block: its offset from the block start. */
@@ -62,6 +74,7 @@ struct hp_sample_interval {
 	int64_t end_unix_ns;
 	uint64_t total, user, unmapped, lost;
 	uint64_t idle;                 /* samples of the idle task (pid 0), by context, whatever code they hit */
+	uint64_t in_ranges;            /* samples in hp_sampler_opts.ranges */
 	struct hp_block_count *blocks; /* owned by the interval; free with hp_sample_interval_free */
 	size_t nblocks;
 	struct hp_pc_count *pcs;    /* storage of every block's pcs */

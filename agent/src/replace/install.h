@@ -173,6 +173,7 @@ struct hp_installed {
 	char state[24]; /* installed, installing, reverting, heap_kept, process_gone */
 	uint64_t entry, new_entry, heap, heap_len, base;
 	size_t writes_made, writes;
+	size_t calls; /* call sites the install redirected (0: its entries only) */
 	char detail[512];
 };
 int hp_installed_list(const char *state_dir, struct hp_installed **out, size_t *n, char *err, size_t errlen);

@@ -58,8 +58,10 @@ int hp_installed_list(const char *state_dir, struct hp_installed **out, size_t *
 			size_t k;
 			json_array_foreach(s.recs, k, r)
 			{
-				if (!strcmp(json_string_value(json_object_get(r, "op")) ?: "", "installed"))
+				if (!strcmp(json_string_value(json_object_get(r, "op")) ?: "", "installed")) {
 					h->new_entry = hp_jrec_u64(r, "new_entry");
+					h->calls = (size_t)json_integer_value(json_object_get(r, "calls"));
+				}
 			}
 			uint64_t st = 0;
 			bool alive = hp_process_start_time(h->pid, &st) == 0 && st == h->start_time;

@@ -343,6 +343,75 @@ def test_the_approved_install_runs_the_copy_in_the_process_and_reverts_to_the_or
     assert not rev2.ok and rev2.install.status == "nothing_installed"
 
 
+def _installed_entry(agent, plan_id: str) -> dict | None:
+    _send(agent.session, f"list-{plan_id}", list_installed=pb.ListInstalled())
+    lst = _result(agent.session, f"list-{plan_id}")
+    assert lst.ok, lst.error
+    return next((i for i in json.loads(lst.install.detail_json)["installed"] if i["id"] == plan_id), None)
+
+
+def test_compare_plan_alternates_reverted_and_installed_windows_and_leaves_the_plan_installed(agent):
+    """ComparePlan of the installed plan: pairs of windows with the plan reverted and installed again, in
+    alternating order, while the fixture checks every result; Progress after every window; CompareResult
+    carries the JSON `hotpathd compare --json` prints; the plan is installed at the end. A cancel stops it
+    between windows, the plan installed again before the answer; a plan not installed, and the kernel, are
+    refused with their reasons."""
+    pid = agent.fixture.pid
+    res = _install(agent, "inst-cmp", agent.plan_json, agent.plan["code"]["sha256"])
+    assert res.ok, res.error
+    _send(
+        agent.session,
+        "cmp-1",
+        compare_plan=pb.ComparePlan(plan_id="plan-1", target=agent.target.id, pairs=2, window_seconds=0.5),
+    )
+    cmp = _result(agent.session, "cmp-1")
+    assert cmp.ok, cmp.error
+    assert cmp.compare.plan_id == "plan-1"
+    detail = json.loads(cmp.compare.detail_json)
+    assert detail["id"] == "plan-1" and detail["pid"] == pid and detail["root"] == "pr_root"
+    assert detail["pairs"] == 2 and detail["state"] == "installed"
+    arms = [(w["pair"], w["arm"]) for w in detail["windows"]]
+    assert arms == [(0, "original"), (0, "installed"), (1, "installed"), (1, "original")]
+    assert all(w["samples"] > 0 and 0 <= w["samples_in_plan"] <= w["samples"] for w in detail["windows"])
+    assert detail["summary"]["verdict"] in ("faster", "slower", "within_noise", "insufficient")
+    progress = [m.message for _, m in _others(agent.session, "Progress") if m.command_id == "cmp-1"]
+    windows = [m for m in progress if m.startswith("pair ")]
+    assert len(windows) == 4 and windows[0].startswith("pair 1/2: original, "), progress
+    assert all("of samples in the plan's code" in m for m in windows), windows
+    # Installed again as it was: the entry jumps to the copy the journal names.
+    ins = _installed_entry(agent, "plan-1")
+    assert ins and ins["state"] == "installed"
+    head = _mem(pid, agent.entry, 5)
+    assert head[0] == 0xE9
+    assert agent.entry + 5 + int.from_bytes(head[1:5], "little", signed=True) == int(ins["new_entry"], 16)
+    _alive_and_checking(agent.fixture)
+    # A cancel: the answer says cancelled, and the plan is installed.
+    _send(
+        agent.session,
+        "cmp-2",
+        compare_plan=pb.ComparePlan(plan_id="plan-1", target=agent.target.id, pairs=10, window_seconds=0.5),
+    )
+    _send(agent.session, "cmp-2-cancel", cancel=pb.CancelCommand(command_id="cmp-2"))
+    _result(agent.session, "cmp-2-cancel")
+    cancelled = _result(agent.session, "cmp-2")
+    assert not cancelled.ok and cancelled.cancelled, cancelled
+    ins = _installed_entry(agent, "plan-1")
+    assert ins and ins["state"] == "installed"
+    assert _mem(pid, agent.entry, 1)[0] == 0xE9
+    # Refused: a plan not installed, the kernel.
+    _send(agent.session, "cmp-none", compare_plan=pb.ComparePlan(plan_id="no-such-plan", target=agent.target.id))
+    none = _result(agent.session, "cmp-none")
+    assert not none.ok and "not installed" in none.error
+    _send(agent.session, "cmp-kernel", compare_plan=pb.ComparePlan(plan_id="plan-1", target="kernel"))
+    kernel = _result(agent.session, "cmp-kernel")
+    assert not kernel.ok and "kernel installs are not compared here" in kernel.error
+    _alive_and_checking(agent.fixture)
+    _send(agent.session, "revert-cmp", revert_plan=pb.RevertPlan(plan_id="plan-1", target=agent.target.id))
+    rev = _result(agent.session, "revert-cmp")
+    assert rev.ok, rev.error
+    assert _mem(pid, agent.entry, 16) == agent.original
+
+
 def test_a_hot_set_plan_samples_the_process_and_its_install_splices_every_members_entry(agent):
     """MakePlan with hot_set: the process's PCs sampled (no root), the module the digest names planned
     whole, the answer a plan `hotpathd install` takes; InstallPlan splices every member's entry (its

@@ -1742,6 +1742,177 @@ static void t_root_measured_alike_before_and_after(void)
 	hp_iplan_free(&p);
 }
 
+/* ---- The interleaved comparison (hotpathd compare) ---------------------- */
+
+/* The arm of window k of the comparison's order: pair k/2 runs original
+ * then installed when even, installed then original when odd. */
+static const char *arm_of(size_t k)
+{
+	return ((k / 2) % 2 == 0) == (k % 2 == 1) ? "installed" : "original";
+}
+
+/* An installed plan compared in 3 pairs of windows while the fixture's
+ * threads check every result: 6 windows in the order O I I O O I, each with
+ * samples, those in the plan's code among them; the plan installed at the
+ * end (its entry jumping into the heap the journal names, `installed`
+ * listing it), the JSON with the contract's keys. A compare of an id that
+ * is not installed, and bad options, are refused. */
+static void t_compare(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[2048], out[32768], err[512] = "", id[64];
+	const char *st = state_dir("compare");
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 3) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "compare");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	int rc = install_cli(plan, st, id, sizeof(id), out, sizeof(out));
+	if (rc != 0 || !id[0]) {
+		fx_stop(&f);
+		hp_iplan_free(&p);
+		REQUIRE(0, "install failed (%d): %s", rc, out);
+	}
+	snprintf(cmd, sizeof(cmd), "%s compare --id %s --pairs 3 --window 0.5 --json --state-dir '%s' 2>/dev/null",
+		 hp(), id, st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(fx_ok(&f), "the process went wrong during the comparison: %s", f.errbuf);
+	json_t *j = json_loads(out, 0, NULL);
+	EXPECT(rc == 0 && j, "compare failed (%d): %s", rc, out);
+	static const char *const keys[] = { "id",        "pid",     "root",    "members",   "pairs", "window_seconds",
+					    "sample_hz", "windows", "summary", "toggle_ms", "state" };
+	for (size_t k = 0; j && k < sizeof(keys) / sizeof(keys[0]); k++)
+		EXPECT(json_object_get(j, keys[k]), "no %s in %s", keys[k], out);
+	EXPECT(j && json_object_size(j) == sizeof(keys) / sizeof(keys[0]), "other keys than the contract's: %s", out);
+	EXPECT(!strcmp(json_string_value(json_object_get(j, "id")) ?: "", id) &&
+		       json_integer_value(json_object_get(j, "pid")) == f.pid &&
+		       !strcmp(json_string_value(json_object_get(j, "root")) ?: "", "pr_root") &&
+		       json_integer_value(json_object_get(j, "members")) == (json_int_t)p.nmembers &&
+		       json_integer_value(json_object_get(j, "pairs")) == 3,
+	       "the comparison names another install: %s", out);
+	EXPECT(!strcmp(json_string_value(json_object_get(j, "state")) ?: "", "installed"), "state: %s", out);
+	json_t *ws = json_object_get(j, "windows");
+	EXPECT(json_array_size(ws) == 6, "%zu windows, not 6", json_array_size(ws));
+	int64_t last = 0;
+	for (size_t k = 0; k < json_array_size(ws); k++) {
+		json_t *w = json_array_get(ws, k);
+		json_int_t n = json_integer_value(json_object_get(w, "samples"));
+		json_int_t in = json_integer_value(json_object_get(w, "samples_in_plan"));
+		int64_t start = (int64_t)json_integer_value(json_object_get(w, "start_unix_ns"));
+		EXPECT(json_integer_value(json_object_get(w, "pair")) == (json_int_t)(k / 2) &&
+			       !strcmp(json_string_value(json_object_get(w, "arm")) ?: "", arm_of(k)),
+		       "window %zu is not pair %zu's %s one", k, k / 2, arm_of(k));
+		EXPECT(n > 0 && in <= n, "window %zu: %lld samples, %lld in the plan's code", k, (long long)n,
+		       (long long)in);
+		EXPECT(json_real_value(json_object_get(w, "seconds")) > 0 && start > last,
+		       "window %zu does not follow the one before", k);
+		EXPECT(json_real_value(json_object_get(w, "cpu_seconds")) >= 0, "window %zu: negative CPU time", k);
+		last = start;
+	}
+	json_t *sm = json_object_get(j, "summary");
+	const char *verdict = json_string_value(json_object_get(sm, "verdict")) ?: "";
+	EXPECT(!strcmp(verdict, "faster") || !strcmp(verdict, "slower") || !strcmp(verdict, "within_noise") ||
+		       !strcmp(verdict, "insufficient"),
+	       "verdict %s", verdict);
+	EXPECT(json_is_null(json_object_get(sm, "change")) == !strcmp(verdict, "insufficient") &&
+		       (json_is_null(json_object_get(sm, "interval")) ||
+			json_array_size(json_object_get(sm, "interval")) == 2),
+	       "summary: %s", out);
+	json_decref(j);
+	/* Installed as it was: the journal's heap is where the entry jumps. */
+	struct hp_installed *ins = NULL;
+	size_t n = 0;
+	hp_installed_list(st, &ins, &n, err, sizeof(err));
+	const struct hp_installed *h = find_installed(ins, n, id);
+	EXPECT(h && !strcmp(h->state, "installed") && h->calls > 0, "%s is not installed after the comparison", id);
+	EXPECT(h && entry_jumps_into(f.pid, p.members[0].addr, h->heap, h->heap_len),
+	       "pr_root's entry does not jump into the copy after the comparison");
+	free(ins);
+	/* The human form: a line per window and the sentence. */
+	snprintf(cmd, sizeof(cmd), "%s compare --id %s --pairs 2 --window 0.2 --state-dir '%s' 2>&1", hp(), id, st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0 && strstr(out, "pair 2/2: original, ") &&
+		       (strstr(out, "of the process's samples") || strstr(out, "insufficient")),
+	       "compare (%d): %s", rc, out);
+	EXPECT(strstr(out, "the plan is installed"), "compare's text: %s", out);
+	/* Refused: an id not installed, bad options. */
+	snprintf(cmd, sizeof(cmd), "%s compare --id no-such-plan --state-dir '%s' 2>&1", hp(), st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 4 && strstr(out, "nothing is installed under the id no-such-plan"), "(%d) %s", rc, out);
+	snprintf(cmd, sizeof(cmd), "%s compare --id %s --pairs 1 --state-dir '%s' 2>&1", hp(), id, st);
+	EXPECT(run(cmd, out, sizeof(out)) == 2 && strstr(out, "2..50"), "one pair was accepted: %s", out);
+	snprintf(cmd, sizeof(cmd), "%s compare --id %s --window 0.1 --state-dir '%s' 2>&1", hp(), id, st);
+	EXPECT(run(cmd, out, sizeof(out)) == 2, "a 0.1 s window was accepted: %s", out);
+	usleep(100000);
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --quiet", hp(), f.pid, st);
+	EXPECT(run(cmd, NULL, 0) == 0, "the revert after the comparison failed");
+	EXPECT(journals(st) == 0, "a journal is left after the revert");
+	unsigned long v = fx_stop(&f);
+	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
+	printf("# compare: %zu functions, 6 + 4 windows, %lu calls verified\n", p.nmembers, v);
+	hp_iplan_free(&p);
+}
+
+/* The process killed during a comparison: exit status 3, the windows
+ * measured so far in the JSON with state process_gone, and the journals
+ * consistent: `hotpathd installed` shows the install as process_gone (or
+ * nothing, when it was reverted at the time), `hotpathd revert` clears it. */
+static void t_compare_process_gone(void)
+{
+	struct fx f;
+	char cmd[2048], out[32768], id[64];
+	const char *st = state_dir("compare-gone");
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 2) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "compare-gone");
+	int rc = plan ? install_cli(plan, st, id, sizeof(id), out, sizeof(out)) : -1;
+	if (rc != 0 || !id[0]) {
+		fx_stop(&f);
+		REQUIRE(0, "no install (%d): %s", rc, out);
+	}
+	pid_t pid = f.pid;
+	snprintf(cmd, sizeof(cmd), "%s compare --id %s --pairs 10 --window 0.4 --json --state-dir '%s' 2>/dev/null",
+		 hp(), id, st);
+	FILE *fp = popen(cmd, "r");
+	REQUIRE(fp, "popen failed");
+	usleep(1500000);
+	/* Reaped only after the comparison: a zombie is a process gone too. */
+	kill(pid, SIGKILL);
+	size_t len = fread(out, 1, sizeof(out) - 1, fp);
+	out[len] = 0;
+	int status = pclose(fp);
+	rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	waitpid(pid, NULL, 0);
+	f.pid = 0;
+	fx_stop(&f);
+	json_t *j = json_loads(out, 0, NULL);
+	EXPECT(rc == 3 && j, "compare did not say the process is gone (%d): %s", rc, out);
+	EXPECT(!strcmp(json_string_value(json_object_get(j, "state")) ?: "", "process_gone"), "state: %s", out);
+	EXPECT(json_array_size(json_object_get(j, "windows")) < 20, "every window was measured: %s", out);
+	json_decref(j);
+	struct hp_installed *ins = NULL;
+	size_t n = 0;
+	char err[256];
+	EXPECT(hp_installed_list(st, &ins, &n, err, sizeof(err)) == 0, "installed: %s", err);
+	for (size_t i = 0; i < n; i++)
+		EXPECT(!strcmp(ins[i].state, "process_gone"), "install %s is %s after its process died", ins[i].id,
+		       ins[i].state);
+	free(ins);
+	snprintf(cmd, sizeof(cmd), "%s installed --state-dir '%s'", hp(), st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0 && (n ? strstr(out, "process_gone") != NULL : strstr(out, "nothing installed") != NULL),
+	       "installed (%d): %s", rc, out);
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --quiet 2>&1", hp(), pid, st);
+	run(cmd, NULL, 0);
+	EXPECT(journals(st) == 0, "a journal of the exited process is left after a revert");
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -1788,6 +1959,12 @@ int main(void)
 		tu_cleanup();
 		TEST_EXIT();
 	}
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "compare")) {
+		RUN(t_compare);
+		RUN(t_compare_process_gone);
+		tu_cleanup();
+		TEST_EXIT();
+	}
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "measured")) {
 		RUN(t_root_measured_alike_before_and_after);
 		tu_cleanup();
@@ -1808,6 +1985,8 @@ int main(void)
 	RUN(t_revert_all_with_a_heap_kept);
 	RUN(t_kill_agent);
 	RUN(t_bad_input);
+	RUN(t_compare);
+	RUN(t_compare_process_gone);
 	tu_cleanup();
 	TEST_EXIT();
 }
