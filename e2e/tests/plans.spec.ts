@@ -361,6 +361,9 @@ test("a process's plan installed with the guard: the interleaved before/after wi
     await expect(page.getByRole("img", { name: /Share of samples in the plan's code per pair/ })).toBeVisible();
     const api = async () => (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
     const first = (await api()).interleaved;
+    const figures = (c: { summary: { verdict: string; change: number | null; interval: number[] | null } }) =>
+      `${c.summary.verdict} ${c.summary.change} [${c.summary.interval}]`;
+    test.info().annotations.push({ type: "guard's comparison", description: figures(first) });
     expect(first.guard).toBe(true);
     expect(first.state, first.error).toBe("done");
     expect(first.windows).toHaveLength(12);
@@ -388,6 +391,7 @@ test("a process's plan installed with the guard: the interleaved before/after wi
     await expect(page.getByRole("button", { name: "Compare again" })).toBeDisabled();
     await expect(verdict).toHaveText(VERDICT, { timeout: 150_000 });
     const again = (await api()).interleaved;
+    test.info().annotations.push({ type: "compared again", description: figures(again) });
     expect(again.id).not.toBe(first.id);
     expect(again.guard).toBe(false);
     expect(again.state, again.error).toBe("done");
