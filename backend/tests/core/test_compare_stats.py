@@ -137,3 +137,13 @@ def test_malformed_or_inconsistent_windows_are_refused_with_the_reason(broken):
     with pytest.raises(CompareInvalid) as exc:
         check(a, PLAN, 2, 1.0, 1234)
     assert reason in str(exc.value), str(exc.value)
+
+
+def test_only_an_installed_process_plan_is_compared():
+    from types import SimpleNamespace
+
+    from app.domain.plan_compare import not_comparable
+
+    assert not_comparable(SimpleNamespace(target_id="p42-1000", state="installed")) is None
+    assert "kernel installs are not compared" in not_comparable(SimpleNamespace(target_id="kernel", state="installed"))
+    assert "only an installed plan" in not_comparable(SimpleNamespace(target_id="p42-1000", state="approved"))
