@@ -282,6 +282,11 @@ class ScriptedAgent:
         # When set, Hello lists these installs as the complete list of what its journals hold
         # (installs_listed); None says nothing about installs, as an agent without a state folder.
         self.hello_installs: list[pb.InstalledPlan] | None = None
+        # ComparePlan: per pair, the samples in the plan's code of its original and its installed window
+        # (each window has COMPARE_SAMPLES samples; pairs beyond the list repeat its last), and a hook that
+        # alters the answer's JSON (a dict) before it is sent, to play a lying or broken agent.
+        self.compare_in_plan: list[tuple[int, int]] = list(COMPARE_WITHIN_NOISE)
+        self.compare_edit = None
 
     def hello(self) -> "pb.Hello":
         return pb.Hello(
@@ -794,6 +799,8 @@ class ScriptedAgent:
                     status="listed", detail_json=json.dumps({"status": "listed", "installed": listed})
                 ),
             )
+        if kind == "compare_plan":
+            return await self.compare_answer(command)
         if kind == "revert_plan":
             rp = command.revert_plan
             if self.installed.pop(rp.plan_id, None):
@@ -817,6 +824,69 @@ class ScriptedAgent:
                 ),
             )
         return pb.CommandResult(command_id=command.id, ok=False, error="unsupported command")
+
+    async def compare_answer(self, command: "pb.Command") -> "pb.CommandResult":
+        """An interleaved comparison in the contract's shape (windows of this agent's scripted counts, a
+        summary the backend must not use), with a Progress after every window as the real agent sends."""
+        cp = command.compare_plan
+        if cp.plan_id not in self.installed:
+            return pb.CommandResult(command_id=command.id, ok=False, error=f"not installed: {cp.plan_id}")
+        pid, _start = cp.target[1:].split("-")
+        windows, t = [], time.time_ns()
+        for pair in range(cp.pairs):
+            counts = self.compare_in_plan[min(pair, len(self.compare_in_plan) - 1)]
+            arms = ("original", "installed") if pair % 2 == 0 else ("installed", "original")
+            for arm in arms:
+                in_plan = counts[0] if arm == "original" else counts[1]
+                windows.append(
+                    {
+                        "pair": pair,
+                        "arm": arm,
+                        "start_unix_ns": t,
+                        "seconds": cp.window_seconds,
+                        "samples": COMPARE_SAMPLES,
+                        "samples_in_plan": in_plan,
+                        "cpu_seconds": 0.99,
+                    }
+                )
+                t += int(cp.window_seconds * 1e9) + 1000
+                await self.write(
+                    pb.AgentMessage(
+                        progress=pb.Progress(
+                            command_id=command.id,
+                            fraction=len(windows) / (2 * cp.pairs),
+                            message=f"pair {pair + 1}/{cp.pairs}: {arm}, "
+                            f"{100 * in_plan / COMPARE_SAMPLES:.1f}% of samples in the plan's code",
+                        )
+                    )
+                )
+        detail = {
+            "id": cp.plan_id,
+            "pid": int(pid),
+            "root": "srv_fn_2",
+            "members": 3,
+            "pairs": cp.pairs,
+            "window_seconds": cp.window_seconds,
+            "sample_hz": 997,
+            "windows": windows,
+            "summary": {
+                "share_original": 0.5,
+                "share_installed": 0.25,
+                "change": -0.5,
+                "interval": [-0.6, -0.4],
+                "confidence": 0.95,
+                "verdict": "faster",
+            },
+            "toggle_ms": {"revert": 1.5, "install": 2.5},
+            "state": "installed",
+        }
+        if self.compare_edit is not None:
+            self.compare_edit(detail)
+        return pb.CommandResult(
+            command_id=command.id,
+            ok=True,
+            compare=pb.CompareResult(plan_id=cp.plan_id, detail_json=json.dumps(detail)),
+        )
 
     def plan_answer(self, command: "pb.Command") -> "pb.CommandResult":
         """A real plan of the group fixture, renamed to the root and process asked for."""
@@ -928,6 +998,12 @@ class ScriptedAgent:
 # and on a loaded machine (three test runs and a stress load on 2 cores) a command's round trip through
 # the backend, Postgres' notifications and an agent took more than 10 s.
 HANG_S = 60.0
+# The scripted ComparePlan's windows: samples per window, and per pair the samples in the plan's code of
+# the original and the installed window. Within noise: the differences (+1, -2, +1, -2, +3, -1 of 1000)
+# change sign; slower: every pair's installed window has 20 to 24 more (the plan's code took ~10% more).
+COMPARE_SAMPLES = 1000
+COMPARE_WITHIN_NOISE = ((200, 201), (205, 203), (198, 199), (202, 200), (201, 204), (199, 198))
+COMPARE_SLOWER = ((200, 221), (204, 224), (198, 220), (202, 222), (201, 223), (199, 221))
 
 
 async def wait_until(predicate, timeout: float = HANG_S, interval: float = 0.05):

@@ -7,8 +7,12 @@
 // /proc/PID/maps, the entry jumping to it, every result still right) with the before/after table in
 // units; Revert brings the original bytes back. A plan whose process exited is stale and cannot be
 // installed. SQLite's driver is optimized both ways: one root from its function page, and its whole hot
-// set (sampled) from its process page, each approved, installed, compared and reverted. On the kernel, Optimize makes an estimate plan from PC samples, and Install is refused
-// with the agent's reason (this kernel forbids code replacement).
+// set (sampled) from its process page, each approved, installed, compared and reverted. Those installs
+// leave the guard off (they check the install itself); a guarded install of the fixture's plan shows the
+// interleaved before/after (the sampled share of the plan's code, original against installed, with its
+// interval), is compared again and reverted, or, when the guard finds it slower, is reverted by the
+// system with the figures. On the kernel, Optimize makes an estimate plan from PC samples, and Install is
+// refused with the agent's reason (this kernel forbids code replacement).
 import { test, expect, type APIRequestContext, type Browser, type Page, type Response } from "@playwright/test";
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -185,9 +189,11 @@ async function requestAndApprove(page: Page, browser: Browser, planUrl: string, 
   await expect(planState(page)).toHaveText("approved", { timeout: HANG_MS });
 }
 
-/** One click installs (a window before, the install, a window after); the before/after table fills in
- * with figures and their units once the window after has run. The table. */
+/** One click installs (a window before, the install, a window after; the guard unchecked, so no
+ * comparison runs between them); the before/after table fills in with figures and their units once the
+ * window after has run. The table. */
 async function installFromConsole(page: Page) {
+  await page.getByRole("checkbox", { name: "Guard: revert if slower" }).setChecked(false);
   await page.getByRole("button", { name: "Install" }).click();
   await expect(planState(page)).toHaveText(/installing|installed/, { timeout: HANG_MS });
   await expect(planState(page)).toHaveText("installed", { timeout: 120_000 });
@@ -323,6 +329,83 @@ test("a process's hot function: optimize, approve by another user, install, meas
     await page.goto(planUrl);
 
     await expectFullAudit(page);
+  } finally {
+    fx.proc.kill("SIGTERM");
+  }
+});
+
+/** The interleaved before/after's sentence once a comparison has ended (a verdict, never a progress). */
+const VERDICT = /^(Within noise|Faster|Slower|Too few usable pairs)/;
+const INTERVAL = /\(95% interval [+−]\d+\.\d% \.\. [+−]\d+\.\d%\)/;
+
+test("a process's plan installed with the guard: the interleaved before/after with its interval, compare again, revert", async ({
+  page,
+  browser,
+}) => {
+  test.setTimeout(300_000);
+  const fx = await startFixture();
+  const pid = fx.proc.pid!;
+  try {
+    const target = await attach(pid);
+    const root = await prRoot(target);
+    const { planUrl, planId } = await optimizeFromConsole(page, target, root);
+    await requestAndApprove(page, browser, planUrl, planId);
+
+    // Install with the guard (checked by default): right after the install the agent alternates the
+    // original and the installed code, six pairs of one-second windows, sampling the process.
+    await expect(page.getByRole("checkbox", { name: "Guard: revert if slower" })).toBeChecked();
+    await page.getByRole("button", { name: "Install" }).click();
+    const verdict = page.getByTestId("interleaved-verdict");
+    await expect(verdict).toHaveText(VERDICT, { timeout: 150_000 });
+    await expect(page.getByTestId("interleaved-pairs").locator("tbody tr")).toHaveCount(6);
+    await expect(page.getByRole("img", { name: /Share of samples in the plan's code per pair/ })).toBeVisible();
+    const api = async () => (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
+    const first = (await api()).interleaved;
+    const figures = (c: { summary: { verdict: string; change: number | null; interval: number[] | null } }) =>
+      `${c.summary.verdict} ${c.summary.change} [${c.summary.interval}]`;
+    test.info().annotations.push({ type: "guard's comparison", description: figures(first) });
+    expect(first.guard).toBe(true);
+    expect(first.state, first.error).toBe("done");
+    expect(first.windows).toHaveLength(12);
+    expect(first.windows.every((w: { samples: number }) => w.samples > 0)).toBe(true);
+    if (first.summary.verdict !== "insufficient") await expect(verdict).toContainText(INTERVAL);
+    const guard = page.getByTestId("guard-reason");
+    if (first.summary.verdict === "slower") {
+      // The guard reverted the plan by itself and says why, with the figures, here and in the audit trail.
+      await expect(planState(page)).toHaveText("reverted", { timeout: HANG_MS });
+      await expect(guard).toHaveText(
+        /^guard: the plan's code took \+\d+\.\d% of the samples \(95% interval .+\); reverted$/,
+      );
+      await expect(page.getByTestId("revert-by")).toContainText("Revert by system");
+      const audit = page.getByTestId("plan-audit");
+      await expect(audit.getByRole("row").filter({ hasText: "guard reverted" })).toContainText("system");
+      expect(fx.proc.exitCode, fx.out()).toBeNull();
+      return;
+    }
+    await expect(guard).toHaveText(/; kept installed$/);
+    await expect(planState(page)).toHaveText("installed", { timeout: HANG_MS });
+
+    // Compare again: it runs (its progress), ends with a verdict, and leaves the plan installed.
+    await page.getByRole("button", { name: "Compare again" }).click();
+    await expect(page.getByRole("progressbar", { name: "Comparison progress" })).toBeVisible();
+    await expect(page.getByRole("button", { name: "Compare again" })).toBeDisabled();
+    await expect(verdict).toHaveText(VERDICT, { timeout: 150_000 });
+    const again = (await api()).interleaved;
+    test.info().annotations.push({ type: "compared again", description: figures(again) });
+    expect(again.id).not.toBe(first.id);
+    expect(again.guard).toBe(false);
+    expect(again.state, again.error).toBe("done");
+    await expect(planState(page)).toHaveText("installed");
+
+    // Revert; every result the threads computed, through the copy and the original, was right.
+    await page.getByRole("button", { name: "Revert" }).click();
+    await expect(planState(page)).toHaveText("reverted", { timeout: 60_000 });
+    const audit = page.getByTestId("plan-audit");
+    await expect(audit.getByRole("cell", { name: "compare requested", exact: true })).toHaveCount(2);
+    await expect(audit.getByRole("cell", { name: "guard kept", exact: true })).toHaveCount(1);
+    await expect(audit.getByRole("cell", { name: "compared", exact: true })).toHaveCount(2);
+    expect(fx.proc.exitCode, fx.out()).toBeNull();
+    expect(fx.out()).not.toContain("MISMATCH");
   } finally {
     fx.proc.kill("SIGTERM");
   }

@@ -54,6 +54,7 @@ CommandKind = Literal[
     "install_plan",
     "revert_plan",
     "list_installed",
+    "compare_plan",
 ]
 KINDS: tuple[str, ...] = get_args(CommandKind)  # the kinds the API's shapes name too (api/schemas/commands.py)
 ACTIVE = ("queued", "sent", "running")
@@ -169,6 +170,12 @@ def to_pb(row: Row[Any], plan_json: str = "") -> "pb.Command":
         c.revert_plan.CopyFrom(pb.RevertPlan(plan_id=p["plan_id"], target=p["target"]))
     elif row.kind == "list_installed":
         c.list_installed.CopyFrom(pb.ListInstalled())
+    elif row.kind == "compare_plan":
+        c.compare_plan.CopyFrom(
+            pb.ComparePlan(
+                plan_id=p["plan_id"], target=p["target"], pairs=p["pairs"], window_seconds=p["window_seconds"]
+            )
+        )
     return c
 
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Plans as the console reads them: lists, one plan with its comparison of the windows before and after
-its install, its audit trail.
+its install and its latest interleaved comparison (app.domain.plan_compare), its audit trail.
 """
 
 import logging
@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.domain import plan_compare
 from app.domain.plan_records import find, public, refresh_stale
 from app.storage import measurements, samples
 
@@ -73,9 +74,11 @@ async def get_plan(db: AsyncSession, host_id: str, plan_id: uuid.UUID) -> dict[s
 
 
 async def detail(db: AsyncSession, host_id: str, row: Row[Any]) -> dict[str, Any]:
-    """A plan as PlanDetail gives it (GET's answer and every step's): its record and its comparison."""
+    """A plan as PlanDetail gives it (GET's answer and every step's): its record, the uprobe-timed windows'
+    comparison and the latest interleaved one."""
     out = public(row, detail=True)
     out["comparison"] = await comparison(db, host_id, row)
+    out["interleaved"] = await plan_compare.latest(db, row.id)
     return out
 
 

@@ -19,6 +19,10 @@ answer is stored, and the install's windows measure that function); the answer i
                Plans.on_hello settles plans from the installs every Hello lists)
     installed  → reverted also by reconciliation from Hello, when the agent's journals no longer hold it
     installed → reverting → reverted (or back to installed with the revert's error)
+    installed  → reverting also by the guard (actor "system"): an install with the guard on (the default
+               for a process plan) is compared with the original code in interleaved windows right after
+               it (app.domain.plan_compare), and a "slower" verdict reverts it with the figures as reason;
+               an installed process plan may be compared again at any time (it stays installed)
     reverting  → reverted | installed also by reconciliation (Hello, and ListInstalled once the revert's
                answer is overdue), when the revert's answer was lost: settled from the agent's report
     ready, requested, approved, install_failed, installed → stale when the target exits or its pid,
@@ -42,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.live import LiveHub
+from app.domain import plan_compare
 from app.domain.commands import Answer, CommandError, Commands
 from app.domain.plan_reconcile import Reconciliation
 from app.domain.plan_records import audit, find, public, publish_state, refresh_stale, stale_reason
@@ -97,10 +102,17 @@ class Plans(Reconciliation):
         async def listed(db: AsyncSession, session: Any, row: Any, result: Any) -> Answer:
             return on_list_result(result)
 
+        async def compared(db: AsyncSession, session: Any, row: Any, result: Any) -> Answer:
+            answer, revert_reason = await plan_compare.on_result(db, row, result)
+            if revert_reason is not None:
+                await self._guard_revert(db, row.host_id, uuid.UUID(row.params["plan_id"]), revert_reason)
+            return answer
+
         commands.handle("make_plan", made, **plan_kind)
         commands.handle("install_plan", installed, payload=self._plan_json, **plan_kind)
         commands.handle("revert_plan", reverted, **plan_kind)
         commands.handle("list_installed", listed)
+        commands.handle("compare_plan", compared, on_end=plan_compare.on_end, published=self._published)
 
     async def _plan_json(self, cmd: Any) -> str:
         """What an install carries: the plan as the backend checked and stored it; the agent recomputes
@@ -312,8 +324,17 @@ class Plans(Reconciliation):
         )
 
     async def install(
-        self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str, window_s: int
+        self,
+        db: AsyncSession,
+        host_id: str,
+        plan_id: uuid.UUID,
+        actor: str,
+        window_s: int,
+        guard: tuple[int, float] | None = None,
     ) -> dict[str, Any]:
+        """Install an approved plan (a flow: window before, InstallPlan, the guard's comparison when
+        `guard` gives its (pairs, window seconds) and the plan is a process's, window after)."""
+
         def check(row: Row[Any]) -> None:
             if (
                 not row.approved_by
@@ -333,12 +354,15 @@ class Plans(Reconciliation):
             "plan_install_requested",
             check,
             window_s=window_s,
+            guard=guard is not None,
         )
         await db.commit()
-        self._spawn(host_id, plan_id, actor)
+        self._spawn(host_id, plan_id, actor, guard)
         return out
 
-    async def revert(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str) -> dict[str, Any]:
+    async def revert(
+        self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str, **why: Any
+    ) -> dict[str, Any]:
         await refresh_stale(db, host_id, plan_id)
         row = await find(db, host_id, plan_id, lock=True)
         if row is None:
@@ -359,13 +383,40 @@ class Plans(Reconciliation):
                 {"id": plan_id, "by": actor, "c": uuid.UUID(cmd["id"])},
             )
         ).one()
-        audit(db, actor, "plan_revert_requested", changed)
+        audit(db, actor, "plan_revert_requested", changed, **why)
         return await detail(db, host_id, changed)
+
+    async def _guard_revert(self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, reason: str) -> None:
+        """The guard's revert of a plan its comparison found slower: by the system, with the figures."""
+        try:
+            await self.revert(db, host_id, plan_id, "system", reason=reason)
+        except PlanError as exc:
+            log.warning("plan %s: the guard could not revert it: %s", plan_id, exc.detail)
+            row = await find(db, host_id, plan_id)
+            if row is not None:
+                audit(db, "system", "plan_guard_revert_failed", row, reason=exc.detail)
+
+    async def compare(
+        self, db: AsyncSession, host_id: str, plan_id: uuid.UUID, actor: str, pairs: int, window_seconds: float
+    ) -> dict[str, Any]:
+        """Compare an installed process plan with the original code again (interleaved windows); it
+        stays installed whatever the verdict."""
+        await refresh_stale(db, host_id, plan_id)
+        row = await find(db, host_id, plan_id, lock=True)
+        if row is None:
+            raise PlanError(404, "Plan not found")
+        why = plan_compare.not_comparable(row)
+        if why is not None:
+            raise PlanError(409, why)
+        if await plan_compare.running(db, plan_id):
+            raise PlanError(409, "A comparison of this plan is running")
+        await plan_compare.start(db, self.commands, row, actor, pairs, window_seconds, guard=False)
+        return await detail(db, host_id, row)
 
     # Install: a window before, the install, a window after --------------------------------------
 
-    def _spawn(self, host_id: str, plan_id: uuid.UUID, actor: str) -> None:
-        task = asyncio.create_task(self._install_flow(host_id, plan_id, actor), name=f"install-{plan_id}")
+    def _spawn(self, host_id: str, plan_id: uuid.UUID, actor: str, guard: tuple[int, float] | None) -> None:
+        task = asyncio.create_task(self._install_flow(host_id, plan_id, actor, guard), name=f"install-{plan_id}")
         self.tasks[str(plan_id)] = task
         task.add_done_callback(lambda _t: self.tasks.pop(str(plan_id), None))
 
@@ -416,7 +467,21 @@ class Plans(Reconciliation):
             publish_state(self.hub, host_id, str(row.id), state)
         return mid
 
-    async def _install_flow(self, host_id: str, plan_id: uuid.UUID, actor: str) -> None:
+    async def _guard(self, host_id: str, plan_id: uuid.UUID, actor: str, pairs: int, window_seconds: float) -> None:
+        """The guard's comparison right after an install; its answer's handler reverts a slower plan."""
+        async with self.sessionmaker() as db:
+            row = await find(db, host_id, plan_id, lock=True)
+            if row is None or plan_compare.not_comparable(row) is not None:
+                await db.rollback()
+                return
+            cid = await plan_compare.start(db, self.commands, row, actor, pairs, window_seconds, guard=True)
+            await db.commit()
+        publish_state(self.hub, host_id, str(plan_id), "installed")
+        await self.commands.wait(str(cid), self.settings.plan_install_timeout_s + 2 * pairs * window_seconds)
+
+    async def _install_flow(
+        self, host_id: str, plan_id: uuid.UUID, actor: str, guard: tuple[int, float] | None = None
+    ) -> None:
         try:
             async with self.sessionmaker() as db:
                 row = await find(db, host_id, plan_id)
@@ -457,6 +522,8 @@ class Plans(Reconciliation):
             done = await self.commands.wait(cmd["id"], self.settings.plan_install_timeout_s)
             if done is None or done["state"] != "done":
                 return
+            if guard is not None:
+                await self._guard(host_id, plan_id, actor, *guard)
             async with self.sessionmaker() as db:
                 row = await find(db, host_id, plan_id)
             if row is not None and row.state == "installed":

@@ -33,6 +33,7 @@ TABLES = {
     "delivery_marks",
     "data_gaps",
     "plans",
+    "plan_comparisons",
     "stack_defs",
     "stack_samples",
 }

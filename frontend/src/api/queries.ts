@@ -785,12 +785,13 @@ export function useMakePlan(hostId: string) {
   });
 }
 
-export type PlanStep = "request" | "approve" | "reject" | "install" | "revert";
+export type PlanStep = "request" | "approve" | "reject" | "install" | "revert" | "compare";
 
 export function usePlanStep(hostId: string, planId: string) {
   const qc = useQueryClient();
-  return useMutation<PlanDetail, Error, { step: PlanStep; reason?: string; window_s?: number }>({
-    mutationFn: ({ step, reason, window_s }) => {
+  // guard: an install compares the plan with the original code right after it and reverts it if slower.
+  return useMutation<PlanDetail, Error, { step: PlanStep; reason?: string; window_s?: number; guard?: boolean }>({
+    mutationFn: ({ step, reason, window_s, guard }) => {
       const params = { path: { host_id: hostId, plan_id: planId } };
       switch (step) {
         case "request":
@@ -803,10 +804,20 @@ export function usePlanStep(hostId: string, planId: string) {
           );
         case "install":
           return unwrap(
-            api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/install", { params, body: { window_s: window_s ?? 5 } }),
+            api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/install", {
+              params,
+              body: { window_s: window_s ?? 5, guard: guard ?? true, guard_pairs: 6, guard_window_seconds: 1 },
+            }),
           );
         case "revert":
           return unwrap(api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/revert", { params }));
+        case "compare":
+          return unwrap(
+            api.POST("/api/v1/hosts/{host_id}/plans/{plan_id}/compare", {
+              params,
+              body: { pairs: 6, window_seconds: 1 },
+            }),
+          );
       }
     },
     onSuccess: (p) => {

@@ -75,4 +75,6 @@ export type PlanDetail = S["PlanDetail"];
 export type PlanState = Plan["state"];
 export type PlanWindow = NonNullable<S["PlanComparison"]["before"]>;
 export type PlanAuditEntry = S["PlanAuditEntry"];
+export type PlanInterleaved = S["PlanInterleaved"];
+export type CompareSummary = S["CompareSummary"];
 export type MeasurementCfg = S["MeasurementCfg"];

@@ -4,7 +4,8 @@
 Making a plan, requesting its approval, installing and reverting it need the operator role; approving
 and rejecting need the approver role and a user other than the one who requested it. Installing is
 allowed only for an approved plan that still fits its target; the agent is sent the approved code
-hash and refuses anything else. Reading plans and their audit trail needs a signed-in user.
+hash and refuses anything else. Comparing an installed plan with the original code needs the role
+that installs. Reading plans and their audit trail needs a signed-in user.
 """
 
 import uuid
@@ -20,6 +21,7 @@ from app.api.routes.hosts import ExistingHost
 from app.api.schemas import (
     Message,
     PlanAuditEntry,
+    PlanCompare,
     PlanCreate,
     PlanDetail,
     PlanInstall,
@@ -143,8 +145,32 @@ async def install(
     user: OperatorUser,
 ) -> FastJSON:
     """Install an approved plan that still fits its target: the root is measured for `window_s`
-    seconds, the agent installs the approved code, and the root is measured again."""
-    return await _step(runtime.plans.install(session, host_id, plan_id, user.username, body.window_s), session, runtime)
+    seconds, the agent installs the approved code, with `guard` (a process plan) it is compared with the
+    original code in interleaved windows and reverted by the system if slower, and the root is measured
+    again."""
+    guard = (body.guard_pairs, body.guard_window_seconds) if body.guard else None
+    return await _step(
+        runtime.plans.install(session, host_id, plan_id, user.username, body.window_s, guard), session, runtime
+    )
+
+
+@router.post("/{plan_id}/compare", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT, **FORBIDDEN})
+async def compare(
+    host_id: ExistingHost,
+    plan_id: uuid.UUID,
+    body: PlanCompare,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    user: OperatorUser,
+) -> FastJSON:
+    """Compare an installed process plan with the original code again: interleaved windows with the
+    plan reverted and installed, the workload sampled; the plan stays installed. 409 when it is not
+    installed or a comparison runs."""
+    return await _step(
+        runtime.plans.compare(session, host_id, plan_id, user.username, body.pairs, body.window_seconds),
+        session,
+        runtime,
+    )
 
 
 @router.post("/{plan_id}/revert", response_model=PlanDetail, responses={**NOT_FOUND, **CONFLICT})

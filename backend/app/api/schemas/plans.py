@@ -78,9 +78,27 @@ class PlanReject(BaseModel):
     reason: str = Field("", max_length=2000, pattern=r"^[^\x00-\x08\x0b-\x1f\x7f]*$")
 
 
+class PlanCompare(BaseModel):
+    """Compare an installed process plan with the original code: `pairs` pairs of windows, one with the
+    plan reverted and one with it installed, their order alternating; the workload is sampled, not
+    instrumented."""
+
+    model_config = ConfigDict(extra="forbid")
+    pairs: int = Field(6, ge=2, le=50, description="Pairs of windows")
+    window_seconds: float = Field(1.0, ge=0.2, le=60, description="Each window's length in seconds")
+
+
 class PlanInstall(BaseModel):
     model_config = ConfigDict(extra="forbid")
     window_s: int = Field(5, ge=1, le=600, description="Seconds the root is measured before and after the install")
+    guard: bool = Field(
+        True,
+        description="A process plan only: compare it with the original code right after the install "
+        "(interleaved windows) and revert it when its code takes a larger share of the samples beyond the "
+        "95% interval (verdict slower)",
+    )
+    guard_pairs: int = Field(6, ge=2, le=50, description="The guard's pairs of windows")
+    guard_window_seconds: float = Field(1.0, ge=0.2, le=60, description="The guard's window length in seconds")
 
 
 class PlanPublic(BaseModel):
@@ -162,6 +180,57 @@ class PlanComparison(BaseModel):
     change: dict[str, float | None] = Field(description="(after - before) / before per figure")
 
 
+class CompareWindow(BaseModel):
+    pair: int
+    arm: Literal["original", "installed"]
+    start_unix_ns: int
+    seconds: float
+    samples: int = Field(description="The process's PC samples in the window")
+    samples_in_plan: int = Field(description="Those in the plan's code (its members' originals or the copy)")
+    cpu_seconds: float = Field(description="The process's CPU time in the window")
+
+
+class ComparePairShares(BaseModel):
+    pair: int
+    original: float | None = Field(description="Share of the original window's samples in the plan's code")
+    installed: float | None = Field(description="Share of the installed window's samples in the plan's code")
+    used: bool = Field(description="Both windows had samples: the pair counts in the summary")
+
+
+class CompareSummary(BaseModel):
+    """Computed by the backend from the windows (the agent's summary is not used)."""
+
+    share_original: float | None
+    share_installed: float | None
+    change: float | None = Field(description="(mean installed - mean original share) / mean original share")
+    interval: list[float] | None = Field(description="The change's confidence interval [low, high]")
+    confidence: float
+    verdict: Literal["faster", "slower", "within_noise", "insufficient"]
+    pairs_used: int
+
+
+class PlanInterleaved(BaseModel):
+    """The plan's latest interleaved comparison with the original code."""
+
+    id: str
+    command_id: str
+    requested_by: str
+    guard: bool = Field(description="Run by the guard after the install (a slower verdict reverts the plan)")
+    pairs: int
+    window_seconds: float
+    state: Literal["running", "done", "failed"]
+    progress: float | None
+    message: str | None
+    error: str | None
+    windows: list[CompareWindow]
+    pair_shares: list[ComparePairShares]
+    summary: CompareSummary | None
+    guard_action: Literal["reverted", "kept"] | None
+    guard_reason: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
 class PlanDetail(PlanPublic):
     plan: GenPlan | None = Field(
         description="The agent's plan (hotpathd plan --json) as the backend checked it; "
@@ -171,7 +240,12 @@ class PlanDetail(PlanPublic):
     revert_detail: dict[str, Any] | None
     install_command: str | None
     revert_command: str | None
-    comparison: PlanComparison | None
+    comparison: PlanComparison | None = Field(
+        description="The root's uprobe-timed windows before and after the install (instrumented figures)"
+    )
+    interleaved: PlanInterleaved | None = Field(
+        description="The latest interleaved comparison with the original code (sampled, uninstrumented)"
+    )
 
 
 class PlanAuditEntry(BaseModel):

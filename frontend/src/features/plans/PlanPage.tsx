@@ -3,8 +3,11 @@
 // the footprint figures, the chain table, each group function's blocks in their new order coloured
 // hot/cold with their chains and their control-flow graphs coloured the same way (PlanCode.tsx), the
 // functions kept in place with their rules, the emitted code beside a member's original; and the
-// approval workflow (request, approve or reject by another approver, install, revert) with who did
-// what, the root's figures before and after the install, and the plan's audit trail.
+// approval workflow (request, approve or reject by another approver, install with or without the guard,
+// revert) with who did what, the interleaved before/after of an installed process plan (Interleaved.tsx:
+// the sampled share of the plan's code, original against installed, with its interval; compare again),
+// the root's uprobe-timed figures before and after the install (a secondary detail: instrumented), and
+// the plan's audit trail.
 import { Link, useParams } from "react-router-dom";
 import { useState } from "react";
 import { useCommandPolledWhile, useMe, usePlan, usePlanAudit, usePlanStep, type PlanStep } from "../../api/queries";
@@ -14,6 +17,7 @@ import { useLiveTopics } from "../../api/live";
 import { beforeAfterRows, planRefreshMs, windowText, type Cell } from "./beforeAfter";
 import { useAuth } from "../../shared/AuthContext";
 import { HeatLegend, Heatmap } from "./Heatmap";
+import { Interleaved } from "./Interleaved";
 import { CodeSideBySide, MemberCfgs } from "./PlanCode";
 import type { MemberView, PlanView } from "./planModel";
 import { usePlanView } from "./usePlanView";
@@ -119,6 +123,7 @@ function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
         </p>
       )}
       <Workflow hostId={hostId} plan={plan} />
+      <InterleavedSection hostId={hostId} plan={plan} />
       <Comparison plan={plan} />
       {shaped.error && (
         <p className="error" role="alert">
@@ -136,6 +141,8 @@ function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   const me = useMe(!!session).data ?? session?.user;
   const step = usePlanStep(hostId, plan.id);
   const [reason, setReason] = useState("");
+  const [guard, setGuard] = useState(true);
+  const process = plan.target_id !== "kernel";
   const own = me?.username === plan.requested_by;
   const made = me?.username === plan.created_by;
   const can = stepRules(plan.state, me?.role ?? "viewer", own, made);
@@ -146,7 +153,7 @@ function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
       className={s === primary ? "primary" : undefined}
       disabled={!can[s].ok || step.isPending}
       title={can[s].ok ? "" : can[s].why}
-      onClick={() => step.mutate({ step: s, reason, window_s: INSTALL_WINDOW_S })}
+      onClick={() => step.mutate({ step: s, reason, window_s: INSTALL_WINDOW_S, guard: guard && process })}
     >
       {label}
     </button>
@@ -182,9 +189,12 @@ function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
           </li>
         )}
         {plan.revert_by && (
-          <li>
+          <li data-testid="revert-by">
             Revert by {plan.revert_by}
             {plan.reverted_at ? `, reverted ${when(plan.reverted_at)}` : ""}
+            {plan.revert_by === "system" && plan.interleaved?.guard_action === "reverted"
+              ? ` (${plan.interleaved.guard_reason})`
+              : ""}
           </li>
         )}
       </ol>
@@ -198,6 +208,17 @@ function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
           onChange={(e) => setReason(e.target.value)}
         />
         {button("reject", "Reject")}
+        {process && (
+          <label title="Compare the plan with the original code right after the install, and revert it if slower">
+            <input
+              type="checkbox"
+              checked={guard}
+              disabled={!can.install.ok}
+              onChange={(e) => setGuard(e.target.checked)}
+            />{" "}
+            Guard: revert if slower
+          </label>
+        )}
         {button("install", "Install")}
         {button("revert", "Revert")}
       </div>
@@ -208,6 +229,35 @@ function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
       )}
     </section>
   );
+}
+
+/** The latest interleaved comparison, and "Compare again" for those who may install (process plans). */
+function InterleavedSection({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
+  const { session } = useAuth();
+  const me = useMe(!!session).data ?? session?.user;
+  const step = usePlanStep(hostId, plan.id);
+  if (plan.target_id === "kernel") return null;
+  const running = plan.interleaved?.state === "running";
+  const rule = stepRules(plan.state, me?.role ?? "viewer", false).compare;
+  const again = (
+    <div className="toolbar">
+      <button
+        type="button"
+        disabled={!rule.ok || running || step.isPending}
+        title={running ? "a comparison is running" : rule.ok ? "" : rule.why}
+        onClick={() => step.mutate({ step: "compare" })}
+      >
+        {plan.interleaved ? "Compare again" : "Compare with the original"}
+      </button>
+      {step.isError && (
+        <span className="error" role="alert">
+          {step.error.message}
+        </span>
+      )}
+    </div>
+  );
+  if (!plan.interleaved) return plan.state === "installed" ? <section>{again}</section> : null;
+  return <Interleaved c={plan.interleaved} actions={again} />;
 }
 
 /** The before and after windows of an install, in seconds (docs/plans.md: five seconds each). */
@@ -229,6 +279,10 @@ function Comparison({ plan }: { plan: PlanDetail }) {
   return (
     <section aria-labelledby="cmp-title">
       <h2 id="cmp-title">{plan.root_name} before and after the install</h2>
+      <p className="muted small">
+        Uprobe-timed windows of the root: instrumented, so per-call times include the probes&apos; cost (kept as a
+        detail; the interleaved comparison above is the measure).
+      </p>
       <table className="data" data-testid="before-after">
         <thead>
           <tr>

@@ -109,5 +109,9 @@ describe("the before/after table", () => {
     expect(planRefreshMs(plan("installed", window({ state: "stopped", seconds: 5 })))).toBe(10_000);
     expect(planRefreshMs(plan("requested", null))).toBe(10_000);
     expect(planRefreshMs(plan("installing", null))).toBe(1000);
+    // A comparison running on a plan whose windows have ended: refreshed every second until it ends.
+    const ended = plan("installed", window({ state: "stopped", seconds: 5 })) as object;
+    expect(planRefreshMs({ ...ended, interleaved: { state: "running" } } as never)).toBe(1000);
+    expect(planRefreshMs({ ...ended, interleaved: { state: "done" } } as never)).toBe(10_000);
   });
 });

@@ -135,10 +135,13 @@ export function windowText(w: PlanWindow | null | undefined): string {
 }
 
 /** How often the plan page asks for its plan (ms): every second while the agent works on it or a window
- *  runs (an installed plan's window after fills for its whole length, not only until its first calls),
+ *  or a comparison runs (an installed plan's window after fills for its whole length, not only until its first calls),
  *  else every 10 s (state changes are also pushed). */
-export function planRefreshMs(p: Pick<PlanDetail, "state" | "comparison" | "after_measurement"> | undefined): number {
+export function planRefreshMs(
+  p: Pick<PlanDetail, "state" | "comparison" | "after_measurement" | "interleaved"> | undefined,
+): number {
   if (!p) return 2000;
+  if (p.interleaved?.state === "running") return 1000;
   if (p.state === "planning" || p.state === "installing" || p.state === "reverting") return 1000;
   if (p.state === "installed" && (!p.after_measurement || !windowEnded(p.comparison?.after))) return 1000;
   return 10_000;

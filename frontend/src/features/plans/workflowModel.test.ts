@@ -25,6 +25,12 @@ describe("the plan workflow", () => {
     expect(nextStep("requested", rules)).toBeNull();
   });
 
+  it("lets the roles that install compare an installed plan again, and no one else", () => {
+    expect(stepRules("installed", "operator", false).compare.ok).toBe(true);
+    expect(stepRules("installed", "viewer", false).compare).toEqual({ ok: false, why: "needs the operator role" });
+    expect(stepRules("reverted", "admin", false).compare.why).toMatch(/only an installed plan/);
+  });
+
   it("knows a plan id from a made-up one", () => {
     expect(isPlanId("0b6f4c1e-8a3d-4f7a-9c2e-5d1b7e9a4f20")).toBe(true);
     expect(isPlanId("not-a-plan")).toBe(false);

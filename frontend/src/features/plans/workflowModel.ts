@@ -41,6 +41,11 @@ export function stepRules(state: string, role: string, own: boolean, made = fals
       ok: state === "installed" && rank >= 1,
       why: state !== "installed" ? "nothing is installed" : "needs the operator role",
     },
+    // The roles that install compare (the backend also refuses while a comparison runs, and kernel plans).
+    compare: {
+      ok: state === "installed" && rank >= 1,
+      why: state !== "installed" ? "only an installed plan is compared" : "needs the operator role",
+    },
   };
 }
 
