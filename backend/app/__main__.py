@@ -28,7 +28,7 @@ def main() -> int:
     try:
         prepared = prepare(settings)
     except Exception as exc:  # noqa: BLE001 - report the cause in one line, not a traceback
-        log.error("start-up failed: %s", exc)
+        log.error("start-up failed: %s", str(exc) or repr(exc))
         logging.getLogger("hotpath").debug("start-up failure", exc_info=True)
         return 1
     try:

@@ -41,6 +41,35 @@ def postmaster_pid(pgdata: Path) -> int | None:
         return None
 
 
+def postmaster_status(pgdata: Path) -> str | None:
+    """The status line of pgdata/postmaster.pid (ready, starting, stopping, standby) if its postmaster is
+    alive; None when no postmaster runs there."""
+    if postmaster_pid(pgdata) is None:
+        return None
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().split("\n")
+        return lines[7].strip() if len(lines) > 7 else "starting"
+    except OSError:
+        return None
+
+
+def wait_for_settled_postmaster(pgdata: Path, timeout: float = 60.0) -> None:
+    """Wait while a Postgres in pgdata is starting or stopping (e.g. the watchdog of a killed backend
+    stopping it as a new backend starts), until it is ready or gone; a RuntimeError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    said = False
+    while (status := postmaster_status(pgdata)) in ("starting", "stopping"):
+        if not said:
+            log.info("the Postgres in %s is %s: waiting until it is ready or stopped", pgdata, status)
+            said = True
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the Postgres in {pgdata} has been {status} for {timeout:.0f} s (postmaster "
+                f"{postmaster_pid(pgdata)}); stop it (pg_ctl -D {pgdata} stop), then start Hotpath again"
+            )
+        time.sleep(0.2)
+
+
 def stop_postgres(pgdata: Path, system_user: str | None) -> None:
     """Stop the Postgres of pgdata: a fast shutdown, then signals if it does not go."""
     pid = postmaster_pid(pgdata)
@@ -87,6 +116,9 @@ class EmbeddedPostgres:
 
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         if self._server is None:
+            # A Postgres left stopping (a killed backend's watchdog) or starting: attach only once it
+            # is ready or gone (pgserver asserts 'ready' of a running one).
+            wait_for_settled_postmaster(self.pgdata)
             self._server = pgserver.get_server(self.pgdata, cleanup_mode=None)
             self.pgdata = self._server.pgdata
         else:

@@ -6,7 +6,10 @@ folder) killed with SIGKILL, its Postgres killed with SIGKILL, and a clean stop.
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -87,3 +90,72 @@ async def test_the_https_option_serves_the_api_with_the_installation_ca(data_fol
         async with httpx.AsyncClient() as c:  # the system's CAs do not know the installation CA
             await c.get(f"https://127.0.0.1:{backend.http}/api/v1/health")
     await backend.kill(signal.SIGTERM)
+
+
+_START = (
+    "import logging, sys\n"
+    "from pathlib import Path\n"
+    "from app.core.db import EmbeddedPostgres\n"
+    "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+    "print(EmbeddedPostgres(Path(sys.argv[1]), watchdog=False).start(), flush=True)\n"
+)
+
+
+def test_a_start_waits_for_a_postgres_that_is_stopping(data_folder):
+    """A backend started while its embedded Postgres is still stopping (the watchdog of the backend just
+    killed with SIGKILL stopping it) waits until it is gone and starts it anew. Before, pgserver's check
+    that a running server is 'ready' failed, and the backend exited with "start-up failed: " and no
+    reason (bench/chaos, restarting the backend at once after kill -9, in a loaded run). Here a session
+    holds a smart shutdown in 'stopping' until the new start says it waits."""
+    from pgserver._commands import POSTGRES_BIN_PATH
+    from sqlalchemy import create_engine, text
+
+    from app.core.db import postmaster_status
+
+    pgdata = data_folder / "pgdata"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    first = subprocess.run(
+        [sys.executable, "-c", _START, str(pgdata)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert first.returncode == 0, first.stderr
+    engine = create_engine(first.stdout.strip().splitlines()[-1])
+    conn = engine.connect()
+    conn.execute(text("SELECT 1"))
+    user = "pgserver" if os.geteuid() == 0 else None
+    subprocess.run(
+        [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-m", "smart", "-W", "stop"],
+        user=user,
+        check=True,
+        capture_output=True,
+    )
+    deadline = time.monotonic() + 30
+    while postmaster_status(pgdata) != "stopping":
+        assert time.monotonic() < deadline, f"the smart shutdown did not begin: {postmaster_status(pgdata)}"
+        time.sleep(0.1)
+    second = subprocess.Popen(
+        [sys.executable, "-c", _START, str(pgdata)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        said = ""
+        assert second.stderr is not None
+        for line in second.stderr:  # the start says it waits (or fails: the stream ends)
+            said += line
+            if "waiting until it is ready or stopped" in line:
+                break
+        conn.close()  # the old server's last session ends: it stops
+        engine.dispose()
+        out, err = second.communicate(timeout=120)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert second.returncode == 0, said + err
+    assert "is stopping: waiting" in said
+    url = out.strip().splitlines()[-1]
+    fresh = create_engine(url)
+    with fresh.connect() as c:
+        assert c.execute(text("SELECT 1")).scalar() == 1
+    fresh.dispose()
