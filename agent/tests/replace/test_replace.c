@@ -1015,6 +1015,35 @@ static bool park_in_copy(struct fx *f, uint64_t heap, uint64_t len)
 	return false;
 }
 
+/* The "park" fixture with two plans made for it (pr_root's, pr_search's, named
+ * TAG-root and TAG-search) and its model: 0, or -1 with why (the fixture stopped). */
+static int park_fixture_with_two_plans(struct fx *f, const char *tag, struct hp_iplan *p, struct hp_iplan *q,
+				       struct hp_model **m, char *err, size_t errlen)
+{
+	char a[64], b[64];
+	struct hp_open_opts oo = { .quiet = true };
+
+	if (fx_start_mode(f, fixture(), 3, "park") != 0) {
+		snprintf(err, errlen, "the fixture did not start");
+		return -1;
+	}
+	snprintf(a, sizeof(a), "%s-root", tag);
+	snprintf(b, sizeof(b), "%s-search", tag);
+	const char *plan = make_plan_st(f->pid, a, "pr_root", NULL);
+	const char *plan2 = make_plan_st(f->pid, b, "pr_search", NULL);
+	if (!plan || !plan2 || load_plan(plan, p, err, errlen) < 0 || load_plan(plan2, q, err, errlen) < 0) {
+		if (!plan || !plan2)
+			snprintf(err, errlen, "no plans");
+		fx_stop(f);
+		return -1;
+	}
+	if (hp_model_open_pid(f->pid, &oo, m, err, errlen) < 0) {
+		fx_stop(f);
+		return -1;
+	}
+	return 0;
+}
+
 /* Reverting every install of a process (hp_revert without a root) when the
  * first journal's heap is kept (a worker parked in its copy) and the next
  * one's is freed: each journal is judged alone. Before, the first's kept
@@ -1030,22 +1059,10 @@ static void t_revert_all_with_a_heap_kept(void)
 	struct hp_install_result ra, rb, rr;
 	struct hp_installed *ins = NULL;
 	size_t n = 0;
+	struct hp_model *m = NULL;
 
 	REQUIRE(fixture(), "gcc failed");
-	REQUIRE(fx_start_mode(&f, fixture(), 3, "park") == 0, "the fixture did not start");
-	const char *plan = make_plan_st(f.pid, "all-root", "pr_root", NULL);
-	const char *plan2 = make_plan_st(f.pid, "all-search", "pr_search", NULL);
-	if (!plan || !plan2 || load_plan(plan, &p, err, sizeof(err)) < 0 ||
-	    load_plan(plan2, &q, err, sizeof(err)) < 0) {
-		fx_stop(&f);
-		REQUIRE(0, "no plans: %s", err);
-	}
-	struct hp_open_opts oo = { .quiet = true };
-	struct hp_model *m = NULL;
-	if (hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) < 0) {
-		fx_stop(&f);
-		REQUIRE(0, "%s", err);
-	}
+	REQUIRE(park_fixture_with_two_plans(&f, "all", &p, &q, &m, err, sizeof(err)) == 0, "%s", err);
 	/* Journals are listed in name order: ...-a-kept is reverted before ...-b-freed. */
 	struct hp_install_opts oa = { .state_dir = st, .patch_calls = true, .m = m, .id = "hotpath-a-kept" };
 	struct hp_install_opts ob = { .state_dir = st, .patch_calls = true, .m = m, .id = "hotpath-b-freed" };
@@ -1106,22 +1123,10 @@ static void t_kept_heap_retried(void)
 	const char *st = state_dir("retry");
 	struct hp_install_result res, rr;
 	int pid;
+	struct hp_model *m = NULL;
 
 	REQUIRE(fixture(), "gcc failed");
-	REQUIRE(fx_start_mode(&f, fixture(), 3, "park") == 0, "the fixture did not start");
-	const char *plan = make_plan_st(f.pid, "retry-root", "pr_root", NULL);
-	const char *plan2 = make_plan_st(f.pid, "retry-search", "pr_search", NULL);
-	if (!plan || !plan2 || load_plan(plan, &p, err, sizeof(err)) < 0 ||
-	    load_plan(plan2, &q, err, sizeof(err)) < 0) {
-		fx_stop(&f);
-		REQUIRE(0, "no plans: %s", err);
-	}
-	struct hp_open_opts oo = { .quiet = true };
-	struct hp_model *m = NULL;
-	if (hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) < 0) {
-		fx_stop(&f);
-		REQUIRE(0, "%s", err);
-	}
+	REQUIRE(park_fixture_with_two_plans(&f, "retry", &p, &q, &m, err, sizeof(err)) == 0, "%s", err);
 	struct hp_install_opts o = { .state_dir = st, .patch_calls = true, .m = m, .id = "hotpath-retry-plan" };
 	struct hp_install_opts o2 = { .state_dir = st, .patch_calls = true, .m = m, .id = "hotpath-retry-other" };
 	int r = hp_install(&p, &o, &res, err, sizeof(err));
