@@ -176,20 +176,10 @@ static int window(struct run *x, unsigned i, char *err, size_t errlen)
 static int prepare(struct run *x, const struct hp_installed *h, char *err, size_t errlen)
 {
 	struct hp_compare *c = x->c;
-	FILE *fp = fopen(h->plan_path, "r");
-	char *text = NULL;
-	size_t len = 0;
-	long n;
-	if (fp && fseek(fp, 0, SEEK_END) == 0 && (n = ftell(fp)) > 0 && fseek(fp, 0, SEEK_SET) == 0 &&
-	    (text = malloc((size_t)n + 1)) && fread(text, 1, (size_t)n, fp) == (size_t)n)
-		len = (size_t)n;
-	if (fp)
-		fclose(fp);
-	int r = len ? hp_iplan_parse(text, len, &x->plan, err, errlen) : -EIO;
-	free(text);
+	char e[512];
+	int r = hp_iplan_read(h->plan_path, &x->plan, e, sizeof(e));
 	if (r < 0) {
-		if (!len)
-			snprintf(err, errlen, "cannot read the plan of install %s (%s)", h->id, h->plan_path);
+		snprintf(err, errlen, "install %s: %s", h->id, e);
 		return r;
 	}
 	snprintf(c->root, sizeof(c->root), "%s", x->plan.root);
@@ -215,7 +205,6 @@ static int prepare(struct run *x, const struct hp_installed *h, char *err, size_
 		size_t nbp = 0;
 		hp_installed_patches(x->o->state_dir, c->pid, &bp, &nbp);
 		struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
-		char e[256];
 		r = hp_model_open_pid(c->pid, &oo, &x->m, e, sizeof(e));
 		free(bp);
 		if (r < 0) {

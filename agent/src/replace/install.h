@@ -80,6 +80,9 @@ struct hp_iplan {
 
 /* Parse a plan's JSON; refuses plans that are not ok and verified. */
 int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, size_t errlen);
+/* Read a plan file (at most 256 MiB, as `hotpathd install` takes) and parse it:
+ * 0, a negative errno with err saying why. */
+int hp_iplan_read(const char *path, struct hp_iplan *p, char *err, size_t errlen);
 void hp_iplan_free(struct hp_iplan *p);
 
 /* The approval hook: 0 when the plan with this code hash for this build

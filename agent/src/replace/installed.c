@@ -109,25 +109,10 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
 	for (size_t i = 0; *out && i < ni; i++) {
 		if (ins[i].pid != pid || strcmp(ins[i].state, "installed") || !ins[i].heap)
 			continue;
-		FILE *fp = fopen(ins[i].plan_path, "r");
-		char *text = NULL;
-		size_t len = 0;
-		if (fp) {
-			fseek(fp, 0, SEEK_END);
-			len = (size_t)ftell(fp);
-			rewind(fp);
-			text = malloc(len + 1);
-			if (text && fread(text, 1, len, fp) != len)
-				len = 0;
-			fclose(fp);
-		}
 		struct hp_iplan p;
 		char e[256];
-		if (!text || hp_iplan_parse(text, len, &p, e, sizeof(e)) < 0) {
-			free(text);
+		if (hp_iplan_read(ins[i].plan_path, &p, e, sizeof(e)) < 0)
 			continue;
-		}
-		free(text);
 		struct hp_moved_code *mc = &(*out)[(*n)++];
 		int64_t delta = (int64_t)(ins[i].entry - p.members[0].addr);
 		mc->pid = pid;

@@ -198,6 +198,34 @@ out:
 	return r;
 }
 
+int hp_iplan_read(const char *path, struct hp_iplan *p, char *err, size_t errlen)
+{
+	FILE *fp = fopen(path, "r");
+	char *text = NULL;
+	long n = -1;
+	int r = 0;
+
+	memset(p, 0, sizeof(*p));
+	if (!fp || fseek(fp, 0, SEEK_END) < 0 || (n = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET) < 0)
+		r = -(errno ? errno : EIO);
+	else if (n >= (256L << 20))
+		r = -EFBIG;
+	else if (!(text = malloc((size_t)n + 1)))
+		r = -ENOMEM;
+	else if (fread(text, 1, (size_t)n, fp) != (size_t)n)
+		r = -EIO;
+	if (fp)
+		fclose(fp);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot read the plan %s: %s", path, strerror(-r));
+		free(text);
+		return r;
+	}
+	r = hp_iplan_parse(text, (size_t)n, p, err, errlen);
+	free(text);
+	return r;
+}
+
 void hp_iplan_free(struct hp_iplan *p)
 {
 	for (size_t i = 0; i < p->nmembers; i++) {
