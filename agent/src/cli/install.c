@@ -111,27 +111,6 @@ static int exit_for(int r)
 	}
 }
 
-static char *read_all(const char *path, size_t *len)
-{
-	FILE *fp = fopen(path, "r");
-	char *b = NULL;
-	long n;
-
-	*len = 0;
-	if (!fp)
-		return NULL;
-	if (fseek(fp, 0, SEEK_END) == 0 && (n = ftell(fp)) >= 0 && n < (256L << 20) && fseek(fp, 0, SEEK_SET) == 0 &&
-	    (b = malloc((size_t)n + 1)) && fread(b, 1, (size_t)n, fp) == (size_t)n) {
-		b[n] = 0;
-		*len = (size_t)n;
-	} else {
-		free(b);
-		b = NULL;
-	}
-	fclose(fp);
-	return b;
-}
-
 int cmd_install(int argc, char **argv)
 {
 	const char *file = NULL, *state = DEFAULT_STATE, *approved = NULL;
@@ -174,32 +153,23 @@ int cmd_install(int argc, char **argv)
 		fputs(install_usage, stderr);
 		return HP_EXIT_USAGE;
 	}
-	size_t len;
-	char *text = read_all(file, &len);
-	if (!text) {
-		fprintf(stderr, "hotpathd install: cannot read %s: %s\n", file, strerror(errno ? errno : EIO));
-		return HP_EXIT_ERROR;
-	}
 	struct hp_iplan plan;
-	int r = hp_iplan_parse(text, len, &plan, err, sizeof(err));
-	free(text);
-	if (r < 0) {
+	int r = hp_iplan_read(file, &plan, err, sizeof(err));
+	if (r == -EINVAL) { /* the plan is not one this agent takes */
 		fprintf(stderr, "hotpathd install: %s: %s\n", file, err);
-		return r == -ENOMEM ? HP_EXIT_ERROR : EXIT_REFUSED;
+		return EXIT_REFUSED;
+	} else if (r < 0) {
+		fprintf(stderr, "hotpathd install: %s\n", err);
+		return HP_EXIT_ERROR;
 	}
 	int target = pid ? (int)pid : plan.pid;
 	/* The process's model, with the agent's own patches read as the
 	 * original bytes, for the root's call sites. */
 	struct hp_model *m = NULL;
 	if (calls && target > 0) {
-		struct hp_byte_patch *bp = NULL;
-		size_t nbp = 0;
-		hp_installed_patches(state, target, &bp, &nbp);
-		struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
 		char e2[256];
-		if (hp_model_open_pid(target, &oo, &m, e2, sizeof(e2)) < 0 && !pr.quiet)
+		if (hp_model_open_pid_unpatched(state, target, NULL, &m, e2, sizeof(e2)) < 0 && !pr.quiet)
 			fprintf(stderr, "hotpathd install: no model of process %d (%s): the entry only\n", target, e2);
-		free(bp);
 	}
 	struct hp_install_opts o = { .state_dir = state,
 				     .pid = (int)pid,

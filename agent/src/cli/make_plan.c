@@ -272,13 +272,7 @@ int cmd_plan(int argc, char **argv)
 		}
 		plan_pid = (int)pid;
 		/* The code as planned: the original bytes under installed copies' patches. */
-		struct hp_byte_patch *bp = NULL;
-		size_t nbp = 0;
-		hp_installed_patches(state_dir, (int)pid, &bp, &nbp);
-		oo.overlay = bp;
-		oo.noverlay = nbp;
-		r = hp_model_open_pid((int)pid, &oo, &m, err, sizeof(err));
-		free(bp);
+		r = hp_model_open_pid_unpatched(state_dir, (int)pid, &oo, &m, err, sizeof(err));
 	}
 	if (r < 0) {
 		fprintf(stderr, "hotpathd plan: %s\n", err);

@@ -699,8 +699,6 @@ static int measure_inline(const struct args *a)
 	char err[2048], comm[64] = "?", desc[128];
 	int pid = a->spec.pid, rc = HP_EXIT_ERROR, r;
 	size_t n = a->spec.nresources;
-	struct hp_byte_patch *bp = NULL;
-	size_t nbp = 0;
 	struct hp_model *m = NULL;
 	struct hp_counted c = { 0 };
 	uint64_t **counts = NULL;
@@ -712,10 +710,7 @@ static int measure_inline(const struct args *a)
 	struct hp_counter_edge **cedges = NULL;
 	uint32_t *ncedges = NULL;
 
-	hp_installed_patches(a->state_dir, pid, &bp, &nbp);
-	struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
-	r = hp_model_open_pid(pid, &oo, &m, err, sizeof(err));
-	free(bp);
+	r = hp_model_open_pid_unpatched(a->state_dir, pid, NULL, &m, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "hotpathd measure: %s\n", err);
 		return r == -ESRCH || r == -ENOENT ? HP_EXIT_NOT_FOUND : HP_EXIT_ERROR;

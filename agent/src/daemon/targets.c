@@ -195,13 +195,7 @@ int hp_targets_attach_pid(struct hp_targets *ts, int pid, struct hp_target **out
 	/* The process's own code, as its binary has it: installs made into it
 	 * (by this run or, from their journals, an earlier one) are read as the
 	 * bytes they replaced, so its modules keep their catalogs. */
-	struct hp_byte_patch *bp = NULL;
-	size_t nbp = 0;
-	if (ts->state[0])
-		hp_installed_patches(ts->state, pid, &bp, &nbp);
-	struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
-	int r = hp_model_open_pid(pid, &oo, &t->model, oerr, sizeof(oerr));
-	free(bp);
+	int r = hp_model_open_pid_unpatched(ts->state, pid, NULL, &t->model, oerr, sizeof(oerr));
 	if (r < 0) {
 		snprintf(err, errlen, "%s", oerr);
 		t->model = NULL;

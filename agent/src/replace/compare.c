@@ -201,12 +201,7 @@ static int prepare(struct run *x, const struct hp_installed *h, char *err, size_
 	 * process's model read under every install's patches. */
 	x->calls = h->calls > 0;
 	if (x->calls) {
-		struct hp_byte_patch *bp = NULL;
-		size_t nbp = 0;
-		hp_installed_patches(x->o->state_dir, c->pid, &bp, &nbp);
-		struct hp_open_opts oo = { .quiet = true, .overlay = bp, .noverlay = nbp };
-		r = hp_model_open_pid(c->pid, &oo, &x->m, e, sizeof(e));
-		free(bp);
+		r = hp_model_open_pid_unpatched(x->o->state_dir, c->pid, NULL, &x->m, e, sizeof(e));
 		if (r < 0) {
 			if (!alive(x))
 				return gone(x, "before the first window", err, errlen);

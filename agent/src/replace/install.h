@@ -227,4 +227,13 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
  * code: the second pass plans from the bytes the plan was made from). */
 int hp_installed_patches(const char *state_dir, int pid, struct hp_byte_patch **out, size_t *n);
 
+/* Process pid's model with its code as its binary has it: the bytes under the
+ * patches of the installs journalled in state_dir (NULL or "": none) read as
+ * the bytes they replaced, so its catalogs, plans and call sites are those of
+ * the original code. o: the other options (NULL: quiet; its overlay is
+ * ignored). An unreadable journal leaves the patched bytes in the model. The
+ * result is hp_model_open_pid's. */
+int hp_model_open_pid_unpatched(const char *state_dir, int pid, const struct hp_open_opts *o, struct hp_model **out,
+				char *err, size_t errlen);
+
 #endif

@@ -171,3 +171,19 @@ int hp_installed_patches(const char *state_dir, int pid, struct hp_byte_patch **
 	free(w);
 	return 0;
 }
+
+int hp_model_open_pid_unpatched(const char *state_dir, int pid, const struct hp_open_opts *o, struct hp_model **out,
+				char *err, size_t errlen)
+{
+	struct hp_byte_patch *bp = NULL;
+	size_t nbp = 0;
+	struct hp_open_opts oo = o ? *o : (struct hp_open_opts){ .quiet = true };
+
+	if (state_dir && state_dir[0])
+		hp_installed_patches(state_dir, pid, &bp, &nbp);
+	oo.overlay = bp;
+	oo.noverlay = nbp;
+	int r = hp_model_open_pid(pid, &oo, out, err, errlen);
+	free(bp);
+	return r;
+}

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/hex.h"
 #include "base/json_get.h"
@@ -205,8 +206,14 @@ int hp_iplan_read(const char *path, struct hp_iplan *p, char *err, size_t errlen
 	long n = -1;
 	int r = 0;
 
+	struct stat st;
+
 	memset(p, 0, sizeof(*p));
-	if (!fp || fseek(fp, 0, SEEK_END) < 0 || (n = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET) < 0)
+	if (!fp || fstat(fileno(fp), &st) < 0)
+		r = -(errno ? errno : EIO);
+	else if (S_ISDIR(st.st_mode))
+		r = -EISDIR; /* a folder opens and "seeks" to a huge size */
+	else if (fseek(fp, 0, SEEK_END) < 0 || (n = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET) < 0)
 		r = -(errno ? errno : EIO);
 	else if (n >= (256L << 20))
 		r = -EFBIG;

@@ -140,6 +140,20 @@ t_elf_bad() {
 }
 check elf_bad_input_errors t_elf_bad
 
+# A plan file that cannot be read is an error (exit 1) that says why; one that
+# is not a plan is refused (exit 5). A folder is not read as a huge file.
+t_install_bad_plan_file() {
+	local out rc
+	out=$("$HP" install "$TMP/missing.json" 2>&1); rc=$?
+	[ "$rc" -eq 1 ] && grep -q 'No such file' <<<"$out" || return 1
+	out=$("$HP" install "$TMP" 2>&1); rc=$?
+	[ "$rc" -eq 1 ] && grep -q 'Is a directory' <<<"$out" || return 1
+	echo '{' >"$TMP/bad.json"
+	out=$("$HP" install "$TMP/bad.json" 2>&1); rc=$?
+	[ "$rc" -eq 5 ] && grep -q 'not a plan' <<<"$out"
+}
+check install_bad_plan_file_errors t_install_bad_plan_file
+
 t_pid_inspect() {
 	"$TMP/loop" &
 	PID=$!
