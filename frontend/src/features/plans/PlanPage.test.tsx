@@ -61,4 +61,54 @@ describe("plan page", () => {
     expect(planKind(made)).toBe("whole hot set: 3 functions, first laid out a; 1 kept in place");
     expect(planKind({ ...made, hot_set: false })).toBe("one root and its hot callees");
   });
+  it("offers to cancel a running comparison (an agent away would hold it) and asks the command's cancel", async () => {
+    setSession({ token: "t", user: { id: "u", username: "op", role: "operator" } });
+    const id = "0b6f4c1e-8a3d-4f7a-9c2e-5d1b7e9a4f20";
+    const cmd = "5d1b7e9a-4f20-4f7a-9c2e-0b6f4c1e8a3d";
+    const plan = {
+      id,
+      host_id: "host-1",
+      target_id: "pid:42",
+      root_name: "work",
+      hot_set: false,
+      members: ["work"],
+      state: "installed",
+      plan: null,
+      estimated: false,
+      interleaved: {
+        id: "c1",
+        command_id: cmd,
+        requested_by: "op",
+        guard: true,
+        pairs: 6,
+        window_seconds: 1,
+        state: "running",
+        progress: 0.25,
+        message: "window 3 of 12",
+        error: null,
+        windows: [],
+        pair_shares: [],
+        summary: null,
+        guard_action: null,
+        guard_reason: null,
+      },
+    } as unknown as PlanDetail;
+    const routes = routeFetch({
+      "/api/v1/auth/me": () => json({ id: "u", username: "op", role: "operator" }),
+      "/api/v1/hosts/host-1": () => json(host()),
+      [`/api/v1/hosts/host-1/plans/${id}`]: () => json(plan),
+      [`/api/v1/hosts/host-1/plans/${id}/audit`]: () => json([]),
+      [`POST /api/v1/hosts/host-1/commands/${cmd}/cancel`]: () =>
+        json({ id: cmd, kind: "compare_plan", state: "running", cancel_requested: true }),
+    });
+    vi.stubGlobal("fetch", routes.fetch);
+    vi.stubGlobal("WebSocket", undefined);
+    renderApp(`/hosts/host-1/plans/${id}`);
+    const compareAgain = await screen.findByRole("button", { name: "Compare again" });
+    expect(compareAgain).toBeDisabled();
+    (await screen.findByRole("button", { name: "Cancel comparison" })).click();
+    await vi.waitFor(() =>
+      expect(routes.requests.some((r) => r.method === "POST" && r.url.endsWith(`/commands/${cmd}/cancel`))).toBe(true),
+    );
+  });
 });

@@ -11,6 +11,7 @@
 import { Link, useParams } from "react-router-dom";
 import { useState } from "react";
 import { useCommandPolledWhile, useMe, usePlan, usePlanAudit, usePlanStep, type PlanStep } from "../../api/queries";
+import { useCancelCommand } from "../../api/measureQueries";
 import type { PlanDetail } from "../../api/types";
 import { ApiError } from "../../api/client";
 import { useLiveTopics } from "../../api/live";
@@ -231,14 +232,18 @@ function Workflow({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   );
 }
 
-/** The latest interleaved comparison, and "Compare again" for those who may install (process plans). */
+/** The latest interleaved comparison, "Compare again" for those who may install (process plans), and
+ * while one runs, its cancel (the agent puts the plan back first; a comparison sent to an agent that is
+ * away would otherwise wait for it, holding "Compare again"). */
 function InterleavedSection({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   const { session } = useAuth();
   const me = useMe(!!session).data ?? session?.user;
   const step = usePlanStep(hostId, plan.id);
+  const cancel = useCancelCommand(hostId);
   if (plan.target_id === "kernel") return null;
   const running = plan.interleaved?.state === "running";
-  const rule = stepRules(plan.state, me?.role ?? "viewer", false).compare;
+  const role = me?.role ?? "viewer";
+  const rule = stepRules(plan.state, role, false).compare;
   const again = (
     <div className="toolbar">
       <button
@@ -249,10 +254,23 @@ function InterleavedSection({ hostId, plan }: { hostId: string; plan: PlanDetail
       >
         {plan.interleaved ? "Compare again" : "Compare with the original"}
       </button>
-      {step.isError && (
-        <span className="error" role="alert">
-          {step.error.message}
-        </span>
+      {running && role !== "viewer" && plan.interleaved && (
+        <button
+          type="button"
+          disabled={cancel.isPending}
+          title="stop the comparison: the agent installs the plan again first"
+          onClick={() => plan.interleaved && cancel.mutate(plan.interleaved.command_id)}
+        >
+          Cancel comparison
+        </button>
+      )}
+      {[step, cancel].map(
+        (m, i) =>
+          m.isError && (
+            <span key={i} className="error" role="alert">
+              {m.error.message}
+            </span>
+          ),
       )}
     </div>
   );
