@@ -97,6 +97,9 @@ class KindHandlers:
     published: Callable[[str, Any], Awaitable[None]] | None = None
     # the JSON a command of this kind carries besides its params (command row) -> text
     payload: Callable[[Any], Awaitable[str]] | None = None
+    # a cancel of one sent or running while its host's agent is away ends it at once, instead of waiting
+    # for the agent: for kinds whose effects the agent's Hello settles on its return, not their answer
+    ends_when_away: bool = False
 
 
 async def _plain(db: AsyncSession, session: AgentSession, row: Any, result: "pb.CommandResult") -> Answer:
@@ -264,21 +267,30 @@ class Commands:
         audit_log.record(
             db, actor, "command_cancel_requested", host_id, {"command_id": str(command_id), "state": row.state}
         )
-        if row.state == "queued":
+        away = (
+            row.state != "queued"
+            and self._handlers(row.kind).ends_when_away
+            and not (await db.execute(text("SELECT online FROM hosts WHERE id = :h"), {"h": host_id})).scalar()
+        )
+        if not row.cancel_requested and row.state != "queued":
+            # The agent is told too (now, or when it returns, should it still run the command).
+            await db.execute(text("UPDATE commands SET cancel_requested = true WHERE id = :id"), {"id": command_id})
+            await self.create(db, host_id, "cancel", {"command_id": str(command_id)}, actor)
+        if row.state == "queued" or away:
             row = (
                 await db.execute(
                     text("""
                 UPDATE commands SET state = 'cancelled', cancel_requested = true, finished_at = now(),
-                  error = 'cancelled before it was sent' WHERE id = :id RETURNING *"""),
-                    {"id": command_id},
+                  error = :e WHERE id = :id RETURNING *"""),
+                    {
+                        "id": command_id,
+                        "e": "cancelled while the host's agent was away" if away else "cancelled before it was sent",
+                    },
                 )
             ).one()
             await self._after_end(db, row)
             await db.execute(text("SELECT pg_notify(:ch, :id)"), {"ch": bus.COMMAND_DONE, "id": str(command_id)})
             return public(row)
-        if not row.cancel_requested:
-            await db.execute(text("UPDATE commands SET cancel_requested = true WHERE id = :id"), {"id": command_id})
-            await self.create(db, host_id, "cancel", {"command_id": str(command_id)}, actor)
         row = (await db.execute(text("SELECT * FROM commands WHERE id = :id"), {"id": command_id})).one()
         return public(row)
 

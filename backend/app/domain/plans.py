@@ -112,7 +112,9 @@ class Plans(Reconciliation):
         commands.handle("install_plan", installed, payload=self._plan_json, **plan_kind)
         commands.handle("revert_plan", reverted, **plan_kind)
         commands.handle("list_installed", listed)
-        commands.handle("compare_plan", compared, on_end=plan_compare.on_end, published=self._published)
+        commands.handle(
+            "compare_plan", compared, on_end=plan_compare.on_end, published=self._published, ends_when_away=True
+        )
 
     async def _plan_json(self, cmd: Any) -> str:
         """What an install carries: the plan as the backend checked and stored it; the agent recomputes

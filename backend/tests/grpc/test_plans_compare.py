@@ -190,3 +190,47 @@ async def test_compare_again_needs_the_installing_role_and_an_installed_plan_one
         assert r.status_code == 409 and "reverted" in r.json()["detail"]
     assert len(_sent(agent, "compare_plan")) == 1
     await agent.close()
+
+
+async def test_a_comparison_whose_agent_went_away_can_be_cancelled_and_compared_again(backend, client, unique):
+    """A ComparePlan sent to an agent that then went away stays running until the agent returns; its
+    cancel ends it at once (the agent's Hello settles the plan's state when it returns, and the cancel
+    still reaches the agent then), so 'Compare again' is not held by a host that may never come back."""
+    host_id = f"cmp-away-{unique}"
+    agent, digest, approver, base = await _setup(backend, client, unique, host_id)
+    async with approver:
+        plan_id = await _approved(client, approver, host_id, digest, 2)
+        assert (await client.post(f"{base}/{plan_id}/install", json={**GUARD, "guard": False})).status_code == 200
+        await _until(client, host_id, plan_id, "installed")
+        agent.hold = asyncio.Event()
+        r = await client.post(f"{base}/{plan_id}/compare", json={"pairs": 2, "window_seconds": 0.2})
+        assert r.status_code == 200, r.text
+        c = await wait_until(
+            lambda: _running_with_progress(client, host_id, plan_id),
+        )
+        await agent.close()
+
+        async def offline():
+            return (await client.get(f"/api/v1/hosts/{host_id}")).json()["online"] is False or None
+
+        await wait_until(offline)
+        r = await client.post(f"{base}/{plan_id}/compare", json={})
+        assert r.status_code == 409 and "running" in r.json()["detail"], "held while the agent is away"
+        r = await client.post(f"/api/v1/hosts/{host_id}/commands/{c['command_id']}/cancel")
+        assert r.status_code == 200 and r.json()["state"] == "cancelled", r.text
+        assert r.json()["error"] == "cancelled while the host's agent was away"
+        p = await _plan(client, host_id, plan_id)
+        assert p["interleaved"]["state"] == "failed" and "away" in p["interleaved"]["error"]
+        assert p["state"] == "installed", "the plan's state waits for the agent's Hello"
+        cmds = (await client.get(f"/api/v1/hosts/{host_id}/commands")).json()
+        cancels = [x for x in cmds if x["kind"] == "cancel" and x["params"]["command_id"] == c["command_id"]]
+        assert len(cancels) == 1 and cancels[0]["state"] == "queued", "the agent is told when it returns"
+        r = await client.post(f"{base}/{plan_id}/compare", json={})
+        assert r.status_code == 200 and r.json()["interleaved"]["state"] == "running", r.text
+        trail = (await client.get(f"{base}/{plan_id}/audit")).json()
+        assert any(a["action"] == "plan_compare_failed" and "away" in a["detail"]["reason"] for a in trail)
+
+
+async def _running_with_progress(client, host_id, plan_id):
+    c = (await _plan(client, host_id, plan_id))["interleaved"]
+    return c if c and c["state"] == "running" and c["progress"] == 0.5 else None
