@@ -173,6 +173,15 @@ def plan_root(
     return plan, p
 
 
+def log_kept(p: dict, log: Callable[..., None]) -> None:
+    """A plan's functions kept in place, by rule: what Hotpath refuses to move in this program, and why."""
+    rules: dict[str, list[str]] = {}
+    for k in p["kept_in_place"]:
+        rules.setdefault(k["rule"], []).append(k["function"])
+    for rule, fns in rules.items():
+        log(f"  kept in place ({len(fns)}): {rule}: {', '.join(fns)}")
+
+
 def plan_hot_set(drv: Driver, work: str, sample_s: int, log: Callable[..., None], exact_s: int = 0) -> tuple[str, dict]:
     """Hotpath's whole-hot-set plan of the running driver: its threads' PCs sampled for SAMPLE_S seconds
     while it runs (estimated block counts, no probes), every hot function of the driver's own file
@@ -197,6 +206,7 @@ def plan_hot_set(drv: Driver, work: str, sample_s: int, log: Callable[..., None]
         f"place, hot bytes {p['totals']['hot_bytes']}, I-cache hot lines {p['icache_before']['hot_lines']} -> "
         f"{p['icache_after']['hot_lines']} (minimum {p['icache_after']['minimum_lines']})"
     )
+    log_kept(p, log)
     if not exact_s:
         return plan, p
     sampled = os.path.join(work, "sqlite.hotset.sampled.json")
@@ -217,6 +227,7 @@ def plan_hot_set(drv: Driver, work: str, sample_s: int, log: Callable[..., None]
         f"{p['icache_before']['hot_lines']} -> {p['icache_after']['hot_lines']} (minimum "
         f"{p['icache_after']['minimum_lines']}), the copy starts +{base % 4096} into its page"
     )
+    log_kept(p, log)
     return plan, p
 
 
@@ -303,14 +314,16 @@ def cachegrind(driver: str, env: dict | None, work: str, tag: str, passes: int =
     with open(cmds, "w") as f:
         f.write(f"run {passes}\nquit\n")
     with open(cmds) as stdin:
-        subprocess.run(
+        r = subprocess.run(
             ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}", driver],
             stdin=stdin,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
             env=env,
-            check=True,
         )
+    if r.returncode != 0:  # the driver's own message (or valgrind's) is in its stderr, among cachegrind's
+        raise RuntimeError(f"cachegrind of {driver} ({tag}, {passes} passes) exited {r.returncode}: {r.stderr[-1200:]}")
     summary = subprocess.run(["cg_annotate", out], text=True, capture_output=True, check=True).stdout
     line = next(x for x in summary.splitlines() if "PROGRAM TOTALS" in x)
     nums = [int(x.replace(",", "")) for x in line.split() if x.replace(",", "").isdigit()]
