@@ -2,41 +2,23 @@
 /*
  * A query workload on SQLite (the amalgamation, fetched by build beside
  * this file into its cache and compiled with SQLite's usual -O2; never
- * committed). bench/replace and the console's end-to-end plan test run it.
- * The process stays up between rounds so code can be installed into it and
- * reverted while it runs, and every round is timed inside the process:
- *   stdin "run N"  runs the workload N times, prints "ns T cpu C rows R" (the
- *                  round's CLOCK_MONOTONIC time, its thread CPU time, which
- *                  other load on the machine disturbs less, and a checksum
- *                  of the results)
- *   stdin "quit"   exits
- * With --loop it runs rounds of 100 passes until it is stopped instead,
- * printing each round's line: a program to attach from the console and
- * optimize while it runs (docs/plans.md).
- * With HOTPATH_REPLAY=FILE it first puts an installed copy in place by
- * itself (FILE: the code heap's address, length and bytes, then each
- * patched range with its bytes, as bench/replace dumps them from a process
- * the agent installed into), so a simulator that cannot be traced
- * (valgrind's cachegrind) runs the same layout; the binary is built
- * without PIE so its addresses are the same there.
+ * committed). bench/replace, bench/layout_vs_bolt and the console's
+ * end-to-end plan test run it. It speaks live_driver.h's protocol (rounds
+ * timed inside the process on "run N", --loop, HOTPATH_REPLAY).
  * The database is in memory: an orders/customers schema of 20,000 and
  * 2,000 rows, and each workload pass runs joins, grouping, sorting, LIKE
  * scans, an index lookup per customer, updates and inserts in a
  * transaction (rolled back, so every round sees the same data and gives
  * the same checksum), so the bytecode engine runs a broad mix of opcodes.
  */
-#include <stdbool.h>
 #include <stdint.h>
-#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
+#include "live_driver.h"
 #include "sqlite3.h"
 
 static sqlite3 *db;
-static uint64_t checksum;
 
 static int row(void *ctx, int n, char **v, char **names)
 {
@@ -59,6 +41,8 @@ static void exec(const char *sql)
 
 static void setup(void)
 {
+	if (sqlite3_open(":memory:", &db) != SQLITE_OK)
+		exit(1);
 	exec("CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT, city TEXT, tier INT);"
 	     "CREATE TABLE orders(id INTEGER PRIMARY KEY, cust INT, amount REAL, status TEXT, note TEXT);"
 	     "CREATE INDEX orders_cust ON orders(cust);"
@@ -95,77 +79,9 @@ static void workload(int pass)
 	exec(sql);
 }
 
-static int replay(const char *path)
-{
-	FILE *fp = fopen(path, "rb");
-	unsigned long long addr, len;
-	unsigned n;
-
-	if (!fp || fscanf(fp, "heap %llx %llx\n", &addr, &len) != 2)
-		return -1;
-	uint8_t *heap = mmap((void *)(uintptr_t)addr, len, PROT_READ | PROT_WRITE | PROT_EXEC,
-			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-	if (heap != (uint8_t *)(uintptr_t)addr || fread(heap, 1, len, fp) != len)
-		return -1;
-	mprotect(heap, len, PROT_READ | PROT_EXEC);
-	while (fscanf(fp, " patch %llx %u:", &addr, &n) == 2) {
-		uint8_t b[16];
-		for (unsigned i = 0; i < n && i < 16; i++) {
-			unsigned v;
-			if (fscanf(fp, "%2x", &v) != 1)
-				return -1;
-			b[i] = (uint8_t)v;
-		}
-		uintptr_t page = (uintptr_t)addr & ~(uintptr_t)4095;
-		mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC);
-		memcpy((void *)(uintptr_t)addr, b, n);
-		mprotect((void *)page, 8192, PROT_READ | PROT_EXEC);
-	}
-	fclose(fp);
-	return 0;
-}
-
-/* One round of n workload passes, timed; its line on stdout. */
-static void round_of(int n)
-{
-	struct timespec a, b, ca, cb;
-	checksum = 0;
-	clock_gettime(CLOCK_MONOTONIC, &a);
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ca);
-	for (int i = 0; i < n; i++)
-		workload(i % 1000);
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cb);
-	clock_gettime(CLOCK_MONOTONIC, &b);
-	printf("ns %lld cpu %lld rows %llu\n",
-	       (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec),
-	       (long long)(cb.tv_sec - ca.tv_sec) * 1000000000LL + (cb.tv_nsec - ca.tv_nsec),
-	       (unsigned long long)checksum);
-	fflush(stdout);
-}
-
 int main(int argc, char **argv)
 {
-	char line[128];
-	bool loop = argc > 1 && !strcmp(argv[1], "--loop");
-
-	if (getenv("HOTPATH_REPLAY") && replay(getenv("HOTPATH_REPLAY")) < 0) {
-		fprintf(stderr, "cannot replay %s\n", getenv("HOTPATH_REPLAY"));
-		return 1;
-	}
-	if (sqlite3_open(":memory:", &db) != SQLITE_OK)
-		return 1;
-	setup();
-	printf("ready\n");
-	fflush(stdout);
-	while (loop)
-		round_of(100);
-	while (fgets(line, sizeof(line), stdin)) {
-		int n;
-		if (!strncmp(line, "quit", 4))
-			break;
-		if (sscanf(line, "run %d", &n) == 1)
-			round_of(n);
-	}
+	int status = live_driver_main(argc, argv, setup, workload);
 	sqlite3_close(db);
-	return 0;
+	return status;
 }

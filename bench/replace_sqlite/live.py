@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""SQLite's workload driver (build and driver.c beside this file) driven live, as bench/replace and
-bench/layout_vs_bolt drive it: built or found, its rounds timed, its root and callees measured and planned
-by hotpathd, an installed copy dumped for cachegrind, and cachegrind's I1 misses of a few passes."""
+"""The workload drivers (SQLite's: build and driver.c beside this file; Lua's: bench/replace_lua; both speak
+live_driver.h's protocol) driven live, as bench/replace and bench/layout_vs_bolt drive them: built or found,
+their rounds timed, a root and its callees or the hot set measured and planned by hotpathd, an installed
+copy dumped for cachegrind, and cachegrind's I1 misses of a few passes."""
 
 import json
 import os
@@ -15,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 HP = os.path.join(TOP, "agent", "build", "hotpathd")
 BUILD = os.path.join(HERE, "build")
+PROTOCOL = os.path.join(HERE, "live_driver.h")  # what every driver speaks
 
 
 class PeerUnavailable(Exception):
@@ -28,25 +30,40 @@ def hp(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return r
 
 
-def sqlite_driver(cache: str, smoke: bool) -> str:
-    """The SQLite workload driver, built (and cached in CACHE) by build beside this file. Exit status 3 of
-    the build is its "SQLite's source cannot be fetched here"; anything else that fails is an error. A
-    smoke run does not compile SQLite: it takes the driver only when it is built already."""
+def built_driver(build: str, name: str, what: str, cache: str, smoke: bool, sources: list[str]) -> str:
+    """A workload driver built (and cached in CACHE, as NAME) by the BUILD script; SOURCES are the files
+    whose change rebuilds it. Exit status 3 of the build is its "WHAT's source cannot be fetched here";
+    anything else that fails is an error. A smoke run does not compile: it takes the driver only when it
+    is built already."""
     if smoke:
-        driver = os.path.join(cache, "sqlite-driver")
-        newest = max(os.path.getmtime(BUILD), os.path.getmtime(os.path.join(HERE, "driver.c")))
+        driver = os.path.join(cache, name)
+        newest = max(os.path.getmtime(f) for f in [build, *sources])
         if not os.access(driver, os.X_OK) or os.path.getmtime(driver) < newest:
             raise PeerUnavailable(
-                f"the SQLite driver is not built in {cache} (a smoke run does not compile SQLite; "
-                "bench/replace_sqlite/build does)"
+                f"the {what} driver is not built in {cache} (a smoke run does not compile {what}; "
+                f"{os.path.relpath(build, TOP)} does)"
             )
         return driver
-    r = subprocess.run([BUILD, cache], text=True, capture_output=True)
+    r = subprocess.run([build, cache], text=True, capture_output=True)
     if r.returncode == 3:
-        raise PeerUnavailable(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no SQLite source")
+        raise PeerUnavailable(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"no {what} source")
     if r.returncode != 0:
-        raise RuntimeError(f"bench/replace_sqlite/build failed (exit {r.returncode}): {r.stderr.strip()[-600:]}")
+        raise RuntimeError(f"{os.path.relpath(build, TOP)} failed (exit {r.returncode}): {r.stderr.strip()[-600:]}")
     return r.stdout.strip()
+
+
+def sqlite_driver(cache: str, smoke: bool) -> str:
+    """SQLite's query workload driver, built by build beside this file (built_driver)."""
+    sources = [os.path.join(HERE, "driver.c"), PROTOCOL]
+    return built_driver(BUILD, "sqlite-driver", "SQLite", cache, smoke, sources)
+
+
+def lua_driver(cache: str) -> str:
+    """Lua's script workload driver, built by bench/replace_lua/build (built_driver), in a smoke run too:
+    Lua compiles in seconds (SQLite's amalgamation takes minutes)."""
+    lua = os.path.join(TOP, "bench", "replace_lua")
+    sources = [os.path.join(lua, "driver.c"), PROTOCOL]
+    return built_driver(os.path.join(lua, "build"), "lua-driver", "Lua", cache, False, sources)
 
 
 class Driver:
@@ -57,7 +74,7 @@ class Driver:
         assert self.p.stdin and self.p.stdout
         self.stdin, self.stdout = self.p.stdin, self.p.stdout
         if self.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"the SQLite driver {path} did not start")
+            raise RuntimeError(f"the workload driver {path} did not start")
         self.lock = threading.Lock()
 
     def round(self, n: int) -> tuple[int, str]:
@@ -66,7 +83,7 @@ class Driver:
             self.stdin.flush()
             parts = self.stdout.readline().split()
         if len(parts) < 6:
-            raise RuntimeError(f"the SQLite driver (pid {self.p.pid}) stopped answering")
+            raise RuntimeError(f"the workload driver (pid {self.p.pid}) stopped answering")
         return int(parts[3]), parts[5]  # thread CPU ns, checksum
 
     def busy(self, stop: threading.Event, n: int = 2) -> None:
@@ -156,6 +173,15 @@ def plan_root(
     return plan, p
 
 
+def log_kept(p: dict, log: Callable[..., None]) -> None:
+    """A plan's functions kept in place, by rule: what Hotpath refuses to move in this program, and why."""
+    rules: dict[str, list[str]] = {}
+    for k in p["kept_in_place"]:
+        rules.setdefault(k["rule"], []).append(k["function"])
+    for rule, fns in rules.items():
+        log(f"  kept in place ({len(fns)}): {rule}: {', '.join(fns)}")
+
+
 def plan_hot_set(drv: Driver, work: str, sample_s: int, log: Callable[..., None], exact_s: int = 0) -> tuple[str, dict]:
     """Hotpath's whole-hot-set plan of the running driver: its threads' PCs sampled for SAMPLE_S seconds
     while it runs (estimated block counts, no probes), every hot function of the driver's own file
@@ -180,6 +206,7 @@ def plan_hot_set(drv: Driver, work: str, sample_s: int, log: Callable[..., None]
         f"place, hot bytes {p['totals']['hot_bytes']}, I-cache hot lines {p['icache_before']['hot_lines']} -> "
         f"{p['icache_after']['hot_lines']} (minimum {p['icache_after']['minimum_lines']})"
     )
+    log_kept(p, log)
     if not exact_s:
         return plan, p
     sampled = os.path.join(work, "sqlite.hotset.sampled.json")
@@ -200,6 +227,7 @@ def plan_hot_set(drv: Driver, work: str, sample_s: int, log: Callable[..., None]
         f"{p['icache_before']['hot_lines']} -> {p['icache_after']['hot_lines']} (minimum "
         f"{p['icache_after']['minimum_lines']}), the copy starts +{base % 4096} into its page"
     )
+    log_kept(p, log)
     return plan, p
 
 
@@ -286,14 +314,16 @@ def cachegrind(driver: str, env: dict | None, work: str, tag: str, passes: int =
     with open(cmds, "w") as f:
         f.write(f"run {passes}\nquit\n")
     with open(cmds) as stdin:
-        subprocess.run(
+        r = subprocess.run(
             ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}", driver],
             stdin=stdin,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
             env=env,
-            check=True,
         )
+    if r.returncode != 0:  # the driver's own message (or valgrind's) is in its stderr, among cachegrind's
+        raise RuntimeError(f"cachegrind of {driver} ({tag}, {passes} passes) exited {r.returncode}: {r.stderr[-1200:]}")
     summary = subprocess.run(["cg_annotate", out], text=True, capture_output=True, check=True).stdout
     line = next(x for x in summary.splitlines() if "PROGRAM TOTALS" in x)
     nums = [int(x.replace(",", "")) for x in line.split() if x.replace(",", "").isdigit()]
