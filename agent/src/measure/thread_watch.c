@@ -3,7 +3,6 @@
  * The single-thread proof of a window (thread_watch.h): ptrace with clone,
  * fork and vfork events, kcmp for shared memory.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <linux/kcmp.h>
 #include <signal.h>
@@ -15,22 +14,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "host/processes.h"
 #include "measure/thread_watch.h"
 
-/* The threads of pid now: their count, the first one's id in *tid. */
+/* The threads of pid now: their count (up to 1024), the first one's id in
+ * *tid. */
 static int count_threads(int pid, int *tid)
 {
-	char path[64];
-	int n = 0;
-	snprintf(path, sizeof(path), "/proc/%d/task", pid);
-	DIR *d = opendir(path);
-	if (!d)
-		return -errno;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.' && n++ == 0)
-			*tid = atoi(e->d_name);
-	closedir(d);
+	int tids[1024];
+	int n = hp_process_threads(pid, tids, 1024);
+	if (n > 0)
+		*tid = tids[0];
 	return n;
 }
 
