@@ -16,7 +16,8 @@
  *    single-threaded fixture is counted with plain increments, one thread
  *    proved; with a thread parked before, with locked ones, still exact;
  *    with a thread started during the window, plain, and the report says
- *    the counts are not exact and why.
+ *    the counts are not exact and why; a forked child (its own memory)
+ *    counts nothing of the parent's and leaves the proof standing.
  *  - A function too short for the entry jump, and a process that exited,
  *    are refused with the reason, nothing installed.
  *  - A revert knows its own bytes when they hold 0xcc (a rel32 byte of a
@@ -233,7 +234,7 @@ static long fx_ask(struct fx *f, const char *line);
 
 /* The fixture's threads: its own only; one parked before the window (locked
  * increments chosen); one started in the window (plain, not exact). */
-enum threads { ONE_THREAD, PARKED_BEFORE, STARTED_IN_WINDOW };
+enum threads { ONE_THREAD, PARKED_BEFORE, STARTED_IN_WINDOW, FORKED_IN_WINDOW };
 
 static void inline_counts(bool every_block, enum threads th)
 {
@@ -260,7 +261,9 @@ static void inline_counts(bool every_block, enum threads th)
 		fx_stop(&f);
 		REQUIRE(false, "the measurement was not armed: %s", line);
 	}
-	long sum = th == STARTED_IN_WINDOW ? fx_ask(&f, "thread\n") : fx_round(&f); /* ROUNDS rounds, counted */
+	long sum = th == STARTED_IN_WINDOW ? fx_ask(&f, "thread\n") :
+		   th == FORKED_IN_WINDOW  ? fx_ask(&f, "fork\n") :
+					     fx_round(&f); /* ROUNDS rounds, counted */
 	kill(mp, SIGINT);
 	static char json[1 << 20];
 	size_t n = 0;
@@ -296,8 +299,9 @@ static void inline_counts(bool every_block, enum threads th)
 		const char *incs = th == PARKED_BEFORE ? "locked" : "plain";
 		EXPECT(!strcmp(json_string_value(json_object_get(cnt, "increments")) ?: "", incs) &&
 			       json_is_true(json_object_get(cnt, "exact")) &&
-			       json_boolean_value(json_object_get(cnt, "single_thread_proved")) == (th == ONE_THREAD) &&
-			       (th == ONE_THREAD || (detail && strstr(detail, "2 threads"))),
+			       json_boolean_value(json_object_get(cnt, "single_thread_proved")) ==
+				       (th != PARKED_BEFORE) &&
+			       (th != PARKED_BEFORE || (detail && strstr(detail, "2 threads"))),
 		       "counting: %s", json_dumps(cnt, 0));
 		/* fx_flags: 3000 calls; 1000 each of a == b, a < b, a > b. */
 		const long fo[] = { -1, 0, 9, 11, 17, 23 };
@@ -362,6 +366,11 @@ static void t_inline_parked_thread_counts_locked(void)
 static void t_inline_thread_in_window_not_exact(void)
 {
 	inline_counts(false, STARTED_IN_WINDOW);
+}
+
+static void t_inline_fork_in_window_exact(void)
+{
+	inline_counts(false, FORKED_IN_WINDOW);
 }
 
 static void t_inline_refusals(void)
@@ -516,6 +525,7 @@ int main(void)
 	RUN(t_inline_counts_exact_every_block);
 	RUN(t_inline_parked_thread_counts_locked);
 	RUN(t_inline_thread_in_window_not_exact);
+	RUN(t_inline_fork_in_window_exact);
 	RUN(t_inline_refusals);
 	RUN(t_inline_copy_from_original_code);
 	tu_cleanup();
