@@ -572,6 +572,7 @@ struct source {
 
 static void source_of(struct hp_measure *h, struct source *s)
 {
+	memset(s, 0, sizeof(*s)); /* no inline counting */
 	s->rows = hp_measure_rows(h);
 	s->m = hp_measure_model(h);
 	s->desc = hp_measure_target_desc(h);
