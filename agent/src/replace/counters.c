@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "host/processes.h"
 #include "plan/instrument.h"
 #include "plan/plan_json.h"
 #include "replace/counters.h"
@@ -150,10 +151,20 @@ int hp_counted_begin(int pid, struct hp_model *m, const char *state_dir, const s
 		     const struct hp_module *const *mods, size_t n, enum hp_count_mode mode, bool every_block,
 		     struct hp_counted *out, char *err, size_t errlen)
 {
-	int r = hp_counted_install(pid, m, state_dir, fns, mods, n, mode != HP_COUNT_LOCKED, every_block, out, err,
-				   errlen);
+	int tids[1024];
+	int nt = mode == HP_COUNT_AUTO ? hp_process_threads(pid, tids, 1024) : 1;
+	int r = hp_counted_install(pid, m, state_dir, fns, mods, n, mode != HP_COUNT_LOCKED && nt == 1, every_block,
+				   out, err, errlen);
 	if (r < 0 || mode == HP_COUNT_LOCKED)
 		return r;
+	if (nt != 1) { /* AUTO: more threads (or none listed) than a proof allows; no plain copy to undo */
+		if (nt > 1)
+			snprintf(out->how, sizeof(out->how), "locked increments: the process has %d%s threads", nt,
+				 nt == 1024 ? " or more" : "");
+		else
+			snprintf(out->how, sizeof(out->how), "locked increments: its threads cannot be listed");
+		return 0;
+	}
 	/* Plain: proved single-threaded from here, or not plain. */
 	int w = hp_watch_start(&out->watch, pid);
 	if (w == 1) {
