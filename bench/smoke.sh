@@ -26,7 +26,7 @@ declare -A pattern=(
 	[sampling_overhead]="^sampling_overhead: hotpathd $num% of one CPU, perf record $num% of one CPU, ratio $num \(median of [0-9]+ interleaved pairs, min $num, max $num\); whole system [-+]$num% of a syscall-bound workload's throughput per CPU-second \([-+]$num% wall\)$"
 	[stack_sampling]="^stack_sampling: hotpathd $num% of one CPU, perf record -g $num% of one CPU, ratio $num \(median of [0-9]+ interleaved pairs, min $num, max $num\)$"
 	# every kind is named, with a figure or "unavailable" (its row says why), never left out
-	[probe_cost]="^probe_cost: uprobe $k, uprobe_step $k, uretprobe $k, uprobe_multi $k, uretprobe_multi $k, raw_tp $k, tp_btf $k, tracepoint $k, kprobe $k, kretprobe $k, fentry $k, fexit $k, hotpathd count ($num ns/call|unavailable), wall\+vtime ($num ns/call|unavailable), inline counter (-?$num ns/block|unavailable); tight loop inline ($num""x|unavailable), plain ($num""x|unavailable), uprobes ($num""x|unavailable)$"
+	[probe_cost]="^probe_cost: uprobe $k, uprobe_step $k, uretprobe $k, uprobe_multi $k, uretprobe_multi $k, raw_tp $k, tp_btf $k, tracepoint $k, kprobe $k, kretprobe $k, fentry $k, fexit $k, hotpathd count ($num ns/call|unavailable), wall\+vtime ($num ns/call|unavailable), inline counter (-?$num ns/block|unavailable); tight loop inline ($num""x|unavailable), locked ($num""x|unavailable), plain ($num""x|unavailable), uprobes ($num""x|unavailable)$"
 	[console_tree]="^console_tree: this kernel's catalog [0-9]+ functions: index $num ms, flatten $num ms, search $num ms$"
 	[cfg_layout]="^cfg_layout: [0-9]+ functions, largest [0-9]+ blocks, max [0-9]+ ms$"
 	[catalog_load]="^catalog_load: [0-9]+ functions, cold $num KiB in $num ms, warm $num KiB in $num ms$"

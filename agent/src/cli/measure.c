@@ -63,9 +63,17 @@ static const char usage_text[] =
 	"                   counters spliced into an installed copy of each function\n"
 	"                   instead of uprobes: no trap per block; the copy is installed\n"
 	"                   like a plan (journal, entry, call sites) for the window and\n"
-	"                   reverted after it. RESOURCEs are function names\n"
-	"  --plain          with --inline: increments without a lock prefix (cheaper;\n"
-	"                   exact only while one thread at a time runs the function)\n"
+	"                   reverted after it. RESOURCEs are function names.\n"
+	"                   Increments are plain (no lock prefix) while the process is\n"
+	"                   proved to have one thread: it is watched with ptrace for\n"
+	"                   the window, and a thread it starts makes the counts\n"
+	"                   estimates (the report says why); a process with more\n"
+	"                   threads, or one that cannot be watched, is counted with\n"
+	"                   locked increments. The report's 'counting' says which.\n"
+	"  --locked         with --inline: always lock-prefixed increments (exact with\n"
+	"                   any number of threads, slower)\n"
+	"  --plain          with --inline: always plain increments (exact only where\n"
+	"                   one thread is proved, as above; estimates otherwise)\n"
 	"  --every-block    with --inline: a counter before every block, instead of on\n"
 	"                   the edges off a spanning tree (block counts derived)\n"
 	"  --pid P          count only in process P\n"
@@ -136,7 +144,8 @@ struct args {
 	const char **words;
 	unsigned seconds;
 	bool json;
-	bool inline_counts, plain, every_block;
+	bool inline_counts, every_block;
+	enum hp_count_mode mode;
 	const char *state_dir;
 };
 
@@ -163,7 +172,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 		} else if (!strcmp(o, "--inline")) {
 			a->inline_counts = true;
 		} else if (!strcmp(o, "--plain")) {
-			a->plain = true;
+			a->mode = HP_COUNT_PLAIN;
+		} else if (!strcmp(o, "--locked")) {
+			a->mode = HP_COUNT_LOCKED;
 		} else if (!strcmp(o, "--every-block")) {
 			a->every_block = true;
 		} else if (!strcmp(o, "--partial")) {
@@ -229,8 +240,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		return usage_error("missing RESOURCE (a function name, function+0xOFF or an address)");
 	a->spec.resources = pos + first;
 	a->spec.nresources = npos - first;
-	if ((a->plain || a->every_block) && !a->inline_counts)
-		return usage_error("--plain and --every-block go with --inline");
+	if ((a->mode != HP_COUNT_AUTO || a->every_block) && !a->inline_counts)
+		return usage_error("--plain, --locked and --every-block go with --inline");
 	if (a->inline_counts &&
 	    (a->spec.target != HP_MEASURE_PID || !a->spec.blocks || a->spec.metrics != HP_METRIC_BIT(HP_METRIC_COUNT) ||
 	     a->spec.where_pid || a->spec.where_comm || a->spec.where_cgroup || a->spec.sample_hz))
@@ -552,10 +563,16 @@ struct source {
 	char detail[512];
 	int pids[HP_MEASURE_MAX_PIDS];
 	size_t npids;
+	/* Inline counters: their increments, whether one thread was proved,
+	 * whether the counts are exact, and why (counting is NULL otherwise). */
+	const char *counting, *counting_detail;
+	const char *counting_requested;
+	bool single_thread_proved, counting_exact;
 };
 
 static void source_of(struct hp_measure *h, struct source *s)
 {
+	memset(s, 0, sizeof(*s)); /* no inline counting */
 	s->rows = hp_measure_rows(h);
 	s->m = hp_measure_model(h);
 	s->desc = hp_measure_target_desc(h);
@@ -586,6 +603,9 @@ static void report(struct out *o, const struct source *s, const struct args *a, 
 	if (!o->json) {
 		printf("measured %s for %.3f s: %s%s%s\n", s->desc, r->seconds, hp_measure_state_name(st),
 		       detail[0] ? ": " : "", detail);
+		if (s->counting)
+			printf("counting: %s%s\n", s->counting_detail,
+			       s->counting_exact ? "" : " (counts are estimates)");
 		report_mechanisms(o, rows, r->nrows, metrics);
 		report_rows(o, rows, r, metrics);
 		report_edges(o, rows, fe, nfe, any_block, sampled_blocks);
@@ -630,6 +650,18 @@ static void report(struct out *o, const struct source *s, const struct args *a, 
 	json_key(&o->j, "estimated"); /* some block counts are PC samples, not executions */
 	json_bool(&o->j, sampled_blocks);
 	json_kstr(&o->j, "state_detail", detail);
+	if (s->counting) { /* inline counters only */
+		json_key(&o->j, "counting");
+		json_obj_begin(&o->j);
+		json_kstr(&o->j, "increments", s->counting);
+		json_kstr(&o->j, "requested", s->counting_requested);
+		json_key(&o->j, "single_thread_proved");
+		json_bool(&o->j, s->single_thread_proved);
+		json_key(&o->j, "exact");
+		json_bool(&o->j, s->counting_exact);
+		json_kstr(&o->j, "detail", s->counting_detail);
+		json_obj_end(&o->j);
+	}
 	json_key(&o->j, "metrics");
 	json_arr_begin(&o->j);
 	for (int k = 0; k < HP_METRIC_N; k++)
@@ -747,7 +779,7 @@ static int measure_inline(const struct args *a)
 	snprintf(desc, sizeof(desc), "process %d (%s)", pid, comm);
 	struct timespec ts0, ts1;
 	clock_gettime(CLOCK_REALTIME, &ts0);
-	r = hp_counted_install(pid, m, a->state_dir, fns, mods, n, a->plain, a->every_block, &c, err, sizeof(err));
+	r = hp_counted_begin(pid, m, a->state_dir, fns, mods, n, a->mode, a->every_block, &c, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "hotpathd measure: %s\n", err);
 		rc = r == -ESRCH ? HP_EXIT_NOT_FOUND : HP_EXIT_ERROR;
@@ -756,13 +788,17 @@ static int measure_inline(const struct args *a)
 	double t0 = mono_s();
 	end_window_on_signals();
 	fprintf(stderr, "measuring %s: %zu rows armed (inline counters, %s) for %u s (Ctrl-C ends the window early)\n",
-		desc, nrows, a->plain ? "plain increments" : "locked increments", a->seconds);
+		desc, nrows, c.how, a->seconds);
 	bool gone = false;
 	while (!stop_window && !gone && mono_s() < t0 + a->seconds) {
-		struct timespec nap = { 0, 100 * 1000 * 1000 };
+		/* Short naps while watched: a signal to the process waits for the watch. */
+		struct timespec nap = { 0, (c.watched ? 10 : 100) * 1000 * 1000 };
 		nanosleep(&nap, NULL);
-		gone = kill(pid, 0) < 0 && errno == ESRCH;
+		gone = hp_counted_poll(&c) == -ESRCH || (kill(pid, 0) < 0 && errno == ESRCH);
 	}
+	if (!gone)
+		hp_counted_hold(&c);        /* watched: the window ends with the process stopped */
+	bool proved = c.watched && c.exact; /* the revert ends the watch */
 	double secs = mono_s() - t0;
 	clock_gettime(CLOCK_REALTIME, &ts1);
 	counts = calloc(n + 1, sizeof(*counts));
@@ -818,6 +854,7 @@ revert:
 	rd.start_unix_ns = (int64_t)ts0.tv_sec * 1000000000 + ts0.tv_nsec;
 	rd.end_unix_ns = (int64_t)ts1.tv_sec * 1000000000 + ts1.tv_nsec;
 	const char *mech = hp_mech_name(HP_MECH_INLINE_COUNTER);
+	enum hp_value_label label = c.exact ? HP_LABEL_EXACT : HP_LABEL_ESTIMATE;
 	size_t row = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct hp_function *f = fns[i];
@@ -852,29 +889,38 @@ revert:
 				fe[i].block_offsets[b - 1] = bl->offset;
 			}
 			p->run_address = block ? p->block_address : p->function_address;
-			p->metric[HP_METRIC_COUNT] = (struct hp_metric_info){ .requested = true,
-									      .available = true,
-									      .label = HP_LABEL_EXACT,
-									      .mechanism = mech,
-									      .reason = "" };
+			p->metric[HP_METRIC_COUNT] = (struct hp_metric_info){
+				.requested = true, .available = true, .label = label, .mechanism = mech, .reason = ""
+			};
 			rd.rows[row].v[HP_METRIC_COUNT] = (struct hp_metric_value){
 				.present = true,
 				.value = (double)v,
 				.total = v,
 				.unit = hp_metric_unit(HP_METRIC_COUNT, block),
-				.label = HP_LABEL_EXACT,
+				.label = label,
 				.mechanism = mech,
 			};
 		}
 		uint64_t entries = counts[i][0];
 		if (hp_edges_derive(mod, f, counts[i], NULL, &entries, &fe[i].edges) < 0)
 			goto out;
-		if (ecounts[i])
+		if (ecounts[i] && c.exact)
 			edges_as_counted(&fe[i].edges, cedges[i], ncedges[i], ecounts[i]);
+		for (size_t k = 0; !c.exact && k < fe[i].edges.nedges; k++) { /* from counts that may miss some */
+			fe[i].edges.edges[k].how = HP_EDGE_ESTIMATE;
+			fe[i].edges.edges[k].high = UINT64_MAX;
+		}
+		if (!c.exact)
+			fe[i].edges.nexact = 0;
 	}
 	struct source src = { .rows = rows, .m = m, .desc = desc, .st = HP_MEASURE_RUNNING, .npids = 1 };
 	src.pids[0] = pid;
 	snprintf(src.detail, sizeof(src.detail), "counted inline in an installed copy, reverted after the window");
+	src.counting = c.plain ? "plain" : "locked";
+	src.counting_requested = a->mode == HP_COUNT_AUTO ? "auto" : a->mode == HP_COUNT_PLAIN ? "plain" : "locked";
+	src.single_thread_proved = proved;
+	src.counting_exact = c.exact;
+	src.counting_detail = c.how;
 	struct out o = { .json = a->json };
 	report(&o, &src, a, &rd, fe, n);
 	rc = HP_EXIT_OK;

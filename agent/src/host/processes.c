@@ -194,3 +194,19 @@ int hp_process_running(int pid, uint64_t start)
 	char state = 0;
 	return stat_fields(pid, 22, 1, &st, &state) == 0 && st == start && state != 'Z' && state != 'X';
 }
+
+int hp_process_threads(int pid, int *tids, int max)
+{
+	char path[64];
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -errno;
+	for (struct dirent *e; (e = readdir(d)) && n < max;)
+		if (e->d_name[0] >= '1' && e->d_name[0] <= '9')
+			tids[n++] = atoi(e->d_name);
+	closedir(d);
+	return n;
+}

@@ -43,6 +43,10 @@ int hp_process_cpu_ticks(int pid, uint64_t *ticks);
  * included). */
 int hp_process_running(int pid, uint64_t start);
 
+/* The thread ids of process pid (its /proc/PID/task), at most max: how
+ * many, or a negative errno. */
+int hp_process_threads(int pid, int *tids, int max);
+
 /* Whether thread tid of process tgid still exists (1), not (0). */
 int hp_thread_alive(int tgid, int tid);
 

@@ -15,7 +15,6 @@
  * the idle task (pid 0, "swapper"), so a sample with pid 0 is idle whatever
  * function it hit (an interrupt handled while idle included).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -34,6 +33,7 @@
 #include "measure/task_info.h"
 #include "host/caps.h"
 #include "host/hostinfo.h"
+#include "host/processes.h"
 
 #define TABLE_BITS    16
 #define TABLE_SIZE    (1u << TABLE_BITS)
@@ -356,24 +356,6 @@ static int table_init(struct table *t)
 	return t->slots && t->used ? 0 : -ENOMEM;
 }
 
-/* The thread ids of process pid (its /proc/PID/task), at most max: how
- * many, or a negative errno. */
-static int process_threads(int pid, int *tids, int max)
-{
-	char path[64];
-	int n = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", pid);
-	DIR *d = opendir(path);
-	if (!d)
-		return -errno;
-	for (struct dirent *e; (e = readdir(d)) && n < max;)
-		if (e->d_name[0] >= '1' && e->d_name[0] <= '9')
-			tids[n++] = atoi(e->d_name);
-	closedir(d);
-	return n;
-}
-
 struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sampler_opts *o, char *err, size_t errlen)
 {
 	struct hp_sampler_opts def = { 0 };
@@ -420,7 +402,7 @@ struct hp_sampler *hp_sampler_open(const struct hp_model *m, const struct hp_sam
 		}
 	}
 	int cpus[1024];
-	int ncpu = o->pid ? process_threads(o->pid, cpus, 1024) : hp_online_cpus(cpus, 1024);
+	int ncpu = o->pid ? hp_process_threads(o->pid, cpus, 1024) : hp_online_cpus(cpus, 1024);
 	if (ncpu <= 0) {
 		if (o->pid)
 			snprintf(err, errlen, "cannot list the threads of process %d: %s", o->pid,

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "host/processes.h"
 #include "plan/instrument.h"
 #include "plan/plan_json.h"
 #include "replace/counters.h"
@@ -89,6 +90,10 @@ int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const
 		return -ENOMEM;
 	}
 	out->n = n;
+	out->plain = plain;
+	out->exact = !plain;
+	snprintf(out->how, sizeof(out->how), "%s",
+		 plain ? "plain increments, one thread not proved" : "locked increments");
 	for (size_t i = 0; i < n; i++) {
 		out->fns[i].fn = fns[i];
 		out->fns[i].mod = mods[i];
@@ -108,22 +113,26 @@ int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const
 	return 0;
 }
 
-int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, uint64_t *edge_counts, char *err,
-		    size_t errlen)
+/* Function i's counters as they are in the process: a calloc'd array of
+ * its nslots, or NULL with err filled and *r the negative errno. */
+static uint64_t *read_slots(const struct hp_counted *c, size_t i, int *r, char *err, size_t errlen)
 {
 	const struct hp_counted_fn *cf = &c->fns[i];
 	const struct hp_instrument *ins = cf->plan.instrument;
 	size_t want = (size_t)ins->nslots * sizeof(uint64_t);
 	uint64_t *slots = calloc(ins->nslots + 1, sizeof(uint64_t));
 
+	*r = 0;
 	if (!slots) {
 		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
+		*r = -ENOMEM;
+		return NULL;
 	}
 	if (!cf->installed) {
 		free(slots);
 		snprintf(err, errlen, "%s has no counted copy installed", cf->fn->name);
-		return -ENOENT;
+		*r = -ENOENT;
+		return NULL;
 	}
 	struct iovec local = { slots, want }, remote = { (void *)(uintptr_t)cf->counters, want };
 	ssize_t got = process_vm_readv(c->pid, &local, 1, &remote, 1, 0);
@@ -132,12 +141,119 @@ int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, uint
 		free(slots);
 		snprintf(err, errlen, "reading the counters of %s in process %d: %s", cf->fn->name, c->pid,
 			 e == ESRCH ? "the process exited" : strerror(e));
-		return e == ESRCH ? -ESRCH : -e;
+		*r = e == ESRCH ? -ESRCH : -e;
+		return NULL;
 	}
-	int r = hp_instrument_counts(ins, slots, counts, ins->edges ? edge_counts : NULL);
+	return slots;
+}
+
+int hp_counted_begin(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
+		     const struct hp_module *const *mods, size_t n, enum hp_count_mode mode, bool every_block,
+		     struct hp_counted *out, char *err, size_t errlen)
+{
+	int tids[1024];
+	int nt = mode == HP_COUNT_AUTO ? hp_process_threads(pid, tids, 1024) : 1;
+	int r = hp_counted_install(pid, m, state_dir, fns, mods, n, mode != HP_COUNT_LOCKED && nt == 1, every_block,
+				   out, err, errlen);
+	if (r < 0 || mode == HP_COUNT_LOCKED)
+		return r;
+	if (nt != 1) { /* AUTO: more threads (or none listed) than a proof allows; no plain copy to undo */
+		if (nt > 1)
+			snprintf(out->how, sizeof(out->how), "locked increments: the process has %d%s threads", nt,
+				 nt == 1024 ? " or more" : "");
+		else
+			snprintf(out->how, sizeof(out->how), "locked increments: its threads cannot be listed");
+		return 0;
+	}
+	/* Plain: proved single-threaded from here, or not plain. */
+	int w = hp_watch_start(&out->watch, pid);
+	if (w == 1) {
+		uint64_t **base = calloc(n + 1, sizeof(*base));
+		for (size_t i = 0; base && i < n && r == 0; i++)
+			base[i] = read_slots(out, i, &r, err, errlen);
+		if (base && r == 0) {
+			out->base = base;
+			out->watched = out->exact = true;
+			snprintf(out->how, sizeof(out->how),
+				 "plain increments: one thread, watched by ptrace (no other task sharing its memory "
+				 "started during the window)");
+			hp_watch_resume(&out->watch);
+			return 0;
+		}
+		for (size_t i = 0; base && i < n; i++)
+			free(base[i]);
+		free(base);
+		hp_watch_end(&out->watch);
+		if (r == 0) {
+			snprintf(err, errlen, "out of memory");
+			r = -ENOMEM;
+		}
+		char e2[512];
+		hp_counted_revert(out, e2, sizeof(e2));
+		return r;
+	}
+	char why[sizeof(out->watch.why)];
+	snprintf(why, sizeof(why), "%s", out->watch.why);
+	if (w == -ESRCH) {
+		char e2[512];
+		hp_counted_revert(out, e2, sizeof(e2));
+		snprintf(err, errlen, "process %d exited", pid);
+		return -ESRCH;
+	}
+	if (mode == HP_COUNT_PLAIN) {
+		snprintf(out->how, sizeof(out->how), "plain increments, not exact: %s", why);
+		return 0;
+	}
+	/* AUTO: counted with locked increments instead. */
+	if ((r = hp_counted_revert(out, err, errlen)) < 0)
+		return r;
+	if ((r = hp_counted_install(pid, m, state_dir, fns, mods, n, false, every_block, out, err, errlen)) < 0)
+		return r;
+	snprintf(out->how, sizeof(out->how), "locked increments: %s", why);
+	return 0;
+}
+
+/* A new task ends the proof: say so once. */
+static void note_watch(struct hp_counted *c)
+{
+	if (c->watched && c->exact && !c->watch.single) {
+		c->exact = false;
+		snprintf(c->how, sizeof(c->how), "plain increments, not exact: %s", c->watch.why);
+	}
+}
+
+int hp_counted_poll(struct hp_counted *c)
+{
+	if (!c->watched)
+		return 0;
+	int alive = hp_watch_poll(&c->watch);
+	note_watch(c);
+	return alive ? 0 : -ESRCH;
+}
+
+void hp_counted_hold(struct hp_counted *c)
+{
+	if (!c->watched)
+		return;
+	hp_watch_poll(&c->watch);
+	hp_watch_hold(&c->watch);
+	note_watch(c);
+}
+
+int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, uint64_t *edge_counts, char *err,
+		    size_t errlen)
+{
+	const struct hp_instrument *ins = c->fns[i].plan.instrument;
+	int r;
+	uint64_t *slots = read_slots(c, i, &r, err, errlen);
+	if (!slots)
+		return r;
+	for (uint32_t k = 0; c->base && k < ins->nslots; k++)
+		slots[k] -= c->base[i][k]; /* the window began when the watch stopped the process */
+	r = hp_instrument_counts(ins, slots, counts, ins->edges ? edge_counts : NULL);
 	free(slots);
 	if (r < 0)
-		snprintf(err, errlen, "%s: the counted edges do not give every block's count", cf->fn->name);
+		snprintf(err, errlen, "%s: the counted edges do not give every block's count", c->fns[i].fn->name);
 	return r;
 }
 
@@ -145,6 +261,14 @@ int hp_counted_revert(struct hp_counted *c, char *err, size_t errlen)
 {
 	int first = 0;
 
+	if (c->watched) { /* the install engine's ptrace needs the process untraced */
+		hp_watch_end(&c->watch);
+		c->watched = false;
+	}
+	for (size_t k = 0; c->base && k < c->n; k++)
+		free(c->base[k]);
+	free(c->base);
+	c->base = NULL;
 	for (size_t k = c->n; k-- > 0;) {
 		struct hp_counted_fn *cf = &c->fns[k];
 		if (cf->installed) {

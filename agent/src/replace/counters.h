@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "measure/thread_watch.h"
 #include "model/model.h"
 #include "plan/plan.h"
 #include "replace/install.h"
@@ -29,11 +30,26 @@ struct hp_counted_fn {
 	bool installed;
 };
 
+/* How the increments are chosen (hp_counted_begin). */
+enum hp_count_mode {
+	HP_COUNT_AUTO = 0, /* plain while one thread is proved to run the process, else locked */
+	HP_COUNT_LOCKED,   /* lock-prefixed: exact with any number of threads */
+	HP_COUNT_PLAIN,    /* plain; exact only where one thread is proved */
+};
+
 struct hp_counted {
 	int pid;
 	char state_dir[4096];
 	struct hp_counted_fn *fns;
 	size_t n;
+	/* Set by hp_counted_begin (hp_counted_install: plain as asked, exact
+	 * when locked). */
+	bool plain;                   /* increments without a lock prefix */
+	bool watched;                 /* the window is watched: counts since base */
+	bool exact;                   /* the counts are exact (updated by poll and hold) */
+	char how[400];                /* why these increments, and why not exact */
+	struct hp_thread_watch watch; /* when watched */
+	uint64_t **base;              /* when watched: each function's counters when the window began */
 };
 
 /*
@@ -47,6 +63,24 @@ struct hp_counted {
 int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
 		       const struct hp_module *const *mods, size_t n, bool plain, bool every_block,
 		       struct hp_counted *out, char *err, size_t errlen);
+/*
+ * hp_counted_install with the increments mode chooses. Plain ones are watched
+ * (measure/thread_watch.h): the process's one thread is seized and stopped,
+ * the counters taken as the window's start, and every task it starts is
+ * seen. AUTO: a process with more threads, or one that cannot be watched,
+ * is counted with locked increments instead (c->how says why). PLAIN: such
+ * a process is counted plain, not exact. Call hp_counted_poll often during
+ * the window, hp_counted_hold before the reads.
+ */
+int hp_counted_begin(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
+		     const struct hp_module *const *mods, size_t n, enum hp_count_mode mode, bool every_block,
+		     struct hp_counted *out, char *err, size_t errlen);
+/* Forward the watched process's signals, see the tasks it starts (which
+ * make the counts inexact): 0, or -ESRCH when the process is gone. */
+int hp_counted_poll(struct hp_counted *c);
+/* Stop the watched process for the reads (a consistent end of the window);
+ * the reads after it give the counts since the window began. */
+void hp_counted_hold(struct hp_counted *c);
 /* The counts of function i's blocks now (counts[fn->nblocks], derived from
  * the counted edges by flow conservation) and, when counted on edges and
  * edge_counts is not NULL, of its counting edges (edge_counts[ncedges] in
@@ -54,7 +88,7 @@ int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const
  * when the process is gone, other negative errnos with err filled. */
 int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, uint64_t *edge_counts, char *err,
 		    size_t errlen);
-/* Revert every copy (in reverse order of install) and free c: 0, or the
+/* Revert every copy (in reverse order of install; a watch ends first) and free c: 0, or the
  * first error (err filled); a process that exited leaves nothing to revert. */
 int hp_counted_revert(struct hp_counted *c, char *err, size_t errlen);
 

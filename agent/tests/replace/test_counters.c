@@ -12,7 +12,12 @@
  *    for 7 blocks, and fx_crit's critical edges go through stubs, verified.
  *  - Measured inline for a window, every block count and edge is exact, the
  *    program's output is unchanged, and the copy is gone afterwards (no
- *    heap, no journal) with the program still right.
+ *    heap, no journal) with the program still right. By default the
+ *    single-threaded fixture is counted with plain increments, one thread
+ *    proved; with a thread parked before, with locked ones, still exact;
+ *    with a thread started during the window, plain, and the report says
+ *    the counts are not exact and why; a forked child (its own memory)
+ *    counts nothing of the parent's and leaves the proof standing.
  *  - A function too short for the entry jump, and a process that exited,
  *    are refused with the reason, nothing installed.
  *  - A revert knows its own bytes when they hold 0xcc (a rel32 byte of a
@@ -44,7 +49,7 @@ static const char *fixture(void)
 {
 	static const char *path;
 	if (!path)
-		path = tu_compile("counted.c", "counted", "-O2 -g");
+		path = tu_compile("counted.c", "counted", "-O2 -g -pthread");
 	return path;
 }
 
@@ -225,15 +230,25 @@ static uint64_t edge_of(json_t *j, const char *fn, long from, long to)
 	return UINT64_MAX;
 }
 
-static void inline_counts_exact(bool every_block)
+static long fx_ask(struct fx *f, const char *line);
+
+/* The fixture's threads: its own only; one parked before the window (locked
+ * increments chosen); one started in the window (plain, not exact). */
+enum threads { ONE_THREAD, PARKED_BEFORE, STARTED_IN_WINDOW, FORKED_IN_WINDOW };
+
+static void inline_counts(bool every_block, enum threads th)
 {
 	struct fx f;
 	char state[300], line[512], cmd[600];
 
 	REQUIRE(fixture(), "the fixture does not compile");
-	snprintf(state, sizeof(state), "%s/state-exact%d", tu_tmpdir(), every_block);
+	snprintf(state, sizeof(state), "%s/state-exact%d%d", tu_tmpdir(), every_block, (int)th);
 	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
 	EXPECT(fx_round(&f) == 83250, "the original's sum");
+	if (th == PARKED_BEFORE)
+		REQUIRE(write(f.in, "park\n", 5) == 5 && read_line(f.out, line, sizeof(line), 60000) == 0 &&
+				!strcmp(line, "parked"),
+			"the fixture did not park a thread");
 	int out, errfd;
 	pid_t mp = measure_start(f.pid, state, every_block, &out, &errfd);
 	REQUIRE(mp > 0, "fork");
@@ -246,7 +261,9 @@ static void inline_counts_exact(bool every_block)
 		fx_stop(&f);
 		REQUIRE(false, "the measurement was not armed: %s", line);
 	}
-	long sum = fx_round(&f); /* ROUNDS rounds, counted */
+	long sum = th == STARTED_IN_WINDOW ? fx_ask(&f, "thread\n") :
+		   th == FORKED_IN_WINDOW  ? fx_ask(&f, "fork\n") :
+					     fx_round(&f); /* ROUNDS rounds, counted */
 	kill(mp, SIGINT);
 	static char json[1 << 20];
 	size_t n = 0;
@@ -261,8 +278,31 @@ static void inline_counts_exact(bool every_block)
 	EXPECT(sum == 83250, "the program's output changed under the counters: %ld", sum);
 	EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0, "measure exited %d", WEXITSTATUS(st));
 	json_t *j = json_loads(json, 0, NULL);
-	if (j) {
+	json_t *cnt = j ? json_object_get(j, "counting") : NULL;
+	const char *detail = json_string_value(json_object_get(cnt, "detail"));
+	if (j && th == STARTED_IN_WINDOW) {
+		/* Plain increments, a thread started: never reported exact. */
+		EXPECT(!strcmp(json_string_value(json_object_get(cnt, "increments")) ?: "", "plain") &&
+			       json_is_false(json_object_get(cnt, "exact")) &&
+			       json_is_false(json_object_get(cnt, "single_thread_proved")) && detail &&
+			       strstr(detail, "thread") && strstr(detail, "started"),
+		       "a thread started in the window, yet: %s", json_dumps(cnt, 0));
 		json_t *res = json_object_get(j, "resources");
+		json_t *r0 = json_array_get(res, 0);
+		EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(r0, "labels"), "count")) ?: "",
+			       "estimate"),
+		       "the counts are not labelled estimates");
+		EXPECT(json_real_value(json_object_get(j, "exact_edge_share")) == 0.0, "edges called exact");
+		json_decref(j);
+	} else if (j) {
+		json_t *res = json_object_get(j, "resources");
+		const char *incs = th == PARKED_BEFORE ? "locked" : "plain";
+		EXPECT(!strcmp(json_string_value(json_object_get(cnt, "increments")) ?: "", incs) &&
+			       json_is_true(json_object_get(cnt, "exact")) &&
+			       json_boolean_value(json_object_get(cnt, "single_thread_proved")) ==
+				       (th != PARKED_BEFORE) &&
+			       (th != PARKED_BEFORE || (detail && strstr(detail, "2 threads"))),
+		       "counting: %s", json_dumps(cnt, 0));
 		/* fx_flags: 3000 calls; 1000 each of a == b, a < b, a > b. */
 		const long fo[] = { -1, 0, 9, 11, 17, 23 };
 		const uint64_t fc[] = { 3000, 3000, 2000, 1000, 1000, 1000 };
@@ -310,12 +350,27 @@ static void inline_counts_exact(bool every_block)
  * flags) has one. */
 static void t_inline_counts_exact(void)
 {
-	inline_counts_exact(false);
+	inline_counts(false, ONE_THREAD);
 }
 
 static void t_inline_counts_exact_every_block(void)
 {
-	inline_counts_exact(true);
+	inline_counts(true, ONE_THREAD);
+}
+
+static void t_inline_parked_thread_counts_locked(void)
+{
+	inline_counts(false, PARKED_BEFORE);
+}
+
+static void t_inline_thread_in_window_not_exact(void)
+{
+	inline_counts(false, STARTED_IN_WINDOW);
+}
+
+static void t_inline_fork_in_window_exact(void)
+{
+	inline_counts(false, FORKED_IN_WINDOW);
 }
 
 static void t_inline_refusals(void)
@@ -468,6 +523,9 @@ int main(void)
 	}
 	RUN(t_inline_counts_exact);
 	RUN(t_inline_counts_exact_every_block);
+	RUN(t_inline_parked_thread_counts_locked);
+	RUN(t_inline_thread_in_window_not_exact);
+	RUN(t_inline_fork_in_window_exact);
 	RUN(t_inline_refusals);
 	RUN(t_inline_copy_from_original_code);
 	tu_cleanup();
