@@ -23,6 +23,7 @@
  * ftrace_location are not exported by 6.1: their addresses come from register_kprobe on
  * their names at load time (docs/decisions.md).
  */
+#include <linux/err.h>
 #include <linux/fs.h>
 #include <linux/ftrace.h>
 #include <linux/kprobes.h>
@@ -47,6 +48,7 @@ struct hp_redirect {
 	struct ftrace_ops ops; /* first: the handler finds the redirect from it */
 	unsigned long entry;
 	unsigned long target;
+	struct module *mod; /* the entry's module, pinned while redirected; NULL: vmlinux */
 };
 
 /* The one opener's state, under hp_lock. */
@@ -218,19 +220,27 @@ static long hp_heap_write(void __user *arg)
 	return copy_from_user((void *)(h->addr + req.offset), u64_to_user_ptr(req.buf), req.len) ? -EFAULT : 0;
 }
 
-static long hp_heap_seal(void __user *arg)
+/* The heap a HOTPATH_HEAP_SEAL or HOTPATH_HEAP_FREE names, or an error. */
+static struct hp_heap *hp_heap_named(void __user *arg)
 {
 	struct hotpath_heap_id req;
 	struct hp_heap *h;
-	int err;
 
 	if (copy_from_user(&req, arg, sizeof(req)))
-		return -EFAULT;
+		return ERR_PTR(-EFAULT);
 	if (req.flags)
-		return -EINVAL;
+		return ERR_PTR(-EINVAL);
 	h = hp_heap_by_id(req.id);
-	if (!h)
-		return -ENOENT;
+	return h ? h : ERR_PTR(-ENOENT);
+}
+
+static long hp_heap_seal(void __user *arg)
+{
+	struct hp_heap *h = hp_heap_named(arg);
+	int err;
+
+	if (IS_ERR(h))
+		return PTR_ERR(h);
 	if (h->sealed)
 		return -EPERM;
 	err = hp_set_memory_ro(h->addr, h->size >> PAGE_SHIFT);
@@ -307,6 +317,18 @@ static long hp_redirect(void __user *arg)
 	r = kzalloc(sizeof(*r), GFP_KERNEL);
 	if (!r)
 		return -ENOMEM;
+	/* A module's function: the module stays loaded while it is redirected
+	 * (ftrace would otherwise keep the filter for its address, and apply
+	 * it to whatever module is loaded there next). */
+	preempt_disable();
+	r->mod = hp_module_text_address(req.entry);
+	if (r->mod && !try_module_get(r->mod))
+		err = -ENOENT;
+	preempt_enable();
+	if (err) {
+		kfree(r);
+		return err;
+	}
 	r->entry = req.entry;
 	r->target = req.target;
 	r->ops.func = hp_redirect_handler;
@@ -320,6 +342,7 @@ static long hp_redirect(void __user *arg)
 			ftrace_free_filter(&r->ops);
 	}
 	if (err) {
+		module_put(r->mod);
 		kfree(r);
 		return err;
 	}
@@ -335,6 +358,7 @@ static void hp_redirect_remove(struct hp_redirect **slot)
 	/* ftrace has stopped calling the handler once this returns. */
 	WARN_ON_ONCE(err);
 	ftrace_free_filter(&r->ops);
+	module_put(r->mod);
 	kfree(r);
 	*slot = NULL;
 }
@@ -370,17 +394,11 @@ static void hp_heap_release(struct hp_heap *h)
 
 static long hp_heap_free(void __user *arg)
 {
-	struct hotpath_heap_id req;
-	struct hp_heap *h;
+	struct hp_heap *h = hp_heap_named(arg);
 	unsigned int i;
 
-	if (copy_from_user(&req, arg, sizeof(req)))
-		return -EFAULT;
-	if (req.flags)
-		return -EINVAL;
-	h = hp_heap_by_id(req.id);
-	if (!h)
-		return -ENOENT;
+	if (IS_ERR(h))
+		return PTR_ERR(h);
 	for (i = 0; i < HOTPATH_REDIRECTS_MAX; i++)
 		if (hp_redirects[i] && hp_heap_of(hp_redirects[i]->target, 1) == h)
 			return -EBUSY;
@@ -432,40 +450,29 @@ static int hp_release(struct inode *inode, struct file *file)
 	return 0;
 }
 
+static const struct {
+	unsigned int cmd;
+	long (*fn)(void __user *arg);
+} hp_requests[] = {
+	{ HOTPATH_INFO, hp_info },
+	{ HOTPATH_READ, hp_read },
+	{ HOTPATH_HEAP_ALLOC, hp_heap_alloc },
+	{ HOTPATH_HEAP_WRITE, hp_heap_write },
+	{ HOTPATH_HEAP_SEAL, hp_heap_seal },
+	{ HOTPATH_REDIRECT, hp_redirect },
+	{ HOTPATH_UNDO, hp_undo },
+	{ HOTPATH_HEAP_FREE, hp_heap_free },
+};
+
 static long hp_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
-	void __user *p = (void __user *)arg;
-	long err;
+	long err = -ENOTTY;
+	unsigned int i;
 
 	mutex_lock(&hp_lock);
-	switch (cmd) {
-	case HOTPATH_INFO:
-		err = hp_info(p);
-		break;
-	case HOTPATH_READ:
-		err = hp_read(p);
-		break;
-	case HOTPATH_HEAP_ALLOC:
-		err = hp_heap_alloc(p);
-		break;
-	case HOTPATH_HEAP_WRITE:
-		err = hp_heap_write(p);
-		break;
-	case HOTPATH_HEAP_SEAL:
-		err = hp_heap_seal(p);
-		break;
-	case HOTPATH_REDIRECT:
-		err = hp_redirect(p);
-		break;
-	case HOTPATH_UNDO:
-		err = hp_undo(p);
-		break;
-	case HOTPATH_HEAP_FREE:
-		err = hp_heap_free(p);
-		break;
-	default:
-		err = -ENOTTY;
-	}
+	for (i = 0; i < ARRAY_SIZE(hp_requests); i++)
+		if (hp_requests[i].cmd == cmd)
+			err = hp_requests[i].fn((void __user *)arg);
 	mutex_unlock(&hp_lock);
 	return err;
 }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -268,6 +269,9 @@ int main(int argc, char **argv)
 	err = read_text(fd, step, bytes, len);
 	check(!err && memcmp(bytes, before, 5) && bytes[0] == 0xe8 && !memcmp(bytes + 5, before + 5, len - 5),
 	      "while redirected only the 5-byte ftrace site differs (a call)", NULL);
+	err = syscall(SYS_delete_module, "hotpath_lane", O_NONBLOCK) ? errno : 0;
+	check(err == EWOULDBLOCK && behaves(redirected),
+	      "hotpath_lane cannot be unloaded while lane_step is redirected", "%s", err ? strerror(err) : "unloaded");
 	err = req(fd, HOTPATH_REDIRECT, &ok);
 	check(err == EBUSY && behaves(redirected), "a second REDIRECT of the same entry refused, the first stays", "%s",
 	      err ? strerror(err) : "accepted");
