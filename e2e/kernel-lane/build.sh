@@ -3,8 +3,8 @@
 # Build the kernel lane's guest image from the fetched kernel: an uncompressed initramfs holding
 # busybox, /init (guest/init), hotpathd with the shared libraries it links (the very binary the host
 # runs: see docs/decisions.md), the virtio network modules with what they depend on, the test module
-# module/hotpath_lane.c built against the fetched headers, and the static test program
-# guest/lanework.c. Prints the image's path. Per-boot settings (where the backend is, credentials,
+# module/hotpath_lane.c and Hotpath's kernel module agent/kmod/hotpath.c built against the fetched
+# headers, and the static test programs guest/lanework.c and guest/kmodtest.c. Prints the image's path. Per-boot settings (where the backend is, credentials,
 # the job to run) are not in it: boot.sh appends them as a second archive.
 #
 #   HOTPATHD   the agent binary to carry (default agent/build/hotpathd)
@@ -18,7 +18,7 @@ command -v gcc-12 >/dev/null || die "gcc-12 (the compiler the kernel's headers n
 
 mkdir -p "$build"
 stage=$build/stage
-rm -rf "$stage" "$build/module"
+rm -rf "$stage" "$build/module" "$build/kmod"
 mkdir -p "$stage"/{bin,sbin,usr/bin,proc,sys,dev,tmp,run,etc,root,lane,lib/modules}
 
 # The test module, against the fetched kernel's headers (their Makefile was pointed at the cache).
@@ -26,10 +26,17 @@ cp -r "$lane_dir/module" "$build/module"
 make -s -C "$kheaders" M="$build/module" modules >"$build/module.log" 2>&1 ||
 	{ tail -20 "$build/module.log" >&2; die "building module/hotpath_lane.c against $release failed"; }
 cp "$build/module/hotpath_lane.ko" "$stage/lane/"
+# Hotpath's own module (agent/kmod), the same way.
+cp -r "$repo_root/agent/kmod" "$build/kmod"
+make -s -C "$kheaders" M="$build/kmod" modules >"$build/kmod.log" 2>&1 ||
+	{ tail -20 "$build/kmod.log" >&2; die "building agent/kmod/hotpath.c against $release failed"; }
+cp "$build/kmod/hotpath.ko" "$stage/lane/"
 
 # The guest workload: static, so its only read()s are the ones it counts.
 gcc -static -O2 -Wall -Wextra -Werror -o "$stage/lane/lanework" "$lane_dir/guest/lanework.c" ||
 	die "building guest/lanework.c failed (static linking needs libc6-dev)"
+gcc -static -O2 -Wall -Wextra -Werror -I "$repo_root/agent/kmod" -o "$stage/lane/kmodtest" "$lane_dir/guest/kmodtest.c" ||
+	die "building guest/kmodtest.c failed"
 
 # busybox and the init.
 cp "$busybox" "$stage/bin/busybox"
@@ -69,5 +76,5 @@ printf '%s\n' "${order[@]}" >"$stage/lane/modules.order"
 	die "cpio failed"
 mv "$build/initramfs.cpio.tmp" "$build/initramfs.cpio"
 echo "$release" >"$build/release"
-say "guest image $build/initramfs.cpio ($(du -h "$build/initramfs.cpio" | cut -f1)): hotpathd, ${#order[@]} virtio modules, hotpath_lane.ko" >&2
+say "guest image $build/initramfs.cpio ($(du -h "$build/initramfs.cpio" | cut -f1)): hotpathd, ${#order[@]} virtio modules, hotpath_lane.ko, hotpath.ko" >&2
 echo "$build/initramfs.cpio"

@@ -195,6 +195,100 @@ def ko_functions(ko):
     return funcs
 
 
+def ko_bytes(ko, name):
+    """The bytes of function name in the .ko, and the offsets in it the loader or the kernel may
+    change: relocated fields, and the whole instruction where the kernel rewrites calls and jumps
+    (the ftrace site, the return and indirect-call thunks)."""
+    funcs = ko_functions(ko)
+    sec, start, size, _ = funcs[name]
+    offsets = {}
+    for line in subprocess.run(["readelf", "-SW", ko], check=True, capture_output=True, text=True).stdout.split("\n"):
+        m = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+\S+\s+[0-9a-f]+\s+([0-9a-f]+)", line)
+        if m:
+            offsets[m.group(1)] = int(m.group(2), 16)
+    with open(ko, "rb") as f:
+        f.seek(offsets[sec] + start)
+        data = f.read(size)
+    masked = set()
+    out = subprocess.run(["readelf", "-rW", ko], check=True, capture_output=True, text=True).stdout
+    in_sec = False
+    for line in out.split("\n"):
+        if line.startswith("Relocation section"):
+            in_sec = f"'.rela{sec}'" in line
+            continue
+        f = line.split()
+        if not in_sec or len(f) < 5 or not re.fullmatch(r"[0-9a-f]{16}", f[0]):
+            continue
+        off = int(f[0], 16) - start
+        if not 0 <= off < size:
+            continue
+        first = off - 1 if re.match(r"__fentry__|__x86_return_thunk|__x86_indirect_thunk", f[4]) else off
+        masked.update(range(first, off + 4))
+    return data, masked
+
+
+def kmod_checks(checks, frames, a, state):
+    """hotpath.ko in the guest: guest/kmodtest's own checks, one lane check each, then what the host can
+    add (lane_step's bytes as READ gives them against the .ko), nothing of it left in ftrace after
+    close, rmmod and insmod again, and a kernel log without oops or warning."""
+    passed, failed = checks.passed, checks.failed
+    out, rc = frames.get("kmodtest", ("", -1))
+    if "kmodtest" not in frames:
+        checks.run("hotpath.ko: the guest ran kmodtest", frame, frames, "kmodtest")
+    lines = out.split("\n")
+    for line in lines:
+        m = re.match(r"(ok|FAIL) - ([^:]+)(?:: (.*))?$", line)
+        if m:
+
+            def one(ok=m.group(1) == "ok", detail=m.group(3)):
+                assert ok, detail or "failed in the guest"
+                return detail
+
+            checks.run(f"hotpath.ko: {m.group(2)}", one)
+
+    def finished():
+        last = [line for line in lines if line.startswith("kmodtest: ")]
+        assert last, f"kmodtest ended without its summary (status {rc}): {out[-300:]!r}"
+        assert (rc == 0) == last[-1].endswith(" 0 failed"), f"status {rc} but '{last[-1]}'"
+        cyc = [re.match(r"cycles (\d+) wrong (\d+)", line) for line in lines if line.startswith("cycles ")]
+        assert cyc and cyc[0], "kmodtest printed no cycle count"
+        state["cycles"], state["wrong"] = int(cyc[0].group(1)), int(cyc[0].group(2))
+        return f"{last[-1]} (status {rc})"
+
+    checks.run("hotpath.ko: kmodtest ran to its end", finished)
+
+    def read_matches_ko():
+        got = [line.split() for line in lines if line.startswith("bytes lane_step ")]
+        assert got, "kmodtest printed no bytes of lane_step"
+        mem = bytes.fromhex(got[0][3])
+        data, masked = ko_bytes(a.ko, "lane_step")
+        assert len(mem) >= len(data), f"READ gave {len(mem)} bytes, lane_step has {len(data)} in the .ko"
+        wrong = [i for i in range(len(data)) if i not in masked and mem[i] != data[i]]
+        assert not wrong, f"bytes differ at {[hex(i) for i in wrong[:8]]} of lane_step"
+        return f"{len(data) - len(masked)} of {len(data)} bytes compared (the rest relocated or patched)"
+
+    checks.run("hotpath.ko: READ of lane_step equals hotpath_lane.ko's bytes", read_matches_ko)
+
+    def nothing_left():
+        text, _ = frame(frames, "kmod-ftrace-after")
+        assert "lane_step" not in text, f"ftrace still has lane_step: {text[-300:]!r}"
+        text, rc = frame(frames, "kmod-reload")
+        assert rc == 0, f"rmmod hotpath and insmod again failed (status {rc}): {text[-300:]!r}"
+        return "lane_step not in enabled_functions after close; rmmod hotpath and insmod again succeed"
+
+    checks.run("hotpath.ko: nothing left after close; it unloads and loads again", nothing_left)
+
+    def clean_log():
+        text, _ = frame(frames, "kmod-dmesg")
+        pattern = r"WARNING:|Oops|BUG:|Call Trace|general protection"
+        bad = [line for line in text.split("\n") if re.search(pattern, line)]
+        assert not bad, "; ".join(bad[:5])
+        return "no oops, BUG or WARNING in the guest's kernel log"
+
+    checks.run("hotpath.ko: the guest's kernel log is clean", clean_log)
+    state["kmod"] = [checks.passed - passed, checks.passed + checks.failed - passed - failed]
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -216,7 +310,16 @@ def main():
         frames, info, done = parse_results(f.read())
     with open(a.password_file) as f:
         api = Api(a.url, f.read().strip(), a.deadline)
-    state = {"functions": 0, "modules": 0, "entry": [0, 0], "blocks": [0, 0], "why_not": []}
+    state = {
+        "functions": 0,
+        "modules": 0,
+        "entry": [0, 0],
+        "blocks": [0, 0],
+        "kmod": [0, 0],
+        "cycles": 0,
+        "wrong": 0,
+        "why_not": [],
+    }
 
     # -- the guest as a host -------------------------------------------------------------------
     def job_finished():
@@ -226,6 +329,7 @@ def main():
         return f"kernel {a.release}, {len(frames)} results on the second serial port"
 
     checks.run("the guest booted the fetched kernel and ran its test job", job_finished)
+    kmod_checks(checks, frames, a, state)
 
     def guest_host():
         hosts = api.poll(
@@ -657,7 +761,9 @@ def finish(checks, a, state):
     e, b = state["entry"], state["blocks"]
     print(
         f"kernel-lane: kernel {a.release}, {state['functions']} functions in {state['modules']} modules, "
-        f"entry counts exact {e[0]}/{e[1]}, block counts exact {b[0]}/{b[1]}",
+        f"entry counts exact {e[0]}/{e[1]}, block counts exact {b[0]}/{b[1]}, "
+        f"hotpath.ko checks {state['kmod'][0]}/{state['kmod'][1]}, redirect cycles {state['cycles']}, "
+        f"wrong results {state['wrong']}",
         flush=True,
     )
     return 1 if checks.failed else 0

@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * The ABI of /dev/hotpath (hotpath.ko): ioctls on a root-only misc device,
+ * one opener at a time. Shared by the module and its users (the agent's
+ * kernel target, the lane's guest/kmodtest.c); README.md beside it says what
+ * each request checks and which errno it answers.
+ *
+ * Versioning: HOTPATH_INFO returns abi_version. A change that alters a
+ * struct's layout or a request's meaning raises HOTPATH_ABI_VERSION; every
+ * flags and reserved field must be 0 today (EINVAL otherwise), so later
+ * versions can give them meaning without a new request number.
+ */
+#ifndef HOTPATH_UAPI_H
+#define HOTPATH_UAPI_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define HOTPATH_ABI_VERSION 1
+#define HOTPATH_DEVICE      "/dev/hotpath"
+
+#define HOTPATH_READ_MAX      4096u  /* bytes per HOTPATH_READ */
+#define HOTPATH_HEAP_MAX      65536u /* bytes per heap (a multiple of the page size) */
+#define HOTPATH_HEAPS_MAX     16u    /* heaps per opener */
+#define HOTPATH_REDIRECTS_MAX 64u    /* redirected entries per opener */
+#define HOTPATH_EXPECT_MAX    32u    /* expected original bytes per HOTPATH_REDIRECT */
+
+struct hotpath_info {
+	__u32 abi_version;   /* out: HOTPATH_ABI_VERSION of the module */
+	__u32 read_max;      /* out: HOTPATH_READ_MAX */
+	__u32 heap_max;      /* out: HOTPATH_HEAP_MAX */
+	__u32 heaps_max;     /* out: HOTPATH_HEAPS_MAX */
+	__u32 redirects_max; /* out: HOTPATH_REDIRECTS_MAX */
+	__u32 reserved;
+	char release[65]; /* out: the running kernel's release (uname -r) */
+	char pad[7];
+};
+
+/* Copy len bytes of kernel text at addr (inside the core kernel's text, one
+ * module's text, or one of the opener's heaps) to the user buffer buf. */
+struct hotpath_read {
+	__u64 addr;
+	__u64 buf; /* user pointer */
+	__u32 len; /* 1..HOTPATH_READ_MAX */
+	__u32 flags;
+};
+
+/* A code heap in module space (within rel32 reach of kernel text), filled
+ * with int3, writable and not executable until HOTPATH_HEAP_SEAL. */
+struct hotpath_heap_alloc {
+	__u32 size;  /* in: bytes, 1..HOTPATH_HEAP_MAX (rounded up to pages) */
+	__u32 id;    /* out: the heap's id for later requests */
+	__u64 addr;  /* out: where it lies */
+	__u32 flags; /* in: 0 */
+	__u32 reserved;
+};
+
+/* Copy len bytes from buf into heap id at offset (before the seal only). */
+struct hotpath_heap_write {
+	__u32 id;
+	__u32 offset;
+	__u64 buf; /* user pointer */
+	__u32 len;
+	__u32 flags;
+};
+
+/* HOTPATH_HEAP_SEAL (read-only + executable) and HOTPATH_HEAP_FREE. */
+struct hotpath_heap_id {
+	__u32 id;
+	__u32 flags;
+};
+
+/* Redirect calls of the function at entry (an ftrace site: a traceable
+ * function's first byte) to target, inside a sealed heap of the opener.
+ * When expect_len > 0 the expect_len bytes at entry must equal expect. */
+struct hotpath_redirect {
+	__u64 entry;
+	__u64 target;
+	__u64 expect;     /* user pointer, or 0 */
+	__u32 expect_len; /* 0..HOTPATH_EXPECT_MAX */
+	__u32 flags;
+};
+
+/* Remove the opener's redirect of entry. */
+struct hotpath_undo {
+	__u64 entry;
+	__u32 flags;
+	__u32 reserved;
+};
+
+#define HOTPATH_IOC_MAGIC  0xb7
+#define HOTPATH_INFO       _IOR(HOTPATH_IOC_MAGIC, 0, struct hotpath_info)
+#define HOTPATH_READ       _IOW(HOTPATH_IOC_MAGIC, 1, struct hotpath_read)
+#define HOTPATH_HEAP_ALLOC _IOWR(HOTPATH_IOC_MAGIC, 2, struct hotpath_heap_alloc)
+#define HOTPATH_HEAP_WRITE _IOW(HOTPATH_IOC_MAGIC, 3, struct hotpath_heap_write)
+#define HOTPATH_HEAP_SEAL  _IOW(HOTPATH_IOC_MAGIC, 4, struct hotpath_heap_id)
+#define HOTPATH_REDIRECT   _IOW(HOTPATH_IOC_MAGIC, 5, struct hotpath_redirect)
+#define HOTPATH_UNDO       _IOW(HOTPATH_IOC_MAGIC, 6, struct hotpath_undo)
+#define HOTPATH_HEAP_FREE  _IOW(HOTPATH_IOC_MAGIC, 7, struct hotpath_heap_id)
+
+#endif

@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * kmodtest: the kernel lane's proof of hotpath.ko's first slice, run in the
+ * guest after its init loaded the module (it loads nothing itself).
+ *
+ *   kmodtest CYCLES
+ *
+ * Through /dev/hotpath (agent/kmod/hotpath_uapi.h) it reads the test module's
+ * lane_step, writes a tiny function into a code heap (mov $1,%eax; ret: "take
+ * the first branch every time"), redirects lane_step to it, and sees reads of
+ * /proc/hotpath_lane change from "qooo" (every fourth read takes lane_step's
+ * first branch) to "qqqq" and back on UNDO, CYCLES times; closes the device
+ * with a redirect in place and sees the original back; and offers bad
+ * requests that must be refused with their errno, leaving the behaviour as
+ * it was. Prints one "ok - " / "FAIL - " line per check, "bytes NAME ADDR HEX"
+ * for the host to compare with the .ko, "cycles C wrong W", and last
+ * "kmodtest: P passed, F failed". Exit status 1 if a check failed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hotpath_uapi.h"
+
+#define LANE_FILE "/proc/hotpath_lane"
+#define PATTERN_N 8
+static const char original[] = "qoooqooo"; /* lane_step: first branch when n % 4 == 0 */
+static const char redirected[] = "qqqqqqqq";
+/* mov $1, %eax; ret; int3 */
+static const unsigned char code[] = { 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3, 0xcc };
+
+static int passed, failed;
+
+static void check(int ok, const char *name, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s - %s", ok ? "ok" : "FAIL", name);
+	if (fmt) {
+		printf(": ");
+		va_start(ap, fmt);
+		vprintf(fmt, ap);
+		va_end(ap);
+	}
+	printf("\n");
+	fflush(stdout);
+	if (ok)
+		passed++;
+	else
+		failed++;
+}
+
+/* 0 or the errno of the request. */
+static int req(int fd, unsigned long cmd, void *arg)
+{
+	return ioctl(fd, cmd, arg) ? errno : 0;
+}
+
+/* An address from /proc/kallsyms: NAME of module MOD (NULL: vmlinux). With
+ * next, the address of the symbol that follows it in the same module. */
+static uint64_t sym(const char *name, const char *mod, uint64_t *next)
+{
+	FILE *f = fopen("/proc/kallsyms", "r");
+	char line[512], s[256], m[256], type;
+	unsigned long long a;
+	uint64_t found = 0, after = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		int n = sscanf(line, "%llx %c %255s [%255[^]]]", &a, &type, s, m);
+
+		if (n < 3 || (mod ? n != 4 || strcmp(m, mod) : n != 3))
+			continue;
+		if (!found && !strcmp(s, name))
+			found = a;
+		else if (found && a > found && (!after || a < after))
+			after = a;
+	}
+	fclose(f);
+	if (next)
+		*next = after;
+	return found;
+}
+
+/* PATTERN_N reads of one byte on one open of /proc/hotpath_lane. */
+static void pattern(char *out)
+{
+	int fd = open(LANE_FILE, O_RDONLY);
+	int i;
+
+	memset(out, '?', PATTERN_N);
+	out[PATTERN_N] = '\0';
+	if (fd < 0)
+		return;
+	for (i = 0; i < PATTERN_N; i++)
+		if (read(fd, &out[i], 1) != 1)
+			out[i] = '!';
+	close(fd);
+}
+
+static int behaves(const char *want)
+{
+	char got[PATTERN_N + 1];
+
+	pattern(got);
+	return !strcmp(got, want);
+}
+
+/* b lies within a rel32 of a. */
+static int near(uint64_t a, uint64_t b)
+{
+	int64_t d = (int64_t)(a - b);
+
+	return d > -(int64_t)0x80000000ll && d < 0x7fffffffll;
+}
+
+static void hex(const unsigned char *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		printf("%02x", b[i]);
+}
+
+static int read_text(int fd, uint64_t addr, void *buf, uint32_t len)
+{
+	struct hotpath_read r = { .addr = addr, .buf = (uintptr_t)buf, .len = len };
+
+	return req(fd, HOTPATH_READ, &r);
+}
+
+/* A sealed heap holding code; its id, address in *addr. -1 on failure. */
+static int heap_with_code(int fd, uint64_t *addr)
+{
+	struct hotpath_heap_alloc a = { .size = 64 };
+	struct hotpath_heap_write w = { .len = sizeof(code), .buf = (uintptr_t)code };
+	struct hotpath_heap_id s;
+
+	if (req(fd, HOTPATH_HEAP_ALLOC, &a))
+		return -1;
+	w.id = s.id = a.id;
+	s.flags = 0;
+	if (req(fd, HOTPATH_HEAP_WRITE, &w) || req(fd, HOTPATH_HEAP_SEAL, &s))
+		return -1;
+	*addr = a.addr;
+	return (int)a.id;
+}
+
+/* err is want, and lane_step still behaves as the original. */
+static void refused(const char *name, int err, int want)
+{
+	int same = behaves(original);
+
+	check(err == want && same, name, "%s (expected %s), lane_step %s", err ? strerror(err) : "accepted",
+	      strerror(want), same ? "unchanged" : "CHANGED");
+}
+
+int main(int argc, char **argv)
+{
+	int cycles = argc > 1 ? atoi(argv[1]) : 200;
+	uint64_t step_end, step = sym("lane_step", "hotpath_lane", &step_end);
+	uint64_t nap = sym("lane_nap", "hotpath_lane", NULL);
+	uint64_t jiffies = sym("jiffies", NULL, NULL);
+	uint64_t vmlinux_fn = sym("do_syscall_64", NULL, NULL); /* noinstr: no ftrace site */
+	unsigned char before[256], bytes[256], after[256], heapbuf[64], bad[16];
+	struct hotpath_info info;
+	struct utsname u;
+	uint32_t len;
+	uint64_t heap;
+	int fd, fd2, id, err, wrong = 0;
+
+	if (!step || !nap || !jiffies || !vmlinux_fn || step_end <= step) {
+		check(0, "symbols", "lane_step %#llx..%#llx, lane_nap %#llx, jiffies %#llx, do_syscall_64 %#llx",
+		      (unsigned long long)step, (unsigned long long)step_end, (unsigned long long)nap,
+		      (unsigned long long)jiffies, (unsigned long long)vmlinux_fn);
+		return 1;
+	}
+	len = step_end - step < sizeof(bytes) ? (uint32_t)(step_end - step) : sizeof(bytes);
+	fd = open(HOTPATH_DEVICE, O_RDWR);
+	if (fd < 0) {
+		check(0, "open " HOTPATH_DEVICE, "%s (is hotpath.ko loaded?)", strerror(errno));
+		printf("kmodtest: %d passed, %d failed\n", passed, failed);
+		return 1;
+	}
+
+	/* INFO and READ. */
+	uname(&u);
+	err = req(fd, HOTPATH_INFO, &info);
+	check(!err && info.abi_version == HOTPATH_ABI_VERSION && !strcmp(info.release, u.release), "INFO",
+	      "ABI %u, release %s (uname: %s)", err ? 0 : info.abi_version, err ? strerror(err) : info.release,
+	      u.release);
+	check(behaves(original), "lane_step behaves as compiled before any request", NULL);
+	err = read_text(fd, step, before, len);
+	check(!err, "READ lane_step", "%u bytes at %#llx%s%s", len, (unsigned long long)step, err ? ": " : "",
+	      err ? strerror(err) : "");
+	printf("bytes lane_step %llx ", (unsigned long long)step);
+	hex(before, len);
+	printf("\n");
+	refused("READ of a data symbol (jiffies) refused", read_text(fd, jiffies, bytes, 8), ERANGE);
+	refused("READ of a user address refused", read_text(fd, (uintptr_t)&passed, bytes, 8), ERANGE);
+	refused("READ longer than the limit refused", read_text(fd, step, bytes, HOTPATH_READ_MAX + 1), E2BIG);
+	refused("READ of a range wrapping past the address space refused", read_text(fd, UINT64_MAX - 3, bytes, 8),
+		ERANGE);
+
+	/* A heap, written, not yet sealed. */
+	struct hotpath_heap_alloc a = { .size = 64 };
+	err = req(fd, HOTPATH_HEAP_ALLOC, &a);
+	heap = a.addr;
+	check(!err && !(heap & 4095) && near(heap, step) && near(heap + 4096, vmlinux_fn) && near(heap, vmlinux_fn),
+	      "HEAP_ALLOC near the code", "%#llx: %lld MiB from lane_step, %lld MiB from do_syscall_64%s%s",
+	      (unsigned long long)heap, (long long)(heap - step) / (1 << 20),
+	      (long long)(heap - vmlinux_fn) / (1 << 20), err ? ": " : "", err ? strerror(err) : "");
+	id = (int)a.id;
+	struct hotpath_heap_alloc a0 = { .size = 0 }, abig = { .size = HOTPATH_HEAP_MAX + 1 };
+	refused("HEAP_ALLOC of 0 bytes refused", req(fd, HOTPATH_HEAP_ALLOC, &a0), EINVAL);
+	refused("HEAP_ALLOC above the limit refused", req(fd, HOTPATH_HEAP_ALLOC, &abig), E2BIG);
+	struct hotpath_heap_write w = { .id = id, .len = sizeof(code), .buf = (uintptr_t)code };
+	err = req(fd, HOTPATH_HEAP_WRITE, &w);
+	check(!err, "HEAP_WRITE of the replacement (mov $1,%eax; ret)", err ? strerror(err) : NULL);
+	struct hotpath_heap_write wout = { .id = id, .offset = 4096 - 2, .len = sizeof(code), .buf = (uintptr_t)code };
+	refused("HEAP_WRITE past the heap's end refused", req(fd, HOTPATH_HEAP_WRITE, &wout), ERANGE);
+	struct hotpath_redirect r = { .entry = step, .target = heap };
+	refused("REDIRECT into an unsealed heap refused", req(fd, HOTPATH_REDIRECT, &r), EPERM);
+
+	/* Sealed: read-only, executable. */
+	struct hotpath_heap_id s = { .id = id };
+	err = req(fd, HOTPATH_HEAP_SEAL, &s);
+	check(!err, "HEAP_SEAL", err ? strerror(err) : NULL);
+	struct hotpath_heap_write w2 = { .id = id, .len = 1, .buf = (uintptr_t) "\x90" };
+	refused("HEAP_WRITE after the seal refused", req(fd, HOTPATH_HEAP_WRITE, &w2), EPERM);
+	err = read_text(fd, heap, heapbuf, sizeof(heapbuf));
+	check(!err && !memcmp(heapbuf, code, sizeof(code)) && heapbuf[sizeof(code)] == 0xcc &&
+		      heapbuf[sizeof(heapbuf) - 1] == 0xcc,
+	      "the heap holds the code, int3 after it, unchanged by the refused write", err ? strerror(err) : NULL);
+	refused("a second HEAP_SEAL refused", req(fd, HOTPATH_HEAP_SEAL, &s), EPERM);
+
+	/* Bad redirects. */
+	struct hotpath_redirect r1 = { .entry = step + 1, .target = heap };
+	refused("REDIRECT of a non-ftrace entry (lane_step+1) refused", req(fd, HOTPATH_REDIRECT, &r1), EINVAL);
+	struct hotpath_redirect rn = { .entry = vmlinux_fn, .target = heap };
+	refused("REDIRECT of a noinstr function (do_syscall_64) refused", req(fd, HOTPATH_REDIRECT, &rn), EINVAL);
+	struct hotpath_redirect rd = { .entry = jiffies, .target = heap };
+	refused("REDIRECT of a data address refused", req(fd, HOTPATH_REDIRECT, &rd), ERANGE);
+	struct hotpath_redirect rf = { .entry = step, .target = nap };
+	refused("REDIRECT to code outside the opener's heaps refused", req(fd, HOTPATH_REDIRECT, &rf), ERANGE);
+	memcpy(bad, before, sizeof(bad));
+	bad[sizeof(bad) - 1] ^= 0xff;
+	struct hotpath_redirect rx = { .entry = step, .target = heap, .expect = (uintptr_t)bad, .expect_len = 16 };
+	refused("REDIRECT with other original bytes than expected refused", req(fd, HOTPATH_REDIRECT, &rx), EBADMSG);
+	struct hotpath_redirect rl = { .entry = step, .target = heap, .expect = (uintptr_t)bad, .expect_len = 33 };
+	refused("REDIRECT expecting more bytes than the limit refused", req(fd, HOTPATH_REDIRECT, &rl), E2BIG);
+	struct hotpath_redirect rg = { .entry = step, .target = heap, .flags = 1 };
+	refused("REDIRECT with unknown flags refused", req(fd, HOTPATH_REDIRECT, &rg), EINVAL);
+	refused("an unknown request refused", req(fd, _IO(HOTPATH_IOC_MAGIC, 99), NULL), ENOTTY);
+
+	/* The redirect, with the original bytes as expected. */
+	struct hotpath_redirect ok = { .entry = step, .target = heap, .expect = (uintptr_t)before, .expect_len = 16 };
+	err = req(fd, HOTPATH_REDIRECT, &ok);
+	check(!err && behaves(redirected), "REDIRECT lane_step to the heap changes /proc/hotpath_lane to qqqq",
+	      err ? strerror(err) : NULL);
+	err = read_text(fd, step, bytes, len);
+	check(!err && memcmp(bytes, before, 5) && bytes[0] == 0xe8 && !memcmp(bytes + 5, before + 5, len - 5),
+	      "while redirected only the 5-byte ftrace site differs (a call)", NULL);
+	err = syscall(SYS_delete_module, "hotpath_lane", O_NONBLOCK) ? errno : 0;
+	check(err == EWOULDBLOCK && behaves(redirected),
+	      "hotpath_lane cannot be unloaded while lane_step is redirected", "%s", err ? strerror(err) : "unloaded");
+	err = req(fd, HOTPATH_REDIRECT, &ok);
+	check(err == EBUSY && behaves(redirected), "a second REDIRECT of the same entry refused, the first stays", "%s",
+	      err ? strerror(err) : "accepted");
+	struct hotpath_heap_id f = { .id = id };
+	err = req(fd, HOTPATH_HEAP_FREE, &f);
+	check(err == EBUSY && behaves(redirected), "HEAP_FREE of a heap a redirect points into refused", "%s",
+	      strerror(err));
+	struct hotpath_undo undo = { .entry = step };
+	err = req(fd, HOTPATH_UNDO, &undo);
+	check(!err && behaves(original), "UNDO restores the original behaviour", err ? strerror(err) : NULL);
+	err = read_text(fd, step, after, len);
+	check(!err && !memcmp(after, before, len), "UNDO restores lane_step's bytes", NULL);
+	refused("UNDO of an entry not redirected refused", req(fd, HOTPATH_UNDO, &undo), ENOENT);
+
+	/* Many cycles, each result checked. */
+	for (int i = 0; i < cycles; i++) {
+		if (req(fd, HOTPATH_REDIRECT, &ok) || !behaves(redirected))
+			wrong++;
+		if (req(fd, HOTPATH_UNDO, &undo) || !behaves(original))
+			wrong++;
+	}
+	printf("cycles %d wrong %d\n", cycles, wrong);
+	check(!wrong, "REDIRECT/UNDO cycles", "%d cycles, %d wrong results", cycles, wrong);
+
+	/* One opener at a time, root only. */
+	fd2 = open(HOTPATH_DEVICE, O_RDWR);
+	err = fd2 < 0 ? errno : 0;
+	check(fd2 < 0 && err == EBUSY, "a second opener refused", "%s", fd2 < 0 ? strerror(err) : "opened");
+	if (fd2 >= 0)
+		close(fd2);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (setgid(65534) || setuid(65534))
+			_exit(100);
+		_exit(open(HOTPATH_DEVICE, O_RDWR) < 0 ? errno : 0);
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	err = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	check(err == EACCES || err == EPERM, "a non-root opener refused", "%s",
+	      err > 0 && err < 100 ? strerror(err) : "opened or did not run");
+
+	err = req(fd, HOTPATH_HEAP_FREE, &f);
+	check(!err, "HEAP_FREE once nothing points into the heap", err ? strerror(err) : NULL);
+	refused("HEAP_FREE of a freed heap refused", req(fd, HOTPATH_HEAP_FREE, &f), ENOENT);
+
+	/* Closing with a redirect in place undoes it. */
+	id = heap_with_code(fd, &heap);
+	struct hotpath_redirect left = { .entry = step, .target = heap };
+	err = id < 0 ? -1 : req(fd, HOTPATH_REDIRECT, &left);
+	check(!err && behaves(redirected), "a redirect left in place before close", NULL);
+	close(fd);
+	check(behaves(original), "closing the device restores the original behaviour", NULL);
+	fd = open(HOTPATH_DEVICE, O_RDWR);
+	err = fd < 0 ? errno : read_text(fd, step, after, len);
+	check(!err && !memcmp(after, before, len),
+	      "after close: the device opens again, lane_step's bytes are the original", err ? strerror(err) : NULL);
+	if (fd >= 0)
+		close(fd);
+
+	printf("kmodtest: %d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
