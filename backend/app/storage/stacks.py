@@ -433,6 +433,8 @@ class _Sums:
 # A part of a range's samples: a closed block ((10, ten-minute bucket) or (1, minute)), or (0, None) for the
 # raw rows at the range's edges.
 Part = tuple[int, datetime | None]
+# A closed block's sums as kept: host, grain (10 or 1 minutes), block start, its ten minutes' version, filter.
+BlockKey = tuple[str, int, datetime, int, StackFilter]
 
 
 class BlockSums:
@@ -440,25 +442,44 @@ class BlockSums:
     from the rollups) per host, filter and version of the block's ten minutes (`stack_blocks`: every write
     into a ten-minute bucket of the rollups, late batches' too, gives it a new version), kept per process:
     a flame graph of an hour then reads only its edges and the blocks it has not seen under their current
-    version. Bounded by the stacks and contexts kept (least recently used out)."""
+    version. Bounded by the stacks and contexts kept (least recently used out). One version per host,
+    block and filter: a block's sums under a newer version replace those under an older one, which no
+    view can use again (versions only grow), so late batches renewing a block again and again (an agent's
+    spool sent after a reconnect) do not fill the bound with sums nobody reads."""
 
     def __init__(self, limit: int = 4_000_000) -> None:
         self.limit = limit
         self.kept = 0
-        self.entries: OrderedDict[tuple[Any, ...], _Sums] = OrderedDict()
+        self.entries: OrderedDict[BlockKey, _Sums] = OrderedDict()
+        # (host, grain, block, filter) -> the version whose sums are kept
+        self.versions: dict[tuple[str, int, datetime, StackFilter], int] = {}
 
-    def get(self, key: tuple[Any, ...]) -> _Sums | None:
+    def get(self, key: BlockKey) -> _Sums | None:
         got = self.entries.get(key)
         if got is not None:
             self.entries.move_to_end(key)
         return got
 
-    def put(self, key: tuple[Any, ...], sums: _Sums) -> None:
+    def _drop(self, key: BlockKey) -> None:
         old = self.entries.pop(key, None)
-        self.kept += sums.size() - (old.size() if old else 0)
+        if old is not None:
+            self.kept -= old.size()
+            host, g, block, version, flt = key
+            if self.versions.get((host, g, block, flt)) == version:
+                del self.versions[(host, g, block, flt)]
+
+    def put(self, key: BlockKey, sums: _Sums) -> None:
+        host, g, block, version, flt = key
+        kept = self.versions.get((host, g, block, flt))
+        if kept is not None and kept > version:
+            return  # read under a version already replaced: a newer one is kept
+        if kept is not None:
+            self._drop((host, g, block, kept, flt))
         self.entries[key] = sums
+        self.versions[(host, g, block, flt)] = version
+        self.kept += sums.size()
         while self.kept > self.limit and self.entries:
-            self.kept -= self.entries.popitem(last=False)[1].size()
+            self._drop(next(iter(self.entries)))
 
 
 _BLOCKS = BlockSums()
@@ -607,7 +628,7 @@ async def _counts_and_contexts(
     read = await _part_sums(session, span, flt, missing[10], missing[1])
     for (g, block), sums in read.items():
         v = versions.get(ten_minutes(block)) if block is not None else None
-        if v is not None:
+        if v is not None and block is not None:
             _BLOCKS.put((host_id, g, block, v, flt), sums)
     counts: dict[int, int] = defaultdict(int)
     procs: dict[tuple[int, str], int] = defaultdict(int)
