@@ -17,8 +17,10 @@ Reading: whole ten minutes below the minute watermark are read from the ten-minu
 whole minutes from the minute rollup, the range's edges from the raw rows (`_source`), so an hour reads
 ~6 to 24 rows per stack and context, not every interval's. A flame graph keeps, per process, what each
 closed block (whole ten minutes, other whole minutes) adds under a filter, by the block's version in
-`stack_blocks` (renewed by every write into its ten minutes, late batches' too: `BlockSums`), so a view
-of an hour seen before reads only its raw edges and the blocks changed since. Every
+`stack_blocks` (given with its first minute, renewed by every late batch summed into it: `BlockSums`), so a view
+of an hour seen before reads only its raw edges and the blocks changed since; and the merged sums of the
+closed part of the last ranges asked (`WindowSums`, also kept by the rollup task for the last hour), so a
+range a minute later adds and takes away a block or two at its ends instead of adding up its blocks. Every
 question is over a `TimeRange` and a `StackFilter` (process, command, CPU, and the idle
 task excluded, included or alone) — a flame graph (the range's distinct paths of frames merged by
 function, root first, with their samples, which the console merges into the tree; user frames merged by
@@ -319,11 +321,15 @@ async def _span(session: AsyncSession, host_id: str, start: datetime, end: datet
     hi = hi.replace(second=0, microsecond=0)
     if hi <= lo:
         lo = hi = end
+    lo10, hi10 = _whole_tens(lo, hi)
+    return {"h": host_id, "s": start, "e": end, "lo": lo, "hi": hi, "lo10": lo10, "hi10": hi10}
+
+
+def _whole_tens(lo: datetime, hi: datetime) -> tuple[datetime, datetime]:
+    """The whole ten minutes [lo10, hi10) within the whole minutes [lo, hi) (empty, at hi, when none)."""
     lo10 = lo if ten_minutes(lo) == lo else ten_minutes(lo) + _TEN
     hi10 = ten_minutes(hi)
-    if hi10 <= lo10:
-        lo10 = hi10 = hi
-    return {"h": host_id, "s": start, "e": end, "lo": lo, "hi": hi, "lo10": lo10, "hi10": hi10}
+    return (lo10, hi10) if lo10 < hi10 else (hi, hi)
 
 
 async def _counts(
@@ -433,6 +439,8 @@ class _Sums:
 # A part of a range's samples: a closed block ((10, ten-minute bucket) or (1, minute)), or (0, None) for the
 # raw rows at the range's edges.
 Part = tuple[int, datetime | None]
+# A closed block's sums as kept: host, grain (10 or 1 minutes), block start, its ten minutes' version, filter.
+BlockKey = tuple[str, int, datetime, int, StackFilter]
 
 
 class BlockSums:
@@ -440,28 +448,101 @@ class BlockSums:
     from the rollups) per host, filter and version of the block's ten minutes (`stack_blocks`: every write
     into a ten-minute bucket of the rollups, late batches' too, gives it a new version), kept per process:
     a flame graph of an hour then reads only its edges and the blocks it has not seen under their current
-    version. Bounded by the stacks and contexts kept (least recently used out)."""
+    version. Bounded by the stacks and contexts kept (least recently used out). One version per host,
+    block and filter: a block's sums under a newer version replace those under an older one, which no
+    view can use again (versions only grow), so late batches renewing a block again and again (an agent's
+    spool sent after a reconnect) do not fill the bound with sums nobody reads."""
 
     def __init__(self, limit: int = 4_000_000) -> None:
         self.limit = limit
         self.kept = 0
-        self.entries: OrderedDict[tuple[Any, ...], _Sums] = OrderedDict()
+        self.entries: OrderedDict[BlockKey, _Sums] = OrderedDict()
+        # (host, grain, block, filter) -> the version whose sums are kept
+        self.versions: dict[tuple[str, int, datetime, StackFilter], int] = {}
 
-    def get(self, key: tuple[Any, ...]) -> _Sums | None:
+    def get(self, key: BlockKey) -> _Sums | None:
         got = self.entries.get(key)
         if got is not None:
             self.entries.move_to_end(key)
         return got
 
-    def put(self, key: tuple[Any, ...], sums: _Sums) -> None:
+    def _drop(self, key: BlockKey) -> None:
         old = self.entries.pop(key, None)
-        self.kept += sums.size() - (old.size() if old else 0)
+        if old is not None:
+            self.kept -= old.size()
+            host, g, block, version, flt = key
+            if self.versions.get((host, g, block, flt)) == version:
+                del self.versions[(host, g, block, flt)]
+
+    def put(self, key: BlockKey, sums: _Sums) -> None:
+        host, g, block, version, flt = key
+        kept = self.versions.get((host, g, block, flt))
+        if kept is not None and kept > version:
+            return  # read under a version already replaced: a newer one is kept
+        if kept is not None:
+            self._drop((host, g, block, kept, flt))
         self.entries[key] = sums
+        self.versions[(host, g, block, flt)] = version
+        self.kept += sums.size()
         while self.kept > self.limit and self.entries:
-            self.kept -= self.entries.popitem(last=False)[1].size()
+            self._drop(next(iter(self.entries)))
 
 
 _BLOCKS = BlockSums()
+
+
+@dataclass
+class _Window:
+    """What the closed minutes [lo, hi) of a range add to a flame graph under one filter, merged, with
+    the version of every ten minutes they meet when they were summed."""
+
+    lo: datetime
+    hi: datetime
+    versions: dict[datetime, int]
+    sums: _Sums
+
+    def valid(self, versions: dict[datetime, int]) -> bool:
+        return all(versions.get(b) == v for b, v in self.versions.items())
+
+
+class WindowSums:
+    """The merged `_Sums` of the closed part of the last ranges asked per host and filter (`_Window`, a
+    few per host and filter, newest first), kept per process: a range that differs from one of them by a
+    few blocks at its ends (a rolling hour asked again a minute later) starts from its sums and adds or
+    takes away only those blocks, instead of adding up every block of the range (an hour: five ten
+    minutes and up to eighteen minutes, ~370,000 stacks and contexts on bench/flame's hour). Usable only
+    while every ten minutes it meets keeps its version (`stack_blocks`), so a late batch or dropped rows
+    are never hidden. Bounded by the stacks and contexts kept (least recently used out)."""
+
+    def __init__(self, limit: int = 2_000_000, per_key: int = 3) -> None:
+        self.limit = limit
+        self.per_key = per_key
+        self.kept = 0
+        self.entries: OrderedDict[tuple[str, StackFilter], list[_Window]] = OrderedDict()
+
+    def get(self, host_id: str, flt: StackFilter) -> list[_Window]:
+        got = self.entries.get((host_id, flt))
+        if got is None:
+            return []
+        self.entries.move_to_end((host_id, flt))
+        return list(got)
+
+    def holds(self, host_id: str, flt: StackFilter, lo: datetime, hi: datetime) -> bool:
+        """Whether a window of [lo, hi) is kept (whatever its versions), without touching its order."""
+        return any((w.lo, w.hi) == (lo, hi) for w in self.entries.get((host_id, flt), []))
+
+    def put(self, host_id: str, flt: StackFilter, window: _Window) -> None:
+        key = (host_id, flt)
+        old = self.entries.pop(key, [])
+        others = [w for w in old if (w.lo, w.hi) != (window.lo, window.hi)]
+        kept = [window, *others[: self.per_key - 1]]
+        self.kept += sum(w.sums.size() for w in kept) - sum(w.sums.size() for w in old)
+        self.entries[key] = kept
+        while self.kept > self.limit and self.entries:
+            self.kept -= sum(w.sums.size() for w in self.entries.popitem(last=False)[1])
+
+
+_WINDOWS = WindowSums()
 
 
 async def _block_versions(session: AsyncSession, host_id: str, lo: datetime, hi: datetime) -> dict[datetime, int]:
@@ -483,6 +564,17 @@ def _steps(lo: datetime, hi: datetime, step: timedelta) -> list[datetime]:
         out.append(lo)
         lo += step
     return out
+
+
+def _blocks(lo: datetime, hi: datetime, tens: tuple[datetime, datetime] | None = None) -> list[tuple[int, datetime]]:
+    """The closed blocks of the whole minutes [lo, hi) (none when hi <= lo): the whole ten minutes `tens`
+    ([lo10, hi10), by default `_whole_tens`) as (10, bucket), then its other minutes as (1, minute)."""
+    if hi <= lo:
+        return []
+    lo10, hi10 = tens or _whole_tens(lo, hi)
+    return [(10, b) for b in _steps(lo10, hi10, _TEN)] + [
+        (1, m) for m in _steps(lo, lo10, _MINUTE) + _steps(hi10, hi, _MINUTE)
+    ]
 
 
 async def _part_sums(
@@ -547,19 +639,100 @@ def _rollup_part(table: str, name: str) -> str:
         AND r.bucket = ANY(:{name})"""
 
 
+def _merge(base: _Sums | None, add: Iterable[_Sums], take: Iterable[_Sums] = ()) -> _Sums:
+    """`base` (copied, not changed) plus the sums in `add` minus those in `take`; what comes to zero is
+    left out, as a stack or context with no samples is."""
+    take = list(take)
+    counts = dict(zip(base.ids, base.counts, strict=True)) if base is not None else {}
+    procs = dict(base.procs) if base is not None else {}
+    cpus = dict(base.cpus) if base is not None else {}
+    for sign, parts in ((1, add), (-1, take)):
+        for s in parts:
+            for sid, n in zip(s.ids, s.counts, strict=True):
+                counts[sid] = counts.get(sid, 0) + sign * n
+            for p, n in s.procs.items():
+                procs[p] = procs.get(p, 0) + sign * n
+            for c, n in s.cpus.items():
+                cpus[c] = cpus.get(c, 0) + sign * n
+    if take:  # only what was taken away can come to zero
+        counts = {sid: n for sid, n in counts.items() if n}
+        procs = {p: n for p, n in procs.items() if n}
+        cpus = {c: n for c, n in cpus.items() if n}
+    return _Sums(array("q", counts.keys()), array("q", counts.values()), procs, cpus)
+
+
+async def _range_sums(
+    session: AsyncSession, host_id: str, span: dict[str, Any], flt: StackFilter, keep: bool = True
+) -> tuple[_Sums, _Sums]:
+    """The `_Sums` of a range's closed minutes [lo, hi) (`_span`) and of its raw edges, read in one pass
+    (`_part_sums`). The closed part starts from the kept window (`WindowSums`) that leaves the fewest
+    blocks to add or take away, or else adds up its blocks; each block's sums come from `BlockSums`
+    (kept by filter and version) or are read, and kept when `keep`; the closed part is kept as a window
+    when every ten minutes it meets has a version."""
+    lo, hi = span["lo"], span["hi"]
+    blocks = _blocks(lo, hi, (span["lo10"], span["hi10"]))
+    windows = _WINDOWS.get(host_id, flt) if blocks else []
+    vlo, vhi = min([lo, *(w.lo for w in windows)]), max([hi, *(w.hi for w in windows)])
+    versions = await _block_versions(session, host_id, vlo, vhi) if blocks else {}
+    own = {b: versions.get(b) for b in _steps(ten_minutes(lo), hi, _TEN)}  # the ten minutes [lo, hi) meets
+    versioned = bool(blocks) and None not in own.values()
+    base: _Window | None = None
+    add: list[tuple[int, datetime]] = blocks
+    take: list[tuple[int, datetime]] = []
+    if versioned:
+        for w in windows:
+            if not w.valid(versions) or w.hi <= lo or hi <= w.lo:
+                continue
+            # The range's minutes outside the window are added, the window's outside the range taken away.
+            w_add = _blocks(lo, min(hi, w.lo)) + _blocks(max(lo, w.hi), hi)
+            w_take = _blocks(w.lo, min(w.hi, lo)) + _blocks(max(w.lo, hi), w.hi)
+            if 1 + len(w_add) + len(w_take) < (len(add) + len(take) + (base is not None)):
+                base, add, take = w, w_add, w_take
+    found: dict[tuple[int, datetime], _Sums] = {}
+    missing: dict[int, list[datetime]] = {10: [], 1: []}
+    for g, b in add + take:
+        v = versions.get(ten_minutes(b))
+        got = _BLOCKS.get((host_id, g, b, v, flt)) if v is not None else None
+        if got is None:
+            missing[g].append(b)
+        else:
+            found[(g, b)] = got
+    if missing[10] or missing[1] or span["s"] < lo or hi < span["e"]:
+        read = await _part_sums(session, span, flt, missing[10], missing[1])
+    else:  # nothing to read (the rollup task's window: no raw edges)
+        read = {(0, None): _Sums.empty()}
+    for (g, block), sums in read.items():
+        if block is None:
+            continue
+        found[(g, block)] = sums
+        v = versions.get(ten_minutes(block))
+        if keep and v is not None:
+            _BLOCKS.put((host_id, g, block, v, flt), sums)
+    if base is not None and not add and not take:
+        closed = base.sums
+    else:
+        closed = _merge(base.sums if base else None, (found[p] for p in add), (found[p] for p in take))
+    if versioned:
+        _WINDOWS.put(host_id, flt, _Window(lo, hi, {b: v for b, v in own.items() if v is not None}, closed))
+    return closed, read[(0, None)]
+
+
 async def keep_closed_blocks(
-    session: AsyncSession, now: datetime, back: timedelta = timedelta(hours=1), budget: int = 36
+    session: AsyncSession, now: datetime, back: timedelta = timedelta(hours=1), budget: int = 36, hosts: int = 8
 ) -> int:
     """Sum, under the flame graph's default filter, the closed ten-minute blocks of the last `back` whose
     sums are not kept under their current version, at most `budget` blocks (the oldest hosts' first), and
-    keep them (`BlockSums`), as the rollup task closes them: a host's first flame graph of the last hour
-    then reads only its raw edges, not every block. Nothing is summed while the kept sums fill half their
-    bound (a fleet's hour would otherwise push out what views keep, and be summed again and again).
-    Returns the blocks summed."""
+    keep them (`BlockSums`), as the rollup task closes them; then bring the window of the closed minutes
+    a view of the last `back` ending now reads (`WindowSums`) up to date for up to `hosts` hosts whose
+    ten minutes are all kept now: a host's first flame graph of the last hour then adds to that window a minute or
+    two at its ends and reads its raw edges, not every block. Nothing is summed while the kept sums fill
+    half their bound (a fleet's hour would otherwise push out what views keep, and be summed again and
+    again). Returns the ten-minute blocks summed."""
     if _BLOCKS.kept > _BLOCKS.limit // 2:
         return 0
     wm_1m, _ = await rollups.watermarks(await session.connection())
-    hi10 = ten_minutes(min(now, wm_1m).replace(second=0, microsecond=0))
+    hi = min(now, wm_1m).replace(second=0, microsecond=0)
+    hi10 = ten_minutes(hi)
     rows = await session.execute(
         text("""
         SELECT b.host_id, b.bucket, b.version FROM stack_blocks b
@@ -570,10 +743,17 @@ async def keep_closed_blocks(
     )
     flt = StackFilter()
     missing: dict[str, dict[datetime, int]] = defaultdict(dict)
+    seen: list[str] = []
+    short: set[str] = set()  # hosts with blocks left for the next passes
     for r in rows:
-        if budget > 0 and _BLOCKS.get((r.host_id, 10, r.bucket, r.version, flt)) is None:
-            missing[r.host_id][r.bucket] = r.version
-            budget -= 1
+        if not seen or seen[-1] != r.host_id:
+            seen.append(r.host_id)
+        if _BLOCKS.get((r.host_id, 10, r.bucket, r.version, flt)) is None:
+            if budget > 0:
+                missing[r.host_id][r.bucket] = r.version
+                budget -= 1
+            else:
+                short.add(r.host_id)
     for host_id, versions in missing.items():
         # An empty range at the end of the blocks: no raw edges, no minutes, only these ten minutes.
         span = {"h": host_id, "s": hi10, "e": hi10, "lo": hi10, "hi": hi10, "lo10": hi10, "hi10": hi10}
@@ -581,6 +761,14 @@ async def keep_closed_blocks(
         for (g, block), sums in read.items():
             if g == 10 and block is not None:
                 _BLOCKS.put((host_id, g, block, versions[block], flt), sums)
+    # The closed minutes of a view of the last `back` asked now (from mid-minute: its first whole minute).
+    lo = now.replace(second=0, microsecond=0) + _MINUTE - back
+    if hi > lo and _WINDOWS.kept <= _WINDOWS.limit // 2:
+        due = [h for h in seen if h not in short and not _WINDOWS.holds(h, flt, lo, hi)]
+        for host_id in due[:hosts]:
+            lo10, hi10 = _whole_tens(lo, hi)  # no raw edges: the range is its whole minutes
+            span = {"h": host_id, "s": lo, "e": hi, "lo": lo, "hi": hi, "lo10": lo10, "hi10": hi10}
+            await _range_sums(session, host_id, span, flt, keep=False)
     return sum(len(v) for v in missing.values())
 
 
@@ -588,49 +776,22 @@ async def _counts_and_contexts(
     session: AsyncSession, host_id: str, start: datetime, end: datetime, flt: StackFilter
 ) -> tuple[dict[int, int], dict[str, Any]]:
     """The filter's samples per stack id (as `_counts`) and who all the range's samples belong to (before
-    any filter: processes, commands, CPUs, and the idle task's share). The range's closed blocks (its
-    whole ten minutes and other whole minutes, `_span`) are summed once per filter and version and kept
-    (`BlockSums`); its raw edges and the blocks not kept are read in one pass (`_part_sums`)."""
-    span = await _span(session, host_id, start, end)
-    tens = _steps(span["lo10"], span["hi10"], _TEN)
-    minutes = _steps(span["lo"], span["lo10"], _MINUTE) + _steps(span["hi10"], span["hi"], _MINUTE)
-    versions = await _block_versions(session, host_id, span["lo"], span["hi"]) if tens or minutes else {}
-    found: list[_Sums] = []
-    missing: dict[int, list[datetime]] = {10: [], 1: []}
-    for g, b in [(10, b) for b in tens] + [(1, b) for b in minutes]:
-        v = versions.get(ten_minutes(b))
-        got = _BLOCKS.get((host_id, g, b, v, flt)) if v is not None else None
-        if got is None:
-            missing[g].append(b)
-        else:
-            found.append(got)
-    read = await _part_sums(session, span, flt, missing[10], missing[1])
-    for (g, block), sums in read.items():
-        v = versions.get(ten_minutes(block)) if block is not None else None
-        if v is not None:
-            _BLOCKS.put((host_id, g, block, v, flt), sums)
-    counts: dict[int, int] = defaultdict(int)
-    procs: dict[tuple[int, str], int] = defaultdict(int)
-    cpus: dict[int, int] = defaultdict(int)
-    for sums in (*found, *read.values()):
-        for sid, n in zip(sums.ids, sums.counts, strict=True):
-            counts[sid] += n
-        for p, n in sums.procs.items():
-            procs[p] += n
-        for c, n in sums.cpus.items():
-            cpus[c] += n
-    by_proc = sorted(((pid, comm, n) for (pid, comm), n in procs.items()), key=lambda p: (-p[2], p[0]))
+    any filter: processes, commands, CPUs, and the idle task's share): the closed part and the raw edges
+    as `_range_sums` gives them."""
+    closed, edges = await _range_sums(session, host_id, await _span(session, host_id, start, end), flt)
+    both = _merge(closed, [edges]) if edges.size() else closed
+    by_proc = sorted(((pid, comm, n) for (pid, comm), n in both.procs.items()), key=lambda p: (-p[2], p[0]))
     comms: dict[str, int] = defaultdict(int)
     for _, comm, n in by_proc:
         comms[comm] += n
     ctx = {
         "processes": [{"pid": pid, "comm": comm, "samples": n} for pid, comm, n in by_proc[:500]],
         "commands": [{"comm": c, "samples": n} for c, n in sorted(comms.items(), key=lambda c: (-c[1], c[0]))[:500]],
-        "cpus": [{"cpu": cpu, "samples": n} for cpu, n in sorted(cpus.items())],
-        "all_samples": sum(cpus.values()),
+        "cpus": [{"cpu": cpu, "samples": n} for cpu, n in sorted(both.cpus.items())],
+        "all_samples": sum(both.cpus.values()),
         "idle_samples": sum(n for pid, _, n in by_proc if pid == 0),
     }
-    return {i64_to_u64(sid): n for sid, n in counts.items()}, ctx
+    return {i64_to_u64(sid): n for sid, n in zip(both.ids, both.counts, strict=True)}, ctx
 
 
 # Trees ------------------------------------------------------------------------------------------

@@ -119,25 +119,33 @@ STACKS_FROM_RAW = """
     DO UPDATE SET count = stack_samples_1m.count + excluded.count"""
 
 
-def versioned_stack_blocks(insert_10m: str) -> str:
+def versioned_stack_blocks(insert_10m: str, renew: bool = True) -> str:
     """An INSERT into stack_samples_10m that also gives every ten-minute bucket it wrote a new version in
     `stack_blocks` (migration 0012), in the same statement: readers keep a closed block's sums by version
-    (app.storage.stacks), and a late batch summed into the block must move it."""
+    (app.storage.stacks), and a late batch summed into the block must move it. With `renew` false a bucket
+    keeps the version it has (one is given to a bucket without): for the rollup task's minutes, which are
+    above the minute watermark, so no reader has summed them yet (closed minutes, and whole ten minutes
+    only once all their minutes are below it); a view's kept sums of the bucket's earlier minutes stay
+    usable as the bucket fills."""
+    renewal = "DO UPDATE SET version = excluded.version" if renew else "DO NOTHING"
     return f"""
     WITH written AS ({insert_10m}
         RETURNING host_id, bucket)
     INSERT INTO stack_blocks (host_id, bucket, version)
     SELECT w.host_id, w.bucket, nextval('stack_block_version') FROM (SELECT DISTINCT host_id, bucket FROM written) w
-    ON CONFLICT (host_id, bucket) DO UPDATE SET version = excluded.version"""
+    ON CONFLICT (host_id, bucket) {renewal}"""
 
 
-STACKS_10M_FROM_MINUTES = versioned_stack_blocks("""
+STACKS_10M_FROM_MINUTES = versioned_stack_blocks(
+    """
     INSERT INTO stack_samples_10m (host_id, bucket, stack_id, pid, comm, cpu, count)
     SELECT r.host_id, date_bin('10 minutes', r.bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00'), r.stack_id, r.pid,
            r.comm, r.cpu, sum(r.count)
     FROM stack_samples_1m r WHERE r.bucket >= :lo AND r.bucket < :hi GROUP BY 1, 2, 3, 4, 5, 6
     ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
-    DO UPDATE SET count = stack_samples_10m.count + excluded.count""")
+    DO UPDATE SET count = stack_samples_10m.count + excluded.count""",
+    renew=False,
+)
 
 _RAW_RANGE = "{a}.ts >= :lo AND {a}.ts < :hi"
 MINUTE_FROM_RAW = [

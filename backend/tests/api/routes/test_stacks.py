@@ -7,6 +7,7 @@ of two hosts, inclusive and self samples in top functions, per-instruction sampl
 read back with the protobuf bindings and with `go tool pprof`."""
 
 import asyncio
+import contextvars
 import gzip
 import shutil
 from collections import defaultdict
@@ -574,6 +575,7 @@ async def test_whole_ten_minutes_are_read_from_the_ten_minute_rollup_with_the_sa
     from app.storage import stacks
     from app.storage.series import rollups
 
+    monkeypatch.setattr(stacks, "_WINDOWS", stacks.WindowSums(limit=0))  # each pass reads what its _span says
     base = stacks.ten_minutes(T0) - timedelta(minutes=30)
     sent = 0
     for k in range(16):  # every 150 s and 7 s from base: 40 minutes over five ten-minute buckets
@@ -763,3 +765,171 @@ async def test_the_rollup_task_keeps_the_last_hours_closed_blocks_so_a_first_vie
     assert first["samples"] == sent
     cat = (await client.get(url, params={**r, "comm": "cat"})).json()
     assert read[-1] == (tens, minutes) and cat["samples"] == 10
+
+
+async def test_views_started_from_kept_windows_answer_as_the_full_pass(backend, client, host, monkeypatch):
+    """A flame graph's closed minutes start from the merged sums of a range asked before (stacks.WindowSums,
+    issue 15: a first view of an hour in under a second), adding the blocks of its own ends and taking away
+    the window's, or from the window the rollup task keeps for the last hour. Ranges shifted by seconds, a
+    minute, ten minutes, other filters, and a late batch into a window's ten minutes answer exactly as the
+    old full pass over the rollups and raw rows (stacks._counts) and the raw rows' contexts."""
+    from app.storage import stacks
+    from app.storage.series import rollups
+
+    monkeypatch.setattr(stacks, "_WINDOWS", stacks.WindowSums())  # this test's windows alone
+    base = stacks.ten_minutes(T0) - timedelta(minutes=40)
+    sent = 0
+    for k in range(36):  # every 73 s from base + 11 s: 43 minutes over five ten-minute buckets
+        samples = [
+            (READ, 100 + k % 3, "dd", k % 2, k % 7 + 1),
+            (IDLE, 0, "swapper", 1, 2),
+            (OPEN, 200, "cat", 0, 1 + k % 2),
+            (READ_DEEPER, 300, "sh", 1, 3 if k % 4 == 0 else 0),
+        ]
+        samples = [s for s in samples if s[4]]
+        batch = host.stack_batch(ns(base + timedelta(seconds=11 + 73 * k)), samples, define=None if k == 0 else set())
+        await host.send_batch(batch)
+        sent += sum(s[4] for s in samples)
+    whole = {"from": base.isoformat(), "to": (base + timedelta(hours=1)).isoformat()}
+    await stored(client, host, whole, sent)
+    await rollups.run_once(backend.runtime.engine)
+
+    # The sums of this host's closed parts (the backend's own rollup task sums other hosts' meanwhile):
+    # from a window (or not), blocks added, taken away; none when a window is used as it is.
+    merges: list[tuple[bool, int, int]] = []
+    summing: contextvars.ContextVar[str | None] = contextvars.ContextVar("summing", default=None)
+    merge, range_sums = stacks._merge, stacks._range_sums
+
+    def spy(base_sums, add, take=()):
+        add, take = list(add), list(take)
+        if summing.get() == host.host_id:
+            merges.append((base_sums is not None, len(add), len(take)))
+        return merge(base_sums, add, take)
+
+    async def spy_range(session, host_id, span, flt, keep=True):
+        token = summing.set(host_id)
+        try:
+            return await range_sums(session, host_id, span, flt, keep)
+        finally:
+            summing.reset(token)
+
+    monkeypatch.setattr(stacks, "_merge", spy)
+    monkeypatch.setattr(stacks, "_range_sums", spy_range)
+    url = f"/api/v1/hosts/{host.host_id}/flamegraph/stacks"
+
+    async def full_pass(a: datetime, b: datetime, q: dict) -> dict:
+        flt = stacks.StackFilter(comm=q.get("comm"), idle=q.get("idle", "exclude"))
+        async with backend.runtime.sessionmaker() as session:
+            counts = await stacks._counts(session, host.host_id, a, b, flt)
+            rows = (
+                await session.execute(
+                    text("""
+                SELECT v.pid, v.comm, v.cpu, sum(v.n) AS n
+                FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS v(pid, comm, cpu, n)
+                WHERE s.host_id = :h AND s.ts >= :a AND s.ts < :b GROUP BY 1, 2, 3"""),
+                    {"h": host.host_id, "a": a, "b": b},
+                )
+            ).all()
+        procs: dict[tuple[int, str], int] = defaultdict(int)
+        cpus: dict[int, int] = defaultdict(int)
+        for r in rows:
+            procs[(r.pid, r.comm)] += int(r.n)
+            cpus[r.cpu] += int(r.n)
+        return {
+            "stacks": {f"{sid:016x}": n for sid, n in counts.items()},
+            "samples": sum(counts.values()),
+            "processes": dict(procs),
+            "cpus": dict(cpus),
+        }
+
+    async def view(a: float, b: float, **q) -> dict:
+        del merges[:]
+        lo, hi = base + timedelta(seconds=a), base + timedelta(seconds=b)
+        got = await client.get(url, params={"from": lo.isoformat(), "to": hi.isoformat(), **q})
+        assert got.status_code == 200
+        fg = got.json()
+        answer = {
+            "stacks": dict(zip(fg["stacks"]["id"], fg["stacks"]["samples"], strict=True)),
+            "samples": fg["samples"],
+            "processes": {(p["pid"], p["comm"]): p["samples"] for p in fg["contexts"]["processes"]},
+            "cpus": {c["cpu"]: c["samples"] for c in fg["contexts"]["cpus"]},
+        }
+        assert answer == await full_pass(lo, hi, q), (a, b, q)
+        return answer
+
+    half = 30 * 60
+    await view(37, 37 + half)  # the first view adds up its blocks: two whole ten minutes, nine minutes
+    assert merges == [(False, 11, 0)]
+    await view(97, 97 + half)  # a minute later: a minute taken away at the start, one added at the end
+    assert merges == [(True, 1, 1)]
+    await view(98, 98 + half)  # the same minutes: the window as it is
+    assert merges == []
+    await view(97 + 600, 97 + 600 + half)  # ten minutes later: fewer blocks added up than around a window
+    assert merges == [(False, 11, 0)]
+    await view(97 + 120, 97 + 120 + half + 60)  # two minutes later than [2, 31), one longer
+    assert merges == [(True, 3, 2)]
+    await view(37, 37 + half, comm="cat")  # another filter: its own windows
+    assert merges == [(False, 11, 0)]
+    await view(97, 97 + half, comm="cat")
+    assert merges == [(True, 1, 1)]
+    await view(5, 2600, idle="include")
+    await view(300, 300 + half + 3, idle="include")
+
+    # The rollup task's window of the last 40 minutes ending at base + 45 min: a view of them starts from it.
+    async with backend.runtime.sessionmaker() as session:
+        # (every block and host of the shared database: other tests' hosts come first in the task's order)
+        await stacks.keep_closed_blocks(
+            session, base + timedelta(minutes=45), back=timedelta(minutes=40), budget=100_000, hosts=100_000
+        )
+    assert stacks._WINDOWS.holds(
+        host.host_id, stacks.StackFilter(), base + timedelta(minutes=6), base + timedelta(minutes=45)
+    )
+    await view(5 * 60 + 30, 45 * 60)
+    assert merges == []  # the window as the task kept it, only the edges added
+    # A late batch into ten minutes the windows hold: their sums are not used, the late samples are counted.
+    await host.send_batch(host.stack_batch(ns(base + timedelta(minutes=20, seconds=5)), [(OPEN, 200, "cat", 1, 9)]))
+    await stored(client, host, whole, sent + 9)
+    late = await view(5 * 60 + 30, 45 * 60)
+    assert merges[0][0] is False  # the closed part added up from its blocks again
+    assert late["processes"][(200, "cat")] == (await view(5 * 60 + 30, 45 * 60, comm="cat"))["samples"]
+    await view(97 + 60, 97 + 60 + half)
+
+
+async def test_the_rollup_task_keeps_a_ten_minutes_version_as_its_minutes_close_and_a_late_batch_renews_it(
+    backend, client, host
+):
+    """The rollup task sums minutes above the minute watermark, which no view has summed yet: the ten
+    minutes they fall in keep their version (given when its first minute is summed), so the sums views
+    keep of its earlier minutes (stacks.WindowSums, BlockSums) stay usable while it fills; a late batch,
+    below the watermark, gives it a new one."""
+    from app.storage import stacks
+    from app.storage.series import rollups
+
+    base = stacks.ten_minutes(T0) - timedelta(minutes=60)  # ten minutes no other test writes into
+
+    async def version(conn) -> int:
+        got = await conn.execute(
+            text("SELECT version FROM stack_blocks WHERE host_id = :h AND bucket = :b"), {"h": host.host_id, "b": base}
+        )
+        return got.scalar_one()
+
+    versions = []
+    async with backend.runtime.engine.begin() as conn:
+        for m in range(3):  # as the rollup task sums three minutes one after the other
+            minute = base + timedelta(minutes=m)
+            await conn.execute(
+                text("""
+                INSERT INTO stack_samples_1m (host_id, bucket, stack_id, pid, comm, cpu, count)
+                VALUES (:h, :b, 1, 100, 'dd', 0, 5)"""),
+                {"h": host.host_id, "b": minute},
+            )
+            await conn.execute(
+                text(rollups.STACKS_10M_FROM_MINUTES), {"lo": minute, "hi": minute + timedelta(minutes=1)}
+            )
+            versions.append(await version(conn))
+    assert versions[0] == versions[1] == versions[2]
+    await host.send_batch(host.stack_batch(ns(base + timedelta(minutes=4, seconds=5)), [(READ, 100, "dd", 0, 2)]))
+    whole = {"from": base.isoformat(), "to": (base + timedelta(minutes=10)).isoformat()}
+    await stored(client, host, whole, 2)
+    async with backend.runtime.engine.connect() as conn:
+        assert await version(conn) > versions[0]
