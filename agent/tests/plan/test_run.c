@@ -689,8 +689,35 @@ static void t_second_pass(void)
 	text = slurp(copy, &len);
 	REQUIRE(text, "cannot read %s", copy);
 	rc = hp_profile_under_root(&r.plan, r.base, text, len, &p2, err, sizeof(err));
-	free(text);
 	REQUIRE(rc == 0, "%s", err);
+	/* A report naming a function the plan did not move, counted at its own
+	 * code, is read without it; a member counted at its original code (not
+	 * the copy) is not the copy's count: refused. */
+	const struct hp_function *stays = hp_model_find(r.m, "main", NULL, NULL);
+	REQUIRE(stays && !member(&r, "main"), "main is not in the model, or the plan moved it");
+	const char *open_arr = strstr(text, "\"resources\": [");
+	REQUIRE(open_arr, "no resources in %s", copy);
+	size_t head = (size_t)(open_arr - text) + strlen("\"resources\": [");
+	for (int stale = 0; stale < 2; stale++) {
+		char *more = malloc(len + 256);
+		REQUIRE(more, "out of memory");
+		int w = snprintf(more, 256 + head,
+				 "%.*s{\"function\": \"%s\", \"block\": \"0x%" PRIx64
+				 "\", \"metrics\": {\"count\": 7}}, ",
+				 (int)head, text, stale ? "pr_root" : "main", stale ? root->addr : stays->addr);
+		memcpy(more + w, text + head, len - head + 1);
+		struct hp_profile p3;
+		rc = hp_profile_under_root(&r.plan, r.base, more, (size_t)w + len - head, &p3, err, sizeof(err));
+		free(more);
+		if (rc == 0)
+			hp_profile_free(&p3);
+		if (stale)
+			EXPECT(rc == -ESTALE && strstr(err, "no block start of the installed copy"),
+			       "pr_root counted at its original code was taken as the copy's (%d: %s)", rc, err);
+		else
+			EXPECT(rc == 0, "a function the plan did not move failed the second pass's profile: %s", err);
+	}
+	free(text);
 	EXPECT(!strcmp(p2.scope, "calls under pr_root"), "scope '%s'", p2.scope);
 	/* The same calls on the original, counted at its blocks. */
 	REQUIRE(break_program(&r) == 0 && run_root(&r, root->addr + (uint64_t)r.bias, 99, 150) == 0, "%s", r.why);
