@@ -310,16 +310,7 @@ def main():
         frames, info, done = parse_results(f.read())
     with open(a.password_file) as f:
         api = Api(a.url, f.read().strip(), a.deadline)
-    state = {
-        "functions": 0,
-        "modules": 0,
-        "entry": [0, 0],
-        "blocks": [0, 0],
-        "kmod": [0, 0],
-        "cycles": 0,
-        "wrong": 0,
-        "why_not": [],
-    }
+    state = new_state()
 
     # -- the guest as a host -------------------------------------------------------------------
     def job_finished():
@@ -748,6 +739,20 @@ def main():
         r"blacklist",
     )
     return finish(checks, a, state)
+
+
+def new_state():
+    """What the summary line reports, before any check has filled it in."""
+    return {
+        "functions": 0,
+        "modules": 0,
+        "entry": [0, 0],
+        "blocks": [0, 0],
+        "kmod": [0, 0],
+        "cycles": 0,
+        "wrong": 0,
+        "why_not": [],
+    }
 
 
 def finish(checks, a, state):

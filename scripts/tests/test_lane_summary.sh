@@ -23,7 +23,7 @@ def run(fail):
         def fails():
             raise AssertionError("on purpose")
         c.run("fails", fails)
-    state = {"functions": 0, "modules": 0, "entry": [0, 0], "blocks": [0, 0], "why_not": []}
+    state = lane.new_state()
     rc = lane.finish(c, SimpleNamespace(release="6.1.0-test-amd64"), state)
     print(f"rc={rc}")
 
