@@ -50,7 +50,11 @@ static const char plan_usage[] =
 	"  --hot-set            plan every function of the smallest set covering --share of\n"
 	"                       the profile's work (at most --max-functions, default %u\n"
 	"                       here); shared callees are copied; C3 function order\n"
-	"  --share F            the share of the work the hot set covers (default 0.99)\n"
+	"  --share F            the share of the work the hot set covers (default 1: every\n"
+	"                       function that ran)\n"
+	"  --cold-rate N        a member's block that ran fewer than N times per billion\n"
+	"                       instructions of the work is cold (default 100; 0: every\n"
+	"                       block that ran is hot)\n"
 	"  --module NAME        the module whose hot set (path, or its end); default: the\n"
 	"                       module with the most work in the profile\n"
 	"  --resident FILE      a profile (as --profile reads) of more hot code that stays in\n"
@@ -174,6 +178,17 @@ int cmd_plan(int argc, char **argv)
 			  !strcmp(a, "--min-share") ? &o.min_caller_share :
 			  !strcmp(a, "--share")     ? &o.hot_share :
 						      &o.stall_threshold) = d;
+			i++;
+		} else if (!strcmp(a, "--cold-rate")) {
+			char *e;
+			double d = strtod(v, &e);
+			if (*e || !(d >= 0) || d > 1e9) {
+				fprintf(stderr,
+					"hotpathd plan: --cold-rate needs a number of times per billion "
+					"instructions (0 to 1e9)\n");
+				return HP_EXIT_USAGE;
+			}
+			o.cold_rate = d;
 			i++;
 		} else if (!strcmp(a, "--l1i")) {
 			unsigned sz, wy, ln;

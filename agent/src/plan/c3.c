@@ -131,7 +131,7 @@ static int c3(struct hp_plan_ctx *c)
 		for (uint32_t b = 0; b < mb->fn->nblocks; b++) {
 			const struct hp_block *bl = &mb->mod->blocks[mb->fn->block_start + b];
 			f[i].work += mb->count[b] * (bl->ninsn ? bl->ninsn : 1);
-			if (mb->count[b] > 0 || b == 0)
+			if (hp_plan_block_hot(mb->count[b], p->cold_below, b))
 				f[i].size += bl->size;
 		}
 		for (size_t j = 0; j < n; j++) {

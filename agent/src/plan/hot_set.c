@@ -143,6 +143,9 @@ static int hot_set(struct hp_plan_ctx *c)
 			v[k++] = v[i];
 	n = k;
 	total = best_w;
+	/* Blocks that run this rarely for the work are cold: a line touched once
+	 * in many L1i's worth of instructions misses wherever it is. */
+	p->cold_below = p->opts.cold_rate * total / 1e9;
 	qsort(v, n, sizeof(*v), by_work);
 	for (size_t i = 0; i < n && covered < p->opts.hot_share * total; i++) {
 		const char *rule = hp_plan_kept_rule(c->m, v[i].mod, v[i].f, detail, sizeof(detail));

@@ -12,8 +12,9 @@
  *    counts by flow conservation (KernInst section 4: exact where one edge
  *    of a block is unknown), the rest split by the targets' counts and
  *    marked estimated.
- *  - Splitting: blocks that ran are hot (the entry always); every member's
- *    hot chunk comes before every cold chunk.
+ *  - Splitting: blocks that ran are hot (the entry always; in a hot set,
+ *    those that ran at least opts.cold_rate times per billion instructions
+ *    of the work); every member's hot chunk comes before every cold chunk.
  *  - Order: root first, then the member most called from those placed.
  */
 #include <errno.h>
@@ -43,7 +44,8 @@ void hp_plan_opts_default(struct hp_plan_opts *o)
 	o->max_pad_share = 0.05;
 	o->max_functions = 64;
 	o->small_block = 8;
-	o->hot_share = 0.99;
+	o->hot_share = 1;
+	o->cold_rate = 100;
 }
 
 static const char *const returns_twice[] = { "setjmp", "_setjmp",    "sigsetjmp", "__sigsetjmp",
@@ -355,7 +357,7 @@ static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf,
 }
 
 /* Hot chunk chains and the member's block order. */
-static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o)
+static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o, double cold_below)
 {
 	const struct hp_module *mod = mb->mod;
 	const struct hp_function *f = mb->fn;
@@ -372,7 +374,8 @@ static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o
 		goto out;
 	for (uint32_t b = 0; b < n; b++) {
 		const struct hp_block *bl = &mod->blocks[f->block_start + b];
-		cb[b] = (struct hp_chain_block){ mb->count[b], bl->size, mb->count[b] > 0 || b == 0, -1 };
+		cb[b] = (struct hp_chain_block){ mb->count[b], bl->size, hp_plan_block_hot(mb->count[b], cold_below, b),
+						 -1 };
 		if (bl->nsucc == 1 && mod->succs[bl->succ_start].kind == HP_SUCC_FALLTHROUGH)
 			cb[b].falls_to = (int32_t)block_index(mod, f, mod->succs[bl->succ_start].target);
 		if (cb[b].hot)
@@ -419,7 +422,8 @@ static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o
 	mb->nhot = k;
 	for (uint32_t b = 0; b < n; b++)
 		if (!cb[b].hot)
-			mb->blocks[k++] = (struct hp_plan_block){ .index = b, .count = 0, .hot = false, .chain = -1 };
+			mb->blocks[k++] =
+				(struct hp_plan_block){ .index = b, .count = mb->count[b], .hot = false, .chain = -1 };
 	mb->nblocks = k;
 	for (uint32_t t = 0; t < f->njt; t++) {
 		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
@@ -780,7 +784,7 @@ static int layout(struct hp_plan_ctx *c)
 
 	for (size_t i = 0; i < p->nmembers; i++) {
 		hp_cfg_signature(p->members[i].mod, p->members[i].fn, p->members[i].signature);
-		if ((r = member_layout(&p->members[i], &p->opts)) < 0)
+		if ((r = member_layout(&p->members[i], &p->opts, p->cold_below)) < 0)
 			return r;
 	}
 	return HP_PASS_NEXT;

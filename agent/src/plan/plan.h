@@ -35,7 +35,11 @@ struct hp_plan_opts {
 	 * profile in the smallest set covering hot_share of its work joins
 	 * (at most max_functions), shared callees copied, C3 order (c3.c). */
 	bool hot_set;
-	double hot_share;       /* (0.99) */
+	double hot_share; /* (1: every function the profile shows ran) */
+	/* A member's block (its entry aside) that ran fewer times than this
+	 * per billion instructions of the profile's work (the module's, as
+	 * hot_share counts it) is cold: laid out with the cold chunks (100). */
+	double cold_rate;
 	const char *hot_module; /* the module whose hot set (its path, or the end of it); NULL: the hottest */
 	/* More hot code that stays in place, for where the copy starts (c3.c's
 	 * place pass): its functions that are not members. NULL: none. */
@@ -46,6 +50,13 @@ struct hp_plan_opts {
 #define HP_HOT_SET_MAX_FUNCTIONS 512u
 
 void hp_plan_opts_default(struct hp_plan_opts *o);
+
+/* Whether block b (an index in its function) with this count is laid out
+ * hot: it ran, not below cold_below (struct hp_plan's); the entry always. */
+static inline bool hp_plan_block_hot(double count, double cold_below, uint32_t b)
+{
+	return (count > 0 && count >= cold_below) || b == 0;
+}
 
 /* One block of a group member as laid out. */
 struct hp_plan_block {
@@ -142,6 +153,9 @@ struct hp_plan {
 	double stall_ratio;
 	char stall_note[200];
 	struct hp_plan_opts opts;
+	/* Hot sets: the count below which a block is cold (opts.cold_rate
+	 * applied to the profile's work); 0: every block that ran is hot. */
+	double cold_below;
 	struct hp_plan_member *members;
 	size_t nmembers;
 	struct hp_plan_kept *kept;

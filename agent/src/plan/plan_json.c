@@ -425,6 +425,8 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	if (p->opts.hot_set) {
 		rw_bool(w, "hot_set", true);
 		rw_num(w, "hot_share", p->opts.hot_share, 4);
+		rw_num(w, "cold_rate", p->opts.cold_rate, 4);
+		rw_num(w, "cold_below", p->cold_below, 3);
 	}
 	rw_obj_end(w);
 	if (p->status != HP_PLAN_OK && p->status != HP_PLAN_REFUSED) {

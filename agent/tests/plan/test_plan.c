@@ -658,6 +658,74 @@ static void t_hot_set_plan(void)
 	hp_model_free(m);
 }
 
+/* The hot/cold split of a hot set by rate: a block (the entry aside) that
+ * ran fewer than cold_rate times per billion instructions of the profile's
+ * work is cold; cold_rate 0 keeps every block that ran hot. */
+static const struct hp_plan_member *member(const struct hp_plan *p, const char *name)
+{
+	for (size_t i = 0; i < p->nmembers; i++)
+		if (!strcmp(p->members[i].fn->name, name))
+			return &p->members[i];
+	return NULL;
+}
+
+static void t_hot_set_cold_rate(void)
+{
+	static const char *const others[] = { "pr_op", "pr_mix", "pr_hash", "pr_search", "pr_table", NULL };
+	struct hp_model *m = open_fixture("group.c", "plan_hot_rate", "-O2");
+	struct hp_plan_opts o;
+	struct hp_profile prof;
+	struct hp_plan plan;
+	char err[256];
+
+	REQUIRE(m, "gcc or open failed");
+	profile_all(m, others, 10, &prof);
+	/* pr_root: its entry and odd blocks ran once, its other blocks 1000 times. */
+	const struct hp_module *mod;
+	const struct hp_function *root = hp_model_find(m, "pr_root", &mod, NULL);
+	REQUIRE(root && root->nblocks >= 3, "pr_root has %u blocks", root ? root->nblocks : 0);
+	for (uint32_t b = 0; b < root->nblocks; b++)
+		hp_profile_add(&prof, mod, root, mod->blocks[root->block_start + b].offset, b && b % 2 == 0 ? 1000 : 1);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	o.hot_set = true;
+	double work = 0;
+	uint32_t hot[3] = { 0 };
+	for (int k = 0; k < 3; k++) {
+		/* 0: all that ran; 1e9: one a instruction, above any block's count, so
+		 * only entries stay hot; then the rate that puts the bound at 100. */
+		o.cold_rate = k == 0 ? 0 : k == 1 ? 1e9 : 100e9 / work;
+		REQUIRE(hp_plan_make(m, NULL, NULL, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+		EXPECT(plan.status == HP_PLAN_OK && plan.verified, "cold_rate %g: plan %d: %s %s", o.cold_rate,
+		       plan.status, plan.message, plan.verify_error);
+		const struct hp_plan_member *mb = member(&plan, "pr_root");
+		REQUIRE(mb, "pr_root is not a member");
+		if (k == 1)
+			work = plan.cold_below; /* the work itself, at one a instruction */
+		for (uint32_t i = 0; i < mb->nblocks; i++) {
+			const struct hp_plan_block *b = &mb->blocks[i];
+			double want_count = b->index && b->index % 2 == 0 ? 1000 : 1;
+			bool want_hot = b->index == 0 || (k == 0) || (k == 2 && want_count == 1000);
+			EXPECT(b->hot == want_hot, "cold_rate %g: pr_root's block %u (count %g) %s", o.cold_rate,
+			       b->index, b->count, b->hot ? "hot" : "cold");
+			EXPECT(b->count == want_count, "block %u keeps count %g, want %g", b->index, b->count,
+			       want_count);
+			hot[k] += b->hot;
+		}
+		for (const char *const *n = others; *n && k; n++) {
+			const struct hp_plan_member *x = member(&plan, *n);
+			EXPECT(x && x->nhot == 1 && x->blocks[0].index == 0,
+			       "cold_rate %g: %s has %u hot blocks, want its entry", o.cold_rate, *n, x ? x->nhot : 0);
+		}
+		hp_plan_free(&plan);
+	}
+	EXPECT(work > 1000, "the work at one a instruction is %g", work);
+	EXPECT(hot[0] == root->nblocks && hot[1] == 1 && hot[2] == 1 + (root->nblocks - 1) / 2,
+	       "pr_root's hot blocks %u, %u, %u of %u", hot[0], hot[1], hot[2], root->nblocks);
+	hp_profile_free(&prof);
+	hp_model_free(m);
+}
+
 int main(void)
 {
 	RUN(t_chain_perfect_partner);
@@ -674,6 +742,7 @@ int main(void)
 	RUN(t_c3_order);
 	RUN(t_place_offset);
 	RUN(t_hot_set_plan);
+	RUN(t_hot_set_cold_rate);
 	tu_cleanup();
 	TEST_EXIT();
 }
