@@ -4,6 +4,7 @@ deleted), the range planner cuts ranges into hour, minute and raw spans, the rol
 sums (for data the rollup task sums and for data that arrives late, below the watermarks), and the
 routes' answers are the same whichever spans a range is read from."""
 
+import asyncio
 import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -78,6 +79,44 @@ async def test_partitions_are_created_ahead_and_dropped_whole(backend):
     ):
         await partitions.drop_expired(engine, T0 + timedelta(days=5), timedelta(hours=1), timedelta(hours=1))
         assert not [p for p in await _partitions(engine, table) if "_p200" in p]
+
+
+async def _waiting_on(engine, table):
+    """Whether some session waits for a lock on `table` (its name: partitions lock their parent)."""
+    async with engine.connect() as conn:
+        q = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = CAST(:t AS regclass)"
+        return (await conn.execute(text(q), {"t": table})).scalar_one() > 0
+
+
+@pytest.mark.parametrize("job", ["ensure", "drop_expired"])
+async def test_partition_maintenance_cannot_deadlock_with_a_rollup(backend, job):
+    """A rollup's INSERT INTO stack_samples_1m SELECT ... FROM stack_samples locks the rollup table and
+    then the raw one; maintenance walks the raw tables first. Were all of maintenance one transaction,
+    its lock on a raw parent would be held while it waits for the rollup table, and the rollup waiting
+    for the raw one would make a deadlock: Postgres ends one of them (seen as a failed run of the test
+    above while the backend's own tasks ran). Each table is its own transaction, so both go through."""
+    engine = backend.runtime.engine
+    when = datetime(2003, 6, 1, 12, 0, tzinfo=UTC)
+    if job == "drop_expired":  # partitions for it to drop, made before the rollup holds its lock
+        await partitions.ensure(engine, when, timedelta(hours=2), timedelta(days=1))
+    async with engine.connect() as rollup:
+        tx = await rollup.begin()
+        await rollup.execute(text("SET LOCAL statement_timeout = '60s'"))
+        await rollup.execute(text("LOCK TABLE stack_samples_1m IN ROW EXCLUSIVE MODE"))
+        if job == "ensure":
+            work = asyncio.create_task(
+                partitions.ensure(engine, when + timedelta(days=400), timedelta(hours=2), timedelta(days=1))
+            )
+        else:
+            work = asyncio.create_task(
+                partitions.drop_expired(engine, when + timedelta(days=5), timedelta(hours=1), timedelta(hours=1))
+            )
+        await wait_until(lambda: _waiting_on(engine, "stack_samples_1m"), timeout=30)
+        assert not work.done()
+        # The rollup reads the raw table maintenance has been through: no lock of it may still be held.
+        await rollup.execute(text("SELECT count(*) FROM stack_samples"))
+        await tx.commit()
+    await asyncio.wait_for(work, 60)
 
 
 def test_the_planner_reads_whole_hours_and_minutes_from_rollups_and_the_edges_raw():

@@ -4,11 +4,13 @@
 Raw tables (and the call stacks' minute rollup) have one partition per hour (`<table>_pYYYYMMDDHH`), rollups one per day
 (`<table>_pYYYYMMDD`); a partition holds [start, start + step). Partitions are made for the whole window
 the backend accepts data for (the retention back, a few hours ahead), so an insert never lacks one.
-Replicas may run this at once: an advisory lock serialises them.
+Replicas may run this at once: an advisory lock serialises them, one table's transaction at a time.
 """
 
 import logging
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
@@ -53,6 +55,18 @@ async def existing(conn: AsyncConnection, table: str) -> list[str]:
     return [r[0] for r in rows]
 
 
+@asynccontextmanager
+async def _maintaining(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """One table's maintenance: a transaction of its own, holding the maintenance lock (one maintainer at a
+    time, across replicas). A partition's CREATE or DROP locks its parent table exclusively until the
+    transaction ends; were every table one transaction, the lock on a raw table would be held while waiting
+    for a rollup table that a rollup holds (INSERT INTO rollup SELECT ... FROM raw locks rollup, then raw),
+    and the two would deadlock. One table at a time holds one parent's lock and waits for nothing else."""
+    async with engine.begin() as conn:
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
+        yield conn
+
+
 async def ensure(
     engine: AsyncEngine,
     now: datetime,
@@ -63,9 +77,8 @@ async def ensure(
 ) -> int:
     """Create every missing partition from `back` before now to `ahead` after it; returns how many."""
     created = 0
-    async with engine.begin() as conn:
-        await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
-        for table in (*RAW_TABLES, *ROLLUP_TABLES):
+    for table in (*RAW_TABLES, *ROLLUP_TABLES):
+        async with _maintaining(engine) as conn:
             step = step_of(table)
             back, ahead = (raw_back, raw_ahead) if step == HOUR else (rollup_back, rollup_ahead)
             have = set(await existing(conn, table))
@@ -97,9 +110,8 @@ async def drop_expired(
     `stack_retention`, at most the raw retention); returns (partitions dropped, sample intervals they held)."""
     stacks = min(raw_retention, stack_retention) if stack_retention is not None else raw_retention
     dropped = rows = 0
-    async with engine.begin() as conn:
-        await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
-        for table in (*RAW_TABLES, *ROLLUP_TABLES):
+    for table in (*RAW_TABLES, *ROLLUP_TABLES):
+        async with _maintaining(engine) as conn:
             step = step_of(table)
             cutoff = now - (stacks if table in STACK_TABLES else raw_retention if step == HOUR else rollup_retention)
             for name in await existing(conn, table):
