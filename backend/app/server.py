@@ -123,7 +123,11 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
     def committed(items: list[Item], seconds: float) -> None:
         metrics.ingest_commits.inc()
 
-    writer = IngestWriter(engine, on_commit=committed)
+    def failed(exc: BaseException) -> None:
+        metrics.ingest_failed_commits.inc()
+
+    writer = IngestWriter(engine, on_commit=committed, on_failure=failed)
+    metrics.ingest_failing.set_function(lambda: float(writer.failing))
     hosts.set_clock_skew(settings.max_clock_skew_s)
     metrics.bind(lambda: len(agents.sessions), lambda: hub.subscriber_count)
     return Runtime(

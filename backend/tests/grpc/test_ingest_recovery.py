@@ -103,3 +103,36 @@ async def test_batches_refused_by_a_full_disk_are_stored_once_after_it_accepts_w
     assert await backend.scalar("SELECT count(*) FROM data_gaps WHERE host_id = :h", h=host_id) == 0
     assert not agent._reader.done()  # the stream goes on
     await agent.close()
+
+
+async def test_a_full_disk_is_logged_with_its_reason_and_shown_while_it_lasts(backend, client, anon, unique, caplog):
+    """The first refused commit logs an error naming the database's reason (SQLSTATE 53100), /metrics shows
+    hotpath_ingest_failing 1 until a commit stores data again, which logs how long it failed."""
+    from tests.api.test_metrics import _value
+
+    host_id = f"fullog-{unique}"
+    agent = await backend.agent(host_id, kernel_tag=f"fullog-{unique}")
+    await agent.connect()
+    await wait_catalog_complete(client, host_id)
+    start = time.time_ns() // NS * NS - 30 * NS
+    engine = backend.runtime.engine
+    caplog.set_level("INFO", logger="hotpath.ingest")
+    await refuse_writes(engine, "sample_intervals", host_id, True)
+    try:
+        await agent.send_metrics(start, [("vmlinux", 0, 0, 2)], seq=1)
+        assert await ended(agent) == grpc.StatusCode.UNAVAILABLE
+        errors = [r.getMessage() for r in caplog.records if r.name == "hotpath.ingest" and r.levelname == "ERROR"]
+        assert len(errors) == 1, errors
+        assert "DiskFull, SQLSTATE 53100: could not extend file: No space left on device" in errors[0]
+        metrics = (await anon.get("/metrics")).text
+        assert _value(metrics, "hotpath_ingest_failing") == 1
+        assert _value(metrics, "hotpath_ingest_failed_commits_total") >= 1
+    finally:
+        await refuse_writes(engine, "sample_intervals", host_id, False)
+    await agent.close()
+    await agent.connect()
+    await agent.send_metrics(start, [("vmlinux", 0, 0, 2)], seq=1)
+    await wait_for_ack(agent, 1)
+    assert any("storing the agents' data again, after" in r.getMessage() for r in caplog.records)
+    assert _value((await anon.get("/metrics")).text, "hotpath_ingest_failing") == 0
+    await agent.close()
