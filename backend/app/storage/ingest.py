@@ -31,6 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core.db import describe_error
 from app.core.tasks import cancel_and_wait
 from app.protocol.stack_defs import BatchStacks
 from app.storage import stacks as stack_store
@@ -126,14 +127,6 @@ class Item:
         if self.points is not None:
             n += len(self.points.vals) + len(self.points.edges[0])
         return n
-
-
-def describe_error(exc: BaseException) -> str:
-    """A database error for a log line: its type, SQLSTATE and first line (53100 is a full disk)."""
-    orig = getattr(exc, "orig", None) or exc
-    state = getattr(orig, "sqlstate", None)
-    first = (str(orig).strip().splitlines() or [""])[0][:200]
-    return f"{type(orig).__name__}" + (f", SQLSTATE {state}" if state else "") + (f": {first}" if first else "")
 
 
 class IngestWriter:
