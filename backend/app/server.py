@@ -32,7 +32,7 @@ from app.api.main import create_app
 from app.core import bus as bus_module
 from app.core import pki as pki_module
 from app.core.config import Settings, normalise_database_url
-from app.core.db import EmbeddedPostgres, make_engine, make_sessionmaker, upgrade_database
+from app.core.db import EmbeddedPostgres, describe_error, make_engine, make_sessionmaker, upgrade_database
 from app.core.live import LiveHub
 from app.core.metrics import Metrics
 from app.core.security import hash_password, read_or_create_secret
@@ -123,7 +123,11 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
     def committed(items: list[Item], seconds: float) -> None:
         metrics.ingest_commits.inc()
 
-    writer = IngestWriter(engine, on_commit=committed)
+    def failed(exc: BaseException) -> None:
+        metrics.ingest_failed_commits.inc()
+
+    writer = IngestWriter(engine, on_commit=committed, on_failure=failed)
+    metrics.ingest_failing.set_function(lambda: float(writer.failing))
     hosts.set_clock_skew(settings.max_clock_skew_s)
     metrics.bind(lambda: len(agents.sessions), lambda: hub.subscriber_count)
     return Runtime(
@@ -177,10 +181,9 @@ async def retention_loop(runtime: Runtime) -> None:
         await asyncio.sleep(settings.retention_interval_s)
         try:
             await maintain_series(runtime)
-        except Exception:  # noqa: BLE001 - try again next round
+        except Exception as exc:  # noqa: BLE001 - try again next round
             log.warning(
-                "retention pass failed (the database may be restarting); next round in %g s",
-                settings.retention_interval_s,
+                "retention pass failed (%s); next round in %g s", describe_error(exc), settings.retention_interval_s
             )
 
 
@@ -192,10 +195,8 @@ async def rollup_loop(runtime: Runtime) -> None:
             await samples.roll_up(runtime.engine, lag_s=settings.rollup_lag_s)
             async with runtime.sessionmaker() as session:
                 await stacks.keep_closed_blocks(session, datetime.now(UTC))
-        except Exception:  # noqa: BLE001 - try again next round
-            log.warning(
-                "rollup pass failed (the database may be restarting); next round in %g s", settings.rollup_interval_s
-            )
+        except Exception as exc:  # noqa: BLE001 - try again next round
+            log.warning("rollup pass failed (%s); next round in %g s", describe_error(exc), settings.rollup_interval_s)
 
 
 async def start_background(runtime: Runtime) -> list[asyncio.Task[None]]:

@@ -172,6 +172,15 @@ def stop_embedded_postgres(server: EmbeddedPostgres) -> None:
     server.stop()
 
 
+def describe_error(exc: BaseException) -> str:
+    """A database error for a log line: the driver's error type, its SQLSTATE and the first line of its
+    message (SQLSTATE 53100: the disk is full)."""
+    orig = getattr(exc, "orig", None) or exc
+    state = getattr(orig, "sqlstate", None)
+    first = (str(orig).strip().splitlines() or [""])[0][:200]
+    return f"{type(orig).__name__}" + (f", SQLSTATE {state}" if state else "") + (f": {first}" if first else "")
+
+
 def make_engine(url: str) -> AsyncEngine:
     return create_async_engine(normalise_database_url(url), pool_size=10, max_overflow=10, pool_pre_ping=True)
 

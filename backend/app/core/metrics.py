@@ -3,9 +3,10 @@
 
 Per process (each replica is scraped on its own): HTTP requests by method, route template and status,
 with their latency; agents connected; console WebSockets open; metric batches, samples and dropped
-samples ingested from agents; catalog functions stored; agent commands sent. Labels carry route
-templates (`/api/v1/hosts/{host_id}`), never host ids, function names or users, so the endpoint reveals
-only aggregate activity and its label sets stay small. Each runtime has its own registry, so several
+samples ingested from agents; the ingest writer's commits, failed commits and whether it is failing now;
+catalog functions stored; agent commands sent. Labels carry route templates (`/api/v1/hosts/{host_id}`),
+never host ids, function names or users, so the endpoint reveals only aggregate activity and its label
+sets stay small. Each runtime has its own registry, so several
 backends in one process (the tests) do not share counters.
 """
 
@@ -56,6 +57,14 @@ class Metrics:
             "hotpath_ingest_refused_intervals", "Measurement intervals refused for their content", registry=r
         )
         self.ingest_commits = Counter("hotpath_ingest_commits", "Group commits of the ingest writer", registry=r)
+        self.ingest_failed_commits = Counter(
+            "hotpath_ingest_failed_commits", "Group commits of the ingest writer that the database refused", registry=r
+        )
+        self.ingest_failing = Gauge(
+            "hotpath_ingest_failing",
+            "1 while the ingest writer's commits fail (the database refuses writes or does not answer), else 0",
+            registry=r,
+        )
         self.commands_sent = Counter("hotpath_agent_commands", "Commands sent to agents", ["kind"], registry=r)
 
     def bind(self, agents_connected: Callable[[], float], websockets_open: Callable[[], float]) -> None:

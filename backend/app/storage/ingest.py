@@ -11,6 +11,11 @@ batch only once it is stored; a failed transaction fails every item in it (their
 UNAVAILABLE and the agents resend). The queue is bounded: when the database falls behind, streams wait
 in `submit`, stop reading, and gRPC's flow control slows the agents down (backpressure) instead of the
 backend's memory growing.
+
+While commits fail (the database refuses writes: a full disk, SQLSTATE 53100; or is unreachable) the
+writer is `failing`: the first failure logs one error with its SQLSTATE and message, every failed commit
+a warning, and the first commit that stores data again logs how long it failed (the process's metrics
+show it as hotpath_ingest_failing). The writer itself keeps running: it needs no restart.
 """
 
 import asyncio
@@ -26,6 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core.db import describe_error
 from app.core.tasks import cancel_and_wait
 from app.protocol.stack_defs import BatchStacks
 from app.storage import stacks as stack_store
@@ -129,13 +135,18 @@ class IngestWriter:
         engine: AsyncEngine,
         queue_items: int = 20_000,
         on_commit: Callable[[list[Item], float], None] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.engine = engine
         self.queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=queue_items)
         self.on_commit = on_commit  # callback(items, seconds) after each commit, for metrics
+        self.on_failure = on_failure  # callback(error) after each failed commit, for metrics
         self._task: asyncio.Task[None] | None = None
         self.commits = 0
         self.points = 0
+        # Since when (monotonic) commits fail, None while they succeed; failed commits since then.
+        self.failing_since: float | None = None
+        self.failed_commits = 0
 
     def start(self) -> None:
         if self._task is None:
@@ -208,8 +219,7 @@ class IngestWriter:
                         it.future.set_exception(ConnectionError("the backend is stopping"))
                 raise
             except Exception as exc:  # noqa: BLE001 - every item learns; their streams end and resend
-                log.warning("storing %d data message(s) failed: %s", len(items), type(exc).__name__)
-                log.debug("storing failed: %s", exc)
+                self._failed(exc, len(items))
                 for it in items:
                     if it.guard is not None:
                         it.guard.store_failed = True
@@ -218,11 +228,38 @@ class IngestWriter:
                 continue
             self.commits += 1
             self.points += points - len(items)
+            if self.failing_since is not None and any(it.host_id for it in items):
+                log.warning(
+                    "storing the agents' data again, after %d failed commit(s) in %.0f s",
+                    self.failed_commits,
+                    time.monotonic() - self.failing_since,
+                )
+                self.failing_since, self.failed_commits = None, 0
             for it in items:
                 if it.future is not None and not it.future.done():
                     it.future.set_result(None)
             if self.on_commit is not None:
                 self.on_commit(items, time.perf_counter() - t0)
+
+    @property
+    def failing(self) -> bool:
+        """The last commit that wrote data failed (the database refuses writes or does not answer)."""
+        return self.failing_since is not None
+
+    def _failed(self, exc: BaseException, count: int) -> None:
+        """Log a failed commit: an error with the database's reason when commits start failing, a warning
+        for each."""
+        self.failed_commits += 1
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+            log.error(
+                "the database does not store the agents' data (%s); their streams end with UNAVAILABLE and the "
+                "agents keep it and send it again until it is stored",
+                describe_error(exc),
+            )
+        log.warning("storing %d data message(s) failed: %s", count, type(exc).__name__)
+        if self.on_failure is not None:
+            self.on_failure(exc)
 
     async def _add_partitions(self, items: list[Item]) -> bool:
         """Create the partitions the items' times need (a retention pass with a shorter retention, or

@@ -31,7 +31,9 @@ dropped and counted (the interval's dropped_samples, and the agent session's cou
 interval's hotness is only useful while it is recent and the catalog arrives within seconds.
 """
 
+import logging
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,12 +42,14 @@ from sqlalchemy import text
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from app.core.db import describe_error
 from app.storage import stacks as stack_store
 from app.storage.ingest import IngestWriter, Item, MeasurementUpdate, PointRow, SampleRow
 from app.storage.series import partitions, rollups
 from app.storage.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS, TOTALS
 
 __all__ = ["IngestWriter", "Item", "MeasurementUpdate", "PointRow", "SampleRow"]
+log = logging.getLogger("hotpath.series")
 
 # The kernel's idle loop on x86-64: the functions a sampled CPU is in when it has nothing to run
 # (halted, polling or in a cpuidle driver). Matched against whole names.
@@ -297,13 +301,49 @@ async def maintain(
     `retention_hours`, call stacks after `stack_retention_hours` when shorter, rollups after
     `rollup_retention_hours`, default the same), and delete stack definitions nothing refers to, gaps,
     old delivery marks and (when given) audit records past theirs. Returns the sample intervals
-    dropped."""
+    dropped. Each of the three steps runs when another failed (creating partitions fails first on a full
+    disk, and dropping expired ones is what frees space): a failed step is logged with its reason, and the
+    first failure is raised once all have run."""
     now = now or datetime.now(UTC)
     raw = timedelta(hours=retention_hours)
     rolled = timedelta(hours=rollup_retention_hours if rollup_retention_hours is not None else retention_hours)
-    await partitions.ensure(engine, now, raw, rolled)
     stack_keep = timedelta(hours=stack_retention_hours) if stack_retention_hours is not None else None
-    _, rows = await partitions.drop_expired(engine, now, raw, rolled, stack_keep)
+    failed: list[Exception] = []
+    rows = 0
+
+    async def step(what: str, run: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            return await run()
+        except Exception as exc:  # noqa: BLE001 - the other steps still run; raised below
+            log.warning("series maintenance: %s failed (%s)", what, describe_error(exc))
+            failed.append(exc)
+            return None
+
+    await step("creating partitions ahead", lambda: partitions.ensure(engine, now, raw, rolled))
+    dropped = await step(
+        "dropping expired partitions", lambda: partitions.drop_expired(engine, now, raw, rolled, stack_keep)
+    )
+    if dropped is not None:
+        rows = dropped[1]
+    await step(
+        "deleting expired records",
+        lambda: _delete_expired(engine, now, raw, retention_hours, stack_keep, audit_retention_days),
+    )
+    if failed:
+        raise failed[0]
+    return rows
+
+
+async def _delete_expired(
+    engine: AsyncEngine,
+    now: datetime,
+    raw: timedelta,
+    retention_hours: float,
+    stack_keep: timedelta | None,
+    audit_retention_days: float | None,
+) -> None:
+    """Stack definitions nothing refers to, gaps, delivery marks, finished commands and audit records past
+    their retention (see maintain)."""
     cutoff = now - raw
     async with engine.begin() as conn:
         await stack_store.prune_definitions(conn, now - min(raw, stack_keep or raw))
@@ -321,7 +361,6 @@ async def maintain(
             await conn.execute(
                 text("DELETE FROM audit_log WHERE at < :c"), {"c": now - timedelta(days=audit_retention_days)}
             )
-    return rows
 
 
 async def prune_samples(
