@@ -4,7 +4,7 @@
 # busybox, /init (guest/init), hotpathd with the shared libraries it links (the very binary the host
 # runs: see docs/decisions.md), the virtio network modules with what they depend on, the test module
 # module/hotpath_lane.c and Hotpath's kernel module agent/kmod/hotpath.c built against the fetched
-# headers, and the static test programs guest/lanework.c and guest/kmodtest.c. Prints the image's path. Per-boot settings (where the backend is, credentials,
+# headers, the static test programs guest/lanework.c and guest/kmodtest.c, and guest/ktarget.sh. Prints the image's path. Per-boot settings (where the backend is, credentials,
 # the job to run) are not in it: boot.sh appends them as a second archive.
 #
 #   HOTPATHD   the agent binary to carry (default agent/build/hotpathd)
@@ -42,7 +42,8 @@ gcc -static -O2 -Wall -Wextra -Werror -I "$repo_root/agent/kmod" -o "$stage/lane
 cp "$busybox" "$stage/bin/busybox"
 cp "$lane_dir/guest/init" "$stage/init"
 cp "$lane_dir/guest/jobs.sh" "$stage/lane/jobs.sh"
-chmod 755 "$stage/init" "$stage/lane/jobs.sh"
+cp "$lane_dir/guest/ktarget.sh" "$stage/lane/ktarget.sh"
+chmod 755 "$stage/init" "$stage/lane/jobs.sh" "$stage/lane/ktarget.sh"
 
 # hotpathd and its shared libraries (ldd's closure, each at the path the dynamic loader looks in).
 cp "$hotpathd" "$stage/usr/bin/hotpathd"

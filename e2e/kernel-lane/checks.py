@@ -227,6 +227,19 @@ def ko_bytes(ko, name):
     return data, masked
 
 
+def guest_checks(checks, prefix, lines):
+    """A guest program's own checks, "ok - NAME: DETAIL" or "FAIL - NAME: DETAIL", one lane check each."""
+    for line in lines:
+        m = re.match(r"(ok|FAIL) - ([^:]+)(?:: (.*))?$", line)
+        if m:
+
+            def one(ok=m.group(1) == "ok", detail=m.group(3)):
+                assert ok, detail or "failed in the guest"
+                return detail
+
+            checks.run(f"{prefix}: {m.group(2)}", one)
+
+
 def kmod_checks(checks, frames, a, state):
     """hotpath.ko in the guest: guest/kmodtest's own checks, one lane check each, then what the host can
     add (lane_step's bytes as READ gives them against the .ko), nothing of it left in ftrace after
@@ -236,15 +249,7 @@ def kmod_checks(checks, frames, a, state):
     if "kmodtest" not in frames:
         checks.run("hotpath.ko: the guest ran kmodtest", frame, frames, "kmodtest")
     lines = out.split("\n")
-    for line in lines:
-        m = re.match(r"(ok|FAIL) - ([^:]+)(?:: (.*))?$", line)
-        if m:
-
-            def one(ok=m.group(1) == "ok", detail=m.group(3)):
-                assert ok, detail or "failed in the guest"
-                return detail
-
-            checks.run(f"hotpath.ko: {m.group(2)}", one)
+    guest_checks(checks, "hotpath.ko", lines)
 
     def finished():
         last = [line for line in lines if line.startswith("kmodtest: ")]
@@ -289,6 +294,33 @@ def kmod_checks(checks, frames, a, state):
     state["kmod"] = [checks.passed - passed, checks.passed + checks.failed - passed - failed]
 
 
+def ktarget_checks(checks, frames, state):
+    """The agent's kernel target in the guest (guest/ktarget.sh): hotpathd plans lane_mix, installs it
+    through hotpath.ko and reverts it, cycle after cycle; its own checks, one lane check each, and its
+    summary's counts for the lane's summary line."""
+    if "ktarget" not in frames:
+        checks.run("kernel target: the guest ran ktarget.sh", frame, frames, "ktarget")
+        return
+    out, rc = frames["ktarget"]
+    lines = out.split("\n")
+    guest_checks(checks, "kernel target", lines)
+
+    def finished():
+        last = [
+            re.match(r"ktarget: installs (\d+)/(\d+), cycles (\d+), copy ran (\d+), wrong results (\d+)", line)
+            for line in lines
+        ]
+        last = [m for m in last if m]
+        assert last, f"ktarget.sh ended without its summary (status {rc}): {out[-300:]!r}"
+        i, j, c, _, w = (int(g) for g in last[-1].groups())
+        state["installs"], state["install_cycles"] = [i, j], c
+        state["wrong"] += w
+        assert rc == 0, f"ktarget.sh's status is {rc}: {last[-1].group(0)}"
+        return last[-1].group(0)
+
+    checks.run("kernel target: ktarget.sh ran to its end", finished)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -321,6 +353,7 @@ def main():
 
     checks.run("the guest booted the fetched kernel and ran its test job", job_finished)
     kmod_checks(checks, frames, a, state)
+    ktarget_checks(checks, frames, state)
 
     def guest_host():
         hosts = api.poll(
@@ -750,6 +783,8 @@ def new_state():
         "blocks": [0, 0],
         "kmod": [0, 0],
         "cycles": 0,
+        "installs": [0, 0],
+        "install_cycles": 0,
         "wrong": 0,
         "why_not": [],
     }
@@ -768,6 +803,7 @@ def finish(checks, a, state):
         f"kernel-lane: kernel {a.release}, {state['functions']} functions in {state['modules']} modules, "
         f"entry counts exact {e[0]}/{e[1]}, block counts exact {b[0]}/{b[1]}, "
         f"hotpath.ko checks {state['kmod'][0]}/{state['kmod'][1]}, redirect cycles {state['cycles']}, "
+        f"kernel installs {state['installs'][0]}/{state['installs'][1]}, install cycles {state['install_cycles']}, "
         f"wrong results {state['wrong']}",
         flush=True,
     )

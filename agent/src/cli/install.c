@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "host/processes.h"
 #include "replace/install.h"
 #include "replace/install_json.h"
 #include "target/target.h"
@@ -48,13 +49,27 @@ static const char install_usage[] =
 	"  --json                one JSON object on stdout\n"
 	"  --quiet               no progress on stderr\n"
 	"\n"
+	"A kernel plan (`hotpathd plan kernel ROOT --json`) installs through hotpath.ko's\n"
+	"/dev/hotpath (load agent/kmod's module first): the code heap is the module's,\n"
+	"the entry is redirected through ftrace, and call sites are left calling the\n"
+	"entry (patching them in the kernel is not done yet: --no-call-sites is implied).\n"
+	"The module undoes everything when its user's /dev/hotpath closes, so the\n"
+	"command stays running, holding the install, until SIGTERM or SIGINT, then\n"
+	"reverts it and exits 0 (`hotpathd revert kernel` sends the SIGTERM); if it\n"
+	"is killed, the module reverts it all the same.\n"
+	"\n"
 	"exit status: 0 installed, 1 error (nothing left changed), 2 usage, 3 no such\n"
 	"             process (or it exited), 4 the root is installed already,\n"
 	"             5 refused: plan altered, not approved, for another binary or\n"
-	"             stale, or ptrace refused\n";
+	"             stale, ptrace refused, or hotpath.ko not loaded (kernel plans)\n";
 
 static const char revert_usage[] =
 	"usage: hotpathd revert pid PID [ROOT] [--state-dir DIR] [--json] [--quiet]\n"
+	"       hotpathd revert kernel [ROOT] [--state-dir DIR] [--json] [--quiet]\n"
+	"\n"
+	"kernel: ask the process holding each kernel install (`hotpathd install` of a\n"
+	"kernel plan) to revert it (SIGTERM) and wait until it has; an install whose\n"
+	"holder died was reverted by hotpath.ko then, and only its journal is removed.\n"
 	"\n"
 	"Revert what is installed in process PID (only ROOT's group when given): call\n"
 	"sites first, then the entry, so the copy stays reachable until the end; the\n"
@@ -74,7 +89,9 @@ static const char installed_usage[] =
 	"process, root, code hash, code heap, entry and new entry, and its state:\n"
 	"installed, installing or reverting (an agent died midway: `hotpathd revert`\n"
 	"finishes it), heap_kept (reverted, but a thread could still be in the copy),\n"
-	"process_gone.\n";
+	"process_gone. A kernel install names the process holding /dev/hotpath for\n"
+	"it (`hotpathd install` of a kernel plan); process_gone there means that\n"
+	"process died and hotpath.ko undid the install.\n";
 
 struct progress {
 	bool quiet;
@@ -109,6 +126,83 @@ static int exit_for(int r)
 	default:
 		return HP_EXIT_ERROR;
 	}
+}
+
+/* A kernel install, held: this process keeps /dev/hotpath open (closing
+ * it would make hotpath.ko undo the install) until a signal in hold, then
+ * reverts what it installed and exits. */
+static int hold_kernel(const char *state, const sigset_t *hold, bool json, struct progress *pr)
+{
+	struct hp_install_result res;
+	char err[1024];
+	int sig = 0;
+
+	if (!json)
+		printf("holding /dev/hotpath as process %d: the install lasts while this process runs; SIGTERM "
+		       "(`hotpathd revert kernel`) reverts it\n",
+		       (int)getpid());
+	fflush(stdout);
+	sigwait(hold, &sig);
+	pr->verb = "revert";
+	int r = hp_revert(state, (int)getpid(), NULL, &res, on_step, pr, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "hotpathd install: reverting on signal %d: %s\n", sig, err);
+		return exit_for(r);
+	}
+	if (!pr->quiet)
+		fprintf(stderr, "hotpathd install: reverted on signal %d: entry restored in %.0f us, %.2f ms in all\n",
+			sig, res.revert_entry_us, res.revert_total_ms);
+	return HP_EXIT_OK;
+}
+
+/* `hotpathd revert kernel [ROOT]`: the processes holding kernel installs
+ * are asked to revert them (SIGTERM) and waited for; journals of holders
+ * that died are removed (hotpath.ko undid their installs). */
+static int revert_kernel(const char *state, const char *root, bool json, struct progress *pr)
+{
+	struct hp_installed *ins;
+	size_t n, done = 0;
+	char err[1024];
+	int rc = HP_EXIT_OK;
+
+	if (hp_installed_list(state, &ins, &n, err, sizeof(err)) < 0) {
+		fprintf(stderr, "hotpathd revert: %s\n", err);
+		return HP_EXIT_ERROR;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct hp_installed *h = &ins[i];
+		if (strcmp(h->target, "kernel") || (root && strcmp(h->root, root)))
+			continue;
+		done++;
+		if (hp_process_running(h->pid, h->start_time) && h->pid != (int)getpid()) {
+			kill(h->pid, SIGTERM);
+			/* Its revert waits for an RCU-tasks grace period: seconds under emulation. */
+			for (int k = 0; k < 1200 && hp_process_running(h->pid, h->start_time); k++)
+				usleep(50000);
+			if (hp_process_running(h->pid, h->start_time)) {
+				fprintf(stderr, "hotpathd revert: process %d holding %s did not exit within 60 s\n",
+					h->pid, h->root);
+				rc = HP_EXIT_ERROR;
+				continue;
+			}
+		}
+		/* The holder is gone: its journal is removed, if it is left. */
+		struct hp_install_result res;
+		if (access(h->journal, F_OK) == 0)
+			hp_revert(state, h->pid, h->root, &res, on_step, pr, err, sizeof(err));
+		if (!json)
+			printf("reverted in the kernel: %s (held by process %d)\n", h->root, h->pid);
+	}
+	free(ins);
+	if (json)
+		printf("{\"status\":\"%s\",\"target\":\"kernel\",\"reverted\":%zu}\n",
+		       done ? (rc ? "error" : "reverted") : "nothing_installed", done);
+	if (!done) {
+		fprintf(stderr, "hotpathd revert: nothing is installed in the kernel%s%s\n", root ? " named " : "",
+			root ? root : "");
+		return EXIT_STATE;
+	}
+	return rc;
 }
 
 int cmd_install(int argc, char **argv)
@@ -162,7 +256,24 @@ int cmd_install(int argc, char **argv)
 		fprintf(stderr, "hotpathd install: %s\n", err);
 		return HP_EXIT_ERROR;
 	}
-	int target = pid ? (int)pid : plan.pid;
+	bool kernel = !strcmp(plan.kind, "kernel");
+	if (kernel && calls) {
+		calls = false;
+		if (!pr.quiet)
+			fprintf(stderr,
+				"hotpathd install: call sites in the kernel: not yet (issue 18): the entry only "
+				"(--no-call-sites)\n");
+	}
+	/* A kernel install lasts while this process holds /dev/hotpath: the
+	 * signals that end the hold wait until the install is done. */
+	sigset_t hold;
+	sigemptyset(&hold);
+	sigaddset(&hold, SIGTERM);
+	sigaddset(&hold, SIGINT);
+	sigaddset(&hold, SIGHUP);
+	if (kernel)
+		sigprocmask(SIG_BLOCK, &hold, NULL);
+	int target = kernel ? (int)getpid() : pid ? (int)pid : plan.pid;
 	/* The process's model, with the agent's own patches read as the
 	 * original bytes, for the root's call sites. */
 	struct hp_model *m = NULL;
@@ -187,7 +298,8 @@ int cmd_install(int argc, char **argv)
 			hp_install_json_refused(stdout, plan.root, err);
 		fprintf(stderr, "hotpathd install: %s\n", err);
 		hp_iplan_free(&plan);
-		return exit_for(r);
+		/* hotpath.ko not loaded, held by another process, or another ABI: refused. */
+		return kernel && (r == -ENOENT || r == -EBUSY || r == -EPROTO) ? EXIT_REFUSED : exit_for(r);
 	}
 	if (json) {
 		hp_install_json_installed(stdout, &plan, target, &res);
@@ -205,7 +317,7 @@ int cmd_install(int argc, char **argv)
 		printf("  journal: %s\n", res.journal);
 	}
 	hp_iplan_free(&plan);
-	return HP_EXIT_OK;
+	return kernel ? hold_kernel(state, &hold, json, &pr) : HP_EXIT_OK;
 }
 
 int cmd_revert(int argc, char **argv)
@@ -239,6 +351,8 @@ int cmd_revert(int argc, char **argv)
 			return HP_EXIT_USAGE;
 		}
 	}
+	if (npos >= 1 && npos <= 2 && !strcmp(pos[0], "kernel"))
+		return revert_kernel(state, npos == 2 ? pos[1] : NULL, json, &pr);
 	if (npos < 2 || strcmp(pos[0], "pid") || hp_parse_uint(pos[1], 1, 0x7fffffff, &pid) < 0) {
 		fputs(revert_usage, stderr);
 		return HP_EXIT_USAGE;
@@ -302,9 +416,10 @@ int cmd_installed(int argc, char **argv)
 		if (pid && h->pid != (int)pid)
 			continue;
 		shown++;
-		printf("%-10s pid %-7d %-24s heap 0x%" PRIx64 " (%" PRIu64 " bytes) entry 0x%" PRIx64 " -> 0x%" PRIx64
+		printf("%-10s %s %-7d %-24s heap 0x%" PRIx64 " (%" PRIu64 " bytes) entry 0x%" PRIx64 " -> 0x%" PRIx64
 		       " %zu writes  %s\n",
-		       h->state, h->pid, h->root, h->heap, h->heap_len, h->entry, h->new_entry, h->writes, h->id);
+		       h->state, strcmp(h->target, "kernel") ? "pid" : "kernel, held by pid", h->pid, h->root, h->heap,
+		       h->heap_len, h->entry, h->new_entry, h->writes, h->id);
 		if (h->detail[0])
 			printf("           %s\n", h->detail);
 	}

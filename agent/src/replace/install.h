@@ -168,8 +168,9 @@ struct hp_installed {
 	char id[64];
 	char journal[4096];
 	char plan_path[4200];
-	int pid;
+	int pid; /* a kernel install's: the process holding it (its /dev/hotpath) */
 	uint64_t start_time;
+	char target[16]; /* "process" or "kernel" */
 	char root[128];
 	char module[512];
 	char hash[65];

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "base/grow.h"
+#include "host/processes.h"
 #include "isa/isa.h"
 #include "replace/install.h"
 #include "replace/install_op.h"
@@ -328,7 +329,9 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 				ent_member[k] = (uint32_t)j;
 	for (size_t i = 0; i < p->nrelocs; i++)
 		NEED(p->relocs[i].target + (uint64_t)x->delta);
-	if (lo < 0)
+	/* A process's addresses are the lower half; the kernel's the upper,
+	 * negative here, where the range is signed (heap_place compares so). */
+	if (lo < 0 && strcmp(x->t.ops->kind, "kernel"))
 		lo = 0;
 	if (o->patch_calls && o->m) {
 		uint64_t *all = NULL;
@@ -555,7 +558,9 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 	struct hp_op x = { .p = p, .o = o, .res = res, .progress = o->progress, .pctx = o->progress_ctx };
 	char dir[4096], name[128], rootname[24], path[4200];
 	uint32_t rnd = 0;
-	int pid = o->pid ? o->pid : p->pid, r;
+	/* A kernel install is held by this process (its /dev/hotpath): its journal names it. */
+	bool kernel = !strcmp(p->kind, "kernel");
+	int pid = kernel ? getpid() : o->pid ? o->pid : p->pid, r;
 	double t0 = hp_now();
 
 	memset(res, 0, sizeof(*res));
@@ -572,9 +577,11 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 		return r;
 	/* Heaps earlier reverts in this process kept are asked again first. */
 	hp_release_kept(o->state_dir, pid, NULL, &res->kept_released, &res->kept_waiting);
-	if ((r = hp_patch_target_process(pid, o->pid && o->pid != p->pid ? 0 : p->start_time, &x.t, err, errlen)) < 0)
+	uint64_t planned_start = kernel ? 0 : o->pid && o->pid != p->pid ? 0 : p->start_time;
+	if (kernel)
+		hp_process_start_time(pid, &planned_start);
+	if ((r = hp_op_open_target(&x, p->kind, pid, planned_start, err, errlen)) < 0)
 		return r;
-	x.have_target = true;
 	snprintf(dir, sizeof(dir), "%s/replace", o->state_dir);
 	/* One install per root and process. */
 	uint64_t start = x.t.instance;
@@ -597,9 +604,8 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 			return r;
 		res->kept_released += rr.kept_released; /* its revert asked again (its own kept heap counted) */
 		res->kept_waiting = rr.kept_waiting;
-		if ((r = hp_patch_target_process(pid, start, &x.t, err, errlen)) < 0)
+		if ((r = hp_op_open_target(&x, p->kind, pid, start, err, errlen)) < 0)
 			return r;
-		x.have_target = true;
 	}
 	/* What the other installs in this process wrote: read as the original
 	 * bytes by the plan's check, and written over (not under) by this one. */

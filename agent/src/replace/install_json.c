@@ -130,6 +130,7 @@ void hp_installed_json(FILE *fp, const char *state_dir, const struct hp_installe
 		json_obj_begin(&j);
 		json_kstr(&j, "id", h->id);
 		json_kstr(&j, "state", h->state);
+		json_kstr(&j, "target", h->target);
 		json_key(&j, "pid");
 		json_u64(&j, (uint64_t)h->pid);
 		json_ku64(&j, "start_time", h->start_time);

@@ -10,9 +10,35 @@
 #include <unistd.h>
 
 #include "base/grow.h"
+#include "host/processes.h"
 #include "model/model.h"
 #include "replace/install_op.h"
 #include "replace/journal_state.h"
+
+int hp_op_open_target(struct hp_op *x, const char *kind, int pid, uint64_t start, char *err, size_t errlen)
+{
+	int r;
+
+	if (kind && !strcmp(kind, "kernel")) {
+		if (pid != getpid()) {
+			if (!hp_process_running(pid, start)) {
+				snprintf(err, errlen,
+					 "process %d, which held the kernel install, exited: hotpath.ko undid it", pid);
+				return -ESRCH;
+			}
+			snprintf(err, errlen,
+				 "the kernel install is held by process %d (its /dev/hotpath): it reverts on SIGTERM, "
+				 "which `hotpathd revert kernel` sends",
+				 pid);
+			return -EBUSY;
+		}
+		r = hp_patch_target_kernel(&x->t, err, errlen);
+	} else {
+		r = hp_patch_target_process(pid, start, &x->t, err, errlen);
+	}
+	x->have_target = r == 0;
+	return r;
+}
 
 void hp_op_step(struct hp_op *x, enum hp_install_step s, const char *detail)
 {

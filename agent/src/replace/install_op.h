@@ -45,6 +45,12 @@ struct hp_op {
 	void *pctx;
 };
 
+/* Open the target a plan or journal names into x->t: kind "kernel" (the
+ * kernel target, which only the process holding the install, pid, started
+ * at start, can change: -EBUSY from any other while it runs, -ESRCH once
+ * it exited, since then the module undid it), otherwise process pid
+ * (started at start; 0: not checked). */
+int hp_op_open_target(struct hp_op *x, const char *kind, int pid, uint64_t start, char *err, size_t errlen);
 /* Report step s to the caller's progress callback. */
 void hp_op_step(struct hp_op *x, enum hp_install_step s, const char *detail);
 /* Append rec (taken) to the journal, durably. 0 or a negative errno. */

@@ -36,6 +36,9 @@ int hp_installed_list(const char *state_dir, struct hp_installed **out, size_t *
 			hp_journal_plan_path(js[i], h->plan_path, sizeof(h->plan_path));
 			h->pid = (int)hp_jrec_u64(s.begin, "pid");
 			h->start_time = hp_jrec_u64(s.begin, "start_time");
+			snprintf(h->target, sizeof(h->target), "%s",
+				 json_string_value(json_object_get(s.begin, "target")) ?: "process");
+			bool kernel = !strcmp(h->target, "kernel");
 			snprintf(h->root, sizeof(h->root), "%s",
 				 json_string_value(json_object_get(s.begin, "root")) ?: "");
 			snprintf(h->module, sizeof(h->module), "%s",
@@ -77,11 +80,13 @@ int hp_installed_list(const char *state_dir, struct hp_installed **out, size_t *
 				 "install and revert in the process, and by the daemon periodically): %s",
 				 s.kept_why);
 			snprintf(h->detail, sizeof(h->detail), "%s",
-				 !alive       ? "the process exited; `hotpathd revert` removes the journal" :
-				 s.heap_kept  ? kept :
-				 s.revert     ? "a revert was interrupted: `hotpathd revert` finishes it" :
-				 !s.installed ? "an install was interrupted: `hotpathd revert` undoes it" :
-						"");
+				 !alive && kernel ? "the process holding it exited, so hotpath.ko undid it; `hotpathd "
+						    "revert kernel` removes the journal" :
+				 !alive           ? "the process exited; `hotpathd revert` removes the journal" :
+				 s.heap_kept      ? kept :
+				 s.revert         ? "a revert was interrupted: `hotpathd revert` finishes it" :
+				 !s.installed     ? "an install was interrupted: `hotpathd revert` undoes it" :
+						    "");
 			hp_jstate_free(&s);
 		}
 		free(js[i]);

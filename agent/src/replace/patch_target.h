@@ -131,6 +131,13 @@ struct hp_patch_target {
  * ticks after boot; 0: not checked). */
 int hp_patch_target_process(int pid, uint64_t start_time, struct hp_patch_target *t, char *err, size_t errlen);
 
+/* The kernel target (kernel_target.c): hotpath.ko's /dev/hotpath, opened
+ * once and held for the rest of this process's life (closing it makes the
+ * module undo what this process installed); t->instance is this process's
+ * start time. -ENOENT (the message says to load hotpath.ko) when the
+ * device is missing, -EBUSY when another process holds it. */
+int hp_patch_target_kernel(struct hp_patch_target *t, char *err, size_t errlen);
+
 void hp_undo_free(struct hp_undo *u);
 
 #endif

@@ -71,8 +71,9 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 	p->root = dupstr(json_object_get(root, "root"));
 	tg = json_object_get(root, "target");
 	snprintf(p->kind, sizeof(p->kind), "%s", json_string_value(json_object_get(tg, "kind")) ?: "");
-	if (strcmp(p->kind, "pid") && strcmp(p->kind, "elf")) {
-		snprintf(err, errlen, "the plan is for a %s target; only process (pid) and ELF plans install here",
+	if (strcmp(p->kind, "pid") && strcmp(p->kind, "elf") && strcmp(p->kind, "kernel")) {
+		snprintf(err, errlen,
+			 "the plan is for a %s target; only process (pid), ELF and kernel plans install here",
 			 p->kind[0] ? p->kind : "unknown");
 		r = -EOPNOTSUPP;
 		goto out;

@@ -33,9 +33,11 @@ static int revert_journal(const char *path, const struct hp_install_opts *o, str
 	int pid = (int)hp_jrec_u64(s.begin, "pid");
 	snprintf(res->id, sizeof(res->id), "%s", json_string_value(json_object_get(s.begin, "id")) ?: "");
 	snprintf(res->journal, sizeof(res->journal), "%s", path);
-	r = hp_patch_target_process(pid, hp_jrec_u64(s.begin, "start_time"), &x.t, err, errlen);
+	r = hp_op_open_target(&x, json_string_value(json_object_get(s.begin, "target")), pid,
+			      hp_jrec_u64(s.begin, "start_time"), err, errlen);
 	if (r == -ESRCH) {
-		/* The process is gone, and everything it had with it. */
+		/* The process is gone, and everything it had with it (a kernel
+		 * install's holder: hotpath.ko undid it when its fd closed). */
 		hp_jstate_free(&s);
 		unlink(plan);
 		unlink(path);
@@ -45,7 +47,6 @@ static int revert_journal(const char *path, const struct hp_install_opts *o, str
 		hp_jstate_free(&s);
 		return r;
 	}
-	x.have_target = true;
 	if ((r = hp_journal_open(path, &x.j, err, errlen)) < 0)
 		goto out;
 	for (size_t k = 0; k < s.nundo; k++) {

@@ -149,9 +149,12 @@ job_test() {
 	else
 		echo "@@info measure=no"
 	fi
-	# hotpath.ko (loaded by init): its proofs, then nothing of it left in ftrace, unloading and
+	# hotpath.ko (loaded by init): its proofs and the agent's kernel target's, then nothing of either
+	# left in ftrace, unloading and
 	# loading it again, and the kernel's log of it all.
 	frame kmodtest /lane/kmodtest "$LANE_KMOD_CYCLES"
+	# The agent's kernel target: hotpathd install / revert kernel of a plan of lane_mix.
+	frame ktarget /lane/ktarget.sh "$LANE_KTARGET_CYCLES"
 	frame kmod-ftrace-after cat $T/enabled_functions
 	frame kmod-reload sh -c 'rmmod hotpath && insmod /lane/hotpath.ko && grep -w hotpath /proc/modules'
 	frame kmod-dmesg dmesg

@@ -12,6 +12,11 @@
  *   write()  "nap MS": lane_nap() sleeps MS milliseconds in the calling
  *            thread (1..1000), so a wall timer on lane_nap sees the sleep and
  *            a virtualized timer does not.
+ *            "mix N": lane_mix(N), a function with a few branches for the
+ *            kernel target's proofs: its result goes to the module parameter
+ *            mix_result, and where lane_mix ran (the return address of its
+ *            call of lane_here, inside lane_mix or inside a copy of it) to
+ *            mix_where, both under /sys/module/hotpath_lane/parameters/.
  *
  * Both paths call into vmlinux (ktime_get_ns, msleep), so the module's
  * functions have callees outside the module.
@@ -36,6 +41,35 @@ static noinline u64 lane_step(u64 n)
 	}
 	WRITE_ONCE(lane_other_calls, lane_other_calls + 1);
 	return 0;
+}
+
+static unsigned long lane_mix_result, lane_mix_where, lane_mix_salt = 0x5bd1e995;
+module_param_named(mix_result, lane_mix_result, ulong, 0400);
+module_param_named(mix_where, lane_mix_where, ulong, 0400);
+
+/* Where its caller runs: the original lane_mix, or a copy of it. */
+static noinline void lane_here(void)
+{
+	WRITE_ONCE(lane_mix_where, (unsigned long)__builtin_return_address(0));
+}
+
+/* A few branches on n, a result that depends on which ran. */
+static noinline u64 lane_mix(u64 n)
+{
+	u64 r = n * 2654435761u;
+
+	lane_here();
+	if (n & 1)
+		r ^= r >> 7;
+	else
+		r += 0x9e37;
+	if (n % 3 == 0)
+		r = ~r;
+	else if (n % 5 == 0)
+		r -= n << 3;
+	else
+		r = r * 31 + READ_ONCE(lane_mix_salt); /* a RIP-relative load the copy must keep reaching */
+	return r & 0xffffffff;
 }
 
 /* The function whose caller sleeps inside it. */
@@ -67,12 +101,17 @@ static ssize_t lane_write(struct file *file, const char __user *buf, size_t len,
 {
 	char cmd[32];
 	unsigned int ms;
+	unsigned long long n;
 
 	if (len >= sizeof(cmd))
 		return -EINVAL;
 	if (copy_from_user(cmd, buf, len))
 		return -EFAULT;
 	cmd[len] = '\0';
+	if (sscanf(cmd, "mix %llu", &n) == 1) {
+		WRITE_ONCE(lane_mix_result, lane_mix(n));
+		return len;
+	}
 	if (sscanf(cmd, "nap %u", &ms) != 1 || ms < 1 || ms > 1000)
 		return -EINVAL;
 	lane_nap(ms);

@@ -1,0 +1,498 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The kernel target (patch_target.h) over hotpath.ko's /dev/hotpath
+ * (agent/kmod/hotpath_uapi.h): the same install and revert engine as for
+ * processes, with the module doing every write.
+ *
+ *   module_base    vmlinux: _text; a module: its lowest text symbol, both
+ *                  from /proc/kallsyms (as the kernel model's kallsyms.c
+ *                  places modules); the build id is the kernel's
+ *   read           HOTPATH_READ (kernel text, module text, our own heaps)
+ *   heap_place     HOTPATH_HEAP_ALLOC: the kernel picks the address
+ *                  (module_alloc, module space), so "place" allocates; an
+ *                  address outside the range the engine needs is freed
+ *                  and refused
+ *   heap_map       HOTPATH_HEAP_WRITE of the whole image, then HEAP_SEAL
+ *                  (read-only and executable from then on)
+ *   entries        HOTPATH_REDIRECT (ftrace IPMODIFY, with the original
+ *                  bytes as expect) / HOTPATH_UNDO
+ *   call sites     not yet (issue 18: text_poke_bp): prepare_call refuses
+ *   heap_release   HOTPATH_HEAP_FREE (the module waits for an RCU-tasks
+ *                  grace period: no task can be inside the copy after it)
+ *
+ * The device is opened once per process and stays open for the process's
+ * life: closing it makes the module undo everything this process
+ * installed (redirects, then heaps). So an install lives as long as the
+ * process that made it (`hotpathd install --hold`, or the daemon), and
+ * nothing can be left half-done by an agent that dies: its fd closes.
+ *
+ * An entry redirected through ftrace is not a jump written at the entry:
+ * ftrace turns the entry's 5-byte nop into a call of its trampoline, whose
+ * bytes the agent cannot predict. read_raw shows a redirect this process
+ * made as the jump it amounts to (the undo record's new bytes), so the
+ * engine's live-state rule (original / ours / neither) holds for kernel
+ * entries too.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "hotpath_uapi.h"
+#include "host/hostinfo.h"
+#include "host/processes.h"
+#include "isa/isa.h"
+#include "replace/patch_target.h"
+
+/* The process's one open of the device, its heaps and redirects: they
+ * outlive any one hp_patch_target (an install's, then its revert's). */
+static struct {
+	int fd; /* -1: not open */
+	struct hotpath_info info;
+	uint64_t fentry; /* __fentry__, from /proc/kallsyms */
+	struct {
+		uint64_t addr, len;
+		uint32_t id;
+	} heaps[HOTPATH_HEAPS_MAX];
+	struct {
+		uint64_t entry, target;
+	} redirects[HOTPATH_REDIRECTS_MAX];
+} kdev = { .fd = -1 };
+
+static const char *device_path(void)
+{
+	const char *p = getenv("HOTPATH_KERNEL_DEVICE"); /* tests: a device that is not there */
+	return p && *p ? p : HOTPATH_DEVICE;
+}
+
+/* The address of symbol name in /proc/kallsyms (want_mod NULL: vmlinux's),
+ * or with lowest set, the lowest text symbol of module want_mod. 0: none. */
+static uint64_t kallsyms_find(const char *name, const char *want_mod, bool lowest)
+{
+	FILE *fp = fopen("/proc/kallsyms", "re");
+	char line[512];
+	uint64_t best = 0;
+
+	if (!fp)
+		return 0;
+	while (fgets(line, sizeof(line), fp)) {
+		char type, sym[256], mod[256] = "";
+		unsigned long long a;
+		int n = sscanf(line, "%llx %c %255s [%255[^]]]", &a, &type, sym, mod);
+		if (n < 3 || !a)
+			continue;
+		bool in_mod = n == 4;
+		if (want_mod ? !in_mod || strcmp(mod, want_mod) : in_mod)
+			continue;
+		if (lowest) {
+			if ((type == 't' || type == 'T') && (!best || a < best))
+				best = a;
+		} else if (!strcmp(sym, name)) {
+			best = a;
+			break;
+		}
+	}
+	fclose(fp);
+	return best;
+}
+
+static int kmodule_base(struct hp_patch_target *t, const char *path, const char *build_id, uint64_t *bias, char *err,
+			size_t errlen)
+{
+	char now[65] = "";
+	bool vmlinux = !strcmp(path, "vmlinux");
+
+	hp_kernel_build_id(now, sizeof(now));
+	if (build_id && build_id[0] && now[0] && strcmp(build_id, now)) {
+		snprintf(err, errlen,
+			 "the plan is for another kernel build (build id %.16s..., this kernel's %.16s...): plan again "
+			 "on this kernel",
+			 build_id, now);
+		return -ESTALE;
+	}
+	*bias = vmlinux ? kallsyms_find("_text", NULL, false) : kallsyms_find(NULL, path, true);
+	if (!*bias) {
+		snprintf(err, errlen, "%s is not loaded in this kernel (no text symbol of it in /proc/kallsyms)",
+			 vmlinux ? "vmlinux's _text" : path);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+static int kquiesce(struct hp_patch_target *t, char *err, size_t errlen)
+{
+	/* Nothing to stop: ftrace serialises a redirect's registration itself
+	 * (under ftrace_lock, with text_poke_bp and a sync of every CPU), and a
+	 * task is always either before the entry (it takes the redirect or
+	 * not, whole) or inside the original or the copy, both complete. */
+	t->quiesce_seconds = 0;
+	return 0;
+}
+
+static void kresume(struct hp_patch_target *t)
+{
+}
+
+static int kread(struct hp_patch_target *t, uint64_t addr, void *buf, size_t len)
+{
+	for (size_t done = 0; done < len;) {
+		size_t n = len - done < kdev.info.read_max ? len - done : kdev.info.read_max;
+		struct hotpath_read rq = { .addr = addr + done,
+					   .buf = (uint64_t)(uintptr_t)((uint8_t *)buf + done),
+					   .len = (uint32_t)n };
+		if (ioctl(kdev.fd, HOTPATH_READ, &rq) < 0)
+			return -errno;
+		done += n;
+	}
+	return 0;
+}
+
+/* The jump an entry redirect amounts to: e9 rel32 from entry to target. */
+static void jump_bytes(uint64_t entry, uint64_t target, uint8_t out[5])
+{
+	int32_t rel = (int32_t)(target - (entry + 5));
+	out[0] = 0xe9;
+	memcpy(out + 1, &rel, 4);
+}
+
+static int kread_raw(struct hp_patch_target *t, uint64_t addr, void *buf, size_t len)
+{
+	int r = kread(t, addr, buf, len);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < HOTPATH_REDIRECTS_MAX; i++) {
+		uint64_t e = kdev.redirects[i].entry;
+		uint8_t j[5];
+		if (!e || e + 5 <= addr || e >= addr + len)
+			continue;
+		jump_bytes(e, kdev.redirects[i].target, j);
+		for (int k = 0; k < 5; k++)
+			if (e + k >= addr && e + k < addr + len)
+				((uint8_t *)buf)[e + k - addr] = j[k];
+	}
+	return 0;
+}
+
+static int kprepare_scratch(struct hp_patch_target *t, struct hp_undo *u, char *err, size_t errlen)
+{
+	memset(u, 0, sizeof(*u));
+	u->kind = HP_UNDO_SCRATCH; /* none needed: the module does the writes */
+	return 0;
+}
+
+static int kheap_free_id(uint32_t id)
+{
+	struct hotpath_heap_id rq = { .id = id };
+	return ioctl(kdev.fd, HOTPATH_HEAP_FREE, &rq) < 0 ? -errno : 0;
+}
+
+static int kheap_place(struct hp_patch_target *t, uint64_t lo, uint64_t hi, uint64_t near, size_t len, uint64_t *addr,
+		       char *err, size_t errlen)
+{
+	struct hotpath_heap_alloc rq = { .size = (uint32_t)len };
+	size_t slot = HOTPATH_HEAPS_MAX;
+
+	if (len > kdev.info.heap_max) {
+		snprintf(err, errlen, "the copy needs %zu bytes; hotpath.ko's heaps hold at most %u", len,
+			 kdev.info.heap_max);
+		return -E2BIG;
+	}
+	for (size_t i = 0; i < HOTPATH_HEAPS_MAX && slot == HOTPATH_HEAPS_MAX; i++)
+		if (!kdev.heaps[i].addr)
+			slot = i;
+	/* The kernel picks the address (module_alloc, in module space, within
+	 * rel32 reach of kernel text): "placing" is allocating here. */
+	if (slot == HOTPATH_HEAPS_MAX || ioctl(kdev.fd, HOTPATH_HEAP_ALLOC, &rq) < 0) {
+		int e = slot == HOTPATH_HEAPS_MAX ? ENOSPC : errno;
+		snprintf(err, errlen, "hotpath.ko could not allocate a code heap of %zu bytes: %s", len, strerror(e));
+		return -e;
+	}
+	/* Kernel addresses are the upper half: the engine's range is signed. */
+	if ((int64_t)rq.addr < (int64_t)lo || (int64_t)(rq.addr + len) > (int64_t)hi) {
+		kheap_free_id(rq.id);
+		snprintf(err, errlen,
+			 "hotpath.ko's code heap at 0x%" PRIx64
+			 " is out of rel32 reach of the copy's references "
+			 "[0x%" PRIx64 ", 0x%" PRIx64 ")",
+			 (uint64_t)rq.addr, lo, hi);
+		return -ERANGE;
+	}
+	kdev.heaps[slot].addr = rq.addr;
+	kdev.heaps[slot].len = len;
+	kdev.heaps[slot].id = rq.id;
+	*addr = rq.addr;
+	return 0;
+}
+
+static size_t heap_slot(uint64_t addr)
+{
+	for (size_t i = 0; i < HOTPATH_HEAPS_MAX; i++)
+		if (kdev.heaps[i].addr && kdev.heaps[i].addr == addr)
+			return i;
+	return HOTPATH_HEAPS_MAX;
+}
+
+static int kheap_map(struct hp_patch_target *t, struct hp_heap *h, const uint8_t *image, char *err, size_t errlen)
+{
+	size_t s = heap_slot(h->addr);
+
+	if (s == HOTPATH_HEAPS_MAX) {
+		snprintf(err, errlen, "no code heap of this process at 0x%" PRIx64, h->addr);
+		return -ENOENT;
+	}
+	if (h->rw_off) {
+		snprintf(err, errlen,
+			 "a copy with inline counters is not installed in the kernel yet (its heap would need a "
+			 "writable part)");
+		return -EOPNOTSUPP;
+	}
+	h->data = 0; /* no unwinder registration area: the kernel's unwinder is ORC (not done for copies) */
+	h->data_len = 0;
+	struct hotpath_heap_write w = { .id = kdev.heaps[s].id,
+					.buf = (uint64_t)(uintptr_t)image,
+					.len = (uint32_t)h->len };
+	struct hotpath_heap_id seal = { .id = kdev.heaps[s].id };
+	if (ioctl(kdev.fd, HOTPATH_HEAP_WRITE, &w) < 0 || ioctl(kdev.fd, HOTPATH_HEAP_SEAL, &seal) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "hotpath.ko refused to write or seal the code heap: %s", strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
+static int kunwind_noop(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen)
+{
+	/* The kernel unwinds with ORC, which has no registration for code
+	 * outside vmlinux and modules: nothing is registered (docs/decisions.md). */
+	h->unwind_registered = false;
+	return 0;
+}
+
+static int kunwind_settle(struct hp_patch_target *t, struct hp_heap *h, bool deregister, char *err, size_t errlen)
+{
+	return 0;
+}
+
+/* Whether the 5 bytes at p are an idle ftrace site: a 5-byte nop, or the
+ * call of __fentry__ the compiler left (ftrace nops it at boot or load). */
+static bool idle_site(const uint8_t *p, uint64_t addr)
+{
+	struct hp_isa_insn in;
+	struct hp_isa_detail d;
+
+	if (hp_isa_decode(p, 5, addr, &in) < 0 || in.len != 5)
+		return false;
+	if (in.cls == HP_IC_CALL && in.has_target)
+		return kdev.fentry && in.target == kdev.fentry;
+	return hp_isa_decode_detail(p, 5, addr, &d) == 0 && d.mnem == HP_MN_NOP;
+}
+
+static int kprepare_entry(struct hp_patch_target *t, uint64_t fn, uint64_t new_entry, struct hp_undo *u, char *err,
+			  size_t errlen)
+{
+	uint8_t copy[5];
+	int r;
+
+	memset(u, 0, sizeof(*u));
+	u->kind = HP_UNDO_ENTRY;
+	u->len = 5;
+	u->addr = fn;
+	if ((r = kread(t, fn, u->orig, 5)) < 0 || (r = kread(t, new_entry, copy, 5)) < 0) {
+		snprintf(err, errlen, "cannot read the entry at 0x%" PRIx64 " or its copy through hotpath.ko: %s", fn,
+			 strerror(-r));
+		return r;
+	}
+	if (!idle_site(u->orig, fn)) {
+		snprintf(err, errlen,
+			 "the entry at 0x%" PRIx64
+			 " is not an idle ftrace site (a 5-byte nop): something traces or patches it now",
+			 fn);
+		return -EBUSY;
+	}
+	/* The copy starts with the site as the planner read it; a call there
+	 * other than __fentry__ would be an ftrace trampoline's, run from the
+	 * copy with a return address ftrace does not know. */
+	if (!idle_site(copy, new_entry)) {
+		snprintf(
+			err, errlen,
+			"the copy's entry at 0x%" PRIx64
+			" does not start with an idle ftrace site (a 5-byte nop or a call of __fentry__): the plan was "
+			"made while something traced the function; plan again",
+			new_entry);
+		return -EINVAL;
+	}
+	jump_bytes(fn, new_entry, u->now);
+	return 0;
+}
+
+static int kprepare_call(struct hp_patch_target *t, uint64_t site, uint64_t new_target, struct hp_undo *u, char *err,
+			 size_t errlen)
+{
+	memset(u, 0, sizeof(*u));
+	snprintf(err, errlen, "call sites in the kernel: not yet (issue 18)");
+	return -EOPNOTSUPP;
+}
+
+static int kapply(struct hp_patch_target *t, const struct hp_undo *u, hp_pc_map_fn map, void *ctx, char *err,
+		  size_t errlen)
+{
+	size_t slot = HOTPATH_REDIRECTS_MAX;
+	int32_t rel;
+
+	if (u->kind == HP_UNDO_SCRATCH && !u->len && !u->big_len)
+		return 0;
+	if (u->kind != HP_UNDO_ENTRY || u->len != 5 || u->now[0] != 0xe9) {
+		snprintf(err, errlen, "the kernel target writes entries only (call sites: not yet, issue 18)");
+		return -EOPNOTSUPP;
+	}
+	for (size_t i = 0; i < HOTPATH_REDIRECTS_MAX && slot == HOTPATH_REDIRECTS_MAX; i++)
+		if (!kdev.redirects[i].entry)
+			slot = i;
+	memcpy(&rel, u->now + 1, 4);
+	struct hotpath_redirect rq = { .entry = u->addr,
+				       .target = u->addr + 5 + (uint64_t)(int64_t)rel,
+				       .expect = (uint64_t)(uintptr_t)u->orig,
+				       .expect_len = 5 };
+	if (slot == HOTPATH_REDIRECTS_MAX || ioctl(kdev.fd, HOTPATH_REDIRECT, &rq) < 0) {
+		int e = slot == HOTPATH_REDIRECTS_MAX ? ENOSPC : errno;
+		snprintf(err, errlen, "hotpath.ko refused to redirect 0x%" PRIx64 ": %s%s", u->addr, strerror(e),
+			 e == EBADMSG ? " (its bytes are not the ones planned)" :
+			 e == EBUSY   ? " (another ftrace IPMODIFY user, e.g. livepatch, owns it)" :
+			 e == EINVAL  ? " (not a function's ftrace site)" :
+					"");
+		return -e;
+	}
+	kdev.redirects[slot].entry = rq.entry;
+	kdev.redirects[slot].target = rq.target;
+	return 0;
+}
+
+static int krestore(struct hp_patch_target *t, const struct hp_undo *u, char *err, size_t errlen)
+{
+	if (u->kind != HP_UNDO_ENTRY)
+		return 0; /* nothing else is ever written */
+	struct hotpath_undo rq = { .entry = u->addr };
+	if (ioctl(kdev.fd, HOTPATH_UNDO, &rq) < 0 && errno != ENOENT) {
+		int e = errno;
+		snprintf(err, errlen, "hotpath.ko could not undo the redirect of 0x%" PRIx64 ": %s", u->addr,
+			 strerror(e));
+		return -e;
+	}
+	for (size_t i = 0; i < HOTPATH_REDIRECTS_MAX; i++)
+		if (kdev.redirects[i].entry == u->addr)
+			kdev.redirects[i].entry = kdev.redirects[i].target = 0;
+	return 0;
+}
+
+static int kin_use(struct hp_patch_target *t, uint64_t lo, uint64_t hi, char *why, size_t wlen)
+{
+	/* Never "in use" here: HOTPATH_HEAP_FREE itself waits for an RCU-tasks
+	 * grace period, after which no task can be inside the heap. */
+	return 0;
+}
+
+static int kheap_release(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen)
+{
+	size_t s = heap_slot(h->addr);
+	int r;
+
+	if (s == HOTPATH_HEAPS_MAX)
+		return 0; /* not this process's: it was freed when its holder's fd closed */
+	if ((r = kheap_free_id(kdev.heaps[s].id)) < 0 && r != -ENOENT) {
+		snprintf(err, errlen, "hotpath.ko could not free the code heap at 0x%" PRIx64 ": %s", h->addr,
+			 strerror(-r));
+		return r;
+	}
+	memset(&kdev.heaps[s], 0, sizeof(kdev.heaps[s]));
+	return 0;
+}
+
+static int kheap_find(struct hp_patch_target *t, const char *name, struct hp_heap *h)
+{
+	/* Leftovers cannot exist: the module frees an opener's heaps when its
+	 * fd closes, and a heap of this process is in kdev. */
+	for (size_t i = 0; i < HOTPATH_HEAPS_MAX; i++)
+		if (kdev.heaps[i].addr && kdev.heaps[i].addr == h->addr)
+			return 1;
+	return 0;
+}
+
+static bool kalive(struct hp_patch_target *t)
+{
+	return kdev.fd >= 0;
+}
+
+static void kclose(struct hp_patch_target *t)
+{
+	/* The device stays open: closing it would undo the install. */
+	t->ops = NULL;
+}
+
+static const struct hp_patch_ops kernel_ops = {
+	.kind = "kernel",
+	.module_base = kmodule_base,
+	.quiesce = kquiesce,
+	.resume = kresume,
+	.read = kread,
+	.read_raw = kread_raw,
+	.prepare_scratch = kprepare_scratch,
+	.heap_place = kheap_place,
+	.heap_map = kheap_map,
+	.unwind_register = kunwind_noop,
+	.unwind_deregister = kunwind_noop,
+	.unwind_arm = kunwind_noop,
+	.unwind_settle = kunwind_settle,
+	.prepare_entry = kprepare_entry,
+	.prepare_call = kprepare_call,
+	.apply = kapply,
+	.restore = krestore,
+	.in_use = kin_use,
+	.heap_release = kheap_release,
+	.heap_find = kheap_find,
+	.alive = kalive,
+	.close = kclose,
+};
+
+int hp_patch_target_kernel(struct hp_patch_target *t, char *err, size_t errlen)
+{
+	const char *dev = device_path();
+	uint64_t st = 0;
+
+	memset(t, 0, sizeof(*t));
+	if (kdev.fd < 0) {
+		int fd = open(dev, O_RDWR | O_CLOEXEC);
+		if (fd < 0) {
+			int e = errno;
+			snprintf(err, errlen,
+				 e == ENOENT ?
+					 "%s is missing: load hotpath.ko (agent/kmod) to install into the kernel" :
+				 e == EBUSY ? "%s is held by another process (one user at a time: `hotpathd installed` "
+					      "names the one holding an install)" :
+					      "cannot open %s: %s",
+				 dev, strerror(e));
+			return -e;
+		}
+		struct hotpath_info info;
+		if (ioctl(fd, HOTPATH_INFO, &info) < 0 || info.abi_version != HOTPATH_ABI_VERSION) {
+			snprintf(err, errlen,
+				 "%s speaks ABI version %u, this agent %u: load the hotpath.ko built with it", dev,
+				 ioctl(fd, HOTPATH_INFO, &info) < 0 ? 0 : info.abi_version, HOTPATH_ABI_VERSION);
+			close(fd);
+			return -EPROTO;
+		}
+		kdev.fd = fd;
+		kdev.info = info;
+		kdev.fentry = kallsyms_find("__fentry__", NULL, false);
+	}
+	hp_process_start_time(getpid(), &st);
+	t->ops = &kernel_ops;
+	snprintf(t->desc, sizeof(t->desc), "the kernel %.64s (%s held by process %d)", kdev.info.release, dev,
+		 (int)getpid());
+	t->instance = st;
+	return 0;
+}
