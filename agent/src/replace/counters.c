@@ -77,6 +77,51 @@ static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_count
 	return r;
 }
 
+/* The member whose entry function i's first bytes call (a call starting
+ * where i's entry jump will go), or n. */
+static size_t entry_callee(const struct hp_function *const *fns, const struct hp_module *const *mods, size_t n,
+			   size_t i)
+{
+	const struct hp_function *f = fns[i];
+	for (uint32_t c = 0; c < f->ncalls; c++) {
+		const struct hp_call *call = &mods[i]->calls[f->call_start + c];
+		if (call->site >= HP_COUNTED_ENTRY_JUMP)
+			continue;
+		for (size_t j = 0; j < n; j++)
+			if (j != i && fns[j]->addr == call->target)
+				return j;
+	}
+	return n;
+}
+
+void hp_counted_order(const struct hp_function *const *fns, const struct hp_module *const *mods, size_t n,
+		      size_t *order)
+{
+	size_t *next = calloc(n + 1, sizeof(size_t)), *chain = calloc(n + 1, sizeof(size_t));
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	if (!next || !chain) {
+		free(next);
+		free(chain);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		next[i] = entry_callee(fns, mods, n, i);
+	/* chain[i]: how many entries follow i's (a cycle stops at n steps). */
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = next[i]; j < n && chain[i] < n; j = next[j])
+			chain[i]++;
+	/* Longest chains first, the given order otherwise (a stable insertion sort). */
+	for (size_t i = 1; i < n; i++)
+		for (size_t k = i; k > 0 && chain[order[k - 1]] < chain[order[k]]; k--) {
+			size_t t = order[k];
+			order[k] = order[k - 1];
+			order[k - 1] = t;
+		}
+	free(next);
+	free(chain);
+}
+
 int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
 		       const struct hp_module *const *mods, size_t n, bool plain, bool every_block,
 		       struct hp_counted *out, char *err, size_t errlen)
@@ -94,7 +139,14 @@ int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const
 	out->exact = !plain;
 	snprintf(out->how, sizeof(out->how), "%s",
 		 plain ? "plain increments, one thread not proved" : "locked increments");
-	for (size_t i = 0; i < n; i++) {
+	size_t *order = calloc(n + 1, sizeof(size_t));
+	if (!order) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	hp_counted_order(fns, mods, n, order);
+	for (size_t k = 0; k < n; k++) {
+		size_t i = order[k];
 		out->fns[i].fn = fns[i];
 		out->fns[i].mod = mods[i];
 		char e[1024];
@@ -103,13 +155,15 @@ int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const
 			snprintf(err, errlen, "%s: %s", fns[i]->name, e);
 			char e2[512];
 			if (hp_counted_revert(out, e2, sizeof(e2)) < 0) {
-				size_t k = strlen(err);
-				snprintf(err + k, errlen - k, "; reverting the copies installed before it failed: %s",
+				size_t l = strlen(err);
+				snprintf(err + l, errlen - l, "; reverting the copies installed before it failed: %s",
 					 e2);
 			}
+			free(order);
 			return r;
 		}
 	}
+	free(order);
 	return 0;
 }
 

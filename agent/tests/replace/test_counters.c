@@ -20,6 +20,10 @@
  *    counts nothing of the parent's and leaves the proof standing.
  *  - A function too short for the entry jump, and a process that exited,
  *    are refused with the reason, nothing installed.
+ *  - A function whose first 5 bytes hold part of a call to another one is
+ *    installed before it, whatever order they are given in: the callee's
+ *    install, first, would have redirected that call, and the caller's entry
+ *    jump, covering part of it, was refused (seen in Lua's hot set).
  *  - A revert knows its own bytes when they hold 0xcc (a rel32 byte of a
  *    redirected call), which the process target reads as a probe's int3
  *    and shows as the file's byte: seen with ~100 functions counted at once.
@@ -471,6 +475,41 @@ static void t_inline_copy_from_original_code(void)
 	fx_stop(&f);
 }
 
+static void t_inline_entry_over_a_call(void)
+{
+	struct fx f;
+	char state[300], err[1024];
+	struct hp_model *m = NULL;
+	struct hp_counted c = { 0 };
+	struct hp_open_opts oo = { .quiet = true };
+
+	REQUIRE(fixture(), "the fixture does not compile");
+	snprintf(state, sizeof(state), "%s/state-first", tu_tmpdir());
+	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
+	EXPECT(fx_ask(&f, "first\n") == 20, "fx_first before");
+	REQUIRE(hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
+	const struct hp_module *mods[2];
+	/* The callee first, as a hot set may list them. */
+	const struct hp_function *fns[2] = { hp_model_find(m, "fx_loop", &mods[0], NULL),
+					     hp_model_find(m, "fx_first", &mods[1], NULL) };
+	REQUIRE(fns[0] && fns[1], "the fixture's functions");
+	size_t order[2];
+	hp_counted_order(fns, mods, 2, order);
+	EXPECT(order[0] == 1 && order[1] == 0, "install order %zu, %zu: fx_first goes first", order[0], order[1]);
+	int r = hp_counted_install(f.pid, m, state, fns, mods, 2, false, false, &c, err, sizeof(err));
+	EXPECT(r == 0, "installing both: %s", err);
+	if (r == 0) {
+		EXPECT(c.fns[0].installed && c.fns[1].installed, "both copies installed");
+		EXPECT(fx_ask(&f, "first\n") == 20, "fx_first counted");
+		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
+	}
+	EXPECT(hp_counted_revert(&c, err, sizeof(err)) == 0, "revert: %s", err);
+	EXPECT(fx_ask(&f, "first\n") == 20, "fx_first after");
+	EXPECT(fx_ask(&f, "go\n") == 83250, "the sum after");
+	hp_model_free(m);
+	fx_stop(&f);
+}
+
 /* A process target's reads as process_target.c does them: read shows a 0xcc
  * in memory where the file has another byte as the file's byte (a probe's
  * int3 hidden); read_raw shows memory as it is. */
@@ -528,6 +567,7 @@ int main(void)
 	RUN(t_inline_fork_in_window_exact);
 	RUN(t_inline_refusals);
 	RUN(t_inline_copy_from_original_code);
+	RUN(t_inline_entry_over_a_call);
 	tu_cleanup();
 	TEST_EXIT();
 }
