@@ -228,6 +228,7 @@ static uint32_t root_of(uint32_t *up, uint32_t x)
 
 struct wedge {
 	uint32_t e;
+	bool fixed; /* no place for its counter: the tree takes it first */
 	bool back;
 	double w;
 };
@@ -235,6 +236,8 @@ struct wedge {
 static int by_weight(const void *a, const void *b)
 {
 	const struct wedge *x = a, *y = b;
+	if (x->fixed != y->fixed)
+		return x->fixed ? -1 : 1;
 	if (x->back != y->back)
 		return x->back ? -1 : 1;
 	if (x->w != y->w)
@@ -380,8 +383,14 @@ static int place_on_edges(struct hp_instrument *ins, const struct hp_module *mod
 		}
 	}
 	for (uint32_t k = 0; k < ne; k++) {
-		uint32_t u = e[k].from == V ? n : e[k].from;
+		uint32_t u = e[k].from == V ? n : e[k].from, tk, fl;
 		double d = e[k].from == V ? 0 : depth[u] > 12 ? 12 : depth[u];
+		/* An edge no end of which it alone enters or leaves, and no jcc's
+		 * side (a jump table's, mostly), can have no counter: in the tree,
+		 * it needs none, and the function is not counted at every block. */
+		w[k].fixed = !(e[k].to != V && indeg[e[k].to] == 1) && !(e[k].from != V && outdeg[e[k].from] == 1) &&
+			     !(e[k].from != V && e[k].to != V && jcc_sides(mod, f, code, e[k].from, &tk, &fl) &&
+			       (e[k].to == tk || e[k].to == fl));
 		w[k].e = k;
 		w[k].w = 1;
 		for (uint32_t i = 0; i < (uint32_t)d; i++)

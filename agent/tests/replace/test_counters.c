@@ -175,6 +175,15 @@ static void t_flags_live_and_verified(void)
 		EXPECT(!hp_plan_verify(m, &p), "a stub jumping elsewhere was verified");
 	}
 	hp_instrument_plan_free(&p);
+	/* fx_switch: its table's edge into the block case 1 falls into has no
+	 * place for a counter; in the tree it needs none, so the function is
+	 * still counted on edges (before: a counter at every block). */
+	const struct hp_function *sw = hp_model_find(m, "fx_switch", &mod, &amb);
+	REQUIRE(sw && hp_instrument_plan(m, mod, sw, false, false, 0, &p, err, sizeof(err)) == 0, "switch: %s", err);
+	EXPECT(p.verified && p.instrument->edges && p.instrument->nslots < sw->nblocks,
+	       "fx_switch: verified %d (%s), on edges %d, %u counters for %u blocks", p.verified, p.verify_error,
+	       p.instrument->edges, p.instrument->nslots, sw->nblocks);
+	hp_instrument_plan_free(&p);
 	hp_model_free(m);
 }
 
@@ -193,9 +202,9 @@ static pid_t measure_start(int pid, const char *state, bool every_block, int *ou
 		dup2(e[1], 2);
 		close(o[0]);
 		close(e[0]);
-		execl(hp(), hp(), "measure", "pid", p, "fx_flags", "fx_loop", "fx_crit", "--blocks", "--inline",
-		      "--json", "--seconds", "3600", "--state-dir", state, every_block ? "--every-block" : "--inline",
-		      (char *)NULL);
+		execl(hp(), hp(), "measure", "pid", p, "fx_flags", "fx_loop", "fx_crit", "fx_switch", "--blocks",
+		      "--inline", "--json", "--seconds", "3600", "--state-dir", state,
+		      every_block ? "--every-block" : "--inline", (char *)NULL);
 		_exit(127);
 	}
 	close(o[1]);
@@ -235,6 +244,45 @@ static uint64_t edge_of(json_t *j, const char *fn, long from, long to)
 }
 
 static long fx_ask(struct fx *f, const char *line);
+
+/* fx_switch's block counts, as counted on edges (the first exact run) and
+ * at every block: gcc chooses its blocks, so the two are compared. */
+static struct {
+	int n;
+	long off[64];
+	uint64_t count[64];
+} switch_counts;
+
+static void check_switch(json_t *res, bool every_block)
+{
+	size_t i;
+	json_t *r;
+	int n = 0, same = 0;
+	json_array_foreach(res, i, r)
+	{
+		json_t *bo = json_object_get(r, "block_offset");
+		if (strcmp(json_string_value(json_object_get(r, "function")), "fx_switch") || !bo || n == 64)
+			continue;
+		long off = (long)json_integer_value(bo);
+		uint64_t c = (uint64_t)json_integer_value(json_object_get(json_object_get(r, "metrics"), "count"));
+		if (!every_block) {
+			switch_counts.off[n] = off;
+			switch_counts.count[n] = c;
+		} else {
+			same += n < switch_counts.n && switch_counts.off[n] == off && switch_counts.count[n] == c;
+		}
+		n++;
+	}
+	EXPECT(count_of(res, "fx_switch", -1) == 3000, "fx_switch called %" PRIu64 " times, not 3000",
+	       count_of(res, "fx_switch", -1));
+	if (!every_block)
+		switch_counts.n = n;
+
+	else if (switch_counts.n)
+		EXPECT(n == switch_counts.n && same == n,
+		       "fx_switch's %d block counts at every block differ from its %d counted on edges (%d the same)",
+		       n, switch_counts.n, same);
+}
 
 /* The fixture's threads: its own only; one parked before the window (locked
  * increments chosen); one started in the window (plain, not exact). */
@@ -334,6 +382,8 @@ static void inline_counts(bool every_block, enum threads th)
 			EXPECT(edge_of(j, "fx_crit", ef[i], et[i]) == ec[i],
 			       "fx_crit's edge +%ld -> +%ld counted %" PRIu64 ", not %" PRIu64, ef[i], et[i],
 			       edge_of(j, "fx_crit", ef[i], et[i]), ec[i]);
+		if (th == ONE_THREAD)
+			check_switch(res, every_block);
 		EXPECT(json_real_value(json_object_get(j, "exact_edge_share")) == 1.0, "not every edge exact");
 		EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(j, "mechanisms"), "block_count")),
 			       "inline_counter"),
