@@ -122,8 +122,10 @@ int hp_instrument_write(struct hp_plan *p, uint32_t member, uint32_t bi, uint64_
 
 	if (!counter_at(ins, member, bi, &slot, &keep))
 		return 0;
-	if (!ins->area_off)
-		ins->area_off = (p->code_len + AREA_ALIGN - 1) / AREA_ALIGN * AREA_ALIGN;
+	if (!ins->area_off) { /* the first page boundary after the code */
+		uint64_t lead = p->base % AREA_ALIGN;
+		ins->area_off = (lead + p->code_len + AREA_ALIGN - 1) / AREA_ALIGN * AREA_ALIGN - lead;
+	}
 	int n = hp_isa_encode_counter(ins->lock, keep, ins->red_zone, at, slot_addr(p, slot), out,
 				      p->code_len + 16 - (at - p->base), &d);
 	if (n < 0)
@@ -550,6 +552,12 @@ int hp_instrument_plan(struct hp_model *m, const struct hp_module *mod, const st
 	memset(p, 0, sizeof(*p));
 	hp_plan_opts_default(&p->opts);
 	p->opts.no_align = true; /* the original order, no padding */
+	if (base < AREA_ALIGN) {
+		/* After the module (where the emitter lays out a plan without a
+		 * base), base bytes into its page. */
+		const struct hp_function *last = &mod->funcs[mod->nfuncs - 1];
+		base += (last->addr + last->size + 0xffff) & ~(uint64_t)0xfff;
+	}
 	p->opts.base = base;
 	const char *rule = hp_plan_kept_rule(m, mod, f, detail, sizeof(detail));
 	if (rule) {

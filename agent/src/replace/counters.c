@@ -17,14 +17,15 @@
 
 /* One counted copy, planned from the model, installed. */
 static int install_plan(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain,
-			bool every_block, const struct hp_byte_patch *orig, size_t norig, char *err, size_t errlen)
+			bool every_block, uint32_t lead, const struct hp_byte_patch *orig, size_t norig, char *err,
+			size_t errlen)
 {
 	struct hp_iplan ip;
 	char *text = NULL;
 	size_t len = 0;
 	int r;
 
-	if ((r = hp_instrument_plan(m, cf->mod, cf->fn, !plain, every_block, 0, &cf->plan, err, errlen)) < 0)
+	if ((r = hp_instrument_plan(m, cf->mod, cf->fn, !plain, every_block, lead, &cf->plan, err, errlen)) < 0)
 		return r;
 	if (cf->plan.status != HP_PLAN_OK) {
 		snprintf(err, errlen, "%s", cf->plan.message);
@@ -38,7 +39,7 @@ static int install_plan(struct hp_counted *c, struct hp_model *m, struct hp_coun
 	free(text);
 	if (r < 0)
 		return r;
-	ip.counters_off = cf->plan.instrument->area_off;
+	ip.counters_off = cf->plan.base % 4096 + cf->plan.instrument->area_off; /* from the heap's page */
 	ip.counters_len = hp_instrument_area_len(&cf->plan);
 	struct hp_install_opts o = {
 		.state_dir = c->state_dir, .pid = c->pid, .patch_calls = true, .m = m, .orig = orig, .norig = norig
@@ -54,7 +55,7 @@ static int install_plan(struct hp_counted *c, struct hp_model *m, struct hp_coun
 }
 
 static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain, bool every_block,
-		       char *err, size_t errlen)
+		       uint32_t lead, char *err, size_t errlen)
 {
 	struct hp_byte_patch *orig = NULL;
 	size_t norig = 0;
@@ -72,7 +73,7 @@ static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_count
 		snprintf(err, errlen, "cannot read the patches of the copies installed before it");
 		return -EIO;
 	}
-	r = install_plan(c, m, cf, plain, every_block, orig, norig, err, errlen);
+	r = install_plan(c, m, cf, plain, every_block, lead, orig, norig, err, errlen);
 	free(orig);
 	return r;
 }
@@ -145,12 +146,18 @@ int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const
 		return -ENOMEM;
 	}
 	hp_counted_order(fns, mods, n, order);
+	/* Each copy is its own heap; each starts in its page where the one
+	 * before it ended (in 64-byte lines), so together they fill the cache
+	 * sets as one stretch of code would, not all from set 0. */
+	uint32_t lead = 0;
 	for (size_t k = 0; k < n; k++) {
 		size_t i = order[k];
 		out->fns[i].fn = fns[i];
 		out->fns[i].mod = mods[i];
 		char e[1024];
-		int r = install_one(out, m, &out->fns[i], plain, every_block, e, sizeof(e));
+		int r = install_one(out, m, &out->fns[i], plain, every_block, lead, e, sizeof(e));
+		if (r == 0)
+			lead = (uint32_t)((lead + out->fns[i].plan.code_len + 63) / 64 * 64 % 4096);
 		if (r < 0) {
 			snprintf(err, errlen, "%s: %s", fns[i]->name, e);
 			char e2[512];

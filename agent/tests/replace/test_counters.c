@@ -20,6 +20,8 @@
  *    counts nothing of the parent's and leaves the proof standing.
  *  - A function too short for the entry jump, and a process that exited,
  *    are refused with the reason, nothing installed.
+ *  - Copies installed together start each where the one before it ended
+ *    in its page (not all at +0, in the same cache sets).
  *  - A function whose first 5 bytes hold part of a call to another one is
  *    installed before it, whatever order they are given in: the callee's
  *    install, first, would have redirected that call, and the caller's entry
@@ -516,6 +518,12 @@ static void t_inline_copy_from_original_code(void)
 		EXPECT(!calls_to(copy, len, b->heap, a->new_entry),
 		       "fx_calls' copy calls fx_loop's copy 0x%" PRIx64 " directly (made from the patched bytes)",
 		       a->new_entry);
+		/* fx_loop's copy first, at the start of its page; fx_calls' after
+		 * it in its own page (the cache sets one stretch of code fills). */
+		uint64_t end = (c.fns[0].plan.code_len + 63) / 64 * 64 % 4096;
+		EXPECT(a->new_entry % 4096 == 0 && b->new_entry % 4096 == end,
+		       "the copies start +%" PRIu64 " and +%" PRIu64 " into their pages, not +0 and +%" PRIu64,
+		       a->new_entry % 4096, b->new_entry % 4096, end);
 		EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls counted");
 		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
 	}
