@@ -480,6 +480,42 @@ static bool calls_to(const uint8_t *code, size_t len, uint64_t at, uint64_t to)
 	return false;
 }
 
+/* fx_loop and CALLER (which calls it) counted at once with plain
+ * increments, in that order, in a fixture that answers LINE with 20: check
+ * runs while both are installed; before and after, LINE and the sum are
+ * right. */
+static void two_counted(const char *tag, const char *line, const char *caller,
+			void (*check)(struct fx *f, struct hp_counted *c))
+{
+	struct fx f;
+	char state[300], err[1024];
+	struct hp_model *m = NULL;
+	struct hp_counted c = { 0 };
+	struct hp_open_opts oo = { .quiet = true };
+
+	REQUIRE(fixture(), "the fixture does not compile");
+	snprintf(state, sizeof(state), "%s/state-%s", tu_tmpdir(), tag);
+	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
+	EXPECT(fx_ask(&f, line) == 20, "%s before", caller);
+	REQUIRE(hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
+	const struct hp_module *mods[2];
+	const struct hp_function *fns[2] = { hp_model_find(m, "fx_loop", &mods[0], NULL),
+					     hp_model_find(m, caller, &mods[1], NULL) };
+	REQUIRE(fns[0] && fns[1], "the fixture's functions");
+	int r = hp_counted_install(f.pid, m, state, fns, mods, 2, false, false, &c, err, sizeof(err));
+	EXPECT(r == 0, "installing both: %s", err);
+	if (r == 0) {
+		check(&f, &c);
+		EXPECT(fx_ask(&f, line) == 20, "%s counted", caller);
+		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
+	}
+	EXPECT(hp_counted_revert(&c, err, sizeof(err)) == 0, "revert: %s", err);
+	EXPECT(fx_ask(&f, line) == 20, "%s after", caller);
+	EXPECT(fx_ask(&f, "go\n") == 83250, "the sum after");
+	hp_model_free(m);
+	fx_stop(&f);
+}
+
 /* Two functions counted at once, one calling the other (fx_calls, then
  * fx_loop's call site in it): the second copy is made after the first
  * install redirected that call to the first copy. It must be made from the
@@ -488,84 +524,46 @@ static bool calls_to(const uint8_t *code, size_t len, uint64_t at, uint64_t to)
  * 0xcc byte the reader took it for a probe's int3 and gave the file's byte,
  * so the copy called an address in neither (the SQLite driver's crash with
  * ~100 functions counted at once). */
+static void copy_from_original_code(struct fx *f, struct hp_counted *c)
+{
+	const struct hp_install_result *a = &c->fns[0].res, *b = &c->fns[1].res;
+	static uint8_t copy[1 << 16];
+	size_t len = b->heap_len < sizeof(copy) ? b->heap_len : sizeof(copy);
+	struct iovec lo = { copy, len }, re = { (void *)(uintptr_t)b->heap, len };
+	EXPECT(process_vm_readv(f->pid, &lo, 1, &re, 1, 0) == (ssize_t)len, "reading fx_calls' copy");
+	EXPECT(calls_to(copy, len, b->heap, a->entry), "fx_calls' copy does not call fx_loop's entry 0x%" PRIx64,
+	       a->entry);
+	EXPECT(!calls_to(copy, len, b->heap, a->new_entry),
+	       "fx_calls' copy calls fx_loop's copy 0x%" PRIx64 " directly (made from the patched bytes)",
+	       a->new_entry);
+	/* fx_loop's copy first, at the start of its page; fx_calls' after
+	 * it in its own page (the cache sets one stretch of code fills). */
+	uint64_t end = (c->fns[0].plan.code_len + 63) / 64 * 64 % 4096;
+	EXPECT(a->new_entry % 4096 == 0 && b->new_entry % 4096 == end,
+	       "the copies start +%" PRIu64 " and +%" PRIu64 " into their pages, not +0 and +%" PRIu64,
+	       a->new_entry % 4096, b->new_entry % 4096, end);
+}
+
 static void t_inline_copy_from_original_code(void)
 {
-	struct fx f;
-	char state[300], err[1024];
-	struct hp_model *m = NULL;
-	struct hp_counted c = { 0 };
-	struct hp_open_opts oo = { .quiet = true };
+	two_counted("two", "calls\n", "fx_calls", copy_from_original_code);
+}
 
-	REQUIRE(fixture(), "the fixture does not compile");
-	snprintf(state, sizeof(state), "%s/state-two", tu_tmpdir());
-	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
-	EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls before");
-	REQUIRE(hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
-	const struct hp_module *mods[2];
-	const struct hp_function *fns[2] = { hp_model_find(m, "fx_loop", &mods[0], NULL),
-					     hp_model_find(m, "fx_calls", &mods[1], NULL) };
-	REQUIRE(fns[0] && fns[1], "the fixture's functions");
-	int r = hp_counted_install(f.pid, m, state, fns, mods, 2, false, false, &c, err, sizeof(err));
-	EXPECT(r == 0, "installing both: %s", err);
-	if (r == 0) {
-		const struct hp_install_result *a = &c.fns[0].res, *b = &c.fns[1].res;
-		static uint8_t copy[1 << 16];
-		size_t len = b->heap_len < sizeof(copy) ? b->heap_len : sizeof(copy);
-		struct iovec lo = { copy, len }, re = { (void *)(uintptr_t)b->heap, len };
-		EXPECT(process_vm_readv(f.pid, &lo, 1, &re, 1, 0) == (ssize_t)len, "reading fx_calls' copy");
-		EXPECT(calls_to(copy, len, b->heap, a->entry),
-		       "fx_calls' copy does not call fx_loop's entry 0x%" PRIx64, a->entry);
-		EXPECT(!calls_to(copy, len, b->heap, a->new_entry),
-		       "fx_calls' copy calls fx_loop's copy 0x%" PRIx64 " directly (made from the patched bytes)",
-		       a->new_entry);
-		/* fx_loop's copy first, at the start of its page; fx_calls' after
-		 * it in its own page (the cache sets one stretch of code fills). */
-		uint64_t end = (c.fns[0].plan.code_len + 63) / 64 * 64 % 4096;
-		EXPECT(a->new_entry % 4096 == 0 && b->new_entry % 4096 == end,
-		       "the copies start +%" PRIu64 " and +%" PRIu64 " into their pages, not +0 and +%" PRIu64,
-		       a->new_entry % 4096, b->new_entry % 4096, end);
-		EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls counted");
-		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
-	}
-	EXPECT(hp_counted_revert(&c, err, sizeof(err)) == 0, "revert: %s", err);
-	EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls after");
-	hp_model_free(m);
-	fx_stop(&f);
+/* fx_first calls fx_loop at +1, and is given after it (as a hot set may
+ * list them): it is installed first. */
+static void entry_over_a_call(struct fx *f, struct hp_counted *c)
+{
+	const struct hp_function *fns[2] = { c->fns[0].fn, c->fns[1].fn };
+	const struct hp_module *mods[2] = { c->fns[0].mod, c->fns[1].mod };
+	size_t order[2];
+	hp_counted_order(fns, mods, 2, order);
+	EXPECT(order[0] == 1 && order[1] == 0, "install order %zu, %zu: fx_first goes first", order[0], order[1]);
+	EXPECT(c->fns[0].installed && c->fns[1].installed, "both copies installed");
 }
 
 static void t_inline_entry_over_a_call(void)
 {
-	struct fx f;
-	char state[300], err[1024];
-	struct hp_model *m = NULL;
-	struct hp_counted c = { 0 };
-	struct hp_open_opts oo = { .quiet = true };
-
-	REQUIRE(fixture(), "the fixture does not compile");
-	snprintf(state, sizeof(state), "%s/state-first", tu_tmpdir());
-	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
-	EXPECT(fx_ask(&f, "first\n") == 20, "fx_first before");
-	REQUIRE(hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
-	const struct hp_module *mods[2];
-	/* The callee first, as a hot set may list them. */
-	const struct hp_function *fns[2] = { hp_model_find(m, "fx_loop", &mods[0], NULL),
-					     hp_model_find(m, "fx_first", &mods[1], NULL) };
-	REQUIRE(fns[0] && fns[1], "the fixture's functions");
-	size_t order[2];
-	hp_counted_order(fns, mods, 2, order);
-	EXPECT(order[0] == 1 && order[1] == 0, "install order %zu, %zu: fx_first goes first", order[0], order[1]);
-	int r = hp_counted_install(f.pid, m, state, fns, mods, 2, false, false, &c, err, sizeof(err));
-	EXPECT(r == 0, "installing both: %s", err);
-	if (r == 0) {
-		EXPECT(c.fns[0].installed && c.fns[1].installed, "both copies installed");
-		EXPECT(fx_ask(&f, "first\n") == 20, "fx_first counted");
-		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
-	}
-	EXPECT(hp_counted_revert(&c, err, sizeof(err)) == 0, "revert: %s", err);
-	EXPECT(fx_ask(&f, "first\n") == 20, "fx_first after");
-	EXPECT(fx_ask(&f, "go\n") == 83250, "the sum after");
-	hp_model_free(m);
-	fx_stop(&f);
+	two_counted("first", "first\n", "fx_first", entry_over_a_call);
 }
 
 /* A process target's reads as process_target.c does them: read shows a 0xcc
