@@ -36,6 +36,7 @@ declare -A pattern=(
 	[replace_cycles]="^replace cycles: [0-9]+ cycles in $num s, install $num ms, revert $num ms \(averages\), results verified [0-9]+, no wrong result; (SQLite hot set: [0-9]+ cycles of [0-9]+ functions \([0-9]+ entries, [0-9]+ call sites\), install $num ms, revert $num ms \(medians\), [0-9]+ rounds checked, no wrong result|SQLite hot set unavailable: .+)$"
 	[flame]="^flame: [0-9]+ samples, [0-9]+ stacks, answer $num ms, reply [0-9]+ KiB \([0-9]+ KiB gzip\), definitions $num ms [0-9]+ KiB, drawn cold $num ms, drawn warm storage $num ms, warm view $num ms, longest task $num ms \(cold (meets|OVER) the 1000 ms goal, warm storage (meets|OVER) it, longest task (meets|OVER) the 100 ms goal\)$"
 	[replace]="^replace: install $num µs \(entry\), $num ms \([0-9]+ call sites\), revert $num µs, speedup per call -?$num%, end to end -?$num%$"
+	[hot_set_counting]="^hot_set_counting: [0-9]+ programs, counted $num""x per CPU second \((SQLite $num""x of [0-9]+ functions|SQLite unavailable), (Lua $num""x of [0-9]+ functions|Lua unavailable)\), wall $num""x, install $num s, revert $num s$"
 	# each figure measured or "unavailable", the reasons after the line's figures
 	[layout_vs_bolt]="^layout: [0-9]+ programs, Hotpath $f end to end \(I1 $f\), BOLT $f \(I1 $f\), ratio (-?$num|unavailable)(; unavailable: .+)?$"
 )
@@ -44,7 +45,7 @@ declare -A pattern=(
 # not mind: it checks that each benchmark still runs to its summary line.
 stacks=(catalog_load ingest chaos flame)
 rest=(kernel_parse sampling_overhead stack_sampling probe_cost console_tree cfg_layout plan replace_cycles replace
-	layout_vs_bolt)
+	layout_vs_bolt hot_set_counting)
 order=("${rest[@]}" "${stacks[@]}")
 if [ $# -gt 0 ]; then order=("$@") stacks=() rest=("$@"); fi
 logs=$(mktemp -d /tmp/hotpath-bench-smoke.XXXXXX)

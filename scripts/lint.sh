@@ -30,8 +30,8 @@ check() {
 check "agent: clang-format" make -s -C agent lint
 check "agent: cppcheck" make -s -C agent cppcheck
 py=backend/.venv/bin
-# bench/replace and bench/layout_vs_bolt are Python without a .py name, which ruff does not pick from a folder.
-benchpy="bench/replace bench/layout_vs_bolt"
+# bench/replace, bench/layout_vs_bolt and bench/hot_set_counting are Python without a .py name, which ruff does not pick from a folder.
+benchpy="bench/replace bench/layout_vs_bolt bench/hot_set_counting"
 check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench $benchpy e2e/kernel-lane
 check "python: ruff format" "$py/ruff" format --check --config backend/pyproject.toml backend agent/tests/python bench $benchpy \
 	e2e/kernel-lane

@@ -122,8 +122,10 @@ int hp_instrument_write(struct hp_plan *p, uint32_t member, uint32_t bi, uint64_
 
 	if (!counter_at(ins, member, bi, &slot, &keep))
 		return 0;
-	if (!ins->area_off)
-		ins->area_off = (p->code_len + AREA_ALIGN - 1) / AREA_ALIGN * AREA_ALIGN;
+	if (!ins->area_off) { /* the first page boundary after the code */
+		uint64_t lead = p->base % AREA_ALIGN;
+		ins->area_off = (lead + p->code_len + AREA_ALIGN - 1) / AREA_ALIGN * AREA_ALIGN - lead;
+	}
 	int n = hp_isa_encode_counter(ins->lock, keep, ins->red_zone, at, slot_addr(p, slot), out,
 				      p->code_len + 16 - (at - p->base), &d);
 	if (n < 0)
@@ -228,6 +230,7 @@ static uint32_t root_of(uint32_t *up, uint32_t x)
 
 struct wedge {
 	uint32_t e;
+	bool fixed; /* no place for its counter: the tree takes it first */
 	bool back;
 	double w;
 };
@@ -235,6 +238,8 @@ struct wedge {
 static int by_weight(const void *a, const void *b)
 {
 	const struct wedge *x = a, *y = b;
+	if (x->fixed != y->fixed)
+		return x->fixed ? -1 : 1;
 	if (x->back != y->back)
 		return x->back ? -1 : 1;
 	if (x->w != y->w)
@@ -380,8 +385,14 @@ static int place_on_edges(struct hp_instrument *ins, const struct hp_module *mod
 		}
 	}
 	for (uint32_t k = 0; k < ne; k++) {
-		uint32_t u = e[k].from == V ? n : e[k].from;
+		uint32_t u = e[k].from == V ? n : e[k].from, tk, fl;
 		double d = e[k].from == V ? 0 : depth[u] > 12 ? 12 : depth[u];
+		/* An edge no end of which it alone enters or leaves, and no jcc's
+		 * side (a jump table's, mostly), can have no counter: in the tree,
+		 * it needs none, and the function is not counted at every block. */
+		w[k].fixed = !(e[k].to != V && indeg[e[k].to] == 1) && !(e[k].from != V && outdeg[e[k].from] == 1) &&
+			     !(e[k].from != V && e[k].to != V && jcc_sides(mod, f, code, e[k].from, &tk, &fl) &&
+			       (e[k].to == tk || e[k].to == fl));
 		w[k].e = k;
 		w[k].w = 1;
 		for (uint32_t i = 0; i < (uint32_t)d; i++)
@@ -541,6 +552,12 @@ int hp_instrument_plan(struct hp_model *m, const struct hp_module *mod, const st
 	memset(p, 0, sizeof(*p));
 	hp_plan_opts_default(&p->opts);
 	p->opts.no_align = true; /* the original order, no padding */
+	if (base < AREA_ALIGN) {
+		/* After the module (where the emitter lays out a plan without a
+		 * base), base bytes into its page. */
+		const struct hp_function *last = &mod->funcs[mod->nfuncs - 1];
+		base += (last->addr + last->size + 0xffff) & ~(uint64_t)0xfff;
+	}
 	p->opts.base = base;
 	const char *rule = hp_plan_kept_rule(m, mod, f, detail, sizeof(detail));
 	if (rule) {

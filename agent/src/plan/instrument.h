@@ -69,8 +69,9 @@ struct hp_instrument {
 int hp_flags_live_in(const struct hp_module *mod, const struct hp_function *f, const uint8_t *code, unsigned *live);
 
 /*
- * Make p: an instrumented copy of f (in mod of m), laid out at base (0:
- * after f's module), emitted and verified. every_block: a counter before
+ * Make p: an instrumented copy of f (in mod of m), laid out at base (below
+ * 4096: after f's module, that many bytes into its page), emitted and
+ * verified; its counter area starts at the first page boundary after it. every_block: a counter before
  * every block; else counters on a spanning tree's complement (falling back
  * to every block when a counter cannot be placed: an edge of a jump table
  * between blocks with other edges). Returns 0 (p->status says

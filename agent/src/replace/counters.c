@@ -17,14 +17,15 @@
 
 /* One counted copy, planned from the model, installed. */
 static int install_plan(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain,
-			bool every_block, const struct hp_byte_patch *orig, size_t norig, char *err, size_t errlen)
+			bool every_block, uint32_t lead, const struct hp_byte_patch *orig, size_t norig, char *err,
+			size_t errlen)
 {
 	struct hp_iplan ip;
 	char *text = NULL;
 	size_t len = 0;
 	int r;
 
-	if ((r = hp_instrument_plan(m, cf->mod, cf->fn, !plain, every_block, 0, &cf->plan, err, errlen)) < 0)
+	if ((r = hp_instrument_plan(m, cf->mod, cf->fn, !plain, every_block, lead, &cf->plan, err, errlen)) < 0)
 		return r;
 	if (cf->plan.status != HP_PLAN_OK) {
 		snprintf(err, errlen, "%s", cf->plan.message);
@@ -38,7 +39,7 @@ static int install_plan(struct hp_counted *c, struct hp_model *m, struct hp_coun
 	free(text);
 	if (r < 0)
 		return r;
-	ip.counters_off = cf->plan.instrument->area_off;
+	ip.counters_off = cf->plan.base % 4096 + cf->plan.instrument->area_off; /* from the heap's page */
 	ip.counters_len = hp_instrument_area_len(&cf->plan);
 	struct hp_install_opts o = {
 		.state_dir = c->state_dir, .pid = c->pid, .patch_calls = true, .m = m, .orig = orig, .norig = norig
@@ -54,7 +55,7 @@ static int install_plan(struct hp_counted *c, struct hp_model *m, struct hp_coun
 }
 
 static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain, bool every_block,
-		       char *err, size_t errlen)
+		       uint32_t lead, char *err, size_t errlen)
 {
 	struct hp_byte_patch *orig = NULL;
 	size_t norig = 0;
@@ -72,9 +73,54 @@ static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_count
 		snprintf(err, errlen, "cannot read the patches of the copies installed before it");
 		return -EIO;
 	}
-	r = install_plan(c, m, cf, plain, every_block, orig, norig, err, errlen);
+	r = install_plan(c, m, cf, plain, every_block, lead, orig, norig, err, errlen);
 	free(orig);
 	return r;
+}
+
+/* The member whose entry function i's first bytes call (a call starting
+ * where i's entry jump will go), or n. */
+static size_t entry_callee(const struct hp_function *const *fns, const struct hp_module *const *mods, size_t n,
+			   size_t i)
+{
+	const struct hp_function *f = fns[i];
+	for (uint32_t c = 0; c < f->ncalls; c++) {
+		const struct hp_call *call = &mods[i]->calls[f->call_start + c];
+		if (call->site >= HP_COUNTED_ENTRY_JUMP)
+			continue;
+		for (size_t j = 0; j < n; j++)
+			if (j != i && fns[j]->addr == call->target)
+				return j;
+	}
+	return n;
+}
+
+void hp_counted_order(const struct hp_function *const *fns, const struct hp_module *const *mods, size_t n,
+		      size_t *order)
+{
+	size_t *next = calloc(n + 1, sizeof(size_t)), *chain = calloc(n + 1, sizeof(size_t));
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	if (!next || !chain) {
+		free(next);
+		free(chain);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		next[i] = entry_callee(fns, mods, n, i);
+	/* chain[i]: how many entries follow i's (a cycle stops at n steps). */
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = next[i]; j < n && chain[i] < n; j = next[j])
+			chain[i]++;
+	/* Longest chains first, the given order otherwise (a stable insertion sort). */
+	for (size_t i = 1; i < n; i++)
+		for (size_t k = i; k > 0 && chain[order[k - 1]] < chain[order[k]]; k--) {
+			size_t t = order[k];
+			order[k] = order[k - 1];
+			order[k - 1] = t;
+		}
+	free(next);
+	free(chain);
 }
 
 int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
@@ -94,22 +140,37 @@ int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const
 	out->exact = !plain;
 	snprintf(out->how, sizeof(out->how), "%s",
 		 plain ? "plain increments, one thread not proved" : "locked increments");
-	for (size_t i = 0; i < n; i++) {
+	size_t *order = calloc(n + 1, sizeof(size_t));
+	if (!order) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	hp_counted_order(fns, mods, n, order);
+	/* Each copy is its own heap; each starts in its page where the one
+	 * before it ended (in 64-byte lines), so together they fill the cache
+	 * sets as one stretch of code would, not all from set 0. */
+	uint32_t lead = 0;
+	for (size_t k = 0; k < n; k++) {
+		size_t i = order[k];
 		out->fns[i].fn = fns[i];
 		out->fns[i].mod = mods[i];
 		char e[1024];
-		int r = install_one(out, m, &out->fns[i], plain, every_block, e, sizeof(e));
+		int r = install_one(out, m, &out->fns[i], plain, every_block, lead, e, sizeof(e));
+		if (r == 0)
+			lead = (uint32_t)((lead + out->fns[i].plan.code_len + 63) / 64 * 64 % 4096);
 		if (r < 0) {
 			snprintf(err, errlen, "%s: %s", fns[i]->name, e);
 			char e2[512];
 			if (hp_counted_revert(out, e2, sizeof(e2)) < 0) {
-				size_t k = strlen(err);
-				snprintf(err + k, errlen - k, "; reverting the copies installed before it failed: %s",
+				size_t l = strlen(err);
+				snprintf(err + l, errlen - l, "; reverting the copies installed before it failed: %s",
 					 e2);
 			}
+			free(order);
 			return r;
 		}
 	}
+	free(order);
 	return 0;
 }
 

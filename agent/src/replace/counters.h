@@ -63,6 +63,16 @@ struct hp_counted {
 int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
 		       const struct hp_module *const *mods, size_t n, bool plain, bool every_block,
 		       struct hp_counted *out, char *err, size_t errlen);
+/* The bytes an entry jump covers (jmp rel32). */
+#define HP_COUNTED_ENTRY_JUMP 5
+/*
+ * The order hp_counted_install installs fns[0..n) in (order[n]: indices):
+ * a function whose first bytes call another of them goes before that one.
+ * Installed after it, the callee's install would have redirected that call
+ * site, and the caller's entry jump, covering part of it, would be refused.
+ */
+void hp_counted_order(const struct hp_function *const *fns, const struct hp_module *const *mods, size_t n,
+		      size_t *order);
 /*
  * hp_counted_install with the increments mode chooses. Plain ones are watched
  * (measure/thread_watch.h): the process's one thread is seized and stopped,

@@ -20,6 +20,12 @@
  *    counts nothing of the parent's and leaves the proof standing.
  *  - A function too short for the entry jump, and a process that exited,
  *    are refused with the reason, nothing installed.
+ *  - Copies installed together start each where the one before it ended
+ *    in its page (not all at +0, in the same cache sets).
+ *  - A function whose first 5 bytes hold part of a call to another one is
+ *    installed before it, whatever order they are given in: the callee's
+ *    install, first, would have redirected that call, and the caller's entry
+ *    jump, covering part of it, was refused (seen in Lua's hot set).
  *  - A revert knows its own bytes when they hold 0xcc (a rel32 byte of a
  *    redirected call), which the process target reads as a probe's int3
  *    and shows as the file's byte: seen with ~100 functions counted at once.
@@ -171,6 +177,15 @@ static void t_flags_live_and_verified(void)
 		EXPECT(!hp_plan_verify(m, &p), "a stub jumping elsewhere was verified");
 	}
 	hp_instrument_plan_free(&p);
+	/* fx_switch: its table's edge into the block case 1 falls into has no
+	 * place for a counter; in the tree it needs none, so the function is
+	 * still counted on edges (before: a counter at every block). */
+	const struct hp_function *sw = hp_model_find(m, "fx_switch", &mod, &amb);
+	REQUIRE(sw && hp_instrument_plan(m, mod, sw, false, false, 0, &p, err, sizeof(err)) == 0, "switch: %s", err);
+	EXPECT(p.verified && p.instrument->edges && p.instrument->nslots < sw->nblocks,
+	       "fx_switch: verified %d (%s), on edges %d, %u counters for %u blocks", p.verified, p.verify_error,
+	       p.instrument->edges, p.instrument->nslots, sw->nblocks);
+	hp_instrument_plan_free(&p);
 	hp_model_free(m);
 }
 
@@ -189,9 +204,9 @@ static pid_t measure_start(int pid, const char *state, bool every_block, int *ou
 		dup2(e[1], 2);
 		close(o[0]);
 		close(e[0]);
-		execl(hp(), hp(), "measure", "pid", p, "fx_flags", "fx_loop", "fx_crit", "--blocks", "--inline",
-		      "--json", "--seconds", "3600", "--state-dir", state, every_block ? "--every-block" : "--inline",
-		      (char *)NULL);
+		execl(hp(), hp(), "measure", "pid", p, "fx_flags", "fx_loop", "fx_crit", "fx_switch", "--blocks",
+		      "--inline", "--json", "--seconds", "3600", "--state-dir", state,
+		      every_block ? "--every-block" : "--inline", (char *)NULL);
 		_exit(127);
 	}
 	close(o[1]);
@@ -231,6 +246,45 @@ static uint64_t edge_of(json_t *j, const char *fn, long from, long to)
 }
 
 static long fx_ask(struct fx *f, const char *line);
+
+/* fx_switch's block counts, as counted on edges (the first exact run) and
+ * at every block: gcc chooses its blocks, so the two are compared. */
+static struct {
+	int n;
+	long off[64];
+	uint64_t count[64];
+} switch_counts;
+
+static void check_switch(json_t *res, bool every_block)
+{
+	size_t i;
+	json_t *r;
+	int n = 0, same = 0;
+	json_array_foreach(res, i, r)
+	{
+		json_t *bo = json_object_get(r, "block_offset");
+		if (strcmp(json_string_value(json_object_get(r, "function")), "fx_switch") || !bo || n == 64)
+			continue;
+		long off = (long)json_integer_value(bo);
+		uint64_t c = (uint64_t)json_integer_value(json_object_get(json_object_get(r, "metrics"), "count"));
+		if (!every_block) {
+			switch_counts.off[n] = off;
+			switch_counts.count[n] = c;
+		} else {
+			same += n < switch_counts.n && switch_counts.off[n] == off && switch_counts.count[n] == c;
+		}
+		n++;
+	}
+	EXPECT(count_of(res, "fx_switch", -1) == 3000, "fx_switch called %" PRIu64 " times, not 3000",
+	       count_of(res, "fx_switch", -1));
+	if (!every_block)
+		switch_counts.n = n;
+
+	else if (switch_counts.n)
+		EXPECT(n == switch_counts.n && same == n,
+		       "fx_switch's %d block counts at every block differ from its %d counted on edges (%d the same)",
+		       n, switch_counts.n, same);
+}
 
 /* The fixture's threads: its own only; one parked before the window (locked
  * increments chosen); one started in the window (plain, not exact). */
@@ -330,6 +384,8 @@ static void inline_counts(bool every_block, enum threads th)
 			EXPECT(edge_of(j, "fx_crit", ef[i], et[i]) == ec[i],
 			       "fx_crit's edge +%ld -> +%ld counted %" PRIu64 ", not %" PRIu64, ef[i], et[i],
 			       edge_of(j, "fx_crit", ef[i], et[i]), ec[i]);
+		if (th == ONE_THREAD)
+			check_switch(res, every_block);
 		EXPECT(json_real_value(json_object_get(j, "exact_edge_share")) == 1.0, "not every edge exact");
 		EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(j, "mechanisms"), "block_count")),
 			       "inline_counter"),
@@ -424,15 +480,12 @@ static bool calls_to(const uint8_t *code, size_t len, uint64_t at, uint64_t to)
 	return false;
 }
 
-/* Two functions counted at once, one calling the other (fx_calls, then
- * fx_loop's call site in it): the second copy is made after the first
- * install redirected that call to the first copy. It must be made from the
- * original code, calling fx_loop's entry: made from the live bytes, it
- * called the first copy's heap directly, and where that call's rel32 held a
- * 0xcc byte the reader took it for a probe's int3 and gave the file's byte,
- * so the copy called an address in neither (the SQLite driver's crash with
- * ~100 functions counted at once). */
-static void t_inline_copy_from_original_code(void)
+/* fx_loop and CALLER (which calls it) counted at once with plain
+ * increments, in that order, in a fixture that answers LINE with 20: check
+ * runs while both are installed; before and after, LINE and the sum are
+ * right. */
+static void two_counted(const char *tag, const char *line, const char *caller,
+			void (*check)(struct fx *f, struct hp_counted *c))
 {
 	struct fx f;
 	char state[300], err[1024];
@@ -441,34 +494,76 @@ static void t_inline_copy_from_original_code(void)
 	struct hp_open_opts oo = { .quiet = true };
 
 	REQUIRE(fixture(), "the fixture does not compile");
-	snprintf(state, sizeof(state), "%s/state-two", tu_tmpdir());
+	snprintf(state, sizeof(state), "%s/state-%s", tu_tmpdir(), tag);
 	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
-	EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls before");
+	EXPECT(fx_ask(&f, line) == 20, "%s before", caller);
 	REQUIRE(hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
 	const struct hp_module *mods[2];
 	const struct hp_function *fns[2] = { hp_model_find(m, "fx_loop", &mods[0], NULL),
-					     hp_model_find(m, "fx_calls", &mods[1], NULL) };
+					     hp_model_find(m, caller, &mods[1], NULL) };
 	REQUIRE(fns[0] && fns[1], "the fixture's functions");
 	int r = hp_counted_install(f.pid, m, state, fns, mods, 2, false, false, &c, err, sizeof(err));
 	EXPECT(r == 0, "installing both: %s", err);
 	if (r == 0) {
-		const struct hp_install_result *a = &c.fns[0].res, *b = &c.fns[1].res;
-		static uint8_t copy[1 << 16];
-		size_t len = b->heap_len < sizeof(copy) ? b->heap_len : sizeof(copy);
-		struct iovec lo = { copy, len }, re = { (void *)(uintptr_t)b->heap, len };
-		EXPECT(process_vm_readv(f.pid, &lo, 1, &re, 1, 0) == (ssize_t)len, "reading fx_calls' copy");
-		EXPECT(calls_to(copy, len, b->heap, a->entry),
-		       "fx_calls' copy does not call fx_loop's entry 0x%" PRIx64, a->entry);
-		EXPECT(!calls_to(copy, len, b->heap, a->new_entry),
-		       "fx_calls' copy calls fx_loop's copy 0x%" PRIx64 " directly (made from the patched bytes)",
-		       a->new_entry);
-		EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls counted");
+		check(&f, &c);
+		EXPECT(fx_ask(&f, line) == 20, "%s counted", caller);
 		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
 	}
 	EXPECT(hp_counted_revert(&c, err, sizeof(err)) == 0, "revert: %s", err);
-	EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls after");
+	EXPECT(fx_ask(&f, line) == 20, "%s after", caller);
+	EXPECT(fx_ask(&f, "go\n") == 83250, "the sum after");
 	hp_model_free(m);
 	fx_stop(&f);
+}
+
+/* Two functions counted at once, one calling the other (fx_calls, then
+ * fx_loop's call site in it): the second copy is made after the first
+ * install redirected that call to the first copy. It must be made from the
+ * original code, calling fx_loop's entry: made from the live bytes, it
+ * called the first copy's heap directly, and where that call's rel32 held a
+ * 0xcc byte the reader took it for a probe's int3 and gave the file's byte,
+ * so the copy called an address in neither (the SQLite driver's crash with
+ * ~100 functions counted at once). */
+static void copy_from_original_code(struct fx *f, struct hp_counted *c)
+{
+	const struct hp_install_result *a = &c->fns[0].res, *b = &c->fns[1].res;
+	static uint8_t copy[1 << 16];
+	size_t len = b->heap_len < sizeof(copy) ? b->heap_len : sizeof(copy);
+	struct iovec lo = { copy, len }, re = { (void *)(uintptr_t)b->heap, len };
+	EXPECT(process_vm_readv(f->pid, &lo, 1, &re, 1, 0) == (ssize_t)len, "reading fx_calls' copy");
+	EXPECT(calls_to(copy, len, b->heap, a->entry), "fx_calls' copy does not call fx_loop's entry 0x%" PRIx64,
+	       a->entry);
+	EXPECT(!calls_to(copy, len, b->heap, a->new_entry),
+	       "fx_calls' copy calls fx_loop's copy 0x%" PRIx64 " directly (made from the patched bytes)",
+	       a->new_entry);
+	/* fx_loop's copy first, at the start of its page; fx_calls' after
+	 * it in its own page (the cache sets one stretch of code fills). */
+	uint64_t end = (c->fns[0].plan.code_len + 63) / 64 * 64 % 4096;
+	EXPECT(a->new_entry % 4096 == 0 && b->new_entry % 4096 == end,
+	       "the copies start +%" PRIu64 " and +%" PRIu64 " into their pages, not +0 and +%" PRIu64,
+	       a->new_entry % 4096, b->new_entry % 4096, end);
+}
+
+static void t_inline_copy_from_original_code(void)
+{
+	two_counted("two", "calls\n", "fx_calls", copy_from_original_code);
+}
+
+/* fx_first calls fx_loop at +1, and is given after it (as a hot set may
+ * list them): it is installed first. */
+static void entry_over_a_call(struct fx *f, struct hp_counted *c)
+{
+	const struct hp_function *fns[2] = { c->fns[0].fn, c->fns[1].fn };
+	const struct hp_module *mods[2] = { c->fns[0].mod, c->fns[1].mod };
+	size_t order[2];
+	hp_counted_order(fns, mods, 2, order);
+	EXPECT(order[0] == 1 && order[1] == 0, "install order %zu, %zu: fx_first goes first", order[0], order[1]);
+	EXPECT(c->fns[0].installed && c->fns[1].installed, "both copies installed");
+}
+
+static void t_inline_entry_over_a_call(void)
+{
+	two_counted("first", "first\n", "fx_first", entry_over_a_call);
 }
 
 /* A process target's reads as process_target.c does them: read shows a 0xcc
@@ -528,6 +623,7 @@ int main(void)
 	RUN(t_inline_fork_in_window_exact);
 	RUN(t_inline_refusals);
 	RUN(t_inline_copy_from_original_code);
+	RUN(t_inline_entry_over_a_call);
 	tu_cleanup();
 	TEST_EXIT();
 }
