@@ -471,6 +471,41 @@ static void t_inline_copy_from_original_code(void)
 	fx_stop(&f);
 }
 
+/* fx_loop and fx_calls_early counted at once, fx_loop first: its install
+ * redirected the call at fx_calls_early+3, and fx_calls_early's entry jump
+ * then covered part of those bytes and was refused ("would cover part of
+ * bytes another install patched"; Lua's lua_rawget and index2value in
+ * bench/layout_vs_bolt). A call within its function's first 5 bytes is left
+ * calling the entry. */
+static void t_inline_call_in_entry_bytes(void)
+{
+	struct fx f;
+	char state[300], err[1024];
+	struct hp_model *m = NULL;
+	struct hp_counted c = { 0 };
+	struct hp_open_opts oo = { .quiet = true };
+
+	REQUIRE(fixture(), "the fixture does not compile");
+	snprintf(state, sizeof(state), "%s/state-early", tu_tmpdir());
+	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
+	EXPECT(fx_ask(&f, "early\n") == 20, "fx_calls_early before");
+	REQUIRE(hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
+	const struct hp_module *mods[2];
+	const struct hp_function *fns[2] = { hp_model_find(m, "fx_loop", &mods[0], NULL),
+					     hp_model_find(m, "fx_calls_early", &mods[1], NULL) };
+	REQUIRE(fns[0] && fns[1], "the fixture's functions");
+	int r = hp_counted_install(f.pid, m, state, fns, mods, 2, false, false, &c, err, sizeof(err));
+	EXPECT(r == 0, "installing both: %s", err);
+	if (r == 0) {
+		EXPECT(fx_ask(&f, "early\n") == 20, "fx_calls_early counted");
+		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
+	}
+	EXPECT(hp_counted_revert(&c, err, sizeof(err)) == 0, "revert: %s", err);
+	EXPECT(fx_ask(&f, "early\n") == 20, "fx_calls_early after");
+	hp_model_free(m);
+	fx_stop(&f);
+}
+
 /* A process target's reads as process_target.c does them: read shows a 0xcc
  * in memory where the file has another byte as the file's byte (a probe's
  * int3 hidden); read_raw shows memory as it is. */
@@ -528,6 +563,7 @@ int main(void)
 	RUN(t_inline_fork_in_window_exact);
 	RUN(t_inline_refusals);
 	RUN(t_inline_copy_from_original_code);
+	RUN(t_inline_call_in_entry_bytes);
 	tu_cleanup();
 	TEST_EXIT();
 }
