@@ -502,6 +502,19 @@ static const struct hp_plan_kept *kept(const struct hp_plan *p, const char *name
 	return NULL;
 }
 
+/* A plan of root from profile_all's counts of names (10 each), for a 32 KiB
+ * 8-way L1i. */
+static int plan_all(struct hp_model *m, const struct hp_function *root, const struct hp_module *mod,
+		    const char *const *names, struct hp_profile *prof, struct hp_plan *plan, char *err, size_t errlen)
+{
+	struct hp_plan_opts o;
+
+	profile_all(m, names, 10, prof);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	return hp_plan_make(m, root, mod, prof, &o, plan, err, errlen);
+}
+
 /* Code the program finds by address stays in place, with its rule: a label
  * table in data, exception landing pads, unwind rules that are
  * expressions. An address-taken function still moves (its entry stays
@@ -511,7 +524,6 @@ static void found_case(const char *flags, const char *out)
 	static const char *const names[] = { "fa_root", "fa_labels", "fa_cleanup", "fa_aligned", "fa_target", NULL };
 	struct hp_model *m = open_fixture("found.c", out, flags);
 	const struct hp_module *mod;
-	struct hp_plan_opts o;
 	struct hp_profile prof;
 	struct hp_plan plan;
 	char err[256];
@@ -529,10 +541,7 @@ static void found_case(const char *flags, const char *out)
 	EXPECT(target->flags & HP_FN_ADDR_TAKEN, "%s: fa_target's address in fa_hook not seen", flags);
 	EXPECT(!(root->flags & (HP_FN_INNER_REF | HP_FN_LSDA | HP_FN_ADDR_TAKEN)), "%s: fa_root flagged 0x%x", flags,
 	       root->flags);
-	profile_all(m, names, 10, &prof);
-	hp_plan_opts_default(&o);
-	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
-	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	REQUIRE(plan_all(m, root, mod, names, &prof, &plan, err, sizeof(err)) == 0, "%s", err);
 	EXPECT(plan.status == HP_PLAN_OK && plan.verified, "%s: plan %d: %s", flags, plan.status, plan.message);
 	const struct hp_plan_kept *k;
 	EXPECT((k = kept(&plan, "fa_labels")) && strstr(k->rule, "stored in data"),
@@ -736,7 +745,6 @@ static void tail_pointer_case(const char *flags, const char *out)
 	static const char *const names[] = { "tp_root", "tp_field", "tp_global", "tp_indexed", NULL };
 	struct hp_model *m = open_fixture("tailptr.c", out, flags);
 	const struct hp_module *mod;
-	struct hp_plan_opts o;
 	struct hp_profile prof;
 	struct hp_plan plan;
 	char err[256];
@@ -750,10 +758,7 @@ static void tail_pointer_case(const char *flags, const char *out)
 		EXPECT((f->flags & HP_FN_UNRESOLVED_JUMP) || f->njt, "%s: %s's indirect jump not seen (flags 0x%x)",
 		       flags, *n, f->flags);
 	}
-	profile_all(m, names, 10, &prof);
-	hp_plan_opts_default(&o);
-	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
-	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	REQUIRE(plan_all(m, root, mod, names, &prof, &plan, err, sizeof(err)) == 0, "%s", err);
 	EXPECT(plan.status == HP_PLAN_OK && plan.verified, "%s: plan %d: %s", flags, plan.status, plan.message);
 	const struct hp_plan_kept *k;
 	EXPECT(!kept(&plan, "tp_field"), "%s: tp_field kept: %s", flags, kept(&plan, "tp_field")->rule);

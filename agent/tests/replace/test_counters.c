@@ -424,6 +424,55 @@ static bool calls_to(const uint8_t *code, size_t len, uint64_t at, uint64_t to)
 	return false;
 }
 
+/* fx_loop and CALLER (which calls it) counted at once, fx_loop first; the
+ * fixture's line ASK runs CALLER (20) before, while counted and after, and
+ * CHECK (when given) looks at the two installs. */
+static void count_with_fx_loop(const char *caller, const char *ask, const char *state_name,
+			       void (*check)(pid_t pid, const struct hp_counted *c))
+{
+	struct fx f;
+	char state[300], err[1024];
+	struct hp_model *m = NULL;
+	struct hp_counted c = { 0 };
+	struct hp_open_opts oo = { .quiet = true };
+
+	REQUIRE(fixture(), "the fixture does not compile");
+	snprintf(state, sizeof(state), "%s/%s", tu_tmpdir(), state_name);
+	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
+	EXPECT(fx_ask(&f, ask) == 20, "%s before", caller);
+	REQUIRE(hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
+	const struct hp_module *mods[2];
+	const struct hp_function *fns[2] = { hp_model_find(m, "fx_loop", &mods[0], NULL),
+					     hp_model_find(m, caller, &mods[1], NULL) };
+	REQUIRE(fns[0] && fns[1], "the fixture's functions");
+	int r = hp_counted_install(f.pid, m, state, fns, mods, 2, false, false, &c, err, sizeof(err));
+	EXPECT(r == 0, "installing both: %s", err);
+	if (r == 0) {
+		if (check)
+			check(f.pid, &c);
+		EXPECT(fx_ask(&f, ask) == 20, "%s counted", caller);
+		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
+	}
+	EXPECT(hp_counted_revert(&c, err, sizeof(err)) == 0, "revert: %s", err);
+	EXPECT(fx_ask(&f, ask) == 20, "%s after", caller);
+	hp_model_free(m);
+	fx_stop(&f);
+}
+
+static void calls_fx_loop_entry(pid_t pid, const struct hp_counted *c)
+{
+	const struct hp_install_result *a = &c->fns[0].res, *b = &c->fns[1].res;
+	static uint8_t copy[1 << 16];
+	size_t len = b->heap_len < sizeof(copy) ? b->heap_len : sizeof(copy);
+	struct iovec lo = { copy, len }, re = { (void *)(uintptr_t)b->heap, len };
+	EXPECT(process_vm_readv(pid, &lo, 1, &re, 1, 0) == (ssize_t)len, "reading fx_calls' copy");
+	EXPECT(calls_to(copy, len, b->heap, a->entry), "fx_calls' copy does not call fx_loop's entry 0x%" PRIx64,
+	       a->entry);
+	EXPECT(!calls_to(copy, len, b->heap, a->new_entry),
+	       "fx_calls' copy calls fx_loop's copy 0x%" PRIx64 " directly (made from the patched bytes)",
+	       a->new_entry);
+}
+
 /* Two functions counted at once, one calling the other (fx_calls, then
  * fx_loop's call site in it): the second copy is made after the first
  * install redirected that call to the first copy. It must be made from the
@@ -434,41 +483,7 @@ static bool calls_to(const uint8_t *code, size_t len, uint64_t at, uint64_t to)
  * ~100 functions counted at once). */
 static void t_inline_copy_from_original_code(void)
 {
-	struct fx f;
-	char state[300], err[1024];
-	struct hp_model *m = NULL;
-	struct hp_counted c = { 0 };
-	struct hp_open_opts oo = { .quiet = true };
-
-	REQUIRE(fixture(), "the fixture does not compile");
-	snprintf(state, sizeof(state), "%s/state-two", tu_tmpdir());
-	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
-	EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls before");
-	REQUIRE(hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
-	const struct hp_module *mods[2];
-	const struct hp_function *fns[2] = { hp_model_find(m, "fx_loop", &mods[0], NULL),
-					     hp_model_find(m, "fx_calls", &mods[1], NULL) };
-	REQUIRE(fns[0] && fns[1], "the fixture's functions");
-	int r = hp_counted_install(f.pid, m, state, fns, mods, 2, false, false, &c, err, sizeof(err));
-	EXPECT(r == 0, "installing both: %s", err);
-	if (r == 0) {
-		const struct hp_install_result *a = &c.fns[0].res, *b = &c.fns[1].res;
-		static uint8_t copy[1 << 16];
-		size_t len = b->heap_len < sizeof(copy) ? b->heap_len : sizeof(copy);
-		struct iovec lo = { copy, len }, re = { (void *)(uintptr_t)b->heap, len };
-		EXPECT(process_vm_readv(f.pid, &lo, 1, &re, 1, 0) == (ssize_t)len, "reading fx_calls' copy");
-		EXPECT(calls_to(copy, len, b->heap, a->entry),
-		       "fx_calls' copy does not call fx_loop's entry 0x%" PRIx64, a->entry);
-		EXPECT(!calls_to(copy, len, b->heap, a->new_entry),
-		       "fx_calls' copy calls fx_loop's copy 0x%" PRIx64 " directly (made from the patched bytes)",
-		       a->new_entry);
-		EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls counted");
-		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
-	}
-	EXPECT(hp_counted_revert(&c, err, sizeof(err)) == 0, "revert: %s", err);
-	EXPECT(fx_ask(&f, "calls\n") == 20, "fx_calls after");
-	hp_model_free(m);
-	fx_stop(&f);
+	count_with_fx_loop("fx_calls", "calls\n", "state-two", calls_fx_loop_entry);
 }
 
 /* fx_loop and fx_calls_early counted at once, fx_loop first: its install
@@ -479,31 +494,7 @@ static void t_inline_copy_from_original_code(void)
  * calling the entry. */
 static void t_inline_call_in_entry_bytes(void)
 {
-	struct fx f;
-	char state[300], err[1024];
-	struct hp_model *m = NULL;
-	struct hp_counted c = { 0 };
-	struct hp_open_opts oo = { .quiet = true };
-
-	REQUIRE(fixture(), "the fixture does not compile");
-	snprintf(state, sizeof(state), "%s/state-early", tu_tmpdir());
-	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
-	EXPECT(fx_ask(&f, "early\n") == 20, "fx_calls_early before");
-	REQUIRE(hp_model_open_pid(f.pid, &oo, &m, err, sizeof(err)) == 0, "model: %s", err);
-	const struct hp_module *mods[2];
-	const struct hp_function *fns[2] = { hp_model_find(m, "fx_loop", &mods[0], NULL),
-					     hp_model_find(m, "fx_calls_early", &mods[1], NULL) };
-	REQUIRE(fns[0] && fns[1], "the fixture's functions");
-	int r = hp_counted_install(f.pid, m, state, fns, mods, 2, false, false, &c, err, sizeof(err));
-	EXPECT(r == 0, "installing both: %s", err);
-	if (r == 0) {
-		EXPECT(fx_ask(&f, "early\n") == 20, "fx_calls_early counted");
-		EXPECT(fx_ask(&f, "go\n") == 83250, "the sum counted");
-	}
-	EXPECT(hp_counted_revert(&c, err, sizeof(err)) == 0, "revert: %s", err);
-	EXPECT(fx_ask(&f, "early\n") == 20, "fx_calls_early after");
-	hp_model_free(m);
-	fx_stop(&f);
+	count_with_fx_loop("fx_calls_early", "early\n", "state-early", NULL);
 }
 
 /* A process target's reads as process_target.c does them: read shows a 0xcc
