@@ -2,10 +2,11 @@
 """The workload drivers (SQLite's: build and driver.c beside this file; Lua's: bench/replace_lua; both speak
 live_driver.h's protocol) driven live, as bench/replace and bench/layout_vs_bolt drive them: built or found,
 their rounds timed, a root and its callees or the hot set measured and planned by hotpathd, an installed
-copy dumped for cachegrind, and cachegrind's I1 misses of a few passes."""
+copy dumped for cachegrind, cachegrind's I1 misses of a few passes, and BOLT's binary of a driver."""
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -17,6 +18,9 @@ TOP = os.path.dirname(os.path.dirname(HERE))
 HP = os.path.join(TOP, "agent", "build", "hotpathd")
 BUILD = os.path.join(HERE, "build")
 PROTOCOL = os.path.join(HERE, "live_driver.h")  # what every driver speaks
+BOLT = "llvm-bolt-16"
+# BOLT's options, as issue 17's table: ext-tsp block reordering, hfsort function ordering, split functions.
+BOLT_OPTIONS = ["-reorder-blocks=ext-tsp", "-reorder-functions=hfsort", "-split-functions"]
 
 
 class PeerUnavailable(Exception):
@@ -28,6 +32,13 @@ def hp(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and r.returncode != 0:
         raise RuntimeError(f"hotpathd {' '.join(args)}: {r.stderr.strip()[-400:]}")
     return r
+
+
+def run(cmd: list[str], **kw: Any) -> str:
+    r = subprocess.run(cmd, text=True, capture_output=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-600:]}")
+    return r.stdout
 
 
 def built_driver(build: str, name: str, what: str, cache: str, smoke: bool, sources: list[str]) -> str:
@@ -64,6 +75,56 @@ def lua_driver(cache: str) -> str:
     lua = os.path.join(TOP, "bench", "replace_lua")
     sources = [os.path.join(lua, "driver.c"), PROTOCOL]
     return built_driver(os.path.join(lua, "build"), "lua-driver", "Lua", cache, False, sources)
+
+
+def has_relocations(binary: str) -> bool:
+    """Whether the link kept its relocations (-Wl,--emit-relocs), which BOLT needs to move functions."""
+    return ".rela.text" in run(["readelf", "-S", "-W", binary])
+
+
+def bolt_binary(driver: str, work: str, profile_passes: int, log: Callable[..., None]) -> str:
+    """BOLT's optimized driver in WORK, made from an instrumented profile of PROFILE_PASSES workload passes
+    of the driver (a few seconds, so never cached); BOLT's report (its -dyno-stats before and after) is
+    kept beside it, as NAME.bolt.stats. Raises PeerUnavailable when BOLT cannot run here."""
+    bolt = shutil.which(BOLT)
+    if not bolt:
+        raise PeerUnavailable(f"{BOLT} is not installed (Debian's bolt-16)")
+    if not has_relocations(driver):
+        raise PeerUnavailable(f"{driver} has no relocations (not linked with -Wl,--emit-relocs)")
+    # Debian's bolt-16 does not find its runtime by itself: the runtime is in the lib folder beside the
+    # real binary (llvm-16/bin/llvm-bolt), but BOLT looks in the lib folder beside the path it was started
+    # by (/usr/bin/llvm-bolt-16 -> /usr/lib) and takes --runtime-instrumentation-lib relative to that.
+    rt = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(bolt))), "lib", "libbolt_rt_instr.a")
+    if not os.path.exists(rt):
+        raise PeerUnavailable(f"BOLT's instrumentation runtime {rt} is missing (Debian's libbolt-16-dev)")
+    rt = os.path.relpath(rt, os.path.join(os.path.dirname(os.path.dirname(bolt)), "lib"))
+    name = os.path.basename(driver)
+    out = os.path.join(work, f"{name}.bolt")
+    instr, fdata = os.path.join(work, f"{name}.instr"), os.path.join(work, f"{name}.fdata")
+    log(f"BOLT: instrumenting the driver ({BOLT} -instrument) ...")
+    run(
+        [
+            bolt,
+            driver,
+            "-instrument",
+            f"--instrumentation-file={fdata}",
+            f"--runtime-instrumentation-lib={rt}",
+            "-o",
+            instr,
+        ]
+    )
+    log(f"BOLT: profiling: {profile_passes} workload passes of the instrumented driver ...")
+    run([instr], input=f"run {profile_passes}\nquit\n")
+    if not os.path.exists(fdata):
+        raise RuntimeError(f"BOLT's instrumented driver wrote no profile ({fdata})")
+    log(f"BOLT: optimizing with the profile ({' '.join(BOLT_OPTIONS)}) ...")
+    stats = run([bolt, driver, "-o", out, f"-data={fdata}", *BOLT_OPTIONS, "-dyno-stats"])
+    for line in stats.splitlines():
+        if "BOLT-INFO" in line and any(w in line for w in ("execution profile", "modified layout", "splitting")):
+            log("  " + line.strip())
+    with open(out + ".stats", "w") as f:
+        f.write(stats)
+    return out
 
 
 class Driver:

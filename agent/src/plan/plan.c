@@ -83,6 +83,69 @@ static const char *table_reference_rule(const struct hp_module *mod, const struc
 	return NULL;
 }
 
+/* Is the indirect jump at off (in block b) a tail call through a pointer
+ * loaded from memory? Its operand is a memory operand without an index
+ * register, or a register its own block last wrote by such a load (a
+ * function pointer in a struct or a global: "mov 0x80(%rax),%rcx; ...;
+ * jmp *%rcx"). A switch's dispatch indexes its table (absolute entries) or
+ * adds an entry to the table's base (relative ones). */
+static bool pointer_tail_jump(const struct hp_function *f, const struct hp_block *b, const uint8_t *code, uint32_t off)
+{
+	struct hp_isa_detail d;
+	uint32_t writer = UINT32_MAX;
+
+	if (hp_isa_decode_detail(code + off, f->size - off, f->addr + off, &d) < 0 || d.nops < 1)
+		return false;
+	if (d.op[0].kind == HP_OP_MEM)
+		return !d.op[0].index;
+	if (d.op[0].kind != HP_OP_REG)
+		return false;
+	for (uint32_t o = b->offset; o < off;) {
+		struct hp_isa_insn in;
+		if (hp_isa_decode(code + o, f->size - o, f->addr + o, &in) < 0)
+			return false;
+		if (hp_isa_writes_reg(code + o, f->size - o, d.op[0].reg) != 0)
+			writer = o;
+		o += in.len;
+	}
+	struct hp_isa_detail w;
+	return writer != UINT32_MAX &&
+	       hp_isa_decode_detail(code + writer, f->size - writer, f->addr + writer, &w) == 0 &&
+	       w.mnem == HP_MN_MOV && w.nops >= 2 && w.op[0].kind == HP_OP_REG && w.op[0].reg == d.op[0].reg &&
+	       w.op[0].bytes == 8 && w.op[1].kind == HP_OP_MEM && !w.op[1].index;
+}
+
+/* A process's function with an indirect jump the model did not resolve as
+ * a switch table moves when every such jump is a tail call through a
+ * loaded pointer (pointer_tail_jump): from the copy it goes where it went
+ * from the original. A pointer into the function itself would be an
+ * address inside it stored in data, which keeps it by the rule before;
+ * and were one ever reached, it would run the original code, intact but
+ * for the entry jump's bytes. The offset of the first other indirect jump,
+ * or UINT32_MAX when there is none. */
+static uint32_t pointer_tail_jumps_only(const struct hp_module *mod, const struct hp_function *f, const uint8_t *code)
+{
+	for (uint32_t i = 0; i < f->nblocks; i++) {
+		const struct hp_block *b = &mod->blocks[f->block_start + i];
+		uint32_t off = b->offset, last = off;
+		struct hp_isa_insn in = { 0 };
+		for (uint32_t k = 0; k < b->ninsn && off < f->size; k++) {
+			if (hp_isa_decode(code + off, f->size - off, f->addr + off, &in) < 0)
+				return b->offset;
+			last = off;
+			off += in.len;
+		}
+		if (in.cls != HP_IC_JMP_IND)
+			continue;
+		bool table = false;
+		for (uint32_t t = 0; t < f->njt && !table; t++)
+			table = mod->jtables[f->jt_start + t].site == last;
+		if (!table && !pointer_tail_jump(f, b, code, last))
+			return last;
+	}
+	return UINT32_MAX;
+}
+
 const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
 			      char *detail, size_t dlen)
 {
@@ -100,7 +163,7 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 	if (m->kind != HP_TARGET_KERNEL && (f->flags & HP_FN_INNER_REF))
 		return "an address inside it is stored in data (a label table or a resume address): control would "
 		       "come back to the original";
-	if (f->flags & HP_FN_UNRESOLVED_JUMP)
+	if (m->kind == HP_TARGET_KERNEL && (f->flags & HP_FN_UNRESOLVED_JUMP))
 		return "indirect jump that is not a resolved switch table";
 	for (uint32_t t = 0; t < f->njt; t++) {
 		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
@@ -143,6 +206,13 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 			     (hp_isa_decode_detail(code, f->size, f->addr, &d) == 0 && d.mnem == HP_MN_NOP));
 		if (!site)
 			rule = "no ftrace site at the entry: the entry cannot be redirected";
+	}
+	if (!rule && (f->flags & HP_FN_UNRESOLVED_JUMP)) {
+		uint32_t at = pointer_tail_jumps_only(mod, f, code);
+		if (at != UINT32_MAX) {
+			snprintf(detail, dlen, "at +0x%x", at);
+			rule = "indirect jump that is not a resolved switch table";
+		}
 	}
 	for (uint32_t off = 0; !rule && off < f->size;) {
 		struct hp_isa_insn in;

@@ -201,7 +201,10 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* Direct call sites in the model (running addresses) of the n entries
- * (sorted): each site and the index in entries of the one it calls. */
+ * (sorted): each site and the index in entries of the one it calls. A call
+ * within the first 5 bytes of its own function is left alone: that
+ * function's entry jump (of this install or a later one, e.g. counted
+ * copies installed one by one) would cover part of it. */
 static size_t call_sites(const struct hp_model *m, const uint64_t *entries, size_t nent, uint64_t **out,
 			 uint32_t **which)
 {
@@ -229,7 +232,7 @@ static size_t call_sites(const struct hp_model *m, const uint64_t *entries, size
 					break;
 				}
 			}
-			if (!f)
+			if (!f || mod->calls[c].site < 5)
 				continue;
 			uint64_t site = f->addr + mod->calls[c].site;
 			if (HP_GROW(*out, cap, n + 1) || HP_GROW(*which, cap2, n + 1))

@@ -6,7 +6,8 @@
  * refused naming the function, a root without counts or not run reported
  * as such, code the program finds by address kept in place with its rule,
  * and the copy's unwind data checked; a switch table re-emitted for the
- * copy, and a wrong entry in it refused.
+ * copy, and a wrong entry in it refused; tail calls through a loaded
+ * pointer moved with their function.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -501,6 +502,19 @@ static const struct hp_plan_kept *kept(const struct hp_plan *p, const char *name
 	return NULL;
 }
 
+/* A plan of root from profile_all's counts of names (10 each), for a 32 KiB
+ * 8-way L1i. */
+static int plan_all(struct hp_model *m, const struct hp_function *root, const struct hp_module *mod,
+		    const char *const *names, struct hp_profile *prof, struct hp_plan *plan, char *err, size_t errlen)
+{
+	struct hp_plan_opts o;
+
+	profile_all(m, names, 10, prof);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	return hp_plan_make(m, root, mod, prof, &o, plan, err, errlen);
+}
+
 /* Code the program finds by address stays in place, with its rule: a label
  * table in data, exception landing pads, unwind rules that are
  * expressions. An address-taken function still moves (its entry stays
@@ -510,7 +524,6 @@ static void found_case(const char *flags, const char *out)
 	static const char *const names[] = { "fa_root", "fa_labels", "fa_cleanup", "fa_aligned", "fa_target", NULL };
 	struct hp_model *m = open_fixture("found.c", out, flags);
 	const struct hp_module *mod;
-	struct hp_plan_opts o;
 	struct hp_profile prof;
 	struct hp_plan plan;
 	char err[256];
@@ -528,10 +541,7 @@ static void found_case(const char *flags, const char *out)
 	EXPECT(target->flags & HP_FN_ADDR_TAKEN, "%s: fa_target's address in fa_hook not seen", flags);
 	EXPECT(!(root->flags & (HP_FN_INNER_REF | HP_FN_LSDA | HP_FN_ADDR_TAKEN)), "%s: fa_root flagged 0x%x", flags,
 	       root->flags);
-	profile_all(m, names, 10, &prof);
-	hp_plan_opts_default(&o);
-	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
-	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	REQUIRE(plan_all(m, root, mod, names, &prof, &plan, err, sizeof(err)) == 0, "%s", err);
 	EXPECT(plan.status == HP_PLAN_OK && plan.verified, "%s: plan %d: %s", flags, plan.status, plan.message);
 	const struct hp_plan_kept *k;
 	EXPECT((k = kept(&plan, "fa_labels")) && strstr(k->rule, "stored in data"),
@@ -726,6 +736,48 @@ static void t_hot_set_cold_rate(void)
 	hp_model_free(m);
 }
 
+/* A tail call through a loaded pointer (a struct's field, a global) moves
+ * with its function: from the copy it goes where it went. One through a
+ * table indexed by an argument, which a switch's dispatch looks like too,
+ * keeps its function in place, as every unresolved indirect jump did. */
+static void tail_pointer_case(const char *flags, const char *out)
+{
+	static const char *const names[] = { "tp_root", "tp_field", "tp_global", "tp_indexed", NULL };
+	struct hp_model *m = open_fixture("tailptr.c", out, flags);
+	const struct hp_module *mod;
+	struct hp_profile prof;
+	struct hp_plan plan;
+	char err[256];
+
+	REQUIRE(m, "gcc %s or open failed", flags);
+	const struct hp_function *root = hp_model_find(m, "tp_root", &mod, NULL);
+	REQUIRE(root, "tp_root not found");
+	for (const char *const *n = names + 1; *n; n++) {
+		const struct hp_function *f = hp_model_find(m, *n, NULL, NULL);
+		REQUIRE(f, "%s not found", *n);
+		EXPECT((f->flags & HP_FN_UNRESOLVED_JUMP) || f->njt, "%s: %s's indirect jump not seen (flags 0x%x)",
+		       flags, *n, f->flags);
+	}
+	REQUIRE(plan_all(m, root, mod, names, &prof, &plan, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(plan.status == HP_PLAN_OK && plan.verified, "%s: plan %d: %s", flags, plan.status, plan.message);
+	const struct hp_plan_kept *k;
+	EXPECT(!kept(&plan, "tp_field"), "%s: tp_field kept: %s", flags, kept(&plan, "tp_field")->rule);
+	EXPECT(!kept(&plan, "tp_global"), "%s: tp_global kept: %s", flags, kept(&plan, "tp_global")->rule);
+	EXPECT(member(&plan, "tp_field") && member(&plan, "tp_global"), "%s: tp_field or tp_global did not move",
+	       flags);
+	EXPECT((k = kept(&plan, "tp_indexed")) && strstr(k->rule, "not a resolved switch table"),
+	       "%s: tp_indexed not kept by its rule", flags);
+	hp_plan_free(&plan);
+	hp_profile_free(&prof);
+	hp_model_free(m);
+}
+
+static void t_plan_moves_pointer_tail_calls(void)
+{
+	tail_pointer_case("-O2 -fPIE -pie", "tailptr_pie");
+	tail_pointer_case("-O2 -fno-PIE -no-pie", "tailptr_nopie");
+}
+
 int main(void)
 {
 	RUN(t_chain_perfect_partner);
@@ -743,6 +795,7 @@ int main(void)
 	RUN(t_place_offset);
 	RUN(t_hot_set_plan);
 	RUN(t_hot_set_cold_rate);
+	RUN(t_plan_moves_pointer_tail_calls);
 	tu_cleanup();
 	TEST_EXIT();
 }

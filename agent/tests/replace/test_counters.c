@@ -566,6 +566,23 @@ static void t_inline_entry_over_a_call(void)
 	two_counted("first", "first\n", "fx_first", entry_over_a_call);
 }
 
+/* fx_calls_early calls fx_loop at +3, within the 5 bytes of its own entry
+ * jump. Installed after fx_loop's copy redirected that call, its entry jump
+ * was refused ("would cover part of bytes another install patched": Lua's
+ * lua_rawget and index2value in bench/layout_vs_bolt); a call within its
+ * function's first 5 bytes is now left calling the entry, whichever goes
+ * first. */
+static void both_installed(struct fx *f, struct hp_counted *c)
+{
+	(void)f;
+	EXPECT(c->fns[0].installed && c->fns[1].installed, "both copies installed");
+}
+
+static void t_inline_call_in_entry_bytes(void)
+{
+	two_counted("early", "early\n", "fx_calls_early", both_installed);
+}
+
 /* A process target's reads as process_target.c does them: read shows a 0xcc
  * in memory where the file has another byte as the file's byte (a probe's
  * int3 hidden); read_raw shows memory as it is. */
@@ -624,6 +641,7 @@ int main(void)
 	RUN(t_inline_refusals);
 	RUN(t_inline_copy_from_original_code);
 	RUN(t_inline_entry_over_a_call);
+	RUN(t_inline_call_in_entry_bytes);
 	tu_cleanup();
 	TEST_EXIT();
 }
