@@ -106,6 +106,16 @@ void json_u64(struct json *j, uint64_t v)
 	fprintf(j->fp, "%" PRIu64, v);
 }
 
+/* An address: a number while it fits a signed 64-bit integer (a process's),
+ * else the same decimal digits as a string (a kernel's: JSON readers such as
+ * jansson refuse integers above 2^63 - 1; hp_json_u64 and Python's int()
+ * read both forms). */
+void json_addr(struct json *j, uint64_t v)
+{
+	sep(j);
+	fprintf(j->fp, v > (uint64_t)INT64_MAX ? "\"%" PRIu64 "\"" : "%" PRIu64, v);
+}
+
 void json_i64(struct json *j, int64_t v)
 {
 	sep(j);
@@ -143,4 +153,10 @@ void json_ku64(struct json *j, const char *key, uint64_t v)
 {
 	json_key(j, key);
 	json_u64(j, v);
+}
+
+void json_kaddr(struct json *j, const char *key, uint64_t v)
+{
+	json_key(j, key);
+	json_addr(j, v);
 }

@@ -28,6 +28,8 @@ void json_arr_end(struct json *j);
 void json_key(struct json *j, const char *key);
 void json_str(struct json *j, const char *s); /* NULL writes null */
 void json_u64(struct json *j, uint64_t v);
+/* An address: a number up to INT64_MAX, a string of its decimal digits above. */
+void json_addr(struct json *j, uint64_t v);
 void json_i64(struct json *j, int64_t v);
 void json_double(struct json *j, double v, int decimals);
 void json_bool(struct json *j, bool v);
@@ -35,5 +37,6 @@ void json_null(struct json *j);
 /* key + value shorthands */
 void json_kstr(struct json *j, const char *key, const char *s);
 void json_ku64(struct json *j, const char *key, uint64_t v);
+void json_kaddr(struct json *j, const char *key, uint64_t v);
 
 #endif

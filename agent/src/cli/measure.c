@@ -266,6 +266,15 @@ static void out_u64_or_null(struct out *o, const char *key, bool present, uint64
 		json_null(&o->j);
 }
 
+static void out_addr_or_null(struct out *o, const char *key, bool present, uint64_t v)
+{
+	json_key(&o->j, key);
+	if (present)
+		json_addr(&o->j, v);
+	else
+		json_null(&o->j);
+}
+
 static const char *row_label(const struct hp_measure_row *p, char *buf, size_t len)
 {
 	if (p->kind == HP_ROW_BLOCK)
@@ -334,16 +343,16 @@ static void report_rows(struct out *o, const struct hp_measure_row *rows, const 
 		json_obj_begin(&o->j);
 		json_kstr(&o->j, "function", p->function);
 		if (block) {
-			json_ku64(&o->j, "block", p->block_address);
+			json_kaddr(&o->j, "block", p->block_address);
 			json_ku64(&o->j, "block_offset", p->block_offset);
 			json_ku64(&o->j, "block_size", p->block_size);
 		}
 		json_kstr(&o->j, "module", p->module);
 		json_kstr(&o->j, "resource", p->resource);
-		json_ku64(&o->j, "function_address", p->function_address);
+		json_kaddr(&o->j, "function_address", p->function_address);
 		json_ku64(&o->j, "function_size", p->function_size);
 		if (p->run_address != (block ? p->block_address : p->function_address))
-			json_ku64(&o->j, "installed_copy", p->run_address);
+			json_kaddr(&o->j, "installed_copy", p->run_address);
 		json_key(&o->j, "metrics");
 		json_obj_begin(&o->j);
 		for (int m = 0; m < HP_METRIC_N; m++) {
@@ -424,9 +433,9 @@ static void json_edge(struct out *o, const struct hp_measure_row *rows, const st
 	bool from = e->from != HP_EDGE_NO_BLOCK, to = e->to != HP_EDGE_NO_BLOCK;
 	json_obj_begin(&o->j);
 	json_kstr(&o->j, "function", rows[fe->function_row].function);
-	out_u64_or_null(o, "from", from, from ? block_addr(rows, fe, e->from) : 0);
+	out_addr_or_null(o, "from", from, from ? block_addr(rows, fe, e->from) : 0);
 	out_u64_or_null(o, "from_offset", from, from ? fe->block_offsets[e->from] : 0);
-	out_u64_or_null(o, "to", to || e->kind == HP_EDGE_TAIL_CALL, to ? block_addr(rows, fe, e->to) : e->target);
+	out_addr_or_null(o, "to", to || e->kind == HP_EDGE_TAIL_CALL, to ? block_addr(rows, fe, e->to) : e->target);
 	out_u64_or_null(o, "to_offset", to, to ? fe->block_offsets[e->to] : 0);
 	json_kstr(&o->j, "kind", hp_edge_kind_name(e->kind));
 	json_ku64(&o->j, "count", e->count);
@@ -506,7 +515,7 @@ static void report_edges(struct out *o, const struct hp_measure_row *rows, const
 		const struct hp_edge_result *er = &fe[i].edges;
 		json_obj_begin(&o->j);
 		json_kstr(&o->j, "function", rows[fe[i].function_row].function);
-		json_ku64(&o->j, "function_address", rows[fe[i].function_row].function_address);
+		json_kaddr(&o->j, "function_address", rows[fe[i].function_row].function_address);
 		json_ku64(&o->j, "edges", er->nedges);
 		json_ku64(&o->j, "exact_edges", er->nexact);
 		json_key(&o->j, "exact_edge_share");
