@@ -374,18 +374,20 @@ def _big_library_holder() -> subprocess.Popen:
     return proc
 
 
-PLAN_S = 3  # the slow command of the test below: longer than its 1.2 s stall bound on any machine
+PLAN_S = 8  # the slow command of the test below: twice its stall bound (half the command) is 8 s on any machine
 
 
 def _check_no_stall(arrivals, loop_batches, t0, took, what):
     """Metric intervals (arrival times) and the running measurement's batches kept coming while a command
-    ran from t0 for `took` seconds: no gap of 1.2 s or more (an interval is 0.3 s; a command run on the
-    stream loop would leave a gap as long as the command), at least half the intervals expected."""
+    ran from t0 for `took` seconds. An interval is 0.3 s; a command run on the stream loop would leave one
+    gap as long as the whole command (no interval until it ends), while a loaded machine delays intervals
+    and thins them out: 1.5 s gaps at load 13, which a fixed 1.2 s bound failed, and 138 intervals in an
+    89 s command at load 15, where 296 were due and half were asked for. So the bound comes from the
+    command's own time: no gap may reach half of it (intervals came in both halves of the command), and
+    the running measurement sent batches."""
     gaps = [b - a for a, b in zip([t0, *arrivals], [*arrivals, t0 + took], strict=False)]
-    assert max(gaps) < 1.2, f"metric intervals stalled for {max(gaps):.1f} s while {what} ({took:.1f} s)"
-    expected = int(took / (INTERVAL_MS / 1000))
-    assert len(arrivals) >= expected // 2, (what, len(arrivals), expected)
-    assert len(loop_batches) >= expected // 2 and sum(_totals(loop_batches).values()) > 0, (what, len(loop_batches))
+    assert max(gaps) < took / 2, f"metric intervals stalled for {max(gaps):.1f} s while {what} ({took:.1f} s)"
+    assert loop_batches and sum(_totals(loop_batches).values()) > 0, (what, len(loop_batches))
 
 
 def test_commands_run_on_a_worker_while_intervals_keep_flowing(agent, programs):
@@ -400,6 +402,9 @@ def test_commands_run_on_a_worker_while_intervals_keep_flowing(agent, programs):
         loop_target = _result(agent.session, "attach-loop").targets.targets[0]
         loop_main = next(m for m in loop_target.modules if m.name.endswith("/measured"))
         loop_call = agent.functions["mx_call"]
+        # The tests below use this process and its measurement: kept before any check here can fail, so
+        # that a failure here is this test's alone.
+        agent.loop, agent.loop_target, agent.loop_main = loop, loop_target, loop_main
         _send(
             agent.session,
             "start-loop",
@@ -429,11 +434,12 @@ def test_commands_run_on_a_worker_while_intervals_keep_flowing(agent, programs):
             arrivals.append(agent.session.metrics.get()[0])
         arrivals = [t for t in arrivals if t <= t0 + took]
         loop_batches = _measurement_batches(agent.session, "m-loop", 0.5)
-        # An interval is 0.3 s; a command run on the stream loop would leave a gap as long as the
-        # command. The bound allows for a loaded machine (shared by several builds). How long parsing
-        # LLVM takes depends on the machine (a fast one may need less than the bound); the plan below
-        # takes PLAN_S on any machine.
-        _check_no_stall(arrivals, loop_batches, t0, took, "attaching a process that maps LLVM")
+        # How long parsing LLVM takes depends on the machine: where it is too quick for half of it to
+        # stand well above a loaded machine's delays, the plan below (PLAN_S on any machine) tells alone.
+        if took >= PLAN_S:
+            _check_no_stall(arrivals, loop_batches, t0, took, "attaching a process that maps LLVM")
+        else:
+            print(f"attaching took {took:.1f} s, under {PLAN_S} s: too quick to tell a stall; the plan tells")
         progress = [m for _, m in _others(agent.session, "Progress") if m.command_id == "attach-big"]
         assert progress and all(0 <= p.fraction <= 1 and p.message for p in progress)
         big = res.targets.targets[0]
@@ -470,7 +476,6 @@ def test_commands_run_on_a_worker_while_intervals_keep_flowing(agent, programs):
             took,
             f"a plan counting blocks for {PLAN_S} s",
         )
-        agent.loop, agent.loop_target, agent.loop_main = loop, loop_target, loop_main
     finally:
         holder.kill()
         holder.wait()
