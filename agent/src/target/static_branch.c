@@ -60,9 +60,7 @@ long hp_jump_table_parse(const uint8_t *tab, size_t len, uint64_t table_addr, ui
 	return (long)u;
 }
 
-/* Is the instruction at p (of room bytes) the site's NOP or its JMP? Returns
- * its length (2 or 5), else 0. */
-static unsigned site_length(const uint8_t *p, size_t room, const struct hp_static_branch *s)
+static unsigned settled_site_length(const uint8_t *p, size_t room, const struct hp_static_branch *s)
 {
 	struct hp_isa_insn in;
 	struct hp_isa_detail d;
@@ -73,6 +71,31 @@ static unsigned site_length(const uint8_t *p, size_t room, const struct hp_stati
 		return in.target == s->target ? in.len : 0;
 	if (hp_isa_decode_detail(p, room, s->code, &d) == 0 && d.mnem == HP_MN_NOP)
 		return in.len;
+	return 0;
+}
+
+/* Is the instruction at p (of room bytes) the site's NOP or its JMP? Returns
+ * its length (2 or 5), else 0. A site the kernel is patching when the text is
+ * read (a key flipping: text_poke_bp writes an int3 over the first byte, then
+ * the new tail, then the new first byte) starts with 0xcc and holds the old
+ * or the new tail: it is the form whose first byte makes a whole site of it
+ * (a JMP to the site's target, or a NOP), so that a parse during a flip
+ * gives the same catalog as any other. */
+static unsigned site_length(const uint8_t *p, size_t room, const struct hp_static_branch *s)
+{
+	static const uint8_t firsts[] = { 0xe9, 0xeb, 0x0f, 0x66 }; /* jmp rel32, jmp rel8, nop5, nop2 */
+	uint8_t tmp[5];
+
+	if (p[0] != 0xcc || room < 2)
+		return settled_site_length(p, room, s);
+	size_t n = room < sizeof(tmp) ? room : sizeof(tmp);
+	memcpy(tmp, p, n);
+	for (size_t i = 0; i < sizeof(firsts); i++) {
+		tmp[0] = firsts[i];
+		unsigned l = settled_site_length(tmp, n, s);
+		if (l)
+			return l;
+	}
 	return 0;
 }
 
@@ -99,7 +122,9 @@ size_t hp_static_branch_canonicalize(uint8_t *buf, uint64_t lo, size_t len, cons
 			st->foreign++;
 			continue;
 		}
-		if (p[0] != 0xe9 && p[0] != 0xeb)
+		if (p[0] == 0xcc)
+			st->mid_patch++;
+		else if (p[0] != 0xe9 && p[0] != 0xeb)
 			st->were_nop++;
 		if (l == 5) {
 			uint32_t r = (uint32_t)(int32_t)rel;
@@ -162,7 +187,9 @@ static bool static_call_form(const uint8_t *p, uint64_t addr)
 	struct hp_isa_insn in;
 	struct hp_isa_detail d;
 
-	if (p[0] == 0xe8 || p[0] == 0xe9 || !memcmp(p, xor_eax, 5) || !memcmp(p, ret, 5))
+	/* 0xcc: the kernel is patching the site (text_poke_bp's int3 over its
+	 * first byte) as the text is read; its form is the canonical one anyway. */
+	if (p[0] == 0xe8 || p[0] == 0xe9 || p[0] == 0xcc || !memcmp(p, xor_eax, 5) || !memcmp(p, ret, 5))
 		return true;
 	return hp_isa_decode(p, 5, addr, &in) == 0 && in.len == 5 && hp_isa_decode_detail(p, 5, addr, &d) == 0 &&
 	       d.mnem == HP_MN_NOP;
@@ -184,7 +211,9 @@ size_t hp_static_call_canonicalize(uint8_t *buf, uint64_t lo, size_t len, const 
 			st->foreign++;
 			continue;
 		}
-		if (p[0] != 0xe8 && p[0] != 0xe9)
+		if (p[0] == 0xcc)
+			st->mid_patch++;
+		else if (p[0] != 0xe8 && p[0] != 0xe9)
 			st->were_nop++;
 		p[0] = s->tail ? 0xe9 : 0xe8;
 		memset(p + 1, 0, 4);

@@ -40,6 +40,7 @@ struct hp_static_branch_stats {
 	size_t rewritten; /* sites put in their JMP form (whether or not they were already) */
 	size_t were_nop;  /* ... of which were NOPs (key in its default state) */
 	size_t foreign;   /* sites whose bytes were neither the NOP nor the JMP to the target */
+	size_t mid_patch; /* ... rewritten sites the kernel was patching (0xcc first: text_poke_bp) */
 };
 
 /* Rewrite, in buf (a copy of [lo, lo + len)), every site of v[0, n) that

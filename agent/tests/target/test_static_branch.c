@@ -98,6 +98,50 @@ static void t_sites_take_one_canonical_form(void)
 	EXPECT(!memcmp(code, want, sizeof(code)) && st.were_nop == 0, "canonical form is not a fixed point");
 }
 
+/* Sites the kernel is patching as the text is read (a key flipping:
+ * text_poke_bp has an int3 over the first byte, and the old or the new tail
+ * after it) take the same canonical form as settled ones: a parse during a
+ * flip gives the same catalog digest (two parses of this machine's kernel
+ * once differed while other test runs flipped keys). */
+static void t_sites_being_patched_take_the_canonical_form(void)
+{
+	const uint64_t lo = 0x1000;
+	/* 0x00: nop5's tail, 0x10: jmp rel32 to 0x40's tail, 0x20: nop2's
+	 * tail, 0x30: jmp rel8 to 0x38's tail, each after an int3; 0x50: an
+	 * int3 and a tail of neither form (foreign). */
+	uint8_t code[0x60], settled[0x60];
+	memset(code, 0xcc, sizeof(code));
+	memcpy(code + 0x00, "\xcc\x1f\x44\x00\x00", 5);
+	memcpy(code + 0x10, "\xcc\x2b\x00\x00\x00", 5);
+	memcpy(code + 0x20, "\xcc\x90", 2);
+	memcpy(code + 0x30, "\xcc\x06", 2);
+	memcpy(code + 0x50, "\xcc\x01\x02\x03\x04", 5);
+	memset(settled, 0xcc, sizeof(settled));
+	memcpy(settled + 0x00, "\x0f\x1f\x44\x00\x00", 5);
+	memcpy(settled + 0x10, "\xe9\x2b\x00\x00\x00", 5);
+	memcpy(settled + 0x20, "\x66\x90", 2);
+	memcpy(settled + 0x30, "\xeb\x06", 2);
+	memcpy(settled + 0x50, "\xcc\x01\x02\x03\x04", 5);
+	const struct hp_static_branch v[] = {
+		{ lo + 0x00, lo + 0x40, 0 }, { lo + 0x10, lo + 0x40, 0 }, { lo + 0x20, lo + 0x38, 0 },
+		{ lo + 0x30, lo + 0x38, 0 }, { lo + 0x50, lo + 0x40, 0 },
+	};
+	uint64_t sites[5];
+	struct hp_static_branch_stats st, st2;
+	size_t n = hp_static_branch_canonicalize(code, lo, sizeof(code), v, 5, sites, &st);
+	EXPECT(n == 4 && st.rewritten == 4 && st.mid_patch == 4 && st.foreign == 1,
+	       "%zu rewritten (%zu being patched), %zu foreign", st.rewritten, st.mid_patch, st.foreign);
+	hp_static_branch_canonicalize(settled, lo, sizeof(settled), v, 5, sites, &st2);
+	EXPECT(!memcmp(code, settled, sizeof(code)), "a site being patched does not read as a settled one");
+
+	/* A static call site being patched: the same call form as any other. */
+	uint8_t call[8] = { 0xcc, 0x11, 0x22, 0x33, 0x44, 0xcc, 0xcc, 0xcc };
+	const struct hp_static_call c = { lo, 0 };
+	n = hp_static_call_canonicalize(call, lo, sizeof(call), &c, 1, sites, &st);
+	EXPECT(n == 1 && st.mid_patch == 1 && !memcmp(call, "\xe8\x00\x00\x00\x00", 5),
+	       "a static call site being patched: %zu rewritten, %zu foreign", st.rewritten, st.foreign);
+}
+
 static void t_static_call_sites_take_one_form(void)
 {
 	const uint64_t table = 0xffffffff82000000ull, lo = 0xffffffff81000000ull;
@@ -228,6 +272,7 @@ int main(void)
 {
 	RUN(t_jump_table_entries_decode);
 	RUN(t_sites_take_one_canonical_form);
+	RUN(t_sites_being_patched_take_the_canonical_form);
 	RUN(t_static_call_sites_take_one_form);
 	RUN(t_kernel_sites_are_two_way_branches);
 	TEST_EXIT();
