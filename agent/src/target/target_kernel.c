@@ -236,6 +236,7 @@ struct bug_layout {
 	const uint8_t *tab;
 	uint64_t lo;
 	size_t esz;
+	uint64_t text, etext; /* vmlinux's text: the only traps the entries are checked at */
 };
 
 /* Whether entry i's trap address holds a ud instruction. */
@@ -245,9 +246,11 @@ static int bug_entry_ok(void *ctx, size_t i)
 	uint64_t at = l->lo + i * l->esz + (int64_t)le32(l->tab + i * l->esz);
 	uint8_t b[2];
 
-	/* Entries in freed init text do not read, or read as zeros: they say
-	 * nothing. */
-	if (kernel_read_raw(l->kp, at, b, 2) < 0 || (b[0] == 0 && b[1] == 0))
+	/* Entries outside vmlinux's text say nothing: those in init text point
+	 * into pages freed after boot, which read as zeros at first and, once the
+	 * kernel has reused them, as anything (after a day of uptime here, enough
+	 * of the sample to refuse every layout). */
+	if (at < l->text || at >= l->etext || kernel_read_raw(l->kp, at, b, 2) < 0 || (b[0] == 0 && b[1] == 0))
 		return -1;
 	return b[0] == 0x0f && (b[1] == 0x0b || b[1] == 0xb9 || b[1] == 0xff);
 }
@@ -255,7 +258,7 @@ static int bug_entry_ok(void *ctx, size_t i)
 /* Which traps are WARN()s: the bug table's entries are (relative trap
  * address, ..., u16 line, u16 flags); its size differs between kernel
  * versions, so the layout whose addresses all land on ud instructions wins. */
-static void read_bug_table(struct kpriv *kp, const uint64_t *mk)
+static void read_bug_table(struct kpriv *kp, const uint64_t *mk, uint64_t text, uint64_t etext)
 {
 	struct hp_kernel_facts *kf = &kp->facts;
 	uint64_t lo = mk[HP_KMARK_BUG_START], hi = mk[HP_KMARK_BUG_STOP];
@@ -277,7 +280,7 @@ static void read_bug_table(struct kpriv *kp, const uint64_t *mk)
 	}
 	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
 		size_t esz = sizes[si], n = (hi - lo) / esz;
-		struct bug_layout layout = { kp, tab, lo, esz };
+		struct bug_layout layout = { kp, tab, lo, esz, text, etext };
 
 		if ((hi - lo) % esz || !layout_holds(n, bug_entry_ok, &layout))
 			continue;
@@ -697,7 +700,7 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		goto fail;
 	}
 	PHASE("kallsyms");
-	read_bug_table(kp, ks.markers);
+	read_bug_table(kp, ks.markers, ks.text, ks.etext);
 	read_jump_table(kp, ks.markers, ks.text, ks.etext);
 	read_static_calls(kp, ks.markers, ks.text, ks.etext);
 	if ((r = read_pinned(kp, ks.markers)) < 0) {
