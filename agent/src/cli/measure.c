@@ -257,20 +257,12 @@ struct out {
 	struct json j;
 };
 
-static void out_u64_or_null(struct out *o, const char *key, bool present, uint64_t v)
+/* key: v written by put (json_u64, or json_addr for an address), or null when absent. */
+static void out_or_null(struct out *o, const char *key, bool present, uint64_t v, void (*put)(struct json *, uint64_t))
 {
 	json_key(&o->j, key);
 	if (present)
-		json_u64(&o->j, v);
-	else
-		json_null(&o->j);
-}
-
-static void out_addr_or_null(struct out *o, const char *key, bool present, uint64_t v)
-{
-	json_key(&o->j, key);
-	if (present)
-		json_addr(&o->j, v);
+		put(&o->j, v);
 	else
 		json_null(&o->j);
 }
@@ -433,16 +425,17 @@ static void json_edge(struct out *o, const struct hp_measure_row *rows, const st
 	bool from = e->from != HP_EDGE_NO_BLOCK, to = e->to != HP_EDGE_NO_BLOCK;
 	json_obj_begin(&o->j);
 	json_kstr(&o->j, "function", rows[fe->function_row].function);
-	out_addr_or_null(o, "from", from, from ? block_addr(rows, fe, e->from) : 0);
-	out_u64_or_null(o, "from_offset", from, from ? fe->block_offsets[e->from] : 0);
-	out_addr_or_null(o, "to", to || e->kind == HP_EDGE_TAIL_CALL, to ? block_addr(rows, fe, e->to) : e->target);
-	out_u64_or_null(o, "to_offset", to, to ? fe->block_offsets[e->to] : 0);
+	out_or_null(o, "from", from, from ? block_addr(rows, fe, e->from) : 0, json_addr);
+	out_or_null(o, "from_offset", from, from ? fe->block_offsets[e->from] : 0, json_u64);
+	out_or_null(o, "to", to || e->kind == HP_EDGE_TAIL_CALL, to ? block_addr(rows, fe, e->to) : e->target,
+		    json_addr);
+	out_or_null(o, "to_offset", to, to ? fe->block_offsets[e->to] : 0, json_u64);
 	json_kstr(&o->j, "kind", hp_edge_kind_name(e->kind));
 	json_ku64(&o->j, "count", e->count);
 	json_key(&o->j, "exact");
 	json_bool(&o->j, e->how == HP_EDGE_EXACT);
 	json_ku64(&o->j, "low", e->low);
-	out_u64_or_null(o, "high", e->high != UINT64_MAX, e->high); /* null: unbounded */
+	out_or_null(o, "high", e->high != UINT64_MAX, e->high, json_u64); /* null: unbounded */
 	json_obj_end(&o->j);
 }
 
