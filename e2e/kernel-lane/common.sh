@@ -55,14 +55,25 @@ lane_guest_gone() {
 # lane_wait FILE PATTERN SECONDS PID WHAT: wait until FILE (the guest's console.log or
 # results.log) has a line matching PATTERN (grep -E), while QEMU (PID) runs. Fails with the reason
 # and the tail of the serial console (console.log beside FILE) when the guest gives up, panics or
-# exits, or when SECONDS pass.
+# exits, when the guest says nothing new (neither its console nor its results grow) for LANE_STALL
+# seconds (default 600), or when SECONDS pass. The stall is what tells a hang: the guest runs under
+# TCG, so a loaded machine slows every step of it several times over, but a guest that works keeps
+# writing (the agent's log, each check's result); the SECONDS bound only caps the whole wait.
 lane_wait() {
 	local file=$1 pattern=$2 secs=$3 pid=$4 what=$5 start=$SECONDS
 	local log; log=$(dirname "$file")/console.log
+	local stall=${LANE_STALL:-600} size=-1 now quiet=$SECONDS
 	while ! grep -qE "$pattern" "$file" 2>/dev/null; do
 		if grep -qE '^LANE FAIL|Kernel panic' "$log" 2>/dev/null || ! kill -0 "$pid" 2>/dev/null; then
 			lane_log_tail "$log"
 			die "$what: $(lane_guest_gone "$log")"
+		fi
+		now=$(cat "$log" "$file" 2>/dev/null | wc -c)
+		if [ "$now" != "$size" ]; then
+			size=$now quiet=$SECONDS
+		elif [ $((SECONDS - quiet)) -ge "$stall" ]; then
+			lane_log_tail "$log"
+			die "$what: the guest wrote nothing for $stall s (a hang)"
 		fi
 		if [ $((SECONDS - start)) -ge "$secs" ]; then
 			lane_log_tail "$log"
