@@ -16,6 +16,7 @@ import time
 import pytest
 from hotpath.v1 import agent_pb2 as pb
 from test_measurements import (
+    HANG_S,
     Fixture,
     _catalog,
     _measurement_batches,
@@ -99,7 +100,7 @@ def test_a_busy_functions_block_intervals_conserve_flow_from_the_first_one(agent
             block_rows={r.block_offset: i for i, r in enumerate(rows) if r.kind == pb.RESOURCE_KIND_BLOCK},
         )
         assert len(shape.block_rows) == len(pr_root.blocks), "every block of pr_root is probed"
-        batches = _measurement_batches(agent.session, mid, 20, until=lambda bs: sum(bool(b.edges) for b in bs) >= 3)
+        batches = _measurement_batches(agent.session, mid, HANG_S, until=lambda bs: sum(bool(b.edges) for b in bs) >= 3)
         _send(agent.session, f"stop-{mid}", stop_measurement=pb.StopMeasurement(measurement_id=mid))
         assert _result(agent.session, f"stop-{mid}").ok
         assert sum(bool(b.edges) for b in batches) >= 3, f"{len(batches)} intervals of {mid}"

@@ -20,6 +20,7 @@ import time
 import pytest
 from hotpath.v1 import agent_pb2 as pb
 from test_measurements import (
+    HANG_S,
     Fixture,
     _catalog,
     _measurement_batches,
@@ -316,7 +317,7 @@ def test_the_approved_install_runs_the_copy_in_the_process_and_reverts_to_the_or
     _send(agent.session, "m-copy-stop", stop_measurement=pb.StopMeasurement(measurement_id="m-copy"))
     assert _result(agent.session, "m-copy-stop").ok
     batches = _measurement_batches(
-        agent.session, "m-copy", 20, until=lambda bs: any(b.state == pb.MEASUREMENT_STATE_STOPPED for b in bs)
+        agent.session, "m-copy", HANG_S, until=lambda bs: any(b.state == pb.MEASUREMENT_STATE_STOPPED for b in bs)
     )
     assert _totals(batches).get(0, 0) > 1000, "the copy's calls are counted for the root's row"
     _alive_and_checking(agent.fixture)
@@ -691,12 +692,12 @@ def _file_bytes(pid: int, addr: int, n: int) -> bytes:
 
 
 def _counts_after(sess, mid: str, since_ns: int, want: float) -> float:
-    """The measurement's counts (all its rows) in intervals that began after since_ns, waiting (20 s at most)
+    """The measurement's counts (all its rows) in intervals that began after since_ns, waiting (HANG_S at most)
     until they exceed want."""
     batches = _measurement_batches(
         sess,
         mid,
-        20,
+        HANG_S,
         until=lambda bs: sum(_totals([b for b in bs if b.interval_start_unix_ns >= since_ns]).values()) > want,
     )
     return sum(_totals([b for b in batches if b.interval_start_unix_ns >= since_ns]).values())
