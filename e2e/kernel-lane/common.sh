@@ -68,8 +68,9 @@ lane_wait() {
 			lane_log_tail "$log"
 			die "$what: $(lane_guest_gone "$log")"
 		fi
-		# Either file may not exist yet: cat's failure must not end a caller under pipefail and -e.
-		now=$({ cat "$log" "$file" 2>/dev/null || true; } | wc -c)
+		# Their sizes, not their bytes (read every half second); either file may not exist yet, and
+		# stat's failure must not end a caller under -e.
+		now=$(stat -c %s "$log" "$file" 2>/dev/null || true)
 		if [ "$now" != "$size" ]; then
 			size=$now quiet=$SECONDS
 		elif [ $((SECONDS - quiet)) -ge "$stall" ]; then
