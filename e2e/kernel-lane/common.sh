@@ -68,7 +68,8 @@ lane_wait() {
 			lane_log_tail "$log"
 			die "$what: $(lane_guest_gone "$log")"
 		fi
-		now=$(cat "$log" "$file" 2>/dev/null | wc -c)
+		# Either file may not exist yet: cat's failure must not end a caller under pipefail and -e.
+		now=$({ cat "$log" "$file" 2>/dev/null || true; } | wc -c)
 		if [ "$now" != "$size" ]; then
 			size=$now quiet=$SECONDS
 		elif [ $((SECONDS - quiet)) -ge "$stall" ]; then
