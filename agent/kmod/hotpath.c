@@ -12,21 +12,26 @@
  *   REDIRECT    calls of a traceable function go to a sealed heap of the
  *               opener, through an ftrace_ops with IPMODIFY (livepatch's way)
  *   UNDO        one redirect removed
- *   HEAP_FREE   a heap no redirect points into, freed after an RCU-tasks
- *               grace period
+ *   CALL_PATCH  one direct call (e8 rel32) in kernel text made to call a
+ *               sealed heap of the opener, through text_poke_bp under
+ *               text_mutex (the way static calls and ftrace poke calls)
+ *   CALL_UNDO   one call site's original bytes written back the same way
+ *   HEAP_FREE   a heap no redirect or call site points into, freed after an
+ *               RCU-tasks grace period
  *
- * Closing the device undoes everything the opener did, redirects first, then
- * heaps (and rmmod cannot happen while it is open). Call-site patching is a
- * later slice.
+ * Closing the device undoes everything the opener did, call sites first, then
+ * redirects, then heaps (and rmmod cannot happen while it is open).
  *
- * module_alloc, set_memory_ro/x, core_kernel_text, __module_text_address and
- * ftrace_location are not exported by 6.1: their addresses come from register_kprobe on
- * their names at load time (docs/decisions.md).
+ * module_alloc, set_memory_ro/x, core_kernel_text, __module_text_address,
+ * ftrace_location, text_poke_bp and text_mutex are not exported by 6.1: their
+ * addresses come from register_kprobe on their names at load time, text_mutex's
+ * (data) from kallsyms_lookup_name found the same way (docs/decisions.md).
  */
 #include <linux/err.h>
 #include <linux/fs.h>
 #include <linux/ftrace.h>
 #include <linux/kprobes.h>
+#include <linux/memory.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
@@ -51,11 +56,21 @@ struct hp_redirect {
 	struct module *mod; /* the entry's module, pinned while redirected; NULL: vmlinux */
 };
 
+/* A call site the opener patched: the bytes it had and the ones written. */
+struct hp_call {
+	unsigned long site; /* 0: slot free */
+	unsigned long target;
+	u8 orig[HOTPATH_CALL_LEN], now[HOTPATH_CALL_LEN];
+	struct module *mod; /* the site's module, pinned while patched; NULL: vmlinux */
+	bool stuck;         /* its bytes were changed by someone else: never undone, heap kept */
+};
+
 /* The one opener's state, under hp_lock. */
 static DEFINE_MUTEX(hp_lock);
 static bool hp_open_now;
 static struct hp_heap hp_heaps[HOTPATH_HEAPS_MAX];
 static struct hp_redirect *hp_redirects[HOTPATH_REDIRECTS_MAX];
+static struct hp_call hp_calls[HOTPATH_CALLS_MAX];
 
 /* The kernel's own functions this module needs but 6.1 does not export. */
 static void *(*hp_module_alloc)(unsigned long size);
@@ -64,6 +79,8 @@ static int (*hp_set_memory_x)(unsigned long addr, int numpages);
 static int (*hp_core_kernel_text)(unsigned long addr);
 static struct module *(*hp_module_text_address)(unsigned long addr);
 static unsigned long (*hp_ftrace_location)(unsigned long ip);
+static void (*hp_text_poke_bp)(void *addr, const void *opcode, size_t len, const void *emulate);
+static struct mutex *hp_text_mutex;
 
 /* The address of a kernel function by name: a kprobe on it is placed and
  * removed again, and its address is where the kernel resolved the name. */
@@ -121,6 +138,7 @@ static long hp_info(void __user *arg)
 		.heap_max = HOTPATH_HEAP_MAX,
 		.heaps_max = HOTPATH_HEAPS_MAX,
 		.redirects_max = HOTPATH_REDIRECTS_MAX,
+		.calls_max = HOTPATH_CALLS_MAX,
 	};
 
 	strscpy(info.release, utsname()->release, sizeof(info.release));
@@ -379,6 +397,149 @@ static long hp_undo(void __user *arg)
 	return 0;
 }
 
+/* The 5 bytes at site now, read under text_mutex by the caller. */
+static int hp_call_bytes(unsigned long site, u8 *buf)
+{
+	return copy_from_kernel_nofault(buf, (void *)site, HOTPATH_CALL_LEN) ? -EFAULT : 0;
+}
+
+/* Write bytes over the call at site, whose bytes are now, with the kernel's
+ * text poking: an int3 first (a CPU reaching the site meanwhile has the call
+ * emulated by the kernel's int3 handler), then the displacement, then the
+ * opcode, with every CPU synchronised between the steps. Under text_mutex,
+ * so ftrace, jump labels, static calls and kprobes do not write at once.
+ * -EBADMSG (nothing written) when the bytes are not now. */
+static int hp_call_write(unsigned long site, const u8 *now, const u8 *bytes)
+{
+	u8 cur[HOTPATH_CALL_LEN];
+	int err;
+
+	mutex_lock(hp_text_mutex);
+	err = hp_call_bytes(site, cur);
+	if (!err && memcmp(cur, now, HOTPATH_CALL_LEN))
+		err = -EBADMSG;
+	if (!err)
+		hp_text_poke_bp((void *)site, bytes, HOTPATH_CALL_LEN, NULL);
+	mutex_unlock(hp_text_mutex);
+	return err;
+}
+
+static struct hp_call *hp_call_at(unsigned long site)
+{
+	unsigned int i;
+
+	for (i = 0; i < HOTPATH_CALLS_MAX; i++)
+		if (hp_calls[i].site == site)
+			return &hp_calls[i];
+	return NULL;
+}
+
+static long hp_call_patch(void __user *arg)
+{
+	struct hotpath_call req;
+	u8 now[HOTPATH_CALL_LEN];
+	struct hp_call *c = NULL;
+	struct hp_heap *h;
+	unsigned int i;
+	s64 rel;
+	s32 rel32;
+	int err;
+
+	if (copy_from_user(&req, arg, sizeof(req)))
+		return -EFAULT;
+	if (req.flags || req.reserved || req.pad[0] || req.pad[1] || req.pad[2] || req.expect[0] != 0xe8 || !req.site)
+		return -EINVAL;
+	/* All 5 bytes in the core kernel's text or one module's. */
+	err = hp_text_copy(req.site, HOTPATH_CALL_LEN, now, false);
+	if (err)
+		return err;
+	/* Not an ftrace site (those are ftrace's to write: REDIRECT). */
+	for (i = 0; i < HOTPATH_CALL_LEN; i++)
+		if (hp_ftrace_location(req.site + i))
+			return -EINVAL;
+	h = hp_heap_of(req.target, 1);
+	if (!h)
+		return -ERANGE;
+	if (!h->sealed)
+		return -EPERM;
+	rel = (s64)(req.target - (req.site + HOTPATH_CALL_LEN));
+	if (rel != (s32)rel)
+		return -ERANGE;
+	/* No byte of it patched already by the opener. */
+	for (i = 0; i < HOTPATH_CALLS_MAX; i++) {
+		unsigned long s = hp_calls[i].site;
+
+		if (s && s < req.site + HOTPATH_CALL_LEN && req.site < s + HOTPATH_CALL_LEN)
+			return -EBUSY;
+		if (!s && !c)
+			c = &hp_calls[i];
+	}
+	if (!c)
+		return -ENOSPC;
+	if (memcmp(now, req.expect, HOTPATH_CALL_LEN))
+		return -EBADMSG;
+	/* A module's call site: the module stays loaded while it is patched
+	 * (the undo writes into its text). */
+	preempt_disable();
+	c->mod = hp_module_text_address(req.site);
+	if (c->mod && !try_module_get(c->mod))
+		err = -ENOENT;
+	preempt_enable();
+	if (err) {
+		c->mod = NULL;
+		return err;
+	}
+	memcpy(c->orig, req.expect, HOTPATH_CALL_LEN);
+	c->now[0] = 0xe8;
+	rel32 = (s32)rel;
+	memcpy(c->now + 1, &rel32, 4);
+	err = hp_call_write(req.site, c->orig, c->now);
+	if (err) {
+		module_put(c->mod);
+		c->mod = NULL;
+		return err;
+	}
+	c->site = req.site;
+	c->target = req.target;
+	c->stuck = false;
+	return 0;
+}
+
+/* Write a patched call site's original bytes back and free its slot. When
+ * someone else has rewritten the site meanwhile (a kprobe's int3 on it, a
+ * static call update) nothing is written: the site may still reach the heap,
+ * so the record stays (stuck) and keeps its heap and module. */
+static int hp_call_remove(struct hp_call *c)
+{
+	int err = hp_call_write(c->site, c->now, c->orig);
+
+	if (err) {
+		if (!c->stuck)
+			pr_warn("hotpath: the call site at %pS was rewritten by someone else; left as it is, its code heap kept\n",
+				(void *)c->site);
+		c->stuck = true;
+		return err;
+	}
+	module_put(c->mod);
+	memset(c, 0, sizeof(*c));
+	return 0;
+}
+
+static long hp_call_undo(void __user *arg)
+{
+	struct hotpath_call_undo req;
+	struct hp_call *c;
+
+	if (copy_from_user(&req, arg, sizeof(req)))
+		return -EFAULT;
+	if (req.flags || req.reserved || !req.site)
+		return -EINVAL;
+	c = hp_call_at(req.site);
+	if (!c)
+		return -ENOENT;
+	return hp_call_remove(c);
+}
+
 /* Heaps are freed once no task can be inside them: after an RCU-tasks grace
  * period every task has passed a voluntary context switch since the last
  * redirect into them was removed (the rule of kprobes' and ftrace's own
@@ -392,37 +553,55 @@ static void hp_heap_release(struct hp_heap *h)
 	h->sealed = false;
 }
 
+/* Whether a redirect or a call site (undone or not) points into h. */
+static bool hp_heap_referenced(struct hp_heap *h)
+{
+	unsigned int i;
+
+	for (i = 0; i < HOTPATH_REDIRECTS_MAX; i++)
+		if (hp_redirects[i] && hp_heap_of(hp_redirects[i]->target, 1) == h)
+			return true;
+	for (i = 0; i < HOTPATH_CALLS_MAX; i++)
+		if (hp_calls[i].site && hp_heap_of(hp_calls[i].target, 1) == h)
+			return true;
+	return false;
+}
+
 static long hp_heap_free(void __user *arg)
 {
 	struct hp_heap *h = hp_heap_named(arg);
-	unsigned int i;
 
 	if (IS_ERR(h))
 		return PTR_ERR(h);
-	for (i = 0; i < HOTPATH_REDIRECTS_MAX; i++)
-		if (hp_redirects[i] && hp_heap_of(hp_redirects[i]->target, 1) == h)
-			return -EBUSY;
+	if (hp_heap_referenced(h))
+		return -EBUSY;
 	synchronize_rcu_tasks();
 	hp_heap_release(h);
 	return 0;
 }
 
-/* Everything the opener left, in the safe order: redirects, then heaps. */
+/* Everything the opener left, in the safe order: call sites (so nothing
+ * calls the copies directly any more), then redirects, then heaps. A heap a
+ * stuck call site may still reach is never freed (nor forgotten: its slot
+ * stays taken until rmmod, which leaves it allocated). */
 static void hp_undo_all(void)
 {
 	bool heaps = false;
 	unsigned int i;
 
+	for (i = 0; i < HOTPATH_CALLS_MAX; i++)
+		if (hp_calls[i].site)
+			hp_call_remove(&hp_calls[i]);
 	for (i = 0; i < HOTPATH_REDIRECTS_MAX; i++)
 		if (hp_redirects[i])
 			hp_redirect_remove(&hp_redirects[i]);
 	for (i = 0; i < HOTPATH_HEAPS_MAX; i++)
-		heaps |= hp_heaps[i].addr != 0;
+		heaps |= hp_heaps[i].addr && !hp_heap_referenced(&hp_heaps[i]);
 	if (!heaps)
 		return;
 	synchronize_rcu_tasks();
 	for (i = 0; i < HOTPATH_HEAPS_MAX; i++)
-		if (hp_heaps[i].addr)
+		if (hp_heaps[i].addr && !hp_heap_referenced(&hp_heaps[i]))
 			hp_heap_release(&hp_heaps[i]);
 }
 
@@ -462,6 +641,8 @@ static const struct {
 	{ HOTPATH_REDIRECT, hp_redirect },
 	{ HOTPATH_UNDO, hp_undo },
 	{ HOTPATH_HEAP_FREE, hp_heap_free },
+	{ HOTPATH_CALL_PATCH, hp_call_patch },
+	{ HOTPATH_CALL_UNDO, hp_call_undo },
 };
 
 static long hp_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
@@ -495,8 +676,10 @@ static struct miscdevice hp_dev = {
 static int __init hp_init(void)
 {
 	static const char *const names[] = { "module_alloc",     "set_memory_ro",         "set_memory_x",
-					     "core_kernel_text", "__module_text_address", "ftrace_location" };
+					     "core_kernel_text", "__module_text_address", "ftrace_location",
+					     "text_poke_bp",     "kallsyms_lookup_name" };
 	unsigned long addr[ARRAY_SIZE(names)];
+	unsigned long (*lookup_name)(const char *name);
 	unsigned int i;
 
 	for (i = 0; i < ARRAY_SIZE(names); i++) {
@@ -512,6 +695,14 @@ static int __init hp_init(void)
 	hp_core_kernel_text = (void *)addr[3];
 	hp_module_text_address = (void *)addr[4];
 	hp_ftrace_location = (void *)addr[5];
+	hp_text_poke_bp = (void *)addr[6];
+	/* text_mutex is data, where no kprobe goes: kallsyms finds it. */
+	lookup_name = (void *)addr[7];
+	hp_text_mutex = (struct mutex *)lookup_name("text_mutex");
+	if (!hp_text_mutex) {
+		pr_err("hotpath: cannot find text_mutex (kallsyms_lookup_name has no such symbol)\n");
+		return -ENOENT;
+	}
 	return misc_register(&hp_dev);
 }
 
@@ -528,4 +719,5 @@ static void __exit hp_exit(void)
 module_init(hp_init);
 module_exit(hp_exit);
 MODULE_LICENSE("GPL");
-MODULE_DESCRIPTION("Hotpath: kernel code heaps and entry redirection through ftrace for the agent's kernel target");
+MODULE_DESCRIPTION(
+	"Hotpath: kernel code heaps, entry redirection through ftrace and call-site patching for the agent's kernel target");

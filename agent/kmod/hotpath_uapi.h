@@ -16,7 +16,7 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define HOTPATH_ABI_VERSION 1
+#define HOTPATH_ABI_VERSION 2
 #define HOTPATH_DEVICE      "/dev/hotpath"
 
 #define HOTPATH_READ_MAX      4096u  /* bytes per HOTPATH_READ */
@@ -24,6 +24,8 @@
 #define HOTPATH_HEAPS_MAX     16u    /* heaps per opener */
 #define HOTPATH_REDIRECTS_MAX 64u    /* redirected entries per opener */
 #define HOTPATH_EXPECT_MAX    32u    /* expected original bytes per HOTPATH_REDIRECT */
+#define HOTPATH_CALLS_MAX     1024u  /* patched call sites per opener */
+#define HOTPATH_CALL_LEN      5u     /* a call rel32: e8 and its displacement */
 
 struct hotpath_info {
 	__u32 abi_version;   /* out: HOTPATH_ABI_VERSION of the module */
@@ -31,8 +33,8 @@ struct hotpath_info {
 	__u32 heap_max;      /* out: HOTPATH_HEAP_MAX */
 	__u32 heaps_max;     /* out: HOTPATH_HEAPS_MAX */
 	__u32 redirects_max; /* out: HOTPATH_REDIRECTS_MAX */
-	__u32 reserved;
-	char release[65]; /* out: the running kernel's release (uname -r) */
+	__u32 calls_max;     /* out: HOTPATH_CALLS_MAX (ABI 2) */
+	char release[65];    /* out: the running kernel's release (uname -r) */
 	char pad[7];
 };
 
@@ -88,6 +90,26 @@ struct hotpath_undo {
 	__u32 reserved;
 };
 
+/* Make the direct call at site (call rel32, e8, in kernel text: the core
+ * kernel's or one module's) call target, inside a sealed heap of the opener,
+ * through the kernel's text_poke_bp. The 5 bytes at site must equal expect
+ * (e8 and the old rel32) first. HOTPATH_CALL_UNDO writes them back. */
+struct hotpath_call {
+	__u64 site;
+	__u64 target;
+	__u8 expect[HOTPATH_CALL_LEN];
+	__u8 pad[3]; /* 0 */
+	__u32 flags;
+	__u32 reserved;
+};
+
+/* Restore the call site the opener patched at site. */
+struct hotpath_call_undo {
+	__u64 site;
+	__u32 flags;
+	__u32 reserved;
+};
+
 #define HOTPATH_IOC_MAGIC  0xb7
 #define HOTPATH_INFO       _IOR(HOTPATH_IOC_MAGIC, 0, struct hotpath_info)
 #define HOTPATH_READ       _IOW(HOTPATH_IOC_MAGIC, 1, struct hotpath_read)
@@ -97,5 +119,7 @@ struct hotpath_undo {
 #define HOTPATH_REDIRECT   _IOW(HOTPATH_IOC_MAGIC, 5, struct hotpath_redirect)
 #define HOTPATH_UNDO       _IOW(HOTPATH_IOC_MAGIC, 6, struct hotpath_undo)
 #define HOTPATH_HEAP_FREE  _IOW(HOTPATH_IOC_MAGIC, 7, struct hotpath_heap_id)
+#define HOTPATH_CALL_PATCH _IOW(HOTPATH_IOC_MAGIC, 8, struct hotpath_call)
+#define HOTPATH_CALL_UNDO  _IOW(HOTPATH_IOC_MAGIC, 9, struct hotpath_call_undo)
 
 #endif

@@ -258,6 +258,9 @@ def kmod_checks(checks, frames, a, state):
         cyc = [re.match(r"cycles (\d+) wrong (\d+)", line) for line in lines if line.startswith("cycles ")]
         assert cyc and cyc[0], "kmodtest printed no cycle count"
         state["cycles"], state["wrong"] = int(cyc[0].group(1)), int(cyc[0].group(2))
+        calls = [re.match(r"call cycles (\d+) wrong (\d+)", line) for line in lines if line.startswith("call cycles ")]
+        assert calls and calls[0], "kmodtest printed no call-site cycle count"
+        state["wrong"] += int(calls[0].group(2))
         return f"{last[-1]} (status {rc})"
 
     checks.run("hotpath.ko: kmodtest ran to its end", finished)
@@ -307,13 +310,16 @@ def ktarget_checks(checks, frames, state):
 
     def finished():
         last = [
-            re.match(r"ktarget: installs (\d+)/(\d+), cycles (\d+), copy ran (\d+), wrong results (\d+)", line)
+            re.match(
+                r"ktarget: installs (\d+)/(\d+), cycles (\d+), copy ran (\d+), call sites (\d+), wrong results (\d+)",
+                line,
+            )
             for line in lines
         ]
         last = [m for m in last if m]
         assert last, f"ktarget.sh ended without its summary (status {rc}): {out[-300:]!r}"
-        i, j, c, _, w = (int(g) for g in last[-1].groups())
-        state["installs"], state["install_cycles"] = [i, j], c
+        i, j, c, _, sites, w = (int(g) for g in last[-1].groups())
+        state["installs"], state["install_cycles"], state["call_sites"] = [i, j], c, sites
         state["wrong"] += w
         assert rc == 0, f"ktarget.sh's status is {rc}: {last[-1].group(0)}"
         return last[-1].group(0)
@@ -785,6 +791,7 @@ def new_state():
         "cycles": 0,
         "installs": [0, 0],
         "install_cycles": 0,
+        "call_sites": 0,
         "wrong": 0,
         "why_not": [],
     }
@@ -804,7 +811,7 @@ def finish(checks, a, state):
         f"entry counts exact {e[0]}/{e[1]}, block counts exact {b[0]}/{b[1]}, "
         f"hotpath.ko checks {state['kmod'][0]}/{state['kmod'][1]}, redirect cycles {state['cycles']}, "
         f"kernel installs {state['installs'][0]}/{state['installs'][1]}, install cycles {state['install_cycles']}, "
-        f"wrong results {state['wrong']}",
+        f"call sites {state['call_sites']}, wrong results {state['wrong']}",
         flush=True,
     )
     return 1 if checks.failed else 0

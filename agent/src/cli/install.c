@@ -17,6 +17,7 @@
 #include "host/processes.h"
 #include "replace/install.h"
 #include "replace/install_json.h"
+#include "replace/patch_target.h"
 #include "target/target.h"
 
 #define DEFAULT_STATE "/var/lib/hotpathd"
@@ -51,8 +52,10 @@ static const char install_usage[] =
 	"\n"
 	"A kernel plan (`hotpathd plan kernel ROOT --json`) installs through hotpath.ko's\n"
 	"/dev/hotpath (load agent/kmod's module first): the code heap is the module's,\n"
-	"the entry is redirected through ftrace, and call sites are left calling the\n"
-	"entry (patching them in the kernel is not done yet: --no-call-sites is implied).\n"
+	"the entry is redirected through ftrace, and the direct call sites of the copied\n"
+	"functions anywhere in kernel text (vmlinux and modules, found by parsing the\n"
+	"running kernel) are made to call the copy through the kernel's text_poke_bp\n"
+	"(--no-call-sites: the entry only).\n"
 	"The module undoes everything when its user's /dev/hotpath closes, so the\n"
 	"command stays running, holding the install, until SIGTERM or SIGINT, then\n"
 	"reverts it and exits 0 (`hotpathd revert kernel` sends the SIGTERM); if it\n"
@@ -257,13 +260,6 @@ int cmd_install(int argc, char **argv)
 		return HP_EXIT_ERROR;
 	}
 	bool kernel = !strcmp(plan.kind, "kernel");
-	if (kernel && calls) {
-		calls = false;
-		if (!pr.quiet)
-			fprintf(stderr,
-				"hotpathd install: call sites in the kernel: not yet (issue 18): the entry only "
-				"(--no-call-sites)\n");
-	}
 	/* A kernel install lasts while this process holds /dev/hotpath: the
 	 * signals that end the hold wait until the install is done. */
 	sigset_t hold;
@@ -275,9 +271,35 @@ int cmd_install(int argc, char **argv)
 		sigprocmask(SIG_BLOCK, &hold, NULL);
 	int target = kernel ? (int)getpid() : pid ? (int)pid : plan.pid;
 	/* The process's model, with the agent's own patches read as the
-	 * original bytes, for the root's call sites. */
+	 * original bytes, for the root's call sites; the kernel's (core and
+	 * modules) for a kernel plan. */
 	struct hp_model *m = NULL;
-	if (calls && target > 0) {
+	if (kernel) {
+		/* The device first: without it (or held by another process)
+		 * the kernel is not parsed for nothing. It stays open for the
+		 * install (kernel_target.c). */
+		struct hp_patch_target kt;
+		r = hp_patch_target_kernel(&kt, err, sizeof(err));
+		if (r < 0) {
+			if (json)
+				hp_install_json_refused(stdout, plan.root, err);
+			fprintf(stderr, "hotpathd install: %s\n", err);
+			hp_iplan_free(&plan);
+			return r == -ENOENT || r == -EBUSY || r == -EPROTO ? EXIT_REFUSED : exit_for(r);
+		}
+		kt.ops->close(&kt);
+	}
+	if (calls && kernel) {
+		/* Code of modules only is called directly from modules only:
+		 * vmlinux (tens of thousands of functions) is then not parsed. */
+		struct hp_open_opts oo = { .quiet = true, .modules_only = true };
+		for (size_t k = 0; k < plan.nmembers; k++)
+			if (!plan.members[k].module || !strcmp(plan.members[k].module, "vmlinux"))
+				oo.modules_only = false;
+		char e2[256];
+		if (hp_model_open_kernel(&oo, &m, e2, sizeof(e2)) < 0 && !pr.quiet)
+			fprintf(stderr, "hotpathd install: no model of the kernel (%s): the entry only\n", e2);
+	} else if (calls && target > 0) {
 		char e2[256];
 		if (hp_model_open_pid_unpatched(state, target, NULL, &m, e2, sizeof(e2)) < 0 && !pr.quiet)
 			fprintf(stderr, "hotpathd install: no model of process %d (%s): the entry only\n", target, e2);

@@ -16,13 +16,15 @@
  *                  (read-only and executable from then on)
  *   entries        HOTPATH_REDIRECT (ftrace IPMODIFY, with the original
  *                  bytes as expect) / HOTPATH_UNDO
- *   call sites     not yet (issue 18: text_poke_bp): prepare_call refuses
+ *   call sites     HOTPATH_CALL_PATCH (the module pokes the e8 rel32 with
+ *                  the kernel's text_poke_bp, checking the original bytes
+ *                  as the undo record holds them) / HOTPATH_CALL_UNDO
  *   heap_release   HOTPATH_HEAP_FREE (the module waits for an RCU-tasks
  *                  grace period: no task can be inside the copy after it)
  *
  * The device is opened once per process and stays open for the process's
  * life: closing it makes the module undo everything this process
- * installed (redirects, then heaps). So an install lives as long as the
+ * installed (call sites, then redirects, then heaps). So an install lives as long as the
  * process that made it (`hotpathd install --hold`, or the daemon), and
  * nothing can be left half-done by an agent that dies: its fd closes.
  *
@@ -31,7 +33,8 @@
  * bytes the agent cannot predict. read_raw shows a redirect this process
  * made as the jump it amounts to (the undo record's new bytes), so the
  * engine's live-state rule (original / ours / neither) holds for kernel
- * entries too.
+ * entries too. A patched call site needs no such help: its bytes are the
+ * ones written.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -333,9 +336,60 @@ static int kprepare_entry(struct hp_patch_target *t, uint64_t fn, uint64_t new_e
 static int kprepare_call(struct hp_patch_target *t, uint64_t site, uint64_t new_target, struct hp_undo *u, char *err,
 			 size_t errlen)
 {
+	struct hp_isa_insn in;
+	int r;
+
 	memset(u, 0, sizeof(*u));
-	snprintf(err, errlen, "call sites in the kernel: not yet (issue 18)");
-	return -EOPNOTSUPP;
+	u->kind = HP_UNDO_CALL;
+	u->addr = site;
+	u->len = HOTPATH_CALL_LEN;
+	if ((r = kread(t, site, u->orig, HOTPATH_CALL_LEN)) < 0) {
+		snprintf(err, errlen, "cannot read the call at 0x%" PRIx64 " through hotpath.ko: %s", site,
+			 strerror(-r));
+		return r;
+	}
+	/* hotpath.ko patches e8 rel32 only: the direct call the model found. */
+	if (u->orig[0] != 0xe8 || hp_isa_decode(u->orig, HOTPATH_CALL_LEN, site, &in) < 0 || in.cls != HP_IC_CALL ||
+	    in.len != HOTPATH_CALL_LEN) {
+		snprintf(err, errlen, "0x%" PRIx64 " holds no 5-byte direct call (e8 rel32) now", site);
+		return -EINVAL;
+	}
+	int64_t rel = (int64_t)(new_target - (site + HOTPATH_CALL_LEN));
+	if (rel != (int32_t)rel) {
+		snprintf(err, errlen, "the call at 0x%" PRIx64 " cannot reach 0x%" PRIx64, site, new_target);
+		return -ERANGE;
+	}
+	int32_t rel32 = (int32_t)rel;
+	u->now[0] = 0xe8;
+	memcpy(u->now + 1, &rel32, 4);
+	return 0;
+}
+
+/* Make the call site u calls its new target (u->now) through hotpath.ko. */
+static int kapply_call(const struct hp_undo *u, char *err, size_t errlen)
+{
+	int32_t rel;
+	struct hotpath_call rq = { .site = u->addr };
+
+	if (u->len != HOTPATH_CALL_LEN || u->now[0] != 0xe8) {
+		snprintf(err, errlen, "internal: a kernel call site record is not e8 rel32");
+		return -EINVAL;
+	}
+	memcpy(&rel, u->now + 1, 4);
+	rq.target = u->addr + HOTPATH_CALL_LEN + (uint64_t)(int64_t)rel;
+	memcpy(rq.expect, u->orig, HOTPATH_CALL_LEN);
+	if (ioctl(kdev.fd, HOTPATH_CALL_PATCH, &rq) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "hotpath.ko refused to patch the call at 0x%" PRIx64 ": %s%s", u->addr,
+			 strerror(e),
+			 e == EBADMSG ? " (its bytes are not the ones planned)" :
+			 e == EBUSY   ? " (patched already)" :
+			 e == EINVAL  ? " (not a call, or an ftrace site)" :
+			 e == ENOSPC  ? " (the module's call-site table is full)" :
+					"");
+		return -e;
+	}
+	return 0;
 }
 
 static int kapply(struct hp_patch_target *t, const struct hp_undo *u, hp_pc_map_fn map, void *ctx, char *err,
@@ -346,8 +400,10 @@ static int kapply(struct hp_patch_target *t, const struct hp_undo *u, hp_pc_map_
 
 	if (u->kind == HP_UNDO_SCRATCH && !u->len && !u->big_len)
 		return 0;
+	if (u->kind == HP_UNDO_CALL)
+		return kapply_call(u, err, errlen);
 	if (u->kind != HP_UNDO_ENTRY || u->len != 5 || u->now[0] != 0xe9) {
-		snprintf(err, errlen, "the kernel target writes entries only (call sites: not yet, issue 18)");
+		snprintf(err, errlen, "the kernel target writes entries and call sites only");
 		return -EOPNOTSUPP;
 	}
 	for (size_t i = 0; i < HOTPATH_REDIRECTS_MAX && slot == HOTPATH_REDIRECTS_MAX; i++)
@@ -374,6 +430,19 @@ static int kapply(struct hp_patch_target *t, const struct hp_undo *u, hp_pc_map_
 
 static int krestore(struct hp_patch_target *t, const struct hp_undo *u, char *err, size_t errlen)
 {
+	if (u->kind == HP_UNDO_CALL) {
+		/* ENOENT: not patched by this process (never applied, or its
+		 * holder's fd closed and the module restored it). */
+		struct hotpath_call_undo rq = { .site = u->addr };
+		if (ioctl(kdev.fd, HOTPATH_CALL_UNDO, &rq) < 0 && errno != ENOENT) {
+			int e = errno;
+			snprintf(err, errlen, "hotpath.ko could not restore the call at 0x%" PRIx64 ": %s%s", u->addr,
+				 strerror(e),
+				 e == EBADMSG ? " (someone else rewrote it: left as it is, its code heap kept)" : "");
+			return -e;
+		}
+		return 0;
+	}
 	if (u->kind != HP_UNDO_ENTRY)
 		return 0; /* nothing else is ever written */
 	struct hotpath_undo rq = { .entry = u->addr };

@@ -33,6 +33,12 @@ struct hp_open_opts {
 	const char *only_function; /* parse just this function (fast CLI path); NULL = all */
 	int threads;               /* decode threads; 0 = number of online CPUs */
 	bool quiet;                /* no progress on stderr */
+	/* Kernel: parse the modules only, not vmlinux (its functions are in
+	 * the model, unparsed; modules know its noreturn functions by name
+	 * only). For the callers of module code: vmlinux holds no direct call
+	 * of a module's function (its static-call sites, which the kernel may
+	 * point at one, are read in their canonical form anyway). */
+	bool modules_only;
 	/* Process targets: reads see these bytes instead (copied at open). */
 	const struct hp_byte_patch *overlay;
 	size_t noverlay;

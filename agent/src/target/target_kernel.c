@@ -790,7 +790,7 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 					   .addrs = i == 0 ? seeds : NULL,
 					   .naddrs = i == 0 ? nseeds : 0 };
 
-		if (!mod->nfuncs || (only && i > 0 && !module_has(mod, only)))
+		if (!mod->nfuncs || (only && i > 0 && !module_has(mod, only)) || (o->modules_only && i == 0))
 			continue;
 		if (!c->buf && (r = module_text(kp, m, i)) < 0) {
 			snprintf(err, errlen, "out of memory for a copy of %s text", mod->name);

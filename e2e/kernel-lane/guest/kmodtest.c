@@ -12,9 +12,14 @@
  * first branch) to "qqqq" and back on UNDO, CYCLES times; closes the device
  * with a redirect in place and sees the original back; and offers bad
  * requests that must be refused with their errno, leaving the behaviour as
- * it was. Prints one "ok - " / "FAIL - " line per check, "bytes NAME ADDR HEX"
- * for the host to compare with the .ko, "cycles C wrong W", and last
- * "kmodtest: P passed, F failed". Exit status 1 if a check failed.
+ * it was. Then the same code through a call site (ABI 2): lane_read's call of
+ * lane_step is made to call the heap (CALL_PATCH, through the kernel's
+ * text_poke_bp) and back (CALL_UNDO), CYCLES times, with its own refusals,
+ * and a close with a call site and a redirect in place restores both.
+ * Prints one "ok - " / "FAIL - " line per check, "bytes NAME ADDR HEX" for
+ * the host to compare with the .ko, "cycles C wrong W" (redirects), "call
+ * cycles C wrong W", and last "kmodtest: P passed, F failed". Exit status 1
+ * if a check failed.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -154,6 +159,34 @@ static int heap_with_code(int fd, uint64_t *addr)
 	return (int)a.id;
 }
 
+/* The first e8 rel32 in bytes[0..len) (read at addr) calling to, or 0. */
+static uint64_t call_of(const unsigned char *bytes, uint32_t len, uint64_t addr, uint64_t to)
+{
+	for (uint32_t i = 0; i + 5 <= len; i++) {
+		int32_t rel;
+
+		memcpy(&rel, bytes + i + 1, 4);
+		if (bytes[i] == 0xe8 && addr + i + 5 + (uint64_t)(int64_t)rel == to)
+			return addr + i;
+	}
+	return 0;
+}
+
+static int call_patch(int fd, uint64_t site, uint64_t target, const unsigned char *expect)
+{
+	struct hotpath_call c = { .site = site, .target = target };
+
+	memcpy(c.expect, expect, sizeof(c.expect));
+	return req(fd, HOTPATH_CALL_PATCH, &c);
+}
+
+static int call_undo(int fd, uint64_t site)
+{
+	struct hotpath_call_undo u = { .site = site };
+
+	return req(fd, HOTPATH_CALL_UNDO, &u);
+}
+
 /* err is want, and lane_step still behaves as the original. */
 static void refused(const char *name, int err, int want)
 {
@@ -167,23 +200,27 @@ int main(int argc, char **argv)
 {
 	int cycles = argc > 1 ? atoi(argv[1]) : 200;
 	uint64_t step_end, step = sym("lane_step", "hotpath_lane", &step_end);
+	uint64_t lread_end, lread = sym("lane_read", "hotpath_lane", &lread_end);
 	uint64_t nap = sym("lane_nap", "hotpath_lane", NULL);
 	uint64_t jiffies = sym("jiffies", NULL, NULL);
 	uint64_t vmlinux_fn = sym("do_syscall_64", NULL, NULL); /* noinstr: no ftrace site */
-	unsigned char before[256], bytes[256], after[256], heapbuf[64], bad[16];
+	unsigned char before[256], bytes[256], after[256], heapbuf[64], bad[16], rdbefore[256], rdnow[256];
 	struct hotpath_info info;
 	struct utsname u;
-	uint32_t len;
-	uint64_t heap;
+	uint32_t len, rdlen;
+	uint64_t heap, site;
 	int fd, fd2, id, err, wrong = 0;
 
-	if (!step || !nap || !jiffies || !vmlinux_fn || step_end <= step) {
-		check(0, "symbols", "lane_step %#llx..%#llx, lane_nap %#llx, jiffies %#llx, do_syscall_64 %#llx",
-		      (unsigned long long)step, (unsigned long long)step_end, (unsigned long long)nap,
-		      (unsigned long long)jiffies, (unsigned long long)vmlinux_fn);
+	if (!step || !nap || !jiffies || !vmlinux_fn || step_end <= step || !lread || lread_end <= lread) {
+		check(0, "symbols",
+		      "lane_step %#llx..%#llx, lane_read %#llx..%#llx, lane_nap %#llx, jiffies %#llx, do_syscall_64 %#llx",
+		      (unsigned long long)step, (unsigned long long)step_end, (unsigned long long)lread,
+		      (unsigned long long)lread_end, (unsigned long long)nap, (unsigned long long)jiffies,
+		      (unsigned long long)vmlinux_fn);
 		return 1;
 	}
 	len = step_end - step < sizeof(bytes) ? (uint32_t)(step_end - step) : sizeof(bytes);
+	rdlen = lread_end - lread < sizeof(rdbefore) ? (uint32_t)(lread_end - lread) : sizeof(rdbefore);
 	fd = open(HOTPATH_DEVICE, O_RDWR);
 	if (fd < 0) {
 		check(0, "open " HOTPATH_DEVICE, "%s (is hotpath.ko loaded?)", strerror(errno));
@@ -247,8 +284,8 @@ int main(int argc, char **argv)
 	refused("REDIRECT of a non-ftrace entry (lane_step+1) refused", req(fd, HOTPATH_REDIRECT, &r1), EINVAL);
 	struct hotpath_redirect rn = { .entry = vmlinux_fn, .target = heap };
 	refused("REDIRECT of a noinstr function (do_syscall_64) refused", req(fd, HOTPATH_REDIRECT, &rn), EINVAL);
-	struct hotpath_redirect rd = { .entry = jiffies, .target = heap };
-	refused("REDIRECT of a data address refused", req(fd, HOTPATH_REDIRECT, &rd), ERANGE);
+	struct hotpath_redirect rdata = { .entry = jiffies, .target = heap };
+	refused("REDIRECT of a data address refused", req(fd, HOTPATH_REDIRECT, &rdata), ERANGE);
 	struct hotpath_redirect rf = { .entry = step, .target = nap };
 	refused("REDIRECT to code outside the opener's heaps refused", req(fd, HOTPATH_REDIRECT, &rf), ERANGE);
 	memcpy(bad, before, sizeof(bad));
@@ -314,21 +351,95 @@ int main(int argc, char **argv)
 	check(err == EACCES || err == EPERM, "a non-root opener refused", "%s",
 	      err > 0 && err < 100 ? strerror(err) : "opened or did not run");
 
+	/* Call sites: lane_read's call of lane_step made to call the heap. */
+	err = read_text(fd, lread, rdbefore, rdlen);
+	site = err ? 0 : call_of(rdbefore, rdlen, lread, step);
+	check(site != 0, "lane_read calls lane_step (e8 rel32)", "at %#llx", (unsigned long long)site);
+	const unsigned char *orig5 = site ? rdbefore + (site - lread) : rdbefore;
+	unsigned char wrong5[5];
+	memcpy(wrong5, orig5, 5);
+	wrong5[4] ^= 0x01;
+	refused("CALL_PATCH of a data address (jiffies) refused", call_patch(fd, jiffies, heap, orig5), ERANGE);
+	refused("CALL_PATCH of a user address refused", call_patch(fd, (uintptr_t)&passed, heap, orig5), ERANGE);
+	refused("CALL_PATCH with other original bytes than expected refused", call_patch(fd, site, heap, wrong5),
+		EBADMSG);
+	refused("CALL_PATCH of a call one byte off refused", call_patch(fd, site + 1, heap, orig5), EBADMSG);
+	refused("CALL_PATCH of an ftrace site (lane_step's entry) refused",
+		call_patch(fd, step, heap, (const unsigned char *)"\xe8\0\0\0\0"), EINVAL);
+	memcpy(bad, orig5, 5);
+	bad[0] = 0xe9;
+	refused("CALL_PATCH expecting another instruction than a call refused", call_patch(fd, site, heap, bad),
+		EINVAL);
+	refused("CALL_PATCH to code outside the opener's heaps refused", call_patch(fd, site, nap, orig5), ERANGE);
+	struct hotpath_heap_alloc a2 = { .size = 64 };
+	err = req(fd, HOTPATH_HEAP_ALLOC, &a2);
+	refused("CALL_PATCH into an unsealed heap refused", err ? -1 : call_patch(fd, site, a2.addr, orig5), EPERM);
+	struct hotpath_heap_id f2 = { .id = a2.id };
+	if (!err)
+		req(fd, HOTPATH_HEAP_FREE, &f2);
+	struct hotpath_call cf = { .site = site, .target = heap, .flags = 1 };
+	memcpy(cf.expect, orig5, 5);
+	refused("CALL_PATCH with unknown flags refused", req(fd, HOTPATH_CALL_PATCH, &cf), EINVAL);
+	err = read_text(fd, lread, rdnow, rdlen);
+	check(!err && !memcmp(rdnow, rdbefore, rdlen), "the refused CALL_PATCHes wrote nothing (lane_read's bytes)",
+	      NULL);
+	refused("CALL_UNDO of a site not patched refused", call_undo(fd, site), ENOENT);
+
+	err = call_patch(fd, site, heap, orig5);
+	check(!err && behaves(redirected), "CALL_PATCH of lane_read's call makes /proc/hotpath_lane qqqq", "%s",
+	      err ? strerror(err) : "patched");
+	err = read_text(fd, lread, rdnow, rdlen);
+	check(!err && call_of(rdnow, rdlen, lread, heap) == site && !memcmp(rdnow, rdbefore, site - lread) &&
+		      !memcmp(rdnow + (site - lread) + 5, rdbefore + (site - lread) + 5, rdlen - (site - lread) - 5),
+	      "while patched only the call's 5 bytes differ: a call of the heap", NULL);
+	err = call_patch(fd, site, heap, rdnow + (site - lread));
+	check(err == EBUSY && behaves(redirected), "a second CALL_PATCH of the same site refused, the first stays",
+	      "%s", err ? strerror(err) : "accepted");
+	memcpy(bad, rdnow + (site - lread) + 2, 5);
+	bad[0] = 0xe8;
+	err = call_patch(fd, site + 2, heap, bad);
+	check(err == EBUSY && behaves(redirected), "a CALL_PATCH overlapping a patched site refused", "%s",
+	      err ? strerror(err) : "accepted");
+	err = req(fd, HOTPATH_HEAP_FREE, &f);
+	check(err == EBUSY && behaves(redirected), "HEAP_FREE of a heap a call site points into refused", "%s",
+	      strerror(err));
+	err = syscall(SYS_delete_module, "hotpath_lane", O_NONBLOCK) ? errno : 0;
+	check(err == EWOULDBLOCK && behaves(redirected),
+	      "hotpath_lane cannot be unloaded while its call site is patched", "%s", err ? strerror(err) : "unloaded");
+	err = call_undo(fd, site);
+	check(!err && behaves(original), "CALL_UNDO restores the original behaviour", err ? strerror(err) : NULL);
+	err = read_text(fd, lread, rdnow, rdlen);
+	check(!err && !memcmp(rdnow, rdbefore, rdlen), "CALL_UNDO restores lane_read's bytes", NULL);
+	int call_wrong = 0;
+	for (int i = 0; i < cycles; i++) {
+		if (call_patch(fd, site, heap, orig5) || !behaves(redirected))
+			call_wrong++;
+		if (call_undo(fd, site) || !behaves(original))
+			call_wrong++;
+	}
+	printf("call cycles %d wrong %d\n", cycles, call_wrong);
+	check(!call_wrong, "CALL_PATCH/CALL_UNDO cycles", "%d cycles, %d wrong results", cycles, call_wrong);
+
 	err = req(fd, HOTPATH_HEAP_FREE, &f);
 	check(!err, "HEAP_FREE once nothing points into the heap", err ? strerror(err) : NULL);
 	refused("HEAP_FREE of a freed heap refused", req(fd, HOTPATH_HEAP_FREE, &f), ENOENT);
 
-	/* Closing with a redirect in place undoes it. */
+	/* Closing with a call site and a redirect in place undoes both. */
 	id = heap_with_code(fd, &heap);
 	struct hotpath_redirect left = { .entry = step, .target = heap };
 	err = id < 0 ? -1 : req(fd, HOTPATH_REDIRECT, &left);
-	check(!err && behaves(redirected), "a redirect left in place before close", NULL);
+	if (!err && site)
+		err = call_patch(fd, site, heap, orig5);
+	check(!err && behaves(redirected), "a call site and a redirect left in place before close", NULL);
 	close(fd);
 	check(behaves(original), "closing the device restores the original behaviour", NULL);
 	fd = open(HOTPATH_DEVICE, O_RDWR);
 	err = fd < 0 ? errno : read_text(fd, step, after, len);
 	check(!err && !memcmp(after, before, len),
 	      "after close: the device opens again, lane_step's bytes are the original", err ? strerror(err) : NULL);
+	err = fd < 0 ? -1 : read_text(fd, lread, rdnow, rdlen);
+	check(!err && !memcmp(rdnow, rdbefore, rdlen), "after close: lane_read's call site bytes are the original",
+	      NULL);
 	if (fd >= 0)
 		close(fd);
 

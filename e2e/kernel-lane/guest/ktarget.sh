@@ -5,18 +5,22 @@
 # /dev/hotpath while the install lasts) and reverts it (`hotpathd revert kernel`), CYCLES times.
 # Every cycle checks lane_mix's results for a fixed set of inputs against the original's (before any
 # install), that the copy ran while installed (lane_mix's call of lane_here returned into the code
-# heap the install reported: /sys/module/hotpath_lane/parameters/mix_where) and that ftrace lists
-# lane_mix while installed and not after. Then: a second user is refused while one holds the device,
-# and kill -9 of the holding process leaves the kernel as it was (original code running, nothing in
-# ftrace, the journal reported as gone and removed). Lines "ok - NAME: DETAIL" / "FAIL - NAME:
-# DETAIL" are checks (checks.py takes each as a lane check); the last line is
-#   ktarget: installs I/J, cycles C, copy ran R, wrong results W
+# heap the install reported: /sys/module/hotpath_lane/parameters/mix_where), that ftrace lists
+# lane_mix while installed and not after, and that the install patched call sites (hotpath.ko's
+# CALL_PATCH): lane_write's call of lane_mix calls the copy in the heap while installed, and lane_mix
+# again after the revert (as `hotpathd inspect` reads lane_write's callees from the live text). Then:
+# a second user is refused while one holds the device, and kill -9 of the holding process leaves the
+# kernel as it was (original code running, the call site's bytes back, nothing in ftrace, the journal
+# reported as gone and removed). Lines "ok - NAME: DETAIL" / "FAIL - NAME: DETAIL" are checks
+# (checks.py takes each as a lane check); the last line is
+#   ktarget: installs I/J, cycles C, copy ran R, call sites S, wrong results W
+# with S the call sites the installs reported patched, summed over them.
 export PATH=/bin:/usr/bin
 cycles=${1:-10}
 P=/sys/module/hotpath_lane/parameters
 T=/sys/kernel/tracing
 S=/tmp/ktarget-state
-installs=0 tried=0 ran=0 wrong=0 done_cycles=0 holder=
+installs=0 tried=0 ran=0 wrong=0 done_cycles=0 holder= sites=0
 t0=$(cut -d' ' -f1 /proc/uptime)
 
 ok() { echo "ok - $*"; }
@@ -28,6 +32,16 @@ results() {
 	done
 }
 traced() { grep -q '^lane_mix[[:space:]]' $T/enabled_functions; }
+# The callee line of lane_write's call of lane_mix's site, as the live text has it: "0xSITE -> 0xTARGET NAME".
+write_call() {
+	hotpathd inspect kernel hotpath_lane:lane_write 2>/dev/null | grep -E "^  $site0 -> " | head -n 1 | sed 's/^ *//'
+}
+# in_heap ADDR: ADDR lies in the install's heap.
+in_heap() {
+	a=$(num "$1")
+	h=$(num "$heap")
+	[ "$a" -ge "$h" ] && [ "$a" -lt $((h + heap_len)) ]
+}
 
 # install: start a holding `hotpathd install` in the background; its JSON in /tmp/kinst.out.
 install() {
@@ -36,16 +50,20 @@ install() {
 	hotpathd install /tmp/kplan.json --state-dir $S --json --quiet >/tmp/kinst.out 2>/tmp/kinst.err &
 	holder=$!
 	i=0
+	# The install parses the running kernel (vmlinux and modules) for the call sites: tens of
+	# seconds under emulation.
 	while ! grep -q '"status":"installed"' /tmp/kinst.out; do
 		kill -0 $holder 2>/dev/null || { wait $holder; return 1; }
 		i=$((i + 1))
-		[ $i -le 1200 ] || return 1
+		[ $i -le 6000 ] || return 1
 		sleep 0.05
 	done
 	heap=$(sed -n 's/.*"heap":"\(0x[0-9a-f]*\)".*/\1/p' /tmp/kinst.out)
 	heap_len=$(sed -n 's/.*"heap_bytes":\([0-9]*\).*/\1/p' /tmp/kinst.out)
-	[ -n "$heap" ] && [ -n "$heap_len" ] || return 1
+	n_sites=$(sed -n 's/.*"call_sites":\([0-9]*\).*/\1/p' /tmp/kinst.out)
+	[ -n "$heap" ] && [ -n "$heap_len" ] && [ -n "$n_sites" ] || return 1
 	installs=$((installs + 1))
+	sites=$((sites + n_sites))
 	return 0
 }
 
@@ -78,7 +96,7 @@ hotpathd plan kernel hotpath_lane:lane_mix --profile /tmp/kprof.json --base "$ba
 	>/tmp/kplan.json 2>/tmp/kplan.err
 if ! grep -q '"status":"ok"' /tmp/kplan.json; then
 	bad "kernel plan: hotpathd plan kernel hotpath_lane:lane_mix is not ok: $(head -c 400 /tmp/kplan.json) $(tail -n 3 /tmp/kplan.err)"
-	echo "ktarget: installs 0/1, cycles 0, copy ran 0, wrong results 0"
+	echo "ktarget: installs 0/1, cycles 0, copy ran 0, call sites 0, wrong results 0"
 	exit 1
 fi
 ok "kernel plan: hotpathd plan kernel hotpath_lane:lane_mix is ok ($(grep -o '"functions":[0-9]*' /tmp/kplan.json | head -n 1))"
@@ -86,6 +104,11 @@ echo "entry of lane_mix: $(hotpathd inspect kernel hotpath_lane:lane_mix 2>/dev/
 orig=$(results)
 where0=$(cat $P/mix_where)
 echo "original results: $orig"
+# lane_write's call of lane_mix, whose site the installs patch.
+site0=$(hotpathd inspect kernel hotpath_lane:lane_write 2>/dev/null | sed -n 's/^  \(0x[0-9a-f]*\) -> 0x[0-9a-f]* lane_mix$/\1/p' | head -n 1)
+call0=$(write_call)
+[ -n "$site0" ] && ok "lane_write calls lane_mix before any install: $call0" ||
+	bad "lane_write calls lane_mix before any install: $(hotpathd inspect kernel hotpath_lane:lane_write 2>&1 | tail -n 12)"
 
 c=0
 while [ $c -lt "$cycles" ]; do
@@ -98,8 +121,24 @@ while [ $c -lt "$cycles" ]; do
 	[ "$got" = "$orig" ] || { wrong=$((wrong + 1)); echo "cycle $c installed: results $got"; }
 	in_copy && ran=$((ran + 1))
 	traced || echo "cycle $c: ftrace does not list lane_mix while installed"
+	[ "$n_sites" -ge 1 ] || { wrong=$((wrong + 1)); echo "cycle $c installed: no call site patched"; }
+	# The call site calls the copy (its target lies in the heap): read from the live text on the first
+	# and the last cycle (an inspect parses the kernel's symbols: slow under emulation).
+	bytes_now=
+	[ $c = 1 ] || [ $c = "$cycles" ] && bytes_now=1
+	if [ -n "$bytes_now" ]; then
+		now=$(write_call)
+		to=$(echo "$now" | sed -n 's/^0x[0-9a-f]* -> \(0x[0-9a-f]*\).*/\1/p')
+		if [ -z "$to" ] || ! in_heap "$to"; then
+			wrong=$((wrong + 1))
+			echo "cycle $c installed: lane_write's call is '$now', not into the heap at $heap"
+		fi
+	fi
 	if [ $c = 1 ]; then
 		echo "cycle 1 install timings (under emulation): $(grep -o '"timings":{[^}]*}' /tmp/kinst.out)"
+		[ "$n_sites" -ge 1 ] && [ -n "$to" ] && in_heap "$to" &&
+			ok "the install patched $n_sites call sites; lane_write's call of lane_mix calls the copy: $now" ||
+			bad "the install patched call sites: $n_sites, lane_write's call '$now', heap $heap"
 		hotpathd installed --state-dir $S | grep -q 'kernel, held by pid' &&
 			ok "installed lists the kernel install with its holder" ||
 			bad "installed lists the kernel install with its holder: $(hotpathd installed --state-dir $S)"
@@ -119,11 +158,18 @@ while [ $c -lt "$cycles" ]; do
 	[ "$got" = "$orig" ] || { wrong=$((wrong + 1)); echo "cycle $c reverted: results $got"; }
 	[ "$(cat $P/mix_where)" = "$where0" ] || { wrong=$((wrong + 1)); echo "cycle $c reverted: lane_mix ran at $(cat $P/mix_where), not $where0"; }
 	traced && { wrong=$((wrong + 1)); echo "cycle $c: ftrace still lists lane_mix after the revert"; }
+	if [ -n "$bytes_now" ]; then
+		now=$(write_call)
+		[ "$now" = "$call0" ] || { wrong=$((wrong + 1)); echo "cycle $c reverted: lane_write's call is '$now', not '$call0'"; }
+	fi
 	done_cycles=$c
 done
 [ $done_cycles = "$cycles" ] && [ $wrong = 0 ] &&
 	ok "install and revert cycles: $done_cycles, each result as the original's" ||
 	bad "install and revert cycles: $done_cycles of $cycles, $wrong wrong"
+[ $done_cycles -gt 0 ] && [ $done_cycles = "$cycles" ] && [ $wrong = 0 ] &&
+	ok "call sites: patched in every install ($sites in $installs), lane_write's call on the copy while installed and back on lane_mix after the revert (read on the first and the last cycle)" ||
+	bad "call sites: $sites in $installs installs, $wrong wrong"
 [ $ran = "$done_cycles" ] && [ $ran -gt 0 ] &&
 	ok "the copy ran while installed: lane_mix's call returned into the code heap in $ran of $done_cycles cycles" ||
 	bad "the copy ran while installed: in $ran of $done_cycles cycles"
@@ -133,11 +179,12 @@ if install; then
 	kill -9 $holder
 	wait $holder 2>/dev/null
 	got=$(results)
-	if [ "$got" = "$orig" ] && [ "$(cat $P/mix_where)" = "$where0" ] && ! traced; then
-		ok "kill -9 of the holding process: original lane_mix runs, nothing left in ftrace"
+	now=$(write_call)
+	if [ "$got" = "$orig" ] && [ "$(cat $P/mix_where)" = "$where0" ] && ! traced && [ "$now" = "$call0" ]; then
+		ok "kill -9 of the holding process: original lane_mix runs, lane_write calls it again ($now), nothing left in ftrace"
 	else
 		wrong=$((wrong + 1))
-		bad "kill -9 of the holding process: results $got, ran at $(cat $P/mix_where), traced $(traced && echo yes || echo no)"
+		bad "kill -9 of the holding process: results $got, ran at $(cat $P/mix_where), traced $(traced && echo yes || echo no), lane_write's call '$now' (was '$call0')"
 	fi
 	hotpathd installed --state-dir $S | grep -q process_gone &&
 		ok "installed reports the dead holder's install as gone" ||
@@ -149,5 +196,5 @@ else
 	bad "kill -9 of the holding process: the install failed: $(tail -n 3 /tmp/kinst.err)"
 fi
 echo "ktarget.sh took $(awk -v a="$t0" '{ printf "%.1f", $1 - a }' /proc/uptime) s of guest time (under emulation)"
-echo "ktarget: installs $installs/$tried, cycles $done_cycles, copy ran $ran, wrong results $wrong"
+echo "ktarget: installs $installs/$tried, cycles $done_cycles, copy ran $ran, call sites $sites, wrong results $wrong"
 [ $wrong = 0 ] && [ $installs = "$tried" ]
