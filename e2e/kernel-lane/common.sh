@@ -68,7 +68,7 @@ lane_wait() {
 			lane_log_tail "$log"
 			die "$what: $(lane_guest_gone "$log")"
 		fi
-		now=$(cat "$log" "$file" 2>/dev/null | wc -c)
+		now=$({ cat "$log" "$file" 2>/dev/null || true; } | wc -c) # the files appear once boot.sh runs
 		if [ "$now" != "$size" ]; then
 			size=$now quiet=$SECONDS
 		elif [ $((SECONDS - quiet)) -ge "$stall" ]; then
