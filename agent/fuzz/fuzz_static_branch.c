@@ -34,6 +34,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	long nc = hp_static_call_parse(data, half - half % HP_STATIC_CALL_SITE_SIZE, table, lo, lo + tlen, &cv);
 	if (nj < 0 || nc < 0)
 		broken("a whole-entry table was refused");
+	/* A module's table ends at its first entry not its own: a prefix of
+	 * whole entries, each inside the text, the next (if any) not. */
+	size_t own = hp_jump_table_own_prefix(data, half, table, lo, lo + tlen);
+	if (own % HP_JUMP_ENTRY_SIZE || own > half)
+		broken("the own prefix is not whole entries of the table");
+	struct hp_static_branch *ov = NULL;
+	long no = hp_jump_table_parse(data, own, table, lo, lo + tlen, &ov);
+	if (no < 0 || (size_t)no > own / HP_JUMP_ENTRY_SIZE || (own && no == 0))
+		broken("the own prefix's entries are not all in the text");
+	for (long i = 0; i < no; i++)
+		if (ov[i].target < lo || ov[i].target >= lo + tlen)
+			broken("an own entry's target is outside the text");
+	free(ov);
 	for (long i = 0; i < nj; i++)
 		if (jv[i].code < lo || jv[i].code >= lo + tlen || (i && jv[i].code <= jv[i - 1].code))
 			broken("jump-label sites unsorted, repeated or out of range");

@@ -327,6 +327,29 @@ def ktarget_checks(checks, frames, state):
     checks.run("kernel target: ktarget.sh ran to its end", finished)
 
 
+def kkeys_checks(checks, frames, state):
+    """Jump labels in a kernel copy (guest/kkeys.sh): lane_keyed planned and installed, its static keys
+    flipped while the copy is installed; its own checks, one lane check each, and its wrong results
+    counted with the lane's."""
+    if "kkeys" not in frames:
+        checks.run("jump labels in a copy: the guest ran kkeys.sh", frame, frames, "kkeys")
+        return
+    out, rc = frames["kkeys"]
+    lines = out.split("\n")
+    guest_checks(checks, "jump labels in a copy", lines)
+
+    def finished():
+        pattern = r"kkeys: states (\d+)/(\d+) as the original, flips (\d+), copy ran (\d+), wrong results (\d+)"
+        last = [m for m in (re.match(pattern, line) for line in lines) if m]
+        assert last, f"kkeys.sh ended without its summary (status {rc}): {out[-300:]!r}"
+        s, t, _, r, w = (int(g) for g in last[-1].groups())
+        state["wrong"] += w
+        assert rc == 0 and s == t == r and t > 0, f"kkeys.sh's status is {rc}: {last[-1].group(0)}"
+        return last[-1].group(0)
+
+    checks.run("jump labels in a copy: kkeys.sh ran to its end", finished)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -360,6 +383,7 @@ def main():
     checks.run("the guest booted the fetched kernel and ran its test job", job_finished)
     kmod_checks(checks, frames, a, state)
     ktarget_checks(checks, frames, state)
+    kkeys_checks(checks, frames, state)
 
     def guest_host():
         hosts = api.poll(

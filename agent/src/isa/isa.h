@@ -167,4 +167,11 @@ int hp_isa_flags(const uint8_t *code, size_t len, unsigned *reads, unsigned *wri
 int hp_isa_encode_counter(bool lock, bool keep_flags, uint32_t red_zone, uint64_t addr, uint64_t counter, uint8_t *out,
 			  size_t outlen, uint32_t *disp_at);
 
+/*
+ * A key read placed at addr: "cmp dword [rip + key], 0" (a static key's
+ * enabled count against zero). Its displacement is always 32 bits; *disp_at
+ * gets its offset in out. Returns the length or -1 (key out of rel32 reach).
+ */
+int hp_isa_encode_key_read(uint64_t addr, uint64_t key, uint8_t *out, size_t outlen, uint32_t *disp_at);
+
 #endif

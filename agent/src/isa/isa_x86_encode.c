@@ -212,3 +212,24 @@ int hp_isa_encode_counter(bool lock, bool keep_flags, uint32_t red_zone, uint64_
 #undef PUT
 	return (int)at;
 }
+
+int hp_isa_encode_key_read(uint64_t addr, uint64_t key, uint8_t *out, size_t outlen, uint32_t *disp_at)
+{
+	ZydisEncoderRequest req;
+	int n;
+
+	pthread_once(&init_once, encode_init);
+	memset(&req, 0, sizeof(req));
+	req.mnemonic = ZYDIS_MNEMONIC_CMP;
+	req.operand_count = 2;
+	req.operands[0].type = ZYDIS_OPERAND_TYPE_MEMORY;
+	req.operands[0].mem.base = ZYDIS_REGISTER_RIP;
+	req.operands[0].mem.displacement = (ZyanI64)key;
+	req.operands[0].mem.size = 4;
+	req.operands[1].type = ZYDIS_OPERAND_TYPE_IMMEDIATE;
+	req.operands[1].imm.s = 0;
+	if ((n = encode_one(&req, addr, out, outlen)) < 0)
+		return -1;
+	*disp_at = (uint32_t)n - 5; /* the displacement, then the 8-bit immediate */
+	return n;
+}

@@ -17,7 +17,8 @@
  * block (for a table whose lea is hoisted out of that block, every lea of
  * its address: the model proved they are what the jump reads) is retargeted
  * to it; the bound check before the jump stays as it was. (hp_plan_kept_rule keeps functions whose tables are not of this
- * kind.)
+ * kind.) A kernel jump-label site ending a block becomes a read of its
+ * static key and a jcc (static_keys.h), laid out like any jcc.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -31,6 +32,7 @@
 #include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
+#include "plan/static_keys.h"
 
 enum term { T_NONE, T_FALL, T_JCC, T_JMP };
 
@@ -47,6 +49,7 @@ struct eblock {
 	uint32_t body_len; /* original bytes of the body */
 	uint8_t term;
 	int8_t cond;
+	uint64_t key; /* a jump-label site's static key, read before the jcc (static_keys.h); 0 if none */
 	struct dest taken, fall;
 	uint8_t w1, w2; /* widths of the first and second branch */
 	bool align;
@@ -175,7 +178,16 @@ static int classify(struct emitter *E, struct eblock *e, char *err, size_t errle
 			 (sc->kind == HP_SUCC_TAIL_CALL && sc->target == f->addr + bl->offset + bl->size);
 	}
 	e->fall = resolve(E, e->member, f->addr + bl->offset + bl->size);
-	if (in.cls == HP_IC_JCC && in.has_target) {
+	const struct hp_static_branch *ks =
+		in.cls == HP_IC_JMP && in.has_target ? hp_key_site(E->m, f->addr + last) : NULL;
+	if (ks) {
+		/* A jump-label site: a read of its key, then a jcc to its target. */
+		e->term = T_JCC;
+		e->cond = (int8_t)hp_key_site_cond(ks);
+		e->key = ks->key;
+		e->taken = resolve(E, e->member, ks->target);
+		e->body_len = last - bl->offset;
+	} else if (in.cls == HP_IC_JCC && in.has_target) {
 		e->cond = (int8_t)hp_isa_jcc_condition(code + last, f->size - last);
 		if (e->cond < 0) {
 			snprintf(err, errlen, "%s+0x%x: branch without an inverse", f->name, last);
@@ -216,7 +228,8 @@ static void widen(struct eblock *e, uint8_t *w, bool *grew)
  * whether each branch reaches with its width. */
 static uint32_t term_size(const struct emitter *E, struct eblock *e, int32_t next, bool check, bool *grew)
 {
-	uint64_t at = e->addr + e->pre + e->body_len;
+	uint32_t kl = e->key ? HP_KEY_READ_LEN : 0;
+	uint64_t at = e->addr + e->pre + e->body_len + kl;
 	uint32_t n = 0;
 
 	switch (e->term) {
@@ -265,7 +278,7 @@ static uint32_t term_size(const struct emitter *E, struct eblock *e, int32_t nex
 			}
 			n += n2;
 		}
-		return n;
+		return n + kl;
 	}
 	default:
 		return 0;
@@ -610,6 +623,22 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 			at += (uint64_t)n;
 			break;
 		case T_JCC:
+			if (e->key) {
+				uint32_t disp_at;
+				n = hp_isa_encode_key_read(at, e->key, p->code + (at - p->base), 16, &disp_at);
+				if (n != HP_KEY_READ_LEN) {
+					snprintf(err, errlen,
+						 "%s: the key read for the jump label ending the block at 0x%" PRIx64
+						 " cannot reach its key at 0x%" PRIx64,
+						 f->name, e->orig, e->key);
+					r = -ERANGE;
+					goto out;
+				}
+				if (put_reloc(p, &rcap, (uint32_t)(at - p->base) + disp_at, e->key) < 0)
+					goto out;
+				p->key_reads++;
+				at += (uint64_t)n;
+			}
 			if (e->fall.eb == next && next >= 0) {
 				if ((n = encode_branch(&E, e->cond, at, e->taken, e->w1, &rcap)) < 0)
 					goto enc_fail;

@@ -179,9 +179,6 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 			return "switch table whose base is set outside its jump's block";
 	}
 	detail[0] = 0;
-	if (f->flags & HP_FN_STATIC_BRANCH)
-		return "jump-label site (static key): the kernel rewrites it in place when the key flips, a copy would "
-		       "keep one state";
 	if (f->flags & HP_FN_STATIC_CALL)
 		return "static call site: the kernel rewrites it in place when the call is updated, a copy would keep "
 		       "the old callee";
@@ -207,6 +204,10 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 		if (!site)
 			rule = "no ftrace site at the entry: the entry cannot be redirected";
 	}
+	/* Jump-label sites are written as reads of their keys (static_keys.h)
+	 * where the status flags allow it. */
+	if (!rule && (f->flags & HP_FN_STATIC_BRANCH))
+		rule = hp_plan_key_sites_rule(m, mod, f, code, detail, dlen);
 	if (!rule && (f->flags & HP_FN_UNRESOLVED_JUMP)) {
 		uint32_t at = pointer_tail_jumps_only(mod, f, code);
 		if (at != UINT32_MAX) {

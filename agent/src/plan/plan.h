@@ -174,6 +174,7 @@ struct hp_plan {
 	struct hp_reloc *relocs;
 	size_t nrelocs;
 	uint32_t pad_bytes, added_jumps, inverted, removed_jumps;
+	uint32_t key_reads; /* jump-label sites written as reads of their keys (static_keys.h) */
 	/* Unwind data for the copy (.eh_frame, unwind.c): installed at
 	 * base + unwind_off with the code; NULL when no member had any. */
 	uint8_t *unwind;
@@ -211,6 +212,14 @@ void hp_plan_free(struct hp_plan *plan);
  * gets specifics (e.g. the exception-table address). */
 const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
 			      char *detail, size_t dlen);
+
+/* Why f's jump-label sites cannot be written as reads of their keys
+ * (static_keys.c), or NULL: a site after which a status flag is live (on
+ * its fallthrough or its target in f), or whose target is outside f (flags
+ * there are not known). code is f's bytes as the model reads them; detail
+ * gets the site. */
+const char *hp_plan_key_sites_rule(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f,
+				   const uint8_t *code, char *detail, size_t dlen);
 
 /* Emit and verify (emit.c, verify.c): lay the members out at plan->base. */
 int hp_plan_emit(struct hp_model *m, struct hp_plan *plan, char *err, size_t errlen);

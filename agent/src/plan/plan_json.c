@@ -22,6 +22,7 @@
 #include "host/procmaps.h"
 #include "plan/plan.h"
 #include "plan/plan_json.h"
+#include "plan/static_keys.h"
 #include "plan/profile.h"
 #include "target/target.h"
 #include "target/target_elf.h"
@@ -461,6 +462,18 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		hp_plan_member_digest(m, mb->fn, dg);
 		rw_str(w, "original_sha256", dg);
 		if (w->json) {
+			/* Its jump-label sites: the installer reads them as the
+			 * digest saw them (their JMP form), whatever their keys. */
+			const struct hp_static_branch *ks;
+			size_t nks = hp_key_sites_in(m, mb->fn->addr, mb->fn->addr + mb->fn->size, &ks);
+			rw_arr(w, "jump_labels");
+			for (size_t k = 0; k < nks; k++) {
+				rw_item(w);
+				rw_u64(w, "offset", ks[k].code - mb->fn->addr);
+				rw_hex(w, "target", ks[k].target);
+				rw_item_end(w);
+			}
+			rw_arr_end(w);
 			rw_arr(w, "chain_table");
 			for (uint32_t c = 0; c < mb->nchains; c++) {
 				rw_item(w);
@@ -523,6 +536,7 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_u64(w, "inverted_branches", p->inverted);
 	rw_u64(w, "removed_jumps", p->removed_jumps);
 	rw_u64(w, "added_jumps", p->added_jumps);
+	rw_u64(w, "key_reads", p->key_reads);
 	rw_obj_end(w);
 	rw_arr(w, "kept_in_place");
 	for (size_t i = 0; i < p->nkept; i++) {

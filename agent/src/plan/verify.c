@@ -14,7 +14,9 @@
  * the copy: its block's lea (for a table whose lea the model proved hoisted
  * out of that block, the leas found by following the base register back
  * over the copy) names a table after the instructions whose every entry
- * reaches the copy of the original entry's target.
+ * reaches the copy of the original entry's target. A block ending in a
+ * kernel jump-label site must end in the read of that site's key and a jcc
+ * with the entry's condition (static_keys.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@
 #include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
+#include "plan/static_keys.h"
 
 struct nmap {
 	uint64_t new_addr, orig;
@@ -251,7 +254,8 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 			uint64_t o_taken = 0, o_last = 0;
 			uint32_t noffs[16];
 			size_t nn = 0;
-			int o_cond = -2; /* -2 none, -1 jmp, else jcc condition */
+			int o_cond = -2;                /* -2 none, -1 jmp, else jcc condition */
+			uint64_t o_key = 0, o_site = 0; /* a jump-label site's key, and the site */
 			/* An instrumented copy's counter increment comes first. */
 			int pre = hp_instrument_check(p, (uint32_t)i, mb->blocks[j].index, na);
 			if (pre < 0)
@@ -267,6 +271,14 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 				    (oi.cls == HP_IC_JCC || oi.cls == HP_IC_JMP)) {
 					o_cond = oi.cls == HP_IC_JMP ? -1 : hp_isa_jcc_condition(ob, oi.len);
 					o_taken = oi.target;
+					/* A jump-label site goes either way, by its key. */
+					const struct hp_static_branch *ks =
+						oi.cls == HP_IC_JMP ? hp_key_site(m, oa) : NULL;
+					if (ks) {
+						o_cond = hp_key_site_cond(ks);
+						o_key = ks->key;
+						o_site = oa;
+					}
 					break;
 				}
 				if (na >= nend)
@@ -317,6 +329,19 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 				o_falls = true;
 			uint64_t e_dest[2] = { 0, 0 };
 			int e_cond = -2, nd = 0;
+			if (o_key) {
+				/* The site's key read: "cmp dword [rip + key], 0". */
+				struct hp_isa_detail d;
+				if (hp_isa_decode_detail(p->code + (na - p->base), nend - na, na, &d) < 0 ||
+				    d.mnem != HP_MN_CMP || d.nops != 2 || d.op[0].kind != HP_OP_MEM || !d.op[0].rip ||
+				    d.op[0].bytes != 4 || d.rip_target != o_key || d.op[1].kind != HP_OP_IMM ||
+				    d.op[1].imm != 0)
+					FAIL("%s: the jump label at 0x%" PRIx64
+					     " is not a read of its key at 0x%" PRIx64 " in the copy",
+					     f->name, o_site, o_key);
+				na += d.len;
+				p->verified_insns++;
+			}
 			while (na < nend && nd < 2) {
 				const uint8_t *nb = p->code + (na - p->base);
 				if (hp_isa_decode(nb, nend - na, na, &ni) < 0 || !ni.has_target ||

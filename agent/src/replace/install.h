@@ -47,6 +47,10 @@ struct hp_imember {
 	char digest[65];   /* SHA-256 of the original bytes */
 	struct hp_iblock *blocks;
 	size_t nblocks;
+	/* Its jump-label sites (kernel), sorted, in the planned addresses (key
+	 * unused): read in their JMP form for the digest, as the planner did. */
+	struct hp_static_branch *jump_labels;
+	size_t njump_labels;
 };
 
 struct hp_iplan {

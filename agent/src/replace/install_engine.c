@@ -146,6 +146,34 @@ static void others_original(const struct hp_op *x, uint64_t addr, uint8_t *buf, 
 	}
 }
 
+/* A member's jump-label sites in b (its bytes, read at addr + delta) put
+ * in their JMP form, as the planner's reader showed them for the digest:
+ * the kernel flips them with their keys, which changes nothing the copy
+ * does (it reads the keys). A site that is neither its NOP nor its JMP
+ * stays as read, so the digest differs. 0 or -ENOMEM. */
+static int jump_labels_canonical(const struct hp_imember *mb, int64_t delta, uint8_t *b)
+{
+	struct hp_static_branch *v;
+	struct hp_static_branch_stats st;
+	uint64_t *sites;
+
+	if (!mb->njump_labels)
+		return 0;
+	v = calloc(mb->njump_labels, sizeof(*v));
+	sites = calloc(mb->njump_labels, sizeof(*sites));
+	if (!v || !sites) {
+		free(v);
+		free(sites);
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < mb->njump_labels; k++)
+		v[k] = (struct hp_static_branch){ .code = mb->jump_labels[k].code + (uint64_t)delta,
+						  .target = mb->jump_labels[k].target + (uint64_t)delta };
+	hp_static_branch_canonicalize(b, mb->addr + (uint64_t)delta, mb->size, v, mb->njump_labels, sites, &st);
+	free(v);
+	free(sites);
+	return 0;
+}
 static int check_target(struct hp_op *x, char *err, size_t errlen)
 {
 	const struct hp_iplan *p = x->p;
@@ -167,6 +195,7 @@ static int check_target(struct hp_op *x, char *err, size_t errlen)
 			 * (the caller's, and every journal's in this process). */
 			hp_byte_patches_apply(x->o->orig, x->o->norig, mb->addr + (uint64_t)x->delta, b, mb->size);
 			others_original(x, mb->addr + (uint64_t)x->delta, b, mb->size);
+			r = jump_labels_canonical(mb, x->delta, b);
 			hp_bytes_digest(b, mb->size, dg);
 		}
 		if (i == 0)

@@ -171,6 +171,27 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 			}
 			*bl = (struct hp_iblock){ (uint32_t)o, (uint32_t)s, na, (uint32_t)ns };
 		}
+		const json_t *jl = json_object_get(tg, "jump_labels");
+		mb->jump_labels = calloc(json_array_size(jl) + 1, sizeof(*mb->jump_labels));
+		if (!mb->jump_labels || (jl && !json_is_array(jl))) {
+			snprintf(err, errlen, "the jump labels of %s in the plan are malformed", mb->name);
+			p->nmembers++;
+			goto out;
+		}
+		json_array_foreach(jl, k, b)
+		{
+			uint64_t o, t;
+			/* Inside the function, ascending, 2 bytes apart at least (a site's length). */
+			if (!hp_json_u64(json_object_get(b, "offset"), &o) ||
+			    !hp_json_u64(json_object_get(b, "target"), &t) || o + 2 > mb->size ||
+			    (mb->njump_labels && mb->addr + o < mb->jump_labels[mb->njump_labels - 1].code + 2)) {
+				snprintf(err, errlen, "jump label %zu of %s in the plan is malformed", k, mb->name);
+				p->nmembers++;
+				goto out;
+			}
+			mb->jump_labels[mb->njump_labels++] =
+				(struct hp_static_branch){ .code = mb->addr + o, .target = t };
+		}
 		p->nmembers++;
 	}
 	if (!p->module[0]) {
@@ -240,6 +261,7 @@ void hp_iplan_free(struct hp_iplan *p)
 		free(p->members[i].name);
 		free(p->members[i].module);
 		free(p->members[i].blocks);
+		free(p->members[i].jump_labels);
 	}
 	free(p->members);
 	free(p->root);

@@ -42,12 +42,13 @@ long hp_jump_table_parse(const uint8_t *tab, size_t len, uint64_t table_addr, ui
 		uint64_t key = 0;
 		for (int b = 7; b >= 0; b--)
 			key = key << 8 | tab[i * HP_JUMP_ENTRY_SIZE + 8 + b];
+		uint8_t branch = (uint8_t)(key & 1);
 		key = (at + 8 + key) & ~(uint64_t)3;
 
 		/* Sites in freed init text or outside the text asked for are skipped. */
 		if (code < lo || code >= hi)
 			continue;
-		v[k++] = (struct hp_static_branch){ code, target, key };
+		v[k++] = (struct hp_static_branch){ code, target, key, branch };
 	}
 	qsort(v, k, sizeof(*v), cmp_site);
 	/* One entry per site: two keys never share a site, but a damaged table
@@ -58,6 +59,19 @@ long hp_jump_table_parse(const uint8_t *tab, size_t len, uint64_t table_addr, ui
 			v[u++] = v[i];
 	*out = v;
 	return (long)u;
+}
+
+size_t hp_jump_table_own_prefix(const uint8_t *tab, size_t len, uint64_t table_addr, uint64_t lo, uint64_t hi)
+{
+	size_t i = 0;
+
+	for (; i + HP_JUMP_ENTRY_SIZE <= len; i += HP_JUMP_ENTRY_SIZE) {
+		uint64_t at = table_addr + i;
+		uint64_t code = at + (int64_t)le32(tab + i), target = at + 4 + (int64_t)le32(tab + i + 4);
+		if (code < lo || code >= hi || target < lo || target >= hi)
+			break;
+	}
+	return i;
 }
 
 static unsigned settled_site_length(const uint8_t *p, size_t room, const struct hp_static_branch *s)

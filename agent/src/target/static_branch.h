@@ -26,6 +26,8 @@ struct hp_static_branch {
 	uint64_t code;   /* the site */
 	uint64_t target; /* where the JMP form goes */
 	uint64_t key;    /* the struct static_key, flags cleared */
+	uint8_t branch;  /* the entry's branch bit: the site is the JMP when
+			  * (the key's enabled count != 0) != branch */
 };
 
 /* Decode the jump table at table_addr (len bytes, a multiple of the entry
@@ -34,6 +36,12 @@ struct hp_static_branch {
  * -EINVAL (length not a multiple of the entry size) or -ENOMEM. */
 long hp_jump_table_parse(const uint8_t *tab, size_t len, uint64_t table_addr, uint64_t lo, uint64_t hi,
 			 struct hp_static_branch **out);
+
+/* How many bytes at the start of tab (len bytes at table_addr) are whole
+ * entries whose site and target both lie in [lo, hi): a module's table,
+ * whose start sysfs gives but not its end, ends at the first entry that is
+ * not one of its own (padding, the next section). */
+size_t hp_jump_table_own_prefix(const uint8_t *tab, size_t len, uint64_t table_addr, uint64_t lo, uint64_t hi);
 
 /* What hp_static_branch_canonicalize did. */
 struct hp_static_branch_stats {

@@ -110,13 +110,15 @@ struct hp_kernel_facts {
 	size_t nwarn_traps;
 	size_t nbug_entries;
 	uint64_t fentry; /* address of __fentry__, 0 if absent */
-	/* Jump-label sites of vmlinux put in their canonical JMP form before
-	 * decoding (sorted), and the table's sites whose bytes were neither
-	 * its NOP nor its JMP (left as they are). */
+	/* Jump-label sites of vmlinux and of the modules parsed (each
+	 * module's own __jump_table) put in their canonical JMP form before
+	 * decoding (sorted), and the tables' sites whose bytes were neither
+	 * their NOP nor their JMP (left as they are). */
 	uint64_t *static_branches;
 	size_t nstatic_branches;
 	size_t static_branch_foreign;
-	/* The jump table's entries in vmlinux text, sorted by site. */
+	/* The jump tables' entries (vmlinux text's, then those of each module
+	 * parsed), sorted by site. */
 	const struct hp_static_branch *jump_entries;
 	size_t njump_entries;
 	/* Static call sites and trampolines of vmlinux put in their canonical

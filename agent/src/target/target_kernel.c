@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <dirent.h>
 
 #include "base/grow.h"
 #include "model/cfg.h"
@@ -46,7 +47,9 @@ struct kpriv {
 	struct ktext_copy {
 		uint64_t lo, hi;
 		uint8_t *buf;
+		bool keys_done; /* its sites put in canonical form (keys_canonical) */
 	} * copies;
+	size_t cap_static_branches; /* of facts.static_branches */
 };
 
 static int quiet_print(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -557,6 +560,118 @@ static int open_bpf(struct kpriv *kp, char *err, size_t errlen)
 	return 0;
 }
 
+/* Where module name's section sect starts, and the lowest start of another
+ * of its sections above it (0 when none): /sys/module/NAME/sections (root). */
+static uint64_t module_section(const char *name, const char *sect, uint64_t *next)
+{
+	char path[512], line[64];
+	uint64_t start = 0, above = 0;
+	struct dirent *e;
+	DIR *d;
+
+	*next = 0;
+	snprintf(path, sizeof(path), "/sys/module/%s/sections", name);
+	if (!(d = opendir(path)))
+		return 0;
+	uint64_t *addrs = NULL;
+	size_t n = 0, cap = 0;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+			continue;
+		snprintf(path, sizeof(path), "/sys/module/%s/sections/%s", name, e->d_name);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		uint64_t a = fgets(line, sizeof(line), f) ? strtoull(line, NULL, 16) : 0;
+		fclose(f);
+		if (!strcmp(e->d_name, sect))
+			start = a;
+		else if (a && !HP_GROW(addrs, cap, n + 1))
+			addrs[n++] = a;
+	}
+	closedir(d);
+	for (size_t i = 0; start && i < n; i++)
+		if (addrs[i] > start && (!above || addrs[i] < above))
+			above = addrs[i];
+	free(addrs);
+	*next = above;
+	return start;
+}
+
+/* Most bytes of a module's jump table read (4096 sites). */
+#define MODULE_JUMP_TABLE_MAX (4096u * HP_JUMP_ENTRY_SIZE)
+
+/* A loaded module's own jump table (its static_branch sites, its
+ * tracepoints'): sysfs gives its start, not its end, so it is read up to the
+ * next section (at most MODULE_JUMP_TABLE_MAX, page by page while readable)
+ * and ends at its first entry whose site or target is not in the module's
+ * text (hp_jump_table_own_prefix). Checked like vmlinux's (layout_holds),
+ * its entries join kp->branches. 0, or -ENOMEM. */
+static int read_module_jump_table(struct kpriv *kp, const struct hp_module *mod, const struct ktext_copy *c)
+{
+	uint64_t next, lo = module_section(mod->name, "__jump_table", &next);
+	size_t len = 0, want = MODULE_JUMP_TABLE_MAX;
+	struct hp_static_branch *v = NULL;
+	uint8_t *tab;
+	long n;
+
+	if (!lo)
+		return 0;
+	if (next > lo && next - lo < want)
+		want = (size_t)(next - lo);
+	if (!(tab = malloc(want)))
+		return -ENOMEM;
+	while (len < want) {
+		size_t page = 4096 - (size_t)((lo + len) & 4095), step = want - len < page ? want - len : page;
+		if (kernel_read_raw(kp, lo + len, tab + len, step) < 0)
+			break;
+		len += step;
+	}
+	len = hp_jump_table_own_prefix(tab, len, lo, c->lo, c->hi);
+	n = len ? hp_jump_table_parse(tab, len, lo, c->lo, c->hi, &v) : 0;
+	free(tab);
+	if (n < 0)
+		return (int)n;
+	if (n == 0 || !layout_holds((size_t)n, site_ok, &(struct site_layout){ kp, v, sizeof(*v), branch_form })) {
+		free(v);
+		return 0;
+	}
+	struct hp_static_branch *all = realloc(kp->branches, (kp->nbranches + (size_t)n) * sizeof(*all));
+	if (!all) {
+		free(v);
+		return -ENOMEM;
+	}
+	memcpy(all + kp->nbranches, v, (size_t)n * sizeof(*v));
+	free(v);
+	kp->branches = all;
+	kp->nbranches += (size_t)n;
+	qsort(all, kp->nbranches, sizeof(*all), cmp_u64); /* code is the first member */
+	kp->facts.jump_entries = all;
+	kp->facts.njump_entries = kp->nbranches;
+	return 0;
+}
+
+/* Put the jump-label sites of a text copy in their canonical form and add
+ * them to the facts' sorted list (which the CFG is given). 0 or -ENOMEM. */
+static int keys_canonical(struct kpriv *kp, struct ktext_copy *c)
+{
+	struct hp_kernel_facts *kf = &kp->facts;
+	struct hp_static_branch_stats st;
+	uint64_t *sites;
+
+	c->keys_done = true;
+	if (!kp->nbranches)
+		return 0;
+	if (HP_GROW(kf->static_branches, kp->cap_static_branches, kf->nstatic_branches + kp->nbranches))
+		return -ENOMEM;
+	sites = kf->static_branches + kf->nstatic_branches;
+	kf->nstatic_branches +=
+		hp_static_branch_canonicalize(c->buf, c->lo, c->hi - c->lo, kp->branches, kp->nbranches, sites, &st);
+	kf->static_branch_foreign += st.foreign;
+	qsort(kf->static_branches, kf->nstatic_branches, sizeof(uint64_t), cmp_u64);
+	return 0;
+}
+
 /* Copy [lo, hi) into one buffer chunk by chunk; where a chunk fails (a hole
  * in the text), fall back to reading its functions one at a time. The
  * whole text even for one function: its parse reaches its callees. */
@@ -765,6 +880,13 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			snprintf(err, errlen, "out of memory for a copy of %s text", mod->name);
 			goto fail;
 		}
+		if (read_module_jump_table(kp, mod, &kp->copies[i]) < 0 || keys_canonical(kp, &kp->copies[i]) < 0) {
+			r = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		menv.static_branches = kp->facts.static_branches;
+		menv.nstatic_branches = kp->facts.nstatic_branches;
 		menv.traps_known = false;
 		if ((r = hp_cfg_parse_module(mod, &menv, kernel_bytes, &kp->copies[i], 1, &one)) < 0) {
 			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
@@ -798,21 +920,14 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		}
 		PHASE("read text");
 		/* Jump labels: one canonical form whatever the keys' state
-		 * (modules' own jump tables are not read). */
-		if (i == 0 && kp->nbranches) {
-			struct hp_kernel_facts *kf = &kp->facts;
-			struct hp_static_branch_stats st;
-			if (!(kf->static_branches = malloc(kp->nbranches * sizeof(uint64_t)))) {
-				r = -ENOMEM;
-				snprintf(err, errlen, "out of memory");
-				goto fail;
-			}
-			kf->nstatic_branches = hp_static_branch_canonicalize(c->buf, c->lo, c->hi - c->lo, kp->branches,
-									     kp->nbranches, kf->static_branches, &st);
-			kf->static_branch_foreign = st.foreign;
-			env.static_branches = kf->static_branches;
-			env.nstatic_branches = kf->nstatic_branches;
+		 * (a module's own table read from sysfs first). */
+		if (!c->keys_done && ((i > 0 && read_module_jump_table(kp, mod, c) < 0) || keys_canonical(kp, c) < 0)) {
+			r = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto fail;
 		}
+		env.static_branches = kp->facts.static_branches;
+		env.nstatic_branches = kp->facts.nstatic_branches;
 		if (i == 0 && kp->ncalls) {
 			struct hp_kernel_facts *kf = &kp->facts;
 			struct hp_static_branch_stats st;

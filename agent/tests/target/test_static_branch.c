@@ -57,9 +57,34 @@ static void t_jump_table_entries_decode(void)
 	       (unsigned long long)v[0].target, (unsigned long long)v[0].key);
 	EXPECT(v[1].code == text + 0x300 && v[1].target == text + 0x340 && v[1].key == 0xffffffff83001000ull,
 	       "second site decoded wrongly");
+	/* Bit 0 of the key field is the entry's branch bit, bit 1 init text. */
+	EXPECT(v[0].branch == 0 && v[1].branch == 1, "branch bits %u %u, expected 0 1", v[0].branch, v[1].branch);
 	free(v);
 	EXPECT(hp_jump_table_parse(tab, 15, table, text, text + 0x1000, &v) == -EINVAL && !v,
 	       "a table of 15 bytes was accepted");
+}
+
+/* A module's table, whose end sysfs does not give, ends at its first entry
+ * whose site or target is not in the module's text. */
+static void t_module_table_ends_at_its_first_foreign_entry(void)
+{
+	const uint64_t table = 0xffffffffc0100000ull, text = 0xffffffffc0000000ull, key = 0xffffffffc0102000ull;
+	uint8_t tab[16 * 5];
+
+	memset(tab, 0, sizeof(tab));
+	entry(tab, table, 0, text + 0x10, text + 0x40, key, 0);
+	entry(tab, table, 1, text + 0x80, text + 0x20, key, 1);
+	entry(tab, table, 2, text + 0x90, text + 0x5000, key, 0); /* target outside: the table ended */
+	entry(tab, table, 3, text + 0xa0, text + 0xb0, key, 0);
+	EXPECT(hp_jump_table_own_prefix(tab, sizeof(tab), table, text, text + 0x1000) == 32,
+	       "own prefix %zu bytes, expected 2 entries",
+	       hp_jump_table_own_prefix(tab, sizeof(tab), table, text, text + 0x1000));
+	/* Zeros after the table (padding): an entry pointing at itself. */
+	memset(tab + 32, 0, sizeof(tab) - 32);
+	EXPECT(hp_jump_table_own_prefix(tab, sizeof(tab), table, text, text + 0x1000) == 32, "zeros taken as entries");
+	EXPECT(hp_jump_table_own_prefix(tab, 31, table, text, text + 0x1000) == 16, "a partial entry was taken");
+	EXPECT(hp_jump_table_own_prefix(tab, sizeof(tab), table, text + 0x20, text + 0x1000) == 0,
+	       "a first entry outside the text was taken");
 }
 
 static void t_sites_take_one_canonical_form(void)
@@ -271,6 +296,7 @@ static void t_kernel_sites_are_two_way_branches(void)
 int main(void)
 {
 	RUN(t_jump_table_entries_decode);
+	RUN(t_module_table_ends_at_its_first_foreign_entry);
 	RUN(t_sites_take_one_canonical_form);
 	RUN(t_sites_being_patched_take_the_canonical_form);
 	RUN(t_static_call_sites_take_one_form);

@@ -155,6 +155,8 @@ job_test() {
 	frame kmodtest /lane/kmodtest "$LANE_KMOD_CYCLES"
 	# The agent's kernel target: hotpathd install / revert kernel of a plan of lane_mix.
 	frame ktarget /lane/ktarget.sh "$LANE_KTARGET_CYCLES"
+	# Jump labels in a kernel copy: a plan of lane_keyed installed while its static keys flip.
+	frame kkeys /lane/kkeys.sh
 	frame kmod-ftrace-after cat $T/enabled_functions
 	frame kmod-reload sh -c 'rmmod hotpath && insmod /lane/hotpath.ko && grep -w hotpath /proc/modules'
 	frame kmod-dmesg dmesg

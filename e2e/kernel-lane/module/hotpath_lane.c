@@ -17,12 +17,21 @@
  *            mix_result, and where lane_mix ran (the return address of its
  *            call of lane_here, inside lane_mix or inside a copy of it) to
  *            mix_where, both under /sys/module/hotpath_lane/parameters/.
+ *            "keyed N": lane_keyed(N), a function with two jump labels
+ *            (static keys) whose result depends on both keys: its result
+ *            to keyed_result, where it ran to keyed_where (as for mix).
+ *            "keys A B": lane_key_a on when A is 1, off when 0 (a false key
+ *            tested with static_branch_unlikely: its entry's branch bit 0),
+ *            lane_key_b likewise (a true key tested with
+ *            static_branch_likely: branch bit 1); the kernel patches every
+ *            site of each key it flips, here and in nothing else.
  *
  * Both paths call into vmlinux (ktime_get_ns, msleep), so the module's
  * functions have callees outside the module.
  */
 #include <linux/delay.h>
 #include <linux/fs.h>
+#include <linux/jump_label.h>
 #include <linux/kernel.h>
 #include <linux/module.h>
 #include <linux/proc_fs.h>
@@ -72,6 +81,37 @@ static noinline u64 lane_mix(u64 n)
 	return r & 0xffffffff;
 }
 
+static unsigned long lane_keyed_result, lane_keyed_where, lane_keyed_mid;
+module_param_named(keyed_result, lane_keyed_result, ulong, 0400);
+module_param_named(keyed_where, lane_keyed_where, ulong, 0400);
+static DEFINE_STATIC_KEY_FALSE(lane_key_a);
+static DEFINE_STATIC_KEY_TRUE(lane_key_b);
+
+/* Where lane_keyed runs (its call's return address), as lane_here. */
+static noinline void lane_keyed_here(void)
+{
+	WRITE_ONCE(lane_keyed_where, (unsigned long)__builtin_return_address(0));
+}
+
+/* Two jump labels, a result that depends on which way each goes: a copy
+ * that froze a site would give another result once its key flips. */
+static noinline u64 lane_keyed(u64 n)
+{
+	u64 r = n * 2246822519u;
+
+	lane_keyed_here();
+	if (static_branch_unlikely(&lane_key_a))
+		r = (r ^ (r >> 13)) + 0x51ed27;
+	else
+		r += n << 5;
+	WRITE_ONCE(lane_keyed_mid, r); /* an instruction before the second site in its block */
+	if (static_branch_likely(&lane_key_b))
+		r ^= 0xa5a5a5;
+	else
+		r = r * 7 + n;
+	return r & 0xffffffff;
+}
+
 /* The function whose caller sleeps inside it. */
 static noinline void lane_nap(unsigned int ms)
 {
@@ -100,7 +140,7 @@ static ssize_t lane_read(struct file *file, char __user *buf, size_t len, loff_t
 static ssize_t lane_write(struct file *file, const char __user *buf, size_t len, loff_t *pos)
 {
 	char cmd[32];
-	unsigned int ms;
+	unsigned int ms, a, b;
 	unsigned long long n;
 
 	if (len >= sizeof(cmd))
@@ -110,6 +150,21 @@ static ssize_t lane_write(struct file *file, const char __user *buf, size_t len,
 	cmd[len] = '\0';
 	if (sscanf(cmd, "mix %llu", &n) == 1) {
 		WRITE_ONCE(lane_mix_result, lane_mix(n));
+		return len;
+	}
+	if (sscanf(cmd, "keyed %llu", &n) == 1) {
+		WRITE_ONCE(lane_keyed_result, lane_keyed(n));
+		return len;
+	}
+	if (sscanf(cmd, "keys %u %u", &a, &b) == 2 && a <= 1 && b <= 1) {
+		if (a)
+			static_branch_enable(&lane_key_a);
+		else
+			static_branch_disable(&lane_key_a);
+		if (b)
+			static_branch_enable(&lane_key_b);
+		else
+			static_branch_disable(&lane_key_b);
 		return len;
 	}
 	if (sscanf(cmd, "nap %u", &ms) != 1 || ms < 1 || ms > 1000)
