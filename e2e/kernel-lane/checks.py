@@ -380,11 +380,13 @@ def kernel_flow_checks(checks, api, a, state, hid):
         """The guest agent's console lines naming the plan, from character start on."""
         with open(os.path.join(a.run, "console.log"), errors="replace") as f:
             text = f.read()[start:]
-        return [ln for ln in text.split("\n") if flow["id"] in ln and "[agent]" in ln]
+        return [ln for ln in text.split("\n") if flow["id"] in ln and "[agent]" in ln and "journal" in ln]
 
     def after_window():
+        """The plan once its window after has ended (stopped, or failed with its reason)."""
         p = api.get(flow["path"])
-        return p if ((p.get("comparison") or {}).get("after") or {}).get("state") == "stopped" else None
+        ended = ("stopped", "failed", "target_exited")
+        return p if ((p.get("comparison") or {}).get("after") or {}).get("state") in ended else None
 
     def plan_exact():
         code, _ = api.send("POST", "/users", approver)
@@ -402,7 +404,7 @@ def kernel_flow_checks(checks, api, a, state, hid):
         assert not p["estimated"], "the plan's counts are estimates: kprobes were not used"
         source = ((p.get("plan") or {}).get("profile") or {}).get("source", "")
         assert "kprobes" in source, f"the profile's source is {source!r}"
-        return f"ready from {source}; {len((p.get('plan') or {}).get('members') or [])} function(s) in the group"
+        return f"ready from {source}; {len((p.get('plan') or {}).get('group') or [])} function(s) in the group"
 
     if not checks.run("console flow: the kernel plan of lane_mix from exact counts (kprobes)", plan_exact):
         state["console"][1] += 1
@@ -469,7 +471,7 @@ def kernel_flow_checks(checks, api, a, state, hid):
         p = api.poll("the window after the install", after_window, interval=2.0)
         c = p["comparison"]
         for w in ("before", "after"):
-            assert c[w] and c[w]["calls"], f"the window {w} counted no call of lane_mix: {c[w]}"
+            assert c[w] and c[w]["state"] == "stopped" and c[w]["calls"], f"the window {w}: {c[w]}"
         assert c.get("emulated") and "under emulation, not a performance figure" in c["emulated"], (
             f"the times are not labelled as emulated: {c.get('emulated')!r}"
         )
