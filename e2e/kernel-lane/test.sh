@@ -56,7 +56,7 @@ finish() {
 	if [ "$summarized" = 0 ]; then
 		echo "lane: 0 passed, 1 failed, 0 skipped"
 		echo "kernel-lane: kernel $release, 0 functions in 0 modules, entry counts exact 0/0, block counts exact 0/0," \
-			"hotpath.ko checks 0/0, redirect cycles 0, kernel installs 0/0, install cycles 0, wrong results 0"
+			"hotpath.ko checks 0/0, redirect cycles 0, kernel installs 0/0, install cycles 0, console installs 0/0, wrong results 0"
 	fi
 	[ "$rc" != 0 ] || [ "${LANE_KEEP:-0}" = 1 ] || rm -rf "$run"
 	exit "$rc"
