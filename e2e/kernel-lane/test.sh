@@ -75,7 +75,11 @@ step "building the guest image"
 
 t0=$SECONDS # the budget starts here (see above); the wall times printed from here on count from it too
 step "starting Hotpath as make run does (HTTP $http, gRPC $grpc)"
+# An install flow waits for the agent's answer HOTPATH_PLAN_INSTALL_TIMEOUT_S (default 120 s): the console
+# flow's agent dies in its first install and answers only once restarted, after it has parsed the
+# emulated kernel again, which takes minutes on a loaded machine.
 HOTPATH_DATA_DIR=$data HOTPATH_HTTP_PORT=$http HOTPATH_GRPC_PORT=$grpc HOTPATH_QUIET=1 \
+	HOTPATH_PLAN_INSTALL_TIMEOUT_S=${HOTPATH_PLAN_INSTALL_TIMEOUT_S:-1200} \
 	"$repo_root/scripts/run.sh" >"$run/stack.out" 2>&1 &
 stack=$!
 for _ in $(seq 240); do
