@@ -146,15 +146,40 @@ class Api:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.load(r)
 
-    def poll(self, what, fn, interval=1.0):
-        """Call fn until it returns a truthy value; fail with what when the deadline passes."""
+    def send(self, method, path, body=None, token=None):
+        """(status, JSON answer) of a request with a JSON body, as admin or with another user's token."""
+        req = urllib.request.Request(
+            self.url + path,
+            json.dumps(body if body is not None else {}).encode(),
+            {"authorization": f"Bearer {token or self.token}", "content-type": "application/json"},
+            method=method,
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+
+    def login(self, username, password):
+        body = json.dumps({"username": username, "password": password}).encode()
+        req = urllib.request.Request(self.url + "/auth/login", body, {"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.load(r)["access_token"]
+
+    def poll(self, what, fn, interval=1.0, within=None):
+        """Call fn until it returns a truthy value; fail with what when the deadline passes (the lane's, or
+        `within` seconds from now when that comes first)."""
         last = None
+        end = self.deadline if within is None else min(self.deadline, time.time() + within)
         while True:
             last = fn()
             if last:
                 return last
-            if time.time() >= self.deadline:
-                raise AssertionError(f"{what}: not seen before the lane's deadline")
+            if time.time() >= end:
+                raise AssertionError(
+                    f"{what}: not seen "
+                    + ("before the lane's deadline" if end == self.deadline else f"within {within} s")
+                )
             time.sleep(interval)
 
 
@@ -351,6 +376,183 @@ def kkeys_checks(checks, frames, state):
 
 
 # ---------------------------------------------------------------------------------------------
+# The console's kernel flow over REST, with lane_mix driven and checked in the guest (guest/jobs.sh
+# mixwatch) and the guest's agent killing itself at its first install's redirect (guest/init)
+
+
+def infos(path, start=0):
+    """The "@@info" lines of the results channel from byte offset start on, in order, as dicts."""
+    with open(path, errors="replace") as f:
+        f.seek(start)
+        text = f.read()
+    out = []
+    for line in text.replace("\r", "").split("\n"):
+        if line.startswith("@@info "):
+            out.append(dict(w.split("=", 1) for w in line[7:].split() if "=" in w))
+    return out
+
+
+def size(path):
+    return os.path.getsize(path)
+
+
+def kernel_flow_checks(checks, api, a, state, hid):
+    """Optimize -> request -> another user approves -> install -> before/after -> revert of
+    hotpath_lane:lane_mix on the guest's kernel, through the REST API, as the console does it."""
+    approver = {"username": "lane-approver", "password": os.urandom(12).hex(), "role": "approver"}
+    flow = {}
+
+    def mix():
+        return [i for i in infos(a.results) if "mixwatch-rounds" in i or "mixwatch-orig-where" in i]
+
+    def plan_once(leaving):
+        """The plan when it is no longer in the state leaving, else None."""
+        p = api.get(flow["path"])
+        return p if p["state"] != leaving else None
+
+    def console_lines(start):
+        """The guest agent's console lines naming the plan, from character start on."""
+        with open(os.path.join(a.run, "console.log"), errors="replace") as f:
+            text = f.read()[start:]
+        return [ln for ln in text.split("\n") if flow["id"] in ln and "[agent]" in ln and "journal" in ln]
+
+    def after_window():
+        """The plan once its window after has ended (stopped, or failed with its reason)."""
+        p = api.get(flow["path"])
+        ended = ("stopped", "failed", "target_exited")
+        return p if ((p.get("comparison") or {}).get("after") or {}).get("state") in ended else None
+
+    def plan_exact():
+        code, _ = api.send("POST", "/users", approver)
+        assert code == 201, f"creating the approver answered {code}"
+        flow["approver"] = api.login(approver["username"], approver["password"])
+        page = api.get(f"/hosts/{hid}/functions?module=hotpath_lane&q=lane_mix")
+        fn = next(f for f in page["items"] if f["name"] == "lane_mix")
+        api.poll("mixwatch driving lane_mix in the guest", lambda: [i for i in mix() if "mixwatch-rounds" in i])
+        code, p = api.send("POST", f"/hosts/{hid}/plans", {"target": "kernel", "function_id": fn["id"], "seconds": 5})
+        assert code == 202, f"POST plans answered {code}: {p}"
+        flow["id"] = p["id"]
+        flow["path"] = f"/hosts/{hid}/plans/{p['id']}"
+        p = api.poll("the plan made", lambda: plan_once("planning"), interval=2.0)
+        assert p["state"] == "ready", f"the plan is {p['state']}: {p.get('error')}"
+        assert not p["estimated"], "the plan's counts are estimates: kprobes were not used"
+        source = ((p.get("plan") or {}).get("profile") or {}).get("source", "")
+        assert "kprobes" in source, f"the profile's source is {source!r}"
+        return f"ready from {source}; {len((p.get('plan') or {}).get('group') or [])} function(s) in the group"
+
+    if not checks.run("console flow: the kernel plan of lane_mix from exact counts (kprobes)", plan_exact):
+        state["console"][1] += 1
+        return
+
+    def approval():
+        code, p = api.send("POST", flow["path"] + "/request")
+        assert code == 200 and p["state"] == "requested", f"request answered {code}: {p}"
+        code, p = api.send("POST", flow["path"] + "/approve")
+        assert code == 403, f"admin approving its own request answered {code}, not 403: {p}"
+        code, p = api.send("POST", flow["path"] + "/approve", token=flow["approver"])
+        assert code == 200 and p["state"] == "approved", f"the approver's approval answered {code}: {p}"
+        return "requested by admin; admin's own approval 403; approved by lane-approver"
+
+    if not checks.run("console flow: requested, self-approval refused (403), approved by another user", approval):
+        state["console"][1] += 1
+        return
+
+    def killed_mid_install():
+        at = size(a.results)
+        state["console"][1] += 1
+        code, p = api.send("POST", flow["path"] + "/install", {"window_s": 5, "guard": False})
+        assert code == 200 and p["state"] == "installing", f"install answered {code}: {p}"
+        died = api.poll(
+            "the guest's agent killed at its install's redirect",
+            lambda: [i for i in infos(a.results, at) if "agent-exit" in i],
+            interval=2.0,
+        )[0]
+        assert died["agent-exit-lane_mix"] == "0", f"ftrace still lists lane_mix after the agent died: {died}"
+        with open(os.path.join(a.run, "console.log"), errors="replace") as f:
+            exited = f.read().rfind("agent exited")
+        said = api.poll("the restarted agent's word on the install it found", lambda: console_lines(exited), 2.0)
+        return (
+            f"ftrace lists {died['agent-exit-ftrace']} function(s), not lane_mix; the restarted agent: {said[0][-200:]}"
+        )
+
+    checks.run(
+        "console flow: kill -9 of the agent at the install's redirect leaves the kernel clean", killed_mid_install
+    )
+
+    def installed():
+        p = api.poll(
+            "the plan installed (the install sent again to the restarted agent)",
+            lambda: plan_once("installing"),
+            interval=2.0,
+        )
+        assert p["state"] == "installed", f"the plan is {p['state']}: {p.get('error')}"
+        d = p["install_detail"] or {}
+        heap, length = int(d["heap"], 16), int(d["heap_bytes"])
+        flow["heap"] = (heap, length)
+        at_copy = api.poll(
+            "lane_mix running in the copy (its call of lane_here returning into the heap)",
+            lambda: [
+                i for i in mix() if "mixwatch-where" in i and heap <= int(i["mixwatch-where"]) % 2**64 < heap + length
+            ],
+            interval=2.0,
+        )
+        return f"heap 0x{heap:x} ({length} bytes); lane_mix ran in it (round {at_copy[0]['mixwatch-rounds']})"
+
+    if not checks.run("console flow: installed by the restarted agent, the copy runs", installed):
+        return
+
+    def before_after():
+        # The window after starts once the install's answer came: a few minutes at most, even here.
+        p = api.poll("the window after the install", after_window, interval=2.0, within=900)
+        c = p["comparison"]
+        for w in ("before", "after"):
+            assert c[w] and c[w]["state"] == "stopped" and c[w]["calls"], f"the window {w}: {c[w]}"
+        assert c.get("emulated") and "under emulation, not a performance figure" in c["emulated"], (
+            f"the times are not labelled as emulated: {c.get('emulated')!r}"
+        )
+        return f"calls {c['before']['calls']} before, {c['after']['calls']} after; times labelled: {c['emulated']}"
+
+    checks.run("console flow: before/after from exact counts in two windows, labelled as emulation", before_after)
+
+    def reverted():
+        at = size(a.results)
+        code, p = api.send("POST", flow["path"] + "/revert")
+        assert code == 200 and p["state"] == "reverting", f"revert answered {code}: {p}"
+        p = api.poll(
+            "the plan reverted",
+            lambda: plan_once("reverting"),
+            interval=2.0,
+        )
+        assert p["state"] == "reverted", f"the plan is {p['state']}: {p.get('error')}"
+        orig = next(i for i in mix() if "mixwatch-orig-where" in i)
+        back = api.poll(
+            "lane_mix at its own address again, not listed by ftrace",
+            lambda: [
+                i
+                for i in infos(a.results, at)
+                if i.get("mixwatch-traced") == "no" and i.get("mixwatch-where") == orig["mixwatch-orig-where"]
+            ],
+            interval=2.0,
+        )
+        entry = api.poll(
+            "lane_mix's entry read again after the revert",
+            lambda: [i for i in infos(a.results, at) if "mixwatch-entry" in i],
+            interval=2.0,
+        )[-1]
+        assert entry["mixwatch-entry"] == orig["mixwatch-orig-entry"], (
+            f"lane_mix's entry is {entry['mixwatch-entry']}, was {orig['mixwatch-orig-entry']}"
+        )
+        last = [i for i in mix() if "mixwatch-wrong" in i][-1]
+        state["wrong"] += int(last["mixwatch-wrong"])
+        assert last["mixwatch-wrong"] == "0", f"{last['mixwatch-wrong']} of {last['mixwatch-rounds']} rounds wrong"
+        state["console"][0] += 1
+        return (
+            f"entry {entry['mixwatch-entry'].replace('_', ' ')} as before; ftrace lets go (round "
+            f"{back[0]['mixwatch-rounds']}); {last['mixwatch-rounds']} rounds of 18 results, none wrong"
+        )
+
+    checks.run("console flow: reverted; original entry, ftrace clean, every result right", reverted)
+    state["approver"] = approver
 
 
 def main():
@@ -577,6 +779,8 @@ def main():
 
     checks.run("live sampled hotness arrives from the guest", hotness)
 
+    kernel_flow_checks(checks, api, a, state, hid)
+
     def browser():
         if not os.path.isdir(os.path.join(a.e2e, "node_modules", "@playwright")):
             raise AssertionError("Playwright is not installed in e2e/: run ./scripts/install-deps.sh test")
@@ -588,6 +792,8 @@ def main():
             LANE_HOST_HOSTNAME=socket.gethostname(),
             LANE_RELEASE=a.release,
             LANE_PLAYWRIGHT_OUTPUT=os.path.join(a.run, "playwright"),
+            LANE_APPROVER=(state.get("approver") or {}).get("username", ""),
+            LANE_APPROVER_PASSWORD=(state.get("approver") or {}).get("password", ""),
         )
         left = max(30, int(a.deadline - time.time()))
         try:
@@ -604,9 +810,11 @@ def main():
         if p.returncode != 0:
             print(p.stdout[-3000:] + p.stderr[-1000:])
             raise AssertionError(f"Playwright failed (status {p.returncode}); its output is above")
+        if "kernel flow" in p.stdout and "✓" in p.stdout:
+            state["console"] = [state["console"][0] + 1, state["console"][1] + 1]
         return (
             "Chromium: the host list shows both, the guest's tree has hotpath_lane, lane_step's CFG and "
-            "instructions draw"
+            "instructions draw; lane_mix optimized, approved by another user, installed, compared, reverted"
         )
 
     checks.run("the console shows the guest beside this host, with its module code", browser)
@@ -816,6 +1024,7 @@ def new_state():
         "installs": [0, 0],
         "install_cycles": 0,
         "call_sites": 0,
+        "console": [0, 0],
         "wrong": 0,
         "why_not": [],
     }
@@ -835,7 +1044,8 @@ def finish(checks, a, state):
         f"entry counts exact {e[0]}/{e[1]}, block counts exact {b[0]}/{b[1]}, "
         f"hotpath.ko checks {state['kmod'][0]}/{state['kmod'][1]}, redirect cycles {state['cycles']}, "
         f"kernel installs {state['installs'][0]}/{state['installs'][1]}, install cycles {state['install_cycles']}, "
-        f"call sites {state['call_sites']}, wrong results {state['wrong']}",
+        f"call sites {state['call_sites']}, console installs {state['console'][0]}/{state['console'][1]}, "
+        f"wrong results {state['wrong']}",
         flush=True,
     )
     return 1 if checks.failed else 0

@@ -2,12 +2,27 @@
 // What a user of `make run` + `make lane` sees: this machine and the 6.1 guest side by side in the
 // host list, the guest's test module in its code tree, and one of the module's functions drawn as
 // a CFG whose instructions the guest's agent decodes on demand. Cross-checked against the API.
-import { expect, request, test } from "@playwright/test";
+// Then the SRE's path on the guest's kernel: lane_mix → Optimize (exact kprobe counts) → Request →
+// another user approves → Install (through hotpath.ko) → the before/after table, its times labelled
+// as emulation → Revert. checks.py made the approver (LANE_APPROVER) and watches the guest meanwhile.
+import { expect, request, test, type Browser, type Page } from "@playwright/test";
 
 const guest = process.env.LANE_GUEST_HOSTNAME ?? "hotpath-lane";
 const self = process.env.LANE_HOST_HOSTNAME ?? "";
 const release = process.env.LANE_RELEASE ?? "";
 const password = process.env.HOTPATH_E2E_ADMIN_PASSWORD ?? "";
+const approver = process.env.LANE_APPROVER ?? "";
+const approverPassword = process.env.LANE_APPROVER_PASSWORD ?? "";
+// Waits for what the emulated guest is bound to do (plan, windows, install): a bound for a hang.
+const HANG_MS = 240_000;
+
+async function signIn(page: Page, username: string, secret: string) {
+  await page.goto("/");
+  await page.getByLabel("Username").fill(username);
+  await page.getByLabel("Password").fill(secret);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("heading", { name: "Hosts" })).toBeVisible();
+}
 
 test("both hosts side by side, and the guest's module code in its tree", async ({ page, baseURL }) => {
   const anon = await request.newContext({ baseURL });
@@ -23,11 +38,7 @@ test("both hosts side by side, and the guest's module code in its tree", async (
   const fn = fns.items.find((f: { name: string }) => f.name === "lane_step");
   expect(fn, "lane_step is in the guest's catalog").toBeTruthy();
 
-  await page.goto("/");
-  await page.getByLabel("Username").fill("admin");
-  await page.getByLabel("Password").fill(password);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await expect(page.getByRole("heading", { name: "Hosts" })).toBeVisible();
+  await signIn(page, "admin", password);
 
   const guestRow = page.getByRole("row").filter({ hasText: guest });
   await expect(guestRow).toContainText(release);
@@ -49,4 +60,69 @@ test("both hosts side by side, and the guest's module code in its tree", async (
   const panel = page.getByRole("region", { name: "Instructions" });
   await expect(panel).toBeVisible();
   await expect(panel).toContainText(fn.address_hex);
+});
+
+async function approveAs(browser: Browser, baseURL: string | undefined, url: string) {
+  const context = await browser.newContext({ baseURL, storageState: { cookies: [], origins: [] } });
+  const other = await context.newPage();
+  await signIn(other, approver, approverPassword);
+  await other.goto(url);
+  await expect(other.getByTestId("plan-state")).toHaveText("requested");
+  await other.getByRole("button", { name: "Approve" }).click();
+  await expect(other.getByTestId("plan-state")).toHaveText("approved");
+  await context.close();
+}
+
+test("kernel flow: lane_mix optimized, approved by another user, installed, compared, reverted", async ({
+  page,
+  browser,
+  baseURL,
+}) => {
+  test.setTimeout(4 * HANG_MS);
+  expect(approver, "checks.py names the approver it made (LANE_APPROVER)").not.toBe("");
+  const anon = await request.newContext({ baseURL });
+  const login = await (await anon.post("/api/v1/auth/login", { data: { username: "admin", password } })).json();
+  const api = await request.newContext({
+    baseURL,
+    extraHTTPHeaders: { Authorization: `Bearer ${login.access_token}` },
+  });
+  const hosts = await (await api.get("/api/v1/hosts")).json();
+  const guestHost = hosts.find((h: { hostname: string; online: boolean }) => h.hostname === guest && h.online);
+  expect(guestHost, "the guest is an online host").toBeTruthy();
+  const fns = await (await api.get(`/api/v1/hosts/${guestHost.id}/functions?module=hotpath_lane&q=lane_mix`)).json();
+  const fn = fns.items.find((f: { name: string }) => f.name === "lane_mix");
+  expect(fn, "lane_mix is in the guest's catalog").toBeTruthy();
+
+  await signIn(page, "admin", password);
+  await page.goto(`/hosts/${guestHost.id}/functions/${fn.id}`);
+  await expect(page.getByRole("heading", { name: "lane_mix" })).toBeVisible();
+  await page.getByRole("button", { name: "Optimize…" }).click();
+  await expect(page).toHaveURL(/\/plans\/[0-9a-f-]{36}$/);
+  const planUrl = new URL(page.url()).pathname;
+  const state = page.getByTestId("plan-state");
+  await expect(state).toHaveText("ready", { timeout: HANG_MS });
+  await expect(page.getByText("exact (probes)")).toBeVisible();
+
+  await page.getByRole("button", { name: "Request approval" }).click();
+  await expect(state).toHaveText("requested");
+  await expect(page.getByRole("button", { name: "Approve" })).toBeDisabled();
+  const own = await api.post(`/api/v1${planUrl}/approve`);
+  expect(own.status(), "admin approving its own request").toBe(403);
+  await approveAs(browser, baseURL, planUrl);
+  await page.reload();
+  await expect(state).toHaveText("approved");
+
+  await page.getByRole("button", { name: "Install" }).click();
+  await expect(state).toHaveText("installed", { timeout: HANG_MS });
+  const table = page.getByTestId("before-after");
+  const window = table.getByRole("row").filter({ hasText: "Window" }).locator("td");
+  await expect(window.nth(1)).toHaveText(/\d+\.\d s, [1-9]\d* calls/, { timeout: HANG_MS });
+  await expect(window.nth(0)).toHaveText(/[1-9]\d* calls/);
+  const wall = table.getByRole("row").filter({ hasText: "Wall time per call" }).locator("td");
+  await expect(wall.nth(0)).toContainText("under emulation, not a performance figure");
+  await expect(wall.nth(1)).toContainText("under emulation, not a performance figure");
+  await expect(page.getByTestId("emulated")).toContainText("QEMU");
+
+  await page.getByRole("button", { name: "Revert" }).click();
+  await expect(state).toHaveText("reverted", { timeout: HANG_MS });
 });

@@ -97,8 +97,8 @@ void hp_run_compare_command(struct agent *ag, struct hp_job *job)
 	}
 	if (!c->target || !*c->target || !strcmp(c->target, "kernel")) {
 		hp_job_fail(ag, job,
-			    "kernel installs are not compared here: the agent installs and compares plans in processes "
-			    "only");
+			    "kernel installs are not compared here: the interleaved comparison samples a process's "
+			    "threads; a kernel plan's before/after is its install's two windows");
 		return;
 	}
 	if ((c->pairs && (c->pairs < HP_COMPARE_PAIRS_MIN || c->pairs > HP_COMPARE_PAIRS_MAX)) ||

@@ -5,8 +5,9 @@
  *   MakePlan      root by (catalog digest, function index) in the target's
  *                 model -> profile (a measurement of this agent, or block
  *                 counts measured now: exact uprobe counts of the root and
- *                 its direct callees in a process, PC samples in the
- *                 kernel, an estimate) -> plan -> its JSON as
+ *                 its direct callees in a process, exact kprobe counts
+ *                 of the same in the kernel where kprobes work, else PC
+ *                 samples, an estimate) -> plan -> its JSON as
  *                 `hotpathd plan --json` writes it (plan/plan_json.h).
  *                 With hot_set, a process's whole hot set instead: no
  *                 root, its threads' PCs sampled now (as `hotpathd plan
@@ -14,7 +15,12 @@
  *                 names (or, with no digest, the hottest) planned whole.
  *   InstallPlan   the approved hash must be the one recomputed from the
  *                 plan's code; the target must be the plan's process -> the
- *                 replace layer's install, named by the plan's id.
+ *                 replace layer's install, named by the plan's id. A kernel
+ *                 plan goes through the kernel target (hotpath.ko) where the
+ *                 host allows code replacement: this process holds
+ *                 /dev/hotpath from its first kernel install to its exit, so
+ *                 the module undoes everything if the agent dies; refused
+ *                 with the reason otherwise.
  *   RevertPlan    that install out (call sites first, then the entry).
  *   ListInstalled the journals.
  * And, when no command has come for HP_PLANS_IDLE_MS, the heaps reverts
@@ -145,13 +151,16 @@ static double entries(const struct hp_profile *p, uint64_t addr)
 	return 0;
 }
 
-/* Block counts of the root and its direct callees in process target t,
- * counted exactly by uprobes for `seconds`. */
-static int measure_process(struct agent *ag, struct hp_job *job, struct hp_target *t, struct hp_model *m,
-			   const struct hp_module *mod, const struct hp_function *root, unsigned seconds,
-			   const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *bp, size_t nbp,
-			   struct hp_profile *out, char *err, size_t errlen)
+/* Block counts of the root and its direct callees in target t, counted
+ * exactly for `seconds`: by uprobes in a process, by kprobes in the kernel
+ * (kernel set; blocks the kernel refuses to probe are sampled, and the
+ * profile says it is estimated then). */
+static int measure_exact(struct agent *ag, struct hp_job *job, struct hp_target *t, bool kernel, struct hp_model *m,
+			 const struct hp_module *mod, const struct hp_function *root, unsigned seconds,
+			 const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *bp, size_t nbp,
+			 struct hp_profile *out, char *err, size_t errlen)
 {
+	const char *probes = kernel ? "kprobes" : "uprobes";
 	uint64_t addrs[MAX_CALLEES + 1];
 	struct hp_resource_spec res[MAX_CALLEES + 1];
 	size_t n = callee_addresses(m, mod, root, addrs), nblocks = 0;
@@ -163,8 +172,8 @@ static int measure_process(struct agent *ag, struct hp_job *job, struct hp_targe
 		res[i].address = addrs[i];
 	}
 	struct hp_measure_spec spec = {
-		.target = HP_MEASURE_PID,
-		.pid = t->pid,
+		.target = kernel ? HP_MEASURE_KERNEL : HP_MEASURE_PID,
+		.pid = kernel ? 0 : t->pid,
 		.resource_specs = res,
 		.nresources = n,
 		.metrics = HP_METRIC_BIT(HP_METRIC_COUNT),
@@ -172,7 +181,7 @@ static int measure_process(struct agent *ag, struct hp_job *job, struct hp_targe
 		.allow_partial = true,
 	};
 	struct hp_measure_env env = { .kernel = ag->model,
-				      .process = m,
+				      .process = kernel ? NULL : m,
 				      .caps = &ag->caps,
 				      .moved = moved,
 				      .nmoved = nmoved,
@@ -183,9 +192,9 @@ static int measure_process(struct agent *ag, struct hp_job *job, struct hp_targe
 	hp_job_progress(ag, job, 0.1, msg);
 	if (hp_measure_open(&spec, &env, &h, err, errlen) < 0)
 		return -EINVAL;
-	struct waiting w = { ag, job, h };
-	snprintf(msg, sizeof(msg), "counting %s's blocks exactly (uprobes)", root->name);
-	/* A window in which the root was never entered plans nothing. Under uprobes every block traps, so a
+	struct waiting w = { ag, job, kernel ? NULL : h };
+	snprintf(msg, sizeof(msg), "counting %s's blocks exactly (%s)", root->name, probes);
+	/* A window in which the root was never entered plans nothing. Under probes every block traps, so a
 	 * function whose calls are long (a B-tree insert under a query driver) may not be entered in the
 	 * asked window on a loaded host: the window then doubles, up to STRETCH times its length. */
 	unsigned waited = 0, step = seconds;
@@ -209,13 +218,17 @@ static int measure_process(struct agent *ag, struct hp_job *job, struct hp_targe
 		out->weight = 1;
 		r = hp_profile_from_reading(h, &rd, out, &nblocks, err, errlen);
 		hp_measure_reading_free(&rd);
-		snprintf(out->source, sizeof(out->source), "%u s of exact block counts (uprobes) in process %d", waited,
-			 t->pid);
+		if (kernel)
+			snprintf(out->source, sizeof(out->source), "%u s of exact block counts (kprobes) in the kernel",
+				 waited);
+		else
+			snprintf(out->source, sizeof(out->source), "%u s of exact block counts (uprobes) in process %d",
+				 waited, t->pid);
 		if (r < 0 || entries(out, root->addr) > 0 || waited >= seconds * STRETCH || waited * 2 > MAX_SECONDS)
 			break;
 		step = waited;
-		snprintf(msg, sizeof(msg), "no call of %s in %u s; counting %u s more (uprobes)", root->name, waited,
-			 step);
+		snprintf(msg, sizeof(msg), "no call of %s in %u s; counting %u s more (%s)", root->name, waited, step,
+			 probes);
 	}
 	hp_measure_close(h);
 	return r;
@@ -246,6 +259,29 @@ static int sample_now(struct agent *ag, struct hp_job *job, const struct hp_mode
 		snprintf(what, sizeof(what), "sampling kernel PCs (estimated block counts)");
 	struct sample_wait sw = { { ag, job, NULL }, what };
 	return hp_profile_sample(m, pid, seconds, pid ? HP_PROCESS_SAMPLE_HZ : 0, sample_wait, &sw, out, err, errlen);
+}
+
+/* Whether the kernel's blocks can be counted exactly here (kprobes). */
+static bool kprobes_available(struct agent *ag)
+{
+	const struct hp_cap *cap = hp_caps_find(&ag->caps, "kprobes");
+	return cap && cap->available;
+}
+
+/* Where a kernel plan lays its code out: 2 MiB past the end of the highest
+ * function of any loaded module (the planner's default, a page past the
+ * root's module, can be another module's code). The install re-bases it to
+ * the heap hotpath.ko gives, which module_alloc places in module space too. */
+static uint64_t kernel_plan_base(const struct hp_model *m)
+{
+	uint64_t end = 0;
+	for (size_t i = 0; i < m->nmods; i++)
+		for (size_t k = 0; k < m->mods[i].nfuncs; k++) {
+			const struct hp_function *f = &m->mods[i].funcs[k];
+			if (f->addr + f->size > end)
+				end = f->addr + f->size;
+		}
+	return end ? ((end + 0x200000) & ~(uint64_t)0xfff) : 0;
 }
 
 static int plan_options(const Hotpath__V1__MakePlan *c, struct hp_plan_opts *o, char *err, size_t errlen)
@@ -383,10 +419,11 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 		snprintf(msg, sizeof(msg), "reading the block counts of measurement %.64s", c->measurement_id);
 		hp_job_progress(ag, job, 0.1, msg);
 		r = hp_measurements_profile(ag, c->measurement_id, t->id, &prof, err, sizeof(err));
-	} else if (kernel || c->hot_set) {
+	} else if (c->hot_set || (kernel && !kprobes_available(ag))) {
 		r = sample_now(ag, job, m, kernel ? 0 : t->pid, seconds, &prof, err, sizeof(err));
 	} else {
-		r = measure_process(ag, job, t, m, mod, root, seconds, moved, nmoved, bp, nbp, &prof, err, sizeof(err));
+		r = measure_exact(ag, job, t, kernel, m, mod, root, seconds, moved, nmoved, bp, nbp, &prof, err,
+				  sizeof(err));
 	}
 	if (r == -ECANCELED) {
 		hp_job_fail(ag, job, "cancelled");
@@ -402,6 +439,8 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 		snprintf(msg, sizeof(msg),
 			 "planning process %d's hot set: members, chains, C3 order, emitted code verified", t->pid);
 	hp_job_progress(ag, job, 0.75, msg);
+	if (kernel && !o.base)
+		o.base = kernel_plan_base(m);
 	if ((r = hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err))) < 0)
 		goto fail;
 	if (c->hot_set && plan.nmembers) {
@@ -527,19 +566,78 @@ static bool hex64(const char *s)
 	return true;
 }
 
-/* Why the kernel cannot take a plan here, from what the agent probed. */
-static void kernel_refusal(struct agent *ag, char *out, size_t len)
+/* Why the kernel cannot take a plan here, from what the agent probed:
+ * false with the reason, or true (the kernel target then says whether
+ * hotpath.ko is loaded and free: /dev/hotpath). */
+static bool kernel_replaceable(struct agent *ag, char *out, size_t len)
 {
 	const struct hp_cap *cap = hp_caps_find(&ag->caps, "kernel_code_replacement");
 	if (!cap)
 		snprintf(out, len, "kernel code replacement was not probed on this host: refused");
 	else if (!cap->available)
 		snprintf(out, len, "kernel code replacement is unavailable on this host: %s", cap->detail);
-	else
-		snprintf(out, len,
-			 "this kernel allows code replacement (%s), but the agent installs plans into processes only: "
-			 "the replace layer has no kernel target yet",
-			 cap->detail);
+	return cap && cap->available;
+}
+
+/* Whether an install's error is a refusal (nothing was written, the
+ * request or the host's state is why) rather than a failure. */
+static bool refusal(int r)
+{
+	return r == -ESTALE || r == -EBADMSG || r == -EACCES || r == -EPERM || r == -EEXIST || r == -ESRCH ||
+	       r == -ECANCELED || r == -EOPNOTSUPP || r == -EINVAL;
+}
+
+/* An approved kernel plan (its hash checked) through the kernel target:
+ * this process opens /dev/hotpath at its first kernel install and holds it
+ * to its exit, so the install lasts until a RevertPlan, and hotpath.ko
+ * undoes it if the agent dies. Call sites are not patched in the kernel
+ * yet: the entry's ftrace redirect carries every call. */
+static void kernel_install(struct agent *ag, struct hp_job *job, const Hotpath__V1__InstallPlan *c,
+			   struct hp_iplan *plan)
+{
+	char err[1024] = "", *detail = NULL;
+	size_t dlen = 0;
+
+	if (strcmp(plan->kind, "kernel")) {
+		snprintf(err, sizeof(err), "the plan is of a %s target, not of the kernel: refused", plan->kind);
+		refuse(ag, job, c->plan_id, plan->root, err);
+		return;
+	}
+	if (cancelled(ag, job))
+		return;
+	struct step_ctx sc = { ag, job, getenv("HOTPATH_TEST_KILL_AT") };
+	struct hp_install_opts o = { .state_dir = ag->state_dir,
+				     .patch_calls = false,
+				     .approved_hash = c->approved_code_sha256,
+				     .approve = not_cancelled,
+				     .approve_ctx = &sc,
+				     .id = c->plan_id,
+				     .progress = on_step,
+				     .progress_ctx = &sc };
+	struct hp_install_result res;
+	int r = hp_install(plan, &o, &res, err, sizeof(err));
+	FILE *fp = open_memstream(&detail, &dlen);
+	if (r < 0) {
+		if (fp) {
+			hp_install_json_refused(fp, plan->root, err);
+			fclose(fp);
+		}
+		/* No /dev/hotpath (module not loaded), another holder, another ABI: refusals too. */
+		bool refused = refusal(r) || r == -ENOENT || r == -EBUSY || r == -EPROTO;
+		install_result(ag, job, false, err, c->plan_id, refused ? "refused" : "failed", detail);
+		hp_log(true, "install of plan %s into the kernel %s: %s", c->plan_id, refused ? "refused" : "failed",
+		       err);
+		free(detail);
+		return;
+	}
+	if (fp) {
+		hp_install_json_installed(fp, plan, getpid(), &res);
+		fclose(fp);
+	}
+	hp_log(true, "plan %s installed into the kernel: %s's copy at 0x%" PRIx64 " (this agent holds /dev/hotpath)",
+	       c->plan_id, plan->root, res.heap);
+	install_result(ag, job, true, "", c->plan_id, "installed", detail);
+	free(detail);
 }
 
 static void install_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__InstallPlan *c)
@@ -565,8 +663,8 @@ static void install_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1
 		refuse(ag, job, c->plan_id, NULL, "the approved code hash is not 64 lowercase hex digits");
 		return;
 	}
-	if (is_kernel_id(c->target)) {
-		kernel_refusal(ag, err, sizeof(err));
+	bool kernel = is_kernel_id(c->target);
+	if (kernel && !kernel_replaceable(ag, err, sizeof(err))) {
 		refuse(ag, job, c->plan_id, NULL, err);
 		return;
 	}
@@ -587,6 +685,10 @@ static void install_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1
 			 "the plan's code hashes to %s, not to the approved %s: not the approved plan, nothing changed",
 			 plan.computed, c->approved_code_sha256);
 		refuse(ag, job, c->plan_id, plan.root, err);
+		goto out;
+	}
+	if (kernel) {
+		kernel_install(ag, job, c, &plan);
 		goto out;
 	}
 	t = hp_targets_get(&ag->targets, c->target);
@@ -648,8 +750,7 @@ static void install_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1
 			hp_install_json_refused(fp, plan.root, err);
 			fclose(fp);
 		}
-		bool refused = r == -ESTALE || r == -EBADMSG || r == -EACCES || r == -EPERM || r == -EEXIST ||
-			       r == -ESRCH || r == -ECANCELED || r == -EOPNOTSUPP || r == -EINVAL;
+		bool refused = refusal(r);
 		install_result(ag, job, false, err, c->plan_id, refused ? "refused" : "failed", detail);
 		hp_log(true, "install of plan %s into %s %s: %s", c->plan_id, t->id, refused ? "refused" : "failed",
 		       err);
@@ -683,21 +784,25 @@ static void revert_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1_
 		hp_job_fail(ag, job, err);
 		return;
 	}
-	if (is_kernel_id(c->target)) {
-		kernel_refusal(ag, err, sizeof(err));
-		hp_job_fail(ag, job, err);
-		return;
-	}
-	/* The install must be of the named target's process (when it still runs). */
+	bool kernel = is_kernel_id(c->target);
+	/* The install must be of the named target: the kernel's (held by this
+	 * agent), or the target's process (when it still runs). */
 	struct hp_installed *ins = NULL;
 	size_t n = 0;
-	struct hp_target *t = hp_targets_get(&ag->targets, c->target);
+	struct hp_target *t = kernel ? NULL : hp_targets_get(&ag->targets, c->target);
 	hp_installed_list(ag->state_dir, &ins, &n, err, sizeof(err));
 	for (size_t i = 0; i < n; i++)
-		if (!strcmp(ins[i].id, c->plan_id) && t && !strcmp(t->id, c->target) &&
-		    (ins[i].pid != t->pid || ins[i].start_time != (uint64_t)t->start_ticks)) {
-			snprintf(err, sizeof(err), "plan %s is installed in process %d, not in target %s", c->plan_id,
-				 ins[i].pid, c->target);
+		if (!strcmp(ins[i].id, c->plan_id) &&
+		    (kernel ? strcmp(ins[i].target, "kernel") != 0 :
+			      !strcmp(ins[i].target, "kernel") ||
+				      (t && !strcmp(t->id, c->target) &&
+				       (ins[i].pid != t->pid || ins[i].start_time != (uint64_t)t->start_ticks)))) {
+			if (!strcmp(ins[i].target, "kernel"))
+				snprintf(err, sizeof(err), "plan %s is installed in the kernel, not in target %s",
+					 c->plan_id, c->target);
+			else
+				snprintf(err, sizeof(err), "plan %s is installed in process %d, not in target %s",
+					 c->plan_id, ins[i].pid, c->target ? c->target : "kernel");
 			free(ins);
 			hp_targets_release(&ag->targets, t);
 			hp_job_fail(ag, job, err);
@@ -711,7 +816,7 @@ static void revert_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1_
 	hp_job_progress(ag, job, 0.05, "reading the install's journal");
 	err[0] = 0;
 	int r = hp_revert_id(ag->state_dir, c->plan_id, &pid, &res, on_step, &sc, err, sizeof(err));
-	if (r == 0)
+	if (r == 0 && !kernel)
 		hp_measurements_rearm(ag, c->target); /* the probes go back to the original with the calls */
 	FILE *fp = open_memstream(&detail, &dlen);
 	if (fp) {

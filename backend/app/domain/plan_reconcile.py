@@ -286,7 +286,8 @@ class Reconciliation:
         installs the agent's journals hold after its start-up recovery; called only when Hello says the list
         is complete (installs_listed: an agent without a state folder, or one that could not read its
         journals, changes no plan). An install is the plan's only if its
-        code hash is the approved one and its process the plan's (pid and start time); anything else changes
+        code hash is the approved one and its process the plan's (pid and start time; a kernel install's pid
+        is the agent holding it, not compared); anything else changes
         no plan and is audited as `plan_install_unknown` (ids no plan has: one row per host summing them up,
         written again only when the set changes). Plans no flow here runs:
           installing, listed installed           -> installed
@@ -322,10 +323,10 @@ class Reconciliation:
                 if str(r.id) in self.tasks:
                     continue
                 i = listed.get(str(r.id))
+                # A kernel install names the agent process holding it (its /dev/hotpath), not a target's.
                 if i is not None and (
                     i.code_sha256 != r.approved_code_sha256
-                    or i.pid != r.target_pid
-                    or i.start_time != r.target_start_time
+                    or (r.target_id != "kernel" and (i.pid != r.target_pid or i.start_time != r.target_start_time))
                 ):
                     audit(
                         db,

@@ -163,4 +163,13 @@ async def comparison(db: AsyncSession, host_id: str, row: Row[Any]) -> dict[str,
     for key in FIGURES:
         b, a = (before or {}).get(key), (after or {}).get(key)
         change[key] = (a - b) / b if a is not None and b else None
-    return {"before": before, "after": after, "change": change}
+    cpu = (await db.execute(text("SELECT cpu_model FROM hosts WHERE id = :h"), {"h": host_id})).scalar() or ""
+    return {"before": before, "after": after, "change": change, "emulated": emulated(cpu)}
+
+
+# QEMU names the CPU it emulates in software (TCG, no hardware virtualization) "QEMU TCG CPU version ...".
+def emulated(cpu_model: str) -> str | None:
+    """The label of every time measured on a host whose CPU is emulated in software, else None."""
+    if "QEMU" in cpu_model and "TCG" in cpu_model:
+        return f"under emulation, not a performance figure (the host's CPU is {cpu_model.strip()})"
+    return None

@@ -9,11 +9,13 @@
 #
 #   none       nothing: the guest is just a Hotpath host
 #   workload   keep the test module busy, so the console shows live hotness in module code
-#   test       the lane's proofs (e2e/kernel-lane/test.sh reads their frames), then the workload
+#   test       the lane's proofs (e2e/kernel-lane/test.sh reads their frames), then the workload and
+#              mixwatch (lane_mix driven and checked while checks.py installs and reverts it)
 #   commands   each line of /lane/commands as a shell command, one frame each (run-in-guest.sh)
 export PATH=/bin:/usr/bin
 . /lane/boot.conf
 T=/sys/kernel/tracing
+P=/sys/module/hotpath_lane/parameters
 
 # frame NAME CMD...: run CMD and frame its output and status.
 frame() {
@@ -29,6 +31,48 @@ workload() {
 	while :; do
 		/lane/lanework read 20000 >/dev/null || sleep 1
 	done
+}
+
+# mix_round: lane_mix on 18 fixed inputs (as guest/ktarget.sh), the results in $got; no fork.
+mix_round() {
+	got=
+	for n in 0 1 2 3 4 5 6 7 8 9 10 15 21 25 30 33 35 45; do
+		echo "mix $n" >/proc/hotpath_lane && read -r r <$P/mix_result && got="$got$r "
+	done
+}
+
+# mixwatch: what the console's kernel flow (checks.py, console.spec.ts) installs and reverts while it
+# runs: lane_mix driven without pause, every round's results checked against the original's (taken
+# first, before the agent daemon installs anything), and every 20 rounds a status line: rounds, wrong
+# rounds, whether ftrace lists lane_mix (a redirect or a probe on it) and where lane_mix's call of
+# lane_here returned to (inside a copy while one runs).
+mixwatch() {
+	mix_round
+	orig=$got
+	read -r where0 <$P/mix_where
+	echo "@@info mixwatch-orig-where=$where0 mixwatch-orig-entry=$(entry_insn)"
+	rounds=0 wrong=0 was=no
+	while :; do
+		mix_round
+		rounds=$((rounds + 1))
+		[ "$got" = "$orig" ] || wrong=$((wrong + 1))
+		if [ $((rounds % 20)) = 0 ]; then
+			traced=no
+			grep -q '^lane_mix[[:space:]]' $T/enabled_functions && traced=yes
+			read -r where <$P/mix_where
+			echo "@@info mixwatch-rounds=$rounds mixwatch-wrong=$wrong mixwatch-traced=$traced mixwatch-where=$where"
+			# Once ftrace lets go of lane_mix (a probe, a measurement or a redirect ended), its entry
+			# as the agent reads it now, in the background (a parse of the kernel takes a while here).
+			[ $was = yes ] && [ $traced = no ] && (echo "@@info mixwatch-rounds=$rounds mixwatch-entry=$(entry_insn)") &
+			was=$traced
+		fi
+	done
+}
+
+# entry_insn: lane_mix's first instruction, bytes and text, as `hotpathd inspect` decodes the live
+# kernel text (spaces as '_', so it is one word of an @@info line).
+entry_insn() {
+	hotpathd inspect kernel hotpath_lane:lane_mix 2>/dev/null | grep -m 1 -E '^ +0x' | sed 's/^ *//; s/[[:space:]]\+/_/g'
 }
 
 # probed NAME: the kernel has an armed probe on NAME: an enabled kprobe (a registered but disabled
@@ -161,6 +205,7 @@ job_test() {
 	frame kmod-reload sh -c 'rmmod hotpath && insmod /lane/hotpath.ko && grep -w hotpath /proc/modules'
 	frame kmod-dmesg dmesg
 	echo "@@done"
+	mixwatch &
 	workload
 }
 

@@ -178,6 +178,11 @@ class PlanComparison(BaseModel):
     before: PlanWindow | None
     after: PlanWindow | None
     change: dict[str, float | None] = Field(description="(after - before) / before per figure")
+    emulated: str | None = Field(
+        default=None,
+        description="Set when the host's CPU is emulated in software (QEMU's TCG names its CPU so): every time "
+        "in the windows is then labelled with this text, as it is not a performance figure",
+    )
 
 
 class CompareWindow(BaseModel):

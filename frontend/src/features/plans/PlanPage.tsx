@@ -290,7 +290,7 @@ function Comparison({ plan }: { plan: PlanDetail }) {
   if (!rows.length) return null;
   const c = plan.comparison!;
   const td = (x: Cell) => (
-    <td className={x.unavailable ? "unavailable" : undefined} title={x.unavailable}>
+    <td className={x.unavailable ? "unavailable" : undefined} title={x.unavailable ?? x.emulated}>
       {x.text}
     </td>
   );
@@ -298,9 +298,15 @@ function Comparison({ plan }: { plan: PlanDetail }) {
     <section aria-labelledby="cmp-title">
       <h2 id="cmp-title">{plan.root_name} before and after the install</h2>
       <p className="muted small">
-        Uprobe-timed windows of the root: instrumented, so per-call times include the probes&apos; cost (kept as a
-        detail; the interleaved comparison above is the measure).
+        Probe-timed windows of the root (uprobes in a process; kprobes or BPF trampolines in the kernel): instrumented,
+        so per-call times include the probes&apos; cost (kept as a detail; the interleaved comparison above is the
+        measure of a process plan).
       </p>
+      {c.emulated && (
+        <p className="estimate" data-testid="emulated">
+          {c.emulated}
+        </p>
+      )}
       <table className="data" data-testid="before-after">
         <thead>
           <tr>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 import { describe, expect, it } from "vitest";
 import type { PlanDetail, PlanWindow } from "../../api/types";
-import { beforeAfterRows, planRefreshMs, windowText } from "./beforeAfter";
+import { beforeAfterRows, EMULATED, planRefreshMs, windowText } from "./beforeAfter";
 
 const NO_PMU = "no hardware PMU: perf_event_open(cycles) failed with ENOENT";
 const window = (over: Partial<PlanWindow>): PlanWindow => ({
@@ -50,6 +50,17 @@ describe("the before/after table", () => {
     expect(rows[2].before).toEqual({ text: "unavailable", unavailable: "no value in this window" });
     expect(rows[2].change).toBe("—");
     expect(rows[3].before.text).toBe(`unavailable (${NO_PMU})`);
+  });
+
+  it("labels every time of an emulated host as no performance figure, and leaves the call rate alone", () => {
+    const why = "under emulation, not a performance figure (the host's CPU is QEMU TCG CPU version 2.5+)";
+    const rows = beforeAfterRows(
+      plan({ before: window({ vtime_ns_per_call: 300 }), after: window({}), change: {}, emulated: why }),
+    );
+    expect(rows[1].before).toEqual({ text: `747 ns (${EMULATED})`, emulated: why });
+    expect(rows[2].before.text).toBe(`300 ns (${EMULATED})`);
+    expect(rows[2].after.text).toBe("unavailable");
+    expect(rows[0].before).toEqual({ text: "1000.0 /s" });
   });
 
   it("keeps the hardware counters apart when their reasons differ", () => {

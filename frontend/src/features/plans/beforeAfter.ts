@@ -15,10 +15,18 @@ type Figure =
   | "icache_stall_per_call"
   | "branch_mispredict_per_call";
 
-const FIGURES: { key: Figure; label: string; unit: string; digits: number; metric: string; hardware?: true }[] = [
+const FIGURES: {
+  key: Figure;
+  label: string;
+  unit: string;
+  digits: number;
+  metric: string;
+  hardware?: true;
+  time?: true;
+}[] = [
   { key: "calls_per_s", label: "Calls per second", unit: "/s", digits: 1, metric: "count" },
-  { key: "wall_ns_per_call", label: "Wall time per call", unit: "ns", digits: 0, metric: "wall" },
-  { key: "vtime_ns_per_call", label: "Virtual time per call", unit: "ns", digits: 0, metric: "vtime" },
+  { key: "wall_ns_per_call", label: "Wall time per call", unit: "ns", digits: 0, metric: "wall", time: true },
+  { key: "vtime_ns_per_call", label: "Virtual time per call", unit: "ns", digits: 0, metric: "vtime", time: true },
   { key: "cycles_per_call", label: "Cycles per call", unit: "cycles", digits: 0, metric: "cycles", hardware: true },
   {
     key: "instructions_per_call",
@@ -49,7 +57,12 @@ const FIGURES: { key: Figure; label: string; unit: string; digits: number; metri
 export interface Cell {
   text: string;
   unavailable?: string;
+  /** Why the value is not a performance figure (the host's CPU is emulated), shown with it. */
+  emulated?: string;
 }
+
+/** The label every time measured under software emulation carries. */
+export const EMULATED = "under emulation, not a performance figure";
 export interface BeforeAfterRow {
   key: string;
   label: string;
@@ -62,10 +75,13 @@ export interface BeforeAfterRow {
 const num = (v: number, digits: number) =>
   v.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits, useGrouping: false });
 
-function cell(w: PlanWindow | null | undefined, f: (typeof FIGURES)[number]): Cell {
+function cell(w: PlanWindow | null | undefined, f: (typeof FIGURES)[number], emulated?: string | null): Cell {
   if (!w) return { text: "not measured" };
   const v = w[f.key];
-  if (v !== null && v !== undefined) return { text: `${num(v, f.digits)} ${f.unit}` };
+  if (v !== null && v !== undefined) {
+    const text = `${num(v, f.digits)} ${f.unit}`;
+    return f.time && emulated ? { text: `${text} (${EMULATED})`, emulated } : { text };
+  }
   const why = w.unavailable[f.metric];
   return { text: why ? `unavailable (${why})` : "unavailable", unavailable: why ?? "no value in this window" };
 }
@@ -98,8 +114,8 @@ export function beforeAfterRows(plan: Pick<PlanDetail, "comparison">): BeforeAft
     rows.push({
       key: f.key,
       label: f.label,
-      before: cell(c.before, f),
-      after: cell(c.after, f),
+      before: cell(c.before, f, c.emulated),
+      after: cell(c.after, f, c.emulated),
       change: change === null || change === undefined ? "—" : `${(change * 100).toFixed(1)}%`,
       spread: `${spreadOf(c.before, f)} → ${spreadOf(c.after, f)}`,
     });
