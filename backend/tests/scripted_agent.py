@@ -224,9 +224,12 @@ class ScriptedAgent:
         chunk_size: int = 500,
         kernel_tag: str = "build-1",
         process_build_id: str = PROCESS_BUILD_ID,
+        labels: dict[str, str] | None = None,
     ) -> None:
         self.target, self.credentials, self.host_id = target, credentials, host_id
         self.hostname = hostname or f"host-{host_id}"
+        # Hello.labels, as the real agent reads them from its config file (label.KEY = VALUE lines).
+        self.labels: dict[str, str] = dict(labels or {})
         self.build_id = build_id_of(kernel_tag)
         self.instance_id = uuid.uuid4().hex
         self.seq = 0
@@ -323,6 +326,7 @@ class ScriptedAgent:
             measurements=list(self.measurements.values()),
             installs=self.hello_installs or [],
             installs_listed=self.hello_installs is not None,
+            labels=[pb.Label(key=k, value=v) for k, v in self.labels.items()],
         )
 
     def open(self, target: str | None = None, credentials: Credentials | None = None):

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Routes of the console: login, host list, host (code tree / top functions), function view, plan, admin.
+// Routes of the console: login, the first screen (the fleet once more than one host exists, else the host
+// list), host list, a fleet group's hot code, host (code tree / top functions), function view, plan, admin.
 import { Link, Route, Routes } from "react-router-dom";
 import { Layout } from "./Layout";
 import { LoginPage } from "./features/auth/LoginPage";
@@ -10,6 +11,9 @@ import { FunctionPage } from "./features/functions/FunctionPage";
 import { AdminPage } from "./features/admin/AdminPage";
 import { MeasurePage } from "./features/measure/MeasurePage";
 import { PlanPage } from "./features/plans/PlanPage";
+import { FleetPage } from "./features/fleet/FleetPage";
+import { HotCodePage } from "./features/fleet/HotCodePage";
+import { useHosts } from "./api/queries";
 
 export function App() {
   return (
@@ -22,7 +26,9 @@ export function App() {
           </RequireAuth>
         }
       >
-        <Route index element={<HostsPage />} />
+        <Route index element={<Home />} />
+        <Route path="hosts" element={<HostsPage />} />
+        <Route path="fleet/groups/:groupId" element={<HotCodePage />} />
         <Route path="hosts/:hostId" element={<HostPage />} />
         <Route path="hosts/:hostId/functions/:functionId" element={<FunctionPage />} />
         <Route path="hosts/:hostId/measure" element={<MeasurePage />} />
@@ -32,6 +38,15 @@ export function App() {
       </Route>
     </Routes>
   );
+}
+
+/** The fleet page once more than one host exists (active, and connected at least once, so its kernel is
+ *  known); with one host (or none) the host list, as before. */
+function Home() {
+  const hosts = useHosts();
+  const fleet = (hosts.data ?? []).filter((h) => h.status === "active" && h.connected_at !== null);
+  if (fleet.length > 1) return <FleetPage />;
+  return <HostsPage />;
 }
 
 function NotFound() {

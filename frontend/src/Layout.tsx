@@ -21,7 +21,7 @@ export function Layout() {
           {/* A list, with spaces between the items, so the links read as separate words everywhere. */}
           <ul className="nav-links">
             <li>
-              <Link to="/">All hosts</Link>{" "}
+              <Link to="/hosts">All hosts</Link>{" "}
             </li>
             {user?.role === "admin" && (
               <li>

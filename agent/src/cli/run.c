@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "daemon/agent_config.h"
 #include "daemon/credentials.h"
 #include "daemon/daemon.h"
 #include "daemon/enroll.h"
@@ -17,7 +18,8 @@
 #include "daemon/transport.h"
 #include "host/hostinfo.h"
 
-#define DEFAULT_STATE_DIR "/var/lib/hotpathd"
+#define DEFAULT_STATE_DIR   "/var/lib/hotpathd"
+#define DEFAULT_CONFIG_FILE "/etc/hotpath/hotpathd.conf"
 
 static void run_usage(FILE *f)
 {
@@ -40,6 +42,10 @@ static void run_usage(FILE *f)
 		"reported to the backend as a gap.\n"
 		"\n"
 		"  --server HOST:PORT       backend address agents dial (mutual TLS)\n"
+		"  --config FILE            config file: 'label.NAME = VALUE' lines give the host's\n"
+		"                           labels (role, region, rack...), at most 32 (default\n"
+		"                           " DEFAULT_CONFIG_FILE
+		", read when it exists)\n"
 		"  --state-dir DIR          key, certificate, CA and unsent data (default\n"
 		"                           " DEFAULT_STATE_DIR
 		", created with mode 0700)\n"
@@ -114,6 +120,7 @@ int cmd_run(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "server", required_argument, NULL, 's' },
+		{ "config", required_argument, NULL, 'C' },
 		{ "state-dir", required_argument, NULL, 'd' },
 		{ "enroll-token-file", required_argument, NULL, 't' },
 		{ "ca-file", required_argument, NULL, 'c' },
@@ -131,6 +138,8 @@ int cmd_run(int argc, char **argv)
 		{ 0 },
 	};
 	const char *token_file = NULL;
+	const char *config_file = NULL;
+	static struct hp_agent_config config;
 	static const char *attach[64];
 	size_t nattach = 0;
 	struct hp_daemon_opts o = { .interval_ms = 1000,
@@ -144,6 +153,9 @@ int cmd_run(int argc, char **argv)
 		switch (c) {
 		case 's':
 			o.server = optarg;
+			break;
+		case 'C':
+			config_file = optarg;
 			break;
 		case 'd':
 			o.state_dir = optarg;
@@ -231,6 +243,13 @@ int cmd_run(int argc, char **argv)
 		}
 		o.token = token;
 	}
+	/* Read the config file: the one given must exist, the default may not. */
+	int cr = hp_agent_config_load(config_file ? config_file : DEFAULT_CONFIG_FILE, &config, err, sizeof(err));
+	if (cr < 0 && !(cr == -ENOENT && !config_file)) {
+		fprintf(stderr, "hotpathd run: %s\n", err);
+		return HP_EXIT_USAGE;
+	}
+	o.config = &config;
 	o.attach = attach;
 	o.nattach = nattach;
 	return hp_daemon_run(&o) == 0 ? HP_EXIT_OK : HP_EXIT_ERROR;

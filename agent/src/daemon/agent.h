@@ -68,6 +68,8 @@ struct agent {
 	struct hp_credentials id;
 	/* The state folder (journals of installed plans under replace/). */
 	const char *state_dir;
+	/* The config file's labels, reported in Hello; may be NULL. */
+	const struct hp_agent_config *config;
 };
 
 /* Set by SIGINT/SIGTERM; read by every thread (lock-free, so a signal

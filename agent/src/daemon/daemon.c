@@ -231,6 +231,7 @@ int hp_daemon_run(const struct hp_daemon_opts *o)
 	ag.stacks = !o->no_stacks;
 	ag.stack_depth = o->stack_depth;
 	ag.state_dir = o->state_dir;
+	ag.config = o->config;
 	hp_log_set_quiet(o->quiet);
 	install_signals();
 

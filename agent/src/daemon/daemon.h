@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 
+struct hp_agent_config;
+
 struct hp_daemon_opts {
 	const char *server;        /* backend gRPC address, "host:port" */
 	const char *enroll_server; /* enrolment address; NULL = the server's host, port + 1 */
@@ -28,8 +30,9 @@ struct hp_daemon_opts {
 	bool quiet;                /* log only errors and ended connections */
 	const char *const *attach; /* processes to attach at start: a pid or a command name each */
 	size_t nattach;
-	bool no_stacks;       /* sample program counters only, no call chains */
-	unsigned stack_depth; /* frames per call chain; 0 = the sampler's default (64) */
+	bool no_stacks;                       /* sample program counters only, no call chains */
+	unsigned stack_depth;                 /* frames per call chain; 0 = the sampler's default (64) */
+	const struct hp_agent_config *config; /* labels from the config file; may be NULL */
 };
 
 /* Run until SIGINT/SIGTERM: 0 after a requested stop, -1 if start-up failed

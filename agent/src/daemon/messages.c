@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "daemon/agent.h"
+#include "daemon/agent_config.h"
 #include "daemon/log.h"
 #include "daemon/messages.h"
 #include "daemon/plan_commands.h"
@@ -112,6 +113,18 @@ int hp_send_hello(struct agent *ag, struct hp_stream *st)
 	h.n_installs = ninstalls;
 	h.installs = installs;
 	h.installs_listed = listed > 0;
+
+	/* The host's labels from the config file. */
+	Hotpath__V1__Label labels[HP_MAX_LABELS], *labelp[HP_MAX_LABELS];
+	size_t nlabels = ag->config ? ag->config->nlabels : 0;
+	for (size_t i = 0; i < nlabels; i++) {
+		hotpath__v1__label__init(&labels[i]);
+		labels[i].key = (char *)ag->config->labels[i].key;
+		labels[i].value = (char *)ag->config->labels[i].value;
+		labelp[i] = &labels[i];
+	}
+	h.n_labels = nlabels;
+	h.labels = labelp;
 
 	Hotpath__V1__AgentMessage msg = HOTPATH__V1__AGENT_MESSAGE__INIT;
 	msg.kind_case = HOTPATH__V1__AGENT_MESSAGE__KIND_HELLO;

@@ -50,7 +50,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import Message
-from sqlalchemy import text
+from sqlalchemy import case, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -302,15 +302,24 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
             replica=self.runtime.replica_id,
             clock_offset_ms=offset_ms,
             clock_checked_at=now if offset_ms is not None else None,
+            agent_labels={lb.key: lb.value for lb in hello.labels},
         )
         # Writes of an earlier stream of this host still in the writer's queue go first, so the
         # delivery marks read below are final.
         await self.runtime.writer.drain()
         async with self.runtime.sessionmaker() as db:
+            # The fleet's labels follow the agent's until an admin edits them (migration 0014).
+            upsert = insert(Host).values(id=hello.host_id, labels=values["agent_labels"], **values)
             await db.execute(
-                insert(Host)
-                .values(id=hello.host_id, **values)
-                .on_conflict_do_update(index_elements=[Host.id], set_=values)
+                upsert.on_conflict_do_update(
+                    index_elements=[Host.id],
+                    set_={
+                        **values,
+                        "labels": case(
+                            (Host.labels_edited_at.is_(None), upsert.excluded.agent_labels), else_=Host.labels
+                        ),
+                    },
+                )
             )
             conn = await db.connection()
             reported = list(hello.targets) or [

@@ -25,6 +25,7 @@ from app.api.routes import (
     admin,
     auth,
     catalogs,
+    fleet,
     functions,
     health,
     hosts,
@@ -72,6 +73,7 @@ def create_app(
     api.include_router(users.router, responses=ADMIN_ONLY)
     api.include_router(users.audit_router, responses=ADMIN_ONLY)
     api.include_router(hosts.router, responses=SIGNED_IN)
+    api.include_router(fleet.router, responses=SIGNED_IN)
     api.include_router(functions.router, responses=SIGNED_IN)
     api.include_router(admin.router, responses=ADMIN_ONLY)
     api.include_router(samples.router, responses=SIGNED_IN)

@@ -12,6 +12,7 @@ import itertools
 import re
 from collections.abc import Sequence
 
+from app.protocol.labels import InvalidLabels, check_labels
 from app.protocol.proto import pb
 from app.protocol.stack_defs import BatchStacks, FrameModule, stack_id
 
@@ -103,6 +104,10 @@ def check_hello(hello: "pb.Hello") -> None:
     for info in hello.measurements:
         check_measurement_info(info)
     check_installs(hello.installs)
+    try:
+        check_labels(((lb.key, lb.value) for lb in hello.labels), "Hello.labels")
+    except InvalidLabels as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def check_installs(installs: Sequence["pb.InstalledPlan"]) -> None:

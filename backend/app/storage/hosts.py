@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """Hosts as the console lists them, with their loaded modules."""
 
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.storage import targets
+from app.storage import audit_log, targets
 from app.storage.models import Host
 
 _HOST_SQL = """
@@ -59,6 +60,10 @@ def _host_public(row: Row[Any]) -> dict[str, Any]:
         "clock_offset_ms": m["clock_offset_ms"],
         "clock_skewed": m["clock_offset_ms"] is not None and abs(m["clock_offset_ms"]) > _skew_ms,
         "refused_batches": int(m["refused_batches"]),
+        "labels": m["labels"] or {},
+        "agent_labels": m["agent_labels"] or {},
+        "labels_edited_by": m["labels_edited_by"],
+        "labels_edited_at": m["labels_edited_at"],
     }
 
 
@@ -78,3 +83,18 @@ async def host_exists(session: AsyncSession, host_id: str) -> bool:
 
 async def list_modules(session: AsyncSession, host_id: str, target_id: str = "kernel") -> list[dict[str, Any]]:
     return await targets.list_modules(session, host_id, target_id)
+
+
+async def set_labels(session: AsyncSession, host_id: str, labels: dict[str, str] | None, actor: str) -> None:
+    """Set a host's labels (None: follow its agent's again), with an audit record of before and after."""
+    host = await session.get(Host, host_id, with_for_update=True)
+    assert host is not None
+    before = dict(host.labels or {})
+    if labels is None:
+        host.labels, host.labels_edited_by, host.labels_edited_at = dict(host.agent_labels or {}), None, None
+    else:
+        host.labels, host.labels_edited_by, host.labels_edited_at = labels, actor, datetime.now(UTC)
+    audit_log.record(
+        session, actor, "host_labels", host_id, {"before": before, "after": host.labels, "reset": labels is None}
+    )
+    await session.commit()

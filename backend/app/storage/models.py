@@ -118,6 +118,12 @@ class Host(Base):
     cert_fingerprint: Mapped[str | None] = mapped_column(Text, nullable=True)  # SHA-256 of the DER certificate
     cert_not_after: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     enrolled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Labels the fleet views group and filter by: the agent's (agent_labels, from its Hello) until an
+    # admin edits them (migration 0014).
+    labels: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    agent_labels: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    labels_edited_by: Mapped[str | None] = mapped_column(Text, nullable=True)
+    labels_edited_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class HostModule(Base):

@@ -18,6 +18,8 @@ import { TimeRangePicker } from "../shared/TimeRangePicker";
 import { TimelineChart } from "../features/time/TimelineChart";
 import { GapStrip } from "../features/hosts/GapStrip";
 import { CatalogStatus, HostFlags, HostStatus, L1iGeometry, Sampling } from "../shared/hostParts";
+import { HostLabels } from "../features/fleet/HostLabels";
+import { useIsAdmin } from "../features/admin/useIsAdmin";
 import { HostAdminActions } from "../features/admin/HostAdminActions";
 import { TargetsPanel } from "../features/measure/TargetsPanel";
 import { LayoutCandidates } from "../shared/layout/LayoutCandidates";
@@ -35,6 +37,7 @@ type TabId = HostTab;
 export function HostPage() {
   const { hostId = "" } = useParams();
   const host = useHost(hostId);
+  const isAdmin = useIsAdmin();
   useLiveTopics([`host:${hostId}`]);
   const [view, update] = useUrlView(readHostView, writeHostView);
   const tab: TabId = view.tab;
@@ -83,6 +86,12 @@ export function HostPage() {
         <HostAdminActions host={h} />
       </div>
       <dl className="facts">
+        <div>
+          <dt>Labels</dt>
+          <dd>
+            <HostLabels host={h} canEdit={isAdmin} />
+          </dd>
+        </div>
         <div>
           <dt>Kernel</dt>
           <dd>{h.kernel_release}</dd>

@@ -5,9 +5,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 
-from app.api.deps import CurrentUser, SessionDep
-from app.api.responses import NOT_FOUND, FastJSON
-from app.api.schemas import DataCoverage, HostPublic, ModulePublic
+from app.api.deps import AdminUser, CurrentUser, SessionDep
+from app.api.responses import ADMIN_ONLY, NOT_FOUND, FastJSON
+from app.api.schemas import DataCoverage, HostPublic, LabelsUpdate, ModulePublic
 from app.storage import hosts, samples
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
@@ -68,3 +68,15 @@ async def coverage(
     """How much of each stretch of the recent period has data, and the gaps recorded in it (data the
     agent had to drop, batches that never arrived, batches refused for the host's clock)."""
     return FastJSON(await samples.coverage(session, host_id, window_s, buckets))
+
+
+@router.put(
+    "/{host_id}/labels",
+    response_model=HostPublic,
+    responses={**NOT_FOUND, **ADMIN_ONLY, 422: {"description": "A label breaks the label rules"}},
+)
+async def set_labels(host_id: ExistingHost, body: LabelsUpdate, session: SessionDep, admin: AdminUser) -> FastJSON:
+    """Replace a host's labels (admin; audited). Its agent's reports no longer change them until they are
+    reset with `labels: null`, which makes them the agent's again."""
+    await hosts.set_labels(session, host_id, body.labels, admin.username)
+    return FastJSON(await hosts.get_host_public(session, host_id))

@@ -28,6 +28,17 @@ from app.api.schemas.enrolment import (
     EnrolmentTokenCreated,
     EnrolmentTokenPublic,
 )
+from app.api.schemas.fleet import (
+    FleetGroup,
+    FleetGroups,
+    FleetGroupSummary,
+    FleetHost,
+    FleetHotCode,
+    HotCodeCell,
+    HotCodeHost,
+    HotFunction,
+    RollupSpan,
+)
 from app.api.schemas.functions import (
     BlockPublic,
     BlockSamplesPublic,
@@ -49,6 +60,7 @@ from app.api.schemas.hosts import (
     DataCoverage,
     GapPublic,
     HostPublic,
+    LabelsUpdate,
     ModulePublic,
 )
 from app.api.schemas.layout import KeptRule, LayoutCandidate, LayoutCandidates
@@ -193,6 +205,11 @@ __all__ = [
     "FlameStackCounts",
     "FlameStackPaths",
     "FlameStacks",
+    "FleetGroup",
+    "FleetGroupSummary",
+    "FleetGroups",
+    "FleetHost",
+    "FleetHotCode",
     "FramePublic",
     "FunctionCalls",
     "FunctionDetail",
@@ -204,6 +221,9 @@ __all__ = [
     "HealthStatus",
     "HostEvent",
     "HostPublic",
+    "HotCodeCell",
+    "HotCodeHost",
+    "HotFunction",
     "Hotness",
     "HotnessItem",
     "InstructionPublic",
@@ -211,6 +231,7 @@ __all__ = [
     "InstructionSamplesItem",
     "InstructionsPublic",
     "KeptRule",
+    "LabelsUpdate",
     "LatestInterval",
     "LayoutCandidate",
     "LayoutCandidates",
@@ -253,6 +274,7 @@ __all__ = [
     "ResourceSeries",
     "ResourceValues",
     "Role",
+    "RollupSpan",
     "SampleTotals",
     "SamplesEvent",
     "SamplesTopItem",

@@ -4,7 +4,9 @@
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+from app.protocol.labels import check_labels
 
 
 class CacheGeometry(BaseModel):
@@ -46,6 +48,31 @@ class HostPublic(BaseModel):
     )
     clock_skewed: bool = Field(description="the clock offset exceeds the bound batches are accepted within")
     refused_batches: int = Field(description="metric batches refused because their time was out of bounds")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="The labels the fleet views group and filter by (role, region, rack, ...)"
+    )
+    agent_labels: dict[str, str] = Field(
+        default_factory=dict, description="The labels the host's agent reported in its last Hello (its config file)"
+    )
+    labels_edited_by: str | None = Field(
+        None, description="The admin who last edited the labels; null while they are the agent's"
+    )
+    labels_edited_at: datetime | None = None
+
+
+class LabelsUpdate(BaseModel):
+    """New labels for a host, replacing its labels (the agent's reports no longer change them), or null to
+    follow the agent's again."""
+
+    labels: dict[str, str] | None = Field(
+        description="At most 32 labels; keys of 1-63 letters, digits, '.', '_', '-' or '/'; values of at most "
+        "255 characters without control characters"
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _rules(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        return None if v is None else check_labels(v.items(), "labels")
 
 
 class ModulePublic(BaseModel):

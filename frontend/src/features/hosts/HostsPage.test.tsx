@@ -27,7 +27,7 @@ describe("hosts page", () => {
       }).fetch,
     );
     vi.stubGlobal("WebSocket", undefined);
-    renderApp("/");
+    renderApp("/hosts");
     expect(await screen.findByRole("heading", { name: "Hosts" })).toBeInTheDocument();
     const rows = await screen.findAllByRole("row");
     const row1 = rows.find((r) => within(r).queryByRole("link", { name: "box1" }))!;
@@ -57,7 +57,7 @@ describe("hosts page", () => {
       }).fetch,
     );
     vi.stubGlobal("WebSocket", undefined);
-    renderApp("/");
+    renderApp("/hosts");
     // Server errors are retried twice with backoff before the message shows.
     expect(await screen.findByRole("alert", {}, { timeout: 8000 })).toHaveTextContent(
       "Could not load hosts: Database unavailable",

@@ -1,0 +1,333 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The fleet's first slice (issue 19) against the real backend and its embedded Postgres: host labels
+reported in Hello (bad ones attacked: NUL, 10 MB, too many, a bad key, twice the same key) and edited by an
+admin over REST (audited; a non-admin's edit is 403), hosts grouped by kernel build and filtered by label,
+and a group's hot code across its hosts read from the rollups. Every host here is a scripted agent
+(tests.scripted_agent), named `scripted-…`."""
+
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import httpx
+import pytest
+from sqlalchemy import text
+
+from app.protocol.proto import pb
+from app.storage.series import rollups
+from tests.api.routes.test_limits import _raw_post
+from tests.conftest import make_user, token_for
+from tests.scripted_agent import wait_catalog_complete, wait_until
+
+# Within the sample retention, minute-aligned, and far enough back that its minutes are complete.
+T0 = (datetime.now(UTC) - timedelta(hours=2)).replace(second=0, microsecond=0)
+
+
+def ns(t: datetime) -> int:
+    return int(t.timestamp()) * 1_000_000_000
+
+
+async def _refused(backend, host_id: str, labels: list[tuple[str, str]]) -> grpc.aio.AioRpcError:
+    """Say Hello with these labels; return the error the stream ends with."""
+    agent = await backend.agent(host_id)
+    hello = agent.hello()
+    hello.labels.extend(pb.Label(key=k, value=v) for k, v in labels)
+    call = agent.open()
+    await call.write(pb.AgentMessage(hello=hello))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call.read()
+    await agent.channel.close()
+    return err.value
+
+
+async def _nothing_stored(client, host_id: str) -> None:
+    """The host is as its enrolment left it: no label, never connected, nothing of the Hello kept."""
+    r = await client.get(f"/api/v1/hosts/{host_id}")
+    assert r.status_code == 200, r.text
+    host = r.json()
+    assert host["labels"] == {} and host["agent_labels"] == {}
+    assert host["connected_at"] is None and host["kernel_release"] == "" and host["online"] is False
+
+
+async def test_hello_labels_are_stored_as_the_hosts_labels(backend, client, unique):
+    agent = await backend.agent(f"scripted-lab-{unique}", labels={"role": "db", "region": "eu-west", "rack": "r12"})
+    await agent.connect()
+    try:
+        r = await client.get(f"/api/v1/hosts/{agent.host_id}")
+        assert r.status_code == 200, r.text
+        host = r.json()
+        assert host["labels"] == {"role": "db", "region": "eu-west", "rack": "r12"}
+        assert host["agent_labels"] == host["labels"]
+        assert host["labels_edited_by"] is None
+    finally:
+        await agent.close()
+
+
+@pytest.mark.parametrize(
+    ("labels", "reason"),
+    [
+        ([("role", "d\x00b")], "NUL or control character"),
+        ([("role", "\x1b[31mred")], "NUL or control character"),
+        ([("role", "x" * (10 * 1024 * 1024))], "10485760 characters long (at most 255)"),
+        ([(f"k{i}", "v") for i in range(33)], "more than 32 labels"),
+        ([("role=db", "x")], "label key 'role=db' must be"),
+        ([("k" * 64, "x")], "64 characters long (at most 63)"),
+        ([("role", "db"), ("role", "web")], "label role is given twice"),
+    ],
+    ids=["nul", "escape", "10MB", "too-many", "bad-key", "long-key", "twice"],
+)
+async def test_hello_with_bad_labels_is_refused_and_nothing_stored(backend, client, unique, labels, reason):
+    host_id = f"scripted-badlab-{unique}"
+    error = await _refused(backend, host_id, labels)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "Hello.labels" in error.details() and reason in error.details(), error.details()
+    assert len(error.details()) < 300  # the reason never echoes the value
+    await _nothing_stored(client, host_id)
+
+
+async def test_admin_edits_labels_audited_and_the_agents_reports_no_longer_change_them(backend, client, unique):
+    agent = await backend.agent(f"scripted-edit-{unique}", labels={"role": "web"})
+    await agent.connect()
+    url = f"/api/v1/hosts/{agent.host_id}/labels"
+    r = await client.put(url, json={"labels": {"role": "db", "rack": "r7"}})
+    assert r.status_code == 200, r.text
+    assert r.json()["labels"] == {"role": "db", "rack": "r7"}
+    assert r.json()["agent_labels"] == {"role": "web"}
+    assert r.json()["labels_edited_by"] == "admin"
+    audit = (await client.get("/api/v1/audit", params={"action": "host_labels"})).json()
+    mine = [a for a in audit if a["target"] == agent.host_id]
+    assert mine and mine[0]["actor"] == "admin"
+    assert mine[0]["detail"] == {"before": {"role": "web"}, "after": {"role": "db", "rack": "r7"}, "reset": False}
+
+    # The agent reconnects reporting other labels: the admin's stay, the agent's are recorded.
+    await agent.close()
+    agent.labels = {"role": "cache"}
+    await agent.connect()
+    host = (await client.get(f"/api/v1/hosts/{agent.host_id}")).json()
+    assert host["labels"] == {"role": "db", "rack": "r7"}
+    assert host["agent_labels"] == {"role": "cache"}
+
+    # Reset: the labels are the agent's again.
+    r = await client.put(url, json={"labels": None})
+    assert r.status_code == 200, r.text
+    assert r.json()["labels"] == {"role": "cache"} and r.json()["labels_edited_by"] is None
+    await agent.close()
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "approver"])
+async def test_label_edit_by_a_non_admin_is_forbidden_and_changes_nothing(backend, client, unique, role):
+    agent = await backend.agent(f"scripted-nonadmin-{unique}", labels={"role": "web"})
+    await agent.connect()
+    username, password = await make_user(client, role, unique)
+    token = await token_for(backend.base_url, username, password)
+    async with httpx.AsyncClient(base_url=backend.base_url, headers={"Authorization": f"Bearer {token}"}) as c:
+        r = await c.put(f"/api/v1/hosts/{agent.host_id}/labels", json={"labels": {"role": "db"}})
+    assert r.status_code == 403, r.text
+    assert r.json()["detail"] == "This needs the admin role"
+    assert (await client.get(f"/api/v1/hosts/{agent.host_id}")).json()["labels"] == {"role": "web"}
+    await agent.close()
+
+
+async def test_bad_labels_over_rest_are_refused_and_nothing_stored(backend, client, unique):
+    agent = await backend.agent(f"scripted-restbad-{unique}", labels={"role": "web"})
+    await agent.connect()
+    url = f"/api/v1/hosts/{agent.host_id}/labels"
+    # NUL anywhere in a request is refused by the request guard, before any route.
+    r = await client.put(
+        url, content=b'{"labels": {"role": "d\\u0000b"}}', headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400, r.text
+    # 10 MB: larger than the request body limit, refused before it is read.
+    value = b'{"labels": {"role": "' + b"x" * (10 * 1024 * 1024) + b'"}}'
+    head = (
+        f"PUT {url} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Authorization: {client.headers['Authorization']}\r\nContent-Length: {len(value)}\r\n\r\n"
+    ).encode()
+    response = await _raw_post(backend.base_url, head, [value[:1000]])  # refused before the rest is read
+    assert response.startswith(b"HTTP/1.1 413"), response[:200]
+    r = await client.put(url, json={"labels": {"role": "x" * 256}})
+    assert r.status_code == 422 and "256 characters long (at most 255)" in r.text
+    r = await client.put(url, json={"labels": {"role": "a\x07b"}})
+    assert r.status_code == 422 and "NUL or control character" in r.text
+    r = await client.put(url, json={"labels": {f"k{i}": "v" for i in range(33)}})
+    assert r.status_code == 422 and "more than 32 labels" in r.text
+    r = await client.put(url, json={"labels": {"bad key": "v"}})
+    assert r.status_code == 422 and "label key 'bad key' must be" in r.text
+    host = (await client.get(f"/api/v1/hosts/{agent.host_id}")).json()
+    assert host["labels"] == {"role": "web"} and host["labels_edited_by"] is None
+    await agent.close()
+
+
+async def test_label_edit_of_an_unknown_host_is_404(client, unique):
+    r = await client.put(f"/api/v1/hosts/scripted-none-{unique}/labels", json={"labels": {"role": "db"}})
+    assert r.status_code == 404
+
+
+@pytest.fixture
+async def fleet(backend, client, unique):
+    """Four scripted agents labelled suite=<unique>: three of kernel build A (two role=db, one role=web;
+    the web one disconnected, so offline) and one of build B."""
+    suite = {"suite": unique}
+    specs = [
+        ("a1", "A", {"role": "db", "rack": "r1"}),
+        ("a2", "A", {"role": "db", "rack": "r2"}),
+        ("a3", "A", {"role": "web", "rack": "r1"}),
+        ("b1", "B", {"role": "db", "rack": "r3"}),
+    ]
+    agents = {}
+    for name, build, labels in specs:
+        agent = await backend.agent(
+            f"scripted-{name}-{unique}",
+            hostname=f"scripted-{name}-{unique}",
+            kernel_tag=f"fleet-{build}-{unique}",
+            labels={**suite, **labels},
+        )
+        await agent.connect()
+        await wait_catalog_complete(client, agent.host_id)
+        agents[name] = agent
+    await agents["a3"].close()
+
+    async def offline() -> bool:
+        return not (await client.get(f"/api/v1/hosts/{agents['a3'].host_id}")).json()["online"]
+
+    await wait_until(offline)
+    yield agents
+    for name, agent in agents.items():
+        if name != "a3":
+            await agent.close()
+
+
+async def test_hosts_are_grouped_by_kernel_build_with_online_counts_and_labels(client, fleet, unique):
+    r = await client.get("/api/v1/fleet/groups", params={"label": f"suite={unique}"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["total"] == 2 and body["labels"] == {"suite": unique}
+    a, b = body["items"]  # most hosts first
+    assert a["kernel_build_id"] == fleet["a1"].build_id and a["kernel_release"] == "6.18.0-test"
+    assert (a["host_count"], a["online_count"], a["offline_count"]) == (3, 2, 1)
+    assert [h["id"] for h in a["hosts"]] == [fleet[n].host_id for n in ("a1", "a2", "a3")]
+    assert a["hosts"][2]["online"] is False
+    assert a["hosts"][0]["labels"] == {"suite": unique, "role": "db", "rack": "r1"}
+    assert b["kernel_build_id"] == fleet["b1"].build_id
+    assert (b["host_count"], b["online_count"], b["offline_count"]) == (1, 1, 0)
+    assert a["id"] != b["id"] and len(a["id"]) == 32
+
+
+async def test_groups_filter_by_several_labels_sort_and_page(client, fleet, unique):
+    r = await client.get("/api/v1/fleet/groups", params=[("label", f"suite={unique}"), ("label", "role=db")])
+    items = r.json()["items"]
+    assert [(g["kernel_build_id"], g["host_count"]) for g in items] == [
+        (fleet["a1"].build_id, 2),
+        (fleet["b1"].build_id, 1),
+    ]
+    r = await client.get(
+        "/api/v1/fleet/groups", params=[("label", f"suite={unique}"), ("label", "rack=r1"), ("label", "role=web")]
+    )
+    assert [[h["id"] for h in g["hosts"]] for g in r.json()["items"]] == [[fleet["a3"].host_id]]
+    r = await client.get(
+        "/api/v1/fleet/groups", params={"label": f"suite={unique}", "sort": "hosts", "order": "asc", "limit": 1}
+    )
+    assert r.json()["total"] == 2 and [g["host_count"] for g in r.json()["items"]] == [1]
+    r = await client.get(
+        "/api/v1/fleet/groups", params={"label": f"suite={unique}", "sort": "hosts", "limit": 1, "offset": 1}
+    )
+    assert r.json()["total"] == 2 and [g["host_count"] for g in r.json()["items"]] == [1]
+    r = await client.get("/api/v1/fleet/groups", params={"label": f"suite={unique}", "sort": "offline"})
+    assert [g["offline_count"] for g in r.json()["items"]] == [1, 0]
+
+
+@pytest.mark.parametrize("bad", ["role", "=db", "role=d\x01b", "bad key=x"])
+async def test_a_bad_label_filter_is_400(client, bad):
+    r = await client.get("/api/v1/fleet/groups", params={"label": bad})
+    assert r.status_code == 400, r.text
+
+
+async def test_groups_need_a_signed_in_user(anon):
+    assert (await anon.get("/api/v1/fleet/groups")).status_code == 401
+
+
+async def _send(agent, per_fn: dict[int, int], seconds: int = 60) -> None:
+    """`seconds` one-second intervals from T0, each with these samples per kernel function index (block 0)."""
+    for i in range(seconds):
+        await agent.send_metrics(ns(T0 + timedelta(seconds=i)), [("vmlinux", f, 0, c) for f, c in per_fn.items()])
+
+
+async def _group_of(client, agent, unique) -> str:
+    groups = (await client.get("/api/v1/fleet/groups", params={"label": f"suite={unique}"})).json()["items"]
+    return next(g["id"] for g in groups if g["kernel_build_id"] == agent.build_id)
+
+
+async def test_hot_code_across_a_groups_hosts_comes_from_the_rollups(backend, client, fleet, unique):
+    """Build A's online hosts sample for a minute from T0: a1 spends 90% in vfs_read (index 0) and 10% in
+    ksys_read (1); a2 50% in vfs_read and 50% in rw_verify_area (4); build B's b1 (another group) only
+    ksys_read. With hot meaning ≥ 20% of a host's busy samples, vfs_read is hot on both hosts of the
+    group that sampled (2 of its 3 hosts), ksys_read on none, rw_verify_area on one."""
+    a1, a2, b1 = fleet["a1"], fleet["a2"], fleet["b1"]
+    await _send(a1, {0: 9, 1: 1})
+    await _send(a2, {0: 5, 4: 5})
+    await _send(b1, {1: 10})
+
+    async def rolled() -> bool:
+        await rollups.run_once(backend.runtime.engine)
+        n = await backend.scalar(
+            "SELECT coalesce(sum(count), 0) FROM sample_blocks_1m WHERE host_id = ANY(:h) AND bucket = :t",
+            h=[a1.host_id, a2.host_id],
+            t=T0,
+        )
+        return n == 60 * 20
+
+    await wait_until(rolled)
+    group = await _group_of(client, a1, unique)
+    url = f"/api/v1/fleet/groups/{group}/hot-code"
+    rng = {"from": T0.isoformat(), "to": (T0 + timedelta(minutes=2)).isoformat(), "min_share": 0.2}
+    r = await client.get(url, params=rng)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["group"]["kernel_build_id"] == a1.build_id
+    assert [h["id"] for h in body["hosts"]] == [a1.host_id, a2.host_id, fleet["a3"].host_id]
+    assert [h["busy_samples"] for h in body["hosts"]] == [600, 600, 0]
+    assert [s["grain"] for s in body["rollups"]] == ["1m"]
+    assert body["functions"] == 3
+    got = [(i["name"], i["samples"], i["hot_hosts"], round(i["host_share"], 4)) for i in body["items"]]
+    assert got == [("vfs_read", 840, 2, 0.6667), ("rw_verify_area", 300, 1, 0.3333), ("ksys_read", 60, 0, 0.0)]
+    cells = {
+        i["name"]: [(c["host_id"], c["samples"], round(c["share"], 3), c["hot"]) for c in i["cells"]]
+        for i in body["items"]
+    }
+    assert cells["vfs_read"] == [(a1.host_id, 540, 0.9, True), (a2.host_id, 300, 0.5, True)]
+    assert cells["ksys_read"] == [(a1.host_id, 60, 0.1, False)]
+
+    # Sorted by the share of hosts, then by name; paged.
+    r = await client.get(url, params={**rng, "sort": "hosts", "order": "asc", "limit": 2, "offset": 1})
+    assert [i["name"] for i in r.json()["items"]] == ["rw_verify_area", "vfs_read"]
+    r = await client.get(url, params={**rng, "sort": "name", "order": "asc"})
+    assert [i["name"] for i in r.json()["items"]] == ["ksys_read", "rw_verify_area", "vfs_read"]
+    # Narrowed by label: only a2 (rack r2) is left.
+    r = await client.get(url, params={**rng, "label": "rack=r2"})
+    assert [(i["name"], i["samples"], i["hot_hosts"], i["host_share"]) for i in r.json()["items"]] == [
+        ("rw_verify_area", 300, 1, 1.0),
+        ("vfs_read", 300, 1, 1.0),
+    ]
+
+    # Nothing is read from the raw rows: with them deleted the answer is the same.
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(
+            text("DELETE FROM sample_intervals WHERE host_id = ANY(:h)"), {"h": [a1.host_id, a2.host_id]}
+        )
+    assert (await client.get(url, params=rng)).json()["items"] == body["items"]
+
+    # A range that starts mid-minute is read from its whole minutes, and says so.
+    r = await client.get(url, params={**rng, "from": (T0 + timedelta(seconds=30)).isoformat()})
+    assert r.json()["covered_from"].startswith((T0 + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M"))
+    assert r.json()["functions"] == 0 and r.json()["items"] == []
+
+
+async def test_hot_code_of_an_unknown_group_is_404_and_a_bad_range_400(client):
+    r = await client.get(f"/api/v1/fleet/groups/{'0' * 32}/hot-code")
+    assert r.status_code == 404 and r.json()["detail"] == "Group not found"
+    r = await client.get(
+        f"/api/v1/fleet/groups/{'0' * 32}/hot-code",
+        params={"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
+    )
+    assert r.status_code == 400
+    r = await client.get("/api/v1/fleet/groups/not-a-group/hot-code")
+    assert r.status_code == 422

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+// A kernel-build group's hot code over a time range: the hottest functions across its hosts, with the
+// share of hosts where each is hot, as a hosts × functions heat table sorted by the server (samples,
+// share of hosts, name). A host's cell opens that host's function view over the same range. The range,
+// sort, label filter and hot threshold live in the URL.
+import { Link, useParams, useSearchParams } from "react-router-dom";
+import { useHotCode, type HotSort } from "../../api/fleetQueries";
+import { formatRange, parseRange, rangeParams, type TimeRange } from "../../lib/timeRange";
+import { TimeRangePicker } from "../../shared/TimeRangePicker";
+import { cellLink, heatLevel, heatTable, hostShareText, labelTexts, parseLabelFilter } from "./fleetModel";
+
+const SORTS: { key: HotSort; label: string }[] = [
+  { key: "name", label: "Function" },
+  { key: "samples", label: "Samples" },
+  { key: "hosts", label: "Hot on" },
+];
+const DEFAULT_HOT_RANGE: TimeRange = { kind: "relative", seconds: 3600 };
+
+export function HotCodePage() {
+  const { groupId = "" } = useParams();
+  const [search, setSearch] = useSearchParams();
+  const { labels } = parseLabelFilter(search.get("label") ?? "");
+  const range = search.get("from") ? parseRange(search.get("from"), search.get("to")) : DEFAULT_HOT_RANGE;
+  const sort = (
+    ["samples", "hosts", "name"].includes(search.get("sort") ?? "") ? search.get("sort") : "samples"
+  ) as HotSort;
+  const desc = search.get("order") !== "asc";
+  const minShare = Math.min(1, Math.max(0.001, Number(search.get("min") ?? "0.01") || 0.01));
+  const hot = useHotCode(groupId, labels, range, sort, desc, minShare);
+
+  const update = (change: Record<string, string | null>) => {
+    const next = new URLSearchParams(search);
+    for (const [k, v] of Object.entries(change)) {
+      if (v === null) next.delete(k);
+      else next.set(k, v);
+    }
+    setSearch(next);
+  };
+  const setRange = (r: TimeRange) => update(rangeParams(r));
+  const sortBy = (key: HotSort) => {
+    const nextDesc = key === sort ? !desc : key !== "name";
+    update({ sort: key, order: nextDesc ? "desc" : "asc" });
+  };
+
+  const data = hot.data;
+  const table = data ? heatTable(data) : null;
+  return (
+    <section className="hot-code">
+      <p>
+        <Link to={labels.length ? `/?label=${encodeURIComponent(labels.join(" "))}` : "/"}>← Fleet</Link>
+      </p>
+      <div className="page-head">
+        <h1>Fleet hot code</h1>
+        {data && (
+          <span className="muted">
+            {data.group.kernel_release} · build {data.group.kernel_build_id.slice(0, 12) || "none"}
+            {labels.length > 0 && <> · {labels.join(", ")}</>}
+          </span>
+        )}
+      </div>
+      <div className="toolbar">
+        <TimeRangePicker range={range} onChange={setRange} />
+        <label>
+          Hot from{" "}
+          <select value={String(minShare)} onChange={(e) => update({ min: e.target.value })}>
+            {[0.005, 0.01, 0.02, 0.05, 0.1, 0.2].map((v) => (
+              <option key={v} value={String(v)}>
+                {v * 100}% of a host&apos;s samples
+              </option>
+            ))}
+          </select>
+        </label>
+      </div>
+      {hot.isPending && <p className="muted">Loading hot code…</p>}
+      {hot.isError && (
+        <p className="error" role="alert">
+          Could not load hot code: {hot.error.message}
+        </p>
+      )}
+      {data && table && (
+        <>
+          <p className="muted small">
+            {formatRange(range)}: read from the{" "}
+            {data.rollups.map((r) => (r.grain === "1h" ? "hour" : "minute")).join(" and ")} rollups
+            {data.covered_from && data.covered_to ? (
+              <>
+                , covering {new Date(data.covered_from).toLocaleTimeString()} –{" "}
+                {new Date(data.covered_to).toLocaleTimeString()} (whole minutes already rolled up)
+              </>
+            ) : (
+              <> — no whole rolled-up minute in this range yet</>
+            )}
+            . {data.functions} function{data.functions === 1 ? "" : "s"} with samples on {table.hosts.length} host
+            {table.hosts.length === 1 ? "" : "s"}.
+          </p>
+          {data.items.length === 0 ? (
+            <p className="muted">No samples from this group in the range.</p>
+          ) : (
+            <div className="heat-scroll">
+              <table className="grid heat-table" aria-label="Hot code across hosts">
+                <thead>
+                  <tr>
+                    {SORTS.map((s) => (
+                      <th
+                        key={s.key}
+                        scope="col"
+                        aria-sort={sort === s.key ? (desc ? "descending" : "ascending") : "none"}
+                      >
+                        <button type="button" className="link-button" onClick={() => sortBy(s.key)}>
+                          {s.label}
+                          {sort === s.key ? (desc ? " ▼" : " ▲") : ""}
+                        </button>
+                      </th>
+                    ))}
+                    {table.hosts.map((h) => (
+                      <th key={h.id} scope="col" className="heat-host" title={labelTexts(h.labels).join(" ")}>
+                        <Link to={`/hosts/${encodeURIComponent(h.id)}`}>{h.hostname}</Link>
+                        {!h.online && <span className="muted small"> offline</span>}
+                      </th>
+                    ))}
+                  </tr>
+                </thead>
+                <tbody>
+                  {table.rows.map(({ fn, cells }) => (
+                    <tr key={fn.function_id}>
+                      <th scope="row" className="mono">
+                        {fn.name} <span className="muted small">{fn.module}</span>
+                      </th>
+                      <td className="num">{fn.samples.toLocaleString("en-US")}</td>
+                      <td>{hostShareText(fn, table.hosts.length)}</td>
+                      {cells.map((c, i) => {
+                        const host = table.hosts[i];
+                        const level = heatLevel(c);
+                        return (
+                          <td key={host.id} className={`heat heat-${level}${c?.hot ? " heat-hot" : ""}`}>
+                            {c ? (
+                              <Link
+                                to={cellLink(host.id, fn.function_id, data)}
+                                aria-label={`${fn.name} on ${host.hostname}: ${(c.share * 100).toFixed(1)}%`}
+                              >
+                                {(c.share * 100).toFixed(1)}%
+                              </Link>
+                            ) : (
+                              <span className="muted">·</span>
+                            )}
+                          </td>
+                        );
+                      })}
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </>
+      )}
+    </section>
+  );
+}
