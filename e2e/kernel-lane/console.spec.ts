@@ -21,7 +21,9 @@ async function signIn(page: Page, username: string, secret: string) {
   await page.getByLabel("Username").fill(username);
   await page.getByLabel("Password").fill(secret);
   await page.getByRole("button", { name: "Sign in" }).click();
-  await expect(page.getByRole("heading", { name: "Hosts" })).toBeVisible();
+  // The first screen: the fleet page once more than one host has connected (here the guest and this
+  // machine), else the host list.
+  await expect(page.getByRole("heading", { name: /^(Fleet|Hosts)$/ })).toBeVisible();
 }
 
 test("both hosts side by side, and the guest's module code in its tree", async ({ page, baseURL }) => {
@@ -39,6 +41,16 @@ test("both hosts side by side, and the guest's module code in its tree", async (
   expect(fn, "lane_step is in the guest's catalog").toBeTruthy();
 
   await signIn(page, "admin", password);
+
+  // Two hosts on two kernel builds: the fleet page is the first screen and shows each in its own group,
+  // headed by its kernel release, online.
+  await expect(page.getByRole("heading", { name: "Fleet" })).toBeVisible();
+  const guestGroup = page.getByRole("region").filter({ has: page.getByRole("heading", { name: release }) });
+  await expect(guestGroup.getByRole("row").filter({ hasText: guest })).toContainText(/online/i);
+  const selfGroup = page.getByRole("region").filter({ has: page.getByRole("row").filter({ hasText: self }) });
+  await expect(selfGroup.getByRole("heading").first()).not.toContainText(release);
+  await page.getByRole("link", { name: "Host list" }).click();
+  await expect(page.getByRole("heading", { name: "Hosts" })).toBeVisible();
 
   const guestRow = page.getByRole("row").filter({ hasText: guest });
   await expect(guestRow).toContainText(release);
