@@ -82,6 +82,23 @@ static unsigned long (*hp_ftrace_location)(unsigned long ip);
 static void (*hp_text_poke_bp)(void *addr, const void *opcode, size_t len, const void *emulate);
 static struct mutex *hp_text_mutex;
 
+/* Hold the module whose text holds addr (none for the core kernel's text)
+ * so that it stays loaded while Hotpath has written into or redirected it:
+ * *mod is the module held, or NULL; -ENOENT when it is on its way out. */
+static int hp_hold_module(unsigned long addr, struct module **mod)
+{
+	int err = 0;
+
+	preempt_disable();
+	*mod = hp_module_text_address(addr);
+	if (*mod && !try_module_get(*mod)) {
+		*mod = NULL;
+		err = -ENOENT;
+	}
+	preempt_enable();
+	return err;
+}
+
 /* The address of a kernel function by name: a kprobe on it is placed and
  * removed again, and its address is where the kernel resolved the name. */
 static unsigned long hp_lookup(const char *name)
@@ -338,11 +355,7 @@ static long hp_redirect(void __user *arg)
 	/* A module's function: the module stays loaded while it is redirected
 	 * (ftrace would otherwise keep the filter for its address, and apply
 	 * it to whatever module is loaded there next). */
-	preempt_disable();
-	r->mod = hp_module_text_address(req.entry);
-	if (r->mod && !try_module_get(r->mod))
-		err = -ENOENT;
-	preempt_enable();
+	err = hp_hold_module(req.entry, &r->mod);
 	if (err) {
 		kfree(r);
 		return err;
@@ -480,15 +493,9 @@ static long hp_call_patch(void __user *arg)
 		return -EBADMSG;
 	/* A module's call site: the module stays loaded while it is patched
 	 * (the undo writes into its text). */
-	preempt_disable();
-	c->mod = hp_module_text_address(req.site);
-	if (c->mod && !try_module_get(c->mod))
-		err = -ENOENT;
-	preempt_enable();
-	if (err) {
-		c->mod = NULL;
+	err = hp_hold_module(req.site, &c->mod);
+	if (err)
 		return err;
-	}
 	memcpy(c->orig, req.expect, HOTPATH_CALL_LEN);
 	c->now[0] = 0xe8;
 	rel32 = (s32)rel;
