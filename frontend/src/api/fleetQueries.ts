@@ -3,8 +3,8 @@
 // a range, and the admin's edit of a host's labels. Keys start with "fleet"; a label edit refreshes
 // them and the host.
 import { queryOptions, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import { api, ApiError, unwrap } from "./client";
-import { keys } from "./queries";
+import { api, unwrap } from "./client";
+import { keys, retry } from "./queries";
 import type { FleetGroups, FleetHotCode, Host } from "./types";
 import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
 
@@ -15,11 +15,6 @@ export const fleetKeys = {
   groups: (labels: string[]) => ["fleet", "groups", ...labels] as const,
   hotCode: (groupId: string, rest: unknown[]) => ["fleet", "hot-code", groupId, ...rest] as const,
 };
-
-function retry(count: number, error: unknown): boolean {
-  if (error instanceof ApiError && error.status >= 400 && error.status < 500) return false;
-  return count < 2;
-}
 
 export const fleetGroupsQuery = (labels: string[]) =>
   queryOptions<FleetGroups, Error>({

@@ -99,7 +99,7 @@ export function liveOptions(live: boolean) {
 }
 
 /** Retry transient failures only: a 4xx answer will not change by asking again. */
-function retry(count: number, error: unknown): boolean {
+export function retry(count: number, error: unknown): boolean {
   if (error instanceof ApiError && error.status >= 400 && error.status < 500) return false;
   return count < 2;
 }
