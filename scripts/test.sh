@@ -6,17 +6,34 @@
 # `make run` starts it; the kernel lane (a Debian 6.1 kernel under QEMU as a second host, where
 # kernel probes and modules exist); every benchmark of bench/ at a tiny budget (bench/smoke.sh: each
 # must still run to its summary line). `make test` installs and builds first, then calls this.
-# Prints each suite's own output, then each suite's passed/failed/skipped counts, every skipped check
-# with its reason, and one line "N passed, N failed, N skipped" over all suites (the CI parser reads
+# Prints each suite's own output, then each suite's passed/failed/skipped counts with its wall and CPU
+# seconds, every skipped check with its reason, and one line "N passed, N failed, N skipped" over all suites (the CI parser reads
 # its start). A skip is a check this machine cannot run; it is never counted as passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 logs=$(mktemp -d /tmp/hotpath-test.XXXXXX)
-declare -A passed failed skipped status took
+declare -A passed failed skipped status took cpu
 order=()
 
 . "$root/scripts/suite-counts.sh"
+
+# CPU time (user + system, ms) of the children this shell has waited for so far, into cpu_ms: what a
+# suite cost the machine, beside its wall time (CI's time budget is mostly CPU on 2 cores); a daemon a
+# suite starts counts only if the suite waits for it when it stops it. `times` runs
+# in this shell (a command substitution would report its own children).
+child_cpu_ms() {
+	local u s
+	times >"$logs/.times"
+	{ read -r _ _; read -r u s; } <"$logs/.times"
+	cpu_ms=$(( $(to_ms "$u") + $(to_ms "$s") ))
+}
+to_ms() { # 1m2.345s -> 62345
+	local m=${1%%m*} rest=${1#*m}
+	rest=${rest%s}
+	local sec=${rest%.*} frac=${rest#*.}
+	echo $(( (10#$m * 60 + 10#$sec) * 1000 + 10#${frac:0:3} ))
+}
 
 # suite NAME CMD...: run a suite, keep its output, and read its passed/failed/skipped counts from its
 # own summary (scripts/suite-counts.sh). A suite that exits non-zero with no failure counted counts one.
@@ -24,10 +41,12 @@ suite() {
 	local name=$1; shift
 	order+=("$name")
 	printf '\n===== %s =====\n' "$name"
-	local t=$SECONDS
+	local t=$SECONDS c
+	child_cpu_ms; c=$cpu_ms
 	"$@" 2>&1 | tee "$logs/$name.log"
 	status[$name]=${PIPESTATUS[0]}
 	took[$name]=$((SECONDS - t))
+	child_cpu_ms; cpu[$name]=$(( (cpu_ms - c + 500) / 1000 ))
 	local counts; read -ra counts < <(suite_counts "$logs/$name.log")
 	passed[$name]=${counts[0]}; failed[$name]=${counts[1]}; skipped[$name]=${counts[2]}
 	if [ "${status[$name]}" != 0 ] && [ "${failed[$name]}" = 0 ]; then failed[$name]=1; fi
@@ -48,8 +67,8 @@ suite kernel-lane  ./e2e/kernel-lane/test.sh
 printf '\n===== summary =====\n'
 tp=0 tf=0 ts=0 rc=0
 for n in "${order[@]}"; do
-	printf '%-13s %4s passed, %s failed, %s skipped (exit %s, %s s)\n' "$n" "${passed[$n]}" "${failed[$n]}" \
-		"${skipped[$n]}" "${status[$n]}" "${took[$n]}"
+	printf '%-13s %4s passed, %s failed, %s skipped (exit %s, %s s, CPU %s s)\n' "$n" "${passed[$n]}" \
+		"${failed[$n]}" "${skipped[$n]}" "${status[$n]}" "${took[$n]}" "${cpu[$n]}"
 	tp=$((tp + passed[$n])); tf=$((tf + failed[$n])); ts=$((ts + skipped[$n]))
 	[ "${status[$n]}" = 0 ] || rc=1
 done
