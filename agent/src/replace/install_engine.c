@@ -289,6 +289,14 @@ static int entry_under_others(struct hp_op *x, struct hp_undo *u, const char *na
 	return -EBUSY;
 }
 
+/* The install stopped after heap_place and before heap_map: give the place back (the kernel's
+ * module allocated it already; a process's place is only an address). */
+static void unplace(struct hp_op *x)
+{
+	if (x->t.ops->heap_unplace)
+		x->t.ops->heap_unplace(&x->t, x->heap.addr);
+}
+
 static int install_inner(struct hp_op *x, char *err, size_t errlen)
 {
 	const struct hp_iplan *p = x->p;
@@ -412,6 +420,7 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	};
 	if (!x->image ||
 	    hp_plan_relocate(&tmp, x->heap.addr + LEAD(p), x->delta, x->image + LEAD(p), err, errlen) < 0) {
+		unplace(x);
 		free(sites);
 		free(site_to);
 		free(ent);
@@ -426,6 +435,7 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 					"len", (int)x->heap.len, "unwind", hp_jrec_hex(x->heap.unwind), "name",
 					x->heap.name),
 			      err, errlen)) < 0) {
+		unplace(x);
 		free(sites);
 		free(site_to);
 		free(ent);

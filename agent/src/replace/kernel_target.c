@@ -12,6 +12,7 @@
  *                  (module_alloc, module space), so "place" allocates; an
  *                  address outside the range the engine needs is freed
  *                  and refused
+ *   heap_unplace   HOTPATH_HEAP_FREE of a heap placed and never mapped
  *   heap_map       HOTPATH_HEAP_WRITE of the whole image, then HEAP_SEAL
  *                  (read-only and executable from then on)
  *   entries        HOTPATH_REDIRECT (ftrace IPMODIFY, with the original
@@ -238,6 +239,17 @@ static size_t heap_slot(uint64_t addr)
 		if (kdev.heaps[i].addr && kdev.heaps[i].addr == addr)
 			return i;
 	return HOTPATH_HEAPS_MAX;
+}
+
+static void kheap_unplace(struct hp_patch_target *t, uint64_t addr)
+{
+	size_t s = heap_slot(addr);
+
+	(void)t;
+	if (s == HOTPATH_HEAPS_MAX)
+		return;
+	kheap_free_id(kdev.heaps[s].id);
+	memset(&kdev.heaps[s], 0, sizeof(kdev.heaps[s]));
 }
 
 static int kheap_map(struct hp_patch_target *t, struct hp_heap *h, const uint8_t *image, char *err, size_t errlen)
@@ -511,6 +523,7 @@ static const struct hp_patch_ops kernel_ops = {
 	.read_raw = kread_raw,
 	.prepare_scratch = kprepare_scratch,
 	.heap_place = kheap_place,
+	.heap_unplace = kheap_unplace,
 	.heap_map = kheap_map,
 	.unwind_register = kunwind_noop,
 	.unwind_deregister = kunwind_noop,

@@ -75,6 +75,9 @@ struct hp_patch_ops {
 	/* A free, page-aligned place for len bytes within [lo, hi), nearest to near. */
 	int (*heap_place)(struct hp_patch_target *t, uint64_t lo, uint64_t hi, uint64_t near, size_t len,
 			  uint64_t *addr, char *err, size_t errlen);
+	/* Give back a place heap_place chose when the install stops before
+	 * heap_map (NULL: placing holds nothing). */
+	void (*heap_unplace)(struct hp_patch_target *t, uint64_t addr);
 	/* Map h->len bytes of image at h->addr, executable, and (h->data_len
 	 * not 0) a writable data area anywhere, setting h->data and its real
 	 * h->data_len; h->name names them. */
