@@ -268,22 +268,6 @@ static bool kprobes_available(struct agent *ag)
 	return cap && cap->available;
 }
 
-/* Where a kernel plan lays its code out: 2 MiB past the end of the highest
- * function of any loaded module (the planner's default, a page past the
- * root's module, can be another module's code). The install re-bases it to
- * the heap hotpath.ko gives, which module_alloc places in module space too. */
-static uint64_t kernel_plan_base(const struct hp_model *m)
-{
-	uint64_t end = 0;
-	for (size_t i = 0; i < m->nmods; i++)
-		for (size_t k = 0; k < m->mods[i].nfuncs; k++) {
-			const struct hp_function *f = &m->mods[i].funcs[k];
-			if (f->addr + f->size > end)
-				end = f->addr + f->size;
-		}
-	return end ? ((end + 0x200000) & ~(uint64_t)0xfff) : 0;
-}
-
 static int plan_options(const Hotpath__V1__MakePlan *c, struct hp_plan_opts *o, char *err, size_t errlen)
 {
 	hp_plan_opts_default(o);
@@ -439,8 +423,6 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 		snprintf(msg, sizeof(msg),
 			 "planning process %d's hot set: members, chains, C3 order, emitted code verified", t->pid);
 	hp_job_progress(ag, job, 0.75, msg);
-	if (kernel && !o.base)
-		o.base = kernel_plan_base(m);
 	if ((r = hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err))) < 0)
 		goto fail;
 	if (c->hot_set && plan.nmembers) {

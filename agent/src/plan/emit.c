@@ -396,6 +396,20 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 	}
 	if (!p->base)
 		p->base = p->opts.base;
+	if (!p->base && m->kind == HP_TARGET_KERNEL) {
+		/* 2 MiB past the end of the highest function of any loaded module:
+		 * a page past the root's module can be another module's code. The
+		 * install re-bases it to the heap hotpath.ko gives (module_alloc,
+		 * module space, within rel32 reach of kernel text). */
+		uint64_t end = 0;
+		for (size_t i = 0; i < m->nmods; i++)
+			for (size_t k = 0; k < m->mods[i].nfuncs; k++) {
+				const struct hp_function *g = &m->mods[i].funcs[k];
+				if (g->addr + g->size > end)
+					end = g->addr + g->size;
+			}
+		p->base = (end + 0x200000) & ~(uint64_t)0xfff;
+	}
 	if (!p->base) {
 		/* A page after the end of the root's module text: within reach of
 		 * rel32 for every call and data reference of the group. */
