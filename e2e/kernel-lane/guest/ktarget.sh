@@ -163,6 +163,9 @@ while [ $c -lt "$cycles" ]; do
 		[ "$now" = "$call0" ] || { wrong=$((wrong + 1)); echo "cycle $c reverted: lane_write's call is '$now', not '$call0'"; }
 	fi
 	done_cycles=$c
+	# A line per cycle: the lane's stall check (lane_wait) counts a guest that writes nothing for
+	# LANE_STALL s as hung, and a loaded host can stretch ten silent cycles past that.
+	echo "# cycle $c of $cycles done at $(cut -d' ' -f1 /proc/uptime) s of guest uptime"
 done
 [ $done_cycles = "$cycles" ] && [ $wrong = 0 ] &&
 	ok "install and revert cycles: $done_cycles, each result as the original's" ||
