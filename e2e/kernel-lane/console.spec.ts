@@ -26,7 +26,8 @@ async function signIn(page: Page, username: string, secret: string) {
   await expect(page.getByRole("heading", { name: /^(Fleet|Hosts)$/ })).toBeVisible();
 }
 
-test("both hosts side by side, and the guest's module code in its tree", async ({ page, baseURL }) => {
+/** The admin's API context, the online guest host and its hotpath_lane function NAME, from the REST API. */
+async function guestFunction(baseURL: string | undefined, name: string) {
   const anon = await request.newContext({ baseURL });
   const login = await (await anon.post("/api/v1/auth/login", { data: { username: "admin", password } })).json();
   const api = await request.newContext({
@@ -36,9 +37,14 @@ test("both hosts side by side, and the guest's module code in its tree", async (
   const hosts = await (await api.get("/api/v1/hosts")).json();
   const guestHost = hosts.find((h: { hostname: string; online: boolean }) => h.hostname === guest && h.online);
   expect(guestHost, "the guest is an online host").toBeTruthy();
-  const fns = await (await api.get(`/api/v1/hosts/${guestHost.id}/functions?module=hotpath_lane&q=lane_step`)).json();
-  const fn = fns.items.find((f: { name: string }) => f.name === "lane_step");
-  expect(fn, "lane_step is in the guest's catalog").toBeTruthy();
+  const fns = await (await api.get(`/api/v1/hosts/${guestHost.id}/functions?module=hotpath_lane&q=${name}`)).json();
+  const fn = fns.items.find((f: { name: string }) => f.name === name);
+  expect(fn, `${name} is in the guest's catalog`).toBeTruthy();
+  return { api, guestHost, fn };
+}
+
+test("both hosts side by side, and the guest's module code in its tree", async ({ page, baseURL }) => {
+  const { guestHost, fn } = await guestFunction(baseURL, "lane_step");
 
   await signIn(page, "admin", password);
 
@@ -92,18 +98,7 @@ test("kernel flow: lane_mix optimized, approved by another user, installed, comp
 }) => {
   test.setTimeout(4 * HANG_MS);
   expect(approver, "checks.py names the approver it made (LANE_APPROVER)").not.toBe("");
-  const anon = await request.newContext({ baseURL });
-  const login = await (await anon.post("/api/v1/auth/login", { data: { username: "admin", password } })).json();
-  const api = await request.newContext({
-    baseURL,
-    extraHTTPHeaders: { Authorization: `Bearer ${login.access_token}` },
-  });
-  const hosts = await (await api.get("/api/v1/hosts")).json();
-  const guestHost = hosts.find((h: { hostname: string; online: boolean }) => h.hostname === guest && h.online);
-  expect(guestHost, "the guest is an online host").toBeTruthy();
-  const fns = await (await api.get(`/api/v1/hosts/${guestHost.id}/functions?module=hotpath_lane&q=lane_mix`)).json();
-  const fn = fns.items.find((f: { name: string }) => f.name === "lane_mix");
-  expect(fn, "lane_mix is in the guest's catalog").toBeTruthy();
+  const { api, guestHost, fn } = await guestFunction(baseURL, "lane_mix");
 
   await signIn(page, "admin", password);
   await page.goto(`/hosts/${guestHost.id}/functions/${fn.id}`);
