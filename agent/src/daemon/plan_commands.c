@@ -569,16 +569,46 @@ static bool refusal(int r)
 	       r == -ECANCELED || r == -EOPNOTSUPP || r == -EINVAL;
 }
 
+/* hp_install of plan with the command's approved hash, its cancellation and its
+ * progress (patch_calls and m as hp_install_opts has them); the install's JSON,
+ * installed (with holder as its process) or refused, into *detail. */
+static int install_with_detail(struct agent *ag, struct hp_job *job, const Hotpath__V1__InstallPlan *c,
+			       struct hp_iplan *plan, bool patch_calls, const struct hp_model *m, int holder,
+			       struct hp_install_result *res, char **detail, char *err, size_t errlen)
+{
+	size_t dlen = 0;
+	struct step_ctx sc = { ag, job, getenv("HOTPATH_TEST_KILL_AT") };
+	struct hp_install_opts o = { .state_dir = ag->state_dir,
+				     .patch_calls = patch_calls,
+				     .m = m,
+				     .approved_hash = c->approved_code_sha256,
+				     .approve = not_cancelled,
+				     .approve_ctx = &sc,
+				     .id = c->plan_id,
+				     .progress = on_step,
+				     .progress_ctx = &sc };
+	int r = hp_install(plan, &o, res, err, errlen);
+	FILE *fp = open_memstream(detail, &dlen);
+	if (fp) {
+		if (r < 0)
+			hp_install_json_refused(fp, plan->root, err);
+		else
+			hp_install_json_installed(fp, plan, holder, res);
+		fclose(fp);
+	}
+	return r;
+}
+
 /* An approved kernel plan (its hash checked) through the kernel target:
  * this process opens /dev/hotpath at its first kernel install and holds it
  * to its exit, so the install lasts until a RevertPlan, and hotpath.ko
- * undoes it if the agent dies. Call sites are not patched in the kernel
- * yet: the entry's ftrace redirect carries every call. */
+ * undoes it if the agent dies. The daemon does not patch the members'
+ * call sites in the kernel yet (`hotpathd install` does): the entry's ftrace
+ * redirect carries every call. */
 static void kernel_install(struct agent *ag, struct hp_job *job, const Hotpath__V1__InstallPlan *c,
 			   struct hp_iplan *plan)
 {
 	char err[1024] = "", *detail = NULL;
-	size_t dlen = 0;
 
 	if (strcmp(plan->kind, "kernel")) {
 		snprintf(err, sizeof(err), "the plan is of a %s target, not of the kernel: refused", plan->kind);
@@ -587,23 +617,9 @@ static void kernel_install(struct agent *ag, struct hp_job *job, const Hotpath__
 	}
 	if (cancelled(ag, job))
 		return;
-	struct step_ctx sc = { ag, job, getenv("HOTPATH_TEST_KILL_AT") };
-	struct hp_install_opts o = { .state_dir = ag->state_dir,
-				     .patch_calls = false,
-				     .approved_hash = c->approved_code_sha256,
-				     .approve = not_cancelled,
-				     .approve_ctx = &sc,
-				     .id = c->plan_id,
-				     .progress = on_step,
-				     .progress_ctx = &sc };
 	struct hp_install_result res;
-	int r = hp_install(plan, &o, &res, err, sizeof(err));
-	FILE *fp = open_memstream(&detail, &dlen);
+	int r = install_with_detail(ag, job, c, plan, false, NULL, getpid(), &res, &detail, err, sizeof(err));
 	if (r < 0) {
-		if (fp) {
-			hp_install_json_refused(fp, plan->root, err);
-			fclose(fp);
-		}
 		/* No /dev/hotpath (module not loaded), another holder, another ABI: refusals too. */
 		bool refused = refusal(r) || r == -ENOENT || r == -EBUSY || r == -EPROTO;
 		install_result(ag, job, false, err, c->plan_id, refused ? "refused" : "failed", detail);
@@ -611,10 +627,6 @@ static void kernel_install(struct agent *ag, struct hp_job *job, const Hotpath__
 		       err);
 		free(detail);
 		return;
-	}
-	if (fp) {
-		hp_install_json_installed(fp, plan, getpid(), &res);
-		fclose(fp);
 	}
 	hp_log(true, "plan %s installed into the kernel: %s's copy at 0x%" PRIx64 " (this agent holds /dev/hotpath)",
 	       c->plan_id, plan->root, res.heap);
@@ -630,7 +642,6 @@ static void install_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1
 	struct hp_model *own = NULL;
 	struct hp_target *t = NULL;
 	char *detail = NULL;
-	size_t dlen = 0;
 
 	if (!hp_install_id_valid(c->plan_id)) {
 		snprintf(err, sizeof(err), "a plan id is 1 to %d letters, digits, '-' or '_'", HP_INSTALL_ID_MAX);
@@ -714,33 +725,14 @@ static void install_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1
 		}
 		free(bp);
 	}
-	struct step_ctx sc = { ag, job, getenv("HOTPATH_TEST_KILL_AT") };
-	struct hp_install_opts o = { .state_dir = ag->state_dir,
-				     .patch_calls = !c->entry_only,
-				     .m = m,
-				     .approved_hash = c->approved_code_sha256,
-				     .approve = not_cancelled,
-				     .approve_ctx = &sc,
-				     .id = c->plan_id,
-				     .progress = on_step,
-				     .progress_ctx = &sc };
 	struct hp_install_result res;
-	int r = hp_install(&plan, &o, &res, err, sizeof(err));
-	FILE *fp = open_memstream(&detail, &dlen);
+	int r = install_with_detail(ag, job, c, &plan, !c->entry_only, m, t->pid, &res, &detail, err, sizeof(err));
 	if (r < 0) {
-		if (fp) {
-			hp_install_json_refused(fp, plan.root, err);
-			fclose(fp);
-		}
 		bool refused = refusal(r);
 		install_result(ag, job, false, err, c->plan_id, refused ? "refused" : "failed", detail);
 		hp_log(true, "install of plan %s into %s %s: %s", c->plan_id, t->id, refused ? "refused" : "failed",
 		       err);
 		goto out;
-	}
-	if (fp) {
-		hp_install_json_installed(fp, &plan, t->pid, &res);
-		fclose(fp);
 	}
 	hp_log(true, "plan %s installed into %s: %s's copy at 0x%" PRIx64, c->plan_id, t->id, plan.root, res.heap);
 	/* Probes follow the code into the copy: the calls run there now. */
