@@ -126,6 +126,17 @@ static struct hp_heap *hp_heap_of(unsigned long addr, unsigned long len)
 	return NULL;
 }
 
+/* Code Hotpath may send execution to: inside one of the opener's heaps,
+ * sealed (read-only and executable). -ERANGE outside them, -EPERM unsealed. */
+static int hp_sealed_target(unsigned long target)
+{
+	struct hp_heap *h = hp_heap_of(target, 1);
+
+	if (!h)
+		return -ERANGE;
+	return h->sealed ? 0 : -EPERM;
+}
+
 /* Copy len bytes at addr into buf if all of them lie in the core kernel's
  * text, in one module's text, or (with heaps) in one of the opener's heaps;
  * -ERANGE otherwise. The module cannot go away while preemption is off. */
@@ -313,7 +324,6 @@ static long hp_redirect(void __user *arg)
 	u8 expect[HOTPATH_EXPECT_MAX], now[HOTPATH_EXPECT_MAX];
 	struct hotpath_redirect req;
 	struct hp_redirect **slot = NULL, *r;
-	struct hp_heap *h;
 	unsigned int i;
 	int err;
 
@@ -331,11 +341,9 @@ static long hp_redirect(void __user *arg)
 		return err;
 	if (hp_ftrace_location(req.entry) != req.entry)
 		return -EINVAL;
-	h = hp_heap_of(req.target, 1);
-	if (!h)
-		return -ERANGE;
-	if (!h->sealed)
-		return -EPERM;
+	err = hp_sealed_target(req.target);
+	if (err)
+		return err;
 	if (hp_redirect_slot(req.entry))
 		return -EBUSY;
 	for (i = 0; i < HOTPATH_REDIRECTS_MAX && !slot; i++)
@@ -452,7 +460,6 @@ static long hp_call_patch(void __user *arg)
 	struct hotpath_call req;
 	u8 now[HOTPATH_CALL_LEN];
 	struct hp_call *c = NULL;
-	struct hp_heap *h;
 	unsigned int i;
 	s64 rel;
 	s32 rel32;
@@ -470,11 +477,9 @@ static long hp_call_patch(void __user *arg)
 	for (i = 0; i < HOTPATH_CALL_LEN; i++)
 		if (hp_ftrace_location(req.site + i))
 			return -EINVAL;
-	h = hp_heap_of(req.target, 1);
-	if (!h)
-		return -ERANGE;
-	if (!h->sealed)
-		return -EPERM;
+	err = hp_sealed_target(req.target);
+	if (err)
+		return err;
 	rel = (s64)(req.target - (req.site + HOTPATH_CALL_LEN));
 	if (rel != (s32)rel)
 		return -ERANGE;
