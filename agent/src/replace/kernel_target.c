@@ -241,17 +241,6 @@ static size_t heap_slot(uint64_t addr)
 	return HOTPATH_HEAPS_MAX;
 }
 
-static void kheap_unplace(struct hp_patch_target *t, uint64_t addr)
-{
-	size_t s = heap_slot(addr);
-
-	(void)t;
-	if (s == HOTPATH_HEAPS_MAX)
-		return;
-	kheap_free_id(kdev.heaps[s].id);
-	memset(&kdev.heaps[s], 0, sizeof(kdev.heaps[s]));
-}
-
 static int kheap_map(struct hp_patch_target *t, struct hp_heap *h, const uint8_t *image, char *err, size_t errlen)
 {
 	size_t s = heap_slot(h->addr);
@@ -491,6 +480,16 @@ static int kheap_release(struct hp_patch_target *t, struct hp_heap *h, char *err
 	}
 	memset(&kdev.heaps[s], 0, sizeof(kdev.heaps[s]));
 	return 0;
+}
+
+/* A heap placed (allocated by hotpath.ko) and never mapped: freed as any
+ * heap is; one that cannot be freed keeps its slot, as in kheap_release. */
+static void kheap_unplace(struct hp_patch_target *t, uint64_t addr)
+{
+	struct hp_heap h = { .addr = addr };
+	char err[256];
+
+	kheap_release(t, &h, err, sizeof(err));
 }
 
 static int kheap_find(struct hp_patch_target *t, const char *name, struct hp_heap *h)
