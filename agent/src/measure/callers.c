@@ -2,10 +2,13 @@
 /*
  * Return addresses at probed instructions (callers.h): uprobe perf events,
  * one per probe and online CPU, every hit a sample with the thread's ids,
- * the event's id and the 8 bytes at the user stack pointer. Per CPU the
- * first event owns a ring and the others write into it; the rings are
- * drained every few milliseconds and the hits of the target process are
- * counted per (probe, those 8 bytes) in a hash table.
+ * a CLOCK_MONOTONIC time, the event's id and the 8 bytes at the user stack
+ * pointer. Per CPU the first event owns a ring and the others write into
+ * it; the rings are drained every few milliseconds and the hits of the
+ * target process are counted per (probe, those 8 bytes) in a hash table.
+ * Events are enabled one by one (each a uprobe to register), so only hits
+ * between the moment the last was enabled and the end of the window count:
+ * every probe counts over the same window.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,7 +48,8 @@ struct state {
 	size_t page;
 	struct event_id *ids; /* every event's id, sorted */
 	size_t nids;
-	uint32_t *slots; /* hash of (probe, ret) -> index into out->hits + 1 */
+	uint64_t from_ns, to_ns; /* the window (CLOCK_MONOTONIC); to_ns 0: not over yet */
+	uint32_t *slots;         /* hash of (probe, ret) -> index into out->hits + 1 */
 	size_t nslots;
 	uint8_t scratch[512];
 };
@@ -148,19 +152,21 @@ static int drain(struct state *s, struct ring *r)
 			memcpy(s->scratch + first, data, hdr.size - first);
 		}
 		const uint8_t *p = s->scratch + sizeof(hdr);
-		/* pid, tid; id; stack size; its bytes; the size really copied */
-		if (hdr.type == PERF_RECORD_SAMPLE && hdr.size >= sizeof(hdr) + 24) {
+		/* pid, tid; time; id; stack size; its bytes; the size really copied */
+		if (hdr.type == PERF_RECORD_SAMPLE && hdr.size >= sizeof(hdr) + 32) {
 			uint32_t pid;
-			uint64_t id, size, ret = 0, dyn = 0;
+			uint64_t t, id, size, ret = 0, dyn = 0;
 			memcpy(&pid, p, 4);
-			memcpy(&id, p + 8, 8);
-			memcpy(&size, p + 16, 8);
-			if (size >= 8 && hdr.size >= sizeof(hdr) + 24 + size + 8) {
-				memcpy(&ret, p + 24, 8);
-				memcpy(&dyn, p + 24 + size, 8);
+			memcpy(&t, p + 8, 8);
+			memcpy(&id, p + 16, 8);
+			memcpy(&size, p + 24, 8);
+			if (size >= 8 && hdr.size >= sizeof(hdr) + 32 + size + 8) {
+				memcpy(&ret, p + 32, 8);
+				memcpy(&dyn, p + 32 + size, 8);
 			}
 			int64_t probe = probe_of(s, id);
-			if ((int)pid == s->pid && probe >= 0) {
+			bool inside = t >= s->from_ns && (!s->to_ns || t < s->to_ns);
+			if ((int)pid == s->pid && probe >= 0 && inside) {
 				s->out->samples++;
 				if (dyn < 8)
 					s->out->unread++;
@@ -241,7 +247,9 @@ int hp_callers_measure(const struct hp_caller_probe *probes, size_t n, int pid, 
 			a.config1 = (uint64_t)(uintptr_t)probes[k].path; /* uprobe_path */
 			a.config2 = probes[k].file_offset;               /* probe_offset */
 			a.sample_period = 1;
-			a.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_ID | PERF_SAMPLE_STACK_USER;
+			a.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ID | PERF_SAMPLE_STACK_USER;
+			a.use_clockid = 1;
+			a.clockid = CLOCK_MONOTONIC;
 			a.sample_stack_user = 8;
 			a.disabled = 1;
 			*fd = (int)syscall(SYS_perf_event_open, &a, -1, cpus[c], -1, PERF_FLAG_FD_CLOEXEC);
@@ -289,6 +297,7 @@ int hp_callers_measure(const struct hp_caller_probe *probes, size_t n, int pid, 
 			ioctl(fds[i], PERF_EVENT_IOC_ENABLE, 0);
 	struct timespec t0, now, nap = { 0, DRAIN_NS };
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	s.from_ns = (uint64_t)t0.tv_sec * 1000000000ull + (uint64_t)t0.tv_nsec;
 	rc = 0;
 	do {
 		nanosleep(&nap, NULL);
@@ -298,6 +307,7 @@ int hp_callers_measure(const struct hp_caller_probe *probes, size_t n, int pid, 
 		clock_gettime(CLOCK_MONOTONIC, &now);
 	} while (!rc && (now.tv_sec - t0.tv_sec) * 1000000000ll + (now.tv_nsec - t0.tv_nsec) <
 				(long long)seconds * 1000000000ll);
+	s.to_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
 	for (size_t i = 0; i < n * (size_t)ncpu; i++)
 		if (fds[i] >= 0)
 			ioctl(fds[i], PERF_EVENT_IOC_DISABLE, 0);
