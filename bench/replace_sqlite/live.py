@@ -305,28 +305,36 @@ def promote_icalls(
     pid = drv.p.pid
     vals = os.path.join(work, "icalls.json")
     args = ["icalls", "pid", str(pid), "--seconds", str(seconds), "--state-dir", state, "--json"]
-    rounds: list[int] = []  # the driver's 2-pass rounds that ended while it was probed (and set up)
+    done: list[float] = []  # monotonic ends of the driver's 2-pass rounds
 
     def busy(stop: threading.Event) -> None:
         while not stop.is_set():
             drv.round(2)
-            rounds.append(2)
+            done.append(time.monotonic())
 
     stop = threading.Event()
     t = threading.Thread(target=busy, args=(stop,))
     t.start()
     try:
-        out = hp(*args).stdout
+        m = subprocess.Popen([HP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert m.stderr
+        err = m.stderr.readline()  # "probing ...": every probe is about to count
+        t0 = time.monotonic()
+        out, rest = m.communicate()
+        t1 = time.monotonic()
+        if m.returncode != 0:
+            raise RuntimeError(f"hotpathd icalls: {(err + rest).strip()[-400:]}")
     finally:
         stop.set()
         t.join()
+    probed = 2 * sum(1 for x in done if t0 < x <= t1)
     with open(vals, "w") as f:
         f.write(out)
     r = json.loads(out)
     through = sum(e["through_sites"] for e in r["entries"])
     log(
         f"indirect calls of the copy ({seconds} s, {r['samples']} probe hits, {r['lost']} lost; the driver ended "
-        f"{sum(rounds)} passes while probed): {len(r['sites'])} sites ran; {through} calls reached a member's "
+        f"{probed} passes while probed): {len(r['sites'])} sites ran; {through} calls reached a member's "
         "original entry through a pointer"
     )
     module = os.path.basename(os.path.realpath(f"/proc/{pid}/exe"))

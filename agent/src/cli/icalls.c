@@ -278,9 +278,9 @@ int cmd_icalls(int argc, char **argv)
 	qsort(rets, nrets, sizeof(*rets), cmp_ret);
 	for (size_t i = 0; i < ps.n; i++)
 		ps.p[i].path = ps.paths[i];
-	if (!json)
-		fprintf(stderr, "probing %zu entries and %zu indirect call sites of process %u for %u s ...\n",
-			nentries, nsites, pid, seconds);
+	/* On stderr with --json too: the window starts (a caller times the program against it). */
+	fprintf(stderr, "probing %zu entries and %zu indirect call sites of process %u for %u s ...\n", nentries,
+		nsites, pid, seconds);
 	if (hp_callers_measure(ps.p, ps.n, (int)pid, seconds, &hits, err, sizeof(err)) < 0)
 		goto fail;
 	for (size_t h = 0; h < hits.nhits; h++) {
