@@ -8,7 +8,8 @@
 # symbol reader. The planner's target takes its code from hotpathd itself and its
 # choices from the input bytes (seeded with short slices of the same machine code); a plan is
 # slower than a decode, so it runs a third of the inputs. Profile files are fuzzed from seeds of
-# each shape they come in; the installer's inputs (a plan's JSON, an undo journal) from one of each.
+# each shape they come in; the installer's inputs (a plan's JSON, an undo journal) from one of each;
+# value profiles of indirect call sites from one report.
 # Fixed seeds keep a run repeatable. A crash, leak, sanitizer report or broken invariant fails the
 # case and leaves the input that caused it in build/fuzz/artifacts/. Run from the agent directory.
 # FUZZ_RUNS raises the number of inputs for a longer session (default 60000 per target).
@@ -17,6 +18,7 @@ runs=${FUZZ_RUNS:-60000}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profile" "$TMP/kallsyms" "$TMP/install" "$TMP/static" \
+	"$TMP/icalls" \
 	build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
@@ -89,6 +91,10 @@ with open(sys.argv[1], "wb") as f:
         f.write(b"HPJ1 %d %08x " % (len(s), zlib.crc32(s)) + s + b"\n")
 PY
 
+# Value profile seed: indirect call sites as `hotpathd icalls --json` reports them.
+printf '{"format": "hotpath-icalls/1", "sites": [{"function": "f", "site": "0x1c", "calls": 10, "targets": [{"function": "g", "indirect": 6, "direct": 2}, {"function": "h", "count": 2}]}, {"function": "k", "site": 7, "calls": 0}]}' \
+	>"$TMP/icalls/two-sites"
+
 # Jump-label and static call seed: a table of two entries (as 16-byte jump entries; the same bytes
 # read as 8-byte static call sites) and the text they point into, a nop5 and a jmp to the target.
 python3 - "$TMP/static/two-sites" <<'PY'
@@ -111,3 +117,4 @@ fuzz fuzz_profile "$TMP/profile"
 fuzz fuzz_kallsyms "$TMP/kallsyms"
 fuzz fuzz_install "$TMP/install"
 fuzz fuzz_static_branch "$TMP/static"
+fuzz fuzz_icall_values "$TMP/icalls"

@@ -292,6 +292,75 @@ def plan_hot_set(drv: Driver, work: str, sample_s: int, log: Callable[..., None]
     return plan, p
 
 
+def promote_icalls(
+    drv: Driver, work: str, state: str, plan: str, seconds: int, log: Callable[..., None], resident: str | None = None
+) -> tuple[str, dict, dict]:
+    """Indirect-call promotion of the hot set installed from PLAN in the running driver (issue 17): the
+    targets of the copy's indirect call sites counted exactly for SECONDS while the driver runs (`hotpathd
+    icalls`: uprobes on the members' copy entries and the sites; a call through a pointer reaches a member's
+    original entry and jumps from there to its copy), the hot set planned again from PLAN's own profile with
+    those targets (`--icall-targets`: a site whose most frequent target is a member taking most of its calls
+    calls that member's copy directly when the pointer holds its original entry), PLAN's install reverted and
+    the new plan installed. Gives the new plan file, its JSON and the install's JSON."""
+    pid = drv.p.pid
+    vals = os.path.join(work, "icalls.json")
+    args = ["icalls", "pid", str(pid), "--seconds", str(seconds), "--state-dir", state, "--json"]
+    done: list[float] = []  # monotonic ends of the driver's 2-pass rounds
+
+    def busy(stop: threading.Event) -> None:
+        while not stop.is_set():
+            drv.round(2)
+            done.append(time.monotonic())
+
+    stop = threading.Event()
+    t = threading.Thread(target=busy, args=(stop,))
+    t.start()
+    try:
+        m = subprocess.Popen([HP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert m.stderr
+        err = m.stderr.readline()  # "probing ...": every probe is about to count
+        t0 = time.monotonic()
+        out, rest = m.communicate()
+        t1 = time.monotonic()
+        if m.returncode != 0:
+            raise RuntimeError(f"hotpathd icalls: {(err + rest).strip()[-400:]}")
+    finally:
+        stop.set()
+        t.join()
+    probed = 2 * sum(1 for x in done if t0 < x <= t1)
+    with open(vals, "w") as f:
+        f.write(out)
+    r = json.loads(out)
+    through = sum(e["through_sites"] for e in r["entries"])
+    log(
+        f"indirect calls of the copy ({seconds} s, {r['samples']} probe hits, {r['lost']} lost; the driver ended "
+        f"{probed} passes while probed): {len(r['sites'])} sites ran; {through} calls reached a member's "
+        "original entry through a pointer"
+    )
+    module = os.path.basename(os.path.realpath(f"/proc/{pid}/exe"))
+    promoted = os.path.join(work, "sqlite.hotset.promoted.json")
+    # The process's code as planned: the original bytes under the first install's patches (--state-dir).
+    args = ["plan", "pid", str(pid), "--hot-set", "--profile", plan, "--share", "1", "--module", module]
+    args += ["--icall-targets", vals, "--state-dir", state, "--json"] + (["--resident", resident] if resident else [])
+    r = hp(*args, check=False)
+    with open(promoted, "w") as f:
+        f.write(r.stdout)
+    if not r.stdout.strip():
+        raise RuntimeError(f"hotpathd plan --icall-targets: {r.stderr.strip()[-400:]}")
+    p = json.loads(r.stdout)
+    if p["status"] != "ok":
+        raise RuntimeError(f"no hot-set plan with the indirect calls' targets: {p.get('message')}")
+    sites = [c for c in p["indirect_calls"] if c.get("promoted")]
+    top = sorted(sites, key=lambda c: -c["count"])[:5]
+    log(
+        f"plan with promotion: {len(sites)} of {len(p['indirect_calls'])} indirect call sites promoted"
+        + (": " + ", ".join(f"{c['site']} -> {c['promoted']['target']}" for c in top) if top else "")
+    )
+    hp("revert", "pid", str(pid), "--state-dir", state, "--quiet")
+    inst = json.loads(hp("install", promoted, "--state-dir", state, "--quiet", "--json").stdout)
+    return promoted, p, inst
+
+
 def count_exact(
     drv: Driver, names: list[str], work: str, seconds: int, log: Callable[..., None], state: str | None = None
 ) -> str:

@@ -37,5 +37,6 @@ int cmd_install(int argc, char **argv);   /* install.c: a plan's code into a run
 int cmd_revert(int argc, char **argv);    /* install.c: take installed code out again */
 int cmd_installed(int argc, char **argv); /* install.c: what the journals say is installed */
 int cmd_compare(int argc, char **argv);   /* compare.c: an installed plan against the original, interleaved */
+int cmd_icalls(int argc, char **argv);    /* icalls.c: the targets of an installed copy's indirect calls */
 
 #endif

@@ -20,6 +20,7 @@ static const struct command commands[] = {
 	{ "caps", cmd_caps, "probe this host's capabilities and show the mechanism chosen per metric" },
 	{ "compare", cmd_compare, "compare an installed plan with the original code, windows interleaved" },
 	{ "enroll", cmd_enroll, "give this host its identity: a certificate from the backend's CA" },
+	{ "icalls", cmd_icalls, "count the targets of the indirect calls in a process's installed copies" },
 	{ "install", cmd_install, "install a plan's code into a running process (journaled, revertible)" },
 	{ "installed", cmd_installed, "list installed code from the journals, interrupted installs included" },
 	{ "inspect", cmd_inspect, "show one function's blocks, instructions, successors and callees" },

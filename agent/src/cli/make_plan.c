@@ -16,6 +16,7 @@
 #include "base/grow.h"
 #include "cli/commands.h"
 #include "measure/sampler.h"
+#include "plan/icall_values.h"
 #include "plan/plan.h"
 #include "plan/plan_json.h"
 #include "plan/profile.h"
@@ -61,6 +62,13 @@ static const char plan_usage[] =
 	"                       place, e.g. the samples a hot set was chosen from: the copy\n"
 	"                       starts where in its page its hot lines share the fewest\n"
 	"                       L1i sets with that code's (and the profile's non-members')\n"
+	"indirect-call promotion:\n"
+	"  --icall-targets FILE the targets measured at indirect call sites of an installed\n"
+	"                       copy (`hotpathd icalls --json`): a site whose most frequent\n"
+	"                       target is a member taking at least --promote-share of its\n"
+	"                       calls calls that member's copy directly when the pointer\n"
+	"                       holds its original entry (the call as it was otherwise)\n"
+	"  --promote-share F    (default 0.75)\n"
 	"second pass (re-plan an installed group from calls under its root):\n"
 	"  --second-pass PLAN   PLAN is the installed plan's JSON; it is made again from its\n"
 	"                       saved inputs and must match. --profile then gives counts\n"
@@ -136,7 +144,8 @@ int cmd_plan(int argc, char **argv)
 	struct hp_plan_opts o;
 	struct hp_model *m = NULL;
 	struct hp_profile prof[16], merged = { 0 }, resident = { 0 };
-	const char *resident_path = NULL;
+	const char *resident_path = NULL, *icalls_path = NULL;
+	struct hp_icall_values icv = { 0 };
 	struct hp_plan plan = { 0 };
 	char err[512];
 
@@ -168,17 +177,18 @@ int cmd_plan(int argc, char **argv)
 		} else if (!strcmp(a, "--hz") && hp_parse_uint(v, 1, 100000, &hz) == 0) {
 			i++;
 		} else if (!strcmp(a, "--join") || !strcmp(a, "--stall") || !strcmp(a, "--min-share") ||
-			   !strcmp(a, "--share")) {
+			   !strcmp(a, "--share") || !strcmp(a, "--promote-share")) {
 			char *e;
 			double d = strtod(v, &e);
 			if (*e || d < 0 || d > 1) {
 				fprintf(stderr, "hotpathd plan: %s needs a fraction from 0 to 1\n", a);
 				return HP_EXIT_USAGE;
 			}
-			*(!strcmp(a, "--join")      ? &o.join_fraction :
-			  !strcmp(a, "--min-share") ? &o.min_caller_share :
-			  !strcmp(a, "--share")     ? &o.hot_share :
-						      &o.stall_threshold) = d;
+			*(!strcmp(a, "--join")          ? &o.join_fraction :
+			  !strcmp(a, "--min-share")     ? &o.min_caller_share :
+			  !strcmp(a, "--share")         ? &o.hot_share :
+			  !strcmp(a, "--promote-share") ? &o.promote_share :
+							  &o.stall_threshold) = d;
 			i++;
 		} else if (!strcmp(a, "--cold-rate")) {
 			char *e;
@@ -222,6 +232,8 @@ int cmd_plan(int argc, char **argv)
 			o.hot_module = argv[++i];
 		} else if (!strcmp(a, "--resident")) {
 			resident_path = argv[++i];
+		} else if (!strcmp(a, "--icall-targets")) {
+			icalls_path = argv[++i];
 		} else if (!strcmp(a, "--code")) {
 			code_path = argv[++i];
 		} else if (!strcmp(a, "--second-pass")) {
@@ -368,6 +380,19 @@ int cmd_plan(int argc, char **argv)
 		}
 		o.resident = &resident;
 	}
+	if (icalls_path) {
+		char *vt = NULL;
+		size_t vlen = 0;
+		int vr = read_text(icalls_path, &vt, &vlen, err, sizeof(err));
+		if (vr == 0)
+			vr = hp_icall_values_parse(vt, vlen, &icv, err, sizeof(err));
+		free(vt);
+		if (vr < 0) {
+			fprintf(stderr, "hotpathd plan: %s: %s\n", icalls_path, err);
+			goto out;
+		}
+		o.icall_values = &icv;
+	}
 	if (nprof == 1)
 		use = &prof[0];
 	else if (nprof > 1) {
@@ -406,6 +431,7 @@ out:
 		hp_profile_free(&prof[i]);
 	hp_profile_free(&merged);
 	hp_profile_free(&resident);
+	hp_icall_values_free(&icv);
 	hp_model_free(m);
 	return rc;
 }

@@ -174,4 +174,41 @@ int hp_isa_encode_counter(bool lock, bool keep_flags, uint32_t red_zone, uint64_
  */
 int hp_isa_encode_key_read(uint64_t addr, uint64_t key, uint8_t *out, size_t outlen, uint32_t *disp_at);
 
+/*
+ * Indirect-call promotion (issue 17): the indirect call at code (originally
+ * at old_addr: "call reg" or "call [mem]", 64-bit, no prefix but REX)
+ * emitted at addr as a compare of its target with the 8 bytes at slot and
+ * a direct call of direct when they are equal, else the call itself:
+ *       mov r11, <the call's operand>   (left out when that is r11)
+ *       cmp r11, [rip -> slot]
+ *       jne .ind
+ *       call direct
+ *       jmp .next
+ *  .ind: call r11
+ * .next:
+ * r11 is neither an argument register nor preserved by a call, so it is
+ * dead at a call site; the operand is read once, before anything moves
+ * rsp, and rsp is the same throughout. The length does not depend on the
+ * addresses. Returns it, or -1 when the call has another form (pc, when
+ * not NULL, gets the parts).
+ */
+struct hp_isa_promoted {
+	uint8_t len;
+	uint8_t rel_offset;  /* the mov's rip-relative displacement (data outside the code), or 0 */
+	uint64_t rel_target; /* the address that displacement reaches */
+	uint64_t slot;       /* the 8 bytes compared with */
+	uint64_t direct;     /* the direct call's target */
+	uint8_t direct_ret;  /* offset after the direct call: its return address */
+	uint8_t indirect_at; /* offset of "call r11" (its return address is len) */
+};
+int hp_isa_encode_promoted_call(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t addr, uint64_t slot,
+				uint64_t direct, uint8_t *out, size_t outlen, struct hp_isa_promoted *pc);
+/* Recognize that sequence at code (at addr), filling *pc. With orig (the
+ * indirect call at orig_addr), its mov must also read exactly what that
+ * call reads (the same register; or the same memory operand, a
+ * rip-relative one by its absolute address), so that the fallback is that
+ * call. Returns the length, or -1. */
+int hp_isa_match_promoted_call(const uint8_t *code, size_t len, uint64_t addr, const uint8_t *orig, size_t olen,
+			       uint64_t orig_addr, struct hp_isa_promoted *pc);
+
 #endif

@@ -47,6 +47,7 @@ struct eblock {
 	uint32_t orig_size;
 	uint32_t pre;      /* a counter increment before the body (instrument.h) */
 	uint32_t body_len; /* original bytes of the body */
+	uint32_t extra;    /* bytes promoted indirect calls add to it (icall_values.c) */
 	uint8_t term;
 	int8_t cond;
 	uint64_t key; /* a jump-label site's static key, read before the jcc (static_keys.h); 0 if none */
@@ -229,7 +230,7 @@ static void widen(struct eblock *e, uint8_t *w, bool *grew)
 static uint32_t term_size(const struct emitter *E, struct eblock *e, int32_t next, bool check, bool *grew)
 {
 	uint32_t kl = e->key ? HP_KEY_READ_LEN : 0;
-	uint64_t at = e->addr + e->pre + e->body_len + kl;
+	uint64_t at = e->addr + e->pre + e->body_len + e->extra + kl;
 	uint32_t n = 0;
 
 	switch (e->term) {
@@ -298,7 +299,8 @@ static bool lay_out(struct emitter *E, bool check)
 		e->pad = e->align ? (uint32_t)((F - at % F) % F) : 0;
 		at += e->pad;
 		e->addr = at;
-		e->size = e->pre + e->body_len + term_size(E, e, i + 1 < E->n ? (int32_t)i + 1 : -1, false, &grew);
+		e->size = e->pre + e->body_len + e->extra +
+			  term_size(E, e, i + 1 < E->n ? (int32_t)i + 1 : -1, false, &grew);
 		at += e->size;
 	}
 	if (check)
@@ -348,11 +350,65 @@ static bool saves_fetch_block(uint64_t at, uint32_t pad, uint32_t size, uint32_t
 	return pad && (at + pad) % F == 0 && after < before;
 }
 
-static int put_reloc(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t target)
+static int put_reloc_kind(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t target, uint8_t kind)
 {
 	if (HP_GROW(p->relocs, *cap, p->nrelocs + 1))
 		return -ENOMEM;
-	p->relocs[p->nrelocs++] = (struct hp_reloc){ off, target };
+	p->relocs[p->nrelocs++] = (struct hp_reloc){ off, target, kind };
+	return 0;
+}
+
+static int put_reloc(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t target)
+{
+	return put_reloc_kind(p, cap, off, target, HP_RELOC_REL32);
+}
+
+/* The member whose function is f, or -1. */
+static int member_index(const struct hp_plan *p, const struct hp_function *f)
+{
+	for (size_t k = 0; k < p->nmembers; k++)
+		if (p->members[k].fn == f)
+			return (int)k;
+	return -1;
+}
+
+/* The promoted call of member i at offset off (icall_values.c), or NULL. */
+static struct hp_plan_icall *promoted_at(struct hp_plan *p, size_t i, uint32_t off)
+{
+	for (size_t k = 0; p->npromoted && k < p->nicalls; k++)
+		if (p->icalls[k].promoted && p->icalls[k].fn == p->members[i].fn && p->icalls[k].site == off)
+			return &p->icalls[k];
+	return NULL;
+}
+
+/* Each promoted call's compare slot after the tables, 8-aligned; the
+ * code's new length. */
+static size_t place_slots(struct hp_plan *p, size_t code_len)
+{
+	size_t at = (code_len + 7) & ~(size_t)7;
+
+	if (!p->npromoted)
+		return code_len;
+	for (size_t k = 0; k < p->nicalls; k++)
+		if (p->icalls[k].promoted) {
+			p->icalls[k].slot = p->base + at;
+			at += 8;
+		}
+	return at;
+}
+
+/* Fill the slots with the original entries' addresses (relocated as they are). */
+static int write_slots(struct hp_plan *p, size_t *rcap)
+{
+	for (size_t k = 0; p->npromoted && k < p->nicalls; k++) {
+		const struct hp_plan_icall *ic = &p->icalls[k];
+		if (!ic->promoted)
+			continue;
+		uint64_t v = ic->promoted->addr;
+		memcpy(p->code + (ic->slot - p->base), &v, 8);
+		if (put_reloc_kind(p, rcap, (uint32_t)(ic->slot - p->base), v, HP_RELOC_ABS64) < 0)
+			return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -439,9 +495,13 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 			}
 		}
 	E.n = k;
-	for (size_t i = 0; i < E.n; i++)
-		if ((r = classify(&E, &E.eb[i], err, errlen)) < 0)
+	for (size_t i = 0; i < E.n; i++) {
+		struct eblock *e = &E.eb[i];
+		if ((r = classify(&E, e, err, errlen)) < 0)
 			goto out;
+		uint32_t from = (uint32_t)(e->orig - p->members[e->member].fn->addr);
+		e->extra = hp_plan_promoted_bytes(p, p->members[e->member].fn, from, from + e->body_len);
+	}
 	/* Counter stubs (instrument.h) after the blocks: the jcc's side goes through its stub. */
 	for (uint32_t s = 0; s < nstubs; s++) {
 		const struct hp_counter_stub *st = &p->instrument->stubs[s];
@@ -535,6 +595,7 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 	p->text_len = E.n ? E.eb[E.n - 1].addr + E.eb[E.n - 1].size - p->base : 0;
 	if (!(p->code_len = place_tables(&E)) && p->text_len)
 		goto out;
+	p->code_len = place_slots(p, p->code_len);
 	const struct hp_function *under = overlapped(m, p->base, p->base + p->code_len);
 	if (under || p->base + p->code_len < p->base) {
 		snprintf(err, errlen, "the code cannot be laid out at 0x%" PRIx64 ": it would cover %s", p->base,
@@ -542,7 +603,7 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 		r = -ERANGE;
 		goto out;
 	}
-	p->code = malloc(p->code_len + 16);
+	p->code = malloc(p->code_len + 64);
 	if (!p->code)
 		goto out;
 	/* Encode. */
@@ -572,6 +633,31 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 				snprintf(err, errlen, "%s+0x%x does not decode", f->name, off);
 				r = -EINVAL;
 				goto out;
+			}
+			struct hp_plan_icall *pc = promoted_at(p, e->member, off);
+			if (pc) {
+				/* A promoted indirect call (icall_values.c). */
+				struct hp_isa_promoted q = { 0 };
+				int t = member_index(p, pc->promoted);
+				int n = t < 0 ? -1 :
+						hp_isa_encode_promoted_call(src, in.len, f->addr + off, at, pc->slot,
+									    E.eb[E.index[t][0]].addr,
+									    p->code + (at - p->base), 64, &q);
+				if (n != (int)in.len + pc->grow) {
+					snprintf(err, errlen,
+						 "%s+0x%x: the promoted call cannot be encoded at 0x%" PRIx64, f->name,
+						 off, at);
+					r = -ERANGE;
+					goto out;
+				}
+				if (q.rel_offset &&
+				    put_reloc(p, &rcap, (uint32_t)(at - p->base) + q.rel_offset, q.rel_target) < 0)
+					goto out;
+				pc->new_addr = at;
+				pc->new_len = (uint32_t)n;
+				at += (uint64_t)n;
+				off += in.len;
+				continue;
 			}
 			uint64_t nt =
 				in.has_target ? (in.cls == HP_IC_CALL ? call_target(&E, in.target) : in.target) : 0;
@@ -683,6 +769,8 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 	if ((r = write_tables(&E, err, errlen)) < 0)
 		goto out;
 	r = -ENOMEM;
+	if (write_slots(p, &rcap) < 0)
+		goto out;
 	/* Record the layout in the plan. */
 	for (size_t i = 0; i < p->nmembers; i++) {
 		struct hp_plan_member *mb = &p->members[i];

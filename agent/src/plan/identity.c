@@ -46,7 +46,9 @@ int hp_code_hash(const struct hp_code_image *ci, char out[65])
 		EVP_DigestUpdate(c, ci->unwind, ci->unwind_len);
 	put64(c, ci->nrelocs);
 	for (size_t i = 0; i < ci->nrelocs; i++) {
-		put64(c, ci->relocs[i].offset);
+		/* An absolute relocation's kind above its offset (rel32's is 0:
+		 * hashes of plans without one are as they were). */
+		put64(c, ci->relocs[i].offset | (uint64_t)ci->relocs[i].kind << 32);
 		put64(c, ci->relocs[i].target);
 	}
 	int ok = EVP_DigestFinal_ex(c, md, &n);

@@ -8,7 +8,10 @@
  * its first branch comes from the original's closing jcc or jmp (inverted
  * or relaxed as the layout needed), any further branch, and any branch of a
  * block whose original fell through, was added by the layout. Alignment
- * padding before a block is listed as padding. Decoding and the Intel text
+ * padding before a block is listed as padding. A promoted indirect call's
+ * sequence (icall_values.c) stands for its call: each of its instructions
+ * is listed as from that call, and what follows is shifted by the bytes it
+ * adds. Decoding and the Intel text
  * come from the ISA layer (Zydis).
  */
 #include <errno.h>
@@ -63,6 +66,10 @@ static int list_range(struct hp_listing *l, const struct hp_plan *p, uint64_t bl
 		      int32_t member, uint32_t orig_off, uint32_t body, bool closes_with_branch, bool padding)
 {
 	bool branch_taken = false;
+	const struct hp_function *f = member >= 0 && !padding ? p->members[member].fn : NULL;
+	uint32_t extra = f ? hp_plan_promoted_bytes(p, f, orig_off, orig_off + body) : 0, o = orig_off;
+	uint64_t seq_end = 0;  /* the end of the promoted sequence being listed */
+	uint32_t seq_orig = 0; /* the bytes of the call it stands for */
 
 	while (at < end) {
 		struct hp_isa_insn in;
@@ -74,9 +81,20 @@ static int list_range(struct hp_listing *l, const struct hp_plan *p, uint64_t bl
 		li.len = in.len;
 		if (padding)
 			li.origin = HP_LISTING_PADDING;
-		else if (at - block_addr < body) {
+		else if (at - block_addr < body + extra) {
+			const struct hp_plan_icall *ic = extra && !seq_end ? hp_plan_promotion(p, f, o) : NULL;
 			li.origin = HP_LISTING_ORIGINAL;
-			li.offset = orig_off + (uint32_t)(at - block_addr);
+			li.offset = o;
+			if (ic) {
+				seq_end = at + ic->orig_len + ic->grow;
+				seq_orig = ic->orig_len;
+			}
+			if (!seq_end) {
+				o += in.len;
+			} else if (at + in.len >= seq_end) {
+				o += seq_orig;
+				seq_end = 0;
+			}
 		} else if (closes_with_branch && !branch_taken) {
 			li.origin = HP_LISTING_ORIGINAL;
 			li.offset = orig_off + body;

@@ -40,6 +40,7 @@ struct hp_plan_pass {
 /* In the order of the list (plan.c). */
 extern const struct hp_plan_pass hp_pass_cache_geometry, hp_pass_bottleneck, hp_pass_root, hp_pass_group,
 	hp_pass_drop_shared, hp_pass_order, hp_pass_layout, hp_pass_notes; /* plan.c */
+extern const struct hp_plan_pass hp_pass_promote;                          /* icall_values.c */
 extern const struct hp_plan_pass hp_pass_emit;                             /* emit.c */
 extern const struct hp_plan_pass hp_pass_unwind;                           /* unwind.c */
 extern const struct hp_plan_pass hp_pass_verify;                           /* verify.c */

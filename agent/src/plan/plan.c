@@ -46,6 +46,7 @@ void hp_plan_opts_default(struct hp_plan_opts *o)
 	o->small_block = 8;
 	o->hot_share = 1;
 	o->cold_rate = 100;
+	o->promote_share = 0.75;
 }
 
 static const char *const returns_twice[] = { "setjmp", "_setjmp",    "sigsetjmp", "__sigsetjmp",
@@ -905,17 +906,17 @@ const struct hp_plan_pass hp_pass_notes = { "notes", notes };
 
 /* The passes of every plan, in order. */
 static const struct hp_plan_pass *const passes[] = {
-	&hp_pass_cache_geometry, &hp_pass_bottleneck, &hp_pass_root,   &hp_pass_group,
-	&hp_pass_drop_shared,    &hp_pass_order,      &hp_pass_layout, &hp_pass_notes,
-	&hp_pass_emit,           &hp_pass_unwind,     &hp_pass_verify, &hp_pass_icache,
+	&hp_pass_cache_geometry, &hp_pass_bottleneck, &hp_pass_root,   &hp_pass_group,   &hp_pass_drop_shared,
+	&hp_pass_order,          &hp_pass_layout,     &hp_pass_notes,  &hp_pass_promote, &hp_pass_emit,
+	&hp_pass_unwind,         &hp_pass_verify,     &hp_pass_icache,
 };
 
 /* A whole hot set's: its members chosen from the profile, C3 order, the
  * copy's start placed against the hot code that stays. */
 static const struct hp_plan_pass *const hot_set_passes[] = {
 	&hp_pass_cache_geometry, &hp_pass_bottleneck, &hp_pass_hot_set, &hp_pass_c3,
-	&hp_pass_layout,         &hp_pass_place,      &hp_pass_notes,   &hp_pass_emit,
-	&hp_pass_unwind,         &hp_pass_verify,     &hp_pass_icache,
+	&hp_pass_layout,         &hp_pass_place,      &hp_pass_notes,   &hp_pass_promote,
+	&hp_pass_emit,           &hp_pass_unwind,     &hp_pass_verify,  &hp_pass_icache,
 };
 
 int hp_plan_make(struct hp_model *m, const struct hp_function *root, const struct hp_module *root_mod,

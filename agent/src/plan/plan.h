@@ -18,6 +18,7 @@
 #include "plan/profile.h"
 
 struct hp_instrument;
+struct hp_icall_values;
 
 struct hp_plan_opts {
 	double join_fraction;         /* a callee joins with a block run > this x root calls (0.05) */
@@ -44,6 +45,13 @@ struct hp_plan_opts {
 	/* More hot code that stays in place, for where the copy starts (c3.c's
 	 * place pass): its functions that are not members. NULL: none. */
 	const struct hp_profile *resident;
+	/* Indirect-call promotion (icall_values.c): the targets measured at
+	 * the indirect call sites (NULL: none, nothing is promoted); a site
+	 * whose most frequent target is a member taking at least
+	 * promote_share of its calls (0.75) calls that member's copy
+	 * directly when the pointer holds its original entry. */
+	const struct hp_icall_values *icall_values;
+	double promote_share;
 };
 
 /* max_functions for a hot set when none is given. */
@@ -109,11 +117,31 @@ struct hp_plan_kept {
 	char detail[160];
 };
 
+#define HP_ICALL_TARGETS 4
+
 struct hp_plan_icall {
 	const struct hp_function *fn;
 	uint32_t member;
 	uint32_t site; /* offset in the function */
 	double count;  /* executions of its block */
+	/* Its value profile (opts.icall_values), when that measured it: the
+	 * site's executions and its most frequent targets, most first (names
+	 * point into opts.icall_values). */
+	double measured_calls;
+	uint32_t ntargets;
+	struct {
+		const char *function;
+		double count;
+	} targets[HP_ICALL_TARGETS];
+	/* Promoted (icall_values.c): the member whose copy it calls directly
+	 * when the pointer holds that member's original entry; else NULL,
+	 * and why_not says why (NULL when not measured). */
+	const struct hp_function *promoted;
+	const char *why_not;
+	uint8_t orig_len, grow; /* the call's bytes, and what the promotion adds to them */
+	uint64_t new_addr;      /* emitted: the sequence (isa.h's hp_isa_promoted) */
+	uint32_t new_len;
+	uint64_t slot; /* emitted: the 8 bytes holding the original entry's address */
 };
 
 /* Where hot code sits, for the I-cache figures: one range per hot block. */
@@ -132,9 +160,15 @@ struct hp_icache {
 	size_t npieces;
 };
 
+enum hp_reloc_kind {
+	HP_RELOC_REL32 = 0, /* a 32-bit field relative to its end */
+	HP_RELOC_ABS64 = 1, /* 8 bytes holding the address itself (a promoted call's compare slot) */
+};
+
 struct hp_reloc {
-	uint32_t offset; /* of a rel32 field in the code */
+	uint32_t offset; /* of the field in the code */
 	uint64_t target; /* absolute address it reaches */
+	uint8_t kind;    /* enum hp_reloc_kind */
 };
 
 enum hp_plan_status {
@@ -162,6 +196,7 @@ struct hp_plan {
 	size_t nkept;
 	struct hp_plan_icall *icalls;
 	size_t nicalls;
+	uint32_t npromoted; /* icalls promoted */
 	struct hp_icache before, after;
 	/* Emitted code. */
 	uint64_t base;
@@ -233,6 +268,12 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *plan);
 const char *hp_plan_unwind_rule(const struct hp_module *mod, const struct hp_function *f, char *detail, size_t dlen);
 int hp_plan_unwind(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen);
 bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p);
+
+/* Indirect-call promotion (icall_values.c): the promotion of f's indirect
+ * call at offset off, or NULL; the bytes promotions of f's sites at
+ * offsets in [from, to) add to the copy. */
+const struct hp_plan_icall *hp_plan_promotion(const struct hp_plan *p, const struct hp_function *f, uint32_t off);
+uint32_t hp_plan_promoted_bytes(const struct hp_plan *p, const struct hp_function *f, uint32_t from, uint32_t to);
 
 /* Re-base the emitted code to run at new_base, where every target outside
  * the group lies bias bytes from the address the model gave it (the load

@@ -429,6 +429,8 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		rw_num(w, "cold_rate", p->opts.cold_rate, 4);
 		rw_num(w, "cold_below", p->cold_below, 3);
 	}
+	if (p->opts.icall_values)
+		rw_num(w, "promote_share", p->opts.promote_share, 4);
 	rw_obj_end(w);
 	if (p->status != HP_PLAN_OK && p->status != HP_PLAN_REFUSED) {
 		rw_obj_end(w);
@@ -537,6 +539,7 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_u64(w, "removed_jumps", p->removed_jumps);
 	rw_u64(w, "added_jumps", p->added_jumps);
 	rw_u64(w, "key_reads", p->key_reads);
+	rw_u64(w, "promoted_calls", p->npromoted);
 	rw_obj_end(w);
 	rw_arr(w, "kept_in_place");
 	for (size_t i = 0; i < p->nkept; i++) {
@@ -555,7 +558,32 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		snprintf(buf, sizeof(buf), "%s+0x%x", p->members[p->icalls[i].member].fn->name, p->icalls[i].site);
 		rw_str(w, "site", buf);
 		rw_num(w, "count", p->icalls[i].count, 1);
-		rw_str(w, "observed_callees", "not measured");
+		const struct hp_plan_icall *ic = &p->icalls[i];
+		if (!ic->measured_calls && !ic->ntargets) {
+			rw_str(w, "observed_callees", "not measured");
+		} else {
+			/* The value profile it was planned from, and the promotion. */
+			rw_num(w, "measured_calls", ic->measured_calls, 1);
+			rw_arr(w, "observed_callees");
+			for (uint32_t t = 0; t < ic->ntargets; t++) {
+				rw_item(w);
+				rw_str(w, "function", ic->targets[t].function);
+				rw_num(w, "count", ic->targets[t].count, 1);
+				rw_item_end(w);
+			}
+			rw_arr_end(w);
+		}
+		if (ic->promoted) {
+			rw_obj(w, "promoted");
+			rw_str(w, "target", ic->promoted->name);
+			rw_num(w, "share", ic->measured_calls > 0 ? ic->targets[0].count / ic->measured_calls : 0, 4);
+			rw_hex(w, "new_address", ic->new_addr);
+			rw_u64(w, "bytes", ic->new_len);
+			rw_hex(w, "slot", ic->slot);
+			rw_obj_end(w);
+		} else if (ic->why_not) {
+			rw_str(w, "not_promoted", ic->why_not);
+		}
 		rw_item_end(w);
 	}
 	rw_arr_end(w);
@@ -583,7 +611,7 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 			rw_item(w);
 			rw_u64(w, "offset", p->relocs[i].offset);
 			rw_hex(w, "target", p->relocs[i].target);
-			rw_str(w, "kind", "rel32");
+			rw_str(w, "kind", p->relocs[i].kind == HP_RELOC_ABS64 ? "abs64" : "rel32");
 			rw_item_end(w);
 		}
 		rw_arr_end(w);

@@ -6,7 +6,8 @@
  * the group are relative to each other and move with the code; every
  * reference out of it is a relocation (the offset of a 32-bit relative
  * field and the absolute address it reaches), whose field shifts by the
- * distance the code moved. A bias moves the targets too: a model read from
+ * distance the code moved; an absolute one (a promoted call's compare
+ * slot, 8 bytes) gets the address itself. A bias moves the targets too: a model read from
  * a position-independent file on disk has file addresses, the process runs
  * it at file address + load bias.
  */
@@ -31,9 +32,14 @@ int hp_plan_relocate(const struct hp_plan *p, uint64_t new_base, int64_t bias, u
 		int32_t field;
 		int64_t v;
 
-		if ((uint64_t)r->offset + 4 > p->code_len) {
+		if ((uint64_t)r->offset + (r->kind == HP_RELOC_ABS64 ? 8 : 4) > p->code_len) {
 			snprintf(err, errlen, "relocation %zu at +0x%x lies outside the code", i, r->offset);
 			return -EINVAL;
+		}
+		if (r->kind == HP_RELOC_ABS64) {
+			uint64_t a = r->target + (uint64_t)bias;
+			memcpy(out + r->offset, &a, 8);
+			continue;
 		}
 		memcpy(&field, out + r->offset, 4);
 		v = (int64_t)field + shift;

@@ -7,6 +7,9 @@
  * with the original length, so the unwind row in effect at each byte of a
  * body is the original's at the same distance from the block start; the
  * branches the layout added after a body run in the row after the body.
+ * A promoted indirect call (icall_values.c) is the one exception: its
+ * sequence replaces the call, runs in the call's row (it moves no stack
+ * pointer) and shifts what follows it in its block by the bytes it adds.
  * The rows are read from the original with libdw (target/unwind.h) and
  * written as one .eh_frame: one CIE (no initial rules, code and data
  * alignment 1, pc-relative FDE pointers) and an FDE per member's hot and
@@ -276,21 +279,24 @@ static int put_fde(struct hp_model *m, struct hp_plan *p, const struct hp_plan_m
 		const struct hp_plan_block *pb = &mb->blocks[j];
 		const struct hp_block *bl = &mod->blocks[f->block_start + pb->index];
 		uint32_t body = body_len(m, f, bl);
+		uint32_t extra = hp_plan_promoted_bytes(p, f, bl->offset, bl->offset + body);
 		uint64_t oa = f->addr + bl->offset;
 		if (!pb->new_size)
 			continue;
 		for (uint64_t a = oa; a < oa + body;) {
 			if (row_at(mod, a, &row) < 0)
 				return -EOPNOTSUPP;
-			advance(o, &loc, pb->new_addr + (a - oa));
+			advance(o, &loc,
+				pb->new_addr + (a - oa) +
+					hp_plan_promoted_bytes(p, f, bl->offset, (uint32_t)(a - f->addr)));
 			put_row(o, &row, &cur, first);
 			first = false;
 			a = row.end < oa + body && row.end > a ? row.end : oa + body;
 		}
-		if (pb->new_size > body) {
+		if (pb->new_size > body + extra) {
 			if (row_after(mod, f, bl, body, &row) < 0)
 				return -EOPNOTSUPP;
-			advance(o, &loc, pb->new_addr + body);
+			advance(o, &loc, pb->new_addr + body + extra);
 			put_row(o, &row, &cur, first);
 			first = false;
 		}
@@ -376,24 +382,31 @@ bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p)
 			const struct hp_block *bl = &mb->mod->blocks[f->block_start + pb->index];
 			uint64_t oa = f->addr + bl->offset;
 			uint32_t body = body_len(m, f, bl);
+			uint32_t extra = hp_plan_promoted_bytes(p, f, bl->offset, bl->offset + body);
 			uint8_t code[16];
 			struct hp_isa_insn in;
 			if (!pb->new_size)
 				continue;
 			for (uint32_t d = 0; d < body; d += in.len) {
 				uint32_t n = body - d < sizeof(code) ? body - d : sizeof(code);
+				uint64_t na =
+					pb->new_addr + d + hp_plan_promoted_bytes(p, f, bl->offset, bl->offset + d);
+				const struct hp_plan_icall *ic = hp_plan_promotion(p, f, bl->offset + d);
+				/* A promoted call's whole sequence runs in the call's row. */
 				if (m->read(m, oa + d, code, n) < 0 || hp_isa_decode(code, n, oa + d, &in) < 0 ||
-				    row_at(mb->mod, oa + d, &orig) < 0 || hp_cfi_row(c, pb->new_addr + d, &copy) < 0 ||
-				    !hp_cfi_same(&orig, &copy)) {
+				    row_at(mb->mod, oa + d, &orig) < 0 || hp_cfi_row(c, na, &copy) < 0 ||
+				    !hp_cfi_same(&orig, &copy) ||
+				    (ic && (hp_cfi_row(c, na + ic->orig_len + ic->grow - 1, &copy) < 0 ||
+					    !hp_cfi_same(&orig, &copy)))) {
 					snprintf(p->verify_error, sizeof(p->verify_error),
 						 "unwind: %s+0x%x moved to 0x%" PRIx64 " does not unwind as it did",
-						 f->name, bl->offset + d, pb->new_addr + d);
+						 f->name, bl->offset + d, na);
 					goto out;
 				}
 			}
-			if (pb->new_size > body &&
+			if (pb->new_size > body + extra &&
 			    (row_after(mb->mod, f, bl, body, &orig) < 0 ||
-			     hp_cfi_row(c, pb->new_addr + body, &copy) < 0 || !hp_cfi_same(&orig, &copy) ||
+			     hp_cfi_row(c, pb->new_addr + body + extra, &copy) < 0 || !hp_cfi_same(&orig, &copy) ||
 			     hp_cfi_row(c, pb->new_addr + pb->new_size - 1, &copy) < 0 || !hp_cfi_same(&orig, &copy))) {
 				snprintf(
 					p->verify_error, sizeof(p->verify_error),

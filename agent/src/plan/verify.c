@@ -16,7 +16,13 @@
  * over the copy) names a table after the instructions whose every entry
  * reaches the copy of the original entry's target. A block ending in a
  * kernel jump-label site must end in the read of that site's key and a jcc
- * with the entry's condition (static_keys.h).
+ * with the entry's condition (static_keys.h). A promoted indirect
+ * call (icall_values.c) is recognized as its sequence: its fallback reads
+ * exactly the original call's operand and calls through it, its compare
+ * slot (after the tables) holds the promoted member's original entry and
+ * is relocated as that address, and its direct call reaches that member's
+ * copy: equal pointers call the copy of the same function, any other
+ * pointer is called as before.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -107,6 +113,26 @@ static uint64_t copy_of(const struct hp_plan *p, uint64_t a)
 		if (p->members[k].fn->addr == a)
 			return p->members[k].new_entry;
 	return a;
+}
+
+/* A promoted call's sequence q (for ic) against the plan: why not, or NULL. */
+static const char *check_promotion(const struct hp_plan *p, const struct hp_plan_icall *ic,
+				   const struct hp_isa_promoted *q)
+{
+	uint64_t v;
+	bool reloc = false;
+
+	if (q->slot < hp_plan_text_end(p) || q->slot + 8 > p->base + p->code_len)
+		return "compares with bytes that are not a slot after the instructions";
+	memcpy(&v, p->code + (q->slot - p->base), 8);
+	for (size_t i = 0; i < p->nrelocs; i++)
+		reloc |= p->relocs[i].kind == HP_RELOC_ABS64 && p->relocs[i].offset == q->slot - p->base &&
+			 p->relocs[i].target == ic->promoted->addr;
+	if (v != ic->promoted->addr || !reloc)
+		return "compares with something other than the promoted member's original entry";
+	if (copy_of(p, ic->promoted->addr) == ic->promoted->addr || q->direct != copy_of(p, ic->promoted->addr))
+		return "calls something other than the promoted member's copy";
+	return NULL;
 }
 
 /* The table of f whose jump is at off, or NULL. */
@@ -285,6 +311,25 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 					FAIL("%s: block 0x%" PRIx64 " lost instructions", f->name,
 					     f->addr + bl->offset);
 				const uint8_t *nb = p->code + (na - p->base);
+				const struct hp_plan_icall *ic = hp_plan_promotion(p, f, (uint32_t)(oa - f->addr));
+				if (ic) {
+					struct hp_isa_promoted q = { 0 };
+					const char *why = NULL;
+					if (hp_isa_match_promoted_call(nb, nend - na, na, ob, oi.len, oa, &q) < 0)
+						why = "is not emitted as its promotion";
+					else
+						why = check_promotion(p, ic, &q);
+					if (why)
+						FAIL("%s: the promoted call at 0x%" PRIx64 " %s", f->name, oa, why);
+					p->verified_insns++;
+					if (nn == 16)
+						memmove(noffs, noffs + 1, --nn * sizeof(*noffs));
+					noffs[nn++] = (uint32_t)(na - p->base);
+					o_last = oa;
+					oa += oi.len;
+					na += q.len;
+					continue;
+				}
 				uint64_t ta, tb;
 				int bt = hp_jt_base_of(mb->mod, f, orig, (uint32_t)(oa - f->addr));
 				const struct hp_jump_table *jt = bt >= 0 ? &mb->mod->jtables[f->jt_start + bt] : NULL;

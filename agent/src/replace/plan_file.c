@@ -117,12 +117,16 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 	json_array_foreach(v, i, tg)
 	{
 		uint64_t off, target;
+		const char *kind = json_string_value(json_object_get(tg, "kind"));
+		uint8_t k = kind && !strcmp(kind, "abs64") ? HP_RELOC_ABS64 : HP_RELOC_REL32;
 		if (!hp_json_u64(json_object_get(tg, "offset"), &off) ||
-		    !hp_json_u64(json_object_get(tg, "target"), &target) || off + 4 > p->code_len) {
+		    !hp_json_u64(json_object_get(tg, "target"), &target) ||
+		    off + (k == HP_RELOC_ABS64 ? 8 : 4) > p->code_len ||
+		    (kind && k == HP_RELOC_REL32 && strcmp(kind, "rel32"))) {
 			snprintf(err, errlen, "relocation %zu of the plan is malformed", i);
 			goto out;
 		}
-		p->relocs[p->nrelocs++] = (struct hp_reloc){ (uint32_t)off, target };
+		p->relocs[p->nrelocs++] = (struct hp_reloc){ (uint32_t)off, target, k };
 	}
 	group = json_object_get(root, "group");
 	if (!json_array_size(group)) {

@@ -7,7 +7,8 @@
  * as such, code the program finds by address kept in place with its rule,
  * and the copy's unwind data checked; a switch table re-emitted for the
  * copy, and a wrong entry in it refused; tail calls through a loaded
- * pointer moved with their function.
+ * pointer moved with their function; indirect calls promoted from a value
+ * profile, and a promotion that is not that call's refused.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,6 +18,7 @@
 #include "model/model.h"
 #include "plan/c3.h"
 #include "plan/chains.h"
+#include "plan/icall_values.h"
 #include "isa/isa.h"
 #include "plan/plan.h"
 #include "plan/profile.h"
@@ -778,6 +780,127 @@ static void t_plan_moves_pointer_tail_calls(void)
 	tail_pointer_case("-O2 -fno-PIE -no-pie", "tailptr_nopie");
 }
 
+/* The promoted call of p at fn's site off, or NULL. */
+static const struct hp_plan_icall *icall_at(const struct hp_plan *p, const char *fn, uint32_t off)
+{
+	for (size_t k = 0; k < p->nicalls; k++)
+		if (!strcmp(p->icalls[k].fn->name, fn) && p->icalls[k].site == off)
+			return &p->icalls[k];
+	return NULL;
+}
+
+/*
+ * Indirect-call promotion (fixtures/icall.c, -fPIE): from a value profile,
+ * a site whose one target is a member (ic_run's first, ic_via's through a
+ * register) is promoted and one whose two targets take half each is not;
+ * the code verifies, each compare slot is an absolute relocation holding
+ * its member's original entry (moved by the load bias on relocation), the
+ * listing names each sequence's instructions as from its call; and the
+ * verifier refuses a slot naming another function, a direct call to
+ * somewhere else, and a fallback that reads another operand.
+ */
+static void t_plan_promotes_indirect_calls(void)
+{
+	static const char *const names[] = { "ic_run", "ic_via", "ic_add", "ic_mul", NULL };
+	struct hp_model *m = open_fixture("icall.c", "plan_icall", "-O2 -fPIE -pie");
+	const struct hp_module *mod;
+	struct hp_plan_opts o;
+	struct hp_profile prof;
+	struct hp_plan plan;
+	struct hp_icall_values v;
+	char err[256], json[1024];
+
+	REQUIRE(m, "gcc or open failed");
+	const struct hp_function *run = hp_model_find(m, "ic_run", &mod, NULL),
+				 *via = hp_model_find(m, "ic_via", NULL, NULL),
+				 *add = hp_model_find(m, "ic_add", NULL, NULL);
+	REQUIRE(run && via && add && run->nicalls == 2 && via->nicalls == 1,
+		"the fixture's indirect calls: %u in ic_run, %u in ic_via", run ? run->nicalls : 0,
+		via ? via->nicalls : 0);
+	uint32_t s0 = mod->icall_sites[run->icall_start], s1 = mod->icall_sites[run->icall_start + 1];
+	uint32_t sv = mod->icall_sites[via->icall_start];
+	snprintf(json, sizeof(json),
+		 "{\"sites\": [{\"function\": \"ic_run\", \"site\": \"0x%x\", \"calls\": 1000, \"targets\": "
+		 "[{\"function\": \"ic_add\", \"indirect\": 1000, \"direct\": 0}]}, {\"function\": \"ic_run\", "
+		 "\"site\": \"0x%x\", \"calls\": 1000, \"targets\": [{\"function\": \"ic_add\", \"indirect\": 500}, "
+		 "{\"function\": \"ic_mul\", \"indirect\": 500}]}, {\"function\": \"ic_via\", \"site\": %u, "
+		 "\"calls\": 1000, \"targets\": [{\"function\": \"ic_mul\", \"count\": 10}, {\"function\": "
+		 "\"ic_add\", \"count\": 990}]}]}",
+		 s0, s1, sv);
+	static const char bad[] = "{\"sites\": [{\"function\": \"ic_run\", \"site\": -1}]}";
+	EXPECT(hp_icall_values_parse(bad, strlen(bad), &v, err, sizeof(err)) < 0,
+	       "a negative site offset was accepted");
+	REQUIRE(hp_icall_values_parse(json, strlen(json), &v, err, sizeof(err)) == 0, "%s", err);
+	profile_all(m, names, 10, &prof);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	o.hot_set = true;
+	o.icall_values = &v;
+	REQUIRE(hp_plan_make(m, NULL, NULL, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(plan.status == HP_PLAN_OK && plan.verified, "plan %d: %s %s", plan.status, plan.message,
+	       plan.verify_error);
+	const struct hp_plan_icall *a = icall_at(&plan, "ic_run", s0), *b = icall_at(&plan, "ic_run", s1),
+				   *c = icall_at(&plan, "ic_via", sv);
+	REQUIRE(a && b && c, "the plan lists %zu indirect calls, not the fixture's 3", plan.nicalls);
+	EXPECT(plan.npromoted == 2 && a->promoted == add && c->promoted == add,
+	       "%u promoted (ic_run+0x%x: %s, ic_via: %s)", plan.npromoted, s0,
+	       a->promoted ? a->promoted->name : a->why_not, c->promoted ? c->promoted->name : c->why_not);
+	EXPECT(!b->promoted && b->why_not && b->ntargets == 2, "the 50/50 site is promoted (%s)", b->why_not);
+	EXPECT(c->targets[0].count == 990 && !strcmp(c->targets[0].function, "ic_add"),
+	       "ic_via's targets are not most first");
+	/* Each slot: an absolute relocation to ic_add's entry, moved by the bias. */
+	int abs = 0;
+	for (size_t i = 0; i < plan.nrelocs; i++)
+		abs += plan.relocs[i].kind == HP_RELOC_ABS64 && plan.relocs[i].target == add->addr &&
+		       (plan.relocs[i].offset == a->slot - plan.base || plan.relocs[i].offset == c->slot - plan.base);
+	EXPECT(abs == 2, "%d absolute relocations name the slots", abs);
+	uint8_t *out = malloc(plan.code_len);
+	uint64_t got = 0;
+	REQUIRE(out, "out of memory");
+	EXPECT(hp_plan_relocate(&plan, plan.base + 0x10000, 0x4000, out, err, sizeof(err)) == 0, "%s", err);
+	memcpy(&got, out + (a->slot - plan.base), 8);
+	EXPECT(got == add->addr + 0x4000, "the relocated slot holds 0x%" PRIx64 ", want ic_add + the bias", got);
+	free(out);
+	/* The listing: every instruction of a sequence is from its call. */
+	struct hp_listing l;
+	REQUIRE(hp_plan_listing(m, &plan, &l, err, sizeof(err)) == 0, "%s", err);
+	size_t from_site = 0;
+	for (size_t i = 0; i < l.n; i++)
+		from_site += l.insns[i].addr >= a->new_addr && l.insns[i].addr < a->new_addr + a->new_len &&
+			     l.insns[i].origin == HP_LISTING_ORIGINAL && l.insns[i].offset == s0;
+	EXPECT(from_site >= 5, "%zu listed instructions of the promoted sequence are from ic_run+0x%x", from_site, s0);
+	hp_listing_free(&l);
+	/* The verifier refuses what is not the promotion of that call. */
+	uint8_t *slot = plan.code + (a->slot - plan.base);
+	slot[0] ^= 0x40;
+	EXPECT(!hp_plan_verify(m, &plan) && strstr(plan.verify_error, "promoted"),
+	       "a slot naming another address passed: %s", plan.verify_error);
+	slot[0] ^= 0x40;
+	struct hp_isa_promoted q = { 0 };
+	uint8_t *seq = plan.code + (a->new_addr - plan.base);
+	REQUIRE(hp_isa_match_promoted_call(seq, a->new_len, a->new_addr, NULL, 0, 0, &q) == (int)a->new_len,
+		"the emitted sequence is not recognized");
+	seq[q.direct_ret - 4] ^= 0x01;
+	EXPECT(!hp_plan_verify(m, &plan), "a direct call to somewhere else passed");
+	seq[q.direct_ret - 4] ^= 0x01;
+	uint8_t *vseq = plan.code + (c->new_addr - plan.base);
+	vseq[2] ^= 0x01; /* mov r11, <another register> */
+	EXPECT(!hp_plan_verify(m, &plan), "a fallback reading another operand passed");
+	vseq[2] ^= 0x01;
+	EXPECT(hp_plan_verify(m, &plan), "the restored code fails: %s", plan.verify_error);
+	hp_plan_free(&plan);
+	/* Without a value profile nothing is promoted and the code is as before promotion existed. */
+	o.icall_values = NULL;
+	REQUIRE(hp_plan_make(m, NULL, NULL, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(plan.verified && plan.npromoted == 0, "promoted %u without a value profile", plan.npromoted);
+	for (size_t i = 0; i < plan.nrelocs; i++)
+		EXPECT(plan.relocs[i].kind == HP_RELOC_REL32, "an absolute relocation without promotion");
+	hp_plan_free(&plan);
+	hp_icall_values_free(&v);
+	hp_profile_free(&prof);
+	hp_model_free(m);
+}
+
 int main(void)
 {
 	RUN(t_chain_perfect_partner);
@@ -796,6 +919,7 @@ int main(void)
 	RUN(t_hot_set_plan);
 	RUN(t_hot_set_cold_rate);
 	RUN(t_plan_moves_pointer_tail_calls);
+	RUN(t_plan_promotes_indirect_calls);
 	tu_cleanup();
 	TEST_EXIT();
 }

@@ -2078,6 +2078,257 @@ static void t_compare_process_gone(void)
 	EXPECT(journals(st) == 0, "a journal of the exited process is left after a revert");
 }
 
+/* ---- Indirect-call promotion ---------------------------------------------- */
+
+/* stdout of cmd parsed as JSON (NULL when it fails or is no JSON). */
+static json_t *run_json(const char *cmd)
+{
+	static char out[1 << 20];
+	json_error_t je;
+
+	if (run(cmd, out, sizeof(out)) != 0)
+		return NULL;
+	return json_loads(out, 0, &je);
+}
+
+/* The calls of site (an "icalls --json" site) to fn: through the pointer and directly. */
+static void site_target(const json_t *site, const char *fn, uint64_t *indirect, uint64_t *direct)
+{
+	size_t i;
+	const json_t *t;
+
+	*indirect = *direct = 0;
+	json_array_foreach(json_object_get(site, "targets"), i,
+			   t) if (!strcmp(json_string_value(json_object_get(t, "function")) ?: "", fn))
+	{
+		*indirect = (uint64_t)json_integer_value(json_object_get(t, "indirect"));
+		*direct = (uint64_t)json_integer_value(json_object_get(t, "direct"));
+	}
+}
+
+/* The fixture's sites (icall.c): one named by function and offset in report rep. */
+static const json_t *site_of(const json_t *rep, const char *fn, const char *off)
+{
+	size_t i;
+	const json_t *s;
+
+	json_array_foreach(json_object_get(rep, "sites"), i,
+			   s) if (!strcmp(json_string_value(json_object_get(s, "function")) ?: "", fn) &&
+				  !strcmp(json_string_value(json_object_get(s, "site")) ?: "", off)) return s;
+	return NULL;
+}
+
+/* The plan's indirect_calls entry for "fn+off", or NULL. */
+static const json_t *plan_icall(const json_t *plan, const char *fn, const char *off)
+{
+	char want[160];
+	size_t i;
+	const json_t *c;
+
+	snprintf(want, sizeof(want), "%s+%s", fn, off);
+	json_array_foreach(json_object_get(plan, "indirect_calls"), i,
+			   c) if (!strcmp(json_string_value(json_object_get(c, "site")) ?: "", want)) return c;
+	return NULL;
+}
+
+/* Install plan (a file) into f with state st: 0, or -1 with why. */
+static int install_plan_cli(struct fx *f, const char *plan, const char *st, char *why, size_t wl)
+{
+	char cmd[2048], out[16384];
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --state-dir '%s' --json --quiet", hp(), plan, st);
+	int rc = run(cmd, out, sizeof(out));
+	if (rc != 0 || !strstr(out, "\"installed\"")) {
+		snprintf(why, wl, "install of %s failed (%d): %.400s", plan, rc, out);
+		return -1;
+	}
+	(void)f;
+	return 0;
+}
+
+static int revert_cli(struct fx *f, const char *st)
+{
+	char cmd[1024], out[4096];
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --json --quiet", hp(), f->pid, st);
+	return run(cmd, out, sizeof(out)) == 0 && strstr(out, "\"reverted\"") ? 0 : -1;
+}
+
+/*
+ * Indirect-call promotion in a real process (fixtures/icall.c, -O2 -fPIE).
+ * Its hot set installed, `hotpathd icalls` measures every indirect call
+ * site of the copy: ic_one's field and ic_via's register reach only ic_add
+ * (every call through the pointer: the original entry, then its jump),
+ * the table's two pointers ic_add and ic_mul half and half. Planned again
+ * with those targets, the two one-target sites are promoted and the 50/50
+ * one is not; installed, the same measurement shows the promoted sites
+ * calling ic_add's copy directly and none of their calls going through
+ * the pointer any more (measured: 0, not assumed), the 50/50 site as
+ * before. With a promotion share below one half the 50/50 site is promoted
+ * to its commoner target too, and its other target runs by the fallback.
+ * Results are checked by the fixture throughout, pointers compare as
+ * before (a result), and every byte is as before after each revert.
+ */
+static void t_icall_promotion(void)
+{
+	struct fx f;
+	struct hp_iplan p1 = { 0 }, p2 = { 0 };
+	char cmd[4096], err[512] = "", why[512] = "", prof[400], plan1[400], plan2[400], plan3[400], v1[400], v2[400],
+			v3[400];
+	const char *st = state_dir("icall");
+	const char *bin = tu_compile("icall.c", "icall", "-O2 -fPIE -pie");
+	json_t *r1 = NULL, *r2 = NULL, *r3 = NULL, *j2 = NULL, *j3 = NULL;
+	char one[24] = "", via[24] = "", two[24] = "";
+
+	REQUIRE(bin, "gcc failed");
+	REQUIRE(fx_start(&f, bin, 0) == 0, "the fixture did not start");
+	snprintf(prof, sizeof(prof), "%s/icall.profile.json", tu_tmpdir());
+	snprintf(plan1, sizeof(plan1), "%s/icall.plan1.json", tu_tmpdir());
+	snprintf(plan2, sizeof(plan2), "%s/icall.plan2.json", tu_tmpdir());
+	snprintf(plan3, sizeof(plan3), "%s/icall.plan3.json", tu_tmpdir());
+	snprintf(v1, sizeof(v1), "%s/icall.targets1.json", tu_tmpdir());
+	snprintf(v2, sizeof(v2), "%s/icall.targets2.json", tu_tmpdir());
+	snprintf(v3, sizeof(v3), "%s/icall.targets3.json", tu_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "%s measure pid %d ic_run ic_via ic_add ic_mul --blocks --seconds 1 --json > '%s' 2>/dev/null && "
+		 "%s plan pid %d --hot-set --profile '%s' --json > '%s'",
+		 hp(), f.pid, prof, hp(), f.pid, prof, plan1);
+	if (system(cmd) != 0 || load_plan(plan1, &p1, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no hot-set plan: %s", err);
+	}
+	EXPECT(p1.nmembers == 4, "a hot set of %zu members, not ic_run, ic_via, ic_add and ic_mul", p1.nmembers);
+	/* 1. The first install's value profile. */
+	if (install_plan_cli(&f, plan1, st, why, sizeof(why)) < 0)
+		goto out;
+	snprintf(cmd, sizeof(cmd), "%s icalls pid %d --seconds 1 --state-dir '%s' --json > '%s' && cat '%s'", hp(),
+		 f.pid, st, v1, v1);
+	r1 = run_json(cmd);
+	EXPECT(r1 && json_array_size(json_object_get(r1, "sites")) == 3, "icalls did not report 3 sites: %s", v1);
+	size_t i;
+	const json_t *s;
+	json_array_foreach(json_object_get(r1, "sites"), i, s)
+	{
+		const char *fn = json_string_value(json_object_get(s, "function")) ?: "";
+		const char *off = json_string_value(json_object_get(s, "site")) ?: "";
+		uint64_t calls = (uint64_t)json_integer_value(json_object_get(s, "calls")), ai, ad, mi, md;
+		site_target(s, "ic_add", &ai, &ad);
+		site_target(s, "ic_mul", &mi, &md);
+		EXPECT(!json_is_true(json_object_get(s, "promoted")) && ad == 0 && md == 0,
+		       "%s+%s is promoted before any plan promoted it", fn, off);
+		/* Every call of a site reaches a member here: its targets' calls are its executions. */
+		EXPECT(calls > 100 && ai + mi + calls / 100 + 16 >= calls && ai + mi <= calls + calls / 100 + 16,
+		       "%s+%s ran %" PRIu64 " times, its targets %" PRIu64, fn, off, calls, ai + mi);
+		if (!strcmp(fn, "ic_via"))
+			snprintf(via, sizeof(via), "%s", off);
+		else if (mi == 0)
+			snprintf(one, sizeof(one), "%s", off);
+		else
+			snprintf(two, sizeof(two), "%s", off);
+		if (mi) /* the table alternates; the odd lengths add one call of ic_add per run */
+			EXPECT((ai > mi ? ai - mi : mi - ai) <= calls / 100 + 16,
+			       "the 50/50 site: ic_add %" PRIu64 ", ic_mul %" PRIu64, ai, mi);
+	}
+	EXPECT(one[0] && via[0] && two[0], "the fixture's three sites were not told apart (%s, %s, %s)", one, via, two);
+	EXPECT(revert_cli(&f, st) == 0, "the revert of the first install failed");
+	EXPECT(members_original(f.pid, &p1, why, sizeof(why)) == 0, "%s", why);
+	/* 2. Planned again with the targets: the one-target sites promoted, the 50/50 one not. */
+	snprintf(cmd, sizeof(cmd),
+		 "%s plan pid %d --hot-set --profile '%s' --icall-targets '%s' --json > '%s' && cat '%s'", hp(), f.pid,
+		 prof, v1, plan2, plan2);
+	j2 = run_json(cmd);
+	if (!j2 || load_plan(plan2, &p2, err, sizeof(err)) < 0) {
+		snprintf(why, sizeof(why), "no plan with the targets: %s", err);
+		goto out;
+	}
+	const json_t *c1 = plan_icall(j2, "ic_run", one), *cv = plan_icall(j2, "ic_via", via),
+		     *c2 = plan_icall(j2, "ic_run", two);
+	EXPECT(c1 && !strcmp(json_string_value(json_object_get(json_object_get(c1, "promoted"), "target")) ?: "",
+			     "ic_add"),
+	       "ic_run+%s (one target) is not promoted to ic_add", one);
+	EXPECT(cv && json_object_get(cv, "promoted"), "ic_via+%s (one target, a register) is not promoted", via);
+	EXPECT(c2 && !json_object_get(c2, "promoted") && json_is_string(json_object_get(c2, "not_promoted")),
+	       "ic_run+%s (two targets, 50/50) is promoted", two);
+	EXPECT(json_integer_value(json_object_get(json_object_get(j2, "totals"), "promoted_calls")) == 2,
+	       "the plan does not count 2 promoted calls");
+	EXPECT(json_is_true(json_object_get(json_object_get(j2, "code"), "verified")),
+	       "the promoted plan is not verified");
+	if (install_plan_cli(&f, plan2, st, why, sizeof(why)) < 0)
+		goto out;
+	usleep(200000);
+	EXPECT(fx_ok(&f), "the process went wrong with the promoted copy: %s", f.errbuf);
+	snprintf(cmd, sizeof(cmd), "%s icalls pid %d --seconds 1 --state-dir '%s' --json > '%s' && cat '%s'", hp(),
+		 f.pid, st, v2, v2);
+	r2 = run_json(cmd);
+	const json_t *s1 = site_of(r2, "ic_run", one), *sv = site_of(r2, "ic_via", via),
+		     *s2 = site_of(r2, "ic_run", two);
+	uint64_t ai, ad, mi, md;
+	site_target(s1, "ic_add", &ai, &ad);
+	EXPECT(s1 && json_is_true(json_object_get(s1, "promoted")) && ai == 0 && ad > 100,
+	       "ic_run+%s: %" PRIu64 " calls still through the pointer, %" PRIu64 " direct", one, ai, ad);
+	site_target(sv, "ic_add", &ai, &ad);
+	EXPECT(sv && json_is_true(json_object_get(sv, "promoted")) && ai == 0 && ad > 100,
+	       "ic_via+%s: %" PRIu64 " calls still through the pointer, %" PRIu64 " direct", via, ai, ad);
+	site_target(s2, "ic_add", &ai, &ad);
+	site_target(s2, "ic_mul", &mi, &md);
+	EXPECT(s2 && !json_is_true(json_object_get(s2, "promoted")) && ai > 100 && mi > 100 && ad == 0 && md == 0,
+	       "ic_run+%s (not promoted): ic_add %" PRIu64 "/%" PRIu64 ", ic_mul %" PRIu64 "/%" PRIu64, two, ai, ad, mi,
+	       md);
+	EXPECT(revert_cli(&f, st) == 0, "the revert of the promoted install failed");
+	EXPECT(members_original(f.pid, &p2, why, sizeof(why)) == 0, "%s", why);
+	EXPECT(heaps_mapped(f.pid) == 0, "the code heap is still mapped after the revert");
+	/* 3. Promoted below one half: the 50/50 site calls ic_add's copy directly, ic_mul by the fallback. */
+	snprintf(cmd, sizeof(cmd),
+		 "%s plan pid %d --hot-set --profile '%s' --icall-targets '%s' --promote-share 0.4 --json > '%s' && "
+		 "cat '%s'",
+		 hp(), f.pid, prof, v1, plan3, plan3);
+	j3 = run_json(cmd);
+	c2 = plan_icall(j3, "ic_run", two);
+	EXPECT(c2 && json_object_get(c2, "promoted"), "ic_run+%s is not promoted at a share of 0.4", two);
+	/* Its commoner target in the first measurement; the other one runs by the fallback. */
+	const char *to = json_string_value(json_object_get(json_object_get(c2, "promoted"), "target")) ?: "";
+	const char *other = !strcmp(to, "ic_add") ? "ic_mul" : "ic_add";
+	if (install_plan_cli(&f, plan3, st, why, sizeof(why)) < 0)
+		goto out;
+	snprintf(cmd, sizeof(cmd), "%s icalls pid %d --seconds 1 --state-dir '%s' --json > '%s' 2>'%s.err' && cat '%s'",
+		 hp(), f.pid, st, v3, v3, v3);
+	r3 = run_json(cmd);
+	if (!r3) {
+		size_t elen;
+		char ep[420];
+		snprintf(ep, sizeof(ep), "%s.err", v3);
+		char *e = slurp(ep, &elen);
+		EXPECT(0, "icalls of the third install failed: %s", e ? e : "");
+		free(e);
+	}
+	s2 = site_of(r3, "ic_run", two);
+	site_target(s2, to, &ai, &ad);
+	site_target(s2, other, &mi, &md);
+	EXPECT(s2 && ai == 0 && ad > 100 && mi > 100 && md == 0,
+	       "ic_run+%s promoted to %s: %" PRIu64 " through the pointer, %" PRIu64 " direct; %s %" PRIu64
+	       " by the fallback, %" PRIu64 " direct",
+	       two, to, ai, ad, other, mi, md);
+	usleep(200000);
+	EXPECT(fx_ok(&f), "the process went wrong with the fallback taken: %s", f.errbuf);
+	EXPECT(revert_cli(&f, st) == 0, "the revert of the third install failed");
+	EXPECT(members_original(f.pid, &p2, why, sizeof(why)) == 0, "%s", why);
+	why[0] = 0;
+out:
+	EXPECT(!why[0], "%s", why);
+	if (journals(st))
+		revert_cli(&f, st);
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+	unsigned long v = fx_stop(&f);
+	EXPECT(v > 100, "the fixture verified only %lu runs", v);
+	printf("# icall promotion: sites %s (ic_run), %s (ic_via) promoted, %s (50/50) not; %lu runs verified\n", one,
+	       via, two, v);
+	json_decref(r1);
+	json_decref(r2);
+	json_decref(r3);
+	json_decref(j2);
+	json_decref(j3);
+	hp_iplan_free(&p1);
+	hp_iplan_free(&p2);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -2118,6 +2369,11 @@ int main(void)
 		tu_cleanup();
 		TEST_EXIT();
 	}
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "icall")) {
+		RUN(t_icall_promotion);
+		tu_cleanup();
+		TEST_EXIT();
+	}
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "switch")) {
 		RUN(t_switch_table_install_revert);
 		RUN(t_hoisted_table_install_revert);
@@ -2146,6 +2402,7 @@ int main(void)
 	RUN(t_hot_set_install_revert);
 	RUN(t_switch_table_install_revert);
 	RUN(t_hoisted_table_install_revert);
+	RUN(t_icall_promotion);
 	RUN(t_kernel_plan_without_module);
 	RUN(t_measure_and_second_pass);
 	RUN(t_root_measured_alike_before_and_after);

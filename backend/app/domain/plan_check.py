@@ -20,7 +20,8 @@ invariants a console and an installer rely on:
 - the code's hex has `code.bytes` bytes, relocations lie inside it, the unwind data follows it, and the
   code hash recomputed here in the agent's canonical form (plan/identity.c: "hotpath-code/1" and a NUL,
   then base, length and bytes of the code, the unwind offset, length and bytes, the relocation count
-  and each relocation's offset and target, integers as 64-bit little-endian) equals `code.sha256`,
+  and each relocation's offset (an `abs64` one's with 1 above its low 32 bits) and target, integers
+  as 64-bit little-endian) equals `code.sha256`,
   which must equal PlanResult.code_sha256;
 - the target is the one asked for (a process's pid and start time as in its target id), and the build
   id PlanResult names is the plan's module build id (kernel: its build id).
@@ -53,7 +54,8 @@ def code_hash(code: PlanCode) -> str:
     h.update(unwind)
     h.update(struct.pack("<Q", len(code.relocations)))
     for r in code.relocations:
-        h.update(struct.pack("<QQ", r.offset, int(r.target, 16)))
+        kind = 1 if r.kind == "abs64" else 0  # enum hp_reloc_kind, above the offset as identity.c puts it
+        h.update(struct.pack("<QQ", r.offset | kind << 32, int(r.target, 16)))
     return h.hexdigest()
 
 
@@ -211,8 +213,8 @@ def check(
     if len(code.hex) != 2 * code.bytes:
         raise PlanInvalid(f"code.hex holds {len(code.hex) // 2} bytes; code.bytes says {code.bytes}")
     for r in code.relocations:
-        if r.offset + 4 > code.bytes:
-            raise PlanInvalid(f"a relocation at +{r.offset:#x} lies outside the code")
+        if r.offset + (8 if r.kind == "abs64" else 4) > code.bytes:
+            raise PlanInvalid(f"a relocation at +{r.offset:#x} ({r.kind}) lies outside the code")
     if code.unwind is not None and (code.unwind.offset < code.bytes or len(code.unwind.hex) != 2 * code.unwind.bytes):
         raise PlanInvalid("the unwind data overlaps the code or its length disagrees with its bytes")
     base = int(code.base, 16)
