@@ -47,6 +47,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (ov[i].target < lo || ov[i].target >= lo + tlen)
 			broken("an own entry's target is outside the text");
 	free(ov);
+	/* Likewise a module's static call site table: each own site inside the
+	 * text, each own key outside it. */
+	size_t cown = hp_static_call_own_prefix(data, half, table, lo, lo + tlen);
+	if (cown % HP_STATIC_CALL_SITE_SIZE || cown > half)
+		broken("the static call own prefix is not whole entries of the table");
+	struct hp_static_call *oc = NULL;
+	long noc = hp_static_call_parse(data, cown, table, lo, lo + tlen, &oc);
+	if (noc < 0 || (size_t)noc > cown / HP_STATIC_CALL_SITE_SIZE || (cown && noc == 0))
+		broken("the static call own prefix's sites are not all in the text");
+	for (long i = 0; i < noc; i++)
+		if ((oc[i].key >= lo && oc[i].key < lo + tlen) || oc[i].key & 3 || oc[i].trampoline || oc[i].tramp)
+			broken("an own static call entry's key is in the text, has flags, or the entry is more than a site");
+	free(oc);
 	for (long i = 0; i < nj; i++)
 		if (jv[i].code < lo || jv[i].code >= lo + tlen || (i && jv[i].code <= jv[i - 1].code))
 			broken("jump-label sites unsorted, repeated or out of range");

@@ -44,7 +44,8 @@ cp "$lane_dir/guest/init" "$stage/init"
 cp "$lane_dir/guest/jobs.sh" "$stage/lane/jobs.sh"
 cp "$lane_dir/guest/ktarget.sh" "$stage/lane/ktarget.sh"
 cp "$lane_dir/guest/kkeys.sh" "$stage/lane/kkeys.sh"
-chmod 755 "$stage/init" "$stage/lane/jobs.sh" "$stage/lane/ktarget.sh" "$stage/lane/kkeys.sh"
+cp "$lane_dir/guest/kscalls.sh" "$stage/lane/kscalls.sh"
+chmod 755 "$stage/init" "$stage/lane/jobs.sh" "$stage/lane/ktarget.sh" "$stage/lane/kkeys.sh" "$stage/lane/kscalls.sh"
 
 # hotpathd and its shared libraries (ldd's closure, each at the path the dynamic loader looks in).
 cp "$hotpathd" "$stage/usr/bin/hotpathd"

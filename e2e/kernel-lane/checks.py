@@ -375,6 +375,29 @@ def kkeys_checks(checks, frames, state):
     checks.run("jump labels in a copy: kkeys.sh ran to its end", finished)
 
 
+def kscalls_checks(checks, frames, state):
+    """Static calls in a kernel copy (guest/kscalls.sh): lane_scall planned and installed, its static call
+    updated while the copy is installed; its own checks, one lane check each, and its wrong results
+    counted with the lane's."""
+    if "kscalls" not in frames:
+        checks.run("static calls in a copy: the guest ran kscalls.sh", frame, frames, "kscalls")
+        return
+    out, rc = frames["kscalls"]
+    lines = out.split("\n")
+    guest_checks(checks, "static calls in a copy", lines)
+
+    def finished():
+        pattern = r"kscalls: targets (\d+)/(\d+) as the original, updates (\d+), copy ran (\d+), wrong results (\d+)"
+        last = [m for m in (re.match(pattern, line) for line in lines) if m]
+        assert last, f"kscalls.sh ended without its summary (status {rc}): {out[-300:]!r}"
+        s, t, _, r, w = (int(g) for g in last[-1].groups())
+        state["wrong"] += w
+        assert rc == 0 and s == t == r and t > 0, f"kscalls.sh's status is {rc}: {last[-1].group(0)}"
+        return last[-1].group(0)
+
+    checks.run("static calls in a copy: kscalls.sh ran to its end", finished)
+
+
 # ---------------------------------------------------------------------------------------------
 # The console's kernel flow over REST, with lane_mix driven and checked in the guest (guest/jobs.sh
 # mixwatch) and the guest's agent killing itself at its first install's redirect (guest/init)
@@ -586,6 +609,7 @@ def main():
     kmod_checks(checks, frames, a, state)
     ktarget_checks(checks, frames, state)
     kkeys_checks(checks, frames, state)
+    kscalls_checks(checks, frames, state)
 
     def guest_host():
         hosts = api.poll(

@@ -98,6 +98,22 @@ int hp_isa_relocate(const uint8_t *code, size_t len, uint64_t old_addr, uint64_t
 		memcpy(out, code, in.length);
 		return in.length;
 	}
+	/* A branch with a 32-bit displacement keeps its bytes, prefixes
+	 * included (GCC's -mindirect-branch-cs-prefix puts a CS prefix on calls
+	 * and jumps to retpoline thunks, which the encoder would drop): only
+	 * its displacement changes. */
+	if (rel_imm && in.raw.imm[0].is_relative && in.raw.imm[0].size == 32 &&
+	    in.raw.imm[0].offset + 4u == in.length && in.length <= outlen) {
+		int64_t d = (int64_t)(new_target - (new_addr + in.length));
+		int32_t v = (int32_t)d;
+		if (d < INT32_MIN || d > INT32_MAX)
+			return -1;
+		memcpy(out, code, in.length);
+		memcpy(out + in.raw.imm[0].offset, &v, 4);
+		if (rel_offset)
+			*rel_offset = in.raw.imm[0].offset;
+		return in.length;
+	}
 	if (!ZYAN_SUCCESS(ZydisEncoderDecodedInstructionToEncoderRequest(&in, ops, in.operand_count_visible, &req)))
 		return -1;
 	/* The absolute form of the request: targets and rip-relative addresses

@@ -18,7 +18,9 @@
  * its address: the model proved they are what the jump reads) is retargeted
  * to it; the bound check before the jump stays as it was. (hp_plan_kept_rule keeps functions whose tables are not of this
  * kind.) A kernel jump-label site ending a block becomes a read of its
- * static key and a jcc (static_keys.h), laid out like any jcc.
+ * static key and a jcc (static_keys.h), laid out like any jcc; a kernel
+ * static call site becomes a call of its trampoline, a tail-call site a
+ * jump to it (static_calls.h), of the same 5 bytes.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -32,6 +34,7 @@
 #include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
+#include "plan/static_calls.h"
 #include "plan/static_keys.h"
 
 enum term { T_NONE, T_FALL, T_JCC, T_JMP };
@@ -181,7 +184,11 @@ static int classify(struct emitter *E, struct eblock *e, char *err, size_t errle
 	e->fall = resolve(E, e->member, f->addr + bl->offset + bl->size);
 	const struct hp_static_branch *ks =
 		in.cls == HP_IC_JMP && in.has_target ? hp_key_site(E->m, f->addr + last) : NULL;
-	if (ks) {
+	if (in.cls == HP_IC_JMP && hp_call_site(E->m, f->addr + last)) {
+		/* A static tail call: its jump is the body's, to the trampoline. */
+		e->term = T_NONE;
+		e->body_len = bl->size;
+	} else if (ks) {
 		/* A jump-label site: a read of its key, then a jcc to its target. */
 		e->term = T_JCC;
 		e->cond = (int8_t)hp_key_site_cond(ks);
@@ -661,6 +668,22 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 			}
 			uint64_t nt =
 				in.has_target ? (in.cls == HP_IC_CALL ? call_target(&E, in.target) : in.target) : 0;
+			/* A static call site calls (or jumps to) its trampoline. */
+			const struct hp_static_call *sc =
+				in.has_target && (in.cls == HP_IC_CALL || in.cls == HP_IC_JMP) ?
+					hp_call_site(m, f->addr + off) :
+					NULL;
+			if (sc) {
+				if (!hp_call_site_movable(m, f->addr + off)) {
+					snprintf(err, errlen,
+						 "%s+0x%x: a static call site whose trampoline is not known", f->name,
+						 off);
+					r = -EINVAL;
+					goto out;
+				}
+				nt = sc->tramp;
+				p->trampoline_calls++;
+			}
 			int n = hp_isa_relocate(src, in.len, f->addr + off, at, nt, p->code + (at - p->base), 16, &rel);
 			if (n < 0) {
 				snprintf(
@@ -696,7 +719,7 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 				t = at + (uint64_t)n + (uint64_t)(int64_t)d;
 				/* Everything but a call to a member's copy is outside the
 				 * group, wherever its address falls. */
-				if (!(in.cls == HP_IC_CALL && nt != in.target) &&
+				if ((sc || !(in.cls == HP_IC_CALL && nt != in.target)) &&
 				    put_reloc(p, &rcap, (uint32_t)(at - p->base) + rel, t) < 0)
 					goto out;
 			}

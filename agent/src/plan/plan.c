@@ -31,6 +31,7 @@
 #include "plan/chains.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
+#include "plan/static_calls.h"
 #include "target/target.h"
 
 void hp_plan_opts_default(struct hp_plan_opts *o)
@@ -180,9 +181,10 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 			return "switch table whose base is set outside its jump's block";
 	}
 	detail[0] = 0;
-	if (f->flags & HP_FN_STATIC_CALL)
-		return "static call site: the kernel rewrites it in place when the call is updated, a copy would keep "
-		       "the old callee";
+	/* Static call sites are written as calls of their trampolines
+	 * (static_calls.h) where the trampoline is known. */
+	if (kf && (rule = hp_plan_call_sites_rule(m, f, detail, dlen)))
+		return rule;
 	if (kf) {
 		for (size_t i = 0; i < kf->npinned; i++)
 			if (kf->pinned[i].lo < f->addr + f->size && kf->pinned[i].hi > f->addr) {

@@ -209,7 +209,8 @@ struct hp_plan {
 	struct hp_reloc *relocs;
 	size_t nrelocs;
 	uint32_t pad_bytes, added_jumps, inverted, removed_jumps;
-	uint32_t key_reads; /* jump-label sites written as reads of their keys (static_keys.h) */
+	uint32_t key_reads;        /* jump-label sites written as reads of their keys (static_keys.h) */
+	uint32_t trampoline_calls; /* static call sites written as calls of their trampolines (static_calls.h) */
 	/* Unwind data for the copy (.eh_frame, unwind.c): installed at
 	 * base + unwind_off with the code; NULL when no member had any. */
 	uint8_t *unwind;

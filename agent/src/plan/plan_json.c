@@ -22,6 +22,7 @@
 #include "host/procmaps.h"
 #include "plan/plan.h"
 #include "plan/plan_json.h"
+#include "plan/static_calls.h"
 #include "plan/static_keys.h"
 #include "plan/profile.h"
 #include "target/target.h"
@@ -476,6 +477,22 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 				rw_item_end(w);
 			}
 			rw_arr_end(w);
+			/* Its static call sites: the installer reads them in their
+			 * canonical form too, whatever the calls are set to; the copy
+			 * calls each one's trampoline. */
+			const struct hp_static_call *cs;
+			size_t ncs = hp_call_sites_in(m, mb->fn->addr, mb->fn->addr + mb->fn->size, &cs);
+			rw_arr(w, "static_calls");
+			for (size_t k = 0; k < ncs; k++) {
+				if (!hp_call_site_movable(m, cs[k].code))
+					continue;
+				rw_item(w);
+				rw_u64(w, "offset", cs[k].code - mb->fn->addr);
+				rw_bool(w, "tail", cs[k].tail);
+				rw_hex(w, "trampoline", cs[k].tramp);
+				rw_item_end(w);
+			}
+			rw_arr_end(w);
 			rw_arr(w, "chain_table");
 			for (uint32_t c = 0; c < mb->nchains; c++) {
 				rw_item(w);
@@ -540,6 +557,7 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_u64(w, "added_jumps", p->added_jumps);
 	rw_u64(w, "key_reads", p->key_reads);
 	rw_u64(w, "promoted_calls", p->npromoted);
+	rw_u64(w, "trampoline_calls", p->trampoline_calls);
 	rw_obj_end(w);
 	rw_arr(w, "kept_in_place");
 	for (size_t i = 0; i < p->nkept; i++) {

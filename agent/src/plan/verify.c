@@ -22,7 +22,9 @@
  * slot (after the tables) holds the promoted member's original entry and
  * is relocated as that address, and its direct call reaches that member's
  * copy: equal pointers call the copy of the same function, any other
- * pointer is called as before.
+ * pointer is called as before. A kernel static call site must be a call of
+ * its static call's trampoline (a tail-call site a jump to it, ending its
+ * block: static_calls.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -34,6 +36,7 @@
 #include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
+#include "plan/static_calls.h"
 #include "plan/static_keys.h"
 
 struct nmap {
@@ -293,6 +296,32 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 				const uint8_t *ob = orig + (oa - f->addr);
 				if (hp_isa_decode(ob, f->addr + f->size - oa, oa, &oi) < 0)
 					FAIL("%s: original 0x%" PRIx64 " does not decode", f->name, oa);
+				const struct hp_static_call *sc =
+					oi.has_target && (oi.cls == HP_IC_CALL || oi.cls == HP_IC_JMP) ?
+						hp_call_site(m, oa) :
+						NULL;
+				if (sc) {
+					/* A static call site: a call of (a jump to) its trampoline,
+					 * the jump ending its block as the site did. */
+					const struct hp_static_call *mv = hp_call_site_movable(m, oa);
+					const uint8_t *nb = p->code + (na - p->base);
+					if (!mv || na >= nend || hp_isa_decode(nb, nend - na, na, &ni) < 0 ||
+					    ni.cls != oi.cls || ni.len != 5 || !ni.has_target ||
+					    ni.target != mv->tramp || (oi.cls == HP_IC_JMP) != (mv->tail != 0) ||
+					    (oi.cls == HP_IC_JMP && oa + oi.len != oend))
+						FAIL("%s: the static call site at 0x%" PRIx64
+						     " is not a %s of its trampoline at 0x%" PRIx64 " in the copy",
+						     f->name, oa, oi.cls == HP_IC_JMP ? "jump" : "call",
+						     mv ? mv->tramp : 0);
+					p->verified_insns++;
+					if (nn == 16)
+						memmove(noffs, noffs + 1, --nn * sizeof(*noffs));
+					noffs[nn++] = (uint32_t)(na - p->base);
+					o_last = oa;
+					oa += oi.len;
+					na += ni.len;
+					continue;
+				}
 				if (oa + oi.len == oend && oi.has_target &&
 				    (oi.cls == HP_IC_JCC || oi.cls == HP_IC_JMP)) {
 					o_cond = oi.cls == HP_IC_JMP ? -1 : hp_isa_jcc_condition(ob, oi.len);

@@ -51,6 +51,11 @@ struct hp_imember {
 	 * unused): read in their JMP form for the digest, as the planner did. */
 	struct hp_static_branch *jump_labels;
 	size_t njump_labels;
+	/* Its static call sites (kernel), sorted, in the planned addresses
+	 * (key and trampoline unused): read in their canonical form for the
+	 * digest, as the planner did. */
+	struct hp_static_call *static_calls;
+	size_t nstatic_calls;
 };
 
 struct hp_iplan {

@@ -174,6 +174,35 @@ static int jump_labels_canonical(const struct hp_imember *mb, int64_t delta, uin
 	free(sites);
 	return 0;
 }
+/* Likewise a member's static call sites, put in their canonical form (a
+ * call or jump to the next byte): the kernel rewrites them whenever the
+ * call is updated, which changes nothing the copy does (it calls the
+ * trampoline). A site in none of the kernel's forms stays as read. 0 or
+ * -ENOMEM. */
+static int static_calls_canonical(const struct hp_imember *mb, int64_t delta, uint8_t *b)
+{
+	struct hp_static_call *v;
+	struct hp_static_branch_stats st;
+	uint64_t *sites;
+
+	if (!mb->nstatic_calls)
+		return 0;
+	v = calloc(mb->nstatic_calls, sizeof(*v));
+	sites = calloc(mb->nstatic_calls, sizeof(*sites));
+	if (!v || !sites) {
+		free(v);
+		free(sites);
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < mb->nstatic_calls; k++)
+		v[k] = (struct hp_static_call){ .code = mb->static_calls[k].code + (uint64_t)delta,
+						.tail = mb->static_calls[k].tail };
+	hp_static_call_canonicalize(b, mb->addr + (uint64_t)delta, mb->size, v, mb->nstatic_calls, sites, &st);
+	free(v);
+	free(sites);
+	return 0;
+}
+
 static int check_target(struct hp_op *x, char *err, size_t errlen)
 {
 	const struct hp_iplan *p = x->p;
@@ -196,6 +225,8 @@ static int check_target(struct hp_op *x, char *err, size_t errlen)
 			hp_byte_patches_apply(x->o->orig, x->o->norig, mb->addr + (uint64_t)x->delta, b, mb->size);
 			others_original(x, mb->addr + (uint64_t)x->delta, b, mb->size);
 			r = jump_labels_canonical(mb, x->delta, b);
+			if (r == 0)
+				r = static_calls_canonical(mb, x->delta, b);
 			hp_bytes_digest(b, mb->size, dg);
 		}
 		if (i == 0)

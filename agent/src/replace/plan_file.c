@@ -196,6 +196,28 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 			mb->jump_labels[mb->njump_labels++] =
 				(struct hp_static_branch){ .code = mb->addr + o, .target = t };
 		}
+		const json_t *sl = json_object_get(tg, "static_calls");
+		mb->static_calls = calloc(json_array_size(sl) + 1, sizeof(*mb->static_calls));
+		if (!mb->static_calls || (sl && !json_is_array(sl))) {
+			snprintf(err, errlen, "the static calls of %s in the plan are malformed", mb->name);
+			p->nmembers++;
+			goto out;
+		}
+		json_array_foreach(sl, k, b)
+		{
+			uint64_t o;
+			const json_t *tail = json_object_get(b, "tail");
+			/* Inside the function, ascending, 5 bytes apart at least (a site's length). */
+			if (!hp_json_u64(json_object_get(b, "offset"), &o) || !json_is_boolean(tail) ||
+			    o + 5 > mb->size ||
+			    (mb->nstatic_calls && mb->addr + o < mb->static_calls[mb->nstatic_calls - 1].code + 5)) {
+				snprintf(err, errlen, "static call %zu of %s in the plan is malformed", k, mb->name);
+				p->nmembers++;
+				goto out;
+			}
+			mb->static_calls[mb->nstatic_calls++] =
+				(struct hp_static_call){ .code = mb->addr + o, .tail = json_is_true(tail) };
+		}
 		p->nmembers++;
 	}
 	if (!p->module[0]) {
@@ -266,6 +288,7 @@ void hp_iplan_free(struct hp_iplan *p)
 		free(p->members[i].module);
 		free(p->members[i].blocks);
 		free(p->members[i].jump_labels);
+		free(p->members[i].static_calls);
 	}
 	free(p->members);
 	free(p->root);

@@ -107,6 +107,19 @@ static int push_data(struct hp_kallsyms *ks, uint32_t mod, uint64_t addr)
 	return 0;
 }
 
+static int push_sc(struct hp_ksc_sym **v, size_t *n, size_t *cap, uint32_t mod, uint64_t addr, const char *name)
+{
+	if (HP_GROW(*v, *cap, *n + 1))
+		return -ENOMEM;
+	struct hp_ksc_sym *e = &(*v)[*n];
+	e->mod = mod;
+	e->addr = addr;
+	if (!(e->name = strdup(name)))
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
 /* The index + 1 of module modname, added if new; 0 on allocation failure. */
 static uint32_t module_index(struct hp_kallsyms *ks, const char *modname)
 {
@@ -165,10 +178,16 @@ int hp_kallsyms_read(struct hp_model *m, FILE *fp, struct hp_kallsyms *ks, char 
 			break;
 		}
 		if (!is_text(type)) {
+			if (has_prefix(name, "__SCK__") &&
+			    (r = push_sc(&ks->sc_keys, &ks->nsc_keys, &ks->cap_sc_keys, mod, addr, name + 7)) < 0)
+				break;
 			if (mod && (r = push_data(ks, mod, addr)) < 0)
 				break;
 			continue;
 		}
+		if (has_prefix(name, "__SCT__") &&
+		    (r = push_sc(&ks->sc_tramps, &ks->nsc_tramps, &ks->cap_sc_tramps, mod, addr, name + 7)) < 0)
+			break;
 		if (!strcmp(name, "_text") && !modname)
 			ks->text = addr;
 		else if (!strcmp(name, "_etext") && !modname)
@@ -346,8 +365,79 @@ int hp_kallsyms_build(struct hp_model *m, const struct hp_kallsyms *ks, char *er
 	return 0;
 }
 
+static int cmp_sc_name(const void *a, const void *b)
+{
+	const struct hp_ksc_sym *x = a, *y = b;
+
+	if (x->mod != y->mod)
+		return x->mod < y->mod ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+static int cmp_tramp_key(const void *a, const void *b)
+{
+	const struct hp_static_call_tramp *x = a, *y = b;
+
+	return x->key < y->key ? -1 : x->key > y->key;
+}
+
+long hp_kallsyms_static_call_tramps(const struct hp_kallsyms *ks, struct hp_static_call_tramp **out)
+{
+	struct hp_ksc_sym *tramps = NULL;
+	struct hp_static_call_tramp *v = NULL;
+	size_t n = 0, u = 0;
+
+	*out = NULL;
+	if (!ks->nsc_keys || !ks->nsc_tramps)
+		return 0;
+	tramps = malloc(ks->nsc_tramps * sizeof(*tramps));
+	v = malloc(ks->nsc_keys * sizeof(*v));
+	if (!tramps || !v) {
+		free(tramps);
+		free(v);
+		return -ENOMEM;
+	}
+	memcpy(tramps, ks->sc_tramps, ks->nsc_tramps * sizeof(*tramps));
+	qsort(tramps, ks->nsc_tramps, sizeof(*tramps), cmp_sc_name);
+	for (size_t i = 0; i < ks->nsc_keys; i++) {
+		const struct hp_ksc_sym *t =
+			bsearch(&ks->sc_keys[i], tramps, ks->nsc_tramps, sizeof(*tramps), cmp_sc_name);
+		/* A name listed twice at two addresses names no one trampoline. */
+		bool twice = t && ((t > tramps && !cmp_sc_name(t - 1, t) && t[-1].addr != t->addr) ||
+				   (t + 1 < tramps + ks->nsc_tramps && !cmp_sc_name(t + 1, t) && t[1].addr != t->addr));
+		if (t && !twice)
+			v[n++] = (struct hp_static_call_tramp){ ks->sc_keys[i].addr, t->addr };
+	}
+	free(tramps);
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_tramp_key);
+	/* One trampoline per key: a key address listed under two names with
+	 * two trampolines is not trusted at all. */
+	for (size_t i = 0; i < n;) {
+		size_t j = i + 1;
+		bool same = true;
+		for (; j < n && v[j].key == v[i].key; j++)
+			same &= v[j].tramp == v[i].tramp;
+		if (same)
+			v[u++] = v[i];
+		i = j;
+	}
+	if (!u) {
+		free(v);
+		return 0;
+	}
+	*out = v;
+	return (long)u;
+}
+
 void hp_kallsyms_free(struct hp_kallsyms *ks)
 {
+	for (size_t i = 0; i < ks->nsc_keys; i++)
+		free(ks->sc_keys[i].name);
+	for (size_t i = 0; i < ks->nsc_tramps; i++)
+		free(ks->sc_tramps[i].name);
+	free(ks->sc_keys);
+	free(ks->sc_tramps);
 	free(ks->syms);
 	for (size_t i = 0; i < ks->nmods; i++)
 		free(ks->modnames[i]);

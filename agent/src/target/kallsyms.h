@@ -37,6 +37,19 @@ struct hp_kdata {
 	uint64_t addr;
 };
 
+/* A static call's key (__SCK__name, data) or trampoline (__SCT__name, text):
+ * its module, address and the name after the prefix. */
+struct hp_ksc_sym {
+	uint32_t mod;
+	uint64_t addr;
+	char *name;
+};
+
+/* A static call's key and the trampoline of the same name. */
+struct hp_static_call_tramp {
+	uint64_t key, tramp;
+};
+
 struct hp_kallsyms {
 	struct hp_ksym *syms; /* sorted by (mod, addr) after hp_kallsyms_read */
 	size_t n, cap;
@@ -49,6 +62,10 @@ struct hp_kallsyms {
 	size_t nret, nind, capret, capind;
 	/* vmlinux markers of tables and text sections (enum hp_kernel_marker), 0 where absent */
 	uint64_t markers[HP_KMARK_COUNT];
+	/* Static call keys and trampolines, vmlinux's and the modules' (keys
+	 * are data: listed only with CONFIG_KALLSYMS_ALL). */
+	struct hp_ksc_sym *sc_keys, *sc_tramps;
+	size_t nsc_keys, nsc_tramps, cap_sc_keys, cap_sc_tramps;
 };
 
 /* Parse a /proc/kallsyms stream. Returns 0, or a negative errno with a reason
@@ -66,6 +83,17 @@ int hp_kallsyms_read_sections(struct hp_kallsyms *ks, const char *dir);
  * start or non-text symbol of its module; the last one at most a page on, and
  * it is flagged HP_FN_SIZE_ESTIMATED. */
 int hp_kallsyms_build(struct hp_model *m, const struct hp_kallsyms *ks, char *err, size_t errlen);
+
+/*
+ * Each static call key paired with its trampoline by name: __SCK__X and
+ * __SCT__X of the same module (or both of vmlinux), as DEFINE_STATIC_CALL
+ * names them; the key's struct holds the function it is set to but not its
+ * trampoline, so the name is the link. Sorted by key, one per key; keys
+ * without a trampoline of their name, or whose trampoline name is listed at
+ * two addresses, are left out. Returns the count and a
+ * malloc'd array in *out (NULL when empty), or -ENOMEM.
+ */
+long hp_kallsyms_static_call_tramps(const struct hp_kallsyms *ks, struct hp_static_call_tramp **out);
 
 void hp_kallsyms_free(struct hp_kallsyms *ks);
 

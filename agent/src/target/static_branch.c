@@ -183,7 +183,9 @@ long hp_static_call_parse(const uint8_t *tab, size_t len, uint64_t table_addr, u
 
 		if (code < lo || code >= hi)
 			continue;
-		v[k++] = (struct hp_static_call){ code, (uint8_t)(key & 1) };
+		v[k++] = (struct hp_static_call){ .code = code,
+						  .tail = (uint8_t)(key & 1),
+						  .key = (at + 4 + (uint64_t)(int64_t)key) & ~(uint64_t)3 };
 	}
 	qsort(v, k, sizeof(*v), cmp_call);
 	for (size_t i = 0; i < k; i++)
@@ -191,6 +193,20 @@ long hp_static_call_parse(const uint8_t *tab, size_t len, uint64_t table_addr, u
 			v[u++] = v[i];
 	*out = v;
 	return (long)u;
+}
+
+size_t hp_static_call_own_prefix(const uint8_t *tab, size_t len, uint64_t table_addr, uint64_t lo, uint64_t hi)
+{
+	size_t i = 0;
+
+	for (; i + HP_STATIC_CALL_SITE_SIZE <= len; i += HP_STATIC_CALL_SITE_SIZE) {
+		uint64_t at = table_addr + i;
+		uint64_t code = at + (int64_t)le32(tab + i);
+		uint64_t key = (at + 4 + (uint64_t)(int64_t)le32(tab + i + 4)) & ~(uint64_t)3;
+		if (code < lo || code >= hi || (key >= lo && key < hi))
+			break;
+	}
+	return i;
 }
 
 /* One of the 5-byte forms the kernel writes at a static call site or at the

@@ -73,13 +73,24 @@ size_t hp_static_branch_canonicalize(uint8_t *buf, uint64_t lo, size_t len, cons
 #define HP_STATIC_CALL_SITE_SIZE 8
 
 struct hp_static_call {
-	uint64_t code; /* the 5-byte site */
-	uint8_t tail;  /* a tail call (a jump), or a trampoline */
+	uint64_t code;      /* the 5-byte site */
+	uint8_t tail;       /* a tail call (a jump), or a trampoline */
+	uint8_t trampoline; /* the first instruction of a trampoline (__SCT__name), not a call site */
+	uint64_t key;       /* the site's struct static_call_key, flags cleared; 0 for a trampoline */
+	uint64_t tramp;     /* the static call's trampoline, which a copy of the site calls; 0 when not known */
 };
 
-/* Decode the static call site table like hp_jump_table_parse. */
+/* Decode the static call site table like hp_jump_table_parse (each entry's
+ * key kept; its trampoline is found later, by name). */
 long hp_static_call_parse(const uint8_t *tab, size_t len, uint64_t table_addr, uint64_t lo, uint64_t hi,
 			  struct hp_static_call **out);
+
+/* How many bytes at the start of tab (len bytes at table_addr) are whole
+ * static call site entries whose site lies in [lo, hi) and whose key does
+ * not (a key is data): a module's .static_call_sites, whose start sysfs
+ * gives but not its end, ends at the first entry that is not one of its own
+ * (padding, the next section). */
+size_t hp_static_call_own_prefix(const uint8_t *tab, size_t len, uint64_t table_addr, uint64_t lo, uint64_t hi);
 
 /* Rewrite, in buf (a copy of [lo, lo + len)), every site of v[0, n) (sorted
  * by code) that lies wholly inside it to one canonical form whatever the

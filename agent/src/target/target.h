@@ -121,11 +121,16 @@ struct hp_kernel_facts {
 	 * parsed), sorted by site. */
 	const struct hp_static_branch *jump_entries;
 	size_t njump_entries;
-	/* Static call sites and trampolines of vmlinux put in their canonical
+	/* Static call sites and trampolines of vmlinux and of the modules
+	 * parsed (each module's own .static_call_sites) put in their canonical
 	 * form (sorted), and those whose bytes were no known form. */
 	uint64_t *static_calls;
 	size_t nstatic_calls;
 	size_t static_call_foreign;
+	/* The static call tables' entries and the trampolines, sorted by site:
+	 * each site's key and trampoline (found by the key's name). */
+	const struct hp_static_call *call_entries;
+	size_t ncall_entries;
 	char notes[4][240]; /* what could not be read, with why */
 	int nnotes;
 };

@@ -42,14 +42,19 @@ struct kpriv {
 	size_t nbranches;
 	struct hp_static_call *calls;
 	size_t ncalls;
+	bool vmlinux_calls; /* vmlinux's static call site table was read */
+	/* Static call keys paired with their trampolines by name (kallsyms). */
+	struct hp_static_call_tramp *tramps;
+	size_t ntramps;
 	pthread_mutex_t lock;
 	/* Text copies used during the parse, one per module. */
 	struct ktext_copy {
 		uint64_t lo, hi;
 		uint8_t *buf;
-		bool keys_done; /* its sites put in canonical form (keys_canonical) */
+		bool keys_done; /* its sites put in canonical form (sites_canonical) */
 	} * copies;
 	size_t cap_static_branches; /* of facts.static_branches */
+	size_t cap_static_calls;    /* of facts.static_calls */
 };
 
 static int quiet_print(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -169,6 +174,7 @@ static void kernel_free_priv(struct hp_model *m)
 	free(kp->facts.static_branches);
 	free(kp->branches);
 	free(kp->calls);
+	free(kp->tramps);
 	free(kp->facts.static_calls);
 	free(kp->copies);
 	free(kp);
@@ -479,6 +485,25 @@ static void read_jump_table(struct kpriv *kp, const uint64_t *mk, uint64_t text,
 	kf->njump_entries = (size_t)n;
 }
 
+/* Each site's trampoline, from its key (kp->tramps); 0 where no trampoline
+ * of the key's name is known. */
+static void resolve_tramps(const struct kpriv *kp, struct hp_static_call *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t lo = 0, hi = kp->ntramps;
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			if (kp->tramps[mid].key < v[i].key)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		v[i].tramp = !v[i].trampoline && lo < kp->ntramps && kp->tramps[lo].key == v[i].key ?
+				     kp->tramps[lo].tramp :
+				     0;
+	}
+}
+
 /* vmlinux's static call sites, checked like the jump table. */
 static void read_static_calls(struct kpriv *kp, const uint64_t *mk, uint64_t text, uint64_t etext)
 {
@@ -504,30 +529,54 @@ static void read_static_calls(struct kpriv *kp, const uint64_t *mk, uint64_t tex
 		free(v);
 		return;
 	}
+	resolve_tramps(kp, v, (size_t)n);
 	kp->calls = v;
 	kp->ncalls = (size_t)n;
+	kp->vmlinux_calls = true;
+	kp->facts.call_entries = v;
+	kp->facts.ncall_entries = (size_t)n;
 }
 
-/* The static call trampolines (__SCT__name) join the sites as tail calls:
- * the kernel rewrites their first instruction too. Returns 0 or -ENOMEM. */
-static int add_trampolines(struct kpriv *kp, const struct hp_module *mod)
+/* Add v[0, n) to the static call entries (kept sorted by site). 0 or -ENOMEM. */
+static int add_calls(struct kpriv *kp, const struct hp_static_call *v, size_t n)
 {
-	size_t extra = 0, k = kp->ncalls;
+	if (!n)
+		return 0;
+	struct hp_static_call *all = realloc(kp->calls, (kp->ncalls + n) * sizeof(*all));
+	if (!all)
+		return -ENOMEM;
+	memcpy(all + kp->ncalls, v, n * sizeof(*v));
+	kp->calls = all;
+	kp->ncalls += n;
+	qsort(all, kp->ncalls, sizeof(*all), cmp_u64); /* code is the first member */
+	kp->facts.call_entries = all;
+	kp->facts.ncall_entries = kp->ncalls;
+	return 0;
+}
 
+/* The static call trampolines (__SCT__name) of a module (vmlinux: once its
+ * site table was read) join the sites as tail calls: the kernel rewrites
+ * their first instruction too. Returns 0 or -ENOMEM. */
+static int add_trampolines(struct kpriv *kp, const struct hp_module *mod, bool vmlinux)
+{
+	struct hp_static_call *v;
+	size_t extra = 0, k = 0;
+	int r;
+
+	if (vmlinux && !kp->vmlinux_calls)
+		return 0;
 	for (size_t i = 0; i < mod->nfuncs; i++)
 		extra += !strncmp(mod->funcs[i].name, "__SCT__", 7) && mod->funcs[i].size >= 5;
-	if (!extra || !kp->calls)
+	if (!extra)
 		return 0;
-	struct hp_static_call *v = realloc(kp->calls, (kp->ncalls + extra) * sizeof(*v));
-	if (!v)
+	if (!(v = malloc(extra * sizeof(*v))))
 		return -ENOMEM;
 	for (size_t i = 0; i < mod->nfuncs; i++)
 		if (!strncmp(mod->funcs[i].name, "__SCT__", 7) && mod->funcs[i].size >= 5)
-			v[k++] = (struct hp_static_call){ mod->funcs[i].addr, 1 };
-	kp->calls = v;
-	kp->ncalls = k;
-	qsort(v, k, sizeof(*v), cmp_u64); /* code is the first member */
-	return 0;
+			v[k++] = (struct hp_static_call){ .code = mod->funcs[i].addr, .tail = 1, .trampoline = 1 };
+	r = add_calls(kp, v, k);
+	free(v);
+	return r;
 }
 
 static int open_bpf(struct kpriv *kp, char *err, size_t errlen)
@@ -651,6 +700,68 @@ static int read_module_jump_table(struct kpriv *kp, const struct hp_module *mod,
 	return 0;
 }
 
+/* A loaded module's own static call sites (.static_call_sites), read like
+ * its jump table: from the start sysfs gives up to the next section, ended
+ * at its first entry whose site is not in the module's text or whose key is
+ * (hp_static_call_own_prefix). The module loader has pointed every entry's
+ * key at its struct static_call_key (objtool may have named the trampoline
+ * there). Checked like vmlinux's table, each site's trampoline found by the
+ * key's name, the entries join kp->calls. 0, or -ENOMEM. */
+static int read_module_static_calls(struct kpriv *kp, const struct hp_module *mod, const struct ktext_copy *c)
+{
+	uint64_t next, lo = module_section(mod->name, ".static_call_sites", &next);
+	size_t len = 0, want = MODULE_JUMP_TABLE_MAX / 2;
+	struct hp_static_call *v = NULL;
+	uint8_t *tab;
+	long n;
+	int r;
+
+	if (!lo)
+		return 0;
+	if (next > lo && next - lo < want)
+		want = (size_t)(next - lo);
+	if (!(tab = malloc(want)))
+		return -ENOMEM;
+	while (len < want) {
+		size_t page = 4096 - (size_t)((lo + len) & 4095), step = want - len < page ? want - len : page;
+		if (kernel_read_raw(kp, lo + len, tab + len, step) < 0)
+			break;
+		len += step;
+	}
+	len = hp_static_call_own_prefix(tab, len, lo, c->lo, c->hi);
+	n = len ? hp_static_call_parse(tab, len, lo, c->lo, c->hi, &v) : 0;
+	free(tab);
+	if (n < 0)
+		return (int)n;
+	if (n == 0 || !layout_holds((size_t)n, site_ok, &(struct site_layout){ kp, v, sizeof(*v), call_form })) {
+		free(v);
+		return 0;
+	}
+	resolve_tramps(kp, v, (size_t)n);
+	r = add_calls(kp, v, (size_t)n);
+	free(v);
+	return r;
+}
+
+/* Put the static call sites and trampolines of a text copy in their
+ * canonical form and add them to the facts' sorted list (which the CFG is
+ * given). 0 or -ENOMEM. */
+static int calls_canonical(struct kpriv *kp, struct ktext_copy *c)
+{
+	struct hp_kernel_facts *kf = &kp->facts;
+	struct hp_static_branch_stats st;
+
+	if (!kp->ncalls)
+		return 0;
+	if (HP_GROW(kf->static_calls, kp->cap_static_calls, kf->nstatic_calls + kp->ncalls))
+		return -ENOMEM;
+	kf->nstatic_calls += hp_static_call_canonicalize(c->buf, c->lo, c->hi - c->lo, kp->calls, kp->ncalls,
+							 kf->static_calls + kf->nstatic_calls, &st);
+	kf->static_call_foreign += st.foreign;
+	qsort(kf->static_calls, kf->nstatic_calls, sizeof(uint64_t), cmp_u64);
+	return 0;
+}
+
 /* Put the jump-label sites of a text copy in their canonical form and add
  * them to the facts' sorted list (which the CFG is given). 0 or -ENOMEM. */
 static int keys_canonical(struct kpriv *kp, struct ktext_copy *c)
@@ -659,7 +770,6 @@ static int keys_canonical(struct kpriv *kp, struct ktext_copy *c)
 	struct hp_static_branch_stats st;
 	uint64_t *sites;
 
-	c->keys_done = true;
 	if (!kp->nbranches)
 		return 0;
 	if (HP_GROW(kf->static_branches, kp->cap_static_branches, kf->nstatic_branches + kp->nbranches))
@@ -669,6 +779,21 @@ static int keys_canonical(struct kpriv *kp, struct ktext_copy *c)
 		hp_static_branch_canonicalize(c->buf, c->lo, c->hi - c->lo, kp->branches, kp->nbranches, sites, &st);
 	kf->static_branch_foreign += st.foreign;
 	qsort(kf->static_branches, kf->nstatic_branches, sizeof(uint64_t), cmp_u64);
+	return 0;
+}
+
+/* A text copy's jump-label and static call sites in canonical form, once: a
+ * module's own tables read from sysfs first, a module's or vmlinux's
+ * trampolines added. 0 or -ENOMEM. */
+static int sites_canonical(struct kpriv *kp, const struct hp_module *mod, struct ktext_copy *c, bool vmlinux)
+{
+	if (c->keys_done)
+		return 0;
+	c->keys_done = true;
+	if (!vmlinux && (read_module_jump_table(kp, mod, c) < 0 || read_module_static_calls(kp, mod, c) < 0))
+		return -ENOMEM;
+	if (add_trampolines(kp, mod, vmlinux) < 0 || keys_canonical(kp, c) < 0 || calls_canonical(kp, c) < 0)
+		return -ENOMEM;
 	return 0;
 }
 
@@ -817,6 +942,15 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	PHASE("kallsyms");
 	read_bug_table(kp, ks.markers, ks.text, ks.etext);
 	read_jump_table(kp, ks.markers, ks.text, ks.etext);
+	{
+		long nt = hp_kallsyms_static_call_tramps(&ks, &kp->tramps);
+		if (nt < 0) {
+			r = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		kp->ntramps = (size_t)nt;
+	}
 	read_static_calls(kp, ks.markers, ks.text, ks.etext);
 	if ((r = read_pinned(kp, ks.markers)) < 0) {
 		snprintf(err, errlen, "out of memory");
@@ -880,13 +1014,15 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			snprintf(err, errlen, "out of memory for a copy of %s text", mod->name);
 			goto fail;
 		}
-		if (read_module_jump_table(kp, mod, &kp->copies[i]) < 0 || keys_canonical(kp, &kp->copies[i]) < 0) {
+		if (sites_canonical(kp, mod, &kp->copies[i], false) < 0) {
 			r = -ENOMEM;
 			snprintf(err, errlen, "out of memory");
 			goto fail;
 		}
 		menv.static_branches = kp->facts.static_branches;
 		menv.nstatic_branches = kp->facts.nstatic_branches;
+		menv.static_calls = kp->facts.static_calls;
+		menv.nstatic_calls = kp->facts.nstatic_calls;
 		menv.traps_known = false;
 		if ((r = hp_cfg_parse_module(mod, &menv, kernel_bytes, &kp->copies[i], 1, &one)) < 0) {
 			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
@@ -919,30 +1055,18 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			goto fail;
 		}
 		PHASE("read text");
-		/* Jump labels: one canonical form whatever the keys' state
-		 * (a module's own table read from sysfs first). */
-		if (!c->keys_done && ((i > 0 && read_module_jump_table(kp, mod, c) < 0) || keys_canonical(kp, c) < 0)) {
+		/* Jump labels and static calls: one canonical form whatever the
+		 * keys and calls are set to (a module's own tables read from
+		 * sysfs first). */
+		if (sites_canonical(kp, mod, c, i == 0) < 0) {
 			r = -ENOMEM;
 			snprintf(err, errlen, "out of memory");
 			goto fail;
 		}
 		env.static_branches = kp->facts.static_branches;
 		env.nstatic_branches = kp->facts.nstatic_branches;
-		if (i == 0 && kp->ncalls) {
-			struct hp_kernel_facts *kf = &kp->facts;
-			struct hp_static_branch_stats st;
-			if (add_trampolines(kp, mod) < 0 ||
-			    !(kf->static_calls = malloc(kp->ncalls * sizeof(uint64_t)))) {
-				r = -ENOMEM;
-				snprintf(err, errlen, "out of memory");
-				goto fail;
-			}
-			kf->nstatic_calls = hp_static_call_canonicalize(c->buf, c->lo, c->hi - c->lo, kp->calls,
-									kp->ncalls, kf->static_calls, &st);
-			kf->static_call_foreign = st.foreign;
-			env.static_calls = kf->static_calls;
-			env.nstatic_calls = kf->nstatic_calls;
-		}
+		env.static_calls = kp->facts.static_calls;
+		env.nstatic_calls = kp->facts.nstatic_calls;
 		if (i == 0)
 			PHASE("static");
 		r = hp_cfg_parse_module(mod, &env, kernel_bytes, c, o->threads, only ? &one : NULL);

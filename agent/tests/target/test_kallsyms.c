@@ -280,6 +280,48 @@ static void t_trim_fill(void)
 	EXPECT(hp_ktext_trim_fill(ret, sizeof(ret), a, true) == 1, "ret changed");
 }
 
+/* A static call's key (__SCK__X, data) and trampoline (__SCT__X, text)
+ * are paired by name within one module or vmlinux: a key of a module names
+ * no trampoline of vmlinux, a key without a trampoline is left out, and a
+ * trampoline name listed twice is not trusted. */
+static void t_static_call_keys_paired_with_trampolines_by_name(void)
+{
+	static const char extra[] =
+		"ffffffffa4e01000 D __SCK__tp_func_sched_switch\n"
+		"ffffffffa3a01000 T __SCT__tp_func_sched_switch\n"
+		"ffffffffa4e01010 d __SCK__pv_sched_clock\n"
+		"ffffffffa3a01008 t __SCT__pv_sched_clock\n"
+		"ffffffffa4e01020 D __SCK__no_trampoline\n"
+		"ffffffffc0250400 d __SCK__lane_sc\t[hotpath_lane]\n"
+		"ffffffffc024d800 T __SCT__lane_sc\t[hotpath_lane]\n"
+		"ffffffffc0276400 d __SCK__pv_sched_clock\t[failover]\n"
+		"ffffffffa4e01030 D __SCK__twice\n"
+		"ffffffffa3a01010 T __SCT__twice\n"
+		"ffffffffa3a01018 T __SCT__twice\n";
+	struct hp_static_call_tramp *v = NULL;
+	char err[256];
+	struct built b;
+
+	REQUIRE(build(&b, extra, false, err, sizeof(err)) == 0, "build: %s", err);
+	long n = hp_kallsyms_static_call_tramps(&b.ks, &v);
+	REQUIRE(n == 3 && v, "%ld pairs, expected 3", n);
+	EXPECT(v[0].key == 0xffffffffa4e01000ull && v[0].tramp == 0xffffffffa3a01000ull, "sched_switch: %llx -> %llx",
+	       (unsigned long long)v[0].key, (unsigned long long)v[0].tramp);
+	EXPECT(v[1].key == 0xffffffffa4e01010ull && v[1].tramp == 0xffffffffa3a01008ull,
+	       "a static (d/t) key and trampoline: %llx -> %llx", (unsigned long long)v[1].key,
+	       (unsigned long long)v[1].tramp);
+	EXPECT(v[2].key == 0xffffffffc0250400ull && v[2].tramp == 0xffffffffc024d800ull,
+	       "the module's own key: %llx -> %llx", (unsigned long long)v[2].key, (unsigned long long)v[2].tramp);
+	free(v);
+	unbuild(&b);
+
+	/* No key listed (a kernel without CONFIG_KALLSYMS_ALL): no pairs. */
+	REQUIRE(build(&b, "ffffffffa3a01000 T __SCT__tp_func_sched_switch\n", false, err, sizeof(err)) == 0,
+		"build: %s", err);
+	EXPECT(hp_kallsyms_static_call_tramps(&b.ks, &v) == 0 && !v, "pairs without keys");
+	unbuild(&b);
+}
+
 int main(void)
 {
 	RUN(t_modules_in_kallsyms_order);
@@ -291,5 +333,6 @@ int main(void)
 	RUN(t_vmlinux_between_text_and_etext);
 	RUN(t_kallsyms_without_addresses_refused);
 	RUN(t_trim_fill);
+	RUN(t_static_call_keys_paired_with_trampolines_by_name);
 	TEST_EXIT();
 }

@@ -167,6 +167,36 @@ static void t_sites_being_patched_take_the_canonical_form(void)
 	       "a static call site being patched: %zu rewritten, %zu foreign", st.rewritten, st.foreign);
 }
 
+/* A module's .static_call_sites, whose end sysfs does not give, ends at its
+ * first entry whose site is not in the module's text or whose key is. */
+static void t_module_static_call_table_ends_at_its_first_foreign_entry(void)
+{
+	const uint64_t table = 0xffffffffc0100000ull, text = 0xffffffffc0000000ull, key = 0xffffffffc0102000ull;
+	uint8_t tab[8 * 5];
+
+	memset(tab, 0, sizeof(tab));
+	for (size_t i = 0; i < 4; i++) {
+		uint64_t at = table + 8 * i, site = text + 0x10 * (i + 1), k = i == 2 ? text + 0x40 : key;
+		put32(tab + 8 * i, (int32_t)(site - at));
+		put32(tab + 8 * i + 4, (int32_t)(k - (at + 4)) + (i == 1)); /* entry 1 a tail call */
+	}
+	/* Entry 2's key lies in the text: the table ended. */
+	EXPECT(hp_static_call_own_prefix(tab, sizeof(tab), table, text, text + 0x1000) == 16,
+	       "own prefix %zu bytes, expected 2 entries",
+	       hp_static_call_own_prefix(tab, sizeof(tab), table, text, text + 0x1000));
+	/* Zeros after the table (padding): an entry pointing at itself. */
+	memset(tab + 16, 0, sizeof(tab) - 16);
+	EXPECT(hp_static_call_own_prefix(tab, sizeof(tab), table, text, text + 0x1000) == 16, "zeros taken as entries");
+	EXPECT(hp_static_call_own_prefix(tab, 15, table, text, text + 0x1000) == 8, "a partial entry was taken");
+	EXPECT(hp_static_call_own_prefix(tab, sizeof(tab), table, text + 0x20, text + 0x1000) == 0,
+	       "a first entry outside the text was taken");
+	struct hp_static_call *v = NULL;
+	long n = hp_static_call_parse(tab, 16, table, text, text + 0x1000, &v);
+	REQUIRE(n == 2 && v, "%ld sites, expected 2", n);
+	EXPECT(v[0].key == key && v[1].key == key && v[0].tail == 0 && v[1].tail == 1, "keys or tail bits wrong");
+	free(v);
+}
+
 static void t_static_call_sites_take_one_form(void)
 {
 	const uint64_t table = 0xffffffff82000000ull, lo = 0xffffffff81000000ull;
@@ -183,6 +213,9 @@ static void t_static_call_sites_take_one_form(void)
 	long n = hp_static_call_parse(tab, sizeof(tab), table, lo, lo + 0x1000, &v);
 	REQUIRE(n == 2 && v, "%ld sites, expected 2", n);
 	EXPECT(v[0].code == lo && v[0].tail == 1 && v[1].code == lo + 0x20 && v[1].tail == 0, "sites decoded wrongly");
+	/* The key, relative to its field, flags cleared. */
+	EXPECT(v[0].key == table + 0x2000 && v[1].key == table + 0x1000 && !v[0].trampoline && !v[0].tramp,
+	       "keys decoded as %llx %llx", (unsigned long long)v[0].key, (unsigned long long)v[1].key);
 	free(v);
 	EXPECT(hp_static_call_parse(tab, 7, table, lo, lo + 0x1000, &v) == -EINVAL, "a table of 7 bytes was accepted");
 
@@ -299,6 +332,7 @@ int main(void)
 	RUN(t_module_table_ends_at_its_first_foreign_entry);
 	RUN(t_sites_take_one_canonical_form);
 	RUN(t_sites_being_patched_take_the_canonical_form);
+	RUN(t_module_static_call_table_ends_at_its_first_foreign_entry);
 	RUN(t_static_call_sites_take_one_form);
 	RUN(t_kernel_sites_are_two_way_branches);
 	TEST_EXIT();

@@ -204,6 +204,8 @@ job_test() {
 	frame ktarget /lane/ktarget.sh "$LANE_KTARGET_CYCLES"
 	# Jump labels in a kernel copy: a plan of lane_keyed installed while its static keys flip.
 	frame kkeys /lane/kkeys.sh
+	# Static calls in a kernel copy: a plan of lane_scall installed while its static call is updated.
+	frame kscalls /lane/kscalls.sh
 	frame kmod-ftrace-after cat $T/enabled_functions
 	frame kmod-reload sh -c 'rmmod hotpath && insmod /lane/hotpath.ko && grep -w hotpath /proc/modules'
 	frame kmod-dmesg dmesg

@@ -25,6 +25,14 @@
  *            lane_key_b likewise (a true key tested with
  *            static_branch_likely: branch bit 1); the kernel patches every
  *            site of each key it flips, here and in nothing else.
+ *            "scall N": lane_scall(N), a function with a static call site
+ *            and a static tail-call site of the static call lane_sc: its
+ *            result to scall_result, where it ran to scall_where.
+ *            "sctarget K": static_call_update of lane_sc to lane_sc_one
+ *            (K = 0, its initial target), lane_sc_two (1) or the kernel's
+ *            __static_call_return0 (2); the kernel rewrites lane_sc's
+ *            trampoline and both sites (a call, a jump, or for 2 the
+ *            site's "xor eax, eax").
  *
  * Both paths call into vmlinux (ktime_get_ns, msleep), so the module's
  * functions have callees outside the module.
@@ -35,6 +43,7 @@
 #include <linux/kernel.h>
 #include <linux/module.h>
 #include <linux/proc_fs.h>
+#include <linux/static_call.h>
 #include <linux/timekeeping.h>
 #include <linux/uaccess.h>
 
@@ -112,6 +121,43 @@ static noinline u64 lane_keyed(u64 n)
 	return r & 0xffffffff;
 }
 
+static unsigned long lane_scall_result, lane_scall_where;
+module_param_named(scall_result, lane_scall_result, ulong, 0400);
+module_param_named(scall_where, lane_scall_where, ulong, 0400);
+
+/* The static call's targets: each gives other results. */
+static noinline u64 lane_sc_one(u64 n)
+{
+	return (n * 3 + 1) & 0xffffffff;
+}
+
+static noinline u64 lane_sc_two(u64 n)
+{
+	return ((n ^ 0x5a5a5a) + 7) & 0xffffffff;
+}
+
+DEFINE_STATIC_CALL(lane_sc, lane_sc_one);
+
+/* Where lane_scall runs (its call's return address), as lane_here. */
+static noinline void lane_scall_here(void)
+{
+	WRITE_ONCE(lane_scall_where, (unsigned long)__builtin_return_address(0));
+}
+
+/* A static call site and a static tail-call site: a copy that kept either
+ * calling the target it had when copied would give that target's results
+ * once the call is updated. */
+static noinline u64 lane_scall(u64 n)
+{
+	u64 r;
+
+	lane_scall_here();
+	r = static_call(lane_sc)(n);
+	if (n & 1)
+		return static_call(lane_sc)(r + n); /* a tail call: a jump to the trampoline */
+	return (r * 5 + n) & 0xffffffff;
+}
+
 /* The function whose caller sleeps inside it. */
 static noinline void lane_nap(unsigned int ms)
 {
@@ -165,6 +211,19 @@ static ssize_t lane_write(struct file *file, const char __user *buf, size_t len,
 			static_branch_enable(&lane_key_b);
 		else
 			static_branch_disable(&lane_key_b);
+		return len;
+	}
+	if (sscanf(cmd, "scall %llu", &n) == 1) {
+		WRITE_ONCE(lane_scall_result, lane_scall(n));
+		return len;
+	}
+	if (sscanf(cmd, "sctarget %u", &a) == 1 && a <= 2) {
+		if (a == 0)
+			static_call_update(lane_sc, &lane_sc_one);
+		else if (a == 1)
+			static_call_update(lane_sc, &lane_sc_two);
+		else
+			static_call_update(lane_sc, (void *)&__static_call_return0);
 		return len;
 	}
 	if (sscanf(cmd, "nap %u", &ms) != 1 || ms < 1 || ms > 1000)
