@@ -17,6 +17,8 @@ hotpathd=${HOTPATHD:-$repo_root/agent/build/hotpathd}
 [ -x "$hotpathd" ] || die "$hotpathd is missing: run 'make agent' first"
 command -v cpio >/dev/null || die "cpio is missing: run e2e/kernel-lane/fetch.sh"
 command -v gcc-12 >/dev/null || die "gcc-12 (the compiler the kernel's headers name) is missing: apt-get install gcc-12"
+command -v dkms >/dev/null ||
+	die "dkms is missing (the lane builds hotpath.ko with it): run scripts/install-deps.sh test, or apt-get install --no-install-recommends dkms"
 
 mkdir -p "$build"
 stage=$build/stage
@@ -35,8 +37,6 @@ cp "$build/module/hotpath_lane.ko" "$stage/lane/"
 # plain make: dkms missing or refusing fails the lane with its words. dkms signs the module as it does
 # on a Debian host with that kernel's kbuild (sign-file from the fetched linux-kbuild, a key of its own
 # in the scratch tree); the guest loads it like an unsigned module (its key is not the kernel's).
-command -v dkms >/dev/null ||
-	die "dkms is missing (the lane builds hotpath.ko with it): run scripts/install-deps.sh test, or apt-get install --no-install-recommends dkms"
 dkms_dir=$build/dkms
 rm -rf "$dkms_dir"
 mkdir -p "$dkms_dir/tree" "$dkms_dir/src" "$dkms_dir/lib"
