@@ -17,7 +17,8 @@ command -v apt-get >/dev/null || die "this script knows Debian/Ubuntu (apt-get);
 run_pkgs=(make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib1g-dev libzydis-dev libjansson-dev libgrpc-dev
           libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libssl-dev pkg-config ca-certificates
           python3 python3-venv python3-pip curl jq)
-test_pkgs=(chromium linux-perf docker-compose binutils util-linux procps clang-format cppcheck)
+# dkms: the kernel lane builds hotpath.ko through its DKMS package (deploy/dkms), as a host would.
+test_pkgs=(chromium linux-perf docker-compose binutils util-linux procps clang-format cppcheck dkms)
 
 pkgs=("${run_pkgs[@]}")
 [ "$mode" = test ] && pkgs+=("${test_pkgs[@]}")

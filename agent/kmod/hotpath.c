@@ -37,6 +37,7 @@
 #include <linux/mutex.h>
 #include <linux/rcupdate.h>
 #include <linux/slab.h>
+#include <linux/stringify.h>
 #include <linux/uaccess.h>
 #include <linux/utsname.h>
 #include <linux/vmalloc.h>
@@ -731,5 +732,7 @@ static void __exit hp_exit(void)
 module_init(hp_init);
 module_exit(hp_exit);
 MODULE_LICENSE("GPL");
+/* modinfo's version: the ABI version, which is also its DKMS package's (deploy/dkms). */
+MODULE_VERSION(__stringify(HOTPATH_ABI_VERSION));
 MODULE_DESCRIPTION(
 	"Hotpath: kernel code heaps, entry redirection through ftrace and call-site patching for the agent's kernel target");

@@ -3,9 +3,11 @@
 # Build the kernel lane's guest image from the fetched kernel: an uncompressed initramfs holding
 # busybox, /init (guest/init), hotpathd with the shared libraries it links (the very binary the host
 # runs: see docs/decisions.md), the virtio network modules with what they depend on, the test module
-# module/hotpath_lane.c and Hotpath's kernel module agent/kmod/hotpath.c built against the fetched
-# headers, the static test programs guest/lanework.c and guest/kmodtest.c, and guest/ktarget.sh. Prints the image's path. Per-boot settings (where the backend is, credentials,
-# the job to run) are not in it: boot.sh appends them as a second archive.
+# module/hotpath_lane.c built against the fetched headers, Hotpath's kernel module agent/kmod/hotpath.c
+# as its DKMS package (deploy/dkms) builds and installs it for the fetched kernel, the static test
+# programs guest/lanework.c and guest/kmodtest.c, and guest/ktarget.sh. Prints the image's path.
+# Per-boot settings (where the backend is, credentials, the job to run) are not in it: boot.sh appends
+# them as a second archive.
 #
 #   HOTPATHD   the agent binary to carry (default agent/build/hotpathd)
 set -euo pipefail
@@ -15,6 +17,8 @@ hotpathd=${HOTPATHD:-$repo_root/agent/build/hotpathd}
 [ -x "$hotpathd" ] || die "$hotpathd is missing: run 'make agent' first"
 command -v cpio >/dev/null || die "cpio is missing: run e2e/kernel-lane/fetch.sh"
 command -v gcc-12 >/dev/null || die "gcc-12 (the compiler the kernel's headers name) is missing: apt-get install gcc-12"
+command -v dkms >/dev/null ||
+	die "dkms is missing (the lane builds hotpath.ko with it): run scripts/install-deps.sh test, or apt-get install --no-install-recommends dkms"
 
 mkdir -p "$build"
 stage=$build/stage
@@ -26,11 +30,23 @@ cp -r "$lane_dir/module" "$build/module"
 make -s -C "$kheaders" M="$build/module" modules >"$build/module.log" 2>&1 ||
 	{ tail -20 "$build/module.log" >&2; die "building module/hotpath_lane.c against $release failed"; }
 cp "$build/module/hotpath_lane.ko" "$stage/lane/"
-# Hotpath's own module (agent/kmod), the same way.
-cp -r "$repo_root/agent/kmod" "$build/kmod"
-make -s -C "$kheaders" M="$build/kmod" modules >"$build/kmod.log" 2>&1 ||
-	{ tail -20 "$build/kmod.log" >&2; die "building agent/kmod/hotpath.c against $release failed"; }
-cp "$build/kmod/hotpath.ko" "$stage/lane/"
+# Hotpath's own module (agent/kmod) through its DKMS package (deploy/dkms): install.sh stages it,
+# dkms adds, builds and installs it for the fetched kernel, all in scratch trees under the build folder
+# (nothing in /var/lib/dkms, /usr/src or /lib/modules of this machine), and the lane carries the file
+# dkms installed. So every check of hotpath.ko proves the module DKMS builds on a host. No fallback to a
+# plain make: dkms missing or refusing fails the lane with its words. dkms signs the module as it does
+# on a Debian host with that kernel's kbuild (sign-file from the fetched linux-kbuild, a key of its own
+# in the scratch tree); the guest loads it like an unsigned module (its key is not the kernel's).
+dkms_dir=$build/dkms
+rm -rf "$dkms_dir"
+mkdir -p "$dkms_dir/tree" "$dkms_dir/src" "$dkms_dir/lib"
+sign_file=$kroot/usr/lib/linux-kbuild-${abi%.*}/scripts/sign-file \
+	"$repo_root/deploy/dkms/install.sh" install --kernel "$release" --kernelsourcedir "$kheaders" \
+	--dkmstree "$dkms_dir/tree" --sourcetree "$dkms_dir/src" --installtree "$dkms_dir/lib" >"$build/kmod.log" 2>&1 ||
+	{ tail -30 "$build/kmod.log" >&2; die "building hotpath.ko through DKMS (deploy/dkms/install.sh) for $release failed (all of it: $build/kmod.log)"; }
+ko=$dkms_dir/lib/$release/updates/dkms/hotpath.ko
+[ -f "$ko" ] || die "dkms reported hotpath.ko installed, but $ko is not there (see $build/kmod.log)"
+cp "$ko" "$stage/lane/"
 
 # The guest workload: static, so its only read()s are the ones it counts.
 gcc -static -O2 -Wall -Wextra -Werror -o "$stage/lane/lanework" "$lane_dir/guest/lanework.c" ||
@@ -79,5 +95,5 @@ printf '%s\n' "${order[@]}" >"$stage/lane/modules.order"
 	die "cpio failed"
 mv "$build/initramfs.cpio.tmp" "$build/initramfs.cpio"
 echo "$release" >"$build/release"
-say "guest image $build/initramfs.cpio ($(du -h "$build/initramfs.cpio" | cut -f1)): hotpathd, ${#order[@]} virtio modules, hotpath_lane.ko, hotpath.ko" >&2
+say "guest image $build/initramfs.cpio ($(du -h "$build/initramfs.cpio" | cut -f1)): hotpathd, ${#order[@]} virtio modules, hotpath_lane.ko, hotpath.ko (DKMS hotpath/$("$repo_root/deploy/dkms/install.sh" --version))" >&2
 echo "$build/initramfs.cpio"

@@ -265,6 +265,12 @@ def guest_checks(checks, prefix, lines):
             checks.run(f"{prefix}: {m.group(2)}", one)
 
 
+def ko_modinfo(ko):
+    """The .modinfo fields of a .ko (version, srcversion, ...), as readelf prints its strings."""
+    out = subprocess.run(["readelf", "-p", ".modinfo", ko], check=True, capture_output=True, text=True).stdout
+    return dict(m.groups() for m in re.finditer(r"\]\s+([a-z_]+)=(.*)$", out, re.M))
+
+
 def kmod_checks(checks, frames, a, state):
     """hotpath.ko in the guest: guest/kmodtest's own checks, one lane check each, then what the host can
     add (lane_step's bytes as READ gives them against the .ko), nothing of it left in ftrace after
@@ -310,6 +316,20 @@ def kmod_checks(checks, frames, a, state):
         return "lane_step not in enabled_functions after close; rmmod hotpath and insmod again succeed"
 
     checks.run("hotpath.ko: nothing left after close; it unloads and loads again", nothing_left)
+
+    def dkms_build():
+        text, rc = frame(frames, "kmod-version")
+        assert rc == 0, f"the guest has no /sys/module/hotpath/version or srcversion (status {rc}): {text[-300:]!r}"
+        guest = text.split()
+        info = ko_modinfo(a.hotpath_ko)
+        want = [a.dkms_version, info.get("srcversion", "")]
+        assert info.get("version") == a.dkms_version, (
+            f"the .ko DKMS installed has version {info.get('version')!r}, its package is hotpath/{a.dkms_version}"
+        )
+        assert guest == want, f"the guest's hotpath is version/srcversion {guest}, DKMS built {want}"
+        return f"hotpath/{a.dkms_version}, srcversion {want[1]}, in the guest as DKMS built it"
+
+    checks.run("hotpath.ko: the guest runs the module its DKMS package built", dkms_build)
 
     def clean_log():
         text, _ = frame(frames, "kmod-dmesg")
@@ -585,6 +605,8 @@ def main():
     ap.add_argument("--results", required=True, help="the guest's results channel (second serial port)")
     ap.add_argument("--ko", required=True, help="hotpath_lane.ko as loaded in the guest")
     ap.add_argument("--release", required=True, help="the kernel release the lane fetched")
+    ap.add_argument("--hotpath-ko", required=True, help="hotpath.ko as DKMS installed it (build.sh) for the guest")
+    ap.add_argument("--dkms-version", required=True, help="its DKMS package version (install.sh --version)")
     ap.add_argument("--guest-hostname", default="hotpath-lane")
     ap.add_argument("--deadline", type=float, required=True, help="epoch seconds every wait ends by")
     ap.add_argument("--e2e", required=True, help="the e2e folder (Playwright and its node_modules)")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Fetch what the kernel lane needs, once. QEMU and cpio are host tools and are installed with apt like
+# Fetch what the kernel lane needs, once. QEMU, cpio and dkms are host tools and are installed with apt like
 # every other dependency (only when missing). The guest's parts go into the lane's cache folder and
 # never into the system: Debian's current amd64 kernel image and its headers (the ABI is resolved from
 # the linux-image-amd64 meta-package, not written down here) and busybox-static, each downloaded with
@@ -17,6 +17,8 @@ export DEBIAN_FRONTEND=noninteractive
 missing=()
 command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
 command -v cpio >/dev/null || missing+=(cpio)
+# build.sh builds hotpath.ko through its DKMS package (deploy/dkms), as a host would.
+command -v dkms >/dev/null || missing+=(dkms)
 if [ ${#missing[@]} -gt 0 ]; then
 	say "installing ${missing[*]}"
 	apt-get update -qq || true

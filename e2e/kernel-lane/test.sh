@@ -105,7 +105,8 @@ step "guest test job done; checking"
 
 "$repo_root/backend/.venv/bin/python" "$lane_dir/checks.py" --url "http://127.0.0.1:$http" \
 	--password-file "$data/admin-password" --results "$run/results.log" \
-	--ko "$build/stage/lane/hotpath_lane.ko" --release "$release" --deadline "$(($(date +%s) + $(left)))" \
+	--ko "$build/stage/lane/hotpath_lane.ko" --release "$release" --hotpath-ko "$build/stage/lane/hotpath.ko" \
+	--dkms-version "$("$repo_root/deploy/dkms/install.sh" --version)" --deadline "$(($(date +%s) + $(left)))" \
 	--e2e "$repo_root/e2e" --run "$run"
 rc=$?
 summarized=1

@@ -199,6 +199,8 @@ job_test() {
 	# hotpath.ko (loaded by init): its proofs and the agent's kernel target's, then nothing of either
 	# left in ftrace, unloading and
 	# loading it again, and the kernel's log of it all.
+	# What the kernel says of the hotpath.ko it loaded: its version and source hash (the DKMS build's?).
+	frame kmod-version cat /sys/module/hotpath/version /sys/module/hotpath/srcversion
 	frame kmodtest /lane/kmodtest "$LANE_KMOD_CYCLES"
 	# The agent's kernel target: hotpathd install / revert kernel of a plan of lane_mix.
 	frame ktarget /lane/ktarget.sh "$LANE_KTARGET_CYCLES"
