@@ -13,9 +13,15 @@
  * A fresh channel per attempt keeps the reconnect backoff entirely in the
  * daemon's hands rather than in the channel's own (much longer) one.
  *
- * Messages are protobuf-c packed bytes carried in raw byte buffers. A send
- * that stays in flight for HP_SEND_STALL_MS cancels the call: on a dead
- * network TCP would otherwise take many minutes to give up.
+ * Messages are protobuf-c packed bytes carried in raw byte buffers. A dead
+ * connection is found by HTTP/2 keepalive pings (HP_KEEPALIVE_MS, each
+ * answered within HP_KEEPALIVE_TIMEOUT_MS or the call fails), which the
+ * peer's transport answers even while its application reads nothing: TCP
+ * alone would take many minutes to give up on a dead network. A send that
+ * stays in flight for HP_SEND_STALL_MS also cancels the call; that bounds a
+ * backend that is alive but has stopped reading this stream, and is long,
+ * because a loaded backend may read slowly for a while (a catalog upload
+ * restarted every time it did would never end).
  *
  * Every channel is TLS: the stream presents the host's certificate (mutual
  * TLS) and both it and enrolment verify the backend against the
@@ -40,7 +46,13 @@
 #include "daemon/plan_commands.h"
 #include "daemon/transport.h"
 
-#define HP_SEND_STALL_MS 30000
+#define HP_SEND_STALL_S         300
+#define HP_SEND_STALL_MS        (HP_SEND_STALL_S * 1000)
+#define HP_STR_(x)              #x
+#define HP_STR(x)               HP_STR_(x)
+/* The backend permits a ping every 10 s (grpc.http2.min_ping_interval_without_data_ms). */
+#define HP_KEEPALIVE_MS         20000
+#define HP_KEEPALIVE_TIMEOUT_MS 20000
 
 enum { TAG_START = 1, TAG_STATUS, TAG_RECV, TAG_SEND };
 
@@ -129,15 +141,24 @@ static int start_recv(struct hp_stream *st, bool with_initial_metadata)
 /* A TLS channel to target trusting ca_pem, presenting key/cert when given. */
 static grpc_channel *tls_channel(const char *target, const char *ca_pem, const char *key_pem, const char *cert_pem)
 {
-	grpc_arg args[2];
-	args[0].type = GRPC_ARG_STRING;
-	args[0].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
-	args[0].value.string = (char *)"hotpathd/0.1.0";
-	/* gRPC's default (4 MiB) would refuse an InstallPlan of a large plan. */
-	args[1].type = GRPC_ARG_INTEGER;
-	args[1].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-	args[1].value.integer = (int)HP_MAX_RECEIVE_BYTES;
-	grpc_channel_args cargs = { .num_args = 2, .args = args };
+	grpc_arg args[] = {
+		{ .type = GRPC_ARG_STRING,
+		  .key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING,
+		  .value.string = (char *)"hotpathd/0.1.0" },
+		/* gRPC's default (4 MiB) would refuse an InstallPlan of a large plan. */
+		{ .type = GRPC_ARG_INTEGER,
+		  .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+		  .value.integer = (int)HP_MAX_RECEIVE_BYTES },
+		{ .type = GRPC_ARG_INTEGER,
+		  .key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS,
+		  .value.integer = HP_KEEPALIVE_MS },
+		{ .type = GRPC_ARG_INTEGER,
+		  .key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+		  .value.integer = HP_KEEPALIVE_TIMEOUT_MS },
+		/* Pings also while a send waits for the peer's window: that is no data sent. */
+		{ .type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, .value.integer = 0 },
+	};
+	grpc_channel_args cargs = { .num_args = sizeof(args) / sizeof(args[0]), .args = args };
 	grpc_ssl_pem_key_cert_pair pair = { .private_key = key_pem, .cert_chain = cert_pem };
 	grpc_channel_credentials *creds =
 		grpc_ssl_credentials_create(ca_pem, key_pem && cert_pem ? &pair : NULL, NULL, NULL);
@@ -352,8 +373,8 @@ enum hp_stream_event hp_stream_poll(struct hp_stream *st, int timeout_ms, uint8_
 	*msg = NULL;
 	*len = 0;
 	if (send_stalled(st)) {
-		grpc_call_cancel_with_status(st->call, GRPC_STATUS_UNAVAILABLE, "a send made no progress for 30 s",
-					     NULL);
+		grpc_call_cancel_with_status(st->call, GRPC_STATUS_UNAVAILABLE,
+					     "a send made no progress for " HP_STR(HP_SEND_STALL_S) " s", NULL);
 	}
 	gpr_timespec deadline =
 		gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));

@@ -91,6 +91,9 @@ class ScriptedBackend:
         self.sessions: queue.Queue = queue.Queue()
         self.auto_ack = True
         self.peer_names: list[str] = []
+        # Cleared: the stream's reader takes no more messages, as a backend too loaded to read.
+        self.reading = threading.Event()
+        self.reading.set()
 
     def enroll(self, request, context):
         self.enrolments.put(request)
@@ -109,6 +112,7 @@ class ScriptedBackend:
         def reader():
             try:
                 for msg in request_iterator:
+                    self.reading.wait()
                     sess.route(msg)
                     if self.auto_ack and msg.WhichOneof("kind") in ("metrics", "gap", "measurement") and msg.seq:
                         sess.send(pb.ServerMessage(ack=pb.Ack(instance_id=msg.instance_id, seq=msg.seq)))
@@ -162,7 +166,15 @@ def standin_servers(tmp: pathlib.Path):
     authority = pki.load_or_create(tmp / "tls")
     backend = ScriptedBackend(authority)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=8), options=[("grpc.max_receive_message_length", 8 << 20)]
+        futures.ThreadPoolExecutor(max_workers=8),
+        options=[
+            ("grpc.max_receive_message_length", 8 << 20),
+            # The backend's keepalive policy (app/agents/service.py): the agent's pings are welcome.
+            ("grpc.keepalive_time_ms", 30000),
+            ("grpc.keepalive_timeout_ms", 10000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10000),
+        ],
     )
     handler = grpc.method_handlers_generic_handler(
         "hotpath.v1.AgentService",
@@ -598,6 +610,46 @@ def test_agent_reconnects_after_the_server_cancels_and_resends_what_was_not_ackn
     assert sess.chunks.empty(), "no catalog chunks when nothing is missing"
     assert "UNAVAILABLE" in agent.log()
     agent.session = sess
+
+
+PAUSE_S = 60  # twice the send bound the agent had when a loaded backend cut its streams (30 s)
+
+
+def test_a_backend_that_reads_nothing_for_a_minute_keeps_the_stream(agent):
+    """A loaded backend may read nothing from a stream for a while. The agent's sends then wait on
+    HTTP/2 flow control; its keepalive pings are still answered by the backend's transport, so the stream
+    is alive and is not cut: when reading resumes, the same stream carries the whole catalog the backend
+    asked for just before it stopped (far more than flow control lets the agent send unread), and no
+    reconnect happened."""
+    sess = agent.session
+    while not sess.chunks.empty():
+        sess.chunks.get()
+    agent.backend.reading.clear()
+    try:
+        sess.send(pb.ServerMessage(catalog_request=pb.CatalogRequest(digests=[agent.vmlinux.digest])))
+        time.sleep(PAUSE_S)
+        assert sess.chunks.empty(), "the stand-in read nothing while paused"
+    finally:
+        resumed = time.monotonic()
+        agent.backend.reading.set()
+    seq, total, size = 0, 0, 0
+    while True:
+        t, chunk = _get(sess.chunks, 120, f"catalog chunk {seq} after reading resumed")
+        assert chunk.digest == agent.vmlinux.digest and chunk.seq == seq
+        total += len(chunk.functions)
+        size += chunk.ByteSize()
+        seq += 1
+        if chunk.last:
+            break
+    assert total == agent.vmlinux.function_count, "the whole catalog, once"
+    assert size > 8 << 20, f"the catalog ({size} bytes) is more than a stream's flow-control window holds unread"
+    print(f"\n{seq} chunks ({size >> 20} MiB) after {PAUSE_S} s unread, the last {t - resumed:.1f} s after it resumed")
+    assert not sess.ended.is_set(), "the stream is the same one"
+    assert agent.backend.sessions.empty(), "no reconnect"
+    assert "made no progress" not in agent.log() and "keepalive" not in agent.log().lower()
+    for q in (sess.raw_metrics, sess.metrics):  # all acknowledged as they came; the next test wants fresh ones
+        while not q.empty():
+            q.get()
 
 
 def test_sigterm_exits_promptly_and_keeps_unacknowledged_data_on_disk(agent):
