@@ -656,27 +656,45 @@ static uint64_t module_section(const char *name, const char *sect, uint64_t *nex
  * and ends at its first entry whose site or target is not in the module's
  * text (hp_jump_table_own_prefix). Checked like vmlinux's (layout_holds),
  * its entries join kp->branches. 0, or -ENOMEM. */
-static int read_module_jump_table(struct kpriv *kp, const struct hp_module *mod, const struct ktext_copy *c)
+/* A module's section NAME as far as it is readable: from the start sysfs
+ * gives, up to the next section and at most max bytes, page by page while
+ * the pages read. Its bytes into *tab (malloc'd; NULL with 0 when the
+ * module has no such section), its start into *lo; the length, or -ENOMEM. */
+static long read_module_section(struct kpriv *kp, const char *module, const char *name, size_t max, uint8_t **tab,
+				uint64_t *lo)
 {
-	uint64_t next, lo = module_section(mod->name, "__jump_table", &next);
-	size_t len = 0, want = MODULE_JUMP_TABLE_MAX;
-	struct hp_static_branch *v = NULL;
-	uint8_t *tab;
-	long n;
+	uint64_t next;
+	size_t len = 0, want = max;
 
-	if (!lo)
+	*tab = NULL;
+	if (!(*lo = module_section(module, name, &next)))
 		return 0;
-	if (next > lo && next - lo < want)
-		want = (size_t)(next - lo);
-	if (!(tab = malloc(want)))
+	if (next > *lo && next - *lo < want)
+		want = (size_t)(next - *lo);
+	if (!(*tab = malloc(want)))
 		return -ENOMEM;
 	while (len < want) {
-		size_t page = 4096 - (size_t)((lo + len) & 4095), step = want - len < page ? want - len : page;
-		if (kernel_read_raw(kp, lo + len, tab + len, step) < 0)
+		size_t page = 4096 - (size_t)((*lo + len) & 4095), step = want - len < page ? want - len : page;
+		if (kernel_read_raw(kp, *lo + len, *tab + len, step) < 0)
 			break;
 		len += step;
 	}
-	len = hp_jump_table_own_prefix(tab, len, lo, c->lo, c->hi);
+	return (long)len;
+}
+
+static int read_module_jump_table(struct kpriv *kp, const struct hp_module *mod, const struct ktext_copy *c)
+{
+	uint64_t lo;
+	struct hp_static_branch *v = NULL;
+	uint8_t *tab;
+	long n, got = read_module_section(kp, mod->name, "__jump_table", MODULE_JUMP_TABLE_MAX, &tab, &lo);
+	size_t len;
+
+	if (got <= 0) {
+		free(tab);
+		return (int)got;
+	}
+	len = hp_jump_table_own_prefix(tab, (size_t)got, lo, c->lo, c->hi);
 	n = len ? hp_jump_table_parse(tab, len, lo, c->lo, c->hi, &v) : 0;
 	free(tab);
 	if (n < 0)
@@ -709,26 +727,18 @@ static int read_module_jump_table(struct kpriv *kp, const struct hp_module *mod,
  * key's name, the entries join kp->calls. 0, or -ENOMEM. */
 static int read_module_static_calls(struct kpriv *kp, const struct hp_module *mod, const struct ktext_copy *c)
 {
-	uint64_t next, lo = module_section(mod->name, ".static_call_sites", &next);
-	size_t len = 0, want = MODULE_JUMP_TABLE_MAX / 2;
+	uint64_t lo;
 	struct hp_static_call *v = NULL;
 	uint8_t *tab;
-	long n;
+	long n, got = read_module_section(kp, mod->name, ".static_call_sites", MODULE_JUMP_TABLE_MAX / 2, &tab, &lo);
+	size_t len;
 	int r;
 
-	if (!lo)
-		return 0;
-	if (next > lo && next - lo < want)
-		want = (size_t)(next - lo);
-	if (!(tab = malloc(want)))
-		return -ENOMEM;
-	while (len < want) {
-		size_t page = 4096 - (size_t)((lo + len) & 4095), step = want - len < page ? want - len : page;
-		if (kernel_read_raw(kp, lo + len, tab + len, step) < 0)
-			break;
-		len += step;
+	if (got <= 0) {
+		free(tab);
+		return (int)got;
 	}
-	len = hp_static_call_own_prefix(tab, len, lo, c->lo, c->hi);
+	len = hp_static_call_own_prefix(tab, (size_t)got, lo, c->lo, c->hi);
 	n = len ? hp_static_call_parse(tab, len, lo, c->lo, c->hi, &v) : 0;
 	free(tab);
 	if (n < 0)
