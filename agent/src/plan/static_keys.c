@@ -12,39 +12,23 @@
 #include "plan/static_keys.h"
 #include "target/target.h"
 
-/* The index of the first entry whose site is >= addr. */
-static size_t first_from(const struct hp_kernel_facts *kf, uint64_t addr)
-{
-	size_t lo = 0, hi = kf->njump_entries;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (kf->jump_entries[mid].code < addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 const struct hp_static_branch *hp_key_site(struct hp_model *m, uint64_t addr)
 {
 	const struct hp_kernel_facts *kf = hp_kernel_facts(m);
-	size_t i = kf ? first_from(kf, addr) : 0;
+	size_t n = kf ? kf->njump_entries : 0,
+	       i = n ? hp_sites_from(kf->jump_entries, n, sizeof(*kf->jump_entries), addr) : 0;
 
-	return kf && i < kf->njump_entries && kf->jump_entries[i].code == addr ? &kf->jump_entries[i] : NULL;
+	return i < n && kf->jump_entries[i].code == addr ? &kf->jump_entries[i] : NULL;
 }
 
 size_t hp_key_sites_in(struct hp_model *m, uint64_t lo, uint64_t hi, const struct hp_static_branch **first)
 {
 	const struct hp_kernel_facts *kf = hp_kernel_facts(m);
-	size_t i = kf ? first_from(kf, lo) : 0, j = i;
+	size_t n = kf ? kf->njump_entries : 0;
+	size_t i = n ? hp_sites_from(kf->jump_entries, n, sizeof(*kf->jump_entries), lo) : 0;
+	size_t j = n ? hp_sites_from(kf->jump_entries, n, sizeof(*kf->jump_entries), hi) : 0;
 
-	*first = NULL;
-	while (kf && j < kf->njump_entries && kf->jump_entries[j].code < hi)
-		j++;
-	if (j > i)
-		*first = &kf->jump_entries[i];
+	*first = j > i ? &kf->jump_entries[i] : NULL;
 	return j - i;
 }
 

@@ -253,3 +253,19 @@ size_t hp_static_call_canonicalize(uint8_t *buf, uint64_t lo, size_t len, const 
 	}
 	return ns;
 }
+
+size_t hp_sites_from(const void *entries, size_t n, size_t stride, uint64_t addr)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		uint64_t code;
+		memcpy(&code, (const uint8_t *)entries + mid * stride, sizeof(code));
+		if (code < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}

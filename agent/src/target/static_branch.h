@@ -104,4 +104,9 @@ size_t hp_static_call_own_prefix(const uint8_t *tab, size_t len, uint64_t table_
 size_t hp_static_call_canonicalize(uint8_t *buf, uint64_t lo, size_t len, const struct hp_static_call *v, size_t n,
 				   uint64_t *sites, struct hp_static_branch_stats *st);
 
+/* The index of the first of n site entries sorted by site (struct
+ * hp_static_branch or hp_static_call: stride bytes apart, each starting
+ * with its site's address) whose site is >= addr; n when none is. */
+size_t hp_sites_from(const void *entries, size_t n, size_t stride, uint64_t addr);
+
 #endif
