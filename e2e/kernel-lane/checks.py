@@ -532,9 +532,6 @@ def kernel_flow_checks(checks, api, a, state, hid):
         d = p["install_detail"] or {}
         heap, length = int(d["heap"], 16), int(d["heap_bytes"])
         flow["heap"] = (heap, length)
-        # lane_write calls lane_mix directly: the daemon's install points that call at the copy.
-        sites = int(d.get("call_sites", 0))
-        assert sites >= 1, f"the install patched no call site (lane_write calls lane_mix): {d}"
         at_copy = api.poll(
             "lane_mix running in the copy (its call of lane_here returning into the heap)",
             lambda: [
@@ -542,10 +539,7 @@ def kernel_flow_checks(checks, api, a, state, hid):
             ],
             interval=2.0,
         )
-        return (
-            f"heap 0x{heap:x} ({length} bytes), {sites} call site(s) calling it; lane_mix ran in it "
-            f"(round {at_copy[0]['mixwatch-rounds']})"
-        )
+        return f"heap 0x{heap:x} ({length} bytes); lane_mix ran in it (round {at_copy[0]['mixwatch-rounds']})"
 
     if not checks.run("console flow: installed by the restarted agent, the copy runs", installed):
         return

@@ -602,13 +602,9 @@ static int install_with_detail(struct agent *ag, struct hp_job *job, const Hotpa
 /* An approved kernel plan (its hash checked) through the kernel target:
  * this process opens /dev/hotpath at its first kernel install and holds it
  * to its exit, so the install lasts until a RevertPlan, and hotpath.ko
- * undoes it if the agent dies. Unless the command asks for the entry only,
- * the members' direct call sites are patched to call their copies, found in
- * the kernel model this daemon parsed at its start (as `hotpathd install`
- * finds them in one it parses): each site's bytes are checked to still call
- * the entry before hotpath.ko writes it, so a site of a module loaded or
- * reloaded since is left calling the entry, whose ftrace redirect carries
- * every call the sites do not. */
+ * undoes it if the agent dies. The daemon does not patch the members'
+ * call sites in the kernel yet (`hotpathd install` does): the entry's ftrace
+ * redirect carries every call. */
 static void kernel_install(struct agent *ag, struct hp_job *job, const Hotpath__V1__InstallPlan *c,
 			   struct hp_iplan *plan)
 {
@@ -622,8 +618,7 @@ static void kernel_install(struct agent *ag, struct hp_job *job, const Hotpath__
 	if (cancelled(ag, job))
 		return;
 	struct hp_install_result res;
-	int r = install_with_detail(ag, job, c, plan, !c->entry_only, ag->model, getpid(), &res, &detail, err,
-				    sizeof(err));
+	int r = install_with_detail(ag, job, c, plan, false, NULL, getpid(), &res, &detail, err, sizeof(err));
 	if (r < 0) {
 		/* No /dev/hotpath (module not loaded), another holder, another ABI: refusals too. */
 		bool refused = refusal(r) || r == -ENOENT || r == -EBUSY || r == -EPROTO;
@@ -633,10 +628,8 @@ static void kernel_install(struct agent *ag, struct hp_job *job, const Hotpath__
 		free(detail);
 		return;
 	}
-	hp_log(true,
-	       "plan %s installed into the kernel: %s's copy at 0x%" PRIx64
-	       ", %zu call sites calling it (this agent holds /dev/hotpath)",
-	       c->plan_id, plan->root, res.heap, res.call_sites);
+	hp_log(true, "plan %s installed into the kernel: %s's copy at 0x%" PRIx64 " (this agent holds /dev/hotpath)",
+	       c->plan_id, plan->root, res.heap);
 	install_result(ag, job, true, "", c->plan_id, "installed", detail);
 	free(detail);
 }
