@@ -13,6 +13,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 logs=$(mktemp -d /tmp/hotpath-test.XXXXXX)
+declare -A passed failed skipped status took cpu
+order=()
 
 . "$root/scripts/suite-counts.sh"
 
@@ -22,8 +24,8 @@ logs=$(mktemp -d /tmp/hotpath-test.XXXXXX)
 # in this shell (a command substitution would report its own children).
 child_cpu_ms() {
 	local u s
-	times >"$logs/.times.$BASHPID"
-	{ read -r _ _; read -r u s; } <"$logs/.times.$BASHPID"
+	times >"$logs/.times"
+	{ read -r _ _; read -r u s; } <"$logs/.times"
 	cpu_ms=$(( $(to_ms "$u") + $(to_ms "$s") ))
 }
 to_ms() { # 1m2.345s -> 62345
@@ -33,72 +35,43 @@ to_ms() { # 1m2.345s -> 62345
 	echo $(( (10#$m * 60 + 10#$sec) * 1000 + 10#${frac:0:3} ))
 }
 
-# suite NAME CMD...: run a suite, keep its output in $logs/NAME.log, and write its result to
-# $logs/NAME.result: exit status, wall seconds, CPU seconds, and its passed/failed/skipped counts read
-# from its own summary (scripts/suite-counts.sh); a suite that exits non-zero with no failure counted
-# counts one. With QUIET=1 its output goes only to its log (a suite of the stream running beside).
+# suite NAME CMD...: run a suite, keep its output, and read its passed/failed/skipped counts from its
+# own summary (scripts/suite-counts.sh). A suite that exits non-zero with no failure counted counts one.
 suite() {
 	local name=$1; shift
-	[ "${QUIET:-0}" = 1 ] || printf '\n===== %s =====\n' "$name"
-	local t=$SECONDS c rc
+	order+=("$name")
+	printf '\n===== %s =====\n' "$name"
+	local t=$SECONDS c
 	child_cpu_ms; c=$cpu_ms
-	if [ "${QUIET:-0}" = 1 ]; then
-		"$@" >"$logs/$name.log" 2>&1
-		rc=$?
-	else
-		"$@" 2>&1 | tee "$logs/$name.log"
-		rc=${PIPESTATUS[0]}
-	fi
-	local took=$((SECONDS - t))
-	child_cpu_ms
+	"$@" 2>&1 | tee "$logs/$name.log"
+	status[$name]=${PIPESTATUS[0]}
+	took[$name]=$((SECONDS - t))
+	child_cpu_ms; cpu[$name]=$(( (cpu_ms - c + 500) / 1000 ))
 	local counts; read -ra counts < <(suite_counts "$logs/$name.log")
-	[ "$rc" != 0 ] && [ "${counts[1]}" = 0 ] && counts[1]=1
-	echo "$rc $took $(( (cpu_ms - c + 500) / 1000 )) ${counts[*]}" >"$logs/$name.result"
+	passed[$name]=${counts[0]}; failed[$name]=${counts[1]}; skipped[$name]=${counts[2]}
+	if [ "${status[$name]}" != 0 ] && [ "${failed[$name]}" = 0 ]; then failed[$name]=1; fi
 }
 
-# Two streams of suites run at once, because CI's time is mostly waiting on two cores that one
-# stream leaves half idle (the kernel lane's guest is one QEMU thread; Postgres and the browser wait
-# on each other). The suites that measure this host's kernel and processes (the agent's, the
-# end-to-end tests, the benchmarks' smoke runs) run one after another in this shell, so no two of them
-# sample or probe the host at once; beside them run the suites that do not (lint, the backend against
-# its own Postgres, the console's unit tests, the compose and harness checks), then the kernel lane,
-# whose guest is a kernel of its own. The stream beside prints each suite's output when it has ended
-# (the log folder has it as it runs).
-beside=(lint backend console compose harness kernel-lane)
-(
-	QUIET=1
-	suite lint         ./scripts/lint.sh
-	suite backend      make -s -C backend test
-	suite console      bash -c 'cd frontend && npm test --silent'
-	suite compose      ./deploy/check-compose.sh
-	suite harness      ./agent/tests/run.sh scripts/tests/test_*.sh
-	suite kernel-lane  ./e2e/kernel-lane/test.sh
-) </dev/null &
-beside_pid=$!
-echo "running beside the suites below: ${beside[*]} (their output follows them; as they run: $logs/NAME.log)"
-
+suite lint         ./scripts/lint.sh
 suite agent        make -s -C agent test
 suite agent-stream backend/.venv/bin/python -m pytest -q -rs agent/tests/python
+suite backend      make -s -C backend test
+suite console      bash -c 'cd frontend && npm test --silent'
+suite compose      ./deploy/check-compose.sh
+suite harness      ./agent/tests/run.sh scripts/tests/test_*.sh
 suite e2e          ./e2e/run.sh
 # after e2e: its plan tests build the SQLite driver bench/replace's smoke run uses
 suite bench        ./bench/smoke.sh
-
-wait "$beside_pid"
-for n in "${beside[@]}"; do
-	printf '\n===== %s (beside) =====\n' "$n"
-	cat "$logs/$n.log" 2>/dev/null
-done
+suite kernel-lane  ./e2e/kernel-lane/test.sh
 
 printf '\n===== summary =====\n'
 tp=0 tf=0 ts=0 rc=0
-for n in agent agent-stream e2e bench "${beside[@]}"; do
-	# exit status, wall s, CPU s, passed, failed, skipped; a suite that left no result did not end
-	read -r st took cpu p f sk <"$logs/$n.result" 2>/dev/null || { st=1 took=? cpu=? p=0 f=1 sk=0; }
-	printf '%-13s %4s passed, %s failed, %s skipped (exit %s, %s s, CPU %s s)\n' "$n" "$p" "$f" "$sk" "$st" "$took" "$cpu"
-	tp=$((tp + p)); tf=$((tf + f)); ts=$((ts + sk))
-	[ "$st" = 0 ] || rc=1
+for n in "${order[@]}"; do
+	printf '%-13s %4s passed, %s failed, %s skipped (exit %s, %s s, CPU %s s)\n' "$n" "${passed[$n]}" \
+		"${failed[$n]}" "${skipped[$n]}" "${status[$n]}" "${took[$n]}" "${cpu[$n]}"
+	tp=$((tp + passed[$n])); tf=$((tf + failed[$n])); ts=$((ts + skipped[$n]))
+	[ "${status[$n]}" = 0 ] || rc=1
 done
-echo "wall time $SECONDS s for both streams"
 [ $tp -gt 0 ] || rc=1
 echo "logs: $logs"
 # Every skip, with its reason, as each suite printed it (a skip is never counted as passed).
