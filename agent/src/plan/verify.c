@@ -139,6 +139,21 @@ static const char *check_promotion(const struct hp_plan *p, const struct hp_plan
 }
 
 /* The table of f whose jump is at off, or NULL. */
+/* One original instruction (olen bytes at *oa) verified as the copy's nlen
+ * bytes at *na: counted, the copy's offset kept among the block's last 16
+ * (noffs, *nn of them; a table's lea is looked for there), and both moved on. */
+static void verified(struct hp_plan *p, uint32_t noffs[16], size_t *nn, uint64_t *o_last, uint64_t *oa, uint64_t *na,
+		     unsigned olen, unsigned nlen)
+{
+	p->verified_insns++;
+	if (*nn == 16)
+		memmove(noffs, noffs + 1, --*nn * sizeof(*noffs));
+	noffs[(*nn)++] = (uint32_t)(*na - p->base);
+	*o_last = *oa;
+	*oa += olen;
+	*na += nlen;
+}
+
 static const struct hp_jump_table *table_of(const struct hp_plan_member *mb, uint32_t off)
 {
 	for (uint32_t t = 0; t < mb->fn->njt; t++) {
@@ -313,13 +328,7 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 						     " is not a %s of its trampoline at 0x%" PRIx64 " in the copy",
 						     f->name, oa, oi.cls == HP_IC_JMP ? "jump" : "call",
 						     mv ? mv->tramp : 0);
-					p->verified_insns++;
-					if (nn == 16)
-						memmove(noffs, noffs + 1, --nn * sizeof(*noffs));
-					noffs[nn++] = (uint32_t)(na - p->base);
-					o_last = oa;
-					oa += oi.len;
-					na += ni.len;
+					verified(p, noffs, &nn, &o_last, &oa, &na, oi.len, ni.len);
 					continue;
 				}
 				if (oa + oi.len == oend && oi.has_target &&
@@ -350,13 +359,7 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 						why = check_promotion(p, ic, &q);
 					if (why)
 						FAIL("%s: the promoted call at 0x%" PRIx64 " %s", f->name, oa, why);
-					p->verified_insns++;
-					if (nn == 16)
-						memmove(noffs, noffs + 1, --nn * sizeof(*noffs));
-					noffs[nn++] = (uint32_t)(na - p->base);
-					o_last = oa;
-					oa += oi.len;
-					na += q.len;
+					verified(p, noffs, &nn, &o_last, &oa, &na, oi.len, q.len);
 					continue;
 				}
 				uint64_t ta, tb;
@@ -378,13 +381,7 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *p)
 					FAIL("%s: 0x%" PRIx64 " reaches 0x%" PRIx64 " in the copy, 0x%" PRIx64
 					     " originally",
 					     f->name, oa, tb, ta);
-				p->verified_insns++;
-				if (nn == 16)
-					memmove(noffs, noffs + 1, --nn * sizeof(*noffs));
-				noffs[nn++] = (uint32_t)(na - p->base);
-				o_last = oa;
-				oa += oi.len;
-				na += ni.len;
+				verified(p, noffs, &nn, &o_last, &oa, &na, oi.len, ni.len);
 			}
 			const struct hp_jump_table *jt = nn ? table_of(mb, (uint32_t)(o_last - f->addr)) : NULL;
 			const char *why = jt ? check_table(&v, mb, jt, noffs, nn, mb->blocks[j].index) : NULL;
