@@ -19,6 +19,8 @@
 #include "plan/static_keys.h"
 #include "target/target.h"
 
+#include "plan_one.h"
+
 /* The sites of f that end one of its blocks (each becomes a key read). */
 static size_t block_end_sites(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f)
 {
@@ -35,23 +37,6 @@ static size_t block_end_sites(struct hp_model *m, const struct hp_module *mod, c
 			ends++;
 	}
 	return ends;
-}
-
-static int plan_one(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f, struct hp_plan *p,
-		    char *err, size_t errlen)
-{
-	struct hp_plan_opts o;
-	struct hp_profile prof = { 0 };
-	int r;
-
-	for (uint32_t b = 0; b < f->nblocks; b++)
-		hp_profile_add(&prof, mod, f, mod->blocks[f->block_start + b].offset, 10);
-	hp_plan_opts_default(&o);
-	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
-	o.max_functions = 1;
-	r = hp_plan_make(m, f, mod, &prof, &o, p, err, errlen);
-	hp_profile_free(&prof);
-	return r;
 }
 
 static void t_kernel_functions_with_key_sites_move(void)
