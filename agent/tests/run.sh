@@ -6,14 +6,18 @@
 # "ok - name # SKIP reason" (a case this machine cannot run) is counted as
 # skipped, not passed, and listed with its reason above the summary. A test
 # that crashes or exits non-zero without a FAIL line counts as one failure.
+# Each test's wall time follows its output ("# took N s"), and the slowest
+# ten are listed before the summary, so a slow suite says where its time goes.
 # Exit status 1 if anything failed.
 set -u
 passed=0
 failed=0
 skipped=0
 skips=()
+times=()
 for t in "$@"; do
 	echo "# $t"
+	t0=$SECONDS
 	if [[ "$t" == *.sh ]]; then
 		out=$(bash "$t" 2>&1)
 	else
@@ -21,6 +25,8 @@ for t in "$@"; do
 	fi
 	rc=$?
 	printf '%s\n' "$out"
+	echo "# took $((SECONDS - t0)) s"
+	times+=("$((SECONDS - t0)) $t")
 	s=$(printf '%s\n' "$out" | grep -cE '^ok - .* # SKIP')
 	p=$(printf '%s\n' "$out" | grep -c '^ok - ')
 	f=$(printf '%s\n' "$out" | grep -c '^FAIL - ')
@@ -35,6 +41,10 @@ for t in "$@"; do
 		failed=$((failed + 1))
 	fi
 done
+if [ ${#times[@]} -gt 1 ]; then
+	echo "# slowest:"
+	printf '%s\n' "${times[@]}" | sort -rn | head -n 10 | sed 's/^\([0-9]*\) /#   \1 s  /'
+fi
 for s in ${skips[@]+"${skips[@]}"}; do
 	echo "# skipped: $s"
 done

@@ -43,6 +43,7 @@ check "a skip is shown as TAP's SKIP with its reason" "ok - t_cannot_run_here # 
 check "the skip is listed above the summary" "# skipped: cases: t_cannot_run_here # SKIP no such capability on this machine" \
 	"$(grep '^# skipped:' <<<"$out")"
 check "skips alone do not fail the run" 0 "$rc"
+check "the test's wall time follows its output" "1" "$(grep -cE '^# took [0-9]+ s$' <<<"$out")"
 out=$(WITH_FAILURE=1 ./tests/run.sh "$dir/cases" 2>&1); rc=$?
 check "a failure is counted beside a skip" "1 passed, 1 failed, 1 skipped" "$(tail -1 <<<"$out")"
 check "a failure fails the run" 1 "$rc"
