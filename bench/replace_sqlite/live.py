@@ -4,6 +4,7 @@ live_driver.h's protocol) driven live, as bench/replace and bench/layout_vs_bolt
 their rounds timed, a root and its callees or the hot set measured and planned by hotpathd, an installed
 copy dumped for cachegrind, cachegrind's I1 misses of a few passes, and BOLT's binary of a driver."""
 
+import ctypes
 import json
 import os
 import shutil
@@ -127,11 +128,29 @@ def bolt_binary(driver: str, work: str, profile_passes: int, log: Callable[..., 
     return out
 
 
-class Driver:
-    """One driver process: `round(n)` runs n workload passes and gives their thread CPU ns and checksum."""
+ADDR_NO_RANDOMIZE = 0x0040000  # personality(2): no randomized stack, heap or mmap bases (setarch -R)
 
-    def __init__(self, path: str, env: dict | None = None) -> None:
-        self.p = subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+def no_aslr() -> None:
+    """In the child before exec: its address space laid out the same in every run and every process."""
+    if ctypes.CDLL(None, use_errno=True).personality(ADDR_NO_RANDOMIZE) < 0:
+        raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE)")
+
+
+class Driver:
+    """One driver process: `round(n)` runs n workload passes and gives their thread CPU ns and checksum.
+    With aslr=False it starts without address-space randomization (no_aslr), so that processes of the same
+    binary lay out their stack, heap and mappings alike and differ less in speed from one another."""
+
+    def __init__(self, path: str, env: dict | None = None, aslr: bool = True) -> None:
+        self.p = subprocess.Popen(
+            [path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            preexec_fn=None if aslr else no_aslr,
+        )
         assert self.p.stdin and self.p.stdout
         self.stdin, self.stdout = self.p.stdin, self.p.stdout
         if self.stdout.readline().strip() != "ready":
