@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Plans end to end with the real agent, backend and Chromium: a program gcc builds here (the agent's
 // threads fixture, whose threads call pr_root forever and exit on any wrong result) is attached; the
-// console's Optimize makes a plan from exact block counts (progress, heatmaps, chain table, emitted
+// console's Optimize makes a plan from exact block counts (inline counters where a function can be counted
+// so, uprobes in the same window where not; progress, heatmaps, chain table, emitted
 // code); admin requests approval and cannot approve it (button disabled, API 403); a second user with
 // the approver role approves; Install puts the copy into the process (its memfd mapping in
 // /proc/PID/maps, the entry jumping to it, every result still right) with the before/after table in
 // units; Revert brings the original bytes back. A plan whose process exited is stale and cannot be
 // installed. SQLite's driver is optimized both ways: one root from its function page, and its whole hot
-// set (sampled) from its process page, each approved, installed, compared and reverted. Those installs
+// set (chosen by PC samples; members that call nothing counted inline, the others' samples scaled to
+// those counts, an estimate) from its process page, each approved, installed, compared and reverted. Those installs
 // leave the guard off (they check the install itself); a guarded install of the fixture's plan shows the
 // interleaved before/after (the sampled share of the plan's code, original against installed, with its
 // interval), is compared again and reverted, or, when the guard finds it slower, is reverted by the
@@ -171,8 +173,10 @@ async function clickOptimize(page: Page, button = "Optimize…"): Promise<string
 }
 
 /** Optimize… on a process function's page: progress while the agent counts the blocks, then the ready
- * plan, made from exact counts. The plan's path and id. */
-async function optimizeFromConsole(page: Page, target: string, root: { id: string; name: string }) {
+ * plan, made from exact counts: inline counters for the functions that can be counted so (with `inline`,
+ * at least one), uprobes in the same window for the others, as its profile's source says and the console
+ * shows. The plan's path and id. */
+async function optimizeFromConsole(page: Page, target: string, root: { id: string; name: string }, inline = false) {
   await page.setViewportSize({ width: 1400, height: 1000 });
   await page.goto(`/hosts/${hostId}/functions/${root.id}?target=${target}`);
   await expect(page.getByRole("heading", { name: root.name })).toBeVisible();
@@ -180,7 +184,16 @@ async function optimizeFromConsole(page: Page, target: string, root: { id: strin
   await expect(page.getByRole("progressbar", { name: "Plan progress" })).toBeVisible();
   await expect(planState(page)).toHaveText("ready", { timeout: 150_000 });
   // Made from exact counts: both heatmaps, the root in the chain table, the emitted code verified.
-  await expect(page.getByText("exact (probes)")).toBeVisible();
+  const made = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planUrl.split("/").pop()}`)).json();
+  const source: string = made.plan.profile.source;
+  expect(made.plan.profile.estimated, source).toBe(false);
+  if (inline) expect(source).toContain("s of exact block counts (inline counters) in process");
+  const counts = !source.includes("(inline counters)")
+    ? "exact (probes)"
+    : source.includes("uprobes")
+      ? "exact (inline counters; uprobes where a function cannot be counted inline)"
+      : "exact (inline counters)";
+  await expect(page.getByText(counts, { exact: true })).toBeVisible();
   await expect(page.getByTestId("heatmap-before")).toBeVisible();
   await expect(page.getByTestId("heatmap-after")).toBeVisible();
   const chains = page.getByTestId("chain-table").locator("tbody tr");
@@ -269,8 +282,9 @@ test("a process's hot function: optimize, approve by another user, install, meas
     const entry = hex(root.address_hex);
     const original = readMem(pid, entry, 16);
 
-    // Optimize… on the function page: progress while the agent counts the blocks, then the plan.
-    const { planUrl, planId } = await optimizeFromConsole(page, target, root);
+    // Optimize… on the function page: progress while the agent counts the blocks (its leaves inline), then
+    // the plan.
+    const { planUrl, planId } = await optimizeFromConsole(page, target, root, true);
     const listing = page.getByTestId("code-listing");
     await expect(listing.locator("tbody tr").first()).toContainText("pr_root+0x0");
     await expect(listing).toContainText("<copy:pr_");

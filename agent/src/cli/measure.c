@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "base/json.h"
 #include "plan/instrument.h"
+#include "replace/counted_window.h"
 #include "replace/counters.h"
 #include "replace/install.h"
 #include "measure/measure.h"
@@ -693,34 +694,12 @@ static void report(struct out *o, const struct source *s, const struct args *a, 
 	json_obj_end(&o->j);
 }
 
-/* With counters on edges, every edge of the report whose ends are one
- * counting edge (two blocks, or the entry, or a block's only way out) has
- * its count from the counters, exact, whatever the block counts alone
- * allow deriving. */
-static void edges_as_counted(struct hp_edge_result *er, const struct hp_counter_edge *ce, uint32_t nce,
-			     const uint64_t *ec)
+/* The window of --inline ends at --seconds, or early at Ctrl-C. */
+static int inline_tick(void *ctx, const struct hp_counted *c, double elapsed)
 {
-	for (size_t k = 0; k < er->nedges; k++) {
-		struct hp_edge *e = &er->edges[k];
-		uint32_t from = e->from == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : e->from,
-			 to = e->to == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : e->to;
-		size_t same = 0;
-		for (size_t j = 0; j < er->nedges; j++) {
-			uint32_t f2 = er->edges[j].from == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : er->edges[j].from,
-				 t2 = er->edges[j].to == HP_EDGE_NO_BLOCK ? HP_COUNTER_OUTSIDE : er->edges[j].to;
-			same += f2 == from && t2 == to;
-		}
-		if (same != 1 || (from == HP_COUNTER_OUTSIDE && e->kind != HP_EDGE_ENTRY))
-			continue; /* two edges the counters see as one, or an indirect arrival */
-		for (uint32_t j = 0; j < nce; j++)
-			if (ce[j].from == from && ce[j].to == to) {
-				if (e->how != HP_EDGE_EXACT)
-					er->nexact++;
-				e->count = e->low = e->high = ec[j];
-				e->how = HP_EDGE_EXACT;
-				break;
-			}
-	}
+	const struct args *a = ctx;
+	(void)c;
+	return stop_window || elapsed >= a->seconds;
 }
 
 /* A window of inline counters (--inline): counted copies installed for the
@@ -735,14 +714,12 @@ static int measure_inline(const struct args *a)
 	size_t n = a->spec.nresources;
 	struct hp_model *m = NULL;
 	struct hp_counted c = { 0 };
-	uint64_t **counts = NULL;
+	struct hp_counted_counts *counts = NULL;
 	struct hp_measure_row *rows = NULL;
 	struct hp_measure_reading rd = { 0 };
 	struct hp_function_edges *fe = NULL;
 	size_t nrows = 0;
-	uint64_t **ecounts = NULL;
-	struct hp_counter_edge **cedges = NULL;
-	uint32_t *ncedges = NULL;
+	double secs = 0;
 
 	r = hp_model_open_pid_unpatched(a->state_dir, pid, NULL, &m, err, sizeof(err));
 	if (r < 0) {
@@ -787,56 +764,19 @@ static int measure_inline(const struct args *a)
 		rc = r == -ESRCH ? HP_EXIT_NOT_FOUND : HP_EXIT_ERROR;
 		goto out;
 	}
-	double t0 = mono_s();
 	end_window_on_signals();
 	fprintf(stderr, "measuring %s: %zu rows armed (inline counters, %s) for %u s (Ctrl-C ends the window early)\n",
 		desc, nrows, c.how, a->seconds);
-	bool gone = false;
-	while (!stop_window && !gone && mono_s() < t0 + a->seconds) {
-		/* Short naps while watched: a signal to the process waits for the watch. */
-		struct timespec nap = { 0, (c.watched ? 10 : 100) * 1000 * 1000 };
-		nanosleep(&nap, NULL);
-		gone = hp_counted_poll(&c) == -ESRCH || (kill(pid, 0) < 0 && errno == ESRCH);
-	}
-	if (!gone)
-		hp_counted_hold(&c);        /* watched: the window ends with the process stopped */
+	r = hp_counted_window(&c, inline_tick, (void *)a, &secs, &counts, err, sizeof(err));
 	bool proved = c.watched && c.exact; /* the revert ends the watch */
-	double secs = mono_s() - t0;
+	bool exact = c.exact, plain = c.plain;
+	char how[sizeof(c.how)];
+	snprintf(how, sizeof(how), "%s", c.how);
 	clock_gettime(CLOCK_REALTIME, &ts1);
-	counts = calloc(n + 1, sizeof(*counts));
-	ecounts = calloc(n + 1, sizeof(*ecounts));
-	cedges = calloc(n + 1, sizeof(*cedges));
-	ncedges = calloc(n + 1, sizeof(*ncedges));
-	if (!counts || !ecounts || !cedges || !ncedges) {
-		fprintf(stderr, "hotpathd measure: out of memory\n");
-		goto revert;
-	}
-	for (size_t i = 0; i < n && !gone; i++) {
-		const struct hp_instrument *ins = c.fns[i].plan.instrument;
-		counts[i] = calloc(fns[i]->nblocks + 1, sizeof(uint64_t));
-		if (ins->edges) { /* the counted edges, kept for the report */
-			ncedges[i] = ins->ncedges;
-			cedges[i] = malloc((ins->ncedges + 1) * sizeof(*cedges[i]));
-			ecounts[i] = calloc(ins->ncedges + 1, sizeof(uint64_t));
-		}
-		if (!counts[i] || (ins->edges && (!cedges[i] || !ecounts[i])) ||
-		    (r = hp_counted_read(&c, i, counts[i], ecounts[i], err, sizeof(err))) < 0) {
-			fprintf(stderr, "hotpathd measure: %s\n", r < 0 ? err : "out of memory");
-			gone = r == -ESRCH;
-			goto revert;
-		}
-		if (cedges[i])
-			memcpy(cedges[i], ins->cedges, ins->ncedges * sizeof(*cedges[i]));
-	}
-	if (gone) {
-		fprintf(stderr,
-			"hotpathd measure: process %d exited during the window: its inline counters went with it\n",
-			pid);
-		rc = HP_EXIT_NOT_FOUND;
-		goto revert;
-	}
-	rc = HP_EXIT_OK;
-revert:
+	bool gone = r == -ESRCH;
+	if (r < 0)
+		fprintf(stderr, "hotpathd measure: %s\n", err);
+	rc = r == 0 ? HP_EXIT_OK : gone ? HP_EXIT_NOT_FOUND : HP_EXIT_ERROR;
 	if (hp_counted_revert(&c, err, sizeof(err)) < 0 && !gone) {
 		fprintf(stderr, "hotpathd measure: %s\n", err);
 		rc = HP_EXIT_ERROR;
@@ -856,7 +796,7 @@ revert:
 	rd.start_unix_ns = (int64_t)ts0.tv_sec * 1000000000 + ts0.tv_nsec;
 	rd.end_unix_ns = (int64_t)ts1.tv_sec * 1000000000 + ts1.tv_nsec;
 	const char *mech = hp_mech_name(HP_MECH_INLINE_COUNTER);
-	enum hp_value_label label = c.exact ? HP_LABEL_EXACT : HP_LABEL_ESTIMATE;
+	enum hp_value_label label = exact ? HP_LABEL_EXACT : HP_LABEL_ESTIMATE;
 	size_t row = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct hp_function *f = fns[i];
@@ -872,8 +812,8 @@ revert:
 			struct hp_measure_row *p = &rows[row];
 			bool block = b > 0;
 			const struct hp_block *bl = block ? &mod->blocks[f->block_start + b - 1] : NULL;
-			uint64_t v = counts[i][block ? b - 1 :
-						       0]; /* the function row: hits of its entry, as a probe counts */
+			/* the function row: hits of its entry, as a probe counts */
+			uint64_t v = counts[i].blocks[block ? b - 1 : 0];
 			p->kind = block ? HP_ROW_BLOCK : HP_ROW_FUNCTION;
 			p->resource = a->spec.resources[i];
 			p->function = f->name;
@@ -903,26 +843,17 @@ revert:
 				.mechanism = mech,
 			};
 		}
-		uint64_t entries = counts[i][0];
-		if (hp_edges_derive(mod, f, counts[i], NULL, &entries, &fe[i].edges) < 0)
-			goto out;
-		if (ecounts[i] && c.exact)
-			edges_as_counted(&fe[i].edges, cedges[i], ncedges[i], ecounts[i]);
-		for (size_t k = 0; !c.exact && k < fe[i].edges.nedges; k++) { /* from counts that may miss some */
-			fe[i].edges.edges[k].how = HP_EDGE_ESTIMATE;
-			fe[i].edges.edges[k].high = UINT64_MAX;
-		}
-		if (!c.exact)
-			fe[i].edges.nexact = 0;
+		fe[i].edges = counts[i].edges; /* the report's now */
+		memset(&counts[i].edges, 0, sizeof(counts[i].edges));
 	}
 	struct source src = { .rows = rows, .m = m, .desc = desc, .st = HP_MEASURE_RUNNING, .npids = 1 };
 	src.pids[0] = pid;
 	snprintf(src.detail, sizeof(src.detail), "counted inline in an installed copy, reverted after the window");
-	src.counting = c.plain ? "plain" : "locked";
+	src.counting = plain ? "plain" : "locked";
 	src.counting_requested = a->mode == HP_COUNT_AUTO ? "auto" : a->mode == HP_COUNT_PLAIN ? "plain" : "locked";
 	src.single_thread_proved = proved;
-	src.counting_exact = c.exact;
-	src.counting_detail = c.how;
+	src.counting_exact = exact;
+	src.counting_detail = how;
 	struct out o = { .json = a->json };
 	report(&o, &src, a, &rd, fe, n);
 	rc = HP_EXIT_OK;
@@ -931,15 +862,7 @@ out:
 		hp_measure_edges_free(fe, n);
 	free(rd.rows);
 	free(rows);
-	for (size_t i = 0; i < n; i++) {
-		free(counts ? counts[i] : NULL);
-		free(ecounts ? ecounts[i] : NULL);
-		free(cedges ? cedges[i] : NULL);
-	}
-	free(counts);
-	free(ecounts);
-	free(cedges);
-	free(ncedges);
+	hp_counted_counts_free(counts, n);
 	free(fns);
 	free(mods);
 	hp_model_free(m);

@@ -4,15 +4,19 @@
  *
  *   MakePlan      root by (catalog digest, function index) in the target's
  *                 model -> profile (a measurement of this agent, or block
- *                 counts measured now: exact uprobe counts of the root and
- *                 its direct callees in a process, exact kprobe counts
- *                 of the same in the kernel where kprobes work, else PC
- *                 samples, an estimate) -> plan -> its JSON as
- *                 `hotpathd plan --json` writes it (plan/plan_json.h).
- *                 With hot_set, a process's whole hot set instead: no
- *                 root, its threads' PCs sampled now (as `hotpathd plan
- *                 pid PID --hot-set --sample S`), the module the digest
- *                 names (or, with no digest, the hottest) planned whole.
+ *                 counts measured now: in a process, exact counts of the
+ *                 root and its direct callees by inline counters, uprobes
+ *                 in the same window for those that cannot be counted
+ *                 inline; exact kprobe counts of the same in the kernel
+ *                 where kprobes work, else PC samples, an estimate) ->
+ *                 plan -> its JSON as `hotpathd plan --json` writes it
+ *                 (plan/plan_json.h). With hot_set, a process's whole hot
+ *                 set instead: no root, its threads' PCs sampled now (as
+ *                 `hotpathd plan pid PID --hot-set --sample S`) choose the
+ *                 members of the module the digest names (or, with no
+ *                 digest, the hottest), those are counted inline for as
+ *                 long, and the hot set is planned from those counts (as
+ *                 bench/replace_sqlite's pipeline).
  *   InstallPlan   the approved hash must be the one recomputed from the
  *                 plan's code; the target must be the plan's process -> the
  *                 replace layer's install, named by the plan's id. A kernel
@@ -45,13 +49,17 @@
 #include "daemon/targets.h"
 #include "daemon/worker.h"
 #include "measure/measure.h"
+#include "measure/moved.h"
 #include "measure/sampler.h"
 #include "plan/plan.h"
 #include "plan/plan_json.h"
 #include "plan/profile.h"
 #include "plan/profile_measured.h"
+#include "replace/counted_window.h"
+#include "replace/counters.h"
 #include "replace/install.h"
 #include "replace/install_json.h"
+#include "target/unwind.h"
 
 #define PLAN_JSON_MAX    HP_PLAN_JSON_MAX
 #define DEFAULT_SECONDS  10
@@ -151,23 +159,16 @@ static double entries(const struct hp_profile *p, uint64_t addr)
 	return 0;
 }
 
-/* Block counts of the root and its direct callees in target t, counted
- * exactly for `seconds`: by uprobes in a process, by kprobes in the kernel
- * (kernel set; blocks the kernel refuses to probe are sampled, and the
- * profile says it is estimated then). */
-static int measure_exact(struct agent *ag, struct hp_job *job, struct hp_target *t, bool kernel, struct hp_model *m,
-			 const struct hp_module *mod, const struct hp_function *root, unsigned seconds,
-			 const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *bp, size_t nbp,
-			 struct hp_profile *out, char *err, size_t errlen)
+/* Probes (uprobes in a process, kprobes in the kernel) counting the blocks
+ * of the functions at addrs[0..n) of target t exactly, opened into *h. */
+static int open_probes(struct agent *ag, struct hp_target *t, bool kernel, struct hp_model *m, const uint64_t *addrs,
+		       size_t n, const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *bp,
+		       size_t nbp, struct hp_measure **h, char *err, size_t errlen)
 {
-	const char *probes = kernel ? "kprobes" : "uprobes";
-	uint64_t addrs[MAX_CALLEES + 1];
 	struct hp_resource_spec res[MAX_CALLEES + 1];
-	size_t n = callee_addresses(m, mod, root, addrs), nblocks = 0;
-	struct hp_measure *h = NULL;
 
-	memset(res, 0, n * sizeof(*res));
-	for (size_t i = 0; i < n; i++) {
+	memset(res, 0, sizeof(res));
+	for (size_t i = 0; i < n && i <= MAX_CALLEES; i++) {
 		res[i].is_address = true;
 		res[i].address = addrs[i];
 	}
@@ -187,13 +188,46 @@ static int measure_exact(struct agent *ag, struct hp_job *job, struct hp_target 
 				      .nmoved = nmoved,
 				      .overlay = bp,
 				      .noverlay = nbp };
+	return hp_measure_open(&spec, &env, h, err, errlen) < 0 ? -EINVAL : 0;
+}
+
+/* The block counts the probes of h counted so far, into out (emptied first). */
+static int probed_counts(struct hp_measure *h, struct hp_profile *out, char *err, size_t errlen)
+{
+	struct hp_measure_reading rd;
+	size_t nblocks = 0;
+
+	if (hp_measure_total(h, &rd) < 0) {
+		snprintf(err, errlen, "out of memory reading the counts");
+		return -ENOMEM;
+	}
+	hp_profile_free(out);
+	out->weight = 1;
+	int r = hp_profile_from_reading(h, &rd, out, &nblocks, err, errlen);
+	hp_measure_reading_free(&rd);
+	return r;
+}
+
+/* Block counts of the root and its direct callees (addrs[0..n), the root
+ * first) in target t, counted exactly by probes for `seconds`: by uprobes
+ * in a process, by kprobes in the kernel (kernel set; blocks the kernel
+ * refuses to probe are sampled, and the profile says it is estimated
+ * then). */
+static int measure_exact(struct agent *ag, struct hp_job *job, struct hp_target *t, bool kernel, struct hp_model *m,
+			 const uint64_t *addrs, size_t n, const char *root_name, unsigned seconds,
+			 const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *bp, size_t nbp,
+			 struct hp_profile *out, char *err, size_t errlen)
+{
+	const char *probes = kernel ? "kprobes" : "uprobes";
+	struct hp_measure *h = NULL;
 	char msg[200];
-	snprintf(msg, sizeof(msg), "probing the blocks of %s and %zu direct callee(s)", root->name, n - 1);
+
+	snprintf(msg, sizeof(msg), "probing the blocks of %s and %zu direct callee(s)", root_name, n - 1);
 	hp_job_progress(ag, job, 0.1, msg);
-	if (hp_measure_open(&spec, &env, &h, err, errlen) < 0)
+	if (open_probes(ag, t, kernel, m, addrs, n, moved, nmoved, bp, nbp, &h, err, errlen) < 0)
 		return -EINVAL;
 	struct waiting w = { ag, job, kernel ? NULL : h };
-	snprintf(msg, sizeof(msg), "counting %s's blocks exactly (%s)", root->name, probes);
+	snprintf(msg, sizeof(msg), "counting %s's blocks exactly (%s)", root_name, probes);
 	/* A window in which the root was never entered plans nothing. Under probes every block traps, so a
 	 * function whose calls are long (a B-tree insert under a query driver) may not be entered in the
 	 * asked window on a loaded host: the window then doubles, up to STRETCH times its length. */
@@ -208,48 +242,314 @@ static int measure_exact(struct agent *ag, struct hp_job *job, struct hp_target 
 		}
 		if (r < 0)
 			break;
-		struct hp_measure_reading rd;
-		if (hp_measure_total(h, &rd) < 0) {
-			snprintf(err, errlen, "out of memory reading the counts");
-			r = -ENOMEM;
-			break;
-		}
-		hp_profile_free(out);
-		out->weight = 1;
-		r = hp_profile_from_reading(h, &rd, out, &nblocks, err, errlen);
-		hp_measure_reading_free(&rd);
+		r = probed_counts(h, out, err, errlen);
 		if (kernel)
 			snprintf(out->source, sizeof(out->source), "%u s of exact block counts (kprobes) in the kernel",
 				 waited);
 		else
 			snprintf(out->source, sizeof(out->source), "%u s of exact block counts (uprobes) in process %d",
 				 waited, t->pid);
-		if (r < 0 || entries(out, root->addr) > 0 || waited >= seconds * STRETCH || waited * 2 > MAX_SECONDS)
+		if (r < 0 || entries(out, addrs[0]) > 0 || waited >= seconds * STRETCH || waited * 2 > MAX_SECONDS)
 			break;
 		step = waited;
-		snprintf(msg, sizeof(msg), "no call of %s in %u s; counting %u s more (%s)", root->name, waited, step,
+		snprintf(msg, sizeof(msg), "no call of %s in %u s; counting %u s more (%s)", root_name, waited, step,
 			 probes);
 	}
 	hp_measure_close(h);
 	return r;
 }
 
+/* Whether function fn of mod can be counted inline in process pid; why
+ * not into why. Not: code that runs in an installed copy now (its blocks
+ * are counted where they moved, by uprobes), code under a running
+ * measurement's probes, code the counted copy cannot be made of, and code
+ * with unwind data that calls other code: a counted copy has no unwind
+ * data of its own (the increments shift its instructions), so a backtrace,
+ * a C++ exception or a thread cancellation that walks through its frame
+ * while the window is open would stop there (a test fixture's backtrace
+ * depth changed; an exception would end the process). A function that
+ * calls nothing has no frame below another's but a signal handler's. */
+static bool countable_inline(struct hp_model *m, const struct hp_module *mod, const struct hp_function *fn, int pid,
+			     const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *probes,
+			     size_t nprobes, char *why, size_t len)
+{
+	if (nmoved && hp_moved_run_address(moved, nmoved, pid, fn->addr, 1) != fn->addr) {
+		snprintf(why, len, "its calls run in an installed copy");
+		return false;
+	}
+	struct hp_cfi_row row;
+	if ((fn->ncalls || fn->nicalls) && mod->cfi &&
+	    hp_cfi_row(mod->cfi, fn->addr - mod->cfi_bias, &row) != -ENOENT) {
+		snprintf(why, len, "it calls other code and its counted copy would have no unwind data");
+		return false;
+	}
+	for (size_t i = 0; i < nprobes; i++)
+		if (probes[i].addr >= fn->addr && probes[i].addr < fn->addr + fn->size) {
+			snprintf(why, len, "a running measurement probes it");
+			return false;
+		}
+	return hp_counted_check(m, mod, fn, why, len) == 0;
+}
+
+/* Functions counted by uprobes in the inline counters' window (those that
+ * cannot be counted inline), opened once the counted copies are installed
+ * and closed before they are reverted, so the probes never see a call site
+ * the copies redirect half-written. */
+struct probed_side {
+	struct agent *ag;
+	struct hp_target *t;
+	struct hp_model *m;
+	const uint64_t *addrs;
+	size_t n;
+	bool root; /* addrs[0] is the root the window waits for */
+	const struct hp_moved_code *moved;
+	size_t nmoved;
+	const struct hp_byte_patch *bp;
+	size_t nbp;
+	struct hp_measure *h;
+};
+
+/* The inline counting window's end and progress (hp_counted_window's tick). */
+struct count_tick {
+	struct agent *ag;
+	struct hp_job *job;
+	const char *root_name; /* the window is stretched while the root was not entered; NULL: not */
+	uint64_t root_addr;
+	struct probed_side *probed; /* NULL: none; with root set, the root's entries are counted there */
+	unsigned seconds, until, shown;
+	double from, to;
+	uint64_t *root_counts;
+	char what[200];
+};
+
+/* Whether the root was entered in the window so far. */
+static bool root_entered(struct count_tick *ct, const struct hp_counted *c)
+{
+	char e[256];
+	if (ct->probed && ct->probed->root) {
+		struct hp_profile p = { 0 };
+		bool yes = probed_counts(ct->probed->h, &p, e, sizeof(e)) < 0 || entries(&p, ct->root_addr) > 0;
+		hp_profile_free(&p);
+		return yes;
+	}
+	return hp_counted_read(c, 0, ct->root_counts, NULL, e, sizeof(e)) < 0 || ct->root_counts[0] > 0;
+}
+
+static int count_tick(void *ctx, const struct hp_counted *c, double elapsed)
+{
+	struct count_tick *ct = ctx;
+	unsigned s = (unsigned)elapsed;
+	char msg[300];
+
+	if (hp_job_cancelled(ct->job))
+		return -ECANCELED;
+	if (s >= ct->until) {
+		if (!ct->root_name || root_entered(ct, c) || ct->until >= ct->seconds * STRETCH ||
+		    ct->until * 2 > MAX_SECONDS)
+			return 1;
+		snprintf(ct->what, sizeof(ct->what), "no call of %s in %u s; counting %u s more (inline counters)",
+			 ct->root_name, ct->until, ct->until);
+		ct->until *= 2;
+	}
+	if (s >= ct->shown) {
+		ct->shown = s + 1;
+		snprintf(msg, sizeof(msg), "%s: %u of %u s", ct->what, s, ct->until);
+		double f = s >= ct->seconds ? 1 : (double)s / ct->seconds;
+		hp_job_progress(ct->ag, ct->job, ct->from + (ct->to - ct->from) * f, msg);
+	}
+	return 0;
+}
+
+/*
+ * Block counts of fns[0..n) in process pid counted exactly by inline
+ * counters (replace/counters.h) for `seconds` (with root_name, longer while
+ * the root was not entered, as measure_exact's window): counted copies
+ * installed through the journal, read live, and reverted on every way out
+ * (the end, an error, a cancel, the process's exit). With probed, its
+ * functions are counted by uprobes in the same window. Added to out;
+ * *waited gets the window's length in whole seconds, how the increments
+ * used.
+ */
+static int count_inline(struct agent *ag, struct hp_job *job, int pid, struct hp_model *m,
+			const struct hp_function *const *fns, const struct hp_module *const *mods, size_t n,
+			const char *root_name, uint64_t root_addr, struct probed_side *probed, unsigned seconds,
+			double from, double to, struct hp_profile *out, unsigned *waited, char *how, size_t howlen,
+			char *err, size_t errlen)
+{
+	struct hp_counted c;
+	struct hp_counted_counts *v = NULL;
+	char msg[300], e2[512];
+	double secs = 0;
+
+	snprintf(msg, sizeof(msg), "installing counted copies of %zu function(s) (inline counters)", n);
+	hp_job_progress(ag, job, from, msg);
+	int r = hp_counted_begin(pid, m, ag->state_dir, fns, mods, n, HP_COUNT_AUTO, false, &c, err, errlen);
+	if (r < 0)
+		return r;
+	struct count_tick ct = { .ag = ag,
+				 .job = job,
+				 .root_name = root_name,
+				 .root_addr = root_addr,
+				 .probed = probed,
+				 .seconds = seconds,
+				 .until = seconds,
+				 .from = from,
+				 .to = to,
+				 .root_counts = calloc(fns[0]->nblocks + 1, sizeof(uint64_t)) };
+	snprintf(ct.what, sizeof(ct.what), "counting %zu functions' blocks exactly (inline counters%s)",
+		 n + (probed ? probed->n : 0), probed ? ", uprobes for the rest" : "");
+	if (!ct.root_counts) {
+		snprintf(err, errlen, "out of memory");
+		r = -ENOMEM;
+	} else if (probed && probed->n) {
+		hp_job_progress(ag, job, from, "probing the functions that cannot be counted inline (uprobes)");
+		r = open_probes(ag, probed->t, false, m, probed->addrs, probed->n, probed->moved, probed->nmoved,
+				probed->bp, probed->nbp, &probed->h, err, errlen);
+	}
+	if (r == 0)
+		r = hp_counted_window(&c, count_tick, &ct, &secs, &v, err, errlen);
+	if (r == 0 && hp_counted_profile(&c, v, out) < 0) {
+		snprintf(err, errlen, "out of memory");
+		r = -ENOMEM;
+	}
+	if (probed && probed->h) { /* its counts, then its probes out, before the copies are */
+		struct hp_profile pp = { 0 };
+		if (r == 0 && (r = probed_counts(probed->h, &pp, err, errlen)) == 0) {
+			for (size_t i = 0; r == 0 && i < pp.nfns; i++) {
+				const struct hp_prof_fn *pf = &pp.fns[i];
+				const struct hp_module *fm;
+				const struct hp_function *f = hp_model_lookup(m, pf->addr, &fm);
+				for (size_t k = 0; f && r == 0 && k < pf->nblocks; k++)
+					r = hp_profile_add(out, fm, f, pf->blocks[k].offset, pf->blocks[k].count);
+				for (size_t k = 0; f && r == 0 && k < pf->nedges; k++)
+					r = hp_profile_add_edge(out, fm, f, pf->edges[k].from, pf->edges[k].to,
+								pf->edges[k].count);
+			}
+			out->estimated |= pp.estimated;
+			if (r < 0)
+				snprintf(err, errlen, "out of memory");
+		}
+		hp_profile_free(&pp);
+		hp_measure_close(probed->h);
+		probed->h = NULL;
+	}
+	snprintf(how, howlen, "%s", c.how);
+	hp_counted_counts_free(v, n);
+	free(ct.root_counts);
+	/* Always reverted: call sites, entries, heaps (nothing left when the process exited). */
+	int rr = hp_counted_revert(&c, e2, sizeof(e2));
+	if (r == -ESRCH) {
+		snprintf(err, errlen, "process %d exited while its blocks were counted (inline counters)", pid);
+	} else if (rr < 0) {
+		size_t l = r < 0 ? strlen(err) : 0;
+		snprintf(err + l, errlen - l, "%s%s", l ? "; " : "", e2);
+		if (r == 0)
+			r = rr;
+	}
+	/* The model's overlay goes back to the patches of what stays installed (the counting set it to the
+	 * counted copies' as it installed them). */
+	struct hp_byte_patch *bp = NULL;
+	size_t nbp = 0;
+	hp_installed_patches(ag->state_dir, pid, &bp, &nbp);
+	hp_model_set_overlay(m, bp, nbp);
+	free(bp);
+	*waited = ct.until;
+	hp_log(true, "counted %zu function(s) of process %d inline for %.1f s (%s): %s", n, pid, secs, how,
+	       r == 0 ? "counts read, copies reverted" : err);
+	return r;
+}
+
+/* Append "NAME (WHY)" (the first) or ", NAME" to list: the functions that
+ * could not be counted inline. */
+static void note_uncounted(char *list, size_t len, size_t k, const char *name, const char *why)
+{
+	size_t l = strlen(list);
+	if (!k)
+		snprintf(list, len, "%.50s (%.140s)", name, why);
+	else
+		snprintf(list + l, len - l, ", %s", name);
+}
+
+/* Block counts of the root and its direct callees in process t, exactly,
+ * in one window: by inline counters for every function that can be
+ * counted so, by uprobes (as before inline counters) for those that
+ * cannot. The source says which. */
+static int count_root_group(struct agent *ag, struct hp_job *job, struct hp_target *t, struct hp_model *m,
+			    const struct hp_module *mod, const struct hp_function *root, unsigned seconds,
+			    const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *bp,
+			    size_t nbp, size_t nprobes, struct hp_profile *out, char *err, size_t errlen)
+{
+	uint64_t addrs[MAX_CALLEES + 1], left[MAX_CALLEES + 1];
+	const struct hp_function *fns[MAX_CALLEES + 1];
+	const struct hp_module *mods[MAX_CALLEES + 1];
+	size_t n = callee_addresses(m, mod, root, addrs), nin = 0, nleft = 0;
+	char why[300], list[200] = "", how[400] = "";
+	const struct hp_byte_patch *probes = bp + nbp;
+	int r;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct hp_module *fm;
+		const struct hp_function *f = hp_model_lookup(m, addrs[i], &fm);
+		if (f && countable_inline(m, fm, f, t->pid, moved, nmoved, probes, nprobes, why, sizeof(why))) {
+			fns[nin] = f;
+			mods[nin++] = fm;
+			continue;
+		}
+		if (!f)
+			snprintf(why, sizeof(why), "not in the model");
+		note_uncounted(list, sizeof(list), nleft, f ? f->name : "?", why);
+		left[nleft++] = addrs[i];
+		hp_log(true, "plan of %s in process %d: %s is counted by uprobes, not inline: %s", root->name, t->pid,
+		       f ? f->name : "?", why);
+	}
+	if (!nin) { /* nothing inline: the group by uprobes */
+		r = measure_exact(ag, job, t, false, m, addrs, n, root->name, seconds, moved, nmoved, bp, nbp + nprobes,
+				  out, err, errlen);
+		size_t l = strlen(out->source);
+		snprintf(out->source + l, sizeof(out->source) - l, "; none can be counted inline: %s", list);
+		return r;
+	}
+	struct probed_side ps = { .ag = ag,
+				  .t = t,
+				  .m = m,
+				  .addrs = left,
+				  .n = nleft,
+				  .root = nleft && left[0] == root->addr,
+				  .moved = moved,
+				  .nmoved = nmoved,
+				  .bp = bp,
+				  .nbp = nbp + nprobes };
+	unsigned waited = 0;
+	out->weight = 1;
+	r = count_inline(ag, job, t->pid, m, fns, mods, nin, root->name, root->addr, nleft ? &ps : NULL, seconds, 0.15,
+			 0.7, out, &waited, how, sizeof(how), err, errlen);
+	if (r < 0)
+		return r;
+	snprintf(out->source, sizeof(out->source), "%u s of exact block counts (inline counters) in process %d%s%s",
+		 waited, t->pid, nleft ? "; uprobes in the same window for " : "", list);
+	if (strstr(how, "not exact"))
+		snprintf(out->source + strlen(out->source), sizeof(out->source) - strlen(out->source), "; %s", how);
+	return 0;
+}
+
 /* PC samples taken for seconds (hp_profile_sample), with progress. */
 struct sample_wait {
 	struct waiting w;
 	const char *what;
+	double from, to;
 };
 
 static int sample_wait(void *ctx, unsigned secs)
 {
 	struct sample_wait *sw = ctx;
-	return wait_seconds(&sw->w, secs, 0.1, 0.7, sw->what);
+	return wait_seconds(&sw->w, secs, sw->from, sw->to, sw->what);
 }
 
 /* Estimated block counts from PC samples for `seconds`: of the kernel (pid
- * 0, m the kernel's model) or of process pid's threads. */
+ * 0, m the kernel's model) or of process pid's threads; progress from
+ * `from` to `to`. */
 static int sample_now(struct agent *ag, struct hp_job *job, const struct hp_model *m, int pid, unsigned seconds,
-		      struct hp_profile *out, char *err, size_t errlen)
+		      double from, double to, struct hp_profile *out, char *err, size_t errlen)
 {
 	char what[160];
 	if (pid)
@@ -257,8 +557,108 @@ static int sample_now(struct agent *ag, struct hp_job *job, const struct hp_mode
 			 HP_PROCESS_SAMPLE_HZ);
 	else
 		snprintf(what, sizeof(what), "sampling kernel PCs (estimated block counts)");
-	struct sample_wait sw = { { ag, job, NULL }, what };
+	struct sample_wait sw = { { ag, job, NULL }, what, from, to };
 	return hp_profile_sample(m, pid, seconds, pid ? HP_PROCESS_SAMPLE_HZ : 0, sample_wait, &sw, out, err, errlen);
+}
+
+/*
+ * A process's hot set counted exactly (the bench's pipeline, `hotpathd plan
+ * --hot-set --sample`, then `measure --blocks --inline` of its members,
+ * then `plan --hot-set --profile --share 1 --resident`): its threads' PCs
+ * sampled for `seconds` choose the members (a plan from the samples), every
+ * member that can be counted inline is counted for `seconds`, and out gets
+ * those counts; the sampled profile goes to *sampled (the caller's
+ * o->resident: where the copy starts) and o->hot_module names the module
+ * planned. A member that cannot be counted inline keeps its sampled counts,
+ * scaled by the counted members' counts per sample (an estimate, said in
+ * the source). When the samples plan nothing, out is the sampled profile.
+ */
+static int count_hot_set(struct agent *ag, struct hp_job *job, struct hp_target *t, struct hp_model *m,
+			 const struct hp_module *mod, struct hp_plan_opts *o, unsigned seconds,
+			 const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *probes,
+			 size_t nprobes, struct hp_profile *sampled, struct hp_profile *out, char *err, size_t errlen)
+{
+	struct hp_plan first = { 0 };
+	char why[300], list[200] = "", how[400] = "", msg[200];
+	int r = sample_now(ag, job, m, t->pid, seconds, 0.1, 0.4, sampled, err, errlen);
+	if (r < 0)
+		return r;
+	snprintf(msg, sizeof(msg), "choosing process %d's hot set from its samples", t->pid);
+	hp_job_progress(ag, job, 0.42, msg);
+	if ((r = hp_plan_make(m, NULL, mod, sampled, o, &first, err, errlen)) < 0)
+		return r;
+	if (first.status != HP_PLAN_OK || !first.nmembers) { /* the plan says why: made again from the samples */
+		hp_plan_free(&first);
+		return hp_profile_copy(sampled, out);
+	}
+	size_t n = first.nmembers, nin = 0, nleft = 0;
+	const struct hp_function **fns = calloc(n + 1, sizeof(*fns)), **left = calloc(n + 1, sizeof(*left));
+	const struct hp_module **mods = calloc(n + 1, sizeof(*mods)), **lmods = calloc(n + 1, sizeof(*lmods));
+	if (!fns || !left || !mods || !lmods) {
+		snprintf(err, errlen, "out of memory");
+		r = -ENOMEM;
+		goto done;
+	}
+	o->hot_module = first.members[0].mod->name; /* the module the samples chose */
+	for (size_t i = 0; i < n; i++) {
+		const struct hp_plan_member *mb = &first.members[i];
+		if (countable_inline(m, mb->mod, mb->fn, t->pid, moved, nmoved, probes, nprobes, why, sizeof(why))) {
+			fns[nin] = mb->fn;
+			mods[nin++] = mb->mod;
+		} else {
+			note_uncounted(list, sizeof(list), nleft, mb->fn->name, why);
+			hp_log(true, "hot set of process %d: %s keeps its sampled counts, not counted inline: %s",
+			       t->pid, mb->fn->name, why);
+			left[nleft] = mb->fn;
+			lmods[nleft++] = mb->mod;
+		}
+	}
+	unsigned waited = seconds;
+	out->weight = 1;
+	if (nin && (r = count_inline(ag, job, t->pid, m, fns, mods, nin, NULL, 0, NULL, seconds, 0.45, 0.7, out,
+				     &waited, how, sizeof(how), err, errlen)) < 0)
+		goto done;
+	/* The uncounted members' samples, scaled by the counted ones' counts per sample. */
+	double counted = 0, samples = 0;
+	for (size_t i = 0; i < nin; i++) {
+		const struct hp_prof_fn *pe = hp_profile_find(out, fns[i]->addr),
+					*ps = hp_profile_find(sampled, fns[i]->addr);
+		for (size_t k = 0; pe && ps && k < ps->nblocks; k++)
+			for (size_t j = 0; j < pe->nblocks; j++)
+				if (pe->blocks[j].offset == ps->blocks[k].offset) {
+					counted += pe->blocks[j].count;
+					samples += ps->blocks[k].count;
+				}
+	}
+	double scale = samples > 0 ? counted / samples : 1;
+	for (size_t i = 0; i < nleft && r == 0; i++) {
+		const struct hp_prof_fn *ps = hp_profile_find(sampled, left[i]->addr);
+		for (size_t k = 0; ps && r == 0 && k < ps->nblocks; k++)
+			r = hp_profile_add(out, lmods[i], left[i], ps->blocks[k].offset, ps->blocks[k].count * scale);
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto done;
+	}
+	out->estimated |= nleft > 0;
+	if (nin)
+		snprintf(out->source, sizeof(out->source),
+			 "%u s of exact block counts (inline counters) in process %d, of the %zu members %u s of PC "
+			 "samples chose%s%s",
+			 waited, t->pid, n, seconds, nleft ? "; PC samples (scaled, an estimate) for " : "", list);
+	else
+		snprintf(out->source, sizeof(out->source),
+			 "%u s of PC samples of process %d: no member can be counted inline: %s", seconds, t->pid,
+			 list);
+	if (strstr(how, "not exact"))
+		snprintf(out->source + strlen(out->source), sizeof(out->source) - strlen(out->source), "; %s", how);
+done:
+	free(fns);
+	free(left);
+	free(mods);
+	free(lmods);
+	hp_plan_free(&first);
+	return r;
 }
 
 /* Whether the kernel's blocks can be counted exactly here (kprobes). */
@@ -299,12 +699,12 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 {
 	char err[1024] = "", msg[300];
 	struct hp_plan_opts o;
-	struct hp_profile prof = { 0 };
+	struct hp_profile prof = { 0 }, resident = { 0 };
 	struct hp_plan plan = { 0 };
 	struct hp_model *own = NULL; /* a process modelled under its installs' patches */
 	struct hp_moved_code *moved = NULL;
 	struct hp_byte_patch *bp = NULL;
-	size_t nmoved = 0, nbp = 0, mi = 0, len = 0;
+	size_t nmoved = 0, nbp = 0, nprobes = 0, mi = 0, len = 0;
 	char *json = NULL;
 	unsigned seconds = c->seconds ? c->seconds : DEFAULT_SECONDS;
 
@@ -378,6 +778,7 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 				memcpy(v + nbp, pb, npb * sizeof(*v));
 				bp = v;
 				nall += npb;
+				nprobes = npb; /* bp[nbp..nbp + nprobes): running measurements' probes */
 			}
 		}
 		free(pb);
@@ -403,11 +804,20 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 		snprintf(msg, sizeof(msg), "reading the block counts of measurement %.64s", c->measurement_id);
 		hp_job_progress(ag, job, 0.1, msg);
 		r = hp_measurements_profile(ag, c->measurement_id, t->id, &prof, err, sizeof(err));
-	} else if (c->hot_set || (kernel && !kprobes_available(ag))) {
-		r = sample_now(ag, job, m, kernel ? 0 : t->pid, seconds, &prof, err, sizeof(err));
-	} else {
-		r = measure_exact(ag, job, t, kernel, m, mod, root, seconds, moved, nmoved, bp, nbp, &prof, err,
+	} else if (c->hot_set) {
+		r = count_hot_set(ag, job, t, m, mod, &o, seconds, moved, nmoved, bp + nbp, nprobes, &resident, &prof,
+				  err, sizeof(err));
+		o.resident = &resident;
+	} else if (kernel && !kprobes_available(ag)) {
+		r = sample_now(ag, job, m, 0, seconds, 0.1, 0.7, &prof, err, sizeof(err));
+	} else if (kernel) {
+		uint64_t addrs[MAX_CALLEES + 1];
+		size_t n = callee_addresses(m, mod, root, addrs);
+		r = measure_exact(ag, job, t, true, m, addrs, n, root->name, seconds, NULL, 0, NULL, 0, &prof, err,
 				  sizeof(err));
+	} else {
+		r = count_root_group(ag, job, t, m, mod, root, seconds, moved, nmoved, bp, nbp, nprobes, &prof, err,
+				     sizeof(err));
 	}
 	if (r == -ECANCELED) {
 		hp_job_fail(ag, job, "cancelled");
@@ -466,6 +876,7 @@ out:
 	free(json);
 	hp_plan_free(&plan);
 	hp_profile_free(&prof);
+	hp_profile_free(&resident);
 	hp_model_free(own);
 	hp_moved_code_free(moved, nmoved);
 	free(bp);

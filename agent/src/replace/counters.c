@@ -54,6 +54,32 @@ static int install_plan(struct hp_counted *c, struct hp_model *m, struct hp_coun
 	return 0;
 }
 
+int hp_counted_check(struct hp_model *m, const struct hp_module *mod, const struct hp_function *fn, char *why,
+		     size_t len)
+{
+	struct hp_plan p = { 0 };
+	/* The install's entry rule: the jump to the copy covers the first bytes. */
+	if (fn->size < HP_COUNTED_ENTRY_JUMP) {
+		snprintf(why, len, "%u bytes long: too short for the jump to its copy", (unsigned)fn->size);
+		return -EPERM;
+	}
+	for (uint32_t b = 1; b < fn->nblocks; b++) {
+		uint32_t off = mod->blocks[fn->block_start + b].offset;
+		if (off > 0 && off < HP_COUNTED_ENTRY_JUMP) {
+			snprintf(why, len, "a block at +%u, inside the %d bytes its entry jump would cover", off,
+				 HP_COUNTED_ENTRY_JUMP);
+			return -EPERM;
+		}
+	}
+	int r = hp_instrument_plan(m, mod, fn, true, false, 0, &p, why, len);
+	if (r == 0 && p.status != HP_PLAN_OK) {
+		snprintf(why, len, "%s", p.message);
+		r = -EPERM;
+	}
+	hp_instrument_plan_free(&p);
+	return r;
+}
+
 static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain, bool every_block,
 		       uint32_t lead, char *err, size_t errlen)
 {

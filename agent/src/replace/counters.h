@@ -63,6 +63,15 @@ struct hp_counted {
 int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
 		       const struct hp_module *const *mods, size_t n, bool plain, bool every_block,
 		       struct hp_counted *out, char *err, size_t errlen);
+/*
+ * Whether function fn of mod (in m) can be counted inline: its entry can
+ * take the jump to a copy (the install's rule), and its counted copy
+ * planned (locked increments, counters on edges) as hp_counted_install
+ * would plan it, nothing installed. 0, or -EPERM with why filled (it
+ * cannot move, or its copy failed verification), or another negative errno.
+ */
+int hp_counted_check(struct hp_model *m, const struct hp_module *mod, const struct hp_function *fn, char *why,
+		     size_t len);
 /* The bytes an entry jump covers (jmp rel32). */
 #define HP_COUNTED_ENTRY_JUMP 5
 /*

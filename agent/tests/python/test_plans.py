@@ -75,6 +75,18 @@ def _maps(pid: int) -> str:
     return pathlib.Path(f"/proc/{pid}/maps").read_text()
 
 
+def _text(pid: int) -> bytes:
+    """The fixture's own executable code, as the process runs it now."""
+    out = b""
+    for line in _maps(pid).splitlines():
+        f = line.split()
+        if len(f) >= 6 and f[1].startswith("r-x") and f[5].endswith("/threads"):
+            lo, hi = (int(x, 16) for x in f[0].split("-"))
+            out += _mem(pid, lo, hi - lo)
+    assert out, "no executable mapping of the fixture"
+    return out
+
+
 def _journals(state: pathlib.Path) -> list[str]:
     d = state / "replace"
     return sorted(p.name for p in d.glob("*.journal")) if d.exists() else []
@@ -104,7 +116,10 @@ def test_attach_the_fixture_and_find_its_root(agent, threads_program):
     agent.root = functions["pr_root"]
 
 
-def test_make_plan_measures_the_root_exactly_and_answers_a_verified_plan_with_progress(agent):
+def test_make_plan_counts_the_root_group_inline_and_answers_a_verified_plan_with_progress(agent):
+    """The root and its direct callees are counted by inline counters (counted copies installed, read
+    live, reverted): no trap per block; the process's code is byte for byte what it was after the plan."""
+    text = _text(agent.fixture.pid)
     _others(agent.session, "Progress")
     _send(
         agent.session,
@@ -126,8 +141,19 @@ def test_make_plan_measures_the_root_exactly_and_answers_a_verified_plan_with_pr
     assert res.plan.code_sha256 == plan["code"]["sha256"] and len(res.plan.code_sha256) == 64
     assert res.plan.build_id == agent.main.build_id == plan["target"]["module_build_id"]
     assert plan["target"]["pid"] == agent.fixture.pid
-    assert plan["profile"]["estimated"] is False, "uprobes count a process's blocks exactly"
-    assert "exact block counts" in plan["profile"]["source"]
+    assert plan["profile"]["estimated"] is False, "inline counters count a process's blocks exactly"
+    source = plan["profile"]["source"]
+    # The leaves among them are counted inline; a function that calls others is counted by uprobes in the same
+    # window (a counted copy has no unwind data: the fixture's backtraces through it would come out short), and
+    # so is pr_even, whose entry jump would cover its block at +4. The source says which.
+    assert source.startswith(
+        f"{PLAN_SECONDS} s of exact block counts (inline counters) in process {agent.fixture.pid}; uprobes in the "
+        "same window for pr_root (it calls other code and its counted copy would have no unwind data), "
+    ), source
+    assert "pr_even" in source and "pr_op" not in source and "pr_table" not in source
+    assert {f["name"] for f in plan["profile"]["functions"]} >= {"pr_root", "pr_op", "pr_table", "pr_even"}
+    assert _text(agent.fixture.pid) == text, "every counted copy reverted: the code is the original"
+    assert _journals(agent.state) == []
     group = [g["function"] for g in plan["group"]]
     assert group[0] == "pr_root" and len(group) > 1 and set(group) <= MEMBERS
     # Progress: every phase said what it does, with a fraction that never goes back.
@@ -135,9 +161,27 @@ def test_make_plan_measures_the_root_exactly_and_answers_a_verified_plan_with_pr
     assert len(progress) >= PLAN_SECONDS + 3, [p.message for p in progress]
     fractions = [p.fraction for p in progress]
     assert fractions == sorted(fractions) and all(0 <= f <= 1 for f in fractions)
-    assert any("counting pr_root's blocks exactly" in p.message for p in progress)
+    n = len(plan["profile"]["functions"])
+    assert any(
+        f"counting {n} functions' blocks exactly (inline counters, uprobes for the rest): 1 of" in p.message
+        for p in progress
+    ), [p.message for p in progress]
     assert any(p.message.startswith("planning pr_root") for p in progress)
     agent.plan_json, agent.plan = res.plan.plan_json, plan
+
+
+def _round_inputs(worker: int = 0) -> list[tuple[int, int, int]]:
+    """The (op, a, b) a worker of threads.c passes pr_root in one round (group.c's pr_input)."""
+    out = []
+    for i in range(512):
+        x = ((worker * 7919 + i) * 2654435761) & 0xFFFFFFFF
+        op, a, b = x % 23, (x >> 8) % 40, (x >> 12) % 5000 - 1000
+        out.append(([99, 99, 13, 14, 15, 16][op - 17] if op >= 17 else op, a, b))
+    return out
+
+
+def _entries(fn: dict) -> float:
+    return next(b["count"] for b in fn["blocks"] if b["offset"] == 0)
 
 
 def test_a_window_in_which_the_root_never_ran_is_counted_longer_instead_of_planning_nothing(agent, threads_program):
@@ -168,11 +212,116 @@ def test_a_window_in_which_the_root_never_ran_is_counted_longer_instead_of_plann
         assert res.ok, res.error
         plan = json.loads(res.plan.plan_json)
         assert plan["status"] == "ok" and plan["root"] == "pr_root", plan.get("message")
-        seconds = int(re.match(r"(\d+) s of exact block counts", plan["profile"]["source"]).group(1))
+        seconds = int(
+            re.match(r"(\d+) s of exact block counts \(inline counters\)", plan["profile"]["source"]).group(1)
+        )
         assert 2 <= seconds <= 8, plan["profile"]["source"]
+        assert _plan_blocks(plan)[0] > 0, "the window ended once pr_root had run"
         progress += [m for _, m in _others(agent.session, "Progress") if m.command_id == "plan-gated"]
         fractions = [p.fraction for p in progress]
         assert fractions == sorted(fractions), [(p.fraction, p.message) for p in progress]
+    finally:
+        fixture.kill()
+
+
+def _counting(agent, cid: str) -> list:
+    """Progress of command cid until its inline counting window is a second in (its copies installed)."""
+    progress: list = []
+    deadline = time.monotonic() + HANG_S
+    while not any(re.search(r"blocks exactly \(inline counters.*\): 1 of", p.message) for p in progress):
+        assert time.monotonic() < deadline, [p.message for p in progress]
+        progress += [m for _, m in _others(agent.session, "Progress") if m.command_id == cid]
+        time.sleep(0.05)
+    return progress
+
+
+def test_a_cancel_in_the_middle_of_the_count_reverts_every_counted_copy(agent):
+    pid = agent.fixture.pid
+    text = _text(pid)
+    _others(agent.session, "Progress")
+    _send(
+        agent.session,
+        "plan-cancel",
+        make_plan=pb.MakePlan(
+            plan_id="plan-cancel",
+            target=agent.target.id,
+            digest=agent.main.digest,
+            function_index=agent.root.index,
+            seconds=600,
+        ),
+    )
+    _counting(agent, "plan-cancel")
+    assert _journals(agent.state), "the counted copies are journaled like any install"
+    assert _text(pid) != text, "pr_root's entry jumps to its counted copy"
+    _send(agent.session, "plan-cancel-c", cancel=pb.CancelCommand(command_id="plan-cancel"))
+    _result(agent.session, "plan-cancel-c")
+    res = _result(agent.session, "plan-cancel", timeout=120)
+    assert not res.ok and res.cancelled and "cancelled" in res.error, res
+    assert _text(pid) == text and _journals(agent.state) == []
+    _alive_and_checking(agent.fixture)
+
+
+def test_a_process_that_exits_in_the_middle_of_the_count_is_a_clear_error_and_leaves_no_journal(agent, threads_program):
+    fixture = Fixture(threads_program, "threads", "1")
+    STARTED.append(fixture)
+    try:
+        target, main = _attach(agent, fixture, "attach-exits")
+        root = next(f for f in _catalog(agent.session, main.digest).values() if f.name == "pr_root")
+        _others(agent.session, "Progress")
+        _send(
+            agent.session,
+            "plan-exits",
+            make_plan=pb.MakePlan(
+                plan_id="plan-exits", target=target.id, digest=main.digest, function_index=root.index, seconds=600
+            ),
+        )
+        _counting(agent, "plan-exits")
+        fixture.kill()
+        res = _result(agent.session, "plan-exits", timeout=120)
+        assert not res.ok and not res.cancelled
+        assert f"process {fixture.pid} exited while its blocks were counted (inline counters)" in res.error, res.error
+        assert _journals(agent.state) == []
+    finally:
+        fixture.kill()
+
+
+def test_inline_counts_are_exact_a_gated_rounds_calls_of_a_leaf_root(agent, threads_program):
+    """pr_table calls nothing: the plan counts it inline. The gated fixture's one worker calls pr_root
+    only when let, one round of INPUTS (512) calls, so the window must stretch; the round is let go right after
+    the agent says so, a second before the window's next end (the round takes milliseconds unprobed), and
+    pr_table is then counted entered exactly as often as that round's inputs ask for it (op 15)."""
+    fixture = Fixture(threads_program, "threads", "1", "gated")
+    STARTED.append(fixture)
+    try:
+        target, main = _attach(agent, fixture, "attach-leaf")
+        root = next(f for f in _catalog(agent.session, main.digest).values() if f.name == "pr_table")
+        text = _text(fixture.pid)
+        _others(agent.session, "Progress")
+        _send(
+            agent.session,
+            "plan-leaf",
+            make_plan=pb.MakePlan(
+                plan_id="plan-leaf", target=target.id, digest=main.digest, function_index=root.index, seconds=1
+            ),
+        )
+        progress: list = []
+        deadline = time.monotonic() + HANG_S
+        while not any("no call of pr_table in 1 s" in p.message for p in progress):
+            assert time.monotonic() < deadline, [p.message for p in progress]
+            progress += [m for _, m in _others(agent.session, "Progress") if m.command_id == "plan-leaf"]
+            time.sleep(0.02)
+        fixture.proc.send_signal(signal.SIGUSR1)  # one round of calls, now
+        res = _result(agent.session, "plan-leaf", timeout=120)
+        assert res.ok, res.error
+        plan = json.loads(res.plan.plan_json)
+        source = plan["profile"]["source"]
+        # (its .cold part, 3 bytes, takes no entry jump: uprobes count it, and the source says so)
+        assert source.startswith(f"2 s of exact block counts (inline counters) in process {fixture.pid}"), source
+        assert plan["profile"]["estimated"] is False
+        [fn] = [f for f in plan["profile"]["functions"] if f["name"] == "pr_table"]
+        want = sum(op == 15 for op, _, _ in _round_inputs())
+        assert fn["name"] == "pr_table" and want > 0 and _entries(fn) == want, (want, fn)
+        assert _text(fixture.pid) == text and _journals(agent.state) == []
     finally:
         fixture.kill()
 
@@ -430,13 +579,20 @@ def test_a_hot_set_plan_samples_the_process_and_its_install_splices_every_member
     assert res.ok, res.error
     plan = json.loads(res.plan.plan_json)
     assert plan["status"] == "ok" and plan["options"]["hot_set"] is True
-    assert plan["profile"]["estimated"] is True and f"PC samples of process {pid}" in plan["profile"]["source"]
+    source = plan["profile"]["source"]
+    assert re.match(
+        rf"{PLAN_SECONDS} s of exact block counts \(inline counters\) in process {pid}, of the \d+ members", source
+    )
+    # The members that call others keep their samples, scaled to the counted ones: then the profile is an estimate.
+    assert plan["profile"]["estimated"] is ("PC samples (scaled, an estimate) for " in source), source
     assert plan["target"]["module"] == agent.main.name and res.plan.build_id == agent.main.build_id
     group = [g["function"] for g in plan["group"]]
     assert plan["root"] == group[0] and len(group) > 1 and "pr_root" in group
     assert res.plan.code_sha256 == plan["code"]["sha256"]
     progress = [m.message for _, m in _others(agent.session, "Progress") if m.command_id == "plan-hs"]
     assert any(f"sampling process {pid}'s PCs" in m for m in progress), progress
+    assert any(re.search(r"counting \d+ functions' blocks exactly \(inline counters\)", m) for m in progress), progress
+    assert _journals(agent.state) == [], "the counted copies are reverted before the plan is answered"
     assert any("hot set" in m for m in progress), progress
     entries = {g["function"]: int(g["address"], 16) for g in plan["group"]}
     kept = {k["function"] for k in plan.get("kept_in_place", [])}

@@ -20,7 +20,7 @@ import { useAuth } from "../../shared/AuthContext";
 import { HeatLegend, Heatmap } from "./Heatmap";
 import { Interleaved } from "./Interleaved";
 import { CodeSideBySide, MemberCfgs } from "./PlanCode";
-import type { MemberView, PlanView } from "./planModel";
+import { exactCountsLabel, type MemberView, type PlanView } from "./planModel";
 import { usePlanView } from "./usePlanView";
 import { isPlanId, nextStep, stepRules } from "./workflowModel";
 
@@ -100,7 +100,9 @@ function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
             {plan.estimated ? (
               <span className="estimate">estimated (sampled)</span>
             ) : plan.plan ? (
-              "exact (probes)"
+              <span title={(plan.plan as { profile?: { source?: string } }).profile?.source}>
+                {exactCountsLabel(plan.plan)}
+              </span>
             ) : (
               "—"
             )}

@@ -2,7 +2,7 @@
 // The plan shaping on a real plan (hotpathd plan --json of the group fixture): grids, chains, strips.
 import { describe, expect, it } from "vitest";
 import fixture from "../../../../backend/tests/fixtures/plan_group.json";
-import { heatGrid, shapePlan, type AgentPlan } from "./planModel";
+import { exactCountsLabel, heatGrid, shapePlan, type AgentPlan } from "./planModel";
 
 describe("shapePlan", () => {
   it("shapes the I-cache grids, the chain table and the group's layout strips of a real plan", () => {
@@ -55,5 +55,20 @@ describe("shapePlan", () => {
     });
     expect(g!.columns).toBe(3);
     expect(g!.cells.every((c) => c.conflict)).toBe(true);
+  });
+});
+
+describe("exactCountsLabel", () => {
+  const withSource = (source: string) => ({ ...fixture, profile: { ...fixture.profile, source } }) as AgentPlan;
+  it("names inline counters, and the uprobes beside them, from the profile's source", () => {
+    expect(exactCountsLabel(withSource("2 s of exact block counts (inline counters) in process 7"))).toBe(
+      "exact (inline counters)",
+    );
+    expect(
+      exactCountsLabel(
+        withSource("2 s of exact block counts (inline counters) in process 7; uprobes in the same window for f (x)"),
+      ),
+    ).toBe("exact (inline counters; uprobes where a function cannot be counted inline)");
+    expect(exactCountsLabel(withSource("2 s of exact block counts (uprobes) in process 7"))).toBe("exact (probes)");
   });
 });

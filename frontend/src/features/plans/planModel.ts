@@ -85,6 +85,17 @@ export interface PlanView {
 export type AgentPlan = NonNullable<PlanDetail["plan"]>;
 export type AgentICache = NonNullable<AgentPlan["icache_before"]>;
 
+/** How a plan's exact block counts were taken, from its profile's source (the agent writes it): inline
+ * counters (counted copies, no trap per block), with uprobes in the same window for the functions that cannot
+ * be counted inline, or probes alone (uprobes, kprobes). */
+export function exactCountsLabel(plan: AgentPlan): string {
+  const source = (plan as { profile?: { source?: string } }).profile?.source ?? "";
+  if (!source.includes("(inline counters)")) return "exact (probes)";
+  return source.includes("uprobes")
+    ? "exact (inline counters; uprobes where a function cannot be counted inline)"
+    : "exact (inline counters)";
+}
+
 export function heatGrid(ic: AgentICache | null | undefined): HeatGrid | null {
   if (!ic) return null;
   const cells = ic.cells.map((c) => ({
