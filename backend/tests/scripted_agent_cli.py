@@ -5,7 +5,7 @@ only real agent is this host's. Not an agent: it plays one over the real gRPC st
 
     .venv/bin/python -m tests.scripted_agent_cli --server HOST:PORT --enroll HOST:PORT --host-id ID \\
         [--hostname NAME] [--kernel-tag TAG] [--label KEY=VALUE ...] [--samples FUNCTION=COUNT ...] \\
-        [--start UNIX_S] [--seconds N]
+        [--start UNIX_S] [--seconds N] [--hang-s S]
 
 It talks on stdin and stdout, one JSON object a line:
 - stdin, first line: {"token": ..., "ca_pem": ...}, an enrolment token an admin created (POST
@@ -16,7 +16,8 @@ It talks on stdin and stdout, one JSON object a line:
 - stdin, the line `send` (once the caller has seen the host's catalog stored: samples of a piece not
   stored yet are dropped): it sends `--seconds` one-second metric batches from `--start` (a Unix time),
   each with COUNT samples in block 0 of every FUNCTION of `--samples` (the scripted vmlinux's functions,
-  tests.scripted_agent.kernel_functions), waits until the backend acknowledges the last one, and writes
+  tests.scripted_agent.kernel_functions), waits until the backend acknowledges the last one (at most
+  `--hang-s` seconds, a bound for a hang: a loaded machine stores slowly), and writes
   {"sent": BATCHES, "samples": TOTAL};
 - end of stdin, SIGTERM or SIGINT: it ends its stream as an agent that exits cleanly does, and exits 0.
 A failure is written to stderr and exits 1.
@@ -52,6 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--samples", type=_pair, action="append", default=[], help="FUNCTION=COUNT per second")
     p.add_argument("--start", type=int, default=0, help="the first batch's start, Unix seconds")
     p.add_argument("--seconds", type=int, default=60, help="one-second batches to send")
+    p.add_argument("--hang-s", type=float, default=HANG_S, help="longest wait for the last acknowledgement")
     args = p.parse_args(argv)
     index = {f.name: f.index for f in kernel_functions(KERNEL_FUNCTIONS)}
     samples: list[tuple[int, int]] = []
@@ -106,7 +108,7 @@ async def run(args: argparse.Namespace) -> None:
                 start_ns = (args.start + i) * 1_000_000_000
                 seq = await agent.send_metrics(start_ns, [("vmlinux", f, 0, c) for f, c in args.samples])
             if seq:
-                await wait_for_ack(agent, seq, HANG_S)
+                await wait_for_ack(agent, seq, args.hang_s)
             say({"sent": args.seconds, "samples": args.seconds * sum(c for _f, c in args.samples)})
         stop.set()  # end of stdin: the caller has gone
 
