@@ -39,11 +39,13 @@ declare -A pattern=(
 	[hot_set_counting]="^hot_set_counting: [0-9]+ programs, counted $num""x per CPU second \((SQLite $num""x of [0-9]+ functions|SQLite unavailable), (Lua $num""x of [0-9]+ functions|Lua unavailable)\), wall $num""x, install $num s, revert $num s$"
 	# each figure measured or "unavailable", the reasons after the line's figures
 	[layout_vs_bolt]="^layout: [0-9]+ programs, Hotpath $f end to end \(I1 $f\), BOLT $f \(I1 $f\), ratio (-?$num|unavailable)(; unavailable: .+)?$"
+	# failover and lost are measured only with two or more replicas; otherwise "unavailable", reasons after the figures
+	[fleet]="^fleet: [0-9]+ hosts, $num points/s stored by [0-9]+ replicas, fleet view p99 $num ms, failover ($num s|unavailable), lost ([0-9]+|unavailable)(; unavailable: .+)?$"
 )
 # Two lanes run side by side to keep the suite short: the benchmarks that start a whole stack (a backend
 # and its Postgres, one at a time) and the rest. Their figures disturb each other, which a smoke run does
 # not mind: it checks that each benchmark still runs to its summary line.
-stacks=(catalog_load ingest chaos flame)
+stacks=(catalog_load ingest chaos flame fleet)
 rest=(kernel_parse sampling_overhead stack_sampling probe_cost console_tree cfg_layout plan replace_cycles replace
 	layout_vs_bolt hot_set_counting)
 order=("${rest[@]}" "${stacks[@]}")
@@ -59,6 +61,7 @@ run_one() {
 	HOTPATH_CHAOS_HTTP_PORT=$http HOTPATH_CHAOS_GRPC_PORT=$grpc \
 		HOTPATH_INGEST_HTTP_PORT=$((http + 1)) HOTPATH_INGEST_GRPC_PORT=$((grpc + 2)) \
 		HOTPATH_E2E_HTTP_PORT=$((http + 2)) HOTPATH_E2E_GRPC_PORT=$((grpc + 4)) \
+		HOTPATH_FLEET_HTTP_PORT=$((http + 3)) HOTPATH_FLEET_GRPC_PORT=$((grpc + 6)) \
 		timeout -k 10 "$limit" "./bench/$name" --smoke >"$logs/$name.log" 2>&1
 	rc=$?
 	last=$(grep -v '^[[:space:]]*$' "$logs/$name.log" | tail -1)

@@ -30,7 +30,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from app.domain import enrolment
 from app.protocol.catalog_digest import piece_digest
 from app.protocol.proto import pb, pb_grpc
 from app.protocol.stack_defs import stack_id
@@ -188,6 +187,10 @@ def make_csr(host_id: str, common_name: str | None = None) -> tuple[bytes, str]:
 
 
 async def new_token(runtime, note: str = "scripted agent", host_id: str | None = None) -> str:
+    # Imported here: the backend's domain layer (SQLAlchemy, psycopg) takes seconds to import, which
+    # a scripted agent run as a program (tests.scripted_agent_cli) does not need.
+    from app.domain import enrolment
+
     async with runtime.sessionmaker() as db:
         _, secret = await enrolment.create_token(db, "tests", note, 1.0, host_id)
         await db.commit()

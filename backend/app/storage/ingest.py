@@ -291,8 +291,6 @@ class IngestWriter:
             return
         async with self.engine.begin() as conn:
             batch = 0
-            late_lo: datetime | None = None
-            wm_1m = wm_1h = None
             if sample_rows or point_rows:
                 wm_1m, wm_1h = await rollups.watermarks(conn, for_share=True)
                 batch = (await conn.execute(text("SELECT nextval('series_batch_seq')"))).scalar_one()
@@ -366,11 +364,25 @@ class IngestWriter:
                 if stacked:
                     await stack_store.write_many(conn, stacked)
                     await stack_store.add_late(conn, stacked, wm_1m)
-                for ts in [s.ts for s in sample_rows] + [p.ts for p in point_rows]:
-                    if ts < wm_1m and (late_lo is None or ts < late_lo):
-                        late_lo = ts
-                if late_lo is not None:
-                    await rollups.add_late(conn, batch, late_lo, bool(sample_rows), bool(point_rows), wm_1m, wm_1h)
+                late = [
+                    rollups.LateInterval(
+                        s.host_id,
+                        s.ts,
+                        s.interval_ms,
+                        (*s.totals, s.stack_samples, s.stack_dropped),
+                        s.function_ids,
+                        s.block_offsets,
+                        s.counts,
+                        s.idles,
+                    )
+                    for s in sample_rows
+                    if s.ts < wm_1m
+                ]
+                if late:
+                    await rollups.add_late_samples(conn, late, wm_1m, wm_1h)
+                late_points = [(p.measurement_id, p.ts) for p in point_rows if p.ts < wm_1m]
+                if late_points:
+                    await rollups.add_late_points(conn, batch, late_points, wm_1m, wm_1h)
             marks: dict[tuple[str, str], int] = {}
             for it in work:
                 if it.mark is not None:

@@ -285,6 +285,89 @@ async def test_routes_answer_the_same_from_rollups_as_from_raw_rows(backend, cli
     await agent.close()
 
 
+async def test_late_intervals_of_one_commit_are_summed_from_their_rows_with_every_total(backend, unique):
+    """The writer sums late intervals into the rollups from the rows it has just written (not by reading the
+    raw table back): two hosts in one commit, a block twice in one bucket, idle entries and every total
+    column, and all of it equal to the raw sums afterwards."""
+    from app.storage.series.layout import TOTALS
+
+    hosts = [f"late1-{unique}", f"late2-{unique}"]
+    engine = backend.runtime.engine
+    await rollups.run_once(engine)
+    start = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=59, second=20, microsecond=0)
+    futures = []
+    for k, host_id in enumerate(hosts):
+        for i in range(8):  # 59:20 to 60:30: two minutes and two hours
+            row = SampleRow(
+                host_id=host_id,
+                ts=start + timedelta(seconds=10 * i),
+                interval_ms=1000 + i,
+                totals=(100 + i, 10 + k, 3, 2, 1, 7 + i),
+                function_ids=[5, 5, 6],
+                block_offsets=[0, 0, 0x10],
+                counts=[4 + i, 2, 9 + k],
+                idles=[False, True, False],
+                stack_samples=20 + i,
+                stack_dropped=i % 2,
+            )
+            futures.append(await backend.runtime.writer.submit(Item(host_id=host_id, samples=row)))
+    await asyncio.gather(*futures)
+    async with engine.connect() as conn:
+        _, wm_1h = await rollups.watermarks(conn)
+        assert start + timedelta(minutes=2) < wm_1h  # both hours are below the watermarks: late
+        for grain in ("1m", "1h"):
+            trunc = "minute" if grain == "1m" else "hour"
+            sums = ", ".join(f"sum({c})" for c in TOTALS)
+            raw_blocks = set(
+                (
+                    await conn.execute(
+                        text(f"""
+                SELECT s.host_id, date_trunc('{trunc}', s.ts), u.f, u.o, sum(u.c),
+                       coalesce(sum(u.c) FILTER (WHERE u.i), 0)
+                FROM sample_intervals s, unnest(s.function_ids, s.block_offsets, s.counts, s.idles) AS u(f, o, c, i)
+                WHERE s.host_id = ANY(:h) GROUP BY 1, 2, 3, 4"""),
+                        {"h": hosts},
+                    )
+                ).all()
+            )
+            rolled_blocks = set(
+                (
+                    await conn.execute(
+                        text(f"""SELECT host_id, bucket, function_id, block_offset, count, idle_count
+                        FROM sample_blocks_{grain} WHERE host_id = ANY(:h)"""),
+                        {"h": hosts},
+                    )
+                ).all()
+            )
+            raw_totals = set(
+                (
+                    await conn.execute(
+                        text(f"""SELECT host_id, date_trunc('{trunc}', ts), sum(interval_ms), {sums}
+                        FROM sample_intervals WHERE host_id = ANY(:h) GROUP BY 1, 2"""),
+                        {"h": hosts},
+                    )
+                ).all()
+            )
+            rolled_totals = set(
+                (
+                    await conn.execute(
+                        text(f"""SELECT host_id, bucket, covered_ms, {", ".join(TOTALS)}
+                        FROM sample_totals_{grain} WHERE host_id = ANY(:h)"""),
+                        {"h": hosts},
+                    )
+                ).all()
+            )
+            assert len(raw_blocks) == 8  # two hosts, two buckets, blocks (5, 0) and (6, 0x10)
+            assert rolled_blocks == raw_blocks, grain
+            assert rolled_totals == raw_totals, grain
+            assert {r[1] for r in rolled_totals} == {
+                start.replace(second=0) if grain == "1m" else start.replace(minute=0, second=0),
+                (start + timedelta(minutes=1)).replace(second=0)
+                if grain == "1m"
+                else (start + timedelta(hours=1)).replace(minute=0, second=0),
+            }
+
+
 async def test_measurement_rollups_keep_every_slot_and_the_measured_seconds(backend, unique):
     host_id = f"mroll-{unique}"
     engine = backend.runtime.engine

@@ -5,14 +5,18 @@
 rollups, every minute rollup before `watermark_1h` into the hour rollups. The rollup task advances them
 over completed buckets (a short lag behind the clock lets the interval in flight arrive), one set-based
 statement per table. Data that arrives late (an agent resending after a reconnect) lands below a
-watermark: the ingest writer then adds that transaction's own rows (found by their `batch` token) to the
-rollups in the same transaction. The writer reads the watermarks FOR SHARE and the task updates them
-FOR UPDATE, so a row is summed exactly once, by one or the other, and a reader sees rollups equal to
-the raw sums at every commit.
+watermark: the ingest writer then adds that transaction's own rows to the rollups in the same transaction
+(sample intervals summed from the rows it has just written, `add_late_samples`; measurement points found
+by their `batch` token, measurement and time). The writer reads the watermarks FOR SHARE and the task
+updates them FOR UPDATE, so a row is summed exactly once, by one or the other, and a reader sees rollups
+equal to the raw sums at every commit.
 """
 
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -156,12 +160,59 @@ MINUTE_FROM_RAW = [
     STACKS_10M_FROM_MINUTES,
 ]
 HOUR_FROM_MINUTES = _hour_from_minutes()
-# Late rows of one writer transaction (its batch token), below a watermark.
-_LATE = "{a}.batch = :batch AND {a}.ts >= :lo AND {a}.ts < :hi"
-LATE_SAMPLES = {
-    g: [_blocks_from_raw(g, _LATE.format(a="s")), _totals_from_raw(g, _LATE.format(a="s"))] for g in ("1m", "1h")
-}
+# Late measurement points of one writer transaction: its batch token, and each row's measurement and time,
+# so the statement finds them through the (measurement_id, ts) index instead of reading every raw row
+# between the oldest late one and the watermark (which, for an agent's spool resent an hour late, is
+# every host's hour, in every commit).
+_LATE = (
+    "{a}.batch = :batch AND {a}.ts >= :lo AND {a}.ts < :hi AND ({a}.measurement_id, {a}.ts) IN "
+    "(SELECT k, t FROM unnest(CAST(:keys AS text[]), CAST(:times AS timestamptz[])) AS u(k, t))"
+)
 LATE_POINTS = {g: [_points_from_raw(g, _LATE.format(a="p"))] for g in ("1m", "1h")}
+
+
+def _late_blocks(grain: str) -> str:
+    return f"""
+        INSERT INTO sample_blocks_{grain} (host_id, bucket, function_id, block_offset, count, idle_count)
+        SELECT * FROM unnest(CAST(:h AS text[]), CAST(:b AS timestamptz[]), CAST(:f AS bigint[]),
+                             CAST(:o AS integer[]), CAST(:c AS bigint[]), CAST(:i AS bigint[]))
+        ON CONFLICT (host_id, bucket, function_id, block_offset)
+        DO UPDATE SET count = sample_blocks_{grain}.count + excluded.count,
+                      idle_count = sample_blocks_{grain}.idle_count + excluded.idle_count"""
+
+
+def _late_totals(grain: str) -> str:
+    cols = ", ".join(("covered_ms", *_TOTALS))
+    arrays = ", ".join(f"CAST(:t{k} AS bigint[])" for k in range(len(_TOTALS) + 1))
+    upd = ", ".join(f"{c} = sample_totals_{grain}.{c} + excluded.{c}" for c in ("covered_ms", *_TOTALS))
+    return f"""
+        INSERT INTO sample_totals_{grain} (host_id, bucket, {cols})
+        SELECT * FROM unnest(CAST(:h AS text[]), CAST(:b AS timestamptz[]), {arrays})
+        ON CONFLICT (host_id, bucket) DO UPDATE SET {upd}"""
+
+
+LATE_BLOCKS = {g: _late_blocks(g) for g in ("1m", "1h")}
+LATE_TOTALS = {g: _late_totals(g) for g in ("1m", "1h")}
+
+
+@dataclass(slots=True)
+class LateInterval:
+    """What the rollups keep of one sample interval the writer stored below a watermark: its host, time,
+    length, totals (TOTALS order) and per-block counts, with whether each block entry is the idle task's."""
+
+    host_id: str
+    ts: datetime
+    interval_ms: int
+    totals: tuple[int, ...]
+    function_ids: Sequence[int]
+    block_offsets: Sequence[int]
+    counts: Sequence[int]
+    idles: Sequence[bool] | None
+
+
+def _bucket(t: datetime, grain: str) -> datetime:
+    t = t.astimezone(UTC)
+    return t.replace(second=0, microsecond=0) if grain == "1m" else t.replace(minute=0, second=0, microsecond=0)
 
 
 def _floor_minute(t: datetime) -> datetime:
@@ -176,16 +227,66 @@ async def watermarks(conn: AsyncConnection, for_share: bool = False) -> tuple[da
     return row.watermark_1m, row.watermark_1h
 
 
-async def add_late(
-    conn: AsyncConnection, batch: int, lo: datetime, samples: bool, points: bool, wm_1m: datetime, wm_1h: datetime
+async def add_late_samples(
+    conn: AsyncConnection, intervals: Sequence[LateInterval], wm_1m: datetime, wm_1h: datetime
 ) -> None:
-    """Sum the rows this transaction wrote (batch token) below the watermarks into the rollups."""
+    """Sum the sample intervals this transaction wrote below the watermarks into the rollups, from the rows
+    themselves (one statement per table and grain, whatever the raw rows around them)."""
     for grain, hi in (("1m", wm_1m), ("1h", wm_1h)):
-        if lo >= hi:
+        blocks: dict[tuple[str, datetime, int, int], list[int]] = {}
+        totals: dict[tuple[str, datetime], list[int]] = {}
+        for s in intervals:
+            if s.ts >= hi:
+                continue
+            b = _bucket(s.ts, grain)
+            idles = s.idles if s.idles is not None else [False] * len(s.counts)
+            for f, o, c, idle in zip(s.function_ids, s.block_offsets, s.counts, idles, strict=True):
+                sums = blocks.setdefault((s.host_id, b, f, o), [0, 0])
+                sums[0] += c
+                if idle:
+                    sums[1] += c
+            row = totals.setdefault((s.host_id, b), [0] * (len(_TOTALS) + 1))
+            for k, v in enumerate((s.interval_ms, *s.totals)):
+                row[k] += v
+        if blocks:
+            keys = list(blocks)
+            await conn.execute(
+                text(LATE_BLOCKS[grain]),
+                {
+                    "h": [k[0] for k in keys],
+                    "b": [k[1] for k in keys],
+                    "f": [k[2] for k in keys],
+                    "o": [k[3] for k in keys],
+                    "c": [blocks[k][0] for k in keys],
+                    "i": [blocks[k][1] for k in keys],
+                },
+            )
+        if totals:
+            tkeys = list(totals)
+            params: dict[str, Any] = {"h": [k[0] for k in tkeys], "b": [k[1] for k in tkeys]}
+            for n in range(len(_TOTALS) + 1):
+                params[f"t{n}"] = [totals[k][n] for k in tkeys]
+            await conn.execute(text(LATE_TOTALS[grain]), params)
+
+
+async def add_late_points(
+    conn: AsyncConnection, batch: int, rows: Sequence[tuple[str, datetime]], wm_1m: datetime, wm_1h: datetime
+) -> None:
+    """Sum the measurement points this transaction wrote (batch token; their measurement and time in `rows`)
+    below the watermarks into the rollups."""
+    for grain, hi in (("1m", wm_1m), ("1h", wm_1h)):
+        late = [(m, t) for m, t in rows if t < hi]
+        if not late:
             continue
-        statements = (LATE_SAMPLES[grain] if samples else []) + (LATE_POINTS[grain] if points else [])
-        for sql in statements:
-            await conn.execute(text(sql), {"batch": batch, "lo": lo, "hi": hi})
+        params = {
+            "batch": batch,
+            "lo": min(t for _m, t in late),
+            "hi": hi,
+            "keys": [m for m, _t in late],
+            "times": [t for _m, t in late],
+        }
+        for sql in LATE_POINTS[grain]:
+            await conn.execute(text(sql), params)
 
 
 async def run_once(engine: AsyncEngine, now: datetime | None = None, lag_s: float = 10.0) -> tuple[int, int]:

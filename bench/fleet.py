@@ -1,0 +1,374 @@
+# SPDX-License-Identifier: Apache-2.0
+"""bench/fleet: the fleet views of issue 19 over H simulated hosts with an hour of history, on one
+backend replica.
+
+One backend (`python -m app` as `make run` starts it: its embedded Postgres, a data folder of its own)
+and H simulated hosts of BUILDS kernel builds (host shares 60/30/10 % for three), each with labels
+(role, region, rack). Every host goes through the real ingest path: it is enrolled like an agent (a
+one-time token, its own key and certificate), opens a mutual-TLS AgentService stream, says Hello with
+its labels and sends the last 60 whole minutes of samples as 60 one-minute MetricBatches of BLOCKS
+sampled blocks each (drawn from the host's own set of hot blocks, so an hour holds a few hundred
+distinct blocks per host, as decisions' fleet section expects of a kernel), then waits for the
+acknowledgement of its last batch, which the backend sends once everything is stored. One-minute
+batches, not one-second ones: the fleet views read only the minute and hour rollups, whose rows are
+the same whatever the batch length for the same blocks per minute, and 3.6 million one-second batches
+(an hour of 1,000 hosts) would take this machine hours to store through one backend process. The
+stored rate P counts block points (one block's count in one batch) acknowledged per second of the
+storing phase, HOSTS_AT_ONCE streams at a time. Most of the hour lies below the minute watermark, so the
+ingest writer sums those batches into the rollups in its own transaction; the rollup task sums the last
+minutes once the watermark passes them.
+
+Then, once the rollups cover the hour (the hot code answer says which rollups it read: the state the
+bench waits for, bounded as a hang), it checks that the biggest group's busy samples in the answer
+equal what its hosts sent, and asks, one request at a time as a console does, N times each: the groups
+list, the biggest group's hot code over that hour (the console's default range, the last hour; unless
+it starts on the hour no whole clock hour fits in it, so it is read from the minute rollups: the
+heaviest case of an hour), and the same narrowed by the label role=db. It prints each view's p50/p99.
+Last line, exactly:
+    fleet: H hosts, P points/s stored by R replicas, fleet view p99 X ms, failover Y s, lost Z
+X over every request of the three views. With one replica failover and lost cannot be measured: they
+are "unavailable" and the reason follows the line's figures after "; unavailable: ".
+Ports: HOTPATH_FLEET_HTTP_PORT (8380) and HOTPATH_FLEET_GRPC_PORT (50351, enrolment on the next).
+"""
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "backend"))
+
+import grpc  # noqa: E402
+import httpx  # noqa: E402
+
+from app.protocol.catalog_digest import piece_digest  # noqa: E402
+from app.protocol.proto import pb, pb_grpc  # noqa: E402
+from tests.scripted_agent import enroll, kernel_functions  # noqa: E402
+
+HTTP = int(os.environ.get("HOTPATH_FLEET_HTTP_PORT", "8380"))
+GRPC = int(os.environ.get("HOTPATH_FLEET_GRPC_PORT", "50351"))
+URL = f"http://127.0.0.1:{HTTP}"
+HOSTS = int(os.environ.get("HOTPATH_FLEET_HOSTS", "1000"))
+BLOCKS = int(os.environ.get("HOTPATH_FLEET_BLOCKS", "200"))  # sampled blocks per host and minute
+HOT_BLOCKS = 4 * BLOCKS  # a host's set of hot blocks, which its minutes draw from
+REQUESTS = int(os.environ.get("HOTPATH_FLEET_REQUESTS", "100"))
+FUNCTIONS = int(os.environ.get("HOTPATH_FLEET_FUNCTIONS", "5000"))  # per kernel build
+HOSTS_AT_ONCE = 32  # hosts enrolling or storing at the same time
+SHARES = (0.6, 0.3, 0.1)  # the kernel builds' shares of the hosts
+MINUTES = 60
+HANG_S = 600.0  # a bound for what is bound to happen (the rollups covering the hour), not a speed check
+KERNEL_BASE = 0xFFFFFFFF81000000
+ROLES = ("db", "web", "cache")
+
+
+def say(msg: str) -> None:
+    print(f"[fleet {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+class Build:
+    """One kernel build: its functions and catalog digest."""
+
+    def __init__(self, n: int) -> None:
+        self.build_id = f"{n + 1:02x}" * 20
+        self.release = f"6.18.{n}-fleet"
+        self.functions = kernel_functions(FUNCTIONS)
+        self.digest = piece_digest(self.build_id, "vmlinux", KERNEL_BASE, self.functions)
+        self.blocks = sum(len(f.blocks) for f in self.functions)
+
+
+class Host:
+    """One simulated host: labels, its hot blocks, one stream while it stores its hour."""
+
+    def __init__(self, n: int, build: Build) -> None:
+        self.n = n
+        self.build = build
+        self.host_id = f"fleet-{n:04d}-{uuid.uuid4().hex[:6]}"
+        self.labels = {"role": ROLES[n % 3], "region": ("eu", "us")[n % 2], "rack": f"r{n % 20:02d}"}
+        self.creds = None
+        rng = random.Random(n)
+        # Hot blocks: (function index, block offset), skewed towards the kernel's first functions as
+        # real profiles are (a few functions take most samples).
+        hot: set[tuple[int, int]] = set()
+        while len(hot) < HOT_BLOCKS:
+            fi = int(FUNCTIONS * rng.random() ** 3)  # a cube: a quarter of them in the first 1.6 %
+            hot.add((fi, rng.choice((0, 0x10, 0x20))))
+        self.hot = sorted(hot)
+        self.rng = rng
+        self.busy = 0  # non-idle samples sent
+        self.points = 0
+
+    def hello(self) -> "pb.Hello":
+        b = self.build
+        return pb.Hello(
+            host_id=self.host_id,
+            hostname=self.host_id,
+            kernel_release=b.release,
+            kernel_build_id=b.build_id,
+            cpu_model="bench",
+            cpu_count=2,
+            agent_version="bench",
+            metric_interval_ms=60_000,
+            sample_frequency_hz=997,
+            sample_event="cpu-clock",
+            instance_id=uuid.uuid4().hex,
+            clock_unix_ns=time.time_ns(),
+            modules=[
+                pb.ModuleRef(
+                    name="vmlinux",
+                    digest=b.digest,
+                    base_address=KERNEL_BASE,
+                    function_count=len(b.functions),
+                    block_count=b.blocks,
+                    build_id=b.build_id,
+                )
+            ],
+            targets=[pb.Target(id="kernel", kind=pb.TARGET_KIND_KERNEL, state=pb.TARGET_STATE_ATTACHED)],
+            labels=[pb.Label(key=k, value=v) for k, v in self.labels.items()],
+        )
+
+    def batch(self, start: datetime) -> "pb.MetricBatch":
+        b = pb.MetricBatch(
+            interval_start_unix_ns=int(start.timestamp()) * 10**9, interval_ms=60_000, idle_by_context=True
+        )
+        total = 0
+        for fi, off in self.rng.sample(self.hot, BLOCKS):
+            c = self.rng.randint(1, 400)
+            b.blocks.add(module_index=0, function_index=fi, block_offset=off, count=c)
+            total += c
+        b.total_samples = total + 100  # and 100 user samples
+        b.user_samples = 100
+        self.busy += total + 100
+        self.points += BLOCKS
+        return b
+
+    async def store_hour(self, hour: datetime, upload: bool = False) -> None:
+        """Connect, say Hello (upload the catalog when asked and `upload`), send the hour, wait for the
+        acknowledgement of its last batch, close."""
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.creds.ca_pem, private_key=self.creds.key_pem, certificate_chain=self.creds.cert_pem
+        )
+        async with grpc.aio.secure_channel(f"127.0.0.1:{GRPC}", creds) as channel:
+            call = pb_grpc.AgentServiceStub(channel).Connect()
+            hello = self.hello()
+            await call.write(pb.AgentMessage(hello=hello))
+            welcome = await call.read()
+            if welcome is grpc.aio.EOF or welcome.WhichOneof("kind") != "welcome":
+                raise SystemExit(f"{self.host_id}: no Welcome: {welcome}")
+            if upload:
+                fns = self.build.functions
+                if welcome.welcome.missing_digests:
+                    for i in range(0, len(fns), 2000):
+                        chunk = pb.CatalogChunk(
+                            digest=self.build.digest,
+                            module="vmlinux",
+                            seq=i // 2000,
+                            last=i + 2000 >= len(fns),
+                            functions=fns[i : i + 2000],
+                        )
+                        await call.write(pb.AgentMessage(catalog_chunk=chunk))
+                await call.done_writing()
+                while await call.read() is not grpc.aio.EOF:
+                    pass
+                return
+            for m in range(MINUTES):
+                msg = pb.AgentMessage(seq=m + 1, instance_id=hello.instance_id)
+                msg.metrics.CopyFrom(self.batch(hour + timedelta(minutes=m)))
+                await call.write(msg)
+            while True:
+                msg = await call.read()
+                if msg is grpc.aio.EOF:
+                    raise SystemExit(f"{self.host_id}: the stream ended before the last acknowledgement")
+                if msg.WhichOneof("kind") == "ack" and msg.ack.seq >= MINUTES:
+                    break
+            await call.done_writing()
+
+
+async def in_parallel(items, job, at_once: int) -> None:
+    queue = list(items)
+    queue.reverse()
+
+    async def worker() -> None:
+        while queue:
+            await job(queue.pop())
+
+    await asyncio.gather(*(worker() for _ in range(at_once)))
+
+
+def timed(client: httpx.Client, path: str, params) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    r = client.get(path, params=params)
+    dt = (time.perf_counter() - t0) * 1000
+    if r.status_code != 200:
+        raise SystemExit(f"GET {path} {params}: {r.status_code} {r.text[:300]}")
+    return dt, r.json()
+
+
+async def main() -> None:
+    data = Path(tempfile.mkdtemp(prefix="hotpath-fleet-"))
+    env = dict(
+        os.environ,
+        HOTPATH_DATA_DIR=str(data),
+        HOTPATH_HTTP_PORT=str(HTTP),
+        HOTPATH_GRPC_PORT=str(GRPC),
+        HOTPATH_HTTP_HOST="127.0.0.1",
+        HOTPATH_GRPC_HOST="127.0.0.1",
+        HOTPATH_LOG_LEVEL="WARNING",
+        HOTPATH_AGENT_STREAMS_PER_PEER=str(max(100, 2 * HOSTS_AT_ONCE)),
+    )
+    env.pop("DATABASE_URL", None)
+    log = open(data / "backend.log", "ab")  # noqa: SIM115, ASYNC230 - the child keeps it
+    backend = subprocess.Popen(  # noqa: ASYNC220 - before any load
+        [sys.executable, "-m", "app"], cwd=ROOT / "backend", env=env, stdout=log, stderr=log
+    )
+    try:
+        for _ in range(1200):
+            try:
+                healthy = httpx.get(f"{URL}/api/v1/health", timeout=2).status_code == 200  # noqa: ASYNC210
+                if healthy and (data / "admin-password").exists():
+                    break
+            except httpx.HTTPError:
+                pass
+            if backend.poll() is not None:
+                raise SystemExit(f"the backend exited; see {data / 'backend.log'}")
+            await asyncio.sleep(0.2)
+        password = (data / "admin-password").read_text().strip()
+        login = {"username": "admin", "password": password}
+        token = httpx.post(f"{URL}/api/v1/auth/login", json=login).json()["access_token"]  # noqa: ASYNC210
+        headers = {"Authorization": f"Bearer {token}"}
+        api = httpx.AsyncClient(base_url=URL, headers=headers, timeout=60)
+        ca = (data / "tls" / "ca.pem").read_bytes()
+
+        builds = [Build(i) for i in range(len(SHARES))]
+        if HOSTS < 10:
+            raise SystemExit("HOTPATH_FLEET_HOSTS: at least 10, so that every kernel build has a host")
+        hosts: list[Host] = []
+        edge = 0.0
+        for i, share in enumerate(SHARES):
+            edge += share
+            hosts += [Host(n, builds[i]) for n in range(len(hosts), round(HOSTS * edge))]
+        say(
+            f"backend pid {backend.pid}, data {data}; {len(hosts)} hosts of {len(builds)} kernel builds "
+            f"({', '.join(str(sum(h.build is b for h in hosts)) for b in builds)} hosts), {FUNCTIONS} functions "
+            f"each; {MINUTES} one-minute batches of {BLOCKS} blocks per host (from {HOT_BLOCKS} hot blocks)"
+        )
+
+        t0 = time.monotonic()
+
+        async def enrol(h: Host) -> None:
+            # As an agent does, once more after a failed attempt (on this loaded machine an Enroll call was
+            # once cancelled); a fresh one-time token each time.
+            for attempt in range(3):
+                r = await api.post("/api/v1/enrolment-tokens", json={"note": "bench/fleet", "hours": 1})
+                r.raise_for_status()
+                try:
+                    h.creds = await enroll(f"127.0.0.1:{GRPC + 1}", ca, h.host_id, r.json()["token"])
+                    return
+                except grpc.aio.AioRpcError as exc:
+                    say(f"{h.host_id}: enrolment failed ({exc.code().name}), attempt {attempt + 1} of 3")
+            raise SystemExit(f"{h.host_id}: not enrolled after 3 attempts")
+
+        await in_parallel(hosts, enrol, HOSTS_AT_ONCE)
+        say(f"{len(hosts)} hosts enrolled in {time.monotonic() - t0:.0f} s")
+
+        # Each build's catalog once, from its first host, before any host sends samples (samples of a piece
+        # not stored yet are dropped).
+        for b in builds:
+            await next(h for h in hosts if h.build is b).store_hour(datetime.now(UTC), upload=True)
+        firsts = [next(h for h in hosts if h.build is b) for b in builds]
+        for _ in range(int(HANG_S)):
+            done = [(await api.get(f"/api/v1/hosts/{h.host_id}")).json() for h in firsts]
+            if all(d["catalog_complete"] for d in done):
+                break
+            await asyncio.sleep(1)
+        else:
+            raise SystemExit("the kernel builds' catalogs were not stored")
+
+        # The hour: the last 60 whole minutes, as the console's default range (the last hour) would show them;
+        # unless it starts on the hour, the views read it from the minute rollups.
+        hour = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
+        t0 = time.monotonic()
+        stored = [0]
+
+        async def store(h: Host) -> None:
+            await h.store_hour(hour)
+            stored[0] += 1
+            if stored[0] % 100 == 0:
+                say(f"{stored[0]} hosts stored their hour ({time.monotonic() - t0:.0f} s)")
+
+        await in_parallel(hosts, store, HOSTS_AT_ONCE)
+        took = time.monotonic() - t0
+        points = sum(h.points for h in hosts)
+        rate = points / took
+        say(
+            f"stored {points:,} block points ({len(hosts) * MINUTES:,} batches) of the hour {hour:%H:%M} UTC in "
+            f"{took:.0f} s: {rate:,.0f} points/s"
+        )
+        await api.aclose()
+
+        # Blocking requests, one at a time, as a console asks: nothing else runs on this loop any more.
+        with httpx.Client(base_url=URL, headers=headers, timeout=120) as client:
+            groups = timed(client, "/api/v1/fleet/groups", {"limit": 50})[1]["items"]
+            biggest = max(groups, key=lambda g: g["host_count"])
+            big_build = next(b for b in builds if b.build_id == biggest["kernel_build_id"])
+            span = {"from": hour.isoformat(), "to": (hour + timedelta(hours=1)).isoformat()}
+            hot_path = f"/api/v1/fleet/groups/{biggest['id']}/hot-code"
+            # Wait until the rollups cover the hour: the writer summed the batches below the minute watermark into
+            # the rollups as it stored them, the rollup task sums the rest once the watermark passes them.
+            t_wait = time.monotonic()
+            while True:
+                answer = timed(client, hot_path, span)[1]
+                if answer["covered_to"] and datetime.fromisoformat(answer["covered_to"]) >= hour + timedelta(hours=1):
+                    break
+                if time.monotonic() - t_wait > HANG_S:
+                    raise SystemExit(f"the rollups did not cover the hour: {answer['rollups']}")
+                await asyncio.sleep(2)
+            sent = sum(h.busy for h in hosts if h.build is big_build)
+            shown = sum(h["busy_samples"] for h in answer["hosts"])
+            say(
+                f"biggest group: {biggest['host_count']} hosts; busy samples in its hot code {shown:,}, sent {sent:,}; "
+                f"{answer['functions']} functions"
+            )
+            if shown != sent or len(answer["hosts"]) != biggest["host_count"]:
+                raise SystemExit("the hot code's busy samples differ from what the group's hosts sent")
+
+            views = {
+                "groups list": ("/api/v1/fleet/groups", {"limit": 50}),
+                "hot code, the hour": (hot_path, span),
+                "hot code, role=db": (hot_path, {**span, "label": "role=db"}),
+            }
+            all_ms: list[float] = []
+            for name, (path, params) in views.items():
+                lat = [timed(client, path, params)[0] for _ in range(REQUESTS)]
+                all_ms += lat
+                p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
+                say(f"{name}: p50 {p50:.0f} ms, p99 {p99:.0f} ms ({len(lat)} requests)")
+        p99 = percentile(all_ms, 0.99)
+        print(
+            f"fleet: {len(hosts)} hosts, {rate:.0f} points/s stored by 1 replicas, fleet view p99 {p99:.0f} ms, "
+            "failover unavailable, lost unavailable; unavailable: failover and lost need two or more replicas "
+            "behind a load balancer, and this run has one (the replicas of issue 19 are still to come)"
+        )
+    finally:
+        backend.send_signal(signal.SIGTERM)
+        try:
+            backend.wait(30)
+        except subprocess.TimeoutExpired:
+            backend.kill()
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup: stop the backend
+    asyncio.run(main())
