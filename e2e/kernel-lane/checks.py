@@ -37,8 +37,16 @@ class Checks:
         self.passed = 0
         self.failed = 0
         self.not_run = 0
+        self.took = []  # (seconds, name) of every check run, for the lane's time table
 
     def run(self, name, fn, *args):
+        t0 = time.monotonic()
+        try:
+            return self._run(name, fn, *args)
+        finally:
+            self.took.append((time.monotonic() - t0, name))
+
+    def _run(self, name, fn, *args):
         try:
             detail = fn(*args)
         except NotRun as exc:
@@ -63,12 +71,13 @@ class Checks:
 
 
 def parse_results(text):
-    """Frames ("@@begin NAME" ... "@@end NAME rc=N"), "@@info k=v ..." pairs, and whether "@@done" came."""
+    """Frames ("@@begin NAME t=UPTIME" ... "@@end NAME rc=N t=UPTIME"), "@@info k=v ..." pairs, and whether
+    "@@done" came."""
     frames, info, done = {}, {}, False
     name, body = None, []
     for line in text.replace("\r", "").split("\n"):
         if line.startswith("@@begin "):
-            name, body = line[8:].strip(), []
+            name, body = (line[8:].split() or [""])[0], []
         elif line.startswith("@@end ") and name is not None:
             m = re.search(r"rc=(\d+)", line)
             frames[name] = ("\n".join(body), int(m.group(1)) if m else -1)
@@ -83,6 +92,54 @@ def parse_results(text):
         elif name is not None:
             body.append(line)
     return frames, info, done
+
+
+def frame_times(text):
+    """[(name, begin, end)] of the frames in order, in guest uptime seconds (None where not stamped)."""
+    out, begun = [], {}
+    for line in text.replace("\r", "").split("\n"):
+        m = re.match(r"@@(begin|end) (\S+)(?: rc=\d+)? t=([0-9.]+)\s*$", line)
+        if not m:
+            continue
+        if m.group(1) == "begin":
+            begun[m.group(2)] = float(m.group(3))
+        elif m.group(2) in begun:
+            out.append((m.group(2), begun.pop(m.group(2)), float(m.group(3))))
+    return out
+
+
+def time_table(results_text, console_text, info, lane_times, checks):
+    """Where the lane's wall time went: the host's steps (test.sh), the guest agent's kernel parses (its log),
+    the guest's test job frame by frame (guest uptime under emulation: what each step costs the lane, not a
+    performance figure of the code it runs), and the host's checks."""
+    lines = ["lane time table (seconds):"]
+    if lane_times:
+        lines.append("  host: " + ", ".join(f"{k} {v}" for k, v in (w.split("=", 1) for w in lane_times.split(","))))
+    parses = re.findall(r"\[agent\].*parsed (\d+) (?:kernel )?functions.* in ([0-9.]+) s", console_text)
+    if parses:
+        lines.append(
+            "  guest agent's kernel parses (its log): " + ", ".join(f"{t} s ({n} functions)" for n, t in parses)
+        )
+    rows = frame_times(results_text)
+    if rows:
+        lines.append(f"  guest test job, by frame (guest uptime; {len(rows)} frames):")
+        width = max([len("whole job")] + [len(n) for n, _, _ in rows])
+        for n, b, e in rows:
+            lines.append(f"    {n:<{width}}  at {b:8.1f}  took {e - b:7.1f}")
+        start, end = info.get("job-start"), info.get("job-end")
+        if start and end:
+            inside = sum(e - b for _, b, e in rows)
+            total = float(end) - float(start)
+            lines.append(
+                f"    {'whole job':<{width}}  at {float(start):8.1f}  took {total:7.1f}"
+                f"  (between frames {total - inside:.1f})"
+            )
+    slow = sorted((t for t in checks.took if t[0] >= 1), reverse=True)
+    if slow:
+        lines.append(f"  host checks taking 1 s or more ({sum(t for t, _ in checks.took):.1f} s in all checks):")
+        for t, n in slow:
+            lines.append(f"    {t:7.1f}  {n[:90]}")
+    return "\n".join(lines)
 
 
 def frame(frames, name):
@@ -611,6 +668,7 @@ def main():
     ap.add_argument("--deadline", type=float, required=True, help="epoch seconds every wait ends by")
     ap.add_argument("--e2e", required=True, help="the e2e folder (Playwright and its node_modules)")
     ap.add_argument("--run", required=True, help="the lane's run folder (Playwright's output goes there)")
+    ap.add_argument("--lane-times", default="", help="the host's steps as NAME=SECONDS,... (test.sh), for the table")
     a = ap.parse_args()
 
     checks = Checks()
@@ -1083,6 +1141,13 @@ def finish(checks, a, state):
         print(
             f"not measured: exact entry and block counts, timers and the agent's refusals: {why}; they count 0/0 below"
         )
+    with open(a.results, errors="replace") as f:
+        text = f.read()
+    console_text = ""
+    if os.path.exists(os.path.join(a.run, "console.log")):
+        with open(os.path.join(a.run, "console.log"), errors="replace") as f:
+            console_text = f.read()
+    print(time_table(text, console_text, parse_results(text)[1], a.lane_times, checks), flush=True)
     print(f"lane: {checks.passed} passed, {checks.failed} failed, {checks.not_run} skipped")
     e, b = state["entry"], state["blocks"]
     print(

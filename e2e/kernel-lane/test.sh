@@ -7,8 +7,11 @@
 # REST API and the job's results. Every wait on the guest fails when it goes quiet for LANE_STALL
 # seconds (600); the whole lane has LANE_BUDGET seconds (default 3000, counted from the backend's
 # start) after which QEMU is stopped. A guest that never comes up, panics, or a package that cannot be
-# fetched fails with the reason and the tail of the guest's serial console. The last line is the
-# lane's summary:
+# fetched fails with the reason and the tail of the guest's serial console. Before the summary,
+# checks.py prints the lane's time table: the host's steps (fetch, image, backend, boot, agent-connect,
+# rest-of-job: wall seconds each), the guest agent's kernel parses, every frame of the guest's test job
+# (guest uptime at its start and how long it took) and the host's checks that took a second or more.
+# The last line is the lane's summary:
 #   kernel-lane: kernel RELEASE, F functions in M modules, entry counts exact X/Y, block counts exact X/Y,
 #   hotpath.ko checks X/Y, redirect cycles C, kernel installs I/J, install cycles K, call sites S, wrong results W
 #
@@ -65,13 +68,21 @@ trap finish EXIT
 trap 'exit 130' INT TERM
 left() { echo $((budget - (SECONDS - t0))); }
 step() { say "$* (lane wall time so far $((SECONDS - t0)) s)"; }
+# stage NAME: the host's wall time since the previous stage, for checks.py's time table (NAME=SECONDS,...).
+times= mark=$SECONDS
+stage() {
+	times=${times:+$times,}$1=$((SECONDS - mark))
+	mark=$SECONDS
+}
 
 step "fetching"
 "$lane_dir/fetch.sh" || die "fetching the lane's packages failed (see above)"
 lane_paths
 release=$abi-amd64
+stage fetch
 step "building the guest image"
 "$lane_dir/build.sh" >/dev/null || die "building the guest image failed (see above)"
+stage image
 
 t0=$SECONDS # the budget starts here (see above); the wall times printed from here on count from it too
 step "starting Hotpath as make run does (HTTP $http, gRPC $grpc)"
@@ -88,6 +99,7 @@ for _ in $(seq 240); do
 	sleep 0.5
 done
 lane_credentials_ready "$data" || die "the backend was not ready within 120 s (see $data/log/)"
+stage backend
 
 say "run folder $run (kept if the lane fails)"
 step "booting the guest (kernel $release, QEMU software emulation)"
@@ -97,17 +109,20 @@ LANE_AGENT_KILL_AT=entry lane_prepare "$run" "$data" "http://127.0.0.1:$http" "$
 LANE_TIMEOUT=$(left) "$lane_dir/boot.sh" "$run" >"$run/boot.out" 2>&1 &
 qemu=$!
 lane_wait "$run/console.log" '^LANE net-up' "$(left)" "$qemu" "the guest did not bring its network up"
+stage boot
 step "guest network up"
 lane_wait "$run/console.log" 'hotpathd: welcome' "$(left)" "$qemu" "the guest's agent did not reach the backend"
+stage agent-connect
 step "guest agent connected"
 lane_wait "$run/results.log" '^@@done' "$(left)" "$qemu" "the guest's test job did not finish"
+stage rest-of-job
 step "guest test job done; checking"
 
 "$repo_root/backend/.venv/bin/python" "$lane_dir/checks.py" --url "http://127.0.0.1:$http" \
 	--password-file "$data/admin-password" --results "$run/results.log" \
 	--ko "$build/stage/lane/hotpath_lane.ko" --release "$release" --hotpath-ko "$build/stage/lane/hotpath.ko" \
 	--dkms-version "$("$repo_root/deploy/dkms/install.sh" --version)" --deadline "$(($(date +%s) + $(left)))" \
-	--e2e "$repo_root/e2e" --run "$run"
+	--e2e "$repo_root/e2e" --run "$run" --lane-times "$times"
 rc=$?
 summarized=1
 exit $rc

@@ -409,6 +409,7 @@ int cmd_inspect(int argc, char **argv)
 	target_desc(&t, where, sizeof(where));
 	bool by_addr = parse_address(t.function, &addr);
 	o.only_function = by_addr ? NULL : t.function;
+	o.only_address = by_addr ? addr : 0; /* the kernel's: the function holding it */
 	o.quiet = true;
 	o.threads = t.threads;
 	if ((r = open_target(&t, &o, &m, err, sizeof(err))) < 0) {

@@ -287,7 +287,15 @@ int cmd_plan(int argc, char **argv)
 		return HP_EXIT_USAGE;
 	}
 	struct hp_open_opts oo = { .quiet = true };
+	/* A kernel ROOT planned from profiles: ROOT is parsed first alone,
+	 * with what decides its blocks (as inspect by name), since a group
+	 * grows only by callees the profiles count; a profile that counts
+	 * any other function (or that this model cannot read) brings the
+	 * whole kernel's parse, and the profiles are read again. */
+	bool just_root = kernel && !o.hot_set && !sample_secs && !second && !resident_path && !icalls_path && nprof;
 	int r;
+reopen:
+	oo.only_function = just_root ? pos[need - 1] : NULL;
 	if (kernel)
 		r = hp_model_open_kernel(&oo, &m, err, sizeof(err));
 	else if (!strcmp(pos[0], "elf"))
@@ -356,11 +364,23 @@ int cmd_plan(int argc, char **argv)
 				*colon = 0;
 			}
 		}
-		if (hp_profile_read(path, m, &prof[i], err, sizeof(err)) < 0) {
+		bool got = hp_profile_read(path, m, &prof[i], err, sizeof(err)) == 0;
+		if (!got && !just_root) {
 			fprintf(stderr, "hotpathd plan: %s\n", err);
 			goto out;
 		}
 		prof[i].weight = wgt;
+		bool alone = got && prof[i].nfns > 0; /* ROOT and no other function counted */
+		for (size_t k = 0; k < prof[i].nfns; k++)
+			alone &= prof[i].fns[k].addr == root->addr;
+		if (just_root && !alone) {
+			for (i = 0; i < 16; i++)
+				hp_profile_free(&prof[i]);
+			hp_model_free(m);
+			m = NULL;
+			just_root = false;
+			goto reopen;
+		}
 	}
 	if (sample_secs) {
 		if (hp_profile_sample(m, plan_pid, sample_secs,

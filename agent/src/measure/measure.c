@@ -74,6 +74,23 @@ static int open_target(struct hp_measure *h, const struct hp_measure_spec *s, co
 		oo.noverlay = env->noverlay;
 	}
 	if (s->target == HP_MEASURE_KERNEL) {
+		/* One resource, and no model to share (the CLI): parse just
+		 * its function and what decides its blocks (as inspect does by
+		 * name, hp_cfg_parse_module), not the tens of thousands of the
+		 * whole kernel: the measurement reads the blocks of its rows'
+		 * functions only, and those are the whole parse's (see
+		 * tests/target/test_kernel.c); every function stays indexed. */
+		struct hp_resource_spec one = { 0 };
+		char perr[256];
+		if (s->nresources == 1 && s->resource_specs)
+			one = s->resource_specs[0];
+		else if (s->nresources == 1 && s->resources && s->resources[0] &&
+			 hp_resource_parse(s->resources[0], &one, perr, sizeof(perr)) < 0)
+			memset(&one, 0, sizeof(one)); /* resolve_rows reports the bad word */
+		if (one.is_address)
+			oo.only_address = one.address;
+		else if (one.name[0])
+			oo.only_function = one.name;
 		if (env && env->kernel) {
 			h->model = env->kernel;
 		} else if (hp_model_open_kernel(&oo, &h->model, oerr, sizeof(oerr)) < 0) {

@@ -31,8 +31,12 @@ void hp_byte_patches_apply(const struct hp_byte_patch *p, size_t n, uint64_t add
 /* Options for opening a model. */
 struct hp_open_opts {
 	const char *only_function; /* parse just this function (fast CLI path); NULL = all */
-	int threads;               /* decode threads; 0 = number of online CPUs */
-	bool quiet;                /* no progress on stderr */
+	/* Kernel, without only_function: parse just the function holding this
+	 * address (the one only_function would name); 0, or no function there,
+	 * = all. */
+	uint64_t only_address;
+	int threads; /* decode threads; 0 = number of online CPUs */
+	bool quiet;  /* no progress on stderr */
 	/* Kernel: parse the modules only, not vmlinux (its functions are in
 	 * the model, unparsed; modules know its noreturn functions by name
 	 * only). For the callers of module code: vmlinux holds no direct call

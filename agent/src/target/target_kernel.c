@@ -993,6 +993,9 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		/* An alias parses the function it names. */
 		if (hp_model_find_all(m, o->only_function, &hit, 1) == 1)
 			only = hit.fn->name;
+	} else if (o->only_address) {
+		const struct hp_function *f = hp_model_lookup(m, o->only_address, NULL);
+		only = f ? f->name : NULL;
 	}
 	kp->copies = calloc(m->nmods ? m->nmods : 1, sizeof(*kp->copies));
 	if (!kp->copies) {

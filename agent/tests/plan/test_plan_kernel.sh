@@ -126,3 +126,61 @@ check("plan_kernel_counts_are_labelled_estimates",
       d["profile"]["estimated"] and all(e["source"] == "estimated" for m in g for e in m["edge_counts"]),
       "sampled counts or edges not labelled estimated")
 PY
+
+# A plan of ROOT from a profile that counts ROOT alone parses ROOT alone (with what decides its
+# blocks); a profile that counts another function too brings the whole kernel's parse. Both from one
+# measurement of vfs_read and its caller ksys_read (a caller joins no group): the plans must be the
+# same but for the profile's file name and the planning time.
+( while :; do dd if=/dev/zero of=/dev/null bs=512 count=100000 status=none; done ) &
+LOAD=$!
+sleep 0.5
+"$HP" measure kernel vfs_read ksys_read --blocks --seconds 2 --json >"$TMP/two.json" 2>"$TMP/err"
+rc=$?
+kill "$LOAD" 2>/dev/null
+wait "$LOAD" 2>/dev/null
+LOAD=
+if [ "$rc" -ne 0 ]; then
+	echo "FAIL - plan_kernel_root_alone_is_the_whole_parse: measure exit status $rc: $(tail -3 "$TMP/err" | tr '\n' ' ')"
+	exit 0
+fi
+python3 - "$TMP/two.json" "$TMP/one.json" <<'PY'
+import json, sys
+
+d = json.load(open(sys.argv[1]))
+d["resources"] = [r for r in d["resources"] if r["function"] == "vfs_read"]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+base=0x$(printf '%x' $(((0x$(grep '\[' /proc/kallsyms | cut -d' ' -f1 | sort | tail -n 1) + 0x200000) & ~0xfff)))
+"$HP" plan kernel vfs_read --profile "$TMP/one.json" --base "$base" --json >"$TMP/p1.json" 2>"$TMP/e1"
+r1=$?
+"$HP" plan kernel vfs_read --profile "$TMP/two.json" --base "$base" --json >"$TMP/p2.json" 2>"$TMP/e2"
+r2=$?
+python3 - "$TMP/p1.json" "$TMP/p2.json" "$r1" "$r2" <<'PY'
+import json, sys
+
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+diffs = []
+
+
+def walk(x, y, path):
+    if isinstance(x, dict) and isinstance(y, dict):
+        for k in sorted(set(x) | set(y)):
+            if path + "/" + k in ("/plan_seconds", "/profile/source"):
+                continue
+            if k not in x or k not in y:
+                diffs.append(f"{path}/{k} in one plan only")
+            else:
+                walk(x[k], y[k], path + "/" + k)
+    elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+        for i, (u, v) in enumerate(zip(x, y)):
+            walk(u, v, f"{path}[{i}]")
+    elif x != y:
+        diffs.append(f"{path}: {str(x)[:60]} vs {str(y)[:60]}")
+
+
+walk(a, b, "")
+ok = sys.argv[3] == sys.argv[4] and a.get("status") == "ok" and not diffs
+print("ok - plan_kernel_root_alone_is_the_whole_parse" if ok else
+      f"FAIL - plan_kernel_root_alone_is_the_whole_parse: status {sys.argv[3]}/{sys.argv[4]} "
+      f"({a.get('status')}), {len(diffs)} differences: " + "; ".join(diffs[:4]))
+PY

@@ -281,6 +281,31 @@ static const char *same_function(const struct hp_model *ma, const struct hp_modu
 	return "";
 }
 
+/* By address (what `hotpathd measure kernel 0xADDR` opens): the function
+ * holding it, as the whole model has it, and nothing else parsed. */
+static void t_only_address_matches_full_parse(void)
+{
+	const struct hp_module *m1, *m2;
+	const struct hp_function *f1, *f2;
+	struct hp_model *one = NULL;
+	char err[512];
+
+	REQUIRE(km, "no model");
+	f1 = hp_model_find(km, "vfs_read", &m1, NULL);
+	REQUIRE(f1 && f1->nblocks > 1, "vfs_read missing or one block");
+	/* Its second block: inside the function, not at its start. */
+	struct hp_open_opts o = { .quiet = true, .only_address = f1->addr + m1->blocks[f1->block_start + 1].offset };
+	REQUIRE(hp_model_open_kernel(&o, &one, err, sizeof(err)) == 0, "open only 0x%" PRIx64 ": %s", o.only_address,
+		err);
+	f2 = hp_model_lookup(one, o.only_address, &m2);
+	REQUIRE(f2 && !strcmp(f2->name, "vfs_read"), "0x%" PRIx64 " is in %s", o.only_address, f2 ? f2->name : "none");
+	const char *why = same_function(km, m1, f1, one, m2, f2);
+	EXPECT(!*why, "by address vfs_read differs from the whole model: %s", why);
+	const struct hp_function *g = hp_model_find(one, "rw_verify_area", NULL, NULL);
+	EXPECT(g && g->nblocks == 0, "rw_verify_area should be indexed but unparsed");
+	hp_model_free(one);
+}
+
 /* Does f call a function the model proved (not named) never returns? */
 static bool calls_proven_noreturn(const struct hp_module *mod, const struct hp_function *f)
 {
@@ -504,6 +529,7 @@ int main(void)
 	RUN(t_vfs_read_calls_symbolized);
 	RUN(t_vfs_read_disassembles);
 	RUN(t_only_function_matches_full_parse);
+	RUN(t_only_address_matches_full_parse);
 	RUN(t_name_entry_matches_full_model);
 	RUN(t_successor_kinds_present);
 	RUN(t_kernel_functions_match_objdump);

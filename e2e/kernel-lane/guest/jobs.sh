@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # The jobs the kernel lane's guest can run once its agent started (LANE_JOB in /lane/boot.conf).
 # Output goes to the results channel (the second serial port) in frames the host splits:
-#   @@begin NAME
+#   @@begin NAME t=UPTIME
 #   ...the command's output (JSON where the command has --json)...
-#   @@end NAME rc=STATUS
-# and "@@done" when the job's proofs are over.
+#   @@end NAME rc=STATUS t=UPTIME
+# (UPTIME: the guest's /proc/uptime when the frame began and ended, for the lane's time table) and
+# "@@done" when the job's proofs are over.
 #
 #   none       nothing: the guest is just a Hotpath host
 #   workload   keep the test module busy, so the console shows live hotness in module code
@@ -17,13 +18,17 @@ export PATH=/bin:/usr/bin
 T=/sys/kernel/tracing
 P=/sys/module/hotpath_lane/parameters
 
-# frame NAME CMD...: run CMD and frame its output and status.
+# guest_uptime: the guest's uptime in seconds (two decimals).
+guest_uptime() { cut -d' ' -f1 /proc/uptime; }
+
+# frame NAME CMD...: run CMD and frame its output, status and guest times.
 frame() {
 	name=$1
 	shift
-	echo "@@begin $name"
+	echo "@@begin $name t=$(guest_uptime)"
 	"$@" 2>&1
-	echo "@@end $name rc=$?"
+	rc=$?
+	echo "@@end $name rc=$rc t=$(guest_uptime)"
 }
 
 # The workload: reads on /proc/hotpath_lane (vfs_read -> proc_reg_read -> lane_read -> lane_step).
@@ -155,6 +160,7 @@ bad_block() {
 }
 
 job_test() {
+	echo "@@info job-start=$(guest_uptime)"
 	frame release uname -r
 	frame modules cat /proc/modules
 	# (JIT'd BPF programs and ftrace trampolines are not modules: the code model leaves them out)
@@ -211,6 +217,7 @@ job_test() {
 	frame kmod-ftrace-after cat $T/enabled_functions
 	frame kmod-reload sh -c 'rmmod hotpath && insmod /lane/hotpath.ko && grep -w hotpath /proc/modules'
 	frame kmod-dmesg dmesg
+	echo "@@info job-end=$(guest_uptime)"
 	echo "@@done"
 	mixwatch &
 	workload
