@@ -70,6 +70,10 @@ class _AddressWindow:
 
 
 _requests_by_address = _AddressWindow()
+# An agent whose Enroll answer was lost (a deadline passed after the backend had issued the certificate)
+# asks again with the same token and key: the same host id and key may use the token again this long
+# after its first use, while the host still holds the certificate it issued.
+REPLAY_WINDOW_S = 600
 _PENDING_LOCK = 0x686F7470  # advisory lock key ("hotp") serialising the pending-request cap
 
 
@@ -123,8 +127,21 @@ async def create_token(
     return token, secret
 
 
-async def _issue(pki: Pki, db: AsyncSession, host_id: str, hostname: str, csr_pem: str, actor: str, how: str) -> Issued:
+async def _issue(
+    pki: Pki,
+    db: AsyncSession,
+    host_id: str,
+    hostname: str,
+    csr_pem: str,
+    actor: str,
+    how: str,
+    token_id: uuid.UUID | None = None,
+) -> Issued:
     certificate, fp, not_after = pki.sign_host_csr(csr_pem, host_id)
+    if token_id is not None:  # what a retry of this token's lost answer must find the host still holding
+        await db.execute(
+            text("UPDATE enrolment_tokens SET used_cert_fingerprint = :c WHERE id = :i"), {"c": fp, "i": token_id}
+        )
     now = datetime.now(UTC)
     values = {"cert_fingerprint": fp, "cert_not_after": not_after, "enrolled_at": now}
     await db.execute(
@@ -161,18 +178,40 @@ async def enroll(
             token = (
                 await db.execute(
                     text("""
-                SELECT id, host_id, created_by FROM enrolment_tokens
-                WHERE token_hash = :t AND used_at IS NULL AND revoked_at IS NULL AND expires_at > now()
+                SELECT id, host_id, created_by, used_at IS NOT NULL AS retry, used_cert_fingerprint
+                FROM enrolment_tokens
+                WHERE token_hash = :t AND revoked_at IS NULL AND expires_at > now()
+                    AND (used_at IS NULL OR (used_by_host = :h AND used_key_fingerprint = :f
+                        AND used_at > now() - make_interval(secs => :w)))
                 FOR UPDATE"""),
-                    {"t": hash_token(request.token)},
+                    {"t": hash_token(request.token), "h": host_id, "f": fingerprint, "w": REPLAY_WINDOW_S},
                 )
             ).first()
+            if (
+                token is not None
+                and token.retry
+                and (host is None or host.cert_fingerprint != token.used_cert_fingerprint)
+            ):
+                token = None  # the host was enrolled again since (or deleted): the retry is over
             if token is None or (token.host_id is not None and token.host_id != host_id):
                 audit_log.record(db, f"agent@{peer}", "enrolment_refused", host_id, {"reason": "bad token"})
                 await db.commit()
                 raise EnrolmentError(
                     grpc.StatusCode.UNAUTHENTICATED,
                     "the enrolment token is unknown, used, revoked, expired or for another host",
+                )
+            if token.retry:
+                # The same host id and key that used this token ask again: their answer was lost (the
+                # agent's deadline passed after the certificate was issued). Issue again for that key.
+                return await _issue(
+                    pki,
+                    db,
+                    host_id,
+                    hostname,
+                    request.csr_pem,
+                    f"token of {token.created_by}",
+                    "enrolment token (asked again: its first answer was lost)",
+                    token.id,
                 )
             if host is not None and host.cert_fingerprint is not None and token.host_id != host_id:
                 # A token for any host must not replace a host's credential: that would let its holder
@@ -185,13 +224,16 @@ async def enroll(
                     "for this host id (or delete the host first)",
                 )
             await db.execute(
-                text("UPDATE enrolment_tokens SET used_at = now(), used_by_host = :h WHERE id = :i"),
-                {"h": host_id, "i": token.id},
+                text(
+                    "UPDATE enrolment_tokens SET used_at = now(), used_by_host = :h, used_key_fingerprint = :f "
+                    "WHERE id = :i"
+                ),
+                {"h": host_id, "f": fingerprint, "i": token.id},
             )
             used = token
             await db.execute(text("DELETE FROM enrolment_requests WHERE host_id = :h"), {"h": host_id})
             return await _issue(
-                pki, db, host_id, hostname, request.csr_pem, f"token of {used.created_by}", "enrolment token"
+                pki, db, host_id, hostname, request.csr_pem, f"token of {used.created_by}", "enrolment token", used.id
             )
         if host is not None and host.cert_fingerprint is not None:
             # Only a token created for this host id may replace an enrolled host's credential: an approved

@@ -323,6 +323,9 @@ class EnrolmentToken(Base):
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     used_by_host: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # SHA-256 of the public key it was used with: only that key may ask again (a lost answer's retry)
+    used_key_fingerprint: Mapped[str | None] = mapped_column(Text, nullable=True)
+    used_cert_fingerprint: Mapped[str | None] = mapped_column(Text, nullable=True)  # the certificate it issued
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 

@@ -57,6 +57,70 @@ async def test_an_enrolment_token_works_once(backend, unique):
     assert await backend.scalar("SELECT count(*) FROM hosts WHERE id = :h", h=f"twice-{unique}") == 0
 
 
+async def test_an_enrolment_asked_again_with_the_same_token_and_key_is_answered(backend, unique):
+    """An agent whose Enroll answer was lost (its deadline passed after the backend had issued the
+    certificate) asks again with the same token and key: before, the token was used and every retry was
+    refused, so the agent never connected (seen in the kernel lane on a loaded machine). Now that retry is
+    answered, and the host's credential is the last certificate; the first no longer connects."""
+    host_id = f"retry-{unique}"
+    token = await new_token(backend.runtime)
+    csr = make_csr(host_id)
+    first = await enroll(backend.enroll_target, backend.ca_pem, host_id, token, csr=csr)
+    again = await enroll(backend.enroll_target, backend.ca_pem, host_id, token, csr=csr)
+    assert b"BEGIN CERTIFICATE" in again.cert_pem and again.cert_pem != first.cert_pem
+    agent = ScriptedAgent(backend.grpc_target, again, host_id)
+    await agent.connect()
+    await agent.close()
+    error = await _connect_error(ScriptedAgent(backend.grpc_target, first, host_id))
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert (
+        await backend.scalar(
+            "SELECT count(*) FROM audit_log WHERE action = 'host_enrolled' AND target = :h "
+            "AND detail->>'how' LIKE '%asked again%'",
+            h=host_id,
+        )
+        == 1
+    )
+
+
+async def test_a_used_token_is_not_answered_again_for_anyone_else(backend, unique):
+    """The retry is the same host id and key's, within its window, while the host holds the certificate
+    the token issued: another key for the host id, another host id with the same key, a retry after the
+    window, and a retry after the host was enrolled again by its own token are all refused as a used token,
+    and none of them changes the host's credential."""
+    host_id = f"replay-{unique}"
+    token = await new_token(backend.runtime)
+    csr = make_csr(host_id)
+    creds = await enroll(backend.enroll_target, backend.ca_pem, host_id, token, csr=csr)
+    fp = await backend.scalar("SELECT cert_fingerprint FROM hosts WHERE id = :h", h=host_id)
+
+    async def refused(h: str, key: tuple[bytes, str]) -> None:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await enroll(backend.enroll_target, backend.ca_pem, h, token, csr=key)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, err.value.details()
+
+    await refused(host_id, make_csr(host_id))  # another key (a thief of the token, not of the key)
+    await refused(f"other-{unique}", make_csr(f"other-{unique}"))  # another host id
+    assert await backend.scalar("SELECT count(*) FROM hosts WHERE id = :h", h=f"other-{unique}") == 0
+    assert await backend.scalar("SELECT cert_fingerprint FROM hosts WHERE id = :h", h=host_id) == fp
+    # After the window, the same key too.
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE enrolment_tokens SET used_at = used_at - make_interval(secs => :w) WHERE used_by_host = :h"),
+            {"w": enrolment.REPLAY_WINDOW_S + 1, "h": host_id},
+        )
+    await refused(host_id, csr)
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("UPDATE enrolment_tokens SET used_at = now() WHERE used_by_host = :h"), {"h": host_id})
+    # Enrolled again since (a token for this host id, another key): the old token's retry is over.
+    await backend.credentials(host_id)
+    newer = await backend.scalar("SELECT cert_fingerprint FROM hosts WHERE id = :h", h=host_id)
+    await refused(host_id, csr)
+    assert await backend.scalar("SELECT cert_fingerprint FROM hosts WHERE id = :h", h=host_id) == newer
+    error = await _connect_error(ScriptedAgent(backend.grpc_target, creds, host_id))
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
 async def test_a_csr_for_another_host_id_is_refused(backend, unique):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await enroll(
