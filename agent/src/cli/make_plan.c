@@ -370,9 +370,9 @@ reopen:
 			goto out;
 		}
 		prof[i].weight = wgt;
-		bool alone = got && prof[i].nfns > 0; /* ROOT and no other function counted */
-		for (size_t k = 0; k < prof[i].nfns; k++)
-			alone &= prof[i].fns[k].addr == root->addr;
+		bool alone = just_root && got && prof[i].nfns > 0; /* ROOT and no other function counted */
+		for (size_t k = 0; alone && k < prof[i].nfns; k++)
+			alone = prof[i].fns[k].addr == root->addr;
 		if (just_root && !alone) {
 			for (i = 0; i < 16; i++)
 				hp_profile_free(&prof[i]);
