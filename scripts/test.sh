@@ -22,8 +22,8 @@ logs=$(mktemp -d /tmp/hotpath-test.XXXXXX)
 # in this shell (a command substitution would report its own children).
 child_cpu_ms() {
 	local u s
-	times >"$logs/.times.$BASHPID"
-	{ read -r _ _; read -r u s; } <"$logs/.times.$BASHPID"
+	times >"$logs/.times"
+	{ read -r _ _; read -r u s; } <"$logs/.times"
 	cpu_ms=$(( $(to_ms "$u") + $(to_ms "$s") ))
 }
 to_ms() { # 1m2.345s -> 62345
