@@ -112,7 +112,7 @@ int hp_counted_window(struct hp_counted *c, hp_counted_tick_fn tick, void *ctx, 
 	}
 	if (r < 0)
 		return r;
-	hp_counted_hold(c); /* watched: the window ends with the process stopped */
+	hp_counted_hold(c); /* the window ends with the process stopped */
 	*seconds = mono_s() - t0;
 	struct hp_counted_counts *v = calloc(c->n + 1, sizeof(*v));
 	if (!v) {

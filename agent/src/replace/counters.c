@@ -234,9 +234,85 @@ static uint64_t *read_slots(const struct hp_counted *c, size_t i, int *r, char *
 	return slots;
 }
 
+/* Every thread of the process stopped (the install engine's quiesce), so
+ * that reads one after another see one moment; 0, or a negative errno. */
+static int hold_all(struct hp_counted *c, char *err, size_t errlen)
+{
+	int r;
+
+	if (c->holding)
+		return 0;
+	if ((r = hp_patch_target_process(c->pid, 0, &c->held, err, errlen)) < 0)
+		return r;
+	if ((r = c->held.ops->quiesce(&c->held, err, errlen)) < 0) {
+		c->held.ops->close(&c->held);
+		return r;
+	}
+	c->holding = true;
+	return 0;
+}
+
+static void release_all(struct hp_counted *c)
+{
+	if (!c->holding)
+		return;
+	c->held.ops->resume(&c->held);
+	c->held.ops->close(&c->held);
+	c->holding = false;
+}
+
+/* Every function's counters now, as the window's start (c->base). */
+static int take_base(struct hp_counted *c, char *err, size_t errlen)
+{
+	uint64_t **base = calloc(c->n + 1, sizeof(*base));
+	int r = 0;
+
+	for (size_t i = 0; base && i < c->n && r == 0; i++)
+		base[i] = read_slots(c, i, &r, err, errlen);
+	if (base && r == 0) {
+		c->base = base;
+		return 0;
+	}
+	for (size_t i = 0; base && i < c->n; i++)
+		free(base[i]);
+	free(base);
+	if (r == 0) {
+		snprintf(err, errlen, "out of memory");
+		r = -ENOMEM;
+	}
+	return r;
+}
+
+static int begin(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
+		 const struct hp_module *const *mods, size_t n, enum hp_count_mode mode, bool every_block,
+		 struct hp_counted *out, char *err, size_t errlen);
+
 int hp_counted_begin(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
 		     const struct hp_module *const *mods, size_t n, enum hp_count_mode mode, bool every_block,
 		     struct hp_counted *out, char *err, size_t errlen)
+{
+	int r = begin(pid, m, state_dir, fns, mods, n, mode, every_block, out, err, errlen);
+	/* Unwatched (locked, or plain with other tasks), the window starts once
+	 * every copy is in, read with every thread stopped, as its end is. The
+	 * copies go in one at a time, each with the process stopped and resumed
+	 * (a hundred took seconds), so counters counted from their own install
+	 * would cover different stretches of time: a callee called on every
+	 * call of its caller came out with a quarter of its calls. */
+	if (r == 0 && !out->base) {
+		if ((r = hold_all(out, err, errlen)) == 0)
+			r = take_base(out, err, errlen);
+		release_all(out);
+		if (r < 0) {
+			char e2[512];
+			hp_counted_revert(out, e2, sizeof(e2));
+		}
+	}
+	return r;
+}
+
+static int begin(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
+		 const struct hp_module *const *mods, size_t n, enum hp_count_mode mode, bool every_block,
+		 struct hp_counted *out, char *err, size_t errlen)
 {
 	int tids[1024];
 	int nt = mode == HP_COUNT_AUTO ? hp_process_threads(pid, tids, 1024) : 1;
@@ -255,11 +331,7 @@ int hp_counted_begin(int pid, struct hp_model *m, const char *state_dir, const s
 	/* Plain: proved single-threaded from here, or not plain. */
 	int w = hp_watch_start(&out->watch, pid);
 	if (w == 1) {
-		uint64_t **base = calloc(n + 1, sizeof(*base));
-		for (size_t i = 0; base && i < n && r == 0; i++)
-			base[i] = read_slots(out, i, &r, err, errlen);
-		if (base && r == 0) {
-			out->base = base;
+		if ((r = take_base(out, err, errlen)) == 0) { /* the process stopped: a consistent start */
 			out->watched = out->exact = true;
 			snprintf(out->how, sizeof(out->how),
 				 "plain increments: one thread, watched by ptrace (no other task sharing its memory "
@@ -267,14 +339,7 @@ int hp_counted_begin(int pid, struct hp_model *m, const char *state_dir, const s
 			hp_watch_resume(&out->watch);
 			return 0;
 		}
-		for (size_t i = 0; base && i < n; i++)
-			free(base[i]);
-		free(base);
 		hp_watch_end(&out->watch);
-		if (r == 0) {
-			snprintf(err, errlen, "out of memory");
-			r = -ENOMEM;
-		}
 		char e2[512];
 		hp_counted_revert(out, e2, sizeof(e2));
 		return r;
@@ -320,8 +385,11 @@ int hp_counted_poll(struct hp_counted *c)
 
 void hp_counted_hold(struct hp_counted *c)
 {
-	if (!c->watched)
+	if (!c->watched) {
+		char e[256];
+		hold_all(c, e, sizeof(e)); /* else read running: the process is gone, or a read fails and says so */
 		return;
+	}
 	hp_watch_poll(&c->watch);
 	hp_watch_hold(&c->watch);
 	note_watch(c);
@@ -336,7 +404,7 @@ int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, uint
 	if (!slots)
 		return r;
 	for (uint32_t k = 0; c->base && k < ins->nslots; k++)
-		slots[k] -= c->base[i][k]; /* the window began when the watch stopped the process */
+		slots[k] -= c->base[i][k]; /* the window began once every copy was in */
 	r = hp_instrument_counts(ins, slots, counts, ins->edges ? edge_counts : NULL);
 	free(slots);
 	if (r < 0)
@@ -348,7 +416,8 @@ int hp_counted_revert(struct hp_counted *c, char *err, size_t errlen)
 {
 	int first = 0;
 
-	if (c->watched) { /* the install engine's ptrace needs the process untraced */
+	release_all(c); /* the install engine's ptrace needs the process untraced */
+	if (c->watched) {
 		hp_watch_end(&c->watch);
 		c->watched = false;
 	}

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "plan/plan.h"
 #include "replace/install.h"
+#include "replace/patch_target.h"
 
 struct hp_counted_fn {
 	const struct hp_module *mod;
@@ -45,11 +46,13 @@ struct hp_counted {
 	/* Set by hp_counted_begin (hp_counted_install: plain as asked, exact
 	 * when locked). */
 	bool plain;                   /* increments without a lock prefix */
-	bool watched;                 /* the window is watched: counts since base */
+	bool watched;                 /* the window is watched (a consistent start and end) */
 	bool exact;                   /* the counts are exact (updated by poll and hold) */
 	char how[400];                /* why these increments, and why not exact */
 	struct hp_thread_watch watch; /* when watched */
-	uint64_t **base;              /* when watched: each function's counters when the window began */
+	uint64_t **base;              /* each function's counters when the window began: counts since */
+	struct hp_patch_target held;  /* unwatched: every thread stopped for a read (hold_all) */
+	bool holding;
 };
 
 /*
@@ -88,8 +91,9 @@ void hp_counted_order(const struct hp_function *const *fns, const struct hp_modu
  * the counters taken as the window's start, and every task it starts is
  * seen. AUTO: a process with more threads, or one that cannot be watched,
  * is counted with locked increments instead (c->how says why). PLAIN: such
- * a process is counted plain, not exact. Call hp_counted_poll often during
- * the window, hp_counted_hold before the reads.
+ * a process is counted plain, not exact. Every mode's window starts once
+ * every copy is installed (the counters then are its base). Call
+ * hp_counted_poll often during the window, hp_counted_hold before the reads.
  */
 int hp_counted_begin(int pid, struct hp_model *m, const char *state_dir, const struct hp_function *const *fns,
 		     const struct hp_module *const *mods, size_t n, enum hp_count_mode mode, bool every_block,
@@ -97,8 +101,9 @@ int hp_counted_begin(int pid, struct hp_model *m, const char *state_dir, const s
 /* Forward the watched process's signals, see the tasks it starts (which
  * make the counts inexact): 0, or -ESRCH when the process is gone. */
 int hp_counted_poll(struct hp_counted *c);
-/* Stop the watched process for the reads (a consistent end of the window);
- * the reads after it give the counts since the window began. */
+/* Stop the process for the reads (a consistent end of the window: the
+ * watched thread, or else every thread, until hp_counted_revert); the reads
+ * after it give the counts since the window began. */
 void hp_counted_hold(struct hp_counted *c);
 /* The counts of function i's blocks now (counts[fn->nblocks], derived from
  * the counted edges by flow conservation) and, when counted on edges and
