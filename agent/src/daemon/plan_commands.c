@@ -59,7 +59,6 @@
 #include "replace/counters.h"
 #include "replace/install.h"
 #include "replace/install_json.h"
-#include "target/unwind.h"
 
 #define PLAN_JSON_MAX    HP_PLAN_JSON_MAX
 #define DEFAULT_SECONDS  10
@@ -262,25 +261,16 @@ static int measure_exact(struct agent *ag, struct hp_job *job, struct hp_target 
 /* Whether function fn of mod can be counted inline in process pid; why
  * not into why. Not: code that runs in an installed copy now (its blocks
  * are counted where they moved, by uprobes), code under a running
- * measurement's probes, code the counted copy cannot be made of, and code
- * with unwind data that calls other code: a counted copy has no unwind
- * data of its own (the increments shift its instructions), so a backtrace,
- * a C++ exception or a thread cancellation that walks through its frame
- * while the window is open would stop there (a test fixture's backtrace
- * depth changed; an exception would end the process). A function that
- * calls nothing has no frame below another's but a signal handler's. */
+ * measurement's probes, and code the counted copy cannot be made of (the
+ * copy carries its own unwind data, so a function that calls others is
+ * counted inline too: a backtrace through its frame unwinds as through the
+ * original's). */
 static bool countable_inline(struct hp_model *m, const struct hp_module *mod, const struct hp_function *fn, int pid,
 			     const struct hp_moved_code *moved, size_t nmoved, const struct hp_byte_patch *probes,
 			     size_t nprobes, char *why, size_t len)
 {
 	if (nmoved && hp_moved_run_address(moved, nmoved, pid, fn->addr, 1) != fn->addr) {
 		snprintf(why, len, "its calls run in an installed copy");
-		return false;
-	}
-	struct hp_cfi_row row;
-	if ((fn->ncalls || fn->nicalls) && mod->cfi &&
-	    hp_cfi_row(mod->cfi, fn->addr - mod->cfi_bias, &row) != -ENOENT) {
-		snprintf(why, len, "it calls other code and its counted copy would have no unwind data");
 		return false;
 	}
 	for (size_t i = 0; i < nprobes; i++)

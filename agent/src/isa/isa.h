@@ -109,6 +109,13 @@ int hp_isa_decode_detail(const uint8_t *code, size_t len, uint64_t addr, struct 
  * the bytes do not decode. Thread-safe. */
 int hp_isa_writes_reg(const uint8_t *code, size_t len, uint16_t reg);
 
+/* How the instruction at code moves rsp, into *delta (bytes, negative =
+ * down): a push or pop of any kind (pushfq, popfq too) and "lea rsp,
+ * [rsp+d]"; 0 for an instruction that leaves rsp alone. Returns 0, or -1
+ * when it changes rsp any other way (a call, mov rsp, ...) or does not
+ * decode. Thread-safe. */
+int hp_isa_rsp_delta(const uint8_t *code, size_t len, int64_t *delta);
+
 /*
  * Compare two instructions for the emitter's verifier: true when they are
  * the same operation on the same operands, where a rip-relative memory

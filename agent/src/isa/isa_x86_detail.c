@@ -136,6 +136,40 @@ int hp_isa_writes_reg(const uint8_t *code, size_t len, uint16_t reg)
 	return 0;
 }
 
+int hp_isa_rsp_delta(const uint8_t *code, size_t len, int64_t *delta)
+{
+	ZydisDecodedInstruction in;
+	ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+
+	*delta = 0;
+	if (decode_full(code, len, &in, ops) < 0)
+		return -1;
+	switch (in.mnemonic) {
+	case ZYDIS_MNEMONIC_PUSH:
+	case ZYDIS_MNEMONIC_PUSHFQ:
+		*delta = -(int64_t)(in.operand_width / 8);
+		return 0;
+	case ZYDIS_MNEMONIC_POP:
+	case ZYDIS_MNEMONIC_POPFQ:
+		*delta = (int64_t)(in.operand_width / 8);
+		return 0;
+	case ZYDIS_MNEMONIC_LEA:
+		if (ops[0].reg.value == ZYDIS_REGISTER_RSP && ops[1].mem.base == ZYDIS_REGISTER_RSP &&
+		    ops[1].mem.index == ZYDIS_REGISTER_NONE) {
+			*delta = ops[1].mem.disp.has_displacement ? ops[1].mem.disp.value : 0;
+			return 0;
+		}
+		break;
+	default:
+		break;
+	}
+	for (int i = 0; i < in.operand_count; i++)
+		if (ops[i].type == ZYDIS_OPERAND_TYPE_REGISTER && (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) &&
+		    widen(ops[i].reg.value) == ZYDIS_REGISTER_RSP)
+			return -1;
+	return 0;
+}
+
 /* Absolute target of a relative immediate (branch or call), or 0. */
 static uint64_t rel_target(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops, uint64_t addr)
 {

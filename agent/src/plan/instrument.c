@@ -539,6 +539,32 @@ void hp_instrument_plan_free(struct hp_plan *p)
 	hp_plan_free(p);
 }
 
+/* The install places the copy's unwind data right after its code (the
+ * heap holds both; install_engine.c), so the counter area starts at the
+ * first page boundary after the unwind data: every increment's
+ * displacement moves with it (its length does not change). */
+static void area_after_unwind(struct hp_plan *p)
+{
+	struct hp_instrument *ins = p->instrument;
+	uint64_t lead = p->base % AREA_ALIGN;
+
+	if (!p->unwind_len || !ins->area_off)
+		return;
+	uint64_t want = (lead + p->unwind_off + p->unwind_len + AREA_ALIGN - 1) / AREA_ALIGN * AREA_ALIGN - lead;
+	if (want <= ins->area_off)
+		return;
+	int32_t shift = (int32_t)(want - ins->area_off);
+	for (uint32_t s = 0; s < ins->nslots; s++) {
+		int32_t d;
+		if (!ins->disp[s]) /* no increment of this slot was emitted (none is at offset 0) */
+			continue;
+		memcpy(&d, p->code + ins->disp[s], 4);
+		d += shift;
+		memcpy(p->code + ins->disp[s], &d, 4);
+	}
+	ins->area_off = want;
+}
+
 int hp_instrument_plan(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f, bool lock,
 		       bool every_block, uint64_t base, struct hp_plan *p, char *err, size_t errlen)
 {
@@ -628,9 +654,10 @@ int hp_instrument_plan(struct hp_model *m, const struct hp_module *mod, const st
 	mb->chains[0] = (struct hp_plan_chain){ 0, f->nblocks, 0, mb->hot_bytes };
 	mb->nchains = 1;
 	hp_cfg_signature(mod, f, mb->signature);
-	if ((r = hp_plan_emit(m, p, err, errlen)) < 0)
+	if ((r = hp_plan_emit(m, p, err, errlen)) < 0 || (r = hp_plan_unwind(m, p, err, errlen)) < 0)
 		goto fail;
-	p->verified = hp_plan_verify(m, p);
+	area_after_unwind(p);
+	p->verified = hp_plan_verify(m, p) && hp_plan_verify_unwind(m, p);
 	if (!p->verified) {
 		p->status = HP_PLAN_REFUSED;
 		snprintf(p->message, sizeof(p->message), "the instrumented copy failed verification: %s",

@@ -9,7 +9,10 @@
  * wrapped in pushfq/popfq below the red zone; elsewhere it is one
  * instruction. The increments carry a lock prefix unless the caller asks
  * for plain ones (see docs/decisions.md: exact with any number of threads
- * only when locked).
+ * only when locked). The copy has its own unwind data (plan/unwind.c, the
+ * counters' rows included), placed after the code, and the counter area
+ * after that, so a backtrace, an exception or a thread cancellation that
+ * walks through a counted frame unwinds as through the original.
  */
 #ifndef HOTPATH_PLAN_INSTRUMENT_H
 #define HOTPATH_PLAN_INSTRUMENT_H

@@ -19,6 +19,11 @@
  * libdw, and every emitted instruction's row compared with its original's.
  * Rules beyond register + offset forms are not reproduced: the function
  * stays in place (hp_plan_unwind_rule).
+ * An instrumented copy (instrument.h) puts a counter increment before a
+ * block's body and in stubs after the blocks: it runs in the row of the
+ * block it counts (its start; a stub's, the block it jumps to), except
+ * that while it keeps the flags below rsp a frame address computed from
+ * rsp is that much further up (prefix_rows).
  */
 #include <dwarf.h>
 #include <errno.h>
@@ -29,9 +34,12 @@
 
 #include "base/grow.h"
 #include "isa/isa.h"
+#include "plan/instrument.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
 #include "target/unwind.h"
+
+#define DWARF_RSP 7
 
 /* The DW_CFA instruction for a rule, if it has one: its opcode and offset. */
 static bool rule_form(const struct hp_cfi_rule *r, uint8_t *op, int64_t *off)
@@ -255,50 +263,140 @@ static int row_after(const struct hp_module *mod, const struct hp_function *f, c
 	return row_at(mod, a - 1, row);
 }
 
-/* One FDE for member mb's blocks [j0, j1) laid out contiguously. */
-static int put_fde(struct hp_model *m, struct hp_plan *p, const struct hp_plan_member *mb, uint32_t j0, uint32_t j1,
-		   struct buf *o, uint64_t eh_addr)
+typedef int (*row_fn)(void *arg, uint64_t at, const struct hp_cfi_row *row);
+
+/* Walk the counter increment of pre bytes at a in p's code, which runs
+ * where the original's row is base: fn gets every instruction's address
+ * and row, base with a frame address computed from rsp moved up by the
+ * bytes the increment keeps below rsp there. A non-zero return of fn ends
+ * the walk with it; -EOPNOTSUPP when an instruction does not decode, moves
+ * rsp in a way not reproduced, or the increment does not restore rsp. */
+static int prefix_rows(const struct hp_plan *p, uint64_t a, uint32_t pre, const struct hp_cfi_row *base, row_fn fn,
+		       void *arg)
 {
-	const struct hp_module *mod = mb->mod;
-	const struct hp_function *f = mb->fn;
-	uint64_t lo = mb->blocks[j0].new_addr - mb->blocks[j0].pad, hi = lo, loc = lo;
-	struct hp_cfi_row cur = { 0 }, row;
-	bool first = true;
+	int64_t below = 0;
+
+	for (uint32_t d = 0; d < pre;) {
+		const uint8_t *c = p->code + (a + d - p->base);
+		struct hp_isa_insn in;
+		int64_t delta;
+		if (hp_isa_decode(c, pre - d, a + d, &in) < 0 || hp_isa_rsp_delta(c, pre - d, &delta) < 0)
+			return -EOPNOTSUPP;
+		struct hp_cfi_row row = *base;
+		if (row.ncfa == 1 && row.cfa[0].atom == DW_OP_bregx && row.cfa[0].number == DWARF_RSP)
+			row.cfa[0].number2 = (uint64_t)((int64_t)row.cfa[0].number2 + below);
+		int r = fn(arg, a + d, &row);
+		if (r)
+			return r;
+		below -= delta;
+		d += in.len;
+	}
+	return below ? -EOPNOTSUPP : 0;
+}
+
+/* Rows being written into one FDE. */
+struct fde_rows {
+	struct buf *o;
+	uint64_t loc;
+	struct hp_cfi_row cur;
+	bool first;
+};
+
+static int put_row_at(void *arg, uint64_t at, const struct hp_cfi_row *row)
+{
+	struct fde_rows *w = arg;
+
+	advance(w->o, &w->loc, at);
+	put_row(w->o, row, &w->cur, w->first);
+	w->first = false;
+	return 0;
+}
+
+/* Start an FDE for [lo, hi) at o's end; close it with close_entry. */
+static size_t open_fde(struct buf *o, uint64_t lo, uint64_t hi, uint64_t eh_addr)
+{
 	size_t start = o->n;
 
-	for (uint32_t j = j0; j < j1; j++)
-		if (mb->blocks[j].new_addr + mb->blocks[j].new_size > hi)
-			hi = mb->blocks[j].new_addr + mb->blocks[j].new_size;
 	put32(o, 0); /* length, filled in by close_entry */
 	put32(o, (uint32_t)(o->n - 0));
 	int32_t begin = (int32_t)(int64_t)(lo - (eh_addr + o->n));
 	put(o, &begin, 4);
 	put32(o, (uint32_t)(hi - lo));
 	uleb(o, 0); /* no augmentation data */
+	return start;
+}
+
+/* The row of the original at block bi's start of member 0 (a counter stub
+ * runs on the way into that block). */
+static int block_row(const struct hp_plan *p, uint32_t bi, struct hp_cfi_row *row)
+{
+	const struct hp_plan_member *mb = &p->members[0];
+	return row_at(mb->mod, mb->fn->addr + mb->mod->blocks[mb->fn->block_start + bi].offset, row);
+}
+
+/* One FDE for an instrumented copy's counter stubs (contiguous after its
+ * blocks, each a counter and a jump). */
+static int put_stubs_fde(struct hp_plan *p, struct buf *o, uint64_t eh_addr)
+{
+	const struct hp_instrument *ins = p->instrument;
+	struct fde_rows w = { .o = o, .first = true };
+	struct hp_cfi_row row;
+
+	if (!ins || !ins->nstubs)
+		return 0;
+	w.loc = ins->stubs[0].addr;
+	size_t start = open_fde(o, w.loc, hp_plan_text_end(p), eh_addr);
+	for (uint32_t s = 0; s < ins->nstubs; s++) {
+		uint32_t pre = hp_instrument_prefix_len(p, 0, ins->nblocks + s);
+		int r;
+		if (block_row(p, ins->stubs[s].to, &row) < 0)
+			return -EOPNOTSUPP;
+		if ((r = prefix_rows(p, ins->stubs[s].addr, pre, &row, put_row_at, &w)) < 0)
+			return r;
+		put_row_at(&w, ins->stubs[s].addr + pre, &row); /* the jump */
+	}
+	close_entry(o, start);
+	p->unwind_fdes++;
+	return 0;
+}
+
+/* One FDE for member mb's blocks [j0, j1) laid out contiguously. */
+static int put_fde(struct hp_model *m, struct hp_plan *p, const struct hp_plan_member *mb, uint32_t j0, uint32_t j1,
+		   struct buf *o, uint64_t eh_addr)
+{
+	const struct hp_module *mod = mb->mod;
+	const struct hp_function *f = mb->fn;
+	uint64_t lo = mb->blocks[j0].new_addr - mb->blocks[j0].pad, hi = lo;
+	struct fde_rows w = { .o = o, .loc = lo, .first = true };
+	struct hp_cfi_row row;
+
+	for (uint32_t j = j0; j < j1; j++)
+		if (mb->blocks[j].new_addr + mb->blocks[j].new_size > hi)
+			hi = mb->blocks[j].new_addr + mb->blocks[j].new_size;
+	size_t start = open_fde(o, lo, hi, eh_addr);
 	for (uint32_t j = j0; j < j1; j++) {
 		const struct hp_plan_block *pb = &mb->blocks[j];
 		const struct hp_block *bl = &mod->blocks[f->block_start + pb->index];
 		uint32_t body = body_len(m, f, bl);
 		uint32_t extra = hp_plan_promoted_bytes(p, f, bl->offset, bl->offset + body);
-		uint64_t oa = f->addr + bl->offset;
+		uint32_t pre = hp_instrument_prefix_len(p, (uint32_t)(mb - p->members), pb->index);
+		uint64_t oa = f->addr + bl->offset, at = pb->new_addr + pre; /* the body's start */
 		if (!pb->new_size)
 			continue;
+		if (pre && (row_at(mod, oa, &row) < 0 || prefix_rows(p, pb->new_addr, pre, &row, put_row_at, &w) < 0))
+			return -EOPNOTSUPP;
 		for (uint64_t a = oa; a < oa + body;) {
 			if (row_at(mod, a, &row) < 0)
 				return -EOPNOTSUPP;
-			advance(o, &loc,
-				pb->new_addr + (a - oa) +
-					hp_plan_promoted_bytes(p, f, bl->offset, (uint32_t)(a - f->addr)));
-			put_row(o, &row, &cur, first);
-			first = false;
+			put_row_at(&w,
+				   at + (a - oa) + hp_plan_promoted_bytes(p, f, bl->offset, (uint32_t)(a - f->addr)),
+				   &row);
 			a = row.end < oa + body && row.end > a ? row.end : oa + body;
 		}
-		if (pb->new_size > body + extra) {
+		if (pb->new_size > pre + body + extra) {
 			if (row_after(mod, f, bl, body, &row) < 0)
 				return -EOPNOTSUPP;
-			advance(o, &loc, pb->new_addr + body + extra);
-			put_row(o, &row, &cur, first);
-			first = false;
+			put_row_at(&w, at + body + extra, &row);
 		}
 	}
 	close_entry(o, start);
@@ -338,6 +436,8 @@ int hp_plan_unwind(struct hp_model *m, struct hp_plan *p, char *err, size_t errl
 			r = put_fde(m, p, mb, 0, mb->nhot, &o, eh_addr);
 		if (!r && mb->nblocks > mb->nhot)
 			r = put_fde(m, p, mb, mb->nhot, mb->nblocks, &o, eh_addr);
+		if (!r && i == 0)
+			r = put_stubs_fde(p, &o, eh_addr);
 		if (r)
 			snprintf(err, errlen, "%s: its unwind rows cannot be reproduced", mb->fn->name);
 	}
@@ -356,9 +456,17 @@ int hp_plan_unwind(struct hp_model *m, struct hp_plan *p, char *err, size_t errl
 	return 0;
 }
 
+/* Whether the generated table (arg) has row want at at: 0 yes, 1 no. */
+static int check_row_at(void *arg, uint64_t at, const struct hp_cfi_row *want)
+{
+	struct hp_cfi_row copy;
+
+	return hp_cfi_row(arg, at, &copy) < 0 || !hp_cfi_same(want, &copy) ? 1 : 0;
+}
+
 /* Every emitted instruction's row (read back from the generated .eh_frame)
  * must be its original's; the added branches must run in the row after
- * the body. */
+ * the body; a counter's, in its block's start row as prefix_rows moves it. */
 bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p)
 {
 	struct hp_cfi *c;
@@ -383,14 +491,23 @@ bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p)
 			uint64_t oa = f->addr + bl->offset;
 			uint32_t body = body_len(m, f, bl);
 			uint32_t extra = hp_plan_promoted_bytes(p, f, bl->offset, bl->offset + body);
+			uint32_t pre = hp_instrument_prefix_len(p, (uint32_t)i, pb->index);
+			uint64_t at = pb->new_addr + pre; /* the body's start */
 			uint8_t code[16];
 			struct hp_isa_insn in;
 			if (!pb->new_size)
 				continue;
+			if (pre && (row_at(mb->mod, oa, &orig) < 0 ||
+				    prefix_rows(p, pb->new_addr, pre, &orig, check_row_at, c))) {
+				snprintf(p->verify_error, sizeof(p->verify_error),
+					 "unwind: the counter before %s+0x%x at 0x%" PRIx64
+					 " does not unwind as the block's start does",
+					 f->name, bl->offset, pb->new_addr);
+				goto out;
+			}
 			for (uint32_t d = 0; d < body; d += in.len) {
 				uint32_t n = body - d < sizeof(code) ? body - d : sizeof(code);
-				uint64_t na =
-					pb->new_addr + d + hp_plan_promoted_bytes(p, f, bl->offset, bl->offset + d);
+				uint64_t na = at + d + hp_plan_promoted_bytes(p, f, bl->offset, bl->offset + d);
 				const struct hp_plan_icall *ic = hp_plan_promotion(p, f, bl->offset + d);
 				/* A promoted call's whole sequence runs in the call's row. */
 				if (m->read(m, oa + d, code, n) < 0 || hp_isa_decode(code, n, oa + d, &in) < 0 ||
@@ -404,9 +521,9 @@ bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p)
 					goto out;
 				}
 			}
-			if (pb->new_size > body + extra &&
+			if (pb->new_size > pre + body + extra &&
 			    (row_after(mb->mod, f, bl, body, &orig) < 0 ||
-			     hp_cfi_row(c, pb->new_addr + body + extra, &copy) < 0 || !hp_cfi_same(&orig, &copy) ||
+			     hp_cfi_row(c, at + body + extra, &copy) < 0 || !hp_cfi_same(&orig, &copy) ||
 			     hp_cfi_row(c, pb->new_addr + pb->new_size - 1, &copy) < 0 || !hp_cfi_same(&orig, &copy))) {
 				snprintf(
 					p->verify_error, sizeof(p->verify_error),
@@ -414,6 +531,21 @@ bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p)
 					f->name, bl->offset);
 				goto out;
 			}
+		}
+	}
+	const struct hp_instrument *ins = p->instrument;
+	struct hp_cfi_row row;
+	bool stub_rows = ins && p->members[0].mod->cfi && row_at(p->members[0].mod, p->members[0].fn->addr, &row) == 0;
+	for (uint32_t s = 0; stub_rows && s < ins->nstubs; s++) {
+		const struct hp_counter_stub *st = &ins->stubs[s];
+		uint32_t pre = hp_instrument_prefix_len(p, 0, ins->nblocks + s);
+		if (block_row(p, st->to, &row) < 0 || prefix_rows(p, st->addr, pre, &row, check_row_at, c) ||
+		    check_row_at(c, st->addr + pre, &row)) {
+			snprintf(p->verify_error, sizeof(p->verify_error),
+				 "unwind: the counter stub at 0x%" PRIx64
+				 " does not unwind as the block it enters does",
+				 st->addr);
+			goto out;
 		}
 	}
 	ok = true;

@@ -143,14 +143,16 @@ def test_make_plan_counts_the_root_group_inline_and_answers_a_verified_plan_with
     assert plan["target"]["pid"] == agent.fixture.pid
     assert plan["profile"]["estimated"] is False, "inline counters count a process's blocks exactly"
     source = plan["profile"]["source"]
-    # The leaves among them are counted inline; a function that calls others is counted by uprobes in the same
-    # window (a counted copy has no unwind data: the fixture's backtraces through it would come out short), and
-    # so is pr_even, whose entry jump would cover its block at +4. The source says which.
+    # All but pr_even are counted inline, pr_root too, which calls the others: its counted copy carries its own
+    # unwind data, so the fixture's backtraces through it (checked in every result, the fixture exits on a wrong
+    # one) stay right. pr_even, whose entry jump would cover its block at +4, is counted by uprobes in the same
+    # window. The source says which.
     assert source.startswith(
         f"{PLAN_SECONDS} s of exact block counts (inline counters) in process {agent.fixture.pid}; uprobes in the "
-        "same window for pr_root (it calls other code and its counted copy would have no unwind data), "
+        "same window for pr_even ("
     ), source
-    assert "pr_even" in source and "pr_op" not in source and "pr_table" not in source
+    assert "pr_root" not in source and "pr_op" not in source and "pr_table" not in source
+    _alive_and_checking(agent.fixture)
     assert {f["name"] for f in plan["profile"]["functions"]} >= {"pr_root", "pr_op", "pr_table", "pr_even"}
     assert _text(agent.fixture.pid) == text, "every counted copy reverted: the code is the original"
     assert _journals(agent.state) == []
@@ -165,7 +167,7 @@ def test_make_plan_counts_the_root_group_inline_and_answers_a_verified_plan_with
     assert any(
         f"counting {n} functions' blocks exactly (inline counters, uprobes for the rest): 1 of" in p.message
         for p in progress
-    ), [p.message for p in progress]
+    ), ([p.message for p in progress], sorted(f["name"] for f in plan["profile"]["functions"]))
     assert any(p.message.startswith("planning pr_root") for p in progress)
     agent.plan_json, agent.plan = res.plan.plan_json, plan
 

@@ -29,6 +29,10 @@
  *  - A revert knows its own bytes when they hold 0xcc (a rel32 byte of a
  *    redirected call), which the process target reads as a probe's int3
  *    and shows as the file's byte: seen with ~100 functions counted at once.
+ *  - Counted copies carry their own unwind data: backtraces through counted
+ *    frames of the threads fixture walk as many frames as the original's;
+ *    and the functions counted together are counted over one window (its
+ *    start taken once every copy is in, every thread stopped).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -624,6 +628,66 @@ static void t_revert_knows_its_0xcc(void)
 	EXPECT(hp_op_live_state(&x, &u) == 2, "another byte where ours is 0xcc reads as ours");
 }
 
+/* A counted frame unwinds as its original's. The threads fixture
+ * (threads.c) checks in every result the frames its unwinder walks from
+ * pr_depth, which pr_twist calls, called through pr_mix's hook from
+ * pr_root: pr_root, pr_mix and pr_twist are counted inline for a window
+ * while two threads run them, and no result may differ (before counted
+ * copies had unwind data of their own, pr_root's results came out three
+ * frames short and the fixture exited 3 at once). */
+static void t_inline_counted_frames_unwind(void)
+{
+	const char *prog = tu_compile("threads.c", "threads", "-O2 -pthread");
+	char state[300], cmd[900], line[128], out[300];
+	int o[2];
+
+	REQUIRE(prog, "the threads fixture does not compile");
+	REQUIRE(pipe(o) == 0, "pipe");
+	pid_t fx = fork();
+	if (fx == 0) {
+		dup2(o[1], 1);
+		close(o[0]);
+		execl(prog, prog, "2", (char *)NULL);
+		_exit(127);
+	}
+	close(o[1]);
+	REQUIRE(read_line(o[0], line, sizeof(line), 60000) == 0 && !strcmp(line, "ready"), "the fixture did not start");
+	snprintf(state, sizeof(state), "%s/state-unwind", tu_tmpdir());
+	snprintf(out, sizeof(out), "%s/unwind.json", tu_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "%s measure pid %d pr_root pr_mix pr_twist --blocks --inline --seconds 2 --json --state-dir %s >%s",
+		 hp(), fx, state, out);
+	int st = system(cmd);
+	EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0, "measure exited %d", WEXITSTATUS(st));
+	json_error_t je;
+	json_t *j = json_load_file(out, 0, &je), *res = json_object_get(j, "resources");
+	EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(j, "mechanisms"), "block_count")) ?: "",
+		       "inline_counter"),
+	       "not counted inline: %s", j ? json_dumps(json_object_get(j, "mechanisms"), 0) : je.text);
+	uint64_t roots = count_of(res, "pr_root", -1), mixes = count_of(res, "pr_mix", -1),
+		 twists = count_of(res, "pr_twist", -1);
+	EXPECT(roots > 0 && roots != UINT64_MAX && twists > 0 && twists != UINT64_MAX,
+	       "pr_root ran %" PRIu64 " times and pr_twist %" PRIu64 " in the window", roots, twists);
+	/* One window for all three, whatever the order and time of their
+	 * installs: pr_root ends in a jump to pr_mix, so their calls differ by at
+	 * most the threads inside pr_root when the window began or ended (every
+	 * thread is stopped for those reads), 2 + 2. */
+	EXPECT(mixes != UINT64_MAX && mixes + 4 >= roots && roots + 4 >= mixes,
+	       "pr_root was called %" PRIu64 " times and pr_mix %" PRIu64 " in the same window", roots, mixes);
+	json_decref(j);
+	/* Every result since the start, the window's included, was checked. */
+	int ws = 0;
+	EXPECT(waitpid(fx, &ws, WNOHANG) == 0, "the fixture exited (status %d): a result differed",
+	       WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+	kill(fx, SIGTERM);
+	EXPECT(read_line(o[0], line, sizeof(line), 60000) == 0 && !strncmp(line, "verified ", 9) &&
+		       strtoul(line + 9, NULL, 10) > 0,
+	       "the fixture's end: %s", line);
+	waitpid(fx, &ws, 0);
+	close(o[0]);
+	EXPECT(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the fixture's exit status %d", WEXITSTATUS(ws));
+}
+
 int main(void)
 {
 	RUN(t_revert_knows_its_0xcc);
@@ -642,6 +706,7 @@ int main(void)
 	RUN(t_inline_copy_from_original_code);
 	RUN(t_inline_entry_over_a_call);
 	RUN(t_inline_call_in_entry_bytes);
+	RUN(t_inline_counted_frames_unwind);
 	tu_cleanup();
 	TEST_EXIT();
 }
