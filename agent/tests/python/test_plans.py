@@ -101,6 +101,15 @@ def _attach(agent, fixture: Fixture, cid: str):
     return target, main
 
 
+def _ask_plan(session, command_id: str, drain: bool = True, **fields) -> None:
+    """Send MakePlan (its plan_id the command's unless given) with fields; with drain, the Progress read so far
+    is dropped first, so what follows is this command's."""
+    if drain:
+        _others(session, "Progress")
+    fields.setdefault("plan_id", command_id)
+    _send(session, command_id, make_plan=pb.MakePlan(**fields))
+
+
 def _alive_and_checking(fixture: Fixture, seconds: float = 0.5) -> None:
     time.sleep(seconds)
     assert fixture.proc.poll() is None, f"the fixture exited with {fixture.proc.returncode}: a wrong result"
@@ -120,17 +129,13 @@ def test_make_plan_counts_the_root_group_inline_and_answers_a_verified_plan_with
     """The root and its direct callees are counted by inline counters (counted copies installed, read
     live, reverted): no trap per block; the process's code is byte for byte what it was after the plan."""
     text = _text(agent.fixture.pid)
-    _others(agent.session, "Progress")
-    _send(
+    _ask_plan(
         agent.session,
         "plan-1",
-        make_plan=pb.MakePlan(
-            plan_id="plan-1",
-            target=agent.target.id,
-            digest=agent.main.digest,
-            function_index=agent.root.index,
-            seconds=PLAN_SECONDS,
-        ),
+        target=agent.target.id,
+        digest=agent.main.digest,
+        function_index=agent.root.index,
+        seconds=PLAN_SECONDS,
     )
     res = _result(agent.session, "plan-1", timeout=120)
     assert res.ok, res.error
@@ -195,13 +200,8 @@ def test_a_window_in_which_the_root_never_ran_is_counted_longer_instead_of_plann
     try:
         target, main = _attach(agent, fixture, "attach-gated")
         root = next(f for f in _catalog(agent.session, main.digest).values() if f.name == "pr_root")
-        _others(agent.session, "Progress")
-        _send(
-            agent.session,
-            "plan-gated",
-            make_plan=pb.MakePlan(
-                plan_id="plan-gated", target=target.id, digest=main.digest, function_index=root.index, seconds=1
-            ),
+        _ask_plan(
+            agent.session, "plan-gated", target=target.id, digest=main.digest, function_index=root.index, seconds=1
         )
         progress: list = []
         deadline = time.monotonic() + 60
@@ -240,17 +240,13 @@ def _counting(agent, cid: str) -> list:
 def test_a_cancel_in_the_middle_of_the_count_reverts_every_counted_copy(agent):
     pid = agent.fixture.pid
     text = _text(pid)
-    _others(agent.session, "Progress")
-    _send(
+    _ask_plan(
         agent.session,
         "plan-cancel",
-        make_plan=pb.MakePlan(
-            plan_id="plan-cancel",
-            target=agent.target.id,
-            digest=agent.main.digest,
-            function_index=agent.root.index,
-            seconds=600,
-        ),
+        target=agent.target.id,
+        digest=agent.main.digest,
+        function_index=agent.root.index,
+        seconds=600,
     )
     _counting(agent, "plan-cancel")
     assert _journals(agent.state), "the counted copies are journaled like any install"
@@ -269,13 +265,8 @@ def test_a_process_that_exits_in_the_middle_of_the_count_is_a_clear_error_and_le
     try:
         target, main = _attach(agent, fixture, "attach-exits")
         root = next(f for f in _catalog(agent.session, main.digest).values() if f.name == "pr_root")
-        _others(agent.session, "Progress")
-        _send(
-            agent.session,
-            "plan-exits",
-            make_plan=pb.MakePlan(
-                plan_id="plan-exits", target=target.id, digest=main.digest, function_index=root.index, seconds=600
-            ),
+        _ask_plan(
+            agent.session, "plan-exits", target=target.id, digest=main.digest, function_index=root.index, seconds=600
         )
         _counting(agent, "plan-exits")
         fixture.kill()
@@ -298,13 +289,8 @@ def test_inline_counts_are_exact_a_gated_rounds_calls_of_a_leaf_root(agent, thre
         target, main = _attach(agent, fixture, "attach-leaf")
         root = next(f for f in _catalog(agent.session, main.digest).values() if f.name == "pr_table")
         text = _text(fixture.pid)
-        _others(agent.session, "Progress")
-        _send(
-            agent.session,
-            "plan-leaf",
-            make_plan=pb.MakePlan(
-                plan_id="plan-leaf", target=target.id, digest=main.digest, function_index=root.index, seconds=1
-            ),
+        _ask_plan(
+            agent.session, "plan-leaf", target=target.id, digest=main.digest, function_index=root.index, seconds=1
         )
         progress: list = []
         deadline = time.monotonic() + HANG_S
@@ -569,13 +555,8 @@ def test_a_hot_set_plan_samples_the_process_and_its_install_splices_every_member
     whole, the answer a plan `hotpathd install` takes; InstallPlan splices every member's entry (its
     answer counts them) and RevertPlan puts every entry back."""
     pid = agent.fixture.pid
-    _others(agent.session, "Progress")
-    _send(
-        agent.session,
-        "plan-hs",
-        make_plan=pb.MakePlan(
-            plan_id="plan-hs", target=agent.target.id, digest=agent.main.digest, seconds=PLAN_SECONDS, hot_set=True
-        ),
+    _ask_plan(
+        agent.session, "plan-hs", target=agent.target.id, digest=agent.main.digest, seconds=PLAN_SECONDS, hot_set=True
     )
     res = _result(agent.session, "plan-hs", timeout=120)
     assert res.ok, res.error
@@ -786,17 +767,13 @@ def test_a_plan_from_a_measurement_of_this_agent_uses_its_counts_running_and_end
     )
     assert _result(sess, "start-m").ok
     time.sleep(1.5)
-    _others(sess, "Progress")
-    _send(
+    _ask_plan(
         sess,
         "plan-m",
-        make_plan=pb.MakePlan(
-            plan_id="plan-m",
-            target=agent.target.id,
-            digest=agent.main.digest,
-            function_index=agent.root.index,
-            measurement_id="m-plan",
-        ),
+        target=agent.target.id,
+        digest=agent.main.digest,
+        function_index=agent.root.index,
+        measurement_id="m-plan",
     )
     res = _result(sess, "plan-m", timeout=60)
     assert res.ok, res.error
@@ -808,31 +785,27 @@ def test_a_plan_from_a_measurement_of_this_agent_uses_its_counts_running_and_end
     # Ended: the counts it had when it stopped still make a plan.
     _send(sess, "stop-m", stop_measurement=pb.StopMeasurement(measurement_id="m-plan"))
     assert _result(sess, "stop-m").ok
-    _send(
+    _ask_plan(
         sess,
         "plan-m2",
-        make_plan=pb.MakePlan(
-            plan_id="plan-m2",
-            target=agent.target.id,
-            digest=agent.main.digest,
-            function_index=agent.root.index,
-            measurement_id="m-plan",
-        ),
+        target=agent.target.id,
+        digest=agent.main.digest,
+        function_index=agent.root.index,
+        measurement_id="m-plan",
+        drain=False,
     )
     res = _result(sess, "plan-m2", timeout=60)
     assert res.ok, res.error
     ended = _plan_blocks(json.loads(res.plan.plan_json))
     assert set(ended) == set(running) and all(ended[o] >= running[o] for o in running)
-    _send(
+    _ask_plan(
         sess,
         "plan-nom",
-        make_plan=pb.MakePlan(
-            plan_id="plan-nom",
-            target=agent.target.id,
-            digest=agent.main.digest,
-            function_index=agent.root.index,
-            measurement_id="m-none",
-        ),
+        target=agent.target.id,
+        digest=agent.main.digest,
+        function_index=agent.root.index,
+        measurement_id="m-none",
+        drain=False,
     )
     assert "no measurement m-none" in _result(sess, "plan-nom").error
 
@@ -917,16 +890,15 @@ def test_plan_install_and_revert_while_the_root_is_measured_keep_the_program_and
     assert sorted(i["address"] - entry for i in insns if i["probe"]) == sites
     time.sleep(1.0)
     # Plan from the measurement, install it: the bytes the install checks are the program's own.
-    _send(
+    _ask_plan(
         sess,
         "plan-along",
-        make_plan=pb.MakePlan(
-            plan_id="plan-p",
-            target=agent.target.id,
-            digest=agent.main.digest,
-            function_index=agent.root.index,
-            measurement_id="m-along",
-        ),
+        plan_id="plan-p",
+        target=agent.target.id,
+        digest=agent.main.digest,
+        function_index=agent.root.index,
+        measurement_id="m-along",
+        drain=False,
     )
     res = _result(sess, "plan-along", timeout=120)
     assert res.ok, res.error
@@ -976,16 +948,14 @@ def test_a_kernel_plan_samples_pcs_and_is_labelled_an_estimate(agent):
         ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=200000000"], stderr=subprocess.DEVNULL
     )
     try:
-        _send(
+        _ask_plan(
             agent.session,
             "plan-k",
-            make_plan=pb.MakePlan(
-                plan_id="plan-k",
-                target="kernel",
-                digest=vmlinux.digest,
-                function_index=functions["vfs_read"].index,
-                seconds=2,
-            ),
+            target="kernel",
+            digest=vmlinux.digest,
+            function_index=functions["vfs_read"].index,
+            seconds=2,
+            drain=False,
         )
         res = _result(agent.session, "plan-k", timeout=120)
     finally:
@@ -1019,12 +989,14 @@ def test_a_dead_target_and_the_kernel_are_refused_with_their_reasons(agent, thre
         ):
             break
         time.sleep(0.2)
-    _send(
+    _ask_plan(
         agent.session,
         "plan-dead",
-        make_plan=pb.MakePlan(
-            plan_id="plan-dead", target=target.id, digest=main.digest, function_index=agent.root.index, seconds=1
-        ),
+        target=target.id,
+        digest=main.digest,
+        function_index=agent.root.index,
+        seconds=1,
+        drain=False,
     )
     res = _result(agent.session, "plan-dead")
     assert not res.ok and ("ended" in res.error or "exited" in res.error), res.error
@@ -1037,16 +1009,24 @@ def test_a_dead_target_and_the_kernel_are_refused_with_their_reasons(agent, thre
     if not cap.available:
         assert cap.detail and cap.detail in res.error, (cap.detail, res.error)
     # Bad input: an id that cannot name a journal, a function index out of range.
-    _send(
+    _ask_plan(
         agent.session,
         "plan-badid",
-        make_plan=pb.MakePlan(plan_id="../x", target="kernel", digest=agent.hello.modules[0].digest, function_index=0),
+        plan_id="../x",
+        target="kernel",
+        digest=agent.hello.modules[0].digest,
+        function_index=0,
+        drain=False,
     )
     assert "plan id" in _result(agent.session, "plan-badid").error
     vmlinux = agent.hello.modules[0]
-    _send(
+    _ask_plan(
         agent.session,
         "plan-range",
-        make_plan=pb.MakePlan(plan_id="p-range", target="kernel", digest=vmlinux.digest, function_index=10**8),
+        plan_id="p-range",
+        target="kernel",
+        digest=vmlinux.digest,
+        function_index=10**8,
+        drain=False,
     )
     assert "out of range" in _result(agent.session, "plan-range").error
