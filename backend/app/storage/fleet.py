@@ -3,15 +3,17 @@
 code over a time range. Hosts of one build share their catalog pieces (content-addressed), so a function
 has the same id on every host of the group and the rollups of all of them add up per function id.
 
-Hot code reads only the rollups (`sample_blocks_1h`/`_1m` and `sample_totals_1h`/`_1m`) over the whole
-hours and minutes of the range below the rollup watermarks (app.storage.samples.plan): never the raw
-intervals, so a request costs what the rollup rows of the group's hosts in the range cost, not what
-their raw rows would. The edges of the range that no rollup covers yet are left out, and the answer
-says which part of the range it covers (docs/decisions.md, "Fleet hot code from the rollups").
+Hot code reads only the rollups: the hosts' busy samples from `sample_totals_1h`/`_1m` and their
+per-function samples from `sample_functions_1h`/`_10m`/`_1m` (migration 0016), over the whole hours, ten
+minutes and minutes of the range below the rollup watermarks (app.storage.samples.plan, then
+`function_spans`): never the raw intervals nor the per-block rollups, so a request costs the group's hosts
+× functions × buckets rows (at most 18 minutes and 6 ten-minute buckets per partial hour). The edges of
+the range that no rollup covers yet are left out, and the answer says which part of the range it covers
+(docs/decisions.md, "The fleet's first slice" and "Fleet hot code from per-function rollups").
 """
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -24,6 +26,9 @@ from app.storage.series import rollups
 ACTIVE = "h.status = 'active' AND h.connected_at IS NOT NULL"
 # A group's id: a digest of its kernel release and build id (stable, URL-safe, no separator to escape).
 GROUP_ID_SQL = "md5(h.kernel_release || chr(10) || h.kernel_build_id)"
+
+TEN_MINUTES = timedelta(minutes=10)
+HOT_CODE_WORK_MEM = "64MB"
 
 _GROUP_SORTS = {
     "hosts": "host_count {dir}, kernel_release, kernel_build_id",
@@ -111,6 +116,30 @@ def _rollup_spans(spans: list[tuple[str, datetime, datetime]]) -> list[tuple[str
     return [s for s in spans if s[0] != "raw"]
 
 
+def _floor_ten(t: datetime) -> datetime:
+    return t.replace(minute=t.minute // 10 * 10, second=0, microsecond=0)
+
+
+def function_spans(spans: list[tuple[str, datetime, datetime]]) -> list[tuple[str, datetime, datetime]]:
+    """The rollup spans of a range as the per-function rollups read them: each minute span's whole ten
+    minutes (UTC-aligned) from `sample_functions_10m`, its other minutes from `sample_functions_1m`, whole
+    hours from `sample_functions_1h`. A minute span lies below the minute watermark, so every ten minutes
+    inside it is complete."""
+    out: list[tuple[str, datetime, datetime]] = []
+    for grain, lo, hi in _rollup_spans(spans):
+        if grain != "1m":
+            out.append((grain, lo, hi))
+            continue
+        t0 = _floor_ten(lo)
+        t0 = t0 if t0 == lo else t0 + TEN_MINUTES
+        t1 = _floor_ten(hi)
+        if t0 >= t1:
+            out.append(("1m", lo, hi))
+            continue
+        out.extend(s for s in (("1m", lo, t0), ("10m", t0, t1), ("1m", t1, hi)) if s[1] < s[2])
+    return out
+
+
 def _union(
     table: str, cols: str, spans: list[tuple[str, datetime, datetime]], prefix: str
 ) -> tuple[str, dict[str, Any]]:
@@ -149,48 +178,68 @@ async def hot_code(
     where its samples are at least `min_share` of that host's busy (non-idle) samples in the range."""
     wm_1m, wm_1h = await rollups.watermarks(await session.connection())
     spans = _rollup_spans(plan(r.start, r.end, wm_1m, wm_1h))
+    fspans = function_spans(spans)
     where, params = _label_filter(labels)
     grp = f"SELECT h.id FROM hosts h WHERE {ACTIVE} AND {GROUP_ID_SQL} = :g{where}"
     params = {**params, "g": group["id"]}
-    hosts_sql = f"""SELECT h.id, h.hostname, h.online, h.labels FROM hosts h
-        WHERE {ACTIVE} AND {GROUP_ID_SQL} = :g{where} ORDER BY h.hostname, h.id"""
-    host_rows = (await session.execute(text(hosts_sql), params)).all()
     covered = (min(s[1] for s in spans), max(s[2] for s in spans)) if spans else None
-    busy: dict[str, int] = {}
     items: list[dict[str, Any]] = []
     n = 0
-    if spans and host_rows:
-        blocks, bp = _union("sample_blocks", "host_id, function_id, count - idle_count AS c", spans, "b")
+    # The group's hosts with their busy samples in the range (0 without rollup rows).
+    if spans:
         totals, tp = _union("sample_totals", "host_id, total_samples - idle_samples AS c", spans, "t")
-        order = _HOT_SORTS[sort].format(dir="DESC" if descending else "ASC")
-        all_params = {**params, **bp, **tp, "min_share": min_share, "limit": limit, "offset": offset}
-        for row in await session.execute(
+        busy_sql = f"SELECT host_id, sum(c) AS busy FROM ({totals}) t GROUP BY host_id"
+    else:
+        busy_sql, tp = "SELECT NULL::text AS host_id, 0::numeric AS busy WHERE false", {}
+    host_rows = (
+        await session.execute(
             text(f"""
-            WITH grp AS ({grp})
-            SELECT host_id, sum(c) AS busy FROM ({totals}) t GROUP BY host_id"""),
-            all_params,
-        ):
-            busy[row.host_id] = int(row.busy)
+        WITH grp AS MATERIALIZED ({grp}), busy AS ({busy_sql})
+        SELECT h.id, h.hostname, h.online, h.labels, coalesce(bz.busy, 0) AS busy
+        FROM hosts h JOIN grp ON grp.id = h.id LEFT JOIN busy bz ON bz.host_id = h.id
+        ORDER BY h.hostname, h.id"""),
+            {**params, **tp},
+        )
+    ).all()
+    busy = {h.id: int(h.busy) for h in host_rows}
+    if spans and host_rows:
+        # Memory for the per-host sums (a 600-host group's hour: ~110,000 host x function sums): with the
+        # default 4 MB they spill to disk, and the spill was 40 % of the statement (docs/decisions.md).
+        await session.execute(text(f"SET LOCAL work_mem = '{HOT_CODE_WORK_MEM}'"))
+        functions, fp = _union("sample_functions", "host_id, function_id, count - idle_count AS c", fspans, "f")
+        order = _HOT_SORTS[sort].format(dir="DESC" if descending else "ASC")
+        # The hosts' busy samples go in as arrays (known above), so the statement reads only the
+        # per-function rollups.
+        all_params = {
+            **params,
+            **fp,
+            "bh": list(busy),
+            "bb": list(busy.values()),
+            "min_share": min_share,
+            "limit": limit,
+            "offset": offset,
+        }
         rows = (
             await session.execute(
                 text(f"""
-            WITH grp AS ({grp}),
-            per_host AS (SELECT host_id, function_id, sum(c) AS s FROM ({blocks}) b GROUP BY 1, 2 HAVING sum(c) > 0),
-            busy AS (SELECT host_id, sum(c) AS busy FROM ({totals}) t GROUP BY host_id),
+            WITH grp AS MATERIALIZED ({grp}),
+            per_host AS MATERIALIZED (
+                SELECT host_id, function_id, sum(c) AS s FROM ({functions}) b GROUP BY 1, 2 HAVING sum(c) > 0),
+            busy AS (SELECT * FROM unnest(CAST(:bh AS text[]), CAST(:bb AS bigint[])) AS u(host_id, busy)),
             ranked AS (
                 SELECT p.function_id, sum(p.s) AS s,
                        count(*) FILTER (WHERE bz.busy > 0 AND p.s >= :min_share * bz.busy) AS hot_hosts
                 FROM per_host p LEFT JOIN busy bz USING (host_id) GROUP BY p.function_id),
-            page AS (
+            page AS MATERIALIZED (
                 SELECT r.function_id, r.s, r.hot_hosts, f.name, coalesce(cp.module, '') AS module,
                        count(*) OVER () AS n
                 FROM ranked r JOIN functions f ON f.id = r.function_id
                 LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
-                ORDER BY {order} LIMIT :limit OFFSET :offset)
-            SELECT page.*,
-                   (SELECT json_agg(json_build_array(p.host_id, p.s) ORDER BY p.s DESC, p.host_id)
-                    FROM per_host p WHERE p.function_id = page.function_id) AS cells
-            FROM page
+                ORDER BY {order} LIMIT :limit OFFSET :offset),
+            cells AS (
+                SELECT p.function_id, json_agg(json_build_array(p.host_id, p.s) ORDER BY p.s DESC, p.host_id) AS cells
+                FROM per_host p JOIN page USING (function_id) GROUP BY p.function_id)
+            SELECT page.*, cells.cells FROM page JOIN cells USING (function_id)
             ORDER BY {order.replace("r.", "page.").replace("f.name", "page.name")}"""),
                 all_params,
             )
@@ -219,7 +268,7 @@ async def hot_code(
         **r.public(),
         "covered_from": covered[0] if covered else None,
         "covered_to": covered[1] if covered else None,
-        "rollups": [{"grain": g, "from": lo, "to": hi} for g, lo, hi in spans],
+        "rollups": [{"grain": g, "from": lo, "to": hi} for g, lo, hi in fspans],
         "group": group,
         "labels": labels,
         "min_share": min_share,

@@ -21,6 +21,9 @@ TABLES = {
     "sample_blocks_1h",
     "sample_totals_1m",
     "sample_totals_1h",
+    "sample_functions_1m",
+    "sample_functions_10m",
+    "sample_functions_1h",
     "measurement_points_1m",
     "measurement_points_1h",
     "series_state",
@@ -145,5 +148,47 @@ def test_the_stacks_minute_rollup_already_stored_is_summed_into_ten_minutes(post
             ).all()
         # Minutes 0-9, 10-19 and 20-24 of the hour, counts m + 1 split by m's parity (the CPU).
         assert [tuple(r) for r in rows] == [(0, 0, 25), (0, 1, 30), (10, 0, 75), (10, 1, 80), (20, 0, 69), (20, 1, 46)]
+    finally:
+        engine.dispose()
+
+
+def test_the_block_rollups_already_stored_are_summed_per_function(postgres_url):
+    """0016 sums the block rollups' rows per host, bucket and function: minutes into minutes and UTC-aligned
+    ten minutes, hours into hours, idle counts with them."""
+    url = _recreate_database(postgres_url, "hotpath_migrations_0016")
+    engine = create_engine(url)
+    try:
+        upgrade_database(url, "0015_token_replay")
+        with engine.begin() as conn:
+            hour = conn.execute(text("SELECT date_trunc('hour', now())")).scalar_one()
+            conn.execute(
+                text("""
+                INSERT INTO sample_blocks_1m (host_id, bucket, function_id, block_offset, count, idle_count)
+                SELECT 'h', :t + m * interval '1 minute', 7, o, m + 1, m % 2
+                FROM generate_series(0, 14) m, unnest(ARRAY[0, 16]) o"""),
+                {"t": hour},
+            )
+            conn.execute(
+                text("""
+                INSERT INTO sample_blocks_1h (host_id, bucket, function_id, block_offset, count, idle_count)
+                VALUES ('h', :t, 7, 0, 100, 3), ('h', :t, 7, 16, 20, 1), ('h', :t, 8, 0, 5, 0)"""),
+                {"t": hour},
+            )
+        upgrade_database(url)
+        with engine.connect() as conn:
+
+            def rows(grain: str) -> list[tuple]:
+                return [
+                    tuple(r)
+                    for r in conn.execute(
+                        text(f"""SELECT extract(minute FROM bucket)::int, function_id, count, idle_count
+                        FROM sample_functions_{grain} WHERE host_id = 'h' ORDER BY 1, 2""")
+                    )
+                ]
+
+            # Two blocks a minute, each m + 1 samples, m % 2 of them idle.
+            assert rows("1m") == [(m, 7, 2 * (m + 1), 2 * (m % 2)) for m in range(15)]
+            assert rows("10m") == [(0, 7, 2 * sum(range(1, 11)), 10), (10, 7, 2 * sum(range(11, 16)), 4)]
+            assert rows("1h") == [(0, 7, 120, 4), (0, 8, 5, 0)]
     finally:
         engine.dispose()

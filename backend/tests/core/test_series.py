@@ -32,6 +32,9 @@ async def test_partitions_are_created_ahead_and_dropped_whole(backend):
     assert created >= 5
     raw = [p for p in await _partitions(engine, "sample_intervals") if p.startswith("sample_intervals_p2001")]
     assert raw == [f"sample_intervals_p20010101{h:02d}" for h in range(10, 15)]  # 2 h back, until 3 h ahead
+    for table in ("sample_blocks_1m", "sample_functions_1m", "sample_functions_10m", "sample_functions_1h"):
+        daily = [p[len(table) :] for p in await _partitions(engine, table) if "_p200" in p]
+        assert daily == ["_p20001231", "_p20010101", "_p20010102", "_p20010103"], table
     daily = [p for p in await _partitions(engine, "sample_blocks_1m") if "_p200" in p]
     assert daily == [
         "sample_blocks_1m_p20001231",
@@ -76,6 +79,9 @@ async def test_partitions_are_created_ahead_and_dropped_whole(backend):
         "measurement_points_1m",
         "measurement_points_1h",
         "measurement_points",
+        "sample_functions_1m",
+        "sample_functions_10m",
+        "sample_functions_1h",
     ):
         await partitions.drop_expired(engine, T0 + timedelta(days=5), timedelta(hours=1), timedelta(hours=1))
         assert not [p for p in await _partitions(engine, table) if "_p200" in p]

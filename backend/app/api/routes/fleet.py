@@ -76,8 +76,8 @@ async def hot_code(
     order: Literal["desc", "asc"] = "desc",
 ) -> FastJSON:
     """The group's hottest functions in the range, across its hosts: samples on each host and the share of
-    the group's hosts where each is hot. Read from the minute and hour rollups only; the answer says which
-    part of the range they cover."""
+    the group's hosts where each is hot. Read from the per-function minute, ten-minute and hour rollups
+    only; the answer says which part of the range they cover."""
     spec = range_spec(runtime, window_s if from_ or to else window_s or 3600, from_, to)
     group = await fleet.group_summary(session, group_id)
     if group is None:

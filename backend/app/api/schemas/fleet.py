@@ -63,7 +63,7 @@ class HotFunction(BaseModel):
 
 class RollupSpan(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
-    grain: str = Field(description="1h or 1m: the rollup read")
+    grain: str = Field(description="1h, 10m or 1m: the rollup read")
     from_: datetime = Field(alias="from")
     to: datetime
 

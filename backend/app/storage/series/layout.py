@@ -42,7 +42,13 @@ ROLLUP_TABLES = (
     "measurement_points_1h",
     "stack_samples_1m",
     "stack_samples_10m",
+    "sample_functions_1m",
+    "sample_functions_10m",
+    "sample_functions_1h",
 )
+# Per-function sums of the block rollups (migration 0016): what the fleet's hot code reads, so a request
+# costs hosts x functions x buckets rows, not hosts x blocks x buckets.
+FUNCTION_GRAINS = ("1m", "10m", "1h")
 # Tables whose partitions follow the call stacks' retention rather than the raw or rollup one. The stacks'
 # minute and ten-minute rollups are partitioned by hour like the raw stacks, so all go at once (and with
 # them, in time, the definitions no row refers to).

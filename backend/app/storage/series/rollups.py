@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""1-minute and 1-hour rollups of the series, maintained incrementally (call stacks: 1 and 10 minutes).
+"""1-minute and 1-hour rollups of the series, maintained incrementally (call stacks: 1 and 10 minutes;
+per-function sums of the sampled blocks: 1 minute, 10 minutes and 1 hour).
 
 `series_state` holds two watermarks: every raw row before `watermark_1m` is summed into the minute
 rollups, every minute rollup before `watermark_1h` into the hour rollups. The rollup task advances them
@@ -21,7 +22,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.storage.series.layout import COVERAGE_RESOURCE, NSLOTS, SLOTS, TOTALS
+from app.storage.series.layout import COVERAGE_RESOURCE, FUNCTION_GRAINS, NSLOTS, SLOTS, TOTALS
 
 log = logging.getLogger("hotpath.series")
 LOCK_KEY = 0x68707072  # "hppr": one rollup task at a time across replicas
@@ -151,15 +152,35 @@ STACKS_10M_FROM_MINUTES = versioned_stack_blocks(
     renew=False,
 )
 
+# Per-function sums (migration 0016), each grain from the finer one this pass has just written: the minute
+# rows from the block minutes of [lo, hi) (above the old minute watermark, so nothing but this pass wrote
+# them), the ten minutes from those minutes (a ten-minute bucket holds the sum of its minutes below the
+# minute watermark; readers take only buckets wholly below it), the hours from the ten minutes of the
+# hours the hour watermark passes (all below the minute watermark, so complete).
+_TEN = "date_bin('10 minutes', bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
+
+
+def _functions_from(grain: str, source: str, bucket: str) -> str:
+    return f"""
+        INSERT INTO sample_functions_{grain} (host_id, bucket, function_id, count, idle_count)
+        SELECT host_id, {bucket}, function_id, sum(count), sum(idle_count)
+        FROM {source} WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3
+        ON CONFLICT (host_id, bucket, function_id)
+        DO UPDATE SET count = sample_functions_{grain}.count + excluded.count,
+                      idle_count = sample_functions_{grain}.idle_count + excluded.idle_count"""
+
+
 _RAW_RANGE = "{a}.ts >= :lo AND {a}.ts < :hi"
 MINUTE_FROM_RAW = [
     _blocks_from_raw("1m", _RAW_RANGE.format(a="s")),
+    _functions_from("1m", "sample_blocks_1m", "bucket"),
+    _functions_from("10m", "sample_functions_1m", _TEN),
     _totals_from_raw("1m", _RAW_RANGE.format(a="s")),
     _points_from_raw("1m", _RAW_RANGE.format(a="p")),
     STACKS_FROM_RAW,
     STACKS_10M_FROM_MINUTES,
 ]
-HOUR_FROM_MINUTES = _hour_from_minutes()
+HOUR_FROM_MINUTES = [*_hour_from_minutes(), _functions_from("1h", "sample_functions_10m", "date_trunc('hour', bucket)")]
 # Late measurement points of one writer transaction: its batch token, and each row's measurement and time,
 # so the statement finds them through the (measurement_id, ts) index instead of reading every raw row
 # between the oldest late one and the watermark (which, for an agent's spool resent an hour late, is
@@ -191,7 +212,18 @@ def _late_totals(grain: str) -> str:
         ON CONFLICT (host_id, bucket) DO UPDATE SET {upd}"""
 
 
+def _late_functions(grain: str) -> str:
+    return f"""
+        INSERT INTO sample_functions_{grain} (host_id, bucket, function_id, count, idle_count)
+        SELECT * FROM unnest(CAST(:h AS text[]), CAST(:b AS timestamptz[]), CAST(:f AS bigint[]),
+                             CAST(:c AS bigint[]), CAST(:i AS bigint[]))
+        ON CONFLICT (host_id, bucket, function_id)
+        DO UPDATE SET count = sample_functions_{grain}.count + excluded.count,
+                      idle_count = sample_functions_{grain}.idle_count + excluded.idle_count"""
+
+
 LATE_BLOCKS = {g: _late_blocks(g) for g in ("1m", "1h")}
+LATE_FUNCTIONS = {g: _late_functions(g) for g in FUNCTION_GRAINS}
 LATE_TOTALS = {g: _late_totals(g) for g in ("1m", "1h")}
 
 
@@ -211,8 +243,10 @@ class LateInterval:
 
 
 def _bucket(t: datetime, grain: str) -> datetime:
-    t = t.astimezone(UTC)
-    return t.replace(second=0, microsecond=0) if grain == "1m" else t.replace(minute=0, second=0, microsecond=0)
+    t = t.astimezone(UTC).replace(second=0, microsecond=0)
+    if grain == "1m":
+        return t
+    return t.replace(minute=t.minute // 10 * 10) if grain == "10m" else t.replace(minute=0)
 
 
 def _floor_minute(t: datetime) -> datetime:
@@ -231,8 +265,9 @@ async def add_late_samples(
     conn: AsyncConnection, intervals: Sequence[LateInterval], wm_1m: datetime, wm_1h: datetime
 ) -> None:
     """Sum the sample intervals this transaction wrote below the watermarks into the rollups, from the rows
-    themselves (one statement per table and grain, whatever the raw rows around them)."""
-    for grain, hi in (("1m", wm_1m), ("1h", wm_1h)):
+    themselves (one statement per table and grain, whatever the raw rows around them). The ten-minute
+    function rollup takes what lies below the minute watermark, as the minute rollups do."""
+    for grain, hi in (("1m", wm_1m), ("10m", wm_1m), ("1h", wm_1h)):
         blocks: dict[tuple[str, datetime, int, int], list[int]] = {}
         totals: dict[tuple[str, datetime], list[int]] = {}
         for s in intervals:
@@ -249,6 +284,23 @@ async def add_late_samples(
             for k, v in enumerate((s.interval_ms, *s.totals)):
                 row[k] += v
         if blocks:
+            functions: dict[tuple[str, datetime, int], list[int]] = {}
+            for (h, b, f, _o), (c, i) in blocks.items():
+                fsums = functions.setdefault((h, b, f), [0, 0])
+                fsums[0] += c
+                fsums[1] += i
+            fkeys = list(functions)
+            await conn.execute(
+                text(LATE_FUNCTIONS[grain]),
+                {
+                    "h": [k[0] for k in fkeys],
+                    "b": [k[1] for k in fkeys],
+                    "f": [k[2] for k in fkeys],
+                    "c": [functions[k][0] for k in fkeys],
+                    "i": [functions[k][1] for k in fkeys],
+                },
+            )
+        if blocks and grain in LATE_BLOCKS:
             keys = list(blocks)
             await conn.execute(
                 text(LATE_BLOCKS[grain]),
@@ -261,7 +313,7 @@ async def add_late_samples(
                     "i": [blocks[k][1] for k in keys],
                 },
             )
-        if totals:
+        if totals and grain in LATE_TOTALS:
             tkeys = list(totals)
             params: dict[str, Any] = {"h": [k[0] for k in tkeys], "b": [k[1] for k in tkeys]}
             for n in range(len(_TOTALS) + 1):

@@ -15,6 +15,7 @@ const SORTS: { key: HotSort; label: string }[] = [
   { key: "hosts", label: "Hot on" },
 ];
 const DEFAULT_HOT_RANGE: TimeRange = { kind: "relative", seconds: 3600 };
+const GRAIN_NAMES: Record<string, string> = { "1h": "hour", "10m": "ten-minute", "1m": "minute" };
 
 export function HotCodePage() {
   const { groupId = "" } = useParams();
@@ -81,7 +82,7 @@ export function HotCodePage() {
         <>
           <p className="muted small">
             {formatRange(range)}: read from the{" "}
-            {data.rollups.map((r) => (r.grain === "1h" ? "hour" : "minute")).join(" and ")} rollups
+            {[...new Set(data.rollups.map((r) => GRAIN_NAMES[r.grain] ?? r.grain))].join(" and ")} rollups
             {data.covered_from && data.covered_to ? (
               <>
                 , covering {new Date(data.covered_from).toLocaleTimeString()} –{" "}
