@@ -9,7 +9,8 @@
 # choices from the input bytes (seeded with short slices of the same machine code); a plan is
 # slower than a decode, so it runs a third of the inputs. Profile files are fuzzed from seeds of
 # each shape they come in; the installer's inputs (a plan's JSON, an undo journal) from one of each;
-# value profiles of indirect call sites from one report.
+# value profiles of indirect call sites from one report; the kernel's noreturn cache file from one
+# written as the agent writes it and the same cut short.
 # Fixed seeds keep a run repeatable. A crash, leak, sanitizer report or broken invariant fails the
 # case and leaves the input that caused it in build/fuzz/artifacts/. Run from the agent directory.
 # FUZZ_RUNS raises the number of inputs for a longer session (default 60000 per target).
@@ -22,7 +23,7 @@ jobs=${FUZZ_JOBS:-$(nproc)}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profile" "$TMP/kallsyms" "$TMP/install" "$TMP/static" \
-	"$TMP/icalls" \
+	"$TMP/icalls" "$TMP/kcache" \
 	build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
@@ -53,6 +54,20 @@ printf '\x06\x00\x02\x40\x20\x00\x64\x01\x30\x00\x1e\x02\x10\x30\x00\x46\x00\x00
 # kallsyms seeds: the recording from a kernel with modules, and the start of this machine's own.
 cp tests/fixtures/kallsyms-6.1/kallsyms "$TMP/kallsyms/lane-6.1"
 head -n 400 /proc/kallsyms >"$TMP/kallsyms/live" 2>/dev/null || true
+
+# Kernel noreturn cache seeds: a file as the agent writes it for the fuzz target's key (its FNV-1a 64
+# sum over the text before the end line), and the same cut short.
+python3 - "$TMP/kcache" <<'PY' || { echo "FAIL - fuzz seeds: python3 could not write the cache seeds"; exit 1; }
+import sys
+text = ("hotpath-kernel-noreturn 1\nagent 5f1c0ffee0\nboot 1b2c3d4e-0000-4000-8000-00000000abcd\n"
+        "build eb4fbcd037e7253717950bf2b93bd5566f47c56f\nvmlinux 64 16384\nn 10\np 2c0\np 3ff0\n")
+h = 0xcbf29ce484222325
+for b in text.encode():
+    h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+full = text + "end 3 %016x\n" % h
+open(sys.argv[1] + "/written", "w").write(full)
+open(sys.argv[1] + "/cut", "w").write(full[: len(full) // 2])
+PY
 
 fuzz() {
 	local name=$1 corpus=$2 n=${3:-$runs} log="$TMP/$1.log"
@@ -123,6 +138,7 @@ targets=(
 	"fuzz_edges $TMP/edges"
 	"fuzz_profile $TMP/profile"
 	"fuzz_spec $TMP/spec"
+	"fuzz_kernel_cache $TMP/kcache"
 	"fuzz_static_branch $TMP/static"
 	"fuzz_icall_values $TMP/icalls"
 )

@@ -79,9 +79,13 @@ static int branch_succ(const struct hp_cfg_env *env, struct hp_cfg_arena *a, con
 	return add_succ(a, HP_SUCC_TAIL_CALL, target);
 }
 
+/* A call that never returns: to a function that never does. A call through
+ * an indirect thunk is an indirect call, whatever the thunk's own code (it
+ * never returns to it: may_return proves it "noreturn") says. */
 static bool noreturn_call(const struct hp_cfg_env *env, const struct hp_cfg_insn *in)
 {
-	return env && in->cls == HP_IC_CALL && in->has_target && in_sorted(env->noreturn, env->nnoreturn, in->target);
+	return env && in->cls == HP_IC_CALL && in->has_target && in_sorted(env->noreturn, env->nnoreturn, in->target) &&
+	       !in_sorted(env->ind_thunks, env->nind_thunks, in->target);
 }
 
 /* Traps and halts that continue at the next instruction act like any other
@@ -1105,7 +1109,7 @@ out:
 /* Everything after the first parse: fragments, then functions that never
  * return until a fixed point. */
 static int refine(struct hp_module *mod, const struct by_name *bn, struct hp_cfg_env *env, struct addrs *noret,
-		  hp_bytes_fn bytes, void *ctx)
+		  hp_bytes_fn bytes, void *ctx, bool prove)
 {
 	struct addrs leaders = { 0 };
 	uint8_t *redo = calloc(mod->nfuncs ? mod->nfuncs : 1, 1);
@@ -1129,7 +1133,7 @@ static int refine(struct hp_module *mod, const struct by_name *bn, struct hp_cfg
 	/* Each round proves more functions never return and re-parses their
 	 * callers, whose blocks now end at those calls (so a function may have
 	 * more blocks in the next round: the scratch space follows). */
-	for (int round = 0; round < 16; round++) {
+	for (int round = 0; prove && round < 16; round++) {
 		size_t found = 0, need = 1;
 
 		for (size_t k = 0; k < mod->nfuncs; k++)
@@ -1243,12 +1247,14 @@ static int parse_only(struct hp_module *mod, struct hp_cfg_env *env, struct addr
 			}
 			if ((err = hp_cfg_build(env, code, f, &a)) < 0)
 				goto out;
-			/* Callees and jump targets: whether they return. */
+			/* Callees and jump targets: whether they return (known
+			 * already when the set is complete). */
 			for (uint32_t c = 0; c < f->ncalls; c++) {
 				uint64_t to = a.calls[f->call_start + c].target;
-				if ((g = func_holding(mod, to)) >= 0)
-					ADD(g);
-				else if ((err = addrs_push(&out, to)) < 0)
+				if ((g = func_holding(mod, to)) >= 0) {
+					if (!only->complete)
+						ADD(g);
+				} else if ((err = addrs_push(&out, to)) < 0)
 					goto out;
 			}
 			for (uint32_t b = 0; b < f->nblocks; b++) {
@@ -1257,9 +1263,10 @@ static int parse_only(struct hp_module *mod, struct hp_cfg_env *env, struct addr
 					const struct hp_succ *sc = &a.succs[blk->succ_start + s];
 					if (sc->kind != HP_SUCC_TAIL_CALL)
 						continue;
-					if ((g = func_holding(mod, sc->target)) >= 0)
-						ADD(g);
-					else if ((err = addrs_push(&out, sc->target)) < 0)
+					if ((g = func_holding(mod, sc->target)) >= 0) {
+						if (!only->complete)
+							ADD(g);
+					} else if ((err = addrs_push(&out, sc->target)) < 0)
 						goto out;
 				}
 			}
@@ -1292,7 +1299,7 @@ static int parse_only(struct hp_module *mod, struct hp_cfg_env *env, struct addr
 	if ((err = rebuild(mod, &a, 1, in)) < 0)
 		goto out;
 	hp_cfg_arena_free(&a);
-	if ((err = refine(mod, &bn, env, noret, bytes, ctx)) < 0)
+	if ((err = refine(mod, &bn, env, noret, bytes, ctx, !only->complete)) < 0)
 		goto out;
 	/* Keep the requested functions' blocks (facts such as NORETURN and
 	 * the fragment links stay on every function of the set). */
@@ -1345,6 +1352,15 @@ int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env_in, 
 				goto out;
 		}
 	}
+	/* Those a whole parse proved (the set is complete). */
+	for (k = 0; only && only->complete && k < mod->nfuncs; k++) {
+		struct hp_function *f = &mod->funcs[k];
+		if (!(f->flags & HP_FN_NORETURN) && in_sorted(only->proven, only->nproven, f->addr)) {
+			f->flags |= HP_FN_NORETURN;
+			if ((err = addrs_push(&noret, f->addr)) < 0)
+				goto out;
+		}
+	}
 	addrs_sort(&noret);
 	env.noreturn = noret.v;
 	env.nnoreturn = noret.n;
@@ -1384,7 +1400,7 @@ int hp_cfg_parse_module(struct hp_module *mod, const struct hp_cfg_env *env_in, 
 	struct by_name bn;
 	if ((err = by_name_build(mod, &bn)) < 0)
 		goto out;
-	err = refine(mod, &bn, &env, &noret, bytes, ctx);
+	err = refine(mod, &bn, &env, &noret, bytes, ctx, true);
 	free(bn.v);
 out:
 	if (j.chunks)

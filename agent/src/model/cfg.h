@@ -110,6 +110,15 @@ struct hp_cfg_only {
 	const char *name;      /* the functions of this name, if not NULL ... */
 	const uint64_t *addrs; /* ... and those starting at these addresses (sorted) */
 	size_t naddrs;
+	/* A whole parse's result at hand (the kernel's noreturn cache): the
+	 * functions of the module it proved never return (sorted). With it
+	 * (complete), every other function returns or is named, so no callee
+	 * joins the set (only .cold fragments and main parts do) and nothing
+	 * new is proven: the requested functions get the whole parse's blocks
+	 * from their own bytes. */
+	bool complete;
+	const uint64_t *proven;
+	size_t nproven;
 	/* Out: the direct call and jump targets of the parsed functions that no
 	 * function of the module holds (sorted, malloc'd; the caller frees). */
 	uint64_t *outside;

@@ -43,6 +43,10 @@ struct hp_open_opts {
 	 * of a module's function (its static-call sites, which the kernel may
 	 * point at one, are read in their canonical form anyway). */
 	bool modules_only;
+	/* Kernel: the folder of the noreturn cache (kernel_cache.h); NULL is
+	 * HP_KERNEL_CACHE_DIR, "" none. A whole parse writes it; one
+	 * function's parse reads it and then parses no callee. */
+	const char *kernel_cache_dir;
 	/* Process targets: reads see these bytes instead (copied at open). */
 	const struct hp_byte_patch *overlay;
 	size_t noverlay;

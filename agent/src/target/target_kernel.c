@@ -26,6 +26,7 @@
 #include "model/cfg.h"
 #include "host/hostinfo.h"
 #include "target/kallsyms.h"
+#include "target/kernel_cache.h"
 #include "target/ktext.h"
 #include "target/static_branch.h"
 #include "ktext.skel.h"
@@ -887,6 +888,105 @@ static int module_text(struct kpriv *kp, struct hp_model *m, size_t i)
 	return 0;
 }
 
+/* The noreturn cache's key for vmlinux (m->mods[0]) as the model has it. */
+static int cache_key(const struct hp_model *m, struct hp_kcache_key *k)
+{
+	const struct hp_module *vm = &m->mods[0];
+
+	if (!m->nmods || !vm->nfuncs)
+		return -ENOENT;
+	return hp_kcache_key_now(k, m->build_id, vm->nfuncs,
+				 vm->funcs[vm->nfuncs - 1].addr + vm->funcs[vm->nfuncs - 1].size - vm->base);
+}
+
+/* vmlinux's functions that never return, from the cache in dir: sorted
+ * addresses of all of them into *all, of those proven into *proven, and
+ * each one's flags set on vmlinux's functions. Every entry must start a
+ * function of vmlinux. 0, or a negative errno (-ENOENT: no cache) with the
+ * reason for a refused file printed. */
+static int cache_read(struct hp_model *m, const char *dir, uint64_t **all, size_t *nall, uint64_t **proven,
+		      size_t *nproven)
+{
+	struct hp_module *vm = &m->mods[0];
+	struct hp_kcache_key k;
+	struct hp_kcache_fn *v = NULL;
+	char why[512] = "";
+	size_t n = 0, np = 0;
+	int r;
+
+	*all = *proven = NULL;
+	*nall = *nproven = 0;
+	if ((r = cache_key(m, &k)) < 0)
+		return r;
+	if ((r = hp_kcache_load(dir, &k, &v, &n, why, sizeof(why))) < 0)
+		goto refused;
+	*all = malloc((n ? n : 1) * sizeof(uint64_t));
+	*proven = malloc((n ? n : 1) * sizeof(uint64_t));
+	if (!*all || !*proven) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t lo = 0, hi = vm->nfuncs;
+		uint64_t a = vm->base + v[i].off;
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			if (vm->funcs[mid].addr < a)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (lo == vm->nfuncs || vm->funcs[lo].addr != a) {
+			snprintf(why, sizeof(why), "its entry +0x%" PRIx64 " starts no function of vmlinux", v[i].off);
+			r = -EBADMSG;
+			goto refused;
+		}
+		vm->funcs[lo].flags |= HP_FN_NORETURN | (v[i].named ? HP_FN_NORETURN_NAMED : 0);
+		(*all)[i] = a;
+		if (!v[i].named)
+			(*proven)[np++] = a;
+	}
+	*nall = n;
+	*nproven = np;
+	free(v);
+	return 0;
+refused:
+	if (r != -ENOENT)
+		fprintf(stderr, "hotpathd: the kernel's noreturn cache in %s is ignored: %s\n", dir, why);
+out:
+	for (size_t i = 0; i < vm->nfuncs; i++)
+		vm->funcs[i].flags &= ~(uint32_t)(HP_FN_NORETURN | HP_FN_NORETURN_NAMED);
+	free(*all);
+	free(*proven);
+	*all = *proven = NULL;
+	free(v);
+	return r;
+}
+
+/* After a whole parse of vmlinux: its functions that never return into the
+ * cache in dir (a failure is printed unless quiet; the parse stands). */
+static void cache_write(const struct hp_model *m, const char *dir, bool quiet)
+{
+	const struct hp_module *vm = &m->mods[0];
+	struct hp_kcache_fn *v = malloc((vm->nfuncs ? vm->nfuncs : 1) * sizeof(*v));
+	struct hp_kcache_key k;
+	char why[512] = "";
+	size_t n = 0;
+	int r;
+
+	if (!v || cache_key(m, &k) < 0) {
+		free(v);
+		return;
+	}
+	for (size_t i = 0; i < vm->nfuncs; i++)
+		if (vm->funcs[i].flags & HP_FN_NORETURN)
+			v[n++] = (struct hp_kcache_fn){ vm->funcs[i].addr - vm->base,
+							!!(vm->funcs[i].flags & HP_FN_NORETURN_NAMED) };
+	if ((r = hp_kcache_store(dir, &k, v, n, why, sizeof(why))) < 0 && !quiet)
+		fprintf(stderr, "hotpathd: the kernel's noreturn cache was not written: %s\n", why);
+	free(v);
+}
+
 int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, char *err, size_t errlen)
 {
 	struct hp_open_opts defaults = { 0 };
@@ -895,8 +995,10 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	struct kpriv *kp;
 	struct utsname un;
 	const char *only = NULL;
-	uint64_t *vm_noret = NULL, *seeds = NULL;
-	size_t nvm_noret = 0, nseeds = 0, cap_seeds = 0;
+	uint64_t *vm_noret = NULL, *seeds = NULL, *cached = NULL, *proven = NULL;
+	size_t nvm_noret = 0, nseeds = 0, cap_seeds = 0, ncached = 0, nproven = 0;
+	bool have_cache = false;
+	const char *cache_dir;
 	double t0 = hp_now();
 	size_t i;
 	int r;
@@ -997,6 +1099,12 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		const struct hp_function *f = hp_model_lookup(m, o->only_address, NULL);
 		only = f ? f->name : NULL;
 	}
+	/* One function: vmlinux's functions that never return, as a whole
+	 * parse of this boot found them, spare the parse of its callees. */
+	cache_dir = o->kernel_cache_dir ? o->kernel_cache_dir : HP_KERNEL_CACHE_DIR;
+	if (only && *cache_dir && m->nmods && cache_read(m, cache_dir, &cached, &ncached, &proven, &nproven) == 0)
+		have_cache = true;
+	PHASE("cache");
 	kp->copies = calloc(m->nmods ? m->nmods : 1, sizeof(*kp->copies));
 	if (!kp->copies) {
 		r = -ENOMEM;
@@ -1016,7 +1124,7 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 				  .hlt_continues = true };
 	/* One function of a module: whether the vmlinux functions its parse
 	 * reaches return decides its blocks, so they join vmlinux's parse. */
-	for (i = 1; only && i < m->nmods; i++) {
+	for (i = 1; only && !have_cache && i < m->nmods; i++) {
 		struct hp_module *mod = &m->mods[i];
 		struct hp_cfg_env menv = env;
 		struct hp_cfg_only one = { .name = only };
@@ -1059,8 +1167,19 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		struct ktext_copy *c = &kp->copies[i];
 		struct hp_cfg_only one = { .name = only,
 					   .addrs = i == 0 ? seeds : NULL,
-					   .naddrs = i == 0 ? nseeds : 0 };
+					   .naddrs = i == 0 ? nseeds : 0,
+					   .complete = i == 0 && have_cache,
+					   .proven = i == 0 ? proven : NULL,
+					   .nproven = i == 0 ? nproven : 0 };
 
+		/* A module's function with the cache: vmlinux's facts are
+		 * the cache's, nothing of vmlinux is parsed. */
+		if (i == 0 && have_cache && !module_has(mod, only)) {
+			env.noreturn = cached;
+			env.nnoreturn = ncached;
+			env.traps_known = false;
+			continue;
+		}
 		if (!mod->nfuncs || (only && i > 0 && !module_has(mod, only)) || (o->modules_only && i == 0))
 			continue;
 		if (!c->buf && (r = module_text(kp, m, i)) < 0) {
@@ -1091,6 +1210,8 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
 			goto fail;
 		}
+		if (i == 0 && !only && !o->modules_only && *cache_dir)
+			cache_write(m, cache_dir, o->quiet);
 		if (i == 0 && !vm_noret) {
 			vm_noret = malloc((mod->nfuncs ? mod->nfuncs : 1) * sizeof(*vm_noret));
 			for (size_t k = 0; vm_noret && k < mod->nfuncs; k++)
@@ -1106,6 +1227,10 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	seeds = NULL;
 	free(vm_noret);
 	vm_noret = NULL;
+	free(cached);
+	cached = NULL;
+	free(proven);
+	proven = NULL;
 	m->parse_seconds = hp_now() - t0;
 	if (!o->quiet) {
 		struct hp_model_stats st;
@@ -1120,6 +1245,8 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 fail:
 	free(seeds);
 	free(vm_noret);
+	free(cached);
+	free(proven);
 	hp_kallsyms_free(&ks);
 	hp_model_free(m);
 	return r;

@@ -5,23 +5,31 @@
  * consistency, and vfs_read looked at closely.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
 #include "objdump.h"
 #include "model/model.h"
+#include "target/kernel_cache.h"
 #include "target/target.h"
 #include "test_common.h"
 
 static struct hp_model *km;
 static char kerr[512];
 static int kret;
+/* The noreturn cache the whole parse writes (kernel_cache.h): a folder of
+ * the test's own, so the fast path is tested without it ("") and with it. */
+static char cache_dir[] = "/tmp/hotpath-kcache-XXXXXX";
 
 static void t_kernel_model_opens(void)
 {
-	struct hp_open_opts o = { .quiet = true };
+	struct hp_open_opts o = { .quiet = true, .kernel_cache_dir = cache_dir };
 
 	kret = hp_model_open_kernel(&o, &km, kerr, sizeof(kerr));
 	REQUIRE(kret == 0 && km, "open failed: %d %s", kret, kerr);
@@ -202,7 +210,7 @@ static void t_vfs_read_disassembles(void)
 
 static void t_only_function_matches_full_parse(void)
 {
-	struct hp_open_opts o = { .quiet = true, .only_function = "vfs_read" };
+	struct hp_open_opts o = { .quiet = true, .only_function = "vfs_read", .kernel_cache_dir = "" };
 	struct hp_model *one = NULL;
 	const struct hp_module *m1, *m2;
 	const struct hp_function *f1, *f2;
@@ -294,7 +302,9 @@ static void t_only_address_matches_full_parse(void)
 	f1 = hp_model_find(km, "vfs_read", &m1, NULL);
 	REQUIRE(f1 && f1->nblocks > 1, "vfs_read missing or one block");
 	/* Its second block: inside the function, not at its start. */
-	struct hp_open_opts o = { .quiet = true, .only_address = f1->addr + m1->blocks[f1->block_start + 1].offset };
+	struct hp_open_opts o = { .quiet = true,
+				  .only_address = f1->addr + m1->blocks[f1->block_start + 1].offset,
+				  .kernel_cache_dir = cache_dir };
 	REQUIRE(hp_model_open_kernel(&o, &one, err, sizeof(err)) == 0, "open only 0x%" PRIx64 ": %s", o.only_address,
 		err);
 	f2 = hp_model_lookup(one, o.only_address, &m2);
@@ -324,7 +334,7 @@ static bool calls_proven_noreturn(const struct hp_module *mod, const struct hp_f
  * wrong: .cold parts (their blocks start where the main part jumps in),
  * main parts with a .cold part, callers of functions proven (not named) to
  * never return, and proven functions themselves, plus vfs_read. */
-static void t_name_entry_matches_full_model(void)
+static void name_entry_matches_full_model(const char *dir)
 {
 	static const char *const named[] = { "x2apic_cluster_probe.cold", "__btrfs_check_leaf", "pnp_start_dev",
 					     "vfs_read" };
@@ -365,7 +375,7 @@ static void t_name_entry_matches_full_model(void)
 	       "sample: %d .cold parts, %d main parts, %d callers of proven noreturn functions, %d proven", ncold,
 	       nmain, ncaller, nproven);
 	for (int p = 0; p < npick; p++) {
-		struct hp_open_opts o = { .quiet = true, .only_function = pick[p] };
+		struct hp_open_opts o = { .quiet = true, .only_function = pick[p], .kernel_cache_dir = dir };
 		struct hp_model *one = NULL;
 		const struct hp_module *m1, *m2;
 		const struct hp_function *f1, *f2;
@@ -378,12 +388,138 @@ static void t_name_entry_matches_full_model(void)
 			EXPECT(0, "%s missing from one of the models", pick[p]);
 		} else {
 			const char *why = same_function(km, m1, f1, one, m2, f2);
-			EXPECT(!*why, "%s: by name it differs from the whole model: %s", pick[p], why);
+			EXPECT(!*why, "%s: by name (%s) it differs from the whole model: %s", pick[p],
+			       *dir ? "with the noreturn cache" : "parsing its callees", why);
 			checked++;
 		}
 		hp_model_free(one);
 	}
 	EXPECT(checked >= 12, "only %d functions compared", checked);
+}
+
+/* Without the cache: the function's call closure is parsed. */
+static void t_name_entry_matches_full_model(void)
+{
+	name_entry_matches_full_model("");
+}
+
+/* The whole parse wrote the cache: root's, 0600, vmlinux's functions that
+ * never return; with it no callee is parsed and the answer is the same. */
+static void t_name_entry_with_cache_matches_full_model(void)
+{
+	char path[256];
+	struct stat st;
+
+	REQUIRE(km, "no model");
+	snprintf(path, sizeof(path), "%s/%s", cache_dir, HP_KERNEL_CACHE_FILE);
+	REQUIRE(stat(path, &st) == 0, "the whole parse wrote no cache at %s", path);
+	EXPECT((st.st_mode & 0777) == 0600 && st.st_uid == geteuid(), "%s: mode %o, owner %u", path,
+	       (unsigned)(st.st_mode & 0777), (unsigned)st.st_uid);
+	name_entry_matches_full_model(cache_dir);
+	/* vfs_read's callees are indexed, not parsed. */
+	struct hp_open_opts o = { .quiet = true, .only_function = "vfs_read", .kernel_cache_dir = cache_dir };
+	struct hp_model *one = NULL;
+	char err[512];
+	REQUIRE(hp_model_open_kernel(&o, &one, err, sizeof(err)) == 0, "open only vfs_read: %s", err);
+	const struct hp_function *g = hp_model_find(one, "rw_verify_area", NULL, NULL);
+	EXPECT(g && g->nblocks == 0, "rw_verify_area should be indexed but unparsed");
+	hp_model_free(one);
+}
+
+/* Write text as the cache file of dir. */
+static void put_cache(const char *dir, const char *text, size_t len)
+{
+	char path[256];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, HP_KERNEL_CACHE_FILE);
+	unlink(path);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	REQUIRE(fd >= 0 && write(fd, text, len) == (ssize_t)len, "writing %s", path);
+	close(fd);
+}
+
+/* A cache that is not exactly as written for this kernel is refused with
+ * the reason and the parse goes on without it, to the same answer: a byte
+ * changed (the checksum), an entry that starts no function (a valid file
+ * for this key), a file others may read, another boot. */
+static void t_damaged_cache_is_refused(void)
+{
+	char path[256], why[256] = "";
+	struct hp_kcache_key k;
+	struct hp_kcache_fn *v = NULL;
+	size_t n = 0, len = 0;
+	char *good = NULL, *text = NULL;
+	const struct hp_module *vm;
+	const struct hp_function *f;
+	FILE *fp;
+
+	REQUIRE(km, "no model");
+	vm = &km->mods[0];
+	REQUIRE(hp_kcache_key_now(&k, km->build_id, vm->nfuncs,
+				  vm->funcs[vm->nfuncs - 1].addr + vm->funcs[vm->nfuncs - 1].size - vm->base) == 0,
+		"no cache key (the agent binary's build id, the boot id)");
+	REQUIRE(hp_kcache_load(cache_dir, &k, &v, &n, why, sizeof(why)) == 0 && n > 10, "the cache: %s", why);
+	snprintf(path, sizeof(path), "%s/%s", cache_dir, HP_KERNEL_CACHE_FILE);
+	REQUIRE((fp = fopen(path, "r")) != NULL, "open %s", path);
+	good = malloc(HP_KERNEL_CACHE_MAX_BYTES);
+	REQUIRE(good, "out of memory");
+	size_t glen = fread(good, 1, HP_KERNEL_CACHE_MAX_BYTES - 1, fp);
+	fclose(fp);
+	good[glen] = 0;
+
+	/* One digit of an entry changed: the checksum says so. */
+	char *entry = strstr(good, "\np ");
+	REQUIRE(entry, "no proven entry in the cache");
+	entry[3] = entry[3] == '1' ? '2' : '1';
+	struct hp_kcache_fn *w = NULL;
+	size_t nw = 0;
+	EXPECT(hp_kcache_decode(good, glen, &k, &w, &nw, why, sizeof(why)) == -EBADMSG && strstr(why, "checksum"),
+	       "a changed entry: %s", why);
+	entry[3] = entry[3] == '1' ? '2' : '1';
+	/* Another boot's. */
+	struct hp_kcache_key other = k;
+	other.boot[0] = other.boot[0] == 'a' ? 'b' : 'a';
+	EXPECT(hp_kcache_decode(good, glen, &other, &w, &nw, why, sizeof(why)) == -ESTALE && strstr(why, "boot"),
+	       "another boot's: %s", why);
+
+	/* An entry one byte into a function: a well-formed file the parse refuses. */
+	f = hp_model_find(km, "vfs_read", NULL, NULL);
+	REQUIRE(f, "no vfs_read");
+	struct hp_kcache_fn *bad = calloc(n + 1, sizeof(*bad));
+	size_t nb = 0;
+	bool put = false;
+	for (size_t i = 0; i < n; i++) {
+		if (!put && v[i].off > f->addr + 1 - vm->base) {
+			bad[nb++] = (struct hp_kcache_fn){ f->addr + 1 - vm->base, false };
+			put = true;
+		}
+		bad[nb++] = v[i];
+	}
+	REQUIRE(hp_kcache_encode(&k, bad, nb, &text, &len) == 0, "encode");
+	put_cache(cache_dir, text, len);
+	struct hp_open_opts o = { .quiet = true, .only_function = "vfs_read", .kernel_cache_dir = cache_dir };
+	struct hp_model *one = NULL;
+	char err[512];
+	REQUIRE(hp_model_open_kernel(&o, &one, err, sizeof(err)) == 0, "open only vfs_read: %s", err);
+	const struct hp_module *m1, *m2;
+	const struct hp_function *f1 = hp_model_find(km, "vfs_read", &m1, NULL),
+				 *f2 = hp_model_find(one, "vfs_read", &m2, NULL);
+	const char *diff = f2 ? same_function(km, m1, f1, one, m2, f2) : "missing";
+	EXPECT(!*diff, "with a refused cache vfs_read differs from the whole model: %s", diff);
+	hp_model_free(one);
+	free(text);
+
+	/* Readable by others: refused before it is read. */
+	put_cache(cache_dir, good, glen);
+	chmod(path, 0644);
+	EXPECT(hp_kcache_load(cache_dir, &k, &w, &nw, why, sizeof(why)) == -EPERM, "a 0644 file was read: %s", why);
+	chmod(path, 0600);
+	EXPECT(hp_kcache_load(cache_dir, &k, &w, &nw, why, sizeof(why)) == 0, "the good file again: %s", why);
+	free(w);
+	free(bad);
+	free(v);
+	free(good);
 }
 
 static void t_successor_kinds_present(void)
@@ -519,6 +655,10 @@ static void t_concurrent_readers(void)
 
 int main(void)
 {
+	if (!mkdtemp(cache_dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
 	RUN(t_kernel_model_opens);
 	RUN(t_kernel_has_many_functions);
 	RUN(t_kernel_functions_sorted_nonoverlapping);
@@ -531,9 +671,15 @@ int main(void)
 	RUN(t_only_function_matches_full_parse);
 	RUN(t_only_address_matches_full_parse);
 	RUN(t_name_entry_matches_full_model);
+	RUN(t_name_entry_with_cache_matches_full_model);
+	RUN(t_damaged_cache_is_refused);
 	RUN(t_successor_kinds_present);
 	RUN(t_kernel_functions_match_objdump);
 	RUN(t_concurrent_readers);
 	hp_model_free(km);
+	char path[300];
+	snprintf(path, sizeof(path), "%s/%s", cache_dir, HP_KERNEL_CACHE_FILE);
+	unlink(path);
+	rmdir(cache_dir);
 	TEST_EXIT();
 }
