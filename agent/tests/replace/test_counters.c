@@ -84,7 +84,9 @@ static int read_line(int fd, char *buf, size_t len, int timeout_ms)
 	return 0;
 }
 
-static int fx_start(struct fx *f)
+/* Program prog (with one argument, or none) started with the pipes, once it
+ * printed "ready". */
+static int fx_start_prog(struct fx *f, const char *prog, const char *arg)
 {
 	int i[2], o[2];
 	char line[64];
@@ -97,7 +99,7 @@ static int fx_start(struct fx *f)
 		dup2(o[1], 1);
 		close(i[1]);
 		close(o[0]);
-		execl(fixture(), fixture(), (char *)NULL);
+		execl(prog, prog, arg, (char *)NULL);
 		_exit(127);
 	}
 	close(i[0]);
@@ -105,6 +107,11 @@ static int fx_start(struct fx *f)
 	f->in = i[1];
 	f->out = o[0];
 	return read_line(f->out, line, sizeof(line), 60000) == 0 && !strcmp(line, "ready") ? 0 : -1;
+}
+
+static int fx_start(struct fx *f)
+{
+	return fx_start_prog(f, fixture(), NULL);
 }
 
 /* One round of the fixture's work: its printed sum. */
@@ -639,19 +646,11 @@ static void t_inline_counted_frames_unwind(void)
 {
 	const char *prog = tu_compile("threads.c", "threads", "-O2 -pthread");
 	char state[300], cmd[900], line[128], out[300];
-	int o[2];
+	struct fx f;
 
 	REQUIRE(prog, "the threads fixture does not compile");
-	REQUIRE(pipe(o) == 0, "pipe");
-	pid_t fx = fork();
-	if (fx == 0) {
-		dup2(o[1], 1);
-		close(o[0]);
-		execl(prog, prog, "2", (char *)NULL);
-		_exit(127);
-	}
-	close(o[1]);
-	REQUIRE(read_line(o[0], line, sizeof(line), 60000) == 0 && !strcmp(line, "ready"), "the fixture did not start");
+	REQUIRE(fx_start_prog(&f, prog, "2") == 0, "the fixture did not start");
+	pid_t fx = f.pid;
 	snprintf(state, sizeof(state), "%s/state-unwind", tu_tmpdir());
 	snprintf(out, sizeof(out), "%s/unwind.json", tu_tmpdir());
 	snprintf(cmd, sizeof(cmd),
@@ -680,11 +679,12 @@ static void t_inline_counted_frames_unwind(void)
 	EXPECT(waitpid(fx, &ws, WNOHANG) == 0, "the fixture exited (status %d): a result differed",
 	       WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
 	kill(fx, SIGTERM);
-	EXPECT(read_line(o[0], line, sizeof(line), 60000) == 0 && !strncmp(line, "verified ", 9) &&
+	EXPECT(read_line(f.out, line, sizeof(line), 60000) == 0 && !strncmp(line, "verified ", 9) &&
 		       strtoul(line + 9, NULL, 10) > 0,
 	       "the fixture's end: %s", line);
 	waitpid(fx, &ws, 0);
-	close(o[0]);
+	close(f.out);
+	close(f.in);
 	EXPECT(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the fixture's exit status %d", WEXITSTATUS(ws));
 }
 
