@@ -20,7 +20,6 @@ async def test_rest_api_survives_schema_driven_fuzzing(backend, client, admin_to
     await agent.connect()
     try:
         await wait_catalog_complete(client, f"fuzz-{unique}")
-        st = Path(sys.executable).with_name("st")
         # First the stack routes, with a host and a function that have stacks in the last minutes.
         now = time.time_ns()
         stack = [("k", 0, 0x4), ("k", 1, 0x18), ("u", "/usr/bin/dd", 0x1234)]
@@ -40,67 +39,47 @@ async def test_rest_api_survives_schema_driven_fuzzing(backend, client, admin_to
         await wait_until(stacks_stored)
         config = tmp_path / "schemathesis.toml"
         config.write_text(f'[parameters]\n"path.host_id" = "fuzz-{unique}"\n"path.function_id" = {fid}\n')
-        proc = await asyncio.create_subprocess_exec(
-            str(st),
-            "--config-file",
-            str(config),
-            "run",
-            f"{backend.base_url}/api/v1/openapi.json",
-            "--header",
-            f"Authorization: Bearer {admin_token}",
-            "--checks",
-            "status_code_conformance,content_type_conformance,response_schema_conformance",
-            "--phases",
-            "examples,coverage,fuzzing",
-            "--max-examples",
+        stack_run = _schemathesis(
+            backend.base_url,
+            admin_token,
+            config,
+            tmp_path / "stacks",
             "40",
-            "--seed",
             "2",
-            "--include-path-regex",
-            "/(flamegraph|calls|instruction-samples|profile|top-functions)",
-            "--report-dir",
-            str(tmp_path),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
+            ["--include-path-regex", "/(flamegraph|calls|instruction-samples|profile|top-functions)"],
         )
-        out, _ = await asyncio.wait_for(proc.communicate(), 600)
-        text = out.decode(errors="replace")
-        assert proc.returncode == 0, text[-6000:]
         # Then every operation. The user routes change whom they name (role, disabled, password): they are
         # pointed at a user of this test's own, so the fuzzing cannot lock the session's admin out.
         username, _password = await make_user(client, "viewer", f"fuzz-{unique}")
         user_id = next(u["id"] for u in (await client.get("/api/v1/users")).json() if u["username"] == username)
-        config = tmp_path / "schemathesis-all.toml"
-        config.write_text(f'[parameters]\n"path.user_id" = "{user_id}"\n')
-        proc = await asyncio.create_subprocess_exec(
-            str(st),
-            "--config-file",
-            str(config),
-            "run",
-            f"{backend.base_url}/api/v1/openapi.json",
-            "--header",
-            f"Authorization: Bearer {admin_token}",
-            # Not schemathesis' not_a_server_error: the instructions route documents 502/503/504 for an
-            # agent that fails, is offline or is slow. An undocumented status, 500 included, still fails
-            # status_code_conformance.
-            "--checks",
-            "status_code_conformance,content_type_conformance,response_schema_conformance",
-            "--phases",
-            "examples,coverage,fuzzing",
-            "--max-examples",
-            "25",
-            "--seed",
-            "1",
-            "--exclude-path",
-            "/api/v1/ws",
-            "--report-dir",
-            str(tmp_path),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        out, _ = await asyncio.wait_for(proc.communicate(), 600)
-        text = out.decode(errors="replace")
-        assert proc.returncode == 0, text[-6000:]
+        config_all = tmp_path / "schemathesis-all.toml"
+        config_all.write_text(f'[parameters]\n"path.user_id" = "{user_id}"\n')
+        # Every operation but the live socket, in two disjoint halves: the three schemathesis processes
+        # run at once (each is one busy Python thread; its own --workers are threads and gain nothing).
+        half = "/api/v1/hosts/[{]host_id[}]/(plans|measurements|targets|commands)"
+        runs = [
+            stack_run,
+            _schemathesis(
+                backend.base_url,
+                admin_token,
+                config_all,
+                tmp_path / "all-a",
+                "25",
+                "1",
+                ["--exclude-path", "/api/v1/ws", "--include-path-regex", half],
+            ),
+            _schemathesis(
+                backend.base_url,
+                admin_token,
+                config_all,
+                tmp_path / "all-b",
+                "25",
+                "1",
+                ["--exclude-path", "/api/v1/ws", "--exclude-path-regex", half],
+            ),
+        ]
+        for rc, text in await asyncio.gather(*runs):
+            assert rc == 0, text[-6000:]
     finally:
         await agent.close()
 
@@ -111,3 +90,34 @@ def _function_id(client, host_id: str, name: str):
         return next((f["id"] for f in r.json()["items"] if f["name"] == name), None)
 
     return find
+
+
+async def _schemathesis(base_url: str, token: str, config: Path, report: Path, examples: str, seed: str, select):
+    """One schemathesis run of the documented operations select picks: its exit status and output."""
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("st")),
+        "--config-file",
+        str(config),
+        "run",
+        f"{base_url}/api/v1/openapi.json",
+        "--header",
+        f"Authorization: Bearer {token}",
+        # Not schemathesis' not_a_server_error: the instructions route documents 502/503/504 for an
+        # agent that fails, is offline or is slow. An undocumented status, 500 included, still fails
+        # status_code_conformance.
+        "--checks",
+        "status_code_conformance,content_type_conformance,response_schema_conformance",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--max-examples",
+        examples,
+        "--seed",
+        seed,
+        *select,
+        "--report-dir",
+        str(report),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 600)
+    return proc.returncode, out.decode(errors="replace")
