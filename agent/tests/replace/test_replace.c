@@ -1918,7 +1918,8 @@ static const char *arm_of(size_t k)
 
 /* An installed plan compared in 3 pairs of windows while the fixture's
  * threads check every result: 6 windows in the order O I I O O I, each with
- * samples, those in the plan's code among them; the plan installed at the
+ * samples (unless the machine gave the process no CPU in it), those in the
+ * plan's code among them; the plan installed at the
  * end (its entry jumping into the heap the journal names, `installed`
  * listing it), the JSON with the contract's keys. A compare of an id that
  * is not installed, and bad options, are refused. */
@@ -1971,8 +1972,17 @@ static void t_compare(void)
 		EXPECT(json_integer_value(json_object_get(w, "pair")) == (json_int_t)(k / 2) &&
 			       !strcmp(json_string_value(json_object_get(w, "arm")) ?: "", arm_of(k)),
 		       "window %zu is not pair %zu's %s one", k, k / 2, arm_of(k));
-		EXPECT(n > 0 && in <= n, "window %zu: %lld samples, %lld in the plan's code", k, (long long)n,
-		       (long long)in);
+		/* Sampled at 997 Hz of the threads' own CPU time (cpu-clock), a window
+		 * in which the process ran gets samples. On a loaded machine the
+		 * process may get no CPU in a window at all, which the comparison
+		 * handles (its pair is dropped, test_compare.c): a window without
+		 * samples is wrong only when the process ran at least 0.1 s (100
+		 * samples' worth and 10 clock ticks) between the CPU readings around
+		 * it, more than it can run in the few ms outside the sampled span. */
+		double cpu = json_real_value(json_object_get(w, "cpu_seconds"));
+		EXPECT(in <= n && (n > 0 || cpu < 0.1),
+		       "window %zu: %lld samples, %lld in the plan's code, in %.3f s of which the process ran %.3f s: %s",
+		       k, (long long)n, (long long)in, json_real_value(json_object_get(w, "seconds")), cpu, out);
 		EXPECT(json_real_value(json_object_get(w, "seconds")) > 0 && start > last,
 		       "window %zu does not follow the one before", k);
 		EXPECT(json_real_value(json_object_get(w, "cpu_seconds")) >= 0, "window %zu: negative CPU time", k);
