@@ -4,12 +4,14 @@ code over a time range. Hosts of one build share their catalog pieces (content-a
 has the same id on every host of the group and the rollups of all of them add up per function id.
 
 Hot code reads only the rollups: the hosts' busy samples from `sample_totals_1h`/`_1m` and their
-per-function samples from `sample_functions_1h`/`_10m`/`_1m` (migration 0016), over the whole hours, ten
-minutes and minutes of the range below the rollup watermarks (app.storage.samples.plan, then
-`function_spans`): never the raw intervals nor the per-block rollups, so a request costs the group's hosts
-× functions × buckets rows (at most 18 minutes and 6 ten-minute buckets per partial hour). The edges of
-the range that no rollup covers yet are left out, and the answer says which part of the range it covers
-(docs/decisions.md, "The fleet's first slice" and "Fleet hot code from per-function rollups").
+per-function samples from `sample_functions_1h`/`_10m`/`_1m` (migrations 0016 and 0017: one row of arrays
+per host and bucket), over the whole hours, ten minutes and minutes of the range below the rollup
+watermarks (app.storage.samples.plan, then `function_spans`): never the raw intervals nor the per-block
+rollups, so a request reads the group's hosts × buckets rows (at most 18 minutes and 6 ten-minute buckets
+per partial hour) and sums their hosts × buckets × functions entries. The edges of the range that no rollup
+covers yet are left out, and the answer says which part of the range it covers (docs/decisions.md, "The
+fleet's first slice", "Fleet hot code from per-function rollups" and "Fleet hot code from arrays per host
+and bucket").
 """
 
 import json
