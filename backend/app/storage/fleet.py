@@ -4,12 +4,14 @@ code over a time range. Hosts of one build share their catalog pieces (content-a
 has the same id on every host of the group and the rollups of all of them add up per function id.
 
 Hot code reads only the rollups: the hosts' busy samples from `sample_totals_1h`/`_1m` and their
-per-function samples from `sample_functions_1h`/`_10m`/`_1m` (migration 0016), over the whole hours, ten
-minutes and minutes of the range below the rollup watermarks (app.storage.samples.plan, then
-`function_spans`): never the raw intervals nor the per-block rollups, so a request costs the group's hosts
-× functions × buckets rows (at most 18 minutes and 6 ten-minute buckets per partial hour). The edges of
-the range that no rollup covers yet are left out, and the answer says which part of the range it covers
-(docs/decisions.md, "The fleet's first slice" and "Fleet hot code from per-function rollups").
+per-function samples from `sample_functions_1h`/`_10m`/`_1m` (migrations 0016 and 0017: one row of arrays
+per host and bucket), over the whole hours, ten minutes and minutes of the range below the rollup
+watermarks (app.storage.samples.plan, then `function_spans`): never the raw intervals nor the per-block
+rollups, so a request reads the group's hosts × buckets rows (at most 18 minutes and 6 ten-minute buckets
+per partial hour) and sums their hosts × buckets × functions entries. The edges of the range that no rollup
+covers yet are left out, and the answer says which part of the range it covers (docs/decisions.md, "The
+fleet's first slice", "Fleet hot code from per-function rollups" and "Fleet hot code from arrays per host
+and bucket").
 """
 
 import json
@@ -141,17 +143,18 @@ def function_spans(spans: list[tuple[str, datetime, datetime]]) -> list[tuple[st
 
 
 def _union(
-    table: str, cols: str, spans: list[tuple[str, datetime, datetime]], prefix: str
+    table: str,
+    cols: str,
+    spans: list[tuple[str, datetime, datetime]],
+    prefix: str,
+    hosts: str = "IN (SELECT id FROM grp)",
 ) -> tuple[str, dict[str, Any]]:
     parts: list[str] = []
     params: dict[str, Any] = {}
     for i, (grain, lo, hi) in enumerate(spans):
         a, b = f"{prefix}lo{i}", f"{prefix}hi{i}"
         params[a], params[b] = lo, hi
-        parts.append(
-            f"SELECT {cols} FROM {table}_{grain} WHERE host_id IN (SELECT id FROM grp) "
-            f"AND bucket >= :{a} AND bucket < :{b}"
-        )
+        parts.append(f"SELECT {cols} FROM {table}_{grain} WHERE host_id {hosts} AND bucket >= :{a} AND bucket < :{b}")
     return " UNION ALL ".join(parts), params
 
 
@@ -203,33 +206,24 @@ async def hot_code(
     ).all()
     busy = {h.id: int(h.busy) for h in host_rows}
     if spans and host_rows:
-        # Memory for the per-host sums (a 600-host group's hour: ~110,000 host x function sums): with the
-        # default 4 MB they spill to disk, and the spill was 40 % of the statement (docs/decisions.md).
+        # One rollup row per host and bucket (migration 0017): each host's rows are summed on their own, so
+        # the hash of a host's functions stays small, and the hot test is made there with its busy samples.
+        # Memory for the per-host sums a page's cells are taken from (a 600-host group's hour: ~110,000).
         await session.execute(text(f"SET LOCAL work_mem = '{HOT_CODE_WORK_MEM}'"))
-        functions, fp = _union("sample_functions", "host_id, function_id, count - idle_count AS c", fspans, "f")
+        functions, fp = _union("sample_functions", "function_ids, busy_counts", fspans, "f", hosts="= g.host_id")
         order = _HOT_SORTS[sort].format(dir="DESC" if descending else "ASC")
-        # The hosts' busy samples go in as arrays (known above), so the statement reads only the
-        # per-function rollups.
-        all_params = {
-            **params,
-            **fp,
-            "bh": list(busy),
-            "bb": list(busy.values()),
-            "min_share": min_share,
-            "limit": limit,
-            "offset": offset,
-        }
         rows = (
             await session.execute(
                 text(f"""
-            WITH grp AS MATERIALIZED ({grp}),
-            per_host AS MATERIALIZED (
-                SELECT host_id, function_id, sum(c) AS s FROM ({functions}) b GROUP BY 1, 2 HAVING sum(c) > 0),
-            busy AS (SELECT * FROM unnest(CAST(:bh AS text[]), CAST(:bb AS bigint[])) AS u(host_id, busy)),
+            WITH per_host AS MATERIALIZED (
+                SELECT g.host_id, x.function_id, x.s, g.busy > 0 AND x.s >= :min_share * g.busy AS hot
+                FROM unnest(CAST(:bh AS text[]), CAST(:bb AS bigint[])) AS g(host_id, busy),
+                LATERAL (SELECT u.function_id, sum(u.c) AS s
+                         FROM ({functions}) b, unnest(b.function_ids, b.busy_counts) AS u(function_id, c)
+                         GROUP BY 1 HAVING sum(u.c) > 0) x),
             ranked AS (
-                SELECT p.function_id, sum(p.s) AS s,
-                       count(*) FILTER (WHERE bz.busy > 0 AND p.s >= :min_share * bz.busy) AS hot_hosts
-                FROM per_host p LEFT JOIN busy bz USING (host_id) GROUP BY p.function_id),
+                SELECT function_id, sum(s) AS s, count(*) FILTER (WHERE hot) AS hot_hosts
+                FROM per_host GROUP BY function_id),
             page AS MATERIALIZED (
                 SELECT r.function_id, r.s, r.hot_hosts, f.name, coalesce(cp.module, '') AS module,
                        count(*) OVER () AS n
@@ -241,7 +235,14 @@ async def hot_code(
                 FROM per_host p JOIN page USING (function_id) GROUP BY p.function_id)
             SELECT page.*, cells.cells FROM page JOIN cells USING (function_id)
             ORDER BY {order.replace("r.", "page.").replace("f.name", "page.name")}"""),
-                all_params,
+                {
+                    **fp,
+                    "bh": list(busy),
+                    "bb": list(busy.values()),
+                    "min_share": min_share,
+                    "limit": limit,
+                    "offset": offset,
+                },
             )
         ).all()
         n = int(rows[0].n) if rows else 0

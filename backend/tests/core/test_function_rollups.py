@@ -244,3 +244,56 @@ async def test_hot_code_from_function_rollups_equals_the_raw_sums(rollup_db):
                 assert after["items"] == before["items"] and after["hosts"] == before["hosts"]
     finally:
         await engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def arrays_db(postgres_url):
+    url = _recreate_database(postgres_url, "hotpath_function_arrays")
+    upgrade_database(url)
+    return url
+
+
+async def test_function_rollup_rows_are_sorted_arrays_equal_to_the_raw_sums(arrays_db):
+    """Each per-function rollup row (migration 0017) is one host's bucket: function ids ascending and each
+    once, busy and idle samples beside them, equal to the raw sums of that host and bucket, after the rollup
+    task's passes and after late rows merged into rows already written (minutes, ten minutes, hours)."""
+    engine = make_engine(arrays_db)
+    try:
+        await partitions.ensure(engine, T0, timedelta(hours=1), timedelta(days=1), raw_ahead=timedelta(hours=6))
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE series_state SET watermark_1m = :t, watermark_1h = :t WHERE name = 'rollups'"),
+                {"t": T0},
+            )
+        f = Fleet(engine, list(range(101, 131)))
+        await f.store(f.intervals(T0, T0 + timedelta(minutes=75), 20), late=False)
+        await f.roll(T0 + timedelta(minutes=75))  # minutes to 11:15, hours to 11:00
+        await f.store(f.intervals(T0 + timedelta(minutes=2), T0 + timedelta(minutes=74), 40), late=True)
+        await f.store(f.intervals(T0 + timedelta(minutes=75), T0 + timedelta(minutes=95), 20), late=False)
+        await f.roll(T0 + timedelta(minutes=95))
+        await f.store(f.intervals(T0 + timedelta(seconds=3), T0 + timedelta(minutes=94), 70), late=True)
+        async with engine.connect() as conn:
+            wm_1m, wm_1h = await rollups.watermarks(conn)
+            for grain, bucket, below in (
+                ("1m", "date_trunc('minute', s.ts)", wm_1m),
+                ("10m", "date_bin('10 minutes', s.ts, TIMESTAMPTZ '2000-01-01 00:00:00+00')", wm_1m),
+                ("1h", "date_trunc('hour', s.ts)", wm_1h),
+            ):
+                raw: dict[tuple, dict[int, tuple[int, int]]] = {}
+                for host, b, fid, busy, idle in await conn.execute(
+                    text(f"""SELECT s.host_id, {bucket}, u.f, coalesce(sum(u.c) FILTER (WHERE NOT u.i), 0),
+                               coalesce(sum(u.c) FILTER (WHERE u.i), 0)
+                        FROM sample_intervals s, unnest(s.function_ids, s.counts, s.idles) AS u(f, c, i)
+                        WHERE s.ts < :below GROUP BY 1, 2, 3"""),
+                    {"below": below},
+                ):
+                    raw.setdefault((host, b), {})[fid] = (int(busy), int(idle))
+                rolled: dict[tuple, dict[int, tuple[int, int]]] = {}
+                rows = f"SELECT host_id, bucket, function_ids, busy_counts, idle_counts FROM sample_functions_{grain}"
+                for host, b, ids, busy, idle in await conn.execute(text(rows)):
+                    assert ids == sorted(set(ids)) and len(busy) == len(ids) == len(idle), (grain, host, b)
+                    rolled[(host, b)] = {fid: (c, i) for fid, c, i in zip(ids, busy, idle, strict=True)}
+                assert len(raw) >= len(HOSTS), grain  # every host, in every bucket below the watermark
+                assert rolled == raw, grain
+    finally:
+        await engine.dispose()

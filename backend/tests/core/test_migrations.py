@@ -174,7 +174,7 @@ def test_the_block_rollups_already_stored_are_summed_per_function(postgres_url):
                 VALUES ('h', :t, 7, 0, 100, 3), ('h', :t, 7, 16, 20, 1), ('h', :t, 8, 0, 5, 0)"""),
                 {"t": hour},
             )
-        upgrade_database(url)
+        upgrade_database(url, "0016_function_rollups")
         with engine.connect() as conn:
 
             def rows(grain: str) -> list[tuple]:
@@ -190,5 +190,54 @@ def test_the_block_rollups_already_stored_are_summed_per_function(postgres_url):
             assert rows("1m") == [(m, 7, 2 * (m + 1), 2 * (m % 2)) for m in range(15)]
             assert rows("10m") == [(0, 7, 2 * sum(range(1, 11)), 10), (10, 7, 2 * sum(range(11, 16)), 4)]
             assert rows("1h") == [(0, 7, 120, 4), (0, 8, 5, 0)]
+    finally:
+        engine.dispose()
+
+
+def test_the_function_rollups_become_one_row_of_arrays_per_host_and_bucket_and_back(postgres_url):
+    """0017 turns each host's per-function rows of a bucket into one row of arrays in function id order
+    (ids, busy samples, idle samples), in the same daily partitions; the downgrade gives the rows back."""
+    url = _recreate_database(postgres_url, "hotpath_migrations_0017")
+    engine = create_engine(url)
+    try:
+        upgrade_database(url, "0016_function_rollups")
+        with engine.begin() as conn:
+            hour = conn.execute(text("SELECT date_trunc('hour', now())")).scalar_one()
+            rows = [("h", 0, 9, 40, 1), ("h", 0, 7, 30, 0), ("h", 1, 7, 5, 5), ("g", 0, 8, 2, 0)]
+            for grain in ("1m", "10m", "1h"):
+                for host, minute, fid, count, idle in rows:
+                    conn.execute(
+                        text(f"""INSERT INTO sample_functions_{grain} (host_id, bucket, function_id, count, idle_count)
+                        VALUES (:h, :t + :m * interval '1 minute', :f, :c, :i)"""),
+                        {"h": host, "t": hour, "m": minute, "f": fid, "c": count, "i": idle},
+                    )
+            before = {
+                g: conn.execute(text(f"SELECT tableoid::regclass::text FROM sample_functions_{g} LIMIT 1")).scalar_one()
+                for g in ("1m", "10m", "1h")
+            }
+        upgrade_database(url)
+        with engine.connect() as conn:
+            for grain in ("1m", "10m", "1h"):
+                got = [
+                    tuple(r)
+                    for r in conn.execute(
+                        text(f"""SELECT host_id, extract(minute FROM bucket)::int, function_ids, busy_counts,
+                        idle_counts, tableoid::regclass::text FROM sample_functions_{grain} ORDER BY 1, 2""")
+                    )
+                ]
+                part = before[grain]
+                assert got == [
+                    ("g", 0, [8], [2], [0], part),
+                    ("h", 0, [7, 9], [30, 39], [0, 1], part),
+                    ("h", 1, [7], [0], [5], part),
+                ], grain
+        downgrade_database(url, "0016_function_rollups")
+        with engine.connect() as conn:
+            for grain in ("1m", "10m", "1h"):
+                back = conn.execute(
+                    text(f"""SELECT host_id, extract(minute FROM bucket)::int, function_id, count, idle_count
+                    FROM sample_functions_{grain} ORDER BY 1, 2, 3""")
+                ).all()
+                assert [tuple(r) for r in back] == sorted(rows), grain
     finally:
         engine.dispose()

@@ -152,7 +152,9 @@ STACKS_10M_FROM_MINUTES = versioned_stack_blocks(
     renew=False,
 )
 
-# Per-function sums (migration 0016), each grain from the finer one this pass has just written: the minute
+# Per-function sums (migrations 0016 and 0017: one row per host and bucket, its functions' ids, busy and idle
+# samples as arrays in function id order; a write merges its sums into the row's), each grain from the
+# finer one this pass has just written: the minute
 # rows from the block minutes of [lo, hi) (above the old minute watermark, so nothing but this pass wrote
 # them), the ten minutes from those minutes (a ten-minute bucket holds the sum of its minutes below the
 # minute watermark; readers take only buckets wholly below it), the hours from the ten minutes of the
@@ -160,14 +162,40 @@ STACKS_10M_FROM_MINUTES = versioned_stack_blocks(
 _TEN = "date_bin('10 minutes', bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
 
 
-def _functions_from(grain: str, source: str, bucket: str) -> str:
+def _merge_functions(grain: str) -> str:
+    """The upsert of one (host, bucket) row of a per-function rollup: the row's arrays and the new ones summed
+    per function, in function id order (migration 0017)."""
+    t = f"sample_functions_{grain}"
     return f"""
-        INSERT INTO sample_functions_{grain} (host_id, bucket, function_id, count, idle_count)
-        SELECT host_id, {bucket}, function_id, sum(count), sum(idle_count)
-        FROM {source} WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3
-        ON CONFLICT (host_id, bucket, function_id)
-        DO UPDATE SET count = sample_functions_{grain}.count + excluded.count,
-                      idle_count = sample_functions_{grain}.idle_count + excluded.idle_count"""
+        ON CONFLICT (host_id, bucket) DO UPDATE SET (function_ids, busy_counts, idle_counts) = (
+            SELECT array_agg(m.f ORDER BY m.f), array_agg(m.b ORDER BY m.f), array_agg(m.i ORDER BY m.f)
+            FROM (SELECT u.f, sum(u.b)::bigint AS b, sum(u.i)::bigint AS i
+                  FROM (SELECT * FROM unnest({t}.function_ids, {t}.busy_counts, {t}.idle_counts)
+                        UNION ALL
+                        SELECT * FROM unnest(excluded.function_ids, excluded.busy_counts, excluded.idle_counts))
+                       AS u(f, b, i)
+                  GROUP BY u.f) m)"""
+
+
+def _functions_insert(grain: str, sums: str) -> str:
+    """Insert per-function sums (`sums`: rows of host_id, bucket, f, b, i: busy and idle samples, one per host,
+    bucket and function) into a per-function rollup as one row of arrays per host and bucket."""
+    return f"""
+        INSERT INTO sample_functions_{grain} (host_id, bucket, function_ids, busy_counts, idle_counts)
+        SELECT host_id, bucket, array_agg(f ORDER BY f), array_agg(b ORDER BY f), array_agg(i ORDER BY f)
+        FROM ({sums}) s GROUP BY 1, 2{_merge_functions(grain)}"""
+
+
+def _functions_from(grain: str, source: str, bucket: str) -> str:
+    if source == "sample_blocks_1m":
+        sums = f"""SELECT host_id, {bucket} AS bucket, function_id AS f, sum(count - idle_count)::bigint AS b,
+                   sum(idle_count)::bigint AS i
+            FROM {source} WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3"""
+    else:
+        sums = f"""SELECT host_id, {bucket} AS bucket, u.f, sum(u.b)::bigint AS b, sum(u.i)::bigint AS i
+            FROM {source} r, unnest(r.function_ids, r.busy_counts, r.idle_counts) AS u(f, b, i)
+            WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3"""
+    return _functions_insert(grain, sums)
 
 
 _RAW_RANGE = "{a}.ts >= :lo AND {a}.ts < :hi"
@@ -213,13 +241,11 @@ def _late_totals(grain: str) -> str:
 
 
 def _late_functions(grain: str) -> str:
-    return f"""
-        INSERT INTO sample_functions_{grain} (host_id, bucket, function_id, count, idle_count)
-        SELECT * FROM unnest(CAST(:h AS text[]), CAST(:b AS timestamptz[]), CAST(:f AS bigint[]),
-                             CAST(:c AS bigint[]), CAST(:i AS bigint[]))
-        ON CONFLICT (host_id, bucket, function_id)
-        DO UPDATE SET count = sample_functions_{grain}.count + excluded.count,
-                      idle_count = sample_functions_{grain}.idle_count + excluded.idle_count"""
+    return _functions_insert(
+        grain,
+        """SELECT * FROM unnest(CAST(:h AS text[]), CAST(:b AS timestamptz[]), CAST(:f AS bigint[]),
+                                CAST(:c AS bigint[]), CAST(:i AS bigint[])) AS u(host_id, bucket, f, b, i)""",
+    )
 
 
 LATE_BLOCKS = {g: _late_blocks(g) for g in ("1m", "1h")}
@@ -296,7 +322,7 @@ async def add_late_samples(
                     "h": [k[0] for k in fkeys],
                     "b": [k[1] for k in fkeys],
                     "f": [k[2] for k in fkeys],
-                    "c": [functions[k][0] for k in fkeys],
+                    "c": [functions[k][0] - functions[k][1] for k in fkeys],
                     "i": [functions[k][1] for k in fkeys],
                 },
             )
