@@ -30,6 +30,8 @@
  *  - A revert knows its own bytes when they hold 0xcc (a rel32 byte of a
  *    redirected call), which the process target reads as a probe's int3
  *    and shows as the file's byte: seen with ~100 functions counted at once.
+ *  - The agent killed while it installs, counts or reverts: the process
+ *    stays right and `hotpathd revert` leaves nothing behind.
  *  - Counted copies carry their own unwind data: backtraces through counted
  *    frames of the threads fixture walk as many frames as the original's;
  *    and the functions counted together are counted over one window (its
@@ -615,6 +617,59 @@ static void t_inline_call_in_entry_bytes(void)
 	two_counted("early", "early\n", "fx_calls_early", both_installed);
 }
 
+/* The agent killed (SIGKILL) while it installs the four counted copies (one
+ * install), while it counts, and while it reverts: the process goes on
+ * computing right, and `hotpathd revert` (exit 0, or 4 when the kill came
+ * before anything was journaled) brings it back to clean from the journal:
+ * no heap left, nothing installed. */
+static void t_inline_killed(void)
+{
+	struct fx f;
+	char state[300], cmd[900], line[256];
+
+	REQUIRE(fixture(), "the fixture does not compile");
+	snprintf(state, sizeof(state), "%s/state-killed", tu_tmpdir());
+	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
+	srand(17);
+	for (int k = 0; k < 8; k++) {
+		int out, errfd;
+		pid_t mp = measure_start(f.pid, state, false, &out, &errfd);
+		REQUIRE(mp > 0, "fork");
+		if (k < 4) {
+			usleep((useconds_t)(rand() % 400000)); /* reading the model, planning or installing */
+		} else {
+			bool armed = false;
+			while (!armed && read_line(errfd, line, sizeof(line), 120000) == 0)
+				armed = strstr(line, "armed") != NULL;
+			EXPECT(armed, "kill %d: the measurement was not armed", k);
+			EXPECT(fx_round(&f) == 83250, "kill %d: the sum counted", k);
+			if (k >= 6) { /* ends the window: the reads, then the revert */
+				kill(mp, SIGINT);
+				usleep((useconds_t)(rand() % 100000));
+			}
+		}
+		kill(mp, SIGKILL);
+		waitpid(mp, NULL, 0);
+		close(out);
+		close(errfd);
+		EXPECT(fx_round(&f) == 83250, "after kill %d the sum", k);
+		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' >/dev/null 2>&1", hp(), f.pid, state);
+		int st = system(cmd);
+		EXPECT(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 4),
+		       "the revert after kill %d exited %d", k, WEXITSTATUS(st));
+		snprintf(cmd, sizeof(cmd), "grep -q 'memfd:hotpath' /proc/%d/maps", f.pid);
+		EXPECT(system(cmd) != 0, "after kill %d and the revert, a code heap is left in the process", k);
+		/* (A kill between creating the journal and its first record leaves
+		 * that empty file: nothing was written, nothing is installed.) */
+		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' >/dev/null 2>&1", hp(), f.pid, state);
+		st = system(cmd);
+		EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 4, "after kill %d and the revert, a second revert exited %d",
+		       k, WEXITSTATUS(st));
+		EXPECT(fx_round(&f) == 83250, "after kill %d and the revert the sum", k);
+	}
+	fx_stop(&f);
+}
+
 /* A process target's reads as process_target.c does them: read shows a 0xcc
  * in memory where the file has another byte as the file's byte (a probe's
  * int3 hidden); read_raw shows memory as it is. */
@@ -728,6 +783,7 @@ int main(void)
 	RUN(t_inline_entry_over_a_call);
 	RUN(t_inline_call_in_entry_bytes);
 	RUN(t_inline_counted_frames_unwind);
+	RUN(t_inline_killed);
 	tu_cleanup();
 	TEST_EXIT();
 }
