@@ -84,6 +84,27 @@ int hp_flags_live_in(const struct hp_module *mod, const struct hp_function *f, c
  */
 int hp_instrument_plan(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f, bool lock,
 		       bool every_block, uint64_t base, struct hp_plan *p, char *err, size_t errlen);
+/* Where the copy after p starts when copies are combined: p's end, 16-byte aligned. */
+uint64_t hp_instrument_next_base(const struct hp_plan *p);
+/*
+ * Combine counted copies ps[0..n) into one plan out (instrument_set.c), to be
+ * installed as one hot set: one heap, one quiesce, one journal, one unwinder
+ * registration, one revert. Each ps[k] is an OK, verified hp_instrument_plan
+ * laid out at hp_instrument_next_base(&ps[k - 1]) (ps[0] anywhere), of
+ * functions of one module. out gets every copy's member, code (int3 between
+ * copies) and relocations, one .eh_frame after the code (their CIE once, every
+ * FDE pointing at the same code as before), and no instrument; the counter
+ * area, *area_len bytes at *area_off from out->base (page aligned in the
+ * running heap), holds every copy's counters, each copy's from a 64-byte line:
+ * ps[k]'s increments and instrument->area_off are moved there and ps[k]
+ * verified again, so ps[k].base + ps[k].instrument->area_off is where its
+ * counters are. 0, or a negative errno with err filled (-EPERM: a copy failed
+ * verification). out shares the copies' members: free it with
+ * hp_instrument_combined_free before them.
+ */
+int hp_instrument_combine(struct hp_model *m, struct hp_plan *const *ps, size_t n, struct hp_plan *out,
+			  uint64_t *area_off, size_t *area_len, char *err, size_t errlen);
+void hp_instrument_combined_free(struct hp_plan *out);
 /* Block counts (blocks[nblocks]) and, if edge_counts is not NULL, the count
  * of every counting edge (edge_counts[ncedges], in cedges' order) from the
  * counters' values (slots[nslots]). 0, or -EINVAL when the equations do not

@@ -15,43 +15,78 @@
 #include "plan/plan_json.h"
 #include "replace/counters.h"
 
-/* One counted copy, planned from the model, installed. */
-static int install_plan(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain,
-			bool every_block, uint32_t lead, const struct hp_byte_patch *orig, size_t norig, char *err,
-			size_t errlen)
+/* The copies of fns[idx[0..n)] (one module), laid out one after another
+ * from lead bytes into a page, combined (plan/instrument.h) and installed
+ * as one hot set: install ix of c. */
+static int install_group(struct hp_counted *c, struct hp_model *m, const size_t *idx, size_t n, size_t ix, bool plain,
+			 bool every_block, uint32_t lead, const struct hp_byte_patch *orig, size_t norig, char *err,
+			 size_t errlen)
 {
-	struct hp_iplan ip;
-	char *text = NULL;
-	size_t len = 0;
-	int r;
+	struct hp_plan **ps = calloc(n + 1, sizeof(*ps)), set = { 0 };
+	struct hp_iplan ip = { 0 };
+	uint64_t area_off = 0;
+	size_t area_len = 0, len = 0;
+	char *text = NULL, e[512];
+	int r = -ENOMEM;
 
-	if ((r = hp_instrument_plan(m, cf->mod, cf->fn, !plain, every_block, lead, &cf->plan, err, errlen)) < 0)
-		return r;
-	if (cf->plan.status != HP_PLAN_OK) {
-		snprintf(err, errlen, "%s", cf->plan.message);
-		return -EPERM;
-	}
-	if ((r = hp_plan_json(m, &cf->plan, cf->fn, c->pid, &text, &len)) < 0) {
+	if (!ps) {
 		snprintf(err, errlen, "out of memory");
 		return r;
 	}
-	r = hp_iplan_parse(text, len, &ip, err, errlen);
-	free(text);
-	if (r < 0)
-		return r;
-	ip.counters_off = cf->plan.base % 4096 + cf->plan.instrument->area_off; /* from the heap's page */
-	ip.counters_len = hp_instrument_area_len(&cf->plan);
+	/* Each copy planned (and verified) where it goes in the combined code. */
+	for (size_t k = 0; k < n; k++) {
+		struct hp_counted_fn *cf = &c->fns[idx[k]];
+		uint64_t base = k ? hp_instrument_next_base(ps[k - 1]) : lead;
+		if ((r = hp_instrument_plan(m, cf->mod, cf->fn, !plain, every_block, base, &cf->plan, e, sizeof(e))) <
+		    0) {
+			snprintf(err, errlen, "%s: %s", cf->fn->name, e);
+			goto out;
+		}
+		if (cf->plan.status != HP_PLAN_OK) {
+			snprintf(err, errlen, "%s: %s", cf->fn->name, cf->plan.message);
+			r = -EPERM;
+			goto out;
+		}
+		ps[k] = &cf->plan;
+	}
+	if ((r = hp_instrument_combine(m, ps, n, &set, &area_off, &area_len, err, errlen)) < 0)
+		goto out;
+	if ((r = hp_plan_json(m, &set, set.members[0].fn, c->pid, &text, &len)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	if ((r = hp_iplan_parse(text, len, &ip, err, errlen)) < 0)
+		goto out;
+	uint64_t origin = set.base - set.base % 4096;
+	ip.counters_off = set.base % 4096 + area_off; /* from the heap's page */
+	ip.counters_len = area_len;
 	struct hp_install_opts o = {
 		.state_dir = c->state_dir, .pid = c->pid, .patch_calls = true, .m = m, .orig = orig, .norig = norig
 	};
-	r = hp_install(&ip, &o, &cf->res, err, errlen);
-	uint64_t off = ip.counters_off;
+	struct hp_counted_install *in = &c->installs[ix];
+	if ((r = hp_install(&ip, &o, &in->res, e, sizeof(e))) < 0) {
+		snprintf(err, errlen, "the counted copies of %zu function(s) of %s, from %s: %s", n,
+			 set.members[0].mod->name, set.members[0].fn->name, e);
+		goto out;
+	}
+	in->installed = true;
+	in->nfns = n;
+	c->ninstalls = ix + 1;
+	int64_t delta = (int64_t)(in->res.entry - set.members[0].fn->addr); /* model to running addresses */
+	for (size_t k = 0; k < n; k++) {
+		struct hp_counted_fn *cf = &c->fns[idx[k]];
+		cf->install = ix;
+		cf->installed = true;
+		cf->entry = cf->fn->addr + (uint64_t)delta;
+		cf->new_entry = in->res.heap + (cf->plan.members[0].new_entry - origin);
+		cf->counters = in->res.heap + (cf->plan.base + cf->plan.instrument->area_off - origin);
+	}
+out:
 	hp_iplan_free(&ip);
-	if (r < 0)
-		return r;
-	cf->installed = true;
-	cf->counters = cf->res.heap + off;
-	return 0;
+	free(text);
+	hp_instrument_combined_free(&set);
+	free(ps);
+	return r;
 }
 
 int hp_counted_check(struct hp_model *m, const struct hp_module *mod, const struct hp_function *fn, char *why,
@@ -80,26 +115,28 @@ int hp_counted_check(struct hp_model *m, const struct hp_module *mod, const stru
 	return r;
 }
 
-static int install_one(struct hp_counted *c, struct hp_model *m, struct hp_counted_fn *cf, bool plain, bool every_block,
-		       uint32_t lead, char *err, size_t errlen)
+/* Install ix: the copies of fns[idx[0..n)], made from the original code. */
+static int install_one(struct hp_counted *c, struct hp_model *m, const size_t *idx, size_t n, size_t ix, bool plain,
+		       bool every_block, uint32_t lead, char *err, size_t errlen)
 {
 	struct hp_byte_patch *orig = NULL;
 	size_t norig = 0;
 	int r;
 
-	/* The copy is made from the original code: the copies installed before
-	 * it redirected call sites, maybe in this function. Read as they are,
-	 * such a call would go straight to the other copy's heap (freed at its
-	 * revert while this copy may still run), and where its rel32 holds a
-	 * 0xcc byte the reader takes it for a probe's int3 and gives the file's
-	 * byte: a call to an address in neither (the busy SQLite driver's
-	 * crash with ~100 functions counted at once). */
+	/* The copies are made from the original code: the installs before this
+	 * one (another module's copies, a plan) redirected call sites, maybe in
+	 * these functions. Read as they are, such a call would go straight to
+	 * the other copy's heap (freed at its revert while this copy may still
+	 * run), and where its rel32 holds a 0xcc byte the reader takes it for a
+	 * probe's int3 and gives the file's byte: a call to an address in
+	 * neither (the busy SQLite driver's crash with ~100 functions counted
+	 * at once, one install each). */
 	if (hp_installed_patches(c->state_dir, c->pid, &orig, &norig) < 0 || hp_model_set_overlay(m, orig, norig) < 0) {
 		free(orig);
 		snprintf(err, errlen, "cannot read the patches of the copies installed before it");
 		return -EIO;
 	}
-	r = install_plan(c, m, cf, plain, every_block, lead, orig, norig, err, errlen);
+	r = install_group(c, m, idx, n, ix, plain, every_block, lead, orig, norig, err, errlen);
 	free(orig);
 	return r;
 }
@@ -172,32 +209,53 @@ int hp_counted_install(int pid, struct hp_model *m, const char *state_dir, const
 		return -ENOMEM;
 	}
 	hp_counted_order(fns, mods, n, order);
-	/* Each copy is its own heap; each starts in its page where the one
-	 * before it ended (in 64-byte lines), so together they fill the cache
-	 * sets as one stretch of code would, not all from set 0. */
-	uint32_t lead = 0;
-	for (size_t k = 0; k < n; k++) {
-		size_t i = order[k];
+	size_t *idx = calloc(n + 1, sizeof(size_t));
+	bool *done = calloc(n + 1, sizeof(bool));
+	out->installs = calloc(n + 1, sizeof(*out->installs));
+	if (!idx || !done || !out->installs) {
+		free(order);
+		free(idx);
+		free(done);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
 		out->fns[i].fn = fns[i];
 		out->fns[i].mod = mods[i];
+	}
+	/* One install per module, its functions in that order; each heap starts
+	 * in its page where the one before it ended (in 64-byte lines), so
+	 * together they fill the cache sets as one stretch of code would. */
+	uint32_t lead = 0;
+	int r = 0;
+	for (size_t k = 0; k < n && r == 0; k++) {
+		if (done[order[k]])
+			continue;
+		size_t ng = 0;
+		for (size_t j = k; j < n; j++)
+			if (!done[order[j]] && mods[order[j]] == mods[order[k]]) {
+				idx[ng++] = order[j];
+				done[order[j]] = true;
+			}
 		char e[1024];
-		int r = install_one(out, m, &out->fns[i], plain, every_block, lead, e, sizeof(e));
-		if (r == 0)
-			lead = (uint32_t)((lead + out->fns[i].plan.code_len + 63) / 64 * 64 % 4096);
-		if (r < 0) {
-			snprintf(err, errlen, "%s: %s", fns[i]->name, e);
+		r = install_one(out, m, idx, ng, out->ninstalls, plain, every_block, lead, e, sizeof(e));
+		if (r == 0) {
+			const struct hp_plan *last = &out->fns[idx[ng - 1]].plan;
+			lead = (uint32_t)(((last->base + last->code_len) % 4096 + 63) / 64 * 64 % 4096);
+		} else {
+			snprintf(err, errlen, "%s", e);
 			char e2[512];
 			if (hp_counted_revert(out, e2, sizeof(e2)) < 0) {
 				size_t l = strlen(err);
 				snprintf(err + l, errlen - l, "; reverting the copies installed before it failed: %s",
 					 e2);
 			}
-			free(order);
-			return r;
 		}
 	}
 	free(order);
-	return 0;
+	free(idx);
+	free(done);
+	return r;
 }
 
 /* Function i's counters as they are in the process: a calloc'd array of
@@ -294,10 +352,12 @@ int hp_counted_begin(int pid, struct hp_model *m, const char *state_dir, const s
 	int r = begin(pid, m, state_dir, fns, mods, n, mode, every_block, out, err, errlen);
 	/* Unwatched (locked, or plain with other tasks), the window starts once
 	 * every copy is in, read with every thread stopped, as its end is. The
-	 * copies go in one at a time, each with the process stopped and resumed
-	 * (a hundred took seconds), so counters counted from their own install
-	 * would cover different stretches of time: a callee called on every
-	 * call of its caller came out with a quarter of its calls. */
+	 * installs (one per module) go in one after another, each with the
+	 * process stopped and resumed, and the copies run from their install's
+	 * resume, so counters counted from their own install would cover
+	 * different stretches of time (when every copy was its own install, a
+	 * callee called on every call of its caller came out with a quarter of
+	 * its calls). */
 	if (r == 0 && !out->base) {
 		if ((r = hold_all(out, err, errlen)) == 0)
 			r = take_base(out, err, errlen);
@@ -425,21 +485,29 @@ int hp_counted_revert(struct hp_counted *c, char *err, size_t errlen)
 		free(c->base[k]);
 	free(c->base);
 	c->base = NULL;
-	for (size_t k = c->n; k-- > 0;) {
-		struct hp_counted_fn *cf = &c->fns[k];
-		if (cf->installed) {
-			struct hp_install_result rr;
-			int pid = c->pid;
-			char e[512];
-			int r = hp_revert_id(c->state_dir, cf->res.id, &pid, &rr, NULL, NULL, e, sizeof(e));
-			if (r < 0 && !first) {
-				first = r;
-				snprintf(err, errlen, "reverting the counted copy of %s: %s", cf->fn->name, e);
-			}
-			cf->installed = r < 0;
+	for (size_t g = c->ninstalls; g-- > 0;) {
+		struct hp_counted_install *in = &c->installs[g];
+		if (!in->installed)
+			continue;
+		struct hp_install_result rr;
+		int pid = c->pid;
+		char e[512];
+		int r = hp_revert_id(c->state_dir, in->res.id, &pid, &rr, NULL, NULL, e, sizeof(e));
+		if (r < 0 && !first) {
+			first = r;
+			snprintf(err, errlen, "reverting the counted copies of %zu function(s) (%s): %s", in->nfns,
+				 in->res.id, e);
 		}
+		in->installed = r < 0;
+	}
+	for (size_t k = 0; k < c->n; k++) {
+		struct hp_counted_fn *cf = &c->fns[k];
+		cf->installed = cf->installed && c->installs && c->installs[cf->install].installed;
 		hp_instrument_plan_free(&cf->plan);
 	}
+	free(c->installs);
+	c->installs = NULL;
+	c->ninstalls = 0;
 	free(c->fns);
 	c->fns = NULL;
 	c->n = 0;

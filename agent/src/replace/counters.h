@@ -2,10 +2,12 @@
 /*
  * Inline block counters in a running process (KernInst: counters spliced
  * into the code, no trap): for each function, an instrumented copy
- * (plan/instrument.h) installed by the install engine like any plan
- * (journal, entry splice, call sites), its counter area read live from the
- * process (process_vm_readv), then reverted (call sites first, then the
- * entry, then the heap). The mechanism of `hotpathd measure --blocks
+ * (plan/instrument.h); the copies of one module combined into one plan
+ * (instrument_set.c) that the install engine installs like a hot set (one
+ * heap, one quiesce, one journal, one unwinder registration, every entry
+ * spliced, call sites redirected), their counters read live from the
+ * process (process_vm_readv), then reverted as one (call sites first, then
+ * the entries, then the heap). The mechanism of `hotpathd measure --blocks
  * --inline`. It lives in replace/ because it installs: measure/ is below
  * plan/ and replace/ in the layers.
  */
@@ -25,9 +27,17 @@
 struct hp_counted_fn {
 	const struct hp_module *mod;
 	const struct hp_function *fn;
-	struct hp_plan plan;          /* the instrumented copy */
-	struct hp_install_result res; /* where it was installed */
-	uint64_t counters;            /* the counter area in the process: 8 bytes per block, in block order */
+	struct hp_plan plan;       /* the instrumented copy, as laid out in its install's combined plan */
+	size_t install;            /* its install: hp_counted.installs[install] */
+	uint64_t entry, new_entry; /* in the process: the original's entry, its copy's */
+	uint64_t counters;         /* its counters in the process: 8 bytes per slot (plan.instrument) */
+	bool installed;
+};
+
+/* One install: every counted copy of one module (hp_counted_install). */
+struct hp_counted_install {
+	struct hp_install_result res;
+	size_t nfns;
 	bool installed;
 };
 
@@ -43,6 +53,8 @@ struct hp_counted {
 	char state_dir[4096];
 	struct hp_counted_fn *fns;
 	size_t n;
+	struct hp_counted_install *installs; /* one per module of fns, in install order */
+	size_t ninstalls;
 	/* Set by hp_counted_begin (hp_counted_install: plain as asked, exact
 	 * when locked). */
 	bool plain;                   /* increments without a lock prefix */
@@ -58,7 +70,10 @@ struct hp_counted {
 /*
  * Install counted copies of fns[0..n) (functions of m, the model of process
  * pid) with lock-prefixed increments unless plain, on a spanning tree's
- * complement of edges unless every_block (plan/instrument.h). All or nothing: on an
+ * complement of edges unless every_block (plan/instrument.h). The copies of
+ * one module are one install (hp_instrument_combine: one heap, one quiesce,
+ * one journal, one unwinder registration, every entry spliced); functions
+ * of several modules make one install per module. All or nothing: on an
  * error every copy installed so far is reverted and err says which function
  * and why (-ESRCH: the process is gone; -EPERM: a function cannot move, or
  * its copy failed verification; other errnos from the install).
@@ -78,10 +93,11 @@ int hp_counted_check(struct hp_model *m, const struct hp_module *mod, const stru
 /* The bytes an entry jump covers (jmp rel32). */
 #define HP_COUNTED_ENTRY_JUMP 5
 /*
- * The order hp_counted_install installs fns[0..n) in (order[n]: indices):
- * a function whose first bytes call another of them goes before that one.
- * Installed after it, the callee's install would have redirected that call
- * site, and the caller's entry jump, covering part of it, would be refused.
+ * The order hp_counted_install lays out and installs fns[0..n) in (order[n]:
+ * indices): a function whose first bytes call another of them goes before
+ * that one. Installed after it, the callee's install would have redirected
+ * that call site, and the caller's entry jump, covering part of it, would be
+ * refused (the engine now leaves such a call alone).
  */
 void hp_counted_order(const struct hp_function *const *fns, const struct hp_module *const *mods, size_t n,
 		      size_t *order);
@@ -112,7 +128,7 @@ void hp_counted_hold(struct hp_counted *c);
  * when the process is gone, other negative errnos with err filled. */
 int hp_counted_read(const struct hp_counted *c, size_t i, uint64_t *counts, uint64_t *edge_counts, char *err,
 		    size_t errlen);
-/* Revert every copy (in reverse order of install; a watch ends first) and free c: 0, or the
+/* Revert every install (in reverse order; a watch ends first) and free c: 0, or the
  * first error (err filled); a process that exited leaves nothing to revert. */
 int hp_counted_revert(struct hp_counted *c, char *err, size_t errlen);
 

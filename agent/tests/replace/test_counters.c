@@ -20,8 +20,9 @@
  *    counts nothing of the parent's and leaves the proof standing.
  *  - A function too short for the entry jump, and a process that exited,
  *    are refused with the reason, nothing installed.
- *  - Copies installed together start each where the one before it ended
- *    in its page (not all at +0, in the same cache sets).
+ *  - Copies counted together are one install (one heap, one journal), each
+ *    copy right after the one before it (not all at +0, in the same cache
+ *    sets).
  *  - A function whose first 5 bytes hold part of a call to another one is
  *    installed before it, whatever order they are given in: the callee's
  *    install, first, would have redirected that call, and the caller's entry
@@ -29,6 +30,8 @@
  *  - A revert knows its own bytes when they hold 0xcc (a rel32 byte of a
  *    redirected call), which the process target reads as a probe's int3
  *    and shows as the file's byte: seen with ~100 functions counted at once.
+ *  - The agent killed while it installs, counts or reverts: the process
+ *    stays right and `hotpathd revert` leaves nothing behind.
  *  - Counted copies carry their own unwind data: backtraces through counted
  *    frames of the threads fixture walk as many frames as the original's;
  *    and the functions counted together are counted over one window (its
@@ -537,22 +540,23 @@ static void two_counted(const char *tag, const char *line, const char *caller,
  * ~100 functions counted at once). */
 static void copy_from_original_code(struct fx *f, struct hp_counted *c)
 {
-	const struct hp_install_result *a = &c->fns[0].res, *b = &c->fns[1].res;
+	const struct hp_counted_fn *a = &c->fns[0], *b = &c->fns[1];
+	const struct hp_install_result *in = &c->installs[b->install].res;
 	static uint8_t copy[1 << 16];
-	size_t len = b->heap_len < sizeof(copy) ? b->heap_len : sizeof(copy);
-	struct iovec lo = { copy, len }, re = { (void *)(uintptr_t)b->heap, len };
+	size_t len = in->heap_len < sizeof(copy) ? in->heap_len : sizeof(copy);
+	struct iovec lo = { copy, len }, re = { (void *)(uintptr_t)in->heap, len };
 	EXPECT(process_vm_readv(f->pid, &lo, 1, &re, 1, 0) == (ssize_t)len, "reading fx_calls' copy");
-	EXPECT(calls_to(copy, len, b->heap, a->entry), "fx_calls' copy does not call fx_loop's entry 0x%" PRIx64,
+	EXPECT(calls_to(copy, len, in->heap, a->entry), "fx_calls' copy does not call fx_loop's entry 0x%" PRIx64,
 	       a->entry);
-	EXPECT(!calls_to(copy, len, b->heap, a->new_entry),
+	EXPECT(!calls_to(copy, len, in->heap, a->new_entry),
 	       "fx_calls' copy calls fx_loop's copy 0x%" PRIx64 " directly (made from the patched bytes)",
 	       a->new_entry);
-	/* fx_loop's copy first, at the start of its page; fx_calls' after
-	 * it in its own page (the cache sets one stretch of code fills). */
-	uint64_t end = (c->fns[0].plan.code_len + 63) / 64 * 64 % 4096;
-	EXPECT(a->new_entry % 4096 == 0 && b->new_entry % 4096 == end,
-	       "the copies start +%" PRIu64 " and +%" PRIu64 " into their pages, not +0 and +%" PRIu64,
-	       a->new_entry % 4096, b->new_entry % 4096, end);
+	/* fx_loop's copy first, at the start of its page; fx_calls' right
+	 * after it (16-byte aligned) in the same heap, as one stretch of code. */
+	uint64_t gap = hp_instrument_next_base(&a->plan) - a->plan.base;
+	EXPECT(a->new_entry % 4096 == 0 && b->new_entry == a->new_entry + gap,
+	       "the copies start at 0x%" PRIx64 " and 0x%" PRIx64 ", not +0 into a page and %" PRIu64 " bytes after",
+	       a->new_entry, b->new_entry, gap);
 }
 
 static void t_inline_copy_from_original_code(void)
@@ -582,16 +586,88 @@ static void t_inline_entry_over_a_call(void)
  * was refused ("would cover part of bytes another install patched": Lua's
  * lua_rawget and index2value in bench/layout_vs_bolt); a call within its
  * function's first 5 bytes is now left calling the entry, whichever goes
- * first. */
+ * first. And the two copies are one install: one heap in the process
+ * (each copy was its own heap, quiesce, journal and unwinder registration,
+ * ~277 of them for SQLite's hot set), one journal. */
 static void both_installed(struct fx *f, struct hp_counted *c)
 {
-	(void)f;
+	char cmd[4400], line[512];
 	EXPECT(c->fns[0].installed && c->fns[1].installed, "both copies installed");
+	/* The heaps the process maps (a heap may be more than one mapping: its
+	 * code read+exec, its counters read+write), by name. */
+	snprintf(cmd, sizeof(cmd), "grep -o 'memfd:hotpath[^ ]*' /proc/%d/maps | grep -v -- '-data$' | sort -u | wc -l",
+		 f->pid);
+	FILE *fp = popen(cmd, "r");
+	long heaps = fp && fgets(line, sizeof(line), fp) ? strtol(line, NULL, 10) : -1;
+	if (fp)
+		pclose(fp);
+	EXPECT(heaps == 1, "%ld code heaps in the process for 2 counted copies", heaps);
+	snprintf(cmd, sizeof(cmd), "ls '%s'/replace/*.journal | wc -l", c->state_dir);
+	fp = popen(cmd, "r");
+	long journals = fp && fgets(line, sizeof(line), fp) ? strtol(line, NULL, 10) : -1;
+	if (fp)
+		pclose(fp);
+	EXPECT(journals == 1, "%ld journals for 2 counted copies", journals);
+	EXPECT(c->ninstalls == 1 && c->fns[0].install == 0 && c->fns[1].install == 0, "%zu installs for 2 copies",
+	       c->ninstalls);
 }
 
 static void t_inline_call_in_entry_bytes(void)
 {
 	two_counted("early", "early\n", "fx_calls_early", both_installed);
+}
+
+/* The agent killed (SIGKILL) while it installs the four counted copies (one
+ * install), while it counts, and while it reverts: the process goes on
+ * computing right, and `hotpathd revert` (exit 0, or 4 when the kill came
+ * before anything was journaled) brings it back to clean from the journal:
+ * no heap left, nothing installed. */
+static void t_inline_killed(void)
+{
+	struct fx f;
+	char state[300], cmd[900], line[256];
+
+	REQUIRE(fixture(), "the fixture does not compile");
+	snprintf(state, sizeof(state), "%s/state-killed", tu_tmpdir());
+	REQUIRE(fx_start(&f) == 0, "the fixture did not start");
+	srand(17);
+	for (int k = 0; k < 8; k++) {
+		int out, errfd;
+		pid_t mp = measure_start(f.pid, state, false, &out, &errfd);
+		REQUIRE(mp > 0, "fork");
+		if (k < 4) {
+			usleep((useconds_t)(rand() % 400000)); /* reading the model, planning or installing */
+		} else {
+			bool armed = false;
+			while (!armed && read_line(errfd, line, sizeof(line), 120000) == 0)
+				armed = strstr(line, "armed") != NULL;
+			EXPECT(armed, "kill %d: the measurement was not armed", k);
+			EXPECT(fx_round(&f) == 83250, "kill %d: the sum counted", k);
+			if (k >= 6) { /* ends the window: the reads, then the revert */
+				kill(mp, SIGINT);
+				usleep((useconds_t)(rand() % 100000));
+			}
+		}
+		kill(mp, SIGKILL);
+		waitpid(mp, NULL, 0);
+		close(out);
+		close(errfd);
+		EXPECT(fx_round(&f) == 83250, "after kill %d the sum", k);
+		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' >/dev/null 2>&1", hp(), f.pid, state);
+		int st = system(cmd);
+		EXPECT(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 4),
+		       "the revert after kill %d exited %d", k, WEXITSTATUS(st));
+		snprintf(cmd, sizeof(cmd), "grep -q 'memfd:hotpath' /proc/%d/maps", f.pid);
+		EXPECT(system(cmd) != 0, "after kill %d and the revert, a code heap is left in the process", k);
+		/* (A kill between creating the journal and its first record leaves
+		 * that empty file: nothing was written, nothing is installed.) */
+		snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' >/dev/null 2>&1", hp(), f.pid, state);
+		st = system(cmd);
+		EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 4, "after kill %d and the revert, a second revert exited %d",
+		       k, WEXITSTATUS(st));
+		EXPECT(fx_round(&f) == 83250, "after kill %d and the revert the sum", k);
+	}
+	fx_stop(&f);
 }
 
 /* A process target's reads as process_target.c does them: read shows a 0xcc
@@ -707,6 +783,7 @@ int main(void)
 	RUN(t_inline_entry_over_a_call);
 	RUN(t_inline_call_in_entry_bytes);
 	RUN(t_inline_counted_frames_unwind);
+	RUN(t_inline_killed);
 	tu_cleanup();
 	TEST_EXIT();
 }
