@@ -168,13 +168,36 @@ bad_block() {
 	done
 }
 
+# agent_parsed: wait (at most LANE_ARM_TIMEOUT s) until the agent daemon, started beside this job, has
+# parsed the whole kernel: its parse writes the noreturn cache (docs/agent-cli.md), which spares each
+# later one-function parse (inspect, measure, plan) the parse of its callees. Started before that, the
+# job's first parses ran without the cache and beside the daemon's own on the guest's one emulator
+# thread, each slowing the other. Without the file (no daemon, or it failed) the job goes on: slower,
+# the same results.
+agent_parsed() {
+	[ -n "$LANE_SERVER" ] || return 0
+	t0=$(cut -d' ' -f1 /proc/uptime | tr -d .)
+	i=0
+	while [ ! -s /run/hotpathd/kernel-noreturn ] && [ $i -lt "$LANE_ARM_TIMEOUT" ]; do
+		sleep 0.5
+		i=$((($(cut -d' ' -f1 /proc/uptime | tr -d .) - t0) / 100))
+	done
+	if [ -s /run/hotpathd/kernel-noreturn ]; then
+		echo "the agent's whole parse wrote its noreturn cache after $i s"
+	else
+		echo "no noreturn cache after $i s: the job goes on without it"
+	fi
+}
+
 job_test() {
 	echo "@@info job-start=$(guest_uptime)"
 	frame release uname -r
 	frame modules cat /proc/modules
 	# (JIT'd BPF programs and ftrace trampolines are not modules: the code model leaves them out)
 	frame module-text-symbols sh -c "grep -E '^[0-9a-f]+ [tT] .*\[' /proc/kallsyms | grep -vE '\[(bpf|__builtin)'"
+	frame agent-parsed agent_parsed
 	bad=$(bad_block)
+	echo "@@info bad-block-found=$(guest_uptime)"
 	frame kernel-refuses-unaligned kernel_refusal vfs_read+1
 	frame kernel-refuses-blacklisted kernel_refusal "${bad#* }"
 	echo "@@info blacklisted=${bad% *} blacklisted-block=${bad#* }"
