@@ -100,6 +100,12 @@ lane_prepare() {
 			die "the guest's agent credentials could not be prepared (see above)"
 		server=$lane_host_addr:$grpc
 	fi
+	# LANE_SAMPLE_HZ: the guest agent's sampling rate per CPU (hotpathd run --frequency). Every sample
+	# (an interrupt, its call chain walked) is emulated on the one host thread that runs the guest's
+	# CPUs, so at the agent's default 997 Hz the sampler alone took about half of it: an install and
+	# revert cycle of guest/ktarget.sh took 20-24 s of guest time beside `hotpathd sample --stacks`
+	# at 997 Hz and 12 s without (2026-11-27, load 3). Samples still flow at the lower rate; every
+	# count the lane checks comes from probes, not samples.
 	# LANE_ARM_TIMEOUT is a bound for a hang, not a figure: the agent arms a kernel measurement in a
 	# few seconds on a quiet host, but under emulation on a loaded one it took over 20 s (2026-11-27).
 	cat >"$run/boot/lane/boot.conf" <<CONF
@@ -108,6 +114,7 @@ LANE_HOSTNAME=${LANE_HOSTNAME:-hotpath-lane}
 LANE_HOST_ID=$host_id
 LANE_AGENT_ARGS="$args"
 LANE_JOB=$job
+LANE_SAMPLE_HZ=${LANE_SAMPLE_HZ:-97}
 LANE_N_READS=${LANE_N_READS:-1000}
 LANE_N_STEPS=${LANE_N_STEPS:-1001}
 LANE_NAPS=${LANE_NAPS:-5}

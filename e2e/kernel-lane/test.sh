@@ -4,7 +4,8 @@
 # Fetches (once) and builds the lane, starts Hotpath the way `make run` does in a throw-away data
 # folder (backend, embedded Postgres, this machine's own agent), boots the 6.1 guest as a second
 # host running its test job (guest/jobs.sh), then checks.py checks the guest through the backend's
-# REST API and the job's results. Every wait on the guest fails when it goes quiet for LANE_STALL
+# REST API and the job's results (its checks of the guest as a host while the job runs, the rest once
+# it is done). Every wait on the guest fails when it goes quiet for LANE_STALL
 # seconds (600); the whole lane has LANE_BUDGET seconds (default 3000, counted from the backend's
 # start) after which QEMU is stopped. A guest that never comes up, panics, or a package that cannot be
 # fetched fails with the reason and the tail of the guest's serial console. Before the summary,
@@ -40,7 +41,7 @@ data=$run/data
 mkdir -p "$data"
 t0=$SECONDS
 release=unknown
-summarized=0 stack= qemu=
+summarized=0 stack= qemu= checker=
 
 # In this suite a failed step is a failed check: print it, the counts and the summary line.
 die() {
@@ -50,6 +51,10 @@ die() {
 finish() {
 	local rc=$?
 	trap - EXIT
+	if [ -n "$checker" ]; then
+		kill -TERM "$checker" 2>/dev/null
+		wait "$checker" 2>/dev/null
+	fi
 	[ -n "$qemu" ] && kill -TERM "$qemu" 2>/dev/null
 	if [ -n "$stack" ]; then
 		kill -TERM "$stack" 2>/dev/null
@@ -113,16 +118,22 @@ stage boot
 step "guest network up"
 lane_wait "$run/console.log" 'hotpathd: welcome' "$(left)" "$qemu" "the guest's agent did not reach the backend"
 stage agent-connect
-step "guest agent connected"
-lane_wait "$run/results.log" '^@@done' "$(left)" "$qemu" "the guest's test job did not finish"
-stage rest-of-job
-step "guest test job done; checking"
-
+step "guest agent connected; checking the guest as a host while its test job runs"
+# checks.py starts now: the checks of the guest as a host (its catalog, modules, code) need only its
+# agent, and run on the host while the job runs in the guest; the rest waits for the job's end, which
+# this script tells it by writing $run/job-done (with the host's steps for the time table).
 "$repo_root/backend/.venv/bin/python" "$lane_dir/checks.py" --url "http://127.0.0.1:$http" \
 	--password-file "$data/admin-password" --results "$run/results.log" \
 	--ko "$build/stage/lane/hotpath_lane.ko" --release "$release" --hotpath-ko "$build/stage/lane/hotpath.ko" \
 	--dkms-version "$("$repo_root/deploy/dkms/install.sh" --version)" --deadline "$(($(date +%s) + $(left)))" \
-	--e2e "$repo_root/e2e" --run "$run" --lane-times "$times"
+	--e2e "$repo_root/e2e" --run "$run" --job-done "$run/job-done" &
+checker=$!
+lane_wait "$run/results.log" '^@@done' "$(left)" "$qemu" "the guest's test job did not finish"
+stage rest-of-job
+step "guest test job done"
+echo "$times" >"$run/job-done.tmp" && mv "$run/job-done.tmp" "$run/job-done"
+wait "$checker"
 rc=$?
+checker=
 summarized=1
 exit $rc

@@ -85,6 +85,9 @@ while ! grep -q armed /tmp/kprof.err && kill -0 $m 2>/dev/null && [ $i -lt 400 ]
 	i=$((i + 1))
 done
 for _ in 1 2 3 4 5; do results >/dev/null; done
+# Every call to count has returned: the window ends now (SIGINT ends it early), not after its
+# --seconds; the counts are the same.
+grep -q armed /tmp/kprof.err && kill -INT $m 2>/dev/null
 wait $m
 # The plan reads measure's output as it is (kernel addresses, above 2^63, are strings of digits there).
 # The plan's own layout address (the install re-bases the code to the heap hotpath.ko gives): 2 MiB past
