@@ -568,14 +568,12 @@ async def _reconcile_setup(backend, client, unique, host_id):
     agent, digest = await _host_with_process(backend, client, host_id)
     ap_user = await make_user(client, "approver", unique)
     approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
-    return (
-        agent,
-        digest,
-        approver,
-        f"/api/v1/hosts/{host_id}/plans",
-        backend.runtime.plans,
-        backend.runtime.settings.plan_reconcile_grace_s,
-    )
+    grace = backend.runtime.settings.plan_reconcile_grace_s
+    # A day, until the test sets 0 itself: with the default (60 s) the backend's own periodic round settled
+    # a plan the test still expected "installing" once the test had taken 132 s on a loaded machine. The
+    # caller restores the returned grace.
+    backend.runtime.settings.plan_reconcile_grace_s = 86_400.0
+    return (agent, digest, approver, f"/api/v1/hosts/{host_id}/plans", backend.runtime.plans, grace)
 
 
 async def test_install_flows_cut_off_by_a_backend_stop_are_settled_from_the_agents_list(backend, client, unique):
