@@ -539,10 +539,32 @@ void hp_instrument_plan_free(struct hp_plan *p)
 	hp_plan_free(p);
 }
 
+int hp_instrument_move_area(struct hp_plan *p, uint64_t new_off)
+{
+	struct hp_instrument *ins = p->instrument;
+	int64_t shift = (int64_t)(new_off - ins->area_off);
+	int32_t d;
+
+	for (int pass = 0; pass < 2; pass++) /* check every displacement, then write them */
+		for (uint32_t s = 0; s < ins->nslots; s++) {
+			if (!ins->disp[s]) /* no increment of this slot was emitted (none is at offset 0) */
+				continue;
+			memcpy(&d, p->code + ins->disp[s], 4);
+			int64_t v = (int64_t)d + shift;
+			if (v < INT32_MIN || v > INT32_MAX)
+				return -ERANGE;
+			d = (int32_t)v;
+			if (pass)
+				memcpy(p->code + ins->disp[s], &d, 4);
+		}
+	ins->area_off = new_off;
+	return 0;
+}
+
 /* The install places the copy's unwind data right after its code (the
  * heap holds both; install_engine.c), so the counter area starts at the
- * first page boundary after the unwind data: every increment's
- * displacement moves with it (its length does not change). */
+ * first page boundary after the unwind data (a move of a few pages, always
+ * within reach). */
 static void area_after_unwind(struct hp_plan *p)
 {
 	struct hp_instrument *ins = p->instrument;
@@ -551,18 +573,8 @@ static void area_after_unwind(struct hp_plan *p)
 	if (!p->unwind_len || !ins->area_off)
 		return;
 	uint64_t want = (lead + p->unwind_off + p->unwind_len + AREA_ALIGN - 1) / AREA_ALIGN * AREA_ALIGN - lead;
-	if (want <= ins->area_off)
-		return;
-	int32_t shift = (int32_t)(want - ins->area_off);
-	for (uint32_t s = 0; s < ins->nslots; s++) {
-		int32_t d;
-		if (!ins->disp[s]) /* no increment of this slot was emitted (none is at offset 0) */
-			continue;
-		memcpy(&d, p->code + ins->disp[s], 4);
-		d += shift;
-		memcpy(p->code + ins->disp[s], &d, 4);
-	}
-	ins->area_off = want;
+	if (want > ins->area_off)
+		hp_instrument_move_area(p, want);
 }
 
 int hp_instrument_plan(struct hp_model *m, const struct hp_module *mod, const struct hp_function *f, bool lock,

@@ -113,6 +113,10 @@ void hp_instrument_combined_free(struct hp_plan *out);
 int hp_instrument_counts(const struct hp_instrument *ins, const uint64_t *slots, uint64_t *blocks,
 			 uint64_t *edge_counts);
 void hp_instrument_plan_free(struct hp_plan *p);
+/* Move p's counter area to new_off from its base: every emitted
+ * increment's displacement moves with it (its length does not change).
+ * 0, or -ERANGE (nothing changed) when one would leave a rel32's reach. */
+int hp_instrument_move_area(struct hp_plan *p, uint64_t new_off);
 /* Bytes of the counter area of p (page aligned), 0 for plans without counters. */
 size_t hp_instrument_area_len(const struct hp_plan *p);
 

@@ -131,23 +131,10 @@ static int combine_unwind(struct hp_plan *const *ps, size_t n, struct hp_plan *o
  * again. 0, or -EPERM with err filled. */
 static int move_area(struct hp_model *m, struct hp_plan *p, uint64_t new_off, char *err, size_t errlen)
 {
-	struct hp_instrument *ins = p->instrument;
-	int64_t shift = (int64_t)(new_off - ins->area_off);
-
-	for (uint32_t s = 0; s < ins->nslots; s++) {
-		int32_t d;
-		if (!ins->disp[s]) /* no increment of this slot was emitted (none is at offset 0) */
-			continue;
-		memcpy(&d, p->code + ins->disp[s], 4);
-		int64_t v = (int64_t)d + shift;
-		if (v < INT32_MIN || v > INT32_MAX) {
-			snprintf(err, errlen, "%s: its counters out of reach of its code", p->members[0].fn->name);
-			return -ERANGE;
-		}
-		d = (int32_t)v;
-		memcpy(p->code + ins->disp[s], &d, 4);
+	if (hp_instrument_move_area(p, new_off) < 0) {
+		snprintf(err, errlen, "%s: its counters out of reach of its code", p->members[0].fn->name);
+		return -ERANGE;
 	}
-	ins->area_off = new_off;
 	p->verified = hp_plan_verify(m, p);
 	if (!p->verified) {
 		snprintf(err, errlen, "%s: its copy with the counters moved failed verification: %s",
