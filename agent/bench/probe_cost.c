@@ -58,8 +58,11 @@ __asm__(".text\n"
 long bench_nop(long x);
 long bench_lea(long x);
 /* The tight loop: a 5-byte entry block (room for the entry jump), then one
- * block per iteration. */
-__asm__(".globl bench_tight\n.type bench_tight,@function\nbench_tight:\n"
+ * block per iteration. Aligned to a cache line, so the loop's 11 bytes never
+ * straddle one: straddling, the plain loop took two cycles per iteration
+ * instead of one on this machine (0.65 against 0.32 ns), which halved every
+ * ratio to it depending on where the linker put the function. */
+__asm__(".p2align 6\n.globl bench_tight\n.type bench_tight,@function\nbench_tight:\n"
 	"\txor %eax, %eax\n\txor %ecx, %ecx\n\tnop\n"
 	"1:\tadd %rcx, %rax\n\tinc %rcx\n\tcmp %rdi, %rcx\n\tjb 1b\n\tret\n"
 	".size bench_tight, .-bench_tight\n");
