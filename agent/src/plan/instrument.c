@@ -303,7 +303,7 @@ static int place_on_edges(struct hp_instrument *ins, const struct hp_module *mod
 					goto out;                                          \
 				e = x_;                                                    \
 			}                                                                  \
-			e[ne++] = (struct hp_counter_edge){ (a), (b), -1 };                \
+			e[ne++] = (struct hp_counter_edge){ (a), (b), -1, false };         \
 		}                                                                          \
 	} while (0)
 	ADD_EDGE(V, 0);
@@ -423,7 +423,11 @@ static int place_on_edges(struct hp_instrument *ins, const struct hp_module *mod
 		uint32_t tk, fl;
 		if (c->slot < 0)
 			continue;
-		if (c->to != V && indeg[c->to] == 1 && ins->block_slot[c->to] < 0)
+		if (c->from == c->to && c->to != V && indeg[c->to] > 1 && outdeg[c->to] > 1 &&
+		    ins->block_slot[c->to] < 0) { /* a one-block loop: its block's counter */
+			ins->block_slot[c->to] = c->slot;
+			c->whole_block = true;
+		} else if (c->to != V && indeg[c->to] == 1 && ins->block_slot[c->to] < 0)
 			ins->block_slot[c->to] = c->slot;
 		else if (c->from != V && outdeg[c->from] == 1 && ins->block_slot[c->from] < 0)
 			ins->block_slot[c->from] = c->slot;
@@ -471,11 +475,13 @@ int hp_instrument_counts(const struct hp_instrument *ins, const uint64_t *slots,
 		return -ENOMEM;
 	}
 	for (uint32_t k = 0; k < ne; k++) {
-		known[k] = ins->cedges[k].slot >= 0;
+		known[k] = ins->cedges[k].slot >= 0 && !ins->cedges[k].whole_block;
 		c[k] = known[k] ? (int64_t)slots[ins->cedges[k].slot] : 0;
 		left += !known[k];
 	}
-	/* Flow conservation at a node with one unknown edge, until none is left. */
+	/* Flow conservation at a node with one unknown edge, until none is left;
+	 * a block's edge to itself enters and leaves it, so it is in no node's
+	 * balance (a one-block loop's comes from its block's counter, below). */
 	for (bool progress = true; left && progress;) {
 		progress = false;
 		for (uint32_t x = 0; x <= n; x++) {
@@ -483,7 +489,7 @@ int hp_instrument_counts(const struct hp_instrument *ins, const uint64_t *slots,
 			int64_t in = 0, out = 0;
 			for (uint32_t k = 0; k < ne; k++) {
 				const struct hp_counter_edge *g = &ins->cedges[k];
-				if (g->from != node && g->to != node)
+				if ((g->from != node && g->to != node) || g->from == g->to)
 					continue;
 				if (!known[k]) {
 					unknown++;
@@ -502,6 +508,24 @@ int hp_instrument_counts(const struct hp_instrument *ins, const uint64_t *slots,
 			known[which] = true;
 			left--;
 			progress = true;
+		}
+	}
+	/* A one-block loop's edge: its block's arrivals less the others. */
+	for (uint32_t k = 0; k < ne && left; k++) {
+		const struct hp_counter_edge *g = &ins->cedges[k];
+		if (!g->whole_block)
+			continue;
+		int64_t v = (int64_t)slots[g->slot];
+		bool all = true;
+		for (uint32_t j = 0; j < ne; j++)
+			if (j != k && ins->cedges[j].to == g->to) {
+				all &= known[j];
+				v -= c[j];
+			}
+		if (all) {
+			c[k] = v < 0 ? 0 : v;
+			known[k] = true;
+			left--;
 		}
 	}
 	int r = left ? -EINVAL : 0;

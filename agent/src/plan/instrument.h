@@ -34,6 +34,12 @@
 struct hp_counter_edge {
 	uint32_t from, to; /* block indices, or HP_COUNTER_OUTSIDE */
 	int32_t slot;      /* its counter, or -1: derived */
+	/* A block's edge to itself (a one-block loop) whose counter is the
+	 * block's: slot counts every arrival at the block, and the edge is that
+	 * less the block's other arrivals. No stub, so the loop runs with one
+	 * increment and its own jump per iteration, not two jumps through a
+	 * stub. */
+	bool whole_block;
 };
 
 /* A counter on an edge that neither end can hold: the jcc ending block

@@ -9,7 +9,8 @@
  *    instrumented copy keeps them there; the verifier refuses a copy whose
  *    counter was altered.
  *  - Counted on edges (a spanning tree's complement), fx_loop needs 3 counters
- *    for 7 blocks, and fx_crit's critical edges go through stubs, verified.
+ *    for 7 blocks, and fx_crit's critical edges go through stubs, verified;
+ *    fx_spin's one-block loop counts its self edge in its block, no stub.
  *  - Measured inline for a window, every block count and edge is exact, the
  *    program's output is unchanged, and the copy is gone afterwards (no
  *    heap, no journal) with the program still right. By default the
@@ -191,6 +192,17 @@ static void t_flags_live_and_verified(void)
 		EXPECT(!hp_plan_verify(m, &p), "a stub jumping elsewhere was verified");
 	}
 	hp_instrument_plan_free(&p);
+	/* fx_spin's one-block loop: its self edge has a counter (no spanning
+	 * tree holds an edge from a block to itself), and it is the loop
+	 * block's own, not a stub's the jnz would go through and jump back from. */
+	const struct hp_function *spin = hp_model_find(m, "fx_spin", &mod, &amb);
+	REQUIRE(spin && hp_instrument_plan(m, mod, spin, false, false, 0, &p, err, sizeof(err)) == 0, "spin: %s", err);
+	EXPECT(p.verified && p.instrument->edges && p.instrument->nstubs == 0 && spin->nblocks == 3 &&
+		       p.instrument->block_slot[1] >= 0,
+	       "fx_spin: verified %d (%s), on edges %d, %u stubs, %u blocks, loop block's counter %d", p.verified,
+	       p.verify_error, p.instrument->edges, p.instrument->nstubs, spin->nblocks,
+	       spin->nblocks == 3 ? p.instrument->block_slot[1] : -2);
+	hp_instrument_plan_free(&p);
 	/* fx_switch: its table's edge into the block case 1 falls into has no
 	 * place for a counter; in the tree it needs none, so the function is
 	 * still counted on edges (before: a counter at every block). */
@@ -218,8 +230,8 @@ static pid_t measure_start(int pid, const char *state, bool every_block, int *ou
 		dup2(e[1], 2);
 		close(o[0]);
 		close(e[0]);
-		execl(hp(), hp(), "measure", "pid", p, "fx_flags", "fx_loop", "fx_crit", "fx_switch", "--blocks",
-		      "--inline", "--json", "--seconds", "3600", "--state-dir", state,
+		execl(hp(), hp(), "measure", "pid", p, "fx_flags", "fx_loop", "fx_crit", "fx_switch", "fx_spin",
+		      "--blocks", "--inline", "--json", "--seconds", "3600", "--state-dir", state,
 		      every_block ? "--every-block" : "--inline", (char *)NULL);
 		_exit(127);
 	}
@@ -398,6 +410,20 @@ static void inline_counts(bool every_block, enum threads th)
 			EXPECT(edge_of(j, "fx_crit", ef[i], et[i]) == ec[i],
 			       "fx_crit's edge +%ld -> +%ld counted %" PRIu64 ", not %" PRIu64, ef[i], et[i],
 			       edge_of(j, "fx_crit", ef[i], et[i]), ec[i]);
+		/* fx_spin(40), 3000 calls: its loop block 40 times a call, 39 of them
+		 * from itself (on edges: its own block's counter less its entry). */
+		const long so[] = { -1, 0, 7, 13 };
+		const uint64_t sc[] = { 3000, 3000, 120000, 3000 };
+		for (int i = 0; i < 4; i++)
+			EXPECT(count_of(res, "fx_spin", so[i]) == sc[i],
+			       "fx_spin+%ld counted %" PRIu64 ", not %" PRIu64, so[i], count_of(res, "fx_spin", so[i]),
+			       sc[i]);
+		const long sf[] = { 0, 7, 7 }, st[] = { 7, 7, 13 };
+		const uint64_t se[] = { 3000, 117000, 3000 };
+		for (int i = 0; i < 3; i++)
+			EXPECT(edge_of(j, "fx_spin", sf[i], st[i]) == se[i],
+			       "fx_spin's edge +%ld -> +%ld counted %" PRIu64 ", not %" PRIu64, sf[i], st[i],
+			       edge_of(j, "fx_spin", sf[i], st[i]), se[i]);
 		if (th == ONE_THREAD)
 			check_switch(res, every_block);
 		EXPECT(json_real_value(json_object_get(j, "exact_edge_share")) == 1.0, "not every edge exact");
