@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Start the whole stack the way `make run` does (scripts/run.sh: embedded Postgres, backend, console,
 # an agent on this machine's kernel) in a throw-away data folder on test ports, wait until this host's
-# agent is online, run the Playwright tests in Debian's Chromium, and stop the stack.
+# agent is online, run the Playwright tests in Debian's Chromium, and stop the stack (E2E_KEEP=1 keeps
+# its data folder and logs after a pass too; a failure always keeps them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -49,6 +50,6 @@ if [ $rc != 0 ]; then
 	echo "(the stack's data and logs are kept in $data)"
 else
 	stop
-	rm -rf "$data"
+	if [ "${E2E_KEEP:-0}" = 1 ]; then echo "(E2E_KEEP=1: the stack's data and logs are kept in $data)"; else rm -rf "$data"; fi
 fi
 exit $rc
