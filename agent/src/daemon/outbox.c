@@ -207,6 +207,7 @@ static void load_spool(struct hp_outbox *ob)
 		}
 		struct hp_outbox_entry *e = &ob->e[ob->n++];
 		memset(e, 0, sizeof(*e));
+		e->ord = ++ob->added;
 		e->seq = m->seq;
 		e->instance = inst;
 		if (m->kind_case != HOTPATH__V1__AGENT_MESSAGE__KIND_GAP) {
@@ -273,6 +274,7 @@ static int locked_add(struct hp_outbox *ob, Hotpath__V1__AgentMessage *m, int64_
 	struct hp_outbox_entry e;
 	memset(&e, 0, sizeof(e));
 	e.seq = m->seq;
+	e.ord = ++ob->added;
 	e.instance = ob->instances[0];
 	e.start_ns = start_ns;
 	e.end_ns = end_ns;
@@ -283,6 +285,7 @@ static int locked_add(struct hp_outbox *ob, Hotpath__V1__AgentMessage *m, int64_
 	if (e.gap_messages && prev && prev->gap_messages && !prev->sent && prev->instance == e.instance &&
 	    prev->seq + 1 == e.seq) {
 		prev->seq = e.seq;
+		prev->ord = e.ord;
 		prev->gap_messages++;
 		prev->end_ns = e.end_ns;
 		return r;
@@ -433,6 +436,27 @@ int hp_outbox_next(struct hp_outbox *ob, uint8_t **buf, size_t *len)
 	int r = locked_next(ob, buf, len);
 	pthread_mutex_unlock(&ob->lock);
 	return r;
+}
+
+uint64_t hp_outbox_mark(struct hp_outbox *ob)
+{
+	pthread_mutex_lock(&ob->lock);
+	uint64_t m = ob->added;
+	pthread_mutex_unlock(&ob->lock);
+	return m;
+}
+
+uint64_t hp_outbox_sent_mark(struct hp_outbox *ob)
+{
+	pthread_mutex_lock(&ob->lock);
+	uint64_t m = ob->added;
+	for (size_t i = ob->head; i < ob->n; i++)
+		if (!ob->e[i].sent) { /* entries are kept in ord order: everything before it is out */
+			m = ob->e[i].ord - 1;
+			break;
+		}
+	pthread_mutex_unlock(&ob->lock);
+	return m;
 }
 
 size_t hp_outbox_count(struct hp_outbox *ob)

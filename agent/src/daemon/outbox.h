@@ -30,7 +30,8 @@ struct hp_outbox_entry {
 	uint8_t *buf;          /* packed AgentMessage in memory; NULL on disk or for a gap */
 	size_t len;
 	bool on_disk;
-	bool sent; /* handed to the current stream */
+	bool sent;    /* handed to the current stream */
+	uint64_t ord; /* the order it was kept in, 1 up, across instances (hp_outbox_mark) */
 };
 
 struct hp_outbox {
@@ -46,6 +47,7 @@ struct hp_outbox {
 	size_t ninstances;
 	uint64_t next_seq;
 	uint64_t dropped; /* data messages replaced by gaps, ever */
+	uint64_t added;   /* entries kept so far: the newest's ord */
 };
 
 /* Set up with a fresh instance id; spool_dir (may be NULL) is created, and
@@ -62,6 +64,13 @@ void hp_outbox_rewind(struct hp_outbox *ob);
 /* The next message to send, as a malloc'd packed AgentMessage; 1, 0 when
  * none is waiting, or a negative errno. */
 int hp_outbox_next(struct hp_outbox *ob, uint8_t **buf, size_t *len);
+/* The mark of what is kept so far (the newest message's ord, 0 for none). */
+uint64_t hp_outbox_mark(struct hp_outbox *ob);
+/* The highest mark every message up to which has been handed to the
+ * current stream (or acknowledged, or dropped): a reply queued with mark M
+ * (daemon/replies.h) goes out once this is M or more, so that it never
+ * overtakes data the agent kept before it. */
+uint64_t hp_outbox_sent_mark(struct hp_outbox *ob);
 /* Messages kept (not yet acknowledged). */
 size_t hp_outbox_count(struct hp_outbox *ob);
 /* Write what is in memory to the spool (clean stop); returns messages that

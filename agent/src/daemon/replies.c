@@ -41,6 +41,11 @@ static bool drop_progress(struct hp_replies *q)
 
 int hp_replies_push(struct hp_replies *q, Hotpath__V1__AgentMessage *m)
 {
+	return hp_replies_push_after(q, m, 0);
+}
+
+int hp_replies_push_after(struct hp_replies *q, Hotpath__V1__AgentMessage *m, uint64_t after)
+{
 	size_t len = hotpath__v1__agent_message__get_packed_size(m);
 	uint8_t *buf = malloc(len ? len : 1);
 	if (!buf)
@@ -53,16 +58,16 @@ int hp_replies_push(struct hp_replies *q, Hotpath__V1__AgentMessage *m)
 		free(buf);
 		return -ENOSPC;
 	}
-	q->v[(q->head + q->n) % HP_REPLIES_MAX] = (struct hp_reply){ buf, len, progress };
+	q->v[(q->head + q->n) % HP_REPLIES_MAX] = (struct hp_reply){ buf, len, progress, after };
 	q->n++;
 	pthread_mutex_unlock(&q->lock);
 	return 0;
 }
 
-int hp_replies_pop(struct hp_replies *q, uint8_t **buf, size_t *len)
+int hp_replies_pop(struct hp_replies *q, uint64_t sent, uint8_t **buf, size_t *len)
 {
 	pthread_mutex_lock(&q->lock);
-	if (!q->n) {
+	if (!q->n || q->v[q->head].after > sent) {
 		pthread_mutex_unlock(&q->lock);
 		return 0;
 	}

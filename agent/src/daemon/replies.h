@@ -7,6 +7,10 @@
  * stream is up. At most HP_REPLIES_MAX wait; beyond that the oldest progress
  * reports are dropped first (a result or a targets update is never dropped
  * for a progress report), and the backend asks again for anything it lacks.
+ * A reply may wait for data: queued with an outbox mark (daemon/outbox.h),
+ * it goes out only once every data message kept up to that mark has been
+ * handed to the stream, so a measurement's stop result never arrives before
+ * the measurement's last interval.
  */
 #ifndef HOTPATH_DAEMON_REPLIES_H
 #define HOTPATH_DAEMON_REPLIES_H
@@ -24,6 +28,7 @@ struct hp_reply {
 	uint8_t *buf;
 	size_t len;
 	bool progress;
+	uint64_t after; /* the outbox mark it waits for (0: none) */
 };
 
 struct hp_replies {
@@ -36,7 +41,11 @@ void hp_replies_init(struct hp_replies *q);
 void hp_replies_free(struct hp_replies *q);
 /* Pack m and queue it; 0 or -ENOMEM (or -ENOSPC when full of results). */
 int hp_replies_push(struct hp_replies *q, Hotpath__V1__AgentMessage *m);
-/* Take the oldest; 1 with a malloc'd *buf the caller owns, 0 when empty. */
-int hp_replies_pop(struct hp_replies *q, uint8_t **buf, size_t *len);
+/* The same, to go out only after the outbox's data up to mark after. */
+int hp_replies_push_after(struct hp_replies *q, Hotpath__V1__AgentMessage *m, uint64_t after);
+/* Take the oldest, unless it waits for data beyond sent (the outbox's
+ * hp_outbox_sent_mark): 1 with a malloc'd *buf the caller owns, 0 when
+ * empty or when the oldest must wait (those after it wait with it). */
+int hp_replies_pop(struct hp_replies *q, uint64_t sent, uint8_t **buf, size_t *len);
 
 #endif

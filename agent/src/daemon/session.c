@@ -101,10 +101,11 @@ static void log_end(const char *server, struct hp_stream *st)
 /* Hand the replies other threads queued to the stream. */
 static void send_replies(struct agent *ag, struct hp_stream *st)
 {
+	uint64_t sent = hp_outbox_sent_mark(&ag->outbox);
 	while (hp_stream_pending(st) < SEND_WINDOW) {
 		uint8_t *buf;
 		size_t len;
-		if (hp_replies_pop(&ag->replies, &buf, &len) <= 0)
+		if (hp_replies_pop(&ag->replies, sent, &buf, &len) <= 0)
 			return;
 		hp_stream_send(st, buf, len);
 	}
@@ -147,6 +148,7 @@ int hp_serve_stream(struct agent *ag, const char *server, int64_t *next_ms)
 			send_replies(ag, st);
 			hp_catalog_pump(ag, st);
 			send_data(ag, st);
+			send_replies(ag, st); /* those that waited for the data just handed over */
 		}
 		uint8_t *msg;
 		size_t len;

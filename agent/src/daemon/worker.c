@@ -32,7 +32,15 @@ static bool changes_a_process(const Hotpath__V1__Command *c)
 		     c->kind_case == HOTPATH__V1__COMMAND__KIND_REVERT_PLAN);
 }
 
-static void push_result(struct agent *ag, const char *id, Hotpath__V1__CommandResult *r, bool remember, bool durable)
+/* Commands whose results wait for the data kept before them (replies.h): a
+ * stopped measurement's last interval reaches the backend before its end. */
+static bool ends_a_measurement(const Hotpath__V1__Command *c)
+{
+	return c && c->kind_case == HOTPATH__V1__COMMAND__KIND_STOP_MEASUREMENT;
+}
+
+static void push_result(struct agent *ag, const char *id, Hotpath__V1__CommandResult *r, bool remember, bool durable,
+			uint64_t after)
 {
 	struct hp_worker *w = &ag->worker;
 	r->command_id = (char *)id;
@@ -57,7 +65,7 @@ static void push_result(struct agent *ag, const char *id, Hotpath__V1__CommandRe
 			pthread_mutex_unlock(&w->lock);
 		}
 	}
-	if (hp_replies_push(&ag->replies, &msg) < 0)
+	if (hp_replies_push_after(&ag->replies, &msg, after) < 0)
 		hp_log(false, "could not queue the result of command %s", id);
 }
 
@@ -82,7 +90,8 @@ void hp_job_progress(struct agent *ag, const struct hp_job *job, double fraction
 
 void hp_job_result(struct agent *ag, const struct hp_job *job, Hotpath__V1__CommandResult *r)
 {
-	push_result(ag, job->id, r, true, changes_a_process(job->cmd));
+	push_result(ag, job->id, r, true, changes_a_process(job->cmd),
+		    ends_a_measurement(job->cmd) ? hp_outbox_mark(&ag->outbox) : 0);
 }
 
 void hp_job_fail(struct agent *ag, const struct hp_job *job, const char *error)
@@ -100,7 +109,7 @@ static void simple_result(struct agent *ag, const char *id, bool ok, bool cancel
 	r.ok = ok;
 	r.cancelled = cancelled;
 	r.error = (char *)(error ? error : "");
-	push_result(ag, id, &r, remember, false);
+	push_result(ag, id, &r, remember, false, 0);
 }
 
 static void *worker_main(void *arg)

@@ -522,6 +522,15 @@ def test_ten_thousand_resources_in_one_request_are_served(agent, programs):
             _send(agent.session, f"stop-{mid}", stop_measurement=pb.StopMeasurement(measurement_id=mid))
             res = _result(agent.session, f"stop-{mid}")
             assert res.ok and res.measurement.state == pb.MEASUREMENT_STATE_STOPPED
+            # The measurement's last interval reached the stream before the stop's result (a backend
+            # showing the window ended must already have its last interval).
+            order = agent.session.arrived
+            last = f"{mid}:{pb.MEASUREMENT_STATE_STOPPED}"
+            at_batch = next((i for i, a in enumerate(order) if a == ("measurement", last)), None)
+            at_result = order.index(("result", f"stop-{mid}"))
+            assert at_batch is not None and at_batch < at_result, (
+                f"{mid}'s last interval arrived at {at_batch}, the stop's result at {at_result}"
+            )
         last = _measurement_batches(
             agent.session, "m-loop", HANG_S, until=lambda bs: any(b.state == pb.MEASUREMENT_STATE_STOPPED for b in bs)
         )

@@ -62,9 +62,16 @@ class Session:
         self.results: queue.Queue = queue.Queue()
         self.other: queue.Queue = queue.Queue()
         self.ended = threading.Event()
+        # Every result and measurement batch in the order the stream delivered them: ("result", command
+        # id) or ("measurement", "ID:STATE").
+        self.arrived: list[tuple[str, str]] = []
 
     def route(self, msg: pb.AgentMessage) -> None:
         kind = msg.WhichOneof("kind")
+        if kind == "result":
+            self.arrived.append((kind, msg.result.command_id))
+        elif kind == "measurement":
+            self.arrived.append((kind, f"{msg.measurement.measurement_id}:{msg.measurement.state}"))
         target = {
             "hello": self.hello,
             "metrics": self.metrics,

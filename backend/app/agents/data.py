@@ -118,6 +118,7 @@ class DataMapping(ClockChecks):
         if seq:
             session.marks[instance] = seq
         future = await self.runtime.writer.submit(item)
+        session.last_stored = future
         future.add_done_callback(lambda f: self._stored(session, item, instance, seq, f))
 
     def _stored(

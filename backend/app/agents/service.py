@@ -379,6 +379,10 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
                 await self._throttle(session)
                 await self._on_data(session, message, kind)
             elif kind == "result":
+                # A result is applied once the data the agent sent before it is stored: a window's end
+                # ("stopped") is never visible before its last interval is (the agent sends a measurement's
+                # last batch ahead of the stop's result; the ingest writer stores it asynchronously).
+                await _until_stored(session.last_stored)
                 await self.runtime.commands.on_result(session, message.result)
             elif kind == "progress":
                 await self.runtime.commands.on_progress(session.host_id, message.progress)
@@ -430,6 +434,16 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
                 await self._publish_host(session.host_id)
         except Exception:  # noqa: BLE001 - shutting down, or the database is gone; presence resets at start
             log.warning("recording the disconnect of host %s failed", session.host_id)
+
+
+async def _until_stored(future: "asyncio.Future[None] | None") -> None:
+    """Wait until a data message is stored or failed (a failure ends the stream on its own)."""
+    if future is None or future.done():
+        return
+    try:
+        await asyncio.shield(future)
+    except Exception:  # noqa: BLE001, S110 - the store failed: the data path ends the stream for it
+        pass
 
 
 def _decoder(message_type: type[Message]) -> Callable[[bytes], Message | Undecodable]:

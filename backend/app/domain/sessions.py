@@ -66,6 +66,9 @@ class AgentSession:
     closed: bool = False
     store_failed: bool = False  # a data message of this stream could not be stored: ack nothing more
     ending: bool = False  # the stream is being ended for that
+    # The newest data message handed to the ingest writer: done once it (and, the writer being FIFO, every
+    # earlier one of this stream) is stored or failed. A result waits for it (see AgentService._serve).
+    last_stored: "asyncio.Future[None] | None" = None
     tokens: float = 0.0
     refilled: float = field(default_factory=time.monotonic)
 

@@ -239,6 +239,48 @@ async def test_a_measurements_rows_and_values_are_stored_and_served(backend, cli
     await agent.close()
 
 
+async def test_a_stop_s_result_is_applied_after_the_last_interval_sent_before_it_is_stored(
+    backend, client, unique, monkeypatch
+):
+    """The agent sends a measurement's last interval, then the stop's result. The ingest writer stores data
+    asynchronously (here: slowed to 1.5 s a commit, as on a loaded machine), so the result waits for it: the
+    moment the stop's command reads done, the window's last interval is already served (a before/after read
+    then has every interval; the kernel lane once read a window as 0 seconds)."""
+    host_id = f"stop-order-{unique}"
+    agent = await _online(backend, client, host_id)
+    vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")
+    mid = await _measure(client, host_id, agent, [{"digest": vmlinux, "function_index": 0}])
+    writer = backend.runtime.writer
+    commit = writer._commit
+
+    async def slow_commit(items):
+        await asyncio.sleep(1.5)
+        await commit(items)
+
+    monkeypatch.setattr(writer, "_commit", slow_commit)
+    agent.answer_mode = "silent"
+    r = await client.post(f"/api/v1/hosts/{host_id}/measurements/{mid}/stop")
+    assert r.status_code == 202, r.text
+    cid = r.json()["id"]
+    await wait_until(lambda: _sent(agent, cid))
+    now = time.time_ns() // 10**9 * 10**9
+    await agent.send_measurement(
+        mid, now - 10**9, [(0, 7, 0)], state=pb.MEASUREMENT_STATE_STOPPED, detail="stopped on request"
+    )
+    info = agent.measurements[mid]
+    info.state = pb.MEASUREMENT_STATE_STOPPED
+    await agent.write(pb.AgentMessage(result=pb.CommandResult(command_id=cid, ok=True, measurement=info)))
+    await _until_state(client, host_id, cid, "done")
+    values = (await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}/values", params={"window_s": 60})).json()
+    counts = {v["resource"]: v["values"].get("count") for v in values["resources"]}
+    assert counts.get(0) == 7 and values["intervals"] == 1, f"the stop is done, the last interval not served: {values}"
+    await agent.close()
+
+
+async def _sent(agent, cid):
+    return any(c.id == cid for c in agent.commands)
+
+
 @pytest.mark.parametrize(
     "mutate, reason",
     [
