@@ -15,7 +15,7 @@ and bucket").
 """
 
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -30,6 +30,7 @@ ACTIVE = "h.status = 'active' AND h.connected_at IS NOT NULL"
 GROUP_ID_SQL = "md5(h.kernel_release || chr(10) || h.kernel_build_id)"
 
 TEN_MINUTES = timedelta(minutes=10)
+HOUR = timedelta(hours=1)
 HOT_CODE_WORK_MEM = "64MB"
 
 _GROUP_SORTS = {
@@ -147,14 +148,62 @@ def _union(
     cols: str,
     spans: list[tuple[str, datetime, datetime]],
     prefix: str,
-    hosts: str = "IN (SELECT id FROM grp)",
 ) -> tuple[str, dict[str, Any]]:
     parts: list[str] = []
     params: dict[str, Any] = {}
     for i, (grain, lo, hi) in enumerate(spans):
         a, b = f"{prefix}lo{i}", f"{prefix}hi{i}"
         params[a], params[b] = lo, hi
-        parts.append(f"SELECT {cols} FROM {table}_{grain} WHERE host_id {hosts} AND bucket >= :{a} AND bucket < :{b}")
+        parts.append(
+            f"SELECT {cols} FROM {table}_{grain} WHERE host_id IN (SELECT id FROM grp) "
+            f"AND bucket >= :{a} AND bucket < :{b}"
+        )
+    return " UNION ALL ".join(parts), params
+
+
+def _function_parts(spans: list[tuple[str, datetime, datetime]]) -> tuple[str, dict[str, Any]]:
+    """One host's per-function rows of the spans (`function_spans`), for the hot-code statement's per-host
+    LATERAL (`g.host_id`): rows of function ids, busy samples and a sign. A ten-minute span is read per hour
+    it touches from the running totals (`sample_functions_10m_run`, migration 0018) where that takes fewer
+    rows: the hour's running total at the span's last ten minutes, less the one before its first unless the
+    span starts on the hour (a missing running row is a sum of nothing). Every ten minutes of a span is closed,
+    so its running row is complete."""
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+
+    def direct(grain: str, lo: datetime, hi: datetime) -> None:
+        a, b = f"flo{len(params)}", f"fhi{len(params)}"
+        params[a], params[b] = lo, hi
+        parts.append(
+            f"SELECT function_ids, busy_counts, 1 AS sign FROM sample_functions_{grain} "
+            f"WHERE host_id = g.host_id AND bucket >= :{a} AND bucket < :{b}"
+        )
+
+    def running(at: datetime, sign: int) -> None:
+        a = f"frun{len(params)}"
+        params[a] = at
+        parts.append(
+            f"SELECT function_ids, busy_counts, {sign} AS sign FROM {rollups.RUNNING} "
+            f"WHERE host_id = g.host_id AND bucket = :{a}"
+        )
+
+    for grain, lo, hi in spans:
+        if grain != "10m":
+            direct(grain, lo, hi)
+            continue
+        t = lo
+        while t < hi:
+            hour = t.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+            end = min(hi, hour + HOUR)
+            tens = (end - t) // TEN_MINUTES
+            if t == hour and tens >= 2:
+                running(end - TEN_MINUTES, 1)
+            elif t > hour and tens >= 3:
+                running(end - TEN_MINUTES, 1)
+                running(t - TEN_MINUTES, -1)
+            else:
+                direct("10m", t, end)
+            t = end
     return " UNION ALL ".join(parts), params
 
 
@@ -210,7 +259,7 @@ async def hot_code(
         # the hash of a host's functions stays small, and the hot test is made there with its busy samples.
         # Memory for the per-host sums a page's cells are taken from (a 600-host group's hour: ~110,000).
         await session.execute(text(f"SET LOCAL work_mem = '{HOT_CODE_WORK_MEM}'"))
-        functions, fp = _union("sample_functions", "function_ids, busy_counts", fspans, "f", hosts="= g.host_id")
+        functions, fp = _function_parts(fspans)
         order = _HOT_SORTS[sort].format(dir="DESC" if descending else "ASC")
         rows = (
             await session.execute(
@@ -218,9 +267,9 @@ async def hot_code(
             WITH per_host AS MATERIALIZED (
                 SELECT g.host_id, x.function_id, x.s, g.busy > 0 AND x.s >= :min_share * g.busy AS hot
                 FROM unnest(CAST(:bh AS text[]), CAST(:bb AS bigint[])) AS g(host_id, busy),
-                LATERAL (SELECT u.function_id, sum(u.c) AS s
+                LATERAL (SELECT u.function_id, sum(b.sign * u.c) AS s
                          FROM ({functions}) b, unnest(b.function_ids, b.busy_counts) AS u(function_id, c)
-                         GROUP BY 1 HAVING sum(u.c) > 0) x),
+                         GROUP BY 1 HAVING sum(b.sign * u.c) > 0) x),
             ranked AS (
                 SELECT function_id, sum(s) AS s, count(*) FILTER (WHERE hot) AS hot_hosts
                 FROM per_host GROUP BY function_id),
