@@ -120,6 +120,7 @@ def _rollup_spans(spans: list[tuple[str, datetime, datetime]]) -> list[tuple[str
 
 
 def _floor_ten(t: datetime) -> datetime:
+    t = t.astimezone(UTC)
     return t.replace(minute=t.minute // 10 * 10, second=0, microsecond=0)
 
 
@@ -161,49 +162,106 @@ def _union(
     return " UNION ALL ".join(parts), params
 
 
-def _function_parts(spans: list[tuple[str, datetime, datetime]]) -> tuple[str, dict[str, Any]]:
-    """One host's per-function rows of the spans (`function_spans`), for the hot-code statement's per-host
-    LATERAL (`g.host_id`): rows of function ids, busy samples and a sign. A ten-minute span is read per hour
-    it touches from the running totals (`sample_functions_10m_run`, migration 0018) where that takes fewer
-    rows: the hour's running total at the span's last ten minutes, less the one before its first unless the
-    span starts on the hour (a missing running row is a sum of nothing). Every ten minutes of a span is closed,
-    so its running row is complete."""
-    parts: list[str] = []
-    params: dict[str, Any] = {}
+# What a per-function row costs the reader, in minute rows: a ten-minute or running row holds a few minutes'
+# functions (~3.5x a minute's in bench/fleet's hour). Only used to choose between readings of one stretch.
+_ROW_COST = {"1m": 1, "10m": 4, "run": 4}
+Part = tuple[str, datetime]  # a row key of one host: grain ("1m", "10m", "run") and bucket
 
-    def direct(grain: str, lo: datetime, hi: datetime) -> None:
-        a, b = f"flo{len(params)}", f"fhi{len(params)}"
-        params[a], params[b] = lo, hi
-        parts.append(
-            f"SELECT function_ids, busy_counts, 1 AS sign FROM sample_functions_{grain} "
-            f"WHERE host_id = g.host_id AND bucket >= :{a} AND bucket < :{b}"
-        )
 
-    def running(at: datetime, sign: int) -> None:
-        a = f"frun{len(params)}"
-        params[a] = at
-        parts.append(
-            f"SELECT function_ids, busy_counts, {sign} AS sign FROM {rollups.RUNNING} "
-            f"WHERE host_id = g.host_id AND bucket = :{a}"
-        )
+def _minutes(lo: datetime, hi: datetime) -> list[Part]:
+    return [("1m", lo + timedelta(minutes=k)) for k in range(int((hi - lo) // timedelta(minutes=1)))]
 
-    for grain, lo, hi in spans:
-        if grain != "10m":
-            direct(grain, lo, hi)
+
+def _up_to(x: datetime, hour: datetime, wm_1m: datetime) -> list[dict[Part, int]]:
+    """Ways to read one host's sums of [hour, x) (x a minute of the hour, at most the minute watermark), as
+    signed rows: the hour's running total at the ten minutes before x's, then x's ten minutes as minutes, or
+    as its ten-minute row (which holds its minutes below the watermark) less the minutes from x, or the
+    running total at x's ten minutes (once closed) less the minutes from x."""
+    if x == hour:
+        return [{}]
+    closed = _floor_ten(wm_1m)
+    if x == hour + HOUR:
+        return [{("run", hour + HOUR - TEN_MINUTES): 1}]
+    s = _floor_ten(x)
+    base: dict[Part, int] = {("run", s - TEN_MINUTES): 1} if s > hour else {}
+    ways = [{**base, **dict.fromkeys(_minutes(s, x), 1)}]
+    ways.append({**base, ("10m", s): 1, **dict.fromkeys(_minutes(x, min(s + TEN_MINUTES, wm_1m)), -1)})
+    if s < closed:
+        ways.append({("run", s): 1, **dict.fromkeys(_minutes(x, s + TEN_MINUTES), -1)})
+    return ways
+
+
+def _net(*signed: tuple[dict[Part, int], int]) -> dict[Part, int]:
+    out: dict[Part, int] = {}
+    for rows, sign in signed:
+        for key, n in rows.items():
+            out[key] = out.get(key, 0) + sign * n
+    return {k: n for k, n in out.items() if n}
+
+
+def _cost(rows: dict[Part, int]) -> int:
+    return sum(_ROW_COST[g] for g, _b in rows)
+
+
+def _within_hour(lo: datetime, hi: datetime, wm_1m: datetime) -> dict[Part, int]:
+    """The cheapest reading of one host's sums of [lo, hi), minutes of one hour below the minute watermark:
+    its minutes and whole ten minutes as stored, the whole ten minutes as the difference of the hour's running
+    totals, or the running sums up to hi less those up to lo (each read as `_up_to` offers)."""
+    hour = lo.replace(minute=0)
+    t0 = _floor_ten(lo)
+    t0 = t0 if t0 == lo else t0 + TEN_MINUTES
+    t1 = _floor_ten(hi)
+    ways: list[dict[Part, int]] = []
+    if t0 < t1:
+        edges = {**dict.fromkeys(_minutes(lo, t0), 1), **dict.fromkeys(_minutes(t1, hi), 1)}
+        tens = int((t1 - t0) // TEN_MINUTES)
+        ways.append({**edges, **{("10m", t0 + k * TEN_MINUTES): 1 for k in range(tens)}})
+        ways.append(_net((edges, 1), ({("run", t1 - TEN_MINUTES): 1}, 1), (_up_to(t0, hour, wm_1m)[0], -1)))
+    else:
+        ways.append(dict.fromkeys(_minutes(lo, hi), 1))
+    for upper in _up_to(hi, hour, wm_1m):
+        for lower in _up_to(lo, hour, wm_1m):
+            ways.append(_net((upper, 1), (lower, -1)))
+    return min(ways, key=_cost)
+
+
+def _function_parts(spans: list[tuple[str, datetime, datetime]], wm_1m: datetime) -> tuple[str, dict[str, Any]]:
+    """One host's per-function rows of the rollup spans (`plan`'s), for the hot-code statement's per-host
+    LATERAL (`g.host_id`): rows of function ids, busy samples and a sign. Whole hours are their hour rows; the
+    minutes of a span are read per hour, the cheapest way `_within_hour` finds, from the minute rows, the
+    ten-minute rows (each holds its minutes below the minute watermark) and the hour's running totals
+    (`sample_functions_10m_run`, migration 0018; every running row read is of closed ten minutes, so complete,
+    and a missing one is a sum of nothing): all of them sums of the same minutes, so the answer is the same."""
+    rows: dict[Part, int] = {}
+    hours: list[tuple[datetime, datetime]] = []
+    wm_1m = wm_1m.astimezone(UTC)
+    for grain, lo, hi in ((g, a.astimezone(UTC), b.astimezone(UTC)) for g, a, b in spans):
+        if grain == "1h":
+            hours.append((lo, hi))
             continue
         t = lo
         while t < hi:
-            hour = t.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-            end = min(hi, hour + HOUR)
-            tens = (end - t) // TEN_MINUTES
-            if t == hour and tens >= 2:
-                running(end - TEN_MINUTES, 1)
-            elif t > hour and tens >= 3:
-                running(end - TEN_MINUTES, 1)
-                running(t - TEN_MINUTES, -1)
-            else:
-                direct("10m", t, end)
+            end = min(hi, t.replace(minute=0) + HOUR)
+            for part, n in _within_hour(t, end, wm_1m).items():
+                rows[part] = rows.get(part, 0) + n
             t = end
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    for k, (lo, hi) in enumerate(hours):
+        params[f"hlo{k}"], params[f"hhi{k}"] = lo, hi
+        parts.append(
+            "SELECT function_ids, busy_counts, 1 AS sign FROM sample_functions_1h "
+            f"WHERE host_id = g.host_id AND bucket >= :hlo{k} AND bucket < :hhi{k}"
+        )
+    for grain in ("1m", "10m", "run"):
+        for sign in sorted({n for (g, _b), n in rows.items() if g == grain}, reverse=True):
+            key = f"b{grain}{'p' if sign > 0 else 'n'}{abs(sign)}"
+            params[key] = sorted(b for (g, b), n in rows.items() if g == grain and n == sign)
+            table = rollups.RUNNING if grain == "run" else f"sample_functions_{grain}"
+            parts.append(
+                f"SELECT function_ids, busy_counts, {sign} AS sign FROM {table} "
+                f"WHERE host_id = g.host_id AND bucket = ANY(CAST(:{key} AS timestamptz[]))"
+            )
     return " UNION ALL ".join(parts), params
 
 
@@ -257,9 +315,10 @@ async def hot_code(
     if spans and host_rows:
         # One rollup row per host and bucket (migration 0017): each host's rows are summed on their own, so
         # the hash of a host's functions stays small, and the hot test is made there with its busy samples.
-        # Memory for the per-host sums a page's cells are taken from (a 600-host group's hour: ~110,000).
+        # Memory for the per-host sums a page's cells are taken from (a 600-host group's hour: ~110,000). The
+        # sums are float8, not numeric (what sum(bigint) gives): cheaper, and exact for counts below 2^53.
         await session.execute(text(f"SET LOCAL work_mem = '{HOT_CODE_WORK_MEM}'"))
-        functions, fp = _function_parts(fspans)
+        functions, fp = _function_parts(spans, wm_1m)
         order = _HOT_SORTS[sort].format(dir="DESC" if descending else "ASC")
         rows = (
             await session.execute(
@@ -267,9 +326,9 @@ async def hot_code(
             WITH per_host AS MATERIALIZED (
                 SELECT g.host_id, x.function_id, x.s, g.busy > 0 AND x.s >= :min_share * g.busy AS hot
                 FROM unnest(CAST(:bh AS text[]), CAST(:bb AS bigint[])) AS g(host_id, busy),
-                LATERAL (SELECT u.function_id, sum(b.sign * u.c) AS s
+                LATERAL (SELECT u.function_id, sum(b.sign * u.c::float8) AS s
                          FROM ({functions}) b, unnest(b.function_ids, b.busy_counts) AS u(function_id, c)
-                         GROUP BY 1 HAVING sum(b.sign * u.c) > 0) x),
+                         GROUP BY 1 HAVING sum(b.sign * u.c::float8) > 0) x),
             ranked AS (
                 SELECT function_id, sum(s) AS s, count(*) FILTER (WHERE hot) AS hot_hosts
                 FROM per_host GROUP BY function_id),
