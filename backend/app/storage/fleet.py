@@ -5,13 +5,15 @@ has the same id on every host of the group and the rollups of all of them add up
 
 Hot code reads only the rollups: the hosts' busy samples from `sample_totals_1h`/`_1m` and their
 per-function samples from `sample_functions_1h`/`_10m`/`_1m` (migrations 0016 and 0017: one row of arrays
-per host and bucket), over the whole hours, ten minutes and minutes of the range below the rollup
-watermarks (app.storage.samples.plan, then `function_spans`): never the raw intervals nor the per-block
-rollups, so a request reads the group's hosts × buckets rows (at most 18 minutes and 6 ten-minute buckets
-per partial hour) and sums their hosts × buckets × functions entries. The edges of the range that no rollup
+per host and bucket) and the running totals of the ten minutes within their hour (`sample_functions_10m_run`,
+migration 0018), over the whole hours and minutes of the range below the rollup watermarks
+(app.storage.samples.plan): never the raw intervals nor the per-block rollups. Each hour's minutes are
+read per host as the signed rows that sum them at the least cost (`_within_hour`: e.g. an hour's first 58
+minutes as its running total at its last ten minutes, once closed, less two minute rows), so a request sums
+a few rows per host and hour instead of one per minute and ten minutes. The edges of the range that no rollup
 covers yet are left out, and the answer says which part of the range it covers (docs/decisions.md, "The
-fleet's first slice", "Fleet hot code from per-function rollups" and "Fleet hot code from arrays per host
-and bucket").
+fleet's first slice", "Fleet hot code from per-function rollups", "Fleet hot code from arrays per host
+and bucket" and "Fleet hot code from running totals").
 """
 
 import json
@@ -125,10 +127,10 @@ def _floor_ten(t: datetime) -> datetime:
 
 
 def function_spans(spans: list[tuple[str, datetime, datetime]]) -> list[tuple[str, datetime, datetime]]:
-    """The rollup spans of a range as the per-function rollups read them: each minute span's whole ten
-    minutes (UTC-aligned) from `sample_functions_10m`, its other minutes from `sample_functions_1m`, whole
-    hours from `sample_functions_1h`. A minute span lies below the minute watermark, so every ten minutes
-    inside it is complete."""
+    """The rollup spans of a range by the grain of their buckets, as hot code reports them (`rollups`): each
+    minute span's whole ten minutes (UTC-aligned), its other minutes, whole hours (`_function_parts` reads
+    the minutes of an hour possibly otherwise: the same sums). A minute span lies below the minute watermark,
+    so every ten minutes inside it is complete."""
     out: list[tuple[str, datetime, datetime]] = []
     for grain, lo, hi in _rollup_spans(spans):
         if grain != "1m":
@@ -174,9 +176,11 @@ def _minutes(lo: datetime, hi: datetime) -> list[Part]:
 
 def _up_to(x: datetime, hour: datetime, wm_1m: datetime) -> list[dict[Part, int]]:
     """Ways to read one host's sums of [hour, x) (x a minute of the hour, at most the minute watermark), as
-    signed rows: the hour's running total at the ten minutes before x's, then x's ten minutes as minutes, or
-    as its ten-minute row (which holds its minutes below the watermark) less the minutes from x, or the
-    running total at x's ten minutes (once closed) less the minutes from x."""
+    signed rows: the hour's running total at the ten minutes before x's, then x's minutes of its ten minutes;
+    or, once x's ten minutes are closed, the running total at them less their minutes from x. Only rows that
+    no longer change as the rollup task advances are read (closed ten minutes, minutes below the watermark
+    the statement was planned with): the task may commit between this request's statements, and a ten
+    minutes still open at the watermark read would have gained the minutes it summed since."""
     if x == hour:
         return [{}]
     closed = _floor_ten(wm_1m)
@@ -185,7 +189,6 @@ def _up_to(x: datetime, hour: datetime, wm_1m: datetime) -> list[dict[Part, int]
     s = _floor_ten(x)
     base: dict[Part, int] = {("run", s - TEN_MINUTES): 1} if s > hour else {}
     ways = [{**base, **dict.fromkeys(_minutes(s, x), 1)}]
-    ways.append({**base, ("10m", s): 1, **dict.fromkeys(_minutes(x, min(s + TEN_MINUTES, wm_1m)), -1)})
     if s < closed:
         ways.append({("run", s): 1, **dict.fromkeys(_minutes(x, s + TEN_MINUTES), -1)})
     return ways
@@ -229,7 +232,7 @@ def _function_parts(spans: list[tuple[str, datetime, datetime]], wm_1m: datetime
     """One host's per-function rows of the rollup spans (`plan`'s), for the hot-code statement's per-host
     LATERAL (`g.host_id`): rows of function ids, busy samples and a sign. Whole hours are their hour rows; the
     minutes of a span are read per hour, the cheapest way `_within_hour` finds, from the minute rows, the
-    ten-minute rows (each holds its minutes below the minute watermark) and the hour's running totals
+    ten-minute rows and the hour's running totals
     (`sample_functions_10m_run`, migration 0018; every running row read is of closed ten minutes, so complete,
     and a missing one is a sum of nothing): all of them sums of the same minutes, so the answer is the same."""
     rows: dict[Part, int] = {}

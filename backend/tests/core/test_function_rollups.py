@@ -353,3 +353,19 @@ async def test_running_totals_equal_the_raw_sums_of_their_hour_so_far(running_db
         assert running == raw
     finally:
         await engine.dispose()
+
+
+def test_an_hours_minutes_are_read_as_few_rows_that_do_not_change_as_the_rollups_advance():
+    """`fleet._within_hour` picks the cheapest signed rows of one host for an hour's minutes: an hour ending
+    two minutes short of closed ten minutes is their running total less two minutes; while those ten minutes
+    are open (the watermark inside them) their minutes are read one by one, never the growing ten-minute row;
+    a short stretch stays minutes."""
+    h = datetime(2002, 3, 4, 1, 0, tzinfo=UTC)
+
+    def m(k: int) -> datetime:
+        return h + timedelta(minutes=k)
+
+    assert fleet._within_hour(h, m(58), m(65)) == {("run", m(50)): 1, ("1m", m(58)): -1, ("1m", m(59)): -1}
+    assert fleet._within_hour(h, m(58), m(58)) == {("run", m(40)): 1, **{("1m", m(k)): 1 for k in range(50, 58)}}
+    assert fleet._within_hour(m(58), m(60), m(65)) == {("1m", m(58)): 1, ("1m", m(59)): 1}
+    assert fleet._within_hour(m(20), m(60), m(65)) == {("run", m(50)): 1, ("run", m(10)): -1}
