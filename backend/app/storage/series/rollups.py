@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """1-minute and 1-hour rollups of the series, maintained incrementally (call stacks: 1 and 10 minutes;
-per-function sums of the sampled blocks: 1 minute, 10 minutes and 1 hour).
+per-function sums of the sampled blocks: 1 minute, 10 minutes and 1 hour, and the ten minutes' running totals
+within their hour).
 
 `series_state` holds two watermarks: every raw row before `watermark_1m` is summed into the minute
 rollups, every minute rollup before `watermark_1h` into the hour rollups. The rollup task advances them
@@ -236,7 +237,8 @@ RUNNING_FROM_TEN = f"""
 
 
 def _floor_ten(t: datetime) -> datetime:
-    return t.astimezone(UTC).replace(minute=t.minute // 10 * 10, second=0, microsecond=0)
+    t = t.astimezone(UTC)
+    return t.replace(minute=t.minute // 10 * 10, second=0, microsecond=0)
 
 
 # Late measurement points of one writer transaction: its batch token, and each row's measurement and time,
