@@ -5,17 +5,19 @@ has the same id on every host of the group and the rollups of all of them add up
 
 Hot code reads only the rollups: the hosts' busy samples from `sample_totals_1h`/`_1m` and their
 per-function samples from `sample_functions_1h`/`_10m`/`_1m` (migrations 0016 and 0017: one row of arrays
-per host and bucket), over the whole hours, ten minutes and minutes of the range below the rollup
-watermarks (app.storage.samples.plan, then `function_spans`): never the raw intervals nor the per-block
-rollups, so a request reads the group's hosts × buckets rows (at most 18 minutes and 6 ten-minute buckets
-per partial hour) and sums their hosts × buckets × functions entries. The edges of the range that no rollup
+per host and bucket) and the running totals of the ten minutes within their hour (`sample_functions_10m_run`,
+migration 0018), over the whole hours and minutes of the range below the rollup watermarks
+(app.storage.samples.plan): never the raw intervals nor the per-block rollups. Each hour's minutes are
+read per host as the signed rows that sum them at the least cost (`_within_hour`: e.g. an hour's first 58
+minutes as its running total at its last ten minutes, once closed, less two minute rows), so a request sums
+a few rows per host and hour instead of one per minute and ten minutes. The edges of the range that no rollup
 covers yet are left out, and the answer says which part of the range it covers (docs/decisions.md, "The
-fleet's first slice", "Fleet hot code from per-function rollups" and "Fleet hot code from arrays per host
-and bucket").
+fleet's first slice", "Fleet hot code from per-function rollups", "Fleet hot code from arrays per host
+and bucket" and "Fleet hot code from running totals").
 """
 
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -30,6 +32,7 @@ ACTIVE = "h.status = 'active' AND h.connected_at IS NOT NULL"
 GROUP_ID_SQL = "md5(h.kernel_release || chr(10) || h.kernel_build_id)"
 
 TEN_MINUTES = timedelta(minutes=10)
+HOUR = timedelta(hours=1)
 HOT_CODE_WORK_MEM = "64MB"
 
 _GROUP_SORTS = {
@@ -119,14 +122,15 @@ def _rollup_spans(spans: list[tuple[str, datetime, datetime]]) -> list[tuple[str
 
 
 def _floor_ten(t: datetime) -> datetime:
+    t = t.astimezone(UTC)
     return t.replace(minute=t.minute // 10 * 10, second=0, microsecond=0)
 
 
 def function_spans(spans: list[tuple[str, datetime, datetime]]) -> list[tuple[str, datetime, datetime]]:
-    """The rollup spans of a range as the per-function rollups read them: each minute span's whole ten
-    minutes (UTC-aligned) from `sample_functions_10m`, its other minutes from `sample_functions_1m`, whole
-    hours from `sample_functions_1h`. A minute span lies below the minute watermark, so every ten minutes
-    inside it is complete."""
+    """The rollup spans of a range by the grain of their buckets, as hot code reports them (`rollups`): each
+    minute span's whole ten minutes (UTC-aligned), its other minutes, whole hours (`_function_parts` reads
+    the minutes of an hour possibly otherwise: the same sums). A minute span lies below the minute watermark,
+    so every ten minutes inside it is complete."""
     out: list[tuple[str, datetime, datetime]] = []
     for grain, lo, hi in _rollup_spans(spans):
         if grain != "1m":
@@ -147,14 +151,120 @@ def _union(
     cols: str,
     spans: list[tuple[str, datetime, datetime]],
     prefix: str,
-    hosts: str = "IN (SELECT id FROM grp)",
 ) -> tuple[str, dict[str, Any]]:
     parts: list[str] = []
     params: dict[str, Any] = {}
     for i, (grain, lo, hi) in enumerate(spans):
         a, b = f"{prefix}lo{i}", f"{prefix}hi{i}"
         params[a], params[b] = lo, hi
-        parts.append(f"SELECT {cols} FROM {table}_{grain} WHERE host_id {hosts} AND bucket >= :{a} AND bucket < :{b}")
+        parts.append(
+            f"SELECT {cols} FROM {table}_{grain} WHERE host_id IN (SELECT id FROM grp) "
+            f"AND bucket >= :{a} AND bucket < :{b}"
+        )
+    return " UNION ALL ".join(parts), params
+
+
+# What a per-function row costs the reader, in minute rows: a ten-minute or running row holds a few minutes'
+# functions (~3.5x a minute's in bench/fleet's hour). Only used to choose between readings of one stretch.
+_ROW_COST = {"1m": 1, "10m": 4, "run": 4}
+Part = tuple[str, datetime]  # a row key of one host: grain ("1m", "10m", "run") and bucket
+
+
+def _minutes(lo: datetime, hi: datetime) -> list[Part]:
+    return [("1m", lo + timedelta(minutes=k)) for k in range(int((hi - lo) // timedelta(minutes=1)))]
+
+
+def _up_to(x: datetime, hour: datetime, wm_1m: datetime) -> list[dict[Part, int]]:
+    """Ways to read one host's sums of [hour, x) (x a minute of the hour, at most the minute watermark), as
+    signed rows: the hour's running total at the ten minutes before x's, then x's minutes of its ten minutes;
+    or, once x's ten minutes are closed, the running total at them less their minutes from x. Only rows that
+    no longer change as the rollup task advances are read (closed ten minutes, minutes below the watermark
+    the statement was planned with): the task may commit between this request's statements, and a ten
+    minutes still open at the watermark read would have gained the minutes it summed since."""
+    if x == hour:
+        return [{}]
+    closed = _floor_ten(wm_1m)
+    if x == hour + HOUR:
+        return [{("run", hour + HOUR - TEN_MINUTES): 1}]
+    s = _floor_ten(x)
+    base: dict[Part, int] = {("run", s - TEN_MINUTES): 1} if s > hour else {}
+    ways = [{**base, **dict.fromkeys(_minutes(s, x), 1)}]
+    if s < closed:
+        ways.append({("run", s): 1, **dict.fromkeys(_minutes(x, s + TEN_MINUTES), -1)})
+    return ways
+
+
+def _net(*signed: tuple[dict[Part, int], int]) -> dict[Part, int]:
+    out: dict[Part, int] = {}
+    for rows, sign in signed:
+        for key, n in rows.items():
+            out[key] = out.get(key, 0) + sign * n
+    return {k: n for k, n in out.items() if n}
+
+
+def _cost(rows: dict[Part, int]) -> int:
+    return sum(_ROW_COST[g] for g, _b in rows)
+
+
+def _within_hour(lo: datetime, hi: datetime, wm_1m: datetime) -> dict[Part, int]:
+    """The cheapest reading of one host's sums of [lo, hi), minutes of one hour below the minute watermark:
+    its minutes and whole ten minutes as stored, the whole ten minutes as the difference of the hour's running
+    totals, or the running sums up to hi less those up to lo (each read as `_up_to` offers)."""
+    hour = lo.replace(minute=0)
+    t0 = _floor_ten(lo)
+    t0 = t0 if t0 == lo else t0 + TEN_MINUTES
+    t1 = _floor_ten(hi)
+    ways: list[dict[Part, int]] = []
+    if t0 < t1:
+        edges = {**dict.fromkeys(_minutes(lo, t0), 1), **dict.fromkeys(_minutes(t1, hi), 1)}
+        tens = int((t1 - t0) // TEN_MINUTES)
+        ways.append({**edges, **{("10m", t0 + k * TEN_MINUTES): 1 for k in range(tens)}})
+        ways.append(_net((edges, 1), ({("run", t1 - TEN_MINUTES): 1}, 1), (_up_to(t0, hour, wm_1m)[0], -1)))
+    else:
+        ways.append(dict.fromkeys(_minutes(lo, hi), 1))
+    for upper in _up_to(hi, hour, wm_1m):
+        for lower in _up_to(lo, hour, wm_1m):
+            ways.append(_net((upper, 1), (lower, -1)))
+    return min(ways, key=_cost)
+
+
+def _function_parts(spans: list[tuple[str, datetime, datetime]], wm_1m: datetime) -> tuple[str, dict[str, Any]]:
+    """One host's per-function rows of the rollup spans (`plan`'s), for the hot-code statement's per-host
+    LATERAL (`g.host_id`): rows of function ids, busy samples and a sign. Whole hours are their hour rows; the
+    minutes of a span are read per hour, the cheapest way `_within_hour` finds, from the minute rows, the
+    ten-minute rows and the hour's running totals
+    (`sample_functions_10m_run`, migration 0018; every running row read is of closed ten minutes, so complete,
+    and a missing one is a sum of nothing): all of them sums of the same minutes, so the answer is the same."""
+    rows: dict[Part, int] = {}
+    hours: list[tuple[datetime, datetime]] = []
+    wm_1m = wm_1m.astimezone(UTC)
+    for grain, lo, hi in ((g, a.astimezone(UTC), b.astimezone(UTC)) for g, a, b in spans):
+        if grain == "1h":
+            hours.append((lo, hi))
+            continue
+        t = lo
+        while t < hi:
+            end = min(hi, t.replace(minute=0) + HOUR)
+            for part, n in _within_hour(t, end, wm_1m).items():
+                rows[part] = rows.get(part, 0) + n
+            t = end
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    for k, (lo, hi) in enumerate(hours):
+        params[f"hlo{k}"], params[f"hhi{k}"] = lo, hi
+        parts.append(
+            "SELECT function_ids, busy_counts, 1 AS sign FROM sample_functions_1h "
+            f"WHERE host_id = g.host_id AND bucket >= :hlo{k} AND bucket < :hhi{k}"
+        )
+    for grain in ("1m", "10m", "run"):
+        for sign in sorted({n for (g, _b), n in rows.items() if g == grain}, reverse=True):
+            key = f"b{grain}{'p' if sign > 0 else 'n'}{abs(sign)}"
+            params[key] = sorted(b for (g, b), n in rows.items() if g == grain and n == sign)
+            table = rollups.RUNNING if grain == "run" else f"sample_functions_{grain}"
+            parts.append(
+                f"SELECT function_ids, busy_counts, {sign} AS sign FROM {table} "
+                f"WHERE host_id = g.host_id AND bucket = ANY(CAST(:{key} AS timestamptz[]))"
+            )
     return " UNION ALL ".join(parts), params
 
 
@@ -208,9 +318,10 @@ async def hot_code(
     if spans and host_rows:
         # One rollup row per host and bucket (migration 0017): each host's rows are summed on their own, so
         # the hash of a host's functions stays small, and the hot test is made there with its busy samples.
-        # Memory for the per-host sums a page's cells are taken from (a 600-host group's hour: ~110,000).
+        # Memory for the per-host sums a page's cells are taken from (a 600-host group's hour: ~110,000). The
+        # sums are float8, not numeric (what sum(bigint) gives): cheaper, and exact for counts below 2^53.
         await session.execute(text(f"SET LOCAL work_mem = '{HOT_CODE_WORK_MEM}'"))
-        functions, fp = _union("sample_functions", "function_ids, busy_counts", fspans, "f", hosts="= g.host_id")
+        functions, fp = _function_parts(spans, wm_1m)
         order = _HOT_SORTS[sort].format(dir="DESC" if descending else "ASC")
         rows = (
             await session.execute(
@@ -218,9 +329,9 @@ async def hot_code(
             WITH per_host AS MATERIALIZED (
                 SELECT g.host_id, x.function_id, x.s, g.busy > 0 AND x.s >= :min_share * g.busy AS hot
                 FROM unnest(CAST(:bh AS text[]), CAST(:bb AS bigint[])) AS g(host_id, busy),
-                LATERAL (SELECT u.function_id, sum(u.c) AS s
+                LATERAL (SELECT u.function_id, sum(b.sign * u.c::float8) AS s
                          FROM ({functions}) b, unnest(b.function_ids, b.busy_counts) AS u(function_id, c)
-                         GROUP BY 1 HAVING sum(u.c) > 0) x),
+                         GROUP BY 1 HAVING sum(b.sign * u.c::float8) > 0) x),
             ranked AS (
                 SELECT function_id, sum(s) AS s, count(*) FILTER (WHERE hot) AS hot_hosts
                 FROM per_host GROUP BY function_id),

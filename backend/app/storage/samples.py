@@ -281,6 +281,7 @@ async def delete_host_series(session: AsyncSession, host_id: str) -> None:
         "sample_functions_1m",
         "sample_functions_10m",
         "sample_functions_1h",
+        "sample_functions_10m_run",
         "measurement_points",
         "measurement_points_1m",
         "measurement_points_1h",

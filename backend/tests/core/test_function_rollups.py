@@ -297,3 +297,75 @@ async def test_function_rollup_rows_are_sorted_arrays_equal_to_the_raw_sums(arra
                 assert rolled == raw, grain
     finally:
         await engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def running_db(postgres_url):
+    url = _recreate_database(postgres_url, "hotpath_function_running")
+    upgrade_database(url)
+    return url
+
+
+async def test_running_totals_equal_the_raw_sums_of_their_hour_so_far(running_db):
+    """Each running-total row (migration 0018), (host, ten minutes b), equals the host's raw sums per function
+    from b's hour start to b's end, for every ten minutes wholly below the minute watermark from the host's
+    first samples of the hour on (and no other rows), after the rollup task's passes and after late rows
+    merged into running rows already written and into ten minutes of a host that had none in its hour."""
+    engine = make_engine(running_db)
+    try:
+        await partitions.ensure(engine, T0, timedelta(hours=1), timedelta(days=1), raw_ahead=timedelta(hours=6))
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE series_state SET watermark_1m = :t, watermark_1h = :t WHERE name = 'rollups'"),
+                {"t": T0},
+            )
+        f = Fleet(engine, list(range(101, 131)))
+        # g3 sends nothing before 10:30 on time: its first ten minutes of the 10:00 hour come late.
+        first = f.intervals(T0, T0 + timedelta(minutes=75), 20)
+        await f.store([r for r in first if r.host_id != "g3" or r.ts >= T0 + timedelta(minutes=30)], late=False)
+        await f.roll(T0 + timedelta(minutes=75))  # ten minutes closed to 11:10
+        await f.store(f.intervals(T0 + timedelta(minutes=2), T0 + timedelta(minutes=74), 40), late=True)
+        await f.store(f.intervals(T0 + timedelta(minutes=75), T0 + timedelta(minutes=95), 20), late=False)
+        await f.roll(T0 + timedelta(minutes=95))  # closed to 11:30; 11:30-11:35 summed, not closed
+        await f.store(f.intervals(T0 + timedelta(seconds=3), T0 + timedelta(minutes=94), 70), late=True)
+        async with engine.connect() as conn:
+            wm_1m, _ = await rollups.watermarks(conn)
+            closed = wm_1m.replace(minute=wm_1m.minute // 10 * 10)
+            raw: dict[tuple, dict[int, list[int]]] = {}
+            for host, ts, ids, counts, idles in await conn.execute(
+                text("SELECT host_id, ts, function_ids, counts, idles FROM sample_intervals")
+            ):
+                ts = ts.astimezone(UTC)
+                b = ts.replace(minute=ts.minute // 10 * 10, second=0, microsecond=0)
+                while b < min(closed, ts.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)):
+                    sums = raw.setdefault((host, b), {})
+                    for fid, c, idle in zip(ids, counts, idles, strict=True):
+                        s = sums.setdefault(fid, [0, 0])
+                        s[1 if idle else 0] += c
+                    b += timedelta(minutes=10)
+            running: dict[tuple, dict[int, list[int]]] = {}
+            for host, b, ids, busy, idle in await conn.execute(
+                text(f"SELECT host_id, bucket, function_ids, busy_counts, idle_counts FROM {rollups.RUNNING}")
+            ):
+                assert ids == sorted(set(ids)) and len(busy) == len(ids) == len(idle), (host, b)
+                running[(host, b.astimezone(UTC))] = {fid: [c, i] for fid, c, i in zip(ids, busy, idle, strict=True)}
+        assert (("g3", T0) in running) and len(raw) == len(HOSTS) * 9  # 10:00-11:30, every host
+        assert running == raw
+    finally:
+        await engine.dispose()
+
+
+def test_an_hours_minutes_are_read_as_few_rows_that_do_not_change_as_the_rollups_advance():
+    """`fleet._within_hour` picks the cheapest signed rows of one host for an hour's minutes: an hour ending
+    two minutes short of closed ten minutes is their running total less two minutes; while those ten minutes
+    are open (the watermark inside them) their minutes are read one by one, never the growing ten-minute row;
+    a short stretch stays minutes."""
+    h = datetime(2002, 3, 4, 1, 0, tzinfo=UTC)
+
+    def m(k: int) -> datetime:
+        return h + timedelta(minutes=k)
+
+    assert fleet._within_hour(h, m(58), m(65)) == {("run", m(50)): 1, ("1m", m(58)): -1, ("1m", m(59)): -1}
+    assert fleet._within_hour(h, m(58), m(58)) == {("run", m(40)): 1, **{("1m", m(k)): 1 for k in range(50, 58)}}
+    assert fleet._within_hour(m(58), m(60), m(65)) == {("1m", m(58)): 1, ("1m", m(59)): 1}
+    assert fleet._within_hour(m(20), m(60), m(65)) == {("run", m(50)): 1, ("run", m(10)): -1}

@@ -241,3 +241,49 @@ def test_the_function_rollups_become_one_row_of_arrays_per_host_and_bucket_and_b
                 assert [tuple(r) for r in back] == sorted(rows), grain
     finally:
         engine.dispose()
+
+
+def test_the_ten_minute_function_rollups_already_stored_become_running_totals(postgres_url):
+    """0018 fills the running totals of the ten minutes within their hour from the ten-minute rows stored,
+    for every ten minutes wholly below the minute watermark from a host's first of the hour on, in the
+    ten-minute rows' daily partitions; the downgrade drops the table."""
+    url = _recreate_database(postgres_url, "hotpath_migrations_0018")
+    engine = create_engine(url)
+    try:
+        upgrade_database(url, "0017_function_rollup_arrays")
+        with engine.begin() as conn:
+            hour = conn.execute(text("SELECT date_trunc('hour', now())")).scalar_one()
+            rows = [("h", 0, [7, 9], [30, 39], [0, 1]), ("h", 10, [7], [5], [5]), ("h", 30, [8], [2], [0])]
+            rows += [("g", 20, [9], [4], [0]), ("g", 60, [9], [6], [0])]  # 60: the next hour, not closed
+            for host, minute, ids, busy, idle in rows:
+                conn.execute(
+                    text("""INSERT INTO sample_functions_10m (host_id, bucket, function_ids, busy_counts, idle_counts)
+                    VALUES (:h, :t + :m * interval '1 minute', :f, :b, :i)"""),
+                    {"h": host, "t": hour, "m": minute, "f": ids, "b": busy, "i": idle},
+                )
+            conn.execute(
+                text("UPDATE series_state SET watermark_1m = :t + interval '65 minutes' WHERE name = 'rollups'"),
+                {"t": hour},
+            )
+            part = conn.execute(text("SELECT tableoid::regclass::text FROM sample_functions_10m LIMIT 1")).scalar_one()
+        upgrade_database(url)
+        with engine.connect() as conn:
+            got = [
+                tuple(r)
+                for r in conn.execute(
+                    text("""SELECT host_id, extract(minute FROM bucket)::int, function_ids, busy_counts, idle_counts,
+                    tableoid::regclass::text FROM sample_functions_10m_run ORDER BY 1, 2""")
+                )
+            ]
+        run_part = part.replace("sample_functions_10m", "sample_functions_10m_run", 1)
+        assert got == [
+            *[("g", m, [9], [4], [0], run_part) for m in (20, 30, 40, 50)],
+            ("h", 0, [7, 9], [30, 39], [0, 1], run_part),
+            *[("h", m, [7, 9], [35, 39], [5, 1], run_part) for m in (10, 20)],
+            *[("h", m, [7, 8, 9], [35, 2, 39], [5, 0, 1], run_part) for m in (30, 40, 50)],
+        ]
+        downgrade_database(url, "0017_function_rollup_arrays")
+        with engine.connect() as conn:
+            assert not inspect(conn).has_table("sample_functions_10m_run")
+    finally:
+        engine.dispose()

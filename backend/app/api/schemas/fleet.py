@@ -63,7 +63,10 @@ class HotFunction(BaseModel):
 
 class RollupSpan(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
-    grain: str = Field(description="1h, 10m or 1m: the rollup read")
+    grain: str = Field(
+        description="1h, 10m or 1m: the grain whose whole buckets make up the stretch (an hour's minutes may be "
+        "read as a difference of ten-minute rows and of the hour's running totals, which sum the same minutes)"
+    )
     from_: datetime = Field(alias="from")
     to: datetime
 
@@ -75,7 +78,7 @@ class FleetHotCode(RangePublic):
         description="Start of the part of the range the rollups cover (whole minutes below the rollup watermark)"
     )
     covered_to: datetime | None = Field(description="End of that part; null when the rollups cover none of it")
-    rollups: list[RollupSpan] = Field(description="The rollups read, and the stretch each covered")
+    rollups: list[RollupSpan] = Field(description="The stretches of the covered part and the rollup grain of each")
     group: FleetGroupSummary
     labels: dict[str, str]
     min_share: float = Field(description="A function is hot on a host from this share of its busy samples")

@@ -45,6 +45,7 @@ ROLLUP_TABLES = (
     "sample_functions_1m",
     "sample_functions_10m",
     "sample_functions_1h",
+    "sample_functions_10m_run",
 )
 # Per-function sums of the block rollups (migration 0016): what the fleet's hot code reads, so a request
 # costs hosts x functions x buckets rows, not hosts x blocks x buckets.

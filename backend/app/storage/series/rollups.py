@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """1-minute and 1-hour rollups of the series, maintained incrementally (call stacks: 1 and 10 minutes;
-per-function sums of the sampled blocks: 1 minute, 10 minutes and 1 hour).
+per-function sums of the sampled blocks: 1 minute, 10 minutes and 1 hour, and the ten minutes' running totals
+within their hour).
 
 `series_state` holds two watermarks: every raw row before `watermark_1m` is summed into the minute
 rollups, every minute rollup before `watermark_1h` into the hour rollups. The rollup task advances them
@@ -27,6 +28,7 @@ from app.storage.series.layout import COVERAGE_RESOURCE, FUNCTION_GRAINS, NSLOTS
 log = logging.getLogger("hotpath.series")
 LOCK_KEY = 0x68707072  # "hppr": one rollup task at a time across replicas
 MAX_STEP = timedelta(hours=6)  # raw time summed per statement, so one pass stays bounded
+TEN_MINUTES = timedelta(minutes=10)
 
 _TOTALS = TOTALS
 
@@ -209,6 +211,36 @@ MINUTE_FROM_RAW = [
     STACKS_10M_FROM_MINUTES,
 ]
 HOUR_FROM_MINUTES = [*_hour_from_minutes(), _functions_from("1h", "sample_functions_10m", "date_trunc('hour', bucket)")]
+
+# Running totals of the ten minutes within their hour (migration 0018): the row of (host, ten-minute bucket b)
+# holds the sum of the host's ten-minute rows of b's hour up to and including b, so a reader takes a span of
+# ten minutes inside one hour as one row (from the hour's start) or the difference of two, instead of a row
+# per ten minutes. A row exists for each closed ten minutes (wholly below the minute watermark) from the
+# host's first ten minutes with samples in the hour: the rollup task writes the ten minutes its pass closes
+# from their hour's ten-minute rows (complete, being below the watermark), and the ingest writer adds its
+# late sums of ten minutes b to the closed rows of b's hour from b on (`add_late_samples`).
+RUNNING = "sample_functions_10m_run"
+RUNNING_FROM_TEN = f"""
+    INSERT INTO {RUNNING} (host_id, bucket, function_ids, busy_counts, idle_counts)
+    SELECT host_id, b, array_agg(f ORDER BY f), array_agg(bs ORDER BY f), array_agg(i ORDER BY f)
+    FROM (SELECT r.host_id, c.b, u.f, sum(u.b)::bigint AS bs, sum(u.i)::bigint AS i
+          FROM sample_functions_10m r, unnest(r.function_ids, r.busy_counts, r.idle_counts) AS u(f, b, i),
+               generate_series(greatest(r.bucket, CAST(:lo AS timestamptz)),
+                               least(date_bin('1 hour', r.bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00')
+                                     + interval '50 minutes',
+                                     CAST(:hi AS timestamptz) - interval '10 minutes'),
+                               interval '10 minutes') AS c(b)
+          WHERE r.bucket >= date_bin('1 hour', CAST(:lo AS timestamptz), TIMESTAMPTZ '2000-01-01 00:00:00+00')
+            AND r.bucket < CAST(:hi AS timestamptz)
+          GROUP BY 1, 2, 3) s
+    GROUP BY 1, 2"""
+
+
+def _floor_ten(t: datetime) -> datetime:
+    t = t.astimezone(UTC)
+    return t.replace(minute=t.minute // 10 * 10, second=0, microsecond=0)
+
+
 # Late measurement points of one writer transaction: its batch token, and each row's measurement and time,
 # so the statement finds them through the (measurement_id, ts) index instead of reading every raw row
 # between the oldest late one and the watermark (which, for an agent's spool resent an hour late, is
@@ -249,7 +281,7 @@ def _late_functions(grain: str) -> str:
 
 
 LATE_BLOCKS = {g: _late_blocks(g) for g in ("1m", "1h")}
-LATE_FUNCTIONS = {g: _late_functions(g) for g in FUNCTION_GRAINS}
+LATE_FUNCTIONS = {g: _late_functions(g) for g in (*FUNCTION_GRAINS, "10m_run")}
 LATE_TOTALS = {g: _late_totals(g) for g in ("1m", "1h")}
 
 
@@ -287,6 +319,43 @@ async def watermarks(conn: AsyncConnection, for_share: bool = False) -> tuple[da
     return row.watermark_1m, row.watermark_1h
 
 
+def _running(
+    functions: dict[tuple[str, datetime, int], list[int]], wm_1m: datetime
+) -> dict[tuple[str, datetime, int], list[int]]:
+    """The late sums of ten-minute buckets as additions to the running totals of their hours: the sums of ten
+    minutes b go into every closed ten minutes of b's hour from b on (none while b is still open: the rollup
+    task writes its running total once it closes, from the ten-minute rows, late sums included)."""
+    closed = _floor_ten(wm_1m)
+    out: dict[tuple[str, datetime, int], list[int]] = {}
+    for (h, b, f), (c, i) in functions.items():
+        end = min(b.astimezone(UTC).replace(minute=0) + timedelta(hours=1), closed)
+        t = b
+        while t < end:
+            sums = out.setdefault((h, t, f), [0, 0])
+            sums[0] += c
+            sums[1] += i
+            t += TEN_MINUTES
+    return out
+
+
+async def _late_function_sums(
+    conn: AsyncConnection, table: str, functions: dict[tuple[str, datetime, int], list[int]]
+) -> None:
+    if not functions:
+        return
+    fkeys = list(functions)
+    await conn.execute(
+        text(LATE_FUNCTIONS[table]),
+        {
+            "h": [k[0] for k in fkeys],
+            "b": [k[1] for k in fkeys],
+            "f": [k[2] for k in fkeys],
+            "c": [functions[k][0] - functions[k][1] for k in fkeys],
+            "i": [functions[k][1] for k in fkeys],
+        },
+    )
+
+
 async def add_late_samples(
     conn: AsyncConnection, intervals: Sequence[LateInterval], wm_1m: datetime, wm_1h: datetime
 ) -> None:
@@ -315,17 +384,9 @@ async def add_late_samples(
                 fsums = functions.setdefault((h, b, f), [0, 0])
                 fsums[0] += c
                 fsums[1] += i
-            fkeys = list(functions)
-            await conn.execute(
-                text(LATE_FUNCTIONS[grain]),
-                {
-                    "h": [k[0] for k in fkeys],
-                    "b": [k[1] for k in fkeys],
-                    "f": [k[2] for k in fkeys],
-                    "c": [functions[k][0] - functions[k][1] for k in fkeys],
-                    "i": [functions[k][1] for k in fkeys],
-                },
-            )
+            await _late_function_sums(conn, grain, functions)
+            if grain == "10m":
+                await _late_function_sums(conn, "10m_run", _running(functions, wm_1m))
         if blocks and grain in LATE_BLOCKS:
             keys = list(blocks)
             await conn.execute(
@@ -381,12 +442,15 @@ async def run_once(engine: AsyncEngine, now: datetime | None = None, lag_s: floa
             )
         ).one()
         target = _floor_minute(now - timedelta(seconds=lag_s))
+        closed = _floor_ten(wm_1m)
         while wm_1m < target:
             hi = min(target, wm_1m + MAX_STEP)
             for sql in MINUTE_FROM_RAW:
                 await conn.execute(text(sql), {"lo": wm_1m, "hi": hi})
             minutes += int((hi - wm_1m).total_seconds() // 60)
             wm_1m = hi
+        if _floor_ten(wm_1m) > closed:
+            await conn.execute(text(RUNNING_FROM_TEN), {"lo": closed, "hi": _floor_ten(wm_1m)})
         hour_target = wm_1m.replace(minute=0)
         if hour_target > wm_1h:
             for sql in HOUR_FROM_MINUTES:
