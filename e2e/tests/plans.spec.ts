@@ -163,7 +163,9 @@ async function clickOptimize(page: Page, button = "Optimize…"): Promise<string
   page.on("response", listen);
   try {
     await page.getByRole("button", { name: button }).click();
-    await expect.poll(() => answer?.status(), { message: `the POST of ${button} was answered` }).toBeDefined();
+    await expect
+      .poll(() => answer?.status(), { message: `the POST of ${button} was answered`, timeout: HANG_MS })
+      .toBeDefined();
   } finally {
     page.off("response", listen);
   }
