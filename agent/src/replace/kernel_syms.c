@@ -11,6 +11,7 @@
 
 #include "base/grow.h"
 #include "replace/kernel_syms.h"
+#include "target/kallsyms.h"
 
 void hp_ksyms_view_free(struct hp_ksyms_view *v)
 {
@@ -157,8 +158,12 @@ static void refresh(void)
 		hp_ksyms_view_free(&live);
 		return;
 	}
+	char *fbuf = malloc(HP_KALLSYMS_BUF);
+	if (fbuf)
+		setvbuf(fp, fbuf, _IOFBF, HP_KALLSYMS_BUF);
 	int r = hp_ksyms_view_read(&live, fp);
 	fclose(fp);
+	free(fbuf);
 	live_reads++;
 	char *after = modules_key();
 	if (r == 0 && before && after && !strcmp(before, after)) {
