@@ -178,7 +178,8 @@ static const char *errname(int e)
  * the kernel refuses would fail the whole load), set its expected attach type
  * and attach target where given, and load it. NULL with *err a positive errno.
  */
-static struct caps_bpf *load_only(const char *prog, int attach_type, const char *attach_to, int *err)
+static struct caps_bpf *load_progs(const char *prog, const char *prog2, int attach_type, const char *attach_to,
+				   int *err)
 {
 	struct caps_bpf *skel = caps_bpf__open();
 	struct bpf_program *p;
@@ -188,7 +189,7 @@ static struct caps_bpf *load_only(const char *prog, int attach_type, const char 
 	}
 	bpf_object__for_each_program(p, skel->obj)
 	{
-		bool mine = strcmp(bpf_program__name(p), prog) == 0;
+		bool mine = strcmp(bpf_program__name(p), prog) == 0 || (prog2 && !strcmp(bpf_program__name(p), prog2));
 		bpf_program__set_autoload(p, mine);
 		if (mine && attach_type >= 0)
 			bpf_program__set_expected_attach_type(p, (enum bpf_attach_type)attach_type);
@@ -202,6 +203,11 @@ static struct caps_bpf *load_only(const char *prog, int attach_type, const char 
 		return NULL;
 	}
 	return skel;
+}
+
+static struct caps_bpf *load_only(const char *prog, int attach_type, const char *attach_to, int *err)
+{
+	return load_progs(prog, NULL, attach_type, attach_to, err);
 }
 
 static struct bpf_program *prog_named(struct caps_bpf *skel, const char *name)
@@ -408,11 +414,13 @@ static void probe_kprobes(struct hp_caps *c, bool ret)
 	caps_bpf__destroy(skel);
 }
 
-static void probe_fentry(struct hp_caps *c, bool exit)
+/* fentry or fexit: skel, when given, has both programs loaded (and stays the
+ * caller's); else the one program is loaded here. */
+static void probe_fentry(struct hp_caps *c, bool exit, struct caps_bpf *both)
 {
 	const char *name = exit ? "fexit" : "fentry", *prog = exit ? "on_fexit" : "on_fentry";
 	int e = 0;
-	struct caps_bpf *skel = load_only(prog, -1, KPROBE_TARGET, &e);
+	struct caps_bpf *skel = both ? both : load_only(prog, -1, KPROBE_TARGET, &e);
 	if (!skel) {
 		add(c, name, false,
 		    "BPF_PROG_LOAD of an %s program for %s failed: %s (%s)%s: kernel function timers by BPF trampoline unavailable",
@@ -425,15 +433,31 @@ static void probe_fentry(struct hp_caps *c, bool exit)
 		e = errno;
 		add(c, name, false, "%s on %s loaded but did not attach: %s (%s)", name, KPROBE_TARGET, errname(e),
 		    strerror(e));
-		caps_bpf__destroy(skel);
+		if (!both)
+			caps_bpf__destroy(skel);
 		return;
 	}
+	uint64_t before = skel->bss->hits;
 	run_kprobe_target();
-	bool fired = skel->bss->hits >= 1;
+	bool fired = skel->bss->hits > before;
 	bpf_link__destroy(l);
 	add(c, name, fired, "an %s program on %s %s", name, KPROBE_TARGET,
 	    fired ? "attached through a BPF trampoline and fired" : "attached but did not fire");
-	caps_bpf__destroy(skel);
+	if (!both)
+		caps_bpf__destroy(skel);
+}
+
+/* fentry and fexit from one load of both programs: each load parses the
+ * kernel's BTF for the attach target, seconds under emulation. Where the
+ * pair does not load, each is tried alone, so each gets its own answer. */
+static void probe_trampolines(struct hp_caps *c)
+{
+	int e = 0;
+	struct caps_bpf *both = load_progs("on_fentry", "on_fexit", -1, KPROBE_TARGET, &e);
+	probe_fentry(c, false, both);
+	probe_fentry(c, true, both);
+	if (both)
+		caps_bpf__destroy(both);
 }
 
 /* Attach prog (a sched_switch program) and check it runs when this thread sleeps. */
@@ -582,26 +606,40 @@ static void apply_denials(struct hp_caps *c)
 
 void hp_caps_probe(struct hp_caps *c, bool model_ok, const char *model_detail)
 {
+	/* HOTPATH_TIMING=1 prints what each probe took. */
+	bool timing = getenv("HOTPATH_TIMING") != NULL;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+#define TIMED(what, call)                                                                                   \
+	do {                                                                                                \
+		call;                                                                                       \
+		if (timing) {                                                                               \
+			clock_gettime(CLOCK_MONOTONIC, &t1);                                                \
+			fprintf(stderr, "  caps %-16s %.3f s\n", what,                                      \
+				(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9); \
+			t0 = t1;                                                                            \
+		}                                                                                           \
+	} while (0)
 	memset(c, 0, sizeof(*c));
-	probe_kallsyms(c);
+	TIMED("kallsyms", probe_kallsyms(c));
 	add(c, "bpf_text_read", model_ok, "%s", model_detail ? model_detail : "");
-	probe_sampling(c);
-	probe_pmu(c);
+	TIMED("sampling", probe_sampling(c));
+	TIMED("pmu", probe_pmu(c));
 	libbpf_print_fn_t old = libbpf_set_print(quiet_print);
-	probe_fentry(c, false);
-	probe_fentry(c, true);
-	probe_kprobes(c, false);
-	probe_kprobes(c, true);
-	probe_switch_program(c, "tracepoints", "on_tracepoint", "classic tracepoint");
-	probe_switch_program(c, "raw_tracepoints", "on_raw_tp", "raw tracepoint");
-	probe_switch_program(c, "tp_btf", "on_tp_btf", "BTF tracepoint (tp_btf)");
-	probe_uprobes(c, false);
-	probe_uprobes(c, true);
-	probe_uprobe_multi(c);
+	TIMED("fentry, fexit", probe_trampolines(c));
+	TIMED("kprobes", probe_kprobes(c, false));
+	TIMED("kretprobes", probe_kprobes(c, true));
+	TIMED("tracepoints", probe_switch_program(c, "tracepoints", "on_tracepoint", "classic tracepoint"));
+	TIMED("raw_tracepoints", probe_switch_program(c, "raw_tracepoints", "on_raw_tp", "raw tracepoint"));
+	TIMED("tp_btf", probe_switch_program(c, "tp_btf", "on_tp_btf", "BTF tracepoint (tp_btf)"));
+	TIMED("uprobes", probe_uprobes(c, false));
+	TIMED("uretprobes", probe_uprobes(c, true));
+	TIMED("uprobe_multi", probe_uprobe_multi(c));
 	libbpf_set_print(old);
-	probe_ptrace(c);
-	probe_cgroup_v2(c);
-	probe_code_replacement(c);
+	TIMED("ptrace", probe_ptrace(c));
+	TIMED("cgroup_v2", probe_cgroup_v2(c));
+	TIMED("code_replacement", probe_code_replacement(c));
+#undef TIMED
 	apply_denials(c);
 }
 

@@ -469,6 +469,8 @@ int hp_measure_arm(struct hp_measure *h, const struct hp_probe_config *base, uns
 		cfg.sample_filter = sampled_any && (cfg.tgid_on || cfg.comm_on || cfg.cgroup_on);
 		cfg.switch_hook = HP_MECH_NONE;
 	}
+	bool timing = getenv("HOTPATH_TIMING") != NULL;
+	double tp = hp_now();
 	if (b.n || cfg.sample_filter) {
 		char perr[512];
 		if (!(h->probes = hp_probes_open(&cfg, perr, sizeof(perr)))) {
@@ -476,6 +478,9 @@ int hp_measure_arm(struct hp_measure *h, const struct hp_probe_config *base, uns
 			goto out;
 		}
 	}
+	if (timing)
+		fprintf(stderr, "  arm   bpf load     %.3f s (%zu probes)\n", hp_now() - tp, b.n);
+	tp = hp_now();
 	struct loc_cache lc = { 0 };
 	for (size_t k = 0; k < b.n; k++) {
 		int r = hp_probes_set(h->probes, (uint32_t)k, &b.table[k]);
@@ -518,6 +523,8 @@ int hp_measure_arm(struct hp_measure *h, const struct hp_probe_config *base, uns
 			probe_error(h, &b, failed, aerr, err, errlen);
 			goto out;
 		}
+		if (timing)
+			fprintf(stderr, "  arm   attach       %.3f s\n", hp_now() - tp);
 		/* A location the kernel refused fails the request unless it is only
 		 * a block --blocks added (or --partial was given). */
 		const struct hp_probe_failure *fl;

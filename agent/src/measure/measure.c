@@ -298,8 +298,19 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	/* HOTPATH_TIMING=1 prints where arming spends its time (the model's own
+	 * open prints its phases too). */
+	bool timing = getenv("HOTPATH_TIMING") != NULL;
+	double tp = hp_now();
+#define PHASE(what)                                                                       \
+	do {                                                                              \
+		if (timing)                                                               \
+			fprintf(stderr, "  measure %-12s %.3f s\n", what, hp_now() - tp); \
+		tp = hp_now();                                                            \
+	} while (0)
 	if ((r = open_target(h, s, env, err, errlen)) < 0)
 		goto fail;
+	PHASE("model");
 	if (env && env->nmoved && s->target == HP_MEASURE_PID) {
 		h->moved = calloc(env->nmoved, sizeof(*h->moved));
 		for (size_t i = 0; h->moved && i < env->nmoved; i++) {
@@ -317,6 +328,7 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 	/* Unknown resources are refused before the (slower) capability probes. */
 	if ((r = resolve_rows(h, s->resource_specs, err, errlen)) < 0)
 		goto fail;
+	PHASE("resolve");
 	if (env && env->caps)
 		h->caps = *env->caps;
 	else
@@ -324,12 +336,16 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 			      s->target == HP_MEASURE_KERNEL ? "kernel text read through BPF for the code model" :
 							       "not needed for a process target");
 	hp_mechanisms_choose(&h->caps, &h->mech);
+	PHASE("caps");
 	if ((r = predicates(h, s, &base, err, errlen)) < 0)
 		goto fail;
 	if ((r = hp_measure_plan_rows(h, s->allow_partial, err, errlen)) < 0)
 		goto fail;
+	PHASE("plan rows");
 	if ((r = hp_measure_arm(h, &base, s->sample_hz, s->allow_partial, err, errlen)) < 0)
 		goto fail;
+	PHASE("arm");
+#undef PHASE
 	h->t_open = h->t_last = hp_mono_now();
 	h->unix_open = h->unix_last = hp_unix_now();
 	h->state = HP_MEASURE_ARMED;

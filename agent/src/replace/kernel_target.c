@@ -6,7 +6,8 @@
  *
  *   module_base    vmlinux: _text; a module: its lowest text symbol, both
  *                  from /proc/kallsyms (as the kernel model's kallsyms.c
- *                  places modules); the build id is the kernel's
+ *                  places modules), through the process's view of it
+ *                  (kernel_syms.h); the build id is the kernel's
  *   read           HOTPATH_READ (kernel text, module text, our own heaps)
  *   heap_place     HOTPATH_HEAP_ALLOC: the kernel picks the address
  *                  (module_alloc, module space), so "place" allocates; an
@@ -51,6 +52,7 @@
 #include "host/hostinfo.h"
 #include "host/processes.h"
 #include "isa/isa.h"
+#include "replace/kernel_syms.h"
 #include "replace/patch_target.h"
 
 /* The process's one open of the device, its heaps and redirects: they
@@ -74,37 +76,6 @@ static const char *device_path(void)
 	return p && *p ? p : HOTPATH_DEVICE;
 }
 
-/* The address of symbol name in /proc/kallsyms (want_mod NULL: vmlinux's),
- * or with lowest set, the lowest text symbol of module want_mod. 0: none. */
-static uint64_t kallsyms_find(const char *name, const char *want_mod, bool lowest)
-{
-	FILE *fp = fopen("/proc/kallsyms", "re");
-	char line[512];
-	uint64_t best = 0;
-
-	if (!fp)
-		return 0;
-	while (fgets(line, sizeof(line), fp)) {
-		char type, sym[256], mod[256] = "";
-		unsigned long long a;
-		int n = sscanf(line, "%llx %c %255s [%255[^]]]", &a, &type, sym, mod);
-		if (n < 3 || !a)
-			continue;
-		bool in_mod = n == 4;
-		if (want_mod ? !in_mod || strcmp(mod, want_mod) : in_mod)
-			continue;
-		if (lowest) {
-			if ((type == 't' || type == 'T') && (!best || a < best))
-				best = a;
-		} else if (!strcmp(sym, name)) {
-			best = a;
-			break;
-		}
-	}
-	fclose(fp);
-	return best;
-}
-
 static int kmodule_base(struct hp_patch_target *t, const char *path, const char *build_id, uint64_t *bias, char *err,
 			size_t errlen)
 {
@@ -119,7 +90,7 @@ static int kmodule_base(struct hp_patch_target *t, const char *path, const char 
 			 build_id, now);
 		return -ESTALE;
 	}
-	*bias = vmlinux ? kallsyms_find("_text", NULL, false) : kallsyms_find(NULL, path, true);
+	*bias = vmlinux ? hp_ksyms_live_text() : hp_ksyms_live_module(path);
 	if (!*bias) {
 		snprintf(err, errlen, "%s is not loaded in this kernel (no text symbol of it in /proc/kallsyms)",
 			 vmlinux ? "vmlinux's _text" : path);
@@ -568,7 +539,7 @@ int hp_patch_target_kernel(struct hp_patch_target *t, char *err, size_t errlen)
 		}
 		kdev.fd = fd;
 		kdev.info = info;
-		kdev.fentry = kallsyms_find("__fentry__", NULL, false);
+		kdev.fentry = hp_ksyms_live_fentry();
 	}
 	hp_process_start_time(getpid(), &st);
 	t->ops = &kernel_ops;

@@ -68,6 +68,10 @@ struct hp_kallsyms {
 	size_t nsc_keys, nsc_tramps, cap_sc_keys, cap_sc_tramps;
 };
 
+/* The stdio buffer to read /proc/kallsyms with: stdio's default for a /proc
+ * file is 1 KiB, a read() each (~4,000 for 100,000 symbols). */
+#define HP_KALLSYMS_BUF (256 * 1024)
+
 /* Parse a /proc/kallsyms stream. Returns 0, or a negative errno with a reason
  * in err (no real addresses: kptr_restrict or missing privilege). */
 int hp_kallsyms_read(struct hp_model *m, FILE *fp, struct hp_kallsyms *ks, char *err, size_t errlen);

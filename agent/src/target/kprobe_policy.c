@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/grow.h"
+#include "target/kallsyms.h"
 #include "target/kprobe_policy.h"
 
 struct range {
@@ -54,6 +55,9 @@ static void read_ftrace_names(struct hp_kprobe_policy *p)
 		FILE *f = fopen(paths[i], "re");
 		if (!f)
 			continue;
+		char *fbuf = malloc(HP_KALLSYMS_BUF); /* ~50,000 lines: a few reads, not thousands */
+		if (fbuf)
+			setvbuf(f, fbuf, _IOFBF, HP_KALLSYMS_BUF);
 		char line[512];
 		size_t cap = 0;
 		char **v = NULL;
@@ -68,6 +72,7 @@ static void read_ftrace_names(struct hp_kprobe_policy *p)
 			p->nftrace++;
 		}
 		fclose(f);
+		free(fbuf);
 		if (v)
 			qsort(v, p->nftrace, sizeof(*v), cmp_str);
 		p->ftrace_names = v ? v : calloc(1, sizeof(char *));

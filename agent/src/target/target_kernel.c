@@ -1042,8 +1042,15 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		snprintf(err, errlen, "cannot open /proc/kallsyms: %s", strerror(errno));
 		goto fail;
 	}
+	/* stdio reads a /proc file 1 KiB per read(): thousands of system
+	 * calls for the kallsyms, seconds under emulation; a large buffer
+	 * makes them a few dozen. */
+	char *fbuf = malloc(HP_KALLSYMS_BUF);
+	if (fbuf)
+		setvbuf(fp, fbuf, _IOFBF, HP_KALLSYMS_BUF);
 	r = hp_kallsyms_read(m, fp, &ks, err, errlen);
 	fclose(fp);
+	free(fbuf);
 	if (r < 0)
 		goto fail;
 	if (hp_kallsyms_read_sections(&ks, "/sys/module") < 0) {
