@@ -246,55 +246,66 @@ async def test_whole_kernel_catalog_stores_fast(backend, client, unique):
     # a quiet machine.
     print(f"\nstored 120000 functions / 360000 blocks in {elapsed:.1f} s, {cpu_s:.1f} s of this process's CPU")
     assert cpu_s < 15  # 3.5 s measured, idle or under stress-ng
-    # Speed, judged against the same work done by Postgres alone at the same moment (so a machine loaded
-    # by other builds slows both sides alike; each side is the best of three): the search must not cost
-    # much more than one scan of the host's functions with the same LIKE, and the 100k-row page not much
-    # more than Postgres building the same JSON. Fixed bounds (200 ms, 1.5 s) failed at 216 ms and 2.8 s
-    # on a loaded machine.
+    # Speed, judged against the same work done by Postgres alone at the same moment, so that a machine
+    # loaded by other builds slows both sides alike: the search must not cost much more than one scan of the
+    # host's functions with the same LIKE, and the 100k-row page not much more than Postgres building the
+    # same JSON. Fixed bounds (200 ms, 1.5 s) failed at 216 ms and 2.8 s on a loaded machine; so did each
+    # side's best of two taken one side after the other (at load 10 the page's tries fell in a busier
+    # stretch than the JSON's: 9.8 s against 1.1 s). Each pair is now taken back to back and the check
+    # holds if one pair of three keeps the bound: a load spike must hit the same side of all three pairs to
+    # fail it, while a page really slower than the bound fails every pair.
     h = {"h": f"big-{unique}"}
-    scan_ms = await _best_ms(
-        3,
-        lambda: backend.scalar(
+
+    def scan():
+        return backend.scalar(
             "SELECT count(*) FROM functions f JOIN host_modules hm ON hm.digest = f.digest "
             "WHERE hm.host_id = :h AND f.name_lc LIKE '%fn\\_1199%'",
             **h,
-        ),
-    )
-    search_ms = await _best_ms(
-        3, lambda: client.get(f"/api/v1/hosts/big-{unique}/functions", params={"q": "fn_1199", "limit": 100})
-    )
-    r = await client.get(f"/api/v1/hosts/big-{unique}/functions", params={"q": "fn_1199", "limit": 100})
-    assert r.status_code == 200 and r.json()["total"] == 10 + 100  # fn_11990..fn_11999 and fn_119900..fn_119999
-    json_ms = await _best_ms(
-        2,
-        lambda: backend.scalar(
+        )
+
+    def search():
+        return client.get(f"/api/v1/hosts/big-{unique}/functions", params={"q": "fn_1199", "limit": 100})
+
+    def json_in_postgres():
+        return backend.scalar(
             "SELECT length(json_agg(x)::text) FROM (SELECT f.id, f.name, hm.name AS module, f.digest, f.index, "
             'hm.base_address + f."offset" AS address, to_hex(hm.base_address + f."offset") AS address_hex, '
             "f.size, f.block_count, f.undecodable FROM functions f JOIN host_modules hm ON hm.digest = f.digest "
             "WHERE hm.host_id = :h ORDER BY f.name, f.id LIMIT 100000) x",
             **h,
-        ),
-    )
-    whole_ms = await _best_ms(2, lambda: client.get(f"/api/v1/hosts/big-{unique}/functions", params={"limit": 100000}))
-    r = await client.get(f"/api/v1/hosts/big-{unique}/functions", params={"limit": 100000})
+        )
+
+    def whole():
+        return client.get(f"/api/v1/hosts/big-{unique}/functions", params={"limit": 100000})
+
+    r = await search()
+    assert r.status_code == 200 and r.json()["total"] == 10 + 100  # fn_11990..fn_11999 and fn_119900..fn_119999
+    r = await whole()
     assert r.status_code == 200 and len(r.json()["items"]) == 100000 and r.json()["total"] == 120000
+    searches = await _pairs_ms(3, scan, search)
+    pages = await _pairs_ms(3, json_in_postgres, whole)
     print(
-        f"search over 120k: {search_ms:.0f} ms (a bare scan {scan_ms:.0f} ms); 100k-row page: {whole_ms:.0f} ms "
-        f"(its JSON in Postgres {json_ms:.0f} ms, {len(r.content)} bytes)"
+        "search over 120k, ms (a bare scan next to it): "
+        + ", ".join(f"{y:.0f} ({x:.0f})" for x, y in searches)
+        + "; 100k-row page, ms (its JSON in Postgres next to it): "
+        + ", ".join(f"{y:.0f} ({x:.0f})" for x, y in pages)
+        + f"; {len(r.content)} bytes"
     )
-    assert search_ms < 4 * scan_ms + 50
-    assert whole_ms < 4 * json_ms + 300
+    assert any(y < 4 * x + 50 for x, y in searches), f"every search took over 4 scans + 50 ms: {searches}"
+    assert any(y < 4 * x + 300 for x, y in pages), f"every page took over 4 of its JSON + 300 ms: {pages}"
     await a.close()
 
 
-async def _best_ms(n: int, request) -> float:
-    """The shortest of n runs of an awaited request, in ms."""
-    best = float("inf")
+async def _pairs_ms(n: int, reference, request) -> list[tuple[float, float]]:
+    """n pairs of (reference, request) times in ms, each pair taken back to back."""
+    pairs = []
     for _ in range(n):
         t0 = time.perf_counter()
+        await reference()
+        t1 = time.perf_counter()
         await request()
-        best = min(best, (time.perf_counter() - t0) * 1000)
-    return best
+        pairs.append(((t1 - t0) * 1000, (time.perf_counter() - t1) * 1000))
+    return pairs
 
 
 async def _host_field(client, host_id, field):
