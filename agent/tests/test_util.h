@@ -65,4 +65,28 @@ static inline off_t tu_file_size(const char *path)
 	return stat(path, &st) == 0 ? st.st_size : -1;
 }
 
+/* The recorded kallsyms of the 6.1 fixture (fixtures/kallsyms-6.1/kallsyms)
+ * followed by extra lines (may be NULL), as one malloc'd string of *len
+ * bytes; NULL with errno set when the file cannot be read. */
+static inline char *tu_recorded_kallsyms(const char *extra, size_t *len)
+{
+	char path[256], *text = NULL;
+	size_t n = 0;
+	snprintf(path, sizeof(path), "%s/kallsyms-6.1/kallsyms", tu_fixtures());
+	FILE *in = fopen(path, "re");
+	if (!in)
+		return NULL;
+	FILE *mem = open_memstream(&text, &n);
+	int c;
+	while ((c = fgetc(in)) != EOF)
+		fputc(c, mem);
+	fclose(in);
+	if (extra)
+		fputs(extra, mem);
+	fclose(mem);
+	if (len)
+		*len = n;
+	return text;
+}
+
 #endif

@@ -19,21 +19,7 @@
 /* The recorded kallsyms followed by extra lines, as one string. */
 static char *recorded(const char *extra)
 {
-	char path[256], *text = NULL;
-	size_t len = 0;
-	snprintf(path, sizeof(path), "%s/kallsyms-6.1/kallsyms", tu_fixtures());
-	FILE *in = fopen(path, "re");
-	if (!in)
-		return NULL;
-	FILE *mem = open_memstream(&text, &len);
-	int c;
-	while ((c = fgetc(in)) != EOF)
-		fputc(c, mem);
-	fclose(in);
-	if (extra)
-		fputs(extra, mem);
-	fclose(mem);
-	return text;
+	return tu_recorded_kallsyms(extra, NULL);
 }
 
 /* A plain scan, the way the target looked symbols up before the view: the

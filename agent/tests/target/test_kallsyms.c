@@ -29,24 +29,16 @@ struct built {
  * recorded /sys/module sections unless without_sections. */
 static int build(struct built *b, const char *extra, bool without_sections, char *err, size_t errlen)
 {
-	char path[256], *text = NULL;
+	char path[256], *text;
 	size_t len = 0;
-	FILE *in, *mem;
-	int c, r;
+	FILE *in;
+	int r;
 
 	memset(b, 0, sizeof(*b));
-	snprintf(path, sizeof(path), "%s/kallsyms-6.1/kallsyms", tu_fixtures());
-	if (!(in = fopen(path, "re"))) {
+	if (!(text = tu_recorded_kallsyms(extra, &len))) {
 		snprintf(err, errlen, "cannot open the recorded kallsyms: %s", strerror(errno));
 		return -errno;
 	}
-	mem = open_memstream(&text, &len);
-	while ((c = fgetc(in)) != EOF)
-		fputc(c, mem);
-	fclose(in);
-	if (extra)
-		fputs(extra, mem);
-	fclose(mem);
 	in = fmemopen(text, len, "r");
 	b->m = hp_model_new(HP_TARGET_KERNEL);
 	r = hp_kallsyms_read(b->m, in, &b->ks, err, errlen);

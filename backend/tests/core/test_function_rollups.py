@@ -253,19 +253,23 @@ def arrays_db(postgres_url):
     return url
 
 
+async def _fleet_from_t0(engine) -> Fleet:
+    """Partitions around T0, the rollup watermarks at T0, and the test fleet over functions 101..130."""
+    await partitions.ensure(engine, T0, timedelta(hours=1), timedelta(days=1), raw_ahead=timedelta(hours=6))
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE series_state SET watermark_1m = :t, watermark_1h = :t WHERE name = 'rollups'"), {"t": T0}
+        )
+    return Fleet(engine, list(range(101, 131)))
+
+
 async def test_function_rollup_rows_are_sorted_arrays_equal_to_the_raw_sums(arrays_db):
     """Each per-function rollup row (migration 0017) is one host's bucket: function ids ascending and each
     once, busy and idle samples beside them, equal to the raw sums of that host and bucket, after the rollup
     task's passes and after late rows merged into rows already written (minutes, ten minutes, hours)."""
     engine = make_engine(arrays_db)
     try:
-        await partitions.ensure(engine, T0, timedelta(hours=1), timedelta(days=1), raw_ahead=timedelta(hours=6))
-        async with engine.begin() as conn:
-            await conn.execute(
-                text("UPDATE series_state SET watermark_1m = :t, watermark_1h = :t WHERE name = 'rollups'"),
-                {"t": T0},
-            )
-        f = Fleet(engine, list(range(101, 131)))
+        f = await _fleet_from_t0(engine)
         await f.store(f.intervals(T0, T0 + timedelta(minutes=75), 20), late=False)
         await f.roll(T0 + timedelta(minutes=75))  # minutes to 11:15, hours to 11:00
         await f.store(f.intervals(T0 + timedelta(minutes=2), T0 + timedelta(minutes=74), 40), late=True)
@@ -313,13 +317,7 @@ async def test_running_totals_equal_the_raw_sums_of_their_hour_so_far(running_db
     merged into running rows already written and into ten minutes of a host that had none in its hour."""
     engine = make_engine(running_db)
     try:
-        await partitions.ensure(engine, T0, timedelta(hours=1), timedelta(days=1), raw_ahead=timedelta(hours=6))
-        async with engine.begin() as conn:
-            await conn.execute(
-                text("UPDATE series_state SET watermark_1m = :t, watermark_1h = :t WHERE name = 'rollups'"),
-                {"t": T0},
-            )
-        f = Fleet(engine, list(range(101, 131)))
+        f = await _fleet_from_t0(engine)
         # g3 sends nothing before 10:30 on time: its first ten minutes of the 10:00 hour come late.
         first = f.intervals(T0, T0 + timedelta(minutes=75), 20)
         await f.store([r for r in first if r.host_id != "g3" or r.ts >= T0 + timedelta(minutes=30)], late=False)
