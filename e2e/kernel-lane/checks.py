@@ -538,9 +538,10 @@ def kernel_flow_checks(checks, api, a, state, hid):
         p = api.poll("the plan made", lambda: plan_once("planning"), interval=2.0)
         assert p["state"] == "ready", f"the plan is {p['state']}: {p.get('error')}"
         assert not p["estimated"], "the plan's counts are estimates: kprobes were not used"
-        source = ((p.get("plan") or {}).get("profile") or {}).get("source", "")
+        body = api.get(flow["path"] + "/body")  # the record is polled; the body is read once
+        source = (body.get("profile") or {}).get("source", "")
         assert "kprobes" in source, f"the profile's source is {source!r}"
-        return f"ready from {source}; {len((p.get('plan') or {}).get('group') or [])} function(s) in the group"
+        return f"ready from {source}; {len(body.get('group') or [])} function(s) in the group"
 
     if not checks.run("console flow: the kernel plan of lane_mix from exact counts (kprobes)", plan_exact):
         state["console"][1] += 1

@@ -174,6 +174,17 @@ async function clickOptimize(page: Page, button = "Optimize…"): Promise<string
   return new URL(page.url()).pathname;
 }
 
+/** A plan's record (GET .../plans/ID, what the console polls: it does not carry the body) with its body
+ * (GET .../plans/ID/body, read once under its entity tag) as `plan`. */
+async function recordAndBody(planId: string) {
+  const record = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
+  expect(record.plan, "the record does not carry the body").toBeUndefined();
+  const body = await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}/body`);
+  expect(body.status(), await body.text()).toBe(200);
+  expect(body.headers()["etag"]).toBe(record.body_etag);
+  return { ...record, plan: await body.json() };
+}
+
 /** What the plan page's "Counts" says of a plan (GET .../plans/ID), from its profile: an estimate where
  * some counts were sampled, else how the exact ones were taken. */
 function countsLabel(made: { estimated: boolean; plan: { profile: { source: string } } }): string {
@@ -197,7 +208,7 @@ async function optimizeFromConsole(page: Page, target: string, root: { id: strin
   await expect(page.getByRole("progressbar", { name: "Plan progress" })).toBeVisible();
   await expect(planState(page)).toHaveText("ready", { timeout: 150_000 });
   // Made from exact counts: both heatmaps, the root in the chain table, the emitted code verified.
-  const made = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planUrl.split("/").pop()}`)).json();
+  const made = await recordAndBody(planUrl.split("/").pop()!);
   const source: string = made.plan.profile.source;
   expect(made.plan.profile.estimated, source).toBe(false);
   if (inline) expect(source).toContain("s of exact block counts (inline counters) in process");
@@ -608,7 +619,7 @@ test("the benchmark program, SQLite: optimize its whole hot set from the console
       )
       .toBe("ready");
     await expect(planState(page)).toHaveText("ready", { timeout: HANG_MS });
-    const made = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
+    const made = await recordAndBody(planId);
     expect(made.hot_set).toBe(true);
     expect(made.plan.options.hot_set).toBe(true);
     expect(made.members.length, JSON.stringify(made.members)).toBeGreaterThan(2);

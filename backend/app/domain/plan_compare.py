@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain import compare_stats
 from app.domain.commands import Answer, Commands
-from app.domain.plan_records import audit
+from app.domain.plan_records import RECORD, audit
 from app.domain.plan_results import _detail_json
 from app.protocol.agent_input import InvalidInput
 from app.protocol.proto import pb
@@ -108,7 +108,7 @@ async def on_result(db: AsyncSession, cmd: Row[Any], result: "pb.CommandResult")
         return (None, "the comparison this answers is not running"), None
     if not result.ok:
         return (None, None), None  # on_end records the agent's reason
-    plan = (await db.execute(text("SELECT * FROM plans WHERE id = :id FOR UPDATE"), {"id": comp.plan_id})).one()
+    plan = (await db.execute(text(f"SELECT {RECORD} FROM plans WHERE id = :id FOR UPDATE"), {"id": comp.plan_id})).one()
     try:
         if result.WhichOneof("kind") != "compare" or result.compare.plan_id != str(plan.id):
             raise compare_stats.CompareInvalid("it is not this plan's comparison")
@@ -163,7 +163,7 @@ async def on_end(db: AsyncSession, cmd: Row[Any]) -> None:
     ).first()
     if comp is None:
         return
-    plan = (await db.execute(text("SELECT * FROM plans WHERE id = :id"), {"id": comp.plan_id})).first()
+    plan = (await db.execute(text(f"SELECT {RECORD} FROM plans WHERE id = :id"), {"id": comp.plan_id})).first()
     if plan is not None:
         audit(db, "system", "plan_compare_failed", plan, command_id=str(cmd.id), reason=why)
         if comp.guard:

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.domain.commands import CommandError, Commands
-from app.domain.plan_records import ACTIVE_COMMAND, audit, find
+from app.domain.plan_records import ACTIVE_COMMAND, RECORD, audit, find
 from app.protocol.proto import pb
 from app.storage import audit_log
 
@@ -44,10 +44,10 @@ async def _set_installed(db: AsyncSession, plan_id: uuid.UUID, entry: dict[str, 
     """The plan is installed, as the agent lists it (`entry`, kept as the install's detail)."""
     return (
         await db.execute(
-            text("""
+            text(f"""
         UPDATE plans SET state = 'installed', installed_at = coalesce(installed_at, now()),
           install_detail = CAST(:d AS jsonb), error = NULL, updated_at = now()
-        WHERE id = :id RETURNING *"""),
+        WHERE id = :id RETURNING {RECORD}"""),
             {"id": plan_id, "d": orjson.dumps(entry).decode()},
         )
     ).one()
@@ -57,9 +57,9 @@ async def _set_install_failed(db: AsyncSession, plan_id: uuid.UUID, why: str) ->
     """The plan's install failed, for the reason `why`."""
     return (
         await db.execute(
-            text("""
+            text(f"""
         UPDATE plans SET state = 'install_failed', error = :e, updated_at = now()
-        WHERE id = :id RETURNING *"""),
+        WHERE id = :id RETURNING {RECORD}"""),
             {"id": plan_id, "e": why},
         )
     ).one()
@@ -81,10 +81,10 @@ async def _settle_reverting(
         )
         new = (
             await db.execute(
-                text("""
+                text(f"""
             UPDATE plans SET state = 'reverted', reverted_at = now(), revert_detail = CAST(:d AS jsonb),
               error = NULL, updated_at = now()
-            WHERE id = :id RETURNING *"""),
+            WHERE id = :id RETURNING {RECORD}"""),
                 {"id": row.id, "d": orjson.dumps({"status": "reconciled", "reason": why, "listed": entry}).decode()},
             )
         ).one()
@@ -92,9 +92,9 @@ async def _settle_reverting(
         why = f"the revert did not complete: {source} still lists the plan as installed"
         new = (
             await db.execute(
-                text("""
+                text(f"""
             UPDATE plans SET state = 'installed', error = :e, updated_at = now()
-            WHERE id = :id RETURNING *"""),
+            WHERE id = :id RETURNING {RECORD}"""),
                 {"id": row.id, "e": why},
             )
         ).one()
@@ -374,10 +374,10 @@ class Reconciliation:
                     )
                     new = (
                         await db.execute(
-                            text("""
+                            text(f"""
                         UPDATE plans SET state = 'reverted', reverted_at = now(),
                           revert_detail = CAST(:d AS jsonb), updated_at = now()
-                        WHERE id = :id RETURNING *"""),
+                        WHERE id = :id RETURNING {RECORD}"""),
                             {
                                 "id": r.id,
                                 "d": orjson.dumps({"status": "reconciled", "reason": why, "listed": entry}).decode(),

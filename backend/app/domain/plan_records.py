@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.live import LiveHub
 from app.storage import audit_log
+from app.storage.models import Plan
 
 log = logging.getLogger("hotpath.plans")
 
@@ -20,16 +21,20 @@ FINAL = ("failed", "cancelled", "rejected", "reverted", "stale")
 ACTIVE_COMMAND = ("queued", "sent", "running")
 
 
+# A plan's record: every column but its body (plan_json, the agent's plan, up to 16 MiB, which never
+# changes once stored: GET .../plans/{id}/body serves it), with its group's function names root first
+# (the plan was checked when stored: plan_check) and whether it has a body. Every read and RETURNING of
+# the plan domain names these columns, so no poll, step or reconciliation loads the body.
+RECORD = ", ".join(c.name for c in Plan.__table__.columns if c.name != "plan_json") + (
+    ", coalesce(jsonb_path_query_array(plan_json, '$.group[*].function ? (@.type() == \"string\")'), '[]') AS members"
+    ", plan_json IS NOT NULL AS has_body"
+)
+
+
 def publish_state(hub: LiveHub, host_id: str, plan_id: str, state: str) -> None:
     """Tell the consoles showing the host that one of its plans changed state, once the change is
     committed: an approval shows on the requester's open page at once, not at its next poll."""
     hub.publish(f"host:{host_id}", {"type": "plan", "host_id": host_id, "plan_id": str(plan_id), "state": state})
-
-
-def _members(plan_json: Any) -> list[str]:
-    """The group's function names, root first (the plan was checked when stored: plan_check)."""
-    group = plan_json.get("group") if isinstance(plan_json, dict) else None
-    return [g["function"] for g in group or () if isinstance(g, dict) and isinstance(g.get("function"), str)]
 
 
 def is_hot_set(r: Row[Any]) -> bool:
@@ -78,16 +83,25 @@ def public(r: Row[Any], detail: bool = False) -> dict[str, Any]:
         "before_measurement": r.before_measurement,
         "after_measurement": r.after_measurement,
         "updated_at": r.updated_at,
-        "members": _members(r.plan_json),
+        "members": list(r.members or ()),
         "hot_set": is_hot_set(r),
     }
     if detail:
-        out["plan"] = r.plan_json
+        out["body_etag"] = body_etag(r)
         out["install_detail"] = r.install_detail
         out["revert_detail"] = r.revert_detail
         out["install_command"] = str(r.install_command) if r.install_command else None
         out["revert_command"] = str(r.revert_command) if r.revert_command else None
     return out
+
+
+def body_etag(r: Row[Any]) -> str | None:
+    """The entity tag of the plan's body (None: it has none): the body is stored once, when the agent's
+    answer is checked, and never changes, so the plan's id and the time it was stored name it."""
+    if not r.has_body:
+        return None
+    stored = r.ready_at or r.updated_at
+    return f'"{r.id}.{int(stored.timestamp() * 1_000_000)}"'
 
 
 def audit(db: AsyncSession, actor: str, action: str, row: Row[Any], **extra: Any) -> None:
@@ -109,7 +123,7 @@ def audit(db: AsyncSession, actor: str, action: str, row: Row[Any], **extra: Any
 async def find(db: AsyncSession, host_id: str, plan_id: uuid.UUID, lock: bool = False) -> Row[Any] | None:
     return (
         await db.execute(
-            text("SELECT * FROM plans WHERE id = :id AND host_id = :h" + (" FOR UPDATE" if lock else "")),
+            text(f"SELECT {RECORD} FROM plans WHERE id = :id AND host_id = :h" + (" FOR UPDATE" if lock else "")),
             {"id": plan_id, "h": host_id},
         )
     ).first()
@@ -153,7 +167,10 @@ async def refresh_stale(db: AsyncSession, host_id: str, plan_id: uuid.UUID | Non
     """Mark the host's plans that no longer fit their target stale (audited); the caller commits."""
     rows = (
         await db.execute(
-            text("SELECT * FROM plans WHERE host_id = :h AND state = ANY(:s)" + (" AND id = :id" if plan_id else "")),
+            text(
+                f"SELECT {RECORD} FROM plans WHERE host_id = :h AND state = ANY(:s)"
+                + (" AND id = :id" if plan_id else "")
+            ),
             {"h": host_id, "s": list(STALE_FROM), "id": plan_id},
         )
     ).all()
@@ -163,9 +180,9 @@ async def refresh_stale(db: AsyncSession, host_id: str, plan_id: uuid.UUID | Non
             continue
         changed = (
             await db.execute(
-                text("""
+                text(f"""
             UPDATE plans SET state = 'stale', stale_reason = :w, updated_at = now()
-            WHERE id = :id AND state = :s RETURNING *"""),
+            WHERE id = :id AND state = :s RETURNING {RECORD}"""),
                 {"id": r.id, "s": r.state, "w": why},
             )
         ).first()

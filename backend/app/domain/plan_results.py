@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.config import Settings
 from app.domain import plan_check
 from app.domain.commands import Answer
-from app.domain.plan_records import audit, is_hot_set
+from app.domain.plan_records import RECORD, audit, is_hot_set
 from app.gen.plan import Plan
 from app.protocol.agent_input import InvalidInput
 from app.protocol.proto import pb
@@ -71,7 +71,7 @@ async def _hot_set_root(db: AsyncSession, row: Row[Any], plan: Plan) -> tuple[st
 async def on_plan_result(db: AsyncSession, settings: Settings, cmd: Row[Any], result: "pb.CommandResult") -> Answer:
     """Check a MakePlan answer and store the plan, or fail it with the reason; nothing unchecked is kept."""
     plan_id = uuid.UUID(cmd.params["plan_id"])
-    row = (await db.execute(text("SELECT * FROM plans WHERE id = :id FOR UPDATE"), {"id": plan_id})).first()
+    row = (await db.execute(text(f"SELECT {RECORD} FROM plans WHERE id = :id FOR UPDATE"), {"id": plan_id})).first()
     if row is None or row.state != "planning":
         return None, "the plan this answers is not being made"
     if not result.ok:
@@ -107,12 +107,12 @@ async def on_plan_result(db: AsyncSession, settings: Settings, cmd: Row[Any], re
             estimated = bool(profile.get("estimated")) if isinstance(profile, dict) else False
             changed = (
                 await db.execute(
-                    text("""
+                    text(f"""
                 UPDATE plans SET state = :s, error = :e, plan_json = CAST(:j AS jsonb), plan_status = :ps,
                   estimated = :est, code_sha256 = :h, build_id = :b, target_pid = :pid, target_start_time = :st,
                   target_module = :mod, kernel_build_id = :kb, ready_at = now(), updated_at = now(),
                   root_digest = :rd, root_function_index = :ri, root_name = :rn
-                WHERE id = :id RETURNING *"""),
+                WHERE id = :id RETURNING {RECORD}"""),
                     {
                         "id": plan_id,
                         "rd": root[0],
@@ -143,8 +143,8 @@ async def on_plan_result(db: AsyncSession, settings: Settings, cmd: Row[Any], re
     assert why is not None
     changed = (
         await db.execute(
-            text("""
-        UPDATE plans SET state = 'failed', error = :e, updated_at = now() WHERE id = :id RETURNING *"""),
+            text(f"""
+        UPDATE plans SET state = 'failed', error = :e, updated_at = now() WHERE id = :id RETURNING {RECORD}"""),
             {"id": plan_id, "e": why[:4000]},
         )
     ).one()
@@ -168,7 +168,7 @@ def _detail_json(text_: str, what: str) -> dict[str, Any]:
 
 async def on_install_result(db: AsyncSession, cmd: Row[Any], result: "pb.CommandResult") -> Answer:
     plan_id = uuid.UUID(cmd.params["plan_id"])
-    row = (await db.execute(text("SELECT * FROM plans WHERE id = :id FOR UPDATE"), {"id": plan_id})).first()
+    row = (await db.execute(text(f"SELECT {RECORD} FROM plans WHERE id = :id FOR UPDATE"), {"id": plan_id})).first()
     if row is None or row.state != "installing":
         return None, "the plan this answers is not being installed"
     if not result.ok:
@@ -181,9 +181,9 @@ async def on_install_result(db: AsyncSession, cmd: Row[Any], result: "pb.Command
         return None, f"the agent did not install it ({status}): {detail.get('error') or ''}".strip()
     changed = (
         await db.execute(
-            text("""
+            text(f"""
         UPDATE plans SET state = 'installed', installed_at = now(), install_detail = CAST(:d AS jsonb),
-          error = NULL, updated_at = now() WHERE id = :id RETURNING *"""),
+          error = NULL, updated_at = now() WHERE id = :id RETURNING {RECORD}"""),
             {"id": plan_id, "d": orjson.dumps(detail).decode()},
         )
     ).one()
@@ -193,7 +193,7 @@ async def on_install_result(db: AsyncSession, cmd: Row[Any], result: "pb.Command
 
 async def on_revert_result(db: AsyncSession, cmd: Row[Any], result: "pb.CommandResult") -> Answer:
     plan_id = uuid.UUID(cmd.params["plan_id"])
-    row = (await db.execute(text("SELECT * FROM plans WHERE id = :id FOR UPDATE"), {"id": plan_id})).first()
+    row = (await db.execute(text(f"SELECT {RECORD} FROM plans WHERE id = :id FOR UPDATE"), {"id": plan_id})).first()
     if row is None or row.state != "reverting":
         return None, "the plan this answers is not being reverted"
     is_revert = result.WhichOneof("kind") == "install" and result.install.plan_id == str(plan_id)
@@ -210,9 +210,9 @@ async def on_revert_result(db: AsyncSession, cmd: Row[Any], result: "pb.CommandR
         return None, f"the agent did not revert it ({status}): {detail.get('error') or ''}".strip()
     changed = (
         await db.execute(
-            text("""
+            text(f"""
         UPDATE plans SET state = 'reverted', reverted_at = now(), revert_detail = CAST(:d AS jsonb),
-          error = NULL, updated_at = now() WHERE id = :id RETURNING *"""),
+          error = NULL, updated_at = now() WHERE id = :id RETURNING {RECORD}"""),
             {"id": plan_id, "d": orjson.dumps({**detail, "status": status}).decode()},
         )
     ).one()
@@ -244,20 +244,20 @@ async def after_end(db: AsyncSession, cmd: Row[Any]) -> None:
     if cmd.kind == "make_plan":
         sql = (
             "UPDATE plans SET state = :s, error = coalesce(error, :e), updated_at = now() "
-            "WHERE id = :id AND state = 'planning' RETURNING *"
+            f"WHERE id = :id AND state = 'planning' RETURNING {RECORD}"
         )
         params = {"s": "cancelled" if cmd.state == "cancelled" else "failed"}
         action = "plan_not_made"
     elif cmd.kind == "install_plan":
         sql = (
             "UPDATE plans SET state = 'install_failed', error = :e, updated_at = now() "
-            "WHERE id = :id AND state = 'installing' RETURNING *"
+            f"WHERE id = :id AND state = 'installing' RETURNING {RECORD}"
         )
         params, action = {}, "plan_install_failed"
     elif cmd.kind == "revert_plan":
         sql = (
             "UPDATE plans SET state = 'installed', error = :e, updated_at = now() "
-            "WHERE id = :id AND state = 'reverting' RETURNING *"
+            f"WHERE id = :id AND state = 'reverting' RETURNING {RECORD}"
         )
         params, action = {}, "plan_revert_failed"
     else:

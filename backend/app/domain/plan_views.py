@@ -14,7 +14,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.domain import plan_compare
-from app.domain.plan_records import find, public, refresh_stale
+from app.domain.plan_records import RECORD, find, public, refresh_stale
 from app.storage import measurements, samples
 
 log = logging.getLogger("hotpath.plans")
@@ -59,7 +59,7 @@ async def list_plans(
         where.append("root_function_index = :i")
         params["i"] = function_index
     rows = await db.execute(
-        text(f"SELECT * FROM plans WHERE {' AND '.join(where)} ORDER BY created_at DESC LIMIT :l"), params
+        text(f"SELECT {RECORD} FROM plans WHERE {' AND '.join(where)} ORDER BY created_at DESC LIMIT :l"), params
     )
     return [public(r) for r in rows]
 
@@ -71,6 +71,11 @@ async def get_plan(db: AsyncSession, host_id: str, plan_id: uuid.UUID) -> dict[s
     if row is None:
         return None
     return await detail(db, host_id, row)
+
+
+async def body_text(db: AsyncSession, plan_id: uuid.UUID) -> str | None:
+    """The plan's body as stored, in JSON text (Postgres renders it: it is not parsed here)."""
+    return (await db.execute(text("SELECT plan_json::text FROM plans WHERE id = :id"), {"id": plan_id})).scalar()
 
 
 async def detail(db: AsyncSession, host_id: str, row: Row[Any]) -> dict[str, Any]:

@@ -48,8 +48,9 @@ from app.core.config import Settings
 from app.core.live import LiveHub
 from app.domain import plan_compare
 from app.domain.commands import Answer, CommandError, Commands
+from app.domain.plan_payload import install_payload
 from app.domain.plan_reconcile import Reconciliation
-from app.domain.plan_records import audit, find, public, publish_state, refresh_stale, stale_reason
+from app.domain.plan_records import RECORD, audit, find, public, publish_state, refresh_stale, stale_reason
 from app.domain.plan_results import after_end, on_install_result, on_list_result, on_plan_result, on_revert_result
 from app.domain.plan_views import detail
 from app.storage import measurements
@@ -117,15 +118,16 @@ class Plans(Reconciliation):
         )
 
     async def _plan_json(self, cmd: Any) -> str:
-        """What an install carries: the plan as the backend checked and stored it; the agent recomputes
-        its hash and refuses it unless it is the approved one."""
+        """What an install carries: the plan as the backend checked and stored it, cut to what the
+        agent's installer reads (plan_payload); the agent recomputes its code's hash and refuses it
+        unless it is the approved one."""
         async with self.sessionmaker() as db:
             stored = (
                 await db.execute(
                     text("SELECT plan_json FROM plans WHERE id = :id"), {"id": uuid.UUID(cmd.params["plan_id"])}
                 )
             ).scalar()
-        return orjson.dumps(stored).decode() if stored is not None else ""
+        return orjson.dumps(install_payload(stored)).decode() if isinstance(stored, dict) else ""
 
     async def _published(self, host_id: str, cmd: Any) -> None:
         """A plan command's answer moved its plan (ready, installed, reverted, failed): say so live."""
@@ -216,10 +218,10 @@ class Plans(Reconciliation):
             raise PlanError(exc.status, exc.detail) from None
         row = (
             await db.execute(
-                text("""
+                text(f"""
             INSERT INTO plans (id, host_id, target_id, root_digest, root_function_index, root_name, options, state,
                                make_command, created_by)
-            VALUES (:id, :h, :t, :d, :i, :n, CAST(:o AS jsonb), 'planning', :c, :by) RETURNING *"""),
+            VALUES (:id, :h, :t, :d, :i, :n, CAST(:o AS jsonb), 'planning', :c, :by) RETURNING {RECORD}"""),
                 {
                     "id": plan_id,
                     "h": host_id,
@@ -260,7 +262,9 @@ class Plans(Reconciliation):
             check(row)
         changed = (
             await db.execute(
-                text(f"UPDATE plans SET {sql_set}, updated_at = now() WHERE id = :id AND state = :was RETURNING *"),
+                text(
+                    f"UPDATE plans SET {sql_set}, updated_at = now() WHERE id = :id AND state = :was RETURNING {RECORD}"
+                ),
                 {"id": plan_id, "was": row.state, **params},
             )
         ).one()
@@ -379,9 +383,9 @@ class Plans(Reconciliation):
             raise PlanError(exc.status, exc.detail) from None
         changed = (
             await db.execute(
-                text("""
+                text(f"""
             UPDATE plans SET state = 'reverting', revert_by = :by, revert_command = :c, updated_at = now()
-            WHERE id = :id AND state = 'installed' RETURNING *"""),
+            WHERE id = :id AND state = 'installed' RETURNING {RECORD}"""),
                 {"id": plan_id, "by": actor, "c": uuid.UUID(cmd["id"])},
             )
         ).one()
@@ -535,10 +539,10 @@ class Plans(Reconciliation):
             async with self.sessionmaker() as db:
                 row = (
                     await db.execute(
-                        text("""
+                        text(f"""
                     UPDATE plans SET state = 'install_failed', error = 'the backend could not run the install',
                       updated_at = now() WHERE id = :id AND state = 'installing' AND install_command IS NULL
-                    RETURNING *"""),
+                    RETURNING {RECORD}"""),
                         {"id": plan_id},
                     )
                 ).first()

@@ -77,8 +77,10 @@ async def test_a_plan_is_made_by_the_agent_checked_stored_and_audited(backend, c
     assert p["state"] == "ready", p["error"]
     assert p["code_sha256"] == FIXTURE["code"]["sha256"] and p["build_id"] == "ab" * 20
     assert (p["target_pid"], p["target_start_time"]) == (4242, 1000)
-    assert p["plan"]["root"] == "srv_fn_2" and p["plan"]["group"][0]["function"] == "srv_fn_2"
-    assert p["plan"]["icache_after"]["hot_lines"] == FIXTURE["icache_after"]["hot_lines"]
+    assert "plan" not in p and p["members"][0] == "srv_fn_2" and p["body_etag"]
+    body = (await client.get(f"/api/v1/hosts/{host_id}/plans/{plan_id}/body")).json()
+    assert body["root"] == "srv_fn_2" and body["group"][0]["function"] == "srv_fn_2"
+    assert body["icache_after"]["hot_lines"] == FIXTURE["icache_after"]["hot_lines"]
     sent = next(c for c in agent.commands if c.WhichOneof("kind") == "make_plan")
     assert sent.make_plan.plan_id == plan_id and sent.make_plan.digest == digest and sent.make_plan.seconds == 1
     listed = (await client.get(f"/api/v1/hosts/{host_id}/plans", params={"target": TARGET})).json()
@@ -136,7 +138,7 @@ async def test_a_malformed_or_lying_plan_is_refused_and_nothing_of_it_is_stored(
     plan_id = await _make(client, host_id, digest)
     p = await _until(client, host_id, plan_id, "ready", "failed")
     assert p["state"] == "failed" and reason in p["error"], p["error"]
-    assert p["plan"] is None and p["code_sha256"] is None
+    assert p["body_etag"] is None and p["code_sha256"] is None
     cmd = (await client.get(f"/api/v1/hosts/{host_id}/commands/{p['make_command']}")).json()
     assert cmd["state"] == "failed" and "refused" in cmd["error"]
     trail = (await client.get(f"/api/v1/hosts/{host_id}/plans/{plan_id}/audit")).json()
@@ -154,7 +156,7 @@ async def test_a_plan_larger_than_the_limit_is_refused(backend, client, unique):
         p = await _until(client, host_id, plan_id, "ready", "failed")
     finally:
         backend.runtime.settings.max_plan_bytes = limit
-    assert p["state"] == "failed" and "at most 20000" in p["error"] and p["plan"] is None
+    assert p["state"] == "failed" and "at most 20000" in p["error"] and p["body_etag"] is None
     await agent.close()
 
 
@@ -949,7 +951,8 @@ async def _plan_field(client, host_id, plan_id, field):
 
 async def test_a_16_mib_plan_fits_the_stream_both_ways(backend, client, unique):
     """The plan size limit and the gRPC message limit are one setting: a plan of max_plan_bytes travels
-    from the agent (PlanResult) and back to it (InstallPlan)."""
+    from the agent (PlanResult), is stored and served whole (its body), and its install carries what the
+    agent's installer reads (InstallPlan)."""
     settings = backend.runtime.settings
     assert settings.max_plan_bytes == 16 << 20
     assert settings.grpc_max_message_bytes >= settings.max_plan_bytes + (64 << 10)
@@ -975,5 +978,9 @@ async def test_a_16_mib_plan_fits_the_stream_both_ways(backend, client, unique):
         sent = next(
             c for c in agent.commands if c.WhichOneof("kind") == "install_plan" and c.install_plan.plan_id == plan_id
         )
-        assert len(sent.install_plan.plan_json) > (16 << 20) - (64 << 10)  # as stored: compact JSON
+        # The install carries what the agent's installer reads, not the rest of the 16 MiB.
+        carried = json.loads(sent.install_plan.plan_json)
+        assert "notes_padding" not in carried and len(sent.install_plan.plan_json) < len(json.dumps(FIXTURE))
+        body = await client.get(f"{base}/{plan_id}/body")
+        assert len(body.content) > (16 << 20) - (64 << 10) and "notes_padding" in body.json()
     await agent.close()

@@ -126,7 +126,7 @@ async def test_an_agent_answering_the_other_kind_of_plan_is_refused(backend, cli
     plan_id = await _hot_set(client, host_id)
     p = await _until(client, host_id, plan_id, "failed", "ready")
     assert p["state"] == "failed" and "not of the hot set" in p["error"], p["error"]
-    assert p["plan"] is None and p["code_sha256"] is None
+    assert p["body_etag"] is None and p["code_sha256"] is None
 
     def hot_plan(plan):
         plan["options"]["hot_set"] = True

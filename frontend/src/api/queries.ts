@@ -75,6 +75,7 @@ export const keys = {
   planList: (hostId: string, digest: string, index: number) => ["host", hostId, "plans", digest, index] as const,
   installedPlans: (hostId: string, target: string) => ["host", hostId, "plans", "installed", target] as const,
   plan: (hostId: string, planId: string) => ["host", hostId, "plan", planId] as const,
+  planBody: (hostId: string, planId: string, etag: string) => ["plan-body", hostId, planId, etag] as const,
   planAudit: (hostId: string, planId: string, version: string) =>
     ["host", hostId, "plan", planId, "audit", version] as const,
   planMember: (hostId: string, target: string, fn: string, address: string) =>
@@ -698,6 +699,26 @@ export function usePlan(
   refreshMs: (p: PlanDetail | undefined) => number | false,
 ) {
   return useQuery({ ...planQuery(hostId, planId), enabled, retry, refetchInterval: (q) => refreshMs(q.state.data) });
+}
+
+/** A plan's body (the agent's plan, up to 16 MiB), as bytes: read once per plan and body version (the
+ *  record's `body_etag`; it never changes once stored), never polled, and parsed off the main thread by
+ *  the page's worker (usePlanView). */
+export const planBodyQuery = (hostId: string, planId: string, etag: string) =>
+  queryOptions<ArrayBuffer, Error>({
+    queryKey: keys.planBody(hostId, planId, etag),
+    queryFn: () =>
+      unwrap<ArrayBuffer>(
+        api.GET("/api/v1/hosts/{host_id}/plans/{plan_id}/body", {
+          params: { path: { host_id: hostId, plan_id: planId } },
+          parseAs: "arrayBuffer",
+        }),
+      ),
+    staleTime: Infinity,
+  });
+
+export function usePlanBody(hostId: string, planId: string, etag: string | null | undefined) {
+  return useQuery({ ...planBodyQuery(hostId, planId, etag ?? ""), enabled: !!etag, retry });
 }
 
 export const planAuditQuery = (hostId: string, planId: string, version: string) =>

@@ -72,6 +72,8 @@ export type SlotValues = S["SlotValues"];
 export type MeasurementCreate = S["MeasurementCreate"];
 export type Plan = S["PlanPublic"];
 export type PlanDetail = S["PlanDetail"];
+/** A plan's body: the agent's plan as the backend checked it (GET .../plans/{id}/body). */
+export type PlanBody = S["Plan"];
 export type PlanState = Plan["state"];
 export type PlanWindow = NonNullable<S["PlanComparison"]["before"]>;
 export type PlanAuditEntry = S["PlanAuditEntry"];

@@ -8,7 +8,7 @@ import { App } from "../App";
 
 export function renderApp(url: string) {
   const qc = new QueryClient({ defaultOptions: { queries: { retry: false, refetchInterval: false } } });
-  return render(
+  const out = render(
     <QueryClientProvider client={qc}>
       <AuthProvider>
         <MemoryRouter initialEntries={[url]} future={{ v7_startTransition: true, v7_relativeSplatPath: true }}>
@@ -17,4 +17,5 @@ export function renderApp(url: string) {
       </AuthProvider>
     </QueryClientProvider>,
   );
+  return { ...out, queryClient: qc };
 }

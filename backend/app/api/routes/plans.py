@@ -6,17 +6,24 @@ and rejecting need the approver role and a user other than the one who requested
 allowed only for an approved plan that still fits its target; the agent is sent the approved code
 hash and refuses anything else. Comparing an installed plan with the original code needs the role
 that installs. Reading plans and their audit trail needs a signed-in user.
+
+A plan is served in two parts: its record (GET /plans/{id} and every step's answer: state, members,
+workflow, comparisons; small, polled) and its body (GET /plans/{id}/body: the agent's plan, up to
+16 MiB, stored once when the agent's answer is checked and never changed), fetched once and cacheable
+forever under its entity tag (the record's `body_etag`); If-None-Match with it gets 304.
 """
 
+import gzip
 import uuid
 from collections.abc import Awaitable
 from typing import Annotated, Any, NoReturn
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
 from app.api.responses import NOT_FOUND, FastJSON, Responses
+from app.api.routes.catalogs import IMMUTABLE
 from app.api.routes.hosts import ExistingHost
 from app.api.schemas import (
     Message,
@@ -30,6 +37,7 @@ from app.api.schemas import (
     PlanState,
 )
 from app.domain import plan_records, plan_views, plans
+from app.gen.plan import Plan as GenPlan
 from app.runtime import Runtime
 from app.storage.models import User
 
@@ -78,12 +86,56 @@ async def list_plans(
 
 @router.get("/{plan_id}", response_model=PlanDetail, responses=NOT_FOUND)
 async def get_plan(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, _: CurrentUser) -> FastJSON:
-    """One plan with the agent's plan JSON, the install's and revert's details, and the root's figures
-    before and after the install."""
+    """One plan's record: its state and workflow, the install's and revert's details, the root's figures
+    before and after the install and the latest interleaved comparison; not its body (GET
+    /plans/{id}/body, whose entity tag is `body_etag`)."""
     out = await plan_views.get_plan(session, host_id, plan_id)
     if out is None:
         raise HTTPException(404, "Plan not found")
     return FastJSON(out)
+
+
+def _matches(if_none_match: str, etag: str) -> bool:
+    """Whether an If-None-Match header names the entity tag (weakly, as RFC 9110 compares for GET);
+    anything malformed matches nothing, so the body is sent."""
+    tags = [t.strip() for t in if_none_match.split(",")]
+    return "*" in tags or etag in (t[2:] if t.startswith("W/") else t for t in tags)
+
+
+@router.get(
+    "/{plan_id}/body",
+    response_model=None,
+    responses={
+        200: {"model": GenPlan, "description": "The agent's plan as the backend checked it"},
+        304: {"description": "Not modified: the copy the client holds (If-None-Match) is this body"},
+        **NOT_FOUND,
+        409: {"model": Message, "description": "The plan is still being made: it has no body yet"},
+    },
+)
+async def get_plan_body(
+    host_id: ExistingHost, plan_id: uuid.UUID, request: Request, session: SessionDep, _: CurrentUser
+) -> Response:
+    """The plan's body: the agent's plan (hotpathd plan --json) as the backend checked it, its shape
+    proto/hotpath/v1/plan.schema.json. It never changes once stored, so it is served with its entity
+    tag and `Cache-Control: private, max-age=one year, immutable`."""
+    row = await plan_records.find(session, host_id, plan_id)
+    if row is None:
+        raise HTTPException(404, "Plan not found")
+    etag = plan_records.body_etag(row)
+    if etag is None:
+        if row.state == "planning":
+            raise HTTPException(409, "The plan is still being made: its body is stored when the agent's plan is")
+        raise HTTPException(404, f"The plan has no body: it is {row.state} without a plan from the agent")
+    headers = {"ETag": etag, "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding"}
+    if _matches(request.headers.get("if-none-match", ""), etag):
+        return Response(status_code=304, headers=headers)
+    stored = await plan_views.body_text(session, plan_id)
+    if stored is None:  # gone between the two reads
+        raise HTTPException(404, "Plan not found")
+    if "gzip" in request.headers.get("accept-encoding", "").lower():
+        packed = gzip.compress(stored.encode(), compresslevel=1, mtime=0)
+        return Response(packed, media_type="application/json", headers={**headers, "Content-Encoding": "gzip"})
+    return Response(stored, media_type="application/json", headers=headers)
 
 
 @router.get("/{plan_id}/audit", response_model=list[PlanAuditEntry], responses=NOT_FOUND)

@@ -7,8 +7,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.gen.plan import Plan as GenPlan
-
 PlanState = Literal[
     "planning",
     "ready",
@@ -237,9 +235,12 @@ class PlanInterleaved(BaseModel):
 
 
 class PlanDetail(PlanPublic):
-    plan: GenPlan | None = Field(
-        description="The agent's plan (hotpathd plan --json) as the backend checked it; "
-        "its shape is proto/hotpath/v1/plan.schema.json"
+    """A plan's record, polled while the agent works on it: everything but its body (the agent's plan,
+    up to 16 MiB, served once by GET .../plans/{id}/body)."""
+
+    body_etag: str | None = Field(
+        description="The entity tag of the plan's body (GET .../plans/{id}/body), which never changes once "
+        "stored; null while the plan has no body (planning, or failed before the agent's plan was stored)"
     )
     install_detail: dict[str, Any] | None
     revert_detail: dict[str, Any] | None

@@ -10,7 +10,15 @@
 // the plan's audit trail.
 import { Link, useParams } from "react-router-dom";
 import { useState } from "react";
-import { useCommandPolledWhile, useMe, usePlan, usePlanAudit, usePlanStep, type PlanStep } from "../../api/queries";
+import {
+  useCommandPolledWhile,
+  useMe,
+  usePlan,
+  usePlanAudit,
+  usePlanBody,
+  usePlanStep,
+  type PlanStep,
+} from "../../api/queries";
 import { useCancelCommand } from "../../api/measureQueries";
 import type { PlanDetail } from "../../api/types";
 import { ApiError } from "../../api/client";
@@ -20,7 +28,7 @@ import { useAuth } from "../../shared/AuthContext";
 import { HeatLegend, Heatmap } from "./Heatmap";
 import { Interleaved } from "./Interleaved";
 import { CodeSideBySide, MemberCfgs } from "./PlanCode";
-import { exactCountsLabel, type MemberView, type PlanView } from "./planModel";
+import { type MemberView, type PlanView } from "./planModel";
 import { usePlanView } from "./usePlanView";
 import { isPlanId, nextStep, stepRules } from "./workflowModel";
 
@@ -52,16 +60,19 @@ export function PlanPage() {
   return <PlanBody hostId={hostId} plan={plan.data} />;
 }
 
-/** What the plan covers: a whole hot set (its functions, those kept in place) or one root's group. */
-export function planKind(plan: PlanDetail): string {
+/** What the plan covers: a whole hot set (its functions, those kept in place once its body is shaped)
+ *  or one root's group. */
+export function planKind(plan: PlanDetail, view: PlanView | null): string {
   if (!plan.hot_set) return "one root and its hot callees";
-  if (!plan.plan) return "whole hot set (being sampled and planned)";
-  const kept = (plan.plan as { kept_in_place?: unknown[] }).kept_in_place?.length ?? 0;
-  return `whole hot set: ${plan.members.length} functions, first laid out ${plan.root_name}; ${kept} kept in place`;
+  if (!plan.body_etag) return "whole hot set (being sampled and planned)";
+  const made = `whole hot set: ${plan.members.length} functions, first laid out ${plan.root_name}`;
+  return view ? `${made}; ${view.kept.length} kept in place` : made;
 }
 
 function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
-  const shaped = usePlanView(plan.plan, plan.estimated);
+  // The record is polled; the body (up to 16 MiB) is read once per version and shaped in a worker.
+  const body = usePlanBody(hostId, plan.id, plan.body_etag);
+  const shaped = usePlanView(body.data, plan.estimated);
   const make = useCommandPolledWhile(hostId, plan.make_command, plan.state === "planning");
   return (
     <section className="plan-page">
@@ -72,7 +83,7 @@ function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
       <dl className="facts">
         <div>
           <dt>Kind</dt>
-          <dd data-testid="plan-kind">{planKind(plan)}</dd>
+          <dd data-testid="plan-kind">{planKind(plan, shaped.view)}</dd>
         </div>
         <div>
           <dt>State</dt>
@@ -99,10 +110,8 @@ function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
           <dd>
             {plan.estimated ? (
               <span className="estimate">estimated (sampled)</span>
-            ) : plan.plan ? (
-              <span title={(plan.plan as { profile?: { source?: string } }).profile?.source}>
-                {exactCountsLabel(plan.plan)}
-              </span>
+            ) : shaped.view ? (
+              <span title={shaped.view.countsSource}>{shaped.view.counts}</span>
             ) : (
               "—"
             )}
@@ -128,9 +137,9 @@ function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
       <Workflow hostId={hostId} plan={plan} />
       <InterleavedSection hostId={hostId} plan={plan} />
       <Comparison plan={plan} />
-      {shaped.error && (
+      {(shaped.error ?? body.error) && (
         <p className="error" role="alert">
-          The plan could not be shown: {shaped.error}
+          The plan could not be shown: {shaped.error ?? body.error?.message}
         </p>
       )}
       {shaped.view && <PlanFigures view={shaped.view} hostId={hostId} target={plan.target_id} />}

@@ -3,7 +3,7 @@
 // draws: the I-cache grids before and after (sets × ways, conflicting sets beyond their ways), the
 // footprint figures, the chain table, each group function's blocks in layout order coloured hot/cold
 // by chain, the kept-in-place exclusions, and the emitted code as a listing. Pure: it runs in a worker.
-import type { PlanDetail } from "../../api/types";
+import type { PlanBody } from "../../api/types";
 
 export interface HeatCell {
   set: number;
@@ -77,12 +77,15 @@ export interface PlanView {
   listing: ListingLine[] | null;
   hexLines: string[];
   bottleneck: string;
+  /** How the exact counts were taken (exactCountsLabel) and the profile's own words. */
+  counts: string;
+  countsSource: string;
 }
 
 // The plan's types are generated: proto/hotpath/v1/plan.schema.json → the backend's models → the OpenAPI
 // document → src/api/schema.d.ts. Members the backend's check leaves optional default here as they did
 // before (0, "", none).
-export type AgentPlan = NonNullable<PlanDetail["plan"]>;
+export type AgentPlan = PlanBody;
 export type AgentICache = NonNullable<AgentPlan["icache_before"]>;
 
 /** How a plan's exact block counts were taken, from its profile's source (the agent writes it): inline
@@ -121,6 +124,11 @@ export function heatGrid(ic: AgentICache | null | undefined): HeatGrid | null {
     hotBytes: ic.hot_bytes,
     cells,
   };
+}
+
+/** A plan's body as served (UTF-8 JSON bytes), parsed: in the page's worker for a large plan. */
+export function parsePlanBody(body: ArrayBuffer): AgentPlan {
+  return JSON.parse(new TextDecoder().decode(body)) as AgentPlan;
 }
 
 export function shapePlan(plan: AgentPlan | null | undefined, estimated: boolean): PlanView {
@@ -200,5 +208,7 @@ export function shapePlan(plan: AgentPlan | null | undefined, estimated: boolean
     listing,
     hexLines,
     bottleneck: p.bottleneck?.note ?? "",
+    counts: plan ? exactCountsLabel(plan) : "",
+    countsSource: (p as { profile?: { source?: string } }).profile?.source ?? "",
   };
 }
