@@ -13,7 +13,6 @@ workflow, comparisons; small, polled) and its body (GET /plans/{id}/body: the ag
 forever under its entity tag (the record's `body_etag`); If-None-Match with it gets 304.
 """
 
-import gzip
 import uuid
 from collections.abc import Awaitable
 from typing import Annotated, Any, NoReturn
@@ -22,7 +21,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
-from app.api.responses import NOT_FOUND, FastJSON, Responses
+from app.api.responses import NOT_FOUND, FastJSON, Responses, quick_gzip_json
 from app.api.routes.catalogs import IMMUTABLE
 from app.api.routes.hosts import ExistingHost
 from app.api.schemas import (
@@ -132,10 +131,7 @@ async def get_plan_body(
     stored = await plan_views.body_text(session, plan_id)
     if stored is None:  # gone between the two reads
         raise HTTPException(404, "Plan not found")
-    if "gzip" in request.headers.get("accept-encoding", "").lower():
-        packed = gzip.compress(stored.encode(), compresslevel=1, mtime=0)
-        return Response(packed, media_type="application/json", headers={**headers, "Content-Encoding": "gzip"})
-    return Response(stored, media_type="application/json", headers=headers)
+    return quick_gzip_json(request, stored, headers)
 
 
 @router.get("/{plan_id}/audit", response_model=list[PlanAuditEntry], responses=NOT_FOUND)

@@ -4,7 +4,6 @@ idle task's samples excluded by default, included, or alone), two ranges or two 
 flame graph, a function's callers and callees with the observed targets of its call sites, and its
 samples per instruction. Every read goes through app.storage.stacks (and app.storage.samples for instructions)."""
 
-import gzip
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -15,7 +14,7 @@ from starlette.responses import Response
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, AFromQuery, AToQuery, BFromQuery, BHostQuery, BToQuery, SampleRange, two_ranges
-from app.api.responses import BAD_BODY, NOT_FOUND, FastJSON
+from app.api.responses import BAD_BODY, NOT_FOUND, FastJSON, quick_gzip_json
 from app.api.routes.functions import FunctionId
 from app.api.routes.hosts import ExistingHost
 from app.api.schemas import (
@@ -37,11 +36,7 @@ def _quick_gzip(request: Request, content: dict[str, Any]) -> Response:
     middleware leaves a reply it finds encoded alone): an hour's definitions are megabytes a console
     asks for on its first view of a host, and the middleware's level took longer to compress them than
     the rest of their answer (bench/flame prints both levels on its hour)."""
-    body = orjson.dumps(content)
-    if len(body) >= 1024 and "gzip" in request.headers.get("accept-encoding", "").lower():
-        headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
-        return Response(gzip.compress(body, compresslevel=1, mtime=0), media_type="application/json", headers=headers)
-    return Response(body, media_type="application/json", headers={"Vary": "Accept-Encoding"})
+    return quick_gzip_json(request, orjson.dumps(content), {}, min_bytes=1024)
 
 
 def stack_filter(
