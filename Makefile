@@ -26,8 +26,9 @@ deps:
 deps-test:
 	./scripts/install-deps.sh test
 
+# the agent's objects build one per core (a clean clone compiles ~150 C files)
 agent:
-	$(MAKE) -C agent
+	$(MAKE) -C agent -j$(shell nproc)
 
 backend:
 	$(MAKE) -C backend setup proto openapi
