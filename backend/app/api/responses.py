@@ -49,3 +49,11 @@ def quick_gzip_json(request: Request, body: bytes | str, headers: dict[str, str]
         packed = gzip.compress(data, compresslevel=1, mtime=0)
         return Response(packed, media_type="application/json", headers={**headers, "Content-Encoding": "gzip"})
     return Response(data, media_type="application/json", headers=headers)
+
+
+def not_modified(request: Request, etag: str) -> bool:
+    """Whether the request's If-None-Match names the entity tag: weakly, as RFC 9110 compares for GET
+    (`W/"x"` matches `"x"`), a list or `*`; a missing or malformed header matches nothing, so the body is
+    sent."""
+    tags = [t.strip() for t in request.headers.get("if-none-match", "").split(",")]
+    return "*" in tags or etag in (t[2:] if t.startswith("W/") else t for t in tags)

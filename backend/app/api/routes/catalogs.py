@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 
 from app.api.deps import CurrentUser, SessionDep
-from app.api.responses import NOT_FOUND
+from app.api.responses import NOT_FOUND, not_modified
 from app.api.schemas import CatalogPublic
 from app.storage import catalog
 
@@ -50,7 +50,7 @@ async def get_catalog(digest: Digest, request: Request, session: SessionDep, _: 
     """One complete catalog piece in columns (functions in address order), cacheable forever."""
     etag = f'"{digest}"'
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding"}
-    if etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+    if not_modified(request, etag):
         return Response(status_code=304, headers=headers)
     entry = _cached(digest)
     if entry is None:

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
-from app.api.responses import NOT_FOUND, FastJSON, Responses, quick_gzip_json
+from app.api.responses import NOT_FOUND, FastJSON, Responses, not_modified, quick_gzip_json
 from app.api.routes.catalogs import IMMUTABLE
 from app.api.routes.hosts import ExistingHost
 from app.api.schemas import (
@@ -94,13 +94,6 @@ async def get_plan(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDe
     return FastJSON(out)
 
 
-def _matches(if_none_match: str, etag: str) -> bool:
-    """Whether an If-None-Match header names the entity tag (weakly, as RFC 9110 compares for GET);
-    anything malformed matches nothing, so the body is sent."""
-    tags = [t.strip() for t in if_none_match.split(",")]
-    return "*" in tags or etag in (t[2:] if t.startswith("W/") else t for t in tags)
-
-
 @router.get(
     "/{plan_id}/body",
     response_model=None,
@@ -126,7 +119,7 @@ async def get_plan_body(
             raise HTTPException(409, "The plan is still being made: its body is stored when the agent's plan is")
         raise HTTPException(404, f"The plan has no body: it is {row.state} without a plan from the agent")
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE, "Vary": "Accept-Encoding"}
-    if _matches(request.headers.get("if-none-match", ""), etag):
+    if not_modified(request, etag):
         return Response(status_code=304, headers=headers)
     stored = await plan_views.body_text(session, plan_id)
     if stored is None:  # gone between the two reads

@@ -38,6 +38,14 @@ async def test_catalog_by_digest_is_immutable_and_compressed(backend, client, ad
             assert int(packed.headers["content-length"]) * 2 < len(plain.content)
             again = await raw.get(url, headers={**auth, "If-None-Match": plain.headers["etag"]})
             assert again.status_code == 304 and again.content == b""
+            # If-None-Match compares weakly (RFC 9110), as the plan body's does: a weak tag, a list, `*`.
+            etag = plain.headers["etag"]
+            for inm in (f"W/{etag}", f'"other", {etag}', "*"):
+                again = await raw.get(url, headers={**auth, "If-None-Match": inm})
+                assert again.status_code == 304, inm
+            for inm in ('"other"', etag[1:], "W/"):
+                again = await raw.get(url, headers={**auth, "If-None-Match": inm, "Accept-Encoding": "identity"})
+                assert again.status_code == 200 and again.content == plain.content, inm
             assert (await raw.get(url)).status_code == 401
         missing = await client.get("/api/v1/catalogs/" + "0" * 64)
         assert missing.status_code == 404
