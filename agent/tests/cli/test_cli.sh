@@ -8,7 +8,8 @@ set -u
 HP=${HOTPATHD:-build/hotpathd}
 FIX=${HP_FIXTURES:-tests/fixtures}
 TMP=$(mktemp -d /tmp/hotpath-cli-XXXXXX)
-trap 'rm -rf "$TMP"; [ -n "${PID:-}" ] && kill "$PID" 2>/dev/null' EXIT
+trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "$0")/wait.sh"
 
 ok() { echo "ok - $1"; }
 fail() { echo "FAIL - $1: $2"; }
@@ -154,18 +155,23 @@ t_install_bad_plan_file() {
 }
 check install_bad_plan_file_errors t_install_bad_plan_file
 
+# check runs this in a command substitution: the process's output goes elsewhere (it would hold the
+# substitution open), and it is killed on every way out (PID set here does not reach the EXIT trap).
 t_pid_inspect() {
-	"$TMP/loop" &
-	PID=$!
-	sleep 0.2
-	"$HP" inspect pid "$PID" fx_work --json >"$TMP/p.json" || return 1
-	python3 -c "$JSON_CHECK" fx_work fx_classify <"$TMP/p.json" || return 1
-	"$HP" inspect pid "$PID" nanosleep | grep -q 'libc.so' || return 1
-	kill "$PID"; wait "$PID" 2>/dev/null
-	local out rc
-	out=$("$HP" inspect pid "$PID" fx_work 2>&1); rc=$?
-	PID=
+	"$TMP/loop" >/dev/null 2>&1 &
+	local pid=$! out rc
+	pid_inspect_live "$pid"
+	rc=$?
+	kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+	[ "$rc" -eq 0 ] || return 1
+	out=$("$HP" inspect pid "$pid" fx_work 2>&1); rc=$?
 	[ "$rc" -eq 1 ] && grep -q 'does not exist' <<<"$out"
+}
+pid_inspect_live() {
+	wait_in_sleep "$1" || return 1
+	"$HP" inspect pid "$1" fx_work --json >"$TMP/p.json" || return 1
+	python3 -c "$JSON_CHECK" fx_work fx_classify <"$TMP/p.json" || return 1
+	"$HP" inspect pid "$1" nanosleep | grep -q 'libc.so'
 }
 check pid_inspect_live_and_gone t_pid_inspect
 

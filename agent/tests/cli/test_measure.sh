@@ -14,6 +14,7 @@ cleanup() {
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
+. "$(dirname "$0")/wait.sh"
 
 ok() { echo "ok - $1"; }
 fail() { echo "FAIL - $1: $2"; }
@@ -33,8 +34,7 @@ start_fixture() {
 	"$TMP/measured" "$@" >"$TMP/fixture.out" 2>&1 &
 	FPID=$!
 	PIDS+=("$FPID")
-	for _ in $(seq 100); do grep -q ready "$TMP/fixture.out" 2>/dev/null && return 0; sleep 0.05; done
-	return 1
+	wait_for "$TMP/fixture.out" ready
 }
 
 # measure_fixture OUT ARGS...: run hotpathd measure on the fixture in the background, release the
@@ -44,7 +44,8 @@ measure_fixture() {
 	shift
 	"$HP" measure pid "$FPID" "$@" >"$out" 2>"$out.err" </dev/null &
 	local hp=$!
-	for _ in $(seq 200); do grep -q 'armed' "$out.err" 2>/dev/null && break; sleep 0.05; done
+	# Released before its probes are armed, the fixture's calls would go uncounted: no release then.
+	wait_for "$out.err" armed || { kill "$hp" "$FPID" 2>/dev/null; wait "$hp"; return 1; }
 	kill -USR1 "$FPID"
 	wait "$hp"
 }
@@ -188,7 +189,7 @@ t_ten_thousand() {
 	"$TMP/many" >"$TMP/many.out" 2>&1 &
 	local mp=$!
 	PIDS+=("$mp")
-	sleep 0.3
+	wait_for "$TMP/many.out" ready || return 1
 	"$HP" inspect pid "$mp" mb_many --json >"$TMP/mb.json" || return 1
 	python3 -c '
 import json, sys
