@@ -200,7 +200,7 @@ class Api:
             self.token = json.load(r)["access_token"]
         self.password = password
 
-    def get(self, path, timeout=60):
+    def get(self, path, timeout=120):  # above the lane backend's quick-command wait (test.sh)
         req = urllib.request.Request(self.url + path, headers={"authorization": f"Bearer {self.token}"})
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.load(r)
