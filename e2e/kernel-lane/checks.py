@@ -225,6 +225,21 @@ class Api:
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.load(r)["access_token"]
 
+    def get_answered(self, path, what):
+        """GET a path that asks the guest's agent (a quick command): a 503 (the agent is offline: the
+        console flow kills and restarts it) or 504 (it did not answer in the backend's wait: one command
+        at a time, emulated) is asked again until the lane's deadline, as a user would retry."""
+
+        def once():
+            try:
+                return self.get(path)
+            except urllib.error.HTTPError as e:
+                if e.code in (503, 504):
+                    return None
+                raise
+
+        return self.poll(what, once, interval=2.0)
+
     def poll(self, what, fn, interval=1.0, within=None):
         """Call fn until it returns a truthy value; fail with what when the deadline passes (the lane's, or
         `within` seconds from now when that comes first)."""
@@ -880,7 +895,9 @@ def main():
         last = max(items.values(), key=lambda f: f["address"])
         for name, (_, _, size, starts) in ko.items():
             f = items[name]
-            ins = api.get(f"/hosts/{hid}/functions/{f['id']}/instructions")["instructions"]
+            ins = api.get_answered(f"/hosts/{hid}/functions/{f['id']}/instructions", f"{name}'s instructions")[
+                "instructions"
+            ]
             agent = {i["offset"] for i in ins}
             assert f["size"] >= size, f"{name}: {f['size']} bytes, the .ko says {size}"
             assert f["size"] - size < 16, f"{name}: {f['size']} bytes, {f['size'] - size} past its .ko size {size}"
