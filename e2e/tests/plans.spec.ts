@@ -15,7 +15,15 @@
 // interval), is compared again and reverted, or, when the guard finds it slower, is reverted by the
 // system with the figures. On the kernel, Optimize makes an estimate plan from PC samples, and Install is
 // refused with the agent's reason (this kernel forbids code replacement).
-import { test, expect, type APIRequestContext, type Browser, type Page, type Response } from "@playwright/test";
+import {
+  test,
+  expect,
+  type APIRequestContext,
+  type Browser,
+  type Locator,
+  type Page,
+  type Response,
+} from "@playwright/test";
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -71,6 +79,11 @@ function startFixture(threads = 2) {
 // (120 functions) took more than the default 20 s to show a state change, and an
 // attach waited a minute for the agent to start it.
 const HANG_MS = 90_000;
+// A whole flow's own limit (attach, plan, approve, install, compare, revert): each of its waits is bound
+// by HANG_MS or by the agent's progress, so a hang fails there, with what was last seen; this limit only
+// catches a flow that keeps making progress forever. At load average ~20 (run s16b) the guarded flow
+// took over 5 minutes while every step progressed.
+const FLOW_MS = 20 * 60_000;
 
 function waitCommand(path: string, timeoutMs = HANG_MS) {
   return waitCommandDone(ctx, path, timeoutMs);
@@ -292,7 +305,7 @@ test("a process's hot function: optimize, approve by another user, install, meas
   page,
   browser,
 }) => {
-  test.setTimeout(300_000);
+  test.setTimeout(FLOW_MS);
   const fx = await startFixture();
   const pid = fx.proc.pid!;
   try {
@@ -389,13 +402,28 @@ test("a process's hot function: optimize, approve by another user, install, meas
 
 /** The interleaved before/after's sentence once a comparison has ended (a verdict, never a progress). */
 const VERDICT = /^(Within noise|Faster|Slower|Too few usable pairs)/;
+
+/** Wait for the comparison's verdict, bounded by its progress as stateAfter is: the sentence names the
+ * step and the pair it is at, and the wait fails only when it stays the same for HANG_MS. */
+async function untilVerdict(verdict: Locator) {
+  let seen = "";
+  let since = Date.now();
+  for (;;) {
+    const now = (await verdict.textContent()) ?? "";
+    if (VERDICT.test(now)) break;
+    if (now !== seen) [seen, since] = [now, Date.now()];
+    if (Date.now() - since > HANG_MS) throw new Error(`the comparison made no progress for ${HANG_MS} ms: ${now}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  await expect(verdict).toHaveText(VERDICT);
+}
 const INTERVAL = /\(95% interval [+−]\d+\.\d% \.\. [+−]\d+\.\d%\)/;
 
 test("a process's plan installed with the guard: the interleaved before/after with its interval, compare again, revert", async ({
   page,
   browser,
 }) => {
-  test.setTimeout(300_000);
+  test.setTimeout(FLOW_MS);
   const fx = await startFixture();
   const pid = fx.proc.pid!;
   try {
@@ -409,7 +437,7 @@ test("a process's plan installed with the guard: the interleaved before/after wi
     await expect(page.getByRole("checkbox", { name: "Guard: revert if slower" })).toBeChecked();
     await page.getByRole("button", { name: "Install" }).click();
     const verdict = page.getByTestId("interleaved-verdict");
-    await expect(verdict).toHaveText(VERDICT, { timeout: 150_000 });
+    await untilVerdict(verdict);
     await expect(page.getByTestId("interleaved-pairs").locator("tbody tr")).toHaveCount(6);
     await expect(page.getByRole("img", { name: /Share of samples in the plan's code per pair/ })).toBeVisible();
     const api = async () => (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
@@ -442,7 +470,7 @@ test("a process's plan installed with the guard: the interleaved before/after wi
     await page.getByRole("button", { name: "Compare again" }).click();
     await expect(page.getByRole("progressbar", { name: "Comparison progress" })).toBeVisible();
     await expect(page.getByRole("button", { name: "Compare again" })).toBeDisabled();
-    await expect(verdict).toHaveText(VERDICT, { timeout: 150_000 });
+    await untilVerdict(verdict);
     const again = (await api()).interleaved;
     test.info().annotations.push({ type: "compared again", description: figures(again) });
     expect(again.id).not.toBe(first.id);
@@ -471,7 +499,8 @@ function startSqlite() {
   // SQLite's amalgamation from the libsqlite3-sys crate, built with -O2 once and cached in bench/out.
   const driver = execFileSync(join(__dirname, "..", "..", "bench", "replace_sqlite", "build"), {
     encoding: "utf8",
-    timeout: 300_000,
+    // A build, not a check: gcc -O2 of the 9 MB amalgamation took over 300 s at load average ~20 (s16b).
+    timeout: FLOW_MS,
     stdio: ["ignore", "pipe", "inherit"],
   }).trim();
   const proc = spawn(driver, [], { stdio: ["pipe", "pipe", "pipe"] });
@@ -518,7 +547,7 @@ test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the consol
   page,
   browser,
 }) => {
-  test.setTimeout(480_000);
+  test.setTimeout(FLOW_MS);
   const sq = startSqlite();
   const pid = sq.proc.pid!;
   try {
@@ -590,7 +619,7 @@ test("the benchmark program, SQLite: optimize its whole hot set from the console
   page,
   browser,
 }) => {
-  test.setTimeout(600_000);
+  test.setTimeout(FLOW_MS);
   const sq = startSqlite();
   const pid = sq.proc.pid!;
   try {
