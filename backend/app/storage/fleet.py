@@ -275,65 +275,6 @@ _HOT_SORTS = {
 }
 
 
-# The hot-code statements (`hot_code`), over each host's rollup rows `{functions}` (`_function_parts`, as a
-# LATERAL of the group's hosts `g(host_id, busy)`). Sums are float8, not numeric (what sum(bigint) gives):
-# cheaper, and exact for counts below 2^53. A host's per-function sum is a sum of sample counts, so never
-# below 0; a function is in the answer where it is above 0 on some host, that is where its group total is.
-#
-# Ranked by hot hosts: every host's sums first (one small hash per host), the hot test made there with its
-# busy samples, the ranking over them all, the page's cells taken back from them.
-_HOT_HOSTS_FIRST = """
-    WITH per_host AS MATERIALIZED (
-        SELECT g.host_id, x.function_id, x.s, g.busy > 0 AND x.s >= :min_share * g.busy AS hot
-        FROM unnest(CAST(:bh AS text[]), CAST(:bb AS bigint[])) AS g(host_id, busy),
-        LATERAL (SELECT u.function_id, sum(b.sign * u.c::float8) AS s
-                 FROM ({functions}) b, unnest(b.function_ids, b.busy_counts) AS u(function_id, c)
-                 GROUP BY 1 HAVING sum(b.sign * u.c::float8) > 0) x),
-    ranked AS (
-        SELECT function_id, sum(s) AS s, count(*) FILTER (WHERE hot) AS hot_hosts
-        FROM per_host GROUP BY function_id),
-    page AS MATERIALIZED (
-        SELECT r.function_id, r.s, r.hot_hosts, f.name, coalesce(cp.module, '') AS module,
-               count(*) OVER () AS n
-        FROM ranked r JOIN functions f ON f.id = r.function_id
-        LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
-        ORDER BY {order} LIMIT :limit OFFSET :offset),
-    cells AS (
-        SELECT p.function_id, json_agg(json_build_array(p.host_id, p.s) ORDER BY p.s DESC, p.host_id) AS cells
-        FROM per_host p JOIN page USING (function_id) GROUP BY p.function_id)
-    SELECT page.*, cells.cells FROM page JOIN cells USING (function_id)
-    ORDER BY {page_order}"""
-
-# Ranked by samples or name: the group's function totals (one sum per function over every host's rows),
-# the page from them, then each host's sums of the page's functions only (cells and hot hosts).
-_HOT_PAGE_FIRST = """
-    WITH hr AS MATERIALIZED (
-        SELECT g.host_id, g.busy, b.sign, b.function_ids, b.busy_counts
-        FROM unnest(CAST(:bh AS text[]), CAST(:bb AS bigint[])) AS g(host_id, busy),
-        LATERAL ({functions}) b),
-    ranked AS (
-        SELECT u.function_id, sum(w.sign * u.c::float8) AS s
-        FROM hr w, unnest(w.function_ids, w.busy_counts) AS u(function_id, c)
-        GROUP BY 1 HAVING sum(w.sign * u.c::float8) > 0),
-    page AS MATERIALIZED (
-        SELECT r.function_id, r.s, f.name, coalesce(cp.module, '') AS module, count(*) OVER () AS n
-        FROM ranked r JOIN functions f ON f.id = r.function_id
-        LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
-        ORDER BY {order} LIMIT :limit OFFSET :offset),
-    per_host AS (
-        SELECT w.host_id, u.function_id, sum(w.sign * u.c::float8) AS s, min(w.busy) AS busy
-        FROM hr w, unnest(w.function_ids, w.busy_counts) AS u(function_id, c)
-        WHERE u.function_id IN (SELECT function_id FROM page)
-        GROUP BY 1, 2 HAVING sum(w.sign * u.c::float8) > 0),
-    cells AS (
-        SELECT function_id,
-               count(*) FILTER (WHERE busy > 0 AND s >= :min_share * busy) AS hot_hosts,
-               json_agg(json_build_array(host_id, s) ORDER BY s DESC, host_id) AS cells
-        FROM per_host GROUP BY function_id)
-    SELECT page.*, cells.hot_hosts, cells.cells FROM page JOIN cells USING (function_id)
-    ORDER BY {page_order}"""
-
-
 async def hot_code(
     session: AsyncSession,
     group: dict[str, Any],
@@ -375,21 +316,36 @@ async def hot_code(
     ).all()
     busy = {h.id: int(h.busy) for h in host_rows}
     if spans and host_rows:
-        # One rollup row per host and bucket (migration 0017). Memory for the per-host sums (a 600-host
-        # group's hour: ~110,000) or the group's rows (`_HOT_HOSTS_FIRST`, `_HOT_PAGE_FIRST`).
+        # One rollup row per host and bucket (migration 0017): each host's rows are summed on their own, so
+        # the hash of a host's functions stays small, and the hot test is made there with its busy samples.
+        # Memory for the per-host sums a page's cells are taken from (a 600-host group's hour: ~110,000). The
+        # sums are float8, not numeric (what sum(bigint) gives): cheaper, and exact for counts below 2^53.
         await session.execute(text(f"SET LOCAL work_mem = '{HOT_CODE_WORK_MEM}'"))
         functions, fp = _function_parts(spans, wm_1m)
         order = _HOT_SORTS[sort].format(dir="DESC" if descending else "ASC")
-        # Sorted by samples or name, the page is chosen without any host's hot test, from the group's
-        # function totals; sorted by hot hosts, every function's hot test comes first.
-        statement = (_HOT_HOSTS_FIRST if sort == "hosts" else _HOT_PAGE_FIRST).format(
-            functions=functions,
-            order=order,
-            page_order=order.replace("r.", "page.").replace("f.name", "page.name"),
-        )
         rows = (
             await session.execute(
-                text(statement),
+                text(f"""
+            WITH per_host AS MATERIALIZED (
+                SELECT g.host_id, x.function_id, x.s, g.busy > 0 AND x.s >= :min_share * g.busy AS hot
+                FROM unnest(CAST(:bh AS text[]), CAST(:bb AS bigint[])) AS g(host_id, busy),
+                LATERAL (SELECT u.function_id, sum(b.sign * u.c::float8) AS s
+                         FROM ({functions}) b, unnest(b.function_ids, b.busy_counts) AS u(function_id, c)
+                         GROUP BY 1 HAVING sum(b.sign * u.c::float8) > 0) x),
+            ranked AS (
+                SELECT function_id, sum(s) AS s, count(*) FILTER (WHERE hot) AS hot_hosts
+                FROM per_host GROUP BY function_id),
+            page AS MATERIALIZED (
+                SELECT r.function_id, r.s, r.hot_hosts, f.name, coalesce(cp.module, '') AS module,
+                       count(*) OVER () AS n
+                FROM ranked r JOIN functions f ON f.id = r.function_id
+                LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
+                ORDER BY {order} LIMIT :limit OFFSET :offset),
+            cells AS (
+                SELECT p.function_id, json_agg(json_build_array(p.host_id, p.s) ORDER BY p.s DESC, p.host_id) AS cells
+                FROM per_host p JOIN page USING (function_id) GROUP BY p.function_id)
+            SELECT page.*, cells.cells FROM page JOIN cells USING (function_id)
+            ORDER BY {order.replace("r.", "page.").replace("f.name", "page.name")}"""),
                 {
                     **fp,
                     "bh": list(busy),
