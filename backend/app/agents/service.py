@@ -379,10 +379,14 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
                 await self._throttle(session)
                 await self._on_data(session, message, kind)
             elif kind == "result":
-                # A result is applied once the data the agent sent before it is stored: a window's end
-                # ("stopped") is never visible before its last interval is (the agent sends a measurement's
-                # last batch ahead of the stop's result; the ingest writer stores it asynchronously).
-                await _until_stored(session.last_stored)
+                # A measurement's result (its start or stop) is applied once the data the agent sent before
+                # it is stored: a window's end ("stopped") is never visible before its last interval is (the
+                # agent sends a measurement's last batch ahead of the stop's result; the ingest writer
+                # stores it asynchronously). Every other result carries all it says and is applied at once:
+                # held behind a data backlog (the writer minutes behind at load average ~20, run s16b), it
+                # stalled every command of the host, an attach "sent" and never seen to start.
+                if message.result.WhichOneof("kind") == "measurement":
+                    await _until_stored(session.last_stored)
                 await self.runtime.commands.on_result(session, message.result)
             elif kind == "progress":
                 await self.runtime.commands.on_progress(session.host_id, message.progress)

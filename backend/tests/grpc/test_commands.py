@@ -277,6 +277,47 @@ async def test_a_stop_s_result_is_applied_after_the_last_interval_sent_before_it
     await agent.close()
 
 
+async def test_a_result_that_is_no_measurement_s_does_not_wait_for_the_data_before_it(
+    backend, client, unique, monkeypatch
+):
+    """Only a measurement's result waits for the data sent before it to be stored. An attach's answer
+    arriving behind a data batch the writer has not stored (here: held until the end of the test) is
+    applied at once; before, it waited for the batch, so a backlog stalled every command of the host."""
+    host_id = f"no-wait-{unique}"
+    agent = await _online(backend, client, host_id)
+    vmlinux = next(d for n, _b, _f, d in agent.modules if n == "vmlinux")
+    mid = await _measure(client, host_id, agent, [{"digest": vmlinux, "function_index": 0}])
+    writer = backend.runtime.writer
+    commit = writer._commit
+    release = asyncio.Event()
+
+    async def held_commit(items):
+        await release.wait()
+        await commit(items)
+
+    monkeypatch.setattr(writer, "_commit", held_commit)
+    try:
+        agent.answer_mode = "silent"
+        r = await client.post(f"/api/v1/hosts/{host_id}/targets", json={"pid": 77})
+        assert r.status_code == 202, r.text
+        cid = r.json()["id"]
+        await wait_until(lambda: _sent(agent, cid))
+        await agent.send_measurement(mid, time.time_ns() // 10**9 * 10**9 - 10**9, [(0, 7, 0)])
+        t = agent.target_for(77)
+        await agent.write(
+            pb.AgentMessage(result=pb.CommandResult(command_id=cid, ok=True, targets=pb.TargetsUpdate(targets=[t])))
+        )
+        done = await _until_state(client, host_id, cid, "done", "failed")
+        assert done["state"] == "done", done
+        values = (
+            await client.get(f"/api/v1/hosts/{host_id}/measurements/{mid}/values", params={"window_s": 60})
+        ).json()
+        assert values["intervals"] == 0, "the batch was stored: the writer was not holding it"
+    finally:
+        release.set()
+    await agent.close()
+
+
 async def _sent(agent, cid):
     return any(c.id == cid for c in agent.commands)
 
