@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """bench/fleet: the fleet views of issue 19 over H simulated hosts with an hour of history, on one
-backend replica.
+backend replica or, with HOTPATH_FLEET_REPLICAS > 1 (bench/fleet --replicas R), on R replicas behind
+HAProxy with one of them killed (kill -9) mid-run (see Cluster and bench/fleet's header).
 
 One backend (`python -m app` as `make run` starts it: its embedded Postgres, a data folder of its own)
 and H simulated hosts of BUILDS kernel builds (host shares 60/30/10 % for three), each with labels
@@ -28,6 +29,8 @@ Last line, exactly:
     fleet: H hosts, P points/s stored by R replicas, fleet view p99 X ms, failover Y s, lost Z
 X over every request of the three views. With one replica failover and lost cannot be measured: they
 are "unavailable" and the reason follows the line's figures after "; unavailable: ".
+With R replicas, Y is the time from the kill until the last stream it cut was welcomed by another
+replica, Z the block points sent minus those stored (points stored twice end the run with an error).
 Ports: HOTPATH_FLEET_HTTP_PORT (8380) and HOTPATH_FLEET_GRPC_PORT (50351, enrolment on the next).
 """
 
@@ -42,13 +45,17 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "backend"))
 
 import grpc  # noqa: E402
 import httpx  # noqa: E402
+from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
 
+from app.core.db import start_embedded_postgres, stop_embedded_postgres  # noqa: E402
 from app.protocol.catalog_digest import piece_digest  # noqa: E402
 from app.protocol.proto import pb, pb_grpc  # noqa: E402
 from tests.scripted_agent import enroll, kernel_functions  # noqa: E402
@@ -62,6 +69,8 @@ HOT_BLOCKS = 4 * BLOCKS  # a host's set of hot blocks, which its minutes draw fr
 REQUESTS = int(os.environ.get("HOTPATH_FLEET_REQUESTS", "100"))
 FUNCTIONS = int(os.environ.get("HOTPATH_FLEET_FUNCTIONS", "5000"))  # per kernel build
 HOSTS_AT_ONCE = 32  # hosts enrolling or storing at the same time
+REPLICAS = int(os.environ.get("HOTPATH_FLEET_REPLICAS", "1"))
+STREAMS_PER_SOURCE = max(100, 2 * HOSTS_AT_ONCE)  # every simulated host connects from 127.0.0.1
 SHARES = (0.6, 0.3, 0.1)  # the kernel builds' shares of the hosts
 MINUTES = 60
 HANG_S = 600.0  # a bound for what is bound to happen (the rollups covering the hour), not a speed check
@@ -109,6 +118,9 @@ class Host:
         self.rng = rng
         self.busy = 0  # non-idle samples sent
         self.points = 0
+        self.instance = uuid.uuid4().hex  # one agent instance: batches sent again keep their sequence numbers
+        self.cut_at: float | None = None  # when its stream was cut by the kill (failover runs)
+        self.back_at: float | None = None  # when it was welcomed again after that
 
     def hello(self) -> "pb.Hello":
         b = self.build
@@ -123,7 +135,7 @@ class Host:
             metric_interval_ms=60_000,
             sample_frequency_hz=997,
             sample_event="cpu-clock",
-            instance_id=uuid.uuid4().hex,
+            instance_id=self.instance,
             clock_unix_ns=time.time_ns(),
             modules=[
                 pb.ModuleRef(
@@ -154,46 +166,78 @@ class Host:
         self.points += BLOCKS
         return b
 
-    async def store_hour(self, hour: datetime, upload: bool = False) -> None:
-        """Connect, say Hello (upload the catalog when asked and `upload`), send the hour, wait for the
-        acknowledgement of its last batch, close."""
+    def channel(self) -> grpc.aio.Channel:
         creds = grpc.ssl_channel_credentials(
             root_certificates=self.creds.ca_pem, private_key=self.creds.key_pem, certificate_chain=self.creds.cert_pem
         )
-        async with grpc.aio.secure_channel(f"127.0.0.1:{GRPC}", creds) as channel:
+        return grpc.aio.secure_channel(f"127.0.0.1:{GRPC}", creds)
+
+    async def upload_catalog(self) -> None:
+        """Connect, say Hello, upload the build's catalog if the backend asks for it, close."""
+        async with self.channel() as channel:
             call = pb_grpc.AgentServiceStub(channel).Connect()
-            hello = self.hello()
-            await call.write(pb.AgentMessage(hello=hello))
+            await call.write(pb.AgentMessage(hello=self.hello()))
             welcome = await call.read()
             if welcome is grpc.aio.EOF or welcome.WhichOneof("kind") != "welcome":
                 raise SystemExit(f"{self.host_id}: no Welcome: {welcome}")
-            if upload:
-                fns = self.build.functions
-                if welcome.welcome.missing_digests:
-                    for i in range(0, len(fns), 2000):
-                        chunk = pb.CatalogChunk(
-                            digest=self.build.digest,
-                            module="vmlinux",
-                            seq=i // 2000,
-                            last=i + 2000 >= len(fns),
-                            functions=fns[i : i + 2000],
-                        )
-                        await call.write(pb.AgentMessage(catalog_chunk=chunk))
-                await call.done_writing()
-                while await call.read() is not grpc.aio.EOF:
-                    pass
-                return
-            for m in range(MINUTES):
-                msg = pb.AgentMessage(seq=m + 1, instance_id=hello.instance_id)
-                msg.metrics.CopyFrom(self.batch(hour + timedelta(minutes=m)))
-                await call.write(msg)
-            while True:
-                msg = await call.read()
-                if msg is grpc.aio.EOF:
-                    raise SystemExit(f"{self.host_id}: the stream ended before the last acknowledgement")
-                if msg.WhichOneof("kind") == "ack" and msg.ack.seq >= MINUTES:
-                    break
+            fns = self.build.functions
+            if welcome.welcome.missing_digests:
+                for i in range(0, len(fns), 2000):
+                    chunk = pb.CatalogChunk(
+                        digest=self.build.digest,
+                        module="vmlinux",
+                        seq=i // 2000,
+                        last=i + 2000 >= len(fns),
+                        functions=fns[i : i + 2000],
+                    )
+                    await call.write(pb.AgentMessage(catalog_chunk=chunk))
             await call.done_writing()
+            while await call.read() is not grpc.aio.EOF:
+                pass
+
+    async def store_hour(self, hour: datetime, welcomed: "asyncio.Event | None" = None) -> None:
+        """Send the hour as an agent does: connect, say Hello, send every batch not acknowledged yet, read
+        acknowledgements until the last one's. When the stream is cut (a replica killed under it, in a
+        failover run), reconnect with the agent's backoff (0.5 s doubling to 4 s, each wait drawn between
+        half and all of it) and send again what was not acknowledged, under the same sequence numbers."""
+        batches = []
+        for m in range(MINUTES):
+            msg = pb.AgentMessage(seq=m + 1, instance_id=self.instance)
+            msg.metrics.CopyFrom(self.batch(hour + timedelta(minutes=m)))
+            batches.append(msg)
+        acked, backoff = 0, 0.5
+        while True:
+            try:
+                async with self.channel() as channel:
+                    call = pb_grpc.AgentServiceStub(channel).Connect()
+                    await call.write(pb.AgentMessage(hello=self.hello()))
+                    welcome = await call.read()
+                    if welcome is grpc.aio.EOF or welcome.WhichOneof("kind") != "welcome":
+                        raise ConnectionError(f"no Welcome: {welcome}")
+                    if self.cut_at is not None and self.back_at is None:
+                        self.back_at = time.monotonic()
+                    if welcomed is not None:
+                        welcomed.set()
+                    for msg in batches[acked:]:
+                        await call.write(msg)
+                    while acked < MINUTES:
+                        msg = await call.read()
+                        if msg is grpc.aio.EOF:
+                            raise ConnectionError("the stream ended before the last acknowledgement")
+                        if msg.WhichOneof("kind") == "ack" and msg.ack.instance_id == self.instance:
+                            acked = max(acked, msg.ack.seq)
+                    await call.done_writing()
+                    return
+            except (grpc.aio.AioRpcError, ConnectionError, asyncio.InvalidStateError) as exc:  # (a write after the end)
+                if not KILLED.is_set():
+                    raise SystemExit(f"{self.host_id}: {exc}") from None
+                if self.cut_at is None:
+                    self.cut_at = time.monotonic()
+                await asyncio.sleep(random.uniform(backoff / 2, backoff))
+                backoff = min(2 * backoff, 4.0)
+
+
+KILLED = asyncio.Event()  # set the moment a replica is killed: from then on a cut stream reconnects
 
 
 async def in_parallel(items, job, at_once: int) -> None:
@@ -216,40 +260,156 @@ def timed(client: httpx.Client, path: str, params) -> tuple[float, dict]:
     return dt, r.json()
 
 
-async def main() -> None:
-    data = Path(tempfile.mkdtemp(prefix="hotpath-fleet-"))
-    env = dict(
-        os.environ,
-        HOTPATH_DATA_DIR=str(data),
-        HOTPATH_HTTP_PORT=str(HTTP),
-        HOTPATH_GRPC_PORT=str(GRPC),
-        HOTPATH_HTTP_HOST="127.0.0.1",
-        HOTPATH_GRPC_HOST="127.0.0.1",
-        HOTPATH_LOG_LEVEL="WARNING",
-        HOTPATH_AGENT_STREAMS_PER_PEER=str(max(100, 2 * HOSTS_AT_ONCE)),
-    )
-    env.pop("DATABASE_URL", None)
-    log = open(data / "backend.log", "ab")  # noqa: SIM115, ASYNC230 - the child keeps it
-    backend = subprocess.Popen(  # noqa: ASYNC220 - before any load
-        [sys.executable, "-m", "app"], cwd=ROOT / "backend", env=env, stdout=log, stderr=log
-    )
-    try:
-        for _ in range(1200):
+class Cluster:
+    """The backend: one `python -m app` as `make run` starts it (its embedded Postgres, a data folder of its
+    own) or, with REPLICAS > 1, that many replicas on one embedded Postgres and one shared data folder behind
+    HAProxy (deploy/haproxy_config.py), the balancer on the bench's ports and replica i on HTTP + 1 + i
+    (HTTP) and GRPC + 2 + 2i, GRPC + 3 + 2i (agents, enrolment)."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.names = [chr(ord("a") + i) for i in range(REPLICAS)]
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.pg: Any = None
+        self.db_url = ""
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        with open(self.data / f"{name}.log", "ab") as log:
+            self.procs[name] = subprocess.Popen(args, cwd=ROOT / "backend", env=env, stdout=log, stderr=log)
+
+    def _env(self, http: int, grpc_port: int, enroll: int) -> dict[str, str]:
+        env = dict(
+            os.environ,
+            HOTPATH_DATA_DIR=str(self.data / "data"),
+            HOTPATH_HTTP_PORT=str(http),
+            HOTPATH_GRPC_PORT=str(grpc_port),
+            HOTPATH_ENROLL_PORT=str(enroll),
+            HOTPATH_HTTP_HOST="127.0.0.1",
+            HOTPATH_GRPC_HOST="127.0.0.1",
+            HOTPATH_LOG_LEVEL="WARNING",
+            HOTPATH_AGENT_STREAMS_PER_PEER=str(STREAMS_PER_SOURCE if REPLICAS == 1 else 100_000),
+        )
+        env.pop("DATABASE_URL", None)
+        return env
+
+    def _wait(self, what: str, ok) -> None:
+        end = time.monotonic() + HANG_S
+        while True:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise SystemExit(f"{name} exited; see {self.data / (name + '.log')}")
             try:
-                healthy = httpx.get(f"{URL}/api/v1/health", timeout=2).status_code == 200  # noqa: ASYNC210
-                if healthy and (data / "admin-password").exists():
-                    break
+                if ok():
+                    return
             except httpx.HTTPError:
                 pass
-            if backend.poll() is not None:
-                raise SystemExit(f"the backend exited; see {data / 'backend.log'}")
-            await asyncio.sleep(0.2)
-        password = (data / "admin-password").read_text().strip()
+            if time.monotonic() > end:
+                raise SystemExit(f"{what}: not within {HANG_S:.0f} s")
+            time.sleep(0.2)
+
+    def start(self) -> None:
+        (self.data / "data").mkdir()
+        if REPLICAS == 1:
+            self._spawn("backend", [sys.executable, "-m", "app"], self._env(HTTP, GRPC, GRPC + 1))
+        else:
+            self.pg, server_url = start_embedded_postgres(self.data / "pgdata")
+            url = make_url(server_url)
+            admin = create_engine(url, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.execute(text('CREATE DATABASE "hotpath_fleet"'))
+            admin.dispose()
+            self.db_url = url.set(database="hotpath_fleet").render_as_string(hide_password=False)
+            servers = []
+            for i, name in enumerate(self.names):  # all at once, on one fresh folder and database
+                ports = (HTTP + 1 + i, GRPC + 2 + 2 * i, GRPC + 3 + 2 * i)
+                env = self._env(*ports)
+                env.update(DATABASE_URL=self.db_url, HOTPATH_REPLICA_ID=f"replica-{name}")
+                self._spawn(name, [sys.executable, "-m", "app"], env)
+                servers.append(f"--replica={name}=127.0.0.1:{ports[0]}:{ports[1]}:{ports[2]}")
+            cfg = subprocess.run(
+                [
+                    sys.executable,
+                    str(ROOT / "deploy" / "haproxy_config.py"),
+                    *servers,
+                    f"--http-bind=127.0.0.1:{HTTP}",
+                    f"--grpc-bind=127.0.0.1:{GRPC}",
+                    f"--enroll-bind=127.0.0.1:{GRPC + 1}",
+                    f"--streams-per-source={STREAMS_PER_SOURCE}",
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            (self.data / "haproxy.cfg").write_text(cfg)
+            self._spawn("haproxy", ["haproxy", "-db", "-f", str(self.data / "haproxy.cfg")])
+            for i, name in enumerate(self.names):
+                self._wait(
+                    f"replica {name} healthy",
+                    lambda i=i: (
+                        httpx.get(f"http://127.0.0.1:{HTTP + 1 + i}/api/v1/health", timeout=2).status_code == 200
+                    ),
+                )
+        seen: set[str] = set()
+
+        def balanced() -> bool:
+            r = httpx.get(f"{URL}/api/v1/health", timeout=2)
+            if r.status_code == 200 and REPLICAS > 1:
+                seen.add(r.headers["x-hotpath-replica"])  # the balancer sends traffic to every replica
+            return r.status_code == 200 and (REPLICAS == 1 or len(seen) == REPLICAS)
+
+        self._wait("the backend answering", lambda: balanced() and (self.data / "data" / "admin-password").exists())
+
+    def describe(self) -> str:
+        if REPLICAS == 1:
+            return f"backend pid {self.procs['backend'].pid}"
+        pids = ", ".join(f"{n} {self.procs[n].pid}" for n in self.names)
+        return f"{REPLICAS} replicas (pids {pids}) behind HAProxy (pid {self.procs['haproxy'].pid})"
+
+    def kill_first(self) -> float:
+        """kill -9 the first replica; returns the moment (time.monotonic)."""
+        proc = self.procs[self.names[0]]
+        proc.kill()
+        t = time.monotonic()
+        proc.wait()
+        return t
+
+    def stored_points(self) -> int:
+        engine = create_engine(self.db_url)
+        try:
+            with engine.connect() as conn:
+                return int(
+                    conn.execute(
+                        text("SELECT coalesce(sum(cardinality(counts)), 0) FROM sample_intervals")
+                    ).scalar_one()
+                )
+        finally:
+            engine.dispose()
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self.pg is not None:
+            stop_embedded_postgres(self.pg)
+
+
+async def main() -> None:
+    data = Path(tempfile.mkdtemp(prefix="hotpath-fleet-"))
+    cluster = Cluster(data)
+    try:
+        cluster.start()
+        password = (data / "data" / "admin-password").read_text().strip()
         login = {"username": "admin", "password": password}
         token = httpx.post(f"{URL}/api/v1/auth/login", json=login).json()["access_token"]  # noqa: ASYNC210
         headers = {"Authorization": f"Bearer {token}"}
         api = httpx.AsyncClient(base_url=URL, headers=headers, timeout=60)
-        ca = (data / "tls" / "ca.pem").read_bytes()
+        ca = (data / "data" / "tls" / "ca.pem").read_bytes()
 
         builds = [Build(i) for i in range(len(SHARES))]
         if HOSTS < 10:
@@ -260,7 +420,7 @@ async def main() -> None:
             edge += share
             hosts += [Host(n, builds[i]) for n in range(len(hosts), round(HOSTS * edge))]
         say(
-            f"backend pid {backend.pid}, data {data}; {len(hosts)} hosts of {len(builds)} kernel builds "
+            f"{cluster.describe()}, data {data}; {len(hosts)} hosts of {len(builds)} kernel builds "
             f"({', '.join(str(sum(h.build is b for h in hosts)) for b in builds)} hosts), {FUNCTIONS} functions "
             f"each; {MINUTES} one-minute batches of {BLOCKS} blocks per host (from {HOT_BLOCKS} hot blocks)"
         )
@@ -286,7 +446,7 @@ async def main() -> None:
         # Each build's catalog once, from its first host, before any host sends samples (samples of a piece
         # not stored yet are dropped).
         for b in builds:
-            await next(h for h in hosts if h.build is b).store_hour(datetime.now(UTC), upload=True)
+            await next(h for h in hosts if h.build is b).upload_catalog()
         firsts = [next(h for h in hosts if h.build is b) for b in builds]
         for _ in range(int(HANG_S)):
             done = [(await api.get(f"/api/v1/hosts/{h.host_id}")).json() for h in firsts]
@@ -302,14 +462,51 @@ async def main() -> None:
         t0 = time.monotonic()
         stored = [0]
 
+        welcomes = [asyncio.Event() for _ in hosts]
+
         async def store(h: Host) -> None:
-            await h.store_hour(hour)
+            await h.store_hour(hour, welcomes[h.n])
             stored[0] += 1
             if stored[0] % 100 == 0:
                 say(f"{stored[0]} hosts stored their hour ({time.monotonic() - t0:.0f} s)")
 
+        async def kill_one() -> float:
+            # Mid-run: once half the hosts have been welcomed, HOSTS_AT_ONCE streams are open on the replicas.
+            for e in welcomes[: len(hosts) // 2]:
+                await e.wait()
+            KILLED.set()
+            return cluster.kill_first()
+
+        killer = asyncio.ensure_future(kill_one()) if REPLICAS > 1 else None
         await in_parallel(hosts, store, HOSTS_AT_ONCE)
         took = time.monotonic() - t0
+        failover = "failover unavailable"
+        lost = "lost unavailable"
+        unavailable = (
+            "failover and lost need two or more replicas behind a load balancer (--replicas 2), and this run has one"
+        )
+        if killer is not None:
+            t_kill = await killer
+            cut = [h for h in hosts if h.cut_at is not None]
+            if any(h.back_at is None for h in cut):
+                raise SystemExit("a host whose stream was cut stored its hour without being welcomed again")
+            stored_points = cluster.stored_points()
+            sent_points = sum(h.points for h in hosts)
+            if stored_points > sent_points:
+                raise SystemExit(f"{stored_points - sent_points} block points stored twice")
+            lost = f"lost {sent_points - stored_points}"
+            if cut:
+                worst = max(h.back_at - t_kill for h in cut if h.back_at is not None)
+                failover = f"failover {worst:.1f}"
+                unavailable = ""
+                say(
+                    f"killed replica {cluster.names[0]} (kill -9) {t_kill - t0:.1f} s into the storing phase: "
+                    f"{len(cut)} streams cut, all welcomed again by the others, the last {worst:.2f} s after the kill; "
+                    f"{stored_points:,} of {sent_points:,} block points stored"
+                )
+            else:
+                unavailable = f"no stream was on replica {cluster.names[0]} when it was killed"
+                say(f"{lost}; {unavailable}")
         points = sum(h.points for h in hosts)
         rate = points / took
         say(
@@ -356,17 +553,13 @@ async def main() -> None:
                 p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
                 say(f"{name}: p50 {p50:.0f} ms, p99 {p99:.0f} ms ({len(lat)} requests)")
         p99 = percentile(all_ms, 0.99)
+        figures = failover + (" s" if failover[-1].isdigit() else "")
         print(
-            f"fleet: {len(hosts)} hosts, {rate:.0f} points/s stored by 1 replicas, fleet view p99 {p99:.0f} ms, "
-            "failover unavailable, lost unavailable; unavailable: failover and lost need two or more replicas "
-            "behind a load balancer, and this run has one (the replicas of issue 19 are still to come)"
+            f"fleet: {len(hosts)} hosts, {rate:.0f} points/s stored by {REPLICAS} replicas, "
+            f"fleet view p99 {p99:.0f} ms, {figures}, {lost}" + (f"; unavailable: {unavailable}" if unavailable else "")
         )
     finally:
-        backend.send_signal(signal.SIGTERM)
-        try:
-            backend.wait(30)
-        except subprocess.TimeoutExpired:
-            backend.kill()
+        cluster.stop()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # docker-compose.yml, in two parts, each named for what it proves:
 #   static: docker-compose parses the file against its schema offline (it rejects unknown keys), and
-#           the services and settings Hotpath depends on are in the parsed file. No engine is needed;
+#           the services and settings Hotpath depends on are in the parsed file (two backend replicas
+#           on one data volume behind the HAProxy of deploy/haproxy.cfg, which must be what
+#           deploy/haproxy_config.py writes and what `haproxy -c` accepts). No engine is needed;
 #           this says nothing about whether the images build or the stack starts.
 #   stack:  where a Docker daemon answers, build the images, start the stack under a throw-away project
 #           name, wait until the backend answers /api/v1/health through its published port and the
@@ -36,7 +38,7 @@ if ! cfg=$(compose -f docker-compose.yml config 2>&1); then
 	summary
 fi
 check "static: docker-compose.yml parses against the compose schema (no unknown keys)" true
-for svc in postgres backend console agent; do
+for svc in postgres backend-a backend-b lb console agent; do
 	check "static: service $svc is defined" grep -qE "^  $svc:$" <<<"$cfg"
 done
 agent=$(awk '/^  agent:/{f=1;next} /^  [a-z]/{f=0} f' <<<"$cfg")
@@ -44,9 +46,30 @@ check "static: agent is privileged" grep -q "privileged: true" <<<"$agent"
 check "static: agent uses the host's pid namespace" grep -q "pid: host" <<<"$agent"
 check "static: agent mounts the host's /sys" grep -q "/sys" <<<"$agent"
 check "static: agent dials backend:50051" grep -q "backend:50051" <<<"$agent"
-backend=$(awk '/^  backend:/{f=1;next} /^  [a-z]/{f=0} f' <<<"$cfg")
-check "static: backend uses the postgres service" grep -q "@postgres:5432/hotpath" <<<"$backend"
-for f in deploy/agent.Dockerfile deploy/backend.Dockerfile deploy/console.Dockerfile; do
+service() { awk -v s="  $1:" '$0 == s {f=1;next} /^  [a-z]/{f=0} f' <<<"$cfg"; }
+for r in backend-a backend-b; do
+	backend=$(service "$r")
+	check "static: $r uses the postgres service" grep -q "@postgres:5432/hotpath" <<<"$backend"
+	check "static: $r keeps its data in the shared backend-data volume" grep -q "backend-data:/data" <<<"$backend"
+	check "static: $r has replica id $r" grep -q "HOTPATH_REPLICA_ID: $r" <<<"$backend"
+	check "static: $r leaves the per-source stream cap to the balancer" \
+		grep -qE "HOTPATH_AGENT_STREAMS_PER_PEER: '?[0-9]{5,}'?" <<<"$backend"
+	check "static: $r has a health check" grep -q "/api/v1/health" <<<"$backend"
+	check "static: $r publishes no port (only the balancer does)" bash -c '! grep -q "^    ports:" <<<"$1"' _ "$backend"
+done
+lb=$(service lb)
+check "static: lb answers as backend (the name the console and the agent dial)" grep -qE "^ *- backend$" <<<"$lb"
+for port in 8080 50051 50052; do
+	check "static: lb publishes $port" grep -qE "published: \"?$port\"?|- $port:$port|\"$port:$port\"" <<<"$lb"
+done
+check "static: deploy/haproxy.cfg is what deploy/haproxy_config.py writes for backend-a and backend-b" \
+	bash -c 'diff -u deploy/haproxy.cfg <(python3 deploy/haproxy_config.py --replica a=backend-a --replica b=backend-b --docker-dns)'
+if command -v haproxy >/dev/null 2>&1; then
+	check "static: haproxy -c accepts deploy/haproxy.cfg" bash -c 'haproxy -c -q -f deploy/haproxy.cfg 2>&1 | grep -v "could not resolve address" | (! grep -q .)'
+else
+	echo "FAIL - static: haproxy is not installed (./scripts/install-deps.sh test)"; fail=$((fail+1))
+fi
+for f in deploy/agent.Dockerfile deploy/backend.Dockerfile deploy/console.Dockerfile deploy/haproxy.Dockerfile; do
 	check "static: $f exists" test -s "$f"
 done
 

@@ -18,7 +18,9 @@ run_pkgs=(make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib1g-dev
           libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libssl-dev pkg-config ca-certificates
           python3 python3-venv python3-pip curl jq)
 # dkms: the kernel lane builds hotpath.ko through its DKMS package (deploy/dkms), as a host would.
-test_pkgs=(chromium linux-perf docker-compose binutils util-linux procps clang-format cppcheck dkms)
+# haproxy (2.6 in Debian 12): the load balancer the replicas' failover test (agent/tests/python/
+# test_failover.py), bench/fleet --replicas and deploy/check-compose.sh run; iproute2 gives that test `ss`.
+test_pkgs=(chromium linux-perf docker-compose binutils util-linux procps clang-format cppcheck dkms haproxy iproute2)
 
 pkgs=("${run_pkgs[@]}")
 [ "$mode" = test ] && pkgs+=("${test_pkgs[@]}")

@@ -32,9 +32,9 @@ check "agent: cppcheck" make -s -C agent cppcheck
 py=backend/.venv/bin
 # bench/replace, bench/layout_vs_bolt and bench/hot_set_counting are Python without a .py name, which ruff does not pick from a folder.
 benchpy="bench/replace bench/layout_vs_bolt bench/hot_set_counting"
-check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench $benchpy e2e/kernel-lane
+check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench $benchpy e2e/kernel-lane deploy
 check "python: ruff format" "$py/ruff" format --check --config backend/pyproject.toml backend agent/tests/python bench $benchpy \
-	e2e/kernel-lane
+	e2e/kernel-lane deploy
 check "python: mypy" bash -c "cd backend && .venv/bin/mypy"
 check "python: layers" bash -c "cd backend && .venv/bin/lint-imports --no-cache"
 check "console: eslint" bash -c 'cd frontend && npx eslint --max-warnings 0 .'

@@ -92,13 +92,16 @@ def ensure_admin(url: str, password_file: Path) -> None:
             if exists:
                 return
             password = read_or_create_secret(password_file, lambda: secrets.token_urlsafe(12))
-            conn.execute(
+            created = conn.execute(
                 text(
                     "INSERT INTO users (id, username, password_hash, role) "
-                    "VALUES (gen_random_uuid(), 'admin', :p, 'admin')"
+                    "VALUES (gen_random_uuid(), 'admin', :p, 'admin') "
+                    "ON CONFLICT (username) DO NOTHING RETURNING id"
                 ),
                 {"p": hash_password(password)},
-            )
+            ).first()
+            if created is None:
+                return  # a replica sharing this database created it a moment ago
             conn.execute(
                 text(
                     "INSERT INTO audit_log (actor, action, target, detail) "

@@ -4,13 +4,16 @@
 import os
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import create_engine, pool, text
 
 from app.core.config import normalise_database_url
 from app.storage.models import Base
 
 config = context.config
 target_metadata = Base.metadata
+# Replicas on one database may start at once: the first to take this lock migrates, the others wait
+# and then find the database at head (the lock is the migrating transaction's).
+MIGRATION_LOCK = 0x68706D67  # "hpmg"
 
 
 def _url() -> str:
@@ -31,6 +34,7 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata)
         with context.begin_transaction():
+            connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
             context.run_migrations()
     engine.dispose()
 

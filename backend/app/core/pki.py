@@ -9,15 +9,19 @@ client-authentication use only; the agent's private key never leaves its host. T
 mode 0600 and is the installation's root of trust: whoever holds it can mint host identities.
 """
 
+import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import ipaddress
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -154,10 +158,45 @@ def _san(names: list[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(entries)
 
 
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `folder/.lock` (replicas sharing the folder start one at a time here)."""
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    """Signed by this CA's key (not merely naming an issuer of the same name: every installation's CA
+    has the same name)."""
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def _names_of(san: x509.SubjectAlternativeName) -> list[str]:
+    return [str(n.value) for n in san]
+
+
 def load_or_create(folder: Path, extra_server_names: str = "") -> Pki:
-    """Load the CA and server certificate from `folder`, creating what is missing or out of date."""
+    """Load the CA and server certificate from `folder`, creating what is missing or out of date.
+
+    Replicas behind one address share the folder (one CA, one server certificate for the name agents
+    dial): an flock serialises them, so two starting at once load one CA instead of each writing its
+    own. A server certificate is kept while it names everything this replica needs (the replicas'
+    host names differ); otherwise it is made again for those names plus the ones it had."""
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
+    with _folder_lock(folder):
+        return _load_or_create(folder, extra_server_names)
+
+
+def _load_or_create(folder: Path, extra_server_names: str) -> Pki:
     ca_key_file, ca_file = folder / "ca.key", folder / "ca.pem"
     now = dt.datetime.now(dt.UTC)
     if ca_key_file.exists() and ca_file.exists():
@@ -193,7 +232,7 @@ def load_or_create(folder: Path, extra_server_names: str = "") -> Pki:
             .sign(ca_key, hashes.SHA256())
         )
         _write_private(ca_key_file, _pem_key(ca_key))
-        ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+        _write_private(ca_file, ca_cert.public_bytes(serialization.Encoding.PEM))
         os.chmod(ca_file, 0o644)
 
     names = _server_names(extra_server_names)
@@ -205,11 +244,10 @@ def load_or_create(folder: Path, extra_server_names: str = "") -> Pki:
             have = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         except x509.ExtensionNotFound:
             have = None
-        fresh = (
-            have == _san(names)
-            and cert.issuer == ca_cert.subject
-            and cert.not_valid_after_utc > now + dt.timedelta(days=30)
-        )
+        ours = _issued_by(cert, ca_cert) and cert.not_valid_after_utc > now + dt.timedelta(days=30)
+        had = _names_of(have) if have is not None and ours else []
+        fresh = ours and set(names) <= set(had)
+        names += [n for n in had if n not in names]
     if not fresh:
         key = ec.generate_private_key(ec.SECP256R1())
         cert = (

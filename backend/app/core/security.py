@@ -100,16 +100,26 @@ def token_issued_at(key: bytes, token: str) -> float | None:
 
 
 def read_or_create_secret(path: Path, make: Callable[[], str]) -> str:
-    """Read a secret file, creating it with mode 0600 on first use (O_EXCL so two starts cannot race)."""
+    """Read a secret file, creating it with mode 0600 on first use. Replicas sharing a data folder may
+    start at once: the value is written to a file of this process's own and linked into place (a link
+    fails if the name exists), so a reader never sees a created but still empty file, and every
+    replica ends up with the one value that was linked first."""
     try:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
     value = make()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(value + "\n")
+        with os.fdopen(fd, "w") as f:
+            f.write(value + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return path.read_text().strip()
+    finally:
+        tmp.unlink(missing_ok=True)
     return value
