@@ -23,7 +23,7 @@ jobs=${FUZZ_JOBS:-$(nproc)}
 TMP=$(mktemp -d /tmp/hotpath-fuzz-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profile" "$TMP/kallsyms" "$TMP/install" "$TMP/static" \
-	"$TMP/icalls" "$TMP/kcache" \
+	"$TMP/icalls" "$TMP/kcache" "$TMP/caps" \
 	build/fuzz/artifacts
 
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
@@ -65,6 +65,24 @@ h = 0xcbf29ce484222325
 for b in text.encode():
     h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
 full = text + "end 3 %016x\n" % h
+open(sys.argv[1] + "/written", "w").write(full)
+open(sys.argv[1] + "/cut", "w").write(full[: len(full) // 2])
+PY
+
+# Capability cache seeds: a file as the agent writes it for the fuzz target's key, and the same cut
+# short.
+python3 - "$TMP/caps" <<'PY' || { echo "FAIL - fuzz seeds: python3 could not write the capability cache seeds"; exit 1; }
+import sys
+names = ["fentry", "fexit", "kprobes", "kretprobes", "tracepoints", "raw_tracepoints", "tp_btf", "uprobes",
+         "uretprobes", "uprobe_multi"]
+text = ("hotpath-caps 1\nagent 5f1c0ffee0\nboot 1b2c3d4e-0000-4000-8000-00000000abcd\n"
+        "release 6.1.0-lane\nlockdown none\n")
+for i, n in enumerate(names):
+    text += "cap %s %d %s\n" % (n, i % 2, "a %s program attached and fired" % n if i % 2 else "failed: EPERM")
+h = 0xcbf29ce484222325
+for b in text.encode():
+    h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+full = text + "end %d %016x\n" % (len(names), h)
 open(sys.argv[1] + "/written", "w").write(full)
 open(sys.argv[1] + "/cut", "w").write(full[: len(full) // 2])
 PY
@@ -139,6 +157,7 @@ targets=(
 	"fuzz_profile $TMP/profile"
 	"fuzz_spec $TMP/spec"
 	"fuzz_kernel_cache $TMP/kcache"
+	"fuzz_caps_cache $TMP/caps"
 	"fuzz_static_branch $TMP/static"
 	"fuzz_icall_values $TMP/icalls"
 )

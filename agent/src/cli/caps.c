@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "base/json.h"
 #include "host/caps.h"
+#include "host/caps_cache.h"
 #include "measure/mechanism.h"
 #include "target/target.h"
 
@@ -21,6 +22,15 @@ static const char usage_text[] =
 	"Probe this host's capabilities (each mechanism really tried: a BPF program\n"
 	"attached with it must run) and show which mechanism each metric would use,\n"
 	"cheapest first, or why it is unavailable.\n"
+	"\n"
+	"Every probe runs, and as root the answers of the BPF probes (fentry through\n"
+	"uprobe_multi) are written to this boot's capability cache,\n"
+	"" HP_CAPS_CACHE_DIR "/" HP_CAPS_CACHE_FILE
+	" (root's, 0600), which the daemon and `measure` read\n"
+	"instead of probing again while its key holds (boot, kernel, this agent build,\n"
+	"lockdown, the BPF/perf/ftrace/JIT sysctls, kprobes enabled, tracing mounts, the\n"
+	"caller's capabilities, seccomp and namespaces). HOTPATH_CAPS_CACHE=off in the\n"
+	"environment bypasses it in every command (probe, neither read nor write).\n"
 	"\n"
 	"  --json   one JSON object: {\"capabilities\": [{name, available, detail}],\n"
 	"           \"mechanisms\": {\"kernel\"|\"process\": {METRIC|block_count:\n"
@@ -48,7 +58,12 @@ int cmd_caps(int argc, char **argv)
 	bool model_ok = hp_model_open_kernel(&oo, &m, err, sizeof(err)) == 0;
 	hp_model_free(m);
 	struct hp_caps caps;
-	hp_caps_probe(&caps, model_ok, model_ok ? "kernel text read through a BPF syscall program" : err);
+	/* Every probe runs; the boot's cache is rewritten with their answers. */
+	char note[512];
+	hp_caps_get(&caps, model_ok, model_ok ? "kernel text read through a BPF syscall program" : err, NULL, true,
+		    note, sizeof(note));
+	if (note[0])
+		fprintf(stderr, "hotpathd caps: %s\n", note);
 	struct hp_mechanisms mech;
 	hp_mechanisms_choose(&caps, &mech);
 

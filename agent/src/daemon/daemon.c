@@ -32,6 +32,7 @@
 #include "daemon/plan_commands.h"
 #include "daemon/session.h"
 #include "daemon/transport.h"
+#include "host/caps_cache.h"
 #include "host/processes.h"
 #include "target/target.h"
 
@@ -100,7 +101,14 @@ static void probe_and_sample(struct agent *ag)
 	snprintf(detail, sizeof(detail),
 		 "kernel text read through a BPF syscall program (bpf_probe_read_kernel): %zu functions parsed",
 		 nfuncs);
-	hp_caps_probe(&ag->caps, true, detail);
+	char note[512];
+	enum hp_caps_source from = hp_caps_get(&ag->caps, true, detail, NULL, false, note, sizeof(note));
+	if (note[0])
+		hp_log(false, "%s", note);
+	hp_log(true, "capabilities %s",
+	       from == HP_CAPS_CACHED ? "of BPF probes from this boot's cache (" HP_CAPS_CACHE_DIR
+					"/" HP_CAPS_CACHE_FILE "), the others probed" :
+					"probed");
 	for (size_t i = 0; i < ag->caps.n; i++)
 		hp_log(true, "capability %s: %s (%s)", ag->caps.caps[i].name, ag->caps.caps[i].available ? "yes" : "no",
 		       ag->caps.caps[i].detail);

@@ -583,7 +583,7 @@ static void probe_code_replacement(struct hp_caps *c)
 /* HOTPATH_DENY_MECHANISMS=fentry,fexit,...: report those capabilities unavailable (after probing
  * them), so one kernel can exercise every fallback; for tests and for operators who want a
  * mechanism left alone. */
-static void apply_denials(struct hp_caps *c)
+void hp_caps_apply_denials(struct hp_caps *c)
 {
 	const char *deny = getenv("HOTPATH_DENY_MECHANISMS");
 	if (!deny || !*deny)
@@ -604,7 +604,7 @@ static void apply_denials(struct hp_caps *c)
 	}
 }
 
-void hp_caps_probe(struct hp_caps *c, bool model_ok, const char *model_detail)
+void hp_caps_probe_with(struct hp_caps *c, bool model_ok, const char *model_detail, const struct hp_caps *bpf)
 {
 	/* HOTPATH_TIMING=1 prints what each probe took. */
 	bool timing = getenv("HOTPATH_TIMING") != NULL;
@@ -625,22 +625,34 @@ void hp_caps_probe(struct hp_caps *c, bool model_ok, const char *model_detail)
 	add(c, "bpf_text_read", model_ok, "%s", model_detail ? model_detail : "");
 	TIMED("sampling", probe_sampling(c));
 	TIMED("pmu", probe_pmu(c));
-	libbpf_print_fn_t old = libbpf_set_print(quiet_print);
-	TIMED("fentry, fexit", probe_trampolines(c));
-	TIMED("kprobes", probe_kprobes(c, false));
-	TIMED("kretprobes", probe_kprobes(c, true));
-	TIMED("tracepoints", probe_switch_program(c, "tracepoints", "on_tracepoint", "classic tracepoint"));
-	TIMED("raw_tracepoints", probe_switch_program(c, "raw_tracepoints", "on_raw_tp", "raw tracepoint"));
-	TIMED("tp_btf", probe_switch_program(c, "tp_btf", "on_tp_btf", "BTF tracepoint (tp_btf)"));
-	TIMED("uprobes", probe_uprobes(c, false));
-	TIMED("uretprobes", probe_uprobes(c, true));
-	TIMED("uprobe_multi", probe_uprobe_multi(c));
-	libbpf_set_print(old);
+	if (bpf) {
+		/* The BPF probes' answers as given (the boot's cache), in their order. */
+		for (size_t i = 0; i < bpf->n && c->n < HP_CAP_MAX; i++)
+			c->caps[c->n++] = bpf->caps[i];
+		TIMED("bpf (cached)", (void)0);
+	} else {
+		libbpf_print_fn_t old = libbpf_set_print(quiet_print);
+		TIMED("fentry, fexit", probe_trampolines(c));
+		TIMED("kprobes", probe_kprobes(c, false));
+		TIMED("kretprobes", probe_kprobes(c, true));
+		TIMED("tracepoints", probe_switch_program(c, "tracepoints", "on_tracepoint", "classic tracepoint"));
+		TIMED("raw_tracepoints", probe_switch_program(c, "raw_tracepoints", "on_raw_tp", "raw tracepoint"));
+		TIMED("tp_btf", probe_switch_program(c, "tp_btf", "on_tp_btf", "BTF tracepoint (tp_btf)"));
+		TIMED("uprobes", probe_uprobes(c, false));
+		TIMED("uretprobes", probe_uprobes(c, true));
+		TIMED("uprobe_multi", probe_uprobe_multi(c));
+		libbpf_set_print(old);
+	}
 	TIMED("ptrace", probe_ptrace(c));
 	TIMED("cgroup_v2", probe_cgroup_v2(c));
 	TIMED("code_replacement", probe_code_replacement(c));
 #undef TIMED
-	apply_denials(c);
+}
+
+void hp_caps_probe(struct hp_caps *c, bool model_ok, const char *model_detail)
+{
+	hp_caps_probe_with(c, model_ok, model_detail, NULL);
+	hp_caps_apply_denials(c);
 }
 
 const struct hp_cap *hp_caps_find(const struct hp_caps *c, const char *name)

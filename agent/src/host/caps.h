@@ -34,6 +34,18 @@ void hp_caps_probe(struct hp_caps *c, bool model_ok, const char *model_detail);
 const struct hp_cap *hp_caps_find(const struct hp_caps *c, const char *name);
 
 /*
+ * hp_caps_probe, with the BPF probes' answers (fentry through uprobe_multi,
+ * in that order: caps_cache.h) taken from bpf instead of probed when bpf is
+ * not NULL; every other probe runs. HOTPATH_DENY_MECHANISMS is not applied:
+ * these are the kernel's answers (hp_caps_apply_denials applies it).
+ */
+void hp_caps_probe_with(struct hp_caps *c, bool model_ok, const char *model_detail, const struct hp_caps *bpf);
+
+/* HOTPATH_DENY_MECHANISMS=fentry,fexit,...: those capabilities reported
+ * unavailable, with what the probe said. */
+void hp_caps_apply_denials(struct hp_caps *c);
+
+/*
  * The capability names, in the order hp_caps_probe reports them: kallsyms,
  * bpf_text_read, perf_sampling, hardware_pmu, fentry, fexit, kprobes (entry and
  * func+off), kretprobes, tracepoints, raw_tracepoints, tp_btf, uprobes,

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <sys/resource.h>
 
+#include "host/caps_cache.h"
 #include "host/processes.h"
 #include "measure/measure_internal.h"
 #include "target/target.h"
@@ -329,12 +330,21 @@ int hp_measure_open(const struct hp_measure_spec *s, const struct hp_measure_env
 	if ((r = resolve_rows(h, s->resource_specs, err, errlen)) < 0)
 		goto fail;
 	PHASE("resolve");
-	if (env && env->caps)
+	if (env && env->caps) {
 		h->caps = *env->caps;
-	else
-		hp_caps_probe(&h->caps, s->target == HP_MEASURE_KERNEL,
-			      s->target == HP_MEASURE_KERNEL ? "kernel text read through BPF for the code model" :
-							       "not needed for a process target");
+	} else {
+		char note[512];
+		enum hp_caps_source from =
+			hp_caps_get(&h->caps, s->target == HP_MEASURE_KERNEL,
+				    s->target == HP_MEASURE_KERNEL ? "kernel text read through BPF for the code model" :
+								     "not needed for a process target",
+				    env ? env->caps_cache_dir : NULL, false, note, sizeof(note));
+		if (note[0])
+			fprintf(stderr, "hotpathd: %s\n", note);
+		if (timing)
+			fprintf(stderr, "  measure caps from %s\n",
+				from == HP_CAPS_CACHED ? "the boot's cache" : "probes");
+	}
 	hp_mechanisms_choose(&h->caps, &h->mech);
 	PHASE("caps");
 	if ((r = predicates(h, s, &base, err, errlen)) < 0)

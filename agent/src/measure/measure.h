@@ -82,6 +82,9 @@ struct hp_measure_env {
 	 * and outlive the handle. NULL = parse the process. */
 	struct hp_model *process;
 	const struct hp_caps *caps; /* the host's probed capabilities */
+	/* Without caps: the capability cache's folder (host/caps_cache.h);
+	 * NULL = HP_CAPS_CACHE_DIR, "" = probe without a cache. */
+	const char *caps_cache_dir;
 	/* Installed copies in the measured process (PID targets): probes of a
 	 * function or block that moved go to its copy and count for the
 	 * original's row; a block the copy's layout emptied is unavailable.

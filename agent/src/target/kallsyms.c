@@ -66,6 +66,30 @@ static const char *const marker_names[HP_KMARK_COUNT] = {
 	"__stop_static_call_sites",
 };
 
+/* Their lengths, for a cheap first test (every marker starts with "__"). */
+static size_t marker_lens[HP_KMARK_COUNT];
+
+/* The address at the start of a kallsyms line: its hex digits, as strtoull
+ * would read them (which it still does for anything unusual: more than 16
+ * digits, a sign, space or 0x in front). */
+static uint64_t line_addr(const char *p, char **end)
+{
+	static const int8_t hexval[256] = {
+		['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
+		['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+		['A'] = 11, ['B'] = 12, ['C'] = 13, ['D'] = 14, ['E'] = 15, ['F'] = 16,
+	};
+	uint64_t x = 0;
+	size_t i;
+
+	for (i = 0; i < 17 && hexval[(uint8_t)p[i]]; i++)
+		x = x << 4 | (uint64_t)(hexval[(uint8_t)p[i]] - 1);
+	if (i == 0 || i > 16 || (i == 1 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X')))
+		return strtoull(p, end, 16);
+	*end = (char *)p + i;
+	return x;
+}
+
 static int cmp_ksym(const void *a, const void *b)
 {
 	const struct hp_ksym *x = a, *y = b;
@@ -73,6 +97,27 @@ static int cmp_ksym(const void *a, const void *b)
 	if (x->mod != y->mod)
 		return x->mod < y->mod ? -1 : 1;
 	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/*
+ * Sort by (module, address), keeping the file's order where they are equal
+ * (as glibc's merge sort does). kallsyms lists vmlinux first, in address
+ * order, then the modules: so the sorted run it starts with is left as it is
+ * and only the rest is sorted, when all of the rest sorts after it (the
+ * result is then the very order a sort of the whole would give); else the
+ * whole is sorted.
+ */
+static void sort_syms(struct hp_ksym *v, size_t n)
+{
+	size_t run = 1;
+
+	while (run < n && cmp_ksym(&v[run - 1], &v[run]) <= 0)
+		run++;
+	if (run == n)
+		return;
+	qsort(v + run, n - run, sizeof(*v), cmp_ksym);
+	if (cmp_ksym(&v[run - 1], &v[run]) > 0)
+		qsort(v, n, sizeof(*v), cmp_ksym);
 }
 
 static int cmp_kdata(const void *a, const void *b)
@@ -147,9 +192,12 @@ int hp_kallsyms_read(struct hp_model *m, FILE *fp, struct hp_kallsyms *ks, char 
 	char line[1024];
 	int r = 0;
 
+	if (!marker_lens[0])
+		for (int k = 0; k < HP_KMARK_COUNT; k++)
+			marker_lens[k] = strlen(marker_names[k]);
 	while (fgets(line, sizeof(line), fp)) {
 		char *p = line, *name, *modname = NULL, *e;
-		uint64_t addr = strtoull(p, &e, 16);
+		uint64_t addr = line_addr(p, &e);
 		char type;
 		uint32_t mod = 0;
 
@@ -165,10 +213,12 @@ int hp_kallsyms_read(struct hp_model *m, FILE *fp, struct hp_kallsyms *ks, char 
 				modname[strcspn(modname, "]")] = 0;
 			}
 		}
-		if (!modname)
+		if (!modname && name[0] == '_' && name[1] == '_') {
+			size_t nl = strlen(name);
 			for (int k = 0; k < HP_KMARK_COUNT; k++)
-				if (!strcmp(name, marker_names[k]))
+				if (nl == marker_lens[k] && !memcmp(name, marker_names[k], nl))
 					ks->markers[k] = addr;
+		}
 		/* JIT'd BPF programs and ftrace/kprobe trampolines come and go
 		 * and have no sizes: they are not part of the code model. */
 		if (modname && (!strcmp(modname, "bpf") || has_prefix(modname, "__builtin")))
@@ -192,7 +242,10 @@ int hp_kallsyms_read(struct hp_model *m, FILE *fp, struct hp_kallsyms *ks, char 
 			ks->text = addr;
 		else if (!strcmp(name, "_etext") && !modname)
 			ks->etext = addr;
-		if (strstr(name, "return_thunk"))
+		/* (one search for "thunk" first: most names have none) */
+		if (!strstr(name, "thunk"))
+			;
+		else if (strstr(name, "return_thunk"))
 			r = push_u64(&ks->ret_thunks, &ks->nret, &ks->capret, addr);
 		else if (strstr(name, "indirect_thunk_") || strstr(name, "indirect_jump_thunk_") ||
 			 strstr(name, "indirect_call_thunk_"))
@@ -234,7 +287,7 @@ int hp_kallsyms_read(struct hp_model *m, FILE *fp, struct hp_kallsyms *ks, char 
 	}
 	/* (qsort wants a real array even when there is nothing to sort) */
 	if (ks->n)
-		qsort(ks->syms, ks->n, sizeof(*ks->syms), cmp_ksym);
+		sort_syms(ks->syms, ks->n);
 	if (ks->ndata)
 		qsort(ks->data, ks->ndata, sizeof(*ks->data), cmp_kdata);
 	if (ks->nret)

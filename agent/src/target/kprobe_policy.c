@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/grow.h"
 #include "target/kallsyms.h"
@@ -145,13 +146,30 @@ struct hp_kprobe_policy *hp_kprobe_policy_open(struct hp_model *m)
 	if (!p)
 		return NULL;
 	p->m = m;
+	/* HOTPATH_TIMING=1 prints what each list took. */
+	bool timing = getenv("HOTPATH_TIMING") != NULL;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+#define STEP(what)                                                                                          \
+	do {                                                                                                \
+		if (timing) {                                                                               \
+			clock_gettime(CLOCK_MONOTONIC, &t1);                                                \
+			fprintf(stderr, "  policy %-14s %.3f s\n", what,                                    \
+				(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9); \
+			t0 = t1;                                                                            \
+		}                                                                                           \
+	} while (0)
 	read_ftrace_names(p);
+	STEP("ftrace names");
 	p->blacklist_file = read_blacklist(p);
 	if (!p->blacklist_file)
 		read_section_markers(p);
+	STEP(p->blacklist_file ? "blacklist" : "text markers");
 	p->vmlinux_btf = btf__load_vmlinux_btf();
 	if (libbpf_get_error(p->vmlinux_btf))
 		p->vmlinux_btf = NULL;
+	STEP("vmlinux btf");
+#undef STEP
 	return p;
 }
 

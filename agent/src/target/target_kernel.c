@@ -1053,12 +1053,13 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	free(fbuf);
 	if (r < 0)
 		goto fail;
+	PHASE("kallsyms");
 	if (hp_kallsyms_read_sections(&ks, "/sys/module") < 0) {
 		r = -ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	PHASE("kallsyms");
+	PHASE("sections");
 	read_bug_table(kp, ks.markers, ks.text, ks.etext);
 	read_jump_table(kp, ks.markers, ks.text, ks.etext);
 	{

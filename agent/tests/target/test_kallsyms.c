@@ -227,6 +227,45 @@ static void t_vmlinux_between_text_and_etext(void)
 	unbuild(&b);
 }
 
+/* The symbols come out sorted by (module, address) whatever the file's order,
+ * with aliases at one address in the file's order: vmlinux in order then a
+ * module out of order (the parse keeps vmlinux's run and sorts the rest),
+ * and a module line before vmlinux's (the whole is sorted). Addresses in
+ * upper case and with more than 16 digits read as strtoull reads them. */
+static void t_symbols_sorted_whatever_the_order(void)
+{
+	static const char *const files[] = {
+		"ffffffff81000000 T _text\nffffffff81000100 T alias_b\nffffffff81000100 T alias_a\n"
+		"ffffffff81000200 t f2\nffffffff82000000 T _etext\n"
+		"ffffffffc0000080 t m_c\t[m]\nffffffffc0000000 t m_a\t[m]\nffffffffc0000040 t m_b\t[m]\n",
+		"ffffffffc0000080 t m_c\t[m]\nffffffff81000000 T _text\nffffffff81000100 T alias_b\n"
+		"ffffffff81000100 T alias_a\nffffffffc0000000 t m_a\t[m]\nffffffff81000200 t f2\n"
+		"FFFFFFFF82000000 T _etext\nffffffffc0000040 t m_b\t[m]\n0000ffffffffc0001000 t m_d\t[m]\n",
+	};
+	for (size_t fi = 0; fi < 2; fi++) {
+		struct hp_kallsyms ks = { 0 };
+		struct hp_model *m = hp_model_new(HP_TARGET_KERNEL);
+		char err[256] = "";
+		FILE *fp = fmemopen((void *)files[fi], strlen(files[fi]), "r");
+		REQUIRE(m && fp, "setup");
+		int r = hp_kallsyms_read(m, fp, &ks, err, sizeof(err));
+		fclose(fp);
+		REQUIRE(r == 0, "file %zu: %s", fi, err);
+		static const char *const want[] = { "_text", "alias_b", "alias_a", "f2", "_etext",
+						    "m_a",   "m_b",     "m_c",     "m_d" };
+		size_t nwant = fi ? 9 : 8;
+		EXPECT(ks.n == nwant, "file %zu: %zu symbols", fi, ks.n);
+		for (size_t i = 0; i < ks.n && i < nwant; i++)
+			EXPECT(ks.syms[i].name && !strcmp(ks.syms[i].name, want[i]),
+			       "file %zu: symbol %zu is %s, not %s", fi, i, ks.syms[i].name ? ks.syms[i].name : "-",
+			       want[i]);
+		EXPECT(ks.text == 0xffffffff81000000ull && ks.etext == 0xffffffff82000000ull,
+		       "file %zu: text %#lx-%#lx", fi, (unsigned long)ks.text, (unsigned long)ks.etext);
+		hp_kallsyms_free(&ks);
+		hp_model_free(m);
+	}
+}
+
 static void t_kallsyms_without_addresses_refused(void)
 {
 	static const char zeroed[] =
@@ -324,6 +363,7 @@ int main(void)
 	RUN(t_transient_code_skipped_and_lone_module_bounded);
 	RUN(t_vmlinux_between_text_and_etext);
 	RUN(t_kallsyms_without_addresses_refused);
+	RUN(t_symbols_sorted_whatever_the_order);
 	RUN(t_trim_fill);
 	RUN(t_static_call_keys_paired_with_trampolines_by_name);
 	TEST_EXIT();
