@@ -7,10 +7,12 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -47,7 +49,23 @@ static const char install_usage[] =
 	"                        this plan (a second pass)\n"
 	"  --state-dir DIR       journals and installed plans (default " DEFAULT_STATE
 	")\n"
-	"  --json                one JSON object on stdout\n"
+	"  --cycles N            install and revert N times (1-1000000) in this process,\n"
+	"                        then exit with nothing installed: the target's model is\n"
+	"                        opened once; every cycle is a whole install (journal\n"
+	"                        first) and a whole revert (call sites, entries, heap),\n"
+	"                        after which every byte the install wrote must read as\n"
+	"                        its original and every copied function as planned. A\n"
+	"                        line per cycle (its install, call sites and revert\n"
+	"                        times), then the averages. SIGTERM or SIGINT ends the\n"
+	"                        loop after the cycle in progress (reverted)\n"
+	"  --check CMD           with --cycles: run `sh -c CMD` while installed and\n"
+	"                        again once reverted, with HOTPATH_CYCLE,\n"
+	"                        HOTPATH_INSTALLED (1 or 0), HOTPATH_HEAP,\n"
+	"                        HOTPATH_HEAP_BYTES and HOTPATH_CALL_SITES set; its\n"
+	"                        stdout goes to stderr; a non-zero exit makes the\n"
+	"                        cycle wrong\n"
+	"  --json                one JSON object on stdout (with --cycles: one per\n"
+	"                        cycle, then the summary)\n"
 	"  --quiet               no progress on stderr\n"
 	"\n"
 	"A kernel plan (`hotpathd plan kernel ROOT --json`) installs through hotpath.ko's\n"
@@ -61,7 +79,8 @@ static const char install_usage[] =
 	"reverts it and exits 0 (`hotpathd revert kernel` sends the SIGTERM); if it\n"
 	"is killed, the module reverts it all the same.\n"
 	"\n"
-	"exit status: 0 installed, 1 error (nothing left changed), 2 usage, 3 no such\n"
+	"exit status: 0 installed (--cycles: every cycle right), 1 error (nothing left\n"
+	"             changed; --cycles: also a wrong cycle), 2 usage, 3 no such\n"
 	"             process (or it exited), 4 the root is installed already,\n"
 	"             5 refused: plan altered, not approved, for another binary or\n"
 	"             stale, ptrace refused, or hotpath.ko not loaded (kernel plans)\n";
@@ -208,11 +227,159 @@ static int revert_kernel(const char *state, const char *root, bool json, struct 
 	return rc;
 }
 
+/* --cycles: the check command, the signals that end the loop, and output. */
+struct cycler {
+	const char *check; /* sh -c CMD, or NULL */
+	const sigset_t *hold;
+	bool json;
+};
+
+static int cycle_check(void *ctx, const struct hp_cycle *c, bool installed, const struct hp_install_result *res,
+		       char *why, size_t wl)
+{
+	struct cycler *cy = ctx;
+	char v[32];
+	int st;
+
+	if (!cy->check)
+		return 0;
+	fflush(stdout);
+	fflush(stderr);
+	pid_t k = fork();
+	if (k < 0) {
+		snprintf(why, wl, "cannot fork the check: %s", strerror(errno));
+		return 1;
+	}
+	if (k == 0) {
+		sigprocmask(SIG_UNBLOCK, cy->hold, NULL);
+		dup2(2, 1);
+		snprintf(v, sizeof(v), "%u", c->n);
+		setenv("HOTPATH_CYCLE", v, 1);
+		setenv("HOTPATH_INSTALLED", installed ? "1" : "0", 1);
+		snprintf(v, sizeof(v), "0x%" PRIx64, c->heap);
+		setenv("HOTPATH_HEAP", v, 1);
+		snprintf(v, sizeof(v), "%" PRIu64, c->heap_len);
+		setenv("HOTPATH_HEAP_BYTES", v, 1);
+		snprintf(v, sizeof(v), "%zu", c->call_sites);
+		setenv("HOTPATH_CALL_SITES", v, 1);
+		execl("/bin/sh", "sh", "-c", cy->check, (char *)NULL);
+		_exit(127);
+	}
+	(void)res;
+	while (waitpid(k, &st, 0) < 0 && errno == EINTR)
+		;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	snprintf(why, wl, "the check (%s) %s %d %s", installed ? "installed" : "reverted",
+		 WIFEXITED(st) ? "exited with status" : "was killed by signal",
+		 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), installed ? "while installed" : "after the revert");
+	return 1;
+}
+
+static bool cycle_stop(void *ctx)
+{
+	struct cycler *cy = ctx;
+	sigset_t pend;
+
+	if (sigpending(&pend) < 0)
+		return false;
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sigismember(cy->hold, sig) && sigismember(&pend, sig))
+			return true;
+	return false;
+}
+
+static const char *check_word(int c)
+{
+	return c < 0 ? "none" : c ? "failed" : "ok";
+}
+
+static void cycle_done(void *ctx, const struct hp_cycle *c)
+{
+	struct cycler *cy = ctx;
+
+	if (cy->json) {
+		json_t *o = json_pack(
+			"{s:i, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:b, s:s, s:s, "
+			"s:s}",
+			"cycle", (int)c->n, "install_ms", c->install_ms, "check_ms", c->check_ms, "entry_us",
+			c->entry_us, "entries", (json_int_t)c->entries, "call_sites", (json_int_t)c->call_sites,
+			"calls_ms", c->calls_ms, "revert_ms", c->revert_ms, "revert_calls_ms", c->revert_calls_ms,
+			"revert_entry_us", c->revert_entry_us, "heap_kept", c->heap_kept, "bytes_checked",
+			(json_int_t)c->bytes_checked, "bytes_wrong", (json_int_t)c->bytes_wrong, "members_original",
+			c->members_original, "check_installed", check_word(c->check_installed), "check_reverted",
+			check_word(c->check_reverted), "wrong", c->why);
+		char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+		if (t)
+			printf("%s\n", t);
+		free(t);
+		json_decref(o);
+	} else {
+		printf("cycle %u: install %.2f ms (%zu entr%s, entry %.0f us; %zu call sites in %.3f ms), revert %.2f ms "
+		       "(call sites %.3f ms, entry %.0f us), %zu/%zu written bytes restored, functions %s, check %s/%s%s%s\n",
+		       c->n, c->install_ms, c->entries, c->entries == 1 ? "y" : "ies", c->entry_us, c->call_sites,
+		       c->calls_ms, c->revert_ms, c->revert_calls_ms, c->revert_entry_us,
+		       c->bytes_checked - c->bytes_wrong, c->bytes_checked,
+		       c->members_original ? "as planned" : "CHANGED", check_word(c->check_installed),
+		       check_word(c->check_reverted), c->why[0] ? ": WRONG: " : "", c->why);
+	}
+	fflush(stdout);
+}
+
+/* `hotpathd install PLAN --cycles N`: the loop, its summary, the exit status. */
+static int run_cycles(const struct hp_iplan *plan, const struct hp_install_opts *o, unsigned n, const char *check,
+		      const sigset_t *hold, bool json)
+{
+	struct cycler cy = { .check = check, .hold = hold, .json = json };
+	struct hp_cycles_opts co = {
+		.cycles = n, .check = cycle_check, .done = cycle_done, .stop = cycle_stop, .ctx = &cy
+	};
+	struct hp_cycles_result res;
+	char err[1024] = "";
+	int r = hp_install_cycles(plan, o, &co, &res, err, sizeof(err));
+	unsigned d = res.done ? res.done : 1;
+
+	if (r < 0)
+		fprintf(stderr, "hotpathd install: cycle %u: %s\n", res.done + 1, err);
+	if (json) {
+		json_t *j = json_pack(
+			"{s:s, s:s, s:i, s:i, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:s}", "status",
+			r < 0     ? "error" :
+			res.wrong ? "wrong" :
+				    "cycled",
+			"root", plan->root, "cycles", (int)n, "done", (int)res.done, "wrong", (int)res.wrong, "stopped",
+			res.stopped, "install_ms", res.install_ms / d, "install_us_per_entry", res.install_us_per_entry,
+			"entry_us", res.entry_us / d, "call_sites", (double)res.call_sites / d, "calls_ms",
+			res.calls_ms / d, "revert_ms", res.revert_ms / d, "revert_calls_ms", res.revert_calls_ms / d,
+			"revert_entry_us", res.revert_entry_us / d, "heaps_kept", (json_int_t)res.heaps_kept, "error",
+			err);
+		json_object_set_new(j, "wall_s", json_real(res.wall_s));
+		char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		if (t)
+			printf("%s\n", t);
+		free(t);
+		json_decref(j);
+	} else {
+		printf("cycles: %u of %u%s, %u wrong, in %.1f s\n", res.done, n,
+		       res.stopped ? " (stopped by a signal)" : "", res.wrong, res.wall_s);
+		printf("  install: %.2f ms on average, %.0f us per entry spliced; entry %.0f us; %.1f call sites "
+		       "patched in %.3f ms\n",
+		       res.install_ms / d, res.install_us_per_entry, res.entry_us / d, (double)res.call_sites / d,
+		       res.calls_ms / d);
+		printf("  revert: %.2f ms on average (call sites %.3f ms, entry %.0f us); heaps kept %zu\n",
+		       res.revert_ms / d, res.revert_calls_ms / d, res.revert_entry_us / d, res.heaps_kept);
+	}
+	if (r < 0)
+		return exit_for(r) == HP_EXIT_ERROR ? HP_EXIT_ERROR : exit_for(r);
+	return res.wrong ? HP_EXIT_ERROR : HP_EXIT_OK;
+}
+
 int cmd_install(int argc, char **argv)
 {
 	const char *file = NULL, *state = DEFAULT_STATE, *approved = NULL;
 	bool json = false, calls = true, replace = false;
-	unsigned pid = 0;
+	unsigned pid = 0, cycles = 0;
+	const char *check = NULL;
 	struct progress pr = { .kill_at = getenv("HOTPATH_TEST_KILL_AT"), .verb = "install" };
 	char err[1024];
 
@@ -233,6 +400,10 @@ int cmd_install(int argc, char **argv)
 			i++;
 		else if (!strcmp(a, "--state-dir") && v)
 			state = argv[++i];
+		else if (!strcmp(a, "--cycles") && v && hp_parse_uint(v, 1, 1000000, &cycles) == 0)
+			i++;
+		else if (!strcmp(a, "--check") && v && *v)
+			check = argv[++i];
 		else if (!strcmp(a, "--approved-hash") && v && strlen(v) == 64)
 			approved = argv[++i];
 		else if (a[0] == '-' && a[1]) {
@@ -248,6 +419,12 @@ int cmd_install(int argc, char **argv)
 	}
 	if (!file) {
 		fputs(install_usage, stderr);
+		return HP_EXIT_USAGE;
+	}
+	if ((check && !cycles) || (cycles && replace)) {
+		fprintf(stderr, "hotpathd install: %s\n",
+			replace ? "--cycles installs and reverts the plan each time: not with --replace" :
+				  "--check needs --cycles");
 		return HP_EXIT_USAGE;
 	}
 	struct hp_iplan plan;
@@ -267,7 +444,7 @@ int cmd_install(int argc, char **argv)
 	sigaddset(&hold, SIGTERM);
 	sigaddset(&hold, SIGINT);
 	sigaddset(&hold, SIGHUP);
-	if (kernel)
+	if (kernel || cycles)
 		sigprocmask(SIG_BLOCK, &hold, NULL);
 	int target = kernel ? (int)getpid() : pid ? (int)pid : plan.pid;
 	/* The process's model, with the agent's own patches read as the
@@ -312,6 +489,14 @@ int cmd_install(int argc, char **argv)
 				     .replace = replace,
 				     .progress = on_step,
 				     .progress_ctx = &pr };
+	if (cycles) {
+		/* The progress of every step of every cycle would bury the cycles' lines: only the test hook stays. */
+		pr.quiet = true;
+		r = run_cycles(&plan, &o, cycles, check, &hold, json);
+		hp_model_free(m);
+		hp_iplan_free(&plan);
+		return r;
+	}
 	struct hp_install_result res;
 	r = hp_install(&plan, &o, &res, err, sizeof(err));
 	hp_model_free(m);

@@ -246,4 +246,67 @@ int hp_installed_patches(const char *state_dir, int pid, struct hp_byte_patch **
 int hp_model_open_pid_unpatched(const char *state_dir, int pid, const struct hp_open_opts *o, struct hp_model **out,
 				char *err, size_t errlen);
 
+/* Whether every member of plan p reads, in its target, as the code the plan
+ * was made from (the install's own check: each member's bytes, with other
+ * installs' writes read as the original, hash to the plan's digest). 0, or a
+ * negative errno with err saying why (-ESTALE: a member differs). */
+int hp_install_members_original(const struct hp_iplan *p, const struct hp_install_opts *o, char *err, size_t errlen);
+
+/*
+ * Install/revert cycles in one process (`hotpathd install PLAN --cycles N`):
+ * the same hp_install and revert as one install and one `hotpathd revert`,
+ * with the model (o->m, the call sites) opened once by the caller. Each
+ * cycle: install (journal first), check (installed), revert by the install's
+ * id (call sites, then entries, then the heap), then every byte the install
+ * wrote (its journal's entry and call-site records) is read back as the
+ * original, every member hashes as planned, and check (reverted).
+ */
+struct hp_cycle {
+	unsigned n;        /* 1-based */
+	double install_ms; /* hp_install, checks included */
+	double check_ms, entry_us, calls_ms;
+	double revert_ms, revert_entry_us, revert_calls_ms;
+	size_t entries, call_sites;
+	uint64_t heap, heap_len;
+	bool heap_kept;      /* the revert kept the heap (a thread could be in the copy) */
+	int check_installed; /* the caller's check: 0 ok, 1 failed, -1 not run */
+	int check_reverted;
+	size_t bytes_checked;  /* bytes the install wrote, read back after the revert */
+	size_t bytes_wrong;    /* of them, not the original */
+	bool members_original; /* every member hashes as planned after the revert */
+	char why[256];         /* the first thing that was wrong, "" */
+};
+
+struct hp_cycles_opts {
+	unsigned cycles;
+	/* Called while installed (installed true, res the install's) and once
+	 * reverted: 0 when the target behaves as it should, else non-zero with
+	 * why filled. NULL: no check. */
+	int (*check)(void *ctx, const struct hp_cycle *c, bool installed, const struct hp_install_result *res,
+		     char *why, size_t wl);
+	/* After each cycle (its figures), NULL: none. */
+	void (*done)(void *ctx, const struct hp_cycle *c);
+	/* Asked before each cycle: true ends the loop there (nothing installed). */
+	bool (*stop)(void *ctx);
+	void *ctx;
+};
+
+struct hp_cycles_result {
+	unsigned done;  /* cycles installed and reverted */
+	unsigned wrong; /* of them, with a failed check, a byte not restored or a member not original */
+	bool stopped;   /* ended early by stop() */
+	double install_ms, revert_ms, entry_us, calls_ms, revert_entry_us, revert_calls_ms; /* sums */
+	size_t entries, call_sites, heaps_kept;                                             /* sums */
+	double install_us_per_entry; /* mean over cycles of install_ms * 1000 / entries */
+	double wall_s;
+};
+
+/* Run co->cycles cycles of p. 0 when every install and revert succeeded
+ * (res->wrong may still count cycles whose checks failed), or the install's
+ * or the revert's negative errno with err saying why: the loop stops there,
+ * a failed install having undone itself, and a failed revert's journal left
+ * for `hotpathd revert`. */
+int hp_install_cycles(const struct hp_iplan *p, const struct hp_install_opts *o, const struct hp_cycles_opts *co,
+		      struct hp_cycles_result *res, char *err, size_t errlen);
+
 #endif

@@ -759,3 +759,25 @@ int hp_install(const struct hp_iplan *p, const struct hp_install_opts *o, struct
 	hp_op_free(&x);
 	return 0;
 }
+
+int hp_install_members_original(const struct hp_iplan *p, const struct hp_install_opts *o, char *err, size_t errlen)
+{
+	struct hp_op x = { .p = p, .o = o };
+	bool kernel = !strcmp(p->kind, "kernel");
+	int pid = kernel ? getpid() : o->pid ? o->pid : p->pid, r;
+	uint64_t start = 0;
+	char dir[4096];
+
+	x.j.fd = -1;
+	if (kernel)
+		hp_process_start_time(pid, &start);
+	if ((r = hp_op_open_target(&x, p->kind, pid, start, err, errlen)) < 0)
+		return r;
+	snprintf(dir, sizeof(dir), "%s/replace", o->state_dir);
+	if ((r = hp_op_load_others(&x, dir, pid, x.t.instance, NULL)) < 0)
+		snprintf(err, errlen, "cannot read the journals in %s: %s", dir, strerror(-r));
+	else
+		r = check_target(&x, err, errlen);
+	hp_op_free(&x);
+	return r;
+}

@@ -21,7 +21,8 @@
  *  - Cycles of install and revert through the library under load, with
  *    threads inside the root at the stops, results checked throughout,
  *    original bytes at the end (HOTPATH_REPLACE_CYCLES, default 300;
- *    bench/replace_cycles runs 1,000).
+ *    bench/replace_cycles runs 1,000); and through `hotpathd install
+ *    --cycles`: its lines, its check command, SIGTERM and SIGKILL mid-loop.
  *  - Installs that compose: a plan made before or after another install in
  *    the process installs over it (the bytes that install patched read as
  *    the original), two installs that write the same bytes (a hot set and
@@ -2339,6 +2340,167 @@ out:
 	hp_iplan_free(&p2);
 }
 
+/* Lines of file that contain want. */
+static int lines_with(const char *file, const char *want)
+{
+	char line[8192];
+	int n = 0;
+	FILE *fp = fopen(file, "r");
+	if (!fp)
+		return 0;
+	while (fgets(line, sizeof(line), fp))
+		n += strstr(line, want) != NULL;
+	fclose(fp);
+	return n;
+}
+
+/* The last line of file holding want, parsed as JSON (NULL: none). */
+static json_t *last_json_with(const char *file, const char *want)
+{
+	char line[8192], keep[8192] = "";
+	FILE *fp = fopen(file, "r");
+	if (!fp)
+		return NULL;
+	while (fgets(line, sizeof(line), fp))
+		if (strstr(line, want))
+			snprintf(keep, sizeof(keep), "%s", line);
+	fclose(fp);
+	json_error_t je;
+	return keep[0] ? json_loads(keep, 0, &je) : NULL;
+}
+
+/* `hotpathd install PLAN --cycles N --check CMD` on the process target: N whole installs and reverts in
+ * one process, each line's figures and checks, the check command run while installed (the heap it is
+ * told of mapped in the process) and once reverted, nothing left after; a check that fails makes the
+ * cycles wrong (exit 1); SIGTERM ends the loop after the cycle in progress with nothing installed;
+ * SIGKILL inside an install leaves a journal `hotpathd revert` finishes; bad arguments are refused. */
+static void t_cycles_cli(void)
+{
+	struct fx f;
+	struct hp_iplan p;
+	char cmd[4096], out[16384], err[512] = "", why[256] = "", script[400], log[400], res[400];
+	const char *st = state_dir("cyclescli");
+	const int n = 20;
+
+	REQUIRE(fixture(), "gcc failed");
+	REQUIRE(fx_start(&f, fixture(), 3) == 0, "the fixture did not start");
+	const char *plan = make_plan(f.pid, "cyclescli");
+	if (!plan || load_plan(plan, &p, err, sizeof(err)) < 0) {
+		fx_stop(&f);
+		REQUIRE(0, "no plan: %s", err);
+	}
+	snprintf(script, sizeof(script), "%s/cycles-check.sh", tu_tmpdir());
+	snprintf(log, sizeof(log), "%s/cycles-check.log", tu_tmpdir());
+	snprintf(res, sizeof(res), "%s/cycles.out", tu_tmpdir());
+	FILE *sf = fopen(script, "w");
+	REQUIRE(sf, "cannot write %s", script);
+	/* While installed the heap it is told of is mapped in the fixture (its memfd heap starts there). */
+	fprintf(sf,
+		"echo \"$HOTPATH_CYCLE $HOTPATH_INSTALLED $HOTPATH_HEAP $HOTPATH_HEAP_BYTES $HOTPATH_CALL_SITES\" >> '%s'\n"
+		"[ \"$HOTPATH_INSTALLED\" = 0 ] && exit 0\n"
+		"grep -q \"^${HOTPATH_HEAP#0x}-.*memfd:hotpath-\" /proc/%d/maps\n",
+		log, (int)f.pid);
+	fclose(sf);
+	unlink(log);
+
+	snprintf(cmd, sizeof(cmd), "%s install '%s' --cycles %d --check 'sh %s' --state-dir '%s' --json --quiet > '%s'",
+		 hp(), plan, n, script, st, res);
+	int rc = system(cmd);
+	rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+	json_t *sum = last_json_with(res, "\"status\"");
+	EXPECT(rc == 0 && sum && !strcmp(json_string_value(json_object_get(sum, "status")) ?: "", "cycled") &&
+		       json_integer_value(json_object_get(sum, "done")) == n &&
+		       json_integer_value(json_object_get(sum, "wrong")) == 0,
+	       "the cycles did not all pass (status %d)", rc);
+	EXPECT(json_real_value(json_object_get(sum, "call_sites")) >= 1, "no call site was patched per install");
+	EXPECT(json_real_value(json_object_get(sum, "install_us_per_entry")) > 0 &&
+		       json_real_value(json_object_get(sum, "revert_ms")) > 0,
+	       "the summary has no install or revert time");
+	json_decref(sum);
+	EXPECT(lines_with(res, "\"cycle\"") == n, "%d cycle lines, want %d", lines_with(res, "\"cycle\""), n);
+	EXPECT(lines_with(res, "\"bytes_wrong\":0,") == n && lines_with(res, "\"members_original\":true") == n &&
+		       lines_with(res, "\"check_installed\":\"ok\"") == n &&
+		       lines_with(res, "\"check_reverted\":\"ok\"") == n,
+	       "not every cycle restored its bytes and passed its checks");
+	EXPECT(lines_with(log, " 1 0x") == n && lines_with(log, " 0 0x") == n,
+	       "the check ran %d times installed and %d reverted, want %d each", lines_with(log, " 1 0x"),
+	       lines_with(log, " 0 0x"), n);
+	EXPECT(fx_ok(&f), "the process went wrong during the cycles: %s", f.errbuf);
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "after the cycles: %s", why);
+	hp_release_kept(st, f.pid, NULL, &(size_t){ 0 }, &(size_t){ 0 });
+	EXPECT(heaps_mapped(f.pid) == (int)journals(st), "%d heaps mapped, %zu journals left", heaps_mapped(f.pid),
+	       journals(st));
+
+	/* A check that fails: every cycle is wrong, exit 1, and still nothing left installed. */
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s install '%s' --cycles 2 --check 'test $HOTPATH_INSTALLED = 0' --state-dir '%s' --json --quiet > '%s'",
+		hp(), plan, st, res);
+	rc = system(cmd);
+	rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+	sum = last_json_with(res, "\"status\"");
+	EXPECT(rc == 1 && sum && !strcmp(json_string_value(json_object_get(sum, "status")) ?: "", "wrong") &&
+		       json_integer_value(json_object_get(sum, "wrong")) == 2,
+	       "a failing check did not make the cycles wrong (status %d)", rc);
+	json_decref(sum);
+	EXPECT(lines_with(res, "\"check_installed\":\"failed\"") == 2, "the failed checks are not in the cycle lines");
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "after the failed checks: %s", why);
+
+	/* SIGTERM mid-loop: the cycle in progress ends reverted, then the loop stops. */
+	pid_t k = fork();
+	if (k == 0) {
+		int fd = open(res, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(fd, 1);
+		execl(hp(), hp(), "install", plan, "--cycles", "1000000", "--state-dir", st, "--json", "--quiet",
+		      (char *)NULL);
+		_exit(127);
+	}
+	/* A hang bound, not a timing: the lines arrive as fast as the cycles run. */
+	for (int i = 0; i < 6000 && lines_with(res, "\"cycle\"") < 3; i++)
+		usleep(10000);
+	kill(k, SIGTERM);
+	int ws;
+	waitpid(k, &ws, 0);
+	sum = last_json_with(res, "\"status\"");
+	int done = (int)json_integer_value(json_object_get(sum, "done"));
+	EXPECT(WIFEXITED(ws) && WEXITSTATUS(ws) == 0 && sum && json_is_true(json_object_get(sum, "stopped")) &&
+		       done >= 3 && done < 1000000 && json_integer_value(json_object_get(sum, "wrong")) == 0,
+	       "SIGTERM did not end the loop cleanly (exit %d, %d cycles)", WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, done);
+	json_decref(sum);
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "after SIGTERM: %s", why);
+	hp_release_kept(st, f.pid, NULL, &(size_t){ 0 }, &(size_t){ 0 });
+	EXPECT(journals(st) == (size_t)heaps_mapped(f.pid), "after SIGTERM: %zu journals for %d heaps mapped",
+	       journals(st), heaps_mapped(f.pid));
+
+	/* SIGKILL inside the first install (its call sites written, not yet done): the journal says so, and a
+	 * revert finishes it. */
+	snprintf(cmd, sizeof(cmd),
+		 "HOTPATH_TEST_KILL_AT=calls %s install '%s' --cycles 5 --state-dir '%s' --quiet 2>&1", hp(), plan, st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc != 0, "the agent was not killed in its install");
+	snprintf(cmd, sizeof(cmd), "%s installed --state-dir '%s'", hp(), st);
+	run(cmd, out, sizeof(out));
+	EXPECT(strstr(out, "installing"), "the killed cycle's install is not listed as installing: %s", out);
+	snprintf(cmd, sizeof(cmd), "%s revert pid %d --state-dir '%s' --quiet", hp(), f.pid, st);
+	rc = run(cmd, out, sizeof(out));
+	EXPECT(rc == 0, "the revert of the killed cycle failed (%d): %s", rc, out);
+	EXPECT(members_original(f.pid, &p, why, sizeof(why)) == 0, "after the killed cycle's revert: %s", why);
+	EXPECT(fx_ok(&f), "the process went wrong: %s", f.errbuf);
+
+	/* Refused arguments: nothing runs. */
+	static const char *const bad[] = { "--cycles 0",           "--cycles x",       "--check true",
+					   "--cycles 2 --replace", "--cycles 2000000", NULL };
+	for (int i = 0; bad[i]; i++) {
+		snprintf(cmd, sizeof(cmd), "%s install '%s' %s --state-dir '%s' --quiet 2>&1", hp(), plan, bad[i], st);
+		rc = run(cmd, out, sizeof(out));
+		EXPECT(rc == 2, "'%s' was not refused as usage (%d): %s", bad[i], rc, out);
+	}
+	unsigned long v = fx_stop(&f);
+	EXPECT(v > 1000, "the fixture verified only %lu calls", v);
+	printf("# --cycles: %d cycles of %zu functions in one process, %lu calls verified\n", n, p.nmembers, v);
+	hp_iplan_free(&p);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -2348,6 +2510,11 @@ int main(void)
 	/* bench/replace_cycles runs the cycles alone, 1,000 of them. */
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "cycles")) {
 		RUN(t_cycles);
+		tu_cleanup();
+		TEST_EXIT();
+	}
+	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "cyclescli")) {
+		RUN(t_cycles_cli);
 		tu_cleanup();
 		TEST_EXIT();
 	}
@@ -2417,6 +2584,7 @@ int main(void)
 	RUN(t_measure_and_second_pass);
 	RUN(t_root_measured_alike_before_and_after);
 	RUN(t_cycles);
+	RUN(t_cycles_cli);
 	RUN(t_install_after_a_kept_heap);
 	RUN(t_installs_compose);
 	RUN(t_kept_heap_retried);
