@@ -17,6 +17,7 @@ from app.core.metrics import Metrics
 from app.core.pki import Pki
 from app.domain.commands import Commands
 from app.domain.plans import Plans
+from app.domain.rollouts import Rollouts
 from app.domain.sessions import AgentRegistry
 from app.storage.ingest import IngestWriter
 
@@ -34,6 +35,7 @@ class Runtime:
     agents: AgentRegistry
     commands: Commands
     plans: Plans
+    rollouts: Rollouts
     writer: IngestWriter
     database_url: str
     enroll_port: int = 0  # where agents enrol, once the gRPC server listens

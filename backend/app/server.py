@@ -38,6 +38,7 @@ from app.core.metrics import Metrics
 from app.core.security import hash_password, read_or_create_secret
 from app.domain.commands import Commands
 from app.domain.plans import Plans
+from app.domain.rollouts import Rollouts
 from app.domain.sessions import AgentRegistry
 from app.runtime import Runtime
 from app.storage import catalog, hosts, samples, stacks
@@ -145,6 +146,7 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
         agents=agents,
         commands=commands,
         plans=plans,
+        rollouts=Rollouts(sessionmaker, hub, plans),
         writer=writer,
         database_url=prepared.database_url,
     )
@@ -246,6 +248,7 @@ async def start_background(runtime: Runtime) -> list[asyncio.Task[None]]:
     hub.fanout = fanout
     hub.announce = announce
     runtime.commands.start()
+    await runtime.rollouts.start()  # resume the roll-outs a stop left under way
     return [
         asyncio.create_task(retention_loop(runtime)),
         asyncio.create_task(rollup_loop(runtime)),
@@ -268,6 +271,7 @@ async def stop_background(runtime: Runtime, tasks: list[asyncio.Task[None]]) -> 
         task.cancel()
     runtime.hub.fanout = None
     runtime.hub.announce = None
+    await runtime.rollouts.stop()
     await runtime.plans.stop()
     await runtime.commands.stop()
     if runtime.bus is not None:

@@ -33,6 +33,7 @@ from app.api.routes import (
     live,
     measurements,
     plans,
+    rollouts,
     samples,
     stacks,
     targets,
@@ -83,6 +84,7 @@ def create_app(
     api.include_router(layout.router, responses=SIGNED_IN)
     api.include_router(measurements.router, responses=ADMIN_ONLY)
     api.include_router(plans.router, responses=ADMIN_ONLY)
+    api.include_router(rollouts.router, responses=ADMIN_ONLY)
     api.include_router(live.router)  # a WebSocket only: it closes with code 4401 without a valid token
     app.include_router(api)
     _install_error_handlers(app)

@@ -85,6 +85,8 @@ def public(r: Row[Any], detail: bool = False) -> dict[str, Any]:
         "updated_at": r.updated_at,
         "members": list(r.members or ()),
         "hot_set": is_hot_set(r),
+        "derived_from": str(r.derived_from) if r.derived_from else None,
+        "rollout_id": str(r.rollout_id) if r.rollout_id else None,
     }
     if detail:
         out["body_etag"] = body_etag(r)

@@ -429,3 +429,48 @@ class Plan(Base):
     before_measurement: Mapped[str | None] = mapped_column(String(64), nullable=True)
     after_measurement: Mapped[str | None] = mapped_column(String(64), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # A per-host plan a roll-out made from an approved plan (migration 0019): the plan whose approval it
+    # inherits (same code hash and build id) and the roll-out.
+    derived_from: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), nullable=True)
+    rollout_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), nullable=True)
+
+
+class Rollout(Base):
+    """A staged roll-out of one approved plan over the hosts of its build (app.domain.rollouts):
+    running → paused | halted | completed | reverting; paused → running | reverting; halted, completed →
+    reverting → reverted. Its hosts are rollout_hosts."""
+
+    __tablename__ = "rollouts"
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    plan_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"))
+    plan_host_id: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(16))  # kernel | process
+    build_id: Mapped[str] = mapped_column(Text)
+    code_sha256: Mapped[str] = mapped_column(String(64))
+    requested_by: Mapped[str] = mapped_column(Text)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    wave_sizes: Mapped[list[Any]] = mapped_column(JSONB)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    wave: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class RolloutHost(Base):
+    """One host of a roll-out: its wave, the target and per-host plan, and its state
+    (pending, installing, comparing, installed, reverted, skipped, failed) with the reason."""
+
+    __tablename__ = "rollout_hosts"
+    rollout_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("rollouts.id", ondelete="CASCADE"), primary_key=True)
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    wave: Mapped[int] = mapped_column(Integer)
+    target_id: Mapped[str] = mapped_column(String(64))
+    plan_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    offline_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -145,6 +145,11 @@ class PlanPublic(BaseModel):
     hot_set: bool = Field(
         False, description="A whole hot set's plan (PlanCreate.hot_set): members counts its functions"
     )
+    derived_from: str | None = Field(
+        None,
+        description="A roll-out's per-host plan: the approved plan whose approval (code hash, build id) it inherits",
+    )
+    rollout_id: str | None = Field(None, description="The roll-out that installed this plan on this host")
 
 
 class PlanSpread(BaseModel):
