@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file_replace.h"
 #include "host/caps_cache.h"
 
 #define MAGIC "hotpath-caps 1\n"
@@ -356,9 +357,9 @@ fail:
 
 int hp_caps_cache_store(const char *dir, const struct hp_caps_key *k, const struct hp_caps *c, char *why, size_t whylen)
 {
-	char path[512], tmp[600], *buf = NULL;
-	size_t len = 0, put = 0;
-	int fd = -1, r;
+	char path[512], *buf = NULL;
+	size_t len = 0;
+	int r;
 
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
 		r = -errno;
@@ -372,32 +373,7 @@ int hp_caps_cache_store(const char *dir, const struct hp_caps_key *k, const stru
 		return r;
 	}
 	snprintf(path, sizeof(path), "%s/%s", dir, HP_CAPS_CACHE_FILE);
-	snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0) {
-		r = -errno;
-		snprintf(why, whylen, "cannot create %s: %s", tmp, strerror(errno));
-		free(buf);
-		return r;
-	}
-	while (put < len) {
-		ssize_t m = write(fd, buf + put, len - put);
-		if (m <= 0)
-			WHY(m < 0 ? -errno : -EIO, "writing %s failed", tmp);
-		put += (size_t)m;
-	}
-	if (close(fd) < 0) {
-		fd = -1;
-		WHY(-errno, "writing %s failed", tmp);
-	}
-	fd = -1;
-	if (rename(tmp, path) < 0)
-		WHY(-errno, "cannot rename %s: %s", tmp, strerror(errno));
-	free(buf);
-	return 0;
-fail:
-	if (fd >= 0)
-		close(fd);
-	unlink(tmp);
+	r = hp_file_replace(path, buf, len, why, whylen);
 	free(buf);
 	return r;
 }
