@@ -11,12 +11,14 @@ Three front doors, each balanced over every replica:
   agents    `mode tcp` (TLS passthrough): mutual TLS and HTTP/2 stay end to end between the agent and
             the replica, which checks the agent's certificate itself; nothing about an agent's
             identity is put in a header a replica would have to trust. One gRPC stream per agent and
-            one connection per stream, so balancing connections (`leastconn`) balances agents. When
-            a replica is marked down its streams are cut at once (`on-marked-down
-            shutdown-sessions`); the agents reconnect and land on the others.
+            one connection per stream, so balancing connections (`leastconn`) balances agents. A
+            replica that dies closes its streams itself (the kernel resets its connections) and the
+            agents reconnect to the others; one marked down by its checks keeps the streams it has
+            (a busy replica is not a dead one: cutting them restarted catalog uploads over and over),
+            a hung one loses them to the agents' keepalive (20 s, answered within 20 s).
   enrolment `mode tcp` (TLS passthrough), like agents.
 Health: every replica's `GET /api/v1/health` on its HTTP port, every `inter` (1 s), down after
-`fall` (2) failures, up after `rise` (2) successes; the agent and enrolment doors check the same
+`fall` (3) failures (5 s each at most), up after `rise` (2) successes; the agent and enrolment doors check the same
 HTTP port (`check port`). A connection refused by a dead replica is retried on another at once,
 before the check notices (`retries 3`, `option redispatch 1`).
 Per source: behind the balancer a replica sees every agent stream come from the balancer's address,
@@ -73,14 +75,16 @@ def render(args: argparse.Namespace) -> str:
         # Containers get new addresses when they restart: ask Docker's DNS again while running, and
         # start even if a replica's name does not resolve yet (it is marked down until it does).
         lines += ["", "resolvers docker", "    nameserver dns 127.0.0.11:53", "    hold valid 5s"]
-    server_opts = f"inter {args.inter_ms} fastinter {args.inter_ms // 2} downinter {args.inter_ms} fall 2 rise 2"
+    server_opts = f"inter {args.inter_ms} fastinter {args.inter_ms // 2} downinter {args.inter_ms} fall 3 rise 2"
     if dns:
         server_opts += " resolvers docker init-addr last,libc,none"
     lines += [
         "",
         "defaults",
         "    timeout connect 3s",
-        "    timeout check 3s",
+        # A replica busy storing (a kernel catalog, a fleet's batches) answers its health check late on a
+        # loaded machine: 3 s and 2 failures marked both replicas down there (503s, cut streams).
+        "    timeout check 5s",
         # Agent streams and console WebSockets live for hours; the agents' keepalive pings (20 s) and
         # the data they send every interval keep them busy well within this.
         "    timeout client 1h",
@@ -125,10 +129,7 @@ def render(args: argparse.Namespace) -> str:
             "    option httpchk GET /api/v1/health",
             "    http-check expect status 200",
         ]
-        lines += [
-            f"    server {n} {h}:{p[port_index]} check port {p[0]} on-marked-down shutdown-sessions"
-            for n, h, p in replicas
-        ]
+        lines += [f"    server {n} {h}:{p[port_index]} check port {p[0]}" for n, h, p in replicas]
     return "\n".join(lines) + "\n"
 
 

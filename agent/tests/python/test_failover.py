@@ -20,7 +20,8 @@ The run, in file order against one stack:
      request through the balancer meanwhile must answer (no retry but HAProxy's own);
   3. attacks: a client certificate of another CA through the balancer is refused by the replica;
      the per-source connection limit (HAProxy's stick table) holds per source address.
-Ports: 18980-18982 and 15951-15964."""
+Ports: free ones, or nine from HOTPATH_FAILOVER_PORT_BASE on (the balancer's HTTP, agent and enrolment
+ports, then each replica's)."""
 
 import csv
 import datetime as dt
@@ -55,15 +56,31 @@ from app.core import pki
 from app.core.db import start_embedded_postgres, stop_embedded_postgres
 
 ROOT = Path(__file__).resolve().parents[3]
-LB_HTTP, LB_GRPC, LB_ENROLL = 18980, 15951, 15952  # the agent dials LB_GRPC and enrols on the next port
-REPLICAS = {"a": (18981, 15961, 15962), "b": (18982, 15963, 15964)}
+
+
+def _ports(n: int) -> list[int]:
+    if os.environ.get("HOTPATH_FAILOVER_PORT_BASE"):
+        base = int(os.environ["HOTPATH_FAILOVER_PORT_BASE"])
+        return list(range(base, base + n))
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+_P = _ports(9)
+LB_HTTP, LB_GRPC, LB_ENROLL = _P[0:3]
+REPLICAS = {"a": (_P[3], _P[4], _P[5]), "b": (_P[6], _P[7], _P[8])}
 STREAMS_PER_SOURCE = 3  # the balancer's per-source cap in this test (64 by default)
-HEALTH_INTER_S = 1.0  # HAProxy's check interval (deploy/haproxy_config.py's default); down after 2 failures
+HEALTH_INTER_S = 1.0  # HAProxy's check interval (deploy/haproxy_config.py's default); down after 3 failures
 # The agent's reconnect backoff (agent/src/daemon/daemon.c): 0.5 s doubling to 4 s, each wait drawn
 # between half and all of it; if every attempt until the balancer marks the dead replica down went
-# there, the agent would wait 0.5 + 1 + 2 + 4 s at most. The balancer marks it down after 2 failed
+# there, the agent would wait 0.5 + 1 + 2 + 4 s at most. The balancer marks it down after 3 failed
 # checks (connection refused at once) 1 s apart. Three times the sum, for a loaded machine:
-FAILOVER_BOUND_S = 3 * ((0.5 + 1 + 2 + 4) + 2 * HEALTH_INTER_S)
+FAILOVER_BOUND_S = 3 * ((0.5 + 1 + 2 + 4) + 3 * HEALTH_INTER_S)
 HANG_S = 300.0  # bounds for what is bound to happen (the agent parsing the kernel, a start), not speed
 INTERVAL_MS = 1000
 
@@ -193,7 +210,9 @@ class Stack:
                     str(ROOT / "agent" / "build" / "hotpathd"),
                     "run",
                     "--server",
-                    f"127.0.0.1:{LB_GRPC}",  # enrolment: the next port, the balancer's too
+                    f"127.0.0.1:{LB_GRPC}",
+                    "--enroll-server",
+                    f"127.0.0.1:{LB_ENROLL}",
                     "--state-dir",
                     str(self.state),
                     "--enroll-token-file",
@@ -331,8 +350,8 @@ def test_kill_9_of_the_replica_holding_the_stream(stack):
         holder = stack.host(c)["replica"].removeprefix("replica-")
     other = next(n for n in REPLICAS if n != holder)
     proc = stack.procs[holder]
-    # Pause HAProxy's checks of the holder while it is frozen (they would mark it down and cut the
-    # stream before the kill); the server stays as it was, up.
+    # Pause HAProxy's checks of the holder while it is frozen (they would mark it down before the kill);
+    # the server stays as it was, up, so the kill alone is what the balancer and the agent react to.
     for backend in ("replicas_http", "replicas_agents", "replicas_enrolment"):
         assert stack.lb(f"disable health {backend}/{holder}").strip() == ""
     proc.send_signal(signal.SIGSTOP)
