@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/file_replace.h"
+#include "base/private_file.h"
 #include "host/caps_cache.h"
 
 #define MAGIC "hotpath-caps 1\n"
@@ -316,34 +316,15 @@ static int root_dir(const char *dir, char *why, size_t whylen)
 int hp_caps_cache_load(const char *dir, const struct hp_caps_key *k, struct hp_caps *c, char *why, size_t whylen)
 {
 	char path[512], *buf = NULL;
-	struct stat st;
 	size_t got = 0;
-	int fd = -1, r;
+	int r;
 
 	memset(c, 0, sizeof(*c));
 	snprintf(path, sizeof(path), "%s/%s", dir, HP_CAPS_CACHE_FILE);
-	if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-		r = -errno;
-		if (r != -ENOENT)
-			snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));
+	if ((r = hp_private_file_read(path, 0, HP_CAPS_CACHE_MAX_BYTES, &buf, &got, why, whylen)) < 0)
 		return r;
-	}
 	if ((r = root_dir(dir, why, whylen)) < 0)
 		goto fail;
-	if (fstat(fd, &st) < 0)
-		WHY(-errno, "cannot stat %s: %s", path, strerror(errno));
-	if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 077))
-		WHY(-EPERM, "%s is not a file only root can read and write", path);
-	if ((uint64_t)st.st_size > HP_CAPS_CACHE_MAX_BYTES)
-		WHY(-EBADMSG, "%s has %lld bytes, more than any cache", path, (long long)st.st_size);
-	if (!(buf = malloc((size_t)st.st_size + 1)))
-		WHY(-ENOMEM, "out of memory");
-	while (got < (size_t)st.st_size) {
-		ssize_t m = read(fd, buf + got, (size_t)st.st_size - got);
-		if (m <= 0)
-			WHY(m < 0 ? -errno : -EBADMSG, "reading %s failed", path);
-		got += (size_t)m;
-	}
 	if ((r = hp_caps_cache_decode(buf, got, k, c, why, whylen)) < 0) {
 		char was[200];
 		snprintf(was, sizeof(was), "%s", why);
@@ -351,7 +332,6 @@ int hp_caps_cache_load(const char *dir, const struct hp_caps_key *k, struct hp_c
 	}
 fail:
 	free(buf);
-	close(fd);
 	return r;
 }
 
@@ -373,7 +353,7 @@ int hp_caps_cache_store(const char *dir, const struct hp_caps_key *k, const stru
 		return r;
 	}
 	snprintf(path, sizeof(path), "%s/%s", dir, HP_CAPS_CACHE_FILE);
-	r = hp_file_replace(path, buf, len, why, whylen);
+	r = hp_private_file_replace(path, buf, len, why, whylen);
 	free(buf);
 	return r;
 }

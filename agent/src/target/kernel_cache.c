@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/file_replace.h"
+#include "base/private_file.h"
 #include "target/kernel_cache.h"
 #include "target/target_elf.h"
 
@@ -214,39 +214,17 @@ fail:
 int hp_kcache_load(const char *dir, const struct hp_kcache_key *k, struct hp_kcache_fn **v, size_t *n, char *why,
 		   size_t whylen)
 {
-	char path[512];
-	struct stat st;
-	char *buf = NULL;
+	char path[512], *buf = NULL;
 	size_t got = 0;
-	int fd, r;
+	int r;
 
 	*v = NULL;
 	*n = 0;
 	snprintf(path, sizeof(path), "%s/%s", dir, HP_KERNEL_CACHE_FILE);
-	if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-		r = -errno;
-		if (r != -ENOENT)
-			snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));
+	if ((r = hp_private_file_read(path, geteuid(), HP_KERNEL_CACHE_MAX_BYTES, &buf, &got, why, whylen)) < 0)
 		return r;
-	}
-	if (fstat(fd, &st) < 0)
-		WHY(-errno, "cannot stat %s: %s", path, strerror(errno));
-	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
-		WHY(-EPERM, "%s is not a file only this user can read and write", path);
-	if ((uint64_t)st.st_size > HP_KERNEL_CACHE_MAX_BYTES)
-		WHY(-EBADMSG, "%s has %lld bytes, more than any cache", path, (long long)st.st_size);
-	if (!(buf = malloc((size_t)st.st_size + 1)))
-		WHY(-ENOMEM, "out of memory");
-	while (got < (size_t)st.st_size) {
-		ssize_t m = read(fd, buf + got, (size_t)st.st_size - got);
-		if (m <= 0)
-			WHY(m < 0 ? -errno : -EBADMSG, "reading %s failed", path);
-		got += (size_t)m;
-	}
 	r = hp_kcache_decode(buf, got, k, v, n, why, whylen);
-fail:
 	free(buf);
-	close(fd);
 	return r;
 }
 
@@ -273,7 +251,7 @@ int hp_kcache_store(const char *dir, const struct hp_kcache_key *k, const struct
 		return r;
 	}
 	snprintf(path, sizeof(path), "%s/%s", dir, HP_KERNEL_CACHE_FILE);
-	r = hp_file_replace(path, buf, len, why, whylen);
+	r = hp_private_file_replace(path, buf, len, why, whylen);
 	free(buf);
 	return r;
 }
