@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Routes of the console: login, the first screen (the fleet once more than one host exists, else the host
-// list), host list, a fleet group's hot code, host (code tree / top functions), function view, plan, admin.
+// list), host list, a fleet group's hot code, host (code tree / top functions), function view, plan,
+// roll-outs, admin.
 import { Link, Route, Routes } from "react-router-dom";
 import { Layout } from "./Layout";
 import { LoginPage } from "./features/auth/LoginPage";
@@ -10,9 +11,11 @@ import { HostPage } from "./pages/HostPage";
 import { FunctionPage } from "./features/functions/FunctionPage";
 import { AdminPage } from "./features/admin/AdminPage";
 import { MeasurePage } from "./features/measure/MeasurePage";
-import { PlanPage } from "./features/plans/PlanPage";
+import { PlanRoute } from "./pages/PlanRoute";
 import { FleetPage } from "./features/fleet/FleetPage";
 import { HotCodePage } from "./features/fleet/HotCodePage";
+import { RolloutPage } from "./features/rollouts/RolloutPage";
+import { RolloutsPage } from "./features/rollouts/RolloutsPage";
 import { useHosts } from "./api/queries";
 
 export function App() {
@@ -32,7 +35,9 @@ export function App() {
         <Route path="hosts/:hostId" element={<HostPage />} />
         <Route path="hosts/:hostId/functions/:functionId" element={<FunctionPage />} />
         <Route path="hosts/:hostId/measure" element={<MeasurePage />} />
-        <Route path="hosts/:hostId/plans/:planId" element={<PlanPage />} />
+        <Route path="hosts/:hostId/plans/:planId" element={<PlanRoute />} />
+        <Route path="rollouts" element={<RolloutsPage />} />
+        <Route path="rollouts/:rolloutId" element={<RolloutPage />} />
         <Route path="admin" element={<AdminPage />} />
         <Route path="*" element={<NotFound />} />
       </Route>

@@ -23,6 +23,9 @@ export function Layout() {
             <li>
               <Link to="/hosts">All hosts</Link>{" "}
             </li>
+            <li>
+              <Link to="/rollouts">Roll-outs</Link>{" "}
+            </li>
             {user?.role === "admin" && (
               <li>
                 <Link to="/admin">Admin</Link>{" "}

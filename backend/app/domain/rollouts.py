@@ -806,6 +806,7 @@ async def get_rollout(db: AsyncSession, rollout_id: uuid.UUID) -> dict[str, Any]
                     "share_installed": s.get("share_installed"),
                     "change": s.get("change"),
                     "interval": s.get("interval"),
+                    "confidence": s.get("confidence"),
                 },
             }
         )

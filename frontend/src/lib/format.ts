@@ -34,3 +34,14 @@ export function formatAgo(iso: string | null | undefined, now: number = Date.now
   if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
   return new Date(t).toLocaleString();
 }
+
+/** A change as a signed percentage: "+7.1%", "−2.0%". */
+export function formatChange(x: number, digits = 1): string {
+  return `${x >= 0 ? "+" : "−"}${Math.abs(x * 100).toFixed(digits)}%`;
+}
+
+/** A change with its interval: "+7.1% (95% interval +2.3% .. +11.9%)". */
+export function formatChangeInterval(change: number, interval: readonly number[], confidence: number): string {
+  const [lo = change, hi = change] = interval;
+  return `${formatChange(change)} (${Math.round(confidence * 100)}% interval ${formatChange(lo)} .. ${formatChange(hi)})`;
+}

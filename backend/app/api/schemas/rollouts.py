@@ -78,6 +78,7 @@ class RolloutGuard(BaseModel):
     share_installed: float | None
     change: float | None
     interval: list[float] | None
+    confidence: float | None = Field(None, description="The interval's confidence (0.95: a 95% interval)")
 
 
 class RolloutHost(BaseModel):

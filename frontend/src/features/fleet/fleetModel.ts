@@ -2,31 +2,14 @@
 // Pure shaping for the fleet views: label filters and label text as the SRE types them, the hosts ×
 // functions heat table of a group's hot code, and the links from a cell to that host's function view.
 import type { FleetHotCode, HotCodeCell, HotFunction } from "../../api/types";
+import { LABEL_KEY_RE } from "../../lib/labels";
 import { rangeSearch } from "../../lib/urlState";
 
-/** A label key as the backend accepts it (app.protocol.labels). */
-export const LABEL_KEY_RE = /^[A-Za-z0-9._/-]{1,63}$/;
+export { LABEL_KEY_RE, parseLabelFilter } from "../../lib/labels";
 export const MAX_LABELS = 32;
 export const MAX_LABEL_VALUE = 255;
 // eslint-disable-next-line no-control-regex -- what the backend refuses, checked before it is sent
 const CONTROL_RE = /[\u0000-\u001f\u007f]/;
-
-/** "role=db rack=r1" or "role=db, rack=r1" → ["role=db", "rack=r1"], or the first mistake. */
-export function parseLabelFilter(text: string): { labels: string[]; error: string | null } {
-  const parts = text
-    .split(/[\s,]+/)
-    .map((p) => p.trim())
-    .filter((p) => p !== "");
-  const labels: string[] = [];
-  for (const p of parts) {
-    const eq = p.indexOf("=");
-    if (eq <= 0) return { labels: [], error: `"${p}" is not key=value` };
-    const key = p.slice(0, eq);
-    if (!LABEL_KEY_RE.test(key)) return { labels: [], error: `"${key}" is not a label key` };
-    labels.push(p);
-  }
-  return { labels, error: null };
-}
 
 /** Labels edited as text, one key=value a line → the labels, or the first mistake. */
 export function parseLabelLines(text: string): { labels: Record<string, string>; error: string | null } {

@@ -7,9 +7,10 @@
 // revert) with who did what, the interleaved before/after of an installed process plan (Interleaved.tsx:
 // the sampled share of the plan's code, original against installed, with its interval; compare again),
 // the root's uprobe-timed figures before and after the install (a secondary detail: instrumented), and
-// the plan's audit trail.
+// what the route adds after the workflow (pages/PlanRoute.tsx: the plan's roll-outs to the fleet), and the
+// plan's audit trail.
 import { Link, useParams } from "react-router-dom";
-import { useState } from "react";
+import { useState, type ReactNode } from "react";
 import {
   useCommandPolledWhile,
   useMe,
@@ -32,7 +33,8 @@ import { type MemberView, type PlanView } from "./planModel";
 import { usePlanView } from "./usePlanView";
 import { isPlanId, nextStep, stepRules } from "./workflowModel";
 
-export function PlanPage() {
+/** `afterWorkflow`: what the route shows below the approval workflow (another feature's section). */
+export function PlanPage({ afterWorkflow }: { afterWorkflow?: (hostId: string, plan: PlanDetail) => ReactNode }) {
   const { hostId = "", planId = "" } = useParams();
   const wellFormed = isPlanId(planId);
   // Plan state changes are pushed on the host's topic (approvals show at once, not at the next poll).
@@ -57,7 +59,7 @@ export function PlanPage() {
     );
   }
   if (!plan.data) return <p className="muted">Loading plan…</p>;
-  return <PlanBody hostId={hostId} plan={plan.data} />;
+  return <PlanBody hostId={hostId} plan={plan.data} afterWorkflow={afterWorkflow} />;
 }
 
 /** What the plan covers: a whole hot set (its functions, those kept in place once its body is shaped)
@@ -69,7 +71,15 @@ export function planKind(plan: PlanDetail, view: PlanView | null): string {
   return view ? `${made}; ${view.kept.length} kept in place` : made;
 }
 
-function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
+function PlanBody({
+  hostId,
+  plan,
+  afterWorkflow,
+}: {
+  hostId: string;
+  plan: PlanDetail;
+  afterWorkflow?: (hostId: string, plan: PlanDetail) => ReactNode;
+}) {
   // The record is polled; the body (up to 16 MiB) is read once per version and shaped in a worker.
   const body = usePlanBody(hostId, plan.id, plan.body_etag);
   const shaped = usePlanView(body.data, plan.estimated);
@@ -135,6 +145,7 @@ function PlanBody({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
         </p>
       )}
       <Workflow hostId={hostId} plan={plan} />
+      {afterWorkflow?.(hostId, plan)}
       <InterleavedSection hostId={hostId} plan={plan} />
       <Comparison plan={plan} />
       {(shaped.error ?? body.error) && (

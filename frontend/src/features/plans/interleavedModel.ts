@@ -6,15 +6,14 @@
 // negative is good: less of the process's time in that code.
 import { scaleLinear, scalePoint } from "d3-scale";
 import type { CompareSummary, PlanInterleaved } from "../../api/types";
+import { formatChange, formatChangeInterval } from "../../lib/format";
 
-const pct = (x: number, digits = 1) => `${x >= 0 ? "+" : "−"}${Math.abs(x * 100).toFixed(digits)}%`;
 const share = (x: number) => `${(x * 100).toFixed(1)}%`;
 
 /** "+7.1% (95% interval +2.3% .. +11.9%)", or null without an interval. */
 export function changeText(s: CompareSummary | null | undefined): string | null {
   if (!s || s.change === null || !s.interval) return null;
-  const [lo, hi] = s.interval;
-  return `${pct(s.change)} (${Math.round(s.confidence * 100)}% interval ${pct(lo)} .. ${pct(hi)})`;
+  return formatChangeInterval(s.change, s.interval, s.confidence);
 }
 
 /** The sentence under the chart: what the comparison says, in words. */
@@ -107,6 +106,6 @@ export function pairRows(c: Pick<PlanInterleaved, "pair_shares">) {
     difference:
       p.original === null || p.installed === null
         ? "dropped"
-        : `${pct(p.installed - p.original, 2).replace("%", " pt")}`,
+        : `${formatChange(p.installed - p.original, 2).replace("%", " pt")}`,
   }));
 }

@@ -2,13 +2,14 @@
 // The plan workflow's rules as the plan page applies them: which steps the signed-in user may take in
 // the plan's state (and why not), which one is next (the page's primary button), and what a plan id
 // looks like. Pure; the backend enforces the same rules.
+import { isUuid } from "../../lib/ids";
 import type { PlanStep } from "../../api/queries";
 
 export const RANK: Record<string, number> = { viewer: 0, operator: 1, approver: 2, admin: 3 };
 
 /** Plan ids are UUIDs: anything else is not asked for (the API would only answer a validation error). */
 export function isPlanId(id: string): boolean {
-  return /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id);
+  return isUuid(id);
 }
 
 export type StepRules = Record<PlanStep, { ok: boolean; why: string }>;
