@@ -167,6 +167,8 @@ async def test_a_regression_on_one_host_is_reverted_by_the_guard_and_halts_the_r
     bad = ro["hosts"][1]
     assert bad["reason"].startswith("guard: the plan's code took +10.5% of the samples") and "reverted" in bad["reason"]
     assert bad["guard"]["verdict"] == "slower" and bad["guard"]["change"] > 0
+    # The interval's confidence comes with it (the console says "95% interval").
+    assert bad["guard"]["confidence"] == 0.95 and bad["guard"]["interval"][0] > 0
     assert ro["reason"].startswith(f"{agents[1].host_id}: guard:"), ro["reason"]
     assert agents[1].installed == {} and await _until(client, bad["host_id"], bad["plan_id"], "reverted")
     assert not agents[3].commands[1:], "the later wave is untouched: only its attach"
@@ -246,6 +248,42 @@ async def test_pause_resume_and_a_restarted_runner_resume_from_the_rows(backend,
     assert ro["state"] == "completed" and [h["state"] for h in ro["hosts"]] == ["installed"] * 3
     trail = [a["action"] for a in (await client.get(f"/api/v1/rollouts/{rid}/audit")).json()]
     assert "rollout_pause" in trail and "rollout_resume" in trail
+    await _close(agents)
+
+
+async def test_two_replicas_runners_drive_one_rollout_and_start_each_host_once(backend, client, unique):
+    """Each replica resumes every roll-out not done at its start (Rollouts.start()), so behind a balancer
+    two runners drive one roll-out at once: their turns take the roll-out's row lock, and a host is
+    started only while its row is still pending under that lock, so every host gets one plan and one
+    install, and the roll-out completes once."""
+    from app.domain.rollouts import Rollouts
+
+    agents, plan_id = await _fleet(backend, client, unique, 4)
+    rt = backend.runtime
+    other = Rollouts(rt.sessionmaker, rt.hub, rt.plans)  # the second replica's runner, on the same database
+    other.poll_s = rt.rollouts.poll_s / 3  # out of step with the first
+    r = await client.post(
+        "/api/v1/rollouts",
+        json={"host_id": agents[0].host_id, "plan_id": plan_id, "labels": {"rollout": unique}, **GUARD},
+    )
+    assert r.status_code == 201, r.text
+    rid = r.json()["id"]
+    await other.start()  # as the second replica's start does: it resumes the roll-out too
+    assert rid in other.tasks and rid in rt.rollouts.tasks, "both runners drive it"
+    try:
+        ro = await _until_state(client, rid, "completed", "halted")
+    finally:
+        await other.stop()
+    assert ro["state"] == "completed" and [h["state"] for h in ro["hosts"]] == ["installed"] * 4, ro
+    for a, h in zip(agents, ro["hosts"], strict=True):
+        installs = _sent(a, "install_plan")
+        assert [i.install_plan.plan_id for i in installs] == [h["plan_id"]], (a.host_id, installs)
+    derived = await backend.scalar(
+        "SELECT count(*) FROM plans WHERE rollout_id = CAST(:r AS uuid) AND derived_from IS NOT NULL", r=rid
+    )
+    assert derived == 3, "one per-host plan for each host but the plan's own"
+    trail = [a["action"] for a in (await client.get(f"/api/v1/rollouts/{rid}/audit")).json()]
+    assert trail.count("rollout_host_installing") == 4 and trail.count("rollout_complete") == 1, trail
     await _close(agents)
 
 
