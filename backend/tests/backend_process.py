@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from app.core.db import postmaster_pid
-from tests.scripted_agent import ScriptedAgent, enroll
+from tests.scripted_agent import HANG_S, ScriptedAgent, enroll
 
 BACKEND_DIR = Path(__file__).resolve().parents[1]
 
@@ -78,9 +78,13 @@ class Backend:
 
     async def admin(self) -> httpx.AsyncClient:
         password = (self.data / "admin-password").read_text().strip()
-        async with httpx.AsyncClient(base_url=self.url) as c:
+        # httpx's default 5 s is a speed check: under load (a backend just restarted beside two test runs)
+        # an answer took longer. The bound is a hang's.
+        async with httpx.AsyncClient(base_url=self.url, timeout=HANG_S) as c:
             token = (await c.post("/api/v1/auth/login", json={"username": "admin", "password": password})).json()
-        return httpx.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {token['access_token']}"})
+        return httpx.AsyncClient(
+            base_url=self.url, timeout=HANG_S, headers={"Authorization": f"Bearer {token['access_token']}"}
+        )
 
     async def agent(self, host_id: str) -> ScriptedAgent:
         async with await self.admin() as c:
