@@ -571,11 +571,27 @@ class ScriptedAgent:
             ins = msg.command.inspect_function
             if self.answer_mode == "error":
                 result = pb.CommandResult(command_id=msg.command.id, ok=False, error="function not in the model")
-            else:
-                base = next(b for _n, b, _f, d in self.modules if d == ins.digest)
-                fn = next(
-                    f for _n, _b, fs, d in self.modules if d == ins.digest for f in fs if f.index == ins.function_index
+            elif (
+                found := next(
+                    (
+                        (b, f)
+                        for _n, b, fs, d in [*self.modules, self.process]
+                        if d == ins.digest
+                        for f in fs
+                        if f.index == ins.function_index
+                    ),
+                    None,
                 )
+            ) is None:
+                # As the real agent answers a function it does not have (a kernel module's or the attached
+                # process's), not an exception that would end this reader and every later command.
+                result = pb.CommandResult(
+                    command_id=msg.command.id,
+                    ok=False,
+                    error=f"no function {ins.function_index} in catalog {ins.digest[:16]}",
+                )
+            else:
+                base, fn = found
                 result = pb.CommandResult(
                     command_id=msg.command.id,
                     ok=True,

@@ -5,14 +5,20 @@ only real agent is this host's. Not an agent: it plays one over the real gRPC st
 
     .venv/bin/python -m tests.scripted_agent_cli --server HOST:PORT --enroll HOST:PORT --host-id ID \\
         [--hostname NAME] [--kernel-tag TAG] [--label KEY=VALUE ...] [--samples FUNCTION=COUNT ...] \\
-        [--start UNIX_S] [--seconds N] [--hang-s S]
+        [--start UNIX_S] [--seconds N] [--hang-s S] [--compare within-noise|slower]
 
 It talks on stdin and stdout, one JSON object a line:
 - stdin, first line: {"token": ..., "ca_pem": ...}, an enrolment token an admin created (POST
   /api/v1/enrolment-tokens) and the CA it came with (kept off the command line, which `ps` shows);
 - it enrols, connects (Hello with the labels; the kernel build id is tests.scripted_agent.build_id_of of
   the tag, so agents given one tag form one kernel-build group) and uploads the catalog pieces the backend
-  lacks, then writes {"connected": HOST_ID, "build_id": ..., "kernel_release": ...};
+  lacks, then writes {"connected": HOST_ID, "build_id": ..., "kernel_release": ..., "process_digest": ...}
+  (the catalog digest of the scripted process every scripted agent can attach, of one build: a plan is
+  made on it by root digest and function index);
+- commands from the backend are answered as tests.scripted_agent answers them: attach any pid, make a
+  plan of the fixture, install only the approved code hash, revert, and compare with `--compare`'s
+  scripted counts (within-noise: the guard keeps the plan; slower: +10% in the plan's code, the guard
+  reverts it — a regression injected on this host);
 - stdin, the line `send` (once the caller has seen the host's catalog stored: samples of a piece not
   stored yet are dropped): it sends `--seconds` one-second metric batches from `--start` (a Unix time),
   each with COUNT samples in block 0 of every FUNCTION of `--samples` (the scripted vmlinux's functions,
@@ -30,7 +36,15 @@ import signal
 import sys
 from typing import Any
 
-from tests.scripted_agent import HANG_S, ScriptedAgent, enroll, kernel_functions, wait_for_ack
+from tests.scripted_agent import (
+    COMPARE_SLOWER,
+    COMPARE_WITHIN_NOISE,
+    HANG_S,
+    ScriptedAgent,
+    enroll,
+    kernel_functions,
+    wait_for_ack,
+)
 
 KERNEL_FUNCTIONS = 50  # as ScriptedAgent's default vmlinux
 
@@ -54,6 +68,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--start", type=int, default=0, help="the first batch's start, Unix seconds")
     p.add_argument("--seconds", type=int, default=60, help="one-second batches to send")
     p.add_argument("--hang-s", type=float, default=HANG_S, help="longest wait for the last acknowledgement")
+    p.add_argument(
+        "--compare",
+        choices=("within-noise", "slower"),
+        default="within-noise",
+        help="what ComparePlan reports: no change, or the plan's code slower (the guard reverts it)",
+    )
     args = p.parse_args(argv)
     index = {f.name: f.index for f in kernel_functions(KERNEL_FUNCTIONS)}
     samples: list[tuple[int, int]] = []
@@ -95,9 +115,17 @@ async def run(args: argparse.Namespace) -> None:
         kernel_tag=args.kernel_tag,
         labels=dict(args.label),
     )
+    agent.compare_in_plan = list(COMPARE_SLOWER if args.compare == "slower" else COMPARE_WITHIN_NOISE)
     await agent.connect()
     hello = agent.hello()
-    say({"connected": agent.host_id, "build_id": agent.build_id, "kernel_release": hello.kernel_release})
+    say(
+        {
+            "connected": agent.host_id,
+            "build_id": agent.build_id,
+            "kernel_release": hello.kernel_release,
+            "process_digest": agent.process[3],
+        }
+    )
 
     async def lines() -> None:
         while line := await stdin.readline():

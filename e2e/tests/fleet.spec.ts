@@ -15,16 +15,14 @@
 // stopped and their hosts deleted through the admin API (also when a test fails), so the fleet is this
 // host alone again, whatever the order the specs run in.
 import { test, expect, type APIRequestContext, type Page } from "@playwright/test";
-import { execSync, spawn, type ChildProcess } from "node:child_process";
+import { execSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { api, hostname, readyHost, waitForCatalog } from "./helpers";
+import { saidSo, startScripted, stopScripted, type Scripted } from "./scripted";
 
-const backendDir = join(__dirname, "..", "..", "backend");
 // Where the fleet page's picture goes: docs/img when HOTPATH_E2E_SCREENSHOTS names it, else the results.
 const shots = process.env.HOTPATH_E2E_SCREENSHOTS ?? join(__dirname, "..", "test-results");
-const grpcPort = process.env.HOTPATH_GRPC_PORT ?? "15051";
 // A bound for what is bound to happen (a program started, a state the backend reaches), not a speed
 // check: a passing test goes on as soon as it holds. On this 2-core machine at a load average of 20 (a
 // benchmark storing a fleet beside it), a scripted agent took 63 s from its enrolment to its Welcome.
@@ -41,74 +39,30 @@ const FLEET = [
 ] as const;
 type Key = (typeof FLEET)[number]["key"];
 
-/** One scripted agent: its program, its host id and kernel build, and the JSON lines it wrote. */
-interface Scripted {
-  key: Key;
-  id: string;
-  buildId: string;
-  release: string;
-  proc: ChildProcess;
-  said: Record<string, unknown>[];
-  err: string;
-}
-
 const run = Date.now().toString(36);
 const agents = new Map<Key, Scripted>();
 let ctx: APIRequestContext;
 const name = (key: Key) => `scripted-${key}-${run}`;
 const agent = (key: Key) => agents.get(key)!;
 
-const exited = (a: Scripted) => a.proc.exitCode !== null || a.proc.signalCode !== null;
-
-/** The first line the scripted agent wrote with this key, once it has (its lines are JSON objects). */
-async function saidSo(a: Scripted, what: string): Promise<Record<string, unknown>> {
-  const end = Date.now() + HANG_MS;
-  for (;;) {
-    const line = a.said.find((l) => what in l);
-    if (line) return line;
-    if (exited(a) || Date.now() > end)
-      throw new Error(`scripted agent ${a.id} did not say "${what}" (exit ${a.proc.exitCode}): ${a.err}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-/** Start one scripted agent with a fresh enrolment token; resolves once it has connected. */
-async function startScripted(spec: (typeof FLEET)[number], start: number): Promise<Scripted> {
+/** Start the scripted agent of one fleet member; resolves once it has connected. */
+async function startMember(spec: (typeof FLEET)[number], start: number): Promise<Scripted> {
   const id = name(spec.key);
-  const made = await ctx.post("/api/v1/enrolment-tokens", {
-    data: { note: `scripted agent ${id} of e2e/tests/fleet.spec.ts`, hours: 1, host_id: id },
-  });
-  expect(made.status(), await made.text()).toBe(201);
-  const { token, ca_pem, enroll_port } = await made.json();
-  const args = ["-m", "tests.scripted_agent_cli", "--server", `127.0.0.1:${grpcPort}`];
-  args.push("--enroll", `127.0.0.1:${enroll_port}`, "--host-id", id, "--hostname", id);
-  args.push("--kernel-tag", `e2e-fleet-${spec.group}-${run}`, "--start", String(start), "--seconds", String(SECONDS));
-  args.push("--hang-s", String(HANG_MS / 1000));
-  for (const [k, v] of Object.entries(spec.labels)) args.push("--label", `${k}=${v}`);
-  for (const [f, n] of Object.entries(spec.samples)) args.push("--samples", `${f}=${n}`);
-  const proc = spawn(join(backendDir, ".venv", "bin", "python"), args, {
-    cwd: backendDir,
-    stdio: ["pipe", "pipe", "pipe"],
-  });
-  const a: Scripted = { key: spec.key, id, buildId: "", release: "", proc, said: [], err: "" };
+  const a = await startScripted(
+    ctx,
+    {
+      id,
+      kernelTag: `e2e-fleet-${spec.group}-${run}`,
+      labels: spec.labels,
+      samples: spec.samples,
+      start,
+      seconds: SECONDS,
+      note: `scripted agent ${id} of e2e/tests/fleet.spec.ts`,
+    },
+    HANG_MS,
+  );
   agents.set(spec.key, a);
-  createInterface({ input: proc.stdout! }).on("line", (l) => a.said.push(JSON.parse(l)));
-  proc.stderr!.on("data", (d) => (a.err += d));
-  proc.stdin!.write(JSON.stringify({ token, ca_pem }) + "\n");
-  const connected = await saidSo(a, "connected");
-  a.buildId = String(connected.build_id);
-  a.release = String(connected.kernel_release);
   return a;
-}
-
-/** Stop a scripted agent as an agent that exits cleanly (SIGTERM ends its stream); SIGKILL after 10 s. */
-async function stopScripted(a: Scripted) {
-  if (exited(a)) return;
-  const gone = new Promise((r) => a.proc.once("exit", r));
-  a.proc.kill("SIGTERM");
-  const timer = setTimeout(() => a.proc.kill("SIGKILL"), 10_000);
-  await gone;
-  clearTimeout(timer);
 }
 
 async function groupOf(key: Key): Promise<{ id: string; kernel_release: string; kernel_build_id: string }> {
@@ -120,7 +74,9 @@ async function groupOf(key: Key): Promise<{ id: string; kernel_release: string; 
 const groupSection = (page: Page, buildId: string) =>
   page.getByRole("region").filter({ has: page.getByRole("heading", { name: buildId.slice(0, 12) }) });
 
-test.describe.configure({ mode: "serial" });
+// Each test loads several pages one after the other: its bound is the hang bound, not the default 90 s
+// (at a load average of 12 the label edit's eight steps took longer than that).
+test.describe.configure({ mode: "serial", timeout: HANG_MS });
 
 test.beforeAll(async () => {
   test.setTimeout(4 * HANG_MS);
@@ -128,11 +84,11 @@ test.beforeAll(async () => {
   // A whole minute that ended two to three minutes ago: below the rollups' minute watermark, so the batches are
   // summed into the rollups as they are stored, and inside the hot code page's default last hour.
   const start = Math.floor(Date.now() / 60_000) * 60 - 180;
-  await Promise.all(FLEET.map((spec) => startScripted(spec, start)));
+  await Promise.all(FLEET.map((spec) => startMember(spec, start)));
   // Samples of a catalog piece the backend has not stored are dropped: send once every host's is.
   for (const a of agents.values()) await waitForCatalog(ctx, a.id, HANG_MS);
   for (const a of agents.values()) a.proc.stdin!.write("send\n");
-  for (const a of agents.values()) await saidSo(a, "sent");
+  for (const a of agents.values()) await saidSo(a, "sent", HANG_MS);
   await stopScripted(agent("a3"));
   await expect
     .poll(async () => (await (await ctx.get(`/api/v1/hosts/${agent("a3").id}`)).json()).online, { timeout: HANG_MS })

@@ -102,7 +102,7 @@ function stub(role: "operator" | "viewer", first: RolloutDetail = rollout()) {
           at: "2026-11-28T10:01:00Z",
           actor: "system",
           action: "rollout_halt",
-          detail: { rollout_id: RID, reason: "h2 slower" },
+          detail: { rollout_id: RID, reason: "h2 slower", host_id: null },
         },
       ]),
     [`POST /api/v1/rollouts/${RID}/revert`]: () => {
@@ -144,6 +144,7 @@ describe("roll-out page", () => {
     expect(audit).toHaveTextContent("halt");
     expect(audit).toHaveTextContent("reason: h2 slower");
     expect(audit).not.toHaveTextContent(RID);
+    expect(audit).not.toHaveTextContent("host id"); // an empty field is not shown
   });
 
   it("lets an operator revert everywhere with one click; pause and resume say why not", async () => {

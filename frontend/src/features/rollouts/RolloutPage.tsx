@@ -248,10 +248,10 @@ function AuditTrail({ r }: { r: RolloutDetail }) {
   );
 }
 
-/** The audit detail's fields that say something (not the roll-out's own id), as "key: value". */
+/** The audit detail's fields that say something (not the roll-out's own id, nor empty ones), as "key: value". */
 function auditDetail(d: Record<string, unknown>): string {
   return Object.entries(d)
-    .filter(([k]) => k !== "rollout_id")
+    .filter(([k, v]) => k !== "rollout_id" && v !== null && v !== undefined)
     .map(([k, v]) => `${k.replace(/_/g, " ")}: ${typeof v === "string" ? v : JSON.stringify(v)}`)
     .join("; ");
 }

@@ -11,7 +11,7 @@ import type { PlanDetail } from "../../api/types";
 import { useAuth } from "../../shared/AuthContext";
 import { labelMap, parseLabelFilter } from "../../lib/labels";
 import { RolloutTable } from "./RolloutsPage";
-import { parseWaveSizes, wavesText } from "./rolloutModel";
+import { canOperate, parseWaveSizes, wavesText } from "./rolloutModel";
 
 export function RolloutPanel({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   const { session } = useAuth();
@@ -30,7 +30,7 @@ export function RolloutPanel({ hostId, plan }: { hostId: string; plan: PlanDetai
       </section>
     );
   }
-  const operator = me?.role === "operator" || me?.role === "admin";
+  const operator = canOperate(me?.role);
   const rollouts = list.data ?? [];
   if (plan.state !== "approved" && rollouts.length === 0) return null;
   return (
@@ -53,6 +53,8 @@ function StartForm({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
   const [wavesDraft, setWavesDraft] = useState("");
   const [windowS, setWindowS] = useState(5);
   const [offlineS, setOfflineS] = useState(60);
+  const [pairs, setPairs] = useState(6);
+  const [guardWindowS, setGuardWindowS] = useState(1);
   const [mistake, setMistake] = useState<string | null>(null);
   const waves = parseWaveSizes(wavesDraft);
   const submit = (e: FormEvent) => {
@@ -68,8 +70,8 @@ function StartForm({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
         labels: labelMap(labels.labels),
         wave_sizes: waves.sizes,
         window_s: windowS,
-        guard_pairs: 6,
-        guard_window_seconds: 1,
+        guard_pairs: pairs,
+        guard_window_seconds: guardWindowS,
         offline_wait_s: offlineS,
       },
       { onSuccess: (r) => navigate(`/rollouts/${r.id}`) },
@@ -125,6 +127,31 @@ function StartForm({ hostId, plan }: { hostId: string; plan: PlanDetail }) {
           onChange={(e) => setOfflineS(Number(e.target.value) || 60)}
         />
       </label>{" "}
+      {plan.target_id !== "kernel" && (
+        <>
+          <label title="The guard's interleaved comparison on every host: pairs of windows, original and installed">
+            Guard pairs{" "}
+            <input
+              type="number"
+              min={2}
+              max={50}
+              value={pairs}
+              onChange={(e) => setPairs(Number(e.target.value) || 6)}
+            />
+          </label>{" "}
+          <label>
+            Guard window (s){" "}
+            <input
+              type="number"
+              min={0.2}
+              max={60}
+              step={0.1}
+              value={guardWindowS}
+              onChange={(e) => setGuardWindowS(Number(e.target.value) || 1)}
+            />
+          </label>{" "}
+        </>
+      )}
       <button type="submit" className="primary" disabled={start.isPending}>
         {start.isPending ? "Starting…" : "Start roll-out"}
       </button>

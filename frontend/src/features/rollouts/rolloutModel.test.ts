@@ -55,6 +55,7 @@ describe("actions", () => {
     expect([halted.pause.ok, halted.resume.ok, halted.revert.ok]).toEqual([false, false, true]);
     const reverted = actionRules("reverted", "operator");
     expect(reverted.revert.ok).toBe(false);
+    expect(actionRules("running", "approver").pause.ok).toBe(true);
     const viewer = actionRules("running", "viewer");
     expect(viewer.pause).toEqual({ ok: false, why: "viewers can watch a roll-out; operators act on it" });
   });

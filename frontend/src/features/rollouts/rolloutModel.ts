@@ -59,10 +59,16 @@ const FROM: Record<RolloutAction, readonly RolloutState[]> = {
   revert: ["running", "paused", "halted", "completed"],
 };
 
-/** Which of pause, resume and revert the state allows this user (operators and admins act; viewers read). */
+/** Whether the role may start and steer roll-outs: the operator role or above (approver, admin), as the
+ *  backend's require_role("operator"); viewers read. */
+export function canOperate(role: Role | undefined): boolean {
+  return role === "operator" || role === "approver" || role === "admin";
+}
+
+/** Which of pause, resume and revert the state allows this user (operators and above act; viewers read). */
 export function actionRules(state: RolloutState, role: Role): Record<RolloutAction, Rule> {
   const rule = (a: RolloutAction): Rule => {
-    if (role === "viewer") return { ok: false, why: "viewers can watch a roll-out; operators act on it" };
+    if (!canOperate(role)) return { ok: false, why: "viewers can watch a roll-out; operators act on it" };
     if (!FROM[a].includes(state))
       return { ok: false, why: `the roll-out is ${state}; this needs it ${FROM[a].join(" or ")}` };
     return { ok: true, why: "" };
