@@ -359,9 +359,15 @@ class ScriptedAgent:
         self._reader = asyncio.create_task(self._answer_commands())
         return self.welcome
 
+    @property
+    def catalogs(self) -> list[tuple[str, int, list, str]]:
+        """Every module this agent has a catalog of: the kernel's (name, base, functions, digest), then its
+        attachable process's."""
+        return [*self.modules, self.process]
+
     async def send_catalog(self, digests: list[str]) -> None:
         self.sent_catalogs.extend(digests)
-        for name, _base, fns, digest in [*self.modules, self.process]:
+        for name, _base, fns, digest in self.catalogs:
             if digest not in digests:
                 continue
             chunks = [fns[i : i + self.chunk_size] for i in range(0, len(fns), self.chunk_size)] or [[]]
@@ -575,7 +581,7 @@ class ScriptedAgent:
                 found := next(
                     (
                         (b, f)
-                        for _n, b, fs, d in [*self.modules, self.process]
+                        for _n, b, fs, d in self.catalogs
                         if d == ins.digest
                         for f in fs
                         if f.index == ins.function_index
@@ -688,7 +694,7 @@ class ScriptedAgent:
                         reason="no hardware PMU: perf_event_open(cycles) failed with ENOENT",
                     )
                 )
-        every = [*self.modules, self.process]
+        every = self.catalogs
         for r in req.resources:
             _n, base, fns, _d = next(m for m in every if m[3] == r.digest)
             f = fns[r.function_index]
@@ -914,7 +920,7 @@ class ScriptedAgent:
     def plan_answer(self, command: "pb.Command") -> "pb.CommandResult":
         """A real plan of the group fixture, renamed to the root and process asked for."""
         mp = command.make_plan
-        every = [*self.modules, self.process]
+        every = self.catalogs
         if mp.hot_set:  # the process's hot set: its function HOT_SET_FIRST laid out first
             if mp.target == "kernel" or mp.digest not in ("", self.process[3]):
                 return pb.CommandResult(command_id=command.id, ok=False, error="no such process module")

@@ -48,16 +48,6 @@ const agents: Scripted[] = [];
 
 test.describe.configure({ mode: "serial", timeout: 3 * HANG_MS });
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
-  const end = Date.now() + HANG_MS;
-  for (;;) {
-    const got = await probe();
-    if (got !== undefined) return got;
-    if (Date.now() > end) throw new Error(`not reached in ${HANG_MS} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 500));
-  }
-}
-
 const planOf = async (host: string, id: string) =>
   (await (await ctx.get(`/api/v1/hosts/${encodeURIComponent(host)}/plans/${id}`)).json()) as {
     state: string;
@@ -89,10 +79,15 @@ test.beforeAll(async () => {
     await waitForCatalog(ctx, hostId(h.n), HANG_MS);
     const r = await ctx.post(`/api/v1/hosts/${hostId(h.n)}/targets`, { data: { pid: pid(h.n) } });
     expect(r.status(), await r.text()).toBe(202);
-    await until(`${hostId(h.n)}'s process catalog`, async () => {
-      const mods = await (await ctx.get(`/api/v1/hosts/${hostId(h.n)}/modules?target=p${pid(h.n)}-1000`)).json();
-      return Array.isArray(mods) && mods[0]?.complete ? true : undefined;
-    });
+    await hang
+      .poll(
+        async () => {
+          const mods = await (await ctx.get(`/api/v1/hosts/${hostId(h.n)}/modules?target=p${pid(h.n)}-1000`)).json();
+          return Array.isArray(mods) && mods[0]?.complete === true;
+        },
+        { timeout: HANG_MS, message: `${hostId(h.n)}'s process catalog` },
+      )
+      .toBe(true);
   }
   // The plan: on ro0's process, by its catalog digest and a function index, made by the admin's request;
   // requested by the admin, approved by the second user (the two-person rule).
@@ -102,9 +97,9 @@ test.beforeAll(async () => {
   });
   expect(r.status(), await r.text()).toBe(202);
   planId = (await r.json()).id;
-  await until("the plan is ready", async () =>
-    (await planOf(hostId(0), planId)).state === "ready" ? true : undefined,
-  );
+  await hang
+    .poll(async () => (await planOf(hostId(0), planId)).state, { timeout: HANG_MS, message: "the plan is ready" })
+    .toBe("ready");
   expect((await ctx.post(`${base}/${planId}/request`)).status()).toBe(200);
   const ok = await approverApi.post(`${base}/${planId}/approve`);
   expect(ok.status(), await ok.text()).toBe(200);

@@ -8,8 +8,8 @@ import { api, unwrap } from "./client";
 import { retry } from "./queries";
 import type { Rollout, RolloutAuditEntry, RolloutCreate, RolloutDetail } from "./types";
 
-/** States after which a roll-out changes only when an operator reverts it. */
-export const ROLLOUT_ACTIVE = ["running", "paused", "reverting"] as const;
+/** The states in which a roll-out still changes by itself (the rest change only by an operator's revert). */
+const ACTIVE: readonly string[] = ["running", "paused", "reverting"];
 const POLL_MS = 2000;
 
 export const rolloutKeys = {
@@ -19,8 +19,7 @@ export const rolloutKeys = {
   audit: (id: string, version: string) => ["rollouts", "one", id, "audit", version] as const,
 };
 
-const active = (r: { state: string } | undefined) =>
-  r !== undefined && (ROLLOUT_ACTIVE as readonly string[]).includes(r.state);
+const active = (r: { state: string } | undefined) => r !== undefined && ACTIVE.includes(r.state);
 
 export const rolloutsQuery = (planId: string | null) =>
   queryOptions<Rollout[], Error>({

@@ -8,7 +8,7 @@
 import { Link, useParams } from "react-router-dom";
 import { ApiError } from "../../api/client";
 import { useMe } from "../../api/queries";
-import { useRollout, useRolloutAction, useRolloutAudit } from "../../api/rolloutQueries";
+import { useRollout, useRolloutAction, useRolloutAudit, type RolloutAction } from "../../api/rolloutQueries";
 import type { RolloutDetail, RolloutHost } from "../../api/types";
 import { useAuth } from "../../shared/AuthContext";
 import { isUuid } from "../../lib/ids";
@@ -20,7 +20,6 @@ import {
   progress,
   ROLLOUT_STATE_TEXT,
   statesText,
-  type RolloutAction,
 } from "./rolloutModel";
 
 /** A wave with more hosts than this starts folded. */
@@ -142,7 +141,7 @@ function RolloutBody({ r }: { r: RolloutDetail }) {
           );
         })}
       </section>
-      <AuditTrail r={r} />
+      <AuditTrail r={r} answered={p.done} />
     </section>
   );
 }
@@ -218,8 +217,8 @@ function HostTable({ hosts, label }: { hosts: RolloutHost[]; label: string }) {
   );
 }
 
-function AuditTrail({ r }: { r: RolloutDetail }) {
-  const audit = useRolloutAudit(r.id, `${r.state}|${r.updated_at}|${progress(r).done}`);
+function AuditTrail({ r, answered }: { r: RolloutDetail; answered: number }) {
+  const audit = useRolloutAudit(r.id, `${r.state}|${r.updated_at}|${answered}`);
   return (
     <section aria-labelledby="ro-audit-title">
       <h2 id="ro-audit-title">Audit trail</h2>

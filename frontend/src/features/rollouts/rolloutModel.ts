@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Pure shaping for the roll-out views: the wave sizes as the operator types them and the waves they cut
-// a fleet into (as the backend does: app.domain.rollouts.wave_sizes), which operator action a roll-out's
-// state allows and why not, each host's state and guard figures in words, and a roll-out's progress.
+// Pure shaping for the roll-out views: the wave sizes as the operator types them (checked as the backend
+// checks them) and in words, which operator action a roll-out's state allows and why not, each host's state and guard figures in words, and a roll-out's progress.
 import type { Role, RolloutDetail, RolloutGuard, RolloutHost, RolloutHostState, RolloutState } from "../../api/types";
+import type { RolloutAction } from "../../api/rolloutQueries";
 import { formatChangeInterval } from "../../lib/format";
 
 export const MAX_WAVES = 64;
@@ -27,19 +27,6 @@ export function parseWaveSizes(text: string): { sizes: number[] | null; error: s
   return { sizes, error: null };
 }
 
-/** The sizes of the waves that cover `hosts` hosts: the sizes asked (the last repeats), or doubling from
- *  the canary of one. */
-export function waveSizes(asked: number[] | null, hosts: number): number[] {
-  const out: number[] = [];
-  let left = hosts;
-  while (left > 0 && out.length < 10 * MAX_WAVES) {
-    const n = asked?.length ? (asked[Math.min(out.length, asked.length - 1)] ?? 1) : 2 ** out.length;
-    out.push(Math.min(n, left));
-    left -= Math.min(n, left);
-  }
-  return out;
-}
-
 /** "1, 2, 4, … (the last size repeats)" or the default in words. */
 export function wavesText(asked: number[] | null): string {
   if (!asked?.length) return "a canary of one host, then waves that double (2, 4, 8 …)";
@@ -47,7 +34,6 @@ export function wavesText(asked: number[] | null): string {
   return `a canary of one host, then ${asked.slice(1).join(", ")} (the last size repeats)`;
 }
 
-export type RolloutAction = "pause" | "resume" | "revert";
 export interface Rule {
   ok: boolean;
   why: string;
