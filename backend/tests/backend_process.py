@@ -5,6 +5,7 @@ running, whatever failed."""
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -131,3 +132,16 @@ def data_folder():
     pid = postmaster_pid(folder / "pgdata")
     if pid is not None:
         os.kill(pid, signal.SIGKILL)
+        end = time.monotonic() + 10
+        while time.monotonic() < end and _alive(pid):
+            time.sleep(0.1)
+    # Its Postgres cluster is tens of MB: a run of the suite left a dozen in /tmp.
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
