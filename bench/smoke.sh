@@ -30,6 +30,7 @@ declare -A pattern=(
 	[console_tree]="^console_tree: this kernel's catalog [0-9]+ functions: index $num ms, flatten $num ms, search $num ms$"
 	[cfg_layout]="^cfg_layout: [0-9]+ functions, largest [0-9]+ blocks, max [0-9]+ ms$"
 	[catalog_load]="^catalog_load: [0-9]+ functions, cold $num KiB in $num ms, warm $num KiB in $num ms$"
+	[catalog_store]="^catalog_store: [0-9]+ functions stored in $num s \(backend CPU $num s, Postgres CPU $num s\), search $num ms \(scan $num ms, ratio $num\), page [0-9]+ rows $num ms \(JSON in Postgres $num ms, ratio $num\)$"
 	[ingest]="^ingest: $num points/s stored by one backend process, knee at [0-9]+ hosts, REST p99 ($num ms|unavailable \(no REST answer in the window\))$"
 	[chaos]="^chaos: [0-9]+ batches sent, [0-9]+ stored, [0-9]+ gaps shown, $num s to recover, [0-9]+ bad rows stored$"
 	[plan]="^plan: [0-9]+ functions, [0-9]+ blocks, $num ms, hot lines [0-9]+ \(minimum [0-9]+, ratio $num\)$"
@@ -45,7 +46,7 @@ declare -A pattern=(
 # Two lanes run side by side to keep the suite short: the benchmarks that start a whole stack (a backend
 # and its Postgres, one at a time) and the rest. Their figures disturb each other, which a smoke run does
 # not mind: it checks that each benchmark still runs to its summary line.
-stacks=(catalog_load ingest chaos flame fleet)
+stacks=(catalog_load catalog_store ingest chaos flame fleet)
 rest=(kernel_parse sampling_overhead stack_sampling probe_cost console_tree cfg_layout plan replace_cycles replace
 	layout_vs_bolt hot_set_counting)
 order=("${rest[@]}" "${stacks[@]}")

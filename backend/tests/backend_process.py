@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Backends as real processes for the tests that need them (crash recovery, replicas): `python -m app`
-on free ports with a data folder of its own, and a fixture that never leaves one (or its Postgres)
-running, whatever failed."""
+"""Backends as real processes for the tests that need them (crash recovery, replicas) and for
+bench/catalog_store: `python -m app` on free ports with a data folder of its own, and a fixture that
+never leaves one (or its Postgres) running, whatever failed."""
 
 import asyncio
 import os
@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -87,11 +88,13 @@ class Backend:
             base_url=self.url, timeout=HANG_S, headers={"Authorization": f"Bearer {token['access_token']}"}
         )
 
-    async def agent(self, host_id: str) -> ScriptedAgent:
+    async def agent(self, host_id: str, **kwargs: Any) -> ScriptedAgent:
+        """A scripted agent for `host_id`, enrolled and ready to connect; kwargs go to ScriptedAgent."""
         async with await self.admin() as c:
             created = (await c.post("/api/v1/enrolment-tokens", json={"note": "recovery test"})).json()
         creds = await enroll(f"127.0.0.1:{self.enroll}", created["ca_pem"].encode(), host_id, created["token"])
-        return ScriptedAgent(f"127.0.0.1:{self.grpc}", creds, host_id, kernel_tag=f"rec-{host_id}")
+        kwargs.setdefault("kernel_tag", f"rec-{host_id}")
+        return ScriptedAgent(f"127.0.0.1:{self.grpc}", creds, host_id, **kwargs)
 
     async def kill(self, sig: int) -> None:
         assert self.proc is not None

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from app.protocol.proto import pb, pb_grpc
-from tests.scripted_agent import Credentials, ScriptedAgent, kernel_functions, wait_until
+from tests.scripted_agent import HANG_S, KERNEL_BASE, Credentials, ScriptedAgent, kernel_functions, wait_until
 
 BACKEND_DIR = Path(__file__).resolve().parents[2]
 
@@ -227,85 +227,47 @@ async def test_samples_for_a_piece_not_yet_stored_are_dropped_and_counted(backen
     await a.close()
 
 
-async def test_whole_kernel_catalog_stores_fast(backend, client, unique):
-    """A kernel-sized piece (120k functions, 360k blocks) arrives in chunks and is stored."""
+async def test_whole_kernel_catalog_is_stored_searched_and_paged(backend, client, unique):
+    """A kernel-sized piece (120k functions, 360k blocks) arrives in chunks of 5000 and is stored whole: a
+    search finds exactly the functions whose names hold the text, and the largest page (100k rows) holds
+    what the agent sent, in the order by name the database sorts. Correctness only: how fast it is stored,
+    searched and paged is bench/catalog_store's to measure (time bounds here failed on loaded machines)."""
+    host_id = f"big-{unique}"
     fns = kernel_functions(120_000)
     a = await backend.agent(
-        f"big-{unique}", kernel_tag=f"big-{unique}", modules=[("vmlinux", 0xFFFFFFFF81000000, fns)], chunk_size=5000
+        host_id, kernel_tag=f"big-{unique}", modules=[("vmlinux", KERNEL_BASE, fns)], chunk_size=5000
     )
-    t0, c0 = time.perf_counter(), time.process_time()
     await a.connect()
-    # Polled once a second: each poll is a REST request this process serves, so the default 50 ms polls
-    # made this process's CPU time grow with the wall time (17.2 s at load 20, where storing took 112 s).
-    await wait_until(lambda: _host_field(client, f"big-{unique}", "catalog_complete"), timeout=300, interval=1.0)
-    elapsed = time.perf_counter() - t0
-    cpu_s = time.process_time() - c0
-    # The budget is on this process's CPU time (the backend's parsing and COPY framing, and the fake agent
-    # building the chunks, with a poll a second), which waiting for a CPU on a loaded machine does not
-    # inflate; the wall time did: a fixed 60 s bound was reached at 50 s here under stress-ng, for ~10 s on
-    # a quiet machine.
-    print(f"\nstored 120000 functions / 360000 blocks in {elapsed:.1f} s, {cpu_s:.1f} s of this process's CPU")
-    assert cpu_s < 15  # 3.5 s measured, idle or under stress-ng
-    # Speed, judged against the same work done by Postgres alone at the same moment, so that a machine
-    # loaded by other builds slows both sides alike: the search must not cost much more than one scan of the
-    # host's functions with the same LIKE, and the 100k-row page not much more than Postgres building the
-    # same JSON. Fixed bounds (200 ms, 1.5 s) failed at 216 ms and 2.8 s on a loaded machine; so did each
-    # side's best of two taken one side after the other (at load 10 the page's tries fell in a busier
-    # stretch than the JSON's: 9.8 s against 1.1 s). Each pair is now taken back to back and the check
-    # holds if one pair of three keeps the bound: a load spike must hit the same side of all three pairs to
-    # fail it, while a page really slower than the bound fails every pair.
-    h = {"h": f"big-{unique}"}
+    # Polled once a second: each poll is a REST request this process serves, and storing took 112 s at
+    # load 20. The bound is a hang's, not a speed check (the speed figures are in bench/catalog_store).
+    await wait_until(lambda: _host_field(client, host_id, "catalog_complete"), timeout=10 * HANG_S, interval=1.0)
 
-    def scan():
-        return backend.scalar(
-            "SELECT count(*) FROM functions f JOIN host_modules hm ON hm.digest = f.digest "
-            "WHERE hm.host_id = :h AND f.name_lc LIKE '%fn\\_1199%'",
-            **h,
-        )
-
-    def search():
-        return client.get(f"/api/v1/hosts/big-{unique}/functions", params={"q": "fn_1199", "limit": 100})
-
-    def json_in_postgres():
-        return backend.scalar(
-            "SELECT length(json_agg(x)::text) FROM (SELECT f.id, f.name, hm.name AS module, f.digest, f.index, "
-            'hm.base_address + f."offset" AS address, to_hex(hm.base_address + f."offset") AS address_hex, '
-            "f.size, f.block_count, f.undecodable FROM functions f JOIN host_modules hm ON hm.digest = f.digest "
-            "WHERE hm.host_id = :h ORDER BY f.name, f.id LIMIT 100000) x",
-            **h,
-        )
-
-    def whole():
-        return client.get(f"/api/v1/hosts/big-{unique}/functions", params={"limit": 100000})
-
-    r = await search()
+    r = await client.get(f"/api/v1/hosts/{host_id}/functions", params={"q": "fn_1199", "limit": 100})
     assert r.status_code == 200 and r.json()["total"] == 10 + 100  # fn_11990..fn_11999 and fn_119900..fn_119999
-    r = await whole()
-    assert r.status_code == 200 and len(r.json()["items"]) == 100000 and r.json()["total"] == 120000
-    searches = await _pairs_ms(3, scan, search)
-    pages = await _pairs_ms(3, json_in_postgres, whole)
-    print(
-        "search over 120k, ms (a bare scan next to it): "
-        + ", ".join(f"{y:.0f} ({x:.0f})" for x, y in searches)
-        + "; 100k-row page, ms (its JSON in Postgres next to it): "
-        + ", ".join(f"{y:.0f} ({x:.0f})" for x, y in pages)
-        + f"; {len(r.content)} bytes"
+
+    # The whole page took 9.8 s at load 10: the client's 30 s would be a speed check, so a hang's bound.
+    r = await client.get(f"/api/v1/hosts/{host_id}/functions", params={"limit": 100000}, timeout=HANG_S)
+    assert r.status_code == 200
+    page = r.json()
+    assert len(page["items"]) == 100000 and page["total"] == 120000
+    # In the order the API promises (by name, then id, as the database sorts names: its collation decides
+    # where "__x64_sys_read" goes), and each row what the agent sent for that function.
+    ids = await backend.scalar(
+        "SELECT array_agg(id ORDER BY name, id) FROM (SELECT f.id, f.name FROM functions f "
+        "JOIN host_modules hm ON hm.digest = f.digest WHERE hm.host_id = :h ORDER BY f.name, f.id LIMIT 100000) x",
+        h=host_id,
     )
-    assert any(y < 4 * x + 50 for x, y in searches), f"every search took over 4 scans + 50 ms: {searches}"
-    assert any(y < 4 * x + 300 for x, y in pages), f"every page took over 4 of its JSON + 300 ms: {pages}"
+    assert [item["id"] for item in page["items"]] == ids
+    for item in page["items"]:
+        sent = fns[item["index"]]
+        assert (item["name"], item["module"], item["address"], item["size"], item["block_count"]) == (
+            sent.name,
+            "vmlinux",
+            KERNEL_BASE + sent.offset,
+            sent.size,
+            len(sent.blocks),
+        ), item
     await a.close()
-
-
-async def _pairs_ms(n: int, reference, request) -> list[tuple[float, float]]:
-    """n pairs of (reference, request) times in ms, each pair taken back to back."""
-    pairs = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        await reference()
-        t1 = time.perf_counter()
-        await request()
-        pairs.append(((t1 - t0) * 1000, (time.perf_counter() - t1) * 1000))
-    return pairs
 
 
 async def _host_field(client, host_id, field):
