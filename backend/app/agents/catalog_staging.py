@@ -65,6 +65,7 @@ class CatalogStaging(StreamBase):
                 f"Hello named {agent_input.excerpt(ref.name)}"
             )
         upload = session.uploads.get(digest)
+        begin = upload is None
         if upload is None:
             if digest in registry.complete:
                 return  # another host stored it meanwhile
@@ -88,11 +89,14 @@ class CatalogStaging(StreamBase):
                 hasher=PieceHasher(build, ref.name, ref.function_count, outside_base),
                 targets=catalog.TargetCheck(ref.name),
             )
-            await catalog.begin_upload(
-                self.runtime.engine, upload.staging, ref.name, ref.function_count, ref.block_count
-            )
+            # Recorded before its staging row is made, and the row made inside the try: a stream that ends
+            # while the row's transaction commits (its handler cancelled there) still discards it.
             session.uploads[digest] = upload
         try:
+            if begin:
+                await catalog.begin_upload(
+                    self.runtime.engine, upload.staging, ref.name, ref.function_count, ref.block_count
+                )
             if chunk.seq != upload.next_seq:
                 raise InvalidInput(f"catalog chunk {chunk.seq} of {digest[:16]} where {upload.next_seq} was due")
             upload.next_seq += 1

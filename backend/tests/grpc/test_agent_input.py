@@ -12,7 +12,8 @@ import pytest
 
 from app.protocol import agent_input
 from app.protocol.proto import pb
-from tests.scripted_agent import kernel_functions, wait_catalog_complete, wait_for_ack, wait_until
+from app.storage import catalog
+from tests.scripted_agent import HANG_S, kernel_functions, wait_catalog_complete, wait_for_ack, wait_until
 
 
 async def _ended(agent) -> grpc.aio.AioRpcError:
@@ -75,6 +76,38 @@ async def test_a_skipped_chunk_ends_the_stream(backend, unique):
     assert "chunk 2" in error.details() and "where 1 was due" in error.details()
     assert await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest LIKE 'staging-%'") == 0
     await agent.close()
+
+
+async def test_a_stream_ended_as_its_upload_begins_leaves_no_staged_piece(backend, unique, monkeypatch):
+    """The stream ends while the backend is between committing an upload's staging piece and recording the
+    upload in its session (the handler is cancelled there): the piece is still discarded, not left until
+    the backend's next start. A staging piece left so was found by the gRPC fuzz test at load."""
+    real = catalog.begin_upload
+    staged: list[str] = []
+    committed = asyncio.Event()
+
+    async def begin_then_wait(engine, staging, *args):
+        await real(engine, staging, *args)
+        staged.append(staging)
+        committed.set()
+        await asyncio.sleep(3600)  # the stream's end cancels the handler here
+
+    monkeypatch.setattr(catalog, "begin_upload", begin_then_wait)
+    agent = await backend.agent(
+        f"cut-{unique}", kernel_tag=f"cut-{unique}", modules=[("vmlinux", 0xFFFFFFFF81000000, kernel_functions(30))]
+    )
+    await agent.connect(send_catalog=False)
+    name, _base, fns, digest = agent.modules[0]
+    await _chunks(agent, digest, name, [(0, False, fns[:10])])
+    await asyncio.wait_for(committed.wait(), HANG_S)
+    assert await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest = :s", s=staged[0]) == 1
+    await agent.close()
+    monkeypatch.undo()
+
+    async def discarded():
+        return await backend.scalar("SELECT count(*) FROM catalog_pieces WHERE digest = :s", s=staged[0]) == 0
+
+    await wait_until(discarded)
 
 
 async def test_an_empty_last_chunk_does_not_complete_a_piece_announced_with_functions(backend, unique):
