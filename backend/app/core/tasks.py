@@ -3,6 +3,7 @@
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -13,3 +14,14 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def cancel_all(tasks: Iterable[asyncio.Task[Any]]) -> int:
+    """Cancel every task, then wait until each has ended; how many were still running when cancelled."""
+    running = [t for t in tasks if not t.done()]
+    for t in running:
+        t.cancel()
+    for t in running:
+        with contextlib.suppress(asyncio.CancelledError):
+            await t
+    return len(running)

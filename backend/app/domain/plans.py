@@ -46,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.live import LiveHub
+from app.core.tasks import cancel_all
 from app.domain import plan_compare
 from app.domain.commands import Answer, CommandError, Commands
 from app.domain.plan_payload import install_payload
@@ -555,13 +556,8 @@ class Plans(Reconciliation):
     # Reconciliation from Hello: what the agent's journals hold on every connect ----------------------
 
     async def stop(self) -> None:
-        for t in list(self.tasks.values()):
-            t.cancel()
-        for t in list(self.tasks.values()):
-            try:
-                await t
-            except asyncio.CancelledError:
-                log.info("an install flow was stopped with the backend; its plan stays installing")
+        if n := await cancel_all(list(self.tasks.values())):
+            log.info("%d install flow(s) stopped with the backend; their plans stay installing", n)
 
 
 # Reading --------------------------------------------------------------------------------------

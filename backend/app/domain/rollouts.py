@@ -40,6 +40,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.live import LiveHub
+from app.core.tasks import cancel_all
 from app.domain import plan_compare
 from app.domain.plan_records import audit as plan_audit
 from app.domain.plan_records import find, refresh_stale
@@ -315,13 +316,7 @@ class Rollouts:
                 self.spawn(rid)
 
     async def stop(self) -> None:
-        for t in list(self.tasks.values()):
-            t.cancel()
-        for t in list(self.tasks.values()):
-            try:
-                await t
-            except asyncio.CancelledError:
-                pass
+        await cancel_all(list(self.tasks.values()))
 
     async def _run(self, rollout_id: uuid.UUID) -> None:
         while True:
