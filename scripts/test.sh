@@ -70,25 +70,26 @@ lane_wait() {
 
 suite lint         ./scripts/lint.sh
 suite agent        make -s -j"$(nproc)" -C agent test
+
+# The kernel lane runs beside the backend, agent-stream, console, compose and harness suites: its guest
+# is one QEMU emulator thread, and it waits much of its time (quiet, 938 s of wall for 292 s of CPU);
+# those suites are one Python or Node process each, the backend's three (pytest-xdist) mostly waiting
+# too (1,129 s of wall for 570 s of CPU in one process). Run one after the other on a quiet 2-core
+# machine they took 1,572 s and the lane 938 s beside the first of them. Not beside the agent suite (it
+# builds its tests and fuzzers and runs the fuzz targets on both cores: with it in session 10 the lane
+# took 2,199 s instead of 935 s) nor the end-to-end tests (they starved each other). The agent-stream
+# suite drives this machine's kernel, the lane its guest's: they share only CPU. The lane's output is
+# kept in its log and printed once it ends; it runs as a grandchild of this shell so its CPU is counted
+# in its own result only, not in whichever suite was running when it ended.
+lane_bg
 # SQLite's query driver (bench/replace_sqlite/build: gcc -O2 of its 9 MB amalgamation, ~70 s of one
 # core in a clean clone) is what the e2e plan tests and bench/replace run. It is built in the background
-# beside the agent-stream suite, whose tests leave a core mostly idle (one waits 60 s on purpose), not
-# inside the e2e suite's time; its build lock makes the e2e test's own call wait for it, and that call
-# reports a failed or impossible build as before. Its output: $logs/sqlite-build.log.
+# beside these suites, not inside the e2e suite's time; its build lock makes the e2e test's own call
+# wait for it, and that call reports a failed or impossible build as before. Its output:
+# $logs/sqlite-build.log.
 ( ./bench/replace_sqlite/build >"$logs/sqlite-build.log" 2>&1 </dev/null & )
-suite agent-stream backend/.venv/bin/python -m pytest -q -rs agent/tests/python
-
-# The kernel lane runs beside the backend, console, compose and harness suites, which touch no
-# kernel (the backend's agents are scripted or plan offline): its guest is one QEMU emulator thread,
-# so one core, and those suites are one Python or Node process each, so the other (run alone, one
-# after the other, the lane took 474 s and they 579 s on a quiet machine, each with a core mostly
-# idle beside it). Not beside the agent or stream suites (both drive this machine's kernel, and the
-# agent suite builds on both cores: with them in session 10 the lane took 2,199 s instead of 935 s)
-# nor the end-to-end tests (they starved each other). Its output is kept in its log and printed once
-# it ends; it runs as a grandchild of this shell so its CPU is counted in its own result only, not
-# in whichever suite was running when it ended.
-lane_bg
 suite backend      make -s -C backend test
+suite agent-stream backend/.venv/bin/python -m pytest -q -rs agent/tests/python
 suite console      bash -c 'cd frontend && npm test --silent'
 suite compose      ./deploy/check-compose.sh
 suite harness      ./agent/tests/run.sh scripts/tests/test_*.sh

@@ -49,8 +49,10 @@ def postgres_url():
 
 
 @pytest.fixture(scope="session")
-def database_url(postgres_url):
-    url = _recreate_database(postgres_url, "hotpath_test")
+def database_url(postgres_url, worker_id):
+    # One database per pytest-xdist worker ("master" when the tests run in one process): with the embedded
+    # Postgres each worker has a server of its own anyway; with DATABASE_URL they share one server.
+    url = _recreate_database(postgres_url, f"hotpath_test_{worker_id}")
     upgrade_database(url)
     return url
 
