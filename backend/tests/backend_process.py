@@ -136,15 +136,7 @@ def data_folder():
     if pid is not None:
         os.kill(pid, signal.SIGKILL)
         end = time.monotonic() + 10
-        while time.monotonic() < end and _alive(pid):
+        while time.monotonic() < end and postmaster_pid(folder / "pgdata") is not None:
             time.sleep(0.1)
     # Its Postgres cluster is tens of MB: a run of the suite left a dozen in /tmp.
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
