@@ -26,9 +26,10 @@ deps:
 deps-test:
 	./scripts/install-deps.sh test
 
-# the agent's objects build one per core (a clean clone compiles ~150 C files)
+# the agent's objects build one per core (a clean clone compiles ~150 C files); under `make build` they
+# take their share of its jobs instead
 agent:
-	$(MAKE) -C agent -j$(shell nproc)
+	$(MAKE) -C agent $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
 
 backend:
 	$(MAKE) -C backend setup proto openapi
@@ -36,7 +37,11 @@ backend:
 frontend: backend
 	cd frontend && npm run gen:api && npm run build
 
-build: agent backend frontend
+# The agent (C, a compiler per core) builds beside the backend's setup (pip, one core, mostly waiting on
+# the network) and the console after it: in a clean clone, one after the other, they left a core idle for
+# most of the build. Each part's output is printed whole when it ends (--output-sync), not interleaved.
+build:
+	$(MAKE) -j$$(($$(nproc) + 1)) --output-sync=recurse agent backend frontend
 
 # The kernel lane (e2e/kernel-lane/, docs/kernel-lane.md): a real Debian kernel under QEMU.
 lane: agent

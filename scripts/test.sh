@@ -68,26 +68,31 @@ lane_wait() {
 	printf '(the kernel lane ended %s s after the suites beside it)\n' $((SECONDS - t))
 }
 
-suite lint         ./scripts/lint.sh
-suite agent        make -s -j"$(nproc)" -C agent test
-
-# The kernel lane runs beside the backend, agent-stream, console, compose and harness suites: its guest
-# is one QEMU emulator thread, and it waits much of its time (quiet, 938 s of wall for 292 s of CPU);
-# those suites are one Python or Node process each, the backend's three (pytest-xdist) mostly waiting
-# too (1,129 s of wall for 570 s of CPU in one process). Run one after the other on a quiet 2-core
-# machine they took 1,572 s and the lane 938 s beside the first of them. Not beside the agent suite (it
-# builds its tests and fuzzers and runs the fuzz targets on both cores: with it in session 10 the lane
-# took 2,199 s instead of 935 s) nor the end-to-end tests (they starved each other). The agent-stream
-# suite drives this machine's kernel, the lane its guest's: they share only CPU. The lane's output is
-# kept in its log and printed once it ends; it runs as a grandchild of this shell so its CPU is counted
-# in its own result only, not in whichever suite was running when it ended.
-lane_bg
 # SQLite's query driver (bench/replace_sqlite/build: gcc -O2 of its 9 MB amalgamation, ~70 s of one
 # core in a clean clone) is what the e2e plan tests and bench/replace run. It is built in the background
-# beside these suites, not inside the e2e suite's time; its build lock makes the e2e test's own call
-# wait for it, and that call reports a failed or impossible build as before. Its output:
-# $logs/sqlite-build.log.
-( ./bench/replace_sqlite/build >"$logs/sqlite-build.log" 2>&1 </dev/null & )
+# from the start, at a lower priority (nice 10), so it takes what the suites leave: the agent suite's
+# tests leave about a third of the machine idle (s19a: 175 of 960 core-seconds). Its build lock makes
+# the e2e test's own call wait for it, and that call reports a failed or impossible build as before.
+# Its output: $logs/sqlite-build.log.
+( nice -n 10 ./bench/replace_sqlite/build >"$logs/sqlite-build.log" 2>&1 </dev/null & )
+
+suite lint         ./scripts/lint.sh
+
+# The kernel lane starts after the lint and runs beside the agent, backend, agent-stream, console,
+# compose and harness suites. Its guest is one QEMU emulator thread: it takes one core when it gets it
+# (the lane's wall time is what the suites beside it leave it, not its own work). Measured on CI's kind
+# of machine (2 cores, quiet, s19a, sampled every 15 s): every suite from the backend's to the console's
+# kept both cores busy (1.91 on average) and the lane, started after the agent suite, was the long pole
+# of that stretch (1,260 s, its emulator getting about a third of a core); the agent suite beside it
+# left 175 core-seconds idle. Started before the agent suite, the lane's boot and the guest's first
+# steps use that idle time. The agent suite's own tests were proven beside a busy core
+# (`stress-ng --cpu 1` in runs s15b and s18b). Not beside the end-to-end tests: they and the benchmarks
+# after them keep both cores busy on their own. The agent-stream suite drives this machine's kernel,
+# the lane its guest's: they share only CPU. The lane's output is kept in its log and printed once it
+# ends; it runs as a grandchild of this shell so its CPU is counted in its own result only, not in
+# whichever suite was running when it ended.
+lane_bg
+suite agent        make -s -j"$(nproc)" -C agent test
 suite backend      make -s -C backend test
 suite agent-stream backend/.venv/bin/python -m pytest -q -rs agent/tests/python
 suite console      bash -c 'cd frontend && npm test --silent'
