@@ -84,6 +84,10 @@ const HANG_MS = 90_000;
 // catches a flow that keeps making progress forever. At load average ~20 (run s16b) the guarded flow
 // took over 5 minutes while every step progressed.
 const FLOW_MS = 20 * 60_000;
+// The window after an install ends when the agent has started its measurement (the backend waits up to
+// 60 s for that), measured 5 s, and stopped it (up to 60 s more): at load the stop took 30 s (fresh-clone
+// run s18a), past a fixed 60 s. Beyond the backend's own bounds it is a hang.
+const AFTER_WINDOW_MS = (60 + 5 + 60) * 1000 + HANG_MS;
 
 function waitCommand(path: string, timeoutMs = HANG_MS) {
   return waitCommandDone(ctx, path, timeoutMs);
@@ -141,7 +145,7 @@ async function attachFromConsole(page: Page, pid: number): Promise<string> {
   await page.getByLabel("Process id or command name").fill(String(pid));
   await page.getByRole("button", { name: "Attach", exact: true }).click();
   const row = page.locator("section.targets tr").filter({ hasText: `(pid ${pid})` });
-  await expect(row.locator("td").nth(2)).toHaveText(/^attached/, { timeout: 60_000 });
+  await expect(row.locator("td").nth(2)).toHaveText(/^attached/, { timeout: HANG_MS });
   return (await row.getAttribute("data-target"))!;
 }
 
@@ -264,12 +268,8 @@ async function installFromConsole(page: Page) {
   await expect(planState(page)).toHaveText("installed", { timeout: HANG_MS });
   const table = page.getByTestId("before-after");
   const calls = table.getByRole("row").filter({ hasText: "Calls per second" });
-  // The window after ends when the agent has started its measurement (the backend waits up to 60 s for
-  // that), measured 5 s, and stopped it (up to 60 s more): at load the stop took 30 s (fresh-clone run
-  // s18a), past a fixed 60 s. Beyond the backend's own bounds it is a hang.
-  const afterWindow = (60 + 5 + 60) * 1000 + HANG_MS;
   await expect(calls.locator("td").nth(0)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: HANG_MS });
-  await expect(calls.locator("td").nth(1)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: afterWindow });
+  await expect(calls.locator("td").nth(1)).toHaveText(/^\d+(\.\d+)? \/s$/, { timeout: AFTER_WINDOW_MS });
   await expect(calls.locator("td").nth(2)).toHaveText(/^-?\d+\.\d%$/);
   await expect(table.getByRole("row").filter({ hasText: "Window" }).locator("td").nth(1)).toHaveText(
     /\d+\.\d s, [1-9]\d* calls/,
@@ -346,7 +346,7 @@ test("a process's hot function: optimize, approve by another user, install, meas
     await expect
       .poll(
         async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json()).comparison?.after?.state,
-        { timeout: 60_000 },
+        { timeout: AFTER_WINDOW_MS },
       )
       .toBe("stopped");
     const plan = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
@@ -383,7 +383,7 @@ test("a process's hot function: optimize, approve by another user, install, meas
 
     // One click reverts: the original bytes are back and the copy is unmapped or kept unused.
     await page.getByRole("button", { name: "Revert" }).click();
-    await expect(planState(page)).toHaveText("reverted", { timeout: 60_000 });
+    await expect(planState(page)).toHaveText("reverted", { timeout: HANG_MS });
     expect(readMem(pid, entry, 16).equals(original), "the original bytes are back").toBe(true);
     const after = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
     if (after.revert_detail.status === "reverted") {
@@ -484,7 +484,7 @@ test("a process's plan installed with the guard: the interleaved before/after wi
 
     // Revert; every result the threads computed, through the copy and the original, was right.
     await page.getByRole("button", { name: "Revert" }).click();
-    await expect(planState(page)).toHaveText("reverted", { timeout: 60_000 });
+    await expect(planState(page)).toHaveText("reverted", { timeout: HANG_MS });
     const audit = page.getByTestId("plan-audit");
     await expect(audit.getByRole("cell", { name: "compare requested", exact: true })).toHaveCount(2);
     await expect(audit.getByRole("cell", { name: "guard kept", exact: true })).toHaveCount(1);
@@ -593,7 +593,7 @@ test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the consol
     await expect
       .poll(
         async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json()).comparison?.after?.state,
-        { timeout: 60_000 },
+        { timeout: AFTER_WINDOW_MS },
       )
       .toBe("stopped");
     const plan = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
@@ -607,10 +607,10 @@ test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the consol
     expect([...sq.sums.keys()], "every round's checksum is the same").toHaveLength(1);
 
     await page.getByRole("button", { name: "Revert" }).click();
-    await expect(planState(page)).toHaveText("reverted", { timeout: 60_000 });
+    await expect(planState(page)).toHaveText("reverted", { timeout: HANG_MS });
     expect(readMem(pid, entry, 16).equals(original), "the original bytes are back").toBe(true);
     const roundsReverted = sq.rounds();
-    await expect.poll(() => sq.rounds(), { timeout: 30_000 }).toBeGreaterThan(roundsReverted + 5);
+    await expect.poll(() => sq.rounds(), { timeout: HANG_MS }).toBeGreaterThan(roundsReverted + 5);
     expect(sq.proc.exitCode, sq.err()).toBeNull();
     expect([...sq.sums.keys()], "every round's checksum is the same").toHaveLength(1);
     await expectFullAudit(page);
@@ -683,20 +683,20 @@ test("the benchmark program, SQLite: optimize its whole hot set from the console
     await expect
       .poll(
         async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json()).comparison?.after?.state,
-        { timeout: 60_000 },
+        { timeout: AFTER_WINDOW_MS },
       )
       .toBe("stopped");
     // The workload kept running through the copies, with the same results in every round.
-    await expect.poll(() => sq.rounds(), { timeout: 60_000 }).toBeGreaterThan(roundsBefore + 10);
+    await expect.poll(() => sq.rounds(), { timeout: HANG_MS }).toBeGreaterThan(roundsBefore + 10);
     expect([...sq.sums.keys()], "every round's checksum is the same").toHaveLength(1);
 
     await page.getByRole("button", { name: "Revert" }).click();
-    await expect(planState(page)).toHaveText("reverted", { timeout: 60_000 });
+    await expect(planState(page)).toHaveText("reverted", { timeout: HANG_MS });
     entries.forEach((a: bigint, i: number) =>
       expect(readMem(pid, a, 5).equals(originals[i]), "the original bytes are back").toBe(true),
     );
     const roundsReverted = sq.rounds();
-    await expect.poll(() => sq.rounds(), { timeout: 30_000 }).toBeGreaterThan(roundsReverted + 5);
+    await expect.poll(() => sq.rounds(), { timeout: HANG_MS }).toBeGreaterThan(roundsReverted + 5);
     expect(sq.proc.exitCode, sq.err()).toBeNull();
     expect([...sq.sums.keys()], "every round's checksum is the same").toHaveLength(1);
     await expectFullAudit(page);
@@ -726,7 +726,7 @@ test("a plan whose process exited is stale and cannot be installed", async ({ pa
     fx.proc.kill("SIGKILL");
     killed = true;
     await page.goto(`/hosts/${hostId}/plans/${planId}`);
-    await expect(planState(page)).toHaveText("stale", { timeout: 60_000 });
+    await expect(planState(page)).toHaveText("stale", { timeout: HANG_MS });
     await expect(page.getByRole("note").filter({ hasText: /^Stale: / })).toContainText(target);
     await expect(page.getByRole("button", { name: "Install" })).toBeDisabled();
     const install = await ctx.post(`${planPath}/install`, { data: { window_s: 1 } });
