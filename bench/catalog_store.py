@@ -41,12 +41,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "backend"))
 
-import psutil  # noqa: E402
 import pytest  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
 from app.core.db import EmbeddedPostgres, make_engine, postmaster_pid, stop_postgres  # noqa: E402
 from tests.backend_process import Backend  # noqa: E402
+from tests.process_cpu import postgres_cpu, process_cpu  # noqa: E402
 from tests.scripted_agent import KERNEL_BASE, kernel_functions  # noqa: E402
 
 FUNCTIONS = int(os.environ.get("HOTPATH_CATALOG_STORE_FUNCTIONS", "120000"))
@@ -72,28 +72,6 @@ JSON_SQL = (
 
 def say(msg: str) -> None:
     print(f"[catalog_store {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def own_cpu(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return t.user + t.system
-
-
-def postgres_cpu(pgdata: Path) -> float:
-    """CPU seconds of the Postgres of pgdata so far: the postmaster, the children it reaped (counted in its
-    children_user/system) and those alive (each connection is a child process)."""
-    pid = postmaster_pid(pgdata)
-    if pid is None:
-        raise SystemExit(f"no Postgres runs in {pgdata}")
-    postmaster = psutil.Process(pid)
-    t = postmaster.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in postmaster.children():
-        try:
-            total += own_cpu(child)
-        except psutil.NoSuchProcess:
-            pass  # ended between the two calls: reaped, its time counted next time
-    return total
 
 
 async def pairs(
@@ -143,20 +121,20 @@ async def run(data: Path, backend: Backend, pgs: list[EmbeddedPostgres]) -> str:
     engine = make_engine(pg.start())
     api = await backend.admin()
     try:
-        proc = psutil.Process(backend.proc.pid if backend.proc else 0)
+        pid = backend.proc.pid if backend.proc else 0
 
         async def complete() -> bool:
             r = await api.get(f"/api/v1/hosts/{HOST}")
             return r.status_code == 200 and bool(r.json()["catalog_complete"])
 
-        c_backend, c_pg, t0 = own_cpu(proc), postgres_cpu(pgdata), time.perf_counter()
+        c_backend, c_pg, t0 = process_cpu(pid), postgres_cpu(pgdata), time.perf_counter()
         await agent.connect()
         while not await complete():
             if time.perf_counter() - t0 > HANG_S:
                 raise SystemExit(f"the catalog was not stored within {HANG_S:.0f} s")
             await asyncio.sleep(POLL_S)
         stored_s = time.perf_counter() - t0
-        cpu_backend, cpu_pg = own_cpu(proc) - c_backend, postgres_cpu(pgdata) - c_pg
+        cpu_backend, cpu_pg = process_cpu(pid) - c_backend, postgres_cpu(pgdata) - c_pg
         say(
             f"stored {FUNCTIONS} functions, {blocks} blocks (chunks of {CHUNK}) in {stored_s:.1f} s: "
             f"backend CPU {cpu_backend:.1f} s, Postgres CPU {cpu_pg:.1f} s"

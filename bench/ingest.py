@@ -46,6 +46,7 @@ import httpx  # noqa: E402
 from app.protocol.catalog_digest import piece_digest  # noqa: E402
 from app.protocol.proto import pb, pb_grpc  # noqa: E402
 from app.protocol.stack_defs import stack_id  # noqa: E402
+from tests.process_cpu import postgres_cpu, process_cpu  # noqa: E402
 from tests.scripted_agent import enroll, kernel_functions  # noqa: E402
 
 HTTP = int(os.environ.get("HOTPATH_INGEST_HTTP_PORT", "8280"))
@@ -65,41 +66,6 @@ BUILD_ID = "b5" * 20
 
 def say(msg: str) -> None:
     print(f"[ingest {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def postgres_pids(pgdata: Path) -> list[int]:
-    """The bench's own Postgres: the postmaster of its data folder and its children (not the other
-    Postgres instances on the machine)."""
-    try:
-        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return []
-    out = [postmaster]
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == postmaster:
-            out.append(int(d.name))
-    return out
-
-
-def tree_cpu(pids: list[int]) -> float:
-    total = 0.0
-    for p in pids:
-        try:
-            total += cpu_seconds(p)
-        except OSError:
-            pass
-    return total
 
 
 class Host:
@@ -461,17 +427,16 @@ async def main() -> None:
                     ]
                 )
             await asyncio.sleep(WARM_S)
-            pg = postgres_pids(data / "pgdata")  # connections opened since the last step count too
             a0 = sum(h.acked_points for h in hosts)
             o0 = offered[0]
-            c0, p0 = cpu_seconds(backend.pid), tree_cpu(pg)
+            c0, p0 = process_cpu(backend.pid), postgres_cpu(data / "pgdata")
             t0w, t0 = time.time(), time.monotonic()
             await asyncio.sleep(MEASURE_S)
             dt = time.monotonic() - t0
             stored = (sum(h.acked_points for h in hosts) - a0) / dt
             sent = (offered[0] - o0) / dt
-            cores = (cpu_seconds(backend.pid) - c0) / dt
-            pg_cores = (tree_cpu(pg) - p0) / dt
+            cores = (process_cpu(backend.pid) - c0) / dt
+            pg_cores = (postgres_cpu(data / "pgdata") - p0) / dt
             lat = []
             if probe_out.exists():
                 for line in probe_out.read_text().splitlines():
