@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// @vitest-environment node
 // The query factories' keys sit under the prefixes that live pushes and mutations invalidate, so an
 // invalidation by prefix reaches every query of that kind.
 import { describe, expect, it } from "vitest";

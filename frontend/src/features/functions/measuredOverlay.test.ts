@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// @vitest-environment node
 import { describe, expect, it } from "vitest";
 import { edgeWidth, MAX_EDGE_W, MIN_EDGE_W, shapeOverlay, type OverlayGraph } from "./measuredOverlay";
 import type { MeasurementCfg } from "../../api/types";

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// @vitest-environment node
 import { describe, expect, it } from "vitest";
 import type { MeasuredResource, MeasurementSeries, MeasurementValues } from "../../api/types";
 import {

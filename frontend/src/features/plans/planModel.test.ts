@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// @vitest-environment node
 // The plan shaping on a real plan (hotpathd plan --json of the group fixture): grids, chains, strips.
 import { describe, expect, it } from "vitest";
 import fixture from "../../../../backend/tests/fixtures/plan_group.json";

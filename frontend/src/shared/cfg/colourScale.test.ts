@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// @vitest-environment node
 import { describe, expect, it } from "vitest";
 import { MIN_DOMAIN, NO_SAMPLES_FILL, colourScale, isDarkFill, legendStops, niceMax, stickyMax } from "./colourScale";
 
