@@ -5,7 +5,7 @@
 // a second visit takes the catalog from the browser's cache, and the first screen links the docs.
 import { test, expect, type Page } from "@playwright/test";
 import { readFileSync } from "node:fs";
-import { api, readyHost, startRandomReadLoop, runForKernelSeconds } from "./helpers";
+import { api, readyHost, startRandomReadLoop, runForKernelSeconds, ANSWER_MS } from "./helpers";
 
 function iso(ms: number): string {
   return new Date(ms).toISOString();
@@ -91,7 +91,9 @@ test("the largest kernel function opens with blocks visible and readable", async
   await page.getByRole("searchbox", { name: "Block address" }).fill(`0x${last.address_hex}`);
   await page.getByRole("button", { name: "Find" }).click();
   await expect(page).toHaveURL(new RegExp(`block=0x${last.offset.toString(16)}\\b`));
-  await expect(page.getByRole("region", { name: "Instructions" })).toContainText(last.address_hex);
+  await expect(page.getByRole("region", { name: "Instructions" })).toContainText(last.address_hex, {
+    timeout: ANSWER_MS,
+  });
   const found = page.getByTestId("cfg-block").filter({ hasText: last.address_hex });
   await expect(found).toBeInViewport();
   // Fit shows the whole graph (drawn on a canvas at that zoom), and the minimap is there.
@@ -145,9 +147,9 @@ test("a deep link with a time range reproduces the view after a reload, and Back
     `/hosts/${hostId}/functions/${fn.id}?from=${iso(from)}&to=${iso(to)}&block=0x${blk.offset.toString(16)}&scale=log`,
   );
   const panel = page.getByRole("region", { name: "Instructions" });
-  await expect(panel).toContainText(blk.address_hex);
+  await expect(panel).toContainText(blk.address_hex, { timeout: ANSWER_MS });
   await page.reload();
-  await expect(panel).toContainText(blk.address_hex);
+  await expect(panel).toContainText(blk.address_hex, { timeout: ANSWER_MS });
   await expect(page.getByRole("button", { name: "log" })).toHaveAttribute("aria-pressed", "true");
   await expect(page.getByTestId("time-range-text")).toHaveText(before.range!);
 });
@@ -196,7 +198,9 @@ test("the CSV export of top functions parses and matches the table", async ({ pa
   const { ctx, hostId } = await readyHost();
   const { from, to } = await rangeWithSamples(ctx, hostId, 120);
   await page.goto(`/hosts/${hostId}?tab=top&from=${iso(from)}&to=${iso(to)}`);
-  await expect(page.getByRole("table", { name: "Top functions" }).getByRole("link").first()).toBeVisible();
+  await expect(page.getByRole("table", { name: "Top functions" }).getByRole("link").first()).toBeVisible({
+    timeout: ANSWER_MS,
+  });
   const download = page.waitForEvent("download");
   await page.getByRole("button", { name: "Export CSV" }).click();
   const file = await download;

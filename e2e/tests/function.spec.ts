@@ -3,7 +3,7 @@
 // vfs_read, its CFG draws one node per basic block the agent found, and a block's instructions
 // come from the agent.
 import { test, expect } from "@playwright/test";
-import { api, openHost, readyHost, startReadLoop, thisHostId } from "./helpers";
+import { api, openHost, readyHost, startReadLoop, thisHostId, ANSWER_MS } from "./helpers";
 
 /** This host, once its catalog is stored, and vfs_read as the API lists it. */
 async function vfsRead() {
@@ -42,7 +42,7 @@ test("searching vfs_read finds it in the tree and its CFG draws", async ({ page 
   await page.getByTestId("cfg-block").first().click();
   const panel = page.getByRole("region", { name: "Instructions" });
   await expect(panel).toBeVisible();
-  await expect(panel).toContainText(fn.address_hex);
+  await expect(panel).toContainText(fn.address_hex, { timeout: ANSWER_MS });
 });
 
 test("vfs_read's CFG is coloured by live samples while a read loop runs", async ({ page }) => {

@@ -12,6 +12,13 @@ export const dataDir = process.env.HOTPATH_E2E_DATA_DIR ?? "";
 export const hostname = process.env.HOTPATH_E2E_HOSTNAME ?? "";
 export const adminPassword = process.env.HOTPATH_E2E_ADMIN_PASSWORD ?? "";
 
+/** How long a view may take to show what an agent command or a first query of a range returns (a block's
+ * instructions, the first top-functions page) before the wait is called a hang: the backend gives an agent
+ * command 15 s (HOTPATH_COMMAND_TIMEOUT_S) and the console asks again. Run beside a loaded full test run
+ * (load average ~10, session 19) both took longer than the suite's default 20 s. Not a speed check: a
+ * passing wait goes on as soon as what it waits for holds. */
+export const ANSWER_MS = 90_000;
+
 /** An API client signed in as a user. */
 export async function apiAs(username: string, password: string): Promise<APIRequestContext> {
   const anon = await request.newContext({ baseURL });

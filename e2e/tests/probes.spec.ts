@@ -9,7 +9,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readMem, readyHost, startReadyProgram, waitCommandDone } from "./helpers";
+import { readMem, readyHost, startReadyProgram, waitCommandDone, ANSWER_MS } from "./helpers";
 
 const fixtures = join(__dirname, "..", "..", "agent", "tests", "fixtures");
 let ctx: APIRequestContext;
@@ -100,7 +100,7 @@ test("the instruction panel and the plan's Original listing show the program's c
     await page.getByTestId("cfg-block").filter({ hasText: root.address_hex }).first().click();
     const panel = page.getByRole("region", { name: "Instructions" });
     const first = panel.locator("tbody tr").first();
-    await expect(first).toContainText(root.address_hex);
+    await expect(first).toContainText(root.address_hex, { timeout: ANSWER_MS });
     await expect(first.locator(".badge.probe")).toHaveText("probe");
     await expect(first.locator("td.bytes")).not.toHaveText(/^cc/);
     await expect(panel.getByTestId("probe-note")).toBeVisible();

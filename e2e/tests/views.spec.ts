@@ -4,7 +4,7 @@
 // old range's rows under the new label); Compare labels its baseline and comparison and colours growth
 // as growth; the flame tab's zoom and search stay out of Compare; the code tree starts near the top.
 import { test, expect, type Route } from "@playwright/test";
-import { readyHost } from "./helpers";
+import { readyHost, ANSWER_MS } from "./helpers";
 
 test("after a preset change, top functions shows nothing of the old range until the new one arrives", async ({
   page,
@@ -31,7 +31,7 @@ test("after a preset change, top functions shows nothing of the old range until 
   });
   await page.goto(`/hosts/${hostId}?tab=top&from=now-1m&to=now&idle=1`);
   const table = page.getByRole("table", { name: "Top functions" });
-  await expect(table.getByRole("link").first()).toBeVisible();
+  await expect(table.getByRole("link").first()).toBeVisible({ timeout: ANSWER_MS });
 
   await page.getByRole("group", { name: "Time range" }).getByRole("button", { name: "5 min", exact: true }).click();
   await expect(page.getByTestId("time-range-text")).toHaveText("the last 5 min");
@@ -109,7 +109,7 @@ test("a function's CFG gets most of the width, its instructions fit their panel,
   // The CFG's column was 60 % of the content at most (the instructions took 40 %): now about two thirds.
   expect((await svg.boundingBox())!.width).toBeGreaterThan(0.62 * content.width);
   const panel = page.getByRole("region", { name: "Instructions" });
-  await expect(panel.getByRole("table")).toBeVisible();
+  await expect(panel.getByRole("table")).toBeVisible({ timeout: ANSWER_MS });
   // Every instruction column fits the panel: nothing is cut off or hidden behind a scroll bar.
   const fit = await panel.evaluate((el) => ({ scroll: el.scrollWidth, client: el.clientWidth }));
   expect(fit.scroll).toBeLessThanOrEqual(fit.client + 1);
