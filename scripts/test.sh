@@ -78,21 +78,20 @@ lane_wait() {
 
 suite lint         ./scripts/lint.sh
 
-# The kernel lane starts after the lint and runs beside the agent, backend, agent-stream, console,
-# compose and harness suites. Its guest is one QEMU emulator thread: it takes one core when it gets it
-# (the lane's wall time is what the suites beside it leave it, not its own work). Measured on CI's kind
-# of machine (2 cores, quiet, s19a, sampled every 15 s): every suite from the backend's to the console's
-# kept both cores busy (1.91 on average) and the lane, started after the agent suite, was the long pole
-# of that stretch (1,260 s, its emulator getting about a third of a core); the agent suite beside it
-# left 175 core-seconds idle. Started before the agent suite, the lane's boot and the guest's first
-# steps use that idle time. The agent suite's own tests were proven beside a busy core
-# (`stress-ng --cpu 1` in runs s15b and s18b). Not beside the end-to-end tests: they and the benchmarks
-# after them keep both cores busy on their own. The agent-stream suite drives this machine's kernel,
-# the lane its guest's: they share only CPU. The lane's output is kept in its log and printed once it
-# ends; it runs as a grandchild of this shell so its CPU is counted in its own result only, not in
-# whichever suite was running when it ended.
-lane_bg
 suite agent        make -s -j"$(nproc)" -C agent test
+
+# The kernel lane runs beside the backend, agent-stream, console, compose and harness suites: its guest
+# is one QEMU emulator thread, which takes what those suites leave of the two cores. Not beside the
+# agent suite: it builds its tests and fuzzers and runs the fuzz targets on both cores. Started beside it
+# (session 19, run s19b, `stress-ng --cpu 1` beside the whole run) the agent suite took 1,448 s instead
+# of 584 s, the guest's install cycles 696 s of guest time instead of ~160 s, and the lane used up its
+# 3,000 s budget before its last check (in session 10, 2,199 s against 935 s alone). Not beside the
+# end-to-end tests and the benchmarks either: they keep both cores busy on their own (quiet s19a: 1.77
+# and 1.74 of 2 on average). The agent-stream suite drives this machine's kernel, the lane its guest's:
+# they share only CPU. The lane's output is kept in its log and printed once it ends; it runs as a
+# grandchild of this shell so its CPU is counted in its own result only, not in whichever suite was
+# running when it ended.
+lane_bg
 suite backend      make -s -C backend test
 suite agent-stream backend/.venv/bin/python -m pytest -q -rs agent/tests/python
 suite console      bash -c 'cd frontend && npm test --silent'
