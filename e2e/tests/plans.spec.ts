@@ -89,6 +89,16 @@ const FLOW_MS = 20 * 60_000;
 // run s18a), past a fixed 60 s. Beyond the backend's own bounds it is a hang.
 const AFTER_WINDOW_MS = (60 + 5 + 60) * 1000 + HANG_MS;
 
+/** Wait until the plan's window after its install has stopped (within the backend's bounds on it). */
+async function afterWindowStopped(planId: string) {
+  await expect
+    .poll(
+      async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json()).comparison?.after?.state,
+      { timeout: AFTER_WINDOW_MS },
+    )
+    .toBe("stopped");
+}
+
 function waitCommand(path: string, timeoutMs = HANG_MS) {
   return waitCommandDone(ctx, path, timeoutMs);
 }
@@ -343,12 +353,7 @@ test("a process's hot function: optimize, approve by another user, install, meas
     await expect(wall.locator("td").nth(0)).toHaveText(/^\d+ ns$|^unavailable/);
     // Once the window after has stopped (its uprobe sits on the entry meanwhile), the entry jumps to the
     // copy, which is mapped from the plan's memfd.
-    await expect
-      .poll(
-        async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json()).comparison?.after?.state,
-        { timeout: AFTER_WINDOW_MS },
-      )
-      .toBe("stopped");
+    await afterWindowStopped(planId);
     const plan = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
     const heap = hex(plan.install_detail.heap);
     const mapped = readFileSync(`/proc/${pid}/maps`, "utf8")
@@ -590,12 +595,7 @@ test("the benchmark program, SQLite: optimize sqlite3BtreeInsert from the consol
         /^unavailable \(.*PMU.*\)$/,
       );
     }
-    await expect
-      .poll(
-        async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json()).comparison?.after?.state,
-        { timeout: AFTER_WINDOW_MS },
-      )
-      .toBe("stopped");
+    await afterWindowStopped(planId);
     const plan = await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json();
     const head = readMem(pid, entry, 5);
     expect(head[0], "the entry jumps to the copy").toBe(0xe9);
@@ -680,12 +680,7 @@ test("the benchmark program, SQLite: optimize its whole hot set from the console
     expect(plan.install_detail.entries, "every member's entry is spliced").toBe(made.members.length);
     for (const a of entries) expect(readMem(pid, a, 1)[0], `the entry at ${a.toString(16)} jumps`).toBe(0xe9);
     // The window after ends before the revert (its probes are in the copy's code).
-    await expect
-      .poll(
-        async () => (await (await ctx.get(`/api/v1/hosts/${hostId}/plans/${planId}`)).json()).comparison?.after?.state,
-        { timeout: AFTER_WINDOW_MS },
-      )
-      .toBe("stopped");
+    await afterWindowStopped(planId);
     // The workload kept running through the copies, with the same results in every round.
     await expect.poll(() => sq.rounds(), { timeout: HANG_MS }).toBeGreaterThan(roundsBefore + 10);
     expect([...sq.sums.keys()], "every round's checksum is the same").toHaveLength(1);
