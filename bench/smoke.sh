@@ -8,8 +8,8 @@
 #   NAME: peer unavailable: REASON
 # which is shown as a visible skip with its reason, never as a pass. Ends with
 # "N passed, N failed, K skipped (peer unavailable)". bench/replace's SQLite part and bench/layout_vs_bolt's
-# run only when SQLite's driver is already built (the e2e suite's plan tests build it; `make test` runs
-# this suite after them); bench/layout_vs_bolt builds its Lua driver (seconds) when Lua's source is at hand.
+# run only when SQLite's driver is already built (`make test` builds it in the background from its start,
+# and the e2e suite's plan tests wait for that build); bench/layout_vs_bolt builds its Lua driver (seconds) when Lua's source is at hand.
 # Ports: HOTPATH_SMOKE_HTTP_PORT (18380) and HOTPATH_SMOKE_GRPC_PORT (15351); the benchmarks that start a
 # backend use them and the next few (each one enrols agents on its gRPC port + 1).
 # Usage: bench/smoke.sh [NAME...]   (default: all)

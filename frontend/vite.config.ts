@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Vite builds the console into dist/ (served by the backend at / with an SPA fallback); in
 // development it proxies the REST API and the live-update WebSocket to a local backend. The same
-// file configures vitest, which runs the unit tests in jsdom.
+// file configures vitest, which runs the unit tests in jsdom (those that need no DOM in node).
 import { availableParallelism } from "node:os";
 import { defineConfig } from "vitest/config";
 import react from "@vitejs/plugin-react";

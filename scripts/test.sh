@@ -100,7 +100,7 @@ suite harness      ./agent/tests/run.sh scripts/tests/test_*.sh
 lane_wait
 
 suite e2e          ./e2e/run.sh
-# after e2e: its plan tests build the SQLite driver bench/replace's smoke run uses
+# after e2e: they keep both cores busy on their own; SQLite's driver, built at the start, is built by now
 suite bench        ./bench/smoke.sh
 
 printf '\n===== summary =====\n'
