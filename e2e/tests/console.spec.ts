@@ -110,7 +110,7 @@ test("a deep link with a time range reproduces the view after a reload, and Back
   const link = `/hosts/${hostId}?tab=top&from=${iso(from)}&to=${iso(to)}&tsort=name&tdir=asc&idle=1`;
   await page.goto(link);
   const table = page.getByRole("table", { name: "Top functions" });
-  await expect(table.getByRole("link").first()).toBeVisible();
+  await expect(table.getByRole("link").first()).toBeVisible({ timeout: ANSWER_MS });
   const shown = async (p: Page) => ({
     range: await p.getByTestId("time-range-text").textContent(),
     rows: await p.getByRole("table", { name: "Top functions" }).getByRole("row").allTextContents(),
@@ -125,7 +125,7 @@ test("a deep link with a time range reproduces the view after a reload, and Back
   await expect(page.getByRole("tab", { name: "Top functions" })).toHaveAttribute("aria-selected", "true");
 
   await page.reload();
-  await expect(table.getByRole("link").first()).toBeVisible();
+  await expect(table.getByRole("link").first()).toBeVisible({ timeout: ANSWER_MS });
   expect(await shown(page)).toEqual(before);
 
   // Another tab and a search, then Back twice returns to the same table.
@@ -134,7 +134,7 @@ test("a deep link with a time range reproduces the view after a reload, and Back
   await expect(page).toHaveURL(/q=vfs_read/);
   await page.goBack();
   await expect(page.getByRole("tab", { name: "Top functions" })).toHaveAttribute("aria-selected", "true");
-  await expect(table.getByRole("link").first()).toBeVisible();
+  await expect(table.getByRole("link").first()).toBeVisible({ timeout: ANSWER_MS });
   expect(await shown(page)).toEqual(before);
 
   // A function view with a range, a selected block and the log scale.
@@ -173,7 +173,7 @@ test("comparing two ranges shows the workload this test ran in the second one", 
   await waitForSampledUntil(ctx, hostId, b1);
   await page.goto(`/hosts/${hostId}?tab=compare&from=${iso(a0)}&to=${iso(b0)}&b_from=${iso(b0)}&b_to=${iso(b1)}`);
   const table = page.getByRole("table", { name: "Compared functions" });
-  await expect(table.getByRole("row").nth(1)).toBeVisible();
+  await expect(table.getByRole("row").nth(1)).toBeVisible({ timeout: ANSWER_MS });
   // The ChaCha20 the workload spent its kernel time in got hotter in B, by what the API says too.
   const row = table.getByRole("row").filter({ hasText: /\bchacha_permute\b/ });
   await expect(row).toBeVisible();
@@ -226,7 +226,7 @@ test("the CSV export of top functions parses and matches the table", async ({ pa
 test("a second visit takes the catalog from the browser's cache", async ({ page }) => {
   const { hostId } = await readyHost();
   await page.goto(`/hosts/${hostId}`);
-  await expect(page.getByRole("treeitem").first()).toBeVisible({ timeout: 30_000 });
+  await expect(page.getByRole("treeitem").first()).toBeVisible({ timeout: ANSWER_MS });
   const catalogs = () =>
     page.evaluate(() =>
       performance
@@ -240,7 +240,7 @@ test("a second visit takes the catalog from the browser's cache", async ({ page 
   const first = await catalogs();
   expect(first.length).toBeGreaterThan(0);
   await page.reload();
-  await expect(page.getByRole("treeitem").first()).toBeVisible({ timeout: 30_000 });
+  await expect(page.getByRole("treeitem").first()).toBeVisible({ timeout: ANSWER_MS });
   const second = await catalogs();
   expect(second.length).toBe(first.length);
   for (const c of second) {

@@ -54,7 +54,7 @@ test("vfs_read's CFG is coloured by live samples while a read loop runs", async 
     await expect(page.getByRole("heading", { name: "vfs_read" })).toBeVisible();
     // A block with samples says so in its tooltip and is filled differently from a block without.
     const hot = page.getByTestId("cfg-block").filter({ has: page.locator("title", { hasText: /^[1-9]\d* samples$/ }) });
-    await expect(hot.first()).toBeAttached({ timeout: 30_000 });
+    await expect(hot.first()).toBeAttached({ timeout: ANSWER_MS });
     const cold = page.getByTestId("cfg-block").filter({ has: page.locator("title", { hasText: /^0 samples$/ }) });
     if (await cold.count()) {
       const fill = (l: typeof hot) => l.first().locator("rect").getAttribute("fill");

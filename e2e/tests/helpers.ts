@@ -12,11 +12,13 @@ export const dataDir = process.env.HOTPATH_E2E_DATA_DIR ?? "";
 export const hostname = process.env.HOTPATH_E2E_HOSTNAME ?? "";
 export const adminPassword = process.env.HOTPATH_E2E_ADMIN_PASSWORD ?? "";
 
-/** How long a view may take to show what an agent command or a first query of a range returns (a block's
- * instructions, the first top-functions page) before the wait is called a hang: the backend gives an agent
+/** How long a view may take to show what an agent or a query of stored data answers (a block's
+ * instructions, a range's first top-functions or compare page, a flame graph, a measurement's state and
+ * counts, the code tree's first items) before the wait is called a hang: the backend gives an agent
  * command 15 s (HOTPATH_COMMAND_TIMEOUT_S) and the console asks again. Run beside a loaded full test run
- * (load average ~10, session 19) both took longer than the suite's default 20 s. Not a speed check: a
- * passing wait goes on as soon as what it waits for holds. */
+ * (load average ~10, session 19) such waits took longer than the suite's default 20 s; waits for what the
+ * page itself renders from data it already has keep that default. Not a speed check: a passing wait goes
+ * on as soon as what it waits for holds. */
 export const ANSWER_MS = 90_000;
 
 /** An API client signed in as a user. */

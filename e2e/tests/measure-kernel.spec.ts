@@ -4,7 +4,7 @@
 // sampling (labelled sampled) and derives the edges from those sample counts (labelled sampled
 // estimates); vfs_read's CFG shows the block heat and the edges with those labels.
 import { test, expect } from "@playwright/test";
-import { readyHost, startReadLoop } from "./helpers";
+import { readyHost, startReadLoop, ANSWER_MS } from "./helpers";
 
 test("vfs_read measured on the kernel shows sampled block heat and estimated edges on its CFG", async ({ page }) => {
   test.setTimeout(180_000);
@@ -22,13 +22,13 @@ test("vfs_read measured on the kernel shows sampled block heat and estimated edg
     await expect(page.getByRole("status", { name: "Start command" })).toContainText("done", { timeout: 60_000 });
     await expect(page).toHaveURL(/[?&]m=/);
     mid = new URL(page.url()).searchParams.get("m");
-    await expect(page.getByLabel("Measurement state")).toHaveText(/armed|running/, { timeout: 30_000 });
+    await expect(page.getByLabel("Measurement state")).toHaveText(/armed|running/, { timeout: ANSWER_MS });
     const fn = page.getByRole("table", { name: "Measured values" }).locator("tr[data-resource='vfs_read']").first();
-    await expect(fn.locator("td[data-metric='count']")).toContainText("sampled", { timeout: 30_000 });
+    await expect(fn.locator("td[data-metric='count']")).toContainText("sampled", { timeout: ANSWER_MS });
 
     await fn.getByRole("link", { name: "CFG of vfs_read" }).click();
     await expect(page.getByRole("heading", { name: "vfs_read", level: 1 })).toBeVisible();
-    await expect(page.getByTestId("measurement-range")).toContainText("blocks sampled", { timeout: 30_000 });
+    await expect(page.getByTestId("measurement-range")).toContainText("blocks sampled", { timeout: ANSWER_MS });
     // Block heat: some blocks have samples, labelled sampled (and never called executions).
     const hot = page.locator("[data-testid=cfg-block]").filter({ hasText: /[1-9][\d,]* samples · sampled/ });
     await expect.poll(() => hot.count(), { timeout: 60_000 }).toBeGreaterThan(0);

@@ -11,7 +11,7 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { openHost, readyHost } from "./helpers";
+import { openHost, readyHost, ANSWER_MS } from "./helpers";
 
 const FIXTURE = resolve(__dirname, "../../agent/tests/fixtures/measured.c");
 
@@ -75,7 +75,7 @@ test("a process attached from the console shows f's exact count and its branch s
       await expect(page.getByLabel(m, { exact: true })).toBeChecked();
     await page.getByRole("button", { name: "Start" }).click();
     await expect(page.getByRole("status", { name: "Start command" })).toContainText("done", { timeout: 60_000 });
-    await expect(page.getByLabel("Measurement state")).toHaveText(/armed|running/, { timeout: 30_000 });
+    await expect(page.getByLabel("Measurement state")).toHaveText(/armed|running/, { timeout: ANSWER_MS });
 
     // Armed: release the program (1000 calls, then it exits and the measurement ends, data kept).
     process.kill(proc.pid!, "SIGUSR1");
@@ -87,9 +87,9 @@ test("a process attached from the console shows f's exact count and its branch s
     await expect(fn.locator("td[data-metric='vtime']")).toContainText(/\/call/);
     const blockCounts = table.locator("tr.block-row td[data-metric='count'] .value");
     await expect
-      .poll(async () => (await blockCounts.allTextContents()).sort(), { timeout: 30_000 })
+      .poll(async () => (await blockCounts.allTextContents()).sort(), { timeout: ANSWER_MS })
       .toEqual(expect.arrayContaining(["250 executions", "750 executions"]));
-    await expect(page.getByLabel("Measurement state")).toHaveText("target_exited", { timeout: 30_000 });
+    await expect(page.getByLabel("Measurement state")).toHaveText("target_exited", { timeout: ANSWER_MS });
     // The chart draws a line for the function from the measurement's series, with a legend.
     await expect(page.locator("figure.measure-chart g.series[data-resource] circle").first()).toBeVisible();
     await expect(page.getByRole("list", { name: "Legend" })).toContainText("mx_branch");
@@ -138,7 +138,7 @@ test("a measured process function is ranked in the layout candidates with its ex
     await attachAndPick(page, ctx, hostId, proc);
     await page.getByRole("button", { name: "Start" }).click();
     await expect(page.getByRole("status", { name: "Start command" })).toContainText("done", { timeout: 60_000 });
-    await expect(page.getByLabel("Measurement state")).toHaveText(/armed|running/, { timeout: 30_000 });
+    await expect(page.getByLabel("Measurement state")).toHaveText(/armed|running/, { timeout: ANSWER_MS });
     process.kill(proc.pid!, "SIGUSR1");
     await expect(page.getByLabel("Measurement state")).toHaveText("target_exited", { timeout: 60_000 });
 

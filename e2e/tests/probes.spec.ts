@@ -122,7 +122,7 @@ test("the instruction panel and the plan's Original listing show the program's c
     // Stopped: the listings are the same code, with no marker.
     await command(await ctx.post(`/api/v1/hosts/${hostId}/measurements/${mid}/stop`));
     mid = "";
-    await expect.poll(() => readMem(pid, entry, 1)[0], { timeout: 30_000 }).toBe(own);
+    await expect.poll(() => readMem(pid, entry, 1)[0], { timeout: ANSWER_MS }).toBe(own);
     await page.goto(planUrl);
     await expect(original.locator("tbody tr").first()).toContainText("pr_root+0x0");
     await expect(original.locator(".badge.probe")).toHaveCount(0);
