@@ -74,53 +74,63 @@ install() {
 }
 
 # in_copy: mix_where (lane_mix's last call of lane_here) lies in the install's heap.
-in_copy() {
-	w=$(num "$(cat $P/mix_where)")
-	h=$(num "$heap")
-	[ "$w" -ge "$h" ] && [ "$w" -lt $((h + heap_len)) ]
-}
+in_copy() { in_heap "$(cat $P/mix_where)"; }
 
-# Exact block counts of lane_mix (kprobes) while it runs on the fixed inputs, then the plan from them.
-# The in-process cycles' check (`ktarget.sh check`, run by hotpathd while installed and once reverted):
-# the same checks as the first cycle's, against what the parent exported (KT_ORIG, KT_WHERE0, KT_CALL0,
-# KT_SITE0, KT_LAST); a line per step for the lane's stall check and the tally (KT_TALLY) the parent
-# counts; exit 1 when something is wrong (hotpathd then counts the cycle wrong).
-cycle_check() {
-	c=$((HOTPATH_CYCLE + 1)) heap=$HOTPATH_HEAP heap_len=$HOTPATH_HEAP_BYTES site0=$KT_SITE0 bad=0
+# installed_checks C / reverted_checks C: cycle C's checks while installed ($heap, $heap_len and
+# $n_sites as the install reported them) and once reverted, against the original ($orig, $where0,
+# $call0); lane_write's call site is read on the first and the last cycle only (an inspect parses the
+# kernel's symbols: slow under emulation). Each prints what is wrong and counts it in $nbad; the installed
+# one sets $ran_now (1: the copy ran) and $now / $to (the call site as read, its target).
+installed_checks() {
 	got=$(results)
-	if [ "$HOTPATH_INSTALLED" = 1 ]; then
-		[ "$got" = "$KT_ORIG" ] || { bad=1; echo "cycle $c installed: results $got"; }
-		r=0
-		in_copy && r=1
-		traced || echo "cycle $c: ftrace does not list lane_mix while installed"
-		[ "$HOTPATH_CALL_SITES" -ge 1 ] || { bad=1; echo "cycle $c installed: no call site patched"; }
-		if [ $c = "$KT_LAST" ]; then
-			now=$(write_call)
-			to=$(echo "$now" | sed -n 's/^0x[0-9a-f]* -> \(0x[0-9a-f]*\).*/\1/p')
-			if [ -z "$to" ] || ! in_heap "$to"; then
-				bad=1
-				echo "cycle $c installed: lane_write's call is '$now', not into the heap at $heap"
-			fi
+	[ "$got" = "$orig" ] || { nbad=$((nbad + 1)); echo "cycle $1 installed: results $got"; }
+	ran_now=0
+	in_copy && ran_now=1
+	traced || echo "cycle $1: ftrace does not list lane_mix while installed"
+	[ "$n_sites" -ge 1 ] || { nbad=$((nbad + 1)); echo "cycle $1 installed: no call site patched"; }
+	now= to=
+	if [ "$1" = 1 ] || [ "$1" = "$cycles" ]; then
+		now=$(write_call)
+		to=$(echo "$now" | sed -n 's/^0x[0-9a-f]* -> \(0x[0-9a-f]*\).*/\1/p')
+		if [ -z "$to" ] || ! in_heap "$to"; then
+			nbad=$((nbad + 1))
+			echo "cycle $1 installed: lane_write's call is '$now', not into the heap at $heap"
 		fi
-		echo "installed $c ran=$r sites=$HOTPATH_CALL_SITES" >>"$KT_TALLY"
-	else
-		[ "$got" = "$KT_ORIG" ] || { bad=1; echo "cycle $c reverted: results $got"; }
-		[ "$(cat $P/mix_where)" = "$KT_WHERE0" ] || { bad=1; echo "cycle $c reverted: lane_mix ran at $(cat $P/mix_where), not $KT_WHERE0"; }
-		traced && { bad=1; echo "cycle $c: ftrace still lists lane_mix after the revert"; }
-		if [ $c = "$KT_LAST" ]; then
-			now=$(write_call)
-			[ "$now" = "$KT_CALL0" ] || { bad=1; echo "cycle $c reverted: lane_write's call is '$now', not '$KT_CALL0'"; }
-		fi
-		echo "reverted $c" >>"$KT_TALLY"
-		echo "# cycle $c of $KT_LAST done at $(cut -d' ' -f1 /proc/uptime) s of guest uptime"
 	fi
-	return $bad
 }
+reverted_checks() {
+	got=$(results)
+	[ "$got" = "$orig" ] || { nbad=$((nbad + 1)); echo "cycle $1 reverted: results $got"; }
+	[ "$(cat $P/mix_where)" = "$where0" ] || { nbad=$((nbad + 1)); echo "cycle $1 reverted: lane_mix ran at $(cat $P/mix_where), not $where0"; }
+	traced && { nbad=$((nbad + 1)); echo "cycle $1: ftrace still lists lane_mix after the revert"; }
+	if [ "$1" = 1 ] || [ "$1" = "$cycles" ]; then
+		now=$(write_call)
+		[ "$now" = "$call0" ] || { nbad=$((nbad + 1)); echo "cycle $1 reverted: lane_write's call is '$now', not '$call0'"; }
+	fi
+}
+# A line per cycle: the lane's stall check (lane_wait) counts a guest that writes nothing for
+# LANE_STALL s as hung, and a loaded host can stretch ten silent cycles past that.
+cycle_done() { echo "# cycle $1 of $cycles done at $(cut -d' ' -f1 /proc/uptime) s of guest uptime"; }
+
+# `ktarget.sh check`: the in-process cycles' check, run by hotpathd while installed and once reverted,
+# with what the parent exported (KT_*) and hotpathd's HOTPATH_*. Each step adds a line to the tally
+# (KT_TALLY) the parent counts; status 1 when something is wrong (hotpathd then counts the cycle wrong).
 if [ "${1:-}" = check ]; then
-	cycle_check
+	orig=$KT_ORIG where0=$KT_WHERE0 call0=$KT_CALL0 site0=$KT_SITE0 cycles=$KT_LAST
+	heap=$HOTPATH_HEAP heap_len=$HOTPATH_HEAP_BYTES n_sites=$HOTPATH_CALL_SITES c=$((HOTPATH_CYCLE + 1)) nbad=0
+	if [ "$HOTPATH_INSTALLED" = 1 ]; then
+		installed_checks $c
+		echo "installed $c ran=$ran_now sites=$n_sites" >>"$KT_TALLY"
+	else
+		reverted_checks $c
+		echo "reverted $c" >>"$KT_TALLY"
+		cycle_done $c
+	fi
+	[ $nbad = 0 ]
 	exit $?
 fi
 
+# Exact block counts of lane_mix (kprobes) while it runs on the fixed inputs, then the plan from them.
 : >/tmp/kprof.err
 hotpathd measure kernel hotpath_lane:lane_mix --blocks --metrics count --seconds "${LANE_MEASURE_SECONDS:-8}" \
 	--json >/tmp/kprof.json 2>>/tmp/kprof.err &
@@ -161,65 +171,42 @@ call0=$(write_call)
 
 # The first cycle as an operator runs it: the install held by a background hotpathd, `installed`, a
 # second user, `hotpathd revert kernel` from another process.
-c=0
-while [ $c -lt 1 ]; do
-	c=$((c + 1))
+first_cycle() {
 	if ! install; then
-		bad "kernel install: cycle $c: hotpathd install failed: $(cat /tmp/kinst.out /tmp/kinst.err | tail -n 3)"
-		break
+		bad "kernel install: cycle 1: hotpathd install failed: $(cat /tmp/kinst.out /tmp/kinst.err | tail -n 3)"
+		return 1
 	fi
-	got=$(results)
-	[ "$got" = "$orig" ] || { wrong=$((wrong + 1)); echo "cycle $c installed: results $got"; }
-	in_copy && ran=$((ran + 1))
-	traced || echo "cycle $c: ftrace does not list lane_mix while installed"
-	[ "$n_sites" -ge 1 ] || { wrong=$((wrong + 1)); echo "cycle $c installed: no call site patched"; }
-	# The call site calls the copy (its target lies in the heap): read from the live text on the first
-	# and the last cycle (an inspect parses the kernel's symbols: slow under emulation).
-	bytes_now=
-	[ $c = 1 ] || [ $c = "$cycles" ] && bytes_now=1
-	if [ -n "$bytes_now" ]; then
-		now=$(write_call)
-		to=$(echo "$now" | sed -n 's/^0x[0-9a-f]* -> \(0x[0-9a-f]*\).*/\1/p')
-		if [ -z "$to" ] || ! in_heap "$to"; then
-			wrong=$((wrong + 1))
-			echo "cycle $c installed: lane_write's call is '$now', not into the heap at $heap"
-		fi
-	fi
-	if [ $c = 1 ]; then
-		echo "cycle 1 install timings (under emulation): $(grep -o '"timings":{[^}]*}' /tmp/kinst.out)"
-		[ "$n_sites" -ge 1 ] && [ -n "$to" ] && in_heap "$to" &&
-			ok "the install patched $n_sites call sites; lane_write's call of lane_mix calls the copy: $now" ||
-			bad "the install patched call sites: $n_sites, lane_write's call '$now', heap $heap"
-		hotpathd installed --state-dir $S | grep -q 'kernel, held by pid' &&
-			ok "installed lists the kernel install with its holder" ||
-			bad "installed lists the kernel install with its holder: $(hotpathd installed --state-dir $S)"
-		# A second user of the device while one holds it: refused with the reason, nothing written.
-		out=$(hotpathd install /tmp/kplan.json --state-dir /tmp/ktarget-second 2>&1)
-		rc=$?
-		[ $rc = 5 ] && echo "$out" | grep -q 'held by another process' &&
-			ok "a second user is refused: $(echo "$out" | tail -n 1)" ||
-			bad "a second user is refused: status $rc: $out"
-	fi
+	nbad=0
+	installed_checks 1
+	wrong=$((wrong + nbad))
+	ran=$((ran + ran_now))
+	echo "cycle 1 install timings (under emulation): $(grep -o '"timings":{[^}]*}' /tmp/kinst.out)"
+	[ "$n_sites" -ge 1 ] && [ -n "$to" ] && in_heap "$to" &&
+		ok "the install patched $n_sites call sites; lane_write's call of lane_mix calls the copy: $now" ||
+		bad "the install patched call sites: $n_sites, lane_write's call '$now', heap $heap"
+	hotpathd installed --state-dir $S | grep -q 'kernel, held by pid' &&
+		ok "installed lists the kernel install with its holder" ||
+		bad "installed lists the kernel install with its holder: $(hotpathd installed --state-dir $S)"
+	# A second user of the device while one holds it: refused with the reason, nothing written.
+	out=$(hotpathd install /tmp/kplan.json --state-dir /tmp/ktarget-second 2>&1)
+	rc=$?
+	[ $rc = 5 ] && echo "$out" | grep -q 'held by another process' &&
+		ok "a second user is refused: $(echo "$out" | tail -n 1)" ||
+		bad "a second user is refused: status $rc: $out"
 	if ! hotpathd revert kernel --state-dir $S >/tmp/krev.out 2>&1; then
-		bad "kernel revert: cycle $c: $(tail -n 3 /tmp/krev.out)"
-		break
+		bad "kernel revert: cycle 1: $(tail -n 3 /tmp/krev.out)"
+		return 1
 	fi
 	wait $holder
-	got=$(results)
-	[ "$got" = "$orig" ] || { wrong=$((wrong + 1)); echo "cycle $c reverted: results $got"; }
-	[ "$(cat $P/mix_where)" = "$where0" ] || { wrong=$((wrong + 1)); echo "cycle $c reverted: lane_mix ran at $(cat $P/mix_where), not $where0"; }
-	traced && { wrong=$((wrong + 1)); echo "cycle $c: ftrace still lists lane_mix after the revert"; }
-	if [ -n "$bytes_now" ]; then
-		now=$(write_call)
-		[ "$now" = "$call0" ] || { wrong=$((wrong + 1)); echo "cycle $c reverted: lane_write's call is '$now', not '$call0'"; }
-	fi
-	done_cycles=$c
-	# A line per cycle: the lane's stall check (lane_wait) counts a guest that writes nothing for
-	# LANE_STALL s as hung, and a loaded host can stretch ten silent cycles past that.
-	echo "# cycle $c of $cycles done at $(cut -d' ' -f1 /proc/uptime) s of guest uptime"
-done
+	nbad=0
+	reverted_checks 1
+	wrong=$((wrong + nbad))
+	done_cycles=1
+	cycle_done 1
+}
+first_cycle
 
-# The other cycles in one process, each checked by cycle_check above.
+# The other cycles in one process, each checked by `ktarget.sh check` (above).
 if [ $done_cycles = 1 ] && [ "$cycles" -gt 1 ]; then
 	KT_TALLY=/tmp/ktarget-tally
 	: >$KT_TALLY
