@@ -51,7 +51,7 @@ test("after a preset change, top functions shows nothing of the old range until 
   const answer = await answered;
   expect(answer.status()).toBe(200);
   console.log(`the 5-minute top functions answered ${Date.now() - releasedAt} ms after release`);
-  await expect(table.getByRole("link").first()).toBeVisible({ timeout: ANSWER_MS });
+  await expect(table.getByRole("link").first()).toBeVisible();
   // (Not aria-busy false: a live view refetches every time new samples are pushed.)
   await expect(page.getByTestId("top-totals")).toContainText("in the last 5 min");
 });
