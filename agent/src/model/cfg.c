@@ -119,6 +119,34 @@ static const struct hp_jt_hint *jt_hint(const struct hp_cfg_env *env, uint64_t j
 	return lo < env->njt_hints && env->jt_hints[lo].jump == jump ? &env->jt_hints[lo] : NULL;
 }
 
+/* The entries of the label table at table (jumptable.h): the run of 8-byte
+ * words from its start that land on instructions of f, ended by the first
+ * word outside f (or the end of readable data). Every label a computed
+ * goto of f can reach lies in f, so the run holds at least the program's
+ * table (a plan keeps a function with a .cold part, where labels could
+ * lie, in place: plan.c). A word inside f that is not an instruction's
+ * start, or an empty run, is no label table: 0. */
+static uint32_t label_run(const struct hp_cfg_env *env, const struct hp_function *f, const struct hp_cfg_arena *a,
+			  uint64_t table, uint32_t limit)
+{
+	uint32_t k;
+
+	for (k = 0; k < HP_JT_MAX_ENTRIES; k++) {
+		uint8_t buf[8];
+		uint64_t t = 0;
+
+		if (env->read_data(env->data_ctx, table + (uint64_t)k * 8, buf, 8) < 0)
+			break;
+		for (int b = 7; b >= 0; b--)
+			t = t << 8 | buf[b];
+		if (t < f->addr || t >= f->addr + f->size)
+			break;
+		if (t >= f->addr + limit || !(a->marks[t - f->addr] & MARK_INSN))
+			return 0;
+	}
+	return k < HP_JT_MAX_ENTRIES ? k : 0;
+}
+
 /* Try to resolve the indirect jump insns[j] as a switch table: on success
  * the table and its targets are appended to a and the targets marked as
  * leaders. Returns 1 resolved, 0 not a table, or -ENOMEM. */
@@ -144,6 +172,8 @@ static int resolve_table(const struct hp_cfg_env *env, const uint8_t *code, stru
 			return 0;
 		m.table = h->table;
 	}
+	if (m.label && !(m.nentries = label_run(env, f, a, m.table, limit)))
+		return 0;
 	GROW(a->jt_targets, a->njt_targets, a->cap_jt_targets, m.nentries);
 	for (k = 0; k < m.nentries; k++) {
 		uint64_t t;
@@ -175,7 +205,8 @@ static int resolve_table(const struct hp_cfg_env *env, const uint8_t *code, stru
 					.target_start = (uint32_t)a->njt_targets,
 					.base_site = h ? (uint32_t)(h->lea - f->addr) : offs[m.base_at],
 					.exact = m.exact,
-					.hoisted = m.hoisted };
+					.hoisted = m.hoisted,
+					.label = m.label };
 	a->njt_targets += m.nentries;
 	return 1;
 }
@@ -970,14 +1001,24 @@ static void walk_free(struct walk *w)
 }
 
 /* Guesses for w's function's unresolved table jumps (appended to h). 1 if
- * any, 0, or -ENOMEM. */
+ * any, 0, or -ENOMEM. A label table's dispatch repeated at the end of its
+ * handlers reads a base that nothing on the way back sets: the handlers are
+ * reached only through the table, whose edges the graph does not have yet.
+ * Such a jump reading the same register as a label table jump whose base was
+ * found is guessed to read that table; prove_tables then checks every one
+ * over the complete CFG. */
 static int guess_tables(struct walk *w, struct hints *h)
 {
 	const struct hp_module *mod = w->mod;
 	const struct hp_function *f = w->f;
+	struct label_guess {
+		uint64_t jump;
+		uint16_t reg;
+	} *later = NULL;
+	size_t nlater = 0, cap_later = 0, first = h->n;
 	int found = 0;
 
-	for (uint32_t b = 0; b < f->nblocks && found >= 0; b++) {
+	for (uint32_t b = 0; b < f->nblocks; b++) {
 		const struct hp_block *bl = &mod->blocks[f->block_start + b];
 		struct hp_jt_match m;
 		uint64_t jump, table, lea;
@@ -987,14 +1028,34 @@ static int guess_tables(struct walk *w, struct hints *h)
 		if (!indirect)
 			continue;
 		if (walk_ready(w) < 0 || HP_GROW(h->v, h->cap, h->n + 1))
-			return -ENOMEM;
-		if (!table_jump(w->code, f, bl, w->offs, w->n, &m, &jump) || !m.hoisted ||
-		    !hp_jt_base_reaches(&w->g, b, jump, m.base_reg, &table, &lea))
+			goto nomem;
+		if (!table_jump(w->code, f, bl, w->offs, w->n, &m, &jump) || !m.hoisted)
 			continue;
-		h->v[h->n++] = (struct hp_jt_hint){ jump, table, lea };
+		int r = hp_jt_base_walk(&w->g, b, jump, m.base_reg, &table, &lea);
+		if (r == 0 && m.label) {
+			if (HP_GROW(later, cap_later, nlater + 1))
+				goto nomem;
+			later[nlater++] = (struct label_guess){ jump, m.base_reg };
+		}
+		if (r != 1)
+			continue;
+		h->v[h->n++] = (struct hp_jt_hint){ jump, table, lea, m.label ? m.base_reg : (uint16_t)0 };
 		found = 1;
 	}
+	for (size_t i = 0; i < nlater; i++)
+		for (size_t k = first; k < h->n; k++)
+			if (h->v[k].label_reg == later[i].reg) {
+				if (HP_GROW(h->v, h->cap, h->n + 1))
+					goto nomem;
+				h->v[h->n++] =
+					(struct hp_jt_hint){ later[i].jump, h->v[k].table, h->v[k].lea, later[i].reg };
+				break;
+			}
+	free(later);
 	return found;
+nomem:
+	free(later);
+	return -ENOMEM;
 }
 
 /* Every table of w's function whose base is set outside its jump's block
@@ -1010,13 +1071,21 @@ static int prove_tables(struct walk *w, struct hp_module *mod)
 		const struct hp_block *bl = hp_function_block_at(mod, f, f->addr + jt->site);
 		struct hp_jt_match m;
 		uint64_t jump, table, lea;
-		if (!jt->relative || (hp_function_block_at(mod, f, f->addr + jt->base_site) == bl && !jt->hoisted))
+		if (!(jt->relative || jt->label) ||
+		    (hp_function_block_at(mod, f, f->addr + jt->base_site) == bl && !jt->hoisted))
 			continue;
 		if (walk_ready(w) < 0)
 			return -ENOMEM;
-		for (uint32_t u = 0; u < f->njt; u++)
-			if (u != t && mod->jtables[f->jt_start + u].table_addr == jt->table_addr)
-				ok = 0; /* one table, two jumps: which copy a lea names would be ambiguous */
+		/* One table, two jumps: a lea naming it names the copy of the first
+		 * (the emitter makes one copy of a table), which is right only if
+		 * every jump reads the same entries (a label table's dispatch is
+		 * usually repeated at the end of each handler). */
+		for (uint32_t u = 0; u < f->njt; u++) {
+			const struct hp_jump_table *o = &mod->jtables[f->jt_start + u];
+			if (u != t && o->table_addr == jt->table_addr &&
+			    (!jt->label || !o->label || o->nentries != jt->nentries))
+				ok = 0;
+		}
 		ok = ok && w->g.complete && bl && table_jump(w->code, f, bl, w->offs, w->n, &m, &jump) &&
 		     jump == f->addr + jt->site &&
 		     hp_jt_base_reaches(&w->g, (size_t)(bl - &mod->blocks[f->block_start]), jump, m.base_reg, &table,

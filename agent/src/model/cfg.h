@@ -57,6 +57,7 @@ struct hp_cfg_env {
 	 * jump; hp_cfg_parse_module finds them and proves them over the CFG. */
 	const struct hp_jt_hint {
 		uint64_t jump, table, lea;
+		uint16_t label_reg; /* a label table's base register; 0 for a switch table */
 	} * jt_hints;
 	size_t njt_hints;
 	/* Reader for switch tables; NULL leaves table jumps unresolved. */

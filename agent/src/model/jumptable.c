@@ -62,6 +62,42 @@ static bool find_bound(const struct hp_isa_detail *d, size_t end, uint16_t index
 	return false;
 }
 
+/* A label table read at d[at] through base (jumptable.h): the lea setting
+ * base in the window before it names the table, or (none writes it there)
+ * the base is hoisted and found over the CFG; anything else setting base in
+ * the window is not this pattern. */
+static bool label_base(const uint8_t *code, uint32_t size, const uint32_t *offs, size_t first,
+		       const struct hp_isa_detail *d, size_t at, uint16_t base, uint16_t idx, struct hp_jt_match *out,
+		       uint16_t *index)
+{
+	out->entry_size = 8;
+	out->label = true;
+	out->base_reg = base;
+	*index = idx;
+	for (size_t j = at; j-- > 0;) {
+		const struct hp_isa_detail *y = &d[j];
+		int w = hp_isa_writes_reg(code + offs[first + j], size - offs[first + j], base);
+		if (w == 0)
+			continue;
+		if (w < 0 || y->mnem != HP_MN_LEA || y->op[0].kind != HP_OP_REG || y->op[0].reg != base ||
+		    y->op[0].bytes != 8 || y->op[1].kind != HP_OP_MEM || !y->op[1].rip)
+			return false;
+		out->table = (uint64_t)y->op[1].disp;
+		out->base_at = (uint32_t)(first + j);
+		return true;
+	}
+	out->hoisted = true;
+	out->base_at = (uint32_t)(first + at);
+	return true;
+}
+
+/* "qword [base + idx*8]", no displacement: a label table's entry. */
+static bool label_operand(const struct hp_isa_operand *o)
+{
+	return o->kind == HP_OP_MEM && !o->rip && o->base && o->index && o->base != o->index && o->scale == 8 &&
+	       o->disp == 0;
+}
+
 /* The table's shape; *index gets the index register and *k the window's
  * length (the jump is d[*k - 1]). */
 static bool shape(const uint8_t *code, uint32_t size, uint64_t faddr, const uint32_t *offs, size_t n,
@@ -89,12 +125,27 @@ static bool shape(const uint8_t *code, uint32_t size, uint64_t faddr, const uint
 		*index = jmp->op[0].index;
 		return true;
 	}
+	/* jmp qword [base + idx*8]: a label table */
+	if (label_operand(&jmp->op[0]))
+		return label_base(code, size, offs, first, d, k - 1, jmp->op[0].base, jmp->op[0].index, out, index);
 	if (jmp->op[0].kind != HP_OP_REG)
 		return false;
 	uint16_t r = jmp->op[0].reg;
 
 	for (i = k - 1; i-- > 0;) {
 		const struct hp_isa_detail *x = &d[i];
+
+		/* mov r, qword [base + idx*8]; jmp r, with nothing writing r or
+		 * base between them: a label table */
+		if (x->mnem == HP_MN_MOV && x->nops == 2 && x->op[0].kind == HP_OP_REG && x->op[0].reg == r &&
+		    x->op[0].bytes == 8 && label_operand(&x->op[1]) && x->op[1].base != r) {
+			for (size_t j = i + 1; j + 1 < k; j++)
+				if (hp_isa_writes_reg(code + offs[first + j], size - offs[first + j], r) != 0 ||
+				    hp_isa_writes_reg(code + offs[first + j], size - offs[first + j], x->op[1].base) !=
+					    0)
+					return false;
+			return label_base(code, size, offs, first, d, i, x->op[1].base, x->op[1].index, out, index);
+		}
 
 		/* mov r, qword [idx*8 + T] */
 		if (x->mnem == HP_MN_MOV && x->nops == 2 && x->op[0].kind == HP_OP_REG && x->op[0].reg == r &&
@@ -177,8 +228,10 @@ bool hp_jt_recognize(const uint8_t *code, uint32_t size, uint64_t faddr, const u
 	size_t k;
 	uint16_t index;
 
-	return shape(code, size, faddr, offs, n, out, d, &k, &index) &&
-	       find_bound(d, k - 1, index, &out->nentries, &out->exact);
+	if (!shape(code, size, faddr, offs, n, out, d, &k, &index))
+		return false;
+	/* A label table has no bound check: its size comes from the data. */
+	return out->label || find_bound(d, k - 1, index, &out->nentries, &out->exact);
 }
 
 /* The block of g holding address a, or g->nblocks (blocks in address order). */
@@ -371,6 +424,11 @@ static int last_write(const struct hp_jt_graph *g, uint64_t from, uint64_t to, u
 bool hp_jt_base_reaches(const struct hp_jt_graph *g, size_t b, uint64_t use, uint16_t base, uint64_t *table,
 			uint64_t *lea)
 {
+	return hp_jt_base_walk(g, b, use, base, table, lea) == 1;
+}
+
+int hp_jt_base_walk(const struct hp_jt_graph *g, size_t b, uint64_t use, uint16_t base, uint64_t *table, uint64_t *lea)
+{
 	uint8_t *seen = calloc(g->nblocks + 1, 1);
 	uint32_t *stack = malloc((g->nblocks + 1) * sizeof(*stack));
 	size_t sp = 0;
@@ -406,7 +464,7 @@ bool hp_jt_base_reaches(const struct hp_jt_graph *g, size_t b, uint64_t use, uin
 	}
 	free(seen);
 	free(stack);
-	return ok && found;
+	return !ok ? -1 : found;
 }
 
 int hp_jt_base_of(const struct hp_module *mod, const struct hp_function *f, const uint8_t *code, uint32_t off)

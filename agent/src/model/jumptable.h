@@ -7,6 +7,12 @@
  *     movsxd r, dword [base+idx*4] ; add r, base ; jmp r
  * Position-dependent code jumps through a table of absolute addresses:
  *     cmp idx, N-1 ; ja default ; jmp qword [idx*8+T]   (or mov r, [...]; jmp r)
+ * A computed goto (gcc's "goto *table[i]", as interpreters dispatch) reads
+ * a label table of absolute addresses through a base register, with no
+ * bound check (the program's own index is in range by construction):
+ *     lea base, [rip+T] ; ... ; jmp qword [base+idx*8]   (or mov r, [...]; jmp r)
+ * Its size comes from the data, not the code: the caller reads entries
+ * while they land in the function (cfg.c).
  * The caller reads and checks the entries (each must land on an instruction
  * of the function), so a wrong match is refused, never trusted.
  *
@@ -37,6 +43,9 @@ struct hp_jt_match {
 	 * last reads it. */
 	uint16_t base_reg;
 	bool hoisted;
+	/* A label table: absolute entries read through base_reg, no bound
+	 * check (nentries 0: the caller counts them from the data). */
+	bool label;
 };
 
 /* Tables larger than this are not believed. */
@@ -90,6 +99,13 @@ void hp_jt_graph_free(struct hp_jt_graph *g);
  * that do not decode give false. */
 bool hp_jt_base_reaches(const struct hp_jt_graph *g, size_t b, uint64_t use, uint16_t base, uint64_t *table,
 			uint64_t *lea);
+
+/* The same walk: 1 as hp_jt_base_reaches' true; 0 when nothing on the way
+ * writes base but no path reaches a lea or an entry either (every path back
+ * ends at blocks nothing in g reaches: a computed goto's handlers before its
+ * table's edges are known, which the proof over the complete CFG then
+ * settles); -1 otherwise. */
+int hp_jt_base_walk(const struct hp_jt_graph *g, size_t b, uint64_t use, uint16_t base, uint64_t *table, uint64_t *lea);
 
 /* Index (among f's tables) of the table whose base the instruction at offset
  * off of f (code: f's bytes) sets: its lea, or for a hoisted table any "lea

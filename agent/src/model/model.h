@@ -97,6 +97,11 @@ struct hp_jump_table {
 	 * followed back over the CFG to a lea of table_addr (jumptable.h), and
 	 * every such lea names the table; base_site is the first of them. */
 	uint8_t hoisted;
+	/* A label table (a computed goto's, jumptable.h): 8-byte absolute
+	 * entries read through a register a lea of table_addr set, no bound
+	 * check; nentries is the run of entries from table_addr that land on
+	 * instructions of the function, ended by a word outside it. */
+	uint8_t label;
 };
 
 struct hp_module {

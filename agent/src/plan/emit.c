@@ -16,8 +16,12 @@
  * to the copies of its targets, and the lea naming the table in the jump's
  * block (for a table whose lea is hoisted out of that block, every lea of
  * its address: the model proved they are what the jump reads) is retargeted
- * to it; the bound check before the jump stays as it was. (hp_plan_kept_rule keeps functions whose tables are not of this
- * kind.) A kernel jump-label site ending a block becomes a read of its
+ * to it; the bound check before the jump stays as it was. A label table (a
+ * computed goto's 8-byte label addresses, read through a register a lea of
+ * the table set) is emitted the same way with the copies' addresses
+ * themselves, each relocated with the code; jumps that read one table share
+ * its copy. (hp_plan_kept_rule keeps functions whose tables are not of these
+ * kinds.) A kernel jump-label site ending a block becomes a read of its
  * static key and a jcc (static_keys.h), laid out like any jcc; a kernel
  * static call site becomes a call of its trampoline, a tail-call site a
  * jump to it (static_calls.h), of the same 5 bytes.
@@ -111,6 +115,28 @@ static int table_based_at(const struct emitter *E, size_t i, uint32_t off)
 	return hp_jt_base_of(mb->mod, mb->fn, E->code[i], off);
 }
 
+static int put_reloc_kind(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t target, uint8_t kind)
+{
+	if (HP_GROW(p->relocs, *cap, p->nrelocs + 1))
+		return -ENOMEM;
+	p->relocs[p->nrelocs++] = (struct hp_reloc){ off, target, kind };
+	return 0;
+}
+
+/* The first of member i's tables at the same address as its table t: one
+ * copy serves every jump of a table (a label table's dispatch is repeated
+ * at the end of each handler; the model allows that only when they all
+ * read the same entries). */
+static uint32_t first_of_table(const struct hp_plan_member *mb, uint32_t t)
+{
+	const struct hp_jump_table *jt = mb->mod->jtables + mb->fn->jt_start;
+
+	for (uint32_t u = 0; u < t; u++)
+		if (jt[u].table_addr == jt[t].table_addr)
+			return u;
+	return t;
+}
+
 /* Place the members' tables after the instructions (text_len set): 8-aligned, in
  * member order. Returns the bytes of code with them, or 0 when out of memory. */
 static size_t place_tables(struct emitter *E)
@@ -123,16 +149,24 @@ static size_t place_tables(struct emitter *E)
 		if (!(E->tab[i] = calloc(mb->fn->njt + 1, sizeof(uint64_t))))
 			return 0;
 		for (uint32_t t = 0; t < mb->fn->njt; t++, n++) {
+			const struct hp_jump_table *jt = &mb->mod->jtables[mb->fn->jt_start + t];
+			uint32_t u = first_of_table(mb, t);
+			if (u != t) {
+				E->tab[i][t] = E->tab[i][u];
+				continue;
+			}
+			at = (at + jt->entry_size - 1) & ~(size_t)(jt->entry_size - 1);
 			E->tab[i][t] = p->base + at;
-			at += (size_t)mb->mod->jtables[mb->fn->jt_start + t].nentries * 4;
+			at += (size_t)jt->nentries * (jt->label ? 8 : 4);
 		}
 	}
 	return n ? at : p->text_len;
 }
 
-/* Fill the tables: each entry the offset from its table to the copy of the
- * original entry's target. */
-static int write_tables(struct emitter *E, char *err, size_t errlen)
+/* Fill the tables: in a switch table each entry the offset from its table
+ * to the copy of the original entry's target; in a label table the copy's
+ * address itself, relocated with the code (HP_RELOC_CODE64). */
+static int write_tables(struct emitter *E, size_t *rcap, char *err, size_t errlen)
 {
 	struct hp_plan *p = E->p;
 
@@ -141,12 +175,21 @@ static int write_tables(struct emitter *E, char *err, size_t errlen)
 		const struct hp_plan_member *mb = &p->members[i];
 		for (uint32_t t = 0; t < mb->fn->njt; t++) {
 			const struct hp_jump_table *jt = &mb->mod->jtables[mb->fn->jt_start + t];
+			if (first_of_table(mb, t) != t)
+				continue;
 			for (uint32_t k = 0; k < jt->nentries; k++) {
 				struct dest d = resolve(E, (uint32_t)i, mb->mod->jt_targets[jt->target_start + k]);
 				if (d.eb < 0) {
 					snprintf(err, errlen, "%s: entry %u of the table at 0x%" PRIx64 " is no block",
 						 mb->fn->name, k, jt->table_addr);
 					return -EINVAL;
+				}
+				if (jt->label) {
+					uint64_t a = E->eb[d.eb].addr, at = E->tab[i][t] - p->base + 8 * (uint64_t)k;
+					memcpy(p->code + at, &a, 8);
+					if (put_reloc_kind(p, rcap, (uint32_t)at, a, HP_RELOC_CODE64) < 0)
+						return -ENOMEM;
+					continue;
 				}
 				int32_t v = (int32_t)(int64_t)(E->eb[d.eb].addr - E->tab[i][t]);
 				memcpy(p->code + (E->tab[i][t] - p->base) + 4 * k, &v, 4);
@@ -355,14 +398,6 @@ static bool saves_fetch_block(uint64_t at, uint32_t pad, uint32_t size, uint32_t
 {
 	uint64_t before = (at % F + size + F - 1) / F, after = (size + F - 1) / F;
 	return pad && (at + pad) % F == 0 && after < before;
-}
-
-static int put_reloc_kind(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t target, uint8_t kind)
-{
-	if (HP_GROW(p->relocs, *cap, p->nrelocs + 1))
-		return -ENOMEM;
-	p->relocs[p->nrelocs++] = (struct hp_reloc){ off, target, kind };
-	return 0;
 }
 
 static int put_reloc(struct hp_plan *p, size_t *cap, uint32_t off, uint64_t target)
@@ -789,7 +824,7 @@ int hp_plan_emit(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen
 			goto out;
 		}
 	}
-	if ((r = write_tables(&E, err, errlen)) < 0)
+	if ((r = write_tables(&E, &rcap, err, errlen)) < 0)
 		goto out;
 	r = -ENOMEM;
 	if (write_slots(p, &rcap) < 0)

@@ -78,9 +78,10 @@ static const char *table_reference_rule(const struct hp_module *mod, const struc
 		return NULL;
 	for (uint32_t t = 0; t < f->njt; t++) {
 		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
+		int u = hp_jt_base_of(mod, f, code, off); /* jumps of one table share its copy */
 		if (d.rip_target >= jt->table_addr && d.rip_target < jt->table_addr + jt->nentries * jt->entry_size &&
-		    hp_jt_base_of(mod, f, code, off) != (int)t)
-			return "switch table read by an instruction other than its jump's lea";
+		    (u < 0 || mod->jtables[f->jt_start + u].table_addr != jt->table_addr))
+			return "switch or label table read by an instruction other than its jump's lea";
 	}
 	return NULL;
 }
@@ -171,6 +172,18 @@ const char *hp_plan_kept_rule(struct hp_model *m, const struct hp_module *mod, c
 		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
 		const struct hp_block *at_jump = hp_function_block_at(mod, f, f->addr + jt->site);
 		snprintf(detail, dlen, "the table at 0x%" PRIx64 ", its jump at +0x%x", jt->table_addr, jt->site);
+		if (jt->label) {
+			/* Re-emitted for the copy with the copy's addresses (emit.c). */
+			if (m->kind == HP_TARGET_KERNEL)
+				return "label table (computed goto) in the kernel: such tables are not rewritten there";
+			if (f->cold)
+				return "label table in a function with a .cold part: labels there would end its table "
+				       "early, so its size is not known";
+			if (!at_jump ||
+			    (hp_function_block_at(mod, f, f->addr + jt->base_site) != at_jump && !jt->hoisted))
+				return "label table whose base is set outside its jump's block";
+			continue;
+		}
 		if (!jt->relative || jt->entry_size != 4)
 			return "switch table of absolute addresses: such tables are not rewritten, so the function is not "
 			       "moved";

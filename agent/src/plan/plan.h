@@ -161,8 +161,10 @@ struct hp_icache {
 };
 
 enum hp_reloc_kind {
-	HP_RELOC_REL32 = 0, /* a 32-bit field relative to its end */
-	HP_RELOC_ABS64 = 1, /* 8 bytes holding the address itself (a promoted call's compare slot) */
+	HP_RELOC_REL32 = 0,  /* a 32-bit field relative to its end */
+	HP_RELOC_ABS64 = 1,  /* 8 bytes holding the address itself (a promoted call's compare slot) */
+	HP_RELOC_CODE64 = 2, /* 8 bytes holding an address in the code itself (a label table's entry):
+			      * it moves with the code, not with the load bias */
 };
 
 struct hp_reloc {
@@ -204,7 +206,8 @@ struct hp_plan {
 	size_t code_len;
 	/* Bytes of instructions at the start of code; the members' switch
 	 * tables (4-byte offsets from each table, for the copies of their
-	 * targets) follow, 8-aligned, up to code_len. 0: code_len. */
+	 * targets) and label tables (8-byte addresses of those copies) follow,
+	 * 8-aligned, up to code_len. 0: code_len. */
 	size_t text_len;
 	struct hp_reloc *relocs;
 	size_t nrelocs;

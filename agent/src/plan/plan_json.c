@@ -629,7 +629,10 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 			rw_item(w);
 			rw_u64(w, "offset", p->relocs[i].offset);
 			rw_hex(w, "target", p->relocs[i].target);
-			rw_str(w, "kind", p->relocs[i].kind == HP_RELOC_ABS64 ? "abs64" : "rel32");
+			rw_str(w, "kind",
+			       p->relocs[i].kind == HP_RELOC_ABS64  ? "abs64" :
+			       p->relocs[i].kind == HP_RELOC_CODE64 ? "code64" :
+								      "rel32");
 			rw_item_end(w);
 		}
 		rw_arr_end(w);

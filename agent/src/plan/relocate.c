@@ -7,7 +7,8 @@
  * reference out of it is a relocation (the offset of a 32-bit relative
  * field and the absolute address it reaches), whose field shifts by the
  * distance the code moved; an absolute one (a promoted call's compare
- * slot, 8 bytes) gets the address itself. A bias moves the targets too: a model read from
+ * slot, 8 bytes) gets the address itself. A label table's entry (8 bytes)
+ * holds an address in the code, which moves with it. A bias moves the targets too: a model read from
  * a position-independent file on disk has file addresses, the process runs
  * it at file address + load bias.
  */
@@ -32,9 +33,19 @@ int hp_plan_relocate(const struct hp_plan *p, uint64_t new_base, int64_t bias, u
 		int32_t field;
 		int64_t v;
 
-		if ((uint64_t)r->offset + (r->kind == HP_RELOC_ABS64 ? 8 : 4) > p->code_len) {
+		if ((uint64_t)r->offset + (r->kind == HP_RELOC_REL32 ? 4 : 8) > p->code_len) {
 			snprintf(err, errlen, "relocation %zu at +0x%x lies outside the code", i, r->offset);
 			return -EINVAL;
+		}
+		if (r->kind == HP_RELOC_CODE64) {
+			uint64_t a = r->target - p->base + new_base;
+			if (r->target < p->base || r->target - p->base >= p->code_len) {
+				snprintf(err, errlen, "relocation %zu at +0x%x names 0x%" PRIx64 ", not in the code", i,
+					 r->offset, r->target);
+				return -EINVAL;
+			}
+			memcpy(out + r->offset, &a, 8);
+			continue;
 		}
 		if (r->kind == HP_RELOC_ABS64) {
 			uint64_t a = r->target + (uint64_t)bias;

@@ -14,7 +14,8 @@
  * the copy: its block's lea (for a table whose lea the model proved hoisted
  * out of that block, the leas found by following the base register back
  * over the copy) names a table after the instructions whose every entry
- * reaches the copy of the original entry's target. A block ending in a
+ * reaches the copy of the original entry's target (a label table's entries
+ * are the copies' addresses themselves, each relocated with the code). A block ending in a
  * kernel jump-label site must end in the read of that site's key and a jcc
  * with the entry's condition (static_keys.h). A promoted indirect
  * call (icall_values.c) is recognized as its sequence: its fallback reads
@@ -190,8 +191,8 @@ static const char *check_table(const struct vctx *v, const struct hp_plan_member
 	const struct hp_plan *p = v->p;
 	struct hp_jt_match m;
 
-	if (!hp_jt_recognize_shape(p->code, (uint32_t)p->code_len, p->base, offs, n, &m) || !m.relative ||
-	    m.entry_size != 4)
+	if (!hp_jt_recognize_shape(p->code, (uint32_t)p->code_len, p->base, offs, n, &m) || m.label != !!jt->label ||
+	    (jt->label ? m.entry_size != 8 : !m.relative || m.entry_size != 4))
 		return "is no longer a recognizable table jump";
 	if (m.hoisted) {
 		/* Its base set in other blocks: followed back over the copy as the
@@ -217,9 +218,22 @@ static const char *check_table(const struct vctx *v, const struct hp_plan_member
 		if (!ok)
 			return "reads a base that is not set by leas of one table on every path to it";
 	}
-	if (m.table < hp_plan_text_end(p) || m.table + (uint64_t)jt->nentries * 4 > p->base + p->code_len)
+	if (m.table < hp_plan_text_end(p) ||
+	    m.table + (uint64_t)jt->nentries * (jt->label ? 8 : 4) > p->base + p->code_len)
 		return "reads a table that is not after the instructions";
-	for (uint32_t k = 0; k < jt->nentries; k++) {
+	for (uint32_t k = 0; jt->label && k < jt->nentries; k++) {
+		uint64_t a, at = m.table - p->base + 8 * (uint64_t)k;
+		bool reloc = false;
+		memcpy(&a, p->code + at, 8);
+		for (size_t i = 0; i < p->nrelocs && !reloc; i++)
+			reloc = p->relocs[i].kind == HP_RELOC_CODE64 && p->relocs[i].offset == at &&
+				p->relocs[i].target == a;
+		if (!lands(v, a, mb->mod->jt_targets[jt->target_start + k], -1))
+			return "has an entry that does not reach the copy of its original target";
+		if (!reloc)
+			return "has an entry that is not relocated with the code";
+	}
+	for (uint32_t k = 0; !jt->label && k < jt->nentries; k++) {
 		int32_t e;
 		memcpy(&e, p->code + (m.table - p->base) + 4 * k, 4);
 		if (!lands(v, m.table + (uint64_t)(int64_t)e, mb->mod->jt_targets[jt->target_start + k], -1))

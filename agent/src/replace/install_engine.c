@@ -399,7 +399,8 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 			if (ent[j] == ent_sorted[k])
 				ent_member[k] = (uint32_t)j;
 	for (size_t i = 0; i < p->nrelocs; i++)
-		NEED(p->relocs[i].target + (uint64_t)x->delta);
+		if (p->relocs[i].kind != HP_RELOC_CODE64) /* in the code itself: it moves with it */
+			NEED(p->relocs[i].target + (uint64_t)x->delta);
 	/* A process's addresses are the lower half; the kernel's the upper,
 	 * negative here, where the range is signed (heap_place compares so). */
 	if (lo < 0 && strcmp(x->t.ops->kind, "kernel"))

@@ -118,10 +118,13 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 	{
 		uint64_t off, target;
 		const char *kind = json_string_value(json_object_get(tg, "kind"));
-		uint8_t k = kind && !strcmp(kind, "abs64") ? HP_RELOC_ABS64 : HP_RELOC_REL32;
+		uint8_t k = !kind                   ? HP_RELOC_REL32 :
+			    !strcmp(kind, "abs64")  ? HP_RELOC_ABS64 :
+			    !strcmp(kind, "code64") ? HP_RELOC_CODE64 :
+						      HP_RELOC_REL32;
 		if (!hp_json_u64(json_object_get(tg, "offset"), &off) ||
 		    !hp_json_u64(json_object_get(tg, "target"), &target) ||
-		    off + (k == HP_RELOC_ABS64 ? 8 : 4) > p->code_len ||
+		    off + (k == HP_RELOC_REL32 ? 4 : 8) > p->code_len ||
 		    (kind && k == HP_RELOC_REL32 && strcmp(kind, "rel32"))) {
 			snprintf(err, errlen, "relocation %zu of the plan is malformed", i);
 			goto out;

@@ -9,7 +9,9 @@
  *    fixed-address executable, which has no such relocations, every aligned
  *    8-byte word of its allocated data sections that falls on code. A
  *    function's entry stored there is address-taken; an address inside it
- *    (a label table, a resume address) is code found by address.
+ *    (a label table, a resume address) is code found by address, except
+ *    in the tables the CFG builder resolved (switch and label tables: the
+ *    plan rewrites those for the copy).
  *  - exception landing pads: a function whose .eh_frame FDE has an LSDA.
  * The findings become flags of the module's functions (sorted by address).
  */
@@ -90,7 +92,8 @@ static void from_relocations(struct marker *k, Elf *elf)
 			switch (GELF_R_TYPE(r.r_info)) {
 			case R_X86_64_RELATIVE:
 			case R_X86_64_IRELATIVE:
-				code_ref(k, (uint64_t)r.r_addend);
+				if (!in_table(k, r.r_offset + k->bias)) /* a resolved label table's entry */
+					code_ref(k, (uint64_t)r.r_addend);
 				break;
 			case R_X86_64_64:
 			case R_X86_64_GLOB_DAT:
@@ -122,7 +125,7 @@ static void from_data_words(struct marker *k, Elf *elf)
 		for (uint64_t off = (8 - sh.sh_addr % 8) % 8; off + 8 <= sh.sh_size; off += 8) {
 			uint64_t w;
 			memcpy(&w, (const uint8_t *)d->d_buf + off, 8);
-			if (w && !in_table(k, sh.sh_addr + off))
+			if (w && !in_table(k, sh.sh_addr + off + k->bias))
 				code_ref(k, w);
 		}
 	}

@@ -280,6 +280,35 @@ static void t_table_base_set_before_the_add(void)
 	       "a base set between the load and the add passed for a table jump");
 }
 
+/* A computed goto's label table: lea rdi, [rip+0x100]; and eax, 0x7f; jmp
+ * [rdi+rax*8] is one with no bound (its size comes from the data); so is
+ * "mov rax, [rdi+rax*8]; jmp rax" (without the lea in the window: hoisted),
+ * but not with "add rax, 5" between the load and the jump. */
+static void t_label_table_shapes(void)
+{
+	static const uint8_t code[] = { 0x48, 0x8d, 0x3d, 0x00, 0x01, 0x00, 0x00, /* 0: lea rdi, [rip+0x100] */
+					0x83, 0xe0, 0x7f,                         /* 7: and eax, 0x7f */
+					0xff, 0x24, 0xc7,                         /* 10: jmp [rdi+rax*8] */
+					0x48, 0x8b, 0x04, 0xc7,                   /* 13: mov rax, [rdi+rax*8] */
+					0x48, 0x83, 0xc0, 0x05,                   /* 17: add rax, 5 */
+					0xff, 0xe0,                               /* 21: jmp rax */
+					0x48, 0x8b, 0x04, 0xc7,                   /* 23: mov rax, [rdi+rax*8] */
+					0xff, 0xe0 };                             /* 27: jmp rax */
+	const uint32_t direct[] = { 0, 7, 10 }, added[] = { 13, 17, 21 }, loaded[] = { 23, 27 };
+	struct hp_jt_match jm;
+
+	REQUIRE(hp_jt_recognize(code, sizeof(code), 0x1000, direct, 3, &jm), "jmp [rdi+rax*8] is not a label table");
+	EXPECT(jm.label && !jm.relative && jm.entry_size == 8 && jm.nentries == 0 && !jm.hoisted &&
+		       jm.table == 0x1107 && jm.base_at == 0,
+	       "label %d, entries %u of %u bytes, table 0x%" PRIx64 ", base at %u", jm.label, jm.nentries,
+	       jm.entry_size, jm.table, jm.base_at);
+	REQUIRE(hp_jt_recognize(code, sizeof(code), 0x1000, loaded, 2, &jm), "mov; jmp is not a label table");
+	EXPECT(jm.label && jm.hoisted && jm.base_at == 0, "mov; jmp: label %d hoisted %d base at %u", jm.label,
+	       jm.hoisted, jm.base_at);
+	EXPECT(!hp_jt_recognize(code, sizeof(code), 0x1000, added, 3, &jm) || !jm.label,
+	       "an entry changed between its load and the jump passed for a label table");
+}
+
 /* Following a table's base back over a CFG: block 3 reads rcx (movsxd rax,
  * [rcx+rax*4]; add rax, rcx; jmp rax) and is reached from the blocks in
  * preds; block 0 and block 1 each set rcx with a lea of the same table,
@@ -371,6 +400,7 @@ int main(void)
 	RUN(t_block_at_without_function);
 	RUN(t_table_bound_through_a_copy);
 	RUN(t_table_base_set_before_the_add);
+	RUN(t_label_table_shapes);
 	RUN(t_table_base_followed_back);
 	RUN(t_hoisted_table_is_resolved);
 	RUN(t_noreturn_calls_end_blocks);

@@ -8,9 +8,11 @@
  * plan comes from `hotpathd measure --blocks` and `hotpathd plan`.
  *  - hotpathd install / installed / revert: the copy runs (memfd heap, entry
  *    jump, call sites), and everything is put back (bytes, heap, journal).
- *  - A function with a switch table (fixtures/dispatch.c), and one whose
- *    table's lea is hoisted before its loop (fixtures/hoisted.c): its copy,
- *    with its own table, installed and reverted while every case is checked.
+ *  - A function with a switch table (fixtures/dispatch.c), one whose
+ *    table's lea is hoisted before its loop (fixtures/hoisted.c), and an
+ *    interpreter loop dispatching through a computed-goto label table
+ *    (fixtures/labels.c): its copy, with its own table, installed and
+ *    reverted while every case is checked.
  *  - A whole hot set (plan --hot-set): one heap, every member's entry
  *    jumping to its copy, install/revert cycles, bytes as before.
  *  - A revert knows its own written bytes when they hold 0xcc (a rel32 of
@@ -591,6 +593,15 @@ static void t_switch_table_install_revert(void)
 static void t_hoisted_table_install_revert(void)
 {
 	table_install_revert("hoisted.c", "hoisted", "hs_run");
+}
+
+/* An interpreter's dispatch loop through a computed-goto label table
+ * (labels.c, -fPIE: the table's lea before the loop, the dispatch repeated
+ * at the end of the handlers): its copy dispatches through its own table of
+ * the copies' addresses while the fixture checks every program's result. */
+static void t_label_table_install_revert(void)
+{
+	table_install_revert("labels.c", "labels", "lb_run");
 }
 
 /* ---- Cycles under load ---------------------------------------------------- */
@@ -2554,6 +2565,7 @@ int main(void)
 	if (getenv("HOTPATH_REPLACE_ONLY") && !strcmp(getenv("HOTPATH_REPLACE_ONLY"), "switch")) {
 		RUN(t_switch_table_install_revert);
 		RUN(t_hoisted_table_install_revert);
+		RUN(t_label_table_install_revert);
 		tu_cleanup();
 		TEST_EXIT();
 	}
@@ -2579,6 +2591,7 @@ int main(void)
 	RUN(t_hot_set_install_revert);
 	RUN(t_switch_table_install_revert);
 	RUN(t_hoisted_table_install_revert);
+	RUN(t_label_table_install_revert);
 	RUN(t_icall_promotion);
 	RUN(t_kernel_plan_without_module);
 	RUN(t_measure_and_second_pass);

@@ -17,10 +17,12 @@ invariants a console and an installer rely on:
 - I-cache cells lie inside the geometry (set < sets; a way at or past the associativity only in a set
   that conflicts), each set numbers its lines 0..n-1 once, a line maps to its set, and the figures
   (hot lines, conflict sets, lines in the fullest set, distance to the minimum) agree with the cells;
-- the code's hex has `code.bytes` bytes, relocations lie inside it, the unwind data follows it, and the
+- the code's hex has `code.bytes` bytes, relocations lie inside it (a `code64` one, a label table's
+  entry, names an address inside it too), the unwind data follows it, and the
   code hash recomputed here in the agent's canonical form (plan/identity.c: "hotpath-code/1" and a NUL,
   then base, length and bytes of the code, the unwind offset, length and bytes, the relocation count
-  and each relocation's offset (an `abs64` one's with 1 above its low 32 bits) and target, integers
+  and each relocation's offset (its kind above its low 32 bits: `rel32` 0, `abs64` 1, `code64` 2)
+  and target, integers
   as 64-bit little-endian) equals `code.sha256`,
   which must equal PlanResult.code_sha256;
 - the target is the one asked for (a process's pid and start time as in its target id), and the build
@@ -38,6 +40,8 @@ from app.gen.plan import Plan, PlanCell, PlanCode, PlanICache, PlanMember
 
 Code = PlanCode  # the name the tests and the scripted agent import
 
+_RELOC_KIND = {"rel32": 0, "abs64": 1, "code64": 2}  # enum hp_reloc_kind (agent/src/plan/plan.h)
+
 
 class PlanInvalid(ValueError):
     """A plan that fails the check: the reason names what is wrong."""
@@ -54,7 +58,7 @@ def code_hash(code: PlanCode) -> str:
     h.update(unwind)
     h.update(struct.pack("<Q", len(code.relocations)))
     for r in code.relocations:
-        kind = 1 if r.kind == "abs64" else 0  # enum hp_reloc_kind, above the offset as identity.c puts it
+        kind = _RELOC_KIND[r.kind]  # enum hp_reloc_kind, above the offset as identity.c puts it
         h.update(struct.pack("<QQ", r.offset | kind << 32, int(r.target, 16)))
     return h.hexdigest()
 
@@ -212,12 +216,14 @@ def check(
         raise PlanInvalid("the plan's code was not verified")
     if len(code.hex) != 2 * code.bytes:
         raise PlanInvalid(f"code.hex holds {len(code.hex) // 2} bytes; code.bytes says {code.bytes}")
+    base = int(code.base, 16)
     for r in code.relocations:
-        if r.offset + (8 if r.kind == "abs64" else 4) > code.bytes:
+        if r.offset + (4 if r.kind == "rel32" else 8) > code.bytes:
             raise PlanInvalid(f"a relocation at +{r.offset:#x} ({r.kind}) lies outside the code")
+        if r.kind == "code64" and not base <= int(r.target, 16) < base + code.bytes:
+            raise PlanInvalid(f"a code64 relocation at +{r.offset:#x} names {r.target}, which is not in the code")
     if code.unwind is not None and (code.unwind.offset < code.bytes or len(code.unwind.hex) != 2 * code.unwind.bytes):
         raise PlanInvalid("the unwind data overlaps the code or its length disagrees with its bytes")
-    base = int(code.base, 16)
     spans = sorted(
         (int(b.new_address, 16), b.new_size, m.function, b.offset)
         for m in plan.group
