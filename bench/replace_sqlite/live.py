@@ -308,7 +308,29 @@ def plan_hot_set(drv: Driver, work: str, sample_s: int, log: Callable[..., None]
         f"{p['icache_after']['minimum_lines']}), the copy starts +{base % 4096} into its page"
     )
     log_kept(p, log)
+    log_block_layouts(p, [*args, "--resident", sampled, "--json"], log)
     return plan, p
+
+
+def log_block_layouts(p: dict, args: list[str], log: Callable[..., None]) -> None:
+    """The plan P (made by `hotpathd ARGS`, --block-layout auto) against the same plan with every member laid
+    out by Pettis-Hansen's chains and by ext-TSP's: branches taken, from the exact counts and each layout (a
+    figure computed from the profile, not measured), and how many members auto gave to ext-TSP."""
+    taken = {"auto": p["totals"]["taken_branches_after"]}
+    for layout in ("pettis-hansen", "ext-tsp"):
+        q = json.loads(hp(*args, "--block-layout", layout, check=False).stdout)
+        taken[layout] = q["totals"]["taken_branches_after"] if q.get("status") == "ok" else None
+    before = p["totals"]["taken_branches_before"]
+
+    def fig(x: float | None) -> str:
+        return "unavailable" if x is None else f"{x:,.0f} ({100 * (x / before - 1):+.1f}%)" if before else f"{x:,.0f}"
+
+    ext = sum(1 for g in p["group"] if g.get("block_layout") == "ext-tsp")
+    log(
+        f"taken branches in the counting window (computed from the exact counts and each layout): original "
+        f"{before:,.0f}, Pettis-Hansen {fig(taken['pettis-hansen'])}, ext-TSP {fig(taken['ext-tsp'])}, the plan's "
+        f"(per member the fewer) {fig(taken['auto'])}: ext-TSP for {ext} of {len(p['group'])} members"
+    )
 
 
 def promote_icalls(

@@ -87,6 +87,10 @@ static const char plan_usage[] =
 	"                       (default 0.5; 0 copies shared callees too)\n"
 	"  --stall F            I-cache stall/CPU ratio that makes a bottleneck (0.10)\n"
 	"  --l1i SIZE,WAYS,LINE L1i geometry in bytes (default: the host's, from sysfs)\n"
+	"  --block-layout L     each member's hot blocks: pettis-hansen (chains along the\n"
+	"                       heaviest edges, FDPR's rules), ext-tsp (merges that score\n"
+	"                       fallthroughs and short jumps), or auto (default): whichever\n"
+	"                       leaves fewer taken branches by the member's edge counts\n"
 	"  --fetch N            fetch block bytes for alignment (16)\n"
 	"  --max-pad N          most padding before one aligned block (7)\n"
 	"  --no-align           no alignment padding\n"
@@ -215,6 +219,9 @@ int cmd_plan(int argc, char **argv)
 			i++;
 		} else if (!strcmp(a, "--max-pad") && hp_parse_uint(v, 0, 63, &u) == 0) {
 			o.max_pad = u;
+			i++;
+		} else if (!strcmp(a, "--block-layout") && hp_block_layout_parse(v) >= 0) {
+			o.block_layout = (enum hp_block_layout)hp_block_layout_parse(v);
 			i++;
 		} else if (!strcmp(a, "--max-functions") && hp_parse_uint(v, 1, 4096, &u) == 0) {
 			o.max_functions = u;

@@ -29,6 +29,7 @@
 #include "isa/isa.h"
 #include "model/jumptable.h"
 #include "plan/chains.h"
+#include "plan/ext_tsp.h"
 #include "plan/pass.h"
 #include "plan/plan.h"
 #include "plan/static_calls.h"
@@ -443,6 +444,82 @@ static int member_counts(struct hp_plan_member *mb, const struct hp_prof_fn *pf,
 	return 0;
 }
 
+static const char *const layout_names[] = { "auto", "pettis-hansen", "ext-tsp" };
+
+const char *hp_block_layout_name(enum hp_block_layout l)
+{
+	return (unsigned)l < 3 ? layout_names[l] : "auto";
+}
+
+int hp_block_layout_parse(const char *name)
+{
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(name, layout_names[i]))
+			return i;
+	return -1;
+}
+
+/* The taken branches of order[0..nhot) as member_layout lays it out: the
+ * hot blocks no chain reached after it, then the cold ones in address
+ * order, apart (order's tail is written). */
+static double taken_with(const struct hp_chain_block *cb, uint32_t n, const struct hp_chain_edge *ce, size_t ne,
+			 uint32_t *order, const int32_t *chain_of, int nhot)
+{
+	uint32_t k = (uint32_t)nhot, brk;
+
+	for (uint32_t b = 0; b < n; b++)
+		if (cb[b].hot && chain_of[b] < 0)
+			order[k++] = b;
+	brk = k;
+	for (uint32_t b = 0; b < n; b++)
+		if (!cb[b].hot)
+			order[k++] = b;
+	return hp_layout_taken(n, ce, ne, order, k, brk);
+}
+
+/* The member's hot chunk by the layout o asks for, or (auto) the one that
+ * leaves fewer taken branches, Pettis-Hansen's on a tie; its taken
+ * branches before (the original order). As hp_chains_build. */
+static int choose_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o, const struct hp_chain_block *cb,
+			 const struct hp_chain_edge *ce, uint32_t *order, int32_t *chain_of, uint32_t *nch)
+{
+	uint32_t n = mb->fn->nblocks, nch2 = 0;
+	uint32_t *order2 = calloc(n + 1, sizeof(*order2));
+	int32_t *chain_of2 = calloc(n + 1, sizeof(*chain_of2));
+	int nhot = -1, nhot2;
+
+	if (!order2 || !chain_of2)
+		goto out;
+	for (uint32_t b = 0; b < n; b++)
+		order2[b] = b;
+	mb->taken_before = hp_layout_taken(n, ce, mb->nedges, order2, n, n);
+	mb->layout = HP_LAYOUT_PETTIS_HANSEN;
+	if (o->block_layout != HP_LAYOUT_EXT_TSP &&
+	    (nhot = hp_chains_build(cb, n, ce, mb->nedges, 0, o->small_block, order, chain_of, nch)) < 0)
+		goto out;
+	if (o->block_layout == HP_LAYOUT_PETTIS_HANSEN)
+		goto out;
+	if ((nhot2 = hp_ext_tsp_build(cb, n, ce, mb->nedges, 0, order2, chain_of2, &nch2)) < 0) {
+		nhot = -1;
+		goto out;
+	}
+	if (o->block_layout == HP_LAYOUT_AUTO) {
+		double ph = taken_with(cb, n, ce, mb->nedges, order, chain_of, nhot);
+		double ext = taken_with(cb, n, ce, mb->nedges, order2, chain_of2, nhot2);
+		if (!(ext < ph))
+			goto out;
+	}
+	memcpy(order, order2, (size_t)n * sizeof(*order));
+	memcpy(chain_of, chain_of2, (size_t)n * sizeof(*chain_of));
+	*nch = nch2;
+	nhot = nhot2;
+	mb->layout = HP_LAYOUT_EXT_TSP;
+out:
+	free(order2);
+	free(chain_of2);
+	return nhot;
+}
+
 /* Hot chunk chains and the member's block order. */
 static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o, double cold_below)
 {
@@ -472,7 +549,7 @@ static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o
 	}
 	for (size_t k = 0; k < mb->nedges; k++)
 		ce[k] = (struct hp_chain_edge){ mb->edges[k].from, mb->edges[k].to, mb->edges[k].count };
-	nhot = hp_chains_build(cb, n, ce, mb->nedges, 0, o->small_block, order, chain_of, &nch);
+	nhot = choose_layout(mb, o, cb, ce, order, chain_of, &nch);
 	if (nhot < 0)
 		goto out;
 	mb->nhot = (uint32_t)nhot;
@@ -512,6 +589,9 @@ static int member_layout(struct hp_plan_member *mb, const struct hp_plan_opts *o
 			mb->blocks[k++] =
 				(struct hp_plan_block){ .index = b, .count = mb->count[b], .hot = false, .chain = -1 };
 	mb->nblocks = k;
+	for (uint32_t i = 0; i < k; i++)
+		order[i] = mb->blocks[i].index;
+	mb->taken_after = hp_layout_taken(n, ce, mb->nedges, order, k, mb->nhot);
 	for (uint32_t t = 0; t < f->njt; t++) {
 		const struct hp_jump_table *jt = &mod->jtables[f->jt_start + t];
 		mb->jt_bytes += jt->nentries * jt->entry_size;

@@ -52,12 +52,21 @@ struct hp_plan_opts {
 	 * directly when the pointer holds its original entry. */
 	const struct hp_icall_values *icall_values;
 	double promote_share;
+	/* Each member's hot chunk: Pettis-Hansen's chains with FDPR's rules
+	 * (chains.h), ext-TSP's (ext_tsp.h), or (auto, the default) whichever
+	 * leaves fewer taken branches by the member's edge counts. */
+	enum hp_block_layout { HP_LAYOUT_AUTO = 0, HP_LAYOUT_PETTIS_HANSEN, HP_LAYOUT_EXT_TSP } block_layout;
 };
 
 /* max_functions for a hot set when none is given. */
 #define HP_HOT_SET_MAX_FUNCTIONS 512u
 
 void hp_plan_opts_default(struct hp_plan_opts *o);
+
+/* "auto", "pettis-hansen" or "ext-tsp"; hp_block_layout_parse: the
+ * layout a name gives, or -1. */
+const char *hp_block_layout_name(enum hp_block_layout l);
+int hp_block_layout_parse(const char *name);
 
 /* Whether block b (an index in its function) with this count is laid out
  * hot: it ran, not below cold_below (struct hp_plan's); the entry always. */
@@ -105,6 +114,12 @@ struct hp_plan_member {
 	struct hp_plan_chain *chains;
 	uint32_t nchains;
 	uint32_t hot_bytes, cold_bytes, jt_bytes; /* original sizes */
+	/* Its hot chunk's layout (HP_LAYOUT_PETTIS_HANSEN or _EXT_TSP), and the
+	 * branches taken in the original layout and in the plan's: the summed
+	 * counts of its edges whose target does not start where the source
+	 * ends (ext_tsp.h's hp_layout_taken; the cold chunk apart from the hot). */
+	enum hp_block_layout layout;
+	double taken_before, taken_after;
 	uint64_t new_entry, hot_addr, cold_addr;
 	uint32_t new_hot_bytes, new_cold_bytes;
 	char signature[17];

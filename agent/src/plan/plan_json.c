@@ -424,6 +424,7 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_num(w, "max_pad_share", p->opts.max_pad_share, 4);
 	rw_u64(w, "max_functions", p->opts.max_functions);
 	rw_u64(w, "small_block", p->opts.small_block);
+	rw_str(w, "block_layout", hp_block_layout_name(p->opts.block_layout));
 	if (p->opts.hot_set) {
 		rw_bool(w, "hot_set", true);
 		rw_num(w, "hot_share", p->opts.hot_share, 4);
@@ -439,6 +440,7 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	}
 	/* The group: KernInst Figure 3's table. */
 	uint64_t th = 0, tc = 0, tj = 0, tnh = 0, tnc = 0;
+	double tkb = 0, tka = 0;
 	rw_arr(w, "group");
 	for (size_t i = 0; i < p->nmembers; i++) {
 		const struct hp_plan_member *mb = &p->members[i];
@@ -454,6 +456,9 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		rw_u64(w, "chains", mb->nchains);
 		rw_u64(w, "cold_bytes", mb->cold_bytes);
 		rw_u64(w, "jump_table_bytes", mb->jt_bytes);
+		rw_str(w, "block_layout", hp_block_layout_name(mb->layout));
+		rw_num(w, "taken_branches_before", mb->taken_before, 1);
+		rw_num(w, "taken_branches_after", mb->taken_after, 1);
 		rw_u64(w, "new_hot_bytes", mb->new_hot_bytes);
 		rw_u64(w, "new_cold_bytes", mb->new_cold_bytes);
 		rw_u64(w, "edges", mb->nedges);
@@ -542,6 +547,8 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		tj += mb->jt_bytes;
 		tnh += mb->new_hot_bytes;
 		tnc += mb->new_cold_bytes;
+		tkb += mb->taken_before;
+		tka += mb->taken_after;
 	}
 	rw_arr_end(w);
 	rw_obj(w, "totals");
@@ -551,6 +558,8 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 	rw_u64(w, "jump_table_bytes", tj);
 	rw_u64(w, "new_hot_bytes", tnh);
 	rw_u64(w, "new_cold_bytes", tnc);
+	rw_num(w, "taken_branches_before", tkb, 1);
+	rw_num(w, "taken_branches_after", tka, 1);
 	rw_u64(w, "padding_bytes", p->pad_bytes);
 	rw_u64(w, "inverted_branches", p->inverted);
 	rw_u64(w, "removed_jumps", p->removed_jumps);

@@ -13,7 +13,7 @@ invariants a console and an installer rely on:
   ascending, non-overlapping order, counts are non-negative, and a block's chain names a chain of its
   function's chain table (or -1: cold); every chain's blocks are blocks of the layout;
 - per function, hot and cold bytes equal the sums over its hot and cold blocks; the totals equal the
-  sums over the group;
+  sums over the group (the taken branches to their rounding: each figure is written to 0.1);
 - I-cache cells lie inside the geometry (set < sets; a way at or past the associativity only in a set
   that conflicts), each set numbers its lines 0..n-1 once, a line maps to its set, and the figures
   (hot lines, conflict sets, lines in the fullest set, distance to the minimum) agree with the cells;
@@ -209,6 +209,11 @@ def check(
     for key, value in sums.items():
         if getattr(plan.totals, key) != value:
             raise PlanInvalid(f"totals.{key} is {getattr(plan.totals, key)}; the group sums to {value}")
+    for key in ("taken_branches_before", "taken_branches_after"):
+        # each figure is written to 0.1: the sum of the members' may differ from the total by their rounding
+        value = sum(getattr(m, key) for m in plan.group)
+        if abs(getattr(plan.totals, key) - value) > 0.05 * (len(plan.group) + 1) + 1e-9:
+            raise PlanInvalid(f"totals.{key} is {getattr(plan.totals, key)}; the group sums to {value:.1f}")
     _check_icache("icache_before", plan.icache_before)
     _check_icache("icache_after", plan.icache_after)
     code = plan.code

@@ -121,6 +121,7 @@ LIES = {
     "chain names a missing block": (_set(["group", 0, "chain_table", 0, "blocks"], [0, 99999]), "layout lacks"),
     "cell outside the cache": (_set(["icache_after", "cells", 0, "set"], 4096), "the cache has"),
     "totals not the sums": (_set(["totals", "hot_bytes"], 1), "group sums to"),
+    "taken branches not the sums": (_set(["totals", "taken_branches_after"], 12345.0), "group sums to"),
     "negative count": (_set(["group", 1, "layout", 0, "count"], -5), "count"),
     "another process": (_set(["target", "pid"], 999), "not the process"),
     "another build": (_set(["target", "module_build_id"], "cd" * 20), "build id"),
