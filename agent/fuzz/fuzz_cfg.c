@@ -4,7 +4,8 @@
  * Beyond "no crash, no sanitizer report", it checks the model's invariants on every input:
  * blocks tile the function exactly; every block holds at least one instruction, except that a
  * function marked undecodable ends in one block without instructions or successors starting at
- * bad_offset; and every fallthrough or taken successor names the start of a block.
+ * bad_offset; and every fallthrough or taken successor names the start of a block (a switch or label
+ * table's entries too: tables are read from the input's own bytes).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,6 +15,24 @@
 #include "model/cfg.h"
 
 #define BASE 0xffffffff81000000ull
+
+/* Switch and label tables are read from the input itself: a table jump
+ * whose table lies in the function's bytes is resolved, its entries (and
+ * the run of a label table) taken from the fuzzer's data. */
+struct input {
+	const uint8_t *data;
+	size_t size;
+};
+
+static int read_input(void *ctx, uint64_t addr, void *buf, size_t len)
+{
+	const struct input *in = ctx;
+
+	if (addr < BASE || addr - BASE > in->size || len > in->size - (addr - BASE))
+		return -1;
+	memcpy(buf, in->data + (addr - BASE), len);
+	return 0;
+}
 
 static void fail(const char *what, size_t i)
 {
@@ -28,9 +47,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct hp_cfg_env env = { ret_thunk, 1, ind_thunk, 1 };
 	struct hp_cfg_arena a = { 0 };
 	struct hp_function f = { .name = "fuzz", .addr = BASE };
+	struct input in = { data, size };
 
 	if (size > 1 << 16)
-		size = 1 << 16;
+		size = in.size = 1 << 16;
+	env.read_data = read_input;
+	env.data_ctx = &in;
 	f.size = (uint32_t)size;
 	if (hp_cfg_build(&env, data, &f, &a) < 0)
 		abort(); /* only -ENOMEM is possible */

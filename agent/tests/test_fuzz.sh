@@ -29,6 +29,14 @@ mkdir -p "$TMP/cfg" "$TMP/elf" "$TMP/spec" "$TMP/edges" "$TMP/plan" "$TMP/profil
 # Decoder seeds: the first 40 4-KiB slices of real x86-64 code.
 objcopy -O binary --only-section=.text build/hotpathd "$TMP/text.bin"
 head -c $((40 * 4096)) "$TMP/text.bin" | split -b 4096 -a 3 - "$TMP/cfg/text-"
+# A computed goto whose label table follows the code (fuzz_cfg reads tables from the input's own bytes,
+# laid out at 0xffffffff81000000): lea rdi, [rip+0x19]; and eax, 3; jmp [rdi+rax*8]; three handlers; at
+# +32 the table (+13, +14, +16, +13), then a zero word that ends it.
+printf '\x48\x8d\x3d\x19\x00\x00\x00\x83\xe0\x03\xff\x24\xc7\xc3\x90\xc3\x31\xc0\xc3' >"$TMP/cfg/labels"
+head -c 13 /dev/zero | tr '\0' '\314' >>"$TMP/cfg/labels"
+printf '\x0d\x00\x00\x81\xff\xff\xff\xff\x0e\x00\x00\x81\xff\xff\xff\xff' >>"$TMP/cfg/labels"
+printf '\x10\x00\x00\x81\xff\xff\xff\xff\x0d\x00\x00\x81\xff\xff\xff\xff' >>"$TMP/cfg/labels"
+head -c 8 /dev/zero >>"$TMP/cfg/labels"
 # Planner seeds: 20 slices of 512 bytes.
 head -c $((20 * 512)) "$TMP/text.bin" | split -b 512 -a 3 - "$TMP/plan/text-"
 
