@@ -244,6 +244,11 @@ async function optimizeFromConsole(page: Page, target: string, root: { id: strin
   await expect(page.getByTestId("heatmap-after")).toBeVisible();
   const chains = page.getByTestId("chain-table").locator("tbody tr");
   await expect(chains.filter({ has: page.getByRole("cell", { name: root.name, exact: true }) }).first()).toBeVisible();
+  // The taken branches before and after the layout, as the agent computed them from the counts.
+  const t = made.plan.totals;
+  await expect(page.getByTestId("taken-total")).toContainText(
+    `${Math.round(t.taken_branches_before).toLocaleString("en-US")} → ${Math.round(t.taken_branches_after).toLocaleString("en-US")}`,
+  );
   await expect(page.getByRole("heading", { name: /Emitted code \(\d+ bytes, verified\)/ })).toBeVisible();
   return { planUrl, planId: planUrl.split("/").pop()! };
 }

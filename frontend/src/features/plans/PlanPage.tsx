@@ -29,7 +29,7 @@ import { useAuth } from "../../shared/AuthContext";
 import { HeatLegend, Heatmap } from "./Heatmap";
 import { Interleaved } from "./Interleaved";
 import { CodeSideBySide, MemberCfgs } from "./PlanCode";
-import { type MemberView, type PlanView } from "./planModel";
+import { takenChange, type MemberView, type PlanView } from "./planModel";
 import { usePlanView } from "./usePlanView";
 import { isPlanId, nextStep, stepRules } from "./workflowModel";
 
@@ -436,6 +436,10 @@ function PlanFigures({ view, hostId, target }: { view: PlanView; hostId: string;
               <th>Jump tables</th>
               <th>New hot</th>
               <th>New cold</th>
+              <th>Block layout</th>
+              <th title="Edges whose target does not start where the source ends, summed by count: computed from the counts and each layout, not measured">
+                Taken branches, computed{view.estimated ? " (estimate)" : ""}
+              </th>
             </tr>
           </thead>
           <tbody>
@@ -448,6 +452,8 @@ function PlanFigures({ view, hostId, target }: { view: PlanView; hostId: string;
                 <td>{m.jumpTableBytes}</td>
                 <td>{m.newHotBytes}</td>
                 <td>{m.newColdBytes}</td>
+                <td>{m.blockLayout === "ext-tsp" ? "ext-TSP" : "Pettis-Hansen"}</td>
+                <td>{takenChange(m.takenBefore, m.takenAfter)}</td>
               </tr>
             ))}
             <tr className="totals">
@@ -458,6 +464,10 @@ function PlanFigures({ view, hostId, target }: { view: PlanView; hostId: string;
               <td>{view.totals.jump_table_bytes}</td>
               <td>{view.totals.new_hot_bytes}</td>
               <td>{view.totals.new_cold_bytes}</td>
+              <td />
+              <td data-testid="taken-total">
+                {takenChange(view.totals.taken_branches_before ?? 0, view.totals.taken_branches_after ?? 0)}
+              </td>
             </tr>
           </tbody>
         </table>

@@ -3,7 +3,7 @@
 // The plan shaping on a real plan (hotpathd plan --json of the group fixture): grids, chains, strips.
 import { describe, expect, it } from "vitest";
 import fixture from "../../../../backend/tests/fixtures/plan_group.json";
-import { exactCountsLabel, heatGrid, shapePlan, type AgentPlan } from "./planModel";
+import { exactCountsLabel, heatGrid, shapePlan, takenChange, type AgentPlan } from "./planModel";
 
 describe("shapePlan", () => {
   it("shapes the I-cache grids, the chain table and the group's layout strips of a real plan", () => {
@@ -38,6 +38,10 @@ describe("shapePlan", () => {
       from: fixture.code.listing[0].from,
     });
     expect(v.verified).toBe(true);
+    // Each member's block layout and taken branches (computed by the agent from the counts and the layout).
+    expect(v.members.map((m) => m.blockLayout)).toEqual(fixture.group.map((g) => g.block_layout));
+    expect(v.members[0].takenBefore).toBe(fixture.group[0].taken_branches_before);
+    expect(v.members[0].takenAfter).toBe(fixture.group[0].taken_branches_after);
   });
 
   it("widens a grid past its ways where a set conflicts", () => {
@@ -71,5 +75,13 @@ describe("exactCountsLabel", () => {
       ),
     ).toBe("exact (inline counters; uprobes where a function cannot be counted inline)");
     expect(exactCountsLabel(withSource("2 s of exact block counts (uprobes) in process 7"))).toBe("exact (probes)");
+  });
+});
+
+describe("takenChange", () => {
+  it("gives both figures and the change, and no percentage from nothing", () => {
+    expect(takenChange(77568.8, 49290.2)).toBe("77,569 → 49,290 (−36.5%)");
+    expect(takenChange(100, 110)).toBe("100 → 110 (+10.0%)");
+    expect(takenChange(0, 0)).toBe("0 → 0");
   });
 });

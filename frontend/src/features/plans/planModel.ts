@@ -52,6 +52,11 @@ export interface MemberView {
   newHotBytes: number;
   newColdBytes: number;
   jumpTableBytes: number;
+  /** How its hot chunk was laid out ("pettis-hansen" or "ext-tsp"; older plans: Pettis-Hansen's). */
+  blockLayout: string;
+  /** Branches taken in the original layout and in the plan's, computed from the counts and the layout. */
+  takenBefore: number;
+  takenAfter: number;
   blocks: StripBlock[];
 }
 export interface ListingLine {
@@ -127,6 +132,14 @@ export function heatGrid(ic: AgentICache | null | undefined): HeatGrid | null {
 }
 
 /** A plan's body as served (UTF-8 JSON bytes), parsed: in the page's worker for a large plan. */
+/** Taken branches before and after a layout, e.g. "77,569 → 49,290 (−36.5%)"; a figure computed from counts. */
+export function takenChange(before: number, after: number): string {
+  const n = (x: number) => Math.round(x).toLocaleString("en-US");
+  if (!(before > 0)) return `${n(before)} → ${n(after)}`;
+  const pct = (100 * (after - before)) / before;
+  return `${n(before)} → ${n(after)} (${pct < 0 ? "−" : "+"}${Math.abs(pct).toFixed(1)}%)`;
+}
+
 export function parsePlanBody(body: ArrayBuffer): AgentPlan {
   return JSON.parse(new TextDecoder().decode(body)) as AgentPlan;
 }
@@ -156,6 +169,9 @@ export function shapePlan(plan: AgentPlan | null | undefined, estimated: boolean
       newHotBytes: g.new_hot_bytes,
       newColdBytes: g.new_cold_bytes,
       jumpTableBytes: g.jump_table_bytes,
+      blockLayout: g.block_layout ?? "pettis-hansen",
+      takenBefore: g.taken_branches_before ?? 0,
+      takenAfter: g.taken_branches_after ?? 0,
       blocks: g.layout.map((b) => ({
         offset: b.offset,
         size: b.size,
