@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Install/revert cycles of SQLite's whole hot set into its running driver (bench/replace_cycles' second
-part, issue 17's "1,000 install/revert cycles of the whole hot set with output checked").
+part, issue 17's "1,000 install/revert cycles of the whole hot set with output checked"); with --lua, of
+the Lua interpreter's (bench/replace_lua/build: its dispatch loop a computed goto, whose label table the
+copy re-emits, and which the driver's thread is inside at nearly every revert).
 
 The driver (bench/replace_sqlite/build) runs its query workload without pause on a thread of this script,
 one pass per round, and every round's checksum is compared with the one the original code gave before
@@ -13,9 +15,9 @@ journal may be left.
 Prints one line:
   SQLite hot set: N cycles of F functions (E entries, C call sites), install I ms, revert R ms (medians),
   K rounds checked, no wrong result
-or "SQLite hot set unavailable: REASON" when the driver cannot be had here. Any wrong result or a
-failed install or revert raises (the caller prints it and fails).
-Usage: python3 bench/replace_sqlite/hot_set_cycles.py CYCLES [--smoke]
+("Lua hot set: ..." with --lua) or "SQLite hot set unavailable: REASON" when the driver cannot be had
+here. Any wrong result or a failed install or revert raises (the caller prints it and fails).
+Usage: python3 bench/replace_sqlite/hot_set_cycles.py CYCLES [--smoke] [--lua]
 """
 
 import hashlib
@@ -29,7 +31,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from live import Driver, PeerUnavailable, hp, plan_hot_set, sqlite_driver  # noqa: E402
+from live import Driver, PeerUnavailable, hp, lua_driver, plan_hot_set, sqlite_driver  # noqa: E402
 
 CACHE = os.path.join(os.path.dirname(HERE), "out", "replace")  # where bench/replace builds the driver
 
@@ -74,11 +76,12 @@ def members_original(pid: int, plan: dict) -> list[str]:
     return bad
 
 
-def cycles(n: int, smoke: bool, log=print) -> str:
+def cycles(n: int, smoke: bool, log=print, lua: bool = False) -> str:
+    name = "Lua" if lua else "SQLite"
     try:
-        driver = sqlite_driver(CACHE, smoke)
+        driver = lua_driver(CACHE) if lua else sqlite_driver(CACHE, smoke)
     except PeerUnavailable as e:
-        return f"SQLite hot set unavailable: {e}"
+        return f"{name} hot set unavailable: {e}"
     work = tempfile.mkdtemp(prefix="hotpath-hot-set-cycles.")
     state = os.path.join(work, "state")
     drv = Driver(driver)
@@ -114,7 +117,7 @@ def cycles(n: int, smoke: bool, log=print) -> str:
         if heaps:
             raise RuntimeError(f"code heaps left mapped after the last revert: {heaps}")
         return (
-            f"SQLite hot set: {n} cycles of {len(plan['group'])} functions ({entries} entries, {sites} call sites), "
+            f"{name} hot set: {n} cycles of {len(plan['group'])} functions ({entries} entries, {sites} call sites), "
             f"install {statistics.median(install_ms):.0f} ms, revert {statistics.median(revert_ms):.0f} ms "
             f"(medians), {chk.rounds} rounds checked, no wrong result"
         )
@@ -125,5 +128,5 @@ def cycles(n: int, smoke: bool, log=print) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or not sys.argv[1].isdigit() or int(sys.argv[1]) < 1:
-        sys.exit("usage: hot_set_cycles.py CYCLES [--smoke]")
-    print(cycles(int(sys.argv[1]), "--smoke" in sys.argv[2:]), flush=True)
+        sys.exit("usage: hot_set_cycles.py CYCLES [--smoke] [--lua]")
+    print(cycles(int(sys.argv[1]), "--smoke" in sys.argv[2:], lua="--lua" in sys.argv[2:]), flush=True)
