@@ -16,7 +16,8 @@ under valgrind in the same steady state (the setup alone, then the setup and STE
   the copy or in code left in place.
 
 Prints one table and, with --json FILE, writes every figure there.
-Usage: python3 bench/replace_sqlite/layout_causes.py [--keep DIR] [--json FILE]   (root: ptrace, uprobes)
+Usage: python3 bench/replace_sqlite/layout_causes.py [--keep DIR] [--json FILE] [--lua]   (root: ptrace, uprobes)
+--lua: the Lua interpreter's driver (bench/replace_lua/build) instead of SQLite's.
 With --keep DIR holding a former run's BOLT binary and dump, those are measured again (no new plan).
 """
 
@@ -35,6 +36,7 @@ from live import (  # noqa: E402
     bolt_binary,
     dump_install,
     hp,
+    lua_driver,
     plan_hot_set,
     sqlite_driver,
 )
@@ -209,12 +211,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keep", help="a folder for the runs' files (kept); default: a temporary one")
     ap.add_argument("--json", help="write the figures to this file")
+    ap.add_argument("--lua", action="store_true", help="the Lua interpreter's driver (bench/replace_lua/build)")
     args = ap.parse_args()
     global KEEP
     KEEP = bool(args.keep)
     work = args.keep or tempfile.mkdtemp(prefix="hotpath-layout-causes-")
     os.makedirs(work, exist_ok=True)
-    driver = sqlite_driver(CACHE, False)
+    driver = lua_driver(CACHE) if args.lua else sqlite_driver(CACHE, False)
     dump, plan = os.path.join(work, "copy.dump"), os.path.join(work, "sqlite.hotset.json")
     bolted = os.path.join(work, os.path.basename(driver) + ".bolt")
     if args.keep and os.path.exists(dump) and os.path.exists(bolted):  # a kept run's binaries, measured again

@@ -61,7 +61,8 @@ static const char plan_usage[] =
 	"  --resident FILE      a profile (as --profile reads) of more hot code that stays in\n"
 	"                       place, e.g. the samples a hot set was chosen from: the copy\n"
 	"                       starts where in its page its hot lines share the fewest\n"
-	"                       L1i sets with that code's (and the profile's non-members')\n"
+	"                       L1i sets with that code's (and the profile's non-members');\n"
+	"                       a plan's JSON gives its resident code too (other libraries')\n"
 	"indirect-call promotion:\n"
 	"  --icall-targets FILE the targets measured at indirect call sites of an installed\n"
 	"                       copy (`hotpathd icalls --json`): a site whose most frequent\n"
@@ -401,7 +402,7 @@ reopen:
 		nprof = 1;
 	}
 	if (resident_path) {
-		if (hp_profile_read(resident_path, m, &resident, err, sizeof(err)) < 0) {
+		if (hp_profile_read_resident(resident_path, m, &resident, err, sizeof(err)) < 0) {
 			fprintf(stderr, "hotpathd plan: %s\n", err);
 			goto out;
 		}

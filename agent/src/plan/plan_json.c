@@ -273,6 +273,34 @@ static void write_profile(struct rw *w, const struct hp_plan *p)
 		rw_item_end(w);
 	}
 	rw_arr_end(w);
+	/* The rest of the profile's hot code, which the plan leaves where it is
+	 * (non-members of the hot set's module, other modules: a library's
+	 * allocator and printf): a later plan given this one as --resident
+	 * places its copy against it. Not read as counts to plan from. */
+	rw_arr(w, "resident");
+	for (size_t i = 0; i < pr->nfns; i++) {
+		const struct hp_prof_fn *pf = &pr->fns[i];
+		bool in_plan = false;
+		for (size_t k = 0; k < p->nmembers + p->nkept && !in_plan; k++)
+			in_plan = (k < p->nmembers ? p->members[k].fn : p->kept[k - p->nmembers].fn)->addr == pf->addr;
+		if (in_plan)
+			continue;
+		rw_item(w);
+		rw_str(w, "name", pf->name);
+		rw_hex(w, "address", pf->addr);
+		rw_arr(w, "blocks");
+		for (size_t b = 0; b < pf->nblocks; b++) {
+			if (!(pf->blocks[b].count > 0))
+				continue;
+			rw_item(w);
+			rw_u64(w, "offset", pf->blocks[b].offset);
+			rw_num(w, "count", pf->blocks[b].count, 3);
+			rw_item_end(w);
+		}
+		rw_arr_end(w);
+		rw_item_end(w);
+	}
+	rw_arr_end(w);
 	rw_obj_end(w);
 }
 

@@ -331,8 +331,52 @@ static int read_saved(const json_t *root, const struct hp_model *m, struct hp_pr
 	return 0;
 }
 
+/* A saved profile's "resident" functions (block counts only), skipping
+ * those not at their address in m or no longer with those blocks. */
+static int read_resident(const json_t *root, const struct hp_model *m, struct hp_profile *p, char *err, size_t errlen)
+{
+	const json_t *fo, *o;
+	size_t i, j;
+
+	json_array_foreach(json_object_get(root, "resident"), i, fo)
+	{
+		const char *name = json_string_value(json_object_get(fo, "name"));
+		const struct hp_module *mod;
+		const struct hp_function *f;
+		uint64_t addr;
+
+		if (!name || !hp_json_u64(json_object_get(fo, "address"), &addr)) {
+			snprintf(err, errlen, "resident function %zu needs a name and an address", i);
+			return -EINVAL;
+		}
+		if (!(f = hp_model_lookup(m, addr, &mod)) || f->addr != addr || strcmp(f->name, name))
+			continue;
+		json_array_foreach(json_object_get(fo, "blocks"), j, o)
+		{
+			uint64_t off;
+			double c;
+			const struct hp_block *b;
+
+			if (hp_json_u64(json_object_get(o, "offset"), &off) && json_count(o, &c) &&
+			    (b = hp_function_block_at(mod, f, addr + off)) && b->offset == off &&
+			    hp_profile_add(p, mod, f, (uint32_t)off, c) < 0)
+				return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+static int parse(const char *text, size_t len, const struct hp_model *m, struct hp_profile *out, bool resident,
+		 char *err, size_t errlen);
+
 int hp_profile_parse(const char *text, size_t len, const struct hp_model *m, struct hp_profile *out, char *err,
 		     size_t errlen)
+{
+	return parse(text, len, m, out, false, err, errlen);
+}
+
+static int parse(const char *text, size_t len, const struct hp_model *m, struct hp_profile *out, bool resident,
+		 char *err, size_t errlen)
 {
 	json_error_t je;
 	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je), *inner;
@@ -356,9 +400,11 @@ int hp_profile_parse(const char *text, size_t len, const struct hp_model *m, str
 		root = inner;
 	}
 	fmt = json_string_value(json_object_get(root, "format"));
-	if (fmt && !strcmp(fmt, "hotpath-profile/1"))
+	if (fmt && !strcmp(fmt, "hotpath-profile/1")) {
 		r = read_saved(root, m, out, err, errlen);
-	else
+		if (r == 0 && resident)
+			r = read_resident(root, m, out, err, errlen);
+	} else
 		r = read_measure(root, m, out, err, errlen);
 	if (r == 0 && json_is_string(json_object_get(root, "source")))
 		snprintf(out->source, sizeof(out->source), "%s", json_string_value(json_object_get(root, "source")));
@@ -370,7 +416,22 @@ int hp_profile_parse(const char *text, size_t len, const struct hp_model *m, str
 	return r;
 }
 
+static int read_file(const char *path, const struct hp_model *m, struct hp_profile *out, bool resident, char *err,
+		     size_t errlen);
+
 int hp_profile_read(const char *path, const struct hp_model *m, struct hp_profile *out, char *err, size_t errlen)
+{
+	return read_file(path, m, out, false, err, errlen);
+}
+
+int hp_profile_read_resident(const char *path, const struct hp_model *m, struct hp_profile *out, char *err,
+			     size_t errlen)
+{
+	return read_file(path, m, out, true, err, errlen);
+}
+
+static int read_file(const char *path, const struct hp_model *m, struct hp_profile *out, bool resident, char *err,
+		     size_t errlen)
 {
 	FILE *fp = fopen(path, "r");
 	char *buf = NULL;
@@ -393,7 +454,7 @@ int hp_profile_read(const char *path, const struct hp_model *m, struct hp_profil
 		len += n;
 	} while (n > 0 && len < (256u << 20));
 	fclose(fp);
-	r = hp_profile_parse(buf ? buf : "", len, m, out, err, errlen);
+	r = parse(buf ? buf : "", len, m, out, resident, err, errlen);
 	if (r == 0 && !out->source[0])
 		snprintf(out->source, sizeof(out->source), "%s", path);
 	free(buf);

@@ -55,6 +55,12 @@ int hp_profile_read(const char *path, const struct hp_model *m, struct hp_profil
 /* Same from a JSON text. */
 int hp_profile_parse(const char *text, size_t len, const struct hp_model *m, struct hp_profile *out, char *err,
 		     size_t errlen);
+/* hp_profile_read for hot code that stays in place (plan --resident): a
+ * saved plan profile's "resident" functions too (the hot code its plan
+ * left in place, other modules' included), those no longer where they were
+ * (a library not mapped here) skipped. */
+int hp_profile_read_resident(const char *path, const struct hp_model *m, struct hp_profile *out, char *err,
+			     size_t errlen);
 
 /* Merge n profiles into out: each is scaled so its block counts sum to
  * 1e6, then multiplied by its weight. Profiles of different scopes do not

@@ -21,6 +21,7 @@
 #include "plan/icall_values.h"
 #include "isa/isa.h"
 #include "plan/plan.h"
+#include "plan/plan_json.h"
 #include "plan/profile.h"
 #include "target/target.h"
 #include "test_util.h"
@@ -716,6 +717,50 @@ static void t_hot_set_plan(void)
 	hp_model_free(m);
 }
 
+/* A plan's saved profile keeps the hot code the plan leaves where it is
+ * (neither a member nor kept: here main, pr_root's caller) as "resident":
+ * a later plan given it as --resident places its copy against that code
+ * (hp_profile_read_resident), while planning from it reads only the
+ * members' and the kept functions' counts (hp_profile_read). */
+static void t_plan_profile_keeps_resident_code(void)
+{
+	static const char *const names[] = { "pr_root", "pr_op", "main", NULL };
+	struct hp_model *m = open_fixture("group.c", "plan_resident", "-O2");
+	const struct hp_module *mod;
+	struct hp_plan_opts o;
+	struct hp_profile prof, back;
+	struct hp_plan plan;
+	char err[256], path[400], *text = NULL;
+	size_t len = 0;
+
+	REQUIRE(m, "gcc or open failed");
+	const struct hp_function *root = hp_model_find(m, "pr_root", &mod, NULL);
+	const struct hp_function *mainf = hp_model_find(m, "main", NULL, NULL);
+	REQUIRE(root && mainf, "pr_root or main not found");
+	profile_all(m, names, 10, &prof);
+	hp_plan_opts_default(&o);
+	o.l1i = (struct hp_cache_geometry){ 32768, 64, 8 };
+	REQUIRE(hp_plan_make(m, root, mod, &prof, &o, &plan, err, sizeof(err)) == 0, "%s", err);
+	REQUIRE(plan.status == HP_PLAN_OK, "plan %d: %s", plan.status, plan.message);
+	REQUIRE(hp_plan_json(m, &plan, root, 0, &text, &len) == 0, "no JSON");
+	snprintf(path, sizeof(path), "%s/plan_resident.json", tu_tmpdir());
+	FILE *fp = fopen(path, "w");
+	REQUIRE(fp && fwrite(text, 1, len, fp) == len && fclose(fp) == 0, "cannot write %s", path);
+	free(text);
+	REQUIRE(hp_profile_read(path, m, &back, err, sizeof(err)) == 0, "%s", err);
+	EXPECT(hp_profile_find(&back, root->addr) && !hp_profile_find(&back, mainf->addr),
+	       "planning from the saved profile reads main, which the plan left in place");
+	hp_profile_free(&back);
+	REQUIRE(hp_profile_read_resident(path, m, &back, err, sizeof(err)) == 0, "%s", err);
+	const struct hp_prof_fn *pm = hp_profile_find(&back, mainf->addr), *orig = hp_profile_find(&prof, mainf->addr);
+	EXPECT(pm && orig && pm->nblocks == orig->nblocks, "main read back as resident with %zu blocks, want %zu",
+	       pm ? pm->nblocks : 0, orig ? orig->nblocks : 0);
+	hp_profile_free(&back);
+	hp_plan_free(&plan);
+	hp_profile_free(&prof);
+	hp_model_free(m);
+}
+
 /* The hot/cold split of a hot set by rate: a block (the entry aside) that
  * ran fewer than cold_rate times per billion instructions of the profile's
  * work is cold; cold_rate 0 keeps every block that ran hot. */
@@ -964,6 +1009,7 @@ int main(void)
 	RUN(t_place_offset);
 	RUN(t_hot_set_plan);
 	RUN(t_hot_set_cold_rate);
+	RUN(t_plan_profile_keeps_resident_code);
 	RUN(t_plan_moves_pointer_tail_calls);
 	RUN(t_plan_promotes_indirect_calls);
 	tu_cleanup();
