@@ -16,7 +16,8 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
-HP = os.path.join(TOP, "agent", "build", "hotpathd")
+# HOTPATHD: another hotpathd binary (e.g. a copy, so that a rebuild during a long run does not swap it)
+HP = os.environ.get("HOTPATHD") or os.path.join(TOP, "agent", "build", "hotpathd")
 BUILD = os.path.join(HERE, "build")
 PROTOCOL = os.path.join(HERE, "live_driver.h")  # what every driver speaks
 BOLT = "llvm-bolt-16"
