@@ -226,6 +226,22 @@ static void write_icache(struct rw *w, const char *key, const struct hp_plan *p,
 	rw_obj_end(w);
 }
 
+/* A profile function's "blocks" [{offset, count}]; with ran_only, those
+ * that ran. */
+static void write_blocks(struct rw *w, const struct hp_prof_fn *pf, bool ran_only)
+{
+	rw_arr(w, "blocks");
+	for (size_t b = 0; b < pf->nblocks; b++) {
+		if (ran_only && !(pf->blocks[b].count > 0))
+			continue;
+		rw_item(w);
+		rw_u64(w, "offset", pf->blocks[b].offset);
+		rw_num(w, "count", pf->blocks[b].count, 3);
+		rw_item_end(w);
+	}
+	rw_arr_end(w);
+}
+
 static void write_profile(struct rw *w, const struct hp_plan *p)
 {
 	const struct hp_profile *pr = p->profile;
@@ -253,14 +269,7 @@ static void write_profile(struct rw *w, const struct hp_plan *p)
 			rw_str(w, "signature", p->members[i].signature);
 		else if (pf->signature[0])
 			rw_str(w, "signature", pf->signature);
-		rw_arr(w, "blocks");
-		for (size_t b = 0; b < pf->nblocks; b++) {
-			rw_item(w);
-			rw_u64(w, "offset", pf->blocks[b].offset);
-			rw_num(w, "count", pf->blocks[b].count, 3);
-			rw_item_end(w);
-		}
-		rw_arr_end(w);
+		write_blocks(w, pf, false);
 		rw_arr(w, "edges");
 		for (size_t e = 0; e < pf->nedges; e++) {
 			rw_item(w);
@@ -288,16 +297,7 @@ static void write_profile(struct rw *w, const struct hp_plan *p)
 		rw_item(w);
 		rw_str(w, "name", pf->name);
 		rw_hex(w, "address", pf->addr);
-		rw_arr(w, "blocks");
-		for (size_t b = 0; b < pf->nblocks; b++) {
-			if (!(pf->blocks[b].count > 0))
-				continue;
-			rw_item(w);
-			rw_u64(w, "offset", pf->blocks[b].offset);
-			rw_num(w, "count", pf->blocks[b].count, 3);
-			rw_item_end(w);
-		}
-		rw_arr_end(w);
+		write_blocks(w, pf, true);
 		rw_item_end(w);
 	}
 	rw_arr_end(w);
