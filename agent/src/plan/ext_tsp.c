@@ -4,7 +4,7 @@
  * chains an edge connects and merges the pair whose best merge gains the
  * most; a pair's best merge is kept between rounds until either chain
  * changes (each chain has a version, the cache entry the two versions it
- * was computed for). A candidate is scored by laying its blocks out back
+ * was computed for), in a table emptied when half full. A candidate is scored by laying its blocks out back
  * to back and summing the edges inside it, so a merge costs the edges of
  * its two chains, for each of the split points tried.
  */
@@ -50,9 +50,8 @@ struct ctx {
 	uint32_t *mark, stamp;
 	uint32_t *seq;
 	struct chain *c;
-	size_t nc;
 	struct cached *cache;
-	size_t ncache; /* a power of two */
+	size_t ncache, nused; /* a power of two; slots taken */
 };
 
 /* One edge's contribution, from its source's end to its target's start. */
@@ -171,12 +170,23 @@ static struct cached *slot_of(struct ctx *x, uint32_t a, uint32_t b)
 
 	while (x->cache[h].x != UINT32_MAX && (x->cache[h].x != lo || x->cache[h].y != hi))
 		h = (h + 1) & (x->ncache - 1);
-	if (x->cache[h].x == UINT32_MAX) /* new: its versions match no chain's */
-		x->cache[h] = (struct cached){ .x = lo, .y = hi };
+	if (x->cache[h].x != UINT32_MAX)
+		return &x->cache[h];
+	/* A new pair. Merged chains keep making new pairs, so the table is
+	 * emptied when half full (it only saves recomputing merges): a probe
+	 * then always ends at an empty slot. */
+	if (++x->nused > x->ncache / 2) {
+		for (size_t i = 0; i < x->ncache; i++)
+			x->cache[i].x = UINT32_MAX;
+		x->nused = 1;
+		h = ((size_t)lo * 0x9e3779b1u ^ (size_t)hi * 0x85ebca6bu) & (x->ncache - 1);
+	}
+	x->cache[h] = (struct cached){ .x = lo, .y = hi }; /* its versions match no chain's */
 	return &x->cache[h];
 }
 
-/* Merge the pair m describes into the chain it names first. 0 or -ENOMEM. */
+/* Merge the pair m describes into the chain it names first. 0, or -1 when
+ * out of memory. */
 static int apply(struct ctx *x, const struct cached *m)
 {
 	uint32_t ia = m->first, ib = m->first == m->x ? m->y : m->x;
@@ -285,7 +295,7 @@ int hp_ext_tsp_build(const struct hp_chain_block *b, size_t n, const struct hp_c
 			x.c[i].score = seq_score(&x, x.c[i].blk, x.c[i].len);
 	/* Merge the best pair while a merge gains anything. */
 	for (;;) {
-		struct cached *best = NULL;
+		struct cached best = { .gain = 0 };
 		for (size_t i = 0; i < x.nout; i++) {
 			uint32_t ca = x.cid[x.out[i].from], cb = x.cid[x.out[i].to];
 			if (ca == cb)
@@ -296,13 +306,12 @@ int hp_ext_tsp_build(const struct hp_chain_block *b, size_t n, const struct hp_c
 				s->vx = x.c[s->x].version + 1; /* + 1: a fresh slot's 0 never matches */
 				s->vy = x.c[s->y].version + 1;
 			}
-			if (s->gain > 1e-9 && (!best || s->gain > best->gain))
-				best = s;
+			if (s->gain > 1e-9 && s->gain > best.gain)
+				best = *s; /* a copy: a later slot_of may empty the table */
 		}
-		if (!best)
+		if (!(best.gain > 1e-9))
 			break;
-		struct cached m = *best;
-		if (apply(&x, &m) < 0)
+		if (apply(&x, &best) < 0)
 			goto out;
 	}
 	/* Entry's chain first, then the others densest first. */

@@ -7,8 +7,10 @@
  * ext-TSP puts 5 between them (100 taken). Then the invariants on random
  * CFGs: every hot block placed once, cold ones not, the entry first, a block
  * that runs into the next without a branch still followed by it, chains
- * contiguous and numbered in layout order.
+ * contiguous and numbered in layout order, on small CFGs and on CFGs of
+ * thousands of blocks.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -69,46 +71,69 @@ static uint32_t rnd(uint32_t n)
 	return (uint32_t)(rng % n);
 }
 
+/* One random CFG of at most nmax blocks and emax edges (local: mostly
+ * short forward edges and some back), laid out; its invariants checked. */
+static void random_round(int round, uint32_t nmax, uint32_t emax, bool local)
+{
+	uint32_t n = 2 + rnd(nmax - 1), ne = rnd(emax), nhot = 0, nch;
+	struct hp_chain_block *b = calloc(n, sizeof(*b));
+	struct hp_chain_edge *e = calloc(ne + 1, sizeof(*e));
+	uint32_t *order = calloc(n, sizeof(*order));
+	int32_t *chain_of = calloc(n, sizeof(*chain_of));
+	uint8_t *seen = calloc(n, 1);
+
+	REQUIRE(b && e && order && chain_of && seen, "out of memory");
+	for (uint32_t i = 0; i < n; i++) {
+		b[i] = (struct hp_chain_block){ rnd(1000), 1 + rnd(64), i == 0 || rnd(5) != 0, -1 };
+		if (i + 1 < n && rnd(4) == 0)
+			b[i].falls_to = (int32_t)i + 1;
+		nhot += b[i].hot;
+	}
+	for (uint32_t i = 0; i < ne; i++) {
+		/* local: mostly short forward edges and some loops back, as compiled code has */
+		uint32_t from = rnd(n), to = local ? (rnd(5) ? from + 1 + rnd(8) : from - rnd(from + 1)) % n : rnd(n);
+		e[i] = (struct hp_chain_edge){ from, to, rnd(3) ? rnd(500) : 0 };
+	}
+	int k = hp_ext_tsp_build(b, n, e, ne, 0, order, chain_of, &nch);
+	REQUIRE(k == (int)nhot, "round %d: %d of %u hot blocks placed", round, k, nhot);
+	EXPECT(order[0] == 0, "round %d: block %u first, not the entry", round, order[0]);
+	for (int i = 0; i < k; i++) {
+		EXPECT(order[i] < n && b[order[i]].hot && !seen[order[i]], "round %d: block %u placed wrongly", round,
+		       order[i]);
+		seen[order[i] % n] = 1;
+		/* Chains contiguous and numbered in layout order. */
+		EXPECT(i == 0 ? chain_of[order[i]] == 0 :
+				chain_of[order[i]] == chain_of[order[i - 1]] ||
+					chain_of[order[i]] == chain_of[order[i - 1]] + 1,
+		       "round %d: chains not contiguous at %d", round, i);
+		int32_t y = b[order[i]].falls_to;
+		if (y > 0 && b[y].hot)
+			EXPECT(i + 1 < k && order[i + 1] == (uint32_t)y,
+			       "round %d: block %u runs into %d, which does not follow it", round, order[i], y);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		EXPECT(b[i].hot || chain_of[i] == -1, "round %d: cold block %u in chain %d", round, i, chain_of[i]);
+	free(b);
+	free(e);
+	free(order);
+	free(chain_of);
+	free(seen);
+}
+
 static void t_random_cfgs_keep_the_invariants(void)
 {
-	enum { N = 60, E = 160 };
-	struct hp_chain_block b[N];
-	struct hp_chain_edge e[E];
-	uint32_t order[N], nch;
-	int32_t chain_of[N];
+	for (int round = 0; round < 200; round++)
+		random_round(round, 60, 160, false);
+}
 
-	for (int round = 0; round < 200; round++) {
-		uint32_t n = 2 + rnd(N - 1), ne = rnd(E), nhot = 0;
-		for (uint32_t i = 0; i < n; i++) {
-			b[i] = (struct hp_chain_block){ rnd(1000), 1 + rnd(64), i == 0 || rnd(5) != 0, -1 };
-			if (i + 1 < n && rnd(4) == 0)
-				b[i].falls_to = (int32_t)i + 1;
-			nhot += b[i].hot;
-		}
-		for (uint32_t i = 0; i < ne; i++)
-			e[i] = (struct hp_chain_edge){ rnd(n), rnd(n), rnd(3) ? rnd(500) : 0 };
-		int k = hp_ext_tsp_build(b, n, e, ne, 0, order, chain_of, &nch);
-		REQUIRE(k == (int)nhot, "round %d: %d of %u hot blocks placed", round, k, nhot);
-		EXPECT(order[0] == 0, "round %d: block %u first, not the entry", round, order[0]);
-		uint8_t seen[N] = { 0 };
-		for (int i = 0; i < k; i++) {
-			EXPECT(order[i] < n && b[order[i]].hot && !seen[order[i]], "round %d: block %u placed wrongly",
-			       round, order[i]);
-			seen[order[i] % N] = 1;
-			/* Chains contiguous and numbered in layout order. */
-			EXPECT(i == 0 ? chain_of[order[i]] == 0 :
-					chain_of[order[i]] == chain_of[order[i - 1]] ||
-						chain_of[order[i]] == chain_of[order[i - 1]] + 1,
-			       "round %d: chains not contiguous at %d", round, i);
-			int32_t y = b[order[i]].falls_to;
-			if (y > 0 && b[y].hot)
-				EXPECT(i + 1 < k && order[i + 1] == (uint32_t)y,
-				       "round %d: block %u runs into %d, which does not follow it", round, order[i], y);
-		}
-		for (uint32_t i = 0; i < n; i++)
-			EXPECT(b[i].hot || chain_of[i] == -1, "round %d: cold block %u in chain %d", round, i,
-			       chain_of[i]);
-	}
+/* CFGs of thousands of blocks, as the largest functions have
+ * (sqlite3VdbeExec: 2,038 hot blocks), shaped like compiled code (short
+ * forward edges, some loops back): the layout ends and keeps its
+ * invariants. */
+static void t_large_cfgs_keep_the_invariants(void)
+{
+	for (int round = 0; round < 3; round++)
+		random_round(1000 + round, 2500, 5000, true);
 }
 
 int main(void)
@@ -116,5 +141,6 @@ int main(void)
 	RUN(t_split_merge_beats_pettis_hansen);
 	RUN(t_entry_stays_first);
 	RUN(t_random_cfgs_keep_the_invariants);
+	RUN(t_large_cfgs_keep_the_invariants);
 	TEST_EXIT();
 }
