@@ -32,7 +32,7 @@ agent:
 	$(MAKE) -C agent $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
 
 backend:
-	$(MAKE) -C backend setup proto openapi
+	$(MAKE) -C backend setup proto openapi bytecode
 
 frontend: backend
 	cd frontend && npm run gen:api && npm run build

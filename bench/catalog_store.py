@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT / "backend"))
 import pytest  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
-from app.core.db import EmbeddedPostgres, make_engine, postmaster_pid, stop_postgres  # noqa: E402
+from app.core.db import EmbeddedPostgres, make_engine  # noqa: E402
+from app.core.postmaster import postmaster_pid, stop_postgres  # noqa: E402
 from tests.backend_process import Backend  # noqa: E402
 from tests.process_cpu import postgres_cpu, process_cpu  # noqa: E402
 from tests.scripted_agent import KERNEL_BASE, kernel_functions  # noqa: E402

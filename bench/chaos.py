@@ -27,7 +27,7 @@ import grpc  # noqa: E402
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
 
-from app.core.db import postmaster_pid  # noqa: E402
+from app.core.postmaster import postmaster_pid  # noqa: E402
 from app.protocol.proto import pb  # noqa: E402
 from tests.scripted_agent import ScriptedAgent, enroll, kernel_functions  # noqa: E402
 

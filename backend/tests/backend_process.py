@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.db import postmaster_pid
+from app.core.postmaster import postmaster_pid
 from tests.scripted_agent import HANG_S, ScriptedAgent, enroll
 
 BACKEND_DIR = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import psutil
 
-from app.core.db import postmaster_pid
+from app.core.postmaster import postmaster_pid
 
 
 def process_cpu(pid: int) -> float:

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from app.core.db import stop_postgres
+from app.core.postmaster import stop_postgres
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.core.db import postmaster_pid
+from app.core.postmaster import postmaster_pid
 from tests.backend_process import Backend, _host, _postgres_gone
 from tests.scripted_agent import ScriptedAgent, wait_until
 
@@ -110,7 +110,7 @@ def test_a_start_waits_for_a_postgres_that_is_stopping(data_folder):
     from pgserver._commands import POSTGRES_BIN_PATH
     from sqlalchemy import create_engine, text
 
-    from app.core.db import postmaster_status
+    from app.core.postmaster import postmaster_status
 
     pgdata = data_folder / "pgdata"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
