@@ -10,6 +10,11 @@ root=$PWD
 data=$(mktemp -d /tmp/hotpath-e2e.XXXXXX)
 export HOTPATH_DATA_DIR=$data HOTPATH_HTTP_PORT=${HOTPATH_E2E_HTTP_PORT:-18080} HOTPATH_GRPC_PORT=${HOTPATH_E2E_GRPC_PORT:-15051}
 export HOTPATH_QUIET=1
+# This host's agent samples at 199 Hz per CPU, not make run's 997: the backend stored the whole machine's
+# samples and stacks at 997 Hz for the suite's ~15 minutes, about half a core (docs/decisions.md, "The
+# test run's time, session 22"). The tests' statistical margins are derived from this rate (helpers.ts).
+export HOTPATH_E2E_SAMPLE_HZ=${HOTPATH_E2E_SAMPLE_HZ:-199}
+export HOTPATH_AGENT_ARGS="--frequency $HOTPATH_E2E_SAMPLE_HZ ${HOTPATH_AGENT_ARGS:-}"
 url=http://127.0.0.1:$HOTPATH_HTTP_PORT
 
 ./scripts/run.sh >"$data/run.out" 2>&1 &

@@ -12,6 +12,8 @@
 #   HOTPATH_HTTPS=1     serve the console over HTTPS with the installation CA's server certificate
 #   DATABASE_URL        use this Postgres instead of the embedded one
 #   HOTPATH_QUIET=1     do not mirror the logs on the terminal (they are always in DATA_DIR/log/)
+#   HOTPATH_AGENT_ARGS  more arguments for this host's agent (`hotpathd run --help`), split at spaces,
+#                       e.g. "--frequency 199" to sample at 199 Hz per CPU instead of 997
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -95,8 +97,9 @@ fi
 supervise_agent() {
 	trap 'kill -TERM $(cat "$rundir/agent.pid" 2>/dev/null) 2>/dev/null; exit 0' TERM INT
 	while :; do
+		# shellcheck disable=SC2086 # HOTPATH_AGENT_ARGS is split at spaces on purpose
 		agent/build/hotpathd run --server "127.0.0.1:$HOTPATH_GRPC_PORT" --state-dir "$state" \
-			"${enroll_args[@]}" &
+			"${enroll_args[@]}" ${HOTPATH_AGENT_ARGS:-} &
 		echo $! >"$rundir/agent.pid"
 		local rc=0
 		wait $! || rc=$?  # under `set -e` a bare failing wait would end the supervisor too

@@ -21,6 +21,10 @@ export const adminPassword = process.env.HOTPATH_E2E_ADMIN_PASSWORD ?? "";
  * on as soon as what it waits for holds. */
 export const ANSWER_MS = 90_000;
 
+/** This host's agent's samples per second per CPU (e2e/run.sh starts it with --frequency); the tests'
+ * statistical margins are derived from it. */
+export const sampleHz = Number(process.env.HOTPATH_E2E_SAMPLE_HZ ?? 997);
+
 /** An API client signed in as a user. */
 export async function apiAs(username: string, password: string): Promise<APIRequestContext> {
   const anon = await request.newContext({ baseURL });

@@ -11,7 +11,7 @@ import { readFileSync, writeFileSync, mkdtempSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { readyHost, startReadLoop, startRandomReadLoop, runForKernelSeconds, ANSWER_MS } from "./helpers";
+import { readyHost, startReadLoop, startRandomReadLoop, runForKernelSeconds, ANSWER_MS, sampleHz } from "./helpers";
 
 function iso(ms: number): string {
   return new Date(ms).toISOString();
@@ -256,12 +256,13 @@ test("comparing two ranges as a differential flame graph shows the workload this
   const label = (await chacha.getAttribute("aria-label"))!;
   const change = /change ([+−])(\d+\.\d) points/.exec(label);
   expect(change, label).not.toBeNull();
-  // Margins from the workload: B holds (its seconds) x (CPUs) x 997 samples whatever else runs, and the
-  // loop's kernel time, mostly in its chacha functions, at least kernelSeconds x 997 x 1/2 of them, against
-  // about none in A, the quiet period before it. The checks ask for a tenth of that: with 2 s of kernel time
-  // in 10 s on 2 CPUs, a share of 5 points in B, so 0.5 points and 100 samples.
-  const loopSamples = kernelSeconds * 997 * 0.5;
-  const points = (100 * loopSamples) / (((b1 - b0) / 1000) * cpus().length * 997);
+  // Margins from the workload: B holds (its seconds) x (CPUs) x sampleHz samples whatever else runs, and
+  // the loop's kernel time, mostly in its chacha functions, at least kernelSeconds x sampleHz x 1/2 of
+  // them, against about none in A, the quiet period before it. The checks ask for a tenth of that: with
+  // 2 s of kernel time in 10 s on 2 CPUs, a share of 5 points in B, so 0.5 points, and at 199 Hz 20 of
+  // the ~200 samples expected.
+  const loopSamples = kernelSeconds * sampleHz * 0.5;
+  const points = (100 * loopSamples) / (((b1 - b0) / 1000) * cpus().length * sampleHz);
   expect(change![1]).toBe("+");
   expect(Number(change![2])).toBeGreaterThan(points / 10);
   expect(top.b).toBeGreaterThan(top.a + loopSamples / 10);
