@@ -6,9 +6,14 @@
  *
  *   INFO        ABI version, limits, kernel release
  *   READ        bytes of kernel text (core kernel, one module, or an own heap)
- *   HEAP_ALLOC  a code heap in module space, within rel32 reach of kernel text
- *   HEAP_WRITE  bytes into a heap that is not sealed yet
- *   HEAP_SEAL   the heap read-only and executable; no write after this
+ *   HEAP_ALLOC  a code heap: a slot of this module's own text (hotpath_heaps.S),
+ *               so within rel32 reach of kernel text and module text to the
+ *               kernel (kallsyms, the ORC unwinder, kprobes)
+ *   HEAP_WRITE  bytes into a heap that is not sealed yet (text_poke_copy)
+ *   HEAP_SEAL   no write after this; a redirect or call may now reach it
+ *   HEAP_UNWIND the copy's position map (read from the sealed heap) gives it
+ *               the original's ORC entries and names (unwind.c's part here)
+ *   HEAP_UNWIND_DROP  those entries and names removed
  *   REDIRECT    calls of a traceable function go to a sealed heap of the
  *               opener, through an ftrace_ops with IPMODIFY (livepatch's way)
  *   UNDO        one redirect removed
@@ -17,15 +22,15 @@
  *               text_mutex (the way static calls and ftrace poke calls)
  *   CALL_UNDO   one call site's original bytes written back the same way
  *   HEAP_FREE   a heap no redirect or call site points into, freed after an
- *               RCU-tasks grace period
+ *               RCU-tasks grace period (its slot filled with int3 again)
  *
  * Closing the device undoes everything the opener did, call sites first, then
  * redirects, then heaps (and rmmod cannot happen while it is open).
  *
- * module_alloc, set_memory_ro/x, core_kernel_text, __module_text_address,
- * ftrace_location, text_poke_bp and text_mutex are not exported by 6.1: their
- * addresses come from register_kprobe on their names at load time, text_mutex's
- * (data) from kallsyms_lookup_name found the same way (docs/decisions.md).
+ * core_kernel_text, __module_text_address, ftrace_location, text_poke_bp and
+ * text_mutex are not exported by 6.1: their addresses come from
+ * register_kprobe on their names at load time, text_mutex's (data) and the
+ * rest from kallsyms_lookup_name found the same way (docs/decisions.md).
  */
 #include <linux/err.h>
 #include <linux/fs.h>
@@ -42,13 +47,10 @@
 #include <linux/utsname.h>
 #include <linux/vmalloc.h>
 
-#include "hotpath_uapi.h"
+#include "hotpath.h"
 
-struct hp_heap {
-	unsigned long addr; /* 0: slot free */
-	unsigned long size; /* bytes, whole pages */
-	bool sealed;
-};
+/* The area of hotpath_heaps.S: heap id i is its slot i. */
+extern u8 hotpath_heap_area[], hotpath_heap_area_end[];
 
 struct hp_redirect {
 	struct ftrace_ops ops; /* first: the handler finds the redirect from it */
@@ -74,14 +76,15 @@ static struct hp_redirect *hp_redirects[HOTPATH_REDIRECTS_MAX];
 static struct hp_call hp_calls[HOTPATH_CALLS_MAX];
 
 /* The kernel's own functions this module needs but 6.1 does not export. */
-static void *(*hp_module_alloc)(unsigned long size);
-static int (*hp_set_memory_ro)(unsigned long addr, int numpages);
-static int (*hp_set_memory_x)(unsigned long addr, int numpages);
-static int (*hp_core_kernel_text)(unsigned long addr);
-static struct module *(*hp_module_text_address)(unsigned long addr);
+static void *(*hp_text_poke_copy)(void *addr, const void *opcode, size_t len);
+static void *(*hp_text_poke_set)(void *addr, int c, size_t len);
+static void (*hp_text_poke_sync)(void);
+int (*hp_core_kernel_text)(unsigned long addr);
+struct module *(*hp_module_text_address)(unsigned long addr);
 static unsigned long (*hp_ftrace_location)(unsigned long ip);
 static void (*hp_text_poke_bp)(void *addr, const void *opcode, size_t len, const void *emulate);
 static struct mutex *hp_text_mutex;
+unsigned long (*hp_lookup_name)(const char *name);
 
 /* Hold the module whose text holds addr (none for the core kernel's text)
  * so that it stays loaded while Hotpath has written into or redirected it:
@@ -201,10 +204,9 @@ static long hp_read(void __user *arg)
 static long hp_heap_alloc(void __user *arg)
 {
 	struct hotpath_heap_alloc req;
-	unsigned long size, addr, anchor = (unsigned long)hp_module_alloc;
+	unsigned long size, addr, anchor = (unsigned long)hp_core_kernel_text;
 	struct hp_heap *h = NULL;
 	unsigned int i;
-	void *p;
 
 	if (copy_from_user(&req, arg, sizeof(req)))
 		return -EFAULT;
@@ -218,23 +220,15 @@ static long hp_heap_alloc(void __user *arg)
 	if (!h)
 		return -ENOSPC;
 	size = PAGE_ALIGN(req.size);
-	p = hp_module_alloc(size);
-	if (!p)
-		return -ENOMEM;
-	addr = (unsigned long)p;
-	/* Module space, and every byte within a rel32 of core kernel text. */
-	if (addr < MODULES_VADDR || addr + size > MODULES_END || addr + size - anchor > S32_MAX ||
-	    (addr < anchor && anchor - addr > S32_MAX)) {
-		vfree(p);
+	/* Its slot of the area, int3 where nothing is written (hp_init, hp_heap_release). */
+	addr = (unsigned long)hotpath_heap_area + (unsigned long)(h - hp_heaps) * HOTPATH_HEAP_MAX;
+	/* Every byte within a rel32 of core kernel text (module space is). */
+	if (addr + size - anchor > S32_MAX || (addr < anchor && anchor - addr > S32_MAX))
 		return -ERANGE;
-	}
-	memset(p, 0xcc, size); /* int3 where nothing is written */
 	req.id = h - hp_heaps;
 	req.addr = addr;
-	if (copy_to_user(arg, &req, sizeof(req))) {
-		vfree(p);
+	if (copy_to_user(arg, &req, sizeof(req)))
 		return -EFAULT;
-	}
 	h->addr = addr;
 	h->size = size;
 	h->sealed = false;
@@ -250,6 +244,8 @@ static long hp_heap_write(void __user *arg)
 {
 	struct hotpath_heap_write req;
 	struct hp_heap *h;
+	void *buf;
+	int err;
 
 	if (copy_from_user(&req, arg, sizeof(req)))
 		return -EFAULT;
@@ -264,7 +260,16 @@ static long hp_heap_write(void __user *arg)
 		return -E2BIG;
 	if (req.offset > h->size - req.len)
 		return -ERANGE;
-	return copy_from_user((void *)(h->addr + req.offset), u64_to_user_ptr(req.buf), req.len) ? -EFAULT : 0;
+	buf = kvmalloc(req.len, GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	err = copy_from_user(buf, u64_to_user_ptr(req.buf), req.len) ? -EFAULT : 0;
+	/* Module text is read-only: written the way BPF writes its programs' packs.
+	 * No CPU runs this heap yet (a redirect or call needs it sealed). */
+	if (!err)
+		hp_text_poke_copy((void *)(h->addr + req.offset), buf, req.len);
+	kvfree(buf);
+	return err;
 }
 
 /* The heap a HOTPATH_HEAP_SEAL or HOTPATH_HEAP_FREE names, or an error. */
@@ -284,17 +289,13 @@ static struct hp_heap *hp_heap_named(void __user *arg)
 static long hp_heap_seal(void __user *arg)
 {
 	struct hp_heap *h = hp_heap_named(arg);
-	int err;
 
 	if (IS_ERR(h))
 		return PTR_ERR(h);
 	if (h->sealed)
 		return -EPERM;
-	err = hp_set_memory_ro(h->addr, h->size >> PAGE_SHIFT);
-	if (!err)
-		err = hp_set_memory_x(h->addr, h->size >> PAGE_SHIFT);
-	if (err)
-		return err;
+	/* Every CPU serialised before any can be sent here. */
+	hp_text_poke_sync();
 	h->sealed = true;
 	return 0;
 }
@@ -556,11 +557,12 @@ static long hp_call_undo(void __user *arg)
 /* Heaps are freed once no task can be inside them: after an RCU-tasks grace
  * period every task has passed a voluntary context switch since the last
  * redirect into them was removed (the rule of kprobes' and ftrace's own
- * trampolines). vfree is module_memfree here; module_alloc's
- * VM_FLUSH_RESET_PERMS makes it restore the pages' permissions. */
+ * trampolines). Its names and unwind entries go first; its slot is int3
+ * again for the next heap. */
 static void hp_heap_release(struct hp_heap *h)
 {
-	vfree((void *)h->addr);
+	hp_unwind_drop(hp_heaps, HOTPATH_HEAPS_MAX, h);
+	hp_text_poke_set((void *)h->addr, 0xcc, h->size);
 	h->addr = 0;
 	h->size = 0;
 	h->sealed = false;
@@ -642,6 +644,40 @@ static int hp_release(struct inode *inode, struct file *file)
 	return 0;
 }
 
+static long hp_heap_unwind(void __user *arg)
+{
+	struct hotpath_heap_unwind req;
+	struct hp_heap *h;
+
+	if (copy_from_user(&req, arg, sizeof(req)))
+		return -EFAULT;
+	if (req.flags)
+		return -EINVAL;
+	h = hp_heap_by_id(req.id);
+	if (!h)
+		return -ENOENT;
+	/* The map is read from the heap as sealed: the bytes the plan's approval covers. */
+	if (!h->sealed)
+		return -EPERM;
+	if (h->uw)
+		return -EEXIST;
+	if (!req.len || req.len > HOTPATH_MAP_MAX || req.offset > h->size || req.len > h->size - req.offset)
+		return -ERANGE;
+	return hp_unwind_set(hp_heaps, HOTPATH_HEAPS_MAX, h, req.offset, req.len);
+}
+
+static long hp_heap_unwind_drop(void __user *arg)
+{
+	struct hp_heap *h = hp_heap_named(arg);
+
+	if (IS_ERR(h))
+		return PTR_ERR(h);
+	if (!h->uw)
+		return -ENOENT;
+	hp_unwind_drop(hp_heaps, HOTPATH_HEAPS_MAX, h);
+	return 0;
+}
+
 static const struct {
 	unsigned int cmd;
 	long (*fn)(void __user *arg);
@@ -656,6 +692,8 @@ static const struct {
 	{ HOTPATH_HEAP_FREE, hp_heap_free },
 	{ HOTPATH_CALL_PATCH, hp_call_patch },
 	{ HOTPATH_CALL_UNDO, hp_call_undo },
+	{ HOTPATH_HEAP_UNWIND, hp_heap_unwind },
+	{ HOTPATH_HEAP_UNWIND_DROP, hp_heap_unwind_drop },
 };
 
 static long hp_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
@@ -688,12 +726,11 @@ static struct miscdevice hp_dev = {
 
 static int __init hp_init(void)
 {
-	static const char *const names[] = { "module_alloc",     "set_memory_ro",         "set_memory_x",
-					     "core_kernel_text", "__module_text_address", "ftrace_location",
-					     "text_poke_bp",     "kallsyms_lookup_name" };
+	static const char *const names[] = { "core_kernel_text", "__module_text_address", "ftrace_location",
+					     "text_poke_bp", "kallsyms_lookup_name" };
 	unsigned long addr[ARRAY_SIZE(names)];
-	unsigned long (*lookup_name)(const char *name);
 	unsigned int i;
+	int err;
 
 	for (i = 0; i < ARRAY_SIZE(names); i++) {
 		addr[i] = hp_lookup(names[i]);
@@ -702,21 +739,34 @@ static int __init hp_init(void)
 			return -ENOENT;
 		}
 	}
-	hp_module_alloc = (void *)addr[0];
-	hp_set_memory_ro = (void *)addr[1];
-	hp_set_memory_x = (void *)addr[2];
-	hp_core_kernel_text = (void *)addr[3];
-	hp_module_text_address = (void *)addr[4];
-	hp_ftrace_location = (void *)addr[5];
-	hp_text_poke_bp = (void *)addr[6];
-	/* text_mutex is data, where no kprobe goes: kallsyms finds it. */
-	lookup_name = (void *)addr[7];
-	hp_text_mutex = (struct mutex *)lookup_name("text_mutex");
-	if (!hp_text_mutex) {
-		pr_err("hotpath: cannot find text_mutex (kallsyms_lookup_name has no such symbol)\n");
+	hp_core_kernel_text = (void *)addr[0];
+	hp_module_text_address = (void *)addr[1];
+	hp_ftrace_location = (void *)addr[2];
+	hp_text_poke_bp = (void *)addr[3];
+	hp_lookup_name = (void *)addr[4];
+	/* text_mutex is data, where no kprobe goes, and the text pokers are
+	 * found by kallsyms too (no kprobe on code that writes text). */
+	hp_text_mutex = (struct mutex *)hp_lookup_name("text_mutex");
+	hp_text_poke_copy = (void *)hp_lookup_name("text_poke_copy");
+	hp_text_poke_set = (void *)hp_lookup_name("text_poke_set");
+	hp_text_poke_sync = (void *)hp_lookup_name("text_poke_sync");
+	if (!hp_text_mutex || !hp_text_poke_copy || !hp_text_poke_set || !hp_text_poke_sync) {
+		pr_err("hotpath: cannot find text_mutex, text_poke_copy, text_poke_set or text_poke_sync (kallsyms_lookup_name)\n");
 		return -ENOENT;
 	}
-	return misc_register(&hp_dev);
+	if (hotpath_heap_area_end - hotpath_heap_area != (long)HOTPATH_HEAPS_MAX * HOTPATH_HEAP_MAX ||
+	    !PAGE_ALIGNED(hotpath_heap_area)) {
+		pr_err("hotpath: the heaps' area is not HOTPATH_HEAPS_MAX x HOTPATH_HEAP_MAX page-aligned bytes\n");
+		return -EINVAL;
+	}
+	hp_text_poke_set(hotpath_heap_area, 0xcc, hotpath_heap_area_end - hotpath_heap_area);
+	err = hp_unwind_init();
+	if (err)
+		return err;
+	err = misc_register(&hp_dev);
+	if (err)
+		hp_unwind_exit();
+	return err;
 }
 
 static void __exit hp_exit(void)
@@ -727,6 +777,7 @@ static void __exit hp_exit(void)
 	mutex_lock(&hp_lock);
 	hp_undo_all();
 	mutex_unlock(&hp_lock);
+	hp_unwind_exit();
 }
 
 module_init(hp_init);

@@ -131,8 +131,8 @@ action=${action:-install}
 # The package version: the module's ABI version, from the one header that defines it.
 kmod=$here/../../agent/kmod
 uapi=$kmod/hotpath_uapi.h
-[ -f "$uapi" ] && [ -f "$kmod/hotpath.c" ] && [ -f "$kmod/Kbuild" ] ||
-	die "the module's source is not beside this script ($kmod: Kbuild, hotpath.c, hotpath_uapi.h); run it from a Hotpath checkout"
+[ -f "$uapi" ] && [ -f "$kmod/hotpath_main.c" ] && [ -f "$kmod/Kbuild" ] ||
+	die "the module's source is not beside this script ($kmod: Kbuild, hotpath_main.c, hotpath_uapi.h); run it from a Hotpath checkout"
 kmod=$(cd "$kmod" && pwd)
 version=$(sed -nE 's/^#define[[:space:]]+HOTPATH_ABI_VERSION[[:space:]]+([0-9]+)[[:space:]]*$/\1/p' "$uapi")
 [[ "$version" =~ ^[0-9]+$ ]] || die "$uapi defines no HOTPATH_ABI_VERSION (a number): cannot name the package"
@@ -287,7 +287,7 @@ mkdir -p "$src_root" "$dkms_root"
 dest=$src_root/$module-$version
 tmp=$(mktemp -d "$src_root/.$module-$version.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-cp "$kmod/Kbuild" "$kmod"/*.c "$kmod"/*.h "$tmp/"
+cp "$kmod/Kbuild" "$kmod"/*.c "$kmod"/*.S "$kmod"/*.h "$tmp/"
 sed "s/@PACKAGE_VERSION@/$version/" "$here/dkms.conf" >"$tmp/dkms.conf"
 grep -qx "PACKAGE_VERSION=\"$version\"" "$tmp/dkms.conf" || die "$here/dkms.conf has no PACKAGE_VERSION=\"@PACKAGE_VERSION@\" line to fill in"
 chmod 755 "$tmp"

@@ -107,7 +107,7 @@ if command -v dkms >/dev/null; then
 	run -k "$rel" --kernelsourcedir "$tmp/headers" "${trees[@]}"
 	if [ "$rc" = 1 ] && grep -qF "staged agent/kmod into $staged" <<<"$out" && grep -qF "no kernel to build against" <<<"$out" &&
 		grep -qF "building for $rel failed" <<<"$out" && grep -qx "PACKAGE_VERSION=\"$abi\"" "$staged/dkms.conf" &&
-		diff -q agent/kmod/hotpath.c "$staged/hotpath.c" >/dev/null && diff -q agent/kmod/Kbuild "$staged/Kbuild" >/dev/null &&
+		diff -q agent/kmod/hotpath_main.c "$staged/hotpath_main.c" >/dev/null && diff -q agent/kmod/Kbuild "$staged/Kbuild" >/dev/null &&
 		dkms status -m hotpath --dkmstree "$tmp/dkms" --sourcetree "$tmp/src" | grep -qx "hotpath/$abi: added"; then
 		ok "a failed build: source staged with version $abi, added to DKMS, the build's make.log shown, exit 1"
 	else
@@ -119,10 +119,10 @@ if command -v dkms >/dev/null; then
 	else
 		fail "the second run (status $rc)"
 	fi
-	echo "/* changed */" >>"$staged/hotpath.c"
+	echo "/* changed */" >>"$staged/hotpath_main.c"
 	run -k "$rel" --kernelsourcedir "$tmp/headers" "${trees[@]}"
 	if grep -qF "is not this checkout's agent/kmod: replacing it" <<<"$out" && grep -qF "adding:" <<<"$out" &&
-		diff -q agent/kmod/hotpath.c "$staged/hotpath.c" >/dev/null; then
+		diff -q agent/kmod/hotpath_main.c "$staged/hotpath_main.c" >/dev/null; then
 		ok "a staged source that differs from the checkout's is removed from DKMS and replaced"
 	else
 		fail "replacing a changed source (status $rc)"

@@ -985,8 +985,9 @@ static int notes(struct hp_plan_ctx *c)
 		     "code; functions with landing pads or rules it cannot reproduce stay in place");
 	else
 		note(p,
-		     "ORC unwind data does not cover moved code: stack traces through it are unreliable until the "
-		     "module registers it");
+		     "the copy's position map (code.unwind, format kernel-map) gives it the originals' ORC unwind "
+		     "entries and names when hotpath.ko registers it at install, so stack traces through the copy "
+		     "continue and name the original functions");
 	return HP_PASS_NEXT;
 }
 

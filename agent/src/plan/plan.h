@@ -286,6 +286,15 @@ bool hp_plan_verify(struct hp_model *m, struct hp_plan *plan);
  * .eh_frame after emission; check it reads back as the originals' rows. */
 const char *hp_plan_unwind_rule(const struct hp_module *mod, const struct hp_function *f, char *detail, size_t dlen);
 int hp_plan_unwind(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen);
+/* Bytes of block bl's body: the original bytes before a final direct branch
+ * the layout rebuilds (unwind.c). */
+uint32_t hp_plan_block_body(struct hp_model *m, const struct hp_function *f, const struct hp_block *bl);
+/* A kernel copy's position map (kernel_map.c, hotpath_uapi.h's format) as the
+ * plan's unwind data: which original code each byte of the copy runs as and
+ * the functions' names, from which hotpath.ko gives the copy the originals'
+ * ORC entries and kallsyms names. Verified by re-decoding both sides. */
+int hp_plan_kernel_map(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen);
+bool hp_plan_verify_kernel_map(struct hp_model *m, struct hp_plan *p);
 bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p);
 
 /* Indirect-call promotion (icall_values.c): the promotion of f's indirect

@@ -681,11 +681,14 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		write_listing(w, m, p);
 	}
 	if (p->unwind) {
-		/* The copy's .eh_frame, to install at base + offset with the code. */
+		/* The copy's .eh_frame (a process's) or position map (the kernel's,
+		 * kernel_map.c), to install at base + offset with the code. */
+		bool kernel = m->kind == HP_TARGET_KERNEL;
 		rw_obj(w, "unwind");
+		rw_str(w, "format", kernel ? "kernel-map" : "eh_frame");
 		rw_u64(w, "offset", p->unwind_off);
 		rw_u64(w, "bytes", p->unwind_len);
-		rw_u64(w, "fdes", p->unwind_fdes);
+		rw_u64(w, kernel ? "functions" : "fdes", p->unwind_fdes);
 		if (w->json) {
 			char *hex = malloc(p->unwind_len * 2 + 1);
 			if (hex)

@@ -235,7 +235,7 @@ static void advance(struct buf *o, uint64_t *loc, uint64_t to)
 
 /* Bytes of block bl's body (the original bytes before a final direct
  * branch, which the layout rebuilds). */
-static uint32_t body_len(struct hp_model *m, const struct hp_function *f, const struct hp_block *bl)
+uint32_t hp_plan_block_body(struct hp_model *m, const struct hp_function *f, const struct hp_block *bl)
 {
 	uint8_t code[32];
 	uint32_t off = bl->offset, last = off;
@@ -377,7 +377,7 @@ static int put_fde(struct hp_model *m, struct hp_plan *p, const struct hp_plan_m
 	for (uint32_t j = j0; j < j1; j++) {
 		const struct hp_plan_block *pb = &mb->blocks[j];
 		const struct hp_block *bl = &mod->blocks[f->block_start + pb->index];
-		uint32_t body = body_len(m, f, bl);
+		uint32_t body = hp_plan_block_body(m, f, bl);
 		uint32_t extra = hp_plan_promoted_bytes(p, f, bl->offset, bl->offset + body);
 		uint32_t pre = hp_instrument_prefix_len(p, (uint32_t)(mb - p->members), pb->index);
 		uint64_t oa = f->addr + bl->offset, at = pb->new_addr + pre; /* the body's start */
@@ -415,6 +415,8 @@ int hp_plan_unwind(struct hp_model *m, struct hp_plan *p, char *err, size_t errl
 	p->unwind = NULL;
 	p->unwind_len = p->unwind_fdes = 0;
 	p->unwind_off = (uint32_t)((p->code_len + 7) & ~(size_t)7);
+	if (m->kind == HP_TARGET_KERNEL)
+		return hp_plan_kernel_map(m, p, err, errlen); /* ORC: the module builds it from a map */
 	eh_addr = p->base + p->unwind_off;
 	/* The CIE: "zR", code and data alignment 1, return address in 16,
 	 * FDE pointers pc-relative 4-byte signed, no initial rules. */
@@ -474,6 +476,8 @@ bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p)
 
 	if (!p->unwind)
 		return true;
+	if (m->kind == HP_TARGET_KERNEL)
+		return hp_plan_verify_kernel_map(m, p);
 	if (!(c = hp_cfi_open_blob(p->base + p->unwind_off, p->unwind, p->unwind_len))) {
 		snprintf(p->verify_error, sizeof(p->verify_error),
 			 "unwind: the generated .eh_frame does not read back");
@@ -489,7 +493,7 @@ bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p)
 			const struct hp_plan_block *pb = &mb->blocks[j];
 			const struct hp_block *bl = &mb->mod->blocks[f->block_start + pb->index];
 			uint64_t oa = f->addr + bl->offset;
-			uint32_t body = body_len(m, f, bl);
+			uint32_t body = hp_plan_block_body(m, f, bl);
 			uint32_t extra = hp_plan_promoted_bytes(p, f, bl->offset, bl->offset + body);
 			uint32_t pre = hp_instrument_prefix_len(p, (uint32_t)i, pb->index);
 			uint64_t at = pb->new_addr + pre; /* the body's start */

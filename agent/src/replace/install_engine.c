@@ -510,7 +510,13 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 			x, json_pack("{s:s, s:b}", "op", "unwind_registered", "registered", x->heap.unwind_registered),
 			err, errlen);
 		res->unwind_registered = x->heap.unwind_registered;
+		bool kernel = !strcmp(x->t.ops->kind, "kernel");
 		snprintf(res->unwind_note, sizeof(res->unwind_note), "%s",
+			 kernel                    ? (x->heap.unwind_registered ?
+							      "registered with hotpath.ko: the copy has the originals' ORC unwind entries "
+							      "and names" :
+							      "not registered: the kernel's ORC table is not in kallsyms "
+							      "(CONFIG_KALLSYMS_ALL), so stack traces through the copy stop there") :
 			 x->heap.unwind_registered ? "registered with the process's unwinder (__register_frame_info)" :
 						     "the process has no unwinder loaded (libgcc_s): nothing to "
 						     "register");

@@ -9,13 +9,16 @@
  *                  places modules), through the process's view of it
  *                  (kernel_syms.h); the build id is the kernel's
  *   read           HOTPATH_READ (kernel text, module text, our own heaps)
- *   heap_place     HOTPATH_HEAP_ALLOC: the kernel picks the address
- *                  (module_alloc, module space), so "place" allocates; an
+ *   heap_place     HOTPATH_HEAP_ALLOC: the module picks the address (a
+ *                  slot of its own text), so "place" allocates; an
  *                  address outside the range the engine needs is freed
  *                  and refused
  *   heap_unplace   HOTPATH_HEAP_FREE of a heap placed and never mapped
  *   heap_map       HOTPATH_HEAP_WRITE of the whole image, then HEAP_SEAL
- *                  (read-only and executable from then on)
+ *                  (no write after it)
+ *   unwind         HOTPATH_HEAP_UNWIND of the copy's position map (the
+ *                  plan's unwind data): the originals' ORC entries and
+ *                  names for the copy / HOTPATH_HEAP_UNWIND_DROP
  *   entries        HOTPATH_REDIRECT (ftrace IPMODIFY, with the original
  *                  bytes as expect) / HOTPATH_UNDO
  *   call sites     HOTPATH_CALL_PATCH (the module pokes the e8 rel32 with
@@ -180,8 +183,8 @@ static int kheap_place(struct hp_patch_target *t, uint64_t lo, uint64_t hi, uint
 	for (size_t i = 0; i < HOTPATH_HEAPS_MAX && slot == HOTPATH_HEAPS_MAX; i++)
 		if (!kdev.heaps[i].addr)
 			slot = i;
-	/* The kernel picks the address (module_alloc, in module space, within
-	 * rel32 reach of kernel text): "placing" is allocating here. */
+	/* The module picks the address (a slot of its own text, within rel32
+	 * reach of kernel text): "placing" is allocating here. */
 	if (slot == HOTPATH_HEAPS_MAX || ioctl(kdev.fd, HOTPATH_HEAP_ALLOC, &rq) < 0) {
 		int e = slot == HOTPATH_HEAPS_MAX ? ENOSPC : errno;
 		snprintf(err, errlen, "hotpath.ko could not allocate a code heap of %zu bytes: %s", len, strerror(e));
@@ -226,7 +229,7 @@ static int kheap_map(struct hp_patch_target *t, struct hp_heap *h, const uint8_t
 			 "writable part)");
 		return -EOPNOTSUPP;
 	}
-	h->data = 0; /* no unwinder registration area: the kernel's unwinder is ORC (not done for copies) */
+	h->data = 0; /* no registration area: the module keeps the copy's unwind entries (kunwind_register) */
 	h->data_len = 0;
 	struct hotpath_heap_write w = { .id = kdev.heaps[s].id,
 					.buf = (uint64_t)(uintptr_t)image,
@@ -240,11 +243,62 @@ static int kheap_map(struct hp_patch_target *t, struct hp_heap *h, const uint8_t
 	return 0;
 }
 
-static int kunwind_noop(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen)
+/* The copy's position map (the plan's unwind data, plan/kernel_map.c) to
+ * hotpath.ko, which gives the copy the originals' ORC entries and names
+ * (kmod/hotpath_unwind.c). Where the kernel's ORC table is not in kallsyms
+ * (no CONFIG_KALLSYMS_ALL) the module answers ENOENT: the copy runs without
+ * them, as the install's unwind note says. */
+static int kunwind_register(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen)
 {
-	/* The kernel unwinds with ORC, which has no registration for code
-	 * outside vmlinux and modules: nothing is registered (docs/decisions.md). */
+	size_t s = heap_slot(h->addr);
+	struct hotpath_map_head head;
+
 	h->unwind_registered = false;
+	if (s == HOTPATH_HEAPS_MAX || h->unwind < h->addr || h->unwind - h->addr >= h->len) {
+		snprintf(err, errlen, "the copy's position map is not in a code heap of this process");
+		return -ENOENT;
+	}
+	if (kread(t, h->unwind, &head, sizeof(head)) < 0 || head.magic != HOTPATH_MAP_MAGIC) {
+		snprintf(err, errlen, "the copy's position map at 0x%" PRIx64 " does not read back", h->unwind);
+		return -EIO;
+	}
+	uint64_t len = sizeof(head) + (uint64_t)head.nsyms * sizeof(struct hotpath_map_sym) +
+		       (uint64_t)head.nruns * sizeof(struct hotpath_map_run) + head.strtab_len;
+	struct hotpath_heap_unwind rq = { .id = kdev.heaps[s].id,
+					  .offset = (uint32_t)(h->unwind - h->addr),
+					  .len = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len };
+	if (ioctl(kdev.fd, HOTPATH_HEAP_UNWIND, &rq) == 0) {
+		h->unwind_registered = true;
+		return 0;
+	}
+	if (errno == ENOENT)
+		return 0;
+	int e = errno;
+	snprintf(err, errlen, "hotpath.ko refused the copy's position map: %s", strerror(e));
+	return e == EBUSY ? -EIO : -e; /* -EBUSY tells the engine nothing was called */
+}
+
+static int kunwind_deregister(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen)
+{
+	size_t s = heap_slot(h->addr);
+
+	if (s != HOTPATH_HEAPS_MAX && h->unwind_registered) {
+		struct hotpath_heap_id rq = { .id = kdev.heaps[s].id };
+		if (ioctl(kdev.fd, HOTPATH_HEAP_UNWIND_DROP, &rq) < 0 && errno != ENOENT) {
+			int e = errno;
+			snprintf(err, errlen, "hotpath.ko could not remove the copy's names and unwind entries: %s",
+				 strerror(e));
+			return -e;
+		}
+	}
+	h->unwind_registered = false;
+	return 0;
+}
+
+/* Nothing to mark: a request to the module is whole or not done, and the
+ * module drops everything of a process that dies (closing /dev/hotpath). */
+static int kunwind_arm(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen)
+{
 	return 0;
 }
 
@@ -495,9 +549,9 @@ static const struct hp_patch_ops kernel_ops = {
 	.heap_place = kheap_place,
 	.heap_unplace = kheap_unplace,
 	.heap_map = kheap_map,
-	.unwind_register = kunwind_noop,
-	.unwind_deregister = kunwind_noop,
-	.unwind_arm = kunwind_noop,
+	.unwind_register = kunwind_register,
+	.unwind_deregister = kunwind_deregister,
+	.unwind_arm = kunwind_arm,
 	.unwind_settle = kunwind_settle,
 	.prepare_entry = kprepare_entry,
 	.prepare_call = kprepare_call,

@@ -122,6 +122,44 @@ for name, ic in (("before", before), ("after", after)):
     if sum(1 for cs in per_set.values() if len(cs) > ic["ways"]) != ic["conflict_sets"]:
         problems.append(f"{name}: conflict sets")
 check("plan_kernel_heatmap_is_the_hot_lines", not problems, "; ".join(problems[:3]))
+# The copy's position map (plan/kernel_map.c, agent/kmod/hotpath_uapi.h): hotpath.ko gives the copy
+# the originals' ORC entries and names from it. A symbol per member's hot and cold chunk, named as the
+# member; runs that tile every laid-out block's padding and bytes exactly; a run of the original's
+# instructions starts at its block's original address.
+import struct
+
+uw = code.get("unwind") or {}
+mp = bytes.fromhex(uw.get("hex", ""))
+problems = []
+if uw.get("format") != "kernel-map" or len(mp) < 24:
+    problems.append(f"format {uw.get('format')}, {len(mp)} bytes")
+else:
+    magic, version, flags, to_map, nsyms, nruns, nstr = struct.unpack_from("<IHHIIII", mp)
+    strs = mp[24 + 12 * nsyms + 24 * nruns:]
+    if (magic, version, to_map, uw["functions"]) != (0x4D4B5048, 1, uw["offset"], nsyms) or len(strs) != nstr:
+        problems.append(f"head {magic:#x} {version} {to_map} {nsyms} {nruns} {nstr}")
+    syms = {}
+    for i in range(nsyms):
+        off, sz, name = struct.unpack_from("<III", mp, 24 + 12 * i)
+        syms[off] = (sz, strs[name:strs.index(b"\0", name)].decode())
+    runs = sorted(struct.unpack_from("<IIQII", mp, 24 + 12 * nsyms + 24 * i)[:4] for i in range(nruns))
+    for m in g:
+        hot = [b for b in m["layout"] if b["hot"] and b["new_size"]]
+        if hot:
+            first = min(h(b["new_address"]) - b["padding"] for b in hot) - base
+            if syms.get(first, (0, ""))[1] != m["function"]:
+                problems.append(f"{m['function']}: no symbol at its hot chunk (+{first:#x}): {syms.get(first)}")
+        for b in m["layout"]:
+            if not b["new_size"]:
+                continue
+            at, end = h(b["new_address"]) - b["padding"] - base, h(b["new_address"]) + b["new_size"] - base
+            mine = [r for r in runs if at <= r[0] < end]
+            if sum(r[1] for r in mine) != end - at or any(r[0] + r[1] > end for r in mine):
+                problems.append(f"{m['function']}+{b['offset']:#x}: runs {mine} do not tile [{at:#x}, {end:#x})")
+            same = [r for r in mine if r[3] == 0]
+            if same and same[0][2] != h(m["address"]) + b["offset"]:
+                problems.append(f"{m['function']}+{b['offset']:#x}: its run starts at {same[0][2]:#x}")
+check("plan_kernel_position_map_tiles_the_copy", not problems, "; ".join(problems[:3]))
 check("plan_kernel_counts_are_labelled_estimates",
       d["profile"]["estimated"] and all(e["source"] == "estimated" for m in g for e in m["edge_counts"]),
       "sampled counts or edges not labelled estimated")

@@ -196,6 +196,104 @@ static void refused(const char *name, int err, int want)
 	      strerror(want), same ? "unchanged" : "CHANGED");
 }
 
+/* A position map (ABI 3) at offset at of a heap whose code starts at 0: one
+ * symbol named name over the code's len bytes, one run of them as the
+ * original's state at orig. magic and nruns as given (to make bad ones). */
+static size_t make_map(unsigned char *out, uint32_t at, uint32_t len, const char *name, uint64_t orig, uint32_t magic,
+		       uint32_t nruns)
+{
+	struct hotpath_map_head h = { .magic = magic,
+				      .version = HOTPATH_MAP_VERSION,
+				      .code_to_map = at,
+				      .nsyms = 1,
+				      .nruns = nruns,
+				      .strtab_len = (uint32_t)strlen(name) + 1 };
+	struct hotpath_map_sym sy = { .off = 0, .size = len, .name = 0 };
+	struct hotpath_map_run r = { .off = 0, .len = len, .orig = orig, .kind = HOTPATH_RUN_STATE_AT };
+	size_t n = 0;
+
+	memcpy(out + n, &h, sizeof(h)), n += sizeof(h);
+	memcpy(out + n, &sy, sizeof(sy)), n += sizeof(sy);
+	memcpy(out + n, &r, sizeof(r)), n += sizeof(r);
+	memcpy(out + n, name, strlen(name) + 1), n += strlen(name) + 1;
+	return n;
+}
+
+/* ABI 3: a copy's names and unwind entries (HOTPATH_HEAP_UNWIND). A heap with
+ * the tiny code at 0 and maps after it (a good one, bad ones), sealed; every
+ * bad map refused with its errno and nothing named; the good one names the
+ * code "lane_step [hotpath]" in /proc/kallsyms at the heap's address; a
+ * second registration refused; DROP removes the name; HEAP_FREE drops a
+ * registered heap's names with it. */
+static void unwind_checks(int fd, uint64_t step, uint64_t jiffies)
+{
+	static const unsigned char code[] = { 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3 };
+	enum { GOOD = 0x100, MAGIC = 0x200, NAME = 0x300, DATA = 0x400, SIZES = 0x500 };
+	static const struct {
+		uint32_t at;
+		const char *name, *what;
+		int bad_orig;
+		uint32_t magic, nruns;
+		int want;
+	} maps[] = {
+		{ MAGIC, "lane_step", "a map with a wrong magic", 0, 0x12345678u, 1, EINVAL },
+		{ NAME, "lane step", "a map naming a function with a space", 0, HOTPATH_MAP_MAGIC, 1, EINVAL },
+		{ DATA, "lane_step", "a map whose run is data (jiffies), not code", 1, HOTPATH_MAP_MAGIC, 1, ENOENT },
+		{ SIZES, "lane_step", "a map whose counts disagree with its length", 0, HOTPATH_MAP_MAGIC, 2, EINVAL },
+	};
+	unsigned char map[128];
+	size_t lens[5] = { 0 };
+	struct hotpath_heap_alloc a = { .size = 4096 };
+	int err = req(fd, HOTPATH_HEAP_ALLOC, &a);
+
+	check(!err, "HEAP_ALLOC for the unwind checks", err ? strerror(err) : NULL);
+	if (err)
+		return;
+	struct hotpath_heap_write w = { .id = a.id, .len = sizeof(code), .buf = (uintptr_t)code };
+	err = req(fd, HOTPATH_HEAP_WRITE, &w);
+	size_t n = make_map(map, GOOD, sizeof(code), "lane_step", step, HOTPATH_MAP_MAGIC, 1);
+	struct hotpath_heap_write wm = { .id = a.id, .offset = GOOD, .len = (uint32_t)n, .buf = (uintptr_t)map };
+	err = err ? err : req(fd, HOTPATH_HEAP_WRITE, &wm);
+	lens[0] = n;
+	for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]) && !err; i++) {
+		lens[i + 1] = make_map(map, maps[i].at, sizeof(code), maps[i].name, maps[i].bad_orig ? jiffies : step,
+				       maps[i].magic, maps[i].nruns);
+		struct hotpath_heap_write wb = {
+			.id = a.id, .offset = maps[i].at, .len = (uint32_t)lens[i + 1], .buf = (uintptr_t)map
+		};
+		err = req(fd, HOTPATH_HEAP_WRITE, &wb);
+	}
+	check(!err, "HEAP_WRITE of the code and its maps", err ? strerror(err) : NULL);
+	struct hotpath_heap_unwind u = { .id = a.id, .offset = GOOD, .len = (uint32_t)lens[0] };
+	refused("HEAP_UNWIND of an unsealed heap refused", req(fd, HOTPATH_HEAP_UNWIND, &u), EPERM);
+	struct hotpath_heap_id s = { .id = a.id };
+	err = req(fd, HOTPATH_HEAP_SEAL, &s);
+	check(!err, "HEAP_SEAL of the unwind checks' heap", err ? strerror(err) : NULL);
+	for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
+		struct hotpath_heap_unwind b = { .id = a.id, .offset = maps[i].at, .len = (uint32_t)lens[i + 1] };
+		char what[128];
+		snprintf(what, sizeof(what), "HEAP_UNWIND of %s refused", maps[i].what);
+		refused(what, req(fd, HOTPATH_HEAP_UNWIND, &b), maps[i].want);
+	}
+	struct hotpath_heap_unwind past = { .id = a.id, .offset = 4000, .len = 200 };
+	refused("HEAP_UNWIND of a map past the heap's end refused", req(fd, HOTPATH_HEAP_UNWIND, &past), ERANGE);
+	check(sym("lane_step", "hotpath", NULL) == 0, "no refused map named anything", NULL);
+	err = req(fd, HOTPATH_HEAP_UNWIND, &u);
+	uint64_t named = sym("lane_step", "hotpath", NULL);
+	check(!err && named == a.addr, "HEAP_UNWIND names the copy lane_step [hotpath] at the heap",
+	      "%s, kallsyms %#llx, heap %#llx", err ? strerror(err) : "ok", (unsigned long long)named,
+	      (unsigned long long)a.addr);
+	refused("a second HEAP_UNWIND of the heap refused", req(fd, HOTPATH_HEAP_UNWIND, &u), EEXIST);
+	err = req(fd, HOTPATH_HEAP_UNWIND_DROP, &s);
+	check(!err && sym("lane_step", "hotpath", NULL) == 0, "HEAP_UNWIND_DROP removes the name",
+	      err ? strerror(err) : NULL);
+	refused("HEAP_UNWIND_DROP of a heap with none refused", req(fd, HOTPATH_HEAP_UNWIND_DROP, &s), ENOENT);
+	err = req(fd, HOTPATH_HEAP_UNWIND, &u);
+	err = err ? err : req(fd, HOTPATH_HEAP_FREE, &s);
+	check(!err && sym("lane_step", "hotpath", NULL) == 0, "HEAP_FREE of a named heap removes its name with it",
+	      err ? strerror(err) : NULL);
+}
+
 int main(int argc, char **argv)
 {
 	int cycles = argc > 1 ? atoi(argv[1]) : 200;
@@ -322,6 +420,7 @@ int main(int argc, char **argv)
 	err = read_text(fd, step, after, len);
 	check(!err && !memcmp(after, before, len), "UNDO restores lane_step's bytes", NULL);
 	refused("UNDO of an entry not redirected refused", req(fd, HOTPATH_UNDO, &undo), ENOENT);
+	unwind_checks(fd, step, jiffies);
 
 	/* Many cycles, each result checked. */
 	for (int i = 0; i < cycles; i++) {

@@ -169,6 +169,58 @@ call0=$(write_call)
 [ -n "$site0" ] && ok "lane_write calls lane_mix before any install: $call0" ||
 	bad "lane_write calls lane_mix before any install: $(hotpathd inspect kernel hotpath_lane:lane_write 2>&1 | tail -n 12)"
 
+# The copy as kernel text (issue 18): hotpath.ko gives it the original's name and ORC unwind entries from
+# the plan's position map. While installed: /proc/kallsyms lists "lane_mix [hotpath]" inside the heap; a
+# kprobe (register_kprobe, from the test module) goes on the copy's entry, hotpath:lane_mix, and fires;
+# the stack trace it takes, and one a kprobe event on lane_here takes one call below (a return address in
+# the middle of the copy), name lane_mix in hotpath and go on through lane_write to the system call, which
+# the unwinder reaches only through the copy's own entries. After the revert the name is gone. (A kprobe
+# *event* on the copy, tracefs or BPF, is refused: trace_kprobe takes no function without an ftrace site
+# unless the kernel has CONFIG_KPROBE_EVENTS_ON_NOTRACE, and a copy has none.)
+stack_checks() {
+	ks=$(grep -E ' lane_mix[[:space:]]+\[hotpath\]$' /proc/kallsyms | head -n 1)
+	[ -n "$ks" ] && in_heap "0x${ks%% *}" && ok "kallsyms names the copy as the original: $ks (heap $heap)" ||
+		bad "kallsyms names the copy as the original: '$ks' (heap $heap)"
+	# The kprobe on the copy, with its stack trace in the kernel log.
+	dmesg -c >/dev/null
+	if echo "kprobe hotpath:lane_mix" >/proc/hotpath_lane 2>/tmp/kstack.err; then
+		echo "mix 7" >/proc/hotpath_lane
+		echo "kprobe off" >/proc/hotpath_lane
+		hits=$(cat $P/kprobe_hits)
+		st=$(dmesg | sed -n 's/.*hotpath_lane: kstack \([^ ]*\( \[[a-z_]*\]\)\{0,1\}\)$/\1/p' | tr '\n' ' ')
+		[ "$hits" = 1 ] && ok "a kprobe on the copy (hotpath:lane_mix) fired once for one call" ||
+			bad "a kprobe on the copy fired $hits times for one call"
+		echo "$st" | grep -qE 'lane_mix\+0x[0-9a-f]+/0x[0-9a-f]+ \[hotpath\] .*lane_write\+0x[0-9a-f]+/0x[0-9a-f]+ \[hotpath_lane\] .*do_syscall_64' &&
+			ok "the stack trace from the kprobe on the copy names lane_mix [hotpath] and goes on through lane_write to the system call: $st" ||
+			bad "the stack trace from the kprobe on the copy: '$st'"
+	else
+		bad "a kprobe on the copy (hotpath:lane_mix): $(cat /tmp/kstack.err)"
+	fi
+	# A kprobe event on lane_here, called from the middle of the copy, with a stacktrace trigger.
+	echo 0 >$T/tracing_on
+	: >$T/trace
+	echo 1 >$T/options/sym-offset
+	if echo 'p:hp_below hotpath_lane:lane_here' >>$T/kprobe_events 2>/tmp/kstack.err; then
+		echo stacktrace >$T/events/kprobes/hp_below/trigger
+		echo 1 >$T/events/kprobes/hp_below/enable
+		echo 1 >$T/tracing_on
+		echo "mix 7" >/proc/hotpath_lane
+		echo 0 >$T/tracing_on
+		st=$(awk '/ hp_below: / { want = 1; next } want && /<stack trace>/ { on = 1; next }
+			on && /^ =>/ { printf "%s %s ", $2, $3; next } on { exit }' $T/trace)
+		echo 0 >$T/events/kprobes/hp_below/enable
+		echo '!stacktrace' >$T/events/kprobes/hp_below/trigger
+		echo '-:hp_below' >>$T/kprobe_events
+		echo "$st" | grep -qE 'lane_mix\+0x[0-9a-f]+/0x[0-9a-f]+ \[hotpath\] .*lane_write\+0x[0-9a-f]+/0x[0-9a-f]+ \[hotpath_lane\] .*do_syscall_64' &&
+			ok "a stack trace from lane_here, called by the copy, names lane_mix [hotpath] and goes on through lane_write to the system call: $st" ||
+			bad "a stack trace from lane_here through the copy: '$st' ($(grep -c . $T/trace) trace lines)"
+	else
+		bad "a kprobe event on lane_here: $(cat /tmp/kstack.err)"
+	fi
+	echo 0 >$T/options/sym-offset
+	echo 1 >$T/tracing_on
+}
+
 # The first cycle as an operator runs it: the install held by a background hotpathd, `installed`, a
 # second user, `hotpathd revert kernel` from another process.
 first_cycle() {
@@ -184,6 +236,7 @@ first_cycle() {
 	[ "$n_sites" -ge 1 ] && [ -n "$to" ] && in_heap "$to" &&
 		ok "the install patched $n_sites call sites; lane_write's call of lane_mix calls the copy: $now" ||
 		bad "the install patched call sites: $n_sites, lane_write's call '$now', heap $heap"
+	stack_checks
 	hotpathd installed --state-dir $S | grep -q 'kernel, held by pid' &&
 		ok "installed lists the kernel install with its holder" ||
 		bad "installed lists the kernel install with its holder: $(hotpathd installed --state-dir $S)"
@@ -198,6 +251,9 @@ first_cycle() {
 		return 1
 	fi
 	wait $holder
+	grep -qE ' lane_mix[[:space:]]+\[hotpath\]$' /proc/kallsyms &&
+		bad "after the revert kallsyms still names a copy: $(grep -E ' lane_mix[[:space:]]+\[hotpath\]$' /proc/kallsyms)" ||
+		ok "after the revert kallsyms names no copy"
 	nbad=0
 	reverted_checks 1
 	wrong=$((wrong + nbad))

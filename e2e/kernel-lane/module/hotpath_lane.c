@@ -33,11 +33,20 @@
  *            __static_call_return0 (2); the kernel rewrites lane_sc's
  *            trampoline and both sites (a call, a jump, or for 2 the
  *            site's "xor eax, eax").
+ *            "kprobe MOD:SYM": a kprobe (register_kprobe, the kernel's own
+ *            API, as a module uses it) on MOD:SYM, e.g. hotpath:lane_mix, a
+ *            copy in hotpath.ko's heap; its hits go to kprobe_hits, and the
+ *            first hit saves its stack trace (stack_trace_save: the ORC
+ *            unwinder from inside the probe). "kprobe off" removes it and
+ *            prints that trace to the kernel log, a line per frame:
+ *            "hotpath_lane: kstack lane_mix+0x0/0x50 [hotpath]".
  *
  * Both paths call into vmlinux (ktime_get_ns, msleep), so the module's
  * functions have callees outside the module.
  */
 #include <linux/delay.h>
+#include <linux/kprobes.h>
+#include <linux/stacktrace.h>
 #include <linux/fs.h>
 #include <linux/jump_label.h>
 #include <linux/kernel.h>
@@ -164,6 +173,58 @@ static noinline void lane_nap(unsigned int ms)
 	msleep(ms);
 }
 
+/* "kprobe MOD:SYM" / "kprobe off": one probe at a time, under lane_probe_lock. */
+static DEFINE_MUTEX(lane_probe_lock);
+static struct kprobe lane_probe;
+static char lane_probe_name[64];
+static bool lane_probe_on;
+static unsigned long lane_kprobe_hits;
+module_param_named(kprobe_hits, lane_kprobe_hits, ulong, 0400);
+static unsigned long lane_stack[32];
+static unsigned int lane_stack_n;
+static atomic_t lane_stack_taken;
+
+static int lane_probe_hit(struct kprobe *p, struct pt_regs *regs)
+{
+	WRITE_ONCE(lane_kprobe_hits, lane_kprobe_hits + 1);
+	if (atomic_cmpxchg(&lane_stack_taken, 0, 1) == 0)
+		lane_stack_n = stack_trace_save(lane_stack, ARRAY_SIZE(lane_stack), 0);
+	return 0;
+}
+
+static int lane_kprobe(const char *what)
+{
+	int err = 0;
+	unsigned int i;
+
+	mutex_lock(&lane_probe_lock);
+	if (!strcmp(what, "off")) {
+		if (lane_probe_on) {
+			unregister_kprobe(&lane_probe);
+			lane_probe_on = false;
+			for (i = 0; i < lane_stack_n && atomic_read(&lane_stack_taken); i++)
+				pr_info("hotpath_lane: kstack %pS\n", (void *)lane_stack[i]);
+			pr_info("hotpath_lane: kstack end (%u frames, %lu hits)\n", lane_stack_n, lane_kprobe_hits);
+		} else {
+			err = -ENOENT;
+		}
+	} else if (lane_probe_on) {
+		err = -EBUSY;
+	} else {
+		strscpy(lane_probe_name, what, sizeof(lane_probe_name));
+		memset(&lane_probe, 0, sizeof(lane_probe));
+		lane_probe.symbol_name = lane_probe_name;
+		lane_probe.pre_handler = lane_probe_hit;
+		WRITE_ONCE(lane_kprobe_hits, 0);
+		lane_stack_n = 0;
+		atomic_set(&lane_stack_taken, 0);
+		err = register_kprobe(&lane_probe);
+		lane_probe_on = !err;
+	}
+	mutex_unlock(&lane_probe_lock);
+	return err;
+}
+
 static int lane_open(struct inode *inode, struct file *file)
 {
 	file->private_data = (void *)0UL; /* reads made on this open file */
@@ -185,7 +246,7 @@ static ssize_t lane_read(struct file *file, char __user *buf, size_t len, loff_t
 
 static ssize_t lane_write(struct file *file, const char __user *buf, size_t len, loff_t *pos)
 {
-	char cmd[32];
+	char cmd[80], probe[64];
 	unsigned int ms, a, b;
 	unsigned long long n;
 
@@ -226,6 +287,11 @@ static ssize_t lane_write(struct file *file, const char __user *buf, size_t len,
 			static_call_update(lane_sc, (void *)&__static_call_return0);
 		return len;
 	}
+	if (sscanf(cmd, "kprobe %63s", probe) == 1) {
+		int err = lane_kprobe(probe);
+
+		return err ? err : len;
+	}
 	if (sscanf(cmd, "nap %u", &ms) != 1 || ms < 1 || ms > 1000)
 		return -EINVAL;
 	lane_nap(ms);
@@ -250,6 +316,8 @@ static int __init lane_init(void)
 static void __exit lane_exit(void)
 {
 	proc_remove(lane_entry);
+	if (lane_probe_on)
+		unregister_kprobe(&lane_probe);
 }
 
 module_init(lane_init);
