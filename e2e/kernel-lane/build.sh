@@ -3,9 +3,10 @@
 # Build the kernel lane's guest image from the fetched kernel: an uncompressed initramfs holding
 # busybox, /init (guest/init), hotpathd with the shared libraries it links (the very binary the host
 # runs: see docs/decisions.md), the virtio network modules with what they depend on, the test module
-# module/hotpath_lane.c built against the fetched headers, Hotpath's kernel module agent/kmod/hotpath.c
+# module/hotpath_lane.c built against the fetched headers, Hotpath's kernel module agent/kmod/
 # as its DKMS package (deploy/dkms) builds and installs it for the fetched kernel, the static test
-# programs guest/lanework.c and guest/kmodtest.c, and guest/ktarget.sh. Prints the image's path.
+# programs guest/lanework.c, guest/kreader.c and guest/kmodtest.c, and the guest scripts (ktarget.sh,
+# kcycles.sh and its kcheck.sh, kkeys.sh, kscalls.sh). Prints the image's path.
 # Per-boot settings (where the backend is, credentials, the job to run) are not in it: boot.sh appends
 # them as a second archive.
 #
@@ -51,6 +52,8 @@ cp "$ko" "$stage/lane/"
 # The guest workload: static, so its only read()s are the ones it counts.
 gcc -static -O2 -Wall -Wextra -Werror -o "$stage/lane/lanework" "$lane_dir/guest/lanework.c" ||
 	die "building guest/lanework.c failed (static linking needs libc6-dev)"
+gcc -static -O2 -Wall -Wextra -Werror -o "$stage/lane/kreader" "$lane_dir/guest/kreader.c" ||
+	die "building guest/kreader.c failed"
 gcc -static -O2 -Wall -Wextra -Werror -I "$repo_root/agent/kmod" -o "$stage/lane/kmodtest" "$lane_dir/guest/kmodtest.c" ||
 	die "building guest/kmodtest.c failed"
 
@@ -61,7 +64,9 @@ cp "$lane_dir/guest/jobs.sh" "$stage/lane/jobs.sh"
 cp "$lane_dir/guest/ktarget.sh" "$stage/lane/ktarget.sh"
 cp "$lane_dir/guest/kkeys.sh" "$stage/lane/kkeys.sh"
 cp "$lane_dir/guest/kscalls.sh" "$stage/lane/kscalls.sh"
-chmod 755 "$stage/init" "$stage/lane/jobs.sh" "$stage/lane/ktarget.sh" "$stage/lane/kkeys.sh" "$stage/lane/kscalls.sh"
+cp "$lane_dir/guest/kcycles.sh" "$lane_dir/guest/kcheck.sh" "$stage/lane/"
+chmod 755 "$stage/init" "$stage/lane/jobs.sh" "$stage/lane/ktarget.sh" "$stage/lane/kkeys.sh" "$stage/lane/kscalls.sh" \
+	"$stage/lane/kcycles.sh" "$stage/lane/kcheck.sh"
 
 # hotpathd and its shared libraries (ldd's closure, each at the path the dynamic loader looks in).
 cp "$hotpathd" "$stage/usr/bin/hotpathd"

@@ -446,6 +446,29 @@ def ktarget_checks(checks, frames, state):
     checks.run("kernel target: ktarget.sh ran to its end", finished)
 
 
+def kcycles_checks(checks, frames, state):
+    """A kernel read-path group installed and reverted LANE_KCYCLES times while a reader checks every byte
+    it reads (guest/kcycles.sh): its own checks, one lane check each, and its cycles and wrong results for
+    the lane's summary line."""
+    if "kcycles" not in frames:
+        checks.run("read-path cycles: the guest ran kcycles.sh", frame, frames, "kcycles")
+        return
+    out, rc = frames["kcycles"]
+    lines = out.split("\n")
+    guest_checks(checks, "read-path cycles", lines)
+
+    def finished():
+        pattern = r"kcycles: root (\S+), functions (\d+), cycles (\d+)/(\d+), .* reads (\d+), wrong results (\d+)"
+        last = [m for m in (re.search(pattern, line) for line in lines) if m]
+        assert last, f"kcycles.sh ended without its summary (status {rc}): {out[-300:]!r}"
+        _, _, c, n, reads, w = last[-1].groups()
+        state["read_cycles"], state["wrong"] = int(c), state["wrong"] + int(w)
+        assert rc == 0 and c == n and int(reads) > 0, f"kcycles.sh's status is {rc}: {last[-1].group(0)}"
+        return last[-1].group(0)
+
+    checks.run("read-path cycles: kcycles.sh ran to its end", finished)
+
+
 def kkeys_checks(checks, frames, state):
     """Jump labels in a kernel copy (guest/kkeys.sh): lane_keyed planned and installed, its static keys
     flipped while the copy is installed; its own checks, one lane check each, and its wrong results
@@ -730,6 +753,7 @@ def main():
         checks.run("the guest booted the fetched kernel and ran its test job", job_finished)
         kmod_checks(checks, frames, a, state)
         ktarget_checks(checks, frames, state)
+        kcycles_checks(checks, frames, state)
         kkeys_checks(checks, frames, state)
         kscalls_checks(checks, frames, state)
 
@@ -1178,6 +1202,7 @@ def new_state():
         "cycles": 0,
         "installs": [0, 0],
         "install_cycles": 0,
+        "read_cycles": 0,
         "call_sites": 0,
         "console": [0, 0],
         "wrong": 0,
@@ -1212,6 +1237,7 @@ def finish(checks, a, state):
         f"entry counts exact {e[0]}/{e[1]}, block counts exact {b[0]}/{b[1]}, "
         f"hotpath.ko checks {state['kmod'][0]}/{state['kmod'][1]}, redirect cycles {state['cycles']}, "
         f"kernel installs {state['installs'][0]}/{state['installs'][1]}, install cycles {state['install_cycles']}, "
+        f"read-path cycles {state['read_cycles']}, "
         f"call sites {state['call_sites']}, console installs {state['console'][0]}/{state['console'][1]}, "
         f"wrong results {state['wrong']}",
         flush=True,

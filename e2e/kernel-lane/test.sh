@@ -14,7 +14,8 @@
 # (guest uptime at its start and how long it took) and the host's checks that took a second or more.
 # The last line is the lane's summary:
 #   kernel-lane: kernel RELEASE, F functions in M modules, entry counts exact X/Y, block counts exact X/Y,
-#   hotpath.ko checks X/Y, redirect cycles C, kernel installs I/J, install cycles K, call sites S, wrong results W
+#   hotpath.ko checks X/Y, redirect cycles C, kernel installs I/J, install cycles K, read-path cycles R,
+#   call sites S, console installs A/B, wrong results W
 #
 #   HOTPATH_LANE_HTTP_PORT, HOTPATH_LANE_GRPC_PORT   the lane backend's ports (default 18090, 15061)
 #   LANE_KEEP=1   keep the run folder (console log, results, backend logs) after success too
@@ -64,7 +65,7 @@ finish() {
 	if [ "$summarized" = 0 ]; then
 		echo "lane: 0 passed, 1 failed, 0 skipped"
 		echo "kernel-lane: kernel $release, 0 functions in 0 modules, entry counts exact 0/0, block counts exact 0/0," \
-			"hotpath.ko checks 0/0, redirect cycles 0, kernel installs 0/0, install cycles 0, call sites 0, console installs 0/0, wrong results 0"
+			"hotpath.ko checks 0/0, redirect cycles 0, kernel installs 0/0, install cycles 0, read-path cycles 0, call sites 0, console installs 0/0, wrong results 0"
 	fi
 	[ "$rc" != 0 ] || [ "${LANE_KEEP:-0}" = 1 ] || rm -rf "$run"
 	exit "$rc"

@@ -242,6 +242,9 @@ job_test() {
 	frame kmodtest /lane/kmodtest "$LANE_KMOD_CYCLES"
 	# The agent's kernel target: hotpathd install / revert kernel of a plan of lane_mix.
 	frame ktarget /lane/ktarget.sh "$LANE_KTARGET_CYCLES"
+	# A kernel read-path group (vfs_read and the callees that join it) installed and reverted
+	# LANE_KCYCLES times in one process while a reader checks every byte it reads.
+	frame kcycles /lane/kcycles.sh "$LANE_KCYCLES"
 	# Jump labels in a kernel copy: a plan of lane_keyed installed while its static keys flip.
 	frame kkeys /lane/kkeys.sh
 	# Static calls in a kernel copy: a plan of lane_scall installed while its static call is updated.
