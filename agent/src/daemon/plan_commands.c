@@ -1006,6 +1006,26 @@ static int install_with_detail(struct agent *ag, struct hp_job *job, const Hotpa
  * undoes it if the agent dies. The daemon does not patch the members'
  * call sites in the kernel yet (`hotpathd install` does): the entry's ftrace
  * redirect carries every call. */
+/* The sampler counts kernel samples in installed copies at their originals
+ * (hp_sampler_set_kernel_copies): told after every kernel install or revert,
+ * whichever way it went. */
+static void kernel_copies_to_sampler(struct agent *ag)
+{
+	struct hp_moved_code *mc = NULL;
+	struct hp_moved_block *b = NULL;
+	size_t n = 0, nb = 0;
+	char err[256] = "";
+
+	if (!ag->sampler)
+		return;
+	if (hp_moved_kernel_code(ag->state_dir, &mc, &n, err, sizeof(err)) < 0 || hp_moved_copies(mc, n, &b, &nb) < 0 ||
+	    hp_sampler_set_kernel_copies(ag->sampler, b, nb) < 0)
+		hp_log(true, "samples in the kernel's installed copies are not mapped to their originals: %s",
+		       err[0] ? err : "out of memory");
+	free(b);
+	hp_moved_code_free(mc, n);
+}
+
 static void kernel_install(struct agent *ag, struct hp_job *job, const Hotpath__V1__InstallPlan *c,
 			   struct hp_iplan *plan)
 {
@@ -1083,6 +1103,7 @@ static void install_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1
 	}
 	if (kernel) {
 		kernel_install(ag, job, c, &plan);
+		kernel_copies_to_sampler(ag);
 		goto out;
 	}
 	t = hp_targets_get(&ag->targets, c->target);
@@ -1193,6 +1214,8 @@ static void revert_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1_
 	int r = hp_revert_id(ag->state_dir, c->plan_id, &pid, &res, on_step, &sc, err, sizeof(err));
 	if (r == 0 && !kernel)
 		hp_measurements_rearm(ag, c->target); /* the probes go back to the original with the calls */
+	if (kernel)
+		kernel_copies_to_sampler(ag);
 	FILE *fp = open_memstream(&detail, &dlen);
 	if (fp) {
 		hp_revert_json(fp, r, pid, &res, err);

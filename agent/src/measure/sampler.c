@@ -29,6 +29,7 @@
 #include <sys/syscall.h>
 #include <linux/perf_event.h>
 
+#include "measure/moved.h"
 #include "measure/sampler.h"
 #include "measure/task_info.h"
 #include "host/caps.h"
@@ -85,8 +86,17 @@ struct hp_sampler {
 	unsigned depth;   /* frames kept per chain; 0 = no call chains */
 	struct hp_stack_table *stacks;
 	struct hp_task_info *tasks;
-	struct hp_frame_in *chain; /* depth frames, for the sample being counted */
+	struct hp_frame_in *chain;     /* depth frames, for the sample being counted */
+	struct hp_moved_block *copies; /* kernel copies installed (sorted by copy), under lock */
+	size_t ncopies;
 };
+
+/* A kernel address in an installed copy as the original address it runs as. */
+static uint64_t kernel_original(const struct hp_sampler *s, uint64_t ip)
+{
+	uint64_t o = s->ncopies ? hp_moved_original(s->copies, s->ncopies, ip) : 0;
+	return o ? o : ip;
+}
 
 static int64_t now_unix_ns(void)
 {
@@ -151,6 +161,7 @@ static void count_ip(struct hp_sampler *s, uint64_t ip, uint16_t misc, bool idle
 		}
 		break; /* a process's sample: its model has its user code */
 	case PERF_RECORD_MISC_KERNEL:
+		ip = kernel_original(s, ip);
 		break;
 	default: /* hypervisor or guest: outside this kernel's model */
 		t->unmapped++;
@@ -192,6 +203,9 @@ static void map_frame(struct hp_sampler *s, uint64_t ip, bool user, bool leaf, u
 		}
 		return;
 	}
+	uint64_t orig = kernel_original(s, at);
+	ip += orig - at;
+	at = orig;
 	const struct hp_module *mod = NULL;
 	const struct hp_function *f = hp_model_lookup(s->m, at, &mod);
 	if (!f) {
@@ -336,6 +350,22 @@ static void *drain_thread(void *arg)
 const char *hp_sampler_event(const struct hp_sampler *s)
 {
 	return s->event;
+}
+
+int hp_sampler_set_kernel_copies(struct hp_sampler *s, const struct hp_moved_block *b, size_t n)
+{
+	struct hp_moved_block *mine = NULL;
+	if (n && !(mine = malloc(n * sizeof(*mine))))
+		return -ENOMEM;
+	if (n)
+		memcpy(mine, b, n * sizeof(*mine));
+	pthread_mutex_lock(&s->lock);
+	struct hp_moved_block *old = s->copies;
+	s->copies = mine;
+	s->ncopies = n;
+	pthread_mutex_unlock(&s->lock);
+	free(old);
+	return 0;
 }
 
 unsigned hp_sampler_ncpus(const struct hp_sampler *s)
@@ -608,6 +638,7 @@ void hp_sampler_close(struct hp_sampler *s)
 	free(s->rings);
 	free(s->scratch);
 	free(s->chain);
+	free(s->copies);
 	hp_stack_table_free(s->stacks);
 	hp_task_info_free(s->tasks);
 	free(s->tab.slots);

@@ -93,6 +93,12 @@ unsigned hp_sampler_ncpus(const struct hp_sampler *s);
 unsigned hp_sampler_stack_depth(const struct hp_sampler *s);
 /* Drain the rings and move everything counted since the last take into *out. */
 int hp_sampler_take(struct hp_sampler *s, struct hp_sample_interval *out);
+/* Kernel copies installed now (hp_moved_copies' blocks, sorted by copy; the
+ * sampler keeps its own copy of them): a kernel sample or frame in one is
+ * counted at the original address it runs as, so it lands on the original
+ * function and block, not on hotpath.ko's heap. n 0: none. 0 or -ENOMEM. */
+struct hp_moved_block;
+int hp_sampler_set_kernel_copies(struct hp_sampler *s, const struct hp_moved_block *b, size_t n);
 void hp_sample_interval_free(struct hp_sample_interval *iv);
 void hp_sampler_close(struct hp_sampler *s);
 

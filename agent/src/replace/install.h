@@ -232,6 +232,9 @@ int hp_replace_recover(const char *state_dir,
 /* Installed code as measurable code (measure/moved.h): where each block
  * of each member of every install in process pid runs now. */
 int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out, size_t *n, char *err, size_t errlen);
+/* The same for every kernel install in the state directory (whichever
+ * process holds it): where the kernel's copied blocks run now. */
+int hp_moved_kernel_code(const char *state_dir, struct hp_moved_code **out, size_t *n, char *err, size_t errlen);
 
 /* Byte patches the installs in process pid made (for reading its original
  * code: the second pass plans from the bytes the plan was made from). */

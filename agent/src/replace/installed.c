@@ -101,7 +101,9 @@ static int cmp_moved(const void *a, const void *b)
 	return x->copy < y->copy ? -1 : x->copy > y->copy;
 }
 
-int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out, size_t *n, char *err, size_t errlen)
+/* The installed copies of process pid's code (kernel: every kernel install's, whoever holds it). */
+static int moved_code(const char *state_dir, int pid, bool kernel, struct hp_moved_code **out, size_t *n, char *err,
+		      size_t errlen)
 {
 	struct hp_installed *ins;
 	size_t ni;
@@ -112,7 +114,9 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
 		return -EIO;
 	*out = calloc(ni + 1, sizeof(**out));
 	for (size_t i = 0; *out && i < ni; i++) {
-		if (ins[i].pid != pid || strcmp(ins[i].state, "installed") || !ins[i].heap)
+		if ((kernel ? strcmp(ins[i].target, "kernel") :
+			      ins[i].pid != pid || strcmp(ins[i].target, "process")) ||
+		    strcmp(ins[i].state, "installed") || !ins[i].heap)
 			continue;
 		struct hp_iplan p;
 		char e[256];
@@ -141,6 +145,7 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
 					.orig = p.members[m].addr + (uint64_t)delta + bl->offset,
 					.copy = bl->new_size ? bl->new_addr - (p.base & ~0xfffull) + mc->heap : 0,
 					.size = bl->new_size,
+					.orig_size = bl->size,
 					.offset = bl->offset,
 					.member = (uint32_t)m,
 				};
@@ -151,6 +156,16 @@ int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out,
 	}
 	free(ins);
 	return 0;
+}
+
+int hp_moved_code_of(const char *state_dir, int pid, struct hp_moved_code **out, size_t *n, char *err, size_t errlen)
+{
+	return moved_code(state_dir, pid, false, out, n, err, errlen);
+}
+
+int hp_moved_kernel_code(const char *state_dir, struct hp_moved_code **out, size_t *n, char *err, size_t errlen)
+{
+	return moved_code(state_dir, 0, true, out, n, err, errlen);
 }
 
 int hp_installed_patches(const char *state_dir, int pid, struct hp_byte_patch **out, size_t *n)
