@@ -386,15 +386,13 @@ static int hp_publish_orc(struct hp_heap *heaps, unsigned int n)
 	for (i = 0; i < n; i++)
 		if (heaps[i].addr && heaps[i].uw)
 			total += heaps[i].uw->norcs;
-	if (total == hp_own_n) {
-		if (old_ip) {
-			hp_orc_switch(hp_own_ip, hp_own_orc, hp_own_n);
-			hp_ip_now = NULL;
-			hp_orc_now = NULL;
-			vfree(old_ip);
-			vfree(old_orc);
-		}
-		return 0;
+	if (total == hp_own_n) { /* no copy has entries: the module's own table again */
+		if (!old_ip)
+			return 0;
+		ip = hp_own_ip;
+		orc = hp_own_orc;
+		kept = hp_own_n;
+		goto publish;
 	}
 	all = kvmalloc_array(total, sizeof(*all), GFP_KERNEL);
 	if (!all)
@@ -423,9 +421,10 @@ static int hp_publish_orc(struct hp_heap *heaps, unsigned int n)
 		orc[kept++] = all[i].orc;
 	}
 	kvfree(all);
+publish:
 	hp_orc_switch(ip, orc, kept);
-	hp_ip_now = ip;
-	hp_orc_now = orc;
+	hp_ip_now = ip == hp_own_ip ? NULL : ip;
+	hp_orc_now = ip == hp_own_ip ? NULL : orc;
 	vfree(old_ip);
 	vfree(old_orc);
 	return 0;

@@ -416,103 +416,100 @@ def kmod_checks(checks, frames, a, state):
     state["kmod"] = [checks.passed - passed, checks.passed + checks.failed - passed - failed]
 
 
-def ktarget_checks(checks, frames, state):
-    """The agent's kernel target in the guest (guest/ktarget.sh): hotpathd plans lane_mix, installs it
-    through hotpath.ko and reverts it, cycle after cycle; its own checks, one lane check each, and its
-    summary's counts for the lane's summary line."""
-    if "ktarget" not in frames:
-        checks.run("kernel target: the guest ran ktarget.sh", frame, frames, "ktarget")
+def script_checks(checks, frames, name, label, summary, accept):
+    """A guest script's frame (guest/NAME.sh): its own "ok - "/"FAIL - " lines, one lane check each under
+    label, and its last line matching summary, which accept(match, status) takes into the lane's state
+    and asserts on (the lane check "LABEL: NAME.sh ran to its end")."""
+    if name not in frames:
+        checks.run(f"{label}: the guest ran {name}.sh", frame, frames, name)
         return
-    out, rc = frames["ktarget"]
+    out, rc = frames[name]
     lines = out.split("\n")
-    guest_checks(checks, "kernel target", lines)
+    guest_checks(checks, label, lines)
 
     def finished():
-        last = [
-            re.match(
-                r"ktarget: installs (\d+)/(\d+), cycles (\d+), copy ran (\d+), call sites (\d+), wrong results (\d+)",
-                line,
-            )
-            for line in lines
-        ]
-        last = [m for m in last if m]
-        assert last, f"ktarget.sh ended without its summary (status {rc}): {out[-300:]!r}"
-        i, j, c, _, sites, w = (int(g) for g in last[-1].groups())
-        state["installs"], state["install_cycles"], state["call_sites"] = [i, j], c, sites
-        state["wrong"] += w
-        assert rc == 0, f"ktarget.sh's status is {rc}: {last[-1].group(0)}"
+        last = [m for m in (re.match(summary, line) for line in lines) if m]
+        assert last, f"{name}.sh ended without its summary (status {rc}): {out[-300:]!r}"
+        accept(last[-1], rc)
         return last[-1].group(0)
 
-    checks.run("kernel target: ktarget.sh ran to its end", finished)
+    checks.run(f"{label}: {name}.sh ran to its end", finished)
+
+
+def ktarget_checks(checks, frames, state):
+    """The agent's kernel target in the guest (guest/ktarget.sh): hotpathd plans lane_mix, installs it
+    through hotpath.ko and reverts it, cycle after cycle; its summary's counts for the lane's summary line."""
+
+    def accept(m, rc):
+        i, j, c, _, sites, w = (int(g) for g in m.groups())
+        state["installs"], state["install_cycles"], state["call_sites"] = [i, j], c, sites
+        state["wrong"] += w
+        assert rc == 0, f"ktarget.sh's status is {rc}: {m.group(0)}"
+
+    script_checks(
+        checks,
+        frames,
+        "ktarget",
+        "kernel target",
+        r"ktarget: installs (\d+)/(\d+), cycles (\d+), copy ran (\d+), call sites (\d+), wrong results (\d+)",
+        accept,
+    )
 
 
 def kcycles_checks(checks, frames, state):
     """A kernel read-path group installed and reverted LANE_KCYCLES times while a reader checks every byte
-    it reads (guest/kcycles.sh): its own checks, one lane check each, and its cycles and wrong results for
-    the lane's summary line."""
-    if "kcycles" not in frames:
-        checks.run("read-path cycles: the guest ran kcycles.sh", frame, frames, "kcycles")
-        return
-    out, rc = frames["kcycles"]
-    lines = out.split("\n")
-    guest_checks(checks, "read-path cycles", lines)
+    it reads (guest/kcycles.sh): its cycles and wrong results for the lane's summary line."""
 
-    def finished():
-        pattern = r"kcycles: root (\S+), functions (\d+), cycles (\d+)/(\d+), .* reads (\d+), wrong results (\d+)"
-        last = [m for m in (re.search(pattern, line) for line in lines) if m]
-        assert last, f"kcycles.sh ended without its summary (status {rc}): {out[-300:]!r}"
-        _, _, c, n, reads, w = last[-1].groups()
+    def accept(m, rc):
+        _, _, c, n, reads, w = m.groups()
         state["read_cycles"], state["wrong"] = int(c), state["wrong"] + int(w)
-        assert rc == 0 and c == n and int(reads) > 0, f"kcycles.sh's status is {rc}: {last[-1].group(0)}"
-        return last[-1].group(0)
+        assert rc == 0 and c == n and int(reads) > 0, f"kcycles.sh's status is {rc}: {m.group(0)}"
 
-    checks.run("read-path cycles: kcycles.sh ran to its end", finished)
+    script_checks(
+        checks,
+        frames,
+        "kcycles",
+        "read-path cycles",
+        r"kcycles: root (\S+), functions (\d+), cycles (\d+)/(\d+), .* reads (\d+), wrong results (\d+)",
+        accept,
+    )
+
+
+def copy_states(state, script):
+    """accept for kkeys.sh and kscalls.sh: every state as the original's, the copy ran in each."""
+
+    def accept(m, rc):
+        s, t, _, r, w = (int(g) for g in m.groups())
+        state["wrong"] += w
+        assert rc == 0 and s == t == r and t > 0, f"{script}'s status is {rc}: {m.group(0)}"
+
+    return accept
 
 
 def kkeys_checks(checks, frames, state):
     """Jump labels in a kernel copy (guest/kkeys.sh): lane_keyed planned and installed, its static keys
-    flipped while the copy is installed; its own checks, one lane check each, and its wrong results
-    counted with the lane's."""
-    if "kkeys" not in frames:
-        checks.run("jump labels in a copy: the guest ran kkeys.sh", frame, frames, "kkeys")
-        return
-    out, rc = frames["kkeys"]
-    lines = out.split("\n")
-    guest_checks(checks, "jump labels in a copy", lines)
-
-    def finished():
-        pattern = r"kkeys: states (\d+)/(\d+) as the original, flips (\d+), copy ran (\d+), wrong results (\d+)"
-        last = [m for m in (re.match(pattern, line) for line in lines) if m]
-        assert last, f"kkeys.sh ended without its summary (status {rc}): {out[-300:]!r}"
-        s, t, _, r, w = (int(g) for g in last[-1].groups())
-        state["wrong"] += w
-        assert rc == 0 and s == t == r and t > 0, f"kkeys.sh's status is {rc}: {last[-1].group(0)}"
-        return last[-1].group(0)
-
-    checks.run("jump labels in a copy: kkeys.sh ran to its end", finished)
+    flipped while the copy is installed; its wrong results counted with the lane's."""
+    script_checks(
+        checks,
+        frames,
+        "kkeys",
+        "jump labels in a copy",
+        r"kkeys: states (\d+)/(\d+) as the original, flips (\d+), copy ran (\d+), wrong results (\d+)",
+        copy_states(state, "kkeys.sh"),
+    )
 
 
 def kscalls_checks(checks, frames, state):
     """Static calls in a kernel copy (guest/kscalls.sh): lane_scall planned and installed, its static call
-    updated while the copy is installed; its own checks, one lane check each, and its wrong results
-    counted with the lane's."""
-    if "kscalls" not in frames:
-        checks.run("static calls in a copy: the guest ran kscalls.sh", frame, frames, "kscalls")
-        return
-    out, rc = frames["kscalls"]
-    lines = out.split("\n")
-    guest_checks(checks, "static calls in a copy", lines)
-
-    def finished():
-        pattern = r"kscalls: targets (\d+)/(\d+) as the original, updates (\d+), copy ran (\d+), wrong results (\d+)"
-        last = [m for m in (re.match(pattern, line) for line in lines) if m]
-        assert last, f"kscalls.sh ended without its summary (status {rc}): {out[-300:]!r}"
-        s, t, _, r, w = (int(g) for g in last[-1].groups())
-        state["wrong"] += w
-        assert rc == 0 and s == t == r and t > 0, f"kscalls.sh's status is {rc}: {last[-1].group(0)}"
-        return last[-1].group(0)
-
-    checks.run("static calls in a copy: kscalls.sh ran to its end", finished)
+    updated while the copy is installed; its wrong results counted with the lane's."""
+    script_checks(
+        checks,
+        frames,
+        "kscalls",
+        "static calls in a copy",
+        r"kscalls: targets (\d+)/(\d+) as the original, updates (\d+), copy ran (\d+), wrong results (\d+)",
+        copy_states(state, "kscalls.sh"),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,6 +29,17 @@ def run(fail):
 
 run(False)
 run(True)
+
+# A guest script's frame (script_checks): its ok/FAIL lines become checks, its summary line the state.
+c = lane.Checks()
+state = lane.new_state()
+out = ("ok - the reader reads known data: reads 10\nFAIL - the copy ran: in 2 of 3 cycles\n"
+       "kcycles: root vfs_read, functions 2, cycles 3/3, call sites 5, install us per entry 1, revert ms 2.0, "
+       "reads 77, wrong results 1\n")
+lane.kcycles_checks(c, {"kcycles": (out, 0)}, state)
+lane.ktarget_checks(c, {"ktarget": ("ktarget: installs 3/3, cycles 2, copy ran 2, call sites 4, wrong results 0\n", 1)}, state)
+print(f"scripts: passed {c.passed}, failed {c.failed}, read-path cycles {state['read_cycles']}, "
+      f"install cycles {state['install_cycles']}, call sites {state['call_sites']}, wrong {state['wrong']}")
 PY
 )
 expect() {
@@ -40,3 +51,7 @@ expect "it is counted as skipped, not passed" "lane: 1 passed, 0 failed, 1 skipp
 expect "a skip alone does not fail the lane" "rc=0"
 expect "a failure beside it is counted" "lane: 1 passed, 1 failed, 1 skipped"
 expect "a failure fails the lane" "rc=1"
+# kcycles: its ok line and "ran to its end" pass, its FAIL line fails; ktarget's summary is read but its
+# status 1 fails "ran to its end".
+expect "a guest script's lines and summary are checks and state" \
+	"scripts: passed 2, failed 2, read-path cycles 3, install cycles 2, call sites 4, wrong 1"
