@@ -11,12 +11,19 @@
 #include <linux/linkage.h>
 
 /* HOTPATH_HEAPS_MAX x HOTPATH_HEAP_MAX (hotpath_uapi.h, whose u-suffixed
- * numbers the assembler does not read): hp_init checks the two agree. */
+ * numbers the assembler does not read): hp_init checks the two agree, by
+ * hotpath_heap_area_bytes (data: a label at the area's end would be one
+ * more text symbol, which kallsyms would list as a function). */
 #define HP_AREA_BYTES (16 * 65536)
 
 	.pushsection .hotpath_heaps, "ax", @nobits
 	.balign 4096
 SYM_DATA_START(hotpath_heap_area)
 	.skip HP_AREA_BYTES
-SYM_DATA_END_LABEL(hotpath_heap_area, SYM_L_GLOBAL, hotpath_heap_area_end)
+SYM_DATA_END(hotpath_heap_area)
+	.popsection
+
+	.pushsection .rodata, "a"
+	.balign 8
+SYM_DATA(hotpath_heap_area_bytes, .quad HP_AREA_BYTES)
 	.popsection

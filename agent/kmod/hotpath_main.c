@@ -50,7 +50,8 @@
 #include "hotpath.h"
 
 /* The area of hotpath_heaps.S: heap id i is its slot i. */
-extern u8 hotpath_heap_area[], hotpath_heap_area_end[];
+extern u8 hotpath_heap_area[];
+extern const u64 hotpath_heap_area_bytes;
 
 struct hp_redirect {
 	struct ftrace_ops ops; /* first: the handler finds the redirect from it */
@@ -754,12 +755,11 @@ static int __init hp_init(void)
 		pr_err("hotpath: cannot find text_mutex, text_poke_copy, text_poke_set or text_poke_sync (kallsyms_lookup_name)\n");
 		return -ENOENT;
 	}
-	if (hotpath_heap_area_end - hotpath_heap_area != (long)HOTPATH_HEAPS_MAX * HOTPATH_HEAP_MAX ||
-	    !PAGE_ALIGNED(hotpath_heap_area)) {
+	if (hotpath_heap_area_bytes != (u64)HOTPATH_HEAPS_MAX * HOTPATH_HEAP_MAX || !PAGE_ALIGNED(hotpath_heap_area)) {
 		pr_err("hotpath: the heaps' area is not HOTPATH_HEAPS_MAX x HOTPATH_HEAP_MAX page-aligned bytes\n");
 		return -EINVAL;
 	}
-	hp_text_poke_set(hotpath_heap_area, 0xcc, hotpath_heap_area_end - hotpath_heap_area);
+	hp_text_poke_set(hotpath_heap_area, 0xcc, hotpath_heap_area_bytes);
 	err = hp_unwind_init();
 	if (err)
 		return err;
