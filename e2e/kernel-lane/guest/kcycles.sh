@@ -119,7 +119,10 @@ export KCYCLES_PROBE=$probe
 	hotpathd install /tmp/kcplan.json --cycles "$cycles" --check /lane/kcheck.sh --state-dir $S --json \
 		2>&1 >/tmp/kcycles.out
 	echo $? >/tmp/kcycles.rc
-} | tee /tmp/kcycles.err | grep '^# read-path cycle [0-9]*0 '
+} | tee /tmp/kcycles.err | while read -r line; do
+	# (not grep: its output to a pipe waits in a buffer until it exits)
+	case $line in "# read-path cycle "*0" done"*) echo "$line" ;; esac
+done
 rc=$(cat /tmp/kcycles.rc)
 sum=$(grep '"status"' /tmp/kcycles.out | tail -n 1)
 done_c=$(echo "$sum" | grep -o '"done":[0-9]*' | cut -d: -f2)
