@@ -8,7 +8,7 @@
 # [HOTPATH_HEAP, +HOTPATH_HEAP_BYTES) (the copy ran), once reverted none may.
 export PATH=/bin:/usr/bin
 T=/sys/kernel/tracing
-# After each revert a progress line on stderr (kcycles.sh shows every tenth), for the lane's stall watch.
+# After each revert a progress line on stderr (kcycles.sh shows it), for the lane's stall watch.
 [ "$HOTPATH_INSTALLED" = 1 ] || echo "# read-path cycle $((HOTPATH_CYCLE + 1)) done at $(cut -d' ' -f1 /proc/uptime) s of guest uptime" >&2
 st() { sed -n 's/reads \([0-9]*\) mismatches \([0-9]*\)/\1 \2/p' /tmp/kreader.status; }
 set -- $(st)
