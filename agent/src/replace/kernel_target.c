@@ -67,6 +67,7 @@ static struct {
 	struct {
 		uint64_t addr, len;
 		uint32_t id;
+		char name[64]; /* the install's heap name, once mapped (heap_find) */
 	} heaps[HOTPATH_HEAPS_MAX];
 	struct {
 		uint64_t entry, target;
@@ -229,6 +230,7 @@ static int kheap_map(struct hp_patch_target *t, struct hp_heap *h, const uint8_t
 			 "writable part)");
 		return -EOPNOTSUPP;
 	}
+	snprintf(kdev.heaps[s].name, sizeof(kdev.heaps[s].name), "%s", h->name);
 	h->data = 0; /* no registration area: the module keeps the copy's unwind entries (kunwind_register) */
 	h->data_len = 0;
 	struct hotpath_heap_write w = { .id = kdev.heaps[s].id,
@@ -517,13 +519,20 @@ static void kheap_unplace(struct hp_patch_target *t, uint64_t addr)
 	kheap_release(t, &h, err, sizeof(err));
 }
 
+/* A mapped heap of this process by its install's name (the revert asks so,
+ * with h empty). Leftovers of another process cannot exist: the module frees
+ * an opener's heaps when its fd closes. (It compared h->addr, which the
+ * revert leaves 0, so an in-process revert never released its heap: the
+ * module's 16 slots ran out at a process's 17th install, as the lane's
+ * read-path cycles found.) */
 static int kheap_find(struct hp_patch_target *t, const char *name, struct hp_heap *h)
 {
-	/* Leftovers cannot exist: the module frees an opener's heaps when its
-	 * fd closes, and a heap of this process is in kdev. */
 	for (size_t i = 0; i < HOTPATH_HEAPS_MAX; i++)
-		if (kdev.heaps[i].addr && kdev.heaps[i].addr == h->addr)
+		if (kdev.heaps[i].addr && kdev.heaps[i].name[0] && !strcmp(kdev.heaps[i].name, name)) {
+			h->addr = kdev.heaps[i].addr;
+			h->len = kdev.heaps[i].len;
 			return 1;
+		}
 	return 0;
 }
 

@@ -315,9 +315,12 @@ static int __init lane_init(void)
 
 static void __exit lane_exit(void)
 {
-	proc_remove(lane_entry);
+	/* proc_remove stays last (a tail call, as before the probe): the lane compares this function's bytes
+	 * as the agent reads them with the .ko's, and a final return is padded by the kernel's return thunk
+	 * patching. */
 	if (lane_probe_on)
 		unregister_kprobe(&lane_probe);
+	proc_remove(lane_entry);
 }
 
 module_init(lane_init);
