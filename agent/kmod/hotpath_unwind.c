@@ -29,7 +29,6 @@
 #include <linux/sort.h>
 #include <linux/string.h>
 #include <linux/vmalloc.h>
-#include <asm/unaligned.h>
 #ifdef CONFIG_UNWINDER_ORC
 #include <asm/orc_types.h>
 #endif
@@ -183,6 +182,12 @@ static const char *hp_map_name(const char *strtab, u32 strtab_len, u32 off)
 	return strtab + off;
 }
 
+/* Bytes [off, off + len) from code lie inside the heap, which ends at end. */
+static bool hp_map_inside(unsigned long code, unsigned long end, u32 off, u32 len)
+{
+	return len && off < end - code && len <= end - code - off;
+}
+
 /* Parse and check heap h's map (a copy of it in map), filling uw. */
 static int hp_unwind_parse(struct hp_heap *h, const u8 *map, u32 len, unsigned long map_addr, struct hp_unwind *uw)
 {
@@ -222,7 +227,7 @@ static int hp_unwind_parse(struct hp_heap *h, const u8 *map, u32 len, unsigned l
 		s.off = le32_to_cpu(s.off);
 		s.size = le32_to_cpu(s.size);
 		name = hp_map_name(strtab, head.strtab_len, le32_to_cpu(s.name));
-		if (!name || !s.size || s.off >= end - code || s.size > end - code - s.off)
+		if (!name || !hp_map_inside(code, end, s.off, s.size))
 			return -EINVAL;
 		uw->syms[i].addr = code + s.off;
 		uw->syms[i].size = s.size;
@@ -239,24 +244,25 @@ static int hp_unwind_parse(struct hp_heap *h, const u8 *map, u32 len, unsigned l
 
 		err = buf && dist ? 0 : -ENOMEM;
 		for (i = 0; i < head.nruns && !err; i++) {
-			const u8 *r = map + head_len + head.nsyms * sym_len + i * run_len;
-			u32 off = get_unaligned_le32(r), rlen = get_unaligned_le32(r + 4);
-			u64 orig = get_unaligned_le64(r + 8);
-			u32 kind = get_unaligned_le32(r + 16), reserved = get_unaligned_le32(r + 20);
+			struct hotpath_map_run r;
 			int got, j;
 
-			if (reserved || kind > HOTPATH_RUN_STATE_AT || !rlen || off >= end - code ||
-			    rlen > end - code - off) {
+			memcpy(&r, map + head_len + head.nsyms * sym_len + i * run_len, run_len);
+			r.off = le32_to_cpu(r.off);
+			r.len = le32_to_cpu(r.len);
+			r.orig = le64_to_cpu(r.orig);
+			r.kind = le32_to_cpu(r.kind);
+			if (r.reserved || r.kind > HOTPATH_RUN_STATE_AT || !hp_map_inside(code, end, r.off, r.len)) {
 				err = -EINVAL;
 				break;
 			}
-			got = hp_orc_of_run(orig, rlen, kind == HOTPATH_RUN_SAME, dist, buf, max);
+			got = hp_orc_of_run(r.orig, r.len, r.kind == HOTPATH_RUN_SAME, dist, buf, max);
 			if (got < 0) {
 				err = got;
 				break;
 			}
 			for (j = 0; j < got && !err; j++)
-				err = hp_orc_push(uw, code + off + dist[j], &buf[j], 0);
+				err = hp_orc_push(uw, code + r.off + dist[j], &buf[j], 0);
 		}
 		/* Where each copy ends (and where the heap starts), an undefined entry. */
 		for (i = 0; i < uw->nsyms && !err; i++)

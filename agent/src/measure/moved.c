@@ -38,6 +38,11 @@ static int by_copy(const void *a, const void *b)
 	return x->copy < y->copy ? -1 : x->copy > y->copy;
 }
 
+void hp_moved_sort(struct hp_moved_block *b, size_t n)
+{
+	qsort(b, n, sizeof(*b), by_copy);
+}
+
 int hp_moved_copies(const struct hp_moved_code *mc, size_t n, struct hp_moved_block **out, size_t *nout)
 {
 	size_t total = 0, k = 0;
@@ -55,7 +60,7 @@ int hp_moved_copies(const struct hp_moved_code *mc, size_t n, struct hp_moved_bl
 		for (size_t j = 0; j < mc[i].nblocks; j++)
 			if (mc[i].blocks[j].copy && mc[i].blocks[j].size)
 				b[k++] = mc[i].blocks[j];
-	qsort(b, k, sizeof(*b), by_copy);
+	hp_moved_sort(b, k);
 	*out = b;
 	*nout = k;
 	return 0;

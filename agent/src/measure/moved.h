@@ -43,6 +43,8 @@ struct hp_moved_code {
 uint64_t hp_moved_run_address(const struct hp_moved_code *mc, size_t n, int pid, uint64_t orig, int entry);
 void hp_moved_code_free(struct hp_moved_code *mc, size_t n);
 
+/* Blocks sorted by their copy's address. */
+void hp_moved_sort(struct hp_moved_block *b, size_t n);
 /* The other way, for samples taken in copies: the blocks of every copy in
  * mc (all pids), flattened into *out sorted by copy address (emptied blocks
  * left out). 0, or -ENOMEM. */

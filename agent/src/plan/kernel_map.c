@@ -12,7 +12,8 @@
  * body (HOTPATH_RUN_STATE_AT the final branch, or the fall-through point);
  * alignment padding before a block, in the block's start state. A symbol
  * per member's hot and cold chunk carries the member's name. The format is
- * hotpath_uapi.h's (little-endian, records unaligned); it follows the code
+ * hotpath_uapi.h's structs, written as they are (the agent is x86-64's, whose
+ * order is the format's little-endian; records unaligned); it follows the code
  * in the plan's image like the .eh_frame does, so the plan's hash and its
  * approval cover it.
  */
@@ -27,20 +28,10 @@
 #include "plan/instrument.h"
 #include "plan/plan.h"
 
-struct run {
-	uint32_t off, len;
-	uint64_t orig;
-	uint32_t kind;
-};
-
-struct sym {
-	uint32_t off, size, name;
-};
-
 struct map {
-	struct run *runs;
+	struct hotpath_map_run *runs;
 	size_t nruns, runs_cap;
-	struct sym *syms;
+	struct hotpath_map_sym *syms;
 	size_t nsyms, syms_cap;
 	char *str;
 	size_t nstr, str_cap;
@@ -52,7 +43,8 @@ static int add_run(struct map *k, const struct hp_plan *p, uint64_t at, uint32_t
 		return 0;
 	if (HP_GROW(k->runs, k->runs_cap, k->nruns + 1))
 		return -ENOMEM;
-	k->runs[k->nruns++] = (struct run){ (uint32_t)(at - p->base), len, orig, kind };
+	k->runs[k->nruns++] =
+		(struct hotpath_map_run){ .off = (uint32_t)(at - p->base), .len = len, .orig = orig, .kind = kind };
 	return 0;
 }
 
@@ -64,7 +56,8 @@ static int add_sym(struct map *k, const struct hp_plan *p, uint64_t at, uint32_t
 		return 0;
 	if (HP_GROW(k->syms, k->syms_cap, k->nsyms + 1) || HP_GROW(k->str, k->str_cap, k->nstr + n))
 		return -ENOMEM;
-	k->syms[k->nsyms++] = (struct sym){ (uint32_t)(at - p->base), size, (uint32_t)k->nstr };
+	k->syms[k->nsyms++] =
+		(struct hotpath_map_sym){ .off = (uint32_t)(at - p->base), .size = size, .name = (uint32_t)k->nstr };
 	memcpy(k->str + k->nstr, name, n);
 	k->nstr += n;
 	return 0;
@@ -105,34 +98,6 @@ static int member_runs(struct hp_model *m, const struct hp_plan *p, uint32_t i, 
 	return 0;
 }
 
-static void le16(uint8_t *o, uint16_t v)
-{
-	o[0] = (uint8_t)v;
-	o[1] = (uint8_t)(v >> 8);
-}
-
-static void le32(uint8_t *o, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		o[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void le64(uint8_t *o, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		o[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t rd32(const uint8_t *b)
-{
-	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
-static uint64_t rd64(const uint8_t *b)
-{
-	return rd32(b) | (uint64_t)rd32(b + 4) << 32;
-}
-
 enum {
 	HEAD = sizeof(struct hotpath_map_head),
 	SYM = sizeof(struct hotpath_map_sym),
@@ -156,25 +121,16 @@ int hp_plan_kernel_map(struct hp_model *m, struct hp_plan *p, char *err, size_t 
 	if (!r && k.nsyms && !o)
 		r = -ENOMEM;
 	if (o) {
-		le32(o, HOTPATH_MAP_MAGIC);
-		le16(o + 4, HOTPATH_MAP_VERSION);
-		le32(o + 8, p->unwind_off);
-		le32(o + 12, (uint32_t)k.nsyms);
-		le32(o + 16, (uint32_t)k.nruns);
-		le32(o + 20, (uint32_t)k.nstr);
-		uint8_t *w = o + HEAD;
-		for (size_t i = 0; i < k.nsyms; i++, w += SYM) {
-			le32(w, k.syms[i].off);
-			le32(w + 4, k.syms[i].size);
-			le32(w + 8, k.syms[i].name);
-		}
-		for (size_t i = 0; i < k.nruns; i++, w += RUN) {
-			le32(w, k.runs[i].off);
-			le32(w + 4, k.runs[i].len);
-			le64(w + 8, k.runs[i].orig);
-			le32(w + 16, k.runs[i].kind);
-		}
-		memcpy(w, k.str, k.nstr);
+		struct hotpath_map_head head = { .magic = HOTPATH_MAP_MAGIC,
+						 .version = HOTPATH_MAP_VERSION,
+						 .code_to_map = p->unwind_off,
+						 .nsyms = (uint32_t)k.nsyms,
+						 .nruns = (uint32_t)k.nruns,
+						 .strtab_len = (uint32_t)k.nstr };
+		memcpy(o, &head, HEAD);
+		memcpy(o + HEAD, k.syms, k.nsyms * SYM);
+		memcpy(o + HEAD + k.nsyms * SYM, k.runs, k.nruns * RUN);
+		memcpy(o + HEAD + k.nsyms * SYM + k.nruns * RUN, k.str, k.nstr);
 		p->unwind = o;
 		p->unwind_len = len;
 		p->unwind_fdes = k.nsyms;
@@ -201,21 +157,24 @@ bool hp_plan_verify_kernel_map(struct hp_model *m, struct hp_plan *p)
 {
 	const uint8_t *b = p->unwind;
 	size_t len = p->unwind_len;
+	struct hotpath_map_head h;
 
-	if (len < HEAD || rd32(b) != HOTPATH_MAP_MAGIC || rd32(b + 8) != p->unwind_off)
+	if (len < HEAD || (memcpy(&h, b, HEAD), h.magic != HOTPATH_MAP_MAGIC) || h.code_to_map != p->unwind_off)
 		return fail(p, "has a wrong head", p->base + p->unwind_off);
-	uint32_t nsyms = rd32(b + 12), nruns = rd32(b + 16), nstr = rd32(b + 20);
+	uint32_t nsyms = h.nsyms, nruns = h.nruns, nstr = h.strtab_len;
 	if (HEAD + (size_t)nsyms * SYM + (size_t)nruns * RUN + nstr != len || !nstr || b[len - 1])
 		return fail(p, "has sizes that disagree", p->base + p->unwind_off);
 	for (uint32_t i = 0; i < nsyms; i++) {
-		const uint8_t *s = b + HEAD + (size_t)i * SYM;
-		if ((uint64_t)rd32(s) + rd32(s + 4) > p->code_len || rd32(s + 8) >= nstr)
-			return fail(p, "names a function outside the code", p->base + rd32(s));
+		struct hotpath_map_sym sy;
+		memcpy(&sy, b + HEAD + (size_t)i * SYM, SYM);
+		if ((uint64_t)sy.off + sy.size > p->code_len || sy.name >= nstr)
+			return fail(p, "names a function outside the code", p->base + sy.off);
 	}
 	for (uint32_t i = 0; i < nruns; i++) {
-		const uint8_t *r = b + HEAD + (size_t)nsyms * SYM + (size_t)i * RUN;
-		uint32_t off = rd32(r), rl = rd32(r + 4), kind = rd32(r + 16);
-		uint64_t orig = rd64(r + 8);
+		struct hotpath_map_run r;
+		memcpy(&r, b + HEAD + (size_t)nsyms * SYM + (size_t)i * RUN, RUN);
+		uint32_t off = r.off, rl = r.len, kind = r.kind;
+		uint64_t orig = r.orig;
 		if ((uint64_t)off + rl > p->code_len || kind > HOTPATH_RUN_STATE_AT)
 			return fail(p, "has a run outside the code", p->base + off);
 		for (uint32_t d = 0; kind == HOTPATH_RUN_SAME && d < rl;) {

@@ -462,6 +462,7 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 		memcpy(x->image + LEAD(p) + p->unwind_off, p->unwind, p->unwind_len);
 	x->heap.data_len = p->unwind_len ? 1 : 0; /* asks for a data area; the target sizes it */
 	x->heap.unwind = p->unwind_len ? x->heap.addr + LEAD(p) + p->unwind_off : 0;
+	x->heap.unwind_len = p->unwind_len;
 	if ((r = hp_op_record(x,
 			      json_pack("{s:s, s:o, s:i, s:o, s:s}", "op", "heap", "addr", hp_jrec_hex(x->heap.addr),
 					"len", (int)x->heap.len, "unwind", hp_jrec_hex(x->heap.unwind), "name",

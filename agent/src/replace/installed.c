@@ -95,12 +95,6 @@ int hp_installed_list(const char *state_dir, struct hp_installed **out, size_t *
 	return 0;
 }
 
-static int cmp_moved(const void *a, const void *b)
-{
-	const struct hp_moved_block *x = a, *y = b;
-	return x->copy < y->copy ? -1 : x->copy > y->copy;
-}
-
 /* The installed copies of process pid's code (kernel: every kernel install's, whoever holds it). */
 static int moved_code(const char *state_dir, int pid, bool kernel, struct hp_moved_code **out, size_t *n, char *err,
 		      size_t errlen)
@@ -151,7 +145,7 @@ static int moved_code(const char *state_dir, int pid, bool kernel, struct hp_mov
 				};
 			}
 		if (mc->blocks)
-			qsort(mc->blocks, mc->nblocks, sizeof(*mc->blocks), cmp_moved);
+			hp_moved_sort(mc->blocks, mc->nblocks);
 		hp_iplan_free(&p);
 	}
 	free(ins);

@@ -253,22 +253,15 @@ static int kheap_map(struct hp_patch_target *t, struct hp_heap *h, const uint8_t
 static int kunwind_register(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen)
 {
 	size_t s = heap_slot(h->addr);
-	struct hotpath_map_head head;
 
 	h->unwind_registered = false;
 	if (s == HOTPATH_HEAPS_MAX || h->unwind < h->addr || h->unwind - h->addr >= h->len) {
 		snprintf(err, errlen, "the copy's position map is not in a code heap of this process");
 		return -ENOENT;
 	}
-	if (kread(t, h->unwind, &head, sizeof(head)) < 0 || head.magic != HOTPATH_MAP_MAGIC) {
-		snprintf(err, errlen, "the copy's position map at 0x%" PRIx64 " does not read back", h->unwind);
-		return -EIO;
-	}
-	uint64_t len = sizeof(head) + (uint64_t)head.nsyms * sizeof(struct hotpath_map_sym) +
-		       (uint64_t)head.nruns * sizeof(struct hotpath_map_run) + head.strtab_len;
 	struct hotpath_heap_unwind rq = { .id = kdev.heaps[s].id,
 					  .offset = (uint32_t)(h->unwind - h->addr),
-					  .len = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len };
+					  .len = h->unwind_len > UINT32_MAX ? UINT32_MAX : (uint32_t)h->unwind_len };
 	if (ioctl(kdev.fd, HOTPATH_HEAP_UNWIND, &rq) == 0) {
 		h->unwind_registered = true;
 		return 0;

@@ -44,7 +44,8 @@ struct hp_heap {
 	size_t rw_off; /* from here to len the heap is read+write (counters), not exec; 0: none */
 	uint64_t data; /* writable area, 0 when none */
 	size_t data_len;
-	uint64_t unwind; /* the registered .eh_frame, 0 when none */
+	uint64_t unwind;   /* the registered .eh_frame (a kernel copy's position map), 0 when none */
+	size_t unwind_len; /* its bytes, as the plan has them */
 	bool unwind_registered;
 };
 
