@@ -512,6 +512,29 @@ def kscalls_checks(checks, frames, state):
     )
 
 
+def klivepatch_checks(checks, frames, state):
+    """Livepatch's reliable-stack check through a kernel copy (guest/klivepatch.sh): a livepatch transition
+    ends while a task sleeps inside lane_mix's copy, and (the control) waits on that task's stack while the
+    copy has no ORC entries; its wrong results counted with the lane's."""
+
+    def accept(m, rc):
+        p, p_of, c, c_of, r, r_of, w = (int(g) for g in m.groups())
+        state["wrong"] += w
+        assert rc == 0 and (p, c, r) == (p_of, c_of, r_of) == (1, 1, 2) and w == 0, (
+            f"klivepatch.sh's status is {rc}: {m.group(0)}"
+        )
+
+    script_checks(
+        checks,
+        frames,
+        "klivepatch",
+        "livepatch through a copy",
+        r"klivepatch: patched with a task asleep in the copy (\d+)/(\d+), control held back by the copy's stack"
+        r" (\d+)/(\d+), patches reverted (\d+)/(\d+), wrong (\d+)",
+        accept,
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # The console's kernel flow over REST, with lane_mix driven and checked in the guest (guest/jobs.sh
 # mixwatch) and the guest's agent killing itself at its first install's redirect (guest/init)
@@ -753,6 +776,7 @@ def main():
         kcycles_checks(checks, frames, state)
         kkeys_checks(checks, frames, state)
         kscalls_checks(checks, frames, state)
+        klivepatch_checks(checks, frames, state)
 
     def guest_host():
         hosts = api.poll(
