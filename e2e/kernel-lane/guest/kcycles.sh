@@ -4,7 +4,8 @@
 # "1,000 install/revert cycles, no wrong result, no oops/warning in the guest's dmesg, original bytes
 # restored at the end"). In the lane's guest:
 #   1. /lane/kreader writes a file of known content into the guest's tmpfs and reads it with read(2) in
-#      a loop, checking every byte, for the whole run;
+#      a loop, checking every byte, for the whole run (stopped while only the counts' and plans' model opens
+#      and the planner run: below);
 #   2. for each of KCYCLES_ROOTS (default "vfs_read ksys_read shmem_file_read_iter") in turn, until one
 #      plans ok: exact kprobe block counts of the root and of the counted functions it calls directly
 #      while the reader reads, then `hotpathd plan kernel ROOT` from them; each refusal, and what each
@@ -58,8 +59,13 @@ counted=${KCYCLES_COUNTED:-$roots rw_verify_area filemap_read touch_atime}
 # progress WHAT: a progress line with the guest's uptime (where the frame's time goes; the stall watch).
 progress() { echo "# kcycles: $* at $(cut -d' ' -f1 /proc/uptime) s of guest uptime"; }
 # measure_root R: exact block counts of R and the counted functions it calls, in /tmp/kcprof.json; the
-# window ends (SIGINT) once the reader made some hundreds of reads under the armed probes.
+# window ends (SIGINT) once the reader made some hundreds of reads under the armed probes. The reader is
+# stopped (SIGSTOP) from the inspect until the probes are armed, and again once they are counted, until
+# the plans are made: nothing is installed then, and a reader reading flat out takes one of the guest's two
+# CPUs, so half of the one emulator thread, from the model's opens and the planner (each took about twice
+# as long beside it).
 measure_root() {
+	kill -STOP $reader
 	callees=$(hotpathd inspect kernel "$1" 2>/dev/null | sed -n 's/^  0x[0-9a-f]* -> 0x[0-9a-f]* \([A-Za-z0-9_.]*\)$/\1/p' | sort -u)
 	set_=$1
 	for f in $counted; do
@@ -78,6 +84,7 @@ measure_root() {
 		i=$((i + 1))
 	done
 	progress "armed"
+	kill -CONT $reader
 	r0=$(sed -n 's/reads \([0-9]*\).*/\1/p' /tmp/kreader.status)
 	# Some hundreds of reads counted, then the window ends (SIGINT) with what it counted.
 	while kill -0 $m 2>/dev/null && [ "$(sed -n 's/reads \([0-9]*\).*/\1/p' /tmp/kreader.status)" -lt $((r0 + 512)) ]; do
@@ -87,6 +94,7 @@ measure_root() {
 	progress "counted"
 	wait $m
 	progress "measured"
+	kill -STOP $reader
 	[ -z "$HOTPATH_TIMING" ] || grep '^  ' /tmp/kcprof.err
 	grep -q '"results"' /tmp/kcprof.json || grep -q '"count"' /tmp/kcprof.json ||
 		echo "measure: $(tail -n 3 /tmp/kcprof.err)"
@@ -109,6 +117,7 @@ for r in $roots; do
 		break
 	fi
 done
+kill -CONT $reader
 if [ -z "$root" ]; then
 	bad "kernel read-path plan: none of $roots plans ok (above)"
 	summary
