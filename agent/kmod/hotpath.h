@@ -18,6 +18,7 @@ struct hp_heap {
 	unsigned long addr; /* 0: slot free */
 	unsigned long size; /* bytes, whole pages */
 	bool sealed;
+	bool draining;        /* freed by its opener, a task may still be inside: slot kept (hp_drain) */
 	struct hp_unwind *uw; /* its copy's names and unwind entries; NULL: none given */
 };
 

@@ -22,7 +22,9 @@
  *               text_mutex (the way static calls and ftrace poke calls)
  *   CALL_UNDO   one call site's original bytes written back the same way
  *   HEAP_FREE   a heap no redirect or call site points into, freed after an
- *               RCU-tasks grace period (its slot filled with int3 again)
+ *               RCU-tasks grace period (its slot filled with int3 again) once
+ *               no task's stack has an address in it; until then it drains
+ *               (its slot kept, re-checked every second, the module pinned)
  *
  * Closing the device undoes everything the opener did, call sites first, then
  * redirects, then heaps (and rmmod cannot happen while it is open).
@@ -41,11 +43,14 @@
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/rcupdate.h>
+#include <linux/sched/signal.h>
 #include <linux/slab.h>
+#include <linux/stacktrace.h>
 #include <linux/stringify.h>
 #include <linux/uaccess.h>
 #include <linux/utsname.h>
 #include <linux/vmalloc.h>
+#include <linux/workqueue.h>
 
 #include "hotpath.h"
 
@@ -86,6 +91,8 @@ static unsigned long (*hp_ftrace_location)(unsigned long ip);
 static void (*hp_text_poke_bp)(void *addr, const void *opcode, size_t len, const void *emulate);
 static struct mutex *hp_text_mutex;
 unsigned long (*hp_lookup_name)(const char *name);
+static int (*hp_task_call_func)(struct task_struct *p, task_call_f func, void *arg);
+static int (*hp_stack_save_reliable)(struct task_struct *tsk, unsigned long *store, unsigned int size);
 
 /* Hold the module whose text holds addr (none for the core kernel's text)
  * so that it stays loaded while Hotpath has written into or redirected it:
@@ -125,7 +132,7 @@ static struct hp_heap *hp_heap_of(unsigned long addr, unsigned long len)
 	for (i = 0; i < HOTPATH_HEAPS_MAX; i++) {
 		struct hp_heap *h = &hp_heaps[i];
 
-		if (h->addr && addr >= h->addr && len <= h->size && addr - h->addr <= h->size - len)
+		if (h->addr && !h->draining && addr >= h->addr && len <= h->size && addr - h->addr <= h->size - len)
 			return h;
 	}
 	return NULL;
@@ -238,7 +245,7 @@ static long hp_heap_alloc(void __user *arg)
 
 static struct hp_heap *hp_heap_by_id(u32 id)
 {
-	return id < HOTPATH_HEAPS_MAX && hp_heaps[id].addr ? &hp_heaps[id] : NULL;
+	return id < HOTPATH_HEAPS_MAX && hp_heaps[id].addr && !hp_heaps[id].draining ? &hp_heaps[id] : NULL;
 }
 
 static long hp_heap_write(void __user *arg)
@@ -555,11 +562,8 @@ static long hp_call_undo(void __user *arg)
 	return hp_call_remove(c);
 }
 
-/* Heaps are freed once no task can be inside them: after an RCU-tasks grace
- * period every task has passed a voluntary context switch since the last
- * redirect into them was removed (the rule of kprobes' and ftrace's own
- * trampolines). Its names and unwind entries go first; its slot is int3
- * again for the next heap. */
+/* A heap's slot made int3 again for the next heap, its names and unwind
+ * entries removed first. Only once no task can be inside it (hp_heap_retire). */
 static void hp_heap_release(struct hp_heap *h)
 {
 	hp_unwind_drop(hp_heaps, HOTPATH_HEAPS_MAX, h);
@@ -567,6 +571,7 @@ static void hp_heap_release(struct hp_heap *h)
 	h->addr = 0;
 	h->size = 0;
 	h->sealed = false;
+	h->draining = false;
 }
 
 /* Whether a redirect or a call site (undone or not) points into h. */
@@ -583,6 +588,195 @@ static bool hp_heap_referenced(struct hp_heap *h)
 	return false;
 }
 
+/*
+ * Which heaps a task may still be inside. An RCU-tasks grace period after the
+ * last redirect and call into a heap was removed is not enough: it takes a
+ * voluntary context switch as quiescent, so a task asleep in a copy (or with a
+ * return address into one further down its stack) passes it and would wake up
+ * to return into int3. So every task's kernel stack is looked at, as
+ * livepatch's consistency model looks at it to switch a sleeping task:
+ * - a task not on a CPU has its stack walked with stack_trace_save_tsk_reliable
+ *   under task_call_func (its pi_lock and, while queued, its runqueue's lock,
+ *   so it cannot start running meanwhile); a walk the unwinder does not call
+ *   reliable (an address without ORC entry, a stack it cannot finish, more
+ *   frames than hp_stack) makes every heap asked about busy; a reliable one
+ *   makes busy each heap one of its addresses is inside;
+ * - a task on a CPU (on_cpu: from switching in until fully switched out), not
+ *   this one, cannot be walked now: it is looked at again from a work on its
+ *   CPU (work_on_cpu_safe), which takes that CPU from it, so it is then
+ *   usually walkable (a user-space task's stack ends at its user registers).
+ *   Still running then (it moved, or more than HP_RUNNING_MAX ran), every
+ *   heap asked about counts as busy. Without that second look a machine whose
+ *   CPUs are always busy would never see a heap empty.
+ * Idle tasks are not in the task list and not looked at: they never sleep, and
+ * interrupts taken in the idle loop run on the interrupt stack. A task forked
+ * later starts with an empty stack. Under hp_lock (hp_stack, the heaps).
+ */
+#define HP_RUNNING_MAX 64
+static unsigned long hp_stack[100];
+static struct task_struct *hp_running[HP_RUNNING_MAX]; /* found running (referenced) */
+
+struct hp_walk {
+	u32 ask;           /* heap ids asked about */
+	u32 busy;          /* those a task may be inside */
+	bool again;        /* the second look at a task found running: running is busy */
+	unsigned int nrun; /* in hp_running */
+	pid_t pid;         /* the task the log names, and why it made a heap busy */
+	char comm[TASK_COMM_LEN];
+	const char *why;
+	bool inside; /* it has a return address inside a heap */
+};
+
+static int hp_task_walk(struct task_struct *t, void *arg)
+{
+	struct hp_walk *w = arg;
+	const char *why = NULL;
+	bool inside = false;
+	u32 busy = 0;
+	unsigned int j;
+	int i, n = -1;
+
+	if (t != current && READ_ONCE(t->on_cpu)) {
+		if (!w->again && w->nrun < HP_RUNNING_MAX) {
+			get_task_struct(t);
+			hp_running[w->nrun++] = t;
+			return 0;
+		}
+		busy = w->ask;
+		why = "is running on a CPU";
+	} else {
+		n = hp_stack_save_reliable(t, hp_stack, ARRAY_SIZE(hp_stack));
+		if (n < 0) {
+			busy = w->ask;
+			why = "has a stack the unwinder does not walk reliably";
+		}
+		for (i = 0; i < n; i++)
+			for (j = 0; j < HOTPATH_HEAPS_MAX; j++)
+				if ((w->ask & BIT(j)) && hp_stack[i] >= hp_heaps[j].addr &&
+				    hp_stack[i] <= hp_heaps[j].addr + hp_heaps[j].size)
+					busy |= BIT(j);
+		if (busy && n >= 0) {
+			why = "has a return address inside it";
+			inside = true;
+		}
+	}
+	/* The log names one task: the first one inside, else the first other. */
+	if (busy && (!w->why || (inside && !w->inside))) {
+		w->pid = task_pid_nr(t);
+		get_task_comm(w->comm, t);
+		w->why = why;
+		w->inside = inside;
+	}
+	w->busy |= busy;
+	return 0;
+}
+
+struct hp_walk_there {
+	struct hp_walk *w;
+	struct task_struct *t;
+};
+
+static long hp_task_walk_there(void *arg)
+{
+	struct hp_walk_there *x = arg;
+
+	return hp_task_call_func(x->t, hp_task_walk, x->w);
+}
+
+/* Every task looked at (not only until each heap is busy: the log names a
+ * task inside one if there is one), those found running a second time. */
+static void hp_heaps_busy(struct hp_walk *w)
+{
+	struct task_struct *g, *t;
+	unsigned int i;
+
+	w->again = false;
+	w->nrun = 0;
+	rcu_read_lock();
+	for_each_process_thread(g, t) hp_task_call_func(t, hp_task_walk, w);
+	rcu_read_unlock();
+	w->again = true;
+	for (i = 0; i < w->nrun; i++) {
+		struct hp_walk_there x = { .w = w, .t = hp_running[i] };
+
+		if (work_on_cpu_safe(task_cpu(x.t), hp_task_walk_there, &x) < 0)
+			hp_task_call_func(x.t, hp_task_walk, w); /* its CPU went offline: looked at here */
+		put_task_struct(x.t);
+	}
+}
+
+/* Heaps their opener freed that a task may still be inside: their slots,
+ * names and unwind entries stay (a sleeper's stack walks reliably only with
+ * them, so the drain can see it leave), hp_drain_work re-checks them every
+ * second, and the module holds a reference on itself while any drains, so
+ * rmmod is refused rather than freeing text a task will return into.
+ * /sys/module/hotpath/parameters/draining counts them. */
+static unsigned int hp_draining;
+module_param_named(draining, hp_draining, uint, 0444);
+MODULE_PARM_DESC(draining, "code heaps freed by their opener that a task may still be inside (read-only)");
+
+static void hp_drain(struct work_struct *work);
+static DECLARE_DELAYED_WORK(hp_drain_work, hp_drain);
+
+static void hp_drain_end(struct hp_heap *h)
+{
+	pr_info("hotpath: heap %u drained: no task is inside it any more, its slot released\n",
+		(unsigned int)(h - hp_heaps));
+	hp_heap_release(h);
+	if (!--hp_draining)
+		module_put(THIS_MODULE);
+}
+
+static void hp_drain(struct work_struct *work)
+{
+	struct hp_walk w = {};
+	unsigned int i;
+
+	mutex_lock(&hp_lock);
+	for (i = 0; i < HOTPATH_HEAPS_MAX; i++)
+		if (hp_heaps[i].draining)
+			w.ask |= BIT(i);
+	if (w.ask)
+		hp_heaps_busy(&w);
+	for (i = 0; i < HOTPATH_HEAPS_MAX; i++)
+		if ((w.ask & ~w.busy) & BIT(i))
+			hp_drain_end(&hp_heaps[i]);
+	if (hp_draining)
+		schedule_delayed_work(&hp_drain_work, HZ);
+	mutex_unlock(&hp_lock);
+}
+
+/* Free the heaps in ask (their opener is done with them: no redirect or call
+ * site points into them) after one RCU-tasks grace period: each released now
+ * if no task is inside it, or left draining. */
+static void hp_heaps_retire(u32 ask)
+{
+	struct hp_walk w = { .ask = ask };
+	unsigned int i;
+
+	if (!ask)
+		return;
+	synchronize_rcu_tasks();
+	hp_heaps_busy(&w);
+	for (i = 0; i < HOTPATH_HEAPS_MAX; i++) {
+		struct hp_heap *h = &hp_heaps[i];
+
+		if (!(ask & BIT(i)))
+			continue;
+		if (!(w.busy & BIT(i))) {
+			hp_heap_release(h);
+			continue;
+		}
+		pr_info("hotpath: heap %u drains: %s:%d %s; released once no task is inside it\n", i, w.comm, w.pid,
+			w.why);
+		h->draining = true;
+		if (!hp_draining++)
+			__module_get(THIS_MODULE);
+	}
+	if (hp_draining)
+		schedule_delayed_work(&hp_drain_work, HZ);
+}
+
 static long hp_heap_free(void __user *arg)
 {
 	struct hp_heap *h = hp_heap_named(arg);
@@ -591,8 +785,7 @@ static long hp_heap_free(void __user *arg)
 		return PTR_ERR(h);
 	if (hp_heap_referenced(h))
 		return -EBUSY;
-	synchronize_rcu_tasks();
-	hp_heap_release(h);
+	hp_heaps_retire(BIT(h - hp_heaps));
 	return 0;
 }
 
@@ -602,7 +795,7 @@ static long hp_heap_free(void __user *arg)
  * stays taken until rmmod, which leaves it allocated). */
 static void hp_undo_all(void)
 {
-	bool heaps = false;
+	u32 ask = 0;
 	unsigned int i;
 
 	for (i = 0; i < HOTPATH_CALLS_MAX; i++)
@@ -612,13 +805,9 @@ static void hp_undo_all(void)
 		if (hp_redirects[i])
 			hp_redirect_remove(&hp_redirects[i]);
 	for (i = 0; i < HOTPATH_HEAPS_MAX; i++)
-		heaps |= hp_heaps[i].addr && !hp_heap_referenced(&hp_heaps[i]);
-	if (!heaps)
-		return;
-	synchronize_rcu_tasks();
-	for (i = 0; i < HOTPATH_HEAPS_MAX; i++)
-		if (hp_heaps[i].addr && !hp_heap_referenced(&hp_heaps[i]))
-			hp_heap_release(&hp_heaps[i]);
+		if (hp_heaps[i].addr && !hp_heaps[i].draining && !hp_heap_referenced(&hp_heaps[i]))
+			ask |= BIT(i);
+	hp_heaps_retire(ask);
 }
 
 static int hp_open(struct inode *inode, struct file *file)
@@ -751,8 +940,12 @@ static int __init hp_init(void)
 	hp_text_poke_copy = (void *)hp_lookup_name("text_poke_copy");
 	hp_text_poke_set = (void *)hp_lookup_name("text_poke_set");
 	hp_text_poke_sync = (void *)hp_lookup_name("text_poke_sync");
-	if (!hp_text_mutex || !hp_text_poke_copy || !hp_text_poke_set || !hp_text_poke_sync) {
-		pr_err("hotpath: cannot find text_mutex, text_poke_copy, text_poke_set or text_poke_sync (kallsyms_lookup_name)\n");
+	/* A heap's drain walks tasks' stacks as livepatch does (hp_heaps_busy). */
+	hp_task_call_func = (void *)hp_lookup_name("task_call_func");
+	hp_stack_save_reliable = (void *)hp_lookup_name("stack_trace_save_tsk_reliable");
+	if (!hp_text_mutex || !hp_text_poke_copy || !hp_text_poke_set || !hp_text_poke_sync || !hp_task_call_func ||
+	    !hp_stack_save_reliable) {
+		pr_err("hotpath: cannot find text_mutex, text_poke_copy, text_poke_set, text_poke_sync, task_call_func or stack_trace_save_tsk_reliable (kallsyms_lookup_name)\n");
 		return -ENOENT;
 	}
 	if (hotpath_heap_area_bytes != (u64)HOTPATH_HEAPS_MAX * HOTPATH_HEAP_MAX || !PAGE_ALIGNED(hotpath_heap_area)) {
@@ -772,6 +965,10 @@ static int __init hp_init(void)
 static void __exit hp_exit(void)
 {
 	misc_deregister(&hp_dev);
+	/* No heap drains (each holds the module), so the work is not queued;
+	 * cancelled anyway, and waited for if it is just ending (its last
+	 * module_put let this rmmod start). */
+	cancel_delayed_work_sync(&hp_drain_work);
 	/* Nothing is left: the device cannot be open during rmmod, and closing
 	 * it undid everything. Kept for the order's sake. */
 	mutex_lock(&hp_lock);
