@@ -6,7 +6,7 @@
 # module/hotpath_lane.c and the lane's livepatch module/hotpath_lanepatch.c built against the fetched headers, Hotpath's kernel module agent/kmod/
 # as its DKMS package (deploy/dkms) builds and installs it for the fetched kernel, the static test
 # programs guest/lanework.c, guest/kreader.c and guest/kmodtest.c, and the guest scripts (ktarget.sh,
-# kcycles.sh and its kcheck.sh, kkeys.sh, kscalls.sh, klivepatch.sh). Prints the image's path.
+# kcycles.sh and its kcheck.sh, kkeys.sh, kscalls.sh, klivepatch.sh, kdrain.sh). Prints the image's path.
 # Per-boot settings (where the backend is, credentials, the job to run) are not in it: boot.sh appends
 # them as a second archive.
 #
@@ -64,9 +64,9 @@ cp "$lane_dir/guest/jobs.sh" "$stage/lane/jobs.sh"
 cp "$lane_dir/guest/ktarget.sh" "$stage/lane/ktarget.sh"
 cp "$lane_dir/guest/kkeys.sh" "$stage/lane/kkeys.sh"
 cp "$lane_dir/guest/kscalls.sh" "$stage/lane/kscalls.sh"
-cp "$lane_dir/guest/kcycles.sh" "$lane_dir/guest/kcheck.sh" "$lane_dir/guest/klivepatch.sh" "$stage/lane/"
+cp "$lane_dir/guest/kcycles.sh" "$lane_dir/guest/kcheck.sh" "$lane_dir/guest/klivepatch.sh" "$lane_dir/guest/kdrain.sh" "$stage/lane/"
 chmod 755 "$stage/init" "$stage/lane/jobs.sh" "$stage/lane/ktarget.sh" "$stage/lane/kkeys.sh" "$stage/lane/kscalls.sh" \
-	"$stage/lane/kcycles.sh" "$stage/lane/kcheck.sh" "$stage/lane/klivepatch.sh"
+	"$stage/lane/kcycles.sh" "$stage/lane/kcheck.sh" "$stage/lane/klivepatch.sh" "$stage/lane/kdrain.sh"
 
 # hotpathd and its shared libraries (ldd's closure, each at the path the dynamic loader looks in).
 cp "$hotpathd" "$stage/usr/bin/hotpathd"

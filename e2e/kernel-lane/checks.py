@@ -581,6 +581,27 @@ def klivepatch_checks(checks, frames, state):
     )
 
 
+def kdrain_checks(checks, frames, state):
+    """A copy reverted while a task sleeps in it (guest/kdrain.sh): the revert succeeds, the heap drains
+    (kept, rmmod refused) while the task is inside, the task returns through it with the original's
+    result once released, and the heap is then released; its wrong results counted with the lane's."""
+
+    def accept(m, rc):
+        r, r_of, d, d_of, w = (int(g) for g in m.groups())
+        state["wrong"] += w
+        assert rc == 0 and (r, d) == (r_of, d_of) == (1, 1) and w == 0, f"kdrain.sh's status is {rc}: {m.group(0)}"
+
+    script_checks(
+        checks,
+        frames,
+        "kdrain",
+        "a freed heap drains",
+        r"kdrain: revert with a task asleep in the copy (\d+)/(\d+), the heap drained after its release (\d+)/(\d+),"
+        r" wrong (\d+)",
+        accept,
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # The console's kernel flow over REST, with lane_mix driven and checked in the guest (guest/jobs.sh
 # mixwatch) and the guest's agent killing itself at its first install's redirect (guest/init)
@@ -823,6 +844,7 @@ def main():
         kkeys_checks(checks, frames, state)
         kscalls_checks(checks, frames, state)
         klivepatch_checks(checks, frames, state)
+        kdrain_checks(checks, frames, state)
 
     def guest_host():
         hosts = api.poll(

@@ -252,6 +252,9 @@ job_test() {
 	# Livepatch's reliable-stack check through a kernel copy: a patch's transition ends while a task sleeps
 	# in a copy of lane_mix (ktarget.sh's plan), and waits on it when the copy has no ORC entries.
 	frame klivepatch /lane/klivepatch.sh
+	# A copy reverted while a task sleeps in it: its heap drains (kept, the module pinned) until the task
+	# has left, then is released.
+	frame kdrain /lane/kdrain.sh
 	frame kmod-ftrace-after cat $T/enabled_functions
 	frame kmod-reload sh -c 'rmmod hotpath && insmod /lane/hotpath.ko && grep -w hotpath /proc/modules'
 	frame kmod-dmesg dmesg
