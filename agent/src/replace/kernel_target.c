@@ -25,7 +25,9 @@
  *                  the kernel's text_poke_bp, checking the original bytes
  *                  as the undo record holds them) / HOTPATH_CALL_UNDO
  *   heap_release   HOTPATH_HEAP_FREE (the module waits for an RCU-tasks
- *                  grace period: no task can be inside the copy after it)
+ *                  grace period, then keeps the heap draining while any
+ *                  task's stack may still be inside the copy: freed for
+ *                  us at once, its slot released once the last one left)
  *
  * The device is opened once per process and stays open for the process's
  * life: closing it makes the module undo everything this process
@@ -491,7 +493,8 @@ static int krestore(struct hp_patch_target *t, const struct hp_undo *u, char *er
 static int kin_use(struct hp_patch_target *t, uint64_t lo, uint64_t hi, char *why, size_t wlen)
 {
 	/* Never "in use" here: HOTPATH_HEAP_FREE itself waits for an RCU-tasks
-	 * grace period, after which no task can be inside the heap. */
+	 * grace period, and the module keeps a heap a task's stack may still be
+	 * inside (a sleeper in the copy) until that task has left it. */
 	return 0;
 }
 
