@@ -662,8 +662,9 @@ static int hp_task_walk(struct task_struct *t, void *arg)
 	}
 	/* The log names one task: the first one inside, else the first other. */
 	if (busy && (!w->why || (inside && !w->inside))) {
+		/* Read unlocked (no task_lock under the runqueue's): only for the log. */
 		w->pid = task_pid_nr(t);
-		get_task_comm(w->comm, t);
+		strscpy(w->comm, t->comm, sizeof(w->comm));
 		w->why = why;
 		w->inside = inside;
 	}
