@@ -18,7 +18,8 @@
  *                  (no write after it)
  *   unwind         HOTPATH_HEAP_UNWIND of the copy's position map (the
  *                  plan's unwind data): the originals' ORC entries and
- *                  names for the copy / HOTPATH_HEAP_UNWIND_DROP
+ *                  names for the copy / nothing: HOTPATH_HEAP_FREE drops
+ *                  them with the heap (after any drain)
  *   entries        HOTPATH_REDIRECT (ftrace IPMODIFY, with the original
  *                  bytes as expect) / HOTPATH_UNDO
  *   call sites     HOTPATH_CALL_PATCH (the module pokes the e8 rel32 with
@@ -284,19 +285,16 @@ static int kunwind_register(struct hp_patch_target *t, struct hp_heap *h, char *
 	return e == EBUSY ? -EIO : -e; /* -EBUSY tells the engine nothing was called */
 }
 
+/* The copy's names and ORC entries go with its heap: HOTPATH_HEAP_FREE
+ * removes them when it releases the slot, which hotpath.ko delays while a
+ * task's stack may still be inside the copy (its README, "Draining heaps";
+ * the engine calls heap_release right after this). Dropped here, before the
+ * free, a task asleep in the copy would lose its frame's name and the
+ * reliable walk of its stack: livepatch transitions would wait on it, and
+ * the drain could not see it leave. So the module is asked nothing here
+ * (HOTPATH_HEAP_UNWIND_DROP stays for a heap that keeps running). */
 static int kunwind_deregister(struct hp_patch_target *t, struct hp_heap *h, char *err, size_t errlen)
 {
-	size_t s = heap_slot(h->addr);
-
-	if (s != HOTPATH_HEAPS_MAX && h->unwind_registered) {
-		struct hotpath_heap_id rq = { .id = kdev.heaps[s].id };
-		if (ioctl(kdev.fd, HOTPATH_HEAP_UNWIND_DROP, &rq) < 0 && errno != ENOENT) {
-			int e = errno;
-			snprintf(err, errlen, "hotpath.ko could not remove the copy's names and unwind entries: %s",
-				 strerror(e));
-			return -e;
-		}
-	}
 	h->unwind_registered = false;
 	return 0;
 }
