@@ -694,7 +694,8 @@ static void hp_heaps_busy(struct hp_walk *w)
 	w->again = false;
 	w->nrun = 0;
 	rcu_read_lock();
-	for_each_process_thread(g, t) hp_task_call_func(t, hp_task_walk, w);
+	for_each_process_thread(g, t)
+		hp_task_call_func(t, hp_task_walk, w);
 	rcu_read_unlock();
 	w->again = true;
 	for (i = 0; i < w->nrun; i++) {
