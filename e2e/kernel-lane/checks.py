@@ -970,6 +970,7 @@ def main():
             LANE_PLAYWRIGHT_OUTPUT=os.path.join(a.run, "playwright"),
             LANE_APPROVER=(state.get("approver") or {}).get("username", ""),
             LANE_APPROVER_PASSWORD=(state.get("approver") or {}).get("password", ""),
+            LANE_RESULTS=a.results,
         )
         left = max(30, int(a.deadline - time.time()))
         try:
@@ -988,9 +989,15 @@ def main():
             raise AssertionError(f"Playwright failed (status {p.returncode}); its output is above")
         if "kernel flow" in p.stdout and "✓" in p.stdout:
             state["console"] = [state["console"][0] + 1, state["console"][1] + 1]
+        # Each test's line with its duration (the list reporter's), for the lane's time.
+        for line in p.stdout.splitlines():
+            if "✓" in line:
+                print("#", line.strip(), flush=True)
         return (
             "Chromium: the host list shows both, the guest's tree has hotpath_lane, lane_step's CFG and "
-            "instructions draw; lane_mix optimized, approved by another user, installed, compared, reverted"
+            "instructions draw; lane_mix optimized, approved by another user, installed, compared, reverted; "
+            "a plan of lane_mix rolled out to the guest's kernel build (the guest the canary, two fakes the next "
+            "wave, this host refused) and reverted everywhere"
         )
 
     checks.run("the console shows the guest beside this host, with its module code", browser)
