@@ -228,12 +228,18 @@ class ScriptedAgent:
         kernel_tag: str = "build-1",
         process_build_id: str = PROCESS_BUILD_ID,
         labels: dict[str, str] | None = None,
+        kernel_build_id: str | None = None,
+        kernel_release: str = "6.18.0-test",
     ) -> None:
         self.target, self.credentials, self.host_id = target, credentials, host_id
         self.hostname = hostname or f"host-{host_id}"
         # Hello.labels, as the real agent reads them from its config file (label.KEY = VALUE lines).
         self.labels: dict[str, str] = dict(labels or {})
-        self.build_id = build_id_of(kernel_tag)
+        # The kernel build it reports: its tag's, or one given (a fake that joins a real host's build group,
+        # e2e/kernel-lane/console.spec.ts: the lane guest's build id and release; its catalog stays this
+        # fake's own scripted one).
+        self.build_id = kernel_build_id or build_id_of(kernel_tag)
+        self.kernel_release = kernel_release
         self.instance_id = uuid.uuid4().hex
         self.seq = 0
         self.acks: list[pb.Ack] = []
@@ -275,6 +281,9 @@ class ScriptedAgent:
         # str), and what was installed (plan id → code hash).
         self.plan_edit = None
         self.installed: dict[str, str] = {}
+        # Called with ("installed" | "reverted", plan id, the plan's JSON or None) after each install and
+        # revert this fake made (tests.scripted_agent_cli reports them to its caller).
+        self.on_plan = None
         # When set, installs are made but their answers are lost (as with a backend that went away while
         # the agent installed): the command stays sent.
         self.lose_install_answers = False
@@ -298,7 +307,7 @@ class ScriptedAgent:
         return pb.Hello(
             host_id=self.host_id,
             hostname=self.hostname,
-            kernel_release="6.18.0-test",
+            kernel_release=self.kernel_release,
             kernel_build_id=self.build_id,
             cpu_model="Test CPU @ 2.0GHz",
             cpu_count=2,
@@ -767,6 +776,14 @@ class ScriptedAgent:
             return pb.CommandResult(command_id=command.id, ok=True, targets=pb.TargetsUpdate(targets=[t]))
         if kind == "start_measurement":
             req = command.start_measurement
+            # As the real agent refuses to measure a function of a catalog it does not have (a derived
+            # kernel plan's root in a module this fake does not load), not an exception that would leave
+            # the command unanswered.
+            missing = [r.digest for r in req.resources if r.digest not in {m[3] for m in self.catalogs}]
+            if missing:
+                return pb.CommandResult(
+                    command_id=command.id, ok=False, error=f"no catalog {missing[0][:16]} on this host"
+                )
             info = self.measurements.get(req.measurement_id)
             if info is None:
                 info = pb.MeasurementInfo(
@@ -802,7 +819,20 @@ class ScriptedAgent:
                     ok=True,
                     install=pb.InstallResult(plan_id=ip.plan_id, status="refused", detail_json=json.dumps(detail)),
                 )
+            built = plan["target"].get("build_id", "")
+            if plan["target"].get("kind") == "kernel" and built != self.build_id:
+                # As the real agent's kernel target (replace/kernel_target.c, module_base): a kernel plan of
+                # another kernel build is refused before anything is read.
+                error = f"the plan is for another kernel build (build id {built[:16]}...): plan again on this kernel"
+                detail = {"status": "refused", "root": plan["root"], "error": error}
+                return pb.CommandResult(
+                    command_id=command.id,
+                    ok=True,
+                    install=pb.InstallResult(plan_id=ip.plan_id, status="refused", detail_json=json.dumps(detail)),
+                )
             self.installed[ip.plan_id] = have
+            if self.on_plan is not None:
+                self.on_plan("installed", ip.plan_id, plan)
             detail = {
                 "status": "installed",
                 "root": plan["root"],
@@ -833,6 +863,8 @@ class ScriptedAgent:
         if kind == "revert_plan":
             rp = command.revert_plan
             if self.installed.pop(rp.plan_id, None):
+                if self.on_plan is not None:
+                    self.on_plan("reverted", rp.plan_id, None)
                 return pb.CommandResult(
                     command_id=command.id,
                     ok=True,

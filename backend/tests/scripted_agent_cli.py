@@ -4,21 +4,27 @@ stand-in for another machine of a fleet, for the browser tests (e2e/tests/fleet.
 only real agent is this host's. Not an agent: it plays one over the real gRPC stream.
 
     .venv/bin/python -m tests.scripted_agent_cli --server HOST:PORT --enroll HOST:PORT --host-id ID \\
-        [--hostname NAME] [--kernel-tag TAG] [--label KEY=VALUE ...] [--samples FUNCTION=COUNT ...] \\
-        [--start UNIX_S] [--seconds N] [--hang-s S] [--compare within-noise|slower]
+        [--hostname NAME] [--kernel-tag TAG | --kernel-build-id ID] [--kernel-release RELEASE] \\
+        [--label KEY=VALUE ...] [--samples FUNCTION=COUNT ...] [--start UNIX_S] [--seconds N] [--hang-s S] \\
+        [--compare within-noise|slower]
 
 It talks on stdin and stdout, one JSON object a line:
 - stdin, first line: {"token": ..., "ca_pem": ...}, an enrolment token an admin created (POST
   /api/v1/enrolment-tokens) and the CA it came with (kept off the command line, which `ps` shows);
 - it enrols, connects (Hello with the labels; the kernel build id is tests.scripted_agent.build_id_of of
-  the tag, so agents given one tag form one kernel-build group) and uploads the catalog pieces the backend
+  the tag, so agents given one tag form one kernel-build group; or `--kernel-build-id`, with
+  `--kernel-release`, to join a real host's group: e2e/kernel-lane/console.spec.ts's fakes report the lane
+  guest's, while their catalog stays this fake's scripted one) and uploads the catalog pieces the backend
   lacks, then writes {"connected": HOST_ID, "build_id": ..., "kernel_release": ..., "process_digest": ...}
   (the catalog digest of the scripted process every scripted agent can attach, of one build: a plan is
   made on it by root digest and function index);
 - commands from the backend are answered as tests.scripted_agent answers them: attach any pid, make a
   plan of the fixture, install only the approved code hash, revert, and compare with `--compare`'s
   scripted counts (within-noise: the guard keeps the plan; slower: +10% in the plan's code, the guard
-  reverts it — a regression injected on this host);
+  reverts it — a regression injected on this host); a kernel plan of another build than the one it reports
+  is refused, as the real agent's kernel target refuses it; each install and revert it made is written as
+  {"installed": PLAN_ID, "target": {...the plan's target...}, "root": ..., "code_sha256": ...} and
+  {"reverted": PLAN_ID} (nothing is installed anywhere: it is a fake);
 - stdin, the line `send` (once the caller has seen the host's catalog stored: samples of a piece not
   stored yet are dropped): it sends `--seconds` one-second metric batches from `--start` (a Unix time),
   each with COUNT samples in block 0 of every FUNCTION of `--samples` (the scripted vmlinux's functions,
@@ -63,6 +69,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--host-id", required=True)
     p.add_argument("--hostname", help="default: host-HOST_ID")
     p.add_argument("--kernel-tag", default="build-1", help="names the kernel build id: one tag, one group")
+    p.add_argument("--kernel-build-id", help="report this kernel build id instead of the tag's (a real host's)")
+    p.add_argument("--kernel-release", default="6.18.0-test", help="the kernel release Hello reports")
     p.add_argument("--label", type=_pair, action="append", default=[], help="a Hello label KEY=VALUE")
     p.add_argument("--samples", type=_pair, action="append", default=[], help="FUNCTION=COUNT per second")
     p.add_argument("--start", type=int, default=0, help="the first batch's start, Unix seconds")
@@ -114,7 +122,17 @@ async def run(args: argparse.Namespace) -> None:
         hostname=args.hostname,
         kernel_tag=args.kernel_tag,
         labels=dict(args.label),
+        kernel_build_id=args.kernel_build_id,
+        kernel_release=args.kernel_release,
     )
+
+    def plan_event(event: str, plan_id: str, plan: dict[str, Any] | None) -> None:
+        if plan is None:
+            say({event: plan_id})
+        else:
+            say({event: plan_id, "target": plan["target"], "root": plan["root"], "code_sha256": plan["code"]["sha256"]})
+
+    agent.on_plan = plan_event
     agent.compare_in_plan = list(COMPARE_SLOWER if args.compare == "slower" else COMPARE_WITHIN_NOISE)
     await agent.connect()
     hello = agent.hello()

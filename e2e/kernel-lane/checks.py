@@ -526,6 +526,7 @@ def playwright_start(a, api, state, title, folder):
         LANE_PLAYWRIGHT_OUTPUT=os.path.join(a.run, "playwright", folder),
         LANE_APPROVER=(state.get("approver") or {}).get("username", ""),
         LANE_APPROVER_PASSWORD=(state.get("approver") or {}).get("password", ""),
+        LANE_RESULTS=a.results,
     )
     if not os.path.isdir(os.path.join(a.e2e, "node_modules", "@playwright")):
         return None, ""
@@ -536,8 +537,10 @@ def playwright_start(a, api, state, title, folder):
         return subprocess.Popen(cmd, cwd=a.e2e, env=env, stdout=out, stderr=subprocess.STDOUT), path
 
 
-def playwright_result(a, started):
-    """Wait (until the deadline) for a Playwright run playwright_start began; its output, or AssertionError."""
+def playwright_result(a, started, tests=1):
+    """Wait (until the deadline) for a Playwright run playwright_start began, which must have passed `tests` tests;
+    its output, or AssertionError. Each passed test's line (the list reporter's, with its duration) is printed, for
+    the lane's time."""
     p, path = started
     if p is None:
         raise AssertionError("Playwright is not installed in e2e/: run ./scripts/install-deps.sh test")
@@ -553,8 +556,11 @@ def playwright_result(a, started):
     if p.returncode != 0:
         print(text[-4000:])
         raise AssertionError(f"Playwright failed (status {p.returncode}); its output is above")
-    if not re.search(r"\b1 passed\b", text):
-        raise AssertionError(f"Playwright ran no test: {text[-500:]!r}")
+    if not re.search(rf"\b{tests} passed\b", text):
+        raise AssertionError(f"Playwright did not pass its {tests} test(s): {text[-500:]!r}")
+    for line in text.splitlines():
+        if "✓" in line:
+            print("#", line.strip(), flush=True)
     return text
 
 
@@ -1065,13 +1071,18 @@ def main():
     checks.run("the console shows the guest beside this host, with its module code", view)
 
     def browser_flow():
-        out = playwright_result(a, playwright_start(a, api, state, "kernel flow:", "flow"))
+        out = playwright_result(a, playwright_start(a, api, state, "kernel (flow|roll-out):", "flow"), tests=2)
         if "kernel flow" in out and "✓" in out:
             state["console"] = [state["console"][0] + 1, state["console"][1] + 1]
-        return "Chromium: lane_mix optimized, approved by another user, installed, compared, reverted"
+        return (
+            "Chromium: lane_mix optimized, approved by another user, installed, compared, reverted; a plan of "
+            "lane_mix rolled out to the guest's kernel build (the guest the canary, two fakes the next wave, this "
+            "host refused) and reverted everywhere"
+        )
 
     checks.run(
-        "console flow in Chromium: optimized, approved by another user, installed, compared, reverted", browser_flow
+        "console flows in Chromium: optimized, approved by another user, installed, compared, reverted; rolled out",
+        browser_flow,
     )
 
     # -- what the kernel refuses -------------------------------------------------------------------

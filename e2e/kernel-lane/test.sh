@@ -137,7 +137,8 @@ step "guest agent connected; checking the guest as a host while its test job run
 # checks.py starts now: the checks of the guest as a host (its catalog, modules, code) need only its
 # agent, and run on the host while the job runs in the guest; the rest waits for the job's end, which
 # this script tells it by writing $run/job-done (with the host's steps for the time table).
-"$repo_root/backend/.venv/bin/python" "$lane_dir/checks.py" --url "http://127.0.0.1:$http" \
+# HOTPATH_GRPC_PORT: where console.spec.ts's scripted agents (fakes of the guest's build) connect.
+HOTPATH_GRPC_PORT=$grpc "$repo_root/backend/.venv/bin/python" "$lane_dir/checks.py" --url "http://127.0.0.1:$http" \
 	--password-file "$data/admin-password" --results "$run/results.log" \
 	--ko "$build/stage/lane/hotpath_lane.ko" --release "$release" --hotpath-ko "$build/stage/lane/hotpath.ko" \
 	--dkms-version "$("$repo_root/deploy/dkms/install.sh" --version)" --deadline "$(($(date +%s) + $(left)))" \

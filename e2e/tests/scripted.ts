@@ -17,6 +17,9 @@ export interface ScriptedSpec {
   id: string;
   /** Agents given one tag share one kernel build. */
   kernelTag: string;
+  /** Report this kernel build id and release instead of the tag's (a fake joining a real host's build group). */
+  kernelBuildId?: string;
+  kernelRelease?: string;
   labels?: Record<string, string>;
   /** Samples per one-second batch by scripted vmlinux function, sent from `start` on `send`. */
   samples?: Record<string, number>;
@@ -65,6 +68,8 @@ export async function startScripted(ctx: APIRequestContext, spec: ScriptedSpec, 
   const args = ["-m", "tests.scripted_agent_cli", "--server", `127.0.0.1:${grpcPort}`];
   args.push("--enroll", `127.0.0.1:${enroll_port}`, "--host-id", spec.id, "--hostname", spec.id);
   args.push("--kernel-tag", spec.kernelTag, "--hang-s", String(hangMs / 1000));
+  if (spec.kernelBuildId) args.push("--kernel-build-id", spec.kernelBuildId);
+  if (spec.kernelRelease) args.push("--kernel-release", spec.kernelRelease);
   if (spec.start !== undefined) args.push("--start", String(spec.start));
   if (spec.seconds !== undefined) args.push("--seconds", String(spec.seconds));
   if (spec.compare) args.push("--compare", spec.compare);

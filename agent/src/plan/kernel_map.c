@@ -189,3 +189,20 @@ bool hp_plan_verify_kernel_map(struct hp_model *m, struct hp_plan *p)
 	}
 	return true;
 }
+
+int hp_plan_kernel_map_rebase(uint8_t *map, size_t len, int64_t delta)
+{
+	struct hotpath_map_head h;
+
+	if (len < HEAD || (memcpy(&h, map, HEAD), h.magic != HOTPATH_MAP_MAGIC) ||
+	    HEAD + (size_t)h.nsyms * SYM + (size_t)h.nruns * RUN + h.strtab_len != len)
+		return -EINVAL;
+	for (uint32_t i = 0; i < h.nruns; i++) {
+		uint8_t *at = map + HEAD + (size_t)h.nsyms * SYM + (size_t)i * RUN;
+		struct hotpath_map_run r;
+		memcpy(&r, at, RUN);
+		r.orig += (uint64_t)delta;
+		memcpy(at, &r, RUN);
+	}
+	return 0;
+}

@@ -295,6 +295,10 @@ uint32_t hp_plan_block_body(struct hp_model *m, const struct hp_function *f, con
  * ORC entries and kallsyms names. Verified by re-decoding both sides. */
 int hp_plan_kernel_map(struct hp_model *m, struct hp_plan *p, char *err, size_t errlen);
 bool hp_plan_verify_kernel_map(struct hp_model *m, struct hp_plan *p);
+/* Move a position map's original addresses by delta (an install where the
+ * members lie delta bytes from where they were planned). 0, or -EINVAL when
+ * map is not a position map of len bytes. */
+int hp_plan_kernel_map_rebase(uint8_t *map, size_t len, int64_t delta);
 bool hp_plan_verify_unwind(struct hp_model *m, struct hp_plan *p);
 
 /* Indirect-call promotion (icall_values.c): the promotion of f's indirect

@@ -431,6 +431,13 @@ static void write_plan(struct rw *w, struct hp_model *m, const struct hp_plan *p
 		}
 		rw_str(w, "module", p->members[0].mod->name);
 		rw_hex(w, "module_base", p->members[0].mod->base);
+		/* A kernel plan also says where vmlinux was: KASLR and the module loader
+		 * move vmlinux and each module apart on another boot or host, and the
+		 * install places a module's copy only where what it reaches moved with it
+		 * (replace/install.h, hp_iplan_kernel_moved). */
+		for (size_t i = 0; m->kind == HP_TARGET_KERNEL && i < m->nmods; i++)
+			if (!strcmp(m->mods[i].name, "vmlinux"))
+				rw_hex(w, "kernel_text", m->mods[i].base);
 		rw_str(w, "module_build_id", bid);
 	}
 	rw_obj_end(w);

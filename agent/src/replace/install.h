@@ -65,6 +65,7 @@ struct hp_iplan {
 	uint64_t start_time;
 	char *module;
 	uint64_t module_base; /* the module's load bias in the planned addresses */
+	uint64_t kernel_text; /* a kernel plan's: vmlinux's _text when it was made (0: not stated) */
 	char build_id[65];
 	uint64_t base;
 	uint8_t *code, *unwind;
@@ -86,6 +87,20 @@ struct hp_iplan {
 	uint64_t counters_off;
 	size_t counters_len;
 };
+
+/* Whether a kernel plan fits where its module now lies delta bytes from where it
+ * was planned (another boot or another host of the build: KASLR and the module
+ * loader place vmlinux and each module independently). The engine places the
+ * members and every relocation target by delta: right for the plan's module,
+ * and for what lies outside it (vmlinux's code and data, another module's)
+ * only when that moved by delta too. A vmlinux plan reaches nothing outside
+ * vmlinux. live_text is vmlinux's _text now; mod_addr and mod_size the
+ * module's extent now (/proc/modules; 0 when unknown). 0, or -ESTALE with the
+ * reason: a plan reaching outside its module, where vmlinux moved by another
+ * distance (or the plan does not say where vmlinux was), is refused rather
+ * than installed with references into the wrong code. */
+int hp_iplan_kernel_moved(const struct hp_iplan *p, int64_t delta, uint64_t live_text, uint64_t mod_addr,
+			  uint64_t mod_size, char *err, size_t errlen);
 
 /* Parse a plan's JSON; refuses plans that are not ok and verified. */
 int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, size_t errlen);

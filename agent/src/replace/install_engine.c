@@ -35,6 +35,7 @@
 #include "replace/install_op.h"
 #include "replace/journal.h"
 #include "replace/journal_state.h"
+#include "replace/kernel_syms.h"
 #include "replace/patch_target.h"
 
 #define REACH      ((int64_t)1 << 31)
@@ -203,6 +204,22 @@ static int static_calls_canonical(const struct hp_imember *mb, int64_t delta, ui
 	return 0;
 }
 
+/* A kernel plan of a module: whether what its copy reaches moved as the module
+ * did since it was planned (hp_iplan_kernel_moved), from the live kernel's
+ * _text and the module's extent in /proc/modules. */
+static int kernel_moved(struct hp_op *x, char *err, size_t errlen)
+{
+	const struct hp_iplan *p = x->p;
+	uint64_t addr = 0, size = 0;
+
+	if (!p->module || !strcmp(p->module, "vmlinux"))
+		return 0;
+	uint64_t text = hp_ksyms_live_text();
+	if (!p->kernel_text || !text || (int64_t)(text - p->kernel_text) != x->delta)
+		hp_ksyms_live_module_span(p->module, &addr, &size);
+	return hp_iplan_kernel_moved(p, x->delta, text, addr, size, err, errlen);
+}
+
 static int check_target(struct hp_op *x, char *err, size_t errlen)
 {
 	const struct hp_iplan *p = x->p;
@@ -212,6 +229,8 @@ static int check_target(struct hp_op *x, char *err, size_t errlen)
 	if ((r = x->t.ops->module_base(&x->t, p->module, p->build_id, &bias, err, errlen)) < 0)
 		return r == -ENOENT ? -ESTALE : r;
 	x->delta = (int64_t)(bias - p->module_base);
+	if (!strcmp(x->t.ops->kind, "kernel") && (r = kernel_moved(x, err, errlen)) < 0)
+		return r;
 	for (size_t i = 0; i < p->nmembers; i++) {
 		const struct hp_imember *mb = &p->members[i];
 		uint8_t *b = malloc(mb->size + 1);
@@ -460,6 +479,17 @@ static int install_inner(struct hp_op *x, char *err, size_t errlen)
 	}
 	if (p->unwind_len)
 		memcpy(x->image + LEAD(p) + p->unwind_off, p->unwind, p->unwind_len);
+	/* A kernel copy's position map names the originals' addresses as planned:
+	 * hotpath.ko reads their ORC entries there, so they move with the members. */
+	if (p->unwind_len && !strcmp(x->t.ops->kind, "kernel") &&
+	    hp_plan_kernel_map_rebase(x->image + LEAD(p) + p->unwind_off, p->unwind_len, x->delta) < 0) {
+		unplace(x);
+		free(sites);
+		free(site_to);
+		free(ent);
+		snprintf(err, errlen, "the plan's position map (its unwind data) is malformed");
+		return -EINVAL;
+	}
 	x->heap.data_len = p->unwind_len ? 1 : 0; /* asks for a data area; the target sizes it */
 	x->heap.unwind = p->unwind_len ? x->heap.addr + LEAD(p) + p->unwind_off : 0;
 	x->heap.unwind_len = p->unwind_len;

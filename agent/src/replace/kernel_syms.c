@@ -123,6 +123,41 @@ int hp_ksyms_modules_key(FILE *fp, char **key)
 	return 0;
 }
 
+int hp_ksyms_modules_span(FILE *fp, const char *name, uint64_t *addr, uint64_t *size)
+{
+	char line[4096];
+	while (fgets(line, sizeof(line), fp)) {
+		/* name size refcount users state address [taints] */
+		char *f[6], *save = NULL, *t = strtok_r(line, " \n", &save), *end;
+		int n = 0;
+		for (; t && n < 6; t = strtok_r(NULL, " \n", &save))
+			f[n++] = t;
+		if (n < 6 || strcmp(f[0], name))
+			continue;
+		errno = 0;
+		unsigned long long s = strtoull(f[1], &end, 10);
+		if (errno || *end || !s)
+			continue;
+		unsigned long long a = strtoull(f[5], &end, 16);
+		if (errno || *end || !a)
+			continue;
+		*addr = a;
+		*size = s;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+int hp_ksyms_live_module_span(const char *name, uint64_t *addr, uint64_t *size)
+{
+	FILE *fp = fopen("/proc/modules", "re");
+	if (!fp)
+		return -ENOENT;
+	int r = hp_ksyms_modules_span(fp, name, addr, size);
+	fclose(fp);
+	return r;
+}
+
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct hp_ksyms_view live;
 static char *live_key; /* the modules' key the view was read under; NULL: no view */

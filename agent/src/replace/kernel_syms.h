@@ -40,6 +40,13 @@ void hp_ksyms_view_free(struct hp_ksyms_view *v);
  * the reference counts and users): *key is malloc'd. 0, or -ENOMEM. */
 int hp_ksyms_modules_key(FILE *fp, char **key);
 
+/* Module name's extent in a /proc/modules stream: its address and size (the
+ * module's core allocation: its text and data on 6.1). 0, or -ENOENT when fp
+ * lists no such module with an address. */
+int hp_ksyms_modules_span(FILE *fp, const char *name, uint64_t *addr, uint64_t *size);
+/* The same of the live kernel's /proc/modules. */
+int hp_ksyms_live_module_span(const char *name, uint64_t *addr, uint64_t *size);
+
 /* The live kernel's, from this process's view (read again when the modules'
  * key changed). 0 when /proc/kallsyms lists no such symbol or is unreadable. */
 uint64_t hp_ksyms_live_text(void);

@@ -8,6 +8,7 @@
  * code was changed after planning shows a mismatch.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,7 @@ int hp_iplan_parse(const char *text, size_t len, struct hp_iplan *p, char *err, 
 	hp_json_u64(json_object_get(tg, "start_time"), &p->start_time);
 	p->module = dupstr(json_object_get(tg, "module"));
 	hp_json_u64(json_object_get(tg, "module_base"), &p->module_base);
+	hp_json_u64(json_object_get(tg, "kernel_text"), &p->kernel_text);
 	snprintf(p->build_id, sizeof(p->build_id), "%s",
 		 json_string_value(json_object_get(tg, "module_build_id"))  ?:
 			 json_string_value(json_object_get(tg, "build_id")) ?:
@@ -301,4 +303,36 @@ void hp_iplan_free(struct hp_iplan *p)
 	free(p->relocs);
 	free(p->text);
 	memset(p, 0, sizeof(*p));
+}
+
+int hp_iplan_kernel_moved(const struct hp_iplan *p, int64_t delta, uint64_t live_text, uint64_t mod_addr,
+			  uint64_t mod_size, char *err, size_t errlen)
+{
+	if (!p->module || !strcmp(p->module, "vmlinux"))
+		return 0; /* module_base is _text: delta is vmlinux's own */
+	if (p->kernel_text && live_text && (int64_t)(live_text - p->kernel_text) == delta)
+		return 0; /* vmlinux moved with the module (the same boot, the module not reloaded) */
+	const char *vm = p->kernel_text ? "vmlinux moved by another distance" :
+					  "the plan does not say where vmlinux was when it was made";
+#define INSIDE(a) (mod_size && (a) >= mod_addr && (a)-mod_addr < mod_size)
+	for (size_t i = 0; i < p->nmembers; i++)
+		if (!INSIDE(p->members[i].addr + (uint64_t)delta)) {
+			snprintf(err, errlen,
+				 "the plan's member %s is outside %s, which lies %+" PRId64
+				 " bytes from where it was planned, and %s: plan again on this kernel",
+				 p->members[i].name, p->module, delta, vm);
+			return -ESTALE;
+		}
+	for (size_t i = 0; i < p->nrelocs; i++) {
+		const struct hp_reloc *r = &p->relocs[i];
+		if (r->kind == HP_RELOC_CODE64 || INSIDE(r->target + (uint64_t)delta))
+			continue;
+		snprintf(err, errlen,
+			 "the copy reaches 0x%" PRIx64 " (at +0x%x), outside %s, which lies %+" PRId64
+			 " bytes from where it was planned, and %s: plan again on this kernel",
+			 r->target, r->offset, p->module, delta, vm);
+		return -ESTALE;
+	}
+#undef INSIDE
+	return 0;
 }

@@ -7,12 +7,24 @@
  * /proc/modules' key ignores reference counts and nothing else; and on this
  * machine's live kernel the process's view answers as a fresh scan does,
  * reading /proc/kallsyms once for any number of lookups.
+ *
+ * Then a kernel plan installed on another boot or host of its build, where
+ * KASLR and the module loader put vmlinux and the plan's module elsewhere, each
+ * by its own distance: a module's extent from /proc/modules; a plan of a
+ * module whose copy reaches vmlinux is installed only where vmlinux moved by
+ * the module's distance (else refused, not installed with calls into the wrong
+ * code: replace/install.h, hp_iplan_kernel_moved); and the copy's position map
+ * moves with the members (plan/kernel_map.c, hp_plan_kernel_map_rebase).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "hotpath_uapi.h"
+#include "plan/plan.h"
+#include "replace/install.h"
 #include "replace/kernel_syms.h"
 #include "test_util.h"
 
@@ -167,10 +179,156 @@ static void t_live_view_read_once(void)
 	free(text);
 }
 
+static int span_of(const char *modules, const char *name, uint64_t *addr, uint64_t *size)
+{
+	FILE *fp = fmemopen((void *)modules, strlen(modules), "r");
+	int r = fp ? hp_ksyms_modules_span(fp, name, addr, size) : -ENOMEM;
+	if (fp)
+		fclose(fp);
+	return r;
+}
+
+static void t_module_span(void)
+{
+	const char *mods =
+		"hotpath 61440 0 - Live 0xffffffffc0a10000 (OE)\n"
+		"hotpath_lane 16384 1 hotpath, Live 0xffffffffc0a00000 (O)\n"
+		"virtio_net 61440 0 - Loading 0x0000000000000000\n";
+	uint64_t a = 0, n = 0;
+	EXPECT(span_of(mods, "hotpath_lane", &a, &n) == 0 && a == 0xffffffffc0a00000 && n == 16384,
+	       "hotpath_lane: 0x%" PRIx64 " %" PRIu64, a, n);
+	EXPECT(span_of(mods, "hotpath", &a, &n) == 0 && a == 0xffffffffc0a10000 && n == 61440,
+	       "hotpath: 0x%" PRIx64 " %" PRIu64, a, n);
+	EXPECT(span_of(mods, "virtio_net", &a, &n) == -ENOENT, "a module without an address has no extent");
+	EXPECT(span_of(mods, "hotpath_lan", &a, &n) == -ENOENT, "a prefix of a name is not the module");
+	EXPECT(span_of("", "hotpath", &a, &n) == -ENOENT, "no modules");
+}
+
+/* lane_mix planned on one boot: hotpath_lane's text from 0xffffffffc0a00010
+ * (its core allocation from ...c0a00000), vmlinux's _text at ...81000000; the
+ * copy calls lane_here (in the module) and returns through vmlinux's
+ * __x86_return_thunk. */
+#define MOD0  0xffffffffc0a00000ull
+#define TEXT0 0xffffffff81000000ull
+static struct hp_imember lane_mix = { .name = "lane_mix", .module = "hotpath_lane", .addr = MOD0 + 0x140 };
+static struct hp_imember ktime_get = { .name = "ktime_get", .module = "vmlinux", .addr = TEXT0 + 0x1d2e40 };
+static struct hp_reloc mix_relocs[] = {
+	{ .offset = 0x11, .target = MOD0 + 0x10, .kind = HP_RELOC_REL32 },         /* call lane_here */
+	{ .offset = 0x2a, .target = MOD0 + 0x2200, .kind = HP_RELOC_REL32 },       /* its data (RIP-relative) */
+	{ .offset = 0x40, .target = 0xffffffffc1000000, .kind = HP_RELOC_CODE64 }, /* in the copy itself */
+	{ .offset = 0x52, .target = TEXT0 + 0x1404f00, .kind = HP_RELOC_REL32 },   /* jmp __x86_return_thunk */
+};
+
+static struct hp_iplan mix_plan(uint64_t kernel_text, size_t nrelocs)
+{
+	return (struct hp_iplan){ .kind = "kernel",
+				  .module = "hotpath_lane",
+				  .module_base = MOD0 + 0x10,
+				  .kernel_text = kernel_text,
+				  .members = &lane_mix,
+				  .nmembers = 1,
+				  .relocs = mix_relocs,
+				  .nrelocs = nrelocs };
+}
+
+static void t_kernel_plan_on_another_boot(void)
+{
+	char err[512] = "";
+	const int64_t dm = 0x37000;    /* the module, another boot */
+	const int64_t dv = 0x1e000000; /* vmlinux, another boot (KASLR: 2 MiB steps) */
+	const uint64_t size = 16384;
+	struct hp_iplan p = mix_plan(TEXT0, 4);
+
+	EXPECT(hp_iplan_kernel_moved(&p, 0, TEXT0, MOD0, size, err, sizeof(err)) == 0, "the same boot: %s", err);
+	EXPECT(hp_iplan_kernel_moved(&p, dm, TEXT0 + dm, MOD0 + dm, size, err, sizeof(err)) == 0,
+	       "vmlinux moved by the module's distance: %s", err);
+	err[0] = 0;
+	EXPECT(hp_iplan_kernel_moved(&p, dm, TEXT0 + dv, MOD0 + dm, size, err, sizeof(err)) == -ESTALE,
+	       "a copy reaching vmlinux, which moved by another distance, was not refused");
+	EXPECT(strstr(err, "0xffffffff82404f00") && strstr(err, "vmlinux moved by another distance") &&
+		       strstr(err, "plan again on this kernel"),
+	       "the reason: %s", err);
+	/* The module's own code and data only (not the thunk): placed by its distance. */
+	p = mix_plan(TEXT0, 3);
+	EXPECT(hp_iplan_kernel_moved(&p, dm, TEXT0 + dv, MOD0 + dm, size, err, sizeof(err)) == 0,
+	       "a copy reaching only its module: %s", err);
+	/* Its module's extent unknown: nothing is known to be inside it. */
+	EXPECT(hp_iplan_kernel_moved(&p, dm, TEXT0 + dv, 0, 0, err, sizeof(err)) == -ESTALE,
+	       "the module's extent unknown");
+	/* A plan that does not say where vmlinux was (an older agent's). */
+	p = mix_plan(0, 4);
+	err[0] = 0;
+	EXPECT(hp_iplan_kernel_moved(&p, dm, TEXT0 + dm, MOD0 + dm, size, err, sizeof(err)) == -ESTALE &&
+		       strstr(err, "does not say where vmlinux was"),
+	       "no kernel_text: %s", err);
+	EXPECT(hp_iplan_kernel_moved(&p, 0, TEXT0, MOD0, size, err, sizeof(err)) == -ESTALE,
+	       "no kernel_text, even where the module did not move: vmlinux may have");
+	/* A vmlinux callee that joined the module's group: refused where vmlinux moved apart. */
+	struct hp_imember two[2] = { lane_mix, ktime_get };
+	p = mix_plan(TEXT0, 3);
+	p.members = two;
+	p.nmembers = 2;
+	err[0] = 0;
+	EXPECT(hp_iplan_kernel_moved(&p, dm, TEXT0 + dv, MOD0 + dm, size, err, sizeof(err)) == -ESTALE &&
+		       strstr(err, "member ktime_get"),
+	       "a vmlinux member: %s", err);
+	EXPECT(hp_iplan_kernel_moved(&p, dm, TEXT0 + dm, MOD0 + dm, size, err, sizeof(err)) == 0,
+	       "a vmlinux member, vmlinux moved with the module: %s", err);
+	/* A vmlinux plan: its module_base is _text, the delta vmlinux's own. */
+	p = mix_plan(TEXT0, 4);
+	p.module = "vmlinux";
+	EXPECT(hp_iplan_kernel_moved(&p, dv, TEXT0 + dv, 0, 0, err, sizeof(err)) == 0, "a vmlinux plan: %s", err);
+}
+
+static void t_position_map_moves_with_the_members(void)
+{
+	enum {
+		HEAD = sizeof(struct hotpath_map_head),
+		SYM = sizeof(struct hotpath_map_sym),
+		RUN = sizeof(struct hotpath_map_run)
+	};
+	static const char names[] = "lane_mix";
+	struct hotpath_map_head h = { .magic = HOTPATH_MAP_MAGIC,
+				      .version = HOTPATH_MAP_VERSION,
+				      .code_to_map = 0x80,
+				      .nsyms = 1,
+				      .nruns = 2,
+				      .strtab_len = sizeof(names) };
+	struct hotpath_map_sym sy = { .off = 0, .size = 0x60, .name = 0 };
+	struct hotpath_map_run runs[2] = {
+		{ .off = 0, .len = 0x20, .orig = MOD0 + 0x140, .kind = HOTPATH_RUN_SAME },
+		{ .off = 0x20, .len = 5, .orig = MOD0 + 0x171, .kind = HOTPATH_RUN_STATE_AT },
+	};
+	uint8_t map[HEAD + SYM + 2 * RUN + sizeof(names)], was[sizeof(map)];
+	memcpy(map, &h, HEAD);
+	memcpy(map + HEAD, &sy, SYM);
+	memcpy(map + HEAD + SYM, runs, sizeof(runs));
+	memcpy(map + HEAD + SYM + sizeof(runs), names, sizeof(names));
+	memcpy(was, map, sizeof(map));
+
+	EXPECT(hp_plan_kernel_map_rebase(map, sizeof(map), 0x37000) == 0, "rebase");
+	struct hotpath_map_run got[2];
+	memcpy(got, map + HEAD + SYM, sizeof(got));
+	EXPECT(got[0].orig == MOD0 + 0x37140 && got[1].orig == MOD0 + 0x37171, "origs 0x%llx 0x%llx",
+	       (unsigned long long)got[0].orig, (unsigned long long)got[1].orig);
+	EXPECT(got[0].off == 0 && got[0].len == 0x20 && got[1].kind == HOTPATH_RUN_STATE_AT, "a run's other fields");
+	EXPECT(!memcmp(map, was, HEAD + SYM) && !memcmp(map + HEAD + SYM + sizeof(runs), names, sizeof(names)),
+	       "the head, the symbol or the names changed");
+	EXPECT(hp_plan_kernel_map_rebase(map, sizeof(map), -0x37000) == 0 && !memcmp(map, was, sizeof(map)),
+	       "moved back, the map is the plan's again");
+	EXPECT(hp_plan_kernel_map_rebase(map, sizeof(map) - 1, 0x37000) == -EINVAL && !memcmp(map, was, sizeof(map)),
+	       "a map of another length than its head says was rebased");
+	map[0] ^= 0xff;
+	EXPECT(hp_plan_kernel_map_rebase(map, sizeof(map), 0x37000) == -EINVAL, "a map with a wrong magic");
+}
+
 int main(void)
 {
 	RUN(t_recorded_kallsyms_as_a_scan_finds_it);
 	RUN(t_modules_key_ignores_reference_counts_only);
 	RUN(t_live_view_read_once);
+	RUN(t_module_span);
+	RUN(t_kernel_plan_on_another_boot);
+	RUN(t_position_map_moves_with_the_members);
 	TEST_EXIT();
 }
