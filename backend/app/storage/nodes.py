@@ -26,7 +26,6 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import Connection, create_engine, text
@@ -364,7 +363,3 @@ async def name_unreachable(exc: BaseException) -> None:
     down = await _active.unreachable()
     if down:
         raise NodeUnavailable(down) from exc
-
-
-def describe(nodes: Nodes | None) -> dict[str, Any]:
-    return {"databases": nodes.modulus if nodes else 1, "nodes": [n.label for n in nodes.nodes] if nodes else []}
