@@ -41,7 +41,7 @@ SCHEMA = "hotpath_nodes"
 SERVER = "hotpath_node"  # node i's foreign server is hotpath_node<i>
 # The tables spread by host: everything a batch's transaction writes (rows, late rollup additions, stack
 # definitions, delivery marks), so that transaction needs its host's node only.
-SPREAD_TABLES = (*RAW_TABLES, *ROLLUP_TABLES, "stack_defs", "delivery_marks")
+SPREAD_TABLES = (*RAW_TABLES, *ROLLUP_TABLES, "stack_defs", "stack_blocks", "delivery_marks")
 # Tables only the coordinator holds rows of: a node's foreign keys to them cannot hold there.
 COORDINATOR_ONLY = ("hosts", "measurements")
 # postgres_fdw's transfer sizes (measured in docs/decisions.md: fetch_size 10,000 halved a fleet read's

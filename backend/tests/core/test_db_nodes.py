@@ -511,7 +511,8 @@ async def test_a_commit_left_ambiguous_is_not_stored_twice_on_resend(spread: Spr
 async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clusters, data_folder) -> None:
     """`python -m app` with DATABASE_URL on A and HOTPATH_DB_NODES naming B: scripted agents' batches stored
     on their hosts' databases, rolled up by the backend's own task on each, the fleet's hot code over REST
-    summing both; B stopped, the view is 503 naming B; B started again, it answers again."""
+    summing both and each host's top functions its own; B stopped, the view is 503 naming B; B started
+    again, it answers again."""
     a, b = clusters
     db = "hp_backend"
     for c in (a, b):
@@ -575,6 +576,14 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
             for k in range(4):
                 per_fn[k % 3] = per_fn.get(k % 3, 0) + 20 * (k + 1)
             assert sorted(i["samples"] for i in body["items"]) == sorted(per_fn.values())
+            # A host's own pages read its series from its database, wherever it is placed.
+            for k, host in enumerate(placed[0] + placed[1]):
+                top = await client.get(f"/api/v1/hosts/{host}/top-functions", params=rng)
+                assert top.status_code == 200, top.text
+                assert (top.json()["total_samples"], [i["samples"] for i in top.json()["items"]]) == (
+                    20 * (k + 1),
+                    [20 * (k + 1)],
+                ), host
             await asyncio.to_thread(b.stop, "fast")
             try:
                 r = await client.get(url, params=rng)
