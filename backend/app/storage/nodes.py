@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.core.config import normalise_database_url
+from app.core.db import alembic_config, describe_error, make_engine, upgrade_database
 from app.storage.series.layout import RAW_TABLES, ROLLUP_TABLES
 
 log = logging.getLogger("hotpath.nodes")
@@ -100,8 +101,6 @@ def migration_pending(url: str) -> bool:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    from app.core.db import alembic_config
-
     head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
     engine = create_engine(normalise_database_url(url))
     try:
@@ -132,8 +131,6 @@ def detach(url: str) -> int:
 def setup(url: str, node_urls: Sequence[str]) -> None:
     """Make every node a Hotpath database (its migrations; its foreign keys to coordinator-only tables
     dropped) and the coordinator's spread parents, foreign servers and user mappings (idempotent)."""
-    from app.core.db import upgrade_database
-
     for i, node_url in enumerate(node_urls, start=1):
         log.info("database %s: migrations", label(i, node_url))
         upgrade_database(normalise_database_url(node_url))
@@ -212,7 +209,16 @@ def _server(conn: Connection, index: int, node_url: str) -> None:
     mapping = {k: v for k, v in (("user", user), ("password", password)) if v is not None}
     conn.execute(text(f"DROP USER MAPPING IF EXISTS FOR CURRENT_USER SERVER {name}"))
     opts = ", ".join(f"{k} {_lit(v)}" for k, v in mapping.items())
-    conn.execute(text(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {name}" + (f" OPTIONS ({opts})" if opts else "")))
+    try:
+        conn.execute(
+            text(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {name}" + (f" OPTIONS ({opts})" if opts else ""))
+        )
+    except DBAPIError as exc:
+        # The statement carries the node's password: the error raised names the node and the database's
+        # reason only (SQLAlchemy's would quote the statement into the log).
+        raise RuntimeError(
+            f"creating the user mapping of database {label(index, node_url)} failed: {describe_error(exc)}"
+        ) from None
 
 
 def _spread(conn: Connection, table: str, modulus: int) -> None:
@@ -283,8 +289,6 @@ class Nodes:
     nodes, with an engine each, and where each host's series live."""
 
     def __init__(self, coordinator: AsyncEngine, node_urls: Sequence[str]) -> None:
-        from app.core.db import make_engine
-
         self.coordinator = coordinator
         self.nodes = [
             Node(i, label(i, u), make_engine(normalise_database_url(u))) for i, u in enumerate(node_urls, start=1)

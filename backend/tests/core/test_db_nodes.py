@@ -598,3 +598,14 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
         await engine_a.dispose()
         await engine_b.dispose()
         await backend.kill(signal.SIGTERM)
+
+
+def test_node_urls_are_parsed_and_named_without_their_credentials() -> None:
+    urls = nodes.parse(" postgresql://hp:s3cr%2Ct@db-b:5433/hotpath,\npostgres://hp@db-c/hotpath?sslmode=require ")
+    assert urls == ["postgresql://hp:s3cr%2Ct@db-b:5433/hotpath", "postgres://hp@db-c/hotpath?sslmode=require"]
+    assert [nodes.label(i, u) for i, u in enumerate(urls, start=1)] == [
+        "node 1 (db-b:5433/hotpath)",
+        "node 2 (db-c:5432/hotpath)",
+    ]
+    assert nodes.label(3, "postgresql://hp:pw@[bad") == "node 3"
+    assert nodes.parse("") == []
