@@ -332,6 +332,14 @@ class Nodes:
             await n.engine.dispose()
 
 
+async def node_of(host_id: str) -> Node | None:
+    """The database node a host's series are placed on; None on the coordinator or without nodes."""
+    if _active is None:
+        return None
+    index = (await _active.place([host_id]))[host_id]
+    return _active.node(index) if index else None
+
+
 # The nodes of this process (set by the server at start-up; None: one database, nothing spread).
 _active: Nodes | None = None
 

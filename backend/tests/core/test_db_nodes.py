@@ -512,7 +512,7 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
     """`python -m app` with DATABASE_URL on A and HOTPATH_DB_NODES naming B: scripted agents' batches stored
     on their hosts' databases, rolled up by the backend's own task on each, the fleet's hot code over REST
     summing both and each host's top functions its own; B stopped, the view is 503 naming B; B started
-    again, it answers again."""
+    again, it answers again; a host deleted over REST leaves nothing on B."""
     a, b = clusters
     db = "hp_backend"
     for c in (a, b):
@@ -592,6 +592,17 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
             finally:
                 await asyncio.to_thread(b.start)
             await wait_until(rolled, HANG_S)
+            # Deleting a host placed on B deletes its series and marks there too.
+            gone = placed[1][0]
+            assert (await client.delete(f"/api/v1/hosts/{gone}")).status_code == 204
+            async with engine_b.connect() as conn:
+                left = {
+                    t: (
+                        await conn.execute(text(f"SELECT count(*) FROM {t} WHERE host_id = :h"), {"h": gone})
+                    ).scalar_one()
+                    for t in ("sample_intervals", "sample_totals_1m", "sample_functions_1h", "delivery_marks")
+                }
+            assert left == dict.fromkeys(left, 0)
     finally:
         for agent in agents:
             await agent.close()
