@@ -227,7 +227,8 @@ def _spread(conn: Connection, table: str, modulus: int) -> None:
     bound = _attached_bound(conn, table)
     if bound is not None and bound[0] != modulus:
         raise RuntimeError(
-            f"the series are spread over {bound[0]} databases, HOTPATH_DB_NODES names {modulus - 1} node(s): "
+            f"the series are spread over {bound[0]} databases, HOTPATH_DB_NODES makes {modulus} (the coordinator "
+            f"and {modulus - 1} node(s)): "
             "adding or removing a node moves hosts between nodes, which this backend does not do"
         )
     local = _local(conn, table)

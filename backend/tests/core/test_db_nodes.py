@@ -28,7 +28,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.db import make_engine, make_sessionmaker, upgrade_database
+from app.core.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
 from app.storage import fleet, nodes
 from app.storage.ingest import IngestWriter, Item, SampleRow
 from app.storage.samples import TimeRange
@@ -620,3 +620,52 @@ def test_node_urls_are_parsed_and_named_without_their_credentials() -> None:
     ]
     assert nodes.label(3, "postgresql://hp:pw@[bad") == "node 3"
     assert nodes.parse("") == []
+
+
+async def test_a_pending_migration_detaches_the_coordinators_tables_and_setup_attaches_them_again(clusters) -> None:
+    """What the server does at start when a migration is pending (a partition's columns cannot change): the
+    coordinator's tables detached from the spread parents, the migrations, the parents made again; and a
+    different number of databases refused."""
+    a, b = clusters
+    db = "hp_migrate"
+    for c in (a, b):
+        engine = make_engine(c.url).execution_options(isolation_level="AUTOCOMMIT")
+        async with engine.connect() as conn:
+            await conn.execute(text(f"CREATE DATABASE {db}"))
+        await engine.dispose()
+    url_a, url_b = (c.url.replace("/postgres?", f"/{db}?") for c in (a, b))
+
+    async def attached() -> dict[str, str]:
+        engine = make_engine(url_a)
+        try:
+            async with engine.connect() as conn:
+                rows = await conn.execute(
+                    text("""
+                    SELECT p.relname, string_agg(c.relname || ' ' || pg_get_expr(c.relpartbound, c.oid), '; '
+                                                 ORDER BY c.relname)
+                    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+                    WHERE p.relnamespace = CAST('hotpath_nodes' AS regnamespace) GROUP BY 1"""),
+                )
+                return {r[0]: r[1] for r in rows}
+        finally:
+            await engine.dispose()
+
+    await asyncio.to_thread(upgrade_database, url_a)
+    await asyncio.to_thread(nodes.setup, url_a, [url_b])
+    spread_layout = await attached()
+    assert set(spread_layout) == set(nodes.SPREAD_TABLES)
+    assert spread_layout["sample_intervals"] == (
+        "sample_intervals FOR VALUES WITH (modulus 2, remainder 0); "
+        "sample_intervals_n1 FOR VALUES WITH (modulus 2, remainder 1)"
+    )
+    assert not await asyncio.to_thread(nodes.migration_pending, url_a)
+    await asyncio.to_thread(downgrade_database, url_a, "-1")
+    assert await asyncio.to_thread(nodes.migration_pending, url_a)
+    assert await asyncio.to_thread(nodes.detach, url_a) == len(nodes.SPREAD_TABLES)
+    assert all("remainder 0" not in v for v in (await attached()).values())
+    await asyncio.to_thread(upgrade_database, url_a)
+    await asyncio.to_thread(nodes.setup, url_a, [url_b])
+    assert await attached() == spread_layout
+    refused = r"spread over 2 databases, HOTPATH_DB_NODES makes 3 \(the coordinator and 2 node"
+    with pytest.raises(RuntimeError, match=refused):
+        await asyncio.to_thread(nodes.setup, url_a, [url_b, url_b])
