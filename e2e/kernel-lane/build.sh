@@ -3,10 +3,10 @@
 # Build the kernel lane's guest image from the fetched kernel: an uncompressed initramfs holding
 # busybox, /init (guest/init), hotpathd with the shared libraries it links (the very binary the host
 # runs: see docs/decisions.md), the virtio network modules with what they depend on, the test module
-# module/hotpath_lane.c built against the fetched headers, Hotpath's kernel module agent/kmod/
+# module/hotpath_lane.c and the lane's livepatch module/hotpath_lanepatch.c built against the fetched headers, Hotpath's kernel module agent/kmod/
 # as its DKMS package (deploy/dkms) builds and installs it for the fetched kernel, the static test
 # programs guest/lanework.c, guest/kreader.c and guest/kmodtest.c, and the guest scripts (ktarget.sh,
-# kcycles.sh and its kcheck.sh, kkeys.sh, kscalls.sh). Prints the image's path.
+# kcycles.sh and its kcheck.sh, kkeys.sh, kscalls.sh, klivepatch.sh). Prints the image's path.
 # Per-boot settings (where the backend is, credentials, the job to run) are not in it: boot.sh appends
 # them as a second archive.
 #
@@ -26,11 +26,11 @@ stage=$build/stage
 rm -rf "$stage" "$build/module" "$build/kmod"
 mkdir -p "$stage"/{bin,sbin,usr/bin,proc,sys,dev,tmp,run,etc,root,lane,lib/modules}
 
-# The test module, against the fetched kernel's headers (their Makefile was pointed at the cache).
+# The test module and the lane's livepatch (module/hotpath_lanepatch.c), against the fetched kernel's headers (their Makefile was pointed at the cache).
 cp -r "$lane_dir/module" "$build/module"
 make -s -C "$kheaders" M="$build/module" modules >"$build/module.log" 2>&1 ||
 	{ tail -20 "$build/module.log" >&2; die "building module/hotpath_lane.c against $release failed"; }
-cp "$build/module/hotpath_lane.ko" "$stage/lane/"
+cp "$build/module/hotpath_lane.ko" "$build/module/hotpath_lanepatch.ko" "$stage/lane/"
 # Hotpath's own module (agent/kmod) through its DKMS package (deploy/dkms): install.sh stages it,
 # dkms adds, builds and installs it for the fetched kernel, all in scratch trees under the build folder
 # (nothing in /var/lib/dkms, /usr/src or /lib/modules of this machine), and the lane carries the file
@@ -64,9 +64,9 @@ cp "$lane_dir/guest/jobs.sh" "$stage/lane/jobs.sh"
 cp "$lane_dir/guest/ktarget.sh" "$stage/lane/ktarget.sh"
 cp "$lane_dir/guest/kkeys.sh" "$stage/lane/kkeys.sh"
 cp "$lane_dir/guest/kscalls.sh" "$stage/lane/kscalls.sh"
-cp "$lane_dir/guest/kcycles.sh" "$lane_dir/guest/kcheck.sh" "$stage/lane/"
+cp "$lane_dir/guest/kcycles.sh" "$lane_dir/guest/kcheck.sh" "$lane_dir/guest/klivepatch.sh" "$stage/lane/"
 chmod 755 "$stage/init" "$stage/lane/jobs.sh" "$stage/lane/ktarget.sh" "$stage/lane/kkeys.sh" "$stage/lane/kscalls.sh" \
-	"$stage/lane/kcycles.sh" "$stage/lane/kcheck.sh"
+	"$stage/lane/kcycles.sh" "$stage/lane/kcheck.sh" "$stage/lane/klivepatch.sh"
 
 # hotpathd and its shared libraries (ldd's closure, each at the path the dynamic loader looks in).
 cp "$hotpathd" "$stage/usr/bin/hotpathd"

@@ -512,6 +512,75 @@ def kscalls_checks(checks, frames, state):
     )
 
 
+def playwright_start(a, api, state, title, folder):
+    """Start Playwright on the test of console.spec.ts whose title holds title, in the background (the
+    console's view of the guest runs while the guest's job does; its kernel flow once checks.py's is done):
+    (the process, its output's path). Each run has its own output folder under the run's (a failure's trace)."""
+    env = dict(
+        os.environ,
+        HOTPATH_E2E_URL=a.url,
+        HOTPATH_E2E_ADMIN_PASSWORD=api.password,
+        LANE_GUEST_HOSTNAME=a.guest_hostname,
+        LANE_HOST_HOSTNAME=socket.gethostname(),
+        LANE_RELEASE=a.release,
+        LANE_PLAYWRIGHT_OUTPUT=os.path.join(a.run, "playwright", folder),
+        LANE_APPROVER=(state.get("approver") or {}).get("username", ""),
+        LANE_APPROVER_PASSWORD=(state.get("approver") or {}).get("password", ""),
+    )
+    if not os.path.isdir(os.path.join(a.e2e, "node_modules", "@playwright")):
+        return None, ""
+    path = os.path.join(a.run, f"playwright-{folder}.log")
+    # (--grep is matched against the file's name and the title: no anchor)
+    cmd = ["npx", "playwright", "test", "-c", "kernel-lane/playwright.config.ts", "--grep", title]
+    with open(path, "w") as out:
+        return subprocess.Popen(cmd, cwd=a.e2e, env=env, stdout=out, stderr=subprocess.STDOUT), path
+
+
+def playwright_result(a, started):
+    """Wait (until the deadline) for a Playwright run playwright_start began; its output, or AssertionError."""
+    p, path = started
+    if p is None:
+        raise AssertionError("Playwright is not installed in e2e/: run ./scripts/install-deps.sh test")
+    left = max(30, int(a.deadline - time.time()))
+    try:
+        p.wait(timeout=left)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise AssertionError(f"Playwright did not finish within {left} s") from None
+    with open(path, errors="replace") as f:
+        text = f.read()
+    if p.returncode != 0:
+        print(text[-4000:])
+        raise AssertionError(f"Playwright failed (status {p.returncode}); its output is above")
+    if not re.search(r"\b1 passed\b", text):
+        raise AssertionError(f"Playwright ran no test: {text[-500:]!r}")
+    return text
+
+
+def klivepatch_checks(checks, frames, state):
+    """Livepatch's reliable-stack check through a kernel copy (guest/klivepatch.sh): a livepatch transition
+    ends while a task sleeps inside lane_mix's copy, and (the control) waits on that task's stack while the
+    copy has no ORC entries; its wrong results counted with the lane's."""
+
+    def accept(m, rc):
+        p, p_of, c, c_of, r, r_of, w = (int(g) for g in m.groups())
+        state["wrong"] += w
+        assert rc == 0 and (p, c, r) == (p_of, c_of, r_of) == (1, 1, 2) and w == 0, (
+            f"klivepatch.sh's status is {rc}: {m.group(0)}"
+        )
+
+    script_checks(
+        checks,
+        frames,
+        "klivepatch",
+        "livepatch through a copy",
+        r"klivepatch: patched with a task asleep in the copy (\d+)/(\d+), control held back by the copy's stack"
+        r" (\d+)/(\d+), patches reverted (\d+)/(\d+), wrong (\d+)",
+        accept,
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # The console's kernel flow over REST, with lane_mix driven and checked in the guest (guest/jobs.sh
 # mixwatch) and the guest's agent killing itself at its first install's redirect (guest/init)
@@ -753,6 +822,7 @@ def main():
         kcycles_checks(checks, frames, state)
         kkeys_checks(checks, frames, state)
         kscalls_checks(checks, frames, state)
+        klivepatch_checks(checks, frames, state)
 
     def guest_host():
         hosts = api.poll(
@@ -786,6 +856,9 @@ def main():
         return f"{mine} ({names[mine]['kernel_release']}) and {a.guest_hostname} ({a.release})"
 
     checks.run("both hosts side by side in one installation", side_by_side)
+    # The console's view of the guest (host list, its tree, a CFG and the instructions its agent decodes)
+    # needs the guest online with its catalog, not the job's end: Chromium draws it meanwhile.
+    console_view = playwright_start(a, api, state, "both hosts side by side", "view")
 
     def capabilities():
         caps = {c["name"]: c for c in host["capabilities"]}
@@ -822,6 +895,9 @@ def main():
         return f"{len(loaded)} loaded modules + vmlinux, each with its catalog"
 
     if not checks.run("every loaded module of the guest is in its code tree", modules_in_tree):
+        if console_view[0] is not None:
+            console_view[0].kill()
+            console_view[0].wait()
         job_checks()
         return finish(checks, a, state)
 
@@ -957,43 +1033,24 @@ def main():
 
     kernel_flow_checks(checks, api, a, state, hid)
 
-    def browser():
-        if not os.path.isdir(os.path.join(a.e2e, "node_modules", "@playwright")):
-            raise AssertionError("Playwright is not installed in e2e/: run ./scripts/install-deps.sh test")
-        env = dict(
-            os.environ,
-            HOTPATH_E2E_URL=a.url,
-            HOTPATH_E2E_ADMIN_PASSWORD=api.password,
-            LANE_GUEST_HOSTNAME=a.guest_hostname,
-            LANE_HOST_HOSTNAME=socket.gethostname(),
-            LANE_RELEASE=a.release,
-            LANE_PLAYWRIGHT_OUTPUT=os.path.join(a.run, "playwright"),
-            LANE_APPROVER=(state.get("approver") or {}).get("username", ""),
-            LANE_APPROVER_PASSWORD=(state.get("approver") or {}).get("password", ""),
-        )
-        left = max(30, int(a.deadline - time.time()))
-        try:
-            p = subprocess.run(
-                ["npx", "playwright", "test", "-c", "kernel-lane/playwright.config.ts"],
-                cwd=a.e2e,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=left,
-            )
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"Playwright did not finish within {left} s") from None
-        if p.returncode != 0:
-            print(p.stdout[-3000:] + p.stderr[-1000:])
-            raise AssertionError(f"Playwright failed (status {p.returncode}); its output is above")
-        if "kernel flow" in p.stdout and "✓" in p.stdout:
-            state["console"] = [state["console"][0] + 1, state["console"][1] + 1]
+    def view():
+        playwright_result(a, console_view)
         return (
             "Chromium: the host list shows both, the guest's tree has hotpath_lane, lane_step's CFG and "
-            "instructions draw; lane_mix optimized, approved by another user, installed, compared, reverted"
+            "instructions draw"
         )
 
-    checks.run("the console shows the guest beside this host, with its module code", browser)
+    checks.run("the console shows the guest beside this host, with its module code", view)
+
+    def browser_flow():
+        out = playwright_result(a, playwright_start(a, api, state, "kernel flow:", "flow"))
+        if "kernel flow" in out and "✓" in out:
+            state["console"] = [state["console"][0] + 1, state["console"][1] + 1]
+        return "Chromium: lane_mix optimized, approved by another user, installed, compared, reverted"
+
+    checks.run(
+        "console flow in Chromium: optimized, approved by another user, installed, compared, reverted", browser_flow
+    )
 
     # -- what the kernel refuses -------------------------------------------------------------------
     def kernel_refuses(name, pattern):

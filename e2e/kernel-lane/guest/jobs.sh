@@ -249,6 +249,9 @@ job_test() {
 	frame kkeys /lane/kkeys.sh
 	# Static calls in a kernel copy: a plan of lane_scall installed while its static call is updated.
 	frame kscalls /lane/kscalls.sh
+	# Livepatch's reliable-stack check through a kernel copy: a patch's transition ends while a task sleeps
+	# in a copy of lane_mix (ktarget.sh's plan), and waits on it when the copy has no ORC entries.
+	frame klivepatch /lane/klivepatch.sh
 	frame kmod-ftrace-after cat $T/enabled_functions
 	frame kmod-reload sh -c 'rmmod hotpath && insmod /lane/hotpath.ko && grep -w hotpath /proc/modules'
 	frame kmod-dmesg dmesg

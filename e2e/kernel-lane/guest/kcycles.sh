@@ -4,10 +4,12 @@
 # "1,000 install/revert cycles, no wrong result, no oops/warning in the guest's dmesg, original bytes
 # restored at the end"). In the lane's guest:
 #   1. /lane/kreader writes a file of known content into the guest's tmpfs and reads it with read(2) in
-#      a loop, checking every byte, for the whole run;
-#   2. exact kprobe block counts of the read path's functions while it reads, then `hotpathd plan kernel
-#      ROOT` for the first of KCYCLES_ROOTS (default "vfs_read ksys_read shmem_file_read_iter") whose
-#      plan is ok; the others' refusals, and what each plan keeps in place and why, are printed;
+#      a loop, checking every byte, for the whole run (stopped while only the counts' and plans' model opens
+#      and the planner run: below);
+#   2. for each of KCYCLES_ROOTS (default "vfs_read ksys_read shmem_file_read_iter") in turn, until one
+#      plans ok: exact kprobe block counts of the root and of the counted functions it calls directly
+#      while the reader reads, then `hotpathd plan kernel ROOT` from them; each refusal, and what each
+#      plan keeps in place and why, are printed;
 #   3. `hotpathd install PLAN --cycles N --check /lane/kcheck.sh`: N installs and reverts in one
 #      process (the model opened once), each checked by the engine (every byte the install wrote back
 #      to its original after the revert, every member hashing as planned) and by kcheck.sh: the copy
@@ -46,46 +48,76 @@ done
 [ -s /tmp/kreader.status ] && ok "the reader reads known data: $(cat /tmp/kreader.status)" ||
 	{ bad "the reader did not start: $(cat /tmp/kreader.out /tmp/kreader.err)"; summary; exit 1; }
 
-# Exact counts of the read path while the reader runs (kprobes at every block; the window ends early).
+# For each root in turn, until one plans ok: exact counts of the root and of the counted functions it calls
+# directly (KCYCLES_COUNTED: the other roots and the read path's callees; a callee joins a root's group only
+# when counted, and only a direct callee can join it) while the reader reads, then `hotpathd plan kernel
+# ROOT` from them. A function the root does not call cannot join its plan: counting it would only cost
+# the guest a kprobe at each of its blocks, armed and disarmed one by one (filemap_read's alone are most
+# of the 180 rows all six had, and most of that measurement's 60-90 s of guest time).
 roots=${KCYCLES_ROOTS:-vfs_read ksys_read shmem_file_read_iter}
-# Counted: the roots and the read path's direct callees, so that a root's hot callees can join its group
-# (a callee joins only when counted).
 counted=${KCYCLES_COUNTED:-$roots rw_verify_area filemap_read touch_atime}
-: >/tmp/kcprof.err
-# shellcheck disable=SC2086 # counted is a word list
-hotpathd measure kernel $counted --blocks --metrics count --seconds "${KCYCLES_MEASURE_SECONDS:-6}" \
-	--json >/tmp/kcprof.json 2>>/tmp/kcprof.err &
-m=$!
-i=0
-while ! grep -q armed /tmp/kcprof.err && kill -0 $m 2>/dev/null && [ $i -lt 1200 ]; do
-	sleep 0.1
-	i=$((i + 1))
-done
-r0=$(sed -n 's/reads \([0-9]*\).*/\1/p' /tmp/kreader.status)
-# Some hundreds of reads counted, then the window ends (SIGINT) with what it counted.
-while kill -0 $m 2>/dev/null && [ "$(sed -n 's/reads \([0-9]*\).*/\1/p' /tmp/kreader.status)" -lt $((r0 + 512)) ]; do
-	sleep 0.2
-done
-grep -q armed /tmp/kcprof.err && kill -INT $m 2>/dev/null
-wait $m
-grep -q '"results"' /tmp/kcprof.json || grep -q '"count"' /tmp/kcprof.json ||
-	echo "measure: $(tail -n 3 /tmp/kcprof.err)"
+# progress WHAT: a progress line with the guest's uptime (where the frame's time goes; the stall watch).
+progress() { echo "# kcycles: $* at $(cut -d' ' -f1 /proc/uptime) s of guest uptime"; }
+# measure_root R: exact block counts of R and the counted functions it calls, in /tmp/kcprof.json; the
+# window ends (SIGINT) once the reader made some hundreds of reads under the armed probes. The reader is
+# stopped (SIGSTOP) from the inspect until the probes are armed, and again once they are counted, until
+# the plans are made: nothing is installed then, and a reader reading flat out takes one of the guest's two
+# CPUs, so half of the one emulator thread, from the model's opens and the planner (each took about twice
+# as long beside it).
+measure_root() {
+	kill -STOP $reader
+	callees=$(hotpathd inspect kernel "$1" 2>/dev/null | sed -n 's/^  0x[0-9a-f]* -> 0x[0-9a-f]* \([A-Za-z0-9_.]*\)$/\1/p' | sort -u)
+	set_=$1
+	for f in $counted; do
+		[ "$f" != "$1" ] && echo "$callees" | grep -qx "$f" && set_="$set_ $f"
+	done
+	progress "$1's callees read"
+	echo "measure kernel $set_ (the counted functions $1 calls: $(echo "$callees" | wc -w) callees read from its live text)"
+	: >/tmp/kcprof.err
+	# shellcheck disable=SC2086 # set_ is a word list
+	hotpathd measure kernel $set_ --blocks --metrics count --seconds "${KCYCLES_MEASURE_SECONDS:-6}" \
+		--json >/tmp/kcprof.json 2>>/tmp/kcprof.err &
+	m=$!
+	i=0
+	while ! grep -q armed /tmp/kcprof.err && kill -0 $m 2>/dev/null && [ $i -lt 1200 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	progress "armed"
+	kill -CONT $reader
+	r0=$(sed -n 's/reads \([0-9]*\).*/\1/p' /tmp/kreader.status)
+	# Some hundreds of reads counted, then the window ends (SIGINT) with what it counted.
+	while kill -0 $m 2>/dev/null && [ "$(sed -n 's/reads \([0-9]*\).*/\1/p' /tmp/kreader.status)" -lt $((r0 + 512)) ]; do
+		sleep 0.2
+	done
+	grep -q armed /tmp/kcprof.err && kill -INT $m 2>/dev/null
+	progress "counted"
+	wait $m
+	progress "measured"
+	kill -STOP $reader
+	[ -z "$HOTPATH_TIMING" ] || grep '^  ' /tmp/kcprof.err
+	grep -q '"results"' /tmp/kcprof.json || grep -q '"count"' /tmp/kcprof.json ||
+		echo "measure: $(tail -n 3 /tmp/kcprof.err)"
+}
 last=$(grep '\[' /proc/kallsyms | cut -d' ' -f1 | sort | tail -n 1)
 base=$(printf '0x%x' $(((0x$last + 0x200000) & ~0xfff)))
 root=
 for r in $roots; do
+	measure_root "$r"
 	hotpathd plan kernel "$r" --profile /tmp/kcprof.json --base "$base" --json >/tmp/kcplan.$r.json 2>/tmp/kcplan.$r.err
 	st=$(sed -n 's/^[^"]*{"root":"[^"]*","status":"\([a-z_]*\)".*/\1/p' /tmp/kcplan.$r.json | head -n 1)
 	[ -n "$st" ] || st=$(grep -o '"status":"[a-z_]*"' /tmp/kcplan.$r.json | head -n 1 | cut -d'"' -f4)
+	progress "planned"
 	echo "plan kernel $r: ${st:-no plan} $(grep -o '"message":"[^"]*"' /tmp/kcplan.$r.json | head -n 1) $(tail -n 1 /tmp/kcplan.$r.err)"
 	echo "  members: $(members /tmp/kcplan.$r.json | tr '\n' ' ')"
 	echo "  kept in place: $(grep -o '"kept_in_place":\[[^]]*\]' /tmp/kcplan.$r.json | head -c 1500)"
 	if [ "$st" = ok ]; then
 		root=$r
 		cp /tmp/kcplan.$r.json /tmp/kcplan.json
-		break # the first root that plans: each plan parses the kernel's functions again (emulated)
+		break
 	fi
 done
+kill -CONT $reader
 if [ -z "$root" ]; then
 	bad "kernel read-path plan: none of $roots plans ok (above)"
 	summary

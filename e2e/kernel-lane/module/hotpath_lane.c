@@ -33,6 +33,13 @@
  *            __static_call_return0 (2); the kernel rewrites lane_sc's
  *            trampoline and both sites (a call, a jump, or for 2 the
  *            site's "xor eax, eax").
+ *            "mixhold N": lane_mix(N) as "mix N", but its call of lane_here
+ *            puts the writing task to sleep (lane_hold_wait: a killable
+ *            wait, which the hung-task watchdog and livepatch's fake
+ *            signals leave asleep) until "release": a task asleep inside
+ *            lane_mix, or inside a copy of it, for as long as a test wants.
+ *            held counts the tasks asleep there. "release" wakes them all.
+ *            Any other task's call of lane_mix runs through as before.
  *            "kprobe MOD:SYM": a kprobe (register_kprobe, the kernel's own
  *            API, as a module uses it) on MOD:SYM, e.g. hotpath:lane_mix, a
  *            copy in hotpath.ko's heap; its hits go to kprobe_hits, and the
@@ -55,6 +62,7 @@
 #include <linux/static_call.h>
 #include <linux/timekeeping.h>
 #include <linux/uaccess.h>
+#include <linux/wait.h>
 
 static u64 lane_quarter_calls, lane_other_calls, lane_stamp;
 
@@ -74,10 +82,43 @@ static unsigned long lane_mix_result, lane_mix_where, lane_mix_salt = 0x5bd1e995
 module_param_named(mix_result, lane_mix_result, ulong, 0400);
 module_param_named(mix_where, lane_mix_where, ulong, 0400);
 
-/* Where its caller runs: the original lane_mix, or a copy of it. */
+/* "mixhold N": the task lane_here holds, the tasks held, the releases made. */
+static struct task_struct *lane_holder;
+static unsigned long lane_held, lane_releases;
+module_param_named(held, lane_held, ulong, 0400);
+static DECLARE_WAIT_QUEUE_HEAD(lane_hold_wq);
+static DEFINE_SPINLOCK(lane_hold_lock);
+
+/* Sleep until the next "release"; a fatal signal ends it early. */
+static noinline void lane_hold_wait(void)
+{
+	unsigned long seen;
+
+	spin_lock(&lane_hold_lock);
+	seen = lane_releases;
+	lane_held++;
+	spin_unlock(&lane_hold_lock);
+	wait_event_killable(lane_hold_wq, READ_ONCE(lane_releases) != seen);
+	spin_lock(&lane_hold_lock);
+	lane_held--;
+	spin_unlock(&lane_hold_lock);
+}
+
+static void lane_release(void)
+{
+	spin_lock(&lane_hold_lock);
+	lane_releases++;
+	spin_unlock(&lane_hold_lock);
+	wake_up_all(&lane_hold_wq);
+}
+
+/* Where its caller runs: the original lane_mix, or a copy of it. The task
+ * "mixhold" named sleeps here, with its caller's frame on its stack. */
 static noinline void lane_here(void)
 {
 	WRITE_ONCE(lane_mix_where, (unsigned long)__builtin_return_address(0));
+	if (unlikely(READ_ONCE(lane_holder) == current))
+		lane_hold_wait();
 }
 
 /* A few branches on n, a result that depends on which ran. */
@@ -255,6 +296,16 @@ static ssize_t lane_write(struct file *file, const char __user *buf, size_t len,
 	if (copy_from_user(cmd, buf, len))
 		return -EFAULT;
 	cmd[len] = '\0';
+	if (sscanf(cmd, "mixhold %llu", &n) == 1) {
+		WRITE_ONCE(lane_holder, current);
+		WRITE_ONCE(lane_mix_result, lane_mix(n));
+		WRITE_ONCE(lane_holder, NULL);
+		return len;
+	}
+	if (!strcmp(cmd, "release") || !strcmp(cmd, "release\n")) {
+		lane_release();
+		return len;
+	}
 	if (sscanf(cmd, "mix %llu", &n) == 1) {
 		WRITE_ONCE(lane_mix_result, lane_mix(n));
 		return len;
