@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
 from app.core.config import normalise_database_url
-from app.core.db import alembic_config, describe_error, make_engine, upgrade_database
+from app.core.db import alembic_config, describe_error, upgrade_database
 from app.storage.series.layout import RAW_TABLES, ROLLUP_TABLES
 
 log = logging.getLogger("hotpath.nodes")
@@ -47,7 +47,8 @@ SPREAD_TABLES = (*RAW_TABLES, *ROLLUP_TABLES, "stack_defs", "stack_blocks", "del
 COORDINATOR_ONLY = ("hosts", "measurements")
 # postgres_fdw's transfer sizes (measured in docs/decisions.md: fetch_size 10,000 halved a fleet read's
 # transfer, batch_size 100 an insert's), and how long a node may take to answer a connection.
-SERVER_OPTIONS = {"fetch_size": "10000", "batch_size": "100", "connect_timeout": "10"}
+CONNECT_TIMEOUT_S = 10
+SERVER_OPTIONS = {"fetch_size": "10000", "batch_size": "100", "connect_timeout": str(CONNECT_TIMEOUT_S)}
 LOCK_KEY = 0x68706E64  # "hpnd": setting the nodes up
 _MODULUS = re.compile(r"modulus (\d+), remainder (\d+)", re.IGNORECASE)
 
@@ -291,8 +292,21 @@ class Nodes:
 
     def __init__(self, coordinator: AsyncEngine, node_urls: Sequence[str]) -> None:
         self.coordinator = coordinator
+        # A node that does not answer a connection (a partition dropping packets) fails within the timeout
+        # rather than holding the ingest writer, which commits one database's group after the other.
         self.nodes = [
-            Node(i, label(i, u), make_engine(normalise_database_url(u))) for i, u in enumerate(node_urls, start=1)
+            Node(
+                i,
+                label(i, u),
+                create_async_engine(
+                    normalise_database_url(u),
+                    pool_size=10,
+                    max_overflow=10,
+                    pool_pre_ping=True,
+                    connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
+                ),
+            )
+            for i, u in enumerate(node_urls, start=1)
         ]
         self.modulus = len(self.nodes) + 1
         self._placed: dict[str, int] = {}
