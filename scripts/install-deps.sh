@@ -20,7 +20,10 @@ run_pkgs=(make gcc clang llvm bpftool libbpf-dev libelf-dev libdw-dev zlib1g-dev
 # dkms: the kernel lane builds hotpath.ko through its DKMS package (deploy/dkms), as a host would.
 # haproxy (2.6 in Debian 12): the load balancer the replicas' failover test (agent/tests/python/
 # test_failover.py), bench/fleet --replicas and deploy/check-compose.sh run; iproute2 gives that test `ss`.
-test_pkgs=(chromium linux-perf docker-compose binutils util-linux procps clang-format cppcheck dkms haproxy iproute2)
+# postgresql-15 (Debian 12's Postgres, with postgres_fdw; the embedded pgserver build has no contrib modules):
+# the two database clusters backend/tests/core/test_db_nodes.py starts for the several-nodes tests.
+test_pkgs=(chromium linux-perf docker-compose binutils util-linux procps clang-format cppcheck dkms haproxy iproute2
+           postgresql-15)
 
 pkgs=("${run_pkgs[@]}")
 [ "$mode" = test ] && pkgs+=("${test_pkgs[@]}")

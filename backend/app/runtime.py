@@ -20,6 +20,7 @@ from app.domain.plans import Plans
 from app.domain.rollouts import Rollouts
 from app.domain.sessions import AgentRegistry
 from app.storage.ingest import IngestWriter
+from app.storage.nodes import Nodes
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Runtime:
     rollouts: Rollouts
     writer: IngestWriter
     database_url: str
+    nodes: Nodes | None = None  # the database nodes the series are spread over (HOTPATH_DB_NODES)
     enroll_port: int = 0  # where agents enrol, once the gRPC server listens
     bus: Bus | None = None  # started with the servers
     background: list[asyncio.Task[None]] = field(default_factory=list)  # the servers' background tasks

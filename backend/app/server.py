@@ -26,6 +26,7 @@ import orjson
 import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import create_engine, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.agents.service import create_grpc_server
 from app.api.main import create_app
@@ -41,7 +42,7 @@ from app.domain.plans import Plans
 from app.domain.rollouts import Rollouts
 from app.domain.sessions import AgentRegistry
 from app.runtime import Runtime
-from app.storage import catalog, hosts, samples, stacks
+from app.storage import catalog, hosts, nodes, samples, stacks
 from app.storage.ingest import IngestWriter, Item
 
 log = logging.getLogger("hotpath")
@@ -73,8 +74,15 @@ def prepare(settings: Settings) -> Prepared:
         embedded = EmbeddedPostgres(data_dir / "pgdata")
         url = embedded.start()
     prepared = Prepared(database_url=url, secret_key=b"", embedded=embedded)
+    node_urls = nodes.parse(settings.db_nodes)
+    if node_urls and embedded is not None:
+        raise ValueError("HOTPATH_DB_NODES needs DATABASE_URL: the embedded Postgres has no postgres_fdw")
     try:
+        if node_urls and nodes.migration_pending(url):
+            nodes.detach(url)  # a partition's columns cannot change: setup attaches them again
         upgrade_database(url)
+        if node_urls:
+            nodes.setup(url, node_urls)
         prepared.secret_key = read_or_create_secret(data_dir / "secret-key", lambda: secrets.token_hex(32)).encode()
         prepared.pki = pki_module.load_or_create(data_dir / "tls", settings.tls_server_names)
         ensure_admin(url, data_dir / "admin-password")
@@ -130,7 +138,10 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
     def failed(exc: BaseException) -> None:
         metrics.ingest_failed_commits.inc()
 
-    writer = IngestWriter(engine, on_commit=committed, on_failure=failed)
+    node_urls = nodes.parse(settings.db_nodes)
+    spread = nodes.Nodes(engine, node_urls) if node_urls else None
+    nodes.configure(spread)
+    writer = IngestWriter(engine, on_commit=committed, on_failure=failed, nodes=spread)
     metrics.ingest_failing.set_function(lambda: float(writer.failing))
     hosts.set_clock_skew(settings.max_clock_skew_s)
     metrics.bind(lambda: len(agents.sessions), lambda: hub.subscriber_count)
@@ -149,6 +160,7 @@ def build_runtime(settings: Settings, prepared: Prepared) -> Runtime:
         rollouts=Rollouts(sessionmaker, hub, plans),
         writer=writer,
         database_url=prepared.database_url,
+        nodes=spread,
     )
 
 
@@ -169,14 +181,30 @@ async def reset_presence(runtime: Runtime) -> None:
 
 
 async def maintain_series(runtime: Runtime) -> int:
+    """Partitions and retention on the coordinator and on every database node (each holds its hosts' series;
+    a node that fails is logged and raised once the others had theirs)."""
     settings = runtime.settings
-    return await samples.maintain(
-        runtime.engine,
-        settings.sample_retention_hours,
-        settings.rollup_retention_hours,
-        audit_retention_days=settings.audit_retention_days,
-        stack_retention_hours=settings.stack_retention_hours,
-    )
+
+    async def one(engine: AsyncEngine) -> int:
+        return await samples.maintain(
+            engine,
+            settings.sample_retention_hours,
+            settings.rollup_retention_hours,
+            audit_retention_days=settings.audit_retention_days,
+            stack_retention_hours=settings.stack_retention_hours,
+        )
+
+    rows = await one(runtime.engine)
+    failed: Exception | None = None
+    for node in runtime.nodes.nodes if runtime.nodes else []:
+        try:
+            rows += await one(node.engine)
+        except Exception as exc:  # noqa: BLE001 - the other nodes still have theirs; raised below
+            log.warning("series maintenance on database %s failed (%s)", node.label, describe_error(exc))
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+    return rows
 
 
 async def retention_loop(runtime: Runtime) -> None:
@@ -202,6 +230,15 @@ async def rollup_loop(runtime: Runtime) -> None:
                 await stacks.keep_closed_blocks(session, datetime.now(UTC))
         except Exception as exc:  # noqa: BLE001 - try again next round
             log.warning("rollup pass failed (%s); next round in %g s", describe_error(exc), settings.rollup_interval_s)
+        # Each database node rolls up its own hosts' rows (ON CONFLICT merges work there, not through the
+        # coordinator's spread tables); one that is down waits for the next round, the others go on.
+        for node in runtime.nodes.nodes if runtime.nodes else []:
+            try:
+                await samples.roll_up(node.engine, lag_s=settings.rollup_lag_s)
+                async with make_sessionmaker(node.engine)() as session:
+                    await stacks.keep_closed_blocks(session, datetime.now(UTC))
+            except Exception as exc:  # noqa: BLE001 - try again next round
+                log.warning("rollup pass on database %s failed (%s)", node.label, describe_error(exc))
 
 
 async def start_background(runtime: Runtime) -> list[asyncio.Task[None]]:
@@ -382,6 +419,8 @@ async def stop_servers(
         await asyncio.wait_for(http_task, 10)
     except TimeoutError:
         http_task.cancel()
+    if runtime.nodes is not None:
+        await runtime.nodes.dispose()
     await runtime.engine.dispose()
 
 

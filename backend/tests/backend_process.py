@@ -32,9 +32,10 @@ def _free_port() -> int:
 class Backend:
     """One `python -m app` process on free ports with its own data folder."""
 
-    def __init__(self, data: Path, https: bool = False) -> None:
+    def __init__(self, data: Path, https: bool = False, env: dict[str, str] | None = None) -> None:
         self.data = data
         self.https = https
+        self.env = env or {}  # more of its environment (DATABASE_URL is dropped unless given here)
         self.http, self.grpc = _free_port(), _free_port()
         self.enroll = _free_port()
         self.proc: asyncio.subprocess.Process | None = None
@@ -52,6 +53,7 @@ class Backend:
             HOTPATH_HTTPS="1" if self.https else "0",
         )
         env.pop("DATABASE_URL", None)
+        env.update(self.env)
         log = open(self.data / "backend.log", "ab")  # noqa: SIM115, ASYNC230 - the child keeps it
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "app", cwd=BACKEND_DIR, env=env, stdout=log, stderr=log

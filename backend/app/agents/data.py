@@ -17,7 +17,7 @@ from app.protocol import agent_input, measured_edges
 from app.protocol.agent_input import InvalidInput
 from app.protocol.proto import pb
 from app.protocol.stack_defs import BatchStacks
-from app.storage import measurements, samples, stacks
+from app.storage import measurements, nodes, samples, stacks
 from app.storage.series.layout import NSLOTS, SLOT
 
 log = logging.getLogger("hotpath.agents")
@@ -63,7 +63,10 @@ class DataMapping(ClockChecks):
                 async with self.runtime.engine.connect() as conn:
                     found = (
                         await conn.execute(
-                            text("SELECT seq FROM delivery_marks WHERE host_id = :h AND instance_id = :i"),
+                            text(
+                                f"SELECT seq FROM {nodes.table('delivery_marks')} "
+                                "WHERE host_id = :h AND instance_id = :i"
+                            ),
                             {"h": session.host_id, "i": instance},
                         )
                     ).scalar_one_or_none()

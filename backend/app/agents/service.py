@@ -64,7 +64,7 @@ from app.protocol import agent_input
 from app.protocol.agent_input import InvalidInput
 from app.protocol.proto import pb
 from app.runtime import Runtime
-from app.storage import audit_log, measurements, targets
+from app.storage import audit_log, measurements, nodes, targets
 from app.storage.models import Host
 
 log = logging.getLogger("hotpath.agents")
@@ -341,8 +341,9 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
             )
             complete = {r.digest for r in rows}
             marks = await db.execute(
-                text("""
-                SELECT instance_id, seq FROM delivery_marks WHERE host_id = :h ORDER BY updated_at DESC LIMIT 32"""),
+                text(f"""
+                SELECT instance_id, seq FROM {nodes.table("delivery_marks")} WHERE host_id = :h
+                ORDER BY updated_at DESC LIMIT 32"""),
                 {"h": hello.host_id},
             )
             session.marks = {r.instance_id: r.seq for r in marks}

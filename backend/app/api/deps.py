@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.security import decode_access_token, token_issued_at
 from app.runtime import Runtime
-from app.storage import users
+from app.storage import nodes, users
 from app.storage.models import ROLES, User
 
 _bearer = HTTPBearer(auto_error=False)
@@ -34,6 +34,14 @@ async def get_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
 
 
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
+
+
+async def read_across_nodes(session: SessionDep) -> None:
+    """A router's reads of a host's series: from the database node the host is placed on, when the series
+    are spread over several (app.storage.nodes; nothing without). Only for routes whose requests write no
+    series table."""
+    await nodes.read_across(session)
+
 
 _UNAUTHENTICATED = HTTPException(
     status.HTTP_401_UNAUTHORIZED, "Not authenticated", headers={"WWW-Authenticate": "Bearer"}

@@ -25,6 +25,10 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, validation_alias=AliasChoices("DATABASE_URL", "HOTPATH_DATABASE_URL")
     )
+    # Several database nodes (docs/deployment.md, "Several database nodes"): the DSNs of the nodes the series
+    # are spread over by host, besides DATABASE_URL's database (the coordinator), comma-separated URLs.
+    # Empty: one database, nothing spread. Needs DATABASE_URL and a Postgres with postgres_fdw.
+    db_nodes: str = ""
     sample_retention_hours: float = 24.0
     # Call stacks are kept as long as the samples unless set shorter (HOTPATH_STACK_RETENTION_HOURS): a
     # host running many short-lived or JIT-compiled programs defines hundreds of new stacks a second.

@@ -35,7 +35,7 @@ from app.core.pki import CsrError, Pki, parse_csr
 from app.domain.sessions import AgentRegistry
 from app.protocol import agent_input
 from app.protocol.proto import pb
-from app.storage import audit_log, samples
+from app.storage import audit_log, nodes, samples
 from app.storage.models import EnrolmentRequest, EnrolmentToken, Host
 
 log = logging.getLogger("hotpath.enrolment")
@@ -482,6 +482,14 @@ async def delete_host(agents: AgentRegistry, session: AsyncSession, host_id: str
         return False
     hostname = host.hostname
     await agents.end_host(host_id, "this host was deleted by an admin")
+    node = await nodes.node_of(host_id)
+    if node is not None:
+        # Its series and delivery marks on its database node, committed first: a failure leaves the host
+        # to be deleted again (the coordinator's rows below go with its own transaction).
+        async with AsyncSession(node.engine) as on_node:
+            await samples.delete_host_series(on_node, host_id)
+            await on_node.execute(text("DELETE FROM delivery_marks WHERE host_id = :h"), {"h": host_id})
+            await on_node.commit()
     await samples.delete_host_series(session, host_id)
     await session.execute(text("DELETE FROM enrolment_requests WHERE host_id = :h"), {"h": host_id})
     await session.execute(text("DELETE FROM hosts WHERE id = :h"), {"h": host_id})

@@ -14,6 +14,11 @@ a few rows per host and hour instead of one per minute and ten minutes. The edge
 covers yet are left out, and the answer says which part of the range it covers (docs/decisions.md, "The
 fleet's first slice", "Fleet hot code from per-function rollups", "Fleet hot code from arrays per host
 and bucket" and "Fleet hot code from running totals").
+
+With several database nodes (app.storage.nodes) the rollups and their watermarks are read across every node
+(`nodes.read_across`: the coordinator's hash-partitioned parents with a foreign partition per node; the
+watermarks the lowest of every node's); a node that does not answer fails the request with
+`nodes.NodeUnavailable`, which names it, rather than showing the fleet without its hosts.
 """
 
 import json
@@ -21,8 +26,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.storage import nodes
 from app.storage.samples import TimeRange, plan
 from app.storage.series import rollups
 
@@ -288,7 +295,27 @@ async def hot_code(
 ) -> dict[str, Any]:
     """The group's hottest functions in the range (samples of the idle task left out), each with its
     samples on every host of the group that has any and the share of the group's hosts where it is hot:
-    where its samples are at least `min_share` of that host's busy (non-idle) samples in the range."""
+    where its samples are at least `min_share` of that host's busy (non-idle) samples in the range. Read
+    across every database node; NodeUnavailable names those that do not answer."""
+    try:
+        return await _hot_code(session, group, labels, r, min_share, limit, offset, sort, descending)
+    except DBAPIError as exc:
+        await nodes.name_unreachable(exc)
+        raise
+
+
+async def _hot_code(
+    session: AsyncSession,
+    group: dict[str, Any],
+    labels: dict[str, str],
+    r: TimeRange,
+    min_share: float,
+    limit: int,
+    offset: int,
+    sort: str,
+    descending: bool,
+) -> dict[str, Any]:
+    await nodes.read_across(session)
     wm_1m, wm_1h = await rollups.watermarks(await session.connection())
     spans = _rollup_spans(plan(r.start, r.end, wm_1m, wm_1h))
     fspans = function_spans(spans)

@@ -29,12 +29,13 @@ from typing import Any
 import psycopg
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.db import describe_error
 from app.core.tasks import cancel_and_wait
 from app.protocol.stack_defs import BatchStacks
 from app.storage import stacks as stack_store
+from app.storage.nodes import Node, Nodes
 from app.storage.series import copytext, partitions, rollups
 
 log = logging.getLogger("hotpath.ingest")
@@ -136,8 +137,10 @@ class IngestWriter:
         queue_items: int = 20_000,
         on_commit: Callable[[list[Item], float], None] | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
+        nodes: Nodes | None = None,
     ) -> None:
         self.engine = engine
+        self.nodes = nodes  # the databases the series are spread over (app.storage.nodes); None: this one
         self.queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=queue_items)
         self.on_commit = on_commit  # callback(items, seconds) after each commit, for metrics
         self.on_failure = on_failure  # callback(error) after each failed commit, for metrics
@@ -197,7 +200,6 @@ class IngestWriter:
                         break
                 items.append(item)
                 points += item.size()
-            t0 = time.perf_counter()
             doomed = [it for it in items if getattr(it.guard, "store_failed", False)]
             if doomed:
                 for it in doomed:
@@ -205,41 +207,73 @@ class IngestWriter:
                         it.future.set_exception(ConnectionError("an earlier message of this stream was not stored"))
                 items = [it for it in items if not getattr(it.guard, "store_failed", False)]
             try:
-                try:
-                    await self._commit(items)
-                except (DBAPIError, psycopg.Error) as exc:
-                    # COPY runs on the driver's connection: its errors arrive unwrapped.
-                    state = getattr(getattr(exc, "orig", exc), "sqlstate", None)
-                    if state != "23514" or not await self._add_partitions(items):
-                        raise
-                    await self._commit(items)  # the partition a row needed was missing: once more
+                groups = await self._route(items)
             except asyncio.CancelledError:
-                for it in items:
-                    if it.future is not None and not it.future.done():
-                        it.future.set_exception(ConnectionError("the backend is stopping"))
+                self._fail(items, ConnectionError("the backend is stopping"))
                 raise
             except Exception as exc:  # noqa: BLE001 - every item learns; their streams end and resend
                 self._failed(exc, len(items))
-                for it in items:
-                    if it.guard is not None:
-                        it.guard.store_failed = True
-                    if it.future is not None and not it.future.done():
-                        it.future.set_exception(exc)
+                self._fail(items, exc)
                 continue
-            self.commits += 1
-            self.points += points - len(items)
-            if self.failing_since is not None and any(it.host_id for it in items):
-                log.warning(
-                    "storing the agents' data again, after %d failed commit(s) in %.0f s",
-                    self.failed_commits,
-                    time.monotonic() - self.failing_since,
-                )
-                self.failing_since, self.failed_commits = None, 0
+            for node, group in groups:
+                await self._store(node, group)
+
+    async def _route(self, items: list[Item]) -> list[tuple[Node | None, list[Item]]]:
+        """The items by the database their host's series live on (one group, the coordinator's, without
+        nodes): each group is committed on its own, so a node that is down fails its hosts' items only."""
+        if self.nodes is None:
+            return [(None, items)]
+        placed = await self.nodes.place([it.host_id for it in items if it.host_id])
+        by_node: dict[int, list[Item]] = {}
+        for it in items:
+            by_node.setdefault(placed.get(it.host_id, 0), []).append(it)
+        return [(self.nodes.node(i) if i else None, group) for i, group in sorted(by_node.items())]
+
+    def _fail(self, items: list[Item], exc: BaseException) -> None:
+        for it in items:
+            if it.guard is not None:
+                it.guard.store_failed = True
+            if it.future is not None and not it.future.done():
+                it.future.set_exception(exc)
+
+    async def _store(self, node: Node | None, items: list[Item]) -> None:
+        """Commit one database's items and complete their futures (an error fails every one of them)."""
+        t0 = time.perf_counter()
+        points = sum(it.size() for it in items)
+        try:
+            try:
+                await self._commit_on(node, items)
+            except (DBAPIError, psycopg.Error) as exc:
+                # COPY runs on the driver's connection: its errors arrive unwrapped.
+                state = getattr(getattr(exc, "orig", exc), "sqlstate", None)
+                if state != "23514" or not await self._add_partitions(items, node):
+                    raise
+                await self._commit_on(node, items)  # the partition a row needed was missing: once more
+        except asyncio.CancelledError:
             for it in items:
                 if it.future is not None and not it.future.done():
-                    it.future.set_result(None)
-            if self.on_commit is not None:
-                self.on_commit(items, time.perf_counter() - t0)
+                    it.future.set_exception(ConnectionError("the backend is stopping"))
+            raise
+        except Exception as exc:  # noqa: BLE001 - every item learns; their streams end and resend
+            if node is not None:
+                log.warning("storing on database %s failed", node.label)
+            self._failed(exc, len(items))
+            self._fail(items, exc)
+            return
+        self.commits += 1
+        self.points += points - len(items)
+        if self.failing_since is not None and any(it.host_id for it in items):
+            log.warning(
+                "storing the agents' data again, after %d failed commit(s) in %.0f s",
+                self.failed_commits,
+                time.monotonic() - self.failing_since,
+            )
+            self.failing_since, self.failed_commits = None, 0
+        for it in items:
+            if it.future is not None and not it.future.done():
+                it.future.set_result(None)
+        if self.on_commit is not None:
+            self.on_commit(items, time.perf_counter() - t0)
 
     @property
     def failing(self) -> bool:
@@ -261,7 +295,7 @@ class IngestWriter:
         if self.on_failure is not None:
             self.on_failure(exc)
 
-    async def _add_partitions(self, items: list[Item]) -> bool:
+    async def _add_partitions(self, items: list[Item], node: Node | None = None) -> bool:
         """Create the partitions the items' times need (a retention pass with a shorter retention, or
         a clock far off, can leave one missing); False if there is nothing to create."""
         times = [it.samples.ts for it in items if it.samples is not None] + [
@@ -273,7 +307,7 @@ class IngestWriter:
         back = max(now - min(times), timedelta(0)) + timedelta(hours=1)
         ahead = max(max(times) - now, timedelta(0)) + timedelta(hours=1)
         created = await partitions.ensure(
-            self.engine,
+            node.engine if node is not None else self.engine,
             now,
             back,
             timedelta(days=1) + back,
@@ -283,189 +317,213 @@ class IngestWriter:
         log.debug("partitions for %s..%s: %d created", min(times), max(times), created)
         return created > 0
 
-    async def _commit(self, items: list[Item]) -> None:
-        sample_rows = [it.samples for it in items if it.samples is not None]
-        point_rows = [it.points for it in items if it.points is not None]
+    async def _commit_on(self, node: Node | None, items: list[Item]) -> None:
+        if node is None:
+            await self._commit(items)  # one database: called as before nodes (tests slow it down by replacing it)
+        else:
+            await self._commit(items, node)
+
+    async def _commit(self, items: list[Item], node: Node | None = None) -> None:
+        """Store the items in one transaction; with their hosts on a node (`node`), their series and delivery
+        marks in one transaction on the node, then what the coordinator keeps of them (gaps, presence,
+        measurement states) in one there: the batch is acknowledged once both committed, and a resend after
+        a failure between them is recognised by the node's delivery mark."""
         work = [it for it in items if it.host_id]
         if not work:
             return
+        if node is None:
+            async with self.engine.begin() as conn:
+                await self._write_series(conn, items, work)
+                await self._write_state(conn, work)
+            return
+        async with node.engine.begin() as conn:
+            await self._write_series(conn, items, work)
         async with self.engine.begin() as conn:
-            batch = 0
-            if sample_rows or point_rows:
-                wm_1m, wm_1h = await rollups.watermarks(conn, for_share=True)
-                batch = (await conn.execute(text("SELECT nextval('series_batch_seq')"))).scalar_one()
-                raw = await conn.get_raw_connection()
-                driver = raw.driver_connection
-                assert driver is not None
-                async with driver.cursor() as cur:
-                    # Rows are written as COPY text built by joins (app.storage.series.copytext), one write per table.
-                    if sample_rows:
-                        async with cur.copy(
-                            "COPY sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, "
-                            "unmapped_samples, lost_samples, dropped_samples, idle_samples, idle_by_context, "
-                            "stack_samples, stack_dropped_samples, function_ids, block_offsets, counts, idles, "
-                            "insn_index, insn_offsets, insn_counts, batch) FROM STDIN"
-                        ) as copy:
-                            await copy.write(
-                                "".join(
-                                    copytext.row(
-                                        (
-                                            copytext.field(s.host_id),
-                                            copytext.ts(s.ts),
-                                            str(s.interval_ms),
-                                            *map(str, s.totals),
-                                            "t" if s.idle_by_context else "f",
-                                            str(s.stack_samples),
-                                            str(s.stack_dropped),
-                                            copytext.ints(s.function_ids),
-                                            copytext.ints(s.block_offsets),
-                                            copytext.ints(s.counts),
-                                            copytext.bools(s.idles)
-                                            if s.idles is not None
-                                            else copytext.bools([False] * len(s.counts)),
-                                            copytext.ints(s.insn_index),
-                                            copytext.ints(s.insn_offsets),
-                                            copytext.ints(s.insn_counts),
-                                            str(batch),
-                                        )
+            await self._write_state(conn, work)
+
+    async def _write_series(self, conn: AsyncConnection, items: list[Item], work: list[Item]) -> None:
+        """The series rows, their late rollup additions and the delivery marks, on the hosts' database."""
+        sample_rows = [it.samples for it in items if it.samples is not None]
+        point_rows = [it.points for it in items if it.points is not None]
+        batch = 0
+        if sample_rows or point_rows:
+            wm_1m, wm_1h = await rollups.watermarks(conn, for_share=True)
+            batch = (await conn.execute(text("SELECT nextval('series_batch_seq')"))).scalar_one()
+            raw = await conn.get_raw_connection()
+            driver = raw.driver_connection
+            assert driver is not None
+            async with driver.cursor() as cur:
+                # Rows are written as COPY text built by joins (app.storage.series.copytext), one write per table.
+                if sample_rows:
+                    async with cur.copy(
+                        "COPY sample_intervals (host_id, ts, interval_ms, total_samples, user_samples, "
+                        "unmapped_samples, lost_samples, dropped_samples, idle_samples, idle_by_context, "
+                        "stack_samples, stack_dropped_samples, function_ids, block_offsets, counts, idles, "
+                        "insn_index, insn_offsets, insn_counts, batch) FROM STDIN"
+                    ) as copy:
+                        await copy.write(
+                            "".join(
+                                copytext.row(
+                                    (
+                                        copytext.field(s.host_id),
+                                        copytext.ts(s.ts),
+                                        str(s.interval_ms),
+                                        *map(str, s.totals),
+                                        "t" if s.idle_by_context else "f",
+                                        str(s.stack_samples),
+                                        str(s.stack_dropped),
+                                        copytext.ints(s.function_ids),
+                                        copytext.ints(s.block_offsets),
+                                        copytext.ints(s.counts),
+                                        copytext.bools(s.idles)
+                                        if s.idles is not None
+                                        else copytext.bools([False] * len(s.counts)),
+                                        copytext.ints(s.insn_index),
+                                        copytext.ints(s.insn_offsets),
+                                        copytext.ints(s.insn_counts),
+                                        str(batch),
                                     )
-                                    for s in sample_rows
-                                ).encode()
-                            )
-                    if point_rows:
-                        async with cur.copy(
-                            "COPY measurement_points (host_id, measurement_id, ts, seconds, state, resources, "
-                            "vals, edge_rows, edge_from, edge_to, edge_kinds, edge_labels, edge_counts, "
-                            "batch) FROM STDIN"
-                        ) as copy:
-                            await copy.write(
-                                "".join(
-                                    copytext.row(
-                                        (
-                                            copytext.field(p.host_id),
-                                            copytext.field(p.measurement_id),
-                                            copytext.ts(p.ts),
-                                            repr(float(p.seconds)),
-                                            str(p.state),
-                                            copytext.ints(p.resources),
-                                            copytext.floats(p.vals),
-                                            *map(copytext.ints, p.edges),
-                                            str(batch),
-                                        )
+                                )
+                                for s in sample_rows
+                            ).encode()
+                        )
+                if point_rows:
+                    async with cur.copy(
+                        "COPY measurement_points (host_id, measurement_id, ts, seconds, state, resources, "
+                        "vals, edge_rows, edge_from, edge_to, edge_kinds, edge_labels, edge_counts, "
+                        "batch) FROM STDIN"
+                    ) as copy:
+                        await copy.write(
+                            "".join(
+                                copytext.row(
+                                    (
+                                        copytext.field(p.host_id),
+                                        copytext.field(p.measurement_id),
+                                        copytext.ts(p.ts),
+                                        repr(float(p.seconds)),
+                                        str(p.state),
+                                        copytext.ints(p.resources),
+                                        copytext.floats(p.vals),
+                                        *map(copytext.ints, p.edges),
+                                        str(batch),
                                     )
-                                    for p in point_rows
-                                ).encode()
-                            )
-                stacked = [
-                    (it.host_id, it.samples.ts, it.stacks)
-                    for it in items
-                    if it.stacks is not None and it.samples is not None
-                ]
-                if stacked:
-                    await stack_store.write_many(conn, stacked)
-                    await stack_store.add_late(conn, stacked, wm_1m)
-                late = [
-                    rollups.LateInterval(
-                        s.host_id,
-                        s.ts,
-                        s.interval_ms,
-                        (*s.totals, s.stack_samples, s.stack_dropped),
-                        s.function_ids,
-                        s.block_offsets,
-                        s.counts,
-                        s.idles,
-                    )
-                    for s in sample_rows
-                    if s.ts < wm_1m
-                ]
-                if late:
-                    await rollups.add_late_samples(conn, late, wm_1m, wm_1h)
-                late_points = [(p.measurement_id, p.ts) for p in point_rows if p.ts < wm_1m]
-                if late_points:
-                    await rollups.add_late_points(conn, batch, late_points, wm_1m, wm_1h)
-            marks: dict[tuple[str, str], int] = {}
-            for it in work:
-                if it.mark is not None:
-                    key = (it.host_id, it.mark[0])
-                    marks[key] = max(marks.get(key, 0), it.mark[1])
-            if marks:
-                keys = list(marks)
+                                )
+                                for p in point_rows
+                            ).encode()
+                        )
+            stacked = [
+                (it.host_id, it.samples.ts, it.stacks)
+                for it in items
+                if it.stacks is not None and it.samples is not None
+            ]
+            if stacked:
+                await stack_store.write_many(conn, stacked)
+                await stack_store.add_late(conn, stacked, wm_1m)
+            late = [
+                rollups.LateInterval(
+                    s.host_id,
+                    s.ts,
+                    s.interval_ms,
+                    (*s.totals, s.stack_samples, s.stack_dropped),
+                    s.function_ids,
+                    s.block_offsets,
+                    s.counts,
+                    s.idles,
+                )
+                for s in sample_rows
+                if s.ts < wm_1m
+            ]
+            if late:
+                await rollups.add_late_samples(conn, late, wm_1m, wm_1h)
+            late_points = [(p.measurement_id, p.ts) for p in point_rows if p.ts < wm_1m]
+            if late_points:
+                await rollups.add_late_points(conn, batch, late_points, wm_1m, wm_1h)
+        marks: dict[tuple[str, str], int] = {}
+        for it in work:
+            if it.mark is not None:
+                key = (it.host_id, it.mark[0])
+                marks[key] = max(marks.get(key, 0), it.mark[1])
+        if marks:
+            keys = list(marks)
+            await conn.execute(
+                text("""
+                INSERT INTO delivery_marks (host_id, instance_id, seq, updated_at)
+                SELECT h, i, s, now() FROM unnest(CAST(:h AS text[]), CAST(:i AS text[]), CAST(:s AS bigint[]))
+                    AS u(h, i, s)
+                ON CONFLICT (host_id, instance_id) DO UPDATE
+                SET seq = greatest(delivery_marks.seq, excluded.seq), updated_at = now()"""),
+                {"h": [k[0] for k in keys], "i": [k[1] for k in keys], "s": [marks[k] for k in keys]},
+            )
+
+    async def _write_state(self, conn: AsyncConnection, work: list[Item]) -> None:
+        """What the coordinator keeps of the items: gaps, refusals, host presence, measurement states."""
+        gaps = [(it.host_id, g) for it in work for g in it.gaps]
+        if gaps:
+            await conn.execute(
+                text("""
+                INSERT INTO data_gaps (host_id, start_ts, end_ts, instance_id, first_seq, messages, reason, source)
+                VALUES (:h, :s, :e, :i, :f, :m, :r, :src)"""),
+                [
+                    {
+                        "h": h,
+                        "s": g["start"],
+                        "e": g["end"],
+                        "i": g["instance"],
+                        "f": g["first_seq"],
+                        "m": g["messages"],
+                        "r": g["reason"][:1024],
+                        "src": g["source"],
+                    }
+                    for h, g in gaps
+                ],
+            )
+        for it in work:
+            if it.refused:
                 await conn.execute(
                     text("""
-                    INSERT INTO delivery_marks (host_id, instance_id, seq, updated_at)
-                    SELECT h, i, s, now() FROM unnest(CAST(:h AS text[]), CAST(:i AS text[]), CAST(:s AS bigint[]))
-                        AS u(h, i, s)
-                    ON CONFLICT (host_id, instance_id) DO UPDATE
-                    SET seq = greatest(delivery_marks.seq, excluded.seq), updated_at = now()"""),
-                    {"h": [k[0] for k in keys], "i": [k[1] for k in keys], "s": [marks[k] for k in keys]},
+                    UPDATE hosts SET refused_batches = refused_batches + 1, last_seen = now(),
+                      clock_offset_ms = coalesce(:o, clock_offset_ms),
+                      clock_checked_at = CASE WHEN :o IS NULL THEN clock_checked_at ELSE now() END
+                    WHERE id = :h"""),
+                    {"h": it.host_id, "o": it.clock_offset_ms},
                 )
-            gaps = [(it.host_id, g) for it in work for g in it.gaps]
-            if gaps:
-                await conn.execute(
-                    text("""
-                    INSERT INTO data_gaps (host_id, start_ts, end_ts, instance_id, first_seq, messages, reason, source)
-                    VALUES (:h, :s, :e, :i, :f, :m, :r, :src)"""),
-                    [
-                        {
-                            "h": h,
-                            "s": g["start"],
-                            "e": g["end"],
-                            "i": g["instance"],
-                            "f": g["first_seq"],
-                            "m": g["messages"],
-                            "r": g["reason"][:1024],
-                            "src": g["source"],
-                        }
-                        for h, g in gaps
-                    ],
-                )
-            for it in work:
-                if it.refused:
-                    await conn.execute(
-                        text("""
-                        UPDATE hosts SET refused_batches = refused_batches + 1, last_seen = now(),
-                          clock_offset_ms = coalesce(:o, clock_offset_ms),
-                          clock_checked_at = CASE WHEN :o IS NULL THEN clock_checked_at ELSE now() END
-                        WHERE id = :h"""),
-                        {"h": it.host_id, "o": it.clock_offset_ms},
-                    )
-            seen = sorted({it.host_id for it in work if not it.refused})
-            if seen:
-                await conn.execute(text("UPDATE hosts SET last_seen = now() WHERE id = ANY(:h)"), {"h": seen})
-            refusals = [(it.host_id, it.refused_interval) for it in work if it.refused_interval is not None]
-            if refusals:
-                await conn.execute(
-                    text("""
-                    UPDATE measurements SET refused_intervals = refused_intervals + 1, refusal = :r
-                    WHERE id = :m AND host_id = :h"""),
-                    [{"h": h, "m": m, "r": r[:1024]} for h, (m, r) in refusals],
-                )
-            updates: dict[str, MeasurementUpdate] = {}
-            for it in work:
-                if it.measurement is not None:
-                    m = it.measurement
-                    have = updates.get(m.measurement_id)
-                    if have is None or have.last_ts <= m.last_ts or m.ended:
-                        updates[m.measurement_id] = m
-            if updates:
-                await conn.execute(
-                    text("""
-                    UPDATE measurements SET
-                      state = CASE WHEN state IN ('target_exited', 'stopped', 'failed') AND NOT :ended
-                                   THEN state ELSE :state END,
-                      detail = CASE WHEN :ended OR :detail <> '' THEN :detail ELSE detail END,
-                      last_ts = greatest(last_ts, :ts),
-                      started_at = coalesce(started_at, :ts),
-                      ended_at = CASE WHEN :ended THEN coalesce(ended_at, now()) ELSE ended_at END
-                    WHERE id = :id"""),
-                    [
-                        {
-                            "id": m.measurement_id,
-                            "state": m.state,
-                            "detail": m.detail,
-                            "ts": m.last_ts,
-                            "ended": m.ended,
-                        }
-                        for m in updates.values()
-                    ],
-                )
+        seen = sorted({it.host_id for it in work if not it.refused})
+        if seen:
+            await conn.execute(text("UPDATE hosts SET last_seen = now() WHERE id = ANY(:h)"), {"h": seen})
+        refusals = [(it.host_id, it.refused_interval) for it in work if it.refused_interval is not None]
+        if refusals:
+            await conn.execute(
+                text("""
+                UPDATE measurements SET refused_intervals = refused_intervals + 1, refusal = :r
+                WHERE id = :m AND host_id = :h"""),
+                [{"h": h, "m": m, "r": r[:1024]} for h, (m, r) in refusals],
+            )
+        updates: dict[str, MeasurementUpdate] = {}
+        for it in work:
+            if it.measurement is not None:
+                m = it.measurement
+                have = updates.get(m.measurement_id)
+                if have is None or have.last_ts <= m.last_ts or m.ended:
+                    updates[m.measurement_id] = m
+        if updates:
+            await conn.execute(
+                text("""
+                UPDATE measurements SET
+                  state = CASE WHEN state IN ('target_exited', 'stopped', 'failed') AND NOT :ended
+                               THEN state ELSE :state END,
+                  detail = CASE WHEN :ended OR :detail <> '' THEN :detail ELSE detail END,
+                  last_ts = greatest(last_ts, :ts),
+                  started_at = coalesce(started_at, :ts),
+                  ended_at = CASE WHEN :ended THEN coalesce(ended_at, now()) ELSE ended_at END
+                WHERE id = :id"""),
+                [
+                    {
+                        "id": m.measurement_id,
+                        "state": m.state,
+                        "detail": m.detail,
+                        "ts": m.last_ts,
+                        "ended": m.ended,
+                    }
+                    for m in updates.values()
+                ],
+            )

@@ -12,7 +12,7 @@ from app.api.ranges import BAD_RANGE, FromQuery, ToQuery, range_spec
 from app.api.responses import NOT_FOUND, FastJSON, Responses
 from app.api.schemas import FleetGroups, FleetHotCode, Message
 from app.protocol.labels import MAX_LABELS, InvalidLabels, parse_selector
-from app.storage import fleet
+from app.storage import fleet, nodes
 from app.storage.samples import TimeRange
 
 router = APIRouter(prefix="/fleet", tags=["fleet"])
@@ -87,6 +87,10 @@ async def hot_code(
     else:
         end = datetime.now(tz=UTC)
         r = TimeRange(end - timedelta(seconds=spec.window_s or 3600), end)
-    return FastJSON(
-        await fleet.hot_code(session, group, _selectors(label), r, min_share, limit, offset, sort, order == "desc")
-    )
+    try:
+        found = await fleet.hot_code(
+            session, group, _selectors(label), r, min_share, limit, offset, sort, order == "desc"
+        )
+    except nodes.NodeUnavailable as exc:
+        raise HTTPException(503, str(exc)) from None
+    return FastJSON(found)

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 
-from app.api.deps import CurrentUser, RuntimeDep, SessionDep
+from app.api.deps import CurrentUser, RuntimeDep, SessionDep, read_across_nodes
 from app.api.ranges import BAD_RANGE, AFromQuery, AToQuery, BFromQuery, BHostQuery, BToQuery, SampleRange, two_ranges
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
@@ -19,7 +19,8 @@ from app.api.routes.stacks import Filter
 from app.api.schemas import Comparison, Hotness, Timeline, TopFunctions
 from app.storage import hosts, samples, stacks
 
-router = APIRouter(prefix="/hosts/{host_id}", tags=["samples"])
+# Read only: read across the database nodes.
+router = APIRouter(prefix="/hosts/{host_id}", tags=["samples"], dependencies=[Depends(read_across_nodes)])
 IncludeIdle = Query(False, description="Rank the kernel's idle-loop functions too (they are counted apart otherwise)")
 EXPORT_ROWS = 100000
 

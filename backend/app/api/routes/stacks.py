@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
-from app.api.deps import CurrentUser, RuntimeDep, SessionDep
+from app.api.deps import CurrentUser, RuntimeDep, SessionDep, read_across_nodes
 from app.api.ranges import BAD_RANGE, AFromQuery, AToQuery, BFromQuery, BHostQuery, BToQuery, SampleRange, two_ranges
 from app.api.responses import BAD_BODY, NOT_FOUND, FastJSON, quick_gzip_json
 from app.api.routes.functions import FunctionId
@@ -28,7 +28,8 @@ from app.api.schemas import (
 )
 from app.storage import functions, samples, stacks
 
-router = APIRouter(prefix="/hosts/{host_id}", tags=["stacks"])
+# Read only (the POST of stack definitions too: its body is a list of ids): read across the database nodes.
+router = APIRouter(prefix="/hosts/{host_id}", tags=["stacks"], dependencies=[Depends(read_across_nodes)])
 
 
 def _quick_gzip(request: Request, content: dict[str, Any]) -> Response:

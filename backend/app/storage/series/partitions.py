@@ -49,7 +49,7 @@ async def existing(conn: AsyncConnection, table: str) -> list[str]:
     rows = await conn.execute(
         text("""
         SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-        JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = :t ORDER BY c.relname"""),
+        WHERE i.inhparent = to_regclass(:t) ORDER BY c.relname"""),
         {"t": table},
     )
     return [r[0] for r in rows]
