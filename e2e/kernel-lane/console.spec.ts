@@ -192,6 +192,18 @@ test("kernel roll-out: lane_mix rolled out to the guest's build, the guest the c
   // The plan over REST, as checks.py's flow makes one: lane_mix from exact counts, requested by admin and
   // approved by the second user.
   const base = `/api/v1/hosts/${guestHost.id}/plans`;
+  // The flow before this test measured lane_mix around its install and revert: its measurements have ended
+  // before this plan's own exact counts are taken (hang bound).
+  const active = async () =>
+    (
+      (await (await api.get(`/api/v1/hosts/${guestHost.id}/measurements?limit=50`)).json()) as {
+        id: string;
+        state: string;
+      }[]
+    )
+      .filter((m) => !["target_exited", "stopped", "failed"].includes(m.state))
+      .map((m) => `${m.id} ${m.state}`);
+  await hang.poll(active, { message: "the guest's earlier measurements have ended", timeout: HANG_MS }).toEqual([]);
   const made = await api.post(base, { data: { target: "kernel", function_id: fn.id, seconds: 5 } });
   expect(made.status(), await made.text()).toBe(202);
   const planId = (await made.json()).id as string;
@@ -205,7 +217,8 @@ test("kernel roll-out: lane_mix rolled out to the guest's build, the guest the c
   await hang
     .poll(async () => (await planOf(guestHost.id, planId)).state, { message: "the plan is made", timeout: HANG_MS })
     .toMatch(/^(ready|failed)$/);
-  expect((await planOf(guestHost.id, planId)).state).toBe("ready");
+  const plan = await planOf(guestHost.id, planId);
+  expect(plan.state, `the plan's error: ${plan.error}`).toBe("ready");
   expect((await api.post(`${base}/${planId}/request`)).status()).toBe(200);
   const anon = await request.newContext({ baseURL });
   const login = await anon.post("/api/v1/auth/login", { data: { username: approver, password: approverPassword } });
