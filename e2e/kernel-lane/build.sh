@@ -64,7 +64,8 @@ cp "$lane_dir/guest/jobs.sh" "$stage/lane/jobs.sh"
 cp "$lane_dir/guest/ktarget.sh" "$stage/lane/ktarget.sh"
 cp "$lane_dir/guest/kkeys.sh" "$stage/lane/kkeys.sh"
 cp "$lane_dir/guest/kscalls.sh" "$stage/lane/kscalls.sh"
-cp "$lane_dir/guest/kcycles.sh" "$lane_dir/guest/kcheck.sh" "$lane_dir/guest/klivepatch.sh" "$lane_dir/guest/kdrain.sh" "$stage/lane/"
+cp "$lane_dir/guest/kcycles.sh" "$lane_dir/guest/kcheck.sh" "$lane_dir/guest/klivepatch.sh" "$lane_dir/guest/kdrain.sh" \
+	"$lane_dir/guest/lib.sh" "$stage/lane/"
 chmod 755 "$stage/init" "$stage/lane/jobs.sh" "$stage/lane/ktarget.sh" "$stage/lane/kkeys.sh" "$stage/lane/kscalls.sh" \
 	"$stage/lane/kcycles.sh" "$stage/lane/kcheck.sh" "$stage/lane/klivepatch.sh" "$stage/lane/kdrain.sh"
 

@@ -36,22 +36,12 @@ bad() {
 	echo "FAIL - $*"
 	nbad=$((nbad + 1))
 }
-num() { echo $(($1)); } # busybox arithmetic wraps kernel addresses (decimal or hex) alike
+. /lane/lib.sh # num, within
 summary() {
 	echo "kdrain.sh took $(awk -v a="$t0" '{ printf "%.1f", $1 - a }' /proc/uptime) s of guest time (under emulation)"
 	echo "kdrain: revert with a task asleep in the copy $reverted/1, the heap drained after its release $drained/1, wrong $nbad"
 }
 
-# within S CMD...: run CMD until it succeeds, every 0.2 s, for at most S s of guest time (a hang bound).
-within() {
-	lim=$(($1 * 100))
-	shift
-	w0=$(cut -d' ' -f1 /proc/uptime | tr -d .)
-	while ! "$@"; do
-		[ $(($(cut -d' ' -f1 /proc/uptime | tr -d .) - w0)) -lt $lim ] || return 1
-		sleep 0.2
-	done
-}
 
 in_heap() {
 	a=$(num "$1")

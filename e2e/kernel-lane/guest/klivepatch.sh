@@ -41,18 +41,8 @@ bad() {
 	echo "FAIL - $*"
 	nbad=$((nbad + 1))
 }
-num() { echo $(($1)); } # busybox arithmetic wraps kernel addresses (decimal or hex) alike
+. /lane/lib.sh # num, within
 
-# within S CMD...: run CMD until it succeeds, every 0.2 s, for at most S s of guest time (a hang bound).
-within() {
-	lim=$(($1 * 100))
-	shift
-	w0=$(cut -d' ' -f1 /proc/uptime | tr -d .)
-	while ! "$@"; do
-		[ $(($(cut -d' ' -f1 /proc/uptime | tr -d .) - w0)) -lt $lim ] || return 1
-		sleep 0.2
-	done
-}
 
 # `klivepatch.sh check`: hotpathd runs it while each cycle is installed and once it is reverted
 # (HOTPATH_CYCLE, HOTPATH_INSTALLED, HOTPATH_HEAP, HOTPATH_HEAP_BYTES), with the parent's KL_*.
