@@ -609,7 +609,7 @@ def kdrain_checks(checks, frames, state):
 
 
 # ---------------------------------------------------------------------------------------------
-# The console's kernel flow over REST, with lane_mix driven and checked in the guest (guest/jobs.sh
+# The console's kernel flows in Chromium, with lane_mix driven and checked in the guest (guest/jobs.sh
 # mixwatch) and the guest's agent killing itself at its first install's redirect (guest/init)
 
 
@@ -630,18 +630,75 @@ def size(path):
 
 
 def kernel_flow_checks(checks, api, a, state, hid):
-    """Optimize -> request -> another user approves -> install -> before/after -> revert of
-    hotpath_lane:lane_mix on the guest's kernel, through the REST API, as the console does it."""
+    """The console's kernel flows in Chromium (console.spec.ts: lane_mix Optimize -> Request -> another user
+    approves -> Install -> before/after -> Revert, then a plan of lane_mix rolled out to the guest's build),
+    and what the backend and the guest show of the first meanwhile, checked here: the plan's counts exact
+    (kprobes), the guest's agent killed at its install's redirect (guest/init) leaving the kernel clean, the
+    restarted agent installing it, the copy running, the windows labelled as emulation, and after the revert
+    lane_mix's own entry, ftrace clean and every mixwatch round right. One flow in the guest, not one over
+    REST and another in Chromium: the guest's one emulator thread did each step twice."""
     approver = {"username": "lane-approver", "password": os.urandom(12).hex(), "role": "approver"}
     flow = {}
 
-    def mix():
-        return [i for i in infos(a.results) if "mixwatch-rounds" in i or "mixwatch-orig-where" in i]
+    def mix(start=0):
+        return [i for i in infos(a.results, start) if "mixwatch-rounds" in i or "mixwatch-orig-where" in i]
 
-    def plan_once(leaving):
-        """The plan when it is no longer in the state leaving, else None."""
+    def approver_made():
+        code, _ = api.send("POST", "/users", approver)
+        assert code == 201, f"creating the approver answered {code}"
+        state["approver"] = approver
+        api.poll("mixwatch driving lane_mix in the guest", lambda: [i for i in mix() if "mixwatch-rounds" in i])
+        return "lane-approver (role approver) for the flows' approvals; mixwatch drives lane_mix"
+
+    if not checks.run("console flow: a second user to approve, lane_mix driven in the guest", approver_made):
+        state["console"][1] += 2
+        return
+    before = {p["id"] for p in api.get(f"/hosts/{hid}/plans?target=kernel&limit=1000")}
+    flow["at"] = size(a.results)
+    started = playwright_start(a, api, state, "kernel (flow|roll-out):", "flow")
+    state["console"][1] += 2
+
+    def while_flow(what, fn, interval=2.0, within=None):
+        """Poll fn while Chromium's flows run: once they have ended, fn has its last chance."""
+
+        def once():
+            running = started[0] is not None and started[0].poll() is None
+            got = fn()
+            if got or running:
+                return got
+            raise AssertionError(f"{what}: not seen before Chromium's flows ended (status {started[0].poll()})")
+
+        if started[0] is None:
+            raise AssertionError("Playwright is not installed in e2e/: run ./scripts/install-deps.sh test")
+        return api.poll(what, once, interval=interval, within=within)
+
+    def plan_of_flow():
+        mine = [
+            p
+            for p in api.get(f"/hosts/{hid}/plans?target=kernel&limit=1000")
+            if p["id"] not in before and p["root_name"] == "lane_mix"
+        ]
+        return min(mine, key=lambda p: p["created_at"]) if mine else None
+
+    def plan_now(leaving=()):
         p = api.get(flow["path"])
-        return p if p["state"] != leaving else None
+        return p if p["state"] not in leaving else None
+
+    def plan_exact():
+        p = while_flow("the plan Chromium asked for (Optimize)", plan_of_flow)
+        flow["id"] = p["id"]
+        flow["path"] = f"/hosts/{hid}/plans/{p['id']}"
+        p = while_flow("the plan made", lambda: plan_now(("planning",)))
+        assert p["state"] != "failed", f"the plan failed: {p.get('error')}"
+        assert not p["estimated"], "the plan's counts are estimates: kprobes were not used"
+        body = api.get(flow["path"] + "/body")  # the record is polled; the body is read once
+        source = (body.get("profile") or {}).get("source", "")
+        assert "kprobes" in source, f"the profile's source is {source!r}"
+        return f"{p['state']} from {source}; {len(body.get('group') or [])} function(s) in the group"
+
+    if not checks.run("console flow: the kernel plan of lane_mix from exact counts (kprobes)", plan_exact):
+        checks.run(*browser_flows(a, state, started))
+        return
 
     def console_lines(start):
         """The guest agent's console lines naming the plan, from character start on."""
@@ -649,62 +706,15 @@ def kernel_flow_checks(checks, api, a, state, hid):
             text = f.read()[start:]
         return [ln for ln in text.split("\n") if flow["id"] in ln and "[agent]" in ln and "journal" in ln]
 
-    def after_window():
-        """The plan once its window after has ended (stopped, or failed with its reason)."""
-        p = api.get(flow["path"])
-        ended = ("stopped", "failed", "target_exited")
-        return p if ((p.get("comparison") or {}).get("after") or {}).get("state") in ended else None
-
-    def plan_exact():
-        code, _ = api.send("POST", "/users", approver)
-        assert code == 201, f"creating the approver answered {code}"
-        flow["approver"] = api.login(approver["username"], approver["password"])
-        page = api.get(f"/hosts/{hid}/functions?module=hotpath_lane&q=lane_mix")
-        fn = next(f for f in page["items"] if f["name"] == "lane_mix")
-        api.poll("mixwatch driving lane_mix in the guest", lambda: [i for i in mix() if "mixwatch-rounds" in i])
-        code, p = api.send("POST", f"/hosts/{hid}/plans", {"target": "kernel", "function_id": fn["id"], "seconds": 5})
-        assert code == 202, f"POST plans answered {code}: {p}"
-        flow["id"] = p["id"]
-        flow["path"] = f"/hosts/{hid}/plans/{p['id']}"
-        p = api.poll("the plan made", lambda: plan_once("planning"), interval=2.0)
-        assert p["state"] == "ready", f"the plan is {p['state']}: {p.get('error')}"
-        assert not p["estimated"], "the plan's counts are estimates: kprobes were not used"
-        body = api.get(flow["path"] + "/body")  # the record is polled; the body is read once
-        source = (body.get("profile") or {}).get("source", "")
-        assert "kprobes" in source, f"the profile's source is {source!r}"
-        return f"ready from {source}; {len(body.get('group') or [])} function(s) in the group"
-
-    if not checks.run("console flow: the kernel plan of lane_mix from exact counts (kprobes)", plan_exact):
-        state["console"][1] += 1
-        return
-
-    def approval():
-        code, p = api.send("POST", flow["path"] + "/request")
-        assert code == 200 and p["state"] == "requested", f"request answered {code}: {p}"
-        code, p = api.send("POST", flow["path"] + "/approve")
-        assert code == 403, f"admin approving its own request answered {code}, not 403: {p}"
-        code, p = api.send("POST", flow["path"] + "/approve", token=flow["approver"])
-        assert code == 200 and p["state"] == "approved", f"the approver's approval answered {code}: {p}"
-        return "requested by admin; admin's own approval 403; approved by lane-approver"
-
-    if not checks.run("console flow: requested, self-approval refused (403), approved by another user", approval):
-        state["console"][1] += 1
-        return
-
     def killed_mid_install():
-        at = size(a.results)
-        state["console"][1] += 1
-        code, p = api.send("POST", flow["path"] + "/install", {"window_s": 5, "guard": False})
-        assert code == 200 and p["state"] == "installing", f"install answered {code}: {p}"
-        died = api.poll(
-            "the guest's agent killed at its install's redirect",
-            lambda: [i for i in infos(a.results, at) if "agent-exit" in i],
-            interval=2.0,
+        died = while_flow(
+            "the guest's agent killed at its install's redirect (Chromium's Install)",
+            lambda: [i for i in infos(a.results, flow["at"]) if "agent-exit" in i],
         )[0]
         assert died["agent-exit-lane_mix"] == "0", f"ftrace still lists lane_mix after the agent died: {died}"
         with open(os.path.join(a.run, "console.log"), errors="replace") as f:
             exited = f.read().rfind("agent exited")
-        said = api.poll("the restarted agent's word on the install it found", lambda: console_lines(exited), 2.0)
+        said = while_flow("the restarted agent's word on the install it found", lambda: console_lines(exited))
         return (
             f"ftrace lists {died['agent-exit-ftrace']} function(s), not lane_mix; the restarted agent: {said[0][-200:]}"
         )
@@ -714,31 +724,35 @@ def kernel_flow_checks(checks, api, a, state, hid):
     )
 
     def installed():
-        p = api.poll(
+        p = while_flow(
             "the plan installed (the install sent again to the restarted agent)",
-            lambda: plan_once("installing"),
-            interval=2.0,
+            lambda: plan_now(("ready", "requested", "approved", "installing")),
         )
-        assert p["state"] == "installed", f"the plan is {p['state']}: {p.get('error')}"
+        assert p["state"] in ("installed", "reverting", "reverted"), f"the plan is {p['state']}: {p.get('error')}"
         d = p["install_detail"] or {}
         heap, length = int(d["heap"], 16), int(d["heap_bytes"])
-        flow["heap"] = (heap, length)
-        at_copy = api.poll(
+        at_copy = while_flow(
             "lane_mix running in the copy (its call of lane_here returning into the heap)",
             lambda: [
-                i for i in mix() if "mixwatch-where" in i and heap <= int(i["mixwatch-where"]) % 2**64 < heap + length
+                i
+                for i in mix(flow["at"])
+                if "mixwatch-where" in i and heap <= int(i["mixwatch-where"]) % 2**64 < heap + length
             ],
-            interval=2.0,
         )
+        flow["installed_at"] = at_copy[0]["mixwatch-rounds"]
         return f"heap 0x{heap:x} ({length} bytes); lane_mix ran in it (round {at_copy[0]['mixwatch-rounds']})"
 
     if not checks.run("console flow: installed by the restarted agent, the copy runs", installed):
+        checks.run(*browser_flows(a, state, started))
         return
 
     def before_after():
-        # The window after starts once the install's answer came: a few minutes at most, even here.
-        p = api.poll("the window after the install", after_window, interval=2.0, within=900)
-        c = p["comparison"]
+        def ended():
+            p = api.get(flow["path"])
+            done = ("stopped", "failed", "target_exited")
+            return p if ((p.get("comparison") or {}).get("after") or {}).get("state") in done else None
+
+        c = while_flow("the window after the install", ended)["comparison"]
         for w in ("before", "after"):
             assert c[w] and c[w]["state"] == "stopped" and c[w]["calls"], f"the window {w}: {c[w]}"
         assert c.get("emulated") and "under emulation, not a performance figure" in c["emulated"], (
@@ -749,44 +763,68 @@ def kernel_flow_checks(checks, api, a, state, hid):
     checks.run("console flow: before/after from exact counts in two windows, labelled as emulation", before_after)
 
     def reverted():
-        at = size(a.results)
-        code, p = api.send("POST", flow["path"] + "/revert")
-        assert code == 200 and p["state"] == "reverting", f"revert answered {code}: {p}"
-        p = api.poll(
-            "the plan reverted",
-            lambda: plan_once("reverting"),
-            interval=2.0,
-        )
+        p = while_flow("the plan reverted (Chromium's Revert)", lambda: plan_now(("installed", "reverting")))
         assert p["state"] == "reverted", f"the plan is {p['state']}: {p.get('error')}"
         orig = next(i for i in mix() if "mixwatch-orig-where" in i)
-        back = api.poll(
+        # From the round the copy was seen running on: ftrace lists lane_mix (the redirect) until the revert,
+        # so the first round after it with lane_mix not traced and at its own address is the revert's, and
+        # the entry mixwatch reads when ftrace lets go is the reverted one (the roll-out's plan, measured
+        # next, lists it again later).
+        back = while_flow(
             "lane_mix at its own address again, not listed by ftrace",
             lambda: [
                 i
-                for i in infos(a.results, at)
-                if i.get("mixwatch-traced") == "no" and i.get("mixwatch-where") == orig["mixwatch-orig-where"]
+                for i in mix(flow["at"])
+                if int(i.get("mixwatch-rounds", 0)) > int(flow["installed_at"])
+                and i.get("mixwatch-traced") == "no"
+                and i.get("mixwatch-where") == orig["mixwatch-orig-where"]
             ],
-            interval=2.0,
         )
-        entry = api.poll(
+        entry = while_flow(
             "lane_mix's entry read again after the revert",
-            lambda: [i for i in infos(a.results, at) if "mixwatch-entry" in i],
-            interval=2.0,
-        )[-1]
+            lambda: [
+                i
+                for i in infos(a.results, flow["at"])
+                if "mixwatch-entry" in i and int(i["mixwatch-rounds"]) >= int(back[0]["mixwatch-rounds"])
+            ],
+        )[0]
         assert entry["mixwatch-entry"] == orig["mixwatch-orig-entry"], (
             f"lane_mix's entry is {entry['mixwatch-entry']}, was {orig['mixwatch-orig-entry']}"
         )
+        return (
+            f"entry {entry['mixwatch-entry'].replace('_', ' ')} as before; ftrace lets go (round "
+            f"{back[0]['mixwatch-rounds']})"
+        )
+
+    if checks.run("console flow: reverted; original entry, ftrace clean", reverted):
+        state["console"][0] += 1
+    if checks.run(*browser_flows(a, state, started)):
+        state["console"][0] += 1
+
+    def every_round():
         last = [i for i in mix() if "mixwatch-wrong" in i][-1]
         state["wrong"] += int(last["mixwatch-wrong"])
         assert last["mixwatch-wrong"] == "0", f"{last['mixwatch-wrong']} of {last['mixwatch-rounds']} rounds wrong"
-        state["console"][0] += 1
+        return f"{last['mixwatch-rounds']} rounds of 18 results through both flows, none wrong"
+
+    checks.run("console flows: every result of lane_mix right throughout", every_round)
+
+
+def browser_flows(a, state, started):
+    """The check of Chromium's two kernel flows (console.spec.ts), for Checks.run."""
+
+    def fn():
+        playwright_result(a, started, tests=2)
         return (
-            f"entry {entry['mixwatch-entry'].replace('_', ' ')} as before; ftrace lets go (round "
-            f"{back[0]['mixwatch-rounds']}); {last['mixwatch-rounds']} rounds of 18 results, none wrong"
+            "Chromium: lane_mix optimized, approved by another user, installed, compared, reverted; a plan of "
+            "lane_mix rolled out to the guest's kernel build (the guest the canary, two fakes the next wave, this "
+            "host refused) and reverted everywhere"
         )
 
-    checks.run("console flow: reverted; original entry, ftrace clean, every result right", reverted)
-    state["approver"] = approver
+    return (
+        "console flows in Chromium: optimized, approved by another user, installed, compared, reverted; rolled out",
+        fn,
+    )
 
 
 def main():
@@ -1059,8 +1097,6 @@ def main():
 
     checks.run("live sampled hotness arrives from the guest", hotness)
 
-    kernel_flow_checks(checks, api, a, state, hid)
-
     def view():
         playwright_result(a, console_view)
         return (
@@ -1070,20 +1106,7 @@ def main():
 
     checks.run("the console shows the guest beside this host, with its module code", view)
 
-    def browser_flow():
-        out = playwright_result(a, playwright_start(a, api, state, "kernel (flow|roll-out):", "flow"), tests=2)
-        if "kernel flow" in out and "✓" in out:
-            state["console"] = [state["console"][0] + 1, state["console"][1] + 1]
-        return (
-            "Chromium: lane_mix optimized, approved by another user, installed, compared, reverted; a plan of "
-            "lane_mix rolled out to the guest's kernel build (the guest the canary, two fakes the next wave, this "
-            "host refused) and reverted everywhere"
-        )
-
-    checks.run(
-        "console flows in Chromium: optimized, approved by another user, installed, compared, reverted; rolled out",
-        browser_flow,
-    )
+    kernel_flow_checks(checks, api, a, state, hid)
 
     # -- what the kernel refuses -------------------------------------------------------------------
     def kernel_refuses(name, pattern):

@@ -4,7 +4,10 @@
 // a CFG whose instructions the guest's agent decodes on demand. Cross-checked against the API.
 // Then the SRE's path on the guest's kernel: lane_mix → Optimize (exact kprobe counts) → Request →
 // another user approves → Install (through hotpath.ko) → the before/after table, its times labelled
-// as emulation → Revert. checks.py made the approver (LANE_APPROVER) and watches the guest meanwhile.
+// as emulation → Revert. checks.py made the approver (LANE_APPROVER) and watches the guest meanwhile:
+// the guest's agent kills itself at this install's redirect (guest/init, LANE_AGENT_KILL_AT), so the
+// install the page waits for is the one the backend sends again to the restarted agent, and checks.py
+// checks the kernel clean in between, the copy running, and lane_mix's own entry back after the revert.
 // Last, a staged roll-out of a kernel plan (issue 19): an approved plan of lane_mix rolled out from the
 // console to the guest's kernel build, the guest the canary (a real install through hotpath.ko, seen
 // running in the guest by mixwatch), then a wave of two scripted agents — fakes named scripted-kfake…,
@@ -189,7 +192,7 @@ test("kernel roll-out: lane_mix rolled out to the guest's build, the guest the c
     guestHost.kernel_build_id,
   );
 
-  // The plan over REST, as checks.py's flow makes one: lane_mix from exact counts, requested by admin and
+  // The plan over REST, as the flow before made one in the page: lane_mix from exact counts, requested by admin and
   // approved by the second user.
   const base = `/api/v1/hosts/${guestHost.id}/plans`;
   // The flow before this test measured lane_mix around its install and revert: its measurements have ended

@@ -856,9 +856,10 @@ static void make_plan(struct agent *ag, struct hp_job *job, const Hotpath__V1__M
 	res.kind_case = HOTPATH__V1__COMMAND_RESULT__KIND_PLAN;
 	res.plan = &pr;
 	hp_job_result(ag, job, &res);
-	hp_log(true, "plan %s of %s%s on %s: %s (%zu functions, %zu code bytes)", c->plan_id,
+	/* Without a plan, the log says why (the reason the backend shows too). */
+	hp_log(true, "plan %s of %s%s on %s: %s%s (%zu functions, %zu code bytes)", c->plan_id,
 	       c->hot_set ? "the hot set from " : "", root ? root->name : "nothing hot", t->id,
-	       res.ok ? "verified" : "no plan", plan.nmembers, plan.code_len);
+	       res.ok ? "verified" : "no plan: ", res.ok ? "" : res.error, plan.nmembers, plan.code_len);
 	goto out;
 fail:
 	hp_job_fail(ag, job, err[0] ? err : "out of memory");
