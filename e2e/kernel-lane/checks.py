@@ -110,9 +110,9 @@ def frame_times(text):
     return out
 
 
-def time_table(results_text, console_text, info, lane_times, checks):
+def time_table(results_text, console_text, info, lane_times, checks, kmod_text=""):
     """Where the lane's wall time went: the host's steps (test.sh), the guest agent's kernel parses (its log),
-    the guest's test job frame by frame (guest uptime under emulation: what each step costs the lane, not a
+    each guest's test job frame by frame (guest uptime under emulation: what each step costs the lane, not a
     performance figure of the code it runs), and the host's checks."""
     lines = ["lane time table (seconds):"]
     if lane_times:
@@ -122,13 +122,16 @@ def time_table(results_text, console_text, info, lane_times, checks):
         lines.append(
             "  guest agent's kernel parses (its log): " + ", ".join(f"{t} s ({n} functions)" for n, t in parses)
         )
-    rows = frame_times(results_text)
-    if rows:
-        lines.append(f"  guest test job, by frame (guest uptime; {len(rows)} frames):")
+    kmod_info = parse_results(kmod_text)[1] if kmod_text else {}
+    for what, text, inf in (("guest", results_text, info), ("second guest", kmod_text, kmod_info)):
+        rows = frame_times(text)
+        if not rows:
+            continue
+        lines.append(f"  {what}'s test job, by frame (guest uptime; {len(rows)} frames):")
         width = max([len("whole job")] + [len(n) for n, _, _ in rows])
         for n, b, e in rows:
             lines.append(f"    {n:<{width}}  at {b:8.1f}  took {e - b:7.1f}")
-        start, end = info.get("job-start"), info.get("job-end")
+        start, end = inf.get("job-start"), inf.get("job-end")
         if start and end:
             inside = sum(e - b for _, b, e in rows)
             total = float(end) - float(start)
@@ -405,15 +408,17 @@ def kmod_checks(checks, frames, a, state):
 
     checks.run("hotpath.ko: the guest runs the module its DKMS package built", dkms_build)
 
-    def clean_log():
-        text, _ = frame(frames, "kmod-dmesg")
-        pattern = r"WARNING:|Oops|BUG:|Call Trace|general protection"
-        bad = [line for line in text.split("\n") if re.search(pattern, line)]
-        assert not bad, "; ".join(bad[:5])
-        return "no oops, BUG or WARNING in the guest's kernel log"
-
-    checks.run("hotpath.ko: the guest's kernel log is clean", clean_log)
+    checks.run("hotpath.ko: the guest's kernel log is clean", clean_log, frames, "kmod-dmesg")
     state["kmod"] = [checks.passed - passed, checks.passed + checks.failed - passed - failed]
+
+
+def clean_log(frames, name):
+    """A guest's kernel log (frame name: dmesg) has no oops, BUG, WARNING or call trace."""
+    text, _ = frame(frames, name)
+    pattern = r"WARNING:|Oops|BUG:|Call Trace|general protection"
+    bad = [line for line in text.split("\n") if re.search(pattern, line)]
+    assert not bad, "; ".join(bad[:5])
+    return "no oops, BUG or WARNING in the guest's kernel log"
 
 
 def script_checks(checks, frames, name, label, summary, accept):
@@ -832,6 +837,16 @@ def main():
     ap.add_argument("--url", required=True)
     ap.add_argument("--password-file", required=True)
     ap.add_argument("--results", required=True, help="the guest's results channel (second serial port)")
+    ap.add_argument(
+        "--results-kmod",
+        default="",
+        help="the second guest's results channel (its job: hotpath.ko and the kernel target without the daemon)",
+    )
+    ap.add_argument(
+        "--kmod-done",
+        default="",
+        help="the file test.sh writes once the second guest's job is done (or FAIL and the reason)",
+    )
     ap.add_argument("--ko", required=True, help="hotpath_lane.ko as loaded in the guest")
     ap.add_argument("--release", required=True, help="the kernel release the lane fetched")
     ap.add_argument("--hotpath-ko", required=True, help="hotpath.ko as DKMS installed it (build.sh) for the guest")
@@ -882,13 +897,38 @@ def main():
                 a.lane_times = f.read().strip()
         frames, info, done = read_results()
         checks.run("the guest booted the fetched kernel and ran its test job", job_finished)
-        kmod_checks(checks, frames, a, state)
-        ktarget_checks(checks, frames, state)
         kcycles_checks(checks, frames, state)
-        kkeys_checks(checks, frames, state)
-        kscalls_checks(checks, frames, state)
-        klivepatch_checks(checks, frames, state)
-        kdrain_checks(checks, frames, state)
+        checks.run("the guest's kernel log is clean after its job", clean_log, frames, "kcycles-dmesg")
+
+    def kmod_job_checks():
+        """The second guest's job (hotpath.ko's proofs, the kernel target without the daemon): wait for its
+        end (--kmod-done), then check what it wrote."""
+        if not a.results_kmod:
+            kmod_checks(checks, {}, a, state)
+            return
+
+        def ended():
+            if not os.path.exists(a.kmod_done):
+                return None
+            with open(a.kmod_done) as f:
+                return f.read().strip() or "done"
+
+        said = api.poll("the second guest's job done (test.sh)", ended)
+        with open(a.results_kmod, errors="replace") as f:
+            kframes, _, kdone = parse_results(f.read())
+
+        def kmod_job_finished():
+            assert not said.startswith("FAIL"), said
+            assert kdone, "the second guest's job did not finish (no @@done on its results channel)"
+            return f"{len(kframes)} results on its second serial port"
+
+        checks.run("the second guest ran its job (hotpath.ko, the kernel target)", kmod_job_finished)
+        kmod_checks(checks, kframes, a, state)
+        ktarget_checks(checks, kframes, state)
+        kkeys_checks(checks, kframes, state)
+        kscalls_checks(checks, kframes, state)
+        klivepatch_checks(checks, kframes, state)
+        kdrain_checks(checks, kframes, state)
 
     def guest_host():
         hosts = api.poll(
@@ -909,6 +949,7 @@ def main():
 
     if not checks.run("the guest is a Hotpath host: online, kernel 6.1, catalog uploaded", guest_host):
         job_checks()
+        kmod_job_checks()
         return finish(checks, a, state)
     host = state["host"]
     hid = host["id"]
@@ -965,6 +1006,7 @@ def main():
             console_view[0].kill()
             console_view[0].wait()
         job_checks()
+        kmod_job_checks()
         return finish(checks, a, state)
 
     module_funcs = {}
@@ -1107,6 +1149,8 @@ def main():
     checks.run("the console shows the guest beside this host, with its module code", view)
 
     kernel_flow_checks(checks, api, a, state, hid)
+    # The second guest ran beside the first one's job; by now its own has ended, or soon will.
+    kmod_job_checks()
 
     # -- what the kernel refuses -------------------------------------------------------------------
     def kernel_refuses(name, pattern):
@@ -1337,7 +1381,11 @@ def finish(checks, a, state):
             if os.path.exists(os.path.join(a.run, "console.log")):
                 with open(os.path.join(a.run, "console.log"), errors="replace") as f:
                     console_text = f.read()
-            print(time_table(text, console_text, parse_results(text)[1], a.lane_times, checks), flush=True)
+            kmod_text = ""
+            if getattr(a, "results_kmod", "") and os.path.exists(a.results_kmod):
+                with open(a.results_kmod, errors="replace") as f:
+                    kmod_text = f.read()
+            print(time_table(text, console_text, parse_results(text)[1], a.lane_times, checks, kmod_text), flush=True)
         except (OSError, ValueError, KeyError, IndexError) as ex:
             print(f"lane time table unavailable: {ex}", flush=True)
     print(f"lane: {checks.passed} passed, {checks.failed} failed, {checks.not_run} skipped")

@@ -12,6 +12,8 @@
 # checks.py prints the lane's time table: the host's steps (fetch, image+backend (built and started side by side), boot, agent-connect,
 # rest-of-job: wall seconds each), the guest agent's kernel parses, every frame of the guest's test job
 # (guest uptime at its start and how long it took) and the host's checks that took a second or more.
+# A second guest runs the proofs that need no agent daemon (hotpath.ko's, the kernel target's) beside the
+# first one's job, each guest on a host core (guest/jobs.sh: job_kmod).
 # The last line is the lane's summary:
 #   kernel-lane: kernel RELEASE, F functions in M modules, entry counts exact X/Y, block counts exact X/Y,
 #   hotpath.ko checks X/Y, redirect cycles C, kernel installs I/J, install cycles K, read-path cycles R,
@@ -42,7 +44,7 @@ data=$run/data
 mkdir -p "$data"
 t0=$SECONDS
 release=unknown
-summarized=0 stack= qemu= checker= builder=
+summarized=0 stack= qemu= qemu2= kwaiter= checker= builder=
 
 # In this suite a failed step is a failed check: print it, the counts and the summary line.
 die() {
@@ -57,6 +59,11 @@ finish() {
 		wait "$checker" 2>/dev/null
 	fi
 	[ -n "$qemu" ] && kill -TERM "$qemu" 2>/dev/null
+	[ -n "$qemu2" ] && kill -TERM "$qemu2" 2>/dev/null
+	if [ -n "$kwaiter" ]; then
+		kill -TERM "$kwaiter" 2>/dev/null
+		wait "$kwaiter" 2>/dev/null
+	fi
 	if [ -n "$builder" ]; then
 		kill -TERM "$builder" 2>/dev/null
 		wait "$builder" 2>/dev/null
@@ -66,6 +73,7 @@ finish() {
 		wait "$stack" 2>/dev/null
 	fi
 	[ -n "$qemu" ] && wait "$qemu" 2>/dev/null
+	[ -n "$qemu2" ] && wait "$qemu2" 2>/dev/null
 	if [ "$summarized" = 0 ]; then
 		echo "lane: 0 passed, 1 failed, 0 skipped"
 		echo "kernel-lane: kernel $release, 0 functions in 0 modules, entry counts exact 0/0, block counts exact 0/0," \
@@ -128,6 +136,23 @@ step "booting the guest (kernel $release, QEMU software emulation)"
 LANE_AGENT_KILL_AT=entry lane_prepare "$run" "$data" "http://127.0.0.1:$http" "$grpc" test
 LANE_TIMEOUT=$(left) "$lane_dir/boot.sh" "$run" >"$run/boot.out" 2>&1 &
 qemu=$!
+# The second guest, booted beside the first with no backend (guest/jobs.sh's kmod job): hotpath.ko's own
+# proofs and the agent's kernel target without the daemon (ktarget, jump labels, static calls, livepatch,
+# a draining heap). Each guest is one emulator thread, so the two jobs take a host core each instead of
+# one after the other on one (they took ~120 s of the first guest's ~225 s). $run/kmod-done says when
+# its job ended ("done"), or "FAIL" and why (the same stall and panic checks as the first guest's).
+run2=$run/kmod
+LANE_HOSTNAME=hotpath-lane-kmod lane_prepare "$run2" - - 0 kmod
+LANE_TIMEOUT=$(left) "$lane_dir/boot.sh" "$run2" >"$run2/boot.out" 2>&1 &
+qemu2=$!
+(
+	(lane_wait "$run2/results.log" '^@@done' "$(left)" "$qemu2" "the second guest's job did not finish") \
+		>"$run/kmod-wait.out" 2>&1
+	if [ $? = 0 ]; then echo done; else echo "FAIL $(sed -n 's/^FAIL - //p' "$run/kmod-wait.out" | head -n 1)"; fi \
+		>"$run/kmod-done.tmp"
+	mv "$run/kmod-done.tmp" "$run/kmod-done"
+) &
+kwaiter=$!
 lane_wait "$run/console.log" '^LANE net-up' "$(left)" "$qemu" "the guest did not bring its network up"
 stage boot
 step "guest network up"
@@ -142,7 +167,8 @@ HOTPATH_GRPC_PORT=$grpc "$repo_root/backend/.venv/bin/python" "$lane_dir/checks.
 	--password-file "$data/admin-password" --results "$run/results.log" \
 	--ko "$build/stage/lane/hotpath_lane.ko" --release "$release" --hotpath-ko "$build/stage/lane/hotpath.ko" \
 	--dkms-version "$("$repo_root/deploy/dkms/install.sh" --version)" --deadline "$(($(date +%s) + $(left)))" \
-	--e2e "$repo_root/e2e" --run "$run" --job-done "$run/job-done" &
+	--e2e "$repo_root/e2e" --run "$run" --job-done "$run/job-done" \
+	--results-kmod "$run2/results.log" --kmod-done "$run/kmod-done" &
 checker=$!
 lane_wait "$run/results.log" '^@@done' "$(left)" "$qemu" "the guest's test job did not finish"
 stage rest-of-job

@@ -40,6 +40,13 @@ lane.kcycles_checks(c, {"kcycles": (out, 0)}, state)
 lane.ktarget_checks(c, {"ktarget": ("ktarget: installs 3/3, cycles 2, copy ran 2, call sites 4, wrong results 0\n", 1)}, state)
 print(f"scripts: passed {c.passed}, failed {c.failed}, read-path cycles {state['read_cycles']}, "
       f"install cycles {state['install_cycles']}, call sites {state['call_sites']}, wrong {state['wrong']}")
+
+# The time table: each guest's frames, the second guest's under its own heading.
+one = "@@info job-start=1.0\n@@begin kcycles t=1.00\nok\n@@end kcycles rc=0 t=3.50\n@@info job-end=4.0\n"
+two = "@@info job-start=2.0\n@@begin kmodtest t=2.00\n@@end kmodtest rc=0 t=9.00\n@@info job-end=9.5\n"
+table = lane.time_table(one, "", lane.parse_results(one)[1], "boot=3", lane.Checks(), two)
+for line in table.split("\n"):
+    print("table:" + " ".join(line.split()))
 PY
 )
 expect() {
@@ -55,3 +62,7 @@ expect "a failure fails the lane" "rc=1"
 # status 1 fails "ran to its end".
 expect "a guest script's lines and summary are checks and state" \
 	"scripts: passed 2, failed 2, read-path cycles 3, install cycles 2, call sites 4, wrong 1"
+expect "the time table has the first guest's frames" "table:guest's test job, by frame (guest uptime; 1 frames):"
+expect "with their times" "table:kcycles at 1.0 took 2.5"
+expect "and the second guest's under its own heading" "table:second guest's test job, by frame (guest uptime; 1 frames):"
+expect "each job's whole time" "table:whole job at 2.0 took 7.5 (between frames 0.5)"

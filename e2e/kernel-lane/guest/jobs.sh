@@ -10,8 +10,10 @@
 #
 #   none       nothing: the guest is just a Hotpath host
 #   workload   keep the test module busy, so the console shows live hotness in module code
-#   test       the lane's proofs (e2e/kernel-lane/test.sh reads their frames), then the workload and
-#              mixwatch (lane_mix driven and checked while checks.py installs and reverts it)
+#   test       the lane's proofs with the agent daemon (e2e/kernel-lane/test.sh reads their frames), then
+#              the workload and mixwatch (lane_mix driven and checked while the console installs and
+#              reverts it)
+#   kmod       the proofs of hotpath.ko and the kernel target that need no daemon (test.sh's second guest)
 #   commands   each line of /lane/commands as a shell command, one frame each (run-in-guest.sh)
 export PATH=/bin:/usr/bin
 . /lane/boot.conf
@@ -241,17 +243,37 @@ job_test() {
 	else
 		echo "@@info measure=no"
 	fi
-	# hotpath.ko (loaded by init): its proofs and the agent's kernel target's, then nothing of either
-	# left in ftrace, unloading and
-	# loading it again, and the kernel's log of it all.
+	# A kernel read-path group (vfs_read and the callees that join it) installed and reverted
+	# LANE_KCYCLES times in one process through hotpath.ko while a reader checks every byte it reads.
+	# (hotpath.ko's own proofs and the other install frames run in the second guest: job_kmod.)
+	frame kcycles /lane/kcycles.sh "$LANE_KCYCLES"
+	frame kcycles-dmesg dmesg
+	echo "@@info job-end=$(guest_uptime)"
+	echo "@@done"
+	# From here on the host's checks drive the agent daemon (plans, installs, a restart with its whole
+	# parse) while these two keep lane_mix and the reads going. The guest's two CPUs are one emulator
+	# thread that runs each busy CPU in turn, so a loop kept busy on one CPU halves the daemon's share
+	# of it whatever its nice level: they pause between rounds (mixwatch 50 ms, the workload a second
+	# after each 2,000 reads), and still call lane_mix and the read path some hundred times a second.
+	renice -n 19 -p $$ >/dev/null 2>&1
+	mixwatch &
+	LIGHT=1 workload
+}
+
+# The second guest's job (test.sh boots it beside the first, with no backend: the proofs of hotpath.ko
+# and of the agent's kernel target that need no agent daemon, each guest being one emulator thread on a
+# host core of its own): the whole parse that writes the noreturn cache (as the daemon's does in the
+# first guest), hotpath.ko's own proofs, the agent's kernel target on lane_mix, jump labels and static
+# calls in copies, livepatch and a draining heap through a copy (both on ktarget.sh's plan), then
+# nothing of any of it left in ftrace, hotpath.ko unloaded and loaded again, and the kernel's log.
+job_kmod() {
+	echo "@@info job-start=$(guest_uptime)"
+	frame kmod-parse hotpathd parse kernel --quiet
 	# What the kernel says of the hotpath.ko it loaded: its version and source hash (the DKMS build's?).
 	frame kmod-version cat /sys/module/hotpath/version /sys/module/hotpath/srcversion
 	frame kmodtest /lane/kmodtest "$LANE_KMOD_CYCLES"
 	# The agent's kernel target: hotpathd install / revert kernel of a plan of lane_mix.
 	frame ktarget /lane/ktarget.sh "$LANE_KTARGET_CYCLES"
-	# A kernel read-path group (vfs_read and the callees that join it) installed and reverted
-	# LANE_KCYCLES times in one process while a reader checks every byte it reads.
-	frame kcycles /lane/kcycles.sh "$LANE_KCYCLES"
 	# Jump labels in a kernel copy: a plan of lane_keyed installed while its static keys flip.
 	frame kkeys /lane/kkeys.sh
 	# Static calls in a kernel copy: a plan of lane_scall installed while its static call is updated.
@@ -267,14 +289,6 @@ job_test() {
 	frame kmod-dmesg dmesg
 	echo "@@info job-end=$(guest_uptime)"
 	echo "@@done"
-	# From here on the host's checks drive the agent daemon (plans, installs, a restart with its whole
-	# parse) while these two keep lane_mix and the reads going. The guest's two CPUs are one emulator
-	# thread that runs each busy CPU in turn, so a loop kept busy on one CPU halves the daemon's share
-	# of it whatever its nice level: they pause between rounds (mixwatch 50 ms, the workload a second
-	# after each 2,000 reads), and still call lane_mix and the read path some hundred times a second.
-	renice -n 19 -p $$ >/dev/null 2>&1
-	mixwatch &
-	LIGHT=1 workload
 }
 
 job_commands() {
@@ -290,6 +304,7 @@ case "$1" in
 none) ;;
 workload) workload ;;
 test) job_test ;;
+kmod) job_kmod ;;
 commands) job_commands ;;
 *)
 	echo "unknown lane job '$1'"
