@@ -10,6 +10,7 @@
 
 #include "base/json.h"
 #include "replace/install_json.h"
+#include "replace/patch_target.h"
 
 static void khex(struct json *j, const char *k, uint64_t v)
 {
@@ -121,6 +122,13 @@ void hp_installed_json(FILE *fp, const char *state_dir, const struct hp_installe
 	json_init(&j, fp);
 	json_obj_begin(&j);
 	json_kstr(&j, "state_dir", state_dir);
+	/* hotpath.ko's draining heaps (patch_target.h); null without the module. */
+	long draining = hp_kernel_heaps_draining(NULL);
+	json_key(&j, "kernel_heaps_draining");
+	if (draining < 0)
+		json_null(&j);
+	else
+		json_u64(&j, (uint64_t)draining);
 	json_key(&j, "installed");
 	json_arr_begin(&j);
 	for (size_t i = 0; i < n; i++) {

@@ -614,3 +614,17 @@ int hp_patch_target_kernel(struct hp_patch_target *t, char *err, size_t errlen)
 	t->instance = st;
 	return 0;
 }
+
+long hp_kernel_heaps_draining(const char *root)
+{
+	char path[512], buf[32];
+	snprintf(path, sizeof(path), "%s/sys/module/hotpath/parameters/draining", root ? root : "");
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	char *got = fgets(buf, sizeof(buf), f);
+	fclose(f);
+	char *end = NULL;
+	long n = got ? strtol(buf, &end, 10) : -1;
+	return got && end != buf && n >= 0 ? n : -1;
+}

@@ -142,6 +142,12 @@ int hp_patch_target_process(int pid, uint64_t start_time, struct hp_patch_target
  * device is missing, -EBUSY when another process holds it. */
 int hp_patch_target_kernel(struct hp_patch_target *t, char *err, size_t errlen);
 
+/* How many kernel code heaps hotpath.ko keeps draining (freed, but a task's
+ * stack may still be inside: released once the last one has left), from
+ * /sys/module/hotpath/parameters/draining under root (NULL: "/"); -1 when
+ * the module is not loaded or says nothing readable. */
+long hp_kernel_heaps_draining(const char *root);
+
 void hp_undo_free(struct hp_undo *u);
 
 #endif

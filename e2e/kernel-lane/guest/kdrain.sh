@@ -121,6 +121,12 @@ if draining 1 && asleep; then
 else
 	bad "after the revert with pid $sleeper asleep in the copy: draining '$(cat $DR)', held $(cat $P/held)"
 fi
+# What an operator sees of it: `hotpathd installed` names the draining heap (and its JSON counts it).
+hotpathd installed --state-dir $S >/tmp/kdrain-ins.out 2>&1
+hotpathd installed --state-dir $S --json >/tmp/kdrain-ins.json 2>&1
+grep -q '^hotpath.ko: 1 kernel code heap draining' /tmp/kdrain-ins.out && grep -q '"kernel_heaps_draining":1' /tmp/kdrain-ins.json &&
+	ok "hotpathd installed says a heap drains: $(grep '^hotpath.ko' /tmp/kdrain-ins.out)" ||
+	bad "hotpathd installed does not say a heap drains: $(cat /tmp/kdrain-ins.out) $(head -c 200 /tmp/kdrain-ins.json)"
 line=$(log_since | grep -m 1 'hotpath: heap [0-9]* drains:')
 echo "$line" | grep -q "drains: sh:$sleeper has a return address inside it" &&
 	ok "the kernel log names the sleeper as the task inside the heap: ${line#*] }" ||
