@@ -55,7 +55,7 @@ kernel-lane-test: deps-test build
 # Simulated hosts beside a running `make run` (scripts/simulate_hosts.py --help): the backend tests'
 # scripted agent run N times, for the fleet page, hot code and roll-outs. Ctrl-C stops them.
 simulate:
-	./scripts/simulate_hosts.py $(ARGS)
+	@./scripts/simulate_hosts.py $(ARGS)
 
 # Every benchmark runs to its end even when one fails; then the failures are named and the exit is
 # non-zero. bench/smoke.sh (a suite of `make test`) runs each of them at a tiny budget.
