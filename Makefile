@@ -3,7 +3,7 @@
 # Everything else here is a building block of those two.
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
-.PHONY: help run test deps deps-test agent backend frontend build bench check-compose clean lane kernel-lane-test
+.PHONY: help run test deps deps-test agent backend frontend build bench check-compose clean lane kernel-lane-test simulate
 
 help:
 	@echo "make run     install what is missing, build, and run Hotpath on this host (Ctrl-C stops it)"
@@ -13,6 +13,8 @@ help:
 	@echo "make bench   run the benchmarks in bench/"
 	@echo "make lane    boot a Debian 6.1 kernel under QEMU as a second host of a running 'make run'"
 	@echo "make kernel-lane-test   the kernel lane's proofs alone (also part of make test)"
+	@echo "make simulate           beside a running 'make run': simulated hosts (scripted agents) for the fleet"
+	@echo "                        pages and roll-outs; ARGS=\"--hosts 4 --slower 1\" (scripts/simulate_hosts.py --help)"
 
 run: deps build
 	./scripts/run.sh
@@ -49,6 +51,11 @@ lane: agent
 
 kernel-lane-test: deps-test build
 	./e2e/kernel-lane/test.sh
+
+# Simulated hosts beside a running `make run` (scripts/simulate_hosts.py --help): the backend tests'
+# scripted agent run N times, for the fleet page, hot code and roll-outs. Ctrl-C stops them.
+simulate:
+	@./scripts/simulate_hosts.py $(ARGS)
 
 # Every benchmark runs to its end even when one fails; then the failures are named and the exit is
 # non-zero. bench/smoke.sh (a suite of `make test`) runs each of them at a tiny budget.

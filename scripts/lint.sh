@@ -5,8 +5,9 @@
 #   agent     clang-format (agent/.clang-format); cppcheck's warning and portability checks (agent/Makefile)
 #   python    ruff (lint, import order, format --check) and mypy (strict types), configured in
 #             backend/pyproject.toml, over the backend, its tests, the agent's Python stream tests, the
-#             Python benchmarks and the kernel lane's checks; import-linter (lint-imports): the layers of
-#             backend/app and no import cycles between the modules of a package, also in that file
+#             Python benchmarks, the kernel lane's checks and scripts/simulate_hosts.py; import-linter
+#             (lint-imports): the layers of backend/app and no import cycles between the modules of a
+#             package, also in that file
 #   console   Prettier (.prettierrc.json at the top: the console and the browser tests; `npm run format`
 #             in frontend/ rewrites), ESLint: typescript-eslint with type information, React hooks rules,
 #             the console's layers (no import cycle, no feature importing another; frontend/eslint.config.js)
@@ -45,9 +46,10 @@ check "agent: cppcheck" make -s -C agent cppcheck
 py=backend/.venv/bin
 # bench/replace, bench/layout_vs_bolt and bench/hot_set_counting are Python without a .py name, which ruff does not pick from a folder.
 benchpy="bench/replace bench/layout_vs_bolt bench/hot_set_counting"
-check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench $benchpy e2e/kernel-lane deploy
+check "python: ruff" "$py/ruff" check --config backend/pyproject.toml backend agent/tests/python bench $benchpy e2e/kernel-lane deploy \
+	scripts
 check "python: ruff format" "$py/ruff" format --check --config backend/pyproject.toml backend agent/tests/python bench $benchpy \
-	e2e/kernel-lane deploy
+	e2e/kernel-lane deploy scripts
 check "python: mypy" bash -c "cd backend && .venv/bin/mypy"
 check "python: layers" bash -c "cd backend && .venv/bin/lint-imports --no-cache"
 check "console: eslint" bash -c 'cd frontend && npx eslint --max-warnings 0 .'

@@ -117,6 +117,13 @@ if [ -f "$HOTPATH_DATA_DIR/admin-password" ]; then
 	say "sign in as 'admin' with the password in $HOTPATH_DATA_DIR/admin-password"
 fi
 say "logs: $logdir/   stop: Ctrl-C"
+# The same folder and ports for `make simulate` (scripts/simulate_hosts.py reads these variables).
+simenv=
+[ "$HOTPATH_DATA_DIR" = "$root/var" ] || simenv+="HOTPATH_DATA_DIR=$HOTPATH_DATA_DIR "
+[ "$HOTPATH_HTTP_PORT" = 8080 ] || simenv+="HOTPATH_HTTP_PORT=$HOTPATH_HTTP_PORT "
+[ "$HOTPATH_GRPC_PORT" = 50051 ] || simenv+="HOTPATH_GRPC_PORT=$HOTPATH_GRPC_PORT "
+[ "$scheme" = http ] || simenv+="HOTPATH_HTTPS=1 "
+say "a fleet to look at: '${simenv}make simulate' in another terminal starts simulated hosts beside this one"
 
 # Stay in the foreground; if either process dies, stop the other and report it.
 set +e

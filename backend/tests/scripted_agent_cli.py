@@ -6,7 +6,7 @@ only real agent is this host's. Not an agent: it plays one over the real gRPC st
     .venv/bin/python -m tests.scripted_agent_cli --server HOST:PORT --enroll HOST:PORT --host-id ID \\
         [--hostname NAME] [--kernel-tag TAG | --kernel-build-id ID] [--kernel-release RELEASE] \\
         [--label KEY=VALUE ...] [--samples FUNCTION=COUNT ...] [--start UNIX_S] [--seconds N] [--hang-s S] \\
-        [--compare within-noise|slower]
+        [--compare within-noise|slower] [--stacks]
 
 It talks on stdin and stdout, one JSON object a line:
 - stdin, first line: {"token": ..., "ca_pem": ...}, an enrolment token an admin created (POST
@@ -28,9 +28,10 @@ It talks on stdin and stdout, one JSON object a line:
 - stdin, the line `send` (once the caller has seen the host's catalog stored: samples of a piece not
   stored yet are dropped): it sends `--seconds` one-second metric batches from `--start` (a Unix time),
   each with COUNT samples in block 0 of every FUNCTION of `--samples` (the scripted vmlinux's functions,
-  tests.scripted_agent.kernel_functions), waits until the backend acknowledges the last one (at most
-  `--hang-s` seconds, a bound for a hang: a loaded machine stores slowly), and writes
-  {"sent": BATCHES, "samples": TOTAL};
+  tests.scripted_agent.kernel_functions; with `--stacks`, as kernel call stacks of its scripted process,
+  each function called from __x64_sys_read, so a flame graph has them too), waits until the backend
+  acknowledges the last one (at most `--hang-s` seconds, a bound for a hang: a loaded machine stores
+  slowly), and writes {"sent": BATCHES, "samples": TOTAL};
 - end of stdin, SIGTERM or SIGINT: it ends its stream as an agent that exits cleanly does, and exits 0.
 A failure is written to stderr and exits 1.
 """
@@ -81,6 +82,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=("within-noise", "slower"),
         default="within-noise",
         help="what ComparePlan reports: no change, or the plan's code slower (the guard reverts it)",
+    )
+    p.add_argument(
+        "--stacks",
+        action="store_true",
+        help="send each batch's samples as call stacks (FUNCTION called from __x64_sys_read), for flame graphs",
     )
     args = p.parse_args(argv)
     index = {f.name: f.index for f in kernel_functions(KERNEL_FUNCTIONS)}
@@ -145,6 +151,13 @@ async def run(args: argparse.Namespace) -> None:
         }
     )
 
+    # --stacks: each function's samples as one kernel stack, leaf first: the function, called from the
+    # syscall entry (__x64_sys_read, index 2) unless it is that entry; in the scripted process's pid.
+    entry = 2
+    stacks = [
+        ([("k", f, 0)] + ([("k", entry, 0)] if f != entry else []), 4242, "fake-server", 0, c) for f, c in args.samples
+    ]
+
     async def lines() -> None:
         while line := await stdin.readline():
             if line.strip() != b"send":
@@ -152,7 +165,10 @@ async def run(args: argparse.Namespace) -> None:
             seq = 0
             for i in range(args.seconds):
                 start_ns = (args.start + i) * 1_000_000_000
-                seq = await agent.send_metrics(start_ns, [("vmlinux", f, 0, c) for f, c in args.samples])
+                if args.stacks:
+                    seq = await agent.send_batch(agent.stack_batch(start_ns, stacks))
+                else:
+                    seq = await agent.send_metrics(start_ns, [("vmlinux", f, 0, c) for f, c in args.samples])
             if seq:
                 await wait_for_ack(agent, seq, args.hang_s)
             say({"sent": args.seconds, "samples": args.seconds * sum(c for _f, c in args.samples)})
