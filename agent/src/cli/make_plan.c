@@ -27,6 +27,23 @@
 #include "target/target.h"
 #include "target/target_elf.h"
 
+/* A --profile argument FILE[:W]: FILE into path, and W (1 when none). */
+static double profile_path(const char *arg, char *path, size_t len)
+{
+	char *colon, *e;
+	double d;
+
+	snprintf(path, len, "%s", arg);
+	colon = strrchr(path, ':');
+	if (!colon || !colon[1])
+		return 1;
+	d = strtod(colon + 1, &e);
+	if (*e || d <= 0)
+		return 1;
+	*colon = 0;
+	return d;
+}
+
 static const char plan_usage[] =
 	"usage: hotpathd plan kernel ROOT [options]\n"
 	"       hotpathd plan pid PID ROOT [options]\n"
@@ -138,7 +155,8 @@ static int read_text(const char *path, char **out, size_t *len, char *err, size_
 int cmd_plan(int argc, char **argv)
 {
 	const char *pos[3], *profiles[16], *code_path = NULL, *second = NULL, *state_dir = "/var/lib/hotpathd";
-	uint64_t installed_base = 0;
+	uint64_t installed_base = 0, *counted = NULL; /* what the profiles count (a kernel ROOT's open) */
+	size_t ncounted = 0, cap_counted = 0;
 	struct hp_plan first = { 0 };
 	struct hp_profile first_prof = { 0 };
 	char *text = NULL;
@@ -295,15 +313,31 @@ int cmd_plan(int argc, char **argv)
 		return HP_EXIT_USAGE;
 	}
 	struct hp_open_opts oo = { .quiet = true };
-	/* A kernel ROOT planned from profiles: ROOT is parsed first alone,
-	 * with what decides its blocks (as inspect by name), since a group
-	 * grows only by callees the profiles count; a profile that counts
-	 * any other function (or that this model cannot read) brings the
-	 * whole kernel's parse, and the profiles are read again. */
+	/* A kernel ROOT planned from profiles: only ROOT and the functions
+	 * the profiles count are parsed, with what decides their blocks (as
+	 * inspect by name), since a group grows only by callees the profiles
+	 * count; a profile this model cannot read (a function it counts not
+	 * parsed, stale counts) brings the whole kernel's parse, and the
+	 * profiles are read again. */
 	bool just_root = kernel && !o.hot_set && !sample_secs && !second && !resident_path && !icalls_path && nprof;
 	int r;
+	for (i = 0; just_root && i < nprof; i++) {
+		char path[4096];
+		uint64_t *v;
+		size_t n;
+		profile_path(profiles[i], path, sizeof(path));
+		if (hp_profile_read_addresses(path, &v, &n, err, sizeof(err)) < 0)
+			continue; /* reported when read below */
+		if (n && HP_GROW(counted, cap_counted, ncounted + n) == 0) {
+			memcpy(counted + ncounted, v, n * sizeof(*v));
+			ncounted += n;
+		}
+		free(v);
+	}
 reopen:
 	oo.only_function = just_root ? pos[need - 1] : NULL;
+	oo.only_addresses = just_root ? counted : NULL;
+	oo.nonly_addresses = just_root ? ncounted : 0;
 	if (kernel)
 		r = hp_model_open_kernel(&oo, &m, err, sizeof(err));
 	else if (!strcmp(pos[0], "elf"))
@@ -361,27 +395,19 @@ reopen:
 	}
 	for (i = 0; i < nprof; i++) {
 		char path[4096];
-		double wgt = 1;
-		snprintf(path, sizeof(path), "%s", profiles[i]);
-		char *colon = strrchr(path, ':');
-		if (colon && colon[1]) {
-			char *e;
-			double d = strtod(colon + 1, &e);
-			if (!*e && d > 0) {
-				wgt = d;
-				*colon = 0;
-			}
-		}
+		double wgt = profile_path(profiles[i], path, sizeof(path));
 		bool got = hp_profile_read(path, m, &prof[i], err, sizeof(err)) == 0;
 		if (!got && !just_root) {
 			fprintf(stderr, "hotpathd plan: %s\n", err);
 			goto out;
 		}
 		prof[i].weight = wgt;
-		bool alone = just_root && got && prof[i].nfns > 0; /* ROOT and no other function counted */
-		for (size_t k = 0; alone && k < prof[i].nfns; k++)
-			alone = prof[i].fns[k].addr == root->addr;
-		if (just_root && !alone) {
+		bool parsed = just_root && got && prof[i].nfns > 0; /* every function it counts parsed */
+		for (size_t k = 0; parsed && k < prof[i].nfns; k++) {
+			const struct hp_function *f = hp_model_lookup(m, prof[i].fns[k].addr, NULL);
+			parsed = f && f->nblocks > 0;
+		}
+		if (just_root && !parsed) {
 			for (i = 0; i < 16; i++)
 				hp_profile_free(&prof[i]);
 			hp_model_free(m);
@@ -451,6 +477,7 @@ reopen:
 	}
 	rc = plan.status == HP_PLAN_OK ? HP_EXIT_OK : plan.status == HP_PLAN_REFUSED ? HP_EXIT_ERROR : 4;
 out:
+	free(counted);
 	free(text);
 	hp_plan_free(&first);
 	hp_profile_free(&first_prof);

@@ -64,42 +64,89 @@ static int check_spec(const struct hp_measure_spec *s, char *err, size_t errlen)
 	return 0;
 }
 
+/* The kernel functions a measurement's resources name: their words parsed
+ * (a bad word adds nothing: resolve_rows reports it), names and addresses
+ * for hp_open_opts. */
+struct kernel_only {
+	struct hp_resource_spec *specs; /* the words parsed, when given as words */
+	const char **names;
+	uint64_t *addrs;
+};
+
+static void kernel_only_free(struct kernel_only *k)
+{
+	free(k->specs);
+	free(k->names);
+	free(k->addrs);
+	memset(k, 0, sizeof(*k));
+}
+
+/* Ask oo to parse just the functions s's resources name or hold. 0 or -ENOMEM. */
+static int kernel_only(const struct hp_measure_spec *s, struct hp_open_opts *oo, struct kernel_only *k)
+{
+	const struct hp_resource_spec *v = s->resource_specs;
+	size_t n = s->nresources;
+	char perr[256];
+
+	memset(k, 0, sizeof(*k));
+	if (!v) {
+		if (!(k->specs = calloc(n, sizeof(*k->specs))))
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++)
+			if (!s->resources[i] ||
+			    hp_resource_parse(s->resources[i], &k->specs[i], perr, sizeof(perr)) < 0)
+				memset(&k->specs[i], 0, sizeof(k->specs[i]));
+		v = k->specs;
+	}
+	k->names = calloc(n, sizeof(*k->names));
+	k->addrs = calloc(n, sizeof(*k->addrs));
+	if (!k->names || !k->addrs) {
+		kernel_only_free(k);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].is_address)
+			k->addrs[oo->nonly_addresses++] = v[i].address;
+		else if (v[i].name[0])
+			k->names[oo->nonly_functions++] = v[i].name;
+	}
+	oo->only_functions = k->names;
+	oo->only_addresses = k->addrs;
+	return 0;
+}
+
 static int open_target(struct hp_measure *h, const struct hp_measure_spec *s, const struct hp_measure_env *env,
 		       char *err, size_t errlen)
 {
 	char oerr[512];
 	struct hp_open_opts oo = { .quiet = true };
+	struct kernel_only only = { 0 };
 	int r;
 	if (env && s->target == HP_MEASURE_PID) {
 		oo.overlay = env->overlay; /* the code as it was under the agent's own patches */
 		oo.noverlay = env->noverlay;
 	}
 	if (s->target == HP_MEASURE_KERNEL) {
-		/* One resource, and no model to share (the CLI): parse just
-		 * its function and what decides its blocks (as inspect does by
-		 * name, hp_cfg_parse_module), not the tens of thousands of the
-		 * whole kernel: the measurement reads the blocks of its rows'
-		 * functions only, and those are the whole parse's (see
-		 * tests/target/test_kernel.c); every function stays indexed. */
-		struct hp_resource_spec one = { 0 };
-		char perr[256];
-		if (s->nresources == 1 && s->resource_specs)
-			one = s->resource_specs[0];
-		else if (s->nresources == 1 && s->resources && s->resources[0] &&
-			 hp_resource_parse(s->resources[0], &one, perr, sizeof(perr)) < 0)
-			memset(&one, 0, sizeof(one)); /* resolve_rows reports the bad word */
-		if (one.is_address)
-			oo.only_address = one.address;
-		else if (one.name[0])
-			oo.only_function = one.name;
+		/* No model to share (the CLI): parse just the resources'
+		 * functions and what decides their blocks (hp_cfg_parse_module),
+		 * not the tens of thousands of the whole kernel: the measurement
+		 * reads the blocks of its rows' functions only, and those are the
+		 * whole parse's (see tests/target/test_kernel.c); every function
+		 * stays indexed. */
+		if (!(env && env->kernel) && (r = kernel_only(s, &oo, &only)) < 0) {
+			snprintf(err, errlen, "out of memory");
+			return -HP_MEASURE_E_SYSTEM;
+		}
 		if (env && env->kernel) {
 			h->model = env->kernel;
 		} else if (hp_model_open_kernel(&oo, &h->model, oerr, sizeof(oerr)) < 0) {
+			kernel_only_free(&only);
 			snprintf(err, errlen, "cannot read the live kernel: %s", oerr);
 			return -HP_MEASURE_E_SYSTEM;
 		} else {
 			h->own_model = true;
 		}
+		kernel_only_free(&only);
 		snprintf(h->target_desc, sizeof(h->target_desc), "kernel %s", h->model->release);
 		return 0;
 	}

@@ -430,34 +430,115 @@ int hp_profile_read_resident(const char *path, const struct hp_model *m, struct 
 	return read_file(path, m, out, true, err, errlen);
 }
 
-static int read_file(const char *path, const struct hp_model *m, struct hp_profile *out, bool resident, char *err,
-		     size_t errlen)
+/* The whole of the file at path into *buf (malloc'd, NULL when empty) and
+ * *len: 0, or a negative errno with the reason in err. */
+static int read_all(const char *path, char **buf, size_t *len, char *err, size_t errlen)
 {
 	FILE *fp = fopen(path, "r");
-	char *buf = NULL;
-	size_t len = 0, cap = 0, n;
+	size_t cap = 0, n;
 	int r;
 
+	*buf = NULL;
+	*len = 0;
 	if (!fp) {
 		r = -errno;
 		snprintf(err, errlen, "cannot open profile %s: %s", path, strerror(errno));
 		return r;
 	}
 	do {
-		if (HP_GROW(buf, cap, len + 65536)) {
-			free(buf);
+		if (HP_GROW(*buf, cap, *len + 65536)) {
+			free(*buf);
+			*buf = NULL;
 			fclose(fp);
 			snprintf(err, errlen, "out of memory");
 			return -ENOMEM;
 		}
-		n = fread(buf + len, 1, cap - len, fp);
-		len += n;
-	} while (n > 0 && len < (256u << 20));
+		n = fread(*buf + *len, 1, cap - *len, fp);
+		*len += n;
+	} while (n > 0 && *len < (256u << 20));
 	fclose(fp);
+	return 0;
+}
+
+static int read_file(const char *path, const struct hp_model *m, struct hp_profile *out, bool resident, char *err,
+		     size_t errlen)
+{
+	char *buf;
+	size_t len;
+	int r;
+
+	if ((r = read_all(path, &buf, &len, err, errlen)) < 0)
+		return r;
 	r = parse(buf ? buf : "", len, m, out, resident, err, errlen);
 	if (r == 0 && !out->source[0])
 		snprintf(out->source, sizeof(out->source), "%s", path);
 	free(buf);
+	return r;
+}
+
+static int push_addr(uint64_t **v, size_t *n, size_t *cap, const json_t *j)
+{
+	uint64_t a;
+
+	if (!hp_json_u64(j, &a))
+		return 0;
+	if (HP_GROW(*v, *cap, *n + 1))
+		return -ENOMEM;
+	(*v)[(*n)++] = a;
+	return 0;
+}
+
+int hp_profile_read_addresses(const char *path, uint64_t **out, size_t *nout, char *err, size_t errlen)
+{
+	static const char *const arrays[] = { "resources", "blocks", "metrics", "counts" };
+	const json_t *root, *arr = NULL, *o;
+	json_t *top;
+	json_error_t je;
+	uint64_t *v = NULL;
+	size_t n = 0, cap = 0, i;
+	char *buf;
+	size_t len;
+	int r;
+
+	*out = NULL;
+	*nout = 0;
+	if ((r = read_all(path, &buf, &len, err, errlen)) < 0)
+		return r;
+	top = json_loadb(buf ? buf : "", len, JSON_REJECT_DUPLICATES, &je);
+	free(buf);
+	if (!json_is_object(top)) {
+		snprintf(err, errlen, "profile %s is not a JSON object", path);
+		json_decref(top);
+		return -EINVAL;
+	}
+	root = json_is_object(json_object_get(top, "profile")) ? json_object_get(top, "profile") : top;
+	/* A saved profile's functions, or measure output's blocks and edges. */
+	json_array_foreach(json_object_get(root, "functions"), i, o)
+	{
+		if ((r = push_addr(&v, &n, &cap, json_object_get(o, "address"))) < 0)
+			goto out;
+	}
+	for (i = 0; i < 4 && !json_is_array(arr); i++)
+		arr = json_object_get(root, arrays[i]);
+	json_array_foreach(arr, i, o)
+	{
+		if ((r = push_addr(&v, &n, &cap, json_object_get(o, "block"))) < 0)
+			goto out;
+	}
+	json_array_foreach(json_object_get(root, "edges"), i, o)
+	{
+		if ((r = push_addr(&v, &n, &cap, json_object_get(o, "from"))) < 0 ||
+		    (r = push_addr(&v, &n, &cap, json_object_get(o, "to"))) < 0)
+			goto out;
+	}
+	*out = v;
+	*nout = n;
+	v = NULL;
+out:
+	if (r < 0)
+		snprintf(err, errlen, "out of memory");
+	free(v);
+	json_decref(top);
 	return r;
 }
 

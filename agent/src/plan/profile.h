@@ -55,6 +55,13 @@ int hp_profile_read(const char *path, const struct hp_model *m, struct hp_profil
 /* Same from a JSON text. */
 int hp_profile_parse(const char *text, size_t len, const struct hp_model *m, struct hp_profile *out, char *err,
 		     size_t errlen);
+/* The code addresses the profile file at path counts, read without a model:
+ * the blocks and edge ends of measure output, the functions of a saved
+ * profile (a plan's own profile too). For opening a model of just the
+ * functions holding them (hp_open_opts.only_addresses); hp_profile_read
+ * still checks them. *out is malloc'd; 0, or a negative errno with the
+ * reason in err. */
+int hp_profile_read_addresses(const char *path, uint64_t **out, size_t *nout, char *err, size_t errlen);
 /* hp_profile_read for hot code that stays in place (plan --resident): a
  * saved plan profile's "resident" functions too (the hot code its plan
  * left in place, other modules' included), those no longer where they were

@@ -31,10 +31,19 @@ void hp_byte_patches_apply(const struct hp_byte_patch *p, size_t n, uint64_t add
 /* Options for opening a model. */
 struct hp_open_opts {
 	const char *only_function; /* parse just this function (fast CLI path); NULL = all */
-	/* Kernel, without only_function: parse just the function holding this
-	 * address (the one only_function would name); 0, or no function there,
-	 * = all. */
+	/* Kernel: parse just the function holding this address (the one
+	 * only_function would name); 0 = none. An address in no function asks
+	 * for nothing: with nothing else asked for, all are parsed. */
 	uint64_t only_address;
+	/* Kernel: more functions to parse just those of, with only_function
+	 * and only_address: each name as only_function (an alias, module:name,
+	 * every function of the name), each address as only_address. Each
+	 * one's blocks are the whole parse's; a name that finds nothing is
+	 * left to the caller to report (as only_function's). */
+	const char *const *only_functions;
+	size_t nonly_functions;
+	const uint64_t *only_addresses;
+	size_t nonly_addresses;
 	int threads; /* decode threads; 0 = number of online CPUs */
 	bool quiet;  /* no progress on stderr */
 	/* Kernel: parse the modules only, not vmlinux (its functions are in
@@ -44,8 +53,8 @@ struct hp_open_opts {
 	 * point at one, are read in their canonical form anyway). */
 	bool modules_only;
 	/* Kernel: the folder of the noreturn cache (kernel_cache.h); NULL is
-	 * HP_KERNEL_CACHE_DIR, "" none. A whole parse writes it; one
-	 * function's parse reads it and then parses no callee. */
+	 * HP_KERNEL_CACHE_DIR, "" none. A whole parse writes it; a parse of
+	 * some functions reads it and then parses no callee. */
 	const char *kernel_cache_dir;
 	/* Process targets: reads see these bytes instead (copied at open). */
 	const struct hp_byte_patch *overlay;

@@ -8,7 +8,10 @@
  * needed. The whole text is read once in chunks, module functions lose the
  * loader's fill at their ends, vmlinux's jump-label and static call sites
  * are put in one canonical form (static_branch.h), then every function is
- * decoded in parallel from that copy.
+ * decoded in parallel from that copy. A command about some functions (by
+ * names and addresses, hp_open_opts) decodes just those and what decides
+ * their blocks (struct hp_cfg_only); with the noreturn cache a whole parse
+ * wrote (kernel_cache.h), just those.
  */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -810,7 +813,7 @@ static int sites_canonical(struct kpriv *kp, const struct hp_module *mod, struct
 
 /* Copy [lo, hi) into one buffer chunk by chunk; where a chunk fails (a hole
  * in the text), fall back to reading its functions one at a time. The
- * whole text even for one function: its parse reaches its callees. */
+ * whole text even for a few functions: their parse reaches their callees. */
 static int read_text(struct kpriv *kp, struct hp_module *mod, struct ktext_copy *c)
 {
 	size_t span = c->hi - c->lo, off, k;
@@ -863,13 +866,84 @@ static void trim_module_fill(struct hp_module *mod, const struct ktext_copy *c)
 	}
 }
 
-/* Does mod have a function named name? */
-static bool module_has(const struct hp_module *mod, const char *name)
+/* A targeted open's functions of one module: their start addresses,
+ * sorted and unique (what struct hp_cfg_only's addrs takes). */
+struct only_set {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int only_push(struct only_set *s, uint64_t a)
 {
-	for (size_t k = 0; k < mod->nfuncs; k++)
-		if (!strcmp(mod->funcs[k].name, name))
-			return true;
-	return false;
+	if (HP_GROW(s->v, s->cap, s->n + 1))
+		return -ENOMEM;
+	s->v[s->n++] = a;
+	return 0;
+}
+
+/* Sort s and drop repeats. */
+static void only_sort(struct only_set *s)
+{
+	size_t k, n = 0;
+
+	if (!s->n)
+		return;
+	qsort(s->v, s->n, sizeof(*s->v), cmp_u64);
+	for (k = 0; k < s->n; k++)
+		if (!n || s->v[n - 1] != s->v[k])
+			s->v[n++] = s->v[k];
+	s->n = n;
+}
+
+/* The functions o asks for, after the index is built, into sets[i] for
+ * m->mods[i]: every function each name finds (hp_model_find_all: an alias,
+ * module:name, all of that name) and the one holding each address. A name
+ * or an address that finds nothing adds nothing (the caller reports it).
+ * Returns whether o asks for any (names, or an address that finds a
+ * function: one that finds none asks for the whole parse, as before), or
+ * -ENOMEM. */
+static int only_resolve(const struct hp_model *m, const struct hp_open_opts *o, struct only_set *sets)
+{
+	struct hp_find_hit *hits = NULL;
+	size_t cap_hits = 0;
+	bool any = false;
+	int r = 0;
+
+	for (size_t k = 0; k <= o->nonly_functions; k++) {
+		const char *name = k < o->nonly_functions ? o->only_functions[k] : o->only_function;
+		size_t n;
+
+		if (!name)
+			continue;
+		any = true;
+		if ((n = hp_model_find_all(m, name, NULL, 0)) == 0)
+			continue;
+		if (HP_GROW(hits, cap_hits, n)) {
+			r = -ENOMEM;
+			goto out;
+		}
+		n = hp_model_find_all(m, name, hits, n);
+		for (size_t h = 0; h < n; h++)
+			if ((r = only_push(&sets[hits[h].mod - m->mods], hits[h].fn->addr)) < 0)
+				goto out;
+	}
+	for (size_t k = 0; k <= o->nonly_addresses; k++) {
+		uint64_t a = k < o->nonly_addresses ? o->only_addresses[k] : o->only_address;
+		const struct hp_module *mod;
+		const struct hp_function *f = a ? hp_model_lookup(m, a, &mod) : NULL;
+
+		if (!f)
+			continue;
+		any = true;
+		if ((r = only_push(&sets[mod - m->mods], f->addr)) < 0)
+			goto out;
+	}
+	for (size_t i = 0; i < m->nmods; i++)
+		only_sort(&sets[i]);
+	r = any;
+out:
+	free(hits);
+	return r;
 }
 
 /* Read module i's text into its copy (modules lose the loader's fill). */
@@ -994,10 +1068,11 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	struct hp_model *m;
 	struct kpriv *kp;
 	struct utsname un;
-	const char *only = NULL;
-	uint64_t *vm_noret = NULL, *seeds = NULL, *cached = NULL, *proven = NULL;
-	size_t nvm_noret = 0, nseeds = 0, cap_seeds = 0, ncached = 0, nproven = 0;
-	bool have_cache = false;
+	struct only_set *sets = NULL; /* a targeted open's functions, per module */
+	size_t nsets = 0;
+	uint64_t *vm_noret = NULL, *cached = NULL, *proven = NULL;
+	size_t nvm_noret = 0, ncached = 0, nproven = 0;
+	bool have_cache = false, only = false;
 	const char *cache_dir;
 	double t0 = hp_now();
 	size_t i;
@@ -1095,20 +1170,18 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 		goto fail;
 	}
 	PHASE("index");
-	if (o->only_function) {
-		struct hp_find_hit hit;
-
-		only = strrchr(o->only_function, ':');
-		only = only ? only + 1 : o->only_function;
-		/* An alias parses the function it names. */
-		if (hp_model_find_all(m, o->only_function, &hit, 1) == 1)
-			only = hit.fn->name;
-	} else if (o->only_address) {
-		const struct hp_function *f = hp_model_lookup(m, o->only_address, NULL);
-		only = f ? f->name : NULL;
+	/* Some functions (the CLI's fast path): each module's set of them,
+	 * parsed with what decides their blocks. */
+	nsets = m->nmods;
+	sets = calloc(nsets ? nsets : 1, sizeof(*sets));
+	if (!sets || (r = only_resolve(m, o, sets)) < 0) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto fail;
 	}
-	/* One function: vmlinux's functions that never return, as a whole
-	 * parse of this boot found them, spare the parse of its callees. */
+	only = r > 0;
+	/* Some functions: vmlinux's functions that never return, as a whole
+	 * parse of this boot found them, spare the parse of their callees. */
 	cache_dir = o->kernel_cache_dir ? o->kernel_cache_dir : HP_KERNEL_CACHE_DIR;
 	if (only && *cache_dir && m->nmods && cache_read(m, cache_dir, &cached, &ncached, &proven, &nproven) == 0)
 		have_cache = true;
@@ -1130,14 +1203,14 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 				  .nwarn_traps = kp->facts.nwarn_traps,
 				  .traps_known = kp->facts.nbug_entries > 0,
 				  .hlt_continues = true };
-	/* One function of a module: whether the vmlinux functions its parse
-	 * reaches return decides its blocks, so they join vmlinux's parse. */
+	/* Functions of a module: whether the vmlinux functions their parse
+	 * reaches return decides their blocks, so those join vmlinux's set. */
 	for (i = 1; only && !have_cache && i < m->nmods; i++) {
 		struct hp_module *mod = &m->mods[i];
 		struct hp_cfg_env menv = env;
-		struct hp_cfg_only one = { .name = only };
+		struct hp_cfg_only one = { .addrs = sets[i].v, .naddrs = sets[i].n };
 
-		if (!module_has(mod, only))
+		if (!sets[i].n)
 			continue;
 		if ((r = module_text(kp, m, i)) < 0) {
 			snprintf(err, errlen, "out of memory for a copy of %s text", mod->name);
@@ -1157,38 +1230,34 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			snprintf(err, errlen, "parsing %s: %s", mod->name, strerror(-r));
 			goto fail;
 		}
-		if (HP_GROW(seeds, cap_seeds, nseeds + one.noutside + 1)) {
-			free(one.outside);
-			r = -ENOMEM;
+		for (size_t k = 0; k < one.noutside && r == 0; k++)
+			r = only_push(&sets[0], one.outside[k]);
+		free(one.outside);
+		if (r < 0) {
 			snprintf(err, errlen, "out of memory");
 			goto fail;
 		}
-		if (one.noutside)
-			memcpy(seeds + nseeds, one.outside, one.noutside * sizeof(*seeds));
-		nseeds += one.noutside;
-		free(one.outside);
 	}
-	if (nseeds)
-		qsort(seeds, nseeds, sizeof(*seeds), cmp_u64);
+	if (only)
+		only_sort(&sets[0]);
 	for (i = 0; i < m->nmods; i++) {
 		struct hp_module *mod = &m->mods[i];
 		struct ktext_copy *c = &kp->copies[i];
-		struct hp_cfg_only one = { .name = only,
-					   .addrs = i == 0 ? seeds : NULL,
-					   .naddrs = i == 0 ? nseeds : 0,
+		struct hp_cfg_only one = { .addrs = sets[i].v,
+					   .naddrs = sets[i].n,
 					   .complete = i == 0 && have_cache,
 					   .proven = i == 0 ? proven : NULL,
 					   .nproven = i == 0 ? nproven : 0 };
 
-		/* A module's function with the cache: vmlinux's facts are
+		/* Only modules' functions with the cache: vmlinux's facts are
 		 * the cache's, nothing of vmlinux is parsed. */
-		if (i == 0 && have_cache && !module_has(mod, only)) {
+		if (i == 0 && have_cache && !sets[0].n) {
 			env.noreturn = cached;
 			env.nnoreturn = ncached;
 			env.traps_known = false;
 			continue;
 		}
-		if (!mod->nfuncs || (only && i > 0 && !module_has(mod, only)) || (o->modules_only && i == 0))
+		if (!mod->nfuncs || (only && i > 0 && !sets[i].n) || (o->modules_only && i == 0))
 			continue;
 		if (!c->buf && (r = module_text(kp, m, i)) < 0) {
 			snprintf(err, errlen, "out of memory for a copy of %s text", mod->name);
@@ -1231,8 +1300,6 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 			env.traps_known = false;
 		}
 	}
-	free(seeds);
-	seeds = NULL;
 	free(vm_noret);
 	vm_noret = NULL;
 	free(cached);
@@ -1251,7 +1318,9 @@ int hp_model_open_kernel(const struct hp_open_opts *o, struct hp_model **out, ch
 	*out = m;
 	m = NULL;
 fail:
-	free(seeds);
+	for (i = 0; sets && i < nsets; i++)
+		free(sets[i].v);
+	free(sets);
 	free(vm_noret);
 	free(cached);
 	free(proven);

@@ -165,10 +165,28 @@ check("plan_kernel_counts_are_labelled_estimates",
       "sampled counts or edges not labelled estimated")
 PY
 
+# A plan of ROOT from profiles parses just ROOT and the functions they count (with what decides their
+# blocks; one open: HOTPATH_TIMING prints one decode), not the whole kernel as --sample above did: the
+# plan above made again from its own profile (its members' and kept functions' counts) is the same.
+HOTPATH_TIMING=1 "$HP" plan kernel vfs_read --profile "$TMP/plan.json" --json >"$TMP/again.json" 2>"$TMP/e0"
+python3 - "$TMP/plan.json" "$TMP/again.json" "$TMP/e0" <<'PY'
+import json, sys
+
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+decodes = sum(1 for l in open(sys.argv[3]) if l.startswith("  decode"))
+counted = [f["name"] for f in a["profile"]["functions"]]
+ok = (a["status"] == b["status"] == "ok" and [m["function"] for m in a["group"]] == [m["function"] for m in b["group"]]
+      and a["code"]["hex"] == b["code"]["hex"] and decodes == 1)
+print("ok - plan_kernel_profile_set_is_the_whole_parse" if ok else
+      f"FAIL - plan_kernel_profile_set_is_the_whole_parse: {a['status']}/{b['status']}, groups "
+      f"{[m['function'] for m in a['group']]} and {[m['function'] for m in b['group']]}, same code "
+      f"{a['code']['hex'] == b['code']['hex']}, {decodes} decodes, counted {counted}")
+PY
+
 # A plan of ROOT from a profile that counts ROOT alone parses ROOT alone (with what decides its
-# blocks); a profile that counts another function too brings the whole kernel's parse. Both from one
-# measurement of vfs_read and its caller ksys_read (a caller joins no group): the plans must be the
-# same but for the profile's file name and the planning time.
+# blocks); a profile that counts another function too parses that one too. Both from one measurement
+# of vfs_read and its caller ksys_read (a caller joins no group): the plans must be the same but for
+# the profile's file name and the planning time.
 ( while :; do dd if=/dev/zero of=/dev/null bs=512 count=100000 status=none; done ) &
 LOAD=$!
 sleep 0.5

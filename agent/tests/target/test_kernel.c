@@ -334,16 +334,13 @@ static bool calls_proven_noreturn(const struct hp_module *mod, const struct hp_f
  * wrong: .cold parts (their blocks start where the main part jumps in),
  * main parts with a .cold part, callers of functions proven (not named) to
  * never return, and proven functions themselves, plus vfs_read. */
-static void name_entry_matches_full_model(const char *dir)
+static int sample_functions(const char **pick)
 {
 	static const char *const named[] = { "x2apic_cluster_probe.cold", "__btrfs_check_leaf", "pnp_start_dev",
 					     "vfs_read" };
-	const char *pick[24];
-	int npick = 0, ncold = 0, nmain = 0, ncaller = 0, nproven = 0, checked = 0;
-	const struct hp_module *vm;
+	int npick = 0, ncold = 0, nmain = 0, ncaller = 0, nproven = 0;
+	const struct hp_module *vm = &km->mods[0];
 
-	REQUIRE(km, "no model");
-	vm = &km->mods[0];
 	for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
 		if (hp_model_find(km, named[i], NULL, NULL))
 			pick[npick++] = named[i];
@@ -374,6 +371,16 @@ static void name_entry_matches_full_model(const char *dir)
 	EXPECT(ncold == 3 && nmain == 3 && ncaller == 3 && nproven == 3,
 	       "sample: %d .cold parts, %d main parts, %d callers of proven noreturn functions, %d proven", ncold,
 	       nmain, ncaller, nproven);
+	return npick;
+}
+
+static void name_entry_matches_full_model(const char *dir)
+{
+	const char *pick[24];
+	int npick, checked = 0;
+
+	REQUIRE(km, "no model");
+	npick = sample_functions(pick);
 	for (int p = 0; p < npick; p++) {
 		struct hp_open_opts o = { .quiet = true, .only_function = pick[p], .kernel_cache_dir = dir };
 		struct hp_model *one = NULL;
@@ -424,6 +431,124 @@ static void t_name_entry_with_cache_matches_full_model(void)
 	const struct hp_function *g = hp_model_find(one, "rw_verify_area", NULL, NULL);
 	EXPECT(g && g->nblocks == 0, "rw_verify_area should be indexed but unparsed");
 	hp_model_free(one);
+}
+
+/* A function of the whole model found by an alias (a name
+ * hp_module_normalize dropped) that names it alone and does not call it:
+ * the function, with *alias set; NULL if the kernel has none. */
+static const struct hp_function *alias_of_parsed(const char **alias)
+{
+	for (size_t i = 0; i < km->naliases; i++) {
+		const struct hp_name_ent *e = &km->aliases[i];
+		const struct hp_function *f = &km->mods[e->mod].funcs[e->fn];
+		if (f->nblocks && strcmp(e->name, f->name) && hp_model_find_all(km, e->name, NULL, 0) == 1 &&
+		    hp_model_find_all(km, f->name, NULL, 0) == 1) {
+			*alias = e->name;
+			return f;
+		}
+	}
+	return NULL;
+}
+
+/* Some functions opened at once (`measure kernel A B`, `plan kernel ROOT
+ * --profile` with its counted callees): each as the whole model has it,
+ * whatever else the set holds: the sample of one-function opens, a
+ * function by an alias, one by an address inside it, a module's function
+ * (if any is loaded); a name that finds nothing adds nothing; a function
+ * not asked for stays unparsed. */
+static void set_matches_full_model(const char *dir)
+{
+	const char *names[32], *alias = NULL, *want[32];
+	const struct hp_function *by_alias, *by_addr, *mod_fn = NULL;
+	const struct hp_module *am;
+	struct hp_model *set = NULL;
+	uint64_t addr;
+	char err[512];
+	int n, nwant, checked = 0;
+
+	REQUIRE(km, "no model");
+	n = sample_functions(names);
+	nwant = n;
+	memcpy(want, names, (size_t)n * sizeof(*names));
+	by_alias = alias_of_parsed(&alias);
+	if (by_alias) {
+		names[n++] = alias;
+		want[nwant++] = by_alias->name;
+	}
+	names[n++] = "hotpath_no_such_function";
+	for (size_t i = 1; i < km->nmods && !mod_fn; i++)
+		for (size_t k = 0; k < km->mods[i].nfuncs && !mod_fn; k++) {
+			const struct hp_function *f = &km->mods[i].funcs[k];
+			if (f->nblocks > 1 && hp_model_find_all(km, f->name, NULL, 0) == 1)
+				mod_fn = f;
+		}
+	if (mod_fn) {
+		names[n++] = mod_fn->name;
+		want[nwant++] = mod_fn->name;
+	}
+	by_addr = hp_model_find(km, "rw_verify_area", &am, NULL);
+	REQUIRE(by_addr && by_addr->nblocks > 1, "rw_verify_area missing or one block");
+	addr = by_addr->addr + am->blocks[by_addr->block_start + 1].offset;
+	want[nwant++] = by_addr->name;
+
+	struct hp_open_opts o = { .quiet = true,
+				  .only_functions = names,
+				  .nonly_functions = (size_t)n,
+				  .only_addresses = &addr,
+				  .nonly_addresses = 1,
+				  .kernel_cache_dir = dir };
+	REQUIRE(hp_model_open_kernel(&o, &set, err, sizeof(err)) == 0, "open %d functions: %s", n, err);
+	for (int p = 0; p < nwant; p++) {
+		const struct hp_module *m1, *m2;
+		const struct hp_function *f1 = hp_model_find(km, want[p], &m1, NULL),
+					 *f2 = hp_model_find(set, want[p], &m2, NULL);
+		if (!f1 || !f2) {
+			EXPECT(0, "%s missing from one of the models", want[p]);
+			continue;
+		}
+		const char *why = same_function(km, m1, f1, set, m2, f2);
+		EXPECT(!*why, "%s: in a set (%s) it differs from the whole model: %s", want[p],
+		       *dir ? "with the noreturn cache" : "parsing their callees", why);
+		checked++;
+	}
+	EXPECT(checked >= 14, "only %d functions compared", checked);
+	EXPECT(by_alias || !km->naliases, "no alias of a parsed function among %zu", km->naliases);
+	EXPECT(!hp_model_find(set, "hotpath_no_such_function", NULL, NULL), "an unknown name was found");
+	/* Not asked for: indexed, not parsed. */
+	const struct hp_function *g = hp_model_find(set, "vfs_write", NULL, NULL);
+	EXPECT(g && g->nblocks == 0, "vfs_write should be indexed but unparsed");
+	hp_model_free(set);
+}
+
+/* Without the cache: the set's call closure is parsed. */
+static void t_set_matches_full_model(void)
+{
+	set_matches_full_model("");
+}
+
+/* With the cache (the whole parse wrote it): no callee is parsed. */
+static void t_set_with_cache_matches_full_model(void)
+{
+	set_matches_full_model(cache_dir);
+}
+
+/* Only names that find nothing: nothing is parsed (the caller reports
+ * them), not the whole kernel. */
+static void t_set_of_unknown_names_parses_nothing(void)
+{
+	const char *names[] = { "hotpath_no_such_function", "vmlinux:hotpath_no_such_either" };
+	struct hp_open_opts o = {
+		.quiet = true, .only_functions = names, .nonly_functions = 2, .kernel_cache_dir = cache_dir
+	};
+	struct hp_model_stats st;
+	struct hp_model *set = NULL;
+	char err[512];
+
+	REQUIRE(hp_model_open_kernel(&o, &set, err, sizeof(err)) == 0, "open: %s", err);
+	hp_model_stats(set, &st);
+	EXPECT(st.functions > 50000 && st.blocks == 0, "%zu functions indexed, %zu blocks parsed", st.functions,
+	       st.blocks);
+	hp_model_free(set);
 }
 
 /* Write text as the cache file of dir. */
@@ -672,6 +797,9 @@ int main(void)
 	RUN(t_only_address_matches_full_parse);
 	RUN(t_name_entry_matches_full_model);
 	RUN(t_name_entry_with_cache_matches_full_model);
+	RUN(t_set_matches_full_model);
+	RUN(t_set_with_cache_matches_full_model);
+	RUN(t_set_of_unknown_names_parses_nothing);
 	RUN(t_damaged_cache_is_refused);
 	RUN(t_successor_kinds_present);
 	RUN(t_kernel_functions_match_objdump);
