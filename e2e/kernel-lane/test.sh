@@ -93,6 +93,7 @@ stage() {
 	mark=$SECONDS
 }
 
+t_fetch=$SECONDS
 step "fetching"
 "$lane_dir/fetch.sh" || die "fetching the lane's packages failed (see above)"
 lane_paths
@@ -177,5 +178,6 @@ echo "$times" >"$run/job-done.tmp" && mv "$run/job-done.tmp" "$run/job-done"
 wait "$checker"
 rc=$?
 checker=
+step "checks done (fetching took $((t0 - t_fetch)) s before that)"
 summarized=1
 exit $rc

@@ -76,8 +76,16 @@ mixwatch() {
 			read -r where <$P/mix_where
 			echo "@@info mixwatch-rounds=$rounds mixwatch-wrong=$wrong mixwatch-traced=$traced mixwatch-where=$where"
 			# Once ftrace lets go of lane_mix (a probe, a measurement or a redirect ended), its entry
-			# as the agent reads it now, in the background (a parse of the kernel takes a while here).
-			[ $was = yes ] && [ $traced = no ] && (echo "@@info mixwatch-rounds=$rounds mixwatch-entry=$(entry_insn)") &
+			# as the agent reads it now, in the background (a parse of the kernel takes a while here);
+			# written only if ftrace still lets go of it once read (a measurement armed meanwhile, the
+			# next flow's, would have shown its own call there), else at the next letting go.
+			if [ $was = yes ] && [ $traced = no ]; then
+				(
+					e=$(entry_insn)
+					grep -q '^lane_mix[[:space:]]' $T/enabled_functions ||
+						echo "@@info mixwatch-rounds=$rounds mixwatch-entry=$e"
+				) &
+			fi
 			was=$traced
 		fi
 	done
@@ -198,13 +206,10 @@ agent_parsed() {
 	fi
 }
 
-job_test() {
-	echo "@@info job-start=$(guest_uptime)"
-	frame release uname -r
-	frame modules cat /proc/modules
-	# (JIT'd BPF programs and ftrace trampolines are not modules: the code model leaves them out)
-	frame module-text-symbols sh -c "grep -E '^[0-9a-f]+ [tT] .*\[' /proc/kallsyms | grep -vE '\[(bpf|__builtin)'"
-	frame agent-parsed agent_parsed
+# The measurements and refusals (the agent's CLI, no daemon; in the second guest, job_kmod): the kernel's
+# own answer to a kprobe at vfs_read+1 and inside a blacklisted function, then exact entry and block
+# counts, lane_step's blocks, wall and virtualized timers, and the agent's refusals of the same probes.
+measures() {
 	bad=$(bad_block)
 	echo "@@info bad-block-found=$(guest_uptime)"
 	frame kernel-refuses-unaligned kernel_refusal vfs_read+1
@@ -243,6 +248,15 @@ job_test() {
 	else
 		echo "@@info measure=no"
 	fi
+}
+
+job_test() {
+	echo "@@info job-start=$(guest_uptime)"
+	frame release uname -r
+	frame modules cat /proc/modules
+	# (JIT'd BPF programs and ftrace trampolines are not modules: the code model leaves them out)
+	frame module-text-symbols sh -c "grep -E '^[0-9a-f]+ [tT] .*\[' /proc/kallsyms | grep -vE '\[(bpf|__builtin)'"
+	frame agent-parsed agent_parsed
 	# A kernel read-path group (vfs_read and the callees that join it) installed and reverted
 	# LANE_KCYCLES times in one process through hotpath.ko while a reader checks every byte it reads.
 	# (hotpath.ko's own proofs and the other install frames run in the second guest: job_kmod.)
@@ -263,12 +277,13 @@ job_test() {
 # The second guest's job (test.sh boots it beside the first, with no backend: the proofs of hotpath.ko
 # and of the agent's kernel target that need no agent daemon, each guest being one emulator thread on a
 # host core of its own): the whole parse that writes the noreturn cache (as the daemon's does in the
-# first guest), hotpath.ko's own proofs, the agent's kernel target on lane_mix, jump labels and static
+# first guest), the measurements and refusals (measures), hotpath.ko's own proofs, the agent's kernel target on lane_mix, jump labels and static
 # calls in copies, livepatch and a draining heap through a copy (both on ktarget.sh's plan), then
 # nothing of any of it left in ftrace, hotpath.ko unloaded and loaded again, and the kernel's log.
 job_kmod() {
 	echo "@@info job-start=$(guest_uptime)"
 	frame kmod-parse hotpathd parse kernel --quiet
+	measures
 	# What the kernel says of the hotpath.ko it loaded: its version and source hash (the DKMS build's?).
 	frame kmod-version cat /sys/module/hotpath/version /sys/module/hotpath/srcversion
 	frame kmodtest /lane/kmodtest "$LANE_KMOD_CYCLES"
