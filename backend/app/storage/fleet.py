@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -286,6 +288,24 @@ def _function_parts(spans: list[tuple[str, datetime, datetime]], wm_1m: datetime
     return " UNION ALL ".join(parts), params
 
 
+async def _binary_rows(session: AsyncSession, sql: str, params: dict[str, Any]) -> list[Any]:
+    """Run a read statement in the session's transaction with its results in Postgres' binary format: a bytea
+    comes as its bytes, not as hex text to decode (half the bytes sent; measured on bench/fleet's database, the
+    600-host group's rows, ~8 MB of arrays, in about half the time). Rows are named tuples; a driver error is
+    raised as SQLAlchemy's DBAPIError, as the session's own statements raise it."""
+    conn = await session.connection()
+    statement = text(sql).compile(dialect=conn.dialect).string
+    driver = (await conn.get_raw_connection()).driver_connection
+    if driver is None:
+        raise RuntimeError("the session's connection has no driver connection")
+    try:
+        async with driver.cursor(binary=True, row_factory=namedtuple_row) as cur:
+            await cur.execute(statement, params)
+            return list(await cur.fetchall())
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(statement, params, exc, psycopg.Error) from exc
+
+
 # int8[] as array_send writes it (Postgres' binary array format): the number of dimensions, a has-NULLs flag and
 # the element type, then each dimension's length and lower bound, then each element as its byte length (8) and
 # its value, big-endian. An empty array has no dimensions (the first three fields only).
@@ -522,14 +542,13 @@ async def _hot_code(
         # The rows Postgres used to sum (per host, `_function_parts`' signed rows of the range), fetched as they
         # are stored: each array in Postgres' binary form (array_send), parsed and summed here with numpy.
         functions, fp = _function_parts(spans, wm_1m)
-        rows = (
-            await session.execute(
-                text(f"""
+        rows = await _binary_rows(
+            session,
+            f"""
             SELECT g.i - 1 AS host, b.sign, array_send(b.function_ids) AS ids, array_send(b.busy_counts) AS counts
-            FROM unnest(CAST(:bh AS text[])) WITH ORDINALITY AS g(host_id, i), LATERAL ({functions}) b"""),
-                {**fp, "bh": list(busy)},
-            )
-        ).all()
+            FROM unnest(CAST(:bh AS text[])) WITH ORDINALITY AS g(host_id, i), LATERAL ({functions}) b""",
+            {**fp, "bh": list(busy)},
+        )
         sums = _per_host_sums(rows)
         ranked = _rank(sums, np.array(list(busy.values()), dtype=np.int64), min_share)
         n, items = await _page(session, sums, ranked, host_rows, busy, min_share, limit, offset, sort, descending)

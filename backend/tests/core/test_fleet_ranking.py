@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from app.core.db import make_engine, make_sessionmaker, upgrade_database
 from app.storage import fleet
@@ -208,5 +209,22 @@ async def test_hot_code_ranks_pages_and_ties_as_the_samples_sent(ranking_db):
         assert [c["host_id"] for c in iota["cells"]] == ["h5"]
         assert {h["id"]: h["busy_samples"] for h in answer["hosts"]}["h6"] == 0
         assert [i["name"] for i in answer["items"]][:3] == ["alpha", "alpha", "beta"]
+    finally:
+        await engine.dispose()
+
+
+async def test_a_driver_error_of_the_binary_fetch_is_sqlalchemys(ranking_db):
+    """The rows fetched with binary results (psycopg's cursor) fail as the session's own statements do, so hot
+    code's handler still names database nodes that do not answer (nodes.name_unreachable)."""
+    engine = make_engine(ranking_db)
+    try:
+        async with make_sessionmaker(engine)() as session:
+            sql = "SELECT CAST(:x AS bigint) AS x, array_send(CAST(:a AS bigint[])) AS a"
+            rows = await fleet._binary_rows(session, sql, {"x": 7, "a": [3, -1, 2**40]})
+            assert [r.x for r in rows] == [7]
+            values, lengths = fleet._int8_arrays([rows[0].a])
+            assert values.tolist() == [3, -1, 2**40] and lengths.tolist() == [3]
+            with pytest.raises(DBAPIError, match="no_such_table"):
+                await fleet._binary_rows(session, "SELECT * FROM no_such_table WHERE x = :x", {"x": 1})
     finally:
         await engine.dispose()
