@@ -328,9 +328,8 @@ def _int8_arrays(blobs: Sequence[bytes]) -> tuple[I64, I64]:
             raise ValueError("a rollup array is not a one-dimensional int8[] without NULLs")
         lengths[i] = size
         bodies.append(memoryview(blob)[_ARRAY_HEAD.size :])
+    # Without NULLs every element of an int8[] is 8 bytes long (the length checked above says so too).
     elements = np.frombuffer(b"".join(bodies), dtype=_ELEMENT)
-    if (elements["len"] != 8).any():
-        raise ValueError("a rollup array element is not 8 bytes long")
     return elements["value"].astype(np.int64), lengths
 
 
@@ -355,17 +354,23 @@ def _per_host_sums(rows: Sequence[Any]) -> _Sums:
         raise ValueError("a rollup row's function ids and counts differ in length")
     host = np.repeat(np.fromiter((r.host for r in rows), dtype=np.int64, count=len(rows)), lengths)
     signed = counts * np.repeat(np.fromiter((r.sign for r in rows), dtype=np.int64, count=len(rows)), lengths)
-    distinct, function = np.unique(ids, return_inverse=True)
-    key = host * max(len(distinct), 1) + function.reshape(-1)
-    order = np.argsort(key)
+    if not len(ids):
+        empty = np.zeros(0, dtype=np.int64)
+        return _Sums(empty, empty, empty, empty)
+    # One key per (host, function id), ordered as the rows came (host by host, each row's ids ascending): a
+    # stable sort (timsort) of those sorted runs is cheap.
+    lowest = int(ids.min())
+    width = int(ids.max()) - lowest + 1
+    key = host * width + (ids - lowest)
+    order = np.argsort(key, kind="stable")
     key = key[order]
-    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1]))) if len(key) else np.zeros(0, np.int64)
-    samples = np.add.reduceat(signed[order], starts) if len(key) else np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    samples = np.add.reduceat(signed[order], starts)
     key = key[starts]
     kept = samples > 0
     key, samples = key[kept], samples[kept]
-    width = max(len(distinct), 1)
-    return _Sums(key // width, key % width, samples.astype(np.int64), distinct.astype(np.int64))
+    distinct, function = np.unique(key % width, return_inverse=True)
+    return _Sums(key // width, function.reshape(-1).astype(np.int64), samples, distinct + lowest)
 
 
 @dataclass
@@ -452,16 +457,26 @@ async def _page(
     cell_order = np.lexsort((id_order[cell_host], -cell_samples, cell_at))
     bounds = np.searchsorted(cell_at[cell_order], np.arange(len(page) + 1))
     host_ids = [h.id for h in host_rows]
+    # Shares as Python computed them (int / int: both below 2^53, so the quotient of two exact doubles, rounded
+    # once), 0 for a host without busy samples.
+    cell_busy = np.array([busy[h] for h in host_ids], dtype=np.int64)[cell_host]
+    share = np.zeros(len(cell_host), dtype=np.float64)
+    np.divide(cell_samples, cell_busy, out=share, where=cell_busy > 0)
+    hot = (cell_busy > 0) & (share >= min_share)
     by_id = {row.id: row for row in named}
     items: list[dict[str, Any]] = []
     for k, f in enumerate(page.tolist()):
-        cells = []
         span = cell_order[bounds[k] : bounds[k + 1]]
-        for h, s in zip(cell_host[span].tolist(), cell_samples[span].tolist(), strict=True):
-            host_id = host_ids[h]
-            b = busy[host_id]
-            share = s / b if b else 0.0
-            cells.append({"host_id": host_id, "samples": s, "share": share, "hot": bool(b) and share >= min_share})
+        cells = [
+            {"host_id": host_ids[h], "samples": s, "share": sh, "hot": ho}
+            for h, s, sh, ho in zip(
+                cell_host[span].tolist(),
+                cell_samples[span].tolist(),
+                share[span].tolist(),
+                hot[span].tolist(),
+                strict=True,
+            )
+        ]
         row = by_id[int(ids[f])]
         items.append(
             {
