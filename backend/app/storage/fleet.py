@@ -416,37 +416,50 @@ async def _page(
     if not len(ranked.function):
         return 0, []
     ids = sums.ids[ranked.function]
-    named = (
-        await session.execute(
-            text("""
-        SELECT f.id, f.name, coalesce(cp.module, '') AS module
-        FROM functions f LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
-        WHERE f.id = ANY(CAST(:ids AS bigint[])) ORDER BY f.name, f.id"""),
-            {"ids": ids.tolist()},
+    # Postgres' order of every ranked function's name (its collation), as two arrays in one row: the ids in
+    # (name, id) order, and beside each the rank of its name (equal names, equal ranks). Ids of no function
+    # (none, while a catalog piece's functions stay with its rollups) are left out, as the statement's join did.
+    ordered = (
+        await _binary_rows(
+            session,
+            """
+        SELECT array_send(coalesce(array_agg(x.id ORDER BY x.name, x.id), '{}')) AS ids,
+               array_send(coalesce(array_agg(x.r ORDER BY x.name, x.id), '{}')) AS ranks
+        FROM (SELECT f.id, f.name, dense_rank() OVER (ORDER BY f.name) AS r
+              FROM functions f WHERE f.id = ANY(CAST(:ids AS bigint[]))) x""",
+            {"ids": "{" + ",".join(map(str, ids.tolist())) + "}"},
         )
-    ).all()
-    # Each function's place in (name, id) order, and the rank of its name (equal names, equal ranks).
-    place = {row.id: k for k, row in enumerate(named)}
-    name_rank: dict[int, int] = {}
-    for k, row in enumerate(named):
-        name_rank[row.id] = name_rank[named[k - 1].id] + (row.name != named[k - 1].name) if k else 0
-    known = np.fromiter((i in place for i in ids.tolist()), dtype=bool, count=len(ids))
+    )[0]
+    by_name_ids, _ = _int8_arrays([ordered.ids])
+    name_ranks, _ = _int8_arrays([ordered.ranks])
+    sorter = np.argsort(by_name_ids)
+    at_sorted = np.minimum(np.searchsorted(by_name_ids, ids, sorter=sorter), max(len(sorter) - 1, 0))
+    known = by_name_ids[sorter[at_sorted]] == ids if len(sorter) else np.zeros(len(ids), dtype=bool)
     ids, function = ids[known], ranked.function[known]
     samples, hot_hosts = ranked.samples[known], ranked.hot_hosts[known]
-    by_name = np.fromiter((place[i] for i in ids.tolist()), dtype=np.int64, count=len(ids))
+    by_name = sorter[at_sorted[known]]  # each function's place in (name, id) order
     sign = -1 if descending else 1
     if sort == "samples":
         order = np.lexsort((by_name, sign * samples))
     elif sort == "hosts":
         order = np.lexsort((by_name, -samples, sign * hot_hosts))
     elif descending:
-        ranks = np.fromiter((name_rank[i] for i in ids.tolist()), dtype=np.int64, count=len(ids))
-        order = np.lexsort((ids, -ranks))
+        order = np.lexsort((ids, -name_ranks[by_name]))
     else:
         order = np.argsort(by_name)
     page = order[offset : offset + limit]
     if not len(page):
         return 0, []
+    named = {
+        row.id: row
+        for row in await session.execute(
+            text("""
+        SELECT f.id, f.name, coalesce(cp.module, '') AS module
+        FROM functions f LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
+        WHERE f.id = ANY(CAST(:ids AS bigint[]))"""),
+            {"ids": ids[page].tolist()},
+        )
+    }
     # The page's cells: its functions' entries, grouped by page position, by samples descending, then host id.
     at = np.full(len(sums.ids), -1, dtype=np.int64)
     at[function[page]] = np.arange(len(page))
@@ -463,7 +476,6 @@ async def _page(
     share = np.zeros(len(cell_host), dtype=np.float64)
     np.divide(cell_samples, cell_busy, out=share, where=cell_busy > 0)
     hot = (cell_busy > 0) & (share >= min_share)
-    by_id = {row.id: row for row in named}
     items: list[dict[str, Any]] = []
     for k, f in enumerate(page.tolist()):
         span = cell_order[bounds[k] : bounds[k + 1]]
@@ -477,7 +489,7 @@ async def _page(
                 strict=True,
             )
         ]
-        row = by_id[int(ids[f])]
+        row = named[int(ids[f])]
         items.append(
             {
                 "function_id": row.id,
