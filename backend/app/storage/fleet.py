@@ -15,6 +15,13 @@ covers yet are left out, and the answer says which part of the range it covers (
 fleet's first slice", "Fleet hot code from per-function rollups", "Fleet hot code from arrays per host
 and bucket" and "Fleet hot code from running totals").
 
+Postgres only reads those rows: their arrays come to the backend as they are stored (array_send's binary
+form), and the sums per host and function, the hot test, the ranking and the page's cells are made here with
+numpy (`_per_host_sums`, `_rank`, `_page`), in int64 where the statement summed float8 (the same figures below
+2^53). Orders that compare names or host ids take Postgres' order of them (one query for the names of every
+ranked function; the host list's order of ids), so the database's collation decides as before ("Fleet hot
+code summed in the backend with numpy", session 24).
+
 With several database nodes (app.storage.nodes) the rollups and their watermarks are read across every node
 (`nodes.read_across`: the coordinator's hash-partitioned parents with a foreign partition per node; the
 watermarks the lowest of every node's); a node that does not answer fails the request with
@@ -22,9 +29,16 @@ watermarks the lowest of every node's); a node that does not answer fails the re
 """
 
 import json
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -40,7 +54,6 @@ GROUP_ID_SQL = "md5(h.kernel_release || chr(10) || h.kernel_build_id)"
 
 TEN_MINUTES = timedelta(minutes=10)
 HOUR = timedelta(hours=1)
-HOT_CODE_WORK_MEM = "64MB"
 
 _GROUP_SORTS = {
     "hosts": "host_count {dir}, kernel_release, kernel_build_id",
@@ -275,11 +288,220 @@ def _function_parts(spans: list[tuple[str, datetime, datetime]], wm_1m: datetime
     return " UNION ALL ".join(parts), params
 
 
-_HOT_SORTS = {
-    "samples": "r.s {dir}, f.name, r.function_id",
-    "hosts": "r.hot_hosts {dir}, r.s DESC, f.name, r.function_id",
-    "name": "f.name {dir}, r.function_id",
-}
+async def _binary_rows(session: AsyncSession, sql: str, params: dict[str, Any]) -> list[Any]:
+    """Run a read statement in the session's transaction with its results in Postgres' binary format: a bytea
+    comes as its bytes, not as hex text to decode (half the bytes sent; measured on bench/fleet's database, the
+    600-host group's rows, ~8 MB of arrays, in about half the time). Rows are named tuples; a driver error is
+    raised as SQLAlchemy's DBAPIError, as the session's own statements raise it."""
+    conn = await session.connection()
+    statement = text(sql).compile(dialect=conn.dialect).string
+    driver = (await conn.get_raw_connection()).driver_connection
+    if driver is None:
+        raise RuntimeError("the session's connection has no driver connection")
+    try:
+        async with driver.cursor(binary=True, row_factory=namedtuple_row) as cur:
+            await cur.execute(statement, params)
+            return list(await cur.fetchall())
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(statement, params, exc, psycopg.Error) from exc
+
+
+# int8[] as array_send writes it (Postgres' binary array format): the number of dimensions, a has-NULLs flag and
+# the element type, then each dimension's length and lower bound, then each element as its byte length (8) and
+# its value, big-endian. An empty array has no dimensions (the first three fields only).
+_INT8_OID = 20
+_ARRAY_HEAD = struct.Struct(">iiiii")
+_EMPTY_ARRAY = struct.Struct(">iii")
+_ELEMENT = np.dtype([("len", ">i4"), ("value", ">i8")])
+I64 = npt.NDArray[np.int64]
+
+
+def _int8_arrays(blobs: Sequence[bytes]) -> tuple[I64, I64]:
+    """The elements of int8[] arrays in array_send's form, concatenated, and each array's length."""
+    lengths = np.zeros(len(blobs), dtype=np.int64)
+    bodies: list[memoryview] = []
+    for i, blob in enumerate(blobs):
+        if len(blob) == _EMPTY_ARRAY.size and _EMPTY_ARRAY.unpack(blob)[0] == 0:
+            continue
+        ndim, nulls, oid, size, _lower = _ARRAY_HEAD.unpack_from(blob)
+        if ndim != 1 or nulls or oid != _INT8_OID or len(blob) != _ARRAY_HEAD.size + size * _ELEMENT.itemsize:
+            raise ValueError("a rollup array is not a one-dimensional int8[] without NULLs")
+        lengths[i] = size
+        bodies.append(memoryview(blob)[_ARRAY_HEAD.size :])
+    # Without NULLs every element of an int8[] is 8 bytes long (the length checked above says so too).
+    elements = np.frombuffer(b"".join(bodies), dtype=_ELEMENT)
+    return elements["value"].astype(np.int64), lengths
+
+
+@dataclass
+class _Sums:
+    """Every group host's samples of each function with any in the range, ordered by host, then function:
+    `host` indexes the group's hosts (their order in the answer), `function` indexes `ids`."""
+
+    host: I64
+    function: I64
+    samples: I64
+    ids: I64  # the distinct function ids, ascending
+
+
+def _per_host_sums(rows: Sequence[Any]) -> _Sums:
+    """Sum the signed rows (host index, sign, ids and busy counts as array_send bytes) per host and function,
+    in int64 (exact); like the statement's `HAVING sum > 0`, a function whose signed rows sum to 0 or less on a
+    host is not one of that host's."""
+    ids, lengths = _int8_arrays([r.ids for r in rows])
+    counts, count_lengths = _int8_arrays([r.counts for r in rows])
+    if not np.array_equal(lengths, count_lengths):
+        raise ValueError("a rollup row's function ids and counts differ in length")
+    host = np.repeat(np.fromiter((r.host for r in rows), dtype=np.int64, count=len(rows)), lengths)
+    signed = counts * np.repeat(np.fromiter((r.sign for r in rows), dtype=np.int64, count=len(rows)), lengths)
+    if not len(ids):
+        empty = np.zeros(0, dtype=np.int64)
+        return _Sums(empty, empty, empty, empty)
+    # One key per (host, function id), ordered as the rows came (host by host, each row's ids ascending): a
+    # stable sort (timsort) of those sorted runs is cheap.
+    lowest = int(ids.min())
+    width = int(ids.max()) - lowest + 1
+    key = host * width + (ids - lowest)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    samples = np.add.reduceat(signed[order], starts)
+    key = key[starts]
+    kept = samples > 0
+    key, samples = key[kept], samples[kept]
+    distinct, function = np.unique(key % width, return_inverse=True)
+    return _Sums(key // width, function.reshape(-1).astype(np.int64), samples, distinct + lowest)
+
+
+@dataclass
+class _Ranked:
+    """Per function of `_Sums.ids` with samples on any host: its samples over the group and its hot hosts."""
+
+    function: I64  # indexes into _Sums.ids
+    samples: I64
+    hot_hosts: I64
+
+
+def _rank(sums: _Sums, busy: I64, min_share: float) -> _Ranked:
+    """Each function's samples over the group's hosts and its hot hosts: those where its samples are at least
+    `min_share` of the host's busy samples, compared in float8 as the statement did (`s >= min_share * busy`,
+    the product rounded once; samples and busy counts are exact below 2^53)."""
+    width = len(sums.ids)
+    host_busy = busy[sums.host]
+    hot = (host_busy > 0) & (sums.samples.astype(np.float64) >= min_share * host_busy.astype(np.float64))
+    functions = np.flatnonzero(np.bincount(sums.function, minlength=width))
+    samples = np.zeros(width, dtype=np.int64)
+    np.add.at(samples, sums.function, sums.samples)
+    hot_hosts = np.bincount(sums.function[hot], minlength=width)
+    return _Ranked(functions, samples[functions], hot_hosts[functions].astype(np.int64))
+
+
+async def _page(
+    session: AsyncSession,
+    sums: _Sums,
+    ranked: _Ranked,
+    host_rows: Sequence[Any],
+    busy: dict[str, int],
+    min_share: float,
+    limit: int,
+    offset: int,
+    sort: str,
+    descending: bool,
+) -> tuple[int, list[dict[str, Any]]]:
+    """The page of the ranked functions in the order asked (samples: samples, then name and id; hosts: hot
+    hosts, then samples descending, name and id; name: name, then id ascending in either direction), names
+    compared by Postgres (the database's collation: one query for every ranked function's name), and each
+    page function's cells: the hosts where it has samples, by samples descending, then host id (Postgres'
+    order of the ids). The number of ranked functions is 0 when the page is empty, as the statement gave."""
+    if not len(ranked.function):
+        return 0, []
+    ids = sums.ids[ranked.function]
+    # Postgres' order of every ranked function's name (its collation), as two arrays in one row: the ids in
+    # (name, id) order, and beside each the rank of its name (equal names, equal ranks). Ids of no function
+    # (none, while a catalog piece's functions stay with its rollups) are left out, as the statement's join did.
+    ordered = (
+        await _binary_rows(
+            session,
+            """
+        SELECT array_send(coalesce(array_agg(x.id ORDER BY x.name, x.id), '{}')) AS ids,
+               array_send(coalesce(array_agg(x.r ORDER BY x.name, x.id), '{}')) AS ranks
+        FROM (SELECT f.id, f.name, dense_rank() OVER (ORDER BY f.name) AS r
+              FROM functions f WHERE f.id = ANY(CAST(:ids AS bigint[]))) x""",
+            {"ids": "{" + ",".join(map(str, ids.tolist())) + "}"},
+        )
+    )[0]
+    by_name_ids, _ = _int8_arrays([ordered.ids])
+    name_ranks, _ = _int8_arrays([ordered.ranks])
+    sorter = np.argsort(by_name_ids)
+    at_sorted = np.minimum(np.searchsorted(by_name_ids, ids, sorter=sorter), max(len(sorter) - 1, 0))
+    known = by_name_ids[sorter[at_sorted]] == ids if len(sorter) else np.zeros(len(ids), dtype=bool)
+    ids, function = ids[known], ranked.function[known]
+    samples, hot_hosts = ranked.samples[known], ranked.hot_hosts[known]
+    by_name = sorter[at_sorted[known]]  # each function's place in (name, id) order
+    sign = -1 if descending else 1
+    if sort == "samples":
+        order = np.lexsort((by_name, sign * samples))
+    elif sort == "hosts":
+        order = np.lexsort((by_name, -samples, sign * hot_hosts))
+    elif descending:
+        order = np.lexsort((ids, -name_ranks[by_name]))
+    else:
+        order = np.argsort(by_name)
+    page = order[offset : offset + limit]
+    if not len(page):
+        return 0, []
+    named = {
+        row.id: row
+        for row in await session.execute(
+            text("""
+        SELECT f.id, f.name, coalesce(cp.module, '') AS module
+        FROM functions f LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
+        WHERE f.id = ANY(CAST(:ids AS bigint[]))"""),
+            {"ids": ids[page].tolist()},
+        )
+    }
+    # The page's cells: its functions' entries, grouped by page position, by samples descending, then host id.
+    at = np.full(len(sums.ids), -1, dtype=np.int64)
+    at[function[page]] = np.arange(len(page))
+    chosen = np.flatnonzero(at[sums.function] >= 0)
+    id_order = np.fromiter((int(h.id_order) for h in host_rows), dtype=np.int64, count=len(host_rows))
+    cell_host, cell_samples = sums.host[chosen], sums.samples[chosen]
+    cell_at = at[sums.function[chosen]]
+    cell_order = np.lexsort((id_order[cell_host], -cell_samples, cell_at))
+    bounds = np.searchsorted(cell_at[cell_order], np.arange(len(page) + 1))
+    host_ids = [h.id for h in host_rows]
+    # Shares as Python computed them (int / int: both below 2^53, so the quotient of two exact doubles, rounded
+    # once), 0 for a host without busy samples.
+    cell_busy = np.array([busy[h] for h in host_ids], dtype=np.int64)[cell_host]
+    share = np.zeros(len(cell_host), dtype=np.float64)
+    np.divide(cell_samples, cell_busy, out=share, where=cell_busy > 0)
+    hot = (cell_busy > 0) & (share >= min_share)
+    items: list[dict[str, Any]] = []
+    for k, f in enumerate(page.tolist()):
+        span = cell_order[bounds[k] : bounds[k + 1]]
+        cells = [
+            {"host_id": host_ids[h], "samples": s, "share": sh, "hot": ho}
+            for h, s, sh, ho in zip(
+                cell_host[span].tolist(),
+                cell_samples[span].tolist(),
+                share[span].tolist(),
+                hot[span].tolist(),
+                strict=True,
+            )
+        ]
+        row = named[int(ids[f])]
+        items.append(
+            {
+                "function_id": row.id,
+                "name": row.name,
+                "module": row.module,
+                "samples": int(samples[f]),
+                "hot_hosts": int(hot_hosts[f]),
+                "host_share": int(hot_hosts[f]) / len(host_rows),
+                "cells": cells,
+            }
+        )
+    return len(ids), items
 
 
 async def hot_code(
@@ -335,7 +557,8 @@ async def _hot_code(
         await session.execute(
             text(f"""
         WITH grp AS MATERIALIZED ({grp}), busy AS ({busy_sql})
-        SELECT h.id, h.hostname, h.online, h.labels, coalesce(bz.busy, 0) AS busy
+        SELECT h.id, h.hostname, h.online, h.labels, coalesce(bz.busy, 0) AS busy,
+               row_number() OVER (ORDER BY h.id) AS id_order
         FROM hosts h JOIN grp ON grp.id = h.id LEFT JOIN busy bz ON bz.host_id = h.id
         ORDER BY h.hostname, h.id"""),
             {**params, **tp},
@@ -343,66 +566,19 @@ async def _hot_code(
     ).all()
     busy = {h.id: int(h.busy) for h in host_rows}
     if spans and host_rows:
-        # One rollup row per host and bucket (migration 0017): each host's rows are summed on their own, so
-        # the hash of a host's functions stays small, and the hot test is made there with its busy samples.
-        # Memory for the per-host sums a page's cells are taken from (a 600-host group's hour: ~110,000). The
-        # sums are float8, not numeric (what sum(bigint) gives): cheaper, and exact for counts below 2^53.
-        await session.execute(text(f"SET LOCAL work_mem = '{HOT_CODE_WORK_MEM}'"))
+        # The rows Postgres used to sum (per host, `_function_parts`' signed rows of the range), fetched as they
+        # are stored: each array in Postgres' binary form (array_send), parsed and summed here with numpy.
         functions, fp = _function_parts(spans, wm_1m)
-        order = _HOT_SORTS[sort].format(dir="DESC" if descending else "ASC")
-        rows = (
-            await session.execute(
-                text(f"""
-            WITH per_host AS MATERIALIZED (
-                SELECT g.host_id, x.function_id, x.s, g.busy > 0 AND x.s >= :min_share * g.busy AS hot
-                FROM unnest(CAST(:bh AS text[]), CAST(:bb AS bigint[])) AS g(host_id, busy),
-                LATERAL (SELECT u.function_id, sum(b.sign * u.c::float8) AS s
-                         FROM ({functions}) b, unnest(b.function_ids, b.busy_counts) AS u(function_id, c)
-                         GROUP BY 1 HAVING sum(b.sign * u.c::float8) > 0) x),
-            ranked AS (
-                SELECT function_id, sum(s) AS s, count(*) FILTER (WHERE hot) AS hot_hosts
-                FROM per_host GROUP BY function_id),
-            page AS MATERIALIZED (
-                SELECT r.function_id, r.s, r.hot_hosts, f.name, coalesce(cp.module, '') AS module,
-                       count(*) OVER () AS n
-                FROM ranked r JOIN functions f ON f.id = r.function_id
-                LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
-                ORDER BY {order} LIMIT :limit OFFSET :offset),
-            cells AS (
-                SELECT p.function_id, json_agg(json_build_array(p.host_id, p.s) ORDER BY p.s DESC, p.host_id) AS cells
-                FROM per_host p JOIN page USING (function_id) GROUP BY p.function_id)
-            SELECT page.*, cells.cells FROM page JOIN cells USING (function_id)
-            ORDER BY {order.replace("r.", "page.").replace("f.name", "page.name")}"""),
-                {
-                    **fp,
-                    "bh": list(busy),
-                    "bb": list(busy.values()),
-                    "min_share": min_share,
-                    "limit": limit,
-                    "offset": offset,
-                },
-            )
-        ).all()
-        n = int(rows[0].n) if rows else 0
-        for row in rows:
-            cells = []
-            for host_id, s in row.cells or []:
-                b = busy.get(host_id, 0)
-                share = int(s) / b if b else 0.0
-                cells.append(
-                    {"host_id": host_id, "samples": int(s), "share": share, "hot": bool(b) and share >= min_share}
-                )
-            items.append(
-                {
-                    "function_id": row.function_id,
-                    "name": row.name,
-                    "module": row.module,
-                    "samples": int(row.s),
-                    "hot_hosts": int(row.hot_hosts),
-                    "host_share": int(row.hot_hosts) / len(host_rows),
-                    "cells": cells,
-                }
-            )
+        rows = await _binary_rows(
+            session,
+            f"""
+            SELECT g.i - 1 AS host, b.sign, array_send(b.function_ids) AS ids, array_send(b.busy_counts) AS counts
+            FROM unnest(CAST(:bh AS text[])) WITH ORDINALITY AS g(host_id, i), LATERAL ({functions}) b""",
+            {**fp, "bh": list(busy)},
+        )
+        sums = _per_host_sums(rows)
+        ranked = _rank(sums, np.array(list(busy.values()), dtype=np.int64), min_share)
+        n, items = await _page(session, sums, ranked, host_rows, busy, min_share, limit, offset, sort, descending)
     return {
         **r.public(),
         "covered_from": covered[0] if covered else None,
