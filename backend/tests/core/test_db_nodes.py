@@ -511,8 +511,8 @@ async def test_a_commit_left_ambiguous_is_not_stored_twice_on_resend(spread: Spr
 async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clusters, data_folder) -> None:
     """`python -m app` with DATABASE_URL on A and HOTPATH_DB_NODES naming B: scripted agents' batches stored
     on their hosts' databases, rolled up by the backend's own task on each, the fleet's hot code over REST
-    summing both and each host's top functions its own; B stopped, the view is 503 naming B; B started
-    again, it answers again; a host deleted over REST leaves nothing on B."""
+    summing both and each host's top functions, block samples and data coverage its own; B stopped, the
+    view is 503 naming B; B started again, it answers again; a host deleted over REST leaves nothing on B."""
     a, b = clusters
     db = "hp_backend"
     for c in (a, b):
@@ -577,6 +577,7 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
                 per_fn[k % 3] = per_fn.get(k % 3, 0) + 20 * (k + 1)
             assert sorted(i["samples"] for i in body["items"]) == sorted(per_fn.values())
             # A host's own pages read its series from its database, wherever it is placed.
+            covered: list[int] = []
             for k, host in enumerate(placed[0] + placed[1]):
                 top = await client.get(f"/api/v1/hosts/{host}/top-functions", params=rng)
                 assert top.status_code == 200, top.text
@@ -584,6 +585,15 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
                     20 * (k + 1),
                     [20 * (k + 1)],
                 ), host
+                # The function view's block samples and the data coverage: the same series, read from its node.
+                fid = top.json()["items"][0]["function_id"]
+                blocks = await client.get(f"/api/v1/hosts/{host}/functions/{fid}/samples", params=rng)
+                assert blocks.status_code == 200, blocks.text
+                assert blocks.json()["total"] == 20 * (k + 1), (host, blocks.json())
+                cov = await client.get(f"/api/v1/hosts/{host}/coverage", params={"window_s": 3 * 3600})
+                assert cov.status_code == 200, cov.text
+                covered.append(sum(b["covered_ms"] for b in cov.json()["buckets"]))
+            assert covered[0] > 0 and covered == [covered[0]] * 4, f"covered ms per host {covered}"
             await asyncio.to_thread(b.stop, "fast")
             try:
                 r = await client.get(url, params=rng)

@@ -4,9 +4,9 @@ samples per block, and its instructions (decoded by the host's agent once per bu
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 
-from app.api.deps import CurrentUser, RuntimeDep, SessionDep
+from app.api.deps import CurrentUser, RuntimeDep, SessionDep, read_across_nodes
 from app.api.ranges import BAD_RANGE, SampleRange
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
@@ -60,7 +60,12 @@ async def get_function(
     return FastJSON(detail)
 
 
-@router.get("/{function_id}/samples", response_model=FunctionSamples, responses={**NOT_FOUND, **BAD_RANGE})
+@router.get(
+    "/{function_id}/samples",
+    response_model=FunctionSamples,
+    responses={**NOT_FOUND, **BAD_RANGE},
+    dependencies=[Depends(read_across_nodes)],  # read only: from the host's database node
+)
 async def function_samples(
     host_id: ExistingHost, function_id: FunctionId, session: SessionDep, _: CurrentUser, spec: SampleRange
 ) -> FastJSON:

@@ -5,7 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 
-from app.api.deps import AdminUser, CurrentUser, SessionDep
+from app.api.deps import AdminUser, CurrentUser, SessionDep, read_across_nodes
 from app.api.responses import ADMIN_ONLY, NOT_FOUND, FastJSON
 from app.api.schemas import DataCoverage, HostPublic, LabelsUpdate, ModulePublic
 from app.storage import hosts, samples
@@ -57,7 +57,12 @@ async def list_modules(
     return FastJSON(await hosts.list_modules(session, host_id, target))
 
 
-@router.get("/{host_id}/coverage", response_model=DataCoverage, responses=NOT_FOUND)
+@router.get(
+    "/{host_id}/coverage",
+    response_model=DataCoverage,
+    responses=NOT_FOUND,
+    dependencies=[Depends(read_across_nodes)],  # read only: from the host's database node
+)
 async def coverage(
     host_id: ExistingHost,
     session: SessionDep,

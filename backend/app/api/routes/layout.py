@@ -4,9 +4,9 @@ figures behind each rank (app.domain.layout_candidates). A heuristic ranking, no
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
 
-from app.api.deps import CurrentUser, SessionDep
+from app.api.deps import CurrentUser, SessionDep, read_across_nodes
 from app.api.ranges import BAD_RANGE, SampleRange
 from app.api.responses import NOT_FOUND, FastJSON
 from app.api.routes.hosts import ExistingHost
@@ -14,7 +14,10 @@ from app.api.schemas import LayoutCandidates
 from app.domain import layout_candidates
 from app.storage import targets
 
-router = APIRouter(prefix="/hosts/{host_id}/targets/{target_id}", tags=["layout"])
+# Read only: the host's samples from its database node.
+router = APIRouter(
+    prefix="/hosts/{host_id}/targets/{target_id}", tags=["layout"], dependencies=[Depends(read_across_nodes)]
+)
 TargetId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^(kernel|p[0-9]{1,10}-[0-9]{1,20})$")]
 
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 
-from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
+from app.api.deps import CurrentUser, RuntimeDep, SessionDep, read_across_nodes, require_role
 from app.api.ranges import BAD_RANGE, FromQuery, ToQuery, WindowQuery, range_spec
 from app.api.responses import NOT_FOUND, FastJSON, Responses
 from app.api.routes.hosts import ExistingHost
@@ -120,7 +120,12 @@ async def stop_measurement(
     return command_response(row, created)
 
 
-@router.get("/{measurement_id}/values", response_model=MeasurementValues, responses={**NOT_FOUND, **BAD_RANGE})
+@router.get(
+    "/{measurement_id}/values",
+    response_model=MeasurementValues,
+    responses={**NOT_FOUND, **BAD_RANGE},
+    dependencies=[Depends(read_across_nodes)],  # read only: from the host's database node
+)
 async def measurement_values(
     host_id: ExistingHost,
     measurement_id: ExistingMeasurement,
@@ -140,7 +145,12 @@ async def measurement_values(
     return FastJSON(await samples.measurement_values(session, measurement_id, r))
 
 
-@router.get("/{measurement_id}/series", response_model=MeasurementSeries, responses={**NOT_FOUND, **BAD_RANGE})
+@router.get(
+    "/{measurement_id}/series",
+    response_model=MeasurementSeries,
+    responses={**NOT_FOUND, **BAD_RANGE},
+    dependencies=[Depends(read_across_nodes)],  # read only: from the host's database node
+)
 async def measurement_series(
     host_id: ExistingHost,
     measurement_id: ExistingMeasurement,
@@ -165,7 +175,12 @@ async def measurement_series(
     return FastJSON(await samples.measurement_series(session, measurement_id, r, wanted, points))
 
 
-@router.get("/{measurement_id}/cfg", response_model=MeasurementCfg, responses={**NOT_FOUND, **BAD_RANGE})
+@router.get(
+    "/{measurement_id}/cfg",
+    response_model=MeasurementCfg,
+    responses={**NOT_FOUND, **BAD_RANGE},
+    dependencies=[Depends(read_across_nodes)],  # read only: from the host's database node
+)
 async def measurement_cfg(
     host_id: ExistingHost,
     measurement_id: ExistingMeasurement,

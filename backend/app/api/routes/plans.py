@@ -20,7 +20,7 @@ from typing import Annotated, Any, NoReturn
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import CurrentUser, RuntimeDep, SessionDep, require_role
+from app.api.deps import CurrentUser, RuntimeDep, SessionDep, read_across_nodes, require_role
 from app.api.responses import NOT_FOUND, FastJSON, Responses, not_modified, quick_gzip_json
 from app.api.routes.catalogs import IMMUTABLE
 from app.api.routes.hosts import ExistingHost
@@ -83,7 +83,12 @@ async def list_plans(
     return FastJSON(await plan_views.list_plans(session, host_id, limit, target, digest, function_index, state))
 
 
-@router.get("/{plan_id}", response_model=PlanDetail, responses=NOT_FOUND)
+@router.get(
+    "/{plan_id}",
+    response_model=PlanDetail,
+    responses=NOT_FOUND,
+    dependencies=[Depends(read_across_nodes)],  # read only: its windows' series from the host's node
+)
 async def get_plan(host_id: ExistingHost, plan_id: uuid.UUID, session: SessionDep, _: CurrentUser) -> FastJSON:
     """One plan's record: its state and workflow, the install's and revert's details, the root's figures
     before and after the install and the latest interleaved comparison; not its body (GET
