@@ -850,12 +850,12 @@ def main():
     ap.add_argument("--results", required=True, help="the guest's results channel (second serial port)")
     ap.add_argument(
         "--results-kmod",
-        default="",
+        required=True,
         help="the second guest's results channel (its job: hotpath.ko and the kernel target without the daemon)",
     )
     ap.add_argument(
         "--kmod-done",
-        default="",
+        required=True,
         help="the file test.sh writes once the second guest's job is done (or FAIL and the reason)",
     )
     ap.add_argument("--ko", required=True, help="hotpath_lane.ko as loaded in the guest")
@@ -914,9 +914,6 @@ def main():
     def kmod_job_checks():
         """The second guest's job (hotpath.ko's proofs, the kernel target without the daemon): wait for its
         end (--kmod-done), then check what it wrote."""
-        if not a.results_kmod:
-            kmod_checks(checks, {}, a, state)
-            return
 
         def ended():
             if not os.path.exists(a.kmod_done):
@@ -1398,7 +1395,7 @@ def finish(checks, a, state):
                 with open(os.path.join(a.run, "console.log"), errors="replace") as f:
                     console_text = f.read()
             kmod_text = ""
-            if getattr(a, "results_kmod", "") and os.path.exists(a.results_kmod):
+            if os.path.exists(a.results_kmod):
                 with open(a.results_kmod, errors="replace") as f:
                     kmod_text = f.read()
             print(time_table(text, console_text, parse_results(text)[1], a.lane_times, checks, kmod_text), flush=True)
