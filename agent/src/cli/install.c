@@ -637,7 +637,7 @@ int cmd_installed(int argc, char **argv)
 		printf("%zu code heap%s kept mapped after a revert, waiting for release\n", kept, kept == 1 ? "" : "s");
 	if (!shown)
 		printf("nothing installed (journals in %s/replace)\n", state);
-	long draining = hp_kernel_heaps_draining(NULL);
+	long draining = hp_kernel_heaps_draining();
 	if (draining > 0)
 		printf("hotpath.ko: %ld kernel code heap%s draining: freed, but a task's stack may still be inside "
 		       "(the kernel log names it); released once it has left, and `rmmod hotpath` waits for it\n",

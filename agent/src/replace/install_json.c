@@ -123,7 +123,7 @@ void hp_installed_json(FILE *fp, const char *state_dir, const struct hp_installe
 	json_obj_begin(&j);
 	json_kstr(&j, "state_dir", state_dir);
 	/* hotpath.ko's draining heaps (patch_target.h); null without the module. */
-	long draining = hp_kernel_heaps_draining(NULL);
+	long draining = hp_kernel_heaps_draining();
 	json_key(&j, "kernel_heaps_draining");
 	if (draining < 0)
 		json_null(&j);

@@ -615,11 +615,10 @@ int hp_patch_target_kernel(struct hp_patch_target *t, char *err, size_t errlen)
 	return 0;
 }
 
-long hp_kernel_heaps_draining(const char *root)
+long hp_kernel_heaps_draining(void)
 {
-	char path[512], buf[32];
-	snprintf(path, sizeof(path), "%s/sys/module/hotpath/parameters/draining", root ? root : "");
-	FILE *f = fopen(path, "re");
+	char buf[32];
+	FILE *f = fopen("/sys/module/hotpath/parameters/draining", "re");
 	if (!f)
 		return -1;
 	char *got = fgets(buf, sizeof(buf), f);

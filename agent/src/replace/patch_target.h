@@ -144,9 +144,9 @@ int hp_patch_target_kernel(struct hp_patch_target *t, char *err, size_t errlen);
 
 /* How many kernel code heaps hotpath.ko keeps draining (freed, but a task's
  * stack may still be inside: released once the last one has left), from
- * /sys/module/hotpath/parameters/draining under root (NULL: "/"); -1 when
- * the module is not loaded or says nothing readable. */
-long hp_kernel_heaps_draining(const char *root);
+ * /sys/module/hotpath/parameters/draining; -1 when the module is not loaded
+ * or says nothing readable. */
+long hp_kernel_heaps_draining(void);
 
 void hp_undo_free(struct hp_undo *u);
 
