@@ -508,19 +508,24 @@ async def test_a_commit_left_ambiguous_is_not_stored_twice_on_resend(spread: Spr
     assert [(r[0], r[1]) for r in rows if r[0] < base + timedelta(minutes=1)] == [(agent.ts(1), 1), (agent.ts(2), 1)]
 
 
+async def _databases(clusters: tuple[Cluster, Cluster], db: str) -> tuple[str, str]:
+    """A new database db on each of the two clusters: its URL on each (the coordinator's, the node's)."""
+    for c in clusters:
+        engine = make_engine(c.url).execution_options(isolation_level="AUTOCOMMIT")
+        async with engine.connect() as conn:
+            await conn.execute(text(f"CREATE DATABASE {db}"))
+        await engine.dispose()
+    a, b = (c.url.replace("/postgres?", f"/{db}?") for c in clusters)
+    return a, b
+
+
 async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clusters, data_folder) -> None:
     """`python -m app` with DATABASE_URL on A and HOTPATH_DB_NODES naming B: scripted agents' batches stored
     on their hosts' databases, rolled up by the backend's own task on each, the fleet's hot code over REST
     summing both and each host's top functions, block samples and data coverage its own; B stopped, the
     view is 503 naming B; B started again, it answers again; a host deleted over REST leaves nothing on B."""
-    a, b = clusters
-    db = "hp_backend"
-    for c in (a, b):
-        engine = make_engine(c.url).execution_options(isolation_level="AUTOCOMMIT")
-        async with engine.connect() as conn:
-            await conn.execute(text(f"CREATE DATABASE {db}"))
-        await engine.dispose()
-    url_a, url_b = (c.url.replace("/postgres?", f"/{db}?") for c in (a, b))
+    b = clusters[1]
+    url_a, url_b = await _databases(clusters, "hp_backend")
     backend = Backend(data_folder, env={"DATABASE_URL": url_a, "HOTPATH_DB_NODES": url_b, "HOTPATH_ROLLUP_LAG_S": "1"})
     await backend.start()
     t0 = (datetime.now(UTC) - timedelta(hours=2)).replace(second=0, microsecond=0)
@@ -636,14 +641,7 @@ async def test_a_pending_migration_detaches_the_coordinators_tables_and_setup_at
     """What the server does at start when a migration is pending (a partition's columns cannot change): the
     coordinator's tables detached from the spread parents, the migrations, the parents made again; and a
     different number of databases refused."""
-    a, b = clusters
-    db = "hp_migrate"
-    for c in (a, b):
-        engine = make_engine(c.url).execution_options(isolation_level="AUTOCOMMIT")
-        async with engine.connect() as conn:
-            await conn.execute(text(f"CREATE DATABASE {db}"))
-        await engine.dispose()
-    url_a, url_b = (c.url.replace("/postgres?", f"/{db}?") for c in (a, b))
+    url_a, url_b = await _databases(clusters, "hp_migrate")
 
     async def attached() -> dict[str, str]:
         engine = make_engine(url_a)
