@@ -16,6 +16,13 @@ While commits fail (the database refuses writes: a full disk, SQLSTATE 53100; or
 writer is `failing`: the first failure logs one error with its SQLSTATE and message, every failed commit
 a warning, and the first commit that stores data again logs how long it failed (the process's metrics
 show it as hotpath_ingest_failing). The writer itself keeps running: it needs no restart.
+
+With several database nodes (app.storage.nodes) each database has a lane of its own: the writer routes a
+commit's items by their host's database and hands each group to that database's lane, a task that commits
+its groups in order (a host is always on one database, so a stream's items stay in order). A node that hangs
+on an established connection (a stopped server, a network that drops packets) then holds its own hosts'
+commits only, each failed after `node_timeout_s`; its lane takes a bounded number of groups and fails the
+ones beyond that at once, so the other databases' hosts are stored and acknowledged meanwhile.
 """
 
 import asyncio
@@ -43,6 +50,15 @@ log = logging.getLogger("hotpath.ingest")
 MAX_ITEMS_PER_COMMIT = 2000
 MAX_POINTS_PER_COMMIT = 400_000
 GATHER_S = 0.005  # after the first item, wait this long for more to share the commit
+# How long a node's commit may take before its items fail (their agents resend): a commit of the largest
+# size takes ~1 s on a loaded machine (docs/decisions.md, "Several database nodes, built"); a node that
+# takes 30 s answers nothing useful. The coordinator has no bound: without it no commit can be made.
+NODE_TIMEOUT_S = 30.0
+# Groups a database's lane holds while its commits are under way; one more fails at once.
+LANE_GROUPS = 64
+# How long a node's commit cancelled at its bound may take to end (psycopg's own cancellation waits up
+# to 5 s for the server's cancel and 5 s more for the query to end) before the lane gives up on it.
+CANCEL_GRACE_S = 15.0
 
 
 @dataclass(slots=True)
@@ -130,6 +146,23 @@ class Item:
         return n
 
 
+@dataclass(slots=True)
+class _Lane:
+    queue: asyncio.Queue[list[Item]]
+    task: asyncio.Task[None]
+
+
+def _without_doomed(items: list[Item]) -> list[Item]:
+    """The items whose stream has not lost an earlier message; the others fail without being stored."""
+    doomed = [it for it in items if getattr(it.guard, "store_failed", False)]
+    if not doomed:
+        return items
+    for it in doomed:
+        if it.future is not None and not it.future.done():
+            it.future.set_exception(ConnectionError("an earlier message of this stream was not stored"))
+    return [it for it in items if not getattr(it.guard, "store_failed", False)]
+
+
 class IngestWriter:
     def __init__(
         self,
@@ -138,9 +171,13 @@ class IngestWriter:
         on_commit: Callable[[list[Item], float], None] | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
         nodes: Nodes | None = None,
+        node_timeout_s: float = NODE_TIMEOUT_S,
     ) -> None:
         self.engine = engine
         self.nodes = nodes  # the databases the series are spread over (app.storage.nodes); None: this one
+        self.node_timeout_s = node_timeout_s
+        self._lanes: dict[int, _Lane] = {}  # with nodes: each database's lane, by its index (0: coordinator)
+        self._left: dict[int, asyncio.Future[None]] = {}  # a node's commit given up on, still running
         self.queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=queue_items)
         self.on_commit = on_commit  # callback(items, seconds) after each commit, for metrics
         self.on_failure = on_failure  # callback(error) after each failed commit, for metrics
@@ -158,10 +195,19 @@ class IngestWriter:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        stopping = ConnectionError("the backend is stopping")
+        for lane in self._lanes.values():
+            await cancel_and_wait(lane.task)
+            while not lane.queue.empty():
+                self._fail(lane.queue.get_nowait(), stopping)
+        self._lanes.clear()
+        for commit in self._left.values():
+            commit.cancel()
+        self._left.clear()
         while not self.queue.empty():
             item = self.queue.get_nowait()
             if item.future is not None and not item.future.done():
-                item.future.set_exception(ConnectionError("the backend is stopping"))
+                item.future.set_exception(stopping)
 
     async def submit(self, item: Item) -> asyncio.Future[None]:
         """Queue an item (waits while the queue is full); its future completes once it is stored."""
@@ -181,6 +227,14 @@ class IngestWriter:
             await fut
         except Exception:  # noqa: BLE001, S110 - a failed commit is its items' business
             pass
+        # With nodes, the writer has handed everything before the marker to the lanes: a marker through
+        # each of them (in order behind what they hold) completes once they have committed it.
+        markers: list[asyncio.Future[None]] = []
+        for lane in list(self._lanes.values()):
+            done = asyncio.get_running_loop().create_future()
+            await lane.queue.put([Item(host_id="", future=done)])
+            markers.append(done)
+        await asyncio.gather(*markers, return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
@@ -200,12 +254,7 @@ class IngestWriter:
                         break
                 items.append(item)
                 points += item.size()
-            doomed = [it for it in items if getattr(it.guard, "store_failed", False)]
-            if doomed:
-                for it in doomed:
-                    if it.future is not None and not it.future.done():
-                        it.future.set_exception(ConnectionError("an earlier message of this stream was not stored"))
-                items = [it for it in items if not getattr(it.guard, "store_failed", False)]
+            items = _without_doomed(items)
             try:
                 groups = await self._route(items)
             except asyncio.CancelledError:
@@ -215,8 +264,78 @@ class IngestWriter:
                 self._failed(exc, len(items))
                 self._fail(items, exc)
                 continue
+            if self.nodes is None:
+                for node, group in groups:
+                    await self._store(node, group)
+                continue
             for node, group in groups:
-                await self._store(node, group)
+                self._hand(node, group)
+
+    def _hand(self, node: Node | None, group: list[Item]) -> None:
+        """Give one database's group to its lane (made on first use); a lane that holds LANE_GROUPS already
+        (its database does not keep up, or hangs) fails the group at once, so the writer never waits on it."""
+        index = node.index if node is not None else 0
+        lane = self._lanes.get(index)
+        if lane is None:
+            queue: asyncio.Queue[list[Item]] = asyncio.Queue(maxsize=LANE_GROUPS)
+            task = asyncio.create_task(self._lane(node, queue), name=f"ingest-writer-{index}")
+            lane = self._lanes[index] = _Lane(queue, task)
+        try:
+            lane.queue.put_nowait(group)
+        except asyncio.QueueFull:
+            name = node.label if node is not None else "the coordinator"
+            exc = ConnectionError(f"database {name} has {LANE_GROUPS} commits waiting; it does not keep up")
+            self._failed(exc, len(group))
+            self._fail(group, exc)
+
+    async def _lane(self, node: Node | None, queue: asyncio.Queue[list[Item]]) -> None:
+        """One database's commits, in the order they were handed over. While a commit given up on has not
+        ended (its node does not answer even its cancellation), the groups after it fail at once: none may
+        commit beside it (a resend stored beside the batch it resends would be stored twice)."""
+        index = node.index if node is not None else 0
+        while True:
+            group = _without_doomed(await queue.get())
+            if not group:
+                continue
+            left = self._left.get(index)
+            if left is not None and not left.done():
+                assert node is not None
+                exc = ConnectionError(f"database {node.label} has not ended a commit given up on")
+                self._failed(exc, len(group))
+                self._fail(group, exc)
+                continue
+            await self._store(node, group)
+
+    async def _commit_bounded(self, node: Node, items: list[Item]) -> None:
+        """A node's commit, failed after `node_timeout_s`. It runs as a task of its own, cancelled at the
+        bound; should its cancellation not end it either (psycopg bounds its own, but SQLAlchemy's clean-up
+        awaits the connection again), it is left behind, and its lane takes nothing more until it ends."""
+        commit = asyncio.ensure_future(self._commit_tries(node, items))
+        try:
+            done, _ = await asyncio.wait({commit}, timeout=self.node_timeout_s)
+            if done:
+                commit.result()
+                return
+            commit.cancel()
+            done, _ = await asyncio.wait({commit}, timeout=CANCEL_GRACE_S)
+        except asyncio.CancelledError:
+            commit.cancel()
+            raise
+        if not done:
+            commit.add_done_callback(lambda t: t.cancelled() or t.exception())  # its end is no one's business
+            self._left[node.index] = commit
+            log.warning("database %s: a commit given up on does not end; its hosts fail until it does", node.label)
+        raise ConnectionError(f"database {node.label} did not commit within {self.node_timeout_s:g} s")
+
+    async def _commit_tries(self, node: Node | None, items: list[Item]) -> None:
+        try:
+            await self._commit_on(node, items)
+        except (DBAPIError, psycopg.Error) as exc:
+            # COPY runs on the driver's connection: its errors arrive unwrapped.
+            state = getattr(getattr(exc, "orig", exc), "sqlstate", None)
+            if state != "23514" or not await self._add_partitions(items, node):
+                raise
+            await self._commit_on(node, items)  # the partition a row needed was missing: once more
 
     async def _route(self, items: list[Item]) -> list[tuple[Node | None, list[Item]]]:
         """The items by the database their host's series live on (one group, the coordinator's, without
@@ -241,14 +360,10 @@ class IngestWriter:
         t0 = time.perf_counter()
         points = sum(it.size() for it in items)
         try:
-            try:
-                await self._commit_on(node, items)
-            except (DBAPIError, psycopg.Error) as exc:
-                # COPY runs on the driver's connection: its errors arrive unwrapped.
-                state = getattr(getattr(exc, "orig", exc), "sqlstate", None)
-                if state != "23514" or not await self._add_partitions(items, node):
-                    raise
-                await self._commit_on(node, items)  # the partition a row needed was missing: once more
+            if node is None:
+                await self._commit_tries(None, items)
+            else:
+                await self._commit_bounded(node, items)
         except asyncio.CancelledError:
             for it in items:
                 if it.future is not None and not it.future.done():

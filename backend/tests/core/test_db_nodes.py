@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -34,6 +35,7 @@ from app.storage.ingest import IngestWriter, Item, SampleRow
 from app.storage.samples import TimeRange
 from app.storage.series import partitions, rollups
 from tests.backend_process import Backend
+from tests.conftest import make_user, token_for
 from tests.scripted_agent import wait_catalog_complete, wait_for_ack, wait_until
 
 PG_MAJOR = "15"
@@ -103,6 +105,21 @@ class Cluster:
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "120", "stop", check=False)
+
+    def _pids(self) -> list[int]:
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False).stdout.split()
+        return [pid, *map(int, children)]
+
+    def pause(self) -> None:
+        """The postmaster and its backends stopped with SIGSTOP: a server that hangs on its established
+        connections (and takes new ones into the socket's backlog without answering)."""
+        for pid in self._pids():
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in self._pids():
+            os.kill(pid, signal.SIGCONT)
 
     def kill9(self) -> None:
         """The postmaster killed with SIGKILL (its backends end when they notice, as after a crash)."""
@@ -434,6 +451,11 @@ async def test_a_node_restarted_and_killed_while_agents_send_loses_nothing_ackno
             await asyncio.gather(*tasks)
     assert any(a.failures for a in agents if a.host_id in s.on_b), "B's hosts saw the restart"
     assert not any(a.failures for a in agents if a.host_id in s.on_a), "A's hosts never did"
+    await _check_stored_once(s, agents, base)
+
+
+async def _check_stored_once(s: Spread, agents: list["Agent"], base: datetime) -> None:
+    """Every acknowledged batch stored exactly once on its host's database, nothing never acknowledged."""
     for engine, hosts in ((s.engine, s.on_a), (s.spread.node(1).engine, s.on_b)):
         async with engine.connect() as conn:
             rows = (
@@ -453,6 +475,54 @@ async def test_a_node_restarted_and_killed_while_agents_send_loses_nothing_ackno
             assert agent.acked <= set(got), f"{agent.host_id}: acknowledged but lost {sorted(agent.acked - set(got))}"
             assert set(got) == agent.acked, f"{agent.host_id}: stored but never acknowledged"
     await _check_fleet_equals_both_nodes(s, base)
+
+
+async def test_a_node_that_hangs_holds_its_own_hosts_only(spread: Spread) -> None:
+    """B stopped with SIGSTOP while agents send: its connections stay open and nothing answers. A's hosts go
+    on being acknowledged while B's commit waits (each database commits in a lane of its own); with the
+    writer's bound for a node, B's commits fail instead of waiting; after SIGCONT every acknowledged batch
+    is stored once."""
+    s = spread
+    base = (datetime.now(UTC) - timedelta(minutes=75)).replace(second=0, microsecond=0)
+    agents = [Agent(s, h, base) for h in s.on_a + s.on_b]
+    for agent in agents:
+        agent.instance = "hang-test"
+    bound = s.writer.node_timeout_s
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(a.run(stop)) for a in agents]
+
+    async def b_failed() -> bool:
+        return any(a.failures for a in agents if a.host_id in s.on_b)
+
+    try:
+        await acked_more_for(agents, s.on_a + s.on_b, 3)
+        # A bound longer than this phase waits: B's commit is still waiting when A's hosts have 30 more
+        # acknowledged. With one writer for every database A's waited for B's commit first.
+        s.writer.node_timeout_s = 4 * HANG_S
+        s.b.pause()
+        try:
+            await acked_more_for(agents, s.on_a, 30)
+            assert not await b_failed(), "B's commit was still waiting"
+        finally:
+            # A short bound for every commit from now on (set before B answers again: a commit started
+            # under the long bound would hang through the next pause).
+            s.writer.node_timeout_s = 2.0
+            s.b.resume()
+        await acked_more_for(agents, s.on_a + s.on_b, 3)
+        # With the short bound B's commits fail (their agents keep the batches and resend) rather than wait.
+        s.b.pause()
+        try:
+            await wait_until(b_failed, HANG_S)
+        finally:
+            s.b.resume()
+        await acked_more_for(agents, s.on_a + s.on_b, 5)
+    finally:
+        s.writer.node_timeout_s = bound
+        stop.set()
+        async with asyncio.timeout(HANG_S):
+            await asyncio.gather(*tasks)
+    assert not any(a.failures for a in agents if a.host_id in s.on_a), "A's hosts never failed"
+    await _check_stored_once(s, agents, base)
 
 
 async def acked_more_for(agents: list[Agent], hosts: list[str], n: int) -> None:
@@ -599,6 +669,7 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
                 assert cov.status_code == 200, cov.text
                 covered.append(sum(b["covered_ms"] for b in cov.json()["buckets"]))
             assert covered[0] > 0 and covered == [covered[0]] * 4, f"covered ms per host {covered}"
+            await _plan_on_a_node_host(backend, client, agents[3], placed[1][1], engine_b)
             await asyncio.to_thread(b.stop, "fast")
             try:
                 r = await client.get(url, params=rng)
@@ -624,6 +695,67 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
         await engine_a.dispose()
         await engine_b.dispose()
         await backend.kill(signal.SIGTERM)
+
+
+async def _plan_on_a_node_host(backend: Backend, client: Any, agent: Any, host: str, engine_b: AsyncEngine) -> None:
+    """A process plan of a host placed on B: made, approved by another user, installed with its windows
+    measured (their points stored on B), compared and reverted. The plan's record, over GET and in the
+    revert's answer, compares the windows read from B."""
+    r = await client.post(f"/api/v1/hosts/{host}/targets", json={"pid": 4242})
+    assert r.status_code == 202, r.text
+    target, digest = "p4242-1000", agent.process[3]
+
+    async def ready() -> bool:
+        mods = (await client.get(f"/api/v1/hosts/{host}/modules", params={"target": target})).json()
+        return bool(mods) and mods[0]["complete"]
+
+    await wait_until(ready, HANG_S)
+    base = f"/api/v1/hosts/{host}/plans"
+    r = await client.post(base, json={"target": target, "digest": digest, "function_index": 2, "seconds": 1})
+    assert r.status_code == 202, r.text
+    plan_id = r.json()["id"]
+
+    async def plan(*states: str) -> dict[str, Any] | None:
+        p = (await client.get(f"{base}/{plan_id}")).json()
+        return p if p["state"] in states else None
+
+    await wait_until(lambda: plan("ready"), HANG_S)
+    assert (await client.post(f"{base}/{plan_id}/request")).status_code == 200
+    approver = await make_user(client, "approver", "nodes")
+    async with httpx.AsyncClient(
+        base_url=backend.url,
+        timeout=30,
+        headers={"Authorization": f"Bearer {await token_for(backend.url, *approver)}"},
+    ) as other:
+        assert (await other.post(f"{base}/{plan_id}/approve")).status_code == 200
+    assert (await client.post(f"{base}/{plan_id}/install", json={"window_s": 1})).status_code == 200
+
+    async def window(which: str) -> str | None:
+        mid = (await client.get(f"{base}/{plan_id}")).json()[f"{which}_measurement"]
+        return mid if mid is not None and mid in agent.measurements else None
+
+    before = await wait_until(lambda: window("before"), HANG_S)
+    await wait_for_ack(agent, await agent.send_measurement(before, time.time_ns() - 10**9, [(0, 1000, 4e6)]), HANG_S)
+    installed = await wait_until(lambda: plan("installed", "install_failed"), HANG_S)
+    assert installed["state"] == "installed", installed["error"]
+    after = await wait_until(lambda: window("after"), HANG_S)
+    await wait_for_ack(agent, await agent.send_measurement(after, time.time_ns() - 10**9, [(0, 2000, 6e6)]), HANG_S)
+    async with engine_b.connect() as conn:
+        on_b = (
+            await conn.execute(text("SELECT count(*) FROM measurement_points WHERE host_id = :h"), {"h": host})
+        ).scalar_one()
+    assert on_b == 2, "the windows' points are stored on B"
+
+    async def compared() -> dict[str, Any] | None:
+        c = (await client.get(f"{base}/{plan_id}")).json()["comparison"]
+        return c if c and c["after"] and c["after"]["calls"] == 2000 else None
+
+    c = await wait_until(compared, HANG_S)
+    assert (c["before"]["calls"], c["before"]["wall_ns_per_call"], c["after"]["wall_ns_per_call"]) == (1000, 4000, 3000)
+    r = await client.post(f"{base}/{plan_id}/revert")
+    assert r.status_code == 200 and r.json()["state"] == "reverting", r.text
+    assert r.json()["comparison"] == c, "the step's answer compares the windows read from B too"
+    assert (await wait_until(lambda: plan("reverted"), HANG_S))["state"] == "reverted"
 
 
 def test_node_urls_are_parsed_and_named_without_their_credentials() -> None:

@@ -38,6 +38,7 @@ from app.api.schemas import (
 from app.domain import plan_records, plan_views, plans
 from app.gen.plan import Plan as GenPlan
 from app.runtime import Runtime
+from app.storage import nodes
 from app.storage.models import User
 
 router = APIRouter(prefix="/hosts/{host_id}/plans", tags=["plans"])
@@ -148,6 +149,10 @@ async def _step(coro: Awaitable[dict[str, Any]], session: AsyncSession, runtime:
         _fail(exc)
     await session.commit()
     plan_records.publish_state(runtime.hub, out["host_id"], out["id"], out["state"])
+    if nodes.active() is not None:
+        # The step's record was read in its own transaction, from the coordinator's tables only: read it
+        # again, its windows' comparison from the host's node.
+        out = await plan_views.get_plan(session, out["host_id"], out["id"]) or out
     return FastJSON(out)
 
 
