@@ -15,7 +15,10 @@ wants every node's rows puts that schema first in its search path (`read_across`
 task and the partition upkeep keep the default search path and write the local tables, each node's on the node
 (ON CONFLICT works there; a parent with a foreign partition has no unique index). So a batch's transaction
 writes one database only, its host's (app.storage.ingest): its rows and its delivery mark commit together or
-not at all, and a resend after an ambiguous commit is recognised by the mark on that node.
+not at all, and a resend after an ambiguous commit is recognised by the mark on that node. A read of many
+hosts' rows (the fleet's hot code) sends each node its own part over the node's engine instead, at once
+(`Nodes.each`, `Nodes.beside`): one statement per node rather than a remote query per host through the
+foreign partitions, and a node that hangs is named after READ_TIMEOUT_S rather than holding the request.
 
 Node DSNs carry passwords: they go into the coordinator's user mappings (readable by superusers and the
 mapping's owner only) and never into a log line (`label` names a node without its credentials).
