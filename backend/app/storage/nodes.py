@@ -360,14 +360,19 @@ class Nodes:
                 if not t.done():
                     _let_end(t)
         down: list[str] = []
+        other: BaseException | None = None
         for n, t in zip(which, tasks, strict=True):
             if t in pending:
                 down.append(n.label)
-            elif (exc := t.exception()) is not None:
-                if not isinstance(exc, OperationalError | InterfaceError | OSError | TimeoutError):
-                    raise exc
+            elif (exc := t.exception()) is None:
+                continue
+            elif isinstance(exc, OperationalError | InterfaceError | OSError | TimeoutError):
                 log.warning("database %s did not answer a read: %s", n.label, describe_error(exc))
                 down.append(n.label)
+            elif other is None:
+                other = exc
+        if other is not None:
+            raise other
         if down:
             raise NodeUnavailable(down)
         return [t.result() for t in tasks]
@@ -381,7 +386,7 @@ class Nodes:
         try:
             mine = await local
         except BaseException:
-            parts.cancel()
+            _let_end(parts)
             raise
         return mine, await parts
 
@@ -403,7 +408,8 @@ _ENDING: set[asyncio.Future[Any]] = set()
 
 
 def _let_end(task: asyncio.Future[Any]) -> None:
-    """Cancel a read's part that took too long, and let it end in the background (its error retrieved)."""
+    """Cancel a read's part that took too long (or is no longer wanted), and let it end in the background
+    (its error retrieved: nobody waits for it)."""
     task.cancel()
     _ENDING.add(task)
     task.add_done_callback(_ended)

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
@@ -697,6 +698,59 @@ def test_node_urls_are_parsed_and_named_without_their_credentials() -> None:
     ]
     assert nodes.label(3, "postgresql://hp:pw@[bad") == "node 3"
     assert nodes.parse("") == []
+
+
+async def test_a_nodes_part_is_named_only_when_the_node_does_not_answer() -> None:
+    """`Nodes.each` without databases (the engines never connect): a connection-class error or no answer
+    within the bound names the node, every such node at once; another error is raised as it is; a part past
+    the bound is cancelled, not waited for; `beside` drops the nodes' parts when the coordinator's fails."""
+    spread = nodes.Nodes(make_engine("postgresql://hp@db-a/hotpath"), ["postgresql://hp:pw@db-b/hotpath"] * 3)
+    one, two, three = spread.nodes
+    hung = asyncio.Event()
+
+    async def answer(node: nodes.Node) -> int:
+        return node.index
+
+    async def down(node: nodes.Node) -> int:
+        if node is two:
+            raise OperationalError("SELECT 1", {}, Exception("connection refused"))
+        if node is three:
+            hung.set()
+            await asyncio.sleep(HANG_S)
+        return node.index
+
+    async def broken(node: nodes.Node) -> int:
+        if node is one:
+            raise ProgrammingError("SELECT 1", {}, Exception("no such table"))
+        raise OSError("unreachable")
+
+    try:
+        assert await spread.each(answer, spread.nodes) == [1, 2, 3]
+        assert await spread.each(answer, []) == []
+        t0 = time.monotonic()
+        with pytest.raises(nodes.NodeUnavailable) as err:
+            await spread.each(down, spread.nodes, timeout_s=0.3)
+        assert time.monotonic() - t0 < 5 and hung.is_set()
+        assert err.value.labels == [two.label, three.label]
+        assert len(nodes._ENDING) == 1, "the hung part is left to end, cancelled"
+        await asyncio.sleep(0.05)
+        assert not nodes._ENDING
+        with pytest.raises(ProgrammingError):
+            await spread.each(broken, spread.nodes)
+
+        async def coordinator_fails() -> int:
+            await asyncio.sleep(0.05)
+            raise ProgrammingError("SELECT 1", {}, Exception("coordinator"))
+
+        hung.clear()
+        with pytest.raises(ProgrammingError, match="coordinator"):
+            await spread.beside(coordinator_fails(), down, [three])
+        assert hung.is_set()
+        await asyncio.sleep(0.05)
+        assert not nodes._ENDING, "the node's part was cancelled, not waited for"
+    finally:
+        await spread.dispose()
+        await spread.coordinator.dispose()
 
 
 async def test_a_pending_migration_detaches_the_coordinators_tables_and_setup_attaches_them_again(clusters) -> None:
