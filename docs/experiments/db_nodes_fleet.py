@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the spread over database nodes costs the backend as built (docs/decisions.md, "Several database
-nodes, built"): the fleet's hot code and the ingest writer's commits, on one database and on a coordinator
-with one node, the same rows in both. Not a test; prints its figures. Needs Debian's postgresql-15 (as
-backend/tests/core/test_db_nodes.py, whose cluster helper it uses). Run from backend/:
-    .venv/bin/python ../docs/experiments/db_nodes_fleet.py [HOSTS] [INTERVALS]
+nodes, built" and "Fleet hot code read per node"): the fleet's hot code and the ingest writer's commits, on
+one database and on a coordinator with one node, the same rows in both. With the node the hot code is read
+both ways, in alternating order: per database (each database's part over its own connection, as the backend
+reads it since session 25) and through the coordinator's foreign partitions (as before: the one-database path
+with the spread parents first in the search path). Not a test; prints its figures. Needs Debian's
+postgresql-15 (as backend/tests/core/test_db_nodes.py, whose cluster helper it uses). Run from backend/:
+    .venv/bin/python ../docs/experiments/db_nodes_fleet.py [HOSTS] [INTERVALS] [REPS]
 """
 
 import asyncio
@@ -16,6 +19,8 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 
@@ -30,7 +35,8 @@ from tests.core.test_db_nodes import Cluster, _bindir  # noqa: E402
 
 HOSTS = int(sys.argv[1]) if len(sys.argv) > 1 else 40
 INTERVALS = int(sys.argv[2]) if len(sys.argv) > 2 else 360  # of 10 s: one hour
-FUNCS, PER_INTERVAL, REPS = 3000, 37, 5
+REPS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+FUNCS, PER_INTERVAL = 3000, 37
 DIGEST = "e" * 64
 
 
@@ -103,16 +109,39 @@ async def _one_by_one(writer: IngestWriter, host: str, start: datetime, n: int) 
     return statistics.median(took) * 1000
 
 
-async def _hot(engine, r: TimeRange) -> tuple[float, list]:
-    took, answer = [], []
-    for _ in range(REPS):
+async def _hot_once(engine, r: TimeRange, spread, way: str) -> tuple[float, bytes]:
+    """One request of the hot code, read `way`: "one" (one database), "per node" or "fdw" (through the
+    coordinator's spread parents, the path before session 25). Milliseconds and the whole answer's JSON."""
+    nodes.configure(spread if way == "per node" else None)
+    try:
         async with make_sessionmaker(engine)() as session:
+            if way == "fdw":
+                await session.execute(
+                    text(
+                        f"SELECT set_config('search_path', '{nodes.SCHEMA}, ' || current_setting('search_path'), true)"
+                    )
+                )
             group = (await fleet.groups(session, {}, 10, 0, "hosts", True))["items"][0]
             t0 = time.perf_counter()
             got = await fleet.hot_code(session, group, {}, r, 0.01, 50, 0, "samples", True)
-            took.append(time.perf_counter() - t0)
-            answer = [(i["function_id"], i["samples"], i["hot_hosts"]) for i in got["items"]]
-    return statistics.median(took) * 1000, answer
+            took = time.perf_counter() - t0
+    finally:
+        nodes.configure(spread)
+    return took * 1000, orjson.dumps(got)
+
+
+async def _hot(engine, r: TimeRange, spread, ways: tuple[str, ...]) -> dict[str, tuple[list[float], bytes]]:
+    """REPS requests each way, the ways' order alternating from one round to the next."""
+    out: dict[str, tuple[list[float], bytes]] = {w: ([], b"") for w in ways}
+    for k in range(REPS):
+        for way in ways if k % 2 == 0 else ways[::-1]:
+            ms, answer = await _hot_once(engine, r, spread, way)
+            out[way] = (out[way][0] + [ms], answer)
+    return out
+
+
+def _ms(took: list[float]) -> str:
+    return f"{statistics.median(took):.0f} ms ({min(took):.0f}-{max(took):.0f})"
 
 
 async def main() -> None:
@@ -130,7 +159,6 @@ async def main() -> None:
             c.init()
             c.start()
             clusters.append(c)
-        a, b = clusters
         for c in clusters:
             e = make_engine(c.url).execution_options(isolation_level="AUTOCOMMIT")
             async with e.connect() as conn:
@@ -171,20 +199,34 @@ async def main() -> None:
             await writer.stop()
             for e in (engine, *node_engines):
                 await rollups.run_once(e, lag_s=0)
-            hour = await _hot(engine, TimeRange(start, start + timedelta(hours=1)))
-            minutes = await _hot(engine, TimeRange(start + timedelta(minutes=3), start + timedelta(minutes=58)))
-            results[layout] = (hour[1], minutes[1])
+            ways = ("per node", "fdw") if spread else ("one",)
+            hour = await _hot(engine, TimeRange(start, start + timedelta(hours=1)), spread, ways)
+            minutes = await _hot(
+                engine, TimeRange(start + timedelta(minutes=3), start + timedelta(minutes=58)), spread, ways
+            )
+            results[layout] = {w: (hour[w][1], minutes[w][1]) for w in ways}
             print(
                 f"-- {layout} database(s){on_b}: load through the writer {loaded:.1f} s "
                 f"({len(items) / loaded:.0f} rows/s); one-interval commits, median of 200: "
                 f"{host_a} {one_a:.1f} ms, {host_b} {one_b:.1f} ms"
             )
-            print(f"   hot code, top 50, median of {REPS}: the hour {hour[0]:.0f} ms; minutes 3-58 {minutes[0]:.0f} ms")
+            for w in ways:
+                print(
+                    f"   hot code read {w}, top 50, median (range) of {REPS}: the hour {_ms(hour[w][0])}; "
+                    f"minutes 3-58 {_ms(minutes[w][0])}; load average {os.getloadavg()[0]:.1f}"
+                )
             nodes.configure(None)
             if spread:
                 await spread.dispose()
             await engine.dispose()
-        print(f"   same answers on one and two databases: {results['one'] == results['two']}")
+        two = results["two"]
+        items = {
+            w: [[(i["function_id"], i["samples"], i["hot_hosts"]) for i in orjson.loads(a)["items"]] for a in answers]
+            for w, answers in (("one", results["one"]["one"]), *two.items())
+        }
+        print(f"   same items on one and two databases: {items['one'] == items['per node'] == items['fdw']}")
+        same = two["per node"] == two["fdw"]
+        print(f"   two databases, per node and through the parents, whole answers byte-identical: {same}")
         print(f"== done; load average {os.getloadavg()[0]:.1f}")
     finally:
         for c in clusters:

@@ -22,10 +22,12 @@ numpy (`_per_host_sums`, `_rank`, `_page`), in int64 where the statement summed 
 ranked function; the host list's order of ids), so the database's collation decides as before ("Fleet hot
 code summed in the backend with numpy", session 24).
 
-With several database nodes (app.storage.nodes) the rollups and their watermarks are read across every node
-(`nodes.read_across`: the coordinator's hash-partitioned parents with a foreign partition per node; the
-watermarks the lowest of every node's); a node that does not answer fails the request with
-`nodes.NodeUnavailable`, which names it, rather than showing the fleet without its hosts.
+With several database nodes (app.storage.nodes) each database reads its own hosts' busy samples and rows, at
+once, over its own connection (the coordinator's on the request's session, each node's on its engine), all
+planned below the same watermarks, the lowest of every database's; the per-host rows add up in the backend as
+one database's would (`_per_database`). The hosts, the names and the page stay on the coordinator. A node
+that does not answer, or not within `nodes.READ_TIMEOUT_S`, fails the request with `nodes.NodeUnavailable`,
+which names it, rather than showing the fleet without its hosts ("Fleet hot code read per node", session 25).
 """
 
 import json
@@ -41,7 +43,7 @@ import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.storage import nodes
 from app.storage.samples import TimeRange, plan
@@ -171,16 +173,14 @@ def _union(
     cols: str,
     spans: list[tuple[str, datetime, datetime]],
     prefix: str,
+    hosts: str = "host_id IN (SELECT id FROM grp)",
 ) -> tuple[str, dict[str, Any]]:
     parts: list[str] = []
     params: dict[str, Any] = {}
     for i, (grain, lo, hi) in enumerate(spans):
         a, b = f"{prefix}lo{i}", f"{prefix}hi{i}"
         params[a], params[b] = lo, hi
-        parts.append(
-            f"SELECT {cols} FROM {table}_{grain} WHERE host_id IN (SELECT id FROM grp) "
-            f"AND bucket >= :{a} AND bucket < :{b}"
-        )
+        parts.append(f"SELECT {cols} FROM {table}_{grain} WHERE {hosts} AND bucket >= :{a} AND bucket < :{b}")
     return " UNION ALL ".join(parts), params
 
 
@@ -288,12 +288,13 @@ def _function_parts(spans: list[tuple[str, datetime, datetime]], wm_1m: datetime
     return " UNION ALL ".join(parts), params
 
 
-async def _binary_rows(session: AsyncSession, sql: str, params: dict[str, Any]) -> list[Any]:
-    """Run a read statement in the session's transaction with its results in Postgres' binary format: a bytea
-    comes as its bytes, not as hex text to decode (half the bytes sent; measured on bench/fleet's database, the
-    600-host group's rows, ~8 MB of arrays, in about half the time). Rows are named tuples; a driver error is
-    raised as SQLAlchemy's DBAPIError, as the session's own statements raise it."""
-    conn = await session.connection()
+async def _binary_rows(session: AsyncSession | AsyncConnection, sql: str, params: dict[str, Any]) -> list[Any]:
+    """Run a read statement in the session's (or connection's) transaction with its results in Postgres' binary
+    format: a bytea comes as its bytes, not as hex text to decode (half the bytes sent; measured on bench/fleet's
+    database, the 600-host group's rows, ~8 MB of arrays, in about half the time). Rows are named tuples; a
+    driver error is raised as SQLAlchemy's DBAPIError, as the session's own statements raise it (so a node's
+    part that loses its connection is named by `nodes.Nodes.each`)."""
+    conn = await session.connection() if isinstance(session, AsyncSession) else session
     statement = text(sql).compile(dialect=conn.dialect).string
     driver = (await conn.get_raw_connection()).driver_connection
     if driver is None:
@@ -504,6 +505,73 @@ async def _page(
     return len(ids), items
 
 
+def _rows_sql(functions: str) -> str:
+    """The hot-code statement: `_function_parts`' signed rows of each host of :bh, with the host's index in
+    the group's host list (:bi, beside it), its sign and its two arrays as array_send bytes."""
+    return f"""
+        SELECT g.i AS host, b.sign, array_send(b.function_ids) AS ids, array_send(b.busy_counts) AS counts
+        FROM unnest(CAST(:bh AS text[]), CAST(:bi AS int8[])) AS g(host_id, i), LATERAL ({functions}) b"""
+
+
+async def _lowest_watermarks(session: AsyncSession, spread: nodes.Nodes) -> tuple[datetime, datetime]:
+    """Each rollup watermark the lowest of every database's, as `hotpath_nodes.series_state` gives it, but
+    read from each database directly (a node that does not answer is named within the nodes' read bound):
+    every database's part of the read is planned with the same watermarks, below which each has its rollups
+    complete."""
+
+    async def on_node(node: nodes.Node) -> tuple[datetime, datetime]:
+        async with node.engine.connect() as conn:
+            return await rollups.watermarks(conn)
+
+    mine, theirs = await spread.beside(rollups.watermarks(await session.connection()), on_node, spread.nodes)
+    marks = [mine, *theirs]
+    return min(m[0] for m in marks), min(m[1] for m in marks)
+
+
+async def _per_database(
+    session: AsyncSession,
+    spread: nodes.Nodes,
+    hosts: list[str],
+    spans: list[tuple[str, datetime, datetime]],
+    functions: str,
+    fp: dict[str, Any],
+) -> tuple[dict[str, int], list[Any]]:
+    """With database nodes: each database's part of the read, at once, over its own connection: its hosts'
+    busy samples and `_rows_sql`'s rows of them (the coordinator's on the session, its local tables; each
+    node's on the node's own engine), instead of each node host's rows through the coordinator's foreign
+    partition one host and statement part at a time (docs/decisions.md, "Fleet hot code read per node").
+    A host's rows are on one database only, so the parts' rows, each with its host's index in `hosts`, add
+    up as one statement's would. Returns the busy samples in the order of `hosts` and the rows."""
+    placed = await spread.place(hosts)
+    at: dict[int, list[int]] = {}
+    for i, h in enumerate(hosts):
+        at.setdefault(placed[h], []).append(i)
+    totals, tp = _union(
+        "sample_totals", "host_id, total_samples - idle_samples AS c", spans, "t", "host_id = ANY(CAST(:bh AS text[]))"
+    )
+    busy_sql = text(f"SELECT host_id, sum(c) AS busy FROM ({totals}) t GROUP BY host_id")
+    rows_sql = _rows_sql(functions)
+
+    async def read(conn: AsyncSession | AsyncConnection, index: int) -> tuple[list[Any], list[Any]]:
+        ids = [hosts[i] for i in at.get(index, [])]
+        if not ids:
+            return [], []
+        sums = (await conn.execute(busy_sql, {**tp, "bh": ids})).all()
+        return list(sums), await _binary_rows(conn, rows_sql, {**fp, "bh": ids, "bi": at[index]})
+
+    async def on_node(node: nodes.Node) -> tuple[list[Any], list[Any]]:
+        async with node.engine.connect() as conn:
+            return await read(conn, node.index)
+
+    mine, theirs = await spread.beside(read(session, 0), on_node, [n for n in spread.nodes if n.index in at])
+    busy = dict.fromkeys(hosts, 0)
+    rows: list[Any] = []
+    for sums, part in (mine, *theirs):
+        busy.update((r.host_id, int(r.busy)) for r in sums)
+        rows.extend(part)
+    return busy, rows
+
+
 async def hot_code(
     session: AsyncSession,
     group: dict[str, Any],
@@ -517,28 +585,14 @@ async def hot_code(
 ) -> dict[str, Any]:
     """The group's hottest functions in the range (samples of the idle task left out), each with its
     samples on every host of the group that has any and the share of the group's hosts where it is hot:
-    where its samples are at least `min_share` of that host's busy (non-idle) samples in the range. Read
-    across every database node; NodeUnavailable names those that do not answer."""
-    try:
-        return await _hot_code(session, group, labels, r, min_share, limit, offset, sort, descending)
-    except DBAPIError as exc:
-        await nodes.name_unreachable(exc)
-        raise
-
-
-async def _hot_code(
-    session: AsyncSession,
-    group: dict[str, Any],
-    labels: dict[str, str],
-    r: TimeRange,
-    min_share: float,
-    limit: int,
-    offset: int,
-    sort: str,
-    descending: bool,
-) -> dict[str, Any]:
-    await nodes.read_across(session)
-    wm_1m, wm_1h = await rollups.watermarks(await session.connection())
+    where its samples are at least `min_share` of that host's busy (non-idle) samples in the range. With
+    database nodes each database reads its own hosts' rows (`_per_database`); NodeUnavailable names the
+    nodes that do not answer."""
+    spread = nodes.active()
+    if spread is None:
+        wm_1m, wm_1h = await rollups.watermarks(await session.connection())
+    else:
+        wm_1m, wm_1h = await _lowest_watermarks(session, spread)
     spans = _rollup_spans(plan(r.start, r.end, wm_1m, wm_1h))
     fspans = function_spans(spans)
     where, params = _label_filter(labels)
@@ -547,8 +601,9 @@ async def _hot_code(
     covered = (min(s[1] for s in spans), max(s[2] for s in spans)) if spans else None
     items: list[dict[str, Any]] = []
     n = 0
-    # The group's hosts with their busy samples in the range (0 without rollup rows).
-    if spans:
+    # The group's hosts with their busy samples in the range (0 without rollup rows; with nodes, each
+    # database's hosts' busy samples come with their rows below).
+    if spans and spread is None:
         totals, tp = _union("sample_totals", "host_id, total_samples - idle_samples AS c", spans, "t")
         busy_sql = f"SELECT host_id, sum(c) AS busy FROM ({totals}) t GROUP BY host_id"
     else:
@@ -569,13 +624,12 @@ async def _hot_code(
         # The rows Postgres used to sum (per host, `_function_parts`' signed rows of the range), fetched as they
         # are stored: each array in Postgres' binary form (array_send), parsed and summed here with numpy.
         functions, fp = _function_parts(spans, wm_1m)
-        rows = await _binary_rows(
-            session,
-            f"""
-            SELECT g.i - 1 AS host, b.sign, array_send(b.function_ids) AS ids, array_send(b.busy_counts) AS counts
-            FROM unnest(CAST(:bh AS text[])) WITH ORDINALITY AS g(host_id, i), LATERAL ({functions}) b""",
-            {**fp, "bh": list(busy)},
-        )
+        if spread is None:
+            rows = await _binary_rows(
+                session, _rows_sql(functions), {**fp, "bh": list(busy), "bi": list(range(len(busy)))}
+            )
+        else:
+            busy, rows = await _per_database(session, spread, list(busy), spans, functions, fp)
         sums = _per_host_sums(rows)
         ranked = _rank(sums, np.array(list(busy.values()), dtype=np.int64), min_share)
         n, items = await _page(session, sums, ranked, host_rows, busy, min_share, limit, offset, sort, descending)

@@ -15,7 +15,10 @@ wants every node's rows puts that schema first in its search path (`read_across`
 task and the partition upkeep keep the default search path and write the local tables, each node's on the node
 (ON CONFLICT works there; a parent with a foreign partition has no unique index). So a batch's transaction
 writes one database only, its host's (app.storage.ingest): its rows and its delivery mark commit together or
-not at all, and a resend after an ambiguous commit is recognised by the mark on that node.
+not at all, and a resend after an ambiguous commit is recognised by the mark on that node. A read of many
+hosts' rows (the fleet's hot code) sends each node its own part over the node's engine instead, at once
+(`Nodes.each`, `Nodes.beside`): one statement per node rather than a remote query per host through the
+foreign partitions, and a node that hangs is named after READ_TIMEOUT_S rather than holding the request.
 
 Node DSNs carry passwords: they go into the coordinator's user mappings (readable by superusers and the
 mapping's owner only) and never into a log line (`label` names a node without its credentials).
@@ -24,12 +27,13 @@ mapping's owner only) and never into a log line (`label` names a node without it
 import asyncio
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import Connection, create_engine, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
 from app.core.config import normalise_database_url
@@ -49,8 +53,17 @@ COORDINATOR_ONLY = ("hosts", "measurements")
 # transfer, batch_size 100 an insert's), and how long a node may take to answer a connection.
 CONNECT_TIMEOUT_S = 10
 SERVER_OPTIONS = {"fetch_size": "10000", "batch_size": "100", "connect_timeout": str(CONNECT_TIMEOUT_S)}
+# How long a read's part on one node may take (`Nodes.each`) before the read names the node unavailable: a
+# node that hangs on an established connection (stopped, or a partition that drops packets after the
+# connection was made) would otherwise hold the request for as long as the kernel keeps the connection.
+# Above the connect timeout, so a node slow to accept a connection is named by its own error, and some
+# four times the slowest whole fleet view measured on a loaded machine (3.75 s, session 24's bench/fleet at
+# 1,000 hosts), so a node that is only slow still answers.
+READ_TIMEOUT_S = 15.0
 LOCK_KEY = 0x68706E64  # "hpnd": setting the nodes up
 _MODULUS = re.compile(r"modulus (\d+), remainder (\d+)", re.IGNORECASE)
+T = TypeVar("T")
+L = TypeVar("L")
 
 
 class NodeUnavailable(Exception):
@@ -328,19 +341,54 @@ class Nodes:
                 self._placed.update({r[0]: r[1] for r in rows})
         return {h: self._placed[h] for h in host_ids}
 
-    async def unreachable(self, timeout_s: float = 10.0) -> list[str]:
-        """The nodes that do not answer a query now (each tried at once, bounded by `timeout_s`)."""
+    async def each(
+        self, work: Callable[[Node], Awaitable[T]], which: Sequence[Node], timeout_s: float | None = None
+    ) -> list[T]:
+        """`work` on each of the nodes `which` at once, over their own connections, in the order given. A node
+        whose part fails to connect or to answer (a connection-class error, or no answer within `timeout_s`,
+        READ_TIMEOUT_S by default) makes the whole fail with NodeUnavailable naming every such node; another
+        error is raised as it is. A part not done in time is cancelled and left to end in the background:
+        awaiting it could take as long again (psycopg, cancelled, waits up to 5 s for the server to take a
+        cancel request and 5 s more for the query to end before it gives the connection up)."""
+        if not which:
+            return []
+        tasks = [asyncio.ensure_future(work(n)) for n in which]
+        try:
+            _done, pending = await asyncio.wait(tasks, timeout=READ_TIMEOUT_S if timeout_s is None else timeout_s)
+        finally:
+            for t in tasks:
+                if not t.done():
+                    _let_end(t)
+        down: list[str] = []
+        other: BaseException | None = None
+        for n, t in zip(which, tasks, strict=True):
+            if t in pending:
+                down.append(n.label)
+            elif (exc := t.exception()) is None:
+                continue
+            elif isinstance(exc, OperationalError | InterfaceError | OSError | TimeoutError):
+                log.warning("database %s did not answer a read: %s", n.label, describe_error(exc))
+                down.append(n.label)
+            elif other is None:
+                other = exc
+        if other is not None:
+            raise other
+        if down:
+            raise NodeUnavailable(down)
+        return [t.result() for t in tasks]
 
-        async def down(node: Node) -> bool:
-            try:
-                async with asyncio.timeout(timeout_s), node.engine.connect() as conn:
-                    await conn.execute(text("SELECT 1"))
-            except Exception:  # noqa: BLE001 - any failure to answer is "unreachable"
-                return True
-            return False
-
-        results = await asyncio.gather(*(down(n) for n in self.nodes))
-        return [n.label for n, d in zip(self.nodes, results, strict=True) if d]
+    async def beside(
+        self, local: Awaitable[L], work: Callable[[Node], Awaitable[T]], which: Sequence[Node]
+    ) -> tuple[L, list[T]]:
+        """`local` (the coordinator's part, on the caller's session) while `each` runs `work` on the nodes
+        `which`. If the coordinator's part fails, the nodes' parts are cancelled rather than waited for."""
+        parts = asyncio.ensure_future(self.each(work, which))
+        try:
+            mine = await local
+        except BaseException:
+            _let_end(parts)
+            raise
+        return mine, await parts
 
     async def dispose(self) -> None:
         for n in self.nodes:
@@ -353,6 +401,24 @@ async def node_of(host_id: str) -> Node | None:
         return None
     index = (await _active.place([host_id]))[host_id]
     return _active.node(index) if index else None
+
+
+# The parts of reads cancelled after their bound, until they end (a task is kept only by a reference).
+_ENDING: set[asyncio.Future[Any]] = set()
+
+
+def _let_end(task: asyncio.Future[Any]) -> None:
+    """Cancel a read's part that took too long (or is no longer wanted), and let it end in the background
+    (its error retrieved: nobody waits for it)."""
+    task.cancel()
+    _ENDING.add(task)
+    task.add_done_callback(_ended)
+
+
+def _ended(task: asyncio.Future[Any]) -> None:
+    _ENDING.discard(task)
+    if not task.cancelled():
+        task.exception()
 
 
 # The nodes of this process (set by the server at start-up; None: one database, nothing spread).
@@ -380,13 +446,3 @@ async def read_across(conn: AsyncSession | AsyncConnection) -> None:
         await conn.execute(
             text(f"SELECT set_config('search_path', '{SCHEMA}, ' || current_setting('search_path'), true)")
         )
-
-
-async def name_unreachable(exc: BaseException) -> None:
-    """After a failed read across the nodes: raise NodeUnavailable naming the nodes that do not answer (if
-    any do not; otherwise the caller re-raises its error)."""
-    if _active is None or not isinstance(exc, DBAPIError | OSError):
-        return
-    down = await _active.unreachable()
-    if down:
-        raise NodeUnavailable(down) from exc

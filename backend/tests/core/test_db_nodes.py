@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
@@ -106,25 +108,27 @@ class Cluster:
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "120", "stop", check=False)
 
-    def _pids(self) -> list[int]:
+    def processes(self) -> tuple[int, list[int]]:
+        """The postmaster's pid and its children's (its backends and auxiliary processes)."""
         pid = int((self.data / "postmaster.pid").read_text().split()[0])
         children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False).stdout.split()
-        return [pid, *map(int, children)]
+        return pid, [int(c) for c in children]
 
     def pause(self) -> None:
         """The postmaster and its backends stopped with SIGSTOP: a server that hangs on its established
         connections (and takes new ones into the socket's backlog without answering)."""
-        for pid in self._pids():
-            os.kill(pid, signal.SIGSTOP)
+        pid, children = self.processes()
+        for p in (pid, *children):
+            os.kill(p, signal.SIGSTOP)
 
     def resume(self) -> None:
-        for pid in self._pids():
-            os.kill(pid, signal.SIGCONT)
+        pid, children = self.processes()
+        for p in (pid, *children):
+            os.kill(p, signal.SIGCONT)
 
     def kill9(self) -> None:
         """The postmaster killed with SIGKILL (its backends end when they notice, as after a crash)."""
-        pid = int((self.data / "postmaster.pid").read_text().split()[0])
-        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False).stdout.split()
+        pid, children = self.processes()
         os.kill(pid, signal.SIGKILL)
         # Its children leave the shared memory when they notice; a new postmaster refuses to start before.
         for _ in range(int(HANG_S / 0.2)):
@@ -336,10 +340,29 @@ async def _raw(
     return {int(k): int(v) for k, v in per_fn.items()}, {k: int(v) for k, v in per_host.items()}
 
 
-async def _fleet(s: Spread, lo: datetime, hi: datetime) -> dict[str, Any]:
+async def _fleet(s: Spread, lo: datetime, hi: datetime, **ask: Any) -> dict[str, Any]:
+    """The fleet's hot code of the nodes' group, each database read directly (`fleet._per_database`)."""
+    how = {"min_share": 0.01, "limit": 500, "offset": 0, "sort": "samples", "descending": True, **ask}
     async with make_sessionmaker(s.engine)() as session:
         group = (await fleet.groups(session, {}, 10, 0, "hosts", True))["items"][0]
-        return await fleet.hot_code(session, group, {}, TimeRange(lo, hi), 0.01, 500, 0, "samples", True)
+        return await fleet.hot_code(session, group, {}, TimeRange(lo, hi), **how)
+
+
+async def _fleet_through_parents(s: Spread, lo: datetime, hi: datetime, **ask: Any) -> dict[str, Any]:
+    """The same answer as the fleet read it before session 25: the one-database path on the coordinator with
+    the spread parents first in the search path, so each node host's rows come through its foreign partition
+    and the watermarks from `hotpath_nodes.series_state`."""
+    how = {"min_share": 0.01, "limit": 500, "offset": 0, "sort": "samples", "descending": True, **ask}
+    nodes.configure(None)
+    try:
+        async with make_sessionmaker(s.engine)() as session:
+            await session.execute(
+                text(f"SELECT set_config('search_path', '{nodes.SCHEMA}, ' || current_setting('search_path'), true)")
+            )
+            group = (await fleet.groups(session, {}, 10, 0, "hosts", True))["items"][0]
+            return await fleet.hot_code(session, group, {}, TimeRange(lo, hi), **how)
+    finally:
+        nodes.configure(s.spread)
 
 
 async def _roll_up(s: Spread) -> None:
@@ -361,6 +384,14 @@ async def _check_fleet_equals_both_nodes(s: Spread, lo: datetime) -> None:
     want = {f: fa.get(f, 0) + fb.get(f, 0) for f in set(fa) | set(fb)}
     assert {i["function_id"]: i["samples"] for i in got["items"]} == want
     assert {h["id"]: h["busy_samples"] for h in got["hosts"] if h["busy_samples"]} == {**ha, **hb}
+    # Read per database, the whole answer (order, cells, shares, hosts, rollups, covered range) is the one the
+    # coordinator's foreign partitions give, rendered to the same bytes; in other sorts and pages too.
+    assert got["hosts"] and any(c["host_id"] in s.on_b for i in got["items"] for c in i["cells"])
+    assert orjson.dumps(got) == orjson.dumps(await _fleet_through_parents(s, lo, wm_1m))
+    for ask in ({"sort": "hosts", "descending": False}, {"sort": "name", "limit": 3, "offset": 2, "min_share": 0.2}):
+        assert orjson.dumps(await _fleet(s, lo, wm_1m, **ask)) == orjson.dumps(
+            await _fleet_through_parents(s, lo, wm_1m, **ask)
+        ), ask
 
 
 async def test_batches_commit_on_their_hosts_node_and_the_fleet_reads_both(spread: Spread) -> None:
@@ -417,6 +448,32 @@ async def test_a_node_down_fails_its_hosts_only_and_the_fleet_names_it(spread: S
             )
         ).scalar_one()
     assert n == 1
+
+
+async def test_a_node_that_hangs_fails_the_fleet_within_the_bound(spread: Spread, monkeypatch) -> None:
+    """B's postmaster and backends stopped (SIGSTOP) on their established connections: the fleet's read of B
+    does not hang the request, it fails with NodeUnavailable naming B once its part has had the bound
+    (nodes.READ_TIMEOUT_S, made 3 s here); B continued, the fleet answers again."""
+    s = spread
+    bound = 3.0
+    monkeypatch.setattr(nodes, "READ_TIMEOUT_S", bound)
+    lo = (datetime.now(UTC) - timedelta(minutes=45)).replace(second=0, microsecond=0)
+    await _fleet(s, lo, datetime.now(UTC))  # B's pooled connections are established
+    s.b.pause()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(nodes.NodeUnavailable) as err:
+            async with asyncio.timeout(HANG_S):
+                await _fleet(s, lo, datetime.now(UTC))
+        took = time.monotonic() - t0
+    finally:
+        s.b.resume()
+    assert err.value.labels == [s.spread.node(1).label] and str(s.b.root) in str(err.value)
+    # The bound once (the watermarks' part is the first to wait for B), not the hang (the read through the
+    # coordinator's foreign partitions still waited at 40 s); the slack is for a loaded machine.
+    assert bound <= took < 10 * bound, took
+    got = await _fleet(s, lo, datetime.now(UTC))
+    assert {h["id"] for h in got["hosts"]} == set(s.on_a + s.on_b)
 
 
 async def test_a_node_restarted_and_killed_while_agents_send_loses_nothing_acknowledged(spread: Spread) -> None:
@@ -767,6 +824,59 @@ def test_node_urls_are_parsed_and_named_without_their_credentials() -> None:
     ]
     assert nodes.label(3, "postgresql://hp:pw@[bad") == "node 3"
     assert nodes.parse("") == []
+
+
+async def test_a_nodes_part_is_named_only_when_the_node_does_not_answer() -> None:
+    """`Nodes.each` without databases (the engines never connect): a connection-class error or no answer
+    within the bound names the node, every such node at once; another error is raised as it is; a part past
+    the bound is cancelled, not waited for; `beside` drops the nodes' parts when the coordinator's fails."""
+    spread = nodes.Nodes(make_engine("postgresql://hp@db-a/hotpath"), ["postgresql://hp:pw@db-b/hotpath"] * 3)
+    one, two, three = spread.nodes
+    hung = asyncio.Event()
+
+    async def answer(node: nodes.Node) -> int:
+        return node.index
+
+    async def down(node: nodes.Node) -> int:
+        if node is two:
+            raise OperationalError("SELECT 1", {}, Exception("connection refused"))
+        if node is three:
+            hung.set()
+            await asyncio.sleep(HANG_S)
+        return node.index
+
+    async def broken(node: nodes.Node) -> int:
+        if node is one:
+            raise ProgrammingError("SELECT 1", {}, Exception("no such table"))
+        raise OSError("unreachable")
+
+    try:
+        assert await spread.each(answer, spread.nodes) == [1, 2, 3]
+        assert await spread.each(answer, []) == []
+        t0 = time.monotonic()
+        with pytest.raises(nodes.NodeUnavailable) as err:
+            await spread.each(down, spread.nodes, timeout_s=0.3)
+        assert time.monotonic() - t0 < 5 and hung.is_set()
+        assert err.value.labels == [two.label, three.label]
+        assert len(nodes._ENDING) == 1, "the hung part is left to end, cancelled"
+        await asyncio.sleep(0.05)
+        assert not nodes._ENDING
+        with pytest.raises(ProgrammingError):
+            await spread.each(broken, spread.nodes)
+
+        async def coordinator_fails() -> int:
+            await asyncio.sleep(0.05)
+            raise ProgrammingError("SELECT 1", {}, Exception("coordinator"))
+
+        hung.clear()
+        with pytest.raises(ProgrammingError, match="coordinator"):
+            await spread.beside(coordinator_fails(), down, [three])
+        assert hung.is_set()
+        await asyncio.sleep(0.05)
+        assert not nodes._ENDING, "the node's part was cancelled, not waited for"
+    finally:
+        await spread.dispose()
+        await spread.coordinator.dispose()
 
 
 async def test_a_pending_migration_detaches_the_coordinators_tables_and_setup_attaches_them_again(clusters) -> None:

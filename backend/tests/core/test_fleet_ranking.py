@@ -214,8 +214,8 @@ async def test_hot_code_ranks_pages_and_ties_as_the_samples_sent(ranking_db):
 
 
 async def test_a_driver_error_of_the_binary_fetch_is_sqlalchemys(ranking_db):
-    """The rows fetched with binary results (psycopg's cursor) fail as the session's own statements do, so hot
-    code's handler still names database nodes that do not answer (nodes.name_unreachable)."""
+    """The rows fetched with binary results (psycopg's cursor) fail as the session's own statements do, so a
+    node's part of hot code that loses its connection is named by its error's class (nodes.Nodes.each)."""
     engine = make_engine(ranking_db)
     try:
         async with make_sessionmaker(engine)() as session:
