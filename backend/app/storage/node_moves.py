@@ -43,6 +43,7 @@ from app.core.config import normalise_database_url
 from app.core.db import describe_error
 from app.storage import nodes
 from app.storage.series import partitions, rollups
+from app.storage.series.layout import RAW_TABLES, ROLLUP_TABLES
 
 log = logging.getLogger("hotpath.nodes")
 
@@ -481,7 +482,7 @@ def _partitions_for(engines: dict[str, Engine], dst: str, moves: list[Move], pla
         by_src.setdefault(m.src, []).append(m.host_id)
     for src, hosts in by_src.items():
         with engines[src].connect() as conn:
-            for table in nodes.SPREAD_TABLES:
+            for table in (*RAW_TABLES, *ROLLUP_TABLES):  # the tables partitions.ensure makes partitions of
                 col = _time_column(conn, table)
                 if col is None:
                     continue

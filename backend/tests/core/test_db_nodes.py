@@ -709,6 +709,25 @@ async def _where(
     return counts, where
 
 
+async def _move_hosts(engine: AsyncEngine) -> list[str]:
+    """Eight host names: two that stay on the coordinator with 2 and 3 databases, two on remainder 1 of 2
+    and 2 of 3 (a node that keeps them at another position), four others (by Postgres' hash of text)."""
+    async with engine.connect() as conn:
+        await conn.execute(text("CREATE TEMP TABLE hp_pick (host_id text) PARTITION BY HASH (host_id)"))
+        rows = await conn.execute(
+            text("""
+            SELECT h, (SELECT r FROM generate_series(0, 1) r
+                       WHERE satisfies_hash_partition(CAST('pg_temp.hp_pick' AS regclass), 2, r, h)),
+                      (SELECT r FROM generate_series(0, 2) r
+                       WHERE satisfies_hash_partition(CAST('pg_temp.hp_pick' AS regclass), 3, r, h))
+            FROM (SELECT 'move-host-' || lpad(i::text, 2, '0') AS h FROM generate_series(0, 99) i) c ORDER BY h""")
+        )
+        placed = [(h, (r2, r3)) for h, r2, r3 in rows]
+    chosen = [h for h, r in placed if r == (0, 0)][:2] + [h for h, r in placed if r == (1, 2)][:2]
+    chosen += [h for h, _r in placed if h not in chosen][:4]
+    return sorted(chosen)
+
+
 def _hot(got: dict[str, Any]) -> tuple[dict[int, int], dict[str, int]]:
     """A hot code answer's samples per function and busy samples per host."""
     return {i["function_id"]: i["samples"] for i in got["items"]}, {h["id"]: h["busy_samples"] for h in got["hosts"]}
@@ -719,16 +738,19 @@ async def test_hosts_move_when_a_node_is_added_and_removed(clusters, monkeypatch
     a dry run changes nothing; a node added, the move interrupted twice (after a destination's commit, before
     a source's delete) and run again: each host's rows on its new database only, as many as before, the
     fleet's hot code unchanged, and the writer goes on from the moved delivery marks on the right database;
-    the node removed again: every row back on the coordinator."""
+    a third database put before it in the list: only the hosts whose database changes move; both removed:
+    every row back on the coordinator."""
     a, b = clusters
     url_a, url_b = await _databases(clusters, "hp_move")
     await asyncio.to_thread(upgrade_database, url_a)
     engine, engine_b = make_engine(url_a), make_engine(url_b)
-    hosts = [f"move-host-{i:02d}" for i in range(8)]
+    hosts = await _move_hosts(engine)
     before_active = nodes.active()
     nodes.configure(None)
     said: list[str] = []
     spread2: nodes.Nodes | None = None
+    spread3: nodes.Nodes | None = None
+    engine_c: AsyncEngine | None = None
     try:
         now = datetime.now(UTC)
         await partitions.ensure(engine, now, timedelta(hours=6), timedelta(days=2))
@@ -850,11 +872,30 @@ async def test_hosts_move_when_a_node_is_added_and_removed(clusters, monkeypatch
         await _check_fleet_equals_both_nodes(s, base)
         counts, _ = await _where([engine, engine_b], hosts)  # the new rows' rollups too
 
-        # B removed: every host back on the coordinator, B left without rows, no spread parents any more.
+        # A third database C put before B in the list: a host moves when its database changes, not its
+        # position (B's hosts that stay on B, now remainder 2, stay put).
+        admin = make_engine(b.url).execution_options(isolation_level="AUTOCOMMIT")
+        async with admin.connect() as conn:
+            await conn.execute(text("CREATE DATABASE hp_move_c"))
+        await admin.dispose()
+        url_c = url_b.replace("/hp_move?", "/hp_move_c?")
+        engine_c = make_engine(url_c)
+        plan = await asyncio.to_thread(node_moves.move, url_a, [url_c, url_b])
+        spread3 = nodes.Nodes(engine, [url_c, url_b])
+        nodes.configure(spread3)
+        placed3 = await spread3.place(hosts)
+        was = {h: "ab"[placed[h]] for h in hosts}
+        now_on = {h: "acb"[placed3[h]] for h in hosts}
+        assert any(was[h] == now_on[h] == "b" for h in hosts), "a host stays on B at another position"
+        assert {m.host_id for m in plan.moves} == {h for h in hosts if was[h] != now_on[h]}
+        assert await _where([engine, engine_c, engine_b], hosts) == (counts, {h: {placed3[h]} for h in hosts})
+        assert _hot(await _fleet(s, base, wm_1m)) == hot
+
+        # B and C removed: every host back on the coordinator, no rows left on B or C, no spread parents.
         nodes.configure(None)
         plan = await asyncio.to_thread(node_moves.move, url_a, [], None, False, said.append)
-        assert {m.host_id for m in plan.moves} == moving and not plan.resumed
-        assert await _where([engine, engine_b], hosts) == (counts, {h: {0} for h in hosts})
+        assert {m.host_id for m in plan.moves} == {h for h in hosts if placed3[h]} and not plan.resumed
+        assert await _where([engine, engine_c, engine_b], hosts) == (counts, {h: {0} for h in hosts})
         async with engine.connect() as conn:
             assert (await conn.execute(text("SELECT to_regnamespace('hotpath_nodes')"))).scalar_one() is None
             assert not (await conn.execute(text("SELECT srvname FROM pg_foreign_server"))).all()
@@ -862,7 +903,10 @@ async def test_hosts_move_when_a_node_is_added_and_removed(clusters, monkeypatch
         (await asyncio.to_thread(node_moves.backend_lock, url_a, [])).close()
     finally:
         nodes.configure(before_active)
-        if spread2 is not None:
-            await spread2.dispose()
+        for spread_n in (spread2, spread3):
+            if spread_n is not None:
+                await spread_n.dispose()
+        if engine_c is not None:
+            await engine_c.dispose()
         await engine.dispose()
         await engine_b.dispose()
