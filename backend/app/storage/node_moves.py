@@ -75,6 +75,10 @@ class Move:
     dst: str
     state: str = "todo"  # todo -> copied (destination committed) -> done (source deleted)
     rows: int = 0
+    # A host id with series but no longer in the coordinator's hosts (deleted while its node was down) whose
+    # new database is the coordinator: its rows are deleted, not copied (the coordinator's delivery marks
+    # reference hosts, and a deleted host's series are deleted anyway).
+    discard: bool = False
 
 
 @dataclass
@@ -100,11 +104,13 @@ class Plan:
             pairs.setdefault((m.src, m.dst), []).append(m)
         for (src, dst), ms in sorted(pairs.items()):
             done = sum(m.state == "done" for m in ms)
+            gone = sum(m.discard for m in ms)
             rows = self.rows.get((src, dst))
             lines.append(
                 f"  {label[src]} -> {label[dst]}: {len(ms)} host(s)"
                 + (f", {rows} row(s)" if rows is not None else "")
                 + (f", {done} already moved" if done else "")
+                + (f"; {gone} of them no longer enrolled: their rows are deleted, not copied" if gone else "")
             )
         return "\n".join(lines)
 
@@ -369,14 +375,21 @@ def _plan(
                 + "): finish it first, with HOTPATH_DB_NODES (and --from-nodes) as it was started"
             )
         moves = [
-            Move(r[0], r[1], r[2], r[3], int(r[4]))
-            for r in conn.execute(text(f"SELECT host_id, src, dst, state, rows FROM {JOURNAL} ORDER BY host_id"))
+            Move(r[0], r[1], r[2], r[3], int(r[4]), bool(r[5]))
+            for r in conn.execute(
+                text(f"SELECT host_id, src, dst, state, rows, discard FROM {JOURNAL} ORDER BY host_id")
+            )
         ]
         return Plan(old, new, moves, row[2], resumed=True)
     hosts = _hosts_with_series(old, engines)
     was = _placement(conn, hosts, len(old))
     will = _placement(conn, hosts, len(new))
-    moves = [Move(h, old[was[h]].key, new[will[h]].key) for h in hosts if old[was[h]].key != new[will[h]].key]
+    enrolled = set(conn.execute(text("SELECT id FROM hosts")).scalars())
+    moves = [
+        Move(h, old[was[h]].key, new[will[h]].key, discard=h not in enrolled and will[h] == 0)
+        for h in hosts
+        if old[was[h]].key != new[will[h]].key
+    ]
     return Plan(old, new, moves, len(hosts))
 
 
@@ -392,7 +405,8 @@ def _run(lock: Connection, plan: Plan, engines: dict[str, Engine], say: Callable
             lock.execute(
                 text(f"""
                 CREATE TABLE {JOURNAL} (host_id text PRIMARY KEY, src text NOT NULL, dst text NOT NULL,
-                    state text NOT NULL, rows bigint NOT NULL DEFAULT 0, updated_at timestamptz NOT NULL)""")
+                    state text NOT NULL, rows bigint NOT NULL DEFAULT 0, discard boolean NOT NULL,
+                    updated_at timestamptz NOT NULL)""")
             )
             lock.execute(
                 text(f"INSERT INTO {PLAN} VALUES (:o, :n, :c)"),
@@ -401,13 +415,14 @@ def _run(lock: Connection, plan: Plan, engines: dict[str, Engine], say: Callable
             if plan.moves:
                 lock.execute(
                     text(f"""
-                    INSERT INTO {JOURNAL} (host_id, src, dst, state, updated_at)
-                    SELECT h, s, d, 'todo', now() FROM unnest(CAST(:h AS text[]), CAST(:s AS text[]),
-                        CAST(:d AS text[])) AS u(h, s, d)"""),
+                    INSERT INTO {JOURNAL} (host_id, src, dst, state, discard, updated_at)
+                    SELECT h, s, d, 'todo', x, now() FROM unnest(CAST(:h AS text[]), CAST(:s AS text[]),
+                        CAST(:d AS text[]), CAST(:x AS boolean[])) AS u(h, s, d, x)"""),
                     {
                         "h": [m.host_id for m in plan.moves],
                         "s": [m.src for m in plan.moves],
                         "d": [m.dst for m in plan.moves],
+                        "x": [m.discard for m in plan.moves],
                     },
                 )
     # Out of the spread parents, the coordinator's tables take any host's rows (a partition refuses rows
@@ -423,7 +438,8 @@ def _run(lock: Connection, plan: Plan, engines: dict[str, Engine], say: Callable
     started, rows = datetime.now(UTC), 0
     for n, m in enumerate(pending, start=1):
         if m.state == "todo":
-            m.rows = _copy_host(engines[m.src], engines[m.dst], m.host_id)
+            if not m.discard:
+                m.rows = _copy_host(engines[m.src], engines[m.dst], m.host_id)
             _journal(lock, m, "copied")
         _delete_source(engines[m.src], m.host_id)
         _journal(lock, m, "done")
