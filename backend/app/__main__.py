@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Start the backend: `python -m app`.
+"""Start the backend: `python -m app`; or move hosts between database nodes: `python -m app nodes move`
+(see its --help).
 
 Prepares the data folder (embedded Postgres unless DATABASE_URL is set, secrets and the certificate
 authority created once with mode 0600, an admin user on first start), runs the migrations, then
@@ -8,6 +9,7 @@ stops cleanly: agent streams closed, servers stopped, and the embedded Postgres 
 process started it (a watchdog stops it too if this process is killed).
 """
 
+import argparse
 import asyncio
 import logging
 import signal
@@ -15,9 +17,39 @@ import sys
 
 from app.core.config import Settings, get_settings
 from app.server import Prepared, build_runtime, prepare, serve
+from app.storage import node_moves, nodes
+
+MOVE_HELP = """\
+Move hosts between the database nodes after HOTPATH_DB_NODES changed (a node added, removed or its place in
+the list changed). A host's series live on the database the hash of its id modulo the number of databases
+picks, so most hosts change database with the count: this copies each moving host's rows of every spread
+table (raw rows, rollups, call stacks, delivery marks) from its old database to its new one, deletes them from
+the old one, then builds the coordinator's spread tables and foreign servers for the new list.
+
+Run it with the environment the backend will start with: DATABASE_URL (the coordinator) and the NEW
+HOTPATH_DB_NODES. The old layout is read from the coordinator: its number of databases from its spread
+tables, the old nodes' URLs from its foreign servers hotpath_node<N> and their user mappings (what the backend
+last set up); give them yourself with --from-nodes if those no longer reach them. Every old and new database
+must be reachable: a removed node's hosts are copied away from it. A new node is an empty database (the
+command runs the migrations on it). A database keeps its hosts wherever it is in the list: a reordered list
+moves only the hosts whose database changes. Name each database the same way (host, port, database) in both
+lists; two spellings of one database are refused.
+
+Stop every backend replica first: the backends hold a lock on the coordinator that this command takes, so it
+refuses while one runs, and a backend refuses to start while a move runs or one was interrupted.
+
+Crash-safe: each host's progress is journalled on the coordinator (tables hotpath_node_move and
+hotpath_node_moves). If the command stops (a crash, a node down, Ctrl-C), run it again with the same
+HOTPATH_DB_NODES (and --from-nodes, if given): it goes on where it stopped, without duplicating rows. The
+journal is dropped when the move ends.
+
+--dry-run changes nothing: it prints how many hosts and rows would move from which database to which.
+"""
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["nodes"]:
+        return nodes_command(sys.argv[2:])
     settings = get_settings()
     logging.basicConfig(
         level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -36,6 +68,48 @@ def main() -> int:
     finally:
         prepared.close()
     log.info("stopped")
+    return 0
+
+
+def nodes_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app nodes", description="Database nodes (HOTPATH_DB_NODES).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    move = sub.add_parser(
+        "move",
+        help="move hosts between the database nodes after HOTPATH_DB_NODES changed",
+        description=MOVE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    move.add_argument("--dry-run", action="store_true", help="print how many hosts and rows would move; change nothing")
+    move.add_argument(
+        "--from-nodes",
+        metavar="URLS",
+        help="the old node URLs, in their old order (default: read from the coordinator's foreign servers)",
+    )
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    logging.basicConfig(level="INFO", stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not settings.database_url:
+        print("DATABASE_URL is needed: the coordinator (the embedded Postgres has no nodes)", file=sys.stderr)
+        return 2
+    try:
+        node_moves.move(
+            settings.database_url,
+            nodes.parse(settings.db_nodes),
+            nodes.parse(args.from_nodes) if args.from_nodes is not None else None,
+            dry_run=args.dry_run,
+            say=print,
+        )
+    except node_moves.MoveRefused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - one line; the journal keeps the progress
+        print(
+            f"the move stopped: {str(exc) or repr(exc)}\nrun the same command again to go on where it stopped",
+            file=sys.stderr,
+        )
+        logging.getLogger("hotpath").debug("move failure", exc_info=True)
+        return 1
     return 0
 
 

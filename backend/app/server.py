@@ -42,7 +42,7 @@ from app.domain.plans import Plans
 from app.domain.rollouts import Rollouts
 from app.domain.sessions import AgentRegistry
 from app.runtime import Runtime
-from app.storage import catalog, hosts, nodes, samples, stacks
+from app.storage import catalog, hosts, node_moves, nodes, samples, stacks
 from app.storage.ingest import IngestWriter, Item
 
 log = logging.getLogger("hotpath")
@@ -54,8 +54,12 @@ class Prepared:
     secret_key: bytes
     pki: pki_module.Pki | None = None
     embedded: EmbeddedPostgres | None = None
+    run_lock: node_moves.RunLock | None = None  # held while this backend runs: no move of hosts meanwhile
 
     def close(self) -> None:
+        if self.run_lock is not None:
+            self.run_lock.close()
+            self.run_lock = None
         if self.embedded is not None:
             log.info("stopping the embedded Postgres")
             self.embedded.stop()
@@ -78,6 +82,8 @@ def prepare(settings: Settings) -> Prepared:
     if node_urls and embedded is not None:
         raise ValueError("HOTPATH_DB_NODES needs DATABASE_URL: the embedded Postgres has no postgres_fdw")
     try:
+        if embedded is None:
+            prepared.run_lock = node_moves.backend_lock(url, node_urls)
         if node_urls and nodes.migration_pending(url):
             nodes.detach(url)  # a partition's columns cannot change: setup attaches them again
         upgrade_database(url)

@@ -145,6 +145,22 @@ def detach(url: str) -> int:
 def setup(url: str, node_urls: Sequence[str]) -> None:
     """Make every node a Hotpath database (its migrations; its foreign keys to coordinator-only tables
     dropped) and the coordinator's spread parents, foreign servers and user mappings (idempotent)."""
+    prepare_nodes(node_urls)
+    engine = create_engine(normalise_database_url(url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})  # one replica at a time
+            build(conn, node_urls)
+    finally:
+        engine.dispose()
+    log.info(
+        "the series are spread over %d databases: the coordinator and %d node(s)", len(node_urls) + 1, len(node_urls)
+    )
+
+
+def prepare_nodes(node_urls: Sequence[str]) -> None:
+    """Every node a Hotpath database: its migrations, and its foreign keys to coordinator-only tables
+    dropped (idempotent)."""
     for i, node_url in enumerate(node_urls, start=1):
         log.info("database %s: migrations", label(i, node_url))
         upgrade_database(normalise_database_url(node_url))
@@ -160,21 +176,19 @@ def setup(url: str, node_urls: Sequence[str]) -> None:
                     conn.execute(text(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"'))
         finally:
             engine.dispose()
-    engine = create_engine(normalise_database_url(url))
+
+
+def build(conn: Connection, node_urls: Sequence[str]) -> None:
+    """The coordinator's spread parents, foreign servers and user mappings, in the caller's transaction
+    (which holds LOCK_KEY)."""
     modulus = len(node_urls) + 1
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})  # one replica at a time
-            conn.execute(text("CREATE EXTENSION IF NOT EXISTS postgres_fdw"))
-            conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
-            for i, node_url in enumerate(node_urls, start=1):
-                _server(conn, i, node_url)
-            for table in SPREAD_TABLES:
-                _spread(conn, table, modulus)
-            _watermarks(conn, modulus)
-    finally:
-        engine.dispose()
-    log.info("the series are spread over %d databases: the coordinator and %d node(s)", modulus, len(node_urls))
+    conn.execute(text("CREATE EXTENSION IF NOT EXISTS postgres_fdw"))
+    conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+    for i, node_url in enumerate(node_urls, start=1):
+        _server(conn, i, node_url)
+    for table in SPREAD_TABLES:
+        _spread(conn, table, modulus)
+    _watermarks(conn, modulus)
 
 
 def _schema_exists(conn: Connection) -> bool:
@@ -243,7 +257,8 @@ def _spread(conn: Connection, table: str, modulus: int) -> None:
         raise RuntimeError(
             f"the series are spread over {bound[0]} databases, HOTPATH_DB_NODES makes {modulus} (the coordinator "
             f"and {modulus - 1} node(s)): "
-            "adding or removing a node moves hosts between nodes, which this backend does not do"
+            "adding or removing a node moves hosts between the databases: stop every backend, run "
+            "`python -m app nodes move` with the new HOTPATH_DB_NODES (docs/deployment.md), then start them"
         )
     local = _local(conn, table)
     if bound is None:

@@ -8,6 +8,8 @@ coordinator A and one node B, hosts placed on both by the hash of their id.
 - B stopped: a batch of a B host fails and is not acknowledged, A's hosts keep being stored, the fleet view
   fails naming B. B restarted (fast) and killed (-9) while agents send: every acknowledged batch is stored
   exactly once afterwards, a resend after a failure included (the agents resend from the node's mark).
+- Hosts moved when a node is added and removed (`python -m app nodes move`): each host's rows on its new
+  database only, as many as before, through interrupted runs.
 """
 
 import asyncio
@@ -29,13 +31,14 @@ import orjson
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, ProgrammingError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.db import downgrade_database, make_engine, make_sessionmaker, upgrade_database
-from app.storage import fleet, nodes
+from app.storage import fleet, node_moves, nodes
 from app.storage.ingest import IngestWriter, Item, SampleRow
 from app.storage.samples import TimeRange
 from app.storage.series import partitions, rollups
+from app.storage.series.layout import ROLLUP_TABLES
 from tests.backend_process import Backend
 from tests.conftest import make_user, token_for
 from tests.scripted_agent import wait_catalog_complete, wait_for_ack, wait_until
@@ -203,34 +206,39 @@ async def spread(clusters) -> Spread:
         for e in (engine, spread.node(1).engine):
             await partitions.ensure(e, now, timedelta(hours=6), timedelta(days=2))
         async with engine.begin() as conn:
-            await conn.execute(
-                text("""
-                INSERT INTO hosts (id, hostname, kernel_release, kernel_build_id, cpu_model, cpu_count, capabilities,
-                    agent_version, metric_interval_ms, sample_frequency_hz, sample_event, parse_seconds, online,
-                    connected_at, status, refused_batches, labels, agent_labels)
-                SELECT h, h, '6.1.0-nodes', 'b1', '', 2, '[]', '', 1000, 99, '', 0, true, now(), 'active', 0, '{}', '{}'
-                FROM unnest(CAST(:h AS text[])) h"""),
-                {"h": hosts},
-            )
-            await conn.execute(
-                text("""
-                INSERT INTO catalog_pieces (digest, module, function_count, block_count, complete)
-                VALUES (:d, 'vmlinux', :n, :n, true)"""),
-                {"d": DIGEST, "n": FUNCS},
-            )
-            await conn.execute(
-                text("""
-                INSERT INTO functions (id, digest, index, name, "offset", size, block_count, undecodable,
-                    undecodable_offset)
-                SELECT 9000 + k, :d, k, 'nodes_fn_' || k, k * 64, 64, 1, false, 0 FROM generate_series(0, :n - 1) k"""),
-                {"d": DIGEST, "n": FUNCS},
-            )
+            await _enrol(conn, hosts)
         yield Spread(a, b, engine, spread, writer, on_a, on_b)
     finally:
         await writer.stop()
         nodes.configure(None)
         await spread.dispose()
         await engine.dispose()
+
+
+async def _enrol(conn: AsyncConnection, hosts: list[str]) -> None:
+    """The hosts on the coordinator, and a catalog of FUNCS functions their rows name."""
+    await conn.execute(
+        text("""
+        INSERT INTO hosts (id, hostname, kernel_release, kernel_build_id, cpu_model, cpu_count, capabilities,
+            agent_version, metric_interval_ms, sample_frequency_hz, sample_event, parse_seconds, online,
+            connected_at, status, refused_batches, labels, agent_labels)
+        SELECT h, h, '6.1.0-nodes', 'b1', '', 2, '[]', '', 1000, 99, '', 0, true, now(), 'active', 0, '{}', '{}'
+        FROM unnest(CAST(:h AS text[])) h"""),
+        {"h": hosts},
+    )
+    await conn.execute(
+        text("""
+        INSERT INTO catalog_pieces (digest, module, function_count, block_count, complete)
+        VALUES (:d, 'vmlinux', :n, :n, true)"""),
+        {"d": DIGEST, "n": FUNCS},
+    )
+    await conn.execute(
+        text("""
+        INSERT INTO functions (id, digest, index, name, "offset", size, block_count, undecodable,
+            undecodable_offset)
+        SELECT 9000 + k, :d, k, 'nodes_fn_' || k, k * 64, 64, 1, false, 0 FROM generate_series(0, :n - 1) k"""),
+        {"d": DIGEST, "n": FUNCS},
+    )
 
 
 def _row(host_id: str, ts: datetime, seq: int) -> SampleRow:
@@ -916,6 +924,257 @@ async def test_a_pending_migration_detaches_the_coordinators_tables_and_setup_at
     await asyncio.to_thread(upgrade_database, url_a)
     await asyncio.to_thread(nodes.setup, url_a, [url_b])
     assert await attached() == spread_layout
-    refused = r"spread over 2 databases, HOTPATH_DB_NODES makes 3 \(the coordinator and 2 node"
+    refused = (
+        r"spread over 2 databases, HOTPATH_DB_NODES makes 3 \(the coordinator and 2 node"
+        r".*run `python -m app nodes move`"
+    )
     with pytest.raises(RuntimeError, match=refused):
         await asyncio.to_thread(nodes.setup, url_a, [url_b, url_b])
+
+
+async def _where(
+    engines: list[AsyncEngine], hosts: list[str]
+) -> tuple[dict[tuple[str, str], int], dict[str, set[int]]]:
+    """Every spread table's rows per (table, host) summed over the databases, and the databases (their
+    positions in `engines`) each host has rows on."""
+    counts: dict[tuple[str, str], int] = {}
+    where: dict[str, set[int]] = {h: set() for h in hosts}
+    for i, engine in enumerate(engines):
+        async with engine.connect() as conn:
+            for t in nodes.SPREAD_TABLES:
+                if (await conn.execute(text("SELECT to_regclass(:t)"), {"t": t})).scalar_one() is None:
+                    continue  # a database that was never a node has no tables
+                for h, n in await conn.execute(
+                    text(f"SELECT host_id, count(*) FROM {t} WHERE host_id = ANY(:h) GROUP BY 1"), {"h": hosts}
+                ):
+                    counts[(t, h)] = counts.get((t, h), 0) + int(n)
+                    where[h].add(i)
+    return counts, where
+
+
+async def _move_hosts(engine: AsyncEngine) -> list[str]:
+    """Eight host names: two that stay on the coordinator with 2 and 3 databases, two on remainder 1 of 2
+    and 2 of 3 (a node that keeps them at another position), four others (by Postgres' hash of text)."""
+    async with engine.connect() as conn:
+        await conn.execute(text("CREATE TEMP TABLE hp_pick (host_id text) PARTITION BY HASH (host_id)"))
+        rows = await conn.execute(
+            text("""
+            SELECT h, (SELECT r FROM generate_series(0, 1) r
+                       WHERE satisfies_hash_partition(CAST('pg_temp.hp_pick' AS regclass), 2, r, h)),
+                      (SELECT r FROM generate_series(0, 2) r
+                       WHERE satisfies_hash_partition(CAST('pg_temp.hp_pick' AS regclass), 3, r, h))
+            FROM (SELECT 'move-host-' || lpad(i::text, 2, '0') AS h FROM generate_series(0, 99) i) c ORDER BY h""")
+        )
+        placed = [(h, (r2, r3)) for h, r2, r3 in rows]
+    chosen = [h for h, r in placed if r == (0, 0)][:2] + [h for h, r in placed if r == (1, 2)][:2]
+    chosen += [h for h, _r in placed if h not in chosen][:4]
+    return sorted(chosen)
+
+
+def _stable(
+    got: tuple[dict[tuple[str, str], int], dict[str, set[int]]],
+) -> tuple[dict[tuple[str, str], int], dict[str, set[int]]]:
+    """`_where` without the rollup tables' row counts: a move first rolls every database up to its minute,
+    which adds rollup rows when the test's rows above the watermark have become a closed minute meanwhile
+    (the rollups' sums are compared through the fleet's hot code instead)."""
+    return {k: n for k, n in got[0].items() if k[0] not in ROLLUP_TABLES}, got[1]
+
+
+def _hot(got: dict[str, Any]) -> tuple[dict[int, int], dict[str, int]]:
+    """A hot code answer's samples per function and busy samples per host."""
+    return {i["function_id"]: i["samples"] for i in got["items"]}, {h["id"]: h["busy_samples"] for h in got["hosts"]}
+
+
+async def test_hosts_move_when_a_node_is_added_and_removed(clusters, monkeypatch) -> None:
+    """`python -m app nodes move`'s work (app.storage.node_moves): hosts with rows on the coordinator alone;
+    a dry run changes nothing; a node added, the move interrupted twice (after a destination's commit, before
+    a source's delete) and run again: each host's rows on its new database only, as many as before, the
+    fleet's hot code unchanged, and the writer goes on from the moved delivery marks on the right database;
+    a third database put before it in the list: only the hosts whose database changes move; both removed:
+    every row back on the coordinator."""
+    a, b = clusters
+    url_a, url_b = await _databases(clusters, "hp_move")
+    await asyncio.to_thread(upgrade_database, url_a)
+    engine, engine_b = make_engine(url_a), make_engine(url_b)
+    hosts = await _move_hosts(engine)
+    before_active = nodes.active()
+    nodes.configure(None)
+    said: list[str] = []
+    spread2: nodes.Nodes | None = None
+    spread3: nodes.Nodes | None = None
+    engine_c: AsyncEngine | None = None
+    try:
+        now = datetime.now(UTC)
+        await partitions.ensure(engine, now, timedelta(hours=6), timedelta(days=2))
+        async with engine.begin() as conn:
+            await _enrol(conn, hosts)
+        writer = IngestWriter(engine)
+        writer.start()
+        s = Spread(a, b, engine, None, writer, hosts, [])  # type: ignore[arg-type]  # no nodes yet
+        base = (now - timedelta(minutes=30)).replace(second=0, microsecond=0)
+        agents = [Agent(s, h, base) for h in hosts]
+        for agent in agents:
+            agent.instance = "move-test"
+            for _ in range(20):
+                assert await agent.send(agent.next)
+                agent.next += 1
+        await rollups.run_once(engine, lag_s=0)
+        async with engine.connect() as conn:
+            wm_1m, _ = await rollups.watermarks(conn)
+        for agent in agents:  # rows above the watermark too: the move's own roll-up sums them
+            agent.base = wm_1m + timedelta(seconds=1) - (agent.next - 1) * STEP
+            for _ in range(3):
+                assert await agent.send(agent.next)
+                agent.next += 1
+        await writer.stop()
+        counts, where = await _where([engine], hosts)
+        assert counts[("sample_intervals", hosts[0])] == 23 and counts[("sample_totals_1m", hosts[0])] >= 1
+        hot = _hot(await _fleet(s, base, wm_1m))
+        assert hot[0] and len(hot[1]) == len(hosts)
+
+        # Refused: a backend running (it holds the run lock), a database twice (by its address or not).
+        running = await asyncio.to_thread(node_moves.backend_lock, url_a, [])
+        try:
+            with pytest.raises(node_moves.MoveRefused, match="a backend is running"):
+                await asyncio.to_thread(node_moves.move, url_a, [url_b])
+        finally:
+            running.close()
+        with pytest.raises(node_moves.MoveRefused, match="are the same database"):
+            await asyncio.to_thread(node_moves.move, url_a, [url_a])
+        also_a = url_a.replace(f"host={a.root}&", f"host={a.root}/&")  # another spelling of A's address
+        assert also_a != url_a
+        with pytest.raises(node_moves.MoveRefused, match="same database under two addresses"):
+            await asyncio.to_thread(node_moves.move, url_a, [also_a])
+
+        # A dry run says what would move and changes nothing (B has not even its tables yet).
+        plan = await asyncio.to_thread(node_moves.move, url_a, [url_b], None, True, said.append)
+        moving = {m.host_id for m in plan.moves}
+        assert 0 < len(moving) < len(hosts), "some hosts move to B, the others stay"
+        assert f"{len(moving)} of {len(hosts)} host(s) with series move" in said[-1]
+        assert sum(plan.rows.values()) == sum(n for (_t, h), n in counts.items() if h in moving)
+        async with engine_b.connect() as conn:
+            assert (await conn.execute(text("SELECT to_regclass('sample_intervals')"))).scalar_one() is None
+        assert await _where([engine], hosts) == (counts, where)
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT to_regclass('hotpath_node_move')"))).scalar_one() is None
+
+        # Interrupted after a destination committed a host (before its journal said so), then before a
+        # source's delete: each run again goes on, nothing doubled, nothing lost.
+        real_journal, real_delete = node_moves._journal, node_moves._delete_source
+        journalled: list[str] = []
+
+        def journal_fails_third_copy(lock: Any, m: node_moves.Move, state: str) -> None:
+            if state == "copied":
+                journalled.append(m.host_id)
+                if len(journalled) == 3:
+                    raise RuntimeError("injected: crashed after the destination's commit")
+            real_journal(lock, m, state)
+
+        def delete_fails(src: Any, host_id: str) -> None:
+            raise RuntimeError("injected: crashed before the source's delete")
+
+        monkeypatch.setattr(node_moves, "_journal", journal_fails_third_copy)
+        with pytest.raises(RuntimeError, match="after the destination's commit"):
+            await asyncio.to_thread(node_moves.move, url_a, [url_b])
+        with pytest.raises(RuntimeError, match="interrupted: run `python -m app nodes move` again"):
+            await asyncio.to_thread(node_moves.backend_lock, url_a, [url_b])
+        monkeypatch.setattr(node_moves, "_journal", real_journal)
+        monkeypatch.setattr(node_moves, "_delete_source", delete_fails)
+        with pytest.raises(RuntimeError, match="before the source's delete"):
+            await asyncio.to_thread(node_moves.move, url_a, [url_b])
+        async with engine.connect() as conn:
+            states = dict((await conn.execute(text("SELECT host_id, state FROM hotpath_node_moves"))).all())
+        assert sorted(states.values()).count("done") == 2 and states[journalled[2]] == "copied", states
+        monkeypatch.setattr(node_moves, "_delete_source", real_delete)
+        said.clear()
+        t0 = time.monotonic()
+        plan = await asyncio.to_thread(node_moves.move, url_a, [url_b], None, False, said.append)
+        print(f"\nmove to B, resumed: {time.monotonic() - t0:.1f} s; " + " | ".join(said))
+        assert plan.resumed and {m.host_id for m in plan.moves} == moving
+
+        spread2 = nodes.Nodes(engine, [url_b])
+        nodes.configure(spread2)
+        placed = await spread2.place(hosts)
+        assert {h for h in hosts if placed[h] == 1} == moving
+        assert _stable(await _where([engine, engine_b], hosts)) == _stable((counts, {h: {placed[h]} for h in hosts}))
+        async with engine.connect() as conn:
+            for t in ("hotpath_node_move", "hotpath_node_moves"):
+                assert (await conn.execute(text("SELECT to_regclass(:t)"), {"t": t})).scalar_one() is None
+        assert _hot(await _fleet(s, base, wm_1m)) == hot
+        # The backend's start with the new list: the layout is there already, and the writer goes on from
+        # each host's moved mark, storing on the host's new database.
+        await asyncio.to_thread(nodes.setup, url_a, [url_b])
+        (await asyncio.to_thread(node_moves.backend_lock, url_a, [url_b])).close()
+        writer = IngestWriter(engine, nodes=spread2)
+        writer.start()
+        s.writer, s.spread = writer, spread2
+        try:
+            for agent in agents:
+                assert await agent.mark() == agent.next - 1
+                assert await agent.send(agent.next)
+                agent.next += 1
+        finally:
+            await writer.stop()
+        after, where = await _where([engine, engine_b], hosts)
+        assert where == {h: {placed[h]} for h in hosts}
+        assert all(after[("sample_intervals", h)] == counts[("sample_intervals", h)] + 1 for h in hosts)
+        counts = after
+        # The moved rollups and what each database rolls up after the move sum exactly the raw rows.
+        s.on_a, s.on_b = [h for h in hosts if h not in moving], sorted(moving)
+        await _check_fleet_equals_both_nodes(s, base)
+        counts, _ = await _where([engine, engine_b], hosts)  # the new rows' rollups too
+
+        # A third database C put before B in the list: a host moves when its database changes, not its
+        # position (B's hosts that stay on B, now remainder 2, stay put).
+        admin = make_engine(b.url).execution_options(isolation_level="AUTOCOMMIT")
+        async with admin.connect() as conn:
+            await conn.execute(text("CREATE DATABASE hp_move_c"))
+        await admin.dispose()
+        url_c = url_b.replace("/hp_move?", "/hp_move_c?")
+        engine_c = make_engine(url_c)
+        plan = await asyncio.to_thread(node_moves.move, url_a, [url_c, url_b])
+        spread3 = nodes.Nodes(engine, [url_c, url_b])
+        nodes.configure(spread3)
+        placed3 = await spread3.place(hosts)
+        was = {h: "ab"[placed[h]] for h in hosts}
+        now_on = {h: "acb"[placed3[h]] for h in hosts}
+        assert any(was[h] == now_on[h] == "b" for h in hosts), "a host stays on B at another position"
+        assert {m.host_id for m in plan.moves} == {h for h in hosts if was[h] != now_on[h]}
+        assert _stable(await _where([engine, engine_c, engine_b], hosts)) == _stable(
+            (counts, {h: {placed3[h]} for h in hosts})
+        )
+        assert _hot(await _fleet(s, base, wm_1m)) == hot
+
+        # A host id with rows and a mark on a node but no longer enrolled (deleted while the node was down).
+        candidates = await spread3.place([f"move-gone-{i}" for i in range(20)])
+        gone = next(h for h, r in candidates.items() if r)
+        async with (engine_c if candidates[gone] == 1 else engine_b).begin() as conn:
+            await conn.execute(
+                text("INSERT INTO delivery_marks (host_id, instance_id, seq, updated_at) VALUES (:h, 'x', 7, now())"),
+                {"h": gone},
+            )
+
+        # B and C removed: every host back on the coordinator, no rows left on B or C, no spread parents; the
+        # unenrolled host's rows deleted, not copied (the coordinator's marks reference hosts).
+        nodes.configure(None)
+        said.clear()
+        plan = await asyncio.to_thread(node_moves.move, url_a, [], None, False, said.append)
+        assert {m.host_id for m in plan.moves} == {h for h in hosts if placed3[h]} | {gone} and not plan.resumed
+        assert [m.discard for m in plan.moves if m.host_id == gone] == [True]
+        assert "1 of them no longer enrolled" in said[0]
+        assert (await _where([engine, engine_c, engine_b], [gone]))[1] == {gone: set()}
+        assert _stable(await _where([engine, engine_c, engine_b], hosts)) == _stable((counts, {h: {0} for h in hosts}))
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT to_regnamespace('hotpath_nodes')"))).scalar_one() is None
+            assert not (await conn.execute(text("SELECT srvname FROM pg_foreign_server"))).all()
+        assert _hot(await _fleet(s, base, wm_1m)) == hot
+        (await asyncio.to_thread(node_moves.backend_lock, url_a, [])).close()
+    finally:
+        nodes.configure(before_active)
+        for spread_n in (spread2, spread3):
+            if spread_n is not None:
+                await spread_n.dispose()
+        if engine_c is not None:
+            await engine_c.dispose()
+        await engine.dispose()
+        await engine_b.dispose()
