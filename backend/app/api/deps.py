@@ -36,11 +36,12 @@ async def get_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 
 
-async def read_across_nodes(session: SessionDep) -> None:
-    """A router's reads of a host's series: from the database node the host is placed on, when the series
-    are spread over several (app.storage.nodes; nothing without). Only for routes whose requests write no
-    series table."""
-    await nodes.read_across(session)
+async def read_across_nodes(request: Request, session: SessionDep) -> None:
+    """A router's reads of a host's series: from the database node the host is placed on (with `b_host`,
+    a comparison's other host, from both hosts' databases), when the series are spread over several
+    (app.storage.nodes; nothing without). Only for routes whose requests write no series table."""
+    hosts = [h for h in (request.path_params.get("host_id"), request.query_params.get("b_host")) if h]
+    await nodes.read_across(session, hosts)
 
 
 _UNAUTHENTICATED = HTTPException(

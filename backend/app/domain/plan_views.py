@@ -67,7 +67,7 @@ async def list_plans(
 async def get_plan(db: AsyncSession, host_id: str, plan_id: uuid.UUID) -> dict[str, Any] | None:
     await refresh_stale(db, host_id, plan_id)
     await db.commit()
-    await nodes.read_across(db)  # the commit ended the caller's setting: the windows' series from the host's node
+    await nodes.read_across(db, [host_id])  # the commit ended the caller's setting: the windows from the host's node
     row = await find(db, host_id, plan_id)
     if row is None:
         return None

@@ -593,6 +593,7 @@ def _rebuild(lock: Connection, plan: Plan) -> None:
                         text(f"ALTER TABLE {nodes.SCHEMA}.{table} DETACH PARTITION {nodes._local(lock, table)}")
                     )
             lock.execute(text(f"DROP SCHEMA {nodes.SCHEMA} CASCADE"))  # parents and foreign tables, no rows
+        nodes.drop_node_schemas(lock, keep=0)  # the nodes' own foreign tables, no rows
         for name in lock.execute(
             text("SELECT srvname FROM pg_foreign_server WHERE srvname ~ :p"), {"p": f"^{nodes.SERVER}[0-9]+$"}
         ).scalars():

@@ -11,7 +11,8 @@ order configured): Postgres' own hash partitioning decides it (`place`), not thi
 On the coordinator, schema `hotpath_nodes` holds, for each spread table, a parent of the same name
 partitioned by hash of host_id: remainder 0 is the coordinator's own table (still partitioned by time as
 without nodes), remainder i a foreign table on node i's table (partitioned by time on that node). A reader that
-wants every node's rows puts that schema first in its search path (`read_across`); every writer, the rollup
+wants every node's rows puts that schema first in its search path (`read_across`; a host's page puts its own
+node's schema `hotpath_n<i>` of foreign tables first instead, so no other node is asked); every writer, the rollup
 task and the partition upkeep keep the default search path and write the local tables, each node's on the node
 (ON CONFLICT works there; a parent with a foreign partition has no unique index). So a batch's transaction
 writes one database only, its host's (app.storage.ingest): its rows and its delivery mark commit together or
@@ -44,6 +45,7 @@ log = logging.getLogger("hotpath.nodes")
 
 SCHEMA = "hotpath_nodes"
 SERVER = "hotpath_node"  # node i's foreign server is hotpath_node<i>
+NODE_SCHEMA = "hotpath_n"  # node i's own foreign tables, for a host's reads (`read_across` with its host): hotpath_n<i>
 # The tables spread by host: everything a batch's transaction writes (rows, late rollup additions, stack
 # definitions, delivery marks), so that transaction needs its host's node only.
 SPREAD_TABLES = (*RAW_TABLES, *ROLLUP_TABLES, "stack_defs", "stack_blocks", "delivery_marks")
@@ -189,6 +191,38 @@ def build(conn: Connection, node_urls: Sequence[str]) -> None:
     for table in SPREAD_TABLES:
         _spread(conn, table, modulus)
     _watermarks(conn, modulus)
+    drop_node_schemas(conn, keep=modulus - 1)
+    for i in range(1, modulus):
+        _node_schema(conn, i)
+
+
+def node_schema(index: int) -> str:
+    """Node `index`'s own schema on the coordinator: a foreign table per spread table (and `series_state`),
+    each of the spread table's own name, on that node alone."""
+    return f"{NODE_SCHEMA}{index}"
+
+
+def _node_schema(conn: Connection, index: int) -> None:
+    """Made again at every set-up (a migration may have changed the node's columns): IMPORT FOREIGN SCHEMA
+    asks the node for its tables' columns."""
+    schema = node_schema(index)
+    local = _local(conn, "series_state")
+    remote = local.split(".", 1)[0] if "." in local else "public"
+    conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+    conn.execute(text(f"CREATE SCHEMA {schema}"))
+    tables = ", ".join(_ident(t) for t in (*SPREAD_TABLES, "series_state"))
+    conn.execute(
+        text(f"IMPORT FOREIGN SCHEMA {_ident(remote)} LIMIT TO ({tables}) FROM SERVER {SERVER}{index} INTO {schema}")
+    )
+
+
+def drop_node_schemas(conn: Connection, keep: int) -> None:
+    """The per-node schemas of nodes past the first `keep` (no longer configured)."""
+    for name in conn.execute(
+        text("SELECT nspname FROM pg_namespace WHERE nspname ~ :p"), {"p": f"^{NODE_SCHEMA}[0-9]+$"}
+    ).scalars():
+        if int(name[len(NODE_SCHEMA) :]) > keep:
+            conn.execute(text(f"DROP SCHEMA {_ident(name)} CASCADE"))
 
 
 def _schema_exists(conn: Connection) -> bool:
@@ -454,10 +488,27 @@ def table(name: str) -> str:
     return f"{SCHEMA}.{name}" if _active is not None else name
 
 
-async def read_across(conn: AsyncSession | AsyncConnection) -> None:
+async def read_across(conn: AsyncSession | AsyncConnection, hosts: Sequence[str] | None = None) -> None:
     """Make the rest of this transaction read the spread tables across every node (a no-op with one
-    database). Only for reads: the spread parents refuse ON CONFLICT."""
-    if _active is not None:
-        await conn.execute(
-            text(f"SELECT set_config('search_path', '{SCHEMA}, ' || current_setting('search_path'), true)")
-        )
+    database). Only for reads: the spread parents refuse ON CONFLICT.
+
+    With `hosts` (a host's page: the reads name these hosts only), the rest of the transaction reads their
+    database alone when they share one: the coordinator's own tables, or the node's schema of foreign
+    tables (`node_schema`). No other node is asked, so a node that is down fails its own hosts' pages only
+    (through the spread parents every node's foreign partition was opened, pruned or not, and the
+    watermarks were the lowest of all nodes'), and a host's rollups are read below its own database's
+    watermarks. Hosts on several databases read across every node."""
+    if _active is None:
+        return
+    if hosts:
+        placed = set((await _active.place(list(hosts))).values())
+        if len(placed) == 1:
+            index = placed.pop()
+            if index:
+                await _search_first(conn, node_schema(index))
+            return
+    await _search_first(conn, SCHEMA)
+
+
+async def _search_first(conn: AsyncSession | AsyncConnection, schema: str) -> None:
+    await conn.execute(text(f"SELECT set_config('search_path', '{schema}, ' || current_setting('search_path'), true)"))

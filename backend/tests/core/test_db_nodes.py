@@ -740,6 +740,11 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
                 r = await client.get(url, params=rng)
                 assert r.status_code == 503, r.text
                 assert "node 1 (" in r.json()["detail"] and str(b.root) in r.json()["detail"]
+                # A host page: B's host's series cannot be read (503, as any unreachable database), A's can.
+                on_b = await client.get(f"/api/v1/hosts/{placed[1][0]}/top-functions", params=rng)
+                assert on_b.status_code == 503 and "unavailable" in on_b.json()["detail"], on_b.text
+                on_a = await client.get(f"/api/v1/hosts/{placed[0][0]}/top-functions", params=rng)
+                assert on_a.status_code == 200 and on_a.json()["total_samples"] == 20, on_a.text
             finally:
                 await asyncio.to_thread(b.start)
             await wait_until(rolled, HANG_S)
