@@ -47,9 +47,53 @@ journal is dropped when the move ends.
 """
 
 
+SERVE_HELP = """\
+Serve Hotpath's backend: the console and its REST API over HTTP, the agents' gRPC stream and enrolment.
+
+With no DATABASE_URL it keeps its data in an embedded Postgres under HOTPATH_DATA_DIR (created on first
+start, with the secrets, the installation's certificate authority and an admin user whose password is
+written to HOTPATH_DATA_DIR/admin-password). Every setting comes from the environment (docs/deployment.md);
+the main ones, with their defaults:
+
+{settings}
+Commands:
+  nodes move   move hosts between database nodes after HOTPATH_DB_NODES changed (python -m app nodes move --help)
+"""
+
+# The settings a newcomer sets first (the rest: backend/app/core/config.py, documented there).
+MAIN_SETTINGS = (
+    "data_dir",
+    "http_host",
+    "http_port",
+    "grpc_port",
+    "enroll_port",
+    "database_url",
+    "db_nodes",
+    "https",
+    "sample_retention_hours",
+    "log_level",
+)
+
+
+def _settings_help() -> str:
+    lines = []
+    for name in MAIN_SETTINGS:
+        field = Settings.model_fields[name]
+        env = "DATABASE_URL" if name == "database_url" else f"HOTPATH_{name.upper()}"
+        default = field.default if field.default not in (None, "") else "(unset)"
+        lines.append(f"  {env:<32} {default}")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     if sys.argv[1:2] == ["nodes"]:
         return nodes_command(sys.argv[2:])
+    parser = argparse.ArgumentParser(
+        prog="python -m app",
+        description=SERVE_HELP.format(settings=_settings_help()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.parse_args()  # --help, or an error for any argument: the settings come from the environment
     settings = get_settings()
     logging.basicConfig(
         level=settings.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
