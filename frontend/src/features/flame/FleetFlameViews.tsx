@@ -250,7 +250,7 @@ export function FleetCompareView({ groupId, labels, range }: FleetFlameProps) {
                 value={bOthers ? "others" : "labels"}
                 onChange={(e) => setBOthers(e.target.value === "others")}
               >
-                <option value="others">the other hosts</option>
+                <option value="others">hosts without any of its labels (the others)</option>
                 <option value="labels">hosts with</option>
               </select>
             </label>
