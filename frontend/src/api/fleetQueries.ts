@@ -5,7 +5,7 @@
 import { queryOptions, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap } from "./client";
 import { keys, retry } from "./queries";
-import type { FleetFlameDiff, FleetFlameGraph, FleetGroups, FleetHotCode, Host } from "./types";
+import type { FleetGroups, FleetHotCode, Host } from "./types";
 import { rangeKey, rangeQuery, resolveRange, type TimeRange } from "../lib/timeRange";
 
 export type HotSort = "samples" | "hosts" | "name";
@@ -76,14 +76,16 @@ export function useHotCode(
 
 export type FleetIdle = "exclude" | "include" | "only";
 
-/** The group's flame graph: its hosts' stacks (those with every label) merged into one tree. */
+/** The group's flame graph: its hosts' stacks (those with every label) merged into one tree; the answer's
+ *  bytes (a FleetFlameGraph), which the flame worker parses and lays out. */
 export function useFleetFlame(groupId: string, labels: string[], range: TimeRange, idle: FleetIdle) {
-  return useQuery<FleetFlameGraph, Error>({
+  return useQuery<ArrayBuffer, Error>({
     queryKey: fleetKeys.flame(groupId, [labels, rangeKey(range), idle]),
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/fleet/groups/{group_id}/flamegraph", {
           params: { path: { group_id: groupId }, query: { label: labels, ...rangeQueryForFleet(range), idle } },
+          parseAs: "arrayBuffer",
         }),
       ),
     retry,
@@ -111,7 +113,8 @@ function sideQuery(prefix: "a" | "b", side: CompareSide) {
   return q;
 }
 
-/** Two sides of the group as a differential flame graph (null: nothing to ask yet). */
+/** Two sides of the group as a differential flame graph (null: nothing to ask yet): the answer's bytes (a
+ *  FleetFlameDiff), which the flame worker parses and lays out. */
 export function useFleetFlameDiff(
   groupId: string,
   labels: string[],
@@ -119,7 +122,7 @@ export function useFleetFlameDiff(
   sides: { a: CompareSide; b: CompareSide } | null,
   idle: FleetIdle,
 ) {
-  return useQuery<FleetFlameDiff, Error>({
+  return useQuery<ArrayBuffer, Error>({
     queryKey: fleetKeys.flameDiff(groupId, [
       labels,
       rangeKey(range),
@@ -140,6 +143,7 @@ export function useFleetFlameDiff(
               ...(sides ? sideQuery("b", sides.b) : {}),
             },
           },
+          parseAs: "arrayBuffer",
         }),
       ),
     enabled: sides !== null,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A kernel-build group's flame graphs (the fleet's group page composes them, pages/FleetGroupPage.tsx): its
-// hosts' stacks merged into one tree by function (the server merges them; the flame worker lays the tree
-// out, as for the differential graph), and a comparison of two sides of the group — hosts by label (one
+// hosts' stacks merged into one tree by function (the server merges them; the flame worker parses the
+// answer and lays the tree out, useFleetTree.ts), and a comparison of two sides of the group — hosts by label (one
 // rack against the others) or two ranges (before and after a roll-out) — as a differential flame graph.
 // Search and zoom are the view's own state; the group's label filter and range come from the page.
 import { useCallback, useMemo, useState } from "react";
@@ -12,31 +12,14 @@ import { formatRange, rangeParams, resolveRange, type TimeRange } from "../../li
 import { TimeRangePicker } from "../../shared/TimeRangePicker";
 import { FlameGraph } from "./FlameGraph";
 import { FrameSearch } from "./FlameView";
-import { findPath, pathOf, search, type FlameInput } from "./flameModel";
-import { useFlameLayout, type FlameLayoutState } from "./useFlameLayout";
+import { findPath, pathOf, search, type FlameFrame, type FlameLayout } from "./flameModel";
+import { useFleetTree } from "./useFleetTree";
 
 export interface FleetFlameProps {
   groupId: string;
   /** The group's label filter (key=value each), applied to every side. */
   labels: string[];
   range: TimeRange;
-}
-
-export function toFleetInput(d: FleetFlameGraph): FlameInput {
-  return { frames: d.frames, frame: d.nodes.frame, parent: d.nodes.parent, total: d.nodes.total, self: d.nodes.self };
-}
-
-export function toFleetDiffInput(d: FleetFlameDiff): FlameInput {
-  const n = d.nodes;
-  return {
-    frames: d.frames,
-    frame: n.frame,
-    parent: n.parent,
-    total: n.a_total,
-    self: n.a_self,
-    bTotal: n.b_total,
-    bSelf: n.b_self,
-  };
 }
 
 /** Labels typed as key=value, separated by spaces or commas. */
@@ -57,7 +40,7 @@ function hrefOn(hostId: string | undefined, range: TimeRange) {
 }
 
 /** Search, zoom (by the path of frame names, so it survives a refreshed tree) and orientation of a graph. */
-function useNavigation(state: FlameLayoutState) {
+function useNavigation(state: { layout: FlameLayout | null; frames: FlameFrame[] }) {
   const [query, setQuery] = useState("");
   const [zoom, setZoom] = useState("");
   const [icicle, setIcicle] = useState(false);
@@ -100,10 +83,9 @@ function Covered({ from, to }: { from: string | null; to: string | null }) {
 export function FleetFlameView({ groupId, labels, range }: FleetFlameProps) {
   const [idle, setIdle] = useState<FleetIdle>("exclude");
   const flame = useFleetFlame(groupId, labels, range, idle);
-  const input = useMemo(() => (flame.data ? toFleetInput(flame.data) : null), [flame.data]);
-  const state = useFlameLayout(input);
+  const state = useFleetTree<Omit<FleetFlameGraph, "frames" | "nodes">>(flame.data);
   const nav = useNavigation(state);
-  const d = flame.data;
+  const d = state.summary;
   const sampled = d?.hosts.filter((h) => h.samples > 0) ?? [];
   return (
     <div className="flame-view">
@@ -117,7 +99,7 @@ export function FleetFlameView({ groupId, labels, range }: FleetFlameProps) {
           onIcicle={nav.setIcicle}
         />
       </div>
-      {flame.isPending && <p className="muted">Loading the group&apos;s stacks…</p>}
+      {(flame.isPending || (flame.data && !d)) && <p className="muted">Loading the group&apos;s stacks…</p>}
       {flame.isError && (
         <p className="error" role="alert">
           Could not load the group&apos;s flame graph: {flame.error.message}
@@ -206,11 +188,10 @@ export function FleetCompareView({ groupId, labels, range }: FleetFlameProps) {
   const [idle, setIdle] = useState<FleetIdle>("exclude");
   const [asked, setAsked] = useState<ReturnType<typeof compareSides>>(null);
   const diff = useFleetFlameDiff(groupId, labels, range, asked, idle);
-  const input = useMemo(() => (diff.data ? toFleetDiffInput(diff.data) : null), [diff.data]);
-  const state = useFlameLayout(input);
+  const state = useFleetTree<Omit<FleetFlameDiff, "frames" | "nodes">>(diff.data);
   const nav = useNavigation(state);
   const formSides = compareSides(by, aText, bOthers, bText, aRange, bRange);
-  const d = diff.data;
+  const d = state.summary;
   const firstB = d?.b.hosts.find((h) => h.samples > 0)?.id;
   const bAsked: TimeRange | null = d ? { kind: "absolute", from: new Date(d.b.from), to: new Date(d.b.to) } : null;
   return (
@@ -298,7 +279,7 @@ export function FleetCompareView({ groupId, labels, range }: FleetFlameProps) {
           The flame graph could not be laid out: {state.error}
         </p>
       )}
-      {asked && diff.isPending && <p className="muted">Comparing the group&apos;s stacks…</p>}
+      {asked && (diff.isPending || (diff.data && !d)) && <p className="muted">Comparing the group&apos;s stacks…</p>}
       {d && (
         <p className="muted small" data-testid="fleet-diff-summary">
           <SideHosts name="Baseline (A)" side={d.a} samples={d.a_samples} /> ·{" "}
