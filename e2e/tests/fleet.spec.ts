@@ -293,6 +293,7 @@ test("a group's flame graph merges its hosts' stacks, and compare sets one rack 
   await expect(page.getByRole("heading", { name: "Fleet compare" })).toBeVisible();
   await page.getByRole("textbox", { name: "Side A labels" }).fill("rack=r1");
   await page.getByRole("form", { name: "Compare" }).getByRole("button", { name: "Compare" }).click();
+  await expect(page).toHaveURL(/[?&]cmp=labels&a=rack%3Dr1&bmode=others/); // the comparison is linkable
   const summary = page.getByTestId("fleet-diff-summary");
   await expect(summary).toContainText("Baseline (A): 1,200 samples from 2 of 2 hosts (rack=r1)");
   await expect(summary).toContainText("comparison (B): 600 samples from 1 of 1 host (not rack=r1)");

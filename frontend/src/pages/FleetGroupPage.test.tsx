@@ -153,6 +153,19 @@ describe("fleet group flame graph and compare", () => {
     );
   });
 
+  it("asks for the comparison the URL keeps, and shows it in the form", async () => {
+    const requests = stub();
+    renderApp(`/fleet/groups/${GROUP}?view=compare&cmp=labels&a=rack%3Dr1&bmode=labels&b=rack%3Dr2`);
+    expect(await screen.findByTestId("fleet-diff-summary")).toHaveTextContent("Baseline (A): 420 samples");
+    const asked = new URL(requests.find((r) => new URL(r.url).pathname.endsWith("/flamegraph/diff"))!.url);
+    expect(asked.searchParams.getAll("a_label")).toEqual(["rack=r1"]);
+    expect(asked.searchParams.getAll("b_label")).toEqual(["rack=r2"]);
+    expect(asked.searchParams.getAll("b_without")).toEqual([]);
+    const form = screen.getByRole("form", { name: "Compare" });
+    expect(within(form).getByRole("textbox", { name: "Side A labels" })).toHaveValue("rack=r1");
+    expect(within(form).getByRole("textbox", { name: "Side B labels" })).toHaveValue("rack=r2");
+  });
+
   it("makes the sides of a comparison from its form", () => {
     expect(splitLabels(" rack=r1, role=db ")).toEqual(["rack=r1", "role=db"]);
     const r = { kind: "relative", seconds: 3600 } as const;

@@ -3,12 +3,14 @@
 // hosts' stacks merged into one tree by function (the server merges them; the flame worker parses the
 // answer and lays the tree out, useFleetTree.ts), and a comparison of two sides of the group — hosts by label (one
 // rack against the others) or two ranges (before and after a roll-out) — as a differential flame graph.
-// Search and zoom are the view's own state; the group's label filter and range come from the page.
+// Search and zoom are the view's own state; the group's label filter and range come from the page; the
+// comparison asked for is kept in the URL (cmp=labels|ranges, a, bmode, b, a_from/a_to, b_from/b_to).
 import { useCallback, useMemo, useState } from "react";
+import { useSearchParams } from "react-router-dom";
 import { useFleetFlame, useFleetFlameDiff, type CompareSide, type FleetIdle } from "../../api/fleetQueries";
 import type { FleetFlameDiff, FleetFlameGraph } from "../../api/types";
 import { formatCount } from "../../lib/format";
-import { formatRange, rangeParams, resolveRange, type TimeRange } from "../../lib/timeRange";
+import { formatRange, parseRange, rangeParams, resolveRange, type TimeRange } from "../../lib/timeRange";
 import { TimeRangePicker } from "../../shared/TimeRangePicker";
 import { FlameGraph } from "./FlameGraph";
 import { FrameSearch } from "./FlameView";
@@ -173,20 +175,56 @@ function labelList(labels: Record<string, string>): string[] {
   return Object.entries(labels).map(([k, v]) => `${k}=${v}`);
 }
 
+/** The comparison asked for, as the URL keeps it (cmp, a, bmode, b, a_from/a_to, b_from/b_to). */
+function askedIn(p: URLSearchParams) {
+  const by = p.get("cmp");
+  if (by !== "labels" && by !== "ranges") return null;
+  return compareSides(
+    by,
+    p.get("a") ?? "",
+    p.get("bmode") !== "labels",
+    p.get("b") ?? "",
+    parseRange(p.get("a_from"), p.get("a_to")),
+    parseRange(p.get("b_from"), p.get("b_to")),
+  );
+}
+
 export function FleetCompareView({ groupId, labels, range }: FleetFlameProps) {
-  const [by, setBy] = useState<CompareBy>("labels");
-  const [aText, setAText] = useState("");
-  const [bText, setBText] = useState("");
-  const [bOthers, setBOthers] = useState(true);
+  const [search, setSearch] = useSearchParams();
+  const [by, setBy] = useState<CompareBy>(search.get("cmp") === "ranges" ? "ranges" : "labels");
+  const [aText, setAText] = useState(search.get("a") ?? "");
+  const [bText, setBText] = useState(search.get("b") ?? "");
+  const [bOthers, setBOthers] = useState(search.get("bmode") !== "labels");
   // Before and after: by default the hour before the page's range against it.
   const [aRange, setARange] = useState<TimeRange>(() => {
+    if (search.get("a_from")) return parseRange(search.get("a_from"), search.get("a_to"));
     const r = resolveRange(range);
     const span = r.to.getTime() - r.from.getTime();
     return { kind: "absolute", from: new Date(r.from.getTime() - span), to: r.from };
   });
-  const [bRange, setBRange] = useState<TimeRange>(range);
+  const [bRange, setBRange] = useState<TimeRange>(() =>
+    search.get("b_from") ? parseRange(search.get("b_from"), search.get("b_to")) : range,
+  );
   const [idle, setIdle] = useState<FleetIdle>("exclude");
-  const [asked, setAsked] = useState<ReturnType<typeof compareSides>>(null);
+  const asked = useMemo(() => askedIn(search), [search]);
+  const ask = () => {
+    const next = new URLSearchParams(search);
+    for (const k of ["cmp", "a", "bmode", "b", "a_from", "a_to", "b_from", "b_to"]) next.delete(k);
+    next.set("cmp", by);
+    if (by === "labels") {
+      next.set("a", splitLabels(aText).join(" "));
+      next.set("bmode", bOthers ? "others" : "labels");
+      if (!bOthers) next.set("b", splitLabels(bText).join(" "));
+    } else {
+      const a = rangeParams(aRange);
+      const b = rangeParams(bRange);
+      next.set("a_from", a.from);
+      next.set("a_to", a.to);
+      next.set("b_from", b.from);
+      next.set("b_to", b.to);
+    }
+    setSearch(next);
+  };
   const diff = useFleetFlameDiff(groupId, labels, range, asked, idle);
   const state = useFleetTree<Omit<FleetFlameDiff, "frames" | "nodes">>(diff.data);
   const nav = useNavigation(state);
@@ -201,7 +239,7 @@ export function FleetCompareView({ groupId, labels, range }: FleetFlameProps) {
         aria-label="Compare"
         onSubmit={(e) => {
           e.preventDefault();
-          setAsked(formSides);
+          ask();
         }}
       >
         <fieldset className="inline-label">
