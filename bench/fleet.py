@@ -24,11 +24,16 @@ bench waits for, bounded as a hang), it checks that the biggest group's busy sam
 equal what its hosts sent, and asks, one request at a time as a console does, N times each: the groups
 list, the biggest group's hot code over that hour (the console's default range, the last hour; unless
 it starts on the hour no whole clock hour fits in it, so it is read from the minute rollups: the
-heaviest case of an hour), and the same narrowed by the label role=db. It prints each view's p50/p99.
+heaviest case of an hour), and the same narrowed by the label role=db; with stacks (HOTPATH_FLEET_STACKS,
+default on: each batch's blocks also sent as call stacks, the block's function called through one of eight
+caller chains of its build, so a host's hour holds a few hundred distinct stacks) also the biggest group's
+flame graph over the hour, the same narrowed by role=db, and its compare view (rack r00 against the other
+hosts), after checking that the flame graph's samples equal the stack samples its hosts sent. It prints
+each view's p50/p99.
 Last line, exactly:
     fleet: H hosts, P points/s stored by R replicas, fleet view p99 X ms, failover Y s, lost Z
-X over every request of the three views. With one replica failover and lost cannot be measured: they
-are "unavailable" and the reason follows the line's figures after "; unavailable: ".
+X over every request of the views (three, or six with stacks). With one replica failover and lost cannot
+be measured: they are "unavailable" and the reason follows the line's figures after "; unavailable: ".
 With R replicas, Y is the time from the kill until the last stream it cut was welcomed by another
 replica, Z the block points sent minus those stored (points stored twice end the run with an error).
 Ports: HOTPATH_FLEET_HTTP_PORT (8380) and HOTPATH_FLEET_GRPC_PORT (50351, enrolment on the next).
@@ -58,6 +63,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from app.core.db import start_embedded_postgres, stop_embedded_postgres  # noqa: E402
 from app.protocol.catalog_digest import piece_digest  # noqa: E402
 from app.protocol.proto import pb, pb_grpc  # noqa: E402
+from app.protocol.stack_defs import stack_id  # noqa: E402
 from tests.scripted_agent import enroll, kernel_functions  # noqa: E402
 
 HTTP = int(os.environ.get("HOTPATH_FLEET_HTTP_PORT", "8380"))
@@ -68,6 +74,7 @@ BLOCKS = int(os.environ.get("HOTPATH_FLEET_BLOCKS", "200"))  # sampled blocks pe
 HOT_BLOCKS = 4 * BLOCKS  # a host's set of hot blocks, which its minutes draw from
 REQUESTS = int(os.environ.get("HOTPATH_FLEET_REQUESTS", "100"))
 FUNCTIONS = int(os.environ.get("HOTPATH_FLEET_FUNCTIONS", "5000"))  # per kernel build
+STACKS = os.environ.get("HOTPATH_FLEET_STACKS", "1") != "0"  # blocks also sent as call stacks
 HOSTS_AT_ONCE = 32  # hosts enrolling or storing at the same time
 REPLICAS = int(os.environ.get("HOTPATH_FLEET_REPLICAS", "1"))
 STREAMS_PER_SOURCE = max(100, 2 * HOSTS_AT_ONCE)  # every simulated host connects from 127.0.0.1
@@ -96,6 +103,10 @@ class Build:
         self.functions = kernel_functions(FUNCTIONS)
         self.digest = piece_digest(self.build_id, "vmlinux", KERNEL_BASE, self.functions)
         self.blocks = sum(len(f.blocks) for f in self.functions)
+        # Eight caller chains (leaf's caller first) of 3 to 8 of the build's first 50 functions: a stack is a
+        # sampled block's function called through the chain its function index picks.
+        rng = random.Random(n)
+        self.chains = [[rng.randrange(min(50, FUNCTIONS)) for _ in range(rng.randint(3, 8))] for _ in range(8)]
 
 
 class Host:
@@ -117,6 +128,8 @@ class Host:
         self.hot = sorted(hot)
         self.rng = rng
         self.busy = 0  # non-idle samples sent
+        self.stacked = 0  # samples sent with a stack
+        self.defined: set[int] = set()  # stack ids whose frames a batch carried
         self.points = 0
         self.instance = uuid.uuid4().hex  # one agent instance: batches sent again keep their sequence numbers
         self.cut_at: float | None = None  # when its stream was cut by the kill (failover runs)
@@ -156,15 +169,37 @@ class Host:
             interval_start_unix_ns=int(start.timestamp()) * 10**9, interval_ms=60_000, idle_by_context=True
         )
         total = 0
+        sampled = []
         for fi, off in self.rng.sample(self.hot, BLOCKS):
             c = self.rng.randint(1, 400)
             b.blocks.add(module_index=0, function_index=fi, block_offset=off, count=c)
             total += c
+            sampled.append((fi, off, c))
+        if STACKS:
+            self.stacks(b, sampled)
         b.total_samples = total + 100  # and 100 user samples
         b.user_samples = 100
         self.busy += total + 100
         self.points += BLOCKS
         return b
+
+    def stacks(self, b: "pb.MetricBatch", sampled: list[tuple[int, int, int]]) -> None:
+        """The batch's blocks as call stacks too (their samples, so no more than the batch's total): the
+        block's function (at an instruction of the block) called through its build's caller chain, in one of
+        five processes; a stack's frames travel in the first batch that samples it, as an agent sends them."""
+        st = b.stacks
+        st.modules.add(kind=pb.FRAME_KIND_KERNEL_FUNCTION, digest=self.build.digest, name="vmlinux")
+        st.comms.extend(f"worker{k}" for k in range(5))
+        st.max_depth = 64
+        for fi, off, c in sampled:
+            frames = [(fi, off + 2)] + [(caller, 0x8) for caller in self.build.chains[fi % 8]]
+            sid = stack_id((1, self.build.digest, f, o) for f, o in frames)
+            if sid not in self.defined:
+                self.defined.add(sid)
+                st.stacks.add(id=sid, frames=[pb.Frame(module=0, function_index=f, offset=o) for f, o in frames])
+            st.counts.add(stack_id=sid, pid=1000 + fi % 5, comm=fi % 5, cpu=fi % 2, count=c)
+            st.stack_samples += c
+        self.stacked += st.stack_samples
 
     def channel(self) -> grpc.aio.Channel:
         creds = grpc.ssl_channel_credentials(
@@ -546,6 +581,23 @@ async def main() -> None:
                 "hot code, the hour": (hot_path, span),
                 "hot code, role=db": (hot_path, {**span, "label": "role=db"}),
             }
+            if STACKS:
+                flame_path = f"/api/v1/fleet/groups/{biggest['id']}/flamegraph"
+                dt, flame = timed(client, flame_path, span)
+                sent = sum(h.stacked for h in hosts if h.build is big_build)
+                say(
+                    f"biggest group's flame graph: {flame['samples']:,} samples with a stack, sent {sent:,}; "
+                    f"{len(flame['nodes']['frame']):,} nodes, {len(flame['frames']):,} frames "
+                    f"(first answer {dt:.0f} ms)"
+                )
+                if flame["samples"] != sent or flame["undefined_samples"]:
+                    raise SystemExit("the flame graph's samples differ from the stack samples the group's hosts sent")
+                views["flame graph, the hour"] = (flame_path, span)
+                views["flame graph, role=db"] = (flame_path, {**span, "label": "role=db"})
+                views["compare, rack r00 against the others"] = (
+                    f"{flame_path}/diff",
+                    {**span, "a_label": "rack=r00", "b_without": "rack=r00"},
+                )
             all_ms: list[float] = []
             for name, (path, params) in views.items():
                 lat = [timed(client, path, params)[0] for _ in range(REQUESTS)]

@@ -4,12 +4,13 @@
 // is backend/tests/scripted_agent_cli.py (the backend tests' fake agent, tests.scripted_agent, run as a
 // program): it enrols with a one-time token the admin creates over REST, connects over mutual TLS,
 // reports its labels in Hello, uploads its catalog and replays a minute of one-second sample batches with
-// fixed counts per function. Three share one kernel build (group A), one has another (group B), and
+// fixed counts per function, as call stacks (each function called from __x64_sys_read). Three share one kernel build (group A), one has another (group B), and
 // scripted-a3 is stopped once its minute is stored, so group A has an offline host.
 //   The fleet page is then the first screen; the groups show their host, online and offline counts; this
 // host is in a group of its own; a label filter narrows the groups and their hosts; group A's hot code
 // shows its hottest functions with the numbers the batches imply and the share of hosts where each is
-// hot; a host's cell opens that host's function view over the same range; an admin's label edit shows on
+// hot; a host's cell opens that host's function view over the same range; group A's flame graph merges
+// its hosts' stacks and its compare view sets one rack against the others; an admin's label edit shows on
 // the host and in the fleet.
 //   Other specs go to `/` expecting this host's list (one host): at the end the scripted agents are
 // stopped and their hosts deleted through the admin API (also when a test fails), so the fleet is this
@@ -57,6 +58,7 @@ async function startMember(spec: (typeof FLEET)[number], start: number): Promise
       samples: spec.samples,
       start,
       seconds: SECONDS,
+      stacks: true,
       note: `scripted agent ${id} of e2e/tests/fleet.spec.ts`,
     },
     HANG_MS,
@@ -253,6 +255,51 @@ test("a group's hot code: its hottest functions and the share of hosts where eac
   expect(new Date(url.searchParams.get("to")!).getTime()).toBe(new Date(hot.to).getTime());
   const samples = page.locator("dl.facts > div").filter({ has: page.getByText(/^Samples \(/) });
   await expect(samples.locator("dd")).toHaveText(/^540\b/);
+});
+
+test("a group's flame graph merges its hosts' stacks, and compare sets one rack against the others", async ({
+  page,
+}) => {
+  // Over the minute, as stacks: every function called from __x64_sys_read (a1 600 samples, a2 600, a3 600).
+  const a = await groupOf("a1");
+  const fg = await (await ctx.get(`/api/v1/fleet/groups/${a.id}/flamegraph?window_s=3600`)).json();
+  expect(fg.samples, JSON.stringify(fg.hosts)).toBe(1800);
+  const names: string[] = fg.frames.map((f: { name: string }) => f.name);
+  const totals = new Map<string, number>();
+  fg.nodes.frame.forEach((f: number, i: number) => {
+    if (f >= 0) totals.set(names[f], (totals.get(names[f]) ?? 0) + fg.nodes.total[i]);
+  });
+  expect(Object.fromEntries(totals)).toEqual({
+    __x64_sys_read: 1800,
+    vfs_read: 840,
+    ksys_read: 480,
+    rw_verify_area: 300,
+    do_sys_open: 180,
+  });
+
+  await page.goto("/");
+  await groupSection(page, agent("a1").buildId).getByRole("link", { name: "Hot code" }).click();
+  await page.getByRole("tab", { name: "Flame graph" }).click();
+  await expect(page.getByRole("heading", { name: "Fleet flame graph" })).toBeVisible();
+  await expect(page).toHaveURL(/[?&]view=flame/);
+  await expect(page.getByTestId("fleet-flame-summary")).toContainText("1,800 samples with a stack from 3 of 3 hosts");
+  const frame = (n: string) => page.getByTestId("flame-frame").and(page.locator(`[data-name="${n}"]`));
+  await expect(page.getByRole("group", { name: "Group flame graph" })).toBeVisible();
+  for (const n of ["__x64_sys_read", "vfs_read", "ksys_read", "rw_verify_area", "do_sys_open"])
+    await expect(frame(n)).toHaveCount(1);
+
+  // Compare: rack r1 (a1, a3) against the other hosts (a2).
+  await page.getByRole("tab", { name: "Compare" }).click();
+  await expect(page.getByRole("heading", { name: "Fleet compare" })).toBeVisible();
+  await page.getByRole("textbox", { name: "Side A labels" }).fill("rack=r1");
+  await page.getByRole("form", { name: "Compare" }).getByRole("button", { name: "Compare" }).click();
+  await expect(page).toHaveURL(/[?&]cmp=labels&a=rack%3Dr1&bmode=others/); // the comparison is linkable
+  const summary = page.getByTestId("fleet-diff-summary");
+  await expect(summary).toContainText("Baseline (A): 1,200 samples from 2 of 2 hosts (rack=r1)");
+  await expect(summary).toContainText("comparison (B): 600 samples from 1 of 1 host (not rack=r1)");
+  await expect(page.getByRole("group", { name: "Group differential flame graph" })).toBeVisible();
+  await expect(frame("rw_verify_area")).toHaveCount(1); // only on a2 (B)
+  await expect(frame("do_sys_open")).toHaveCount(1); // only on a3 (A)
 });
 
 test("an admin's label edit shows on the host and in the fleet", async ({ page }) => {

@@ -25,6 +25,8 @@ export interface ScriptedSpec {
   samples?: Record<string, number>;
   start?: number;
   seconds?: number;
+  /** Send the samples as kernel call stacks (each function called from __x64_sys_read), for flame graphs. */
+  stacks?: boolean;
   /** What its ComparePlan reports: slower injects a regression (the guard reverts the plan there). */
   compare?: "within-noise" | "slower";
   /** Why it was made, in the enrolment token's note. */
@@ -73,6 +75,7 @@ export async function startScripted(ctx: APIRequestContext, spec: ScriptedSpec, 
   if (spec.start !== undefined) args.push("--start", String(spec.start));
   if (spec.seconds !== undefined) args.push("--seconds", String(spec.seconds));
   if (spec.compare) args.push("--compare", spec.compare);
+  if (spec.stacks) args.push("--stacks");
   for (const [k, v] of Object.entries(spec.labels ?? {})) args.push("--label", `${k}=${v}`);
   for (const [f, n] of Object.entries(spec.samples ?? {})) args.push("--samples", `${f}=${n}`);
   const proc = spawn(join(backendDir, ".venv", "bin", "python"), args, {

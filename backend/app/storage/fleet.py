@@ -139,6 +139,28 @@ async def group_summary(session: AsyncSession, group_id: str) -> dict[str, Any] 
     return {"id": group_id, "kernel_release": row.kernel_release, "kernel_build_id": row.kernel_build_id}
 
 
+async def group_hosts(
+    session: AsyncSession, group_id: str, labels: dict[str, str], without: dict[str, str] | None = None
+) -> list[Any]:
+    """The group's active hosts carrying every label of `labels` and none of `without` (each a key=value:
+    a host with that key and another value, or without the key, is kept), by name: id, hostname, online,
+    labels."""
+    where, params = _label_filter(labels)
+    for i, (key, value) in enumerate(sorted((without or {}).items())):
+        where += f" AND NOT (h.labels @> CAST(:without{i} AS jsonb))"
+        params[f"without{i}"] = json.dumps({key: value})
+    return list(
+        (
+            await session.execute(
+                text(f"""
+        SELECT h.id, h.hostname, h.online, h.labels FROM hosts h
+        WHERE {ACTIVE} AND {GROUP_ID_SQL} = :g{where} ORDER BY h.hostname, h.id"""),
+                {**params, "g": group_id},
+            )
+        ).all()
+    )
+
+
 def _rollup_spans(spans: list[tuple[str, datetime, datetime]]) -> list[tuple[str, datetime, datetime]]:
     return [s for s in spans if s[0] != "raw"]
 

@@ -34,6 +34,11 @@ adds only the frames it does not share with the one before: `build_tree`); each 
 resolved once per process (`StackPaths`), so a refreshed view only reads the stacks that are new. A
 flame graph reads its stacks and who they belong to (processes, commands, CPUs) in one pass. Routes never
 touch the tables, so moving the series elsewhere changes this module only.
+
+A kernel-build group of the fleet (app.storage.fleet) reads its hosts' stacks together (`group_stacks`): the
+whole minutes of the range below the minute watermark from the per-host ten-minute and minute rollups in one
+statement over all the hosts, summed per stack id by Postgres (a stack id is the content id of its frames, so
+hosts of one build share them), never the raw rows; the paths are then merged by function as a host's are.
 """
 
 import gzip
@@ -411,6 +416,25 @@ async def definitions(session: AsyncSession, host_id: str, ids: list[int]) -> di
             SELECT stack_id, modules::text AS modules, frames FROM stack_defs
             WHERE host_id = :h AND stack_id = ANY(:ids)"""),
             {"h": host_id, "ids": chunk},
+        )
+        for r in rows:
+            out[i64_to_u64(r.stack_id)] = (orjson.loads(r.modules), r.frames)
+    return out
+
+
+async def shared_definitions(session: AsyncSession, host_ids: list[str], ids: list[int]) -> dict[int, StoredStack]:
+    """These stacks' definitions as one of these hosts stored them (content ids: any host's is the same)."""
+    out: dict[int, StoredStack] = {}
+    if not host_ids:
+        return out
+    for k in range(0, len(ids), 20000):
+        chunk = [u64_to_i64(i) for i in ids[k : k + 20000]]
+        rows = await session.execute(
+            text("""
+            SELECT DISTINCT ON (d.stack_id) d.stack_id, d.modules::text AS modules, d.frames
+            FROM stack_defs d WHERE d.stack_id = ANY(:ids) AND d.host_id = ANY(:hs)
+            ORDER BY d.stack_id"""),
+            {"hs": host_ids, "ids": chunk},
         )
         for r in rows:
             out[i64_to_u64(r.stack_id)] = (orjson.loads(r.modules), r.frames)
@@ -946,7 +970,29 @@ class StackPaths:
             else:
                 self.paths.move_to_end((host_id, sid))
                 out[sid] = packed
-        defs = await definitions(session, host_id, missing)
+        self._keep(host_id, await definitions(session, host_id, missing), out)
+        await self._name(session, out.values())
+        return out
+
+    async def load_shared(self, session: AsyncSession, host_ids: list[str], ids: Iterable[int]) -> dict[int, bytes]:
+        """The paths of these stacks as any of these hosts defined them (those with a definition on one of
+        them). A stack id is the content id of its frames (checked as each batch is read:
+        app.protocol.agent_input), so every host that defines an id defines the same frames: the paths are
+        kept once, under no host (""), for every group they are asked for."""
+        out: dict[int, bytes] = {}
+        missing = []
+        for sid in ids:
+            packed = self.paths.get(("", sid))
+            if packed is None:
+                missing.append(sid)
+            else:
+                self.paths.move_to_end(("", sid))
+                out[sid] = packed
+        self._keep("", await shared_definitions(session, host_ids, missing), out)
+        await self._name(session, out.values())
+        return out
+
+    def _keep(self, host_id: str, defs: dict[int, StoredStack], out: dict[int, bytes]) -> None:
         for sid, (modules, flat) in defs.items():
             path = array("I")
             for k in range(0, len(flat), 3):
@@ -961,8 +1007,6 @@ class StackPaths:
             self.paths[(host_id, sid)] = packed
         while len(self.paths) > self.limit:
             self.paths.popitem(last=False)
-        await self._name(session, out.values())
-        return out
 
     async def _name(self, session: AsyncSession, paths: Iterable[bytes]) -> None:
         """Give kernel frames of these paths not named yet their function's name and id."""
@@ -1159,6 +1203,120 @@ async def flame_diff(
             "b_self": tree["self"][1],
         },
         "folded_samples": tree["folded"],
+    }
+
+
+# The fleet: a group's stacks ------------------------------------------------------------------------
+
+
+@dataclass
+class GroupStacks:
+    """The stacks of some hosts (of one kernel build) over the whole minutes of a range below the minute
+    watermark, read from the rollups only: their samples per distinct path (frames merged by function, as a
+    host's flame graph merges them), the filter's samples and those of stacks no host of them defined, each
+    host's samples, and the part of the range read ([covered_from, covered_to), None when none)."""
+
+    paths: dict[bytes, int]
+    samples: int
+    undefined: int
+    per_host: dict[str, int]
+    covered: tuple[datetime, datetime] | None
+
+
+def _whole_minutes(start: datetime, end: datetime, wm_1m: datetime) -> tuple[datetime, datetime] | None:
+    """The whole minutes of [start, end) below the minute watermark (None when there are none)."""
+    lo = start.replace(second=0, microsecond=0)
+    lo = lo if lo == start else lo + _MINUTE
+    hi = min(end, wm_1m).replace(second=0, microsecond=0)
+    return (lo, hi) if lo < hi else None
+
+
+async def group_stacks(
+    session: AsyncSession, host_ids: list[str], start: datetime, end: datetime, flt: StackFilter
+) -> GroupStacks:
+    """A group's stacks (`GroupStacks`) in one statement over the ten-minute and minute rollups (whole ten
+    minutes from the ten-minute rollup, the other whole minutes from the minute rollup; never the raw rows:
+    the edges of the range no rollup covers yet are left out, as the fleet's hot code leaves them), summed
+    by Postgres per stack id over all the hosts and per host (one pass, two grouping sets). A stack id is
+    the content id of its frames, so the same stack on two hosts is one id: its paths are read once
+    (`StackPaths.load_shared`), and stacks whose frames differ only below the merging by function (offsets)
+    are one path."""
+    wm_1m, _ = await rollups.watermarks(await session.connection())
+    minutes = _whole_minutes(start, end, wm_1m) if host_ids else None
+    if minutes is None:
+        return GroupStacks({}, 0, 0, dict.fromkeys(host_ids, 0), None)
+    lo, hi = minutes
+    lo10, hi10 = _whole_tens(lo, hi)
+    where, params = flt.sql()
+
+    def rolled(table: str, a: str, b: str) -> str:
+        return f"""SELECT r.host_id, r.stack_id, r.pid, r.comm, r.cpu, r.count AS n FROM {table} r
+            WHERE r.host_id = ANY(:hs) AND r.bucket >= :{a} AND r.bucket < :{b}"""
+
+    parts = [
+        rolled("stack_samples_10m", "lo10", "hi10"),
+        rolled("stack_samples_1m", "lo", "lo10"),
+        rolled("stack_samples_1m", "hi10", "hi"),
+    ]
+    rows = await session.execute(
+        text(f"""
+        SELECT GROUPING(u.host_id) AS by_stack, u.host_id, u.stack_id, sum(u.n) AS n
+        FROM ({" UNION ALL ".join(parts)}) u WHERE true{where}
+        GROUP BY GROUPING SETS ((u.stack_id), (u.host_id))"""),
+        {"hs": host_ids, "lo": lo, "hi": hi, "lo10": lo10, "hi10": hi10, **params},
+    )
+    counts: dict[int, int] = {}
+    per_host = dict.fromkeys(host_ids, 0)
+    for r in rows:
+        if r.by_stack:
+            counts[i64_to_u64(r.stack_id)] = int(r.n)
+        else:
+            per_host[r.host_id] = int(r.n)
+    paths = await _PATHS.load_shared(session, host_ids, counts)
+    merged: dict[bytes, int] = defaultdict(int)
+    undefined = 0
+    for sid, n in counts.items():
+        packed = paths.get(sid)
+        if packed is None:
+            undefined += n
+        else:
+            merged[packed] += n
+    return GroupStacks(dict(merged), sum(counts.values()), undefined, per_host, (lo, hi))
+
+
+def _tree_nodes(tree: dict[str, Any], sides: list[str]) -> dict[str, Any]:
+    nodes: dict[str, Any] = {"frame": tree["frame"], "parent": tree["parent"]}
+    for i, side in enumerate(sides):
+        nodes[f"{side}total"] = tree["total"][i]
+        nodes[f"{side}self"] = tree["self"][i]
+    return nodes
+
+
+def group_flame(group: GroupStacks) -> dict[str, Any]:
+    """A group's stacks as one tree (built here, as the differential tree is: `build_tree`), frames merged by
+    function across its hosts."""
+    tree = build_tree([group.paths])
+    frames = _local_frames(tree)
+    return {
+        "samples": group.samples,
+        "undefined_samples": group.undefined,
+        "folded_samples": tree["folded"],
+        "frames": frames,
+        "nodes": _tree_nodes(tree, [""]),
+    }
+
+
+def group_flame_diff(a: GroupStacks, b: GroupStacks) -> dict[str, Any]:
+    """Two sides of a group (hosts and ranges of their own) as one tree with both sides' samples, as a host's
+    differential flame graph answers it."""
+    tree = build_tree([a.paths, b.paths])
+    frames = _local_frames(tree)
+    return {
+        "a_samples": a.samples,
+        "b_samples": b.samples,
+        "folded_samples": tree["folded"],
+        "frames": frames,
+        "nodes": _tree_nodes(tree, ["a_", "b_"]),
     }
 
 

@@ -657,8 +657,9 @@ async def _databases(clusters: tuple[Cluster, Cluster], db: str) -> tuple[str, s
 async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clusters, data_folder) -> None:
     """`python -m app` with DATABASE_URL on A and HOTPATH_DB_NODES naming B: scripted agents' batches stored
     on their hosts' databases, rolled up by the backend's own task on each, the fleet's hot code over REST
-    summing both and each host's top functions, block samples and data coverage its own; B stopped, the
-    view is 503 naming B; B started again, it answers again; a host deleted over REST leaves nothing on B."""
+    summing both, the group's flame graph and compare merging both databases' stacks, and each host's top
+    functions, block samples and data coverage its own; B stopped, the views are 503 naming B; B started
+    again, it answers again; a host deleted over REST leaves nothing on B."""
     b = clusters[1]
     url_a, url_b = await _databases(clusters, "hp_backend")
     backend = Backend(data_folder, env={"DATABASE_URL": url_a, "HOTPATH_DB_NODES": url_b, "HOTPATH_ROLLUP_LAG_S": "1"})
@@ -691,9 +692,12 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
                 await wait_catalog_complete(client, host)
                 agents.append(agent)
                 for i in range(20):
-                    seq = await agent.send_metrics(
-                        int((t0 + timedelta(seconds=i)).timestamp()) * 1_000_000_000, [("vmlinux", k % 3, 0, k + 1)]
+                    # Function k % 3 called from the syscall entry (fn_00007): its block samples and a stack.
+                    batch = agent.stack_batch(
+                        int((t0 + timedelta(seconds=i)).timestamp()) * 1_000_000_000,
+                        [([("k", k % 3, 0), ("k", 7, 0x20)], 100, "dd", 0, k + 1)],
                     )
+                    seq = await agent.send_batch(batch)
                 await wait_for_ack(agent, seq, HANG_S)
             for engine, hosts in ((engine_a, placed[0]), (engine_b, placed[1])):
                 async with engine.connect() as conn:
@@ -716,6 +720,28 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
             for k in range(4):
                 per_fn[k % 3] = per_fn.get(k % 3, 0) + 20 * (k + 1)
             assert sorted(i["samples"] for i in body["items"]) == sorted(per_fn.values())
+            # The group's flame graph: every host's stacks, from both databases' stack rollups, merged.
+            flame_url = f"/api/v1/fleet/groups/{group}/flamegraph"
+
+            async def flame_rolled() -> bool:
+                r = await client.get(flame_url, params=rng)
+                return r.status_code == 200 and {h["id"]: h["samples"] for h in r.json()["hosts"]} == want
+
+            await wait_until(flame_rolled, HANG_S)
+            fg = (await client.get(flame_url, params=rng)).json()
+            names = [f["name"] for f in fg["frames"]]
+            entry = fg["nodes"]["parent"].index(0)  # the root's one child: fn_00007
+            assert (names[fg["nodes"]["frame"][entry]], fg["nodes"]["total"][entry]) == ("fn_00007", 200)
+            leaves = {
+                names[f]: t
+                for f, p, t in zip(fg["nodes"]["frame"], fg["nodes"]["parent"], fg["nodes"]["total"], strict=True)
+                if p == entry
+            }
+            assert sorted(leaves.values()) == sorted(per_fn.values()), leaves
+            diff = await client.get(
+                f"{flame_url}/diff", params={**rng, "a_label": "missing=x", "b_without": "missing=x"}
+            )
+            assert diff.status_code == 200 and (diff.json()["a_samples"], diff.json()["b_samples"]) == (0, 200)
             # A host's own pages read its series from its database, wherever it is placed.
             covered: list[int] = []
             for k, host in enumerate(placed[0] + placed[1]):
@@ -737,9 +763,10 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
             await _plan_on_a_node_host(backend, client, agents[3], placed[1][1], engine_b)
             await asyncio.to_thread(b.stop, "fast")
             try:
-                r = await client.get(url, params=rng)
-                assert r.status_code == 503, r.text
-                assert "node 1 (" in r.json()["detail"] and str(b.root) in r.json()["detail"]
+                for view in (url, flame_url, f"{flame_url}/diff"):
+                    r = await client.get(view, params=rng)
+                    assert r.status_code == 503, (view, r.text)
+                    assert "node 1 (" in r.json()["detail"] and str(b.root) in r.json()["detail"]
                 # A host page: B's host's series cannot be read (503, as any unreachable database), A's can.
                 on_b = await client.get(f"/api/v1/hosts/{placed[1][0]}/top-functions", params=rng)
                 assert on_b.status_code == 503 and "unavailable" in on_b.json()["detail"], on_b.text

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Server state of the fleet views: the kernel-build groups (narrowed by label), a group's hot code over
-// a range, and the admin's edit of a host's labels. Keys start with "fleet"; a label edit refreshes
+// a range, its flame graph and two sides of it compared, and the admin's edit of a host's labels. Keys start with "fleet"; a label edit refreshes
 // them and the host.
 import { queryOptions, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap } from "./client";
 import { keys, retry } from "./queries";
 import type { FleetGroups, FleetHotCode, Host } from "./types";
-import { rangeKey, rangeQuery, type TimeRange } from "../lib/timeRange";
+import { rangeKey, rangeQuery, resolveRange, type TimeRange } from "../lib/timeRange";
 
 export type HotSort = "samples" | "hosts" | "name";
 
@@ -14,6 +14,8 @@ export const fleetKeys = {
   all: ["fleet"] as const,
   groups: (labels: string[]) => ["fleet", "groups", ...labels] as const,
   hotCode: (groupId: string, rest: unknown[]) => ["fleet", "hot-code", groupId, ...rest] as const,
+  flame: (groupId: string, rest: unknown[]) => ["fleet", "flame", groupId, ...rest] as const,
+  flameDiff: (groupId: string, rest: unknown[]) => ["fleet", "flame-diff", groupId, ...rest] as const,
 };
 
 export const fleetGroupsQuery = (labels: string[]) =>
@@ -70,6 +72,83 @@ export function useHotCode(
   minShare: number,
 ) {
   return useQuery({ ...hotCodeQuery(groupId, labels, range, sort, desc, minShare), retry });
+}
+
+export type FleetIdle = "exclude" | "include" | "only";
+
+/** The group's flame graph: its hosts' stacks (those with every label) merged into one tree; the answer's
+ *  bytes (a FleetFlameGraph), which the flame worker parses and lays out. */
+export function useFleetFlame(groupId: string, labels: string[], range: TimeRange, idle: FleetIdle) {
+  return useQuery<ArrayBuffer, Error>({
+    queryKey: fleetKeys.flame(groupId, [labels, rangeKey(range), idle]),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/fleet/groups/{group_id}/flamegraph", {
+          params: { path: { group_id: groupId }, query: { label: labels, ...rangeQueryForFleet(range), idle } },
+          parseAs: "arrayBuffer",
+        }),
+      ),
+    retry,
+  });
+}
+
+/** One side of a comparison: hosts with every label of `labels` and none of `without`, over `range`
+ *  (null: the page's range). */
+export interface CompareSide {
+  labels: string[];
+  without: string[];
+  range: TimeRange | null;
+}
+
+function sideQuery(prefix: "a" | "b", side: CompareSide) {
+  const q: Record<string, string | string[]> = {
+    [`${prefix}_label`]: side.labels,
+    [`${prefix}_without`]: side.without,
+  };
+  if (side.range) {
+    const r = resolveRange(side.range);
+    q[`${prefix}_from`] = r.from.toISOString();
+    q[`${prefix}_to`] = r.to.toISOString();
+  }
+  return q;
+}
+
+/** Two sides of the group as a differential flame graph (null: nothing to ask yet): the answer's bytes (a
+ *  FleetFlameDiff), which the flame worker parses and lays out. */
+export function useFleetFlameDiff(
+  groupId: string,
+  labels: string[],
+  range: TimeRange,
+  sides: { a: CompareSide; b: CompareSide } | null,
+  idle: FleetIdle,
+) {
+  return useQuery<ArrayBuffer, Error>({
+    queryKey: fleetKeys.flameDiff(groupId, [
+      labels,
+      rangeKey(range),
+      idle,
+      sides && [sides.a.labels, sides.a.without, sides.a.range && rangeKey(sides.a.range)],
+      sides && [sides.b.labels, sides.b.without, sides.b.range && rangeKey(sides.b.range)],
+    ]),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/fleet/groups/{group_id}/flamegraph/diff", {
+          params: {
+            path: { group_id: groupId },
+            query: {
+              label: labels,
+              ...rangeQueryForFleet(range),
+              idle,
+              ...(sides ? sideQuery("a", sides.a) : {}),
+              ...(sides ? sideQuery("b", sides.b) : {}),
+            },
+          },
+          parseAs: "arrayBuffer",
+        }),
+      ),
+    enabled: sides !== null,
+    retry,
+  });
 }
 
 export function useSetLabels() {

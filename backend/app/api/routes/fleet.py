@@ -1,18 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The fleet: hosts grouped by kernel build (narrowed by label), and a group's hot code across its hosts.
-Reads go through app.storage.fleet (rollups only, never raw rows)."""
+"""The fleet: hosts grouped by kernel build (narrowed by label), a group's hot code across its hosts, its
+flame graph (its hosts' stacks merged into one tree) and two sides of it compared (hosts by label, ranges) as
+a differential flame graph. Reads go through app.storage.fleet and app.storage.stacks (rollups only, never
+raw rows)."""
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, FromQuery, ToQuery, range_spec
 from app.api.responses import NOT_FOUND, FastJSON, Responses
-from app.api.schemas import FleetGroups, FleetHotCode, Message
+from app.api.schemas import FleetFlameDiff, FleetFlameGraph, FleetGroups, FleetHotCode, Message
 from app.protocol.labels import MAX_LABELS, InvalidLabels, parse_selector
-from app.storage import fleet, nodes
+from app.runtime import Runtime
+from app.storage import fleet, nodes, stacks
 from app.storage.samples import TimeRange
 
 router = APIRouter(prefix="/fleet", tags=["fleet"])
@@ -78,15 +83,8 @@ async def hot_code(
     """The group's hottest functions in the range, across its hosts: samples on each host and the share of
     the group's hosts where each is hot. Read from the per-function minute, ten-minute and hour rollups
     only; the answer says which part of the range they cover."""
-    spec = range_spec(runtime, window_s if from_ or to else window_s or 3600, from_, to)
-    group = await fleet.group_summary(session, group_id)
-    if group is None:
-        raise HTTPException(404, "Group not found")
-    if spec.start is not None and spec.end is not None:
-        r = TimeRange(spec.start, spec.end)
-    else:
-        end = datetime.now(tz=UTC)
-        r = TimeRange(end - timedelta(seconds=spec.window_s or 3600), end)
+    r = _time_range(runtime, window_s, from_, to)
+    group = await _group(session, group_id)
     try:
         found = await fleet.hot_code(
             session, group, _selectors(label), r, min_share, limit, offset, sort, order == "desc"
@@ -94,3 +92,170 @@ async def hot_code(
     except nodes.NodeUnavailable as exc:
         raise HTTPException(503, str(exc)) from None
     return FastJSON(found)
+
+
+def _time_range(runtime: Runtime, window_s: int | None, start: datetime | None, end: datetime | None) -> TimeRange:
+    """A fleet view's range: from and to, or the last window_s seconds ending now (3600 when neither is given)."""
+    spec = range_spec(runtime, window_s if start or end else window_s or 3600, start, end)
+    if spec.start is not None and spec.end is not None:
+        return TimeRange(spec.start, spec.end)
+    now = datetime.now(tz=UTC)
+    return TimeRange(now - timedelta(seconds=spec.window_s or 3600), now)
+
+
+async def _group(session: AsyncSession, group_id: str) -> dict[str, Any]:
+    group = await fleet.group_summary(session, group_id)
+    if group is None:
+        raise HTTPException(404, "Group not found")
+    return group
+
+
+WindowQuery = Query(
+    None, ge=60, le=86400, description="The last N seconds, ending now (default 3600 when no from/to is given)"
+)
+IdleQuery = Query("exclude", description="The idle task's samples (pid 0): left out, included, or alone")
+CommQuery = Query(None, min_length=1, max_length=64, description="Only threads with this command name")
+
+
+def _flame_host(h: Any, samples: dict[str, int]) -> dict[str, Any]:
+    return {"id": h.id, "hostname": h.hostname, "online": h.online, "labels": h.labels, "samples": samples.get(h.id, 0)}
+
+
+def _covered(g: stacks.GroupStacks) -> dict[str, Any]:
+    return {"covered_from": g.covered[0] if g.covered else None, "covered_to": g.covered[1] if g.covered else None}
+
+
+async def _read(session: AsyncSession, read: Any) -> Any:
+    """Run a read across the database nodes; a node that does not answer is a 503 naming it."""
+    try:
+        await nodes.read_across(session)
+        return await read()
+    except DBAPIError as exc:
+        try:
+            await nodes.name_unreachable(exc)
+        except nodes.NodeUnavailable as down:
+            raise HTTPException(503, str(down)) from None
+        raise
+
+
+@router.get(
+    "/groups/{group_id}/flamegraph",
+    response_model=FleetFlameGraph,
+    responses={**NOT_FOUND, **BAD_RANGE, **BAD_LABEL},
+)
+async def flame_graph(
+    group_id: GroupId,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    _: CurrentUser,
+    label: list[str] = LabelQuery,
+    window_s: int | None = WindowQuery,
+    from_: datetime | None = FromQuery,
+    to: datetime | None = ToQuery,
+    idle: Literal["exclude", "include", "only"] = IdleQuery,
+    comm: str | None = CommQuery,
+) -> FastJSON:
+    """The call stacks of the group's hosts (those carrying every label of the filter) in the range as one
+    tree, frames merged by function across the hosts, as a host's flame graph merges them. Read from the
+    per-host minute and ten-minute stack rollups only (the whole minutes of the range below the rollup
+    watermark; the answer says which part of the range that is)."""
+    r = _time_range(runtime, window_s, from_, to)
+    labels = _selectors(label)
+    group = await _group(session, group_id)
+    flt = stacks.StackFilter(comm=comm, idle=idle)
+
+    async def read() -> dict[str, Any]:
+        hosts = await fleet.group_hosts(session, group_id, labels)
+        g = await stacks.group_stacks(session, [h.id for h in hosts], r.start, r.end, flt)
+        return {
+            **r.public(),
+            **_covered(g),
+            "group": group,
+            "labels": labels,
+            "filter": flt.public(),
+            "hosts": [_flame_host(h, g.per_host) for h in hosts],
+            **stacks.group_flame(g),
+        }
+
+    return FastJSON(await _read(session, read))
+
+
+def _side_range(
+    runtime: Runtime, common: TimeRange, start: datetime | None, end: datetime | None, side: str
+) -> TimeRange:
+    if start is None and end is None:
+        return common
+    spec = range_spec(runtime, None, start, end, f"range {side}")
+    assert spec.start is not None and spec.end is not None
+    return TimeRange(spec.start, spec.end)
+
+
+def _side_query(side: str, what: str) -> Any:
+    return Query(
+        [],
+        max_length=MAX_LABELS,
+        description=f"Side {side}: only hosts {what} this label, as key=value; repeat for several",
+    )
+
+
+@router.get(
+    "/groups/{group_id}/flamegraph/diff",
+    response_model=FleetFlameDiff,
+    responses={**NOT_FOUND, **BAD_RANGE, **BAD_LABEL},
+)
+async def flame_diff(
+    group_id: GroupId,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    _: CurrentUser,
+    label: list[str] = LabelQuery,
+    a_label: list[str] = _side_query("A", "with"),
+    b_label: list[str] = _side_query("B", "with"),
+    a_without: list[str] = _side_query("A", "without"),
+    b_without: list[str] = _side_query("B", "without"),
+    window_s: int | None = WindowQuery,
+    from_: datetime | None = FromQuery,
+    to: datetime | None = ToQuery,
+    a_from: datetime | None = Query(None, description="Start of side A's range (default: the range of from/to)"),
+    a_to: datetime | None = Query(None, description="End of side A's range, exclusive"),
+    b_from: datetime | None = Query(None, description="Start of side B's range (default: the range of from/to)"),
+    b_to: datetime | None = Query(None, description="End of side B's range, exclusive"),
+    idle: Literal["exclude", "include", "only"] = IdleQuery,
+    comm: str | None = CommQuery,
+) -> FastJSON:
+    """Two sides of the group as a differential flame graph: each side its hosts (the group's hosts with
+    every label of `label` and of its own labels, and none of its `without` labels: e.g. a_label=rack=r1
+    against b_without=rack=r1, one rack against the others) over its range (its own from/to, or the common
+    window_s or from/to: e.g. before and after a roll-out), merged into one tree by function with both
+    sides' samples, in the shape of a host's differential flame graph. Read as the group's flame graph is."""
+    common = _time_range(runtime, window_s, from_, to)
+    ra = _side_range(runtime, common, a_from, a_to, "A")
+    rb = _side_range(runtime, common, b_from, b_to, "B")
+    base = _selectors(label)
+    sides = []
+    for labels, without in ((a_label, a_without), (b_label, b_without)):
+        own = _selectors(labels)
+        for key, value in own.items():
+            if base.get(key, value) != value:
+                raise HTTPException(400, f"The label filter asks for two values of {key}")
+        sides.append(({**base, **own}, _selectors(without)))
+    group = await _group(session, group_id)
+    flt = stacks.StackFilter(comm=comm, idle=idle)
+
+    async def read() -> dict[str, Any]:
+        out: dict[str, Any] = {"group": group, "filter": flt.public()}
+        read_sides = []
+        for name, r, (labels, without) in (("a", ra, sides[0]), ("b", rb, sides[1])):
+            hosts = await fleet.group_hosts(session, group_id, labels, without)
+            g = await stacks.group_stacks(session, [h.id for h in hosts], r.start, r.end, flt)
+            read_sides.append(g)
+            out[name] = {
+                **r.public(),
+                **_covered(g),
+                "labels": labels,
+                "without": without,
+                "hosts": [_flame_host(h, g.per_host) for h in hosts],
+            }
+        return {**out, **stacks.group_flame_diff(*read_sides)}
+
+    return FastJSON(await _read(session, read))

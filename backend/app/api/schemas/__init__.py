@@ -29,6 +29,11 @@ from app.api.schemas.enrolment import (
     EnrolmentTokenPublic,
 )
 from app.api.schemas.fleet import (
+    FleetCompareSide,
+    FleetFlameDiff,
+    FleetFlameGraph,
+    FleetFlameHost,
+    FleetFlameNodes,
     FleetGroup,
     FleetGroups,
     FleetGroupSummary,
@@ -205,6 +210,11 @@ __all__ = [
     "FlameStackCounts",
     "FlameStackPaths",
     "FlameStacks",
+    "FleetCompareSide",
+    "FleetFlameDiff",
+    "FleetFlameGraph",
+    "FleetFlameHost",
+    "FleetFlameNodes",
     "FleetGroup",
     "FleetGroupSummary",
     "FleetGroups",

@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The fleet: hosts grouped by kernel build, and a group's hot code across its hosts."""
+"""The fleet: hosts grouped by kernel build, a group's hot code across its hosts, and its flame graphs."""
 
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.schemas.common import RangePublic
+from app.api.schemas.stacks import FlameDiffNodes, FramePublic, StackFilterPublic
 
 
 class FleetHost(BaseModel):
@@ -87,3 +88,64 @@ class FleetHotCode(RangePublic):
     limit: int
     offset: int
     items: list[HotFunction]
+
+
+class FleetFlameHost(FleetHost):
+    samples: int = Field(description="The host's samples with a stack in the covered range, after the filter")
+
+
+class FleetFlameNodes(BaseModel):
+    """The tree in pre-order, one entry per node in each array: its frame (index into frames; -1 for the
+    root, which stands for all samples), its parent (index into these arrays; -1 for the root), its samples
+    with everything it called (total) and its own (self), summed over the hosts. Children follow their
+    parent, heaviest first."""
+
+    frame: list[int]
+    parent: list[int]
+    total: list[int]
+    self: list[int]
+
+
+class FleetFlameGraph(RangePublic):
+    """A group's call stacks in a range ([from, to) as asked) as one tree, frames merged by function across
+    its hosts (one kernel build: a function is the same on each)."""
+
+    covered_from: datetime | None = Field(
+        description="Start of the part of the range read: its whole minutes below the rollup watermark"
+    )
+    covered_to: datetime | None = Field(description="End of that part; null when the rollups cover none of it")
+    group: FleetGroupSummary
+    labels: dict[str, str] = Field(description="The label filter applied (every label must match)")
+    filter: StackFilterPublic
+    hosts: list[FleetFlameHost] = Field(description="The group's hosts matching the label filter, by name")
+    samples: int = Field(description="Samples with a stack in the covered range over the hosts, after the filter")
+    undefined_samples: int = Field(description="Of those, samples of stacks whose frames no host defined")
+    folded_samples: int = Field(description="Samples of nodes folded into their parent to bound the tree")
+    frames: list[FramePublic]
+    nodes: FleetFlameNodes
+
+
+class FleetCompareSide(RangePublic):
+    """One side of a comparison: the group's hosts matching its labels (and none of its `without` labels)
+    over its range ([from, to) as asked; the covered part read)."""
+
+    covered_from: datetime | None
+    covered_to: datetime | None
+    labels: dict[str, str]
+    without: dict[str, str] = Field(description="Hosts carrying any of these labels are left out")
+    hosts: list[FleetFlameHost]
+
+
+class FleetFlameDiff(BaseModel):
+    """Two sides of a group (hosts by label, and ranges) merged into one tree with both sides' samples, in
+    the shape of a host's differential flame graph."""
+
+    group: FleetGroupSummary
+    a: FleetCompareSide
+    b: FleetCompareSide
+    filter: StackFilterPublic
+    a_samples: int
+    b_samples: int
+    folded_samples: int
+    frames: list[FramePublic]
+    nodes: FlameDiffNodes

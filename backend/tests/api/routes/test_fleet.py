@@ -331,3 +331,191 @@ async def test_hot_code_of_an_unknown_group_is_404_and_a_bad_range_400(client):
     assert r.status_code == 400
     r = await client.get("/api/v1/fleet/groups/not-a-group/hot-code")
     assert r.status_code == 422
+
+
+# Call stacks of the fleet's flame graphs (frames leaf first, as tests.scripted_agent.stack_batch takes them):
+# vfs_read ← ksys_read ← __x64_sys_read ← fn_00007 (the system call entry), vfs_read at two offsets (two
+# stacks, one path once merged by function), do_sys_open ← fn_00007, and the idle task.
+READ = [("k", 0, 0x4), ("k", 1, 0x18), ("k", 2, 0x14), ("k", 7, 0x20)]
+READ_AT_A = [("k", 0, 0xA), ("k", 1, 0x18), ("k", 2, 0x14), ("k", 7, 0x20)]
+OPEN = [("k", 5, 0x6), ("k", 7, 0x20)]
+IDLE = [("k", 20, 0x8), ("k", 21, 0x30)]
+READ_PATH = ("fn_00007", "__x64_sys_read", "ksys_read", "vfs_read")
+OPEN_PATH = ("fn_00007", "do_sys_open")
+
+
+def _tree(frames: list[dict], nodes: dict, *sides: str) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """{root-first names: (total and self per side)} of a tree in pre-order."""
+    names = [f["name"] for f in frames]
+    paths: list[tuple[str, ...]] = []
+    out: dict[tuple[str, ...], tuple[int, ...]] = {}
+    for i, (fr, par) in enumerate(zip(nodes["frame"], nodes["parent"], strict=True)):
+        paths.append(() if par < 0 else paths[par] + (names[fr],))
+        assert paths[-1] not in out, f"{paths[-1]} twice"
+        out[paths[-1]] = tuple(nodes[f"{s}{k}"][i] for s in sides for k in ("total", "self"))
+    return out
+
+
+def _host_tree(fg: dict) -> dict[tuple[str, ...], tuple[int, int]]:
+    """{root-first names: (total, self)} of a host's flame graph (its distinct paths merged, as the console does)."""
+    names = [f["name"] for f in fg["frames"]]
+    p = fg["paths"]
+    out: dict[tuple[str, ...], tuple[int, int]] = {(): (0, 0)}
+    at = 0
+    for length, n in zip(p["length"], p["samples"], strict=True):
+        path = tuple(names[f] for f in p["frame"][at : at + length])
+        at += length
+        for k in range(len(path) + 1):
+            total, own = out.get(path[:k], (0, 0))
+            out[path[:k]] = (total + n, own + (n if k == len(path) else 0))
+    return out
+
+
+@pytest.fixture
+async def stacked(backend, client, fleet):
+    """Two minutes of stacks from T0, one batch every 10 s: a1 reads (30 a batch, pid 100) with the idle task
+    (20), and opens (10) in the second minute only; a2 reads with vfs_read at another offset (20, pid 300)
+    and opens (10) in both; b1 (build B, another group) reads (50). Waits until the minute rollups hold them."""
+    a1, a2, b1 = fleet["a1"], fleet["a2"], fleet["b1"]
+    for i in range(12):
+        t = ns(T0 + timedelta(seconds=10 * i))
+        one = [(READ, 100, "dd", 0, 30), (IDLE, 0, "swapper/1", 1, 20)] + ([(OPEN, 100, "dd", 0, 10)] if i >= 6 else [])
+        await a1.send_batch(a1.stack_batch(t, one))
+        await a2.send_batch(a2.stack_batch(t, [(READ_AT_A, 300, "cat", 2, 20), (OPEN, 300, "cat", 2, 10)]))
+        await b1.send_batch(b1.stack_batch(t, [(READ, 100, "dd", 0, 50)]))
+
+    async def rolled() -> bool:
+        await rollups.run_once(backend.runtime.engine)
+        n = await backend.scalar(
+            "SELECT coalesce(sum(count), 0) FROM stack_samples_1m WHERE host_id = ANY(:h) AND bucket >= :t",
+            h=[a1.host_id, a2.host_id, b1.host_id],
+            t=T0,
+        )
+        return n == 12 * (50 + 30 + 50) + 6 * 10
+
+    await wait_until(rolled)
+    return fleet
+
+
+async def test_group_flame_graph_merges_the_hosts_stacks_by_function(backend, client, stacked, unique):
+    a1, a2 = stacked["a1"], stacked["a2"]
+    group = await _group_of(client, a1, unique)
+    url = f"/api/v1/fleet/groups/{group}/flamegraph"
+    rng = {"from": T0.isoformat(), "to": (T0 + timedelta(minutes=2)).isoformat()}
+    r = await client.get(url, params=rng)
+    assert r.status_code == 200, r.text
+    fg = r.json()
+    assert fg["group"]["kernel_build_id"] == a1.build_id
+    assert fg["covered_from"].startswith(T0.strftime("%Y-%m-%dT%H:%M"))
+    assert [(h["id"], h["samples"]) for h in fg["hosts"]] == [
+        (a1.host_id, 420),
+        (a2.host_id, 360),
+        (stacked["a3"].host_id, 0),
+    ]
+    assert (fg["samples"], fg["undefined_samples"], fg["folded_samples"]) == (780, 0, 0)
+    assert fg["filter"]["idle"] == "exclude"
+    tree = _tree(fg["frames"], fg["nodes"], "")
+    # vfs_read at two offsets on two hosts: one node; build B's host is not in the group.
+    assert tree == {
+        (): (780, 0),
+        READ_PATH[:1]: (780, 0),
+        READ_PATH[:2]: (600, 0),
+        READ_PATH[:3]: (600, 0),
+        READ_PATH: (600, 600),
+        OPEN_PATH: (180, 180),
+    }
+    # The fleet's tree is the sum of its hosts' trees (each host's own flame graph over the same range).
+    summed: dict[tuple[str, ...], tuple[int, int]] = {}
+    for agent in (a1, a2):
+        host = (await client.get(f"/api/v1/hosts/{agent.host_id}/flamegraph", params=rng)).json()
+        for path, (total, own) in _host_tree(host).items():
+            t0, s0 = summed.get(path, (0, 0))
+            summed[path] = (t0 + total, s0 + own)
+    assert summed == tree
+
+    # The idle task included; the command filter; narrowed by label (rack r2: a2 only).
+    r = await client.get(url, params={**rng, "idle": "include"})
+    assert r.json()["samples"] == 780 + 240
+    r = await client.get(url, params={**rng, "comm": "cat"})
+    assert r.json()["samples"] == 360
+    r = await client.get(url, params={**rng, "label": "rack=r2"})
+    narrowed = r.json()
+    assert [h["id"] for h in narrowed["hosts"]] == [a2.host_id] and narrowed["labels"] == {"rack": "r2"}
+    assert _tree(narrowed["frames"], narrowed["nodes"], "")[READ_PATH] == (240, 240)
+
+    # Read from the rollups only: with the raw rows deleted the answer is the same.
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM stack_samples WHERE host_id = ANY(:h)"), {"h": [a1.host_id, a2.host_id]})
+    assert (await client.get(url, params=rng)).json() == fg
+    # A range with no whole rolled-up minute: nothing read, and it says so.
+    r = await client.get(
+        url, params={"from": (T0 + timedelta(seconds=10)).isoformat(), "to": (T0 + timedelta(seconds=50)).isoformat()}
+    )
+    assert r.status_code == 200 and r.json()["samples"] == 0 and r.json()["covered_from"] is None
+
+
+async def test_group_compare_by_label_and_by_range(client, stacked, unique):
+    a1, a2, a3 = stacked["a1"], stacked["a2"], stacked["a3"]
+    group = await _group_of(client, a1, unique)
+    url = f"/api/v1/fleet/groups/{group}/flamegraph/diff"
+    rng = {"from": T0.isoformat(), "to": (T0 + timedelta(minutes=2)).isoformat()}
+    # One rack against the others.
+    r = await client.get(url, params={**rng, "a_label": "rack=r1", "b_without": "rack=r1"})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert [h["id"] for h in d["a"]["hosts"]] == [a1.host_id, a3.host_id]
+    assert [h["id"] for h in d["b"]["hosts"]] == [a2.host_id]
+    assert (d["a"]["labels"], d["b"]["without"]) == ({"rack": "r1"}, {"rack": "r1"})
+    assert (d["a_samples"], d["b_samples"]) == (420, 360)
+    tree = _tree(d["frames"], d["nodes"], "a_", "b_")
+    assert tree[READ_PATH] == (360, 360, 240, 240)
+    assert tree[OPEN_PATH] == (60, 60, 120, 120)
+    assert tree[()][0::2] == (420, 360)
+
+    # Before and after: the whole group, its first minute against its second.
+    m1 = (T0 + timedelta(minutes=1)).isoformat()
+    r = await client.get(url, params={"a_from": rng["from"], "a_to": m1, "b_from": m1, "b_to": rng["to"]})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert (d["a_samples"], d["b_samples"]) == (360, 420)
+    tree = _tree(d["frames"], d["nodes"], "a_", "b_")
+    assert tree[OPEN_PATH][0::2] == (60, 120) and tree[READ_PATH][0::2] == (300, 300)
+    assert d["a"]["to"].startswith(m1[:16]) and d["b"]["from"].startswith(m1[:16])
+
+    # The group's label filter applies to both sides; a side's own labels must agree with it.
+    r = await client.get(url, params={**rng, "label": "role=db", "a_label": "rack=r1"})
+    assert [h["id"] for h in r.json()["a"]["hosts"]] == [a1.host_id]
+    assert [h["id"] for h in r.json()["b"]["hosts"]] == [a1.host_id, a2.host_id]
+    r = await client.get(url, params={**rng, "label": "rack=r2", "a_label": "rack=r1"})
+    assert r.status_code == 400 and "two values of rack" in r.text
+
+
+async def test_group_flame_graphs_refuse_bad_input(client, fleet, unique):
+    group = await _group_of(client, fleet["a1"], unique)
+    for path in ("flamegraph", "flamegraph/diff"):
+        url = f"/api/v1/fleet/groups/{group}/{path}"
+        for bad in ("role", "=db", "role=d\x01b", "bad key=x"):
+            r = await client.get(url, params={"label": bad})
+            assert r.status_code == 400, (path, bad, r.text)
+        # NUL anywhere in a request is refused by the request guard, before any route.
+        r = await client.get(url, params={"label": "role=d\x00b"})
+        assert r.status_code == 400, r.text
+        r = await client.get(f"/api/v1/fleet/groups/{'0' * 32}/{path}")
+        assert r.status_code == 404 and r.json()["detail"] == "Group not found"
+        r = await client.get(url, params={"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"})
+        assert r.status_code == 400
+        assert (await client.get(url, params={"idle": "sometimes"})).status_code == 422
+        assert (await client.get(url, params={"window_s": 10})).status_code == 422
+        assert (await client.get(f"/api/v1/fleet/groups/not-a-group/{path}")).status_code == 422
+    url = f"/api/v1/fleet/groups/{group}/flamegraph/diff"
+    for params in ({"a_label": "rack"}, {"b_without": "x=\x07"}, {"a_label": ["rack=r1", "rack=r2"]}):
+        assert (await client.get(url, params=params)).status_code == 400, params
+    r = await client.get(url, params={"a_from": T0.isoformat()})
+    assert r.status_code == 400 and "range A needs both from and to" in r.text
+    r = await client.get(url, params={"b_from": T0.isoformat(), "b_to": (T0 - timedelta(minutes=1)).isoformat()})
+    assert r.status_code == 400 and "range B" in r.text
+
+
+async def test_group_flame_graphs_need_a_signed_in_user(anon):
+    for path in ("flamegraph", "flamegraph/diff"):
+        assert (await anon.get(f"/api/v1/fleet/groups/{'0' * 32}/{path}")).status_code == 401

@@ -5,24 +5,27 @@
 // parses a view's reply and answers with the stacks whose definitions it lacks ("missing"), then, once
 // "definitions" brings them (or at once when none lack), keeps them and lays the view's tree out
 // (flameLoad.ts), then saves them in the browser's storage; "drop" ends a view the page no longer
-// waits for. The stack cache lives as long as the worker. Layouts' typed arrays are posted back
+// waits for; "tree" parses a fleet group's answer (a tree the server built, fleetTree.ts) and lays it out. The stack cache lives as long as the worker. Layouts' typed arrays are posted back
 // transferred, not copied.
-import { layoutFlame, type FlameInput, type FlameLayout } from "./flameModel";
+import { layoutFlame, type FlameFrame, type FlameInput, type FlameLayout } from "./flameModel";
 import { FlameLoad, KeptDefinitions, layoutBuffers, type LoadedFlame } from "./flameLoad";
 import { StackCache } from "./flameStacks";
 import { IdbStore } from "./flameStore";
+import { readFleetTree, type FleetTreeSummary } from "./fleetTree";
 
 export type FlameRequest =
   | { id: number; type: "layout"; input: FlameInput }
   | { id: number; type: "open"; hostId: string }
   | { id: number; type: "stacks"; hostId: string; body: ArrayBuffer }
   | { id: number; type: "definitions"; body: ArrayBuffer }
-  | { id: number; type: "drop" };
+  | { id: number; type: "drop" }
+  | { id: number; type: "tree"; body: ArrayBuffer };
 
 export type FlameReply =
   | { id: number; type: "done"; layout: FlameLayout; ms: number }
   | { id: number; type: "missing"; ids: string[] }
   | { id: number; type: "loaded"; loaded: LoadedFlame }
+  | { id: number; type: "tree"; layout: FlameLayout; frames: FlameFrame[]; summary: FleetTreeSummary; ms: number }
   | { id: number; type: "error"; message: string };
 
 const kept = new KeptDefinitions(new StackCache(), typeof indexedDB === "undefined" ? null : new IdbStore(indexedDB));
@@ -54,6 +57,14 @@ self.onmessage = async (ev: MessageEvent<FlameRequest>) => {
       const view = loads.get(req.id);
       loads.delete(req.id);
       if (view) finish(view.load, req.body, view.asked + view.load.inlined);
+    } else if (req.type === "tree") {
+      const t0 = performance.now();
+      const { input, summary } = readFleetTree(req.body);
+      const layout = layoutFlame(input);
+      post(
+        { id: req.id, type: "tree", layout, frames: input.frames, summary, ms: performance.now() - t0 },
+        layoutBuffers(layout),
+      );
     } else if (req.type === "drop") {
       loads.delete(req.id);
       reading.delete(req.id);

@@ -15,7 +15,7 @@ export interface FlameLayoutState {
   error: string | null;
 }
 
-const startWorker = () => new Worker(new URL("./flame.worker.ts", import.meta.url), { type: "module" });
+export const startWorker = () => new Worker(new URL("./flame.worker.ts", import.meta.url), { type: "module" });
 
 export function useFlameLayout(input: FlameInput | null): FlameLayoutState {
   const [state, setState] = useState<FlameLayoutState>({ layout: null, frames: [], ms: null, error: null });

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // A kernel-build group's hot code over a time range: the hottest functions across its hosts, with the
 // share of hosts where each is hot, as a hosts × functions heat table sorted by the server (samples,
-// share of hosts, name). A host's cell opens that host's function view over the same range. The range,
-// sort, label filter and hot threshold live in the URL.
+// share of hosts, name). A host's cell opens that host's function view over the same range. Beside the
+// table, the group's flame graph and a comparison of two sides of it (`views`: given by the page that
+// composes this feature with the flame graphs, pages/FleetGroupPage.tsx). The range, sort, label filter,
+// hot threshold and view live in the URL.
+import type { ReactNode } from "react";
 import { Link, useParams, useSearchParams } from "react-router-dom";
 import { useHotCode, type HotSort } from "../../api/fleetQueries";
 import { formatRange, parseRange, rangeParams, type TimeRange } from "../../lib/timeRange";
@@ -17,7 +20,21 @@ const SORTS: { key: HotSort; label: string }[] = [
 const DEFAULT_HOT_RANGE: TimeRange = { kind: "relative", seconds: 3600 };
 const GRAIN_NAMES: Record<string, string> = { "1h": "hour", "10m": "ten-minute", "1m": "minute" };
 
-export function HotCodePage() {
+type GroupView = "hot" | "flame" | "compare";
+const VIEW_NAMES: Record<GroupView, string> = { hot: "Hot code", flame: "Flame graph", compare: "Compare" };
+
+/** What a group view beside the hot code is given: the group, its label filter and the range. */
+export interface GroupViewProps {
+  groupId: string;
+  labels: string[];
+  range: TimeRange;
+}
+
+export function HotCodePage({
+  views = {},
+}: {
+  views?: Partial<Record<"flame" | "compare", (p: GroupViewProps) => ReactNode>>;
+}) {
   const { groupId = "" } = useParams();
   const [search, setSearch] = useSearchParams();
   const { labels } = parseLabelFilter(search.get("label") ?? "");
@@ -28,6 +45,9 @@ export function HotCodePage() {
   const desc = search.get("order") !== "asc";
   const minShare = Math.min(1, Math.max(0.001, Number(search.get("min") ?? "0.01") || 0.01));
   const hot = useHotCode(groupId, labels, range, sort, desc, minShare);
+  const asked = search.get("view") as GroupView | null;
+  const view: GroupView = asked === "flame" || asked === "compare" ? (views[asked] ? asked : "hot") : "hot";
+  const shown = (["hot", "flame", "compare"] as GroupView[]).filter((v) => v === "hot" || views[v]);
 
   const update = (change: Record<string, string | null>) => {
     const next = new URLSearchParams(search);
@@ -51,7 +71,7 @@ export function HotCodePage() {
         <Link to={labels.length ? `/?label=${encodeURIComponent(labels.join(" "))}` : "/"}>← Fleet</Link>
       </p>
       <div className="page-head">
-        <h1>Fleet hot code</h1>
+        <h1>{view === "hot" ? "Fleet hot code" : view === "flame" ? "Fleet flame graph" : "Fleet compare"}</h1>
         {data && (
           <span className="muted">
             {data.group.kernel_release} · build {data.group.kernel_build_id.slice(0, 12) || "none"}
@@ -59,26 +79,44 @@ export function HotCodePage() {
           </span>
         )}
       </div>
+      {shown.length > 1 && (
+        <div className="tabs" role="tablist" aria-label="Group views">
+          {shown.map((v) => (
+            <button
+              key={v}
+              type="button"
+              role="tab"
+              aria-selected={view === v}
+              onClick={() => update({ view: v === "hot" ? null : v })}
+            >
+              {VIEW_NAMES[v]}
+            </button>
+          ))}
+        </div>
+      )}
       <div className="toolbar">
         <TimeRangePicker range={range} onChange={setRange} />
-        <label>
-          Hot from{" "}
-          <select value={String(minShare)} onChange={(e) => update({ min: e.target.value })}>
-            {[0.005, 0.01, 0.02, 0.05, 0.1, 0.2].map((v) => (
-              <option key={v} value={String(v)}>
-                {v * 100}% of a host&apos;s samples
-              </option>
-            ))}
-          </select>
-        </label>
+        {view === "hot" && (
+          <label>
+            Hot from{" "}
+            <select value={String(minShare)} onChange={(e) => update({ min: e.target.value })}>
+              {[0.005, 0.01, 0.02, 0.05, 0.1, 0.2].map((v) => (
+                <option key={v} value={String(v)}>
+                  {v * 100}% of a host&apos;s samples
+                </option>
+              ))}
+            </select>
+          </label>
+        )}
       </div>
-      {hot.isPending && <p className="muted">Loading hot code…</p>}
-      {hot.isError && (
+      {view !== "hot" && views[view]?.({ groupId, labels, range })}
+      {view === "hot" && hot.isPending && <p className="muted">Loading hot code…</p>}
+      {view === "hot" && hot.isError && (
         <p className="error" role="alert">
           Could not load hot code: {hot.error.message}
         </p>
       )}
-      {data && table && (
+      {view === "hot" && data && table && (
         <>
           <p className="muted small">
             {formatRange(range)}: read from the{" "}
