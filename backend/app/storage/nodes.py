@@ -439,6 +439,20 @@ class Nodes:
             raise
         return mine, await parts
 
+    async def unreachable(self, timeout_s: float = 10.0) -> list[str]:
+        """The nodes that do not answer a query now (each tried at once, bounded by `timeout_s`)."""
+
+        async def down(node: Node) -> bool:
+            try:
+                async with asyncio.timeout(timeout_s), node.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+            except Exception:  # noqa: BLE001 - any failure to answer is "unreachable"
+                return True
+            return False
+
+        results = await asyncio.gather(*(down(n) for n in self.nodes))
+        return [n.label for n, d in zip(self.nodes, results, strict=True) if d]
+
     async def dispose(self) -> None:
         for n in self.nodes:
             await n.engine.dispose()
@@ -512,3 +526,14 @@ async def read_across(conn: AsyncSession | AsyncConnection, hosts: Sequence[str]
 
 async def _search_first(conn: AsyncSession | AsyncConnection, schema: str) -> None:
     await conn.execute(text(f"SELECT set_config('search_path', '{schema}, ' || current_setting('search_path'), true)"))
+
+
+async def name_unreachable(exc: BaseException) -> None:
+    """After a failed read through the spread parents (the fleet's flame graph and compare): raise
+    NodeUnavailable naming the nodes that do not answer (if any do not; otherwise the caller re-raises its
+    error). The hot code reads each node directly instead (`Nodes.each`) and names a node from its own part."""
+    if _active is None or not isinstance(exc, DBAPIError | OSError):
+        return
+    down = await _active.unreachable()
+    if down:
+        raise NodeUnavailable(down) from exc

@@ -4,6 +4,7 @@ flame graph (its hosts' stacks merged into one tree) and two sides of it compare
 a differential flame graph. Reads go through app.storage.fleet and app.storage.stacks (rollups only, never
 raw rows)."""
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -129,12 +130,17 @@ async def _read(session: AsyncSession, read: Any) -> Any:
     """Run a read across the database nodes; a node that does not answer is a 503 naming it."""
     try:
         await nodes.read_across(session)
-        return await read()
-    except DBAPIError as exc:
+        # Bounded with nodes: a node that hangs on its connection would hold the request (and the
+        # coordinator's connection to it) for as long as the kernel keeps the connection.
+        async with asyncio.timeout(nodes.READ_TIMEOUT_S if nodes.active() is not None else None):
+            return await read()
+    except (DBAPIError, TimeoutError) as exc:
         try:
             await nodes.name_unreachable(exc)
         except nodes.NodeUnavailable as down:
             raise HTTPException(503, str(down)) from None
+        if isinstance(exc, TimeoutError):
+            raise HTTPException(503, f"the database nodes did not answer within {nodes.READ_TIMEOUT_S:g} s") from None
         raise
 
 
