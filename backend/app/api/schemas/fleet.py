@@ -49,6 +49,7 @@ class HotCodeCell(BaseModel):
     samples: int = Field(description="The function's samples on this host (the idle task's left out)")
     share: float = Field(description="Of the host's busy samples in the covered range")
     hot: bool = Field(description="share is at least min_share")
+    outlier: bool = Field(description="The host is an outlier for the function (outlier_rule)")
 
 
 class HotFunction(BaseModel):
@@ -58,7 +59,43 @@ class HotFunction(BaseModel):
     samples: int = Field(description="Samples across the group's hosts")
     hot_hosts: int = Field(description="Hosts where the function is hot (share ≥ min_share)")
     host_share: float = Field(description="hot_hosts over the group's hosts (those matching the label filter)")
+    outlier_hosts: list[str] = Field(
+        description="The hosts where the function is an outlier (outlier_rule), as in cells' order"
+    )
+    median_share: float | None = Field(
+        description="The function's median share over the group's hosts with busy samples (0 where it has "
+        "none); set when it has outlier hosts"
+    )
     cells: list[HotCodeCell] = Field(description="One per host with samples of the function, most first")
+
+
+class OutlierRule(BaseModel):
+    """When a host is an outlier for a function: its share of the host's busy samples far above the group's
+    typical host's (docs/decisions.md, "Outlier hosts in the fleet's hot code")."""
+
+    min_hosts: int = Field(description="The group needs at least this many hosts with busy samples")
+    min_samples: int = Field(description="The host has at least this many samples of the function")
+    min_ratio: float = Field(description="Its share is at least this many times the median share")
+    min_z: float = Field(
+        description="Its modified z-score, 0.6745 (share - median) / MAD of the shares, is at least this "
+        "(any, when the MAD is 0)"
+    )
+    min_share: float = Field(description="Its share is at least this (the request's min_share: hot there)")
+    list_cap: int = Field(description="The most outliers the group's list carries")
+    text: str = Field(description="The rule in words")
+
+
+class HotCodeOutlier(BaseModel):
+    function_id: int
+    name: str
+    module: str
+    host_id: str
+    hostname: str
+    samples: int = Field(description="The function's samples on the host")
+    share: float = Field(description="Of the host's busy samples")
+    median_share: float = Field(description="The function's median share over the group's hosts with busy samples")
+    ratio: float | None = Field(description="share / median_share; null when the median is 0")
+    z: float | None = Field(description="The modified z-score; null when the MAD is 0 (any excess is far out)")
 
 
 class RollupSpan(BaseModel):
@@ -87,3 +124,9 @@ class FleetHotCode(RangePublic):
     limit: int
     offset: int
     items: list[HotFunction]
+    outlier_rule: OutlierRule
+    outliers: list[HotCodeOutlier] = Field(
+        description="Outlier (function, host) pairs over every ranked function, not only this page: farthest "
+        "out first (share above the median share, descending), at most outlier_rule.list_cap"
+    )
+    outliers_total: int = Field(description="Outlier pairs over every ranked function, before the cap")

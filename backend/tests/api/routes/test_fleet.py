@@ -331,3 +331,71 @@ async def test_hot_code_of_an_unknown_group_is_404_and_a_bad_range_400(client):
     assert r.status_code == 400
     r = await client.get("/api/v1/fleet/groups/not-a-group/hot-code")
     assert r.status_code == 422
+
+
+async def test_outlier_hosts_of_a_groups_hot_code_are_listed_with_the_rule(backend, client, unique):
+    """Thirteen hosts of one build sample from T0: on every host vfs_read (index 0) takes half the busy
+    samples; ksys_read (1) takes 2.5% on ten hosts and 25% (ten times as much) on two, o1 and o2; the
+    thirteenth, tiny, sampled one second with ksys_read its main function (5 samples: too few to say).
+    Only ksys_read on o1 and o2 are outliers; vfs_read's uniform load gives none."""
+    names = [f"n{i:02d}" for i in range(10)] + ["o1", "o2", "tiny"]
+    agents = {}
+    try:
+        for name in names:
+            agent = await backend.agent(
+                f"scripted-out-{name}-{unique}",
+                hostname=f"scripted-out-{name}-{unique}",
+                kernel_tag=f"outliers-{unique}",
+                labels={"suite": unique},
+            )
+            await agent.connect()
+            await wait_catalog_complete(client, agent.host_id)
+            agents[name] = agent
+        for name, agent in agents.items():
+            if name == "tiny":
+                await _send(agent, {1: 5, 0: 1}, seconds=1)
+            elif name in ("o1", "o2"):
+                await _send(agent, {0: 20, 1: 10, 4: 10}, seconds=10)
+            else:
+                await _send(agent, {0: 20, 1: 1, 4: 19}, seconds=10)
+        ids = [a.host_id for a in agents.values()]
+
+        async def rolled() -> bool:
+            await rollups.run_once(backend.runtime.engine)
+            n = await backend.scalar(
+                "SELECT coalesce(sum(count), 0) FROM sample_blocks_1m WHERE host_id = ANY(:h) AND bucket = :t",
+                h=ids,
+                t=T0,
+            )
+            return n == 12 * 10 * 40 + 6
+
+        await wait_until(rolled)
+        group = await _group_of(client, agents["o1"], unique)
+        rng = {"from": T0.isoformat(), "to": (T0 + timedelta(minutes=2)).isoformat(), "min_share": 0.02}
+        r = await client.get(f"/api/v1/fleet/groups/{group}/hot-code", params=rng)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        rule = body["outlier_rule"]
+        assert (rule["min_samples"], rule["min_ratio"], rule["min_z"], rule["min_hosts"]) == (50, 3.0, 3.5, 5)
+        assert rule["min_share"] == 0.02 and "median" in rule["text"]
+        o1, o2 = agents["o1"].host_id, agents["o2"].host_id
+        assert body["outliers_total"] == 2
+        got = [(o["name"], o["host_id"], o["samples"], o["share"], o["median_share"]) for o in body["outliers"]]
+        assert sorted(got) == sorted([("ksys_read", o1, 100, 0.25, 0.025), ("ksys_read", o2, 100, 0.25, 0.025)]), got
+        assert body["outliers"][0]["ratio"] == pytest.approx(10.0)
+        assert body["outliers"][0]["hostname"].startswith("scripted-out-o")
+        by_name = {i["name"]: i for i in body["items"]}
+        assert sorted(by_name["ksys_read"]["outlier_hosts"]) == sorted([o1, o2])
+        assert by_name["ksys_read"]["median_share"] == pytest.approx(0.025)
+        assert {c["host_id"] for c in by_name["ksys_read"]["cells"] if c["outlier"]} == {o1, o2}
+        tiny = next(c for c in by_name["ksys_read"]["cells"] if c["host_id"] == agents["tiny"].host_id)
+        assert tiny["share"] == pytest.approx(5 / 6) and not tiny["outlier"]
+        for name in ("vfs_read", "rw_verify_area"):
+            assert by_name[name]["outlier_hosts"] == [] and by_name[name]["median_share"] is None
+            assert not any(c["outlier"] for c in by_name[name]["cells"])
+        # The group's list covers every ranked function, not the page: a page of vfs_read alone still lists them.
+        r = await client.get(f"/api/v1/fleet/groups/{group}/hot-code", params={**rng, "limit": 1})
+        assert [i["name"] for i in r.json()["items"]] == ["vfs_read"] and r.json()["outliers_total"] == 2
+    finally:
+        for agent in agents.values():
+            await agent.close()
