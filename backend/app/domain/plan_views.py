@@ -100,9 +100,11 @@ async def audit_trail(db: AsyncSession, plan_id: uuid.UUID) -> list[dict[str, An
     ]
 
 
-async def _window_figures(db: AsyncSession, host_id: str, mid: str | None) -> dict[str, Any] | None:
-    """One window's figures for the root (resource 0) over the whole window, and their spread: the
-    lowest and highest value of each figure over the window's one-second intervals."""
+async def _window_figures(
+    db: AsyncSession, host_id: str, mid: str | None, spread: bool = True
+) -> dict[str, Any] | None:
+    """One window's figures for the root (resource 0) over the whole window, and (with `spread`) their
+    spread: the lowest and highest value of each figure over the window's one-second intervals."""
     if not mid:
         return None
     m = await measurements.get(db, host_id, mid)
@@ -132,6 +134,8 @@ async def _window_figures(db: AsyncSession, host_id: str, mid: str | None) -> di
         return out
     out.update(_figures(row0["values"], vals["measured_seconds"], out["unavailable"]))
     out["calls"] = row0["values"].get("count")
+    if not spread:
+        return out
     series = await samples.measurement_series(db, mid, r, [0], points=3600)
     seconds = {b["t"]: b["seconds"] for b in series["buckets"]}
     per: dict[str, list[float]] = {}
@@ -141,6 +145,11 @@ async def _window_figures(db: AsyncSession, host_id: str, mid: str | None) -> di
                 per.setdefault(key, []).append(v)
     out["spread"] = {k: {"min": min(v), "max": max(v), "intervals": len(v)} for k, v in per.items()}
     return out
+
+
+async def window_figures(db: AsyncSession, host_id: str, mid: str | None) -> dict[str, Any] | None:
+    """One window's figures for the root over the whole window, without their spread (the fleet's list)."""
+    return await _window_figures(db, host_id, mid, spread=False)
 
 
 def _figures(v: dict[str, float | None], seconds: float, unavailable: dict[str, str]) -> dict[str, float | None]:

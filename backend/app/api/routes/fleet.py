@@ -10,7 +10,8 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, FromQuery, ToQuery, range_spec
 from app.api.responses import NOT_FOUND, FastJSON, Responses
-from app.api.schemas import FleetGroups, FleetHotCode, Message
+from app.api.schemas import FleetGroups, FleetHotCode, FleetPlans, Message
+from app.domain import fleet_plans
 from app.protocol.labels import MAX_LABELS, InvalidLabels, parse_selector
 from app.storage import fleet, nodes
 from app.storage.samples import TimeRange
@@ -90,6 +91,35 @@ async def hot_code(
     try:
         found = await fleet.hot_code(
             session, group, _selectors(label), r, min_share, limit, offset, sort, order == "desc"
+        )
+    except nodes.NodeUnavailable as exc:
+        raise HTTPException(503, str(exc)) from None
+    return FastJSON(found)
+
+
+@router.get("/plans", response_model=FleetPlans, responses=BAD_LABEL)
+async def installed_plans(
+    session: SessionDep,
+    _: CurrentUser,
+    group_id: str | None = Query(
+        None, pattern=r"^[0-9a-f]{32}$", description="Only hosts of this kernel-build group (FleetGroup.id)"
+    ),
+    kernel_build_id: str | None = Query(
+        None, min_length=1, max_length=128, pattern=r"^[0-9a-f]+$", description="Only hosts of this kernel build id"
+    ),
+    label: list[str] = LabelQuery,
+    reverted_within_h: int = Query(
+        0, ge=0, le=720, description="Also the plans reverted in the last this many hours (0: installed only)"
+    ),
+    limit: int = Query(50, ge=1, le=200),
+    offset: int = Query(0, ge=0, le=1_000_000),
+) -> FastJSON:
+    """The plans installed across the fleet, the latest install first: host, root and target, since when,
+    installed and approved by whom, the roll-out that installed it, and the root's measured calls per second
+    and wall time per call before and after the install (read for this page's plans only)."""
+    try:
+        found = await fleet_plans.installed(
+            session, group_id, kernel_build_id, _selectors(label), reverted_within_h, limit, offset
         )
     except nodes.NodeUnavailable as exc:
         raise HTTPException(503, str(exc)) from None

@@ -2,6 +2,7 @@
 """The fleet: hosts grouped by kernel build, and a group's hot code across its hosts."""
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -130,3 +131,68 @@ class FleetHotCode(RangePublic):
         "out first (share above the median share, descending), at most outlier_rule.list_cap"
     )
     outliers_total: int = Field(description="Outlier pairs over every ranked function, before the cap")
+
+
+class FleetPlanWindow(BaseModel):
+    measurement_id: str
+    state: str = Field(description="The window's measurement state")
+    seconds: float = Field(description="Measured seconds of the window")
+    calls: float | None = Field(description="The root's calls in the window")
+    calls_per_s: float | None
+    wall_ns_per_call: float | None
+    unavailable: dict[str, str] = Field(description="Metrics the host could not measure, with the reason")
+
+
+class FleetPlanComparison(BaseModel):
+    before: FleetPlanWindow | None = Field(description="The window before the install (null: not stored)")
+    after: FleetPlanWindow | None = Field(description="The window after the install (null: not stored)")
+    change: dict[str, float | None] = Field(
+        description="(after - before) / before of calls_per_s and wall_ns_per_call; null when either is missing"
+    )
+    emulated: str | None = Field(
+        description="Set when the host's CPU is emulated in software: its times are not performance figures"
+    )
+
+
+class FleetPlan(BaseModel):
+    plan_id: str
+    host_id: str
+    hostname: str
+    online: bool
+    group_id: str = Field(description="The host's kernel-build group (FleetGroup.id)")
+    kernel_release: str
+    kernel_build_id: str = Field(description="The host's kernel build id")
+    target_id: str = Field(description="kernel, or the process target's id")
+    target_kind: Literal["kernel", "process"]
+    target_module: str | None
+    root_name: str
+    root_digest: str
+    root_function_index: int
+    state: Literal["installed", "reverted"]
+    estimated: bool = Field(description="Block counts were sampled: the plan's counts are estimates")
+    code_sha256: str | None
+    installed_at: datetime | None = Field(description="Since when the plan runs on the host")
+    installed_by: str | None = Field(description="Who asked for the install")
+    approved_by: str | None = Field(description="Who approved the plan (a roll-out's plans inherit it)")
+    approved_at: datetime | None
+    reverted_at: datetime | None
+    reverted_by: str | None
+    rollout_id: str | None = Field(description="The roll-out that installed it, if any")
+    rollout_state: str | None
+    derived_from: str | None = Field(description="The approved plan a roll-out made this one from")
+    comparison: FleetPlanComparison | None = Field(
+        description="The root's uprobe-timed windows before and after the install (as the plan's page has them, "
+        "without the spread); null with comparison_missing saying why"
+    )
+    comparison_missing: str | None = Field(description="Why there is no comparison (null when there is one)")
+
+
+class FleetPlans(BaseModel):
+    total: int = Field(description="Plans matching the filter, over all pages")
+    limit: int
+    offset: int
+    labels: dict[str, str]
+    group_id: str | None
+    kernel_build_id: str | None
+    reverted_within_h: int = Field(description="Plans reverted in the last this many hours are listed too (0: none)")
+    items: list[FleetPlan]

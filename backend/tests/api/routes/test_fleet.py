@@ -5,6 +5,7 @@ admin over REST (audited; a non-admin's edit is 403), hosts grouped by kernel bu
 and a group's hot code across its hosts read from the rollups. Every host here is a scripted agent
 (tests.scripted_agent), named `scripted-…`."""
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -16,7 +17,8 @@ from app.protocol.proto import pb
 from app.storage.series import rollups
 from tests.api.routes.test_limits import _raw_post
 from tests.conftest import make_user, token_for
-from tests.scripted_agent import wait_catalog_complete, wait_until
+from tests.grpc.test_plans import TARGET, _approved, _client_as, _until
+from tests.scripted_agent import wait_catalog_complete, wait_for_ack, wait_until
 
 # Within the sample retention, minute-aligned, and far enough back that its minutes are complete.
 T0 = (datetime.now(UTC) - timedelta(hours=2)).replace(second=0, microsecond=0)
@@ -399,3 +401,158 @@ async def test_outlier_hosts_of_a_groups_hot_code_are_listed_with_the_rule(backe
     finally:
         for agent in agents.values():
             await agent.close()
+
+
+async def _installed_with_windows(backend, client, approver, host_id, unique, calls_before, calls_after):
+    """A scripted host labelled suite=<unique> with a process whose plan of srv_fn_2 is made, approved and
+    installed (1 s windows, no guard): the before window's one second with `calls_before` calls at 4 µs
+    each, the after window's with `calls_after` calls at 3 µs each. Returns the agent and the plan's id."""
+    agent = await backend.agent(host_id, hostname=host_id, kernel_tag=f"k-{host_id}", labels={"suite": unique})
+    await agent.connect()
+    r = await client.post(f"/api/v1/hosts/{host_id}/targets", json={"pid": 4242})
+    assert r.status_code == 202, r.text
+
+    async def ready():
+        mods = (await client.get(f"/api/v1/hosts/{host_id}/modules", params={"target": TARGET})).json()
+        return bool(mods) and mods[0]["complete"]
+
+    await wait_until(ready)
+    plan_id = await _approved(client, approver, host_id, agent.process[3], 2)
+    base = f"/api/v1/hosts/{host_id}/plans/{plan_id}"
+    r = await client.post(f"{base}/install", json={"window_s": 1, "guard": False})
+    assert r.status_code == 200, r.text
+
+    async def window(which):
+        p = (await client.get(base)).json()
+        mid = p[f"{which}_measurement"]
+        return mid if mid is not None and mid in agent.measurements else None
+
+    before = await wait_until(lambda: window("before"))
+    await wait_for_ack(
+        agent, await agent.send_measurement(before, time.time_ns() - 10**9, [(0, calls_before, 4e3 * calls_before)])
+    )
+    p = await _until(client, host_id, plan_id, "installed", "install_failed")
+    assert p["state"] == "installed", p["error"]
+    after = await wait_until(lambda: window("after"))
+    await wait_for_ack(
+        agent, await agent.send_measurement(after, time.time_ns() - 10**9, [(0, calls_after, 3e3 * calls_after)])
+    )
+
+    async def compared():
+        c = (await client.get(base)).json()["comparison"]
+        return c if c and c["after"] and c["after"]["calls"] == calls_after else None
+
+    await wait_until(compared)
+    return agent, plan_id
+
+
+async def test_installed_plans_across_the_fleet_with_since_and_before_after(backend, client, unique):
+    """Two hosts run a plan each (made, approved by an approver, installed by the admin): the fleet's list
+    has both, latest install first, with since when, who, and the root's before/after; a reverted plan is
+    left out unless recently reverted ones are asked for; a plan whose windows are gone says why it has no
+    comparison; filters by group, build and label; bad parameters are 422 (a bad label 400)."""
+    ap_user = await make_user(client, "approver", unique)
+    approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
+    agents = []
+    async with approver:
+        a1, p1 = await _installed_with_windows(backend, client, approver, f"scripted-fp1-{unique}", unique, 1000, 1250)
+        agents.append(a1)
+        a2, p2 = await _installed_with_windows(backend, client, approver, f"scripted-fp2-{unique}", unique, 500, 400)
+        agents.append(a2)
+    try:
+        url = "/api/v1/fleet/plans"
+        r = await client.get(url, params={"label": f"suite={unique}"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["total"] == 2 and body["reverted_within_h"] == 0
+        second, first = body["items"]  # the latest install first
+        assert (first["plan_id"], first["host_id"], first["hostname"]) == (p1, a1.host_id, a1.host_id)
+        assert (second["plan_id"], second["host_id"]) == (p2, a2.host_id)
+        assert first["installed_at"] <= second["installed_at"]
+        for item in body["items"]:
+            assert item["state"] == "installed" and item["root_name"] == "srv_fn_2"
+            assert item["target_id"] == TARGET and item["target_kind"] == "process"
+            assert item["installed_by"] == "admin" and item["approved_by"] == ap_user[0]
+            assert item["rollout_id"] is None and item["comparison_missing"] is None
+            assert item["kernel_build_id"] == agents[0 if item is first else 1].build_id
+        c1, c2 = first["comparison"], second["comparison"]
+        assert c1["before"]["calls"] == 1000 and c1["after"]["calls"] == 1250
+        assert c1["before"]["calls_per_s"] == pytest.approx(1000) and c1["after"]["calls_per_s"] == pytest.approx(1250)
+        assert c1["before"]["wall_ns_per_call"] == pytest.approx(4000)
+        assert c1["after"]["wall_ns_per_call"] == pytest.approx(3000)
+        assert c1["change"] == {"calls_per_s": pytest.approx(0.25), "wall_ns_per_call": pytest.approx(-0.25)}
+        assert c2["change"] == {"calls_per_s": pytest.approx(-0.2), "wall_ns_per_call": pytest.approx(-0.25)}
+        assert c1["emulated"] is None
+
+        # Filters: the first host's group, its build id; a label no host carries.
+        r = await client.get(url, params={"group_id": first["group_id"]})
+        assert [i["plan_id"] for i in r.json()["items"]] == [p1]
+        r = await client.get(url, params={"kernel_build_id": a2.build_id, "label": f"suite={unique}"})
+        assert [i["plan_id"] for i in r.json()["items"]] == [p2]
+        r = await client.get(url, params={"label": f"suite=none-{unique}"})
+        assert r.json() == {**r.json(), "total": 0, "items": []}
+        r = await client.get(url, params={"label": f"suite={unique}", "limit": 1, "offset": 1})
+        assert r.json()["total"] == 2 and [i["plan_id"] for i in r.json()["items"]] == [p1]
+
+        # Windows no longer stored: no comparison, and why.
+        async with backend.runtime.engine.begin() as conn:
+            kept = (
+                await conn.execute(
+                    text("SELECT before_measurement, after_measurement FROM plans WHERE id = :id"), {"id": p1}
+                )
+            ).one()
+            await conn.execute(
+                text("UPDATE plans SET before_measurement = 'gone-1', after_measurement = 'gone-2' WHERE id = :id"),
+                {"id": p1},
+            )
+        item = next(
+            i
+            for i in (await client.get(url, params={"label": f"suite={unique}"})).json()["items"]
+            if i["plan_id"] == p1
+        )
+        assert item["comparison"] is None and "no longer stored" in item["comparison_missing"]
+        async with backend.runtime.engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE plans SET before_measurement = :b, after_measurement = :a WHERE id = :id"),
+                {"id": p1, "b": kept[0], "a": kept[1]},
+            )
+
+        # The second plan reverted: gone from the list, back with the recently reverted ones.
+        r = await client.post(f"/api/v1/hosts/{a2.host_id}/plans/{p2}/revert")
+        assert r.status_code == 200, r.text
+        await _until(client, a2.host_id, p2, "reverted")
+        r = await client.get(url, params={"label": f"suite={unique}"})
+        assert [i["plan_id"] for i in r.json()["items"]] == [p1]
+        r = await client.get(url, params={"label": f"suite={unique}", "reverted_within_h": 1})
+        got = {i["plan_id"]: (i["state"], i["reverted_by"]) for i in r.json()["items"]}
+        assert got == {p1: ("installed", None), p2: ("reverted", "admin")}
+        assert next(i for i in r.json()["items"] if i["plan_id"] == p2)["comparison"]["after"]["calls"] == 400
+    finally:
+        for agent in agents:
+            await agent.close()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"group_id": "not-a-group"},
+        {"kernel_build_id": "xyz"},
+        {"limit": 0},
+        {"limit": 201},
+        {"offset": -1},
+        {"reverted_within_h": -1},
+        {"reverted_within_h": 721},
+    ],
+)
+async def test_installed_plans_refuse_bad_parameters(client, params):
+    assert (await client.get("/api/v1/fleet/plans", params=params)).status_code == 422
+
+
+async def test_installed_plans_need_a_signed_in_user_and_any_reads_them(backend, client, anon, unique):
+    assert (await anon.get("/api/v1/fleet/plans")).status_code == 401
+    assert (await client.get("/api/v1/fleet/plans", params={"label": "bad"})).status_code == 400
+    username, password = await make_user(client, "viewer", unique)
+    token = await token_for(backend.base_url, username, password)
+    async with httpx.AsyncClient(base_url=backend.base_url, headers={"Authorization": f"Bearer {token}"}) as c:
+        r = await c.get("/api/v1/fleet/plans")
+    assert r.status_code == 200, r.text
