@@ -179,6 +179,11 @@ describe("fleet model", () => {
     expect(beforeAfterText(plan, "wall_ns_per_call")).toBe("4.00 µs → 3.00 µs (−25%)");
     const half = { ...plan, comparison: { ...plan.comparison!, after: null, change: { calls_per_s: null } } };
     expect(beforeAfterText(half, "wall_ns_per_call")).toBe("4.00 µs → —");
+    const none = {
+      ...plan,
+      comparison: { ...plan.comparison!, before: window(null, null), after: window(null, null) },
+    };
+    expect(beforeAfterText(none, "calls_per_s")).toBe("no calls measured in either window");
     expect(
       beforeAfterText({ comparison: null, comparison_missing: "the install measured no window" }, "calls_per_s"),
     ).toBe("the install measured no window");

@@ -108,10 +108,14 @@ export function beforeAfterText(
         : v >= 1000
           ? `${(v / 1000).toFixed(2)} µs`
           : `${v.toFixed(0)} ns`;
+  const before = c.before?.[figure],
+    after = c.after?.[figure];
+  if ((before === null || before === undefined) && (after === null || after === undefined))
+    return "no calls measured in either window";
   const change = c.change[figure];
   const delta =
     change === null || change === undefined
       ? ""
       : ` (${change > 0 ? "+" : change < 0 ? "−" : "±"}${Math.abs(change * 100).toFixed(0)}%)`;
-  return `${fmt(c.before?.[figure])} → ${fmt(c.after?.[figure])}${delta}`;
+  return `${fmt(before)} → ${fmt(after)}${delta}`;
 }
