@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The fleet: hosts grouped by kernel build (narrowed by label), and a group's hot code across its hosts.
-Reads go through app.storage.fleet (rollups only, never raw rows)."""
+"""The fleet: hosts grouped by kernel build (narrowed by label), a group's hot code across its hosts (with its
+outlier hosts), and the plans installed across the fleet. Hot code reads go through app.storage.fleet
+(rollups only, never raw rows); the installed plans through app.domain.fleet_plans."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
@@ -77,8 +78,10 @@ async def hot_code(
     order: Literal["desc", "asc"] = "desc",
 ) -> FastJSON:
     """The group's hottest functions in the range, across its hosts: samples on each host and the share of
-    the group's hosts where each is hot. Read from the per-function minute, ten-minute and hour rollups
-    only; the answer says which part of the range they cover."""
+    the group's hosts where each is hot, and the outlier hosts (a function far hotter on a few hosts than on
+    the group's typical host, by the rule `outlier_rule` states) over every function, not only the page.
+    Read from the per-function minute, ten-minute and hour rollups only; the answer says which part of the
+    range they cover."""
     spec = range_spec(runtime, window_s if from_ or to else window_s or 3600, from_, to)
     group = await fleet.group_summary(session, group_id)
     if group is None:
