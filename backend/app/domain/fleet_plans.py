@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.domain.plan_views import emulated, window_figures
+from app.domain.plan_views import emulated, window_summaries
 from app.storage import nodes
 from app.storage.fleet import GROUP_ID_SQL
 
@@ -83,9 +83,12 @@ async def installed(
                 )
             ).scalar_one()
         )
+    windows: dict[tuple[str, str], dict[str, Any]] = {}
     if rows:
         await nodes.read_across(db)  # the windows' series from each host's database node
-    items = [await _item(db, r) for r in rows]
+        pairs = [(r.host_id, mid) for r in rows for mid in (r.before_measurement, r.after_measurement) if mid]
+        windows = await window_summaries(db, pairs)
+    items = [_item(r, windows) for r in rows]
     return {
         "total": total,
         "limit": limit,
@@ -98,8 +101,8 @@ async def installed(
     }
 
 
-async def _item(db: AsyncSession, r: Any) -> dict[str, Any]:
-    comparison, missing = await _summary(db, r)
+def _item(r: Any, windows: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    comparison, missing = _summary(r, windows)
     return {
         "plan_id": str(r.id),
         "host_id": r.host_id,
@@ -131,15 +134,15 @@ async def _item(db: AsyncSession, r: Any) -> dict[str, Any]:
     }
 
 
-async def _summary(db: AsyncSession, r: Any) -> tuple[dict[str, Any] | None, str | None]:
+def _summary(r: Any, windows: dict[tuple[str, str], dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
     """The root's calls per second and wall time per call before and after the install, and their change
     ((after - before) / before; null when either is missing), or None and why there is none."""
     if not r.before_measurement and not r.after_measurement:
         return None, "the install measured no window before or after"
-    windows = {}
+    found: dict[str, dict[str, Any] | None] = {}
     for which, mid in (("before", r.before_measurement), ("after", r.after_measurement)):
-        w = await window_figures(db, r.host_id, mid)
-        windows[which] = (
+        w = windows.get((r.host_id, mid)) if mid else None
+        found[which] = (
             None
             if w is None
             else {
@@ -151,15 +154,15 @@ async def _summary(db: AsyncSession, r: Any) -> tuple[dict[str, Any] | None, str
                 "unavailable": w["unavailable"],
             }
         )
-    if windows["before"] is None and windows["after"] is None:
+    if found["before"] is None and found["after"] is None:
         return None, "the windows' measurements are no longer stored"
     change: dict[str, float | None] = {}
     for key in SUMMARY:
-        b, a = (windows["before"] or {}).get(key), (windows["after"] or {}).get(key)
+        b, a = (found["before"] or {}).get(key), (found["after"] or {}).get(key)
         change[key] = (a - b) / b if a is not None and b else None
     return {
-        "before": windows["before"],
-        "after": windows["after"],
+        "before": found["before"],
+        "after": found["after"],
         "change": change,
         "emulated": emulated(r.cpu_model or ""),
     }, None

@@ -100,11 +100,9 @@ async def audit_trail(db: AsyncSession, plan_id: uuid.UUID) -> list[dict[str, An
     ]
 
 
-async def _window_figures(
-    db: AsyncSession, host_id: str, mid: str | None, spread: bool = True
-) -> dict[str, Any] | None:
-    """One window's figures for the root (resource 0) over the whole window, and (with `spread`) their
-    spread: the lowest and highest value of each figure over the window's one-second intervals."""
+async def _window_figures(db: AsyncSession, host_id: str, mid: str | None) -> dict[str, Any] | None:
+    """One window's figures for the root (resource 0) over the whole window, and their spread: the
+    lowest and highest value of each figure over the window's one-second intervals."""
     if not mid:
         return None
     m = await measurements.get(db, host_id, mid)
@@ -134,8 +132,6 @@ async def _window_figures(
         return out
     out.update(_figures(row0["values"], vals["measured_seconds"], out["unavailable"]))
     out["calls"] = row0["values"].get("count")
-    if not spread:
-        return out
     series = await samples.measurement_series(db, mid, r, [0], points=3600)
     seconds = {b["t"]: b["seconds"] for b in series["buckets"]}
     per: dict[str, list[float]] = {}
@@ -147,9 +143,64 @@ async def _window_figures(
     return out
 
 
-async def window_figures(db: AsyncSession, host_id: str, mid: str | None) -> dict[str, Any] | None:
-    """One window's figures for the root over the whole window, without their spread (the fleet's list)."""
-    return await _window_figures(db, host_id, mid, spread=False)
+async def window_summaries(
+    db: AsyncSession, windows: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The figures of many windows ((host id, measurement id) pairs) for the root over each whole window,
+    as `_window_figures` gives them without their spread (the fleet's list of installed plans), in three
+    statements whatever their number: the measurements, their first resource's metrics, the sums. A window
+    whose measurement is not stored (for that host) is left out."""
+    ids = sorted({mid for _h, mid in windows})
+    if not ids:
+        return {}
+    rows = {
+        (r.host_id, r.id): r
+        for r in await db.execute(
+            text("""
+        SELECT id, host_id, state, detail, created_at, started_at, ended_at, last_ts FROM measurements
+        WHERE id = ANY(:ids)"""),
+            {"ids": ids},
+        )
+    }
+    first_metrics = {
+        r.measurement_id: r.metrics
+        for r in await db.execute(
+            text("""
+        SELECT DISTINCT ON (measurement_id) measurement_id, metrics FROM measurement_resources
+        WHERE measurement_id = ANY(:ids) ORDER BY measurement_id, idx"""),
+            {"ids": ids},
+        )
+    }
+    found = [rows[w] for w in dict.fromkeys(windows) if w in rows]
+    now = datetime.now(UTC)
+    ranges = []
+    for m in found:
+        start = m.started_at or m.created_at
+        end = m.ended_at or m.last_ts or now
+        ranges.append((m.id, samples.TimeRange(start - timedelta(seconds=2), end + timedelta(seconds=2))))
+    sums = await samples.measurement_sums(db, ranges, 0)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for m, s in zip(found, sums, strict=True):
+        unavailable = {
+            name: v.get("reason") or "not served on this host"
+            for name, v in (first_metrics.get(m.id) or {}).items()
+            if not v.get("available")
+        }
+        w: dict[str, Any] = {
+            "measurement_id": m.id,
+            "state": m.state,
+            "detail": m.detail,
+            "seconds": s["measured_seconds"],
+            "calls": None,
+            "unavailable": unavailable,
+            "spread": {},
+            **{f: None for f in FIGURES},
+        }
+        if s["values"] is not None and s["measured_seconds"]:
+            w.update(_figures(s["values"], s["measured_seconds"], unavailable))
+            w["calls"] = s["values"].get("count")
+        out[(m.host_id, m.id)] = w
+    return out
 
 
 def _figures(v: dict[str, float | None], seconds: float, unavailable: dict[str, str]) -> dict[str, float | None]:

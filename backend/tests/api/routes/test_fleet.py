@@ -14,6 +14,8 @@ import pytest
 from sqlalchemy import text
 
 from app.protocol.proto import pb
+from app.storage import samples
+from app.storage.samples import TimeRange
 from app.storage.series import rollups
 from tests.api.routes.test_limits import _raw_post
 from tests.conftest import make_user, token_for
@@ -483,6 +485,13 @@ async def test_installed_plans_across_the_fleet_with_since_and_before_after(back
         assert c1["change"] == {"calls_per_s": pytest.approx(0.25), "wall_ns_per_call": pytest.approx(-0.25)}
         assert c2["change"] == {"calls_per_s": pytest.approx(-0.2), "wall_ns_per_call": pytest.approx(-0.25)}
         assert c1["emulated"] is None
+        # The figures are the plan's page's (read there window by window, here for the whole page at once).
+        for item, (host, plan) in ((first, (a1.host_id, p1)), (second, (a2.host_id, p2))):
+            page = (await client.get(f"/api/v1/hosts/{host}/plans/{plan}")).json()["comparison"]
+            for which in ("before", "after"):
+                keys = ("measurement_id", "state", "seconds", "calls", "calls_per_s", "wall_ns_per_call", "unavailable")
+                assert {k: item["comparison"][which][k] for k in keys} == {k: page[which][k] for k in keys}
+            assert item["comparison"]["change"] == {k: page["change"][k] for k in ("calls_per_s", "wall_ns_per_call")}
 
         # Filters: the first host's group, its build id; a label no host carries.
         r = await client.get(url, params={"group_id": first["group_id"]})
@@ -527,6 +536,23 @@ async def test_installed_plans_across_the_fleet_with_since_and_before_after(back
         got = {i["plan_id"]: (i["state"], i["reverted_by"]) for i in r.json()["items"]}
         assert got == {p1: ("installed", None), p2: ("reverted", "admin")}
         assert next(i for i in r.json()["items"] if i["plan_id"] == p2)["comparison"]["after"]["calls"] == 400
+
+        # The windows' sums for many measurements at once (samples.measurement_sums) are measurement_values'
+        # over the raw rows, the minute and the hour rollups: intervals of p1's before window sent at an old
+        # hour, an old minute and now (late rows below the watermarks are summed into the rollups at once).
+        mid = kept[0]
+        hour = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+        for t, calls in ((hour + timedelta(seconds=5), 70), (T0 + timedelta(seconds=7), 30)):
+            await wait_for_ack(a1, await a1.send_measurement(mid, ns(t), [(0, calls, 5e3 * calls)]))
+        rng = TimeRange(hour, datetime.now(UTC) + timedelta(seconds=5))
+        async with backend.runtime.sessionmaker() as session:
+            wm_1m, wm_1h = await rollups.watermarks(await session.connection())
+            assert {src for src, _lo, _hi in samples.plan(rng.start, rng.end, wm_1m, wm_1h)} == {"1h", "1m", "raw"}
+            one = await samples.measurement_values(session, mid, rng)
+            both = await samples.measurement_sums(session, [(kept[1], rng), (mid, rng)], 0)
+        assert both[1]["measured_seconds"] == one["measured_seconds"] == 3.0
+        assert both[1]["values"] == next(x["values"] for x in one["resources"] if x["resource"] == 0)
+        assert both[1]["values"]["count"] == 1100 and both[0]["values"]["count"] == 1250
     finally:
         for agent in agents:
             await agent.close()
