@@ -239,6 +239,10 @@ test("a group's hot code: its hottest functions and the share of hosts where eac
   ])
     await expect(table.getByRole("link", { name: `${label}: ${share}` })).toHaveText(share);
   await expect(table.getByRole("link", { name: new RegExp(`^vfs_read on ${a3}`) })).toHaveCount(0);
+  // Three hosts with samples: too few for the outlier rule's median, and the panel says so.
+  await expect(page.getByRole("region", { name: "Outlier hosts" })).toContainText(
+    "Too few hosts with samples in this range to tell outliers (3; the rule needs 5).",
+  );
 
   // Hot from 20% of a host's samples: ksys_read's 10% on a1 no longer counts.
   await page.getByLabel("Hot from").selectOption("0.2");

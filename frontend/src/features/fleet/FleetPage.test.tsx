@@ -329,6 +329,22 @@ describe("fleet hot code", () => {
       "heat-outlier",
     );
   });
+
+  it("says when a group has too few hosts with samples to tell outliers", async () => {
+    setSession({ token: "t", user: { id: "u", username: "admin", role: "admin" } });
+    vi.stubGlobal(
+      "fetch",
+      routeFetch({
+        "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+        "/api/v1/hosts": () => json([host(), host({ id: "h2", hostname: "box2" })]),
+        [`/api/v1/fleet/groups/${GROUP}/hot-code`]: () => json({ ...hotCode(), outliers: [], outliers_total: 0 }),
+      }).fetch,
+    );
+    vi.stubGlobal("WebSocket", undefined);
+    renderApp(`/fleet/groups/${GROUP}`);
+    const panel = (await screen.findByRole("heading", { name: "Outlier hosts" })).closest("section")!;
+    expect(panel).toHaveTextContent("Too few hosts with samples in this range to tell outliers (2; the rule needs 5).");
+  });
 });
 
 describe("installed plans across the fleet", () => {

@@ -183,12 +183,17 @@ export function HotCodePage() {
 /** The group's outlier hosts over every ranked function (not only the table's page), farthest out first. */
 function OutlierPanel({ data }: { data: FleetHotCode }) {
   const rule = data.outlier_rule;
+  const busyHosts = data.hosts.filter((h) => h.busy_samples > 0).length;
   return (
     <section className="outlier-panel" aria-labelledby="outlier-hosts">
       <h2 id="outlier-hosts">Outlier hosts</h2>
       <p className="muted small">Listed: {rule.text}.</p>
       {data.outliers.length === 0 ? (
-        <p className="muted">No outlier host: no function is far hotter on a few hosts than on the rest.</p>
+        <p className="muted">
+          {busyHosts < rule.min_hosts
+            ? `Too few hosts with samples in this range to tell outliers (${busyHosts}; the rule needs ${rule.min_hosts}).`
+            : "No outlier host: no function is far hotter on a few hosts than on the rest."}
+        </p>
       ) : (
         <table className="grid" aria-label="Outlier hosts">
           <thead>
