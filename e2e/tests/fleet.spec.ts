@@ -4,14 +4,17 @@
 // is backend/tests/scripted_agent_cli.py (the backend tests' fake agent, tests.scripted_agent, run as a
 // program): it enrols with a one-time token the admin creates over REST, connects over mutual TLS,
 // reports its labels in Hello, uploads its catalog and replays a minute of one-second sample batches with
-// fixed counts per function, as call stacks (each function called from __x64_sys_read). Three share one kernel build (group A), one has another (group B), and
-// scripted-a3 is stopped once its minute is stored, so group A has an offline host.
+// fixed counts per function, as call stacks (each function called from __x64_sys_read). Three share one
+// kernel build (group A), one has another (group B), five a third (group C, role=batch), and scripted-a3
+// is stopped once its minute is stored, so group A has an offline host.
 //   The fleet page is then the first screen; the groups show their host, online and offline counts; this
 // host is in a group of its own; a label filter narrows the groups and their hosts; group A's hot code
 // shows its hottest functions with the numbers the batches imply and the share of hosts where each is
 // hot; a host's cell opens that host's function view over the same range; group A's flame graph merges
 // its hosts' stacks and its compare view sets one rack against the others; an admin's label edit shows on
-// the host and in the fleet.
+// the host and in the fleet. In group C ksys_read takes 1 in 11 of four hosts' samples and half of c5's:
+// c5 is listed as an outlier host with the reason, and opens its function view. A plan made on a1's
+// scripted process, approved by a second user and installed shows on the fleet's installed plans page.
 //   Other specs go to `/` expecting this host's list (one host): at the end the scripted agents are
 // stopped and their hosts deleted through the admin API (also when a test fails), so the fleet is this
 // host alone again, whatever the order the specs run in.
@@ -19,7 +22,7 @@ import { test, expect, type APIRequestContext, type Page } from "@playwright/tes
 import { execSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { api, hostname, readyHost, waitForCatalog } from "./helpers";
+import { api, apiAs, hostname, readyHost, waitForCatalog } from "./helpers";
 import { saidSo, startScripted, stopScripted, type Scripted } from "./scripted";
 
 // Where the fleet page's picture goes: docs/img when HOTPATH_E2E_SCREENSHOTS names it, else the results.
@@ -37,6 +40,11 @@ const FLEET = [
   { key: "a2", group: "A", labels: { role: "db", rack: "r2" }, samples: { vfs_read: 5, rw_verify_area: 5 } },
   { key: "a3", group: "A", labels: { role: "web", rack: "r1" }, samples: { ksys_read: 7, do_sys_open: 3 } },
   { key: "b1", group: "B", labels: { role: "db", rack: "r3" }, samples: { ksys_read: 10 } },
+  { key: "c1", group: "C", labels: { role: "batch" }, samples: { vfs_read: 10, ksys_read: 1 } },
+  { key: "c2", group: "C", labels: { role: "batch" }, samples: { vfs_read: 10, ksys_read: 1 } },
+  { key: "c3", group: "C", labels: { role: "batch" }, samples: { vfs_read: 10, ksys_read: 1 } },
+  { key: "c4", group: "C", labels: { role: "batch" }, samples: { vfs_read: 10, ksys_read: 1 } },
+  { key: "c5", group: "C", labels: { role: "batch" }, samples: { vfs_read: 5, ksys_read: 5 } },
 ] as const;
 type Key = (typeof FLEET)[number]["key"];
 
@@ -139,14 +147,18 @@ test("the fleet page is the first screen: hosts grouped by kernel build with the
   // Group A: three scripted hosts of one kernel build, scripted-a3 stopped.
   const a = groupSection(page, agent("a1").buildId);
   await expect(a.getByRole("heading")).toContainText(agent("a1").release);
-  await expect(a.locator(".group-counts")).toHaveText(/^3 hosts\s*·\s*2 online\s*·\s*1 offline\s*·\s*Hot code$/);
+  await expect(a.locator(".group-counts")).toHaveText(
+    /^3 hosts\s*·\s*2 online\s*·\s*1 offline\s*·\s*Hot code\s*·\s*Installed plans$/,
+  );
   await expect(a.getByRole("row")).toHaveCount(4); // the header and three hosts
   await expect(a.getByRole("row").filter({ hasText: name("a1") })).toContainText(/online\s*rack=r1\s*role=db/);
   await expect(a.getByRole("row").filter({ hasText: name("a2") })).toContainText(/online\s*rack=r2\s*role=db/);
   await expect(a.getByRole("row").filter({ hasText: name("a3") })).toContainText(/offline\s*rack=r1\s*role=web/);
 
   const b = groupSection(page, agent("b1").buildId);
-  await expect(b.locator(".group-counts")).toHaveText(/^1 host\s*·\s*1 online\s*·\s*0 offline\s*·\s*Hot code$/);
+  await expect(b.locator(".group-counts")).toHaveText(
+    /^1 host\s*·\s*1 online\s*·\s*0 offline\s*·\s*Hot code\s*·\s*Installed plans$/,
+  );
   await expect(b.getByRole("row").filter({ hasText: name("b1") })).toContainText(/online\s*rack=r3\s*role=db/);
 
   // This machine's real agent, in a group of its own kernel (no scripted host runs it).
@@ -229,6 +241,10 @@ test("a group's hot code: its hottest functions and the share of hosts where eac
   ])
     await expect(table.getByRole("link", { name: `${label}: ${share}` })).toHaveText(share);
   await expect(table.getByRole("link", { name: new RegExp(`^vfs_read on ${a3}`) })).toHaveCount(0);
+  // Three hosts with samples: too few for the outlier rule's median, and the panel says so.
+  await expect(page.getByRole("region", { name: "Outlier hosts" })).toContainText(
+    "Too few hosts with samples in this range to tell outliers (3; the rule needs 5).",
+  );
 
   // Hot from 20% of a host's samples: ksys_read's 10% on a1 no longer counts.
   await page.getByLabel("Hot from").selectOption("0.2");
@@ -323,4 +339,79 @@ test("an admin's label edit shows on the host and in the fleet", async ({ page }
   await expect(page.getByText("1 host in 1 kernel build with role=cache")).toBeVisible();
   const a = groupSection(page, agent("a1").buildId);
   await expect(a.getByRole("row").filter({ hasText: a2 })).toContainText(/online\s*rack=r2\s*role=cache/);
+});
+
+test("a group's outlier hosts: listed with the reason, outlined in the table, opening the host's function", async ({
+  page,
+}) => {
+  await page.goto("/");
+  await groupSection(page, agent("c1").buildId).getByRole("link", { name: "Hot code" }).click();
+  const panel = page.getByRole("region", { name: "Outlier hosts" });
+  // Per host over the minute: c1-c4 ksys_read 60 of 660 busy samples (9.1%), c5 300 of 600 (50%); the
+  // median share 9.1%, every other host the same (MAD 0).
+  await expect(panel).toContainText("at least 3x the median share");
+  const c5 = name("c5");
+  const rows = panel.getByRole("table", { name: "Outlier hosts" }).getByRole("row");
+  await expect(rows).toHaveCount(2); // the header and ksys_read on c5
+  await expect(rows.nth(1)).toContainText(/ksys_read.*50\.0%.*9\.1%/);
+  await expect(rows.nth(1)).toContainText(
+    "50.0% of the host's samples vs 5.5× the median 9.1%; the other hosts agree (MAD 0); 300 samples",
+  );
+  const table = page.getByRole("table", { name: "Hot code across hosts" });
+  await expect(table.getByRole("link", { name: `ksys_read on ${c5}: 50.0% (outlier)` })).toBeVisible();
+  await expect(table.getByRole("link", { name: `ksys_read on ${name("c1")}: 9.1%` })).toBeVisible();
+  await expect(table.locator("td.heat-outlier")).toHaveCount(1);
+  await panel.getByRole("link", { name: `ksys_read on ${c5}` }).click();
+  await expect(page.getByRole("heading", { name: "ksys_read", exact: true })).toBeVisible();
+  expect(new URL(page.url()).pathname).toMatch(new RegExp(`^/hosts/${c5}/functions/\\d+$`));
+  const samples = page.locator("dl.facts > div").filter({ has: page.getByText(/^Samples \(/) });
+  await expect(samples.locator("dd")).toHaveText(/^300\b/);
+});
+
+test("installed plans across the fleet: a1's plan, since when, by whom, linking to its page", async ({ page }) => {
+  // A plan of a1's scripted process: made and requested by the admin, approved by a second user,
+  // installed by the admin with one-second windows (the scripted agent measures no calls in them).
+  const a1 = name("a1");
+  const approver = { username: `fleet-approver-${run}`, password: "approver-password-e2e" };
+  const made = await ctx.post("/api/v1/users", { data: { ...approver, role: "approver" } });
+  expect(made.status(), await made.text()).toBe(201);
+  expect((await ctx.post(`/api/v1/hosts/${a1}/targets`, { data: { pid: 4242 } })).status()).toBe(202);
+  await expect
+    .poll(
+      async () => {
+        const mods = await (await ctx.get(`/api/v1/hosts/${a1}/modules?target=p4242-1000`)).json();
+        return Array.isArray(mods) && mods[0]?.complete === true;
+      },
+      { timeout: HANG_MS, message: `${a1}'s process catalog` },
+    )
+    .toBe(true);
+  const base = `/api/v1/hosts/${a1}/plans`;
+  const r = await ctx.post(base, {
+    data: { target: "p4242-1000", digest: agent("a1").processDigest, function_index: 2, seconds: 1 },
+  });
+  expect(r.status(), await r.text()).toBe(202);
+  const planId = (await r.json()).id as string;
+  const state = async () => (await (await ctx.get(`${base}/${planId}`)).json()).state as string;
+  await expect.poll(state, { timeout: HANG_MS, message: "the plan is ready" }).toBe("ready");
+  expect((await ctx.post(`${base}/${planId}/request`)).status()).toBe(200);
+  const approverApi = await apiAs(approver.username, approver.password);
+  const ok = await approverApi.post(`${base}/${planId}/approve`);
+  expect(ok.status(), await ok.text()).toBe(200);
+  await approverApi.dispose();
+  const install = await ctx.post(`${base}/${planId}/install`, { data: { window_s: 1, guard: false } });
+  expect(install.status(), await install.text()).toBe(200);
+  await expect.poll(state, { timeout: HANG_MS, message: "the plan is installed" }).toBe("installed");
+
+  await page.goto("/");
+  await page.locator(".page-head").getByRole("link", { name: "Installed plans" }).click();
+  await expect(page.getByRole("heading", { name: "Installed plans" })).toBeVisible();
+  const row = page.getByRole("table", { name: "Installed plans" }).getByRole("row").filter({ hasText: a1 });
+  await expect(row).toContainText("srv_fn_2");
+  await expect(row).toContainText("p4242-1000");
+  await expect(row).toContainText(`admin / ${approver.username}`);
+  await expect(row).toContainText("no calls measured in either window");
+  await expect(row.getByRole("link", { name: a1 })).toHaveAttribute("href", `/hosts/${a1}`);
+  await row.getByRole("link", { name: "srv_fn_2" }).click();
+  await expect(page).toHaveURL(new RegExp(`/hosts/${a1}/plans/${planId}$`));
+  await expect(page.getByTestId("plan-state")).toHaveText("installed");
 });

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Routes of the console: login, the first screen (the fleet once more than one host exists, else the host
-// list), host list, a fleet group's hot code, flame graph and compare, host (code tree / top functions), function view, plan,
+// list), host list, a fleet group's hot code, flame graph and compare, the plans installed across the fleet, host (code tree / top functions), function view, plan,
 // roll-outs, admin.
 import { Link, Route, Routes } from "react-router-dom";
 import { Layout } from "./Layout";
@@ -14,6 +14,7 @@ import { MeasurePage } from "./features/measure/MeasurePage";
 import { PlanRoute } from "./pages/PlanRoute";
 import { FleetPage } from "./features/fleet/FleetPage";
 import { FleetGroupPage } from "./pages/FleetGroupPage";
+import { FleetPlansPage } from "./features/fleet/FleetPlansPage";
 import { RolloutPage } from "./features/rollouts/RolloutPage";
 import { RolloutsPage } from "./features/rollouts/RolloutsPage";
 import { useHosts } from "./api/queries";
@@ -32,6 +33,7 @@ export function App() {
         <Route index element={<Home />} />
         <Route path="hosts" element={<HostsPage />} />
         <Route path="fleet/groups/:groupId" element={<FleetGroupPage />} />
+        <Route path="fleet/plans" element={<FleetPlansPage />} />
         <Route path="hosts/:hostId" element={<HostPage />} />
         <Route path="hosts/:hostId/functions/:functionId" element={<FunctionPage />} />
         <Route path="hosts/:hostId/measure" element={<MeasurePage />} />

@@ -24,6 +24,9 @@ export function Layout() {
               <Link to="/hosts">All hosts</Link>{" "}
             </li>
             <li>
+              <Link to="/fleet/plans">Installed plans</Link>{" "}
+            </li>
+            <li>
               <Link to="/rollouts">Roll-outs</Link>{" "}
             </li>
             {user?.role === "admin" && (

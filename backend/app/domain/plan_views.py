@@ -143,6 +143,66 @@ async def _window_figures(db: AsyncSession, host_id: str, mid: str | None) -> di
     return out
 
 
+async def window_summaries(
+    db: AsyncSession, windows: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The figures of many windows ((host id, measurement id) pairs) for the root over each whole window,
+    as `_window_figures` gives them without their spread (the fleet's list of installed plans), in three
+    statements whatever their number: the measurements, their first resource's metrics, the sums. A window
+    whose measurement is not stored (for that host) is left out."""
+    ids = sorted({mid for _h, mid in windows})
+    if not ids:
+        return {}
+    rows = {
+        (r.host_id, r.id): r
+        for r in await db.execute(
+            text("""
+        SELECT id, host_id, state, detail, created_at, started_at, ended_at, last_ts FROM measurements
+        WHERE id = ANY(:ids)"""),
+            {"ids": ids},
+        )
+    }
+    first_metrics = {
+        r.measurement_id: r.metrics
+        for r in await db.execute(
+            text("""
+        SELECT DISTINCT ON (measurement_id) measurement_id, metrics FROM measurement_resources
+        WHERE measurement_id = ANY(:ids) ORDER BY measurement_id, idx"""),
+            {"ids": ids},
+        )
+    }
+    found = [rows[w] for w in dict.fromkeys(windows) if w in rows]
+    now = datetime.now(UTC)
+    ranges = []
+    for m in found:
+        start = m.started_at or m.created_at
+        end = m.ended_at or m.last_ts or now
+        ranges.append((m.id, samples.TimeRange(start - timedelta(seconds=2), end + timedelta(seconds=2))))
+    sums = await samples.measurement_sums(db, ranges, 0)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for m, s in zip(found, sums, strict=True):
+        unavailable = {
+            name: v.get("reason") or "not served on this host"
+            for name, v in (first_metrics.get(m.id) or {}).items()
+            if not v.get("available")
+        }
+        w: dict[str, Any] = {
+            "measurement_id": m.id,
+            "state": m.state,
+            "detail": m.detail,
+            "seconds": s["measured_seconds"],
+            "calls": None,
+            "unavailable": unavailable,
+            "spread": {},
+            **{f: None for f in FIGURES},
+        }
+        if s["values"] is not None and s["measured_seconds"]:
+            w.update(_figures(s["values"], s["measured_seconds"], unavailable))
+            w["calls"] = s["values"].get("count")
+        out[(m.host_id, m.id)] = w
+    return out
+
+
 def _figures(v: dict[str, float | None], seconds: float, unavailable: dict[str, str]) -> dict[str, float | None]:
     """Calls per second and the per-call figures of summed values over `seconds` measured seconds."""
     calls = v.get("count")

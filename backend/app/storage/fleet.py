@@ -419,10 +419,154 @@ def _rank(sums: _Sums, busy: I64, min_share: float) -> _Ranked:
     return _Ranked(functions, samples[functions], hot_hosts[functions].astype(np.int64))
 
 
+# Outlier hosts (docs/decisions.md, "Outlier hosts in the fleet's hot code", session 25): a host where a
+# function takes a far larger share of its busy samples than on the group's typical host. The typical host is
+# the median of the function's shares over the group's hosts with busy samples (zero where it has none), its
+# spread their median absolute deviation (MAD). A host is an outlier for the function when all hold:
+OUTLIER_MIN_HOSTS = 5  # the group has at least this many hosts with busy samples (a median of fewer says little)
+OUTLIER_MIN_SAMPLES = 50  # the host has at least this many samples of it (a tiny host's few are noise)
+OUTLIER_MIN_RATIO = 3.0  # its share is at least this many times the median share
+OUTLIER_MIN_Z = 3.5  # its modified z-score, 0.6745 (share - median) / MAD, at least this (any, when MAD is 0)
+# and its share is at least min_share (it is hot there). The group's list is capped, farthest out first.
+OUTLIER_LIST_CAP = 50
+
+
+def outlier_rule(min_share: float) -> dict[str, Any]:
+    """The rule's thresholds, as the answer states them (the console says why a host is listed)."""
+    return {
+        "min_hosts": OUTLIER_MIN_HOSTS,
+        "min_samples": OUTLIER_MIN_SAMPLES,
+        "min_ratio": OUTLIER_MIN_RATIO,
+        "min_z": OUTLIER_MIN_Z,
+        "min_share": min_share,
+        "list_cap": OUTLIER_LIST_CAP,
+        "text": (
+            f"a host whose share of the function is at least {OUTLIER_MIN_RATIO:g}x the median share over the "
+            f"group's hosts with busy samples, with a modified z-score (0.6745 x (share - median) / MAD) of at "
+            f"least {OUTLIER_MIN_Z:g}, at least {OUTLIER_MIN_SAMPLES} samples of it and a share of at least "
+            f"min_share; only in a group of at least {OUTLIER_MIN_HOSTS} hosts with busy samples"
+        ),
+    }
+
+
+@dataclass
+class _Outliers:
+    """Every (function, host) pair the rule picks, farthest out first (share above the median, descending):
+    `function` indexes `_Sums.ids`, `host` the group's hosts; the median share and MAD of the function
+    beside each, and each pair's modified z-score (inf when the MAD is 0)."""
+
+    function: I64
+    host: I64
+    samples: I64
+    share: npt.NDArray[np.float64]
+    median: npt.NDArray[np.float64]
+    z: npt.NDArray[np.float64]
+
+
+def _outliers(sums: _Sums, busy: I64, min_share: float) -> _Outliers:
+    """The outlier pairs of the whole ranked set (every function with samples, not only a page). Only the
+    functions with a candidate host (enough samples, hot there) are looked at, and of those only the ones
+    with samples on at least half the busy hosts need a median computed: with fewer, more than half the
+    shares are 0, so the median and the MAD are both 0 (every candidate is then far out)."""
+    empty_i = np.zeros(0, dtype=np.int64)
+    empty_f = np.zeros(0, dtype=np.float64)
+    none = _Outliers(empty_i, empty_i, empty_i, empty_f, empty_f, empty_f)
+    busy_hosts = np.flatnonzero(busy > 0)
+    n = len(busy_hosts)
+    if n < OUTLIER_MIN_HOSTS or not len(sums.samples):
+        return none
+    host_busy = busy[sums.host]
+    on_busy = host_busy > 0
+    share = np.zeros(len(sums.samples), dtype=np.float64)
+    np.divide(sums.samples, host_busy, out=share, where=on_busy)
+    candidate = on_busy & (sums.samples >= OUTLIER_MIN_SAMPLES) & (share >= min_share)
+    if not candidate.any():
+        return none
+    width = len(sums.ids)
+    with_candidate = np.zeros(width, dtype=bool)
+    with_candidate[sums.function[candidate]] = True
+    present = np.bincount(sums.function[on_busy], minlength=width)
+    median = np.zeros(width, dtype=np.float64)
+    mad = np.zeros(width, dtype=np.float64)
+    dense = np.flatnonzero(with_candidate & (2 * present >= n))
+    if len(dense):
+        # The shares of those functions on every busy host (0 where none), one row per function.
+        row = np.full(width, -1, dtype=np.int64)
+        row[dense] = np.arange(len(dense))
+        column = np.full(len(busy), -1, dtype=np.int64)
+        column[busy_hosts] = np.arange(n)
+        pick = on_busy & (row[sums.function] >= 0)
+        matrix = np.zeros((len(dense), n), dtype=np.float64)
+        matrix[row[sums.function[pick]], column[sums.host[pick]]] = share[pick]
+        med = np.median(matrix, axis=1)
+        median[dense] = med
+        mad[dense] = np.median(np.abs(matrix - med[:, None]), axis=1)
+    at = np.flatnonzero(candidate)
+    f = sums.function[at]
+    above = share[at] - median[f]
+    z = np.full(len(at), np.inf)
+    spread = mad[f] > 0
+    z[spread] = 0.6745 * above[spread] / mad[f][spread]
+    keep = (above > 0) & (share[at] >= OUTLIER_MIN_RATIO * median[f]) & (z >= OUTLIER_MIN_Z)
+    at, f, z = at[keep], f[keep], z[keep]
+    order = np.lexsort((sums.host[at], f, -(share[at] - median[f])))
+    at, f, z = at[order], f[order], z[order]
+    return _Outliers(f, sums.host[at], sums.samples[at], share[at], median[f], z)
+
+
+async def _outlier_list(
+    session: AsyncSession, found: _Outliers, ids: I64, host_rows: Sequence[Any]
+) -> list[dict[str, Any]]:
+    """The group's outlier list: the first OUTLIER_LIST_CAP pairs, with their functions' names."""
+    k = min(len(found.function), OUTLIER_LIST_CAP)
+    if not k:
+        return []
+    fids = ids[found.function[:k]]
+    named = {
+        row.id: row
+        for row in await session.execute(
+            text("""
+        SELECT f.id, f.name, coalesce(cp.module, '') AS module
+        FROM functions f LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
+        WHERE f.id = ANY(CAST(:ids AS bigint[]))"""),
+            {"ids": sorted(set(fids.tolist()))},
+        )
+    }
+    out: list[dict[str, Any]] = []
+    for fid, h, s, sh, med, z in zip(
+        fids.tolist(),
+        found.host[:k].tolist(),
+        found.samples[:k].tolist(),
+        found.share[:k].tolist(),
+        found.median[:k].tolist(),
+        found.z[:k].tolist(),
+        strict=True,
+    ):
+        row = named.get(fid)
+        if row is None:  # an id of no function, left out as the ranking leaves it out
+            continue
+        out.append(
+            {
+                "function_id": fid,
+                "name": row.name,
+                "module": row.module,
+                "host_id": host_rows[h].id,
+                "hostname": host_rows[h].hostname,
+                "samples": s,
+                "share": sh,
+                "median_share": med,
+                "ratio": sh / med if med > 0 else None,
+                "z": z if np.isfinite(z) else None,
+            }
+        )
+    return out
+
+
 async def _page(
     session: AsyncSession,
     sums: _Sums,
     ranked: _Ranked,
+    found: _Outliers,
     host_rows: Sequence[Any],
     busy: dict[str, int],
     min_share: float,
@@ -435,7 +579,8 @@ async def _page(
     hosts, then samples descending, name and id; name: name, then id ascending in either direction), names
     compared by Postgres (the database's collation: one query for every ranked function's name), and each
     page function's cells: the hosts where it has samples, by samples descending, then host id (Postgres'
-    order of the ids). The number of ranked functions is 0 when the page is empty, as the statement gave."""
+    order of the ids). The number of ranked functions is 0 when the page is empty, as the statement gave.
+    Each page function says its outlier hosts (`found`: the rule's pairs), each cell whether it is one."""
     if not len(ranked.function):
         return 0, []
     ids = sums.ids[ranked.function]
@@ -499,11 +644,20 @@ async def _page(
     share = np.zeros(len(cell_host), dtype=np.float64)
     np.divide(cell_samples, cell_busy, out=share, where=cell_busy > 0)
     hot = (cell_busy > 0) & (share >= min_share)
+    # The outlier pairs of the page's functions (by index into _Sums.ids), each function's median share.
+    page_functions = set(function[page].tolist())
+    outlier_pairs: set[tuple[int, int]] = set()
+    medians: dict[int, float] = {}
+    for fi, h, med in zip(found.function.tolist(), found.host.tolist(), found.median.tolist(), strict=True):
+        if fi in page_functions:
+            outlier_pairs.add((fi, h))
+            medians[fi] = med
     items: list[dict[str, Any]] = []
     for k, f in enumerate(page.tolist()):
         span = cell_order[bounds[k] : bounds[k + 1]]
+        fi = int(function[f])
         cells = [
-            {"host_id": host_ids[h], "samples": s, "share": sh, "hot": ho}
+            {"host_id": host_ids[h], "samples": s, "share": sh, "hot": ho, "outlier": (fi, h) in outlier_pairs}
             for h, s, sh, ho in zip(
                 cell_host[span].tolist(),
                 cell_samples[span].tolist(),
@@ -521,6 +675,8 @@ async def _page(
                 "samples": int(samples[f]),
                 "hot_hosts": int(hot_hosts[f]),
                 "host_share": int(hot_hosts[f]) / len(host_rows),
+                "outlier_hosts": [c["host_id"] for c in cells if c["outlier"]],
+                "median_share": medians.get(fi),
                 "cells": cells,
             }
         )
@@ -622,6 +778,8 @@ async def hot_code(
     params = {**params, "g": group["id"]}
     covered = (min(s[1] for s in spans), max(s[2] for s in spans)) if spans else None
     items: list[dict[str, Any]] = []
+    outliers: list[dict[str, Any]] = []
+    outliers_total = 0
     n = 0
     # The group's hosts with their busy samples in the range (0 without rollup rows; with nodes, each
     # database's hosts' busy samples come with their rows below).
@@ -653,8 +811,14 @@ async def hot_code(
         else:
             busy, rows = await _per_database(session, spread, list(busy), spans, functions, fp)
         sums = _per_host_sums(rows)
-        ranked = _rank(sums, np.array(list(busy.values()), dtype=np.int64), min_share)
-        n, items = await _page(session, sums, ranked, host_rows, busy, min_share, limit, offset, sort, descending)
+        busy_array = np.array(list(busy.values()), dtype=np.int64)
+        ranked = _rank(sums, busy_array, min_share)
+        found = _outliers(sums, busy_array, min_share)
+        n, items = await _page(
+            session, sums, ranked, found, host_rows, busy, min_share, limit, offset, sort, descending
+        )
+        outliers_total = len(found.function)
+        outliers = await _outlier_list(session, found, sums.ids, host_rows)
     return {
         **r.public(),
         "covered_from": covered[0] if covered else None,
@@ -677,4 +841,7 @@ async def hot_code(
         "limit": limit,
         "offset": offset,
         "items": items,
+        "outlier_rule": outlier_rule(min_share),
+        "outliers": outliers,
+        "outliers_total": outliers_total,
     }

@@ -33,7 +33,7 @@ interval's hotness is only useful while it is recent and the catalog arrives wit
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -908,6 +908,63 @@ async def measurement_values(session: AsyncSession, measurement_id: str, r: Time
             )
         latest = {"start": last.ts, "seconds": float(last.seconds), "resources": values}
     return {**r.public(), "measured_seconds": seconds, "intervals": intervals, "resources": per, "latest": latest}
+
+
+async def measurement_sums(
+    session: AsyncSession, windows: Sequence[tuple[str, TimeRange]], resource: int
+) -> list[dict[str, Any]]:
+    """For each (measurement id, range): the measured seconds of the range and one resource's sums over it
+    (None without rows), as measurement_values gives them, for any number of measurements in one statement:
+    each tier's spans (raw, minute, hour rollups; `plan`'s) of every range are an array joined with that
+    tier's rows, so the statement has a part per tier, not per measurement."""
+    if not windows:
+        return []
+    wm_1m, wm_1h = await _watermarks(session)
+    spans: dict[str, tuple[list[int], list[str], list[datetime], list[datetime]]] = {}
+    for k, (mid, r) in enumerate(windows):
+        for src, lo, hi in plan(r.start, r.end, wm_1m, wm_1h):
+            w, m, a, b = spans.setdefault(src, ([], [], [], []))
+            w.append(k)
+            m.append(mid)
+            a.append(lo)
+            b.append(hi)
+    parts: list[str] = []
+    params: dict[str, Any] = {"res": resource}
+    slots = ", ".join(f"p.{n}" for n in SLOTS)
+    for src, (w, m, a, b) in spans.items():
+        params.update({f"w_{src}": w, f"m_{src}": m, f"lo_{src}": a, f"hi_{src}": b})
+        s = (
+            f"unnest(CAST(:w_{src} AS int[]), CAST(:m_{src} AS text[]), CAST(:lo_{src} AS timestamptz[]), "
+            f"CAST(:hi_{src} AS timestamptz[])) AS s(w, mid, lo, hi)"
+        )
+        if src == "raw":
+            joined = f"{s} JOIN measurement_points p ON p.measurement_id = s.mid AND p.ts >= s.lo AND p.ts < s.hi"
+            vals = ", ".join(f"p.vals[(r.i - 1) * {NSLOTS} + {k + 1}] AS {name}" for k, name in enumerate(SLOTS))
+            parts.append(f"""SELECT s.w, r.res AS resource, p.seconds, {vals}
+                FROM {joined} CROSS JOIN LATERAL unnest(p.resources) WITH ORDINALITY AS r(res, i) WHERE r.res = :res""")
+            cover = ", ".join(["1::float8 AS count"] + [f"NULL::float8 AS {n}" for n in SLOTS[1:]])
+            parts.append(f"SELECT s.w, {COVERAGE_RESOURCE} AS resource, p.seconds, {cover} FROM {joined}")
+        else:
+            parts.append(f"""SELECT s.w, p.resource, p.seconds, {slots}
+                FROM {s} JOIN measurement_points_{src} p
+                  ON p.measurement_id = s.mid AND p.bucket >= s.lo AND p.bucket < s.hi
+                WHERE p.resource = :res OR p.resource = {COVERAGE_RESOURCE}""")
+    out: list[dict[str, Any]] = [{"measured_seconds": 0.0, "values": None} for _ in windows]
+    if not parts:
+        return out
+    sums = ", ".join(f"sum({n}) AS {n}" for n in SLOTS)
+    rows = await session.execute(
+        text(f"""
+        SELECT w, resource, sum(seconds) AS seconds, {sums} FROM ({" UNION ALL ".join(parts)}) AS p
+        GROUP BY w, resource"""),
+        params,
+    )
+    for row in rows:
+        if row.resource == COVERAGE_RESOURCE:
+            out[row.w]["measured_seconds"] = float(row.seconds or 0)
+        elif row.resource == resource:
+            out[row.w]["values"] = _slot_dict(row)
+    return out
 
 
 async def measurement_series(

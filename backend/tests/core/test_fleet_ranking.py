@@ -7,6 +7,8 @@ read as an hour's running total less its last two minutes: a function only in th
 as the statement's `HAVING sum > 0` made it) and one with idle samples only."""
 
 import hashlib
+import math
+import statistics
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -110,6 +112,31 @@ async def _setup(engine) -> list[int]:
     return fids
 
 
+def _expected_outliers(
+    per_host: dict[str, dict[int, int]], busy: dict[str, int], min_share: float
+) -> dict[tuple[int, str], float]:
+    """The outlier rule (app.storage.fleet, session 25) in plain Python: {(function id, host): median share}."""
+    on = [h for h in busy if busy[h] > 0]
+    if len(on) < fleet.OUTLIER_MIN_HOSTS:
+        return {}
+    out: dict[tuple[int, str], float] = {}
+    for fid in {f for h in on for f in per_host[h]}:
+        shares = {h: per_host[h].get(fid, 0) / busy[h] for h in on}
+        median = statistics.median(shares.values())
+        mad = statistics.median(abs(x - median) for x in shares.values())
+        for h, x in shares.items():
+            z = 0.6745 * (x - median) / mad if mad else math.inf
+            if (
+                per_host[h].get(fid, 0) >= fleet.OUTLIER_MIN_SAMPLES
+                and x >= min_share
+                and x > median
+                and x >= fleet.OUTLIER_MIN_RATIO * median
+                and z >= fleet.OUTLIER_MIN_Z
+            ):
+                out[(fid, h)] = median
+    return out
+
+
 def _expected(
     fids: list[int],
     minutes: int,
@@ -147,13 +174,15 @@ def _expected(
     elif descending:
         order = sorted(sorted(ranked), key=lambda f: name[f], reverse=True)
     page = order[offset : offset + limit]
+    outliers = _expected_outliers(per_host, busy, min_share)
     items = []
     for fid in page:
         r = ranked[fid]
         cells = []
         for h, s in sorted(r["cells"], key=lambda c: (-c[1], c[0])):
             share = s / busy[h]
-            cells.append({"host_id": h, "samples": s, "share": share, "hot": share >= min_share})
+            cell = {"host_id": h, "samples": s, "share": share, "hot": share >= min_share}
+            cells.append({**cell, "outlier": (fid, h) in outliers})
         items.append(
             {
                 "function_id": fid,
@@ -162,6 +191,8 @@ def _expected(
                 "samples": r["samples"],
                 "hot_hosts": r["hot_hosts"],
                 "host_share": r["hot_hosts"] / len(hosts),
+                "outlier_hosts": [c["host_id"] for c in cells if c["outlier"]],
+                "median_share": next((m for (f, _h), m in outliers.items() if f == fid), None),
                 "cells": cells,
             }
         )

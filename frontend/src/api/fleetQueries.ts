@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Server state of the fleet views: the kernel-build groups (narrowed by label), a group's hot code over
-// a range, its flame graph and two sides of it compared, and the admin's edit of a host's labels. Keys start with "fleet"; a label edit refreshes
+// a range, its flame graph and two sides of it compared, the plans installed across the fleet, and the admin's edit of a host's labels. Keys start with "fleet"; a label edit refreshes
 // them and the host.
 import { queryOptions, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { api, unwrap } from "./client";
 import { keys, retry } from "./queries";
-import type { FleetGroups, FleetHotCode, Host } from "./types";
+import type { FleetGroups, FleetHotCode, FleetPlans, Host } from "./types";
 import { rangeKey, rangeQuery, resolveRange, type TimeRange } from "../lib/timeRange";
 
 export type HotSort = "samples" | "hosts" | "name";
@@ -16,7 +16,41 @@ export const fleetKeys = {
   hotCode: (groupId: string, rest: unknown[]) => ["fleet", "hot-code", groupId, ...rest] as const,
   flame: (groupId: string, rest: unknown[]) => ["fleet", "flame", groupId, ...rest] as const,
   flameDiff: (groupId: string, rest: unknown[]) => ["fleet", "flame-diff", groupId, ...rest] as const,
+  plans: (rest: unknown[]) => ["fleet", "plans", ...rest] as const,
 };
+
+export const FLEET_PLANS_PAGE = 50;
+
+export interface FleetPlanFilter {
+  labels: string[];
+  groupId: string | null;
+  revertedWithinH: number;
+  offset: number;
+}
+
+export const fleetPlansQuery = (f: FleetPlanFilter) =>
+  queryOptions<FleetPlans, Error>({
+    queryKey: fleetKeys.plans([f.labels, f.groupId, f.revertedWithinH, f.offset]),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/fleet/plans", {
+          params: {
+            query: {
+              label: f.labels,
+              ...(f.groupId ? { group_id: f.groupId } : {}),
+              reverted_within_h: f.revertedWithinH,
+              limit: FLEET_PLANS_PAGE,
+              offset: f.offset,
+            },
+          },
+        }),
+      ),
+    refetchInterval: 15_000,
+  });
+
+export function useFleetPlans(f: FleetPlanFilter) {
+  return useQuery({ ...fleetPlansQuery(f), retry });
+}
 
 export const fleetGroupsQuery = (labels: string[]) =>
   queryOptions<FleetGroups, Error>({

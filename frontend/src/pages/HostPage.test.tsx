@@ -103,6 +103,6 @@ describe("host page", () => {
     expect(stream).not.toHaveTextContent(/^held by/);
     const nav = await screen.findByRole("navigation", { name: "Main" });
     await vi.waitFor(() => expect(within(nav).getByRole("link", { name: "Admin" })).toBeInTheDocument());
-    expect(nav.textContent).toMatch(/All hosts\s+Roll-outs\s+Admin/);
+    expect(nav.textContent).toMatch(/All hosts\s+Installed plans\s+Roll-outs\s+Admin/);
   });
 });

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The fleet: hosts grouped by kernel build (narrowed by label), a group's hot code across its hosts, its
-flame graph (its hosts' stacks merged into one tree) and two sides of it compared (hosts by label, ranges) as
-a differential flame graph. Reads go through app.storage.fleet and app.storage.stacks (rollups only, never
-raw rows)."""
+"""The fleet: hosts grouped by kernel build (narrowed by label), a group's hot code across its hosts (with its
+outlier hosts), its flame graph (its hosts' stacks merged into one tree) and two sides of it compared (hosts
+by label, ranges) as a differential flame graph, and the plans installed across the fleet. Reads go through
+app.storage.fleet and app.storage.stacks (rollups only, never raw rows); the installed plans through
+app.domain.fleet_plans."""
 
 import asyncio
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.api.deps import CurrentUser, RuntimeDep, SessionDep
 from app.api.ranges import BAD_RANGE, FromQuery, ToQuery, range_spec
 from app.api.responses import NOT_FOUND, FastJSON, Responses
-from app.api.schemas import FleetFlameDiff, FleetFlameGraph, FleetGroups, FleetHotCode, Message
+from app.api.schemas import FleetFlameDiff, FleetFlameGraph, FleetGroups, FleetHotCode, FleetPlans, Message
+from app.domain import fleet_plans
 from app.protocol.labels import MAX_LABELS, InvalidLabels, parse_selector
 from app.runtime import Runtime
 from app.storage import fleet, nodes, stacks
@@ -82,8 +84,10 @@ async def hot_code(
     order: Literal["desc", "asc"] = "desc",
 ) -> FastJSON:
     """The group's hottest functions in the range, across its hosts: samples on each host and the share of
-    the group's hosts where each is hot. Read from the per-function minute, ten-minute and hour rollups
-    only; the answer says which part of the range they cover."""
+    the group's hosts where each is hot, and the outlier hosts (a function far hotter on a few hosts than on
+    the group's typical host, by the rule `outlier_rule` states) over every function, not only the page.
+    Read from the per-function minute, ten-minute and hour rollups only; the answer says which part of the
+    range they cover."""
     r = _time_range(runtime, window_s, from_, to)
     group = await _group(session, group_id)
     try:
@@ -265,3 +269,32 @@ async def flame_diff(
         return {**out, **stacks.group_flame_diff(*read_sides)}
 
     return FastJSON(await _read(session, read))
+
+
+@router.get("/plans", response_model=FleetPlans, responses=BAD_LABEL)
+async def installed_plans(
+    session: SessionDep,
+    _: CurrentUser,
+    group_id: str | None = Query(
+        None, pattern=r"^[0-9a-f]{32}$", description="Only hosts of this kernel-build group (FleetGroup.id)"
+    ),
+    kernel_build_id: str | None = Query(
+        None, min_length=1, max_length=128, pattern=r"^[0-9a-f]+$", description="Only hosts of this kernel build id"
+    ),
+    label: list[str] = LabelQuery,
+    reverted_within_h: int = Query(
+        0, ge=0, le=720, description="Also the plans reverted in the last this many hours (0: installed only)"
+    ),
+    limit: int = Query(50, ge=1, le=200),
+    offset: int = Query(0, ge=0, le=1_000_000),
+) -> FastJSON:
+    """The plans installed across the fleet, the latest install first: host, root and target, since when,
+    installed and approved by whom, the roll-out that installed it, and the root's measured calls per second
+    and wall time per call before and after the install (read for this page's plans only)."""
+    try:
+        found = await fleet_plans.installed(
+            session, group_id, kernel_build_id, _selectors(label), reverted_within_h, limit, offset
+        )
+    except nodes.NodeUnavailable as exc:
+        raise HTTPException(503, str(exc)) from None
+    return FastJSON(found)

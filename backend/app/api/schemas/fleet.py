@@ -2,6 +2,7 @@
 """The fleet: hosts grouped by kernel build, a group's hot code across its hosts, and its flame graphs."""
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +51,7 @@ class HotCodeCell(BaseModel):
     samples: int = Field(description="The function's samples on this host (the idle task's left out)")
     share: float = Field(description="Of the host's busy samples in the covered range")
     hot: bool = Field(description="share is at least min_share")
+    outlier: bool = Field(description="The host is an outlier for the function (outlier_rule)")
 
 
 class HotFunction(BaseModel):
@@ -59,7 +61,43 @@ class HotFunction(BaseModel):
     samples: int = Field(description="Samples across the group's hosts")
     hot_hosts: int = Field(description="Hosts where the function is hot (share ≥ min_share)")
     host_share: float = Field(description="hot_hosts over the group's hosts (those matching the label filter)")
+    outlier_hosts: list[str] = Field(
+        description="The hosts where the function is an outlier (outlier_rule), as in cells' order"
+    )
+    median_share: float | None = Field(
+        description="The function's median share over the group's hosts with busy samples (0 where it has "
+        "none); set when it has outlier hosts"
+    )
     cells: list[HotCodeCell] = Field(description="One per host with samples of the function, most first")
+
+
+class OutlierRule(BaseModel):
+    """When a host is an outlier for a function: its share of the host's busy samples far above the group's
+    typical host's (docs/decisions.md, "Outlier hosts in the fleet's hot code")."""
+
+    min_hosts: int = Field(description="The group needs at least this many hosts with busy samples")
+    min_samples: int = Field(description="The host has at least this many samples of the function")
+    min_ratio: float = Field(description="Its share is at least this many times the median share")
+    min_z: float = Field(
+        description="Its modified z-score, 0.6745 (share - median) / MAD of the shares, is at least this "
+        "(any, when the MAD is 0)"
+    )
+    min_share: float = Field(description="Its share is at least this (the request's min_share: hot there)")
+    list_cap: int = Field(description="The most outliers the group's list carries")
+    text: str = Field(description="The rule in words")
+
+
+class HotCodeOutlier(BaseModel):
+    function_id: int
+    name: str
+    module: str
+    host_id: str
+    hostname: str
+    samples: int = Field(description="The function's samples on the host")
+    share: float = Field(description="Of the host's busy samples")
+    median_share: float = Field(description="The function's median share over the group's hosts with busy samples")
+    ratio: float | None = Field(description="share / median_share; null when the median is 0")
+    z: float | None = Field(description="The modified z-score; null when the MAD is 0 (any excess is far out)")
 
 
 class RollupSpan(BaseModel):
@@ -88,6 +126,77 @@ class FleetHotCode(RangePublic):
     limit: int
     offset: int
     items: list[HotFunction]
+    outlier_rule: OutlierRule
+    outliers: list[HotCodeOutlier] = Field(
+        description="Outlier (function, host) pairs over every ranked function, not only this page: farthest "
+        "out first (share above the median share, descending), at most outlier_rule.list_cap"
+    )
+    outliers_total: int = Field(description="Outlier pairs over every ranked function, before the cap")
+
+
+class FleetPlanWindow(BaseModel):
+    measurement_id: str
+    state: str = Field(description="The window's measurement state")
+    seconds: float = Field(description="Measured seconds of the window")
+    calls: float | None = Field(description="The root's calls in the window")
+    calls_per_s: float | None
+    wall_ns_per_call: float | None
+    unavailable: dict[str, str] = Field(description="Metrics the host could not measure, with the reason")
+
+
+class FleetPlanComparison(BaseModel):
+    before: FleetPlanWindow | None = Field(description="The window before the install (null: not stored)")
+    after: FleetPlanWindow | None = Field(description="The window after the install (null: not stored)")
+    change: dict[str, float | None] = Field(
+        description="(after - before) / before of calls_per_s and wall_ns_per_call; null when either is missing"
+    )
+    emulated: str | None = Field(
+        description="Set when the host's CPU is emulated in software: its times are not performance figures"
+    )
+
+
+class FleetPlan(BaseModel):
+    plan_id: str
+    host_id: str
+    hostname: str
+    online: bool
+    group_id: str = Field(description="The host's kernel-build group (FleetGroup.id)")
+    kernel_release: str
+    kernel_build_id: str = Field(description="The host's kernel build id")
+    target_id: str = Field(description="kernel, or the process target's id")
+    target_kind: Literal["kernel", "process"]
+    target_module: str | None
+    root_name: str
+    root_digest: str
+    root_function_index: int
+    state: Literal["installed", "reverted"]
+    estimated: bool = Field(description="Block counts were sampled: the plan's counts are estimates")
+    code_sha256: str | None
+    installed_at: datetime | None = Field(description="Since when the plan runs on the host")
+    installed_by: str | None = Field(description="Who asked for the install")
+    approved_by: str | None = Field(description="Who approved the plan (a roll-out's plans inherit it)")
+    approved_at: datetime | None
+    reverted_at: datetime | None
+    reverted_by: str | None
+    rollout_id: str | None = Field(description="The roll-out that installed it, if any")
+    rollout_state: str | None
+    derived_from: str | None = Field(description="The approved plan a roll-out made this one from")
+    comparison: FleetPlanComparison | None = Field(
+        description="The root's uprobe-timed windows before and after the install (as the plan's page has them, "
+        "without the spread); null with comparison_missing saying why"
+    )
+    comparison_missing: str | None = Field(description="Why there is no comparison (null when there is one)")
+
+
+class FleetPlans(BaseModel):
+    total: int = Field(description="Plans matching the filter, over all pages")
+    limit: int
+    offset: int
+    labels: dict[str, str]
+    group_id: str | None
+    kernel_build_id: str | None
+    reverted_within_h: int = Field(description="Plans reverted in the last this many hours are listed too (0: none)")
+    items: list[FleetPlan]
 
 
 class FleetFlameHost(FleetHost):

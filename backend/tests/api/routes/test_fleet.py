@@ -5,6 +5,7 @@ admin over REST (audited; a non-admin's edit is 403), hosts grouped by kernel bu
 and a group's hot code across its hosts read from the rollups. Every host here is a scripted agent
 (tests.scripted_agent), named `scripted-…`."""
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -13,10 +14,13 @@ import pytest
 from sqlalchemy import text
 
 from app.protocol.proto import pb
+from app.storage import samples
+from app.storage.samples import TimeRange
 from app.storage.series import rollups
 from tests.api.routes.test_limits import _raw_post
 from tests.conftest import make_user, token_for
-from tests.scripted_agent import wait_catalog_complete, wait_until
+from tests.grpc.test_plans import TARGET, _approved, _client_as, _until
+from tests.scripted_agent import wait_catalog_complete, wait_for_ack, wait_until
 
 # Within the sample retention, minute-aligned, and far enough back that its minutes are complete.
 T0 = (datetime.now(UTC) - timedelta(hours=2)).replace(second=0, microsecond=0)
@@ -519,3 +523,250 @@ async def test_group_flame_graphs_refuse_bad_input(client, fleet, unique):
 async def test_group_flame_graphs_need_a_signed_in_user(anon):
     for path in ("flamegraph", "flamegraph/diff"):
         assert (await anon.get(f"/api/v1/fleet/groups/{'0' * 32}/{path}")).status_code == 401
+
+
+async def test_outlier_hosts_of_a_groups_hot_code_are_listed_with_the_rule(backend, client, unique):
+    """Thirteen hosts of one build sample from T0: on every host vfs_read (index 0) takes half the busy
+    samples; ksys_read (1) takes 2.5% on ten hosts and 25% (ten times as much) on two, o1 and o2; the
+    thirteenth, tiny, sampled one second with ksys_read its main function (5 samples: too few to say).
+    Only ksys_read on o1 and o2 are outliers; vfs_read's uniform load gives none."""
+    names = [f"n{i:02d}" for i in range(10)] + ["o1", "o2", "tiny"]
+    agents = {}
+    try:
+        for name in names:
+            agent = await backend.agent(
+                f"scripted-out-{name}-{unique}",
+                hostname=f"scripted-out-{name}-{unique}",
+                kernel_tag=f"outliers-{unique}",
+                labels={"suite": unique},
+            )
+            await agent.connect()
+            await wait_catalog_complete(client, agent.host_id)
+            agents[name] = agent
+        for name, agent in agents.items():
+            if name == "tiny":
+                await _send(agent, {1: 5, 0: 1}, seconds=1)
+            elif name in ("o1", "o2"):
+                await _send(agent, {0: 20, 1: 10, 4: 10}, seconds=10)
+            else:
+                await _send(agent, {0: 20, 1: 1, 4: 19}, seconds=10)
+        ids = [a.host_id for a in agents.values()]
+
+        async def rolled() -> bool:
+            await rollups.run_once(backend.runtime.engine)
+            n = await backend.scalar(
+                "SELECT coalesce(sum(count), 0) FROM sample_blocks_1m WHERE host_id = ANY(:h) AND bucket = :t",
+                h=ids,
+                t=T0,
+            )
+            return n == 12 * 10 * 40 + 6
+
+        await wait_until(rolled)
+        group = await _group_of(client, agents["o1"], unique)
+        rng = {"from": T0.isoformat(), "to": (T0 + timedelta(minutes=2)).isoformat(), "min_share": 0.02}
+        r = await client.get(f"/api/v1/fleet/groups/{group}/hot-code", params=rng)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        rule = body["outlier_rule"]
+        assert (rule["min_samples"], rule["min_ratio"], rule["min_z"], rule["min_hosts"]) == (50, 3.0, 3.5, 5)
+        assert rule["min_share"] == 0.02 and "median" in rule["text"]
+        o1, o2 = agents["o1"].host_id, agents["o2"].host_id
+        assert body["outliers_total"] == 2
+        got = [(o["name"], o["host_id"], o["samples"], o["share"], o["median_share"]) for o in body["outliers"]]
+        assert sorted(got) == sorted([("ksys_read", o1, 100, 0.25, 0.025), ("ksys_read", o2, 100, 0.25, 0.025)]), got
+        assert body["outliers"][0]["ratio"] == pytest.approx(10.0)
+        assert body["outliers"][0]["hostname"].startswith("scripted-out-o")
+        by_name = {i["name"]: i for i in body["items"]}
+        assert sorted(by_name["ksys_read"]["outlier_hosts"]) == sorted([o1, o2])
+        assert by_name["ksys_read"]["median_share"] == pytest.approx(0.025)
+        assert {c["host_id"] for c in by_name["ksys_read"]["cells"] if c["outlier"]} == {o1, o2}
+        tiny = next(c for c in by_name["ksys_read"]["cells"] if c["host_id"] == agents["tiny"].host_id)
+        assert tiny["share"] == pytest.approx(5 / 6) and not tiny["outlier"]
+        for name in ("vfs_read", "rw_verify_area"):
+            assert by_name[name]["outlier_hosts"] == [] and by_name[name]["median_share"] is None
+            assert not any(c["outlier"] for c in by_name[name]["cells"])
+        # The group's list covers every ranked function, not the page: a page of vfs_read alone still lists them.
+        r = await client.get(f"/api/v1/fleet/groups/{group}/hot-code", params={**rng, "limit": 1})
+        assert [i["name"] for i in r.json()["items"]] == ["vfs_read"] and r.json()["outliers_total"] == 2
+    finally:
+        for agent in agents.values():
+            await agent.close()
+
+
+async def _installed_with_windows(backend, client, approver, host_id, unique, calls_before, calls_after):
+    """A scripted host labelled suite=<unique> with a process whose plan of srv_fn_2 is made, approved and
+    installed (1 s windows, no guard): the before window's one second with `calls_before` calls at 4 µs
+    each, the after window's with `calls_after` calls at 3 µs each. Returns the agent and the plan's id."""
+    agent = await backend.agent(host_id, hostname=host_id, kernel_tag=f"k-{host_id}", labels={"suite": unique})
+    await agent.connect()
+    r = await client.post(f"/api/v1/hosts/{host_id}/targets", json={"pid": 4242})
+    assert r.status_code == 202, r.text
+
+    async def ready():
+        mods = (await client.get(f"/api/v1/hosts/{host_id}/modules", params={"target": TARGET})).json()
+        return bool(mods) and mods[0]["complete"]
+
+    await wait_until(ready)
+    plan_id = await _approved(client, approver, host_id, agent.process[3], 2)
+    base = f"/api/v1/hosts/{host_id}/plans/{plan_id}"
+    r = await client.post(f"{base}/install", json={"window_s": 1, "guard": False})
+    assert r.status_code == 200, r.text
+
+    async def window(which):
+        p = (await client.get(base)).json()
+        mid = p[f"{which}_measurement"]
+        return mid if mid is not None and mid in agent.measurements else None
+
+    before = await wait_until(lambda: window("before"))
+    await wait_for_ack(
+        agent, await agent.send_measurement(before, time.time_ns() - 10**9, [(0, calls_before, 4e3 * calls_before)])
+    )
+    p = await _until(client, host_id, plan_id, "installed", "install_failed")
+    assert p["state"] == "installed", p["error"]
+    after = await wait_until(lambda: window("after"))
+    await wait_for_ack(
+        agent, await agent.send_measurement(after, time.time_ns() - 10**9, [(0, calls_after, 3e3 * calls_after)])
+    )
+
+    async def compared():
+        c = (await client.get(base)).json()["comparison"]
+        return c if c and c["after"] and c["after"]["calls"] == calls_after else None
+
+    await wait_until(compared)
+    return agent, plan_id
+
+
+async def test_installed_plans_across_the_fleet_with_since_and_before_after(backend, client, unique):
+    """Two hosts run a plan each (made, approved by an approver, installed by the admin): the fleet's list
+    has both, latest install first, with since when, who, and the root's before/after; a reverted plan is
+    left out unless recently reverted ones are asked for; a plan whose windows are gone says why it has no
+    comparison; filters by group, build and label; bad parameters are 422 (a bad label 400)."""
+    ap_user = await make_user(client, "approver", unique)
+    approver = _client_as(backend, await token_for(backend.base_url, *ap_user))
+    agents = []
+    async with approver:
+        a1, p1 = await _installed_with_windows(backend, client, approver, f"scripted-fp1-{unique}", unique, 1000, 1250)
+        agents.append(a1)
+        a2, p2 = await _installed_with_windows(backend, client, approver, f"scripted-fp2-{unique}", unique, 500, 400)
+        agents.append(a2)
+    try:
+        url = "/api/v1/fleet/plans"
+        r = await client.get(url, params={"label": f"suite={unique}"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["total"] == 2 and body["reverted_within_h"] == 0
+        second, first = body["items"]  # the latest install first
+        assert (first["plan_id"], first["host_id"], first["hostname"]) == (p1, a1.host_id, a1.host_id)
+        assert (second["plan_id"], second["host_id"]) == (p2, a2.host_id)
+        assert first["installed_at"] <= second["installed_at"]
+        for item in body["items"]:
+            assert item["state"] == "installed" and item["root_name"] == "srv_fn_2"
+            assert item["target_id"] == TARGET and item["target_kind"] == "process"
+            assert item["installed_by"] == "admin" and item["approved_by"] == ap_user[0]
+            assert item["rollout_id"] is None and item["comparison_missing"] is None
+            assert item["kernel_build_id"] == agents[0 if item is first else 1].build_id
+        c1, c2 = first["comparison"], second["comparison"]
+        assert c1["before"]["calls"] == 1000 and c1["after"]["calls"] == 1250
+        assert c1["before"]["calls_per_s"] == pytest.approx(1000) and c1["after"]["calls_per_s"] == pytest.approx(1250)
+        assert c1["before"]["wall_ns_per_call"] == pytest.approx(4000)
+        assert c1["after"]["wall_ns_per_call"] == pytest.approx(3000)
+        assert c1["change"] == {"calls_per_s": pytest.approx(0.25), "wall_ns_per_call": pytest.approx(-0.25)}
+        assert c2["change"] == {"calls_per_s": pytest.approx(-0.2), "wall_ns_per_call": pytest.approx(-0.25)}
+        assert c1["emulated"] is None
+        # The figures are the plan's page's (read there window by window, here for the whole page at once).
+        for item, (host, plan) in ((first, (a1.host_id, p1)), (second, (a2.host_id, p2))):
+            page = (await client.get(f"/api/v1/hosts/{host}/plans/{plan}")).json()["comparison"]
+            for which in ("before", "after"):
+                keys = ("measurement_id", "state", "seconds", "calls", "calls_per_s", "wall_ns_per_call", "unavailable")
+                assert {k: item["comparison"][which][k] for k in keys} == {k: page[which][k] for k in keys}
+            assert item["comparison"]["change"] == {k: page["change"][k] for k in ("calls_per_s", "wall_ns_per_call")}
+
+        # Filters: the first host's group, its build id; a label no host carries.
+        r = await client.get(url, params={"group_id": first["group_id"]})
+        assert [i["plan_id"] for i in r.json()["items"]] == [p1]
+        r = await client.get(url, params={"kernel_build_id": a2.build_id, "label": f"suite={unique}"})
+        assert [i["plan_id"] for i in r.json()["items"]] == [p2]
+        r = await client.get(url, params={"label": f"suite=none-{unique}"})
+        assert r.json() == {**r.json(), "total": 0, "items": []}
+        r = await client.get(url, params={"label": f"suite={unique}", "limit": 1, "offset": 1})
+        assert r.json()["total"] == 2 and [i["plan_id"] for i in r.json()["items"]] == [p1]
+
+        # Windows no longer stored: no comparison, and why.
+        async with backend.runtime.engine.begin() as conn:
+            kept = (
+                await conn.execute(
+                    text("SELECT before_measurement, after_measurement FROM plans WHERE id = :id"), {"id": p1}
+                )
+            ).one()
+            await conn.execute(
+                text("UPDATE plans SET before_measurement = 'gone-1', after_measurement = 'gone-2' WHERE id = :id"),
+                {"id": p1},
+            )
+        item = next(
+            i
+            for i in (await client.get(url, params={"label": f"suite={unique}"})).json()["items"]
+            if i["plan_id"] == p1
+        )
+        assert item["comparison"] is None and "no longer stored" in item["comparison_missing"]
+        async with backend.runtime.engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE plans SET before_measurement = :b, after_measurement = :a WHERE id = :id"),
+                {"id": p1, "b": kept[0], "a": kept[1]},
+            )
+
+        # The second plan reverted: gone from the list, back with the recently reverted ones.
+        r = await client.post(f"/api/v1/hosts/{a2.host_id}/plans/{p2}/revert")
+        assert r.status_code == 200, r.text
+        await _until(client, a2.host_id, p2, "reverted")
+        r = await client.get(url, params={"label": f"suite={unique}"})
+        assert [i["plan_id"] for i in r.json()["items"]] == [p1]
+        r = await client.get(url, params={"label": f"suite={unique}", "reverted_within_h": 1})
+        got = {i["plan_id"]: (i["state"], i["reverted_by"]) for i in r.json()["items"]}
+        assert got == {p1: ("installed", None), p2: ("reverted", "admin")}
+        assert next(i for i in r.json()["items"] if i["plan_id"] == p2)["comparison"]["after"]["calls"] == 400
+
+        # The windows' sums for many measurements at once (samples.measurement_sums) are measurement_values'
+        # over the raw rows, the minute and the hour rollups: intervals of p1's before window sent at an old
+        # hour, an old minute and now (late rows below the watermarks are summed into the rollups at once).
+        mid = kept[0]
+        hour = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
+        for t, calls in ((hour + timedelta(seconds=5), 70), (T0 + timedelta(seconds=7), 30)):
+            await wait_for_ack(a1, await a1.send_measurement(mid, ns(t), [(0, calls, 5e3 * calls)]))
+        rng = TimeRange(hour, datetime.now(UTC) + timedelta(seconds=5))
+        async with backend.runtime.sessionmaker() as session:
+            wm_1m, wm_1h = await rollups.watermarks(await session.connection())
+            assert {src for src, _lo, _hi in samples.plan(rng.start, rng.end, wm_1m, wm_1h)} == {"1h", "1m", "raw"}
+            one = await samples.measurement_values(session, mid, rng)
+            both = await samples.measurement_sums(session, [(kept[1], rng), (mid, rng)], 0)
+        assert both[1]["measured_seconds"] == one["measured_seconds"] == 3.0
+        assert both[1]["values"] == next(x["values"] for x in one["resources"] if x["resource"] == 0)
+        assert both[1]["values"]["count"] == 1100 and both[0]["values"]["count"] == 1250
+    finally:
+        for agent in agents:
+            await agent.close()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"group_id": "not-a-group"},
+        {"kernel_build_id": "xyz"},
+        {"limit": 0},
+        {"limit": 201},
+        {"offset": -1},
+        {"reverted_within_h": -1},
+        {"reverted_within_h": 721},
+    ],
+)
+async def test_installed_plans_refuse_bad_parameters(client, params):
+    assert (await client.get("/api/v1/fleet/plans", params=params)).status_code == 422
+
+
+async def test_installed_plans_need_a_signed_in_user_and_any_reads_them(backend, client, anon, unique):
+    assert (await anon.get("/api/v1/fleet/plans")).status_code == 401
+    assert (await client.get("/api/v1/fleet/plans", params={"label": "bad"})).status_code == 400
+    username, password = await make_user(client, "viewer", unique)
+    token = await token_for(backend.base_url, username, password)
+    async with httpx.AsyncClient(base_url=backend.base_url, headers={"Authorization": f"Bearer {token}"}) as c:
+        r = await c.get("/api/v1/fleet/plans")
+    assert r.status_code == 200, r.text

@@ -4,7 +4,7 @@ import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import { renderApp } from "../../test/render";
 import { host, json, routeFetch } from "../../test/fixtures";
 import { setSession } from "../../api/session";
-import type { FleetGroups, FleetHotCode } from "../../api/types";
+import type { FleetGroups, FleetHotCode, FleetPlans } from "../../api/types";
 
 const GROUP = "0123456789abcdef0123456789abcdef";
 
@@ -66,9 +66,11 @@ function hotCode(): FleetHotCode {
         samples: 700,
         hot_hosts: 2,
         host_share: 1,
+        outlier_hosts: ["h-db1"],
+        median_share: 0.06,
         cells: [
-          { host_id: "h-db1", samples: 600, share: 0.6, hot: true },
-          { host_id: "h-db2", samples: 100, share: 0.2, hot: true },
+          { host_id: "h-db1", samples: 600, share: 0.6, hot: true, outlier: true },
+          { host_id: "h-db2", samples: 100, share: 0.2, hot: true, outlier: false },
         ],
       },
       {
@@ -78,7 +80,111 @@ function hotCode(): FleetHotCode {
         samples: 5,
         hot_hosts: 0,
         host_share: 0,
-        cells: [{ host_id: "h-db1", samples: 5, share: 0.005, hot: false }],
+        outlier_hosts: [],
+        median_share: null,
+        cells: [{ host_id: "h-db1", samples: 5, share: 0.005, hot: false, outlier: false }],
+      },
+    ],
+    outlier_rule: {
+      min_hosts: 5,
+      min_samples: 50,
+      min_ratio: 3,
+      min_z: 3.5,
+      min_share: 0.01,
+      list_cap: 50,
+      text: "a host whose share of the function is at least 3x the median share",
+    },
+    outliers: [
+      {
+        function_id: 42,
+        name: "tcp_v4_rcv",
+        module: "vmlinux",
+        host_id: "h-db1",
+        hostname: "db1",
+        samples: 600,
+        share: 0.6,
+        median_share: 0.06,
+        ratio: 10,
+        z: 8.5,
+      },
+    ],
+    outliers_total: 3,
+  };
+}
+
+function fleetPlans(): FleetPlans {
+  const window = (calls_per_s: number, wall_ns_per_call: number) => ({
+    measurement_id: "m",
+    state: "done",
+    seconds: 1,
+    calls: calls_per_s,
+    calls_per_s,
+    wall_ns_per_call,
+    unavailable: {},
+  });
+  const base = {
+    group_id: GROUP,
+    kernel_release: "6.18.0-test",
+    kernel_build_id: "feedfacefeedface0001",
+    target_module: null,
+    root_digest: "d".repeat(64),
+    root_function_index: 2,
+    estimated: false,
+    code_sha256: "c".repeat(64),
+    approved_at: "2026-11-27T00:59:00Z",
+    reverted_at: null,
+    reverted_by: null,
+    derived_from: null,
+  };
+  return {
+    total: 2,
+    limit: 50,
+    offset: 0,
+    labels: {},
+    group_id: null,
+    kernel_build_id: null,
+    reverted_within_h: 0,
+    items: [
+      {
+        ...base,
+        plan_id: "p-1",
+        host_id: "h-db1",
+        hostname: "db1",
+        online: true,
+        target_id: "kernel",
+        target_kind: "kernel",
+        root_name: "tcp_v4_rcv",
+        state: "installed",
+        installed_at: "2026-11-27T01:00:00Z",
+        installed_by: "ops",
+        approved_by: "boss",
+        rollout_id: "r-1",
+        rollout_state: "completed",
+        comparison: {
+          before: window(1000, 4000),
+          after: window(1250, 3000),
+          change: { calls_per_s: 0.25, wall_ns_per_call: -0.25 },
+          emulated: null,
+        },
+        comparison_missing: null,
+      },
+      {
+        ...base,
+        plan_id: "p-2",
+        host_id: "h-db2",
+        hostname: "db2",
+        online: false,
+        target_id: "p4242-1000",
+        target_kind: "process",
+        root_name: "srv_fn_2",
+        state: "installed",
+        installed_at: "2026-11-27T00:30:00Z",
+        installed_by: "ops",
+        approved_by: "boss",
+        rollout_id: null,
+        rollout_state: null,
+        comparison: null,
+        comparison_missing: "the windows' measurements are no longer stored",
       },
     ],
   };
@@ -91,6 +197,7 @@ function stub() {
     "/api/v1/hosts": () => json([host(), host({ id: "h2", hostname: "box2" })]),
     "/api/v1/fleet/groups": () => json(groups()),
     [`/api/v1/fleet/groups/${GROUP}/hot-code`]: () => json(hotCode()),
+    "/api/v1/fleet/plans": () => json(fleetPlans()),
   });
   vi.stubGlobal("fetch", r.fetch);
   vi.stubGlobal("WebSocket", undefined);
@@ -196,5 +303,96 @@ describe("fleet hot code", () => {
     await waitFor(() =>
       expect(within(sorted).getByRole("columnheader", { name: /Hot on/ })).toHaveAttribute("aria-sort", "descending"),
     );
+  });
+
+  it("outlines outlier cells and lists the outlier hosts with the reason, each opening the host's function", async () => {
+    stub();
+    renderApp(`/fleet/groups/${GROUP}`);
+    const panel = (await screen.findByRole("heading", { name: "Outlier hosts" })).closest("section")!;
+    expect(panel).toHaveTextContent("Listed: a host whose share of the function is at least 3x the median share");
+    const list = within(panel).getByRole("table", { name: "Outlier hosts" });
+    const row = within(list).getAllByRole("row")[1];
+    expect(row).toHaveTextContent("tcp_v4_rcv");
+    expect(row).toHaveTextContent("60.0%");
+    expect(row).toHaveTextContent("6.0%");
+    expect(row).toHaveTextContent("60.0% of the host's samples vs 10.0× the median 6.0%; z 8.5; 600 samples");
+    expect(within(row).getByRole("link", { name: "tcp_v4_rcv on db1" })).toHaveAttribute(
+      "href",
+      "/hosts/h-db1/functions/42?from=2026-11-27T01%3A00%3A00.000Z&to=2026-11-27T02%3A00%3A00.000Z",
+    );
+    expect(panel).toHaveTextContent("2 more outliers not listed");
+    const table = screen.getByRole("table", { name: "Hot code across hosts" });
+    const cell = within(table).getByRole("link", { name: "tcp_v4_rcv on db1: 60.0% (outlier)" }).closest("td")!;
+    expect(cell).toHaveClass("heat-outlier");
+    expect(cell).toHaveAttribute("title", "Outlier: 60.0% here vs the group's median 6.0%");
+    expect(within(table).getByRole("link", { name: "tcp_v4_rcv on db2: 20.0%" }).closest("td")).not.toHaveClass(
+      "heat-outlier",
+    );
+  });
+
+  it("says when a group has too few hosts with samples to tell outliers", async () => {
+    setSession({ token: "t", user: { id: "u", username: "admin", role: "admin" } });
+    vi.stubGlobal(
+      "fetch",
+      routeFetch({
+        "/api/v1/auth/me": () => json({ id: "u", username: "admin", role: "admin" }),
+        "/api/v1/hosts": () => json([host(), host({ id: "h2", hostname: "box2" })]),
+        [`/api/v1/fleet/groups/${GROUP}/hot-code`]: () => json({ ...hotCode(), outliers: [], outliers_total: 0 }),
+      }).fetch,
+    );
+    vi.stubGlobal("WebSocket", undefined);
+    renderApp(`/fleet/groups/${GROUP}`);
+    const panel = (await screen.findByRole("heading", { name: "Outlier hosts" })).closest("section")!;
+    expect(panel).toHaveTextContent("Too few hosts with samples in this range to tell outliers (2; the rule needs 5).");
+  });
+});
+
+describe("installed plans across the fleet", () => {
+  afterEach(() => vi.unstubAllGlobals());
+
+  it("is linked from the fleet page and the nav, and lists each host's plan with since and before/after", async () => {
+    const requests = stub();
+    renderApp("/");
+    await screen.findByRole("heading", { name: /6\.18\.0-test/ });
+    const fromFleet = (await screen.findAllByRole("link", { name: "Installed plans" })).map((a) =>
+      a.getAttribute("href"),
+    );
+    expect(fromFleet).toContain("/fleet/plans");
+    expect(fromFleet).toContain(`/fleet/plans?group=${GROUP}`);
+    fireEvent.click(
+      within(screen.getByRole("navigation", { name: "Main" })).getByRole("link", { name: "Installed plans" }),
+    );
+    const table = await screen.findByRole("table", { name: "Installed plans" });
+    const [, first, second] = within(table).getAllByRole("row");
+    expect(within(first).getByRole("link", { name: "db1" })).toHaveAttribute("href", "/hosts/h-db1");
+    expect(within(first).getByRole("link", { name: "tcp_v4_rcv" })).toHaveAttribute("href", "/hosts/h-db1/plans/p-1");
+    expect(within(first).getByRole("link", { name: "completed" })).toHaveAttribute("href", "/rollouts/r-1");
+    expect(first).toHaveTextContent("kernel");
+    expect(first).toHaveTextContent("ops / boss");
+    expect(first).toHaveTextContent("1,000/s → 1,250/s (+25%)");
+    expect(first).toHaveTextContent("4.00 µs → 3.00 µs (−25%)");
+    expect(second).toHaveTextContent("p4242-1000");
+    expect(second).toHaveTextContent("offline");
+    expect(second).toHaveTextContent("the windows' measurements are no longer stored");
+    expect(screen.getByText(/2 plans installed/)).toBeInTheDocument();
+
+    fireEvent.click(screen.getByRole("checkbox", { name: /Also reverted in the last 24 h/ }));
+    await waitFor(() =>
+      expect(
+        requests.some((r) => {
+          const u = new URL(r.url);
+          return u.pathname === "/api/v1/fleet/plans" && u.searchParams.get("reverted_within_h") === "24";
+        }),
+      ).toBe(true),
+    );
+  });
+
+  it("asks for one group's plans from the group link", async () => {
+    const requests = stub();
+    renderApp(`/fleet/plans?group=${GROUP}`);
+    await screen.findByRole("table", { name: "Installed plans" });
+    const asked = requests.find((r) => new URL(r.url).pathname === "/api/v1/fleet/plans")!;
+    expect(new URL(asked.url).searchParams.get("group_id")).toBe(GROUP);
+    expect(screen.getByRole("button", { name: "all builds" })).toBeInTheDocument();
   });
 });

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The fleet page, the first screen once more than one host exists: hosts grouped by kernel build
 // (release and build id), each group with its host, online and offline counts, each host with its
-// labels; a label filter (role=db) kept in the URL; a group's hot code one click away.
+// labels; a label filter (role=db) kept in the URL; a group's hot code and its installed plans one click
+// away, and the plans installed across the fleet.
 import { useState, type FormEvent } from "react";
 import { Link, useSearchParams } from "react-router-dom";
 import { useFleetGroups } from "../../api/fleetQueries";
@@ -32,7 +33,10 @@ export function FleetPage() {
     <section className="fleet">
       <div className="page-head">
         <h1>Fleet</h1>
-        <Link to="/hosts">Host list</Link>
+        <Link to="/hosts">Host list</Link>{" "}
+        <Link to={`/fleet/plans${labels.length ? `?label=${encodeURIComponent(labels.join(" "))}` : ""}`}>
+          Installed plans
+        </Link>
       </div>
       <form className="fleet-filter" onSubmit={apply} role="search" aria-label="Filter hosts by label">
         <label>
@@ -90,7 +94,8 @@ function GroupSection({ group, labels }: { group: FleetGroup; labels: string[] }
         </span>{" "}
         · <span className="ok">{group.online_count} online</span> ·{" "}
         <span className={group.offline_count ? "warn" : "muted"}>{group.offline_count} offline</span> ·{" "}
-        <Link to={`/fleet/groups/${group.id}${q}`}>Hot code</Link>
+        <Link to={`/fleet/groups/${group.id}${q}`}>Hot code</Link> ·{" "}
+        <Link to={`/fleet/plans?group=${group.id}${q ? `&${q.slice(1)}` : ""}`}>Installed plans</Link>
       </p>
       <table className="grid fleet-hosts" aria-label={`Hosts of ${group.kernel_release}`}>
         <thead>

@@ -1,16 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
 // A kernel-build group's hot code over a time range: the hottest functions across its hosts, with the
 // share of hosts where each is hot, as a hosts × functions heat table sorted by the server (samples,
-// share of hosts, name). A host's cell opens that host's function view over the same range. Beside the
-// table, the group's flame graph and a comparison of two sides of it (`views`: given by the page that
-// composes this feature with the flame graphs, pages/FleetGroupPage.tsx). The range, sort, label filter,
-// hot threshold and view live in the URL.
+// share of hosts, name). A host's cell opens that host's function view over the same range. Outlier hosts
+// (a function far hotter on a few hosts than on the group's typical host, by the rule the answer states)
+// are outlined in the table and listed in a panel with the reason, each opening that host's function view.
+// Beside the table, the group's flame graph and a comparison of two sides of it (`views`: given by the page
+// that composes this feature with the flame graphs, pages/FleetGroupPage.tsx). The range, sort, label
+// filter, hot threshold and view live in the URL.
 import type { ReactNode } from "react";
 import { Link, useParams, useSearchParams } from "react-router-dom";
+import type { FleetHotCode } from "../../api/types";
 import { useHotCode, type HotSort } from "../../api/fleetQueries";
 import { formatRange, parseRange, rangeParams, type TimeRange } from "../../lib/timeRange";
 import { TimeRangePicker } from "../../shared/TimeRangePicker";
-import { cellLink, heatLevel, heatTable, hostShareText, labelTexts, parseLabelFilter } from "./fleetModel";
+import {
+  cellLink,
+  heatLevel,
+  heatTable,
+  hostShareText,
+  labelTexts,
+  outlierReason,
+  parseLabelFilter,
+  pct,
+} from "./fleetModel";
 
 const SORTS: { key: HotSort; label: string }[] = [
   { key: "name", label: "Function" },
@@ -132,6 +144,7 @@ export function HotCodePage({
             . {data.functions} function{data.functions === 1 ? "" : "s"} with samples on {table.hosts.length} host
             {table.hosts.length === 1 ? "" : "s"}.
           </p>
+          <OutlierPanel data={data} />
           {data.items.length === 0 ? (
             <p className="muted">No samples from this group in the range.</p>
           ) : (
@@ -171,11 +184,19 @@ export function HotCodePage({
                         const host = table.hosts[i];
                         const level = heatLevel(c);
                         return (
-                          <td key={host.id} className={`heat heat-${level}${c?.hot ? " heat-hot" : ""}`}>
+                          <td
+                            key={host.id}
+                            className={`heat heat-${level}${c?.hot ? " heat-hot" : ""}${c?.outlier ? " heat-outlier" : ""}`}
+                            title={
+                              c?.outlier && fn.median_share !== null
+                                ? `Outlier: ${pct(c.share)} here vs the group's median ${pct(fn.median_share)}`
+                                : undefined
+                            }
+                          >
                             {c ? (
                               <Link
                                 to={cellLink(host.id, fn.function_id, data)}
-                                aria-label={`${fn.name} on ${host.hostname}: ${(c.share * 100).toFixed(1)}%`}
+                                aria-label={`${fn.name} on ${host.hostname}: ${(c.share * 100).toFixed(1)}%${c.outlier ? " (outlier)" : ""}`}
                               >
                                 {(c.share * 100).toFixed(1)}%
                               </Link>
@@ -192,6 +213,61 @@ export function HotCodePage({
             </div>
           )}
         </>
+      )}
+    </section>
+  );
+}
+
+/** The group's outlier hosts over every ranked function (not only the table's page), farthest out first. */
+function OutlierPanel({ data }: { data: FleetHotCode }) {
+  const rule = data.outlier_rule;
+  const busyHosts = data.hosts.filter((h) => h.busy_samples > 0).length;
+  return (
+    <section className="outlier-panel" aria-labelledby="outlier-hosts">
+      <h2 id="outlier-hosts">Outlier hosts</h2>
+      <p className="muted small">Listed: {rule.text}.</p>
+      {data.outliers.length === 0 ? (
+        <p className="muted">
+          {busyHosts < rule.min_hosts
+            ? `Too few hosts with samples in this range to tell outliers (${busyHosts}; the rule needs ${rule.min_hosts}).`
+            : "No outlier host: no function is far hotter on a few hosts than on the rest."}
+        </p>
+      ) : (
+        <table className="grid" aria-label="Outlier hosts">
+          <thead>
+            <tr>
+              <th scope="col">Function</th>
+              <th scope="col">Host</th>
+              <th scope="col">Share</th>
+              <th scope="col">Group median</th>
+              <th scope="col">Why</th>
+            </tr>
+          </thead>
+          <tbody>
+            {data.outliers.map((o) => (
+              <tr key={`${o.function_id}-${o.host_id}`}>
+                <th scope="row" className="mono">
+                  {o.name} <span className="muted small">{o.module}</span>
+                </th>
+                <td>
+                  <Link to={cellLink(o.host_id, o.function_id, data)} aria-label={`${o.name} on ${o.hostname}`}>
+                    {o.hostname}
+                  </Link>
+                </td>
+                <td className="num">{pct(o.share)}</td>
+                <td className="num">{pct(o.median_share)}</td>
+                <td className="small">{outlierReason(o, rule)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {data.outliers_total > data.outliers.length && (
+        <p className="muted small">
+          {data.outliers_total - data.outliers.length} more outlier
+          {data.outliers_total - data.outliers.length === 1 ? "" : "s"} not listed (the farthest {data.outliers.length}{" "}
+          are).
+        </p>
       )}
     </section>
   );

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pure shaping for the fleet views: label filters and label text as the SRE types them, the hosts ×
 // functions heat table of a group's hot code, and the links from a cell to that host's function view.
-import type { FleetHotCode, HotCodeCell, HotFunction } from "../../api/types";
+import type { FleetHotCode, FleetPlan, HotCodeCell, HotCodeOutlier, HotFunction, OutlierRule } from "../../api/types";
 import { LABEL_KEY_RE } from "../../lib/labels";
 import { rangeSearch } from "../../lib/urlState";
 
@@ -71,4 +71,51 @@ export function cellLink(hostId: string, functionId: number, data: Pick<FleetHot
 /** "3 of 4 hosts (75%)". */
 export function hostShareText(fn: Pick<HotFunction, "hot_hosts" | "host_share">, hostCount: number): string {
   return `${fn.hot_hosts} of ${hostCount} host${hostCount === 1 ? "" : "s"} (${Math.round(fn.host_share * 100)}%)`;
+}
+
+/** A share as a percentage with one decimal ("12.5%"); finer below 0.1% so a small median is not "0.0%". */
+export function pct(share: number): string {
+  if (share > 0 && share < 0.001) return `${(share * 100).toPrecision(2)}%`;
+  return `${(share * 100).toFixed(1)}%`;
+}
+
+/** Why a host is an outlier for a function, in the rule's terms. */
+export function outlierReason(
+  o: HotCodeOutlier,
+  rule: Pick<OutlierRule, "min_ratio" | "min_z" | "min_samples">,
+): string {
+  const against =
+    o.median_share > 0 ? `${(o.ratio ?? 0).toFixed(1)}× the median ${pct(o.median_share)}` : "the median host has none";
+  const z = o.z === null ? "the other hosts agree (MAD 0)" : `z ${o.z.toFixed(1)}`;
+  return (
+    `${pct(o.share)} of the host's samples vs ${against}; ${z}; ${o.samples.toLocaleString("en-US")} samples ` +
+    `(rule: ≥ ${rule.min_ratio}× the median, z ≥ ${rule.min_z}, ≥ ${rule.min_samples} samples)`
+  );
+}
+
+/** One figure of a plan's before/after: "4.00 µs → 3.00 µs (−25%)", or why there is none. */
+export function beforeAfterText(
+  plan: Pick<FleetPlan, "comparison" | "comparison_missing">,
+  figure: "calls_per_s" | "wall_ns_per_call",
+): string {
+  const c = plan.comparison;
+  if (!c) return plan.comparison_missing ?? "not measured";
+  const fmt = (v: number | null | undefined) =>
+    v === null || v === undefined
+      ? "—"
+      : figure === "calls_per_s"
+        ? `${v.toLocaleString("en-US", { maximumFractionDigits: 1 })}/s`
+        : v >= 1000
+          ? `${(v / 1000).toFixed(2)} µs`
+          : `${v.toFixed(0)} ns`;
+  const before = c.before?.[figure],
+    after = c.after?.[figure];
+  if ((before === null || before === undefined) && (after === null || after === undefined))
+    return "no calls measured in either window";
+  const change = c.change[figure];
+  const delta =
+    change === null || change === undefined
+      ? ""
+      : ` (${change > 0 ? "+" : change < 0 ? "−" : "±"}${Math.abs(change * 100).toFixed(0)}%)`;
+  return `${fmt(before)} → ${fmt(after)}${delta}`;
 }
