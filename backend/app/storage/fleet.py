@@ -514,6 +514,18 @@ def _outliers(sums: _Sums, busy: I64, min_share: float) -> _Outliers:
     return _Outliers(f, sums.host[at], sums.samples[at], share[at], median[f], z)
 
 
+async def _named(session: AsyncSession, ids: list[int]) -> dict[int, Any]:
+    """Functions' names and modules, by id (ids without a `functions` row are left out)."""
+    rows = await session.execute(
+        text("""
+        SELECT f.id, f.name, coalesce(cp.module, '') AS module
+        FROM functions f LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
+        WHERE f.id = ANY(CAST(:ids AS bigint[]))"""),
+        {"ids": ids},
+    )
+    return {row.id: row for row in rows}
+
+
 async def _outlier_list(
     session: AsyncSession, found: _Outliers, ids: I64, host_rows: Sequence[Any]
 ) -> list[dict[str, Any]]:
@@ -522,16 +534,7 @@ async def _outlier_list(
     if not k:
         return []
     fids = ids[found.function[:k]]
-    named = {
-        row.id: row
-        for row in await session.execute(
-            text("""
-        SELECT f.id, f.name, coalesce(cp.module, '') AS module
-        FROM functions f LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
-        WHERE f.id = ANY(CAST(:ids AS bigint[]))"""),
-            {"ids": sorted(set(fids.tolist()))},
-        )
-    }
+    named = await _named(session, sorted(set(fids.tolist())))
     out: list[dict[str, Any]] = []
     for fid, h, s, sh, med, z in zip(
         fids.tolist(),
@@ -618,16 +621,7 @@ async def _page(
     page = order[offset : offset + limit]
     if not len(page):
         return 0, []
-    named = {
-        row.id: row
-        for row in await session.execute(
-            text("""
-        SELECT f.id, f.name, coalesce(cp.module, '') AS module
-        FROM functions f LEFT JOIN catalog_pieces cp ON cp.digest = f.digest
-        WHERE f.id = ANY(CAST(:ids AS bigint[]))"""),
-            {"ids": ids[page].tolist()},
-        )
-    }
+    named = await _named(session, ids[page].tolist())
     # The page's cells: its functions' entries, grouped by page position, by samples descending, then host id.
     at = np.full(len(sums.ids), -1, dtype=np.int64)
     at[function[page]] = np.arange(len(page))

@@ -1043,6 +1043,12 @@ async def _merged_paths(
     if counts is None:
         counts = await _counts(session, host_id, start, end, flt)
     paths = await _PATHS.load(session, host_id, counts)
+    return _by_path(counts, paths)
+
+
+def _by_path(counts: dict[int, int], paths: dict[int, bytes]) -> tuple[dict[bytes, int], int, int]:
+    """Samples per stack summed per path: the samples per distinct path, all samples, and those of stacks
+    without a path (no definition)."""
     merged: dict[bytes, int] = defaultdict(int)
     undefined = 0
     for sid, n in counts.items():
@@ -1273,15 +1279,8 @@ async def group_stacks(
         else:
             per_host[r.host_id] = int(r.n)
     paths = await _PATHS.load_shared(session, host_ids, counts)
-    merged: dict[bytes, int] = defaultdict(int)
-    undefined = 0
-    for sid, n in counts.items():
-        packed = paths.get(sid)
-        if packed is None:
-            undefined += n
-        else:
-            merged[packed] += n
-    return GroupStacks(dict(merged), sum(counts.values()), undefined, per_host, (lo, hi))
+    merged, total, undefined = _by_path(counts, paths)
+    return GroupStacks(merged, total, undefined, per_host, (lo, hi))
 
 
 def _tree_nodes(tree: dict[str, Any], sides: list[str]) -> dict[str, Any]:
