@@ -9,6 +9,7 @@ import {
   readIdList,
   writeFunctionView,
   writeHostView,
+  withParams,
 } from "./urlState";
 
 describe("view state in the URL", () => {
@@ -86,5 +87,14 @@ describe("view state in the URL", () => {
     expect(measureLink("h", "kernel", [])).toBe("/hosts/h/measure?target=kernel");
     const fn = new URL(measureLink("h", "kernel", [7, 9]), "http://x").searchParams.get("fn");
     expect(readIdList(fn)).toEqual([7, 9]);
+  });
+});
+
+describe("withParams", () => {
+  it("sets and removes keys, keeps the others, and leaves its argument unchanged", () => {
+    const search = new URLSearchParams("a=1&b=2&c=3");
+    const next = withParams(search, { a: "9", b: null, d: "4" });
+    expect(next.toString()).toBe("a=9&c=3&d=4");
+    expect(search.toString()).toBe("a=1&b=2&c=3");
   });
 });

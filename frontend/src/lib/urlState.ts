@@ -6,6 +6,16 @@ import { useCallback, useMemo } from "react";
 import { useSearchParams } from "react-router-dom";
 import { parseRange, rangeParams, type TimeRange } from "./timeRange";
 
+/** `search` with `change` applied: each key set to its value, or removed where the value is null. */
+export function withParams(search: URLSearchParams, change: Record<string, string | null>): URLSearchParams {
+  const next = new URLSearchParams(search);
+  for (const [k, v] of Object.entries(change)) {
+    if (v === null) next.delete(k);
+    else next.set(k, v);
+  }
+  return next;
+}
+
 export type HostTab = "code" | "top" | "flame" | "compare" | "layout";
 export const HOST_TABS: HostTab[] = ["code", "top", "flame", "compare", "layout"];
 

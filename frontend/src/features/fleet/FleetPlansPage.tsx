@@ -8,6 +8,7 @@ import { useState, type FormEvent } from "react";
 import { Link, useSearchParams } from "react-router-dom";
 import { FLEET_PLANS_PAGE, useFleetPlans } from "../../api/fleetQueries";
 import type { FleetPlan } from "../../api/types";
+import { withParams } from "../../lib/urlState";
 import { beforeAfterText, parseLabelFilter } from "./fleetModel";
 
 const REVERTED_H = 24;
@@ -22,14 +23,7 @@ export function FleetPlansPage() {
   const plans = useFleetPlans({ labels, groupId, revertedWithinH: withReverted ? REVERTED_H : 0, offset });
   const [draft, setDraft] = useState(filterText);
   const [draftError, setDraftError] = useState<string | null>(null);
-  const update = (change: Record<string, string | null>) => {
-    const next = new URLSearchParams(search);
-    for (const [k, v] of Object.entries(change)) {
-      if (v === null) next.delete(k);
-      else next.set(k, v);
-    }
-    setSearch(next);
-  };
+  const update = (change: Record<string, string | null>) => setSearch(withParams(search, change));
   const apply = (e: FormEvent) => {
     e.preventDefault();
     const parsed = parseLabelFilter(draft);

@@ -12,6 +12,7 @@ import { Link, useParams, useSearchParams } from "react-router-dom";
 import type { FleetHotCode } from "../../api/types";
 import { useHotCode, type HotSort } from "../../api/fleetQueries";
 import { formatRange, parseRange, rangeParams, type TimeRange } from "../../lib/timeRange";
+import { withParams } from "../../lib/urlState";
 import { TimeRangePicker } from "../../shared/TimeRangePicker";
 import {
   cellLink,
@@ -61,14 +62,7 @@ export function HotCodePage({
   const view: GroupView = asked === "flame" || asked === "compare" ? (views[asked] ? asked : "hot") : "hot";
   const shown = (["hot", "flame", "compare"] as GroupView[]).filter((v) => v === "hot" || views[v]);
 
-  const update = (change: Record<string, string | null>) => {
-    const next = new URLSearchParams(search);
-    for (const [k, v] of Object.entries(change)) {
-      if (v === null) next.delete(k);
-      else next.set(k, v);
-    }
-    setSearch(next);
-  };
+  const update = (change: Record<string, string | null>) => setSearch(withParams(search, change));
   const setRange = (r: TimeRange) => update(rangeParams(r));
   const sortBy = (key: HotSort) => {
     const nextDesc = key === sort ? !desc : key !== "name";
