@@ -237,10 +237,14 @@ async def rollup_loop(runtime: Runtime) -> None:
         except Exception as exc:  # noqa: BLE001 - try again next round
             log.warning("rollup pass failed (%s); next round in %g s", describe_error(exc), settings.rollup_interval_s)
         # Each database node rolls up its own hosts' rows (ON CONFLICT merges work there, not through the
-        # coordinator's spread tables); one that is down waits for the next round, the others go on.
+        # coordinator's spread tables), with the coordinator's hosts' groups for the stacks' group rollups; one
+        # that is down waits for the next round, the others go on.
+        groups: dict[str, str] | None = None
         for node in runtime.nodes.nodes if runtime.nodes else []:
             try:
-                await samples.roll_up(node.engine, lag_s=settings.rollup_lag_s)
+                if groups is None:
+                    groups = await samples.host_groups(runtime.engine)
+                await samples.roll_up(node.engine, lag_s=settings.rollup_lag_s, groups=groups)
                 async with make_sessionmaker(node.engine)() as session:
                     await stacks.keep_closed_blocks(session, datetime.now(UTC))
             except Exception as exc:  # noqa: BLE001 - try again next round

@@ -52,7 +52,7 @@ from app.storage.series import rollups
 # The hosts the fleet shows: active, and connected at least once (so their kernel is known).
 ACTIVE = "h.status = 'active' AND h.connected_at IS NOT NULL"
 # A group's id: a digest of its kernel release and build id (stable, URL-safe, no separator to escape).
-GROUP_ID_SQL = "md5(h.kernel_release || chr(10) || h.kernel_build_id)"
+GROUP_ID_SQL = rollups.GROUP_ID_SQL
 
 TEN_MINUTES = timedelta(minutes=10)
 HOUR = timedelta(hours=1)

@@ -452,12 +452,15 @@ class IngestWriter:
                 await self._write_state(conn, work)
             return
         async with node.engine.begin() as conn:
-            await self._write_series(conn, items, work)
+            await self._write_series(conn, items, work, on_node=True)
         async with self.engine.begin() as conn:
             await self._write_state(conn, work)
 
-    async def _write_series(self, conn: AsyncConnection, items: list[Item], work: list[Item]) -> None:
-        """The series rows, their late rollup additions and the delivery marks, on the hosts' database."""
+    async def _write_series(
+        self, conn: AsyncConnection, items: list[Item], work: list[Item], on_node: bool = False
+    ) -> None:
+        """The series rows, their late rollup additions and the delivery marks, on the hosts' database (a node's
+        `on_node`: the hosts' kernel-build groups its late stacks are summed by are read from the coordinator)."""
         sample_rows = [it.samples for it in items if it.samples is not None]
         point_rows = [it.points for it in items if it.points is not None]
         batch = 0
@@ -533,7 +536,11 @@ class IngestWriter:
             ]
             if stacked:
                 await stack_store.write_many(conn, stacked)
-                await stack_store.add_late(conn, stacked, wm_1m)
+                groups = None
+                if on_node and any(ts < wm_1m for _h, ts, _s in stacked):
+                    async with self.engine.connect() as coordinator:
+                        groups = await rollups.host_groups(coordinator, sorted({h for h, _ts, _s in stacked}))
+                await stack_store.add_late(conn, stacked, wm_1m, groups)
             late = [
                 rollups.LateInterval(
                     s.host_id,

@@ -432,7 +432,7 @@ def _run(lock: Connection, plan: Plan, engines: dict[str, Engine], say: Callable
     pending = [m for m in plan.moves if m.state != "done"]
     if pending:
         involved = sorted({m.src for m in pending} | {m.dst for m in pending})
-        asyncio.run(_align_watermarks([plan_url(plan, k) for k in involved]))
+        asyncio.run(_align_watermarks(plan.old[0].url, [plan_url(plan, k) for k in involved]))
         for dst in sorted({m.dst for m in pending if m.state == "todo"}):
             _partitions_for(engines, dst, [m for m in pending if m.dst == dst and m.state == "todo"], plan)
     started, rows = datetime.now(UTC), 0
@@ -457,15 +457,22 @@ def plan_url(plan: Plan, k: str) -> str:
     return next(d.url for d in (*plan.new, *plan.old) if d.key == k)
 
 
-async def _align_watermarks(urls: list[str]) -> None:
+async def _align_watermarks(coordinator_url: str, urls: list[str]) -> None:
     """Roll every involved database up to the same minute, so copied rollups match their new database's
-    watermarks (the backends are stopped: nothing arrives meanwhile)."""
+    watermarks (the backends are stopped: nothing arrives meanwhile), each with the coordinator's hosts'
+    kernel-build groups (a node has no hosts of its own)."""
     now = datetime.now(UTC)
     marks = set()
+    coordinator = create_async_engine(normalise_database_url(coordinator_url))
+    try:
+        async with coordinator.connect() as conn:
+            groups = await rollups.host_groups(conn)
+    finally:
+        await coordinator.dispose()
     for url in urls:
         engine = create_async_engine(normalise_database_url(url))
         try:
-            await rollups.run_once(engine, now=now, lag_s=0)
+            await rollups.run_once(engine, now=now, lag_s=0, groups=groups)
             async with engine.connect() as conn:
                 marks.add(await rollups.watermarks(conn))
         finally:

@@ -378,9 +378,18 @@ async def prune_samples(
     return await maintain(engine, retention_hours, None, now, audit_retention_days, stack_retention_hours)
 
 
-async def roll_up(engine: AsyncEngine, now: datetime | None = None, lag_s: float = 10.0) -> tuple[int, int]:
-    """Advance the minute and hour rollups over completed buckets (see app.storage.series.rollups)."""
-    return await rollups.run_once(engine, now, lag_s)
+async def roll_up(
+    engine: AsyncEngine, now: datetime | None = None, lag_s: float = 10.0, groups: dict[str, str] | None = None
+) -> tuple[int, int]:
+    """Advance the minute and hour rollups over completed buckets (see app.storage.series.rollups); a database
+    node's pass is given the coordinator's hosts' groups (`host_groups`)."""
+    return await rollups.run_once(engine, now, lag_s, groups)
+
+
+async def host_groups(engine: AsyncEngine) -> dict[str, str]:
+    """Every host's kernel-build group id, from the coordinator's hosts."""
+    async with engine.connect() as conn:
+        return await rollups.host_groups(conn)
 
 
 async def function_names(engine: AsyncEngine, ids: list[int]) -> dict[int, str]:

@@ -56,6 +56,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.protocol.stack_defs import BatchStacks
+from app.storage import nodes
 from app.storage.models import i64_to_u64, u64_to_i64
 from app.storage.series import copytext, rollups
 
@@ -156,9 +157,16 @@ async def write_many(conn: AsyncConnection, batches: list[tuple[str, datetime, B
             )
 
 
-async def add_late(conn: AsyncConnection, batches: list[tuple[str, datetime, BatchStacks]], wm_1m: datetime) -> None:
+async def add_late(
+    conn: AsyncConnection,
+    batches: list[tuple[str, datetime, BatchStacks]],
+    wm_1m: datetime,
+    groups: dict[str, str] | None = None,
+) -> None:
     """Sum the stacks of batches below the minute watermark into the minute and ten-minute rollups, inside
-    the writer's transaction (which holds the watermark FOR SHARE, so the rollup task cannot sum them too)."""
+    the writer's transaction (which holds the watermark FOR SHARE, so the rollup task cannot sum them too);
+    and into the kernel-build groups' rollups (migration 0020) with each host's group of `groups` (None: read
+    from this database's hosts, the coordinator's), as the rollup task sums them."""
     sums: dict[tuple[str, datetime, int, int, str, int], int] = defaultdict(int)
     for host_id, ts, data in batches:
         if ts >= wm_1m:
@@ -192,6 +200,47 @@ async def add_late(conn: AsyncConnection, batches: list[tuple[str, datetime, Bat
                 ).decode()
             },
         )
+    await _add_late_groups(conn, sums, groups)
+
+
+async def _add_late_groups(
+    conn: AsyncConnection, sums: dict[tuple[str, datetime, int, int, str, int], int], groups: dict[str, str] | None
+) -> None:
+    """The late minutes' sums into the groups' rollups and the hosts' parts of them, minute and ten minutes."""
+    if groups is None:
+        groups = await rollups.host_groups(conn, sorted({k[0] for k in sums}))
+    for grain in ("1m", "10m"):
+        by_group: dict[tuple[str, datetime, int, bool], int] = defaultdict(int)
+        by_host: dict[tuple[str, datetime, str, bool], int] = defaultdict(int)
+        for (h, b, i, pid, _c, _cpu), n in sums.items():
+            g = groups.get(h)
+            if g is None:  # the rollup task's join leaves such a host out too
+                continue
+            bucket = b if grain == "1m" else ten_minutes(b)
+            by_group[(g, bucket, i, pid == 0)] += n
+            by_host[(h, bucket, g, pid == 0)] += n
+        if not by_group:
+            return
+        sides: tuple[tuple[str, str, str, dict[Any, int]], ...] = (
+            (f"stack_group_samples_{grain}", "group_id, bucket, stack_id, idle", "bigint", by_group),
+            (f"stack_host_totals_{grain}", "host_id, bucket, group_id, idle", "text", by_host),
+        )
+        for table, key, third, rows in sides:
+            keys = sorted(rows)
+            await conn.execute(
+                text(f"""
+                INSERT INTO {table} ({key}, count)
+                SELECT * FROM unnest(CAST(:a AS text[]), CAST(:b AS timestamptz[]), CAST(:c AS {third}[]),
+                                     CAST(:d AS boolean[]), CAST(:n AS bigint[]))
+                ON CONFLICT ({key}) DO UPDATE SET count = {table}.count + excluded.count"""),
+                {
+                    "a": [k[0] for k in keys],
+                    "b": [k[1] for k in keys],
+                    "c": [k[2] for k in keys],
+                    "d": [k[3] for k in keys],
+                    "n": [rows[k] for k in keys],
+                },
+            )
 
 
 async def known_ids(conn: AsyncConnection, host_id: str, ids: list[int]) -> set[int]:
@@ -240,7 +289,17 @@ async def _functions_by_key(
 
 
 async def delete_host(session: AsyncSession, host_id: str) -> None:
-    for table in ("stack_samples", "stack_samples_1m", "stack_samples_10m", "stack_blocks", "stack_defs"):
+    # The groups' rollups keep its samples (they have no host): a group's reads then find its hosts' parts
+    # short of the group's rows and read per host (`group_stacks`) until retention drops them.
+    for table in (
+        "stack_samples",
+        "stack_samples_1m",
+        "stack_samples_10m",
+        "stack_host_totals_1m",
+        "stack_host_totals_10m",
+        "stack_blocks",
+        "stack_defs",
+    ):
         await session.execute(text(f"DELETE FROM {table} WHERE host_id = :h"), {"h": host_id})
 
 
@@ -1227,6 +1286,10 @@ class GroupStacks:
     undefined: int
     per_host: dict[str, int]
     covered: tuple[datetime, datetime] | None
+    # What the samples were summed from: "group" (the kernel-build group's rollup, `_group_rollup`),
+    # "group_less_hosts" (that less the group's other hosts' own rollups: a label that leaves out a few) or
+    # "hosts" (the hosts' own rollups, when the group's rollup cannot answer for these hosts and this filter).
+    rollup: str = "hosts"
 
 
 def _whole_minutes(start: datetime, end: datetime, wm_1m: datetime) -> tuple[datetime, datetime] | None:
@@ -1237,39 +1300,150 @@ def _whole_minutes(start: datetime, end: datetime, wm_1m: datetime) -> tuple[dat
     return (lo, hi) if lo < hi else None
 
 
+def _range_parts(table: str, columns: str, where: str) -> str:
+    """A stack rollup's rows of the range: whole ten minutes [lo10, hi10) from its ten-minute table, the
+    other whole minutes [lo, lo10) and [hi10, hi) from its minute table."""
+    parts = [
+        f"SELECT {columns} FROM {table}_10m r WHERE {where} AND r.bucket >= :lo10 AND r.bucket < :hi10",
+        f"SELECT {columns} FROM {table}_1m r WHERE {where} AND r.bucket >= :lo AND r.bucket < :lo10",
+        f"SELECT {columns} FROM {table}_1m r WHERE {where} AND r.bucket >= :hi10 AND r.bucket < :hi",
+    ]
+    return " UNION ALL ".join(parts)
+
+
+_IDLE = {"exclude": " AND NOT r.idle", "only": " AND r.idle", "include": ""}
+
+
+@dataclass(frozen=True)
+class GroupScope:
+    """A kernel-build group asked about: its id and every host of it the fleet shows (a label filter, or a
+    compare side, asks for some of them)."""
+
+    group_id: str
+    hosts: list[str]
+
+
+async def _group_rollup(
+    session: AsyncSession, scope: GroupScope, host_ids: list[str], flt: StackFilter, span: dict[str, datetime]
+) -> tuple[dict[int, int], dict[str, int]] | None:
+    """The samples per stack id and per host of `host_ids` from the kernel-build group's rollup (migration
+    0020), less the other hosts of the group (read from their own rollups, when they are fewer than those
+    asked), or None when it cannot answer exactly what the hosts' own rollups would: a filter by process,
+    command or CPU (not in its key); parts in the range of hosts not in the group now (a host of it in the
+    range has left it: another kernel, revoked) or under another group (a host of it ran another build in the
+    range); parts that do not add up to the group's rows (a host of it deleted since: its samples stay in the
+    group's rows until retention drops them), or the other hosts' own rollups not adding up to their parts.
+    The group's rows are one per stack id and ten minutes (or minute, at the range's edges) whatever the
+    number of hosts.
+
+    With database nodes each database holds its own hosts' part of the group's rows (they are not spread by
+    host): each is read over its own connection at once (`Nodes.beside`) and the parts added; the hosts'
+    parts are read through the spread parents (the caller reads across the nodes)."""
+    if flt.pid is not None or flt.comm is not None or flt.cpu is not None:
+        return None
+    wanted = set(host_ids)
+    others = [h for h in scope.hosts if h not in wanted]
+    if not wanted <= set(scope.hosts) or len(others) >= len(host_ids):
+        return None  # reading the hosts asked costs no more than the group less the others
+    idle = _IDLE[flt.idle]
+    parts = _range_parts(
+        "stack_host_totals", "r.host_id, r.group_id, r.count", f"(r.group_id = :g OR r.host_id = ANY(:hs)){idle}"
+    )
+    totals = await session.execute(
+        text(f"SELECT t.host_id, t.group_id, sum(t.count) AS n FROM ({parts}) t GROUP BY 1, 2"),
+        {**span, "g": scope.group_id, "hs": scope.hosts},
+    )
+    members = set(scope.hosts)
+    per_host = dict.fromkeys(scope.hosts, 0)
+    for r in totals:
+        if r.group_id != scope.group_id or r.host_id not in members:
+            return None
+        per_host[r.host_id] = int(r.n)
+    sql = text(f"""
+        SELECT u.stack_id, sum(u.count) AS n
+        FROM ({_range_parts("stack_group_samples", "r.stack_id, r.count", f"r.group_id = :g{idle}")}) u
+        GROUP BY 1""")
+    params = {**span, "g": scope.group_id}
+
+    async def part(conn: AsyncSession | AsyncConnection) -> tuple[bool, list[Any]]:
+        ok = (await conn.execute(text("SELECT since <= :lo FROM stack_group_state"), span)).scalar_one()
+        return ok, (list(await conn.execute(sql, params)) if ok else [])
+
+    async def on_node(node: nodes.Node) -> tuple[bool, list[Any]]:
+        async with node.engine.connect() as conn:
+            return await part(conn)
+
+    spread = nodes.active()
+    if spread is None:
+        read = [await part(session)]
+    else:
+        mine, theirs = await spread.beside(part(session), on_node, spread.nodes)
+        read = [mine, *theirs]
+    # A database whose stack rollups predate its group rows (a node upgraded with series: migration 0020)
+    # cannot answer a range that starts before they begin.
+    if not all(ok for ok, _ in read):
+        return None
+    counts: dict[int, int] = defaultdict(int)
+    for r in (r for _, rows in read for r in rows):
+        counts[i64_to_u64(r.stack_id)] += int(r.n)
+    if sum(counts.values()) != sum(per_host.values()):
+        return None
+    if others:
+        less, their = await _host_rollups(session, others, flt, span)
+        if any(their[h] != per_host[h] for h in others):
+            return None
+        for sid, n in less.items():
+            counts[sid] -= n
+    return {sid: n for sid, n in counts.items() if n}, {h: per_host[h] for h in host_ids}
+
+
 async def group_stacks(
-    session: AsyncSession, host_ids: list[str], start: datetime, end: datetime, flt: StackFilter
+    session: AsyncSession,
+    host_ids: list[str],
+    start: datetime,
+    end: datetime,
+    flt: StackFilter,
+    scope: GroupScope | None = None,
 ) -> GroupStacks:
-    """A group's stacks (`GroupStacks`) in one statement over the ten-minute and minute rollups (whole ten
-    minutes from the ten-minute rollup, the other whole minutes from the minute rollup; never the raw rows:
-    the edges of the range no rollup covers yet are left out, as the fleet's hot code leaves them), summed
-    by Postgres per stack id over all the hosts and per host (one pass, two grouping sets). A stack id is
-    the content id of its frames, so the same stack on two hosts is one id: its paths are read once
-    (`StackPaths.load_shared`), and stacks whose frames differ only below the merging by function (offsets)
-    are one path."""
+    """A group's stacks (`GroupStacks`) from the rollups only (whole ten minutes from the ten-minute rollups, the other
+    whole minutes from the minute rollups; never the raw rows: the edges of the range no rollup covers yet are left
+    out, as the fleet's hot code leaves them). From the rollup of the kernel-build group `scope` (less its other
+    hosts' own rollups, when fewer) when it answers for these hosts and this filter (`_group_rollup`); else in one
+    statement over the hosts' own rollups, summed by Postgres per stack id over all the hosts and per host (one
+    pass, two grouping sets). A stack id is the content id of its frames, so the same stack on two hosts is one id:
+    its paths are read once (`StackPaths.load_shared`), and stacks whose frames differ only below the merging by
+    function (offsets) are one path."""
     wm_1m, _ = await rollups.watermarks(await session.connection())
     minutes = _whole_minutes(start, end, wm_1m) if host_ids else None
     if minutes is None:
         return GroupStacks({}, 0, 0, dict.fromkeys(host_ids, 0), None)
     lo, hi = minutes
     lo10, hi10 = _whole_tens(lo, hi)
+    span = {"lo": lo, "hi": hi, "lo10": lo10, "hi10": hi10}
+    found = await _group_rollup(session, scope, host_ids, flt, span) if scope is not None else None
+    if found is not None and scope is not None:
+        counts, per_host = found
+        rollup = "group" if len(host_ids) == len(scope.hosts) else "group_less_hosts"
+    else:
+        counts, per_host = await _host_rollups(session, host_ids, flt, span)
+        rollup = "hosts"
+    paths = await _PATHS.load_shared(session, host_ids, counts)
+    merged, total, undefined = _by_path(counts, paths)
+    return GroupStacks(merged, total, undefined, per_host, (lo, hi), rollup)
+
+
+async def _host_rollups(
+    session: AsyncSession, host_ids: list[str], flt: StackFilter, span: dict[str, datetime]
+) -> tuple[dict[int, int], dict[str, int]]:
+    """The samples per stack id and per host from the hosts' own stack rollups, in one statement."""
     where, params = flt.sql()
-
-    def rolled(table: str, a: str, b: str) -> str:
-        return f"""SELECT r.host_id, r.stack_id, r.pid, r.comm, r.cpu, r.count AS n FROM {table} r
-            WHERE r.host_id = ANY(:hs) AND r.bucket >= :{a} AND r.bucket < :{b}"""
-
-    parts = [
-        rolled("stack_samples_10m", "lo10", "hi10"),
-        rolled("stack_samples_1m", "lo", "lo10"),
-        rolled("stack_samples_1m", "hi10", "hi"),
-    ]
+    columns = "r.host_id, r.stack_id, r.pid, r.comm, r.cpu, r.count AS n"
     rows = await session.execute(
         text(f"""
         SELECT GROUPING(u.host_id) AS by_stack, u.host_id, u.stack_id, sum(u.n) AS n
-        FROM ({" UNION ALL ".join(parts)}) u WHERE true{where}
+        FROM ({_range_parts("stack_samples", columns, "r.host_id = ANY(:hs)")}) u WHERE true{where}
         GROUP BY GROUPING SETS ((u.stack_id), (u.host_id))"""),
-        {"hs": host_ids, "lo": lo, "hi": hi, "lo10": lo10, "hi10": hi10, **params},
+        {"hs": host_ids, **span, **params},
     )
     counts: dict[int, int] = {}
     per_host = dict.fromkeys(host_ids, 0)
@@ -1278,9 +1452,7 @@ async def group_stacks(
             counts[i64_to_u64(r.stack_id)] = int(r.n)
         else:
             per_host[r.host_id] = int(r.n)
-    paths = await _PATHS.load_shared(session, host_ids, counts)
-    merged, total, undefined = _by_path(counts, paths)
-    return GroupStacks(merged, total, undefined, per_host, (lo, hi))
+    return counts, per_host
 
 
 def _tree_nodes(tree: dict[str, Any], sides: list[str]) -> dict[str, Any]:

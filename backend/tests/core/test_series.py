@@ -485,6 +485,9 @@ async def test_stack_rollups_equal_the_raw_sums_for_late_and_current_stacks(back
     from app.protocol.stack_defs import BatchStacks
 
     host_id = f"rstk-{unique}"
+    agent = await backend.agent(host_id, kernel_tag=f"rstk-{unique}")  # a host of a kernel build of its own
+    await agent.connect()
+    await agent.close()
     engine = backend.runtime.engine
     await rollups.run_once(engine)  # whatever other tests left, summed first
     now = datetime.now(UTC).replace(microsecond=0)
@@ -510,9 +513,11 @@ async def test_stack_rollups_equal_the_raw_sums_for_late_and_current_stacks(back
     late_start = (now - timedelta(hours=3)).replace(minute=8, second=30)
     for i in range(20):  # late: 08:30 to 13:15 of an hour three hours back, over two ten-minute buckets
         await write(late_start + timedelta(seconds=15 * i), i)
-    for i in range(12):  # current: the last three minutes, summed by the rollup task
-        await write(now - timedelta(minutes=3) + timedelta(seconds=15 * i), i)
-    await rollups.run_once(engine, now=now + timedelta(minutes=2), lag_s=0)
+    async with engine.connect() as conn:
+        wm_1m, _ = await rollups.watermarks(conn)
+    for i in range(12):  # current: three minutes above the watermark, summed by the rollup task
+        await write(wm_1m + timedelta(seconds=15 * i), i)
+    await rollups.run_once(engine, now=wm_1m + timedelta(minutes=4), lag_s=0)
     for i in range(3):  # late again, into buckets already summed
         await write(late_start + timedelta(seconds=5 + 60 * i), 7)
 
@@ -538,4 +543,32 @@ async def test_stack_rollups_equal_the_raw_sums_for_late_and_current_stacks(back
                 )
             }
             assert raw and rolled == raw, table
+        # The kernel-build group's rollup and the host's part of it: the same sums per (bucket, stack, idle or
+        # not) and per (bucket, idle or not), under the host's group (a build of its own: no other host's).
+        group = (await rollups.host_groups(conn, [host_id]))[host_id]
+        for grain, bucket in (("1m", "date_trunc('minute', s.ts)"), ("10m", ten)):
+            raw_sums = f"""
+                SELECT {bucket} AS b, s.stack_id AS id, u.pid = 0 AS idle, sum(u.n) AS n
+                FROM stack_samples s, unnest(s.pids, s.comms, s.cpus, s.counts) AS u(pid, comm, cpu, n)
+                WHERE s.host_id = :h GROUP BY 1, 2, 3"""
+            raw = {tuple(r[:3]): r[3] for r in await conn.execute(text(raw_sums), {"h": host_id})}
+            rolled = {
+                tuple(r[:3]): r[3]
+                for r in await conn.execute(
+                    text(f"SELECT bucket, stack_id, idle, count FROM stack_group_samples_{grain} WHERE group_id = :g"),
+                    {"g": group},
+                )
+            }
+            assert raw and rolled == raw, grain
+            raw_totals: dict[tuple, int] = {}
+            for (b, _id, idle), n in raw.items():
+                raw_totals[(b, group, idle)] = raw_totals.get((b, group, idle), 0) + n
+            totals = {
+                tuple(r[:3]): r[3]
+                for r in await conn.execute(
+                    text(f"SELECT bucket, group_id, idle, count FROM stack_host_totals_{grain} WHERE host_id = :h"),
+                    {"h": host_id},
+                )
+            }
+            assert totals == raw_totals, grain
     assert len({k[0] for k in rolled}) >= 3  # two late ten minutes, one or two current

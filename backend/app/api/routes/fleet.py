@@ -126,8 +126,18 @@ def _flame_host(h: Any, samples: dict[str, int]) -> dict[str, Any]:
     return {"id": h.id, "hostname": h.hostname, "online": h.online, "labels": h.labels, "samples": samples.get(h.id, 0)}
 
 
+async def _scope(session: AsyncSession, group_id: str, hosts: list[Any], narrowed: bool) -> stacks.GroupScope:
+    """The group asked about, with every host of it (the label filter's hosts when nothing narrows it)."""
+    every = await fleet.group_hosts(session, group_id, {}) if narrowed else hosts
+    return stacks.GroupScope(group_id, [h.id for h in every])
+
+
 def _covered(g: stacks.GroupStacks) -> dict[str, Any]:
-    return {"covered_from": g.covered[0] if g.covered else None, "covered_to": g.covered[1] if g.covered else None}
+    return {
+        "covered_from": g.covered[0] if g.covered else None,
+        "covered_to": g.covered[1] if g.covered else None,
+        "rollup": g.rollup,
+    }
 
 
 async def _read(session: AsyncSession, read: Any) -> Any:
@@ -138,6 +148,8 @@ async def _read(session: AsyncSession, read: Any) -> Any:
         # coordinator's connection to it) for as long as the kernel keeps the connection.
         async with asyncio.timeout(nodes.READ_TIMEOUT_S if nodes.active() is not None else None):
             return await read()
+    except nodes.NodeUnavailable as down:
+        raise HTTPException(503, str(down)) from None
     except (DBAPIError, TimeoutError) as exc:
         try:
             await nodes.name_unreachable(exc)
@@ -176,7 +188,8 @@ async def flame_graph(
 
     async def read() -> dict[str, Any]:
         hosts = await fleet.group_hosts(session, group_id, labels)
-        g = await stacks.group_stacks(session, [h.id for h in hosts], r.start, r.end, flt)
+        scope = await _scope(session, group_id, hosts, bool(labels))
+        g = await stacks.group_stacks(session, [h.id for h in hosts], r.start, r.end, flt, scope)
         return {
             **r.public(),
             **_covered(g),
@@ -257,7 +270,8 @@ async def flame_diff(
         read_sides = []
         for name, r, (labels, without) in (("a", ra, sides[0]), ("b", rb, sides[1])):
             hosts = await fleet.group_hosts(session, group_id, labels, without)
-            g = await stacks.group_stacks(session, [h.id for h in hosts], r.start, r.end, flt)
+            scope = await _scope(session, group_id, hosts, bool(labels or without))
+            g = await stacks.group_stacks(session, [h.id for h in hosts], r.start, r.end, flt, scope)
             read_sides.append(g)
             out[name] = {
                 **r.public(),

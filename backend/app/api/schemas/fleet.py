@@ -215,6 +215,15 @@ class FleetFlameNodes(BaseModel):
     self: list[int]
 
 
+ROLLUP_DOC = (
+    "What the samples were summed from: `group`, the kernel-build group's stack rollup (one row per stack and "
+    "ten minutes, whatever the number of hosts); `group_less_hosts`, that less the rollups of the group's hosts "
+    "a label leaves out (when they are fewer than those it keeps); `hosts`, each host's own stack rollups: a "
+    "label keeping fewer hosts than it leaves out, or when the group's rollup cannot answer exactly (a `comm` "
+    "filter, a host that left, changed build or was deleted within the range)"
+)
+
+
 class FleetFlameGraph(RangePublic):
     """A group's call stacks in a range ([from, to) as asked) as one tree, frames merged by function across
     its hosts (one kernel build: a function is the same on each)."""
@@ -223,6 +232,7 @@ class FleetFlameGraph(RangePublic):
         description="Start of the part of the range read: its whole minutes below the rollup watermark"
     )
     covered_to: datetime | None = Field(description="End of that part; null when the rollups cover none of it")
+    rollup: Literal["group", "group_less_hosts", "hosts"] = Field(description=ROLLUP_DOC)
     group: FleetGroupSummary
     labels: dict[str, str] = Field(description="The label filter applied (every label must match)")
     filter: StackFilterPublic
@@ -240,6 +250,7 @@ class FleetCompareSide(RangePublic):
 
     covered_from: datetime | None
     covered_to: datetime | None
+    rollup: Literal["group", "group_less_hosts", "hosts"] = Field(description=ROLLUP_DOC)
     labels: dict[str, str]
     without: dict[str, str] = Field(description="Hosts carrying any of these labels are left out")
     hosts: list[FleetFlameHost]

@@ -46,15 +46,29 @@ ROLLUP_TABLES = (
     "sample_functions_10m",
     "sample_functions_1h",
     "sample_functions_10m_run",
+    "stack_host_totals_1m",
+    "stack_host_totals_10m",
 )
+# Call stacks summed per kernel-build group (migration 0020): what the fleet's flame graph reads. No host in
+# their key, so they are not spread by host over database nodes (app.storage.nodes): each database keeps its
+# own hosts' part; their partitions are kept as the other series tables' are.
+GROUP_TABLES = ("stack_group_samples_1m", "stack_group_samples_10m")
+SERIES_TABLES = (*RAW_TABLES, *ROLLUP_TABLES, *GROUP_TABLES)
 # Per-function sums of the block rollups (migration 0016): what the fleet's hot code reads, so a request
 # costs hosts x functions x buckets rows, not hosts x blocks x buckets.
 FUNCTION_GRAINS = ("1m", "10m", "1h")
 # Tables whose partitions follow the call stacks' retention rather than the raw or rollup one. The stacks'
 # minute and ten-minute rollups are partitioned by hour like the raw stacks, so all go at once (and with
 # them, in time, the definitions no row refers to).
-STACK_TABLES = ("stack_samples", "stack_samples_1m", "stack_samples_10m")
-HOURLY_TABLES = (*RAW_TABLES, "stack_samples_1m", "stack_samples_10m")
+STACK_ROLLUPS = (
+    "stack_samples_1m",
+    "stack_samples_10m",
+    "stack_host_totals_1m",
+    "stack_host_totals_10m",
+    *GROUP_TABLES,
+)
+STACK_TABLES = ("stack_samples", *STACK_ROLLUPS)
+HOURLY_TABLES = (*RAW_TABLES, *STACK_ROLLUPS)
 
 # Measurement states, as stored (and as measurement_points.state numbers, the proto's values).
 MEASUREMENT_STATES = {1: "armed", 2: "running", 3: "target_exited", 4: "stopped", 5: "failed"}

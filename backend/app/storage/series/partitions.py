@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.storage.series.layout import HOURLY_TABLES, RAW_TABLES, ROLLUP_TABLES, STACK_TABLES
+from app.storage.series.layout import HOURLY_TABLES, SERIES_TABLES, STACK_TABLES
 
 log = logging.getLogger("hotpath.series")
 HOUR = timedelta(hours=1)
@@ -77,7 +77,7 @@ async def ensure(
 ) -> int:
     """Create every missing partition from `back` before now to `ahead` after it; returns how many."""
     created = 0
-    for table in (*RAW_TABLES, *ROLLUP_TABLES):
+    for table in SERIES_TABLES:
         async with _maintaining(engine) as conn:
             step = step_of(table)
             back, ahead = (raw_back, raw_ahead) if step == HOUR else (rollup_back, rollup_ahead)
@@ -110,7 +110,7 @@ async def drop_expired(
     `stack_retention`, at most the raw retention); returns (partitions dropped, sample intervals they held)."""
     stacks = min(raw_retention, stack_retention) if stack_retention is not None else raw_retention
     dropped = rows = 0
-    for table in (*RAW_TABLES, *ROLLUP_TABLES):
+    for table in SERIES_TABLES:
         async with _maintaining(engine) as conn:
             step = step_of(table)
             cutoff = now - (stacks if table in STACK_TABLES else raw_retention if step == HOUR else rollup_retention)

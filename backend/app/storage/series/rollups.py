@@ -15,7 +15,7 @@ equal to the raw sums at every commit.
 """
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -154,6 +154,39 @@ STACKS_10M_FROM_MINUTES = versioned_stack_blocks(
     renew=False,
 )
 
+# Call stacks per kernel-build group (migration 0020): the minutes this pass summed per host, summed again per
+# group, stack id and idle or not, and each host's part of them (its samples per group and idle or not), with
+# each host's group as the pass is given it (:gh, :gg: the hosts' ids and their groups' ids; the hosts table is
+# the coordinator's, and a database node's pass is handed it). The ten minutes from those minutes, as the
+# per-host ten minutes are made. Late rows: app.storage.stacks.add_late, with the writer's groups.
+_HOST_GROUPS = "unnest(CAST(:gh AS text[]), CAST(:gg AS text[])) AS g(host_id, group_id)"
+STACK_GROUPS_FROM_MINUTES = f"""
+    INSERT INTO stack_group_samples_1m (group_id, bucket, stack_id, idle, count)
+    SELECT g.group_id, r.bucket, r.stack_id, r.pid = 0, sum(r.count)
+    FROM stack_samples_1m r JOIN {_HOST_GROUPS} ON g.host_id = r.host_id
+    WHERE r.bucket >= :lo AND r.bucket < :hi GROUP BY 1, 2, 3, 4
+    ON CONFLICT (group_id, bucket, stack_id, idle)
+    DO UPDATE SET count = stack_group_samples_1m.count + excluded.count"""
+STACK_HOST_TOTALS_FROM_MINUTES = f"""
+    INSERT INTO stack_host_totals_1m (host_id, bucket, group_id, idle, count)
+    SELECT r.host_id, r.bucket, g.group_id, r.pid = 0, sum(r.count)
+    FROM stack_samples_1m r JOIN {_HOST_GROUPS} ON g.host_id = r.host_id
+    WHERE r.bucket >= :lo AND r.bucket < :hi GROUP BY 1, 2, 3, 4
+    ON CONFLICT (host_id, bucket, group_id, idle)
+    DO UPDATE SET count = stack_host_totals_1m.count + excluded.count"""
+STACK_GROUPS_10M_FROM_MINUTES = """
+    INSERT INTO stack_group_samples_10m (group_id, bucket, stack_id, idle, count)
+    SELECT group_id, date_bin('10 minutes', bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00'), stack_id, idle, sum(count)
+    FROM stack_group_samples_1m WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3, 4
+    ON CONFLICT (group_id, bucket, stack_id, idle)
+    DO UPDATE SET count = stack_group_samples_10m.count + excluded.count"""
+STACK_HOST_TOTALS_10M_FROM_MINUTES = """
+    INSERT INTO stack_host_totals_10m (host_id, bucket, group_id, idle, count)
+    SELECT host_id, date_bin('10 minutes', bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00'), group_id, idle, sum(count)
+    FROM stack_host_totals_1m WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3, 4
+    ON CONFLICT (host_id, bucket, group_id, idle)
+    DO UPDATE SET count = stack_host_totals_10m.count + excluded.count"""
+
 # Per-function sums (migrations 0016 and 0017: one row per host and bucket, its functions' ids, busy and idle
 # samples as arrays in function id order; a write merges its sums into the row's), each grain from the
 # finer one this pass has just written: the minute
@@ -209,6 +242,10 @@ MINUTE_FROM_RAW = [
     _points_from_raw("1m", _RAW_RANGE.format(a="p")),
     STACKS_FROM_RAW,
     STACKS_10M_FROM_MINUTES,
+    STACK_GROUPS_FROM_MINUTES,
+    STACK_HOST_TOTALS_FROM_MINUTES,
+    STACK_GROUPS_10M_FROM_MINUTES,
+    STACK_HOST_TOTALS_10M_FROM_MINUTES,
 ]
 HOUR_FROM_MINUTES = [*_hour_from_minutes(), _functions_from("1h", "sample_functions_10m", "date_trunc('hour', bucket)")]
 
@@ -234,6 +271,17 @@ RUNNING_FROM_TEN = f"""
             AND r.bucket < CAST(:hi AS timestamptz)
           GROUP BY 1, 2, 3) s
     GROUP BY 1, 2"""
+
+
+# A host's kernel-build group (app.storage.fleet names groups by it): a digest of its kernel release and build id.
+GROUP_ID_SQL = "md5(h.kernel_release || chr(10) || h.kernel_build_id)"
+
+
+async def host_groups(conn: AsyncConnection, host_ids: Sequence[str] | None = None) -> dict[str, str]:
+    """Each host's kernel-build group id (of these hosts, or of every host), from the coordinator's hosts."""
+    where, params = ("WHERE h.id = ANY(:ids)", {"ids": list(host_ids)}) if host_ids is not None else ("", {})
+    rows = await conn.execute(text(f"SELECT h.id, {GROUP_ID_SQL} AS g FROM hosts h {where}"), params)
+    return {r.id: r.g for r in rows}
 
 
 def _floor_ten(t: datetime) -> datetime:
@@ -428,14 +476,24 @@ async def add_late_points(
             await conn.execute(text(sql), params)
 
 
-async def run_once(engine: AsyncEngine, now: datetime | None = None, lag_s: float = 10.0) -> tuple[int, int]:
+async def run_once(
+    engine: AsyncEngine,
+    now: datetime | None = None,
+    lag_s: float = 10.0,
+    groups: Mapping[str, str] | None = None,
+) -> tuple[int, int]:
     """Advance the rollups over completed buckets; returns the minutes and hours summed (0, 0 when
-    another replica holds the task)."""
+    another replica holds the task). `groups`: each host's kernel-build group, for the call stacks' group
+    rollups (None: read from this database's hosts table, the coordinator's; a database node has none and is
+    handed the coordinator's)."""
     now = now or datetime.now(UTC)
     minutes = hours = 0
     async with engine.begin() as conn:
         if not (await conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": LOCK_KEY})).scalar_one():
             return 0, 0
+        if groups is None:
+            groups = await host_groups(conn)
+        gh, gg = list(groups), list(groups.values())
         wm_1m, wm_1h = (
             await conn.execute(
                 text("SELECT watermark_1m, watermark_1h FROM series_state WHERE name = 'rollups' FOR UPDATE")
@@ -446,7 +504,7 @@ async def run_once(engine: AsyncEngine, now: datetime | None = None, lag_s: floa
         while wm_1m < target:
             hi = min(target, wm_1m + MAX_STEP)
             for sql in MINUTE_FROM_RAW:
-                await conn.execute(text(sql), {"lo": wm_1m, "hi": hi})
+                await conn.execute(text(sql), {"lo": wm_1m, "hi": hi, "gh": gh, "gg": gg})
             minutes += int((hi - wm_1m).total_seconds() // 60)
             wm_1m = hi
         if _floor_ten(wm_1m) > closed:

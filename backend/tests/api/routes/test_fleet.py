@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from app.protocol.proto import pb
-from app.storage import samples
+from app.storage import samples, stacks
 from app.storage.samples import TimeRange
 from app.storage.series import rollups
 from tests.api.routes.test_limits import _raw_post
@@ -447,6 +447,14 @@ async def test_group_flame_graph_merges_the_hosts_stacks_by_function(backend, cl
     assert [h["id"] for h in narrowed["hosts"]] == [a2.host_id] and narrowed["labels"] == {"rack": "r2"}
     assert _tree(narrowed["frames"], narrowed["nodes"], "")[READ_PATH] == (240, 240)
 
+    # The group's rollup answers the whole group, idle or not; a command filter or a label narrowing the group
+    # is read from the hosts' own rollups.
+    assert fg["rollup"] == "group"
+    assert [
+        (await client.get(url, params={**rng, **extra})).json()["rollup"]
+        for extra in ({"idle": "include"}, {"idle": "only"}, {"comm": "cat"}, {"label": "rack=r2"})
+    ] == ["group", "group", "hosts", "hosts"]
+
     # Read from the rollups only: with the raw rows deleted the answer is the same.
     async with backend.runtime.engine.begin() as conn:
         await conn.execute(text("DELETE FROM stack_samples WHERE host_id = ANY(:h)"), {"h": [a1.host_id, a2.host_id]})
@@ -456,6 +464,91 @@ async def test_group_flame_graph_merges_the_hosts_stacks_by_function(backend, cl
         url, params={"from": (T0 + timedelta(seconds=10)).isoformat(), "to": (T0 + timedelta(seconds=50)).isoformat()}
     )
     assert r.status_code == 200 and r.json()["samples"] == 0 and r.json()["covered_from"] is None
+
+
+async def _both_reads(backend, scope: stacks.GroupScope, hosts: list[str], idle: str) -> tuple:
+    """Some of a group's hosts' stacks over the stacked fixture's two minutes read from the group's rollup
+    (where it answers) and from the hosts' own rollups: (what the first read, and the two answers)."""
+    flt = stacks.StackFilter(idle=idle)  # type: ignore[arg-type]
+    end = T0 + timedelta(minutes=2)
+    async with backend.runtime.sessionmaker() as session:
+        fast = await stacks.group_stacks(session, hosts, T0, end, flt, scope)
+        slow = await stacks.group_stacks(session, hosts, T0, end, flt)
+    assert slow.rollup == "hosts"
+
+    def answer(g: stacks.GroupStacks) -> tuple:
+        return g.paths, g.samples, g.undefined, g.per_host, g.covered
+
+    return fast.rollup, answer(fast), answer(slow)
+
+
+async def test_group_rollup_answers_as_the_hosts_rollups_or_is_not_read(backend, client, stacked, unique):
+    """The kernel-build group's stack rollup gives what the hosts' own rollups give, late batches included;
+    when it cannot (a host of the group in the range ran another build, left the group, was deleted) the
+    hosts' rollups are read instead."""
+    a1, a2, a3 = stacked["a1"], stacked["a2"], stacked["a3"]
+    group = await _group_of(client, a1, unique)
+    hosts = [a1.host_id, a2.host_id, a3.host_id]
+    scope = stacks.GroupScope(group, hosts)
+    for idle in ("exclude", "include", "only"):
+        rollup, fast, slow = await _both_reads(backend, scope, hosts, idle)
+        assert rollup == "group" and fast == slow and fast[1] > 0, idle
+        # Two of three hosts: the group's rollup less the third's own.
+        rollup, fast, slow = await _both_reads(backend, scope, [a1.host_id, a3.host_id], idle)
+        assert rollup == "group_less_hosts" and fast == slow and fast[1] > 0, idle
+        # One of three: its own rollups.
+        assert (await _both_reads(backend, scope, [a2.host_id], idle))[0] == "hosts"
+
+    # A batch that arrives below the rollup watermark (an agent's resend): the ingest writer adds it to the
+    # group's rollup as to the host's.
+    seq = await a1.send_batch(a1.stack_batch(ns(T0 + timedelta(seconds=75)), [(OPEN, 100, "dd", 0, 7)]))
+    await wait_for_ack(a1, seq)
+    rollup, fast, slow = await _both_reads(backend, scope, hosts, "exclude")
+    assert rollup == "group" and fast == slow and fast[1] == 780 + 7
+    rollup, fast, slow = await _both_reads(backend, scope, [a1.host_id, a3.host_id], "exclude")
+    assert rollup == "group_less_hosts" and fast == slow and fast[1] == 427
+
+    url = f"/api/v1/fleet/groups/{group}/flamegraph"
+    rng = {"from": T0.isoformat(), "to": (T0 + timedelta(minutes=2)).isoformat()}
+
+    async def read(**extra: str) -> tuple[str, int, list[str]]:
+        fg = (await client.get(url, params={**rng, **extra})).json()
+        return fg["rollup"], fg["samples"], [h["id"] for h in fg["hosts"]]
+
+    # role=db keeps a1 and a2 and leaves a3 out: the group's rollup less a3's.
+    assert await read(label="role=db") == ("group_less_hosts", 787, [a1.host_id, a2.host_id])
+
+    # a2 rebooted into another kernel (its hello records the new build): the group is a1 and a3 now, and a2's
+    # samples of the range are in the group's rollup; the hosts' rollups answer, without them.
+    build = await backend.scalar("SELECT kernel_build_id FROM hosts WHERE id = :h", h=a2.host_id)
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("UPDATE hosts SET kernel_build_id = 'rebooted' WHERE id = :h"), {"h": a2.host_id})
+    assert await read() == ("hosts", 427, [a1.host_id, a3.host_id])
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("UPDATE hosts SET kernel_build_id = :b WHERE id = :h"), {"b": build, "h": a2.host_id})
+    assert await read() == ("group", 787, hosts)
+
+    # A database whose group rows begin after the range's start (a node upgraded with stack rollups stored):
+    # read per host.
+    async with backend.runtime.engine.begin() as conn:
+        await conn.execute(text("UPDATE stack_group_state SET since = :t"), {"t": T0 + timedelta(minutes=1)})
+    try:
+        assert await read() == ("hosts", 787, hosts)
+    finally:
+        async with backend.runtime.engine.begin() as conn:
+            await conn.execute(text("UPDATE stack_group_state SET since = '-infinity'"))
+    assert await read() == ("group", 787, hosts)
+
+    # a2 retired (it leaves the group), then deleted (its rows go, the group's rollup keeps its samples).
+    assert (await client.post(f"/api/v1/hosts/{a2.host_id}/retire")).status_code == 204
+    assert await read() == ("hosts", 427, [a1.host_id, a3.host_id])
+    assert (await client.delete(f"/api/v1/hosts/{a2.host_id}")).status_code == 204
+    assert await read() == ("hosts", 427, [a1.host_id, a3.host_id])
+    rollup, fast, slow = await _both_reads(
+        backend, stacks.GroupScope(group, [a1.host_id, a3.host_id]), [a1.host_id], "include"
+    )
+    assert rollup == "hosts" and fast == slow
+    assert await read(label="role=db") == ("hosts", 427, [a1.host_id])
 
 
 async def test_group_compare_by_label_and_by_range(client, stacked, unique):
@@ -471,6 +564,8 @@ async def test_group_compare_by_label_and_by_range(client, stacked, unique):
     assert [h["id"] for h in d["b"]["hosts"]] == [a2.host_id]
     assert (d["a"]["labels"], d["b"]["without"]) == ({"rack": "r1"}, {"rack": "r1"})
     assert (d["a_samples"], d["b_samples"]) == (420, 360)
+    # Side A keeps two of three hosts (the group's rollup less a2's), side B one (its own rollups).
+    assert (d["a"]["rollup"], d["b"]["rollup"]) == ("group_less_hosts", "hosts")
     tree = _tree(d["frames"], d["nodes"], "a_", "b_")
     assert tree[READ_PATH] == (360, 360, 240, 240)
     assert tree[OPEN_PATH] == (60, 60, 120, 120)
@@ -482,6 +577,7 @@ async def test_group_compare_by_label_and_by_range(client, stacked, unique):
     assert r.status_code == 200, r.text
     d = r.json()
     assert (d["a_samples"], d["b_samples"]) == (360, 420)
+    assert (d["a"]["rollup"], d["b"]["rollup"]) == ("group", "group")
     tree = _tree(d["frames"], d["nodes"], "a_", "b_")
     assert tree[OPEN_PATH][0::2] == (60, 120) and tree[READ_PATH][0::2] == (300, 300)
     assert d["a"]["to"].startswith(m1[:16]) and d["b"]["from"].startswith(m1[:16])
