@@ -60,7 +60,7 @@ simulate:
 # Every benchmark runs to its end even when one fails; then the failures are named and the exit is
 # non-zero. bench/smoke.sh (a suite of `make test`) runs each of them at a tiny budget.
 BENCHES := kernel_parse sampling_overhead stack_sampling probe_cost console_tree cfg_layout catalog_load \
-	catalog_store ingest chaos flame fleet plan replace_cycles replace layout_vs_bolt hot_set_counting
+	catalog_store ingest chaos flame fleet fleet_stacks plan replace_cycles replace layout_vs_bolt hot_set_counting
 bench: agent backend frontend
 	@failed=; for b in $(BENCHES); do \
 		echo "===== bench/$$b ====="; ./bench/$$b || failed="$$failed $$b"; \

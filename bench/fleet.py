@@ -27,12 +27,14 @@ it starts on the hour no whole clock hour fits in it, so it is read from the min
 heaviest case of an hour), and the same narrowed by the label role=db; with stacks (HOTPATH_FLEET_STACKS,
 default on: each batch's blocks also sent as call stacks, the block's function called through one of eight
 caller chains of its build, so a host's hour holds a few hundred distinct stacks) also the biggest group's
-flame graph over the hour, the same narrowed by role=db, and its compare view (rack r00 against the other
-hosts), after checking that the flame graph's samples equal the stack samples its hosts sent. It prints
-each view's p50/p99.
+flame graph over the hour (read from the build's stack rollup, which the bench checks), the same narrowed by
+role=db, and its compare views (the hour's first half against its second, the whole group; rack r00 against
+the other hosts), after checking that the flame graph's samples equal the stack samples its hosts sent. It
+prints each view's p50/p99 and, for the flame graphs, which rollups answered (a label narrowing the group is
+read from its hosts' own).
 Last line, exactly:
     fleet: H hosts, P points/s stored by R replicas, fleet view p99 X ms, failover Y s, lost Z
-X over every request of the views (three, or six with stacks). With one replica failover and lost cannot
+X over every request of the views (three, or seven with stacks). With one replica failover and lost cannot
 be measured: they are "unavailable" and the reason follows the line's figures after "; unavailable: ".
 With R replicas, Y is the time from the kill until the last stream it cut was welcomed by another
 replica, Z the block points sent minus those stored (points stored twice end the run with an error).
@@ -592,18 +594,32 @@ async def main() -> None:
                 )
                 if flame["samples"] != sent or flame["undefined_samples"]:
                     raise SystemExit("the flame graph's samples differ from the stack samples the group's hosts sent")
+                if flame["rollup"] != "group":
+                    raise SystemExit(f"the whole group's flame graph was read from the {flame['rollup']} rollups")
+                half = (hour + timedelta(minutes=30)).isoformat()
                 views["flame graph, the hour"] = (flame_path, span)
                 views["flame graph, role=db"] = (flame_path, {**span, "label": "role=db"})
+                views["compare, first half hour against the second"] = (
+                    f"{flame_path}/diff",
+                    {"a_from": span["from"], "a_to": half, "b_from": half, "b_to": span["to"]},
+                )
                 views["compare, rack r00 against the others"] = (
                     f"{flame_path}/diff",
                     {**span, "a_label": "rack=r00", "b_without": "rack=r00"},
                 )
             all_ms: list[float] = []
             for name, (path, params) in views.items():
-                lat = [timed(client, path, params)[0] for _ in range(REQUESTS)]
+                answers = [timed(client, path, params) for _ in range(REQUESTS)]
+                lat = [dt for dt, _ in answers]
                 all_ms += lat
                 p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
-                say(f"{name}: p50 {p50:.0f} ms, p99 {p99:.0f} ms ({len(lat)} requests)")
+                last = answers[-1][1]
+                # A flame graph says which rollups it summed: the build's stack rollup, or each host's.
+                read = last.get("rollup") or (last.get("a", {}).get("rollup"), last.get("b", {}).get("rollup"))
+                how = f"; read from the {read} rollups" if isinstance(read, str) else ""
+                if isinstance(read, tuple) and read[0]:
+                    how = f"; sides read from the {read[0]} and {read[1]} rollups"
+                say(f"{name}: p50 {p50:.0f} ms, p99 {p99:.0f} ms ({len(lat)} requests{how})")
         p99 = percentile(all_ms, 0.99)
         figures = failover + (" s" if failover[-1].isdigit() else "")
         print(

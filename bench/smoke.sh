@@ -41,12 +41,13 @@ declare -A pattern=(
 	# each figure measured or "unavailable", the reasons after the line's figures
 	[layout_vs_bolt]="^layout: [0-9]+ programs, Hotpath $f end to end \(I1 $f\), BOLT $f \(I1 $f\), ratio (-?$num|unavailable)(; unavailable: .+)?$"
 	# failover and lost are measured only with two or more replicas; otherwise "unavailable", reasons after the figures
+	[fleet_stacks]="^fleet_stacks: [0-9]+ hosts, [0-9]+ host rows and [0-9]+ group rows an hour, group rollup p50 $num ms p99 $num ms, less one rack p50 $num ms p99 $num ms, hosts' rollups p50 $num ms p99 $num ms, ratio $num$"
 	[fleet]="^fleet: [0-9]+ hosts, $num points/s stored by [0-9]+ replicas, fleet view p99 $num ms, failover ($num s|unavailable), lost ([0-9]+|unavailable)(; unavailable: .+)?$"
 )
 # Two lanes run side by side to keep the suite short: the benchmarks that start a whole stack (a backend
 # and its Postgres, one at a time) and the rest. Their figures disturb each other, which a smoke run does
 # not mind: it checks that each benchmark still runs to its summary line.
-stacks=(catalog_load catalog_store ingest chaos flame fleet)
+stacks=(catalog_load catalog_store ingest chaos flame fleet fleet_stacks)
 rest=(kernel_parse sampling_overhead stack_sampling probe_cost console_tree cfg_layout plan replace_cycles replace
 	layout_vs_bolt hot_set_counting)
 order=("${rest[@]}" "${stacks[@]}")
