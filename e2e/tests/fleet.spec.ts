@@ -18,15 +18,25 @@
 //   Other specs go to `/` expecting this host's list (one host): at the end the scripted agents are
 // stopped and their hosts deleted through the admin API (also when a test fails), so the fleet is this
 // host alone again, whatever the order the specs run in.
-import { test, expect, type APIRequestContext, type Page } from "@playwright/test";
+import { test, expect, type APIRequestContext, type Locator, type Page } from "@playwright/test";
 import { execSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { api, apiAs, hostname, readyHost, waitForCatalog } from "./helpers";
 import { saidSo, startScripted, stopScripted, type Scripted } from "./scripted";
 
-// Where the fleet page's picture goes: docs/img when HOTPATH_E2E_SCREENSHOTS names it, else the results.
+// Where the pictures of the fleet page, group A's flame graph and the installed plans go: docs/img when
+// HOTPATH_E2E_SCREENSHOTS names it, else the results.
 const shots = process.env.HOTPATH_E2E_SCREENSHOTS ?? join(__dirname, "..", "test-results");
+
+/** A picture of the page from its top down to `last`'s bottom (below it the viewport is empty). */
+async function screenshotTo(page: Page, file: string, last: Locator) {
+  const box = (await last.boundingBox())!;
+  mkdirSync(shots, { recursive: true });
+  const clip = { x: 0, y: 0, width: page.viewportSize()!.width, height: Math.ceil(box.y + box.height + 16) };
+  await page.screenshot({ path: join(shots, file), clip });
+}
+
 // A bound for what is bound to happen (a program started, a state the backend reaches), not a speed
 // check: a passing test goes on as soon as it holds. On this 2-core machine at a load average of 20 (a
 // benchmark storing a fleet beside it), a scripted agent took 63 s from its enrolment to its Welcome.
@@ -303,6 +313,7 @@ test("a group's flame graph merges its hosts' stacks, and compare sets one rack 
   await expect(page.getByRole("group", { name: "Group flame graph" })).toBeVisible();
   for (const n of ["__x64_sys_read", "vfs_read", "ksys_read", "rw_verify_area", "do_sys_open"])
     await expect(frame(n)).toHaveCount(1);
+  await screenshotTo(page, "fleet-flame.png", page.getByRole("group", { name: "Group flame graph" }));
 
   // Compare: rack r1 (a1, a3) against the other hosts (a2).
   await page.getByRole("tab", { name: "Compare" }).click();
@@ -411,6 +422,7 @@ test("installed plans across the fleet: a1's plan, since when, by whom, linking 
   await expect(row).toContainText(`admin / ${approver.username}`);
   await expect(row).toContainText("no calls measured in either window");
   await expect(row.getByRole("link", { name: a1 })).toHaveAttribute("href", `/hosts/${a1}`);
+  await screenshotTo(page, "fleet-plans.png", page.getByRole("button", { name: "Next" }));
   await row.getByRole("link", { name: "srv_fn_2" }).click();
   await expect(page).toHaveURL(new RegExp(`/hosts/${a1}/plans/${planId}$`));
   await expect(page.getByTestId("plan-state")).toHaveText("installed");

@@ -13,7 +13,7 @@ import { formatCount } from "../../lib/format";
 import { formatRange, parseRange, rangeParams, resolveRange, type TimeRange } from "../../lib/timeRange";
 import { TimeRangePicker } from "../../shared/TimeRangePicker";
 import { FlameGraph } from "./FlameGraph";
-import { FrameSearch } from "./FlameView";
+import { FleetFlameToolbar } from "./FleetFlameToolbar";
 import { findPath, pathOf, search, type FlameFrame, type FlameLayout } from "./flameModel";
 import { useFleetTree } from "./useFleetTree";
 
@@ -58,19 +58,6 @@ function useNavigation(state: { layout: FlameLayout | null; frames: FlameFrame[]
   return { query, setQuery, icicle, setIcicle, focus, found, onFocus };
 }
 
-function IdleSelect({ idle, onChange }: { idle: FleetIdle; onChange: (idle: FleetIdle) => void }) {
-  return (
-    <label className="inline-label">
-      Idle task{" "}
-      <select aria-label="Idle task" value={idle} onChange={(e) => onChange(e.target.value as FleetIdle)}>
-        <option value="exclude">without idle</option>
-        <option value="include">with idle</option>
-        <option value="only">idle only</option>
-      </select>
-    </label>
-  );
-}
-
 function Covered({ from, to }: { from: string | null; to: string | null }) {
   return from && to ? (
     <>
@@ -91,16 +78,7 @@ export function FleetFlameView({ groupId, labels, range }: FleetFlameProps) {
   const sampled = d?.hosts.filter((h) => h.samples > 0) ?? [];
   return (
     <div className="flame-view">
-      <div className="toolbar">
-        <IdleSelect idle={idle} onChange={setIdle} />
-        <FrameSearch
-          query={nav.query}
-          onQuery={nav.setQuery}
-          found={nav.found}
-          icicle={nav.icicle}
-          onIcicle={nav.setIcicle}
-        />
-      </div>
+      <FleetFlameToolbar idle={idle} onIdle={setIdle} nav={nav} />
       {(flame.isPending || (flame.data && !d)) && <p className="muted">Loading the group&apos;s stacks…</p>}
       {flame.isError && (
         <p className="error" role="alert">
@@ -292,20 +270,12 @@ export function FleetCompareView({ groupId, labels, range }: FleetFlameProps) {
           Compare
         </button>
       </form>
-      <div className="toolbar">
-        <IdleSelect idle={idle} onChange={setIdle} />
-        <FrameSearch
-          query={nav.query}
-          onQuery={nav.setQuery}
-          found={nav.found}
-          icicle={nav.icicle}
-          onIcicle={nav.setIcicle}
-        />
+      <FleetFlameToolbar idle={idle} onIdle={setIdle} nav={nav}>
         <span className="diff-legend" aria-label="Colours">
           <span className="swatch grew" /> share grew from the baseline (A) to the comparison (B){" "}
           <span className="swatch shrank" /> shrank
         </span>
-      </div>
+      </FleetFlameToolbar>
       {!asked && <p className="muted">Pick the two sides and press Compare.</p>}
       {diff.isError && (
         <p className="error" role="alert">
