@@ -309,6 +309,8 @@ test("a group's flame graph merges its hosts' stacks, and compare sets one rack 
   await expect(page.getByRole("heading", { name: "Fleet flame graph" })).toBeVisible();
   await expect(page).toHaveURL(/[?&]view=flame/);
   await expect(page.getByTestId("fleet-flame-summary")).toContainText("1,800 samples with a stack from 3 of 3 hosts");
+  // The whole group: summed from its kernel build's stack rollup, not host by host.
+  await expect(page.getByTestId("fleet-flame-summary")).toContainText("read from the build's stack rollup,");
   const frame = (n: string) => page.getByTestId("flame-frame").and(page.locator(`[data-name="${n}"]`));
   await expect(page.getByRole("group", { name: "Group flame graph" })).toBeVisible();
   for (const n of ["__x64_sys_read", "vfs_read", "ksys_read", "rw_verify_area", "do_sys_open"])
@@ -324,6 +326,9 @@ test("a group's flame graph merges its hosts' stacks, and compare sets one rack 
   const summary = page.getByTestId("fleet-diff-summary");
   await expect(summary).toContainText("Baseline (A): 1,200 samples from 2 of 2 hosts (rack=r1)");
   await expect(summary).toContainText("comparison (B): 600 samples from 1 of 1 host (not rack=r1)");
+  // Side A keeps two of the group's three hosts: the build's rollup less a2's own; side B, a2's own.
+  await expect(summary).toContainText("read from the build's stack rollup less the left-out hosts' own");
+  await expect(summary).toContainText("read from each host's own stack rollups");
   await expect(page.getByRole("group", { name: "Group differential flame graph" })).toBeVisible();
   await expect(frame("rw_verify_area")).toHaveCount(1); // only on a2 (B)
   await expect(frame("do_sys_open")).toHaveCount(1); // only on a3 (A)

@@ -107,6 +107,7 @@ describe("fleet group flame graph and compare", () => {
     expect(await screen.findByTestId("fleet-flame-summary")).toHaveTextContent(
       "780 samples with a stack from 2 of 2 hosts",
     );
+    expect(screen.getByTestId("fleet-flame-summary")).toHaveTextContent("read from the build's stack rollup");
     await waitFor(() => expect(frameNames()).toEqual(expect.arrayContaining(["entry_SYSCALL_64", "vfs_read"])));
     const asked = new URL(requests.find((r) => new URL(r.url).pathname.endsWith("/flamegraph"))!.url);
     expect(asked.searchParams.getAll("label")).toEqual(["role=db"]);
@@ -136,6 +137,7 @@ describe("fleet group flame graph and compare", () => {
     const summary = await screen.findByTestId("fleet-diff-summary");
     expect(summary).toHaveTextContent("Baseline (A): 420 samples from 1 of 1 host (rack=r1)");
     expect(summary).toHaveTextContent("comparison (B): 360 samples from 1 of 1 host (not rack=r1)");
+    expect(summary).toHaveTextContent("read from each host's own stack rollups");
     await waitFor(() => expect(frameNames()).toEqual(expect.arrayContaining(["vfs_read", "do_sys_open"])));
     const asked = new URL(requests.find((r) => new URL(r.url).pathname.endsWith("/flamegraph/diff"))!.url);
     expect(asked.searchParams.getAll("a_label")).toEqual(["rack=r1"]);

@@ -58,11 +58,21 @@ function useNavigation(state: { layout: FlameLayout | null; frames: FlameFrame[]
   return { query, setQuery, icicle, setIcicle, focus, found, onFocus };
 }
 
-function Covered({ from, to }: { from: string | null; to: string | null }) {
+type Rollup = FleetFlameGraph["rollup"];
+
+/** What the backend summed the samples from (the answer's `rollup`): the build's stack rollup answers whatever
+ * the number of hosts; a label that keeps only a few hosts, or the `comm` filter, reads each host's own. */
+export const ROLLUP_READ: Record<Rollup, string> = {
+  group: "the build's stack rollup",
+  group_less_hosts: "the build's stack rollup less the left-out hosts' own",
+  hosts: "each host's own stack rollups",
+};
+
+function Covered({ from, to, rollup }: { from: string | null; to: string | null; rollup: Rollup }) {
   return from && to ? (
     <>
-      read from the stack rollups, covering {new Date(from).toLocaleTimeString()} – {new Date(to).toLocaleTimeString()}{" "}
-      (whole minutes already rolled up)
+      read from {ROLLUP_READ[rollup]}, covering {new Date(from).toLocaleTimeString()} –{" "}
+      {new Date(to).toLocaleTimeString()} (whole minutes already rolled up)
     </>
   ) : (
     <>no whole rolled-up minute in this range yet</>
@@ -94,7 +104,7 @@ export function FleetFlameView({ groupId, labels, range }: FleetFlameProps) {
         <p className="muted small" data-testid="fleet-flame-summary">
           {formatCount(d.samples)} samples with a stack from {sampled.length} of {d.hosts.length} host
           {d.hosts.length === 1 ? "" : "s"} over {formatRange(range)}:{" "}
-          <Covered from={d.covered_from} to={d.covered_to} />.
+          <Covered from={d.covered_from} to={d.covered_to} rollup={d.rollup} />.
           {d.folded_samples > 0 && <> {formatCount(d.folded_samples)} samples folded to bound the tree.</>}
         </p>
       )}
@@ -144,7 +154,8 @@ function SideHosts({ name, side, samples }: { name: string; side: FleetFlameDiff
     <>
       {name}: {formatCount(samples)} samples from {sampled} of {side.hosts.length} host
       {side.hosts.length === 1 ? "" : "s"}
-      {who.length > 0 && <> ({who.join(", ")})</>} over {Math.round(side.seconds)} s
+      {who.length > 0 && <> ({who.join(", ")})</>} over {Math.round(side.seconds)} s, read from{" "}
+      {ROLLUP_READ[side.rollup]}
     </>
   );
 }
