@@ -221,18 +221,19 @@ async def _add_late_groups(
             by_host[(h, bucket, g, pid == 0)] += n
         if not by_group:
             return
-        sides: tuple[tuple[str, str, str, dict[Any, int]], ...] = (
-            (f"stack_group_samples_{grain}", "group_id, bucket, stack_id, idle", "bigint", by_group),
-            (f"stack_host_totals_{grain}", "host_id, bucket, group_id, idle", "text", by_host),
+        sides: tuple[tuple[str, str, dict[Any, int]], ...] = (
+            ("stack_group_samples", "bigint", by_group),
+            ("stack_host_totals", "text", by_host),
         )
-        for table, key, third, rows in sides:
+        for table, third, rows in sides:
             keys = sorted(rows)
+            key = rollups.STACK_GROUP_KEYS[table]
             await conn.execute(
                 text(f"""
-                INSERT INTO {table} ({key}, count)
+                INSERT INTO {table}_{grain} ({key}, count)
                 SELECT * FROM unnest(CAST(:a AS text[]), CAST(:b AS timestamptz[]), CAST(:c AS {third}[]),
                                      CAST(:d AS boolean[]), CAST(:n AS bigint[]))
-                ON CONFLICT ({key}) DO UPDATE SET count = {table}.count + excluded.count"""),
+                ON CONFLICT ({key}) DO UPDATE SET count = {table}_{grain}.count + excluded.count"""),
                 {
                     "a": [k[0] for k in keys],
                     "b": [k[1] for k in keys],

@@ -44,25 +44,23 @@ GROUP_ID = "md5(h.kernel_release || chr(10) || h.kernel_build_id)"
 
 
 def upgrade() -> None:
+    # Each table: its columns but the count, and its unique key.
+    tables = {
+        "stack_group_samples": (
+            "group_id text NOT NULL, bucket timestamptz NOT NULL, stack_id bigint NOT NULL",
+            "group_id, bucket, stack_id, idle",
+        ),
+        "stack_host_totals": (
+            "host_id text NOT NULL, bucket timestamptz NOT NULL, group_id text NOT NULL",
+            "host_id, bucket, group_id, idle",
+        ),
+    }
     for grain in GRAINS:
-        op.execute(f"""
-            CREATE TABLE stack_group_samples_{grain} (
-                group_id text NOT NULL, bucket timestamptz NOT NULL, stack_id bigint NOT NULL,
-                idle boolean NOT NULL, count bigint NOT NULL
-            ) PARTITION BY RANGE (bucket)""")
-        op.execute(
-            f"CREATE UNIQUE INDEX ux_stack_group_samples_{grain} ON stack_group_samples_{grain} "
-            "(group_id, bucket, stack_id, idle)"
-        )
-        op.execute(f"""
-            CREATE TABLE stack_host_totals_{grain} (
-                host_id text NOT NULL, bucket timestamptz NOT NULL, group_id text NOT NULL,
-                idle boolean NOT NULL, count bigint NOT NULL
-            ) PARTITION BY RANGE (bucket)""")
-        op.execute(
-            f"CREATE UNIQUE INDEX ux_stack_host_totals_{grain} ON stack_host_totals_{grain} "
-            "(host_id, bucket, group_id, idle)"
-        )
+        for table, (columns, key) in tables.items():
+            op.execute(f"""
+                CREATE TABLE {table}_{grain} ({columns}, idle boolean NOT NULL, count bigint NOT NULL)
+                PARTITION BY RANGE (bucket)""")
+            op.execute(f"CREATE UNIQUE INDEX ux_{table}_{grain} ON {table}_{grain} ({key})")
         op.execute(f"CREATE INDEX ix_stack_host_totals_{grain}_group ON stack_host_totals_{grain} (group_id, bucket)")
     bind = op.get_bind()
     oldest = bind.execute(

@@ -160,32 +160,36 @@ STACKS_10M_FROM_MINUTES = versioned_stack_blocks(
 # the coordinator's, and a database node's pass is handed it). The ten minutes from those minutes, as the
 # per-host ten minutes are made. Late rows: app.storage.stacks.add_late, with the writer's groups.
 _HOST_GROUPS = "unnest(CAST(:gh AS text[]), CAST(:gg AS text[])) AS g(host_id, group_id)"
-STACK_GROUPS_FROM_MINUTES = f"""
-    INSERT INTO stack_group_samples_1m (group_id, bucket, stack_id, idle, count)
-    SELECT g.group_id, r.bucket, r.stack_id, r.pid = 0, sum(r.count)
-    FROM stack_samples_1m r JOIN {_HOST_GROUPS} ON g.host_id = r.host_id
-    WHERE r.bucket >= :lo AND r.bucket < :hi GROUP BY 1, 2, 3, 4
-    ON CONFLICT (group_id, bucket, stack_id, idle)
-    DO UPDATE SET count = stack_group_samples_1m.count + excluded.count"""
-STACK_HOST_TOTALS_FROM_MINUTES = f"""
-    INSERT INTO stack_host_totals_1m (host_id, bucket, group_id, idle, count)
-    SELECT r.host_id, r.bucket, g.group_id, r.pid = 0, sum(r.count)
-    FROM stack_samples_1m r JOIN {_HOST_GROUPS} ON g.host_id = r.host_id
-    WHERE r.bucket >= :lo AND r.bucket < :hi GROUP BY 1, 2, 3, 4
-    ON CONFLICT (host_id, bucket, group_id, idle)
-    DO UPDATE SET count = stack_host_totals_1m.count + excluded.count"""
-STACK_GROUPS_10M_FROM_MINUTES = """
-    INSERT INTO stack_group_samples_10m (group_id, bucket, stack_id, idle, count)
-    SELECT group_id, date_bin('10 minutes', bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00'), stack_id, idle, sum(count)
-    FROM stack_group_samples_1m WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3, 4
-    ON CONFLICT (group_id, bucket, stack_id, idle)
-    DO UPDATE SET count = stack_group_samples_10m.count + excluded.count"""
-STACK_HOST_TOTALS_10M_FROM_MINUTES = """
-    INSERT INTO stack_host_totals_10m (host_id, bucket, group_id, idle, count)
-    SELECT host_id, date_bin('10 minutes', bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00'), group_id, idle, sum(count)
-    FROM stack_host_totals_1m WHERE bucket >= :lo AND bucket < :hi GROUP BY 1, 2, 3, 4
-    ON CONFLICT (host_id, bucket, group_id, idle)
-    DO UPDATE SET count = stack_host_totals_10m.count + excluded.count"""
+# Each table's key: its unique index, the row's columns but the count.
+STACK_GROUP_KEYS = {
+    "stack_group_samples": "group_id, bucket, stack_id, idle",
+    "stack_host_totals": "host_id, bucket, group_id, idle",
+}
+
+
+def _stack_sums(table: str, grain: str, select: str, source: str) -> str:
+    """Sum `source`'s rows of [lo, hi) (alias r) into `table`_`grain`: `select` gives the key's columns."""
+    key = STACK_GROUP_KEYS[table]
+    return f"""
+    INSERT INTO {table}_{grain} ({key}, count)
+    SELECT {select}, sum(r.count) FROM {source} WHERE r.bucket >= :lo AND r.bucket < :hi GROUP BY 1, 2, 3, 4
+    ON CONFLICT ({key}) DO UPDATE SET count = {table}_{grain}.count + excluded.count"""
+
+
+_MINUTES = f"stack_samples_1m r JOIN {_HOST_GROUPS} ON g.host_id = r.host_id"
+_TEN_R = "date_bin('10 minutes', r.bucket, TIMESTAMPTZ '2000-01-01 00:00:00+00')"
+STACK_GROUPS_FROM_MINUTES = _stack_sums(
+    "stack_group_samples", "1m", "g.group_id, r.bucket, r.stack_id, r.pid = 0", _MINUTES
+)
+STACK_HOST_TOTALS_FROM_MINUTES = _stack_sums(
+    "stack_host_totals", "1m", "r.host_id, r.bucket, g.group_id, r.pid = 0", _MINUTES
+)
+STACK_GROUPS_10M_FROM_MINUTES = _stack_sums(
+    "stack_group_samples", "10m", f"r.group_id, {_TEN_R}, r.stack_id, r.idle", "stack_group_samples_1m r"
+)
+STACK_HOST_TOTALS_10M_FROM_MINUTES = _stack_sums(
+    "stack_host_totals", "10m", f"r.host_id, {_TEN_R}, r.group_id, r.idle", "stack_host_totals_1m r"
+)
 
 # Per-function sums (migrations 0016 and 0017: one row per host and bucket, its functions' ids, busy and idle
 # samples as arrays in function id order; a write merges its sums into the row's), each grain from the
