@@ -17,7 +17,7 @@ from app.protocol import agent_input, measured_edges
 from app.protocol.agent_input import InvalidInput
 from app.protocol.proto import pb
 from app.protocol.stack_defs import BatchStacks
-from app.storage import measurements, nodes, samples, stacks
+from app.storage import delivery_marks, measurements, samples, stacks
 from app.storage.series.layout import NSLOTS, SLOT
 
 log = logging.getLogger("hotpath.agents")
@@ -60,17 +60,9 @@ class DataMapping(ClockChecks):
         mark = 0
         if seq:
             if instance not in session.marks:
-                async with self.runtime.engine.connect() as conn:
-                    found = (
-                        await conn.execute(
-                            text(
-                                f"SELECT seq FROM {nodes.table('delivery_marks')} "
-                                "WHERE host_id = :h AND instance_id = :i"
-                            ),
-                            {"h": session.host_id, "i": instance},
-                        )
-                    ).scalar_one_or_none()
-                session.marks[instance] = found or 0
+                session.marks[instance] = await delivery_marks.of_instance(
+                    self.runtime.engine, session.host_id, instance
+                )
             mark = session.marks[instance]
             if seq <= mark:
                 await session.send(pb.ServerMessage(ack=pb.Ack(instance_id=instance, seq=mark)))

@@ -64,7 +64,7 @@ from app.protocol import agent_input
 from app.protocol.agent_input import InvalidInput
 from app.protocol.proto import pb
 from app.runtime import Runtime
-from app.storage import audit_log, measurements, nodes, targets
+from app.storage import audit_log, delivery_marks, measurements, nodes, targets
 from app.storage.models import Host
 
 log = logging.getLogger("hotpath.agents")
@@ -135,6 +135,12 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
             raise
         except InvalidInput as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except nodes.NodeUnavailable as exc:
+            where = ", ".join(exc.labels)
+            log.warning("agent stream from %s ended: its host's database node does not answer (%s)", peer, where)
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"the host's database node does not answer ({where}); try again"
+            )
         except (OperationalError, OSError, ConnectionError) as exc:
             log.warning("agent stream from %s ended: the database is unavailable (%s)", peer, type(exc).__name__)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the backend cannot reach its database; try again")
@@ -307,6 +313,9 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
         # Writes of an earlier stream of this host still in the writer's queue go first, so the
         # delivery marks read below are final.
         await self.runtime.writer.drain()
+        # Read on the host's own database, bounded: a database node that hangs fails this Hello (UNAVAILABLE,
+        # the agent tries again) rather than holding it and a connection of the coordinator's pool.
+        session.marks = await delivery_marks.recent(self.runtime.engine, hello.host_id)
         async with self.runtime.sessionmaker() as db:
             # The fleet's labels follow the agent's until an admin edits them (migration 0014).
             upsert = insert(Host).values(id=hello.host_id, labels=values["agent_labels"], **values)
@@ -340,13 +349,6 @@ class AgentService(CatalogStaging, DataMapping, Throttling):
                 text("SELECT digest FROM catalog_pieces WHERE digest = ANY(:d) AND complete"), {"d": list(session.refs)}
             )
             complete = {r.digest for r in rows}
-            marks = await db.execute(
-                text(f"""
-                SELECT instance_id, seq FROM {nodes.table("delivery_marks")} WHERE host_id = :h
-                ORDER BY updated_at DESC LIMIT 32"""),
-                {"h": hello.host_id},
-            )
-            session.marks = {r.instance_id: r.seq for r in marks}
             audit_log.record(
                 db,
                 f"agent:{hello.host_id}",

@@ -497,6 +497,22 @@ def active() -> Nodes | None:
     return _active
 
 
+async def on_host(coordinator: AsyncEngine, host_id: str, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """`work` on a connection to the database that holds the host's series (the coordinator's own tables with
+    one database). With nodes, a node host's part runs over the backend's connection to that node, bounded by
+    READ_TIMEOUT_S, and a node that does not answer raises NodeUnavailable naming it (`Nodes.each`)."""
+    index = (await _active.place([host_id]))[host_id] if _active is not None else 0
+    if _active is None or index == 0:
+        async with coordinator.connect() as conn:
+            return await work(conn)
+
+    async def part(node: Node) -> T:
+        async with node.engine.connect() as conn:
+            return await work(conn)
+
+    return (await _active.each(part, [_active.node(index)]))[0]
+
+
 def table(name: str) -> str:
     """A spread table's name for a statement that reads every node's rows of it."""
     return f"{SCHEMA}.{name}" if _active is not None else name

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import orjson
 import pytest
@@ -781,6 +782,25 @@ async def test_the_backend_started_with_a_node_serves_the_fleet_across_both(clus
             finally:
                 await asyncio.to_thread(b.start)
             await wait_until(rolled, HANG_S)
+            # B hangs (SIGSTOP: its connections stay open, nothing answers). A Hello of one of its hosts reads
+            # the host's delivery marks on B: refused UNAVAILABLE within the nodes' read bound, naming B,
+            # rather than held with a connection of the coordinator's pool; a host on A still connects.
+            await agents[2].close()
+            await agents[0].close()
+            b.pause()
+            try:
+                t = time.monotonic()
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    async with asyncio.timeout(nodes.READ_TIMEOUT_S + HANG_S):  # a hang bound
+                        await agents[2].connect()
+                assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+                assert "node 1 (" in (refused.value.details() or ""), refused.value.details()
+                # Within the read bound (twice it: a loaded machine is slow to see it pass).
+                assert time.monotonic() - t < 2 * nodes.READ_TIMEOUT_S
+                await agents[0].connect()  # A's host: its marks are on the coordinator
+            finally:
+                b.resume()
+            await agents[2].connect()
             # Deleting a host placed on B deletes its series and marks there too.
             gone = placed[1][0]
             assert (await client.delete(f"/api/v1/hosts/{gone}")).status_code == 204
