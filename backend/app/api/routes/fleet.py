@@ -6,8 +6,9 @@ app.storage.fleet and app.storage.stacks (rollups only, never raw rows); the ins
 app.domain.fleet_plans."""
 
 import asyncio
+from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, HTTPException, Path, Query
 from sqlalchemy.exc import DBAPIError
@@ -23,6 +24,8 @@ from app.runtime import Runtime
 from app.storage import fleet, nodes, stacks
 from app.storage.samples import TimeRange
 
+T = TypeVar("T")
+U = TypeVar("U")
 router = APIRouter(prefix="/fleet", tags=["fleet"])
 GroupId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="A group's id (FleetGroup.id)")]
 LabelQuery = Query(
@@ -138,6 +141,16 @@ def _covered(g: stacks.GroupStacks) -> dict[str, Any]:
         "covered_to": g.covered[1] if g.covered else None,
         "rollup": g.rollup,
     }
+
+
+async def _both(a: Coroutine[Any, Any, T], b: Coroutine[Any, Any, U]) -> tuple[T, U]:
+    """Two reads at once; the first to fail cancels the other and is raised as it is (a 503 stays a 503)."""
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            ta, tb = tasks.create_task(a), tasks.create_task(b)
+    except* Exception as group:  # noqa: BLE001 - re-raised as it is, unwrapped from the task group
+        raise group.exceptions[0] from None
+    return ta.result(), tb.result()
 
 
 async def _read(session: AsyncSession, read: Any) -> Any:
@@ -265,24 +278,29 @@ async def flame_diff(
     group = await _group(session, group_id)
     flt = stacks.StackFilter(comm=comm, idle=idle)
 
-    async def read() -> dict[str, Any]:
-        out: dict[str, Any] = {"group": group, "filter": flt.public()}
-        read_sides = []
-        for name, r, (labels, without) in (("a", ra, sides[0]), ("b", rb, sides[1])):
-            hosts = await fleet.group_hosts(session, group_id, labels, without)
-            scope = await _scope(session, group_id, hosts, bool(labels or without))
-            g = await stacks.group_stacks(session, [h.id for h in hosts], r.start, r.end, flt, scope)
-            read_sides.append(g)
-            out[name] = {
-                **r.public(),
-                **_covered(g),
-                "labels": labels,
-                "without": without,
-                "hosts": [_flame_host(h, g.per_host) for h in hosts],
-            }
-        return {**out, **stacks.group_flame_diff(*read_sides)}
+    async def read_side(r: TimeRange, labels: dict[str, str], without: dict[str, str]) -> tuple[Any, dict[str, Any]]:
+        # Each side on a session (a database connection) of its own, both at once: Postgres sums one side's
+        # rows while the other's are summed or shaped.
+        async with runtime.sessionmaker() as own:
 
-    return FastJSON(await _read(session, read))
+            async def read() -> tuple[Any, dict[str, Any]]:
+                hosts = await fleet.group_hosts(own, group_id, labels, without)
+                scope = await _scope(own, group_id, hosts, bool(labels or without))
+                g = await stacks.group_stacks(own, [h.id for h in hosts], r.start, r.end, flt, scope)
+                public = {
+                    **r.public(),
+                    **_covered(g),
+                    "labels": labels,
+                    "without": without,
+                    "hosts": [_flame_host(h, g.per_host) for h in hosts],
+                }
+                return g, public
+
+            side: tuple[Any, dict[str, Any]] = await _read(own, read)
+            return side
+
+    (ga, pa), (gb, pb) = await _both(read_side(ra, *sides[0]), read_side(rb, *sides[1]))
+    return FastJSON({"group": group, "filter": flt.public(), "a": pa, "b": pb, **stacks.group_flame_diff(ga, gb)})
 
 
 @router.get("/plans", response_model=FleetPlans, responses=BAD_LABEL)
