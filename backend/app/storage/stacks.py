@@ -1350,43 +1350,46 @@ async def _group_rollup(
     parts = _range_parts(
         "stack_host_totals", "r.host_id, r.group_id, r.count", f"(r.group_id = :g OR r.host_id = ANY(:hs)){idle}"
     )
-    totals = await session.execute(
-        text(f"SELECT t.host_id, t.group_id, sum(t.count) AS n FROM ({parts}) t GROUP BY 1, 2"),
-        {**span, "g": scope.group_id, "hs": scope.hosts},
-    )
-    members = set(scope.hosts)
-    per_host = dict.fromkeys(scope.hosts, 0)
-    for r in totals:
-        if r.group_id != scope.group_id or r.host_id not in members:
-            return None
-        per_host[r.host_id] = int(r.n)
-    sql = text(f"""
-        SELECT u.stack_id, sum(u.count) AS n
-        FROM ({_range_parts("stack_group_samples", "r.stack_id, r.count", f"r.group_id = :g{idle}")}) u
-        GROUP BY 1""")
-    params = {**span, "g": scope.group_id}
+    # One statement per database, so its parts and its group's rows are of one snapshot (rows summed in between
+    # two statements would make them differ, and the read fall back for nothing): kind 0 the hosts' parts (the
+    # coordinator's statement only: through the spread parents it reads every node's), 1 the group's rows per
+    # stack, 2 whether the group rows are complete from the range's start.
+    totals = f"""SELECT 0 AS kind, t.host_id, t.group_id, NULL::bigint AS stack_id, sum(t.count) AS n
+        FROM ({parts}) t GROUP BY 2, 3"""
+    rows = f"""SELECT 1 AS kind, NULL::text AS host_id, NULL::text AS group_id, u.stack_id, sum(u.count) AS n
+        FROM ({_range_parts("stack_group_samples", "r.stack_id, r.count", f"r.group_id = :g{idle}")}) u GROUP BY 4"""
+    since = """SELECT 2 AS kind, NULL::text AS host_id, NULL::text AS group_id, NULL::bigint AS stack_id,
+        (since <= :lo)::int AS n FROM stack_group_state"""
+    params = {**span, "g": scope.group_id, "hs": scope.hosts}
 
-    async def part(conn: AsyncSession | AsyncConnection) -> tuple[bool, list[Any]]:
-        ok = (await conn.execute(text("SELECT since <= :lo FROM stack_group_state"), span)).scalar_one()
-        return ok, (list(await conn.execute(sql, params)) if ok else [])
+    async def part(conn: AsyncSession | AsyncConnection, with_totals: bool) -> list[Any]:
+        sql = " UNION ALL ".join([totals, rows, since] if with_totals else [rows, since])
+        return list(await conn.execute(text(sql), params))
 
-    async def on_node(node: nodes.Node) -> tuple[bool, list[Any]]:
+    async def on_node(node: nodes.Node) -> list[Any]:
         async with node.engine.connect() as conn:
-            return await part(conn)
+            return await part(conn, False)
 
     spread = nodes.active()
     if spread is None:
-        read = [await part(session)]
+        read = await part(session, True)
     else:
-        mine, theirs = await spread.beside(part(session), on_node, spread.nodes)
-        read = [mine, *theirs]
-    # A database whose stack rollups predate its group rows (a node upgraded with series: migration 0020)
-    # cannot answer a range that starts before they begin.
-    if not all(ok for ok, _ in read):
-        return None
+        mine, theirs = await spread.beside(part(session, True), on_node, spread.nodes)
+        read = [r for p in (mine, *theirs) for r in p]
+    members = set(scope.hosts)
+    per_host = dict.fromkeys(scope.hosts, 0)
     counts: dict[int, int] = defaultdict(int)
-    for r in (r for _, rows in read for r in rows):
-        counts[i64_to_u64(r.stack_id)] += int(r.n)
+    for r in read:
+        if r.kind == 0:
+            if r.group_id != scope.group_id or r.host_id not in members:
+                return None
+            per_host[r.host_id] = int(r.n)
+        elif r.kind == 1:
+            counts[i64_to_u64(r.stack_id)] += int(r.n)
+        elif not r.n:
+            # A database whose stack rollups predate its group rows (a node upgraded with series: migration
+            # 0020) cannot answer a range that starts before they begin.
+            return None
     if sum(counts.values()) != sum(per_host.values()):
         return None
     if others:
