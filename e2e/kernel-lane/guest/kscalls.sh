@@ -119,10 +119,32 @@ done
 [ $ran = $tried ] && ok "the copy ran with every target: lane_scall's call returned into the code heap ($ran of $tried)" ||
 	bad "the copy ran with every target: in $ran of $tried"
 
-# Updates racing calls: a background loop updates lane_sc while calls run; each result must be one of
-# the three targets' for its input (n = 21, the eighth input).
+# Updates racing calls: a background loop updates lane_sc while calls run; each result must be one the
+# original could give for its input (n = 21, the eighth input). n is odd, so lane_scall calls lane_sc twice
+# (r = lane_sc(n), then the tail call lane_sc(r + n)), and an update between the two gives the first
+# call's target and the second's: the original does the same, so every pair of targets is allowed. The
+# targets as the module defines them (0 lane_sc_one, 1 lane_sc_two, 2 __static_call_return0), checked
+# against the original's results for one target each.
 pick() { echo "$1" | cut -d' ' -f8; }
-allowed=" $(pick "$orig_0") $(pick "$orig_1") $(pick "$orig_2") "
+sc() {
+	case $1 in
+	0) echo $((($2 * 3 + 1) & 0xffffffff)) ;;
+	1) echo $(((($2 ^ 0x5a5a5a) + 7) & 0xffffffff)) ;;
+	*) echo 0 ;;
+	esac
+}
+allowed=" "
+for a in 0 1 2; do
+	first=$(sc $a 21)
+	for b in 0 1 2; do allowed="$allowed$(sc $b $((first + 21))) "; done
+done
+oracle=0
+for t in 0 1 2; do
+	eval "want=\$orig_$t"
+	[ "$(pick "$want")" = "$(sc $t $(($(sc $t 21) + 21)))" ] && oracle=$((oracle + 1))
+done
+[ $oracle = 3 ] && ok "the racing calls' oracle gives the original's result for each target (3 of 3)" ||
+	bad "the racing calls' oracle gives the original's result for each target: $oracle of 3"
 (j=0; while [ $j -lt 40 ]; do target $((j % 3)); j=$((j + 1)); done) &
 updater=$!
 calls=0 odd=0
