@@ -538,8 +538,7 @@ class IngestWriter:
                 await stack_store.write_many(conn, stacked)
                 groups = None
                 if on_node and any(ts < wm_1m for _h, ts, _s in stacked):
-                    async with self.engine.connect() as coordinator:
-                        groups = await rollups.host_groups(coordinator, sorted({h for h, _ts, _s in stacked}))
+                    groups = await rollups.coordinator_groups(self.engine, sorted({h for h, _ts, _s in stacked}))
                 await stack_store.add_late(conn, stacked, wm_1m, groups)
             late = [
                 rollups.LateInterval(

@@ -465,8 +465,7 @@ async def _align_watermarks(coordinator_url: str, urls: list[str]) -> None:
     marks = set()
     coordinator = create_async_engine(normalise_database_url(coordinator_url))
     try:
-        async with coordinator.connect() as conn:
-            groups = await rollups.host_groups(conn)
+        groups = await rollups.coordinator_groups(coordinator)
     finally:
         await coordinator.dispose()
     for url in urls:

@@ -388,8 +388,7 @@ async def roll_up(
 
 async def host_groups(engine: AsyncEngine) -> dict[str, str]:
     """Every host's kernel-build group id, from the coordinator's hosts."""
-    async with engine.connect() as conn:
-        return await rollups.host_groups(conn)
+    return await rollups.coordinator_groups(engine)
 
 
 async def function_names(engine: AsyncEngine, ids: list[int]) -> dict[int, str]:

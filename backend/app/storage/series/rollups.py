@@ -288,6 +288,13 @@ async def host_groups(conn: AsyncConnection, host_ids: Sequence[str] | None = No
     return {r.id: r.g for r in rows}
 
 
+async def coordinator_groups(coordinator: AsyncEngine, host_ids: Sequence[str] | None = None) -> dict[str, str]:
+    """`host_groups` over a connection of its own to the coordinator: for a database node's rollup pass and
+    late batches, whose database has no hosts."""
+    async with coordinator.connect() as conn:
+        return await host_groups(conn, host_ids)
+
+
 def _floor_ten(t: datetime) -> datetime:
     t = t.astimezone(UTC)
     return t.replace(minute=t.minute // 10 * 10, second=0, microsecond=0)
