@@ -144,7 +144,7 @@ async def main() -> None:
                 dt = (time.perf_counter() - t) * 1000
             if found is None:
                 raise SystemExit("the build's rollup did not answer for its hosts")
-            return dt, found
+            return dt, found[:2]  # the sums, without what was read
 
         async def hosts_read(which: list[str] = hosts) -> tuple[float, tuple]:
             async with sessions() as session:

@@ -1326,16 +1326,16 @@ class GroupScope:
 
 async def _group_rollup(
     session: AsyncSession, scope: GroupScope, host_ids: list[str], flt: StackFilter, span: dict[str, datetime]
-) -> tuple[dict[int, int], dict[str, int]] | None:
-    """The samples per stack id and per host of `host_ids` from the kernel-build group's rollup (migration
-    0020), less the other hosts of the group (read from their own rollups, when they are fewer than those
-    asked), or None when it cannot answer exactly what the hosts' own rollups would: a filter by process,
-    command or CPU (not in its key); parts in the range of hosts not in the group now (a host of it in the
-    range has left it: another kernel, revoked) or under another group (a host of it ran another build in the
+) -> tuple[dict[int, int], dict[str, int], str] | None:
+    """The samples per stack id and per host of `host_ids` from the kernel-build group's rollup (migration 0020), less
+    the other hosts of the group (read from their own rollups, when they are fewer than those asked), with what was
+    read (`GroupStacks.rollup`); or None when it cannot answer exactly what the hosts' own rollups would: a filter
+    by process, command or CPU (not in its key); parts in the range of hosts not in the group now (a host of it in
+    the range has left it: another kernel, revoked) or under another group (a host of it ran another build in the
     range); parts that do not add up to the group's rows (a host of it deleted since: its samples stay in the
-    group's rows until retention drops them), or the other hosts' own rollups not adding up to their parts.
-    The group's rows are one per stack id and ten minutes (or minute, at the range's edges) whatever the
-    number of hosts.
+    group's rows until retention drops them), or the other hosts' own rollups not adding up to their parts. The
+    group's rows are one per stack id and ten minutes (or minute, at the range's edges) whatever the number of
+    hosts.
 
     With database nodes each database holds its own hosts' part of the group's rows (they are not spread by
     host): each is read over its own connection at once (`Nodes.beside`) and the parts added; the hosts'
@@ -1398,7 +1398,8 @@ async def _group_rollup(
             return None
         for sid, n in less.items():
             counts[sid] -= n
-    return {sid: n for sid, n in counts.items() if n}, {h: per_host[h] for h in host_ids}
+    rollup = "group_less_hosts" if others else "group"
+    return {sid: n for sid, n in counts.items() if n}, {h: per_host[h] for h in host_ids}, rollup
 
 
 async def group_stacks(
@@ -1425,9 +1426,8 @@ async def group_stacks(
     lo10, hi10 = _whole_tens(lo, hi)
     span = {"lo": lo, "hi": hi, "lo10": lo10, "hi10": hi10}
     found = await _group_rollup(session, scope, host_ids, flt, span) if scope is not None else None
-    if found is not None and scope is not None:
-        counts, per_host = found
-        rollup = "group" if len(host_ids) == len(scope.hosts) else "group_less_hosts"
+    if found is not None:
+        counts, per_host, rollup = found
     else:
         counts, per_host = await _host_rollups(session, host_ids, flt, span)
         rollup = "hosts"
