@@ -614,11 +614,12 @@ async def main() -> None:
                 all_ms += lat
                 p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
                 last = answers[-1][1]
-                # A flame graph says which rollups it summed: the build's stack rollup, or each host's.
-                read = last.get("rollup") or (last.get("a", {}).get("rollup"), last.get("b", {}).get("rollup"))
-                how = f"; read from the {read} rollups" if isinstance(read, str) else ""
-                if isinstance(read, tuple) and read[0]:
-                    how = f"; sides read from the {read[0]} and {read[1]} rollups"
+                # A flame graph says which rollups it summed (a compare, each side's): the build's, or each host's.
+                how = ""
+                if "rollup" in last:
+                    how = f"; read from the {last['rollup']} rollups"
+                elif "a" in last:
+                    how = f"; sides read from the {last['a']['rollup']} and {last['b']['rollup']} rollups"
                 say(f"{name}: p50 {p50:.0f} ms, p99 {p99:.0f} ms ({len(lat)} requests{how})")
         p99 = percentile(all_ms, 0.99)
         figures = failover + (" s" if failover[-1].isdigit() else "")

@@ -62,7 +62,7 @@ type Rollup = FleetFlameGraph["rollup"];
 
 /** What the backend summed the samples from (the answer's `rollup`): the build's stack rollup answers whatever
  * the number of hosts; a label that keeps only a few hosts, or the `comm` filter, reads each host's own. */
-export const ROLLUP_READ: Record<Rollup, string> = {
+const ROLLUP_READ: Record<Rollup, string> = {
   group: "the build's stack rollup",
   group_less_hosts: "the build's stack rollup less the left-out hosts' own",
   hosts: "each host's own stack rollups",
