@@ -12,6 +12,7 @@ held (they reconnect within seconds), and staged catalog uploads a stopped backe
 """
 
 import asyncio
+import gc
 import logging
 import os
 import secrets
@@ -434,8 +435,20 @@ async def stop_servers(
     await runtime.engine.dispose()
 
 
+def settle_heap() -> None:
+    """Move the objects the start-up made (modules, routes, models, schemas: about 200,000) out of the garbage
+    collector's sight, for the process' life. A full collection walks every tracked object, and a request that
+    allocates a few thousand objects sets one off every few requests: at start-up's size each took 160-230 ms on
+    this machine (bench/fleet's hot code answer, 155 ms, then took 2x as long every fifth request). After
+    this, a full collection walks only what was made since. Done once, by the serving process: objects frozen
+    stay until it exits, as those of start-up do anyway."""
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(runtime: Runtime, stop: asyncio.Event, embedded: EmbeddedPostgres | None = None) -> None:
     grpc_server, http, http_task, _, _ = await start_servers(runtime)
+    settle_heap()
     tasks = []
     if embedded is not None:
         tasks.append(asyncio.create_task(supervise_postgres(embedded)))

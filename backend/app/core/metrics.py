@@ -4,12 +4,13 @@
 Per process (each replica is scraped on its own): HTTP requests by method, route template and status,
 with their latency; agents connected; console WebSockets open; metric batches, samples and dropped
 samples ingested from agents; the ingest writer's commits, failed commits and whether it is failing now;
-catalog functions stored; agent commands sent. Labels carry route templates (`/api/v1/hosts/{host_id}`),
-never host ids, function names or users, so the endpoint reveals only aggregate activity and its label
-sets stay small. Each runtime has its own registry, so several
-backends in one process (the tests) do not share counters.
+catalog functions stored; agent commands sent; objects frozen out of the garbage collector's walks.
+Labels carry route templates (`/api/v1/hosts/{host_id}`), never host ids, function names or users, so the
+endpoint reveals only aggregate activity and its label sets stay small. Each runtime has its own registry,
+so several backends in one process (the tests) do not share counters.
 """
 
+import gc
 import time
 from collections.abc import Callable
 
@@ -66,6 +67,12 @@ class Metrics:
             registry=r,
         )
         self.commands_sent = Counter("hotpath_agent_commands", "Commands sent to agents", ["kind"], registry=r)
+        self.gc_frozen = Gauge(
+            "hotpath_gc_frozen_objects",
+            "Objects the serving process took out of the garbage collector's walks after start-up (server.settle_heap)",
+            registry=r,
+        )
+        self.gc_frozen.set_function(gc.get_freeze_count)
 
     def bind(self, agents_connected: Callable[[], float], websockets_open: Callable[[], float]) -> None:
         """Read the live gauges at scrape time."""
