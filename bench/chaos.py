@@ -12,6 +12,7 @@ component until the agent's stream is back and a new batch is stored).
 import asyncio
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -310,6 +311,7 @@ async def main() -> int:
     stack = Stack(data)
     fake = FakeAgent(stack)
     hid = host_id()
+    ok = False
     try:
         say(f"data in {data}; backend on :{HTTP} (agents :{GRPC})")
         stack.start_backend()
@@ -375,6 +377,7 @@ async def main() -> int:
             f"{bad} bad rows stored",
             flush=True,
         )
+        ok = True
         return 0
     finally:
         fake.stop = True
@@ -388,6 +391,10 @@ async def main() -> int:
         pid = postmaster_pid(data / "pgdata")
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
+        if ok:
+            shutil.rmtree(data, ignore_errors=True)
+        else:
+            say(f"kept {data} (the backend's and agent's logs, the database)")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ Ports: HOTPATH_FLEET_HTTP_PORT (8380) and HOTPATH_FLEET_GRPC_PORT (50351, enrolm
 import asyncio
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -439,6 +440,7 @@ class Cluster:
 async def main() -> None:
     data = Path(tempfile.mkdtemp(prefix="hotpath-fleet-"))
     cluster = Cluster(data)
+    ok = False
     try:
         cluster.start()
         password = (data / "data" / "admin-password").read_text().strip()
@@ -627,8 +629,19 @@ async def main() -> None:
             f"fleet: {len(hosts)} hosts, {rate:.0f} points/s stored by {REPLICAS} replicas, "
             f"fleet view p99 {p99:.0f} ms, {figures}, {lost}" + (f"; unavailable: {unavailable}" if unavailable else "")
         )
+        ok = True
     finally:
         cluster.stop()
+        _leave(data, ok)
+
+
+def _leave(data: Path, ok: bool) -> None:
+    """Remove the run's folder (its database is gigabytes at 1,000 hosts), or keep it, with the logs, after a
+    failure."""
+    if ok:
+        shutil.rmtree(data, ignore_errors=True)
+    else:
+        say(f"kept {data} (the backend's log, its database)")
 
 
 if __name__ == "__main__":

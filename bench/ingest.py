@@ -29,6 +29,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -352,6 +353,7 @@ def percentile(values: list[float], q: float) -> float:
 
 async def main() -> None:
     data = Path(tempfile.mkdtemp(prefix="hotpath-ingest-"))
+    ok = False
     env = dict(
         os.environ,
         HOTPATH_DATA_DIR=str(data),
@@ -473,6 +475,7 @@ async def main() -> None:
             f"ingest: {knee[1]:.0f} points/s stored by one backend process, knee at {knee[0]} hosts, "
             f"REST p99 {ms(knee[3])}"
         )
+        ok = True
     finally:
         if probe is not None:
             probe.kill()
@@ -481,6 +484,11 @@ async def main() -> None:
             backend.wait(30)
         except subprocess.TimeoutExpired:
             backend.kill()
+            backend.wait()
+        if ok:
+            shutil.rmtree(data, ignore_errors=True)
+        else:
+            say(f"kept {data} (the backend's database)")
 
 
 if __name__ == "__main__":
