@@ -31,7 +31,6 @@ which names it, rather than showing the fleet without its hosts ("Fleet hot code
 """
 
 import json
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -39,13 +38,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import psycopg
-from psycopg.rows import namedtuple_row
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.storage import nodes
+from app.storage.binary_rows import I64, binary_rows, int8_arrays
 from app.storage.samples import TimeRange, plan
 from app.storage.series import rollups
 
@@ -310,52 +307,6 @@ def _function_parts(spans: list[tuple[str, datetime, datetime]], wm_1m: datetime
     return " UNION ALL ".join(parts), params
 
 
-async def _binary_rows(session: AsyncSession | AsyncConnection, sql: str, params: dict[str, Any]) -> list[Any]:
-    """Run a read statement in the session's (or connection's) transaction with its results in Postgres' binary
-    format: a bytea comes as its bytes, not as hex text to decode (half the bytes sent; measured on bench/fleet's
-    database, the 600-host group's rows, ~8 MB of arrays, in about half the time). Rows are named tuples; a
-    driver error is raised as SQLAlchemy's DBAPIError, as the session's own statements raise it (so a node's
-    part that loses its connection is named by `nodes.Nodes.each`)."""
-    conn = await session.connection() if isinstance(session, AsyncSession) else session
-    statement = text(sql).compile(dialect=conn.dialect).string
-    driver = (await conn.get_raw_connection()).driver_connection
-    if driver is None:
-        raise RuntimeError("the session's connection has no driver connection")
-    try:
-        async with driver.cursor(binary=True, row_factory=namedtuple_row) as cur:
-            await cur.execute(statement, params)
-            return list(await cur.fetchall())
-    except psycopg.Error as exc:
-        raise DBAPIError.instance(statement, params, exc, psycopg.Error) from exc
-
-
-# int8[] as array_send writes it (Postgres' binary array format): the number of dimensions, a has-NULLs flag and
-# the element type, then each dimension's length and lower bound, then each element as its byte length (8) and
-# its value, big-endian. An empty array has no dimensions (the first three fields only).
-_INT8_OID = 20
-_ARRAY_HEAD = struct.Struct(">iiiii")
-_EMPTY_ARRAY = struct.Struct(">iii")
-_ELEMENT = np.dtype([("len", ">i4"), ("value", ">i8")])
-I64 = npt.NDArray[np.int64]
-
-
-def _int8_arrays(blobs: Sequence[bytes]) -> tuple[I64, I64]:
-    """The elements of int8[] arrays in array_send's form, concatenated, and each array's length."""
-    lengths = np.zeros(len(blobs), dtype=np.int64)
-    bodies: list[memoryview] = []
-    for i, blob in enumerate(blobs):
-        if len(blob) == _EMPTY_ARRAY.size and _EMPTY_ARRAY.unpack(blob)[0] == 0:
-            continue
-        ndim, nulls, oid, size, _lower = _ARRAY_HEAD.unpack_from(blob)
-        if ndim != 1 or nulls or oid != _INT8_OID or len(blob) != _ARRAY_HEAD.size + size * _ELEMENT.itemsize:
-            raise ValueError("a rollup array is not a one-dimensional int8[] without NULLs")
-        lengths[i] = size
-        bodies.append(memoryview(blob)[_ARRAY_HEAD.size :])
-    # Without NULLs every element of an int8[] is 8 bytes long (the length checked above says so too).
-    elements = np.frombuffer(b"".join(bodies), dtype=_ELEMENT)
-    return elements["value"].astype(np.int64), lengths
-
-
 @dataclass
 class _Sums:
     """Every group host's samples of each function with any in the range, ordered by host, then function:
@@ -371,8 +322,8 @@ def _per_host_sums(rows: Sequence[Any]) -> _Sums:
     """Sum the signed rows (host index, sign, ids and busy counts as array_send bytes) per host and function,
     in int64 (exact); like the statement's `HAVING sum > 0`, a function whose signed rows sum to 0 or less on a
     host is not one of that host's."""
-    ids, lengths = _int8_arrays([r.ids for r in rows])
-    counts, count_lengths = _int8_arrays([r.counts for r in rows])
+    ids, lengths = int8_arrays([r.ids for r in rows])
+    counts, count_lengths = int8_arrays([r.counts for r in rows])
     if not np.array_equal(lengths, count_lengths):
         raise ValueError("a rollup row's function ids and counts differ in length")
     host = np.repeat(np.fromiter((r.host for r in rows), dtype=np.int64, count=len(rows)), lengths)
@@ -591,7 +542,7 @@ async def _page(
     # (name, id) order, and beside each the rank of its name (equal names, equal ranks). Ids of no function
     # (none, while a catalog piece's functions stay with its rollups) are left out, as the statement's join did.
     ordered = (
-        await _binary_rows(
+        await binary_rows(
             session,
             """
         SELECT array_send(coalesce(array_agg(x.id ORDER BY x.name, x.id), '{}')) AS ids,
@@ -601,8 +552,8 @@ async def _page(
             {"ids": "{" + ",".join(map(str, ids.tolist())) + "}"},
         )
     )[0]
-    by_name_ids, _ = _int8_arrays([ordered.ids])
-    name_ranks, _ = _int8_arrays([ordered.ranks])
+    by_name_ids, _ = int8_arrays([ordered.ids])
+    name_ranks, _ = int8_arrays([ordered.ranks])
     sorter = np.argsort(by_name_ids)
     at_sorted = np.minimum(np.searchsorted(by_name_ids, ids, sorter=sorter), max(len(sorter) - 1, 0))
     known = by_name_ids[sorter[at_sorted]] == ids if len(sorter) else np.zeros(len(ids), dtype=bool)
@@ -729,7 +680,7 @@ async def _per_database(
         if not ids:
             return [], []
         sums = (await conn.execute(busy_sql, {**tp, "bh": ids})).all()
-        return list(sums), await _binary_rows(conn, rows_sql, {**fp, "bh": ids, "bi": at[index]})
+        return list(sums), await binary_rows(conn, rows_sql, {**fp, "bh": ids, "bi": at[index]})
 
     async def on_node(node: nodes.Node) -> tuple[list[Any], list[Any]]:
         async with node.engine.connect() as conn:
@@ -799,7 +750,7 @@ async def hot_code(
         # are stored: each array in Postgres' binary form (array_send), parsed and summed here with numpy.
         functions, fp = _function_parts(spans, wm_1m)
         if spread is None:
-            rows = await _binary_rows(
+            rows = await binary_rows(
                 session, _rows_sql(functions), {**fp, "bh": list(busy), "bi": list(range(len(busy)))}
             )
         else:

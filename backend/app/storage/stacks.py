@@ -51,12 +51,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+import numpy as np
 import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.protocol.stack_defs import BatchStacks
 from app.storage import nodes
+from app.storage.binary_rows import binary_rows, int8_arrays
 from app.storage.models import i64_to_u64, u64_to_i64
 from app.storage.series import copytext, rollups
 
@@ -1439,24 +1441,36 @@ async def group_stacks(
 async def _host_rollups(
     session: AsyncSession, host_ids: list[str], flt: StackFilter, span: dict[str, datetime]
 ) -> tuple[dict[int, int], dict[str, int]]:
-    """The samples per stack id and per host from the hosts' own stack rollups, in one statement."""
+    """The samples per stack id and per host from the hosts' own stack rollups, in one statement. Its sums come
+    as two int8 arrays each (array_send's binary form, parsed with numpy: `binary_rows`), not a row each: a
+    third of a 600-host build's hour is ~11,000 stacks, whose rows took ~50 ms of Python to read one by one."""
     where, params = flt.sql()
     columns = "r.host_id, r.stack_id, r.pid, r.comm, r.cpu, r.count AS n"
-    rows = await session.execute(
-        text(f"""
-        SELECT GROUPING(u.host_id) AS by_stack, u.host_id, u.stack_id, sum(u.n) AS n
-        FROM ({_range_parts("stack_samples", columns, "r.host_id = ANY(:hs)")}) u WHERE true{where}
-        GROUP BY GROUPING SETS ((u.stack_id), (u.host_id))"""),
+    parts = _range_parts("stack_samples", columns, "r.host_id = ANY(CAST(:hs AS text[]))")
+    rows = await binary_rows(
+        session,
+        f"""
+        WITH g AS (
+            SELECT GROUPING(u.host_id) AS by_stack, u.host_id, u.stack_id, CAST(sum(u.n) AS int8) AS n
+            FROM ({parts}) u WHERE true{where}
+            GROUP BY GROUPING SETS ((u.stack_id), (u.host_id)))
+        SELECT array_send(coalesce(array_agg(g.stack_id) FILTER (WHERE g.by_stack = 1), '{{}}')) AS ids,
+               array_send(coalesce(array_agg(g.n) FILTER (WHERE g.by_stack = 1), '{{}}')) AS counts,
+               coalesce(array_agg(g.host_id) FILTER (WHERE g.by_stack = 0), '{{}}') AS hosts,
+               array_send(coalesce(array_agg(g.n) FILTER (WHERE g.by_stack = 0), '{{}}')) AS host_counts
+        FROM g""",
         {"hs": host_ids, **span, **params},
     )
-    counts: dict[int, int] = {}
+    (row,) = rows
+    ids, _ = int8_arrays([row.ids])
+    counts, _ = int8_arrays([row.counts])
+    host_counts, _ = int8_arrays([row.host_counts])
+    if len(ids) != len(counts) or len(row.hosts) != len(host_counts):
+        raise ValueError("the stack sums' arrays differ in length")
     per_host = dict.fromkeys(host_ids, 0)
-    for r in rows:
-        if r.by_stack:
-            counts[i64_to_u64(r.stack_id)] = int(r.n)
-        else:
-            per_host[r.host_id] = int(r.n)
-    return counts, per_host
+    per_host.update(zip(row.hosts, host_counts.tolist(), strict=True))
+    # Stack ids are stored as int8: their uint64 value is the same 64 bits (models.i64_to_u64).
+    return dict(zip(ids.view(np.uint64).tolist(), counts.tolist(), strict=True)), per_host
 
 
 def _tree_nodes(tree: dict[str, Any], sides: list[str]) -> dict[str, Any]:

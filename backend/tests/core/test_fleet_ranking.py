@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app.core.db import make_engine, make_sessionmaker, upgrade_database
 from app.storage import fleet
+from app.storage.binary_rows import binary_rows, int8_arrays
 from app.storage.models import CatalogPiece, Function, Host
 from app.storage.samples import TimeRange
 from app.storage.series import partitions, rollups
@@ -251,11 +252,11 @@ async def test_a_driver_error_of_the_binary_fetch_is_sqlalchemys(ranking_db):
     try:
         async with make_sessionmaker(engine)() as session:
             sql = "SELECT CAST(:x AS bigint) AS x, array_send(CAST(:a AS bigint[])) AS a"
-            rows = await fleet._binary_rows(session, sql, {"x": 7, "a": [3, -1, 2**40]})
+            rows = await binary_rows(session, sql, {"x": 7, "a": [3, -1, 2**40]})
             assert [r.x for r in rows] == [7]
-            values, lengths = fleet._int8_arrays([rows[0].a])
+            values, lengths = int8_arrays([rows[0].a])
             assert values.tolist() == [3, -1, 2**40] and lengths.tolist() == [3]
             with pytest.raises(DBAPIError, match="no_such_table"):
-                await fleet._binary_rows(session, "SELECT * FROM no_such_table WHERE x = :x", {"x": 1})
+                await binary_rows(session, "SELECT * FROM no_such_table WHERE x = :x", {"x": 1})
     finally:
         await engine.dispose()

@@ -287,3 +287,54 @@ def test_the_ten_minute_function_rollups_already_stored_become_running_totals(po
             assert not inspect(conn).has_table("sample_functions_10m_run")
     finally:
         engine.dispose()
+
+
+def _stack_rollup_indexes(conn) -> dict[str, tuple[bool, str]]:
+    """Each stack rollup's unique index: unique or not, and its definition (pg_indexes, the parent's)."""
+    rows = conn.execute(
+        text("""
+        SELECT i.indexname, x.indisunique, i.indexdef FROM pg_indexes i
+        JOIN pg_class c ON c.relname = i.indexname JOIN pg_index x ON x.indexrelid = c.oid
+        WHERE i.tablename IN ('stack_samples_1m', 'stack_samples_10m')""")
+    ).all()
+    return {r.indexname: (r.indisunique, r.indexdef.split(" USING btree ")[1]) for r in rows}
+
+
+def test_the_stack_rollups_unique_index_carries_the_count_and_back(postgres_url):
+    """0021 rebuilds the stack rollups' unique indexes with the count included (index-only reads per host):
+    the rows stored before stay, the upserts' conflict target still merges, and the downgrade restores the
+    key-only index."""
+    url = _recreate_database(postgres_url, "hotpath_migrations_0021")
+    engine = create_engine(url)
+    key = "(host_id, bucket, stack_id, pid, comm, cpu)"
+    upsert = text("""
+        INSERT INTO stack_samples_10m (host_id, bucket, stack_id, pid, comm, cpu, count)
+        VALUES ('h', date_trunc('hour', now()), 5, 1, 'a', 0, 3)
+        ON CONFLICT (host_id, bucket, stack_id, pid, comm, cpu)
+        DO UPDATE SET count = stack_samples_10m.count + excluded.count""")
+    try:
+        upgrade_database(url, "0020_stack_group_rollups")
+        with engine.begin() as conn:
+            assert _stack_rollup_indexes(conn) == {
+                "ux_stack_samples_1m": (True, key),
+                "ux_stack_samples_10m": (True, key),
+            }
+            conn.execute(upsert)
+        upgrade_database(url, "0021_stack_counts_in_index")
+        with engine.begin() as conn:
+            assert _stack_rollup_indexes(conn) == {
+                "ux_stack_samples_1m": (True, f"{key} INCLUDE (count)"),
+                "ux_stack_samples_10m": (True, f"{key} INCLUDE (count)"),
+            }
+            conn.execute(upsert)
+            assert conn.execute(text("SELECT count(*), sum(count) FROM stack_samples_10m")).one() == (1, 6)
+        downgrade_database(url, "0020_stack_group_rollups")
+        with engine.begin() as conn:
+            assert _stack_rollup_indexes(conn) == {
+                "ux_stack_samples_1m": (True, key),
+                "ux_stack_samples_10m": (True, key),
+            }
+            conn.execute(upsert)
+            assert conn.execute(text("SELECT count(*), sum(count) FROM stack_samples_10m")).one() == (1, 9)
+    finally:
+        engine.dispose()
