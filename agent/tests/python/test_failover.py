@@ -83,6 +83,7 @@ HEALTH_INTER_S = 1.0  # HAProxy's check interval (deploy/haproxy_config.py's def
 FAILOVER_BOUND_S = 3 * ((0.5 + 1 + 2 + 4) + 3 * HEALTH_INTER_S)
 HANG_S = 300.0  # bounds for what is bound to happen (the agent parsing the kernel, a start), not speed
 INTERVAL_MS = 1000
+CONTROL_BYTES = 512  # more unread bytes than HTTP/2's control frames make in a minute (test_kill_9_of_the_replica…)
 
 
 def _wait(what: str, fn, timeout: float = HANG_S, every: float = 0.2):
@@ -356,8 +357,17 @@ def test_kill_9_of_the_replica_holding_the_stream(stack):
         assert stack.lb(f"disable health {backend}/{holder}").strip() == ""
     proc.send_signal(signal.SIGSTOP)
     # The agent keeps sending a batch every interval (its catalog is stored: no upload holds the
-    # stream's flow-control window); the frozen replica reads none of it.
-    _wait("data the frozen holder has not read", lambda: _unread_bytes(REPLICAS[holder][1]) > 0, timeout=60)
+    # stream's flow-control window); the frozen replica reads none of it, nor acknowledges it, so the batch
+    # waits in the agent's outbox. Wait for more unread bytes than HTTP/2's own frames make: a WINDOW_UPDATE
+    # for the acknowledgements read just before the freeze, a keepalive PING every 20 s, each tens of bytes
+    # with TLS's. Waiting for any byte once let such a frame alone pass, and the kill came before any batch
+    # was sent (a fresh run: the agent's outbox empty when the stream ended). A batch every INTERVAL_MS of at
+    # least ~50 bytes with its framing passes CONTROL_BYTES within seconds.
+    _wait(
+        "a batch the frozen holder has not read",
+        lambda: _unread_bytes(REPLICAS[holder][1]) > CONTROL_BYTES,
+        timeout=60,
+    )
     acked_mark = stack.mark()  # committed and acknowledged (an ack follows its commit): the mark
     stored_before = stack.intervals()
     # A command, accepted by the replica that is not frozen; the holder cannot claim it.
