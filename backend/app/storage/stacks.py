@@ -1465,8 +1465,7 @@ async def _host_rollups(
     ids, _ = int8_arrays([row.ids])
     counts, _ = int8_arrays([row.counts])
     host_counts, _ = int8_arrays([row.host_counts])
-    if len(ids) != len(counts) or len(row.hosts) != len(host_counts):
-        raise ValueError("the stack sums' arrays differ in length")
+    # zip(strict=True) raises ValueError when a pair of arrays differ in length.
     per_host = dict.fromkeys(host_ids, 0)
     per_host.update(zip(row.hosts, host_counts.tolist(), strict=True))
     # Stack ids are stored as int8: their uint64 value is the same 64 bits (models.i64_to_u64).
