@@ -725,8 +725,11 @@ async def _installed_with_windows(backend, client, approver, host_id, unique, ca
     )
 
     async def compared():
+        # The after window's figures, and its end: the backend stops it once its second is over, so a read before
+        # that says "running" and one after says "stopped" (the fleet's list and the plan's page must agree).
         c = (await client.get(base)).json()["comparison"]
-        return c if c and c["after"] and c["after"]["calls"] == calls_after else None
+        done = c and c["after"] and c["after"]["calls"] == calls_after and c["after"]["state"] == "stopped"
+        return c if done else None
 
     await wait_until(compared)
     return agent, plan_id
