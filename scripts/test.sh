@@ -52,20 +52,22 @@ suite() {
 	echo "$rc $took $(( (cpu_ms - c + 500) / 1000 )) ${counts[*]}" >"$logs/$name.result"
 }
 
-# lane_bg: start the kernel lane's suite in the background (see below), its output in
-# $logs/kernel-lane.out; lane_wait: wait for it to end, then print that output.
-lane_bg() {
-	printf '\n===== kernel-lane (started in the background; its output follows when it ends) =====\n'
-	( suite kernel-lane ./e2e/kernel-lane/test.sh >"$logs/kernel-lane.out" 2>&1 </dev/null &
-		echo $! >"$logs/kernel-lane.pid" )
+# beside NAME CMD...: start a suite in the background, its output in $logs/NAME.out; await NAME: wait
+# for it to end, then print that output. It runs as a grandchild of this shell, so its CPU is counted in
+# its own result only, not in whichever suite was running when it ended.
+beside() {
+	local name=$1; shift
+	printf '\n===== %s (started in the background; its output follows when it ends) =====\n' "$name"
+	( suite "$name" "$@" >"$logs/$name.out" 2>&1 </dev/null &
+		echo $! >"$logs/$name.pid" )
 }
-lane_wait() {
-	local pid t=$SECONDS
-	pid=$(cat "$logs/kernel-lane.pid")
+await() {
+	local name=$1 pid t=$SECONDS
+	pid=$(cat "$logs/$name.pid")
 	# not a child of this shell (`wait` cannot reach it): poll it
 	while kill -0 "$pid" 2>/dev/null; do sleep 2; done
-	cat "$logs/kernel-lane.out"
-	printf '(the kernel lane ended %s s after the suites beside it)\n' $((SECONDS - t))
+	cat "$logs/$name.out"
+	printf '(%s ended %s s after the suites beside it)\n' "$name" $((SECONDS - t))
 }
 
 # SQLite's query driver (bench/replace_sqlite/build: gcc -O2 of its 9 MB amalgamation, ~70 s of one
@@ -86,22 +88,25 @@ suite agent        make -s -j"$(nproc)" -C agent test
 # (session 19, run s19b, `stress-ng --cpu 1` beside the whole run) the agent suite took 1,448 s instead
 # of 584 s, the guest's install cycles 696 s of guest time instead of ~160 s, and the lane used up its
 # 3,000 s budget before its last check (in session 10, 2,199 s against 935 s alone). Not beside the
-# end-to-end tests and the benchmarks either: they keep both cores busy on their own (quiet s19a: 1.77
-# and 1.74 of 2 on average). The agent-stream suite drives this machine's kernel, the lane its guest's:
-# they share only CPU. The lane's output is kept in its log and printed once it ends; it runs as a
-# grandchild of this shell so its CPU is counted in its own result only, not in whichever suite was
-# running when it ended.
-lane_bg
+# end-to-end tests: they keep both cores busy on their own (quiet s19a: 1.77 of 2 on average). The
+# agent-stream suite drives this machine's kernel, the lane its guest's: they share only CPU.
+beside kernel-lane ./e2e/kernel-lane/test.sh
 suite backend      make -s -C backend test
+# The benchmarks' smoke runs go beside the agent-stream, console, compose and harness suites, once the
+# backend suite (both cores busy with the lane) has ended. The stream suite mostly waits (agents
+# reconnecting, hang bounds, real seconds of measurement): in session 28's quiet run it used 197 CPU
+# seconds in its 215 s, leaving a core idle, and the benchmarks' smoke runs use ~1.4 cores (298 s of CPU
+# in 209 s). Their ports differ (bench/smoke.sh's header). They first wait for SQLite's driver (its build
+# lock; built at the start, so at once), as they did when they ran after the end-to-end suite.
+beside bench       bash -c './bench/replace_sqlite/build >>"$0" 2>&1; exec ./bench/smoke.sh' "$logs/sqlite-build.log"
 suite agent-stream backend/.venv/bin/python -m pytest -q -rs agent/tests/python
 suite console      bash -c 'cd frontend && npm test --silent'
 suite compose      ./deploy/check-compose.sh
 suite harness      ./agent/tests/run.sh scripts/tests/test_*.sh
-lane_wait
+await kernel-lane
+await bench
 
 suite e2e          ./e2e/run.sh
-# after e2e: they keep both cores busy on their own; SQLite's driver, built at the start, is built by now
-suite bench        ./bench/smoke.sh
 
 printf '\n===== summary =====\n'
 tp=0 tf=0 ts=0 rc=0
