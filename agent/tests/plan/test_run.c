@@ -774,6 +774,7 @@ static void t_second_pass(void)
 
 int main(void)
 {
+	tr_one_cpu();
 	RUN(t_run_elf_nopie);
 	RUN(t_run_elf_pie);
 	RUN(t_run_process);
