@@ -96,8 +96,9 @@ suite backend      make -s -C backend test
 # backend suite (both cores busy with the lane) has ended. The stream suite mostly waits (agents
 # reconnecting, hang bounds, real seconds of measurement): in session 28's quiet run it used 197 CPU
 # seconds in its 215 s, leaving a core idle, and the benchmarks' smoke runs use ~1.4 cores (298 s of CPU
-# in 209 s). Their ports differ (bench/smoke.sh's header). They first wait for SQLite's driver (its build
-# lock; built at the start, so at once), as they did when they ran after the end-to-end suite.
+# in 209 s). Their ports differ (bench/smoke.sh's header). They first wait on SQLite's driver's build lock
+# (built from the start, so it is long built), so that their SQLite parts run: after the end-to-end
+# suite, whose plan tests wait on that lock, they always found it built.
 beside bench       bash -c './bench/replace_sqlite/build >>"$0" 2>&1; exec ./bench/smoke.sh' "$logs/sqlite-build.log"
 suite agent-stream backend/.venv/bin/python -m pytest -q -rs agent/tests/python
 suite console      bash -c 'cd frontend && npm test --silent'
