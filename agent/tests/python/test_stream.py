@@ -146,6 +146,12 @@ def _get(q: "queue.Queue", timeout: float, what: str):
         pytest.fail(f"no {what} within {timeout} s")
 
 
+def _drain(q: "queue.Queue") -> None:
+    """Drop what q holds now (what was queued before the step a test waits on)."""
+    while not q.empty():
+        q.get()
+
+
 class AgentRun:
     def __init__(self, proc, log_path, backend):
         self.proc = proc
@@ -447,8 +453,7 @@ def test_parse_json_prints_the_catalog_digest_the_upload_uses(agent, hotpathd):
 
 def test_metric_batches_arrive_every_interval(agent):
     sess = agent.session
-    while not sess.metrics.empty():  # batches that queued up behind the catalog
-        sess.metrics.get()
+    _drain(sess.metrics)  # batches that queued up behind the catalog
     batches = [_get(sess.metrics, 5, "metric batch") for _ in range(4)]
     # The intervals tile time in the agent's own clock: each starts where the one before ended (its
     # interval_ms is that length, rounded to the ms). How far apart they arrive here, and how long one is,
@@ -483,8 +488,7 @@ def test_metric_batches_arrive_every_interval(agent):
 
 def test_batches_are_numbered_consecutively_by_this_run(agent):
     sess = agent.session
-    while not sess.raw_metrics.empty():
-        sess.raw_metrics.get()
+    _drain(sess.raw_metrics)
     msgs = [_get(sess.raw_metrics, 5, "numbered batch") for _ in range(3)]
     seqs = [m.seq for m in msgs]
     assert all(b == a + 1 for a, b in itertools.pairwise(seqs)), seqs
@@ -505,8 +509,7 @@ def test_stacks_travel_with_ids_the_backend_recomputes_and_definitions_stop_once
     spinner = subprocess.Popen([str(spin), "30"])
     try:
         sess = agent.session
-        while not sess.raw_metrics.empty():
-            sess.raw_metrics.get()
+        _drain(sess.raw_metrics)
         msgs = [_get(sess.raw_metrics, 5, "batch with stacks") for _ in range(5)]
     finally:
         spinner.kill()
@@ -589,8 +592,7 @@ def test_agent_reconnects_after_the_server_cancels_and_resends_what_was_not_ackn
     acknowledged ones (also those a Welcome acknowledges) are not."""
     old = agent.session
     agent.backend.auto_ack = False
-    while not old.raw_metrics.empty():
-        old.raw_metrics.get()
+    _drain(old.raw_metrics)
     unacked = [_get(old.raw_metrics, 5, "unacknowledged batch") for _ in range(3)]
     agent.backend.auto_ack = True
     old.cancel()
@@ -629,8 +631,7 @@ def test_a_backend_that_reads_nothing_for_a_minute_keeps_the_stream(agent):
     asked for just before it stopped (far more than flow control lets the agent send unread), and no
     reconnect happened."""
     sess = agent.session
-    while not sess.chunks.empty():
-        sess.chunks.get()
+    _drain(sess.chunks)
     agent.backend.reading.clear()
     try:
         sess.send(pb.ServerMessage(catalog_request=pb.CatalogRequest(digests=[agent.vmlinux.digest])))
@@ -655,8 +656,7 @@ def test_a_backend_that_reads_nothing_for_a_minute_keeps_the_stream(agent):
     assert agent.backend.sessions.empty(), "no reconnect"
     assert "made no progress" not in agent.log() and "keepalive" not in agent.log().lower()
     for q in (sess.raw_metrics, sess.metrics):  # all acknowledged as they came; the next test wants fresh ones
-        while not q.empty():
-            q.get()
+        _drain(q)
 
 
 def test_sigterm_exits_promptly_and_keeps_unacknowledged_data_on_disk(agent):
@@ -664,8 +664,7 @@ def test_sigterm_exits_promptly_and_keeps_unacknowledged_data_on_disk(agent):
     # A batch the reader queued before auto_ack was cleared may have been acknowledged: leave those out, as
     # the reconnect test does (a fresh run took two such batches as unacknowledged and found none spooled).
     # The reader queues a batch before it reads auto_ack, so every batch queued after this is unacknowledged.
-    while not agent.session.raw_metrics.empty():
-        agent.session.raw_metrics.get()
+    _drain(agent.session.raw_metrics)
     for _ in range(2):
         _get(agent.session.raw_metrics, 5, "unacknowledged batch")
     agent.proc.send_signal(signal.SIGTERM)
